@@ -1,0 +1,1 @@
+//! Model importers: each turns a file into a `Graph` with per-layer spans.

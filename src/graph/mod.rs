@@ -1,0 +1,358 @@
+//! The graph IR shared by every stage: typed ops on a petgraph DAG, typed values
+//! (dtype and static shape), per-node source spans, shape inference and constant folding.
+
+mod fold;
+mod op;
+mod shape;
+mod span;
+mod tensor;
+
+pub use fold::{fold_constants, fold_node};
+pub use op::*;
+pub use shape::{broadcast_shapes, infer_outputs};
+pub use span::{format_spans, merge_spans, Span};
+pub use tensor::{checked_numel, numel, strides, DType, Tensor, TensorData};
+
+use petgraph::stable_graph::{NodeIndex, StableDiGraph};
+use petgraph::visit::EdgeRef;
+use petgraph::Direction;
+use std::collections::HashMap;
+
+pub type NodeId = NodeIndex;
+
+/// An error in building or checking a graph, naming the layer at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum GraphError {
+    #[error("{}: {message}", format_spans(spans))]
+    AtLayer { spans: Vec<Span>, message: String },
+    #[error("graph: {0}")]
+    Graph(String),
+}
+
+impl GraphError {
+    pub fn at(spans: &[Span], message: impl Into<String>) -> GraphError {
+        GraphError::AtLayer {
+            spans: spans.to_vec(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Element type and static shape of a value.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ValueType {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+}
+
+impl ValueType {
+    pub fn new(dtype: DType, shape: Vec<usize>) -> ValueType {
+        ValueType { dtype, shape }
+    }
+
+    pub fn numel(&self) -> usize {
+        numel(&self.shape)
+    }
+
+    pub fn size_bytes(&self) -> usize {
+        self.numel() * self.dtype.size_bytes()
+    }
+}
+
+impl std::fmt::Display for ValueType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}{:?}", self.dtype, self.shape)
+    }
+}
+
+/// One output value of a node.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Value {
+    pub name: String,
+    pub ty: ValueType,
+}
+
+/// A node: its op, a unique name, where it came from, and its outputs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    pub op: Op,
+    pub name: String,
+    pub spans: Vec<Span>,
+    pub outputs: Vec<Value>,
+}
+
+/// A reference to one output of one node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ValueRef {
+    pub node: NodeId,
+    pub output: usize,
+}
+
+impl ValueRef {
+    pub fn new(node: NodeId, output: usize) -> ValueRef {
+        ValueRef { node, output }
+    }
+}
+
+/// An edge: which output of the source feeds which input of the target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Port {
+    pub output: usize,
+    pub input: usize,
+}
+
+/// A dataflow graph. Graph inputs are `Op::Input` nodes, constants `Op::Constant` nodes.
+#[derive(Clone, Debug, Default)]
+pub struct Graph {
+    pub name: String,
+    dag: StableDiGraph<Node, Port>,
+    inputs: Vec<NodeId>,
+    outputs: Vec<ValueRef>,
+}
+
+impl Graph {
+    pub fn new(name: impl Into<String>) -> Graph {
+        Graph {
+            name: name.into(),
+            ..Graph::default()
+        }
+    }
+
+    /// Adds a graph input.
+    pub fn add_input(&mut self, name: &str, ty: ValueType, spans: Vec<Span>) -> ValueRef {
+        let id = self.dag.add_node(Node {
+            op: Op::Input,
+            name: name.to_string(),
+            spans,
+            outputs: vec![Value {
+                name: name.to_string(),
+                ty,
+            }],
+        });
+        self.inputs.push(id);
+        ValueRef::new(id, 0)
+    }
+
+    /// Adds a constant node holding `tensor`.
+    pub fn add_constant(&mut self, name: &str, tensor: Tensor, spans: Vec<Span>) -> ValueRef {
+        let ty = ValueType::new(tensor.dtype(), tensor.shape.clone());
+        let id = self.dag.add_node(Node {
+            op: Op::Constant(tensor),
+            name: name.to_string(),
+            spans,
+            outputs: vec![Value {
+                name: name.to_string(),
+                ty,
+            }],
+        });
+        ValueRef::new(id, 0)
+    }
+
+    /// Adds an op node fed by `inputs`, inferring its output types.
+    /// `output_names` names the outputs (missing names are made from the node name).
+    pub fn add_node(
+        &mut self,
+        op: Op,
+        name: &str,
+        inputs: &[ValueRef],
+        output_names: &[String],
+        spans: Vec<Span>,
+    ) -> Result<NodeId, GraphError> {
+        let in_types: Vec<&ValueType> = inputs.iter().map(|&v| self.value_type(v)).collect();
+        let out_types = infer_outputs(&op, &in_types).map_err(|m| GraphError::at(&spans, m))?;
+        let outputs = out_types
+            .into_iter()
+            .enumerate()
+            .map(|(i, ty)| Value {
+                name: output_names
+                    .get(i)
+                    .cloned()
+                    .unwrap_or_else(|| format!("{name}:{i}")),
+                ty,
+            })
+            .collect();
+        let id = self.dag.add_node(Node {
+            op,
+            name: name.to_string(),
+            spans,
+            outputs,
+        });
+        for (i, v) in inputs.iter().enumerate() {
+            self.dag.add_edge(
+                v.node,
+                id,
+                Port {
+                    output: v.output,
+                    input: i,
+                },
+            );
+        }
+        Ok(id)
+    }
+
+    pub fn set_outputs(&mut self, outputs: Vec<ValueRef>) {
+        self.outputs = outputs;
+    }
+
+    pub fn inputs(&self) -> &[NodeId] {
+        &self.inputs
+    }
+
+    pub fn outputs(&self) -> &[ValueRef] {
+        &self.outputs
+    }
+
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.dag[id]
+    }
+
+    pub fn node_mut(&mut self, id: NodeId) -> &mut Node {
+        &mut self.dag[id]
+    }
+
+    pub fn contains(&self, id: NodeId) -> bool {
+        self.dag.contains_node(id)
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.dag.node_count()
+    }
+
+    /// All node ids, in insertion order.
+    pub fn node_ids(&self) -> Vec<NodeId> {
+        self.dag.node_indices().collect()
+    }
+
+    pub fn value(&self, v: ValueRef) -> &Value {
+        &self.dag[v.node].outputs[v.output]
+    }
+
+    pub fn value_type(&self, v: ValueRef) -> &ValueType {
+        &self.value(v).ty
+    }
+
+    /// The constant tensor behind a value, if it is a constant node's output.
+    pub fn constant(&self, v: ValueRef) -> Option<&Tensor> {
+        match &self.dag[v.node].op {
+            Op::Constant(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// The values feeding a node, in input order.
+    pub fn node_inputs(&self, id: NodeId) -> Vec<ValueRef> {
+        let mut ins: Vec<(usize, ValueRef)> = self
+            .dag
+            .edges_directed(id, Direction::Incoming)
+            .map(|e| (e.weight().input, ValueRef::new(e.source(), e.weight().output)))
+            .collect();
+        ins.sort();
+        ins.into_iter().map(|(_, v)| v).collect()
+    }
+
+    /// Every (node, input index) that reads `v`, sorted.
+    pub fn consumers(&self, v: ValueRef) -> Vec<(NodeId, usize)> {
+        let mut out: Vec<(NodeId, usize)> = self
+            .dag
+            .edges_directed(v.node, Direction::Outgoing)
+            .filter(|e| e.weight().output == v.output)
+            .map(|e| (e.target(), e.weight().input))
+            .collect();
+        out.sort();
+        out
+    }
+
+    pub fn is_graph_output(&self, v: ValueRef) -> bool {
+        self.outputs.contains(&v)
+    }
+
+    /// Nodes in a topological order (stable: ties broken by insertion order).
+    pub fn topo_order(&self) -> Result<Vec<NodeId>, GraphError> {
+        let mut indeg: HashMap<NodeId, usize> = self
+            .dag
+            .node_indices()
+            .map(|n| (n, self.dag.edges_directed(n, Direction::Incoming).count()))
+            .collect();
+        let mut ready: std::collections::BTreeSet<NodeId> = indeg
+            .iter()
+            .filter(|(_, &d)| d == 0)
+            .map(|(&n, _)| n)
+            .collect();
+        let mut order = Vec::with_capacity(indeg.len());
+        while let Some(n) = ready.pop_first() {
+            order.push(n);
+            for e in self.dag.edges_directed(n, Direction::Outgoing) {
+                let d = indeg.get_mut(&e.target()).expect("edge target is a node");
+                *d -= 1;
+                if *d == 0 {
+                    ready.insert(e.target());
+                }
+            }
+        }
+        if order.len() != self.dag.node_count() {
+            let stuck = self
+                .dag
+                .node_indices()
+                .find(|n| !order.contains(n))
+                .expect("some node is on a cycle");
+            return Err(GraphError::at(
+                &self.dag[stuck].spans,
+                "the graph has a cycle through this layer",
+            ));
+        }
+        Ok(order)
+    }
+
+    /// Makes every reader of `old` (and the graph outputs) read `new` instead.
+    pub fn replace_uses(&mut self, old: ValueRef, new: ValueRef) {
+        let edges: Vec<_> = self
+            .dag
+            .edges_directed(old.node, Direction::Outgoing)
+            .filter(|e| e.weight().output == old.output)
+            .map(|e| (e.id(), e.target(), e.weight().input))
+            .collect();
+        for (eid, target, input) in edges {
+            self.dag.remove_edge(eid);
+            self.dag.add_edge(
+                new.node,
+                target,
+                Port {
+                    output: new.output,
+                    input,
+                },
+            );
+        }
+        for o in &mut self.outputs {
+            if *o == old {
+                *o = new;
+            }
+        }
+    }
+
+    /// Removes a node and its edges. Its outputs must no longer be graph outputs.
+    pub fn remove_node(&mut self, id: NodeId) -> Option<Node> {
+        self.inputs.retain(|&n| n != id);
+        self.dag.remove_node(id)
+    }
+
+    /// Removes nodes that no graph output depends on (graph inputs are kept).
+    pub fn remove_dead_nodes(&mut self) -> usize {
+        let mut live = std::collections::HashSet::new();
+        let mut stack: Vec<NodeId> = self.outputs.iter().map(|v| v.node).collect();
+        stack.extend(self.inputs.iter().copied());
+        while let Some(n) = stack.pop() {
+            if live.insert(n) {
+                stack.extend(self.dag.neighbors_directed(n, Direction::Incoming));
+            }
+        }
+        let dead: Vec<NodeId> = self
+            .dag
+            .node_indices()
+            .filter(|n| !live.contains(n))
+            .collect();
+        for &n in &dead {
+            self.dag.remove_node(n);
+        }
+        dead.len()
+    }
+}

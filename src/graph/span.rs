@@ -1,0 +1,70 @@
+//! Spans: where a node came from in the source model (see seeds/004_…).
+//!
+//! Every node carries a sequence of spans. A node imported one-to-one has one;
+//! a node that a pass built from several source nodes carries all of theirs, in
+//! source order, so a user can always trace a kernel back to the layers it came from.
+
+use std::fmt;
+use std::sync::Arc;
+
+/// One source layer: model file, layer (node) name, op type and node index.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Span {
+    pub file: Arc<str>,
+    pub layer: Arc<str>,
+    pub op_type: Arc<str>,
+    /// Position of the layer in the source model's node list.
+    pub index: usize,
+}
+
+impl Span {
+    pub fn new(file: &str, layer: &str, op_type: &str, index: usize) -> Span {
+        Span {
+            file: file.into(),
+            layer: layer.into(),
+            op_type: op_type.into(),
+            index,
+        }
+    }
+
+    /// The stable name given to a source node that has none: op type and index.
+    pub fn default_layer_name(op_type: &str, index: usize) -> String {
+        format!("{op_type}_{index}")
+    }
+}
+
+impl fmt::Display for Span {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: layer '{}' ({} #{})",
+            self.file, self.layer, self.op_type, self.index
+        )
+    }
+}
+
+/// Merges span sequences, keeping each span once, in source order.
+pub fn merge_spans<'a>(seqs: impl IntoIterator<Item = &'a [Span]>) -> Vec<Span> {
+    let mut out: Vec<Span> = seqs.into_iter().flatten().cloned().collect();
+    out.sort_by(|a, b| (a.index, &a.layer, &a.file).cmp(&(b.index, &b.layer, &b.file)));
+    out.dedup();
+    out
+}
+
+/// Formats a span sequence: "file: layer 'a' (Conv #3) + layer 'b' (Relu #4)".
+pub fn format_spans(spans: &[Span]) -> String {
+    match spans {
+        [] => "<no source layer>".to_string(),
+        [one] => one.to_string(),
+        [first, rest @ ..] => {
+            let mut s = first.to_string();
+            for sp in rest {
+                s.push_str(&format!(
+                    " + layer '{}' ({} #{})",
+                    sp.layer, sp.op_type, sp.index
+                ));
+            }
+            s
+        }
+    }
+}

@@ -1,0 +1,263 @@
+//! Element types and dense tensors (row-major, logical layout).
+
+use half::f16;
+use std::fmt;
+
+/// Element type of a tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DType {
+    F32,
+    F16,
+    F64,
+    I64,
+    I32,
+    I8,
+    U8,
+    Bool,
+}
+
+impl DType {
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F16 | DType::F64)
+    }
+
+    /// Bytes per element as stored in memory.
+    pub fn size_bytes(self) -> usize {
+        match self {
+            DType::F64 | DType::I64 => 8,
+            DType::F32 | DType::I32 => 4,
+            DType::F16 => 2,
+            DType::I8 | DType::U8 | DType::Bool => 1,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::F64 => "f64",
+            DType::I64 => "i64",
+            DType::I32 => "i32",
+            DType::I8 => "i8",
+            DType::U8 => "u8",
+            DType::Bool => "bool",
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The elements of a tensor, one vector per element type.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TensorData {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+    F64(Vec<f64>),
+    I64(Vec<i64>),
+    I32(Vec<i32>),
+    I8(Vec<i8>),
+    U8(Vec<u8>),
+    Bool(Vec<bool>),
+}
+
+/// A dense tensor in logical (row-major) order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tensor {
+    pub shape: Vec<usize>,
+    pub data: TensorData,
+}
+
+/// Number of elements of a shape; `None` when the product overflows.
+pub fn checked_numel(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+}
+
+/// Number of elements of a shape already known not to overflow.
+pub fn numel(shape: &[usize]) -> usize {
+    shape.iter().product()
+}
+
+/// Row-major strides of a shape.
+pub fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1];
+    }
+    s
+}
+
+impl TensorData {
+    pub fn dtype(&self) -> DType {
+        match self {
+            TensorData::F32(_) => DType::F32,
+            TensorData::F16(_) => DType::F16,
+            TensorData::F64(_) => DType::F64,
+            TensorData::I64(_) => DType::I64,
+            TensorData::I32(_) => DType::I32,
+            TensorData::I8(_) => DType::I8,
+            TensorData::U8(_) => DType::U8,
+            TensorData::Bool(_) => DType::Bool,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            TensorData::F32(v) => v.len(),
+            TensorData::F16(v) => v.len(),
+            TensorData::F64(v) => v.len(),
+            TensorData::I64(v) => v.len(),
+            TensorData::I32(v) => v.len(),
+            TensorData::I8(v) => v.len(),
+            TensorData::U8(v) => v.len(),
+            TensorData::Bool(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every element converted to f64 (booleans as 0/1).
+    pub fn to_f64(&self) -> Vec<f64> {
+        match self {
+            TensorData::F32(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::F16(v) => v.iter().map(|x| x.to_f64()).collect(),
+            TensorData::F64(v) => v.clone(),
+            TensorData::I64(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::I32(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::I8(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::U8(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::Bool(v) => v.iter().map(|&x| x as u8 as f64).collect(),
+        }
+    }
+
+    /// Every element converted to i64 (floats truncated toward zero, saturating).
+    pub fn to_i64(&self) -> Vec<i64> {
+        match self {
+            TensorData::I64(v) => v.clone(),
+            TensorData::I32(v) => v.iter().map(|&x| x as i64).collect(),
+            TensorData::I8(v) => v.iter().map(|&x| x as i64).collect(),
+            TensorData::U8(v) => v.iter().map(|&x| x as i64).collect(),
+            TensorData::Bool(v) => v.iter().map(|&x| x as i64).collect(),
+            other => other.to_f64().into_iter().map(|x| x as i64).collect(),
+        }
+    }
+
+    pub fn to_bool(&self) -> Vec<bool> {
+        match self {
+            TensorData::Bool(v) => v.clone(),
+            other => other.to_f64().into_iter().map(|x| x != 0.0).collect(),
+        }
+    }
+
+    /// Builds data of `dtype` from f64 values (rounding / wrapping like a C cast).
+    pub fn from_f64(dtype: DType, v: Vec<f64>) -> TensorData {
+        match dtype {
+            DType::F32 => TensorData::F32(v.into_iter().map(|x| x as f32).collect()),
+            DType::F16 => TensorData::F16(v.into_iter().map(f16::from_f64).collect()),
+            DType::F64 => TensorData::F64(v),
+            DType::I64 => TensorData::I64(v.into_iter().map(|x| x as i64).collect()),
+            DType::I32 => TensorData::I32(v.into_iter().map(|x| x as i64 as i32).collect()),
+            DType::I8 => TensorData::I8(v.into_iter().map(|x| x as i64 as i8).collect()),
+            DType::U8 => TensorData::U8(v.into_iter().map(|x| x as i64 as u8).collect()),
+            DType::Bool => TensorData::Bool(v.into_iter().map(|x| x != 0.0).collect()),
+        }
+    }
+
+    /// Builds data of `dtype` from i64 values (wrapping like a C cast).
+    pub fn from_i64(dtype: DType, v: Vec<i64>) -> TensorData {
+        match dtype {
+            DType::I64 => TensorData::I64(v),
+            DType::I32 => TensorData::I32(v.into_iter().map(|x| x as i32).collect()),
+            DType::I8 => TensorData::I8(v.into_iter().map(|x| x as i8).collect()),
+            DType::U8 => TensorData::U8(v.into_iter().map(|x| x as u8).collect()),
+            DType::Bool => TensorData::Bool(v.into_iter().map(|x| x != 0).collect()),
+            float => TensorData::from_f64(float, v.into_iter().map(|x| x as f64).collect()),
+        }
+    }
+
+    /// Picks the elements at `indices` (in order), keeping the element type.
+    pub fn gather(&self, indices: impl Iterator<Item = usize>) -> TensorData {
+        fn pick<T: Copy>(v: &[T], idx: impl Iterator<Item = usize>) -> Vec<T> {
+            idx.map(|i| v[i]).collect()
+        }
+        match self {
+            TensorData::F32(v) => TensorData::F32(pick(v, indices)),
+            TensorData::F16(v) => TensorData::F16(pick(v, indices)),
+            TensorData::F64(v) => TensorData::F64(pick(v, indices)),
+            TensorData::I64(v) => TensorData::I64(pick(v, indices)),
+            TensorData::I32(v) => TensorData::I32(pick(v, indices)),
+            TensorData::I8(v) => TensorData::I8(pick(v, indices)),
+            TensorData::U8(v) => TensorData::U8(pick(v, indices)),
+            TensorData::Bool(v) => TensorData::Bool(pick(v, indices)),
+        }
+    }
+
+    /// A zero-filled vector of `dtype` (false for bool).
+    pub fn zeros(dtype: DType, len: usize) -> TensorData {
+        TensorData::from_i64(dtype, vec![0; len])
+    }
+}
+
+impl Tensor {
+    pub fn new(shape: Vec<usize>, data: TensorData) -> Tensor {
+        debug_assert_eq!(numel(&shape), data.len());
+        Tensor { shape, data }
+    }
+
+    pub fn from_f32(shape: Vec<usize>, v: Vec<f32>) -> Tensor {
+        Tensor::new(shape, TensorData::F32(v))
+    }
+
+    pub fn from_i64(shape: Vec<usize>, v: Vec<i64>) -> Tensor {
+        Tensor::new(shape, TensorData::I64(v))
+    }
+
+    pub fn scalar_f32(x: f32) -> Tensor {
+        Tensor::from_f32(vec![], vec![x])
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.data.dtype()
+    }
+
+    pub fn numel(&self) -> usize {
+        self.data.len()
+    }
+
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// The elements as f32 (converting when stored otherwise).
+    pub fn to_f32(&self) -> Vec<f32> {
+        match &self.data {
+            TensorData::F32(v) => v.clone(),
+            other => other.to_f64().into_iter().map(|x| x as f32).collect(),
+        }
+    }
+
+    /// Converts to another element type with ONNX Cast semantics.
+    pub fn cast(&self, to: DType) -> Tensor {
+        let data = if to.is_float() || self.dtype().is_float() {
+            if to.is_float() || to == DType::Bool {
+                TensorData::from_f64(to, self.data.to_f64())
+            } else {
+                // Float to integer: truncate toward zero, as C and ONNX do.
+                TensorData::from_f64(to, self.data.to_f64().into_iter().map(f64::trunc).collect())
+            }
+        } else {
+            TensorData::from_i64(to, self.data.to_i64())
+        };
+        Tensor::new(self.shape.clone(), data)
+    }
+
+    /// The same elements under another shape of equal element count.
+    pub fn reshaped(&self, shape: Vec<usize>) -> Tensor {
+        Tensor::new(shape, self.data.clone())
+    }
+}

@@ -1,0 +1,12 @@
+//! layoutopt: a graph-level layout-planning optimizer for neural-network models.
+//!
+//! The pipeline, one module per stage (see DESIGN.md):
+//! `frontend` (ONNX, TFLite) → `graph` (IR, shapes, folding) → `layout` (algebra,
+//! planning, e-graph rewriting) → `tir` (compute, schedules, InferBound, lowering).
+//! `reference` is the plain executor every later stage is checked against.
+
+pub mod frontend;
+pub mod graph;
+pub mod layout;
+pub mod reference;
+pub mod tir;

@@ -1,0 +1,1 @@
+//! Tensor-level IR: compute definitions, schedules, InferBound, lowering.
