@@ -11,16 +11,26 @@ use super::tensor::{DType, Tensor};
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum UnaryOp {
     Relu,
-    LeakyRelu { alpha: f32 },
+    LeakyRelu {
+        alpha: f32,
+    },
     /// min(max(x, min), max); an absent bound is ±inf.
-    Clip { min: f32, max: f32 },
+    Clip {
+        min: f32,
+        max: f32,
+    },
     Sigmoid,
-    HardSigmoid { alpha: f32, beta: f32 },
+    HardSigmoid {
+        alpha: f32,
+        beta: f32,
+    },
     HardSwish,
     Tanh,
     Erf,
     /// Gelu; `tanh_approx` selects the tanh approximation.
-    Gelu { tanh_approx: bool },
+    Gelu {
+        tanh_approx: bool,
+    },
     Exp,
     Log,
     Sqrt,
