@@ -378,7 +378,7 @@ fn reshape_target(
     if let Some(i) = infer {
         let known = numel(&shape);
         let total = numel(input);
-        if known == 0 || total % known != 0 {
+        if known == 0 || !total.is_multiple_of(known) {
             return Err(c.err(format!(
                 "cannot reshape {input:?} ({total} elements) to {target:?}"
             )));
@@ -755,7 +755,7 @@ fn split(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
             }
             // Opset 18: uneven splits give ceil-sized chunks and a smaller last one.
             let chunk = s[axis].div_ceil(n);
-            if c.opset < 18 && s[axis] % n != 0 {
+            if c.opset < 18 && !s[axis].is_multiple_of(n) {
                 return Err(c.err(format!(
                     "axis extent {} does not split evenly into {n}",
                     s[axis]

@@ -112,7 +112,7 @@ fn from_le<const N: usize, T>(raw: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
 }
 
 fn decode_raw(dtype: DType, raw: &[u8]) -> Result<TensorData, String> {
-    if raw.len() % dtype.size_bytes() != 0 {
+    if !raw.len().is_multiple_of(dtype.size_bytes()) {
         return Err(format!(
             "raw data of {} bytes is not a whole number of {dtype} elements",
             raw.len()
