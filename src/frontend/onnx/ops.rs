@@ -141,7 +141,14 @@ impl NodeCtx<'_> {
     /// Adds an intermediate node of a one-to-many conversion.
     fn emit_inner(&mut self, op: Op, inputs: &[ValueRef], suffix: &str) -> Res<ValueRef> {
         let name = format!("{}/{suffix}", self.layer());
-        Ok(add_and_fold(self.g, op, &name, inputs, &[name.clone()], self.span)?[0])
+        Ok(add_and_fold(
+            self.g,
+            op,
+            &name,
+            inputs,
+            std::slice::from_ref(&name),
+            self.span,
+        )?[0])
     }
 
     fn constant(&mut self, t: Tensor) -> Vec<Option<ValueRef>> {
