@@ -1,1 +1,2 @@
 //! Layout algebra and planning.
+pub mod solver;
