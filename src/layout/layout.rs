@@ -455,7 +455,7 @@ impl Layout {
                 0 // the axis's outer digit: its extent is not fixed
             } else {
                 let f = self.factors[d.axis][d.level - 1];
-                if f % gprod != 0 {
+                if !f.is_multiple_of(gprod) {
                     return Err(fail(format!(
                         "blocks {g:?} do not divide the block {f} of axis {}",
                         self.names[d.axis]
@@ -803,16 +803,16 @@ mod tests {
             let mut logical_seen = 0;
             // Walk every physical position: a logical one holds its element and
             // maps back to its physical index; a padding one holds the fill.
-            for off in 0..pv.len() {
+            for (off, &value) in pv.iter().enumerate() {
                 let pidx: Vec<usize> = ps.iter().zip(&p.shape).map(|(&s, &e)| off / s % e).collect();
                 match l.to_logical_index(&shape, &pidx).unwrap() {
                     Some(idx) => {
                         logical_seen += 1;
                         let flat: usize = idx.iter().zip(&xs).map(|(i, s)| i * s).sum();
-                        prop_assert_eq!(pv[off], flat as f32 + 1.0);
+                        prop_assert_eq!(value, flat as f32 + 1.0);
                         prop_assert_eq!(l.to_physical_index(&idx).unwrap(), pidx);
                     }
-                    None => prop_assert_eq!(pv[off], -1.0),
+                    None => prop_assert_eq!(value, -1.0),
                 }
             }
             prop_assert_eq!(logical_seen, numel(&shape));
