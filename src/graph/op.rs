@@ -6,6 +6,7 @@
 //! sees static, checked parameters. Node inputs are data only.
 
 use super::tensor::{DType, Tensor};
+use crate::layout::{Assumption, Layout, PadValue};
 
 /// Unary elementwise functions (with their parameters).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -244,6 +245,27 @@ pub enum Op {
     Tile { repeats: Vec<usize> },
     /// x (also Dropout in inference)
     Identity,
+    /// x, stored in `from` -> the same logical tensor (of shape `logical`)
+    /// stored in `to`; padding positions of the output hold `pad`.
+    LayoutTransform {
+        from: Layout,
+        to: Layout,
+        logical: Vec<usize>,
+        pad: PadValue,
+    },
+    /// x -> x with `begins`/`ends` more elements on each axis, holding `value`.
+    PadWith {
+        begins: Vec<usize>,
+        ends: Vec<usize>,
+        value: PadValue,
+    },
+    /// x -> x without `begins`/`ends` elements on each axis; `assume` states
+    /// what the removed elements hold, and who said so.
+    Crop {
+        begins: Vec<usize>,
+        ends: Vec<usize>,
+        assume: Option<Assumption>,
+    },
 }
 
 impl Op {
@@ -313,6 +335,9 @@ impl Op {
             Op::Expand { .. } => "Expand",
             Op::Tile { .. } => "Tile",
             Op::Identity => "Identity",
+            Op::LayoutTransform { .. } => "LayoutTransform",
+            Op::PadWith { .. } => "PadWith",
+            Op::Crop { .. } => "Crop",
         }
     }
 

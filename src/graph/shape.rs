@@ -571,6 +571,40 @@ pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
             expect_inputs(inputs, 1, 1)?;
             vec![inputs[0].clone()]
         }
+        Op::LayoutTransform { from, to, logical, .. } => {
+            expect_inputs(inputs, 1, 1)?;
+            let x = inputs[0];
+            let want = from.physical_shape(logical).map_err(|e| e.to_string())?;
+            if x.shape != want {
+                return Err(format!(
+                    "input shape {:?} is not {logical:?} laid out in {from} ({want:?})",
+                    x.shape
+                ));
+            }
+            let shape = to.physical_shape(logical).map_err(|e| e.to_string())?;
+            vec![ValueType::new(x.dtype, shape)]
+        }
+        Op::PadWith { begins, ends, .. } | Op::Crop { begins, ends, .. } => {
+            expect_inputs(inputs, 1, 1)?;
+            let x = inputs[0];
+            if begins.len() != x.shape.len() || ends.len() != x.shape.len() {
+                return Err(format!("amounts {begins:?}/{ends:?} do not match rank of {:?}", x.shape));
+            }
+            let grow = matches!(op, Op::PadWith { .. });
+            let mut shape = Vec::with_capacity(x.shape.len());
+            for (i, &d) in x.shape.iter().enumerate() {
+                let (b, e) = (begins[i], ends[i]);
+                let extent = if grow {
+                    d.checked_add(b).and_then(|v| v.checked_add(e))
+                } else {
+                    d.checked_sub(b).and_then(|v| v.checked_sub(e))
+                };
+                shape.push(extent.ok_or_else(|| {
+                    format!("amounts {begins:?}/{ends:?} do not fit axis {i} of {:?}", x.shape)
+                })?);
+            }
+            vec![ValueType::new(x.dtype, shape)]
+        }
     };
     for t in &out {
         if checked_numel(&t.shape).is_none_or(|n| n.checked_mul(t.dtype.size_bytes()).is_none()) {
