@@ -25,6 +25,7 @@ import argparse
 import collections
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -284,7 +285,7 @@ class ModelSpec:
     opset: int
     input_shape: tuple[int, ...]
     output_shape: tuple[int, ...]
-    build: object  # (GraphBuilder, input name) -> output name
+    build: Callable[[GraphBuilder, str], str]  # (builder, input name) -> output name
     description: str
     full: bool = False
 
@@ -481,10 +482,10 @@ Weights are seeded random (He-style init), so the models compute nothing meaning
 have the structure and the numerics of real exports. Each model directory holds
 `model.onnx` and `test_data_set_0/input_0.pb`, `output_0.pb`: serialized
 `onnx.TensorProto`s named after the graph input/output, in the layout of the ONNX
-backend test cases. The input is
-seeded standard-normal; the reference output comes from onnxruntime {ort_version}
-(CPUExecutionProvider, graph optimizations disabled, one thread), and agrees with
-`onnx.reference.ReferenceEvaluator` within {tol} (relative to max(1, max |output|)).
+backend test cases. The input is seeded standard-normal; the reference output comes
+from onnxruntime {ort_version} (CPUExecutionProvider, graph optimizations disabled,
+one thread), and agrees with `onnx.reference.ReferenceEvaluator` within {tol}
+(relative to max(1, max |output|)).
 BatchNormalization running statistics are set from the activations on a separate seeded
 calibration input, as training would leave them; the script checks every layer's
 activation std stays within {lo}..{hi}.
@@ -497,15 +498,18 @@ The `models/full/` models are gitignored: build them with
 """
 
 
+def dims(shape: tuple[int, ...]) -> str:
+    return "x".join(map(str, shape))
+
+
 def write_readme(rows: list[dict]) -> None:
     text = README_HEAD.format(
         ort_version=ort.__version__, tol=CROSS_CHECK_TOL, lo=ACT_STD_RANGE[0], hi=ACT_STD_RANGE[1]
     )
     for r in rows:
         s = r["spec"]
-        shape = lambda t: "x".join(map(str, t))  # noqa: E731
         text += (
-            f"| `{s.name}` | {shape(s.input_shape)} | {shape(s.output_shape)} | {s.opset} | {r['nodes']} "
+            f"| `{s.name}` | {dims(s.input_shape)} | {dims(s.output_shape)} | {s.opset} | {r['nodes']} "
             f"| {r['params']:,} | {r['bytes'] / 1024:,.0f} KiB | {r['ops']} | {s.description} |\n"
         )
     (MODELS / "README.md").write_text(text)
