@@ -266,6 +266,9 @@ pub enum Op {
         ends: Vec<usize>,
         assume: Option<Assumption>,
     },
+    /// An op the planner placed in storage layouts: `inner` keeps its logical
+    /// meaning; the inputs and outputs are physical tensors in the given layouts.
+    InLayout(Box<LaidOut>),
 }
 
 impl Op {
@@ -338,14 +341,26 @@ impl Op {
             Op::LayoutTransform { .. } => "LayoutTransform",
             Op::PadWith { .. } => "PadWith",
             Op::Crop { .. } => "Crop",
+            Op::InLayout(l) => l.inner.kind_name(),
         }
     }
 
     /// Number of outputs the op produces.
     pub fn num_outputs(&self) -> usize {
         match self {
+            Op::InLayout(l) => l.inner.num_outputs(),
             Op::Split { sizes, .. } => sizes.len(),
             _ => 1,
         }
     }
+}
+
+/// The storage of an op's inputs and outputs, as the planner chose it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LaidOut {
+    pub inner: Op,
+    /// Layout and logical shape of each input.
+    pub inputs: Vec<(Layout, Vec<usize>)>,
+    /// Layout of each output, and what its padding holds.
+    pub outputs: Vec<(Layout, PadValue)>,
 }

@@ -130,6 +130,42 @@ fn check_rank_at_least(t: &ValueType, r: usize, what: &str) -> Res<()> {
 pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
     let out = match op {
         Op::Input | Op::Constant(_) => return Err("sources are not inferred".into()),
+        Op::InLayout(l) => {
+            if inputs.len() != l.inputs.len() {
+                return Err(format!(
+                    "expects {} inputs, got {}",
+                    l.inputs.len(),
+                    inputs.len()
+                ));
+            }
+            let mut logical = Vec::with_capacity(inputs.len());
+            for (t, (layout, shape)) in inputs.iter().zip(&l.inputs) {
+                let want = layout.physical_shape(shape).map_err(|e| e.to_string())?;
+                if t.shape != want {
+                    return Err(format!(
+                        "input shape {:?} is not {shape:?} laid out in {layout} ({want:?})",
+                        t.shape
+                    ));
+                }
+                logical.push(ValueType::new(t.dtype, shape.clone()));
+            }
+            let refs: Vec<&ValueType> = logical.iter().collect();
+            let outs = infer_outputs(&l.inner, &refs)?;
+            if outs.len() != l.outputs.len() {
+                return Err(format!(
+                    "{} output layouts for {} outputs",
+                    l.outputs.len(),
+                    outs.len()
+                ));
+            }
+            outs.into_iter()
+                .zip(&l.outputs)
+                .map(|(t, (layout, _))| {
+                    let shape = layout.physical_shape(&t.shape).map_err(|e| e.to_string())?;
+                    Ok(ValueType::new(t.dtype, shape))
+                })
+                .collect::<Res<Vec<_>>>()?
+        }
         Op::Conv(c) => {
             expect_inputs(inputs, 2, 3)?;
             let (x, w) = (inputs[0], inputs[1]);
@@ -571,7 +607,9 @@ pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
             expect_inputs(inputs, 1, 1)?;
             vec![inputs[0].clone()]
         }
-        Op::LayoutTransform { from, to, logical, .. } => {
+        Op::LayoutTransform {
+            from, to, logical, ..
+        } => {
             expect_inputs(inputs, 1, 1)?;
             let x = inputs[0];
             let want = from.physical_shape(logical).map_err(|e| e.to_string())?;
@@ -588,7 +626,10 @@ pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
             expect_inputs(inputs, 1, 1)?;
             let x = inputs[0];
             if begins.len() != x.shape.len() || ends.len() != x.shape.len() {
-                return Err(format!("amounts {begins:?}/{ends:?} do not match rank of {:?}", x.shape));
+                return Err(format!(
+                    "amounts {begins:?}/{ends:?} do not match rank of {:?}",
+                    x.shape
+                ));
             }
             let grow = matches!(op, Op::PadWith { .. });
             let mut shape = Vec::with_capacity(x.shape.len());
@@ -600,7 +641,10 @@ pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
                     d.checked_sub(b).and_then(|v| v.checked_sub(e))
                 };
                 shape.push(extent.ok_or_else(|| {
-                    format!("amounts {begins:?}/{ends:?} do not fit axis {i} of {:?}", x.shape)
+                    format!(
+                        "amounts {begins:?}/{ends:?} do not fit axis {i} of {:?}",
+                        x.shape
+                    )
                 })?);
             }
             vec![ValueType::new(x.dtype, shape)]

@@ -211,6 +211,37 @@ impl Layout {
         Layout::new(names, factors, order).map_err(|e| err(e.to_string()))
     }
 
+    /// The layout of `transpose(x, perm)` that keeps `x`'s bytes where they are:
+    /// output axis j is input axis perm[j] and carries its blocks and letter along,
+    /// so a transpose between the two layouts moves no data.
+    pub fn transposed(&self, perm: &[usize]) -> Result<Layout, LayoutError> {
+        if perm.len() != self.rank() {
+            return Err(LayoutError::Invalid(format!(
+                "perm {perm:?} does not fit layout {self}"
+            )));
+        }
+        let mut out_axis = vec![usize::MAX; perm.len()];
+        for (j, &a) in perm.iter().enumerate() {
+            if a >= perm.len() || out_axis[a] != usize::MAX {
+                return Err(LayoutError::Invalid(format!(
+                    "{perm:?} is not a permutation"
+                )));
+            }
+            out_axis[a] = j;
+        }
+        Layout::new(
+            perm.iter().map(|&a| self.names[a]).collect(),
+            perm.iter().map(|&a| self.factors[a].clone()).collect(),
+            self.order
+                .iter()
+                .map(|d| Digit {
+                    axis: out_axis[d.axis],
+                    level: d.level,
+                })
+                .collect(),
+        )
+    }
+
     /// Logical rank.
     pub fn rank(&self) -> usize {
         self.factors.len()
