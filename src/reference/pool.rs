@@ -86,3 +86,155 @@ pub(super) fn global_pool(kind: PoolKind, x: &Tensor, out: &ValueType) -> Tensor
         .collect();
     Tensor::new(out.shape.clone(), TensorData::from_f64(out.dtype, y))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::*;
+    use crate::graph::{Op, Pool, PoolKind, Tensor, Window};
+
+    fn pool(
+        kind: PoolKind,
+        k: &[usize],
+        s: &[usize],
+        d: &[usize],
+        pads: &[usize],
+        ceil: bool,
+        incl: bool,
+    ) -> Op {
+        Op::Pool(Pool {
+            kind,
+            window: Window {
+                kernel: k.to_vec(),
+                strides: s.to_vec(),
+                dilations: d.to_vec(),
+                pads: pads.to_vec(),
+            },
+            ceil_mode: ceil,
+            count_include_pad: incl,
+        })
+    }
+
+    /// The [1, 2, 5, 6] input of the onnxruntime cases: (7 i) % 11.
+    fn ort_input() -> Tensor {
+        f32s(
+            &[1, 2, 5, 6],
+            &(0..60).map(|i| (i * 7 % 11) as f32).collect::<Vec<_>>(),
+        )
+    }
+
+    #[test]
+    fn ceil_mode_onnx_examples() {
+        // ONNX maxpool_2d_ceil / averagepool_2d_ceil: 4x4 of 1..16, kernel 3, stride 2.
+        let x = f32s(
+            &[1, 1, 4, 4],
+            &(1..=16).map(|i| i as f32).collect::<Vec<_>>(),
+        );
+        let op = pool(
+            PoolKind::Max,
+            &[3, 3],
+            &[2, 2],
+            &[1, 1],
+            &[0; 4],
+            true,
+            false,
+        );
+        assert_close(
+            &eval1(op, &[&x]),
+            &[1, 1, 2, 2],
+            &[11.0, 12.0, 15.0, 16.0],
+            0.0,
+        );
+        let op = pool(
+            PoolKind::Avg,
+            &[3, 3],
+            &[2, 2],
+            &[1, 1],
+            &[0; 4],
+            true,
+            false,
+        );
+        assert_close(
+            &eval1(op, &[&x]),
+            &[1, 1, 2, 2],
+            &[6.0, 7.5, 12.0, 13.5],
+            1e-6,
+        );
+    }
+
+    #[test]
+    fn average_pool_divisors_match_onnxruntime() {
+        // Expected values: onnxruntime 1.31 AveragePool, kernel [3,2], strides [2,2],
+        // pads [1,1,1,0], ceil_mode 1. The last column of windows runs past the padded
+        // input and divides by what it covers.
+        let x = ort_input();
+        let op = pool(
+            PoolKind::Avg,
+            &[3, 2],
+            &[2, 2],
+            &[1, 1],
+            &[1, 1, 1, 0],
+            true,
+            true,
+        );
+        let want = [
+            1.5, 2.666667, 4.666667, 0.6666667, 3.5, 4.666667, 4.0, 5.333333, 1.333333, 4.166667,
+            2.5, 4.0, 1.833333, 3.333333, 3.5, 1.333333, 4.0, 3.833333, 5.0, 6.333333, 1.666667,
+            3.0, 3.166667, 4.666667,
+        ];
+        assert_close(&eval1(op, &[&x]), &[1, 2, 3, 4], &want, 1e-5);
+        let op = pool(
+            PoolKind::Avg,
+            &[3, 2],
+            &[2, 2],
+            &[1, 1],
+            &[1, 1, 1, 0],
+            true,
+            false,
+        );
+        let want = [
+            4.5, 4.0, 7.0, 1.0, 7.0, 4.666667, 4.0, 5.333333, 4.0, 6.25, 3.75, 6.0, 5.5, 5.0, 5.25,
+            2.0, 8.0, 3.833333, 5.0, 6.333333, 5.0, 4.5, 4.75, 7.0,
+        ];
+        assert_close(&eval1(op, &[&x]), &[1, 2, 3, 4], &want, 1e-5);
+    }
+
+    #[test]
+    fn dilated_max_pool_matches_onnxruntime() {
+        // Expected values: onnxruntime 1.31 MaxPool, kernel [2,2], strides [2,3],
+        // pads [1,1,0,1], dilations [2,1], ceil_mode 1.
+        let op = pool(
+            PoolKind::Max,
+            &[2, 2],
+            &[2, 3],
+            &[2, 1],
+            &[1, 1, 0, 1],
+            true,
+            false,
+        );
+        let want = [
+            9., 8., 0., 9., 8., 7., 5., 8., 7., 10., 9., 1., 10., 9., 8., 6., 9., 8.,
+        ];
+        assert_close(&eval1(op, &[&ort_input()]), &[1, 2, 3, 3], &want, 0.0);
+    }
+
+    #[test]
+    fn one_d_pooling_and_global_pooling() {
+        let x = f32s(&[1, 1, 5], &[1., 3., 2., 5., 4.]);
+        let op = pool(PoolKind::Max, &[2], &[1], &[1], &[0, 0], false, false);
+        assert_close(&eval1(op, &[&x]), &[1, 1, 4], &[3., 3., 5., 5.], 0.0);
+        // Average with one pad each side, not counting pads: [1, 2, 2.5, 3.5, 4.5].
+        let op = pool(PoolKind::Avg, &[2], &[1], &[1], &[1, 1], false, false);
+        assert_close(
+            &eval1(op, &[&x]),
+            &[1, 1, 6],
+            &[1., 2., 2.5, 3.5, 4.5, 4.],
+            1e-6,
+        );
+        // Global pools over a 3-D volume: channel c holds 8c .. 8c+7.
+        let x = iota(&[1, 2, 2, 2, 2]);
+        let y = eval1(Op::GlobalPool(PoolKind::Avg), &[&x]);
+        assert_close(&y, &[1, 2, 1, 1, 1], &[3.5, 11.5], 1e-6);
+        let y = eval1(Op::GlobalPool(PoolKind::Max), &[&x]);
+        assert_close(&y, &[1, 2, 1, 1, 1], &[7.0, 15.0], 0.0);
+    }
+}
