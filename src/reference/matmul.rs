@@ -141,3 +141,91 @@ pub(super) fn gemm(
         TensorData::from_f64(out.dtype, y),
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::*;
+    use crate::graph::Op;
+
+    #[test]
+    fn matmul_2d_and_vectors() {
+        let a = f32s(&[2, 2], &[1., 2., 3., 4.]);
+        let b = f32s(&[2, 2], &[5., 6., 7., 8.]);
+        assert_close(
+            &eval1(Op::MatMul, &[&a, &b]),
+            &[2, 2],
+            &[19., 22., 43., 50.],
+            0.0,
+        );
+        let (u, v) = (f32s(&[3], &[1., 2., 3.]), f32s(&[3], &[4., 5., 6.]));
+        assert_close(&eval1(Op::MatMul, &[&u, &v]), &[], &[32.0], 0.0);
+        let m = iota(&[2, 3]);
+        let y = eval1(Op::MatMul, &[&f32s(&[2], &[1., 2.]), &m]);
+        assert_close(&y, &[3], &[6., 9., 12.], 0.0);
+        let y = eval1(Op::MatMul, &[&m, &f32s(&[3], &[1., 0., -1.])]);
+        assert_close(&y, &[2], &[-2., -2.], 0.0);
+    }
+
+    #[test]
+    fn matmul_broadcasts_batches() {
+        // a [2,1,2,3] against b [3,3,2] → [2,3,2,2], checked by explicit loops.
+        let a = iota(&[2, 1, 2, 3]);
+        let b = f32s(
+            &[3, 3, 2],
+            &(0..18).map(|i| (i % 5) as f32 - 2.0).collect::<Vec<_>>(),
+        );
+        let y = eval1(Op::MatMul, &[&a, &b]);
+        let (av, bv) = (a.to_f32(), b.to_f32());
+        let mut want = vec![];
+        for p in 0..2 {
+            for q in 0..3 {
+                for i in 0..2 {
+                    for j in 0..2 {
+                        let s: f32 = (0..3)
+                            .map(|k| av[p * 6 + i * 3 + k] * bv[q * 6 + k * 2 + j])
+                            .sum();
+                        want.push(s as f64);
+                    }
+                }
+            }
+        }
+        assert_close(&y, &[2, 3, 2, 2], &want, 0.0);
+    }
+
+    #[test]
+    fn integer_matmul_is_exact() {
+        // 2^40 * (2^20 + 1) + 3 * 1 = 2^60 + 2^40 + 3, beyond f64's 53 bits.
+        let a = i64s(&[1, 2], &[1 << 40, 3]);
+        let b = i64s(&[2, 1], &[(1 << 20) + 1, 1]);
+        assert_i64(
+            &eval1(Op::MatMul, &[&a, &b]),
+            &[1, 1],
+            &[(1 << 60) + (1 << 40) + 3],
+        );
+    }
+
+    #[test]
+    fn gemm_transposes_scales_and_broadcasts_c() {
+        // A^T = [[1,3],[2,4]], B^T = [[1,1],[0,1]], A^T B^T = [[1,4],[2,6]];
+        // 2 * that + 0.5 * [10, 20] = [[7,18],[9,22]].
+        let a = f32s(&[2, 2], &[1., 2., 3., 4.]);
+        let b = f32s(&[2, 2], &[1., 0., 1., 1.]);
+        let c = f32s(&[2], &[10., 20.]);
+        let op = Op::Gemm {
+            alpha: 2.0,
+            beta: 0.5,
+            trans_a: true,
+            trans_b: true,
+        };
+        assert_close(&eval1(op, &[&a, &b, &c]), &[2, 2], &[7., 18., 9., 22.], 0.0);
+        // Non-square, no C: [1,3]x[3,2] with B given transposed ([2,3]).
+        let op = Op::Gemm {
+            alpha: 1.0,
+            beta: 1.0,
+            trans_a: false,
+            trans_b: true,
+        };
+        let y = eval1(op, &[&f32s(&[1, 3], &[1., 2., 3.]), &iota(&[2, 3])]);
+        assert_close(&y, &[1, 2], &[8., 26.], 0.0);
+    }
+}

@@ -73,3 +73,52 @@ pub(super) fn reduce(
     };
     Ok(Tensor::new(out.shape.clone(), data))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::*;
+    use crate::graph::{Op, ReduceKind};
+
+    fn reduce(kind: ReduceKind, axes: &[usize], keepdims: bool) -> Op {
+        Op::Reduce {
+            kind,
+            axes: axes.to_vec(),
+            keepdims,
+        }
+    }
+
+    #[test]
+    fn float_reductions_over_axes() {
+        // x[i][j][k] = 12i + 4j + k.
+        let x = iota(&[2, 3, 4]);
+        // Sum over j: 3(12i + k) + 12.
+        let y = eval1(reduce(ReduceKind::Sum, &[1], true), &[&x]);
+        assert_close(
+            &y,
+            &[2, 1, 4],
+            &[12., 15., 18., 21., 48., 51., 54., 57.],
+            0.0,
+        );
+        // Mean over i and k: 6 + 4j + 1.5.
+        let y = eval1(reduce(ReduceKind::Mean, &[0, 2], false), &[&x]);
+        assert_close(&y, &[3], &[7.5, 11.5, 15.5], 1e-6);
+        // Max over k: 12i + 4j + 3.
+        let y = eval1(reduce(ReduceKind::Max, &[2], false), &[&x]);
+        assert_close(&y, &[2, 3], &[3., 7., 11., 15., 19., 23.], 0.0);
+        // Every axis.
+        let y = eval1(reduce(ReduceKind::Sum, &[0, 1, 2], true), &[&x]);
+        assert_close(&y, &[1, 1, 1], &[276.0], 0.0);
+    }
+
+    #[test]
+    fn integer_reductions_are_exact() {
+        let x = i64s(&[2, 2], &[(1 << 60) + 1, 1, 5, -8]);
+        let y = eval1(reduce(ReduceKind::Sum, &[1], false), &[&x]);
+        assert_i64(&y, &[2], &[(1 << 60) + 2, -3]);
+        // Integer mean truncates toward zero: -3 / 2 = -1.
+        let y = eval1(reduce(ReduceKind::Mean, &[1], false), &[&x]);
+        assert_i64(&y, &[2], &[(1 << 59) + 1, -1]);
+        let y = eval1(reduce(ReduceKind::Max, &[0], true), &[&x]);
+        assert_i64(&y, &[1, 2], &[(1 << 60) + 1, 1]);
+    }
+}
