@@ -364,17 +364,27 @@ fn op_cost(
         Op::Conv(c) => {
             let (x, w, y) = (ins[0], ins[1], outs[0]);
             let depthwise = c.group > 1 && c.group == x.shape[1];
-            let penalty = match (&out_l[0], out_l[0].is_blocked()) {
-                (_, true) => 1.0,
-                (l, false) if l.is_identity() => {
+            let layout_penalty = |l: &Layout| {
+                if l.is_blocked() {
+                    1.0
+                } else if l.is_identity() {
                     if depthwise {
                         m.nchw_conv_penalty.sqrt()
                     } else {
                         m.nchw_conv_penalty
                     }
+                } else {
+                    m.nhwc_conv_penalty
                 }
-                _ => m.nhwc_conv_penalty,
             };
+            // The kernel vectorises over channels of both operands; a first layer
+            // with a handful of input channels reads any layout equally well.
+            let input_penalty = if x.shape[1] <= 4 {
+                1.0
+            } else {
+                layout_penalty(&in_l[0])
+            };
+            let penalty = layout_penalty(&out_l[0]).max(input_penalty);
             // Padded channels are computed too.
             let pad = |t: &ValueType, l: &Layout| {
                 physical_bytes(t, l) as f64 / (numel(&t.shape).max(1) * t.dtype.size_bytes()) as f64
@@ -446,9 +456,26 @@ pub fn impls(
                 }
             }
         }
-        (Op::Conv(_) | Op::Pool(_) | Op::GlobalPool(_), OpKind::Source)
-            if outs[0].shape.len() == 4 =>
-        {
+        (Op::Conv(_), _) if outs[0].shape.len() == 4 => {
+            // A convolution may also read one layout and write another (a first
+            // layer reads the 3-channel image row-major and writes blocked).
+            let in_cands = cands.get(&in_refs[0]).cloned().unwrap_or_default();
+            let kernel_layout = |l: &&Layout| {
+                l.as_permutation()
+                    .is_none_or(|p| p == [0, 1, 2, 3] || p == [0, 2, 3, 1])
+            };
+            for lo in std::iter::once(&id_out[0])
+                .chain(&out_cands)
+                .filter(kernel_layout)
+            {
+                for li in in_cands.iter().filter(kernel_layout) {
+                    let mut inputs = id_in.clone();
+                    inputs[0] = li.clone();
+                    push(inputs, vec![lo.clone()]);
+                }
+            }
+        }
+        (Op::Pool(_) | Op::GlobalPool(_), _) if outs[0].shape.len() == 4 => {
             for l in out_cands
                 .iter()
                 .filter(|l| l.as_permutation().is_none_or(|p| p == [0, 2, 3, 1]))
