@@ -240,6 +240,18 @@ pub fn value_candidates(
             add(&mut cands, ValueRef::new(id, 0), target.clone());
         }
     }
+    // A matrix product reads either operand transposed at no extra cost (as BLAS
+    // does with its transpose flags), so column-major is a candidate for both.
+    let column_major = Layout::permutation(&[1, 0]).expect("a 2-d permutation is a layout");
+    for &id in order {
+        if is_matrix_product(g, id) {
+            for v in g.node_inputs(id) {
+                if g.constant(v).is_none() {
+                    add(&mut cands, v, column_major.clone());
+                }
+            }
+        }
+    }
     // Carry candidates along until nothing changes (bounded: sets are capped).
     for _round in 0..8 {
         let mut changed = false;
@@ -290,6 +302,14 @@ pub fn value_candidates(
         }
     }
     cands
+}
+
+/// A MatMul of two matrices (the case BLAS-style kernels take either way round).
+fn is_matrix_product(g: &Graph, id: NodeId) -> bool {
+    matches!(g.node(id).op, Op::MatMul)
+        && g.node_inputs(id)
+            .iter()
+            .all(|&v| g.value_type(v).shape.len() == 2)
 }
 
 /// Whether layout `l` leaves every axis in `axes` unblocked.
@@ -472,6 +492,14 @@ pub fn impls(
                     let mut inputs = id_in.clone();
                     inputs[0] = li.clone();
                     push(inputs, vec![lo.clone()]);
+                }
+            }
+        }
+        (Op::MatMul, _) if is_matrix_product(g, id) => {
+            let choices = |v: &ValueRef| cands.get(v).cloned().unwrap_or_default();
+            for la in choices(&in_refs[0]) {
+                for lb in choices(&in_refs[1]) {
+                    push(vec![la.clone(), lb], id_out.clone());
                 }
             }
         }
