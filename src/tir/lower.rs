@@ -8,11 +8,13 @@ use std::collections::HashMap;
 use super::bound::{infer_bound, Bounds};
 use super::compute::{Body, ComputeGraph, ComputeOp, IterKind, IterVar, OpKind};
 use super::error::TirError;
-use super::expr::{Expr, Range, TensorId, Var};
+use super::expr::{BinOp, Expr, Range, TensorId, Var};
 use super::intset::{eval_set, DomMap, IntSet};
 use super::layout::BufferLayout;
 use super::schedule::{Attach, Relation, Schedule, ScheduleState, Stage};
-use super::simplify::{const_bounds, prove_ge_zero, prove_le_zero, simplify_with, VarBounds};
+use super::simplify::{
+    const_bounds, prove_ge_zero, prove_le_zero, simplify, simplify_with, VarBounds,
+};
 use super::stmt::{BufferView, KernelArg, Stmt};
 
 #[derive(Clone, Debug)]
@@ -213,8 +215,8 @@ impl Ctx<'_> {
             .collect::<Result<_, TirError>>()?;
         let sub = |e: &Expr| e.substitute(&|v| values.get(&v.id).cloned());
         let idx: Vec<Expr> = c.axis.iter().map(|iv| values[&iv.var.id].clone()).collect();
-        let data_guard = self.guard(&c.axis, &values, &leaf_sets);
-        let all_guard = self.guard(&c.root_iter_vars(), &values, &leaf_sets);
+        let data_guard = self.guard(&c.axis, &values, &s.leaf_iter_vars, &leaf_sets);
+        let all_guard = self.guard(&c.root_iter_vars(), &values, &s.leaf_iter_vars, &leaf_sets);
         let (update, init) = match &c.body {
             Body::Plain(e) => (
                 Stmt::Provide {
@@ -276,22 +278,25 @@ impl Ctx<'_> {
         &self,
         roots: &[IterVar],
         values: &HashMap<u64, Expr>,
+        leaves: &[IterVar],
         leaf_sets: &DomMap,
     ) -> Option<Expr> {
         let vb = &self.b.var_bounds;
-        let mut conds = Vec::new();
+        let mut conds: Vec<Expr> = Vec::new();
         for iv in roots {
             let v = &values[&iv.var.id];
             let mut check = |r: &Range| {
-                let set = eval_set(&(v.clone() - r.min.clone()), leaf_sets, vb);
-                if !set.min().is_some_and(|m| prove_ge_zero(m, vb)) {
-                    conds.push(r.min.clone().le(v.clone()));
+                let (lo, hi) = relax_leaves(&(v.clone() - r.min.clone()), leaves, leaf_sets, vb);
+                let mut add = |c: Expr| {
+                    if !conds.contains(&c) {
+                        conds.push(c);
+                    }
+                };
+                if !lo.is_some_and(|m| prove_ge_zero(&m, vb)) {
+                    add(r.min.clone().le(v.clone()));
                 }
-                if !set
-                    .max()
-                    .is_some_and(|m| prove_le_zero(&(m.clone() - r.extent.clone() + 1), vb))
-                {
-                    conds.push(v.clone().lt(r.min.clone() + r.extent.clone()));
+                if !hi.is_some_and(|m| prove_le_zero(&(m - r.extent.clone() + 1), vb)) {
+                    add(v.clone().lt(r.min.clone() + r.extent.clone()));
                 }
             };
             if let Ok(r) = self.b.range(iv) {
@@ -473,6 +478,31 @@ impl NestBuilder<'_> {
     }
 }
 
+/// Lower and upper bounds of `e` over the leaves whose ranges are symbolic (split tails,
+/// ranges depending on enclosing loops), innermost first. Leaves with constant ranges
+/// stay symbolic: the prover bounds them, and keeping them lets `o*16 + min(16, 20 -
+/// o*16)` cancel the two occurrences of `o` where interval arithmetic could not.
+fn relax_leaves(
+    e: &Expr,
+    leaves: &[IterVar],
+    sets: &DomMap,
+    vb: &VarBounds,
+) -> (Option<Expr>, Option<Expr>) {
+    let (mut lo, mut hi) = (Some(e.clone()), Some(e.clone()));
+    for iv in leaves.iter().rev() {
+        let Some(set) = sets.get(&iv.var.id) else {
+            continue;
+        };
+        if set.const_size().is_some() {
+            continue;
+        }
+        let one: DomMap = [(iv.var.id, set.clone())].into_iter().collect();
+        lo = lo.and_then(|x| eval_set(&x, &one, vb).min().cloned());
+        hi = hi.and_then(|x| eval_set(&x, &one, vb).max().cloned());
+    }
+    (lo, hi)
+}
+
 fn guarded(s: Stmt, cond: Option<Expr>) -> Stmt {
     match cond {
         Some(c) => Stmt::IfThenElse {
@@ -609,8 +639,10 @@ pub fn simplify_stmt(s: &Stmt, vb: &mut VarBounds) -> Stmt {
             size: simplify_with(size, vb),
             body: Box::new(simplify_stmt(body, vb)),
         },
+        // The condition of an assume is a fact for later passes: it is not simplified with
+        // the loop bounds, which would turn it into a bare `1`.
         Stmt::Assume { cond, body } => Stmt::Assume {
-            cond: simplify_with(cond, vb),
+            cond: simplify(cond),
             body: Box::new(simplify_stmt(body, vb)),
         },
         leaf => leaf.rewrite(&mut |x| x, &mut |e| simplify_with(e, vb)),
@@ -631,10 +663,7 @@ fn partition_candidates(s: &Stmt, var: &Var) -> usize {
     let has_min = |e: &Expr| {
         let mut found = false;
         e.visit(&mut |x| {
-            found |= matches!(
-                x,
-                Expr::Bin(super::expr::BinOp::Min | super::expr::BinOp::Max, ..)
-            ) && x.uses_var(var)
+            found |= matches!(x, Expr::Bin(BinOp::Min | BinOp::Max, ..)) && x.uses_var(var)
         });
         found
     };
@@ -647,6 +676,50 @@ fn partition_candidates(s: &Stmt, var: &Var) -> usize {
         _ => {}
     });
     n
+}
+
+/// The facts that hold in the main part of a partitioned loop over `var` (bounds in
+/// `vb`): which side of each `min`/`max` extent wins, and the likely guards.
+fn partition_facts(s: &Stmt, var: &Var, vb: &VarBounds) -> Vec<Expr> {
+    let mut facts: Vec<Expr> = Vec::new();
+    let mut add = |c: Expr| {
+        if !facts.contains(&c) {
+            facts.push(c);
+        }
+    };
+    let from_extent = |e: &Expr, add: &mut dyn FnMut(Expr)| {
+        e.visit(&mut |x| {
+            if let Expr::Bin(op @ (BinOp::Min | BinOp::Max), a, b) = x {
+                if x.uses_var(var) {
+                    let a_le_b = (**a).clone().le((**b).clone());
+                    let b_le_a = (**b).clone().le((**a).clone());
+                    let (first, second) = if *op == BinOp::Min {
+                        (a_le_b, b_le_a)
+                    } else {
+                        (b_le_a, a_le_b)
+                    };
+                    // `first`: the left operand wins.
+                    for c in [first, second] {
+                        if simplify_with(&c, vb) == Expr::Int(1) {
+                            add(simplify(&c));
+                            break;
+                        }
+                    }
+                }
+            }
+        })
+    };
+    s.visit(&mut |x| match x {
+        Stmt::For { extent, .. } => from_extent(extent, &mut add),
+        Stmt::Realize { bounds, .. } => {
+            bounds.iter().for_each(|r| from_extent(&r.extent, &mut add))
+        }
+        Stmt::IfThenElse {
+            cond, likely: true, ..
+        } if cond.uses_var(var) => add(cond.clone()),
+        _ => {}
+    });
+    facts
 }
 
 /// Loop partitioning: a loop whose body has a split tail (a `min` extent) or a likely
@@ -683,8 +756,8 @@ pub fn partition_loops(s: &Stmt, vb: &mut VarBounds) -> Stmt {
                 body: Box::new(b),
             };
             if ext >= 2 && partition_candidates(&body, var) > 0 {
-                let main = with_bound(vb, var, Some((lo, lo + ext - 2)), |vb| {
-                    simplify_stmt(&body, vb)
+                let (main, facts) = with_bound(vb, var, Some((lo, lo + ext - 2)), |vb| {
+                    (simplify_stmt(&body, vb), partition_facts(&body, var, vb))
                 });
                 if partition_candidates(&main, var) == 0 {
                     let last = Expr::Int(lo + ext - 1);
@@ -693,10 +766,13 @@ pub fn partition_loops(s: &Stmt, vb: &mut VarBounds) -> Stmt {
                     });
                     let tail = simplify_stmt(&tail, vb);
                     restore(vb, var, saved);
-                    // The main part never reaches the tail iteration.
-                    let main = Stmt::Assume {
-                        cond: var.expr().lt(lo + ext - 1),
-                        body: Box::new(main),
+                    // What the main part's simplification relied on, for later passes.
+                    let main = match facts.into_iter().reduce(|a, b| a.and(b)) {
+                        Some(cond) => Stmt::Assume {
+                            cond,
+                            body: Box::new(main),
+                        },
+                        None => main,
                     };
                     return Stmt::seq(vec![rebuilt(main, lo, ext - 1), tail]);
                 }
