@@ -85,7 +85,10 @@ fn a_split_tail_runs_four_iterations_not_sixteen() {
     assert!(text.contains("for (i.outer, 0, 1)"), "{text}");
     assert!(text.contains("allocate P[4]"), "{text}");
     // The main part records the fact its simplification used.
-    assert!(text.contains("assume((16 <= (20 - (i.outer * 16))))"), "{text}");
+    assert!(
+        text.contains("assume((16 <= (20 - (i.outer * 16))))"),
+        "{text}"
+    );
 }
 
 #[test]

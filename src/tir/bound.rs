@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use super::compute::IterVar;
 use super::error::TirError;
 use super::expr::{Expr, Range, TensorId};
-use super::intset::{eval_set, DomMap, IntSet};
+use super::intset::{eval_set, eval_set_in_order, DomMap, IntSet};
 use super::schedule::{Attach, Relation, ScheduleState, Stage};
 use super::simplify::{const_bounds, prove_equal, simplify_with, Linear, VarBounds};
 
@@ -185,13 +185,14 @@ pub fn infer_root_bound(st: &ScheduleState, s: &Stage, b: &mut Bounds) -> Result
             );
         }
         // The consumer's own attach path: relaxed unless the stage is attached inside it.
-        let mut relax_set: DomMap = HashMap::new();
+        // Innermost first, as the attach path lists them.
+        let mut relax_set: Vec<(u64, IntSet)> = Vec::new();
         for iv in b.attach_path.get(&cons).cloned().unwrap_or_default() {
             if stage_attach.first() == Some(&iv) {
                 found_attach = true;
             }
             if !found_attach {
-                relax_set.insert(iv.var.id, IntSet::from_range(b.range(&iv)?, &b.var_bounds));
+                relax_set.push((iv.var.id, IntSet::from_range(b.range(&iv)?, &b.var_bounds)));
             }
         }
         if !stage_attach.is_empty() && !found_attach {
@@ -216,8 +217,12 @@ pub fn infer_root_bound(st: &ScheduleState, s: &Stage, b: &mut Bounds) -> Result
             } else {
                 let last = r.min.clone() + r.extent.clone() - 1;
                 IntSet::Interval {
-                    min: eval_set(&r.min, &relax_set, &b.var_bounds).min().cloned(),
-                    max: eval_set(&last, &relax_set, &b.var_bounds).max().cloned(),
+                    min: eval_set_in_order(&r.min, &relax_set, &b.var_bounds)
+                        .min()
+                        .cloned(),
+                    max: eval_set_in_order(&last, &relax_set, &b.var_bounds)
+                        .max()
+                        .cloned(),
                 }
             };
             dom_map.insert(iv.var.id, set);

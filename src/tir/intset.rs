@@ -111,6 +111,19 @@ pub fn eval_set(e: &Expr, dom: &DomMap, vb: &VarBounds) -> IntSet {
     }
 }
 
+/// The set of `e` when the given variables are relaxed one at a time, in order. A
+/// variable's set may mention variables later in the list (an inner loop whose extent
+/// depends on an outer one): list inner loops first.
+pub fn eval_set_in_order(e: &Expr, vars: &[(u64, IntSet)], vb: &VarBounds) -> IntSet {
+    let (mut lo, mut hi) = (Some(e.clone()), Some(e.clone()));
+    for (id, set) in vars {
+        let one: DomMap = [(*id, set.clone())].into_iter().collect();
+        lo = lo.and_then(|x| eval_set(&x, &one, vb).min().cloned());
+        hi = hi.and_then(|x| eval_set(&x, &one, vb).max().cloned());
+    }
+    IntSet::Interval { min: lo, max: hi }
+}
+
 fn eval(e: &Expr, dom: &DomMap, vb: &VarBounds) -> IntSet {
     match e {
         Expr::Int(_) => IntSet::point(e.clone()),

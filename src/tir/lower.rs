@@ -9,7 +9,7 @@ use super::bound::{infer_bound, Bounds};
 use super::compute::{Body, ComputeGraph, ComputeOp, IterKind, IterVar, OpKind};
 use super::error::TirError;
 use super::expr::{BinOp, Expr, Range, TensorId, Var};
-use super::intset::{eval_set, DomMap, IntSet};
+use super::intset::{eval_set, eval_set_in_order, DomMap, IntSet};
 use super::layout::BufferLayout;
 use super::schedule::{Attach, Relation, Schedule, ScheduleState, Stage};
 use super::simplify::{
@@ -215,8 +215,24 @@ impl Ctx<'_> {
             .collect::<Result<_, TirError>>()?;
         let sub = |e: &Expr| e.substitute(&|v| values.get(&v.id).cloned());
         let idx: Vec<Expr> = c.axis.iter().map(|iv| values[&iv.var.id].clone()).collect();
-        let data_guard = self.guard(&c.axis, &values, &s.leaf_iter_vars, &leaf_sets);
-        let all_guard = self.guard(&c.root_iter_vars(), &values, &s.leaf_iter_vars, &leaf_sets);
+        // Roots, and the parents of splits: a split whose outer*inner overshoots its parent
+        // (say an inner loop split again by a larger factor) would otherwise revisit
+        // elements, which for a reduction means accumulating them twice.
+        let mut checked = c.root_iter_vars();
+        for r in &s.relations {
+            if let Relation::Split { parent, .. } = r {
+                if !checked.contains(parent) {
+                    checked.push(parent.clone());
+                }
+            }
+        }
+        let data: Vec<IterVar> = checked
+            .iter()
+            .filter(|iv| iv.kind == IterKind::Data)
+            .cloned()
+            .collect();
+        let data_guard = self.guard(&data, &values, &s.leaf_iter_vars, &leaf_sets);
+        let all_guard = self.guard(&checked, &values, &s.leaf_iter_vars, &leaf_sets);
         let (update, init) = match &c.body {
             Body::Plain(e) => (
                 Stmt::Provide {
@@ -306,10 +322,14 @@ impl Ctx<'_> {
                 check(d);
             }
         }
-        conds
-            .into_iter()
-            .map(|c| simplify_with(&c, vb))
-            .reduce(|a, b| a.and(b))
+        let mut simplified: Vec<Expr> = Vec::new();
+        for c in conds {
+            let c = simplify_with(&c, vb);
+            if !simplified.contains(&c) {
+                simplified.push(c);
+            }
+        }
+        simplified.into_iter().reduce(|a, b| a.and(b))
     }
 
     fn kernel_call(
@@ -488,19 +508,14 @@ fn relax_leaves(
     sets: &DomMap,
     vb: &VarBounds,
 ) -> (Option<Expr>, Option<Expr>) {
-    let (mut lo, mut hi) = (Some(e.clone()), Some(e.clone()));
-    for iv in leaves.iter().rev() {
-        let Some(set) = sets.get(&iv.var.id) else {
-            continue;
-        };
-        if set.const_size().is_some() {
-            continue;
-        }
-        let one: DomMap = [(iv.var.id, set.clone())].into_iter().collect();
-        lo = lo.and_then(|x| eval_set(&x, &one, vb).min().cloned());
-        hi = hi.and_then(|x| eval_set(&x, &one, vb).max().cloned());
-    }
-    (lo, hi)
+    let symbolic: Vec<(u64, IntSet)> = leaves
+        .iter()
+        .rev()
+        .filter_map(|iv| sets.get(&iv.var.id).map(|s| (iv.var.id, s.clone())))
+        .filter(|(_, s)| s.const_size().is_none())
+        .collect();
+    let set = eval_set_in_order(e, &symbolic, vb);
+    (set.min().cloned(), set.max().cloned())
 }
 
 fn guarded(s: Stmt, cond: Option<Expr>) -> Stmt {
@@ -592,6 +607,9 @@ pub fn simplify_stmt(s: &Stmt, vb: &mut VarBounds) -> Stmt {
             }
             let body = simplify_stmt(body, vb);
             restore(vb, var, saved);
+            if body == Stmt::Seq(vec![]) {
+                return body;
+            }
             Stmt::For {
                 var: var.clone(),
                 min,
@@ -672,7 +690,7 @@ fn partition_candidates(s: &Stmt, var: &Var) -> usize {
         Stmt::Realize { bounds, .. } => n += bounds.iter().filter(|r| has_min(&r.extent)).count(),
         Stmt::IfThenElse {
             cond, likely: true, ..
-        } => n += cond.uses_var(var) as usize,
+        } => n += conjuncts(cond).iter().filter(|c| c.uses_var(var)).count(),
         _ => {}
     });
     n
@@ -716,10 +734,35 @@ fn partition_facts(s: &Stmt, var: &Var, vb: &VarBounds) -> Vec<Expr> {
         }
         Stmt::IfThenElse {
             cond, likely: true, ..
-        } if cond.uses_var(var) => add(cond.clone()),
+        } => {
+            for c in conjuncts(cond) {
+                if c.uses_var(var) && simplify_with(&c, vb) == Expr::Int(1) {
+                    add(c);
+                }
+            }
+        }
         _ => {}
     });
+    // Only facts about variables bound outside `s` can stand at its top.
+    let mut inner_vars = Vec::new();
+    s.visit(&mut |x| {
+        if let Stmt::For { var, .. } = x {
+            inner_vars.push(var.clone());
+        }
+    });
+    facts.retain(|f| !inner_vars.iter().any(|v| f.uses_var(v)));
     facts
+}
+
+fn conjuncts(e: &Expr) -> Vec<Expr> {
+    match e {
+        Expr::Bin(BinOp::And, a, b) => {
+            let mut v = conjuncts(a);
+            v.extend(conjuncts(b));
+            v
+        }
+        _ => vec![e.clone()],
+    }
 }
 
 /// Loop partitioning: a loop whose body has a split tail (a `min` extent) or a likely
