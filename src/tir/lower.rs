@@ -9,7 +9,7 @@ use super::bound::{infer_bound, Bounds};
 use super::compute::{Body, ComputeGraph, ComputeOp, IterKind, IterVar, OpKind};
 use super::error::TirError;
 use super::expr::{BinOp, Expr, Range, TensorId, Var};
-use super::intset::{eval_set, eval_set_in_order, DomMap, IntSet};
+use super::intset::{eval_set_in_order, DomMap, IntSet};
 use super::layout::BufferLayout;
 use super::schedule::{Attach, Relation, Schedule, ScheduleState, Stage};
 use super::simplify::{
@@ -340,39 +340,47 @@ impl Ctx<'_> {
         values: &HashMap<u64, Expr>,
     ) -> Result<Stmt, TirError> {
         let vb = &self.b.var_bounds;
-        let mut sets = DomMap::new();
-        for iv in &s.leaf_iter_vars[pos..] {
-            sets.insert(iv.var.id, IntSet::from_range(self.b.range(iv)?, vb));
+        // The loops inside the call, innermost first.
+        let mut inner: Vec<(u64, IntSet)> = Vec::new();
+        for iv in s.leaf_iter_vars[pos..].iter().rev() {
+            inner.push((iv.var.id, IntSet::from_range(self.b.range(iv)?, vb)));
         }
         let c = self.compute(s.op);
-        let region = |idx: &[Expr]| -> Result<Vec<Range>, TirError> {
+        let stage_name = self.st.name(s.op);
+        let region = |t: TensorId, idx: &[Expr]| -> Result<Vec<Range>, TirError> {
+            let shape = &self.st.graph.op(t).shape;
             idx.iter()
-                .map(|e| {
+                .zip(shape)
+                .map(|(e, dim)| {
                     let e = e.substitute(&|v| values.get(&v.id).cloned());
-                    let set = eval_set(&e, &sets, vb);
-                    match (set.min(), set.max()) {
-                        (Some(a), Some(b)) => Ok(Range::new(
-                            a.clone(),
-                            simplify_with(&(b.clone() - a.clone() + 1), vb),
-                        )),
-                        _ => Err(TirError::Lower(format!(
-                            "cannot bound the region `{name}` touches in `{}`",
-                            self.st.name(s.op)
-                        ))),
+                    let set = eval_set_in_order(&e, &inner, vb);
+                    let (Some(a), Some(b)) = (set.min(), set.max()) else {
+                        return Err(TirError::Lower(format!(
+                            "cannot bound the region micro-kernel `{name}` touches in `{stage_name}`"
+                        )));
+                    };
+                    // The kernel has no guards: its region must lie inside the tensor.
+                    if !prove_ge_zero(a, vb) || !prove_le_zero(&(b.clone() - (dim - 1)), vb) {
+                        return Err(TirError::Lower(format!(
+                            "micro-kernel `{name}` of `{stage_name}` may access `{}` out of bounds \
+                             (split the tensorized loops by factors that divide their extents)",
+                            self.st.name(t)
+                        )));
                     }
+                    Ok(Range::new(a.clone(), simplify_with(&(b.clone() - a.clone() + 1), vb)))
                 })
                 .collect()
         };
         let out_idx: Vec<Expr> = c.axis.iter().map(IterVar::expr).collect();
         let mut args = vec![KernelArg {
             tensor: s.op,
-            region: region(&out_idx)?,
+            region: region(s.op, &out_idx)?,
             buffer: None,
         }];
         let mut err = None;
         c.body.exprs().visit(&mut |e| {
             if let Expr::Read { tensor, indices } = e {
-                match region(indices) {
+                match region(*tensor, indices) {
                     Ok(r) => {
                         let vb = &self.b.var_bounds;
                         match args.iter_mut().find(|a| a.tensor == *tensor) {

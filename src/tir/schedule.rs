@@ -360,6 +360,23 @@ impl Schedule {
         Ok(fused)
     }
 
+    /// Tiles two leaves: split both, then order `x.outer, y.outer, x.inner, y.inner`.
+    /// Recorded as its three primitives. Returns the four new leaves in that order.
+    pub fn tile(
+        &mut self,
+        t: &Tensor,
+        x: &IterVar,
+        y: &IterVar,
+        fx: i64,
+        fy: i64,
+    ) -> Result<[IterVar; 4], TirError> {
+        let (xo, xi) = self.split(t, x, fx)?;
+        let (yo, yi) = self.split(t, y, fy)?;
+        let order = [xo, yo, xi, yi];
+        self.reorder(t, &order)?;
+        Ok(order)
+    }
+
     /// Permutes the given leaves among the positions they occupy.
     pub fn reorder(&mut self, t: &Tensor, order: &[IterVar]) -> Result<(), TirError> {
         let mut pos = order
