@@ -6,7 +6,7 @@ mod tir_util;
 
 use layoutopt::tir::compute::{ComputeGraph, IterVar, Tensor};
 use layoutopt::tir::expr::Expr;
-use layoutopt::tir::lower::schedule_ops;
+use layoutopt::tir::lower::{lower, schedule_ops, LowerOptions};
 use layoutopt::tir::schedule::Schedule;
 
 /// C = compute((5, 16), 5); D = compute((5, 16), C[i, j] * 2).
@@ -52,6 +52,18 @@ fn ex2_compute_at_j_needs_one_element() {
     assert_eq!(ops.bounds.range(&ax[0]).unwrap().to_string(), "[i, 1]");
     assert_eq!(ops.bounds.range(&ax[1]).unwrap().to_string(), "[j, 1]");
     assert_eq!(names(&ops.bounds.attach_path[&c.id]), ["j", "i"]);
+    // The document: one element of C computed right before its use.
+    let f = lower(&s, &LowerOptions::default()).unwrap();
+    let want = "\
+for (i, 0, 5) {
+  for (j, 0, 16) {
+    allocate C[1]
+    C[0] = 5
+    D[((i * 16) + j)] = (C[0] * 2)
+  }
+}
+";
+    assert_eq!(f.to_text(), want);
     let stats = tir_util::check(&s, &g, &[d]);
     assert_eq!(stats.max_alloc["C"], 1);
     assert_eq!(stats.stores["C"], 80);
@@ -147,9 +159,23 @@ fn ex5_compute_at_after_split() {
     );
     let text = ops.to_text();
     assert!(
-        text.contains("D(i, ((j.outer * 8) + j.inner)) = (C(i, ((j.outer * 8) + j.inner)) * 2)"),
+        text.contains("realize C([i, 1], [((j.outer * 8) + j.inner), 1])"),
         "{text}"
     );
+    // The document: C[i, j_outer*8 + j_inner] and D[...] inside the j_inner loop.
+    let f = lower(&s, &LowerOptions::default()).unwrap();
+    let want = "\
+for (i, 0, 5) {
+  for (j.outer, 0, 2) {
+    for (j.inner, 0, 8) {
+      allocate C[1]
+      C[0] = 5
+      D[(((i * 16) + (j.outer * 8)) + j.inner)] = (C[0] * 2)
+    }
+  }
+}
+";
+    assert_eq!(f.to_text(), want);
     let stats = tir_util::check(&s, &g, &[d]);
     assert_eq!(stats.loop_extents["j.outer"], vec![2; 5]);
     assert_eq!(stats.max_alloc["C"], 1);

@@ -55,6 +55,14 @@ impl Bounds {
             .ok_or_else(|| TirError::Bound(format!("no range was inferred for `{}`", iv.name())))
     }
 
+    /// The factor of the split whose inner variable is `inner`.
+    pub fn factor(&self, inner: &IterVar) -> Result<Expr, TirError> {
+        self.split_factor
+            .get(&inner.var.id)
+            .cloned()
+            .ok_or_else(|| TirError::Bound(format!("no split factor for `{}`", inner.name())))
+    }
+
     /// Sets a range once (property 2 of the document: ranges never change).
     fn set(&mut self, iv: &IterVar, r: Range) {
         let r = Range::new(
@@ -378,7 +386,7 @@ pub fn pass_up_domain(s: &Stage, b: &Bounds, up: &mut DomMap) -> Result<(), TirE
                     } else {
                         // TVM uses the inner extent as the factor; with tight tails that extent
                         // may vary, so the split's own factor is used.
-                        let f = b.split_factor[&inner.var.id].clone();
+                        let f = b.factor(inner)?;
                         let mut m = DomMap::new();
                         m.insert(outer.var.id, so);
                         m.insert(inner.var.id, si);

@@ -19,10 +19,14 @@ use super::stmt::{BufferView, KernelArg, Stmt};
 
 #[derive(Clone, Debug)]
 pub struct LowerOptions {
-    /// Layouts of placeholder and output buffers by tensor name (row-major otherwise).
+    /// Buffer layouts by tensor name (row-major otherwise). For a tensor realized inside
+    /// the function, the layout applies to the realized region.
     pub layouts: HashMap<String, BufferLayout>,
     /// Partition loops whose last iteration is a split tail or needs a guard.
     pub partition_loops: bool,
+    /// Keep loops of one iteration (TVM's `debug_keep_trivial_loop`, which the
+    /// InferBound document's listings use); otherwise their variable is substituted.
+    pub keep_trivial_loops: bool,
 }
 
 impl Default for LowerOptions {
@@ -30,6 +34,7 @@ impl Default for LowerOptions {
         LowerOptions {
             layouts: HashMap::new(),
             partition_loops: true,
+            keep_trivial_loops: false,
         }
     }
 }
@@ -112,11 +117,32 @@ pub fn lower(s: &Schedule, opts: &LowerOptions) -> Result<LoweredFunc, TirError>
     let ops = schedule_ops(s)?;
     let st = &ops.state;
     let mut vb = ops.bounds.var_bounds.clone();
-    let body = if opts.partition_loops {
-        partition_loops(&ops.body, &mut vb)
-    } else {
+    let body = if opts.keep_trivial_loops {
         ops.body.clone()
+    } else {
+        remove_trivial_loops(&ops.body)
     };
+    let body = if opts.partition_loops {
+        partition_loops(&body, &mut vb)
+    } else {
+        body
+    };
+    // A layout for every tensor: the given one, or row-major.
+    let mut layouts = HashMap::new();
+    for (name, layout) in &opts.layouts {
+        let t = st.graph.find(name).ok_or_else(|| {
+            TirError::Lower(format!(
+                "a layout is given for `{name}`, which is not a tensor of the function"
+            ))
+        })?;
+        layout.validate(t.ndim, name)?;
+        layouts.insert(t.id, layout.clone());
+    }
+    for (i, op) in st.graph.ops.iter().enumerate() {
+        layouts
+            .entry(TensorId(i))
+            .or_insert_with(|| BufferLayout::row_major(op.shape.len()));
+    }
     // Parameters: placeholders that are read, then outputs.
     let mut params: Vec<TensorId> = Vec::new();
     for (i, op) in st.graph.ops.iter().enumerate() {
@@ -130,34 +156,19 @@ pub fn lower(s: &Schedule, opts: &LowerOptions) -> Result<LoweredFunc, TirError>
         }
     }
     params.extend(st.outputs.iter().copied());
-    let mut layouts = HashMap::new();
     let mut views = HashMap::new();
     for t in &params {
         let op = st.graph.op(*t);
-        let layout = opts
-            .layouts
-            .get(&op.name)
-            .cloned()
-            .unwrap_or_else(|| BufferLayout::row_major(op.shape.len()));
-        layout.validate(op.shape.len(), &op.name)?;
         views.insert(
             *t,
             BufferView {
                 origin: vec![Expr::Int(0); op.shape.len()],
                 extents: op.shape.iter().map(|e| Expr::Int(*e)).collect(),
-                layout: layout.clone(),
+                layout: layouts[t].clone(),
             },
         );
-        layouts.insert(*t, layout);
     }
-    for name in opts.layouts.keys() {
-        if !params.iter().any(|t| st.graph.op(*t).name == *name) {
-            return Err(TirError::Lower(format!(
-                "a layout is given for `{name}`, which is not a parameter of the function"
-            )));
-        }
-    }
-    let flat = storage_flatten(&body, &mut views)?;
+    let flat = storage_flatten(&body, &layouts, &mut views)?;
     let body = simplify_stmt(&flat, &mut ops.bounds.var_bounds.clone());
     Ok(LoweredFunc {
         graph: st.graph.clone(),
@@ -561,7 +572,7 @@ pub fn pass_up_index(s: &Stage, b: &Bounds) -> Result<HashMap<u64, Expr>, TirErr
                 inner,
                 ..
             } => {
-                let f = b.split_factor[&inner.var.id].clone();
+                let f = b.factor(inner)?;
                 let e = get(&v, outer)? * f + get(&v, inner)? + b.range(parent)?.min.clone();
                 v.insert(parent.var.id, e);
             }
@@ -880,10 +891,31 @@ fn with_bound<T>(
     out
 }
 
+/// Replaces loops of one iteration by their body with the variable set to the loop's min.
+pub fn remove_trivial_loops(s: &Stmt) -> Stmt {
+    // Bottom-up: each loop's body has already lost its own trivial loops.
+    s.rewrite(
+        &mut |x| match x {
+            Stmt::For {
+                var,
+                min,
+                extent: Expr::Int(1),
+                body,
+                ..
+            } => body.rewrite(&mut |y| y, &mut |e| {
+                e.substitute(&|v| (*v == var).then(|| min.clone()))
+            }),
+            other => other,
+        },
+        &mut |e| e.clone(),
+    )
+}
+
 /// Storage flattening: realize regions become flat allocations, multi-dimensional reads
 /// and writes become flat loads and stores through each buffer's layout.
 pub fn storage_flatten(
     s: &Stmt,
+    layouts: &HashMap<TensorId, BufferLayout>,
     views: &mut HashMap<TensorId, BufferView>,
 ) -> Result<Stmt, TirError> {
     Ok(match s {
@@ -893,7 +925,11 @@ pub fn storage_flatten(
             body,
         } => {
             let extents: Vec<Expr> = bounds.iter().map(|r| r.extent.clone()).collect();
-            let layout = BufferLayout::row_major(bounds.len());
+            // The layout applies to the realized region (indices relative to its origin).
+            let layout = layouts
+                .get(tensor)
+                .cloned()
+                .unwrap_or_else(|| BufferLayout::row_major(bounds.len()));
             let size = layout.size(&extents);
             views.insert(
                 *tensor,
@@ -906,7 +942,7 @@ pub fn storage_flatten(
             Stmt::Allocate {
                 buffer: *tensor,
                 size,
-                body: Box::new(storage_flatten(body, views)?),
+                body: Box::new(storage_flatten(body, layouts, views)?),
             }
         }
         Stmt::Provide {
@@ -929,11 +965,11 @@ pub fn storage_flatten(
             min: min.clone(),
             extent: extent.clone(),
             kind: *kind,
-            body: Box::new(storage_flatten(body, views)?),
+            body: Box::new(storage_flatten(body, layouts, views)?),
         },
         Stmt::Seq(v) => Stmt::seq(
             v.iter()
-                .map(|x| storage_flatten(x, views))
+                .map(|x| storage_flatten(x, layouts, views))
                 .collect::<Result<_, _>>()?,
         ),
         Stmt::IfThenElse {
@@ -943,16 +979,16 @@ pub fn storage_flatten(
             likely,
         } => Stmt::IfThenElse {
             cond: flatten_expr(cond, views)?,
-            then_case: Box::new(storage_flatten(then_case, views)?),
+            then_case: Box::new(storage_flatten(then_case, layouts, views)?),
             else_case: match else_case {
-                Some(e) => Some(Box::new(storage_flatten(e, views)?)),
+                Some(e) => Some(Box::new(storage_flatten(e, layouts, views)?)),
                 None => None,
             },
             likely: *likely,
         },
         Stmt::Assume { cond, body } => Stmt::Assume {
             cond: cond.clone(),
-            body: Box::new(storage_flatten(body, views)?),
+            body: Box::new(storage_flatten(body, layouts, views)?),
         },
         Stmt::KernelCall { name, args } => Stmt::KernelCall {
             name: name.clone(),

@@ -408,6 +408,13 @@ impl Schedule {
         iv: &IterVar,
     ) -> Result<(), TirError> {
         self.leaf_pos(consumer, iv)?;
+        if self.state.outputs.contains(&t.id) {
+            return Err(TirError::Schedule(format!(
+                "output `{}` is computed over its whole domain; it cannot be computed at `{}`",
+                self.state.name(t.id),
+                self.state.name(consumer.id)
+            )));
+        }
         if t.id == consumer.id {
             return Err(TirError::Schedule(format!(
                 "cannot compute `{}` at itself",
