@@ -7,7 +7,9 @@ pub mod exec;
 pub mod extract;
 #[allow(clippy::module_inception)]
 mod layout;
+pub mod op_rules;
 mod padvalue;
+pub mod plan;
 pub mod rules;
 pub mod solver;
 
