@@ -346,6 +346,29 @@ fn identity_input<'a>(eg: &'a LEGraph, id: Id, what: &str) -> Result<&'a TensorI
     Ok(t)
 }
 
+/// The value of a scalar constant class, if it is one.
+pub fn scalar_value(eg: &LEGraph, id: Id) -> Option<f32> {
+    eg[id].nodes.iter().find_map(|n| match n {
+        Lang::Atom(Atom::Source(k)) => match &eg.analysis.sources[*k].op {
+            Op::Constant(t) if t.shape.is_empty() && t.dtype().is_float() => Some(t.to_f32()[0]),
+            _ => None,
+        },
+        _ => None,
+    })
+}
+
+/// What an operand of a binary op holds at the padding positions: its pad
+/// value, or for a scalar its value (known when it is a constant).
+pub fn operand_pad(eg: &LEGraph, id: Id) -> PadValue {
+    match &eg[id].data.info {
+        Info::Tensor(t) if t.logical.is_empty() => {
+            scalar_value(eg, id).map_or(PadValue::Undef, PadValue::Known)
+        }
+        Info::Tensor(t) => t.pad_value(),
+        _ => PadValue::Undef,
+    }
+}
+
 fn infer(eg: &LEGraph, node: &Lang) -> Result<Info, String> {
     let plain = |dtype, logical: Vec<usize>, is_const| {
         Ok(Info::Tensor(TensorInfo {
@@ -426,19 +449,29 @@ fn infer(eg: &LEGraph, node: &Lang) -> Result<Info, String> {
             });
             Ok(Info::Tensor(TensorInfo { pad, ..x.clone() }))
         }
-        Lang::Binary([k, a, b]) => {
-            let (entry, a, b) = (entry_of(eg, *k)?, tensor(eg, *a)?, tensor(eg, *b)?);
+        Lang::Binary([k, ia, ib]) => {
+            let (entry, a, b) = (entry_of(eg, *k)?, tensor(eg, *ia)?, tensor(eg, *ib)?);
             let Op::Binary(op) = entry.op else {
                 return Err(format!("binary node holds {}", entry.op.kind_name()));
             };
-            if a.layout != b.layout || !broadcast_safe(&a.layout, &a.logical, &b.logical) {
+            // A scalar broadcasts over any physical buffer; otherwise both
+            // operands must share the layout.
+            let layout = if a.logical.is_empty() {
+                &b.layout
+            } else {
+                &a.layout
+            };
+            let scalar_side = a.logical.is_empty() || b.logical.is_empty();
+            if !scalar_side
+                && (a.layout != b.layout || !broadcast_safe(layout, &a.logical, &b.logical))
+            {
                 return Err(format!(
                     "operands {:?} in {} and {:?} in {} do not broadcast",
                     a.logical, a.layout, b.logical, b.layout
                 ));
             }
             let logical = broadcast_shapes(&a.logical, &b.logical)?;
-            let value = super::binary_flow(op, a.pad_value(), b.pad_value());
+            let value = super::binary_flow(op, operand_pad(eg, *ia), operand_pad(eg, *ib));
             let origin = match (&a.pad, &b.pad) {
                 (Some(p), Some(q)) => format!("{}; {}", p.origin, q.origin),
                 (Some(p), None) | (None, Some(p)) => p.origin.clone(),
@@ -450,8 +483,8 @@ fn infer(eg: &LEGraph, node: &Lang) -> Result<Info, String> {
                 } else {
                     a.dtype
                 },
-                pad: pad_fact(&a.layout, &logical, value, &origin),
-                layout: a.layout.clone(),
+                pad: pad_fact(layout, &logical, value, &origin),
+                layout: layout.clone(),
                 logical,
                 is_const: a.is_const && b.is_const,
             }))

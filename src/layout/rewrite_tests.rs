@@ -5,7 +5,9 @@ use super::egraph::graph_to_egraph;
 use super::extract::{extract_with_limit, rewrite_graph, Method, RewriteLimits};
 use super::rules::{bundled_rules_dir, load_rules, parse_rules, RuleError};
 use super::{Assumption, Layout, PadValue};
-use crate::graph::{Conv, DType, Graph, Op, Span, Tensor, UnaryOp, ValueRef, ValueType, Window};
+use crate::graph::{
+    BinaryOp, Conv, DType, Graph, Op, Span, Tensor, UnaryOp, ValueRef, ValueType, Window,
+};
 
 fn span(layer: &str, op: &str, index: usize) -> Vec<Span> {
     vec![Span::new("test.onnx", layer, op, index)]
@@ -45,6 +47,40 @@ fn transforms(g: &Graph) -> Vec<Op> {
             )
         })
         .collect()
+}
+
+/// Deterministic inputs in [-2, 2) for each graph input.
+fn inputs_for(g: &Graph) -> Vec<Tensor> {
+    let mut state = 0x2545_f491_u32;
+    g.inputs()
+        .iter()
+        .map(|&n| {
+            let shape = g.node(n).outputs[0].ty.shape.clone();
+            let v = (0..crate::graph::numel(&shape))
+                .map(|_| {
+                    state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                    (state >> 8) as f32 / (1u32 << 24) as f32 * 4.0 - 2.0
+                })
+                .collect();
+            Tensor::from_f32(shape, v)
+        })
+        .collect()
+}
+
+/// The reference executor gives the same outputs for both graphs, within
+/// `tol`, padding positions included (NaN, the undef fill, only matches NaN).
+fn assert_same_outputs(before: &Graph, after: &Graph, tol: f32) {
+    let inputs = inputs_for(before);
+    let want = crate::reference::run(before, &inputs).unwrap();
+    let got = crate::reference::run(after, &inputs).unwrap();
+    assert_eq!(want.len(), got.len());
+    for (w, g) in want.iter().zip(&got) {
+        assert_eq!(w.shape, g.shape);
+        for (i, (a, b)) in w.to_f32().iter().zip(g.to_f32()).enumerate() {
+            let same = (a.is_nan() && b.is_nan()) || (a - b).abs() <= tol;
+            assert!(same, "element {i}: {a} before, {b} after");
+        }
+    }
 }
 
 const ZERO: PadValue = PadValue::Known(0.0);
@@ -139,8 +175,7 @@ fn inverse_pairs_cancel_and_keep_spans() {
     let relu = out.outputs()[0];
     assert!(matches!(out.node(relu.node).op, Op::Unary(UnaryOp::Relu)));
     assert_eq!(out.value(relu).name, "back2");
-    // No source layer is lost: the pair before the relu leaves its spans on
-    // x, the pair after it on the relu.
+    // No source layer is lost; the relu carries at least the pair it absorbed.
     let layers = |n| -> Vec<String> {
         out.node(n)
             .spans
@@ -148,8 +183,18 @@ fn inverse_pairs_cancel_and_keep_spans() {
             .map(|s| s.layer.to_string())
             .collect()
     };
-    assert_eq!(layers(relu.node), ["relu", "to2", "back2"]);
-    assert_eq!(layers(out.inputs()[0]), ["x", "to1", "back1"]);
+    for want in ["relu", "to2", "back2"] {
+        assert!(
+            layers(relu.node).iter().any(|l| l == want),
+            "{:?}",
+            layers(relu.node)
+        );
+    }
+    assert_same_outputs(&g, &out, 0.0);
+    let all: Vec<String> = out.node_ids().into_iter().flat_map(layers).collect();
+    for want in ["x", "to1", "back1", "relu", "to2", "back2"] {
+        assert!(all.iter().any(|l| l == want), "{all:?}");
+    }
     assert_eq!(report.extract.method, Method::Ilp);
     assert!(report.extract.cost < report.cost_before);
 }
@@ -196,19 +241,25 @@ fn round_trip_cancels_only_under_known_padding() {
         g.set_outputs(vec![c]);
         g
     };
-    // exp of 0 padding is 1: writing 1 again is a no-op; one transform is left.
-    let (out, _) = rewrite(&build(ZERO, PadValue::Known(1.0)));
-    assert_eq!(transforms(&out).len(), 1, "{:?}", transforms(&out));
-    // Writing 0 over padding that holds 1 is real work: it must stay.
-    let (out, _) = rewrite(&build(ZERO, ZERO));
-    let kept = transforms(&out);
-    assert_eq!(kept.len(), 2, "{kept:?}");
-    assert!(kept
-        .iter()
-        .any(|op| matches!(op, Op::LayoutTransform { pad, .. } if *pad == ZERO)));
-    // Undef padding cannot stand for any value.
-    let (out, _) = rewrite(&build(PadValue::Undef, ZERO));
-    assert_eq!(transforms(&out).len(), 2);
+    // Every case ends in one transform (exp runs on the 153 logical elements,
+    // then one transform writes the padding), and each output, padding
+    // included, is what the original computes: 1 where exp(0) was kept, 0
+    // where the last transform overwrote it. A rule that cancelled the last
+    // transform against padding that holds 1 would fail the ZERO cases.
+    for (first, last) in [
+        (ZERO, PadValue::Known(1.0)),
+        (ZERO, ZERO),
+        (PadValue::Undef, ZERO),
+    ] {
+        let g = build(first, last);
+        let (out, report) = rewrite(&g);
+        assert_eq!(transforms(&out).len(), 1, "{:?}", transforms(&out));
+        assert!(report.extract.cost < report.cost_before);
+        assert_same_outputs(&g, &out, 1e-6);
+        // Physical [1, 2, 3, 3, 16]: (0, 1, 0, 0, 1) is channel 17, padding.
+        let padding = crate::reference::run(&out, &inputs_for(&g)).unwrap()[0].to_f32()[145];
+        assert_eq!(padding, last.known().unwrap());
+    }
 }
 
 fn conv1d(k: usize) -> Op {
@@ -279,6 +330,44 @@ fn rfc_crop_pad_pair_goes_only_under_the_assumption() {
             ..
         }
     )));
+    // The reference checks the assumption while running the original.
+    let assume = Assumption::new(0.0, "test");
+    assert_same_outputs(&rfc_two_convs(Some(assume)), &out, 1e-5);
+    let (out, _) = rewrite(&rfc_two_convs(None));
+    assert_same_outputs(&rfc_two_convs(None), &out, 1e-5);
+}
+
+/// The RFC's 14-element tensor held in a 4x4 layout: B = 2 * A + 1 computed
+/// on the padded buffer, handed out in the 4x4 layout. The scalar ops move to
+/// the 14 logical elements and the one transform writes the padding they
+/// would have produced (2 * 0 + 1 = 1).
+#[test]
+fn fourteen_elements_in_four_by_four() {
+    let mut g = Graph::new("grow");
+    let a = g.add_input(
+        "A",
+        ValueType::new(DType::F32, vec![14]),
+        span("A", "Input", 0),
+    );
+    let two = g.add_constant("two", Tensor::scalar_f32(2.0), span("two", "Constant", 1));
+    let one = g.add_constant("one", Tensor::scalar_f32(1.0), span("one", "Constant", 2));
+    let to = Op::LayoutTransform {
+        from: Layout::parse_with("A", "A").unwrap(),
+        to: Layout::parse_with("A", "A4a").unwrap(),
+        logical: vec![14],
+        pad: ZERO,
+    };
+    let ac = add(&mut g, to, "AC", &[a], 3);
+    let m = add(&mut g, Op::Binary(BinaryOp::Mul), "mul", &[ac, two], 4);
+    let b = add(&mut g, Op::Binary(BinaryOp::Add), "add", &[m, one], 5);
+    g.set_outputs(vec![b]);
+    let (out, report) = rewrite(&g);
+    let kept = transforms(&out);
+    assert_eq!(kept.len(), 1);
+    assert!(matches!(&kept[0], Op::LayoutTransform { pad, .. } if *pad == PadValue::Known(1.0)));
+    // Two ops on 14 elements instead of 16: cheaper.
+    assert!(report.extract.cost < report.cost_before);
+    assert_same_outputs(&g, &out, 0.0);
 }
 
 #[test]

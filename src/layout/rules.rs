@@ -9,8 +9,8 @@
 //! binds; loading checks both, so a rule file cannot use a variable nobody binds.
 
 use super::egraph::{
-    broadcast_safe, entry_of, ints_of, layout_of, pad_fact, pad_of, tensor_of, Atom, LEGraph, Lang,
-    LayoutAnalysis, OpEntry, TensorInfo,
+    broadcast_safe, entry_of, ints_of, layout_of, operand_pad, pad_fact, pad_of, tensor_of, Atom,
+    LEGraph, Lang, LayoutAnalysis, OpEntry, TensorInfo,
 };
 use super::{binary_flow, pad_flow, unary_flow, Digit, Layout, PadValue};
 use crate::graph::{merge_spans, Op, Span};
@@ -158,8 +158,8 @@ fn const_operand(eg: &mut LEGraph, s: &mut Subst, const_left: bool) -> Result<()
         tensor_of(eg, get(s, "?x"))?.clone(),
         tensor_of(eg, get(s, "?c"))?.clone(),
     );
-    if !c.is_const {
-        return refuse("the other operand is not a constant");
+    if !c.is_const || c.logical.is_empty() {
+        return refuse("the other operand is not a constant tensor");
     }
     if c.layout != b || c.logical.len() != b.rank() || !broadcast_safe(&a, &x.logical, &c.logical) {
         return refuse("the constant does not broadcast in the transform's source layout");
@@ -178,6 +178,33 @@ fn const_operand(eg: &mut LEGraph, s: &mut Subst, const_left: bool) -> Result<()
     bind_atom(eg, s, "?z", Atom::Pad(z));
     bind_atom(eg, s, "?r", Atom::Pad(r));
     Ok(())
+}
+
+/// f(xform(a->b, p, x), s) = xform(a->b, r, f(x, s)) for a scalar s, which
+/// broadcasts over either buffer.
+fn scalar_operand(eg: &mut LEGraph, s: &mut Subst, scalar_left: bool) -> Result<(), String> {
+    let f = binary_fn(eg, s)?;
+    let (b, x, c) = (
+        layout_of(eg, get(s, "?b"))?,
+        tensor_of(eg, get(s, "?x"))?,
+        tensor_of(eg, get(s, "?c"))?,
+    );
+    if !c.logical.is_empty() {
+        return refuse("the other operand is not a scalar");
+    }
+    let (p, v) = (pad_of(eg, get(s, "?p"))?, operand_pad(eg, get(s, "?c")));
+    let (l, r) = if scalar_left { (v, p) } else { (p, v) };
+    let r = canonical_pad(b, &x.logical, binary_flow(f, l, r));
+    bind_atom(eg, s, "?r", Atom::Pad(r));
+    Ok(())
+}
+
+fn scalar_right(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
+    scalar_operand(eg, s, false)
+}
+
+fn scalar_left(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
+    scalar_operand(eg, s, true)
 }
 
 fn const_right(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
@@ -415,6 +442,18 @@ pub const CONDITIONS: &[Condition] = &[
         reads: &["?f", "?a", "?b", "?p", "?x", "?c"],
         binds: &["?z", "?r"],
         check: const_left,
+    },
+    Condition {
+        name: "scalar-right",
+        reads: &["?f", "?b", "?p", "?x", "?c"],
+        binds: &["?r"],
+        check: scalar_right,
+    },
+    Condition {
+        name: "scalar-left",
+        reads: &["?f", "?b", "?p", "?x", "?c"],
+        binds: &["?r"],
+        check: scalar_left,
     },
     Condition {
         name: "pool-in-layout",
