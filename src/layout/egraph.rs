@@ -454,15 +454,22 @@ fn infer(eg: &LEGraph, node: &Lang) -> Result<Info, String> {
             let Op::Binary(op) = entry.op else {
                 return Err(format!("binary node holds {}", entry.op.kind_name()));
             };
-            // A scalar broadcasts over any physical buffer; otherwise both
-            // operands must share the layout.
-            let layout = if a.logical.is_empty() {
+            // Row-major operands broadcast as numpy says; a scalar broadcasts
+            // over any physical buffer; otherwise both operands must share the
+            // layout, with no blocked axis broadcast.
+            let logical = broadcast_shapes(&a.logical, &b.logical)?;
+            let plain = a.layout.is_identity() && b.layout.is_identity();
+            let identity = Layout::identity(logical.len()).map_err(|e| e.to_string())?;
+            let layout = if plain {
+                &identity
+            } else if a.logical.is_empty() {
                 &b.layout
             } else {
                 &a.layout
             };
             let scalar_side = a.logical.is_empty() || b.logical.is_empty();
-            if !scalar_side
+            if !plain
+                && !scalar_side
                 && (a.layout != b.layout || !broadcast_safe(layout, &a.logical, &b.logical))
             {
                 return Err(format!(
@@ -470,7 +477,6 @@ fn infer(eg: &LEGraph, node: &Lang) -> Result<Info, String> {
                     a.logical, a.layout, b.logical, b.layout
                 ));
             }
-            let logical = broadcast_shapes(&a.logical, &b.logical)?;
             let value = super::binary_flow(op, operand_pad(eg, *ia), operand_pad(eg, *ib));
             let origin = match (&a.pad, &b.pad) {
                 (Some(p), Some(q)) => format!("{}; {}", p.origin, q.origin),
@@ -836,7 +842,7 @@ impl GraphEGraph {
                 let spans = self.egraph[root].data.spans.clone();
                 let node_name = b.fresh(name);
                 let id =
-                    b.g.add_node(Op::Identity, &node_name, &[v], &[name.clone()], spans)
+                    b.g.add_node(Op::Identity, &node_name, &[v], std::slice::from_ref(name), spans)
                         .map_err(|e| LayoutError::Graph(e.to_string()))?;
                 v = ValueRef::new(id, 0);
             }
