@@ -537,7 +537,7 @@ impl Layout {
 }
 
 /// `data` with one more element holding `fill`.
-fn with_fill(data: &TensorData, fill: f64) -> TensorData {
+pub(crate) fn with_fill(data: &TensorData, fill: f64) -> TensorData {
     fn push<T: Clone>(v: &[T], x: T) -> Vec<T> {
         let mut out = Vec::with_capacity(v.len() + 1);
         out.extend_from_slice(v);

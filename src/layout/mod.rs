@@ -2,12 +2,19 @@
 //! (`PadValue`, `Assumption`, per-op pad-value flow), and the e-graph that
 //! cancels and moves layout transforms using the rules in `rules/`.
 
+pub mod egraph;
+pub mod exec;
+pub mod extract;
 #[allow(clippy::module_inception)]
 mod layout;
 pub mod op_rules;
 mod padvalue;
 pub mod plan;
+pub mod rules;
 pub mod solver;
+
+#[cfg(test)]
+mod rewrite_tests;
 
 pub use layout::{Digit, Layout};
 pub use padvalue::{
@@ -30,4 +37,8 @@ pub enum LayoutError {
     },
     #[error("{0}")]
     Invalid(String),
+    #[error("rewriting: {0}")]
+    Graph(String),
+    #[error(transparent)]
+    Rules(#[from] rules::RuleError),
 }

@@ -19,8 +19,8 @@ mod reduce;
 mod resize;
 
 use crate::graph::{
-    checked_numel, format_spans, infer_outputs, Graph, GraphError, LaidOut, Op, PadMode, Span,
-    Tensor, ValueRef, ValueType,
+    checked_numel, format_spans, infer_outputs, Graph, GraphError, LaidOut, Op, Span, Tensor,
+    ValueRef, ValueType,
 };
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -248,39 +248,9 @@ fn dispatch(op: &Op, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>
         Op::Expand { .. } => one(movement::expand(x[0], out)),
         Op::Tile { .. } => one(movement::tile(x[0], out)?),
         Op::Identity => one(x[0].clone()),
-        Op::LayoutTransform {
-            from,
-            to,
-            logical,
-            pad,
-        } => {
-            let t = from
-                .from_physical(x[0], logical)
-                .map_err(|e| e.to_string())?;
-            one(to.to_physical(&t, pad.fill()).map_err(|e| e.to_string())?)
-        }
-        // Padding and cropping are constant-mode Pad with positive or negative amounts.
-        Op::PadWith {
-            begins,
-            ends,
-            value,
-        } => {
-            let amounts = |v: &[usize]| v.iter().map(|&a| a as i64).collect();
-            let pad = Op::Pad {
-                begins: amounts(begins),
-                ends: amounts(ends),
-                mode: PadMode::Constant(value.fill() as f32),
-            };
-            dispatch(&pad, x, outputs)?
-        }
-        Op::Crop { begins, ends, .. } => {
-            let amounts = |v: &[usize]| v.iter().map(|&a| -(a as i64)).collect();
-            let pad = Op::Pad {
-                begins: amounts(begins),
-                ends: amounts(ends),
-                mode: PadMode::Constant(0.0),
-            };
-            dispatch(&pad, x, outputs)?
+        // Transforms, pads and crops; a crop checks the assumption it carries.
+        Op::LayoutTransform { .. } | Op::PadWith { .. } | Op::Crop { .. } => {
+            one(crate::layout::exec::eval_transform(op, x[0]).expect("a transform op")?)
         }
         Op::InLayout(l) => in_layout(l, x)?,
     })

@@ -1,0 +1,967 @@
+//! The e-graph in which layout transforms are cancelled, composed and moved.
+//!
+//! Every e-class is one physical tensor: a logical tensor stored in a layout,
+//! with what its padding holds. Two nodes share a class only when they compute
+//! the same physical buffer (padding included, up to `undef`), which is what
+//! lets a rule rely on the padding of a class. The analysis carries, per class,
+//! the logical shape, layout, known pad value (with its origin) and the spans
+//! of every source layer that the class stands for.
+//!
+//! Ops are nodes whose first child is an `Atom::Op` naming an entry of the op
+//! table: the graph op as it runs on the physical buffers, with its output
+//! logical shapes and layouts. The node name says which rules may apply to it
+//! ("unary", "pool", ...); "op" is every op no rule moves a transform across.
+
+use super::{Assumption, Layout, LayoutError, PadValue};
+use crate::graph::{
+    broadcast_shapes, infer_outputs, merge_spans, numel, DType, Graph, LaidOut, Op, Span, ValueRef,
+    ValueType,
+};
+use egg::{define_language, Analysis, DidMerge, Id};
+use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
+
+/// A leaf of the language: an attribute of a node, or a graph source.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Atom {
+    Layout(Layout),
+    Pad(PadValue),
+    Ints(Vec<usize>),
+    /// An entry of the op table.
+    Op(usize),
+    /// A graph input or constant (an entry of the source table).
+    Source(usize),
+    /// An entry of the assumption table (the third child of a crop; a crop
+    /// without an assumption has `Pad(Undef)` there).
+    Assume(usize),
+    /// Which output of a multi-output op.
+    Index(usize),
+}
+
+impl fmt::Display for Atom {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Atom::Layout(l) => write!(f, "L:{l}"),
+            Atom::Pad(p) => write!(f, "P:{p}"),
+            Atom::Ints(v) => {
+                let items: Vec<String> = v.iter().map(|x| x.to_string()).collect();
+                write!(f, "[{}]", items.join(","))
+            }
+            Atom::Op(k) => write!(f, "op#{k}"),
+            Atom::Source(k) => write!(f, "src#{k}"),
+            Atom::Assume(k) => write!(f, "assume#{k}"),
+            Atom::Index(i) => write!(f, "#{i}"),
+        }
+    }
+}
+
+impl FromStr for Atom {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Atom, String> {
+        let num = |t: &str| {
+            t.parse::<usize>()
+                .map_err(|_| format!("bad number in '{s}'"))
+        };
+        if let Some(l) = s.strip_prefix("L:") {
+            return Layout::parse(l)
+                .map(Atom::Layout)
+                .map_err(|e| e.to_string());
+        }
+        if let Some(p) = s.strip_prefix("P:") {
+            return p.parse().map(Atom::Pad);
+        }
+        if let Some(k) = s.strip_prefix("op#") {
+            return num(k).map(Atom::Op);
+        }
+        if let Some(k) = s.strip_prefix("src#") {
+            return num(k).map(Atom::Source);
+        }
+        if let Some(k) = s.strip_prefix("assume#") {
+            return num(k).map(Atom::Assume);
+        }
+        if let Some(k) = s.strip_prefix('#') {
+            return num(k).map(Atom::Index);
+        }
+        if let Some(list) = s.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
+            if list.is_empty() {
+                return Ok(Atom::Ints(vec![]));
+            }
+            return list
+                .split(',')
+                .map(num)
+                .collect::<Result<_, _>>()
+                .map(Atom::Ints);
+        }
+        Err(format!("'{s}' is not an atom"))
+    }
+}
+
+define_language! {
+    /// The language of the e-graph: the graph's ops plus the transforms.
+    pub enum Lang {
+        // from, to, pad value, x
+        "xform" = Xform([Id; 4]),
+        // begins, ends, value, x
+        "pad" = Pad([Id; 4]),
+        // begins, ends, assumption, x
+        "crop" = Crop([Id; 4]),
+        "unary" = Unary([Id; 2]),
+        "binary" = Binary([Id; 3]),
+        "pool" = Pool([Id; 2]),
+        "reshape" = Reshape([Id; 2]),
+        "transpose" = Transpose([Id; 2]),
+        "concat" = Concat(Box<[Id]>),
+        "op" = Other(Box<[Id]>),
+        // index, tuple
+        "get" = Get([Id; 2]),
+        Atom(Atom),
+    }
+}
+
+/// An op as it runs on physical buffers, with the logical shape and layout of
+/// each output. Unary and binary entries have no outputs listed: those follow
+/// from the inputs, so one entry serves every application of the function.
+/// Only an `Op::InLayout` has padded outputs; its placement says what they hold.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OpEntry {
+    pub op: Op,
+    pub outputs: Vec<(Vec<usize>, Layout)>,
+}
+
+impl OpEntry {
+    /// An op placed in storage layouts: `inner` reads `inputs` (logical shapes
+    /// in layouts) and writes its outputs in `out_layouts` holding `out_pads`.
+    pub fn in_layout(
+        inner: Op,
+        inputs: Vec<(Layout, Vec<usize>)>,
+        outputs: Vec<(Layout, PadValue)>,
+        dtypes: &[DType],
+    ) -> Result<OpEntry, String> {
+        let logical: Vec<ValueType> = inputs
+            .iter()
+            .zip(dtypes)
+            .map(|((_, s), &d)| ValueType::new(d, s.clone()))
+            .collect();
+        let refs: Vec<&ValueType> = logical.iter().collect();
+        let outs = infer_outputs(&inner, &refs)?;
+        if outs.len() != outputs.len() {
+            return Err(format!(
+                "{} outputs placed for {}",
+                outputs.len(),
+                outs.len()
+            ));
+        }
+        let out_shapes = outs
+            .into_iter()
+            .zip(&outputs)
+            .map(|(t, (l, _))| (t.shape, l.clone()))
+            .collect();
+        Ok(OpEntry {
+            op: Op::InLayout(Box::new(LaidOut {
+                inner,
+                inputs,
+                outputs,
+            })),
+            outputs: out_shapes,
+        })
+    }
+}
+
+/// A graph input or constant.
+#[derive(Clone, Debug)]
+pub struct Source {
+    pub name: String,
+    pub op: Op,
+    pub ty: ValueType,
+    pub spans: Vec<Span>,
+}
+
+/// What the padding of a class holds, and why that is known.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PadFact {
+    pub value: PadValue,
+    pub origin: String,
+}
+
+/// A tensor class: logical shape, layout and padding of its physical buffer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorInfo {
+    pub dtype: DType,
+    pub logical: Vec<usize>,
+    pub layout: Layout,
+    /// Present exactly when the layout pads this shape.
+    pub pad: Option<PadFact>,
+    /// Computable at compile time (every leaf below is a constant).
+    pub is_const: bool,
+}
+
+impl TensorInfo {
+    pub fn physical_shape(&self) -> Vec<usize> {
+        self.layout
+            .physical_shape(&self.logical)
+            .expect("the layout fits the shape (checked when the class was made)")
+    }
+
+    pub fn bytes(&self) -> usize {
+        numel(&self.physical_shape()) * self.dtype.size_bytes()
+    }
+
+    pub fn value_type(&self) -> ValueType {
+        ValueType::new(self.dtype, self.physical_shape())
+    }
+
+    /// The pad value, `Undef` when nothing is known (or there is no padding).
+    pub fn pad_value(&self) -> PadValue {
+        self.pad.as_ref().map_or(PadValue::Undef, |p| p.value)
+    }
+}
+
+/// What a class is.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Info {
+    Atom(Atom),
+    Tensor(TensorInfo),
+    Tuple(Vec<TensorInfo>),
+    /// A node that does not type-check (a rule must never build one; the
+    /// extractor never picks one).
+    Invalid(String),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClassData {
+    pub info: Info,
+    /// Every source layer this class stands for.
+    pub spans: Vec<Span>,
+    /// A name for the graph node built from this class.
+    pub name: Option<String>,
+}
+
+/// The e-class analysis, holding the side tables atoms refer to.
+#[derive(Default)]
+pub struct LayoutAnalysis {
+    pub ops: Vec<OpEntry>,
+    op_index: HashMap<String, usize>,
+    pub sources: Vec<Source>,
+    pub assumptions: Vec<Assumption>,
+}
+
+pub type LEGraph = egg::EGraph<Lang, LayoutAnalysis>;
+
+impl LayoutAnalysis {
+    /// The table index of an op entry, adding it if new (equal entries share one).
+    pub fn intern(&mut self, entry: OpEntry) -> usize {
+        let key = format!("{entry:?}");
+        if let Some(&k) = self.op_index.get(&key) {
+            return k;
+        }
+        self.ops.push(entry);
+        self.op_index.insert(key, self.ops.len() - 1);
+        self.ops.len() - 1
+    }
+}
+
+/// The pad fact of a layout-`layout` tensor of shape `logical` whose padding
+/// holds `value`: none when the layout does not pad the shape.
+pub fn pad_fact(
+    layout: &Layout,
+    logical: &[usize],
+    value: PadValue,
+    origin: &str,
+) -> Option<PadFact> {
+    let padded = layout.padded_axes(logical).ok()?;
+    (!padded.is_empty()).then(|| PadFact {
+        value,
+        origin: origin.to_string(),
+    })
+}
+
+/// Whether a binary op may run on physical buffers in `layout`: numpy
+/// broadcasting of the physical shapes means the logical one only when no
+/// blocked axis is broadcast.
+pub fn broadcast_safe(layout: &Layout, a: &[usize], b: &[usize]) -> bool {
+    if layout.is_identity() {
+        return true;
+    }
+    a.len() == layout.rank()
+        && b.len() == layout.rank()
+        && (0..layout.rank()).all(|i| layout.factors(i).is_empty() || a[i] == b[i])
+}
+
+fn atom(eg: &LEGraph, id: Id) -> Result<&Atom, String> {
+    match &eg[id].data.info {
+        Info::Atom(a) => Ok(a),
+        other => Err(format!("expected an attribute, found {other:?}")),
+    }
+}
+
+fn tensor(eg: &LEGraph, id: Id) -> Result<&TensorInfo, String> {
+    match &eg[id].data.info {
+        Info::Tensor(t) => Ok(t),
+        Info::Invalid(m) => Err(m.clone()),
+        other => Err(format!("expected a tensor, found {other:?}")),
+    }
+}
+
+pub fn layout_of(eg: &LEGraph, id: Id) -> Result<&Layout, String> {
+    match atom(eg, id)? {
+        Atom::Layout(l) => Ok(l),
+        a => Err(format!("expected a layout, found {a}")),
+    }
+}
+
+pub fn pad_of(eg: &LEGraph, id: Id) -> Result<PadValue, String> {
+    match atom(eg, id)? {
+        Atom::Pad(p) => Ok(*p),
+        a => Err(format!("expected a pad value, found {a}")),
+    }
+}
+
+pub fn ints_of(eg: &LEGraph, id: Id) -> Result<&[usize], String> {
+    match atom(eg, id)? {
+        Atom::Ints(v) => Ok(v),
+        a => Err(format!("expected an integer list, found {a}")),
+    }
+}
+
+pub fn entry_of(eg: &LEGraph, id: Id) -> Result<&OpEntry, String> {
+    match atom(eg, id)? {
+        Atom::Op(k) => eg.analysis.ops.get(*k).ok_or_else(|| format!("no op #{k}")),
+        a => Err(format!("expected an op, found {a}")),
+    }
+}
+
+pub fn tensor_of(eg: &LEGraph, id: Id) -> Result<&TensorInfo, String> {
+    tensor(eg, id)
+}
+
+fn identity_input<'a>(eg: &'a LEGraph, id: Id, what: &str) -> Result<&'a TensorInfo, String> {
+    let t = tensor(eg, id)?;
+    if !t.layout.is_identity() {
+        return Err(format!(
+            "{what} needs a row-major input, got layout {}",
+            t.layout
+        ));
+    }
+    Ok(t)
+}
+
+/// The value of a scalar constant class, if it is one.
+pub fn scalar_value(eg: &LEGraph, id: Id) -> Option<f32> {
+    eg[id].nodes.iter().find_map(|n| match n {
+        Lang::Atom(Atom::Source(k)) => match &eg.analysis.sources[*k].op {
+            Op::Constant(t) if t.shape.is_empty() && t.dtype().is_float() => Some(t.to_f32()[0]),
+            _ => None,
+        },
+        _ => None,
+    })
+}
+
+/// What an operand of a binary op holds at the padding positions: its pad
+/// value, or for a scalar its value (known when it is a constant).
+pub fn operand_pad(eg: &LEGraph, id: Id) -> PadValue {
+    match &eg[id].data.info {
+        Info::Tensor(t) if t.logical.is_empty() => {
+            scalar_value(eg, id).map_or(PadValue::Undef, PadValue::Known)
+        }
+        Info::Tensor(t) => t.pad_value(),
+        _ => PadValue::Undef,
+    }
+}
+
+fn infer(eg: &LEGraph, node: &Lang) -> Result<Info, String> {
+    let plain = |dtype, logical: Vec<usize>, is_const| {
+        Ok(Info::Tensor(TensorInfo {
+            dtype,
+            layout: Layout::identity(logical.len()).map_err(|e| e.to_string())?,
+            logical,
+            pad: None,
+            is_const,
+        }))
+    };
+    match node {
+        Lang::Atom(Atom::Source(k)) => {
+            let s = eg
+                .analysis
+                .sources
+                .get(*k)
+                .ok_or_else(|| format!("no source #{k}"))?;
+            plain(
+                s.ty.dtype,
+                s.ty.shape.clone(),
+                matches!(s.op, Op::Constant(_)),
+            )
+        }
+        Lang::Atom(a) => Ok(Info::Atom(a.clone())),
+        Lang::Xform([from, to, pad, x]) => {
+            let (from, to, pad, x) = (
+                layout_of(eg, *from)?,
+                layout_of(eg, *to)?,
+                pad_of(eg, *pad)?,
+                tensor(eg, *x)?,
+            );
+            if &x.layout != from {
+                return Err(format!(
+                    "transform from {from} applied to a tensor in {}",
+                    x.layout
+                ));
+            }
+            to.physical_shape(&x.logical).map_err(|e| e.to_string())?;
+            Ok(Info::Tensor(TensorInfo {
+                pad: pad_fact(to, &x.logical, pad, "written by a layout transform"),
+                layout: to.clone(),
+                ..x.clone()
+            }))
+        }
+        Lang::Pad([b, e, _, x]) | Lang::Crop([b, e, _, x]) => {
+            let (b, e, x) = (
+                ints_of(eg, *b)?,
+                ints_of(eg, *e)?,
+                identity_input(eg, *x, "pad/crop")?,
+            );
+            if b.len() != x.logical.len() || e.len() != x.logical.len() {
+                return Err(format!(
+                    "amounts {b:?}/{e:?} do not fit shape {:?}",
+                    x.logical
+                ));
+            }
+            let grow = matches!(node, Lang::Pad(_));
+            let mut logical = Vec::with_capacity(b.len());
+            for i in 0..b.len() {
+                let d = x.logical[i];
+                logical.push(if grow {
+                    d + b[i] + e[i]
+                } else {
+                    d.checked_sub(b[i] + e[i])
+                        .ok_or_else(|| format!("crop {b:?}/{e:?} exceeds shape {:?}", x.logical))?
+                });
+            }
+            plain(x.dtype, logical, x.is_const)
+        }
+        Lang::Unary([k, x]) => {
+            let (entry, x) = (entry_of(eg, *k)?, tensor(eg, *x)?);
+            let Op::Unary(u) = entry.op else {
+                return Err(format!("unary node holds {}", entry.op.kind_name()));
+            };
+            let pad = x.pad.as_ref().map(|p| PadFact {
+                value: super::unary_flow(u, p.value),
+                origin: p.origin.clone(),
+            });
+            Ok(Info::Tensor(TensorInfo { pad, ..x.clone() }))
+        }
+        Lang::Binary([k, ia, ib]) => {
+            let (entry, a, b) = (entry_of(eg, *k)?, tensor(eg, *ia)?, tensor(eg, *ib)?);
+            let Op::Binary(op) = entry.op else {
+                return Err(format!("binary node holds {}", entry.op.kind_name()));
+            };
+            // Row-major operands broadcast as numpy says; a scalar broadcasts
+            // over any physical buffer; otherwise both operands must share the
+            // layout, with no blocked axis broadcast.
+            let logical = broadcast_shapes(&a.logical, &b.logical)?;
+            let plain = a.layout.is_identity() && b.layout.is_identity();
+            let identity = Layout::identity(logical.len()).map_err(|e| e.to_string())?;
+            let layout = if plain {
+                &identity
+            } else if a.logical.is_empty() {
+                &b.layout
+            } else {
+                &a.layout
+            };
+            let scalar_side = a.logical.is_empty() || b.logical.is_empty();
+            if !plain
+                && !scalar_side
+                && (a.layout != b.layout || !broadcast_safe(layout, &a.logical, &b.logical))
+            {
+                return Err(format!(
+                    "operands {:?} in {} and {:?} in {} do not broadcast",
+                    a.logical, a.layout, b.logical, b.layout
+                ));
+            }
+            let value = super::binary_flow(op, operand_pad(eg, *ia), operand_pad(eg, *ib));
+            let origin = match (&a.pad, &b.pad) {
+                (Some(p), Some(q)) => format!("{}; {}", p.origin, q.origin),
+                (Some(p), None) | (None, Some(p)) => p.origin.clone(),
+                (None, None) => String::new(),
+            };
+            Ok(Info::Tensor(TensorInfo {
+                dtype: if op.is_comparison() {
+                    DType::Bool
+                } else {
+                    a.dtype
+                },
+                pad: pad_fact(layout, &logical, value, &origin),
+                layout: layout.clone(),
+                logical,
+                is_const: a.is_const && b.is_const,
+            }))
+        }
+        Lang::Pool([k, x]) | Lang::Reshape([k, x]) | Lang::Transpose([k, x]) => {
+            entry_outputs(eg, *k, &[*x])
+        }
+        Lang::Concat(ch) | Lang::Other(ch) => match ch.split_first() {
+            Some((k, xs)) => entry_outputs(eg, *k, xs),
+            None => Err("an op node without its op".into()),
+        },
+        Lang::Get([i, t]) => {
+            let Atom::Index(i) = atom(eg, *i)? else {
+                return Err("get needs an index".into());
+            };
+            match &eg[*t].data.info {
+                Info::Tuple(ts) => ts
+                    .get(*i)
+                    .cloned()
+                    .map(Info::Tensor)
+                    .ok_or_else(|| format!("no output {i}")),
+                other => Err(format!("get from a non-tuple {other:?}")),
+            }
+        }
+    }
+}
+
+/// Outputs of a table op: checked against shape inference on the physical inputs.
+fn entry_outputs(eg: &LEGraph, k: Id, xs: &[Id]) -> Result<Info, String> {
+    let entry = entry_of(eg, k)?;
+    let inputs: Vec<&TensorInfo> = xs
+        .iter()
+        .map(|&x| tensor(eg, x))
+        .collect::<Result<_, _>>()?;
+    let types: Vec<ValueType> = inputs.iter().map(|t| t.value_type()).collect();
+    let refs: Vec<&ValueType> = types.iter().collect();
+    let inferred = infer_outputs(&entry.op, &refs)?;
+    if inferred.len() != entry.outputs.len() {
+        return Err(format!(
+            "{} has {} outputs",
+            entry.op.kind_name(),
+            inferred.len()
+        ));
+    }
+    if let Op::InLayout(l) = &entry.op {
+        for (t, (layout, logical)) in inputs.iter().zip(&l.inputs) {
+            if &t.layout != layout || &t.logical != logical {
+                return Err(format!(
+                    "placed for {logical:?} in {layout}, given {:?} in {}",
+                    t.logical, t.layout
+                ));
+            }
+        }
+    }
+    let is_const = inputs.iter().all(|t| t.is_const);
+    let mut outs = Vec::with_capacity(inferred.len());
+    for (ty, (logical, layout)) in inferred.iter().zip(&entry.outputs) {
+        if layout.physical_shape(logical).ok().as_ref() != Some(&ty.shape) {
+            return Err(format!(
+                "{} gives {:?}, not {logical:?} in {layout}",
+                entry.op.kind_name(),
+                ty.shape
+            ));
+        }
+        let value = match &entry.op {
+            Op::InLayout(l) => l.outputs[outs.len()].1,
+            _ => PadValue::Undef,
+        };
+        outs.push(TensorInfo {
+            dtype: ty.dtype,
+            logical: logical.clone(),
+            layout: layout.clone(),
+            pad: pad_fact(
+                layout,
+                logical,
+                value,
+                "written by an op placed in a layout",
+            ),
+            is_const,
+        });
+    }
+    Ok(if outs.len() == 1 {
+        Info::Tensor(outs.remove(0))
+    } else {
+        Info::Tuple(outs)
+    })
+}
+
+impl Analysis<Lang> for LayoutAnalysis {
+    type Data = ClassData;
+
+    fn make(eg: &LEGraph, enode: &Lang) -> ClassData {
+        ClassData {
+            info: infer(eg, enode).unwrap_or_else(Info::Invalid),
+            spans: vec![],
+            name: None,
+        }
+    }
+
+    fn merge(&mut self, a: &mut ClassData, b: ClassData) -> DidMerge {
+        let before = a.clone();
+        match (&mut a.info, &b.info) {
+            (Info::Invalid(_), valid) if !matches!(valid, Info::Invalid(_)) => {
+                a.info = valid.clone()
+            }
+            // Equal buffers: what one node knows about the padding holds for all.
+            (Info::Tensor(x), Info::Tensor(y)) => {
+                if x.pad.as_ref().is_some_and(|p| p.value == PadValue::Undef) {
+                    if let Some(q) = &y.pad {
+                        x.pad = Some(q.clone());
+                    }
+                }
+                x.is_const |= y.is_const;
+            }
+            _ => {}
+        }
+        if b.spans.iter().any(|s| !a.spans.contains(s)) {
+            a.spans = merge_spans([a.spans.as_slice(), b.spans.as_slice()]);
+        }
+        if a.name.is_none() {
+            a.name = b.name.clone();
+        }
+        DidMerge(*a != before, *a != b)
+    }
+}
+
+/// A graph turned into an e-graph: the classes of the graph's outputs.
+pub struct GraphEGraph {
+    pub egraph: LEGraph,
+    pub roots: Vec<Id>,
+    /// The classes of the graph's inputs, in the graph's input order.
+    pub inputs: Vec<Id>,
+    pub graph_name: String,
+    pub output_names: Vec<String>,
+}
+
+/// Adds `spans` and `name` to a class.
+fn annotate(eg: &mut LEGraph, id: Id, spans: &[Span], name: &str) {
+    let data = &mut eg[id].data;
+    data.spans = merge_spans([data.spans.as_slice(), spans]);
+    if data.name.is_none() {
+        data.name = Some(name.to_string());
+    }
+}
+
+fn checked_add(
+    eg: &mut LEGraph,
+    node: Lang,
+    spans: &[Span],
+    name: &str,
+) -> Result<Id, LayoutError> {
+    let id = eg.add(node);
+    if let Info::Invalid(m) = &eg[id].data.info {
+        return Err(LayoutError::Graph(format!(
+            "{}: {m}",
+            crate::graph::format_spans(spans)
+        )));
+    }
+    annotate(eg, id, spans, name);
+    Ok(id)
+}
+
+/// Builds the e-graph of a graph. Ops other than the transforms must read
+/// row-major tensors (the graph IR has no other way to say what they mean).
+pub fn graph_to_egraph(g: &Graph) -> Result<GraphEGraph, LayoutError> {
+    let mut eg = LEGraph::new(LayoutAnalysis::default());
+    let mut ids: HashMap<ValueRef, Id> = HashMap::new();
+    let err = |spans: &[Span], m: String| {
+        LayoutError::Graph(format!("{}: {m}", crate::graph::format_spans(spans)))
+    };
+    let order = g
+        .topo_order()
+        .map_err(|e| LayoutError::Graph(e.to_string()))?;
+    for nid in order {
+        let node = g.node(nid);
+        let ins: Vec<Id> = g.node_inputs(nid).iter().map(|v| ids[v]).collect();
+        let (spans, name) = (&node.spans, node.name.as_str());
+        let add_atom = |eg: &mut LEGraph, a: Atom| eg.add(Lang::Atom(a));
+        let lang = match &node.op {
+            Op::Input | Op::Constant(_) => {
+                eg.analysis.sources.push(Source {
+                    name: node.name.clone(),
+                    op: node.op.clone(),
+                    ty: node.outputs[0].ty.clone(),
+                    spans: node.spans.clone(),
+                });
+                Lang::Atom(Atom::Source(eg.analysis.sources.len() - 1))
+            }
+            Op::LayoutTransform { from, to, pad, .. } => {
+                let (f, t, p) = (
+                    add_atom(&mut eg, Atom::Layout(from.clone())),
+                    add_atom(&mut eg, Atom::Layout(to.clone())),
+                    add_atom(&mut eg, Atom::Pad(*pad)),
+                );
+                Lang::Xform([f, t, p, ins[0]])
+            }
+            Op::PadWith {
+                begins,
+                ends,
+                value,
+            } => {
+                let (b, e, v) = (
+                    add_atom(&mut eg, Atom::Ints(begins.clone())),
+                    add_atom(&mut eg, Atom::Ints(ends.clone())),
+                    add_atom(&mut eg, Atom::Pad(*value)),
+                );
+                Lang::Pad([b, e, v, ins[0]])
+            }
+            Op::Crop {
+                begins,
+                ends,
+                assume,
+            } => {
+                let s = match assume {
+                    Some(a) => {
+                        eg.analysis.assumptions.push(a.clone());
+                        Atom::Assume(eg.analysis.assumptions.len() - 1)
+                    }
+                    None => Atom::Pad(PadValue::Undef),
+                };
+                let (b, e, s) = (
+                    add_atom(&mut eg, Atom::Ints(begins.clone())),
+                    add_atom(&mut eg, Atom::Ints(ends.clone())),
+                    add_atom(&mut eg, s),
+                );
+                Lang::Crop([b, e, s, ins[0]])
+            }
+            op => {
+                let outputs = match op {
+                    Op::Unary(_) | Op::Binary(_) => vec![],
+                    Op::InLayout(l) => {
+                        let in_dtypes: Vec<DType> = ins
+                            .iter()
+                            .map(|&i| tensor(&eg, i).map(|t| t.dtype))
+                            .collect::<Result<_, _>>()
+                            .map_err(|m| err(spans, m))?;
+                        OpEntry::in_layout(
+                            l.inner.clone(),
+                            l.inputs.clone(),
+                            l.outputs.clone(),
+                            &in_dtypes,
+                        )
+                        .map_err(|m| err(spans, m))?
+                        .outputs
+                    }
+                    _ => {
+                        for &i in &ins {
+                            let t = tensor(&eg, i).map_err(|m| err(spans, m))?;
+                            if !t.layout.is_identity() {
+                                return Err(err(
+                                    spans,
+                                    format!("{} reads a tensor in layout {}: only row-major inputs are understood here", op.kind_name(), t.layout),
+                                ));
+                            }
+                        }
+                        node.outputs
+                            .iter()
+                            .map(|v| {
+                                (
+                                    v.ty.shape.clone(),
+                                    Layout::identity(v.ty.shape.len()).expect("rank fits"),
+                                )
+                            })
+                            .collect()
+                    }
+                };
+                let k = eg.analysis.intern(OpEntry {
+                    op: op.clone(),
+                    outputs,
+                });
+                let k = add_atom(&mut eg, Atom::Op(k));
+                let mut children = vec![k];
+                children.extend(&ins);
+                match op {
+                    Op::Unary(_) => Lang::Unary([k, ins[0]]),
+                    Op::Binary(_) => Lang::Binary([k, ins[0], ins[1]]),
+                    Op::Pool(_) | Op::GlobalPool(_) => Lang::Pool([k, ins[0]]),
+                    Op::Reshape { .. } => Lang::Reshape([k, ins[0]]),
+                    Op::Transpose { .. } => Lang::Transpose([k, ins[0]]),
+                    Op::Concat { .. } => Lang::Concat(children.into()),
+                    _ => Lang::Other(children.into()),
+                }
+            }
+        };
+        let id = checked_add(&mut eg, lang, spans, name)?;
+        if node.outputs.len() == 1 {
+            ids.insert(ValueRef::new(nid, 0), id);
+        } else {
+            for i in 0..node.outputs.len() {
+                let ix = eg.add(Lang::Atom(Atom::Index(i)));
+                let out = checked_add(&mut eg, Lang::Get([ix, id]), spans, &node.outputs[i].name)?;
+                ids.insert(ValueRef::new(nid, i), out);
+            }
+        }
+    }
+    eg.rebuild();
+    let roots = g.outputs().iter().map(|v| eg.find(ids[v])).collect();
+    let inputs = g
+        .inputs()
+        .iter()
+        .map(|&n| eg.find(ids[&ValueRef::new(n, 0)]))
+        .collect();
+    let output_names = g
+        .outputs()
+        .iter()
+        .map(|&v| g.value(v).name.clone())
+        .collect();
+    Ok(GraphEGraph {
+        egraph: eg,
+        roots,
+        inputs,
+        graph_name: g.name.clone(),
+        output_names,
+    })
+}
+
+impl GraphEGraph {
+    /// Builds the graph that computes the roots with one chosen node per class.
+    pub fn to_graph(&self, choice: &HashMap<Id, Lang>) -> Result<Graph, LayoutError> {
+        let mut b = GraphBuilder {
+            eg: &self.egraph,
+            choice,
+            g: Graph::new(self.graph_name.clone()),
+            built: HashMap::new(),
+            names: std::collections::HashSet::new(),
+        };
+        // Inputs first, in their order, whether or not anything still reads them.
+        for &input in &self.inputs {
+            let class = self.egraph.find(input);
+            let source = self.egraph[class].nodes.iter().find_map(|n| match n {
+                Lang::Atom(Atom::Source(k)) => Some(*k),
+                _ => None,
+            });
+            let k =
+                source.ok_or_else(|| LayoutError::Graph("a graph input lost its node".into()))?;
+            let s = &self.egraph.analysis.sources[k];
+            let name = b.fresh(&s.name);
+            let spans = merge_spans([s.spans.as_slice(), self.egraph[class].data.spans.as_slice()]);
+            let v = b.g.add_input(&name, s.ty.clone(), spans);
+            b.built.insert(class, v);
+        }
+        let mut outs = Vec::with_capacity(self.roots.len());
+        for (i, &root) in self.roots.iter().enumerate() {
+            let mut v = b.build(root)?;
+            let name = &self.output_names[i];
+            // An output must be its own named value: add an Identity when the
+            // chosen value is a source or another output.
+            if matches!(b.g.node(v.node).op, Op::Input | Op::Constant(_)) || outs.contains(&v) {
+                let spans = self.egraph[root].data.spans.clone();
+                let node_name = b.fresh(name);
+                let id =
+                    b.g.add_node(Op::Identity, &node_name, &[v], std::slice::from_ref(name), spans)
+                        .map_err(|e| LayoutError::Graph(e.to_string()))?;
+                v = ValueRef::new(id, 0);
+            }
+            b.g.node_mut(v.node).outputs[v.output].name = name.clone();
+            outs.push(v);
+        }
+        b.g.set_outputs(outs);
+        Ok(b.g)
+    }
+}
+
+struct GraphBuilder<'a> {
+    eg: &'a LEGraph,
+    choice: &'a HashMap<Id, Lang>,
+    g: Graph,
+    built: HashMap<Id, ValueRef>,
+    names: std::collections::HashSet<String>,
+}
+
+impl GraphBuilder<'_> {
+    fn fresh(&mut self, base: &str) -> String {
+        let mut name = base.to_string();
+        let mut n = 1;
+        while !self.names.insert(name.clone()) {
+            name = format!("{base}_{n}");
+            n += 1;
+        }
+        name
+    }
+
+    fn build(&mut self, id: Id) -> Result<ValueRef, LayoutError> {
+        let id = self.eg.find(id);
+        if let Some(&v) = self.built.get(&id) {
+            return Ok(v);
+        }
+        let node = self
+            .choice
+            .get(&id)
+            .ok_or_else(|| LayoutError::Graph(format!("no node chosen for class {id}")))?;
+        let data = &self.eg[id].data;
+        let spans = data.spans.clone();
+        let base = data
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("rewritten_{id}"));
+        let eg = self.eg;
+        let e = |m: String| LayoutError::Graph(format!("class {id}: {m}"));
+        let (op, inputs): (Op, Vec<Id>) = match node {
+            Lang::Atom(Atom::Source(k)) => {
+                let s = &eg.analysis.sources[*k];
+                let name = self.fresh(&s.name);
+                let spans = merge_spans([s.spans.as_slice(), spans.as_slice()]);
+                let v = match &s.op {
+                    Op::Constant(t) => self.g.add_constant(&name, t.clone(), spans),
+                    _ => self.g.add_input(&name, s.ty.clone(), spans),
+                };
+                self.built.insert(id, v);
+                return Ok(v);
+            }
+            Lang::Atom(a) => return Err(e(format!("attribute {a} chosen as a tensor"))),
+            Lang::Xform([f, t, p, x]) => {
+                let op = Op::LayoutTransform {
+                    from: layout_of(eg, *f).map_err(e)?.clone(),
+                    to: layout_of(eg, *t).map_err(e)?.clone(),
+                    logical: tensor(eg, *x).map_err(e)?.logical.clone(),
+                    pad: pad_of(eg, *p).map_err(e)?,
+                };
+                (op, vec![*x])
+            }
+            Lang::Pad([b, en, v, x]) => {
+                let op = Op::PadWith {
+                    begins: ints_of(eg, *b).map_err(e)?.to_vec(),
+                    ends: ints_of(eg, *en).map_err(e)?.to_vec(),
+                    value: pad_of(eg, *v).map_err(e)?,
+                };
+                (op, vec![*x])
+            }
+            Lang::Crop([b, en, s, x]) => {
+                let assume = match atom(eg, *s).map_err(e)? {
+                    Atom::Assume(k) => Some(eg.analysis.assumptions[*k].clone()),
+                    _ => None,
+                };
+                let op = Op::Crop {
+                    begins: ints_of(eg, *b).map_err(e)?.to_vec(),
+                    ends: ints_of(eg, *en).map_err(e)?.to_vec(),
+                    assume,
+                };
+                (op, vec![*x])
+            }
+            Lang::Get([i, t]) => {
+                let Atom::Index(i) = atom(eg, *i).map_err(e)? else {
+                    return Err(e("get without an index".into()));
+                };
+                let v = self.build(*t)?;
+                let v = ValueRef::new(v.node, *i);
+                self.built.insert(id, v);
+                return Ok(v);
+            }
+            Lang::Unary([k, x])
+            | Lang::Pool([k, x])
+            | Lang::Reshape([k, x])
+            | Lang::Transpose([k, x]) => (entry_of(eg, *k).map_err(e)?.op.clone(), vec![*x]),
+            Lang::Binary([k, a, b]) => (entry_of(eg, *k).map_err(e)?.op.clone(), vec![*a, *b]),
+            Lang::Concat(ch) | Lang::Other(ch) => {
+                let (k, xs) = ch.split_first().ok_or_else(|| e("empty op node".into()))?;
+                (entry_of(eg, *k).map_err(e)?.op.clone(), xs.to_vec())
+            }
+        };
+        let ins = inputs
+            .iter()
+            .map(|&x| self.build(x))
+            .collect::<Result<Vec<_>, _>>()?;
+        let name = self.fresh(&base);
+        let nid = self
+            .g
+            .add_node(op, &name, &ins, &[], spans)
+            .map_err(|err| LayoutError::Graph(err.to_string()))?;
+        let v = ValueRef::new(nid, 0);
+        self.built.insert(id, v);
+        Ok(v)
+    }
+}

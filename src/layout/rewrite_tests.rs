@@ -1,0 +1,393 @@
+//! Tests of the e-graph rewriter: rule loading, the rules' effect on small
+//! graphs (which transforms remain), spans, and extraction.
+
+use super::egraph::graph_to_egraph;
+use super::extract::{extract_with_limit, rewrite_graph, Method, RewriteLimits};
+use super::rules::{bundled_rules_dir, load_rules, parse_rules, RuleError};
+use super::{Assumption, Layout, PadValue};
+use crate::graph::{
+    BinaryOp, Conv, DType, Graph, Op, Span, Tensor, UnaryOp, ValueRef, ValueType, Window,
+};
+
+fn span(layer: &str, op: &str, index: usize) -> Vec<Span> {
+    vec![Span::new("test.onnx", layer, op, index)]
+}
+
+fn lt(from: &str, to: &str, logical: &[usize], pad: PadValue) -> Op {
+    Op::LayoutTransform {
+        from: Layout::parse(from).unwrap(),
+        to: Layout::parse(to).unwrap(),
+        logical: logical.to_vec(),
+        pad,
+    }
+}
+
+/// Adds a one-output node.
+fn add(g: &mut Graph, op: Op, name: &str, ins: &[ValueRef], index: usize) -> ValueRef {
+    let kind = op.kind_name();
+    let id = g
+        .add_node(op, name, ins, &[name.to_string()], span(name, kind, index))
+        .unwrap();
+    ValueRef::new(id, 0)
+}
+
+fn rewrite(g: &Graph) -> (Graph, super::extract::RewriteReport) {
+    let rules = load_rules(bundled_rules_dir()).unwrap();
+    rewrite_graph(g, &rules, &RewriteLimits::default()).unwrap()
+}
+
+fn transforms(g: &Graph) -> Vec<Op> {
+    g.node_ids()
+        .into_iter()
+        .map(|n| g.node(n).op.clone())
+        .filter(|op| {
+            matches!(
+                op,
+                Op::LayoutTransform { .. } | Op::PadWith { .. } | Op::Crop { .. }
+            )
+        })
+        .collect()
+}
+
+/// Deterministic inputs in [-2, 2) for each graph input.
+fn inputs_for(g: &Graph) -> Vec<Tensor> {
+    let mut state = 0x2545_f491_u32;
+    g.inputs()
+        .iter()
+        .map(|&n| {
+            let shape = g.node(n).outputs[0].ty.shape.clone();
+            let v = (0..crate::graph::numel(&shape))
+                .map(|_| {
+                    state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                    (state >> 8) as f32 / (1u32 << 24) as f32 * 4.0 - 2.0
+                })
+                .collect();
+            Tensor::from_f32(shape, v)
+        })
+        .collect()
+}
+
+/// The reference executor gives the same outputs for both graphs, within
+/// `tol`, padding positions included (NaN, the undef fill, only matches NaN).
+fn assert_same_outputs(before: &Graph, after: &Graph, tol: f32) {
+    let inputs = inputs_for(before);
+    let want = crate::reference::run(before, &inputs).unwrap();
+    let got = crate::reference::run(after, &inputs).unwrap();
+    assert_eq!(want.len(), got.len());
+    for (w, g) in want.iter().zip(&got) {
+        assert_eq!(w.shape, g.shape);
+        for (i, (a, b)) in w.to_f32().iter().zip(g.to_f32()).enumerate() {
+            let same = (a.is_nan() && b.is_nan()) || (a - b).abs() <= tol;
+            assert!(same, "element {i}: {a} before, {b} after");
+        }
+    }
+}
+
+const ZERO: PadValue = PadValue::Known(0.0);
+const SHAPE: [usize; 4] = [1, 17, 3, 3];
+
+#[test]
+fn bundled_rules_load() {
+    let rules = load_rules(bundled_rules_dir()).unwrap();
+    let names: Vec<String> = rules.iter().map(|r| r.name.to_string()).collect();
+    for want in [
+        "inverse",
+        "compose",
+        "unary-sink",
+        "binary-sink",
+        "pool-sink",
+        "concat-sink",
+        "reshape-sink",
+        "pad-then-crop",
+        "crop-then-pad",
+        "transpose-compose",
+    ] {
+        assert!(
+            names.iter().any(|n| n == want),
+            "missing rule {want}: {names:?}"
+        );
+    }
+}
+
+#[test]
+fn rule_file_errors_name_file_and_line() {
+    let text = "# fine\ninverse: (xform ?b ?a ?q (xform ?a ?b ?p ?x)) => ?x if restores-padding\n\nbroken: (xform ?a => ?x\n";
+    let e = parse_rules(text, "mine.rules").unwrap_err();
+    assert!(matches!(&e, RuleError::Syntax { line: 4, .. }), "{e}");
+    assert!(e.to_string().starts_with("mine.rules:4:"), "{e}");
+    for (bad, what) in [
+        (
+            "r: (xform ?a ?b ?p ?x) => ?x if no-such-check",
+            "unknown condition",
+        ),
+        ("r: (xform ?a ?b ?p ?x) => ?y", "?y"),
+        ("r: (unary ?f ?x) => ?x if pad-through-unary", "reads"),
+        ("no rule here", "expected"),
+    ] {
+        let e = parse_rules(bad, "x.rules").unwrap_err().to_string();
+        assert!(e.starts_with("x.rules:1:") && e.contains(what), "{e}");
+    }
+    // Through the directory loader, the path is named.
+    let dir = std::env::temp_dir().join(format!("layoutopt-rules-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("a.rules"),
+        "ok: (pad ?b ?e ?v ?x) => ?x if no-amounts\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("b.rules"), "\n\nbad: (pad ?b\n").unwrap();
+    let e = load_rules(&dir).unwrap_err().to_string();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(e.contains("b.rules:3:"), "{e}");
+}
+
+/// x -> to NCHW16c -> back -> relu -> to NCHW16c -> back: every pair cancels,
+/// and the relu carries the spans of the transforms it absorbed.
+#[test]
+fn inverse_pairs_cancel_and_keep_spans() {
+    let mut g = Graph::new("t");
+    let x = g.add_input(
+        "x",
+        ValueType::new(DType::F32, SHAPE.to_vec()),
+        span("x", "Input", 0),
+    );
+    let a = add(&mut g, lt("NCHW", "NCHW16c", &SHAPE, ZERO), "to1", &[x], 1);
+    let b = add(
+        &mut g,
+        lt("NCHW16c", "NCHW", &SHAPE, ZERO),
+        "back1",
+        &[a],
+        2,
+    );
+    let r = add(&mut g, Op::Unary(UnaryOp::Relu), "relu", &[b], 3);
+    let c = add(&mut g, lt("NCHW", "NCHW16c", &SHAPE, ZERO), "to2", &[r], 4);
+    let d = add(
+        &mut g,
+        lt("NCHW16c", "NCHW", &SHAPE, ZERO),
+        "back2",
+        &[c],
+        5,
+    );
+    g.set_outputs(vec![d]);
+    let (out, report) = rewrite(&g);
+    assert!(transforms(&out).is_empty(), "{:?}", transforms(&out));
+    assert_eq!(out.node_count(), 2);
+    let relu = out.outputs()[0];
+    assert!(matches!(out.node(relu.node).op, Op::Unary(UnaryOp::Relu)));
+    assert_eq!(out.value(relu).name, "back2");
+    // No source layer is lost; the relu carries at least the pair it absorbed.
+    let layers = |n| -> Vec<String> {
+        out.node(n)
+            .spans
+            .iter()
+            .map(|s| s.layer.to_string())
+            .collect()
+    };
+    for want in ["relu", "to2", "back2"] {
+        assert!(
+            layers(relu.node).iter().any(|l| l == want),
+            "{:?}",
+            layers(relu.node)
+        );
+    }
+    assert_same_outputs(&g, &out, 0.0);
+    let all: Vec<String> = out.node_ids().into_iter().flat_map(layers).collect();
+    for want in ["x", "to1", "back1", "relu", "to2", "back2"] {
+        assert!(all.iter().any(|l| l == want), "{all:?}");
+    }
+    assert_eq!(report.extract.method, Method::Ilp);
+    assert!(report.extract.cost < report.cost_before);
+}
+
+/// relu on the blocked tensor: the transforms sink through it and cancel.
+#[test]
+fn transform_sinks_through_relu() {
+    let mut g = Graph::new("t");
+    let x = g.add_input(
+        "x",
+        ValueType::new(DType::F32, SHAPE.to_vec()),
+        span("x", "Input", 0),
+    );
+    let a = add(&mut g, lt("NCHW", "NCHW16c", &SHAPE, ZERO), "to", &[x], 1);
+    let r = add(&mut g, Op::Unary(UnaryOp::Relu), "relu", &[a], 2);
+    let b = add(&mut g, lt("NCHW16c", "NCHW", &SHAPE, ZERO), "back", &[r], 3);
+    g.set_outputs(vec![b]);
+    let (out, _) = rewrite(&g);
+    assert!(transforms(&out).is_empty());
+    assert_eq!(out.node_count(), 2);
+}
+
+/// Back into the blocked layout: x's padding cancels only when it is known to
+/// hold the value the last transform writes (exp turns 0 into 1).
+#[test]
+fn round_trip_cancels_only_under_known_padding() {
+    let build = |first: PadValue, last: PadValue| {
+        let mut g = Graph::new("t");
+        let x = g.add_input(
+            "x",
+            ValueType::new(DType::F32, SHAPE.to_vec()),
+            span("x", "Input", 0),
+        );
+        let a = add(&mut g, lt("NCHW", "NCHW16c", &SHAPE, first), "to", &[x], 1);
+        let e = add(&mut g, Op::Unary(UnaryOp::Exp), "exp", &[a], 2);
+        let b = add(&mut g, lt("NCHW16c", "NCHW", &SHAPE, ZERO), "back", &[e], 3);
+        let c = add(
+            &mut g,
+            lt("NCHW", "NCHW16c", &SHAPE, last),
+            "again",
+            &[b],
+            4,
+        );
+        g.set_outputs(vec![c]);
+        g
+    };
+    // Every case ends in one transform (exp runs on the 153 logical elements,
+    // then one transform writes the padding), and each output, padding
+    // included, is what the original computes: 1 where exp(0) was kept, 0
+    // where the last transform overwrote it. A rule that cancelled the last
+    // transform against padding that holds 1 would fail the ZERO cases.
+    for (first, last) in [
+        (ZERO, PadValue::Known(1.0)),
+        (ZERO, ZERO),
+        (PadValue::Undef, ZERO),
+    ] {
+        let g = build(first, last);
+        let (out, report) = rewrite(&g);
+        assert_eq!(transforms(&out).len(), 1, "{:?}", transforms(&out));
+        assert!(report.extract.cost < report.cost_before);
+        assert_same_outputs(&g, &out, 1e-6);
+        // Physical [1, 2, 3, 3, 16]: (0, 1, 0, 0, 1) is channel 17, padding.
+        let padding = crate::reference::run(&out, &inputs_for(&g)).unwrap()[0].to_f32()[145];
+        assert_eq!(padding, last.known().unwrap());
+    }
+}
+
+fn conv1d(k: usize) -> Op {
+    Op::Conv(Conv {
+        window: Window {
+            kernel: vec![k],
+            strides: vec![1],
+            dilations: vec![1],
+            pads: vec![0, 0],
+        },
+        group: 1,
+    })
+}
+
+/// The padding RFC's two back-to-back 1-d convolutions with pad=2, written as
+/// explicit pads and crops. Returns the graph and its input.
+pub(crate) fn rfc_two_convs(assume: Option<Assumption>) -> Graph {
+    let mut g = Graph::new("rfc");
+    let x = g.add_input(
+        "X",
+        ValueType::new(DType::F32, vec![1, 1, 16]),
+        span("X", "Input", 0),
+    );
+    let f = g.add_constant(
+        "F",
+        Tensor::from_f32(vec![1, 1, 3], vec![0.5, -1.0, 2.0]),
+        span("F", "Constant", 1),
+    );
+    let pad = |b: usize, e: usize| Op::PadWith {
+        begins: vec![0, 0, b],
+        ends: vec![0, 0, e],
+        value: ZERO,
+    };
+    let xp = add(&mut g, pad(2, 6), "X_pad", &[x], 2);
+    let y = add(&mut g, conv1d(3), "Y", &[xp, f], 3);
+    let crop = |e: usize, assume| Op::Crop {
+        begins: vec![0; 3],
+        ends: vec![0, 0, e],
+        assume,
+    };
+    let yc = add(&mut g, crop(4, assume), "Y_crop", &[y], 4);
+    let ycp = add(&mut g, pad(2, 4), "Y_crop_pad", &[yc], 5);
+    let z = add(&mut g, conv1d(3), "Z", &[ycp, f], 6);
+    let zc = add(&mut g, crop(2, None), "Z_crop", &[z], 7);
+    g.set_outputs(vec![zc]);
+    g
+}
+
+#[test]
+fn rfc_crop_pad_pair_goes_only_under_the_assumption() {
+    // Without an assumption, nothing says Y[18:] is 0: the pair stays.
+    let (out, _) = rewrite(&rfc_two_convs(None));
+    assert_eq!(transforms(&out).len(), 4, "{:?}", transforms(&out));
+    // With it, pad(crop(Y, end 4), begin 2, end 4) becomes pad(Y, begin 2, end 0).
+    let assume = Assumption::new(0.0, "Y[18:] is a conv over zero padding (no bias)");
+    let (out, _) = rewrite(&rfc_two_convs(Some(assume)));
+    let kept = transforms(&out);
+    assert_eq!(kept.len(), 3, "{kept:?}");
+    assert!(kept.contains(&Op::PadWith {
+        begins: vec![0, 0, 2],
+        ends: vec![0, 0, 0],
+        value: ZERO
+    }));
+    assert!(!kept.iter().any(|op| matches!(
+        op,
+        Op::Crop {
+            assume: Some(_),
+            ..
+        }
+    )));
+    // The reference checks the assumption while running the original.
+    let assume = Assumption::new(0.0, "test");
+    assert_same_outputs(&rfc_two_convs(Some(assume)), &out, 1e-5);
+    let (out, _) = rewrite(&rfc_two_convs(None));
+    assert_same_outputs(&rfc_two_convs(None), &out, 1e-5);
+}
+
+/// The RFC's 14-element tensor held in a 4x4 layout: B = 2 * A + 1 computed
+/// on the padded buffer, handed out in the 4x4 layout. The scalar ops move to
+/// the 14 logical elements and the one transform writes the padding they
+/// would have produced (2 * 0 + 1 = 1).
+#[test]
+fn fourteen_elements_in_four_by_four() {
+    let mut g = Graph::new("grow");
+    let a = g.add_input(
+        "A",
+        ValueType::new(DType::F32, vec![14]),
+        span("A", "Input", 0),
+    );
+    let two = g.add_constant("two", Tensor::scalar_f32(2.0), span("two", "Constant", 1));
+    let one = g.add_constant("one", Tensor::scalar_f32(1.0), span("one", "Constant", 2));
+    let to = Op::LayoutTransform {
+        from: Layout::parse_with("A", "A").unwrap(),
+        to: Layout::parse_with("A", "A4a").unwrap(),
+        logical: vec![14],
+        pad: ZERO,
+    };
+    let ac = add(&mut g, to, "AC", &[a], 3);
+    let m = add(&mut g, Op::Binary(BinaryOp::Mul), "mul", &[ac, two], 4);
+    let b = add(&mut g, Op::Binary(BinaryOp::Add), "add", &[m, one], 5);
+    g.set_outputs(vec![b]);
+    let (out, report) = rewrite(&g);
+    let kept = transforms(&out);
+    assert_eq!(kept.len(), 1);
+    assert!(matches!(&kept[0], Op::LayoutTransform { pad, .. } if *pad == PadValue::Known(1.0)));
+    // Two ops on 14 elements instead of 16: cheaper.
+    assert!(report.extract.cost < report.cost_before);
+    assert_same_outputs(&g, &out, 0.0);
+}
+
+#[test]
+fn extraction_reports_the_greedy_fallback() {
+    let mut g = Graph::new("t");
+    let x = g.add_input(
+        "x",
+        ValueType::new(DType::F32, SHAPE.to_vec()),
+        span("x", "Input", 0),
+    );
+    let a = add(&mut g, lt("NCHW", "NHWC", &SHAPE, ZERO), "to", &[x], 1);
+    let b = add(&mut g, lt("NHWC", "NCHW", &SHAPE, ZERO), "back", &[a], 2);
+    g.set_outputs(vec![b]);
+    let ge = graph_to_egraph(&g).unwrap();
+    let (_, ilp) = extract_with_limit(&ge.egraph, &ge.roots, 1000);
+    let (_, greedy) = extract_with_limit(&ge.egraph, &ge.roots, 0);
+    assert_eq!((ilp.method, greedy.method), (Method::Ilp, Method::Greedy));
+    assert!(greedy.note.unwrap().contains("limit"));
+    // Nothing rewritten: both pick the same two transforms of 612 bytes each way.
+    let bytes = (SHAPE.iter().product::<usize>() * 4) as f64;
+    assert_eq!(ilp.cost, 4.0 * bytes);
+    assert_eq!(greedy.cost, 4.0 * bytes);
+}

@@ -1,0 +1,756 @@
+//! Rewrite rules kept as text in `rules/*.rules`, loaded at run time.
+//!
+//! One rule per line: `name: (lhs) => (rhs)`, optionally followed by
+//! `if cond1, cond2`; `#` starts a comment. Patterns are s-expressions over the
+//! e-graph language (`egraph::Lang`), `?x` a pattern variable. A condition is
+//! code named in the rule: it reads variables bound by the left side, may
+//! refuse the match, and may bind new variables for the right side (a pad value
+//! it computed, an op it built). `CONDITIONS` lists each with what it reads and
+//! binds; loading checks both, so a rule file cannot use a variable nobody binds.
+
+use super::egraph::{
+    broadcast_safe, entry_of, ints_of, layout_of, operand_pad, pad_fact, pad_of, tensor_of, Atom,
+    LEGraph, Lang, LayoutAnalysis, OpEntry, TensorInfo,
+};
+use super::{binary_flow, pad_flow, unary_flow, Digit, Layout, PadValue};
+use crate::graph::{merge_spans, Op, Span};
+use egg::{
+    Applier, ENodeOrVar, Id, Language, Pattern, PatternAst, RecExpr, Rewrite, Subst, Symbol, Var,
+};
+use std::path::Path;
+
+/// A rule file that cannot be loaded, naming the file and line.
+#[derive(Debug, thiserror::Error)]
+pub enum RuleError {
+    #[error("{file}:{line}: {message}")]
+    Syntax {
+        file: String,
+        line: usize,
+        message: String,
+    },
+    #[error("{path}: {message}")]
+    Io { path: String, message: String },
+}
+
+type Check = fn(&mut LEGraph, &mut Subst) -> Result<(), String>;
+
+/// A condition a rule may name: the variables it reads and binds, and its code.
+pub struct Condition {
+    pub name: &'static str,
+    pub reads: &'static [&'static str],
+    pub binds: &'static [&'static str],
+    check: Check,
+}
+
+fn v(name: &str) -> Var {
+    name.parse().expect("condition variable names are valid")
+}
+
+fn get(s: &Subst, name: &str) -> Id {
+    s[v(name)]
+}
+
+fn bind_atom(eg: &mut LEGraph, s: &mut Subst, name: &str, a: Atom) {
+    let id = eg.add(Lang::Atom(a));
+    s.insert(v(name), id);
+}
+
+/// `value` as the pad of a tensor of shape `logical` in `layout`: undef when
+/// the layout does not pad it, so that equal buffers get equal nodes.
+fn canonical_pad(layout: &Layout, logical: &[usize], value: PadValue) -> PadValue {
+    match pad_fact(layout, logical, value, "") {
+        Some(_) => value,
+        None => PadValue::Undef,
+    }
+}
+
+fn refuse<T>(why: &str) -> Result<T, String> {
+    Err(why.to_string())
+}
+
+/// xform(a -> a, q) of x is x when a does not pad x, or x's padding is known
+/// to be what the transform writes (undef only matches undef: a transform free
+/// to write anything must not join a class that claims a value).
+fn restores_padding(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
+    let (q, x) = (pad_of(eg, get(s, "?q"))?, tensor_of(eg, get(s, "?x"))?);
+    match &x.pad {
+        None => Ok(()),
+        Some(f) if f.value == q => Ok(()),
+        Some(_) => refuse("the padding of x is not known to hold the pad value"),
+    }
+}
+
+fn unary_fn(eg: &LEGraph, s: &Subst) -> Result<crate::graph::UnaryOp, String> {
+    match entry_of(eg, get(s, "?f"))?.op {
+        Op::Unary(u) => Ok(u),
+        _ => refuse("not a unary op"),
+    }
+}
+
+fn binary_fn(eg: &LEGraph, s: &Subst) -> Result<crate::graph::BinaryOp, String> {
+    match entry_of(eg, get(s, "?f"))?.op {
+        Op::Binary(b) => Ok(b),
+        _ => refuse("not a binary op"),
+    }
+}
+
+/// f(xform(a -> b, p, x)) = xform(a -> b, q, f(x)) with q = f(p).
+fn pad_through_unary(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
+    let u = unary_fn(eg, s)?;
+    let (b, p, x) = (
+        layout_of(eg, get(s, "?b"))?,
+        pad_of(eg, get(s, "?p"))?,
+        tensor_of(eg, get(s, "?x"))?,
+    );
+    let q = canonical_pad(b, &x.logical, unary_flow(u, p));
+    bind_atom(eg, s, "?q", Atom::Pad(q));
+    Ok(())
+}
+
+/// xform(a -> b, q, f(x)) = f(xform(a -> b, p, x)) for a p with f(p) = q.
+fn pad_before_unary(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
+    let u = unary_fn(eg, s)?;
+    let (b, q, x) = (
+        layout_of(eg, get(s, "?b"))?,
+        pad_of(eg, get(s, "?q"))?,
+        tensor_of(eg, get(s, "?x"))?,
+    );
+    let p = if canonical_pad(b, &x.logical, q) == PadValue::Undef {
+        PadValue::Undef
+    } else {
+        // q itself (a fixed point: relu(0) = 0) or 0 (exp(0) = 1) are the
+        // values worth trying; no other preimage is looked for.
+        let want = q.known().expect("canonical known pad");
+        [want, 0.0]
+            .into_iter()
+            .map(PadValue::Known)
+            .find(|&c| unary_flow(u, c) == q)
+            .ok_or("no pad value that the function maps to the wanted one")?
+    };
+    bind_atom(eg, s, "?p", Atom::Pad(p));
+    Ok(())
+}
+
+/// f(xform(a->b, p, x), xform(a->b, q, y)) = xform(a->b, r, f(x, y)).
+fn pad_through_binary(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
+    let f = binary_fn(eg, s)?;
+    let (a, b) = (layout_of(eg, get(s, "?a"))?, layout_of(eg, get(s, "?b"))?);
+    let (x, y) = (tensor_of(eg, get(s, "?x"))?, tensor_of(eg, get(s, "?y"))?);
+    if !broadcast_safe(a, &x.logical, &y.logical) {
+        return refuse("a blocked axis is broadcast");
+    }
+    let (p, q) = (pad_of(eg, get(s, "?p"))?, pad_of(eg, get(s, "?q"))?);
+    let out = crate::graph::broadcast_shapes(&x.logical, &y.logical)?;
+    let r = canonical_pad(b, &out, binary_flow(f, p, q));
+    bind_atom(eg, s, "?r", Atom::Pad(r));
+    Ok(())
+}
+
+/// f(xform(a->b, p, x), c) = xform(a->b, r, f(x, xform(b->a, z, c))) for a
+/// constant c: its transform folds away at compile time.
+fn const_operand(eg: &mut LEGraph, s: &mut Subst, const_left: bool) -> Result<(), String> {
+    let f = binary_fn(eg, s)?;
+    let (a, b) = (
+        layout_of(eg, get(s, "?a"))?.clone(),
+        layout_of(eg, get(s, "?b"))?.clone(),
+    );
+    let (x, c) = (
+        tensor_of(eg, get(s, "?x"))?.clone(),
+        tensor_of(eg, get(s, "?c"))?.clone(),
+    );
+    if !c.is_const || c.logical.is_empty() {
+        return refuse("the other operand is not a constant tensor");
+    }
+    if c.layout != b || c.logical.len() != b.rank() || !broadcast_safe(&a, &x.logical, &c.logical) {
+        return refuse("the constant does not broadcast in the transform's source layout");
+    }
+    // The constant's padding in `a` is never read into a logical result; 0
+    // keeps the output padding as known as it can be.
+    let z = canonical_pad(&a, &c.logical, PadValue::Known(0.0));
+    let out = crate::graph::broadcast_shapes(&x.logical, &c.logical)?;
+    let p = pad_of(eg, get(s, "?p"))?;
+    let (l, r) = if const_left {
+        (c.pad_value(), p)
+    } else {
+        (p, c.pad_value())
+    };
+    let r = canonical_pad(&b, &out, binary_flow(f, l, r));
+    bind_atom(eg, s, "?z", Atom::Pad(z));
+    bind_atom(eg, s, "?r", Atom::Pad(r));
+    Ok(())
+}
+
+/// f(xform(a->b, p, x), s) = xform(a->b, r, f(x, s)) for a scalar s, which
+/// broadcasts over either buffer.
+fn scalar_operand(eg: &mut LEGraph, s: &mut Subst, scalar_left: bool) -> Result<(), String> {
+    let f = binary_fn(eg, s)?;
+    let (b, x, c) = (
+        layout_of(eg, get(s, "?b"))?,
+        tensor_of(eg, get(s, "?x"))?,
+        tensor_of(eg, get(s, "?c"))?,
+    );
+    if !c.logical.is_empty() {
+        return refuse("the other operand is not a scalar");
+    }
+    let (p, v) = (pad_of(eg, get(s, "?p"))?, operand_pad(eg, get(s, "?c")));
+    let (l, r) = if scalar_left { (v, p) } else { (p, v) };
+    let r = canonical_pad(b, &x.logical, binary_flow(f, l, r));
+    bind_atom(eg, s, "?r", Atom::Pad(r));
+    Ok(())
+}
+
+fn scalar_right(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
+    scalar_operand(eg, s, false)
+}
+
+fn scalar_left(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
+    scalar_operand(eg, s, true)
+}
+
+fn const_right(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
+    const_operand(eg, s, false)
+}
+
+fn const_left(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
+    const_operand(eg, s, true)
+}
+
+/// The entry of `inner` placed in layout `a` for inputs `xs` (all in `a`),
+/// output in `out_layout`, if the inputs' padding is what the op needs there
+/// (`pad_flow`); its output padding is what the flow says.
+fn placed(inner: Op, xs: &[&TensorInfo], out_layout: Layout) -> Result<OpEntry, String> {
+    let padded = xs[0]
+        .layout
+        .padded_axes(&xs[0].logical)
+        .map_err(|e| e.to_string())?;
+    let pads: Vec<PadValue> = xs.iter().map(|x| x.pad_value()).collect();
+    let flow = pad_flow(&inner, &pads, &padded);
+    if !padded.is_empty() {
+        if let Some(i) = (0..xs.len()).find(|&i| !flow.inputs[i].is_met_by(pads[i])) {
+            return Err(format!(
+                "{} needs {:?} in the padding of input {i}, which holds {}",
+                inner.kind_name(),
+                flow.inputs[i],
+                pads[i]
+            ));
+        }
+    }
+    let dtypes: Vec<_> = xs.iter().map(|x| x.dtype).collect();
+    let inputs = xs
+        .iter()
+        .map(|x| (x.layout.clone(), x.logical.clone()))
+        .collect();
+    OpEntry::in_layout(inner, inputs, vec![(out_layout, flow.output)], &dtypes)
+}
+
+/// op(xform(a -> row-major, x)) = xform(a -> row-major, op placed in a (x)).
+fn pool_in_layout(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
+    let entry = entry_of(eg, get(s, "?k"))?.clone();
+    let b = layout_of(eg, get(s, "?b"))?;
+    let x = tensor_of(eg, get(s, "?x"))?.clone();
+    if !b.is_identity() || !matches!(entry.op, Op::Pool(_) | Op::GlobalPool(_)) {
+        return refuse("only a row-major pooling takes in a transform");
+    }
+    let e = placed(entry.op, &[&x], x.layout.clone())?;
+    let out = &e.outputs[0];
+    let q = canonical_pad(&out.1, &out.0, PadValue::Undef);
+    let k = eg.analysis.intern(e);
+    bind_atom(eg, s, "?k2", Atom::Op(k));
+    bind_atom(eg, s, "?q", Atom::Pad(q));
+    Ok(())
+}
+
+/// concat(xform(a -> row-major, x), xform(a -> row-major, y)) on an axis a does
+/// not block = xform(a -> row-major, concat placed in a (x, y)).
+fn concat_in_layout(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
+    let entry = entry_of(eg, get(s, "?k"))?.clone();
+    let b = layout_of(eg, get(s, "?b"))?;
+    let (x, y) = (
+        tensor_of(eg, get(s, "?x"))?.clone(),
+        tensor_of(eg, get(s, "?y"))?.clone(),
+    );
+    let Op::Concat { axis } = entry.op else {
+        return refuse("not a concat");
+    };
+    if !b.is_identity() || !x.layout.factors(axis).is_empty() {
+        return refuse("the concat axis is blocked");
+    }
+    let e = placed(entry.op, &[&x, &y], x.layout.clone())?;
+    let k = eg.analysis.intern(e);
+    bind_atom(eg, s, "?k2", Atom::Op(k));
+    bind_atom(eg, s, "?r", Atom::Pad(PadValue::Undef));
+    Ok(())
+}
+
+/// reshape(xform(a -> row-major, x)) = xform(a2 -> row-major, reshape placed
+/// from a to a2 (x)) when a keeps every axis's outer digit in logical order
+/// with the blocks last, and the reshape keeps each blocked axis whole (same
+/// extent, same position in the flattened order): then a2 blocks the same
+/// axes the same way and the reshape moves no byte.
+fn reshape_keeps_blocks(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
+    let entry = entry_of(eg, get(s, "?k"))?.clone();
+    let b = layout_of(eg, get(s, "?b"))?;
+    let x = tensor_of(eg, get(s, "?x"))?.clone();
+    let a = x.layout.clone();
+    let Op::Reshape { shape: target } = &entry.op else {
+        return refuse("not a reshape");
+    };
+    let r = a.rank();
+    let outer_first = (0..r).all(|i| a.order()[i] == Digit { axis: i, level: 0 });
+    if !b.is_identity() || !a.is_blocked() || !outer_first {
+        return refuse("only a blocked layout with blocks last moves across a reshape");
+    }
+    let src = &x.logical;
+    let mut axis_map = vec![None; r];
+    for i in (0..r).filter(|&i| !a.factors(i).is_empty()) {
+        let before: usize = src[..i].iter().product();
+        let j = (0..target.len())
+            .find(|&j| target[j] == src[i] && target[..j].iter().product::<usize>() == before)
+            .ok_or("the reshape splits or merges a blocked axis")?;
+        axis_map[i] = Some(j);
+    }
+    let mut factors = vec![Vec::new(); target.len()];
+    let mut order: Vec<Digit> = (0..target.len())
+        .map(|axis| Digit { axis, level: 0 })
+        .collect();
+    for d in &a.order()[r..] {
+        let j = axis_map[d.axis].expect("blocked axes are mapped");
+        factors[j].push(a.factors(d.axis)[d.level - 1]);
+        order.push(Digit {
+            axis: j,
+            level: factors[j].len(),
+        });
+    }
+    let names = Layout::identity(target.len()).map_err(|e| e.to_string())?;
+    let a2 = Layout::new(names.to_string().chars().collect(), factors, order)
+        .map_err(|e| e.to_string())?;
+    let e = placed(entry.op.clone(), &[&x], a2.clone())?;
+    let k = eg.analysis.intern(e);
+    bind_atom(eg, s, "?k2", Atom::Op(k));
+    bind_atom(eg, s, "?a2", Atom::Layout(a2));
+    bind_atom(eg, s, "?q", Atom::Pad(PadValue::Undef));
+    Ok(())
+}
+
+fn perm_of(eg: &LEGraph, id: Id) -> Result<(Vec<usize>, OpEntry), String> {
+    let e = entry_of(eg, id)?;
+    match &e.op {
+        Op::Transpose { perm } => Ok((perm.clone(), e.clone())),
+        _ => refuse("not a transpose"),
+    }
+}
+
+/// transpose(p, transpose(q, x)) = transpose(r, x) with r[i] = q[p[i]].
+fn compose_perms(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
+    let (p, outer) = perm_of(eg, get(s, "?p"))?;
+    let (q, _) = perm_of(eg, get(s, "?q"))?;
+    let r: Vec<usize> = p.iter().map(|&i| q[i]).collect();
+    let k = eg.analysis.intern(OpEntry {
+        op: Op::Transpose { perm: r },
+        outputs: outer.outputs,
+    });
+    bind_atom(eg, s, "?r", Atom::Op(k));
+    Ok(())
+}
+
+fn identity_perm(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
+    let (p, _) = perm_of(eg, get(s, "?p"))?;
+    if p.iter().enumerate().all(|(i, &x)| i == x) {
+        Ok(())
+    } else {
+        refuse("not the identity permutation")
+    }
+}
+
+/// pad(crop(x, cb, ce), pb, pe, v) = pad(x, pb - cb, pe - ce, v) when what the
+/// crop removed holds v: stated by the crop's assumption (the only source of
+/// this knowledge; it is never inferred).
+fn crop_holds_pad_value(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
+    let value = pad_of(eg, get(s, "?v"))?;
+    if value == PadValue::Undef {
+        return refuse("an undef pad is not a value to cancel against");
+    }
+    let held = match &eg[get(s, "?s")].data.info {
+        super::egraph::Info::Atom(Atom::Assume(k)) => eg.analysis.assumptions[*k].value,
+        _ => return refuse("the crop carries no assumption"),
+    };
+    if PadValue::Known(held) != value {
+        return refuse("the crop assumes another value");
+    }
+    let (cb, ce) = (
+        ints_of(eg, get(s, "?cb"))?.to_vec(),
+        ints_of(eg, get(s, "?ce"))?.to_vec(),
+    );
+    let (pb, pe) = (
+        ints_of(eg, get(s, "?pb"))?.to_vec(),
+        ints_of(eg, get(s, "?pe"))?.to_vec(),
+    );
+    let net = |p: &[usize], c: &[usize]| -> Option<Vec<usize>> {
+        p.iter().zip(c).map(|(&p, &c)| p.checked_sub(c)).collect()
+    };
+    let (Some(nb), Some(ne)) = (net(&pb, &cb), net(&pe, &ce)) else {
+        return refuse("the pad adds back less than the crop removed");
+    };
+    bind_atom(eg, s, "?nb", Atom::Ints(nb));
+    bind_atom(eg, s, "?ne", Atom::Ints(ne));
+    Ok(())
+}
+
+fn no_amounts(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
+    let (b, e) = (ints_of(eg, get(s, "?b"))?, ints_of(eg, get(s, "?e"))?);
+    if b.iter().chain(e).all(|&x| x == 0) {
+        Ok(())
+    } else {
+        refuse("pads something")
+    }
+}
+
+/// Every condition a rule file may name.
+pub const CONDITIONS: &[Condition] = &[
+    Condition {
+        name: "restores-padding",
+        reads: &["?q", "?x"],
+        binds: &[],
+        check: restores_padding,
+    },
+    Condition {
+        name: "pad-through-unary",
+        reads: &["?f", "?b", "?p", "?x"],
+        binds: &["?q"],
+        check: pad_through_unary,
+    },
+    Condition {
+        name: "pad-before-unary",
+        reads: &["?f", "?b", "?q", "?x"],
+        binds: &["?p"],
+        check: pad_before_unary,
+    },
+    Condition {
+        name: "pad-through-binary",
+        reads: &["?f", "?a", "?b", "?p", "?q", "?x", "?y"],
+        binds: &["?r"],
+        check: pad_through_binary,
+    },
+    Condition {
+        name: "const-right",
+        reads: &["?f", "?a", "?b", "?p", "?x", "?c"],
+        binds: &["?z", "?r"],
+        check: const_right,
+    },
+    Condition {
+        name: "const-left",
+        reads: &["?f", "?a", "?b", "?p", "?x", "?c"],
+        binds: &["?z", "?r"],
+        check: const_left,
+    },
+    Condition {
+        name: "scalar-right",
+        reads: &["?f", "?b", "?p", "?x", "?c"],
+        binds: &["?r"],
+        check: scalar_right,
+    },
+    Condition {
+        name: "scalar-left",
+        reads: &["?f", "?b", "?p", "?x", "?c"],
+        binds: &["?r"],
+        check: scalar_left,
+    },
+    Condition {
+        name: "pool-in-layout",
+        reads: &["?k", "?b", "?x"],
+        binds: &["?k2", "?q"],
+        check: pool_in_layout,
+    },
+    Condition {
+        name: "concat-in-layout",
+        reads: &["?k", "?b", "?x", "?y"],
+        binds: &["?k2", "?r"],
+        check: concat_in_layout,
+    },
+    Condition {
+        name: "reshape-keeps-blocks",
+        reads: &["?k", "?b", "?x"],
+        binds: &["?k2", "?a2", "?q"],
+        check: reshape_keeps_blocks,
+    },
+    Condition {
+        name: "compose-perms",
+        reads: &["?p", "?q"],
+        binds: &["?r"],
+        check: compose_perms,
+    },
+    Condition {
+        name: "identity-perm",
+        reads: &["?p"],
+        binds: &[],
+        check: identity_perm,
+    },
+    Condition {
+        name: "crop-holds-pad-value",
+        reads: &["?v", "?s", "?cb", "?ce", "?pb", "?pe"],
+        binds: &["?nb", "?ne"],
+        check: crop_holds_pad_value,
+    },
+    Condition {
+        name: "no-amounts",
+        reads: &["?b", "?e"],
+        binds: &[],
+        check: no_amounts,
+    },
+];
+
+/// The right side of a rule, applied after its conditions. Classes it creates
+/// carry the spans of every class the left side matched, so a node built from
+/// several source nodes keeps all their spans.
+struct RuleApplier {
+    lhs: PatternAst<Lang>,
+    rhs: PatternAst<Lang>,
+    conditions: Vec<&'static Condition>,
+    needs: Vec<Var>,
+}
+
+/// The classes a pattern's nodes matched, under `subst`.
+fn matched_classes(eg: &LEGraph, pat: &PatternAst<Lang>, subst: &Subst) -> Vec<Id> {
+    let mut ids: Vec<Option<Id>> = Vec::with_capacity(pat.as_ref().len());
+    let mut out = Vec::new();
+    for n in pat.as_ref() {
+        let id = match n {
+            ENodeOrVar::Var(v) => subst.get(*v).copied(),
+            ENodeOrVar::ENode(e) => {
+                let mut ok = true;
+                let node = e.clone().map_children(|c| {
+                    ids[usize::from(c)].unwrap_or_else(|| {
+                        ok = false;
+                        c
+                    })
+                });
+                let found = if ok { eg.lookup(node) } else { None };
+                // A graph input or constant is not built by the rewrite: its
+                // class lends no spans (else every op would name the inputs).
+                let is_source = |id: Id| {
+                    eg[id]
+                        .nodes
+                        .iter()
+                        .any(|n| matches!(n, Lang::Atom(Atom::Source(_))))
+                };
+                if let Some(id) = found {
+                    if !matches!(e, Lang::Atom(_)) && !is_source(id) {
+                        out.push(id);
+                    }
+                }
+                found
+            }
+        };
+        ids.push(id);
+    }
+    out
+}
+
+impl Applier<Lang, LayoutAnalysis> for RuleApplier {
+    fn apply_one(
+        &self,
+        eg: &mut LEGraph,
+        eclass: Id,
+        subst: &Subst,
+        _searcher_ast: Option<&PatternAst<Lang>>,
+        _rule_name: Symbol,
+    ) -> Vec<Id> {
+        let mut subst = subst.clone();
+        for c in &self.conditions {
+            if (c.check)(eg, &mut subst).is_err() {
+                return vec![];
+            }
+        }
+        let spans: Vec<Span> = {
+            let classes = matched_classes(eg, &self.lhs, &subst);
+            merge_spans(classes.iter().map(|&c| eg[c].data.spans.as_slice()))
+        };
+        let name = eg[eclass].data.name.clone();
+        let mut ids: Vec<Id> = Vec::with_capacity(self.rhs.as_ref().len());
+        for n in self.rhs.as_ref() {
+            let id = match n {
+                ENodeOrVar::Var(v) => subst[*v],
+                ENodeOrVar::ENode(e) => {
+                    let node = e.clone().map_children(|c| ids[usize::from(c)]);
+                    let existed = eg.lookup(node.clone()).is_some();
+                    let id = eg.add(node);
+                    if !existed && !matches!(e, Lang::Atom(_)) {
+                        let data = &mut eg[id].data;
+                        data.spans = spans.clone();
+                        data.name = name.clone();
+                    }
+                    id
+                }
+            };
+            ids.push(id);
+        }
+        let root = *ids.last().expect("a pattern has a root");
+        let changed = eg.union(eclass, root);
+        // The class that stands for the matched term now stands for every
+        // source layer the match covered (a cancelled pair leaves its spans
+        // on the value that replaces it).
+        let merged = eg.find(eclass);
+        let data = &mut eg[merged].data;
+        if spans.iter().any(|s| !data.spans.contains(s)) {
+            data.spans = merge_spans([data.spans.as_slice(), spans.as_slice()]);
+        }
+        if changed {
+            vec![eclass]
+        } else {
+            vec![]
+        }
+    }
+
+    fn vars(&self) -> Vec<Var> {
+        self.needs.clone()
+    }
+}
+
+fn pattern_vars(p: &PatternAst<Lang>) -> Vec<Var> {
+    let mut vs: Vec<Var> = p
+        .as_ref()
+        .iter()
+        .filter_map(|n| match n {
+            ENodeOrVar::Var(v) => Some(*v),
+            _ => None,
+        })
+        .collect();
+    vs.sort();
+    vs.dedup();
+    vs
+}
+
+/// Splits `text` at `sep` outside parentheses (first occurrence).
+fn split_top(text: &str, sep: &str) -> Option<(String, String)> {
+    let mut depth = 0i32;
+    for (i, c) in text.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            _ if depth == 0 && text[i..].starts_with(sep) => {
+                return Some((text[..i].to_string(), text[i + sep.len()..].to_string()))
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Parses the rules of one file's text; `file` names it in errors.
+pub fn parse_rules(
+    text: &str,
+    file: &str,
+) -> Result<Vec<Rewrite<Lang, LayoutAnalysis>>, RuleError> {
+    let mut rules = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let err = |message: String| RuleError::Syntax {
+            file: file.to_string(),
+            line: i + 1,
+            message,
+        };
+        let line = raw.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let (name, body) = line
+            .split_once(':')
+            .ok_or_else(|| err("expected 'name: (lhs) => (rhs) [if cond, ...]'".into()))?;
+        let name = name.trim();
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(err(format!(
+                "'{name}' is not a rule name (letters, digits, '-', '_')"
+            )));
+        }
+        let (lhs, rest) = split_top(body, "=>").ok_or_else(|| err("missing '=>'".into()))?;
+        let (rhs, conds) = match split_top(&rest, " if ") {
+            Some((r, c)) => (r, Some(c)),
+            None => (rest, None),
+        };
+        let parse = |side: &str, what: &str| -> Result<Pattern<Lang>, RuleError> {
+            side.trim()
+                .parse::<Pattern<Lang>>()
+                .map_err(|e| err(format!("bad {what} '{}': {e}", side.trim())))
+        };
+        let (lhs, rhs) = (parse(&lhs, "left side")?, parse(&rhs, "right side")?);
+        let mut conditions = Vec::new();
+        for c in conds.iter().flat_map(|c| c.split(',')) {
+            let c = c.trim();
+            let cond = CONDITIONS.iter().find(|k| k.name == c).ok_or_else(|| {
+                let known: Vec<&str> = CONDITIONS.iter().map(|k| k.name).collect();
+                err(format!(
+                    "unknown condition '{c}' (known: {})",
+                    known.join(", ")
+                ))
+            })?;
+            conditions.push(cond);
+        }
+        // Every variable must be bound before it is read.
+        let mut bound = pattern_vars(&lhs.ast);
+        for c in &conditions {
+            for r in c.reads {
+                if !bound.contains(&v(r)) {
+                    return Err(err(format!(
+                        "condition '{}' reads {r}, which the left side does not bind",
+                        c.name
+                    )));
+                }
+            }
+            bound.extend(c.binds.iter().map(|b| v(b)));
+        }
+        if let Some(free) = pattern_vars(&rhs.ast)
+            .into_iter()
+            .find(|x| !bound.contains(x))
+        {
+            return Err(err(format!(
+                "the right side uses {free}, which nothing binds"
+            )));
+        }
+        let needs: Vec<Var> = pattern_vars(&lhs.ast);
+        let applier = RuleApplier {
+            lhs: lhs.ast.clone(),
+            rhs: rhs.ast.clone(),
+            conditions,
+            needs,
+        };
+        let rw = Rewrite::new(name.to_string(), lhs, applier).map_err(err)?;
+        rules.push(rw);
+    }
+    Ok(rules)
+}
+
+/// Loads every `*.rules` file of a directory, in name order.
+pub fn load_rules(dir: &Path) -> Result<Vec<Rewrite<Lang, LayoutAnalysis>>, RuleError> {
+    let io = |e: std::io::Error| RuleError::Io {
+        path: dir.display().to_string(),
+        message: e.to_string(),
+    };
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .map_err(io)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "rules"))
+        .collect();
+    files.sort();
+    let mut rules = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).map_err(|e| RuleError::Io {
+            path: f.display().to_string(),
+            message: e.to_string(),
+        })?;
+        rules.extend(parse_rules(&text, &f.display().to_string())?);
+    }
+    Ok(rules)
+}
+
+/// The rules shipped with the crate (`rules/` beside Cargo.toml).
+pub fn bundled_rules_dir() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/rules"))
+}
+
+/// Parses an expression of the language (for tests and tools).
+pub fn parse_expr(text: &str) -> Result<RecExpr<Lang>, String> {
+    text.parse().map_err(|e| format!("{e}"))
+}

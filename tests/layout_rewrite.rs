@@ -1,0 +1,172 @@
+//! The e-graph rewriter on the bundled models: with a transform into a
+//! channel-blocked layout (NCHW16c, or NCW16c / NC16c for other ranks) and
+//! back inserted after every value, rewriting leaves no transform pair that
+//! cancels, and the reference executor gives the original model's outputs.
+
+mod common;
+
+use common::{load_test_data, max_abs_err};
+use layoutopt::frontend::onnx::{load_onnx, ImportOptions};
+use layoutopt::graph::{DType, Graph, Op, ValueRef};
+use layoutopt::layout::extract::{rewrite_graph, Method, RewriteLimits};
+use layoutopt::layout::rules::{bundled_rules_dir, load_rules};
+use layoutopt::layout::{Layout, PadValue};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// The layout blocking axis 1 by 16, for a float tensor of rank 2 to 5.
+fn blocked(rank: usize) -> Option<Layout> {
+    let name = match rank {
+        2 => "NC16c",
+        3 => "NCW16c",
+        4 => "NCHW16c",
+        5 => "NCDHW16c",
+        _ => return None,
+    };
+    Some(Layout::parse(name).unwrap())
+}
+
+/// A copy of `g` where every non-constant float value v of rank 2..5 is read
+/// through back(to(v)): to the blocked layout (padding 0) and back.
+fn with_round_trips(g: &Graph) -> (Graph, usize) {
+    let mut out = Graph::new(g.name.clone());
+    let mut map: HashMap<ValueRef, ValueRef> = HashMap::new();
+    let mut pairs = 0;
+    for id in g.topo_order().unwrap() {
+        let node = g.node(id);
+        let ins: Vec<ValueRef> = g.node_inputs(id).iter().map(|v| map[v]).collect();
+        let names: Vec<String> = node.outputs.iter().map(|v| v.name.clone()).collect();
+        let new_id = match &node.op {
+            Op::Input => {
+                out.add_input(&node.name, node.outputs[0].ty.clone(), node.spans.clone())
+                    .node
+            }
+            Op::Constant(t) => {
+                out.add_constant(&node.name, t.clone(), node.spans.clone())
+                    .node
+            }
+            op => out
+                .add_node(op.clone(), &node.name, &ins, &names, node.spans.clone())
+                .unwrap(),
+        };
+        for (i, v) in node.outputs.iter().enumerate() {
+            let mut cur = ValueRef::new(new_id, i);
+            let layout = blocked(v.ty.shape.len());
+            if let (Some(l), false, DType::F32) =
+                (layout, matches!(node.op, Op::Constant(_)), v.ty.dtype)
+            {
+                let rank = v.ty.shape.len();
+                let (id_layout, shape) = (Layout::identity(rank).unwrap(), v.ty.shape.clone());
+                let to = Op::LayoutTransform {
+                    from: id_layout.clone(),
+                    to: l.clone(),
+                    logical: shape.clone(),
+                    pad: PadValue::Known(0.0),
+                };
+                let back = Op::LayoutTransform {
+                    from: l,
+                    to: id_layout,
+                    logical: shape,
+                    pad: PadValue::Undef,
+                };
+                let t = out
+                    .add_node(
+                        to,
+                        &format!("{}_to16c", v.name),
+                        &[cur],
+                        &[],
+                        node.spans.clone(),
+                    )
+                    .unwrap();
+                let b = out
+                    .add_node(
+                        back,
+                        &format!("{}_back", v.name),
+                        &[ValueRef::new(t, 0)],
+                        &[],
+                        node.spans.clone(),
+                    )
+                    .unwrap();
+                cur = ValueRef::new(b, 0);
+                pairs += 1;
+            }
+            map.insert(ValueRef::new(id, i), cur);
+        }
+    }
+    out.set_outputs(g.outputs().iter().map(|v| map[v]).collect());
+    (out, pairs)
+}
+
+fn is_transform(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::LayoutTransform { .. } | Op::PadWith { .. } | Op::Crop { .. }
+    )
+}
+
+#[test]
+fn round_trips_at_every_boundary_cancel_on_the_bundled_models() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
+    let mut dirs: Vec<_> = std::fs::read_dir(&root)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("model.onnx").exists())
+        .collect();
+    dirs.sort();
+    assert!(
+        dirs.len() >= 3,
+        "expected the bundled models, found {dirs:?}"
+    );
+    let rules = load_rules(bundled_rules_dir()).unwrap();
+    for dir in dirs {
+        let g = load_onnx(&dir.join("model.onnx"), &ImportOptions::default()).unwrap();
+        let (inputs, _) = load_test_data(&dir);
+        let (instrumented, pairs) = with_round_trips(&g);
+        assert!(
+            pairs > 10,
+            "{}: only {pairs} values instrumented",
+            dir.display()
+        );
+        let (out, report) =
+            rewrite_graph(&instrumented, &rules, &RewriteLimits::default()).unwrap();
+        println!(
+            "{}: {pairs} round trips, e-graph {} nodes after {} iterations ({}), {:?} extraction, cost {:.0} -> {:.0}",
+            dir.display(),
+            report.egraph_nodes,
+            report.iterations,
+            report.stop_reason,
+            report.extract.method,
+            report.cost_before,
+            report.extract.cost
+        );
+        assert_eq!(report.extract.method, Method::Ilp);
+        // No transform feeds another (those would compose, and a pair would cancel).
+        for id in out.node_ids() {
+            if is_transform(&out.node(id).op) {
+                for v in out.node_inputs(id) {
+                    assert!(
+                        !is_transform(&out.node(v.node).op),
+                        "{}: transforms left back to back",
+                        dir.display()
+                    );
+                }
+            }
+        }
+        let left = out
+            .node_ids()
+            .into_iter()
+            .filter(|&n| is_transform(&out.node(n).op))
+            .count();
+        assert_eq!(left, 0, "{}: {left} transforms left", dir.display());
+        let want = layoutopt::reference::run(&g, &inputs).unwrap();
+        let got = layoutopt::reference::run(&out, &inputs).unwrap();
+        for (i, (w, o)) in want.iter().zip(&got).enumerate() {
+            let (err, mag) = max_abs_err(w, o);
+            assert!(
+                err <= 1e-5 * mag.max(1.0),
+                "{} output {i}: error {err}",
+                dir.display()
+            );
+        }
+    }
+}
