@@ -1,1 +1,2 @@
 //! Model importers: each turns a file into a `Graph` with per-layer spans.
+pub mod tflite;
