@@ -1,1 +1,191 @@
-fn main() {}
+//! The layoutopt command line: a thin layer over the library's stages.
+
+use clap::{Parser, Subcommand};
+use layoutopt::frontend::onnx::{load_onnx, load_tensor_pb, ImportOptions};
+use layoutopt::graph::{format_spans, Graph, Op, Tensor, TensorData};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+#[derive(Parser)]
+#[command(
+    name = "layoutopt",
+    version,
+    about = "Graph-level layout planning for neural-network models"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Import a model and print its ops, shapes and spans.
+    Inspect {
+        /// The model file (.onnx).
+        model: PathBuf,
+    },
+    /// Import a model, run it, and print a summary of its outputs.
+    ///
+    /// The inputs come from `--input` files, else from the model's
+    /// `test_data_set_0/` folder when there is one (its recorded outputs are then
+    /// compared), else from a seeded random generator.
+    Run {
+        /// The model file (.onnx).
+        model: PathBuf,
+        /// Input tensors as serialized ONNX TensorProto (.pb), one per graph input.
+        #[arg(long = "input")]
+        inputs: Vec<PathBuf>,
+        /// Seed for random inputs.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Inspect { model } => inspect(&model),
+        Command::Run {
+            model,
+            inputs,
+            seed,
+        } => run(&model, &inputs, seed),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+type CliResult = Result<(), Box<dyn std::error::Error>>;
+
+fn load(model: &Path) -> Result<Graph, Box<dyn std::error::Error>> {
+    Ok(load_onnx(model, &ImportOptions::default())?)
+}
+
+fn inspect(model: &Path) -> CliResult {
+    let g = load(model)?;
+    println!("graph '{}': {} nodes", g.name, g.node_count());
+    for id in g.topo_order()? {
+        let n = g.node(id);
+        if matches!(n.op, Op::Constant(_)) {
+            continue;
+        }
+        let outs: Vec<String> = n
+            .outputs
+            .iter()
+            .map(|v| format!("{} {}", v.name, v.ty))
+            .collect();
+        println!(
+            "  {:<20} {:<40} <- {}",
+            n.op.kind_name(),
+            outs.join(", "),
+            format_spans(&n.spans)
+        );
+    }
+    Ok(())
+}
+
+/// Reference tensors stored beside a model in ONNX test-data layout.
+fn test_data(model: &Path, prefix: &str) -> Vec<PathBuf> {
+    let dir = model.with_file_name("test_data_set_0");
+    (0..)
+        .map(|i| dir.join(format!("{prefix}_{i}.pb")))
+        .take_while(|p| p.exists())
+        .collect()
+}
+
+/// A reproducible pseudo-random tensor (splitmix64, uniform in [-1, 1)).
+fn random_tensor(shape: &[usize], dtype: layoutopt::graph::DType, seed: u64) -> Tensor {
+    let mut state = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let n = shape.iter().product();
+    let vals: Vec<f64> = (0..n)
+        .map(|_| {
+            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^= z >> 31;
+            (z >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+        })
+        .collect();
+    Tensor::new(shape.to_vec(), TensorData::from_f64(dtype, vals))
+}
+
+fn run(model: &Path, input_files: &[PathBuf], seed: u64) -> CliResult {
+    let t0 = Instant::now();
+    let g = load(model)?;
+    let import_time = t0.elapsed();
+    let recorded = input_files.is_empty() && !test_data(model, "input").is_empty();
+    let files = if recorded {
+        test_data(model, "input")
+    } else {
+        input_files.to_vec()
+    };
+    let inputs: Vec<Tensor> = if files.is_empty() {
+        g.inputs()
+            .iter()
+            .enumerate()
+            .map(|(i, &id)| {
+                let ty = &g.node(id).outputs[0].ty;
+                random_tensor(&ty.shape, ty.dtype, seed + i as u64)
+            })
+            .collect()
+    } else {
+        files
+            .iter()
+            .map(|p| load_tensor_pb(p).map(|(_, t)| t))
+            .collect::<Result<_, _>>()?
+    };
+    let t1 = Instant::now();
+    let outputs = layoutopt::reference::run(&g, &inputs)?;
+    let run_time = t1.elapsed();
+    println!(
+        "{}: {} nodes, imported in {:.1} ms, ran in {:.1} ms (reference executor)",
+        model.display(),
+        g.node_count(),
+        import_time.as_secs_f64() * 1e3,
+        run_time.as_secs_f64() * 1e3
+    );
+    let expected: Vec<Tensor> = if recorded {
+        test_data(model, "output")
+            .iter()
+            .map(|p| load_tensor_pb(p).map(|(_, t)| t))
+            .collect::<Result<_, _>>()?
+    } else {
+        vec![]
+    };
+    for (i, (out, v)) in outputs.iter().zip(g.outputs()).enumerate() {
+        let vals = out.data.to_f64();
+        let (min, max) = vals
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| {
+                (a.min(x), b.max(x))
+            });
+        let mean = vals.iter().sum::<f64>() / vals.len().max(1) as f64;
+        let head: Vec<String> = vals.iter().take(5).map(|x| format!("{x:.5}")).collect();
+        println!(
+            "output '{}' {}{:?}: min {min:.5} max {max:.5} mean {mean:.5} [{}{}]",
+            g.value(*v).name,
+            out.dtype(),
+            out.shape,
+            head.join(", "),
+            if vals.len() > 5 { ", ..." } else { "" }
+        );
+        if let Some(exp) = expected.get(i) {
+            let err = exp
+                .data
+                .to_f64()
+                .iter()
+                .zip(&vals)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0, f64::max);
+            println!("  max abs error vs recorded output: {err:.3e}");
+        }
+    }
+    Ok(())
+}

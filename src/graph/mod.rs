@@ -244,7 +244,12 @@ impl Graph {
         let mut ins: Vec<(usize, ValueRef)> = self
             .dag
             .edges_directed(id, Direction::Incoming)
-            .map(|e| (e.weight().input, ValueRef::new(e.source(), e.weight().output)))
+            .map(|e| {
+                (
+                    e.weight().input,
+                    ValueRef::new(e.source(), e.weight().output),
+                )
+            })
             .collect();
         ins.sort();
         ins.into_iter().map(|(_, v)| v).collect()

@@ -6,21 +6,32 @@
 //! sees static, checked parameters. Node inputs are data only.
 
 use super::tensor::{DType, Tensor};
+use crate::layout::{Assumption, Layout, PadValue};
 
 /// Unary elementwise functions (with their parameters).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum UnaryOp {
     Relu,
-    LeakyRelu { alpha: f32 },
+    LeakyRelu {
+        alpha: f32,
+    },
     /// min(max(x, min), max); an absent bound is ±inf.
-    Clip { min: f32, max: f32 },
+    Clip {
+        min: f32,
+        max: f32,
+    },
     Sigmoid,
-    HardSigmoid { alpha: f32, beta: f32 },
+    HardSigmoid {
+        alpha: f32,
+        beta: f32,
+    },
     HardSwish,
     Tanh,
     Erf,
     /// Gelu; `tanh_approx` selects the tanh approximation.
-    Gelu { tanh_approx: bool },
+    Gelu {
+        tanh_approx: bool,
+    },
     Exp,
     Log,
     Sqrt,
@@ -234,6 +245,30 @@ pub enum Op {
     Tile { repeats: Vec<usize> },
     /// x (also Dropout in inference)
     Identity,
+    /// x, stored in `from` -> the same logical tensor (of shape `logical`)
+    /// stored in `to`; padding positions of the output hold `pad`.
+    LayoutTransform {
+        from: Layout,
+        to: Layout,
+        logical: Vec<usize>,
+        pad: PadValue,
+    },
+    /// x -> x with `begins`/`ends` more elements on each axis, holding `value`.
+    PadWith {
+        begins: Vec<usize>,
+        ends: Vec<usize>,
+        value: PadValue,
+    },
+    /// x -> x without `begins`/`ends` elements on each axis; `assume` states
+    /// what the removed elements hold, and who said so.
+    Crop {
+        begins: Vec<usize>,
+        ends: Vec<usize>,
+        assume: Option<Assumption>,
+    },
+    /// An op the planner placed in storage layouts: `inner` keeps its logical
+    /// meaning; the inputs and outputs are physical tensors in the given layouts.
+    InLayout(Box<LaidOut>),
 }
 
 impl Op {
@@ -303,14 +338,29 @@ impl Op {
             Op::Expand { .. } => "Expand",
             Op::Tile { .. } => "Tile",
             Op::Identity => "Identity",
+            Op::LayoutTransform { .. } => "LayoutTransform",
+            Op::PadWith { .. } => "PadWith",
+            Op::Crop { .. } => "Crop",
+            Op::InLayout(l) => l.inner.kind_name(),
         }
     }
 
     /// Number of outputs the op produces.
     pub fn num_outputs(&self) -> usize {
         match self {
+            Op::InLayout(l) => l.inner.num_outputs(),
             Op::Split { sizes, .. } => sizes.len(),
             _ => 1,
         }
     }
+}
+
+/// The storage of an op's inputs and outputs, as the planner chose it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LaidOut {
+    pub inner: Op,
+    /// Layout and logical shape of each input.
+    pub inputs: Vec<(Layout, Vec<usize>)>,
+    /// Layout of each output, and what its padding holds.
+    pub outputs: Vec<(Layout, PadValue)>,
 }

@@ -12,8 +12,16 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Res<Vec<usize>> {
     let rank = a.len().max(b.len());
     let mut out = vec![0; rank];
     for i in 0..rank {
-        let da = if i < rank - a.len() { 1 } else { a[i - (rank - a.len())] };
-        let db = if i < rank - b.len() { 1 } else { b[i - (rank - b.len())] };
+        let da = if i < rank - a.len() {
+            1
+        } else {
+            a[i - (rank - a.len())]
+        };
+        let db = if i < rank - b.len() {
+            1
+        } else {
+            b[i - (rank - b.len())]
+        };
         out[i] = match (da, db) {
             (x, y) if x == y => x,
             (1, y) => y,
@@ -78,7 +86,10 @@ pub fn window_output_extent(
 
 fn check_window(w: &Window, spatial: &[usize]) -> Res<()> {
     let r = spatial.len();
-    if w.kernel.len() != r || w.strides.len() != r || w.dilations.len() != r || w.pads.len() != 2 * r
+    if w.kernel.len() != r
+        || w.strides.len() != r
+        || w.dilations.len() != r
+        || w.pads.len() != 2 * r
     {
         return Err(format!(
             "window attributes do not match {r} spatial axes (kernel {:?}, strides {:?}, dilations {:?}, pads {:?})",
@@ -119,6 +130,42 @@ fn check_rank_at_least(t: &ValueType, r: usize, what: &str) -> Res<()> {
 pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
     let out = match op {
         Op::Input | Op::Constant(_) => return Err("sources are not inferred".into()),
+        Op::InLayout(l) => {
+            if inputs.len() != l.inputs.len() {
+                return Err(format!(
+                    "expects {} inputs, got {}",
+                    l.inputs.len(),
+                    inputs.len()
+                ));
+            }
+            let mut logical = Vec::with_capacity(inputs.len());
+            for (t, (layout, shape)) in inputs.iter().zip(&l.inputs) {
+                let want = layout.physical_shape(shape).map_err(|e| e.to_string())?;
+                if t.shape != want {
+                    return Err(format!(
+                        "input shape {:?} is not {shape:?} laid out in {layout} ({want:?})",
+                        t.shape
+                    ));
+                }
+                logical.push(ValueType::new(t.dtype, shape.clone()));
+            }
+            let refs: Vec<&ValueType> = logical.iter().collect();
+            let outs = infer_outputs(&l.inner, &refs)?;
+            if outs.len() != l.outputs.len() {
+                return Err(format!(
+                    "{} output layouts for {} outputs",
+                    l.outputs.len(),
+                    outs.len()
+                ));
+            }
+            outs.into_iter()
+                .zip(&l.outputs)
+                .map(|(t, (layout, _))| {
+                    let shape = layout.physical_shape(&t.shape).map_err(|e| e.to_string())?;
+                    Ok(ValueType::new(t.dtype, shape))
+                })
+                .collect::<Res<Vec<_>>>()?
+        }
         Op::Conv(c) => {
             expect_inputs(inputs, 2, 3)?;
             let (x, w) = (inputs[0], inputs[1]);
@@ -233,7 +280,11 @@ pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
                 ));
             }
             let shape = broadcast_shapes(&x.shape, &y.shape)?;
-            let dtype = if b.is_comparison() { DType::Bool } else { x.dtype };
+            let dtype = if b.is_comparison() {
+                DType::Bool
+            } else {
+                x.dtype
+            };
             vec![ValueType::new(dtype, shape)]
         }
         Op::Where => {
@@ -299,7 +350,10 @@ pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
             if let Some(c) = inputs.get(2) {
                 let s = broadcast_shapes(&c.shape, &[m, n])?;
                 if s != [m, n] {
-                    return Err(format!("C shape {:?} does not broadcast to [{m}, {n}]", c.shape));
+                    return Err(format!(
+                        "C shape {:?} does not broadcast to [{m}, {n}]",
+                        c.shape
+                    ));
                 }
             }
             vec![ValueType::new(a.dtype, vec![m, n])]
@@ -372,7 +426,10 @@ pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
             }
             let first = inputs[0];
             if *axis >= first.shape.len() {
-                return Err(format!("axis {axis} out of range for shape {:?}", first.shape));
+                return Err(format!(
+                    "axis {axis} out of range for shape {:?}",
+                    first.shape
+                ));
             }
             let mut shape = first.shape.clone();
             shape[*axis] = 0;
@@ -380,9 +437,7 @@ pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
                 let same_rest = t.shape.len() == first.shape.len()
                     && (0..t.shape.len()).all(|i| i == *axis || t.shape[i] == first.shape[i]);
                 if !same_rest || t.dtype != first.dtype {
-                    return Err(format!(
-                        "inputs {first} and {t} differ outside axis {axis}"
-                    ));
+                    return Err(format!("inputs {first} and {t} differ outside axis {axis}"));
                 }
                 shape[*axis] += t.shape[*axis];
             }
@@ -453,7 +508,9 @@ pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
                         x.shape
                     ));
                 }
-                if *mode == PadMode::Reflect && (begins[i] >= x.shape[i] as i64 || ends[i] >= x.shape[i] as i64) {
+                if *mode == PadMode::Reflect
+                    && (begins[i] >= x.shape[i] as i64 || ends[i] >= x.shape[i] as i64)
+                {
                     return Err(format!(
                         "reflect pads {begins:?}/{ends:?} must be smaller than shape {:?}",
                         x.shape
@@ -483,13 +540,14 @@ pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
             }
             vec![x.clone()]
         }
-        Op::Reduce {
-            axes, keepdims, ..
-        } => {
+        Op::Reduce { axes, keepdims, .. } => {
             expect_inputs(inputs, 1, 1)?;
             let x = inputs[0];
             if axes.iter().any(|&a| a >= x.shape.len()) {
-                return Err(format!("axes {axes:?} out of range for shape {:?}", x.shape));
+                return Err(format!(
+                    "axes {axes:?} out of range for shape {:?}",
+                    x.shape
+                ));
             }
             let mut shape = Vec::new();
             for (i, &d) in x.shape.iter().enumerate() {
@@ -529,10 +587,7 @@ pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
             expect_inputs(inputs, 1, 1)?;
             let s = broadcast_shapes(&inputs[0].shape, shape)?;
             if &s != shape {
-                return Err(format!(
-                    "cannot expand {:?} to {shape:?}",
-                    inputs[0].shape
-                ));
+                return Err(format!("cannot expand {:?} to {shape:?}", inputs[0].shape));
             }
             vec![ValueType::new(inputs[0].dtype, s)]
         }
@@ -552,10 +607,51 @@ pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
             expect_inputs(inputs, 1, 1)?;
             vec![inputs[0].clone()]
         }
+        Op::LayoutTransform {
+            from, to, logical, ..
+        } => {
+            expect_inputs(inputs, 1, 1)?;
+            let x = inputs[0];
+            let want = from.physical_shape(logical).map_err(|e| e.to_string())?;
+            if x.shape != want {
+                return Err(format!(
+                    "input shape {:?} is not {logical:?} laid out in {from} ({want:?})",
+                    x.shape
+                ));
+            }
+            let shape = to.physical_shape(logical).map_err(|e| e.to_string())?;
+            vec![ValueType::new(x.dtype, shape)]
+        }
+        Op::PadWith { begins, ends, .. } | Op::Crop { begins, ends, .. } => {
+            expect_inputs(inputs, 1, 1)?;
+            let x = inputs[0];
+            if begins.len() != x.shape.len() || ends.len() != x.shape.len() {
+                return Err(format!(
+                    "amounts {begins:?}/{ends:?} do not match rank of {:?}",
+                    x.shape
+                ));
+            }
+            let grow = matches!(op, Op::PadWith { .. });
+            let mut shape = Vec::with_capacity(x.shape.len());
+            for (i, &d) in x.shape.iter().enumerate() {
+                let (b, e) = (begins[i], ends[i]);
+                let extent = if grow {
+                    d.checked_add(b).and_then(|v| v.checked_add(e))
+                } else {
+                    d.checked_sub(b).and_then(|v| v.checked_sub(e))
+                };
+                shape.push(extent.ok_or_else(|| {
+                    format!(
+                        "amounts {begins:?}/{ends:?} do not fit axis {i} of {:?}",
+                        x.shape
+                    )
+                })?);
+            }
+            vec![ValueType::new(x.dtype, shape)]
+        }
     };
     for t in &out {
-        if checked_numel(&t.shape).is_none_or(|n| n.checked_mul(t.dtype.size_bytes()).is_none())
-        {
+        if checked_numel(&t.shape).is_none_or(|n| n.checked_mul(t.dtype.size_bytes()).is_none()) {
             return Err(format!("output shape {:?} overflows", t.shape));
         }
     }

@@ -4,6 +4,27 @@
 use crate::graph::{Op, Tensor, ValueType};
 
 /// Evaluates one op on concrete inputs. `outputs` are the inferred output types.
-pub fn eval_op(op: &Op, _inputs: &[&Tensor], _outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
-    Err(format!("{} is not implemented in the reference executor yet", op.kind_name()))
+pub fn eval_op(
+    op: &Op,
+    _inputs: &[&Tensor],
+    _outputs: &[ValueType],
+) -> Result<Vec<Tensor>, String> {
+    Err(format!(
+        "{} is not implemented in the reference executor yet",
+        op.kind_name()
+    ))
+}
+
+/// An execution error naming the layer at fault.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct ExecError {
+    pub message: String,
+}
+
+/// Runs a whole graph (placeholder until the executor lands).
+pub fn run(_graph: &crate::graph::Graph, _inputs: &[Tensor]) -> Result<Vec<Tensor>, ExecError> {
+    Err(ExecError {
+        message: "not yet".into(),
+    })
 }

@@ -1,0 +1,344 @@
+#!/usr/bin/env python3
+"""Export the ONNX backend node test cases that layoutopt's op set can express.
+
+Run from the repository root (Python packages: scripts/requirements.txt):
+
+    python3 scripts/export_onnx_conformance.py
+
+It regenerates the cases in tests/onnx_node/ from scratch (same bytes every run): one directory per
+case, `model.onnx` + `test_data_set_0/{input,output}_<i>.pb` (serialized TensorProto
+named after the graph input/output), plus
+  - SKIPPED.md: every skipped case whose op under test is supported, with the reason;
+  - cases.tsv: every exported case with its op, opsets, tolerances and how it was checked;
+and prints the counts. The cases come from onnx's own generator
+(onnx.backend.test.case.node.collect_testcases); their expected outputs are onnx's numpy
+reference implementations, not onnxruntime.
+
+A case is exported when all its nodes are supported ops of the default domain without
+subgraphs, all its inputs/outputs are tensors of supported dtypes, and its default-domain
+opset is within 11..21. Cases generated at a newer opset (most ops were re-versioned
+in opsets 22-28 only to admit new element types) are converted down to opset 21 with
+onnx.version_converter (or restamped where it lacks an adapter), and kept only if
+onnxruntime or onnx.reference then reproduces the expected outputs, which shows the
+conversion kept the meaning. Every exported case is run through both oracles; cases.tsv
+records which of them reproduce it.
+"""
+
+from __future__ import annotations
+
+import collections
+import shutil
+import sys
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, numpy_helper, version_converter
+from onnx.reference import ReferenceEvaluator
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "tests" / "onnx_node"
+
+SUPPORTED_OPS = frozenset(
+    """Conv ConvTranspose BatchNormalization Relu LeakyRelu Clip Sigmoid HardSigmoid HardSwish
+    Tanh Erf Gelu Exp Log Sqrt Reciprocal Neg Abs Add Sub Mul Div Pow Max Min Where Equal Less
+    Greater MaxPool AveragePool GlobalAveragePool GlobalMaxPool Gemm MatMul Reshape Flatten
+    Transpose Squeeze Unsqueeze Concat Split Slice Gather Pad Resize Softmax LogSoftmax
+    ReduceMean ReduceSum ReduceMax LayerNormalization Cast Shape Constant ConstantOfShape
+    Identity Expand Range Tile Dropout""".split()
+)
+SUPPORTED_DTYPES = frozenset(
+    [
+        TensorProto.FLOAT,
+        TensorProto.FLOAT16,
+        TensorProto.DOUBLE,
+        TensorProto.INT64,
+        TensorProto.INT32,
+        TensorProto.INT8,
+        TensorProto.UINT8,
+        TensorProto.BOOL,
+    ]
+)
+OPSET_MIN, OPSET_MAX = 11, 21
+MAX_CASE_BYTES = 200_000
+MAX_TOTAL_BYTES = 8_000_000
+
+
+class Skip(Exception):
+    """A case that is not exported: `kind` groups the reasons in the summary,
+    str(self) is the one-line reason for SKIPPED.md."""
+
+    def __init__(self, kind: str, detail: str = ""):
+        super().__init__(f"{kind}: {detail}" if detail else kind)
+        self.kind = kind
+
+
+@dataclass
+class Exported:
+    name: str
+    op: str
+    source_opset: int
+    model: onnx.ModelProto
+    inputs: list[TensorProto]
+    outputs: list[TensorProto]
+    rtol: float
+    atol: float
+    check: str  # how the exported model was checked against the expected outputs
+
+
+def dtype_name(t: int) -> str:
+    return TensorProto.DataType.Name(t)
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    return next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+
+
+def check_graph(model: onnx.ModelProto) -> None:
+    """Raise Skip unless every node is a supported op we can run."""
+    if model.functions:
+        raise Skip("model-local functions")
+    unsupported = set()
+    for n in model.graph.node:
+        if n.domain not in ("", "ai.onnx"):
+            raise Skip("op outside the default domain", f"{n.domain}.{n.op_type}")
+        if n.op_type not in SUPPORTED_OPS:
+            unsupported.add(n.op_type)
+        for a in n.attribute:
+            if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+                raise Skip("subgraph", f"{n.op_type}")
+            # Element types the graph creates internally must be supported too.
+            if n.op_type == "Cast" and a.name == "to" and a.i not in SUPPORTED_DTYPES:
+                raise Skip("unsupported dtype", f"Cast to {dtype_name(a.i)}")
+            if a.type == onnx.AttributeProto.TENSOR and a.t.data_type not in SUPPORTED_DTYPES:
+                raise Skip("unsupported dtype", f"{n.op_type} {a.name} of {dtype_name(a.t.data_type)}")
+        if n.op_type == "MaxPool" and len([o for o in n.output if o]) > 1:
+            raise Skip("MaxPool with the Indices output")
+    if unsupported:
+        raise Skip("expansion uses unsupported ops", ", ".join(sorted(unsupported)))
+
+
+def check_value_types(model: onnx.ModelProto) -> None:
+    for vi in [*model.graph.input, *model.graph.output]:
+        kind = vi.type.WhichOneof("value")
+        if kind != "tensor_type":
+            raise Skip("non-tensor input/output", f"{vi.name} is a {kind.removesuffix('_type')}")
+        if vi.type.tensor_type.elem_type not in SUPPORTED_DTYPES:
+            raise Skip("unsupported dtype", f"{vi.name} is {dtype_name(vi.type.tensor_type.elem_type)}")
+
+
+def to_tensors(values, infos) -> list[TensorProto]:
+    """The data set's values as TensorProtos named after the graph inputs/outputs."""
+    values = list(values)
+    if len(values) != len(infos):
+        raise Skip("data set does not match the graph", f"{len(values)} values for {len(infos)} graph values")
+    tensors = []
+    for v, info in zip(values, infos, strict=True):
+        if isinstance(v, TensorProto):
+            t = TensorProto()
+            t.CopyFrom(v)
+            t.name = info.name
+        elif isinstance(v, (np.ndarray, np.generic)):  # np.generic: a numpy scalar, a 0-d tensor
+            t = numpy_helper.from_array(np.asarray(v), info.name)
+        else:
+            raise Skip("non-tensor input/output", f"{info.name} data is a {type(v).__name__}")
+        declared = info.type.tensor_type.elem_type
+        if t.data_type != declared:
+            raise Skip(
+                "data set does not match the graph",
+                f"{info.name} data is {dtype_name(t.data_type)}, declared {dtype_name(declared)}",
+            )
+        tensors.append(t)
+    return tensors
+
+
+def check_dropout(model: onnx.ModelProto, inputs: list[TensorProto]) -> None:
+    """Training-mode Dropout draws a random mask nobody else can reproduce."""
+    feeds = {t.name: t for t in inputs}
+    for n in model.graph.node:
+        if n.op_type == "Dropout" and len(n.input) > 2 and n.input[2]:
+            mode = feeds.get(n.input[2])
+            if mode is None or numpy_helper.to_array(mode).any():
+                raise Skip("training-mode Dropout (random mask)")
+
+
+def run_checks(
+    model: onnx.ModelProto, inputs: list[TensorProto], outputs: list[TensorProto], rtol: float, atol: float
+) -> list[str]:
+    """Which of onnxruntime / onnx.reference reproduce the expected outputs (empty: none)."""
+    feeds = {t.name: numpy_helper.to_array(t) for t in inputs}
+    expected = [numpy_helper.to_array(t) for t in outputs]
+    agreeing = []
+
+    def ort_run():
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        so.intra_op_num_threads = 1
+        so.log_severity_level = 4
+        return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+    def ref_run():
+        return ReferenceEvaluator(model).run(None, feeds)
+
+    for name, run in (("onnxruntime", ort_run), ("onnx.reference", ref_run)):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # numpy warnings on inf/nan test data
+                got = run()
+        except Exception:  # noqa: BLE001 - any failure just means this oracle cannot confirm
+            continue
+        if len(got) == len(expected) and all(
+            np.asarray(g).shape == e.shape
+            and np.allclose(np.asarray(g, dtype=np.float64), e.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True)
+            for g, e in zip(got, expected, strict=True)
+        ):
+            agreeing.append(name)
+    return agreeing
+
+
+def convert_opset(model: onnx.ModelProto, target: int) -> onnx.ModelProto:
+    """The model at opset `target`, by onnx.version_converter or, where it has no adapter
+    (e.g. GlobalMaxPool 22 -> 21, a bump that only admitted bfloat16), by restamping the
+    opset. Either way the result must pass the checker (types and shapes valid at
+    `target`); the caller then requires an oracle to reproduce the expected outputs."""
+    source = default_opset(model)
+    try:
+        converted = version_converter.convert_version(model, target)
+    except Exception as e:  # noqa: BLE001 - converter failures are C++ asserts of many kinds
+        if "No Adapter" not in str(e):
+            raise Skip("opset conversion failed", f"{source} -> {target}: {last_line(e)}") from None
+        converted = onnx.ModelProto()
+        converted.CopyFrom(model)
+        next(o for o in converted.opset_import if o.domain in ("", "ai.onnx")).version = target
+    # The converter keeps the source IR version; use the one that goes with the target
+    # opset (the supported dtypes need no newer IR), as an exporter at that opset would.
+    converted.ir_version = onnx.helper.find_min_ir_version_for(converted.opset_import)
+    try:
+        onnx.checker.check_model(converted, full_check=True)
+    except Exception as e:  # noqa: BLE001 - checker and shape-inference errors
+        raise Skip("opset conversion failed", f"{source} -> {target}: {last_line(e)}") from None
+    check_graph(converted)
+    check_value_types(converted)
+    return converted
+
+
+def last_line(e: Exception) -> str:
+    return str(e).strip().splitlines()[-1][:120]
+
+
+def export_case(case, op: str) -> Exported:
+    model = case.model
+    check_graph(model)
+    check_value_types(model)
+    ((inputs, outputs),) = case.data_sets
+    inputs = to_tensors(inputs, model.graph.input)
+    outputs = to_tensors(outputs, model.graph.output)
+    check_dropout(model, inputs)
+    source_opset = default_opset(model)
+    if not OPSET_MIN <= source_opset <= OPSET_MAX:
+        model = convert_opset(model, OPSET_MAX if source_opset > OPSET_MAX else OPSET_MIN)
+    agreeing = run_checks(model, inputs, outputs, case.rtol, case.atol)
+    if agreeing:
+        check = ", ".join(agreeing)
+    elif default_opset(model) != source_opset:
+        raise Skip("opset conversion unconfirmed", f"from {source_opset}: no oracle reproduces the expected outputs")
+    else:
+        check = "none (onnx reference data only)"
+    if default_opset(model) != source_opset:
+        check += f" (after conversion from opset {source_opset})"
+    size = model.ByteSize() + sum(t.ByteSize() for t in [*inputs, *outputs])
+    if size > MAX_CASE_BYTES:
+        raise Skip(f"larger than {MAX_CASE_BYTES // 1000} kB", f"{size // 1000} kB")
+    return Exported(case.name, op, source_opset, model, inputs, outputs, case.rtol, case.atol, check)
+
+
+def write_case(e: Exported) -> int:
+    d = OUT / e.name
+    data = d / "test_data_set_0"
+    data.mkdir(parents=True)
+    (d / "model.onnx").write_bytes(e.model.SerializeToString())
+    size = e.model.ByteSize()
+    for kind, tensors in (("input", e.inputs), ("output", e.outputs)):
+        for i, t in enumerate(tensors):
+            (data / f"{kind}_{i}.pb").write_bytes(t.SerializeToString())
+            size += t.ByteSize()
+    return size
+
+
+def collect():
+    # The generators draw from numpy's global random state: seed it for the same bytes every run.
+    np.random.seed(0)
+    from onnx.backend.test.case.node import collect_testcases
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # numpy overflow warnings from the cast cases
+        cases = collect_testcases(None)
+    return sorted(cases, key=lambda c: c.name)
+
+
+def main() -> None:
+    cases = collect()
+    # Every multi-node case is the function expansion "<base>_expanded[_verN]" of a
+    # single-node case: the op under test is that case's op.
+    single_op = {c.name: c.model.graph.node[0].op_type for c in cases if len(c.model.graph.node) == 1}
+
+    exported: list[Exported] = []
+    skipped: list[tuple[str, str, str, str]] = []  # (name, op, kind, reason)
+    unsupported_op = collections.Counter()
+    for case in cases:
+        op = single_op.get(case.name.split("_expanded")[0], "?")
+        if op not in SUPPORTED_OPS:
+            unsupported_op[op] += 1
+            continue
+        try:
+            exported.append(export_case(case, op))
+        except Skip as s:
+            skipped.append((case.name, op, s.kind, str(s)))
+
+    # Replace the previous export; other files here (.gitattributes) stay.
+    for stale in OUT.glob("test_*"):
+        shutil.rmtree(stale)
+    OUT.mkdir(parents=True, exist_ok=True)
+    total = sum(write_case(e) for e in exported)
+    if total > MAX_TOTAL_BYTES:
+        sys.exit(f"exported cases total {total} bytes, over the {MAX_TOTAL_BYTES} budget")
+    write_manifest(exported)
+    write_skipped(skipped)
+
+    reasons = collections.Counter(kind for _, _, kind, _ in skipped)
+    print(f"{len(cases)} node cases: {len(exported)} exported ({total / 1e6:.2f} MB), {len(skipped)} skipped")
+    print(f"  {sum(unsupported_op.values())} cases of {len(unsupported_op)} ops outside the supported set")
+    converted = sum(1 for e in exported if "conversion" in e.check)
+    unconfirmed = sum(1 for e in exported if e.check.startswith("none"))
+    print(f"  exported: {converted} converted to opset {OPSET_MAX}/{OPSET_MIN}; {unconfirmed} reproduced by no oracle")
+    for kind, k in reasons.most_common():
+        print(f"  skipped {k:4d}: {kind}")
+
+
+def write_manifest(exported: list[Exported]) -> None:
+    lines = ["name\top\tsource_opset\topset\trtol\tatol\tchecked_by"]
+    for e in exported:
+        lines.append(f"{e.name}\t{e.op}\t{e.source_opset}\t{default_opset(e.model)}\t{e.rtol:g}\t{e.atol:g}\t{e.check}")
+    (OUT / "cases.tsv").write_text("\n".join(lines) + "\n")
+
+
+def write_skipped(skipped: list[tuple[str, str, str, str]]) -> None:
+    lines = [
+        "# Skipped ONNX node test cases",
+        "",
+        "Generated by `python3 scripts/export_onnx_conformance.py`: every node test case of",
+        f"onnx {onnx.__version__} whose op under test is in the supported set but that was not",
+        "exported, with the reason. Cases of other ops are not listed.",
+        "",
+        "| case | op | reason |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {name} | {op} | {reason.replace('|', '/')} |" for name, op, _, reason in skipped]
+    (OUT / "SKIPPED.md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,401 @@
+//! The ONNX importer: a `.onnx` file (opsets 11 to 21) into a `Graph`.
+//!
+//! Every node gets a span (file, layer name, op type, node index); a node without a
+//! name is named `<OpType>_<index>`. Nodes whose inputs are all constants are folded
+//! as they are imported, which resolves the shape subgraphs exporters emit into the
+//! static attributes of the typed ops. Symbolic input dimensions take the value the
+//! caller gives in [`ImportOptions`], or 1.
+
+mod ops;
+mod tensor;
+
+pub use tensor::{dtype_from_onnx, dtype_to_onnx, tensor_from_proto, tensor_to_proto};
+
+use crate::graph::{fold_node, format_spans, Graph, GraphError, Span, Tensor, ValueRef, ValueType};
+use onnx_protobuf::{type_proto, ModelProto, NodeProto, TensorProto, ValueInfoProto};
+use protobuf::Message;
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+/// The opsets of the default domain we import.
+pub const MIN_OPSET: i64 = 11;
+pub const MAX_OPSET: i64 = 21;
+
+/// An import error: which file, which layer, what is wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    #[error("{path}: cannot read file: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Model { path: String, message: String },
+    #[error("{}: {message}", format_spans(spans))]
+    Layer { spans: Vec<Span>, message: String },
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+}
+
+impl ImportError {
+    fn layer(span: &Span, message: impl Into<String>) -> ImportError {
+        ImportError::Layer {
+            spans: vec![span.clone()],
+            message: message.into(),
+        }
+    }
+}
+
+/// Choices the model file leaves open.
+#[derive(Clone, Debug, Default)]
+pub struct ImportOptions {
+    /// Concrete values for symbolic dimensions, by dimension name (e.g. "batch").
+    pub dim_values: HashMap<String, usize>,
+}
+
+/// Reads and imports an ONNX model file.
+pub fn load_onnx(path: &Path, opts: &ImportOptions) -> Result<Graph, ImportError> {
+    let bytes = std::fs::read(path).map_err(|source| ImportError::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    import_onnx(&bytes, &path.display().to_string(), path.parent(), opts)
+}
+
+/// Reads one serialized `TensorProto` (the `.pb` files of ONNX test data sets).
+pub fn load_tensor_pb(path: &Path) -> Result<(String, Tensor), ImportError> {
+    let label = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|source| ImportError::Io {
+        path: label.clone(),
+        source,
+    })?;
+    let tp = TensorProto::parse_from_bytes(&bytes).map_err(|e| ImportError::Model {
+        path: label.clone(),
+        message: format!("not a valid TensorProto: {e}"),
+    })?;
+    let t = tensor_from_proto(&tp, path.parent()).map_err(|message| ImportError::Model {
+        path: label,
+        message: format!("tensor '{}' {message}", tp.name),
+    })?;
+    Ok((tp.name.clone(), t))
+}
+
+/// Writes a tensor as a serialized `TensorProto`.
+pub fn save_tensor_pb(path: &Path, name: &str, t: &Tensor) -> Result<(), ImportError> {
+    let bytes = tensor_to_proto(name, t)
+        .write_to_bytes()
+        .map_err(|e| ImportError::Model {
+            path: path.display().to_string(),
+            message: format!("cannot encode tensor: {e}"),
+        })?;
+    std::fs::write(path, bytes).map_err(|source| ImportError::Io {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+/// Imports a serialized model. `file` names it in spans and errors; `base_dir`
+/// is where external data files are looked up.
+pub fn import_onnx(
+    bytes: &[u8],
+    file: &str,
+    base_dir: Option<&Path>,
+    opts: &ImportOptions,
+) -> Result<Graph, ImportError> {
+    let model_err = |message: String| ImportError::Model {
+        path: file.to_string(),
+        message,
+    };
+    let model = ModelProto::parse_from_bytes(bytes).map_err(|e| {
+        model_err(format!(
+            "not a valid ONNX model (protobuf decoding failed: {e})"
+        ))
+    })?;
+    let Some(graph) = model.graph.as_ref() else {
+        return Err(model_err(
+            "not a valid ONNX model: it has no graph (is this an ONNX file?)".into(),
+        ));
+    };
+    if model.ir_version <= 0 {
+        return Err(model_err(format!(
+            "not a valid ONNX model: ir_version is {} (is this an ONNX file?)",
+            model.ir_version
+        )));
+    }
+    let opset = model
+        .opset_import
+        .iter()
+        .find(|o| o.domain.is_empty() || o.domain == "ai.onnx")
+        .map(|o| o.version)
+        .ok_or_else(|| model_err("the model imports no opset of the default ONNX domain".into()))?;
+    if !(MIN_OPSET..=MAX_OPSET).contains(&opset) {
+        return Err(model_err(format!(
+            "opset {opset} is not supported (supported: {MIN_OPSET} to {MAX_OPSET})"
+        )));
+    }
+
+    let mut imp = Importer {
+        file: file.to_string(),
+        base_dir: base_dir.map(PathBuf::from),
+        opset,
+        g: Graph::new(if graph.name.is_empty() {
+            file
+        } else {
+            &graph.name
+        }),
+        values: HashMap::new(),
+    };
+    imp.add_initializers(&graph.initializer)?;
+    for vi in &graph.input {
+        if !imp.values.contains_key(&vi.name) {
+            let ty = value_type(vi, opts)
+                .map_err(|m| model_err(format!("graph input '{}': {m}", vi.name)))?;
+            let span = Span::new(file, &vi.name, "Input", 0);
+            let v = imp.g.add_input(&vi.name, ty, vec![span]);
+            imp.values.insert(vi.name.clone(), v);
+        }
+    }
+    let order = node_order(&graph.node, &imp.values, file)?;
+    for i in order {
+        imp.import_node(&graph.node[i], i)?;
+    }
+    let mut outputs = Vec::with_capacity(graph.output.len());
+    for vi in &graph.output {
+        let v = *imp.values.get(&vi.name).ok_or_else(|| {
+            model_err(format!(
+                "graph output '{}' is not produced by any node, initializer or graph input",
+                vi.name
+            ))
+        })?;
+        check_declared_type(vi, imp.g.value_type(v), opts)
+            .map_err(|m| model_err(format!("graph output '{}': {m}", vi.name)))?;
+        outputs.push(v);
+    }
+    imp.g.set_outputs(outputs);
+    imp.g.remove_dead_nodes();
+    Ok(imp.g)
+}
+
+/// The static type of a declared value; symbolic dims are resolved from `opts` or 1.
+fn value_type(vi: &ValueInfoProto, opts: &ImportOptions) -> Result<ValueType, String> {
+    let Some(type_proto::Value::TensorType(tt)) = vi.type_.as_ref().and_then(|t| t.value.as_ref())
+    else {
+        return Err("only tensor values are supported (not sequences, maps or optionals)".into());
+    };
+    let dtype = dtype_from_onnx(tt.elem_type)?;
+    let Some(shape) = tt.shape.as_ref() else {
+        return Err("has no shape; give the model static input shapes".into());
+    };
+    let mut dims = Vec::with_capacity(shape.dim.len());
+    for d in &shape.dim {
+        use onnx_protobuf::tensor_shape_proto::dimension::Value;
+        dims.push(match &d.value {
+            Some(Value::DimValue(v)) => {
+                usize::try_from(*v).map_err(|_| format!("negative dimension {v}"))?
+            }
+            Some(Value::DimParam(p)) => opts.dim_values.get(p).copied().unwrap_or(1),
+            _ => 1,
+        });
+    }
+    Ok(ValueType::new(dtype, dims))
+}
+
+/// Checks an inferred type against the static dims and dtype a model declares.
+fn check_declared_type(
+    vi: &ValueInfoProto,
+    inferred: &ValueType,
+    opts: &ImportOptions,
+) -> Result<(), String> {
+    let Some(type_proto::Value::TensorType(tt)) = vi.type_.as_ref().and_then(|t| t.value.as_ref())
+    else {
+        return Ok(());
+    };
+    if tt.elem_type != 0 && dtype_from_onnx(tt.elem_type).ok() != Some(inferred.dtype) {
+        return Err(format!(
+            "declared element type code {} but the graph computes {}",
+            tt.elem_type, inferred.dtype
+        ));
+    }
+    if let Some(shape) = tt.shape.as_ref() {
+        let declared = value_type(vi, opts)?;
+        let static_dims_match = shape.dim.len() == inferred.shape.len()
+            && shape.dim.iter().zip(&inferred.shape).all(|(d, &n)| {
+                use onnx_protobuf::tensor_shape_proto::dimension::Value;
+                !matches!(d.value, Some(Value::DimValue(v)) if v != n as i64)
+            });
+        if !static_dims_match {
+            return Err(format!(
+                "declared shape {:?} but the graph computes {:?}",
+                declared.shape, inferred.shape
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Orders nodes so each comes after the producers of its inputs (most files are
+/// already sorted; some exporters are not). Errors name the layer at fault.
+fn node_order(
+    nodes: &[NodeProto],
+    known: &HashMap<String, ValueRef>,
+    file: &str,
+) -> Result<Vec<usize>, ImportError> {
+    let mut producer: HashMap<&str, usize> = HashMap::new();
+    for (i, n) in nodes.iter().enumerate() {
+        for o in n.output.iter().filter(|o| !o.is_empty()) {
+            if known.contains_key(o) || producer.insert(o, i).is_some() {
+                return Err(ImportError::layer(
+                    &node_span(file, n, i),
+                    format!("output '{o}' is already produced elsewhere in the graph"),
+                ));
+            }
+        }
+    }
+    // Depth-first post-order with an explicit stack (deep graphs must not overflow).
+    let mut state = vec![0u8; nodes.len()]; // 0 new, 1 in progress, 2 done
+    let mut order = Vec::with_capacity(nodes.len());
+    for root in 0..nodes.len() {
+        if state[root] != 0 {
+            continue;
+        }
+        let mut stack = vec![(root, 0usize)];
+        state[root] = 1;
+        while let Some((n, next_input)) = stack.pop() {
+            let inputs = &nodes[n].input;
+            if next_input < inputs.len() {
+                stack.push((n, next_input + 1));
+                let name = &inputs[next_input];
+                if name.is_empty() || known.contains_key(name) {
+                    continue;
+                }
+                let Some(&p) = producer.get(name.as_str()) else {
+                    return Err(ImportError::layer(
+                        &node_span(file, &nodes[n], n),
+                        format!(
+                            "input '{name}' is not produced by any node, initializer or graph input"
+                        ),
+                    ));
+                };
+                match state[p] {
+                    0 => {
+                        state[p] = 1;
+                        stack.push((p, 0));
+                    }
+                    1 => {
+                        return Err(ImportError::layer(
+                            &node_span(file, &nodes[n], n),
+                            format!("input '{name}' depends on this node's own output: the graph has a cycle"),
+                        ))
+                    }
+                    _ => {}
+                }
+            } else {
+                state[n] = 2;
+                order.push(n);
+            }
+        }
+    }
+    Ok(order)
+}
+
+fn node_span(file: &str, n: &NodeProto, index: usize) -> Span {
+    let layer = if n.name.is_empty() {
+        Span::default_layer_name(&n.op_type, index)
+    } else {
+        n.name.clone()
+    };
+    Span::new(file, &layer, &n.op_type, index)
+}
+
+struct Importer {
+    file: String,
+    base_dir: Option<PathBuf>,
+    opset: i64,
+    g: Graph,
+    /// Every named value seen so far.
+    values: HashMap<String, ValueRef>,
+}
+
+impl Importer {
+    fn add_initializers(&mut self, inits: &[TensorProto]) -> Result<(), ImportError> {
+        let mut seen = HashSet::new();
+        for tp in inits {
+            if !seen.insert(tp.name.as_str()) {
+                return Err(ImportError::Model {
+                    path: self.file.clone(),
+                    message: format!("initializer '{}' is defined twice", tp.name),
+                });
+            }
+            let t = tensor_from_proto(tp, self.base_dir.as_deref()).map_err(|m| {
+                ImportError::Model {
+                    path: self.file.clone(),
+                    message: format!("initializer '{}' {m}", tp.name),
+                }
+            })?;
+            let span = Span::new(&self.file, &tp.name, "Initializer", 0);
+            let v = self.g.add_constant(&tp.name, t, vec![span]);
+            self.values.insert(tp.name.clone(), v);
+        }
+        Ok(())
+    }
+
+    fn import_node(&mut self, n: &NodeProto, index: usize) -> Result<(), ImportError> {
+        let span = node_span(&self.file, n, index);
+        if !(n.domain.is_empty() || n.domain == "ai.onnx") {
+            return Err(ImportError::layer(
+                &span,
+                format!(
+                    "unsupported operator '{}' of domain '{}'",
+                    n.op_type, n.domain
+                ),
+            ));
+        }
+        let inputs: Vec<Option<ValueRef>> = n
+            .input
+            .iter()
+            .map(|name| (!name.is_empty()).then(|| self.values[name]))
+            .collect();
+        let mut ctx = ops::NodeCtx {
+            node: n,
+            span: &span,
+            opset: self.opset,
+            inputs: &inputs,
+            g: &mut self.g,
+            file: &self.file,
+        };
+        let outputs = ops::convert(&mut ctx)?;
+        for (name, v) in n.output.iter().zip(outputs) {
+            if !name.is_empty() {
+                let v = match v {
+                    Some(v) => v,
+                    None => {
+                        return Err(ImportError::layer(
+                            &span,
+                            format!("output '{name}' is not supported for inference"),
+                        ))
+                    }
+                };
+                self.values.insert(name.clone(), v);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Adds a node and folds it right away when all its inputs are constants.
+pub(crate) fn add_and_fold(
+    g: &mut Graph,
+    op: crate::graph::Op,
+    name: &str,
+    inputs: &[ValueRef],
+    output_names: &[String],
+    span: &Span,
+) -> Result<Vec<ValueRef>, ImportError> {
+    let id = g.add_node(op, name, inputs, output_names, vec![span.clone()])?;
+    if let Some(consts) = fold_node(g, id)? {
+        return Ok(consts);
+    }
+    Ok((0..g.node(id).outputs.len())
+        .map(|i| ValueRef::new(id, i))
+        .collect())
+}

@@ -1,0 +1,1030 @@
+//! ONNX operators to typed graph ops. Inputs that parameterise an op (shapes,
+//! axes, pads, bounds) must be constants here and become attributes.
+
+use super::{add_and_fold, dtype_from_onnx, tensor_from_proto, ImportError};
+use crate::graph::{
+    broadcast_shapes, numel, BinaryOp, Conv, ConvTranspose, CoordTransform, Graph, NearestMode, Op,
+    PadMode, Pool, PoolKind, ReduceKind, Resize, ResizeMode, SliceAxis, Span, Tensor, TensorData,
+    UnaryOp, ValueRef, ValueType, Window,
+};
+use onnx_protobuf::{AttributeProto, NodeProto};
+
+type Res<T> = Result<T, ImportError>;
+
+pub(super) struct NodeCtx<'a> {
+    pub node: &'a NodeProto,
+    pub span: &'a Span,
+    pub opset: i64,
+    pub inputs: &'a [Option<ValueRef>],
+    pub g: &'a mut Graph,
+    pub file: &'a str,
+}
+
+impl NodeCtx<'_> {
+    fn err(&self, message: impl Into<String>) -> ImportError {
+        ImportError::layer(self.span, message)
+    }
+
+    fn attr(&self, name: &str) -> Option<&AttributeProto> {
+        self.node.attribute.iter().find(|a| a.name == name)
+    }
+
+    /// Checks that attribute `name`, if present, has ONNX attribute type `want`.
+    fn typed_attr(&self, name: &str, want: i32, what: &str) -> Res<Option<&AttributeProto>> {
+        match self.attr(name) {
+            Some(a) if a.type_.value() != want => Err(self.err(format!(
+                "attribute '{name}' must be {what} (attribute type {want}), got type {}",
+                a.type_.value()
+            ))),
+            other => Ok(other),
+        }
+    }
+
+    fn int(&self, name: &str, default: i64) -> Res<i64> {
+        Ok(self.typed_attr(name, 2, "an int")?.map_or(default, |a| a.i))
+    }
+
+    fn float(&self, name: &str, default: f32) -> Res<f32> {
+        Ok(self
+            .typed_attr(name, 1, "a float")?
+            .map_or(default, |a| a.f))
+    }
+
+    fn ints(&self, name: &str) -> Res<Option<Vec<i64>>> {
+        Ok(self
+            .typed_attr(name, 7, "a list of ints")?
+            .map(|a| a.ints.clone()))
+    }
+
+    fn string(&self, name: &str, default: &str) -> Res<String> {
+        Ok(self
+            .typed_attr(name, 3, "a string")?
+            .map_or(default.to_string(), |a| {
+                String::from_utf8_lossy(&a.s).into_owned()
+            }))
+    }
+
+    fn bool_attr(&self, name: &str, default: bool) -> Res<bool> {
+        Ok(self.int(name, default as i64)? != 0)
+    }
+
+    fn input(&self, i: usize) -> Res<ValueRef> {
+        self.inputs.get(i).copied().flatten().ok_or_else(|| {
+            self.err(format!(
+                "{} needs input {i}, which is missing",
+                self.node.op_type
+            ))
+        })
+    }
+
+    fn opt_input(&self, i: usize) -> Option<ValueRef> {
+        self.inputs.get(i).copied().flatten()
+    }
+
+    fn ty(&self, v: ValueRef) -> ValueType {
+        self.g.value_type(v).clone()
+    }
+
+    /// The value of an optional parameter input, which must be a constant.
+    fn const_input(&self, i: usize) -> Res<Option<Tensor>> {
+        let Some(v) = self.opt_input(i) else {
+            return Ok(None);
+        };
+        match self.g.constant(v) {
+            Some(t) => Ok(Some(t.clone())),
+            None => Err(self.err(format!(
+                "input {i} ('{}') must be a constant (computable at import time); dynamic values are not supported",
+                self.node.input[i]
+            ))),
+        }
+    }
+
+    fn const_ints(&self, i: usize) -> Res<Option<Vec<i64>>> {
+        Ok(self.const_input(i)?.map(|t| t.data.to_i64()))
+    }
+
+    /// A rank-relative axis (negative counts from the end) as an index.
+    fn axis(&self, a: i64, rank: usize) -> Res<usize> {
+        let r = rank as i64;
+        if a < -r || a >= r {
+            return Err(self.err(format!("axis {a} is out of range for rank {rank}")));
+        }
+        Ok(if a < 0 { (a + r) as usize } else { a as usize })
+    }
+
+    fn axes(&self, axes: &[i64], rank: usize) -> Res<Vec<usize>> {
+        let mut out = Vec::with_capacity(axes.len());
+        for &a in axes {
+            let a = self.axis(a, rank)?;
+            if out.contains(&a) {
+                return Err(self.err(format!("axis {a} is repeated in {axes:?}")));
+            }
+            out.push(a);
+        }
+        Ok(out)
+    }
+
+    fn layer(&self) -> String {
+        self.span.layer.to_string()
+    }
+
+    /// Adds the node's (single or multi-output) op, named after the node's outputs.
+    fn emit(&mut self, op: Op, inputs: &[ValueRef]) -> Res<Vec<Option<ValueRef>>> {
+        let names = self.node.output.clone();
+        let layer = self.layer();
+        Ok(add_and_fold(self.g, op, &layer, inputs, &names, self.span)?
+            .into_iter()
+            .map(Some)
+            .collect())
+    }
+
+    /// Adds an intermediate node of a one-to-many conversion.
+    fn emit_inner(&mut self, op: Op, inputs: &[ValueRef], suffix: &str) -> Res<ValueRef> {
+        let name = format!("{}/{suffix}", self.layer());
+        Ok(add_and_fold(
+            self.g,
+            op,
+            &name,
+            inputs,
+            std::slice::from_ref(&name),
+            self.span,
+        )?[0])
+    }
+
+    fn constant(&mut self, t: Tensor) -> Vec<Option<ValueRef>> {
+        let name = self
+            .node
+            .output
+            .first()
+            .cloned()
+            .unwrap_or_else(|| self.layer());
+        vec![Some(self.g.add_constant(&name, t, vec![self.span.clone()]))]
+    }
+}
+
+pub(super) fn convert(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let op_type = c.node.op_type.clone();
+    let unary = |u| Op::Unary(u);
+    let op = match op_type.as_str() {
+        "Conv" => return conv(c),
+        "ConvTranspose" => return conv_transpose(c),
+        "MaxPool" | "AveragePool" => return pool(c),
+        "Constant" => return constant_node(c),
+        "Shape" => return shape_node(c),
+        "ConstantOfShape" => return constant_of_shape(c),
+        "Range" => return range(c),
+        "Max" | "Min" => return variadic(c),
+        "Softmax" | "LogSoftmax" => return softmax(c),
+        "Dropout" => return dropout(c),
+        "Split" => return split(c),
+        "Resize" => return resize(c),
+        "BatchNormalization" => {
+            if c.bool_attr("training_mode", false)?
+                || c.node.output.iter().skip(1).any(|o| !o.is_empty())
+            {
+                return Err(c.err("BatchNormalization in training mode is not supported"));
+            }
+            Op::BatchNorm {
+                epsilon: c.float("epsilon", 1e-5)?,
+            }
+        }
+        "Relu" => unary(UnaryOp::Relu),
+        "LeakyRelu" => unary(UnaryOp::LeakyRelu {
+            alpha: c.float("alpha", 0.01)?,
+        }),
+        "Sigmoid" => unary(UnaryOp::Sigmoid),
+        "HardSigmoid" => unary(UnaryOp::HardSigmoid {
+            alpha: c.float("alpha", 0.2)?,
+            beta: c.float("beta", 0.5)?,
+        }),
+        "HardSwish" => unary(UnaryOp::HardSwish),
+        "Tanh" => unary(UnaryOp::Tanh),
+        "Erf" => unary(UnaryOp::Erf),
+        "Gelu" => unary(UnaryOp::Gelu {
+            tanh_approx: match c.string("approximate", "none")?.as_str() {
+                "none" => false,
+                "tanh" => true,
+                other => return Err(c.err(format!("Gelu approximate '{other}' is not known"))),
+            },
+        }),
+        "Exp" => unary(UnaryOp::Exp),
+        "Log" => unary(UnaryOp::Log),
+        "Sqrt" => unary(UnaryOp::Sqrt),
+        "Reciprocal" => unary(UnaryOp::Reciprocal),
+        "Neg" => unary(UnaryOp::Neg),
+        "Abs" => unary(UnaryOp::Abs),
+        "Clip" => {
+            let bound = |t: Option<Tensor>, default: f32| -> Res<f32> {
+                match t {
+                    None => Ok(default),
+                    Some(t) if t.numel() == 1 => Ok(t.data.to_f64()[0] as f32),
+                    Some(t) => Err(c.err(format!(
+                        "Clip bound must be a scalar, got shape {:?}",
+                        t.shape
+                    ))),
+                }
+            };
+            let min = bound(c.const_input(1)?, f32::NEG_INFINITY)?;
+            let max = bound(c.const_input(2)?, f32::INFINITY)?;
+            let x = c.input(0)?;
+            return c.emit(unary(UnaryOp::Clip { min, max }), &[x]);
+        }
+        "Add" => Op::Binary(BinaryOp::Add),
+        "Sub" => Op::Binary(BinaryOp::Sub),
+        "Mul" => Op::Binary(BinaryOp::Mul),
+        "Div" => Op::Binary(BinaryOp::Div),
+        "Pow" => Op::Binary(BinaryOp::Pow),
+        "Equal" => Op::Binary(BinaryOp::Equal),
+        "Less" => Op::Binary(BinaryOp::Less),
+        "Greater" => Op::Binary(BinaryOp::Greater),
+        "Where" => Op::Where,
+        "GlobalAveragePool" => Op::GlobalPool(PoolKind::Avg),
+        "GlobalMaxPool" => Op::GlobalPool(PoolKind::Max),
+        "Gemm" => Op::Gemm {
+            alpha: c.float("alpha", 1.0)?,
+            beta: c.float("beta", 1.0)?,
+            trans_a: c.bool_attr("transA", false)?,
+            trans_b: c.bool_attr("transB", false)?,
+        },
+        "MatMul" => Op::MatMul,
+        "Reshape" => {
+            let x = c.input(0)?;
+            let target = c
+                .const_ints(1)?
+                .ok_or_else(|| c.err("Reshape needs its shape input"))?;
+            let shape =
+                reshape_target(c, &c.ty(x).shape, &target, c.bool_attr("allowzero", false)?)?;
+            return c.emit(Op::Reshape { shape }, &[x]);
+        }
+        "Flatten" => {
+            let x = c.input(0)?;
+            let s = c.ty(x).shape;
+            let axis = c.axis(c.int("axis", 1)?, s.len() + 1)?;
+            let shape = vec![numel(&s[..axis]), numel(&s[axis..])];
+            return c.emit(Op::Reshape { shape }, &[x]);
+        }
+        "Squeeze" | "Unsqueeze" => return squeeze(c),
+        "Transpose" => {
+            let x = c.input(0)?;
+            let rank = c.ty(x).shape.len();
+            let perm = match c.ints("perm")? {
+                Some(p) => p
+                    .iter()
+                    .map(|&a| {
+                        usize::try_from(a)
+                            .map_err(|_| c.err(format!("perm {p:?} has a negative axis")))
+                    })
+                    .collect::<Res<Vec<_>>>()?,
+                None => (0..rank).rev().collect(),
+            };
+            Op::Transpose { perm }
+        }
+        "Concat" => {
+            let x = c.input(0)?;
+            let axis = c.int("axis", i64::MIN)?;
+            if axis == i64::MIN {
+                return Err(c.err("Concat needs the 'axis' attribute"));
+            }
+            Op::Concat {
+                axis: c.axis(axis, c.ty(x).shape.len())?,
+            }
+        }
+        "Slice" => return slice(c),
+        "Gather" => {
+            let x = c.input(0)?;
+            Op::Gather {
+                axis: c.axis(c.int("axis", 0)?, c.ty(x).shape.len())?,
+            }
+        }
+        "Pad" => return pad(c),
+        "ReduceMean" | "ReduceSum" | "ReduceMax" => return reduce(c),
+        "LayerNormalization" => {
+            if c.node.output.iter().skip(1).any(|o| !o.is_empty()) {
+                return Err(
+                    c.err("LayerNormalization's Mean and InvStdDev outputs are not supported")
+                );
+            }
+            let x = c.input(0)?;
+            Op::LayerNorm {
+                axis: c.axis(c.int("axis", -1)?, c.ty(x).shape.len())?,
+                epsilon: c.float("epsilon", 1e-5)?,
+            }
+        }
+        "Cast" => Op::Cast {
+            to: dtype_from_onnx(c.int("to", 0)? as i32).map_err(|m| c.err(format!("Cast: {m}")))?,
+        },
+        "Identity" => Op::Identity,
+        "Expand" => {
+            let x = c.input(0)?;
+            let target = c
+                .const_ints(1)?
+                .ok_or_else(|| c.err("Expand needs its shape input"))?;
+            let target = dims(c, &target, "shape")?;
+            let shape = broadcast_shapes(&c.ty(x).shape, &target).map_err(|m| c.err(m))?;
+            return c.emit(Op::Expand { shape }, &[x]);
+        }
+        "Tile" => {
+            let x = c.input(0)?;
+            let repeats = c
+                .const_ints(1)?
+                .ok_or_else(|| c.err("Tile needs its repeats input"))?;
+            let repeats = dims(c, &repeats, "repeats")?;
+            return c.emit(Op::Tile { repeats }, &[x]);
+        }
+        other => {
+            return Err(c.err(format!(
+                "unsupported operator '{other}' (node '{}' in {})",
+                c.span.layer, c.file
+            )))
+        }
+    };
+    let inputs = c
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            v.ok_or_else(|| c.err(format!("{op_type} needs input {i}, which is missing")))
+        })
+        .collect::<Res<Vec<_>>>()?;
+    c.emit(op, &inputs)
+}
+
+/// Non-negative dimensions from i64 values.
+fn dims(c: &NodeCtx, v: &[i64], what: &str) -> Res<Vec<usize>> {
+    v.iter()
+        .map(|&d| {
+            usize::try_from(d).map_err(|_| c.err(format!("{what} {v:?} has a negative entry")))
+        })
+        .collect()
+}
+
+/// Resolves a Reshape target: 0 copies the input dim (unless allowzero), -1 is inferred.
+fn reshape_target(
+    c: &NodeCtx,
+    input: &[usize],
+    target: &[i64],
+    allowzero: bool,
+) -> Res<Vec<usize>> {
+    let mut shape = Vec::with_capacity(target.len());
+    let mut infer = None;
+    for (i, &t) in target.iter().enumerate() {
+        shape.push(match t {
+            -1 if infer.is_none() => {
+                infer = Some(i);
+                1
+            }
+            0 if !allowzero => *input.get(i).ok_or_else(|| {
+                c.err(format!(
+                    "shape {target:?}: 0 at axis {i} has no input axis to copy"
+                ))
+            })?,
+            t if t >= 0 => t as usize,
+            _ => return Err(c.err(format!("shape {target:?} is not a valid reshape target"))),
+        });
+    }
+    if let Some(i) = infer {
+        let known = numel(&shape);
+        let total = numel(input);
+        if known == 0 || !total.is_multiple_of(known) {
+            return Err(c.err(format!(
+                "cannot reshape {input:?} ({total} elements) to {target:?}"
+            )));
+        }
+        shape[i] = total / known;
+    }
+    Ok(shape)
+}
+
+/// Kernel, strides, dilations and pads of a conv or pool, with auto_pad resolved.
+fn window(c: &NodeCtx, spatial: &[usize], kernel: Vec<usize>, transposed: bool) -> Res<Window> {
+    let r = spatial.len();
+    let list = |name: &str, default: usize| -> Res<Vec<usize>> {
+        match c.ints(name)? {
+            Some(v) => dims(c, &v, name),
+            None => Ok(vec![default; if name == "pads" { 2 * r } else { r }]),
+        }
+    };
+    let strides = list("strides", 1)?;
+    let dilations = list("dilations", 1)?;
+    let mut pads = list("pads", 0)?;
+    if strides.len() != r || dilations.len() != r || pads.len() != 2 * r || kernel.len() != r {
+        return Err(c.err(format!(
+            "kernel_shape {kernel:?}, strides {strides:?}, dilations {dilations:?} and pads {pads:?} do not fit {r} spatial axes"
+        )));
+    }
+    if strides.contains(&0) || dilations.contains(&0) || kernel.contains(&0) {
+        return Err(c.err(format!(
+            "kernel_shape {kernel:?}, strides {strides:?} and dilations {dilations:?} must be positive"
+        )));
+    }
+    let auto_pad = c.string("auto_pad", "NOTSET")?;
+    match auto_pad.as_str() {
+        "NOTSET" => {}
+        "VALID" => pads = vec![0; 2 * r],
+        "SAME_UPPER" | "SAME_LOWER" if !transposed => {
+            for i in 0..r {
+                let out = spatial[i].div_ceil(strides[i]);
+                let eff = dilations[i] * (kernel[i] - 1) + 1;
+                let total = ((out - 1) * strides[i] + eff).saturating_sub(spatial[i]);
+                let (small, big) = (total / 2, total - total / 2);
+                (pads[i], pads[i + r]) = if auto_pad == "SAME_UPPER" {
+                    (small, big)
+                } else {
+                    (big, small)
+                };
+            }
+        }
+        "SAME_UPPER" | "SAME_LOWER" => {} // ConvTranspose resolves these itself.
+        other => return Err(c.err(format!("auto_pad '{other}' is not known"))),
+    }
+    Ok(Window {
+        kernel,
+        strides,
+        dilations,
+        pads,
+    })
+}
+
+fn kernel_attr(c: &NodeCtx, from_weight: Option<&[usize]>) -> Res<Vec<usize>> {
+    match (c.ints("kernel_shape")?, from_weight) {
+        (Some(k), _) => dims(c, &k, "kernel_shape"),
+        (None, Some(w)) => Ok(w.to_vec()),
+        (None, None) => Err(c.err("needs the 'kernel_shape' attribute")),
+    }
+}
+
+fn conv(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let (x, w) = (c.input(0)?, c.input(1)?);
+    let (xs, ws) = (c.ty(x).shape, c.ty(w).shape);
+    if xs.len() < 3 || ws.len() != xs.len() {
+        return Err(c.err(format!(
+            "input {xs:?} and weight {ws:?} do not form a convolution"
+        )));
+    }
+    let kernel = kernel_attr(c, Some(&ws[2..]))?;
+    let window = window(c, &xs[2..], kernel, false)?;
+    let group = usize::try_from(c.int("group", 1)?).map_err(|_| c.err("group must be positive"))?;
+    let mut inputs = vec![x, w];
+    inputs.extend(c.opt_input(2));
+    c.emit(Op::Conv(Conv { window, group }), &inputs)
+}
+
+fn conv_transpose(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let (x, w) = (c.input(0)?, c.input(1)?);
+    let (xs, ws) = (c.ty(x).shape, c.ty(w).shape);
+    if xs.len() < 3 || ws.len() != xs.len() {
+        return Err(c.err(format!(
+            "input {xs:?} and weight {ws:?} do not form a convolution"
+        )));
+    }
+    let r = xs.len() - 2;
+    let kernel = kernel_attr(c, Some(&ws[2..]))?;
+    let mut window = window(c, &xs[2..], kernel, true)?;
+    let group = usize::try_from(c.int("group", 1)?).map_err(|_| c.err("group must be positive"))?;
+    let mut output_padding = match c.ints("output_padding")? {
+        Some(v) => dims(c, &v, "output_padding")?,
+        None => vec![0; r],
+    };
+    if output_padding.len() != r {
+        return Err(c.err(format!(
+            "output_padding {output_padding:?} does not fit {r} spatial axes"
+        )));
+    }
+    let auto_pad = c.string("auto_pad", "NOTSET")?;
+    let output_shape = c.ints("output_shape")?;
+    // An explicit output shape, or SAME auto padding, fixes the pads (ONNX spec formula).
+    let target: Option<Vec<usize>> = match (&output_shape, auto_pad.as_str()) {
+        (Some(s), _) => {
+            let s = dims(c, s, "output_shape")?;
+            Some(s[s.len().saturating_sub(r)..].to_vec())
+        }
+        (None, "SAME_UPPER" | "SAME_LOWER") => {
+            Some((0..r).map(|i| xs[i + 2] * window.strides[i]).collect())
+        }
+        _ => None,
+    };
+    if let Some(target) = target {
+        if target.len() != r {
+            return Err(c.err(format!(
+                "output_shape {target:?} does not fit {r} spatial axes"
+            )));
+        }
+        for i in 0..r {
+            let full = window.strides[i] * (xs[i + 2] - 1)
+                + output_padding[i]
+                + (window.kernel[i] - 1) * window.dilations[i]
+                + 1;
+            if full < target[i] {
+                // The spec allows growing through output_padding when the target is larger.
+                output_padding[i] += target[i] - full;
+                window.pads[i] = 0;
+                window.pads[i + r] = 0;
+                continue;
+            }
+            let total = full - target[i];
+            let (small, big) = (total / 2, total - total / 2);
+            (window.pads[i], window.pads[i + r]) = if auto_pad == "SAME_UPPER" {
+                (small, big)
+            } else {
+                (big, small)
+            };
+        }
+    }
+    let mut inputs = vec![x, w];
+    inputs.extend(c.opt_input(2));
+    c.emit(
+        Op::ConvTranspose(ConvTranspose {
+            window,
+            group,
+            output_padding,
+        }),
+        &inputs,
+    )
+}
+
+fn pool(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    if c.node.output.len() > 1 && !c.node.output[1].is_empty() {
+        return Err(c.err("MaxPool's Indices output is not supported"));
+    }
+    if c.int("storage_order", 0)? != 0 {
+        return Err(c.err("MaxPool storage_order 1 is not supported"));
+    }
+    let x = c.input(0)?;
+    let xs = c.ty(x).shape;
+    if xs.len() < 3 {
+        return Err(c.err(format!("input shape {xs:?} has no spatial axes")));
+    }
+    let kernel = kernel_attr(c, None)?;
+    let window = window(c, &xs[2..], kernel, false)?;
+    let kind = if c.node.op_type == "MaxPool" {
+        PoolKind::Max
+    } else {
+        PoolKind::Avg
+    };
+    let pool = Pool {
+        kind,
+        window,
+        ceil_mode: c.bool_attr("ceil_mode", false)?,
+        count_include_pad: c.bool_attr("count_include_pad", false)?,
+    };
+    c.emit(Op::Pool(pool), &[x]).map(|mut v| {
+        v.truncate(1);
+        v
+    })
+}
+
+fn constant_node(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let a = c
+        .node
+        .attribute
+        .first()
+        .ok_or_else(|| c.err("Constant has no value attribute"))?;
+    let t = match a.name.as_str() {
+        "value" => {
+            let tp =
+                a.t.as_ref()
+                    .ok_or_else(|| c.err("Constant 'value' holds no tensor"))?;
+            tensor_from_proto(tp, None).map_err(|m| c.err(format!("Constant value {m}")))?
+        }
+        "value_float" => Tensor::scalar_f32(a.f),
+        "value_floats" => Tensor::from_f32(vec![a.floats.len()], a.floats.clone()),
+        "value_int" => Tensor::from_i64(vec![], vec![a.i]),
+        "value_ints" => Tensor::from_i64(vec![a.ints.len()], a.ints.clone()),
+        other => return Err(c.err(format!("Constant attribute '{other}' is not supported"))),
+    };
+    Ok(c.constant(t))
+}
+
+fn shape_node(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let s = c.ty(c.input(0)?).shape;
+    let r = s.len() as i64;
+    let clamp = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
+    let start = clamp(c.int("start", 0)?);
+    let end = clamp(c.int("end", r)?);
+    let dims: Vec<i64> = s[start..end.max(start)].iter().map(|&d| d as i64).collect();
+    Ok(c.constant(Tensor::from_i64(vec![dims.len()], dims)))
+}
+
+fn constant_of_shape(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let shape = c
+        .const_ints(0)?
+        .ok_or_else(|| c.err("ConstantOfShape needs its shape input"))?;
+    let shape = dims(c, &shape, "shape")?;
+    let value = match c.attr("value").and_then(|a| a.t.as_ref()) {
+        Some(tp) => tensor_from_proto(tp, None).map_err(|m| c.err(format!("value {m}")))?,
+        None => Tensor::scalar_f32(0.0),
+    };
+    if value.numel() != 1 {
+        return Err(c.err("ConstantOfShape value must hold one element"));
+    }
+    let n = crate::graph::checked_numel(&shape)
+        .ok_or_else(|| c.err(format!("shape {shape:?} overflows")))?;
+    let data = value.data.gather(std::iter::repeat_n(0, n));
+    Ok(c.constant(Tensor::new(shape, data)))
+}
+
+fn range(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let get = |i| -> Res<Tensor> {
+        c.const_input(i)?
+            .filter(|t| t.numel() == 1)
+            .ok_or_else(|| c.err(format!("Range input {i} must be a constant scalar")))
+    };
+    let (start, limit, delta) = (get(0)?, get(1)?, get(2)?);
+    let dtype = start.dtype();
+    let t = if dtype.is_float() {
+        let (s, l, d) = (
+            start.data.to_f64()[0],
+            limit.data.to_f64()[0],
+            delta.data.to_f64()[0],
+        );
+        let n = range_len(c, (l - s) / d, d == 0.0)?;
+        // Computed in the element type, as the spec's loop accumulates it.
+        let vals: Vec<f64> = (0..n).map(|i| s + i as f64 * d).collect();
+        Tensor::new(vec![n], TensorData::from_f64(dtype, vals))
+    } else {
+        let (s, l, d) = (
+            start.data.to_i64()[0],
+            limit.data.to_i64()[0],
+            delta.data.to_i64()[0],
+        );
+        let n = range_len(c, (l - s) as f64 / d as f64, d == 0)?;
+        Tensor::new(
+            vec![n],
+            TensorData::from_i64(dtype, (0..n as i64).map(|i| s + i * d).collect()),
+        )
+    };
+    Ok(c.constant(t))
+}
+
+fn range_len(c: &NodeCtx, steps: f64, zero_delta: bool) -> Res<usize> {
+    if zero_delta {
+        return Err(c.err("Range delta must not be zero"));
+    }
+    let n = steps.ceil().max(0.0);
+    if n > 1e9 {
+        return Err(c.err(format!("Range would produce {n} elements")));
+    }
+    Ok(n as usize)
+}
+
+/// Max and Min take any number of inputs: a chain of binary ops.
+fn variadic(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let b = if c.node.op_type == "Max" {
+        BinaryOp::Max
+    } else {
+        BinaryOp::Min
+    };
+    let inputs: Vec<ValueRef> = (0..c.inputs.len())
+        .map(|i| c.input(i))
+        .collect::<Res<_>>()?;
+    match inputs.as_slice() {
+        [] => Err(c.err("needs at least one input")),
+        [x] => c.emit(Op::Identity, &[*x]),
+        [first, middle @ .., last] => {
+            let mut acc = *first;
+            for (k, &v) in middle.iter().enumerate() {
+                acc = c.emit_inner(Op::Binary(b), &[acc, v], &k.to_string())?;
+            }
+            c.emit(Op::Binary(b), &[acc, *last])
+        }
+    }
+}
+
+fn softmax(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let x = c.input(0)?;
+    let s = c.ty(x).shape;
+    let log = c.node.op_type == "LogSoftmax";
+    let make = |axis| {
+        if log {
+            Op::LogSoftmax { axis }
+        } else {
+            Op::Softmax { axis }
+        }
+    };
+    if c.opset >= 13 {
+        let axis = c.axis(c.int("axis", -1)?, s.len())?;
+        return c.emit(make(axis), &[x]);
+    }
+    // Before opset 13 the input is coerced to 2-D at `axis` and normalised per row.
+    let axis = c.axis(c.int("axis", 1)?, s.len())?;
+    if axis + 1 == s.len() {
+        return c.emit(make(axis), &[x]);
+    }
+    let flat = vec![numel(&s[..axis]), numel(&s[axis..])];
+    let x2 = c.emit_inner(Op::Reshape { shape: flat }, &[x], "flatten")?;
+    let y2 = c.emit_inner(make(1), &[x2], "softmax")?;
+    c.emit(Op::Reshape { shape: s }, &[y2])
+}
+
+fn dropout(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    if let Some(t) = c.const_input(2)? {
+        if t.data.to_bool().first() == Some(&true) {
+            return Err(c.err("Dropout in training mode is not supported"));
+        }
+    } else if c.opt_input(2).is_some() {
+        return Err(c.err("Dropout training_mode must be a constant"));
+    }
+    let x = c.input(0)?;
+    let mut outs = c.emit(Op::Identity, &[x])?;
+    if c.node.output.len() > 1 {
+        // In inference every element is kept: the mask is all true.
+        let shape = c.ty(x).shape;
+        let mask = Tensor::new(shape.clone(), TensorData::Bool(vec![true; numel(&shape)]));
+        let name = c.node.output[1].clone();
+        outs.push(Some(c.g.add_constant(&name, mask, vec![c.span.clone()])));
+    }
+    Ok(outs)
+}
+
+fn split(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let x = c.input(0)?;
+    let s = c.ty(x).shape;
+    let axis = c.axis(c.int("axis", 0)?, s.len())?;
+    let n_out = c.node.output.len();
+    let given = if c.opset >= 13 {
+        c.const_ints(1)?
+    } else {
+        c.ints("split")?
+    };
+    let sizes = match given {
+        Some(v) => dims(c, &v, "split")?,
+        None => {
+            let n = if c.opset >= 18 {
+                match c.int("num_outputs", 0)? {
+                    0 => n_out,
+                    k => k as usize,
+                }
+            } else {
+                n_out
+            };
+            if n == 0 {
+                return Err(c.err("Split has no outputs"));
+            }
+            // Opset 18: uneven splits give ceil-sized chunks and a smaller last one.
+            let chunk = s[axis].div_ceil(n);
+            if c.opset < 18 && !s[axis].is_multiple_of(n) {
+                return Err(c.err(format!(
+                    "axis extent {} does not split evenly into {n}",
+                    s[axis]
+                )));
+            }
+            (0..n)
+                .map(|i| chunk.min(s[axis].saturating_sub(i * chunk)))
+                .collect()
+        }
+    };
+    if sizes.len() != n_out {
+        return Err(c.err(format!("{} split sizes for {n_out} outputs", sizes.len())));
+    }
+    c.emit(Op::Split { axis, sizes }, &[x])
+}
+
+fn squeeze(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let x = c.input(0)?;
+    let s = c.ty(x).shape;
+    let axes = if c.opset >= 13 {
+        c.const_ints(1)?
+    } else {
+        c.ints("axes")?
+    };
+    let shape = if c.node.op_type == "Squeeze" {
+        let axes = match axes {
+            Some(a) => c.axes(&a, s.len())?,
+            None => (0..s.len()).filter(|&i| s[i] == 1).collect(),
+        };
+        if let Some(&a) = axes.iter().find(|&&a| s[a] != 1) {
+            return Err(c.err(format!(
+                "cannot squeeze axis {a} of shape {s:?}: its extent is not 1"
+            )));
+        }
+        s.iter()
+            .enumerate()
+            .filter(|(i, _)| !axes.contains(i))
+            .map(|(_, &d)| d)
+            .collect()
+    } else {
+        let axes = axes.ok_or_else(|| c.err("Unsqueeze needs axes"))?;
+        let out_rank = s.len() + axes.len();
+        let axes = c.axes(&axes, out_rank)?;
+        let mut rest = s.iter();
+        (0..out_rank)
+            .map(|i| {
+                if axes.contains(&i) {
+                    1
+                } else {
+                    *rest.next().expect("rank adds up")
+                }
+            })
+            .collect()
+    };
+    c.emit(Op::Reshape { shape }, &[x])
+}
+
+fn slice(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let x = c.input(0)?;
+    let s = c.ty(x).shape;
+    let starts = c
+        .const_ints(1)?
+        .ok_or_else(|| c.err("Slice needs starts"))?;
+    let ends = c.const_ints(2)?.ok_or_else(|| c.err("Slice needs ends"))?;
+    let axes = match c.const_ints(3)? {
+        Some(a) => c.axes(&a, s.len())?,
+        None => (0..starts.len()).collect(),
+    };
+    let steps = c.const_ints(4)?.unwrap_or_else(|| vec![1; starts.len()]);
+    if ends.len() != starts.len() || axes.len() != starts.len() || steps.len() != starts.len() {
+        return Err(c.err(format!(
+            "starts {starts:?}, ends {ends:?}, axes {axes:?} and steps {steps:?} differ in length"
+        )));
+    }
+    let mut out = Vec::with_capacity(axes.len());
+    for i in 0..axes.len() {
+        let (axis, step) = (axes[i], steps[i]);
+        if step == 0 {
+            return Err(c.err("Slice step must not be zero"));
+        }
+        let d = s[axis] as i64;
+        let norm = |v: i64| if v < 0 { v.saturating_add(d) } else { v };
+        // Clamp as the spec says: [0, d] going forward, [-1, d-1] going backward.
+        let (start, end) = if step > 0 {
+            (norm(starts[i]).clamp(0, d), norm(ends[i]).clamp(0, d))
+        } else {
+            (
+                norm(starts[i]).clamp(0, d - 1),
+                norm(ends[i]).clamp(-1, d - 1),
+            )
+        };
+        out.push(SliceAxis {
+            axis,
+            start,
+            end,
+            step,
+        });
+    }
+    c.emit(Op::Slice { axes: out }, &[x])
+}
+
+fn pad(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let x = c.input(0)?;
+    let s = c.ty(x).shape;
+    let r = s.len();
+    let pads = c
+        .const_ints(1)?
+        .ok_or_else(|| c.err("Pad needs its pads input"))?;
+    let value = c
+        .const_input(2)?
+        .map(|t| t.data.to_f64().first().copied().unwrap_or(0.0))
+        .unwrap_or(0.0) as f32;
+    let axes = match c.const_ints(3)? {
+        Some(a) => c.axes(&a, r)?,
+        None => (0..r).collect(),
+    };
+    if pads.len() != 2 * axes.len() {
+        return Err(c.err(format!("pads {pads:?} do not fit {} axes", axes.len())));
+    }
+    let (mut begins, mut ends) = (vec![0; r], vec![0; r]);
+    for (k, &a) in axes.iter().enumerate() {
+        begins[a] = pads[k];
+        ends[a] = pads[k + axes.len()];
+    }
+    let mode = match c.string("mode", "constant")?.as_str() {
+        "constant" => PadMode::Constant(value),
+        "reflect" => PadMode::Reflect,
+        "edge" => PadMode::Edge,
+        other => return Err(c.err(format!("Pad mode '{other}' is not supported"))),
+    };
+    c.emit(Op::Pad { begins, ends, mode }, &[x])
+}
+
+fn reduce(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let x = c.input(0)?;
+    let s = c.ty(x).shape;
+    let kind = match c.node.op_type.as_str() {
+        "ReduceSum" => ReduceKind::Sum,
+        "ReduceMean" => ReduceKind::Mean,
+        _ => ReduceKind::Max,
+    };
+    // Axes moved from attribute to input at opset 13 for ReduceSum, 18 for the others.
+    let axes_as_input = c.opset >= if kind == ReduceKind::Sum { 13 } else { 18 };
+    let axes = if axes_as_input {
+        c.const_ints(1)?
+    } else {
+        c.ints("axes")?
+    };
+    let keepdims = c.bool_attr("keepdims", true)?;
+    let axes = match axes {
+        Some(a) if !a.is_empty() => c.axes(&a, s.len())?,
+        _ if c.bool_attr("noop_with_empty_axes", false)? => return c.emit(Op::Identity, &[x]),
+        _ => (0..s.len()).collect(),
+    };
+    c.emit(
+        Op::Reduce {
+            kind,
+            axes,
+            keepdims,
+        },
+        &[x],
+    )
+}
+
+fn resize(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let x = c.input(0)?;
+    let s = c.ty(x).shape;
+    let r = s.len();
+    let mode = match c.string("mode", "nearest")?.as_str() {
+        "nearest" => ResizeMode::Nearest,
+        "linear" => ResizeMode::Linear,
+        other => return Err(c.err(format!("Resize mode '{other}' is not supported"))),
+    };
+    let coord = match c
+        .string("coordinate_transformation_mode", "half_pixel")?
+        .as_str()
+    {
+        "half_pixel" => CoordTransform::HalfPixel,
+        "pytorch_half_pixel" => CoordTransform::PytorchHalfPixel,
+        "align_corners" => CoordTransform::AlignCorners,
+        "asymmetric" => CoordTransform::Asymmetric,
+        other => {
+            return Err(c.err(format!(
+                "Resize coordinate_transformation_mode '{other}' is not supported"
+            )))
+        }
+    };
+    let nearest = match c.string("nearest_mode", "round_prefer_floor")?.as_str() {
+        "round_prefer_floor" => NearestMode::RoundPreferFloor,
+        "round_prefer_ceil" => NearestMode::RoundPreferCeil,
+        "floor" => NearestMode::Floor,
+        "ceil" => NearestMode::Ceil,
+        other => return Err(c.err(format!("Resize nearest_mode '{other}' is not known"))),
+    };
+    if c.bool_attr("antialias", false)? || c.bool_attr("exclude_outside", false)? {
+        return Err(c.err("Resize antialias and exclude_outside are not supported"));
+    }
+    let axes = match c.ints("axes")? {
+        Some(a) => c.axes(&a, r)?,
+        None => (0..r).collect(),
+    };
+    let scales_in = c
+        .const_input(2)?
+        .map(|t| t.data.to_f64())
+        .filter(|v| !v.is_empty());
+    let sizes_in = c.const_ints(3)?.filter(|v| !v.is_empty());
+    let (mut scales, mut sizes): (Vec<f32>, Vec<usize>) = (vec![1.0; r], s.clone());
+    match (scales_in, sizes_in) {
+        (Some(sc), None) => {
+            if sc.len() != axes.len() {
+                return Err(c.err(format!("scales {sc:?} do not fit {} axes", axes.len())));
+            }
+            for (k, &a) in axes.iter().enumerate() {
+                if sc[k] <= 0.0 {
+                    return Err(c.err(format!("scale {} must be positive", sc[k])));
+                }
+                scales[a] = sc[k] as f32;
+                sizes[a] = (s[a] as f64 * sc[k] as f32 as f64).floor() as usize;
+            }
+        }
+        (None, Some(sz)) => {
+            if sz.len() != axes.len() {
+                return Err(c.err(format!("sizes {sz:?} do not fit {} axes", axes.len())));
+            }
+            let sz = dims(c, &sz, "sizes")?;
+            let ratios: Vec<f32> = axes
+                .iter()
+                .zip(&sz)
+                .map(|(&a, &n)| n as f32 / s[a] as f32)
+                .collect();
+            let policy = c.string("keep_aspect_ratio_policy", "stretch")?;
+            let uniform = match policy.as_str() {
+                "stretch" => None,
+                "not_larger" => Some(ratios.iter().copied().fold(f32::INFINITY, f32::min)),
+                "not_smaller" => Some(ratios.iter().copied().fold(0.0, f32::max)),
+                other => {
+                    return Err(c.err(format!("keep_aspect_ratio_policy '{other}' is not known")))
+                }
+            };
+            for (k, &a) in axes.iter().enumerate() {
+                match uniform {
+                    None => {
+                        scales[a] = ratios[k];
+                        sizes[a] = sz[k];
+                    }
+                    Some(u) => {
+                        scales[a] = u;
+                        sizes[a] = (s[a] as f32 * u).round() as usize;
+                    }
+                }
+            }
+        }
+        _ => return Err(c.err("Resize needs exactly one of scales and sizes")),
+    }
+    c.emit(
+        Op::Resize(Resize {
+            mode,
+            coord,
+            nearest,
+            scales,
+            sizes,
+        }),
+        &[x],
+    )
+}

@@ -1,0 +1,202 @@
+//! Decoding ONNX `TensorProto`s: typed fields, little-endian `raw_data`, and
+//! external data files beside the model.
+
+use crate::graph::{checked_numel, DType, Tensor, TensorData};
+use half::f16;
+use onnx_protobuf::TensorProto;
+use std::path::{Component, Path};
+
+/// ONNX `TensorProto.DataType` codes we read, and the names of those we refuse.
+pub fn dtype_from_onnx(code: i32) -> Result<DType, String> {
+    Ok(match code {
+        1 => DType::F32,
+        2 => DType::U8,
+        3 => DType::I8,
+        6 => DType::I32,
+        7 => DType::I64,
+        9 => DType::Bool,
+        10 => DType::F16,
+        11 => DType::F64,
+        other => {
+            let name = match other {
+                0 => "UNDEFINED",
+                4 => "UINT16",
+                5 => "INT16",
+                8 => "STRING",
+                12 => "UINT32",
+                13 => "UINT64",
+                14 => "COMPLEX64",
+                15 => "COMPLEX128",
+                16 => "BFLOAT16",
+                17..=20 | 23 => "FLOAT8",
+                21 | 22 | 25 | 26 => "INT4/UINT4",
+                _ => "unknown",
+            };
+            return Err(format!(
+                "element type {name} (code {other}) is not supported"
+            ));
+        }
+    })
+}
+
+/// The ONNX data type code of one of our element types.
+pub fn dtype_to_onnx(dtype: DType) -> i32 {
+    match dtype {
+        DType::F32 => 1,
+        DType::U8 => 2,
+        DType::I8 => 3,
+        DType::I32 => 6,
+        DType::I64 => 7,
+        DType::Bool => 9,
+        DType::F16 => 10,
+        DType::F64 => 11,
+    }
+}
+
+/// Reads the bytes of an externally stored tensor, relative to the model's folder.
+fn read_external(tp: &TensorProto, base_dir: Option<&Path>) -> Result<Vec<u8>, String> {
+    let mut location = None;
+    let (mut offset, mut length) = (0u64, None);
+    for e in &tp.external_data {
+        match e.key.as_str() {
+            "location" => location = Some(e.value.clone()),
+            "offset" => {
+                offset = e
+                    .value
+                    .parse()
+                    .map_err(|_| format!("external data offset '{}' is not a number", e.value))?
+            }
+            "length" => {
+                length =
+                    Some(e.value.parse::<u64>().map_err(|_| {
+                        format!("external data length '{}' is not a number", e.value)
+                    })?)
+            }
+            _ => {}
+        }
+    }
+    let location = location.ok_or("external data has no location")?;
+    let rel = Path::new(&location);
+    // A model may only point at files in its own folder tree.
+    if rel.is_absolute() || rel.components().any(|c| matches!(c, Component::ParentDir)) {
+        return Err(format!(
+            "external data location '{location}' leaves the model's folder"
+        ));
+    }
+    let base = base_dir
+        .ok_or("external data needs the model's folder, but the model was read from memory")?;
+    let path = base.join(rel);
+    let bytes = std::fs::read(&path)
+        .map_err(|e| format!("cannot read external data file {}: {e}", path.display()))?;
+    let start = usize::try_from(offset).map_err(|_| "external data offset too large")?;
+    let end = match length {
+        Some(l) => start
+            .checked_add(usize::try_from(l).map_err(|_| "external data length too large")?)
+            .ok_or("external data range overflows")?,
+        None => bytes.len(),
+    };
+    if start > end || end > bytes.len() {
+        return Err(format!(
+            "external data range {start}..{end} is outside file {} ({} bytes)",
+            path.display(),
+            bytes.len()
+        ));
+    }
+    Ok(bytes[start..end].to_vec())
+}
+
+fn from_le<const N: usize, T>(raw: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
+    raw.chunks_exact(N)
+        .map(|c| f(c.try_into().expect("chunks_exact yields N bytes")))
+        .collect()
+}
+
+fn decode_raw(dtype: DType, raw: &[u8]) -> Result<TensorData, String> {
+    if !raw.len().is_multiple_of(dtype.size_bytes()) {
+        return Err(format!(
+            "raw data of {} bytes is not a whole number of {dtype} elements",
+            raw.len()
+        ));
+    }
+    Ok(match dtype {
+        DType::F32 => TensorData::F32(from_le(raw, f32::from_le_bytes)),
+        DType::F16 => TensorData::F16(from_le(raw, |b| f16::from_bits(u16::from_le_bytes(b)))),
+        DType::F64 => TensorData::F64(from_le(raw, f64::from_le_bytes)),
+        DType::I64 => TensorData::I64(from_le(raw, i64::from_le_bytes)),
+        DType::I32 => TensorData::I32(from_le(raw, i32::from_le_bytes)),
+        DType::I8 => TensorData::I8(raw.iter().map(|&b| b as i8).collect()),
+        DType::U8 => TensorData::U8(raw.to_vec()),
+        DType::Bool => TensorData::Bool(raw.iter().map(|&b| b != 0).collect()),
+    })
+}
+
+/// Data held in the typed repeated fields (int32_data carries every narrow type).
+fn decode_typed(dtype: DType, tp: &TensorProto) -> TensorData {
+    let narrow = || tp.int32_data.iter().map(|&x| x as i64).collect::<Vec<_>>();
+    match dtype {
+        DType::F32 => TensorData::F32(tp.float_data.clone()),
+        DType::F64 => TensorData::F64(tp.double_data.clone()),
+        DType::I64 => TensorData::I64(tp.int64_data.clone()),
+        // float16 values travel as their bit patterns in int32_data.
+        DType::F16 => TensorData::F16(
+            tp.int32_data
+                .iter()
+                .map(|&x| f16::from_bits(x as u16))
+                .collect(),
+        ),
+        other => TensorData::from_i64(other, narrow()),
+    }
+}
+
+/// Decodes a tensor proto. `base_dir` is the model's folder, for external data.
+pub fn tensor_from_proto(tp: &TensorProto, base_dir: Option<&Path>) -> Result<Tensor, String> {
+    let dtype = dtype_from_onnx(tp.data_type)?;
+    let mut shape = Vec::with_capacity(tp.dims.len());
+    for &d in &tp.dims {
+        shape.push(
+            usize::try_from(d)
+                .map_err(|_| format!("negative dimension {d} in shape {:?}", tp.dims))?,
+        );
+    }
+    let n = checked_numel(&shape)
+        .filter(|n| n.checked_mul(dtype.size_bytes()).is_some())
+        .ok_or_else(|| format!("shape {:?} overflows", tp.dims))?;
+    if tp.segment.is_some() {
+        return Err("segmented tensors are not supported".into());
+    }
+    let external = tp.data_location.value() == 1;
+    let data = if external {
+        decode_raw(dtype, &read_external(tp, base_dir)?)?
+    } else if !tp.raw_data.is_empty() {
+        decode_raw(dtype, &tp.raw_data)?
+    } else {
+        decode_typed(dtype, tp)
+    };
+    if data.len() != n {
+        return Err(format!(
+            "holds {} elements of data, but its shape {:?} needs {n}",
+            data.len(),
+            shape
+        ));
+    }
+    Ok(Tensor::new(shape, data))
+}
+
+/// Encodes a tensor as a proto with little-endian raw data.
+pub fn tensor_to_proto(name: &str, t: &Tensor) -> TensorProto {
+    let mut tp = TensorProto::new();
+    tp.name = name.to_string();
+    tp.dims = t.shape.iter().map(|&d| d as i64).collect();
+    tp.data_type = dtype_to_onnx(t.dtype());
+    tp.raw_data = match &t.data {
+        TensorData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        TensorData::F16(v) => v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect(),
+        TensorData::F64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        TensorData::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        TensorData::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        TensorData::I8(v) => v.iter().map(|&x| x as u8).collect(),
+        TensorData::U8(v) => v.clone(),
+        TensorData::Bool(v) => v.iter().map(|&x| x as u8).collect(),
+    };
+    tp
+}

@@ -1,0 +1,522 @@
+//! What the padding of a tensor holds, and how that flows through ops.
+//!
+//! Following the padding RFC (seeds/002_…): padding holds either a known value
+//! or `undef` (anything). A transform that pads writes a value it chooses; an op
+//! maps the padding of its inputs to the padding of its output (relu keeps 0,
+//! exp turns 0 into 1); and an op that reduces or slides a window over a padded
+//! axis needs a particular value there (the reduction's identity), or else its
+//! logical result is wrong. Knowledge that no op wrote, only a user or an
+//! earlier pass asserted, is an `Assumption` that names its origin.
+
+use crate::graph::{BinaryOp, Op, PoolKind, ReduceKind, UnaryOp};
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::str::FromStr;
+
+/// The content of a padding region.
+#[derive(Clone, Copy, Debug)]
+pub enum PadValue {
+    /// Every padding element holds this value (compared bit for bit, so NaN is
+    /// a value like any other).
+    Known(f32),
+    /// Nothing is known: any value may be there.
+    Undef,
+}
+
+impl PadValue {
+    pub fn known(self) -> Option<f32> {
+        match self {
+            PadValue::Known(v) => Some(v),
+            PadValue::Undef => None,
+        }
+    }
+
+    /// Whether this is known to be the value `v`.
+    pub fn is(self, v: f32) -> bool {
+        self == PadValue::Known(v)
+    }
+
+    /// Whether this is known and finite (so multiplying it by 0 gives 0).
+    pub fn is_finite(self) -> bool {
+        self.known().is_some_and(f32::is_finite)
+    }
+
+    /// The value the reference executor writes: undef padding is filled with NaN
+    /// (the largest integer for integer tensors) so that any read of it shows.
+    pub fn fill(self) -> f64 {
+        match self {
+            PadValue::Known(v) => v as f64,
+            PadValue::Undef => f64::NAN,
+        }
+    }
+}
+
+impl PartialEq for PadValue {
+    fn eq(&self, other: &PadValue) -> bool {
+        match (self, other) {
+            (PadValue::Known(a), PadValue::Known(b)) => a.to_bits() == b.to_bits(),
+            (PadValue::Undef, PadValue::Undef) => true,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for PadValue {}
+
+impl Hash for PadValue {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.known().map(f32::to_bits).hash(state);
+    }
+}
+
+impl PartialOrd for PadValue {
+    fn partial_cmp(&self, other: &PadValue) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for PadValue {
+    fn cmp(&self, other: &PadValue) -> std::cmp::Ordering {
+        self.known()
+            .map(f32::to_bits)
+            .cmp(&other.known().map(f32::to_bits))
+    }
+}
+
+impl fmt::Display for PadValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PadValue::Known(v) if *v == f32::INFINITY => f.write_str("inf"),
+            PadValue::Known(v) if *v == f32::NEG_INFINITY => f.write_str("-inf"),
+            PadValue::Known(v) if v.is_nan() => f.write_str("nan"),
+            PadValue::Known(v) => write!(f, "{v:?}"),
+            PadValue::Undef => f.write_str("undef"),
+        }
+    }
+}
+
+impl FromStr for PadValue {
+    type Err = String;
+    fn from_str(s: &str) -> Result<PadValue, String> {
+        match s {
+            "undef" => Ok(PadValue::Undef),
+            "inf" => Ok(PadValue::Known(f32::INFINITY)),
+            "-inf" => Ok(PadValue::Known(f32::NEG_INFINITY)),
+            "nan" => Ok(PadValue::Known(f32::NAN)),
+            _ => s.parse::<f32>().map(PadValue::Known).map_err(|_| {
+                format!("'{s}' is not a pad value (a number, inf, -inf, nan or undef)")
+            }),
+        }
+    }
+}
+
+/// A statement that a padding region holds `value`, which no op in the graph
+/// established; `origin` says who asserted it (a layer, a pass, a user hint).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Assumption {
+    pub value: f32,
+    pub origin: String,
+}
+
+impl Assumption {
+    pub fn new(value: f32, origin: impl Into<String>) -> Assumption {
+        Assumption {
+            value,
+            origin: origin.into(),
+        }
+    }
+}
+
+impl fmt::Display for Assumption {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "assume padding == {} ({})",
+            PadValue::Known(self.value),
+            self.origin
+        )
+    }
+}
+
+/// What an op needs in the padding of one input for its logical result to be right.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Requirement {
+    /// The padding is never read into a logical result.
+    Any,
+    /// The padding must hold this value (the identity of a reduction over it).
+    Value(f32),
+    /// The padding must be finite (it is multiplied by zeros of another operand).
+    Finite,
+    /// No padding value makes the op right: it must not run on this axis padded.
+    Unsupported,
+}
+
+impl Requirement {
+    /// Whether padding known to hold `have` meets the requirement.
+    pub fn is_met_by(self, have: PadValue) -> bool {
+        match self {
+            Requirement::Any => true,
+            Requirement::Value(v) => have.is(v),
+            Requirement::Finite => have.is_finite(),
+            Requirement::Unsupported => false,
+        }
+    }
+}
+
+/// The padding an op needs on each input and what its output's padding holds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PadFlow {
+    pub inputs: Vec<Requirement>,
+    pub output: PadValue,
+}
+
+/// A unary function applied to one value, where it is exactly known; `None`
+/// where this crate has no exact scalar form (the caller then treats the
+/// result as undef, which is always safe).
+pub fn unary_scalar(u: UnaryOp, x: f32) -> Option<f32> {
+    Some(match u {
+        UnaryOp::Relu => x.max(0.0),
+        UnaryOp::LeakyRelu { alpha } => {
+            if x < 0.0 {
+                alpha * x
+            } else {
+                x
+            }
+        }
+        UnaryOp::Clip { min, max } => x.max(min).min(max),
+        UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        UnaryOp::HardSigmoid { alpha, beta } => (alpha * x + beta).clamp(0.0, 1.0),
+        UnaryOp::HardSwish => x * (x + 3.0).clamp(0.0, 6.0) / 6.0,
+        UnaryOp::Tanh => x.tanh(),
+        // erf and gelu have no std form; their value at 0 is exact.
+        UnaryOp::Erf | UnaryOp::Gelu { .. } if x == 0.0 => 0.0,
+        UnaryOp::Erf | UnaryOp::Gelu { .. } => return None,
+        UnaryOp::Exp => x.exp(),
+        UnaryOp::Log => x.ln(),
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Reciprocal => 1.0 / x,
+        UnaryOp::Neg => -x,
+        UnaryOp::Abs => x.abs(),
+    })
+}
+
+/// A binary function of two values (comparisons give 1 or 0).
+pub fn binary_scalar(b: BinaryOp, x: f32, y: f32) -> f32 {
+    let truth = |c: bool| if c { 1.0 } else { 0.0 };
+    match b {
+        BinaryOp::Add => x + y,
+        BinaryOp::Sub => x - y,
+        BinaryOp::Mul => x * y,
+        BinaryOp::Div => x / y,
+        BinaryOp::Pow => x.powf(y),
+        BinaryOp::Max => x.max(y),
+        BinaryOp::Min => x.min(y),
+        BinaryOp::Equal => truth(x == y),
+        BinaryOp::Less => truth(x < y),
+        BinaryOp::Greater => truth(x > y),
+    }
+}
+
+/// The padding of a unary op's output.
+pub fn unary_flow(u: UnaryOp, p: PadValue) -> PadValue {
+    match p.known().and_then(|x| unary_scalar(u, x)) {
+        Some(v) => PadValue::Known(v),
+        None => PadValue::Undef,
+    }
+}
+
+/// The padding of a binary op's output, given what each operand holds at the
+/// padding positions (for an operand broadcast along the padded axes, that is
+/// its value there: a scalar constant `c` contributes `Known(c)`).
+pub fn binary_flow(b: BinaryOp, p: PadValue, q: PadValue) -> PadValue {
+    match (p, q) {
+        (PadValue::Known(x), PadValue::Known(y)) => PadValue::Known(binary_scalar(b, x, y)),
+        _ => PadValue::Undef,
+    }
+}
+
+/// Pad-value flow of `op`. `inputs` is what each input holds in its padding
+/// (as for `binary_flow`); `padded` lists the logical axes of the first input
+/// that are padded (a blocked layout whose block does not divide the axis).
+/// Ops the table does not know are `Unsupported` on padded axes with an undef
+/// result: that never lets a rewrite rely on a value nobody established.
+pub fn pad_flow(op: &Op, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
+    let p = inputs.first().copied().unwrap_or(PadValue::Undef);
+    let n = inputs.len();
+    let any = |n: usize| vec![Requirement::Any; n];
+    let padded_in = |axes: &[usize]| padded.iter().any(|a| axes.contains(a));
+    let spatial_padded = padded.iter().any(|&a| a >= 2);
+    let flow = |inputs: Vec<Requirement>, output: PadValue| PadFlow { inputs, output };
+    match op {
+        Op::Unary(u) => flow(any(n), unary_flow(*u, p)),
+        Op::Binary(b) => {
+            let q = inputs.get(1).copied().unwrap_or(PadValue::Undef);
+            flow(any(n), binary_flow(*b, p, q))
+        }
+        // y = (x - mean) / sqrt(var + eps) * scale + bias, per channel; with the
+        // parameters padded too, the padded channels compute the same formula.
+        Op::BatchNorm { epsilon } => {
+            let out = match inputs {
+                [x, s, b, m, v] => match (x.known(), s.known(), b.known(), m.known(), v.known()) {
+                    (Some(x), Some(s), Some(b), Some(m), Some(v)) => {
+                        PadValue::Known((x - m) / (v + epsilon).sqrt() * s + b)
+                    }
+                    _ => PadValue::Undef,
+                },
+                _ => PadValue::Undef,
+            };
+            flow(any(n), out)
+        }
+        Op::Identity => flow(any(n), p),
+        Op::Cast { to } if to.is_float() => flow(any(n), p),
+        // A transpose moves the padding with its axis.
+        Op::Transpose { .. } => flow(any(n), p),
+        // Padded input channels meet weights that must be 0 there, so the input
+        // padding must be finite (0 * inf is NaN). Padded output channels see
+        // only padded weights: they hold the bias padding (or 0).
+        Op::Conv(_) => {
+            let mut req = any(n);
+            if spatial_padded {
+                req[0] = Requirement::Unsupported;
+            } else if padded.contains(&1) {
+                req[0] = Requirement::Finite;
+                if n > 1 {
+                    req[1] = Requirement::Value(0.0);
+                }
+            }
+            let w = inputs.get(1).copied().unwrap_or(PadValue::Undef);
+            let bias = inputs.get(2).copied().unwrap_or(PadValue::Known(0.0));
+            let out = if w.is(0.0) && (p.is_finite() || padded.is_empty()) {
+                bias
+            } else {
+                PadValue::Undef
+            };
+            flow(req, out)
+        }
+        Op::Pool(pool) => {
+            let mut req = any(n);
+            if spatial_padded {
+                req[0] = match pool.kind {
+                    // A window reaching into the padding must not win the max.
+                    PoolKind::Max => Requirement::Value(f32::NEG_INFINITY),
+                    // The divisor would count padding positions.
+                    PoolKind::Avg => Requirement::Unsupported,
+                };
+            }
+            // Padded channels pool only their own (constant) padding.
+            flow(req, p)
+        }
+        Op::GlobalPool(kind) => {
+            let mut req = any(n);
+            if spatial_padded {
+                req[0] = match kind {
+                    PoolKind::Max => Requirement::Value(f32::NEG_INFINITY),
+                    // A mean that divides by the logical count needs 0 there.
+                    PoolKind::Avg => Requirement::Value(0.0),
+                };
+            }
+            flow(req, p)
+        }
+        Op::Reduce { kind, axes, .. } => {
+            let identity = match kind {
+                ReduceKind::Sum | ReduceKind::Mean => 0.0,
+                ReduceKind::Max => f32::NEG_INFINITY,
+            };
+            let mut req = any(n);
+            if padded_in(axes) {
+                req[0] = Requirement::Value(identity);
+            }
+            // Padding positions of kept axes reduce over constant padding: the
+            // mean and max of p are p, the sum is only known when p is 0.
+            let out = match kind {
+                ReduceKind::Mean | ReduceKind::Max => p,
+                ReduceKind::Sum if p.is(0.0) => p,
+                ReduceKind::Sum => PadValue::Undef,
+            };
+            flow(req, out)
+        }
+        Op::Softmax { axis } | Op::LogSoftmax { axis } => {
+            let mut req = any(n);
+            let mut out = PadValue::Undef;
+            if padded.contains(axis) {
+                // exp(-inf) = 0 adds nothing to the normaliser.
+                req[0] = Requirement::Value(f32::NEG_INFINITY);
+                if padded == [*axis] {
+                    out = match op {
+                        Op::Softmax { .. } => PadValue::Known(0.0),
+                        _ => PadValue::Known(f32::NEG_INFINITY),
+                    };
+                }
+            }
+            flow(req, out)
+        }
+        Op::MatMul | Op::Gemm { .. } => {
+            // The contraction may run over padding: both sides must hold 0 there
+            // for the products to vanish whatever the other side holds.
+            let req = if padded.is_empty() {
+                any(n)
+            } else {
+                let mut r = vec![Requirement::Value(0.0); n.min(2)];
+                r.resize(n, Requirement::Any);
+                r
+            };
+            flow(req, PadValue::Undef)
+        }
+        Op::Concat { axis } | Op::Split { axis, .. } => {
+            let mut req = any(n);
+            if padded.contains(axis) {
+                req.iter_mut().for_each(|r| *r = Requirement::Unsupported);
+            }
+            let all_same = inputs.iter().all(|&q| q == p);
+            flow(req, if all_same { p } else { PadValue::Undef })
+        }
+        Op::Slice { axes } => {
+            let sliced: Vec<usize> = axes.iter().map(|a| a.axis).collect();
+            let mut req = any(n);
+            if padded_in(&sliced) {
+                req[0] = Requirement::Unsupported;
+            }
+            flow(req, p)
+        }
+        Op::Input | Op::Constant(_) => flow(vec![], PadValue::Undef),
+        _ => {
+            let mut req = any(n);
+            if !padded.is_empty() && n > 0 {
+                req[0] = Requirement::Unsupported;
+            }
+            flow(req, PadValue::Undef)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::{Pool, Window};
+
+    const ZERO: PadValue = PadValue::Known(0.0);
+
+    #[test]
+    fn elementwise_flow_matches_the_functions() {
+        assert_eq!(unary_flow(UnaryOp::Relu, ZERO), ZERO);
+        assert_eq!(unary_flow(UnaryOp::Exp, ZERO), PadValue::Known(1.0));
+        assert_eq!(unary_flow(UnaryOp::Sigmoid, ZERO), PadValue::Known(0.5));
+        assert_eq!(unary_flow(UnaryOp::Relu, PadValue::Known(-3.0)), ZERO);
+        assert_eq!(unary_flow(UnaryOp::Erf, ZERO), ZERO);
+        // No exact erf(1) here: undef, never a guess.
+        assert_eq!(
+            unary_flow(UnaryOp::Erf, PadValue::Known(1.0)),
+            PadValue::Undef
+        );
+        assert_eq!(unary_flow(UnaryOp::Exp, PadValue::Undef), PadValue::Undef);
+        // A per-channel bias padded with 0 keeps 0 padding 0.
+        assert_eq!(binary_flow(BinaryOp::Add, ZERO, ZERO), ZERO);
+        assert_eq!(
+            binary_flow(BinaryOp::Add, ZERO, PadValue::Undef),
+            PadValue::Undef
+        );
+        assert_eq!(
+            binary_flow(BinaryOp::Mul, PadValue::Known(2.0), PadValue::Known(3.0)),
+            PadValue::Known(6.0)
+        );
+    }
+
+    fn pool(kind: PoolKind) -> Op {
+        Op::Pool(Pool {
+            kind,
+            window: Window {
+                kernel: vec![2, 2],
+                strides: vec![2, 2],
+                dilations: vec![1, 1],
+                pads: vec![0; 4],
+            },
+            ceil_mode: false,
+            count_include_pad: false,
+        })
+    }
+
+    #[test]
+    fn reductions_need_their_identity_on_padded_axes() {
+        let sum = Op::Reduce {
+            kind: ReduceKind::Sum,
+            axes: vec![1],
+            keepdims: true,
+        };
+        let f = pad_flow(&sum, &[ZERO], &[1]);
+        assert_eq!(f.inputs, vec![Requirement::Value(0.0)]);
+        assert!(f.inputs[0].is_met_by(ZERO));
+        assert!(!f.inputs[0].is_met_by(PadValue::Undef));
+        // Reducing another axis reads no padding into a logical result.
+        assert_eq!(
+            pad_flow(&sum, &[PadValue::Undef], &[2]).inputs,
+            vec![Requirement::Any]
+        );
+        let max = Op::Reduce {
+            kind: ReduceKind::Max,
+            axes: vec![1],
+            keepdims: true,
+        };
+        assert_eq!(
+            pad_flow(&max, &[ZERO], &[1]).inputs,
+            vec![Requirement::Value(f32::NEG_INFINITY)]
+        );
+        // Max-pool over a padded spatial axis needs -inf; over padded channels, anything.
+        assert_eq!(
+            pad_flow(&pool(PoolKind::Max), &[ZERO], &[3]).inputs,
+            vec![Requirement::Value(f32::NEG_INFINITY)]
+        );
+        let f = pad_flow(&pool(PoolKind::Max), &[ZERO], &[1]);
+        assert_eq!((f.inputs[0], f.output), (Requirement::Any, ZERO));
+        assert_eq!(
+            pad_flow(&pool(PoolKind::Avg), &[ZERO], &[2]).inputs,
+            vec![Requirement::Unsupported]
+        );
+        let sm = Op::Softmax { axis: 1 };
+        let f = pad_flow(&sm, &[PadValue::Known(f32::NEG_INFINITY)], &[1]);
+        assert!(f.inputs[0].is_met_by(PadValue::Known(f32::NEG_INFINITY)));
+        assert_eq!(f.output, ZERO);
+    }
+
+    /// A conv in NCHW16c consuming 17 channels padded to 32: finite input
+    /// padding and zero weight padding give the bias padding on the output.
+    #[test]
+    fn conv_over_padded_channels() {
+        let conv = Op::Conv(crate::graph::Conv {
+            window: Window {
+                kernel: vec![3, 3],
+                strides: vec![1, 1],
+                dilations: vec![1, 1],
+                pads: vec![1; 4],
+            },
+            group: 1,
+        });
+        let f = pad_flow(&conv, &[ZERO, ZERO, ZERO], &[1]);
+        assert_eq!(
+            f.inputs,
+            vec![
+                Requirement::Finite,
+                Requirement::Value(0.0),
+                Requirement::Any
+            ]
+        );
+        assert_eq!(f.output, ZERO);
+        let undef_in = pad_flow(&conv, &[PadValue::Undef, ZERO, ZERO], &[1]);
+        assert!(!undef_in.inputs[0].is_met_by(PadValue::Undef));
+        assert_eq!(undef_in.output, PadValue::Undef);
+        assert_eq!(
+            pad_flow(&conv, &[ZERO, ZERO], &[2]).inputs[0],
+            Requirement::Unsupported
+        );
+    }
+
+    #[test]
+    fn pad_values_parse_and_print() {
+        for s in ["0.0", "-inf", "inf", "nan", "undef", "0.5"] {
+            assert_eq!(s.parse::<PadValue>().unwrap().to_string(), s);
+        }
+        assert!("zero".parse::<PadValue>().is_err());
+        // NaN is a value: equal to itself bit for bit.
+        assert_eq!(PadValue::Known(f32::NAN), PadValue::Known(f32::NAN));
+        assert_ne!(PadValue::Known(0.0), PadValue::Undef);
+    }
+}

@@ -1,0 +1,128 @@
+//! Helpers shared by the integration tests: building ONNX models in Rust, and
+//! loading models stored in ONNX test-data layout.
+#![allow(dead_code)]
+
+use layoutopt::frontend::onnx::{load_tensor_pb, tensor_to_proto};
+use layoutopt::graph::Tensor;
+use onnx_protobuf::{
+    tensor_shape_proto, type_proto, AttributeProto, GraphProto, ModelProto, NodeProto,
+    OperatorSetIdProto, TensorShapeProto, TypeProto, ValueInfoProto,
+};
+use protobuf::Message;
+use std::path::{Path, PathBuf};
+
+pub fn value_info(name: &str, elem_type: i32, dims: &[i64]) -> ValueInfoProto {
+    let mut shape = TensorShapeProto::new();
+    for &d in dims {
+        let mut dim = tensor_shape_proto::Dimension::new();
+        dim.value = Some(tensor_shape_proto::dimension::Value::DimValue(d));
+        shape.dim.push(dim);
+    }
+    let mut tt = type_proto::Tensor::new();
+    tt.elem_type = elem_type;
+    tt.shape = Some(shape).into();
+    let mut tp = TypeProto::new();
+    tp.value = Some(type_proto::Value::TensorType(tt));
+    let mut vi = ValueInfoProto::new();
+    vi.name = name.to_string();
+    vi.type_ = Some(tp).into();
+    vi
+}
+
+pub fn node(op: &str, name: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
+    let mut n = NodeProto::new();
+    n.op_type = op.to_string();
+    n.name = name.to_string();
+    n.input = inputs.iter().map(|s| s.to_string()).collect();
+    n.output = outputs.iter().map(|s| s.to_string()).collect();
+    n
+}
+
+pub fn int_attr(name: &str, v: i64) -> AttributeProto {
+    let mut a = AttributeProto::new();
+    a.name = name.to_string();
+    a.type_ = onnx_protobuf::attribute_proto::AttributeType::INT.into();
+    a.i = v;
+    a
+}
+
+pub fn ints_attr(name: &str, v: &[i64]) -> AttributeProto {
+    let mut a = AttributeProto::new();
+    a.name = name.to_string();
+    a.type_ = onnx_protobuf::attribute_proto::AttributeType::INTS.into();
+    a.ints = v.to_vec();
+    a
+}
+
+pub fn model(
+    nodes: Vec<NodeProto>,
+    inputs: Vec<ValueInfoProto>,
+    outputs: Vec<ValueInfoProto>,
+    initializers: Vec<(&str, Tensor)>,
+    opset: i64,
+) -> ModelProto {
+    let mut g = GraphProto::new();
+    g.name = "test".into();
+    g.node = nodes;
+    g.input = inputs;
+    g.output = outputs;
+    g.initializer = initializers
+        .into_iter()
+        .map(|(n, t)| tensor_to_proto(n, &t))
+        .collect();
+    let mut m = ModelProto::new();
+    m.ir_version = 8;
+    let mut op = OperatorSetIdProto::new();
+    op.version = opset;
+    m.opset_import.push(op);
+    m.graph = Some(g).into();
+    m
+}
+
+pub fn model_bytes(m: &ModelProto) -> Vec<u8> {
+    m.write_to_bytes().expect("a built model encodes")
+}
+
+/// A scratch folder under the target dir, fresh for each test name.
+pub fn scratch_dir(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// The input and expected output tensors stored in `<dir>/test_data_set_0/`.
+pub fn load_test_data(dir: &Path) -> (Vec<Tensor>, Vec<Tensor>) {
+    let data = dir.join("test_data_set_0");
+    let load = |prefix: &str| -> Vec<Tensor> {
+        (0..)
+            .map(|i| data.join(format!("{prefix}_{i}.pb")))
+            .take_while(|p| p.exists())
+            .map(|p| load_tensor_pb(&p).expect("test data tensor loads").1)
+            .collect()
+    };
+    (load("input"), load("output"))
+}
+
+/// Max abs difference, and the max magnitude of the expected values.
+pub fn max_abs_err(expected: &Tensor, actual: &Tensor) -> (f64, f64) {
+    let (e, a) = (expected.data.to_f64(), actual.data.to_f64());
+    assert_eq!(e.len(), a.len(), "element counts differ");
+    let err = e
+        .iter()
+        .zip(&a)
+        .map(|(x, y)| {
+            if x == y || (x.is_nan() && y.is_nan()) {
+                0.0
+            } else {
+                (x - y).abs()
+            }
+        })
+        .fold(0.0, f64::max);
+    let mag = e
+        .iter()
+        .map(|x| x.abs())
+        .filter(|x| x.is_finite())
+        .fold(0.0, f64::max);
+    (err, mag)
+}

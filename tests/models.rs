@@ -1,0 +1,50 @@
+//! Every bundled model imports and, through the reference executor, reproduces the
+//! outputs onnxruntime recorded for its reference input: max abs error at most
+//! 1e-4 times the output's max magnitude.
+
+mod common;
+
+use common::{load_test_data, max_abs_err};
+use layoutopt::frontend::onnx::{load_onnx, ImportOptions};
+use std::path::Path;
+
+#[test]
+fn bundled_models_match_onnxruntime() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
+    let mut dirs: Vec<_> = std::fs::read_dir(&root)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("model.onnx").exists())
+        .collect();
+    dirs.sort();
+    assert!(
+        dirs.len() >= 3,
+        "expected the bundled models, found {dirs:?}"
+    );
+    for dir in dirs {
+        let g = load_onnx(&dir.join("model.onnx"), &ImportOptions::default())
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        let (inputs, expected) = load_test_data(&dir);
+        assert!(
+            !inputs.is_empty() && !expected.is_empty(),
+            "{} has no test data",
+            dir.display()
+        );
+        let outputs = layoutopt::reference::run(&g, &inputs)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        assert_eq!(outputs.len(), expected.len());
+        for (i, (out, exp)) in outputs.iter().zip(&expected).enumerate() {
+            assert_eq!(out.shape, exp.shape, "{} output {i}", dir.display());
+            let (err, mag) = max_abs_err(exp, out);
+            println!(
+                "{} output {i}: max abs err {err:.3e}, max magnitude {mag:.3e}",
+                dir.display()
+            );
+            assert!(
+                err <= 1e-4 * mag,
+                "{} output {i}: error {err} > 1e-4 * {mag}",
+                dir.display()
+            );
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! The ONNX backend node test cases (exported from the `onnx` package by
+//! scripts/export_onnx_conformance.py into tests/onnx_node/) run through the
+//! importer and the reference executor.
+//!
+//! Tolerance: the ONNX backend's own, |actual - expected| <= 1e-7 + 1e-3 * |expected|,
+//! with exact match for integer and boolean outputs. Cases that are known to fail
+//! are listed with their reason in tests/onnx_node/KNOWN_FAILURES.txt; the test fails
+//! when any other case fails, and when a listed case starts passing (so the list
+//! stays true).
+
+mod common;
+
+use common::load_test_data;
+use layoutopt::frontend::onnx::{load_onnx, ImportOptions};
+use layoutopt::graph::{DType, Tensor};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+fn check_case(dir: &Path) -> Result<(), String> {
+    let g =
+        load_onnx(&dir.join("model.onnx"), &ImportOptions::default()).map_err(|e| e.to_string())?;
+    let (inputs, expected) = load_test_data(dir);
+    let outputs = layoutopt::reference::run(&g, &inputs).map_err(|e| e.to_string())?;
+    if outputs.len() != expected.len() {
+        return Err(format!(
+            "{} outputs, expected {}",
+            outputs.len(),
+            expected.len()
+        ));
+    }
+    for (i, (a, e)) in outputs.iter().zip(&expected).enumerate() {
+        compare(a, e).map_err(|m| format!("output {i}: {m}"))?;
+    }
+    Ok(())
+}
+
+fn compare(actual: &Tensor, expected: &Tensor) -> Result<(), String> {
+    if actual.shape != expected.shape {
+        return Err(format!(
+            "shape {:?}, expected {:?}",
+            actual.shape, expected.shape
+        ));
+    }
+    if actual.dtype() != expected.dtype() {
+        return Err(format!(
+            "dtype {}, expected {}",
+            actual.dtype(),
+            expected.dtype()
+        ));
+    }
+    if !expected.dtype().is_float() {
+        return if actual.data.to_i64() == expected.data.to_i64() {
+            Ok(())
+        } else {
+            Err("integer values differ".into())
+        };
+    }
+    let rtol = if expected.dtype() == DType::F16 {
+        4e-3
+    } else {
+        1e-3
+    };
+    let (a, e) = (actual.data.to_f64(), expected.data.to_f64());
+    for (k, (x, y)) in a.iter().zip(&e).enumerate() {
+        let ok = (x.is_nan() && y.is_nan()) || x == y || (x - y).abs() <= 1e-7 + rtol * y.abs();
+        if !ok {
+            return Err(format!("element {k}: {x} vs expected {y}"));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn onnx_backend_node_cases() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/onnx_node");
+    let mut cases: Vec<_> = std::fs::read_dir(&root)
+        .expect("tests/onnx_node exists (scripts/export_onnx_conformance.py makes it)")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("model.onnx").exists())
+        .collect();
+    cases.sort();
+    let known: BTreeMap<String, String> = std::fs::read_to_string(root.join("KNOWN_FAILURES.txt"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let (name, why) = l.split_once(' ').unwrap_or((l, ""));
+            (name.to_string(), why.trim().to_string())
+        })
+        .collect();
+    let (mut passed, mut failed) = (0, 0);
+    let mut unexpected = Vec::new();
+    let mut now_passing = Vec::new();
+    for dir in &cases {
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        let result = std::panic::catch_unwind(|| check_case(dir))
+            .unwrap_or_else(|_| Err("panicked".to_string()));
+        match result {
+            Ok(()) => {
+                passed += 1;
+                if known.contains_key(&name) {
+                    now_passing.push(name);
+                }
+            }
+            Err(m) => {
+                failed += 1;
+                println!("FAIL {name}: {m}");
+                if !known.contains_key(&name) {
+                    unexpected.push(format!("{name}: {m}"));
+                }
+            }
+        }
+    }
+    println!("conformance: {passed} passed, {failed} failed");
+    assert!(cases.len() > 100, "only {} cases found", cases.len());
+    assert!(
+        unexpected.is_empty(),
+        "unexpected failures:\n{}",
+        unexpected.join("\n")
+    );
+    assert!(
+        now_passing.is_empty(),
+        "cases listed in KNOWN_FAILURES.txt now pass; remove them: {now_passing:?}"
+    );
+}
