@@ -56,18 +56,17 @@ pub enum TfliteError {
 }
 
 /// Imports the TFLite model at `path`.
-pub fn import_file(path: impl AsRef<Path>) -> Result<Graph, TfliteError> {
-    let path = path.as_ref();
+pub fn load_tflite(path: &Path) -> Result<Graph, TfliteError> {
     let file = path.display().to_string();
     let bytes = std::fs::read(path).map_err(|source| TfliteError::Io {
         file: file.clone(),
         source,
     })?;
-    import_bytes(&bytes, &file)
+    import_tflite(&bytes, &file)
 }
 
 /// Imports a TFLite model held in memory; `file` names it in spans and errors.
-pub fn import_bytes(bytes: &[u8], file: &str) -> Result<Graph, TfliteError> {
+pub fn import_tflite(bytes: &[u8], file: &str) -> Result<Graph, TfliteError> {
     // A flatbuffer starts with the root offset, then the 4-byte file identifier.
     if bytes.len() < 8 {
         return Err(TfliteError::TooShort {
