@@ -163,10 +163,6 @@ impl<'a> Importer<'a> {
             .ok_or_else(|| invalid("the model has no subgraph".into()))?
             .get(0);
         let tensors = subgraph.tensors().unwrap_or_default();
-        let name = subgraph
-            .name()
-            .filter(|n| !n.is_empty())
-            .map_or_else(|| graph_name(file), str::to_string);
         Ok(Importer {
             bytes,
             file: file.into(),
@@ -174,7 +170,8 @@ impl<'a> Importer<'a> {
             buffers: model.buffers(),
             codes: model.operator_codes(),
             subgraph,
-            graph: Graph::new(name),
+            // Converters name subgraph 0 "main", so the file names the graph.
+            graph: Graph::new(graph_name(file)),
             values: vec![None; tensors.len()],
         })
     }
