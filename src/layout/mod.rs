@@ -4,7 +4,9 @@
 
 #[allow(clippy::module_inception)]
 mod layout;
+pub mod op_rules;
 mod padvalue;
+pub mod plan;
 pub mod solver;
 
 pub use layout::{Digit, Layout};

@@ -58,6 +58,20 @@ impl Problem {
     }
 }
 
+/// Moves one variable at a time to its best choice given its neighbours, from
+/// `start`, until no single move lowers the cost (a local optimum, no bound).
+pub fn improve_locally(problem: &Problem, start: Vec<usize>) -> Vec<usize> {
+    let region = Region {
+        unary: problem.unary.clone(),
+        pairs: problem
+            .pairs
+            .iter()
+            .map(|p| (p.a, p.b, p.cost.clone()))
+            .collect(),
+    };
+    region.local_search(start)
+}
+
 /// Limits for one solve.
 #[derive(Clone, Debug)]
 pub struct SolveOptions {

@@ -1,0 +1,528 @@
+//! Per-op layout rules: the storage layouts each op can run in, and at what cost.
+//!
+//! Ops fall into four kinds:
+//! - layout *sources* want a particular layout (convolution and pooling run
+//!   fastest in the target family's layout);
+//! - *sinks* absorb a transform at no cost (a transpose becomes a relabelling of
+//!   axes, a constant is re-packed at compile time);
+//! - *agnostic* ops run in whatever layout their operands arrive in
+//!   (elementwise, batch norm, and concat / split / slice / pad / resize / reductions /
+//!   softmax along axes the layout does not block);
+//! - *fixed* ops run only in the row-major layout (reshape, matmul, gather, ...).
+//!
+//! The cost model is deliberately simple (to be calibrated by measurement): data
+//! movement at `ns_per_byte`, arithmetic at `ns_per_flop`, with a penalty for
+//! convolutions in layouts their kernels vectorise poorly, and padded elements
+//! counted as work.
+
+use super::{Layout, LayoutError};
+use crate::graph::{numel, Graph, NodeId, Op, ValueRef, ValueType};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// The family of layouts the planner may move activations into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// Row-major NCHW only (nothing to plan).
+    Nchw,
+    /// Channels last.
+    Nhwc,
+    /// Channels blocked by the given width: NCHW{x}c.
+    Nchwc(usize),
+}
+
+impl Family {
+    /// "nchw", "nhwc", "nchwc" (block from this CPU's vector width) or "nchw{x}c".
+    pub fn parse(s: &str) -> Result<Family, LayoutError> {
+        let lower = s.to_ascii_lowercase();
+        match lower.as_str() {
+            "nchw" => Ok(Family::Nchw),
+            "nhwc" => Ok(Family::Nhwc),
+            "nchwc" => Ok(Family::Nchwc(cpu_vector_lanes())),
+            other => other
+                .strip_prefix("nchw")
+                .and_then(|r| r.strip_suffix('c'))
+                .and_then(|x| x.parse::<usize>().ok())
+                .filter(|&x| x > 0)
+                .map(Family::Nchwc)
+                .ok_or_else(|| LayoutError::Parse {
+                    text: s.to_string(),
+                    message: "expected nchw, nhwc, nchwc or nchw<x>c".into(),
+                }),
+        }
+    }
+
+    /// The layout this family stores a logical NCHW activation in.
+    pub fn activation_layout(self) -> Option<Layout> {
+        match self {
+            Family::Nchw => None,
+            Family::Nhwc => Layout::parse("NHWC").ok(),
+            Family::Nchwc(x) => Layout::parse(&format!("NCHW{x}c")).ok(),
+        }
+    }
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Family::Nchw => write!(f, "NCHW"),
+            Family::Nhwc => write!(f, "NHWC"),
+            Family::Nchwc(x) => write!(f, "NCHW{x}c"),
+        }
+    }
+}
+
+/// f32 lanes of this CPU's widest vector unit.
+pub fn cpu_vector_lanes() -> usize {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            return 16;
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            return 8;
+        }
+    }
+    4
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpKind {
+    Source,
+    Sink,
+    Agnostic,
+    Fixed,
+}
+
+/// The kind of an op (see the module docs).
+pub fn op_kind(op: &Op) -> OpKind {
+    match op {
+        Op::Conv(_) | Op::ConvTranspose(_) | Op::Pool(_) | Op::GlobalPool(_) => OpKind::Source,
+        Op::Transpose { .. } | Op::Constant(_) => OpKind::Sink,
+        Op::Unary(_)
+        | Op::Binary(_)
+        | Op::Where
+        | Op::BatchNorm { .. }
+        | Op::Cast { .. }
+        | Op::Identity
+        | Op::Concat { .. }
+        | Op::Split { .. }
+        | Op::Slice { .. }
+        | Op::Pad { .. }
+        | Op::Resize(_)
+        | Op::Reduce { .. }
+        | Op::Softmax { .. }
+        | Op::LogSoftmax { .. } => OpKind::Agnostic,
+        _ => OpKind::Fixed,
+    }
+}
+
+/// One way to run an op: the layout of each input and output, and its cost.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Impl {
+    pub inputs: Vec<Layout>,
+    pub outputs: Vec<Layout>,
+    pub cost: f64,
+}
+
+/// Unit costs of the simple cost model.
+#[derive(Clone, Debug)]
+pub struct CostModel {
+    pub ns_per_byte: f64,
+    pub ns_per_flop: f64,
+    /// Slowdown of a convolution in row-major NCHW against the blocked layout.
+    pub nchw_conv_penalty: f64,
+    /// Slowdown of a convolution in NHWC against the blocked layout.
+    pub nhwc_conv_penalty: f64,
+}
+
+impl Default for CostModel {
+    fn default() -> Self {
+        CostModel {
+            ns_per_byte: 0.1,
+            ns_per_flop: 0.02,
+            nchw_conv_penalty: 2.0,
+            nhwc_conv_penalty: 1.15,
+        }
+    }
+}
+
+impl CostModel {
+    /// Cost of moving `t` from layout `from` to `to` (reading one, writing the
+    /// other); zero when both put every element at the same offset.
+    pub fn transform_cost(&self, t: &ValueType, from: &Layout, to: &Layout) -> f64 {
+        if from == to || same_bytes(from, to, &t.shape) {
+            return 0.0;
+        }
+        (physical_bytes(t, from) + physical_bytes(t, to)) as f64 * self.ns_per_byte
+    }
+}
+
+/// Bytes of `t` stored in `layout` (padding included).
+pub fn physical_bytes(t: &ValueType, layout: &Layout) -> usize {
+    let shape = layout
+        .physical_shape(&t.shape)
+        .unwrap_or_else(|_| t.shape.clone());
+    numel(&shape) * t.dtype.size_bytes()
+}
+
+/// Whether two layouts of a tensor put every element at the same offset, with
+/// no padding in either: then a transform between them moves nothing.
+pub fn same_bytes(a: &Layout, b: &Layout, shape: &[usize]) -> bool {
+    let canon = |l: &Layout| -> Option<Vec<usize>> {
+        if !l.padded_axes(shape).ok()?.is_empty() {
+            return None;
+        }
+        let phys = l.physical_shape(shape).ok()?;
+        // Drop unit digits, then merge runs of consecutive digits of one axis
+        // (outer then inner blocks in order), which linearise like the plain axis.
+        let digits: Vec<_> = l
+            .order()
+            .iter()
+            .zip(&phys)
+            .filter(|(_, &e)| e != 1)
+            .map(|(d, _)| *d)
+            .collect();
+        let mut out: Vec<usize> = Vec::new();
+        let mut prev: Option<crate::layout::Digit> = None;
+        for d in digits {
+            let continues = prev.is_some_and(|p| p.axis == d.axis && d.level == p.level + 1);
+            if !continues {
+                out.push(d.axis);
+            }
+            prev = Some(d);
+        }
+        // Each axis must appear as one contiguous run for the offsets to agree.
+        let mut seen = out.clone();
+        seen.sort();
+        seen.dedup();
+        (seen.len() == out.len()).then_some(out)
+    };
+    matches!((canon(a), canon(b)), (Some(x), Some(y)) if x == y)
+}
+
+/// Candidate storage layouts of each value, seeded by the family at the data
+/// inputs and outputs of layout sources and carried through agnostic ops (same
+/// rank) and transposes (relabelled). The row-major layout is always first.
+pub fn value_candidates(
+    g: &Graph,
+    order: &[NodeId],
+    family: Family,
+) -> BTreeMap<ValueRef, Vec<Layout>> {
+    const MAX_PER_VALUE: usize = 6;
+    let mut cands: BTreeMap<ValueRef, Vec<Layout>> = BTreeMap::new();
+    for &id in order {
+        for i in 0..g.node(id).outputs.len() {
+            let v = ValueRef::new(id, i);
+            if let Ok(l) = Layout::identity(g.value_type(v).shape.len()) {
+                cands.insert(v, vec![l]);
+            }
+        }
+    }
+    let add = |cands: &mut BTreeMap<ValueRef, Vec<Layout>>, v: ValueRef, l: Layout| -> bool {
+        let set = cands.entry(v).or_default();
+        if set.len() < MAX_PER_VALUE && !set.contains(&l) {
+            set.push(l);
+            return true;
+        }
+        false
+    };
+    if let Some(target) = family.activation_layout() {
+        for &id in order {
+            let n = g.node(id);
+            if op_kind(&n.op) != OpKind::Source
+                || g.value_type(ValueRef::new(id, 0)).shape.len() != 4
+            {
+                continue;
+            }
+            let data_in = g.node_inputs(id)[0];
+            add(&mut cands, data_in, target.clone());
+            add(&mut cands, ValueRef::new(id, 0), target.clone());
+        }
+    }
+    // Carry candidates along until nothing changes (bounded: sets are capped).
+    for _round in 0..8 {
+        let mut changed = false;
+        for &id in order {
+            let n = g.node(id);
+            let ins = g.node_inputs(id);
+            let outs: Vec<ValueRef> = (0..n.outputs.len()).map(|i| ValueRef::new(id, i)).collect();
+            match &n.op {
+                Op::Transpose { perm } => {
+                    let mut inv = vec![0; perm.len()];
+                    for (j, &a) in perm.iter().enumerate() {
+                        inv[a] = j;
+                    }
+                    for l in cands.get(&ins[0]).cloned().unwrap_or_default() {
+                        if let Ok(t) = l.transposed(perm) {
+                            changed |= add(&mut cands, outs[0], t);
+                        }
+                    }
+                    for l in cands.get(&outs[0]).cloned().unwrap_or_default() {
+                        if let Ok(t) = l.transposed(&inv) {
+                            changed |= add(&mut cands, ins[0], t);
+                        }
+                    }
+                }
+                op if op_kind(op) == OpKind::Agnostic => {
+                    let rank = g.value_type(outs[0]).shape.len();
+                    let group: Vec<ValueRef> = ins
+                        .iter()
+                        .chain(&outs)
+                        .copied()
+                        .filter(|&v| g.value_type(v).shape.len() == rank && g.constant(v).is_none())
+                        .collect();
+                    let union: Vec<Layout> = group
+                        .iter()
+                        .flat_map(|v| cands.get(v).cloned().unwrap_or_default())
+                        .collect();
+                    for &v in &group {
+                        for l in &union {
+                            changed |= add(&mut cands, v, l.clone());
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    cands
+}
+
+/// Whether layout `l` leaves every axis in `axes` unblocked.
+fn unblocked(l: &Layout, axes: &[usize]) -> bool {
+    axes.iter().all(|&a| l.factors(a).is_empty())
+}
+
+/// Whether the blocks of `axis` divide every extent in `extents` (so the op's
+/// pieces meet on block boundaries and no padding sits between them).
+fn blocks_divide(l: &Layout, axis: usize, extents: &[usize]) -> bool {
+    let b: usize = l.factors(axis).iter().product();
+    extents.iter().all(|e| e % b == 0)
+}
+
+/// Whether the agnostic op `op` can run with its data in layout `l`.
+fn agnostic_fits(op: &Op, l: &Layout, ins: &[&ValueType]) -> bool {
+    match op {
+        Op::Concat { axis } => {
+            unblocked(l, &[*axis])
+                || blocks_divide(
+                    l,
+                    *axis,
+                    &ins.iter().map(|t| t.shape[*axis]).collect::<Vec<_>>(),
+                )
+        }
+        Op::Split { axis, sizes } => unblocked(l, &[*axis]) || blocks_divide(l, *axis, sizes),
+        Op::Slice { axes } => axes.iter().all(|s| {
+            unblocked(l, &[s.axis])
+                || (s.step == 1 && blocks_divide(l, s.axis, &[s.start as usize, s.end as usize]))
+        }),
+        Op::Pad { begins, ends, .. } => {
+            (0..begins.len()).all(|a| (begins[a] == 0 && ends[a] == 0) || unblocked(l, &[a]))
+        }
+        Op::Resize(r) => {
+            (0..r.scales.len()).all(|a| r.sizes[a] == ins[0].shape[a] || unblocked(l, &[a]))
+        }
+        Op::Reduce { axes, keepdims, .. } => *keepdims && unblocked(l, axes),
+        Op::Softmax { axis } | Op::LogSoftmax { axis } => unblocked(l, &[*axis]),
+        _ => true,
+    }
+}
+
+/// Floating-point operations of a convolution (per output element: one
+/// multiply-add per input channel of its group and kernel position).
+fn conv_flops(w: &ValueType, out: &ValueType) -> f64 {
+    2.0 * numel(&out.shape) as f64 * numel(&w.shape[1..]) as f64
+}
+
+fn bytes(ts: &[&ValueType], layouts: &[Layout]) -> f64 {
+    ts.iter()
+        .zip(layouts)
+        .map(|(t, l)| physical_bytes(t, l) as f64)
+        .sum()
+}
+
+/// Cost of running `op` with the given layouts.
+fn op_cost(
+    op: &Op,
+    ins: &[&ValueType],
+    outs: &[&ValueType],
+    in_l: &[Layout],
+    out_l: &[Layout],
+    m: &CostModel,
+) -> f64 {
+    let moved = (bytes(ins, in_l) + bytes(outs, out_l)) * m.ns_per_byte;
+    match op {
+        Op::Transpose { .. }
+            if in_l[0].transposed(&transpose_perm(op)).ok().as_ref() == Some(&out_l[0]) =>
+        {
+            0.0
+        }
+        Op::Conv(c) => {
+            let (x, w, y) = (ins[0], ins[1], outs[0]);
+            let depthwise = c.group > 1 && c.group == x.shape[1];
+            let penalty = match (&out_l[0], out_l[0].is_blocked()) {
+                (_, true) => 1.0,
+                (l, false) if l.is_identity() => {
+                    if depthwise {
+                        m.nchw_conv_penalty.sqrt()
+                    } else {
+                        m.nchw_conv_penalty
+                    }
+                }
+                _ => m.nhwc_conv_penalty,
+            };
+            // Padded channels are computed too.
+            let pad = |t: &ValueType, l: &Layout| {
+                physical_bytes(t, l) as f64 / (numel(&t.shape).max(1) * t.dtype.size_bytes()) as f64
+            };
+            let waste = pad(x, &in_l[0]) * if depthwise { 1.0 } else { pad(y, &out_l[0]) };
+            conv_flops(w, y) * m.ns_per_flop * penalty * waste + moved
+        }
+        Op::ConvTranspose(_) => conv_flops(ins[1], ins[0]) * m.ns_per_flop + moved,
+        Op::MatMul | Op::Gemm { .. } => {
+            let k = if let Op::Gemm { trans_a: true, .. } = op {
+                ins[0].shape[0]
+            } else {
+                *ins[0].shape.last().unwrap_or(&1)
+            };
+            2.0 * numel(&outs[0].shape) as f64 * k as f64 * m.ns_per_flop + moved
+        }
+        _ => moved,
+    }
+}
+
+fn transpose_perm(op: &Op) -> Vec<usize> {
+    match op {
+        Op::Transpose { perm } => perm.clone(),
+        _ => vec![],
+    }
+}
+
+/// The ways node `id` can run, given the candidate layouts of its values. The
+/// first is always the row-major one.
+pub fn impls(
+    g: &Graph,
+    id: NodeId,
+    cands: &BTreeMap<ValueRef, Vec<Layout>>,
+    model: &CostModel,
+) -> Result<Vec<Impl>, LayoutError> {
+    let n = g.node(id);
+    let in_refs = g.node_inputs(id);
+    let ins: Vec<&ValueType> = in_refs.iter().map(|&v| g.value_type(v)).collect();
+    let outs: Vec<&ValueType> = n.outputs.iter().map(|v| &v.ty).collect();
+    let identity = |t: &&ValueType| Layout::identity(t.shape.len());
+    let id_in: Vec<Layout> = ins.iter().map(identity).collect::<Result<_, _>>()?;
+    let id_out: Vec<Layout> = outs.iter().map(identity).collect::<Result<_, _>>()?;
+    let mut out = vec![Impl {
+        cost: op_cost(&n.op, &ins, &outs, &id_in, &id_out, model),
+        inputs: id_in.clone(),
+        outputs: id_out.clone(),
+    }];
+    let out_cands: Vec<Layout> = cands
+        .get(&ValueRef::new(id, 0))
+        .map(|c| c.iter().skip(1).cloned().collect())
+        .unwrap_or_default();
+    let mut push = |inputs: Vec<Layout>, outputs: Vec<Layout>| {
+        let cost = op_cost(&n.op, &ins, &outs, &inputs, &outputs, model);
+        let candidate = Impl {
+            inputs,
+            outputs,
+            cost,
+        };
+        if !out.contains(&candidate) {
+            out.push(candidate);
+        }
+    };
+    match (&n.op, op_kind(&n.op)) {
+        (Op::Transpose { perm }, _) => {
+            // A relabelling for every candidate layout of the input.
+            for l in cands.get(&in_refs[0]).into_iter().flatten() {
+                if let Ok(t) = l.transposed(perm) {
+                    push(vec![l.clone()], vec![t]);
+                }
+            }
+        }
+        (Op::Conv(_) | Op::Pool(_) | Op::GlobalPool(_), OpKind::Source)
+            if outs[0].shape.len() == 4 =>
+        {
+            for l in out_cands
+                .iter()
+                .filter(|l| l.as_permutation().is_none_or(|p| p == [0, 2, 3, 1]))
+            {
+                let mut inputs = id_in.clone();
+                inputs[0] = l.clone();
+                push(inputs, vec![l.clone()]);
+            }
+        }
+        (op, OpKind::Agnostic) => {
+            let rank = outs[0].shape.len();
+            for l in &out_cands {
+                if !agnostic_fits(op, l, &ins) {
+                    continue;
+                }
+                // Operands of the output's rank share its layout; others stay row-major.
+                let inputs = ins
+                    .iter()
+                    .zip(&id_in)
+                    .map(|(t, idl)| {
+                        if t.shape.len() == rank {
+                            l.clone()
+                        } else {
+                            idl.clone()
+                        }
+                    })
+                    .collect();
+                let outputs = outs.iter().map(|_| l.clone()).collect();
+                push(inputs, outputs);
+            }
+        }
+        _ => {}
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::DType;
+
+    #[test]
+    fn family_names_parse() {
+        assert_eq!(Family::parse("NHWC").unwrap(), Family::Nhwc);
+        assert_eq!(Family::parse("nchw16c").unwrap(), Family::Nchwc(16));
+        assert_eq!(
+            Family::parse("nchwc").unwrap(),
+            Family::Nchwc(cpu_vector_lanes())
+        );
+        assert!(Family::parse("nchw0c").is_err());
+        assert!(Family::parse("blocked").is_err());
+        assert_eq!(
+            Family::Nchwc(8).activation_layout().unwrap().to_string(),
+            "NCHW8c"
+        );
+    }
+
+    #[test]
+    fn same_bytes_sees_through_unit_axes_and_whole_blocks() {
+        let l = |s: &str| Layout::parse(s).unwrap();
+        // [1, 64, 1, 1]: NCHW, NHWC and NCHW16c all store the 64 channels in order.
+        assert!(same_bytes(&l("NCHW"), &l("NHWC"), &[1, 64, 1, 1]));
+        assert!(same_bytes(&l("NCHW"), &l("NCHW16c"), &[1, 64, 1, 1]));
+        // With spatial extent the orders differ.
+        assert!(!same_bytes(&l("NCHW"), &l("NHWC"), &[1, 64, 2, 2]));
+        // Padding (17 channels in blocks of 16) is never the same bytes.
+        assert!(!same_bytes(&l("NCHW"), &l("NCHW16c"), &[1, 17, 1, 1]));
+        let m = CostModel::default();
+        let t = ValueType::new(DType::F32, vec![1, 64, 1, 1]);
+        assert_eq!(m.transform_cost(&t, &l("NCHW"), &l("NHWC")), 0.0);
+        let t = ValueType::new(DType::F32, vec![1, 64, 2, 2]);
+        assert_eq!(
+            m.transform_cost(&t, &l("NCHW"), &l("NHWC")),
+            2.0 * 1024.0 * 0.1
+        );
+    }
+}

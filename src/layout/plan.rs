@@ -1,0 +1,649 @@
+//! Layout planning: build the assignment problem of a graph, let a planner choose
+//! one implementation per op, materialise the transforms the choice implies, and
+//! report what was kept.
+//!
+//! Four planners share the problem, so their plans compare on one cost scale:
+//! - `keep`: every op in its source (row-major) layout: no transforms;
+//! - `local`: each layout source takes the family's layout, agnostic ops follow
+//!   their first operand, everything else converts back (TVM ConvertLayout style;
+//!   only back-to-back pairs cancel, because transforms are inserted per edge
+//!   between differing layouts);
+//! - `greedy`: `local`, then transforms sunk and hoisted through agnostic ops by
+//!   moving one op at a time to its best layout given its neighbours, until no
+//!   single move helps;
+//! - `global`: the whole graph at once with `solver::solve`, with a lower bound.
+//!
+//! Modelling note: the problem charges a transform per consumer edge, while
+//! materialisation shares one transform among consumers that want the same
+//! layout, so the real plan never moves more bytes than the model counted.
+
+use super::op_rules::{
+    impls, op_kind, physical_bytes, value_candidates, CostModel, Family, Impl, OpKind,
+};
+use super::solver::{self, Method, Pair, Problem, SolveOptions};
+use super::{pad_flow, Layout, LayoutError, PadValue, Requirement};
+use crate::graph::{
+    fold_node, format_spans, merge_spans, Graph, GraphError, LaidOut, NodeId, Op, Span, ValueRef,
+};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    #[error(transparent)]
+    Solve(#[from] solver::SolveError),
+    #[error("unknown planner '{0}' (expected keep, local, greedy or global)")]
+    UnknownPlanner(String),
+    #[error("{}: {message}", format_spans(spans))]
+    AtLayer { spans: Vec<Span>, message: String },
+}
+
+/// The choices of a graph: one variable per non-constant node, in topological order.
+pub struct PlanSpace {
+    pub family: Family,
+    pub nodes: Vec<NodeId>,
+    pub impls: Vec<Vec<Impl>>,
+    pub problem: Problem,
+}
+
+impl PlanSpace {
+    /// Enumerates every node's implementations and the pairwise transform costs.
+    pub fn build(g: &Graph, family: Family, model: &CostModel) -> Result<PlanSpace, PlanError> {
+        let order = g.topo_order()?;
+        let cands = value_candidates(g, &order, family);
+        let nodes: Vec<NodeId> = order
+            .iter()
+            .copied()
+            .filter(|&id| !matches!(g.node(id).op, Op::Constant(_)))
+            .collect();
+        let var_of: HashMap<NodeId, usize> =
+            nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+        let mut all_impls = Vec::with_capacity(nodes.len());
+        for &id in &nodes {
+            all_impls.push(if matches!(g.node(id).op, Op::Input) {
+                let l = Layout::identity(g.value_type(ValueRef::new(id, 0)).shape.len())?;
+                vec![Impl {
+                    inputs: vec![],
+                    outputs: vec![l],
+                    cost: 0.0,
+                }]
+            } else {
+                impls(g, id, &cands, model)?
+            });
+        }
+        let mut unary: Vec<Vec<f64>> = all_impls
+            .iter()
+            .map(|is| is.iter().map(|i| i.cost).collect())
+            .collect();
+        // Graph outputs are handed back row-major.
+        for &v in g.outputs() {
+            if let Some(&var) = var_of.get(&v.node) {
+                let ty = g.value_type(v);
+                let want = Layout::identity(ty.shape.len())?;
+                for (k, imp) in all_impls[var].iter().enumerate() {
+                    unary[var][k] += model.transform_cost(ty, &imp.outputs[v.output], &want);
+                }
+            }
+        }
+        let mut pairs = Vec::new();
+        for (cv, &id) in nodes.iter().enumerate() {
+            for (j, v) in g.node_inputs(id).into_iter().enumerate() {
+                let Some(&pv) = var_of.get(&v.node) else {
+                    continue; // constants are re-packed at compile time
+                };
+                let ty = g.value_type(v);
+                let (pi, ci) = (&all_impls[pv], &all_impls[cv]);
+                let mut cost = Vec::with_capacity(pi.len() * ci.len());
+                for p in pi {
+                    for c in ci {
+                        cost.push(model.transform_cost(ty, &p.outputs[v.output], &c.inputs[j]));
+                    }
+                }
+                pairs.push(Pair { a: pv, b: cv, cost });
+            }
+        }
+        Ok(PlanSpace {
+            family,
+            nodes,
+            impls: all_impls,
+            problem: Problem { unary, pairs },
+        })
+    }
+}
+
+/// What a planner decided, with the solver's account when there was one.
+pub struct Assignment {
+    pub choice: Vec<usize>,
+    pub solver: Option<SolverInfo>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SolverInfo {
+    pub time_ms: f64,
+    pub objective: f64,
+    pub lower_bound: f64,
+    pub gap: f64,
+    pub regions: usize,
+    pub fixed_variables: usize,
+    /// Regions by method ("elimination", "lp-integral", "integer", "fallback").
+    pub methods: BTreeMap<String, usize>,
+    pub fallback_used: bool,
+}
+
+/// A layout planner.
+pub trait Planner {
+    fn name(&self) -> &'static str;
+    fn assign(&self, g: &Graph, space: &PlanSpace) -> Result<Assignment, PlanError>;
+}
+
+/// Every op in its source layout.
+pub struct Keep;
+/// Per-op preferences, transforms between disagreeing neighbours.
+pub struct Local;
+/// `Local`, then single-op moves while they lower the cost.
+pub struct Greedy;
+/// The whole graph at once.
+pub struct Global {
+    pub options: SolveOptions,
+}
+
+impl Planner for Keep {
+    fn name(&self) -> &'static str {
+        "keep"
+    }
+    fn assign(&self, _: &Graph, space: &PlanSpace) -> Result<Assignment, PlanError> {
+        Ok(Assignment {
+            choice: vec![0; space.nodes.len()],
+            solver: None,
+        })
+    }
+}
+
+impl Planner for Local {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+    fn assign(&self, g: &Graph, space: &PlanSpace) -> Result<Assignment, PlanError> {
+        Ok(Assignment {
+            choice: local_choice(g, space),
+            solver: None,
+        })
+    }
+}
+
+fn local_choice(g: &Graph, space: &PlanSpace) -> Vec<usize> {
+    let target = space.family.activation_layout();
+    let var_of: HashMap<NodeId, usize> = space
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| (n, i))
+        .collect();
+    let mut choice = vec![0; space.nodes.len()];
+    for (var, &id) in space.nodes.iter().enumerate() {
+        let impls = &space.impls[var];
+        let pick = match op_kind(&g.node(id).op) {
+            OpKind::Source => impls
+                .iter()
+                .position(|i| Some(&i.outputs[0]) == target.as_ref()),
+            OpKind::Agnostic => g.node_inputs(id).first().and_then(|v| {
+                let have = var_of
+                    .get(&v.node)
+                    .map(|&pv| &space.impls[pv][choice[pv]].outputs[v.output])?;
+                impls.iter().position(|i| &i.inputs[0] == have)
+            }),
+            _ => None,
+        };
+        choice[var] = pick.unwrap_or(0);
+    }
+    choice
+}
+
+impl Planner for Greedy {
+    fn name(&self) -> &'static str {
+        "greedy"
+    }
+    fn assign(&self, g: &Graph, space: &PlanSpace) -> Result<Assignment, PlanError> {
+        let start = local_choice(g, space);
+        Ok(Assignment {
+            choice: solver::improve_locally(&space.problem, start),
+            solver: None,
+        })
+    }
+}
+
+impl Planner for Global {
+    fn name(&self) -> &'static str {
+        "global"
+    }
+    fn assign(&self, _: &Graph, space: &PlanSpace) -> Result<Assignment, PlanError> {
+        let t0 = Instant::now();
+        let s = solver::solve(&space.problem, &self.options)?;
+        let mut methods = BTreeMap::new();
+        for r in &s.regions {
+            let name = match r.method {
+                Method::Elimination { .. } => "elimination",
+                Method::LpIntegral => "lp-integral",
+                Method::Integer => "integer",
+                Method::Fallback { .. } => "fallback",
+            };
+            *methods.entry(name.to_string()).or_insert(0) += 1;
+        }
+        Ok(Assignment {
+            solver: Some(SolverInfo {
+                time_ms: t0.elapsed().as_secs_f64() * 1e3,
+                objective: s.objective,
+                lower_bound: s.lower_bound,
+                gap: s.gap(),
+                regions: s.regions.len(),
+                fixed_variables: s.fixed_variables,
+                methods,
+                fallback_used: s.used_fallback(),
+            }),
+            choice: s.choice,
+        })
+    }
+}
+
+/// The planner of a name: keep, local, greedy or global.
+pub fn planner_by_name(name: &str) -> Result<Box<dyn Planner>, PlanError> {
+    Ok(match name {
+        "keep" => Box::new(Keep),
+        "local" => Box::new(Local),
+        "greedy" => Box::new(Greedy),
+        "global" => Box::new(Global {
+            options: SolveOptions::default(),
+        }),
+        other => return Err(PlanError::UnknownPlanner(other.to_string())),
+    })
+}
+
+/// One transform the plan keeps.
+#[derive(Clone, Debug, Serialize)]
+pub struct TransformInfo {
+    pub value: String,
+    pub from: String,
+    pub to: String,
+    pub bytes: usize,
+    /// The layers on either side of it.
+    pub spans: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ValueLayout {
+    pub value: String,
+    pub layout: String,
+}
+
+/// What a plan decided and what it costs.
+#[derive(Clone, Debug, Serialize)]
+pub struct PlanReport {
+    pub model: String,
+    pub planner: String,
+    pub family: String,
+    /// Layout of every non-constant value not stored row-major.
+    pub layouts: Vec<ValueLayout>,
+    pub transforms: Vec<TransformInfo>,
+    pub transform_count: usize,
+    pub transform_bytes: usize,
+    /// Constants re-packed into another layout at compile time.
+    pub packed_constants: usize,
+    /// Padding refills inserted where an op needed a known padding value.
+    pub refills: usize,
+    /// The planner's objective under the cost model (ns, estimated).
+    pub estimated_cost: f64,
+    pub plan_time_ms: f64,
+    pub solver: Option<SolverInfo>,
+}
+
+impl PlanReport {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a plan report serialises")
+    }
+
+    pub fn to_text(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "plan of {} with '{}' for {}: {} transforms, {} bytes moved, estimated cost {:.1} us, planned in {:.1} ms",
+            self.model,
+            self.planner,
+            self.family,
+            self.transform_count,
+            self.transform_bytes,
+            self.estimated_cost / 1e3,
+            self.plan_time_ms
+        );
+        if let Some(sv) = &self.solver {
+            let _ = writeln!(
+                s,
+                "solver: objective {:.1}, lower bound {:.1}, gap {:.2}%, {} regions {:?}, {} fixed{}",
+                sv.objective,
+                sv.lower_bound,
+                sv.gap * 100.0,
+                sv.regions,
+                sv.methods,
+                sv.fixed_variables,
+                if sv.fallback_used { ", FALLBACK used" } else { "" }
+            );
+        }
+        let _ = writeln!(
+            s,
+            "constants re-packed: {}, padding refills: {}",
+            self.packed_constants, self.refills
+        );
+        for t in &self.transforms {
+            let _ = writeln!(
+                s,
+                "  transform {} {} -> {} ({} bytes) at {}",
+                t.value, t.from, t.to, t.bytes, t.spans
+            );
+        }
+        for v in &self.layouts {
+            let _ = writeln!(s, "  layout {} {}", v.value, v.layout);
+        }
+        s
+    }
+}
+
+/// A planned graph and its report.
+pub struct Plan {
+    pub graph: Graph,
+    pub report: PlanReport,
+}
+
+/// Plans `g` with `planner` for `family` and materialises the result.
+pub fn plan(
+    g: &Graph,
+    planner: &dyn Planner,
+    family: Family,
+    model: &CostModel,
+) -> Result<Plan, PlanError> {
+    let t0 = Instant::now();
+    let space = PlanSpace::build(g, family, model)?;
+    let assignment = planner.assign(g, &space)?;
+    let estimated_cost = space.problem.cost(&assignment.choice);
+    let mut m = Materializer::new(g);
+    m.run(&space, &assignment.choice)?;
+    let plan_time = t0.elapsed();
+    let report = PlanReport {
+        model: g.name.clone(),
+        planner: planner.name().to_string(),
+        family: family.to_string(),
+        layouts: m.layouts(),
+        transform_count: m.transforms.len(),
+        transform_bytes: m.transforms.iter().map(|t| t.bytes).sum(),
+        transforms: m.transforms,
+        packed_constants: m.packed_constants,
+        refills: m.refills,
+        estimated_cost,
+        plan_time_ms: ms(plan_time),
+        solver: assignment.solver,
+    };
+    Ok(Plan {
+        graph: m.out,
+        report,
+    })
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// Where a source value lives in the planned graph.
+#[derive(Clone)]
+struct Placed {
+    value: ValueRef,
+    layout: Layout,
+    pad: PadValue,
+}
+
+struct Materializer<'a> {
+    src: &'a Graph,
+    out: Graph,
+    placed: HashMap<ValueRef, Placed>,
+    /// Transforms already made, shared by every consumer wanting that layout.
+    converted: HashMap<(ValueRef, Layout, Option<u32>), (ValueRef, PadValue)>,
+    transforms: Vec<TransformInfo>,
+    packed_constants: usize,
+    refills: usize,
+}
+
+impl<'a> Materializer<'a> {
+    fn new(src: &'a Graph) -> Materializer<'a> {
+        Materializer {
+            src,
+            out: Graph::new(src.name.clone()),
+            placed: HashMap::new(),
+            converted: HashMap::new(),
+            transforms: Vec::new(),
+            packed_constants: 0,
+            refills: 0,
+        }
+    }
+
+    fn run(&mut self, space: &PlanSpace, choice: &[usize]) -> Result<(), PlanError> {
+        let chosen: HashMap<NodeId, &Impl> = space
+            .nodes
+            .iter()
+            .zip(choice)
+            .enumerate()
+            .map(|(var, (&id, &k))| (id, &space.impls[var][k]))
+            .collect();
+        for id in self.src.topo_order()? {
+            let node = self.src.node(id);
+            match &node.op {
+                Op::Input => {
+                    let v = self.out.add_input(
+                        &node.name,
+                        node.outputs[0].ty.clone(),
+                        node.spans.clone(),
+                    );
+                    self.place_row_major(ValueRef::new(id, 0), v)?;
+                }
+                Op::Constant(t) => {
+                    let v = self
+                        .out
+                        .add_constant(&node.name, t.clone(), node.spans.clone());
+                    self.place_row_major(ValueRef::new(id, 0), v)?;
+                }
+                op => {
+                    let imp = chosen[&id];
+                    self.place_op(id, op, imp)?;
+                }
+            }
+        }
+        let mut outputs = Vec::new();
+        for &v in self.src.outputs() {
+            let row_major = Layout::identity(self.src.value_type(v).shape.len())?;
+            outputs.push(self.get(v, &row_major, None, &[])?);
+        }
+        self.out.set_outputs(outputs);
+        Ok(())
+    }
+
+    fn place_row_major(&mut self, src: ValueRef, v: ValueRef) -> Result<(), PlanError> {
+        let layout = Layout::identity(self.src.value_type(src).shape.len())?;
+        self.placed.insert(
+            src,
+            Placed {
+                value: v,
+                layout,
+                pad: PadValue::Undef,
+            },
+        );
+        Ok(())
+    }
+
+    fn place_op(&mut self, id: NodeId, op: &Op, imp: &Impl) -> Result<(), PlanError> {
+        let node = self.src.node(id);
+        let src_inputs = self.src.node_inputs(id);
+        let row_major = imp
+            .inputs
+            .iter()
+            .chain(&imp.outputs)
+            .all(Layout::is_identity);
+        let mut inputs = Vec::with_capacity(src_inputs.len());
+        for (j, &v) in src_inputs.iter().enumerate() {
+            inputs.push(self.get(v, &imp.inputs[j], None, &node.spans)?);
+        }
+        let names: Vec<String> = node.outputs.iter().map(|v| v.name.clone()).collect();
+        let new_op = if row_major {
+            op.clone()
+        } else {
+            // What the inputs' padding holds, and what the op needs there.
+            let pads: Vec<PadValue> = src_inputs
+                .iter()
+                .zip(&imp.inputs)
+                .map(|(v, want)| self.pad_of(*v, want))
+                .collect();
+            let x_shape = &self.src.value_type(src_inputs[0]).shape;
+            let padded = imp.inputs[0].padded_axes(x_shape)?;
+            let flow = pad_flow(op, &pads, &padded);
+            for (j, req) in flow.inputs.iter().enumerate() {
+                if req.is_met_by(pads[j])
+                    || imp.inputs[j]
+                        .padded_axes(&self.src.value_type(src_inputs[j]).shape)?
+                        .is_empty()
+                {
+                    continue;
+                }
+                let fill = match req {
+                    Requirement::Value(v) => *v,
+                    Requirement::Finite => 0.0,
+                    _ => {
+                        return Err(PlanError::AtLayer {
+                            spans: node.spans.clone(),
+                            message: format!(
+                                "{} cannot run on padded layout {}",
+                                op.kind_name(),
+                                imp.inputs[j]
+                            ),
+                        })
+                    }
+                };
+                inputs[j] = self.get(src_inputs[j], &imp.inputs[j], Some(fill), &node.spans)?;
+                self.refills += 1;
+            }
+            let pads: Vec<PadValue> = src_inputs
+                .iter()
+                .zip(&imp.inputs)
+                .map(|(v, w)| self.pad_of(*v, w))
+                .collect();
+            let out_pad = pad_flow(op, &pads, &padded).output;
+            Op::InLayout(Box::new(LaidOut {
+                inner: op.clone(),
+                inputs: src_inputs
+                    .iter()
+                    .zip(&imp.inputs)
+                    .map(|(v, l)| (l.clone(), self.src.value_type(*v).shape.clone()))
+                    .collect(),
+                outputs: imp.outputs.iter().map(|l| (l.clone(), out_pad)).collect(),
+            }))
+        };
+        let new_id = self
+            .out
+            .add_node(new_op, &node.name, &inputs, &names, node.spans.clone())?;
+        for (i, l) in imp.outputs.iter().enumerate() {
+            let pad = match &self.out.node(new_id).op {
+                Op::InLayout(lo) => lo.outputs[i].1,
+                _ => PadValue::Undef,
+            };
+            self.placed.insert(
+                ValueRef::new(id, i),
+                Placed {
+                    value: ValueRef::new(new_id, i),
+                    layout: l.clone(),
+                    pad,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// The padding `v` holds once in layout `want`: what the transform made for
+    /// it wrote, or what its producer left.
+    fn pad_of(&self, v: ValueRef, want: &Layout) -> PadValue {
+        if let Some((_, pad)) = self.converted.get(&(v, want.clone(), None)) {
+            return *pad;
+        }
+        let p = &self.placed[&v];
+        if &p.layout == want {
+            p.pad
+        } else {
+            PadValue::Known(0.0)
+        }
+    }
+
+    /// `v` in layout `want`, inserting (or reusing) a transform; `refill` forces a
+    /// transform that rewrites the padding with that value.
+    fn get(
+        &mut self,
+        v: ValueRef,
+        want: &Layout,
+        refill: Option<f32>,
+        consumer: &[Span],
+    ) -> Result<ValueRef, PlanError> {
+        let p = self.placed[&v].clone();
+        if &p.layout == want && refill.is_none() {
+            return Ok(p.value);
+        }
+        let key = (v, want.clone(), refill.map(f32::to_bits));
+        if let Some(&(done, _)) = self.converted.get(&key) {
+            return Ok(done);
+        }
+        let ty = self.src.value_type(v).clone();
+        let pad = PadValue::Known(refill.unwrap_or(0.0));
+        let producer = self.src.node(v.node);
+        let spans = merge_spans([producer.spans.as_slice(), consumer]);
+        let name = format!("{}@{}", producer.outputs[v.output].name, want);
+        let op = Op::LayoutTransform {
+            from: p.layout.clone(),
+            to: want.clone(),
+            logical: ty.shape.clone(),
+            pad,
+        };
+        let id = self.out.add_node(
+            op,
+            &name,
+            &[p.value],
+            std::slice::from_ref(&name),
+            spans.clone(),
+        )?;
+        let result = if let Some(consts) = fold_node(&mut self.out, id)? {
+            self.packed_constants += 1;
+            consts[0]
+        } else {
+            self.transforms.push(TransformInfo {
+                value: producer.outputs[v.output].name.clone(),
+                from: p.layout.to_string(),
+                to: want.to_string(),
+                bytes: physical_bytes(&ty, &p.layout) + physical_bytes(&ty, want),
+                spans: format_spans(&spans),
+            });
+            ValueRef::new(id, 0)
+        };
+        self.converted.insert(key, (result, pad));
+        Ok(result)
+    }
+
+    fn layouts(&self) -> Vec<ValueLayout> {
+        let mut out: Vec<ValueLayout> = self
+            .placed
+            .iter()
+            .filter(|(v, p)| !p.layout.is_identity() && self.src.constant(**v).is_none())
+            .map(|(v, p)| ValueLayout {
+                value: self.src.value(*v).name.clone(),
+                layout: p.layout.to_string(),
+            })
+            .collect();
+        out.sort_by(|a, b| a.value.cmp(&b.value));
+        out
+    }
+}

@@ -1,0 +1,275 @@
+//! Convolution and transposed convolution over 1, 2 or 3 (any number of) spatial
+//! axes, computed in f64, one output plane (batch, channel) per rayon task.
+//!
+//! Both read as one index map per kernel position k: along each spatial axis,
+//! convolution reads input `o * stride + k * dilation - pad_begin` for output `o`,
+//! and transposed convolution writes output `i * stride + k * dilation - pad_begin`
+//! for input `i`. `index::for_each_run` walks the in-bounds part of that map.
+
+use super::index::{for_each_run, kernel_offsets};
+use crate::graph::{numel, Conv, ConvTranspose, Tensor, TensorData, ValueType};
+use rayon::prelude::*;
+
+/// Shared plumbing: converts inputs to f64, fills each output plane with its bias,
+/// calls `plane(batch, out_channel, acc)` for every plane in parallel, and converts
+/// the result to the output dtype.
+fn per_plane(
+    inputs: &[&Tensor],
+    out: &ValueType,
+    plane: impl Fn(&[f64], &[f64], usize, usize, &mut [f64]) + Sync,
+) -> Tensor {
+    let (x, w) = (inputs[0].data.to_f64(), inputs[1].data.to_f64());
+    let bias = inputs.get(2).map(|b| b.data.to_f64());
+    let cout = out.shape[1];
+    let plane_len = numel(&out.shape[2..]);
+    let mut y = vec![0.0; out.numel()];
+    if plane_len > 0 {
+        y.par_chunks_mut(plane_len)
+            .enumerate()
+            .for_each(|(i, acc)| {
+                let (b, m) = (i / cout, i % cout);
+                acc.fill(bias.as_ref().map_or(0.0, |bias| bias[m]));
+                plane(&x, &w, b, m, acc);
+            });
+    }
+    Tensor::new(out.shape.clone(), TensorData::from_f64(out.dtype, y))
+}
+
+/// ONNX Conv: x [N, C, in...], w [M, C/group, k...], bias [M].
+pub(super) fn conv(c: &Conv, inputs: &[&Tensor], out: &ValueType) -> Tensor {
+    let (xs, ws) = (&inputs[0].shape, &inputs[1].shape);
+    let (in_sp, out_sp) = (&xs[2..], &out.shape[2..]);
+    let (cin_g, cout_g) = (ws[1], out.shape[1] / c.group);
+    let (in_len, k_len) = (numel(in_sp), numel(&c.window.kernel));
+    let offsets = kernel_offsets(&c.window);
+    let s_last = *c.window.strides.last().expect("rank checked by inference");
+    per_plane(inputs, out, |x, w, b, m, acc| {
+        let g = m / cout_g;
+        for ci in 0..cin_g {
+            let xin = &x[(b * xs[1] + g * cin_g + ci) * in_len..][..in_len];
+            let wk = &w[(m * cin_g + ci) * k_len..][..k_len];
+            for (&wv, off) in wk.iter().zip(&offsets) {
+                for_each_run(out_sp, in_sp, &c.window.strides, off, |p, q, len| {
+                    let src = xin[q..].iter().step_by(s_last);
+                    for (a, &v) in acc[p..p + len].iter_mut().zip(src) {
+                        *a += wv * v;
+                    }
+                });
+            }
+        }
+    })
+}
+
+/// ONNX ConvTranspose: x [N, C, in...], w [C, M/group, k...], bias [M].
+/// Output padding only adds extent at the end (already in the output shape).
+pub(super) fn conv_transpose(
+    c: &ConvTranspose,
+    inputs: &[&Tensor],
+    out: &ValueType,
+) -> Result<Tensor, String> {
+    let (xs, ws) = (&inputs[0].shape, &inputs[1].shape);
+    if ws[2..] != c.window.kernel[..] {
+        return Err(format!(
+            "kernel_shape {:?} does not match weight shape {ws:?}",
+            c.window.kernel
+        ));
+    }
+    let (in_sp, out_sp) = (&xs[2..], &out.shape[2..]);
+    let (cin_g, cout_g) = (xs[1] / c.group, ws[1]);
+    let (in_len, k_len) = (numel(in_sp), numel(&c.window.kernel));
+    let offsets = kernel_offsets(&c.window);
+    let s_last = *c.window.strides.last().expect("rank checked by inference");
+    Ok(per_plane(inputs, out, |x, w, b, m, acc| {
+        let (g, mm) = (m / cout_g, m % cout_g);
+        for ci in 0..cin_g {
+            let cin = g * cin_g + ci;
+            let xin = &x[(b * xs[1] + cin) * in_len..][..in_len];
+            let wk = &w[(cin * cout_g + mm) * k_len..][..k_len];
+            for (&wv, off) in wk.iter().zip(&offsets) {
+                for_each_run(in_sp, out_sp, &c.window.strides, off, |p, q, len| {
+                    let dst = acc[q..].iter_mut().step_by(s_last);
+                    for (a, &v) in dst.zip(&xin[p..p + len]) {
+                        *a += wv * v;
+                    }
+                });
+            }
+        }
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::*;
+    use crate::graph::{Conv, ConvTranspose, Op, Tensor, Window};
+
+    fn window(kernel: &[usize], strides: &[usize], dilations: &[usize], pads: &[usize]) -> Window {
+        Window {
+            kernel: kernel.to_vec(),
+            strides: strides.to_vec(),
+            dilations: dilations.to_vec(),
+            pads: pads.to_vec(),
+        }
+    }
+
+    /// f32 tensor with the given values, each value computed from its flat index.
+    fn from_index(shape: &[usize], f: impl Fn(usize) -> f32) -> Tensor {
+        let n: usize = shape.iter().product();
+        f32s(shape, &(0..n).map(f).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn conv2d_onnx_example_with_padding() {
+        // ONNX Conv example: 5x5 iota, 3x3 ones, pads 1.
+        let op = Op::Conv(Conv {
+            window: window(&[3, 3], &[1, 1], &[1, 1], &[1, 1, 1, 1]),
+            group: 1,
+        });
+        let y = eval1(op, &[&iota(&[1, 1, 5, 5]), &f32s(&[1, 1, 3, 3], &[1.0; 9])]);
+        let want = [
+            12., 21., 27., 33., 24., 33., 54., 63., 72., 51., 63., 99., 108., 117., 81., 93., 144.,
+            153., 162., 111., 72., 111., 117., 123., 84.,
+        ];
+        assert_close(&y, &[1, 1, 5, 5], &want, 1e-4);
+    }
+
+    #[test]
+    fn conv1d_and_conv3d_by_hand() {
+        // [1,2,3,4,5] * [1,-1], stride 2: [1-2, 3-4].
+        let op = Op::Conv(Conv {
+            window: window(&[2], &[2], &[1], &[0, 0]),
+            group: 1,
+        });
+        let y = eval1(
+            op,
+            &[
+                &f32s(&[1, 1, 5], &[1., 2., 3., 4., 5.]),
+                &f32s(&[1, 1, 2], &[1., -1.]),
+            ],
+        );
+        assert_close(&y, &[1, 1, 2], &[-1.0, -1.0], 0.0);
+        // 3x3x3 iota with a 2x2x2 box: out(a,b,c) = 52 + 8 * (9a + 3b + c).
+        let op = Op::Conv(Conv {
+            window: window(&[2, 2, 2], &[1, 1, 1], &[1, 1, 1], &[0; 6]),
+            group: 1,
+        });
+        let y = eval1(
+            op,
+            &[&iota(&[1, 1, 3, 3, 3]), &f32s(&[1, 1, 2, 2, 2], &[1.0; 8])],
+        );
+        let want: Vec<f64> = (0..8)
+            .map(|i| 52.0 + 8.0 * (9 * (i / 4) + 3 * (i / 2 % 2) + i % 2) as f64)
+            .collect();
+        assert_close(&y, &[1, 1, 2, 2, 2], &want, 1e-4);
+    }
+
+    #[test]
+    fn conv2d_grouped_strided_dilated_matches_onnxruntime() {
+        // Expected values: onnxruntime 1.31 Conv (group 2, pads [1,0,1,2], strides
+        // [2,1], dilations [1,2]) on x = (i % 7) / 10, w = ((i % 5) - 2) / 4,
+        // bias [0.5, -1, 0, 2].
+        let x = from_index(&[1, 2, 4, 5], |i| (i % 7) as f32 / 10.0);
+        let w = from_index(&[4, 1, 3, 3], |i| ((i % 5) as f32 - 2.0) / 4.0);
+        let b = f32s(&[4], &[0.5, -1.0, 0.0, 2.0]);
+        let op = Op::Conv(Conv {
+            window: window(&[3, 3], &[2, 1], &[1, 2], &[1, 0, 1, 2]),
+            group: 2,
+        });
+        let y = eval1(op, &[&x, &w, &b]);
+        let want = [
+            0.325, 0.525, 0.75, 0.675, 0.525, 0.5, -1.0, -1.25, -0.95, -0.8, -0.8, -1.375, -0.2,
+            0.25, 0.225, 0.25, -0.05, 0.0, 2.025, 2.075, 2.075, 1.9, 1.9, 1.925,
+        ];
+        assert_close(&y, &[1, 4, 2, 3], &want, 1e-5);
+    }
+
+    #[test]
+    fn conv_transpose_onnx_example() {
+        // ONNX ConvTranspose example: 3x3 iota, ones [1, 2, 3, 3] → two 5x5 planes.
+        let op = Op::ConvTranspose(ConvTranspose {
+            window: window(&[3, 3], &[1, 1], &[1, 1], &[0; 4]),
+            group: 1,
+            output_padding: vec![0, 0],
+        });
+        let y = eval1(
+            op,
+            &[&iota(&[1, 1, 3, 3]), &f32s(&[1, 2, 3, 3], &[1.0; 18])],
+        );
+        let plane = [
+            0., 1., 3., 3., 2., 3., 8., 15., 12., 7., 9., 21., 36., 27., 15., 9., 20., 33., 24.,
+            13., 6., 13., 21., 15., 8.,
+        ];
+        let want: Vec<f64> = plane.iter().chain(&plane).copied().collect();
+        assert_close(&y, &[1, 2, 5, 5], &want, 1e-4);
+    }
+
+    #[test]
+    fn conv_transpose_grouped_padded_matches_onnxruntime() {
+        // Expected values: onnxruntime 1.31 ConvTranspose, group 2, strides [2,3],
+        // pads [1,0,0,2], output_padding [1,2], dilations [2,1]; x = (i % 5) / 4,
+        // w = ((i % 7) - 3) / 2, bias [1, 0, -1, 0.5, 0.25, 2].
+        let x = from_index(&[1, 4, 2, 3], |i| (i % 5) as f32 / 4.0);
+        let w = from_index(&[4, 3, 2, 3], |i| ((i % 7) as f32 - 3.0) / 2.0);
+        let b = f32s(&[6], &[1.0, 0.0, -1.0, 0.5, 0.25, 2.0]);
+        let op = Op::ConvTranspose(ConvTranspose {
+            window: window(&[2, 3], &[2, 3], &[2, 1], &[1, 0, 0, 2]),
+            group: 2,
+            output_padding: vec![1, 2],
+        });
+        let y = eval1(op, &[&x, &w, &b]);
+        let want = [
+            1., 1., 1., 1., 1., 1., 1., 1., 1., 0., 1., 2., -1.25, -0.375, 0.5, 0., 0.75, 1.5, 1.,
+            1., 1., 1., 1., 1., 1., 1., 1., -0.5, 0.375, 1.25, 1., 1.5, 2., 0.625, 0.75, 0.875, 1.,
+            1., 1., 1., 1., 1., 1., 1., 1., 0., 0., 0., 0., 0., 0., 0., 0., 0., 1.5, -1., 0.,
+            2.125, -2.25, -1.375, 0.875, -1., -0.25, 0., 0., 0., 0., 0., 0., 0., 0., 0., 1.125,
+            -1.5, -0.625, -0.5, 0., 0.5, 0.375, -0.375, -0.25, 0., 0., 0., 0., 0., 0., 0., 0., 0.,
+            -1., -1., -1., -1., -1., -1., -1., -1., -1., -0.5, 0.5, -2., 0.25, 1.125, -3.25,
+            -0.875, -0.125, -2., -1., -1., -1., -1., -1., -1., -1., -1., -1., -0.75, 0.125, -2.5,
+            -2., -1.5, -1., -0.75, -0.625, -1.375, -1., -1., -1., -1., -1., -1., -1., -1., -1.,
+            0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.25, 1., 0.875, 0.125, 1.375, 0.875,
+            1.25, 2.375, 0.875, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.25, 0.375, 0.5,
+            0.125, 0.5, 0.875, 0., 0.625, 1.25, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.25,
+            0.25, 0.25, 0.25, 0.25, 0.25, 0.25, 0.25, 0.25, -0.75, 0., 0.75, -1.375, -0.125, 1.125,
+            -0.125, 1., 2.125, 0.25, 0.25, 0.25, 0.25, 0.25, 0.25, 0.25, 0.25, 0.25, -0.125, 0.,
+            0.125, -0.5, -0.125, 0.25, -0.875, -0.25, 0.375, 0.25, 0.25, 0.25, 0.25, 0.25, 0.25,
+            0.25, 0.25, 0.25, 2., 2., 2., 2., 2., 2., 2., 2., 2., 2.875, 1., 1.75, 3.5, 0.375,
+            1.625, 2.25, 1.625, 2.75, 2., 2., 2., 2., 2., 2., 2., 2., 2., 2.375, 1.625, 1.75,
+            2.625, 1.25, 1.625, 2.875, 0.875, 1.5, 2., 2., 2., 2., 2., 2., 2., 2., 2.,
+        ];
+        assert_close(&y, &[1, 6, 5, 9], &want, 1e-5);
+    }
+
+    #[test]
+    fn conv_transpose_1d_matches_onnxruntime() {
+        // Expected values: onnxruntime 1.31 ConvTranspose, strides [3], pads [1,1],
+        // dilations [2]; x = (i % 4) - 1.5 of shape [2,3,7], w = (i % 3) - 1 of [3,3,2].
+        let x = from_index(&[2, 3, 7], |i| (i % 4) as f32 - 1.5);
+        let w = from_index(&[3, 3, 2], |i| (i % 3) as f32 - 1.0);
+        let op = Op::ConvTranspose(ConvTranspose {
+            window: window(&[2], &[3], &[2], &[1, 1]),
+            group: 1,
+            output_padding: vec![0],
+        });
+        let y = eval1(op, &[&x, &w]);
+        let want = [
+            0., 0., 0.5, 0., 0., 1.5, 0., 0., -1.5, 0., 0., -0.5, 0., 0., 0.5, 0., 0., 1.5, 0., 0.,
+            -0.5, -0.5, 0., 0.5, -1.5, 0., 1.5, 1.5, 0., -1.5, 0.5, 0., -0.5, -0.5, 0., 0.5, -1.5,
+            0., 0., 0.5, 0., 0., -0.5, 0., 0., -1.5, 0., 0., 1.5, 0., 0., 0.5, 0., 0., -0.5, 0.,
+            0., 0., 0., 1.5, 0., 0., -1.5, 0., 0., -0.5, 0., 0., 0.5, 0., 0., 1.5, 0., 0., -1.5,
+            0., 0., 0.5, -1.5, 0., 1.5, 1.5, 0., -1.5, 0.5, 0., -0.5, -0.5, 0., 0.5, -1.5, 0., 1.5,
+            1.5, 0., 0., -0.5, 0., 0., -1.5, 0., 0., 1.5, 0., 0., 0.5, 0., 0., -0.5, 0., 0., -1.5,
+            0., 0.,
+        ];
+        assert_close(&y, &[2, 3, 19], &want, 1e-6);
+    }
+
+    #[test]
+    fn conv_transpose_rejects_a_kernel_that_does_not_match_the_weights() {
+        let op = Op::ConvTranspose(ConvTranspose {
+            window: window(&[3], &[1], &[1], &[0, 0]),
+            group: 1,
+            output_padding: vec![0],
+        });
+        let err = try_eval(op, &[&iota(&[1, 1, 4]), &iota(&[1, 1, 2])]).unwrap_err();
+        assert!(err.contains("kernel_shape"), "{err}");
+    }
+}

@@ -1,0 +1,231 @@
+//! MatMul (numpy semantics) and Gemm. Floats compute in f64; integer MatMul is
+//! exact in i64 (wrapping). Rows of each product are computed in parallel.
+
+use super::index::broadcast_indices;
+use crate::graph::{broadcast_shapes, numel, DType, Tensor, TensorData, ValueType};
+use rayon::prelude::*;
+
+/// An accumulator element type.
+trait Num: Copy + Send + Sync {
+    const ZERO: Self;
+    /// self + a * b
+    fn mul_add(self, a: Self, b: Self) -> Self;
+}
+
+impl Num for f64 {
+    const ZERO: f64 = 0.0;
+    fn mul_add(self, a: f64, b: f64) -> f64 {
+        self + a * b
+    }
+}
+
+impl Num for i64 {
+    const ZERO: i64 = 0;
+    fn mul_add(self, a: i64, b: i64) -> i64 {
+        self.wrapping_add(a.wrapping_mul(b))
+    }
+}
+
+/// `c = a · b` for an m×k matrix `a` and a k×n matrix `b`, each given with its
+/// (row step, column step) so transposed operands need no copy; m is c.len() / n.
+fn matmul_2d<T: Num>(
+    a: &[T],
+    a_steps: (usize, usize),
+    b: &[T],
+    b_steps: (usize, usize),
+    k: usize,
+    n: usize,
+    c: &mut [T],
+) {
+    if n == 0 {
+        return;
+    }
+    c.par_chunks_mut(n).enumerate().for_each(|(i, row)| {
+        row.fill(T::ZERO);
+        for p in 0..k {
+            let av = a[i * a_steps.0 + p * a_steps.1];
+            let b_row = b[p * b_steps.0..].iter().step_by(b_steps.1);
+            for (cv, &bv) in row.iter_mut().zip(b_row) {
+                *cv = cv.mul_add(av, bv);
+            }
+        }
+    });
+}
+
+pub(super) fn matmul(a: &Tensor, b: &Tensor, out: &ValueType) -> Result<Tensor, String> {
+    // 1-D operands become a row (a) or a column (b); the output shape already
+    // drops those axes again, and the element order is the same.
+    let mut sa = a.shape.clone();
+    let mut sb = b.shape.clone();
+    if sa.len() == 1 {
+        sa.insert(0, 1);
+    }
+    if sb.len() == 1 {
+        sb.push(1);
+    }
+    let (ra, rb) = (sa.len(), sb.len());
+    let (m, k, n) = (sa[ra - 2], sa[ra - 1], sb[rb - 1]);
+    let batch = broadcast_shapes(&sa[..ra - 2], &sb[..rb - 2])?;
+    let (ai, bi) = (
+        broadcast_indices(&sa[..ra - 2], &batch),
+        broadcast_indices(&sb[..rb - 2], &batch),
+    );
+    fn batched<T: Num>(
+        av: &[T],
+        bv: &[T],
+        (ai, bi): (&[usize], &[usize]),
+        (m, k, n): (usize, usize, usize),
+    ) -> Vec<T> {
+        let mut c = vec![T::ZERO; ai.len() * m * n];
+        for (t, (&x, &y)) in ai.iter().zip(bi).enumerate() {
+            let (a, b) = (&av[x * m * k..][..m * k], &bv[y * k * n..][..k * n]);
+            matmul_2d(a, (k, 1), b, (n, 1), k, n, &mut c[t * m * n..][..m * n]);
+        }
+        c
+    }
+    let dims = (m, k, n);
+    let data = match a.dtype() {
+        DType::Bool => return Err("not defined on bool tensors".into()),
+        d if d.is_float() => {
+            let c = batched(&a.data.to_f64(), &b.data.to_f64(), (&ai, &bi), dims);
+            TensorData::from_f64(out.dtype, c)
+        }
+        _ => {
+            let c = batched(&a.data.to_i64(), &b.data.to_i64(), (&ai, &bi), dims);
+            TensorData::from_i64(out.dtype, c)
+        }
+    };
+    Ok(Tensor::new(out.shape.clone(), data))
+}
+
+/// `alpha * op(a) · op(b) + beta * c`, in f64 for every dtype (integer results are
+/// truncated like a C cast).
+pub(super) fn gemm(
+    alpha: f32,
+    beta: f32,
+    trans_a: bool,
+    trans_b: bool,
+    inputs: &[&Tensor],
+    out: &ValueType,
+) -> Result<Tensor, String> {
+    let (a, b) = (inputs[0], inputs[1]);
+    if a.dtype() == DType::Bool {
+        return Err("not defined on bool tensors".into());
+    }
+    let (m, n) = (out.shape[0], out.shape[1]);
+    let k = if trans_a { a.shape[0] } else { a.shape[1] };
+    // A stored k×m (transposed) reads a(i, p) at p*m + i; B stored n×k at j*k + p.
+    let a_steps = if trans_a { (1, m) } else { (k, 1) };
+    let b_steps = if trans_b { (1, k) } else { (n, 1) };
+    let mut y = vec![0.0; m * n];
+    matmul_2d(
+        &a.data.to_f64(),
+        a_steps,
+        &b.data.to_f64(),
+        b_steps,
+        k,
+        n,
+        &mut y,
+    );
+    let (alpha, beta) = (alpha as f64, beta as f64);
+    y.iter_mut().for_each(|v| *v *= alpha);
+    if let Some(c) = inputs.get(2) {
+        let cv = c.data.to_f64();
+        for (v, i) in y.iter_mut().zip(broadcast_indices(&c.shape, &out.shape)) {
+            *v += beta * cv[i];
+        }
+    }
+    debug_assert_eq!(numel(&out.shape), y.len());
+    Ok(Tensor::new(
+        out.shape.clone(),
+        TensorData::from_f64(out.dtype, y),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::*;
+    use crate::graph::Op;
+
+    #[test]
+    fn matmul_2d_and_vectors() {
+        let a = f32s(&[2, 2], &[1., 2., 3., 4.]);
+        let b = f32s(&[2, 2], &[5., 6., 7., 8.]);
+        assert_close(
+            &eval1(Op::MatMul, &[&a, &b]),
+            &[2, 2],
+            &[19., 22., 43., 50.],
+            0.0,
+        );
+        let (u, v) = (f32s(&[3], &[1., 2., 3.]), f32s(&[3], &[4., 5., 6.]));
+        assert_close(&eval1(Op::MatMul, &[&u, &v]), &[], &[32.0], 0.0);
+        let m = iota(&[2, 3]);
+        let y = eval1(Op::MatMul, &[&f32s(&[2], &[1., 2.]), &m]);
+        assert_close(&y, &[3], &[6., 9., 12.], 0.0);
+        let y = eval1(Op::MatMul, &[&m, &f32s(&[3], &[1., 0., -1.])]);
+        assert_close(&y, &[2], &[-2., -2.], 0.0);
+    }
+
+    #[test]
+    fn matmul_broadcasts_batches() {
+        // a [2,1,2,3] against b [3,3,2] → [2,3,2,2], checked by explicit loops.
+        let a = iota(&[2, 1, 2, 3]);
+        let b = f32s(
+            &[3, 3, 2],
+            &(0..18).map(|i| (i % 5) as f32 - 2.0).collect::<Vec<_>>(),
+        );
+        let y = eval1(Op::MatMul, &[&a, &b]);
+        let (av, bv) = (a.to_f32(), b.to_f32());
+        let mut want = vec![];
+        for p in 0..2 {
+            for q in 0..3 {
+                for i in 0..2 {
+                    for j in 0..2 {
+                        let s: f32 = (0..3)
+                            .map(|k| av[p * 6 + i * 3 + k] * bv[q * 6 + k * 2 + j])
+                            .sum();
+                        want.push(s as f64);
+                    }
+                }
+            }
+        }
+        assert_close(&y, &[2, 3, 2, 2], &want, 0.0);
+    }
+
+    #[test]
+    fn integer_matmul_is_exact() {
+        // 2^40 * (2^20 + 1) + 3 * 1 = 2^60 + 2^40 + 3, beyond f64's 53 bits.
+        let a = i64s(&[1, 2], &[1 << 40, 3]);
+        let b = i64s(&[2, 1], &[(1 << 20) + 1, 1]);
+        assert_i64(
+            &eval1(Op::MatMul, &[&a, &b]),
+            &[1, 1],
+            &[(1 << 60) + (1 << 40) + 3],
+        );
+    }
+
+    #[test]
+    fn gemm_transposes_scales_and_broadcasts_c() {
+        // A^T = [[1,3],[2,4]], B^T = [[1,1],[0,1]], A^T B^T = [[1,4],[2,6]];
+        // 2 * that + 0.5 * [10, 20] = [[7,18],[9,22]].
+        let a = f32s(&[2, 2], &[1., 2., 3., 4.]);
+        let b = f32s(&[2, 2], &[1., 0., 1., 1.]);
+        let c = f32s(&[2], &[10., 20.]);
+        let op = Op::Gemm {
+            alpha: 2.0,
+            beta: 0.5,
+            trans_a: true,
+            trans_b: true,
+        };
+        assert_close(&eval1(op, &[&a, &b, &c]), &[2, 2], &[7., 18., 9., 22.], 0.0);
+        // Non-square, no C: [1,3]x[3,2] with B given transposed ([2,3]).
+        let op = Op::Gemm {
+            alpha: 1.0,
+            beta: 1.0,
+            trans_a: false,
+            trans_b: true,
+        };
+        let y = eval1(op, &[&f32s(&[1, 3], &[1., 2., 3.]), &iota(&[2, 3])]);
+        assert_close(&y, &[1, 2], &[8., 26.], 0.0);
+    }
+}

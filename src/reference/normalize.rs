@@ -1,0 +1,132 @@
+//! BatchNormalization (inference), LayerNormalization, Softmax and LogSoftmax, in f64.
+
+use super::index::broadcast_indices;
+use crate::graph::{numel, Tensor, TensorData, ValueType};
+
+/// y = (x - mean[c]) / sqrt(var[c] + eps) * scale[c] + bias[c], with c the axis-1 index.
+pub(super) fn batch_norm(epsilon: f32, inputs: &[&Tensor], out: &ValueType) -> Tensor {
+    let x = inputs[0].data.to_f64();
+    let [scale, bias, mean, var] = [1, 2, 3, 4].map(|i| inputs[i].data.to_f64());
+    let channels = out.shape[1];
+    let inner = numel(&out.shape[2..]);
+    let y = x
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let c = (i / inner.max(1)) % channels;
+            (v - mean[c]) / (var[c] + epsilon as f64).sqrt() * scale[c] + bias[c]
+        })
+        .collect();
+    Tensor::new(out.shape.clone(), TensorData::from_f64(out.dtype, y))
+}
+
+/// Softmax (or its logarithm) along one axis (opset 13 semantics).
+pub(super) fn softmax(axis: usize, log: bool, x: &Tensor) -> Tensor {
+    let len = x.shape[axis];
+    let inner = numel(&x.shape[axis + 1..]);
+    let mut v = x.data.to_f64();
+    let outer = numel(&x.shape[..axis]);
+    for o in 0..outer {
+        for i in 0..inner {
+            let at = |j: usize| (o * len + j) * inner + i;
+            // Subtracting the maximum keeps exp() in range; it cancels exactly.
+            let max = (0..len).map(|j| v[at(j)]).fold(f64::NEG_INFINITY, f64::max);
+            let sum: f64 = (0..len).map(|j| (v[at(j)] - max).exp()).sum();
+            for j in 0..len {
+                let d = v[at(j)] - max;
+                v[at(j)] = if log { d - sum.ln() } else { d.exp() / sum };
+            }
+        }
+    }
+    Tensor::new(x.shape.clone(), TensorData::from_f64(x.dtype(), v))
+}
+
+/// Normalises over axes `axis..rank` (population variance), then applies scale and
+/// optional bias, both broadcast to the normalised shape.
+pub(super) fn layer_norm(axis: usize, epsilon: f32, inputs: &[&Tensor], out: &ValueType) -> Tensor {
+    let x = inputs[0];
+    let norm_shape = &x.shape[axis..];
+    let inner = numel(norm_shape);
+    // Scale and bias expanded to the normalised shape.
+    let expand = |t: &Tensor| {
+        let v = t.data.to_f64();
+        broadcast_indices(&t.shape, norm_shape)
+            .into_iter()
+            .map(|i| v[i])
+            .collect::<Vec<f64>>()
+    };
+    let scale = expand(inputs[1]);
+    let bias = inputs.get(2).map(|b| expand(b));
+    let mut v = x.data.to_f64();
+    if inner > 0 {
+        for row in v.chunks_mut(inner) {
+            let mean = row.iter().sum::<f64>() / inner as f64;
+            let var = row.iter().map(|a| (a - mean) * (a - mean)).sum::<f64>() / inner as f64;
+            let inv = 1.0 / (var + epsilon as f64).sqrt();
+            for (j, a) in row.iter_mut().enumerate() {
+                *a = (*a - mean) * inv * scale[j] + bias.as_ref().map_or(0.0, |b| b[j]);
+            }
+        }
+    }
+    Tensor::new(out.shape.clone(), TensorData::from_f64(out.dtype, v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::*;
+    use crate::graph::Op;
+
+    #[test]
+    fn batch_norm_onnx_example() {
+        // ONNX BatchNormalization example; values from numpy (float64).
+        let x = f32s(&[1, 2, 1, 3], &[-1., 0., 1., 2., 3., 4.]);
+        let p = |v: [f32; 2]| f32s(&[2], &v);
+        let (s, b, m, v) = (p([1.0, 1.5]), p([0.0, 1.0]), p([0.0, 3.0]), p([1.0, 1.5]));
+        let y = eval1(Op::BatchNorm { epsilon: 1e-5 }, &[&x, &s, &b, &m, &v]);
+        let want = [-0.999995, 0.0, 0.999995, -0.22474079, 1.0, 2.22474079];
+        assert_close(&y, &[1, 2, 1, 3], &want, 1e-6);
+    }
+
+    #[test]
+    fn softmax_and_log_softmax_along_an_axis() {
+        // ONNX Softmax / LogSoftmax example values.
+        let x = f32s(&[1, 3], &[-1., 0., 1.]);
+        let y = eval1(Op::Softmax { axis: 1 }, &[&x]);
+        assert_close(&y, &[1, 3], &[0.09003057, 0.24472847, 0.66524096], 1e-7);
+        let y = eval1(Op::LogSoftmax { axis: 1 }, &[&x]);
+        assert_close(&y, &[1, 3], &[-2.40760596, -1.40760596, -0.40760596], 1e-6);
+        // Along axis 0 of [2,2]: each column sums to 1; large values do not overflow.
+        let x = f32s(&[2, 2], &[1000., 0., 1000., 1.]);
+        let y = eval1(Op::Softmax { axis: 0 }, &[&x]);
+        let e = 1.0 / (1.0 + std::f64::consts::E);
+        assert_close(&y, &[2, 2], &[0.5, e, 0.5, 1.0 - e], 1e-7);
+    }
+
+    #[test]
+    fn layer_norm_over_trailing_axes() {
+        // Rows [1,2,3] and [4,6,8]: mean 2 / 6, variance 2/3 and 8/3;
+        // normalised [-1,0,1]·k with k = 1/sqrt(var+eps), then scale [1,2,3] and
+        // bias [0,0,1]. numpy: 1/sqrt(2/3 + 1e-5) = 1.22473569.
+        let x = f32s(&[2, 3], &[1., 2., 3., 4., 6., 8.]);
+        let scale = f32s(&[3], &[1., 2., 3.]);
+        let bias = f32s(&[3], &[0., 0., 1.]);
+        let op = Op::LayerNorm {
+            axis: 1,
+            epsilon: 1e-5,
+        };
+        let y = eval1(op.clone(), &[&x, &scale, &bias]);
+        let k1 = 1.22473569;
+        let k2 = 2.0 / (8.0f64 / 3.0 + 1e-5).sqrt();
+        let want = [-k1, 0.0, 3.0 * k1 + 1.0, -k2, 0.0, 3.0 * k2 + 1.0];
+        assert_close(&y, &[2, 3], &want, 1e-6);
+        // Axis 0 normalises everything; a scalar scale broadcasts, bias is optional.
+        let y = eval1(
+            Op::LayerNorm {
+                axis: 0,
+                epsilon: 0.0,
+            },
+            &[&f32s(&[2, 2], &[1., 3., 1., 3.]), &f32s(&[], &[2.0])],
+        );
+        assert_close(&y, &[2, 2], &[-2., 2., -2., 2.], 1e-6);
+    }
+}

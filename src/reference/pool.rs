@@ -1,0 +1,240 @@
+//! Max and average pooling (windowed and global), computed in f64, one
+//! (batch, channel) plane per rayon task. Windowed pooling reads input
+//! `o * stride + k * dilation - pad_begin` along each spatial axis, like Conv.
+
+use super::index::{for_each_run, kernel_offsets};
+use crate::graph::{numel, Pool, PoolKind, Tensor, TensorData, ValueType};
+use rayon::prelude::*;
+
+pub(super) fn pool(p: &Pool, x: &Tensor, out: &ValueType) -> Tensor {
+    let w = &p.window;
+    let (in_sp, out_sp) = (&x.shape[2..], &out.shape[2..]);
+    let (in_len, out_len) = (numel(in_sp), numel(out_sp));
+    let offsets = kernel_offsets(w);
+    let s_last = *w.strides.last().expect("rank checked by inference");
+
+    // Average divisor per output position (the same in every plane): the window
+    // positions inside the input, or with count_include_pad inside the padded
+    // input. Either way a ceil_mode window running past the end counts only what
+    // it covers.
+    let divisor = (p.kind == PoolKind::Avg).then(|| {
+        let (extent, shift): (Vec<usize>, Vec<usize>) = if p.count_include_pad {
+            let padded = (0..in_sp.len()).map(|i| in_sp[i] + w.pad_begin(i) + w.pad_end(i));
+            (
+                padded.collect(),
+                (0..in_sp.len()).map(|i| w.pad_begin(i)).collect(),
+            )
+        } else {
+            (in_sp.to_vec(), vec![0; in_sp.len()])
+        };
+        let mut count = vec![0.0; out_len];
+        for off in &offsets {
+            let off: Vec<isize> = off
+                .iter()
+                .zip(&shift)
+                .map(|(&o, &s)| o + s as isize)
+                .collect();
+            for_each_run(out_sp, &extent, &w.strides, &off, |p, _, len| {
+                count[p..p + len].iter_mut().for_each(|c| *c += 1.0)
+            });
+        }
+        count
+    });
+
+    let xs = x.data.to_f64();
+    let mut y = vec![0.0; out.numel()];
+    if out_len > 0 {
+        y.par_chunks_mut(out_len)
+            .enumerate()
+            .for_each(|(plane, acc)| {
+                let xin = &xs[plane * in_len..][..in_len];
+                let init = match p.kind {
+                    PoolKind::Max => f64::NEG_INFINITY,
+                    PoolKind::Avg => 0.0,
+                };
+                acc.fill(init);
+                for off in &offsets {
+                    for_each_run(out_sp, in_sp, &w.strides, off, |p_, q, len| {
+                        let pairs = acc[p_..p_ + len]
+                            .iter_mut()
+                            .zip(xin[q..].iter().step_by(s_last));
+                        match p.kind {
+                            PoolKind::Max => pairs.for_each(|(a, &v)| *a = a.max(v)),
+                            PoolKind::Avg => pairs.for_each(|(a, &v)| *a += v),
+                        }
+                    });
+                }
+                if let Some(d) = &divisor {
+                    acc.iter_mut().zip(d).for_each(|(a, &d)| *a /= d);
+                }
+            });
+    }
+    Tensor::new(out.shape.clone(), TensorData::from_f64(out.dtype, y))
+}
+
+pub(super) fn global_pool(kind: PoolKind, x: &Tensor, out: &ValueType) -> Tensor {
+    let plane = numel(&x.shape[2..]);
+    let xs = x.data.to_f64();
+    let y = (0..out.numel())
+        .map(|i| {
+            let v = &xs[i * plane..(i + 1) * plane];
+            match kind {
+                PoolKind::Max => v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                PoolKind::Avg => v.iter().sum::<f64>() / plane as f64,
+            }
+        })
+        .collect();
+    Tensor::new(out.shape.clone(), TensorData::from_f64(out.dtype, y))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::*;
+    use crate::graph::{Op, Pool, PoolKind, Tensor, Window};
+
+    fn pool(
+        kind: PoolKind,
+        k: &[usize],
+        s: &[usize],
+        d: &[usize],
+        pads: &[usize],
+        ceil: bool,
+        incl: bool,
+    ) -> Op {
+        Op::Pool(Pool {
+            kind,
+            window: Window {
+                kernel: k.to_vec(),
+                strides: s.to_vec(),
+                dilations: d.to_vec(),
+                pads: pads.to_vec(),
+            },
+            ceil_mode: ceil,
+            count_include_pad: incl,
+        })
+    }
+
+    /// The [1, 2, 5, 6] input of the onnxruntime cases: (7 i) % 11.
+    fn ort_input() -> Tensor {
+        f32s(
+            &[1, 2, 5, 6],
+            &(0..60).map(|i| (i * 7 % 11) as f32).collect::<Vec<_>>(),
+        )
+    }
+
+    #[test]
+    fn ceil_mode_onnx_examples() {
+        // ONNX maxpool_2d_ceil / averagepool_2d_ceil: 4x4 of 1..16, kernel 3, stride 2.
+        let x = f32s(
+            &[1, 1, 4, 4],
+            &(1..=16).map(|i| i as f32).collect::<Vec<_>>(),
+        );
+        let op = pool(
+            PoolKind::Max,
+            &[3, 3],
+            &[2, 2],
+            &[1, 1],
+            &[0; 4],
+            true,
+            false,
+        );
+        assert_close(
+            &eval1(op, &[&x]),
+            &[1, 1, 2, 2],
+            &[11.0, 12.0, 15.0, 16.0],
+            0.0,
+        );
+        let op = pool(
+            PoolKind::Avg,
+            &[3, 3],
+            &[2, 2],
+            &[1, 1],
+            &[0; 4],
+            true,
+            false,
+        );
+        assert_close(
+            &eval1(op, &[&x]),
+            &[1, 1, 2, 2],
+            &[6.0, 7.5, 12.0, 13.5],
+            1e-6,
+        );
+    }
+
+    #[test]
+    fn average_pool_divisors_match_onnxruntime() {
+        // Expected values: onnxruntime 1.31 AveragePool, kernel [3,2], strides [2,2],
+        // pads [1,1,1,0], ceil_mode 1. The last column of windows runs past the padded
+        // input and divides by what it covers.
+        let x = ort_input();
+        let op = pool(
+            PoolKind::Avg,
+            &[3, 2],
+            &[2, 2],
+            &[1, 1],
+            &[1, 1, 1, 0],
+            true,
+            true,
+        );
+        let want = [
+            1.5, 2.666667, 4.666667, 0.6666667, 3.5, 4.666667, 4.0, 5.333333, 1.333333, 4.166667,
+            2.5, 4.0, 1.833333, 3.333333, 3.5, 1.333333, 4.0, 3.833333, 5.0, 6.333333, 1.666667,
+            3.0, 3.166667, 4.666667,
+        ];
+        assert_close(&eval1(op, &[&x]), &[1, 2, 3, 4], &want, 1e-5);
+        let op = pool(
+            PoolKind::Avg,
+            &[3, 2],
+            &[2, 2],
+            &[1, 1],
+            &[1, 1, 1, 0],
+            true,
+            false,
+        );
+        let want = [
+            4.5, 4.0, 7.0, 1.0, 7.0, 4.666667, 4.0, 5.333333, 4.0, 6.25, 3.75, 6.0, 5.5, 5.0, 5.25,
+            2.0, 8.0, 3.833333, 5.0, 6.333333, 5.0, 4.5, 4.75, 7.0,
+        ];
+        assert_close(&eval1(op, &[&x]), &[1, 2, 3, 4], &want, 1e-5);
+    }
+
+    #[test]
+    fn dilated_max_pool_matches_onnxruntime() {
+        // Expected values: onnxruntime 1.31 MaxPool, kernel [2,2], strides [2,3],
+        // pads [1,1,0,1], dilations [2,1], ceil_mode 1.
+        let op = pool(
+            PoolKind::Max,
+            &[2, 2],
+            &[2, 3],
+            &[2, 1],
+            &[1, 1, 0, 1],
+            true,
+            false,
+        );
+        let want = [
+            9., 8., 0., 9., 8., 7., 5., 8., 7., 10., 9., 1., 10., 9., 8., 6., 9., 8.,
+        ];
+        assert_close(&eval1(op, &[&ort_input()]), &[1, 2, 3, 3], &want, 0.0);
+    }
+
+    #[test]
+    fn one_d_pooling_and_global_pooling() {
+        let x = f32s(&[1, 1, 5], &[1., 3., 2., 5., 4.]);
+        let op = pool(PoolKind::Max, &[2], &[1], &[1], &[0, 0], false, false);
+        assert_close(&eval1(op, &[&x]), &[1, 1, 4], &[3., 3., 5., 5.], 0.0);
+        // Average with one pad each side, not counting pads: [1, 2, 2.5, 3.5, 4.5].
+        let op = pool(PoolKind::Avg, &[2], &[1], &[1], &[1, 1], false, false);
+        assert_close(
+            &eval1(op, &[&x]),
+            &[1, 1, 6],
+            &[1., 2., 2.5, 3.5, 4.5, 4.],
+            1e-6,
+        );
+        // Global pools over a 3-D volume: channel c holds 8c .. 8c+7.
+        let x = iota(&[1, 2, 2, 2, 2]);
+        let y = eval1(Op::GlobalPool(PoolKind::Avg), &[&x]);
+        assert_close(&y, &[1, 2, 1, 1, 1], &[3.5, 11.5], 1e-6);
+        let y = eval1(Op::GlobalPool(PoolKind::Max), &[&x]);
+        assert_close(&y, &[1, 2, 1, 1, 1], &[7.0, 15.0], 0.0);
+    }
+}

@@ -1,0 +1,124 @@
+//! ReduceSum / ReduceMean / ReduceMax over a set of axes. Floats in f64, integers
+//! exactly in i64 (an integer mean truncates, like C division).
+
+use super::index::affine_indices;
+use crate::graph::{strides, DType, ReduceKind, Tensor, TensorData, ValueType};
+
+pub(super) fn reduce(
+    kind: ReduceKind,
+    axes: &[usize],
+    x: &Tensor,
+    out: &ValueType,
+) -> Result<Tensor, String> {
+    // The output index of every input element: its kept coordinates, with the
+    // strides of the kept shape (keepdims only adds extents of 1).
+    let kept: Vec<usize> = (0..x.rank())
+        .filter(|a| !axes.contains(a))
+        .map(|a| x.shape[a])
+        .collect();
+    let kept_strides = strides(&kept);
+    let mut next = kept_strides.iter();
+    let steps: Vec<isize> = (0..x.rank())
+        .map(|a| {
+            if axes.contains(&a) {
+                0
+            } else {
+                *next.next().expect("one stride per kept axis") as isize
+            }
+        })
+        .collect();
+    let dst = affine_indices(&x.shape, 0, &steps);
+    let n_out = out.numel();
+    let count = (x.numel() / n_out.max(1)) as i64;
+
+    let data = match x.dtype() {
+        DType::Bool => return Err("not defined on bool tensors".into()),
+        d if d.is_float() => {
+            let init = if kind == ReduceKind::Max {
+                f64::NEG_INFINITY
+            } else {
+                0.0
+            };
+            let mut acc = vec![init; n_out];
+            for (&o, v) in dst.iter().zip(x.data.to_f64()) {
+                acc[o] = match kind {
+                    // NaN propagates, as in numpy.max.
+                    ReduceKind::Max if v.is_nan() || acc[o].is_nan() => f64::NAN,
+                    ReduceKind::Max => acc[o].max(v),
+                    _ => acc[o] + v,
+                };
+            }
+            if kind == ReduceKind::Mean {
+                acc.iter_mut().for_each(|a| *a /= count as f64);
+            }
+            TensorData::from_f64(out.dtype, acc)
+        }
+        _ => {
+            let init = if kind == ReduceKind::Max { i64::MIN } else { 0 };
+            let mut acc = vec![init; n_out];
+            for (&o, v) in dst.iter().zip(x.data.to_i64()) {
+                acc[o] = match kind {
+                    ReduceKind::Max => acc[o].max(v),
+                    _ => acc[o].wrapping_add(v),
+                };
+            }
+            if kind == ReduceKind::Mean {
+                if count == 0 {
+                    return Err("integer mean over no elements".into());
+                }
+                acc.iter_mut().for_each(|a| *a /= count);
+            }
+            TensorData::from_i64(out.dtype, acc)
+        }
+    };
+    Ok(Tensor::new(out.shape.clone(), data))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::*;
+    use crate::graph::{Op, ReduceKind};
+
+    fn reduce(kind: ReduceKind, axes: &[usize], keepdims: bool) -> Op {
+        Op::Reduce {
+            kind,
+            axes: axes.to_vec(),
+            keepdims,
+        }
+    }
+
+    #[test]
+    fn float_reductions_over_axes() {
+        // x[i][j][k] = 12i + 4j + k.
+        let x = iota(&[2, 3, 4]);
+        // Sum over j: 3(12i + k) + 12.
+        let y = eval1(reduce(ReduceKind::Sum, &[1], true), &[&x]);
+        assert_close(
+            &y,
+            &[2, 1, 4],
+            &[12., 15., 18., 21., 48., 51., 54., 57.],
+            0.0,
+        );
+        // Mean over i and k: 6 + 4j + 1.5.
+        let y = eval1(reduce(ReduceKind::Mean, &[0, 2], false), &[&x]);
+        assert_close(&y, &[3], &[7.5, 11.5, 15.5], 1e-6);
+        // Max over k: 12i + 4j + 3.
+        let y = eval1(reduce(ReduceKind::Max, &[2], false), &[&x]);
+        assert_close(&y, &[2, 3], &[3., 7., 11., 15., 19., 23.], 0.0);
+        // Every axis.
+        let y = eval1(reduce(ReduceKind::Sum, &[0, 1, 2], true), &[&x]);
+        assert_close(&y, &[1, 1, 1], &[276.0], 0.0);
+    }
+
+    #[test]
+    fn integer_reductions_are_exact() {
+        let x = i64s(&[2, 2], &[(1 << 60) + 1, 1, 5, -8]);
+        let y = eval1(reduce(ReduceKind::Sum, &[1], false), &[&x]);
+        assert_i64(&y, &[2], &[(1 << 60) + 2, -3]);
+        // Integer mean truncates toward zero: -3 / 2 = -1.
+        let y = eval1(reduce(ReduceKind::Mean, &[1], false), &[&x]);
+        assert_i64(&y, &[2], &[(1 << 59) + 1, -1]);
+        let y = eval1(reduce(ReduceKind::Max, &[0], true), &[&x]);
+        assert_i64(&y, &[1, 2], &[(1 << 60) + 1, 1]);
+    }
+}

@@ -1,0 +1,124 @@
+//! Resize (ONNX opset 13+ semantics). Each output coordinate maps back to an input
+//! coordinate through the coordinate transformation; nearest picks one input
+//! element per axis (any dtype), linear interpolates axis by axis in f64, which
+//! equals n-linear interpolation because the n-linear weights are a product of
+//! per-axis weights. Source coordinates outside the input clamp to its border.
+
+use super::index::gather_axes;
+use crate::graph::{
+    CoordTransform, NearestMode, Resize, ResizeMode, Tensor, TensorData, ValueType,
+};
+
+/// The input coordinate of output coordinate `o` along one axis.
+fn source_coord(coord: CoordTransform, o: usize, scale: f64, in_len: usize, out_len: usize) -> f64 {
+    let o = o as f64;
+    match coord {
+        CoordTransform::HalfPixel => (o + 0.5) / scale - 0.5,
+        CoordTransform::PytorchHalfPixel if out_len > 1 => (o + 0.5) / scale - 0.5,
+        CoordTransform::PytorchHalfPixel => 0.0,
+        CoordTransform::AlignCorners if out_len > 1 => {
+            o * (in_len as f64 - 1.0) / (out_len as f64 - 1.0)
+        }
+        CoordTransform::AlignCorners => 0.0,
+        CoordTransform::Asymmetric => o / scale,
+    }
+}
+
+fn round_nearest(mode: NearestMode, x: f64) -> f64 {
+    let half = x - x.floor() == 0.5;
+    match mode {
+        NearestMode::RoundPreferFloor if half => x.floor(),
+        NearestMode::RoundPreferCeil if half => x.ceil(),
+        NearestMode::RoundPreferFloor | NearestMode::RoundPreferCeil => x.round(),
+        NearestMode::Floor => x.floor(),
+        NearestMode::Ceil => x.ceil(),
+    }
+}
+
+pub(super) fn resize(r: &Resize, x: &Tensor, out: &ValueType) -> Result<Tensor, String> {
+    for (ax, (&n, &scale)) in x.shape.iter().zip(&r.scales).enumerate() {
+        if !(scale > 0.0 && scale.is_finite()) {
+            return Err(format!(
+                "scale {scale} of axis {ax} is not a positive number"
+            ));
+        }
+        if n == 0 && out.shape[ax] > 0 {
+            return Err(format!(
+                "cannot resize the empty axis {ax} to {}",
+                out.shape[ax]
+            ));
+        }
+    }
+    // Source coordinates per axis, clamped to the input.
+    let coords = |ax: usize| {
+        let (n, m) = (x.shape[ax], out.shape[ax]);
+        (0..m).map(move |o| {
+            let c = source_coord(r.coord, o, r.scales[ax] as f64, n, m);
+            c.clamp(0.0, n as f64 - 1.0)
+        })
+    };
+    match r.mode {
+        ResizeMode::Nearest => {
+            let maps: Vec<Vec<Option<usize>>> = (0..x.rank())
+                .map(|ax| {
+                    let last = x.shape[ax].saturating_sub(1);
+                    coords(ax)
+                        .map(|c| Some((round_nearest(r.nearest, c) as usize).min(last)))
+                        .collect()
+                })
+                .collect();
+            gather_axes(x, &maps, 0.0)
+        }
+        ResizeMode::Linear => {
+            let mut shape = x.shape.clone();
+            let mut v = x.data.to_f64();
+            for ax in 0..x.rank() {
+                let (n, m) = (x.shape[ax], out.shape[ax]);
+                if r.scales[ax] == 1.0 && n == m {
+                    continue;
+                }
+                let taps: Vec<(usize, usize, f64)> = coords(ax)
+                    .map(|c| {
+                        let lo = c.floor();
+                        let i0 = lo as usize;
+                        ((i0), (i0 + 1).min(n - 1), c - lo)
+                    })
+                    .collect();
+                v = interpolate_axis(&v, &shape, ax, &taps);
+                shape[ax] = m;
+            }
+            Ok(Tensor::new(
+                out.shape.clone(),
+                TensorData::from_f64(out.dtype, v),
+            ))
+        }
+    }
+}
+
+/// Linear interpolation along `ax`: output coordinate j along that axis is
+/// `(1 - w) * x[i0] + w * x[i1]` for `taps[j] = (i0, i1, w)`.
+fn interpolate_axis(
+    v: &[f64],
+    shape: &[usize],
+    ax: usize,
+    taps: &[(usize, usize, f64)],
+) -> Vec<f64> {
+    let outer: usize = shape[..ax].iter().product();
+    let inner: usize = shape[ax + 1..].iter().product();
+    let n = shape[ax];
+    let mut out = Vec::with_capacity(outer * taps.len() * inner);
+    for o in 0..outer {
+        for &(i0, i1, w) in taps {
+            let (a, b) = (
+                &v[(o * n + i0) * inner..][..inner],
+                &v[(o * n + i1) * inner..][..inner],
+            );
+            out.extend(
+                a.iter()
+                    .zip(b)
+                    .map(|(&a, &b)| if w == 0.0 { a } else { (1.0 - w) * a + w * b }),
+            );
+        }
+    }
+    out
+}

@@ -1,0 +1,61 @@
+//! Helpers for the reference executor's unit tests.
+
+use super::eval_op;
+use crate::graph::{infer_outputs, Op, Tensor, TensorData, ValueType};
+
+/// An f32 tensor.
+pub fn f32s(shape: &[usize], v: &[f32]) -> Tensor {
+    Tensor::from_f32(shape.to_vec(), v.to_vec())
+}
+
+/// An i64 tensor.
+pub fn i64s(shape: &[usize], v: &[i64]) -> Tensor {
+    Tensor::from_i64(shape.to_vec(), v.to_vec())
+}
+
+/// The f32 tensor with elements 0, 1, 2, ...
+pub fn iota(shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    f32s(shape, &(0..n).map(|i| i as f32).collect::<Vec<_>>())
+}
+
+/// Evaluates `op` with its inferred output types; panics on error (tests only).
+pub fn eval(op: Op, inputs: &[&Tensor]) -> Vec<Tensor> {
+    try_eval(op, inputs).unwrap_or_else(|e| panic!("{e}"))
+}
+
+pub fn eval1(op: Op, inputs: &[&Tensor]) -> Tensor {
+    eval(op, inputs).remove(0)
+}
+
+pub fn try_eval(op: Op, inputs: &[&Tensor]) -> Result<Vec<Tensor>, String> {
+    let types: Vec<ValueType> = inputs
+        .iter()
+        .map(|t| ValueType::new(t.dtype(), t.shape.clone()))
+        .collect();
+    let refs: Vec<&ValueType> = types.iter().collect();
+    let outs = infer_outputs(&op, &refs)?;
+    eval_op(&op, inputs, &outs)
+}
+
+/// Asserts shape and every element within `tol` (absolute) of `want`.
+#[track_caller]
+pub fn assert_close(got: &Tensor, shape: &[usize], want: &[f64], tol: f64) {
+    assert_eq!(got.shape, shape, "shape");
+    let g = got.data.to_f64();
+    assert_eq!(g.len(), want.len(), "element count");
+    for (i, (a, b)) in g.iter().zip(want).enumerate() {
+        let ok = (a - b).abs() <= tol || (a.is_nan() && b.is_nan()) || a == b;
+        assert!(
+            ok,
+            "element {i}: got {a}, want {b} (tol {tol})\n got: {g:?}"
+        );
+    }
+}
+
+/// Asserts an exact i64 result.
+#[track_caller]
+pub fn assert_i64(got: &Tensor, shape: &[usize], want: &[i64]) {
+    assert_eq!(got.shape, shape, "shape");
+    assert_eq!(got.data, TensorData::I64(want.to_vec()));
+}
