@@ -97,7 +97,23 @@ def transformer(seed=2, seq=16, dim=32, heads=4):
 
 def mobilenetv2(seed=3):
     keras.utils.set_random_seed(seed)
-    return keras.applications.MobileNetV2(input_shape=(224, 224, 3), weights=None, classes=1000)
+    model = keras.applications.MobileNetV2(input_shape=(224, 224, 3), weights=None, classes=1000)
+    calibrate_batchnorm(model, seed)
+    return model
+
+
+def calibrate_batchnorm(model, seed):
+    """Sets every BatchNormalization's moving statistics from the activations it sees
+    on a seeded calibration batch, in network order, as training would leave them.
+    With the initial statistics (mean 0, variance 1) the activations of a deep random
+    network shrink towards zero and the softmax output is uniform to float precision."""
+    x = np.random.default_rng(seed + 100).standard_normal((4,) + tuple(model.input.shape[1:])).astype(np.float32)
+    for layer in model.layers:
+        if isinstance(layer, layers.BatchNormalization):
+            a = keras.Model(model.input, layer.input)(x, training=False).numpy()
+            axes = tuple(range(a.ndim - 1))
+            gamma, beta, _, _ = layer.get_weights()
+            layer.set_weights([gamma, beta, a.mean(axis=axes), a.var(axis=axes)])
 
 
 def convert(model, float16=False):
@@ -140,6 +156,7 @@ def write_model(out_dir, name, tflite_bytes, seed):
         write_tensor(os.path.join(data, f"output_{i}.pb"), y, det["name"])
     ops = sorted({op["op_name"] for op in interp._get_ops_details()})
     print(f"{name}: {len(tflite_bytes)} bytes, ops: {', '.join(ops)}")
+    print(f"  output range [{y.min():.4g}, {y.max():.4g}]")
 
 
 def write_tensor(path, array, name):
