@@ -11,7 +11,8 @@ interpreter on a seeded input. Writes, per model:
 
 Models: tflite_cnn (NHWC CNN with fused activations), tflite_cnn_f16 (the same
 network with float16 weights, i.e. DEQUANTIZE ops), tflite_transformer (one
-transformer encoder block). `--full` also builds Keras MobileNetV2 (weights=None,
+transformer encoder block), tflite_ops (standalone activations, resize and slice
+variants). `--full` also builds Keras MobileNetV2 (weights=None,
 seeded) into models/full/tflite_mobilenetv2/ (gitignored).
 
 Usage: python scripts/gen_tflite_models.py [--full] [--out models]
@@ -95,6 +96,26 @@ def transformer(seed=2, seq=16, dim=32, heads=4):
     return keras.Model(x_in, x, name="tflite_transformer")
 
 
+def ops(seed=4):
+    """Standalone ops and attribute variants the two models above do not reach."""
+    keras.utils.set_random_seed(seed)
+    x_in = keras.Input((6, 10, 4), batch_size=1, name="x")
+    L = layers.Lambda
+    x = L(lambda t: tf.nn.relu(t) - tf.nn.relu6(2.0 * t - 1.0) + tf.nn.leaky_relu(t, alpha=0.3))(x_in)
+    x = L(lambda t: tf.exp(-tf.abs(t)) + tf.sqrt(tf.abs(t) + 1.0) + tf.math.log(tf.abs(t) + 2.0))(x)
+    x = L(lambda t: tf.maximum(t, 1.2) + tf.minimum(t, 0.9) + tf.math.rsqrt(t * t + 1.0))(x)
+    # Resize variants: legacy asymmetric bilinear, nearest with aligned corners and asymmetric.
+    a = L(lambda t: tf.compat.v1.image.resize_bilinear(t, (9, 7)))(x)
+    b = L(lambda t: tf.compat.v1.image.resize_nearest_neighbor(t, (9, 7), align_corners=True))(x)
+    c = L(lambda t: tf.compat.v1.image.resize_nearest_neighbor(t, (9, 7)))(x)
+    x = layers.Concatenate()([a, b, c])
+    # Strided slices with negative strides and masks, SQUEEZE, SUM and REDUCE_MAX.
+    x = L(lambda t: t[:, ::-2, 1:6, :])(x)
+    s = L(lambda t: tf.reduce_sum(t[:, 1:3, :, :], axis=1) - 2.0 * tf.reduce_max(t, axis=[1, 2], keepdims=True)[:, 0])(x)
+    s = L(lambda t: tf.squeeze(tf.reshape(t, (1, 5, 1, 12)), axis=2))(s)
+    return keras.Model(x_in, s, name="tflite_ops")
+
+
 def mobilenetv2(seed=3):
     keras.utils.set_random_seed(seed)
     model = keras.applications.MobileNetV2(input_shape=(224, 224, 3), weights=None, classes=1000)
@@ -173,6 +194,7 @@ def main():
     write_model(args.out, "tflite_cnn", convert(m), seed=10)
     write_model(args.out, "tflite_cnn_f16", convert(m, float16=True), seed=11)
     write_model(args.out, "tflite_transformer", convert(transformer()), seed=12)
+    write_model(args.out, "tflite_ops", convert(ops()), seed=14)
     if args.full:
         full = os.path.join(args.out, "full")
         write_model(full, "tflite_mobilenetv2", convert(mobilenetv2()), seed=13)

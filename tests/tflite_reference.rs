@@ -90,6 +90,11 @@ fn transformer_matches_the_tflite_interpreter() {
     check("tflite_transformer");
 }
 
+#[test]
+fn standalone_ops_match_the_tflite_interpreter() {
+    check("tflite_ops");
+}
+
 /// Keras MobileNetV2 (224x224, seeded weights) as TFLite: build it first with
 /// `python3 scripts/gen_tflite_models.py --full`. Run with `--ignored --nocapture`
 /// to see the plan reports.

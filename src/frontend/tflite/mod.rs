@@ -188,7 +188,9 @@ impl<'a> Importer<'a> {
         for idx in self.subgraph.inputs().unwrap_or_default() {
             let t = self.tensor_index(idx, "subgraph input")?;
             let ty = self.value_type(t)?;
-            let v = self.graph.add_input(&self.tensor_name(t), ty, vec![]);
+            let name = self.tensor_name(t);
+            let span = Span::new(&self.file, &name, "Input", 0);
+            let v = self.graph.add_input(&name, ty, vec![span]);
             self.values[t] = Some(v);
         }
         let operators = self.subgraph.operators().unwrap_or_default();
@@ -347,7 +349,9 @@ impl<'a> Importer<'a> {
                 None => self.invalid(message),
             });
         };
-        let v = self.graph.add_constant(&self.tensor_name(t), data, vec![]);
+        let name = self.tensor_name(t);
+        let span = Span::new(&self.file, &name, "Constant", 0);
+        let v = self.graph.add_constant(&name, data, vec![span]);
         self.values[t] = Some(v);
         Ok(v)
     }

@@ -296,13 +296,18 @@ impl<'a> Cx<'_, 'a> {
         self.ty(v).shape.len()
     }
 
-    /// The constant tensor behind input `i` (an attribute such as a shape or axes).
+    /// The constant tensor behind input `i`, if it is one (read without adding a node).
+    fn constant_or_none(&mut self, i: usize) -> Res<Option<Tensor>> {
+        let t = self.tensor_input(i)?;
+        match self.imp.values[t] {
+            Some(v) => Ok(self.imp.graph.constant(v).cloned()),
+            None => self.imp.constant_data(t),
+        }
+    }
+
+    /// Input `i` as an attribute such as a shape or axes: it must be a constant.
     fn constant(&mut self, i: usize, what: &str) -> Res<Tensor> {
-        let v = self.input(i)?;
-        self.imp
-            .graph
-            .constant(v)
-            .cloned()
+        self.constant_or_none(i)?
             .ok_or_else(|| self.err(format!("{what} (input {i}) must be a constant tensor")))
     }
 
@@ -388,12 +393,7 @@ impl<'a> Cx<'_, 'a> {
     /// Weights from input `i` laid out by `perm`: a constant is re-laid at import,
     /// anything else (such as dequantized float16 weights) gets a Transpose node.
     fn weights(&mut self, i: usize, perm: &[usize]) -> Res<ValueRef> {
-        let t = self.tensor_input(i)?;
-        let data = match self.imp.values[t] {
-            Some(v) => self.imp.graph.constant(v).cloned(),
-            None => self.imp.constant_data(t)?,
-        };
-        let Some(data) = data else {
+        let Some(data) = self.constant_or_none(i)? else {
             let w = self.input(i)?;
             return self.emit(
                 Op::Transpose {
@@ -405,8 +405,7 @@ impl<'a> Cx<'_, 'a> {
         };
         if data.rank() != perm.len() {
             return Err(self.err(format!(
-                "weights '{}' must have rank {}, got shape {:?}",
-                self.imp.tensor_name(t),
+                "weights (input {i}) must have rank {}, got shape {:?}",
                 perm.len(),
                 data.shape
             )));
