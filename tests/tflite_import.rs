@@ -617,3 +617,37 @@ fn bad_indices_and_sizes_are_errors() {
         .to_string()
         .contains("schema version 2"));
 }
+
+#[test]
+fn reshape_infers_one_extent_and_rejects_impossible_shapes() {
+    const RESHAPE: i32 = 22;
+    let model = |shape: &[i32], out: &[i32]| {
+        let tensors = vec![
+            TensorSpec::f32("x", &[2, 3, 4]),
+            TensorSpec::i32_const("shape", &[shape.len() as i32], shape),
+            TensorSpec::f32("y", out),
+        ];
+        ModelSpec::new(
+            tensors,
+            vec![OpSpec::new(RESHAPE, &[0, 1], &[2])],
+            &[0],
+            &[2],
+        )
+    };
+    // 24 elements: [-1, 8] → [3, 8].
+    let g = import(&model(&[-1, 8], &[3, 8]));
+    assert_eq!(
+        g.node(only(&g, "Reshape")).op,
+        Op::Reshape { shape: vec![3, 8] }
+    );
+    // Two -1s, a -1 that does not divide, an extent product that overflows.
+    for shape in [&[-1, -1][..], &[-1, 5], &[i32::MAX, i32::MAX, i32::MAX, -1]] {
+        let e = import_err(&model(shape, &[24]).build());
+        assert!(e.to_string().contains("cannot reshape f32[2, 3, 4]"), "{e}");
+    }
+    // A declared tensor shape whose element count overflows is refused, not allocated.
+    let mut spec = model(&[-1], &[24]);
+    spec.tensors[2].shape = vec![i32::MAX; 4];
+    let e = import_err(&spec.build());
+    assert!(e.to_string().contains("fits in memory"), "{e}");
+}

@@ -278,7 +278,7 @@ impl<'a> Importer<'a> {
             .filter(|s| checked_numel(s).is_some())
             .ok_or_else(|| {
                 self.invalid(format!(
-                    "tensor #{t} '{}' has shape {:?}; only static, non-negative shapes are supported",
+                    "tensor #{t} '{}' has shape {:?}; shapes must be static and non-negative, with an element count that fits in memory",
                     self.tensor_name(t),
                     dims.iter().collect::<Vec<_>>()
                 ))
@@ -321,9 +321,9 @@ impl<'a> Importer<'a> {
         let ty = self.value_type(t)?;
         let expected = ty.numel().checked_mul(ty.dtype.size_bytes());
         if expected != Some(bytes.len()) {
+            let needs = expected.map_or_else(|| "more than usize::MAX".into(), |n| n.to_string());
             return Err(self.invalid(format!(
-                "tensor #{t} '{name}' of type {ty} needs {} bytes, but buffer {index} holds {}",
-                ty.numel() * ty.dtype.size_bytes(),
+                "tensor #{t} '{name}' of type {ty} needs {needs} bytes, but buffer {index} holds {}",
                 bytes.len()
             )));
         }

@@ -646,21 +646,20 @@ impl<'a> Cx<'_, 'a> {
         } else {
             return Err(self.err("has neither a shape input nor new_shape options"));
         };
+        // One -1 takes what the other extents leave of the element count.
         let count = self.ty(x).numel();
-        let known: i64 = dims.iter().filter(|&&d| d != -1).product();
-        let mut shape = Vec::with_capacity(dims.len());
-        for &d in &dims {
-            shape.push(match d {
-                -1 if known > 0
-                    && count as i64 % known == 0
-                    && dims.iter().filter(|&&d| d == -1).count() == 1 =>
-                {
-                    (count as i64 / known) as usize
-                }
-                d if d >= 0 => d as usize,
-                _ => return Err(self.err(format!("cannot reshape {} to {dims:?}", self.ty(x)))),
-            });
-        }
+        let inferred = dims.iter().filter(|&&d| d == -1).count();
+        let known = dims
+            .iter()
+            .filter(|&&d| d != -1)
+            .try_fold(1usize, |acc, &d| acc.checked_mul(usize::try_from(d).ok()?));
+        let shape = match known {
+            Some(k) if inferred == 0 || (inferred == 1 && k > 0 && count.is_multiple_of(k)) => dims
+                .iter()
+                .map(|&d| if d == -1 { count / k } else { d as usize })
+                .collect(),
+            _ => return Err(self.err(format!("cannot reshape {} to {dims:?}", self.ty(x)))),
+        };
         self.emit(Op::Reshape { shape }, "reshape", &[x])
     }
 
