@@ -315,7 +315,7 @@ impl<'a> Cx<'_, 'a> {
         let t = self.constant(i, what)?;
         if !matches!(t.dtype(), DType::I32 | DType::I64) {
             return Err(self.err(format!(
-                "{what} (input {i}) must be int32, got {}",
+                "{what} (input {i}) must be int32 or int64, got {}",
                 t.dtype()
             )));
         }
