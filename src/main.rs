@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 use layoutopt::frontend::onnx::{load_onnx, load_tensor_pb, ImportOptions};
+use layoutopt::frontend::tflite::load_tflite;
 use layoutopt::graph::{format_spans, Graph, Op, Tensor, TensorData};
 use layoutopt::layout::op_rules::{CostModel, Family};
 use layoutopt::layout::plan::{plan, planner_by_name, Plan};
@@ -24,7 +25,7 @@ struct Cli {
 enum Command {
     /// Import a model and print its ops, shapes and spans.
     Inspect {
-        /// The model file (.onnx).
+        /// The model file (.onnx or .tflite).
         model: PathBuf,
     },
     /// Plan the layout of every tensor and print the plan report.
@@ -51,7 +52,7 @@ enum Command {
     /// `test_data_set_0/` folder when there is one (its recorded outputs are then
     /// compared), else from a seeded random generator.
     Run {
-        /// The model file (.onnx).
+        /// The model file (.onnx or .tflite).
         model: PathBuf,
         /// Input tensors as serialized ONNX TensorProto (.pb), one per graph input.
         #[arg(long = "input")]
@@ -111,6 +112,9 @@ fn main() -> ExitCode {
 type CliResult = Result<(), Box<dyn std::error::Error>>;
 
 fn load(model: &Path) -> Result<Graph, Box<dyn std::error::Error>> {
+    if model.extension().is_some_and(|e| e == "tflite") {
+        return Ok(load_tflite(model)?);
+    }
     Ok(load_onnx(model, &ImportOptions::default())?)
 }
 
