@@ -17,7 +17,7 @@
 
 use super::{Layout, LayoutError};
 use crate::graph::{numel, Graph, NodeId, Op, ValueRef, ValueType};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 /// The family of layouts the planner may move activations into.
@@ -120,8 +120,8 @@ pub fn op_kind(op: &Op) -> OpKind {
 /// One way to run an op: the layout of each input and output, and its cost.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Impl {
-    pub inputs: Vec<Layout>,
-    pub outputs: Vec<Layout>,
+    pub inputs: Vec<LayoutId>,
+    pub outputs: Vec<LayoutId>,
     pub cost: f64,
 }
 
@@ -201,6 +201,53 @@ pub fn same_bytes(a: &Layout, b: &Layout, shape: &[usize]) -> bool {
     matches!((canon(a), canon(b)), (Some(x), Some(y)) if x == y)
 }
 
+/// A layout interned in a [`Layouts`] table: planning compares and copies these
+/// instead of whole layouts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LayoutId(u32);
+
+/// The layouts a plan mentions, each once.
+#[derive(Default)]
+pub struct Layouts {
+    all: Vec<Layout>,
+    ids: HashMap<Layout, LayoutId>,
+    /// The row-major layout of each rank, once interned.
+    identities: Vec<Option<LayoutId>>,
+}
+
+impl Layouts {
+    pub fn intern(&mut self, l: Layout) -> LayoutId {
+        if let Some(&id) = self.ids.get(&l) {
+            return id;
+        }
+        let id = LayoutId(self.all.len() as u32);
+        self.all.push(l.clone());
+        self.ids.insert(l, id);
+        id
+    }
+
+    pub fn get(&self, id: LayoutId) -> &Layout {
+        &self.all[id.0 as usize]
+    }
+
+    /// The row-major layout of a rank, if it was interned.
+    pub fn identity_id(&self, rank: usize) -> Option<LayoutId> {
+        self.identities.get(rank).copied().flatten()
+    }
+
+    pub fn identity(&mut self, rank: usize) -> Result<LayoutId, LayoutError> {
+        if let Some(Some(id)) = self.identities.get(rank) {
+            return Ok(*id);
+        }
+        let id = self.intern(Layout::identity(rank)?);
+        if self.identities.len() <= rank {
+            self.identities.resize(rank + 1, None);
+        }
+        self.identities[rank] = Some(id);
+        Ok(id)
+    }
+}
+
 /// Candidate storage layouts of each value, seeded by the family at the data
 /// inputs and outputs of layout sources and carried through agnostic ops (same
 /// rank) and transposes (relabelled). The row-major layout is always first.
@@ -208,18 +255,17 @@ pub fn value_candidates(
     g: &Graph,
     order: &[NodeId],
     family: Family,
-) -> BTreeMap<ValueRef, Vec<Layout>> {
+    layouts: &mut Layouts,
+) -> Result<BTreeMap<ValueRef, Vec<LayoutId>>, LayoutError> {
     const MAX_PER_VALUE: usize = 6;
-    let mut cands: BTreeMap<ValueRef, Vec<Layout>> = BTreeMap::new();
+    let mut cands: BTreeMap<ValueRef, Vec<LayoutId>> = BTreeMap::new();
     for &id in order {
         for i in 0..g.node(id).outputs.len() {
             let v = ValueRef::new(id, i);
-            if let Ok(l) = Layout::identity(g.value_type(v).shape.len()) {
-                cands.insert(v, vec![l]);
-            }
+            cands.insert(v, vec![layouts.identity(g.value_type(v).shape.len())?]);
         }
     }
-    let add = |cands: &mut BTreeMap<ValueRef, Vec<Layout>>, v: ValueRef, l: Layout| -> bool {
+    let add = |cands: &mut BTreeMap<ValueRef, Vec<LayoutId>>, v: ValueRef, l: LayoutId| -> bool {
         let set = cands.entry(v).or_default();
         if set.len() < MAX_PER_VALUE && !set.contains(&l) {
             set.push(l);
@@ -228,6 +274,7 @@ pub fn value_candidates(
         false
     };
     if let Some(target) = family.activation_layout() {
+        let target = layouts.intern(target);
         for &id in order {
             let n = g.node(id);
             if op_kind(&n.op) != OpKind::Source
@@ -236,18 +283,18 @@ pub fn value_candidates(
                 continue;
             }
             let data_in = g.node_inputs(id)[0];
-            add(&mut cands, data_in, target.clone());
-            add(&mut cands, ValueRef::new(id, 0), target.clone());
+            add(&mut cands, data_in, target);
+            add(&mut cands, ValueRef::new(id, 0), target);
         }
     }
     // A matrix product reads either operand transposed at no extra cost (as BLAS
     // does with its transpose flags), so column-major is a candidate for both.
-    let column_major = Layout::permutation(&[1, 0]).expect("a 2-d permutation is a layout");
+    let column_major = layouts.intern(Layout::permutation(&[1, 0])?);
     for &id in order {
         if is_matrix_product(g, id) {
             for v in g.node_inputs(id) {
                 if g.constant(v).is_none() {
-                    add(&mut cands, v, column_major.clone());
+                    add(&mut cands, v, column_major);
                 }
             }
         }
@@ -266,12 +313,14 @@ pub fn value_candidates(
                         inv[a] = j;
                     }
                     for l in cands.get(&ins[0]).cloned().unwrap_or_default() {
-                        if let Ok(t) = l.transposed(perm) {
+                        if let Ok(t) = layouts.get(l).transposed(perm) {
+                            let t = layouts.intern(t);
                             changed |= add(&mut cands, outs[0], t);
                         }
                     }
                     for l in cands.get(&outs[0]).cloned().unwrap_or_default() {
-                        if let Ok(t) = l.transposed(&inv) {
+                        if let Ok(t) = layouts.get(l).transposed(&inv) {
+                            let t = layouts.intern(t);
                             changed |= add(&mut cands, ins[0], t);
                         }
                     }
@@ -284,13 +333,14 @@ pub fn value_candidates(
                         .copied()
                         .filter(|&v| g.value_type(v).shape.len() == rank && g.constant(v).is_none())
                         .collect();
-                    let union: Vec<Layout> = group
+                    let mut union: Vec<LayoutId> = group
                         .iter()
                         .flat_map(|v| cands.get(v).cloned().unwrap_or_default())
                         .collect();
+                    union.dedup();
                     for &v in &group {
-                        for l in &union {
-                            changed |= add(&mut cands, v, l.clone());
+                        for &l in &union {
+                            changed |= add(&mut cands, v, l);
                         }
                     }
                 }
@@ -301,7 +351,7 @@ pub fn value_candidates(
             break;
         }
     }
-    cands
+    Ok(cands)
 }
 
 /// A MatMul of two matrices (the case BLAS-style kernels take either way round).
@@ -358,7 +408,7 @@ fn conv_flops(w: &ValueType, out: &ValueType) -> f64 {
     2.0 * numel(&out.shape) as f64 * numel(&w.shape[1..]) as f64
 }
 
-fn bytes(ts: &[&ValueType], layouts: &[Layout]) -> f64 {
+fn bytes(ts: &[&ValueType], layouts: &[&Layout]) -> f64 {
     ts.iter()
         .zip(layouts)
         .map(|(t, l)| physical_bytes(t, l) as f64)
@@ -370,14 +420,14 @@ fn op_cost(
     op: &Op,
     ins: &[&ValueType],
     outs: &[&ValueType],
-    in_l: &[Layout],
-    out_l: &[Layout],
+    in_l: &[&Layout],
+    out_l: &[&Layout],
     m: &CostModel,
 ) -> f64 {
     let moved = (bytes(ins, in_l) + bytes(outs, out_l)) * m.ns_per_byte;
     match op {
         Op::Transpose { .. }
-            if in_l[0].transposed(&transpose_perm(op)).ok().as_ref() == Some(&out_l[0]) =>
+            if in_l[0].transposed(&transpose_perm(op)).ok().as_ref() == Some(out_l[0]) =>
         {
             0.0
         }
@@ -402,14 +452,14 @@ fn op_cost(
             let input_penalty = if x.shape[1] <= 4 {
                 1.0
             } else {
-                layout_penalty(&in_l[0])
+                layout_penalty(in_l[0])
             };
-            let penalty = layout_penalty(&out_l[0]).max(input_penalty);
+            let penalty = layout_penalty(out_l[0]).max(input_penalty);
             // Padded channels are computed too.
             let pad = |t: &ValueType, l: &Layout| {
                 physical_bytes(t, l) as f64 / (numel(&t.shape).max(1) * t.dtype.size_bytes()) as f64
             };
-            let waste = pad(x, &in_l[0]) * if depthwise { 1.0 } else { pad(y, &out_l[0]) };
+            let waste = pad(x, in_l[0]) * if depthwise { 1.0 } else { pad(y, out_l[0]) };
             conv_flops(w, y) * m.ns_per_flop * penalty * waste + moved
         }
         Op::ConvTranspose(_) => conv_flops(ins[1], ins[0]) * m.ns_per_flop + moved,
@@ -437,105 +487,115 @@ fn transpose_perm(op: &Op) -> Vec<usize> {
 pub fn impls(
     g: &Graph,
     id: NodeId,
-    cands: &BTreeMap<ValueRef, Vec<Layout>>,
+    cands: &BTreeMap<ValueRef, Vec<LayoutId>>,
+    layouts: &mut Layouts,
     model: &CostModel,
 ) -> Result<Vec<Impl>, LayoutError> {
     let n = g.node(id);
     let in_refs = g.node_inputs(id);
     let ins: Vec<&ValueType> = in_refs.iter().map(|&v| g.value_type(v)).collect();
     let outs: Vec<&ValueType> = n.outputs.iter().map(|v| &v.ty).collect();
-    let identity = |t: &&ValueType| Layout::identity(t.shape.len());
-    let id_in: Vec<Layout> = ins.iter().map(identity).collect::<Result<_, _>>()?;
-    let id_out: Vec<Layout> = outs.iter().map(identity).collect::<Result<_, _>>()?;
-    let mut out = vec![Impl {
-        cost: op_cost(&n.op, &ins, &outs, &id_in, &id_out, model),
-        inputs: id_in.clone(),
-        outputs: id_out.clone(),
-    }];
-    let out_cands: Vec<Layout> = cands
+    let id_in: Vec<LayoutId> = ins
+        .iter()
+        .map(|t| layouts.identity(t.shape.len()))
+        .collect::<Result<_, _>>()?;
+    let id_out: Vec<LayoutId> = outs
+        .iter()
+        .map(|t| layouts.identity(t.shape.len()))
+        .collect::<Result<_, _>>()?;
+    let mut options: Vec<(Vec<LayoutId>, Vec<LayoutId>)> = vec![(id_in.clone(), id_out.clone())];
+    let out_cands: Vec<LayoutId> = cands
         .get(&ValueRef::new(id, 0))
-        .map(|c| c.iter().skip(1).cloned().collect())
+        .map(|c| c.iter().skip(1).copied().collect())
         .unwrap_or_default();
-    let mut push = |inputs: Vec<Layout>, outputs: Vec<Layout>| {
-        let cost = op_cost(&n.op, &ins, &outs, &inputs, &outputs, model);
-        let candidate = Impl {
-            inputs,
-            outputs,
-            cost,
-        };
-        if !out.contains(&candidate) {
-            out.push(candidate);
-        }
-    };
+    let cands_of = |v: &ValueRef| cands.get(v).cloned().unwrap_or_default();
     match (&n.op, op_kind(&n.op)) {
         (Op::Transpose { perm }, _) => {
             // A relabelling for every candidate layout of the input.
-            for l in cands.get(&in_refs[0]).into_iter().flatten() {
-                if let Ok(t) = l.transposed(perm) {
-                    push(vec![l.clone()], vec![t]);
+            for l in cands_of(&in_refs[0]) {
+                if let Ok(t) = layouts.get(l).transposed(perm) {
+                    options.push((vec![l], vec![layouts.intern(t)]));
                 }
             }
         }
         (Op::Conv(_), _) if outs[0].shape.len() == 4 => {
             // A convolution may also read one layout and write another (a first
             // layer reads the 3-channel image row-major and writes blocked).
-            let in_cands = cands.get(&in_refs[0]).cloned().unwrap_or_default();
-            let kernel_layout = |l: &&Layout| {
-                l.as_permutation()
+            let kernel_layout = |l: &LayoutId| {
+                layouts
+                    .get(*l)
+                    .as_permutation()
                     .is_none_or(|p| p == [0, 1, 2, 3] || p == [0, 2, 3, 1])
             };
-            for lo in std::iter::once(&id_out[0])
-                .chain(&out_cands)
+            let in_cands: Vec<LayoutId> = cands_of(&in_refs[0])
+                .into_iter()
                 .filter(kernel_layout)
-            {
-                for li in in_cands.iter().filter(kernel_layout) {
+                .collect();
+            let out_all: Vec<LayoutId> = std::iter::once(id_out[0])
+                .chain(out_cands.iter().copied())
+                .filter(kernel_layout)
+                .collect();
+            for &lo in &out_all {
+                for &li in &in_cands {
                     let mut inputs = id_in.clone();
-                    inputs[0] = li.clone();
-                    push(inputs, vec![lo.clone()]);
+                    inputs[0] = li;
+                    options.push((inputs, vec![lo]));
                 }
             }
         }
         (Op::MatMul, _) if is_matrix_product(g, id) => {
-            let choices = |v: &ValueRef| cands.get(v).cloned().unwrap_or_default();
-            for la in choices(&in_refs[0]) {
-                for lb in choices(&in_refs[1]) {
-                    push(vec![la.clone(), lb], id_out.clone());
+            for la in cands_of(&in_refs[0]) {
+                for lb in cands_of(&in_refs[1]) {
+                    options.push((vec![la, lb], id_out.clone()));
                 }
             }
         }
         (Op::Pool(_) | Op::GlobalPool(_), _) if outs[0].shape.len() == 4 => {
-            for l in out_cands
-                .iter()
-                .filter(|l| l.as_permutation().is_none_or(|p| p == [0, 2, 3, 1]))
-            {
-                let mut inputs = id_in.clone();
-                inputs[0] = l.clone();
-                push(inputs, vec![l.clone()]);
+            for &l in &out_cands {
+                if layouts
+                    .get(l)
+                    .as_permutation()
+                    .is_none_or(|p| p == [0, 2, 3, 1])
+                {
+                    let mut inputs = id_in.clone();
+                    inputs[0] = l;
+                    options.push((inputs, vec![l]));
+                }
             }
         }
         (op, OpKind::Agnostic) => {
             let rank = outs[0].shape.len();
-            for l in &out_cands {
-                if !agnostic_fits(op, l, &ins) {
+            for &l in &out_cands {
+                if !agnostic_fits(op, layouts.get(l), &ins) {
                     continue;
                 }
                 // Operands of the output's rank share its layout; others stay row-major.
                 let inputs = ins
                     .iter()
                     .zip(&id_in)
-                    .map(|(t, idl)| {
-                        if t.shape.len() == rank {
-                            l.clone()
-                        } else {
-                            idl.clone()
-                        }
-                    })
+                    .map(|(t, &idl)| if t.shape.len() == rank { l } else { idl })
                     .collect();
-                let outputs = outs.iter().map(|_| l.clone()).collect();
-                push(inputs, outputs);
+                options.push((inputs, vec![l; outs.len()]));
             }
         }
         _ => {}
+    }
+    let mut out: Vec<Impl> = Vec::with_capacity(options.len());
+    for (inputs, outputs) in options {
+        if out
+            .iter()
+            .any(|i| i.inputs == inputs && i.outputs == outputs)
+        {
+            continue;
+        }
+        let in_l: Vec<&Layout> = inputs.iter().map(|&l| layouts.get(l)).collect();
+        let out_l: Vec<&Layout> = outputs.iter().map(|&l| layouts.get(l)).collect();
+        let cost = op_cost(&n.op, &ins, &outs, &in_l, &out_l, model);
+        out.push(Impl {
+            inputs,
+            outputs,
+            cost,
+        });
     }
     Ok(out)
 }

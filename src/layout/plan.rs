@@ -18,12 +18,14 @@
 //! layout, so the real plan never moves more bytes than the model counted.
 
 use super::op_rules::{
-    impls, op_kind, physical_bytes, same_bytes, value_candidates, CostModel, Family, Impl, OpKind,
+    impls, op_kind, physical_bytes, same_bytes, value_candidates, CostModel, Family, Impl,
+    LayoutId, Layouts, OpKind,
 };
 use super::solver::{self, Method, Pair, Problem, SolveOptions};
 use super::{pad_flow, Layout, LayoutError, PadValue, Requirement};
 use crate::graph::{
     fold_node, format_spans, merge_spans, Graph, GraphError, LaidOut, NodeId, Op, Span, ValueRef,
+    ValueType,
 };
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -49,6 +51,7 @@ pub struct PlanSpace {
     pub family: Family,
     pub nodes: Vec<NodeId>,
     pub impls: Vec<Vec<Impl>>,
+    pub layouts: Layouts,
     pub problem: Problem,
 }
 
@@ -56,7 +59,8 @@ impl PlanSpace {
     /// Enumerates every node's implementations and the pairwise transform costs.
     pub fn build(g: &Graph, family: Family, model: &CostModel) -> Result<PlanSpace, PlanError> {
         let order = g.topo_order()?;
-        let cands = value_candidates(g, &order, family);
+        let mut layouts = Layouts::default();
+        let cands = value_candidates(g, &order, family, &mut layouts)?;
         let nodes: Vec<NodeId> = order
             .iter()
             .copied()
@@ -67,27 +71,32 @@ impl PlanSpace {
         let mut all_impls = Vec::with_capacity(nodes.len());
         for &id in &nodes {
             all_impls.push(if matches!(g.node(id).op, Op::Input) {
-                let l = Layout::identity(g.value_type(ValueRef::new(id, 0)).shape.len())?;
+                let l = layouts.identity(g.value_type(ValueRef::new(id, 0)).shape.len())?;
                 vec![Impl {
                     inputs: vec![],
                     outputs: vec![l],
                     cost: 0.0,
                 }]
             } else {
-                impls(g, id, &cands, model)?
+                impls(g, id, &cands, &mut layouts, model)?
             });
         }
         let mut unary: Vec<Vec<f64>> = all_impls
             .iter()
             .map(|is| is.iter().map(|i| i.cost).collect())
             .collect();
+        // Transform costs depend only on the value's type and the two layouts.
+        let mut cache = HashMap::new();
+        let mut transform_cost = |ty, from, to, layouts: &Layouts| {
+            cached_transform_cost(&mut cache, model, layouts, ty, from, to)
+        };
         // Graph outputs are handed back row-major.
         for &v in g.outputs() {
             if let Some(&var) = var_of.get(&v.node) {
                 let ty = g.value_type(v);
-                let want = Layout::identity(ty.shape.len())?;
+                let want = layouts.identity(ty.shape.len())?;
                 for (k, imp) in all_impls[var].iter().enumerate() {
-                    unary[var][k] += model.transform_cost(ty, &imp.outputs[v.output], &want);
+                    unary[var][k] += transform_cost(ty, imp.outputs[v.output], want, &layouts);
                 }
             }
         }
@@ -102,7 +111,12 @@ impl PlanSpace {
                 let mut cost = Vec::with_capacity(pi.len() * ci.len());
                 for p in pi {
                     for c in ci {
-                        cost.push(model.transform_cost(ty, &p.outputs[v.output], &c.inputs[j]));
+                        cost.push(transform_cost(
+                            ty,
+                            p.outputs[v.output],
+                            c.inputs[j],
+                            &layouts,
+                        ));
                     }
                 }
                 pairs.push(Pair { a: pv, b: cv, cost });
@@ -112,9 +126,26 @@ impl PlanSpace {
             family,
             nodes,
             impls: all_impls,
+            layouts,
             problem: Problem { unary, pairs },
         })
     }
+}
+
+fn cached_transform_cost<'g>(
+    cache: &mut HashMap<(&'g ValueType, LayoutId, LayoutId), f64>,
+    model: &CostModel,
+    layouts: &Layouts,
+    ty: &'g ValueType,
+    from: LayoutId,
+    to: LayoutId,
+) -> f64 {
+    if from == to {
+        return 0.0;
+    }
+    *cache
+        .entry((ty, from, to))
+        .or_insert_with(|| model.transform_cost(ty, layouts.get(from), layouts.get(to)))
 }
 
 /// What a planner decided, with the solver's account when there was one.
@@ -190,7 +221,8 @@ fn local_choice(g: &Graph, space: &PlanSpace) -> Vec<usize> {
         let impls = &space.impls[var];
         let pick = match op_kind(&g.node(id).op) {
             OpKind::Source => impls.iter().position(|i| {
-                Some(&i.outputs[0]) == target.as_ref() && Some(&i.inputs[0]) == target.as_ref()
+                let l = |id| Some(space.layouts.get(id));
+                l(i.outputs[0]) == target.as_ref() && l(i.inputs[0]) == target.as_ref()
             }),
             OpKind::Agnostic => g.node_inputs(id).first().and_then(|v| {
                 let have = var_of
@@ -374,7 +406,7 @@ pub fn plan(
     let space = PlanSpace::build(g, family, model)?;
     let assignment = planner.assign(g, &space)?;
     let estimated_cost = space.problem.cost(&assignment.choice);
-    let mut m = Materializer::new(g);
+    let mut m = Materializer::new(g, &space.layouts);
     m.run(&space, &assignment.choice)?;
     let plan_time = t0.elapsed();
     let report = PlanReport {
@@ -403,28 +435,30 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// Where a source value lives in the planned graph.
-#[derive(Clone)]
+#[derive(Clone, Copy)]
 struct Placed {
     value: ValueRef,
-    layout: Layout,
+    layout: LayoutId,
     pad: PadValue,
 }
 
 struct Materializer<'a> {
     src: &'a Graph,
+    layouts: &'a Layouts,
     out: Graph,
     placed: HashMap<ValueRef, Placed>,
     /// Transforms already made, shared by every consumer wanting that layout.
-    converted: HashMap<(ValueRef, Layout, Option<u32>), (ValueRef, PadValue)>,
+    converted: HashMap<(ValueRef, LayoutId, Option<u32>), (ValueRef, PadValue)>,
     transforms: Vec<TransformInfo>,
     packed_constants: usize,
     refills: usize,
 }
 
 impl<'a> Materializer<'a> {
-    fn new(src: &'a Graph) -> Materializer<'a> {
+    fn new(src: &'a Graph, layouts: &'a Layouts) -> Materializer<'a> {
         Materializer {
             src,
+            layouts,
             out: Graph::new(src.name.clone()),
             placed: HashMap::new(),
             converted: HashMap::new(),
@@ -432,6 +466,20 @@ impl<'a> Materializer<'a> {
             packed_constants: 0,
             refills: 0,
         }
+    }
+
+    fn layout(&self, id: LayoutId) -> &'a Layout {
+        self.layouts.get(id)
+    }
+
+    /// The row-major layout of `v` (interned while the plan space was built).
+    fn row_major(&self, v: ValueRef) -> Result<LayoutId, PlanError> {
+        let rank = self.src.value_type(v).shape.len();
+        self.layouts.identity_id(rank).ok_or_else(|| {
+            PlanError::Graph(GraphError::Graph(format!(
+                "no row-major layout of rank {rank}"
+            )))
+        })
     }
 
     fn run(&mut self, space: &PlanSpace, choice: &[usize]) -> Result<(), PlanError> {
@@ -459,23 +507,20 @@ impl<'a> Materializer<'a> {
                         .add_constant(&node.name, t.clone(), node.spans.clone());
                     self.place_row_major(ValueRef::new(id, 0), v)?;
                 }
-                op => {
-                    let imp = chosen[&id];
-                    self.place_op(id, op, imp)?;
-                }
+                op => self.place_op(id, op, chosen[&id])?,
             }
         }
         let mut outputs = Vec::new();
         for &v in self.src.outputs() {
-            let row_major = Layout::identity(self.src.value_type(v).shape.len())?;
-            outputs.push(self.get(v, &row_major, None, &[])?);
+            let row_major = self.row_major(v)?;
+            outputs.push(self.get(v, row_major, None, &[])?);
         }
         self.out.set_outputs(outputs);
         Ok(())
     }
 
     fn place_row_major(&mut self, src: ValueRef, v: ValueRef) -> Result<(), PlanError> {
-        let layout = Layout::identity(self.src.value_type(src).shape.len())?;
+        let layout = self.row_major(src)?;
         self.placed.insert(
             src,
             Placed {
@@ -494,10 +539,10 @@ impl<'a> Materializer<'a> {
             .inputs
             .iter()
             .chain(&imp.outputs)
-            .all(Layout::is_identity);
+            .all(|&l| self.layout(l).is_identity());
         let mut inputs = Vec::with_capacity(src_inputs.len());
         for (j, &v) in src_inputs.iter().enumerate() {
-            inputs.push(self.get(v, &imp.inputs[j], None, &node.spans)?);
+            inputs.push(self.get(v, imp.inputs[j], None, &node.spans)?);
         }
         let names: Vec<String> = node.outputs.iter().map(|v| v.name.clone()).collect();
         let new_op = if row_major {
@@ -507,14 +552,15 @@ impl<'a> Materializer<'a> {
             let pads: Vec<PadValue> = src_inputs
                 .iter()
                 .zip(&imp.inputs)
-                .map(|(v, want)| self.pad_of(*v, want))
+                .map(|(v, &want)| self.pad_of(*v, want))
                 .collect();
             let x_shape = &self.src.value_type(src_inputs[0]).shape;
-            let padded = imp.inputs[0].padded_axes(x_shape)?;
+            let padded = self.layout(imp.inputs[0]).padded_axes(x_shape)?;
             let flow = pad_flow(op, &pads, &padded);
             for (j, req) in flow.inputs.iter().enumerate() {
+                let want = self.layout(imp.inputs[j]);
                 if req.is_met_by(pads[j])
-                    || imp.inputs[j]
+                    || want
                         .padded_axes(&self.src.value_type(src_inputs[j]).shape)?
                         .is_empty()
                 {
@@ -527,20 +573,19 @@ impl<'a> Materializer<'a> {
                         return Err(PlanError::AtLayer {
                             spans: node.spans.clone(),
                             message: format!(
-                                "{} cannot run on padded layout {}",
-                                op.kind_name(),
-                                imp.inputs[j]
+                                "{} cannot run on padded layout {want}",
+                                op.kind_name()
                             ),
                         })
                     }
                 };
-                inputs[j] = self.get(src_inputs[j], &imp.inputs[j], Some(fill), &node.spans)?;
+                inputs[j] = self.get(src_inputs[j], imp.inputs[j], Some(fill), &node.spans)?;
                 self.refills += 1;
             }
             let pads: Vec<PadValue> = src_inputs
                 .iter()
                 .zip(&imp.inputs)
-                .map(|(v, w)| self.pad_of(*v, w))
+                .map(|(v, &w)| self.pad_of(*v, w))
                 .collect();
             let out_pad = pad_flow(op, &pads, &padded).output;
             Op::InLayout(Box::new(LaidOut {
@@ -548,15 +593,24 @@ impl<'a> Materializer<'a> {
                 inputs: src_inputs
                     .iter()
                     .zip(&imp.inputs)
-                    .map(|(v, l)| (l.clone(), self.src.value_type(*v).shape.clone()))
+                    .map(|(v, &l)| {
+                        (
+                            self.layout(l).clone(),
+                            self.src.value_type(*v).shape.clone(),
+                        )
+                    })
                     .collect(),
-                outputs: imp.outputs.iter().map(|l| (l.clone(), out_pad)).collect(),
+                outputs: imp
+                    .outputs
+                    .iter()
+                    .map(|&l| (self.layout(l).clone(), out_pad))
+                    .collect(),
             }))
         };
         let new_id = self
             .out
             .add_node(new_op, &node.name, &inputs, &names, node.spans.clone())?;
-        for (i, l) in imp.outputs.iter().enumerate() {
+        for (i, &layout) in imp.outputs.iter().enumerate() {
             let pad = match &self.out.node(new_id).op {
                 Op::InLayout(lo) => lo.outputs[i].1,
                 _ => PadValue::Undef,
@@ -565,7 +619,7 @@ impl<'a> Materializer<'a> {
                 ValueRef::new(id, i),
                 Placed {
                     value: ValueRef::new(new_id, i),
-                    layout: l.clone(),
+                    layout,
                     pad,
                 },
             );
@@ -575,16 +629,16 @@ impl<'a> Materializer<'a> {
 
     /// The padding `v` holds once in layout `want`: what the transform made for
     /// it wrote, or what its producer left.
-    fn pad_of(&self, v: ValueRef, want: &Layout) -> PadValue {
+    fn pad_of(&self, v: ValueRef, want: LayoutId) -> PadValue {
         // Constants are packed at compile time with zeros in any padding.
         if self.src.constant(v).is_some() {
             return PadValue::Known(0.0);
         }
-        if let Some((_, pad)) = self.converted.get(&(v, want.clone(), None)) {
+        if let Some((_, pad)) = self.converted.get(&(v, want, None)) {
             return *pad;
         }
         let p = &self.placed[&v];
-        if &p.layout == want {
+        if p.layout == want {
             p.pad
         } else {
             PadValue::Known(0.0)
@@ -596,26 +650,27 @@ impl<'a> Materializer<'a> {
     fn get(
         &mut self,
         v: ValueRef,
-        want: &Layout,
+        want: LayoutId,
         refill: Option<f32>,
         consumer: &[Span],
     ) -> Result<ValueRef, PlanError> {
-        let p = self.placed[&v].clone();
-        if &p.layout == want && refill.is_none() {
+        let p = self.placed[&v];
+        if p.layout == want && refill.is_none() {
             return Ok(p.value);
         }
-        let key = (v, want.clone(), refill.map(f32::to_bits));
+        let key = (v, want, refill.map(f32::to_bits));
         if let Some(&(done, _)) = self.converted.get(&key) {
             return Ok(done);
         }
+        let (from, to) = (self.layout(p.layout), self.layout(want));
         let ty = self.src.value_type(v).clone();
         let pad = PadValue::Known(refill.unwrap_or(0.0));
         let producer = self.src.node(v.node);
         let spans = merge_spans([producer.spans.as_slice(), consumer]);
-        let name = format!("{}@{}", producer.outputs[v.output].name, want);
+        let name = format!("{}@{}", producer.outputs[v.output].name, to);
         let op = Op::LayoutTransform {
-            from: p.layout.clone(),
-            to: want.clone(),
+            from: from.clone(),
+            to: to.clone(),
             logical: ty.shape.clone(),
             pad,
         };
@@ -630,15 +685,15 @@ impl<'a> Materializer<'a> {
             self.packed_constants += 1;
             consts[0]
         } else {
-            let relabel = same_bytes(&p.layout, want, &ty.shape) && refill.is_none();
+            let relabel = same_bytes(from, to, &ty.shape) && refill.is_none();
             self.transforms.push(TransformInfo {
                 value: producer.outputs[v.output].name.clone(),
-                from: p.layout.to_string(),
-                to: want.to_string(),
+                from: from.to_string(),
+                to: to.to_string(),
                 bytes: if relabel {
                     0
                 } else {
-                    physical_bytes(&ty, &p.layout) + physical_bytes(&ty, want)
+                    physical_bytes(&ty, from) + physical_bytes(&ty, to)
                 },
                 relabel,
                 spans: format_spans(&spans),
@@ -653,10 +708,12 @@ impl<'a> Materializer<'a> {
         let mut out: Vec<ValueLayout> = self
             .placed
             .iter()
-            .filter(|(v, p)| !p.layout.is_identity() && self.src.constant(**v).is_none())
+            .filter(|(v, p)| {
+                !self.layout(p.layout).is_identity() && self.src.constant(**v).is_none()
+            })
             .map(|(v, p)| ValueLayout {
                 value: self.src.value(*v).name.clone(),
-                layout: p.layout.to_string(),
+                layout: self.layout(p.layout).to_string(),
             })
             .collect();
         out.sort_by(|a, b| a.value.cmp(&b.value));
