@@ -146,13 +146,9 @@ pub struct Tensor {
 }
 
 impl Tensor {
-    /// The element at `indices` (as an expression).
+    /// The element at `indices` (as an expression). The number of indices is checked
+    /// when the definition using it is added to a graph.
     pub fn at(&self, indices: &[Expr]) -> Expr {
-        assert_eq!(
-            indices.len(),
-            self.ndim,
-            "tensor access with the wrong number of indices"
-        );
         Expr::Read {
             tensor: self.id,
             indices: indices.to_vec(),
