@@ -59,6 +59,13 @@ pub fn prove_ge_zero(e: &Expr, vb: &VarBounds) -> bool {
 
 /// Constant interval bounds of an integer expression; `None` means unbounded.
 pub fn const_bounds(e: &Expr, vb: &VarBounds) -> (Option<i64>, Option<i64>) {
+    bounds(e, vb, 2)
+}
+
+/// `budget` limits how many nested `min`/`max` distributions are tried: each doubles the
+/// work.
+fn bounds(e: &Expr, vb: &VarBounds, budget: u32) -> (Option<i64>, Option<i64>) {
+    let const_bounds = |e: &Expr, vb: &VarBounds| bounds(e, vb, budget);
     match e {
         Expr::Int(v) => (Some(*v), Some(*v)),
         Expr::Var(v) => match vb.get(v) {
@@ -68,9 +75,9 @@ pub fn const_bounds(e: &Expr, vb: &VarBounds) -> (Option<i64>, Option<i64>) {
         Expr::Bin(op, a, b) => {
             // `x + min(p, q)` is bounded by `min(x + p, x + q)`: distributing lets terms
             // of x cancel inside each branch, which plain interval arithmetic cannot do.
-            if matches!(op, BinOp::Add | BinOp::Sub) {
+            if budget > 0 && matches!(op, BinOp::Add | BinOp::Sub) {
                 if let Some(d) = distribute_minmax(*op, a, b) {
-                    return const_bounds(&simplify_with(&d, vb), vb);
+                    return bounds(&d, vb, budget - 1);
                 }
             }
             let (al, ah) = const_bounds(a, vb);
@@ -142,17 +149,22 @@ fn distribute_minmax(op: BinOp, a: &Expr, b: &Expr) -> Option<Expr> {
             };
             Some(Expr::Bin(
                 m2,
-                Box::new(Expr::Bin(op, Box::new(a.clone()), p.clone())),
-                Box::new(Expr::Bin(op, Box::new(a.clone()), q.clone())),
+                Box::new(linear(Expr::Bin(op, Box::new(a.clone()), p.clone()))),
+                Box::new(linear(Expr::Bin(op, Box::new(a.clone()), q.clone()))),
             ))
         }
         (Expr::Bin(m @ (BinOp::Min | BinOp::Max), p, q), _) => Some(Expr::Bin(
             *m,
-            Box::new(Expr::Bin(op, p.clone(), Box::new(b.clone()))),
-            Box::new(Expr::Bin(op, q.clone(), Box::new(b.clone()))),
+            Box::new(linear(Expr::Bin(op, p.clone(), Box::new(b.clone())))),
+            Box::new(linear(Expr::Bin(op, q.clone(), Box::new(b.clone())))),
         )),
         _ => None,
     }
+}
+
+/// The linear canonical form of a sum (cancels terms, without the bound-aware rules).
+fn linear(e: Expr) -> Expr {
+    Linear::of(&e).to_expr()
 }
 
 fn add(a: Option<i64>, b: Option<i64>) -> Option<i64> {
