@@ -346,3 +346,40 @@ fn user_errors_are_reported_not_panics() {
         Err(TirError::Definition(_))
     ));
 }
+
+#[test]
+fn layout_of_an_intermediate_applies_to_its_realized_region() {
+    // B (20 channels) is realized whole and stored blocked by 16: 2 blocks of 16 lanes.
+    let mut g = ComputeGraph::new();
+    let a = g.placeholder("A", &[3, 20]).unwrap();
+    let b = g
+        .compute("B", &[3, 20], |x| a.at(x) + Expr::Int(1))
+        .unwrap();
+    let c = g
+        .compute("C", &[3, 20], |x| b.at(x) * Expr::Int(2))
+        .unwrap();
+    let s = Schedule::new(&g, &[c]).unwrap();
+    let blocked = BufferLayout {
+        dims: vec![
+            PhysDim::Outer(1, 16),
+            PhysDim::Axis(0),
+            PhysDim::Inner(1, 16),
+        ],
+    };
+    let opts = LowerOptions {
+        layouts: [("B".to_string(), blocked)].into_iter().collect(),
+        ..Default::default()
+    };
+    let f = lower(&s, &opts).unwrap();
+    let ins = tir_util::inputs(&g);
+    let (out, stats) = Interpreter::new().run(&f, &ins).unwrap();
+    assert_eq!(stats.max_alloc["B"], 2 * 3 * 16);
+    assert_eq!(out["C"], g.evaluate(&ins).unwrap()[c.id.0]);
+    let unknown = LowerOptions {
+        layouts: [("Z".to_string(), BufferLayout::row_major(1))]
+            .into_iter()
+            .collect(),
+        ..Default::default()
+    };
+    assert!(matches!(lower(&s, &unknown), Err(TirError::Lower(m)) if m.contains("`Z`")));
+}

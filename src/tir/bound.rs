@@ -447,17 +447,21 @@ fn pass_up_fuse(
     let (Some(lo), Some(hi)) = (sf.min(), sf.max()) else {
         return full;
     };
+    // Rows from lo to hi at whole width: sound for any interval (newer TVM's behaviour;
+    // the document's version took all rows).
+    let row = simplify_with(&(lo.clone().floordiv(n.clone()) + ro.min.clone()), vb);
+    let last_row = simplify_with(&(hi.clone().floordiv(n.clone()) + ro.min.clone()), vb);
+    let rows = (IntSet::interval(row.clone(), last_row), full.1.clone());
     // Fix of limitation (c): an interval [lo, lo + e) with lo a multiple of e is exact
     // after the fuse when e divides the inner extent n (one row, e columns) or n divides
     // e (e/n whole rows). A split of the fused variable by a factor or nparts that
     // divides the fused extent produces exactly such intervals.
     let e = simplify_with(&(hi.clone() - lo.clone() + 1), vb).as_int();
     let (Some(e), Some(nc)) = (e, n.as_int()) else {
-        return full;
+        return rows;
     };
     let aligned =
         |k: i64| Linear::of(lo).terms.iter().all(|t| t.1 % k == 0) && Linear::of(lo).c % k == 0;
-    let row = simplify_with(&(lo.clone().floordiv(nc) + ro.min.clone()), vb);
     if nc % e == 0 && aligned(e) {
         let col = simplify_with(&(lo.clone().floormod(nc) + ri.min.clone()), vb);
         return (
@@ -469,14 +473,7 @@ fn pass_up_fuse(
         let last = simplify_with(&(row.clone() + (e / nc - 1)), vb);
         return (IntSet::interval(row, last), full.1);
     }
-    // Not aligned: rows from lo to hi, whole width (TVM's behaviour).
-    (
-        IntSet::interval(
-            row,
-            simplify_with(&(hi.clone().floordiv(nc) + ro.min.clone()), vb),
-        ),
-        full.1,
-    )
+    rows
 }
 
 /// Sets the ranges of all non-root variables of a stage from its roots, visiting the

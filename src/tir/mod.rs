@@ -15,9 +15,10 @@
 //! - [`bound`]: InferBound as the InferBound document describes it (read graph, reverse
 //!   topological order, InferRootBound with its four phases, PassUpDomain,
 //!   PropBoundToInputs, GatherBound, PassDownDomain, attach paths and the relax set).
-//! - [`lower`]: ScheduleOps (loop nests, attached stages, realize regions, likely guards),
-//!   loop partitioning of split tails, storage flattening under a [`layout::BufferLayout`]
-//!   into the statement IR of [`stmt`].
+//! - [`lower`]: ScheduleOps (loop nests, attached stages, realize regions, likely guards)
+//!   and the lowering driver; [`passes`]: simplification, trivial-loop removal and loop
+//!   partitioning of split tails; [`flatten`]: storage flattening under a
+//!   [`layout::BufferLayout`]; all on the statement IR of [`stmt`].
 //! - [`interp`]: an interpreter of the statement IR, for tests.
 //!
 //! # Beyond TVM: the limitations the InferBound document names
@@ -51,10 +52,12 @@ pub mod bound;
 pub mod compute;
 pub mod error;
 pub mod expr;
+pub mod flatten;
 pub mod interp;
 pub mod intset;
 pub mod layout;
 pub mod lower;
+pub mod passes;
 pub mod schedule;
 pub mod simplify;
 pub mod stmt;
