@@ -15,10 +15,10 @@
 //! - [`bound`]: InferBound as the InferBound document describes it (read graph, reverse
 //!   topological order, InferRootBound with its four phases, PassUpDomain,
 //!   PropBoundToInputs, GatherBound, PassDownDomain, attach paths and the relax set).
-//! - [`lower`]: ScheduleOps (loop nests, attached stages, realize regions, likely guards)
-//!   and the lowering driver; [`passes`]: simplification, trivial-loop removal and loop
-//!   partitioning of split tails; [`flatten`]: storage flattening under a
-//!   [`layout::BufferLayout`]; all on the statement IR of [`stmt`].
+//! - ScheduleOps (loop nests, attached stages, realize regions, likely guards) and the
+//!   lowering driver in [`lower`]; simplification, trivial-loop removal and loop
+//!   partitioning of split tails in [`passes`]; storage flattening under a
+//!   [`layout::BufferLayout`] in [`flatten`]; all on the statement IR of [`stmt`].
 //! - [`interp`]: an interpreter of the statement IR, for tests.
 //!
 //! # Beyond TVM: the limitations the InferBound document names
