@@ -334,7 +334,8 @@ fn simplify_bin(op: BinOp, a: &Expr, b: &Expr, e: &Expr, vb: &VarBounds) -> Opti
             }
         }
         BinOp::Lt | BinOp::Le | BinOp::Eq | BinOp::Ne => {
-            let d = Linear::of(&(a.clone() - b.clone())).to_expr();
+            let ld = Linear::of(&(a.clone() - b.clone()));
+            let d = ld.to_expr();
             let (lo, hi) = const_bounds(&d, vb);
             let lo = lo.unwrap_or(i64::MIN);
             let hi = hi.unwrap_or(i64::MAX);
@@ -347,7 +348,9 @@ fn simplify_bin(op: BinOp, a: &Expr, b: &Expr, e: &Expr, vb: &VarBounds) -> Opti
                 BinOp::Eq | BinOp::Ne if lo > 0 || hi < 0 => Some(op == BinOp::Ne),
                 _ => None,
             };
-            decided.map(|t| Expr::Int(t as i64))
+            decided
+                .map(|t| Expr::Int(t as i64))
+                .or_else(|| cancel_sides(op, a, b, &ld))
         }
         BinOp::And => match (a.as_int(), b.as_int()) {
             (Some(0), _) | (_, Some(0)) => Some(Expr::Int(0)),
@@ -364,6 +367,33 @@ fn simplify_bin(op: BinOp, a: &Expr, b: &Expr, e: &Expr, vb: &VarBounds) -> Opti
         },
         BinOp::Div => None,
     }
+}
+
+/// `x + i < i + 1` → `x < 1`: when terms cancel between the sides, the comparison is
+/// rewritten as (positive terms of a - b) op (the rest), which is shorter.
+fn cancel_sides(op: BinOp, a: &Expr, b: &Expr, d: &Linear) -> Option<Expr> {
+    let before = Linear::of(a).terms.len() + Linear::of(b).terms.len();
+    if d.terms.len() >= before {
+        return None;
+    }
+    let lhs = Linear {
+        terms: d.terms.iter().filter(|t| t.1 > 0).cloned().collect(),
+        c: 0,
+    };
+    let rhs = Linear {
+        terms: d
+            .terms
+            .iter()
+            .filter(|t| t.1 < 0)
+            .map(|(e, k)| (e.clone(), -k))
+            .collect(),
+        c: -d.c,
+    };
+    Some(Expr::Bin(
+        op,
+        Box::new(lhs.to_expr()),
+        Box::new(rhs.to_expr()),
+    ))
 }
 
 fn fold_float(op: BinOp, a: &Expr, b: &Expr) -> Option<Expr> {
@@ -524,5 +554,11 @@ mod tests {
         let e = o.expr() * 16 + tail - 1 - 19;
         assert!(prove_le_zero(&e, &vb));
         assert_eq!(simplify_with(&o.expr().lt(2), &vb), Expr::Int(1));
+        // Terms shared by both sides cancel.
+        let (i, y) = (Var::new("i"), Var::new("y"));
+        let c = (y.expr() + i.expr()).lt(i.expr() + 1);
+        assert_eq!(simplify(&c), y.expr().lt(1));
+        let c = i.expr().le(y.expr() + i.expr());
+        assert_eq!(simplify(&c), Expr::Int(0).le(y.expr()));
     }
 }
