@@ -163,11 +163,15 @@ pub fn infer_root_bound(st: &ScheduleState, s: &Stage, b: &mut Bounds) -> Result
             }
             let r = b.range(iv)?.clone();
             let set = if r.extent.as_int() == Some(1) {
+                // Case 1: a single iteration, the point at the range's min.
                 IntSet::point(r.min.clone())
             } else if found_attach {
-                // Case 2: no relaxation, the stage sits inside this loop.
+                // Case 2: no relaxation, the stage sits inside this loop (the attach
+                // variable or a loop enclosing it): one value at a time.
                 IntSet::point(iv.expr())
             } else {
+                // Case 3: relaxation, the stage is computed outside this loop and must
+                // provide for all of its iterations.
                 relaxed.push(iv.clone());
                 IntSet::from_range(&r, &b.var_bounds)
             };

@@ -21,6 +21,30 @@
 //!   [`layout::BufferLayout`] in [`flatten`]; all on the statement IR of [`stmt`].
 //! - [`interp`]: an interpreter of the statement IR, for tests.
 //!
+//! # Example
+//!
+//! The InferBound document's Ex. 3: C computed at axis `i` of D needs one row of C.
+//!
+//! ```
+//! use layoutopt::tir::compute::ComputeGraph;
+//! use layoutopt::tir::expr::Expr;
+//! use layoutopt::tir::lower::{lower, schedule_ops, LowerOptions};
+//! use layoutopt::tir::schedule::Schedule;
+//!
+//! let mut g = ComputeGraph::new();
+//! let c = g.compute("C", &[5, 16], |_| Expr::Int(5))?;
+//! let d = g.compute("D", &[5, 16], |x| c.at(x) * Expr::Int(2))?;
+//! let mut s = Schedule::new(&g, &[d])?;
+//! let i = s.axis(&d)?[0].clone();
+//! s.compute_at(&c, &d, &i)?;
+//! let ops = schedule_ops(&s)?;
+//! assert!(ops.to_text().contains("realize C([i, 1], [0, 16])"));
+//! assert_eq!(s.record.len(), 2); // create_schedule, compute_at
+//! let f = lower(&s, &LowerOptions::default())?;
+//! assert!(f.to_text().contains("allocate C[16]"));
+//! # Ok::<(), layoutopt::tir::TirError>(())
+//! ```
+//!
 //! # Beyond TVM: the limitations the InferBound document names
 //!
 //! (a) *PassDownDomain and split tails.* TVM gives the inner loop of a split of 20 by 16
