@@ -240,7 +240,7 @@ pub fn infer_root_bound(st: &ScheduleState, s: &Stage, b: &mut Bounds) -> Result
             dom_map.insert(iv.var.id, set);
         }
         // Phase 3: PropBoundToInputs, for the reads of this stage's tensor.
-        prop_bound_to_inputs(cc.body.exprs(), s.op, &dom_map, &b.var_bounds, &mut tmap);
+        prop_bound_to_inputs(cc.body.expr(), s.op, &dom_map, &b.var_bounds, &mut tmap);
     }
     // Phase 4: GatherBound.
     gather_bound(st, s, &tmap, b)

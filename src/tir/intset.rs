@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use super::expr::{BinOp, Expr, Range, Var};
+use super::expr::{BinOp, Expr, Range};
 use super::simplify::{prove_equal, simplify_with, VarBounds};
 
 #[derive(Clone, Debug, PartialEq)]
@@ -238,14 +238,10 @@ fn point_or_everything(sa: &IntSet, sb: &IntSet, e: &Expr, vb: &VarBounds) -> In
     }
 }
 
-/// A dom map entry helper.
-pub fn dom_insert(map: &mut DomMap, v: &Var, s: IntSet) {
-    map.insert(v.id, s);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tir::expr::Var;
 
     #[test]
     fn interval_arithmetic_is_symbolic() {
@@ -253,7 +249,7 @@ mod tests {
         let i = Var::new("i");
         let vb = VarBounds::new();
         let mut dom = DomMap::new();
-        dom_insert(&mut dom, &i, IntSet::interval(Expr::Int(0), Expr::Int(7)));
+        dom.insert(i.id, IntSet::interval(Expr::Int(0), Expr::Int(7)));
         let s = eval_set(&(o.expr() * 8 + i.expr()), &dom, &vb);
         assert_eq!(s, IntSet::interval(o.expr() * 8, o.expr() * 8 + 7));
         let m = eval_set(&(o.expr() * 8 + i.expr()).floormod(4), &dom, &vb);

@@ -390,7 +390,7 @@ impl Ctx<'_> {
             buffer: None,
         }];
         let mut err = None;
-        c.body.exprs().visit(&mut |e| {
+        c.body.expr().visit(&mut |e| {
             if let Expr::Read { tensor, indices } = e {
                 match region(*tensor, indices) {
                     Ok(r) => {
