@@ -86,7 +86,7 @@ fn a_split_tail_runs_four_iterations_not_sixteen() {
     assert!(text.contains("allocate P[4]"), "{text}");
     // The main part records the fact its simplification used.
     assert!(
-        text.contains("assume((16 <= (20 - (i.outer * 16))))"),
+        text.contains("assume(") && text.contains("(16 <= (20 - (i.outer * 16)))"),
         "{text}"
     );
 }

@@ -102,7 +102,9 @@ impl IntSet {
 /// Evaluates the set of values `e` takes when each variable in `dom` ranges over its set
 /// (variables not in `dom` stay symbolic, i.e. are single points).
 pub fn eval_set(e: &Expr, dom: &DomMap, vb: &VarBounds) -> IntSet {
-    let s = eval(e, dom, vb);
+    // Simplified first, so that a variable occurring twice (`o*4 + min(4, 10 - o*4)`)
+    // is, where possible, brought to one occurrence per branch before it is relaxed.
+    let s = eval(&simplify_with(e, vb), dom, vb);
     let simp = |x: Option<Expr>| x.map(|x| simplify_with(&x, vb));
     let IntSet::Interval { min, max } = s;
     IntSet::Interval {

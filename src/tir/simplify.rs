@@ -320,7 +320,10 @@ fn simplify_bin(op: BinOp, a: &Expr, b: &Expr, e: &Expr, vb: &VarBounds) -> Opti
         return fold_float(op, a, b);
     }
     match op {
-        BinOp::Add | BinOp::Sub | BinOp::Mul => Some(Linear::of(e).to_expr()),
+        BinOp::Add | BinOp::Sub | BinOp::Mul => {
+            let l = Linear::of(e);
+            Some(distribute_cancelling(&l, vb).unwrap_or_else(|| l.to_expr()))
+        }
         BinOp::FloorDiv => simplify_div(a, b, vb),
         BinOp::FloorMod => simplify_mod(a, b, vb),
         BinOp::Min | BinOp::Max => {
@@ -367,6 +370,52 @@ fn simplify_bin(op: BinOp, a: &Expr, b: &Expr, e: &Expr, vb: &VarBounds) -> Opti
         },
         BinOp::Div => None,
     }
+}
+
+/// `o*4 + min(4, 10 - o*4)` → `min(o*4 + 4, 10)`: a sum with one `min`/`max` term is
+/// distributed into it when that cancels terms in a branch. Interval evaluation then
+/// sees each variable once per branch, which keeps bounds of split tails exact.
+fn distribute_cancelling(l: &Linear, vb: &VarBounds) -> Option<Expr> {
+    let mut mm =
+        l.terms.iter().enumerate().filter(|(_, (a, k))| {
+            k.abs() == 1 && matches!(a, Expr::Bin(BinOp::Min | BinOp::Max, ..))
+        });
+    let (pos, (atom, k)) = mm.next()?;
+    if mm.next().is_some() || l.terms.len() < 2 {
+        return None;
+    }
+    let Expr::Bin(op, p, q) = atom else {
+        return None;
+    };
+    let mut rest = l.clone();
+    rest.terms.remove(pos);
+    // rest - min(p, q) = max(rest - p, rest - q)
+    let op = match (k, op) {
+        (-1, BinOp::Min) => BinOp::Max,
+        (-1, BinOp::Max) => BinOp::Min,
+        _ => *op,
+    };
+    let branch = |x: &Expr| {
+        let mut b = rest.clone();
+        b.add_scaled(Linear::of(x), *k);
+        b
+    };
+    let (bp, bq) = (branch(p), branch(q));
+    let before = rest.terms.len() + Linear::of(p).terms.len().max(Linear::of(q).terms.len());
+    if bp.terms.len().min(bq.terms.len()) >= before {
+        return None;
+    }
+    let (a, b) = (bp.to_expr(), bq.to_expr());
+    Some(
+        simplify_bin(
+            op,
+            &a,
+            &b,
+            &Expr::Bin(op, Box::new(a.clone()), Box::new(b.clone())),
+            vb,
+        )
+        .unwrap_or(Expr::Bin(op, Box::new(a), Box::new(b))),
+    )
 }
 
 /// `x + i < i + 1` → `x < 1`: when terms cancel between the sides, the comparison is
@@ -549,6 +598,9 @@ mod tests {
         assert_eq!(simplify(&last), Expr::Int(4));
         let x = Var::new("x");
         assert_eq!(simplify(&(x.expr() + 1).min(x.expr() + 3)), x.expr() + 1);
+        let four = Expr::Int(4);
+        let e = o.expr() * 4 + four.clone().min(Expr::Int(10) - o.expr() * 4);
+        assert_eq!(simplify(&e), (o.expr() * 4 + 4).min(10));
         // o*16 + min(16, 20 - o*16) - 1 <= 19 needs distribution over min.
         vb.set(&o, 0, 1);
         let e = o.expr() * 16 + tail - 1 - 19;
