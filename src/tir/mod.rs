@@ -69,8 +69,18 @@
 //! [`bound::Bounds::overcompute`] how many elements the box holds and how many the
 //! consumers need (16 and 8 in the document's T[0:2, 0:2] / T[2:4, 2:4] example).
 //!
-//! PassUpDomain of a split uses the split's own factor rather than the inner variable's
-//! extent (as TVM does), since with (a) that extent may vary by outer iteration.
+//! Supporting changes. PassUpDomain of a split uses the split's own factor rather than
+//! the inner variable's extent (as TVM does), since with (a) that extent may vary by
+//! outer iteration. Tail extents mention the outer variable, so relaxation evaluates
+//! variables one at a time from the innermost loop outwards, and expressions are
+//! simplified before they are relaxed, with sums distributed into a `min` when that
+//! cancels terms (`o*4 + min(4, 10 - o*4)` becomes `min(o*4 + 4, 10)`): producers of a
+//! consumer with a tail get exact regions. Guards are emitted for split parents as well
+//! as roots (a loop split again by a factor larger than its extent would otherwise
+//! revisit elements).
+//!
+//! Not covered: thread binding and storage scopes (the document's Ex. 6 to 8, GPU
+//! only). Loop kinds are annotations; the interpreter runs every loop serially.
 
 pub mod bound;
 pub mod compute;
