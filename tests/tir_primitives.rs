@@ -346,3 +346,102 @@ fn user_errors_are_reported_not_panics() {
         Err(TirError::Definition(_))
     ));
 }
+
+#[test]
+fn layout_of_an_intermediate_applies_to_its_realized_region() {
+    // B (20 channels) is realized whole and stored blocked by 16: 2 blocks of 16 lanes.
+    let mut g = ComputeGraph::new();
+    let a = g.placeholder("A", &[3, 20]).unwrap();
+    let b = g
+        .compute("B", &[3, 20], |x| a.at(x) + Expr::Int(1))
+        .unwrap();
+    let c = g
+        .compute("C", &[3, 20], |x| b.at(x) * Expr::Int(2))
+        .unwrap();
+    let s = Schedule::new(&g, &[c]).unwrap();
+    let blocked = BufferLayout {
+        dims: vec![
+            PhysDim::Outer(1, 16),
+            PhysDim::Axis(0),
+            PhysDim::Inner(1, 16),
+        ],
+    };
+    let opts = LowerOptions {
+        layouts: [("B".to_string(), blocked)].into_iter().collect(),
+        ..Default::default()
+    };
+    let f = lower(&s, &opts).unwrap();
+    let ins = tir_util::inputs(&g);
+    let (out, stats) = Interpreter::new().run(&f, &ins).unwrap();
+    assert_eq!(stats.max_alloc["B"], 2 * 3 * 16);
+    assert_eq!(out["C"], g.evaluate(&ins).unwrap()[c.id.0]);
+    let unknown = LowerOptions {
+        layouts: [("Z".to_string(), BufferLayout::row_major(1))]
+            .into_iter()
+            .collect(),
+        ..Default::default()
+    };
+    assert!(matches!(lower(&s, &unknown), Err(TirError::Lower(m)) if m.contains("`Z`")));
+}
+
+#[test]
+fn conv2d_relu_with_producers_at_inner_loops() {
+    // R = relu(conv(P, W)), P a copy of the input computed per output row block, the
+    // convolution accumulated per (row block, column block) with its channel reduction
+    // split, and a non-divisible column split (10 = 4 + 4 + 2).
+    let mut g = ComputeGraph::new();
+    let inp = g.placeholder("In", &[1, 4, 12, 12]).unwrap();
+    let w = g.placeholder("W", &[4, 4, 3, 3]).unwrap();
+    let p = g
+        .compute("P", &[1, 4, 12, 12], |x| inp.at(x) * Expr::Float(1.5))
+        .unwrap();
+    let o = g
+        .reduce("O", &[1, 4, 10, 10], &[4, 3, 3], ReduceOp::Sum, |x, r| {
+            let (y, xx) = (x[2].clone() + r[1].clone(), x[3].clone() + r[2].clone());
+            p.at(&[x[0].clone(), r[0].clone(), y, xx])
+                * w.at(&[x[1].clone(), r[0].clone(), r[1].clone(), r[2].clone()])
+        })
+        .unwrap();
+    let r = g
+        .compute("R", &[1, 4, 10, 10], |x| o.at(x).max(Expr::Float(0.0)))
+        .unwrap();
+    let mut s = Schedule::new(&g, &[r]).unwrap();
+    let ax = s.axis(&r).unwrap();
+    let (yo, yi) = s.split(&r, &ax[2], 5).unwrap();
+    let (xo, xi) = s.split(&r, &ax[3], 4).unwrap();
+    s.reorder(&r, &[ax[1].clone(), yo.clone(), xo.clone(), yi, xi.clone()])
+        .unwrap();
+    s.vectorize(&r, &xi).unwrap();
+    s.compute_at(&o, &r, &xo).unwrap();
+    let rk = s.reduce_axis(&o).unwrap();
+    let oax = s.axis(&o).unwrap();
+    let (co, ci) = s.split(&o, &rk[0], 2).unwrap();
+    s.reorder(
+        &o,
+        &[
+            co,
+            rk[1].clone(),
+            rk[2].clone(),
+            ci,
+            oax[2].clone(),
+            oax[3].clone(),
+        ],
+    )
+    .unwrap();
+    s.compute_at(&p, &r, &yo).unwrap();
+    let stats = tir_util::check(&s, &g, &[r]);
+    // P: 4 channels x (5 + 2) rows x 12 columns per row block: the column blocks 4, 4
+    // and the tail of 2, plus the 2 of the kernel window, exactly. It sits inside the
+    // output-channel loop, so each of the 4 output channels recomputes it.
+    assert_eq!(stats.max_alloc["P"], 4 * 7 * 12);
+    assert_eq!(stats.stores["P"], 4 * 2 * (4 * 7 * 12));
+    // O: the 5x4 block, then the 5x2 tail.
+    assert_eq!(stats.max_alloc["O"], 20);
+    assert_eq!(
+        stats.loop_extents["l.inner"]
+            .iter()
+            .filter(|e| **e == 2)
+            .count(),
+        2 * 4 * 5
+    );
+}

@@ -163,11 +163,15 @@ pub fn infer_root_bound(st: &ScheduleState, s: &Stage, b: &mut Bounds) -> Result
             }
             let r = b.range(iv)?.clone();
             let set = if r.extent.as_int() == Some(1) {
+                // Case 1: a single iteration, the point at the range's min.
                 IntSet::point(r.min.clone())
             } else if found_attach {
-                // Case 2: no relaxation, the stage sits inside this loop.
+                // Case 2: no relaxation, the stage sits inside this loop (the attach
+                // variable or a loop enclosing it): one value at a time.
                 IntSet::point(iv.expr())
             } else {
+                // Case 3: relaxation, the stage is computed outside this loop and must
+                // provide for all of its iterations.
                 relaxed.push(iv.clone());
                 IntSet::from_range(&r, &b.var_bounds)
             };
@@ -236,7 +240,7 @@ pub fn infer_root_bound(st: &ScheduleState, s: &Stage, b: &mut Bounds) -> Result
             dom_map.insert(iv.var.id, set);
         }
         // Phase 3: PropBoundToInputs, for the reads of this stage's tensor.
-        prop_bound_to_inputs(cc.body.exprs(), s.op, &dom_map, &b.var_bounds, &mut tmap);
+        prop_bound_to_inputs(cc.body.expr(), s.op, &dom_map, &b.var_bounds, &mut tmap);
     }
     // Phase 4: GatherBound.
     gather_bound(st, s, &tmap, b)
@@ -447,17 +451,21 @@ fn pass_up_fuse(
     let (Some(lo), Some(hi)) = (sf.min(), sf.max()) else {
         return full;
     };
+    // Rows from lo to hi at whole width: sound for any interval (newer TVM's behaviour;
+    // the document's version took all rows).
+    let row = simplify_with(&(lo.clone().floordiv(n.clone()) + ro.min.clone()), vb);
+    let last_row = simplify_with(&(hi.clone().floordiv(n.clone()) + ro.min.clone()), vb);
+    let rows = (IntSet::interval(row.clone(), last_row), full.1.clone());
     // Fix of limitation (c): an interval [lo, lo + e) with lo a multiple of e is exact
     // after the fuse when e divides the inner extent n (one row, e columns) or n divides
     // e (e/n whole rows). A split of the fused variable by a factor or nparts that
     // divides the fused extent produces exactly such intervals.
     let e = simplify_with(&(hi.clone() - lo.clone() + 1), vb).as_int();
     let (Some(e), Some(nc)) = (e, n.as_int()) else {
-        return full;
+        return rows;
     };
     let aligned =
         |k: i64| Linear::of(lo).terms.iter().all(|t| t.1 % k == 0) && Linear::of(lo).c % k == 0;
-    let row = simplify_with(&(lo.clone().floordiv(nc) + ro.min.clone()), vb);
     if nc % e == 0 && aligned(e) {
         let col = simplify_with(&(lo.clone().floormod(nc) + ri.min.clone()), vb);
         return (
@@ -469,14 +477,7 @@ fn pass_up_fuse(
         let last = simplify_with(&(row.clone() + (e / nc - 1)), vb);
         return (IntSet::interval(row, last), full.1);
     }
-    // Not aligned: rows from lo to hi, whole width (TVM's behaviour).
-    (
-        IntSet::interval(
-            row,
-            simplify_with(&(hi.clone().floordiv(nc) + ro.min.clone()), vb),
-        ),
-        full.1,
-    )
+    rows
 }
 
 /// Sets the ranges of all non-root variables of a stage from its roots, visiting the

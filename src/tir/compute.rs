@@ -79,7 +79,8 @@ pub enum Body {
 }
 
 impl Body {
-    pub fn exprs(&self) -> &Expr {
+    /// The expression computed per element (the source, for a reduction).
+    pub fn expr(&self) -> &Expr {
         match self {
             Body::Plain(e) | Body::Reduce { source: e, .. } => e,
         }
@@ -133,7 +134,7 @@ impl Operation {
     /// The tensors this operation reads, in order of first appearance.
     pub fn input_tensors(&self) -> Vec<TensorId> {
         self.compute()
-            .map(|c| c.body.exprs().tensors_read())
+            .map(|c| c.body.expr().tensors_read())
             .unwrap_or_default()
     }
 }
@@ -146,13 +147,9 @@ pub struct Tensor {
 }
 
 impl Tensor {
-    /// The element at `indices` (as an expression).
+    /// The element at `indices` (as an expression). The number of indices is checked
+    /// when the definition using it is added to a graph.
     pub fn at(&self, indices: &[Expr]) -> Expr {
-        assert_eq!(
-            indices.len(),
-            self.ndim,
-            "tensor access with the wrong number of indices"
-        );
         Expr::Read {
             tensor: self.id,
             indices: indices.to_vec(),
@@ -275,7 +272,7 @@ impl ComputeGraph {
     ) -> Result<Tensor, TirError> {
         let next = self.ops.len();
         let mut err = None;
-        body.exprs().visit(&mut |e| {
+        body.expr().visit(&mut |e| {
             if let Expr::Read { tensor, indices } = e {
                 if tensor.0 >= next {
                     err = Some(format!(

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use super::expr::{BinOp, Expr, Range, Var};
+use super::expr::{BinOp, Expr, Range};
 use super::simplify::{prove_equal, simplify_with, VarBounds};
 
 #[derive(Clone, Debug, PartialEq)]
@@ -102,7 +102,9 @@ impl IntSet {
 /// Evaluates the set of values `e` takes when each variable in `dom` ranges over its set
 /// (variables not in `dom` stay symbolic, i.e. are single points).
 pub fn eval_set(e: &Expr, dom: &DomMap, vb: &VarBounds) -> IntSet {
-    let s = eval(e, dom, vb);
+    // Simplified first, so that a variable occurring twice (`o*4 + min(4, 10 - o*4)`)
+    // is, where possible, brought to one occurrence per branch before it is relaxed.
+    let s = eval(&simplify_with(e, vb), dom, vb);
     let simp = |x: Option<Expr>| x.map(|x| simplify_with(&x, vb));
     let IntSet::Interval { min, max } = s;
     IntSet::Interval {
@@ -238,14 +240,10 @@ fn point_or_everything(sa: &IntSet, sb: &IntSet, e: &Expr, vb: &VarBounds) -> In
     }
 }
 
-/// A dom map entry helper.
-pub fn dom_insert(map: &mut DomMap, v: &Var, s: IntSet) {
-    map.insert(v.id, s);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tir::expr::Var;
 
     #[test]
     fn interval_arithmetic_is_symbolic() {
@@ -253,7 +251,7 @@ mod tests {
         let i = Var::new("i");
         let vb = VarBounds::new();
         let mut dom = DomMap::new();
-        dom_insert(&mut dom, &i, IntSet::interval(Expr::Int(0), Expr::Int(7)));
+        dom.insert(i.id, IntSet::interval(Expr::Int(0), Expr::Int(7)));
         let s = eval_set(&(o.expr() * 8 + i.expr()), &dom, &vb);
         assert_eq!(s, IntSet::interval(o.expr() * 8, o.expr() * 8 + 7));
         let m = eval_set(&(o.expr() * 8 + i.expr()).floormod(4), &dom, &vb);

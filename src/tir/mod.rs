@@ -15,10 +15,35 @@
 //! - [`bound`]: InferBound as the InferBound document describes it (read graph, reverse
 //!   topological order, InferRootBound with its four phases, PassUpDomain,
 //!   PropBoundToInputs, GatherBound, PassDownDomain, attach paths and the relax set).
-//! - [`lower`]: ScheduleOps (loop nests, attached stages, realize regions, likely guards),
-//!   loop partitioning of split tails, storage flattening under a [`layout::BufferLayout`]
-//!   into the statement IR of [`stmt`].
+//! - ScheduleOps (loop nests, attached stages, realize regions, likely guards) and the
+//!   lowering driver in [`lower`]; simplification, trivial-loop removal and loop
+//!   partitioning of split tails in [`passes`]; storage flattening under a
+//!   [`layout::BufferLayout`] in [`flatten`]; all on the statement IR of [`stmt`].
 //! - [`interp`]: an interpreter of the statement IR, for tests.
+//!
+//! # Example
+//!
+//! The InferBound document's Ex. 3: C computed at axis `i` of D needs one row of C.
+//!
+//! ```
+//! use layoutopt::tir::compute::ComputeGraph;
+//! use layoutopt::tir::expr::Expr;
+//! use layoutopt::tir::lower::{lower, schedule_ops, LowerOptions};
+//! use layoutopt::tir::schedule::Schedule;
+//!
+//! let mut g = ComputeGraph::new();
+//! let c = g.compute("C", &[5, 16], |_| Expr::Int(5))?;
+//! let d = g.compute("D", &[5, 16], |x| c.at(x) * Expr::Int(2))?;
+//! let mut s = Schedule::new(&g, &[d])?;
+//! let i = s.axis(&d)?[0].clone();
+//! s.compute_at(&c, &d, &i)?;
+//! let ops = schedule_ops(&s)?;
+//! assert!(ops.to_text().contains("realize C([i, 1], [0, 16])"));
+//! assert_eq!(s.record.len(), 2); // create_schedule, compute_at
+//! let f = lower(&s, &LowerOptions::default())?;
+//! assert!(f.to_text().contains("allocate C[16]"));
+//! # Ok::<(), layoutopt::tir::TirError>(())
+//! ```
 //!
 //! # Beyond TVM: the limitations the InferBound document names
 //!
@@ -44,17 +69,29 @@
 //! [`bound::Bounds::overcompute`] how many elements the box holds and how many the
 //! consumers need (16 and 8 in the document's T[0:2, 0:2] / T[2:4, 2:4] example).
 //!
-//! PassUpDomain of a split uses the split's own factor rather than the inner variable's
-//! extent (as TVM does), since with (a) that extent may vary by outer iteration.
+//! Supporting changes. PassUpDomain of a split uses the split's own factor rather than
+//! the inner variable's extent (as TVM does), since with (a) that extent may vary by
+//! outer iteration. Tail extents mention the outer variable, so relaxation evaluates
+//! variables one at a time from the innermost loop outwards, and expressions are
+//! simplified before they are relaxed, with sums distributed into a `min` when that
+//! cancels terms (`o*4 + min(4, 10 - o*4)` becomes `min(o*4 + 4, 10)`): producers of a
+//! consumer with a tail get exact regions. Guards are emitted for split parents as well
+//! as roots (a loop split again by a factor larger than its extent would otherwise
+//! revisit elements).
+//!
+//! Not covered: thread binding and storage scopes (the document's Ex. 6 to 8, GPU
+//! only). Loop kinds are annotations; the interpreter runs every loop serially.
 
 pub mod bound;
 pub mod compute;
 pub mod error;
 pub mod expr;
+pub mod flatten;
 pub mod interp;
 pub mod intset;
 pub mod layout;
 pub mod lower;
+pub mod passes;
 pub mod schedule;
 pub mod simplify;
 pub mod stmt;

@@ -120,10 +120,21 @@ impl ScheduleState {
         self.stage_index(t).map(|i| &self.stages[i])
     }
     pub fn name(&self, t: TensorId) -> &str {
-        &self.graph.op(t).name
+        self.graph
+            .ops
+            .get(t.0)
+            .map_or("<tensor of another graph>", |o| o.name.as_str())
     }
     pub fn compute_op(&self, t: TensorId) -> Option<&ComputeOp> {
-        self.graph.op(t).compute()
+        self.graph.ops.get(t.0).and_then(|o| o.compute())
+    }
+
+    /// The operation of a tensor handle, which must belong to this schedule's graph.
+    pub fn operation(&self, t: TensorId) -> Result<&Operation, TirError> {
+        self.graph
+            .ops
+            .get(t.0)
+            .ok_or_else(|| TirError::Schedule("a tensor of another graph was given".into()))
     }
 
     /// Stages that read the tensor of `t` (excluding inlined stages, which are
@@ -185,6 +196,11 @@ impl Schedule {
             .filter_map(|(i, op)| op.compute().map(|c| Stage::new(TensorId(i), c)))
             .collect();
         for o in outputs {
+            if graph.ops.get(o.id.0).is_none() {
+                return Err(TirError::Schedule(
+                    "an output is not a tensor of this graph".into(),
+                ));
+            }
             if graph.op(o.id).compute().is_none() {
                 return Err(TirError::Schedule(format!(
                     "output `{}` is a placeholder",
@@ -493,9 +509,9 @@ impl Schedule {
 
     /// Adds a stage `<t>.cache` that copies `t`, and makes `readers` read the copy.
     pub fn cache_read(&mut self, t: &Tensor, readers: &[Tensor]) -> Result<Tensor, TirError> {
-        let src = self.state.graph.op(t.id).clone();
+        let src = self.state.operation(t.id)?.clone();
         for r in readers {
-            if !self.state.graph.op(r.id).input_tensors().contains(&t.id) {
+            if !self.state.operation(r.id)?.input_tensors().contains(&t.id) {
                 return Err(TirError::Schedule(format!(
                     "`{}` does not read `{}`",
                     self.state.name(r.id),
@@ -519,7 +535,7 @@ impl Schedule {
     /// Moves the computation of `t` into a new stage `<t>.local`; `t` becomes a copy of it.
     /// Must be applied before the stage of `t` is split or fused.
     pub fn cache_write(&mut self, t: &Tensor) -> Result<Tensor, TirError> {
-        let op = self.state.graph.op(t.id).clone();
+        let op = self.state.operation(t.id)?.clone();
         let c = self.op_compute(t)?.clone();
         if !self.stage(t)?.relations.is_empty() {
             return Err(TirError::Schedule(format!(

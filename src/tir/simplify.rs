@@ -59,6 +59,13 @@ pub fn prove_ge_zero(e: &Expr, vb: &VarBounds) -> bool {
 
 /// Constant interval bounds of an integer expression; `None` means unbounded.
 pub fn const_bounds(e: &Expr, vb: &VarBounds) -> (Option<i64>, Option<i64>) {
+    bounds(e, vb, 2)
+}
+
+/// `budget` limits how many nested `min`/`max` distributions are tried: each doubles the
+/// work.
+fn bounds(e: &Expr, vb: &VarBounds, budget: u32) -> (Option<i64>, Option<i64>) {
+    let const_bounds = |e: &Expr, vb: &VarBounds| bounds(e, vb, budget);
     match e {
         Expr::Int(v) => (Some(*v), Some(*v)),
         Expr::Var(v) => match vb.get(v) {
@@ -68,9 +75,9 @@ pub fn const_bounds(e: &Expr, vb: &VarBounds) -> (Option<i64>, Option<i64>) {
         Expr::Bin(op, a, b) => {
             // `x + min(p, q)` is bounded by `min(x + p, x + q)`: distributing lets terms
             // of x cancel inside each branch, which plain interval arithmetic cannot do.
-            if matches!(op, BinOp::Add | BinOp::Sub) {
+            if budget > 0 && matches!(op, BinOp::Add | BinOp::Sub) {
                 if let Some(d) = distribute_minmax(*op, a, b) {
-                    return const_bounds(&simplify_with(&d, vb), vb);
+                    return bounds(&d, vb, budget - 1);
                 }
             }
             let (al, ah) = const_bounds(a, vb);
@@ -142,17 +149,22 @@ fn distribute_minmax(op: BinOp, a: &Expr, b: &Expr) -> Option<Expr> {
             };
             Some(Expr::Bin(
                 m2,
-                Box::new(Expr::Bin(op, Box::new(a.clone()), p.clone())),
-                Box::new(Expr::Bin(op, Box::new(a.clone()), q.clone())),
+                Box::new(linear(Expr::Bin(op, Box::new(a.clone()), p.clone()))),
+                Box::new(linear(Expr::Bin(op, Box::new(a.clone()), q.clone()))),
             ))
         }
         (Expr::Bin(m @ (BinOp::Min | BinOp::Max), p, q), _) => Some(Expr::Bin(
             *m,
-            Box::new(Expr::Bin(op, p.clone(), Box::new(b.clone()))),
-            Box::new(Expr::Bin(op, q.clone(), Box::new(b.clone()))),
+            Box::new(linear(Expr::Bin(op, p.clone(), Box::new(b.clone())))),
+            Box::new(linear(Expr::Bin(op, q.clone(), Box::new(b.clone())))),
         )),
         _ => None,
     }
+}
+
+/// The linear canonical form of a sum (cancels terms, without the bound-aware rules).
+fn linear(e: Expr) -> Expr {
+    Linear::of(&e).to_expr()
 }
 
 fn add(a: Option<i64>, b: Option<i64>) -> Option<i64> {
@@ -308,7 +320,10 @@ fn simplify_bin(op: BinOp, a: &Expr, b: &Expr, e: &Expr, vb: &VarBounds) -> Opti
         return fold_float(op, a, b);
     }
     match op {
-        BinOp::Add | BinOp::Sub | BinOp::Mul => Some(Linear::of(e).to_expr()),
+        BinOp::Add | BinOp::Sub | BinOp::Mul => {
+            let l = Linear::of(e);
+            Some(distribute_cancelling(&l, vb).unwrap_or_else(|| l.to_expr()))
+        }
         BinOp::FloorDiv => simplify_div(a, b, vb),
         BinOp::FloorMod => simplify_mod(a, b, vb),
         BinOp::Min | BinOp::Max => {
@@ -322,7 +337,8 @@ fn simplify_bin(op: BinOp, a: &Expr, b: &Expr, e: &Expr, vb: &VarBounds) -> Opti
             }
         }
         BinOp::Lt | BinOp::Le | BinOp::Eq | BinOp::Ne => {
-            let d = Linear::of(&(a.clone() - b.clone())).to_expr();
+            let ld = Linear::of(&(a.clone() - b.clone()));
+            let d = ld.to_expr();
             let (lo, hi) = const_bounds(&d, vb);
             let lo = lo.unwrap_or(i64::MIN);
             let hi = hi.unwrap_or(i64::MAX);
@@ -335,7 +351,9 @@ fn simplify_bin(op: BinOp, a: &Expr, b: &Expr, e: &Expr, vb: &VarBounds) -> Opti
                 BinOp::Eq | BinOp::Ne if lo > 0 || hi < 0 => Some(op == BinOp::Ne),
                 _ => None,
             };
-            decided.map(|t| Expr::Int(t as i64))
+            decided
+                .map(|t| Expr::Int(t as i64))
+                .or_else(|| cancel_sides(op, a, b, &ld))
         }
         BinOp::And => match (a.as_int(), b.as_int()) {
             (Some(0), _) | (_, Some(0)) => Some(Expr::Int(0)),
@@ -352,6 +370,79 @@ fn simplify_bin(op: BinOp, a: &Expr, b: &Expr, e: &Expr, vb: &VarBounds) -> Opti
         },
         BinOp::Div => None,
     }
+}
+
+/// `o*4 + min(4, 10 - o*4)` → `min(o*4 + 4, 10)`: a sum with one `min`/`max` term is
+/// distributed into it when that cancels terms in a branch. Interval evaluation then
+/// sees each variable once per branch, which keeps bounds of split tails exact.
+fn distribute_cancelling(l: &Linear, vb: &VarBounds) -> Option<Expr> {
+    let mut mm =
+        l.terms.iter().enumerate().filter(|(_, (a, k))| {
+            k.abs() == 1 && matches!(a, Expr::Bin(BinOp::Min | BinOp::Max, ..))
+        });
+    let (pos, (atom, k)) = mm.next()?;
+    if mm.next().is_some() || l.terms.len() < 2 {
+        return None;
+    }
+    let Expr::Bin(op, p, q) = atom else {
+        return None;
+    };
+    let mut rest = l.clone();
+    rest.terms.remove(pos);
+    // rest - min(p, q) = max(rest - p, rest - q)
+    let op = match (k, op) {
+        (-1, BinOp::Min) => BinOp::Max,
+        (-1, BinOp::Max) => BinOp::Min,
+        _ => *op,
+    };
+    let branch = |x: &Expr| {
+        let mut b = rest.clone();
+        b.add_scaled(Linear::of(x), *k);
+        b
+    };
+    let (bp, bq) = (branch(p), branch(q));
+    let before = rest.terms.len() + Linear::of(p).terms.len().max(Linear::of(q).terms.len());
+    if bp.terms.len().min(bq.terms.len()) >= before {
+        return None;
+    }
+    let (a, b) = (bp.to_expr(), bq.to_expr());
+    Some(
+        simplify_bin(
+            op,
+            &a,
+            &b,
+            &Expr::Bin(op, Box::new(a.clone()), Box::new(b.clone())),
+            vb,
+        )
+        .unwrap_or(Expr::Bin(op, Box::new(a), Box::new(b))),
+    )
+}
+
+/// `x + i < i + 1` → `x < 1`: when terms cancel between the sides, the comparison is
+/// rewritten as (positive terms of a - b) op (the rest), which is shorter.
+fn cancel_sides(op: BinOp, a: &Expr, b: &Expr, d: &Linear) -> Option<Expr> {
+    let before = Linear::of(a).terms.len() + Linear::of(b).terms.len();
+    if d.terms.len() >= before {
+        return None;
+    }
+    let lhs = Linear {
+        terms: d.terms.iter().filter(|t| t.1 > 0).cloned().collect(),
+        c: 0,
+    };
+    let rhs = Linear {
+        terms: d
+            .terms
+            .iter()
+            .filter(|t| t.1 < 0)
+            .map(|(e, k)| (e.clone(), -k))
+            .collect(),
+        c: -d.c,
+    };
+    Some(Expr::Bin(
+        op,
+        Box::new(lhs.to_expr()),
+        Box::new(rhs.to_expr()),
+    ))
 }
 
 fn fold_float(op: BinOp, a: &Expr, b: &Expr) -> Option<Expr> {
@@ -507,10 +598,19 @@ mod tests {
         assert_eq!(simplify(&last), Expr::Int(4));
         let x = Var::new("x");
         assert_eq!(simplify(&(x.expr() + 1).min(x.expr() + 3)), x.expr() + 1);
+        let four = Expr::Int(4);
+        let e = o.expr() * 4 + four.clone().min(Expr::Int(10) - o.expr() * 4);
+        assert_eq!(simplify(&e), (o.expr() * 4 + 4).min(10));
         // o*16 + min(16, 20 - o*16) - 1 <= 19 needs distribution over min.
         vb.set(&o, 0, 1);
         let e = o.expr() * 16 + tail - 1 - 19;
         assert!(prove_le_zero(&e, &vb));
         assert_eq!(simplify_with(&o.expr().lt(2), &vb), Expr::Int(1));
+        // Terms shared by both sides cancel.
+        let (i, y) = (Var::new("i"), Var::new("y"));
+        let c = (y.expr() + i.expr()).lt(i.expr() + 1);
+        assert_eq!(simplify(&c), y.expr().lt(1));
+        let c = i.expr().le(y.expr() + i.expr());
+        assert_eq!(simplify(&c), Expr::Int(0).le(y.expr()));
     }
 }

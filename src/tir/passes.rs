@@ -1,0 +1,316 @@
+//! Statement passes: simplification under loop bounds, removal of one-iteration loops,
+//! and loop partitioning of split tails.
+
+use super::expr::{BinOp, Expr, Range, Var};
+use super::simplify::{const_bounds, simplify, simplify_with, VarBounds};
+use super::stmt::Stmt;
+
+/// Simplifies every expression with the bounds of the enclosing loops; drops guards that
+/// became constant and loops that run zero times.
+pub fn simplify_stmt(s: &Stmt, vb: &mut VarBounds) -> Stmt {
+    match s {
+        Stmt::For {
+            var,
+            min,
+            extent,
+            kind,
+            body,
+        } => {
+            let min = simplify_with(min, vb);
+            let extent = simplify_with(extent, vb);
+            if matches!(const_bounds(&extent, vb).1, Some(h) if h <= 0) {
+                return Stmt::Seq(vec![]);
+            }
+            let saved = vb.get(var);
+            if let (Some(lo), Some(hi)) = (
+                const_bounds(&min, vb).0,
+                const_bounds(&(min.clone() + extent.clone() - 1), vb).1,
+            ) {
+                vb.set(var, lo, hi);
+            }
+            let body = simplify_stmt(body, vb);
+            restore(vb, var, saved);
+            if body == Stmt::Seq(vec![]) {
+                return body;
+            }
+            Stmt::For {
+                var: var.clone(),
+                min,
+                extent,
+                kind: *kind,
+                body: Box::new(body),
+            }
+        }
+        Stmt::IfThenElse {
+            cond,
+            then_case,
+            else_case,
+            likely,
+        } => {
+            let cond = simplify_with(cond, vb);
+            match cond.as_int() {
+                Some(0) => else_case
+                    .as_ref()
+                    .map(|e| simplify_stmt(e, vb))
+                    .unwrap_or(Stmt::Seq(vec![])),
+                Some(_) => simplify_stmt(then_case, vb),
+                None => Stmt::IfThenElse {
+                    cond,
+                    then_case: Box::new(simplify_stmt(then_case, vb)),
+                    else_case: else_case.as_ref().map(|e| Box::new(simplify_stmt(e, vb))),
+                    likely: *likely,
+                },
+            }
+        }
+        Stmt::Seq(v) => Stmt::seq(v.iter().map(|x| simplify_stmt(x, vb)).collect()),
+        Stmt::Realize {
+            tensor,
+            bounds,
+            body,
+        } => Stmt::Realize {
+            tensor: *tensor,
+            bounds: bounds
+                .iter()
+                .map(|r| Range::new(simplify_with(&r.min, vb), simplify_with(&r.extent, vb)))
+                .collect(),
+            body: Box::new(simplify_stmt(body, vb)),
+        },
+        Stmt::Allocate { buffer, size, body } => Stmt::Allocate {
+            buffer: *buffer,
+            size: simplify_with(size, vb),
+            body: Box::new(simplify_stmt(body, vb)),
+        },
+        // The condition of an assume is a fact for later passes: it is not simplified with
+        // the loop bounds, which would turn it into a bare `1`.
+        Stmt::Assume { cond, body } => Stmt::Assume {
+            cond: simplify(cond),
+            body: Box::new(simplify_stmt(body, vb)),
+        },
+        leaf => leaf.rewrite(&mut |x| x, &mut |e| simplify_with(e, vb)),
+    }
+}
+
+fn restore(vb: &mut VarBounds, v: &Var, saved: Option<(i64, i64)>) {
+    match saved {
+        Some((l, h)) => vb.set(v, l, h),
+        None => vb.remove(v),
+    }
+}
+
+/// Expressions in `s` that make its body depend on `var` in a way the last iteration of a
+/// split leaves special: `min` in loop or realize extents, and likely guards.
+fn partition_candidates(s: &Stmt, var: &Var) -> usize {
+    let mut n = 0;
+    let has_min = |e: &Expr| {
+        let mut found = false;
+        e.visit(&mut |x| {
+            found |= matches!(x, Expr::Bin(BinOp::Min | BinOp::Max, ..)) && x.uses_var(var)
+        });
+        found
+    };
+    s.visit(&mut |x| match x {
+        Stmt::For { extent, .. } => n += has_min(extent) as usize,
+        Stmt::Realize { bounds, .. } => n += bounds.iter().filter(|r| has_min(&r.extent)).count(),
+        Stmt::IfThenElse {
+            cond, likely: true, ..
+        } => n += conjuncts(cond).iter().filter(|c| c.uses_var(var)).count(),
+        _ => {}
+    });
+    n
+}
+
+/// The facts that hold in the main part of a partitioned loop over `var` (bounds in
+/// `vb`): which side of each `min`/`max` extent wins, and the likely guards.
+fn partition_facts(s: &Stmt, var: &Var, vb: &VarBounds) -> Vec<Expr> {
+    let mut facts: Vec<Expr> = Vec::new();
+    let mut add = |c: Expr| {
+        if !facts.contains(&c) {
+            facts.push(c);
+        }
+    };
+    let from_extent = |e: &Expr, add: &mut dyn FnMut(Expr)| {
+        e.visit(&mut |x| {
+            if let Expr::Bin(op @ (BinOp::Min | BinOp::Max), a, b) = x {
+                if x.uses_var(var) {
+                    let a_le_b = (**a).clone().le((**b).clone());
+                    let b_le_a = (**b).clone().le((**a).clone());
+                    let (first, second) = if *op == BinOp::Min {
+                        (a_le_b, b_le_a)
+                    } else {
+                        (b_le_a, a_le_b)
+                    };
+                    // `first`: the left operand wins.
+                    for c in [first, second] {
+                        if simplify_with(&c, vb) == Expr::Int(1) {
+                            add(simplify(&c));
+                            break;
+                        }
+                    }
+                }
+            }
+        })
+    };
+    s.visit(&mut |x| match x {
+        Stmt::For { extent, .. } => from_extent(extent, &mut add),
+        Stmt::Realize { bounds, .. } => {
+            bounds.iter().for_each(|r| from_extent(&r.extent, &mut add))
+        }
+        Stmt::IfThenElse {
+            cond, likely: true, ..
+        } => {
+            for c in conjuncts(cond) {
+                if c.uses_var(var) && simplify_with(&c, vb) == Expr::Int(1) {
+                    add(c);
+                }
+            }
+        }
+        _ => {}
+    });
+    // Only facts about variables bound outside `s` can stand at its top.
+    let mut inner_vars = Vec::new();
+    s.visit(&mut |x| {
+        if let Stmt::For { var, .. } = x {
+            inner_vars.push(var.clone());
+        }
+    });
+    facts.retain(|f| !inner_vars.iter().any(|v| f.uses_var(v)));
+    facts
+}
+
+fn conjuncts(e: &Expr) -> Vec<Expr> {
+    match e {
+        Expr::Bin(BinOp::And, a, b) => {
+            let mut v = conjuncts(a);
+            v.extend(conjuncts(b));
+            v
+        }
+        _ => vec![e.clone()],
+    }
+}
+
+/// Loop partitioning: a loop whose body has a split tail (a `min` extent) or a likely
+/// guard depending on the loop variable is split into a main loop over all but the last
+/// iteration, simplified until it is free of them, and the last iteration on its own.
+pub fn partition_loops(s: &Stmt, vb: &mut VarBounds) -> Stmt {
+    match s {
+        Stmt::For {
+            var,
+            min,
+            extent,
+            kind,
+            body,
+        } => {
+            let saved = vb.get(var);
+            let (Some(lo), Some(ext)) = (min.as_int(), extent.as_int()) else {
+                let body = with_bound(vb, var, None, |vb| partition_loops(body, vb));
+                return Stmt::For {
+                    var: var.clone(),
+                    min: min.clone(),
+                    extent: extent.clone(),
+                    kind: *kind,
+                    body: Box::new(body),
+                };
+            };
+            let body = with_bound(vb, var, Some((lo, lo + ext - 1)), |vb| {
+                partition_loops(body, vb)
+            });
+            let rebuilt = |b: Stmt, lo: i64, ext: i64| Stmt::For {
+                var: var.clone(),
+                min: Expr::Int(lo),
+                extent: Expr::Int(ext),
+                kind: *kind,
+                body: Box::new(b),
+            };
+            if ext >= 2 && partition_candidates(&body, var) > 0 {
+                let (main, facts) = with_bound(vb, var, Some((lo, lo + ext - 2)), |vb| {
+                    (simplify_stmt(&body, vb), partition_facts(&body, var, vb))
+                });
+                if partition_candidates(&main, var) == 0 {
+                    let last = Expr::Int(lo + ext - 1);
+                    let tail = body.rewrite(&mut |x| x, &mut |e| {
+                        e.substitute(&|v| (v == var).then(|| last.clone()))
+                    });
+                    let tail = simplify_stmt(&tail, vb);
+                    restore(vb, var, saved);
+                    // What the main part's simplification relied on, for later passes.
+                    let main = match facts.into_iter().reduce(|a, b| a.and(b)) {
+                        Some(cond) => Stmt::Assume {
+                            cond,
+                            body: Box::new(main),
+                        },
+                        None => main,
+                    };
+                    return Stmt::seq(vec![rebuilt(main, lo, ext - 1), tail]);
+                }
+            }
+            rebuilt(body, lo, ext)
+        }
+        Stmt::Seq(v) => Stmt::seq(v.iter().map(|x| partition_loops(x, vb)).collect()),
+        Stmt::Realize {
+            tensor,
+            bounds,
+            body,
+        } => Stmt::Realize {
+            tensor: *tensor,
+            bounds: bounds.clone(),
+            body: Box::new(partition_loops(body, vb)),
+        },
+        Stmt::IfThenElse {
+            cond,
+            then_case,
+            else_case,
+            likely,
+        } => Stmt::IfThenElse {
+            cond: cond.clone(),
+            then_case: Box::new(partition_loops(then_case, vb)),
+            else_case: else_case.as_ref().map(|e| Box::new(partition_loops(e, vb))),
+            likely: *likely,
+        },
+        Stmt::Assume { cond, body } => Stmt::Assume {
+            cond: cond.clone(),
+            body: Box::new(partition_loops(body, vb)),
+        },
+        Stmt::Allocate { buffer, size, body } => Stmt::Allocate {
+            buffer: *buffer,
+            size: size.clone(),
+            body: Box::new(partition_loops(body, vb)),
+        },
+        leaf => leaf.clone(),
+    }
+}
+
+fn with_bound<T>(
+    vb: &mut VarBounds,
+    v: &Var,
+    b: Option<(i64, i64)>,
+    f: impl FnOnce(&mut VarBounds) -> T,
+) -> T {
+    let saved = vb.get(v);
+    match b {
+        Some((l, h)) => vb.set(v, l, h),
+        None => vb.remove(v),
+    }
+    let out = f(vb);
+    restore(vb, v, saved);
+    out
+}
+
+/// Replaces loops of one iteration by their body with the variable set to the loop's min.
+pub fn remove_trivial_loops(s: &Stmt) -> Stmt {
+    // Bottom-up: each loop's body has already lost its own trivial loops.
+    s.rewrite(
+        &mut |x| match x {
+            Stmt::For {
+                var,
+                min,
+                extent: Expr::Int(1),
+                body,
+                ..
+            } => body.rewrite(&mut |y| y, &mut |e| {
+                e.substitute(&|v| (*v == var).then(|| min.clone()))
+            }),
+            other => other,
+        },
+        &mut |e| e.clone(),
+    )
+}
