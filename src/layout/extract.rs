@@ -332,7 +332,9 @@ pub fn rewrite_graph(
         output_names,
     };
     let (choice, extract) = extract(&ge.egraph, &ge.roots);
-    let out = ge.to_graph(&choice)?;
+    let mut out = ge.to_graph(&choice)?;
+    // Transforms of constants were costed as free: fold them now.
+    crate::graph::fold_constants(&mut out).map_err(|e| LayoutError::Graph(e.to_string()))?;
     Ok((
         out,
         RewriteReport {
