@@ -749,12 +749,11 @@ pub fn graph_to_egraph(g: &Graph) -> Result<GraphEGraph, LayoutError> {
                         node.outputs
                             .iter()
                             .map(|v| {
-                                (
-                                    v.ty.shape.clone(),
-                                    Layout::identity(v.ty.shape.len()).expect("rank fits"),
-                                )
+                                let l = Layout::identity(v.ty.shape.len())
+                                    .map_err(|e| err(spans, e.to_string()))?;
+                                Ok((v.ty.shape.clone(), l))
                             })
-                            .collect()
+                            .collect::<Result<_, LayoutError>>()?
                     }
                 };
                 let k = eg.analysis.intern(OpEntry {
