@@ -2,7 +2,10 @@
 
 use clap::{Parser, Subcommand};
 use layoutopt::frontend::onnx::{load_onnx, load_tensor_pb, ImportOptions};
+use layoutopt::frontend::tflite::load_tflite;
 use layoutopt::graph::{format_spans, Graph, Op, Tensor, TensorData};
+use layoutopt::layout::op_rules::{CostModel, Family};
+use layoutopt::layout::plan::{plan, planner_by_name, Plan};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -22,16 +25,34 @@ struct Cli {
 enum Command {
     /// Import a model and print its ops, shapes and spans.
     Inspect {
-        /// The model file (.onnx).
+        /// The model file (.onnx or .tflite).
         model: PathBuf,
     },
-    /// Import a model, run it, and print a summary of its outputs.
+    /// Plan the layout of every tensor and print the plan report.
+    Plan {
+        /// The model file (.onnx).
+        model: PathBuf,
+        #[command(flatten)]
+        planning: Planning,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Plan with every planner and compare them side by side.
+    Compare {
+        /// The model file (.onnx).
+        model: PathBuf,
+        /// Target layout family: nchw, nhwc, nchwc (block from this CPU) or nchw<x>c.
+        #[arg(long, default_value = "nchwc")]
+        target: String,
+    },
+    /// Import a model, plan it, run it, and print a summary of its outputs.
     ///
     /// The inputs come from `--input` files, else from the model's
     /// `test_data_set_0/` folder when there is one (its recorded outputs are then
     /// compared), else from a seeded random generator.
     Run {
-        /// The model file (.onnx).
+        /// The model file (.onnx or .tflite).
         model: PathBuf,
         /// Input tensors as serialized ONNX TensorProto (.pb), one per graph input.
         #[arg(long = "input")]
@@ -39,18 +60,45 @@ enum Command {
         /// Seed for random inputs.
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        #[command(flatten)]
+        planning: Planning,
     },
+}
+
+#[derive(clap::Args)]
+struct Planning {
+    /// Planner: keep, local, greedy or global.
+    #[arg(long, default_value = "global")]
+    planner: String,
+    /// Target layout family: nchw, nhwc, nchwc (block from this CPU) or nchw<x>c.
+    #[arg(long, default_value = "nchwc")]
+    target: String,
+}
+
+impl Planning {
+    fn plan(&self, g: &Graph) -> Result<Plan, Box<dyn std::error::Error>> {
+        let planner = planner_by_name(&self.planner)?;
+        let family = Family::parse(&self.target)?;
+        Ok(plan(g, planner.as_ref(), family, &CostModel::default())?)
+    }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Inspect { model } => inspect(&model),
+        Command::Plan {
+            model,
+            planning,
+            json,
+        } => plan_cmd(&model, &planning, json),
+        Command::Compare { model, target } => compare(&model, &target),
         Command::Run {
             model,
             inputs,
             seed,
-        } => run(&model, &inputs, seed),
+            planning,
+        } => run(&model, &inputs, seed, &planning),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -64,6 +112,9 @@ fn main() -> ExitCode {
 type CliResult = Result<(), Box<dyn std::error::Error>>;
 
 fn load(model: &Path) -> Result<Graph, Box<dyn std::error::Error>> {
+    if model.extension().is_some_and(|e| e == "tflite") {
+        return Ok(load_tflite(model)?);
+    }
     Ok(load_onnx(model, &ImportOptions::default())?)
 }
 
@@ -116,10 +167,53 @@ fn random_tensor(shape: &[usize], dtype: layoutopt::graph::DType, seed: u64) -> 
     Tensor::new(shape.to_vec(), TensorData::from_f64(dtype, vals))
 }
 
-fn run(model: &Path, input_files: &[PathBuf], seed: u64) -> CliResult {
-    let t0 = Instant::now();
+fn plan_cmd(model: &Path, planning: &Planning, json: bool) -> CliResult {
     let g = load(model)?;
+    let p = planning.plan(&g)?;
+    if json {
+        println!("{}", p.report.to_json());
+    } else {
+        print!("{}", p.report.to_text());
+    }
+    Ok(())
+}
+
+fn compare(model: &Path, target: &str) -> CliResult {
+    let g = load(model)?;
+    let family = Family::parse(target)?;
+    println!(
+        "{:<8} {:>10} {:>14} {:>16} {:>12} {:>10}",
+        "planner", "transforms", "bytes moved", "est. cost (us)", "plan (ms)", "gap"
+    );
+    for name in ["keep", "local", "greedy", "global"] {
+        let planner = planner_by_name(name)?;
+        let p = plan(&g, planner.as_ref(), family, &CostModel::default())?;
+        let r = &p.report;
+        let gap = r
+            .solver
+            .as_ref()
+            .map_or("-".to_string(), |s| format!("{:.2}%", s.gap * 100.0));
+        println!(
+            "{:<8} {:>10} {:>14} {:>16.1} {:>12.1} {:>10}",
+            name,
+            r.transform_count,
+            r.transform_bytes,
+            r.estimated_cost / 1e3,
+            r.plan_time_ms,
+            gap
+        );
+    }
+    Ok(())
+}
+
+fn run(model: &Path, input_files: &[PathBuf], seed: u64, planning: &Planning) -> CliResult {
+    let t0 = Instant::now();
+    let source = load(model)?;
     let import_time = t0.elapsed();
+    let t_plan = Instant::now();
+    let planned = planning.plan(&source)?;
+    let plan_time = t_plan.elapsed();
+    let g = planned.graph;
     let recorded = input_files.is_empty() && !test_data(model, "input").is_empty();
     let files = if recorded {
         test_data(model, "input")
@@ -145,10 +239,14 @@ fn run(model: &Path, input_files: &[PathBuf], seed: u64) -> CliResult {
     let outputs = layoutopt::reference::run(&g, &inputs)?;
     let run_time = t1.elapsed();
     println!(
-        "{}: {} nodes, imported in {:.1} ms, ran in {:.1} ms (reference executor)",
+        "{}: {} nodes, imported in {:.1} ms, planned ('{}', {}) in {:.1} ms: {} transforms kept; ran in {:.1} ms (reference executor)",
         model.display(),
         g.node_count(),
         import_time.as_secs_f64() * 1e3,
+        planned.report.planner,
+        planned.report.family,
+        plan_time.as_secs_f64() * 1e3,
+        planned.report.transform_count,
         run_time.as_secs_f64() * 1e3
     );
     let expected: Vec<Tensor> = if recorded {

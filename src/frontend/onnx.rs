@@ -33,6 +33,14 @@ pub enum ImportError {
     Model { path: String, message: String },
     #[error("{}: {message}", format_spans(spans))]
     Layer { spans: Vec<Span>, message: String },
+    /// A parameter input (a shape, axes, bounds) is computed at run time.
+    #[error("{}: {message}", format_spans(spans))]
+    NotConstant {
+        spans: Vec<Span>,
+        /// The value that would have to be known at import time.
+        value: String,
+        message: String,
+    },
     #[error(transparent)]
     Graph(#[from] GraphError),
 }
@@ -51,6 +59,9 @@ impl ImportError {
 pub struct ImportOptions {
     /// Concrete values for symbolic dimensions, by dimension name (e.g. "batch").
     pub dim_values: HashMap<String, usize>,
+    /// Graph inputs frozen to a value: they become constants, so ops that need a
+    /// parameter known at import time (a shape, pads, clip bounds) can take them.
+    pub constant_inputs: HashMap<String, Tensor>,
 }
 
 /// Reads and imports an ONNX model file.
@@ -151,7 +162,20 @@ pub fn import_onnx(
             let ty = value_type(vi, opts)
                 .map_err(|m| model_err(format!("graph input '{}': {m}", vi.name)))?;
             let span = Span::new(file, &vi.name, "Input", 0);
-            let v = imp.g.add_input(&vi.name, ty, vec![span]);
+            let v = match opts.constant_inputs.get(&vi.name) {
+                Some(t) if t.dtype() == ty.dtype && t.shape == ty.shape => {
+                    imp.g.add_constant(&vi.name, t.clone(), vec![span])
+                }
+                Some(t) => {
+                    return Err(model_err(format!(
+                        "graph input '{}' is {ty}, but the value given to freeze it is {}{:?}",
+                        vi.name,
+                        t.dtype(),
+                        t.shape
+                    )))
+                }
+                None => imp.g.add_input(&vi.name, ty, vec![span]),
+            };
             imp.values.insert(vi.name.clone(), v);
         }
     }

@@ -305,7 +305,10 @@ pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
         Op::Pool(p) => {
             expect_inputs(inputs, 1, 1)?;
             let x = inputs[0];
-            expect_float(x, "input")?;
+            // Max pooling compares, so it also takes integers; averaging needs floats.
+            if p.kind == PoolKind::Avg || x.dtype == DType::Bool {
+                expect_float(x, "input")?;
+            }
             check_rank_at_least(x, 3, "input")?;
             let mut shape = x.shape[..2].to_vec();
             shape.extend(window_outputs(&p.window, &x.shape[2..], p.ceil_mode)?);

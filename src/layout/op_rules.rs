@@ -240,6 +240,18 @@ pub fn value_candidates(
             add(&mut cands, ValueRef::new(id, 0), target.clone());
         }
     }
+    // A matrix product reads either operand transposed at no extra cost (as BLAS
+    // does with its transpose flags), so column-major is a candidate for both.
+    let column_major = Layout::permutation(&[1, 0]).expect("a 2-d permutation is a layout");
+    for &id in order {
+        if is_matrix_product(g, id) {
+            for v in g.node_inputs(id) {
+                if g.constant(v).is_none() {
+                    add(&mut cands, v, column_major.clone());
+                }
+            }
+        }
+    }
     // Carry candidates along until nothing changes (bounded: sets are capped).
     for _round in 0..8 {
         let mut changed = false;
@@ -290,6 +302,14 @@ pub fn value_candidates(
         }
     }
     cands
+}
+
+/// A MatMul of two matrices (the case BLAS-style kernels take either way round).
+fn is_matrix_product(g: &Graph, id: NodeId) -> bool {
+    matches!(g.node(id).op, Op::MatMul)
+        && g.node_inputs(id)
+            .iter()
+            .all(|&v| g.value_type(v).shape.len() == 2)
 }
 
 /// Whether layout `l` leaves every axis in `axes` unblocked.
@@ -364,17 +384,27 @@ fn op_cost(
         Op::Conv(c) => {
             let (x, w, y) = (ins[0], ins[1], outs[0]);
             let depthwise = c.group > 1 && c.group == x.shape[1];
-            let penalty = match (&out_l[0], out_l[0].is_blocked()) {
-                (_, true) => 1.0,
-                (l, false) if l.is_identity() => {
+            let layout_penalty = |l: &Layout| {
+                if l.is_blocked() {
+                    1.0
+                } else if l.is_identity() {
                     if depthwise {
                         m.nchw_conv_penalty.sqrt()
                     } else {
                         m.nchw_conv_penalty
                     }
+                } else {
+                    m.nhwc_conv_penalty
                 }
-                _ => m.nhwc_conv_penalty,
             };
+            // The kernel vectorises over channels of both operands; a first layer
+            // with a handful of input channels reads any layout equally well.
+            let input_penalty = if x.shape[1] <= 4 {
+                1.0
+            } else {
+                layout_penalty(&in_l[0])
+            };
+            let penalty = layout_penalty(&out_l[0]).max(input_penalty);
             // Padded channels are computed too.
             let pad = |t: &ValueType, l: &Layout| {
                 physical_bytes(t, l) as f64 / (numel(&t.shape).max(1) * t.dtype.size_bytes()) as f64
@@ -446,9 +476,34 @@ pub fn impls(
                 }
             }
         }
-        (Op::Conv(_) | Op::Pool(_) | Op::GlobalPool(_), OpKind::Source)
-            if outs[0].shape.len() == 4 =>
-        {
+        (Op::Conv(_), _) if outs[0].shape.len() == 4 => {
+            // A convolution may also read one layout and write another (a first
+            // layer reads the 3-channel image row-major and writes blocked).
+            let in_cands = cands.get(&in_refs[0]).cloned().unwrap_or_default();
+            let kernel_layout = |l: &&Layout| {
+                l.as_permutation()
+                    .is_none_or(|p| p == [0, 1, 2, 3] || p == [0, 2, 3, 1])
+            };
+            for lo in std::iter::once(&id_out[0])
+                .chain(&out_cands)
+                .filter(kernel_layout)
+            {
+                for li in in_cands.iter().filter(kernel_layout) {
+                    let mut inputs = id_in.clone();
+                    inputs[0] = li.clone();
+                    push(inputs, vec![lo.clone()]);
+                }
+            }
+        }
+        (Op::MatMul, _) if is_matrix_product(g, id) => {
+            let choices = |v: &ValueRef| cands.get(v).cloned().unwrap_or_default();
+            for la in choices(&in_refs[0]) {
+                for lb in choices(&in_refs[1]) {
+                    push(vec![la.clone(), lb], id_out.clone());
+                }
+            }
+        }
+        (Op::Pool(_) | Op::GlobalPool(_), _) if outs[0].shape.len() == 4 => {
             for l in out_cands
                 .iter()
                 .filter(|l| l.as_permutation().is_none_or(|p| p == [0, 2, 3, 1]))

@@ -18,7 +18,7 @@
 //! layout, so the real plan never moves more bytes than the model counted.
 
 use super::op_rules::{
-    impls, op_kind, physical_bytes, value_candidates, CostModel, Family, Impl, OpKind,
+    impls, op_kind, physical_bytes, same_bytes, value_candidates, CostModel, Family, Impl, OpKind,
 };
 use super::solver::{self, Method, Pair, Problem, SolveOptions};
 use super::{pad_flow, Layout, LayoutError, PadValue, Requirement};
@@ -189,9 +189,9 @@ fn local_choice(g: &Graph, space: &PlanSpace) -> Vec<usize> {
     for (var, &id) in space.nodes.iter().enumerate() {
         let impls = &space.impls[var];
         let pick = match op_kind(&g.node(id).op) {
-            OpKind::Source => impls
-                .iter()
-                .position(|i| Some(&i.outputs[0]) == target.as_ref()),
+            OpKind::Source => impls.iter().position(|i| {
+                Some(&i.outputs[0]) == target.as_ref() && Some(&i.inputs[0]) == target.as_ref()
+            }),
             OpKind::Agnostic => g.node_inputs(id).first().and_then(|v| {
                 let have = var_of
                     .get(&v.node)
@@ -271,6 +271,8 @@ pub struct TransformInfo {
     pub from: String,
     pub to: String,
     pub bytes: usize,
+    /// Both layouts put every element at the same offset: no data moves.
+    pub relabel: bool,
     /// The layers on either side of it.
     pub spans: String,
 }
@@ -290,8 +292,11 @@ pub struct PlanReport {
     /// Layout of every non-constant value not stored row-major.
     pub layouts: Vec<ValueLayout>,
     pub transforms: Vec<TransformInfo>,
+    /// Transforms that move data, and the bytes they read and write.
     pub transform_count: usize,
     pub transform_bytes: usize,
+    /// Transforms between layouts with the same bytes (no data moves).
+    pub relabels: usize,
     /// Constants re-packed into another layout at compile time.
     pub packed_constants: usize,
     /// Padding refills inserted where an op needed a known padding value.
@@ -377,7 +382,8 @@ pub fn plan(
         planner: planner.name().to_string(),
         family: family.to_string(),
         layouts: m.layouts(),
-        transform_count: m.transforms.len(),
+        transform_count: m.transforms.iter().filter(|t| !t.relabel).count(),
+        relabels: m.transforms.iter().filter(|t| t.relabel).count(),
         transform_bytes: m.transforms.iter().map(|t| t.bytes).sum(),
         transforms: m.transforms,
         packed_constants: m.packed_constants,
@@ -570,6 +576,10 @@ impl<'a> Materializer<'a> {
     /// The padding `v` holds once in layout `want`: what the transform made for
     /// it wrote, or what its producer left.
     fn pad_of(&self, v: ValueRef, want: &Layout) -> PadValue {
+        // Constants are packed at compile time with zeros in any padding.
+        if self.src.constant(v).is_some() {
+            return PadValue::Known(0.0);
+        }
         if let Some((_, pad)) = self.converted.get(&(v, want.clone(), None)) {
             return *pad;
         }
@@ -620,11 +630,17 @@ impl<'a> Materializer<'a> {
             self.packed_constants += 1;
             consts[0]
         } else {
+            let relabel = same_bytes(&p.layout, want, &ty.shape) && refill.is_none();
             self.transforms.push(TransformInfo {
                 value: producer.outputs[v.output].name.clone(),
                 from: p.layout.to_string(),
                 to: want.to_string(),
-                bytes: physical_bytes(&ty, &p.layout) + physical_bytes(&ty, want),
+                bytes: if relabel {
+                    0
+                } else {
+                    physical_bytes(&ty, &p.layout) + physical_bytes(&ty, want)
+                },
+                relabel,
                 spans: format_spans(&spans),
             });
             ValueRef::new(id, 0)

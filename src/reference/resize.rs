@@ -16,8 +16,10 @@ fn source_coord(coord: CoordTransform, o: usize, scale: f64, in_len: usize, out_
         CoordTransform::HalfPixel => (o + 0.5) / scale - 0.5,
         CoordTransform::PytorchHalfPixel if out_len > 1 => (o + 0.5) / scale - 0.5,
         CoordTransform::PytorchHalfPixel => 0.0,
+        // The resized length is in_len * scale, which need not be whole (the
+        // spec's reference implementation divides by it, not by the floored size).
         CoordTransform::AlignCorners if out_len > 1 => {
-            o * (in_len as f64 - 1.0) / (out_len as f64 - 1.0)
+            o * (in_len as f64 - 1.0) / (in_len as f64 * scale - 1.0)
         }
         CoordTransform::AlignCorners => 0.0,
         CoordTransform::Asymmetric => o / scale,

@@ -1,1 +1,62 @@
 //! Tensor-level IR: compute definitions, schedules, InferBound, lowering.
+//!
+//! The path from an operator to a loop nest, one file per step:
+//! - [`expr`], [`simplify`], [`intset`]: integer/float expressions, an arithmetic
+//!   simplifier (constant folding, linear canonical form, floor div/mod rules,
+//!   bound-aware `min`/`max`/comparisons), and integer sets (intervals behind an API that
+//!   admits strided or modular sets later).
+//! - [`compute`]: `placeholder`, `compute(shape, fn)` and `reduce` definitions with
+//!   iteration variables carrying a domain; a direct evaluator as the test oracle.
+//! - [`schedule`]: stages with split (factor or nparts), fuse, reorder, compute_at,
+//!   compute_inline, compute_root, vectorize, parallel, unroll, tensorize, cache_read and
+//!   cache_write. Every primitive appends a snapshot to [`schedule::Schedule::record`]
+//!   (the schedule record of the TVM Explorer RFC), so the schedule after every step can
+//!   be inspected.
+//! - [`bound`]: InferBound as the InferBound document describes it (read graph, reverse
+//!   topological order, InferRootBound with its four phases, PassUpDomain,
+//!   PropBoundToInputs, GatherBound, PassDownDomain, attach paths and the relax set).
+//! - [`lower`]: ScheduleOps (loop nests, attached stages, realize regions, likely guards),
+//!   loop partitioning of split tails, storage flattening under a [`layout::BufferLayout`]
+//!   into the statement IR of [`stmt`].
+//! - [`interp`]: an interpreter of the statement IR, for tests.
+//!
+//! # Beyond TVM: the limitations the InferBound document names
+//!
+//! (a) *PassDownDomain and split tails.* TVM gives the inner loop of a split of 20 by 16
+//! sixteen iterations on every outer step and guards the body. Here PassDownDomain gives
+//! the inner variable the range `[0, min(16, 20 - outer*16))` whenever the split does not
+//! divide the extent and the outer loop encloses the inner one (otherwise it falls back
+//! to TVM's factor and a guard). Producers computed at the outer loop then realize and
+//! compute only the elements of the current step. Loop partitioning splits off the last
+//! outer iteration, so the main loop is branch- and `min`-free (with an `assume` of the
+//! fact that made it so) and the tail runs its 4 iterations.
+//!
+//! (c) *PassUpDomain after fuse then split.* TVM turns any non-point set of a fused
+//! variable into the full ranges of both fused axes, realizing all 4096 elements of B in
+//! the document's example. Here, when the fused interval `[lo, lo + e)` has `lo` a
+//! multiple of `e` (which a split of the fused variable guarantees when it divides the
+//! fused extent) and `e` divides the inner extent `n`, the set is exactly one row and `e`
+//! columns; when `n` divides `e`, exactly `e/n` whole rows. B is realized with 8 elements
+//! per outer iteration. Other cases keep the rows `[lo/n, hi/n]` with whole width.
+//!
+//! (b) *GatherBound's per-dimension union* is kept (a box per tensor is what a realize
+//! can allocate), but when all requests are constant boxes, InferBound reports in
+//! [`bound::Bounds::overcompute`] how many elements the box holds and how many the
+//! consumers need (16 and 8 in the document's T[0:2, 0:2] / T[2:4, 2:4] example).
+//!
+//! PassUpDomain of a split uses the split's own factor rather than the inner variable's
+//! extent (as TVM does), since with (a) that extent may vary by outer iteration.
+
+pub mod bound;
+pub mod compute;
+pub mod error;
+pub mod expr;
+pub mod interp;
+pub mod intset;
+pub mod layout;
+pub mod lower;
+pub mod schedule;
+pub mod simplify;
+pub mod stmt;
+
+pub use error::TirError;

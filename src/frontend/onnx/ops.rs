@@ -92,10 +92,14 @@ impl NodeCtx<'_> {
         };
         match self.g.constant(v) {
             Some(t) => Ok(Some(t.clone())),
-            None => Err(self.err(format!(
-                "input {i} ('{}') must be a constant (computable at import time); dynamic values are not supported",
-                self.node.input[i]
-            ))),
+            None => Err(ImportError::NotConstant {
+                spans: vec![self.span.clone()],
+                value: self.node.input[i].clone(),
+                message: format!(
+                    "input {i} ('{}') must be a constant (computable at import time); dynamic values are not supported",
+                    self.node.input[i]
+                ),
+            }),
         }
     }
 
@@ -259,7 +263,14 @@ pub(super) fn convert(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         "Flatten" => {
             let x = c.input(0)?;
             let s = c.ty(x).shape;
-            let axis = c.axis(c.int("axis", 1)?, s.len() + 1)?;
+            // Flatten's axis ranges over [-rank, rank].
+            let r = s.len() as i64;
+            let axis = c.int("axis", 1)?;
+            let axis = match axis {
+                a if (0..=r).contains(&a) => a as usize,
+                a if (-r..0).contains(&a) => (a + r) as usize,
+                a => return Err(c.err(format!("axis {a} is out of range for rank {r}"))),
+            };
             let shape = vec![numel(&s[..axis]), numel(&s[axis..])];
             return c.emit(Op::Reshape { shape }, &[x]);
         }

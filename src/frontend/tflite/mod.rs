@@ -1,0 +1,385 @@
+//! TFLite importer: reads a `.tflite` flatbuffer (schema v3) into a `Graph`.
+//!
+//! TFLite tensors keep their source layouts in the IR: activations stay NHWC, and the
+//! layout changes that NCHW-defined IR ops need are explicit `Transpose` nodes around
+//! them (NHWC → NCHW → op → NHWC), so the layout planner sees them and can cancel them.
+//! Weights are constants and are re-laid (OHWI → OIHW) at import. Every node made for
+//! a TFLite operator, fused activations included, carries that operator's span:
+//! (file, output tensor name, TFLite op name, operator index).
+//!
+//! Only subgraph 0 is imported; quantized models are refused.
+
+mod ops;
+pub mod schema;
+
+use crate::graph::{
+    checked_numel, DType, Graph, GraphError, Span, Tensor, TensorData, ValueRef, ValueType,
+};
+use flatbuffers::{ForwardsUOffset, Vector};
+use half::f16;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Why a TFLite file could not be imported.
+#[derive(Debug, thiserror::Error)]
+pub enum TfliteError {
+    #[error("{file}: cannot read the file: {source}")]
+    Io {
+        file: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "{file}: not a TFLite model: the file is {len} bytes, too short for a flatbuffer header"
+    )]
+    TooShort { file: String, len: usize },
+    #[error("{file}: not a TFLite model: file identifier is {found:?}, expected \"TFL3\"")]
+    BadIdentifier { file: String, found: String },
+    #[error("{file}: not a valid TFLite flatbuffer (truncated or corrupt): {detail}")]
+    Corrupt { file: String, detail: String },
+    /// The flatbuffer is well formed but its contents are inconsistent.
+    #[error("{file}: {message}")]
+    Invalid { file: String, message: String },
+    #[error("{file}: tensor #{index} '{tensor}' is quantized ({dtype} with quantization parameters); quantized TFLite models are not supported, convert the model to float32")]
+    Quantized {
+        file: String,
+        index: usize,
+        tensor: String,
+        dtype: String,
+    },
+    #[error("{span}: {message}")]
+    Unsupported { span: Span, message: String },
+    /// An operator whose inputs or options do not make sense.
+    #[error("{span}: {message}")]
+    Layer { span: Span, message: String },
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+}
+
+/// Imports the TFLite model at `path`.
+pub fn load_tflite(path: &Path) -> Result<Graph, TfliteError> {
+    let file = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|source| TfliteError::Io {
+        file: file.clone(),
+        source,
+    })?;
+    import_tflite(&bytes, &file)
+}
+
+/// Imports a TFLite model held in memory; `file` names it in spans and errors.
+pub fn import_tflite(bytes: &[u8], file: &str) -> Result<Graph, TfliteError> {
+    // A flatbuffer starts with the root offset, then the 4-byte file identifier.
+    if bytes.len() < 8 {
+        return Err(TfliteError::TooShort {
+            file: file.to_string(),
+            len: bytes.len(),
+        });
+    }
+    if &bytes[4..8] != b"TFL3" {
+        return Err(TfliteError::BadIdentifier {
+            file: file.to_string(),
+            found: String::from_utf8_lossy(&bytes[4..8]).into_owned(),
+        });
+    }
+    let model = schema::root(bytes).map_err(|e| TfliteError::Corrupt {
+        file: file.to_string(),
+        detail: e.to_string().trim_end().replace('\n', "; "),
+    })?;
+    Importer::new(bytes, file, model)?.run()
+}
+
+/// Maps a TFLite `TensorType` to an IR dtype (`None`: a type we do not import).
+fn dtype_of(tensor_type: i8) -> Option<DType> {
+    Some(match tensor_type {
+        0 => DType::F32,
+        1 => DType::F16,
+        2 => DType::I32,
+        3 => DType::U8,
+        4 => DType::I64,
+        6 => DType::Bool,
+        9 => DType::I8,
+        10 => DType::F64,
+        _ => return None,
+    })
+}
+
+fn tensor_type_name(tensor_type: i8) -> String {
+    const NAMES: [&str; 21] = [
+        "FLOAT32",
+        "FLOAT16",
+        "INT32",
+        "UINT8",
+        "INT64",
+        "STRING",
+        "BOOL",
+        "INT16",
+        "COMPLEX64",
+        "INT8",
+        "FLOAT64",
+        "COMPLEX128",
+        "UINT64",
+        "RESOURCE",
+        "VARIANT",
+        "UINT32",
+        "UINT16",
+        "INT4",
+        "BFLOAT16",
+        "INT2",
+        "UINT4",
+    ];
+    usize::try_from(tensor_type)
+        .ok()
+        .and_then(|t| NAMES.get(t))
+        .map_or_else(|| format!("type {tensor_type}"), |n| n.to_string())
+}
+
+/// Import state for subgraph 0.
+struct Importer<'a> {
+    bytes: &'a [u8],
+    file: Arc<str>,
+    tensors: Vector<'a, ForwardsUOffset<schema::Tensor<'a>>>,
+    buffers: Option<Vector<'a, ForwardsUOffset<schema::Buffer<'a>>>>,
+    codes: Option<Vector<'a, ForwardsUOffset<schema::OperatorCode<'a>>>>,
+    subgraph: schema::SubGraph<'a>,
+    graph: Graph,
+    /// The IR value holding each TFLite tensor, once produced or loaded.
+    values: Vec<Option<ValueRef>>,
+}
+
+impl<'a> Importer<'a> {
+    fn new(bytes: &'a [u8], file: &str, model: schema::Model<'a>) -> Result<Self, TfliteError> {
+        let invalid = |message: String| TfliteError::Invalid {
+            file: file.to_string(),
+            message,
+        };
+        if model.version() != 3 {
+            return Err(invalid(format!(
+                "schema version {} is not supported (expected 3)",
+                model.version()
+            )));
+        }
+        let subgraph = model
+            .subgraphs()
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| invalid("the model has no subgraph".into()))?
+            .get(0);
+        let tensors = subgraph.tensors().unwrap_or_default();
+        Ok(Importer {
+            bytes,
+            file: file.into(),
+            tensors,
+            buffers: model.buffers(),
+            codes: model.operator_codes(),
+            subgraph,
+            // Converters name subgraph 0 "main", so the file names the graph.
+            graph: Graph::new(graph_name(file)),
+            values: vec![None; tensors.len()],
+        })
+    }
+
+    fn invalid(&self, message: String) -> TfliteError {
+        TfliteError::Invalid {
+            file: self.file.to_string(),
+            message,
+        }
+    }
+
+    fn run(mut self) -> Result<Graph, TfliteError> {
+        self.refuse_quantized()?;
+        for idx in self.subgraph.inputs().unwrap_or_default() {
+            let t = self.tensor_index(idx, "subgraph input")?;
+            let ty = self.value_type(t)?;
+            let name = self.tensor_name(t);
+            let span = Span::new(&self.file, &name, "Input", 0);
+            let v = self.graph.add_input(&name, ty, vec![span]);
+            self.values[t] = Some(v);
+        }
+        let operators = self.subgraph.operators().unwrap_or_default();
+        for (i, op) in operators.iter().enumerate() {
+            ops::import_operator(&mut self, i, op)?;
+        }
+        let mut outputs = Vec::new();
+        for idx in self.subgraph.outputs().unwrap_or_default() {
+            let t = self.tensor_index(idx, "subgraph output")?;
+            let v = self.value(t, None)?;
+            outputs.push(v);
+        }
+        self.graph.set_outputs(outputs);
+        Ok(self.graph)
+    }
+
+    /// Refuses the model at the first tensor carrying integer quantization parameters.
+    fn refuse_quantized(&self) -> Result<(), TfliteError> {
+        for (index, t) in self.tensors.iter().enumerate() {
+            let Some(q) = t.quantization() else { continue };
+            let has_params = q.scale().is_some_and(|s| !s.is_empty())
+                || q.zero_point().is_some_and(|z| !z.is_empty())
+                || q.details_type() != 0;
+            let is_float = dtype_of(t.tensor_type()).is_some_and(DType::is_float);
+            if has_params && !is_float {
+                return Err(TfliteError::Quantized {
+                    file: self.file.to_string(),
+                    index,
+                    tensor: self.tensor_name(index),
+                    dtype: tensor_type_name(t.tensor_type()),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks a tensor index read from the file.
+    fn tensor_index(&self, idx: i32, what: &str) -> Result<usize, TfliteError> {
+        usize::try_from(idx)
+            .ok()
+            .filter(|&t| t < self.tensors.len())
+            .ok_or_else(|| {
+                self.invalid(format!(
+                    "{what} refers to tensor {idx}, but subgraph 0 has {} tensors",
+                    self.tensors.len()
+                ))
+            })
+    }
+
+    fn tensor(&self, t: usize) -> schema::Tensor<'a> {
+        self.tensors.get(t)
+    }
+
+    /// The tensor's name, or `tensor_<index>` when the file gives none.
+    fn tensor_name(&self, t: usize) -> String {
+        match self.tensor(t).name() {
+            Some(n) if !n.is_empty() => n.to_string(),
+            _ => format!("tensor_{t}"),
+        }
+    }
+
+    /// The declared dtype and static shape of a tensor.
+    fn value_type(&self, t: usize) -> Result<ValueType, TfliteError> {
+        let tensor = self.tensor(t);
+        let dtype = dtype_of(tensor.tensor_type()).ok_or_else(|| {
+            self.invalid(format!(
+                "tensor #{t} '{}' has element type {}, which is not supported",
+                self.tensor_name(t),
+                tensor_type_name(tensor.tensor_type())
+            ))
+        })?;
+        let shape = self.declared_shape(t)?.unwrap_or_default();
+        Ok(ValueType::new(dtype, shape))
+    }
+
+    /// The tensor's static shape, or `None` when the file does not record one.
+    fn declared_shape(&self, t: usize) -> Result<Option<Vec<usize>>, TfliteError> {
+        let Some(dims) = self.tensor(t).shape() else {
+            return Ok(None);
+        };
+        let shape = dims
+            .iter()
+            .map(|d| usize::try_from(d).ok())
+            .collect::<Option<Vec<usize>>>()
+            .filter(|s| checked_numel(s).is_some())
+            .ok_or_else(|| {
+                self.invalid(format!(
+                    "tensor #{t} '{}' has shape {:?}; shapes must be static and non-negative, with an element count that fits in memory",
+                    self.tensor_name(t),
+                    dims.iter().collect::<Vec<_>>()
+                ))
+            })?;
+        Ok(Some(shape))
+    }
+
+    /// The constant data of a tensor, or `None` when it has no buffer contents.
+    fn constant_data(&self, t: usize) -> Result<Option<Tensor>, TfliteError> {
+        let name = self.tensor_name(t);
+        let index = self.tensor(t).buffer() as usize;
+        let count = self.buffers.map_or(0, |b| b.len());
+        if index >= count {
+            return Err(self.invalid(format!(
+                "tensor #{t} '{name}' refers to buffer {index}, but the model has {count} buffers"
+            )));
+        }
+        let buffer = self
+            .buffers
+            .expect("index < count implies buffers")
+            .get(index);
+        let bytes = match buffer.data() {
+            Some(d) if !d.is_empty() => d.bytes(),
+            // Models over 2 GB keep buffers after the flatbuffer; offset 1 marks "none".
+            _ if buffer.offset() > 1 => {
+                let range = usize::try_from(buffer.offset())
+                    .ok()
+                    .zip(usize::try_from(buffer.size()).ok())
+                    .and_then(|(o, s)| self.bytes.get(o..o.checked_add(s)?));
+                range.ok_or_else(|| {
+                    self.invalid(format!(
+                        "buffer {index} of tensor #{t} '{name}' lies outside the file (offset {}, size {})",
+                        buffer.offset(),
+                        buffer.size()
+                    ))
+                })?
+            }
+            _ => return Ok(None),
+        };
+        let ty = self.value_type(t)?;
+        let expected = ty.numel().checked_mul(ty.dtype.size_bytes());
+        if expected != Some(bytes.len()) {
+            let needs = expected.map_or_else(|| "more than usize::MAX".into(), |n| n.to_string());
+            return Err(self.invalid(format!(
+                "tensor #{t} '{name}' of type {ty} needs {needs} bytes, but buffer {index} holds {}",
+                bytes.len()
+            )));
+        }
+        Ok(Some(Tensor::new(ty.shape, decode(ty.dtype, bytes))))
+    }
+
+    /// The IR value of tensor `t`: produced by an earlier operator, a graph input, or
+    /// its constant data (loaded on first use). `span` names the reading operator.
+    fn value(&mut self, t: usize, span: Option<&Span>) -> Result<ValueRef, TfliteError> {
+        if let Some(v) = self.values[t] {
+            return Ok(v);
+        }
+        let Some(data) = self.constant_data(t)? else {
+            let message = format!(
+                "tensor #{t} '{}' is read before any operator produces it and has no data",
+                self.tensor_name(t)
+            );
+            return Err(match span {
+                Some(span) => TfliteError::Layer {
+                    span: span.clone(),
+                    message,
+                },
+                None => self.invalid(message),
+            });
+        };
+        let name = self.tensor_name(t);
+        let span = Span::new(&self.file, &name, "Constant", 0);
+        let v = self.graph.add_constant(&name, data, vec![span]);
+        self.values[t] = Some(v);
+        Ok(v)
+    }
+}
+
+/// Decodes little-endian elements of `dtype` (the length is already checked).
+fn decode(dtype: DType, bytes: &[u8]) -> TensorData {
+    fn words<const N: usize, T>(bytes: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
+        bytes
+            .chunks_exact(N)
+            .map(|c| f(c.try_into().expect("chunks_exact yields N bytes")))
+            .collect()
+    }
+    match dtype {
+        DType::F32 => TensorData::F32(words(bytes, f32::from_le_bytes)),
+        DType::F16 => TensorData::F16(words(bytes, f16::from_le_bytes)),
+        DType::F64 => TensorData::F64(words(bytes, f64::from_le_bytes)),
+        DType::I64 => TensorData::I64(words(bytes, i64::from_le_bytes)),
+        DType::I32 => TensorData::I32(words(bytes, i32::from_le_bytes)),
+        DType::I8 => TensorData::I8(words(bytes, i8::from_le_bytes)),
+        DType::U8 => TensorData::U8(bytes.to_vec()),
+        DType::Bool => TensorData::Bool(bytes.iter().map(|&b| b != 0).collect()),
+    }
+}
+
+/// A graph name from the file name: `dir/model.tflite` → `model`.
+fn graph_name(file: &str) -> String {
+    Path::new(file)
+        .file_stem()
+        .map_or_else(|| file.to_string(), |s| s.to_string_lossy().into_owned())
+}

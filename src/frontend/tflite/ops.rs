@@ -1,0 +1,985 @@
+//! TFLite operators to IR nodes. One TFLite operator may become several nodes (layout
+//! transposes, the op, a fused activation); all of them carry the operator's span.
+
+use super::schema::{self, BuiltinOptions};
+use super::{Importer, TfliteError};
+use crate::graph::{
+    numel, strides, BinaryOp, Conv, CoordTransform, DType, NearestMode, NodeId, Op, PadMode, Pool,
+    PoolKind, ReduceKind, Resize, ResizeMode, SliceAxis, Span, Tensor, UnaryOp, ValueRef,
+    ValueType, Window,
+};
+
+/// NHWC → NCHW and back, for ops the IR defines on NCHW tensors.
+const TO_NCHW: [usize; 4] = [0, 3, 1, 2];
+const TO_NHWC: [usize; 4] = [0, 2, 3, 1];
+
+type Res<T> = Result<T, TfliteError>;
+
+/// Imports operator `index` of subgraph 0.
+pub(super) fn import_operator<'a>(
+    imp: &mut Importer<'a>,
+    index: usize,
+    op: schema::Operator<'a>,
+) -> Res<()> {
+    let outputs: Vec<usize> = op
+        .outputs()
+        .unwrap_or_default()
+        .iter()
+        .map(|t| imp.tensor_index(t, &format!("operator #{index} output")))
+        .collect::<Res<_>>()?;
+    let Some(&out) = outputs.first() else {
+        return Err(imp.invalid(format!("operator #{index} has no outputs")));
+    };
+    let (code, op_name) = opcode(imp, index, op)?;
+    let layer = imp.tensor_name(out);
+    let span = Span::new(&imp.file, &layer, &op_name, index);
+    let inputs = op
+        .inputs()
+        .unwrap_or_default()
+        .iter()
+        .map(|t| match t {
+            -1 => Ok(None), // an omitted optional input
+            t => imp
+                .tensor_index(t, &format!("operator #{index} input"))
+                .map(Some),
+        })
+        .collect::<Res<_>>()?;
+    let mut cx = Cx {
+        imp,
+        op,
+        span,
+        layer,
+        inputs,
+        emitted: Vec::new(),
+    };
+    let value = cx.convert(code)?;
+    if outputs.len() != 1 {
+        return Err(cx.err(format!("has {} outputs, expected 1", outputs.len())));
+    }
+    cx.finish(value, out)
+}
+
+/// The operator's builtin code and its name for spans.
+fn opcode(imp: &Importer, index: usize, op: schema::Operator) -> Res<(i32, String)> {
+    let codes = imp.codes.unwrap_or_default();
+    let i = op.opcode_index() as usize;
+    if i >= codes.len() {
+        return Err(imp.invalid(format!(
+            "operator #{index} uses opcode index {i}, but the model has {} operator codes",
+            codes.len()
+        )));
+    }
+    let oc = codes.get(i);
+    let code = oc.code();
+    let name = match (code, oc.custom_code()) {
+        (CUSTOM, Some(custom)) => format!("CUSTOM:{custom}"),
+        _ => schema::builtin_name(code).map_or_else(|| format!("BUILTIN_{code}"), str::to_string),
+    };
+    Ok((code, name))
+}
+
+// Builtin operator codes (BuiltinOperator in schema.fbs) that we import.
+const ADD: i32 = 0;
+const AVERAGE_POOL_2D: i32 = 1;
+const CONCATENATION: i32 = 2;
+const CONV_2D: i32 = 3;
+const DEPTHWISE_CONV_2D: i32 = 4;
+const DEQUANTIZE: i32 = 6;
+const FULLY_CONNECTED: i32 = 9;
+const LOGISTIC: i32 = 14;
+const MAX_POOL_2D: i32 = 17;
+const MUL: i32 = 18;
+const RELU: i32 = 19;
+const RELU_N1_TO_1: i32 = 20;
+const RELU6: i32 = 21;
+const RESHAPE: i32 = 22;
+const RESIZE_BILINEAR: i32 = 23;
+const SOFTMAX: i32 = 25;
+const TANH: i32 = 28;
+const CUSTOM: i32 = 32;
+const PAD: i32 = 34;
+const TRANSPOSE: i32 = 39;
+const MEAN: i32 = 40;
+const SUB: i32 = 41;
+const DIV: i32 = 42;
+const SQUEEZE: i32 = 43;
+const STRIDED_SLICE: i32 = 45;
+const EXP: i32 = 47;
+const MAXIMUM: i32 = 55;
+const MINIMUM: i32 = 57;
+const NEG: i32 = 59;
+const PADV2: i32 = 60;
+const LOG: i32 = 73;
+const SUM: i32 = 74;
+const SQRT: i32 = 75;
+const RSQRT: i32 = 76;
+const REDUCE_MAX: i32 = 82;
+const RESIZE_NEAREST_NEIGHBOR: i32 = 97;
+const LEAKY_RELU: i32 = 98;
+const SQUARED_DIFFERENCE: i32 = 99;
+const ABS: i32 = 101;
+const HARD_SWISH: i32 = 117;
+const BATCH_MATMUL: i32 = 126;
+const GELU: i32 = 150;
+
+/// The conversion of one operator.
+struct Cx<'i, 'a> {
+    imp: &'i mut Importer<'a>,
+    op: schema::Operator<'a>,
+    span: Span,
+    layer: String,
+    /// Tensor index of each input; `None` for an omitted optional input.
+    inputs: Vec<Option<usize>>,
+    /// Nodes made so far for this operator, in order.
+    emitted: Vec<NodeId>,
+}
+
+impl<'a> Cx<'_, 'a> {
+    fn err(&self, message: impl Into<String>) -> TfliteError {
+        TfliteError::Layer {
+            span: self.span.clone(),
+            message: message.into(),
+        }
+    }
+
+    fn unsupported(&self, message: impl Into<String>) -> TfliteError {
+        TfliteError::Unsupported {
+            span: self.span.clone(),
+            message: message.into(),
+        }
+    }
+
+    fn convert(&mut self, code: i32) -> Res<ValueRef> {
+        match code {
+            CONV_2D => self.conv2d(),
+            DEPTHWISE_CONV_2D => self.depthwise_conv2d(),
+            AVERAGE_POOL_2D => self.pool(PoolKind::Avg),
+            MAX_POOL_2D => self.pool(PoolKind::Max),
+            FULLY_CONNECTED => self.fully_connected(),
+            ADD => self.binary(BinaryOp::Add),
+            SUB => self.binary(BinaryOp::Sub),
+            MUL => self.binary(BinaryOp::Mul),
+            DIV => self.binary(BinaryOp::Div),
+            MAXIMUM => self.binary(BinaryOp::Max),
+            MINIMUM => self.binary(BinaryOp::Min),
+            SQUARED_DIFFERENCE => {
+                let d = self.binary(BinaryOp::Sub)?;
+                self.emit(Op::Binary(BinaryOp::Mul), "square", &[d, d])
+            }
+            RELU => self.unary(UnaryOp::Relu),
+            RELU6 => self.unary(UnaryOp::Clip { min: 0.0, max: 6.0 }),
+            RELU_N1_TO_1 => self.unary(UnaryOp::Clip {
+                min: -1.0,
+                max: 1.0,
+            }),
+            LOGISTIC => self.unary(UnaryOp::Sigmoid),
+            TANH => self.unary(UnaryOp::Tanh),
+            HARD_SWISH => self.unary(UnaryOp::HardSwish),
+            EXP => self.unary(UnaryOp::Exp),
+            LOG => self.unary(UnaryOp::Log),
+            SQRT => self.unary(UnaryOp::Sqrt),
+            NEG => self.unary(UnaryOp::Neg),
+            ABS => self.unary(UnaryOp::Abs),
+            RSQRT => {
+                let s = self.unary(UnaryOp::Sqrt)?;
+                self.emit(Op::Unary(UnaryOp::Reciprocal), "reciprocal", &[s])
+            }
+            LEAKY_RELU => {
+                let alpha = self
+                    .options::<schema::LeakyReluOptions>()
+                    .map_or(0.0, |o| o.alpha());
+                self.unary(UnaryOp::LeakyRelu { alpha })
+            }
+            GELU => {
+                let tanh_approx = self
+                    .options::<schema::GeluOptions>()
+                    .is_some_and(|o| o.approximate());
+                self.unary(UnaryOp::Gelu { tanh_approx })
+            }
+            MEAN => self.reduce(ReduceKind::Mean),
+            SUM => self.reduce(ReduceKind::Sum),
+            REDUCE_MAX => self.reduce(ReduceKind::Max),
+            RESHAPE => self.reshape(),
+            SQUEEZE => self.squeeze(),
+            SOFTMAX => self.softmax(),
+            CONCATENATION => self.concatenation(),
+            PAD | PADV2 => self.pad(code == PADV2),
+            TRANSPOSE => {
+                let x = self.input(0)?;
+                let perm = self.const_axes(1, self.rank(x))?;
+                self.emit(Op::Transpose { perm }, "transpose", &[x])
+            }
+            STRIDED_SLICE => self.strided_slice(),
+            RESIZE_BILINEAR => self.resize(ResizeMode::Linear),
+            RESIZE_NEAREST_NEIGHBOR => self.resize(ResizeMode::Nearest),
+            BATCH_MATMUL => self.batch_matmul(),
+            DEQUANTIZE => self.dequantize(),
+            _ => Err(self.unsupported(format!(
+                "TFLite operator {} (builtin code {code}) is not supported by the importer",
+                self.span.op_type
+            ))),
+        }
+    }
+
+    /// Names the operator's last node after the layer and its value after the TFLite
+    /// output tensor, checks it against the declared type, and records it.
+    fn finish(self, value: ValueRef, out: usize) -> Res<()> {
+        let last = *self.emitted.last().expect("every conversion emits a node");
+        debug_assert_eq!(value.node, last, "a conversion must end with its own node");
+        let name = self.imp.tensor_name(out);
+        let node = self.imp.graph.node_mut(last);
+        node.name = self.layer.clone();
+        node.outputs[value.output].name = name.clone();
+        let got = self.imp.graph.value_type(value).clone();
+        let declared = self.imp.value_type(out)?;
+        let shape_known = self.imp.declared_shape(out)?.is_some();
+        if got.dtype != declared.dtype || (shape_known && got.shape != declared.shape) {
+            return Err(self.err(format!(
+                "imports as {got}, but the file declares output tensor '{name}' as {declared}"
+            )));
+        }
+        self.imp.values[out] = Some(value);
+        Ok(())
+    }
+
+    /// Adds a node for this operator; `step` names it within the layer.
+    fn emit(&mut self, op: Op, step: &str, inputs: &[ValueRef]) -> Res<ValueRef> {
+        let name = format!("{}/{step}", self.layer);
+        let id = self.imp.graph.add_node(
+            op,
+            &name,
+            inputs,
+            std::slice::from_ref(&name),
+            vec![self.span.clone()],
+        )?;
+        self.emitted.push(id);
+        Ok(ValueRef::new(id, 0))
+    }
+
+    fn options<O: BuiltinOptions<'a>>(&self) -> Option<O> {
+        self.op.options::<O>()
+    }
+
+    /// Options the operator cannot do without.
+    fn required_options<O: BuiltinOptions<'a>>(&self, what: &str) -> Res<O> {
+        self.options()
+            .ok_or_else(|| self.err(format!("has no {what} options")))
+    }
+
+    fn tensor_input(&self, i: usize) -> Res<usize> {
+        self.inputs
+            .get(i)
+            .copied()
+            .flatten()
+            .ok_or_else(|| self.err(format!("is missing input {i}")))
+    }
+
+    /// Data input `i`.
+    fn input(&mut self, i: usize) -> Res<ValueRef> {
+        let t = self.tensor_input(i)?;
+        self.imp.value(t, Some(&self.span))
+    }
+
+    /// Optional input `i` (absent, or given as tensor -1).
+    fn optional_input(&mut self, i: usize) -> Res<Option<ValueRef>> {
+        match self.inputs.get(i).copied().flatten() {
+            Some(t) => self.imp.value(t, Some(&self.span)).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn ty(&self, v: ValueRef) -> &ValueType {
+        self.imp.graph.value_type(v)
+    }
+
+    fn rank(&self, v: ValueRef) -> usize {
+        self.ty(v).shape.len()
+    }
+
+    /// The constant tensor behind input `i`, if it is one (read without adding a node).
+    fn constant_or_none(&mut self, i: usize) -> Res<Option<Tensor>> {
+        let t = self.tensor_input(i)?;
+        match self.imp.values[t] {
+            Some(v) => Ok(self.imp.graph.constant(v).cloned()),
+            None => self.imp.constant_data(t),
+        }
+    }
+
+    /// Input `i` as an attribute such as a shape or axes: it must be a constant.
+    fn constant(&mut self, i: usize, what: &str) -> Res<Tensor> {
+        self.constant_or_none(i)?
+            .ok_or_else(|| self.err(format!("{what} (input {i}) must be a constant tensor")))
+    }
+
+    fn const_ints(&mut self, i: usize, what: &str) -> Res<Vec<i64>> {
+        let t = self.constant(i, what)?;
+        if !matches!(t.dtype(), DType::I32 | DType::I64) {
+            return Err(self.err(format!(
+                "{what} (input {i}) must be int32 or int64, got {}",
+                t.dtype()
+            )));
+        }
+        Ok(t.data.to_i64())
+    }
+
+    /// Axes given by constant input `i`, negative values counted from the end.
+    fn const_axes(&mut self, i: usize, rank: usize) -> Res<Vec<usize>> {
+        let axes = self.const_ints(i, "axes")?;
+        axes.iter().map(|&a| self.axis(a, rank)).collect()
+    }
+
+    fn axis(&self, a: i64, rank: usize) -> Res<usize> {
+        let r = rank as i64;
+        if a < -r || a >= r {
+            return Err(self.err(format!("axis {a} is out of range for rank {rank}")));
+        }
+        Ok(a.rem_euclid(r) as usize)
+    }
+
+    /// A fused activation (ActivationFunctionType) as its own node, if any.
+    fn activation(&mut self, v: ValueRef, code: i8) -> Res<ValueRef> {
+        let (u, step) = match code {
+            0 => return Ok(v),
+            1 => (UnaryOp::Relu, "relu"),
+            2 => (
+                UnaryOp::Clip {
+                    min: -1.0,
+                    max: 1.0,
+                },
+                "relu_n1_to_1",
+            ),
+            3 => (UnaryOp::Clip { min: 0.0, max: 6.0 }, "relu6"),
+            4 => (UnaryOp::Tanh, "tanh"),
+            _ => {
+                return Err(
+                    self.unsupported(format!("fused activation function {code} is not supported"))
+                )
+            }
+        };
+        self.emit(Op::Unary(u), step, &[v])
+    }
+
+    fn unary(&mut self, u: UnaryOp) -> Res<ValueRef> {
+        let x = self.input(0)?;
+        let step = Op::Unary(u).kind_name().to_lowercase();
+        self.emit(Op::Unary(u), &step, &[x])
+    }
+
+    fn binary(&mut self, b: BinaryOp) -> Res<ValueRef> {
+        let (x, y) = (self.input(0)?, self.input(1)?);
+        let step = Op::Binary(b).kind_name().to_lowercase();
+        let v = self.emit(Op::Binary(b), &step, &[x, y])?;
+        let act = self
+            .options::<schema::ArithmeticOptions>()
+            .map_or(0, |o| o.fused_activation_function());
+        self.activation(v, act)
+    }
+
+    /// Input 0 as an NHWC tensor, transposed to NCHW.
+    fn nhwc_input_as_nchw(&mut self) -> Res<ValueRef> {
+        let x = self.input(0)?;
+        if self.rank(x) != 4 {
+            return Err(self.err(format!("input must be NHWC (rank 4), got {}", self.ty(x))));
+        }
+        self.emit(
+            Op::Transpose {
+                perm: TO_NCHW.to_vec(),
+            },
+            "to_nchw",
+            &[x],
+        )
+    }
+
+    /// Weights from input `i` laid out by `perm`: a constant is re-laid at import,
+    /// anything else (such as dequantized float16 weights) gets a Transpose node.
+    fn weights(&mut self, i: usize, perm: &[usize]) -> Res<ValueRef> {
+        let Some(data) = self.constant_or_none(i)? else {
+            let w = self.input(i)?;
+            return self.emit(
+                Op::Transpose {
+                    perm: perm.to_vec(),
+                },
+                "weights",
+                &[w],
+            );
+        };
+        if data.rank() != perm.len() {
+            return Err(self.err(format!(
+                "weights (input {i}) must have rank {}, got shape {:?}",
+                perm.len(),
+                data.shape
+            )));
+        }
+        let name = format!("{}/weights", self.layer);
+        let c = transpose(&data, perm);
+        Ok(self
+            .imp
+            .graph
+            .add_constant(&name, c, vec![self.span.clone()]))
+    }
+
+    /// A 2-D window from TFLite padding, filter size, strides and dilations over the
+    /// spatial extents `hw`. SAME pads so that out = ceil(in / stride), putting the odd
+    /// pixel at the end; VALID does not pad.
+    fn window(
+        &self,
+        padding: i8,
+        hw: [usize; 2],
+        kernel: [i64; 2],
+        stride: [i32; 2],
+        dilation: [i32; 2],
+    ) -> Res<Window> {
+        let positive = |v: [i64; 2], what: &str| -> Res<[usize; 2]> {
+            match v.map(usize::try_from) {
+                [Ok(a), Ok(b)] if a > 0 && b > 0 => Ok([a, b]),
+                _ => Err(self.err(format!("{what} {v:?} must be positive"))),
+            }
+        };
+        let (k, s, d) = (
+            positive(kernel, "filter size")?,
+            positive(stride.map(i64::from), "strides")?,
+            positive(dilation.map(i64::from), "dilations")?,
+        );
+        let mut pads = vec![0; 4];
+        for a in 0..2 {
+            let extent = d[a] * (k[a] - 1) + 1;
+            let total = match padding {
+                0 => ((hw[a].div_ceil(s[a]).max(1) - 1) * s[a] + extent).saturating_sub(hw[a]),
+                1 => 0,
+                p => return Err(self.err(format!("unknown padding type {p}"))),
+            };
+            pads[a] = total / 2;
+            pads[a + 2] = total - total / 2;
+        }
+        Ok(Window {
+            kernel: k.to_vec(),
+            strides: s.to_vec(),
+            dilations: d.to_vec(),
+            pads,
+        })
+    }
+
+    /// NHWC conv: to NCHW, Conv with OIHW weights, fused activation, back to NHWC.
+    fn conv_nhwc(
+        &mut self,
+        w_perm: &[usize],
+        depthwise: bool,
+        padding: i8,
+        stride: [i32; 2],
+        dilation: [i32; 2],
+        act: i8,
+    ) -> Res<ValueRef> {
+        let x = self.nhwc_input_as_nchw()?;
+        let w = self.weights(1, w_perm)?;
+        let bias = self.optional_input(2)?;
+        let (xs, ws) = (self.ty(x).shape.clone(), self.ty(w).shape.clone());
+        let (c, in_per_group) = (xs[1], ws[1]);
+        if in_per_group == 0 || c % in_per_group != 0 {
+            return Err(self.err(format!(
+                "weights {ws:?} (OIHW) do not fit {c} input channels"
+            )));
+        }
+        let group = if depthwise { c } else { c / in_per_group };
+        let kernel = [ws[2] as i64, ws[3] as i64];
+        let window = self.window(padding, [xs[2], xs[3]], kernel, stride, dilation)?;
+        let mut ins = vec![x, w];
+        ins.extend(bias);
+        let y = self.emit(Op::Conv(Conv { window, group }), "conv", &ins)?;
+        let y = self.activation(y, act)?;
+        self.emit(
+            Op::Transpose {
+                perm: TO_NHWC.to_vec(),
+            },
+            "to_nhwc",
+            &[y],
+        )
+    }
+
+    fn conv2d(&mut self) -> Res<ValueRef> {
+        let o: schema::Conv2DOptions = self.required_options("Conv2DOptions")?;
+        self.conv_nhwc(
+            &TO_NCHW, // OHWI → OIHW is the same permutation as NHWC → NCHW
+            false,
+            o.padding(),
+            [o.stride_h(), o.stride_w()],
+            [o.dilation_h_factor(), o.dilation_w_factor()],
+            o.fused_activation_function(),
+        )
+    }
+
+    /// Depthwise weights are [1, KH, KW, C*M]; output channel c*M + m reads input
+    /// channel c, which is a grouped conv with group = C and OIHW weights [C*M, 1, KH, KW].
+    fn depthwise_conv2d(&mut self) -> Res<ValueRef> {
+        let o: schema::DepthwiseConv2DOptions = self.required_options("DepthwiseConv2DOptions")?;
+        let t = self.tensor_input(1)?;
+        let ws = self.imp.value_type(t)?.shape;
+        if ws.len() != 4 || ws[0] != 1 {
+            return Err(self.err(format!(
+                "depthwise weights must be [1, KH, KW, C*M], got {ws:?}"
+            )));
+        }
+        self.conv_nhwc(
+            &[3, 0, 1, 2],
+            true,
+            o.padding(),
+            [o.stride_h(), o.stride_w()],
+            [o.dilation_h_factor(), o.dilation_w_factor()],
+            o.fused_activation_function(),
+        )
+    }
+
+    /// TFLite pooling ignores padded positions: max over real pixels, averages divide
+    /// by the number of real pixels in the window.
+    fn pool(&mut self, kind: PoolKind) -> Res<ValueRef> {
+        let o: schema::Pool2DOptions = self.required_options("Pool2DOptions")?;
+        let x = self.nhwc_input_as_nchw()?;
+        let xs = self.ty(x).shape.clone();
+        let window = self.window(
+            o.padding(),
+            [xs[2], xs[3]],
+            [o.filter_height(), o.filter_width()].map(i64::from),
+            [o.stride_h(), o.stride_w()],
+            [1, 1],
+        )?;
+        let pool = Pool {
+            kind,
+            window,
+            ceil_mode: false,
+            count_include_pad: false,
+        };
+        let y = self.emit(Op::Pool(pool), "pool", &[x])?;
+        let y = self.activation(y, o.fused_activation_function())?;
+        self.emit(
+            Op::Transpose {
+                perm: TO_NHWC.to_vec(),
+            },
+            "to_nhwc",
+            &[y],
+        )
+    }
+
+    /// y = x · Wᵀ + b over the last axis of x (W is [N, K]); leading axes are flattened
+    /// into rows, and kept when `keep_num_dims`.
+    fn fully_connected(&mut self) -> Res<ValueRef> {
+        let o: Option<schema::FullyConnectedOptions> = self.options();
+        let (act, keep) = o.map_or((0, false), |o| {
+            (o.fused_activation_function(), o.keep_num_dims())
+        });
+        if o.is_some_and(|o| o.weights_format() != 0) {
+            return Err(self.unsupported("shuffled FULLY_CONNECTED weights are not supported"));
+        }
+        let x = self.input(0)?;
+        let w = self.input(1)?;
+        let bias = self.optional_input(2)?;
+        let (xs, ws) = (self.ty(x).shape.clone(), self.ty(w).shape.clone());
+        if ws.len() != 2 || ws[1] == 0 || !numel(&xs).is_multiple_of(ws[1]) {
+            return Err(self.err(format!(
+                "weights {ws:?} (expected [N, K]) do not fit input {xs:?}"
+            )));
+        }
+        let (k, n) = (ws[1], ws[0]);
+        let rows = numel(&xs) / k;
+        let x2 = if xs.len() == 2 && xs[1] == k {
+            x
+        } else {
+            self.emit(
+                Op::Reshape {
+                    shape: vec![rows, k],
+                },
+                "flatten",
+                &[x],
+            )?
+        };
+        let mut ins = vec![x2, w];
+        ins.extend(bias);
+        let gemm = Op::Gemm {
+            alpha: 1.0,
+            beta: 1.0,
+            trans_a: false,
+            trans_b: true,
+        };
+        let y = self.emit(gemm, "gemm", &ins)?;
+        let y = self.activation(y, act)?;
+        if keep && xs.len() != 2 {
+            let mut shape = xs[..xs.len() - 1].to_vec();
+            shape.push(n);
+            return self.emit(Op::Reshape { shape }, "unflatten", &[y]);
+        }
+        Ok(y)
+    }
+
+    fn reduce(&mut self, kind: ReduceKind) -> Res<ValueRef> {
+        let x = self.input(0)?;
+        let mut axes = self.const_axes(1, self.rank(x))?;
+        axes.sort_unstable();
+        axes.dedup();
+        let keepdims = self
+            .options::<schema::ReducerOptions>()
+            .is_some_and(|o| o.keep_dims());
+        let step = match kind {
+            ReduceKind::Mean => "mean",
+            ReduceKind::Sum => "sum",
+            ReduceKind::Max => "max",
+        };
+        self.emit(
+            Op::Reduce {
+                kind,
+                axes,
+                keepdims,
+            },
+            step,
+            &[x],
+        )
+    }
+
+    /// The target shape comes from the shape input, else from the options, with one
+    /// -1 inferred from the element count.
+    fn reshape(&mut self) -> Res<ValueRef> {
+        let x = self.input(0)?;
+        let dims = if self.inputs.get(1).copied().flatten().is_some() {
+            self.const_ints(1, "shape")?
+        } else if let Some(s) = self
+            .options::<schema::ReshapeOptions>()
+            .and_then(|o| o.new_shape())
+        {
+            s.iter().map(i64::from).collect()
+        } else {
+            return Err(self.err("has neither a shape input nor new_shape options"));
+        };
+        // One -1 takes what the other extents leave of the element count.
+        let count = self.ty(x).numel();
+        let inferred = dims.iter().filter(|&&d| d == -1).count();
+        let known = dims
+            .iter()
+            .filter(|&&d| d != -1)
+            .try_fold(1usize, |acc, &d| acc.checked_mul(usize::try_from(d).ok()?));
+        let shape = match known {
+            Some(k) if inferred == 0 || (inferred == 1 && k > 0 && count.is_multiple_of(k)) => dims
+                .iter()
+                .map(|&d| if d == -1 { count / k } else { d as usize })
+                .collect(),
+            _ => return Err(self.err(format!("cannot reshape {} to {dims:?}", self.ty(x)))),
+        };
+        self.emit(Op::Reshape { shape }, "reshape", &[x])
+    }
+
+    fn squeeze(&mut self) -> Res<ValueRef> {
+        let x = self.input(0)?;
+        let xs = self.ty(x).shape.clone();
+        let dims: Vec<i32> = self
+            .options::<schema::SqueezeOptions>()
+            .and_then(|o| o.squeeze_dims())
+            .map(|d| d.iter().collect())
+            .unwrap_or_default();
+        let squeezed: Vec<usize> = if dims.is_empty() {
+            (0..xs.len()).filter(|&a| xs[a] == 1).collect()
+        } else {
+            dims.iter()
+                .map(|&a| self.axis(a as i64, xs.len()))
+                .collect::<Res<_>>()?
+        };
+        if let Some(&a) = squeezed.iter().find(|&&a| xs[a] != 1) {
+            return Err(self.err(format!("cannot squeeze axis {a} of shape {xs:?}")));
+        }
+        let shape = (0..xs.len())
+            .filter(|a| !squeezed.contains(a))
+            .map(|a| xs[a])
+            .collect();
+        self.emit(Op::Reshape { shape }, "squeeze", &[x])
+    }
+
+    /// softmax(beta · x) over the last axis.
+    fn softmax(&mut self) -> Res<ValueRef> {
+        let mut x = self.input(0)?;
+        let beta = self
+            .options::<schema::SoftmaxOptions>()
+            .map_or(1.0, |o| o.beta());
+        if beta != 1.0 {
+            let b = self.imp.graph.add_constant(
+                &format!("{}/beta", self.layer),
+                Tensor::scalar_f32(beta),
+                vec![self.span.clone()],
+            );
+            x = self.emit(Op::Binary(BinaryOp::Mul), "scale", &[x, b])?;
+        }
+        let axis = self
+            .rank(x)
+            .checked_sub(1)
+            .ok_or_else(|| self.err("input must not be a scalar"))?;
+        self.emit(Op::Softmax { axis }, "softmax", &[x])
+    }
+
+    fn concatenation(&mut self) -> Res<ValueRef> {
+        let o: schema::ConcatenationOptions = self.required_options("ConcatenationOptions")?;
+        let xs = (0..self.inputs.len())
+            .map(|i| self.input(i))
+            .collect::<Res<Vec<_>>>()?;
+        let first = *xs.first().ok_or_else(|| self.err("has no inputs"))?;
+        let axis = self.axis(o.axis() as i64, self.rank(first))?;
+        let y = self.emit(Op::Concat { axis }, "concat", &xs)?;
+        self.activation(y, o.fused_activation_function())
+    }
+
+    /// Paddings are an int [rank, 2] constant; PADV2 adds a constant pad value.
+    fn pad(&mut self, has_value: bool) -> Res<ValueRef> {
+        let x = self.input(0)?;
+        let rank = self.rank(x);
+        let p = self.const_ints(1, "paddings")?;
+        if p.len() != 2 * rank || p.iter().any(|&v| v < 0) {
+            return Err(self.err(format!(
+                "paddings {p:?} must be [{rank}, 2] non-negative values"
+            )));
+        }
+        let value = if has_value && self.inputs.get(2).copied().flatten().is_some() {
+            let t = self.constant(2, "pad value")?;
+            match t.to_f32()[..] {
+                [v] => v,
+                _ => return Err(self.err("pad value must be a scalar")),
+            }
+        } else {
+            0.0
+        };
+        let op = Op::Pad {
+            begins: p.iter().step_by(2).copied().collect(),
+            ends: p.iter().skip(1).step_by(2).copied().collect(),
+            mode: PadMode::Constant(value),
+        };
+        self.emit(op, "pad", &[x])
+    }
+
+    /// TensorFlow strided slice: begin/end/strides per leading axis, with masks. Begin
+    /// and end clamp to the axis; a shrunk axis takes one element and is removed.
+    fn strided_slice(&mut self) -> Res<ValueRef> {
+        let (begin_mask, end_mask, ellipsis_mask, new_axis_mask, shrink, offset) = self
+            .options::<schema::StridedSliceOptions>()
+            .map_or((0, 0, 0, 0, 0, false), |o| {
+                let (b, e, el) = (o.begin_mask(), o.end_mask(), o.ellipsis_mask());
+                (
+                    b,
+                    e,
+                    el,
+                    o.new_axis_mask(),
+                    o.shrink_axis_mask(),
+                    o.offset(),
+                )
+            });
+        if ellipsis_mask != 0 || new_axis_mask != 0 {
+            return Err(self.unsupported(
+                "STRIDED_SLICE with ellipsis_mask or new_axis_mask is not supported",
+            ));
+        }
+        let x = self.input(0)?;
+        let xs = self.ty(x).shape.clone();
+        let begin = self.const_ints(1, "begin")?;
+        let end = self.const_ints(2, "end")?;
+        let stride = if self.inputs.get(3).copied().flatten().is_some() {
+            self.const_ints(3, "strides")?
+        } else {
+            vec![1; begin.len()]
+        };
+        if begin.len() != end.len() || begin.len() != stride.len() || begin.len() > xs.len() {
+            return Err(self.err(format!(
+                "begin {begin:?}, end {end:?} and strides {stride:?} do not fit shape {xs:?}"
+            )));
+        }
+        let bit = |m: i32, a: usize| a < 32 && m & (1 << a) != 0;
+        let mut axes = Vec::new();
+        for (a, &dim) in xs.iter().enumerate().take(begin.len()) {
+            let bit = |m: i32| bit(m, a);
+            let d = dim as i64;
+            let norm = |v: i64| if v < 0 { v + d } else { v };
+            let raw_end = if offset { begin[a] + end[a] } else { end[a] };
+            let sa = if bit(shrink) {
+                let start = if bit(begin_mask) { 0 } else { norm(begin[a]) };
+                if !(0..d).contains(&start) {
+                    return Err(self.err(format!(
+                        "index {} is out of range for axis {a} of shape {xs:?}",
+                        begin[a]
+                    )));
+                }
+                SliceAxis {
+                    axis: a,
+                    start,
+                    end: start + 1,
+                    step: 1,
+                }
+            } else if stride[a] > 0 {
+                let start = if bit(begin_mask) {
+                    0
+                } else {
+                    norm(begin[a]).clamp(0, d)
+                };
+                let stop = if bit(end_mask) {
+                    d
+                } else {
+                    norm(raw_end).clamp(0, d)
+                };
+                SliceAxis {
+                    axis: a,
+                    start,
+                    end: stop,
+                    step: stride[a],
+                }
+            } else if stride[a] < 0 {
+                let start = if bit(begin_mask) {
+                    d - 1
+                } else {
+                    norm(begin[a]).clamp(-1, d - 1)
+                };
+                let stop = if bit(end_mask) {
+                    -1
+                } else {
+                    norm(raw_end).clamp(-1, d - 1)
+                };
+                SliceAxis {
+                    axis: a,
+                    start,
+                    end: stop,
+                    step: stride[a],
+                }
+            } else {
+                return Err(self.err(format!("stride of axis {a} is zero")));
+            };
+            if !(sa.step == 1 && sa.start == 0 && sa.end == d) {
+                axes.push(sa);
+            }
+        }
+        let y = self.emit(Op::Slice { axes }, "slice", &[x])?;
+        if shrink == 0 {
+            return Ok(y);
+        }
+        let shape = self
+            .ty(y)
+            .shape
+            .iter()
+            .enumerate()
+            .filter(|&(a, _)| !bit(shrink, a))
+            .map(|(_, &d)| d)
+            .collect();
+        self.emit(Op::Reshape { shape }, "shrink", &[y])
+    }
+
+    /// TFLite resizes the H and W axes of an NHWC tensor to the constant size [H', W'].
+    fn resize(&mut self, mode: ResizeMode) -> Res<ValueRef> {
+        let x = self.input(0)?;
+        let xs = self.ty(x).shape.clone();
+        let size = self.const_ints(1, "size")?;
+        let (align, half_pixel) = match mode {
+            ResizeMode::Linear => self
+                .options::<schema::ResizeBilinearOptions>()
+                .map_or((false, false), |o| {
+                    (o.align_corners(), o.half_pixel_centers())
+                }),
+            ResizeMode::Nearest => self
+                .options::<schema::ResizeNearestNeighborOptions>()
+                .map_or((false, false), |o| {
+                    (o.align_corners(), o.half_pixel_centers())
+                }),
+        };
+        let [h, w] = size[..] else {
+            return Err(self.err(format!("size {size:?} must be [height, width]")));
+        };
+        if xs.len() != 4 || h <= 0 || w <= 0 || xs[1] == 0 || xs[2] == 0 {
+            return Err(self.err(format!("cannot resize {xs:?} to [{h}, {w}]")));
+        }
+        let sizes = vec![xs[0], h as usize, w as usize, xs[3]];
+        let scales = vec![1.0, h as f32 / xs[1] as f32, w as f32 / xs[2] as f32, 1.0];
+        let coord = if align {
+            CoordTransform::AlignCorners
+        } else if half_pixel {
+            CoordTransform::HalfPixel
+        } else {
+            CoordTransform::Asymmetric
+        };
+        // TFLite's nearest index is floor(x · in/out) when asymmetric and
+        // floor((x + 0.5) · in/out) with half-pixel centers, which is the half-pixel
+        // source coordinate rounded half up; with aligned corners it rounds half up.
+        let nearest = match coord {
+            CoordTransform::Asymmetric => NearestMode::Floor,
+            _ => NearestMode::RoundPreferCeil,
+        };
+        let r = Resize {
+            mode,
+            coord,
+            nearest,
+            scales,
+            sizes,
+        };
+        self.emit(Op::Resize(r), "resize", &[x])
+    }
+
+    /// adj_x / adj_y transpose the last two axes of an operand before the product.
+    fn batch_matmul(&mut self) -> Res<ValueRef> {
+        let (adj_x, adj_y) = self
+            .options::<schema::BatchMatMulOptions>()
+            .map_or((false, false), |o| (o.adj_x(), o.adj_y()));
+        let mut operands = [self.input(0)?, self.input(1)?];
+        for (v, adj, step) in [(0, adj_x, "adj_x"), (1, adj_y, "adj_y")] {
+            if !adj {
+                continue;
+            }
+            let r = self.rank(operands[v]);
+            if r < 2 {
+                return Err(self.err(format!(
+                    "{step} needs rank 2 or more, got {}",
+                    self.ty(operands[v])
+                )));
+            }
+            let mut perm: Vec<usize> = (0..r).collect();
+            perm.swap(r - 2, r - 1);
+            operands[v] = self.emit(Op::Transpose { perm }, step, &[operands[v]])?;
+        }
+        self.emit(Op::MatMul, "matmul", &operands)
+    }
+
+    /// DEQUANTIZE of float16 weights (models converted with float16 weights): a
+    /// constant is converted at import, like other weight re-layouts; anything else
+    /// becomes a Cast.
+    fn dequantize(&mut self) -> Res<ValueRef> {
+        let x = self.input(0)?;
+        if self.ty(x).dtype != DType::F16 {
+            return Err(self.unsupported(format!(
+                "DEQUANTIZE of {} is not supported (only float16 weights)",
+                self.ty(x)
+            )));
+        }
+        if let Some(c) = self.imp.graph.constant(x) {
+            let f32_weights = c.cast(DType::F32);
+            let v = self
+                .imp
+                .graph
+                .add_constant(&self.layer, f32_weights, vec![self.span.clone()]);
+            self.emitted.push(v.node);
+            return Ok(v);
+        }
+        self.emit(Op::Cast { to: DType::F32 }, "cast", &[x])
+    }
+}
+
+/// The elements of `t` with axes permuted: output axis k is input axis perm[k].
+fn transpose(t: &Tensor, perm: &[usize]) -> Tensor {
+    let in_strides = strides(&t.shape);
+    let shape: Vec<usize> = perm.iter().map(|&p| t.shape[p]).collect();
+    let out_strides = strides(&shape);
+    let indices = (0..numel(&shape)).map(|o| {
+        perm.iter()
+            .enumerate()
+            .map(|(k, &p)| (o / out_strides[k]) % shape[k] * in_strides[p])
+            .sum()
+    });
+    Tensor::new(shape.clone(), t.data.gather(indices))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transpose_permutes_axes() {
+        // [2, 3] → [3, 2]: element (i, j) moves to (j, i).
+        let t = Tensor::from_f32(vec![2, 3], vec![0., 1., 2., 3., 4., 5.]);
+        let u = transpose(&t, &[1, 0]);
+        assert_eq!(u.shape, vec![3, 2]);
+        assert_eq!(u.to_f32(), vec![0., 3., 1., 4., 2., 5.]);
+    }
+}

@@ -1,0 +1,396 @@
+//! Expressions shared by compute definitions and the statement IR.
+//!
+//! One expression type serves both index arithmetic (integers: loop variables, bounds,
+//! buffer indices) and tensor values (floats). Integer semantics are floor division and
+//! floor modulo, as in TVM's `indexdiv`/`indexmod`, so that negative offsets behave.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Identifies the tensor produced by one operation of a [`super::compute::ComputeGraph`].
+/// After storage flattening it also names the buffer holding that tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TensorId(pub usize);
+
+/// A variable: loop variables, iteration variables of compute definitions.
+/// Identity is the unique id; the name is only for printing.
+#[derive(Clone, Debug)]
+pub struct Var {
+    pub id: u64,
+    pub name: Arc<str>,
+}
+
+static NEXT_VAR: AtomicU64 = AtomicU64::new(1);
+
+impl Var {
+    pub fn new(name: &str) -> Var {
+        Var {
+            id: NEXT_VAR.fetch_add(1, Ordering::Relaxed),
+            name: Arc::from(name),
+        }
+    }
+    pub fn expr(&self) -> Expr {
+        Expr::Var(self.clone())
+    }
+}
+
+impl PartialEq for Var {
+    fn eq(&self, o: &Var) -> bool {
+        self.id == o.id
+    }
+}
+impl Eq for Var {}
+impl std::hash::Hash for Var {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.id.hash(h)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    /// Float division (values only).
+    Div,
+    FloorDiv,
+    FloorMod,
+    Min,
+    Max,
+    Lt,
+    Le,
+    Eq,
+    Ne,
+    And,
+    Or,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Intrinsic {
+    Exp,
+    Sqrt,
+    Tanh,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Expr {
+    Int(i64),
+    Float(f64),
+    Var(Var),
+    Bin(BinOp, Box<Expr>, Box<Expr>),
+    Not(Box<Expr>),
+    Select(Box<Expr>, Box<Expr>, Box<Expr>),
+    Call(Intrinsic, Vec<Expr>),
+    /// A read of a tensor element by logical multi-dimensional index (compute bodies and
+    /// the statement IR before storage flattening).
+    Read {
+        tensor: TensorId,
+        indices: Vec<Expr>,
+    },
+    /// A read of a flattened buffer (after storage flattening).
+    Load {
+        buffer: TensorId,
+        index: Box<Expr>,
+    },
+}
+
+/// A half-open range `[min, min + extent)`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Range {
+    pub min: Expr,
+    pub extent: Expr,
+}
+
+impl Range {
+    pub fn new(min: impl Into<Expr>, extent: impl Into<Expr>) -> Range {
+        Range {
+            min: min.into(),
+            extent: extent.into(),
+        }
+    }
+    /// `[0, extent)`.
+    pub fn extent(extent: impl Into<Expr>) -> Range {
+        Range::new(0, extent)
+    }
+}
+
+impl fmt::Display for Range {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "[{}, {}]", self.min, self.extent)
+    }
+}
+
+impl From<i64> for Expr {
+    fn from(v: i64) -> Expr {
+        Expr::Int(v)
+    }
+}
+impl From<f64> for Expr {
+    fn from(v: f64) -> Expr {
+        Expr::Float(v)
+    }
+}
+impl From<&Var> for Expr {
+    fn from(v: &Var) -> Expr {
+        Expr::Var(v.clone())
+    }
+}
+
+pub fn bin(op: BinOp, a: impl Into<Expr>, b: impl Into<Expr>) -> Expr {
+    Expr::Bin(op, Box::new(a.into()), Box::new(b.into()))
+}
+
+macro_rules! op_impl {
+    ($tr:ident, $m:ident, $op:expr) => {
+        impl<T: Into<Expr>> std::ops::$tr<T> for Expr {
+            type Output = Expr;
+            fn $m(self, rhs: T) -> Expr {
+                bin($op, self, rhs)
+            }
+        }
+    };
+}
+op_impl!(Add, add, BinOp::Add);
+op_impl!(Sub, sub, BinOp::Sub);
+op_impl!(Mul, mul, BinOp::Mul);
+op_impl!(Div, div, BinOp::Div);
+
+impl Expr {
+    pub fn floordiv(self, b: impl Into<Expr>) -> Expr {
+        bin(BinOp::FloorDiv, self, b)
+    }
+    pub fn floormod(self, b: impl Into<Expr>) -> Expr {
+        bin(BinOp::FloorMod, self, b)
+    }
+    pub fn min(self, b: impl Into<Expr>) -> Expr {
+        bin(BinOp::Min, self, b)
+    }
+    pub fn max(self, b: impl Into<Expr>) -> Expr {
+        bin(BinOp::Max, self, b)
+    }
+    pub fn lt(self, b: impl Into<Expr>) -> Expr {
+        bin(BinOp::Lt, self, b)
+    }
+    pub fn le(self, b: impl Into<Expr>) -> Expr {
+        bin(BinOp::Le, self, b)
+    }
+    pub fn ge(self, b: impl Into<Expr>) -> Expr {
+        bin(BinOp::Le, b, self)
+    }
+    pub fn and(self, b: impl Into<Expr>) -> Expr {
+        bin(BinOp::And, self, b)
+    }
+    pub fn select(cond: Expr, a: impl Into<Expr>, b: impl Into<Expr>) -> Expr {
+        Expr::Select(Box::new(cond), Box::new(a.into()), Box::new(b.into()))
+    }
+    pub fn call(f: Intrinsic, args: Vec<Expr>) -> Expr {
+        Expr::Call(f, args)
+    }
+
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            Expr::Int(v) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// Whether the expression has integer type (index arithmetic). Tensor reads, float
+    /// literals, float division and intrinsics make an expression a float value.
+    pub fn is_int(&self) -> bool {
+        match self {
+            Expr::Int(_) | Expr::Var(_) | Expr::Not(_) => true,
+            Expr::Float(_) | Expr::Call(..) | Expr::Read { .. } | Expr::Load { .. } => false,
+            Expr::Bin(op, a, b) => match op {
+                BinOp::Div => false,
+                BinOp::Lt | BinOp::Le | BinOp::Eq | BinOp::Ne | BinOp::And | BinOp::Or => true,
+                _ => a.is_int() && b.is_int(),
+            },
+            Expr::Select(_, a, b) => a.is_int() && b.is_int(),
+        }
+    }
+
+    /// Calls `f` on every sub-expression, parents before children.
+    pub fn visit(&self, f: &mut dyn FnMut(&Expr)) {
+        f(self);
+        match self {
+            Expr::Int(_) | Expr::Float(_) | Expr::Var(_) => {}
+            Expr::Bin(_, a, b) => {
+                a.visit(f);
+                b.visit(f);
+            }
+            Expr::Not(a) => a.visit(f),
+            Expr::Select(c, a, b) => {
+                c.visit(f);
+                a.visit(f);
+                b.visit(f);
+            }
+            Expr::Call(_, args) => args.iter().for_each(|a| a.visit(f)),
+            Expr::Read { indices, .. } => indices.iter().for_each(|a| a.visit(f)),
+            Expr::Load { index, .. } => index.visit(f),
+        }
+    }
+
+    /// Rebuilds the expression bottom-up; `f` may replace a node (after its children were
+    /// rewritten) by returning `Some`.
+    pub fn rewrite(&self, f: &mut dyn FnMut(&Expr) -> Option<Expr>) -> Expr {
+        let e = match self {
+            Expr::Int(_) | Expr::Float(_) | Expr::Var(_) => self.clone(),
+            Expr::Bin(op, a, b) => Expr::Bin(*op, Box::new(a.rewrite(f)), Box::new(b.rewrite(f))),
+            Expr::Not(a) => Expr::Not(Box::new(a.rewrite(f))),
+            Expr::Select(c, a, b) => Expr::Select(
+                Box::new(c.rewrite(f)),
+                Box::new(a.rewrite(f)),
+                Box::new(b.rewrite(f)),
+            ),
+            Expr::Call(i, args) => Expr::Call(*i, args.iter().map(|a| a.rewrite(f)).collect()),
+            Expr::Read { tensor, indices } => Expr::Read {
+                tensor: *tensor,
+                indices: indices.iter().map(|a| a.rewrite(f)).collect(),
+            },
+            Expr::Load { buffer, index } => Expr::Load {
+                buffer: *buffer,
+                index: Box::new(index.rewrite(f)),
+            },
+        };
+        f(&e).unwrap_or(e)
+    }
+
+    /// Replaces variables by expressions.
+    pub fn substitute(&self, map: &dyn Fn(&Var) -> Option<Expr>) -> Expr {
+        self.rewrite(&mut |e| match e {
+            Expr::Var(v) => map(v),
+            _ => None,
+        })
+    }
+
+    pub fn uses_var(&self, v: &Var) -> bool {
+        let mut found = false;
+        self.visit(&mut |e| {
+            if let Expr::Var(w) = e {
+                found |= w == v;
+            }
+        });
+        found
+    }
+
+    /// The tensors this expression reads, in order of first appearance.
+    pub fn tensors_read(&self) -> Vec<TensorId> {
+        let mut out = Vec::new();
+        self.visit(&mut |e| {
+            if let Expr::Read { tensor, .. } = e {
+                if !out.contains(tensor) {
+                    out.push(*tensor);
+                }
+            }
+        });
+        out
+    }
+}
+
+fn op_str(op: BinOp) -> &'static str {
+    match op {
+        BinOp::Add => "+",
+        BinOp::Sub => "-",
+        BinOp::Mul => "*",
+        BinOp::Div => "/",
+        BinOp::Lt => "<",
+        BinOp::Le => "<=",
+        BinOp::Eq => "==",
+        BinOp::Ne => "!=",
+        BinOp::And => "&&",
+        BinOp::Or => "||",
+        BinOp::FloorDiv => "floordiv",
+        BinOp::FloorMod => "floormod",
+        BinOp::Min => "min",
+        BinOp::Max => "max",
+    }
+}
+
+impl fmt::Display for Expr {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write_expr(f, self, &|t| format!("t{}", t.0))
+    }
+}
+
+/// Prints an expression, naming tensors with `names`.
+pub(crate) fn write_expr(
+    f: &mut fmt::Formatter,
+    e: &Expr,
+    names: &dyn Fn(TensorId) -> String,
+) -> fmt::Result {
+    let list = |f: &mut fmt::Formatter, items: &[Expr]| -> fmt::Result {
+        for (k, x) in items.iter().enumerate() {
+            if k > 0 {
+                write!(f, ", ")?;
+            }
+            write_expr(f, x, names)?;
+        }
+        Ok(())
+    };
+    match e {
+        Expr::Int(v) => write!(f, "{v}"),
+        Expr::Float(v) => write!(f, "{v:?}f"),
+        Expr::Var(v) => write!(f, "{}", v.name),
+        Expr::Bin(op @ (BinOp::FloorDiv | BinOp::FloorMod | BinOp::Min | BinOp::Max), a, b) => {
+            write!(f, "{}(", op_str(*op))?;
+            list(f, &[(**a).clone(), (**b).clone()])?;
+            write!(f, ")")
+        }
+        Expr::Bin(op, a, b) => {
+            write!(f, "(")?;
+            write_expr(f, a, names)?;
+            write!(f, " {} ", op_str(*op))?;
+            write_expr(f, b, names)?;
+            write!(f, ")")
+        }
+        Expr::Not(a) => {
+            write!(f, "!")?;
+            write_expr(f, a, names)
+        }
+        Expr::Select(c, a, b) => {
+            write!(f, "select(")?;
+            list(f, &[(**c).clone(), (**a).clone(), (**b).clone()])?;
+            write!(f, ")")
+        }
+        Expr::Call(i, args) => {
+            write!(f, "{}(", format!("{i:?}").to_lowercase())?;
+            list(f, args)?;
+            write!(f, ")")
+        }
+        Expr::Read { tensor, indices } => {
+            write!(f, "{}(", names(*tensor))?;
+            list(f, indices)?;
+            write!(f, ")")
+        }
+        Expr::Load { buffer, index } => {
+            write!(f, "{}[", names(*buffer))?;
+            write_expr(f, index, names)?;
+            write!(f, "]")
+        }
+    }
+}
+
+/// Floor division of integers (rounds towards negative infinity).
+pub fn floor_div(a: i64, b: i64) -> i64 {
+    a.div_euclid(b) - if b < 0 && a.rem_euclid(b) != 0 { 1 } else { 0 }
+}
+
+/// Floor modulo: the result has the sign of the divisor.
+pub fn floor_mod(a: i64, b: i64) -> i64 {
+    a - b * floor_div(a, b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floor_semantics() {
+        assert_eq!(floor_div(7, 2), 3);
+        assert_eq!(floor_div(-7, 2), -4);
+        assert_eq!(floor_mod(-7, 2), 1);
+        assert_eq!(floor_div(7, -2), -4);
+        assert_eq!(floor_mod(7, -2), -1);
+    }
+}

@@ -1,0 +1,428 @@
+//! An interpreter of the flattened statement IR, used as the executable oracle in tests.
+//! Values are `f64`; every load and store is bounds-checked against its buffer.
+
+use std::collections::HashMap;
+
+use super::error::TirError;
+use super::expr::{floor_div, floor_mod, BinOp, Expr, Intrinsic, TensorId, Var};
+use super::lower::LoweredFunc;
+use super::stmt::{KernelArg, Stmt};
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Value {
+    Int(i64),
+    Float(f64),
+}
+
+impl Value {
+    pub fn as_f64(self) -> f64 {
+        match self {
+            Value::Int(v) => v as f64,
+            Value::Float(v) => v,
+        }
+    }
+    pub fn as_i64(self) -> i64 {
+        match self {
+            Value::Int(v) => v,
+            Value::Float(v) => v as i64,
+        }
+    }
+}
+
+/// Evaluates a scalar expression. `var` gives loop variable values, `load` flat buffer
+/// elements (None: out of bounds or unknown buffer).
+pub fn eval_scalar(
+    e: &Expr,
+    var: &dyn Fn(&Var) -> Option<i64>,
+    load: &dyn Fn(TensorId, i64) -> Option<f64>,
+) -> Result<Value, String> {
+    let ev = |x: &Expr| eval_scalar(x, var, load);
+    Ok(match e {
+        Expr::Int(v) => Value::Int(*v),
+        Expr::Float(v) => Value::Float(*v),
+        Expr::Var(v) => {
+            Value::Int(var(v).ok_or_else(|| format!("variable `{}` is not bound", v.name))?)
+        }
+        Expr::Bin(op, a, b) => {
+            let (x, y) = (ev(a)?, ev(b)?);
+            match (x, y) {
+                (Value::Int(x), Value::Int(y)) if *op != BinOp::Div => Value::Int(match op {
+                    BinOp::Add => x.wrapping_add(y),
+                    BinOp::Sub => x.wrapping_sub(y),
+                    BinOp::Mul => x.wrapping_mul(y),
+                    BinOp::FloorDiv | BinOp::FloorMod if y == 0 => {
+                        return Err("integer division by zero".into())
+                    }
+                    BinOp::FloorDiv => floor_div(x, y),
+                    BinOp::FloorMod => floor_mod(x, y),
+                    BinOp::Min => x.min(y),
+                    BinOp::Max => x.max(y),
+                    BinOp::Lt => (x < y) as i64,
+                    BinOp::Le => (x <= y) as i64,
+                    BinOp::Eq => (x == y) as i64,
+                    BinOp::Ne => (x != y) as i64,
+                    BinOp::And => (x != 0 && y != 0) as i64,
+                    BinOp::Or => (x != 0 || y != 0) as i64,
+                    BinOp::Div => unreachable!("excluded by the match guard"),
+                }),
+                _ => {
+                    let (x, y) = (x.as_f64(), y.as_f64());
+                    match op {
+                        BinOp::Add => Value::Float(x + y),
+                        BinOp::Sub => Value::Float(x - y),
+                        BinOp::Mul => Value::Float(x * y),
+                        BinOp::Div => Value::Float(x / y),
+                        BinOp::FloorDiv => Value::Float((x / y).floor()),
+                        BinOp::FloorMod => Value::Float(x - y * (x / y).floor()),
+                        BinOp::Min => Value::Float(x.min(y)),
+                        BinOp::Max => Value::Float(x.max(y)),
+                        BinOp::Lt => Value::Int((x < y) as i64),
+                        BinOp::Le => Value::Int((x <= y) as i64),
+                        BinOp::Eq => Value::Int((x == y) as i64),
+                        BinOp::Ne => Value::Int((x != y) as i64),
+                        BinOp::And => Value::Int((x != 0.0 && y != 0.0) as i64),
+                        BinOp::Or => Value::Int((x != 0.0 || y != 0.0) as i64),
+                    }
+                }
+            }
+        }
+        Expr::Not(a) => Value::Int((ev(a)?.as_f64() == 0.0) as i64),
+        Expr::Select(c, a, b) => {
+            if ev(c)?.as_f64() != 0.0 {
+                ev(a)?
+            } else {
+                ev(b)?
+            }
+        }
+        Expr::Call(f, args) => {
+            let x = ev(args.first().ok_or("intrinsic without argument")?)?.as_f64();
+            Value::Float(match f {
+                Intrinsic::Exp => x.exp(),
+                Intrinsic::Sqrt => x.sqrt(),
+                Intrinsic::Tanh => x.tanh(),
+            })
+        }
+        Expr::Read { .. } => {
+            return Err("a multi-dimensional read survived storage flattening".into())
+        }
+        Expr::Load { buffer, index } => {
+            let i = ev(index)?.as_i64();
+            Value::Float(
+                load(*buffer, i).ok_or_else(|| {
+                    format!("load of buffer t{} at {i} is out of bounds", buffer.0)
+                })?,
+            )
+        }
+    })
+}
+
+/// What a run did, for tests that check iteration counts and buffer sizes.
+#[derive(Clone, Debug, Default)]
+pub struct RunStats {
+    /// Extents with which each loop variable (by name) was entered, in order.
+    pub loop_extents: HashMap<String, Vec<i64>>,
+    /// Largest allocation of every intermediate buffer (by tensor name), in elements.
+    pub max_alloc: HashMap<String, i64>,
+    /// Number of stores into every buffer (by tensor name).
+    pub stores: HashMap<String, u64>,
+    /// Number of micro-kernel calls by kernel name.
+    pub kernel_calls: HashMap<String, u64>,
+}
+
+/// A region of a buffer handed to a micro-kernel: logical coordinates relative to the
+/// region's origin.
+pub struct KernelView<'a> {
+    pub extents: Vec<i64>,
+    origin: Vec<i64>,
+    layout: &'a super::layout::BufferLayout,
+    buf_extents: Vec<i64>,
+    data: &'a mut Vec<f64>,
+}
+
+impl KernelView<'_> {
+    fn offset(&self, idx: &[i64]) -> Result<usize, String> {
+        if idx.len() != self.extents.len()
+            || idx.iter().zip(&self.extents).any(|(i, e)| *i < 0 || i >= e)
+        {
+            return Err(format!(
+                "kernel access {idx:?} is outside its region {:?}",
+                self.extents
+            ));
+        }
+        let abs: Vec<i64> = idx.iter().zip(&self.origin).map(|(i, o)| i + o).collect();
+        let f = self.layout.flatten_const(&abs, &self.buf_extents);
+        usize::try_from(f)
+            .ok()
+            .filter(|f| *f < self.data.len())
+            .ok_or_else(|| format!("kernel access {idx:?} is outside its buffer"))
+    }
+    pub fn get(&self, idx: &[i64]) -> Result<f64, String> {
+        Ok(self.data[self.offset(idx)?])
+    }
+    pub fn set(&mut self, idx: &[i64], v: f64) -> Result<(), String> {
+        let o = self.offset(idx)?;
+        self.data[o] = v;
+        Ok(())
+    }
+}
+
+/// A micro-kernel: receives the output region first, then the input regions.
+pub type Kernel = Box<dyn Fn(&mut [KernelView]) -> Result<(), String>>;
+
+#[derive(Default)]
+pub struct Interpreter {
+    kernels: HashMap<String, Kernel>,
+}
+
+impl Interpreter {
+    pub fn new() -> Interpreter {
+        Interpreter::default()
+    }
+
+    pub fn with_kernel(mut self, name: &str, k: Kernel) -> Interpreter {
+        self.kernels.insert(name.to_string(), k);
+        self
+    }
+
+    /// Runs `f` on the given parameter buffers (by tensor name, in each parameter's
+    /// layout); returns the final contents of all parameter buffers.
+    pub fn run(
+        &self,
+        f: &LoweredFunc,
+        inputs: &HashMap<String, Vec<f64>>,
+    ) -> Result<(HashMap<String, Vec<f64>>, RunStats), TirError> {
+        let mut m = Machine {
+            f,
+            bufs: HashMap::new(),
+            vars: HashMap::new(),
+            stats: RunStats::default(),
+            kernels: &self.kernels,
+        };
+        for t in &f.params {
+            let op = f.graph.op(*t);
+            let size = f.layouts[t].size_const(&op.shape) as usize;
+            let data = match inputs.get(&op.name) {
+                Some(d) if d.len() == size => d.clone(),
+                Some(d) => {
+                    return Err(TirError::Eval(format!(
+                        "buffer `{}` has {} elements, its layout needs {size}",
+                        op.name,
+                        d.len()
+                    )))
+                }
+                None if f.graph.op(*t).kind == super::compute::OpKind::Placeholder => {
+                    return Err(TirError::Eval(format!(
+                        "no data given for input `{}`",
+                        op.name
+                    )))
+                }
+                None => vec![0.0; size],
+            };
+            m.bufs.insert(*t, data);
+        }
+        m.exec(&f.body).map_err(TirError::Eval)?;
+        let out = f
+            .params
+            .iter()
+            .map(|t| {
+                (
+                    f.graph.op(*t).name.clone(),
+                    m.bufs.remove(t).unwrap_or_default(),
+                )
+            })
+            .collect();
+        Ok((out, m.stats))
+    }
+}
+
+struct Machine<'a> {
+    f: &'a LoweredFunc,
+    bufs: HashMap<TensorId, Vec<f64>>,
+    vars: HashMap<u64, i64>,
+    stats: RunStats,
+    kernels: &'a HashMap<String, Kernel>,
+}
+
+impl Machine<'_> {
+    fn eval(&self, e: &Expr) -> Result<Value, String> {
+        eval_scalar(e, &|v| self.vars.get(&v.id).copied(), &|b, i| {
+            self.bufs
+                .get(&b)
+                .and_then(|d| usize::try_from(i).ok().and_then(|i| d.get(i).copied()))
+        })
+        .map_err(|m| self.name_buffers(m))
+    }
+
+    fn name_buffers(&self, m: String) -> String {
+        let mut m = m;
+        for (i, op) in self.f.graph.ops.iter().enumerate() {
+            m = m.replace(&format!("buffer t{i} "), &format!("buffer `{}` ", op.name));
+        }
+        m
+    }
+
+    fn int(&self, e: &Expr) -> Result<i64, String> {
+        self.eval(e).map(Value::as_i64)
+    }
+
+    fn exec(&mut self, s: &Stmt) -> Result<(), String> {
+        match s {
+            Stmt::For {
+                var,
+                min,
+                extent,
+                body,
+                ..
+            } => {
+                let (lo, n) = (self.int(min)?, self.int(extent)?);
+                self.stats
+                    .loop_extents
+                    .entry(var.name.to_string())
+                    .or_default()
+                    .push(n);
+                for i in lo..lo + n {
+                    self.vars.insert(var.id, i);
+                    self.exec(body)?;
+                }
+                self.vars.remove(&var.id);
+            }
+            Stmt::Allocate { buffer, size, body } => {
+                let n = self.int(size)?;
+                if n < 0 {
+                    return Err(format!(
+                        "negative allocation of `{}`",
+                        self.f.graph.op(*buffer).name
+                    ));
+                }
+                let e = self
+                    .stats
+                    .max_alloc
+                    .entry(self.f.graph.op(*buffer).name.clone())
+                    .or_insert(0);
+                *e = (*e).max(n);
+                // Fresh buffers hold NaN so that reading an element never written shows up.
+                let old = self.bufs.insert(*buffer, vec![f64::NAN; n as usize]);
+                self.exec(body)?;
+                match old {
+                    Some(o) => self.bufs.insert(*buffer, o),
+                    None => self.bufs.remove(buffer),
+                };
+            }
+            Stmt::Store {
+                buffer,
+                index,
+                value,
+            } => {
+                let v = self.eval(value)?.as_f64();
+                let i = self.int(index)?;
+                let name = &self.f.graph.op(*buffer).name;
+                let buf = self
+                    .bufs
+                    .get_mut(buffer)
+                    .ok_or_else(|| format!("store to `{name}` outside its allocation"))?;
+                let len = buf.len();
+                let slot = usize::try_from(i)
+                    .ok()
+                    .and_then(|i| buf.get_mut(i))
+                    .ok_or_else(|| {
+                        format!("store to `{name}` at {i} is out of bounds (size {len})")
+                    })?;
+                *slot = v;
+                *self.stats.stores.entry(name.clone()).or_insert(0) += 1;
+            }
+            Stmt::Seq(v) => v.iter().try_for_each(|x| self.exec(x))?,
+            Stmt::IfThenElse {
+                cond,
+                then_case,
+                else_case,
+                ..
+            } => {
+                if self.eval(cond)?.as_f64() != 0.0 {
+                    self.exec(then_case)?;
+                } else if let Some(e) = else_case {
+                    self.exec(e)?;
+                }
+            }
+            Stmt::Assume { cond, body } => {
+                if self.eval(cond)?.as_f64() == 0.0 {
+                    return Err(format!("assumption {cond} does not hold"));
+                }
+                self.exec(body)?;
+            }
+            Stmt::KernelCall { name, args } => self.call(name, args)?,
+            Stmt::Realize { .. } | Stmt::Provide { .. } => {
+                return Err("the interpreter runs flattened statements only".into())
+            }
+        }
+        Ok(())
+    }
+
+    fn call(&mut self, name: &str, args: &[KernelArg]) -> Result<(), String> {
+        let k = self
+            .kernels
+            .get(name)
+            .ok_or_else(|| format!("micro-kernel `{name}` is not registered"))?;
+        *self.stats.kernel_calls.entry(name.to_string()).or_insert(0) += 1;
+        let mut specs = Vec::new();
+        for (i, a) in args.iter().enumerate() {
+            if args[..i].iter().any(|p| p.tensor == a.tensor) {
+                return Err(format!(
+                    "kernel `{name}` gets the buffer of `{}` twice",
+                    self.f.graph.op(a.tensor).name
+                ));
+            }
+            let view = a
+                .buffer
+                .as_ref()
+                .ok_or("kernel call before storage flattening")?;
+            let origin: Vec<i64> = a
+                .region
+                .iter()
+                .zip(&view.origin)
+                .map(|(r, o)| Ok(self.int(&r.min)? - self.int(o)?))
+                .collect::<Result<_, String>>()?;
+            let extents: Vec<i64> = a
+                .region
+                .iter()
+                .map(|r| self.int(&r.extent))
+                .collect::<Result<_, _>>()?;
+            let buf_extents: Vec<i64> = view
+                .extents
+                .iter()
+                .map(|e| self.int(e))
+                .collect::<Result<_, _>>()?;
+            if !self.bufs.contains_key(&a.tensor) {
+                return Err(format!(
+                    "kernel `{name}` argument `{}` has no buffer",
+                    self.f.graph.op(a.tensor).name
+                ));
+            }
+            specs.push((origin, extents, buf_extents, &view.layout));
+        }
+        // Take the buffers out so that each view borrows its own mutably.
+        let mut taken: Vec<Vec<f64>> = args
+            .iter()
+            .map(|a| self.bufs.remove(&a.tensor).unwrap_or_default())
+            .collect();
+        let result = {
+            let mut views: Vec<KernelView> = taken
+                .iter_mut()
+                .zip(specs)
+                .map(
+                    |(data, (origin, extents, buf_extents, layout))| KernelView {
+                        extents,
+                        origin,
+                        layout,
+                        buf_extents,
+                        data,
+                    },
+                )
+                .collect();
+            k(&mut views)
+        };
+        for (a, d) in args.iter().zip(taken) {
+            self.bufs.insert(a.tensor, d);
+        }
+        result.map_err(|m| format!("micro-kernel `{name}`: {m}"))
+    }
+}

@@ -1,0 +1,783 @@
+//! Schedules: one stage per compute operation, iteration-variable relations (split, fuse,
+//! rebase), attachments (compute_at / inline / root), loop annotations, and a record of
+//! the schedule after every primitive (the "schedule record" of the TVM Explorer RFC).
+
+use std::collections::HashMap;
+use std::fmt;
+
+use super::compute::{Body, ComputeGraph, ComputeOp, IterKind, IterVar, OpKind, Operation, Tensor};
+use super::error::TirError;
+use super::expr::{Expr, Range, TensorId, Var};
+
+/// How a relation derives iteration variables from others.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Relation {
+    /// `parent = outer * factor + inner + parent.min`; exactly one of factor/nparts is set.
+    Split {
+        parent: IterVar,
+        outer: IterVar,
+        inner: IterVar,
+        factor: Option<i64>,
+        nparts: Option<i64>,
+    },
+    /// `fused = (outer - outer.min) * extent(inner) + (inner - inner.min)`.
+    Fuse {
+        outer: IterVar,
+        inner: IterVar,
+        fused: IterVar,
+    },
+    /// `parent = rebased + parent.min`: made by normalization of compute_at stages so that
+    /// every loop starts at zero.
+    Rebase { parent: IterVar, rebased: IterVar },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Attach {
+    /// Computed at the top level of the function.
+    Root,
+    /// Substituted into its consumers.
+    Inline,
+    /// Computed inside the loop of `ivar`, a leaf of the stage of `stage` (compute_at).
+    Scope { stage: TensorId, ivar: IterVar },
+}
+
+/// The kind of loop a leaf variable becomes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ForKind {
+    Serial,
+    Parallel,
+    Vectorized,
+    Unrolled,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stage {
+    pub op: TensorId,
+    pub all_iter_vars: Vec<IterVar>,
+    pub leaf_iter_vars: Vec<IterVar>,
+    pub relations: Vec<Relation>,
+    pub attach: Attach,
+    /// Loop kinds of annotated leaves, by variable id.
+    pub for_kinds: HashMap<u64, ForKind>,
+    /// The loop nest from this leaf inwards is replaced by a call to the named micro-kernel.
+    pub tensorize: Option<(IterVar, String)>,
+}
+
+impl Stage {
+    fn new(op: TensorId, c: &ComputeOp) -> Stage {
+        let roots = c.root_iter_vars();
+        Stage {
+            op,
+            all_iter_vars: roots.clone(),
+            leaf_iter_vars: roots,
+            relations: vec![],
+            attach: Attach::Root,
+            for_kinds: HashMap::new(),
+            tensorize: None,
+        }
+    }
+
+    pub fn leaf_pos(&self, v: &Var) -> Option<usize> {
+        self.leaf_iter_vars.iter().position(|iv| iv.var == *v)
+    }
+
+    pub fn for_kind(&self, v: &Var) -> ForKind {
+        self.for_kinds
+            .get(&v.id)
+            .copied()
+            .unwrap_or(ForKind::Serial)
+    }
+}
+
+/// The state a schedule primitive acts on: the (possibly rewritten) compute graph, the
+/// outputs and the stages.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScheduleState {
+    pub graph: ComputeGraph,
+    pub outputs: Vec<TensorId>,
+    pub stages: Vec<Stage>,
+}
+
+/// One entry of the schedule record: the primitive applied and the schedule after it.
+#[derive(Clone, Debug)]
+pub struct RecordEntry {
+    pub primitive: String,
+    pub state: ScheduleState,
+}
+
+#[derive(Clone, Debug)]
+pub struct Schedule {
+    pub state: ScheduleState,
+    /// The schedule after every primitive; the first entry is the unscheduled one.
+    pub record: Vec<RecordEntry>,
+}
+
+impl ScheduleState {
+    pub fn stage_index(&self, t: TensorId) -> Option<usize> {
+        self.stages.iter().position(|s| s.op == t)
+    }
+    pub fn stage_of(&self, t: TensorId) -> Option<&Stage> {
+        self.stage_index(t).map(|i| &self.stages[i])
+    }
+    pub fn name(&self, t: TensorId) -> &str {
+        &self.graph.op(t).name
+    }
+    pub fn compute_op(&self, t: TensorId) -> Option<&ComputeOp> {
+        self.graph.op(t).compute()
+    }
+
+    /// Stages that read the tensor of `t` (excluding inlined stages, which are
+    /// substituted into their readers).
+    pub fn consumers(&self, t: TensorId) -> Vec<TensorId> {
+        self.stages
+            .iter()
+            .filter(|s| {
+                s.attach != Attach::Inline && self.graph.op(s.op).input_tensors().contains(&t)
+            })
+            .map(|s| s.op)
+            .collect()
+    }
+
+    /// Compute stages in an order where producers come before consumers.
+    pub fn topo_order(&self) -> Result<Vec<TensorId>, TirError> {
+        let n = self.graph.ops.len();
+        let mut state = vec![0u8; n]; // 0 new, 1 visiting, 2 done
+        let mut out = Vec::new();
+        fn visit(
+            g: &ComputeGraph,
+            t: usize,
+            st: &mut [u8],
+            out: &mut Vec<TensorId>,
+        ) -> Result<(), TirError> {
+            match st[t] {
+                2 => return Ok(()),
+                1 => {
+                    return Err(TirError::Schedule(format!(
+                        "tensor `{}` depends on itself",
+                        g.ops[t].name
+                    )))
+                }
+                _ => {}
+            }
+            st[t] = 1;
+            for i in g.ops[t].input_tensors() {
+                visit(g, i.0, st, out)?;
+            }
+            st[t] = 2;
+            out.push(TensorId(t));
+            Ok(())
+        }
+        for t in 0..n {
+            visit(&self.graph, t, &mut state, &mut out)?;
+        }
+        out.retain(|t| self.stage_index(*t).is_some());
+        Ok(out)
+    }
+}
+
+impl Schedule {
+    /// A schedule with one root stage per compute operation of `graph`.
+    pub fn new(graph: &ComputeGraph, outputs: &[Tensor]) -> Result<Schedule, TirError> {
+        let stages = graph
+            .ops
+            .iter()
+            .enumerate()
+            .filter_map(|(i, op)| op.compute().map(|c| Stage::new(TensorId(i), c)))
+            .collect();
+        for o in outputs {
+            if graph.op(o.id).compute().is_none() {
+                return Err(TirError::Schedule(format!(
+                    "output `{}` is a placeholder",
+                    graph.op(o.id).name
+                )));
+            }
+        }
+        let state = ScheduleState {
+            graph: graph.clone(),
+            outputs: outputs.iter().map(|t| t.id).collect(),
+            stages,
+        };
+        Ok(Schedule {
+            record: vec![RecordEntry {
+                primitive: "create_schedule".into(),
+                state: state.clone(),
+            }],
+            state,
+        })
+    }
+
+    fn record(&mut self, primitive: String) {
+        self.record.push(RecordEntry {
+            primitive,
+            state: self.state.clone(),
+        });
+    }
+
+    fn stage_mut(&mut self, t: &Tensor) -> Result<&mut Stage, TirError> {
+        let i = self.stage_idx(t)?;
+        Ok(&mut self.state.stages[i])
+    }
+
+    fn stage_idx(&self, t: &Tensor) -> Result<usize, TirError> {
+        self.state.stage_index(t.id).ok_or_else(|| {
+            TirError::Schedule(format!(
+                "`{}` has no stage (it is a placeholder)",
+                self.state.name(t.id)
+            ))
+        })
+    }
+
+    pub fn stage(&self, t: &Tensor) -> Result<&Stage, TirError> {
+        Ok(&self.state.stages[self.stage_idx(t)?])
+    }
+
+    fn leaf_pos(&self, t: &Tensor, iv: &IterVar) -> Result<usize, TirError> {
+        self.stage(t)?.leaf_pos(&iv.var).ok_or_else(|| {
+            TirError::Schedule(format!(
+                "`{}` is not a leaf iteration variable of stage `{}`",
+                iv.name(),
+                self.state.name(t.id)
+            ))
+        })
+    }
+
+    /// The leaf iteration variables of a stage (the axes, for an unscheduled stage).
+    pub fn leaves(&self, t: &Tensor) -> Result<Vec<IterVar>, TirError> {
+        Ok(self.stage(t)?.leaf_iter_vars.clone())
+    }
+
+    /// The axes of a compute definition.
+    pub fn axis(&self, t: &Tensor) -> Result<Vec<IterVar>, TirError> {
+        self.op_compute(t).map(|c| c.axis.clone())
+    }
+
+    pub fn reduce_axis(&self, t: &Tensor) -> Result<Vec<IterVar>, TirError> {
+        self.op_compute(t).map(|c| c.reduce_axis.clone())
+    }
+
+    fn op_compute(&self, t: &Tensor) -> Result<&ComputeOp, TirError> {
+        self.state.compute_op(t.id).ok_or_else(|| {
+            TirError::Schedule(format!("`{}` is a placeholder", self.state.name(t.id)))
+        })
+    }
+
+    /// Splits a leaf so that the inner loop has `factor` iterations.
+    pub fn split(
+        &mut self,
+        t: &Tensor,
+        iv: &IterVar,
+        factor: i64,
+    ) -> Result<(IterVar, IterVar), TirError> {
+        self.split_impl(t, iv, Some(factor), None)
+    }
+
+    /// Splits a leaf so that the outer loop has `nparts` iterations.
+    pub fn split_nparts(
+        &mut self,
+        t: &Tensor,
+        iv: &IterVar,
+        nparts: i64,
+    ) -> Result<(IterVar, IterVar), TirError> {
+        self.split_impl(t, iv, None, Some(nparts))
+    }
+
+    fn split_impl(
+        &mut self,
+        t: &Tensor,
+        iv: &IterVar,
+        factor: Option<i64>,
+        nparts: Option<i64>,
+    ) -> Result<(IterVar, IterVar), TirError> {
+        let pos = self.leaf_pos(t, iv)?;
+        let amount = factor.or(nparts).unwrap_or(0);
+        if amount <= 0 {
+            return Err(TirError::Schedule(format!(
+                "split of `{}` needs a positive factor, got {amount}",
+                iv.name()
+            )));
+        }
+        let outer = IterVar::new(&format!("{}.outer", iv.name()), None, iv.kind);
+        let inner = IterVar::new(&format!("{}.inner", iv.name()), None, iv.kind);
+        let st = self.stage_mut(t)?;
+        st.leaf_iter_vars
+            .splice(pos..pos + 1, [outer.clone(), inner.clone()]);
+        st.all_iter_vars.extend([outer.clone(), inner.clone()]);
+        st.relations.push(Relation::Split {
+            parent: iv.clone(),
+            outer: outer.clone(),
+            inner: inner.clone(),
+            factor,
+            nparts,
+        });
+        let how = match factor {
+            Some(f) => format!("factor={f}"),
+            None => format!("nparts={amount}"),
+        };
+        let name = self.state.name(t.id).to_string();
+        self.record(format!("split({name}, {}, {how})", iv.name()));
+        Ok((outer, inner))
+    }
+
+    /// Fuses two adjacent leaves (`outer` immediately before `inner`) into one.
+    pub fn fuse(
+        &mut self,
+        t: &Tensor,
+        outer: &IterVar,
+        inner: &IterVar,
+    ) -> Result<IterVar, TirError> {
+        let po = self.leaf_pos(t, outer)?;
+        let pi = self.leaf_pos(t, inner)?;
+        if pi != po + 1 {
+            return Err(TirError::Schedule(format!(
+                "fuse needs `{}` immediately outside `{}` in stage `{}`",
+                outer.name(),
+                inner.name(),
+                self.state.name(t.id)
+            )));
+        }
+        if outer.kind != inner.kind {
+            return Err(TirError::Schedule(format!(
+                "cannot fuse a data axis with a reduce axis (`{}`, `{}`)",
+                outer.name(),
+                inner.name()
+            )));
+        }
+        let fused = IterVar::new(
+            &format!("{}.{}.fused", outer.name(), inner.name()),
+            None,
+            outer.kind,
+        );
+        let st = self.stage_mut(t)?;
+        st.leaf_iter_vars.splice(po..pi + 1, [fused.clone()]);
+        st.all_iter_vars.push(fused.clone());
+        st.relations.push(Relation::Fuse {
+            outer: outer.clone(),
+            inner: inner.clone(),
+            fused: fused.clone(),
+        });
+        let name = self.state.name(t.id).to_string();
+        self.record(format!("fuse({name}, {}, {})", outer.name(), inner.name()));
+        Ok(fused)
+    }
+
+    /// Tiles two leaves: split both, then order `x.outer, y.outer, x.inner, y.inner`.
+    /// Recorded as its three primitives. Returns the four new leaves in that order.
+    pub fn tile(
+        &mut self,
+        t: &Tensor,
+        x: &IterVar,
+        y: &IterVar,
+        fx: i64,
+        fy: i64,
+    ) -> Result<[IterVar; 4], TirError> {
+        let (xo, xi) = self.split(t, x, fx)?;
+        let (yo, yi) = self.split(t, y, fy)?;
+        let order = [xo, yo, xi, yi];
+        self.reorder(t, &order)?;
+        Ok(order)
+    }
+
+    /// Permutes the given leaves among the positions they occupy.
+    pub fn reorder(&mut self, t: &Tensor, order: &[IterVar]) -> Result<(), TirError> {
+        let mut pos = order
+            .iter()
+            .map(|iv| self.leaf_pos(t, iv))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut seen = pos.clone();
+        seen.sort();
+        seen.dedup();
+        if seen.len() != pos.len() {
+            return Err(TirError::Schedule("reorder lists a variable twice".into()));
+        }
+        pos.sort();
+        let st = self.stage_mut(t)?;
+        for (p, iv) in pos.iter().zip(order) {
+            st.leaf_iter_vars[*p] = iv.clone();
+        }
+        let names: Vec<&str> = order.iter().map(|v| v.name()).collect();
+        let name = self.state.name(t.id).to_string();
+        self.record(format!("reorder({name}, {})", names.join(", ")));
+        Ok(())
+    }
+
+    /// Computes `t` inside the loop of `iv`, a leaf of the stage of `consumer`.
+    pub fn compute_at(
+        &mut self,
+        t: &Tensor,
+        consumer: &Tensor,
+        iv: &IterVar,
+    ) -> Result<(), TirError> {
+        self.leaf_pos(consumer, iv)?;
+        if self.state.outputs.contains(&t.id) {
+            return Err(TirError::Schedule(format!(
+                "output `{}` is computed over its whole domain; it cannot be computed at `{}`",
+                self.state.name(t.id),
+                self.state.name(consumer.id)
+            )));
+        }
+        if t.id == consumer.id {
+            return Err(TirError::Schedule(format!(
+                "cannot compute `{}` at itself",
+                self.state.name(t.id)
+            )));
+        }
+        self.stage_mut(t)?.attach = Attach::Scope {
+            stage: consumer.id,
+            ivar: iv.clone(),
+        };
+        let (a, b) = (
+            self.state.name(t.id).to_string(),
+            self.state.name(consumer.id).to_string(),
+        );
+        self.record(format!("compute_at({a}, {b}, {})", iv.name()));
+        Ok(())
+    }
+
+    /// Substitutes `t` into its consumers.
+    pub fn compute_inline(&mut self, t: &Tensor) -> Result<(), TirError> {
+        let name = self.state.name(t.id).to_string();
+        if self.state.outputs.contains(&t.id) {
+            return Err(TirError::Schedule(format!("cannot inline output `{name}`")));
+        }
+        if matches!(self.op_compute(t)?.body, Body::Reduce { .. }) {
+            return Err(TirError::Schedule(format!(
+                "cannot inline reduction `{name}`"
+            )));
+        }
+        self.stage_mut(t)?.attach = Attach::Inline;
+        self.record(format!("compute_inline({name})"));
+        Ok(())
+    }
+
+    /// Computes `t` at the top level again.
+    pub fn compute_root(&mut self, t: &Tensor) -> Result<(), TirError> {
+        self.stage_mut(t)?.attach = Attach::Root;
+        let name = self.state.name(t.id).to_string();
+        self.record(format!("compute_root({name})"));
+        Ok(())
+    }
+
+    fn annotate(
+        &mut self,
+        t: &Tensor,
+        iv: &IterVar,
+        kind: ForKind,
+        what: &str,
+    ) -> Result<(), TirError> {
+        self.leaf_pos(t, iv)?;
+        self.stage_mut(t)?.for_kinds.insert(iv.var.id, kind);
+        let name = self.state.name(t.id).to_string();
+        self.record(format!("{what}({name}, {})", iv.name()));
+        Ok(())
+    }
+
+    pub fn vectorize(&mut self, t: &Tensor, iv: &IterVar) -> Result<(), TirError> {
+        self.annotate(t, iv, ForKind::Vectorized, "vectorize")
+    }
+    pub fn parallel(&mut self, t: &Tensor, iv: &IterVar) -> Result<(), TirError> {
+        self.annotate(t, iv, ForKind::Parallel, "parallel")
+    }
+    pub fn unroll(&mut self, t: &Tensor, iv: &IterVar) -> Result<(), TirError> {
+        self.annotate(t, iv, ForKind::Unrolled, "unroll")
+    }
+
+    /// Replaces the loop nest from `iv` inwards by a call to the micro-kernel `kernel`,
+    /// which receives the regions of the output and inputs that nest touches.
+    pub fn tensorize(&mut self, t: &Tensor, iv: &IterVar, kernel: &str) -> Result<(), TirError> {
+        self.leaf_pos(t, iv)?;
+        self.stage_mut(t)?.tensorize = Some((iv.clone(), kernel.to_string()));
+        let name = self.state.name(t.id).to_string();
+        self.record(format!("tensorize({name}, {}, {kernel})", iv.name()));
+        Ok(())
+    }
+
+    /// Adds a stage `<t>.cache` that copies `t`, and makes `readers` read the copy.
+    pub fn cache_read(&mut self, t: &Tensor, readers: &[Tensor]) -> Result<Tensor, TirError> {
+        let src = self.state.graph.op(t.id).clone();
+        for r in readers {
+            if !self.state.graph.op(r.id).input_tensors().contains(&t.id) {
+                return Err(TirError::Schedule(format!(
+                    "`{}` does not read `{}`",
+                    self.state.name(r.id),
+                    src.name
+                )));
+            }
+        }
+        let cache_name = format!("{}.cache", src.name);
+        let cache = self.add_copy_op(&cache_name, t.id, &src.shape)?;
+        for r in readers {
+            let op = &mut self.state.graph.ops[r.id.0];
+            if let OpKind::Compute(c) = &mut op.kind {
+                c.body = c.body.map(|e| retarget(e, t.id, cache.id));
+            }
+        }
+        let names: Vec<&str> = readers.iter().map(|r| self.state.name(r.id)).collect();
+        self.record(format!("cache_read({}, [{}])", src.name, names.join(", ")));
+        Ok(cache)
+    }
+
+    /// Moves the computation of `t` into a new stage `<t>.local`; `t` becomes a copy of it.
+    /// Must be applied before the stage of `t` is split or fused.
+    pub fn cache_write(&mut self, t: &Tensor) -> Result<Tensor, TirError> {
+        let op = self.state.graph.op(t.id).clone();
+        let c = self.op_compute(t)?.clone();
+        if !self.stage(t)?.relations.is_empty() {
+            return Err(TirError::Schedule(format!(
+                "cache_write of `{}` must come before its split/fuse",
+                op.name
+            )));
+        }
+        // The new stage computes the original body over fresh variables.
+        let fresh = |ivs: &[IterVar]| -> Vec<IterVar> {
+            ivs.iter()
+                .map(|iv| IterVar::new(iv.name(), iv.dom.clone(), iv.kind))
+                .collect()
+        };
+        let (axis, raxis) = (fresh(&c.axis), fresh(&c.reduce_axis));
+        let map: HashMap<u64, Expr> = c
+            .axis
+            .iter()
+            .chain(&c.reduce_axis)
+            .zip(axis.iter().chain(&raxis))
+            .map(|(o, n)| (o.var.id, n.expr()))
+            .collect();
+        let body = c.body.map(|e| e.substitute(&|v| map.get(&v.id).cloned()));
+        let local_name = format!("{}.local", op.name);
+        let local = self.push_op(
+            &local_name,
+            &op.shape,
+            ComputeOp {
+                axis,
+                reduce_axis: raxis,
+                body,
+            },
+        )?;
+        // `t` keeps its axes (so its leaves stay valid) and copies the cache.
+        let read = Expr::Read {
+            tensor: local.id,
+            indices: c.axis.iter().map(IterVar::expr).collect(),
+        };
+        let new_c = ComputeOp {
+            axis: c.axis.clone(),
+            reduce_axis: vec![],
+            body: Body::Plain(read),
+        };
+        self.state.graph.ops[t.id.0].kind = OpKind::Compute(new_c.clone());
+        let st = self.stage_mut(t)?;
+        st.leaf_iter_vars.retain(|iv| iv.kind == IterKind::Data);
+        st.all_iter_vars.retain(|iv| iv.kind == IterKind::Data);
+        self.record(format!("cache_write({})", op.name));
+        Ok(local)
+    }
+
+    fn add_copy_op(
+        &mut self,
+        name: &str,
+        src: TensorId,
+        shape: &[i64],
+    ) -> Result<Tensor, TirError> {
+        let axis: Vec<IterVar> = shape
+            .iter()
+            .enumerate()
+            .map(|(k, e)| IterVar::new(&format!("ax{k}"), Some(Range::extent(*e)), IterKind::Data))
+            .collect();
+        let body = Body::Plain(Expr::Read {
+            tensor: src,
+            indices: axis.iter().map(IterVar::expr).collect(),
+        });
+        self.push_op(
+            name,
+            shape,
+            ComputeOp {
+                axis,
+                reduce_axis: vec![],
+                body,
+            },
+        )
+    }
+
+    fn push_op(&mut self, name: &str, shape: &[i64], c: ComputeOp) -> Result<Tensor, TirError> {
+        if self.state.graph.find(name).is_some() {
+            return Err(TirError::Schedule(format!(
+                "a tensor named `{name}` already exists"
+            )));
+        }
+        let id = TensorId(self.state.graph.ops.len());
+        let stage = Stage::new(id, &c);
+        self.state.graph.ops.push(Operation {
+            name: name.to_string(),
+            shape: shape.to_vec(),
+            kind: OpKind::Compute(c),
+        });
+        self.state.stages.push(stage);
+        Ok(self.state.graph.tensor(id))
+    }
+
+    /// The schedule prepared for bound inference: inlined stages substituted into their
+    /// consumers, and the leaves of compute_at stages rebased to start at zero.
+    pub fn normalized(&self) -> Result<ScheduleState, TirError> {
+        let mut st = self.state.clone();
+        inject_inline(&mut st)?;
+        rebase_attached(&mut st);
+        Ok(st)
+    }
+}
+
+fn retarget(e: &Expr, from: TensorId, to: TensorId) -> Expr {
+    e.rewrite(&mut |n| match n {
+        Expr::Read { tensor, indices } if *tensor == from => Some(Expr::Read {
+            tensor: to,
+            indices: indices.clone(),
+        }),
+        _ => None,
+    })
+}
+
+fn inject_inline(st: &mut ScheduleState) -> Result<(), TirError> {
+    for t in st.topo_order()? {
+        let si = st.stage_index(t).expect("topo order holds stages");
+        if st.stages[si].attach != Attach::Inline {
+            continue;
+        }
+        let c = st.compute_op(t).expect("stages are compute ops").clone();
+        let Body::Plain(def) = c.body else {
+            return Err(TirError::Schedule(format!(
+                "cannot inline reduction `{}`",
+                st.name(t)
+            )));
+        };
+        if st
+            .stages
+            .iter()
+            .any(|s| matches!(&s.attach, Attach::Scope { stage, .. } if *stage == t))
+        {
+            return Err(TirError::Schedule(format!(
+                "`{}` is inlined but other stages are computed at it",
+                st.name(t)
+            )));
+        }
+        for op in &mut st.graph.ops {
+            if let OpKind::Compute(oc) = &mut op.kind {
+                oc.body = oc.body.map(|e| {
+                    e.rewrite(&mut |n| match n {
+                        Expr::Read { tensor, indices } if *tensor == t => {
+                            let m: HashMap<u64, Expr> = c
+                                .axis
+                                .iter()
+                                .map(|a| a.var.id)
+                                .zip(indices.iter().cloned())
+                                .collect();
+                            Some(def.substitute(&|v| m.get(&v.id).cloned()))
+                        }
+                        _ => None,
+                    })
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Gives every leaf of a compute_at stage a rebased copy starting at zero (TVM's
+/// RebaseNonZeroMinLoop), and moves annotations and attachments to the copies.
+fn rebase_attached(st: &mut ScheduleState) {
+    let mut renamed: HashMap<u64, IterVar> = HashMap::new();
+    for s in &mut st.stages {
+        if !matches!(s.attach, Attach::Scope { .. }) {
+            continue;
+        }
+        for leaf in s.leaf_iter_vars.iter_mut() {
+            let rebased = IterVar::new(leaf.name(), None, leaf.kind);
+            s.relations.push(Relation::Rebase {
+                parent: leaf.clone(),
+                rebased: rebased.clone(),
+            });
+            s.all_iter_vars.push(rebased.clone());
+            if let Some(k) = s.for_kinds.remove(&leaf.var.id) {
+                s.for_kinds.insert(rebased.var.id, k);
+            }
+            renamed.insert(leaf.var.id, rebased.clone());
+            *leaf = rebased;
+        }
+        if let Some((iv, _)) = &mut s.tensorize {
+            if let Some(n) = renamed.get(&iv.var.id) {
+                *iv = n.clone();
+            }
+        }
+    }
+    for s in &mut st.stages {
+        if let Attach::Scope { ivar, .. } = &mut s.attach {
+            if let Some(n) = renamed.get(&ivar.var.id) {
+                *ivar = n.clone();
+            }
+        }
+    }
+}
+
+impl fmt::Display for ScheduleState {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        for s in &self.stages {
+            let name = self.name(s.op);
+            let attach = match &s.attach {
+                Attach::Root => "root".to_string(),
+                Attach::Inline => "inline".to_string(),
+                Attach::Scope { stage, ivar } => {
+                    format!("at {}.{}", self.name(*stage), ivar.name())
+                }
+            };
+            write!(f, "stage {name} ({attach}): leaves [")?;
+            for (k, iv) in s.leaf_iter_vars.iter().enumerate() {
+                let kind = match s.for_kind(&iv.var) {
+                    ForKind::Serial => "",
+                    ForKind::Parallel => " parallel",
+                    ForKind::Vectorized => " vectorized",
+                    ForKind::Unrolled => " unrolled",
+                };
+                write!(f, "{}{}{kind}", if k > 0 { ", " } else { "" }, iv.name())?;
+            }
+            write!(f, "]")?;
+            for r in &s.relations {
+                match r {
+                    Relation::Split {
+                        parent,
+                        outer,
+                        inner,
+                        factor,
+                        nparts,
+                    } => {
+                        let how = factor
+                            .map(|v| format!("factor={v}"))
+                            .or(nparts.map(|v| format!("nparts={v}")))
+                            .unwrap_or_default();
+                        write!(
+                            f,
+                            "; split {} -> {}, {} ({how})",
+                            parent.name(),
+                            outer.name(),
+                            inner.name()
+                        )?
+                    }
+                    Relation::Fuse {
+                        outer,
+                        inner,
+                        fused,
+                    } => write!(
+                        f,
+                        "; fuse {}, {} -> {}",
+                        outer.name(),
+                        inner.name(),
+                        fused.name()
+                    )?,
+                    Relation::Rebase { parent, rebased } => {
+                        write!(f, "; rebase {} -> {}", parent.name(), rebased.name())?
+                    }
+                }
+            }
+            if let Some((iv, k)) = &s.tensorize {
+                write!(f, "; tensorize {} with {k}", iv.name())?;
+            }
+            writeln!(f)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,516 @@
+//! Arithmetic simplifier for index expressions.
+//!
+//! Integer sums are brought to a linear form (terms with integer coefficients plus a
+//! constant), which folds constants and cancels terms (`(x + 3) - x` → `3`). Division
+//! and modulo by a positive constant use the linear form and the known bounds of the
+//! variables (`floordiv(o*8 + i, 8)` → `o` when `0 <= i < 8`). `min`/`max`/comparisons
+//! are decided when the bounds of the difference of their operands decide them.
+//! Float values are only constant-folded.
+
+use std::collections::HashMap;
+
+use super::expr::{floor_div, floor_mod, BinOp, Expr, Var};
+
+/// Known constant bounds `[lo, hi]` (inclusive) of variables.
+#[derive(Clone, Debug, Default)]
+pub struct VarBounds {
+    map: HashMap<u64, (i64, i64)>,
+}
+
+impl VarBounds {
+    pub fn new() -> VarBounds {
+        VarBounds::default()
+    }
+    pub fn set(&mut self, v: &Var, lo: i64, hi: i64) {
+        self.map.insert(v.id, (lo, hi));
+    }
+    pub fn get(&self, v: &Var) -> Option<(i64, i64)> {
+        self.map.get(&v.id).copied()
+    }
+    pub fn remove(&mut self, v: &Var) {
+        self.map.remove(&v.id);
+    }
+}
+
+/// Simplifies without any knowledge of variable bounds.
+pub fn simplify(e: &Expr) -> Expr {
+    simplify_with(e, &VarBounds::new())
+}
+
+/// Simplifies using the constant bounds of variables.
+pub fn simplify_with(e: &Expr, vb: &VarBounds) -> Expr {
+    e.rewrite(&mut |n| simplify_node(n, vb))
+}
+
+/// Whether `a == b` can be proved (their difference simplifies to zero).
+pub fn prove_equal(a: &Expr, b: &Expr, vb: &VarBounds) -> bool {
+    a == b || simplify_with(&(a.clone() - b.clone()), vb) == Expr::Int(0)
+}
+
+/// Proves `e <= 0`.
+pub fn prove_le_zero(e: &Expr, vb: &VarBounds) -> bool {
+    matches!(const_bounds(&simplify_with(e, vb), vb).1, Some(h) if h <= 0)
+}
+
+/// Proves `e >= 0`.
+pub fn prove_ge_zero(e: &Expr, vb: &VarBounds) -> bool {
+    matches!(const_bounds(&simplify_with(e, vb), vb).0, Some(l) if l >= 0)
+}
+
+/// Constant interval bounds of an integer expression; `None` means unbounded.
+pub fn const_bounds(e: &Expr, vb: &VarBounds) -> (Option<i64>, Option<i64>) {
+    match e {
+        Expr::Int(v) => (Some(*v), Some(*v)),
+        Expr::Var(v) => match vb.get(v) {
+            Some((l, h)) => (Some(l), Some(h)),
+            None => (None, None),
+        },
+        Expr::Bin(op, a, b) => {
+            // `x + min(p, q)` is bounded by `min(x + p, x + q)`: distributing lets terms
+            // of x cancel inside each branch, which plain interval arithmetic cannot do.
+            if matches!(op, BinOp::Add | BinOp::Sub) {
+                if let Some(d) = distribute_minmax(*op, a, b) {
+                    return const_bounds(&simplify_with(&d, vb), vb);
+                }
+            }
+            let (al, ah) = const_bounds(a, vb);
+            let (bl, bh) = const_bounds(b, vb);
+            match op {
+                BinOp::Add => (add(al, bl), add(ah, bh)),
+                BinOp::Sub => (sub(al, bh), sub(ah, bl)),
+                BinOp::Mul => match (al, ah, bl, bh) {
+                    (Some(a0), Some(a1), Some(b0), Some(b1)) => {
+                        let c = [a0 * b0, a0 * b1, a1 * b0, a1 * b1];
+                        (c.iter().min().copied(), c.iter().max().copied())
+                    }
+                    _ => match b.as_int().or(a.as_int()) {
+                        Some(0) => (Some(0), Some(0)),
+                        Some(c) => {
+                            let (l, h) = if a.as_int().is_some() {
+                                (bl, bh)
+                            } else {
+                                (al, ah)
+                            };
+                            if c > 0 {
+                                (l.map(|x| x * c), h.map(|x| x * c))
+                            } else {
+                                (h.map(|x| x * c), l.map(|x| x * c))
+                            }
+                        }
+                        None => (None, None),
+                    },
+                },
+                BinOp::FloorDiv => match b.as_int() {
+                    Some(c) if c > 0 => (al.map(|x| floor_div(x, c)), ah.map(|x| floor_div(x, c))),
+                    _ => (None, None),
+                },
+                BinOp::FloorMod => match b.as_int() {
+                    Some(c) if c > 0 => match (al, ah) {
+                        (Some(l), Some(h)) if floor_div(l, c) == floor_div(h, c) => {
+                            (Some(floor_mod(l, c)), Some(floor_mod(h, c)))
+                        }
+                        _ => (Some(0), Some(c - 1)),
+                    },
+                    _ => (None, None),
+                },
+                BinOp::Min => (opt2(al, bl, i64::min), opt_min_hi(ah, bh)),
+                BinOp::Max => (opt_max_lo(al, bl), opt2(ah, bh, i64::max)),
+                BinOp::Lt | BinOp::Le | BinOp::Eq | BinOp::Ne | BinOp::And | BinOp::Or => {
+                    (Some(0), Some(1))
+                }
+                BinOp::Div => (None, None),
+            }
+        }
+        Expr::Not(_) => (Some(0), Some(1)),
+        Expr::Select(_, a, b) => {
+            let (al, ah) = const_bounds(a, vb);
+            let (bl, bh) = const_bounds(b, vb);
+            (opt2(al, bl, i64::min), opt2(ah, bh, i64::max))
+        }
+        _ => (None, None),
+    }
+}
+
+fn distribute_minmax(op: BinOp, a: &Expr, b: &Expr) -> Option<Expr> {
+    match (a, b) {
+        (_, Expr::Bin(m @ (BinOp::Min | BinOp::Max), p, q)) => {
+            // x - min(p, q) = max(x - p, x - q)
+            let m2 = match (op, m) {
+                (BinOp::Sub, BinOp::Min) => BinOp::Max,
+                (BinOp::Sub, BinOp::Max) => BinOp::Min,
+                _ => *m,
+            };
+            Some(Expr::Bin(
+                m2,
+                Box::new(Expr::Bin(op, Box::new(a.clone()), p.clone())),
+                Box::new(Expr::Bin(op, Box::new(a.clone()), q.clone())),
+            ))
+        }
+        (Expr::Bin(m @ (BinOp::Min | BinOp::Max), p, q), _) => Some(Expr::Bin(
+            *m,
+            Box::new(Expr::Bin(op, p.clone(), Box::new(b.clone()))),
+            Box::new(Expr::Bin(op, q.clone(), Box::new(b.clone()))),
+        )),
+        _ => None,
+    }
+}
+
+fn add(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    a?.checked_add(b?)
+}
+fn sub(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    a?.checked_sub(b?)
+}
+fn opt2(a: Option<i64>, b: Option<i64>, f: fn(i64, i64) -> i64) -> Option<i64> {
+    Some(f(a?, b?))
+}
+/// Upper bound of min: bounded if either side is.
+fn opt_min_hi(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) | (None, x) => x,
+    }
+}
+fn opt_max_lo(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.max(y)),
+        (x, None) | (None, x) => x,
+    }
+}
+
+/// `sum(coef * atom) + constant` over non-linear atoms.
+#[derive(Clone, Debug)]
+pub(crate) struct Linear {
+    pub terms: Vec<(Expr, i64)>,
+    pub c: i64,
+}
+
+impl Linear {
+    fn constant(c: i64) -> Linear {
+        Linear { terms: vec![], c }
+    }
+    fn add_term(&mut self, atom: Expr, coef: i64) {
+        if let Some(t) = self.terms.iter_mut().find(|t| t.0 == atom) {
+            t.1 += coef;
+        } else {
+            self.terms.push((atom, coef));
+        }
+        self.terms.retain(|t| t.1 != 0);
+    }
+    fn add_scaled(&mut self, o: Linear, k: i64) {
+        for (a, c) in o.terms {
+            self.add_term(a, c * k);
+        }
+        self.c += o.c * k;
+    }
+    fn as_const(&self) -> Option<i64> {
+        self.terms.is_empty().then_some(self.c)
+    }
+
+    pub(crate) fn of(e: &Expr) -> Linear {
+        match e {
+            Expr::Int(v) => Linear::constant(*v),
+            Expr::Bin(op @ (BinOp::Add | BinOp::Sub), a, b) if e.is_int() => {
+                let mut l = Linear::of(a);
+                l.add_scaled(Linear::of(b), if *op == BinOp::Add { 1 } else { -1 });
+                l
+            }
+            Expr::Bin(BinOp::Mul, a, b) if e.is_int() => {
+                let (la, lb) = (Linear::of(a), Linear::of(b));
+                match (la.as_const(), lb.as_const()) {
+                    (Some(k), _) => scaled(lb, k),
+                    (_, Some(k)) => scaled(la, k),
+                    _ => atom(e),
+                }
+            }
+            _ => atom(e),
+        }
+    }
+
+    pub(crate) fn to_expr(&self) -> Expr {
+        // A positive constant leads when every term is negative: `20 - o*16`.
+        let mut out: Option<Expr> =
+            (self.c > 0 && self.terms.iter().all(|t| t.1 < 0)).then_some(Expr::Int(self.c));
+        let konst = if out.is_some() { 0 } else { self.c };
+        // Positive terms first so that printing reads `a + b - c`.
+        let mut terms: Vec<&(Expr, i64)> = self.terms.iter().filter(|t| t.1 > 0).collect();
+        terms.extend(self.terms.iter().filter(|t| t.1 < 0));
+        for (a, c) in terms {
+            let mag = if c.abs() == 1 {
+                a.clone()
+            } else {
+                a.clone() * c.abs()
+            };
+            out = Some(match out {
+                None if *c < 0 => Expr::Int(0) - mag,
+                None => mag,
+                Some(acc) if *c < 0 => acc - mag,
+                Some(acc) => acc + mag,
+            });
+        }
+        match out {
+            None => Expr::Int(konst),
+            Some(acc) if konst > 0 => acc + konst,
+            Some(acc) if konst < 0 => acc - (-konst),
+            Some(acc) => acc,
+        }
+    }
+
+    fn gcd(&self) -> i64 {
+        self.terms
+            .iter()
+            .fold(self.c.abs(), |g, t| gcd(g, t.1.abs()))
+    }
+}
+
+fn atom(e: &Expr) -> Linear {
+    Linear {
+        terms: vec![(e.clone(), 1)],
+        c: 0,
+    }
+}
+
+fn scaled(mut l: Linear, k: i64) -> Linear {
+    if k == 0 {
+        return Linear::constant(0);
+    }
+    for t in &mut l.terms {
+        t.1 *= k;
+    }
+    l.c *= k;
+    l
+}
+
+fn gcd(a: i64, b: i64) -> i64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// Simplifies one node whose children are already simplified.
+fn simplify_node(e: &Expr, vb: &VarBounds) -> Option<Expr> {
+    match e {
+        Expr::Bin(op, a, b) => simplify_bin(*op, a, b, e, vb),
+        Expr::Not(a) => a.as_int().map(|v| Expr::Int((v == 0) as i64)),
+        Expr::Select(c, a, b) => match c.as_int() {
+            Some(0) => Some((**b).clone()),
+            Some(_) => Some((**a).clone()),
+            None => (a == b).then(|| (**a).clone()),
+        },
+        _ => None,
+    }
+}
+
+fn simplify_bin(op: BinOp, a: &Expr, b: &Expr, e: &Expr, vb: &VarBounds) -> Option<Expr> {
+    if !e.is_int() || !a.is_int() || !b.is_int() {
+        return fold_float(op, a, b);
+    }
+    match op {
+        BinOp::Add | BinOp::Sub | BinOp::Mul => Some(Linear::of(e).to_expr()),
+        BinOp::FloorDiv => simplify_div(a, b, vb),
+        BinOp::FloorMod => simplify_mod(a, b, vb),
+        BinOp::Min | BinOp::Max => {
+            let (lo, hi) = const_bounds(&Linear::of(&(a.clone() - b.clone())).to_expr(), vb);
+            let a_le_b = matches!(hi, Some(h) if h <= 0);
+            let a_ge_b = matches!(lo, Some(l) if l >= 0);
+            match (op, a_le_b, a_ge_b) {
+                (BinOp::Min, true, _) | (BinOp::Max, _, true) => Some(a.clone()),
+                (BinOp::Min, _, true) | (BinOp::Max, true, _) => Some(b.clone()),
+                _ => None,
+            }
+        }
+        BinOp::Lt | BinOp::Le | BinOp::Eq | BinOp::Ne => {
+            let d = Linear::of(&(a.clone() - b.clone())).to_expr();
+            let (lo, hi) = const_bounds(&d, vb);
+            let lo = lo.unwrap_or(i64::MIN);
+            let hi = hi.unwrap_or(i64::MAX);
+            let decided = match op {
+                BinOp::Lt if hi < 0 => Some(true),
+                BinOp::Lt if lo >= 0 => Some(false),
+                BinOp::Le if hi <= 0 => Some(true),
+                BinOp::Le if lo > 0 => Some(false),
+                BinOp::Eq | BinOp::Ne if lo == 0 && hi == 0 => Some(op == BinOp::Eq),
+                BinOp::Eq | BinOp::Ne if lo > 0 || hi < 0 => Some(op == BinOp::Ne),
+                _ => None,
+            };
+            decided.map(|t| Expr::Int(t as i64))
+        }
+        BinOp::And => match (a.as_int(), b.as_int()) {
+            (Some(0), _) | (_, Some(0)) => Some(Expr::Int(0)),
+            (Some(_), _) => Some(b.clone()),
+            (_, Some(_)) => Some(a.clone()),
+            _ => None,
+        },
+        BinOp::Or => match (a.as_int(), b.as_int()) {
+            (Some(x), _) if x != 0 => Some(Expr::Int(1)),
+            (_, Some(x)) if x != 0 => Some(Expr::Int(1)),
+            (Some(_), _) => Some(b.clone()),
+            (_, Some(_)) => Some(a.clone()),
+            _ => None,
+        },
+        BinOp::Div => None,
+    }
+}
+
+fn fold_float(op: BinOp, a: &Expr, b: &Expr) -> Option<Expr> {
+    let num = |e: &Expr| match e {
+        Expr::Int(v) => Some(*v as f64),
+        Expr::Float(v) => Some(*v),
+        _ => None,
+    };
+    let (x, y) = (num(a)?, num(b)?);
+    Some(Expr::Float(match op {
+        BinOp::Add => x + y,
+        BinOp::Sub => x - y,
+        BinOp::Mul => x * y,
+        BinOp::Div => x / y,
+        BinOp::Min => x.min(y),
+        BinOp::Max => x.max(y),
+        _ => return None,
+    }))
+}
+
+/// Splits a linear form into the part whose coefficients are multiples of `c` (divided
+/// by `c`) and the remainder.
+fn split_multiples(l: &Linear, c: i64) -> (Linear, Linear) {
+    let mut q = Linear::constant(floor_div(l.c, c));
+    let mut r = Linear::constant(floor_mod(l.c, c));
+    for (a, k) in &l.terms {
+        if k % c == 0 {
+            q.add_term(a.clone(), k / c);
+        } else {
+            r.add_term(a.clone(), *k);
+        }
+    }
+    (q, r)
+}
+
+fn simplify_div(a: &Expr, b: &Expr, vb: &VarBounds) -> Option<Expr> {
+    let c = b.as_int().filter(|c| *c > 0)?;
+    if c == 1 {
+        return Some(a.clone());
+    }
+    let la = Linear::of(a);
+    if let Some(v) = la.as_const() {
+        return Some(Expr::Int(floor_div(v, c)));
+    }
+    // floordiv(q*c + r, c) = q + floordiv(r, c); the latter is constant when r's bounds
+    // stay within one multiple of c.
+    let (mut q, r) = split_multiples(&la, c);
+    if let (Some(lo), Some(hi)) = const_bounds(&r.to_expr(), vb) {
+        if floor_div(lo, c) == floor_div(hi, c) {
+            q.c += floor_div(lo, c);
+            return Some(q.to_expr());
+        }
+    }
+    // floordiv(g*x, g*k) = floordiv(x, k)
+    let g = gcd(la.gcd(), c);
+    if g > 1 {
+        let inner = scaled_down(&la, g).to_expr();
+        return Some(simplify_div(&inner, &Expr::Int(c / g), vb).unwrap_or(inner.floordiv(c / g)));
+    }
+    // floordiv(floordiv(x, c1), c2) = floordiv(x, c1*c2) for positive constants
+    if let Expr::Bin(BinOp::FloorDiv, x, c1) = a {
+        if let Some(c1) = c1.as_int().filter(|v| *v > 0) {
+            return Some((**x).clone().floordiv(c1 * c));
+        }
+    }
+    (!q.terms.is_empty() && !r.terms.is_empty()).then(|| {
+        let mut sum = q.clone();
+        sum.add_scaled(Linear::of(&r.to_expr().floordiv(c)), 1);
+        sum.to_expr()
+    })
+}
+
+fn scaled_down(l: &Linear, g: i64) -> Linear {
+    Linear {
+        terms: l.terms.iter().map(|(a, k)| (a.clone(), k / g)).collect(),
+        c: l.c / g,
+    }
+}
+
+fn simplify_mod(a: &Expr, b: &Expr, vb: &VarBounds) -> Option<Expr> {
+    let c = b.as_int().filter(|c| *c > 0)?;
+    if c == 1 {
+        return Some(Expr::Int(0));
+    }
+    let la = Linear::of(a);
+    if let Some(v) = la.as_const() {
+        return Some(Expr::Int(floor_mod(v, c)));
+    }
+    let (_, r) = split_multiples(&la, c);
+    if let (Some(lo), Some(hi)) = const_bounds(&r.to_expr(), vb) {
+        if floor_div(lo, c) == floor_div(hi, c) {
+            let mut r = r.clone();
+            r.c -= floor_div(lo, c) * c;
+            return Some(r.to_expr());
+        }
+    }
+    // floormod(g*x, g*k) = g * floormod(x, k)
+    let g = gcd(r.gcd(), c);
+    if g > 1 {
+        let inner = scaled_down(&r, g).to_expr();
+        let m = simplify_mod(&inner, &Expr::Int(c / g), vb).unwrap_or(inner.floormod(c / g));
+        return Some(Linear::of(&(m * g)).to_expr());
+    }
+    let re = r.to_expr();
+    (re != *a).then(|| re.floormod(c))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn linear_folding_and_cancellation() {
+        let x = Var::new("x");
+        let y = Var::new("y");
+        let e = (x.expr() + 3) - x.expr() + y.expr() * 2 - y.expr();
+        assert_eq!(simplify(&e), y.expr() + 3);
+        assert_eq!(simplify(&((x.expr() + 1) * 4 - 4)), x.expr() * 4);
+    }
+
+    #[test]
+    fn div_mod_with_bounds() {
+        let o = Var::new("o");
+        let i = Var::new("i");
+        let mut vb = VarBounds::new();
+        vb.set(&i, 0, 7);
+        vb.set(&o, 0, 511);
+        let e = o.expr() * 8 + i.expr();
+        assert_eq!(simplify_with(&e.clone().floordiv(8), &vb), o.expr());
+        assert_eq!(simplify_with(&e.floormod(8), &vb), i.expr());
+        // floordiv(o*8, 64) = floordiv(o, 8); floormod(o*8, 64) = floormod(o, 8)*8
+        assert_eq!(
+            simplify_with(&(o.expr() * 8).floordiv(64), &vb),
+            o.expr().floordiv(8)
+        );
+        assert_eq!(
+            simplify_with(&(o.expr() * 8).floormod(64), &vb),
+            o.expr().floormod(8) * 8
+        );
+        assert_eq!(simplify(&Expr::Int(-7).floordiv(2)), Expr::Int(-4));
+    }
+
+    #[test]
+    fn min_max_and_comparisons_by_bounds() {
+        let o = Var::new("o");
+        let mut vb = VarBounds::new();
+        vb.set(&o, 0, 0);
+        let tail = Expr::Int(16).min(Expr::Int(20) - o.expr() * 16);
+        assert_eq!(simplify_with(&tail, &vb), Expr::Int(16));
+        vb.set(&o, 1, 1);
+        assert_eq!(simplify_with(&tail, &vb), Expr::Int(20) - o.expr() * 16);
+        let last = tail.substitute(&|v| (*v == o).then_some(Expr::Int(1)));
+        assert_eq!(simplify(&last), Expr::Int(4));
+        let x = Var::new("x");
+        assert_eq!(simplify(&(x.expr() + 1).min(x.expr() + 3)), x.expr() + 1);
+        // o*16 + min(16, 20 - o*16) - 1 <= 19 needs distribution over min.
+        vb.set(&o, 0, 1);
+        let e = o.expr() * 16 + tail - 1 - 19;
+        assert!(prove_le_zero(&e, &vb));
+        assert_eq!(simplify_with(&o.expr().lt(2), &vb), Expr::Int(1));
+    }
+}

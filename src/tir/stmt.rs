@@ -1,0 +1,344 @@
+//! The statement IR that lowering produces: loop nests over realized (multi-dimensional)
+//! tensors, and after storage flattening, over allocated flat buffers.
+
+use std::fmt;
+
+use super::expr::{write_expr, Expr, Range, TensorId, Var};
+use super::layout::BufferLayout;
+use super::schedule::ForKind;
+
+/// One argument of a micro-kernel call: a region of a tensor.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelArg {
+    pub tensor: TensorId,
+    /// The region, in logical coordinates of the tensor.
+    pub region: Vec<Range>,
+    /// Filled by storage flattening: the logical origin of the buffer holding the tensor
+    /// (its realize bounds' mins), its logical extents and its layout.
+    pub buffer: Option<BufferView>,
+}
+
+/// How logical coordinates of a tensor map into its flat buffer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BufferView {
+    pub origin: Vec<Expr>,
+    pub extents: Vec<Expr>,
+    pub layout: BufferLayout,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Stmt {
+    For {
+        var: Var,
+        min: Expr,
+        extent: Expr,
+        kind: ForKind,
+        body: Box<Stmt>,
+    },
+    /// The region `bounds` of `tensor` lives during `body` (before flattening).
+    Realize {
+        tensor: TensorId,
+        bounds: Vec<Range>,
+        body: Box<Stmt>,
+    },
+    /// A flat buffer of `size` elements lives during `body` (after flattening).
+    Allocate {
+        buffer: TensorId,
+        size: Expr,
+        body: Box<Stmt>,
+    },
+    /// Write of a tensor element by logical index (before flattening).
+    Provide {
+        tensor: TensorId,
+        indices: Vec<Expr>,
+        value: Expr,
+    },
+    /// Write of a flat buffer element (after flattening).
+    Store {
+        buffer: TensorId,
+        index: Expr,
+        value: Expr,
+    },
+    Seq(Vec<Stmt>),
+    IfThenElse {
+        cond: Expr,
+        then_case: Box<Stmt>,
+        else_case: Option<Box<Stmt>>,
+        /// The condition is expected to hold almost always (a loop-partitioning hint).
+        likely: bool,
+    },
+    /// A call to a named micro-kernel on tensor regions (from tensorize).
+    KernelCall {
+        name: String,
+        args: Vec<KernelArg>,
+    },
+    /// `cond` holds throughout `body`: information for later passes, checked by the
+    /// interpreter.
+    Assume {
+        cond: Expr,
+        body: Box<Stmt>,
+    },
+}
+
+impl Stmt {
+    pub fn seq(items: Vec<Stmt>) -> Stmt {
+        let mut flat = Vec::new();
+        for s in items {
+            match s {
+                Stmt::Seq(v) => flat.extend(v),
+                s => flat.push(s),
+            }
+        }
+        if flat.len() == 1 {
+            flat.pop().expect("one element")
+        } else {
+            Stmt::Seq(flat)
+        }
+    }
+
+    /// Rebuilds the statement bottom-up, applying `fs` to every statement (after its
+    /// children) and `fe` to every expression.
+    pub fn rewrite(
+        &self,
+        fs: &mut dyn FnMut(Stmt) -> Stmt,
+        fe: &mut dyn FnMut(&Expr) -> Expr,
+    ) -> Stmt {
+        let s = match self {
+            Stmt::For {
+                var,
+                min,
+                extent,
+                kind,
+                body,
+            } => Stmt::For {
+                var: var.clone(),
+                min: fe(min),
+                extent: fe(extent),
+                kind: *kind,
+                body: Box::new(body.rewrite(fs, fe)),
+            },
+            Stmt::Realize {
+                tensor,
+                bounds,
+                body,
+            } => Stmt::Realize {
+                tensor: *tensor,
+                bounds: bounds
+                    .iter()
+                    .map(|r| Range::new(fe(&r.min), fe(&r.extent)))
+                    .collect(),
+                body: Box::new(body.rewrite(fs, fe)),
+            },
+            Stmt::Allocate { buffer, size, body } => Stmt::Allocate {
+                buffer: *buffer,
+                size: fe(size),
+                body: Box::new(body.rewrite(fs, fe)),
+            },
+            Stmt::Provide {
+                tensor,
+                indices,
+                value,
+            } => Stmt::Provide {
+                tensor: *tensor,
+                indices: indices.iter().map(&mut *fe).collect(),
+                value: fe(value),
+            },
+            Stmt::Store {
+                buffer,
+                index,
+                value,
+            } => Stmt::Store {
+                buffer: *buffer,
+                index: fe(index),
+                value: fe(value),
+            },
+            Stmt::Seq(v) => Stmt::seq(v.iter().map(|s| s.rewrite(fs, fe)).collect()),
+            Stmt::IfThenElse {
+                cond,
+                then_case,
+                else_case,
+                likely,
+            } => Stmt::IfThenElse {
+                cond: fe(cond),
+                then_case: Box::new(then_case.rewrite(fs, fe)),
+                else_case: else_case.as_ref().map(|e| Box::new(e.rewrite(fs, fe))),
+                likely: *likely,
+            },
+            Stmt::KernelCall { name, args } => Stmt::KernelCall {
+                name: name.clone(),
+                args: args
+                    .iter()
+                    .map(|a| KernelArg {
+                        tensor: a.tensor,
+                        region: a
+                            .region
+                            .iter()
+                            .map(|r| Range::new(fe(&r.min), fe(&r.extent)))
+                            .collect(),
+                        buffer: a.buffer.as_ref().map(|b| BufferView {
+                            origin: b.origin.iter().map(&mut *fe).collect(),
+                            extents: b.extents.iter().map(&mut *fe).collect(),
+                            layout: b.layout.clone(),
+                        }),
+                    })
+                    .collect(),
+            },
+            Stmt::Assume { cond, body } => Stmt::Assume {
+                cond: fe(cond),
+                body: Box::new(body.rewrite(fs, fe)),
+            },
+        };
+        fs(s)
+    }
+
+    /// Calls `f` on every statement, parents first.
+    pub fn visit(&self, f: &mut dyn FnMut(&Stmt)) {
+        f(self);
+        match self {
+            Stmt::For { body, .. }
+            | Stmt::Realize { body, .. }
+            | Stmt::Allocate { body, .. }
+            | Stmt::Assume { body, .. } => body.visit(f),
+            Stmt::Seq(v) => v.iter().for_each(|s| s.visit(f)),
+            Stmt::IfThenElse {
+                then_case,
+                else_case,
+                ..
+            } => {
+                then_case.visit(f);
+                if let Some(e) = else_case {
+                    e.visit(f);
+                }
+            }
+            Stmt::Provide { .. } | Stmt::Store { .. } | Stmt::KernelCall { .. } => {}
+        }
+    }
+
+    /// Prints the statement with tensor names from `names`.
+    pub fn display<'a>(&'a self, names: &'a dyn Fn(TensorId) -> String) -> StmtDisplay<'a> {
+        StmtDisplay { s: self, names }
+    }
+}
+
+pub struct StmtDisplay<'a> {
+    s: &'a Stmt,
+    names: &'a dyn Fn(TensorId) -> String,
+}
+
+impl fmt::Display for StmtDisplay<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write_stmt(f, self.s, self.names, 0)
+    }
+}
+
+struct E<'a>(&'a Expr, &'a dyn Fn(TensorId) -> String);
+impl fmt::Display for E<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write_expr(f, self.0, self.1)
+    }
+}
+
+fn write_stmt(
+    f: &mut fmt::Formatter,
+    s: &Stmt,
+    n: &dyn Fn(TensorId) -> String,
+    ind: usize,
+) -> fmt::Result {
+    let pad = "  ".repeat(ind);
+    let list = |v: &[Expr]| {
+        v.iter()
+            .map(|e| E(e, n).to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let ranges = |v: &[Range]| {
+        v.iter()
+            .map(|r| format!("[{}, {}]", E(&r.min, n), E(&r.extent, n)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match s {
+        Stmt::For {
+            var,
+            min,
+            extent,
+            kind,
+            body,
+        } => {
+            let k = match kind {
+                ForKind::Serial => "for",
+                ForKind::Parallel => "parallel for",
+                ForKind::Vectorized => "vectorized for",
+                ForKind::Unrolled => "unrolled for",
+            };
+            writeln!(
+                f,
+                "{pad}{k} ({}, {}, {}) {{",
+                var.name,
+                E(min, n),
+                E(extent, n)
+            )?;
+            write_stmt(f, body, n, ind + 1)?;
+            writeln!(f, "{pad}}}")
+        }
+        Stmt::Realize {
+            tensor,
+            bounds,
+            body,
+        } => {
+            writeln!(f, "{pad}realize {}({}) {{", n(*tensor), ranges(bounds))?;
+            write_stmt(f, body, n, ind + 1)?;
+            writeln!(f, "{pad}}}")
+        }
+        Stmt::Allocate { buffer, size, body } => {
+            writeln!(f, "{pad}allocate {}[{}]", n(*buffer), E(size, n))?;
+            write_stmt(f, body, n, ind)
+        }
+        Stmt::Provide {
+            tensor,
+            indices,
+            value,
+        } => writeln!(
+            f,
+            "{pad}{}({}) = {}",
+            n(*tensor),
+            list(indices),
+            E(value, n)
+        ),
+        Stmt::Store {
+            buffer,
+            index,
+            value,
+        } => writeln!(f, "{pad}{}[{}] = {}", n(*buffer), E(index, n), E(value, n)),
+        Stmt::Seq(v) => v.iter().try_for_each(|s| write_stmt(f, s, n, ind)),
+        Stmt::IfThenElse {
+            cond,
+            then_case,
+            else_case,
+            likely,
+        } => {
+            if *likely {
+                writeln!(f, "{pad}if (likely({})) {{", E(cond, n))?;
+            } else {
+                writeln!(f, "{pad}if ({}) {{", E(cond, n))?;
+            }
+            write_stmt(f, then_case, n, ind + 1)?;
+            if let Some(e) = else_case {
+                writeln!(f, "{pad}}} else {{")?;
+                write_stmt(f, e, n, ind + 1)?;
+            }
+            writeln!(f, "{pad}}}")
+        }
+        Stmt::KernelCall { name, args } => {
+            let a: Vec<String> = args
+                .iter()
+                .map(|a| format!("{}({})", n(a.tensor), ranges(&a.region)))
+                .collect();
+            writeln!(f, "{pad}call {name}({})", a.join(", "))
+        }
+        Stmt::Assume { cond, body } => {
+            writeln!(f, "{pad}assume({})", E(cond, n))?;
+            write_stmt(f, body, n, ind)
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! Planning end to end on the bundled models: every planner, every target family.
+//! The planned graph (transforms, blocked layouts with padding) must compute what
+//! the source graph computes: checked with the reference executor against the
+//! outputs onnxruntime recorded (max abs error at most 1e-4 times the max magnitude).
+
+mod common;
+
+use common::{load_test_data, max_abs_err};
+use layoutopt::frontend::onnx::{load_onnx, ImportOptions};
+use layoutopt::layout::op_rules::{CostModel, Family};
+use layoutopt::layout::plan::{plan, planner_by_name, PlanReport};
+use std::path::{Path, PathBuf};
+
+fn bundled_models() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
+    let mut dirs: Vec<_> = std::fs::read_dir(root)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("model.onnx").exists())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+const FAMILIES: [Family; 3] = [Family::Nhwc, Family::Nchwc(16), Family::Nchwc(8)];
+const PLANNERS: [&str; 4] = ["keep", "local", "greedy", "global"];
+
+#[test]
+fn planned_models_compute_the_same_outputs() {
+    for dir in bundled_models() {
+        let g = load_onnx(&dir.join("model.onnx"), &ImportOptions::default()).unwrap();
+        let (inputs, expected) = load_test_data(&dir);
+        for family in FAMILIES {
+            for name in PLANNERS {
+                let planner = planner_by_name(name).unwrap();
+                let p = plan(&g, planner.as_ref(), family, &CostModel::default())
+                    .unwrap_or_else(|e| panic!("{} {name} {family}: {e}", dir.display()));
+                let outputs = layoutopt::reference::run(&p.graph, &inputs)
+                    .unwrap_or_else(|e| panic!("{} {name} {family}: {e}", dir.display()));
+                for (out, exp) in outputs.iter().zip(&expected) {
+                    assert_eq!(out.shape, exp.shape);
+                    let (err, mag) = max_abs_err(exp, out);
+                    assert!(
+                        err <= 1e-4 * mag,
+                        "{} {name} {family}: error {err} > 1e-4 * {mag}",
+                        dir.display()
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn report(dir: &Path, name: &str, family: Family) -> PlanReport {
+    let g = load_onnx(&dir.join("model.onnx"), &ImportOptions::default()).unwrap();
+    let planner = planner_by_name(name).unwrap();
+    plan(&g, planner.as_ref(), family, &CostModel::default())
+        .unwrap()
+        .report
+}
+
+/// The global plan is optimal under the cost model, so no other planner may
+/// beat its estimated cost, and its lower bound proves the gap it states.
+#[test]
+fn global_is_never_worse_than_the_baselines() {
+    for dir in bundled_models() {
+        for family in FAMILIES {
+            let global = report(&dir, "global", family);
+            let solver = global.solver.as_ref().expect("global reports its solver");
+            assert!(solver.lower_bound <= solver.objective + 1e-6);
+            assert!(
+                (solver.objective - global.estimated_cost).abs()
+                    < 1e-6 * global.estimated_cost.max(1.0)
+            );
+            for other in ["keep", "local", "greedy"] {
+                let r = report(&dir, other, family);
+                assert!(
+                    global.estimated_cost <= r.estimated_cost + 1e-6,
+                    "{} {family}: global {} > {other} {}",
+                    dir.display(),
+                    global.estimated_cost,
+                    r.estimated_cost
+                );
+                if other != "keep" {
+                    assert!(
+                        global.transform_bytes <= r.transform_bytes,
+                        "{} {family}: global moves {} bytes, {other} {}",
+                        dir.display(),
+                        global.transform_bytes,
+                        r.transform_bytes
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The same model gives the same plan report, byte for byte (timings aside).
+#[test]
+fn plan_reports_are_deterministic() {
+    for dir in bundled_models() {
+        let strip = |mut r: PlanReport| {
+            r.plan_time_ms = 0.0;
+            if let Some(s) = r.solver.as_mut() {
+                s.time_ms = 0.0;
+            }
+            r.to_json()
+        };
+        let first = strip(report(&dir, "global", Family::Nchwc(16)));
+        for _ in 0..3 {
+            assert_eq!(first, strip(report(&dir, "global", Family::Nchwc(16))));
+        }
+    }
+}
