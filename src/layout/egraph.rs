@@ -679,11 +679,22 @@ pub fn graph_to_egraph(g: &Graph) -> Result<GraphEGraph, LayoutError> {
                 });
                 Lang::Atom(Atom::Source(eg.analysis.sources.len() - 1))
             }
-            Op::LayoutTransform { from, to, pad, .. } => {
+            Op::LayoutTransform {
+                from,
+                to,
+                pad,
+                logical,
+            } => {
+                // A pad value where `to` has no padding means nothing: drop it,
+                // so that equal buffers are equal nodes.
+                let pad = match pad_fact(to, logical, *pad, "") {
+                    Some(_) => *pad,
+                    None => PadValue::Undef,
+                };
                 let (f, t, p) = (
                     add_atom(&mut eg, Atom::Layout(from.clone())),
                     add_atom(&mut eg, Atom::Layout(to.clone())),
-                    add_atom(&mut eg, Atom::Pad(*pad)),
+                    add_atom(&mut eg, Atom::Pad(pad)),
                 );
                 Lang::Xform([f, t, p, ins[0]])
             }

@@ -134,7 +134,8 @@ impl Layout {
         )
     }
 
-    /// Parses a name such as "NHWC" or "OIHW8i16o"; the logical order of the
+    /// Parses a name such as "NHWC", "OIHW8i16o" or "NC/32HW32c" (the outer C
+    /// counts blocks of 32: "NCHW32c"); the logical order of the
     /// letters is the canonical one (see the module comment).
     pub fn parse(text: &str) -> Result<Layout, LayoutError> {
         let mut letters: Vec<char> = text.chars().filter(|c| c.is_ascii_uppercase()).collect();
@@ -157,6 +158,7 @@ impl Layout {
         let mut factors = vec![Vec::new(); names.len()];
         let mut order = Vec::new();
         let mut seen_outer = vec![false; names.len()];
+        let mut outer_blocks = Vec::new();
         let mut chars = physical.chars().peekable();
         while let Some(c) = chars.next() {
             if c.is_ascii_digit() {
@@ -201,12 +203,33 @@ impl Layout {
                     return Err(err(format!("axis '{c}' appears twice")));
                 }
                 order.push(Digit { axis, level: 0 });
+                // "C/32": the outer digit of C counts blocks of 32 (checked
+                // against the blocks once they are all read).
+                if chars.next_if_eq(&'/').is_some() {
+                    let mut num = String::new();
+                    while let Some(d) = chars.next_if(|d| d.is_ascii_digit()) {
+                        num.push(d);
+                    }
+                    let block = num
+                        .parse::<usize>()
+                        .map_err(|_| err(format!("'{c}/' must be followed by a block size")))?;
+                    outer_blocks.push((axis, block));
+                }
             } else {
                 return Err(err(format!("unexpected character '{c}'")));
             }
         }
         if let Some(a) = seen_outer.iter().position(|s| !s) {
             return Err(err(format!("axis '{}' is missing", names[a])));
+        }
+        for (a, block) in outer_blocks {
+            let product: usize = factors[a].iter().product();
+            if product != block {
+                return Err(err(format!(
+                    "'{}/{block}' does not match the blocks of {} (product {product})",
+                    names[a], names[a]
+                )));
+            }
         }
         Layout::new(names, factors, order).map_err(|e| err(e.to_string()))
     }
@@ -643,6 +666,12 @@ mod tests {
             Layout::parse("NHWC").unwrap().as_permutation(),
             Some(vec![0, 2, 3, 1])
         );
+        // "NC/32HW32c" spells out that the outer C counts blocks of 32.
+        assert_eq!(
+            Layout::parse("NC/32HW32c").unwrap(),
+            Layout::parse("NCHW32c").unwrap()
+        );
+        assert!(Layout::parse("NC/16HW32c").is_err());
         // OIHW and NCHW are the same (identity) layout of a rank-4 tensor.
         assert_eq!(Layout::parse("OIHW").unwrap(), Layout::identity(4).unwrap());
         let oihw = Layout::parse("OIHW8i16o").unwrap();
