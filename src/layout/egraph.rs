@@ -295,7 +295,7 @@ fn atom(eg: &LEGraph, id: Id) -> Result<&Atom, String> {
     }
 }
 
-fn tensor(eg: &LEGraph, id: Id) -> Result<&TensorInfo, String> {
+pub fn tensor_of(eg: &LEGraph, id: Id) -> Result<&TensorInfo, String> {
     match &eg[id].data.info {
         Info::Tensor(t) => Ok(t),
         Info::Invalid(m) => Err(m.clone()),
@@ -331,12 +331,8 @@ pub fn entry_of(eg: &LEGraph, id: Id) -> Result<&OpEntry, String> {
     }
 }
 
-pub fn tensor_of(eg: &LEGraph, id: Id) -> Result<&TensorInfo, String> {
-    tensor(eg, id)
-}
-
 fn identity_input<'a>(eg: &'a LEGraph, id: Id, what: &str) -> Result<&'a TensorInfo, String> {
-    let t = tensor(eg, id)?;
+    let t = tensor_of(eg, id)?;
     if !t.layout.is_identity() {
         return Err(format!(
             "{what} needs a row-major input, got layout {}",
@@ -398,7 +394,7 @@ fn infer(eg: &LEGraph, node: &Lang) -> Result<Info, String> {
                 layout_of(eg, *from)?,
                 layout_of(eg, *to)?,
                 pad_of(eg, *pad)?,
-                tensor(eg, *x)?,
+                tensor_of(eg, *x)?,
             );
             if &x.layout != from {
                 return Err(format!(
@@ -439,7 +435,7 @@ fn infer(eg: &LEGraph, node: &Lang) -> Result<Info, String> {
             plain(x.dtype, logical, x.is_const)
         }
         Lang::Unary([k, x]) => {
-            let (entry, x) = (entry_of(eg, *k)?, tensor(eg, *x)?);
+            let (entry, x) = (entry_of(eg, *k)?, tensor_of(eg, *x)?);
             let Op::Unary(u) = entry.op else {
                 return Err(format!("unary node holds {}", entry.op.kind_name()));
             };
@@ -450,7 +446,7 @@ fn infer(eg: &LEGraph, node: &Lang) -> Result<Info, String> {
             Ok(Info::Tensor(TensorInfo { pad, ..x.clone() }))
         }
         Lang::Binary([k, ia, ib]) => {
-            let (entry, a, b) = (entry_of(eg, *k)?, tensor(eg, *ia)?, tensor(eg, *ib)?);
+            let (entry, a, b) = (entry_of(eg, *k)?, tensor_of(eg, *ia)?, tensor_of(eg, *ib)?);
             let Op::Binary(op) = entry.op else {
                 return Err(format!("binary node holds {}", entry.op.kind_name()));
             };
@@ -523,7 +519,7 @@ fn entry_outputs(eg: &LEGraph, k: Id, xs: &[Id]) -> Result<Info, String> {
     let entry = entry_of(eg, k)?;
     let inputs: Vec<&TensorInfo> = xs
         .iter()
-        .map(|&x| tensor(eg, x))
+        .map(|&x| tensor_of(eg, x))
         .collect::<Result<_, _>>()?;
     let types: Vec<ValueType> = inputs.iter().map(|t| t.value_type()).collect();
     let refs: Vec<&ValueType> = types.iter().collect();
@@ -735,7 +731,7 @@ pub fn graph_to_egraph(g: &Graph) -> Result<GraphEGraph, LayoutError> {
                     Op::InLayout(l) => {
                         let in_dtypes: Vec<DType> = ins
                             .iter()
-                            .map(|&i| tensor(&eg, i).map(|t| t.dtype))
+                            .map(|&i| tensor_of(&eg, i).map(|t| t.dtype))
                             .collect::<Result<_, _>>()
                             .map_err(|m| err(spans, m))?;
                         OpEntry::in_layout(
@@ -749,7 +745,7 @@ pub fn graph_to_egraph(g: &Graph) -> Result<GraphEGraph, LayoutError> {
                     }
                     _ => {
                         for &i in &ins {
-                            let t = tensor(&eg, i).map_err(|m| err(spans, m))?;
+                            let t = tensor_of(&eg, i).map_err(|m| err(spans, m))?;
                             if !t.layout.is_identity() {
                                 return Err(err(
                                     spans,
@@ -923,7 +919,7 @@ impl GraphBuilder<'_> {
                 let op = Op::LayoutTransform {
                     from: layout_of(eg, *f).map_err(e)?.clone(),
                     to: layout_of(eg, *t).map_err(e)?.clone(),
-                    logical: tensor(eg, *x).map_err(e)?.logical.clone(),
+                    logical: tensor_of(eg, *x).map_err(e)?.logical.clone(),
                     pad: pad_of(eg, *p).map_err(e)?,
                 };
                 (op, vec![*x])

@@ -14,9 +14,7 @@ use super::egraph::{
 };
 use super::{binary_flow, pad_flow, unary_flow, Digit, Layout, PadValue};
 use crate::graph::{merge_spans, Op, Span};
-use egg::{
-    Applier, ENodeOrVar, Id, Language, Pattern, PatternAst, RecExpr, Rewrite, Subst, Symbol, Var,
-};
+use egg::{Applier, ENodeOrVar, Id, Language, Pattern, PatternAst, Rewrite, Subst, Symbol, Var};
 use std::path::Path;
 
 /// A rule file that cannot be loaded, naming the file and line.
@@ -765,9 +763,4 @@ pub fn load_rules(dir: &Path) -> Result<Vec<Rewrite<Lang, LayoutAnalysis>>, Rule
 /// The rules shipped with the crate (`rules/` beside Cargo.toml).
 pub fn bundled_rules_dir() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/rules"))
-}
-
-/// Parses an expression of the language (for tests and tools).
-pub fn parse_expr(text: &str) -> Result<RecExpr<Lang>, String> {
-    text.parse().map_err(|e| format!("{e}"))
 }
