@@ -1,0 +1,317 @@
+//! Graphs on which local and greedy layout planning are known to go wrong (the
+//! padding RFC's discussion, seeds/002_…), each with the optimum number of data-
+//! moving transforms derived by hand under the default cost model, checked against
+//! the `global` planner. Every plan is also run by the reference executor against
+//! the unplanned graph.
+//!
+//! Cost model facts the derivations use (src/layout/op_rules.rs, CostModel::default):
+//! a transform costs 0.1 ns per byte read or written; a convolution costs 0.02 ns
+//! per flop, times 2.0 in row-major NCHW (sqrt(2) for depthwise), 1.15 in NHWC,
+//! 1.0 blocked, times the padding waste of its input and output channels; a first
+//! layer with at most 4 input channels reads any layout at no penalty.
+
+use layoutopt::graph::{
+    Conv, DType, Graph, Op, Pool, PoolKind, Tensor, UnaryOp, ValueRef, ValueType, Window,
+};
+use layoutopt::layout::op_rules::{CostModel, Family};
+use layoutopt::layout::plan::{plan, planner_by_name, PlanReport};
+
+fn input(g: &mut Graph, shape: &[usize]) -> ValueRef {
+    g.add_input("x", ValueType::new(DType::F32, shape.to_vec()), vec![])
+}
+
+/// Deterministic weights in [-0.5, 0.5).
+fn weights(shape: &[usize], seed: u64) -> Tensor {
+    let n: usize = shape.iter().product();
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let v = (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 33) as f64 / (1u64 << 31) as f64 - 0.5) as f32
+        })
+        .collect();
+    Tensor::from_f32(shape.to_vec(), v)
+}
+
+fn conv(g: &mut Graph, x: ValueRef, cout: usize, k: usize, group: usize, name: &str) -> ValueRef {
+    let cin = g.value_type(x).shape[1];
+    let w = g.add_constant(
+        &format!("{name}.w"),
+        weights(&[cout, cin / group, k, k], name.len() as u64),
+        vec![],
+    );
+    let b = g.add_constant(
+        &format!("{name}.b"),
+        weights(&[cout], 7 + name.len() as u64),
+        vec![],
+    );
+    let window = Window {
+        kernel: vec![k, k],
+        strides: vec![1, 1],
+        dilations: vec![1, 1],
+        pads: vec![k / 2; 4],
+    };
+    let id = g
+        .add_node(
+            Op::Conv(Conv { window, group }),
+            name,
+            &[x, w, b],
+            &[name.to_string()],
+            vec![],
+        )
+        .unwrap();
+    ValueRef::new(id, 0)
+}
+
+fn op(g: &mut Graph, op: Op, inputs: &[ValueRef], name: &str) -> ValueRef {
+    let id = g
+        .add_node(op, name, inputs, &[name.to_string()], vec![])
+        .unwrap();
+    ValueRef::new(id, 0)
+}
+
+fn relu(g: &mut Graph, x: ValueRef, name: &str) -> ValueRef {
+    op(g, Op::Unary(UnaryOp::Relu), &[x], name)
+}
+
+/// Plans with `planner` and checks the planned graph against the source graph.
+fn plan_checked(g: &Graph, planner: &str, family: Family) -> PlanReport {
+    let p = plan(
+        g,
+        planner_by_name(planner).unwrap().as_ref(),
+        family,
+        &CostModel::default(),
+    )
+    .unwrap();
+    let inputs: Vec<Tensor> = g
+        .inputs()
+        .iter()
+        .enumerate()
+        .map(|(i, &id)| weights(&g.node(id).outputs[0].ty.shape, 100 + i as u64))
+        .collect();
+    let want = layoutopt::reference::run(g, &inputs).unwrap();
+    let got = layoutopt::reference::run(&p.graph, &inputs).unwrap();
+    for (w, o) in want.iter().zip(&got) {
+        let (w, o) = (w.to_f32(), o.to_f32());
+        let mag = w.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let err = w
+            .iter()
+            .zip(&o)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(
+            err <= 1e-5 * mag.max(1.0),
+            "{planner}: planned graph differs by {err}"
+        );
+    }
+    p.report
+}
+
+/// Transforms `planner` keeps. For `global`, also checks that it moves no more
+/// bytes than `local` and `greedy`, and estimates no higher cost than either.
+fn transforms(g: &Graph, planner: &str, family: Family) -> usize {
+    let r = plan_checked(g, planner, family);
+    if planner == "global" {
+        for other in ["local", "greedy"] {
+            let o = plan_checked(g, other, family);
+            assert!(
+                r.transform_bytes <= o.transform_bytes,
+                "global moves more bytes than {other}"
+            );
+            assert!(
+                r.estimated_cost <= o.estimated_cost + 1e-6,
+                "global costs more than {other}"
+            );
+        }
+    }
+    r.transform_count
+}
+
+/// conv → max-pool → conv, 16 channels, NCHW16c.
+/// Optimum 2: the image is transformed once into NCHW16c (conv1 reads 16 channels,
+/// so reading NCHW would double its 1.2 Mflop cost, 23.6 us, against 3.3 us for the
+/// 16 KiB transform), the pool runs blocked between the convs (it is agnostic), and
+/// the result is transformed back once for the graph output.
+#[test]
+fn conv_pool_conv() {
+    let mut g = Graph::new("conv_pool_conv");
+    let x = input(&mut g, &[1, 16, 16, 16]);
+    let c1 = conv(&mut g, x, 16, 3, 1, "conv1");
+    let window = Window {
+        kernel: vec![2, 2],
+        strides: vec![2, 2],
+        dilations: vec![1, 1],
+        pads: vec![0; 4],
+    };
+    let p = op(
+        &mut g,
+        Op::Pool(Pool {
+            kind: PoolKind::Max,
+            window,
+            ceil_mode: false,
+            count_include_pad: false,
+        }),
+        &[c1],
+        "pool",
+    );
+    let c2 = conv(&mut g, p, 16, 3, 1, "conv2");
+    g.set_outputs(vec![c2]);
+    assert_eq!(transforms(&g, "global", Family::Nchwc(16)), 2);
+    assert!(transforms(&g, "local", Family::Nchwc(16)) >= 2);
+}
+
+/// A multi-input op that poisons its other operand: y = conv2(x + conv1(x)).
+/// Local planning keeps the Add in the layout of its first operand, the NCHW graph
+/// input, so conv1's result goes back to NCHW and the sum forward again: 4.
+/// Optimum 2: x is transformed once (shared by conv1 and the Add), everything runs
+/// blocked, the output is transformed back once.
+#[test]
+fn add_that_poisons_its_operand() {
+    let mut g = Graph::new("poison");
+    let x = input(&mut g, &[1, 16, 8, 8]);
+    let c1 = conv(&mut g, x, 16, 3, 1, "conv1");
+    let s = op(
+        &mut g,
+        Op::Binary(layoutopt::graph::BinaryOp::Add),
+        &[x, c1],
+        "add",
+    );
+    let c2 = conv(&mut g, s, 16, 3, 1, "conv2");
+    g.set_outputs(vec![c2]);
+    assert_eq!(transforms(&g, "local", Family::Nchwc(16)), 4);
+    assert_eq!(transforms(&g, "global", Family::Nchwc(16)), 2);
+}
+
+/// A^T · B with A [64, 32], B [64, 48]. The transpose can be a relabelling (A^T in
+/// column-major is A's bytes) and the matrix product reads a column-major operand
+/// at no extra cost. Optimum: 0 transforms and the transpose moves no data, so
+/// global saves exactly the transpose's 2 x 8 KiB of traffic (1638.4 ns) over keep.
+#[test]
+fn a_transposed_times_b() {
+    let mut g = Graph::new("atb");
+    let a = g.add_input("a", ValueType::new(DType::F32, vec![64, 32]), vec![]);
+    let b = g.add_input("b", ValueType::new(DType::F32, vec![64, 48]), vec![]);
+    let at = op(&mut g, Op::Transpose { perm: vec![1, 0] }, &[a], "at");
+    let y = op(&mut g, Op::MatMul, &[at, b], "matmul");
+    g.set_outputs(vec![y]);
+    let keep = plan_checked(&g, "keep", Family::Nchw);
+    let global = plan_checked(&g, "global", Family::Nchw);
+    assert_eq!(global.transform_count, 0);
+    let saved = keep.estimated_cost - global.estimated_cost;
+    assert!(
+        (saved - 2.0 * 64.0 * 32.0 * 4.0 * 0.1).abs() < 1e-6,
+        "saved {saved} ns"
+    );
+}
+
+/// A branch that joins in a concat: x → conv_a, x → conv_b, concat on channels
+/// (16 + 16, whole blocks) → conv_c. Optimum 2 (x in, result out): the concat
+/// joins whole 16-channel blocks, so it runs blocked with no transform.
+#[test]
+fn branches_joining_in_a_concat() {
+    let mut g = Graph::new("concat");
+    let x = input(&mut g, &[1, 16, 8, 8]);
+    let a = conv(&mut g, x, 16, 3, 1, "conv_a");
+    let b = conv(&mut g, x, 16, 1, 1, "conv_b");
+    let c = op(&mut g, Op::Concat { axis: 1 }, &[a, b], "cat");
+    let y = conv(&mut g, c, 16, 3, 1, "conv_c");
+    g.set_outputs(vec![y]);
+    assert_eq!(transforms(&g, "global", Family::Nchwc(16)), 2);
+}
+
+/// The same join with 12 + 12 channels: blocks of 16 would put padding inside the
+/// concatenated axis, so the concat cannot run blocked. Under NHWC no padding
+/// arises. Optimum 2: x (12 > 4 channels, so reading it row-major would cost conv_a
+/// and conv_b 0.85 x 3.3 us each) is transformed once for both, the concat runs in
+/// NHWC, and the output goes back once (614 ns, against conv_c's penalty).
+#[test]
+fn concat_of_unaligned_channels() {
+    let mut g = Graph::new("concat12");
+    let x = input(&mut g, &[1, 12, 8, 8]);
+    let a = conv(&mut g, x, 12, 3, 1, "conv_a");
+    let b = conv(&mut g, x, 12, 3, 1, "conv_b");
+    let c = op(&mut g, Op::Concat { axis: 1 }, &[a, b], "cat");
+    let y = conv(&mut g, c, 12, 3, 1, "conv_c");
+    g.set_outputs(vec![y]);
+    assert_eq!(transforms(&g, "global", Family::Nhwc), 2);
+    // Blocked: every plan stays correct (checked inside), whatever it keeps.
+    plan_checked(&g, "global", Family::Nchwc(16));
+    plan_checked(&g, "local", Family::Nchwc(16));
+}
+
+/// 3- and 17-channel tensors in NCHW16c: image [1,3,16,16] → conv(3→17) → relu →
+/// conv(17→17). Blocked, 17 channels pad to 32: conv2 would waste (32/17)^2 = 3.54x
+/// its flops against a 2.0x penalty in NCHW, and conv1's blocked output would need a
+/// transform back (2 x 17 KiB + 32 KiB...) costing more than its 2.0x penalty saves
+/// (conv1: 235 kflop = 4.7 us at 1.0x, 9.4 us at 2.0x, 8.8 us + 5.0 us transform
+/// blocked). Optimum: 0 transforms, all NCHW. Local blocks both convs anyway; its
+/// plan must still compute the right values through the zero padding (checked).
+#[test]
+fn three_and_seventeen_channels() {
+    let mut g = Graph::new("pad17");
+    let x = input(&mut g, &[1, 3, 16, 16]);
+    let c1 = conv(&mut g, x, 17, 3, 1, "conv1");
+    let r = relu(&mut g, c1, "relu");
+    let c2 = conv(&mut g, r, 17, 3, 1, "conv2");
+    g.set_outputs(vec![c2]);
+    assert_eq!(transforms(&g, "global", Family::Nchwc(16)), 0);
+    assert!(transforms(&g, "local", Family::Nchwc(16)) >= 1);
+}
+
+/// A transformer head split: x [1,16,64] → reshape [1,16,4,16] → transpose
+/// [0,2,1,3] → softmax over the last axis → transpose back → reshape [1,16,64].
+/// The two transposes relabel each other's bytes and softmax runs in the
+/// relabelled layout (its axis stays unblocked), so optimum: 0 transforms and both
+/// transposes move no data; keep moves the data twice.
+#[test]
+fn transformer_head_split_and_merge() {
+    let mut g = Graph::new("heads");
+    let x = g.add_input("x", ValueType::new(DType::F32, vec![1, 16, 64]), vec![]);
+    let r = op(
+        &mut g,
+        Op::Reshape {
+            shape: vec![1, 16, 4, 16],
+        },
+        &[x],
+        "split_heads",
+    );
+    let t = op(
+        &mut g,
+        Op::Transpose {
+            perm: vec![0, 2, 1, 3],
+        },
+        &[r],
+        "to_heads",
+    );
+    let s = op(&mut g, Op::Softmax { axis: 3 }, &[t], "softmax");
+    let t2 = op(
+        &mut g,
+        Op::Transpose {
+            perm: vec![0, 2, 1, 3],
+        },
+        &[s],
+        "from_heads",
+    );
+    let y = op(
+        &mut g,
+        Op::Reshape {
+            shape: vec![1, 16, 64],
+        },
+        &[t2],
+        "merge_heads",
+    );
+    g.set_outputs(vec![y]);
+    let keep = plan_checked(&g, "keep", Family::Nchw);
+    let global = plan_checked(&g, "global", Family::Nchw);
+    assert_eq!(global.transform_count, 0);
+    let transpose_traffic = 2.0 * 2.0 * 1024.0 * 4.0 * 0.1;
+    assert!(
+        (keep.estimated_cost - global.estimated_cost - transpose_traffic).abs() < 1e-6,
+        "keep {} global {}",
+        keep.estimated_cost,
+        global.estimated_cost
+    );
+}
