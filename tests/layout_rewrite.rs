@@ -170,3 +170,52 @@ fn round_trips_at_every_boundary_cancel_on_the_bundled_models() {
         }
     }
 }
+
+/// The rewriter on what the planner hands out: planned graphs (ops placed in
+/// blocked layouts, transforms between) rewrite to graphs that compute the
+/// same outputs, with no more transforms than before.
+#[test]
+fn planned_models_rewrite_to_the_same_outputs() {
+    use layoutopt::layout::op_rules::{CostModel, Family};
+    use layoutopt::layout::plan::{plan, planner_by_name};
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
+    let rules = load_rules(bundled_rules_dir()).unwrap();
+    for name in ["resnet_small", "mobilenet_small", "transformer_block"] {
+        let dir = root.join(name);
+        let g = load_onnx(&dir.join("model.onnx"), &ImportOptions::default()).unwrap();
+        let (inputs, _) = load_test_data(&dir);
+        for planner in ["local", "global"] {
+            let planner = planner_by_name(planner).unwrap();
+            let p = plan(
+                &g,
+                planner.as_ref(),
+                Family::Nchwc(16),
+                &CostModel::default(),
+            )
+            .unwrap();
+            let count = |g: &Graph| {
+                g.node_ids()
+                    .into_iter()
+                    .filter(|&n| is_transform(&g.node(n).op))
+                    .count()
+            };
+            let (out, report) = rewrite_graph(&p.graph, &rules, &RewriteLimits::default()).unwrap();
+            println!(
+                "{name}: {} -> {} transforms, cost {:.0} -> {:.0} ({:?})",
+                count(&p.graph),
+                count(&out),
+                report.cost_before,
+                report.extract.cost,
+                report.extract.method
+            );
+            assert!(count(&out) <= count(&p.graph));
+            assert!(report.extract.cost <= report.cost_before);
+            let want = layoutopt::reference::run(&p.graph, &inputs).unwrap();
+            let got = layoutopt::reference::run(&out, &inputs).unwrap();
+            for (i, (w, o)) in want.iter().zip(&got).enumerate() {
+                let (err, mag) = max_abs_err(w, o);
+                assert!(err <= 1e-5 * mag.max(1.0), "{name} output {i}: error {err}");
+            }
+        }
+    }
+}

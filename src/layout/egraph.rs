@@ -295,7 +295,7 @@ fn atom(eg: &LEGraph, id: Id) -> Result<&Atom, String> {
     }
 }
 
-fn tensor(eg: &LEGraph, id: Id) -> Result<&TensorInfo, String> {
+pub fn tensor_of(eg: &LEGraph, id: Id) -> Result<&TensorInfo, String> {
     match &eg[id].data.info {
         Info::Tensor(t) => Ok(t),
         Info::Invalid(m) => Err(m.clone()),
@@ -331,12 +331,8 @@ pub fn entry_of(eg: &LEGraph, id: Id) -> Result<&OpEntry, String> {
     }
 }
 
-pub fn tensor_of(eg: &LEGraph, id: Id) -> Result<&TensorInfo, String> {
-    tensor(eg, id)
-}
-
 fn identity_input<'a>(eg: &'a LEGraph, id: Id, what: &str) -> Result<&'a TensorInfo, String> {
-    let t = tensor(eg, id)?;
+    let t = tensor_of(eg, id)?;
     if !t.layout.is_identity() {
         return Err(format!(
             "{what} needs a row-major input, got layout {}",
@@ -398,7 +394,7 @@ fn infer(eg: &LEGraph, node: &Lang) -> Result<Info, String> {
                 layout_of(eg, *from)?,
                 layout_of(eg, *to)?,
                 pad_of(eg, *pad)?,
-                tensor(eg, *x)?,
+                tensor_of(eg, *x)?,
             );
             if &x.layout != from {
                 return Err(format!(
@@ -439,7 +435,7 @@ fn infer(eg: &LEGraph, node: &Lang) -> Result<Info, String> {
             plain(x.dtype, logical, x.is_const)
         }
         Lang::Unary([k, x]) => {
-            let (entry, x) = (entry_of(eg, *k)?, tensor(eg, *x)?);
+            let (entry, x) = (entry_of(eg, *k)?, tensor_of(eg, *x)?);
             let Op::Unary(u) = entry.op else {
                 return Err(format!("unary node holds {}", entry.op.kind_name()));
             };
@@ -450,7 +446,7 @@ fn infer(eg: &LEGraph, node: &Lang) -> Result<Info, String> {
             Ok(Info::Tensor(TensorInfo { pad, ..x.clone() }))
         }
         Lang::Binary([k, ia, ib]) => {
-            let (entry, a, b) = (entry_of(eg, *k)?, tensor(eg, *ia)?, tensor(eg, *ib)?);
+            let (entry, a, b) = (entry_of(eg, *k)?, tensor_of(eg, *ia)?, tensor_of(eg, *ib)?);
             let Op::Binary(op) = entry.op else {
                 return Err(format!("binary node holds {}", entry.op.kind_name()));
             };
@@ -523,7 +519,7 @@ fn entry_outputs(eg: &LEGraph, k: Id, xs: &[Id]) -> Result<Info, String> {
     let entry = entry_of(eg, k)?;
     let inputs: Vec<&TensorInfo> = xs
         .iter()
-        .map(|&x| tensor(eg, x))
+        .map(|&x| tensor_of(eg, x))
         .collect::<Result<_, _>>()?;
     let types: Vec<ValueType> = inputs.iter().map(|t| t.value_type()).collect();
     let refs: Vec<&ValueType> = types.iter().collect();
@@ -679,11 +675,22 @@ pub fn graph_to_egraph(g: &Graph) -> Result<GraphEGraph, LayoutError> {
                 });
                 Lang::Atom(Atom::Source(eg.analysis.sources.len() - 1))
             }
-            Op::LayoutTransform { from, to, pad, .. } => {
+            Op::LayoutTransform {
+                from,
+                to,
+                pad,
+                logical,
+            } => {
+                // A pad value where `to` has no padding means nothing: drop it,
+                // so that equal buffers are equal nodes.
+                let pad = match pad_fact(to, logical, *pad, "") {
+                    Some(_) => *pad,
+                    None => PadValue::Undef,
+                };
                 let (f, t, p) = (
                     add_atom(&mut eg, Atom::Layout(from.clone())),
                     add_atom(&mut eg, Atom::Layout(to.clone())),
-                    add_atom(&mut eg, Atom::Pad(*pad)),
+                    add_atom(&mut eg, Atom::Pad(pad)),
                 );
                 Lang::Xform([f, t, p, ins[0]])
             }
@@ -724,7 +731,7 @@ pub fn graph_to_egraph(g: &Graph) -> Result<GraphEGraph, LayoutError> {
                     Op::InLayout(l) => {
                         let in_dtypes: Vec<DType> = ins
                             .iter()
-                            .map(|&i| tensor(&eg, i).map(|t| t.dtype))
+                            .map(|&i| tensor_of(&eg, i).map(|t| t.dtype))
                             .collect::<Result<_, _>>()
                             .map_err(|m| err(spans, m))?;
                         OpEntry::in_layout(
@@ -738,7 +745,7 @@ pub fn graph_to_egraph(g: &Graph) -> Result<GraphEGraph, LayoutError> {
                     }
                     _ => {
                         for &i in &ins {
-                            let t = tensor(&eg, i).map_err(|m| err(spans, m))?;
+                            let t = tensor_of(&eg, i).map_err(|m| err(spans, m))?;
                             if !t.layout.is_identity() {
                                 return Err(err(
                                     spans,
@@ -749,12 +756,11 @@ pub fn graph_to_egraph(g: &Graph) -> Result<GraphEGraph, LayoutError> {
                         node.outputs
                             .iter()
                             .map(|v| {
-                                (
-                                    v.ty.shape.clone(),
-                                    Layout::identity(v.ty.shape.len()).expect("rank fits"),
-                                )
+                                let l = Layout::identity(v.ty.shape.len())
+                                    .map_err(|e| err(spans, e.to_string()))?;
+                                Ok((v.ty.shape.clone(), l))
                             })
-                            .collect()
+                            .collect::<Result<_, LayoutError>>()?
                     }
                 };
                 let k = eg.analysis.intern(OpEntry {
@@ -913,7 +919,7 @@ impl GraphBuilder<'_> {
                 let op = Op::LayoutTransform {
                     from: layout_of(eg, *f).map_err(e)?.clone(),
                     to: layout_of(eg, *t).map_err(e)?.clone(),
-                    logical: tensor(eg, *x).map_err(e)?.logical.clone(),
+                    logical: tensor_of(eg, *x).map_err(e)?.logical.clone(),
                     pad: pad_of(eg, *p).map_err(e)?,
                 };
                 (op, vec![*x])

@@ -14,6 +14,7 @@ use crate::graph::Graph;
 use egg::{CostFunction, Extractor, Id, Language, Rewrite, Runner};
 use good_lp::{
     constraint, microlp, variable, Expression, ProblemVariables, Solution, SolverModel, Variable,
+    WithTimeLimit,
 };
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -93,6 +94,9 @@ pub struct ExtractReport {
 
 /// Above this many reachable nodes the greedy extractor runs instead of the ILP.
 pub const ILP_NODE_LIMIT: usize = 4000;
+
+/// Time the ILP may take before the greedy choice is used.
+const ILP_SECONDS: f64 = 10.0;
 
 /// Classes reachable from the roots, and for each the nodes that are not on a
 /// cycle: a depth-first walk drops every node with a child still on the walk's
@@ -191,7 +195,10 @@ fn ilp(
         .iter()
         .map(|(c, n, x)| node_cost(eg, *c, n) * *x)
         .sum();
-    let mut model = vars.minimise(objective).using(microlp);
+    let mut model = vars
+        .minimise(objective)
+        .using(microlp)
+        .with_time_limit(ILP_SECONDS);
     let mut per_class: HashMap<Id, Expression> = HashMap::new();
     for (c, n, x) in &picks {
         *per_class.entry(*c).or_default() += *x;
@@ -246,18 +253,33 @@ pub fn extract_with_limit(
 ) -> (HashMap<Id, Lang>, ExtractReport) {
     let nodes = acyclic_nodes(eg, roots);
     let count: usize = nodes.values().map(Vec::len).sum();
-    let (choice, method, note) = if count <= ilp_limit {
+    let greedy_choice = greedy(eg, roots);
+    let (choice, method, note) = if count > ilp_limit {
+        let note = format!("{count} nodes exceed the ILP limit of {ilp_limit}");
+        (greedy_choice, Method::Greedy, Some(note))
+    } else {
         match ilp(eg, roots, &nodes) {
-            Ok(c) => (c, Method::Ilp, None),
+            // The ILP sees only the cycle-free nodes; the greedy extractor may
+            // use a node that the cycle cut dropped, so keep the cheaper.
+            Ok(c) => {
+                let (ci, cg) = (
+                    choice_cost(eg, roots, &c),
+                    choice_cost(eg, roots, &greedy_choice),
+                );
+                if cg < ci {
+                    let note =
+                        format!("greedy cost {cg} beat the ILP's {ci} on the cycle-free nodes");
+                    (greedy_choice, Method::Greedy, Some(note))
+                } else {
+                    (c, Method::Ilp, None)
+                }
+            }
             Err(e) => (
-                greedy(eg, roots),
+                greedy_choice,
                 Method::Greedy,
                 Some(format!("ILP failed: {e}")),
             ),
         }
-    } else {
-        let note = format!("{count} nodes exceed the ILP limit of {ilp_limit}");
-        (greedy(eg, roots), Method::Greedy, Some(note))
     };
     let cost = choice_cost(eg, roots, &choice);
     (
@@ -332,7 +354,9 @@ pub fn rewrite_graph(
         output_names,
     };
     let (choice, extract) = extract(&ge.egraph, &ge.roots);
-    let out = ge.to_graph(&choice)?;
+    let mut out = ge.to_graph(&choice)?;
+    // Transforms of constants were costed as free: fold them now.
+    crate::graph::fold_constants(&mut out).map_err(|e| LayoutError::Graph(e.to_string()))?;
     Ok((
         out,
         RewriteReport {

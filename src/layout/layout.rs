@@ -134,7 +134,8 @@ impl Layout {
         )
     }
 
-    /// Parses a name such as "NHWC" or "OIHW8i16o"; the logical order of the
+    /// Parses a name such as "NHWC", "OIHW8i16o" or "NC/32HW32c" (the outer C
+    /// counts blocks of 32: "NCHW32c"); the logical order of the
     /// letters is the canonical one (see the module comment).
     pub fn parse(text: &str) -> Result<Layout, LayoutError> {
         let mut letters: Vec<char> = text.chars().filter(|c| c.is_ascii_uppercase()).collect();
@@ -157,6 +158,7 @@ impl Layout {
         let mut factors = vec![Vec::new(); names.len()];
         let mut order = Vec::new();
         let mut seen_outer = vec![false; names.len()];
+        let mut outer_blocks = Vec::new();
         let mut chars = physical.chars().peekable();
         while let Some(c) = chars.next() {
             if c.is_ascii_digit() {
@@ -201,12 +203,33 @@ impl Layout {
                     return Err(err(format!("axis '{c}' appears twice")));
                 }
                 order.push(Digit { axis, level: 0 });
+                // "C/32": the outer digit of C counts blocks of 32 (checked
+                // against the blocks once they are all read).
+                if chars.next_if_eq(&'/').is_some() {
+                    let mut num = String::new();
+                    while let Some(d) = chars.next_if(|d| d.is_ascii_digit()) {
+                        num.push(d);
+                    }
+                    let block = num
+                        .parse::<usize>()
+                        .map_err(|_| err(format!("'{c}/' must be followed by a block size")))?;
+                    outer_blocks.push((axis, block));
+                }
             } else {
                 return Err(err(format!("unexpected character '{c}'")));
             }
         }
         if let Some(a) = seen_outer.iter().position(|s| !s) {
             return Err(err(format!("axis '{}' is missing", names[a])));
+        }
+        for (a, block) in outer_blocks {
+            let product: usize = factors[a].iter().product();
+            if product != block {
+                return Err(err(format!(
+                    "'{}/{block}' does not match the blocks of {} (product {product})",
+                    names[a], names[a]
+                )));
+            }
         }
         Layout::new(names, factors, order).map_err(|e| err(e.to_string()))
     }
@@ -643,6 +666,12 @@ mod tests {
             Layout::parse("NHWC").unwrap().as_permutation(),
             Some(vec![0, 2, 3, 1])
         );
+        // "NC/32HW32c" spells out that the outer C counts blocks of 32.
+        assert_eq!(
+            Layout::parse("NC/32HW32c").unwrap(),
+            Layout::parse("NCHW32c").unwrap()
+        );
+        assert!(Layout::parse("NC/16HW32c").is_err());
         // OIHW and NCHW are the same (identity) layout of a rank-4 tensor.
         assert_eq!(Layout::parse("OIHW").unwrap(), Layout::identity(4).unwrap());
         let oihw = Layout::parse("OIHW8i16o").unwrap();
@@ -813,8 +842,65 @@ mod tests {
         })
     }
 
+    /// Runs one op through the reference executor.
+    fn reference(op: crate::graph::Op, x: &Tensor) -> Tensor {
+        let ty = crate::graph::ValueType::new(x.dtype(), x.shape.clone());
+        let out = crate::graph::infer_outputs(&op, &[&ty]).unwrap();
+        crate::reference::eval_op(&op, &[x], &out)
+            .unwrap()
+            .remove(0)
+    }
+
+    /// The physical buffer built from the reference executor's own ops: pad
+    /// every blocked axis up to a multiple of its block (constant `fill`),
+    /// reshape each axis into its digits, transpose the digits into place.
+    fn via_reference_ops(l: &Layout, x: &Tensor, fill: f32) -> Tensor {
+        use crate::graph::{Op, PadMode};
+        let r = l.rank();
+        let ends: Vec<i64> = (0..r)
+            .map(|a| (l.padded_extent(a, x.shape[a]) - x.shape[a]) as i64)
+            .collect();
+        let padded = reference(
+            Op::Pad {
+                begins: vec![0; r],
+                ends,
+                mode: PadMode::Constant(fill),
+            },
+            x,
+        );
+        let mut digits = Vec::new();
+        let mut shape = Vec::new();
+        for a in 0..r {
+            let block: usize = l.factors(a).iter().product();
+            shape.push(padded.shape[a] / block);
+            digits.push(Digit { axis: a, level: 0 });
+            for (k, &f) in l.factors(a).iter().enumerate() {
+                shape.push(f);
+                digits.push(Digit {
+                    axis: a,
+                    level: k + 1,
+                });
+            }
+        }
+        let split = reference(Op::Reshape { shape }, &padded);
+        let perm = l
+            .order()
+            .iter()
+            .map(|d| digits.iter().position(|e| e == d).unwrap())
+            .collect();
+        reference(Op::Transpose { perm }, &split)
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(200))]
+
+        #[test]
+        fn physical_buffer_agrees_with_the_reference_executor((shape, l) in shape_and_layout()) {
+            let x = iota(&shape);
+            let want = via_reference_ops(&l, &x, -1.0);
+            prop_assert_eq!(&want.shape, &l.physical_shape(&shape).unwrap());
+            prop_assert_eq!(l.to_physical(&x, -1.0).unwrap(), want);
+        }
 
         #[test]
         fn transform_then_inverse_is_identity((shape, l) in shape_and_layout()) {

@@ -391,3 +391,307 @@ fn extraction_reports_the_greedy_fallback() {
     assert_eq!(ilp.cost, 4.0 * bytes);
     assert_eq!(greedy.cost, 4.0 * bytes);
 }
+
+/// Deterministic weights in [-0.5, 0.5).
+fn weights(shape: Vec<usize>, seed: u32) -> Tensor {
+    let mut state = seed;
+    let n = crate::graph::numel(&shape);
+    let v = (0..n)
+        .map(|_| {
+            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (state >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+        })
+        .collect();
+    Tensor::from_f32(shape, v)
+}
+
+/// A 3x3 conv (pad 1) placed in NCHW16c, as the planner places a layout-
+/// constrained op: input and output blocked, output padding 0.
+fn conv16c(
+    g: &mut Graph,
+    x: ValueRef,
+    logical: &[usize],
+    cout: usize,
+    name: &str,
+    index: usize,
+) -> ValueRef {
+    let cin = logical[1];
+    let w = g.add_constant(
+        &format!("{name}_w"),
+        weights(vec![cout, cin, 3, 3], index as u32),
+        vec![],
+    );
+    let b = g.add_constant(
+        &format!("{name}_b"),
+        weights(vec![cout], index as u32 + 7),
+        vec![],
+    );
+    let inner = Op::Conv(Conv {
+        window: Window {
+            kernel: vec![3, 3],
+            strides: vec![1, 1],
+            dilations: vec![1, 1],
+            pads: vec![1; 4],
+        },
+        group: 1,
+    });
+    let laid = crate::graph::LaidOut {
+        inner,
+        inputs: vec![
+            (Layout::parse("NCHW16c").unwrap(), logical.to_vec()),
+            (Layout::identity(4).unwrap(), vec![cout, cin, 3, 3]),
+            (Layout::identity(1).unwrap(), vec![cout]),
+        ],
+        outputs: vec![(Layout::parse("NCHW16c").unwrap(), ZERO)],
+    };
+    add(g, Op::InLayout(Box::new(laid)), name, &[x, w, b], index)
+}
+
+fn count_transforms(g: &Graph) -> usize {
+    transforms(g).len()
+}
+
+fn has_placed(g: &Graph, kind: &str) -> bool {
+    g.node_ids()
+        .into_iter()
+        .any(|n| matches!(&g.node(n).op, Op::InLayout(l) if l.inner.kind_name() == kind))
+}
+
+/// Between two convs placed in NCHW16c: relu, max-pool and a per-channel bias
+/// add run in NCHW16c too, so the transforms around them cancel; only the
+/// transforms into the first conv and out of the last are left.
+#[test]
+fn transforms_sink_across_relu_pool_and_bias() {
+    let mut g = Graph::new("island");
+    let s = [1, 17, 6, 6];
+    let x = g.add_input(
+        "x",
+        ValueType::new(DType::F32, s.to_vec()),
+        span("x", "Input", 0),
+    );
+    let t = add(&mut g, lt("NCHW", "NCHW16c", &s, ZERO), "to", &[x], 1);
+    let c1 = conv16c(&mut g, t, &s, 17, "conv1", 2);
+    let b1 = add(
+        &mut g,
+        lt("NCHW16c", "NCHW", &s, PadValue::Undef),
+        "back1",
+        &[c1],
+        3,
+    );
+    let r = add(&mut g, Op::Unary(UnaryOp::Relu), "relu", &[b1], 4);
+    let pool = Op::Pool(crate::graph::Pool {
+        kind: crate::graph::PoolKind::Max,
+        window: Window {
+            kernel: vec![2, 2],
+            strides: vec![2, 2],
+            dilations: vec![1, 1],
+            pads: vec![0; 4],
+        },
+        ceil_mode: false,
+        count_include_pad: false,
+    });
+    let p = add(&mut g, pool, "pool", &[r], 5);
+    let s2 = [1, 17, 3, 3];
+    let bias = g.add_constant(
+        "bias",
+        weights(vec![1, 17, 1, 1], 11),
+        span("bias", "Constant", 6),
+    );
+    let a = add(&mut g, Op::Binary(BinaryOp::Add), "add", &[p, bias], 7);
+    let t2 = add(&mut g, lt("NCHW", "NCHW16c", &s2, ZERO), "to2", &[a], 8);
+    let c2 = conv16c(&mut g, t2, &s2, 5, "conv2", 9);
+    let out = add(
+        &mut g,
+        lt("NCHW16c", "NCHW", &[1, 5, 3, 3], PadValue::Undef),
+        "back2",
+        &[c2],
+        10,
+    );
+    g.set_outputs(vec![out]);
+    let (rewritten, report) = rewrite(&g);
+    assert_eq!(
+        count_transforms(&rewritten),
+        2,
+        "{:?}",
+        transforms(&rewritten)
+    );
+    assert!(has_placed(&rewritten, "MaxPool"));
+    assert!(report.extract.cost < report.cost_before);
+    assert_same_outputs(&g, &rewritten, 1e-5);
+}
+
+/// Concat on the (unblocked) height axis of two NCHW16c convs' outputs runs in
+/// NCHW16c; concat on the blocked channel axis does not move.
+#[test]
+fn transforms_sink_across_concat_on_an_unblocked_axis() {
+    let build = |axis: usize| {
+        let mut g = Graph::new("cat");
+        let s = [1, 17, 4, 4];
+        let x = g.add_input(
+            "x",
+            ValueType::new(DType::F32, s.to_vec()),
+            span("x", "Input", 0),
+        );
+        let t = add(&mut g, lt("NCHW", "NCHW16c", &s, ZERO), "to", &[x], 1);
+        let c1 = conv16c(&mut g, t, &s, 17, "conv1", 2);
+        let c2 = conv16c(&mut g, t, &s, 17, "conv2", 3);
+        let b1 = add(
+            &mut g,
+            lt("NCHW16c", "NCHW", &s, PadValue::Undef),
+            "back1",
+            &[c1],
+            4,
+        );
+        let b2 = add(
+            &mut g,
+            lt("NCHW16c", "NCHW", &s, PadValue::Undef),
+            "back2",
+            &[c2],
+            5,
+        );
+        let cat = add(&mut g, Op::Concat { axis }, "cat", &[b1, b2], 6);
+        let mut s3 = s;
+        s3[axis] *= 2;
+        let t3 = add(&mut g, lt("NCHW", "NCHW16c", &s3, ZERO), "to3", &[cat], 7);
+        let c3 = conv16c(&mut g, t3, &s3, 3, "conv3", 8);
+        let mut s4 = s3;
+        s4[1] = 3;
+        let out = add(
+            &mut g,
+            lt("NCHW16c", "NCHW", &s4, PadValue::Undef),
+            "back3",
+            &[c3],
+            9,
+        );
+        g.set_outputs(vec![out]);
+        g
+    };
+    let g = build(2);
+    let (out, _) = rewrite(&g);
+    assert_eq!(count_transforms(&out), 2, "{:?}", transforms(&out));
+    assert!(has_placed(&out, "Concat"));
+    assert_same_outputs(&g, &out, 1e-5);
+    let g = build(1);
+    let (out, _) = rewrite(&g);
+    assert_eq!(count_transforms(&out), 5);
+    assert_same_outputs(&g, &out, 1e-5);
+}
+
+/// A reshape that keeps the blocked channel axis whole ([1,17,4,4] ->
+/// [1,17,16]) runs on the NCHW16c buffer and hands out NCW16c; one that
+/// merges channels into another axis does not move.
+#[test]
+fn transforms_sink_across_a_reshape_that_keeps_the_block() {
+    let build = |target: Vec<usize>, out_layout: &str| {
+        let mut g = Graph::new("reshape");
+        let s = [1, 17, 4, 4];
+        let x = g.add_input(
+            "x",
+            ValueType::new(DType::F32, s.to_vec()),
+            span("x", "Input", 0),
+        );
+        let t = add(&mut g, lt("NCHW", "NCHW16c", &s, ZERO), "to", &[x], 1);
+        let c = conv16c(&mut g, t, &s, 17, "conv", 2);
+        let b = add(
+            &mut g,
+            lt("NCHW16c", "NCHW", &s, PadValue::Undef),
+            "back",
+            &[c],
+            3,
+        );
+        let r = add(
+            &mut g,
+            Op::Reshape {
+                shape: target.clone(),
+            },
+            "reshape",
+            &[b],
+            4,
+        );
+        let id = Layout::identity(target.len()).unwrap().to_string();
+        let out = add(
+            &mut g,
+            lt(&id, out_layout, &target, ZERO),
+            "to_out",
+            &[r],
+            5,
+        );
+        g.set_outputs(vec![out]);
+        g
+    };
+    let g = build(vec![1, 17, 16], "NCW16c");
+    let (out, _) = rewrite(&g);
+    assert_eq!(count_transforms(&out), 1, "{:?}", transforms(&out));
+    assert!(has_placed(&out, "Reshape"));
+    assert_same_outputs(&g, &out, 1e-5);
+    let g = build(vec![1, 272], "NC16c");
+    let (out, _) = rewrite(&g);
+    assert_eq!(count_transforms(&out), 3);
+    assert_same_outputs(&g, &out, 1e-5);
+}
+
+/// Two transposes compose into one; a pair that is the identity vanishes.
+#[test]
+fn transposes_compose() {
+    let build = |p1: Vec<usize>, p2: Vec<usize>| {
+        let mut g = Graph::new("tt");
+        let x = g.add_input(
+            "x",
+            ValueType::new(DType::F32, vec![2, 3, 4]),
+            span("x", "Input", 0),
+        );
+        let a = add(&mut g, Op::Transpose { perm: p1 }, "t1", &[x], 1);
+        let b = add(&mut g, Op::Transpose { perm: p2 }, "t2", &[a], 2);
+        g.set_outputs(vec![b]);
+        g
+    };
+    let count = |g: &Graph| {
+        g.node_ids()
+            .into_iter()
+            .filter(|&n| matches!(g.node(n).op, Op::Transpose { .. }))
+            .count()
+    };
+    let g = build(vec![1, 2, 0], vec![2, 0, 1]);
+    let (out, _) = rewrite(&g);
+    assert_eq!(count(&out), 0);
+    assert_same_outputs(&g, &out, 0.0);
+    let g = build(vec![1, 2, 0], vec![1, 0, 2]);
+    let (out, _) = rewrite(&g);
+    assert_eq!(count(&out), 1);
+    assert_same_outputs(&g, &out, 0.0);
+}
+
+/// A multi-output op goes through the e-graph (as an op and one `get` per
+/// output) and comes back computing the same values.
+#[test]
+fn multi_output_ops_round_trip() {
+    let mut g = Graph::new("split");
+    let s = [1, 6, 2, 2];
+    let x = g.add_input(
+        "x",
+        ValueType::new(DType::F32, s.to_vec()),
+        span("x", "Input", 0),
+    );
+    let t = add(&mut g, lt("NCHW", "NHWC", &s, ZERO), "to", &[x], 1);
+    let b = add(&mut g, lt("NHWC", "NCHW", &s, ZERO), "back", &[t], 2);
+    let split = Op::Split {
+        axis: 1,
+        sizes: vec![2, 4],
+    };
+    let names = ["lo".to_string(), "hi".to_string()];
+    let id = g
+        .add_node(split, "split", &[b], &names, span("split", "Split", 3))
+        .unwrap();
+    let lo = add(
+        &mut g,
+        Op::Unary(UnaryOp::Relu),
+        "relu",
+        &[ValueRef::new(id, 0)],
+        4,
+    );
+    g.set_outputs(vec![lo, ValueRef::new(id, 1)]);
+    let (out, _) = rewrite(&g);
+    assert_eq!(count_transforms(&out), 0);
+    assert_eq!(out.value(out.outputs()[1]).name, "hi");
+    assert_same_outputs(&g, &out, 0.0);
+}

@@ -14,9 +14,7 @@ use super::egraph::{
 };
 use super::{binary_flow, pad_flow, unary_flow, Digit, Layout, PadValue};
 use crate::graph::{merge_spans, Op, Span};
-use egg::{
-    Applier, ENodeOrVar, Id, Language, Pattern, PatternAst, RecExpr, Rewrite, Subst, Symbol, Var,
-};
+use egg::{Applier, ENodeOrVar, Id, Language, Pattern, PatternAst, Rewrite, Subst, Symbol, Var};
 use std::path::Path;
 
 /// A rule file that cannot be loaded, naming the file and line.
@@ -215,9 +213,9 @@ fn const_left(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
     const_operand(eg, s, true)
 }
 
-/// The entry of `inner` placed in layout `a` for inputs `xs` (all in `a`),
-/// output in `out_layout`, if the inputs' padding is what the op needs there
-/// (`pad_flow`); its output padding is what the flow says.
+/// The entry of `inner` placed in the layout of its inputs `xs`, output in
+/// `out_layout`, if the inputs' padding is what the op needs there; the
+/// output padding is what the op's pad-value flow says.
 fn placed(inner: Op, xs: &[&TensorInfo], out_layout: Layout) -> Result<OpEntry, String> {
     let padded = xs[0]
         .layout
@@ -235,12 +233,22 @@ fn placed(inner: Op, xs: &[&TensorInfo], out_layout: Layout) -> Result<OpEntry, 
             ));
         }
     }
+    placed_with(inner, xs, out_layout, flow.output)
+}
+
+/// The entry of `inner` placed as given, its output padding holding `pad`.
+fn placed_with(
+    inner: Op,
+    xs: &[&TensorInfo],
+    out_layout: Layout,
+    pad: PadValue,
+) -> Result<OpEntry, String> {
     let dtypes: Vec<_> = xs.iter().map(|x| x.dtype).collect();
     let inputs = xs
         .iter()
         .map(|x| (x.layout.clone(), x.logical.clone()))
         .collect();
-    OpEntry::in_layout(inner, inputs, vec![(out_layout, flow.output)], &dtypes)
+    OpEntry::in_layout(inner, inputs, vec![(out_layout, pad)], &dtypes)
 }
 
 /// op(xform(a -> row-major, x)) = xform(a -> row-major, op placed in a (x)).
@@ -282,7 +290,7 @@ fn concat_in_layout(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
     Ok(())
 }
 
-/// reshape(xform(a -> row-major, x)) = xform(a2 -> row-major, reshape placed
+/// reshape(xform(a -> row-major, x)) = xform(a2 -> row-major b2, reshape placed
 /// from a to a2 (x)) when a keeps every axis's outer digit in logical order
 /// with the blocks last, and the reshape keeps each blocked axis whole (same
 /// extent, same position in the flattened order): then a2 blocks the same
@@ -324,10 +332,12 @@ fn reshape_keeps_blocks(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
     let names = Layout::identity(target.len()).map_err(|e| e.to_string())?;
     let a2 = Layout::new(names.to_string().chars().collect(), factors, order)
         .map_err(|e| e.to_string())?;
-    let e = placed(entry.op.clone(), &[&x], a2.clone())?;
+    // The blocked axes move whole, padding and all: it holds what it held.
+    let e = placed_with(entry.op.clone(), &[&x], a2.clone(), x.pad_value())?;
     let k = eg.analysis.intern(e);
     bind_atom(eg, s, "?k2", Atom::Op(k));
     bind_atom(eg, s, "?a2", Atom::Layout(a2));
+    bind_atom(eg, s, "?b2", Atom::Layout(names));
     bind_atom(eg, s, "?q", Atom::Pad(PadValue::Undef));
     Ok(())
 }
@@ -470,7 +480,7 @@ pub const CONDITIONS: &[Condition] = &[
     Condition {
         name: "reshape-keeps-blocks",
         reads: &["?k", "?b", "?x"],
-        binds: &["?k2", "?a2", "?q"],
+        binds: &["?k2", "?a2", "?b2", "?q"],
         check: reshape_keeps_blocks,
     },
     Condition {
@@ -585,6 +595,11 @@ impl Applier<Lang, LayoutAnalysis> for RuleApplier {
             ids.push(id);
         }
         let root = *ids.last().expect("a pattern has a root");
+        // A condition that let an ill-typed right side through is a bug in
+        // it; never let such a node join a class the extractor may pick from.
+        if let super::egraph::Info::Invalid(_) = eg[root].data.info {
+            return vec![];
+        }
         let changed = eg.union(eclass, root);
         // The class that stands for the matched term now stands for every
         // source layer the match covered (a cancelled pair leaves its spans
@@ -748,9 +763,4 @@ pub fn load_rules(dir: &Path) -> Result<Vec<Rewrite<Lang, LayoutAnalysis>>, Rule
 /// The rules shipped with the crate (`rules/` beside Cargo.toml).
 pub fn bundled_rules_dir() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/rules"))
-}
-
-/// Parses an expression of the language (for tests and tools).
-pub fn parse_expr(text: &str) -> Result<RecExpr<Lang>, String> {
-    text.parse().map_err(|e| format!("{e}"))
 }
