@@ -17,10 +17,12 @@
 //! materialisation shares one transform among consumers that want the same
 //! layout, so the real plan never moves more bytes than the model counted.
 
+use super::extract::{rewrite_graph_with_dir, RewriteLimits};
 use super::op_rules::{
     impls, op_kind, physical_bytes, same_bytes, value_candidates, CostModel, Family, Impl,
     LayoutId, Layouts, OpKind,
 };
+use super::rules::bundled_rules_dir;
 use super::solver::{self, Method, Pair, Problem, SolveOptions};
 use super::{pad_flow, Layout, LayoutError, PadValue, Requirement};
 use crate::graph::{
@@ -30,6 +32,7 @@ use crate::graph::{
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, thiserror::Error)]
@@ -337,6 +340,8 @@ pub struct PlanReport {
     pub estimated_cost: f64,
     pub plan_time_ms: f64,
     pub solver: Option<SolverInfo>,
+    /// The e-graph rewriting after materialisation, when it ran.
+    pub rewrite: Option<RewriteInfo>,
 }
 
 impl PlanReport {
@@ -368,6 +373,21 @@ impl PlanReport {
                 sv.methods,
                 sv.fixed_variables,
                 if sv.fallback_used { ", FALLBACK used" } else { "" }
+            );
+        }
+        if let Some(r) = &self.rewrite {
+            let _ = writeln!(
+                s,
+                "rewrite: {} ({} iterations, {} extraction, cost {:.1} -> {:.1}){}",
+                if r.applied { "applied" } else { "not applied" },
+                r.iterations,
+                r.extraction,
+                r.cost_before,
+                r.cost_after,
+                r.note
+                    .as_ref()
+                    .map(|n| format!(": {n}"))
+                    .unwrap_or_default()
             );
         }
         let _ = writeln!(
@@ -402,32 +422,195 @@ pub fn plan(
     family: Family,
     model: &CostModel,
 ) -> Result<Plan, PlanError> {
+    plan_with(g, planner, family, model, &PlanOptions::default())
+}
+
+/// How a plan is finished after materialisation.
+#[derive(Clone, Debug)]
+pub struct PlanOptions {
+    /// Folder of `*.rules` files for the e-graph rewriting of the materialised
+    /// graph; `None` skips rewriting.
+    pub rules: Option<PathBuf>,
+    pub rewrite_limits: RewriteLimits,
+    /// Graphs with more nodes than this are not rewritten (the plan stands).
+    pub rewrite_max_nodes: usize,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        PlanOptions {
+            rules: Some(bundled_rules_dir().to_path_buf()),
+            rewrite_limits: RewriteLimits::default(),
+            rewrite_max_nodes: 2_000,
+        }
+    }
+}
+
+/// What the e-graph rewriting of the materialised graph did.
+#[derive(Clone, Debug, Serialize)]
+pub struct RewriteInfo {
+    /// Whether its result replaced the materialised graph.
+    pub applied: bool,
+    /// Why it was not applied, when it was not.
+    pub note: Option<String>,
+    pub iterations: usize,
+    pub extraction: String,
+    pub cost_before: f64,
+    pub cost_after: f64,
+}
+
+impl RewriteInfo {
+    fn skipped(note: String) -> RewriteInfo {
+        RewriteInfo {
+            applied: false,
+            note: Some(note),
+            iterations: 0,
+            extraction: String::new(),
+            cost_before: 0.0,
+            cost_after: 0.0,
+        }
+    }
+}
+
+/// Rewrites on a thread with a large stack: converting between the graph and the
+/// e-graph recurses as deep as the graph is long.
+fn rewrite_deep(
+    g: &Graph,
+    dir: &std::path::Path,
+    limits: &RewriteLimits,
+) -> Result<(Graph, super::extract::RewriteReport), LayoutError> {
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .stack_size(512 << 20)
+            .spawn_scoped(s, || rewrite_graph_with_dir(g, dir, limits))
+            .map_err(|e| LayoutError::Invalid(format!("cannot start the rewriting thread: {e}")))?
+            .join()
+            .map_err(|_| LayoutError::Invalid("the rewriting thread panicked".into()))?
+    })
+}
+
+/// Plans `g` with `planner` for `family`, materialises the choice, and rewrites
+/// the result with the e-graph rules (keeping it only when it moves no more bytes).
+pub fn plan_with(
+    g: &Graph,
+    planner: &dyn Planner,
+    family: Family,
+    model: &CostModel,
+    options: &PlanOptions,
+) -> Result<Plan, PlanError> {
     let t0 = Instant::now();
     let space = PlanSpace::build(g, family, model)?;
     let assignment = planner.assign(g, &space)?;
     let estimated_cost = space.problem.cost(&assignment.choice);
     let mut m = Materializer::new(g, &space.layouts);
     m.run(&space, &assignment.choice)?;
-    let plan_time = t0.elapsed();
+    let (packed_constants, refills) = (m.packed_constants, m.refills);
+    let mut graph = m.out;
+    let rewrite = options.rules.as_ref().map(|dir| {
+        if graph.node_count() > options.rewrite_max_nodes {
+            return RewriteInfo::skipped(format!(
+                "{} nodes exceed the rewrite limit of {}",
+                graph.node_count(),
+                options.rewrite_max_nodes
+            ));
+        }
+        let before = kept_transforms(&graph);
+        match rewrite_deep(&graph, dir, &options.rewrite_limits) {
+            Ok((rewritten, r)) => {
+                let bytes = |t: &[TransformInfo]| t.iter().map(|t| t.bytes).sum::<usize>();
+                let better = bytes(&kept_transforms(&rewritten)) <= bytes(&before);
+                if better {
+                    graph = rewritten;
+                }
+                RewriteInfo {
+                    applied: better,
+                    note: (!better).then(|| "the rewritten graph moves more bytes".to_string()),
+                    iterations: r.iterations,
+                    extraction: format!("{:?}", r.extract.method),
+                    cost_before: r.cost_before,
+                    cost_after: r.extract.cost,
+                }
+            }
+            Err(e) => RewriteInfo::skipped(e.to_string()),
+        }
+    });
+    let transforms = kept_transforms(&graph);
     let report = PlanReport {
         model: g.name.clone(),
         planner: planner.name().to_string(),
         family: family.to_string(),
-        layouts: m.layouts(),
-        transform_count: m.transforms.iter().filter(|t| !t.relabel).count(),
-        relabels: m.transforms.iter().filter(|t| t.relabel).count(),
-        transform_bytes: m.transforms.iter().map(|t| t.bytes).sum(),
-        transforms: m.transforms,
-        packed_constants: m.packed_constants,
-        refills: m.refills,
+        layouts: value_layouts(&graph),
+        transform_count: transforms.iter().filter(|t| !t.relabel).count(),
+        relabels: transforms.iter().filter(|t| t.relabel).count(),
+        transform_bytes: transforms.iter().map(|t| t.bytes).sum(),
+        transforms,
+        packed_constants,
+        refills,
         estimated_cost,
-        plan_time_ms: ms(plan_time),
+        plan_time_ms: ms(t0.elapsed()),
         solver: assignment.solver,
+        rewrite,
     };
-    Ok(Plan {
-        graph: m.out,
-        report,
-    })
+    Ok(Plan { graph, report })
+}
+
+/// Every layout transform of a planned graph, in topological order.
+pub fn kept_transforms(g: &Graph) -> Vec<TransformInfo> {
+    let order = g.topo_order().unwrap_or_else(|_| g.node_ids());
+    order
+        .into_iter()
+        .filter_map(|id| {
+            let n = g.node(id);
+            let Op::LayoutTransform {
+                from, to, logical, ..
+            } = &n.op
+            else {
+                return None;
+            };
+            let ty = ValueType::new(n.outputs[0].ty.dtype, logical.clone());
+            let relabel = from != to && same_bytes(from, to, logical);
+            let input = g
+                .node_inputs(id)
+                .first()
+                .map(|&v| g.value(v).name.clone())
+                .unwrap_or_default();
+            Some(TransformInfo {
+                value: input,
+                from: from.to_string(),
+                to: to.to_string(),
+                bytes: if relabel {
+                    0
+                } else {
+                    physical_bytes(&ty, from) + physical_bytes(&ty, to)
+                },
+                relabel,
+                spans: format_spans(&n.spans),
+            })
+        })
+        .collect()
+}
+
+/// The storage layout of every value a planned graph does not keep row-major.
+fn value_layouts(g: &Graph) -> Vec<ValueLayout> {
+    let mut out = Vec::new();
+    for id in g.node_ids() {
+        let n = g.node(id);
+        let layouts: Vec<&Layout> = match &n.op {
+            Op::InLayout(l) => l.outputs.iter().map(|(l, _)| l).collect(),
+            Op::LayoutTransform { to, .. } => vec![to],
+            _ => continue,
+        };
+        for (v, l) in n.outputs.iter().zip(layouts) {
+            if !l.is_identity() {
+                out.push(ValueLayout {
+                    value: v.name.clone(),
+                    layout: l.to_string(),
+                });
+            }
+        }
+    }
+    out.sort_by(|a, b| a.value.cmp(&b.value));
+    out
 }
 
 fn ms(d: Duration) -> f64 {
@@ -449,7 +632,6 @@ struct Materializer<'a> {
     placed: HashMap<ValueRef, Placed>,
     /// Transforms already made, shared by every consumer wanting that layout.
     converted: HashMap<(ValueRef, LayoutId, Option<u32>), (ValueRef, PadValue)>,
-    transforms: Vec<TransformInfo>,
     packed_constants: usize,
     refills: usize,
 }
@@ -462,7 +644,6 @@ impl<'a> Materializer<'a> {
             out: Graph::new(src.name.clone()),
             placed: HashMap::new(),
             converted: HashMap::new(),
-            transforms: Vec::new(),
             packed_constants: 0,
             refills: 0,
         }
@@ -685,38 +866,9 @@ impl<'a> Materializer<'a> {
             self.packed_constants += 1;
             consts[0]
         } else {
-            let relabel = same_bytes(from, to, &ty.shape) && refill.is_none();
-            self.transforms.push(TransformInfo {
-                value: producer.outputs[v.output].name.clone(),
-                from: from.to_string(),
-                to: to.to_string(),
-                bytes: if relabel {
-                    0
-                } else {
-                    physical_bytes(&ty, from) + physical_bytes(&ty, to)
-                },
-                relabel,
-                spans: format_spans(&spans),
-            });
             ValueRef::new(id, 0)
         };
         self.converted.insert(key, (result, pad));
         Ok(result)
-    }
-
-    fn layouts(&self) -> Vec<ValueLayout> {
-        let mut out: Vec<ValueLayout> = self
-            .placed
-            .iter()
-            .filter(|(v, p)| {
-                !self.layout(p.layout).is_identity() && self.src.constant(**v).is_none()
-            })
-            .map(|(v, p)| ValueLayout {
-                value: self.src.value(*v).name.clone(),
-                layout: self.layout(p.layout).to_string(),
-            })
-            .collect();
-        out.sort_by(|a, b| a.value.cmp(&b.value));
-        out
     }
 }
