@@ -11,7 +11,10 @@ mod tensor;
 
 pub use tensor::{dtype_from_onnx, dtype_to_onnx, tensor_from_proto, tensor_to_proto};
 
-use crate::graph::{fold_node, format_spans, Graph, GraphError, Span, Tensor, ValueRef, ValueType};
+use crate::graph::{
+    check_value_size, fold_node, format_spans, memory_limit, Graph, GraphError, Span, Tensor,
+    ValueRef, ValueType,
+};
 use onnx_protobuf::{type_proto, ModelProto, NodeProto, TensorProto, ValueInfoProto};
 use protobuf::Message;
 use std::collections::{HashMap, HashSet};
@@ -160,6 +163,7 @@ pub fn import_onnx(
     for vi in &graph.input {
         if !imp.values.contains_key(&vi.name) {
             let ty = value_type(vi, opts)
+                .and_then(|ty| check_value_size(&ty, "type", memory_limit()).map(|_| ty))
                 .map_err(|m| model_err(format!("graph input '{}': {m}", vi.name)))?;
             let span = Span::new(file, &vi.name, "Input", 0);
             let v = match opts.constant_inputs.get(&vi.name) {
@@ -197,6 +201,8 @@ pub fn import_onnx(
     }
     imp.g.set_outputs(outputs);
     imp.g.remove_dead_nodes();
+    // Refused here, before a caller allocates inputs or runs it.
+    imp.g.check_memory(memory_limit())?;
     Ok(imp.g)
 }
 

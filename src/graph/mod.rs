@@ -2,12 +2,17 @@
 //! (dtype and static shape), per-node source spans, shape inference and constant folding.
 
 mod fold;
+mod memory;
 mod op;
 mod shape;
 mod span;
 mod tensor;
 
 pub use fold::{fold_constants, fold_node};
+pub use memory::{
+    check_value_size, checked_size_bytes, format_bytes, machine_memory, memory_limit, parse_bytes,
+    MEMORY_LIMIT_ENV,
+};
 pub use op::*;
 pub use shape::{broadcast_shapes, infer_outputs};
 pub use span::{format_spans, merge_spans, Span};
@@ -160,6 +165,12 @@ impl Graph {
     ) -> Result<NodeId, GraphError> {
         let in_types: Vec<&ValueType> = inputs.iter().map(|&v| self.value_type(v)).collect();
         let out_types = infer_outputs(&op, &in_types).map_err(|m| GraphError::at(&spans, m))?;
+        // Shapes come from user files: refuse sizes that overflow or could never be
+        // allocated here, before constant folding or a run tries.
+        for (i, ty) in out_types.iter().enumerate() {
+            check_value_size(ty, &format!("output {i}"), memory_limit())
+                .map_err(|m| GraphError::at(&spans, m))?;
+        }
         let outputs = out_types
             .into_iter()
             .enumerate()

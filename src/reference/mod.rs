@@ -19,8 +19,8 @@ mod reduce;
 mod resize;
 
 use crate::graph::{
-    checked_numel, format_spans, infer_outputs, Graph, GraphError, LaidOut, Op, Span, Tensor,
-    ValueRef, ValueType,
+    checked_numel, format_spans, infer_outputs, memory_limit, Graph, GraphError, LaidOut, Op, Span,
+    Tensor, ValueRef, ValueType,
 };
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -41,6 +41,16 @@ pub enum ExecError {
 /// Runs `graph` on `inputs` (one per graph input, in order) and returns the graph
 /// outputs in order. Intermediate values are dropped after their last reader.
 pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, ExecError> {
+    run_with_limit(graph, inputs, memory_limit())
+}
+
+/// [`run`], refusing up front a graph whose live values would exceed `limit` bytes.
+pub fn run_with_limit(
+    graph: &Graph,
+    inputs: &[Tensor],
+    limit: u64,
+) -> Result<Vec<Tensor>, ExecError> {
+    graph.check_memory(limit)?;
     if inputs.len() != graph.inputs().len() {
         return Err(ExecError::InputCount {
             expected: graph.inputs().len(),

@@ -3,9 +3,9 @@
 
 use super::{add_and_fold, dtype_from_onnx, tensor_from_proto, ImportError};
 use crate::graph::{
-    broadcast_shapes, numel, BinaryOp, Conv, ConvTranspose, CoordTransform, Graph, NearestMode, Op,
-    PadMode, Pool, PoolKind, ReduceKind, Resize, ResizeMode, SliceAxis, Span, Tensor, TensorData,
-    UnaryOp, ValueRef, ValueType, Window,
+    broadcast_shapes, numel, BinaryOp, Conv, ConvTranspose, CoordTransform, DType, Graph,
+    NearestMode, Op, PadMode, Pool, PoolKind, ReduceKind, Resize, ResizeMode, SliceAxis, Span,
+    Tensor, TensorData, UnaryOp, ValueRef, ValueType, Window,
 };
 use onnx_protobuf::{AttributeProto, NodeProto};
 
@@ -153,6 +153,13 @@ impl NodeCtx<'_> {
             std::slice::from_ref(&name),
             self.span,
         )?[0])
+    }
+
+    /// Refuses a tensor this conversion is about to allocate when it could not fit.
+    fn check_size(&self, dtype: DType, shape: &[usize]) -> Res<()> {
+        let ty = ValueType::new(dtype, shape.to_vec());
+        crate::graph::check_value_size(&ty, "the constant", crate::graph::memory_limit())
+            .map_err(|m| self.err(m))
     }
 
     fn constant(&mut self, t: Tensor) -> Vec<Option<ValueRef>> {
@@ -628,9 +635,8 @@ fn constant_of_shape(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     if value.numel() != 1 {
         return Err(c.err("ConstantOfShape value must hold one element"));
     }
-    let n = crate::graph::checked_numel(&shape)
-        .ok_or_else(|| c.err(format!("shape {shape:?} overflows")))?;
-    let data = value.data.gather(std::iter::repeat_n(0, n));
+    c.check_size(value.dtype(), &shape)?;
+    let data = value.data.gather(std::iter::repeat_n(0, numel(&shape)));
     Ok(c.constant(Tensor::new(shape, data)))
 }
 
@@ -675,6 +681,7 @@ fn range_len(c: &NodeCtx, steps: f64, zero_delta: bool) -> Res<usize> {
     if n > 1e9 {
         return Err(c.err(format!("Range would produce {n} elements")));
     }
+    c.check_size(DType::I64, &[n as usize])?;
     Ok(n as usize)
 }
 
@@ -740,6 +747,7 @@ fn dropout(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     if c.node.output.len() > 1 {
         // In inference every element is kept: the mask is all true.
         let shape = c.ty(x).shape;
+        c.check_size(DType::Bool, &shape)?;
         let mask = Tensor::new(shape.clone(), TensorData::Bool(vec![true; numel(&shape)]));
         let name = c.node.output[1].clone();
         outs.push(Some(c.g.add_constant(&name, mask, vec![c.span.clone()])));

@@ -1,9 +1,10 @@
 //! Decoding ONNX `TensorProto`s: typed fields, little-endian `raw_data`, and
 //! external data files beside the model.
 
-use crate::graph::{checked_numel, DType, Tensor, TensorData};
+use crate::graph::{checked_numel, format_bytes, memory_limit, DType, Tensor, TensorData};
 use half::f16;
 use onnx_protobuf::TensorProto;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Component, Path};
 
 /// ONNX `TensorProto.DataType` codes we read, and the names of those we refuse.
@@ -86,23 +87,43 @@ fn read_external(tp: &TensorProto, base_dir: Option<&Path>) -> Result<Vec<u8>, S
     let base = base_dir
         .ok_or("external data needs the model's folder, but the model was read from memory")?;
     let path = base.join(rel);
-    let bytes = std::fs::read(&path)
-        .map_err(|e| format!("cannot read external data file {}: {e}", path.display()))?;
-    let start = usize::try_from(offset).map_err(|_| "external data offset too large")?;
-    let end = match length {
-        Some(l) => start
-            .checked_add(usize::try_from(l).map_err(|_| "external data length too large")?)
-            .ok_or("external data range overflows")?,
-        None => bytes.len(),
-    };
-    if start > end || end > bytes.len() {
+    let cannot =
+        |e: std::io::Error| format!("cannot read external data file {}: {e}", path.display());
+    // A symbolic link inside the folder must not lead out of it either.
+    let real = path.canonicalize().map_err(cannot)?;
+    if !base.canonicalize().is_ok_and(|root| real.starts_with(root)) {
         return Err(format!(
-            "external data range {start}..{end} is outside file {} ({} bytes)",
-            path.display(),
-            bytes.len()
+            "external data location '{location}' resolves to {}, outside the model's folder",
+            real.display()
         ));
     }
-    Ok(bytes[start..end].to_vec())
+    let mut file = std::fs::File::open(&real).map_err(cannot)?;
+    let file_len = file.metadata().map_err(cannot)?.len();
+    let end = match length {
+        Some(l) => offset
+            .checked_add(l)
+            .ok_or("external data range overflows")?,
+        None => file_len,
+    };
+    if offset > end || end > file_len {
+        return Err(format!(
+            "external data range {offset}..{end} is outside file {} ({file_len} bytes)",
+            path.display()
+        ));
+    }
+    // Only the tensor's own range is read: the file may hold many tensors.
+    let len = end - offset;
+    if len > memory_limit() {
+        return Err(format!(
+            "external data of {} is more than the memory limit of {}",
+            format_bytes(len),
+            format_bytes(memory_limit())
+        ));
+    }
+    let mut bytes = vec![0u8; usize::try_from(len).map_err(|_| "external data too large")?];
+    file.seek(SeekFrom::Start(offset)).map_err(cannot)?;
+    file.read_exact(&mut bytes).map_err(cannot)?;
+    Ok(bytes)
 }
 
 fn from_le<const N: usize, T>(raw: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {

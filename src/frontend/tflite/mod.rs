@@ -13,7 +13,8 @@ mod ops;
 pub mod schema;
 
 use crate::graph::{
-    checked_numel, DType, Graph, GraphError, Span, Tensor, TensorData, ValueRef, ValueType,
+    check_value_size, checked_numel, memory_limit, DType, Graph, GraphError, Span, Tensor,
+    TensorData, ValueRef, ValueType,
 };
 use flatbuffers::{ForwardsUOffset, Vector};
 use half::f16;
@@ -189,6 +190,8 @@ impl<'a> Importer<'a> {
             let t = self.tensor_index(idx, "subgraph input")?;
             let ty = self.value_type(t)?;
             let name = self.tensor_name(t);
+            check_value_size(&ty, "has type", memory_limit())
+                .map_err(|m| self.invalid(format!("subgraph input #{t} '{name}' {m}")))?;
             let span = Span::new(&self.file, &name, "Input", 0);
             let v = self.graph.add_input(&name, ty, vec![span]);
             self.values[t] = Some(v);
@@ -204,6 +207,8 @@ impl<'a> Importer<'a> {
             outputs.push(v);
         }
         self.graph.set_outputs(outputs);
+        // Refused here, before a caller allocates inputs or runs it.
+        self.graph.check_memory(memory_limit())?;
         Ok(self.graph)
     }
 

@@ -1,0 +1,253 @@
+//! Memory bounds: how many bytes a graph needs, checked before anything is allocated.
+//!
+//! The limit defaults to the machine's total memory (`MemTotal` in /proc/meminfo) and
+//! can be overridden with the `LAYOUTOPT_MEMORY_LIMIT` environment variable (bytes,
+//! or with a K/M/G/T suffix in powers of 1024). A model whose tensors would not fit is
+//! refused with its size in bytes, so a user sees why instead of an allocation abort.
+
+use super::{Graph, GraphError, Op, ValueRef, ValueType};
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+/// The environment variable that overrides the default memory limit.
+pub const MEMORY_LIMIT_ENV: &str = "LAYOUTOPT_MEMORY_LIMIT";
+
+/// Parses a byte count: digits with an optional K, M, G or T suffix (powers of 1024).
+pub fn parse_bytes(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let (digits, shift) = match t.char_indices().last()? {
+        (i, 'k' | 'K') => (&t[..i], 10),
+        (i, 'm' | 'M') => (&t[..i], 20),
+        (i, 'g' | 'G') => (&t[..i], 30),
+        (i, 't' | 'T') => (&t[..i], 40),
+        _ => (t, 0),
+    };
+    digits.trim().parse::<u64>().ok()?.checked_mul(1 << shift)
+}
+
+/// Total memory of the machine, from /proc/meminfo (`None` where it cannot be read).
+pub fn machine_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+    // "MemTotal:       24567890 kB"
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// The memory limit in bytes: the environment override, else the machine's total
+/// memory, else no limit. Read once per process.
+pub fn memory_limit() -> u64 {
+    static LIMIT: OnceLock<u64> = OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        std::env::var(MEMORY_LIMIT_ENV)
+            .ok()
+            .and_then(|v| parse_bytes(&v))
+            .or_else(machine_memory)
+            .unwrap_or(u64::MAX)
+    })
+}
+
+/// Bytes a value of this type occupies; `None` when the count overflows.
+pub fn checked_size_bytes(ty: &ValueType) -> Option<u64> {
+    ty.shape
+        .iter()
+        .try_fold(ty.dtype.size_bytes() as u64, |acc, &d| {
+            acc.checked_mul(d as u64)
+        })
+}
+
+/// "1234567 bytes (1.2 GiB)": exact for the user, readable at a glance.
+pub fn format_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["bytes", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} bytes")
+    } else {
+        format!("{n} bytes ({v:.1} {})", UNITS[unit])
+    }
+}
+
+/// Checks one value against the limit; used as each node's outputs are inferred.
+pub fn check_value_size(ty: &ValueType, what: &str, limit: u64) -> Result<(), String> {
+    match checked_size_bytes(ty) {
+        None => Err(format!(
+            "{what} {ty} has more elements than can be counted (its dimensions overflow)"
+        )),
+        Some(n) if n > limit => Err(format!(
+            "{what} {ty} would need {}, more than the memory limit of {}",
+            format_bytes(n),
+            format_bytes(limit)
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+impl Graph {
+    /// The most bytes live at once when the graph runs in topological order and each
+    /// value is dropped after its last reader (what the reference executor does),
+    /// with constants and graph inputs live throughout. Returns the peak and the node
+    /// being evaluated when it is reached.
+    pub fn peak_live_bytes(&self) -> Result<(u64, Option<super::NodeId>), GraphError> {
+        let order = self.topo_order()?;
+        let size = |v: ValueRef| -> Result<u64, GraphError> {
+            checked_size_bytes(self.value_type(v)).ok_or_else(|| {
+                GraphError::at(
+                    &self.node(v.node).spans,
+                    format!(
+                        "value '{}' has dimensions that overflow",
+                        self.value(v).name
+                    ),
+                )
+            })
+        };
+        let mut reads: HashMap<ValueRef, usize> = HashMap::new();
+        for &id in &order {
+            for v in self.node_inputs(id) {
+                *reads.entry(v).or_default() += 1;
+            }
+        }
+        let overflow = || GraphError::Graph("the graph's total size overflows".into());
+        let mut live = 0u64;
+        let mut peak = (0u64, None);
+        for &id in &order {
+            let node = self.node(id);
+            for i in 0..node.outputs.len() {
+                live = live
+                    .checked_add(size(ValueRef::new(id, i))?)
+                    .ok_or_else(overflow)?;
+            }
+            if live > peak.0 {
+                peak = (live, Some(id));
+            }
+            // Intermediates die after their last reader; constants and inputs stay.
+            for v in self.node_inputs(id) {
+                let left = reads.get_mut(&v).expect("every read was counted");
+                *left -= 1;
+                let persistent = matches!(self.node(v.node).op, Op::Input | Op::Constant(_));
+                if *left == 0 && !persistent && !self.is_graph_output(v) {
+                    live -= size(v)?;
+                }
+            }
+        }
+        Ok(peak)
+    }
+
+    /// Refuses a graph whose peak live set exceeds `limit` bytes, naming the layer
+    /// at the peak and both sizes.
+    pub fn check_memory(&self, limit: u64) -> Result<(), GraphError> {
+        let (peak, at) = self.peak_live_bytes()?;
+        if peak <= limit {
+            return Ok(());
+        }
+        let message = format!(
+            "running the model needs {} at its peak, more than the memory limit of {} \
+             (set {MEMORY_LIMIT_ENV} to change it)",
+            format_bytes(peak),
+            format_bytes(limit)
+        );
+        Err(match at {
+            Some(id) => GraphError::at(
+                &self.node(id).spans,
+                format!("{message}; the peak is reached here"),
+            ),
+            None => GraphError::Graph(message),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::{DType, Span, Tensor};
+
+    #[test]
+    fn byte_counts_parse_with_binary_suffixes() {
+        assert_eq!(parse_bytes("4096"), Some(4096));
+        assert_eq!(parse_bytes("3K"), Some(3 * 1024));
+        assert_eq!(parse_bytes(" 2g "), Some(2 << 30));
+        assert_eq!(parse_bytes("1T"), Some(1 << 40));
+        assert_eq!(parse_bytes("x"), None);
+        assert_eq!(parse_bytes(""), None);
+        assert_eq!(parse_bytes("99999999999T"), None);
+    }
+
+    #[test]
+    fn machine_memory_is_read_from_proc() {
+        // This crate targets Linux; /proc/meminfo always has MemTotal there.
+        let m = machine_memory().expect("MemTotal is readable");
+        assert!(m > 64 << 20, "{m} bytes is implausibly small");
+    }
+
+    #[test]
+    fn size_overflow_and_limit_are_reported_with_bytes() {
+        let big = ValueType::new(DType::F32, vec![1 << 20, 1 << 20]);
+        let e = check_value_size(&big, "output", 1 << 30).unwrap_err();
+        assert!(
+            e.contains("4398046511104 bytes (4.0 TiB)") && e.contains("1073741824 bytes"),
+            "{e}"
+        );
+        let huge = ValueType::new(DType::F32, vec![usize::MAX, 2]);
+        assert!(check_value_size(&huge, "x", u64::MAX)
+            .unwrap_err()
+            .contains("overflow"));
+        assert!(check_value_size(&ValueType::new(DType::U8, vec![8]), "x", 8).is_ok());
+    }
+
+    /// x (input, 400 B) -> relu a (400 B) -> relu b (400 B) -> output.
+    /// While b is computed, x, a and b are live: 1200 bytes; a dies after b.
+    #[test]
+    fn peak_counts_inputs_and_live_intermediates() {
+        let mut g = Graph::new("chain");
+        let span = |n: &str| vec![Span::new("chain", n, "Relu", 0)];
+        let x = g.add_input("x", ValueType::new(DType::F32, vec![100]), span("x"));
+        let a = g
+            .add_node(
+                Op::Unary(crate::graph::UnaryOp::Relu),
+                "a",
+                &[x],
+                &[],
+                span("a"),
+            )
+            .unwrap();
+        let a = ValueRef::new(a, 0);
+        let b = g
+            .add_node(
+                Op::Unary(crate::graph::UnaryOp::Relu),
+                "b",
+                &[a],
+                &[],
+                span("b"),
+            )
+            .unwrap();
+        let b = ValueRef::new(b, 0);
+        let c = g
+            .add_node(
+                Op::Unary(crate::graph::UnaryOp::Relu),
+                "c",
+                &[b],
+                &[],
+                span("c"),
+            )
+            .unwrap();
+        g.set_outputs(vec![ValueRef::new(c, 0)]);
+        let (peak, at) = g.peak_live_bytes().unwrap();
+        assert_eq!(peak, 1200);
+        assert_eq!(at, Some(b.node));
+        assert!(g.check_memory(1200).is_ok());
+        let e = g.check_memory(1199).unwrap_err().to_string();
+        assert!(
+            e.contains("1200 bytes") && e.contains("1199 bytes") && e.contains("layer 'b'"),
+            "{e}"
+        );
+        // A constant counts once, live from the start.
+        let mut g2 = Graph::new("k");
+        let k = g2.add_constant("k", Tensor::from_f32(vec![10], vec![0.0; 10]), span("k"));
+        g2.set_outputs(vec![k]);
+        assert_eq!(g2.peak_live_bytes().unwrap().0, 40);
+    }
+}

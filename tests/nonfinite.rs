@@ -1,0 +1,139 @@
+//! NaN and infinities: the reference executor computes what IEEE 754 arithmetic gives
+//! (hand-derived below), never panics on them, and a planned graph (global planner,
+//! NCHW16c, with padding) gives the same outputs elementwise: NaN exactly where the
+//! source graph has NaN, equal infinities, finite values within 1e-4 of the magnitude.
+
+mod common;
+
+use common::*;
+use layoutopt::frontend::onnx::{import_onnx, load_onnx, ImportOptions};
+use layoutopt::graph::{Tensor, TensorData};
+use layoutopt::layout::op_rules::{CostModel, Family};
+use layoutopt::layout::plan::{plan, planner_by_name};
+use std::path::Path;
+
+const F32: i32 = 1;
+const NAN: f32 = f32::NAN;
+const INF: f32 = f32::INFINITY;
+
+/// Elementwise comparison: same NaN positions, same infinities, close finite values.
+fn same_nonfinite(expected: &Tensor, actual: &Tensor, tol: f64, what: &str) {
+    assert_eq!(expected.shape, actual.shape, "{what}");
+    let (e, a) = (expected.data.to_f64(), actual.data.to_f64());
+    let mag = e
+        .iter()
+        .filter(|x| x.is_finite())
+        .fold(0.0f64, |m, x| m.max(x.abs()));
+    for (i, (x, y)) in e.iter().zip(&a).enumerate() {
+        let ok = if x.is_nan() {
+            y.is_nan()
+        } else if x.is_infinite() {
+            x == y
+        } else {
+            y.is_finite() && (x - y).abs() <= tol * mag.max(1.0)
+        };
+        assert!(ok, "{what}: element {i} expected {x}, got {y}");
+    }
+}
+
+#[test]
+fn elementwise_ops_follow_ieee_754() {
+    let ops = ["Relu", "Add", "Mul", "Div", "Exp", "Sigmoid", "Sqrt"];
+    let nodes = ops
+        .iter()
+        .map(|&op| {
+            let ins: &[&str] = if matches!(op, "Add" | "Mul" | "Div") {
+                &["x", "y"]
+            } else {
+                &["x"]
+            };
+            node(op, op, ins, &[op])
+        })
+        .collect();
+    let m = model(
+        nodes,
+        vec![value_info("x", F32, &[8]), value_info("y", F32, &[8])],
+        ops.iter().map(|&o| value_info(o, F32, &[8])).collect(),
+        vec![],
+        13,
+    );
+    let g = import_onnx(
+        &model_bytes(&m),
+        "ieee.onnx",
+        None,
+        &ImportOptions::default(),
+    )
+    .unwrap();
+    let x = [NAN, INF, -INF, 0.0, 1.0, -1.0, INF, 0.0];
+    let y = [1.0, -INF, -INF, 0.0, 0.0, 0.0, 0.0, INF];
+    let outs = layoutopt::reference::run(
+        &g,
+        &[
+            Tensor::from_f32(vec![8], x.to_vec()),
+            Tensor::from_f32(vec![8], y.to_vec()),
+        ],
+    )
+    .unwrap();
+    let (e, s1, sm1) = (
+        1f32.exp(),
+        1.0 / (1.0 + (-1f32).exp()),
+        1.0 / (1.0 + 1f32.exp()),
+    );
+    // IEEE 754: NaN propagates through every op; inf - inf, inf * 0, 0 / 0 and
+    // inf / inf are NaN; x / 0 is a signed infinity; sqrt of a negative is NaN.
+    let expected: [[f32; 8]; 7] = [
+        [NAN, INF, 0.0, 0.0, 1.0, 0.0, INF, 0.0],
+        [NAN, NAN, -INF, 0.0, 1.0, -1.0, INF, INF],
+        [NAN, -INF, INF, 0.0, 0.0, -0.0, NAN, NAN],
+        [NAN, NAN, NAN, NAN, INF, -INF, INF, 0.0],
+        [NAN, INF, 0.0, 1.0, e, 1.0 / e, INF, 1.0],
+        [NAN, 1.0, 0.0, 0.5, s1, sm1, 1.0, 0.5],
+        [NAN, INF, NAN, 0.0, 1.0, NAN, INF, 0.0],
+    ];
+    for ((op, out), want) in ops.iter().zip(&outs).zip(expected) {
+        same_nonfinite(&Tensor::from_f32(vec![8], want.to_vec()), out, 1e-6, op);
+    }
+}
+
+/// Overwrites some input elements with NaN, +inf, -inf and values near f32::MAX.
+fn with_extremes(t: &Tensor) -> Tensor {
+    let mut v = t.to_f32();
+    let specials = [NAN, INF, -INF, f32::MAX, -f32::MAX, f32::MIN_POSITIVE];
+    // A prime stride spreads them over channels and positions.
+    for (k, i) in (0..v.len()).step_by(37).enumerate() {
+        v[i] = specials[k % specials.len()];
+    }
+    Tensor::new(t.shape.clone(), TensorData::F32(v))
+}
+
+#[test]
+fn planned_models_propagate_extremes_like_the_source_graph() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
+    for name in ["mobilenet_small", "resnet_small", "transformer_block"] {
+        let dir = root.join(name);
+        let g = load_onnx(&dir.join("model.onnx"), &ImportOptions::default()).unwrap();
+        let (inputs, _) = load_test_data(&dir);
+        let inputs: Vec<Tensor> = inputs.iter().map(with_extremes).collect();
+        let source = layoutopt::reference::run(&g, &inputs).unwrap();
+        let nan_count: usize = source
+            .iter()
+            .map(|t| t.data.to_f64().iter().filter(|x| x.is_nan()).count())
+            .sum();
+        assert!(
+            nan_count > 0,
+            "{name}: the extremes should reach the outputs"
+        );
+        let global = planner_by_name("global").unwrap();
+        let p = plan(
+            &g,
+            global.as_ref(),
+            Family::Nchwc(16),
+            &CostModel::default(),
+        )
+        .unwrap();
+        let planned = layoutopt::reference::run(&p.graph, &inputs).unwrap();
+        for (i, (s, q)) in source.iter().zip(&planned).enumerate() {
+            same_nonfinite(s, q, 1e-4, &format!("{name} output {i}"));
+        }
+    }
+}
