@@ -119,6 +119,11 @@ pub fn export_model(g: &Graph, opts: &ExportOptions) -> Result<ModelProto, Expor
                 names.insert(ValueRef::new(id, 0), node.name.clone());
             }
             Op::Constant(t) => {
+                // Planning leaves the source form of re-packed constants behind.
+                let v = ValueRef::new(id, 0);
+                if g.consumers(v).is_empty() && !g.is_graph_output(v) {
+                    continue;
+                }
                 let name = b.fresh(&node.name);
                 b.initializers.push(tensor_to_proto(&name, t));
                 names.insert(ValueRef::new(id, 0), name);

@@ -360,6 +360,19 @@ impl Builder {
                 logical,
                 pad,
             } => {
+                // Between two permutations a transform is one Transpose.
+                if let (Some(f), Some(t)) = (from.as_permutation(), to.as_permutation()) {
+                    let perm: Vec<usize> = t
+                        .iter()
+                        .map(|a| f.iter().position(|b| b == a).expect("same rank"))
+                        .collect();
+                    return Ok(one(
+                        self,
+                        "Transpose",
+                        inputs,
+                        vec![("perm", Attr::Ints(i64s(&perm)))],
+                    ));
+                }
                 let l = from_physical(self, &x(), from, logical);
                 vec![to_physical(self, &l, to, logical, in_types[0].dtype, *pad)]
             }

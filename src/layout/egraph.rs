@@ -842,8 +842,14 @@ impl GraphEGraph {
                 let spans = self.egraph[root].data.spans.clone();
                 let node_name = b.fresh(name);
                 let id =
-                    b.g.add_node(Op::Identity, &node_name, &[v], std::slice::from_ref(name), spans)
-                        .map_err(|e| LayoutError::Graph(e.to_string()))?;
+                    b.g.add_node(
+                        Op::Identity,
+                        &node_name,
+                        &[v],
+                        std::slice::from_ref(name),
+                        spans,
+                    )
+                    .map_err(|e| LayoutError::Graph(e.to_string()))?;
                 v = ValueRef::new(id, 0);
             }
             b.g.node_mut(v.node).outputs[v.output].name = name.clone();
