@@ -49,6 +49,9 @@ fn random_tensor(shape: &[usize], dtype: DType, seed: u64) -> Tensor {
     Tensor::new(shape.to_vec(), TensorData::from_f64(dtype, vals))
 }
 
+/// Inputs to run a model on, and the outputs recorded for them if any.
+pub type Inputs = (Vec<Tensor>, Option<Vec<Tensor>>);
+
 /// The inputs to run `g` on: `--input` files, else the model's
 /// `test_data_set_0/` (with its recorded outputs), else seeded random tensors.
 pub fn model_inputs(
@@ -56,7 +59,7 @@ pub fn model_inputs(
     g: &Graph,
     files: &[PathBuf],
     seed: u64,
-) -> Result<(Vec<Tensor>, Option<Vec<Tensor>>), Box<dyn std::error::Error>> {
+) -> Result<Inputs, Box<dyn std::error::Error>> {
     if !files.is_empty() {
         return Ok((read_tensors(files)?, None));
     }

@@ -325,13 +325,13 @@ fn summary_table(reports: &[&PlanReport]) -> String {
         let _ = write!(s, "<th>{}</th>", esc(&r.planner));
     }
     s.push_str("</tr>");
-    let rows: [(&str, &dyn Fn(&PlanReport) -> String); 6] = [
-        ("target", &|r| r.family.clone()),
-        ("transforms kept", &|r| r.transform_count.to_string()),
-        ("bytes moved", &|r| r.transform_bytes.to_string()),
-        ("relabels (no data moved)", &|r| r.relabels.to_string()),
-        ("constants re-packed", &|r| r.packed_constants.to_string()),
-        ("estimated cost (us)", &|r| {
+    let rows: [(&str, fn(&PlanReport) -> String); 6] = [
+        ("target", |r| r.family.clone()),
+        ("transforms kept", |r| r.transform_count.to_string()),
+        ("bytes moved", |r| r.transform_bytes.to_string()),
+        ("relabels (no data moved)", |r| r.relabels.to_string()),
+        ("constants re-packed", |r| r.packed_constants.to_string()),
+        ("estimated cost (us)", |r| {
             format!("{:.1}", r.estimated_cost / 1e3)
         }),
     ];

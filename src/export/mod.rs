@@ -1,16 +1,17 @@
 //! ONNX export of a (planned) graph: layoutopt's plans as standard ONNX models
 //! that any runtime can run.
 //!
-//! Every op of the IR maps to standard ONNX ops at one opset (17, or 20 when the
-//! graph has a Gelu). The layout machinery has no ONNX counterpart, so it is
-//! spelled out with data-movement ops (see [`transforms`]):
+//! Every op of the IR maps to standard ONNX ops at one opset: the oldest that
+//! has them all (17, or 19/20 for a dilated AveragePool or a Gelu). The layout
+//! machinery has no ONNX counterpart, so it is spelled out with data-movement
+//! ops (see [`transforms`]):
 //! - a physical tensor in layout L of a logical shape S is produced from the
 //!   logical tensor by Pad (blocked axes up to a multiple of their block, with the
 //!   plan's padding value), Reshape (each axis into its digits) and Transpose
 //!   (digits into physical order); the way back is the inverse Transpose,
 //!   Reshape to the padded shape and Slice;
 //! - `LayoutTransform` is the way back from its source layout, then the way in
-//!   to its target layout;
+//!   to its target layout (one Transpose between two permutations);
 //! - `PadWith` and `Crop` are Pad and Slice;
 //! - `InLayout` (an op the planner placed in storage layouts) is its inner op on
 //!   the logical tensors, wrapped in the ways back and in.
@@ -22,7 +23,7 @@ mod ops;
 mod transforms;
 
 use crate::frontend::onnx::{dtype_to_onnx, tensor_to_proto};
-use crate::graph::{format_spans, Graph, Op, Span, Tensor, UnaryOp, ValueRef, ValueType};
+use crate::graph::{format_spans, Graph, Op, PoolKind, Span, Tensor, UnaryOp, ValueRef, ValueType};
 use onnx_protobuf::{
     attribute_proto::AttributeType, tensor_shape_proto, type_proto, AttributeProto, GraphProto,
     ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto, TypeProto, ValueInfoProto,
@@ -58,21 +59,25 @@ pub struct ExportOptions {
     pub output_names: Option<Vec<String>>,
 }
 
-/// The opset the exporter writes for a graph: 17 (every op but Gelu exists
-/// there), or 20 when a Gelu needs it.
-pub fn opset_for(g: &Graph) -> i64 {
-    let has_gelu = g.node_ids().iter().any(|&id| {
-        let op = match &g.node(id).op {
-            Op::InLayout(l) => &l.inner,
-            op => op,
-        };
-        matches!(op, Op::Unary(UnaryOp::Gelu { .. }))
-    });
-    if has_gelu {
-        20
-    } else {
-        17
+/// The oldest opset that has `op` with the attributes it uses: 17 for all but
+/// Gelu (20) and AveragePool with dilations (19).
+fn min_opset(op: &Op) -> i64 {
+    match op {
+        Op::InLayout(l) => min_opset(&l.inner),
+        Op::Unary(UnaryOp::Gelu { .. }) => 20,
+        Op::Pool(p) if p.kind == PoolKind::Avg && p.window.dilations.iter().any(|&d| d != 1) => 19,
+        _ => 17,
     }
+}
+
+/// The one opset the exporter writes for a graph: the oldest that has every
+/// op of it (17 in most cases).
+pub fn opset_for(g: &Graph) -> i64 {
+    g.node_ids()
+        .iter()
+        .map(|&id| min_opset(&g.node(id).op))
+        .max()
+        .unwrap_or(17)
 }
 
 /// Exports `g` as an ONNX model.

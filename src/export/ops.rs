@@ -131,14 +131,8 @@ impl Builder {
             Op::Where => one(self, "Where", inputs, vec![]),
             Op::Pool(p) => {
                 let is_max = p.kind == PoolKind::Max;
-                // AveragePool has dilations only from opset 19; write them when needed.
+                // AveragePool has dilations only from opset 19 (see `min_opset`).
                 let dilated = p.window.dilations.iter().any(|&d| d != 1);
-                if dilated && !is_max && self.opset < 19 {
-                    return Err(format!(
-                        "AveragePool with dilations {:?} needs opset 19, the model is at {}",
-                        p.window.dilations, self.opset
-                    ));
-                }
                 let mut a = window_attrs(&p.window, is_max || dilated);
                 a.push(("ceil_mode", Attr::Int(p.ceil_mode as i64)));
                 if !is_max {
