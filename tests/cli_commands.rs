@@ -129,7 +129,7 @@ fn inspect_lists_ops_shapes_layouts_and_spans() {
     assert!(o.stdout.contains("BatchNormalization 8"));
     assert!(o.stdout.contains("Relu 7"));
     assert!(o.stdout.contains("f32[1, 3, 32, 32]"));
-    assert!(o.stdout.contains("NCHW"));
+    assert!(o.stdout.contains("row-major"));
     assert!(o.stdout.contains("model.onnx: layer '"));
     let t = layoutopt(&["inspect", &model("tflite_cnn", "model.tflite")]);
     assert_eq!(t.code, 0, "{}", t.stderr);

@@ -1,6 +1,6 @@
 //! `export` (the planned graph as ONNX) and `explore` (the HTML explorer).
 
-use super::{load, plan_with, CliResult, Planning};
+use super::{load, CliResult, Planning};
 use layoutopt::export::{opset_for, save_model, ExportOptions};
 use std::path::Path;
 
@@ -35,7 +35,11 @@ pub fn export(model: &Path, out: &Path, planning: &Planning) -> CliResult {
 pub fn explore(model: &Path, out: &Path, planning: &Planning, other: &str) -> CliResult {
     let source = load(model)?;
     let first = planning.plan(&source)?;
-    let second = plan_with(&source, other, &planning.target)?;
+    let second = Planning {
+        planner: other.to_string(),
+        target: planning.target.clone(),
+    }
+    .plan(&source)?;
     let html = super::progress::step("lowering nodes for the explorer", || {
         layoutopt::explorer::render(&source, &[&first, &second])
     })?;

@@ -2,7 +2,6 @@
 
 use super::{load, CliResult};
 use layoutopt::graph::{format_spans, Op};
-use layoutopt::layout::Layout;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -34,12 +33,11 @@ pub fn inspect(model: &Path) -> CliResult {
             .iter()
             .map(|v| format!("{} {}", v.name, v.ty))
             .collect();
-        // An imported graph stores every tensor row-major; a planned op says where.
+        // An imported graph stores every tensor row-major (TFLite activations
+        // are NHWC tensors, row-major); a planned op says where its output lives.
         let layout = match &n.op {
             Op::InLayout(l) => l.outputs[0].0.to_string(),
-            _ => Layout::identity(n.outputs[0].ty.shape.len())
-                .map(|l| l.to_string())
-                .unwrap_or_default(),
+            _ => "row-major".to_string(),
         };
         outln!(
             "  {:<20} {:<44} {:<10} {}",

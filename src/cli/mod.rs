@@ -54,17 +54,16 @@ pub struct Planning {
 }
 
 impl Planning {
+    /// Plans `g` under a spinner.
     pub fn plan(&self, g: &Graph) -> Result<Plan, api::Error> {
-        plan_with(g, &self.planner, &self.target)
+        let msg = format!("planning with '{}' for {}", self.planner, self.target);
+        progress::step(&msg, || plan_with(g, &self.planner, &self.target))
     }
 }
 
-/// Plans `g` under a spinner.
+/// Plans `g` with a planner by name for a target family.
 pub fn plan_with(g: &Graph, planner: &str, target: &str) -> Result<Plan, api::Error> {
-    let pass = PlanLayouts::new(planner, target)?;
-    progress::step(&format!("planning with '{planner}' for {target}"), || {
-        pass.plan(g)
-    })
+    PlanLayouts::new(planner, target)?.plan(g)
 }
 
 /// Imports an ONNX or TFLite model under a spinner.
