@@ -1,0 +1,74 @@
+//! The command implementations, one module per command group. `main.rs` only
+//! parses arguments and maps results to exit codes.
+
+/// `print!` that returns the write error instead of panicking (a closed pipe,
+/// as with `layoutopt inspect m.onnx | head`, ends the command quietly).
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        write!(std::io::stdout().lock(), $($t)*)
+    }};
+}
+
+/// `println!` that returns the write error instead of panicking.
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($t)*)
+    }};
+}
+
+pub mod export;
+pub mod inspect;
+pub mod plan;
+pub mod progress;
+pub mod run;
+
+use layoutopt::api::{self, PlanLayouts};
+use layoutopt::graph::Graph;
+use layoutopt::layout::op_rules::Family;
+use layoutopt::layout::plan::Plan;
+use std::path::Path;
+
+/// What a command returns: any stage's error, printed on stderr by `main`.
+pub type CliResult = Result<(), Box<dyn std::error::Error>>;
+
+pub const PLANNERS: [&str; 4] = ["keep", "local", "greedy", "global"];
+
+/// Checks a `--target` value at parse time, so a bad one is a usage error.
+pub fn parse_target(s: &str) -> Result<String, String> {
+    Family::parse(s)
+        .map(|_| s.to_string())
+        .map_err(|e| e.to_string())
+}
+
+/// Planner and target family options shared by the planning commands.
+#[derive(clap::Args, Clone)]
+pub struct Planning {
+    /// Planner.
+    #[arg(long, default_value = "global", value_parser = PLANNERS)]
+    pub planner: String,
+    /// Target layout family: nchw, nhwc, nchwc (block width from this CPU) or nchw<x>c.
+    #[arg(long, default_value = "nchwc", value_parser = parse_target)]
+    pub target: String,
+}
+
+impl Planning {
+    /// Plans `g` under a spinner.
+    pub fn plan(&self, g: &Graph) -> Result<Plan, api::Error> {
+        let msg = format!("planning with '{}' for {}", self.planner, self.target);
+        progress::step(&msg, || plan_with(g, &self.planner, &self.target))
+    }
+}
+
+/// Plans `g` with a planner by name for a target family.
+pub fn plan_with(g: &Graph, planner: &str, target: &str) -> Result<Plan, api::Error> {
+    PlanLayouts::new(planner, target)?.plan(g)
+}
+
+/// Imports an ONNX or TFLite model under a spinner.
+pub fn load(model: &Path) -> Result<Graph, api::Error> {
+    progress::step(&format!("importing {}", model.display()), || {
+        api::load_model(model)
+    })
+}

@@ -1,0 +1,74 @@
+//! `plan` and `compare`: the planners' decisions and what they cost.
+
+use super::progress;
+use super::run::{execute, model_inputs};
+use super::{load, plan_with, CliResult, Planning, PLANNERS};
+use std::path::Path;
+use std::time::Instant;
+
+pub fn plan(model: &Path, planning: &Planning, json: bool) -> CliResult {
+    let g = load(model)?;
+    let p = planning.plan(&g)?;
+    if json {
+        outln!("{}", p.report.to_json())?;
+    } else {
+        out!("{}", p.report.to_text())?;
+    }
+    Ok(())
+}
+
+/// Every planner side by side; `measure` also runs each plan once (with the
+/// model's recorded input, else random inputs) and reports the time.
+pub fn compare(model: &Path, target: &str, measure: bool) -> CliResult {
+    let g = load(model)?;
+    let inputs = if measure {
+        Some(model_inputs(model, &g, &[], 0)?.0)
+    } else {
+        None
+    };
+    let mut rows = Vec::new();
+    let pb = progress::bar(PLANNERS.len() as u64, "planning");
+    for name in PLANNERS {
+        pb.set_message(format!("planning with '{name}'"));
+        let p = plan_with(&g, name, target)?;
+        let run_ms = match &inputs {
+            Some(x) => {
+                let t = Instant::now();
+                execute(&p.graph, x)?;
+                Some(t.elapsed().as_secs_f64() * 1e3)
+            }
+            None => None,
+        };
+        rows.push((name, p.report, run_ms));
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+    outln!(
+        "{:<8} {:>10} {:>14} {:>16} {:>12} {:>10} {:>12}",
+        "planner",
+        "transforms",
+        "bytes moved",
+        "est. cost (us)",
+        "plan (ms)",
+        "gap",
+        "run (ms)"
+    )?;
+    for (name, r, run_ms) in rows {
+        let gap = r
+            .solver
+            .as_ref()
+            .map_or("-".to_string(), |s| format!("{:.2}%", s.gap * 100.0));
+        let run = run_ms.map_or("-".to_string(), |t| format!("{t:.1}"));
+        outln!(
+            "{:<8} {:>10} {:>14} {:>16.1} {:>12.1} {:>10} {:>12}",
+            name,
+            r.transform_count,
+            r.transform_bytes,
+            r.estimated_cost / 1e3,
+            r.plan_time_ms,
+            gap,
+            run
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,167 @@
+//! `run` and `bench`: execute a planned model.
+//!
+//! Execution goes through [`execute`], the one place that names the executor
+//! (the reference executor until the native runtime takes over).
+
+use super::{load, progress, CliResult, Planning};
+use layoutopt::frontend::onnx::load_tensor_pb;
+use layoutopt::graph::{DType, Graph, Tensor, TensorData};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The executor behind `run`, `bench` and `compare --measure`.
+pub fn execute(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, Box<dyn std::error::Error>> {
+    Ok(layoutopt::reference::run(g, inputs)?)
+}
+
+pub const EXECUTOR: &str = "reference executor";
+
+/// Reference tensors stored beside a model in ONNX test-data layout.
+fn test_data(model: &Path, prefix: &str) -> Vec<PathBuf> {
+    let dir = model.with_file_name("test_data_set_0");
+    (0..)
+        .map(|i| dir.join(format!("{prefix}_{i}.pb")))
+        .take_while(|p| p.exists())
+        .collect()
+}
+
+fn read_tensors(files: &[PathBuf]) -> Result<Vec<Tensor>, Box<dyn std::error::Error>> {
+    Ok(files
+        .iter()
+        .map(|p| load_tensor_pb(p).map(|(_, t)| t))
+        .collect::<Result<_, _>>()?)
+}
+
+/// A reproducible pseudo-random tensor (splitmix64, uniform in [-1, 1)).
+fn random_tensor(shape: &[usize], dtype: DType, seed: u64) -> Tensor {
+    let mut state = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let n = shape.iter().product();
+    let vals: Vec<f64> = (0..n)
+        .map(|_| {
+            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^= z >> 31;
+            (z >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+        })
+        .collect();
+    Tensor::new(shape.to_vec(), TensorData::from_f64(dtype, vals))
+}
+
+/// Inputs to run a model on, and the outputs recorded for them if any.
+pub type Inputs = (Vec<Tensor>, Option<Vec<Tensor>>);
+
+/// The inputs to run `g` on: `--input` files, else the model's
+/// `test_data_set_0/` (with its recorded outputs), else seeded random tensors.
+pub fn model_inputs(
+    model: &Path,
+    g: &Graph,
+    files: &[PathBuf],
+    seed: u64,
+) -> Result<Inputs, Box<dyn std::error::Error>> {
+    if !files.is_empty() {
+        return Ok((read_tensors(files)?, None));
+    }
+    let recorded = test_data(model, "input");
+    if !recorded.is_empty() {
+        let expected = read_tensors(&test_data(model, "output"))?;
+        return Ok((read_tensors(&recorded)?, Some(expected)));
+    }
+    let inputs = g
+        .inputs()
+        .iter()
+        .enumerate()
+        .map(|(i, &id)| {
+            let ty = &g.node(id).outputs[0].ty;
+            random_tensor(&ty.shape, ty.dtype, seed + i as u64)
+        })
+        .collect();
+    Ok((inputs, None))
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+pub fn run(model: &Path, input_files: &[PathBuf], seed: u64, planning: &Planning) -> CliResult {
+    let t0 = Instant::now();
+    let source = load(model)?;
+    let import_time = t0.elapsed();
+    let planned = planning.plan(&source)?;
+    let g = planned.graph;
+    let (inputs, expected) = model_inputs(model, &g, input_files, seed)?;
+    let t1 = Instant::now();
+    let outputs = progress::step("running", || execute(&g, &inputs))?;
+    let run_time = t1.elapsed();
+    outln!(
+        "{}: {} nodes, imported in {:.1} ms, planned ('{}', {}) in {:.1} ms: {} transforms kept; ran in {:.1} ms ({EXECUTOR})",
+        model.display(),
+        g.node_count(),
+        ms(import_time),
+        planned.report.planner,
+        planned.report.family,
+        planned.report.plan_time_ms,
+        planned.report.transform_count,
+        ms(run_time)
+    )?;
+    for (i, (out, v)) in outputs.iter().zip(g.outputs()).enumerate() {
+        let vals = out.data.to_f64();
+        let (min, max) = vals
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| {
+                (a.min(x), b.max(x))
+            });
+        let mean = vals.iter().sum::<f64>() / vals.len().max(1) as f64;
+        let head: Vec<String> = vals.iter().take(5).map(|x| format!("{x:.5}")).collect();
+        outln!(
+            "output '{}' {}{:?}: min {min:.5} max {max:.5} mean {mean:.5} [{}{}]",
+            g.value(*v).name,
+            out.dtype(),
+            out.shape,
+            head.join(", "),
+            if vals.len() > 5 { ", ..." } else { "" }
+        )?;
+        if let Some(exp) = expected.as_ref().and_then(|e| e.get(i)) {
+            let err = exp
+                .data
+                .to_f64()
+                .iter()
+                .zip(&vals)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0, f64::max);
+            outln!("  max abs error vs recorded output: {err:.3e}")?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs the planned model `iterations` times after one warm-up run and
+/// prints the time per run (min, median, mean).
+pub fn bench(model: &Path, iterations: usize, planning: &Planning) -> CliResult {
+    let source = load(model)?;
+    let planned = planning.plan(&source)?;
+    let g = planned.graph;
+    let (inputs, _) = model_inputs(model, &g, &[], 0)?;
+    progress::step("warming up", || execute(&g, &inputs))?;
+    let pb = progress::bar(iterations as u64, "benchmarking");
+    let mut times = Vec::with_capacity(iterations);
+    for _ in 0..iterations {
+        let t = Instant::now();
+        execute(&g, &inputs)?;
+        times.push(ms(t.elapsed()));
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+    times.sort_by(f64::total_cmp);
+    let mean = times.iter().sum::<f64>() / times.len() as f64;
+    outln!(
+        "{}: '{}' plan for {}, {iterations} runs ({EXECUTOR}): min {:.3} ms, median {:.3} ms, mean {mean:.3} ms",
+        model.display(),
+        planned.report.planner,
+        planned.report.family,
+        times[0],
+        times[times.len() / 2],
+    )?;
+    Ok(())
+}

@@ -1,0 +1,345 @@
+//! ONNX export of a (planned) graph: layoutopt's plans as standard ONNX models
+//! that any runtime can run.
+//!
+//! Every op of the IR maps to standard ONNX ops at one opset: the oldest that
+//! has them all (17, or 19/20 for a dilated AveragePool or a Gelu). The layout
+//! machinery has no ONNX counterpart, so it is spelled out with data-movement
+//! ops (see [`transforms`]):
+//! - a physical tensor in layout L of a logical shape S is produced from the
+//!   logical tensor by Pad (blocked axes up to a multiple of their block, with the
+//!   plan's padding value), Reshape (each axis into its digits) and Transpose
+//!   (digits into physical order); the way back is the inverse Transpose,
+//!   Reshape to the padded shape and Slice;
+//! - `LayoutTransform` is the way back from its source layout, then the way in
+//!   to its target layout (one Transpose between two permutations);
+//! - `PadWith` and `Crop` are Pad and Slice;
+//! - `InLayout` (an op the planner placed in storage layouts) is its inner op on
+//!   the logical tensors, wrapped in the ways back and in.
+//!
+//! Constants stay as they were planned (packed constants are exported packed,
+//! as initializers) and are unpacked by the same ops; runtimes fold those.
+
+mod ops;
+mod transforms;
+
+use crate::frontend::onnx::{dtype_to_onnx, tensor_to_proto};
+use crate::graph::{format_spans, Graph, Op, PoolKind, Span, Tensor, UnaryOp, ValueRef, ValueType};
+use onnx_protobuf::{
+    attribute_proto::AttributeType, tensor_shape_proto, type_proto, AttributeProto, GraphProto,
+    ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto, TypeProto, ValueInfoProto,
+};
+use protobuf::Message;
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+/// An export error, naming the layer (or file) at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error("{}: cannot export {op}: {message}", format_spans(spans))]
+    Op {
+        spans: Vec<Span>,
+        op: String,
+        message: String,
+    },
+    #[error("{path}: cannot write the model: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("export: {0}")]
+    Graph(String),
+}
+
+/// Choices of the exported model.
+#[derive(Clone, Debug, Default)]
+pub struct ExportOptions {
+    /// Names of the graph outputs (by position). A planned graph ends each
+    /// output in a transform named after its layout; giving the source graph's
+    /// output names here keeps the exported model's interface the source's.
+    pub output_names: Option<Vec<String>>,
+}
+
+/// The oldest opset that has `op` with the attributes it uses: 17 for all but
+/// Gelu (20) and AveragePool with dilations (19).
+fn min_opset(op: &Op) -> i64 {
+    match op {
+        Op::InLayout(l) => min_opset(&l.inner),
+        Op::Unary(UnaryOp::Gelu { .. }) => 20,
+        Op::Pool(p) if p.kind == PoolKind::Avg && p.window.dilations.iter().any(|&d| d != 1) => 19,
+        _ => 17,
+    }
+}
+
+/// The one opset the exporter writes for a graph: the oldest that has every
+/// op of it (17 in most cases).
+pub fn opset_for(g: &Graph) -> i64 {
+    g.node_ids()
+        .iter()
+        .map(|&id| min_opset(&g.node(id).op))
+        .max()
+        .unwrap_or(17)
+}
+
+/// Exports `g` as an ONNX model.
+pub fn export_model(g: &Graph, opts: &ExportOptions) -> Result<ModelProto, ExportError> {
+    let opset = opset_for(g);
+    let mut b = Builder::new(opset);
+    let mut names: HashMap<ValueRef, String> = HashMap::new();
+    let mut gp = GraphProto::new();
+    gp.name = g.name.clone();
+    let order = g
+        .topo_order()
+        .map_err(|e| ExportError::Graph(e.to_string()))?;
+    // Interface names first, so that no inner value takes them.
+    for &id in g.inputs() {
+        b.reserve(&g.node(id).name);
+    }
+    let out_names: Vec<String> = match &opts.output_names {
+        Some(n) if n.len() == g.outputs().len() => n.clone(),
+        Some(n) => {
+            return Err(ExportError::Graph(format!(
+                "{} output names given for {} graph outputs",
+                n.len(),
+                g.outputs().len()
+            )))
+        }
+        None => g
+            .outputs()
+            .iter()
+            .map(|&v| g.value(v).name.clone())
+            .collect(),
+    };
+    for n in &out_names {
+        if !b.reserve(n) && !g.inputs().iter().any(|&id| &g.node(id).name == n) {
+            return Err(ExportError::Graph(format!(
+                "graph output name '{n}' is used twice"
+            )));
+        }
+    }
+    for id in order {
+        let node = g.node(id);
+        match &node.op {
+            Op::Input => {
+                gp.input.push(value_info(&node.name, &node.outputs[0].ty));
+                names.insert(ValueRef::new(id, 0), node.name.clone());
+            }
+            Op::Constant(t) => {
+                // Planning leaves the source form of re-packed constants behind.
+                let v = ValueRef::new(id, 0);
+                if g.consumers(v).is_empty() && !g.is_graph_output(v) {
+                    continue;
+                }
+                let name = b.fresh(&node.name);
+                b.initializers.push(tensor_to_proto(&name, t));
+                names.insert(ValueRef::new(id, 0), name);
+            }
+            op => {
+                let inputs: Vec<String> =
+                    g.node_inputs(id).iter().map(|v| names[v].clone()).collect();
+                let in_types: Vec<ValueType> = g
+                    .node_inputs(id)
+                    .iter()
+                    .map(|&v| g.value_type(v).clone())
+                    .collect();
+                b.at(&node.name, &node.spans);
+                let outs = b
+                    .op(op, &inputs, &in_types, &node.outputs)
+                    .map_err(|message| ExportError::Op {
+                        spans: node.spans.clone(),
+                        op: op.kind_name().to_string(),
+                        message,
+                    })?;
+                for (i, name) in outs.into_iter().enumerate() {
+                    names.insert(ValueRef::new(id, i), name);
+                }
+            }
+        }
+    }
+    // Each graph output gets its interface name through an Identity when the
+    // value inside has another name (or is itself a graph input).
+    for (k, &v) in g.outputs().iter().enumerate() {
+        let want = &out_names[k];
+        let have = &names[&v];
+        if have != want {
+            b.at(want, &g.node(v.node).spans);
+            b.node(
+                "Identity",
+                std::slice::from_ref(have),
+                vec![],
+                Some(want.clone()),
+            );
+        }
+        gp.output.push(value_info(want, g.value_type(v)));
+    }
+    gp.node = std::mem::take(&mut b.nodes);
+    gp.initializer = std::mem::take(&mut b.initializers);
+
+    let mut m = ModelProto::new();
+    m.ir_version = if opset >= 19 { 9 } else { 8 };
+    m.producer_name = "layoutopt".into();
+    m.producer_version = env!("CARGO_PKG_VERSION").into();
+    let mut os = OperatorSetIdProto::new();
+    os.domain = String::new();
+    os.version = opset;
+    m.opset_import.push(os);
+    m.graph = Some(gp).into();
+    Ok(m)
+}
+
+/// Exports `g` to an `.onnx` file.
+pub fn save_model(g: &Graph, path: &Path, opts: &ExportOptions) -> Result<(), ExportError> {
+    let bytes = export_bytes(g, opts)?;
+    std::fs::write(path, bytes).map_err(|source| ExportError::Io {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+/// Exports `g` as the bytes of an `.onnx` file.
+pub fn export_bytes(g: &Graph, opts: &ExportOptions) -> Result<Vec<u8>, ExportError> {
+    export_model(g, opts)?
+        .write_to_bytes()
+        .map_err(|e| ExportError::Graph(format!("protobuf encoding failed: {e}")))
+}
+
+fn value_info(name: &str, ty: &ValueType) -> ValueInfoProto {
+    let mut shape = TensorShapeProto::new();
+    shape.dim = ty
+        .shape
+        .iter()
+        .map(|&d| {
+            let mut dim = tensor_shape_proto::Dimension::new();
+            dim.value = Some(tensor_shape_proto::dimension::Value::DimValue(d as i64));
+            dim
+        })
+        .collect();
+    let mut tt = type_proto::Tensor::new();
+    tt.elem_type = dtype_to_onnx(ty.dtype);
+    tt.shape = Some(shape).into();
+    let mut tp = TypeProto::new();
+    tp.value = Some(type_proto::Value::TensorType(tt));
+    let mut vi = ValueInfoProto::new();
+    vi.name = name.to_string();
+    vi.type_ = Some(tp).into();
+    vi
+}
+
+/// An attribute of a node.
+pub(crate) enum Attr {
+    Int(i64),
+    Ints(Vec<i64>),
+    Float(f32),
+    Str(&'static str),
+}
+
+fn attribute(name: &str, a: Attr) -> AttributeProto {
+    let mut p = AttributeProto::new();
+    p.name = name.to_string();
+    let ty = match a {
+        Attr::Int(i) => {
+            p.i = i;
+            AttributeType::INT
+        }
+        Attr::Ints(v) => {
+            p.ints = v;
+            AttributeType::INTS
+        }
+        Attr::Float(f) => {
+            p.f = f;
+            AttributeType::FLOAT
+        }
+        Attr::Str(s) => {
+            p.s = s.as_bytes().to_vec();
+            AttributeType::STRING
+        }
+    };
+    p.type_ = ty.into();
+    p
+}
+
+/// Emits ONNX nodes and initializers with unique names.
+pub(crate) struct Builder {
+    pub(crate) opset: i64,
+    used: HashSet<String>,
+    nodes: Vec<NodeProto>,
+    initializers: Vec<onnx_protobuf::TensorProto>,
+    /// Name and source spans of the IR node being exported.
+    layer: String,
+    doc: String,
+}
+
+impl Builder {
+    fn new(opset: i64) -> Builder {
+        Builder {
+            opset,
+            used: HashSet::new(),
+            nodes: Vec::new(),
+            initializers: Vec::new(),
+            layer: String::new(),
+            doc: String::new(),
+        }
+    }
+
+    /// Claims a name; false when it was already taken.
+    fn reserve(&mut self, name: &str) -> bool {
+        self.used.insert(name.to_string())
+    }
+
+    /// A unique name starting with `base`.
+    pub(crate) fn fresh(&mut self, base: &str) -> String {
+        if self.reserve(base) {
+            return base.to_string();
+        }
+        (1..)
+            .map(|k| format!("{base}_{k}"))
+            .find(|n| self.reserve(n))
+            .expect("some suffix is free")
+    }
+
+    fn at(&mut self, layer: &str, spans: &[Span]) {
+        self.layer = layer.to_string();
+        self.doc = format_spans(spans);
+    }
+
+    /// A constant input (an initializer), named after the current layer.
+    pub(crate) fn constant(&mut self, what: &str, t: &Tensor) -> String {
+        let name = self.fresh(&format!("{}/{what}", self.layer));
+        self.initializers.push(tensor_to_proto(&name, t));
+        name
+    }
+
+    pub(crate) fn ints(&mut self, what: &str, v: &[i64]) -> String {
+        self.constant(what, &Tensor::from_i64(vec![v.len()], v.to_vec()))
+    }
+
+    /// Adds a node with one output and returns that output's name. The output is
+    /// named `out` when given, else after the layer and op type.
+    pub(crate) fn node(
+        &mut self,
+        op_type: &str,
+        inputs: &[String],
+        attrs: Vec<(&str, Attr)>,
+        out: Option<String>,
+    ) -> String {
+        let out = out.unwrap_or_else(|| self.fresh(&format!("{}/{op_type}", self.layer)));
+        self.node_multi(op_type, inputs, attrs, std::slice::from_ref(&out));
+        out
+    }
+
+    pub(crate) fn node_multi(
+        &mut self,
+        op_type: &str,
+        inputs: &[String],
+        attrs: Vec<(&str, Attr)>,
+        outputs: &[String],
+    ) {
+        let mut n = NodeProto::new();
+        n.op_type = op_type.to_string();
+        n.name = self.fresh(&format!("{}#{op_type}", self.layer));
+        n.input = inputs.to_vec();
+        n.output = outputs.to_vec();
+        n.attribute = attrs.into_iter().map(|(k, a)| attribute(k, a)).collect();
+        n.doc_string = self.doc.clone();
+        self.nodes.push(n);
+    }
+}

@@ -1,0 +1,205 @@
+//! Layouts spelled out as ONNX data movement.
+//!
+//! A layout splits each logical axis `a` (padded to a multiple of its block) into
+//! digits `[outer, f1, f2, ...]`, outer to inner, and orders all digits
+//! physically. A row-major Reshape of the padded axis into its digits yields
+//! exactly that mixed-radix split, so logical -> physical is Pad, Reshape,
+//! Transpose, and physical -> logical the inverse Transpose, Reshape, Slice.
+//! Steps that would do nothing are left out.
+
+use super::{Attr, Builder};
+use crate::graph::{DType, Tensor, TensorData};
+use crate::layout::{Layout, PadValue};
+
+/// Where each digit of `layout` sits once every logical axis is reshaped into
+/// its digits in logical order, and the extents of that reshaped tensor.
+fn digit_positions(layout: &Layout, logical: &[usize]) -> (Vec<usize>, Vec<usize>) {
+    let mut first = Vec::with_capacity(logical.len());
+    let mut split_shape = Vec::new();
+    for (a, &extent) in logical.iter().enumerate() {
+        first.push(split_shape.len());
+        let f = layout.factors(a);
+        let padded = layout.padded_extent(a, extent);
+        split_shape.push(padded / f.iter().product::<usize>());
+        split_shape.extend_from_slice(f);
+    }
+    let perm = layout
+        .order()
+        .iter()
+        .map(|d| first[d.axis] + d.level)
+        .collect();
+    (perm, split_shape)
+}
+
+fn is_identity_perm(perm: &[usize]) -> bool {
+    perm.iter().enumerate().all(|(i, &p)| i == p)
+}
+
+fn as_i64(v: &[usize]) -> Vec<i64> {
+    v.iter().map(|&x| x as i64).collect()
+}
+
+/// The value written into padding: the known value, or 0 where anything goes.
+pub(super) fn fill_value(pad: PadValue) -> f64 {
+    match pad {
+        PadValue::Known(v) => v as f64,
+        PadValue::Undef => 0.0,
+    }
+}
+
+/// A constant Pad of `x` (of `dtype`) by `begins`/`ends` (negative crops).
+pub(super) fn pad(
+    b: &mut Builder,
+    x: &str,
+    dtype: DType,
+    begins: &[i64],
+    ends: &[i64],
+    fill: f64,
+) -> String {
+    let pads: Vec<i64> = begins.iter().chain(ends).copied().collect();
+    let pads = b.ints("pads", &pads);
+    let value = b.constant(
+        "pad_value",
+        &Tensor::new(vec![], TensorData::from_f64(dtype, vec![fill])),
+    );
+    b.node(
+        "Pad",
+        &[x.to_string(), pads, value],
+        vec![("mode", Attr::Str("constant"))],
+        None,
+    )
+}
+
+/// A Slice of `x` keeping `[starts[i], ends[i])` of axis `axes[i]` (step 1).
+pub(super) fn slice(
+    b: &mut Builder,
+    x: &str,
+    axes: &[i64],
+    starts: &[i64],
+    ends: &[i64],
+) -> String {
+    let inputs = [
+        x.to_string(),
+        b.ints("starts", starts),
+        b.ints("ends", ends),
+        b.ints("axes", axes),
+    ];
+    b.node("Slice", &inputs, vec![], None)
+}
+
+pub(super) fn reshape(b: &mut Builder, x: &str, shape: &[usize]) -> String {
+    let s = b.ints("shape", &as_i64(shape));
+    b.node("Reshape", &[x.to_string(), s], vec![], None)
+}
+
+pub(super) fn transpose(b: &mut Builder, x: &str, perm: &[usize]) -> String {
+    b.node(
+        "Transpose",
+        &[x.to_string()],
+        vec![("perm", Attr::Ints(as_i64(perm)))],
+        None,
+    )
+}
+
+/// The physical tensor of layout `layout` holding the logical tensor `x`.
+pub(super) fn to_physical(
+    b: &mut Builder,
+    x: &str,
+    layout: &Layout,
+    logical: &[usize],
+    dtype: DType,
+    pad_value: PadValue,
+) -> String {
+    if layout.is_identity() {
+        return x.to_string();
+    }
+    let mut x = x.to_string();
+    let padded: Vec<usize> = (0..logical.len())
+        .map(|a| layout.padded_extent(a, logical[a]))
+        .collect();
+    if padded != logical {
+        let ends: Vec<i64> = padded
+            .iter()
+            .zip(logical)
+            .map(|(p, l)| (p - l) as i64)
+            .collect();
+        x = pad(
+            b,
+            &x,
+            dtype,
+            &vec![0; logical.len()],
+            &ends,
+            fill_value(pad_value),
+        );
+    }
+    let (perm, split_shape) = digit_positions(layout, logical);
+    if layout.is_blocked() {
+        x = reshape(b, &x, &split_shape);
+    }
+    if !is_identity_perm(&perm) {
+        x = transpose(b, &x, &perm);
+    }
+    x
+}
+
+/// The logical tensor of shape `logical` that the physical tensor `x` in
+/// `layout` holds.
+pub(super) fn from_physical(
+    b: &mut Builder,
+    x: &str,
+    layout: &Layout,
+    logical: &[usize],
+) -> String {
+    if layout.is_identity() {
+        return x.to_string();
+    }
+    let mut x = x.to_string();
+    let (perm, _) = digit_positions(layout, logical);
+    if !is_identity_perm(&perm) {
+        let mut inverse = vec![0; perm.len()];
+        for (i, &p) in perm.iter().enumerate() {
+            inverse[p] = i;
+        }
+        x = transpose(b, &x, &inverse);
+    }
+    let padded: Vec<usize> = (0..logical.len())
+        .map(|a| layout.padded_extent(a, logical[a]))
+        .collect();
+    if layout.is_blocked() {
+        x = reshape(b, &x, &padded);
+    }
+    let cut: Vec<usize> = (0..logical.len())
+        .filter(|&a| padded[a] != logical[a])
+        .collect();
+    if !cut.is_empty() {
+        let axes: Vec<i64> = cut.iter().map(|&a| a as i64).collect();
+        let starts = vec![0; cut.len()];
+        let ends: Vec<i64> = cut.iter().map(|&a| logical[a] as i64).collect();
+        x = slice(b, &x, &axes, &starts, &ends);
+    }
+    x
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nchw16c_digits() {
+        // NCHW16c of [1, 17, 2, 3]: C padded to 32 and split into [2, 16];
+        // the reshaped tensor is [N, C/16, c16, H, W] and the physical order
+        // N C H W c puts digit 2 (c16) last.
+        let l = Layout::parse("NCHW16c").unwrap();
+        let (perm, shape) = digit_positions(&l, &[1, 17, 2, 3]);
+        assert_eq!(shape, vec![1, 2, 16, 2, 3]);
+        assert_eq!(perm, vec![0, 1, 3, 4, 2]);
+    }
+
+    #[test]
+    fn nhwc_is_a_plain_transpose() {
+        let l = Layout::parse("NHWC").unwrap();
+        let (perm, shape) = digit_positions(&l, &[1, 3, 4, 5]);
+        assert_eq!(shape, vec![1, 3, 4, 5]);
+        assert_eq!(perm, vec![0, 2, 3, 1]);
+    }
+}

@@ -1,0 +1,274 @@
+//! The command line end to end: every command on bundled models, `--help`
+//! everywhere, exit codes (0 ok, 1 model/stage errors, 2 usage errors), errors
+//! on stderr, and never a panic (run with RUST_BACKTRACE=1, stderr checked).
+
+mod common;
+
+use common::{load_test_data, max_abs_err, scratch_dir};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn layoutopt(args: &[&str]) -> Out {
+    let o = Command::new(env!("CARGO_BIN_EXE_layoutopt"))
+        .args(args)
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .expect("the binary runs");
+    let out = Out {
+        code: o.status.code().expect("exited normally"),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    };
+    assert!(
+        !out.stderr.contains("panicked"),
+        "{args:?} panicked: {}",
+        out.stderr
+    );
+    out
+}
+
+fn model(name: &str, file: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("models")
+        .join(name)
+        .join(file)
+        .display()
+        .to_string()
+}
+
+fn resnet() -> String {
+    model("resnet_small", "model.onnx")
+}
+
+const COMMANDS: [&str; 7] = [
+    "inspect", "plan", "compare", "run", "bench", "export", "explore",
+];
+
+#[test]
+fn help_on_every_command() {
+    let top = layoutopt(&["--help"]);
+    assert_eq!(top.code, 0);
+    for c in COMMANDS {
+        assert!(top.stdout.contains(c), "{c} missing from --help");
+        let h = layoutopt(&[c, "--help"]);
+        assert_eq!(h.code, 0, "{c} --help: {}", h.stderr);
+        assert!(h.stdout.contains("Usage: layoutopt"), "{c}: {}", h.stdout);
+        assert!(h.stdout.contains("MODEL") || h.stdout.contains("<MODEL>"));
+    }
+    assert!(layoutopt(&["export", "--help"]).stdout.contains("--output"));
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    for args in [
+        vec![],
+        vec!["frobnicate"],
+        vec!["plan"],
+        vec!["plan", "m.onnx", "--planner", "best"],
+        vec!["plan", "m.onnx", "--target", "nchw0c"],
+        vec!["export", "m.onnx"],
+        vec!["bench", "m.onnx", "--iterations", "0"],
+    ] {
+        let o = layoutopt(&args);
+        assert_eq!(o.code, 2, "{args:?}: {}", o.stderr);
+        assert!(o.stdout.is_empty(), "{args:?}: usage errors go to stderr");
+        assert!(!o.stderr.is_empty());
+    }
+    let o = layoutopt(&["plan", "m.onnx", "--planner", "best"]);
+    assert!(o.stderr.contains("global"), "{}", o.stderr);
+}
+
+#[test]
+fn model_errors_exit_1_and_name_the_file() {
+    let dir = scratch_dir("cli_model_errors");
+    let junk = dir.join("junk.onnx");
+    std::fs::write(&junk, b"this is not a model").unwrap();
+    let junk_tflite = dir.join("junk.tflite");
+    std::fs::write(&junk_tflite, b"short").unwrap();
+    let missing = dir.join("missing.onnx");
+    for (cmd, file) in [
+        ("inspect", &missing),
+        ("inspect", &junk),
+        ("plan", &junk),
+        ("compare", &junk_tflite),
+        ("run", &missing),
+        ("bench", &junk),
+        ("explore", &junk),
+    ] {
+        let f = file.display().to_string();
+        let args: Vec<&str> = if cmd == "explore" {
+            vec![cmd, &f, "-o", "x.html"]
+        } else {
+            vec![cmd, &f]
+        };
+        let o = layoutopt(&args);
+        assert_eq!(o.code, 1, "{args:?}: {}", o.stderr);
+        assert!(o.stderr.starts_with("error: "), "{}", o.stderr);
+        assert!(o.stderr.contains(&f), "{args:?}: {}", o.stderr);
+        assert!(o.stdout.is_empty());
+    }
+    // Writing into a folder that does not exist.
+    let out = dir.join("no/such/dir/out.onnx").display().to_string();
+    let o = layoutopt(&["export", &resnet(), "-o", &out]);
+    assert_eq!(o.code, 1);
+    assert!(o.stderr.contains("cannot write"), "{}", o.stderr);
+}
+
+#[test]
+fn inspect_lists_ops_shapes_layouts_and_spans() {
+    let o = layoutopt(&["inspect", &resnet()]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    // resnet_small: 8 Conv, 8 BatchNormalization, 7 Relu, 3 Add, ... (models/README.md).
+    assert!(o.stdout.contains("Conv 8"), "{}", o.stdout);
+    assert!(o.stdout.contains("BatchNormalization 8"));
+    assert!(o.stdout.contains("Relu 7"));
+    assert!(o.stdout.contains("f32[1, 3, 32, 32]"));
+    assert!(o.stdout.contains("row-major"));
+    assert!(o.stdout.contains("model.onnx: layer '"));
+    let t = layoutopt(&["inspect", &model("tflite_cnn", "model.tflite")]);
+    assert_eq!(t.code, 0, "{}", t.stderr);
+    assert!(t.stdout.contains("model.tflite: layer '"));
+    assert!(t.stdout.contains("Conv"));
+}
+
+#[test]
+fn plan_prints_text_and_json() {
+    let o = layoutopt(&[
+        "plan",
+        &resnet(),
+        "--planner",
+        "global",
+        "--target",
+        "nchw16c",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.starts_with("plan of "), "{}", o.stdout);
+    assert!(o.stdout.contains("'global' for NCHW16c"), "{}", o.stdout);
+    let j = layoutopt(&[
+        "plan",
+        &resnet(),
+        "--planner",
+        "keep",
+        "--target",
+        "nhwc",
+        "--json",
+    ]);
+    assert_eq!(j.code, 0, "{}", j.stderr);
+    let v: serde_json::Value = serde_json::from_str(&j.stdout).unwrap();
+    assert_eq!(v["planner"], "keep");
+    assert_eq!(v["family"], "NHWC");
+    assert_eq!(v["transform_count"], 0); // keep leaves every tensor row-major
+    let t = layoutopt(&["plan", &model("tflite_cnn", "model.tflite"), "--json"]);
+    assert_eq!(t.code, 0, "{}", t.stderr);
+    assert!(serde_json::from_str::<serde_json::Value>(&t.stdout).is_ok());
+}
+
+#[test]
+fn compare_has_a_row_per_planner() {
+    let o = layoutopt(&["compare", &resnet(), "--target", "nchw8c", "--measure"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let lines: Vec<&str> = o.stdout.lines().collect();
+    assert!(lines[0].contains("bytes moved") && lines[0].contains("run (ms)"));
+    for (line, planner) in lines[1..].iter().zip(["keep", "local", "greedy", "global"]) {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(cols[0], planner);
+        assert_eq!(cols.len(), 7, "{line}");
+        // Measured: a time in ms.
+        assert!(cols[6].parse::<f64>().unwrap() > 0.0, "{line}");
+    }
+    assert_eq!(lines.len(), 5);
+    // keep moves nothing.
+    assert_eq!(lines[1].split_whitespace().nth(1), Some("0"));
+}
+
+#[test]
+fn run_matches_the_recorded_outputs() {
+    for (name, file) in [
+        ("resnet_small", "model.onnx"),
+        ("tflite_ops", "model.tflite"),
+    ] {
+        let o = layoutopt(&["run", &model(name, file), "--target", "nchw16c"]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        assert!(o.stdout.contains("reference executor"));
+        let err: f64 = o
+            .stdout
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("max abs error vs recorded output: "))
+            .unwrap_or_else(|| panic!("{}", o.stdout))
+            .parse()
+            .unwrap();
+        assert!(err < 1e-4, "{name}: {err}");
+    }
+}
+
+#[test]
+fn bench_times_the_runs() {
+    let o = layoutopt(&[
+        "bench",
+        &resnet(),
+        "--iterations",
+        "2",
+        "--planner",
+        "greedy",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("2 runs"), "{}", o.stdout);
+    assert!(o.stdout.contains("median"));
+}
+
+#[test]
+fn export_writes_a_model_our_importer_runs() {
+    use layoutopt::frontend::onnx::{load_onnx, ImportOptions};
+    let dir = scratch_dir("cli_export");
+    for (name, file) in [
+        ("mobilenet_small", "model.onnx"),
+        ("tflite_cnn", "model.tflite"),
+    ] {
+        let out: PathBuf = dir.join(format!("{name}.onnx"));
+        let o = layoutopt(&[
+            "export",
+            &model(name, file),
+            "-o",
+            &out.display().to_string(),
+            "--target",
+            "nchw16c",
+        ]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        assert!(o.stdout.contains("written to"), "{}", o.stdout);
+        let g = load_onnx(&out, &ImportOptions::default()).unwrap();
+        let (inputs, expected) = load_test_data(Path::new(&model(name, file)).parent().unwrap());
+        let outputs = layoutopt::reference::run(&g, &inputs).unwrap();
+        let (err, mag) = max_abs_err(&expected[0], &outputs[0]);
+        assert!(err <= 1e-4 * mag, "{name}: {err}");
+    }
+}
+
+#[test]
+fn explore_writes_the_page() {
+    let dir = scratch_dir("cli_explore");
+    let out = dir.join("report.html");
+    let o = layoutopt(&[
+        "explore",
+        &resnet(),
+        "-o",
+        &out.display().to_string(),
+        "--target",
+        "nchw16c",
+        "--against",
+        "keep",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let html = std::fs::read_to_string(&out).unwrap();
+    assert!(html.contains(r#"<section class="plan" id="plan0"><h2>global"#));
+    assert!(html.contains(r#"<section class="plan" id="plan1"><h2>keep"#));
+    // Self-contained: nothing to fetch.
+    for needle in ["src=", "href=\"http", "@import", "url(http"] {
+        assert!(!html.contains(needle), "{needle}");
+    }
+}

@@ -1,0 +1,145 @@
+//! ONNX export of planned graphs: for every bundled model, planner and target
+//! family, the exported model, read back by our own ONNX importer and run by the
+//! reference executor, gives the outputs onnxruntime recorded for the source
+//! model (max abs error at most 1e-4 times the max magnitude, as in
+//! tests/planner.rs). `scripts/check_export.py` runs onnxruntime itself on the
+//! exported models.
+
+mod common;
+
+use common::{load_test_data, max_abs_err};
+use layoutopt::api::{load_model, PlanLayouts};
+use layoutopt::export::{export_bytes, export_model, ExportOptions};
+use layoutopt::frontend::onnx::{import_onnx, ImportOptions};
+use layoutopt::graph::Op;
+use std::path::{Path, PathBuf};
+
+/// Every bundled model file, ONNX and TFLite.
+fn bundled_models() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(root)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .flat_map(|d| [d.join("model.onnx"), d.join("model.tflite")])
+        .filter(|p| p.exists())
+        .collect();
+    files.sort();
+    files
+}
+
+const PLANNERS: [&str; 4] = ["keep", "local", "greedy", "global"];
+
+#[test]
+fn exported_plans_compute_the_recorded_outputs() {
+    let models = bundled_models();
+    assert!(models.len() >= 7, "bundled models: {models:?}");
+    for path in models {
+        let dir = path.parent().unwrap();
+        let g = load_model(&path).unwrap();
+        let (inputs, expected) = load_test_data(dir);
+        let names: Vec<String> = g
+            .outputs()
+            .iter()
+            .map(|&v| g.value(v).name.clone())
+            .collect();
+        for target in ["nchw16c", "nhwc"] {
+            for name in PLANNERS {
+                let what = format!("{} {name} {target}", path.display());
+                let planned = PlanLayouts::new(name, target).unwrap().plan(&g).unwrap();
+                let opts = ExportOptions {
+                    output_names: Some(names.clone()),
+                };
+                let bytes =
+                    export_bytes(&planned.graph, &opts).unwrap_or_else(|e| panic!("{what}: {e}"));
+                let back = import_onnx(&bytes, "exported.onnx", None, &ImportOptions::default())
+                    .unwrap_or_else(|e| panic!("{what}: re-import: {e}"));
+                // The interface is the source's: same input and output names and types.
+                for (a, b) in g.inputs().iter().zip(back.inputs()) {
+                    assert_eq!(g.node(*a).outputs, back.node(*b).outputs, "{what}");
+                }
+                for (k, &v) in back.outputs().iter().enumerate() {
+                    assert_eq!(back.value(v).name, names[k], "{what}");
+                }
+                let outputs = layoutopt::reference::run(&back, &inputs)
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(outputs.len(), expected.len(), "{what}");
+                for (out, exp) in outputs.iter().zip(&expected) {
+                    assert_eq!(out.shape, exp.shape, "{what}");
+                    let (err, mag) = max_abs_err(exp, out);
+                    assert!(err <= 1e-4 * mag, "{what}: error {err} > 1e-4 * {mag}");
+                }
+            }
+        }
+    }
+}
+
+/// The worked example: a 17-channel tensor in NCHW16c is Pad (channels to 32),
+/// Reshape [N, 2, 16, H, W], Transpose [0, 1, 3, 4, 2]; back is the inverse
+/// Transpose, Reshape [N, 32, H, W], Slice of channels 0..17.
+#[test]
+fn blocked_layouts_are_pad_reshape_transpose_and_back() {
+    use layoutopt::graph::{DType, Graph, ValueType};
+    use layoutopt::layout::{Layout, PadValue};
+    let mut g = Graph::new("t");
+    let x = g.add_input("x", ValueType::new(DType::F32, vec![1, 17, 2, 3]), vec![]);
+    let to = g
+        .add_node(
+            Op::LayoutTransform {
+                from: Layout::parse("NCHW").unwrap(),
+                to: Layout::parse("NCHW16c").unwrap(),
+                logical: vec![1, 17, 2, 3],
+                pad: PadValue::Known(0.0),
+            },
+            "to",
+            &[x],
+            &[],
+            vec![],
+        )
+        .unwrap();
+    let back = g
+        .add_node(
+            Op::LayoutTransform {
+                from: Layout::parse("NCHW16c").unwrap(),
+                to: Layout::parse("NCHW").unwrap(),
+                logical: vec![1, 17, 2, 3],
+                pad: PadValue::Undef,
+            },
+            "back",
+            &[layoutopt::graph::ValueRef::new(to, 0)],
+            &[],
+            vec![],
+        )
+        .unwrap();
+    g.set_outputs(vec![layoutopt::graph::ValueRef::new(back, 0)]);
+    let m = export_model(&g, &ExportOptions::default()).unwrap();
+    let graph = m.graph.as_ref().unwrap();
+    let ops: Vec<&str> = graph.node.iter().map(|n| n.op_type.as_str()).collect();
+    assert_eq!(
+        ops,
+        [
+            "Pad",
+            "Reshape",
+            "Transpose",
+            "Transpose",
+            "Reshape",
+            "Slice",
+            "Identity"
+        ]
+    );
+    let init = |name: &str| -> Vec<i64> {
+        let t = graph.initializer.iter().find(|t| t.name == name).unwrap();
+        layoutopt::frontend::onnx::tensor_from_proto(t, None)
+            .unwrap()
+            .data
+            .to_i64()
+    };
+    let input = |k: usize, i: usize| graph.node[k].input[i].clone();
+    assert_eq!(init(&input(0, 1)), vec![0, 0, 0, 0, 0, 15, 0, 0]);
+    assert_eq!(init(&input(1, 1)), vec![1, 2, 16, 2, 3]);
+    assert_eq!(graph.node[2].attribute[0].ints, vec![0, 1, 3, 4, 2]);
+    assert_eq!(graph.node[3].attribute[0].ints, vec![0, 1, 4, 2, 3]);
+    assert_eq!(init(&input(4, 1)), vec![1, 32, 2, 3]);
+    assert_eq!(init(&input(5, 1)), vec![0]); // starts
+    assert_eq!(init(&input(5, 2)), vec![17]); // ends
+    assert_eq!(init(&input(5, 3)), vec![1]); // axes
+}
