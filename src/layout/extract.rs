@@ -177,7 +177,10 @@ fn ilp(
     nodes: &HashMap<Id, Vec<Lang>>,
 ) -> Result<HashMap<Id, Lang>, String> {
     let mut vars = ProblemVariables::new();
-    let classes: Vec<Id> = nodes.keys().copied().collect();
+    // A fixed variable order, so that ties between equally cheap extractions
+    // break the same way on every run.
+    let mut classes: Vec<Id> = nodes.keys().copied().collect();
+    classes.sort();
     let used: HashMap<Id, Variable> = classes
         .iter()
         .map(|&c| (c, vars.add(variable().binary())))
