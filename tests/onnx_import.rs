@@ -283,5 +283,5 @@ fn cli_reports_bad_models_without_panicking() {
         .output()
         .unwrap();
     assert!(!missing.status.success());
-    assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot read file"));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot read"));
 }
