@@ -1,5 +1,7 @@
 //! The layoutopt command line: a thin layer over the library's stages.
 
+mod cli_run;
+
 use clap::{Parser, Subcommand};
 use layoutopt::frontend::onnx::{load_onnx, load_tensor_pb, ImportOptions};
 use layoutopt::frontend::tflite::load_tflite;
@@ -62,6 +64,19 @@ enum Command {
         seed: u64,
         #[command(flatten)]
         planning: Planning,
+        /// Worker threads of the native runtime (0: one per core).
+        #[arg(long, default_value_t = 0)]
+        threads: usize,
+    },
+    /// Plan and compile a model, then time it: latency percentiles, and with
+    /// `--profile` the time of every step.
+    Bench {
+        /// The model file (.onnx or .tflite).
+        model: PathBuf,
+        #[command(flatten)]
+        planning: Planning,
+        #[command(flatten)]
+        bench: cli_run::BenchArgs,
     },
 }
 
@@ -98,7 +113,13 @@ fn main() -> ExitCode {
             inputs,
             seed,
             planning,
-        } => run(&model, &inputs, seed, &planning),
+            threads,
+        } => run(&model, &inputs, seed, &planning, threads),
+        Command::Bench {
+            model,
+            planning,
+            bench,
+        } => bench_cmd(&model, &planning, &bench),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -206,7 +227,13 @@ fn compare(model: &Path, target: &str) -> CliResult {
     Ok(())
 }
 
-fn run(model: &Path, input_files: &[PathBuf], seed: u64, planning: &Planning) -> CliResult {
+fn run(
+    model: &Path,
+    input_files: &[PathBuf],
+    seed: u64,
+    planning: &Planning,
+    threads: usize,
+) -> CliResult {
     let t0 = Instant::now();
     let source = load(model)?;
     let import_time = t0.elapsed();
@@ -235,11 +262,9 @@ fn run(model: &Path, input_files: &[PathBuf], seed: u64, planning: &Planning) ->
             .map(|p| load_tensor_pb(p).map(|(_, t)| t))
             .collect::<Result<_, _>>()?
     };
-    let t1 = Instant::now();
-    let outputs = layoutopt::reference::run(&g, &inputs)?;
-    let run_time = t1.elapsed();
+    let (outputs, ran) = cli_run::run_native(&g, &inputs, threads)?;
     println!(
-        "{}: {} nodes, imported in {:.1} ms, planned ('{}', {}) in {:.1} ms: {} transforms kept; ran in {:.1} ms (reference executor)",
+        "{}: {} nodes, imported in {:.1} ms, planned ('{}', {}) in {:.1} ms: {} transforms kept; {ran}",
         model.display(),
         g.node_count(),
         import_time.as_secs_f64() * 1e3,
@@ -247,7 +272,6 @@ fn run(model: &Path, input_files: &[PathBuf], seed: u64, planning: &Planning) ->
         planned.report.family,
         plan_time.as_secs_f64() * 1e3,
         planned.report.transform_count,
-        run_time.as_secs_f64() * 1e3
     );
     let expected: Vec<Tensor> = if recorded {
         test_data(model, "output")
@@ -286,4 +310,25 @@ fn run(model: &Path, input_files: &[PathBuf], seed: u64, planning: &Planning) ->
         }
     }
     Ok(())
+}
+
+fn bench_cmd(model: &Path, planning: &Planning, args: &cli_run::BenchArgs) -> CliResult {
+    let g = planning.plan(&load(model)?)?.graph;
+    let files = test_data(model, "input");
+    let inputs: Vec<Tensor> = if files.is_empty() {
+        g.inputs()
+            .iter()
+            .enumerate()
+            .map(|(i, &id)| {
+                let ty = &g.node(id).outputs[0].ty;
+                random_tensor(&ty.shape, ty.dtype, args.seed + i as u64)
+            })
+            .collect()
+    } else {
+        files
+            .iter()
+            .map(|p| load_tensor_pb(p).map(|(_, t)| t))
+            .collect::<Result<_, _>>()?
+    };
+    cli_run::bench_native(&g, &inputs, args)
 }

@@ -311,3 +311,76 @@ multiversion!(depthwise_plane(d: &Depthwise, block: usize, x: &[f32], res: Optio
         }
     }
 });
+
+/// A matrix product with a constant right operand: y = alpha * a . b + c, with
+/// `b` packed [K][N] (transposed at compile time if the op reads it transposed)
+/// and `c` broadcast to [M][N] and scaled by beta at compile time.
+pub struct Dense {
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    alpha: f32,
+    b: Vec<f32>,
+    c: Vec<f32>,
+}
+
+impl Dense {
+    /// `b` logical [K][N] (or [N][K] when `trans_b`); `c` of shape `c_shape`
+    /// broadcastable to [M][N], already multiplied by beta.
+    pub fn new(
+        (m, k, n): (usize, usize, usize),
+        alpha: f32,
+        b: &[f32],
+        trans_b: bool,
+        c: Option<(&[f32], &[usize])>,
+    ) -> Option<Dense> {
+        let mut packed = vec![0f32; k * n];
+        for i in 0..k {
+            for j in 0..n {
+                packed[i * n + j] = if trans_b { b[j * k + i] } else { b[i * n + j] };
+            }
+        }
+        let mut full = vec![0f32; m * n];
+        if let Some((c, shape)) = c {
+            if shape.len() > 2 {
+                return None;
+            }
+            let rows = if shape.len() == 2 { shape[0] } else { 1 };
+            let cols = shape.last().copied().unwrap_or(1);
+            if !(rows == 1 || rows == m) || !(cols == 1 || cols == n) {
+                return None;
+            }
+            for i in 0..m {
+                for j in 0..n {
+                    full[i * n + j] = c[(i % rows) * cols + j % cols];
+                }
+            }
+        }
+        Some(Dense {
+            m,
+            k,
+            n,
+            alpha,
+            b: packed,
+            c: full,
+        })
+    }
+
+    pub fn run(&self, a: &[f32], y: &mut [f32]) {
+        y[..self.m * self.n]
+            .par_chunks_mut(self.n)
+            .zip(a.par_chunks(self.k))
+            .enumerate()
+            .for_each(|(i, (row, a_row))| dense_row(self, i, a_row, row));
+    }
+}
+
+multiversion!(dense_row(d: &Dense, i: usize, a: &[f32], y: &mut [f32]) {
+    y.copy_from_slice(&d.c[i * d.n..][..d.n]);
+    for (kk, &x) in a.iter().enumerate() {
+        let s = d.alpha * x;
+        for (o, &w) in y.iter_mut().zip(&d.b[kk * d.n..][..d.n]) {
+            *o += s * w;
+        }
+    }
+});

@@ -8,6 +8,7 @@
 //! Ops without a native kernel run through the reference executor's `eval_op`
 //! on the same buffers; the profile names them as fallbacks.
 
+pub mod bench;
 pub mod conv;
 pub mod kernels;
 pub mod simd;
@@ -17,7 +18,7 @@ use crate::graph::{
 };
 use crate::layout::{Layout, PadValue};
 use conv::{ConvGeom, PackedConv};
-use kernels::{Depthwise, Gather, PoolGeom};
+use kernels::{Dense, Depthwise, Gather, PoolGeom};
 use simd::{Epilogue, Isa};
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -66,6 +67,7 @@ enum Kernel {
     Clamp(f32, f32),
     Binary(crate::graph::BinaryOp),
     Pool(PoolGeom),
+    Dense(Dense),
     Gather(Gather),
     Copy,
     /// The reference executor's implementation of `op`.
@@ -191,6 +193,11 @@ impl CompiledModel {
     /// The instruction set the kernels use.
     pub fn isa(&self) -> Isa {
         self.isa
+    }
+
+    /// Worker threads the model runs on.
+    pub fn threads(&self) -> usize {
+        self.pool.current_num_threads()
     }
 
     /// Bytes of the intermediate-value arena.
@@ -324,6 +331,7 @@ impl CompiledModel {
                     kernels::pool(g, bufs.read(step.inputs[0]), bufs.write(step.outputs[0]))
                 }
                 Kernel::Gather(g) => g.run(bufs.read(step.inputs[0]), bufs.write(step.outputs[0])),
+                Kernel::Dense(d) => d.run(bufs.read(step.inputs[0]), bufs.write(step.outputs[0])),
                 Kernel::Copy => bufs
                     .write(step.outputs[0])
                     .copy_from_slice(bufs.read(step.inputs[0])),
@@ -721,6 +729,36 @@ impl<'g> Compiler<'g> {
             } => Gather::new(from, to, logical, pad.known().unwrap_or(0.0))
                 .ok()
                 .map(Kernel::Gather),
+            Op::Gemm {
+                alpha,
+                beta,
+                trans_a: false,
+                trans_b,
+            } if self.inner(id).1.is_none() => {
+                let (a, b) = (self.g.value_type(ins[0]), self.g.value_type(ins[1]));
+                let bias = match ins.get(2) {
+                    Some(&c) => {
+                        let t = self.g.constant(c)?;
+                        let v: Vec<f32> = t.to_f32().iter().map(|x| x * beta).collect();
+                        Some((v, t.shape.clone()))
+                    }
+                    None => None,
+                };
+                let (k, n) = match trans_b {
+                    true => (b.shape[1], b.shape[0]),
+                    false => (b.shape[0], b.shape[1]),
+                };
+                let c = bias.as_ref().map(|(v, s)| (v.as_slice(), s.as_slice()));
+                let w = self.g.constant(ins[1])?.to_f32();
+                Dense::new((a.shape[0], k, n), *alpha, &w, *trans_b, c).map(Kernel::Dense)
+            }
+            Op::MatMul if self.inner(id).1.is_none() => {
+                let (a, b) = (self.g.value_type(ins[0]), self.g.value_type(ins[1]));
+                let w = self.g.constant(ins[1])?.to_f32();
+                let [k, n] = b.shape[..] else { return None };
+                let m = a.numel() / k;
+                Dense::new((m, k, n), 1.0, &w, false, None).map(Kernel::Dense)
+            }
             Op::Reshape { .. } | Op::Identity if self.inner(id).1.is_none() => Some(Kernel::Copy),
             _ => None,
         }

@@ -216,8 +216,10 @@ pub struct Store<'a> {
     pub chan_offsets: Option<&'a [isize]>,
 }
 
+/// One tile of exactly `N` pixels: a constant trip count keeps the `N`
+/// accumulators in registers.
 #[inline(always)]
-unsafe fn tile_generic<V: Vector>(
+unsafe fn tile_n<V: Vector, const N: usize>(
     x: *const f32,
     w: *const f32,
     bias: *const f32,
@@ -225,8 +227,7 @@ unsafe fn tile_generic<V: Vector>(
     st: &Store,
     ep: Epilogue,
 ) {
-    let mut acc = [V::load(bias); TILE];
-    let n = t.pixels;
+    let mut acc = [V::load(bias); N];
     for kh in t.kh.0..t.kh.1 {
         for kw in t.kw.0..t.kw.1 {
             let mut wp = w.add(((kh * t.kw_total + kw) * t.cin) * V::LANES);
@@ -238,15 +239,8 @@ unsafe fn tile_generic<V: Vector>(
                 for ci in 0..inner {
                     let wv = V::load(wp);
                     let xp = block.add(ci);
-                    if n == TILE {
-                        // Constant trip count: the accumulators stay in registers.
-                        for (p, a) in acc.iter_mut().enumerate() {
-                            *a = V::fma(V::splat(*xp.offset(p as isize * t.x_pixel)), wv, *a);
-                        }
-                    } else {
-                        for (p, a) in acc.iter_mut().enumerate().take(n) {
-                            *a = V::fma(V::splat(*xp.offset(p as isize * t.x_pixel)), wv, *a);
-                        }
+                    for (p, a) in acc.iter_mut().enumerate() {
+                        *a = V::fma(V::splat(*xp.offset(p as isize * t.x_pixel)), wv, *a);
                     }
                     wp = wp.add(V::LANES);
                 }
@@ -256,7 +250,7 @@ unsafe fn tile_generic<V: Vector>(
     }
     let lo = V::splat(ep.min);
     let hi = V::splat(ep.max);
-    for (p, a) in acc.iter().enumerate().take(n) {
+    for (p, a) in acc.iter().enumerate() {
         let off = p as isize * st.pixel;
         let mut v = *a;
         match st.chan_offsets {
@@ -279,6 +273,26 @@ unsafe fn tile_generic<V: Vector>(
             }
         }
     }
+}
+
+#[inline(always)]
+unsafe fn tile_generic<V: Vector>(
+    x: *const f32,
+    w: *const f32,
+    bias: *const f32,
+    t: &Tile,
+    st: &Store,
+    ep: Epilogue,
+) {
+    macro_rules! by_pixels {
+        ($($n:literal)*) => {
+            match t.pixels {
+                $($n => tile_n::<V, $n>(x, w, bias, t, st, ep),)*
+                _ => unreachable!("a tile has 1..=TILE pixels"),
+            }
+        };
+    }
+    by_pixels!(1 2 3 4 5 6 7 8 9 10 11 12)
 }
 
 #[cfg(target_arch = "x86_64")]
