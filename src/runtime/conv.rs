@@ -70,9 +70,10 @@ impl PackedConv {
         let (kh, kw) = geom.k;
         let mut packed = vec![0f32; groups * kh * kw * geom.cin * lanes];
         let mut packed_bias = vec![0f32; groups * lanes];
+        // Group g, lane l is output channel g * lanes + l.
+        packed_bias[..geom.cout].copy_from_slice(&bias[..geom.cout]);
         for o in 0..geom.cout {
             let (g, l) = (o / lanes, o % lanes);
-            packed_bias[g * lanes + l] = bias[o];
             for i in 0..geom.cin {
                 for y in 0..kh {
                     for x in 0..kw {
@@ -83,7 +84,7 @@ impl PackedConv {
                 }
             }
         }
-        let chan_offsets = (geom.y_cb % lanes != 0).then(|| {
+        let chan_offsets = (!geom.y_cb.is_multiple_of(lanes)).then(|| {
             (0..groups)
                 .map(|g| {
                     let base = geom.y_chan(g * lanes) as isize;
@@ -93,7 +94,7 @@ impl PackedConv {
                 })
                 .collect()
         });
-        let padded = geom.cout % geom.y_cb != 0;
+        let padded = !geom.cout.is_multiple_of(geom.y_cb);
         PackedConv {
             geom,
             isa,

@@ -237,7 +237,7 @@ impl Depthwise {
                 }
             }
         }
-        let padded = geom.cin % cb != 0;
+        let padded = !geom.cin.is_multiple_of(cb);
         Depthwise {
             geom,
             w: packed,

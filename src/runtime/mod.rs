@@ -410,7 +410,7 @@ fn channel_block(layout: &Layout, shape: &[usize]) -> Option<usize> {
         return Some(shape[1]);
     }
     let blocked_c =
-        (0..4).all(|a| (a == 1) == !layout.factors(a).is_empty()) && layout.factors(1).len() == 1;
+        (0..4).all(|a| (a == 1) != layout.factors(a).is_empty()) && layout.factors(1).len() == 1;
     let order: Vec<(usize, usize)> = layout.order().iter().map(|d| (d.axis, d.level)).collect();
     (blocked_c && order == [(0, 0), (1, 0), (2, 0), (3, 0), (1, 1)]).then(|| layout.factors(1)[0])
 }
@@ -983,3 +983,6 @@ impl<'g> Compiler<'g> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests;
