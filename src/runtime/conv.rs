@@ -42,9 +42,11 @@ impl ConvGeom {
 pub struct PackedConv {
     pub geom: ConvGeom,
     isa: Isa,
-    /// [cout / lanes][kh][kw][cin][lanes], zero beyond `cout`.
+    /// Output channels of one group: one or two vectors of lanes.
+    width: usize,
+    /// [cout / width][kh][kw][cin][width], zero beyond `cout`.
     w: Vec<f32>,
-    /// [cout / lanes][lanes].
+    /// [cout / width][width].
     bias: Vec<f32>,
     pub epilogue: Epilogue,
     /// Per output-channel group, the lane offsets when the output block is not
@@ -66,19 +68,26 @@ impl PackedConv {
         pad_fill: Option<f32>,
     ) -> PackedConv {
         let lanes = isa.lanes();
-        let groups = geom.cout.div_ceil(lanes);
+        // Two vectors per tile halve the broadcasts per FMA; AVX-512 has the
+        // registers for it (2 x 12 accumulators), when vectors store whole.
+        let width = if isa == Isa::Avx512 && geom.y_cb.is_multiple_of(lanes) && geom.cout > lanes {
+            2 * lanes
+        } else {
+            lanes
+        };
+        let groups = geom.cout.div_ceil(width);
         let (kh, kw) = geom.k;
-        let mut packed = vec![0f32; groups * kh * kw * geom.cin * lanes];
-        let mut packed_bias = vec![0f32; groups * lanes];
-        // Group g, lane l is output channel g * lanes + l.
+        let mut packed = vec![0f32; groups * kh * kw * geom.cin * width];
+        let mut packed_bias = vec![0f32; groups * width];
+        // Group g, lane l is output channel g * width + l.
         packed_bias[..geom.cout].copy_from_slice(&bias[..geom.cout]);
         for o in 0..geom.cout {
-            let (g, l) = (o / lanes, o % lanes);
+            let (g, l) = (o / width, o % width);
             for i in 0..geom.cin {
                 for y in 0..kh {
                     for x in 0..kw {
                         let src = ((o * geom.cin + i) * kh + y) * kw + x;
-                        let dst = (((g * kh + y) * kw + x) * geom.cin + i) * lanes + l;
+                        let dst = (((g * kh + y) * kw + x) * geom.cin + i) * width + l;
                         packed[dst] = w[src];
                     }
                 }
@@ -98,6 +107,7 @@ impl PackedConv {
         PackedConv {
             geom,
             isa,
+            width,
             w: packed,
             bias: packed_bias,
             epilogue,
@@ -111,8 +121,7 @@ impl PackedConv {
         let g = &self.geom;
         assert!(x.len() >= g.x_len() && y.len() >= g.y_len());
         assert!(residual.is_none_or(|r| r.len() >= g.y_len()));
-        let lanes = self.isa.lanes();
-        let groups = g.cout.div_ceil(lanes);
+        let groups = g.cout.div_ceil(self.width);
         let rows = g.n * groups * g.oh;
         // Raw addresses so rows can be written in parallel: each (n, group, oh)
         // writes its own output pixels and channels only.
@@ -139,7 +148,8 @@ impl PackedConv {
     unsafe fn row(&self, r: usize, x: *const f32, res: Option<*const f32>, y: *mut f32) {
         let g = &self.geom;
         let lanes = self.isa.lanes();
-        let groups = g.cout.div_ceil(lanes);
+        let width = self.width;
+        let groups = g.cout.div_ceil(width);
         let (n, rest) = (r / (groups * g.oh), r % (groups * g.oh));
         let (grp, oh) = (rest / g.oh, rest % g.oh);
         let x_batch = (g.cin.div_ceil(g.x_cb) * g.x_cb * g.h * g.w) as isize;
@@ -163,11 +173,20 @@ impl PackedConv {
             x_cb: g.x_cb,
             x_cblock: (g.h * g.w) as isize * xcb,
             kw_total: kw,
+            w_width: width,
+            // The last group may need only one of its two vectors.
+            vectors: (g.cout - grp * width).div_ceil(lanes).min(width / lanes),
         };
-        let w = self.w.as_ptr().add(grp * kh * kw * g.cin * lanes);
-        let bias = self.bias.as_ptr().add(grp * lanes);
+        let w = self.w.as_ptr().add(grp * kh * kw * g.cin * width);
+        let bias = self.bias.as_ptr().add(grp * width);
         let offsets = self.chan_offsets.as_ref().map(|o| o[grp].as_slice());
-        let y_row = n * y_batch + g.y_chan(grp * lanes) + oh * g.ow * g.y_cb;
+        let c0 = grp * width;
+        let y_row = n * y_batch + g.y_chan(c0) + oh * g.ow * g.y_cb;
+        let vector = if width > lanes && c0 + lanes < g.cout {
+            g.y_chan(c0 + lanes) as isize - g.y_chan(c0) as isize
+        } else {
+            0
+        };
         let x_row = n as isize * x_batch + ih0 * g.w as isize * xcb;
         // Output columns whose whole window row lies inside the input.
         let lo = pw.div_ceil(sw).min(g.ow);
@@ -192,7 +211,8 @@ impl PackedConv {
                 out: y.offset(off),
                 residual: res.map(|p| p.offset(off)),
                 pixel: g.y_cb as isize,
-                lanes_used: (g.cout - grp * lanes).min(lanes),
+                vector,
+                lanes_used: (g.cout - c0).min(lanes),
                 chan_offsets: offsets,
             };
             conv_tile(self.isa, x, w, bias, &tile, &store, self.epilogue);

@@ -83,8 +83,12 @@ pub struct Tile {
     pub cin: usize,
     pub x_cb: usize,
     pub x_cblock: isize,
-    /// Packed weights of this output-channel group: [kh][kw][cin][LANES].
+    /// Packed weights of this output-channel group: [kh][kw][cin][w_width],
+    /// of which the tile uses the first `vectors * LANES` of each row.
     pub kw_total: usize,
+    pub w_width: usize,
+    /// Output-channel vectors the tile computes (1 or 2).
+    pub vectors: usize,
 }
 
 /// What the epilogue applies to each accumulator before the store.
@@ -212,14 +216,16 @@ pub struct Store<'a> {
     pub out: *mut f32,
     pub residual: Option<*const f32>,
     pub pixel: isize,
+    /// Offset of the second vector's channels from the first's.
+    pub vector: isize,
     pub lanes_used: usize,
     pub chan_offsets: Option<&'a [isize]>,
 }
 
-/// One tile of exactly `N` pixels: a constant trip count keeps the `N`
-/// accumulators in registers.
+/// One tile of exactly `N` pixels times `M` vectors of output channels: constant
+/// trip counts keep the `N * M` accumulators in registers.
 #[inline(always)]
-unsafe fn tile_n<V: Vector, const N: usize>(
+unsafe fn tile_n<V: Vector, const N: usize, const M: usize>(
     x: *const f32,
     w: *const f32,
     bias: *const f32,
@@ -227,22 +233,25 @@ unsafe fn tile_n<V: Vector, const N: usize>(
     st: &Store,
     ep: Epilogue,
 ) {
-    let mut acc = [V::load(bias); N];
+    let mut acc: [[V; N]; M] = std::array::from_fn(|m| [V::load(bias.add(m * V::LANES)); N]);
     for kh in t.kh.0..t.kh.1 {
         for kw in t.kw.0..t.kw.1 {
-            let mut wp = w.add(((kh * t.kw_total + kw) * t.cin) * V::LANES);
+            let mut wp = w.add(((kh * t.kw_total + kw) * t.cin) * t.w_width);
             let base = x.offset(t.x_origin + kh as isize * t.x_kh + kw as isize * t.x_kw);
             let mut c = 0;
             while c < t.cin {
                 let block = base.offset((c / t.x_cb) as isize * t.x_cblock);
                 let inner = t.x_cb.min(t.cin - c);
                 for ci in 0..inner {
-                    let wv = V::load(wp);
+                    let wv: [V; M] = std::array::from_fn(|m| V::load(wp.add(m * V::LANES)));
                     let xp = block.add(ci);
-                    for (p, a) in acc.iter_mut().enumerate() {
-                        *a = V::fma(V::splat(*xp.offset(p as isize * t.x_pixel)), wv, *a);
+                    for p in 0..N {
+                        let xv = V::splat(*xp.offset(p as isize * t.x_pixel));
+                        for m in 0..M {
+                            acc[m][p] = V::fma(xv, wv[m], acc[m][p]);
+                        }
                     }
-                    wp = wp.add(V::LANES);
+                    wp = wp.add(t.w_width);
                 }
                 c += inner;
             }
@@ -250,9 +259,9 @@ unsafe fn tile_n<V: Vector, const N: usize>(
     }
     let lo = V::splat(ep.min);
     let hi = V::splat(ep.max);
-    for (p, a) in acc.iter().enumerate() {
-        let off = p as isize * st.pixel;
-        let mut v = *a;
+    for (p, m) in (0..N).flat_map(|p| (0..M).map(move |m| (p, m))) {
+        let off = p as isize * st.pixel + m as isize * st.vector;
+        let mut v = acc[m][p];
         match st.chan_offsets {
             None => {
                 if let Some(r) = st.residual {
@@ -286,8 +295,9 @@ unsafe fn tile_generic<V: Vector>(
 ) {
     macro_rules! by_pixels {
         ($($n:literal)*) => {
-            match t.pixels {
-                $($n => tile_n::<V, $n>(x, w, bias, t, st, ep),)*
+            match (t.pixels, t.vectors) {
+                $(($n, 1) => tile_n::<V, $n, 1>(x, w, bias, t, st, ep),)*
+                $(($n, _) => tile_n::<V, $n, 2>(x, w, bias, t, st, ep),)*
                 _ => unreachable!("a tile has 1..=TILE pixels"),
             }
         };
@@ -326,7 +336,7 @@ unsafe fn tile_avx2(
 /// # Safety
 /// `isa` must be available on this CPU, and every address the tile reads or
 /// writes (from `t` and `st`) must lie inside live buffers; `w` holds
-/// `kh_total * kw_total * cin * isa.lanes()` floats and `bias` `isa.lanes()`.
+/// `kh_total * kw_total * cin * t.w_width` floats and `bias` `t.w_width`.
 pub unsafe fn conv_tile(
     isa: Isa,
     x: *const f32,

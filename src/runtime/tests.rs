@@ -295,7 +295,10 @@ fn compiled_random_convs_match_the_reference_executor() {
         );
     }
     // Grouped (not depthwise) convolutions fall back; the rest must be native.
-    assert!(native >= 20, "only {native} of 40 convolutions ran natively");
+    assert!(
+        native >= 20,
+        "only {native} of 40 convolutions ran natively"
+    );
 }
 
 #[test]
