@@ -268,6 +268,64 @@ impl Depthwise {
 }
 
 multiversion!(depthwise_plane(d: &Depthwise, block: usize, x: &[f32], res: Option<&[f32]>, y: &mut [f32]) {
+    // Fixed block widths keep the accumulators in registers.
+    match d.geom.x_cb {
+        16 => depthwise_fixed::<16>(d, block, x, res, y),
+        8 => depthwise_fixed::<8>(d, block, x, res, y),
+        _ => depthwise_any(d, block, x, res, y),
+    }
+});
+
+#[inline(always)]
+fn depthwise_fixed<const CB: usize>(
+    d: &Depthwise,
+    block: usize,
+    x: &[f32],
+    res: Option<&[f32]>,
+    y: &mut [f32],
+) {
+    let g = &d.geom;
+    let (kh, kw) = g.k;
+    let w = &d.w[block * kh * kw * CB..][..kh * kw * CB];
+    let bias: [f32; CB] = d.bias[block * CB..][..CB].try_into().expect("CB lanes");
+    for oh in 0..g.oh {
+        for ow in 0..g.ow {
+            let mut acc = bias;
+            for ky in 0..kh {
+                let ih = (oh * g.stride.0 + ky * g.dilation.0) as isize - g.pad.0 as isize;
+                if ih < 0 || ih >= g.h as isize {
+                    continue;
+                }
+                for kx in 0..kw {
+                    let iw = (ow * g.stride.1 + kx * g.dilation.1) as isize - g.pad.1 as isize;
+                    if iw < 0 || iw >= g.w as isize {
+                        continue;
+                    }
+                    let px: &[f32; CB] = x[(ih as usize * g.w + iw as usize) * CB..][..CB]
+                        .try_into()
+                        .expect("CB lanes");
+                    let wv: &[f32; CB] =
+                        w[(ky * kw + kx) * CB..][..CB].try_into().expect("CB lanes");
+                    for l in 0..CB {
+                        acc[l] += px[l] * wv[l];
+                    }
+                }
+            }
+            let o = (oh * g.ow + ow) * CB;
+            if let Some(r) = res {
+                for l in 0..CB {
+                    acc[l] += r[o + l];
+                }
+            }
+            for (q, a) in y[o..][..CB].iter_mut().zip(acc) {
+                *q = a.max(d.lo).min(d.hi);
+            }
+        }
+    }
+}
+
+#[inline(always)]
+fn depthwise_any(d: &Depthwise, block: usize, x: &[f32], res: Option<&[f32]>, y: &mut [f32]) {
     let g = &d.geom;
     let cb = g.x_cb;
     let (kh, kw) = g.k;
@@ -295,22 +353,17 @@ multiversion!(depthwise_plane(d: &Depthwise, block: usize, x: &[f32], res: Optio
                 }
             }
             let o = (oh * g.ow + ow) * cb;
-            let out = &mut y[o..][..cb];
-            match res {
-                Some(r) => {
-                    for ((q, &a), &s) in out.iter_mut().zip(&acc).zip(&r[o..][..cb]) {
-                        *q = (a + s).max(d.lo).min(d.hi);
-                    }
-                }
-                None => {
-                    for (q, &a) in out.iter_mut().zip(&acc) {
-                        *q = a.max(d.lo).min(d.hi);
-                    }
-                }
+            if let Some(r) = res {
+                acc.iter_mut()
+                    .zip(&r[o..][..cb])
+                    .for_each(|(a, &s)| *a += s);
+            }
+            for (q, &a) in y[o..][..cb].iter_mut().zip(&acc) {
+                *q = a.max(d.lo).min(d.hi);
             }
         }
     }
-});
+}
 
 /// A matrix product with a constant right operand: y = alpha * a . b + c, with
 /// `b` packed [K][N] (transposed at compile time if the op reads it transposed)

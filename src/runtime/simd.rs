@@ -224,6 +224,8 @@ pub struct Store<'a> {
 
 /// One tile of exactly `N` pixels times `M` vectors of output channels: constant
 /// trip counts keep the `N * M` accumulators in registers.
+// Two-dimensional indexing of the accumulators reads clearest here.
+#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 unsafe fn tile_n<V: Vector, const N: usize, const M: usize>(
     x: *const f32,
