@@ -56,7 +56,11 @@ def time_onnxruntime(model: Path, x: np.ndarray, threads: int, warmup: int, runs
 
 
 def time_tract(model: Path, x: np.ndarray, warmup: int, runs: int):
-    m = tract.onnx().model_for_path(str(model)).into_optimized().into_runnable()
+    onnx_loader = tract.onnx()
+    if hasattr(onnx_loader, "model_for_path"):  # tract-python before 0.22
+        m = onnx_loader.model_for_path(str(model)).into_optimized().into_runnable()
+    else:  # 0.22 and later: into_model() yields the optimized typed model
+        m = onnx_loader.load(str(model)).into_model().into_runnable()
     return median_ms(lambda: m.run([x]), warmup, runs)
 
 
