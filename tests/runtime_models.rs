@@ -67,3 +67,45 @@ fn bundled_models_match_onnxruntime_on_the_native_runtime() {
         }
     }
 }
+
+fn cli(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_layoutopt"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn cli_run_and_bench_use_the_native_runtime() {
+    let run = cli(&["run", "models/resnet_small/model.onnx", "--threads", "2"]);
+    assert!(run.contains("(native runtime)"), "{run}");
+    // The recorded onnxruntime output: the logits are of order 1.
+    let err: f64 = run
+        .split("max abs error vs recorded output: ")
+        .nth(1)
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no error line in:\n{run}"));
+    assert!(err < 1e-4, "{run}");
+
+    let bench = cli(&[
+        "bench",
+        "models/mobilenet_small/model.onnx",
+        "--threads",
+        "1",
+        "--runs",
+        "3",
+        "--profile",
+    ]);
+    assert!(bench.contains("latency over 3 runs: min"), "{bench}");
+    // Every op of the small MobileNet has a native kernel; the profile says so.
+    assert!(bench.contains(", 0 fallbacks):"), "{bench}");
+    // Its convolutions carry their clip (relu6) in the epilogue.
+    assert!(bench.contains("Conv+Clip"), "{bench}");
+}
