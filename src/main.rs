@@ -247,21 +247,7 @@ fn run(
     } else {
         input_files.to_vec()
     };
-    let inputs: Vec<Tensor> = if files.is_empty() {
-        g.inputs()
-            .iter()
-            .enumerate()
-            .map(|(i, &id)| {
-                let ty = &g.node(id).outputs[0].ty;
-                random_tensor(&ty.shape, ty.dtype, seed + i as u64)
-            })
-            .collect()
-    } else {
-        files
-            .iter()
-            .map(|p| load_tensor_pb(p).map(|(_, t)| t))
-            .collect::<Result<_, _>>()?
-    };
+    let inputs = model_inputs(&g, &files, seed)?;
     let (outputs, ran) = cli_run::run_native(&g, &inputs, threads)?;
     println!(
         "{}: {} nodes, imported in {:.1} ms, planned ('{}', {}) in {:.1} ms: {} transforms kept; {ran}",
@@ -315,20 +301,29 @@ fn run(
 fn bench_cmd(model: &Path, planning: &Planning, args: &cli_run::BenchArgs) -> CliResult {
     let g = planning.plan(&load(model)?)?.graph;
     let files = test_data(model, "input");
-    let inputs: Vec<Tensor> = if files.is_empty() {
-        g.inputs()
+    let inputs = model_inputs(&g, &files, args.seed)?;
+    cli_run::bench_native(&g, &inputs, args)
+}
+
+/// The graph inputs from .pb files, or seeded random ones when there are none.
+fn model_inputs(
+    g: &Graph,
+    files: &[PathBuf],
+    seed: u64,
+) -> Result<Vec<Tensor>, Box<dyn std::error::Error>> {
+    if files.is_empty() {
+        return Ok(g
+            .inputs()
             .iter()
             .enumerate()
             .map(|(i, &id)| {
                 let ty = &g.node(id).outputs[0].ty;
-                random_tensor(&ty.shape, ty.dtype, args.seed + i as u64)
+                random_tensor(&ty.shape, ty.dtype, seed + i as u64)
             })
-            .collect()
-    } else {
-        files
-            .iter()
-            .map(|p| load_tensor_pb(p).map(|(_, t)| t))
-            .collect::<Result<_, _>>()?
-    };
-    cli_run::bench_native(&g, &inputs, args)
+            .collect());
+    }
+    Ok(files
+        .iter()
+        .map(|p| load_tensor_pb(p).map(|(_, t)| t))
+        .collect::<Result<_, _>>()?)
 }
