@@ -15,4 +15,5 @@ pub mod frontend;
 pub mod graph;
 pub mod layout;
 pub mod reference;
+pub mod runtime;
 pub mod tir;

@@ -65,16 +65,19 @@ enum Command {
         /// Seed for random inputs.
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// Worker threads (0: one per core).
+        #[arg(long, default_value_t = 0)]
+        threads: usize,
         #[command(flatten)]
         planning: Planning,
     },
-    /// Time repeated runs of the planned model.
+    /// Compile the planned model and time repeated runs: latency percentiles,
+    /// and with --profile the time of every kernel.
     Bench {
         /// The model file (.onnx or .tflite).
         model: PathBuf,
-        /// Timed runs (after one warm-up run).
-        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
-        iterations: u64,
+        #[command(flatten)]
+        bench: cli::native::BenchArgs,
         #[command(flatten)]
         planning: Planning,
     },
@@ -128,13 +131,14 @@ fn main() -> ExitCode {
             model,
             inputs,
             seed,
+            threads,
             planning,
-        } => cli::run::run(model, inputs, *seed, planning),
+        } => cli::run::run(model, inputs, *seed, planning, *threads),
         Command::Bench {
             model,
-            iterations,
+            bench,
             planning,
-        } => cli::run::bench(model, *iterations as usize, planning),
+        } => cli::run::bench(model, planning, bench),
         Command::Export {
             model,
             output,

@@ -218,8 +218,8 @@ fn bench_times_the_runs() {
         "greedy",
     ]);
     assert_eq!(o.code, 0, "{}", o.stderr);
-    assert!(o.stdout.contains("2 runs"), "{}", o.stdout);
-    assert!(o.stdout.contains("median"));
+    assert!(o.stdout.contains("latency over 2 runs"), "{}", o.stdout);
+    assert!(o.stdout.contains("p50"), "{}", o.stdout);
 }
 
 #[test]

@@ -20,6 +20,7 @@ macro_rules! outln {
 
 pub mod export;
 pub mod inspect;
+pub mod native;
 pub mod plan;
 pub mod progress;
 pub mod run;

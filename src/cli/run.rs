@@ -1,20 +1,15 @@
-//! `run` and `bench`: execute a planned model.
-//!
-//! Execution goes through [`execute`], the one place that names the executor
-//! (the reference executor until the native runtime takes over).
+//! `run` and `bench`: execute a planned model on the native runtime.
 
-use super::{load, progress, CliResult, Planning};
+use super::{load, native, progress, CliResult, Planning};
 use layoutopt::frontend::onnx::load_tensor_pb;
 use layoutopt::graph::{DType, Graph, Tensor, TensorData};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// The executor behind `run`, `bench` and `compare --measure`.
+/// Compiles and runs a planned graph once (for `compare --measure`).
 pub fn execute(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, Box<dyn std::error::Error>> {
-    Ok(layoutopt::reference::run(g, inputs)?)
+    Ok(native::run_native(g, inputs, 0)?.0)
 }
-
-pub const EXECUTOR: &str = "reference executor";
 
 /// Reference tensors stored beside a model in ONNX test-data layout.
 fn test_data(model: &Path, prefix: &str) -> Vec<PathBuf> {
@@ -84,18 +79,24 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-pub fn run(model: &Path, input_files: &[PathBuf], seed: u64, planning: &Planning) -> CliResult {
+pub fn run(
+    model: &Path,
+    input_files: &[PathBuf],
+    seed: u64,
+    planning: &Planning,
+    threads: usize,
+) -> CliResult {
     let t0 = Instant::now();
     let source = load(model)?;
     let import_time = t0.elapsed();
     let planned = planning.plan(&source)?;
     let g = planned.graph;
     let (inputs, expected) = model_inputs(model, &g, input_files, seed)?;
-    let t1 = Instant::now();
-    let outputs = progress::step("running", || execute(&g, &inputs))?;
-    let run_time = t1.elapsed();
+    let (outputs, ran) = progress::step("compiling and running", || {
+        native::run_native(&g, &inputs, threads)
+    })?;
     outln!(
-        "{}: {} nodes, imported in {:.1} ms, planned ('{}', {}) in {:.1} ms: {} transforms kept; ran in {:.1} ms ({EXECUTOR})",
+        "{}: {} nodes, imported in {:.1} ms, planned ('{}', {}) in {:.1} ms: {} transforms kept; {ran}",
         model.display(),
         g.node_count(),
         ms(import_time),
@@ -103,7 +104,6 @@ pub fn run(model: &Path, input_files: &[PathBuf], seed: u64, planning: &Planning
         planned.report.family,
         planned.report.plan_time_ms,
         planned.report.transform_count,
-        ms(run_time)
     )?;
     for (i, (out, v)) in outputs.iter().zip(g.outputs()).enumerate() {
         let vals = out.data.to_f64();
@@ -136,32 +136,17 @@ pub fn run(model: &Path, input_files: &[PathBuf], seed: u64, planning: &Planning
     Ok(())
 }
 
-/// Runs the planned model `iterations` times after one warm-up run and
-/// prints the time per run (min, median, mean).
-pub fn bench(model: &Path, iterations: usize, planning: &Planning) -> CliResult {
+/// Compiles the planned model and prints latency percentiles over the runs
+/// (and, on request, the time of every kernel).
+pub fn bench(model: &Path, planning: &Planning, args: &native::BenchArgs) -> CliResult {
     let source = load(model)?;
     let planned = planning.plan(&source)?;
-    let g = planned.graph;
-    let (inputs, _) = model_inputs(model, &g, &[], 0)?;
-    progress::step("warming up", || execute(&g, &inputs))?;
-    let pb = progress::bar(iterations as u64, "benchmarking");
-    let mut times = Vec::with_capacity(iterations);
-    for _ in 0..iterations {
-        let t = Instant::now();
-        execute(&g, &inputs)?;
-        times.push(ms(t.elapsed()));
-        pb.inc(1);
-    }
-    pb.finish_and_clear();
-    times.sort_by(f64::total_cmp);
-    let mean = times.iter().sum::<f64>() / times.len() as f64;
+    let (inputs, _) = model_inputs(model, &planned.graph, &[], args.seed)?;
     outln!(
-        "{}: '{}' plan for {}, {iterations} runs ({EXECUTOR}): min {:.3} ms, median {:.3} ms, mean {mean:.3} ms",
+        "{}: '{}' plan for {}",
         model.display(),
         planned.report.planner,
-        planned.report.family,
-        times[0],
-        times[times.len() / 2],
+        planned.report.family
     )?;
-    Ok(())
+    native::bench_native(&planned.graph, &inputs, args)
 }

@@ -1,0 +1,79 @@
+//! The native runtime behind `run`, `bench` and `compare --measure`: compile the
+//! planned graph, run it, time it.
+
+use layoutopt::graph::{Graph, Tensor};
+use layoutopt::runtime::bench::bench;
+use layoutopt::runtime::{CompiledModel, RuntimeOptions};
+use std::time::Instant;
+
+type CliResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// Options of `layoutopt bench`.
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    /// Worker threads (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Timed runs.
+    #[arg(long, alias = "iterations", default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
+    pub runs: u64,
+    /// Untimed runs first.
+    #[arg(long, default_value_t = 5)]
+    pub warmup: usize,
+    /// Also print the time of every step (fused kernel or fallback).
+    #[arg(long)]
+    pub profile: bool,
+    /// Seed of the random inputs (when the model has no test data).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+/// Compiles the planned graph and runs it once; returns the outputs and a line
+/// saying how long compiling and running took.
+pub fn run_native(
+    g: &Graph,
+    inputs: &[Tensor],
+    threads: usize,
+) -> CliResult<(Vec<Tensor>, String)> {
+    let t0 = Instant::now();
+    let model = CompiledModel::compile(g, &RuntimeOptions { threads })?;
+    let compile = t0.elapsed();
+    let t1 = Instant::now();
+    let outputs = model.run(inputs)?;
+    let run = t1.elapsed();
+    let line = format!(
+        "compiled in {:.1} ms ({:?} kernels, {:.1} MB arena), ran in {:.2} ms (native runtime)",
+        compile.as_secs_f64() * 1e3,
+        model.isa(),
+        model.arena_bytes() as f64 / 1e6,
+        run.as_secs_f64() * 1e3
+    );
+    Ok((outputs, line))
+}
+
+/// `layoutopt bench`: compile, then print latency percentiles (and the profile).
+pub fn bench_native(g: &Graph, inputs: &[Tensor], args: &BenchArgs) -> CliResult<()> {
+    let t0 = Instant::now();
+    let model = CompiledModel::compile(
+        g,
+        &RuntimeOptions {
+            threads: args.threads,
+        },
+    )?;
+    println!(
+        "compiled in {:.1} ms ({:?} kernels, {} threads, {:.1} MB arena)",
+        t0.elapsed().as_secs_f64() * 1e3,
+        model.isa(),
+        model.threads(),
+        model.arena_bytes() as f64 / 1e6
+    );
+    let report = bench(
+        &model,
+        inputs,
+        args.warmup,
+        args.runs as usize,
+        args.profile,
+    )?;
+    print!("{report}");
+    Ok(())
+}

@@ -1,0 +1,253 @@
+//! 2-D convolution on channel-blocked data: NCHW{cb}c covers NCHWxc (cb = x),
+//! NHWC (cb = C, one block) and NCHW (cb = 1). Weights are packed once, with
+//! batch norm folded in; bias, residual add and relu/clip run in the epilogue
+//! of the register tile, so a fused conv makes one pass over its output.
+
+use super::simd::{conv_tile, Epilogue, Isa, Store, Tile, TILE};
+use rayon::prelude::*;
+
+/// Shapes and window of one convolution (logical extents).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConvGeom {
+    pub n: usize,
+    pub cin: usize,
+    pub h: usize,
+    pub w: usize,
+    pub cout: usize,
+    pub oh: usize,
+    pub ow: usize,
+    pub k: (usize, usize),
+    pub stride: (usize, usize),
+    pub dilation: (usize, usize),
+    pub pad: (usize, usize),
+    /// Channel block of the input and of the output storage.
+    pub x_cb: usize,
+    pub y_cb: usize,
+}
+
+impl ConvGeom {
+    pub fn x_len(&self) -> usize {
+        self.n * self.cin.div_ceil(self.x_cb) * self.x_cb * self.h * self.w
+    }
+    pub fn y_len(&self) -> usize {
+        self.n * self.cout.div_ceil(self.y_cb) * self.y_cb * self.oh * self.ow
+    }
+    /// Offset of output channel `c` from the start of a batch item and pixel.
+    fn y_chan(&self, c: usize) -> usize {
+        (c / self.y_cb) * self.oh * self.ow * self.y_cb + c % self.y_cb
+    }
+}
+
+/// A convolution ready to run: packed weights, bias and epilogue.
+pub struct PackedConv {
+    pub geom: ConvGeom,
+    isa: Isa,
+    /// Output channels of one group: one or two vectors of lanes.
+    width: usize,
+    /// [cout / width][kh][kw][cin][width], zero beyond `cout`.
+    w: Vec<f32>,
+    /// [cout / width][width].
+    bias: Vec<f32>,
+    pub epilogue: Epilogue,
+    /// Per output-channel group, the lane offsets when the output block is not
+    /// a multiple of the lanes.
+    chan_offsets: Option<Vec<Vec<isize>>>,
+    /// What the output's padding channels must hold, if any are there.
+    pad_fill: Option<f32>,
+}
+
+impl PackedConv {
+    /// Packs logical OIHW weights `w` and per-channel `bias` (already folded with
+    /// any batch norm).
+    pub fn new(
+        geom: ConvGeom,
+        isa: Isa,
+        w: &[f32],
+        bias: &[f32],
+        epilogue: Epilogue,
+        pad_fill: Option<f32>,
+    ) -> PackedConv {
+        let lanes = isa.lanes();
+        // Two vectors per tile halve the broadcasts per FMA; AVX-512 has the
+        // registers for it (2 x 12 accumulators), when vectors store whole.
+        let width = if isa == Isa::Avx512 && geom.y_cb.is_multiple_of(lanes) && geom.cout > lanes {
+            2 * lanes
+        } else {
+            lanes
+        };
+        let groups = geom.cout.div_ceil(width);
+        let (kh, kw) = geom.k;
+        let mut packed = vec![0f32; groups * kh * kw * geom.cin * width];
+        let mut packed_bias = vec![0f32; groups * width];
+        // Group g, lane l is output channel g * width + l.
+        packed_bias[..geom.cout].copy_from_slice(&bias[..geom.cout]);
+        for o in 0..geom.cout {
+            let (g, l) = (o / width, o % width);
+            for i in 0..geom.cin {
+                for y in 0..kh {
+                    for x in 0..kw {
+                        let src = ((o * geom.cin + i) * kh + y) * kw + x;
+                        let dst = (((g * kh + y) * kw + x) * geom.cin + i) * width + l;
+                        packed[dst] = w[src];
+                    }
+                }
+            }
+        }
+        let chan_offsets = (!geom.y_cb.is_multiple_of(lanes)).then(|| {
+            (0..groups)
+                .map(|g| {
+                    let base = geom.y_chan(g * lanes) as isize;
+                    (g * lanes..((g + 1) * lanes).min(geom.cout))
+                        .map(|c| geom.y_chan(c) as isize - base)
+                        .collect()
+                })
+                .collect()
+        });
+        let padded = !geom.cout.is_multiple_of(geom.y_cb);
+        PackedConv {
+            geom,
+            isa,
+            width,
+            w: packed,
+            bias: packed_bias,
+            epilogue,
+            chan_offsets,
+            pad_fill: pad_fill.filter(|_| padded),
+        }
+    }
+
+    /// Computes `y` from `x` (and the residual, laid out like `y`, if fused).
+    pub fn run(&self, x: &[f32], residual: Option<&[f32]>, y: &mut [f32]) {
+        let g = &self.geom;
+        assert!(x.len() >= g.x_len() && y.len() >= g.y_len());
+        assert!(residual.is_none_or(|r| r.len() >= g.y_len()));
+        let groups = g.cout.div_ceil(self.width);
+        let rows = g.n * groups * g.oh;
+        // Raw addresses so rows can be written in parallel: each (n, group, oh)
+        // writes its own output pixels and channels only.
+        let (xp, yp) = (x.as_ptr() as usize, y.as_mut_ptr() as usize);
+        let rp = residual.map(|r| r.as_ptr() as usize);
+        let chunk = (rows / (rayon::current_num_threads() * 4)).max(1);
+        (0..rows)
+            .into_par_iter()
+            .with_min_len(chunk)
+            .for_each(|r| unsafe {
+                self.row(
+                    r,
+                    xp as *const f32,
+                    rp.map(|p| p as *const f32),
+                    yp as *mut f32,
+                )
+            });
+        if let Some(v) = self.pad_fill {
+            fill_channel_pad(y, g.n, g.cout, g.y_cb, g.oh * g.ow, v);
+        }
+    }
+
+    /// One output row of one channel group of one batch item.
+    unsafe fn row(&self, r: usize, x: *const f32, res: Option<*const f32>, y: *mut f32) {
+        let g = &self.geom;
+        let lanes = self.isa.lanes();
+        let width = self.width;
+        let groups = g.cout.div_ceil(width);
+        let (n, rest) = (r / (groups * g.oh), r % (groups * g.oh));
+        let (grp, oh) = (rest / g.oh, rest % g.oh);
+        let x_batch = (g.cin.div_ceil(g.x_cb) * g.x_cb * g.h * g.w) as isize;
+        let y_batch = g.cout.div_ceil(g.y_cb) * g.y_cb * g.oh * g.ow;
+        let (kh, kw) = g.k;
+        let (sh, sw) = g.stride;
+        let (dh, dw) = g.dilation;
+        let (ph, pw) = g.pad;
+        let ih0 = (oh * sh) as isize - ph as isize;
+        let kh_range = valid_taps(ih0, dh, kh, g.h);
+        let xcb = g.x_cb as isize;
+        let mut tile = Tile {
+            pixels: 0,
+            kh: kh_range,
+            kw: (0, kw),
+            x_origin: 0,
+            x_pixel: sw as isize * xcb,
+            x_kh: (dh * g.w) as isize * xcb,
+            x_kw: dw as isize * xcb,
+            cin: g.cin,
+            x_cb: g.x_cb,
+            x_cblock: (g.h * g.w) as isize * xcb,
+            kw_total: kw,
+            w_width: width,
+            // The last group may need only one of its two vectors.
+            vectors: (g.cout - grp * width).div_ceil(lanes).min(width / lanes),
+        };
+        let w = self.w.as_ptr().add(grp * kh * kw * g.cin * width);
+        let bias = self.bias.as_ptr().add(grp * width);
+        let offsets = self.chan_offsets.as_ref().map(|o| o[grp].as_slice());
+        let c0 = grp * width;
+        let y_row = n * y_batch + g.y_chan(c0) + oh * g.ow * g.y_cb;
+        let vector = if width > lanes && c0 + lanes < g.cout {
+            g.y_chan(c0 + lanes) as isize - g.y_chan(c0) as isize
+        } else {
+            0
+        };
+        let x_row = n as isize * x_batch + ih0 * g.w as isize * xcb;
+        // Output columns whose whole window row lies inside the input.
+        let lo = pw.div_ceil(sw).min(g.ow);
+        let span = (kw - 1) * dw;
+        let hi = if g.w + pw > span {
+            ((g.w + pw - span - 1) / sw + 1).clamp(lo, g.ow)
+        } else {
+            lo
+        };
+        let mut ow = 0;
+        while ow < g.ow {
+            let (pixels, kw_range) = if ow >= lo && ow < hi {
+                (TILE.min(hi - ow), (0, kw))
+            } else {
+                (1, valid_taps((ow * sw) as isize - pw as isize, dw, kw, g.w))
+            };
+            tile.pixels = pixels;
+            tile.kw = kw_range;
+            tile.x_origin = x_row + ((ow * sw) as isize - pw as isize) * xcb;
+            let off = (y_row + ow * g.y_cb) as isize;
+            let store = Store {
+                out: y.offset(off),
+                residual: res.map(|p| p.offset(off)),
+                pixel: g.y_cb as isize,
+                vector,
+                lanes_used: (g.cout - c0).min(lanes),
+                chan_offsets: offsets,
+            };
+            conv_tile(self.isa, x, w, bias, &tile, &store, self.epilogue);
+            ow += pixels;
+        }
+    }
+}
+
+/// Kernel taps `k` with `0 <= start + k * dilation < extent`, as a range.
+fn valid_taps(start: isize, dilation: usize, taps: usize, extent: usize) -> (usize, usize) {
+    let d = dilation as isize;
+    let first = if start >= 0 {
+        0
+    } else {
+        ((-start + d - 1) / d) as usize
+    };
+    let last = if start >= extent as isize {
+        0
+    } else {
+        (((extent as isize - 1 - start) / d) + 1) as usize
+    };
+    (first.min(taps), last.clamp(first.min(taps), taps))
+}
+
+/// Writes `v` into the padding channels (`c >= channels`) of an NCHW{cb}c tensor.
+pub fn fill_channel_pad(y: &mut [f32], n: usize, channels: usize, cb: usize, plane: usize, v: f32) {
+    let blocks = channels.div_ceil(cb);
+    let first_pad = channels % cb;
+    if first_pad == 0 {
+        return;
+    }
+    for b in 0..n {
+        let block = &mut y[((b * blocks + blocks - 1) * plane) * cb..][..plane * cb];
+        for px in block.chunks_exact_mut(cb) {
+            px[first_pad..].fill(v);
+        }
+    }
+}

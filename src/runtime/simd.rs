@@ -1,0 +1,358 @@
+//! Register-blocked convolution micro-kernel, written once over a vector type
+//! and instantiated for AVX-512 (16 lanes), AVX2+FMA (8 lanes) and a portable
+//! fallback (8 lanes of plain f32 the compiler may vectorize). The instruction
+//! set is chosen at run time (`Isa::detect`).
+//!
+//! The kernel computes a tile of `T` output pixels of one output row times one
+//! vector of `LANES` consecutive output channels: every accumulator stays in a
+//! register while it runs over the kernel window and the input channels, each
+//! step one weight-vector load, then a broadcast and an FMA per pixel.
+
+/// The instruction set a kernel runs with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    Avx512,
+    Avx2,
+    Portable,
+}
+
+impl Isa {
+    /// The widest instruction set this CPU supports.
+    pub fn detect() -> Isa {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return Isa::Avx512;
+            }
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                return Isa::Avx2;
+            }
+        }
+        Isa::Portable
+    }
+
+    /// Whether this CPU can run kernels of this instruction set.
+    pub fn available(self) -> bool {
+        match self {
+            Isa::Portable => true,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => {
+                std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
+    /// Output channels one kernel call computes.
+    pub fn lanes(self) -> usize {
+        match self {
+            Isa::Avx512 => 16,
+            Isa::Avx2 | Isa::Portable => 8,
+        }
+    }
+}
+
+/// Pixels per register tile: 12 accumulators leave room for the weight vector
+/// and broadcasts in 16 (AVX2) or 32 (AVX-512) registers.
+pub const TILE: usize = 12;
+
+/// The geometry of one tile call. Offsets and strides are in f32 elements.
+#[derive(Clone, Copy, Debug)]
+pub struct Tile {
+    /// Output pixels in this tile (1..=TILE).
+    pub pixels: usize,
+    /// Kernel rows and columns to visit (all pixels of the tile have their
+    /// whole window inside the input for these).
+    pub kh: (usize, usize),
+    pub kw: (usize, usize),
+    /// Input offset of pixel 0 at kernel position (0, 0) (may be "negative"
+    /// for a border tile; only in-range positions are visited).
+    pub x_origin: isize,
+    /// Input stride between neighbouring output pixels (stride_w * pixel).
+    pub x_pixel: isize,
+    /// Input strides of a kernel row and a kernel column (dilated).
+    pub x_kh: isize,
+    pub x_kw: isize,
+    /// Input channels, and their split into blocks of `x_cb` that lie `x_cblock` apart.
+    pub cin: usize,
+    pub x_cb: usize,
+    pub x_cblock: isize,
+    /// Packed weights of this output-channel group: [kh][kw][cin][w_width],
+    /// of which the tile uses the first `vectors * LANES` of each row.
+    pub kw_total: usize,
+    pub w_width: usize,
+    /// Output-channel vectors the tile computes (1 or 2).
+    pub vectors: usize,
+}
+
+/// What the epilogue applies to each accumulator before the store.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Epilogue {
+    pub min: f32,
+    pub max: f32,
+}
+
+/// Operations of one vector of `LANES` f32.
+trait Vector: Copy {
+    const LANES: usize;
+    unsafe fn load(p: *const f32) -> Self;
+    unsafe fn splat(x: f32) -> Self;
+    unsafe fn fma(a: Self, b: Self, c: Self) -> Self;
+    unsafe fn add(a: Self, b: Self) -> Self;
+    unsafe fn clamp(a: Self, lo: Self, hi: Self) -> Self;
+    unsafe fn store(self, p: *mut f32);
+}
+
+#[derive(Clone, Copy)]
+struct Portable([f32; 8]);
+
+impl Vector for Portable {
+    const LANES: usize = 8;
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        Portable(std::ptr::read_unaligned(p as *const [f32; 8]))
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> Self {
+        Portable([x; 8])
+    }
+    #[inline(always)]
+    unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
+        Portable(std::array::from_fn(|i| a.0[i] * b.0[i] + c.0[i]))
+    }
+    #[inline(always)]
+    unsafe fn add(a: Self, b: Self) -> Self {
+        Portable(std::array::from_fn(|i| a.0[i] + b.0[i]))
+    }
+    #[inline(always)]
+    unsafe fn clamp(a: Self, lo: Self, hi: Self) -> Self {
+        Portable(std::array::from_fn(|i| a.0[i].max(lo.0[i]).min(hi.0[i])))
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut f32) {
+        std::ptr::write_unaligned(p as *mut [f32; 8], self.0)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::Vector;
+    use std::arch::x86_64::*;
+
+    #[derive(Clone, Copy)]
+    pub struct Zmm(pub __m512);
+    #[derive(Clone, Copy)]
+    pub struct Ymm(pub __m256);
+
+    impl Vector for Zmm {
+        const LANES: usize = 16;
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            Zmm(_mm512_loadu_ps(p))
+        }
+        #[inline(always)]
+        unsafe fn splat(x: f32) -> Self {
+            Zmm(_mm512_set1_ps(x))
+        }
+        #[inline(always)]
+        unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
+            Zmm(_mm512_fmadd_ps(a.0, b.0, c.0))
+        }
+        #[inline(always)]
+        unsafe fn add(a: Self, b: Self) -> Self {
+            Zmm(_mm512_add_ps(a.0, b.0))
+        }
+        #[inline(always)]
+        unsafe fn clamp(a: Self, lo: Self, hi: Self) -> Self {
+            Zmm(_mm512_min_ps(_mm512_max_ps(a.0, lo.0), hi.0))
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            _mm512_storeu_ps(p, self.0)
+        }
+    }
+
+    impl Vector for Ymm {
+        const LANES: usize = 8;
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            Ymm(_mm256_loadu_ps(p))
+        }
+        #[inline(always)]
+        unsafe fn splat(x: f32) -> Self {
+            Ymm(_mm256_set1_ps(x))
+        }
+        #[inline(always)]
+        unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
+            Ymm(_mm256_fmadd_ps(a.0, b.0, c.0))
+        }
+        #[inline(always)]
+        unsafe fn add(a: Self, b: Self) -> Self {
+            Ymm(_mm256_add_ps(a.0, b.0))
+        }
+        #[inline(always)]
+        unsafe fn clamp(a: Self, lo: Self, hi: Self) -> Self {
+            Ymm(_mm256_min_ps(_mm256_max_ps(a.0, lo.0), hi.0))
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            _mm256_storeu_ps(p, self.0)
+        }
+    }
+}
+
+/// Where one tile's results go. `out` and `residual` point at pixel 0 of the
+/// tile's first output channel; a pixel is `pixel` elements further. When the
+/// output-channel block is a multiple of the lanes, a vector's channels are
+/// contiguous (`chan_offsets` is None); otherwise each lane has its own offset.
+#[derive(Clone, Copy)]
+pub struct Store<'a> {
+    pub out: *mut f32,
+    pub residual: Option<*const f32>,
+    pub pixel: isize,
+    /// Offset of the second vector's channels from the first's.
+    pub vector: isize,
+    pub lanes_used: usize,
+    pub chan_offsets: Option<&'a [isize]>,
+}
+
+/// One tile of exactly `N` pixels times `M` vectors of output channels: constant
+/// trip counts keep the `N * M` accumulators in registers.
+// Two-dimensional indexing of the accumulators reads clearest here.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+unsafe fn tile_n<V: Vector, const N: usize, const M: usize>(
+    x: *const f32,
+    w: *const f32,
+    bias: *const f32,
+    t: &Tile,
+    st: &Store,
+    ep: Epilogue,
+) {
+    let mut acc: [[V; N]; M] = std::array::from_fn(|m| [V::load(bias.add(m * V::LANES)); N]);
+    for kh in t.kh.0..t.kh.1 {
+        for kw in t.kw.0..t.kw.1 {
+            let mut wp = w.add(((kh * t.kw_total + kw) * t.cin) * t.w_width);
+            let base = x.offset(t.x_origin + kh as isize * t.x_kh + kw as isize * t.x_kw);
+            let mut c = 0;
+            while c < t.cin {
+                let block = base.offset((c / t.x_cb) as isize * t.x_cblock);
+                let inner = t.x_cb.min(t.cin - c);
+                for ci in 0..inner {
+                    let wv: [V; M] = std::array::from_fn(|m| V::load(wp.add(m * V::LANES)));
+                    let xp = block.add(ci);
+                    for p in 0..N {
+                        let xv = V::splat(*xp.offset(p as isize * t.x_pixel));
+                        for m in 0..M {
+                            acc[m][p] = V::fma(xv, wv[m], acc[m][p]);
+                        }
+                    }
+                    wp = wp.add(t.w_width);
+                }
+                c += inner;
+            }
+        }
+    }
+    let lo = V::splat(ep.min);
+    let hi = V::splat(ep.max);
+    for (p, m) in (0..N).flat_map(|p| (0..M).map(move |m| (p, m))) {
+        let off = p as isize * st.pixel + m as isize * st.vector;
+        let mut v = acc[m][p];
+        match st.chan_offsets {
+            None => {
+                if let Some(r) = st.residual {
+                    v = V::add(v, V::load(r.offset(off)));
+                }
+                V::clamp(v, lo, hi).store(st.out.offset(off));
+            }
+            Some(offs) => {
+                let mut lanes = [0f32; 16];
+                v.store(lanes.as_mut_ptr());
+                for (l, &co) in offs.iter().enumerate().take(st.lanes_used) {
+                    let mut y = lanes[l];
+                    if let Some(r) = st.residual {
+                        y += *r.offset(off + co);
+                    }
+                    *st.out.offset(off + co) = y.max(ep.min).min(ep.max);
+                }
+            }
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn tile_generic<V: Vector>(
+    x: *const f32,
+    w: *const f32,
+    bias: *const f32,
+    t: &Tile,
+    st: &Store,
+    ep: Epilogue,
+) {
+    macro_rules! by_pixels {
+        ($($n:literal)*) => {
+            match (t.pixels, t.vectors) {
+                $(($n, 1) => tile_n::<V, $n, 1>(x, w, bias, t, st, ep),)*
+                $(($n, _) => tile_n::<V, $n, 2>(x, w, bias, t, st, ep),)*
+                _ => unreachable!("a tile has 1..=TILE pixels"),
+            }
+        };
+    }
+    by_pixels!(1 2 3 4 5 6 7 8 9 10 11 12)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn tile_avx512(
+    x: *const f32,
+    w: *const f32,
+    bias: *const f32,
+    t: &Tile,
+    st: &Store,
+    ep: Epilogue,
+) {
+    tile_generic::<x86::Zmm>(x, w, bias, t, st, ep)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile_avx2(
+    x: *const f32,
+    w: *const f32,
+    bias: *const f32,
+    t: &Tile,
+    st: &Store,
+    ep: Epilogue,
+) {
+    tile_generic::<x86::Ymm>(x, w, bias, t, st, ep)
+}
+
+/// Runs one tile.
+///
+/// # Safety
+/// `isa` must be available on this CPU, and every address the tile reads or
+/// writes (from `t` and `st`) must lie inside live buffers; `w` holds
+/// `kh_total * kw_total * cin * t.w_width` floats and `bias` `t.w_width`.
+pub unsafe fn conv_tile(
+    isa: Isa,
+    x: *const f32,
+    w: *const f32,
+    bias: *const f32,
+    t: &Tile,
+    st: &Store,
+    ep: Epilogue,
+) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => tile_avx512(x, w, bias, t, st, ep),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => tile_avx2(x, w, bias, t, st, ep),
+        _ => tile_generic::<Portable>(x, w, bias, t, st, ep),
+    }
+}

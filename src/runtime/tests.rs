@@ -1,0 +1,314 @@
+//! The runtime's kernels against independent computations: the register-tiled
+//! convolution against a naive loop (every instruction set this CPU has, every
+//! channel blocking, tails that do not divide), and whole compiled graphs of
+//! random convolutions (padding, stride, dilation, groups, fused batch norm,
+//! residual and clip) against the reference executor.
+
+use super::conv::{ConvGeom, PackedConv};
+use super::simd::{Epilogue, Isa};
+use super::{CompiledModel, RuntimeOptions};
+use crate::graph::{Conv, DType, Graph, Op, Tensor, UnaryOp, ValueType, Window};
+use crate::layout::op_rules::{CostModel, Family};
+use crate::layout::plan::{plan, planner_by_name};
+
+/// splitmix64: reproducible test data without a dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn range(&mut self, lo: usize, hi: usize) -> usize {
+        lo + self.below(hi - lo + 1)
+    }
+    fn f32s(&mut self, n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|_| (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0)
+            .collect()
+    }
+}
+
+/// The logical NCHW convolution (groups = 1) computed plainly in f64.
+fn naive_conv(g: &ConvGeom, x: &[f32], w: &[f32], b: &[f32]) -> Vec<f64> {
+    let mut y = vec![0f64; g.n * g.cout * g.oh * g.ow];
+    for n in 0..g.n {
+        for o in 0..g.cout {
+            for oy in 0..g.oh {
+                for ox in 0..g.ow {
+                    let mut s = b[o] as f64;
+                    for i in 0..g.cin {
+                        for ky in 0..g.k.0 {
+                            for kx in 0..g.k.1 {
+                                let iy = (oy * g.stride.0 + ky * g.dilation.0) as isize
+                                    - g.pad.0 as isize;
+                                let ix = (ox * g.stride.1 + kx * g.dilation.1) as isize
+                                    - g.pad.1 as isize;
+                                if iy < 0 || ix < 0 || iy >= g.h as isize || ix >= g.w as isize {
+                                    continue;
+                                }
+                                let xv =
+                                    x[((n * g.cin + i) * g.h + iy as usize) * g.w + ix as usize];
+                                let wv = w[((o * g.cin + i) * g.k.0 + ky) * g.k.1 + kx];
+                                s += xv as f64 * wv as f64;
+                            }
+                        }
+                    }
+                    y[((n * g.cout + o) * g.oh + oy) * g.ow + ox] = s;
+                }
+            }
+        }
+    }
+    y
+}
+
+/// Offset of logical (n, c, y, x) in NCHW{cb}c storage of `channels` channels.
+fn blocked(n: usize, c: usize, yx: usize, channels: usize, plane: usize, cb: usize) -> usize {
+    let blocks = channels.div_ceil(cb);
+    ((n * blocks + c / cb) * plane + yx) * cb + c % cb
+}
+
+#[test]
+fn tiled_conv_matches_a_naive_loop_for_every_isa_and_blocking() {
+    let isas: Vec<Isa> = [Isa::Avx512, Isa::Avx2, Isa::Portable]
+        .into_iter()
+        .filter(|i| i.available())
+        .collect();
+    let mut rng = Rng(7);
+    for case in 0..60 {
+        let (cin, cout) = (rng.range(1, 20), rng.range(1, 40));
+        let k = (rng.range(1, 3), rng.range(1, 3));
+        let dilation = (rng.range(1, 2), rng.range(1, 2));
+        let pad = (rng.range(0, 2), rng.range(0, 2));
+        let stride = (rng.range(1, 2), rng.range(1, 2));
+        let h = rng.range((k.0 - 1) * dilation.0 + 1, 16);
+        let w = rng.range((k.1 - 1) * dilation.1 + 1, 30);
+        let pick = |rng: &mut Rng, c: usize| [1, 8, 16, c][rng.below(4)];
+        let (x_cb, y_cb) = (pick(&mut rng, cin), pick(&mut rng, cout));
+        let g = ConvGeom {
+            n: rng.range(1, 2),
+            cin,
+            h,
+            w,
+            cout,
+            oh: (h + 2 * pad.0 - (k.0 - 1) * dilation.0 - 1) / stride.0 + 1,
+            ow: (w + 2 * pad.1 - (k.1 - 1) * dilation.1 - 1) / stride.1 + 1,
+            k,
+            stride,
+            dilation,
+            pad,
+            x_cb,
+            y_cb,
+        };
+        let x = rng.f32s(g.n * cin * h * w);
+        let wt = rng.f32s(cout * cin * k.0 * k.1);
+        let bias = rng.f32s(cout);
+        let residual = rng.f32s(g.y_len());
+        let with_residual = rng.below(2) == 0;
+        let (lo, hi) = [
+            (f32::NEG_INFINITY, f32::INFINITY),
+            (0.0, f32::INFINITY),
+            (-0.5, 0.5),
+        ][rng.below(3)];
+        let mut xb = vec![f32::NAN; g.x_len()];
+        for n in 0..g.n {
+            for c in 0..cin {
+                for yx in 0..h * w {
+                    xb[blocked(n, c, yx, cin, h * w, x_cb)] = x[(n * cin + c) * h * w + yx];
+                }
+            }
+        }
+        let expect = naive_conv(&g, &x, &wt, &bias);
+        for &isa in &isas {
+            let conv = PackedConv::new(
+                g.clone(),
+                isa,
+                &wt,
+                &bias,
+                Epilogue { min: lo, max: hi },
+                Some(0.0),
+            );
+            let mut y = vec![f32::NAN; g.y_len()];
+            conv.run(&xb, with_residual.then_some(&residual[..]), &mut y);
+            let plane = g.oh * g.ow;
+            for n in 0..g.n {
+                for c in 0..cout.div_ceil(y_cb) * y_cb {
+                    for yx in 0..plane {
+                        let at = blocked(n, c, yx, cout, plane, y_cb);
+                        if c >= cout {
+                            assert_eq!(y[at], 0.0, "case {case} {isa:?}: padding channel {c}");
+                            continue;
+                        }
+                        let mut e = expect[(n * cout + c) * plane + yx];
+                        if with_residual {
+                            e += residual[at] as f64;
+                        }
+                        let e = e.max(lo as f64).min(hi as f64);
+                        assert!(
+                            (y[at] as f64 - e).abs() <= 1e-4 * (1.0 + e.abs()),
+                            "case {case} {isa:?} {g:?}: ({n},{c},{yx}) got {} want {e}",
+                            y[at]
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A graph: x -> Conv(random window, groups) [-> BatchNorm] [-> Add(r)] [-> Clip].
+fn random_conv_graph(rng: &mut Rng) -> (Graph, Vec<Tensor>) {
+    let mut g = Graph::new("random_conv");
+    let groups = [1, 2, 0][rng.below(3)];
+    let per_group = rng.range(1, 6);
+    let cin = if groups == 0 {
+        rng.range(2, 20)
+    } else {
+        groups * per_group
+    };
+    let groups = if groups == 0 { cin } else { groups };
+    let cout = if groups == cin {
+        cin
+    } else {
+        groups * rng.range(1, 12)
+    };
+    let k = rng.range(1, 3);
+    let window = Window {
+        kernel: vec![k, rng.range(1, 3)],
+        strides: vec![rng.range(1, 2), rng.range(1, 2)],
+        dilations: vec![rng.range(1, 2), rng.range(1, 2)],
+        pads: vec![
+            rng.range(0, 2),
+            rng.range(0, 1),
+            rng.range(0, 2),
+            rng.range(0, 1),
+        ],
+    };
+    let (h, w) = (rng.range(5, 12), rng.range(5, 12));
+    let x_ty = ValueType::new(DType::F32, vec![1, cin, h, w]);
+    let x = g.add_input("x", x_ty.clone(), vec![]);
+    let mut inputs = vec![Tensor::from_f32(x_ty.shape.clone(), rng.f32s(x_ty.numel()))];
+    let wshape = vec![cout, cin / groups, window.kernel[0], window.kernel[1]];
+    let wt = g.add_constant(
+        "w",
+        Tensor::from_f32(wshape.clone(), rng.f32s(wshape.iter().product())),
+        vec![],
+    );
+    let b = g.add_constant("b", Tensor::from_f32(vec![cout], rng.f32s(cout)), vec![]);
+    let conv = g
+        .add_node(
+            Op::Conv(Conv {
+                window,
+                group: groups,
+            }),
+            "conv",
+            &[x, wt, b],
+            &[],
+            vec![],
+        )
+        .unwrap();
+    let mut v = crate::graph::ValueRef::new(conv, 0);
+    if rng.below(2) == 0 {
+        let mut p = |name: &str, positive: bool| {
+            let vals: Vec<f32> = rng
+                .f32s(cout)
+                .iter()
+                .map(|x| if positive { x.abs() + 0.5 } else { *x })
+                .collect();
+            g.add_constant(name, Tensor::from_f32(vec![cout], vals), vec![])
+        };
+        let params = [
+            p("scale", false),
+            p("beta", false),
+            p("mean", false),
+            p("var", true),
+        ];
+        let ins = [v, params[0], params[1], params[2], params[3]];
+        v = crate::graph::ValueRef::new(
+            g.add_node(Op::BatchNorm { epsilon: 1e-5 }, "bn", &ins, &[], vec![])
+                .unwrap(),
+            0,
+        );
+    }
+    if rng.below(2) == 0 {
+        let ty = g.value_type(v).clone();
+        let r = g.add_input("r", ty.clone(), vec![]);
+        inputs.push(Tensor::from_f32(ty.shape.clone(), rng.f32s(ty.numel())));
+        let add = Op::Binary(crate::graph::BinaryOp::Add);
+        v = crate::graph::ValueRef::new(g.add_node(add, "add", &[v, r], &[], vec![]).unwrap(), 0);
+    }
+    if rng.below(2) == 0 {
+        let clip = Op::Unary(UnaryOp::Clip {
+            min: -0.5,
+            max: 1.0,
+        });
+        v = crate::graph::ValueRef::new(g.add_node(clip, "clip", &[v], &[], vec![]).unwrap(), 0);
+    }
+    g.set_outputs(vec![v]);
+    (g, inputs)
+}
+
+#[test]
+fn compiled_random_convs_match_the_reference_executor() {
+    let mut rng = Rng(11);
+    let families = [
+        Family::Nchwc(16),
+        Family::Nchwc(8),
+        Family::Nhwc,
+        Family::Nchw,
+    ];
+    let mut native = 0;
+    for case in 0..40 {
+        let (g, inputs) = random_conv_graph(&mut rng);
+        let expected = crate::reference::run(&g, &inputs).unwrap();
+        let family = families[case % families.len()];
+        let planned = plan(
+            &g,
+            planner_by_name("global").unwrap().as_ref(),
+            family,
+            &CostModel::default(),
+        )
+        .unwrap()
+        .graph;
+        let m = CompiledModel::compile(&planned, &RuntimeOptions { threads: 2 }).unwrap();
+        let got = m.run(&inputs).unwrap();
+        native += m
+            .describe()
+            .iter()
+            .any(|l| l.contains("[Conv") && l.ends_with("native")) as usize;
+        let (e, a) = (expected[0].to_f32(), got[0].to_f32());
+        let mag = e.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let err = e
+            .iter()
+            .zip(&a)
+            .fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        assert!(
+            err <= 1e-4 * mag.max(1.0),
+            "case {case} {family}: error {err} (max {mag})\n{}",
+            m.describe().join("\n")
+        );
+    }
+    // Grouped (not depthwise) convolutions fall back; the rest must be native.
+    assert!(
+        native >= 20,
+        "only {native} of 40 convolutions ran natively"
+    );
+}
+
+#[test]
+fn a_wrong_input_is_an_error_naming_the_input() {
+    let mut rng = Rng(3);
+    let (g, _) = random_conv_graph(&mut rng);
+    let m = CompiledModel::compile(&g, &RuntimeOptions { threads: 1 }).unwrap();
+    let bad = vec![Tensor::from_f32(vec![1, 1, 1, 1], vec![0.0]); g.inputs().len()];
+    let e = m.run(&bad).unwrap_err().to_string();
+    assert!(e.contains("model input 'x'"), "{e}");
+    let e = m.run(&[]).unwrap_err().to_string();
+    assert!(e.contains("inputs"), "{e}");
+}

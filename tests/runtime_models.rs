@@ -1,0 +1,111 @@
+//! The native runtime end to end: every bundled model (ONNX and TFLite) planned
+//! with `global` for NCHW16c, NCHW8c and NHWC, compiled and run, matches the
+//! outputs onnxruntime recorded (max abs error at most 1e-3 times the max
+//! magnitude), for 1 and 2 worker threads.
+
+mod common;
+
+use common::{load_test_data, max_abs_err};
+use layoutopt::frontend::onnx::{load_onnx, ImportOptions};
+use layoutopt::frontend::tflite::load_tflite;
+use layoutopt::graph::Graph;
+use layoutopt::layout::op_rules::{CostModel, Family};
+use layoutopt::layout::plan::{plan, planner_by_name};
+use layoutopt::runtime::{CompiledModel, RuntimeOptions};
+use std::path::{Path, PathBuf};
+
+fn bundled_models() -> Vec<(PathBuf, Graph)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
+    let mut dirs: Vec<_> = std::fs::read_dir(root)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("test_data_set_0").exists())
+        .collect();
+    dirs.sort();
+    dirs.into_iter()
+        .filter_map(|d| {
+            let g = if d.join("model.onnx").exists() {
+                load_onnx(&d.join("model.onnx"), &ImportOptions::default()).unwrap()
+            } else {
+                load_tflite(&d.join("model.tflite")).ok()?
+            };
+            Some((d, g))
+        })
+        .collect()
+}
+
+#[test]
+fn bundled_models_match_onnxruntime_on_the_native_runtime() {
+    let models = bundled_models();
+    assert!(models.len() >= 5, "bundled models are missing");
+    for (dir, g) in models {
+        let (inputs, expected) = load_test_data(&dir);
+        for family in [Family::Nchwc(16), Family::Nchwc(8), Family::Nhwc] {
+            let planner = planner_by_name("global").unwrap();
+            let p = plan(&g, planner.as_ref(), family, &CostModel::default()).unwrap();
+            for threads in [1, 2] {
+                let m = CompiledModel::compile(&p.graph, &RuntimeOptions { threads })
+                    .unwrap_or_else(|e| panic!("{} {family}: {e}", dir.display()));
+                // Twice: the second run reuses the arena of the first.
+                for _ in 0..2 {
+                    let outputs = m
+                        .run(&inputs)
+                        .unwrap_or_else(|e| panic!("{} {family}: {e}", dir.display()));
+                    assert_eq!(outputs.len(), expected.len());
+                    for (out, exp) in outputs.iter().zip(&expected) {
+                        assert_eq!(out.shape, exp.shape);
+                        let (err, mag) = max_abs_err(exp, out);
+                        assert!(
+                            err <= 1e-3 * mag,
+                            "{} {family} {threads} threads: error {err} > 1e-3 * {mag}\n{}",
+                            dir.display(),
+                            m.describe().join("\n")
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn cli(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_layoutopt"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn cli_run_and_bench_use_the_native_runtime() {
+    let run = cli(&["run", "models/resnet_small/model.onnx", "--threads", "2"]);
+    assert!(run.contains("(native runtime)"), "{run}");
+    // The recorded onnxruntime output: the logits are of order 1.
+    let err: f64 = run
+        .split("max abs error vs recorded output: ")
+        .nth(1)
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no error line in:\n{run}"));
+    assert!(err < 1e-4, "{run}");
+
+    let bench = cli(&[
+        "bench",
+        "models/mobilenet_small/model.onnx",
+        "--threads",
+        "1",
+        "--runs",
+        "3",
+        "--profile",
+    ]);
+    assert!(bench.contains("latency over 3 runs: min"), "{bench}");
+    // Every op of the small MobileNet has a native kernel; the profile says so.
+    assert!(bench.contains(", 0 fallbacks):"), "{bench}");
+    // Its convolutions carry their clip (relu6) in the epilogue.
+    assert!(bench.contains("Conv+Clip"), "{bench}");
+}
