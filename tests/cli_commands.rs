@@ -195,7 +195,7 @@ fn run_matches_the_recorded_outputs() {
     ] {
         let o = layoutopt(&["run", &model(name, file), "--target", "nchw16c"]);
         assert_eq!(o.code, 0, "{}", o.stderr);
-        assert!(o.stdout.contains("reference executor"));
+        assert!(o.stdout.contains("native runtime"), "{}", o.stdout);
         let err: f64 = o
             .stdout
             .lines()
