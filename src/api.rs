@@ -65,7 +65,7 @@
 //! ```
 
 use crate::export::ExportError;
-use crate::frontend::onnx::{load_onnx, ImportError, ImportOptions};
+use crate::frontend::onnx::{import_onnx, ImportError, ImportOptions};
 use crate::frontend::tflite::{import_tflite, TfliteError};
 use crate::graph::Graph;
 use crate::layout::op_rules::{CostModel, Family};
@@ -89,8 +89,6 @@ pub enum Error {
     Exec(#[from] ExecError),
     #[error(transparent)]
     Export(#[from] ExportError),
-    #[error("{path}: {message}")]
-    Model { path: String, message: String },
     #[error("pass '{pass}': {message}")]
     Pass { pass: String, message: String },
 }
@@ -106,16 +104,20 @@ pub fn is_tflite(bytes: &[u8]) -> bool {
 /// reported as a bad TFLite file, anything else is read as ONNX.
 pub fn load_model(path: &Path) -> Result<Graph, Error> {
     let file = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|e| Error::Model {
+    let bytes = std::fs::read(path).map_err(|source| ImportError::Io {
         path: file.clone(),
-        message: format!("cannot read the file: {e}"),
+        source,
     })?;
     let tflite_ext = path.extension().is_some_and(|e| e == "tflite");
     if is_tflite(&bytes) || tflite_ext {
         return Ok(import_tflite(&bytes, &file)?);
     }
-    drop(bytes);
-    Ok(load_onnx(path, &ImportOptions::default())?)
+    Ok(import_onnx(
+        &bytes,
+        &file,
+        path.parent(),
+        &ImportOptions::default(),
+    )?)
 }
 
 /// A step of a compilation pipeline: a graph in, a graph out.

@@ -319,13 +319,16 @@ fn draw(
     Ok(Drawn { svg, nodes })
 }
 
+/// A row of the summary table: its label and how to read it from a report.
+type SummaryRow = (&'static str, fn(&PlanReport) -> String);
+
 fn summary_table(reports: &[&PlanReport]) -> String {
     let mut s = String::from(r#"<table id="summary"><tr><th></th>"#);
     for r in reports {
         let _ = write!(s, "<th>{}</th>", esc(&r.planner));
     }
     s.push_str("</tr>");
-    let rows: [(&str, fn(&PlanReport) -> String); 6] = [
+    let rows: [SummaryRow; 6] = [
         ("target", |r| r.family.clone()),
         ("transforms kept", |r| r.transform_count.to_string()),
         ("bytes moved", |r| r.transform_bytes.to_string()),

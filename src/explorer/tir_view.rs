@@ -4,7 +4,8 @@
 //! axis parallel), lowered after every primitive of the schedule record.
 //!
 //! Ops covered: 2-D Conv, 2-D MaxPool/AveragePool, GlobalPool, BatchNorm, the
-//! unary and binary elementwise ops with TIR intrinsics. Other ops say so.
+//! unary and binary elementwise ops with TIR intrinsics, Transpose, MatMul and
+//! Gemm. Other ops say so.
 
 use crate::graph::{BinaryOp, Conv, Op, Pool, PoolKind, UnaryOp, ValueType};
 use crate::layout::Layout;
@@ -91,7 +92,12 @@ fn build(op: &Op, types: &[ValueType]) -> Result<(ComputeGraph, Tensor, Option<T
     };
     match op {
         Op::Conv(c) => conv(&mut g, c, &ph, &shape_of(0), &shape_of(1)).map_err(t),
-        Op::Pool(p) if types[0].shape.len() == 4 => pool(&mut g, p, ph[0], &shape_of(0)).map_err(t),
+        Op::Pool(p) if types[0].shape.len() == 4 => {
+            let refs: Vec<&ValueType> = types.iter().collect();
+            let out = crate::graph::infer_outputs(op, &refs)?;
+            let hw = [out[0].shape[2], out[0].shape[3]];
+            pool(&mut g, p, ph[0], &shape_of(0), hw).map_err(t)
+        }
         Op::GlobalPool(kind) if types[0].shape.len() == 4 => {
             let s = shape_of(0);
             let (h, w) = (s[2], s[3]);
@@ -152,6 +158,81 @@ fn build(op: &Op, types: &[ValueType]) -> Result<(ComputeGraph, Tensor, Option<T
                         a.at(&broadcast_index(i, &sa)),
                         bb.at(&broadcast_index(i, &sb)),
                     )
+                })
+                .map_err(t)?;
+            Ok((g, y, None))
+        }
+        Op::Transpose { perm } => {
+            let s: Vec<i64> = perm.iter().map(|&a| e(types[0].shape[a])).collect();
+            let x = ph[0];
+            let y = g
+                .compute("Y", &s, |i| {
+                    // Output axis k is input axis perm[k].
+                    let mut idx = vec![Expr::Int(0); perm.len()];
+                    for (k, &a) in perm.iter().enumerate() {
+                        idx[a] = i[k].clone();
+                    }
+                    x.at(&idx)
+                })
+                .map_err(t)?;
+            Ok((g, y, None))
+        }
+        Op::MatMul if types[0].shape.len() >= 2 && types[1].shape.len() >= 2 => {
+            let (sa, sb) = (shape_of(0), shape_of(1));
+            let (ra, rb) = (sa.len(), sb.len());
+            let batch = crate::graph::broadcast_shapes(&sa[..ra - 2], &sb[..rb - 2])?;
+            let mut out: Vec<i64> = batch.iter().map(|&d| e(d)).collect();
+            out.extend([e(sa[ra - 2]), e(sb[rb - 1])]);
+            let (a, b) = (ph[0], ph[1]);
+            let nb = batch.len();
+            let y = g
+                .reduce("Y", &out, &[e(sa[ra - 1])], ReduceOp::Sum, |i, r| {
+                    let mut ia = broadcast_index(&i[..nb], &sa[..ra - 2]);
+                    ia.extend([i[nb].clone(), r[0].clone()]);
+                    let mut ib = broadcast_index(&i[..nb], &sb[..rb - 2]);
+                    ib.extend([r[0].clone(), i[nb + 1].clone()]);
+                    a.at(&ia) * b.at(&ib)
+                })
+                .map_err(t)?;
+            Ok((g, y, None))
+        }
+        Op::Gemm {
+            alpha,
+            beta,
+            trans_a,
+            trans_b,
+        } => {
+            let (sa, sb) = (shape_of(0), shape_of(1));
+            let (m, k) = if *trans_a {
+                (sa[1], sa[0])
+            } else {
+                (sa[0], sa[1])
+            };
+            let n = if *trans_b { sb[0] } else { sb[1] };
+            let (a, b) = (ph[0], ph[1]);
+            let (ta, tb) = (*trans_a, *trans_b);
+            let ab = g
+                .reduce("AB", &[e(m), e(n)], &[e(k)], ReduceOp::Sum, |i, r| {
+                    let (i0, i1, rk) = (i[0].clone(), i[1].clone(), r[0].clone());
+                    let av = if ta {
+                        a.at(&[rk.clone(), i0])
+                    } else {
+                        a.at(&[i0, rk.clone()])
+                    };
+                    let bv = if tb { b.at(&[i1, rk]) } else { b.at(&[rk, i1]) };
+                    av * bv
+                })
+                .map_err(t)?;
+            let (al, be) = (*alpha as f64, *beta as f64);
+            let c = ph.get(2).copied();
+            let sc = types.get(2).map(|t| t.shape.clone()).unwrap_or_default();
+            let y = g
+                .compute("Y", &[e(m), e(n)], |i| {
+                    let prod = ab.at(i) * al;
+                    match c {
+                        Some(c) => prod + c.at(&broadcast_index(i, &sc)) * be,
+                        None => prod,
+                    }
                 })
                 .map_err(t)?;
             Ok((g, y, None))
@@ -243,11 +324,14 @@ fn pad_stage(
             .and(i[2].clone().lt(ex(pt + h)))
             .and(i[3].clone().ge(ex(pl)))
             .and(i[3].clone().lt(ex(pl + w)));
+        // Reads clamped into the input, so that no index leaves it even where
+        // the select takes the fill (both branches are evaluated).
+        let clamp = |v: Expr, n: usize| v.max(ex(0)).min(ex(n - 1));
         let read = x.at(&[
             i[0].clone(),
             i[1].clone(),
-            i[2].clone() - ex(pt),
-            i[3].clone() - ex(pl),
+            clamp(i[2].clone() - ex(pt), h),
+            clamp(i[3].clone() - ex(pl), w),
         ]);
         Expr::select(inside, read, fill)
     })
@@ -311,24 +395,24 @@ fn pool(
     p: &Pool,
     x: Tensor,
     xs: &[usize],
+    out_hw: [usize; 2],
 ) -> Result<(ComputeGraph, Tensor, Option<Tensor>), TirError> {
     let w = &p.window;
     let is_max = p.kind == PoolKind::Max;
     let fill = if is_max { f64::NEG_INFINITY } else { 0.0 };
-    let pad = pad_stage(g, x, xs, &w.pads, fill)?;
-    let src = pad.unwrap_or(x);
     let span = |a: usize| w.dilations[a] * (w.kernel[a] - 1) + 1;
-    let extent = |a: usize| {
-        let total = xs[a + 2] + w.pads[a] + w.pads[a + 2];
-        let steps = total.saturating_sub(span(a));
-        let n = if p.ceil_mode {
-            steps.div_ceil(w.strides[a])
-        } else {
-            steps / w.strides[a]
-        };
-        n + 1
-    };
-    let out = [e(xs[0]), e(xs[1]), e(extent(0)), e(extent(1))];
+    // In ceil mode the last window may run past the end padding: pad further
+    // so that every read is inside the padded stage (those positions hold the
+    // fill, and the divisor below counts input positions only).
+    let mut pads = w.pads.clone();
+    for a in 0..2 {
+        let needed = (out_hw[a] - 1) * w.strides[a] + span(a);
+        let have = xs[a + 2] + w.pads[a] + w.pads[a + 2];
+        pads[a + 2] += needed.saturating_sub(have);
+    }
+    let pad = pad_stage(g, x, xs, &pads, fill)?;
+    let src = pad.unwrap_or(x);
+    let out = [e(xs[0]), e(xs[1]), e(out_hw[0]), e(out_hw[1])];
     let (sh, sw, dh, dw) = (w.strides[0], w.strides[1], w.dilations[0], w.dilations[1]);
     let rop = if is_max { ReduceOp::Max } else { ReduceOp::Sum };
     let name = if is_max { "Y" } else { "S" };
@@ -501,6 +585,7 @@ pub fn lower_node(
 mod tests {
     use super::*;
     use crate::graph::{DType, Window};
+    use std::collections::HashMap;
 
     #[test]
     fn diff_marks_added_and_removed_lines() {
@@ -543,9 +628,146 @@ mod tests {
         assert!(last.contains("parallel"), "{last}");
     }
 
+    /// A deterministic tensor with values in [-1, 1).
+    fn tensor(shape: &[usize], seed: u64) -> crate::graph::Tensor {
+        let n: usize = shape.iter().product();
+        let vals = (0..n)
+            .map(|i| (((i as u64 * 7919 + seed * 104729) % 2000) as f32) / 1000.0 - 1.0)
+            .collect();
+        crate::graph::Tensor::from_f32(shape.to_vec(), vals)
+    }
+
+    /// The compute definition, evaluated directly, against the reference
+    /// executor (tolerance 1e-5 * max(1, |expected|)).
+    fn agrees_with_reference(op: Op, shapes: &[&[usize]]) {
+        let inputs: Vec<crate::graph::Tensor> = shapes
+            .iter()
+            .enumerate()
+            .map(|(k, s)| tensor(s, k as u64 + 1))
+            .collect();
+        agrees_on(op, inputs);
+    }
+
+    fn agrees_on(op: Op, inputs: Vec<crate::graph::Tensor>) {
+        let types: Vec<ValueType> = inputs
+            .iter()
+            .map(|t| ValueType::new(DType::F32, t.shape.clone()))
+            .collect();
+        let refs: Vec<&ValueType> = types.iter().collect();
+        let out_types = crate::graph::infer_outputs(&op, &refs).unwrap();
+        let ins: Vec<&crate::graph::Tensor> = inputs.iter().collect();
+        let expected = crate::reference::eval_op(&op, &ins, &out_types).unwrap()[0]
+            .data
+            .to_f64();
+        let (g, y, _) = build(&op, &types).unwrap();
+        let feed: HashMap<String, Vec<f64>> = g
+            .ops
+            .iter()
+            .filter(|o| o.compute().is_none())
+            .zip(&inputs)
+            .map(|(o, t)| (o.name.clone(), t.data.to_f64()))
+            .collect();
+        let got = &g.evaluate(&feed).unwrap()[y.id.0];
+        assert_eq!(g.op(y.id).shape.len(), out_types[0].shape.len(), "{op:?}");
+        assert_eq!(got.len(), expected.len(), "{op:?}");
+        for (a, b) in got.iter().zip(&expected) {
+            assert!(
+                (a - b).abs() <= 1e-5 * b.abs().max(1.0),
+                "{op:?}: {a} vs {b}"
+            );
+        }
+    }
+
+    fn window(k: usize, s: usize, d: usize, p: [usize; 4]) -> Window {
+        Window {
+            kernel: vec![k, k],
+            strides: vec![s, s],
+            dilations: vec![d, d],
+            pads: p.to_vec(),
+        }
+    }
+
+    #[test]
+    fn compute_definitions_match_the_reference_executor() {
+        use crate::graph::{Pool, PoolKind};
+        let conv = |w, group| Op::Conv(Conv { window: w, group });
+        agrees_with_reference(
+            conv(window(3, 2, 1, [1, 0, 1, 2]), 2),
+            &[&[1, 4, 7, 6], &[6, 2, 3, 3], &[6]],
+        );
+        agrees_with_reference(
+            conv(window(2, 1, 2, [0; 4]), 1),
+            &[&[2, 3, 5, 5], &[4, 3, 2, 2]],
+        );
+        for (kind, include, ceil) in [
+            (PoolKind::Max, false, false),
+            (PoolKind::Avg, false, true),
+            (PoolKind::Avg, true, false),
+        ] {
+            let p = Op::Pool(Pool {
+                kind,
+                window: window(3, 2, 1, [1, 1, 1, 1]),
+                ceil_mode: ceil,
+                count_include_pad: include,
+            });
+            agrees_with_reference(p, &[&[1, 2, 6, 7]]);
+        }
+        agrees_with_reference(Op::GlobalPool(PoolKind::Avg), &[&[1, 3, 4, 5]]);
+        agrees_with_reference(Op::GlobalPool(PoolKind::Max), &[&[1, 3, 4, 5]]);
+        // BatchNorm, with positive variances.
+        let var = crate::graph::Tensor::from_f32(vec![3], vec![0.5, 1.0, 2.0]);
+        let mut bn: Vec<_> = [&[1usize, 3, 2, 2][..], &[3], &[3], &[3]]
+            .iter()
+            .enumerate()
+            .map(|(k, s)| tensor(s, k as u64 + 1))
+            .collect();
+        bn.push(var);
+        agrees_on(Op::BatchNorm { epsilon: 1e-5 }, bn);
+        for u in [
+            UnaryOp::Relu,
+            UnaryOp::LeakyRelu { alpha: 0.1 },
+            UnaryOp::Clip {
+                min: -0.5,
+                max: 0.5,
+            },
+            UnaryOp::Sigmoid,
+            UnaryOp::HardSigmoid {
+                alpha: 0.2,
+                beta: 0.5,
+            },
+            UnaryOp::HardSwish,
+            UnaryOp::Tanh,
+            UnaryOp::Exp,
+            UnaryOp::Neg,
+            UnaryOp::Abs,
+            UnaryOp::Gelu { tanh_approx: true },
+        ] {
+            agrees_with_reference(Op::Unary(u), &[&[2, 3, 4]]);
+        }
+        for b in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Max] {
+            agrees_with_reference(Op::Binary(b), &[&[2, 3, 4], &[3, 1]]);
+        }
+        agrees_with_reference(Op::MatMul, &[&[2, 1, 3, 4], &[3, 4, 5]]);
+        agrees_with_reference(
+            Op::Gemm {
+                alpha: 0.5,
+                beta: 2.0,
+                trans_a: true,
+                trans_b: true,
+            },
+            &[&[4, 3], &[5, 4], &[5]],
+        );
+        agrees_with_reference(
+            Op::Transpose {
+                perm: vec![2, 0, 1],
+            },
+            &[&[2, 3, 4]],
+        );
+    }
+
     #[test]
     fn ops_without_lowering_say_so() {
-        let e = lower_node(&Op::MatMul, &[], None).unwrap_err();
-        assert!(e.contains("MatMul has no TIR lowering yet"), "{e}");
+        let e = lower_node(&Op::Identity, &[], None).unwrap_err();
+        assert!(e.contains("Identity has no TIR lowering yet"), "{e}");
     }
 }
