@@ -64,8 +64,18 @@ pub fn window_output_extent(
     if stride == 0 || dilation == 0 || kernel == 0 {
         return Err("kernel, stride and dilation must be positive".into());
     }
-    let eff = dilation * (kernel - 1) + 1;
-    let padded = input + pad_begin + pad_end;
+    // Attributes come from user files: overflow is an error, not a wrapped extent.
+    let too_big = || {
+        format!("window extents overflow (kernel {kernel}, dilation {dilation}, pads {pad_begin}/{pad_end})")
+    };
+    let eff = dilation
+        .checked_mul(kernel - 1)
+        .and_then(|e| e.checked_add(1))
+        .ok_or_else(too_big)?;
+    let padded = input
+        .checked_add(pad_begin)
+        .and_then(|p| p.checked_add(pad_end))
+        .ok_or_else(too_big)?;
     if padded < eff {
         return Err(format!(
             "kernel extent {eff} is larger than the padded input extent {padded}"
@@ -233,11 +243,18 @@ pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
             let mut shape = vec![x.shape[0], cout];
             for i in 0..x.shape.len() - 2 {
                 let w_ = &c.window;
-                let full = w_.strides[i] * (x.shape[i + 2].max(1) - 1)
-                    + c.output_padding.get(i).copied().unwrap_or(0)
-                    + (w_.kernel[i] - 1) * w_.dilations[i]
-                    + 1;
-                let pads = w_.pad_begin(i) + w_.pad_end(i);
+                let full = w_.strides[i]
+                    .checked_mul(x.shape[i + 2].max(1) - 1)
+                    .and_then(|f| f.checked_add(c.output_padding.get(i).copied().unwrap_or(0)))
+                    .and_then(|f| {
+                        f.checked_add(w_.kernel[i].checked_sub(1)?.checked_mul(w_.dilations[i])?)
+                    })
+                    .and_then(|f| f.checked_add(1))
+                    .ok_or_else(|| format!("output extents overflow (window {w_:?})"))?;
+                let pads = w_
+                    .pad_begin(i)
+                    .checked_add(w_.pad_end(i))
+                    .ok_or_else(|| format!("pads {:?} overflow", w_.pads))?;
                 if full <= pads {
                     return Err(format!("pads {:?} remove the whole output", w_.pads));
                 }
@@ -504,7 +521,10 @@ pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
             }
             let mut shape = Vec::with_capacity(x.shape.len());
             for i in 0..x.shape.len() {
-                let e = x.shape[i] as i64 + begins[i] + ends[i];
+                let e = (x.shape[i] as i64)
+                    .checked_add(begins[i])
+                    .and_then(|e| e.checked_add(ends[i]))
+                    .ok_or_else(|| format!("pads {begins:?}/{ends:?} overflow"))?;
                 if e < 0 {
                     return Err(format!(
                         "pads {begins:?}/{ends:?} crop axis {i} of {:?} below zero",

@@ -441,9 +441,17 @@ fn window(c: &NodeCtx, spatial: &[usize], kernel: Vec<usize>, transposed: bool) 
         "VALID" => pads = vec![0; 2 * r],
         "SAME_UPPER" | "SAME_LOWER" if !transposed => {
             for i in 0..r {
-                let out = spatial[i].div_ceil(strides[i]);
-                let eff = dilations[i] * (kernel[i] - 1) + 1;
-                let total = ((out - 1) * strides[i] + eff).saturating_sub(spatial[i]);
+                let out = spatial[i].div_ceil(strides[i]).max(1);
+                let covered = dilations[i]
+                    .checked_mul(kernel[i] - 1)
+                    .and_then(|e| e.checked_add(1))
+                    .and_then(|e| e.checked_add((out - 1).checked_mul(strides[i])?))
+                    .ok_or_else(|| {
+                        c.err(format!(
+                            "{auto_pad} padding overflows (kernel_shape {kernel:?}, strides {strides:?}, dilations {dilations:?})"
+                        ))
+                    })?;
+                let total = covered.saturating_sub(spatial[i]);
                 let (small, big) = (total / 2, total - total / 2);
                 (pads[i], pads[i + r]) = if auto_pad == "SAME_UPPER" {
                     (small, big)
