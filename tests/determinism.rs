@@ -15,15 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 fn bundled_models() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(root)
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .flat_map(|e| ["model.onnx", "model.tflite"].map(|f| e.path().join(f)))
-        .filter(|p| p.exists())
-        .collect();
-    files.sort();
-    files
+    common::bundled_models(true)
 }
 
 fn load(path: &Path) -> Graph {

@@ -12,19 +12,11 @@ use layoutopt::api::{load_model, PlanLayouts};
 use layoutopt::export::{export_bytes, export_model, ExportOptions};
 use layoutopt::frontend::onnx::{import_onnx, ImportOptions};
 use layoutopt::graph::Op;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Every bundled model file, ONNX and TFLite.
 fn bundled_models() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(root)
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .flat_map(|d| [d.join("model.onnx"), d.join("model.tflite")])
-        .filter(|p| p.exists())
-        .collect();
-    files.sort();
-    files
+    common::bundled_models(true)
 }
 
 const PLANNERS: [&str; 4] = ["keep", "local", "greedy", "global"];

@@ -106,13 +106,7 @@ fn is_transform(op: &Op) -> bool {
 
 #[test]
 fn round_trips_at_every_boundary_cancel_on_the_bundled_models() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
-    let mut dirs: Vec<_> = std::fs::read_dir(&root)
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.join("model.onnx").exists())
-        .collect();
-    dirs.sort();
+    let dirs = common::bundled_onnx_dirs();
     assert!(
         dirs.len() >= 3,
         "expected the bundled models, found {dirs:?}"

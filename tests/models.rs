@@ -6,17 +6,10 @@ mod common;
 
 use common::{load_test_data, max_abs_err};
 use layoutopt::frontend::onnx::{load_onnx, ImportOptions};
-use std::path::Path;
 
 #[test]
 fn bundled_models_match_onnxruntime() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
-    let mut dirs: Vec<_> = std::fs::read_dir(&root)
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.join("model.onnx").exists())
-        .collect();
-    dirs.sort();
+    let dirs = common::bundled_onnx_dirs();
     assert!(
         dirs.len() >= 3,
         "expected the bundled models, found {dirs:?}"

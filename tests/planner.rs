@@ -9,25 +9,14 @@ use common::{load_test_data, max_abs_err};
 use layoutopt::frontend::onnx::{load_onnx, ImportOptions};
 use layoutopt::layout::op_rules::{CostModel, Family};
 use layoutopt::layout::plan::{plan, planner_by_name, PlanReport};
-use std::path::{Path, PathBuf};
-
-fn bundled_models() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
-    let mut dirs: Vec<_> = std::fs::read_dir(root)
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.join("model.onnx").exists())
-        .collect();
-    dirs.sort();
-    dirs
-}
+use std::path::Path;
 
 const FAMILIES: [Family; 3] = [Family::Nhwc, Family::Nchwc(16), Family::Nchwc(8)];
 const PLANNERS: [&str; 4] = ["keep", "local", "greedy", "global"];
 
 #[test]
 fn planned_models_compute_the_same_outputs() {
-    for dir in bundled_models() {
+    for dir in common::bundled_onnx_dirs() {
         let g = load_onnx(&dir.join("model.onnx"), &ImportOptions::default()).unwrap();
         let (inputs, expected) = load_test_data(&dir);
         for family in FAMILIES {
@@ -63,7 +52,7 @@ fn report(dir: &Path, name: &str, family: Family) -> PlanReport {
 /// beat its estimated cost, and its lower bound proves the gap it states.
 #[test]
 fn global_is_never_worse_than_the_baselines() {
-    for dir in bundled_models() {
+    for dir in common::bundled_onnx_dirs() {
         for family in FAMILIES {
             let global = report(&dir, "global", family);
             let solver = global.solver.as_ref().expect("global reports its solver");
@@ -98,7 +87,7 @@ fn global_is_never_worse_than_the_baselines() {
 /// The same model gives the same plan report, byte for byte (timings aside).
 #[test]
 fn plan_reports_are_deterministic() {
-    for dir in bundled_models() {
+    for dir in common::bundled_onnx_dirs() {
         let strip = |mut r: PlanReport| {
             r.plan_time_ms = 0.0;
             if let Some(s) = r.solver.as_mut() {

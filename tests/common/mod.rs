@@ -126,3 +126,30 @@ pub fn max_abs_err(expected: &Tensor, actual: &Tensor) -> (f64, f64) {
         .fold(0.0, f64::max);
     (err, mag)
 }
+
+/// The bundled model files, `models/*/model.onnx` (and `model.tflite` with
+/// `tflite`), sorted.
+pub fn bundled_models(tflite: bool) -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
+    let names: &[&str] = if tflite {
+        &["model.onnx", "model.tflite"]
+    } else {
+        &["model.onnx"]
+    };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(root)
+        .expect("models/ exists")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .flat_map(|d| names.iter().map(move |n| d.join(n)))
+        .filter(|p| p.exists())
+        .collect();
+    files.sort();
+    files
+}
+
+/// The folders of the bundled ONNX models (model.onnx beside test_data_set_0/).
+pub fn bundled_onnx_dirs() -> Vec<PathBuf> {
+    bundled_models(false)
+        .iter()
+        .filter_map(|f| f.parent().map(Path::to_path_buf))
+        .collect()
+}
