@@ -4,8 +4,8 @@ use super::transforms::{fill_value, from_physical, pad, slice, to_physical};
 use super::{Attr, Builder};
 use crate::frontend::onnx::dtype_to_onnx;
 use crate::graph::{
-    BinaryOp, CoordTransform, NearestMode, Op, PadMode, PoolKind, ReduceKind, ResizeMode, Tensor,
-    UnaryOp, Value, ValueType, Window,
+    CoordTransform, NearestMode, Op, PadMode, PoolKind, ReduceKind, ResizeMode, Tensor, UnaryOp,
+    Value, ValueType, Window,
 };
 
 fn i64s(v: &[usize]) -> Vec<i64> {
@@ -24,48 +24,18 @@ fn window_attrs(w: &Window, dilations: bool) -> Vec<(&'static str, Attr)> {
     a
 }
 
-fn unary(u: UnaryOp) -> (&'static str, Vec<(&'static str, Attr)>) {
+/// The ONNX attributes of a unary op (Clip takes its bounds as inputs; see `Builder::op`).
+fn unary_attrs(u: UnaryOp) -> Vec<(&'static str, Attr)> {
     match u {
-        UnaryOp::Relu => ("Relu", vec![]),
-        UnaryOp::LeakyRelu { alpha } => ("LeakyRelu", vec![("alpha", Attr::Float(alpha))]),
-        UnaryOp::Sigmoid => ("Sigmoid", vec![]),
-        UnaryOp::HardSigmoid { alpha, beta } => (
-            "HardSigmoid",
-            vec![("alpha", Attr::Float(alpha)), ("beta", Attr::Float(beta))],
-        ),
-        UnaryOp::HardSwish => ("HardSwish", vec![]),
-        UnaryOp::Tanh => ("Tanh", vec![]),
-        UnaryOp::Erf => ("Erf", vec![]),
-        UnaryOp::Gelu { tanh_approx } => (
-            "Gelu",
-            vec![(
-                "approximate",
-                Attr::Str(if tanh_approx { "tanh" } else { "none" }),
-            )],
-        ),
-        UnaryOp::Exp => ("Exp", vec![]),
-        UnaryOp::Log => ("Log", vec![]),
-        UnaryOp::Sqrt => ("Sqrt", vec![]),
-        UnaryOp::Reciprocal => ("Reciprocal", vec![]),
-        UnaryOp::Neg => ("Neg", vec![]),
-        UnaryOp::Abs => ("Abs", vec![]),
-        // Clip takes its bounds as inputs; see `Builder::op`.
-        UnaryOp::Clip { .. } => ("Clip", vec![]),
-    }
-}
-
-fn binary(op: BinaryOp) -> &'static str {
-    match op {
-        BinaryOp::Add => "Add",
-        BinaryOp::Sub => "Sub",
-        BinaryOp::Mul => "Mul",
-        BinaryOp::Div => "Div",
-        BinaryOp::Pow => "Pow",
-        BinaryOp::Max => "Max",
-        BinaryOp::Min => "Min",
-        BinaryOp::Equal => "Equal",
-        BinaryOp::Less => "Less",
-        BinaryOp::Greater => "Greater",
+        UnaryOp::LeakyRelu { alpha } => vec![("alpha", Attr::Float(alpha))],
+        UnaryOp::HardSigmoid { alpha, beta } => {
+            vec![("alpha", Attr::Float(alpha)), ("beta", Attr::Float(beta))]
+        }
+        UnaryOp::Gelu { tanh_approx } => vec![(
+            "approximate",
+            Attr::Str(if tanh_approx { "tanh" } else { "none" }),
+        )],
+        _ => vec![],
     }
 }
 
@@ -124,10 +94,10 @@ impl Builder {
                 one(self, "Clip", &ins, vec![])
             }
             Op::Unary(u) => {
-                let (op_type, attrs) = unary(*u);
+                let (op_type, attrs) = (u.name(), unary_attrs(*u));
                 one(self, op_type, inputs, attrs)
             }
-            Op::Binary(bop) => one(self, binary(*bop), inputs, vec![]),
+            Op::Binary(bop) => one(self, bop.name(), inputs, vec![]),
             Op::Where => one(self, "Where", inputs, vec![]),
             Op::Pool(p) => {
                 let is_max = p.kind == PoolKind::Max;

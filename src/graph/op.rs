@@ -40,6 +40,29 @@ pub enum UnaryOp {
     Abs,
 }
 
+impl UnaryOp {
+    /// The ONNX operator type.
+    pub fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Relu => "Relu",
+            UnaryOp::LeakyRelu { .. } => "LeakyRelu",
+            UnaryOp::Clip { .. } => "Clip",
+            UnaryOp::Sigmoid => "Sigmoid",
+            UnaryOp::HardSigmoid { .. } => "HardSigmoid",
+            UnaryOp::HardSwish => "HardSwish",
+            UnaryOp::Tanh => "Tanh",
+            UnaryOp::Erf => "Erf",
+            UnaryOp::Gelu { .. } => "Gelu",
+            UnaryOp::Exp => "Exp",
+            UnaryOp::Log => "Log",
+            UnaryOp::Sqrt => "Sqrt",
+            UnaryOp::Reciprocal => "Reciprocal",
+            UnaryOp::Neg => "Neg",
+            UnaryOp::Abs => "Abs",
+        }
+    }
+}
+
 /// Binary elementwise functions with numpy broadcasting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BinaryOp {
@@ -56,6 +79,22 @@ pub enum BinaryOp {
 }
 
 impl BinaryOp {
+    /// The ONNX operator type.
+    pub fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "Add",
+            BinaryOp::Sub => "Sub",
+            BinaryOp::Mul => "Mul",
+            BinaryOp::Div => "Div",
+            BinaryOp::Pow => "Pow",
+            BinaryOp::Max => "Max",
+            BinaryOp::Min => "Min",
+            BinaryOp::Equal => "Equal",
+            BinaryOp::Less => "Less",
+            BinaryOp::Greater => "Greater",
+        }
+    }
+
     /// Comparisons produce booleans.
     pub fn is_comparison(self) -> bool {
         matches!(self, BinaryOp::Equal | BinaryOp::Less | BinaryOp::Greater)
@@ -280,35 +319,8 @@ impl Op {
             Op::Conv(_) => "Conv",
             Op::ConvTranspose(_) => "ConvTranspose",
             Op::BatchNorm { .. } => "BatchNormalization",
-            Op::Unary(u) => match u {
-                UnaryOp::Relu => "Relu",
-                UnaryOp::LeakyRelu { .. } => "LeakyRelu",
-                UnaryOp::Clip { .. } => "Clip",
-                UnaryOp::Sigmoid => "Sigmoid",
-                UnaryOp::HardSigmoid { .. } => "HardSigmoid",
-                UnaryOp::HardSwish => "HardSwish",
-                UnaryOp::Tanh => "Tanh",
-                UnaryOp::Erf => "Erf",
-                UnaryOp::Gelu { .. } => "Gelu",
-                UnaryOp::Exp => "Exp",
-                UnaryOp::Log => "Log",
-                UnaryOp::Sqrt => "Sqrt",
-                UnaryOp::Reciprocal => "Reciprocal",
-                UnaryOp::Neg => "Neg",
-                UnaryOp::Abs => "Abs",
-            },
-            Op::Binary(b) => match b {
-                BinaryOp::Add => "Add",
-                BinaryOp::Sub => "Sub",
-                BinaryOp::Mul => "Mul",
-                BinaryOp::Div => "Div",
-                BinaryOp::Pow => "Pow",
-                BinaryOp::Max => "Max",
-                BinaryOp::Min => "Min",
-                BinaryOp::Equal => "Equal",
-                BinaryOp::Less => "Less",
-                BinaryOp::Greater => "Greater",
-            },
+            Op::Unary(u) => u.name(),
+            Op::Binary(b) => b.name(),
             Op::Where => "Where",
             Op::Pool(p) => match p.kind {
                 PoolKind::Max => "MaxPool",
