@@ -860,7 +860,7 @@ impl<'a> Materializer<'a> {
             &name,
             &[p.value],
             std::slice::from_ref(&name),
-            spans.clone(),
+            spans,
         )?;
         let result = if let Some(consts) = fold_node(&mut self.out, id)? {
             self.packed_constants += 1;
