@@ -855,13 +855,9 @@ impl<'a> Materializer<'a> {
             logical: ty.shape.clone(),
             pad,
         };
-        let id = self.out.add_node(
-            op,
-            &name,
-            &[p.value],
-            std::slice::from_ref(&name),
-            spans,
-        )?;
+        let id = self
+            .out
+            .add_node(op, &name, &[p.value], std::slice::from_ref(&name), spans)?;
         let result = if let Some(consts) = fold_node(&mut self.out, id)? {
             self.packed_constants += 1;
             consts[0]

@@ -86,7 +86,7 @@ fn unary_i64(u: UnaryOp, x: i64) -> Option<i64> {
 /// The error function, from its everywhere-convergent series with positive terms
 /// erf(x) = 2/√π · e^(−x²) · Σₙ 2ⁿ x^(2n+1) / (1·3·…·(2n+1)),
 /// which suffers no cancellation. Beyond |x| = 6, erf is ±1 in double precision.
-pub(super) fn erf(x: f64) -> f64 {
+pub(crate) fn erf(x: f64) -> f64 {
     if x.is_nan() {
         return x;
     }

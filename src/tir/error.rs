@@ -14,6 +14,9 @@ pub enum TirError {
     Bound(String),
     #[error("tir lowering: {0}")]
     Lower(String),
+    /// The op has no TIR form here (a caller may run it another way).
+    #[error("no tir lowering: {0}")]
+    Unsupported(String),
     #[error("tir evaluation: {0}")]
     Eval(String),
 }

@@ -69,8 +69,12 @@ pub enum BinOp {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Intrinsic {
     Exp,
+    Log,
     Sqrt,
     Tanh,
+    Erf,
+    /// `pow(base, exponent)`: the one intrinsic of two arguments.
+    Pow,
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -95,11 +95,20 @@ pub fn eval_scalar(
             }
         }
         Expr::Call(f, args) => {
-            let x = ev(args.first().ok_or("intrinsic without argument")?)?.as_f64();
+            let arg = |k: usize| -> Result<f64, String> {
+                let a = args
+                    .get(k)
+                    .ok_or_else(|| format!("{f:?} needs argument {}", k + 1))?;
+                Ok(ev(a)?.as_f64())
+            };
+            let x = arg(0)?;
             Value::Float(match f {
                 Intrinsic::Exp => x.exp(),
+                Intrinsic::Log => x.ln(),
                 Intrinsic::Sqrt => x.sqrt(),
                 Intrinsic::Tanh => x.tanh(),
+                Intrinsic::Erf => crate::reference::erf(x),
+                Intrinsic::Pow => x.powf(arg(1)?),
             })
         }
         Expr::Read { .. } => {

@@ -19,6 +19,7 @@
 //!   lowering driver in [`lower`]; simplification, trivial-loop removal and loop
 //!   partitioning of split tails in [`passes`]; storage flattening under a
 //!   [`layout::BufferLayout`] in [`flatten`]; all on the statement IR of [`stmt`].
+//! - [`ops`]: compute definitions of graph operators and their default schedules.
 //! - [`interp`]: an interpreter of the statement IR, for tests.
 //!
 //! # Example
@@ -91,6 +92,7 @@ pub mod interp;
 pub mod intset;
 pub mod layout;
 pub mod lower;
+pub mod ops;
 pub mod passes;
 pub mod schedule;
 pub mod simplify;
