@@ -66,8 +66,12 @@ impl LoopCtx {
         let lt = over.max().is_some_and(|m| prove_le_zero(m, &self.vb));
         if ge0 && lt {
             Proof::Inside
-        } else if lo.max().is_some_and(|m| prove_le_zero(&(m.clone() + 1), &self.vb))
-            || over.min().is_some_and(|m| prove_ge_zero(&(m.clone() - 1), &self.vb))
+        } else if lo
+            .max()
+            .is_some_and(|m| prove_le_zero(&(m.clone() + 1), &self.vb))
+            || over
+                .min()
+                .is_some_and(|m| prove_ge_zero(&(m.clone() - 1), &self.vb))
         {
             Proof::Outside
         } else {
@@ -86,7 +90,9 @@ impl LoopCtx {
 
     /// Constant upper bound of `e` over the enclosing loops.
     pub fn const_max(&self, e: &Expr) -> Option<i64> {
-        self.relax(e).max().and_then(|m| const_bounds(m, &self.vb).1)
+        self.relax(e)
+            .max()
+            .and_then(|m| const_bounds(m, &self.vb).1)
     }
 }
 
@@ -317,7 +323,11 @@ pub(crate) fn vectorizable(
     }
     let mut self_reads_ok = true;
     value.visit(&mut |e| {
-        if let Expr::Load { buffer: b, index: i } = e {
+        if let Expr::Load {
+            buffer: b,
+            index: i,
+        } = e
+        {
             if *b == buffer && !prove_equal(i, index, vb) {
                 self_reads_ok = false;
             }

@@ -1,6 +1,7 @@
 //! Translation of the flattened statement IR into Cranelift IR, one function at a time.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
@@ -39,7 +40,7 @@ pub(crate) struct Compiler<'a> {
     pub kernels: &'a KernelTable,
     /// The kernels generated code calls, kept alive (and at a fixed address) by the
     /// compiled function.
-    pub used_kernels: Vec<Box<(String, Kernel)>>,
+    pub used_kernels: Vec<Arc<(String, Kernel)>>,
     pub stats: CodegenStats,
     sig: Signature,
     n_funcs: usize,
@@ -76,7 +77,9 @@ impl<'a> Compiler<'a> {
             for (k, t) in func.params.iter().enumerate() {
                 let shape = &func.graph.op(*t).shape;
                 let size = func.layouts[t].size_const(shape);
-                let ptr = e.b.ins().load(I64, MemFlagsData::trusted(), e.env, 8 * k as i32);
+                let ptr =
+                    e.b.ins()
+                        .load(I64, MemFlagsData::trusted(), e.env, 8 * k as i32);
                 let size_v = e.b.ins().iconst(I64, size);
                 e.bind_buffer(*t, ptr, size_v, Expr::Int(size));
             }
@@ -118,9 +121,7 @@ impl<'a> Compiler<'a> {
             e.b.finalize(config);
         }
         let mut ctx = Context::for_function(func);
-        self.module
-            .define_function(id, &mut ctx)
-            .map_err(backend)?;
+        self.module.define_function(id, &mut ctx).map_err(backend)?;
         Ok(id)
     }
 }
@@ -149,7 +150,13 @@ pub(crate) struct FnEmitter<'c, 'a, 'f> {
 }
 
 impl FnEmitter<'_, '_, '_> {
-    fn bind_buffer(&mut self, t: TensorId, ptr: Value, size: Value, size_expr: Expr) -> Option<Buf> {
+    fn bind_buffer(
+        &mut self,
+        t: TensorId,
+        ptr: Value,
+        size: Value,
+        size_expr: Expr,
+    ) -> Option<Buf> {
         let p = self.b.declare_var(I64);
         self.b.def_var(p, ptr);
         let s = self.b.declare_var(I64);
@@ -181,7 +188,13 @@ impl FnEmitter<'_, '_, '_> {
     }
 
     /// Calls a Rust helper by address.
-    fn call_rt(&mut self, f: *const (), params: &[Type], ret: Option<Type>, args: &[Value]) -> Option<Value> {
+    fn call_rt(
+        &mut self,
+        f: *const (),
+        params: &[Type],
+        ret: Option<Type>,
+        args: &[Value],
+    ) -> Option<Value> {
         let mut sig = self.c.module.make_signature();
         sig.params.extend(params.iter().map(|t| AbiParam::new(*t)));
         sig.returns.extend(ret.map(AbiParam::new));
@@ -324,38 +337,59 @@ impl FnEmitter<'_, '_, '_> {
     }
 
     /// Floor division or modulo of i64 by `d`, as `tir::expr::floor_div`/`floor_mod`.
-    /// `sdiv` traps on 0 and on `MIN / -1`, so a divisor that may be 0 or -1 is refused.
+    /// `sdiv` traps on 0 and on `MIN / -1`: a constant divisor is handled by cases, one
+    /// that cannot be proved safe is checked (zero is reported, as the interpreter does,
+    /// and -1 is negation).
     fn floor_div_mod(&mut self, modulo: bool, x: Value, d: &Expr) -> R<Value> {
-        let c = crate::tir::simplify::simplify(d).as_int();
-        match c {
-            Some(0) => {
-                return Err(CodegenError::Type(format!(
-                    "integer division by zero (divisor {d})"
-                )))
+        match crate::tir::simplify::simplify(d).as_int() {
+            Some(0) => Err(CodegenError::Type(format!(
+                "integer division by zero (divisor {d})"
+            ))),
+            Some(c) if c > 0 && c.count_ones() == 1 => Ok(if modulo {
+                self.b.ins().band_imm_s(x, c - 1)
+            } else {
+                self.b.ins().sshr_imm_s(x, i64::from(c.trailing_zeros()))
+            }),
+            Some(-1) => Ok(self.by_minus_one(modulo, x)),
+            Some(_) => {
+                let y = self.expr(d)?;
+                Ok(self.floor_div_mod_safe(modulo, x, y))
             }
-            Some(c) if c > 0 && c.count_ones() == 1 => {
-                return Ok(if modulo {
-                    self.b.ins().band_imm_s(x, c - 1)
-                } else {
-                    self.b.ins().sshr_imm_s(x, i64::from(c.trailing_zeros()))
-                })
+            None if self.lc.prove_safe_divisor(d) => {
+                let y = self.expr(d)?;
+                Ok(self.floor_div_mod_safe(modulo, x, y))
             }
-            Some(-1) => {
-                return Ok(if modulo {
-                    self.b.ins().iconst(I64, 0)
-                } else {
-                    self.b.ins().ineg(x)
-                })
-            }
-            Some(_) => {}
-            None if self.lc.prove_safe_divisor(d) => {}
             None => {
-                return Err(CodegenError::Type(format!(
-                    "integer divisor `{d}` may be zero or -1"
-                )))
+                let y = self.expr(d)?;
+                let zero = self.b.ins().icmp_imm_s(IntCC::Equal, y, 0);
+                let (bad, done) = (self.b.create_block(), self.b.create_block());
+                self.b.ins().brif(zero, bad, &[], done, &[]);
+                self.b.switch_to_block(bad);
+                let ctx = self.ctx;
+                self.call_rt(rt::div_zero as *const (), &[I64], None, &[ctx]);
+                self.b.ins().jump(done, &[]);
+                self.b.switch_to_block(done);
+                let m1 = self.b.ins().icmp_imm_s(IntCC::Equal, y, -1);
+                let unsafe_d = self.b.ins().bor(zero, m1);
+                let one = self.b.ins().iconst(I64, 1);
+                let safe = self.b.ins().select(unsafe_d, one, y);
+                let general = self.floor_div_mod_safe(modulo, x, safe);
+                let neg = self.by_minus_one(modulo, x);
+                Ok(self.b.ins().select(m1, neg, general))
             }
         }
-        let y = self.expr(d)?;
+    }
+
+    fn by_minus_one(&mut self, modulo: bool, x: Value) -> Value {
+        if modulo {
+            self.b.ins().iconst(I64, 0)
+        } else {
+            self.b.ins().ineg(x)
+        }
+    }
+
+    /// Floor division or modulo by a divisor that is neither 0 nor -1.
+    fn floor_div_mod_safe(&mut self, modulo: bool, x: Value, y: Value) -> Value {
         let q = self.b.ins().sdiv(x, y);
         let r = self.b.ins().srem(x, y);
         // Truncation rounds towards zero; step down when the remainder and the divisor
@@ -364,14 +398,14 @@ impl FnEmitter<'_, '_, '_> {
         let neg = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, rx, 0);
         let nz = self.b.ins().icmp_imm_s(IntCC::NotEqual, r, 0);
         let adj = self.b.ins().band(neg, nz);
-        Ok(if modulo {
+        if modulo {
             let zero = self.b.ins().iconst(I64, 0);
             let add = self.b.ins().select(adj, y, zero);
             self.b.ins().iadd(r, add)
         } else {
             let one = self.bool_to_int(adj);
             self.b.ins().isub(q, one)
-        })
+        }
     }
 
     fn float_bin(&mut self, op: BinOp, a: &Expr, b: &Expr) -> R<Value> {
@@ -436,7 +470,11 @@ impl FnEmitter<'_, '_, '_> {
             return Ok(self.b.ins().select(cond, x, y));
         }
         let out = self.b.declare_var(if int { I64 } else { F32 });
-        let (tb, eb, done) = (self.b.create_block(), self.b.create_block(), self.b.create_block());
+        let (tb, eb, done) = (
+            self.b.create_block(),
+            self.b.create_block(),
+            self.b.create_block(),
+        );
         self.b.ins().brif(cond, tb, &[], eb, &[]);
         for (blk, x) in [(tb, a), (eb, b)] {
             self.b.switch_to_block(blk);
@@ -456,7 +494,14 @@ impl FnEmitter<'_, '_, '_> {
 
     /// Proves the access inside its buffer, or emits a check that reports and skips it.
     /// Returns the block to continue in after the access when it is checked.
-    fn guard_access(&mut self, t: TensorId, buf: &Buf, index: &Expr, idx: Value, store: bool) -> R<Option<Block>> {
+    fn guard_access(
+        &mut self,
+        t: TensorId,
+        buf: &Buf,
+        index: &Expr,
+        idx: Value,
+        store: bool,
+    ) -> R<Option<Block>> {
         match self.lc.prove_inside(index, &buf.size_expr) {
             Proof::Inside => Ok(None),
             Proof::Outside => Err(CodegenError::OutOfBounds(format!(
@@ -468,17 +513,28 @@ impl FnEmitter<'_, '_, '_> {
             Proof::Unknown => {
                 self.c.stats.checked_accesses += 1;
                 let size = self.b.use_var(buf.size);
-                let ge = self.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, idx, 0);
+                let ge = self
+                    .b
+                    .ins()
+                    .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, idx, 0);
                 let lt = self.b.ins().icmp(IntCC::SignedLessThan, idx, size);
                 let ok = self.b.ins().band(ge, lt);
-                let (good, bad, done) =
-                    (self.b.create_block(), self.b.create_block(), self.b.create_block());
+                let (good, bad, done) = (
+                    self.b.create_block(),
+                    self.b.create_block(),
+                    self.b.create_block(),
+                );
                 self.b.ins().brif(ok, good, &[], bad, &[]);
                 self.b.switch_to_block(bad);
                 let id = self.b.ins().iconst(I64, t.0 as i64);
                 let st = self.b.ins().iconst(I64, store as i64);
                 let ctx = self.ctx;
-                self.call_rt(rt::oob as *const (), &[I64; 5], None, &[ctx, id, idx, size, st]);
+                self.call_rt(
+                    rt::oob as *const (),
+                    &[I64; 5],
+                    None,
+                    &[ctx, id, idx, size, st],
+                );
                 self.b.ins().jump(done, &[]);
                 self.b.switch_to_block(good);
                 Ok(Some(done))
@@ -542,8 +598,11 @@ impl FnEmitter<'_, '_, '_> {
                 ..
             } => {
                 let c = self.truth(cond)?;
-                let (tb, eb, done) =
-                    (self.b.create_block(), self.b.create_block(), self.b.create_block());
+                let (tb, eb, done) = (
+                    self.b.create_block(),
+                    self.b.create_block(),
+                    self.b.create_block(),
+                );
                 self.b.ins().brif(c, tb, &[], eb, &[]);
                 self.b.switch_to_block(tb);
                 self.stmt(then_case)?;
@@ -578,27 +637,42 @@ impl FnEmitter<'_, '_, '_> {
         let ptr = if let (true, Some(b)) = (on_stack, bound) {
             self.c.stats.stack_allocs += 1;
             let bytes = (b.max(LANES) * 4) as u32;
-            let slot = self
-                .b
-                .create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, bytes, 4));
-            if !self.lc.relax(size).min().is_some_and(|m| {
-                crate::tir::simplify::prove_ge_zero(m, &self.lc.vb)
-            }) {
+            let slot = self.b.create_sized_stack_slot(StackSlotData::new(
+                StackSlotKind::ExplicitSlot,
+                bytes,
+                4,
+            ));
+            if !self
+                .lc
+                .relax(size)
+                .min()
+                .is_some_and(|m| crate::tir::simplify::prove_ge_zero(m, &self.lc.vb))
+            {
                 // Reported as the interpreter does; the body's accesses all fail their
                 // checks (no access of a negative-size buffer can be proved).
                 let neg = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, n, 0);
                 let (bad, done) = (self.b.create_block(), self.b.create_block());
                 self.b.ins().brif(neg, bad, &[], done, &[]);
                 self.b.switch_to_block(bad);
-                self.call_rt(rt::alloc_f32 as *const (), &[I64; 3], Some(I64), &[ctx, id, n]);
+                self.call_rt(
+                    rt::alloc_f32 as *const (),
+                    &[I64; 3],
+                    Some(I64),
+                    &[ctx, id, n],
+                );
                 self.b.ins().jump(done, &[]);
                 self.b.switch_to_block(done);
             }
             self.b.ins().stack_addr(I64, slot, 0)
         } else {
             self.c.stats.heap_allocs += 1;
-            self.call_rt(rt::alloc_f32 as *const (), &[I64; 3], Some(I64), &[ctx, id, n])
-                .expect("alloc returns a pointer")
+            self.call_rt(
+                rt::alloc_f32 as *const (),
+                &[I64; 3],
+                Some(I64),
+                &[ctx, id, n],
+            )
+            .expect("alloc returns a pointer")
         };
         let old = self.bind_buffer(t, ptr, n, size.clone());
         self.stmt(body)?;
@@ -610,8 +684,19 @@ impl FnEmitter<'_, '_, '_> {
     }
 
     /// A counted loop `var = lo, lo + step, ... < hi` around `body`.
-    fn counted(&mut self, var: Variable, lo: Value, hi: Value, step: i64, body: &mut dyn FnMut(&mut Self) -> R<()>) -> R<()> {
-        let (head, blk, done) = (self.b.create_block(), self.b.create_block(), self.b.create_block());
+    fn counted(
+        &mut self,
+        var: Variable,
+        lo: Value,
+        hi: Value,
+        step: i64,
+        body: &mut dyn FnMut(&mut Self) -> R<()>,
+    ) -> R<()> {
+        let (head, blk, done) = (
+            self.b.create_block(),
+            self.b.create_block(),
+            self.b.create_block(),
+        );
         self.b.def_var(var, lo);
         self.b.ins().jump(head, &[]);
         self.b.switch_to_block(head);
@@ -628,12 +713,19 @@ impl FnEmitter<'_, '_, '_> {
         Ok(())
     }
 
-    fn for_loop(&mut self, var: &Var, min: &Expr, extent: &Expr, kind: ForKind, body: &Stmt) -> R<()> {
+    fn for_loop(
+        &mut self,
+        var: &Var,
+        min: &Expr,
+        extent: &Expr,
+        kind: ForKind,
+        body: &Stmt,
+    ) -> R<()> {
         let what = || format!("the range of loop `{}`", var.name);
         let lo = self.int(min, &what)?;
         let n = self.int(extent, &what)?;
-        let independent = kind == ForKind::Parallel
-            && iterations_independent(&self.lc, var, min, extent, body);
+        let independent =
+            kind == ForKind::Parallel && iterations_independent(&self.lc, var, min, extent, body);
         if kind == ForKind::Parallel && !independent {
             self.c.stats.serialized_parallel_loops += 1;
         }
@@ -684,8 +776,8 @@ impl FnEmitter<'_, '_, '_> {
             } if main > 0 && vectorizable(var, *buffer, index, value, &self.lc.vb) => {
                 // Every access that moves with the loop must be proved: lanes are not
                 // checked one by one.
-                let mut proved = self.lc.prove_inside(index, &self.buf(*buffer)?.size_expr)
-                    == Proof::Inside;
+                let mut proved =
+                    self.lc.prove_inside(index, &self.buf(*buffer)?.size_expr) == Proof::Inside;
                 value.visit(&mut |e| {
                     if let Expr::Load { buffer, index } = e {
                         if e.uses_var(var) {
@@ -710,7 +802,8 @@ impl FnEmitter<'_, '_, '_> {
             let buf = s.buf(buffer)?;
             let idx = s.expr(index)?;
             let addr = s.address(&buf, idx);
-            s.b.ins().store(MemFlagsData::new().with_notrap(), x, addr, 0);
+            s.b.ins()
+                .store(MemFlagsData::new().with_notrap(), x, addr, 0);
             Ok(())
         })?;
         self.counted(v, split, hi, 1, &mut |s| s.stmt(body))
@@ -789,10 +882,7 @@ impl FnEmitter<'_, '_, '_> {
             e.lc = lc;
             let mut k = 0;
             let mut get = |e: &mut FnEmitter| {
-                let v = e
-                    .b
-                    .ins()
-                    .load(I64, MemFlagsData::trusted(), e.env, 8 * k);
+                let v = e.b.ins().load(I64, MemFlagsData::trusted(), e.env, 8 * k);
                 k += 1;
                 v
             };
@@ -817,7 +907,12 @@ impl FnEmitter<'_, '_, '_> {
         let fptr = self.b.ins().func_addr(I64, fref);
         let envp = self.b.ins().stack_addr(I64, env, 0);
         let ctx = self.ctx;
-        self.call_rt(rt::parallel_for as *const (), &[I64; 5], None, &[fptr, envp, lo, n, ctx]);
+        self.call_rt(
+            rt::parallel_for as *const (),
+            &[I64; 5],
+            None,
+            &[fptr, envp, lo, n, ctx],
+        );
         Ok(())
     }
 
@@ -830,10 +925,10 @@ impl FnEmitter<'_, '_, '_> {
             .ok_or_else(|| kerr("not registered".into()))?
             .clone();
         let kptr = match self.c.used_kernels.iter().find(|k| k.0 == name) {
-            Some(k) => &**k as *const (String, Kernel) as usize,
+            Some(k) => Arc::as_ptr(k) as usize,
             None => {
-                let b = Box::new((name.to_string(), kernel));
-                let p = &*b as *const (String, Kernel) as usize;
+                let b = Arc::new((name.to_string(), kernel));
+                let p = Arc::as_ptr(&b) as usize;
                 self.c.used_kernels.push(b);
                 p
             }
@@ -869,7 +964,13 @@ impl FnEmitter<'_, '_, '_> {
             let buf = self.buf(a.tensor)?;
             let base = k as i32 * kl::SIZE as i32;
             let mut offset = Expr::Int(0);
-            for (d, ((r, o), e)) in a.region.iter().zip(&view.origin).zip(&view.extents).enumerate() {
+            for (d, ((r, o), e)) in a
+                .region
+                .iter()
+                .zip(&view.origin)
+                .zip(&view.extents)
+                .enumerate()
+            {
                 let rel = r.min.clone() - o.clone();
                 offset = offset + rel.clone() * st[d].clone();
                 let what = || format!("the region of `{tname}` in micro-kernel `{name}`");
@@ -887,7 +988,10 @@ impl FnEmitter<'_, '_, '_> {
                     let relv = self.int(&rel, &what)?;
                     let endv = self.int(&end, &what)?;
                     let ev = self.int(e, &what)?;
-                    let a0 = self.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, relv, 0);
+                    let a0 = self
+                        .b
+                        .ins()
+                        .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, relv, 0);
                     let a1 = self.b.ins().icmp(IntCC::SignedLessThan, endv, ev);
                     let ok = self.b.ins().band(a0, a1);
                     let (next, bad) = (self.b.create_block(), self.b.create_block());
@@ -898,7 +1002,12 @@ impl FnEmitter<'_, '_, '_> {
                         self.b.ins().iconst(I64, a.tensor.0 as i64),
                         self.b.ins().iconst(I64, d as i64),
                     );
-                    self.call_rt(rt::region_oob as *const (), &[I64; 3], None, &[ctx, id, dim]);
+                    self.call_rt(
+                        rt::region_oob as *const (),
+                        &[I64; 3],
+                        None,
+                        &[ctx, id, dim],
+                    );
                     self.b.ins().jump(skip, &[]);
                     self.b.switch_to_block(next);
                 }
@@ -924,7 +1033,12 @@ impl FnEmitter<'_, '_, '_> {
         let rp = self.b.ins().stack_addr(I64, slot, 0);
         let nv = self.b.ins().iconst(I64, args.len() as i64);
         let ctx = self.ctx;
-        self.call_rt(rt::call_kernel as *const (), &[I64; 4], None, &[kp, rp, nv, ctx]);
+        self.call_rt(
+            rt::call_kernel as *const (),
+            &[I64; 4],
+            None,
+            &[kp, rp, nv, ctx],
+        );
         self.b.ins().jump(skip, &[]);
         self.b.switch_to_block(skip);
         Ok(())

@@ -48,14 +48,23 @@ impl KernelRegion {
     }
 
     fn element(&self, idx: &[i64]) -> Result<*mut f32, String> {
-        if idx.len() != self.rank() || idx.iter().zip(self.extents()).any(|(i, e)| *i < 0 || i >= e)
+        if idx.len() != self.rank()
+            || idx
+                .iter()
+                .zip(self.extents())
+                .any(|(i, e)| *i < 0 || i >= e)
         {
             return Err(format!(
                 "kernel access {idx:?} is outside its region {:?}",
                 self.extents()
             ));
         }
-        let off = self.offset + idx.iter().zip(self.strides()).map(|(i, s)| i * s).sum::<i64>();
+        let off = self.offset
+            + idx
+                .iter()
+                .zip(self.strides())
+                .map(|(i, s)| i * s)
+                .sum::<i64>();
         // SAFETY: inside the region, which generated code proved inside the buffer.
         Ok(unsafe { self.base.offset(off as isize) })
     }
@@ -194,9 +203,8 @@ impl Gemm {
             while j < full {
                 let mut acc = _mm256_loadu_ps(orow.offset(j as isize));
                 for kk in 0..self.k {
-                    let av = _mm256_set1_ps(
-                        *self.a.offset((i * self.as_.0 + kk * self.as_.1) as isize),
-                    );
+                    let av =
+                        _mm256_set1_ps(*self.a.offset((i * self.as_.0 + kk * self.as_.1) as isize));
                     let bv = _mm256_loadu_ps(self.b.offset((kk * self.bs.0 + j) as isize));
                     acc = _mm256_fmadd_ps(av, bv, acc);
                 }

@@ -44,7 +44,7 @@ mod emit;
 pub mod kernel;
 mod rt;
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_jit::{JITBuilder, JITModule};
@@ -113,7 +113,7 @@ pub struct JitFunction {
     names: Vec<String>,
     stats: CodegenStats,
     /// Kept alive for the generated code, which holds their addresses.
-    _kernels: Vec<Box<(String, kernel::Kernel)>>,
+    _kernels: Vec<Arc<(String, kernel::Kernel)>>,
     _code: Code,
 }
 

@@ -61,6 +61,12 @@ pub(crate) extern "C" fn region_oob(ctx: *const CallCtx, buf: i64, dim: i64) {
     });
 }
 
+/// A divisor that could not be proved non-zero was zero.
+pub(crate) extern "C" fn div_zero(ctx: *const CallCtx) {
+    // SAFETY: generated code passes the context it was called with.
+    unsafe { &*ctx }.fail(|| "integer division by zero".into());
+}
+
 pub(crate) extern "C" fn expf(x: f32) -> f32 {
     x.exp()
 }

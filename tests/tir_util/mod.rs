@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use layoutopt::codegen::{CodegenStats, JitFunction, KernelTable};
 use layoutopt::tir::compute::{ComputeGraph, Tensor};
 use layoutopt::tir::interp::{Interpreter, RunStats};
-use layoutopt::tir::lower::{lower, LoweredFunc, LowerOptions};
+use layoutopt::tir::lower::{lower, LowerOptions, LoweredFunc};
 use layoutopt::tir::schedule::Schedule;
 
 /// Deterministic pseudo-random inputs for every placeholder of `g`.
