@@ -9,6 +9,7 @@
 //! renders plans as a self-contained HTML page.
 
 pub mod api;
+pub mod codegen;
 pub mod explorer;
 pub mod export;
 pub mod frontend;

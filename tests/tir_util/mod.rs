@@ -1,11 +1,14 @@
 //! Shared helpers of the tir integration tests.
 #![allow(dead_code)]
 
+pub mod gen;
+
 use std::collections::HashMap;
 
+use layoutopt::codegen::{CodegenStats, JitFunction, KernelTable};
 use layoutopt::tir::compute::{ComputeGraph, Tensor};
 use layoutopt::tir::interp::{Interpreter, RunStats};
-use layoutopt::tir::lower::{lower, LowerOptions};
+use layoutopt::tir::lower::{lower, LowerOptions, LoweredFunc};
 use layoutopt::tir::schedule::Schedule;
 
 /// Deterministic pseudo-random inputs for every placeholder of `g`.
@@ -61,4 +64,60 @@ pub fn check_with(
 
 pub fn check(s: &Schedule, g: &ComputeGraph, outputs: &[Tensor]) -> RunStats {
     check_with(s, g, outputs, &Interpreter::new())
+}
+
+/// Lowers `s`, runs it in the interpreter (f64) and as JIT-compiled code (f32) on the
+/// same inputs (rounded to f32 for both), and checks that every element of every
+/// parameter buffer agrees to `1e-5 * (1 + m)`, `m` the largest magnitude in that buffer
+/// (relative to the buffer's scale: f32 sums that cancel lose digits of their result,
+/// not of their terms).
+pub fn check_jit(
+    s: &Schedule,
+    g: &ComputeGraph,
+    interp: &Interpreter,
+    kernels: &KernelTable,
+) -> CodegenStats {
+    let f = lower(s, &LowerOptions::default()).expect("lowering");
+    check_jit_func(&f, g, interp, kernels)
+}
+
+pub fn check_jit_func(
+    f: &LoweredFunc,
+    g: &ComputeGraph,
+    interp: &Interpreter,
+    kernels: &KernelTable,
+) -> CodegenStats {
+    let ins: HashMap<String, Vec<f64>> = inputs(g)
+        .into_iter()
+        .map(|(k, v)| (k, v.iter().map(|x| *x as f32 as f64).collect()))
+        .collect();
+    let (want, _) = interp
+        .run(f, &ins)
+        .unwrap_or_else(|e| panic!("{e}\n{}", f.to_text()));
+    let jit = JitFunction::compile(f, kernels).unwrap_or_else(|e| panic!("{e}\n{}", f.to_text()));
+    let mut bufs: Vec<Vec<f32>> = jit
+        .param_names()
+        .iter()
+        .zip(jit.param_sizes())
+        .map(|(name, n)| match ins.get(name) {
+            Some(v) => v.iter().map(|x| *x as f32).collect(),
+            None => vec![0.0; *n],
+        })
+        .collect();
+    let mut views: Vec<&mut [f32]> = bufs.iter_mut().map(|b| b.as_mut_slice()).collect();
+    jit.call(&mut views)
+        .unwrap_or_else(|e| panic!("{e}\n{}", f.to_text()));
+    for (name, got) in jit.param_names().iter().zip(&bufs) {
+        let want = &want[name];
+        assert_eq!(got.len(), want.len());
+        let scale = want.iter().fold(1.0f64, |m, x| m.max(1.0 + x.abs()));
+        for (k, (a, b)) in got.iter().zip(want).enumerate() {
+            assert!(
+                (*a as f64 - b).abs() <= 1e-5 * scale,
+                "{name}[{k}] = {a} (jit), {b} (interpreter)\n{}",
+                f.to_text()
+            );
+        }
+    }
+    jit.stats().clone()
 }

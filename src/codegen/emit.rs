@@ -1,0 +1,1046 @@
+//! Translation of the flattened statement IR into Cranelift IR, one function at a time.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::{
+    types, AbiParam, Block, Function, InstBuilder, MemFlagsData, Signature, StackSlotData,
+    StackSlotKind, Type, UserFuncName, Value,
+};
+use cranelift_codegen::Context;
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
+use cranelift_jit::JITModule;
+use cranelift_module::{FuncId, Linkage, Module};
+
+use super::analysis::{iterations_independent, strides, vectorizable, LoopCtx, Proof};
+use super::kernel::{layout as kl, Kernel, KernelTable, MAX_RANK};
+use super::rt;
+use super::{CodegenError, CodegenStats};
+use crate::tir::expr::{BinOp, Expr, Intrinsic, TensorId, Var};
+use crate::tir::lower::LoweredFunc;
+use crate::tir::schedule::ForKind;
+use crate::tir::stmt::{KernelArg, Stmt};
+
+type R<T> = Result<T, CodegenError>;
+
+/// Scratch buffers up to this many elements live in the stack frame.
+pub(crate) const STACK_SCRATCH_ELEMS: i64 = 4096;
+/// Unrolled loops of at most this many iterations are emitted as copies of the body.
+const MAX_UNROLL: i64 = 16;
+const LANES: i64 = 4;
+
+const I64: Type = types::I64;
+const F32: Type = types::F32;
+
+/// State shared by all functions of one compilation.
+pub(crate) struct Compiler<'a> {
+    pub module: &'a mut JITModule,
+    pub func: &'a LoweredFunc,
+    pub kernels: &'a KernelTable,
+    /// The kernels generated code calls, kept alive (and at a fixed address) by the
+    /// compiled function.
+    pub used_kernels: Vec<Arc<(String, Kernel)>>,
+    pub stats: CodegenStats,
+    sig: Signature,
+    n_funcs: usize,
+}
+
+impl<'a> Compiler<'a> {
+    pub fn new(module: &'a mut JITModule, func: &'a LoweredFunc, kernels: &'a KernelTable) -> Self {
+        let mut sig = module.make_signature();
+        sig.params
+            .extend([AbiParam::new(I64), AbiParam::new(I64), AbiParam::new(I64)]);
+        Compiler {
+            module,
+            func,
+            kernels,
+            used_kernels: Vec::new(),
+            stats: CodegenStats::default(),
+            sig,
+            n_funcs: 0,
+        }
+    }
+
+    fn name(&self, t: TensorId) -> String {
+        self.func
+            .graph
+            .ops
+            .get(t.0)
+            .map_or_else(|| format!("t{}", t.0), |o| o.name.clone())
+    }
+
+    /// Compiles the entry function: its environment is the array of parameter pointers.
+    pub fn compile_entry(&mut self) -> R<FuncId> {
+        let func = self.func;
+        self.function(|e| {
+            for (k, t) in func.params.iter().enumerate() {
+                let shape = &func.graph.op(*t).shape;
+                let size = func.layouts[t].size_const(shape);
+                let ptr =
+                    e.b.ins()
+                        .load(I64, MemFlagsData::trusted(), e.env, 8 * k as i32);
+                let size_v = e.b.ins().iconst(I64, size);
+                e.bind_buffer(*t, ptr, size_v, Expr::Int(size));
+            }
+            e.stmt(&func.body)
+        })
+    }
+
+    /// Builds one generated function; `body` emits its contents after the entry block.
+    fn function(&mut self, body: impl FnOnce(&mut FnEmitter) -> R<()>) -> R<FuncId> {
+        let name = format!("tir_fn{}", self.n_funcs);
+        self.n_funcs += 1;
+        let id = self
+            .module
+            .declare_function(&name, Linkage::Local, &self.sig)
+            .map_err(backend)?;
+        let mut func =
+            Function::with_name_signature(UserFuncName::user(0, id.as_u32()), self.sig.clone());
+        let mut fctx = FunctionBuilderContext::new();
+        let config = self.module.target_config();
+        {
+            let mut b = FunctionBuilder::new(&mut func, &mut fctx);
+            let entry = b.create_block();
+            b.append_block_params_for_function_params(entry);
+            b.switch_to_block(entry);
+            let p = b.block_params(entry).to_vec();
+            let mut e = FnEmitter {
+                c: self,
+                b,
+                env: p[0],
+                iter: p[1],
+                ctx: p[2],
+                vars: HashMap::new(),
+                bufs: HashMap::new(),
+                lc: LoopCtx::default(),
+            };
+            body(&mut e)?;
+            e.b.ins().return_(&[]);
+            e.b.seal_all_blocks();
+            e.b.finalize(config);
+        }
+        let mut ctx = Context::for_function(func);
+        self.module.define_function(id, &mut ctx).map_err(backend)?;
+        Ok(id)
+    }
+}
+
+fn backend(e: impl std::fmt::Debug) -> CodegenError {
+    CodegenError::Backend(format!("{e:?}"))
+}
+
+#[derive(Clone)]
+struct Buf {
+    ptr: Variable,
+    size: Variable,
+    size_expr: Expr,
+}
+
+/// Emits one function.
+pub(crate) struct FnEmitter<'c, 'a, 'f> {
+    c: &'c mut Compiler<'a>,
+    b: FunctionBuilder<'f>,
+    env: Value,
+    iter: Value,
+    ctx: Value,
+    vars: HashMap<u64, Variable>,
+    bufs: HashMap<TensorId, Buf>,
+    lc: LoopCtx,
+}
+
+impl FnEmitter<'_, '_, '_> {
+    fn bind_buffer(
+        &mut self,
+        t: TensorId,
+        ptr: Value,
+        size: Value,
+        size_expr: Expr,
+    ) -> Option<Buf> {
+        let p = self.b.declare_var(I64);
+        self.b.def_var(p, ptr);
+        let s = self.b.declare_var(I64);
+        self.b.def_var(s, size);
+        self.bufs.insert(
+            t,
+            Buf {
+                ptr: p,
+                size: s,
+                size_expr,
+            },
+        )
+    }
+
+    fn restore_buffer(&mut self, t: TensorId, old: Option<Buf>) {
+        match old {
+            Some(o) => self.bufs.insert(t, o),
+            None => self.bufs.remove(&t),
+        };
+    }
+
+    fn buf(&self, t: TensorId) -> R<Buf> {
+        self.bufs.get(&t).cloned().ok_or_else(|| {
+            CodegenError::Type(format!(
+                "`{}` is accessed outside its allocation",
+                self.c.name(t)
+            ))
+        })
+    }
+
+    /// Calls a Rust helper by address.
+    fn call_rt(
+        &mut self,
+        f: *const (),
+        params: &[Type],
+        ret: Option<Type>,
+        args: &[Value],
+    ) -> Option<Value> {
+        let mut sig = self.c.module.make_signature();
+        sig.params.extend(params.iter().map(|t| AbiParam::new(*t)));
+        sig.returns.extend(ret.map(AbiParam::new));
+        let sr = self.b.import_signature(sig);
+        let callee = self.b.ins().iconst(I64, f as i64);
+        let call = self.b.ins().call_indirect(sr, callee, args);
+        self.b.inst_results(call).first().copied()
+    }
+
+    // ---- expressions -------------------------------------------------------------
+
+    fn var(&self, v: &Var) -> R<Variable> {
+        self.vars.get(&v.id).copied().ok_or_else(|| {
+            CodegenError::Type(format!(
+                "variable `{}` is not bound by an enclosing loop",
+                v.name
+            ))
+        })
+    }
+
+    /// An integer expression (index, extent, size); `what` names its use for errors.
+    fn int(&mut self, e: &Expr, what: &dyn Fn() -> String) -> R<Value> {
+        if !e.is_int() {
+            return Err(CodegenError::Type(format!(
+                "{} is a float expression: {e}",
+                what()
+            )));
+        }
+        self.expr(e)
+    }
+
+    fn float(&mut self, e: &Expr) -> R<Value> {
+        let v = self.expr(e)?;
+        Ok(if e.is_int() {
+            self.b.ins().fcvt_from_sint(F32, v)
+        } else {
+            v
+        })
+    }
+
+    /// `e != 0` as a boolean (i8).
+    fn truth(&mut self, e: &Expr) -> R<Value> {
+        let v = self.expr(e)?;
+        Ok(if e.is_int() {
+            self.b.ins().icmp_imm_s(IntCC::NotEqual, v, 0)
+        } else {
+            let z = self.b.ins().f32const(0.0f32);
+            self.b.ins().fcmp(FloatCC::NotEqual, v, z)
+        })
+    }
+
+    fn bool_to_int(&mut self, c: Value) -> Value {
+        self.b.ins().uextend(I64, c)
+    }
+
+    /// Emits `e`; integer expressions give an i64, the others an f32. The type is static
+    /// (`Expr::is_int`), the one the interpreter finds at run time.
+    fn expr(&mut self, e: &Expr) -> R<Value> {
+        Ok(match e {
+            Expr::Int(v) => self.b.ins().iconst(I64, *v),
+            Expr::Float(v) => self.b.ins().f32const(*v as f32),
+            Expr::Var(v) => {
+                let var = self.var(v)?;
+                self.b.use_var(var)
+            }
+            Expr::Bin(op, a, b) if e.is_int() && *op != BinOp::Div && a.is_int() && b.is_int() => {
+                self.int_bin(*op, a, b)?
+            }
+            Expr::Bin(op, a, b) => self.float_bin(*op, a, b)?,
+            Expr::Not(a) => {
+                let t = self.truth(a)?;
+                let n = self.b.ins().bxor_imm_s(t, 1);
+                self.bool_to_int(n)
+            }
+            Expr::Select(c, a, b) => self.select(e, c, a, b)?,
+            Expr::Call(f, args) => {
+                let x = args.first().ok_or_else(|| {
+                    CodegenError::Type(format!("intrinsic without argument: {e}"))
+                })?;
+                let x = self.float(x)?;
+                match f {
+                    Intrinsic::Sqrt => self.b.ins().sqrt(x),
+                    Intrinsic::Exp => self.call_f32(rt::expf as *const (), x),
+                    Intrinsic::Tanh => self.call_f32(rt::tanhf as *const (), x),
+                }
+            }
+            Expr::Load { buffer, index } => self.load(*buffer, index)?,
+            Expr::Read { tensor, .. } => {
+                return Err(CodegenError::Type(format!(
+                    "read of `{}` survived storage flattening",
+                    self.c.name(*tensor)
+                )))
+            }
+        })
+    }
+
+    fn call_f32(&mut self, f: *const (), x: Value) -> Value {
+        self.call_rt(f, &[F32], Some(F32), &[x])
+            .expect("the helper returns a value")
+    }
+
+    fn int_bin(&mut self, op: BinOp, a: &Expr, b: &Expr) -> R<Value> {
+        let x = self.expr(a)?;
+        if let BinOp::FloorDiv | BinOp::FloorMod = op {
+            return self.floor_div_mod(op == BinOp::FloorMod, x, b);
+        }
+        let y = self.expr(b)?;
+        let ins = self.b.ins();
+        let cmp = |ins: cranelift_frontend::FuncInstBuilder, cc| ins.icmp(cc, x, y);
+        Ok(match op {
+            BinOp::Add => ins.iadd(x, y),
+            BinOp::Sub => ins.isub(x, y),
+            BinOp::Mul => ins.imul(x, y),
+            BinOp::Min => ins.smin(x, y),
+            BinOp::Max => ins.smax(x, y),
+            BinOp::Lt | BinOp::Le | BinOp::Eq | BinOp::Ne => {
+                let cc = match op {
+                    BinOp::Lt => IntCC::SignedLessThan,
+                    BinOp::Le => IntCC::SignedLessThanOrEqual,
+                    BinOp::Eq => IntCC::Equal,
+                    _ => IntCC::NotEqual,
+                };
+                let c = cmp(ins, cc);
+                self.bool_to_int(c)
+            }
+            BinOp::And | BinOp::Or => {
+                let p = ins.icmp_imm_s(IntCC::NotEqual, x, 0);
+                let q = self.b.ins().icmp_imm_s(IntCC::NotEqual, y, 0);
+                let r = if op == BinOp::And {
+                    self.b.ins().band(p, q)
+                } else {
+                    self.b.ins().bor(p, q)
+                };
+                self.bool_to_int(r)
+            }
+            BinOp::Div | BinOp::FloorDiv | BinOp::FloorMod => {
+                unreachable!("handled before: float division and floor division")
+            }
+        })
+    }
+
+    /// Floor division or modulo of i64 by `d`, as `tir::expr::floor_div`/`floor_mod`.
+    /// `sdiv` traps on 0 and on `MIN / -1`: a constant divisor is handled by cases, one
+    /// that cannot be proved safe is checked (zero is reported, as the interpreter does,
+    /// and -1 is negation).
+    fn floor_div_mod(&mut self, modulo: bool, x: Value, d: &Expr) -> R<Value> {
+        match crate::tir::simplify::simplify(d).as_int() {
+            Some(0) => Err(CodegenError::Type(format!(
+                "integer division by zero (divisor {d})"
+            ))),
+            Some(c) if c > 0 && c.count_ones() == 1 => Ok(if modulo {
+                self.b.ins().band_imm_s(x, c - 1)
+            } else {
+                self.b.ins().sshr_imm_s(x, i64::from(c.trailing_zeros()))
+            }),
+            Some(-1) => Ok(self.by_minus_one(modulo, x)),
+            Some(_) => {
+                let y = self.expr(d)?;
+                Ok(self.floor_div_mod_safe(modulo, x, y))
+            }
+            None if self.lc.prove_safe_divisor(d) => {
+                let y = self.expr(d)?;
+                Ok(self.floor_div_mod_safe(modulo, x, y))
+            }
+            None => {
+                let y = self.expr(d)?;
+                let zero = self.b.ins().icmp_imm_s(IntCC::Equal, y, 0);
+                let (bad, done) = (self.b.create_block(), self.b.create_block());
+                self.b.ins().brif(zero, bad, &[], done, &[]);
+                self.b.switch_to_block(bad);
+                let ctx = self.ctx;
+                self.call_rt(rt::div_zero as *const (), &[I64], None, &[ctx]);
+                self.b.ins().jump(done, &[]);
+                self.b.switch_to_block(done);
+                let m1 = self.b.ins().icmp_imm_s(IntCC::Equal, y, -1);
+                let unsafe_d = self.b.ins().bor(zero, m1);
+                let one = self.b.ins().iconst(I64, 1);
+                let safe = self.b.ins().select(unsafe_d, one, y);
+                let general = self.floor_div_mod_safe(modulo, x, safe);
+                let neg = self.by_minus_one(modulo, x);
+                Ok(self.b.ins().select(m1, neg, general))
+            }
+        }
+    }
+
+    fn by_minus_one(&mut self, modulo: bool, x: Value) -> Value {
+        if modulo {
+            self.b.ins().iconst(I64, 0)
+        } else {
+            self.b.ins().ineg(x)
+        }
+    }
+
+    /// Floor division or modulo by a divisor that is neither 0 nor -1.
+    fn floor_div_mod_safe(&mut self, modulo: bool, x: Value, y: Value) -> Value {
+        let q = self.b.ins().sdiv(x, y);
+        let r = self.b.ins().srem(x, y);
+        // Truncation rounds towards zero; step down when the remainder and the divisor
+        // have opposite signs.
+        let rx = self.b.ins().bxor(r, y);
+        let neg = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, rx, 0);
+        let nz = self.b.ins().icmp_imm_s(IntCC::NotEqual, r, 0);
+        let adj = self.b.ins().band(neg, nz);
+        if modulo {
+            let zero = self.b.ins().iconst(I64, 0);
+            let add = self.b.ins().select(adj, y, zero);
+            self.b.ins().iadd(r, add)
+        } else {
+            let one = self.bool_to_int(adj);
+            self.b.ins().isub(q, one)
+        }
+    }
+
+    fn float_bin(&mut self, op: BinOp, a: &Expr, b: &Expr) -> R<Value> {
+        let x = self.float(a)?;
+        let y = self.float(b)?;
+        let ins = self.b.ins();
+        Ok(match op {
+            BinOp::Add => ins.fadd(x, y),
+            BinOp::Sub => ins.fsub(x, y),
+            BinOp::Mul => ins.fmul(x, y),
+            BinOp::Div => ins.fdiv(x, y),
+            BinOp::FloorDiv => {
+                let q = ins.fdiv(x, y);
+                self.b.ins().floor(q)
+            }
+            BinOp::FloorMod => {
+                let q = ins.fdiv(x, y);
+                let f = self.b.ins().floor(q);
+                let m = self.b.ins().fmul(y, f);
+                self.b.ins().fsub(x, m)
+            }
+            BinOp::Min => ins.fmin(x, y),
+            BinOp::Max => ins.fmax(x, y),
+            BinOp::Lt | BinOp::Le | BinOp::Eq | BinOp::Ne => {
+                let cc = match op {
+                    BinOp::Lt => FloatCC::LessThan,
+                    BinOp::Le => FloatCC::LessThanOrEqual,
+                    BinOp::Eq => FloatCC::Equal,
+                    _ => FloatCC::NotEqual,
+                };
+                let c = ins.fcmp(cc, x, y);
+                self.bool_to_int(c)
+            }
+            BinOp::And | BinOp::Or => {
+                let z = ins.f32const(0.0f32);
+                let p = self.b.ins().fcmp(FloatCC::NotEqual, x, z);
+                let q = self.b.ins().fcmp(FloatCC::NotEqual, y, z);
+                let r = if op == BinOp::And {
+                    self.b.ins().band(p, q)
+                } else {
+                    self.b.ins().bor(p, q)
+                };
+                self.bool_to_int(r)
+            }
+        })
+    }
+
+    /// A select whose branches load is compiled to branches (only the chosen side runs,
+    /// as in the interpreter: a guarded load must not be performed); others to `select`.
+    fn select(&mut self, e: &Expr, c: &Expr, a: &Expr, b: &Expr) -> R<Value> {
+        let int = e.is_int();
+        let side = |s: &mut Self, x: &Expr| if int { s.expr(x) } else { s.float(x) };
+        let loads = |x: &Expr| {
+            let mut l = false;
+            x.visit(&mut |n| l |= matches!(n, Expr::Load { .. }));
+            l
+        };
+        let cond = self.truth(c)?;
+        if !loads(a) && !loads(b) {
+            let x = side(self, a)?;
+            let y = side(self, b)?;
+            return Ok(self.b.ins().select(cond, x, y));
+        }
+        let out = self.b.declare_var(if int { I64 } else { F32 });
+        let (tb, eb, done) = (
+            self.b.create_block(),
+            self.b.create_block(),
+            self.b.create_block(),
+        );
+        self.b.ins().brif(cond, tb, &[], eb, &[]);
+        for (blk, x) in [(tb, a), (eb, b)] {
+            self.b.switch_to_block(blk);
+            let v = side(self, x)?;
+            self.b.def_var(out, v);
+            self.b.ins().jump(done, &[]);
+        }
+        self.b.switch_to_block(done);
+        Ok(self.b.use_var(out))
+    }
+
+    fn address(&mut self, buf: &Buf, idx: Value) -> Value {
+        let base = self.b.use_var(buf.ptr);
+        let off = self.b.ins().ishl_imm_s(idx, 2);
+        self.b.ins().iadd(base, off)
+    }
+
+    /// Proves the access inside its buffer, or emits a check that reports and skips it.
+    /// Returns the block to continue in after the access when it is checked.
+    fn guard_access(
+        &mut self,
+        t: TensorId,
+        buf: &Buf,
+        index: &Expr,
+        idx: Value,
+        store: bool,
+    ) -> R<Option<Block>> {
+        match self.lc.prove_inside(index, &buf.size_expr) {
+            Proof::Inside => Ok(None),
+            Proof::Outside => Err(CodegenError::OutOfBounds(format!(
+                "{} `{}` at index {index} is outside its {} elements",
+                if store { "store to" } else { "load of" },
+                self.c.name(t),
+                buf.size_expr
+            ))),
+            Proof::Unknown => {
+                self.c.stats.checked_accesses += 1;
+                let size = self.b.use_var(buf.size);
+                let ge = self
+                    .b
+                    .ins()
+                    .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, idx, 0);
+                let lt = self.b.ins().icmp(IntCC::SignedLessThan, idx, size);
+                let ok = self.b.ins().band(ge, lt);
+                let (good, bad, done) = (
+                    self.b.create_block(),
+                    self.b.create_block(),
+                    self.b.create_block(),
+                );
+                self.b.ins().brif(ok, good, &[], bad, &[]);
+                self.b.switch_to_block(bad);
+                let id = self.b.ins().iconst(I64, t.0 as i64);
+                let st = self.b.ins().iconst(I64, store as i64);
+                let ctx = self.ctx;
+                self.call_rt(
+                    rt::oob as *const (),
+                    &[I64; 5],
+                    None,
+                    &[ctx, id, idx, size, st],
+                );
+                self.b.ins().jump(done, &[]);
+                self.b.switch_to_block(good);
+                Ok(Some(done))
+            }
+        }
+    }
+
+    fn load(&mut self, t: TensorId, index: &Expr) -> R<Value> {
+        let buf = self.buf(t)?;
+        let name = self.c.name(t);
+        let idx = self.int(index, &|| format!("the index of `{name}`"))?;
+        let out = self.b.declare_var(F32);
+        let zero = self.b.ins().f32const(0.0f32);
+        self.b.def_var(out, zero);
+        let done = self.guard_access(t, &buf, index, idx, false)?;
+        let addr = self.address(&buf, idx);
+        let v = self.b.ins().load(F32, MemFlagsData::trusted(), addr, 0);
+        self.b.def_var(out, v);
+        if let Some(d) = done {
+            self.b.ins().jump(d, &[]);
+            self.b.switch_to_block(d);
+        }
+        Ok(self.b.use_var(out))
+    }
+
+    // ---- statements --------------------------------------------------------------
+
+    fn stmt(&mut self, s: &Stmt) -> R<()> {
+        match s {
+            Stmt::For {
+                var,
+                min,
+                extent,
+                kind,
+                body,
+            } => self.for_loop(var, min, extent, *kind, body),
+            Stmt::Allocate { buffer, size, body } => self.allocate(*buffer, size, body),
+            Stmt::Store {
+                buffer,
+                index,
+                value,
+            } => {
+                let buf = self.buf(*buffer)?;
+                let v = self.float(value)?;
+                let name = self.c.name(*buffer);
+                let idx = self.int(index, &|| format!("the index of `{name}`"))?;
+                let done = self.guard_access(*buffer, &buf, index, idx, true)?;
+                let addr = self.address(&buf, idx);
+                self.b.ins().store(MemFlagsData::trusted(), v, addr, 0);
+                if let Some(d) = done {
+                    self.b.ins().jump(d, &[]);
+                    self.b.switch_to_block(d);
+                }
+                Ok(())
+            }
+            Stmt::Seq(v) => v.iter().try_for_each(|x| self.stmt(x)),
+            Stmt::IfThenElse {
+                cond,
+                then_case,
+                else_case,
+                ..
+            } => {
+                let c = self.truth(cond)?;
+                let (tb, eb, done) = (
+                    self.b.create_block(),
+                    self.b.create_block(),
+                    self.b.create_block(),
+                );
+                self.b.ins().brif(c, tb, &[], eb, &[]);
+                self.b.switch_to_block(tb);
+                self.stmt(then_case)?;
+                self.b.ins().jump(done, &[]);
+                self.b.switch_to_block(eb);
+                if let Some(e) = else_case {
+                    self.stmt(e)?;
+                }
+                self.b.ins().jump(done, &[]);
+                self.b.switch_to_block(done);
+                Ok(())
+            }
+            // Information for the passes that produced it; the interpreter checks it.
+            Stmt::Assume { body, .. } => self.stmt(body),
+            Stmt::KernelCall { name, args } => self.kernel_call(name, args),
+            Stmt::Realize { tensor, .. } | Stmt::Provide { tensor, .. } => {
+                Err(CodegenError::Type(format!(
+                    "`{}` is not storage-flattened (realize/provide)",
+                    self.c.name(*tensor)
+                )))
+            }
+        }
+    }
+
+    fn allocate(&mut self, t: TensorId, size: &Expr, body: &Stmt) -> R<()> {
+        let name = self.c.name(t);
+        let n = self.int(size, &|| format!("the size of `{name}`"))?;
+        let ctx = self.ctx;
+        let id = self.b.ins().iconst(I64, t.0 as i64);
+        let bound = self.lc.const_max(size);
+        let on_stack = bound.is_some_and(|b| b <= STACK_SCRATCH_ELEMS);
+        let ptr = if let (true, Some(b)) = (on_stack, bound) {
+            self.c.stats.stack_allocs += 1;
+            let bytes = (b.max(LANES) * 4) as u32;
+            let slot = self.b.create_sized_stack_slot(StackSlotData::new(
+                StackSlotKind::ExplicitSlot,
+                bytes,
+                4,
+            ));
+            if !self
+                .lc
+                .relax(size)
+                .min()
+                .is_some_and(|m| crate::tir::simplify::prove_ge_zero(m, &self.lc.vb))
+            {
+                // Reported as the interpreter does; the body's accesses all fail their
+                // checks (no access of a negative-size buffer can be proved).
+                let neg = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, n, 0);
+                let (bad, done) = (self.b.create_block(), self.b.create_block());
+                self.b.ins().brif(neg, bad, &[], done, &[]);
+                self.b.switch_to_block(bad);
+                self.call_rt(
+                    rt::alloc_f32 as *const (),
+                    &[I64; 3],
+                    Some(I64),
+                    &[ctx, id, n],
+                );
+                self.b.ins().jump(done, &[]);
+                self.b.switch_to_block(done);
+            }
+            self.b.ins().stack_addr(I64, slot, 0)
+        } else {
+            self.c.stats.heap_allocs += 1;
+            self.call_rt(
+                rt::alloc_f32 as *const (),
+                &[I64; 3],
+                Some(I64),
+                &[ctx, id, n],
+            )
+            .expect("alloc returns a pointer")
+        };
+        let old = self.bind_buffer(t, ptr, n, size.clone());
+        self.stmt(body)?;
+        if !on_stack {
+            self.call_rt(rt::free_f32 as *const (), &[I64; 2], None, &[ptr, n]);
+        }
+        self.restore_buffer(t, old);
+        Ok(())
+    }
+
+    /// A counted loop `var = lo, lo + step, ... < hi` around `body`.
+    fn counted(
+        &mut self,
+        var: Variable,
+        lo: Value,
+        hi: Value,
+        step: i64,
+        body: &mut dyn FnMut(&mut Self) -> R<()>,
+    ) -> R<()> {
+        let (head, blk, done) = (
+            self.b.create_block(),
+            self.b.create_block(),
+            self.b.create_block(),
+        );
+        self.b.def_var(var, lo);
+        self.b.ins().jump(head, &[]);
+        self.b.switch_to_block(head);
+        let v = self.b.use_var(var);
+        let more = self.b.ins().icmp(IntCC::SignedLessThan, v, hi);
+        self.b.ins().brif(more, blk, &[], done, &[]);
+        self.b.switch_to_block(blk);
+        body(self)?;
+        let v = self.b.use_var(var);
+        let next = self.b.ins().iadd_imm_s(v, step);
+        self.b.def_var(var, next);
+        self.b.ins().jump(head, &[]);
+        self.b.switch_to_block(done);
+        Ok(())
+    }
+
+    fn for_loop(
+        &mut self,
+        var: &Var,
+        min: &Expr,
+        extent: &Expr,
+        kind: ForKind,
+        body: &Stmt,
+    ) -> R<()> {
+        let what = || format!("the range of loop `{}`", var.name);
+        let lo = self.int(min, &what)?;
+        let n = self.int(extent, &what)?;
+        let independent =
+            kind == ForKind::Parallel && iterations_independent(&self.lc, var, min, extent, body);
+        if kind == ForKind::Parallel && !independent {
+            self.c.stats.serialized_parallel_loops += 1;
+        }
+        if !self.lc.push(var, min, extent) {
+            return Ok(()); // provably no iteration
+        }
+        let r = if independent {
+            self.parallel(var, lo, n, body)
+        } else {
+            let v = self.b.declare_var(I64);
+            let old = self.vars.insert(var.id, v);
+            let const_n = crate::tir::simplify::simplify(extent).as_int();
+            let r = match (kind, const_n) {
+                (ForKind::Unrolled, Some(c)) if c <= MAX_UNROLL => {
+                    self.c.stats.unrolled_loops += 1;
+                    (0..c).try_for_each(|k| {
+                        let x = self.b.ins().iadd_imm_s(lo, k);
+                        self.b.def_var(v, x);
+                        self.stmt(body)
+                    })
+                }
+                (ForKind::Vectorized, Some(c)) => self.vector_loop(var, v, lo, c, body),
+                _ => {
+                    let hi = self.b.ins().iadd(lo, n);
+                    self.counted(v, lo, hi, 1, &mut |s| s.stmt(body))
+                }
+            };
+            match old {
+                Some(o) => self.vars.insert(var.id, o),
+                None => self.vars.remove(&var.id),
+            };
+            r
+        };
+        self.lc.pop();
+        r
+    }
+
+    /// A vectorized loop of constant extent `n`: 4 lanes at a time while at least 4
+    /// remain, then the scalar body for the tail. Bodies the vector path does not handle
+    /// run as a scalar loop.
+    fn vector_loop(&mut self, var: &Var, v: Variable, lo: Value, n: i64, body: &Stmt) -> R<()> {
+        let main = n / LANES * LANES;
+        let vector = match body {
+            Stmt::Store {
+                buffer,
+                index,
+                value,
+            } if main > 0 && vectorizable(var, *buffer, index, value, &self.lc.vb) => {
+                // Every access that moves with the loop must be proved: lanes are not
+                // checked one by one.
+                let mut proved =
+                    self.lc.prove_inside(index, &self.buf(*buffer)?.size_expr) == Proof::Inside;
+                value.visit(&mut |e| {
+                    if let Expr::Load { buffer, index } = e {
+                        if e.uses_var(var) {
+                            proved &= self.bufs.get(buffer).is_some_and(|b| {
+                                self.lc.prove_inside(index, &b.size_expr) == Proof::Inside
+                            });
+                        }
+                    }
+                });
+                proved.then_some((*buffer, index, value))
+            }
+            _ => None,
+        };
+        let hi = self.b.ins().iadd_imm_s(lo, n);
+        let Some((buffer, index, value)) = vector else {
+            return self.counted(v, lo, hi, 1, &mut |s| s.stmt(body));
+        };
+        self.c.stats.vector_loops += 1;
+        let split = self.b.ins().iadd_imm_s(lo, main);
+        self.counted(v, lo, split, LANES, &mut |s| {
+            let x = s.vexpr(var, value)?;
+            let buf = s.buf(buffer)?;
+            let idx = s.expr(index)?;
+            let addr = s.address(&buf, idx);
+            s.b.ins()
+                .store(MemFlagsData::new().with_notrap(), x, addr, 0);
+            Ok(())
+        })?;
+        self.counted(v, split, hi, 1, &mut |s| s.stmt(body))
+    }
+
+    /// An F32X4 value of `e` for lanes `var, var + 1, var + 2, var + 3` (see
+    /// `analysis::vectorizable` for the shapes it accepts).
+    fn vexpr(&mut self, var: &Var, e: &Expr) -> R<Value> {
+        if !e.uses_var(var) {
+            let x = self.float(e)?;
+            return Ok(self.b.ins().splat(types::F32X4, x));
+        }
+        match e {
+            Expr::Load { buffer, index } => {
+                let buf = self.buf(*buffer)?;
+                let idx = self.expr(index)?;
+                let addr = self.address(&buf, idx);
+                Ok(self
+                    .b
+                    .ins()
+                    .load(types::F32X4, MemFlagsData::new().with_notrap(), addr, 0))
+            }
+            Expr::Bin(op, a, b) => {
+                let x = self.vexpr(var, a)?;
+                let y = self.vexpr(var, b)?;
+                let ins = self.b.ins();
+                Ok(match op {
+                    BinOp::Add => ins.fadd(x, y),
+                    BinOp::Sub => ins.fsub(x, y),
+                    BinOp::Mul => ins.fmul(x, y),
+                    BinOp::Div => ins.fdiv(x, y),
+                    BinOp::Min => ins.fmin(x, y),
+                    BinOp::Max => ins.fmax(x, y),
+                    _ => unreachable!("analysis::vectorizable admits these operators only"),
+                })
+            }
+            _ => unreachable!("analysis::vectorizable admits loads and arithmetic only"),
+        }
+    }
+
+    /// Outlines `body` as a function of (environment, iteration) and runs it through the
+    /// rayon trampoline. The environment captures every loop variable and buffer in
+    /// scope; scratch allocated in the body lives in the outlined function's frame or
+    /// heap, so each iteration has its own.
+    fn parallel(&mut self, var: &Var, lo: Value, n: Value, body: &Stmt) -> R<()> {
+        self.c.stats.parallel_loops += 1;
+        let mut vars: Vec<(u64, Variable)> = self.vars.iter().map(|(k, v)| (*k, *v)).collect();
+        vars.sort_by_key(|p| p.0);
+        let mut bufs: Vec<(TensorId, Buf)> =
+            self.bufs.iter().map(|(k, v)| (*k, v.clone())).collect();
+        bufs.sort_by_key(|p| p.0);
+        let slots = vars.len() + 2 * bufs.len();
+        let env = self.b.create_sized_stack_slot(StackSlotData::new(
+            StackSlotKind::ExplicitSlot,
+            (8 * slots.max(1)) as u32,
+            3,
+        ));
+        let mut k = 0;
+        let mut put = |s: &mut Self, v: Value| {
+            s.b.ins().stack_store(I64, v, env, 8 * k);
+            k += 1;
+        };
+        for (_, v) in &vars {
+            let x = self.b.use_var(*v);
+            put(self, x);
+        }
+        for (_, b) in &bufs {
+            let p = self.b.use_var(b.ptr);
+            put(self, p);
+            let s = self.b.use_var(b.size);
+            put(self, s);
+        }
+        let lc = self.lc.clone();
+        let loop_var = var.id;
+        let id = self.c.function(|e| {
+            e.lc = lc;
+            let mut k = 0;
+            let mut get = |e: &mut FnEmitter| {
+                let v = e.b.ins().load(I64, MemFlagsData::trusted(), e.env, 8 * k);
+                k += 1;
+                v
+            };
+            for (id, _) in &vars {
+                let x = get(e);
+                let v = e.b.declare_var(I64);
+                e.b.def_var(v, x);
+                e.vars.insert(*id, v);
+            }
+            for (t, b) in &bufs {
+                let p = get(e);
+                let s = get(e);
+                e.bind_buffer(*t, p, s, b.size_expr.clone());
+            }
+            let v = e.b.declare_var(I64);
+            let it = e.iter;
+            e.b.def_var(v, it);
+            e.vars.insert(loop_var, v);
+            e.stmt(body)
+        })?;
+        let fref = self.c.module.declare_func_in_func(id, self.b.func);
+        let fptr = self.b.ins().func_addr(I64, fref);
+        let envp = self.b.ins().stack_addr(I64, env, 0);
+        let ctx = self.ctx;
+        self.call_rt(
+            rt::parallel_for as *const (),
+            &[I64; 5],
+            None,
+            &[fptr, envp, lo, n, ctx],
+        );
+        Ok(())
+    }
+
+    fn kernel_call(&mut self, name: &str, args: &[KernelArg]) -> R<()> {
+        let kerr = |m: String| CodegenError::Kernel(format!("micro-kernel `{name}`: {m}"));
+        let kernel = self
+            .c
+            .kernels
+            .get(name)
+            .ok_or_else(|| kerr("not registered".into()))?
+            .clone();
+        let kptr = match self.c.used_kernels.iter().find(|k| k.0 == name) {
+            Some(k) => Arc::as_ptr(k) as usize,
+            None => {
+                let b = Arc::new((name.to_string(), kernel));
+                let p = Arc::as_ptr(&b) as usize;
+                self.c.used_kernels.push(b);
+                p
+            }
+        };
+        self.c.stats.kernel_calls += 1;
+        let slot = self.b.create_sized_stack_slot(StackSlotData::new(
+            StackSlotKind::ExplicitSlot,
+            kl::SIZE * args.len().max(1) as u32,
+            3,
+        ));
+        let (call_blk, skip) = (self.b.create_block(), self.b.create_block());
+        for (k, a) in args.iter().enumerate() {
+            let tname = self.c.name(a.tensor);
+            if args[..k].iter().any(|p| p.tensor == a.tensor) {
+                return Err(kerr(format!("gets the buffer of `{tname}` twice")));
+            }
+            let view = a
+                .buffer
+                .as_ref()
+                .ok_or_else(|| kerr(format!("argument `{tname}` is not storage-flattened")))?;
+            let rank = a.region.len();
+            if rank > MAX_RANK || view.origin.len() != rank || view.extents.len() != rank {
+                return Err(kerr(format!(
+                    "argument `{tname}` has a region of rank {rank} on a {}-d buffer (at most {MAX_RANK})",
+                    view.extents.len()
+                )));
+            }
+            let st = strides(&view.layout, &view.extents).ok_or_else(|| {
+                kerr(format!(
+                    "argument `{tname}` has a blocked layout; kernel regions are strided"
+                ))
+            })?;
+            let buf = self.buf(a.tensor)?;
+            let base = k as i32 * kl::SIZE as i32;
+            let mut offset = Expr::Int(0);
+            for (d, ((r, o), e)) in a
+                .region
+                .iter()
+                .zip(&view.origin)
+                .zip(&view.extents)
+                .enumerate()
+            {
+                let rel = r.min.clone() - o.clone();
+                offset = offset + rel.clone() * st[d].clone();
+                let what = || format!("the region of `{tname}` in micro-kernel `{name}`");
+                let lo_ok = self.lc.prove_inside(&rel, e);
+                let end = rel.clone() + r.extent.clone() - 1;
+                let hi_ok = self.lc.prove_inside(&end, e);
+                if lo_ok == Proof::Outside || hi_ok == Proof::Outside {
+                    return Err(CodegenError::OutOfBounds(format!(
+                        "{} leaves the buffer along axis {d}",
+                        what()
+                    )));
+                }
+                if lo_ok != Proof::Inside || hi_ok != Proof::Inside {
+                    self.c.stats.checked_accesses += 1;
+                    let relv = self.int(&rel, &what)?;
+                    let endv = self.int(&end, &what)?;
+                    let ev = self.int(e, &what)?;
+                    let a0 = self
+                        .b
+                        .ins()
+                        .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, relv, 0);
+                    let a1 = self.b.ins().icmp(IntCC::SignedLessThan, endv, ev);
+                    let ok = self.b.ins().band(a0, a1);
+                    let (next, bad) = (self.b.create_block(), self.b.create_block());
+                    self.b.ins().brif(ok, next, &[], bad, &[]);
+                    self.b.switch_to_block(bad);
+                    let (ctx, id, dim) = (
+                        self.ctx,
+                        self.b.ins().iconst(I64, a.tensor.0 as i64),
+                        self.b.ins().iconst(I64, d as i64),
+                    );
+                    self.call_rt(
+                        rt::region_oob as *const (),
+                        &[I64; 3],
+                        None,
+                        &[ctx, id, dim],
+                    );
+                    self.b.ins().jump(skip, &[]);
+                    self.b.switch_to_block(next);
+                }
+                let ext = self.int(&r.extent, &what)?;
+                self.b
+                    .ins()
+                    .stack_store(I64, ext, slot, base + kl::EXTENTS + 8 * d as i32);
+                let sv = self.int(&st[d], &what)?;
+                self.b
+                    .ins()
+                    .stack_store(I64, sv, slot, base + kl::STRIDES + 8 * d as i32);
+            }
+            let off = self.int(&offset, &|| format!("the region of `{tname}`"))?;
+            let ptr = self.b.use_var(buf.ptr);
+            let rk = self.b.ins().iconst(I64, rank as i64);
+            self.b.ins().stack_store(I64, ptr, slot, base + kl::BASE);
+            self.b.ins().stack_store(I64, off, slot, base + kl::OFFSET);
+            self.b.ins().stack_store(I64, rk, slot, base + kl::RANK);
+        }
+        self.b.ins().jump(call_blk, &[]);
+        self.b.switch_to_block(call_blk);
+        let kp = self.b.ins().iconst(I64, kptr as i64);
+        let rp = self.b.ins().stack_addr(I64, slot, 0);
+        let nv = self.b.ins().iconst(I64, args.len() as i64);
+        let ctx = self.ctx;
+        self.call_rt(
+            rt::call_kernel as *const (),
+            &[I64; 4],
+            None,
+            &[kp, rp, nv, ctx],
+        );
+        self.b.ins().jump(skip, &[]);
+        self.b.switch_to_block(skip);
+        Ok(())
+    }
+}

@@ -1,0 +1,231 @@
+//! Native code for lowered TIR functions, through Cranelift, in process.
+//!
+//! [`JitFunction::compile`] takes a storage-flattened [`LoweredFunc`] (after
+//! `tir::lower::lower`) and emits one Cranelift function for its body; its parameters
+//! are the flat f32 buffers of `func.params`, in that order. The statement IR maps as
+//! follows:
+//!
+//! - Types are static: an expression is an i64 when `Expr::is_int` says so (loop
+//!   variables, index arithmetic, comparisons), else an f32 — the interpreter's rules,
+//!   decided at compile time. Integer `floordiv`/`floormod` have floor semantics; a
+//!   divisor that might be 0 or -1 is refused (Cranelift's `sdiv` traps on both), as is
+//!   a float expression where an index, extent or size is needed.
+//! - Memory safety: every load and store is proved inside its buffer at compile time
+//!   (interval sets over the enclosing loops, `analysis`). An access proved outside is
+//!   refused with [`CodegenError::OutOfBounds`]; one that cannot be proved either way
+//!   (a data-dependent index, a guard the proof does not use) gets a run-time check: a
+//!   failing access is skipped and reported, and the call returns
+//!   [`CodegenError::Run`] naming the buffer. [`CodegenStats::checked_accesses`] counts
+//!   them. Kernel regions are handled the same way.
+//! - `Allocate`: scratch whose size has a constant bound of at most
+//!   4096 elements is a stack slot (reused by every iteration of enclosing loops, which
+//!   see fresh, undefined contents as the IR allows); larger or unbounded scratch is
+//!   allocated through a Rust function and freed at the end of its scope.
+//! - Loop kinds: `Unrolled` with a constant extent of at most 16 is emitted as copies of
+//!   the body. `Vectorized` with a constant extent and a body `b[i] = value` that the
+//!   vector path accepts (unit-stride store and loads, float + - * / min max of them and
+//!   of loop-invariant scalars, every moving access proved) runs 4 lanes of F32X4 at a
+//!   time and a scalar tail; other vectorized loops run scalar. `Parallel` loops whose
+//!   iterations touch disjoint memory (`analysis::iterations_independent`) are outlined
+//!   into a function of (environment, iteration) that captures every loop variable and
+//!   buffer in scope, and run by a Rust trampoline with rayon on the caller's pool;
+//!   scratch allocated inside is per iteration. A parallel loop that fails the test
+//!   runs serially (counted in [`CodegenStats::serialized_parallel_loops`]).
+//! - `KernelCall`: a call into a Rust [`kernel::Kernel`] registered by name in a
+//!   [`KernelTable`], with one [`KernelRegion`] per argument (see [`kernel`]).
+//! - Intrinsics: `sqrt` is Cranelift's instruction; `exp` and `tanh` call Rust `f32`
+//!   functions.
+//! - `Assume` is information only: the code runs its body (the interpreter checks it).
+//! - Differences from the interpreter: arithmetic is f32 (the interpreter's is f64), and
+//!   float `min`/`max` propagate NaN where Rust's `f64::min` ignores it.
+
+mod analysis;
+mod emit;
+pub mod kernel;
+mod rt;
+
+use std::sync::{Arc, Mutex};
+
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::default_libcall_names;
+use thiserror::Error;
+
+use crate::tir::lower::LoweredFunc;
+pub use kernel::{gemm_update, KernelRegion, KernelTable};
+
+/// Errors of compiling or calling generated code. Messages name the buffer (tensor),
+/// loop variable or kernel involved.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum CodegenError {
+    /// The function has a shape the code generator cannot type or compile.
+    #[error("codegen: {0}")]
+    Type(String),
+    /// An access is provably outside its buffer.
+    #[error("codegen: {0}")]
+    OutOfBounds(String),
+    #[error("codegen: {0}")]
+    Kernel(String),
+    /// Cranelift refused the generated IR (a bug of this module) or the host.
+    #[error("codegen backend: {0}")]
+    Backend(String),
+    /// The buffers handed to a call do not match the parameters.
+    #[error("jit call: {0}")]
+    Call(String),
+    /// A run-time check failed during a call (checked access, kernel error).
+    #[error("jit run: {0}")]
+    Run(String),
+}
+
+/// What the code generator did, for tests and reports.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CodegenStats {
+    /// Accesses (and kernel region axes) checked at run time, not proved.
+    pub checked_accesses: usize,
+    pub vector_loops: usize,
+    pub unrolled_loops: usize,
+    pub parallel_loops: usize,
+    pub serialized_parallel_loops: usize,
+    pub stack_allocs: usize,
+    pub heap_allocs: usize,
+    pub kernel_calls: usize,
+}
+
+/// Owns the JIT's code memory.
+struct Code(Option<JITModule>);
+
+impl Drop for Code {
+    fn drop(&mut self) {
+        if let Some(m) = self.0.take() {
+            // SAFETY: the only pointer into this memory is `JitFunction::entry`, which
+            // is dropped with it.
+            unsafe { m.free_memory() }
+        }
+    }
+}
+
+/// A compiled function.
+pub struct JitFunction {
+    entry: rt::GenFn,
+    param_names: Vec<String>,
+    param_sizes: Vec<usize>,
+    /// Tensor names by id, for run-time messages.
+    names: Vec<String>,
+    stats: CodegenStats,
+    /// Kept alive for the generated code, which holds their addresses.
+    _kernels: Vec<Arc<(String, kernel::Kernel)>>,
+    _code: Code,
+}
+
+// SAFETY: after `finalize_definitions` the code memory is immutable and only dropped;
+// generated code keeps no state between calls (each call gets its own context), and the
+// kernels it calls are `Send + Sync`.
+unsafe impl Send for JitFunction {}
+unsafe impl Sync for JitFunction {}
+
+impl JitFunction {
+    /// Compiles a lowered, storage-flattened function for this CPU.
+    pub fn compile(func: &LoweredFunc, kernels: &KernelTable) -> Result<JitFunction, CodegenError> {
+        let backend = |e: &dyn std::fmt::Debug| CodegenError::Backend(format!("{e:?}"));
+        let mut flags = settings::builder();
+        flags.set("opt_level", "speed").map_err(|e| backend(&e))?;
+        let isa = cranelift_native::builder()
+            .map_err(|e| backend(&e))?
+            .finish(settings::Flags::new(flags))
+            .map_err(|e| backend(&e))?;
+        if isa.pointer_type() != cranelift_codegen::ir::types::I64 {
+            return Err(CodegenError::Backend("the JIT needs a 64-bit host".into()));
+        }
+        let mut code = Code(Some(JITModule::new(JITBuilder::with_isa(
+            isa,
+            default_libcall_names(),
+        ))));
+        let module = code.0.as_mut().expect("just created");
+        let mut c = emit::Compiler::new(module, func, kernels);
+        let id = c.compile_entry()?;
+        let (used_kernels, stats) = (std::mem::take(&mut c.used_kernels), c.stats.clone());
+        module.finalize_definitions().map_err(|e| backend(&e))?;
+        let ptr = module.get_finalized_function(id);
+        // SAFETY: the entry function was compiled with the `GenFn` signature.
+        let entry = unsafe { std::mem::transmute::<*const u8, rt::GenFn>(ptr) };
+        Ok(JitFunction {
+            entry,
+            param_names: func
+                .params
+                .iter()
+                .map(|t| func.graph.op(*t).name.clone())
+                .collect(),
+            param_sizes: func
+                .params
+                .iter()
+                .map(|t| func.layouts[t].size_const(&func.graph.op(*t).shape) as usize)
+                .collect(),
+            names: func.graph.ops.iter().map(|o| o.name.clone()).collect(),
+            stats,
+            _kernels: used_kernels,
+            _code: code,
+        })
+    }
+
+    /// The parameters' names, in call order.
+    pub fn param_names(&self) -> &[String] {
+        &self.param_names
+    }
+
+    /// The number of f32 elements each parameter buffer must have.
+    pub fn param_sizes(&self) -> &[usize] {
+        &self.param_sizes
+    }
+
+    pub fn stats(&self) -> &CodegenStats {
+        &self.stats
+    }
+
+    /// Runs the function on `buffers` (one per parameter, in order, each of its size).
+    pub fn call(&self, buffers: &mut [&mut [f32]]) -> Result<(), CodegenError> {
+        if buffers.len() != self.param_sizes.len() {
+            return Err(CodegenError::Call(format!(
+                "{} buffers given, the function takes {} ({})",
+                buffers.len(),
+                self.param_sizes.len(),
+                self.param_names.join(", ")
+            )));
+        }
+        for ((b, n), name) in buffers.iter().zip(&self.param_sizes).zip(&self.param_names) {
+            if b.len() != *n {
+                return Err(CodegenError::Call(format!(
+                    "buffer `{name}` has {} elements, its layout needs {n}",
+                    b.len()
+                )));
+            }
+        }
+        let ptrs: Vec<*mut f32> = buffers.iter_mut().map(|b| b.as_mut_ptr()).collect();
+        // SAFETY: one distinct (`&mut`) buffer of the right size per parameter.
+        unsafe { self.call_raw(&ptrs) }
+    }
+
+    /// Runs the function on raw parameter pointers.
+    ///
+    /// # Safety
+    /// `ptrs[k]` must point to `param_sizes()[k]` valid f32 elements, the buffers must
+    /// not overlap, and nothing else may access them during the call.
+    pub unsafe fn call_raw(&self, ptrs: &[*mut f32]) -> Result<(), CodegenError> {
+        if ptrs.len() != self.param_sizes.len() {
+            return Err(CodegenError::Call(format!(
+                "{} pointers given, the function takes {}",
+                ptrs.len(),
+                self.param_sizes.len()
+            )));
+        }
+        let ctx = rt::CallCtx {
+            names: &self.names,
+            error: Mutex::new(None),
+        };
+        let env: Vec<i64> = ptrs.iter().map(|p| *p as i64).collect();
+        (self.entry)(env.as_ptr(), 0, &ctx);
+        match ctx.error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            Some(m) => Err(CodegenError::Run(m)),
+            None => Ok(()),
+        }
+    }
+}
