@@ -46,6 +46,17 @@ fn bundled_models_match_onnxruntime_on_the_native_runtime() {
             for threads in [1, 2] {
                 let m = CompiledModel::compile(&p.graph, &RuntimeOptions { threads })
                     .unwrap_or_else(|e| panic!("{} {family}: {e}", dir.display()));
+                // Every op but Resize (no compute definition yet) runs compiled.
+                let fallbacks: Vec<String> = m
+                    .describe()
+                    .into_iter()
+                    .filter(|d| d.ends_with("fallback (reference)"))
+                    .collect();
+                assert!(
+                    fallbacks.iter().all(|d| d.contains("[Resize]")),
+                    "{} {family}: {fallbacks:#?}",
+                    dir.display()
+                );
                 // Twice: the second run reuses the arena of the first.
                 for _ in 0..2 {
                     let outputs = m

@@ -278,7 +278,17 @@ impl FnEmitter<'_, '_, '_> {
                 match f {
                     Intrinsic::Sqrt => self.b.ins().sqrt(x),
                     Intrinsic::Exp => self.call_f32(rt::expf as *const (), x),
+                    Intrinsic::Log => self.call_f32(rt::logf as *const (), x),
                     Intrinsic::Tanh => self.call_f32(rt::tanhf as *const (), x),
+                    Intrinsic::Erf => self.call_f32(rt::erff as *const (), x),
+                    Intrinsic::Pow => {
+                        let y = args.get(1).ok_or_else(|| {
+                            CodegenError::Type(format!("pow without exponent: {e}"))
+                        })?;
+                        let y = self.float(y)?;
+                        self.call_rt(rt::powf as *const (), &[F32, F32], Some(F32), &[x, y])
+                            .expect("the helper returns a value")
+                    }
                 }
             }
             Expr::Load { buffer, index } => self.load(*buffer, index)?,

@@ -12,6 +12,7 @@ pub mod bench;
 pub mod conv;
 pub mod kernels;
 pub mod simd;
+mod tir_step;
 
 use crate::graph::{
     format_spans, DType, Graph, GraphError, NodeId, Op, PoolKind, Span, Tensor, ValueRef, ValueType,
@@ -70,6 +71,8 @@ enum Kernel {
     Dense(Dense),
     Gather(Gather),
     Copy,
+    /// The op's TIR default schedule, compiled.
+    Tir(Box<tir_step::TirKernel>),
     /// The reference executor's implementation of `op`.
     Fallback {
         op: Op,
@@ -335,6 +338,15 @@ impl CompiledModel {
                 Kernel::Copy => bufs
                     .write(step.outputs[0])
                     .copy_from_slice(bufs.read(step.inputs[0])),
+                Kernel::Tir(k) => {
+                    let inputs: Vec<&[f32]> = step.inputs.iter().map(|&s| bufs.read(s)).collect();
+                    k.run(&inputs, bufs.write(step.outputs[0])).map_err(|m| {
+                        RuntimeError::AtNode {
+                            spans: step.spans.clone(),
+                            message: m,
+                        }
+                    })?
+                }
                 Kernel::Fallback { op, outputs } => {
                     let args: Vec<Tensor> = step
                         .inputs
@@ -764,6 +776,21 @@ impl<'g> Compiler<'g> {
         }
     }
 
+    /// The node's op compiled from its TIR default schedule, when it has one and
+    /// computes one f32 tensor from f32 tensors.
+    fn tir(&self, id: NodeId) -> Result<Option<tir_step::TirKernel>, RuntimeError> {
+        let node = self.g.node(id);
+        let ins = self.g.node_inputs(id);
+        let [out] = &node.outputs[..] else {
+            return Ok(None);
+        };
+        if out.ty.dtype != DType::F32 || !ins.iter().all(|&v| self.is_f32(v)) {
+            return Ok(None);
+        }
+        let types: Vec<ValueType> = ins.iter().map(|&v| self.g.value_type(v).clone()).collect();
+        tir_step::TirKernel::new(&node.op, &types, &out.ty).map_err(|m| self.at(id, m))
+    }
+
     fn pool_geom(
         &self,
         id: NodeId,
@@ -841,13 +868,23 @@ impl<'g> Compiler<'g> {
                 }
                 _ => {}
             }
-            let kernel = self.native(id).unwrap_or_else(|| Kernel::Fallback {
-                op: node.op.clone(),
-                outputs: node.outputs.iter().map(|v| v.ty.clone()).collect(),
-            });
+            let mut kind = node.op.kind_name().to_string();
+            let kernel = match self.native(id) {
+                Some(k) => k,
+                None => match self.tir(id)? {
+                    Some(k) => {
+                        kind.push_str(" (tir)");
+                        Kernel::Tir(Box::new(k))
+                    }
+                    None => Kernel::Fallback {
+                        op: node.op.clone(),
+                        outputs: node.outputs.iter().map(|v| v.ty.clone()).collect(),
+                    },
+                },
+            };
             self.steps.push(Pending {
                 name: node.name.clone(),
-                kind: node.op.kind_name().to_string(),
+                kind,
                 spans: node.spans.clone(),
                 kernel,
                 inputs: g.node_inputs(id),

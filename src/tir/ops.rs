@@ -3,7 +3,7 @@
 //! primitive by primitive.
 //!
 //! Ops covered: the unary and binary elementwise ops (not comparisons), Where-free
-//! movement (Transpose, Concat, Slice, constant Pad, Expand, Tile), Softmax and
+//! movement (Transpose, Reshape, Concat, Slice, constant Pad, Expand, Tile), Softmax and
 //! LogSoftmax, LayerNormalization, ReduceSum/Mean/Max, MatMul and Gemm, 2-D Conv,
 //! 2-D pooling, GlobalPool and BatchNorm. Other ops give [`TirError::Unsupported`].
 //!
@@ -284,6 +284,30 @@ pub fn op_compute(op: &Op, types: &[ValueType]) -> Result<OpCompute, TirError> {
             let out = crate::graph::broadcast_shapes(&s, shape).map_err(TirError::Definition)?;
             let x = ph[0];
             g.compute("Y", &extents(&out), |i| x.at(&broadcast_index(i, &s)))?
+        }
+        Op::Reshape { shape } => {
+            arity(1)?;
+            let s = shape_of(0);
+            let x = ph[0];
+            g.compute("Y", &extents(shape), |i| {
+                // The row-major position of the output element, then its input index.
+                let mut flat = Expr::Int(0);
+                for (v, &d) in i.iter().zip(&extents(shape)) {
+                    flat = flat * Expr::Int(d) + v.clone();
+                }
+                let mut idx = vec![Expr::Int(0); s.len()];
+                let mut rest = flat;
+                for k in (0..s.len()).rev() {
+                    idx[k] = rest.clone().floormod(ex(s[k]));
+                    rest = rest.floordiv(ex(s[k]));
+                }
+                x.at(&idx)
+            })?
+        }
+        Op::Identity => {
+            arity(1)?;
+            let x = ph[0];
+            g.compute("Y", &extents(&types[0].shape), |i| x.at(i))?
         }
         Op::Tile { repeats } => {
             arity(1)?;
@@ -1135,6 +1159,21 @@ mod tests {
             &[&[3, 1]],
         );
         agrees_with_reference(
+            Op::Reshape {
+                shape: vec![3, 2, 4],
+            },
+            &[&[2, 12]],
+        );
+        agrees_on(
+            Op::Reshape { shape: vec![1, 60] },
+            vec![tensor(&[1, 12, 1, 5], 1)],
+            Some((
+                vec![Layout::parse("NCHW8c").unwrap()],
+                Layout::parse("NC").unwrap(),
+            )),
+        );
+        agrees_with_reference(Op::Identity, &[&[2, 3]]);
+        agrees_with_reference(
             Op::Tile {
                 repeats: vec![2, 3],
             },
@@ -1246,10 +1285,10 @@ mod tests {
 
     #[test]
     fn unsupported_ops_and_nested_blocks_say_so() {
-        let e = lower_op(&Op::Identity, &[], None).err().unwrap();
+        let e = lower_op(&Op::Where, &[], None).err().unwrap();
         assert!(matches!(e, TirError::Unsupported(_)), "{e}");
         assert!(
-            e.to_string().contains("Identity has no compute definition"),
+            e.to_string().contains("Where has no compute definition"),
             "{e}"
         );
         let t = [ValueType::new(DType::F32, vec![1, 32, 2, 2])];
