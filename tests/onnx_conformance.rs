@@ -13,6 +13,9 @@ mod common;
 use common::load_test_data;
 use layoutopt::frontend::onnx::{load_onnx, ImportError, ImportOptions};
 use layoutopt::graph::{DType, Graph, Tensor};
+use layoutopt::layout::op_rules::{CostModel, Family};
+use layoutopt::layout::plan::{plan, planner_by_name};
+use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 use protobuf::Message;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -48,10 +51,28 @@ fn import_case(dir: &Path, inputs: &[Tensor]) -> Result<(Graph, Vec<Tensor>), St
     }
 }
 
-fn check_case(dir: &Path) -> Result<(), String> {
+/// Runs a graph on inputs: the reference executor, or the compiled runtime.
+type Executor = fn(&Graph, &[Tensor]) -> Result<Vec<Tensor>, String>;
+
+fn reference(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+    layoutopt::reference::run(g, inputs).map_err(|e| e.to_string())
+}
+
+/// Planned for NCHW8c (so 4-D ops run on padded blocked tensors), compiled (hand
+/// kernels, TIR through codegen, reference fallbacks), run on one thread.
+fn compiled(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+    let planner = planner_by_name("global").map_err(|e| e.to_string())?;
+    let p = plan(g, planner.as_ref(), Family::Nchwc(8), &CostModel::default())
+        .map_err(|e| e.to_string())?;
+    let m = CompiledModel::compile(&p.graph, &RuntimeOptions { threads: 1 })
+        .map_err(|e| e.to_string())?;
+    m.run(inputs).map_err(|e| e.to_string())
+}
+
+fn check_case(dir: &Path, run: Executor) -> Result<(), String> {
     let (inputs, expected) = load_test_data(dir);
     let (g, inputs) = import_case(dir, &inputs)?;
-    let outputs = layoutopt::reference::run(&g, &inputs).map_err(|e| e.to_string())?;
+    let outputs = run(&g, &inputs)?;
     if outputs.len() != expected.len() {
         return Err(format!(
             "{} outputs, expected {}",
@@ -103,6 +124,17 @@ fn compare(actual: &Tensor, expected: &Tensor) -> Result<(), String> {
 
 #[test]
 fn onnx_backend_node_cases() {
+    run_cases(reference);
+}
+
+/// The same cases through the planner and the compiled runtime: every case the
+/// reference executor passes must pass compiled too.
+#[test]
+fn onnx_backend_node_cases_compiled() {
+    run_cases(compiled);
+}
+
+fn run_cases(run: Executor) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/onnx_node");
     let mut cases: Vec<_> = std::fs::read_dir(&root)
         .expect("tests/onnx_node exists (scripts/export_onnx_conformance.py makes it)")
@@ -124,7 +156,7 @@ fn onnx_backend_node_cases() {
     let mut now_passing = Vec::new();
     for dir in &cases {
         let name = dir.file_name().unwrap().to_string_lossy().to_string();
-        let result = std::panic::catch_unwind(|| check_case(dir))
+        let result = std::panic::catch_unwind(|| check_case(dir, run))
             .unwrap_or_else(|_| Err("panicked".to_string()));
         match result {
             Ok(()) => {
