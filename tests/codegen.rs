@@ -62,10 +62,10 @@ fn random_schedules_exercise_every_loop_kind() {
         vector >= 10 && parallel >= 10 && unrolled >= 10,
         "{vector} {parallel} {unrolled}"
     );
-    // Most accesses are proved; what is left is mostly `floordiv(f, c) * c + floormod(f, c)`
-    // of fused loops, which the interval sets do not recombine.
+    // Most accesses are proved (14 of these 100 cases keep a checked access; before the
+    // proofs used the guards of enclosing `if`s, 37 did).
     assert!(
-        cases_checked <= 40,
+        cases_checked <= 20,
         "{cases_checked} cases with {checked} checked accesses"
     );
 }

@@ -476,9 +476,12 @@ impl FnEmitter<'_, '_, '_> {
             self.b.create_block(),
         );
         self.b.ins().brif(cond, tb, &[], eb, &[]);
-        for (blk, x) in [(tb, a), (eb, b)] {
+        for (blk, x, negated) in [(tb, a, false), (eb, b, true)] {
             self.b.switch_to_block(blk);
-            let v = side(self, x)?;
+            let n = self.lc.assume(c, negated);
+            let v = side(self, x);
+            self.lc.forget(n);
+            let v = v?;
             self.b.def_var(out, v);
             self.b.ins().jump(done, &[]);
         }
@@ -605,11 +608,15 @@ impl FnEmitter<'_, '_, '_> {
                 );
                 self.b.ins().brif(c, tb, &[], eb, &[]);
                 self.b.switch_to_block(tb);
+                let n = self.lc.assume(cond, false);
                 self.stmt(then_case)?;
+                self.lc.forget(n);
                 self.b.ins().jump(done, &[]);
                 self.b.switch_to_block(eb);
                 if let Some(e) = else_case {
+                    let n = self.lc.assume(cond, true);
                     self.stmt(e)?;
+                    self.lc.forget(n);
                 }
                 self.b.ins().jump(done, &[]);
                 self.b.switch_to_block(done);
