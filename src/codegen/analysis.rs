@@ -279,7 +279,7 @@ pub(crate) fn strides(layout: &BufferLayout, extents: &[Expr]) -> Option<Vec<Exp
     let mut run = Expr::Int(1);
     for d in layout.dims.iter().rev() {
         let PhysDim::Axis(a) = *d else { return None };
-        strides[a] = run.clone();
+        *strides.get_mut(a)? = run.clone();
         run = run * extents.get(a)?.clone();
     }
     Some(strides)

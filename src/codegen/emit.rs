@@ -70,18 +70,17 @@ impl<'a> Compiler<'a> {
             .map_or_else(|| format!("t{}", t.0), |o| o.name.clone())
     }
 
-    /// Compiles the entry function: its environment is the array of parameter pointers.
-    pub fn compile_entry(&mut self) -> R<FuncId> {
+    /// Compiles the entry function: its environment is the array of parameter pointers
+    /// (`sizes`: their element counts, in order).
+    pub fn compile_entry(&mut self, sizes: &[(String, i64)]) -> R<FuncId> {
         let func = self.func;
         self.function(|e| {
-            for (k, t) in func.params.iter().enumerate() {
-                let shape = &func.graph.op(*t).shape;
-                let size = func.layouts[t].size_const(shape);
+            for (k, (t, (_, size))) in func.params.iter().zip(sizes).enumerate() {
                 let ptr =
                     e.b.ins()
                         .load(I64, MemFlagsData::trusted(), e.env, 8 * k as i32);
-                let size_v = e.b.ins().iconst(I64, size);
-                e.bind_buffer(*t, ptr, size_v, Expr::Int(size));
+                let size_v = e.b.ins().iconst(I64, *size);
+                e.bind_buffer(*t, ptr, size_v, Expr::Int(*size));
             }
             e.stmt(&func.body)
         })

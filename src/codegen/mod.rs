@@ -91,6 +91,43 @@ pub struct CodegenStats {
     pub kernel_calls: usize,
 }
 
+/// Name and element count of every parameter buffer, checked: a hand-built function
+/// may name a tensor that does not exist or give a layout that does not fit.
+fn params(func: &LoweredFunc) -> Result<Vec<(String, i64)>, CodegenError> {
+    use crate::tir::layout::PhysDim;
+    func.params
+        .iter()
+        .map(|t| {
+            let op = func.graph.ops.get(t.0).ok_or_else(|| {
+                CodegenError::Type(format!(
+                    "parameter t{} is not a tensor of the function",
+                    t.0
+                ))
+            })?;
+            let layout = func.layouts.get(t).ok_or_else(|| {
+                CodegenError::Type(format!("parameter `{}` has no layout", op.name))
+            })?;
+            layout
+                .validate(op.shape.len(), &op.name)
+                .map_err(|e| CodegenError::Type(e.to_string()))?;
+            let blocks_ok = layout.dims.iter().all(|d| match d {
+                PhysDim::Axis(_) => true,
+                PhysDim::Outer(_, f) | PhysDim::Inner(_, f) => *f > 0,
+            });
+            let size = blocks_ok
+                .then(|| layout.size_const(&op.shape))
+                .filter(|n| *n >= 0 && op.shape.iter().all(|e| *e >= 0));
+            let size = size.ok_or_else(|| {
+                CodegenError::Type(format!(
+                    "parameter `{}` of shape {:?} has no valid size in its layout",
+                    op.name, op.shape
+                ))
+            })?;
+            Ok((op.name.clone(), size))
+        })
+        .collect()
+}
+
 /// Owns the JIT's code memory.
 struct Code(Option<JITModule>);
 
@@ -136,13 +173,14 @@ impl JitFunction {
         if isa.pointer_type() != cranelift_codegen::ir::types::I64 {
             return Err(CodegenError::Backend("the JIT needs a 64-bit host".into()));
         }
+        let params = params(func)?;
         let mut code = Code(Some(JITModule::new(JITBuilder::with_isa(
             isa,
             default_libcall_names(),
         ))));
         let module = code.0.as_mut().expect("just created");
         let mut c = emit::Compiler::new(module, func, kernels);
-        let id = c.compile_entry()?;
+        let id = c.compile_entry(&params)?;
         let (used_kernels, stats) = (std::mem::take(&mut c.used_kernels), c.stats.clone());
         module.finalize_definitions().map_err(|e| backend(&e))?;
         let ptr = module.get_finalized_function(id);
@@ -150,16 +188,8 @@ impl JitFunction {
         let entry = unsafe { std::mem::transmute::<*const u8, rt::GenFn>(ptr) };
         Ok(JitFunction {
             entry,
-            param_names: func
-                .params
-                .iter()
-                .map(|t| func.graph.op(*t).name.clone())
-                .collect(),
-            param_sizes: func
-                .params
-                .iter()
-                .map(|t| func.layouts[t].size_const(&func.graph.op(*t).shape) as usize)
-                .collect(),
+            param_names: params.iter().map(|p| p.0.clone()).collect(),
+            param_sizes: params.iter().map(|p| p.1 as usize).collect(),
             names: func.graph.ops.iter().map(|o| o.name.clone()).collect(),
             stats,
             _kernels: used_kernels,
