@@ -7,16 +7,20 @@
 //!
 //! - Types are static: an expression is an i64 when `Expr::is_int` says so (loop
 //!   variables, index arithmetic, comparisons), else an f32 — the interpreter's rules,
-//!   decided at compile time. Integer `floordiv`/`floormod` have floor semantics; a
-//!   divisor that might be 0 or -1 is refused (Cranelift's `sdiv` traps on both), as is
-//!   a float expression where an index, extent or size is needed.
+//!   decided at compile time. Integer `floordiv`/`floormod` have floor semantics (shifts
+//!   and masks for powers of two). A float expression where an index, extent or size is
+//!   needed is refused with [`CodegenError::Type`].
 //! - Memory safety: every load and store is proved inside its buffer at compile time
-//!   (interval sets over the enclosing loops, `analysis`). An access proved outside is
-//!   refused with [`CodegenError::OutOfBounds`]; one that cannot be proved either way
-//!   (a data-dependent index, a guard the proof does not use) gets a run-time check: a
-//!   failing access is skipped and reported, and the call returns
-//!   [`CodegenError::Run`] naming the buffer. [`CodegenStats::checked_accesses`] counts
-//!   them. Kernel regions are handled the same way.
+//!   (`analysis`: interval sets over the enclosing loops, innermost first, narrowed by
+//!   the `a < b` / `a <= b` conditions of enclosing `if`s and selects, with fused-loop
+//!   indices `floordiv(f, c) * c + floormod(f, c)` put back together). An access proved
+//!   outside for every iteration is refused with [`CodegenError::OutOfBounds`]. One that
+//!   cannot be proved either way gets a run-time check instead of a trap: a failing
+//!   access is skipped (a load gives 0) and reported, the code runs on (so scopes free
+//!   their scratch), and the call returns [`CodegenError::Run`] naming the buffer and
+//!   index. [`CodegenStats::checked_accesses`] counts such accesses. Integer divisors
+//!   that may be 0 or -1 (`sdiv` traps on both) are checked the same way. Kernel regions
+//!   are proved or checked axis by axis before the call.
 //! - `Allocate`: scratch whose size has a constant bound of at most
 //!   4096 elements is a stack slot (reused by every iteration of enclosing loops, which
 //!   see fresh, undefined contents as the IR allows); larger or unbounded scratch is
@@ -34,7 +38,10 @@
 //! - `KernelCall`: a call into a Rust [`kernel::Kernel`] registered by name in a
 //!   [`KernelTable`], with one [`KernelRegion`] per argument (see [`kernel`]).
 //! - Intrinsics: `sqrt` is Cranelift's instruction; `exp` and `tanh` call Rust `f32`
-//!   functions.
+//!   functions (`rt`, with the other helpers generated code calls).
+//! - Every generated function has one signature, `(environment, iteration, context)`:
+//!   the entry's environment is the array of parameter pointers, an outlined parallel
+//!   body's is its captured values; the context carries the call's first error.
 //! - `Assume` is information only: the code runs its body (the interpreter checks it).
 //! - Differences from the interpreter: arithmetic is f32 (the interpreter's is f64), and
 //!   float `min`/`max` propagate NaN where Rust's `f64::min` ignores it.
