@@ -432,7 +432,28 @@ fn call_checks_buffer_count_and_lengths() {
 }
 
 #[test]
-fn jit_functions_are_send_and_sync() {
-    fn shared<T: Send + Sync>() {}
-    shared::<JitFunction>();
+fn one_function_called_from_many_threads() {
+    // As the runtime does: one compiled function, concurrent calls on their own buffers,
+    // with a parallel loop and per-iteration scratch inside.
+    fn shared<T: Send + Sync>(_: &T) {}
+    let mut g = ComputeGraph::new();
+    let a = g.placeholder("A", &[8, 5]).unwrap();
+    let b = g.compute("B", &[8, 5], |x| a.at(x) * a.at(x)).unwrap();
+    let c = g.compute("C", &[8, 5], |x| b.at(x) + a.at(x)).unwrap();
+    let mut s = Schedule::new(&g, &[c]).unwrap();
+    let i = s.axis(&c).unwrap()[0].clone();
+    s.compute_at(&b, &c, &i).unwrap();
+    s.parallel(&c, &i).unwrap();
+    let f = lower(&s, &LowerOptions::default()).unwrap();
+    let jit = JitFunction::compile(&f, &KernelTable::new()).unwrap();
+    shared(&jit);
+    use rayon::prelude::*;
+    (0..16).into_par_iter().for_each(|t| {
+        let mut a: Vec<f32> = (0..40).map(|k| (k + t) as f32 * 0.25).collect();
+        let mut c = vec![0f32; 40];
+        jit.call(&mut [&mut a, &mut c]).unwrap();
+        for (k, (x, y)) in a.iter().zip(&c).enumerate() {
+            assert_eq!(*y, x * x + x, "thread {t}, element {k}");
+        }
+    });
 }
