@@ -8,18 +8,30 @@
 
 use std::collections::HashSet;
 
-use crate::tir::expr::{Expr, Range, TensorId, Var};
+use crate::tir::expr::{BinOp, Expr, Range, TensorId, Var};
 use crate::tir::intset::{eval_set_in_order, IntSet};
 use crate::tir::layout::{BufferLayout, PhysDim};
-use crate::tir::simplify::{const_bounds, prove_equal, prove_ge_zero, prove_le_zero, VarBounds};
+use crate::tir::simplify::{
+    const_bounds, prove_equal, prove_ge_zero, prove_le_zero, simplify, simplify_with, VarBounds,
+};
 use crate::tir::stmt::{KernelArg, Stmt};
 
 /// The loops around the statement being compiled, outermost first, with the constant
-/// bounds of their variables.
+/// bounds of their variables and what the enclosing `if`s tell about them.
 #[derive(Clone, Default)]
 pub(crate) struct LoopCtx {
     pub loops: Vec<(Var, Range)>,
     pub vb: VarBounds,
+    facts: Vec<Fact>,
+}
+
+/// A bound on the variable of loop `depth` from a condition known to hold; it mentions
+/// only variables of outer loops, so relaxation can apply it before relaxing those.
+#[derive(Clone)]
+struct Fact {
+    depth: usize,
+    upper: bool,
+    bound: Expr,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,9 +64,65 @@ impl LoopCtx {
         }
     }
 
+    /// Records that `cond` holds (inside the `then` branch of an `if` on it, or the
+    /// `else` branch when `negated`); returns how many facts to [`Self::forget`] after.
+    /// Conjuncts `a < b` and `a <= b` where the innermost loop variable they mention
+    /// occurs with coefficient 1 or -1 become a bound on that variable.
+    pub fn assume(&mut self, cond: &Expr, negated: bool) -> usize {
+        let mut conj = Vec::new();
+        if negated {
+            // !(a < b) is b <= a; the negation of a conjunction is not a conjunction.
+            match cond {
+                Expr::Bin(BinOp::Lt, a, b) => conj.push(((**b).clone() - (**a).clone(), 0)),
+                Expr::Bin(BinOp::Le, a, b) => conj.push(((**b).clone() - (**a).clone(), -1)),
+                _ => {}
+            }
+        } else {
+            conjuncts(cond, &mut conj);
+        }
+        let before = self.facts.len();
+        for (g, k) in conj {
+            // g <= k
+            if let Some(f) = self.fact(&g, k) {
+                self.facts.push(f);
+            }
+        }
+        self.facts.len() - before
+    }
+
+    pub fn forget(&mut self, n: usize) {
+        self.facts.truncate(self.facts.len() - n);
+    }
+
+    fn fact(&self, g: &Expr, k: i64) -> Option<Fact> {
+        if !g.is_int() {
+            return None;
+        }
+        let depth = self.loops.iter().rposition(|(v, _)| g.uses_var(v))?;
+        let v = &self.loops[depth].0;
+        let step = simplify(&(g.substitute(&|w| (w == v).then(|| v.expr() + 1)) - g.clone()));
+        let (upper, rest) = match step.as_int()? {
+            // v + rest <= k: v <= k - rest
+            1 => (true, g.clone() - v.expr()),
+            // -v + rest <= k: v >= rest - k
+            -1 => (false, g.clone() + v.expr()),
+            _ => return None,
+        };
+        let rest = simplify(&rest);
+        if rest.uses_var(v) {
+            return None;
+        }
+        let bound = if upper { Expr::Int(k) - rest } else { rest - k };
+        Some(Fact {
+            depth,
+            upper,
+            bound: simplify(&bound),
+        })
+    }
+
     /// The set of `e` over all enclosing loops.
     pub fn relax(&self, e: &Expr) -> IntSet {
-        relax_over(e, &self.loops, &self.vb)
+        relax_over(&recombine(e), &self.loops, &self.vb, &self.facts)
     }
 
     /// Whether `index` lies in `[0, size)` for every iteration of the enclosing loops.
@@ -96,14 +164,106 @@ impl LoopCtx {
     }
 }
 
+/// Rewrites `a*floordiv(x, c) + (a/c)*floormod(x, c)` into `(a/c)*x` in every sum. Fused
+/// loops index with such pairs; relaxed separately, the two halves lose the fact that
+/// together they are `x` (and the bound grows by up to `c - 1`).
+fn recombine(e: &Expr) -> Expr {
+    e.rewrite(&mut |n| {
+        let Expr::Bin(BinOp::Add | BinOp::Sub, ..) = n else {
+            return None;
+        };
+        let mut terms = Vec::new();
+        sum_terms(n, 1, &mut terms);
+        let mut changed = false;
+        let mut k = 0;
+        while k < terms.len() {
+            let pair = match &terms[k] {
+                (a, Expr::Bin(BinOp::FloorDiv, x, c)) => match c.as_int() {
+                    Some(c) if c != 0 && a % c == 0 => terms
+                        .iter()
+                        .position(|(b, t)| {
+                            *b == a / c
+                                && matches!(t, Expr::Bin(BinOp::FloorMod, y, d)
+                                if y == x && d.as_int() == Some(c))
+                        })
+                        .map(|m| (m, a / c, (**x).clone())),
+                    _ => None,
+                },
+                _ => None,
+            };
+            match pair {
+                Some((m, coef, x)) => {
+                    terms[k] = (coef, x);
+                    terms.remove(m);
+                    changed = true;
+                    k = 0;
+                }
+                None => k += 1,
+            }
+        }
+        changed.then(|| {
+            terms
+                .into_iter()
+                .map(|(a, t)| if a == 1 { t } else { t * a })
+                .reduce(|x, y| x + y)
+                .unwrap_or(Expr::Int(0))
+        })
+    })
+}
+
+/// The terms of a sum as (coefficient, expression).
+fn sum_terms(e: &Expr, sign: i64, out: &mut Vec<(i64, Expr)>) {
+    match e {
+        Expr::Bin(BinOp::Add, a, b) => {
+            sum_terms(a, sign, out);
+            sum_terms(b, sign, out);
+        }
+        Expr::Bin(BinOp::Sub, a, b) => {
+            sum_terms(a, sign, out);
+            sum_terms(b, -sign, out);
+        }
+        Expr::Bin(BinOp::Mul, a, b) => match (a.as_int(), b.as_int()) {
+            (Some(k), _) => out.push((sign * k, (**b).clone())),
+            (_, Some(k)) => out.push((sign * k, (**a).clone())),
+            _ => out.push((sign, e.clone())),
+        },
+        _ => out.push((sign, e.clone())),
+    }
+}
+
 /// Relaxes the loop variables innermost first: a loop's range may mention outer ones.
-fn relax_over(e: &Expr, loops: &[(Var, Range)], vb: &VarBounds) -> IntSet {
+fn relax_over(e: &Expr, loops: &[(Var, Range)], vb: &VarBounds, facts: &[Fact]) -> IntSet {
     let sets: Vec<(u64, IntSet)> = loops
         .iter()
+        .enumerate()
         .rev()
-        .map(|(v, r)| (v.id, IntSet::from_range(r, vb)))
+        .map(|(d, (v, r))| {
+            let mut lo = r.min.clone();
+            let mut hi = r.min.clone() + r.extent.clone() - 1;
+            for f in facts.iter().filter(|f| f.depth == d) {
+                if f.upper {
+                    hi = hi.min(f.bound.clone());
+                } else {
+                    lo = lo.max(f.bound.clone());
+                }
+            }
+            (v.id, IntSet::interval(lo, simplify_with(&hi, vb)))
+        })
         .collect();
     eval_set_in_order(e, &sets, vb)
+}
+
+/// The conjuncts `a < b`, `a <= b` of a condition, as `(g, k)` meaning `g <= k`.
+fn conjuncts(c: &Expr, out: &mut Vec<(Expr, i64)>) {
+    match c {
+        Expr::Bin(BinOp::And, a, b) => {
+            conjuncts(a, out);
+            conjuncts(b, out);
+        }
+        Expr::Bin(BinOp::Lt, a, b) => out.push(((**a).clone() - (**b).clone(), -1)),
+        Expr::Bin(BinOp::Le, a, b) => out.push(((**a).clone() - (**b).clone(), 0)),
+        _ => {}
+    }
 }
 
 /// Whether `index` advances by exactly one when `var` does.
@@ -119,7 +279,7 @@ pub(crate) fn strides(layout: &BufferLayout, extents: &[Expr]) -> Option<Vec<Exp
     let mut run = Expr::Int(1);
     for d in layout.dims.iter().rev() {
         let PhysDim::Axis(a) = *d else { return None };
-        strides[a] = run.clone();
+        *strides.get_mut(a)? = run.clone();
         run = run * extents.get(a)?.clone();
     }
     Some(strides)
@@ -275,8 +435,8 @@ pub(crate) fn iterations_independent(
     let next = |e: &Expr| e.substitute(&|v| (v == var).then(|| var.expr() + 1));
     let mut bounds = Vec::new();
     for a in acc.iter().filter(|a| written.contains(&a.buffer)) {
-        let lo = relax_over(&a.lo, &a.loops, vb).min().cloned();
-        let hi = relax_over(&a.hi, &a.loops, vb).max().cloned();
+        let lo = relax_over(&a.lo, &a.loops, vb, &[]).min().cloned();
+        let hi = relax_over(&a.hi, &a.loops, vb, &[]).max().cloned();
         let (Some(lo), Some(hi)) = (lo, hi) else {
             return false;
         };
@@ -334,4 +494,79 @@ pub(crate) fn vectorizable(
         }
     });
     self_reads_ok && unit_stride(index, var, vb) && ok(value, var, vb)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every claim of `prove_inside` under an `if` is checked by enumerating the loop
+    /// iterations that satisfy the condition: "inside" must hold for all of them,
+    /// "outside" for none.
+    #[test]
+    fn proofs_under_conditions_agree_with_enumeration() {
+        let (i, j) = (Var::new("i"), Var::new("j"));
+        let mut seed = 7u64;
+        let mut next = |n: i64| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+            ((seed >> 33) % n as u64) as i64
+        };
+        let (mut inside, mut outside) = (0, 0);
+        for _ in 0..300 {
+            let (ni, nj) = (1 + next(5), 1 + next(6));
+            let (a, b, c) = (next(7) - 1, next(3) - 1, next(9) - 4);
+            let index = i.expr() * a + j.expr() * b + c;
+            let size = 1 + next(24);
+            // The guard `p*i + q*j < r`, with q = +-1 so that it bounds j.
+            let (p, q, r) = (next(5) - 2, if next(2) == 0 { 1 } else { -1 }, next(20) - 5);
+            let guard = (i.expr() * p + j.expr() * q).lt(r);
+            let negated = next(2) == 0;
+            let mut ctx = LoopCtx::default();
+            ctx.push(&i, &Expr::Int(0), &Expr::Int(ni));
+            ctx.push(&j, &Expr::Int(0), &Expr::Int(nj));
+            ctx.assume(&guard, negated);
+            let proof = ctx.prove_inside(&index, &Expr::Int(size));
+            let runs = (0..ni).flat_map(|x| (0..nj).map(move |y| (x, y)));
+            let runs = runs.filter(|(x, y)| (p * x + q * y < r) != negated);
+            for (x, y) in runs {
+                let k = a * x + b * y + c;
+                match proof {
+                    Proof::Inside => assert!((0..size).contains(&k), "{index} at {x},{y}"),
+                    Proof::Outside => assert!(!(0..size).contains(&k), "{index} at {x},{y}"),
+                    Proof::Unknown => {}
+                }
+            }
+            inside += (proof == Proof::Inside) as i32;
+            outside += (proof == Proof::Outside) as i32;
+        }
+        // The enumeration checked claims of both kinds.
+        assert!(inside > 20 && outside > 20, "{inside} {outside}");
+    }
+
+    #[test]
+    fn a_guard_proves_a_tail_access() {
+        // for i in 0..4, j in 0..4: if (i*4 + j < 15) A[i*4 + j + 1], A of 16.
+        let (i, j) = (Var::new("i"), Var::new("j"));
+        let mut ctx = LoopCtx::default();
+        ctx.push(&i, &Expr::Int(0), &Expr::Int(4));
+        ctx.push(&j, &Expr::Int(0), &Expr::Int(4));
+        let index = i.expr() * 4 + j.expr() + 1;
+        assert_eq!(ctx.prove_inside(&index, &Expr::Int(16)), Proof::Unknown);
+        let guard = (i.expr() * 4 + j.expr()).lt(15);
+        let n = ctx.assume(&guard, false);
+        assert_eq!(ctx.prove_inside(&index, &Expr::Int(16)), Proof::Inside);
+        ctx.forget(n);
+        // In the else branch, i*4 + j >= 15: the access is at 16.
+        ctx.assume(&guard, true);
+        assert_eq!(ctx.prove_inside(&index, &Expr::Int(16)), Proof::Outside);
+    }
+
+    #[test]
+    fn fused_loop_indices_recombine() {
+        let f = Var::new("f");
+        let mut ctx = LoopCtx::default();
+        ctx.push(&f, &Expr::Int(0), &Expr::Int(10));
+        let index = f.expr().floordiv(4) * 4 + f.expr().floormod(4);
+        assert_eq!(ctx.prove_inside(&index, &Expr::Int(10)), Proof::Inside);
+    }
 }

@@ -70,18 +70,17 @@ impl<'a> Compiler<'a> {
             .map_or_else(|| format!("t{}", t.0), |o| o.name.clone())
     }
 
-    /// Compiles the entry function: its environment is the array of parameter pointers.
-    pub fn compile_entry(&mut self) -> R<FuncId> {
+    /// Compiles the entry function: its environment is the array of parameter pointers
+    /// (`sizes`: their element counts, in order).
+    pub fn compile_entry(&mut self, sizes: &[(String, i64)]) -> R<FuncId> {
         let func = self.func;
         self.function(|e| {
-            for (k, t) in func.params.iter().enumerate() {
-                let shape = &func.graph.op(*t).shape;
-                let size = func.layouts[t].size_const(shape);
+            for (k, (t, (_, size))) in func.params.iter().zip(sizes).enumerate() {
                 let ptr =
                     e.b.ins()
                         .load(I64, MemFlagsData::trusted(), e.env, 8 * k as i32);
-                let size_v = e.b.ins().iconst(I64, size);
-                e.bind_buffer(*t, ptr, size_v, Expr::Int(size));
+                let size_v = e.b.ins().iconst(I64, *size);
+                e.bind_buffer(*t, ptr, size_v, Expr::Int(*size));
             }
             e.stmt(&func.body)
         })
@@ -486,9 +485,12 @@ impl FnEmitter<'_, '_, '_> {
             self.b.create_block(),
         );
         self.b.ins().brif(cond, tb, &[], eb, &[]);
-        for (blk, x) in [(tb, a), (eb, b)] {
+        for (blk, x, negated) in [(tb, a, false), (eb, b, true)] {
             self.b.switch_to_block(blk);
-            let v = side(self, x)?;
+            let n = self.lc.assume(c, negated);
+            let v = side(self, x);
+            self.lc.forget(n);
+            let v = v?;
             self.b.def_var(out, v);
             self.b.ins().jump(done, &[]);
         }
@@ -615,11 +617,15 @@ impl FnEmitter<'_, '_, '_> {
                 );
                 self.b.ins().brif(c, tb, &[], eb, &[]);
                 self.b.switch_to_block(tb);
+                let n = self.lc.assume(cond, false);
                 self.stmt(then_case)?;
+                self.lc.forget(n);
                 self.b.ins().jump(done, &[]);
                 self.b.switch_to_block(eb);
                 if let Some(e) = else_case {
+                    let n = self.lc.assume(cond, true);
                     self.stmt(e)?;
+                    self.lc.forget(n);
                 }
                 self.b.ins().jump(done, &[]);
                 self.b.switch_to_block(done);

@@ -7,16 +7,20 @@
 //!
 //! - Types are static: an expression is an i64 when `Expr::is_int` says so (loop
 //!   variables, index arithmetic, comparisons), else an f32 — the interpreter's rules,
-//!   decided at compile time. Integer `floordiv`/`floormod` have floor semantics; a
-//!   divisor that might be 0 or -1 is refused (Cranelift's `sdiv` traps on both), as is
-//!   a float expression where an index, extent or size is needed.
+//!   decided at compile time. Integer `floordiv`/`floormod` have floor semantics (shifts
+//!   and masks for powers of two). A float expression where an index, extent or size is
+//!   needed is refused with [`CodegenError::Type`].
 //! - Memory safety: every load and store is proved inside its buffer at compile time
-//!   (interval sets over the enclosing loops, `analysis`). An access proved outside is
-//!   refused with [`CodegenError::OutOfBounds`]; one that cannot be proved either way
-//!   (a data-dependent index, a guard the proof does not use) gets a run-time check: a
-//!   failing access is skipped and reported, and the call returns
-//!   [`CodegenError::Run`] naming the buffer. [`CodegenStats::checked_accesses`] counts
-//!   them. Kernel regions are handled the same way.
+//!   (`analysis`: interval sets over the enclosing loops, innermost first, narrowed by
+//!   the `a < b` / `a <= b` conditions of enclosing `if`s and selects, with fused-loop
+//!   indices `floordiv(f, c) * c + floormod(f, c)` put back together). An access proved
+//!   outside for every iteration is refused with [`CodegenError::OutOfBounds`]. One that
+//!   cannot be proved either way gets a run-time check instead of a trap: a failing
+//!   access is skipped (a load gives 0) and reported, the code runs on (so scopes free
+//!   their scratch), and the call returns [`CodegenError::Run`] naming the buffer and
+//!   index. [`CodegenStats::checked_accesses`] counts such accesses. Integer divisors
+//!   that may be 0 or -1 (`sdiv` traps on both) are checked the same way. Kernel regions
+//!   are proved or checked axis by axis before the call.
 //! - `Allocate`: scratch whose size has a constant bound of at most
 //!   4096 elements is a stack slot (reused by every iteration of enclosing loops, which
 //!   see fresh, undefined contents as the IR allows); larger or unbounded scratch is
@@ -34,7 +38,10 @@
 //! - `KernelCall`: a call into a Rust [`kernel::Kernel`] registered by name in a
 //!   [`KernelTable`], with one [`KernelRegion`] per argument (see [`kernel`]).
 //! - Intrinsics: `sqrt` is Cranelift's instruction; `exp` and `tanh` call Rust `f32`
-//!   functions.
+//!   functions (`rt`, with the other helpers generated code calls).
+//! - Every generated function has one signature, `(environment, iteration, context)`:
+//!   the entry's environment is the array of parameter pointers, an outlined parallel
+//!   body's is its captured values; the context carries the call's first error.
 //! - `Assume` is information only: the code runs its body (the interpreter checks it).
 //! - Differences from the interpreter: arithmetic is f32 (the interpreter's is f64), and
 //!   float `min`/`max` propagate NaN where Rust's `f64::min` ignores it.
@@ -91,6 +98,43 @@ pub struct CodegenStats {
     pub kernel_calls: usize,
 }
 
+/// Name and element count of every parameter buffer, checked: a hand-built function
+/// may name a tensor that does not exist or give a layout that does not fit.
+fn params(func: &LoweredFunc) -> Result<Vec<(String, i64)>, CodegenError> {
+    use crate::tir::layout::PhysDim;
+    func.params
+        .iter()
+        .map(|t| {
+            let op = func.graph.ops.get(t.0).ok_or_else(|| {
+                CodegenError::Type(format!(
+                    "parameter t{} is not a tensor of the function",
+                    t.0
+                ))
+            })?;
+            let layout = func.layouts.get(t).ok_or_else(|| {
+                CodegenError::Type(format!("parameter `{}` has no layout", op.name))
+            })?;
+            layout
+                .validate(op.shape.len(), &op.name)
+                .map_err(|e| CodegenError::Type(e.to_string()))?;
+            let blocks_ok = layout.dims.iter().all(|d| match d {
+                PhysDim::Axis(_) => true,
+                PhysDim::Outer(_, f) | PhysDim::Inner(_, f) => *f > 0,
+            });
+            let size = blocks_ok
+                .then(|| layout.size_const(&op.shape))
+                .filter(|n| *n >= 0 && op.shape.iter().all(|e| *e >= 0));
+            let size = size.ok_or_else(|| {
+                CodegenError::Type(format!(
+                    "parameter `{}` of shape {:?} has no valid size in its layout",
+                    op.name, op.shape
+                ))
+            })?;
+            Ok((op.name.clone(), size))
+        })
+        .collect()
+}
+
 /// Owns the JIT's code memory.
 struct Code(Option<JITModule>);
 
@@ -136,13 +180,14 @@ impl JitFunction {
         if isa.pointer_type() != cranelift_codegen::ir::types::I64 {
             return Err(CodegenError::Backend("the JIT needs a 64-bit host".into()));
         }
+        let params = params(func)?;
         let mut code = Code(Some(JITModule::new(JITBuilder::with_isa(
             isa,
             default_libcall_names(),
         ))));
         let module = code.0.as_mut().expect("just created");
         let mut c = emit::Compiler::new(module, func, kernels);
-        let id = c.compile_entry()?;
+        let id = c.compile_entry(&params)?;
         let (used_kernels, stats) = (std::mem::take(&mut c.used_kernels), c.stats.clone());
         module.finalize_definitions().map_err(|e| backend(&e))?;
         let ptr = module.get_finalized_function(id);
@@ -150,16 +195,8 @@ impl JitFunction {
         let entry = unsafe { std::mem::transmute::<*const u8, rt::GenFn>(ptr) };
         Ok(JitFunction {
             entry,
-            param_names: func
-                .params
-                .iter()
-                .map(|t| func.graph.op(*t).name.clone())
-                .collect(),
-            param_sizes: func
-                .params
-                .iter()
-                .map(|t| func.layouts[t].size_const(&func.graph.op(*t).shape) as usize)
-                .collect(),
+            param_names: params.iter().map(|p| p.0.clone()).collect(),
+            param_sizes: params.iter().map(|p| p.1 as usize).collect(),
             names: func.graph.ops.iter().map(|o| o.name.clone()).collect(),
             stats,
             _kernels: used_kernels,

@@ -67,7 +67,7 @@ pub fn check(s: &Schedule, g: &ComputeGraph, outputs: &[Tensor]) -> RunStats {
 }
 
 /// Lowers `s`, runs it in the interpreter (f64) and as JIT-compiled code (f32) on the
-/// same inputs (rounded to f32 for both), and checks that every element of every
+/// same inputs (rounded to f32 for both, in the parameters' layouts), and checks that every element of every
 /// parameter buffer agrees to `1e-5 * (1 + m)`, `m` the largest magnitude in that buffer
 /// (relative to the buffer's scale: f32 sums that cancel lose digits of their result,
 /// not of their terms).
@@ -87,9 +87,20 @@ pub fn check_jit_func(
     interp: &Interpreter,
     kernels: &KernelTable,
 ) -> CodegenStats {
-    let ins: HashMap<String, Vec<f64>> = inputs(g)
-        .into_iter()
-        .map(|(k, v)| (k, v.iter().map(|x| *x as f32 as f64).collect()))
+    // Inputs in each parameter's layout (padding 0), rounded to f32.
+    let logical = inputs(g);
+    let ins: HashMap<String, Vec<f64>> = f
+        .params
+        .iter()
+        .filter_map(|t| {
+            let op = f.graph.op(*t);
+            let v = logical.get(&op.name)?;
+            let packed = f.layouts[t].pack(&op.shape, v, 0.0);
+            Some((
+                op.name.clone(),
+                packed.iter().map(|x| *x as f32 as f64).collect(),
+            ))
+        })
         .collect();
     let (want, _) = interp
         .run(f, &ins)
