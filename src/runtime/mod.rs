@@ -511,6 +511,10 @@ impl<'g> Compiler<'g> {
         if c.window.spatial_rank() != 2 || !ins.iter().all(|&v| self.is_f32(v)) {
             return None;
         }
+        // Weights and bias are packed at compile time.
+        if ins[1..].iter().any(|&v| self.g.constant(v).is_none()) {
+            return None;
+        }
         let (xl, xs) = self.input_layout(id, 0)?;
         let (_, ws) = self.input_layout(id, 1)?;
         let (yl, _) = self.output_layout(id)?;
