@@ -9,8 +9,6 @@
 //!
 //! Rank-0 tensors are treated as rank 1 of extent 1 (the same flat buffer).
 
-use std::collections::HashMap;
-
 use super::compute::{ComputeGraph, ReduceOp, Tensor};
 use super::expr::{Expr, Intrinsic};
 use super::layout::{BufferLayout, PhysDim};
@@ -39,12 +37,16 @@ pub struct OpCompute {
     /// Stages computed once per row of the output, attached at the given output
     /// axis (the row statistics of softmax and layer normalization).
     per_row: Vec<(Tensor, usize)>,
+    /// Reductions computed where the output needs them, inside its innermost
+    /// non-vector loop (so an epilogue works on values still in registers/cache).
+    per_element: Vec<Tensor>,
 }
 
 /// An op lowered for storage in given layouts.
 pub struct LoweredOp {
     pub func: LoweredFunc,
-    /// For every operand, its position in `func.params` (`None`: never read).
+    /// For every placeholder (the operands, for one op), its position in
+    /// `func.params` (`None`: never read).
     pub inputs: Vec<Option<usize>>,
     /// The position of the output in `func.params`.
     pub output: usize,
@@ -89,17 +91,135 @@ fn extents(shape: &[usize]) -> Vec<i64> {
 
 /// Builds the compute of `op` on operands of `types`.
 pub fn op_compute(op: &Op, types: &[ValueType]) -> Result<OpCompute, TirError> {
+    chain_compute(&[Link {
+        op,
+        types,
+        prev: None,
+    }])
+}
+
+/// One op of a fused chain: the op, its operand types, and (after the first op)
+/// which operand the previous op's output is.
+pub struct Link<'a> {
+    pub op: &'a Op,
+    pub types: &'a [ValueType],
+    pub prev: Option<usize>,
+}
+
+/// Builds one compute graph for a chain of ops: each op after the first is
+/// elementwise (unary or binary) on the previous op's output, of the same shape.
+/// The placeholders (`OpCompute::inputs`) are the first op's operands, then every
+/// later op's operands but the chained one. The default schedule inlines the
+/// elementwise stages into the last one, so the chain is one pass over memory.
+pub fn chain_compute(links: &[Link]) -> Result<OpCompute, TirError> {
+    let mut g = ComputeGraph::new();
+    let mut inputs = vec![];
+    let mut inline = vec![];
+    let mut per_row = vec![];
+    let mut per_element = vec![];
+    let mut prev: Option<Tensor> = None;
+    for (k, link) in links.iter().enumerate() {
+        let sfx = if k == 0 { String::new() } else { k.to_string() };
+        let mut ph = Vec::new();
+        for (i, ty) in link.types.iter().enumerate() {
+            match (prev, link.prev) {
+                (Some(p), Some(at)) if at == i => {
+                    let chained = &g.op(p.id).shape;
+                    if *chained != extents(&ty.shape) {
+                        return Err(TirError::Definition(format!(
+                            "{} reads the chained value as {:?}, it is {chained:?}",
+                            link.op.kind_name(),
+                            ty.shape
+                        )));
+                    }
+                    ph.push(p);
+                }
+                _ => {
+                    let t = g.placeholder(
+                        &format!("{}{sfx}", input_name(link.op, i)),
+                        &extents(&ty.shape),
+                    )?;
+                    inputs.push(t);
+                    ph.push(t);
+                }
+            }
+        }
+        if let Some(p) = prev {
+            let elementwise = matches!(link.op, Op::Unary(_) | Op::Binary(_));
+            if !elementwise || link.prev.is_none() {
+                return Err(TirError::Unsupported(format!(
+                    "{} cannot be fused after another op (only elementwise ops can)",
+                    link.op.kind_name()
+                )));
+            }
+            // The earlier stage feeds this one element for element.
+            if g.op(p.id)
+                .compute()
+                .is_some_and(|c| c.reduce_axis.is_empty())
+            {
+                inline.push(p);
+            } else {
+                per_element.push(p);
+            }
+        }
+        let first_new = g.ops.len();
+        let d = define(&mut g, link.op, &ph, link.types, &sfx)?;
+        if prev.is_some()
+            && g.op(d.output.id).shape != g.op(prev.map_or(d.output.id, |p| p.id)).shape
+        {
+            return Err(TirError::Unsupported(format!(
+                "{} broadcasts the chained value to a larger shape",
+                link.op.kind_name()
+            )));
+        }
+        inline.extend(d.inline);
+        per_row.extend(d.per_row.iter().copied());
+        // Reductions the op's output reads element for element (a matrix product
+        // before its scaling, a convolution before its bias).
+        for i in first_new..g.ops.len() {
+            let t = g.tensor(super::expr::TensorId(i));
+            let reduces = g
+                .op(t.id)
+                .compute()
+                .is_some_and(|c| !c.reduce_axis.is_empty());
+            if reduces && t.id != d.output.id && !d.per_row.iter().any(|(r, _)| r.id == t.id) {
+                per_element.push(t);
+            }
+        }
+        prev = Some(d.output);
+    }
+    Ok(OpCompute {
+        graph: g,
+        inputs,
+        output: prev.ok_or_else(|| TirError::Definition("an empty chain".into()))?,
+        inline,
+        per_row,
+        per_element,
+    })
+}
+
+/// The stages one op added to a compute graph.
+struct Defined {
+    output: Tensor,
+    inline: Vec<Tensor>,
+    per_row: Vec<(Tensor, usize)>,
+}
+
+/// Adds the compute of `op` on operand tensors `ph` (of `types`) to `g`, its stage
+/// names suffixed with `sfx`.
+fn define(
+    g: &mut ComputeGraph,
+    op: &Op,
+    ph: &[Tensor],
+    types: &[ValueType],
+    sfx: &str,
+) -> Result<Defined, TirError> {
     let no = |why: &str| {
         Err(TirError::Unsupported(format!(
             "{} has no compute definition ({why})",
             op.kind_name()
         )))
     };
-    let mut g = ComputeGraph::new();
-    let mut ph = Vec::new();
-    for (i, ty) in types.iter().enumerate() {
-        ph.push(g.placeholder(&input_name(op, i), &extents(&ty.shape))?);
-    }
     let shape_of = |i: usize| -> Vec<usize> {
         match types[i].shape.as_slice() {
             [] => vec![1],
@@ -120,7 +240,7 @@ pub fn op_compute(op: &Op, types: &[ValueType]) -> Result<OpCompute, TirError> {
     let mut per_row = vec![];
     let output = match op {
         Op::Conv(c) if types.len() >= 2 && types[0].shape.len() == 4 => {
-            let (y, pad) = conv(&mut g, c, &ph, &shape_of(0), &shape_of(1))?;
+            let (y, pad) = conv(g, sfx, c, ph, &shape_of(0), &shape_of(1))?;
             inline.extend(pad);
             y
         }
@@ -128,7 +248,7 @@ pub fn op_compute(op: &Op, types: &[ValueType]) -> Result<OpCompute, TirError> {
             let refs: Vec<&ValueType> = types.iter().collect();
             let out = crate::graph::infer_outputs(op, &refs).map_err(TirError::Definition)?;
             let hw = [out[0].shape[2], out[0].shape[3]];
-            let (y, pad) = pool(&mut g, p, ph[0], &shape_of(0), hw)?;
+            let (y, pad) = pool(g, sfx, p, ph[0], &shape_of(0), hw)?;
             inline.extend(pad);
             y
         }
@@ -142,11 +262,13 @@ pub fn op_compute(op: &Op, types: &[ValueType]) -> Result<OpCompute, TirError> {
                 ReduceOp::Sum
             };
             let out = [e(s[0]), e(s[1]), 1, 1];
-            let r = g.reduce("R", &out, &[e(h), e(w)], rop, |i, r| {
+            let r = g.reduce(&format!("R{sfx}"), &out, &[e(h), e(w)], rop, |i, r| {
                 x.at(&[i[0].clone(), i[1].clone(), r[0].clone(), r[1].clone()])
             })?;
             if *kind == PoolKind::Avg {
-                g.compute("Y", &out, |i| r.at(i) / Expr::Float((h * w) as f64))?
+                g.compute(&format!("Y{sfx}"), &out, |i| {
+                    r.at(i) / Expr::Float((h * w) as f64)
+                })?
             } else {
                 r
             }
@@ -155,7 +277,7 @@ pub fn op_compute(op: &Op, types: &[ValueType]) -> Result<OpCompute, TirError> {
             let s = extents(&types[0].shape);
             let (x, sc, b, m, v) = (ph[0], ph[1], ph[2], ph[3], ph[4]);
             let eps = *epsilon as f64;
-            g.compute("Y", &s, |i| {
+            g.compute(&format!("Y{sfx}"), &s, |i| {
                 let c = [i[1].clone()];
                 (x.at(i) - m.at(&c)) * sc.at(&c)
                     / Expr::call(Intrinsic::Sqrt, vec![v.at(&c) + Expr::Float(eps)])
@@ -166,7 +288,11 @@ pub fn op_compute(op: &Op, types: &[ValueType]) -> Result<OpCompute, TirError> {
             arity(1)?;
             let f = unary(*u);
             let x = ph[0];
-            g.compute("Y", &extents(&types[0].shape), |i| f(x.at(i)))?
+            g.compute(
+                &format!("Y{sfx}"),
+                &extents(&types[0].shape),
+                |i| f(x.at(i)),
+            )?
         }
         Op::Binary(b) => {
             arity(2)?;
@@ -176,7 +302,7 @@ pub fn op_compute(op: &Op, types: &[ValueType]) -> Result<OpCompute, TirError> {
             let (sa, sb) = (shape_of(0), shape_of(1));
             let out = crate::graph::broadcast_shapes(&sa, &sb).map_err(TirError::Definition)?;
             let (a, bb) = (ph[0], ph[1]);
-            g.compute("Y", &extents(&out), |i| {
+            g.compute(&format!("Y{sfx}"), &extents(&out), |i| {
                 f(
                     a.at(&broadcast_index(i, &sa)),
                     bb.at(&broadcast_index(i, &sb)),
@@ -187,7 +313,7 @@ pub fn op_compute(op: &Op, types: &[ValueType]) -> Result<OpCompute, TirError> {
             arity(1)?;
             let s: Vec<usize> = perm.iter().map(|&a| types[0].shape[a]).collect();
             let x = ph[0];
-            g.compute("Y", &extents(&s), |i| {
+            g.compute(&format!("Y{sfx}"), &extents(&s), |i| {
                 // Output axis k is input axis perm[k].
                 let mut idx = vec![Expr::Int(0); perm.len()];
                 for (k, &a) in perm.iter().enumerate() {
@@ -206,7 +332,7 @@ pub fn op_compute(op: &Op, types: &[ValueType]) -> Result<OpCompute, TirError> {
                 .zip(types)
                 .map(|(t, ty)| (*t, ty.shape[a]))
                 .collect();
-            g.compute("Y", &extents(&out), |i| {
+            g.compute(&format!("Y{sfx}"), &extents(&out), |i| {
                 // The last part, then each earlier one where the index falls in it;
                 // every read is clamped into its part (a select evaluates both sides).
                 let mut starts = vec![0usize];
@@ -243,7 +369,7 @@ pub fn op_compute(op: &Op, types: &[ValueType]) -> Result<OpCompute, TirError> {
                 }
             }
             let x = ph[0];
-            g.compute("Y", &extents(&out), |i| {
+            g.compute(&format!("Y{sfx}"), &extents(&out), |i| {
                 let mut idx = i.to_vec();
                 for a in axes {
                     idx[a.axis] = Expr::Int(a.start) + i[a.axis].clone() * Expr::Int(a.step);
@@ -267,7 +393,7 @@ pub fn op_compute(op: &Op, types: &[ValueType]) -> Result<OpCompute, TirError> {
                 )));
             }
             let x = ph[0];
-            g.compute("Y", &out, |i| {
+            g.compute(&format!("Y{sfx}"), &out, |i| {
                 let mut inside = Expr::Int(1);
                 let mut idx = vec![];
                 for (k, &n) in s.iter().enumerate() {
@@ -283,13 +409,15 @@ pub fn op_compute(op: &Op, types: &[ValueType]) -> Result<OpCompute, TirError> {
             let s = shape_of(0);
             let out = crate::graph::broadcast_shapes(&s, shape).map_err(TirError::Definition)?;
             let x = ph[0];
-            g.compute("Y", &extents(&out), |i| x.at(&broadcast_index(i, &s)))?
+            g.compute(&format!("Y{sfx}"), &extents(&out), |i| {
+                x.at(&broadcast_index(i, &s))
+            })?
         }
         Op::Reshape { shape } => {
             arity(1)?;
             let s = shape_of(0);
             let x = ph[0];
-            g.compute("Y", &extents(shape), |i| {
+            g.compute(&format!("Y{sfx}"), &extents(shape), |i| {
                 // The row-major position of the output element, then its input index.
                 let mut flat = Expr::Int(0);
                 for (v, &d) in i.iter().zip(&extents(shape)) {
@@ -307,14 +435,14 @@ pub fn op_compute(op: &Op, types: &[ValueType]) -> Result<OpCompute, TirError> {
         Op::Identity => {
             arity(1)?;
             let x = ph[0];
-            g.compute("Y", &extents(&types[0].shape), |i| x.at(i))?
+            g.compute(&format!("Y{sfx}"), &extents(&types[0].shape), |i| x.at(i))?
         }
         Op::Tile { repeats } => {
             arity(1)?;
             let s = shape_of(0);
             let out: Vec<usize> = s.iter().zip(repeats).map(|(d, r)| d * r).collect();
             let x = ph[0];
-            g.compute("Y", &extents(&out), |i| {
+            g.compute(&format!("Y{sfx}"), &extents(&out), |i| {
                 let idx: Vec<Expr> = i
                     .iter()
                     .zip(&s)
@@ -326,13 +454,13 @@ pub fn op_compute(op: &Op, types: &[ValueType]) -> Result<OpCompute, TirError> {
         Op::Softmax { axis } | Op::LogSoftmax { axis } => {
             arity(1)?;
             let log = matches!(op, Op::LogSoftmax { .. });
-            let (y, rows) = softmax(&mut g, ph[0], &shape_of(0), *axis, log)?;
+            let (y, rows) = softmax(g, sfx, ph[0], &shape_of(0), *axis, log)?;
             per_row.extend(rows);
             y
         }
         Op::LayerNorm { axis, epsilon } => {
             arity(2)?;
-            let (y, rows) = layer_norm(&mut g, &ph, types, *axis, *epsilon as f64)?;
+            let (y, rows) = layer_norm(g, sfx, ph, types, *axis, *epsilon as f64)?;
             per_row.extend(rows);
             y
         }
@@ -342,11 +470,11 @@ pub fn op_compute(op: &Op, types: &[ValueType]) -> Result<OpCompute, TirError> {
             keepdims,
         } => {
             arity(1)?;
-            reduce(&mut g, ph[0], &shape_of(0), *kind, axes, *keepdims)?
+            reduce(g, sfx, ph[0], &shape_of(0), *kind, axes, *keepdims)?
         }
         Op::MatMul => {
             arity(2)?;
-            matmul(&mut g, ph[0], ph[1], &types[0].shape, &types[1].shape)?
+            matmul(g, sfx, ph[0], ph[1], &types[0].shape, &types[1].shape)?
         }
         Op::Gemm {
             alpha,
@@ -367,20 +495,26 @@ pub fn op_compute(op: &Op, types: &[ValueType]) -> Result<OpCompute, TirError> {
             let n = if *trans_b { sb[0] } else { sb[1] };
             let (a, b) = (ph[0], ph[1]);
             let (ta, tb) = (*trans_a, *trans_b);
-            let ab = g.reduce("AB", &[e(m), e(n)], &[e(k)], ReduceOp::Sum, |i, r| {
-                let (i0, i1, rk) = (i[0].clone(), i[1].clone(), r[0].clone());
-                let av = if ta {
-                    a.at(&[rk.clone(), i0])
-                } else {
-                    a.at(&[i0, rk.clone()])
-                };
-                let bv = if tb { b.at(&[i1, rk]) } else { b.at(&[rk, i1]) };
-                av * bv
-            })?;
+            let ab = g.reduce(
+                &format!("AB{sfx}"),
+                &[e(m), e(n)],
+                &[e(k)],
+                ReduceOp::Sum,
+                |i, r| {
+                    let (i0, i1, rk) = (i[0].clone(), i[1].clone(), r[0].clone());
+                    let av = if ta {
+                        a.at(&[rk.clone(), i0])
+                    } else {
+                        a.at(&[i0, rk.clone()])
+                    };
+                    let bv = if tb { b.at(&[i1, rk]) } else { b.at(&[rk, i1]) };
+                    av * bv
+                },
+            )?;
             let (al, be) = (*alpha as f64, *beta as f64);
             let c = ph.get(2).copied();
             let sc = types.get(2).map(|_| shape_of(2)).unwrap_or_default();
-            g.compute("Y", &[e(m), e(n)], |i| {
+            g.compute(&format!("Y{sfx}"), &[e(m), e(n)], |i| {
                 let prod = ab.at(i) * al;
                 match c {
                     Some(c) => prod + c.at(&broadcast_index(i, &sc)) * be,
@@ -393,9 +527,7 @@ pub fn op_compute(op: &Op, types: &[ValueType]) -> Result<OpCompute, TirError> {
         }
         _ => return no("not an op of this library"),
     };
-    Ok(OpCompute {
-        graph: g,
-        inputs: ph,
+    Ok(Defined {
         output,
         inline,
         per_row,
@@ -492,6 +624,7 @@ fn with_axis(i: &[Expr], axis: usize, k: Expr, rank: usize) -> Vec<Expr> {
 /// axis is the innermost one.
 fn softmax(
     g: &mut ComputeGraph,
+    sfx: &str,
     x: Tensor,
     s: &[usize],
     axis: usize,
@@ -504,14 +637,14 @@ fn softmax(
         r
     });
     let n = e(s[axis]);
-    let mx = g.reduce("Max", &rows, &[n], ReduceOp::Max, |i, r| {
+    let mx = g.reduce(&format!("Max{sfx}"), &rows, &[n], ReduceOp::Max, |i, r| {
         x.at(&with_axis(i, axis, r[0].clone(), rank))
     })?;
-    let sum = g.reduce("Sum", &rows, &[n], ReduceOp::Sum, |i, r| {
+    let sum = g.reduce(&format!("Sum{sfx}"), &rows, &[n], ReduceOp::Sum, |i, r| {
         let idx = with_axis(i, axis, r[0].clone(), rank);
         Expr::call(Intrinsic::Exp, vec![x.at(&idx) - mx.at(i)])
     })?;
-    let y = g.compute("Y", &extents(s), |i| {
+    let y = g.compute(&format!("Y{sfx}"), &extents(s), |i| {
         let row = drop_axis(i, axis);
         let shifted = x.at(i) - mx.at(&row);
         if log {
@@ -532,6 +665,7 @@ fn softmax(
 /// stages computed per row.
 fn layer_norm(
     g: &mut ComputeGraph,
+    sfx: &str,
     ph: &[Tensor],
     types: &[ValueType],
     axis: usize,
@@ -565,10 +699,14 @@ fn layer_norm(
         idx
     };
     let inv_n = 1.0 / n as f64;
-    let mean = g.reduce("Mean", &rows, &norm, ReduceOp::Sum, |i, r| {
-        x.at(&full(i, r)) * inv_n
-    })?;
-    let var = g.reduce("Var", &rows, &norm, ReduceOp::Sum, |i, r| {
+    let mean = g.reduce(
+        &format!("Mean{sfx}"),
+        &rows,
+        &norm,
+        ReduceOp::Sum,
+        |i, r| x.at(&full(i, r)) * inv_n,
+    )?;
+    let var = g.reduce(&format!("Var{sfx}"), &rows, &norm, ReduceOp::Sum, |i, r| {
         let d = x.at(&full(i, r)) - mean.at(i);
         d.clone() * d * inv_n
     })?;
@@ -588,7 +726,7 @@ fn layer_norm(
         3 => Some(operand(2)?),
         _ => None,
     };
-    let y = g.compute("Y", &s, |i| {
+    let y = g.compute(&format!("Y{sfx}"), &s, |i| {
         let row = row_of(i);
         let tail = &i[axis..];
         let inv = Expr::Float(1.0) / Expr::call(Intrinsic::Sqrt, vec![var.at(&row) + eps]);
@@ -608,6 +746,7 @@ fn layer_norm(
 
 fn reduce(
     g: &mut ComputeGraph,
+    sfx: &str,
     x: Tensor,
     s: &[usize],
     kind: ReduceKind,
@@ -636,7 +775,7 @@ fn reduce(
         ReduceKind::Mean => (ReduceOp::Sum, Some(1.0 / n as f64)),
         ReduceKind::Max => (ReduceOp::Max, None),
     };
-    g.reduce("Y", &extents(&out), &rshape, rop, |i, r| {
+    g.reduce(&format!("Y{sfx}"), &extents(&out), &rshape, rop, |i, r| {
         let mut idx = vec![Expr::Int(0); s.len()];
         for (k, &a) in kept.iter().enumerate() {
             idx[a] = if keepdims { i[a].clone() } else { i[k].clone() };
@@ -655,6 +794,7 @@ fn reduce(
 /// (left) or a column (right) whose axis the result drops.
 fn matmul(
     g: &mut ComputeGraph,
+    sfx: &str,
     a: Tensor,
     b: Tensor,
     sa: &[usize],
@@ -682,26 +822,33 @@ fn matmul(
     if rb >= 2 {
         out.push(sb[rb - 1]);
     }
-    g.reduce("Y", &extents(&out), &[e(k)], ReduceOp::Sum, |i, r| {
-        let mut pos = nb;
-        let mut ia = broadcast_index(&i[..nb], batch_a);
-        if ra >= 2 {
-            ia.push(i[pos].clone());
-            pos += 1;
-        }
-        ia.push(r[0].clone());
-        let mut ib = broadcast_index(&i[..nb], batch_b);
-        ib.push(r[0].clone());
-        if rb >= 2 {
-            ib.push(i[pos].clone());
-        }
-        a.at(&ia) * b.at(&ib)
-    })
+    g.reduce(
+        &format!("Y{sfx}"),
+        &extents(&out),
+        &[e(k)],
+        ReduceOp::Sum,
+        |i, r| {
+            let mut pos = nb;
+            let mut ia = broadcast_index(&i[..nb], batch_a);
+            if ra >= 2 {
+                ia.push(i[pos].clone());
+                pos += 1;
+            }
+            ia.push(r[0].clone());
+            let mut ib = broadcast_index(&i[..nb], batch_b);
+            ib.push(r[0].clone());
+            if rb >= 2 {
+                ib.push(i[pos].clone());
+            }
+            a.at(&ia) * b.at(&ib)
+        },
+    )
 }
 
 /// A zero-padded (or `fill`-padded) copy of a 4-D `x`, when the window pads.
 fn pad_stage(
     g: &mut ComputeGraph,
+    sfx: &str,
     x: Tensor,
     s: &[usize],
     pads: &[usize],
@@ -713,7 +860,7 @@ fn pad_stage(
     let (pt, pl, pb, pr) = (pads[0], pads[1], pads[2], pads[3]);
     let shape = [e(s[0]), e(s[1]), e(s[2] + pt + pb), e(s[3] + pl + pr)];
     let (h, w) = (s[2], s[3]);
-    g.compute("Xpad", &shape, |i| {
+    g.compute(&format!("Xpad{sfx}"), &shape, |i| {
         let inside = i[2]
             .clone()
             .ge(ex(pt))
@@ -736,13 +883,14 @@ fn pad_stage(
 
 fn conv(
     g: &mut ComputeGraph,
+    sfx: &str,
     c: &Conv,
     ph: &[Tensor],
     xs: &[usize],
     ws: &[usize],
 ) -> Result<(Tensor, Option<Tensor>), TirError> {
     let w = &c.window;
-    let pad = pad_stage(g, ph[0], xs, &w.pads, 0.0)?;
+    let pad = pad_stage(g, sfx, ph[0], xs, &w.pads, 0.0)?;
     let src = pad.unwrap_or(ph[0]);
     let oh =
         (xs[2] + w.pads[0] + w.pads[2] - w.dilations[0] * (w.kernel[0] - 1) - 1) / w.strides[0] + 1;
@@ -753,9 +901,9 @@ fn conv(
     let oc_per_group = ws[0] / c.group.max(1);
     let weight = ph[1];
     let (sh, sw, dh, dw) = (w.strides[0], w.strides[1], w.dilations[0], w.dilations[1]);
-    let name = if ph.len() > 2 { "conv" } else { "Y" };
+    let name = format!("{}{sfx}", if ph.len() > 2 { "conv" } else { "Y" });
     let acc = g.reduce(
-        name,
+        &name,
         &out,
         &[e(cin_per_group), e(w.kernel[0]), e(w.kernel[1])],
         ReduceOp::Sum,
@@ -775,7 +923,9 @@ fn conv(
         },
     )?;
     let y = match ph.get(2) {
-        Some(b) => g.compute("Y", &out, |i| acc.at(i) + b.at(&[i[1].clone()]))?,
+        Some(b) => g.compute(&format!("Y{sfx}"), &out, |i| {
+            acc.at(i) + b.at(&[i[1].clone()])
+        })?,
         None => acc,
     };
     Ok((y, pad))
@@ -783,6 +933,7 @@ fn conv(
 
 fn pool(
     g: &mut ComputeGraph,
+    sfx: &str,
     p: &Pool,
     x: Tensor,
     xs: &[usize],
@@ -801,14 +952,14 @@ fn pool(
         let have = xs[a + 2] + w.pads[a] + w.pads[a + 2];
         pads[a + 2] += needed.saturating_sub(have);
     }
-    let pad = pad_stage(g, x, xs, &pads, fill)?;
+    let pad = pad_stage(g, sfx, x, xs, &pads, fill)?;
     let src = pad.unwrap_or(x);
     let out = [e(xs[0]), e(xs[1]), e(out_hw[0]), e(out_hw[1])];
     let (sh, sw, dh, dw) = (w.strides[0], w.strides[1], w.dilations[0], w.dilations[1]);
     let rop = if is_max { ReduceOp::Max } else { ReduceOp::Sum };
-    let name = if is_max { "Y" } else { "S" };
+    let name = format!("{}{sfx}", if is_max { "Y" } else { "S" });
     let acc = g.reduce(
-        name,
+        &name,
         &out,
         &[e(w.kernel[0]), e(w.kernel[1])],
         rop,
@@ -829,7 +980,7 @@ fn pool(
     let (pt, pl) = (w.pads[0], w.pads[1]);
     let (h, wd) = (xs[2], xs[3]);
     let include = p.count_include_pad;
-    let y = g.compute("Y", &out, |i| {
+    let y = g.compute(&format!("Y{sfx}"), &out, |i| {
         if include {
             return acc.at(i) / Expr::Float((kh * kw) as f64);
         }
@@ -843,10 +994,11 @@ fn pool(
 }
 
 impl OpCompute {
-    /// The default schedule, applied primitive by primitive: padding inlined, row
-    /// statistics computed at their row of the output, the innermost axis split by 8
-    /// and vectorized (reductions inside the spatial loops), the outermost
-    /// non-trivial axis parallel.
+    /// The default schedule, applied primitive by primitive: padding and chained
+    /// elementwise stages inlined, row statistics computed at their row of the
+    /// output, the innermost axis split by 8 and vectorized (reductions inside the
+    /// spatial loops), producing reductions computed at the loop outside the vector
+    /// lanes, the outermost non-trivial axis parallel.
     pub fn default_schedule(&self) -> Result<Schedule, TirError> {
         let y = self.output;
         let mut s = Schedule::new(&self.graph, &[y])?;
@@ -858,9 +1010,13 @@ impl OpCompute {
             s.compute_at(t, &y, &axes[*a])?;
         }
         let shape = &self.graph.op(y.id).shape;
+        // Where element-wise producers are computed: the innermost loop outside the
+        // vector lanes.
+        let mut element_loop = axes.last().cloned();
         if let (Some(last), Some(&extent)) = (axes.last(), shape.last()) {
             if extent >= 8 {
-                let (_, inner) = s.split(&y, last, 8)?;
+                let (outer, inner) = s.split(&y, last, 8)?;
+                element_loop = Some(outer);
                 if !s.reduce_axis(&y)?.is_empty() {
                     // Reductions inside the spatial loops, the vector lane innermost.
                     let mut order = s.leaves(&y)?;
@@ -869,6 +1025,11 @@ impl OpCompute {
                     s.reorder(&y, &order)?;
                 }
                 s.vectorize(&y, &inner)?;
+            }
+        }
+        if let Some(at) = element_loop {
+            for t in &self.per_element {
+                s.compute_at(t, &y, &at)?;
             }
         }
         let outer = axes
@@ -910,20 +1071,32 @@ pub fn lower_op(
     types: &[ValueType],
     layouts: Option<(&[Layout], &Layout)>,
 ) -> Result<LoweredOp, TirError> {
-    let c = op_compute(op, types)?;
+    let link = Link {
+        op,
+        types,
+        prev: None,
+    };
+    lower_chain(&[link], layouts)
+}
+
+/// Lowers a chain (see [`chain_compute`]) with its default schedule; `layouts` gives
+/// the storage of the placeholders (in `OpCompute::inputs` order) and of the output.
+pub fn lower_chain(
+    links: &[Link],
+    layouts: Option<(&[Layout], &Layout)>,
+) -> Result<LoweredOp, TirError> {
+    let c = chain_compute(links)?;
     let s = c.default_schedule()?;
     let mut opts = LowerOptions::default();
     if let Some((ins, out)) = layouts {
-        let mut map = HashMap::new();
         for (name, l, bl) in c.storage(ins, out) {
             let bl = bl.ok_or_else(|| {
                 TirError::Unsupported(format!(
                     "layout {l} of `{name}` nests blocks, which buffer layouts cannot express"
                 ))
             })?;
-            map.insert(name, bl);
+            opts.layouts.insert(name, bl);
         }
-        opts.layouts = map;
     }
     let func = lower(&s, &opts)?;
     let position = |t: &Tensor| func.params.iter().position(|p| *p == t.id);
@@ -942,6 +1115,7 @@ mod tests {
     use super::*;
     use crate::graph::{DType, SliceAxis, Tensor as GraphTensor, Window};
     use crate::tir::interp::Interpreter;
+    use std::collections::HashMap;
 
     /// A deterministic tensor with values in [-1, 1).
     fn tensor(shape: &[usize], seed: u64) -> GraphTensor {
@@ -1224,6 +1398,146 @@ mod tests {
             };
             agrees_with_reference(all, &[&[3, 4]]);
         }
+    }
+
+    /// A fused chain against the reference executor run op by op (tolerance as
+    /// above). Each link: the op, its own operands, and where the previous result
+    /// goes among its operands.
+    fn chain_agrees(links: Vec<(Op, Vec<GraphTensor>, Option<usize>)>) -> LoweredOp {
+        let mut expected: Option<GraphTensor> = None;
+        let mut all_types = vec![];
+        let mut feeds = vec![];
+        for (op, own, prev) in &links {
+            let mut operands = own.clone();
+            if let (Some(at), Some(e)) = (prev, &expected) {
+                operands.insert(*at, e.clone());
+            }
+            let types: Vec<ValueType> = operands
+                .iter()
+                .map(|t| ValueType::new(DType::F32, t.shape.clone()))
+                .collect();
+            let refs: Vec<&ValueType> = types.iter().collect();
+            let out = crate::graph::infer_outputs(op, &refs).unwrap();
+            let ins: Vec<&GraphTensor> = operands.iter().collect();
+            expected = Some(crate::reference::eval_op(op, &ins, &out).unwrap().remove(0));
+            all_types.push(types);
+            feeds.extend(own.iter().cloned());
+        }
+        let chain: Vec<Link> = links
+            .iter()
+            .zip(&all_types)
+            .map(|((op, _, prev), types)| Link {
+                op,
+                types,
+                prev: *prev,
+            })
+            .collect();
+        let l = lower_chain(&chain, None).unwrap();
+        let f = &l.func;
+        let mut buffers = HashMap::new();
+        for (k, t) in feeds.iter().enumerate() {
+            if let Some(p) = l.inputs[k] {
+                buffers.insert(f.graph.op(f.params[p]).name.clone(), t.data.to_f64());
+            }
+        }
+        let (out, _) = Interpreter::new().run(f, &buffers).unwrap();
+        let got = &out[&f.graph.op(f.params[l.output]).name];
+        close(got, &expected.unwrap().data.to_f64(), &f.to_text());
+        l
+    }
+
+    #[test]
+    fn chains_fuse_elementwise_epilogues_into_one_loop_nest() {
+        // MatMul, bias, Gelu: one function, the product computed per 8 columns inside
+        // the output's loop nest (an 8-element scratch), the epilogue inlined.
+        let l = chain_agrees(vec![
+            (
+                Op::MatMul,
+                vec![tensor(&[2, 5, 6], 1), tensor(&[6, 16], 2)],
+                None,
+            ),
+            (Op::Binary(BinaryOp::Add), vec![tensor(&[16], 3)], Some(0)),
+            (
+                Op::Unary(UnaryOp::Gelu { tanh_approx: false }),
+                vec![],
+                Some(0),
+            ),
+        ]);
+        let x: HashMap<String, Vec<f64>> = [("X", 60), ("W", 96), ("W1", 16)]
+            .iter()
+            .map(|(n, len)| (n.to_string(), vec![0.5; *len]))
+            .collect();
+        let (_, stats) = Interpreter::new().run(&l.func, &x).unwrap();
+        assert_eq!(stats.max_alloc["Y"], 8, "{}", l.func.to_text());
+        assert_eq!(stats.stores["Y2"], 2 * 5 * 16, "{}", l.func.to_text());
+        assert!(!stats.stores.contains_key("Y1"), "{}", l.func.to_text());
+        // Softmax then a scale, the chained value on the right.
+        chain_agrees(vec![
+            (Op::Softmax { axis: 1 }, vec![tensor(&[3, 12], 1)], None),
+            (
+                Op::Binary(BinaryOp::Mul),
+                vec![tensor(&[3, 12], 2)],
+                Some(1),
+            ),
+        ]);
+        // Convolution with bias, then Relu.
+        chain_agrees(vec![
+            (
+                Op::Conv(Conv {
+                    window: window(3, 1, 1, [1, 1, 1, 1]),
+                    group: 1,
+                }),
+                vec![
+                    tensor(&[1, 2, 5, 9], 1),
+                    tensor(&[3, 2, 3, 3], 2),
+                    tensor(&[3], 3),
+                ],
+                None,
+            ),
+            (Op::Unary(UnaryOp::Relu), vec![], Some(0)),
+        ]);
+    }
+
+    #[test]
+    fn chains_refuse_what_they_cannot_fuse() {
+        let t = |s: &[usize]| vec![ValueType::new(DType::F32, s.to_vec())];
+        let (a, b) = (t(&[4, 8]), t(&[4, 8]));
+        let softmax = Op::Softmax { axis: 1 };
+        let e = chain_compute(&[
+            Link {
+                op: &Op::Unary(UnaryOp::Relu),
+                types: &a,
+                prev: None,
+            },
+            Link {
+                op: &softmax,
+                types: &b,
+                prev: Some(0),
+            },
+        ])
+        .err()
+        .unwrap();
+        assert!(matches!(e, TirError::Unsupported(_)), "{e}");
+        // A binary op that broadcasts the chained [4, 1] to [4, 8].
+        let (small, wide) = (
+            t(&[4, 1]),
+            vec![t(&[4, 1])[0].clone(), t(&[4, 8])[0].clone()],
+        );
+        let e = chain_compute(&[
+            Link {
+                op: &Op::Unary(UnaryOp::Relu),
+                types: &small,
+                prev: None,
+            },
+            Link {
+                op: &Op::Binary(BinaryOp::Add),
+                types: &wide,
+                prev: Some(0),
+            },
+        ])
+        .err()
+        .unwrap();
+        assert!(e.to_string().contains("broadcasts"), "{e}");
     }
 
     #[test]
