@@ -780,19 +780,71 @@ impl<'g> Compiler<'g> {
         }
     }
 
-    /// The node's op compiled from its TIR default schedule, when it has one and
-    /// computes one f32 tensor from f32 tensors.
-    fn tir(&self, id: NodeId) -> Result<Option<tir_step::TirKernel>, RuntimeError> {
-        let node = self.g.node(id);
-        let ins = self.g.node_inputs(id);
-        let [out] = &node.outputs[..] else {
-            return Ok(None);
-        };
-        if out.ty.dtype != DType::F32 || !ins.iter().all(|&v| self.is_f32(v)) {
-            return Ok(None);
+    /// A chain of nodes compiled from its TIR default schedule, when it has one and
+    /// computes one f32 tensor from f32 tensors; with the step's inputs.
+    fn tir(
+        &self,
+        chain: &[NodeId],
+    ) -> Result<Option<(tir_step::TirKernel, Vec<ValueRef>)>, RuntimeError> {
+        let last = *chain.last().expect("chains are not empty");
+        let mut nodes = vec![];
+        let mut inputs = vec![];
+        for (k, &id) in chain.iter().enumerate() {
+            let node = self.g.node(id);
+            let ins = self.g.node_inputs(id);
+            let [out] = &node.outputs[..] else {
+                return Ok(None);
+            };
+            if out.ty.dtype != DType::F32 || !ins.iter().all(|&v| self.is_f32(v)) {
+                return Ok(None);
+            }
+            let prev = (k > 0).then(|| ValueRef::new(chain[k - 1], 0));
+            let prev = prev.and_then(|p| ins.iter().position(|&v| v == p));
+            inputs.extend(
+                ins.iter()
+                    .enumerate()
+                    .filter(|(i, _)| Some(*i) != prev)
+                    .map(|(_, v)| *v),
+            );
+            nodes.push(tir_step::ChainNode {
+                op: &node.op,
+                inputs: ins.iter().map(|&v| self.g.value_type(v).clone()).collect(),
+                prev,
+            });
         }
-        let types: Vec<ValueType> = ins.iter().map(|&v| self.g.value_type(v).clone()).collect();
-        tir_step::TirKernel::new(&node.op, &types, &out.ty).map_err(|m| self.at(id, m))
+        let out = &self.g.node(last).outputs[0].ty;
+        let kernel = tir_step::TirKernel::new(&nodes, out).map_err(|m| self.at(last, m))?;
+        Ok(kernel.map(|k| (k, inputs)))
+    }
+
+    /// `head` and the elementwise nodes that can follow it in one loop nest: each
+    /// the only reader of the value before it, which is no graph output.
+    fn elementwise_chain(&self, head: NodeId, claimed: &HashSet<NodeId>) -> Vec<NodeId> {
+        let mut chain = vec![head];
+        loop {
+            let v = ValueRef::new(*chain.last().expect("not empty"), 0);
+            if self.g.outputs().contains(&v) {
+                return chain;
+            }
+            let [(next, _)] = self.g.consumers(v)[..] else {
+                return chain;
+            };
+            let elementwise = matches!(self.inner(next).0, Op::Unary(_) | Op::Binary(_));
+            let ins = self.g.node_inputs(next);
+            let reads_once = ins.iter().filter(|&&x| x == v).count() == 1;
+            // The value must mean the same element to both nodes: both laid out or
+            // neither, the reader taking it in the layout it is written in.
+            let last = v.node;
+            let same_storage = ins.iter().position(|&x| x == v).is_some_and(|pos| {
+                self.inner(last).1.is_some() == self.inner(next).1.is_some()
+                    && self.output_layout(last).map(|l| l.0)
+                        == self.input_layout(next, pos).map(|l| l.0)
+            });
+            if claimed.contains(&next) || !elementwise || !reads_once || !same_storage {
+                return chain;
+            }
+            chain.push(next);
+        }
     }
 
     fn pool_geom(
@@ -851,8 +903,43 @@ impl<'g> Compiler<'g> {
             claimed.extend(nodes.iter().copied());
             fused.insert(last, f);
         }
+        // Then chains of elementwise nodes, fused into one TIR loop nest with the
+        // node before them unless that one has a hand-written kernel.
+        let mut chains: HashMap<NodeId, (Vec<NodeId>, tir_step::TirKernel, Vec<ValueRef>)> =
+            HashMap::new();
+        for &id in &order {
+            let elementwise = matches!(self.inner(id).0, Op::Unary(_) | Op::Binary(_));
+            if claimed.contains(&id) || !(elementwise || self.native(id).is_none()) {
+                continue;
+            }
+            let nodes = self.elementwise_chain(id, &claimed);
+            if nodes.len() < 2 {
+                continue;
+            }
+            if let Some((kernel, inputs)) = self.tir(&nodes)? {
+                let last = *nodes.last().expect("non-empty");
+                skip.extend(nodes[..nodes.len() - 1].iter().copied());
+                claimed.extend(nodes.iter().copied());
+                chains.insert(last, (nodes, kernel, inputs));
+            }
+        }
         for &id in &order {
             let node = g.node(id);
+            if let Some((nodes, kernel, inputs)) = chains.remove(&id) {
+                let kinds: Vec<&str> = nodes.iter().map(|&n| g.node(n).op.kind_name()).collect();
+                self.steps.push(Pending {
+                    name: node.name.clone(),
+                    kind: format!("{} (tir)", kinds.join("+")),
+                    spans: nodes
+                        .iter()
+                        .flat_map(|&n| g.node(n).spans.clone())
+                        .collect(),
+                    kernel: Kernel::Tir(Box::new(kernel)),
+                    inputs,
+                    outputs: vec![ValueRef::new(id, 0)],
+                });
+                continue;
+            }
             if let Some(f) = fused.get(&id) {
                 let nodes = self.chain(f);
                 let step = self.conv_step(f, &nodes)?;
@@ -875,8 +962,8 @@ impl<'g> Compiler<'g> {
             let mut kind = node.op.kind_name().to_string();
             let kernel = match self.native(id) {
                 Some(k) => k,
-                None => match self.tir(id)? {
-                    Some(k) => {
+                None => match self.tir(&[id])? {
+                    Some((k, _)) => {
                         kind.push_str(" (tir)");
                         Kernel::Tir(Box::new(k))
                     }

@@ -6,7 +6,7 @@ use crate::codegen::{JitFunction, KernelTable};
 use crate::graph::{LaidOut, Op, ValueType};
 use crate::layout::Layout;
 use crate::layout::PadValue;
-use crate::tir::ops::lower_op;
+use crate::tir::ops::{lower_chain, Link};
 use crate::tir::TirError;
 
 /// A compiled op: which buffer each parameter of its function is.
@@ -20,42 +20,90 @@ pub(super) struct TirKernel {
     fill: Option<f32>,
 }
 
+/// One node of a fused chain: its op (laid out or not), the (physical) types of its
+/// operands, and which operand the previous node's output is.
+pub(super) struct ChainNode<'a> {
+    pub op: &'a Op,
+    pub inputs: Vec<ValueType>,
+    pub prev: Option<usize>,
+}
+
 impl TirKernel {
-    /// Lowers and compiles `op` (a node's op, laid out or not) whose operands and
-    /// output have the (physical) types `inputs` and `output`.
+    /// Lowers and compiles a chain of nodes (one node, or a producer and the
+    /// elementwise nodes after it) whose last output has the (physical) type
+    /// `output`. The step's inputs are the first node's operands, then every later
+    /// node's operands but the chained one.
     ///
-    /// `Ok(None)`: the op has no TIR form (it runs on the reference executor).
+    /// `Ok(None)`: the chain has no TIR form (it runs another way).
     pub(super) fn new(
-        op: &Op,
-        inputs: &[ValueType],
+        chain: &[ChainNode],
         output: &ValueType,
     ) -> Result<Option<TirKernel>, String> {
-        let (inner, logical, layouts, pad) = match op {
-            Op::InLayout(l) => {
-                let LaidOut {
-                    inner,
-                    inputs: ins,
-                    outputs,
-                } = l.as_ref();
-                let Some((out_layout, pad)) = outputs.first() else {
-                    return Ok(None);
-                };
-                let types: Vec<ValueType> = ins
-                    .iter()
-                    .zip(inputs)
-                    .map(|((_, shape), ty)| ValueType::new(ty.dtype, shape.clone()))
-                    .collect();
-                let lays: Vec<Layout> = ins.iter().map(|(l, _)| l.clone()).collect();
-                (inner, types, Some((lays, out_layout.clone())), *pad)
+        let mut logical = vec![];
+        let mut layouts = vec![];
+        let mut inners = vec![];
+        let mut step_inputs = vec![];
+        let mut pad = PadValue::Undef;
+        let mut out_layout = None;
+        for node in chain {
+            let (inner, types, lays) = match node.op {
+                Op::InLayout(l) => {
+                    let LaidOut {
+                        inner,
+                        inputs: ins,
+                        outputs,
+                    } = l.as_ref();
+                    let Some((layout, p)) = outputs.first() else {
+                        return Ok(None);
+                    };
+                    (pad, out_layout) = (*p, Some(layout.clone()));
+                    let types: Vec<ValueType> = ins
+                        .iter()
+                        .zip(&node.inputs)
+                        .map(|((_, shape), ty)| ValueType::new(ty.dtype, shape.clone()))
+                        .collect();
+                    let lays: Vec<Layout> = ins.iter().map(|(l, _)| l.clone()).collect();
+                    (inner, types, lays)
+                }
+                op => {
+                    (pad, out_layout) = (PadValue::Undef, None);
+                    let lays = node
+                        .inputs
+                        .iter()
+                        .map(|t| Layout::identity(t.shape.len()))
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(|e| e.to_string())?;
+                    (op, node.inputs.clone(), lays)
+                }
+            };
+            for (i, (ty, l)) in node.inputs.iter().zip(lays).enumerate() {
+                if node.prev != Some(i) {
+                    step_inputs.push(ty.clone());
+                    layouts.push(l);
+                }
             }
-            op => (op, inputs.to_vec(), None, PadValue::Undef),
-        };
+            logical.push(types);
+            inners.push(inner);
+        }
         // Empty tensors have no loop nest (the reference executor handles them).
-        if logical.iter().any(|t| t.numel() == 0) || output.numel() == 0 {
+        if logical.iter().flatten().any(|t| t.numel() == 0) || output.numel() == 0 {
             return Ok(None);
         }
-        let lay = layouts.as_ref().map(|(i, o)| (i.as_slice(), o));
-        let lowered = match lower_op(inner, &logical, lay) {
+        let links: Vec<Link> = chain
+            .iter()
+            .zip(&inners)
+            .zip(&logical)
+            .map(|((node, op), types)| Link {
+                op,
+                types,
+                prev: node.prev,
+            })
+            .collect();
+        let out_layout = match out_layout {
+            Some(l) => l,
+            None => Layout::identity(output.shape.len()).map_err(|e| e.to_string())?,
+        };
+        let lowered = match lower_chain(&links, Some((&layouts, &out_layout))) {
             Ok(l) => l,
             Err(TirError::Unsupported(_)) => return Ok(None),
             Err(e) => return Err(e.to_string()),
@@ -72,13 +120,13 @@ impl TirKernel {
         let sizes = jit.param_sizes();
         for (p, input) in params.iter().enumerate() {
             let have = match input {
-                Some(k) => inputs[*k].numel(),
+                Some(k) => step_inputs[*k].numel(),
                 None => output.numel(),
             };
             if sizes[p] != have {
                 return Err(format!(
                     "the lowered {} addresses {} elements of parameter {p}, its buffer has {have}",
-                    inner.kind_name(),
+                    inners[0].kind_name(),
                     sizes[p]
                 ));
             }

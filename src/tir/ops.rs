@@ -126,7 +126,7 @@ pub fn chain_compute(links: &[Link]) -> Result<OpCompute, TirError> {
                 (Some(p), Some(at)) if at == i => {
                     let chained = &g.op(p.id).shape;
                     if *chained != extents(&ty.shape) {
-                        return Err(TirError::Definition(format!(
+                        return Err(TirError::Unsupported(format!(
                             "{} reads the chained value as {:?}, it is {chained:?}",
                             link.op.kind_name(),
                             ty.shape
