@@ -9,7 +9,7 @@ use std::sync::Arc;
 use layoutopt::codegen::{CodegenError, JitFunction, KernelRegion, KernelTable};
 use layoutopt::tir::compute::{ComputeGraph, ReduceOp, Tensor};
 use layoutopt::tir::expr::{Expr, Intrinsic, Var};
-use layoutopt::tir::interp::{Interpreter, KernelView};
+use layoutopt::tir::interp::Interpreter;
 use layoutopt::tir::lower::{lower, LowerOptions, LoweredFunc};
 use layoutopt::tir::schedule::{ForKind, Schedule};
 use layoutopt::tir::stmt::Stmt;
@@ -177,23 +177,6 @@ fn matmul(m: i64, n: i64, k: i64) -> (ComputeGraph, Tensor) {
     (g, c)
 }
 
-/// The interpreter's f64 version of `gemm_update` (the oracle of the JIT's kernel call).
-fn gemm_update_f64(views: &mut [KernelView]) -> Result<(), String> {
-    let (out, ins) = views.split_at_mut(1);
-    let (out, a, b) = (&mut out[0], &ins[0], &ins[1]);
-    let (m, n, k) = (out.extents[0], out.extents[1], a.extents[1]);
-    for i in 0..m {
-        for j in 0..n {
-            let mut acc = out.get(&[i, j])?;
-            for kk in 0..k {
-                acc += a.get(&[i, kk])? * b.get(&[kk, j])?;
-            }
-            out.set(&[i, j], acc)?;
-        }
-    }
-    Ok(())
-}
-
 #[test]
 fn kernel_call_in_a_tensorized_schedule() {
     // 8x20 blocks of a 16x20 product: the AVX2 path (when present) does 16 columns, the
@@ -203,7 +186,7 @@ fn kernel_call_in_a_tensorized_schedule() {
     let ax = s.axis(&c).unwrap();
     let (_, ii) = s.split(&c, &ax[0], 8).unwrap();
     s.tensorize(&c, &ii, "gemm_update").unwrap();
-    let interp = Interpreter::new().with_kernel("gemm_update", Box::new(gemm_update_f64));
+    let interp = Interpreter::new().with_kernel("gemm_update", Box::new(tir_util::gemm_update_f64));
     let st = check_jit(&s, &g, &interp, &KernelTable::standard());
     assert_eq!(st.kernel_calls, 1);
     assert_eq!(st.checked_accesses, 0);
@@ -217,7 +200,7 @@ fn kernel_call_on_a_ragged_block_and_unknown_kernel() {
     let ax = s.axis(&c).unwrap();
     let (_, ii) = s.split(&c, &ax[0], 4).unwrap();
     s.tensorize(&c, &ii, "gemm_update").unwrap();
-    let interp = Interpreter::new().with_kernel("gemm_update", Box::new(gemm_update_f64));
+    let interp = Interpreter::new().with_kernel("gemm_update", Box::new(tir_util::gemm_update_f64));
     check_jit(&s, &g, &interp, &KernelTable::standard());
     let f = lower(&s, &LowerOptions::default()).unwrap();
     let err = JitFunction::compile(&f, &KernelTable::new()).err().unwrap();

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use layoutopt::tir::compute::{ComputeGraph, ReduceOp, Tensor};
 use layoutopt::tir::expr::Expr;
-use layoutopt::tir::interp::{Interpreter, KernelView};
+use layoutopt::tir::interp::Interpreter;
 use layoutopt::tir::layout::{BufferLayout, PhysDim};
 use layoutopt::tir::lower::{lower, LowerOptions};
 use layoutopt::tir::schedule::Schedule;
@@ -95,29 +95,6 @@ fn unroll_marks_the_loop_and_keeps_the_result() {
     tir_util::check(&s, &g, &[c]);
 }
 
-/// `out[i, j] += sum_kk a[i, kk] * b[kk, j]` over the regions it is given.
-fn gemm_update(views: &mut [KernelView]) -> Result<(), String> {
-    let (out, ins) = views.split_at_mut(1);
-    let (out, a, b) = (&mut out[0], &ins[0], &ins[1]);
-    let (m, n, k) = (out.extents[0], out.extents[1], a.extents[1]);
-    if a.extents[0] != m || b.extents != [k, n] {
-        return Err(format!(
-            "regions do not match: {:?} {:?} {:?}",
-            out.extents, a.extents, b.extents
-        ));
-    }
-    for i in 0..m {
-        for j in 0..n {
-            let mut acc = out.get(&[i, j])?;
-            for kk in 0..k {
-                acc += a.get(&[i, kk])? * b.get(&[kk, j])?;
-            }
-            out.set(&[i, j], acc)?;
-        }
-    }
-    Ok(())
-}
-
 #[test]
 fn tensorize_replaces_the_inner_block_by_a_kernel_call() {
     let (g, c) = matmul(8, 8, 6);
@@ -133,7 +110,7 @@ fn tensorize_replaces_the_inner_block_by_a_kernel_call() {
         text.contains("call gemm_update(C([(i.outer * 4), 4], [(j.outer * 4), 4]), A([(i.outer * 4), 4], [rk, 1]), B([rk, 1], [(j.outer * 4), 4]))"),
         "{text}"
     );
-    let interp = Interpreter::new().with_kernel("gemm_update", Box::new(gemm_update));
+    let interp = Interpreter::new().with_kernel("gemm_update", Box::new(tir_util::gemm_update_f64));
     let stats = tir_util::check_with(&s, &g, &[c], &interp);
     assert_eq!(stats.kernel_calls["gemm_update"], 2 * 2 * 6);
     assert_eq!(
@@ -149,7 +126,7 @@ fn tensorize_above_the_reduction_includes_its_init() {
     let ax = s.axis(&c).unwrap();
     let [_, _, ii, _] = s.tile(&c, &ax[0], &ax[1], 4, 4).unwrap();
     s.tensorize(&c, &ii, "gemm_update").unwrap();
-    let interp = Interpreter::new().with_kernel("gemm_update", Box::new(gemm_update));
+    let interp = Interpreter::new().with_kernel("gemm_update", Box::new(tir_util::gemm_update_f64));
     let stats = tir_util::check_with(&s, &g, &[c], &interp);
     assert_eq!(stats.kernel_calls["gemm_update"], 4);
 }
@@ -167,7 +144,7 @@ fn tensorize_of_a_ragged_block_gets_a_smaller_tail_region() {
         text.contains("call gemm_update(C([4, 2], [0, 8]), A([4, 2], [0, 4]), B([0, 4], [0, 8]))"),
         "{text}"
     );
-    let interp = Interpreter::new().with_kernel("gemm_update", Box::new(gemm_update));
+    let interp = Interpreter::new().with_kernel("gemm_update", Box::new(tir_util::gemm_update_f64));
     let stats = tir_util::check_with(&s, &g, &[c], &interp);
     assert_eq!(stats.kernel_calls["gemm_update"], 2);
 }

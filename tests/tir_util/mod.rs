@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use layoutopt::codegen::{CodegenStats, JitFunction, KernelTable};
 use layoutopt::tir::compute::{ComputeGraph, Tensor};
-use layoutopt::tir::interp::{Interpreter, RunStats};
+use layoutopt::tir::interp::{Interpreter, KernelView, RunStats};
 use layoutopt::tir::lower::{lower, LowerOptions, LoweredFunc};
 use layoutopt::tir::schedule::Schedule;
 
@@ -131,4 +131,28 @@ pub fn check_jit_func(
         }
     }
     jit.stats().clone()
+}
+
+/// `out[i, j] += sum_kk a[i, kk] * b[kk, j]` over the regions it is given: the
+/// interpreter's (f64) micro-kernel, and the oracle of the JIT's `gemm_update`.
+pub fn gemm_update_f64(views: &mut [KernelView]) -> Result<(), String> {
+    let (out, ins) = views.split_at_mut(1);
+    let (out, a, b) = (&mut out[0], &ins[0], &ins[1]);
+    let (m, n, k) = (out.extents[0], out.extents[1], a.extents[1]);
+    if a.extents[0] != m || b.extents != [k, n] {
+        return Err(format!(
+            "regions do not match: {:?} {:?} {:?}",
+            out.extents, a.extents, b.extents
+        ));
+    }
+    for i in 0..m {
+        for j in 0..n {
+            let mut acc = out.get(&[i, j])?;
+            for kk in 0..k {
+                acc += a.get(&[i, kk])? * b.get(&[kk, j])?;
+            }
+            out.set(&[i, j], acc)?;
+        }
+    }
+    Ok(())
 }
