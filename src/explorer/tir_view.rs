@@ -143,14 +143,13 @@ mod tests {
         ];
         let v = lower_node(&conv, &types, None).unwrap();
         let prims: Vec<&str> = v.steps.iter().map(|s| s.primitive.as_str()).collect();
-        assert_eq!(prims.len(), 6, "{prims:?}");
+        assert_eq!(prims.len(), 5, "{prims:?}");
         assert!(prims[0].starts_with("create_schedule"));
-        assert!(prims[1].starts_with("compute_inline"));
-        assert!(prims[2].starts_with("split"));
-        assert!(prims[3].starts_with("reorder"));
-        assert!(prims[4].starts_with("vectorize"));
-        assert!(prims[5].starts_with("parallel"));
-        let last = &v.steps[5].loop_nest;
+        assert!(prims[1].starts_with("split"));
+        assert!(prims[2].starts_with("reorder"));
+        assert!(prims[3].starts_with("vectorize"));
+        assert!(prims[4].starts_with("parallel"));
+        let last = &v.steps[4].loop_nest;
         assert!(
             last.contains("vectorized") || last.contains("vector"),
             "{last}"

@@ -240,9 +240,9 @@ fn define(
     let mut per_row = vec![];
     let output = match op {
         Op::Conv(c) if types.len() >= 2 && types[0].shape.len() == 4 => {
-            let (y, pad) = conv(g, sfx, c, ph, &shape_of(0), &shape_of(1))?;
-            inline.extend(pad);
-            y
+            // The padded copy stays a stage of its own (computed once), so the
+            // convolution's inner loop reads it without guards and vectorizes.
+            conv(g, sfx, c, ph, &shape_of(0), &shape_of(1))?
         }
         Op::Pool(p) if types.len() == 1 && types[0].shape.len() == 4 => {
             let refs: Vec<&ValueType> = types.iter().collect();
@@ -888,7 +888,7 @@ fn conv(
     ph: &[Tensor],
     xs: &[usize],
     ws: &[usize],
-) -> Result<(Tensor, Option<Tensor>), TirError> {
+) -> Result<Tensor, TirError> {
     let w = &c.window;
     let pad = pad_stage(g, sfx, ph[0], xs, &w.pads, 0.0)?;
     let src = pad.unwrap_or(ph[0]);
@@ -922,13 +922,12 @@ fn conv(
             ]) * weight.at(&[i[1].clone(), r[0].clone(), r[1].clone(), r[2].clone()])
         },
     )?;
-    let y = match ph.get(2) {
+    match ph.get(2) {
         Some(b) => g.compute(&format!("Y{sfx}"), &out, |i| {
             acc.at(i) + b.at(&[i[1].clone()])
-        })?,
-        None => acc,
-    };
-    Ok((y, pad))
+        }),
+        None => Ok(acc),
+    }
 }
 
 fn pool(
@@ -1030,6 +1029,16 @@ impl OpCompute {
         if let Some(at) = element_loop {
             for t in &self.per_element {
                 s.compute_at(t, &y, &at)?;
+                // Its reduction outside its innermost axis, which is then a run of
+                // vector lanes.
+                let (axes, reduce) = (s.axis(t)?, s.reduce_axis(t)?);
+                if let Some((last, outer)) = axes.split_last() {
+                    let mut order = outer.to_vec();
+                    order.extend(reduce);
+                    order.push(last.clone());
+                    s.reorder(t, &order)?;
+                    s.vectorize(t, last)?;
+                }
             }
         }
         let outer = axes
