@@ -5,6 +5,7 @@
 //! residual and clip) against the reference executor.
 
 use super::conv::{ConvGeom, PackedConv};
+use super::depthwise::Depthwise;
 use super::simd::{Epilogue, Isa};
 use super::{CompiledModel, RuntimeOptions};
 use crate::graph::{Conv, DType, Graph, Op, Tensor, UnaryOp, ValueType, Window};
@@ -153,6 +154,109 @@ fn tiled_conv_matches_a_naive_loop_for_every_isa_and_blocking() {
                         assert!(
                             (y[at] as f64 - e).abs() <= 1e-4 * (1.0 + e.abs()),
                             "case {case} {isa:?} {g:?}: ({n},{c},{yx}) got {} want {e}",
+                            y[at]
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The logical NCHW depthwise convolution computed plainly in f64.
+fn naive_depthwise(g: &ConvGeom, x: &[f32], w: &[f32], b: &[f32]) -> Vec<f64> {
+    let mut y = vec![0f64; g.n * g.cin * g.oh * g.ow];
+    for (nc, out) in y.chunks_mut(g.oh * g.ow).enumerate() {
+        let c = nc % g.cin;
+        for oy in 0..g.oh {
+            for ox in 0..g.ow {
+                let mut s = b[c] as f64;
+                for ky in 0..g.k.0 {
+                    for kx in 0..g.k.1 {
+                        let iy = (oy * g.stride.0 + ky * g.dilation.0) as isize - g.pad.0 as isize;
+                        let ix = (ox * g.stride.1 + kx * g.dilation.1) as isize - g.pad.1 as isize;
+                        if iy < 0 || ix < 0 || iy >= g.h as isize || ix >= g.w as isize {
+                            continue;
+                        }
+                        let xv = x[(nc * g.h + iy as usize) * g.w + ix as usize];
+                        s += xv as f64 * w[(c * g.k.0 + ky) * g.k.1 + kx] as f64;
+                    }
+                }
+                out[oy * g.ow + ox] = s;
+            }
+        }
+    }
+    y
+}
+
+#[test]
+fn depthwise_matches_a_naive_loop_for_every_isa_and_blocking() {
+    let isas: Vec<Isa> = [Isa::Avx512, Isa::Avx2, Isa::Portable]
+        .into_iter()
+        .filter(|i| i.available())
+        .collect();
+    let mut rng = Rng(5);
+    for case in 0..80 {
+        let c = rng.range(1, 40);
+        let k = [(3, 3), (3, 3), (1, 1), (5, 5), (2, 3)][rng.below(5)];
+        let dilation = (rng.range(1, 2), rng.range(1, 2));
+        let pad = (rng.range(0, 2), rng.range(0, 2));
+        let stride = (rng.range(1, 2), rng.range(1, 2));
+        // Widths up to 30 give full tiles, tails and border columns.
+        let h = rng.range((k.0 - 1) * dilation.0 + 1, 12);
+        let w = rng.range((k.1 - 1) * dilation.1 + 1, 30);
+        let cb = [1, 8, 16, 32, c][rng.below(5)];
+        let g = ConvGeom {
+            n: rng.range(1, 2),
+            cin: c,
+            h,
+            w,
+            cout: c,
+            oh: (h + 2 * pad.0 - (k.0 - 1) * dilation.0 - 1) / stride.0 + 1,
+            ow: (w + 2 * pad.1 - (k.1 - 1) * dilation.1 - 1) / stride.1 + 1,
+            k,
+            stride,
+            dilation,
+            pad,
+            x_cb: cb,
+            y_cb: cb,
+        };
+        let x = rng.f32s(g.n * c * h * w);
+        let wt = rng.f32s(c * k.0 * k.1);
+        let bias = rng.f32s(c);
+        let residual = rng.f32s(g.y_len());
+        let with_residual = rng.below(2) == 0;
+        let (lo, hi) = [(f32::NEG_INFINITY, f32::INFINITY), (0.0, 6.0), (-0.5, 0.5)][rng.below(3)];
+        let mut xb = vec![f32::NAN; g.x_len()];
+        for n in 0..g.n {
+            for ch in 0..c {
+                for yx in 0..h * w {
+                    xb[blocked(n, ch, yx, c, h * w, cb)] = x[(n * c + ch) * h * w + yx];
+                }
+            }
+        }
+        let expect = naive_depthwise(&g, &x, &wt, &bias);
+        for &isa in &isas {
+            let d = Depthwise::new(g.clone(), isa, &wt, &bias, (lo, hi), Some(0.0));
+            let mut y = vec![f32::NAN; g.y_len()];
+            d.run(&xb, with_residual.then_some(&residual[..]), &mut y);
+            let plane = g.oh * g.ow;
+            for n in 0..g.n {
+                for ch in 0..c.div_ceil(cb) * cb {
+                    for yx in 0..plane {
+                        let at = blocked(n, ch, yx, c, plane, cb);
+                        if ch >= c {
+                            assert_eq!(y[at], 0.0, "case {case} {isa:?}: padding channel {ch}");
+                            continue;
+                        }
+                        let mut e = expect[(n * c + ch) * plane + yx];
+                        if with_residual {
+                            e += residual[at] as f64;
+                        }
+                        let e = e.max(lo as f64).min(hi as f64);
+                        assert!(
+                            (y[at] as f64 - e).abs() <= 1e-5 * (1.0 + e.abs()),
+                            "case {case} {isa:?} {g:?}: ({n},{ch},{yx}) got {} want {e}",
                             y[at]
                         );
                     }
