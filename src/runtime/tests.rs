@@ -6,11 +6,13 @@
 
 use super::conv::{ConvGeom, PackedConv};
 use super::depthwise::Depthwise;
+use super::kernels::{Dense, Gather};
 use super::simd::{Epilogue, Isa};
 use super::{CompiledModel, RuntimeOptions};
 use crate::graph::{Conv, DType, Graph, Op, Tensor, UnaryOp, ValueType, Window};
 use crate::layout::op_rules::{CostModel, Family};
 use crate::layout::plan::{plan, planner_by_name};
+use crate::layout::Layout;
 
 /// splitmix64: reproducible test data without a dependency.
 struct Rng(u64);
@@ -415,4 +417,87 @@ fn a_wrong_input_is_an_error_naming_the_input() {
     assert!(e.contains("model input 'x'"), "{e}");
     let e = m.run(&[]).unwrap_err().to_string();
     assert!(e.contains("inputs"), "{e}");
+}
+
+#[test]
+fn dense_matches_a_naive_product_for_every_isa() {
+    let isas: Vec<Isa> = [Isa::Avx512, Isa::Avx2, Isa::Portable]
+        .into_iter()
+        .filter(|i| i.available())
+        .collect();
+    let mut rng = Rng(9);
+    for case in 0..40 {
+        // Up to 9 rows (two full row tiles and a tail) and 150 columns (panel tails).
+        let (m, k, n) = (rng.range(1, 9), rng.range(1, 50), rng.range(1, 150));
+        let trans_b = rng.below(2) == 0;
+        let alpha = [1.0, 0.5, -2.0][rng.below(3)];
+        let a = rng.f32s(m * k);
+        let b = rng.f32s(k * n);
+        let c_shape = [vec![], vec![n], vec![1, n], vec![m, 1], vec![m, n]][rng.below(5)].clone();
+        let c = rng.f32s(c_shape.iter().product());
+        for &isa in &isas {
+            let bias = (!c_shape.is_empty()).then_some((&c[..], &c_shape[..]));
+            let d = Dense::new((m, k, n), isa, alpha, &b, trans_b, bias).unwrap();
+            let mut y = vec![f32::NAN; m * n];
+            d.run(&a, &mut y);
+            for i in 0..m {
+                for j in 0..n {
+                    let mut e = 0f64;
+                    for kk in 0..k {
+                        let bv = if trans_b {
+                            b[j * k + kk]
+                        } else {
+                            b[kk * n + j]
+                        };
+                        e += a[i * k + kk] as f64 * bv as f64;
+                    }
+                    e *= alpha as f64;
+                    e += match c_shape.len() {
+                        0 => 0.0,
+                        1 => c[j] as f64,
+                        _ => c[(i % c_shape[0]) * c_shape[1] + j % c_shape[1]] as f64,
+                    };
+                    let got = y[i * n + j] as f64;
+                    assert!(
+                        (got - e).abs() <= 1e-5 * (1.0 + e.abs()) * k as f64,
+                        "case {case} {isa:?} ({m},{k},{n}): y[{i}][{j}] = {got}, want {e}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn reshape_gathers_between_layouts_like_the_layout_algebra() {
+    let cases = [
+        // The MobileNetV2 head: a 1x1 map in NCHW16c to NC16c moves nothing.
+        ("NCHW16c", vec![1, 32, 1, 1], "NC16c", vec![1, 32], true),
+        // Padding channels (20 channels in blocks of 16) get the fill, not
+        // whatever the input's padding holds: a gather, not a copy.
+        ("NCHW16c", vec![1, 20, 1, 1], "NC16c", vec![1, 20], false),
+        ("NCHW8c", vec![1, 12, 2, 3], "NC", vec![1, 72], false),
+        ("NHWC", vec![2, 5, 3, 1], "NC8c", vec![2, 15], false),
+    ];
+    let mut rng = Rng(13);
+    for (from, from_shape, to, to_shape, copy) in cases {
+        let (lf, lt) = (Layout::parse(from).unwrap(), Layout::parse(to).unwrap());
+        let x = Tensor::from_f32(from_shape.clone(), rng.f32s(from_shape.iter().product()));
+        let xp = lf.to_physical(&x, 0.0).unwrap();
+        let g = Gather::reshape((&lf, &from_shape), (&lt, &to_shape), -1.0).unwrap();
+        assert_eq!(g.is_copy(xp.shape.iter().product()), copy, "{from} -> {to}");
+        let want = lt
+            .to_physical(&Tensor::from_f32(to_shape.clone(), x.to_f32()), -1.0)
+            .unwrap()
+            .to_f32();
+        let mut y = vec![f32::NAN; want.len()];
+        g.run(&xp.to_f32(), &mut y);
+        assert_eq!(y, want, "{from} {from_shape:?} -> {to} {to_shape:?}");
+    }
+    let bad = Gather::reshape(
+        (&Layout::parse("NC").unwrap(), &[2, 3]),
+        (&Layout::parse("NC").unwrap(), &[4, 2]),
+        0.0,
+    );
+    assert!(bad.is_err());
 }
