@@ -153,13 +153,25 @@ impl PackedConv {
         let (xp, yp) = (x.as_ptr() as usize, y.as_mut_ptr() as usize);
         let rp = residual.map(|r| r.as_ptr() as usize);
         let chunk = (items / (threads * 4)).max(1);
+        // Small weights stay in L1 whatever the order, so one thread's
+        // consecutive pieces then cover all groups of the same pixels, which
+        // reuses the input from L1; large weights are shared within a group.
+        let pixels_outer = self.w.len() * 4 <= 64 * 1024;
         (0..items)
             .into_par_iter()
             .with_min_len(chunk)
             .for_each(|i| unsafe {
-                let cols = (i % cuts) * span..((i % cuts + 1) * span).min(g.ow);
+                let (r, cut) = match pixels_outer {
+                    true => {
+                        let (px, grp) = (i / groups, i % groups);
+                        let (n, oh) = (px / cuts / g.oh, px / cuts % g.oh);
+                        (((n * groups + grp) * g.oh + oh), px % cuts)
+                    }
+                    false => (i / cuts, i % cuts),
+                };
+                let cols = cut * span..((cut + 1) * span).min(g.ow);
                 self.row(
-                    i / cuts,
+                    r,
                     cols,
                     xp as *const f32,
                     rp.map(|p| p as *const f32),
