@@ -104,6 +104,23 @@ impl PackedConv {
                 .collect()
         });
         let padded = !geom.cout.is_multiple_of(geom.y_cb);
+        // A pointwise convolution reads and writes every pixel in order, so the
+        // whole plane is one long row: full register tiles even on 7x7 maps.
+        let pointwise = geom.k == (1, 1)
+            && geom.stride == (1, 1)
+            && geom.pad == (0, 0)
+            && (geom.oh, geom.ow) == (geom.h, geom.w);
+        let geom = if pointwise {
+            ConvGeom {
+                h: 1,
+                w: geom.h * geom.w,
+                oh: 1,
+                ow: geom.h * geom.w,
+                ..geom
+            }
+        } else {
+            geom
+        };
         PackedConv {
             geom,
             isa,
@@ -123,17 +140,39 @@ impl PackedConv {
         assert!(residual.is_none_or(|r| r.len() >= g.y_len()));
         let groups = g.cout.div_ceil(self.width);
         let rows = g.n * groups * g.oh;
-        // Raw addresses so rows can be written in parallel: each (n, group, oh)
-        // writes its own output pixels and channels only.
+        // Rows are cut into spans of whole tiles when there are too few of them
+        // to give every thread several pieces of work.
+        let threads = rayon::current_num_threads();
+        let tiles = g.ow.div_ceil(TILE);
+        let cuts = (threads * 8).div_ceil(rows).clamp(1, tiles);
+        let span = tiles.div_ceil(cuts) * TILE;
+        let cuts = g.ow.div_ceil(span);
+        let items = rows * cuts;
+        // Raw addresses so pieces can be written in parallel: each (n, group,
+        // oh, span) writes its own output pixels and channels only.
         let (xp, yp) = (x.as_ptr() as usize, y.as_mut_ptr() as usize);
         let rp = residual.map(|r| r.as_ptr() as usize);
-        let chunk = (rows / (rayon::current_num_threads() * 4)).max(1);
-        (0..rows)
+        let chunk = (items / (threads * 4)).max(1);
+        // Small weights stay in L1 whatever the order, so one thread's
+        // consecutive pieces then cover all groups of the same pixels, which
+        // reuses the input from L1; large weights are shared within a group.
+        let pixels_outer = self.w.len() * 4 <= 64 * 1024;
+        (0..items)
             .into_par_iter()
             .with_min_len(chunk)
-            .for_each(|r| unsafe {
+            .for_each(|i| unsafe {
+                let (r, cut) = match pixels_outer {
+                    true => {
+                        let (px, grp) = (i / groups, i % groups);
+                        let (n, oh) = (px / cuts / g.oh, px / cuts % g.oh);
+                        (((n * groups + grp) * g.oh + oh), px % cuts)
+                    }
+                    false => (i / cuts, i % cuts),
+                };
+                let cols = cut * span..((cut + 1) * span).min(g.ow);
                 self.row(
                     r,
+                    cols,
                     xp as *const f32,
                     rp.map(|p| p as *const f32),
                     yp as *mut f32,
@@ -144,8 +183,15 @@ impl PackedConv {
         }
     }
 
-    /// One output row of one channel group of one batch item.
-    unsafe fn row(&self, r: usize, x: *const f32, res: Option<*const f32>, y: *mut f32) {
+    /// Output columns `cols` of one output row of one channel group of one batch item.
+    unsafe fn row(
+        &self,
+        r: usize,
+        cols: std::ops::Range<usize>,
+        x: *const f32,
+        res: Option<*const f32>,
+        y: *mut f32,
+    ) {
         let g = &self.geom;
         let lanes = self.isa.lanes();
         let width = self.width;
@@ -196,10 +242,10 @@ impl PackedConv {
         } else {
             lo
         };
-        let mut ow = 0;
-        while ow < g.ow {
+        let mut ow = cols.start;
+        while ow < cols.end {
             let (pixels, kw_range) = if ow >= lo && ow < hi {
-                (TILE.min(hi - ow), (0, kw))
+                (TILE.min(hi.min(cols.end) - ow), (0, kw))
             } else {
                 (1, valid_taps((ow * sw) as isize - pw as isize, dw, kw, g.w))
             };
@@ -222,7 +268,12 @@ impl PackedConv {
 }
 
 /// Kernel taps `k` with `0 <= start + k * dilation < extent`, as a range.
-fn valid_taps(start: isize, dilation: usize, taps: usize, extent: usize) -> (usize, usize) {
+pub(super) fn valid_taps(
+    start: isize,
+    dilation: usize,
+    taps: usize,
+    extent: usize,
+) -> (usize, usize) {
     let d = dilation as isize;
     let first = if start >= 0 {
         0

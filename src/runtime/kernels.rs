@@ -3,6 +3,7 @@
 //! innermost channel block and compiled per instruction set (`multiversion!`) so
 //! the compiler vectorizes them with the widest registers the CPU has.
 
+use super::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel};
 use crate::graph::{BinaryOp, PoolKind, UnaryOp};
 use crate::layout::Layout;
 use rayon::prelude::*;
@@ -163,34 +164,61 @@ pub struct Gather {
 
 const PAD: u32 = u32::MAX;
 
+/// Steps a row-major multi-index of `shape` to the next element.
+fn next_index(idx: &mut [usize], shape: &[usize]) {
+    for a in (0..idx.len()).rev() {
+        idx[a] += 1;
+        if idx[a] < shape[a] {
+            return;
+        }
+        idx[a] = 0;
+    }
+}
+
 impl Gather {
     /// The gather from `from` to `to` for a logical tensor of shape `logical`.
     pub fn new(from: &Layout, to: &Layout, logical: &[usize], fill: f32) -> Result<Gather, String> {
-        let phys_to = to.physical_shape(logical).map_err(|e| e.to_string())?;
-        let phys_from = from.physical_shape(logical).map_err(|e| e.to_string())?;
-        let n: usize = phys_to.iter().product();
+        Gather::reshape((from, logical), (to, logical), fill)
+    }
+
+    /// The gather of a reshape from logical shape `from.1` stored in layout
+    /// `from.0` to shape `to.1` in `to.0`: the k-th element in row-major order
+    /// of one is the k-th of the other.
+    pub fn reshape(
+        (from, from_shape): (&Layout, &[usize]),
+        (to, to_shape): (&Layout, &[usize]),
+        fill: f32,
+    ) -> Result<Gather, String> {
+        let numel = crate::graph::numel(from_shape);
+        if numel != crate::graph::numel(to_shape) {
+            return Err(format!("cannot reshape {from_shape:?} to {to_shape:?}"));
+        }
+        let phys_to = to.physical_shape(to_shape).map_err(|e| e.to_string())?;
+        let phys_from = from.physical_shape(from_shape).map_err(|e| e.to_string())?;
         if phys_from.iter().product::<usize>() >= PAD as usize {
             return Err("tensor too large for a 32-bit gather".into());
         }
-        let from_strides = crate::graph::strides(&phys_from);
-        let mut src = vec![PAD; n];
-        let mut idx = vec![0usize; logical.len()];
-        let to_strides = crate::graph::strides(&phys_to);
-        for _ in 0..crate::graph::numel(logical) {
-            let p_to = to.to_physical_index(&idx).map_err(|e| e.to_string())?;
-            let p_from = from.to_physical_index(&idx).map_err(|e| e.to_string())?;
-            let o: usize = p_to.iter().zip(&to_strides).map(|(a, b)| a * b).sum();
-            let s: usize = p_from.iter().zip(&from_strides).map(|(a, b)| a * b).sum();
-            src[o] = s as u32;
-            for a in (0..idx.len()).rev() {
-                idx[a] += 1;
-                if idx[a] < logical[a] {
-                    break;
-                }
-                idx[a] = 0;
-            }
+        let offset = |layout: &Layout, idx: &[usize], strides: &[usize]| -> Result<usize, String> {
+            let p = layout.to_physical_index(idx).map_err(|e| e.to_string())?;
+            Ok(p.iter().zip(strides).map(|(a, b)| a * b).sum())
+        };
+        let (from_strides, to_strides) = (
+            crate::graph::strides(&phys_from),
+            crate::graph::strides(&phys_to),
+        );
+        let mut src = vec![PAD; phys_to.iter().product()];
+        let (mut i_from, mut i_to) = (vec![0usize; from_shape.len()], vec![0usize; to_shape.len()]);
+        for _ in 0..numel {
+            src[offset(to, &i_to, &to_strides)?] = offset(from, &i_from, &from_strides)? as u32;
+            next_index(&mut i_from, from_shape);
+            next_index(&mut i_to, to_shape);
         }
         Ok(Gather { src, fill })
+    }
+
+    /// Whether the gather moves nothing: the output is the input as it is.
+    pub fn is_copy(&self, input_len: usize) -> bool {
+        self.src.len() == input_len && self.src.iter().enumerate().all(|(i, &s)| s as usize == i)
     }
 
     pub fn run(&self, x: &[f32], y: &mut [f32]) {
@@ -200,197 +228,44 @@ impl Gather {
     }
 }
 
-/// Depthwise 2-D convolution (one filter per channel) on NCHW{cb}c data, with
-/// the same fused epilogue as the dense convolution.
-pub struct Depthwise {
-    pub geom: super::conv::ConvGeom,
-    /// [channel blocks][kh][kw][cb], zero in padding channels.
-    w: Vec<f32>,
-    /// [channel blocks][cb].
-    bias: Vec<f32>,
-    lo: f32,
-    hi: f32,
-    /// What the output's padding channels must hold, if any are there.
-    pad_fill: Option<f32>,
-}
-
-impl Depthwise {
-    /// `w` is logical [C, 1, kh, kw]; input and output share the block `geom.x_cb`.
-    pub fn new(
-        geom: super::conv::ConvGeom,
-        w: &[f32],
-        bias: &[f32],
-        lo: f32,
-        hi: f32,
-        pad_fill: Option<f32>,
-    ) -> Depthwise {
-        let cb = geom.x_cb;
-        let blocks = geom.cin.div_ceil(cb);
-        let (kh, kw) = geom.k;
-        let mut packed = vec![0f32; blocks * kh * kw * cb];
-        let mut b = vec![0f32; blocks * cb];
-        for c in 0..geom.cin {
-            b[c] = bias[c];
-            for y in 0..kh {
-                for x in 0..kw {
-                    packed[(((c / cb) * kh + y) * kw + x) * cb + c % cb] = w[(c * kh + y) * kw + x];
-                }
-            }
-        }
-        let padded = !geom.cin.is_multiple_of(cb);
-        Depthwise {
-            geom,
-            w: packed,
-            bias: b,
-            lo,
-            hi,
-            pad_fill: pad_fill.filter(|_| padded),
-        }
-    }
-
-    pub fn run(&self, x: &[f32], residual: Option<&[f32]>, y: &mut [f32]) {
-        let g = &self.geom;
-        let cb = g.x_cb;
-        let blocks = g.cin.div_ceil(cb);
-        let (xs, ys) = (g.h * g.w * cb, g.oh * g.ow * cb);
-        let planes = g.n * blocks;
-        y[..planes * ys]
-            .par_chunks_mut(ys)
-            .enumerate()
-            .for_each(|(p, yp)| {
-                let r = residual.map(|r| &r[p * ys..][..ys]);
-                depthwise_plane(self, p % blocks, &x[p * xs..][..xs], r, yp)
-            });
-        if let Some(v) = self.pad_fill {
-            super::conv::fill_channel_pad(y, g.n, g.cin, cb, g.oh * g.ow, v);
-        }
-    }
-}
-
-multiversion!(depthwise_plane(d: &Depthwise, block: usize, x: &[f32], res: Option<&[f32]>, y: &mut [f32]) {
-    // Fixed block widths keep the accumulators in registers.
-    match d.geom.x_cb {
-        16 => depthwise_fixed::<16>(d, block, x, res, y),
-        8 => depthwise_fixed::<8>(d, block, x, res, y),
-        _ => depthwise_any(d, block, x, res, y),
-    }
-});
-
-#[inline(always)]
-fn depthwise_fixed<const CB: usize>(
-    d: &Depthwise,
-    block: usize,
-    x: &[f32],
-    res: Option<&[f32]>,
-    y: &mut [f32],
-) {
-    let g = &d.geom;
-    let (kh, kw) = g.k;
-    let w = &d.w[block * kh * kw * CB..][..kh * kw * CB];
-    let bias: [f32; CB] = d.bias[block * CB..][..CB].try_into().expect("CB lanes");
-    for oh in 0..g.oh {
-        for ow in 0..g.ow {
-            let mut acc = bias;
-            for ky in 0..kh {
-                let ih = (oh * g.stride.0 + ky * g.dilation.0) as isize - g.pad.0 as isize;
-                if ih < 0 || ih >= g.h as isize {
-                    continue;
-                }
-                for kx in 0..kw {
-                    let iw = (ow * g.stride.1 + kx * g.dilation.1) as isize - g.pad.1 as isize;
-                    if iw < 0 || iw >= g.w as isize {
-                        continue;
-                    }
-                    let px: &[f32; CB] = x[(ih as usize * g.w + iw as usize) * CB..][..CB]
-                        .try_into()
-                        .expect("CB lanes");
-                    let wv: &[f32; CB] =
-                        w[(ky * kw + kx) * CB..][..CB].try_into().expect("CB lanes");
-                    for l in 0..CB {
-                        acc[l] += px[l] * wv[l];
-                    }
-                }
-            }
-            let o = (oh * g.ow + ow) * CB;
-            if let Some(r) = res {
-                for l in 0..CB {
-                    acc[l] += r[o + l];
-                }
-            }
-            for (q, a) in y[o..][..CB].iter_mut().zip(acc) {
-                *q = a.max(d.lo).min(d.hi);
-            }
-        }
-    }
-}
-
-#[inline(always)]
-fn depthwise_any(d: &Depthwise, block: usize, x: &[f32], res: Option<&[f32]>, y: &mut [f32]) {
-    let g = &d.geom;
-    let cb = g.x_cb;
-    let (kh, kw) = g.k;
-    let w = &d.w[block * kh * kw * cb..][..kh * kw * cb];
-    let bias = &d.bias[block * cb..][..cb];
-    let mut acc = vec![0f32; cb];
-    for oh in 0..g.oh {
-        for ow in 0..g.ow {
-            acc.copy_from_slice(bias);
-            for ky in 0..kh {
-                let ih = (oh * g.stride.0 + ky * g.dilation.0) as isize - g.pad.0 as isize;
-                if ih < 0 || ih >= g.h as isize {
-                    continue;
-                }
-                for kx in 0..kw {
-                    let iw = (ow * g.stride.1 + kx * g.dilation.1) as isize - g.pad.1 as isize;
-                    if iw < 0 || iw >= g.w as isize {
-                        continue;
-                    }
-                    let px = &x[(ih as usize * g.w + iw as usize) * cb..][..cb];
-                    let wv = &w[(ky * kw + kx) * cb..][..cb];
-                    for ((a, &v), &k) in acc.iter_mut().zip(px).zip(wv) {
-                        *a += v * k;
-                    }
-                }
-            }
-            let o = (oh * g.ow + ow) * cb;
-            if let Some(r) = res {
-                acc.iter_mut()
-                    .zip(&r[o..][..cb])
-                    .for_each(|(a, &s)| *a += s);
-            }
-            for (q, &a) in y[o..][..cb].iter_mut().zip(&acc) {
-                *q = a.max(d.lo).min(d.hi);
-            }
-        }
-    }
-}
-
 /// A matrix product with a constant right operand: y = alpha * a . b + c, with
-/// `b` packed [K][N] (transposed at compile time if the op reads it transposed)
-/// and `c` broadcast to [M][N] and scaled by beta at compile time.
+/// `alpha * b` packed in panels of a few vectors of columns and `c` broadcast
+/// to [M][N] (and scaled by beta) at compile time.
 pub struct Dense {
     pub m: usize,
     pub k: usize,
     pub n: usize,
-    alpha: f32,
+    lanes: Lanes,
+    /// Columns of one panel: `PANEL_VECTORS` vectors.
+    nb: usize,
+    /// [n / nb][k][nb], zero beyond `n`.
     b: Vec<f32>,
     c: Vec<f32>,
 }
+
+/// Vectors of output columns, and rows of `a`, one register tile covers.
+const PANEL_VECTORS: usize = 4;
+const DENSE_ROWS: usize = 4;
 
 impl Dense {
     /// `b` logical [K][N] (or [N][K] when `trans_b`); `c` of shape `c_shape`
     /// broadcastable to [M][N], already multiplied by beta.
     pub fn new(
         (m, k, n): (usize, usize, usize),
+        isa: Isa,
         alpha: f32,
         b: &[f32],
         trans_b: bool,
         c: Option<(&[f32], &[usize])>,
     ) -> Option<Dense> {
-        let mut packed = vec![0f32; k * n];
+        let lanes = Lanes::for_block(isa, isa.lanes());
+        let nb = PANEL_VECTORS * lanes.count();
+        let panels = n.div_ceil(nb);
+        let mut packed = vec![0f32; panels * k * nb];
         for i in 0..k {
             for j in 0..n {
-                packed[i * n + j] = if trans_b { b[j * k + i] } else { b[i * n + j] };
+                let v = if trans_b { b[j * k + i] } else { b[i * n + j] };
+                packed[((j / nb) * k + i) * nb + j % nb] = alpha * v;
             }
         }
         let mut full = vec![0f32; m * n];
@@ -413,27 +288,93 @@ impl Dense {
             m,
             k,
             n,
-            alpha,
+            lanes,
+            nb,
             b: packed,
             c: full,
         })
     }
 
     pub fn run(&self, a: &[f32], y: &mut [f32]) {
-        y[..self.m * self.n]
-            .par_chunks_mut(self.n)
-            .zip(a.par_chunks(self.k))
-            .enumerate()
-            .for_each(|(i, (row, a_row))| dense_row(self, i, a_row, row));
+        assert!(a.len() >= self.m * self.k && y.len() >= self.m * self.n);
+        let panels = self.n.div_ceil(self.nb);
+        let row_tiles = self.m.div_ceil(DENSE_ROWS);
+        // Panel-major order: a thread's consecutive tiles share one panel of b.
+        let items = panels * row_tiles;
+        let (ap, yp) = (a.as_ptr() as usize, y.as_mut_ptr() as usize);
+        (0..items).into_par_iter().for_each(|i| {
+            let tile = DenseTile {
+                d: self,
+                panel: i / row_tiles,
+                row0: (i % row_tiles) * DENSE_ROWS,
+                a: ap as *const f32,
+                y: yp as *mut f32,
+            };
+            // SAFETY: `lanes` comes from `Lanes::for_block`; each tile writes
+            // its own rows and columns of `y`, inside the length checked above.
+            unsafe { run_vectorized(self.lanes, &tile) }
+        });
     }
 }
 
-multiversion!(dense_row(d: &Dense, i: usize, a: &[f32], y: &mut [f32]) {
-    y.copy_from_slice(&d.c[i * d.n..][..d.n]);
-    for (kk, &x) in a.iter().enumerate() {
-        let s = d.alpha * x;
-        for (o, &w) in y.iter_mut().zip(&d.b[kk * d.n..][..d.n]) {
-            *o += s * w;
+/// Rows `row0..row0 + DENSE_ROWS` (or fewer at the end) times one panel of columns.
+struct DenseTile<'a> {
+    d: &'a Dense,
+    panel: usize,
+    row0: usize,
+    a: *const f32,
+    y: *mut f32,
+}
+
+impl VectorKernel for DenseTile<'_> {
+    #[inline(always)]
+    unsafe fn run<V: Vector>(&self) {
+        match (self.d.m - self.row0).min(DENSE_ROWS) {
+            1 => self.rows::<V, 1>(),
+            2 => self.rows::<V, 2>(),
+            3 => self.rows::<V, 3>(),
+            _ => self.rows::<V, DENSE_ROWS>(),
         }
     }
-});
+}
+
+impl DenseTile<'_> {
+    #[inline(always)]
+    unsafe fn rows<V: Vector, const R: usize>(&self) {
+        let d = self.d;
+        let a = self.a.add(self.row0 * d.k);
+        let mut wp = d.b.as_ptr().add(self.panel * d.k * d.nb);
+        let mut acc = [[V::splat(0.0); PANEL_VECTORS]; R];
+        for kk in 0..d.k {
+            let w: [V; PANEL_VECTORS] = std::array::from_fn(|v| V::load(wp.add(v * V::LANES)));
+            for (r, row) in acc.iter_mut().enumerate() {
+                let s = V::splat(*a.add(r * d.k + kk));
+                for (x, &wv) in row.iter_mut().zip(&w) {
+                    *x = V::fma(s, wv, *x);
+                }
+            }
+            wp = wp.add(d.nb);
+        }
+        let j0 = self.panel * d.nb;
+        let cols = (d.n - j0).min(d.nb);
+        for (r, row) in acc.iter().enumerate() {
+            let at = (self.row0 + r) * d.n + j0;
+            let (out, c) = (self.y.add(at), d.c.as_ptr().add(at));
+            if cols == d.nb {
+                for (v, &x) in row.iter().enumerate() {
+                    let o = v * V::LANES;
+                    V::add(x, V::load(c.add(o))).store(out.add(o));
+                }
+            } else {
+                // The last panel: through a buffer, as its columns end mid-vector.
+                let mut buf = [0f32; 64];
+                for (v, &x) in row.iter().enumerate() {
+                    x.store(buf.as_mut_ptr().add(v * V::LANES));
+                }
+                for (j, &x) in buf[..cols].iter().enumerate() {
+                    *out.add(j) = x + *c.add(j);
+                }
+            }
+        }
+    }
+}

@@ -10,6 +10,7 @@
 
 pub mod bench;
 pub mod conv;
+pub mod depthwise;
 pub mod kernels;
 pub mod simd;
 mod tir_step;
@@ -19,7 +20,8 @@ use crate::graph::{
 };
 use crate::layout::{Layout, PadValue};
 use conv::{ConvGeom, PackedConv};
-use kernels::{Dense, Depthwise, Gather, PoolGeom};
+use depthwise::Depthwise;
+use kernels::{Dense, Gather, PoolGeom};
 use simd::{Epilogue, Isa};
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -427,6 +429,15 @@ fn channel_block(layout: &Layout, shape: &[usize]) -> Option<usize> {
     (blocked_c && order == [(0, 0), (1, 0), (2, 0), (3, 0), (1, 1)]).then(|| layout.factors(1)[0])
 }
 
+/// A gather, or a plain copy when it moves nothing (e.g. NCHW16c of a 1x1
+/// map to NC16c).
+fn gather_or_copy(g: Gather, input_shape: Vec<usize>) -> Kernel {
+    match g.is_copy(input_shape.iter().product()) {
+        true => Kernel::Copy,
+        false => Kernel::Gather(g),
+    }
+}
+
 struct Compiler<'g> {
     g: &'g Graph,
     isa: Isa,
@@ -670,7 +681,14 @@ impl<'g> Compiler<'g> {
         let (lo, hi) = f.clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
         let pad_fill = self.output_layout(last).and_then(|(_, p)| p.known());
         let kernel = if depthwise {
-            Kernel::Depthwise(Depthwise::new(geom, &w, &bias, lo, hi, pad_fill))
+            Kernel::Depthwise(Depthwise::new(
+                geom,
+                self.isa,
+                &w,
+                &bias,
+                (lo, hi),
+                pad_fill,
+            ))
         } else {
             Kernel::Conv(PackedConv::new(
                 geom,
@@ -742,9 +760,10 @@ impl<'g> Compiler<'g> {
                 to,
                 logical,
                 pad,
-            } => Gather::new(from, to, logical, pad.known().unwrap_or(0.0))
-                .ok()
-                .map(Kernel::Gather),
+            } => {
+                let g = Gather::new(from, to, logical, pad.known().unwrap_or(0.0)).ok()?;
+                Some(gather_or_copy(g, from.physical_shape(logical).ok()?))
+            }
             Op::Gemm {
                 alpha,
                 beta,
@@ -766,16 +785,23 @@ impl<'g> Compiler<'g> {
                 };
                 let c = bias.as_ref().map(|(v, s)| (v.as_slice(), s.as_slice()));
                 let w = self.g.constant(ins[1])?.to_f32();
-                Dense::new((a.shape[0], k, n), *alpha, &w, *trans_b, c).map(Kernel::Dense)
+                Dense::new((a.shape[0], k, n), self.isa, *alpha, &w, *trans_b, c).map(Kernel::Dense)
             }
             Op::MatMul if self.inner(id).1.is_none() => {
                 let (a, b) = (self.g.value_type(ins[0]), self.g.value_type(ins[1]));
                 let w = self.g.constant(ins[1])?.to_f32();
                 let [k, n] = b.shape[..] else { return None };
                 let m = a.numel() / k;
-                Dense::new((m, k, n), 1.0, &w, false, None).map(Kernel::Dense)
+                Dense::new((m, k, n), self.isa, 1.0, &w, false, None).map(Kernel::Dense)
             }
             Op::Reshape { .. } | Op::Identity if self.inner(id).1.is_none() => Some(Kernel::Copy),
+            Op::Reshape { shape } => {
+                let (from, from_shape) = self.input_layout(id, 0)?;
+                let (to, pad) = self.output_layout(id)?;
+                let fill = pad.known().unwrap_or(0.0);
+                let g = Gather::reshape((&from, &from_shape), (&to, shape), fill).ok()?;
+                Some(gather_or_copy(g, from.physical_shape(&from_shape).ok()?))
+            }
             _ => None,
         }
     }

@@ -99,7 +99,7 @@ pub struct Epilogue {
 }
 
 /// Operations of one vector of `LANES` f32.
-trait Vector: Copy {
+pub(super) trait Vector: Copy {
     const LANES: usize;
     unsafe fn load(p: *const f32) -> Self;
     unsafe fn splat(x: f32) -> Self;
@@ -111,6 +111,39 @@ trait Vector: Copy {
 
 #[derive(Clone, Copy)]
 struct Portable([f32; 8]);
+
+/// One f32 as a vector, for data whose blocks no wider vector divides.
+#[derive(Clone, Copy)]
+struct Scalar(f32);
+
+impl Vector for Scalar {
+    const LANES: usize = 1;
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        Scalar(*p)
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> Self {
+        Scalar(x)
+    }
+    #[inline(always)]
+    unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
+        // Not `mul_add`: without FMA in the baseline it is a library call.
+        Scalar(a.0 * b.0 + c.0)
+    }
+    #[inline(always)]
+    unsafe fn add(a: Self, b: Self) -> Self {
+        Scalar(a.0 + b.0)
+    }
+    #[inline(always)]
+    unsafe fn clamp(a: Self, lo: Self, hi: Self) -> Self {
+        Scalar(a.0.max(lo.0).min(hi.0))
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut f32) {
+        *p = self.0
+    }
+}
 
 impl Vector for Portable {
     const LANES: usize = 8;
@@ -354,5 +387,67 @@ pub unsafe fn conv_tile(
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => tile_avx2(x, w, bias, t, st, ep),
         _ => tile_generic::<Portable>(x, w, bias, t, st, ep),
+    }
+}
+
+/// A computation written once over the vector type, like the convolution tile
+/// above; `run_vectorized` compiles it for each instruction set.
+pub(super) trait VectorKernel {
+    /// # Safety
+    /// Only called by `run_vectorized`, with a vector type this CPU supports.
+    unsafe fn run<V: Vector>(&self);
+}
+
+/// The vectors a kernel over channel blocks of `cb` runs with: the widest
+/// instruction set up to `isa` whose lanes divide the block, else one lane.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Lanes {
+    Isa(Isa),
+    One,
+}
+
+impl Lanes {
+    pub(super) fn for_block(isa: Isa, cb: usize) -> Lanes {
+        let widest_first = [Isa::Avx512, Isa::Avx2, Isa::Portable];
+        widest_first
+            .into_iter()
+            .skip_while(|&i| i != isa)
+            .filter(|i| i.available())
+            .find(|i| cb.is_multiple_of(i.lanes()))
+            .map_or(Lanes::One, Lanes::Isa)
+    }
+
+    pub(super) fn count(self) -> usize {
+        match self {
+            Lanes::Isa(i) => i.lanes(),
+            Lanes::One => 1,
+        }
+    }
+}
+
+/// Runs `k` with the vector type of `lanes`, in code compiled for its instruction set.
+///
+/// # Safety
+/// `lanes` must come from `Lanes::for_block` (its instruction set is available).
+pub(super) unsafe fn run_vectorized<K: VectorKernel>(lanes: Lanes, k: &K) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f")]
+        unsafe fn avx512<K: VectorKernel>(k: &K) {
+            k.run::<x86::Zmm>()
+        }
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn avx2<K: VectorKernel>(k: &K) {
+            k.run::<x86::Ymm>()
+        }
+        match lanes {
+            Lanes::Isa(Isa::Avx512) => return avx512(k),
+            Lanes::Isa(Isa::Avx2) => return avx2(k),
+            _ => {}
+        }
+    }
+    match lanes {
+        Lanes::One => k.run::<Scalar>(),
+        _ => k.run::<Portable>(),
     }
 }

@@ -5,11 +5,14 @@
 //! residual and clip) against the reference executor.
 
 use super::conv::{ConvGeom, PackedConv};
+use super::depthwise::Depthwise;
+use super::kernels::{Dense, Gather};
 use super::simd::{Epilogue, Isa};
 use super::{CompiledModel, RuntimeOptions};
 use crate::graph::{Conv, DType, Graph, Op, Tensor, UnaryOp, ValueType, Window};
 use crate::layout::op_rules::{CostModel, Family};
 use crate::layout::plan::{plan, planner_by_name};
+use crate::layout::Layout;
 
 /// splitmix64: reproducible test data without a dependency.
 struct Rng(u64);
@@ -82,8 +85,12 @@ fn tiled_conv_matches_a_naive_loop_for_every_isa_and_blocking() {
         .collect();
     let mut rng = Rng(7);
     for case in 0..60 {
-        let (cin, cout) = (rng.range(1, 20), rng.range(1, 40));
-        let k = (rng.range(1, 3), rng.range(1, 3));
+        let (mut cin, mut cout) = (rng.range(1, 20), rng.range(1, 40));
+        let mut k = (rng.range(1, 3), rng.range(1, 3));
+        if case < 4 {
+            // Packed weights over 64 KB: pieces of work ordered group by group.
+            (cin, cout, k) = (40 + case, 50, (3, 3));
+        }
         let dilation = (rng.range(1, 2), rng.range(1, 2));
         let pad = (rng.range(0, 2), rng.range(0, 2));
         let stride = (rng.range(1, 2), rng.range(1, 2));
@@ -153,6 +160,109 @@ fn tiled_conv_matches_a_naive_loop_for_every_isa_and_blocking() {
                         assert!(
                             (y[at] as f64 - e).abs() <= 1e-4 * (1.0 + e.abs()),
                             "case {case} {isa:?} {g:?}: ({n},{c},{yx}) got {} want {e}",
+                            y[at]
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The logical NCHW depthwise convolution computed plainly in f64.
+fn naive_depthwise(g: &ConvGeom, x: &[f32], w: &[f32], b: &[f32]) -> Vec<f64> {
+    let mut y = vec![0f64; g.n * g.cin * g.oh * g.ow];
+    for (nc, out) in y.chunks_mut(g.oh * g.ow).enumerate() {
+        let c = nc % g.cin;
+        for oy in 0..g.oh {
+            for ox in 0..g.ow {
+                let mut s = b[c] as f64;
+                for ky in 0..g.k.0 {
+                    for kx in 0..g.k.1 {
+                        let iy = (oy * g.stride.0 + ky * g.dilation.0) as isize - g.pad.0 as isize;
+                        let ix = (ox * g.stride.1 + kx * g.dilation.1) as isize - g.pad.1 as isize;
+                        if iy < 0 || ix < 0 || iy >= g.h as isize || ix >= g.w as isize {
+                            continue;
+                        }
+                        let xv = x[(nc * g.h + iy as usize) * g.w + ix as usize];
+                        s += xv as f64 * w[(c * g.k.0 + ky) * g.k.1 + kx] as f64;
+                    }
+                }
+                out[oy * g.ow + ox] = s;
+            }
+        }
+    }
+    y
+}
+
+#[test]
+fn depthwise_matches_a_naive_loop_for_every_isa_and_blocking() {
+    let isas: Vec<Isa> = [Isa::Avx512, Isa::Avx2, Isa::Portable]
+        .into_iter()
+        .filter(|i| i.available())
+        .collect();
+    let mut rng = Rng(5);
+    for case in 0..80 {
+        let c = rng.range(1, 40);
+        let k = [(3, 3), (3, 3), (1, 1), (5, 5), (2, 3)][rng.below(5)];
+        let dilation = (rng.range(1, 2), rng.range(1, 2));
+        let pad = (rng.range(0, 2), rng.range(0, 2));
+        let stride = (rng.range(1, 2), rng.range(1, 2));
+        // Widths up to 30 give full tiles, tails and border columns.
+        let h = rng.range((k.0 - 1) * dilation.0 + 1, 12);
+        let w = rng.range((k.1 - 1) * dilation.1 + 1, 30);
+        let cb = [1, 8, 16, 32, c][rng.below(5)];
+        let g = ConvGeom {
+            n: rng.range(1, 2),
+            cin: c,
+            h,
+            w,
+            cout: c,
+            oh: (h + 2 * pad.0 - (k.0 - 1) * dilation.0 - 1) / stride.0 + 1,
+            ow: (w + 2 * pad.1 - (k.1 - 1) * dilation.1 - 1) / stride.1 + 1,
+            k,
+            stride,
+            dilation,
+            pad,
+            x_cb: cb,
+            y_cb: cb,
+        };
+        let x = rng.f32s(g.n * c * h * w);
+        let wt = rng.f32s(c * k.0 * k.1);
+        let bias = rng.f32s(c);
+        let residual = rng.f32s(g.y_len());
+        let with_residual = rng.below(2) == 0;
+        let (lo, hi) = [(f32::NEG_INFINITY, f32::INFINITY), (0.0, 6.0), (-0.5, 0.5)][rng.below(3)];
+        let mut xb = vec![f32::NAN; g.x_len()];
+        for n in 0..g.n {
+            for ch in 0..c {
+                for yx in 0..h * w {
+                    xb[blocked(n, ch, yx, c, h * w, cb)] = x[(n * c + ch) * h * w + yx];
+                }
+            }
+        }
+        let expect = naive_depthwise(&g, &x, &wt, &bias);
+        for &isa in &isas {
+            let d = Depthwise::new(g.clone(), isa, &wt, &bias, (lo, hi), Some(0.0));
+            let mut y = vec![f32::NAN; g.y_len()];
+            d.run(&xb, with_residual.then_some(&residual[..]), &mut y);
+            let plane = g.oh * g.ow;
+            for n in 0..g.n {
+                for ch in 0..c.div_ceil(cb) * cb {
+                    for yx in 0..plane {
+                        let at = blocked(n, ch, yx, c, plane, cb);
+                        if ch >= c {
+                            assert_eq!(y[at], 0.0, "case {case} {isa:?}: padding channel {ch}");
+                            continue;
+                        }
+                        let mut e = expect[(n * c + ch) * plane + yx];
+                        if with_residual {
+                            e += residual[at] as f64;
+                        }
+                        let e = e.max(lo as f64).min(hi as f64);
+                        assert!(
+                            (y[at] as f64 - e).abs() <= 1e-5 * (1.0 + e.abs()),
+                            "case {case} {isa:?} {g:?}: ({n},{ch},{yx}) got {} want {e}",
                             y[at]
                         );
                     }
@@ -311,4 +421,87 @@ fn a_wrong_input_is_an_error_naming_the_input() {
     assert!(e.contains("model input 'x'"), "{e}");
     let e = m.run(&[]).unwrap_err().to_string();
     assert!(e.contains("inputs"), "{e}");
+}
+
+#[test]
+fn dense_matches_a_naive_product_for_every_isa() {
+    let isas: Vec<Isa> = [Isa::Avx512, Isa::Avx2, Isa::Portable]
+        .into_iter()
+        .filter(|i| i.available())
+        .collect();
+    let mut rng = Rng(9);
+    for case in 0..40 {
+        // Up to 9 rows (two full row tiles and a tail) and 150 columns (panel tails).
+        let (m, k, n) = (rng.range(1, 9), rng.range(1, 50), rng.range(1, 150));
+        let trans_b = rng.below(2) == 0;
+        let alpha = [1.0, 0.5, -2.0][rng.below(3)];
+        let a = rng.f32s(m * k);
+        let b = rng.f32s(k * n);
+        let c_shape = [vec![], vec![n], vec![1, n], vec![m, 1], vec![m, n]][rng.below(5)].clone();
+        let c = rng.f32s(c_shape.iter().product());
+        for &isa in &isas {
+            let bias = (!c_shape.is_empty()).then_some((&c[..], &c_shape[..]));
+            let d = Dense::new((m, k, n), isa, alpha, &b, trans_b, bias).unwrap();
+            let mut y = vec![f32::NAN; m * n];
+            d.run(&a, &mut y);
+            for i in 0..m {
+                for j in 0..n {
+                    let mut e = 0f64;
+                    for kk in 0..k {
+                        let bv = if trans_b {
+                            b[j * k + kk]
+                        } else {
+                            b[kk * n + j]
+                        };
+                        e += a[i * k + kk] as f64 * bv as f64;
+                    }
+                    e *= alpha as f64;
+                    e += match c_shape.len() {
+                        0 => 0.0,
+                        1 => c[j] as f64,
+                        _ => c[(i % c_shape[0]) * c_shape[1] + j % c_shape[1]] as f64,
+                    };
+                    let got = y[i * n + j] as f64;
+                    assert!(
+                        (got - e).abs() <= 1e-5 * (1.0 + e.abs()) * k as f64,
+                        "case {case} {isa:?} ({m},{k},{n}): y[{i}][{j}] = {got}, want {e}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn reshape_gathers_between_layouts_like_the_layout_algebra() {
+    let cases = [
+        // The MobileNetV2 head: a 1x1 map in NCHW16c to NC16c moves nothing.
+        ("NCHW16c", vec![1, 32, 1, 1], "NC16c", vec![1, 32], true),
+        // Padding channels (20 channels in blocks of 16) get the fill, not
+        // whatever the input's padding holds: a gather, not a copy.
+        ("NCHW16c", vec![1, 20, 1, 1], "NC16c", vec![1, 20], false),
+        ("NCHW8c", vec![1, 12, 2, 3], "NC", vec![1, 72], false),
+        ("NHWC", vec![2, 5, 3, 1], "NC8c", vec![2, 15], false),
+    ];
+    let mut rng = Rng(13);
+    for (from, from_shape, to, to_shape, copy) in cases {
+        let (lf, lt) = (Layout::parse(from).unwrap(), Layout::parse(to).unwrap());
+        let x = Tensor::from_f32(from_shape.clone(), rng.f32s(from_shape.iter().product()));
+        let xp = lf.to_physical(&x, 0.0).unwrap();
+        let g = Gather::reshape((&lf, &from_shape), (&lt, &to_shape), -1.0).unwrap();
+        assert_eq!(g.is_copy(xp.shape.iter().product()), copy, "{from} -> {to}");
+        let want = lt
+            .to_physical(&Tensor::from_f32(to_shape.clone(), x.to_f32()), -1.0)
+            .unwrap()
+            .to_f32();
+        let mut y = vec![f32::NAN; want.len()];
+        g.run(&xp.to_f32(), &mut y);
+        assert_eq!(y, want, "{from} {from_shape:?} -> {to} {to_shape:?}");
+    }
+    let bad = Gather::reshape(
+        (&Layout::parse("NC").unwrap(), &[2, 3]),
+        (&Layout::parse("NC").unwrap(), &[4, 2]),
+        0.0,
+    );
+    assert!(bad.is_err());
 }
