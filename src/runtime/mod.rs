@@ -929,24 +929,32 @@ impl<'g> Compiler<'g> {
             claimed.extend(nodes.iter().copied());
             fused.insert(last, f);
         }
-        // Then chains of elementwise nodes, fused into one TIR loop nest with the
-        // node before them unless that one has a hand-written kernel.
+        // Then the hand-written kernels, and chains of elementwise nodes fused into
+        // one TIR loop nest with the node before them unless that one has a
+        // hand-written kernel (an elementwise one is given up for the chain).
+        let mut natives: HashMap<NodeId, Kernel> = HashMap::new();
         let mut chains: HashMap<NodeId, (Vec<NodeId>, tir_step::TirKernel, Vec<ValueRef>)> =
             HashMap::new();
         for &id in &order {
+            if claimed.contains(&id) || matches!(g.node(id).op, Op::Input | Op::Constant(_)) {
+                continue;
+            }
+            let native = self.native(id);
             let elementwise = matches!(self.inner(id).0, Op::Unary(_) | Op::Binary(_));
-            if claimed.contains(&id) || !(elementwise || self.native(id).is_none()) {
-                continue;
+            if native.is_none() || elementwise {
+                let nodes = self.elementwise_chain(id, &claimed);
+                if nodes.len() >= 2 {
+                    if let Some((kernel, inputs)) = self.tir(&nodes)? {
+                        let last = *nodes.last().expect("non-empty");
+                        skip.extend(nodes[..nodes.len() - 1].iter().copied());
+                        claimed.extend(nodes.iter().copied());
+                        chains.insert(last, (nodes, kernel, inputs));
+                        continue;
+                    }
+                }
             }
-            let nodes = self.elementwise_chain(id, &claimed);
-            if nodes.len() < 2 {
-                continue;
-            }
-            if let Some((kernel, inputs)) = self.tir(&nodes)? {
-                let last = *nodes.last().expect("non-empty");
-                skip.extend(nodes[..nodes.len() - 1].iter().copied());
-                claimed.extend(nodes.iter().copied());
-                chains.insert(last, (nodes, kernel, inputs));
+            if let Some(k) = native {
+                natives.insert(id, k);
             }
         }
         for &id in &order {
@@ -986,7 +994,7 @@ impl<'g> Compiler<'g> {
                 _ => {}
             }
             let mut kind = node.op.kind_name().to_string();
-            let kernel = match self.native(id) {
+            let kernel = match natives.remove(&id) {
                 Some(k) => k,
                 None => match self.tir(&[id])? {
                     Some((k, _)) => {
