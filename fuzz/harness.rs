@@ -11,7 +11,8 @@ use layoutopt::graph::{Graph, Tensor, TensorData};
 /// Graphs this small are also run, so the executor sees what the importer accepted.
 const RUN_LIMIT_BYTES: u64 = 1 << 20;
 
-/// Runs the reference executor on zero inputs when the graph is small.
+/// Runs the reference executor and the compiled runtime on zero inputs when the
+/// graph is small.
 fn run_small(g: &Graph) {
     if !g
         .peak_live_bytes()
@@ -28,6 +29,11 @@ fn run_small(g: &Graph) {
         })
         .collect();
     let _ = layoutopt::reference::run_with_limit(g, &inputs, RUN_LIMIT_BYTES);
+    // And compiled (hand kernels, TIR through codegen, fallbacks) on one thread.
+    let options = layoutopt::runtime::RuntimeOptions { threads: 1 };
+    if let Ok(m) = layoutopt::runtime::CompiledModel::compile(g, &options) {
+        let _ = m.run(&inputs);
+    }
 }
 
 pub fn onnx(data: &[u8]) {
