@@ -4,8 +4,7 @@
 
 use crate::codegen::{JitFunction, KernelTable};
 use crate::graph::{LaidOut, Op, ValueType};
-use crate::layout::Layout;
-use crate::layout::PadValue;
+use crate::layout::{Layout, PadValue};
 use crate::tir::ops::{lower_chain, Link};
 use crate::tir::TirError;
 
@@ -28,6 +27,53 @@ pub(super) struct ChainNode<'a> {
     pub prev: Option<usize>,
 }
 
+/// What a node computes in logical terms: the op, its operands' logical types and
+/// storage layouts, and its output's layout (`None`: as its type says) and padding.
+struct LogicalView<'a> {
+    op: &'a Op,
+    types: Vec<ValueType>,
+    layouts: Vec<Layout>,
+    output: (Option<Layout>, PadValue),
+}
+
+impl ChainNode<'_> {
+    fn logical(&self) -> Result<Option<LogicalView<'_>>, String> {
+        Ok(Some(match self.op {
+            Op::InLayout(l) => {
+                let LaidOut {
+                    inner,
+                    inputs,
+                    outputs,
+                } = l.as_ref();
+                let Some((layout, pad)) = outputs.first() else {
+                    return Ok(None);
+                };
+                LogicalView {
+                    op: inner,
+                    types: inputs
+                        .iter()
+                        .zip(&self.inputs)
+                        .map(|((_, shape), ty)| ValueType::new(ty.dtype, shape.clone()))
+                        .collect(),
+                    layouts: inputs.iter().map(|(l, _)| l.clone()).collect(),
+                    output: (Some(layout.clone()), *pad),
+                }
+            }
+            op => LogicalView {
+                op,
+                types: self.inputs.clone(),
+                layouts: self
+                    .inputs
+                    .iter()
+                    .map(|t| Layout::identity(t.shape.len()))
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| e.to_string())?,
+                output: (None, PadValue::Undef),
+            },
+        }))
+    }
+}
+
 impl TirKernel {
     /// Lowers and compiles a chain of nodes (one node, or a producer and the
     /// elementwise nodes after it) whose last output has the (physical) type
@@ -43,48 +89,22 @@ impl TirKernel {
         let mut layouts = vec![];
         let mut inners = vec![];
         let mut step_inputs = vec![];
-        let mut pad = PadValue::Undef;
-        let mut out_layout = None;
+        let mut out = (None, PadValue::Undef);
         for node in chain {
-            let (inner, types, lays) = match node.op {
-                Op::InLayout(l) => {
-                    let LaidOut {
-                        inner,
-                        inputs: ins,
-                        outputs,
-                    } = l.as_ref();
-                    let Some((layout, p)) = outputs.first() else {
-                        return Ok(None);
-                    };
-                    (pad, out_layout) = (*p, Some(layout.clone()));
-                    let types: Vec<ValueType> = ins
-                        .iter()
-                        .zip(&node.inputs)
-                        .map(|((_, shape), ty)| ValueType::new(ty.dtype, shape.clone()))
-                        .collect();
-                    let lays: Vec<Layout> = ins.iter().map(|(l, _)| l.clone()).collect();
-                    (inner, types, lays)
-                }
-                op => {
-                    (pad, out_layout) = (PadValue::Undef, None);
-                    let lays = node
-                        .inputs
-                        .iter()
-                        .map(|t| Layout::identity(t.shape.len()))
-                        .collect::<Result<Vec<_>, _>>()
-                        .map_err(|e| e.to_string())?;
-                    (op, node.inputs.clone(), lays)
-                }
+            let Some(view) = node.logical()? else {
+                return Ok(None);
             };
-            for (i, (ty, l)) in node.inputs.iter().zip(lays).enumerate() {
+            for (i, (ty, l)) in node.inputs.iter().zip(view.layouts).enumerate() {
                 if node.prev != Some(i) {
                     step_inputs.push(ty.clone());
                     layouts.push(l);
                 }
             }
-            logical.push(types);
-            inners.push(inner);
+            logical.push(view.types);
+            inners.push(view.op);
+            out = view.output;
         }
+        let (out_layout, pad) = out;
         // Empty tensors have no loop nest (the reference executor handles them).
         if logical.iter().flatten().any(|t| t.numel() == 0) || output.numel() == 0 {
             return Ok(None);
