@@ -7,7 +7,7 @@ mod tir_util;
 use std::sync::Arc;
 
 use layoutopt::codegen::{CodegenError, JitFunction, KernelRegion, KernelTable};
-use layoutopt::tir::compute::{ComputeGraph, ReduceOp, Tensor};
+use layoutopt::tir::compute::{ComputeGraph, Tensor};
 use layoutopt::tir::expr::{Expr, Intrinsic, Var};
 use layoutopt::tir::interp::Interpreter;
 use layoutopt::tir::lower::{lower, LowerOptions, LoweredFunc};
@@ -96,7 +96,7 @@ fn vectorized_loop_with_a_tail() {
 #[test]
 fn vectorized_reduction_runs_scalar() {
     // The store does not move with the reduction variable: no vector path.
-    let (g, c) = matmul(4, 3, 8);
+    let (g, c) = tir_util::matmul(4, 3, 8);
     let mut s = Schedule::new(&g, &[c]).unwrap();
     let k = s.reduce_axis(&c).unwrap()[0].clone();
     s.vectorize(&c, &k).unwrap();
@@ -156,7 +156,7 @@ fn large_scratch_is_on_the_heap() {
 #[test]
 fn parallel_reduction_axis_runs_serially() {
     // Iterations of k all update the same C elements: not independent.
-    let (g, c) = matmul(4, 5, 6);
+    let (g, c) = tir_util::matmul(4, 5, 6);
     let mut s = Schedule::new(&g, &[c]).unwrap();
     let k = s.reduce_axis(&c).unwrap()[0].clone();
     s.parallel(&c, &k).unwrap();
@@ -164,24 +164,11 @@ fn parallel_reduction_axis_runs_serially() {
     assert_eq!((st.parallel_loops, st.serialized_parallel_loops), (0, 1));
 }
 
-/// C[i, j] = sum_k A[i, k] * B[k, j].
-fn matmul(m: i64, n: i64, k: i64) -> (ComputeGraph, Tensor) {
-    let mut g = ComputeGraph::new();
-    let a = g.placeholder("A", &[m, k]).unwrap();
-    let b = g.placeholder("B", &[k, n]).unwrap();
-    let c = g
-        .reduce("C", &[m, n], &[k], ReduceOp::Sum, |x, r| {
-            a.at(&[x[0].clone(), r[0].clone()]) * b.at(&[r[0].clone(), x[1].clone()])
-        })
-        .unwrap();
-    (g, c)
-}
-
 #[test]
 fn kernel_call_in_a_tensorized_schedule() {
     // 8x20 blocks of a 16x20 product: the AVX2 path (when present) does 16 columns, the
     // scalar path the last 4.
-    let (g, c) = matmul(16, 20, 7);
+    let (g, c) = tir_util::matmul(16, 20, 7);
     let mut s = Schedule::new(&g, &[c]).unwrap();
     let ax = s.axis(&c).unwrap();
     let (_, ii) = s.split(&c, &ax[0], 8).unwrap();
@@ -195,7 +182,7 @@ fn kernel_call_in_a_tensorized_schedule() {
 #[test]
 fn kernel_call_on_a_ragged_block_and_unknown_kernel() {
     // 6 rows split by 4: the second call gets a 2-row region.
-    let (g, c) = matmul(6, 8, 4);
+    let (g, c) = tir_util::matmul(6, 8, 4);
     let mut s = Schedule::new(&g, &[c]).unwrap();
     let ax = s.axis(&c).unwrap();
     let (_, ii) = s.split(&c, &ax[0], 4).unwrap();
@@ -212,7 +199,7 @@ fn kernel_call_on_a_ragged_block_and_unknown_kernel() {
 
 #[test]
 fn kernel_errors_become_call_errors() {
-    let (g, c) = matmul(4, 4, 4);
+    let (g, c) = tir_util::matmul(4, 4, 4);
     let mut s = Schedule::new(&g, &[c]).unwrap();
     let ax = s.axis(&c).unwrap();
     s.tensorize(&c, &ax[0], "picky").unwrap();

@@ -6,7 +6,7 @@ mod tir_util;
 
 use std::collections::HashMap;
 
-use layoutopt::tir::compute::{ComputeGraph, ReduceOp, Tensor};
+use layoutopt::tir::compute::{ComputeGraph, ReduceOp};
 use layoutopt::tir::expr::Expr;
 use layoutopt::tir::interp::Interpreter;
 use layoutopt::tir::layout::{BufferLayout, PhysDim};
@@ -14,23 +14,10 @@ use layoutopt::tir::lower::{lower, LowerOptions};
 use layoutopt::tir::schedule::Schedule;
 use layoutopt::tir::TirError;
 
-/// C[i, j] = sum_k A[i, k] * B[k, j].
-fn matmul(m: i64, n: i64, k: i64) -> (ComputeGraph, Tensor) {
-    let mut g = ComputeGraph::new();
-    let a = g.placeholder("A", &[m, k]).unwrap();
-    let b = g.placeholder("B", &[k, n]).unwrap();
-    let c = g
-        .reduce("C", &[m, n], &[k], ReduceOp::Sum, |x, r| {
-            a.at(&[x[0].clone(), r[0].clone()]) * b.at(&[r[0].clone(), x[1].clone()])
-        })
-        .unwrap();
-    (g, c)
-}
-
 #[test]
 fn schedule_record_has_a_snapshot_per_primitive() {
     // The TVM Explorer RFC's example: tile, split k, reorder, vectorize, parallel.
-    let (g, c) = matmul(16, 16, 8);
+    let (g, c) = tir_util::matmul(16, 16, 8);
     let mut s = Schedule::new(&g, &[c]).unwrap();
     assert_eq!(s.record.len(), 1);
     let ax = s.axis(&c).unwrap();
@@ -86,7 +73,7 @@ fn schedule_record_has_a_snapshot_per_primitive() {
 
 #[test]
 fn unroll_marks_the_loop_and_keeps_the_result() {
-    let (g, c) = matmul(6, 5, 3);
+    let (g, c) = tir_util::matmul(6, 5, 3);
     let mut s = Schedule::new(&g, &[c]).unwrap();
     let k = s.reduce_axis(&c).unwrap()[0].clone();
     s.unroll(&c, &k).unwrap();
@@ -97,7 +84,7 @@ fn unroll_marks_the_loop_and_keeps_the_result() {
 
 #[test]
 fn tensorize_replaces_the_inner_block_by_a_kernel_call() {
-    let (g, c) = matmul(8, 8, 6);
+    let (g, c) = tir_util::matmul(8, 8, 6);
     let mut s = Schedule::new(&g, &[c]).unwrap();
     let ax = s.axis(&c).unwrap();
     let k = s.reduce_axis(&c).unwrap()[0].clone();
@@ -121,7 +108,7 @@ fn tensorize_replaces_the_inner_block_by_a_kernel_call() {
 
 #[test]
 fn tensorize_above_the_reduction_includes_its_init() {
-    let (g, c) = matmul(8, 8, 6);
+    let (g, c) = tir_util::matmul(8, 8, 6);
     let mut s = Schedule::new(&g, &[c]).unwrap();
     let ax = s.axis(&c).unwrap();
     let [_, _, ii, _] = s.tile(&c, &ax[0], &ax[1], 4, 4).unwrap();
@@ -134,7 +121,7 @@ fn tensorize_above_the_reduction_includes_its_init() {
 #[test]
 fn tensorize_of_a_ragged_block_gets_a_smaller_tail_region() {
     // 6 rows split by 4: with tight tails the last call covers the remaining 2 rows.
-    let (g, c) = matmul(6, 8, 4);
+    let (g, c) = tir_util::matmul(6, 8, 4);
     let mut s = Schedule::new(&g, &[c]).unwrap();
     let ax = s.axis(&c).unwrap();
     let (_, ii) = s.split(&c, &ax[0], 4).unwrap();
@@ -153,7 +140,7 @@ fn tensorize_of_a_ragged_block_gets_a_smaller_tail_region() {
 fn tensorize_of_a_region_that_may_overshoot_is_refused() {
     // The inner part of the split is outside the outer one, so no tight tail: the block
     // under `i.outer` would reach past row 5.
-    let (g, c) = matmul(6, 8, 4);
+    let (g, c) = tir_util::matmul(6, 8, 4);
     let mut s = Schedule::new(&g, &[c]).unwrap();
     let ax = s.axis(&c).unwrap();
     let (io, ii) = s.split(&c, &ax[0], 4).unwrap();
@@ -191,7 +178,7 @@ fn cache_read_computed_at_a_row() {
 
 #[test]
 fn cache_write_of_a_reduction_accumulates_in_a_local_row() {
-    let (g, c) = matmul(6, 8, 5);
+    let (g, c) = tir_util::matmul(6, 8, 5);
     let mut s = Schedule::new(&g, &[c]).unwrap();
     let cl = s.cache_write(&c).unwrap();
     let k = s.reduce_axis(&cl).unwrap()[0].clone();
@@ -296,7 +283,7 @@ fn user_errors_are_reported_not_panics() {
         s.compute_at(&a, &e, &eax[0]).is_err(),
         "a placeholder has no stage"
     );
-    let (mg, mc) = matmul(4, 4, 4);
+    let (mg, mc) = tir_util::matmul(4, 4, 4);
     let mut ms = Schedule::new(&mg, &[mc]).unwrap();
     assert!(matches!(ms.compute_inline(&mc), Err(TirError::Schedule(_))));
     let bad = LowerOptions {

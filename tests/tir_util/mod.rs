@@ -6,7 +6,7 @@ pub mod gen;
 use std::collections::HashMap;
 
 use layoutopt::codegen::{CodegenStats, JitFunction, KernelTable};
-use layoutopt::tir::compute::{ComputeGraph, Tensor};
+use layoutopt::tir::compute::{ComputeGraph, ReduceOp, Tensor};
 use layoutopt::tir::interp::{Interpreter, KernelView, RunStats};
 use layoutopt::tir::lower::{lower, LowerOptions, LoweredFunc};
 use layoutopt::tir::schedule::Schedule;
@@ -155,4 +155,17 @@ pub fn gemm_update_f64(views: &mut [KernelView]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// C[i, j] = sum_k A[i, k] * B[k, j].
+pub fn matmul(m: i64, n: i64, k: i64) -> (ComputeGraph, Tensor) {
+    let mut g = ComputeGraph::new();
+    let a = g.placeholder("A", &[m, k]).unwrap();
+    let b = g.placeholder("B", &[k, n]).unwrap();
+    let c = g
+        .reduce("C", &[m, n], &[k], ReduceOp::Sum, |x, r| {
+            a.at(&[x[0].clone(), r[0].clone()]) * b.at(&[r[0].clone(), x[1].clone()])
+        })
+        .unwrap();
+    (g, c)
 }
