@@ -341,13 +341,12 @@ impl CompiledModel {
                     .write(step.outputs[0])
                     .copy_from_slice(bufs.read(step.inputs[0])),
                 Kernel::Tir(k) => {
-                    let inputs: Vec<&[f32]> = step.inputs.iter().map(|&s| bufs.read(s)).collect();
-                    k.run(&inputs, bufs.write(step.outputs[0])).map_err(|m| {
-                        RuntimeError::AtNode {
+                    let input = |i: usize| bufs.read(step.inputs[i]).as_ptr();
+                    k.run(input, bufs.write(step.outputs[0]))
+                        .map_err(|m| RuntimeError::AtNode {
                             spans: step.spans.clone(),
                             message: m,
-                        }
-                    })?
+                        })?
                 }
                 Kernel::Fallback { op, outputs } => {
                     let args: Vec<Tensor> = step
@@ -825,18 +824,13 @@ impl<'g> Compiler<'g> {
                 return Ok(None);
             }
             let prev = (k > 0).then(|| ValueRef::new(chain[k - 1], 0));
-            let prev = prev.and_then(|p| ins.iter().position(|&v| v == p));
-            inputs.extend(
-                ins.iter()
-                    .enumerate()
-                    .filter(|(i, _)| Some(*i) != prev)
-                    .map(|(_, v)| *v),
-            );
-            nodes.push(tir_step::ChainNode {
+            let link = tir_step::ChainNode {
                 op: &node.op,
                 inputs: ins.iter().map(|&v| self.g.value_type(v).clone()).collect(),
-                prev,
-            });
+                prev: prev.and_then(|p| ins.iter().position(|&v| v == p)),
+            };
+            inputs.extend(link.own(&ins).copied());
+            nodes.push(link);
         }
         let out = &self.g.node(last).outputs[0].ty;
         let kernel = tir_step::TirKernel::new(&nodes, out).map_err(|m| self.at(last, m))?;

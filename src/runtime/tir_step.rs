@@ -37,6 +37,16 @@ struct LogicalView<'a> {
 }
 
 impl ChainNode<'_> {
+    /// The items of `all` (one per operand) that are inputs of the step: every
+    /// operand's but the chained one's.
+    pub fn own<'t, T>(&self, all: &'t [T]) -> impl Iterator<Item = &'t T> {
+        let prev = self.prev;
+        all.iter()
+            .enumerate()
+            .filter(move |(i, _)| Some(*i) != prev)
+            .map(|(_, t)| t)
+    }
+
     fn logical(&self) -> Result<Option<LogicalView<'_>>, String> {
         Ok(Some(match self.op {
             Op::InLayout(l) => {
@@ -94,12 +104,8 @@ impl TirKernel {
             let Some(view) = node.logical()? else {
                 return Ok(None);
             };
-            for (i, (ty, l)) in node.inputs.iter().zip(view.layouts).enumerate() {
-                if node.prev != Some(i) {
-                    step_inputs.push(ty.clone());
-                    layouts.push(l);
-                }
-            }
+            step_inputs.extend(node.own(&node.inputs).cloned());
+            layouts.extend(node.own(&view.layouts).cloned());
             logical.push(view.types);
             inners.push(view.op);
             out = view.output;
@@ -161,11 +167,15 @@ impl TirKernel {
         Ok(Some(TirKernel { jit, params, fill }))
     }
 
-    /// Runs the function on the step's buffers.
+    /// Runs the function on the step's buffers: `input(k)` is step input `k`.
     ///
     /// # Safety
-    /// `inputs` and `output` must have the sizes given to `new` and must not overlap.
-    pub(super) unsafe fn run(&self, inputs: &[&[f32]], output: &mut [f32]) -> Result<(), String> {
+    /// The inputs and `output` must have the sizes given to `new` and must not overlap.
+    pub(super) unsafe fn run(
+        &self,
+        input: impl Fn(usize) -> *const f32,
+        output: &mut [f32],
+    ) -> Result<(), String> {
         if let Some(v) = self.fill {
             output.fill(v);
         }
@@ -175,7 +185,7 @@ impl TirKernel {
             .iter()
             .map(|p| match p {
                 // The function only reads its inputs.
-                Some(k) => inputs[*k].as_ptr() as *mut f32,
+                Some(k) => input(*k) as *mut f32,
                 None => out,
             })
             .collect();

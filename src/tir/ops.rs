@@ -119,11 +119,26 @@ pub fn chain_compute(links: &[Link]) -> Result<OpCompute, TirError> {
     let mut per_element = vec![];
     let mut prev: Option<Tensor> = None;
     for (k, link) in links.iter().enumerate() {
+        if let Some(p) = prev {
+            let elementwise = matches!(link.op, Op::Unary(_) | Op::Binary(_));
+            if !elementwise || link.prev.is_none() {
+                return Err(TirError::Unsupported(format!(
+                    "{} cannot be fused after another op (only elementwise ops can)",
+                    link.op.kind_name()
+                )));
+            }
+            // The earlier stage feeds this one element for element.
+            if reduces(&g, p) {
+                per_element.push(p);
+            } else {
+                inline.push(p);
+            }
+        }
         let sfx = if k == 0 { String::new() } else { k.to_string() };
         let mut ph = Vec::new();
         for (i, ty) in link.types.iter().enumerate() {
-            match (prev, link.prev) {
-                (Some(p), Some(at)) if at == i => {
+            match prev.filter(|_| link.prev == Some(i)) {
+                Some(p) => {
                     let chained = &g.op(p.id).shape;
                     if *chained != extents(&ty.shape) {
                         return Err(TirError::Unsupported(format!(
@@ -134,7 +149,7 @@ pub fn chain_compute(links: &[Link]) -> Result<OpCompute, TirError> {
                     }
                     ph.push(p);
                 }
-                _ => {
+                None => {
                     let t = g.placeholder(
                         &format!("{}{sfx}", input_name(link.op, i)),
                         &extents(&ty.shape),
@@ -144,48 +159,27 @@ pub fn chain_compute(links: &[Link]) -> Result<OpCompute, TirError> {
                 }
             }
         }
+        let first_new = g.ops.len();
+        let d = define(&mut g, link.op, &ph, link.types, &sfx)?;
         if let Some(p) = prev {
-            let elementwise = matches!(link.op, Op::Unary(_) | Op::Binary(_));
-            if !elementwise || link.prev.is_none() {
+            if g.op(d.output.id).shape != g.op(p.id).shape {
                 return Err(TirError::Unsupported(format!(
-                    "{} cannot be fused after another op (only elementwise ops can)",
+                    "{} broadcasts the chained value to a larger shape",
                     link.op.kind_name()
                 )));
             }
-            // The earlier stage feeds this one element for element.
-            if g.op(p.id)
-                .compute()
-                .is_some_and(|c| c.reduce_axis.is_empty())
-            {
-                inline.push(p);
-            } else {
-                per_element.push(p);
-            }
         }
-        let first_new = g.ops.len();
-        let d = define(&mut g, link.op, &ph, link.types, &sfx)?;
-        if prev.is_some()
-            && g.op(d.output.id).shape != g.op(prev.map_or(d.output.id, |p| p.id)).shape
-        {
-            return Err(TirError::Unsupported(format!(
-                "{} broadcasts the chained value to a larger shape",
-                link.op.kind_name()
-            )));
-        }
-        inline.extend(d.inline);
-        per_row.extend(d.per_row.iter().copied());
         // Reductions the op's output reads element for element (a matrix product
         // before its scaling, a convolution before its bias).
         for i in first_new..g.ops.len() {
             let t = g.tensor(super::expr::TensorId(i));
-            let reduces = g
-                .op(t.id)
-                .compute()
-                .is_some_and(|c| !c.reduce_axis.is_empty());
-            if reduces && t.id != d.output.id && !d.per_row.iter().any(|(r, _)| r.id == t.id) {
+            if reduces(&g, t) && t.id != d.output.id && !d.per_row.iter().any(|(r, _)| r.id == t.id)
+            {
                 per_element.push(t);
             }
         }
+        inline.extend(d.inline);
+        per_row.extend(d.per_row);
         prev = Some(d.output);
     }
     Ok(OpCompute {
@@ -196,6 +190,13 @@ pub fn chain_compute(links: &[Link]) -> Result<OpCompute, TirError> {
         per_row,
         per_element,
     })
+}
+
+/// Whether `t` is a compute stage with reduction axes.
+fn reduces(g: &ComputeGraph, t: Tensor) -> bool {
+    g.op(t.id)
+        .compute()
+        .is_some_and(|c| !c.reduce_axis.is_empty())
 }
 
 /// The stages one op added to a compute graph.
