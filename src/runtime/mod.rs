@@ -843,24 +843,20 @@ impl<'g> Compiler<'g> {
         let mut chain = vec![head];
         loop {
             let v = ValueRef::new(*chain.last().expect("not empty"), 0);
-            if self.g.outputs().contains(&v) {
+            if self.g.is_graph_output(v) {
                 return chain;
             }
-            let [(next, _)] = self.g.consumers(v)[..] else {
+            // One (node, input) reads the value: one node, reading it once.
+            let [(next, port)] = self.g.consumers(v)[..] else {
                 return chain;
             };
             let elementwise = matches!(self.inner(next).0, Op::Unary(_) | Op::Binary(_));
-            let ins = self.g.node_inputs(next);
-            let reads_once = ins.iter().filter(|&&x| x == v).count() == 1;
             // The value must mean the same element to both nodes: both laid out or
             // neither, the reader taking it in the layout it is written in.
-            let last = v.node;
-            let same_storage = ins.iter().position(|&x| x == v).is_some_and(|pos| {
-                self.inner(last).1.is_some() == self.inner(next).1.is_some()
-                    && self.output_layout(last).map(|l| l.0)
-                        == self.input_layout(next, pos).map(|l| l.0)
-            });
-            if claimed.contains(&next) || !elementwise || !reads_once || !same_storage {
+            let same_storage = self.inner(v.node).1.is_some() == self.inner(next).1.is_some()
+                && self.output_layout(v.node).map(|l| l.0)
+                    == self.input_layout(next, port).map(|l| l.0);
+            if claimed.contains(&next) || !elementwise || !same_storage {
                 return chain;
             }
             chain.push(next);
