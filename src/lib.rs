@@ -10,6 +10,7 @@
 
 pub mod api;
 pub mod codegen;
+pub mod core;
 pub mod explorer;
 pub mod export;
 pub mod frontend;

@@ -189,7 +189,7 @@ mod tests {
     fn erf_approximation_is_within_f32_precision_of_the_series() {
         let worst = (-6000..=6000)
             .map(|k| k as f32 * 1e-3)
-            .map(|x| (super::erff(x) as f64 - crate::reference::erf(x as f64)).abs())
+            .map(|x| (super::erff(x) as f64 - crate::core::scalar::erf(x as f64)).abs())
             .fold(0.0, f64::max);
         // 1.5e-7 of the formula plus the rounding of its f32 evaluation.
         assert!(worst < 6e-7, "max abs error {worst}");

@@ -5,9 +5,11 @@ mod fold;
 mod memory;
 mod op;
 mod shape;
-mod span;
-mod tensor;
 
+pub use crate::core::{
+    checked_numel, format_spans, merge_spans, numel, strides, DType, Span, Tensor, TensorData,
+    ValueType,
+};
 pub use fold::{fold_constants, fold_node};
 pub use memory::{
     check_value_size, checked_size_bytes, format_bytes, machine_memory, memory_limit, parse_bytes,
@@ -15,8 +17,6 @@ pub use memory::{
 };
 pub use op::*;
 pub use shape::{broadcast_shapes, infer_outputs};
-pub use span::{format_spans, merge_spans, Span};
-pub use tensor::{checked_numel, numel, strides, DType, Tensor, TensorData};
 
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 use petgraph::visit::EdgeRef;
@@ -40,33 +40,6 @@ impl GraphError {
             spans: spans.to_vec(),
             message: message.into(),
         }
-    }
-}
-
-/// Element type and static shape of a value.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct ValueType {
-    pub dtype: DType,
-    pub shape: Vec<usize>,
-}
-
-impl ValueType {
-    pub fn new(dtype: DType, shape: Vec<usize>) -> ValueType {
-        ValueType { dtype, shape }
-    }
-
-    pub fn numel(&self) -> usize {
-        numel(&self.shape)
-    }
-
-    pub fn size_bytes(&self) -> usize {
-        self.numel() * self.dtype.size_bytes()
-    }
-}
-
-impl std::fmt::Display for ValueType {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}{:?}", self.dtype, self.shape)
     }
 }
 

@@ -2,8 +2,8 @@
 //! wraps them with the span of the layer at fault.
 
 use super::op::*;
-use super::tensor::{checked_numel, DType};
 use super::ValueType;
+use crate::core::{checked_numel, DType};
 
 type Res<T> = Result<T, String>;
 

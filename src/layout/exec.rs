@@ -3,8 +3,8 @@
 //! types) so that a read of it shows; a crop checks its assumption, so a wrong
 //! assumption is an error here rather than a silently wrong rewrite later.
 
-use super::layout::with_fill;
 use super::{Assumption, PadValue};
+use crate::core::with_fill;
 use crate::graph::{numel, strides, Op, Tensor};
 
 /// Row-major offsets, in `outer`, of every element of a box of shape `inner`

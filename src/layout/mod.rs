@@ -5,8 +5,6 @@
 pub mod egraph;
 pub mod exec;
 pub mod extract;
-#[allow(clippy::module_inception)]
-mod layout;
 pub mod op_rules;
 mod padvalue;
 pub mod plan;
@@ -16,25 +14,17 @@ pub mod solver;
 #[cfg(test)]
 mod rewrite_tests;
 
-pub use layout::{Digit, Layout};
-pub use padvalue::{
-    binary_flow, binary_scalar, pad_flow, unary_flow, unary_scalar, Assumption, PadFlow, PadValue,
-    Requirement,
-};
+pub use crate::core::{AlgebraError, Digit, Layout};
+pub use crate::core::{Assumption, PadFlow, PadValue, Requirement};
+pub use padvalue::{binary_flow, pad_flow, unary_flow};
 
 /// An error of the layout stage.
 #[derive(Debug, thiserror::Error)]
 pub enum LayoutError {
     #[error("layout '{text}': {message}")]
     Parse { text: String, message: String },
-    #[error("layout {layout} does not fit shape {shape:?}")]
-    Rank { layout: String, shape: Vec<usize> },
-    #[error("layout {first} then {then} is not a layout: {why}")]
-    NotComposable {
-        first: String,
-        then: String,
-        why: String,
-    },
+    #[error(transparent)]
+    Algebra(#[from] AlgebraError),
     #[error("{0}")]
     Invalid(String),
     #[error("rewriting: {0}")]

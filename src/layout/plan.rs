@@ -40,6 +40,8 @@ pub enum PlanError {
     #[error(transparent)]
     Layout(#[from] LayoutError),
     #[error(transparent)]
+    Algebra(#[from] crate::core::AlgebraError),
+    #[error(transparent)]
     Graph(#[from] GraphError),
     #[error(transparent)]
     Solve(#[from] solver::SolveError),

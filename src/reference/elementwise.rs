@@ -9,11 +9,7 @@ pub(super) fn unary(u: UnaryOp, x: &Tensor) -> Result<Tensor, String> {
     let data = if dtype.is_float() {
         TensorData::from_f64(
             dtype,
-            x.data
-                .to_f64()
-                .into_iter()
-                .map(|v| unary_f64(u, v))
-                .collect(),
+            x.data.to_f64().into_iter().map(|v| u.apply(v)).collect(),
         )
     } else if dtype == DType::Bool {
         return Err("not defined on bool tensors".into());
@@ -29,45 +25,6 @@ pub(super) fn unary(u: UnaryOp, x: &Tensor) -> Result<Tensor, String> {
     Ok(Tensor::new(x.shape.clone(), data))
 }
 
-fn unary_f64(u: UnaryOp, x: f64) -> f64 {
-    // Written with `<`/`>` rather than f64::max so that NaN passes through.
-    let clip = |x: f64, lo: f64, hi: f64| {
-        let x = if x < lo { lo } else { x };
-        if x > hi {
-            hi
-        } else {
-            x
-        }
-    };
-    match u {
-        UnaryOp::Relu => clip(x, 0.0, f64::INFINITY),
-        UnaryOp::LeakyRelu { alpha } => {
-            if x < 0.0 {
-                alpha as f64 * x
-            } else {
-                x
-            }
-        }
-        UnaryOp::Clip { min, max } => clip(x, min as f64, max as f64),
-        UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
-        UnaryOp::HardSigmoid { alpha, beta } => clip(alpha as f64 * x + beta as f64, 0.0, 1.0),
-        UnaryOp::HardSwish => x * clip(x / 6.0 + 0.5, 0.0, 1.0),
-        UnaryOp::Tanh => x.tanh(),
-        UnaryOp::Erf => erf(x),
-        UnaryOp::Gelu { tanh_approx: false } => 0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2)),
-        UnaryOp::Gelu { tanh_approx: true } => {
-            let k = (2.0 / std::f64::consts::PI).sqrt();
-            0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh())
-        }
-        UnaryOp::Exp => x.exp(),
-        UnaryOp::Log => x.ln(),
-        UnaryOp::Sqrt => x.sqrt(),
-        UnaryOp::Reciprocal => 1.0 / x,
-        UnaryOp::Neg => -x,
-        UnaryOp::Abs => x.abs(),
-    }
-}
-
 /// The integer version of the ops ONNX defines on integers; `None` for the others.
 fn unary_i64(u: UnaryOp, x: i64) -> Option<i64> {
     Some(match u {
@@ -81,30 +38,6 @@ fn unary_i64(u: UnaryOp, x: i64) -> Option<i64> {
         UnaryOp::Abs => x.wrapping_abs(),
         _ => return None,
     })
-}
-
-/// The error function, from its everywhere-convergent series with positive terms
-/// erf(x) = 2/√π · e^(−x²) · Σₙ 2ⁿ x^(2n+1) / (1·3·…·(2n+1)),
-/// which suffers no cancellation. Beyond |x| = 6, erf is ±1 in double precision.
-pub(crate) fn erf(x: f64) -> f64 {
-    if x.is_nan() {
-        return x;
-    }
-    let a = x.abs();
-    if a >= 6.0 {
-        return x.signum();
-    }
-    let a2 = a * a;
-    let (mut term, mut sum, mut n) = (a, a, 0.0);
-    loop {
-        n += 1.0;
-        term *= 2.0 * a2 / (2.0 * n + 1.0);
-        sum += term;
-        if term <= sum * 1e-17 {
-            break;
-        }
-    }
-    (2.0 / std::f64::consts::PI.sqrt()) * (-a2).exp() * sum * x.signum()
 }
 
 pub(super) fn binary(
@@ -123,13 +56,13 @@ pub(super) fn binary(
             let (xv, yv) = (x.data.to_f64(), y.data.to_f64());
             xi.iter()
                 .zip(&yi)
-                .map(|(&i, &j)| compare(b, xv[i], yv[j]))
+                .map(|(&i, &j)| b.compare(xv[i], yv[j]) == Some(true))
                 .collect()
         } else {
             let (xv, yv) = (x.data.to_i64(), y.data.to_i64());
             xi.iter()
                 .zip(&yi)
-                .map(|(&i, &j)| compare(b, xv[i], yv[j]))
+                .map(|(&i, &j)| b.compare(xv[i], yv[j]) == Some(true))
                 .collect()
         };
         return Ok(Tensor::new(out.shape.clone(), TensorData::Bool(v)));
@@ -143,8 +76,9 @@ pub(super) fn binary(
         let v = xi
             .iter()
             .zip(&yi)
-            .map(|(&i, &j)| arith_f64(b, xv[i], yv[j]))
-            .collect();
+            .map(|(&i, &j)| b.apply(xv[i], yv[j]))
+            .collect::<Option<Vec<f64>>>()
+            .ok_or("comparisons give booleans")?;
         TensorData::from_f64(out.dtype, v)
     } else if b == BinaryOp::Pow && y.dtype().is_float() {
         // Integer base, float exponent: compute in f64, truncate like a C cast.
@@ -167,30 +101,6 @@ pub(super) fn binary(
     Ok(Tensor::new(out.shape.clone(), data))
 }
 
-fn compare<T: PartialOrd>(b: BinaryOp, x: T, y: T) -> bool {
-    match b {
-        BinaryOp::Equal => x == y,
-        BinaryOp::Less => x < y,
-        _ => x > y,
-    }
-}
-
-fn arith_f64(b: BinaryOp, x: f64, y: f64) -> f64 {
-    match b {
-        BinaryOp::Add => x + y,
-        BinaryOp::Sub => x - y,
-        BinaryOp::Mul => x * y,
-        BinaryOp::Div => x / y,
-        BinaryOp::Pow => x.powf(y),
-        // NaN propagates, as in numpy.maximum / numpy.minimum.
-        BinaryOp::Max if x.is_nan() || y.is_nan() => f64::NAN,
-        BinaryOp::Min if x.is_nan() || y.is_nan() => f64::NAN,
-        BinaryOp::Max => x.max(y),
-        BinaryOp::Min => x.min(y),
-        BinaryOp::Equal | BinaryOp::Less | BinaryOp::Greater => unreachable_comparison(),
-    }
-}
-
 fn arith_i64(b: BinaryOp, x: i64, y: i64) -> Result<i64, String> {
     Ok(match b {
         BinaryOp::Add => x.wrapping_add(y),
@@ -202,13 +112,10 @@ fn arith_i64(b: BinaryOp, x: i64, y: i64) -> Result<i64, String> {
         BinaryOp::Pow => int_pow(x, y)?,
         BinaryOp::Max => x.max(y),
         BinaryOp::Min => x.min(y),
-        BinaryOp::Equal | BinaryOp::Less | BinaryOp::Greater => unreachable_comparison(),
+        BinaryOp::Equal | BinaryOp::Less | BinaryOp::Greater => {
+            return Err("comparisons give booleans".into())
+        }
     })
-}
-
-/// Comparisons return before arithmetic is chosen.
-fn unreachable_comparison() -> ! {
-    unreachable!("comparisons are handled before arithmetic")
 }
 
 /// x^e on integers, wrapping on overflow. A negative exponent gives the truncated
@@ -255,7 +162,7 @@ pub(super) fn where_(
 #[cfg(test)]
 mod tests {
     use super::super::testutil::*;
-    use super::erf;
+    use crate::core::scalar::erf;
     use crate::graph::{BinaryOp as B, DType, Op, Tensor, TensorData, UnaryOp as U};
 
     fn un(u: U, x: &[f32]) -> Tensor {

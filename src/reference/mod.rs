@@ -18,9 +18,6 @@ mod pool;
 mod reduce;
 mod resize;
 
-/// The error function, also used by the TIR interpreter and generated code.
-pub(crate) use elementwise::erf;
-
 use crate::graph::{
     checked_numel, format_spans, infer_outputs, memory_limit, Graph, GraphError, LaidOut, Op, Span,
     Tensor, ValueRef, ValueType,

@@ -398,3 +398,46 @@ mod tests {
         assert_eq!(floor_mod(7, -2), -1);
     }
 }
+
+/// Floating-point negation (−1 · x, so that −0 and NaN come out as IEEE says).
+impl std::ops::Neg for Expr {
+    type Output = Expr;
+    fn neg(self) -> Expr {
+        Expr::Float(-1.0) * self
+    }
+}
+
+/// Elementwise definitions (`crate::core::scalar`) build TIR expressions through
+/// this: the compiled code computes exactly the function the reference does.
+impl crate::core::scalar::Scalar for Expr {
+    fn lit(v: f64) -> Expr {
+        Expr::Float(v)
+    }
+    fn max(self, other: Expr) -> Expr {
+        bin(BinOp::Max, self, other)
+    }
+    fn min(self, other: Expr) -> Expr {
+        bin(BinOp::Min, self, other)
+    }
+    fn if_negative(self, neg: Expr, pos: Expr) -> Expr {
+        Expr::select(self.lt(Expr::Float(0.0)), neg, pos)
+    }
+    fn exp(self) -> Expr {
+        Expr::call(Intrinsic::Exp, vec![self])
+    }
+    fn ln(self) -> Expr {
+        Expr::call(Intrinsic::Log, vec![self])
+    }
+    fn sqrt(self) -> Expr {
+        Expr::call(Intrinsic::Sqrt, vec![self])
+    }
+    fn tanh(self) -> Expr {
+        Expr::call(Intrinsic::Tanh, vec![self])
+    }
+    fn erf(self) -> Expr {
+        Expr::call(Intrinsic::Erf, vec![self])
+    }
+    fn pow(self, e: Expr) -> Expr {
+        Expr::call(Intrinsic::Pow, vec![self, e])
+    }
+}

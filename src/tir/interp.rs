@@ -7,6 +7,7 @@ use super::error::TirError;
 use super::expr::{floor_div, floor_mod, BinOp, Expr, Intrinsic, TensorId, Var};
 use super::lower::LoweredFunc;
 use super::stmt::{KernelArg, Stmt};
+use crate::core::scalar::Scalar;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Value {
@@ -74,8 +75,9 @@ pub fn eval_scalar(
                         BinOp::Div => Value::Float(x / y),
                         BinOp::FloorDiv => Value::Float((x / y).floor()),
                         BinOp::FloorMod => Value::Float(x - y * (x / y).floor()),
-                        BinOp::Min => Value::Float(x.min(y)),
-                        BinOp::Max => Value::Float(x.max(y)),
+                        // NaN propagates, as Cranelift's fmin/fmax do.
+                        BinOp::Min => Value::Float(Scalar::min(x, y)),
+                        BinOp::Max => Value::Float(Scalar::max(x, y)),
                         BinOp::Lt => Value::Int((x < y) as i64),
                         BinOp::Le => Value::Int((x <= y) as i64),
                         BinOp::Eq => Value::Int((x == y) as i64),
@@ -107,7 +109,7 @@ pub fn eval_scalar(
                 Intrinsic::Log => x.ln(),
                 Intrinsic::Sqrt => x.sqrt(),
                 Intrinsic::Tanh => x.tanh(),
-                Intrinsic::Erf => crate::reference::erf(x),
+                Intrinsic::Erf => crate::core::scalar::erf(x),
                 Intrinsic::Pow => x.powf(arg(1)?),
             })
         }

@@ -15,7 +15,7 @@ use super::layout::{BufferLayout, PhysDim};
 use super::lower::{lower, LowerOptions, LoweredFunc};
 use super::schedule::Schedule;
 use super::TirError;
-use crate::graph::{BinaryOp, Conv, Op, PadMode, Pool, PoolKind, ReduceKind, UnaryOp, ValueType};
+use crate::graph::{Conv, Op, PadMode, Pool, PoolKind, ReduceKind, ValueType};
 use crate::layout::Layout;
 
 fn e(v: usize) -> i64 {
@@ -287,27 +287,26 @@ fn define(
         }
         Op::Unary(u) => {
             arity(1)?;
-            let f = unary(*u);
-            let x = ph[0];
-            g.compute(
-                &format!("Y{sfx}"),
-                &extents(&types[0].shape),
-                |i| f(x.at(i)),
-            )?
+            let (u, x) = (*u, ph[0]);
+            g.compute(&format!("Y{sfx}"), &extents(&types[0].shape), |i| {
+                u.apply(x.at(i))
+            })?
         }
         Op::Binary(b) => {
             arity(2)?;
-            let Some(f) = binary(*b) else {
+            let b = *b;
+            if b.is_comparison() {
                 return no("comparisons give booleans");
-            };
+            }
             let (sa, sb) = (shape_of(0), shape_of(1));
             let out = crate::graph::broadcast_shapes(&sa, &sb).map_err(TirError::Definition)?;
             let (a, bb) = (ph[0], ph[1]);
             g.compute(&format!("Y{sfx}"), &extents(&out), |i| {
-                f(
+                b.apply(
                     a.at(&broadcast_index(i, &sa)),
                     bb.at(&broadcast_index(i, &sb)),
                 )
+                .expect("comparisons were refused above")
             })?
         }
         Op::Transpose { perm } => {
@@ -548,59 +547,6 @@ fn broadcast_index(i: &[Expr], s: &[usize]) -> Vec<Expr> {
             }
         })
         .collect()
-}
-
-fn unary(u: UnaryOp) -> Box<dyn Fn(Expr) -> Expr> {
-    let exp = |x: Expr| Expr::call(Intrinsic::Exp, vec![x]);
-    match u {
-        UnaryOp::Relu => Box::new(|x: Expr| x.max(0.0)),
-        UnaryOp::LeakyRelu { alpha } => {
-            Box::new(move |x: Expr| Expr::select(x.clone().lt(0.0), x.clone() * alpha as f64, x))
-        }
-        UnaryOp::Clip { min, max } => Box::new(move |x: Expr| x.max(min as f64).min(max as f64)),
-        UnaryOp::Sigmoid => Box::new(move |x: Expr| {
-            Expr::Float(1.0) / (Expr::Float(1.0) + exp(Expr::Float(0.0) - x))
-        }),
-        UnaryOp::HardSigmoid { alpha, beta } => {
-            Box::new(move |x: Expr| (x * alpha as f64 + beta as f64).min(1.0).max(0.0))
-        }
-        UnaryOp::HardSwish => {
-            Box::new(|x: Expr| x.clone() * (x * (1.0 / 6.0) + 0.5).min(1.0).max(0.0))
-        }
-        UnaryOp::Tanh => Box::new(|x: Expr| Expr::call(Intrinsic::Tanh, vec![x])),
-        UnaryOp::Erf => Box::new(|x: Expr| Expr::call(Intrinsic::Erf, vec![x])),
-        UnaryOp::Exp => Box::new(exp),
-        UnaryOp::Log => Box::new(|x: Expr| Expr::call(Intrinsic::Log, vec![x])),
-        UnaryOp::Sqrt => Box::new(|x: Expr| Expr::call(Intrinsic::Sqrt, vec![x])),
-        UnaryOp::Reciprocal => Box::new(|x: Expr| Expr::Float(1.0) / x),
-        UnaryOp::Neg => Box::new(|x: Expr| Expr::Float(0.0) - x),
-        UnaryOp::Abs => Box::new(|x: Expr| x.clone().max(Expr::Float(0.0) - x)),
-        UnaryOp::Gelu { tanh_approx: true } => Box::new(|x: Expr| {
-            let c = (2.0 / std::f64::consts::PI).sqrt();
-            let inner = (x.clone() + x.clone() * x.clone() * x.clone() * 0.044715) * c;
-            x * 0.5 * (Expr::Float(1.0) + Expr::call(Intrinsic::Tanh, vec![inner]))
-        }),
-        UnaryOp::Gelu { tanh_approx: false } => Box::new(|x: Expr| {
-            let erf = Expr::call(
-                Intrinsic::Erf,
-                vec![x.clone() * std::f64::consts::FRAC_1_SQRT_2],
-            );
-            x * 0.5 * (Expr::Float(1.0) + erf)
-        }),
-    }
-}
-
-fn binary(b: BinaryOp) -> Option<fn(Expr, Expr) -> Expr> {
-    Some(match b {
-        BinaryOp::Add => |a, b| a + b,
-        BinaryOp::Sub => |a, b| a - b,
-        BinaryOp::Mul => |a, b| a * b,
-        BinaryOp::Div => |a, b| a / b,
-        BinaryOp::Pow => |a, b| Expr::call(Intrinsic::Pow, vec![a, b]),
-        BinaryOp::Max => |a: Expr, b| a.max(b),
-        BinaryOp::Min => |a: Expr, b| a.min(b),
-        BinaryOp::Equal | BinaryOp::Less | BinaryOp::Greater => return None,
-    })
 }
 
 /// The row index of `i` with axis `axis` removed (rank 1 rows become `[0]`).
@@ -1123,7 +1069,7 @@ pub fn lower_chain(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::{DType, SliceAxis, Tensor as GraphTensor, Window};
+    use crate::graph::{BinaryOp, DType, SliceAxis, Tensor as GraphTensor, UnaryOp, Window};
     use crate::tir::interp::Interpreter;
     use std::collections::HashMap;
 

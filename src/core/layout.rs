@@ -11,12 +11,29 @@
 //! "OIHW8i16o". The logical order of the letters is ONNX's (see `canonical_rank`),
 //! so "NHWC" is the permutation [0, 2, 3, 1] of a logical NCHW tensor.
 
-use super::LayoutError;
-use crate::graph::{numel, strides, Tensor, TensorData};
+use super::tensor::{numel, strides, Tensor, TensorData};
 use std::cmp::Ordering;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::str::FromStr;
+
+/// An error of the layout algebra: a layout that is malformed, does not fit a
+/// shape, or does not compose with another.
+#[derive(Debug, thiserror::Error)]
+pub enum AlgebraError {
+    #[error("layout '{text}': {message}")]
+    Parse { text: String, message: String },
+    #[error("layout {layout} does not fit shape {shape:?}")]
+    Rank { layout: String, shape: Vec<usize> },
+    #[error("layout {first} then {then} is not a layout: {why}")]
+    NotComposable {
+        first: String,
+        then: String,
+        why: String,
+    },
+    #[error("{0}")]
+    Invalid(String),
+}
 
 /// One physical axis: a digit of a logical axis (level 0 is the outer digit,
 /// level k the k-th block factor).
@@ -50,7 +67,7 @@ fn canonical_rank(c: char) -> (usize, char) {
 
 /// Default letters of a rank: "NC", "NCW", "NCHW", "NCDHW", then more letters in
 /// canonical order so that printing and parsing round-trip.
-fn default_names(rank: usize) -> Result<Vec<char>, LayoutError> {
+fn default_names(rank: usize) -> Result<Vec<char>, AlgebraError> {
     let base: &[char] = match rank {
         0 => &[],
         1 => &['N'],
@@ -63,7 +80,7 @@ fn default_names(rank: usize) -> Result<Vec<char>, LayoutError> {
     let extra = ('A'..='Z').filter(|c| !"NCOIDHW".contains(*c));
     names.extend(extra.take(rank - names.len()));
     if names.len() != rank {
-        return Err(LayoutError::Invalid(format!(
+        return Err(AlgebraError::Invalid(format!(
             "rank {rank} has more axes than letters"
         )));
     }
@@ -78,16 +95,16 @@ impl Layout {
         names: Vec<char>,
         factors: Vec<Vec<usize>>,
         order: Vec<Digit>,
-    ) -> Result<Layout, LayoutError> {
+    ) -> Result<Layout, AlgebraError> {
         let rank = factors.len();
         if names.len() != rank {
-            return Err(LayoutError::Invalid(format!(
+            return Err(AlgebraError::Invalid(format!(
                 "{} axis letters for rank {rank}",
                 names.len()
             )));
         }
         if factors.iter().flatten().any(|&f| f == 0) {
-            return Err(LayoutError::Invalid("a block factor is 0".into()));
+            return Err(AlgebraError::Invalid("a block factor is 0".into()));
         }
         let expected: usize = factors.iter().map(|f| f.len() + 1).sum();
         let mut sorted = order.clone();
@@ -97,7 +114,7 @@ impl Layout {
             .iter()
             .all(|d| d.axis < rank && d.level <= factors[d.axis].len());
         if sorted.len() != order.len() || order.len() != expected || !all_valid {
-            return Err(LayoutError::Invalid(format!(
+            return Err(AlgebraError::Invalid(format!(
                 "physical axes {order:?} are not each digit of {factors:?} once"
             )));
         }
@@ -108,7 +125,7 @@ impl Layout {
                 .map(|d| d.level)
                 .collect();
             if levels.windows(2).any(|w| w[0] > w[1]) {
-                return Err(LayoutError::Invalid(format!(
+                return Err(AlgebraError::Invalid(format!(
                     "the blocks of axis {a} are not in outer-to-inner order"
                 )));
             }
@@ -121,12 +138,12 @@ impl Layout {
     }
 
     /// The row-major layout of a rank.
-    pub fn identity(rank: usize) -> Result<Layout, LayoutError> {
+    pub fn identity(rank: usize) -> Result<Layout, AlgebraError> {
         Layout::permutation(&(0..rank).collect::<Vec<_>>())
     }
 
     /// The layout whose physical axis `i` is logical axis `perm[i]` (a transpose).
-    pub fn permutation(perm: &[usize]) -> Result<Layout, LayoutError> {
+    pub fn permutation(perm: &[usize]) -> Result<Layout, AlgebraError> {
         Layout::new(
             default_names(perm.len())?,
             vec![vec![]; perm.len()],
@@ -137,15 +154,15 @@ impl Layout {
     /// Parses a name such as "NHWC", "OIHW8i16o" or "NC/32HW32c" (the outer C
     /// counts blocks of 32: "NCHW32c"); the logical order of the
     /// letters is the canonical one (see the module comment).
-    pub fn parse(text: &str) -> Result<Layout, LayoutError> {
+    pub fn parse(text: &str) -> Result<Layout, AlgebraError> {
         let mut letters: Vec<char> = text.chars().filter(|c| c.is_ascii_uppercase()).collect();
         letters.sort_by_key(|&c| canonical_rank(c));
         Layout::parse_with(&letters.iter().collect::<String>(), text)
     }
 
     /// Parses `physical` with the logical axis order given by `logical` ("NCHW").
-    pub fn parse_with(logical: &str, physical: &str) -> Result<Layout, LayoutError> {
-        let err = |message: String| LayoutError::Parse {
+    pub fn parse_with(logical: &str, physical: &str) -> Result<Layout, AlgebraError> {
+        let err = |message: String| AlgebraError::Parse {
             text: physical.to_string(),
             message,
         };
@@ -237,16 +254,16 @@ impl Layout {
     /// The layout of `transpose(x, perm)` that keeps `x`'s bytes where they are:
     /// output axis j is input axis perm[j] and carries its blocks and letter along,
     /// so a transpose between the two layouts moves no data.
-    pub fn transposed(&self, perm: &[usize]) -> Result<Layout, LayoutError> {
+    pub fn transposed(&self, perm: &[usize]) -> Result<Layout, AlgebraError> {
         if perm.len() != self.rank() {
-            return Err(LayoutError::Invalid(format!(
+            return Err(AlgebraError::Invalid(format!(
                 "perm {perm:?} does not fit layout {self}"
             )));
         }
         let mut out_axis = vec![usize::MAX; perm.len()];
         for (j, &a) in perm.iter().enumerate() {
             if a >= perm.len() || out_axis[a] != usize::MAX {
-                return Err(LayoutError::Invalid(format!(
+                return Err(AlgebraError::Invalid(format!(
                     "{perm:?} is not a permutation"
                 )));
             }
@@ -309,9 +326,9 @@ impl Layout {
         extent.div_ceil(b) * b
     }
 
-    fn check_rank(&self, logical: &[usize]) -> Result<(), LayoutError> {
+    fn check_rank(&self, logical: &[usize]) -> Result<(), AlgebraError> {
         if logical.len() != self.rank() {
-            return Err(LayoutError::Rank {
+            return Err(AlgebraError::Rank {
                 layout: self.to_string(),
                 shape: logical.to_vec(),
             });
@@ -320,7 +337,7 @@ impl Layout {
     }
 
     /// The logical axes that are padded for a tensor of this shape.
-    pub fn padded_axes(&self, logical: &[usize]) -> Result<Vec<usize>, LayoutError> {
+    pub fn padded_axes(&self, logical: &[usize]) -> Result<Vec<usize>, AlgebraError> {
         self.check_rank(logical)?;
         Ok((0..self.rank())
             .filter(|&a| self.padded_extent(a, logical[a]) != logical[a])
@@ -336,7 +353,7 @@ impl Layout {
     }
 
     /// Physical shape of a logical shape.
-    pub fn physical_shape(&self, logical: &[usize]) -> Result<Vec<usize>, LayoutError> {
+    pub fn physical_shape(&self, logical: &[usize]) -> Result<Vec<usize>, AlgebraError> {
         self.check_rank(logical)?;
         Ok(self
             .order
@@ -358,7 +375,7 @@ impl Layout {
     }
 
     /// Physical index of a logical index (no bounds check beyond the rank).
-    pub fn to_physical_index(&self, index: &[usize]) -> Result<Vec<usize>, LayoutError> {
+    pub fn to_physical_index(&self, index: &[usize]) -> Result<Vec<usize>, AlgebraError> {
         self.check_rank(index)?;
         let digits: Vec<Vec<usize>> = (0..self.rank())
             .map(|a| self.digits_of(a, index[a]))
@@ -371,10 +388,10 @@ impl Layout {
         &self,
         logical: &[usize],
         phys: &[usize],
-    ) -> Result<Option<Vec<usize>>, LayoutError> {
+    ) -> Result<Option<Vec<usize>>, AlgebraError> {
         self.check_rank(logical)?;
         if phys.len() != self.physical_rank() {
-            return Err(LayoutError::Rank {
+            return Err(AlgebraError::Rank {
                 layout: self.to_string(),
                 shape: phys.to_vec(),
             });
@@ -406,7 +423,7 @@ impl Layout {
 
     /// For each logical axis, the physical element offset of each coordinate; the
     /// offset of a logical index is the sum over axes.
-    fn offset_tables(&self, logical: &[usize]) -> Result<Vec<Vec<usize>>, LayoutError> {
+    fn offset_tables(&self, logical: &[usize]) -> Result<Vec<Vec<usize>>, AlgebraError> {
         let pshape = self.physical_shape(logical)?;
         let pstrides = strides(&pshape);
         let mut tables = Vec::with_capacity(self.rank());
@@ -428,7 +445,7 @@ impl Layout {
     }
 
     /// Physical offsets of every logical element, in logical row-major order.
-    fn physical_offsets(&self, logical: &[usize]) -> Result<Vec<usize>, LayoutError> {
+    fn physical_offsets(&self, logical: &[usize]) -> Result<Vec<usize>, AlgebraError> {
         let tables = self.offset_tables(logical)?;
         let n = numel(logical);
         let mut out = Vec::with_capacity(n);
@@ -449,7 +466,7 @@ impl Layout {
 
     /// Moves a logical row-major tensor into its physical buffer; padding
     /// positions get `fill` (converted to the tensor's element type).
-    pub fn to_physical(&self, t: &Tensor, fill: f64) -> Result<Tensor, LayoutError> {
+    pub fn to_physical(&self, t: &Tensor, fill: f64) -> Result<Tensor, AlgebraError> {
         let pshape = self.physical_shape(&t.shape)?;
         let n = t.numel();
         // Index n is the fill element appended to the source.
@@ -462,10 +479,10 @@ impl Layout {
     }
 
     /// Reads the logical tensor of shape `logical` back out of a physical buffer.
-    pub fn from_physical(&self, t: &Tensor, logical: &[usize]) -> Result<Tensor, LayoutError> {
+    pub fn from_physical(&self, t: &Tensor, logical: &[usize]) -> Result<Tensor, AlgebraError> {
         let pshape = self.physical_shape(logical)?;
         if t.shape != pshape {
-            return Err(LayoutError::Invalid(format!(
+            return Err(AlgebraError::Invalid(format!(
                 "tensor of shape {:?} is not the physical shape {pshape:?} of {:?} in {self}",
                 t.shape, logical
             )));
@@ -480,9 +497,9 @@ impl Layout {
     /// The layout `then` applied to this layout's physical tensor, as one layout
     /// of the logical tensor. Fails when the result is not a layout: a block that
     /// does not divide an inner block, or blocks of an axis out of order.
-    pub fn compose(&self, then: &Layout) -> Result<Layout, LayoutError> {
+    pub fn compose(&self, then: &Layout) -> Result<Layout, AlgebraError> {
         if then.rank() != self.physical_rank() {
-            return Err(LayoutError::NotComposable {
+            return Err(AlgebraError::NotComposable {
                 first: self.to_string(),
                 then: then.to_string(),
                 why: format!(
@@ -492,7 +509,7 @@ impl Layout {
                 ),
             });
         }
-        let fail = |why: String| LayoutError::NotComposable {
+        let fail = |why: String| AlgebraError::NotComposable {
             first: self.to_string(),
             then: then.to_string(),
             why,
@@ -545,9 +562,9 @@ impl Layout {
     }
 
     /// The inverse of an unblocked layout (the inverse permutation).
-    pub fn inverse(&self) -> Result<Layout, LayoutError> {
+    pub fn inverse(&self) -> Result<Layout, AlgebraError> {
         let perm = self.as_permutation().ok_or_else(|| {
-            LayoutError::Invalid(format!(
+            AlgebraError::Invalid(format!(
                 "{self} is blocked: its inverse is a crop, not a layout"
             ))
         })?;
@@ -560,7 +577,7 @@ impl Layout {
 }
 
 /// `data` with one more element holding `fill`.
-pub(crate) fn with_fill(data: &TensorData, fill: f64) -> TensorData {
+pub fn with_fill(data: &TensorData, fill: f64) -> TensorData {
     fn push<T: Clone>(v: &[T], x: T) -> Vec<T> {
         let mut out = Vec::with_capacity(v.len() + 1);
         out.extend_from_slice(v);
@@ -628,8 +645,8 @@ impl fmt::Display for Layout {
 }
 
 impl FromStr for Layout {
-    type Err = LayoutError;
-    fn from_str(s: &str) -> Result<Layout, LayoutError> {
+    type Err = AlgebraError;
+    fn from_str(s: &str) -> Result<Layout, AlgebraError> {
         Layout::parse(s)
     }
 }
@@ -783,7 +800,7 @@ mod tests {
         let bad = Layout::parse_with("ABCDE", "ABCDE5e").unwrap();
         assert!(matches!(
             a.compose(&bad),
-            Err(LayoutError::NotComposable { .. })
+            Err(AlgebraError::NotComposable { .. })
         ));
     }
 
@@ -948,7 +965,7 @@ mod tests {
                 Ok(c) => prop_assert_eq!(c.to_physical(&x, -1.0).unwrap(), two_steps),
                 // Refused only for a block that does not divide an inner block,
                 // or blocks of one axis that the naming cannot order.
-                Err(LayoutError::NotComposable { why, .. }) => prop_assert!(
+                Err(AlgebraError::NotComposable { why, .. }) => prop_assert!(
                     why.contains("do not divide") || why.contains("outer-to-inner"),
                     "{}",
                     why

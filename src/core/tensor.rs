@@ -261,3 +261,30 @@ impl Tensor {
         Tensor::new(shape, self.data.clone())
     }
 }
+
+/// Element type and static shape of a value.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ValueType {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+}
+
+impl ValueType {
+    pub fn new(dtype: DType, shape: Vec<usize>) -> ValueType {
+        ValueType { dtype, shape }
+    }
+
+    pub fn numel(&self) -> usize {
+        numel(&self.shape)
+    }
+
+    pub fn size_bytes(&self) -> usize {
+        self.numel() * self.dtype.size_bytes()
+    }
+}
+
+impl std::fmt::Display for ValueType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}{:?}", self.dtype, self.shape)
+    }
+}

@@ -1,0 +1,14 @@
+//! The bottom layer: types every stage shares and that depend on nothing else in
+//! the crate — element types and tensors, value types, source spans, the layout
+//! algebra, what padding holds, and the scalar meaning of elementwise functions.
+
+mod layout;
+mod pad;
+pub mod scalar;
+mod span;
+mod tensor;
+
+pub use layout::{with_fill, AlgebraError, Digit, Layout};
+pub use pad::{Assumption, PadFlow, PadValue, Requirement};
+pub use span::{format_spans, merge_spans, Span};
+pub use tensor::{checked_numel, numel, strides, DType, Tensor, TensorData, ValueType};

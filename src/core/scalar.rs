@@ -1,0 +1,311 @@
+//! The scalar meaning of every elementwise function, written once.
+//!
+//! Each function is defined over the [`Scalar`] arithmetic, so the same
+//! definition runs on `f64` (the reference executor), on `f32` (what padding holds
+//! after a kernel ran) and on TIR expressions (what the compiled code computes;
+//! `tir` implements `Scalar` for its `Expr`). NaN semantics follow ONNX (and
+//! numpy): a NaN operand gives a NaN result, in max and min too, so Relu and Clip
+//! pass NaN through.
+
+use std::ops::{Add, Div, Mul, Neg, Sub};
+
+/// Unary elementwise functions (with their parameters).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum UnaryOp {
+    /// max(x, 0).
+    Relu,
+    /// x < 0 ? alpha·x : x.
+    LeakyRelu {
+        /// Slope below zero.
+        alpha: f32,
+    },
+    /// min(max(x, min), max); an absent bound is ±inf.
+    Clip {
+        /// Lower bound.
+        min: f32,
+        /// Upper bound.
+        max: f32,
+    },
+    /// 1 / (1 + e^-x).
+    Sigmoid,
+    /// max(0, min(1, alpha·x + beta)).
+    HardSigmoid {
+        /// Slope.
+        alpha: f32,
+        /// Offset.
+        beta: f32,
+    },
+    /// x · HardSigmoid(x) with alpha 1/6, beta 1/2.
+    HardSwish,
+    /// Hyperbolic tangent.
+    Tanh,
+    /// The error function.
+    Erf,
+    /// Gelu; `tanh_approx` selects the tanh approximation.
+    Gelu {
+        /// Use 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+        tanh_approx: bool,
+    },
+    /// e^x.
+    Exp,
+    /// Natural logarithm.
+    Log,
+    /// Square root.
+    Sqrt,
+    /// 1 / x.
+    Reciprocal,
+    /// −x.
+    Neg,
+    /// |x|.
+    Abs,
+}
+
+/// Binary elementwise functions with numpy broadcasting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Pow,
+    Max,
+    Min,
+    Equal,
+    Less,
+    Greater,
+}
+
+/// The arithmetic elementwise functions are written in.
+pub trait Scalar:
+    Clone
+    + Add<Output = Self>
+    + Sub<Output = Self>
+    + Mul<Output = Self>
+    + Div<Output = Self>
+    + Neg<Output = Self>
+{
+    /// A constant.
+    fn lit(v: f64) -> Self;
+    /// The larger operand; NaN if either is NaN.
+    fn max(self, other: Self) -> Self;
+    /// The smaller operand; NaN if either is NaN.
+    fn min(self, other: Self) -> Self;
+    /// `neg` where `self < 0`, else `pos` (so a NaN `self` selects `pos`).
+    fn if_negative(self, neg: Self, pos: Self) -> Self;
+    /// e^self.
+    fn exp(self) -> Self;
+    /// Natural logarithm.
+    fn ln(self) -> Self;
+    /// Square root.
+    fn sqrt(self) -> Self;
+    /// Hyperbolic tangent.
+    fn tanh(self) -> Self;
+    /// The error function.
+    fn erf(self) -> Self;
+    /// self^e.
+    fn pow(self, e: Self) -> Self;
+    /// |self| (NaN stays NaN).
+    fn abs(self) -> Self {
+        self.clone().max(-self)
+    }
+}
+
+macro_rules! float_scalar {
+    ($t:ty) => {
+        impl Scalar for $t {
+            fn lit(v: f64) -> $t {
+                v as $t
+            }
+            fn max(self, other: $t) -> $t {
+                if self.is_nan() || other.is_nan() {
+                    <$t>::NAN
+                } else {
+                    <$t>::max(self, other)
+                }
+            }
+            fn min(self, other: $t) -> $t {
+                if self.is_nan() || other.is_nan() {
+                    <$t>::NAN
+                } else {
+                    <$t>::min(self, other)
+                }
+            }
+            fn if_negative(self, neg: $t, pos: $t) -> $t {
+                if self < 0.0 {
+                    neg
+                } else {
+                    pos
+                }
+            }
+            fn exp(self) -> $t {
+                <$t>::exp(self)
+            }
+            fn ln(self) -> $t {
+                <$t>::ln(self)
+            }
+            fn sqrt(self) -> $t {
+                <$t>::sqrt(self)
+            }
+            fn tanh(self) -> $t {
+                <$t>::tanh(self)
+            }
+            fn erf(self) -> $t {
+                erf(self as f64) as $t
+            }
+            fn pow(self, e: $t) -> $t {
+                self.powf(e)
+            }
+            fn abs(self) -> $t {
+                <$t>::abs(self)
+            }
+        }
+    };
+}
+
+float_scalar!(f32);
+float_scalar!(f64);
+
+impl UnaryOp {
+    /// The ONNX operator type.
+    pub fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Relu => "Relu",
+            UnaryOp::LeakyRelu { .. } => "LeakyRelu",
+            UnaryOp::Clip { .. } => "Clip",
+            UnaryOp::Sigmoid => "Sigmoid",
+            UnaryOp::HardSigmoid { .. } => "HardSigmoid",
+            UnaryOp::HardSwish => "HardSwish",
+            UnaryOp::Tanh => "Tanh",
+            UnaryOp::Erf => "Erf",
+            UnaryOp::Gelu { .. } => "Gelu",
+            UnaryOp::Exp => "Exp",
+            UnaryOp::Log => "Log",
+            UnaryOp::Sqrt => "Sqrt",
+            UnaryOp::Reciprocal => "Reciprocal",
+            UnaryOp::Neg => "Neg",
+            UnaryOp::Abs => "Abs",
+        }
+    }
+
+    /// The function applied to `x`.
+    pub fn apply<T: Scalar>(self, x: T) -> T {
+        let c = T::lit;
+        let clip = |x: T, lo: f64, hi: f64| x.max(c(lo)).min(c(hi));
+        match self {
+            UnaryOp::Relu => x.max(c(0.0)),
+            UnaryOp::LeakyRelu { alpha } => x.clone().if_negative(x.clone() * c(alpha as f64), x),
+            UnaryOp::Clip { min, max } => clip(x, min as f64, max as f64),
+            UnaryOp::Sigmoid => c(1.0) / (c(1.0) + (-x).exp()),
+            UnaryOp::HardSigmoid { alpha, beta } => {
+                clip(x * c(alpha as f64) + c(beta as f64), 0.0, 1.0)
+            }
+            UnaryOp::HardSwish => x.clone() * clip(x * c(1.0 / 6.0) + c(0.5), 0.0, 1.0),
+            UnaryOp::Tanh => x.tanh(),
+            UnaryOp::Erf => x.erf(),
+            UnaryOp::Gelu { tanh_approx: false } => {
+                x.clone() * c(0.5) * (c(1.0) + (x * c(std::f64::consts::FRAC_1_SQRT_2)).erf())
+            }
+            UnaryOp::Gelu { tanh_approx: true } => {
+                let k = (2.0 / std::f64::consts::PI).sqrt();
+                let inner = (x.clone() + x.clone() * x.clone() * x.clone() * c(0.044715)) * c(k);
+                x * c(0.5) * (c(1.0) + inner.tanh())
+            }
+            UnaryOp::Exp => x.exp(),
+            UnaryOp::Log => x.ln(),
+            UnaryOp::Sqrt => x.sqrt(),
+            UnaryOp::Reciprocal => c(1.0) / x,
+            UnaryOp::Neg => -x,
+            UnaryOp::Abs => x.abs(),
+        }
+    }
+
+    /// Whether every implementation computes the same value bit for bit: the
+    /// function uses only correctly rounded operations (no exp, log, tanh or erf,
+    /// which compiled code approximates). Pad-value flow trusts a computed
+    /// padding value only then, or at 0, where every function here is exact.
+    pub fn is_exact(self) -> bool {
+        !matches!(
+            self,
+            UnaryOp::Sigmoid
+                | UnaryOp::Tanh
+                | UnaryOp::Erf
+                | UnaryOp::Gelu { .. }
+                | UnaryOp::Exp
+                | UnaryOp::Log
+        )
+    }
+}
+
+impl BinaryOp {
+    /// The ONNX operator type.
+    pub fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "Add",
+            BinaryOp::Sub => "Sub",
+            BinaryOp::Mul => "Mul",
+            BinaryOp::Div => "Div",
+            BinaryOp::Pow => "Pow",
+            BinaryOp::Max => "Max",
+            BinaryOp::Min => "Min",
+            BinaryOp::Equal => "Equal",
+            BinaryOp::Less => "Less",
+            BinaryOp::Greater => "Greater",
+        }
+    }
+
+    /// Comparisons produce booleans.
+    pub fn is_comparison(self) -> bool {
+        matches!(self, BinaryOp::Equal | BinaryOp::Less | BinaryOp::Greater)
+    }
+
+    /// The arithmetic function applied to `x` and `y`; `None` for comparisons,
+    /// whose result is a boolean (see [`BinaryOp::compare`]).
+    pub fn apply<T: Scalar>(self, x: T, y: T) -> Option<T> {
+        Some(match self {
+            BinaryOp::Add => x + y,
+            BinaryOp::Sub => x - y,
+            BinaryOp::Mul => x * y,
+            BinaryOp::Div => x / y,
+            BinaryOp::Pow => x.pow(y),
+            BinaryOp::Max => x.max(y),
+            BinaryOp::Min => x.min(y),
+            BinaryOp::Equal | BinaryOp::Less | BinaryOp::Greater => return None,
+        })
+    }
+
+    /// The comparison of `x` and `y` (IEEE: any comparison with NaN is false);
+    /// `None` for arithmetic ops.
+    pub fn compare<T: PartialOrd>(self, x: T, y: T) -> Option<bool> {
+        Some(match self {
+            BinaryOp::Equal => x == y,
+            BinaryOp::Less => x < y,
+            BinaryOp::Greater => x > y,
+            _ => return None,
+        })
+    }
+}
+
+/// The error function, from its everywhere-convergent series with positive terms
+/// erf(x) = 2/√π · e^(−x²) · Σₙ 2ⁿ x^(2n+1) / (1·3·…·(2n+1)),
+/// which suffers no cancellation. Beyond |x| = 6, erf is ±1 in double precision.
+pub fn erf(x: f64) -> f64 {
+    if x.is_nan() {
+        return x;
+    }
+    let a = x.abs();
+    if a >= 6.0 {
+        return x.signum();
+    }
+    let a2 = a * a;
+    let (mut term, mut sum, mut n) = (a, a, 0.0);
+    loop {
+        n += 1.0;
+        term *= 2.0 * a2 / (2.0 * n + 1.0);
+        sum += term;
+        if term <= sum * 1e-17 {
+            break;
+        }
+    }
+    (2.0 / std::f64::consts::PI.sqrt()) * (-a2).exp() * sum * x.signum()
+}
