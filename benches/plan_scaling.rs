@@ -124,7 +124,7 @@ fn branchy(nodes: usize) -> Graph {
         let l = b.conv(x);
         let r = b.conv(x);
         let r = b.relu(r);
-        let cat = b.add(Op::Concat { axis: 1 }, &[l, r]);
+        let cat = b.add(Op::Concat(Concat { axis: 1 }), &[l, r]);
         // Back to C channels so the graph does not grow.
         let window = Window {
             kernel: vec![1, 1],

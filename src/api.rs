@@ -45,7 +45,7 @@
 //!         let n = g
 //!             .node_ids()
 //!             .into_iter()
-//!             .filter(|&id| matches!(g.node(id).op, Op::LayoutTransform { .. }))
+//!             .filter(|&id| matches!(g.node(id).op, Op::LayoutTransform(_)))
 //!             .count();
 //!         self.0.set(n);
 //!         Ok(g)

@@ -32,7 +32,7 @@ fn page() -> (layoutopt::graph::Graph, String, [usize; 2], usize) {
             .filter(|&&id| {
                 matches!(
                     p.graph.node(id).op,
-                    Op::LayoutTransform { .. } | Op::PadWith { .. } | Op::Crop { .. }
+                    Op::LayoutTransform(_) | Op::PadWith(_) | Op::Crop(_)
                 )
             })
             .count()

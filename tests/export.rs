@@ -12,6 +12,7 @@ use layoutopt::api::{load_model, PlanLayouts};
 use layoutopt::export::{export_bytes, export_model, ExportOptions};
 use layoutopt::frontend::onnx::{import_onnx, ImportOptions};
 use layoutopt::graph::Op;
+use layoutopt::ops::LayoutTransform;
 use std::path::PathBuf;
 
 /// Every bundled model file, ONNX and TFLite.
@@ -76,12 +77,12 @@ fn blocked_layouts_are_pad_reshape_transpose_and_back() {
     let x = g.add_input("x", ValueType::new(DType::F32, vec![1, 17, 2, 3]), vec![]);
     let to = g
         .add_node(
-            Op::LayoutTransform {
+            Op::LayoutTransform(LayoutTransform {
                 from: Layout::parse("NCHW").unwrap(),
                 to: Layout::parse("NCHW16c").unwrap(),
                 logical: vec![1, 17, 2, 3],
                 pad: PadValue::Known(0.0),
-            },
+            }),
             "to",
             &[x],
             &[],
@@ -90,12 +91,12 @@ fn blocked_layouts_are_pad_reshape_transpose_and_back() {
         .unwrap();
     let back = g
         .add_node(
-            Op::LayoutTransform {
+            Op::LayoutTransform(LayoutTransform {
                 from: Layout::parse("NCHW16c").unwrap(),
                 to: Layout::parse("NCHW").unwrap(),
                 logical: vec![1, 17, 2, 3],
                 pad: PadValue::Undef,
-            },
+            }),
             "back",
             &[layoutopt::graph::ValueRef::new(to, 0)],
             &[],

@@ -11,6 +11,7 @@ use layoutopt::graph::{DType, Graph, Op, ValueRef};
 use layoutopt::layout::extract::{rewrite_graph, Method, RewriteLimits};
 use layoutopt::layout::rules::{bundled_rules_dir, load_rules};
 use layoutopt::layout::{Layout, PadValue};
+use layoutopt::ops::LayoutTransform;
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -57,18 +58,18 @@ fn with_round_trips(g: &Graph) -> (Graph, usize) {
             {
                 let rank = v.ty.shape.len();
                 let (id_layout, shape) = (Layout::identity(rank).unwrap(), v.ty.shape.clone());
-                let to = Op::LayoutTransform {
+                let to = Op::LayoutTransform(LayoutTransform {
                     from: id_layout.clone(),
                     to: l.clone(),
                     logical: shape.clone(),
                     pad: PadValue::Known(0.0),
-                };
-                let back = Op::LayoutTransform {
+                });
+                let back = Op::LayoutTransform(LayoutTransform {
                     from: l,
                     to: id_layout,
                     logical: shape,
                     pad: PadValue::Undef,
-                };
+                });
                 let t = out
                     .add_node(
                         to,
@@ -98,10 +99,7 @@ fn with_round_trips(g: &Graph) -> (Graph, usize) {
 }
 
 fn is_transform(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::LayoutTransform { .. } | Op::PadWith { .. } | Op::Crop { .. }
-    )
+    matches!(op, Op::LayoutTransform(_) | Op::PadWith(_) | Op::Crop(_))
 }
 
 #[test]

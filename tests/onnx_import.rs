@@ -8,6 +8,7 @@ use layoutopt::frontend::onnx::{
     import_onnx, load_onnx, tensor_to_proto, ImportError, ImportOptions,
 };
 use layoutopt::graph::{Op, Tensor};
+use layoutopt::ops::Reshape;
 use onnx_protobuf::StringStringEntryProto;
 use std::process::Command;
 
@@ -60,7 +61,7 @@ fn shape_subgraph_folds_into_a_static_reshape() {
     assert_eq!(ops, ["Input", "Relu", "Reshape"]);
     let y = g.outputs()[0];
     assert_eq!(g.value_type(y).shape, [1, 24]);
-    assert!(matches!(&g.node(y.node).op, Op::Reshape { shape } if shape == &[1, 24]));
+    assert!(matches!(&g.node(y.node).op, Op::Reshape(Reshape { shape }) if shape == &[1, 24]));
 }
 
 #[test]

@@ -15,6 +15,7 @@ use layoutopt::graph::{
 };
 use layoutopt::layout::op_rules::{CostModel, Family};
 use layoutopt::layout::plan::{plan, planner_by_name, PlanReport};
+use layoutopt::ops::{Concat, Reshape, Softmax, Transpose};
 
 fn input(g: &mut Graph, shape: &[usize]) -> ValueRef {
     g.add_input("x", ValueType::new(DType::F32, shape.to_vec()), vec![])
@@ -194,7 +195,12 @@ fn a_transposed_times_b() {
     let mut g = Graph::new("atb");
     let a = g.add_input("a", ValueType::new(DType::F32, vec![64, 32]), vec![]);
     let b = g.add_input("b", ValueType::new(DType::F32, vec![64, 48]), vec![]);
-    let at = op(&mut g, Op::Transpose { perm: vec![1, 0] }, &[a], "at");
+    let at = op(
+        &mut g,
+        Op::Transpose(Transpose { perm: vec![1, 0] }),
+        &[a],
+        "at",
+    );
     let y = op(&mut g, Op::MatMul, &[at, b], "matmul");
     g.set_outputs(vec![y]);
     let keep = plan_checked(&g, "keep", Family::Nchw);
@@ -216,7 +222,7 @@ fn branches_joining_in_a_concat() {
     let x = input(&mut g, &[1, 16, 8, 8]);
     let a = conv(&mut g, x, 16, 3, 1, "conv_a");
     let b = conv(&mut g, x, 16, 1, 1, "conv_b");
-    let c = op(&mut g, Op::Concat { axis: 1 }, &[a, b], "cat");
+    let c = op(&mut g, Op::Concat(Concat { axis: 1 }), &[a, b], "cat");
     let y = conv(&mut g, c, 16, 3, 1, "conv_c");
     g.set_outputs(vec![y]);
     assert_eq!(transforms(&g, "global", Family::Nchwc(16)), 2);
@@ -233,7 +239,7 @@ fn concat_of_unaligned_channels() {
     let x = input(&mut g, &[1, 12, 8, 8]);
     let a = conv(&mut g, x, 12, 3, 1, "conv_a");
     let b = conv(&mut g, x, 12, 3, 1, "conv_b");
-    let c = op(&mut g, Op::Concat { axis: 1 }, &[a, b], "cat");
+    let c = op(&mut g, Op::Concat(Concat { axis: 1 }), &[a, b], "cat");
     let y = conv(&mut g, c, 12, 3, 1, "conv_c");
     g.set_outputs(vec![y]);
     assert_eq!(transforms(&g, "global", Family::Nhwc), 2);
@@ -272,34 +278,34 @@ fn transformer_head_split_and_merge() {
     let x = g.add_input("x", ValueType::new(DType::F32, vec![1, 16, 64]), vec![]);
     let r = op(
         &mut g,
-        Op::Reshape {
+        Op::Reshape(Reshape {
             shape: vec![1, 16, 4, 16],
-        },
+        }),
         &[x],
         "split_heads",
     );
     let t = op(
         &mut g,
-        Op::Transpose {
+        Op::Transpose(Transpose {
             perm: vec![0, 2, 1, 3],
-        },
+        }),
         &[r],
         "to_heads",
     );
-    let s = op(&mut g, Op::Softmax { axis: 3 }, &[t], "softmax");
+    let s = op(&mut g, Op::Softmax(Softmax { axis: 3 }), &[t], "softmax");
     let t2 = op(
         &mut g,
-        Op::Transpose {
+        Op::Transpose(Transpose {
             perm: vec![0, 2, 1, 3],
-        },
+        }),
         &[s],
         "from_heads",
     );
     let y = op(
         &mut g,
-        Op::Reshape {
+        Op::Reshape(Reshape {
             shape: vec![1, 16, 64],
-        },
+        }),
         &[t2],
         "merge_heads",
     );

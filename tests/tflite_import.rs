@@ -8,6 +8,7 @@ use layoutopt::graph::{
     CoordTransform, DType, Graph, NearestMode, NodeId, Op, PadMode, PoolKind, ResizeMode, UnaryOp,
     ValueRef,
 };
+use layoutopt::ops::{Gemm, Pad, Reshape, Slice, Transpose};
 use std::path::Path;
 use tflite_common::{Field, ModelSpec, OpSpec, TensorSpec, INT8};
 
@@ -127,15 +128,15 @@ fn conv_keeps_nhwc_values_with_explicit_transposes() {
     let ops = op_nodes(&g);
     assert_eq!(
         g.node(ops[0]).op,
-        Op::Transpose {
+        Op::Transpose(Transpose {
             perm: vec![0, 3, 1, 2]
-        }
+        })
     );
     assert_eq!(
         g.node(ops[3]).op,
-        Op::Transpose {
+        Op::Transpose(Transpose {
             perm: vec![0, 2, 3, 1]
-        }
+        })
     );
     assert_eq!(
         g.node(ops[2]).op,
@@ -273,14 +274,17 @@ fn fully_connected_keeps_leading_dims() {
     let g = import(&ModelSpec::new(tensors, vec![op], &[0], &[3]));
     assert_eq!(kinds(&g), ["Reshape", "Gemm", "Relu", "Reshape"]);
     let ops = op_nodes(&g);
-    assert_eq!(g.node(ops[0]).op, Op::Reshape { shape: vec![6, 4] });
+    assert_eq!(
+        g.node(ops[0]).op,
+        Op::Reshape(Reshape { shape: vec![6, 4] })
+    );
     assert!(matches!(
         g.node(ops[1]).op,
-        Op::Gemm {
+        Op::Gemm(Gemm {
             trans_b: true,
             trans_a: false,
             ..
-        }
+        })
     ));
     assert_eq!(out_shape(&g, ops[3]), [2, 3, 5]);
 }
@@ -302,7 +306,7 @@ fn strided_slice_with_masks_negative_stride_and_shrink() {
     );
     let g = import(&ModelSpec::new(tensors, vec![op], &[0], &[4]));
     assert_eq!(kinds(&g), ["Slice", "Reshape"]);
-    let Op::Slice { axes } = &g.node(only(&g, "Slice")).op else {
+    let Op::Slice(Slice { axes }) = &g.node(only(&g, "Slice")).op else {
         unreachable!()
     };
     let got: Vec<_> = axes
@@ -352,9 +356,9 @@ fn squeeze_relu_relu6_pad_and_resize() {
     assert_eq!(constants.count(), 0);
     assert_eq!(
         g.node(only(&g, "Reshape")).op,
-        Op::Reshape {
+        Op::Reshape(Reshape {
             shape: vec![1, 4, 6]
-        }
+        })
     );
     assert_eq!(
         g.node(only(&g, "Clip")).op,
@@ -363,11 +367,11 @@ fn squeeze_relu_relu6_pad_and_resize() {
     let pad = only(&g, "Pad");
     assert_eq!(
         g.node(pad).op,
-        Op::Pad {
+        Op::Pad(Pad {
             begins: vec![0, 1, 0],
             ends: vec![0, 2, 1],
             mode: PadMode::Constant(-3.5)
-        }
+        })
     );
     let resizes: Vec<_> = op_nodes(&g)
         .into_iter()
@@ -436,9 +440,9 @@ fn committed_cnn_imports_as_nhwc_with_layout_transposes() {
             let src = g.node_inputs(n)[0].node;
             assert_eq!(
                 g.node(src).op,
-                Op::Transpose {
+                Op::Transpose(Transpose {
                     perm: vec![0, 3, 1, 2]
-                }
+                })
             );
             assert_eq!(g.node(src).spans, g.node(n).spans);
         }
@@ -638,7 +642,7 @@ fn reshape_infers_one_extent_and_rejects_impossible_shapes() {
     let g = import(&model(&[-1, 8], &[3, 8]));
     assert_eq!(
         g.node(only(&g, "Reshape")).op,
-        Op::Reshape { shape: vec![3, 8] }
+        Op::Reshape(Reshape { shape: vec![3, 8] })
     );
     // Two -1s, a -1 that does not divide, an extent product that overflows.
     for shape in [&[-1, -1][..], &[-1, 5], &[i32::MAX, i32::MAX, i32::MAX, -1]] {

@@ -110,7 +110,7 @@ fn full_mobilenetv2_imports_runs_and_plans() {
     let transposes = g
         .node_ids()
         .iter()
-        .filter(|&&n| matches!(g.node(n).op, Op::Transpose { .. }))
+        .filter(|&&n| matches!(g.node(n).op, Op::Transpose(_)))
         .count();
     // 52 convolutions (17 depthwise), each wrapped NHWC → NCHW → NHWC.
     assert_eq!(transposes, 104);

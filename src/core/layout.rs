@@ -872,17 +872,17 @@ mod tests {
     /// every blocked axis up to a multiple of its block (constant `fill`),
     /// reshape each axis into its digits, transpose the digits into place.
     fn via_reference_ops(l: &Layout, x: &Tensor, fill: f32) -> Tensor {
-        use crate::graph::{Op, PadMode};
+        use crate::ops::{Op, Pad, PadMode, Reshape, Transpose};
         let r = l.rank();
         let ends: Vec<i64> = (0..r)
             .map(|a| (l.padded_extent(a, x.shape[a]) - x.shape[a]) as i64)
             .collect();
         let padded = reference(
-            Op::Pad {
+            Op::Pad(Pad {
                 begins: vec![0; r],
                 ends,
                 mode: PadMode::Constant(fill),
-            },
+            }),
             x,
         );
         let mut digits = Vec::new();
@@ -899,13 +899,13 @@ mod tests {
                 });
             }
         }
-        let split = reference(Op::Reshape { shape }, &padded);
+        let split = reference(Op::Reshape(Reshape { shape }), &padded);
         let perm = l
             .order()
             .iter()
             .map(|d| digits.iter().position(|e| e == d).unwrap())
             .collect();
-        reference(Op::Transpose { perm }, &split)
+        reference(Op::Transpose(Transpose { perm }), &split)
     }
 
     proptest! {

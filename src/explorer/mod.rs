@@ -13,6 +13,7 @@ pub mod tir_view;
 use crate::graph::{format_spans, Graph, GraphError, NodeId, Op, ValueType};
 use crate::layout::plan::{Plan, PlanReport};
 use crate::layout::Layout;
+use crate::ops::LayoutTransform;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -78,10 +79,7 @@ fn row_major(ty: &ValueType) -> String {
 }
 
 fn is_transform(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::LayoutTransform { .. } | Op::PadWith { .. } | Op::Crop { .. }
-    )
+    matches!(op, Op::LayoutTransform(_) | Op::PadWith(_) | Op::Crop(_))
 }
 
 /// Layouts of a node's inputs and outputs as the plan stores them.
@@ -92,7 +90,9 @@ fn node_layouts(g: &Graph, id: NodeId) -> (Vec<String>, Vec<String>) {
             l.inputs.iter().map(|(l, _)| l.to_string()).collect(),
             l.outputs.iter().map(|(l, _)| l.to_string()).collect(),
         ),
-        Op::LayoutTransform { from, to, .. } => (vec![from.to_string()], vec![to.to_string()]),
+        Op::LayoutTransform(LayoutTransform { from, to, .. }) => {
+            (vec![from.to_string()], vec![to.to_string()])
+        }
         _ => (
             g.node_inputs(id)
                 .iter()
@@ -267,7 +267,7 @@ fn draw(
             class.push_str(" output");
         }
         let label = match &n.op {
-            Op::LayoutTransform { from, to, .. } => format!("{from} → {to}"),
+            Op::LayoutTransform(LayoutTransform { from, to, .. }) => format!("{from} → {to}"),
             op => op.kind_name().to_string(),
         };
         let layers: Vec<String> = n.spans.iter().map(|s| s.layer.to_string()).collect();

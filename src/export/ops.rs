@@ -7,6 +7,10 @@ use crate::graph::{
     CoordTransform, NearestMode, Op, PadMode, PoolKind, ReduceKind, ResizeMode, Tensor, UnaryOp,
     Value, ValueType, Window,
 };
+use crate::ops::{
+    BatchNorm, Cast, Concat, Crop, Expand, Gather, Gemm, GlobalPool, LayerNorm, LayoutTransform,
+    LogSoftmax, Pad, PadWith, Reduce, Reshape, Slice, Softmax, Split, Tile, Transpose,
+};
 
 fn i64s(v: &[usize]) -> Vec<i64> {
     v.iter().map(|&x| x as i64).collect()
@@ -70,7 +74,7 @@ impl Builder {
                 a.push(("output_padding", Attr::Ints(i64s(&c.output_padding))));
                 one(self, "ConvTranspose", inputs, a)
             }
-            Op::BatchNorm { epsilon } => one(
+            Op::BatchNorm(BatchNorm { epsilon }) => one(
                 self,
                 "BatchNormalization",
                 inputs,
@@ -115,7 +119,7 @@ impl Builder {
                     a,
                 )
             }
-            Op::GlobalPool(k) => one(
+            Op::GlobalPool(GlobalPool { kind: k }) => one(
                 self,
                 match k {
                     PoolKind::Max => "GlobalMaxPool",
@@ -124,12 +128,12 @@ impl Builder {
                 inputs,
                 vec![],
             ),
-            Op::Gemm {
+            Op::Gemm(Gemm {
                 alpha,
                 beta,
                 trans_a,
                 trans_b,
-            } => one(
+            }) => one(
                 self,
                 "Gemm",
                 inputs,
@@ -141,23 +145,23 @@ impl Builder {
                 ],
             ),
             Op::MatMul => one(self, "MatMul", inputs, vec![]),
-            Op::Reshape { shape } => {
+            Op::Reshape(Reshape { shape }) => {
                 let s = self.ints("shape", &i64s(shape));
                 one(self, "Reshape", &[x(), s], vec![])
             }
-            Op::Transpose { perm } => one(
+            Op::Transpose(Transpose { perm }) => one(
                 self,
                 "Transpose",
                 inputs,
                 vec![("perm", Attr::Ints(i64s(perm)))],
             ),
-            Op::Concat { axis } => one(
+            Op::Concat(Concat { axis }) => one(
                 self,
                 "Concat",
                 inputs,
                 vec![("axis", Attr::Int(*axis as i64))],
             ),
-            Op::Split { axis, sizes } => {
+            Op::Split(Split { axis, sizes }) => {
                 let s = self.ints("split", &i64s(sizes));
                 let outs: Vec<String> = (0..outputs.len())
                     .map(|i| self.fresh(&outputs[i].name))
@@ -170,7 +174,7 @@ impl Builder {
                 );
                 outs
             }
-            Op::Slice { axes } => {
+            Op::Slice(Slice { axes }) => {
                 let extent = |a: usize| in_types[0].shape[a] as i64;
                 let ax: Vec<i64> = axes.iter().map(|s| s.axis as i64).collect();
                 let starts: Vec<i64> = axes.iter().map(|s| s.start).collect();
@@ -196,13 +200,13 @@ impl Builder {
                 ];
                 one(self, "Slice", &ins, vec![])
             }
-            Op::Gather { axis } => one(
+            Op::Gather(Gather { axis }) => one(
                 self,
                 "Gather",
                 inputs,
                 vec![("axis", Attr::Int(*axis as i64))],
             ),
-            Op::Pad { begins, ends, mode } => {
+            Op::Pad(Pad { begins, ends, mode }) => {
                 let pads: Vec<i64> = begins.iter().chain(ends).copied().collect();
                 let p = self.ints("pads", &pads);
                 let (mode, value) = match mode {
@@ -261,23 +265,23 @@ impl Builder {
                     ],
                 )
             }
-            Op::Softmax { axis } => one(
+            Op::Softmax(Softmax { axis }) => one(
                 self,
                 "Softmax",
                 inputs,
                 vec![("axis", Attr::Int(*axis as i64))],
             ),
-            Op::LogSoftmax { axis } => one(
+            Op::LogSoftmax(LogSoftmax { axis }) => one(
                 self,
                 "LogSoftmax",
                 inputs,
                 vec![("axis", Attr::Int(*axis as i64))],
             ),
-            Op::Reduce {
+            Op::Reduce(Reduce {
                 kind,
                 axes,
                 keepdims,
-            } => {
+            }) => {
                 let op_type = match kind {
                     ReduceKind::Sum => "ReduceSum",
                     ReduceKind::Mean => "ReduceMean",
@@ -294,7 +298,7 @@ impl Builder {
                 }
                 one(self, op_type, &ins, attrs)
             }
-            Op::LayerNorm { axis, epsilon } => one(
+            Op::LayerNorm(LayerNorm { axis, epsilon }) => one(
                 self,
                 "LayerNormalization",
                 inputs,
@@ -303,27 +307,27 @@ impl Builder {
                     ("epsilon", Attr::Float(*epsilon)),
                 ],
             ),
-            Op::Cast { to } => one(
+            Op::Cast(Cast { to }) => one(
                 self,
                 "Cast",
                 inputs,
                 vec![("to", Attr::Int(dtype_to_onnx(*to) as i64))],
             ),
-            Op::Expand { shape } => {
+            Op::Expand(Expand { shape }) => {
                 let s = self.ints("shape", &i64s(shape));
                 one(self, "Expand", &[x(), s], vec![])
             }
-            Op::Tile { repeats } => {
+            Op::Tile(Tile { repeats }) => {
                 let r = self.ints("repeats", &i64s(repeats));
                 one(self, "Tile", &[x(), r], vec![])
             }
             Op::Identity => one(self, "Identity", inputs, vec![]),
-            Op::LayoutTransform {
+            Op::LayoutTransform(LayoutTransform {
                 from,
                 to,
                 logical,
                 pad,
-            } => {
+            }) => {
                 // Between two permutations a transform is one Transpose.
                 if let (Some(f), Some(t)) = (from.as_permutation(), to.as_permutation()) {
                     let perm: Vec<usize> = t
@@ -340,11 +344,11 @@ impl Builder {
                 let l = from_physical(self, &x(), from, logical);
                 vec![to_physical(self, &l, to, logical, in_types[0].dtype, *pad)]
             }
-            Op::PadWith {
+            Op::PadWith(PadWith {
                 begins,
                 ends,
                 value,
-            } => vec![pad(
+            }) => vec![pad(
                 self,
                 &x(),
                 in_types[0].dtype,
@@ -352,7 +356,7 @@ impl Builder {
                 &i64s(ends),
                 fill_value(*value),
             )],
-            Op::Crop { begins, ends, .. } => {
+            Op::Crop(Crop { begins, ends, .. }) => {
                 let shape = &in_types[0].shape;
                 let axes: Vec<usize> = (0..shape.len())
                     .filter(|&a| begins[a] != 0 || ends[a] != 0)

@@ -3,20 +3,17 @@
 
 mod fold;
 mod memory;
-mod op;
-mod shape;
 
 pub use crate::core::{
     checked_numel, format_spans, merge_spans, numel, strides, DType, Span, Tensor, TensorData,
     ValueType,
 };
+pub use crate::ops::*;
 pub use fold::{fold_constants, fold_node};
 pub use memory::{
     check_value_size, checked_size_bytes, format_bytes, machine_memory, memory_limit, parse_bytes,
     MEMORY_LIMIT_ENV,
 };
-pub use op::*;
-pub use shape::{broadcast_shapes, infer_outputs};
 
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 use petgraph::visit::EdgeRef;

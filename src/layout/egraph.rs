@@ -17,6 +17,7 @@ use crate::graph::{
     broadcast_shapes, infer_outputs, merge_spans, numel, DType, Graph, LaidOut, Op, Span, ValueRef,
     ValueType,
 };
+use crate::ops::{Crop, LayoutTransform, PadWith};
 use egg::{define_language, Analysis, DidMerge, Id};
 use std::collections::HashMap;
 use std::fmt;
@@ -675,12 +676,12 @@ pub fn graph_to_egraph(g: &Graph) -> Result<GraphEGraph, LayoutError> {
                 });
                 Lang::Atom(Atom::Source(eg.analysis.sources.len() - 1))
             }
-            Op::LayoutTransform {
+            Op::LayoutTransform(LayoutTransform {
                 from,
                 to,
                 pad,
                 logical,
-            } => {
+            }) => {
                 // A pad value where `to` has no padding means nothing: drop it,
                 // so that equal buffers are equal nodes.
                 let pad = match pad_fact(to, logical, *pad, "") {
@@ -694,11 +695,11 @@ pub fn graph_to_egraph(g: &Graph) -> Result<GraphEGraph, LayoutError> {
                 );
                 Lang::Xform([f, t, p, ins[0]])
             }
-            Op::PadWith {
+            Op::PadWith(PadWith {
                 begins,
                 ends,
                 value,
-            } => {
+            }) => {
                 let (b, e, v) = (
                     add_atom(&mut eg, Atom::Ints(begins.clone())),
                     add_atom(&mut eg, Atom::Ints(ends.clone())),
@@ -706,11 +707,11 @@ pub fn graph_to_egraph(g: &Graph) -> Result<GraphEGraph, LayoutError> {
                 );
                 Lang::Pad([b, e, v, ins[0]])
             }
-            Op::Crop {
+            Op::Crop(Crop {
                 begins,
                 ends,
                 assume,
-            } => {
+            }) => {
                 let s = match assume {
                     Some(a) => {
                         eg.analysis.assumptions.push(a.clone());
@@ -774,9 +775,9 @@ pub fn graph_to_egraph(g: &Graph) -> Result<GraphEGraph, LayoutError> {
                     Op::Unary(_) => Lang::Unary([k, ins[0]]),
                     Op::Binary(_) => Lang::Binary([k, ins[0], ins[1]]),
                     Op::Pool(_) | Op::GlobalPool(_) => Lang::Pool([k, ins[0]]),
-                    Op::Reshape { .. } => Lang::Reshape([k, ins[0]]),
-                    Op::Transpose { .. } => Lang::Transpose([k, ins[0]]),
-                    Op::Concat { .. } => Lang::Concat(children.into()),
+                    Op::Reshape(_) => Lang::Reshape([k, ins[0]]),
+                    Op::Transpose(_) => Lang::Transpose([k, ins[0]]),
+                    Op::Concat(_) => Lang::Concat(children.into()),
                     _ => Lang::Other(children.into()),
                 }
             }
@@ -916,20 +917,20 @@ impl GraphBuilder<'_> {
             }
             Lang::Atom(a) => return Err(e(format!("attribute {a} chosen as a tensor"))),
             Lang::Xform([f, t, p, x]) => {
-                let op = Op::LayoutTransform {
+                let op = Op::LayoutTransform(LayoutTransform {
                     from: layout_of(eg, *f).map_err(e)?.clone(),
                     to: layout_of(eg, *t).map_err(e)?.clone(),
                     logical: tensor_of(eg, *x).map_err(e)?.logical.clone(),
                     pad: pad_of(eg, *p).map_err(e)?,
-                };
+                });
                 (op, vec![*x])
             }
             Lang::Pad([b, en, v, x]) => {
-                let op = Op::PadWith {
+                let op = Op::PadWith(PadWith {
                     begins: ints_of(eg, *b).map_err(e)?.to_vec(),
                     ends: ints_of(eg, *en).map_err(e)?.to_vec(),
                     value: pad_of(eg, *v).map_err(e)?,
-                };
+                });
                 (op, vec![*x])
             }
             Lang::Crop([b, en, s, x]) => {
@@ -937,11 +938,11 @@ impl GraphBuilder<'_> {
                     Atom::Assume(k) => Some(eg.analysis.assumptions[*k].clone()),
                     _ => None,
                 };
-                let op = Op::Crop {
+                let op = Op::Crop(Crop {
                     begins: ints_of(eg, *b).map_err(e)?.to_vec(),
                     ends: ints_of(eg, *en).map_err(e)?.to_vec(),
                     assume,
-                };
+                });
                 (op, vec![*x])
             }
             Lang::Get([i, t]) => {

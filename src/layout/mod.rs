@@ -3,7 +3,6 @@
 //! cancels and moves layout transforms using the rules in `rules/`.
 
 pub mod egraph;
-pub mod exec;
 pub mod extract;
 pub mod op_rules;
 mod padvalue;

@@ -17,6 +17,7 @@
 
 use super::{Layout, LayoutError};
 use crate::graph::{numel, Graph, NodeId, Op, ValueRef, ValueType};
+use crate::ops::{Concat, Gemm, LogSoftmax, Pad, Reduce, Slice, Softmax, Split, Transpose};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
@@ -98,21 +99,21 @@ pub enum OpKind {
 pub fn op_kind(op: &Op) -> OpKind {
     match op {
         Op::Conv(_) | Op::ConvTranspose(_) | Op::Pool(_) | Op::GlobalPool(_) => OpKind::Source,
-        Op::Transpose { .. } | Op::Constant(_) => OpKind::Sink,
+        Op::Transpose(_) | Op::Constant(_) => OpKind::Sink,
         Op::Unary(_)
         | Op::Binary(_)
         | Op::Where
-        | Op::BatchNorm { .. }
-        | Op::Cast { .. }
+        | Op::BatchNorm(_)
+        | Op::Cast(_)
         | Op::Identity
-        | Op::Concat { .. }
-        | Op::Split { .. }
-        | Op::Slice { .. }
-        | Op::Pad { .. }
+        | Op::Concat(_)
+        | Op::Split(_)
+        | Op::Slice(_)
+        | Op::Pad(_)
         | Op::Resize(_)
-        | Op::Reduce { .. }
-        | Op::Softmax { .. }
-        | Op::LogSoftmax { .. } => OpKind::Agnostic,
+        | Op::Reduce(_)
+        | Op::Softmax(_)
+        | Op::LogSoftmax(_) => OpKind::Agnostic,
         _ => OpKind::Fixed,
     }
 }
@@ -307,7 +308,7 @@ pub fn value_candidates(
             let ins = g.node_inputs(id);
             let outs: Vec<ValueRef> = (0..n.outputs.len()).map(|i| ValueRef::new(id, i)).collect();
             match &n.op {
-                Op::Transpose { perm } => {
+                Op::Transpose(Transpose { perm }) => {
                     let mut inv = vec![0; perm.len()];
                     for (j, &a) in perm.iter().enumerate() {
                         inv[a] = j;
@@ -377,7 +378,7 @@ fn blocks_divide(l: &Layout, axis: usize, extents: &[usize]) -> bool {
 /// Whether the agnostic op `op` can run with its data in layout `l`.
 fn agnostic_fits(op: &Op, l: &Layout, ins: &[&ValueType]) -> bool {
     match op {
-        Op::Concat { axis } => {
+        Op::Concat(Concat { axis }) => {
             unblocked(l, &[*axis])
                 || blocks_divide(
                     l,
@@ -385,19 +386,23 @@ fn agnostic_fits(op: &Op, l: &Layout, ins: &[&ValueType]) -> bool {
                     &ins.iter().map(|t| t.shape[*axis]).collect::<Vec<_>>(),
                 )
         }
-        Op::Split { axis, sizes } => unblocked(l, &[*axis]) || blocks_divide(l, *axis, sizes),
-        Op::Slice { axes } => axes.iter().all(|s| {
+        Op::Split(Split { axis, sizes }) => {
+            unblocked(l, &[*axis]) || blocks_divide(l, *axis, sizes)
+        }
+        Op::Slice(Slice { axes }) => axes.iter().all(|s| {
             unblocked(l, &[s.axis])
                 || (s.step == 1 && blocks_divide(l, s.axis, &[s.start as usize, s.end as usize]))
         }),
-        Op::Pad { begins, ends, .. } => {
+        Op::Pad(Pad { begins, ends, .. }) => {
             (0..begins.len()).all(|a| (begins[a] == 0 && ends[a] == 0) || unblocked(l, &[a]))
         }
         Op::Resize(r) => {
             (0..r.scales.len()).all(|a| r.sizes[a] == ins[0].shape[a] || unblocked(l, &[a]))
         }
-        Op::Reduce { axes, keepdims, .. } => *keepdims && unblocked(l, axes),
-        Op::Softmax { axis } | Op::LogSoftmax { axis } => unblocked(l, &[*axis]),
+        Op::Reduce(Reduce { axes, keepdims, .. }) => *keepdims && unblocked(l, axes),
+        Op::Softmax(Softmax { axis }) | Op::LogSoftmax(LogSoftmax { axis }) => {
+            unblocked(l, &[*axis])
+        }
         _ => true,
     }
 }
@@ -426,7 +431,7 @@ fn op_cost(
 ) -> f64 {
     let moved = (bytes(ins, in_l) + bytes(outs, out_l)) * m.ns_per_byte;
     match op {
-        Op::Transpose { .. }
+        Op::Transpose(_)
             if in_l[0].transposed(&transpose_perm(op)).ok().as_ref() == Some(out_l[0]) =>
         {
             0.0
@@ -463,8 +468,8 @@ fn op_cost(
             conv_flops(w, y) * m.ns_per_flop * penalty * waste + moved
         }
         Op::ConvTranspose(_) => conv_flops(ins[1], ins[0]) * m.ns_per_flop + moved,
-        Op::MatMul | Op::Gemm { .. } => {
-            let k = if let Op::Gemm { trans_a: true, .. } = op {
+        Op::MatMul | Op::Gemm(_) => {
+            let k = if let Op::Gemm(Gemm { trans_a: true, .. }) = op {
                 ins[0].shape[0]
             } else {
                 *ins[0].shape.last().unwrap_or(&1)
@@ -477,7 +482,7 @@ fn op_cost(
 
 fn transpose_perm(op: &Op) -> Vec<usize> {
     match op {
-        Op::Transpose { perm } => perm.clone(),
+        Op::Transpose(Transpose { perm }) => perm.clone(),
         _ => vec![],
     }
 }
@@ -510,7 +515,7 @@ pub fn impls(
         .unwrap_or_default();
     let cands_of = |v: &ValueRef| cands.get(v).cloned().unwrap_or_default();
     match (&n.op, op_kind(&n.op)) {
-        (Op::Transpose { perm }, _) => {
+        (Op::Transpose(Transpose { perm }), _) => {
             // A relabelling for every candidate layout of the input.
             for l in cands_of(&in_refs[0]) {
                 if let Ok(t) = layouts.get(l).transposed(perm) {

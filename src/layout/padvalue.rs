@@ -10,6 +10,7 @@
 
 use crate::core::{PadFlow, PadValue, Requirement};
 use crate::graph::{BinaryOp, Op, PoolKind, ReduceKind, UnaryOp};
+use crate::ops::{BatchNorm, Cast, Concat, GlobalPool, LogSoftmax, Reduce, Slice, Softmax, Split};
 
 /// The padding of a unary op's output.
 pub fn unary_flow(u: UnaryOp, p: PadValue) -> PadValue {
@@ -54,7 +55,7 @@ pub fn pad_flow(op: &Op, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
         }
         // y = (x - mean) / sqrt(var + eps) * scale + bias, per channel; with the
         // parameters padded too, the padded channels compute the same formula.
-        Op::BatchNorm { epsilon } => {
+        Op::BatchNorm(BatchNorm { epsilon }) => {
             let out = match inputs {
                 [x, s, b, m, v] => match (x.known(), s.known(), b.known(), m.known(), v.known()) {
                     (Some(x), Some(s), Some(b), Some(m), Some(v)) => {
@@ -67,9 +68,9 @@ pub fn pad_flow(op: &Op, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
             flow(any(n), out)
         }
         Op::Identity => flow(any(n), p),
-        Op::Cast { to } if to.is_float() => flow(any(n), p),
+        Op::Cast(Cast { to }) if to.is_float() => flow(any(n), p),
         // A transpose moves the padding with its axis.
-        Op::Transpose { .. } => flow(any(n), p),
+        Op::Transpose(_) => flow(any(n), p),
         // Padded input channels meet weights that must be 0 there, so the input
         // padding must be finite (0 * inf is NaN). Padded output channels see
         // only padded weights: they hold the bias padding (or 0).
@@ -105,7 +106,7 @@ pub fn pad_flow(op: &Op, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
             // Padded channels pool only their own (constant) padding.
             flow(req, p)
         }
-        Op::GlobalPool(kind) => {
+        Op::GlobalPool(GlobalPool { kind }) => {
             let mut req = any(n);
             if spatial_padded {
                 req[0] = match kind {
@@ -116,7 +117,7 @@ pub fn pad_flow(op: &Op, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
             }
             flow(req, p)
         }
-        Op::Reduce { kind, axes, .. } => {
+        Op::Reduce(Reduce { kind, axes, .. }) => {
             let identity = match kind {
                 ReduceKind::Sum | ReduceKind::Mean => 0.0,
                 ReduceKind::Max => f32::NEG_INFINITY,
@@ -134,7 +135,7 @@ pub fn pad_flow(op: &Op, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
             };
             flow(req, out)
         }
-        Op::Softmax { axis } | Op::LogSoftmax { axis } => {
+        Op::Softmax(Softmax { axis }) | Op::LogSoftmax(LogSoftmax { axis }) => {
             let mut req = any(n);
             let mut out = PadValue::Undef;
             if padded.contains(axis) {
@@ -142,14 +143,14 @@ pub fn pad_flow(op: &Op, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
                 req[0] = Requirement::Value(f32::NEG_INFINITY);
                 if padded == [*axis] {
                     out = match op {
-                        Op::Softmax { .. } => PadValue::Known(0.0),
+                        Op::Softmax(_) => PadValue::Known(0.0),
                         _ => PadValue::Known(f32::NEG_INFINITY),
                     };
                 }
             }
             flow(req, out)
         }
-        Op::MatMul | Op::Gemm { .. } => {
+        Op::MatMul | Op::Gemm(_) => {
             // The contraction may run over padding: both sides must hold 0 there
             // for the products to vanish whatever the other side holds.
             let req = if padded.is_empty() {
@@ -161,7 +162,7 @@ pub fn pad_flow(op: &Op, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
             };
             flow(req, PadValue::Undef)
         }
-        Op::Concat { axis } | Op::Split { axis, .. } => {
+        Op::Concat(Concat { axis }) | Op::Split(Split { axis, .. }) => {
             let mut req = any(n);
             if padded.contains(axis) {
                 req.iter_mut().for_each(|r| *r = Requirement::Unsupported);
@@ -169,7 +170,7 @@ pub fn pad_flow(op: &Op, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
             let all_same = inputs.iter().all(|&q| q == p);
             flow(req, if all_same { p } else { PadValue::Undef })
         }
-        Op::Slice { axes } => {
+        Op::Slice(Slice { axes }) => {
             let sliced: Vec<usize> = axes.iter().map(|a| a.axis).collect();
             let mut req = any(n);
             if padded_in(&sliced) {
@@ -236,11 +237,11 @@ mod tests {
 
     #[test]
     fn reductions_need_their_identity_on_padded_axes() {
-        let sum = Op::Reduce {
+        let sum = Op::Reduce(Reduce {
             kind: ReduceKind::Sum,
             axes: vec![1],
             keepdims: true,
-        };
+        });
         let f = pad_flow(&sum, &[ZERO], &[1]);
         assert_eq!(f.inputs, vec![Requirement::Value(0.0)]);
         assert!(f.inputs[0].is_met_by(ZERO));
@@ -250,11 +251,11 @@ mod tests {
             pad_flow(&sum, &[PadValue::Undef], &[2]).inputs,
             vec![Requirement::Any]
         );
-        let max = Op::Reduce {
+        let max = Op::Reduce(Reduce {
             kind: ReduceKind::Max,
             axes: vec![1],
             keepdims: true,
-        };
+        });
         assert_eq!(
             pad_flow(&max, &[ZERO], &[1]).inputs,
             vec![Requirement::Value(f32::NEG_INFINITY)]
@@ -270,7 +271,7 @@ mod tests {
             pad_flow(&pool(PoolKind::Avg), &[ZERO], &[2]).inputs,
             vec![Requirement::Unsupported]
         );
-        let sm = Op::Softmax { axis: 1 };
+        let sm = Op::Softmax(Softmax { axis: 1 });
         let f = pad_flow(&sm, &[PadValue::Known(f32::NEG_INFINITY)], &[1]);
         assert!(f.inputs[0].is_met_by(PadValue::Known(f32::NEG_INFINITY)));
         assert_eq!(f.output, ZERO);

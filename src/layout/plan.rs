@@ -29,6 +29,7 @@ use crate::graph::{
     fold_node, format_spans, merge_spans, Graph, GraphError, LaidOut, NodeId, Op, Span, ValueRef,
     ValueType,
 };
+use crate::ops::LayoutTransform;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -563,9 +564,9 @@ pub fn kept_transforms(g: &Graph) -> Vec<TransformInfo> {
         .into_iter()
         .filter_map(|id| {
             let n = g.node(id);
-            let Op::LayoutTransform {
+            let Op::LayoutTransform(LayoutTransform {
                 from, to, logical, ..
-            } = &n.op
+            }) = &n.op
             else {
                 return None;
             };
@@ -599,7 +600,7 @@ fn value_layouts(g: &Graph) -> Vec<ValueLayout> {
         let n = g.node(id);
         let layouts: Vec<&Layout> = match &n.op {
             Op::InLayout(l) => l.outputs.iter().map(|(l, _)| l).collect(),
-            Op::LayoutTransform { to, .. } => vec![to],
+            Op::LayoutTransform(LayoutTransform { to, .. }) => vec![to],
             _ => continue,
         };
         for (v, l) in n.outputs.iter().zip(layouts) {
@@ -851,12 +852,12 @@ impl<'a> Materializer<'a> {
         let producer = self.src.node(v.node);
         let spans = merge_spans([producer.spans.as_slice(), consumer]);
         let name = format!("{}@{}", producer.outputs[v.output].name, to);
-        let op = Op::LayoutTransform {
+        let op = Op::LayoutTransform(LayoutTransform {
             from: from.clone(),
             to: to.clone(),
             logical: ty.shape.clone(),
             pad,
-        };
+        });
         let id = self
             .out
             .add_node(op, &name, &[p.value], std::slice::from_ref(&name), spans)?;

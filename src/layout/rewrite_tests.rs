@@ -8,18 +8,19 @@ use super::{Assumption, Layout, PadValue};
 use crate::graph::{
     BinaryOp, Conv, DType, Graph, Op, Span, Tensor, UnaryOp, ValueRef, ValueType, Window,
 };
+use crate::ops::{Concat, Crop, LayoutTransform, PadWith, Reshape, Split, Transpose};
 
 fn span(layer: &str, op: &str, index: usize) -> Vec<Span> {
     vec![Span::new("test.onnx", layer, op, index)]
 }
 
 fn lt(from: &str, to: &str, logical: &[usize], pad: PadValue) -> Op {
-    Op::LayoutTransform {
+    Op::LayoutTransform(LayoutTransform {
         from: Layout::parse(from).unwrap(),
         to: Layout::parse(to).unwrap(),
         logical: logical.to_vec(),
         pad,
-    }
+    })
 }
 
 /// Adds a one-output node.
@@ -40,12 +41,7 @@ fn transforms(g: &Graph) -> Vec<Op> {
     g.node_ids()
         .into_iter()
         .map(|n| g.node(n).op.clone())
-        .filter(|op| {
-            matches!(
-                op,
-                Op::LayoutTransform { .. } | Op::PadWith { .. } | Op::Crop { .. }
-            )
-        })
+        .filter(|op| matches!(op, Op::LayoutTransform(_) | Op::PadWith(_) | Op::Crop(_)))
         .collect()
 }
 
@@ -288,17 +284,21 @@ pub(crate) fn rfc_two_convs(assume: Option<Assumption>) -> Graph {
         Tensor::from_f32(vec![1, 1, 3], vec![0.5, -1.0, 2.0]),
         span("F", "Constant", 1),
     );
-    let pad = |b: usize, e: usize| Op::PadWith {
-        begins: vec![0, 0, b],
-        ends: vec![0, 0, e],
-        value: ZERO,
+    let pad = |b: usize, e: usize| {
+        Op::PadWith(PadWith {
+            begins: vec![0, 0, b],
+            ends: vec![0, 0, e],
+            value: ZERO,
+        })
     };
     let xp = add(&mut g, pad(2, 6), "X_pad", &[x], 2);
     let y = add(&mut g, conv1d(3), "Y", &[xp, f], 3);
-    let crop = |e: usize, assume| Op::Crop {
-        begins: vec![0; 3],
-        ends: vec![0, 0, e],
-        assume,
+    let crop = |e: usize, assume| {
+        Op::Crop(Crop {
+            begins: vec![0; 3],
+            ends: vec![0, 0, e],
+            assume,
+        })
     };
     let yc = add(&mut g, crop(4, assume), "Y_crop", &[y], 4);
     let ycp = add(&mut g, pad(2, 4), "Y_crop_pad", &[yc], 5);
@@ -318,17 +318,17 @@ fn rfc_crop_pad_pair_goes_only_under_the_assumption() {
     let (out, _) = rewrite(&rfc_two_convs(Some(assume)));
     let kept = transforms(&out);
     assert_eq!(kept.len(), 3, "{kept:?}");
-    assert!(kept.contains(&Op::PadWith {
+    assert!(kept.contains(&Op::PadWith(PadWith {
         begins: vec![0, 0, 2],
         ends: vec![0, 0, 0],
         value: ZERO
-    }));
+    })));
     assert!(!kept.iter().any(|op| matches!(
         op,
-        Op::Crop {
+        Op::Crop(Crop {
             assume: Some(_),
             ..
-        }
+        })
     )));
     // The reference checks the assumption while running the original.
     let assume = Assumption::new(0.0, "test");
@@ -351,12 +351,12 @@ fn fourteen_elements_in_four_by_four() {
     );
     let two = g.add_constant("two", Tensor::scalar_f32(2.0), span("two", "Constant", 1));
     let one = g.add_constant("one", Tensor::scalar_f32(1.0), span("one", "Constant", 2));
-    let to = Op::LayoutTransform {
+    let to = Op::LayoutTransform(LayoutTransform {
         from: Layout::parse_with("A", "A").unwrap(),
         to: Layout::parse_with("A", "A4a").unwrap(),
         logical: vec![14],
         pad: ZERO,
-    };
+    });
     let ac = add(&mut g, to, "AC", &[a], 3);
     let m = add(&mut g, Op::Binary(BinaryOp::Mul), "mul", &[ac, two], 4);
     let b = add(&mut g, Op::Binary(BinaryOp::Add), "add", &[m, one], 5);
@@ -364,7 +364,9 @@ fn fourteen_elements_in_four_by_four() {
     let (out, report) = rewrite(&g);
     let kept = transforms(&out);
     assert_eq!(kept.len(), 1);
-    assert!(matches!(&kept[0], Op::LayoutTransform { pad, .. } if *pad == PadValue::Known(1.0)));
+    assert!(
+        matches!(&kept[0], Op::LayoutTransform(LayoutTransform { pad, .. }) if *pad == PadValue::Known(1.0))
+    );
     // Two ops on 14 elements instead of 16: cheaper.
     assert!(report.extract.cost < report.cost_before);
     assert_same_outputs(&g, &out, 0.0);
@@ -549,7 +551,7 @@ fn transforms_sink_across_concat_on_an_unblocked_axis() {
             &[c2],
             5,
         );
-        let cat = add(&mut g, Op::Concat { axis }, "cat", &[b1, b2], 6);
+        let cat = add(&mut g, Op::Concat(Concat { axis }), "cat", &[b1, b2], 6);
         let mut s3 = s;
         s3[axis] *= 2;
         let t3 = add(&mut g, lt("NCHW", "NCHW16c", &s3, ZERO), "to3", &[cat], 7);
@@ -601,9 +603,9 @@ fn transforms_sink_across_a_reshape_that_keeps_the_block() {
         );
         let r = add(
             &mut g,
-            Op::Reshape {
+            Op::Reshape(Reshape {
                 shape: target.clone(),
-            },
+            }),
             "reshape",
             &[b],
             4,
@@ -640,15 +642,15 @@ fn transposes_compose() {
             ValueType::new(DType::F32, vec![2, 3, 4]),
             span("x", "Input", 0),
         );
-        let a = add(&mut g, Op::Transpose { perm: p1 }, "t1", &[x], 1);
-        let b = add(&mut g, Op::Transpose { perm: p2 }, "t2", &[a], 2);
+        let a = add(&mut g, Op::Transpose(Transpose { perm: p1 }), "t1", &[x], 1);
+        let b = add(&mut g, Op::Transpose(Transpose { perm: p2 }), "t2", &[a], 2);
         g.set_outputs(vec![b]);
         g
     };
     let count = |g: &Graph| {
         g.node_ids()
             .into_iter()
-            .filter(|&n| matches!(g.node(n).op, Op::Transpose { .. }))
+            .filter(|&n| matches!(g.node(n).op, Op::Transpose(_)))
             .count()
     };
     let g = build(vec![1, 2, 0], vec![2, 0, 1]);
@@ -674,10 +676,10 @@ fn multi_output_ops_round_trip() {
     );
     let t = add(&mut g, lt("NCHW", "NHWC", &s, ZERO), "to", &[x], 1);
     let b = add(&mut g, lt("NHWC", "NCHW", &s, ZERO), "back", &[t], 2);
-    let split = Op::Split {
+    let split = Op::Split(Split {
         axis: 1,
         sizes: vec![2, 4],
-    };
+    });
     let names = ["lo".to_string(), "hi".to_string()];
     let id = g
         .add_node(split, "split", &[b], &names, span("split", "Split", 3))

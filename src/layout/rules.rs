@@ -14,6 +14,7 @@ use super::egraph::{
 };
 use super::{binary_flow, pad_flow, unary_flow, Digit, Layout, PadValue};
 use crate::graph::{merge_spans, Op, Span};
+use crate::ops::{Concat, Reshape, Transpose};
 use egg::{Applier, ENodeOrVar, Id, Language, Pattern, PatternAst, Rewrite, Subst, Symbol, Var};
 use std::path::Path;
 
@@ -277,7 +278,7 @@ fn concat_in_layout(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
         tensor_of(eg, get(s, "?x"))?.clone(),
         tensor_of(eg, get(s, "?y"))?.clone(),
     );
-    let Op::Concat { axis } = entry.op else {
+    let Op::Concat(Concat { axis }) = entry.op else {
         return refuse("not a concat");
     };
     if !b.is_identity() || !x.layout.factors(axis).is_empty() {
@@ -300,7 +301,7 @@ fn reshape_keeps_blocks(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
     let b = layout_of(eg, get(s, "?b"))?;
     let x = tensor_of(eg, get(s, "?x"))?.clone();
     let a = x.layout.clone();
-    let Op::Reshape { shape: target } = &entry.op else {
+    let Op::Reshape(Reshape { shape: target }) = &entry.op else {
         return refuse("not a reshape");
     };
     let r = a.rank();
@@ -345,7 +346,7 @@ fn reshape_keeps_blocks(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
 fn perm_of(eg: &LEGraph, id: Id) -> Result<(Vec<usize>, OpEntry), String> {
     let e = entry_of(eg, id)?;
     match &e.op {
-        Op::Transpose { perm } => Ok((perm.clone(), e.clone())),
+        Op::Transpose(Transpose { perm }) => Ok((perm.clone(), e.clone())),
         _ => refuse("not a transpose"),
     }
 }
@@ -356,7 +357,7 @@ fn compose_perms(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
     let (q, _) = perm_of(eg, get(s, "?q"))?;
     let r: Vec<usize> = p.iter().map(|&i| q[i]).collect();
     let k = eg.analysis.intern(OpEntry {
-        op: Op::Transpose { perm: r },
+        op: Op::Transpose(Transpose { perm: r }),
         outputs: outer.outputs,
     });
     bind_atom(eg, s, "?r", Atom::Op(k));

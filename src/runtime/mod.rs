@@ -19,6 +19,7 @@ use crate::graph::{
     format_spans, DType, Graph, GraphError, NodeId, Op, PoolKind, Span, Tensor, ValueRef, ValueType,
 };
 use crate::layout::{Layout, PadValue};
+use crate::ops::{BatchNorm, Gemm, GlobalPool, LayoutTransform, Reshape};
 use conv::{ConvGeom, PackedConv};
 use depthwise::Depthwise;
 use kernels::{Dense, Gather, PoolGeom};
@@ -602,7 +603,7 @@ impl<'g> Compiler<'g> {
             }
             let ins = self.g.node_inputs(next);
             match self.inner(next).0 {
-                Op::BatchNorm { .. } if stage == 0 && port == 0 => {
+                Op::BatchNorm(_) if stage == 0 && port == 0 => {
                     if !(1..5).all(|i| self.const_input(next, i).is_some()) {
                         break;
                     }
@@ -659,7 +660,7 @@ impl<'g> Compiler<'g> {
         };
         let mut w = w;
         if let Some(bn) = f.bn {
-            let Op::BatchNorm { epsilon } = self.inner(bn).0 else {
+            let Op::BatchNorm(BatchNorm { epsilon }) = self.inner(bn).0 else {
                 unreachable!("fusion only takes batch norms")
             };
             let p: Vec<Vec<f32>> = (1..5)
@@ -749,26 +750,26 @@ impl<'g> Compiler<'g> {
                     p.count_include_pad,
                 )
             }
-            Op::GlobalPool(kind) => {
+            Op::GlobalPool(GlobalPool { kind }) => {
                 let (_, xs) = self.input_layout(id, 0)?;
                 (xs.len() == 4).then_some(())?;
                 self.pool_geom(id, *kind, vec![xs[2], xs[3]], vec![1, 1], (0, 0), false)
             }
-            Op::LayoutTransform {
+            Op::LayoutTransform(LayoutTransform {
                 from,
                 to,
                 logical,
                 pad,
-            } => {
+            }) => {
                 let g = Gather::new(from, to, logical, pad.known().unwrap_or(0.0)).ok()?;
                 Some(gather_or_copy(g, from.physical_shape(logical).ok()?))
             }
-            Op::Gemm {
+            Op::Gemm(Gemm {
                 alpha,
                 beta,
                 trans_a: false,
                 trans_b,
-            } if self.inner(id).1.is_none() => {
+            }) if self.inner(id).1.is_none() => {
                 let (a, b) = (self.g.value_type(ins[0]), self.g.value_type(ins[1]));
                 let bias = match ins.get(2) {
                     Some(&c) => {
@@ -793,8 +794,8 @@ impl<'g> Compiler<'g> {
                 let m = a.numel() / k;
                 Dense::new((m, k, n), self.isa, 1.0, &w, false, None).map(Kernel::Dense)
             }
-            Op::Reshape { .. } | Op::Identity if self.inner(id).1.is_none() => Some(Kernel::Copy),
-            Op::Reshape { shape } => {
+            Op::Reshape(_) | Op::Identity if self.inner(id).1.is_none() => Some(Kernel::Copy),
+            Op::Reshape(Reshape { shape }) => {
                 let (from, from_shape) = self.input_layout(id, 0)?;
                 let (to, pad) = self.output_layout(id)?;
                 let fill = pad.known().unwrap_or(0.0);

@@ -13,6 +13,7 @@ use crate::graph::{Conv, DType, Graph, Op, Tensor, UnaryOp, ValueType, Window};
 use crate::layout::op_rules::{CostModel, Family};
 use crate::layout::plan::{plan, planner_by_name};
 use crate::layout::Layout;
+use crate::ops::BatchNorm;
 
 /// splitmix64: reproducible test data without a dependency.
 struct Rng(u64);
@@ -341,8 +342,14 @@ fn random_conv_graph(rng: &mut Rng) -> (Graph, Vec<Tensor>) {
         ];
         let ins = [v, params[0], params[1], params[2], params[3]];
         v = crate::graph::ValueRef::new(
-            g.add_node(Op::BatchNorm { epsilon: 1e-5 }, "bn", &ins, &[], vec![])
-                .unwrap(),
+            g.add_node(
+                Op::BatchNorm(BatchNorm { epsilon: 1e-5 }),
+                "bn",
+                &ins,
+                &[],
+                vec![],
+            )
+            .unwrap(),
             0,
         );
     }

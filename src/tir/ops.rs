@@ -17,6 +17,10 @@ use super::schedule::Schedule;
 use super::TirError;
 use crate::graph::{Conv, Op, PadMode, Pool, PoolKind, ReduceKind, ValueType};
 use crate::layout::Layout;
+use crate::ops::{
+    BatchNorm, Concat, Expand, Gemm, GlobalPool, LayerNorm, LogSoftmax, Pad, Reduce, Reshape,
+    Slice, Softmax, Tile, Transpose,
+};
 
 fn e(v: usize) -> i64 {
     v as i64
@@ -71,8 +75,8 @@ pub fn buffer_layout(l: &Layout) -> Option<BufferLayout> {
 /// Placeholder names, by input position.
 fn input_name(op: &Op, i: usize) -> String {
     let names: &[&str] = match op {
-        Op::BatchNorm { .. } => &["X", "S", "B", "M", "V"],
-        Op::LayerNorm { .. } => &["X", "S", "B"],
+        Op::BatchNorm(_) => &["X", "S", "B", "M", "V"],
+        Op::LayerNorm(_) => &["X", "S", "B"],
         _ => &["X", "W", "B"],
     };
     names
@@ -253,7 +257,7 @@ fn define(
             inline.extend(pad);
             y
         }
-        Op::GlobalPool(kind) if types.len() == 1 && types[0].shape.len() == 4 => {
+        Op::GlobalPool(GlobalPool { kind }) if types.len() == 1 && types[0].shape.len() == 4 => {
             let s = shape_of(0);
             let (h, w) = (s[2], s[3]);
             let x = ph[0];
@@ -274,7 +278,7 @@ fn define(
                 r
             }
         }
-        Op::BatchNorm { epsilon } if types.len() == 5 && types[0].shape.len() >= 2 => {
+        Op::BatchNorm(BatchNorm { epsilon }) if types.len() == 5 && types[0].shape.len() >= 2 => {
             let s = extents(&types[0].shape);
             let (x, sc, b, m, v) = (ph[0], ph[1], ph[2], ph[3], ph[4]);
             let eps = *epsilon as f64;
@@ -309,7 +313,7 @@ fn define(
                 .expect("comparisons were refused above")
             })?
         }
-        Op::Transpose { perm } => {
+        Op::Transpose(Transpose { perm }) => {
             arity(1)?;
             let s: Vec<usize> = perm.iter().map(|&a| types[0].shape[a]).collect();
             let x = ph[0];
@@ -322,7 +326,7 @@ fn define(
                 x.at(&idx)
             })?
         }
-        Op::Concat { axis } => {
+        Op::Concat(Concat { axis }) => {
             arity(1)?;
             let a = *axis;
             let mut out = shape_of(0);
@@ -352,7 +356,7 @@ fn define(
                 v
             })?
         }
-        Op::Slice { axes } => {
+        Op::Slice(Slice { axes }) => {
             arity(1)?;
             let s = shape_of(0);
             let refs: Vec<&ValueType> = types.iter().collect();
@@ -377,11 +381,11 @@ fn define(
                 x.at(&idx)
             })?
         }
-        Op::Pad {
+        Op::Pad(Pad {
             begins,
             ends,
             mode: PadMode::Constant(value),
-        } => {
+        }) => {
             arity(1)?;
             let s = shape_of(0);
             let out: Vec<i64> = (0..s.len())
@@ -404,7 +408,7 @@ fn define(
                 Expr::select(inside, x.at(&idx), *value as f64)
             })?
         }
-        Op::Expand { shape } => {
+        Op::Expand(Expand { shape }) => {
             arity(1)?;
             let s = shape_of(0);
             let out = crate::graph::broadcast_shapes(&s, shape).map_err(TirError::Definition)?;
@@ -413,7 +417,7 @@ fn define(
                 x.at(&broadcast_index(i, &s))
             })?
         }
-        Op::Reshape { shape } => {
+        Op::Reshape(Reshape { shape }) => {
             arity(1)?;
             let s = shape_of(0);
             let x = ph[0];
@@ -437,7 +441,7 @@ fn define(
             let x = ph[0];
             g.compute(&format!("Y{sfx}"), &extents(&types[0].shape), |i| x.at(i))?
         }
-        Op::Tile { repeats } => {
+        Op::Tile(Tile { repeats }) => {
             arity(1)?;
             let s = shape_of(0);
             let out: Vec<usize> = s.iter().zip(repeats).map(|(d, r)| d * r).collect();
@@ -451,24 +455,24 @@ fn define(
                 x.at(&idx)
             })?
         }
-        Op::Softmax { axis } | Op::LogSoftmax { axis } => {
+        Op::Softmax(Softmax { axis }) | Op::LogSoftmax(LogSoftmax { axis }) => {
             arity(1)?;
-            let log = matches!(op, Op::LogSoftmax { .. });
+            let log = matches!(op, Op::LogSoftmax(_));
             let (y, rows) = softmax(g, sfx, ph[0], &shape_of(0), *axis, log)?;
             per_row.extend(rows);
             y
         }
-        Op::LayerNorm { axis, epsilon } => {
+        Op::LayerNorm(LayerNorm { axis, epsilon }) => {
             arity(2)?;
             let (y, rows) = layer_norm(g, sfx, ph, types, *axis, *epsilon as f64)?;
             per_row.extend(rows);
             y
         }
-        Op::Reduce {
+        Op::Reduce(Reduce {
             kind,
             axes,
             keepdims,
-        } => {
+        }) => {
             arity(1)?;
             reduce(g, sfx, ph[0], &shape_of(0), *kind, axes, *keepdims)?
         }
@@ -476,12 +480,12 @@ fn define(
             arity(2)?;
             matmul(g, sfx, ph[0], ph[1], &types[0].shape, &types[1].shape)?
         }
-        Op::Gemm {
+        Op::Gemm(Gemm {
             alpha,
             beta,
             trans_a,
             trans_b,
-        } => {
+        }) => {
             arity(2)?;
             let (sa, sb) = (shape_of(0), shape_of(1));
             if sa.len() != 2 || sb.len() != 2 {
@@ -522,7 +526,7 @@ fn define(
                 }
             })?
         }
-        Op::Conv(_) | Op::Pool(_) | Op::GlobalPool(_) | Op::BatchNorm { .. } => {
+        Op::Conv(_) | Op::Pool(_) | Op::GlobalPool(_) | Op::BatchNorm(_) => {
             return no("only 2-D NCHW is defined")
         }
         _ => return no("not an op of this library"),
@@ -1175,8 +1179,18 @@ mod tests {
             });
             agrees_with_reference(p, &[&[1, 2, 6, 7]]);
         }
-        agrees_with_reference(Op::GlobalPool(PoolKind::Avg), &[&[1, 3, 4, 5]]);
-        agrees_with_reference(Op::GlobalPool(PoolKind::Max), &[&[1, 3, 4, 5]]);
+        agrees_with_reference(
+            Op::GlobalPool(GlobalPool {
+                kind: PoolKind::Avg,
+            }),
+            &[&[1, 3, 4, 5]],
+        );
+        agrees_with_reference(
+            Op::GlobalPool(GlobalPool {
+                kind: PoolKind::Max,
+            }),
+            &[&[1, 3, 4, 5]],
+        );
         // BatchNorm, with positive variances.
         let var = GraphTensor::from_f32(vec![3], vec![0.5, 1.0, 2.0]);
         let mut bn: Vec<_> = [&[1usize, 3, 2, 2][..], &[3], &[3], &[3]]
@@ -1185,7 +1199,7 @@ mod tests {
             .map(|(k, s)| tensor(s, k as u64 + 1))
             .collect();
         bn.push(var);
-        agrees_on(Op::BatchNorm { epsilon: 1e-5 }, bn, None);
+        agrees_on(Op::BatchNorm(BatchNorm { epsilon: 1e-5 }), bn, None);
     }
 
     #[test]
@@ -1246,17 +1260,17 @@ mod tests {
     #[test]
     fn movement_ops_match_the_reference_executor() {
         agrees_with_reference(
-            Op::Transpose {
+            Op::Transpose(Transpose {
                 perm: vec![2, 0, 1],
-            },
+            }),
             &[&[2, 3, 4]],
         );
         agrees_with_reference(
-            Op::Concat { axis: 1 },
+            Op::Concat(Concat { axis: 1 }),
             &[&[2, 3, 2], &[2, 1, 2], &[2, 4, 2]],
         );
         agrees_with_reference(
-            Op::Slice {
+            Op::Slice(Slice {
                 axes: vec![
                     SliceAxis {
                         axis: 0,
@@ -1271,31 +1285,31 @@ mod tests {
                         step: 1,
                     },
                 ],
-            },
+            }),
             &[&[4, 6]],
         );
         agrees_with_reference(
-            Op::Pad {
+            Op::Pad(Pad {
                 begins: vec![1, -1],
                 ends: vec![0, 2],
                 mode: PadMode::Constant(0.5),
-            },
+            }),
             &[&[3, 4]],
         );
         agrees_with_reference(
-            Op::Expand {
+            Op::Expand(Expand {
                 shape: vec![2, 3, 4],
-            },
+            }),
             &[&[3, 1]],
         );
         agrees_with_reference(
-            Op::Reshape {
+            Op::Reshape(Reshape {
                 shape: vec![3, 2, 4],
-            },
+            }),
             &[&[2, 12]],
         );
         agrees_on(
-            Op::Reshape { shape: vec![1, 60] },
+            Op::Reshape(Reshape { shape: vec![1, 60] }),
             vec![tensor(&[1, 12, 1, 5], 1)],
             Some((
                 vec![Layout::parse("NCHW8c").unwrap()],
@@ -1304,9 +1318,9 @@ mod tests {
         );
         agrees_with_reference(Op::Identity, &[&[2, 3]]);
         agrees_with_reference(
-            Op::Tile {
+            Op::Tile(Tile {
                 repeats: vec![2, 3],
-            },
+            }),
             &[&[2, 3]],
         );
     }
@@ -1314,44 +1328,44 @@ mod tests {
     #[test]
     fn normalizations_and_reductions_match_the_reference_executor() {
         for axis in [0, 1, 2] {
-            agrees_with_reference(Op::Softmax { axis }, &[&[2, 3, 10]]);
-            agrees_with_reference(Op::LogSoftmax { axis }, &[&[2, 3, 10]]);
+            agrees_with_reference(Op::Softmax(Softmax { axis }), &[&[2, 3, 10]]);
+            agrees_with_reference(Op::LogSoftmax(LogSoftmax { axis }), &[&[2, 3, 10]]);
         }
         agrees_with_reference(
-            Op::LayerNorm {
+            Op::LayerNorm(LayerNorm {
                 axis: 2,
                 epsilon: 1e-5,
-            },
+            }),
             &[&[2, 3, 12], &[12], &[12]],
         );
         agrees_with_reference(
-            Op::LayerNorm {
+            Op::LayerNorm(LayerNorm {
                 axis: 1,
                 epsilon: 1e-3,
-            },
+            }),
             &[&[2, 3, 4], &[3, 4]],
         );
         agrees_with_reference(
-            Op::LayerNorm {
+            Op::LayerNorm(LayerNorm {
                 axis: 0,
                 epsilon: 1e-5,
-            },
+            }),
             &[&[3, 4], &[4], &[3, 4]],
         );
         for kind in [ReduceKind::Sum, ReduceKind::Mean, ReduceKind::Max] {
             for keepdims in [false, true] {
-                let op = Op::Reduce {
+                let op = Op::Reduce(Reduce {
                     kind,
                     axes: vec![0, 2],
                     keepdims,
-                };
+                });
                 agrees_with_reference(op, &[&[2, 3, 9]]);
             }
-            let all = Op::Reduce {
+            let all = Op::Reduce(Reduce {
                 kind,
                 axes: vec![0, 1],
                 keepdims: false,
-            };
+            });
             agrees_with_reference(all, &[&[3, 4]]);
         }
     }
@@ -1429,7 +1443,11 @@ mod tests {
         assert!(!stats.stores.contains_key("Y1"), "{}", l.func.to_text());
         // Softmax then a scale, the chained value on the right.
         chain_agrees(vec![
-            (Op::Softmax { axis: 1 }, vec![tensor(&[3, 12], 1)], None),
+            (
+                Op::Softmax(Softmax { axis: 1 }),
+                vec![tensor(&[3, 12], 1)],
+                None,
+            ),
             (
                 Op::Binary(BinaryOp::Mul),
                 vec![tensor(&[3, 12], 2)],
@@ -1458,7 +1476,7 @@ mod tests {
     fn chains_refuse_what_they_cannot_fuse() {
         let t = |s: &[usize]| vec![ValueType::new(DType::F32, s.to_vec())];
         let (a, b) = (t(&[4, 8]), t(&[4, 8]));
-        let softmax = Op::Softmax { axis: 1 };
+        let softmax = Op::Softmax(Softmax { axis: 1 });
         let e = chain_compute(&[
             Link {
                 op: &Op::Unary(UnaryOp::Relu),
@@ -1501,7 +1519,7 @@ mod tests {
         // Softmax over the last axis of [4, 6, 10]: the max and the sum live in one
         // element each, computed inside the output's row loop (not 24-element buffers).
         let t = [ValueType::new(DType::F32, vec![4, 6, 10])];
-        let l = lower_op(&Op::Softmax { axis: 2 }, &t, None).unwrap();
+        let l = lower_op(&Op::Softmax(Softmax { axis: 2 }), &t, None).unwrap();
         let x: HashMap<String, Vec<f64>> =
             HashMap::from([("X".to_string(), tensor(&[4, 6, 10], 1).data.to_f64())]);
         let (_, stats) = Interpreter::new().run(&l.func, &x).unwrap();
@@ -1520,12 +1538,12 @@ mod tests {
         agrees_with_reference(Op::MatMul, &[&[4], &[3, 4, 5]]);
         agrees_with_reference(Op::MatMul, &[&[2, 3, 4], &[4]]);
         agrees_with_reference(
-            Op::Gemm {
+            Op::Gemm(Gemm {
                 alpha: 0.5,
                 beta: 2.0,
                 trans_a: true,
                 trans_b: true,
-            },
+            }),
             &[&[4, 3], &[9, 4], &[9]],
         );
     }
@@ -1547,7 +1565,7 @@ mod tests {
         );
         // Softmax over the blocked axis, read in NCHW8c, written in NHWC.
         agrees_on(
-            Op::Softmax { axis: 1 },
+            Op::Softmax(Softmax { axis: 1 }),
             vec![x()],
             Some((vec![blocked], Layout::parse("NHWC").unwrap())),
         );

@@ -7,6 +7,10 @@ use crate::graph::{
     NearestMode, Op, PadMode, Pool, PoolKind, ReduceKind, Resize, ResizeMode, SliceAxis, Span,
     Tensor, TensorData, UnaryOp, ValueRef, ValueType, Window,
 };
+use crate::ops::{
+    BatchNorm, Cast, Concat, Expand, Gather, Gemm, GlobalPool, LayerNorm, LogSoftmax, Pad, Reduce,
+    Reshape, Slice, Softmax, Split, Tile, Transpose,
+};
 use onnx_protobuf::{AttributeProto, NodeProto};
 
 type Res<T> = Result<T, ImportError>;
@@ -195,9 +199,9 @@ pub(super) fn convert(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
             {
                 return Err(c.err("BatchNormalization in training mode is not supported"));
             }
-            Op::BatchNorm {
+            Op::BatchNorm(BatchNorm {
                 epsilon: c.float("epsilon", 1e-5)?,
-            }
+            })
         }
         "Relu" => unary(UnaryOp::Relu),
         "LeakyRelu" => unary(UnaryOp::LeakyRelu {
@@ -249,14 +253,18 @@ pub(super) fn convert(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         "Less" => Op::Binary(BinaryOp::Less),
         "Greater" => Op::Binary(BinaryOp::Greater),
         "Where" => Op::Where,
-        "GlobalAveragePool" => Op::GlobalPool(PoolKind::Avg),
-        "GlobalMaxPool" => Op::GlobalPool(PoolKind::Max),
-        "Gemm" => Op::Gemm {
+        "GlobalAveragePool" => Op::GlobalPool(GlobalPool {
+            kind: PoolKind::Avg,
+        }),
+        "GlobalMaxPool" => Op::GlobalPool(GlobalPool {
+            kind: PoolKind::Max,
+        }),
+        "Gemm" => Op::Gemm(Gemm {
             alpha: c.float("alpha", 1.0)?,
             beta: c.float("beta", 1.0)?,
             trans_a: c.bool_attr("transA", false)?,
             trans_b: c.bool_attr("transB", false)?,
-        },
+        }),
         "MatMul" => Op::MatMul,
         "Reshape" => {
             let x = c.input(0)?;
@@ -265,7 +273,7 @@ pub(super) fn convert(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
                 .ok_or_else(|| c.err("Reshape needs its shape input"))?;
             let shape =
                 reshape_target(c, &c.ty(x).shape, &target, c.bool_attr("allowzero", false)?)?;
-            return c.emit(Op::Reshape { shape }, &[x]);
+            return c.emit(Op::Reshape(Reshape { shape }), &[x]);
         }
         "Flatten" => {
             let x = c.input(0)?;
@@ -279,7 +287,7 @@ pub(super) fn convert(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
                 a => return Err(c.err(format!("axis {a} is out of range for rank {r}"))),
             };
             let shape = vec![numel(&s[..axis]), numel(&s[axis..])];
-            return c.emit(Op::Reshape { shape }, &[x]);
+            return c.emit(Op::Reshape(Reshape { shape }), &[x]);
         }
         "Squeeze" | "Unsqueeze" => return squeeze(c),
         "Transpose" => {
@@ -295,7 +303,7 @@ pub(super) fn convert(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
                     .collect::<Res<Vec<_>>>()?,
                 None => (0..rank).rev().collect(),
             };
-            Op::Transpose { perm }
+            Op::Transpose(Transpose { perm })
         }
         "Concat" => {
             let x = c.input(0)?;
@@ -303,16 +311,16 @@ pub(super) fn convert(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
             if axis == i64::MIN {
                 return Err(c.err("Concat needs the 'axis' attribute"));
             }
-            Op::Concat {
+            Op::Concat(Concat {
                 axis: c.axis(axis, c.ty(x).shape.len())?,
-            }
+            })
         }
         "Slice" => return slice(c),
         "Gather" => {
             let x = c.input(0)?;
-            Op::Gather {
+            Op::Gather(Gather {
                 axis: c.axis(c.int("axis", 0)?, c.ty(x).shape.len())?,
-            }
+            })
         }
         "Pad" => return pad(c),
         "ReduceMean" | "ReduceSum" | "ReduceMax" => return reduce(c),
@@ -323,14 +331,14 @@ pub(super) fn convert(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
                 );
             }
             let x = c.input(0)?;
-            Op::LayerNorm {
+            Op::LayerNorm(LayerNorm {
                 axis: c.axis(c.int("axis", -1)?, c.ty(x).shape.len())?,
                 epsilon: c.float("epsilon", 1e-5)?,
-            }
+            })
         }
-        "Cast" => Op::Cast {
+        "Cast" => Op::Cast(Cast {
             to: dtype_from_onnx(c.int("to", 0)? as i32).map_err(|m| c.err(format!("Cast: {m}")))?,
-        },
+        }),
         "Identity" => Op::Identity,
         "Expand" => {
             let x = c.input(0)?;
@@ -339,7 +347,7 @@ pub(super) fn convert(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
                 .ok_or_else(|| c.err("Expand needs its shape input"))?;
             let target = dims(c, &target, "shape")?;
             let shape = broadcast_shapes(&c.ty(x).shape, &target).map_err(|m| c.err(m))?;
-            return c.emit(Op::Expand { shape }, &[x]);
+            return c.emit(Op::Expand(Expand { shape }), &[x]);
         }
         "Tile" => {
             let x = c.input(0)?;
@@ -347,7 +355,7 @@ pub(super) fn convert(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
                 .const_ints(1)?
                 .ok_or_else(|| c.err("Tile needs its repeats input"))?;
             let repeats = dims(c, &repeats, "repeats")?;
-            return c.emit(Op::Tile { repeats }, &[x]);
+            return c.emit(Op::Tile(Tile { repeats }), &[x]);
         }
         other => {
             return Err(c.err(format!(
@@ -722,9 +730,9 @@ fn softmax(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     let log = c.node.op_type == "LogSoftmax";
     let make = |axis| {
         if log {
-            Op::LogSoftmax { axis }
+            Op::LogSoftmax(LogSoftmax { axis })
         } else {
-            Op::Softmax { axis }
+            Op::Softmax(Softmax { axis })
         }
     };
     if c.opset >= 13 {
@@ -737,9 +745,9 @@ fn softmax(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         return c.emit(make(axis), &[x]);
     }
     let flat = vec![numel(&s[..axis]), numel(&s[axis..])];
-    let x2 = c.emit_inner(Op::Reshape { shape: flat }, &[x], "flatten")?;
+    let x2 = c.emit_inner(Op::Reshape(Reshape { shape: flat }), &[x], "flatten")?;
     let y2 = c.emit_inner(make(1), &[x2], "softmax")?;
-    c.emit(Op::Reshape { shape: s }, &[y2])
+    c.emit(Op::Reshape(Reshape { shape: s }), &[y2])
 }
 
 fn dropout(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
@@ -803,7 +811,7 @@ fn split(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     if sizes.len() != n_out {
         return Err(c.err(format!("{} split sizes for {n_out} outputs", sizes.len())));
     }
-    c.emit(Op::Split { axis, sizes }, &[x])
+    c.emit(Op::Split(Split { axis, sizes }), &[x])
 }
 
 fn squeeze(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
@@ -844,7 +852,7 @@ fn squeeze(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
             })
             .collect()
     };
-    c.emit(Op::Reshape { shape }, &[x])
+    c.emit(Op::Reshape(Reshape { shape }), &[x])
 }
 
 fn slice(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
@@ -888,7 +896,7 @@ fn slice(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
             step,
         });
     }
-    c.emit(Op::Slice { axes: out }, &[x])
+    c.emit(Op::Slice(Slice { axes: out }), &[x])
 }
 
 fn pad(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
@@ -920,7 +928,7 @@ fn pad(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         "edge" => PadMode::Edge,
         other => return Err(c.err(format!("Pad mode '{other}' is not supported"))),
     };
-    c.emit(Op::Pad { begins, ends, mode }, &[x])
+    c.emit(Op::Pad(Pad { begins, ends, mode }), &[x])
 }
 
 fn reduce(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
@@ -945,11 +953,11 @@ fn reduce(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         _ => (0..s.len()).collect(),
     };
     c.emit(
-        Op::Reduce {
+        Op::Reduce(Reduce {
             kind,
             axes,
             keepdims,
-        },
+        }),
         &[x],
     )
 }

@@ -8,6 +8,7 @@ use crate::graph::{
     PoolKind, ReduceKind, Resize, ResizeMode, SliceAxis, Span, Tensor, UnaryOp, ValueRef,
     ValueType, Window,
 };
+use crate::ops::{Cast, Concat, Gemm, Pad, Reduce, Reshape, Slice, Softmax, Transpose};
 
 /// NHWC → NCHW and back, for ops the IR defines on NCHW tensors.
 const TO_NCHW: [usize; 4] = [0, 3, 1, 2];
@@ -207,7 +208,7 @@ impl<'a> Cx<'_, 'a> {
             TRANSPOSE => {
                 let x = self.input(0)?;
                 let perm = self.const_axes(1, self.rank(x))?;
-                self.emit(Op::Transpose { perm }, "transpose", &[x])
+                self.emit(Op::Transpose(Transpose { perm }), "transpose", &[x])
             }
             STRIDED_SLICE => self.strided_slice(),
             RESIZE_BILINEAR => self.resize(ResizeMode::Linear),
@@ -382,9 +383,9 @@ impl<'a> Cx<'_, 'a> {
             return Err(self.err(format!("input must be NHWC (rank 4), got {}", self.ty(x))));
         }
         self.emit(
-            Op::Transpose {
+            Op::Transpose(Transpose {
                 perm: TO_NCHW.to_vec(),
-            },
+            }),
             "to_nchw",
             &[x],
         )
@@ -396,9 +397,9 @@ impl<'a> Cx<'_, 'a> {
         let Some(data) = self.constant_or_none(i)? else {
             let w = self.input(i)?;
             return self.emit(
-                Op::Transpose {
+                Op::Transpose(Transpose {
                     perm: perm.to_vec(),
-                },
+                }),
                 "weights",
                 &[w],
             );
@@ -487,9 +488,9 @@ impl<'a> Cx<'_, 'a> {
         let y = self.emit(Op::Conv(Conv { window, group }), "conv", &ins)?;
         let y = self.activation(y, act)?;
         self.emit(
-            Op::Transpose {
+            Op::Transpose(Transpose {
                 perm: TO_NHWC.to_vec(),
-            },
+            }),
             "to_nhwc",
             &[y],
         )
@@ -550,9 +551,9 @@ impl<'a> Cx<'_, 'a> {
         let y = self.emit(Op::Pool(pool), "pool", &[x])?;
         let y = self.activation(y, o.fused_activation_function())?;
         self.emit(
-            Op::Transpose {
+            Op::Transpose(Transpose {
                 perm: TO_NHWC.to_vec(),
-            },
+            }),
             "to_nhwc",
             &[y],
         )
@@ -583,27 +584,27 @@ impl<'a> Cx<'_, 'a> {
             x
         } else {
             self.emit(
-                Op::Reshape {
+                Op::Reshape(Reshape {
                     shape: vec![rows, k],
-                },
+                }),
                 "flatten",
                 &[x],
             )?
         };
         let mut ins = vec![x2, w];
         ins.extend(bias);
-        let gemm = Op::Gemm {
+        let gemm = Op::Gemm(Gemm {
             alpha: 1.0,
             beta: 1.0,
             trans_a: false,
             trans_b: true,
-        };
+        });
         let y = self.emit(gemm, "gemm", &ins)?;
         let y = self.activation(y, act)?;
         if keep && xs.len() != 2 {
             let mut shape = xs[..xs.len() - 1].to_vec();
             shape.push(n);
-            return self.emit(Op::Reshape { shape }, "unflatten", &[y]);
+            return self.emit(Op::Reshape(Reshape { shape }), "unflatten", &[y]);
         }
         Ok(y)
     }
@@ -622,11 +623,11 @@ impl<'a> Cx<'_, 'a> {
             ReduceKind::Max => "max",
         };
         self.emit(
-            Op::Reduce {
+            Op::Reduce(Reduce {
                 kind,
                 axes,
                 keepdims,
-            },
+            }),
             step,
             &[x],
         )
@@ -660,7 +661,7 @@ impl<'a> Cx<'_, 'a> {
                 .collect(),
             _ => return Err(self.err(format!("cannot reshape {} to {dims:?}", self.ty(x)))),
         };
-        self.emit(Op::Reshape { shape }, "reshape", &[x])
+        self.emit(Op::Reshape(Reshape { shape }), "reshape", &[x])
     }
 
     fn squeeze(&mut self) -> Res<ValueRef> {
@@ -685,7 +686,7 @@ impl<'a> Cx<'_, 'a> {
             .filter(|a| !squeezed.contains(a))
             .map(|a| xs[a])
             .collect();
-        self.emit(Op::Reshape { shape }, "squeeze", &[x])
+        self.emit(Op::Reshape(Reshape { shape }), "squeeze", &[x])
     }
 
     /// softmax(beta · x) over the last axis.
@@ -706,7 +707,7 @@ impl<'a> Cx<'_, 'a> {
             .rank(x)
             .checked_sub(1)
             .ok_or_else(|| self.err("input must not be a scalar"))?;
-        self.emit(Op::Softmax { axis }, "softmax", &[x])
+        self.emit(Op::Softmax(Softmax { axis }), "softmax", &[x])
     }
 
     fn concatenation(&mut self) -> Res<ValueRef> {
@@ -716,7 +717,7 @@ impl<'a> Cx<'_, 'a> {
             .collect::<Res<Vec<_>>>()?;
         let first = *xs.first().ok_or_else(|| self.err("has no inputs"))?;
         let axis = self.axis(o.axis() as i64, self.rank(first))?;
-        let y = self.emit(Op::Concat { axis }, "concat", &xs)?;
+        let y = self.emit(Op::Concat(Concat { axis }), "concat", &xs)?;
         self.activation(y, o.fused_activation_function())
     }
 
@@ -739,11 +740,11 @@ impl<'a> Cx<'_, 'a> {
         } else {
             0.0
         };
-        let op = Op::Pad {
+        let op = Op::Pad(Pad {
             begins: p.iter().step_by(2).copied().collect(),
             ends: p.iter().skip(1).step_by(2).copied().collect(),
             mode: PadMode::Constant(value),
-        };
+        });
         self.emit(op, "pad", &[x])
     }
 
@@ -844,7 +845,7 @@ impl<'a> Cx<'_, 'a> {
                 axes.push(sa);
             }
         }
-        let y = self.emit(Op::Slice { axes }, "slice", &[x])?;
+        let y = self.emit(Op::Slice(Slice { axes }), "slice", &[x])?;
         if shrink == 0 {
             return Ok(y);
         }
@@ -856,7 +857,7 @@ impl<'a> Cx<'_, 'a> {
             .filter(|&(a, _)| !bit(shrink, a))
             .map(|(_, &d)| d)
             .collect();
-        self.emit(Op::Reshape { shape }, "shrink", &[y])
+        self.emit(Op::Reshape(Reshape { shape }), "shrink", &[y])
     }
 
     /// TFLite resizes the H and W axes of an NHWC tensor to the constant size [H', W'].
@@ -927,7 +928,7 @@ impl<'a> Cx<'_, 'a> {
             }
             let mut perm: Vec<usize> = (0..r).collect();
             perm.swap(r - 2, r - 1);
-            operands[v] = self.emit(Op::Transpose { perm }, step, &[operands[v]])?;
+            operands[v] = self.emit(Op::Transpose(Transpose { perm }), step, &[operands[v]])?;
         }
         self.emit(Op::MatMul, "matmul", &operands)
     }
@@ -952,7 +953,7 @@ impl<'a> Cx<'_, 'a> {
             self.emitted.push(v.node);
             return Ok(v);
         }
-        self.emit(Op::Cast { to: DType::F32 }, "cast", &[x])
+        self.emit(Op::Cast(Cast { to: DType::F32 }), "cast", &[x])
     }
 }
 

@@ -5,8 +5,26 @@
 //! resolved at import and held here as typed attributes, so that every later stage
 //! sees static, checked parameters. Node inputs are data only.
 
+mod conv;
+mod elementwise;
+mod eval;
+mod index;
+mod matmul;
+mod movement;
+mod normalize;
+mod pool;
+mod reduce;
+mod resize;
+mod shape;
+#[cfg(test)]
+pub(crate) mod testutil;
+mod transform;
+
 pub use crate::core::scalar::{BinaryOp, UnaryOp};
 use crate::core::{Assumption, DType, Layout, PadValue, Tensor};
+pub use eval::eval_op;
+pub use shape::{broadcast_shapes, infer_outputs, window_output_extent};
+pub use transform::eval_transform;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PoolKind {
@@ -120,6 +138,8 @@ pub struct Resize {
 }
 
 /// An operator with typed attributes. The comment on each names its data inputs.
+/// Every variant holds one type implementing [`OpDef`], which says what the op
+/// means to every stage.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
     /// A graph input (no inputs).
@@ -131,7 +151,7 @@ pub enum Op {
     /// x, w, [bias]
     ConvTranspose(ConvTranspose),
     /// x, scale, bias, mean, var
-    BatchNorm { epsilon: f32 },
+    BatchNorm(BatchNorm),
     /// x
     Unary(UnaryOp),
     /// a, b (broadcast)
@@ -141,80 +161,208 @@ pub enum Op {
     /// x
     Pool(Pool),
     /// x: N C spatial... -> N C 1...
-    GlobalPool(PoolKind),
+    GlobalPool(GlobalPool),
     /// a, b, [c]: alpha * op(a) op(b) + beta * c
-    Gemm {
-        alpha: f32,
-        beta: f32,
-        trans_a: bool,
-        trans_b: bool,
-    },
+    Gemm(Gemm),
     /// a, b (numpy matmul semantics)
     MatMul,
     /// x: same elements, new shape (also Flatten, Squeeze, Unsqueeze).
-    Reshape { shape: Vec<usize> },
+    Reshape(Reshape),
     /// x
-    Transpose { perm: Vec<usize> },
+    Transpose(Transpose),
     /// x0, x1, ...
-    Concat { axis: usize },
+    Concat(Concat),
     /// x -> one output per size
-    Split { axis: usize, sizes: Vec<usize> },
+    Split(Split),
     /// x
-    Slice { axes: Vec<SliceAxis> },
+    Slice(Slice),
     /// data, indices (indices already non-negative-normalised when constant)
-    Gather { axis: usize },
-    /// x; `begins`/`ends` per axis, negative values crop.
-    Pad {
-        begins: Vec<i64>,
-        ends: Vec<i64>,
-        mode: PadMode,
-    },
+    Gather(Gather),
+    /// x
+    Pad(Pad),
     /// x
     Resize(Resize),
     /// x
-    Softmax { axis: usize },
+    Softmax(Softmax),
     /// x
-    LogSoftmax { axis: usize },
+    LogSoftmax(LogSoftmax),
     /// x
-    Reduce {
-        kind: ReduceKind,
-        axes: Vec<usize>,
-        keepdims: bool,
-    },
+    Reduce(Reduce),
     /// x, scale, [bias]: normalises over axes axis..rank
-    LayerNorm { axis: usize, epsilon: f32 },
+    LayerNorm(LayerNorm),
     /// x
-    Cast { to: DType },
+    Cast(Cast),
     /// x -> broadcast to `shape` (the full output shape)
-    Expand { shape: Vec<usize> },
+    Expand(Expand),
     /// x
-    Tile { repeats: Vec<usize> },
+    Tile(Tile),
     /// x (also Dropout in inference)
     Identity,
-    /// x, stored in `from` -> the same logical tensor (of shape `logical`)
-    /// stored in `to`; padding positions of the output hold `pad`.
-    LayoutTransform {
-        from: Layout,
-        to: Layout,
-        logical: Vec<usize>,
-        pad: PadValue,
-    },
-    /// x -> x with `begins`/`ends` more elements on each axis, holding `value`.
-    PadWith {
-        begins: Vec<usize>,
-        ends: Vec<usize>,
-        value: PadValue,
-    },
-    /// x -> x without `begins`/`ends` elements on each axis; `assume` states
-    /// what the removed elements hold, and who said so.
-    Crop {
-        begins: Vec<usize>,
-        ends: Vec<usize>,
-        assume: Option<Assumption>,
-    },
+    /// x, stored in `from` -> the same logical tensor stored in `to`.
+    LayoutTransform(LayoutTransform),
+    /// x -> x with more elements on each axis, holding a pad value.
+    PadWith(PadWith),
+    /// x -> x without elements on each axis.
+    Crop(Crop),
     /// An op the planner placed in storage layouts: `inner` keeps its logical
     /// meaning; the inputs and outputs are physical tensors in the given layouts.
     InLayout(Box<LaidOut>),
+}
+
+/// The attributes of the ops that have no type of their own.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Input;
+/// Where: cond, x, y.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Where;
+/// MatMul: a, b.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MatMul;
+/// Identity: x.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Identity;
+
+#[derive(Clone, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub struct BatchNorm {
+    pub epsilon: f32,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub struct GlobalPool {
+    pub kind: PoolKind,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub struct Gemm {
+    pub alpha: f32,
+    pub beta: f32,
+    pub trans_a: bool,
+    pub trans_b: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub struct Reshape {
+    pub shape: Vec<usize>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub struct Transpose {
+    pub perm: Vec<usize>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub struct Concat {
+    pub axis: usize,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub struct Split {
+    pub axis: usize,
+    pub sizes: Vec<usize>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub struct Slice {
+    pub axes: Vec<SliceAxis>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub struct Gather {
+    pub axis: usize,
+}
+
+/// `begins`/`ends` per axis; negative values crop.
+#[derive(Clone, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub struct Pad {
+    pub begins: Vec<i64>,
+    pub ends: Vec<i64>,
+    pub mode: PadMode,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub struct Softmax {
+    pub axis: usize,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub struct LogSoftmax {
+    pub axis: usize,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub struct Reduce {
+    pub kind: ReduceKind,
+    pub axes: Vec<usize>,
+    pub keepdims: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub struct LayerNorm {
+    pub axis: usize,
+    pub epsilon: f32,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub struct Cast {
+    pub to: DType,
+}
+
+/// The full output shape to broadcast to.
+#[derive(Clone, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub struct Expand {
+    pub shape: Vec<usize>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub struct Tile {
+    pub repeats: Vec<usize>,
+}
+
+/// x stored in `from` -> the same logical tensor (of shape `logical`) stored
+/// in `to`; padding positions of the output hold `pad`.
+#[derive(Clone, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub struct LayoutTransform {
+    pub from: Layout,
+    pub to: Layout,
+    pub logical: Vec<usize>,
+    pub pad: PadValue,
+}
+
+/// x -> x with `begins`/`ends` more elements on each axis, holding `value`.
+#[derive(Clone, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub struct PadWith {
+    pub begins: Vec<usize>,
+    pub ends: Vec<usize>,
+    pub value: PadValue,
+}
+
+/// x -> x without `begins`/`ends` elements on each axis; `assume` states what
+/// the removed elements hold, and who said so.
+#[derive(Clone, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub struct Crop {
+    pub begins: Vec<usize>,
+    pub ends: Vec<usize>,
+    pub assume: Option<Assumption>,
 }
 
 impl Op {
@@ -225,7 +373,7 @@ impl Op {
             Op::Constant(_) => "Constant",
             Op::Conv(_) => "Conv",
             Op::ConvTranspose(_) => "ConvTranspose",
-            Op::BatchNorm { .. } => "BatchNormalization",
+            Op::BatchNorm(_) => "BatchNormalization",
             Op::Unary(u) => u.name(),
             Op::Binary(b) => b.name(),
             Op::Where => "Where",
@@ -233,33 +381,37 @@ impl Op {
                 PoolKind::Max => "MaxPool",
                 PoolKind::Avg => "AveragePool",
             },
-            Op::GlobalPool(PoolKind::Max) => "GlobalMaxPool",
-            Op::GlobalPool(PoolKind::Avg) => "GlobalAveragePool",
-            Op::Gemm { .. } => "Gemm",
+            Op::GlobalPool(GlobalPool {
+                kind: PoolKind::Max,
+            }) => "GlobalMaxPool",
+            Op::GlobalPool(GlobalPool {
+                kind: PoolKind::Avg,
+            }) => "GlobalAveragePool",
+            Op::Gemm(_) => "Gemm",
             Op::MatMul => "MatMul",
-            Op::Reshape { .. } => "Reshape",
-            Op::Transpose { .. } => "Transpose",
-            Op::Concat { .. } => "Concat",
-            Op::Split { .. } => "Split",
-            Op::Slice { .. } => "Slice",
-            Op::Gather { .. } => "Gather",
-            Op::Pad { .. } => "Pad",
+            Op::Reshape(_) => "Reshape",
+            Op::Transpose(_) => "Transpose",
+            Op::Concat(_) => "Concat",
+            Op::Split(_) => "Split",
+            Op::Slice(_) => "Slice",
+            Op::Gather(_) => "Gather",
+            Op::Pad(_) => "Pad",
             Op::Resize(_) => "Resize",
-            Op::Softmax { .. } => "Softmax",
-            Op::LogSoftmax { .. } => "LogSoftmax",
-            Op::Reduce { kind, .. } => match kind {
+            Op::Softmax(_) => "Softmax",
+            Op::LogSoftmax(_) => "LogSoftmax",
+            Op::Reduce(r) => match r.kind {
                 ReduceKind::Sum => "ReduceSum",
                 ReduceKind::Mean => "ReduceMean",
                 ReduceKind::Max => "ReduceMax",
             },
-            Op::LayerNorm { .. } => "LayerNormalization",
-            Op::Cast { .. } => "Cast",
-            Op::Expand { .. } => "Expand",
-            Op::Tile { .. } => "Tile",
+            Op::LayerNorm(_) => "LayerNormalization",
+            Op::Cast(_) => "Cast",
+            Op::Expand(_) => "Expand",
+            Op::Tile(_) => "Tile",
             Op::Identity => "Identity",
-            Op::LayoutTransform { .. } => "LayoutTransform",
-            Op::PadWith { .. } => "PadWith",
-            Op::Crop { .. } => "Crop",
+            Op::LayoutTransform(_) => "LayoutTransform",
+            Op::PadWith(_) => "PadWith",
+            Op::Crop(_) => "Crop",
             Op::InLayout(l) => l.inner.kind_name(),
         }
     }
@@ -268,7 +420,7 @@ impl Op {
     pub fn num_outputs(&self) -> usize {
         match self {
             Op::InLayout(l) => l.inner.num_outputs(),
-            Op::Split { sizes, .. } => sizes.len(),
+            Op::Split(s) => s.sizes.len(),
             _ => 1,
         }
     }

@@ -78,13 +78,14 @@ pub(super) fn reduce(
 mod tests {
     use super::super::testutil::*;
     use crate::graph::{Op, ReduceKind};
+    use crate::ops::*;
 
     fn reduce(kind: ReduceKind, axes: &[usize], keepdims: bool) -> Op {
-        Op::Reduce {
+        Op::Reduce(Reduce {
             kind,
             axes: axes.to_vec(),
             keepdims,
-        }
+        })
     }
 
     #[test]

@@ -75,6 +75,7 @@ pub(super) fn layer_norm(axis: usize, epsilon: f32, inputs: &[&Tensor], out: &Va
 mod tests {
     use super::super::testutil::*;
     use crate::graph::Op;
+    use crate::ops::*;
 
     #[test]
     fn batch_norm_onnx_example() {
@@ -82,7 +83,10 @@ mod tests {
         let x = f32s(&[1, 2, 1, 3], &[-1., 0., 1., 2., 3., 4.]);
         let p = |v: [f32; 2]| f32s(&[2], &v);
         let (s, b, m, v) = (p([1.0, 1.5]), p([0.0, 1.0]), p([0.0, 3.0]), p([1.0, 1.5]));
-        let y = eval1(Op::BatchNorm { epsilon: 1e-5 }, &[&x, &s, &b, &m, &v]);
+        let y = eval1(
+            Op::BatchNorm(BatchNorm { epsilon: 1e-5 }),
+            &[&x, &s, &b, &m, &v],
+        );
         let want = [-0.999995, 0.0, 0.999995, -0.22474079, 1.0, 2.22474079];
         assert_close(&y, &[1, 2, 1, 3], &want, 1e-6);
     }
@@ -91,13 +95,13 @@ mod tests {
     fn softmax_and_log_softmax_along_an_axis() {
         // ONNX Softmax / LogSoftmax example values.
         let x = f32s(&[1, 3], &[-1., 0., 1.]);
-        let y = eval1(Op::Softmax { axis: 1 }, &[&x]);
+        let y = eval1(Op::Softmax(Softmax { axis: 1 }), &[&x]);
         assert_close(&y, &[1, 3], &[0.09003057, 0.24472847, 0.66524096], 1e-7);
-        let y = eval1(Op::LogSoftmax { axis: 1 }, &[&x]);
+        let y = eval1(Op::LogSoftmax(LogSoftmax { axis: 1 }), &[&x]);
         assert_close(&y, &[1, 3], &[-2.40760596, -1.40760596, -0.40760596], 1e-6);
         // Along axis 0 of [2,2]: each column sums to 1; large values do not overflow.
         let x = f32s(&[2, 2], &[1000., 0., 1000., 1.]);
-        let y = eval1(Op::Softmax { axis: 0 }, &[&x]);
+        let y = eval1(Op::Softmax(Softmax { axis: 0 }), &[&x]);
         let e = 1.0 / (1.0 + std::f64::consts::E);
         assert_close(&y, &[2, 2], &[0.5, e, 0.5, 1.0 - e], 1e-7);
     }
@@ -110,10 +114,10 @@ mod tests {
         let x = f32s(&[2, 3], &[1., 2., 3., 4., 6., 8.]);
         let scale = f32s(&[3], &[1., 2., 3.]);
         let bias = f32s(&[3], &[0., 0., 1.]);
-        let op = Op::LayerNorm {
+        let op = Op::LayerNorm(LayerNorm {
             axis: 1,
             epsilon: 1e-5,
-        };
+        });
         let y = eval1(op.clone(), &[&x, &scale, &bias]);
         let k1 = 1.22473569;
         let k2 = 2.0 / (8.0f64 / 3.0 + 1e-5).sqrt();
@@ -121,10 +125,10 @@ mod tests {
         assert_close(&y, &[2, 3], &want, 1e-6);
         // Axis 0 normalises everything; a scalar scale broadcasts, bias is optional.
         let y = eval1(
-            Op::LayerNorm {
+            Op::LayerNorm(LayerNorm {
                 axis: 0,
                 epsilon: 0.0,
-            },
+            }),
             &[&f32s(&[2, 2], &[1., 3., 1., 3.]), &f32s(&[], &[2.0])],
         );
         assert_close(&y, &[2, 2], &[-2., 2., -2., 2.], 1e-6);

@@ -1,8 +1,8 @@
 //! Shape and dtype inference for every op. Errors are plain messages; the graph
 //! wraps them with the span of the layer at fault.
 
-use super::op::*;
-use super::ValueType;
+use super::*;
+use crate::core::ValueType;
 use crate::core::{checked_numel, DType};
 
 type Res<T> = Result<T, String>;
@@ -262,7 +262,7 @@ pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
             }
             vec![ValueType::new(x.dtype, shape)]
         }
-        Op::BatchNorm { .. } => {
+        Op::BatchNorm(_) => {
             expect_inputs(inputs, 5, 5)?;
             let x = inputs[0];
             expect_float(x, "input")?;
@@ -340,9 +340,9 @@ pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
             shape.extend(std::iter::repeat_n(1, x.shape.len() - 2));
             vec![ValueType::new(x.dtype, shape)]
         }
-        Op::Gemm {
+        Op::Gemm(Gemm {
             trans_a, trans_b, ..
-        } => {
+        }) => {
             expect_inputs(inputs, 2, 3)?;
             let (a, b) = (inputs[0], inputs[1]);
             if a.shape.len() != 2 || b.shape.len() != 2 {
@@ -410,7 +410,7 @@ pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
             }
             vec![ValueType::new(a.dtype, shape)]
         }
-        Op::Reshape { shape } => {
+        Op::Reshape(Reshape { shape }) => {
             expect_inputs(inputs, 1, 1)?;
             let x = inputs[0];
             if checked_numel(shape) != Some(x.numel()) {
@@ -423,7 +423,7 @@ pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
             }
             vec![ValueType::new(x.dtype, shape.clone())]
         }
-        Op::Transpose { perm } => {
+        Op::Transpose(Transpose { perm }) => {
             expect_inputs(inputs, 1, 1)?;
             let x = inputs[0];
             let mut seen = vec![false; x.shape.len()];
@@ -440,7 +440,7 @@ pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
                 perm.iter().map(|&p| x.shape[p]).collect(),
             )]
         }
-        Op::Concat { axis } => {
+        Op::Concat(Concat { axis }) => {
             if inputs.is_empty() {
                 return Err("expects at least one input".into());
             }
@@ -463,7 +463,7 @@ pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
             }
             vec![ValueType::new(first.dtype, shape)]
         }
-        Op::Split { axis, sizes } => {
+        Op::Split(Split { axis, sizes }) => {
             expect_inputs(inputs, 1, 1)?;
             let x = inputs[0];
             if *axis >= x.shape.len() {
@@ -484,7 +484,7 @@ pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
                 })
                 .collect()
         }
-        Op::Slice { axes } => {
+        Op::Slice(Slice { axes }) => {
             expect_inputs(inputs, 1, 1)?;
             let x = inputs[0];
             let mut shape = x.shape.clone();
@@ -496,7 +496,7 @@ pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
             }
             vec![ValueType::new(x.dtype, shape)]
         }
-        Op::Gather { axis } => {
+        Op::Gather(Gather { axis }) => {
             expect_inputs(inputs, 2, 2)?;
             let (x, idx) = (inputs[0], inputs[1]);
             if *axis >= x.shape.len() {
@@ -510,7 +510,7 @@ pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
             shape.extend(&x.shape[axis + 1..]);
             vec![ValueType::new(x.dtype, shape)]
         }
-        Op::Pad { begins, ends, mode } => {
+        Op::Pad(Pad { begins, ends, mode }) => {
             expect_inputs(inputs, 1, 1)?;
             let x = inputs[0];
             if begins.len() != x.shape.len() || ends.len() != x.shape.len() {
@@ -554,7 +554,7 @@ pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
             }
             vec![ValueType::new(x.dtype, r.sizes.clone())]
         }
-        Op::Softmax { axis } | Op::LogSoftmax { axis } => {
+        Op::Softmax(Softmax { axis }) | Op::LogSoftmax(LogSoftmax { axis }) => {
             expect_inputs(inputs, 1, 1)?;
             let x = inputs[0];
             expect_float(x, "input")?;
@@ -563,7 +563,7 @@ pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
             }
             vec![x.clone()]
         }
-        Op::Reduce { axes, keepdims, .. } => {
+        Op::Reduce(Reduce { axes, keepdims, .. }) => {
             expect_inputs(inputs, 1, 1)?;
             let x = inputs[0];
             if axes.iter().any(|&a| a >= x.shape.len()) {
@@ -584,7 +584,7 @@ pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
             }
             vec![ValueType::new(x.dtype, shape)]
         }
-        Op::LayerNorm { axis, .. } => {
+        Op::LayerNorm(LayerNorm { axis, .. }) => {
             expect_inputs(inputs, 2, 3)?;
             let x = inputs[0];
             expect_float(x, "input")?;
@@ -602,11 +602,11 @@ pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
             }
             vec![x.clone()]
         }
-        Op::Cast { to } => {
+        Op::Cast(Cast { to }) => {
             expect_inputs(inputs, 1, 1)?;
             vec![ValueType::new(*to, inputs[0].shape.clone())]
         }
-        Op::Expand { shape } => {
+        Op::Expand(Expand { shape }) => {
             expect_inputs(inputs, 1, 1)?;
             let s = broadcast_shapes(&inputs[0].shape, shape)?;
             if &s != shape {
@@ -614,7 +614,7 @@ pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
             }
             vec![ValueType::new(inputs[0].dtype, s)]
         }
-        Op::Tile { repeats } => {
+        Op::Tile(Tile { repeats }) => {
             expect_inputs(inputs, 1, 1)?;
             let x = inputs[0];
             if repeats.len() != x.shape.len() {
@@ -630,9 +630,9 @@ pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
             expect_inputs(inputs, 1, 1)?;
             vec![inputs[0].clone()]
         }
-        Op::LayoutTransform {
+        Op::LayoutTransform(LayoutTransform {
             from, to, logical, ..
-        } => {
+        }) => {
             expect_inputs(inputs, 1, 1)?;
             let x = inputs[0];
             let want = from.physical_shape(logical).map_err(|e| e.to_string())?;
@@ -645,7 +645,7 @@ pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
             let shape = to.physical_shape(logical).map_err(|e| e.to_string())?;
             vec![ValueType::new(x.dtype, shape)]
         }
-        Op::PadWith { begins, ends, .. } | Op::Crop { begins, ends, .. } => {
+        Op::PadWith(PadWith { begins, ends, .. }) | Op::Crop(Crop { begins, ends, .. }) => {
             expect_inputs(inputs, 1, 1)?;
             let x = inputs[0];
             if begins.len() != x.shape.len() || ends.len() != x.shape.len() {
@@ -654,7 +654,7 @@ pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
                     x.shape
                 ));
             }
-            let grow = matches!(op, Op::PadWith { .. });
+            let grow = matches!(op, Op::PadWith(_));
             let mut shape = Vec::with_capacity(x.shape.len());
             for (i, &d) in x.shape.iter().enumerate() {
                 let (b, e) = (begins[i], ends[i]);

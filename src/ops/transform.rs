@@ -6,6 +6,7 @@
 use super::{Assumption, PadValue};
 use crate::core::with_fill;
 use crate::graph::{numel, strides, Op, Tensor};
+use crate::ops::{Crop, LayoutTransform, PadWith};
 
 /// Row-major offsets, in `outer`, of every element of a box of shape `inner`
 /// placed at `begins`.
@@ -79,25 +80,25 @@ fn crop(
 /// Runs a transform op on its input; `None` when `op` is not a transform.
 pub fn eval_transform(op: &Op, x: &Tensor) -> Option<Result<Tensor, String>> {
     Some(match op {
-        Op::LayoutTransform {
+        Op::LayoutTransform(LayoutTransform {
             from,
             to,
             logical,
             pad,
-        } => from
+        }) => from
             .from_physical(x, logical)
             .and_then(|t| to.to_physical(&t, pad.fill()))
             .map_err(|e| e.to_string()),
-        Op::PadWith {
+        Op::PadWith(PadWith {
             begins,
             ends,
             value,
-        } => Ok(pad_with(x, begins, ends, *value)),
-        Op::Crop {
+        }) => Ok(pad_with(x, begins, ends, *value)),
+        Op::Crop(Crop {
             begins,
             ends,
             assume,
-        } => crop(x, begins, ends, assume.as_ref()),
+        }) => crop(x, begins, ends, assume.as_ref()),
         _ => return None,
     })
 }
@@ -110,11 +111,11 @@ mod tests {
     #[test]
     fn pad_and_crop_by_hand() {
         let x = Tensor::from_f32(vec![2, 2], vec![1.0, 2.0, 3.0, 4.0]);
-        let pad = Op::PadWith {
+        let pad = Op::PadWith(PadWith {
             begins: vec![1, 0],
             ends: vec![0, 1],
             value: PadValue::Known(9.0),
-        };
+        });
         let p = eval_transform(&pad, &x).unwrap().unwrap();
         assert_eq!(p.shape, vec![3, 3]);
         assert_eq!(
@@ -122,18 +123,18 @@ mod tests {
             vec![9.0, 9.0, 9.0, 1.0, 2.0, 9.0, 3.0, 4.0, 9.0]
         );
         // crop(pad(x)) = x, and the crop may assume the 9s.
-        let c = Op::Crop {
+        let c = Op::Crop(Crop {
             begins: vec![1, 0],
             ends: vec![0, 1],
             assume: Some(Assumption::new(9.0, "test")),
-        };
+        });
         assert_eq!(eval_transform(&c, &p).unwrap().unwrap(), x);
         // A wrong assumption is caught.
-        let wrong = Op::Crop {
+        let wrong = Op::Crop(Crop {
             begins: vec![1, 0],
             ends: vec![0, 1],
             assume: Some(Assumption::new(0.0, "test")),
-        };
+        });
         let e = eval_transform(&wrong, &p).unwrap().unwrap_err();
         assert!(e.contains("does not hold") && e.contains("test"), "{e}");
     }
@@ -141,27 +142,27 @@ mod tests {
     #[test]
     fn layout_transform_pads_with_its_value() {
         let x = Tensor::from_f32(vec![1, 3, 1, 1], vec![1.0, 2.0, 3.0]);
-        let t = Op::LayoutTransform {
+        let t = Op::LayoutTransform(LayoutTransform {
             from: Layout::parse("NCHW").unwrap(),
             to: Layout::parse("NCHW4c").unwrap(),
             logical: vec![1, 3, 1, 1],
             pad: PadValue::Known(0.0),
-        };
+        });
         let y = eval_transform(&t, &x).unwrap().unwrap();
         assert_eq!(y.shape, vec![1, 1, 1, 1, 4]);
         assert_eq!(y.to_f32(), vec![1.0, 2.0, 3.0, 0.0]);
-        let Op::LayoutTransform {
+        let Op::LayoutTransform(LayoutTransform {
             from, to, logical, ..
-        } = t
+        }) = t
         else {
             unreachable!()
         };
-        let undef = Op::LayoutTransform {
+        let undef = Op::LayoutTransform(LayoutTransform {
             from,
             to,
             logical,
             pad: PadValue::Undef,
-        };
+        });
         assert!(eval_transform(&undef, &x).unwrap().unwrap().to_f32()[3].is_nan());
     }
 }

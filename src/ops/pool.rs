@@ -91,6 +91,7 @@ pub(super) fn global_pool(kind: PoolKind, x: &Tensor, out: &ValueType) -> Tensor
 mod tests {
     use super::super::testutil::*;
     use crate::graph::{Op, Pool, PoolKind, Tensor, Window};
+    use crate::ops::*;
 
     fn pool(
         kind: PoolKind,
@@ -232,9 +233,19 @@ mod tests {
         );
         // Global pools over a 3-D volume: channel c holds 8c .. 8c+7.
         let x = iota(&[1, 2, 2, 2, 2]);
-        let y = eval1(Op::GlobalPool(PoolKind::Avg), &[&x]);
+        let y = eval1(
+            Op::GlobalPool(GlobalPool {
+                kind: PoolKind::Avg,
+            }),
+            &[&x],
+        );
         assert_close(&y, &[1, 2, 1, 1, 1], &[3.5, 11.5], 1e-6);
-        let y = eval1(Op::GlobalPool(PoolKind::Max), &[&x]);
+        let y = eval1(
+            Op::GlobalPool(GlobalPool {
+                kind: PoolKind::Max,
+            }),
+            &[&x],
+        );
         assert_close(&y, &[1, 2, 1, 1, 1], &[7.0, 15.0], 0.0);
     }
 }

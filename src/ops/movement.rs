@@ -181,16 +181,20 @@ fn reflect(c: i64, n: i64) -> usize {
 mod tests {
     use super::super::testutil::*;
     use crate::graph::{DType, Op, PadMode, SliceAxis, Tensor, TensorData};
+    use crate::ops::*;
 
     #[test]
     fn transpose_matches_explicit_loops() {
-        let y = eval1(Op::Transpose { perm: vec![1, 0] }, &[&iota(&[2, 3])]);
+        let y = eval1(
+            Op::Transpose(Transpose { perm: vec![1, 0] }),
+            &[&iota(&[2, 3])],
+        );
         assert_close(&y, &[3, 2], &[0.0, 3.0, 1.0, 4.0, 2.0, 5.0], 0.0);
         // out[k][i][j] = x[i][j][k] = 12i + 4j + k
         let y = eval1(
-            Op::Transpose {
+            Op::Transpose(Transpose {
                 perm: vec![2, 0, 1],
-            },
+            }),
             &[&iota(&[2, 3, 4])],
         );
         let mut want = vec![];
@@ -204,7 +208,7 @@ mod tests {
         assert_close(&y, &[4, 2, 3], &want, 0.0);
         // Any dtype.
         let b = Tensor::new(vec![1, 3], TensorData::Bool(vec![true, false, true]));
-        let y = eval1(Op::Transpose { perm: vec![1, 0] }, &[&b]);
+        let y = eval1(Op::Transpose(Transpose { perm: vec![1, 0] }), &[&b]);
         assert_eq!((y.shape, y.data), (vec![3, 1], b.data));
     }
 
@@ -212,29 +216,29 @@ mod tests {
     fn concat_and_split_are_inverse() {
         let a = iota(&[2, 2]);
         let b = f32s(&[2, 1], &[10.0, 11.0]);
-        let y = eval1(Op::Concat { axis: 1 }, &[&a, &b]);
+        let y = eval1(Op::Concat(Concat { axis: 1 }), &[&a, &b]);
         assert_close(&y, &[2, 3], &[0.0, 1.0, 10.0, 2.0, 3.0, 11.0], 0.0);
-        let y = eval1(Op::Concat { axis: 0 }, &[&a, &iota(&[1, 2])]);
+        let y = eval1(Op::Concat(Concat { axis: 0 }), &[&a, &iota(&[1, 2])]);
         assert_close(&y, &[3, 2], &[0.0, 1.0, 2.0, 3.0, 0.0, 1.0], 0.0);
         let parts = eval(
-            Op::Split {
+            Op::Split(Split {
                 axis: 1,
                 sizes: vec![2, 0, 3],
-            },
+            }),
             &[&iota(&[2, 5])],
         );
         assert_close(&parts[0], &[2, 2], &[0.0, 1.0, 5.0, 6.0], 0.0);
         assert_close(&parts[1], &[2, 0], &[], 0.0);
         assert_close(&parts[2], &[2, 3], &[2.0, 3.0, 4.0, 7.0, 8.0, 9.0], 0.0);
         let refs: Vec<&Tensor> = parts.iter().collect();
-        let back = eval1(Op::Concat { axis: 1 }, &refs);
+        let back = eval1(Op::Concat(Concat { axis: 1 }), &refs);
         assert_eq!(back, iota(&[2, 5]));
     }
 
     #[test]
     fn slice_with_negative_steps() {
         // Rows 2, 1, 0 (end -1 means "through the front"), columns 1 and 3.
-        let op = Op::Slice {
+        let op = Op::Slice(Slice {
             axes: vec![
                 SliceAxis {
                     axis: 0,
@@ -249,17 +253,17 @@ mod tests {
                     step: 2,
                 },
             ],
-        };
+        });
         let y = eval1(op, &[&iota(&[3, 4])]);
         assert_close(&y, &[3, 2], &[9.0, 11.0, 5.0, 7.0, 1.0, 3.0], 0.0);
-        let bad = Op::Slice {
+        let bad = Op::Slice(Slice {
             axes: vec![SliceAxis {
                 axis: 0,
                 start: 5,
                 end: 7,
                 step: 1,
             }],
-        };
+        });
         let err = try_eval(bad, &[&iota(&[3])]).unwrap_err();
         assert!(err.contains("outside"), "{err}");
     }
@@ -269,36 +273,43 @@ mod tests {
         // ONNX Gather examples (axis 0 and axis 1).
         let data = f32s(&[3, 2], &[1.0, 1.2, 2.3, 3.4, 4.5, 5.7]);
         let y = eval1(
-            Op::Gather { axis: 0 },
+            Op::Gather(Gather { axis: 0 }),
             &[&data, &i64s(&[2, 2], &[0, 1, 1, 2])],
         );
         let want = [1.0, 1.2, 2.3, 3.4, 2.3, 3.4, 4.5, 5.7];
         assert_close(&y, &[2, 2, 2], &want, 1e-6);
         let data = f32s(&[3, 3], &[1.0, 1.2, 1.9, 2.3, 3.4, 3.9, 4.5, 5.7, 5.9]);
-        let y = eval1(Op::Gather { axis: 1 }, &[&data, &i64s(&[1, 2], &[0, 2])]);
+        let y = eval1(
+            Op::Gather(Gather { axis: 1 }),
+            &[&data, &i64s(&[1, 2], &[0, 2])],
+        );
         assert_close(&y, &[3, 1, 2], &[1.0, 1.9, 2.3, 3.9, 4.5, 5.9], 1e-6);
         // Negative indices count from the end; i32 indices work too.
         let idx = Tensor::new(vec![2], TensorData::I32(vec![-1, 0]));
-        let y = eval1(Op::Gather { axis: 1 }, &[&data, &idx]);
+        let y = eval1(Op::Gather(Gather { axis: 1 }), &[&data, &idx]);
         assert_close(&y, &[3, 2], &[1.9, 1.0, 3.9, 2.3, 5.9, 4.5], 1e-6);
         // A scalar index drops the axis.
         let y = eval1(
-            Op::Gather { axis: 0 },
+            Op::Gather(Gather { axis: 0 }),
             &[&i64s(&[3], &[7, 8, 9]), &i64s(&[], &[1])],
         );
         assert_i64(&y, &[], &[8]);
         for bad in [3, -4] {
-            let err = try_eval(Op::Gather { axis: 0 }, &[&data, &i64s(&[1], &[bad])]).unwrap_err();
+            let err = try_eval(
+                Op::Gather(Gather { axis: 0 }),
+                &[&data, &i64s(&[1], &[bad])],
+            )
+            .unwrap_err();
             assert!(err.contains("out of range"), "{err}");
         }
     }
 
     fn pad(begins: &[i64], ends: &[i64], mode: PadMode) -> Op {
-        Op::Pad {
+        Op::Pad(Pad {
             begins: begins.to_vec(),
             ends: ends.to_vec(),
             mode,
-        }
+        })
     }
 
     #[test]
@@ -338,9 +349,9 @@ mod tests {
         // ONNX Tile example.
         let x = iota(&[2, 2]);
         let y = eval1(
-            Op::Tile {
+            Op::Tile(Tile {
                 repeats: vec![2, 2],
-            },
+            }),
             &[&x],
         );
         let want = [
@@ -348,24 +359,30 @@ mod tests {
         ];
         assert_close(&y, &[4, 4], &want, 0.0);
         let y = eval1(
-            Op::Expand {
+            Op::Expand(Expand {
                 shape: vec![2, 3, 2],
-            },
+            }),
             &[&f32s(&[3, 1], &[1.0, 2.0, 3.0])],
         );
         let want = [1., 1., 2., 2., 3., 3., 1., 1., 2., 2., 3., 3.];
         assert_close(&y, &[2, 3, 2], &want, 0.0);
-        let y = eval1(Op::Reshape { shape: vec![3, 2] }, &[&iota(&[2, 3])]);
+        let y = eval1(
+            Op::Reshape(Reshape { shape: vec![3, 2] }),
+            &[&iota(&[2, 3])],
+        );
         assert_close(&y, &[3, 2], &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0], 0.0);
         let big = i64s(&[1], &[i64::MAX]);
         assert_eq!(eval1(Op::Identity, &[&big]), big);
         // Cast float → int truncates toward zero.
         let y = eval1(
-            Op::Cast { to: DType::I64 },
+            Op::Cast(Cast { to: DType::I64 }),
             &[&f32s(&[3], &[-1.7, 2.9, 0.5])],
         );
         assert_i64(&y, &[3], &[-1, 2, 0]);
-        let y = eval1(Op::Cast { to: DType::Bool }, &[&f32s(&[2], &[0.0, -0.5])]);
+        let y = eval1(
+            Op::Cast(Cast { to: DType::Bool }),
+            &[&f32s(&[2], &[0.0, -0.5])],
+        );
         assert_eq!(y.data, TensorData::Bool(vec![false, true]));
     }
 }

@@ -146,6 +146,7 @@ pub(super) fn gemm(
 mod tests {
     use super::super::testutil::*;
     use crate::graph::Op;
+    use crate::ops::*;
 
     #[test]
     fn matmul_2d_and_vectors() {
@@ -211,20 +212,20 @@ mod tests {
         let a = f32s(&[2, 2], &[1., 2., 3., 4.]);
         let b = f32s(&[2, 2], &[1., 0., 1., 1.]);
         let c = f32s(&[2], &[10., 20.]);
-        let op = Op::Gemm {
+        let op = Op::Gemm(Gemm {
             alpha: 2.0,
             beta: 0.5,
             trans_a: true,
             trans_b: true,
-        };
+        });
         assert_close(&eval1(op, &[&a, &b, &c]), &[2, 2], &[7., 18., 9., 22.], 0.0);
         // Non-square, no C: [1,3]x[3,2] with B given transposed ([2,3]).
-        let op = Op::Gemm {
+        let op = Op::Gemm(Gemm {
             alpha: 1.0,
             beta: 1.0,
             trans_a: false,
             trans_b: true,
-        };
+        });
         let y = eval1(op, &[&f32s(&[1, 3], &[1., 2., 3.]), &iota(&[2, 3])]);
         assert_close(&y, &[1, 2], &[8., 26.], 0.0);
     }
