@@ -7,8 +7,127 @@
 //! for input `i`. `index::for_each_run` walks the in-bounds part of that map.
 
 use super::index::{for_each_run, kernel_offsets};
+use super::shape::*;
+#[allow(unused_imports)]
+use super::*;
 use crate::graph::{numel, Conv, ConvTranspose, Tensor, TensorData, ValueType};
 use rayon::prelude::*;
+
+impl OpDef for Conv {
+    fn name(&self) -> &'static str {
+        "Conv"
+    }
+
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+        let c = self;
+
+        expect_inputs(inputs, 2, 3)?;
+        let (x, w) = (inputs[0], inputs[1]);
+        expect_float(x, "input")?;
+        check_rank_at_least(x, 3, "input")?;
+        if w.shape.len() != x.shape.len() {
+            return Err(format!(
+                "weight shape {:?} does not match input shape {:?}",
+                w.shape, x.shape
+            ));
+        }
+        let (cin, cout) = (x.shape[1], w.shape[0]);
+        if c.group == 0 || cin % c.group != 0 || cout % c.group != 0 {
+            return Err(format!(
+                "group {} does not divide input channels {cin} and output channels {cout}",
+                c.group
+            ));
+        }
+        if w.shape[1] * c.group != cin {
+            return Err(format!(
+                "weight shape {:?} expects {} input channels, input has {cin}",
+                w.shape,
+                w.shape[1] * c.group
+            ));
+        }
+        if w.shape[2..] != c.window.kernel[..] {
+            return Err(format!(
+                "kernel_shape {:?} does not match weight shape {:?}",
+                c.window.kernel, w.shape
+            ));
+        }
+        if let Some(b) = inputs.get(2) {
+            if b.shape != [cout] {
+                return Err(format!("bias shape {:?} is not [{cout}]", b.shape));
+            }
+        }
+        let mut shape = vec![x.shape[0], cout];
+        shape.extend(window_outputs(&c.window, &x.shape[2..], false)?);
+        Ok(vec![ValueType::new(x.dtype, shape)])
+    }
+
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        let out = &outputs[0];
+        let c = self;
+        Ok(vec![conv(c, x, out)])
+    }
+}
+
+impl OpDef for ConvTranspose {
+    fn name(&self) -> &'static str {
+        "ConvTranspose"
+    }
+
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+        let c = self;
+
+        expect_inputs(inputs, 2, 3)?;
+        let (x, w) = (inputs[0], inputs[1]);
+        expect_float(x, "input")?;
+        check_rank_at_least(x, 3, "input")?;
+        if w.shape.len() != x.shape.len() || w.shape[0] != x.shape[1] {
+            return Err(format!(
+                "weight shape {:?} does not match input shape {:?}",
+                w.shape, x.shape
+            ));
+        }
+        if c.group == 0 || x.shape[1] % c.group != 0 {
+            return Err(format!(
+                "group {} does not divide input channels {}",
+                c.group, x.shape[1]
+            ));
+        }
+        let cout = w.shape[1] * c.group;
+        if let Some(b) = inputs.get(2) {
+            if b.shape != [cout] {
+                return Err(format!("bias shape {:?} is not [{cout}]", b.shape));
+            }
+        }
+        check_window(&c.window, &x.shape[2..])?;
+        let mut shape = vec![x.shape[0], cout];
+        for i in 0..x.shape.len() - 2 {
+            let w_ = &c.window;
+            let full = w_.strides[i]
+                .checked_mul(x.shape[i + 2].max(1) - 1)
+                .and_then(|f| f.checked_add(c.output_padding.get(i).copied().unwrap_or(0)))
+                .and_then(|f| {
+                    f.checked_add(w_.kernel[i].checked_sub(1)?.checked_mul(w_.dilations[i])?)
+                })
+                .and_then(|f| f.checked_add(1))
+                .ok_or_else(|| format!("output extents overflow (window {w_:?})"))?;
+            let pads = w_
+                .pad_begin(i)
+                .checked_add(w_.pad_end(i))
+                .ok_or_else(|| format!("pads {:?} overflow", w_.pads))?;
+            if full <= pads {
+                return Err(format!("pads {:?} remove the whole output", w_.pads));
+            }
+            shape.push(full - pads);
+        }
+        Ok(vec![ValueType::new(x.dtype, shape)])
+    }
+
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        let out = &outputs[0];
+        let c = self;
+        Ok(vec![conv_transpose(c, x, out)?])
+    }
+}
 
 /// Shared plumbing: converts inputs to f64, fills each output plane with its bias,
 /// calls `plane(batch, out_channel, acc)` for every plane in parallel, and converts

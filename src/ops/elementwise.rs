@@ -2,7 +2,92 @@
 //! Floats compute in f64; integers compute exactly in i64 (wrapping to the dtype).
 
 use super::index::{broadcast_indices, concat_data};
+use super::shape::*;
+#[allow(unused_imports)]
+use super::*;
 use crate::graph::{BinaryOp, DType, Tensor, TensorData, UnaryOp, ValueType};
+
+impl OpDef for UnaryOp {
+    fn name(&self) -> &'static str {
+        UnaryOp::name(*self)
+    }
+
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+        expect_inputs(inputs, 1, 1)?;
+        // These four are defined on integers too.
+        if !matches!(
+            self,
+            UnaryOp::Abs | UnaryOp::Neg | UnaryOp::Relu | UnaryOp::Clip { .. }
+        ) {
+            expect_float(inputs[0], "input")?;
+        }
+        Ok(vec![inputs[0].clone()])
+    }
+
+    fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        let u = self;
+        Ok(vec![unary(*u, x[0])?])
+    }
+}
+
+impl OpDef for BinaryOp {
+    fn name(&self) -> &'static str {
+        BinaryOp::name(*self)
+    }
+
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+        let b = self;
+
+        expect_inputs(inputs, 2, 2)?;
+        let (x, y) = (inputs[0], inputs[1]);
+        if x.dtype != y.dtype && *b != BinaryOp::Pow {
+            return Err(format!(
+                "operands have different types {} and {}",
+                x.dtype, y.dtype
+            ));
+        }
+        let shape = broadcast_shapes(&x.shape, &y.shape)?;
+        let dtype = if b.is_comparison() {
+            DType::Bool
+        } else {
+            x.dtype
+        };
+        Ok(vec![ValueType::new(dtype, shape)])
+    }
+
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        let out = &outputs[0];
+        let b = self;
+        Ok(vec![binary(*b, x[0], x[1], out)?])
+    }
+}
+
+impl OpDef for Where {
+    fn name(&self) -> &'static str {
+        "Where"
+    }
+
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+        expect_inputs(inputs, 3, 3)?;
+        if inputs[0].dtype != DType::Bool {
+            return Err(format!("condition must be bool, got {}", inputs[0].dtype));
+        }
+        if inputs[1].dtype != inputs[2].dtype {
+            return Err(format!(
+                "branches have different types {} and {}",
+                inputs[1].dtype, inputs[2].dtype
+            ));
+        }
+        let s = broadcast_shapes(&inputs[0].shape, &inputs[1].shape)?;
+        let s = broadcast_shapes(&s, &inputs[2].shape)?;
+        Ok(vec![ValueType::new(inputs[1].dtype, s)])
+    }
+
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        let out = &outputs[0];
+        Ok(vec![where_(x[0], x[1], x[2], out)?])
+    }
+}
 
 pub(super) fn unary(u: UnaryOp, x: &Tensor) -> Result<Tensor, String> {
     let dtype = x.dtype();

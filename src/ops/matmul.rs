@@ -2,8 +2,113 @@
 //! exact in i64 (wrapping). Rows of each product are computed in parallel.
 
 use super::index::broadcast_indices;
+use super::shape::*;
+#[allow(unused_imports)]
+use super::*;
 use crate::graph::{broadcast_shapes, numel, DType, Tensor, TensorData, ValueType};
 use rayon::prelude::*;
+
+impl OpDef for Gemm {
+    fn name(&self) -> &'static str {
+        "Gemm"
+    }
+
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+        let Gemm {
+            trans_a, trans_b, ..
+        } = self;
+
+        expect_inputs(inputs, 2, 3)?;
+        let (a, b) = (inputs[0], inputs[1]);
+        if a.shape.len() != 2 || b.shape.len() != 2 {
+            return Err(format!(
+                "operands must be matrices, got {:?} and {:?}",
+                a.shape, b.shape
+            ));
+        }
+        let (m, ka) = if *trans_a {
+            (a.shape[1], a.shape[0])
+        } else {
+            (a.shape[0], a.shape[1])
+        };
+        let (kb, n) = if *trans_b {
+            (b.shape[1], b.shape[0])
+        } else {
+            (b.shape[0], b.shape[1])
+        };
+        if ka != kb {
+            return Err(format!(
+                "inner dimensions differ: A {:?} (trans {trans_a}), B {:?} (trans {trans_b})",
+                a.shape, b.shape
+            ));
+        }
+        if let Some(c) = inputs.get(2) {
+            let s = broadcast_shapes(&c.shape, &[m, n])?;
+            if s != [m, n] {
+                return Err(format!(
+                    "C shape {:?} does not broadcast to [{m}, {n}]",
+                    c.shape
+                ));
+            }
+        }
+        Ok(vec![ValueType::new(a.dtype, vec![m, n])])
+    }
+
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        let out = &outputs[0];
+        let Gemm {
+            alpha,
+            beta,
+            trans_a,
+            trans_b,
+        } = self;
+        Ok(vec![gemm(*alpha, *beta, *trans_a, *trans_b, x, out)?])
+    }
+}
+
+impl OpDef for MatMul {
+    fn name(&self) -> &'static str {
+        "MatMul"
+    }
+
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+        expect_inputs(inputs, 2, 2)?;
+        let (a, b) = (inputs[0], inputs[1]);
+        if a.shape.is_empty() || b.shape.is_empty() {
+            return Err("operands must have rank at least 1".into());
+        }
+        let mut sa = a.shape.clone();
+        let mut sb = b.shape.clone();
+        let (va, vb) = (sa.len() == 1, sb.len() == 1);
+        if va {
+            sa.insert(0, 1);
+        }
+        if vb {
+            sb.push(1);
+        }
+        let (m, k) = (sa[sa.len() - 2], sa[sa.len() - 1]);
+        let (k2, n) = (sb[sb.len() - 2], sb[sb.len() - 1]);
+        if k != k2 {
+            return Err(format!(
+                "inner dimensions differ: {:?} x {:?}",
+                a.shape, b.shape
+            ));
+        }
+        let mut shape = broadcast_shapes(&sa[..sa.len() - 2], &sb[..sb.len() - 2])?;
+        if !va {
+            shape.push(m);
+        }
+        if !vb {
+            shape.push(n);
+        }
+        Ok(vec![ValueType::new(a.dtype, shape)])
+    }
+
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        let out = &outputs[0];
+        Ok(vec![matmul(x[0], x[1], out)?])
+    }
+}
 
 /// An accumulator element type.
 trait Num: Copy + Send + Sync {

@@ -8,6 +8,7 @@
 mod conv;
 mod elementwise;
 mod eval;
+mod in_layout;
 mod index;
 mod matmul;
 mod movement;
@@ -16,15 +17,15 @@ mod pool;
 mod reduce;
 mod resize;
 mod shape;
+mod source;
 #[cfg(test)]
 pub(crate) mod testutil;
 mod transform;
 
 pub use crate::core::scalar::{BinaryOp, UnaryOp};
-use crate::core::{Assumption, DType, Layout, PadValue, Tensor};
+use crate::core::{Assumption, DType, Layout, PadValue, Tensor, ValueType};
 pub use eval::eval_op;
 pub use shape::{broadcast_shapes, infer_outputs, window_output_extent};
-pub use transform::eval_transform;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PoolKind {
@@ -365,64 +366,75 @@ pub struct Crop {
     pub assume: Option<Assumption>,
 }
 
+/// What one operator means to every stage of the compiler, in one place: its
+/// shape inference, its reference semantics, how layouts and padding flow
+/// through it, its cost, its TIR compute and its ONNX form. Every type an [`Op`]
+/// variant holds implements it; stages ask the op instead of matching on it.
+pub trait OpDef {
+    /// The ONNX operator type (reports, errors, export).
+    fn name(&self) -> &'static str;
+
+    /// How many outputs the op produces.
+    fn num_outputs(&self) -> usize {
+        1
+    }
+
+    /// The output types for inputs of the given types (shape inference). Errors
+    /// are plain messages; the graph adds the layer's span.
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String>;
+
+    /// The reference semantics: outputs of exactly the types `outputs` for inputs
+    /// already checked against [`OpDef::infer`]. Floats compute in f64.
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String>;
+}
+
 impl Op {
-    /// A short name for reports and errors.
-    pub fn kind_name(&self) -> &'static str {
+    /// What the op means: the [`OpDef`] of its attributes.
+    pub fn def(&self) -> &dyn OpDef {
         match self {
-            Op::Input => "Input",
-            Op::Constant(_) => "Constant",
-            Op::Conv(_) => "Conv",
-            Op::ConvTranspose(_) => "ConvTranspose",
-            Op::BatchNorm(_) => "BatchNormalization",
-            Op::Unary(u) => u.name(),
-            Op::Binary(b) => b.name(),
-            Op::Where => "Where",
-            Op::Pool(p) => match p.kind {
-                PoolKind::Max => "MaxPool",
-                PoolKind::Avg => "AveragePool",
-            },
-            Op::GlobalPool(GlobalPool {
-                kind: PoolKind::Max,
-            }) => "GlobalMaxPool",
-            Op::GlobalPool(GlobalPool {
-                kind: PoolKind::Avg,
-            }) => "GlobalAveragePool",
-            Op::Gemm(_) => "Gemm",
-            Op::MatMul => "MatMul",
-            Op::Reshape(_) => "Reshape",
-            Op::Transpose(_) => "Transpose",
-            Op::Concat(_) => "Concat",
-            Op::Split(_) => "Split",
-            Op::Slice(_) => "Slice",
-            Op::Gather(_) => "Gather",
-            Op::Pad(_) => "Pad",
-            Op::Resize(_) => "Resize",
-            Op::Softmax(_) => "Softmax",
-            Op::LogSoftmax(_) => "LogSoftmax",
-            Op::Reduce(r) => match r.kind {
-                ReduceKind::Sum => "ReduceSum",
-                ReduceKind::Mean => "ReduceMean",
-                ReduceKind::Max => "ReduceMax",
-            },
-            Op::LayerNorm(_) => "LayerNormalization",
-            Op::Cast(_) => "Cast",
-            Op::Expand(_) => "Expand",
-            Op::Tile(_) => "Tile",
-            Op::Identity => "Identity",
-            Op::LayoutTransform(_) => "LayoutTransform",
-            Op::PadWith(_) => "PadWith",
-            Op::Crop(_) => "Crop",
-            Op::InLayout(l) => l.inner.kind_name(),
+            Op::Input => &Input,
+            Op::Constant(t) => t,
+            Op::Conv(c) => c,
+            Op::ConvTranspose(c) => c,
+            Op::BatchNorm(b) => b,
+            Op::Unary(u) => u,
+            Op::Binary(b) => b,
+            Op::Where => &Where,
+            Op::Pool(p) => p,
+            Op::GlobalPool(p) => p,
+            Op::Gemm(g) => g,
+            Op::MatMul => &MatMul,
+            Op::Reshape(r) => r,
+            Op::Transpose(t) => t,
+            Op::Concat(c) => c,
+            Op::Split(s) => s,
+            Op::Slice(s) => s,
+            Op::Gather(g) => g,
+            Op::Pad(p) => p,
+            Op::Resize(r) => r,
+            Op::Softmax(s) => s,
+            Op::LogSoftmax(s) => s,
+            Op::Reduce(r) => r,
+            Op::LayerNorm(l) => l,
+            Op::Cast(c) => c,
+            Op::Expand(e) => e,
+            Op::Tile(t) => t,
+            Op::Identity => &Identity,
+            Op::LayoutTransform(t) => t,
+            Op::PadWith(p) => p,
+            Op::Crop(c) => c,
+            Op::InLayout(l) => l.as_ref(),
         }
+    }
+
+    /// A short name for reports and errors (the ONNX operator type).
+    pub fn kind_name(&self) -> &'static str {
+        self.def().name()
     }
 
     /// Number of outputs the op produces.
     pub fn num_outputs(&self) -> usize {
-        match self {
-            Op::InLayout(l) => l.inner.num_outputs(),
-            Op::Split(s) => s.sizes.len(),
-            _ => 1,
-        }
+        self.def().num_outputs()
     }
 }
 

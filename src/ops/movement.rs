@@ -2,7 +2,335 @@
 //! element and gathers (see `index`).
 
 use super::index::{affine_indices, broadcast_indices, concat_data, gather_axes};
+use super::shape::*;
+#[allow(unused_imports)]
+use super::*;
 use crate::graph::{strides, PadMode, SliceAxis, Tensor, ValueType};
+
+impl OpDef for Reshape {
+    fn name(&self) -> &'static str {
+        "Reshape"
+    }
+
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+        let Reshape { shape } = self;
+
+        expect_inputs(inputs, 1, 1)?;
+        let x = inputs[0];
+        if checked_numel(shape) != Some(x.numel()) {
+            return Err(format!(
+                "cannot reshape {:?} ({} elements) to {:?}",
+                x.shape,
+                x.numel(),
+                shape
+            ));
+        }
+        Ok(vec![ValueType::new(x.dtype, shape.clone())])
+    }
+
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        let out = &outputs[0];
+        Ok(vec![Tensor::new(out.shape.clone(), x[0].data.clone())])
+    }
+}
+
+impl OpDef for Transpose {
+    fn name(&self) -> &'static str {
+        "Transpose"
+    }
+
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+        let Transpose { perm } = self;
+
+        expect_inputs(inputs, 1, 1)?;
+        let x = inputs[0];
+        let mut seen = vec![false; x.shape.len()];
+        if perm.len() != x.shape.len() || perm.iter().any(|&p| p >= seen.len()) {
+            return Err(format!("perm {perm:?} does not fit shape {:?}", x.shape));
+        }
+        for &p in perm {
+            if std::mem::replace(&mut seen[p], true) {
+                return Err(format!("perm {perm:?} repeats axis {p}"));
+            }
+        }
+        Ok(vec![ValueType::new(
+            x.dtype,
+            perm.iter().map(|&p| x.shape[p]).collect(),
+        )])
+    }
+
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        let out = &outputs[0];
+        let Transpose { perm } = self;
+        Ok(vec![transpose(perm, x[0], out)])
+    }
+}
+
+impl OpDef for Concat {
+    fn name(&self) -> &'static str {
+        "Concat"
+    }
+
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+        let Concat { axis } = self;
+
+        if inputs.is_empty() {
+            return Err("expects at least one input".into());
+        }
+        let first = inputs[0];
+        if *axis >= first.shape.len() {
+            return Err(format!(
+                "axis {axis} out of range for shape {:?}",
+                first.shape
+            ));
+        }
+        let mut shape = first.shape.clone();
+        shape[*axis] = 0;
+        for t in inputs {
+            let same_rest = t.shape.len() == first.shape.len()
+                && (0..t.shape.len()).all(|i| i == *axis || t.shape[i] == first.shape[i]);
+            if !same_rest || t.dtype != first.dtype {
+                return Err(format!("inputs {first} and {t} differ outside axis {axis}"));
+            }
+            shape[*axis] += t.shape[*axis];
+        }
+        Ok(vec![ValueType::new(first.dtype, shape)])
+    }
+
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        let out = &outputs[0];
+        let Concat { axis } = self;
+        Ok(vec![concat(*axis, x, out)?])
+    }
+}
+
+impl OpDef for Split {
+    fn name(&self) -> &'static str {
+        "Split"
+    }
+
+    fn num_outputs(&self) -> usize {
+        self.sizes.len()
+    }
+
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+        let Split { axis, sizes } = self;
+
+        expect_inputs(inputs, 1, 1)?;
+        let x = inputs[0];
+        if *axis >= x.shape.len() {
+            return Err(format!("axis {axis} out of range for shape {:?}", x.shape));
+        }
+        if sizes.iter().sum::<usize>() != x.shape[*axis] {
+            return Err(format!(
+                "split sizes {sizes:?} do not add up to extent {} of axis {axis}",
+                x.shape[*axis]
+            ));
+        }
+        Ok(sizes
+            .iter()
+            .map(|&s| {
+                let mut shape = x.shape.clone();
+                shape[*axis] = s;
+                ValueType::new(x.dtype, shape)
+            })
+            .collect())
+    }
+
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        let Split { axis, sizes } = self;
+        split(*axis, sizes, x[0], outputs)
+    }
+}
+
+impl OpDef for Slice {
+    fn name(&self) -> &'static str {
+        "Slice"
+    }
+
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+        let Slice { axes } = self;
+
+        expect_inputs(inputs, 1, 1)?;
+        let x = inputs[0];
+        let mut shape = x.shape.clone();
+        for a in axes {
+            if a.axis >= shape.len() || a.step == 0 {
+                return Err(format!("bad slice {a:?} for shape {:?}", x.shape));
+            }
+            shape[a.axis] = slice_extent(a);
+        }
+        Ok(vec![ValueType::new(x.dtype, shape)])
+    }
+
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        let out = &outputs[0];
+        let Slice { axes } = self;
+        Ok(vec![slice(axes, x[0], out)?])
+    }
+}
+
+impl OpDef for Gather {
+    fn name(&self) -> &'static str {
+        "Gather"
+    }
+
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+        let Gather { axis } = self;
+
+        expect_inputs(inputs, 2, 2)?;
+        let (x, idx) = (inputs[0], inputs[1]);
+        if *axis >= x.shape.len() {
+            return Err(format!("axis {axis} out of range for shape {:?}", x.shape));
+        }
+        if !matches!(idx.dtype, DType::I64 | DType::I32) {
+            return Err(format!("indices must be i64 or i32, got {}", idx.dtype));
+        }
+        let mut shape = x.shape[..*axis].to_vec();
+        shape.extend(&idx.shape);
+        shape.extend(&x.shape[axis + 1..]);
+        Ok(vec![ValueType::new(x.dtype, shape)])
+    }
+
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        let out = &outputs[0];
+        let Gather { axis } = self;
+        Ok(vec![gather(*axis, x[0], x[1], out)?])
+    }
+}
+
+impl OpDef for Pad {
+    fn name(&self) -> &'static str {
+        "Pad"
+    }
+
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+        let Pad { begins, ends, mode } = self;
+
+        expect_inputs(inputs, 1, 1)?;
+        let x = inputs[0];
+        if begins.len() != x.shape.len() || ends.len() != x.shape.len() {
+            return Err(format!(
+                "pads {begins:?}/{ends:?} do not match rank of {:?}",
+                x.shape
+            ));
+        }
+        let mut shape = Vec::with_capacity(x.shape.len());
+        for i in 0..x.shape.len() {
+            let e = (x.shape[i] as i64)
+                .checked_add(begins[i])
+                .and_then(|e| e.checked_add(ends[i]))
+                .ok_or_else(|| format!("pads {begins:?}/{ends:?} overflow"))?;
+            if e < 0 {
+                return Err(format!(
+                    "pads {begins:?}/{ends:?} crop axis {i} of {:?} below zero",
+                    x.shape
+                ));
+            }
+            if *mode == PadMode::Reflect
+                && (begins[i] >= x.shape[i] as i64 || ends[i] >= x.shape[i] as i64)
+            {
+                return Err(format!(
+                    "reflect pads {begins:?}/{ends:?} must be smaller than shape {:?}",
+                    x.shape
+                ));
+            }
+            shape.push(e as usize);
+        }
+        Ok(vec![ValueType::new(x.dtype, shape)])
+    }
+
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        let out = &outputs[0];
+        let Pad {
+            begins,
+            ends: _,
+            mode,
+        } = self;
+        Ok(vec![pad(begins, *mode, x[0], out)?])
+    }
+}
+
+impl OpDef for Cast {
+    fn name(&self) -> &'static str {
+        "Cast"
+    }
+
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+        let Cast { to } = self;
+
+        expect_inputs(inputs, 1, 1)?;
+        Ok(vec![ValueType::new(*to, inputs[0].shape.clone())])
+    }
+
+    fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        let Cast { to } = self;
+        Ok(vec![x[0].cast(*to)])
+    }
+}
+
+impl OpDef for Expand {
+    fn name(&self) -> &'static str {
+        "Expand"
+    }
+
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+        let Expand { shape } = self;
+
+        expect_inputs(inputs, 1, 1)?;
+        let s = broadcast_shapes(&inputs[0].shape, shape)?;
+        if &s != shape {
+            return Err(format!("cannot expand {:?} to {shape:?}", inputs[0].shape));
+        }
+        Ok(vec![ValueType::new(inputs[0].dtype, s)])
+    }
+
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        let out = &outputs[0];
+        Ok(vec![expand(x[0], out)])
+    }
+}
+
+impl OpDef for Tile {
+    fn name(&self) -> &'static str {
+        "Tile"
+    }
+
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+        let Tile { repeats } = self;
+
+        expect_inputs(inputs, 1, 1)?;
+        let x = inputs[0];
+        if repeats.len() != x.shape.len() {
+            return Err(format!(
+                "repeats {repeats:?} do not match rank of {:?}",
+                x.shape
+            ));
+        }
+        let shape: Vec<usize> = x.shape.iter().zip(repeats).map(|(a, b)| a * b).collect();
+        Ok(vec![ValueType::new(x.dtype, shape)])
+    }
+
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        let out = &outputs[0];
+        Ok(vec![tile(x[0], out)?])
+    }
+}
+
+impl OpDef for Identity {
+    fn name(&self) -> &'static str {
+        "Identity"
+    }
+
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+        expect_inputs(inputs, 1, 1)?;
+        Ok(vec![inputs[0].clone()])
+    }
+
+    fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        Ok(vec![x[0].clone()])
+    }
+}
 
 pub(super) fn transpose(perm: &[usize], x: &Tensor, out: &ValueType) -> Tensor {
     let in_strides = strides(&x.shape);

@@ -1,7 +1,120 @@
 //! BatchNormalization (inference), LayerNormalization, Softmax and LogSoftmax, in f64.
 
 use super::index::broadcast_indices;
+use super::shape::*;
+#[allow(unused_imports)]
+use super::*;
 use crate::graph::{numel, Tensor, TensorData, ValueType};
+
+impl OpDef for BatchNorm {
+    fn name(&self) -> &'static str {
+        "BatchNormalization"
+    }
+
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+        expect_inputs(inputs, 5, 5)?;
+        let x = inputs[0];
+        expect_float(x, "input")?;
+        check_rank_at_least(x, 2, "input")?;
+        for (i, p) in inputs[1..].iter().enumerate() {
+            if p.shape != [x.shape[1]] {
+                return Err(format!(
+                    "parameter {} has shape {:?}, expected [{}]",
+                    i + 1,
+                    p.shape,
+                    x.shape[1]
+                ));
+            }
+        }
+        Ok(vec![x.clone()])
+    }
+
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        let out = &outputs[0];
+        let BatchNorm { epsilon } = self;
+        Ok(vec![batch_norm(*epsilon, x, out)])
+    }
+}
+
+impl OpDef for Softmax {
+    fn name(&self) -> &'static str {
+        "Softmax"
+    }
+
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+        let Softmax { axis } = self;
+
+        expect_inputs(inputs, 1, 1)?;
+        let x = inputs[0];
+        expect_float(x, "input")?;
+        if *axis >= x.shape.len() {
+            return Err(format!("axis {axis} out of range for shape {:?}", x.shape));
+        }
+        Ok(vec![x.clone()])
+    }
+
+    fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        let Softmax { axis } = self;
+        Ok(vec![softmax(*axis, false, x[0])])
+    }
+}
+
+impl OpDef for LogSoftmax {
+    fn name(&self) -> &'static str {
+        "LogSoftmax"
+    }
+
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+        let LogSoftmax { axis } = self;
+
+        expect_inputs(inputs, 1, 1)?;
+        let x = inputs[0];
+        expect_float(x, "input")?;
+        if *axis >= x.shape.len() {
+            return Err(format!("axis {axis} out of range for shape {:?}", x.shape));
+        }
+        Ok(vec![x.clone()])
+    }
+
+    fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        let LogSoftmax { axis } = self;
+        Ok(vec![softmax(*axis, true, x[0])])
+    }
+}
+
+impl OpDef for LayerNorm {
+    fn name(&self) -> &'static str {
+        "LayerNormalization"
+    }
+
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+        let LayerNorm { axis, .. } = self;
+
+        expect_inputs(inputs, 2, 3)?;
+        let x = inputs[0];
+        expect_float(x, "input")?;
+        if *axis >= x.shape.len() {
+            return Err(format!("axis {axis} out of range for shape {:?}", x.shape));
+        }
+        let norm = &x.shape[*axis..];
+        for p in &inputs[1..] {
+            if broadcast_shapes(&p.shape, norm)? != norm {
+                return Err(format!(
+                    "scale/bias shape {:?} does not broadcast to normalised shape {norm:?}",
+                    p.shape
+                ));
+            }
+        }
+        Ok(vec![x.clone()])
+    }
+
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        let out = &outputs[0];
+        let LayerNorm { axis, epsilon } = self;
+
+        Ok(vec![layer_norm(*axis, *epsilon, x, out)])
+    }
+}
 
 /// y = (x - mean[c]) / sqrt(var[c] + eps) * scale[c] + bias[c], with c the axis-1 index.
 pub(super) fn batch_norm(epsilon: f32, inputs: &[&Tensor], out: &ValueType) -> Tensor {

@@ -3,8 +3,66 @@
 //! `o * stride + k * dilation - pad_begin` along each spatial axis, like Conv.
 
 use super::index::{for_each_run, kernel_offsets};
+use super::shape::*;
+#[allow(unused_imports)]
+use super::*;
 use crate::graph::{numel, Pool, PoolKind, Tensor, TensorData, ValueType};
 use rayon::prelude::*;
+
+impl OpDef for Pool {
+    fn name(&self) -> &'static str {
+        match self.kind {
+            PoolKind::Max => "MaxPool",
+            PoolKind::Avg => "AveragePool",
+        }
+    }
+
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+        let p = self;
+
+        expect_inputs(inputs, 1, 1)?;
+        let x = inputs[0];
+        // Max pooling compares, so it also takes integers; averaging needs floats.
+        if p.kind == PoolKind::Avg || x.dtype == DType::Bool {
+            expect_float(x, "input")?;
+        }
+        check_rank_at_least(x, 3, "input")?;
+        let mut shape = x.shape[..2].to_vec();
+        shape.extend(window_outputs(&p.window, &x.shape[2..], p.ceil_mode)?);
+        Ok(vec![ValueType::new(x.dtype, shape)])
+    }
+
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        let out = &outputs[0];
+        let p = self;
+        Ok(vec![pool(p, x[0], out)])
+    }
+}
+
+impl OpDef for GlobalPool {
+    fn name(&self) -> &'static str {
+        match self.kind {
+            PoolKind::Max => "GlobalMaxPool",
+            PoolKind::Avg => "GlobalAveragePool",
+        }
+    }
+
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+        expect_inputs(inputs, 1, 1)?;
+        let x = inputs[0];
+        expect_float(x, "input")?;
+        check_rank_at_least(x, 3, "input")?;
+        let mut shape = x.shape[..2].to_vec();
+        shape.extend(std::iter::repeat_n(1, x.shape.len() - 2));
+        Ok(vec![ValueType::new(x.dtype, shape)])
+    }
+
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        let out = &outputs[0];
+        let GlobalPool { kind } = self;
+        Ok(vec![global_pool(*kind, x[0], out)])
+    }
+}
 
 pub(super) fn pool(p: &Pool, x: &Tensor, out: &ValueType) -> Tensor {
     let w = &p.window;

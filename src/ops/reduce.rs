@@ -2,7 +2,50 @@
 //! exactly in i64 (an integer mean truncates, like C division).
 
 use super::index::affine_indices;
+use super::shape::*;
+#[allow(unused_imports)]
+use super::*;
 use crate::graph::{strides, DType, ReduceKind, Tensor, TensorData, ValueType};
+
+impl OpDef for Reduce {
+    fn name(&self) -> &'static str {
+        match self.kind {
+            ReduceKind::Sum => "ReduceSum",
+            ReduceKind::Mean => "ReduceMean",
+            ReduceKind::Max => "ReduceMax",
+        }
+    }
+
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+        let Reduce { axes, keepdims, .. } = self;
+
+        expect_inputs(inputs, 1, 1)?;
+        let x = inputs[0];
+        if axes.iter().any(|&a| a >= x.shape.len()) {
+            return Err(format!(
+                "axes {axes:?} out of range for shape {:?}",
+                x.shape
+            ));
+        }
+        let mut shape = Vec::new();
+        for (i, &d) in x.shape.iter().enumerate() {
+            if axes.contains(&i) {
+                if *keepdims {
+                    shape.push(1);
+                }
+            } else {
+                shape.push(d);
+            }
+        }
+        Ok(vec![ValueType::new(x.dtype, shape)])
+    }
+
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        let out = &outputs[0];
+        let Reduce { kind, axes, .. } = self;
+        Ok(vec![reduce(*kind, axes, x[0], out)?])
+    }
+}
 
 pub(super) fn reduce(
     kind: ReduceKind,

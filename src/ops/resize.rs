@@ -5,9 +5,38 @@
 //! per-axis weights. Source coordinates outside the input clamp to its border.
 
 use super::index::gather_axes;
+use super::shape::*;
+#[allow(unused_imports)]
+use super::*;
 use crate::graph::{
     CoordTransform, NearestMode, Resize, ResizeMode, Tensor, TensorData, ValueType,
 };
+
+impl OpDef for Resize {
+    fn name(&self) -> &'static str {
+        "Resize"
+    }
+
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+        let r = self;
+
+        expect_inputs(inputs, 1, 1)?;
+        let x = inputs[0];
+        if r.scales.len() != x.shape.len() || r.sizes.len() != x.shape.len() {
+            return Err(format!(
+                "scales {:?} / sizes {:?} do not match shape {:?}",
+                r.scales, r.sizes, x.shape
+            ));
+        }
+        Ok(vec![ValueType::new(x.dtype, r.sizes.clone())])
+    }
+
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        let out = &outputs[0];
+        let r = self;
+        Ok(vec![resize(r, x[0], out)?])
+    }
+}
 
 /// The input coordinate of output coordinate `o` along one axis.
 fn source_coord(coord: CoordTransform, o: usize, scale: f64, in_len: usize, out_len: usize) -> f64 {

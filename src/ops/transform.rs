@@ -3,10 +3,105 @@
 //! types) so that a read of it shows; a crop checks its assumption, so a wrong
 //! assumption is an error here rather than a silently wrong rewrite later.
 
+use super::shape::*;
 use super::{Assumption, PadValue};
+use super::{Crop, LayoutTransform, OpDef, PadWith};
 use crate::core::with_fill;
-use crate::graph::{numel, strides, Op, Tensor};
-use crate::ops::{Crop, LayoutTransform, PadWith};
+use crate::core::{numel, strides, Tensor, ValueType};
+
+impl OpDef for LayoutTransform {
+    fn name(&self) -> &'static str {
+        "LayoutTransform"
+    }
+
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+        let LayoutTransform {
+            from, to, logical, ..
+        } = self;
+        expect_inputs(inputs, 1, 1)?;
+        let x = inputs[0];
+        let want = from.physical_shape(logical).map_err(|e| e.to_string())?;
+        if x.shape != want {
+            return Err(format!(
+                "input shape {:?} is not {logical:?} laid out in {from} ({want:?})",
+                x.shape
+            ));
+        }
+        let shape = to.physical_shape(logical).map_err(|e| e.to_string())?;
+        Ok(vec![ValueType::new(x.dtype, shape)])
+    }
+
+    fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        let t = self
+            .from
+            .from_physical(x[0], &self.logical)
+            .and_then(|t| self.to.to_physical(&t, self.pad.fill()))
+            .map_err(|e| e.to_string())?;
+        Ok(vec![t])
+    }
+}
+
+/// The shape of `x` grown (`grow`) or shrunk by `begins`/`ends` on each axis.
+fn resized(x: &ValueType, begins: &[usize], ends: &[usize], grow: bool) -> Res<Vec<ValueType>> {
+    if begins.len() != x.shape.len() || ends.len() != x.shape.len() {
+        return Err(format!(
+            "amounts {begins:?}/{ends:?} do not match rank of {:?}",
+            x.shape
+        ));
+    }
+    let mut shape = Vec::with_capacity(x.shape.len());
+    for (i, &d) in x.shape.iter().enumerate() {
+        let (b, e) = (begins[i], ends[i]);
+        let extent = if grow {
+            d.checked_add(b).and_then(|v| v.checked_add(e))
+        } else {
+            d.checked_sub(b).and_then(|v| v.checked_sub(e))
+        };
+        shape.push(extent.ok_or_else(|| {
+            format!(
+                "amounts {begins:?}/{ends:?} do not fit axis {i} of {:?}",
+                x.shape
+            )
+        })?);
+    }
+    Ok(vec![ValueType::new(x.dtype, shape)])
+}
+
+impl OpDef for PadWith {
+    fn name(&self) -> &'static str {
+        "PadWith"
+    }
+
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+        expect_inputs(inputs, 1, 1)?;
+        resized(inputs[0], &self.begins, &self.ends, true)
+    }
+
+    fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        Ok(vec![pad_with(x[0], &self.begins, &self.ends, self.value)])
+    }
+}
+
+impl OpDef for Crop {
+    fn name(&self) -> &'static str {
+        "Crop"
+    }
+
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+        expect_inputs(inputs, 1, 1)?;
+        resized(inputs[0], &self.begins, &self.ends, false)
+    }
+
+    /// A crop checks the assumption it carries.
+    fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        Ok(vec![crop(
+            x[0],
+            &self.begins,
+            &self.ends,
+            self.assume.as_ref(),
+        )?])
+    }
+}
 
 /// Row-major offsets, in `outer`, of every element of a box of shape `inner`
 /// placed at `begins`.
@@ -77,36 +172,12 @@ fn crop(
     Ok(Tensor::new(shape, x.data.gather(kept.into_iter())))
 }
 
-/// Runs a transform op on its input; `None` when `op` is not a transform.
-pub fn eval_transform(op: &Op, x: &Tensor) -> Option<Result<Tensor, String>> {
-    Some(match op {
-        Op::LayoutTransform(LayoutTransform {
-            from,
-            to,
-            logical,
-            pad,
-        }) => from
-            .from_physical(x, logical)
-            .and_then(|t| to.to_physical(&t, pad.fill()))
-            .map_err(|e| e.to_string()),
-        Op::PadWith(PadWith {
-            begins,
-            ends,
-            value,
-        }) => Ok(pad_with(x, begins, ends, *value)),
-        Op::Crop(Crop {
-            begins,
-            ends,
-            assume,
-        }) => crop(x, begins, ends, assume.as_ref()),
-        _ => return None,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::layout::Layout;
+    use crate::ops::testutil::eval1;
+    use crate::ops::Op;
 
     #[test]
     fn pad_and_crop_by_hand() {
@@ -116,7 +187,7 @@ mod tests {
             ends: vec![0, 1],
             value: PadValue::Known(9.0),
         });
-        let p = eval_transform(&pad, &x).unwrap().unwrap();
+        let p = eval1(pad.clone(), &[&x]);
         assert_eq!(p.shape, vec![3, 3]);
         assert_eq!(
             p.to_f32(),
@@ -128,14 +199,14 @@ mod tests {
             ends: vec![0, 1],
             assume: Some(Assumption::new(9.0, "test")),
         });
-        assert_eq!(eval_transform(&c, &p).unwrap().unwrap(), x);
+        assert_eq!(eval1(c, &[&p]), x);
         // A wrong assumption is caught.
         let wrong = Op::Crop(Crop {
             begins: vec![1, 0],
             ends: vec![0, 1],
             assume: Some(Assumption::new(0.0, "test")),
         });
-        let e = eval_transform(&wrong, &p).unwrap().unwrap_err();
+        let e = crate::ops::testutil::try_eval(wrong, &[&p]).unwrap_err();
         assert!(e.contains("does not hold") && e.contains("test"), "{e}");
     }
 
@@ -148,7 +219,7 @@ mod tests {
             logical: vec![1, 3, 1, 1],
             pad: PadValue::Known(0.0),
         });
-        let y = eval_transform(&t, &x).unwrap().unwrap();
+        let y = eval1(t.clone(), &[&x]);
         assert_eq!(y.shape, vec![1, 1, 1, 1, 4]);
         assert_eq!(y.to_f32(), vec![1.0, 2.0, 3.0, 0.0]);
         let Op::LayoutTransform(LayoutTransform {
@@ -163,6 +234,6 @@ mod tests {
             logical,
             pad: PadValue::Undef,
         });
-        assert!(eval_transform(&undef, &x).unwrap().unwrap().to_f32()[3].is_nan());
+        assert!(eval1(undef.clone(), &[&x]).to_f32()[3].is_nan());
     }
 }

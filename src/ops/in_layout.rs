@@ -1,0 +1,81 @@
+//! An op placed in storage layouts by the planner: its inputs and outputs are
+//! physical tensors; its meaning is the inner op's on the logical tensors.
+
+use super::shape::*;
+#[allow(unused_imports)]
+use super::*;
+
+impl OpDef for LaidOut {
+    fn name(&self) -> &'static str {
+        self.inner.kind_name()
+    }
+
+    fn num_outputs(&self) -> usize {
+        self.inner.num_outputs()
+    }
+
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+        let l = self;
+
+        if inputs.len() != l.inputs.len() {
+            return Err(format!(
+                "expects {} inputs, got {}",
+                l.inputs.len(),
+                inputs.len()
+            ));
+        }
+        let mut logical = Vec::with_capacity(inputs.len());
+        for (t, (layout, shape)) in inputs.iter().zip(&l.inputs) {
+            let want = layout.physical_shape(shape).map_err(|e| e.to_string())?;
+            if t.shape != want {
+                return Err(format!(
+                    "input shape {:?} is not {shape:?} laid out in {layout} ({want:?})",
+                    t.shape
+                ));
+            }
+            logical.push(ValueType::new(t.dtype, shape.clone()));
+        }
+        let refs: Vec<&ValueType> = logical.iter().collect();
+        let outs = infer_outputs(&l.inner, &refs)?;
+        if outs.len() != l.outputs.len() {
+            return Err(format!(
+                "{} output layouts for {} outputs",
+                l.outputs.len(),
+                outs.len()
+            ));
+        }
+        outs.into_iter()
+            .zip(&l.outputs)
+            .map(|(t, (layout, _))| {
+                let shape = layout.physical_shape(&t.shape).map_err(|e| e.to_string())?;
+                Ok(ValueType::new(t.dtype, shape))
+            })
+            .collect()
+    }
+
+    fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        in_layout(self, x)
+    }
+}
+
+/// Runs a laid-out op on the logical tensors its physical inputs hold, then lays
+/// the results out, filling padding with the value the op's pad flow promises.
+fn in_layout(l: &LaidOut, x: &[&Tensor]) -> Result<Vec<Tensor>, String> {
+    let logical: Vec<Tensor> = x
+        .iter()
+        .zip(&l.inputs)
+        .map(|(t, (layout, shape))| layout.from_physical(t, shape).map_err(|e| e.to_string()))
+        .collect::<Result<_, _>>()?;
+    let types: Vec<ValueType> = logical
+        .iter()
+        .map(|t| ValueType::new(t.dtype(), t.shape.clone()))
+        .collect();
+    let refs: Vec<&ValueType> = types.iter().collect();
+    let out_types = infer_outputs(&l.inner, &refs)?;
+    let inputs: Vec<&Tensor> = logical.iter().collect();
+    eval_op(&l.inner, &inputs, &out_types)?
+        .iter()
+        .zip(&l.outputs)
+        .map(|(t, (layout, pad))| layout.to_physical(t, pad.fill()).map_err(|e| e.to_string()))
+        .collect()
+}

@@ -1,0 +1,34 @@
+//! Sources: graph inputs and constants. They have no inputs; the graph records
+//! their types and the executor supplies their values.
+
+use super::{Input, OpDef};
+use crate::core::{Tensor, ValueType};
+
+impl OpDef for Input {
+    fn name(&self) -> &'static str {
+        "Input"
+    }
+
+    fn infer(&self, _: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+        Err("a graph input's type is given, not inferred".into())
+    }
+
+    fn eval(&self, _: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        Err("a graph input has no value to evaluate".into())
+    }
+}
+
+/// A constant op is its tensor.
+impl OpDef for Tensor {
+    fn name(&self) -> &'static str {
+        "Constant"
+    }
+
+    fn infer(&self, _: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+        Ok(vec![ValueType::new(self.dtype(), self.shape.clone())])
+    }
+
+    fn eval(&self, _: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        Ok(vec![self.clone()])
+    }
+}
