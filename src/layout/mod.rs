@@ -5,7 +5,6 @@
 pub mod egraph;
 pub mod extract;
 pub mod op_rules;
-mod padvalue;
 pub mod plan;
 pub mod rules;
 pub mod solver;
@@ -15,7 +14,7 @@ mod rewrite_tests;
 
 pub use crate::core::{AlgebraError, Digit, Layout};
 pub use crate::core::{Assumption, PadFlow, PadValue, Requirement};
-pub use padvalue::{binary_flow, pad_flow, unary_flow};
+pub use crate::ops::{binary_flow, pad_flow, unary_flow};
 
 /// An error of the layout stage.
 #[derive(Debug, thiserror::Error)]

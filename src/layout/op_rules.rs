@@ -17,7 +17,8 @@
 
 use super::{Layout, LayoutError};
 use crate::graph::{numel, Graph, NodeId, Op, ValueRef, ValueType};
-use crate::ops::{Concat, Gemm, LogSoftmax, Pad, Reduce, Slice, Softmax, Split, Transpose};
+pub use crate::ops::LayoutRole as OpKind;
+use crate::ops::{Gemm, Transpose};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
@@ -87,35 +88,9 @@ pub fn cpu_vector_lanes() -> usize {
     4
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OpKind {
-    Source,
-    Sink,
-    Agnostic,
-    Fixed,
-}
-
 /// The kind of an op (see the module docs).
 pub fn op_kind(op: &Op) -> OpKind {
-    match op {
-        Op::Conv(_) | Op::ConvTranspose(_) | Op::Pool(_) | Op::GlobalPool(_) => OpKind::Source,
-        Op::Transpose(_) | Op::Constant(_) => OpKind::Sink,
-        Op::Unary(_)
-        | Op::Binary(_)
-        | Op::Where
-        | Op::BatchNorm(_)
-        | Op::Cast(_)
-        | Op::Identity
-        | Op::Concat(_)
-        | Op::Split(_)
-        | Op::Slice(_)
-        | Op::Pad(_)
-        | Op::Resize(_)
-        | Op::Reduce(_)
-        | Op::Softmax(_)
-        | Op::LogSoftmax(_) => OpKind::Agnostic,
-        _ => OpKind::Fixed,
-    }
+    op.def().layout_role()
 }
 
 /// One way to run an op: the layout of each input and output, and its cost.
@@ -363,48 +338,9 @@ fn is_matrix_product(g: &Graph, id: NodeId) -> bool {
             .all(|&v| g.value_type(v).shape.len() == 2)
 }
 
-/// Whether layout `l` leaves every axis in `axes` unblocked.
-fn unblocked(l: &Layout, axes: &[usize]) -> bool {
-    axes.iter().all(|&a| l.factors(a).is_empty())
-}
-
-/// Whether the blocks of `axis` divide every extent in `extents` (so the op's
-/// pieces meet on block boundaries and no padding sits between them).
-fn blocks_divide(l: &Layout, axis: usize, extents: &[usize]) -> bool {
-    let b: usize = l.factors(axis).iter().product();
-    extents.iter().all(|e| e % b == 0)
-}
-
 /// Whether the agnostic op `op` can run with its data in layout `l`.
 fn agnostic_fits(op: &Op, l: &Layout, ins: &[&ValueType]) -> bool {
-    match op {
-        Op::Concat(Concat { axis }) => {
-            unblocked(l, &[*axis])
-                || blocks_divide(
-                    l,
-                    *axis,
-                    &ins.iter().map(|t| t.shape[*axis]).collect::<Vec<_>>(),
-                )
-        }
-        Op::Split(Split { axis, sizes }) => {
-            unblocked(l, &[*axis]) || blocks_divide(l, *axis, sizes)
-        }
-        Op::Slice(Slice { axes }) => axes.iter().all(|s| {
-            unblocked(l, &[s.axis])
-                || (s.step == 1 && blocks_divide(l, s.axis, &[s.start as usize, s.end as usize]))
-        }),
-        Op::Pad(Pad { begins, ends, .. }) => {
-            (0..begins.len()).all(|a| (begins[a] == 0 && ends[a] == 0) || unblocked(l, &[a]))
-        }
-        Op::Resize(r) => {
-            (0..r.scales.len()).all(|a| r.sizes[a] == ins[0].shape[a] || unblocked(l, &[a]))
-        }
-        Op::Reduce(Reduce { axes, keepdims, .. }) => *keepdims && unblocked(l, axes),
-        Op::Softmax(Softmax { axis }) | Op::LogSoftmax(LogSoftmax { axis }) => {
-            unblocked(l, &[*axis])
-        }
-        _ => true,
-    }
+    op.def().runs_in(l, ins)
 }
 
 /// Floating-point operations of a convolution (per output element: one

@@ -66,6 +66,39 @@ impl OpDef for Conv {
         let c = self;
         Ok(vec![conv(c, x, out)])
     }
+
+    fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
+        // Padded input channels meet weights that must be 0 there, so the input
+        // padding must be finite (0 * inf is NaN). Padded output channels see
+        // only padded weights: they hold the bias padding (or 0).
+        let p = inputs.first().copied().unwrap_or(PadValue::Undef);
+        let n = inputs.len();
+        let any = |n: usize| vec![Requirement::Any; n];
+        let spatial_padded = padded.iter().any(|&a| a >= 2);
+        let flow = |inputs: Vec<Requirement>, output: PadValue| PadFlow { inputs, output };
+
+        let mut req = any(n);
+        if spatial_padded {
+            req[0] = Requirement::Unsupported;
+        } else if padded.contains(&1) {
+            req[0] = Requirement::Finite;
+            if n > 1 {
+                req[1] = Requirement::Value(0.0);
+            }
+        }
+        let w = inputs.get(1).copied().unwrap_or(PadValue::Undef);
+        let bias = inputs.get(2).copied().unwrap_or(PadValue::Known(0.0));
+        let out = if w.is(0.0) && (p.is_finite() || padded.is_empty()) {
+            bias
+        } else {
+            PadValue::Undef
+        };
+        flow(req, out)
+    }
+
+    fn layout_role(&self) -> LayoutRole {
+        LayoutRole::Source
+    }
 }
 
 impl OpDef for ConvTranspose {
@@ -126,6 +159,10 @@ impl OpDef for ConvTranspose {
         let out = &outputs[0];
         let c = self;
         Ok(vec![conv_transpose(c, x, out)?])
+    }
+
+    fn layout_role(&self) -> LayoutRole {
+        LayoutRole::Source
     }
 }
 

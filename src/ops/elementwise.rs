@@ -2,6 +2,7 @@
 //! Floats compute in f64; integers compute exactly in i64 (wrapping to the dtype).
 
 use super::index::{broadcast_indices, concat_data};
+use super::pad_flow::*;
 use super::shape::*;
 #[allow(unused_imports)]
 use super::*;
@@ -27,6 +28,19 @@ impl OpDef for UnaryOp {
     fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
         let u = self;
         Ok(vec![unary(*u, x[0])?])
+    }
+
+    fn pad_flow(&self, inputs: &[PadValue], _: &[usize]) -> PadFlow {
+        let p = inputs.first().copied().unwrap_or(PadValue::Undef);
+        let n = inputs.len();
+        let any = |n: usize| vec![Requirement::Any; n];
+        let flow = |inputs: Vec<Requirement>, output: PadValue| PadFlow { inputs, output };
+        let u = self;
+        flow(any(n), unary_flow(*u, p))
+    }
+
+    fn layout_role(&self) -> LayoutRole {
+        LayoutRole::Agnostic
     }
 }
 
@@ -60,6 +74,21 @@ impl OpDef for BinaryOp {
         let b = self;
         Ok(vec![binary(*b, x[0], x[1], out)?])
     }
+
+    fn pad_flow(&self, inputs: &[PadValue], _: &[usize]) -> PadFlow {
+        let p = inputs.first().copied().unwrap_or(PadValue::Undef);
+        let n = inputs.len();
+        let any = |n: usize| vec![Requirement::Any; n];
+        let flow = |inputs: Vec<Requirement>, output: PadValue| PadFlow { inputs, output };
+        let b = self;
+
+        let q = inputs.get(1).copied().unwrap_or(PadValue::Undef);
+        flow(any(n), binary_flow(*b, p, q))
+    }
+
+    fn layout_role(&self) -> LayoutRole {
+        LayoutRole::Agnostic
+    }
 }
 
 impl OpDef for Where {
@@ -86,6 +115,10 @@ impl OpDef for Where {
     fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
         let out = &outputs[0];
         Ok(vec![where_(x[0], x[1], x[2], out)?])
+    }
+
+    fn layout_role(&self) -> LayoutRole {
+        LayoutRole::Agnostic
     }
 }
 

@@ -64,6 +64,23 @@ impl OpDef for Gemm {
         } = self;
         Ok(vec![gemm(*alpha, *beta, *trans_a, *trans_b, x, out)?])
     }
+
+    fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
+        let n = inputs.len();
+        let any = |n: usize| vec![Requirement::Any; n];
+        let flow = |inputs: Vec<Requirement>, output: PadValue| PadFlow { inputs, output };
+
+        // The contraction may run over padding: both sides must hold 0 there
+        // for the products to vanish whatever the other side holds.
+        let req = if padded.is_empty() {
+            any(n)
+        } else {
+            let mut r = vec![Requirement::Value(0.0); n.min(2)];
+            r.resize(n, Requirement::Any);
+            r
+        };
+        flow(req, PadValue::Undef)
+    }
 }
 
 impl OpDef for MatMul {
@@ -107,6 +124,23 @@ impl OpDef for MatMul {
     fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
         let out = &outputs[0];
         Ok(vec![matmul(x[0], x[1], out)?])
+    }
+
+    fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
+        let n = inputs.len();
+        let any = |n: usize| vec![Requirement::Any; n];
+        let flow = |inputs: Vec<Requirement>, output: PadValue| PadFlow { inputs, output };
+
+        // The contraction may run over padding: both sides must hold 0 there
+        // for the products to vanish whatever the other side holds.
+        let req = if padded.is_empty() {
+            any(n)
+        } else {
+            let mut r = vec![Requirement::Value(0.0); n.min(2)];
+            r.resize(n, Requirement::Any);
+            r
+        };
+        flow(req, PadValue::Undef)
     }
 }
 

@@ -13,6 +13,7 @@ mod index;
 mod matmul;
 mod movement;
 mod normalize;
+mod pad_flow;
 mod pool;
 mod reduce;
 mod resize;
@@ -23,8 +24,9 @@ pub(crate) mod testutil;
 mod transform;
 
 pub use crate::core::scalar::{BinaryOp, UnaryOp};
-use crate::core::{Assumption, DType, Layout, PadValue, Tensor, ValueType};
+use crate::core::{Assumption, DType, Layout, PadFlow, PadValue, Requirement, Tensor, ValueType};
 pub use eval::eval_op;
+pub use pad_flow::{binary_flow, pad_flow, unary_flow};
 pub use shape::{broadcast_shapes, infer_outputs, window_output_extent};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -386,6 +388,51 @@ pub trait OpDef {
     /// The reference semantics: outputs of exactly the types `outputs` for inputs
     /// already checked against [`OpDef::infer`]. Floats compute in f64.
     fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String>;
+
+    /// How the op takes part in layout planning (the default, `Fixed`, runs it
+    /// row-major only, which is always correct).
+    fn layout_role(&self) -> LayoutRole {
+        LayoutRole::Fixed
+    }
+
+    /// For an agnostic op: whether it can run with its data stored in `l`
+    /// (inputs of types `ins`). Ops whose result ignores the storage order say
+    /// yes; ops that slide, split or reduce along an axis check its blocks.
+    fn runs_in(&self, l: &Layout, ins: &[&ValueType]) -> bool {
+        let _ = (l, ins);
+        true
+    }
+
+    /// Pad-value flow: what the op needs in the padding of each input
+    /// (`inputs` is what each holds there), given the padded logical axes of
+    /// the first input, and what its output's padding then holds. The default
+    /// refuses padded axes and promises nothing, which is always safe: it never
+    /// lets a rewrite rely on a value nobody established.
+    fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
+        let mut req = vec![Requirement::Any; inputs.len()];
+        if !padded.is_empty() && !req.is_empty() {
+            req[0] = Requirement::Unsupported;
+        }
+        PadFlow {
+            inputs: req,
+            output: PadValue::Undef,
+        }
+    }
+}
+
+/// How an op takes part in layout planning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayoutRole {
+    /// Wants a particular layout: convolution and pooling run fastest in the
+    /// target family's layout.
+    Source,
+    /// Absorbs a transform at no cost: a transpose becomes a relabelling of
+    /// axes, a constant is re-packed at compile time.
+    Sink,
+    /// Runs in whatever layout its operands arrive in (see [`OpDef::runs_in`]).
+    Agnostic,
+    /// Runs only in the row-major layout.
+    Fixed,
 }
 
 impl Op {

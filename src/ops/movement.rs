@@ -2,6 +2,7 @@
 //! element and gathers (see `index`).
 
 use super::index::{affine_indices, broadcast_indices, concat_data, gather_axes};
+use super::pad_flow::*;
 use super::shape::*;
 #[allow(unused_imports)]
 use super::*;
@@ -64,6 +65,19 @@ impl OpDef for Transpose {
         let Transpose { perm } = self;
         Ok(vec![transpose(perm, x[0], out)])
     }
+
+    fn pad_flow(&self, inputs: &[PadValue], _: &[usize]) -> PadFlow {
+        // A transpose moves the padding with its axis.
+        let p = inputs.first().copied().unwrap_or(PadValue::Undef);
+        let n = inputs.len();
+        let any = |n: usize| vec![Requirement::Any; n];
+        let flow = |inputs: Vec<Requirement>, output: PadValue| PadFlow { inputs, output };
+        flow(any(n), p)
+    }
+
+    fn layout_role(&self) -> LayoutRole {
+        LayoutRole::Sink
+    }
 }
 
 impl OpDef for Concat {
@@ -101,6 +115,36 @@ impl OpDef for Concat {
         let out = &outputs[0];
         let Concat { axis } = self;
         Ok(vec![concat(*axis, x, out)?])
+    }
+
+    fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
+        let p = inputs.first().copied().unwrap_or(PadValue::Undef);
+        let n = inputs.len();
+        let any = |n: usize| vec![Requirement::Any; n];
+        let flow = |inputs: Vec<Requirement>, output: PadValue| PadFlow { inputs, output };
+        let Concat { axis } = self;
+
+        let mut req = any(n);
+        if padded.contains(axis) {
+            req.iter_mut().for_each(|r| *r = Requirement::Unsupported);
+        }
+        let all_same = inputs.iter().all(|&q| q == p);
+        flow(req, if all_same { p } else { PadValue::Undef })
+    }
+
+    fn layout_role(&self) -> LayoutRole {
+        LayoutRole::Agnostic
+    }
+
+    fn runs_in(&self, l: &Layout, ins: &[&ValueType]) -> bool {
+        let Concat { axis } = self;
+
+        unblocked(l, &[*axis])
+            || blocks_divide(
+                l,
+                *axis,
+                &ins.iter().map(|t| t.shape[*axis]).collect::<Vec<_>>(),
+            )
     }
 }
 
@@ -141,6 +185,31 @@ impl OpDef for Split {
         let Split { axis, sizes } = self;
         split(*axis, sizes, x[0], outputs)
     }
+
+    fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
+        let p = inputs.first().copied().unwrap_or(PadValue::Undef);
+        let n = inputs.len();
+        let any = |n: usize| vec![Requirement::Any; n];
+        let flow = |inputs: Vec<Requirement>, output: PadValue| PadFlow { inputs, output };
+        let Split { axis, .. } = self;
+
+        let mut req = any(n);
+        if padded.contains(axis) {
+            req.iter_mut().for_each(|r| *r = Requirement::Unsupported);
+        }
+        let all_same = inputs.iter().all(|&q| q == p);
+        flow(req, if all_same { p } else { PadValue::Undef })
+    }
+
+    fn layout_role(&self) -> LayoutRole {
+        LayoutRole::Agnostic
+    }
+
+    fn runs_in(&self, l: &Layout, _: &[&ValueType]) -> bool {
+        let Split { axis, sizes } = self;
+
+        unblocked(l, &[*axis]) || blocks_divide(l, *axis, sizes)
+    }
 }
 
 impl OpDef for Slice {
@@ -167,6 +236,34 @@ impl OpDef for Slice {
         let out = &outputs[0];
         let Slice { axes } = self;
         Ok(vec![slice(axes, x[0], out)?])
+    }
+
+    fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
+        let p = inputs.first().copied().unwrap_or(PadValue::Undef);
+        let n = inputs.len();
+        let any = |n: usize| vec![Requirement::Any; n];
+        let padded_in = |axes: &[usize]| padded.iter().any(|a| axes.contains(a));
+        let flow = |inputs: Vec<Requirement>, output: PadValue| PadFlow { inputs, output };
+        let Slice { axes } = self;
+
+        let sliced: Vec<usize> = axes.iter().map(|a| a.axis).collect();
+        let mut req = any(n);
+        if padded_in(&sliced) {
+            req[0] = Requirement::Unsupported;
+        }
+        flow(req, p)
+    }
+
+    fn layout_role(&self) -> LayoutRole {
+        LayoutRole::Agnostic
+    }
+
+    fn runs_in(&self, l: &Layout, _: &[&ValueType]) -> bool {
+        let Slice { axes } = self;
+        axes.iter().all(|s| {
+            unblocked(l, &[s.axis])
+                || (s.step == 1 && blocks_divide(l, s.axis, &[s.start as usize, s.end as usize]))
+        })
     }
 }
 
@@ -249,6 +346,16 @@ impl OpDef for Pad {
         } = self;
         Ok(vec![pad(begins, *mode, x[0], out)?])
     }
+
+    fn layout_role(&self) -> LayoutRole {
+        LayoutRole::Agnostic
+    }
+
+    fn runs_in(&self, l: &Layout, _: &[&ValueType]) -> bool {
+        let Pad { begins, ends, .. } = self;
+
+        (0..begins.len()).all(|a| (begins[a] == 0 && ends[a] == 0) || unblocked(l, &[a]))
+    }
 }
 
 impl OpDef for Cast {
@@ -266,6 +373,27 @@ impl OpDef for Cast {
     fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
         let Cast { to } = self;
         Ok(vec![x[0].cast(*to)])
+    }
+
+    fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
+        let p = inputs.first().copied().unwrap_or(PadValue::Undef);
+        let n = inputs.len();
+        let any = |n: usize| vec![Requirement::Any; n];
+        let flow = |inputs: Vec<Requirement>, output: PadValue| PadFlow { inputs, output };
+        match self {
+            Cast { to } if to.is_float() => flow(any(n), p),
+            _ => {
+                let mut req = any(n);
+                if !padded.is_empty() && n > 0 {
+                    req[0] = Requirement::Unsupported;
+                }
+                flow(req, PadValue::Undef)
+            }
+        }
+    }
+
+    fn layout_role(&self) -> LayoutRole {
+        LayoutRole::Agnostic
     }
 }
 
@@ -329,6 +457,18 @@ impl OpDef for Identity {
 
     fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
         Ok(vec![x[0].clone()])
+    }
+
+    fn pad_flow(&self, inputs: &[PadValue], _: &[usize]) -> PadFlow {
+        let p = inputs.first().copied().unwrap_or(PadValue::Undef);
+        let n = inputs.len();
+        let any = |n: usize| vec![Requirement::Any; n];
+        let flow = |inputs: Vec<Requirement>, output: PadValue| PadFlow { inputs, output };
+        flow(any(n), p)
+    }
+
+    fn layout_role(&self) -> LayoutRole {
+        LayoutRole::Agnostic
     }
 }
 

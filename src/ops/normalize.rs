@@ -1,6 +1,7 @@
 //! BatchNormalization (inference), LayerNormalization, Softmax and LogSoftmax, in f64.
 
 use super::index::broadcast_indices;
+use super::pad_flow::*;
 use super::shape::*;
 #[allow(unused_imports)]
 use super::*;
@@ -34,6 +35,59 @@ impl OpDef for BatchNorm {
         let BatchNorm { epsilon } = self;
         Ok(vec![batch_norm(*epsilon, x, out)])
     }
+
+    fn pad_flow(&self, inputs: &[PadValue], _: &[usize]) -> PadFlow {
+        // y = (x - mean) / sqrt(var + eps) * scale + bias, per channel; with the
+        // parameters padded too, the padded channels compute the same formula.
+        let n = inputs.len();
+        let any = |n: usize| vec![Requirement::Any; n];
+        let flow = |inputs: Vec<Requirement>, output: PadValue| PadFlow { inputs, output };
+        let BatchNorm { epsilon } = self;
+
+        let out = match inputs {
+            [x, s, b, m, v] => match (x.known(), s.known(), b.known(), m.known(), v.known()) {
+                (Some(x), Some(s), Some(b), Some(m), Some(v)) => {
+                    PadValue::Known((x - m) / (v + epsilon).sqrt() * s + b)
+                }
+                _ => PadValue::Undef,
+            },
+            _ => PadValue::Undef,
+        };
+        flow(any(n), out)
+    }
+
+    fn layout_role(&self) -> LayoutRole {
+        LayoutRole::Agnostic
+    }
+}
+
+/// Softmax and LogSoftmax along `axis`: both keep the shape.
+fn softmax_infer(axis: usize, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
+    expect_inputs(inputs, 1, 1)?;
+    let x = inputs[0];
+    expect_float(x, "input")?;
+    if axis >= x.shape.len() {
+        return Err(format!("axis {axis} out of range for shape {:?}", x.shape));
+    }
+    Ok(vec![x.clone()])
+}
+
+/// Padding along the normalised axis must hold -inf (exp(-inf) = 0 adds
+/// nothing to the normaliser); the padding of the output along it then holds
+/// `out` (the op's value at -inf).
+fn softmax_pad_flow(axis: usize, inputs: &[PadValue], padded: &[usize], out: f32) -> PadFlow {
+    let mut req = vec![Requirement::Any; inputs.len()];
+    let mut output = PadValue::Undef;
+    if padded.contains(&axis) {
+        req[0] = Requirement::Value(f32::NEG_INFINITY);
+        if padded == [axis] {
+            output = PadValue::Known(out);
+        }
+    }
+    PadFlow {
+        inputs: req,
+        output,
+    }
 }
 
 impl OpDef for Softmax {
@@ -42,20 +96,23 @@ impl OpDef for Softmax {
     }
 
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
-        let Softmax { axis } = self;
-
-        expect_inputs(inputs, 1, 1)?;
-        let x = inputs[0];
-        expect_float(x, "input")?;
-        if *axis >= x.shape.len() {
-            return Err(format!("axis {axis} out of range for shape {:?}", x.shape));
-        }
-        Ok(vec![x.clone()])
+        softmax_infer(self.axis, inputs)
     }
 
     fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
-        let Softmax { axis } = self;
-        Ok(vec![softmax(*axis, false, x[0])])
+        Ok(vec![softmax(self.axis, false, x[0])])
+    }
+
+    fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
+        softmax_pad_flow(self.axis, inputs, padded, 0.0)
+    }
+
+    fn layout_role(&self) -> LayoutRole {
+        LayoutRole::Agnostic
+    }
+
+    fn runs_in(&self, l: &Layout, _: &[&ValueType]) -> bool {
+        unblocked(l, &[self.axis])
     }
 }
 
@@ -65,20 +122,23 @@ impl OpDef for LogSoftmax {
     }
 
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
-        let LogSoftmax { axis } = self;
-
-        expect_inputs(inputs, 1, 1)?;
-        let x = inputs[0];
-        expect_float(x, "input")?;
-        if *axis >= x.shape.len() {
-            return Err(format!("axis {axis} out of range for shape {:?}", x.shape));
-        }
-        Ok(vec![x.clone()])
+        softmax_infer(self.axis, inputs)
     }
 
     fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
-        let LogSoftmax { axis } = self;
-        Ok(vec![softmax(*axis, true, x[0])])
+        Ok(vec![softmax(self.axis, true, x[0])])
+    }
+
+    fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
+        softmax_pad_flow(self.axis, inputs, padded, f32::NEG_INFINITY)
+    }
+
+    fn layout_role(&self) -> LayoutRole {
+        LayoutRole::Agnostic
+    }
+
+    fn runs_in(&self, l: &Layout, _: &[&ValueType]) -> bool {
+        unblocked(l, &[self.axis])
     }
 }
 

@@ -37,6 +37,31 @@ impl OpDef for Pool {
         let p = self;
         Ok(vec![pool(p, x[0], out)])
     }
+
+    fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
+        let p = inputs.first().copied().unwrap_or(PadValue::Undef);
+        let n = inputs.len();
+        let any = |n: usize| vec![Requirement::Any; n];
+        let spatial_padded = padded.iter().any(|&a| a >= 2);
+        let flow = |inputs: Vec<Requirement>, output: PadValue| PadFlow { inputs, output };
+        let pool = self;
+
+        let mut req = any(n);
+        if spatial_padded {
+            req[0] = match pool.kind {
+                // A window reaching into the padding must not win the max.
+                PoolKind::Max => Requirement::Value(f32::NEG_INFINITY),
+                // The divisor would count padding positions.
+                PoolKind::Avg => Requirement::Unsupported,
+            };
+        }
+        // Padded channels pool only their own (constant) padding.
+        flow(req, p)
+    }
+
+    fn layout_role(&self) -> LayoutRole {
+        LayoutRole::Source
+    }
 }
 
 impl OpDef for GlobalPool {
@@ -61,6 +86,29 @@ impl OpDef for GlobalPool {
         let out = &outputs[0];
         let GlobalPool { kind } = self;
         Ok(vec![global_pool(*kind, x[0], out)])
+    }
+
+    fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
+        let p = inputs.first().copied().unwrap_or(PadValue::Undef);
+        let n = inputs.len();
+        let any = |n: usize| vec![Requirement::Any; n];
+        let spatial_padded = padded.iter().any(|&a| a >= 2);
+        let flow = |inputs: Vec<Requirement>, output: PadValue| PadFlow { inputs, output };
+        let GlobalPool { kind } = self;
+
+        let mut req = any(n);
+        if spatial_padded {
+            req[0] = match kind {
+                PoolKind::Max => Requirement::Value(f32::NEG_INFINITY),
+                // A mean that divides by the logical count needs 0 there.
+                PoolKind::Avg => Requirement::Value(0.0),
+            };
+        }
+        flow(req, p)
+    }
+
+    fn layout_role(&self) -> LayoutRole {
+        LayoutRole::Source
     }
 }
 

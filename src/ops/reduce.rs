@@ -2,6 +2,7 @@
 //! exactly in i64 (an integer mean truncates, like C division).
 
 use super::index::affine_indices;
+use super::pad_flow::*;
 use super::shape::*;
 #[allow(unused_imports)]
 use super::*;
@@ -44,6 +45,41 @@ impl OpDef for Reduce {
         let out = &outputs[0];
         let Reduce { kind, axes, .. } = self;
         Ok(vec![reduce(*kind, axes, x[0], out)?])
+    }
+
+    fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
+        let p = inputs.first().copied().unwrap_or(PadValue::Undef);
+        let n = inputs.len();
+        let any = |n: usize| vec![Requirement::Any; n];
+        let padded_in = |axes: &[usize]| padded.iter().any(|a| axes.contains(a));
+        let flow = |inputs: Vec<Requirement>, output: PadValue| PadFlow { inputs, output };
+        let Reduce { kind, axes, .. } = self;
+
+        let identity = match kind {
+            ReduceKind::Sum | ReduceKind::Mean => 0.0,
+            ReduceKind::Max => f32::NEG_INFINITY,
+        };
+        let mut req = any(n);
+        if padded_in(axes) {
+            req[0] = Requirement::Value(identity);
+        }
+        // Padding positions of kept axes reduce over constant padding: the
+        // mean and max of p are p, the sum is only known when p is 0.
+        let out = match kind {
+            ReduceKind::Mean | ReduceKind::Max => p,
+            ReduceKind::Sum if p.is(0.0) => p,
+            ReduceKind::Sum => PadValue::Undef,
+        };
+        flow(req, out)
+    }
+
+    fn layout_role(&self) -> LayoutRole {
+        LayoutRole::Agnostic
+    }
+
+    fn runs_in(&self, l: &Layout, _: &[&ValueType]) -> bool {
+        let Reduce { axes, keepdims, .. } = self;
+        *keepdims && unblocked(l, axes)
     }
 }
 

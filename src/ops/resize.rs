@@ -5,6 +5,7 @@
 //! per-axis weights. Source coordinates outside the input clamp to its border.
 
 use super::index::gather_axes;
+use super::pad_flow::*;
 use super::shape::*;
 #[allow(unused_imports)]
 use super::*;
@@ -35,6 +36,16 @@ impl OpDef for Resize {
         let out = &outputs[0];
         let r = self;
         Ok(vec![resize(r, x[0], out)?])
+    }
+
+    fn layout_role(&self) -> LayoutRole {
+        LayoutRole::Agnostic
+    }
+
+    fn runs_in(&self, l: &Layout, ins: &[&ValueType]) -> bool {
+        let r = self;
+
+        (0..r.scales.len()).all(|a| r.sizes[a] == ins[0].shape[a] || unblocked(l, &[a]))
     }
 }
 

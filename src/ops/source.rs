@@ -1,7 +1,8 @@
 //! Sources: graph inputs and constants. They have no inputs; the graph records
 //! their types and the executor supplies their values.
 
-use super::{Input, OpDef};
+use super::{Input, LayoutRole, OpDef};
+use crate::core::{PadFlow, PadValue};
 use crate::core::{Tensor, ValueType};
 
 impl OpDef for Input {
@@ -15,6 +16,15 @@ impl OpDef for Input {
 
     fn eval(&self, _: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
         Err("a graph input has no value to evaluate".into())
+    }
+
+    /// A source reads no padding; what its own padding holds is decided where
+    /// it is laid out.
+    fn pad_flow(&self, _: &[PadValue], _: &[usize]) -> PadFlow {
+        PadFlow {
+            inputs: vec![],
+            output: PadValue::Undef,
+        }
     }
 }
 
@@ -30,5 +40,18 @@ impl OpDef for Tensor {
 
     fn eval(&self, _: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
         Ok(vec![self.clone()])
+    }
+
+    /// A source reads no padding; what its own padding holds is decided where
+    /// it is laid out.
+    fn pad_flow(&self, _: &[PadValue], _: &[usize]) -> PadFlow {
+        PadFlow {
+            inputs: vec![],
+            output: PadValue::Undef,
+        }
+    }
+
+    fn layout_role(&self) -> LayoutRole {
+        LayoutRole::Sink
     }
 }

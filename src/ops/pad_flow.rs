@@ -1,0 +1,185 @@
+//! What the padding of a tensor holds, and how that flows through ops.
+//!
+//! Following the padding RFC (seeds/002_…): padding holds either a known value
+//! or `undef` (anything). A transform that pads writes a value it chooses; an op
+//! maps the padding of its inputs to the padding of its output (relu keeps 0,
+//! exp turns 0 into 1); and an op that reduces or slides a window over a padded
+//! axis needs a particular value there (the reduction's identity), or else its
+//! logical result is wrong. Knowledge that no op wrote, only a user or an
+//! earlier pass asserted, is an `Assumption` that names its origin.
+
+use super::{BinaryOp, Op, UnaryOp};
+use crate::core::{Layout, PadFlow, PadValue};
+
+/// Whether layout `l` leaves every axis in `axes` unblocked.
+pub(super) fn unblocked(l: &Layout, axes: &[usize]) -> bool {
+    axes.iter().all(|&a| l.factors(a).is_empty())
+}
+
+/// Whether the blocks of `axis` divide every extent in `extents` (so the op's
+/// pieces meet on block boundaries and no padding sits between them).
+pub(super) fn blocks_divide(l: &Layout, axis: usize, extents: &[usize]) -> bool {
+    let b: usize = l.factors(axis).iter().product();
+    extents.iter().all(|e| e % b == 0)
+}
+
+/// The padding of a unary op's output.
+pub fn unary_flow(u: UnaryOp, p: PadValue) -> PadValue {
+    match p.known() {
+        Some(x) if u.is_exact() || x == 0.0 => PadValue::Known(u.apply(x)),
+        _ => PadValue::Undef,
+    }
+}
+
+/// The padding of a binary op's output, given what each operand holds at the
+/// padding positions (for an operand broadcast along the padded axes, that is
+/// its value there: a scalar constant `c` contributes `Known(c)`).
+pub fn binary_flow(b: BinaryOp, p: PadValue, q: PadValue) -> PadValue {
+    match (p, q) {
+        // Comparisons give 1 or 0.
+        (PadValue::Known(x), PadValue::Known(y)) => PadValue::Known(
+            b.apply(x, y)
+                .or_else(|| b.compare(x, y).map(|c| if c { 1.0 } else { 0.0 }))
+                .unwrap_or(f32::NAN),
+        ),
+        _ => PadValue::Undef,
+    }
+}
+
+/// Pad-value flow of `op` (see [`crate::ops::OpDef::pad_flow`]).
+pub fn pad_flow(op: &Op, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
+    op.def().pad_flow(inputs, padded)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::Requirement;
+    use crate::ops::*;
+
+    const ZERO: PadValue = PadValue::Known(0.0);
+
+    #[test]
+    fn elementwise_flow_matches_the_functions() {
+        assert_eq!(unary_flow(UnaryOp::Relu, ZERO), ZERO);
+        assert_eq!(unary_flow(UnaryOp::Exp, ZERO), PadValue::Known(1.0));
+        assert_eq!(unary_flow(UnaryOp::Sigmoid, ZERO), PadValue::Known(0.5));
+        assert_eq!(unary_flow(UnaryOp::Relu, PadValue::Known(-3.0)), ZERO);
+        assert_eq!(unary_flow(UnaryOp::Erf, ZERO), ZERO);
+        // No exact erf(1) here: undef, never a guess.
+        assert_eq!(
+            unary_flow(UnaryOp::Erf, PadValue::Known(1.0)),
+            PadValue::Undef
+        );
+        assert_eq!(unary_flow(UnaryOp::Exp, PadValue::Undef), PadValue::Undef);
+        // A per-channel bias padded with 0 keeps 0 padding 0.
+        assert_eq!(binary_flow(BinaryOp::Add, ZERO, ZERO), ZERO);
+        assert_eq!(
+            binary_flow(BinaryOp::Add, ZERO, PadValue::Undef),
+            PadValue::Undef
+        );
+        assert_eq!(
+            binary_flow(BinaryOp::Mul, PadValue::Known(2.0), PadValue::Known(3.0)),
+            PadValue::Known(6.0)
+        );
+    }
+
+    fn pool(kind: PoolKind) -> Op {
+        Op::Pool(Pool {
+            kind,
+            window: Window {
+                kernel: vec![2, 2],
+                strides: vec![2, 2],
+                dilations: vec![1, 1],
+                pads: vec![0; 4],
+            },
+            ceil_mode: false,
+            count_include_pad: false,
+        })
+    }
+
+    #[test]
+    fn reductions_need_their_identity_on_padded_axes() {
+        let sum = Op::Reduce(Reduce {
+            kind: ReduceKind::Sum,
+            axes: vec![1],
+            keepdims: true,
+        });
+        let f = pad_flow(&sum, &[ZERO], &[1]);
+        assert_eq!(f.inputs, vec![Requirement::Value(0.0)]);
+        assert!(f.inputs[0].is_met_by(ZERO));
+        assert!(!f.inputs[0].is_met_by(PadValue::Undef));
+        // Reducing another axis reads no padding into a logical result.
+        assert_eq!(
+            pad_flow(&sum, &[PadValue::Undef], &[2]).inputs,
+            vec![Requirement::Any]
+        );
+        let max = Op::Reduce(Reduce {
+            kind: ReduceKind::Max,
+            axes: vec![1],
+            keepdims: true,
+        });
+        assert_eq!(
+            pad_flow(&max, &[ZERO], &[1]).inputs,
+            vec![Requirement::Value(f32::NEG_INFINITY)]
+        );
+        // Max-pool over a padded spatial axis needs -inf; over padded channels, anything.
+        assert_eq!(
+            pad_flow(&pool(PoolKind::Max), &[ZERO], &[3]).inputs,
+            vec![Requirement::Value(f32::NEG_INFINITY)]
+        );
+        let f = pad_flow(&pool(PoolKind::Max), &[ZERO], &[1]);
+        assert_eq!((f.inputs[0], f.output), (Requirement::Any, ZERO));
+        assert_eq!(
+            pad_flow(&pool(PoolKind::Avg), &[ZERO], &[2]).inputs,
+            vec![Requirement::Unsupported]
+        );
+        let sm = Op::Softmax(Softmax { axis: 1 });
+        let f = pad_flow(&sm, &[PadValue::Known(f32::NEG_INFINITY)], &[1]);
+        assert!(f.inputs[0].is_met_by(PadValue::Known(f32::NEG_INFINITY)));
+        assert_eq!(f.output, ZERO);
+    }
+
+    /// A conv in NCHW16c consuming 17 channels padded to 32: finite input
+    /// padding and zero weight padding give the bias padding on the output.
+    #[test]
+    fn conv_over_padded_channels() {
+        let conv = Op::Conv(crate::graph::Conv {
+            window: Window {
+                kernel: vec![3, 3],
+                strides: vec![1, 1],
+                dilations: vec![1, 1],
+                pads: vec![1; 4],
+            },
+            group: 1,
+        });
+        let f = pad_flow(&conv, &[ZERO, ZERO, ZERO], &[1]);
+        assert_eq!(
+            f.inputs,
+            vec![
+                Requirement::Finite,
+                Requirement::Value(0.0),
+                Requirement::Any
+            ]
+        );
+        assert_eq!(f.output, ZERO);
+        let undef_in = pad_flow(&conv, &[PadValue::Undef, ZERO, ZERO], &[1]);
+        assert!(!undef_in.inputs[0].is_met_by(PadValue::Undef));
+        assert_eq!(undef_in.output, PadValue::Undef);
+        assert_eq!(
+            pad_flow(&conv, &[ZERO, ZERO], &[2]).inputs[0],
+            Requirement::Unsupported
+        );
+    }
+
+    #[test]
+    fn pad_values_parse_and_print() {
+        for s in ["0.0", "-inf", "inf", "nan", "undef", "0.5"] {
+            assert_eq!(s.parse::<PadValue>().unwrap().to_string(), s);
+        }
+        assert!("zero".parse::<PadValue>().is_err());
+        // NaN is a value: equal to itself bit for bit.
+        assert_eq!(PadValue::Known(f32::NAN), PadValue::Known(f32::NAN));
+        assert_ne!(PadValue::Known(0.0), PadValue::Undef);
+    }
+}
