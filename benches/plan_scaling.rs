@@ -9,6 +9,7 @@ use layoutopt::graph::{
 use layoutopt::layout::op_rules::{CostModel, Family};
 use layoutopt::layout::plan::{plan, Global, PlanSpace, Planner};
 use layoutopt::layout::solver::SolveOptions;
+use layoutopt::ops::Concat;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;

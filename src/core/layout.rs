@@ -652,7 +652,7 @@ impl FromStr for Layout {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 
@@ -823,7 +823,7 @@ mod tests {
 
     /// A random layout of `rank` axes: up to two blocks per axis, digits in a
     /// random physical order (blocks of one axis kept outer to inner).
-    fn layout_strategy(rank: usize) -> impl Strategy<Value = Layout> {
+    pub(crate) fn layout_strategy(rank: usize) -> impl Strategy<Value = Layout> {
         (
             proptest::collection::vec(proptest::collection::vec(1usize..5, 0..=2), rank),
             proptest::collection::vec(any::<u32>(), 3 * rank),
@@ -850,7 +850,7 @@ mod tests {
             })
     }
 
-    fn shape_and_layout() -> impl Strategy<Value = (Vec<usize>, Layout)> {
+    pub(crate) fn shape_and_layout() -> impl Strategy<Value = (Vec<usize>, Layout)> {
         (1usize..=4).prop_flat_map(|rank| {
             (
                 proptest::collection::vec(1usize..7, rank),
@@ -859,65 +859,8 @@ mod tests {
         })
     }
 
-    /// Runs one op through the reference executor.
-    fn reference(op: crate::graph::Op, x: &Tensor) -> Tensor {
-        let ty = crate::graph::ValueType::new(x.dtype(), x.shape.clone());
-        let out = crate::graph::infer_outputs(&op, &[&ty]).unwrap();
-        crate::reference::eval_op(&op, &[x], &out)
-            .unwrap()
-            .remove(0)
-    }
-
-    /// The physical buffer built from the reference executor's own ops: pad
-    /// every blocked axis up to a multiple of its block (constant `fill`),
-    /// reshape each axis into its digits, transpose the digits into place.
-    fn via_reference_ops(l: &Layout, x: &Tensor, fill: f32) -> Tensor {
-        use crate::ops::{Op, Pad, PadMode, Reshape, Transpose};
-        let r = l.rank();
-        let ends: Vec<i64> = (0..r)
-            .map(|a| (l.padded_extent(a, x.shape[a]) - x.shape[a]) as i64)
-            .collect();
-        let padded = reference(
-            Op::Pad(Pad {
-                begins: vec![0; r],
-                ends,
-                mode: PadMode::Constant(fill),
-            }),
-            x,
-        );
-        let mut digits = Vec::new();
-        let mut shape = Vec::new();
-        for a in 0..r {
-            let block: usize = l.factors(a).iter().product();
-            shape.push(padded.shape[a] / block);
-            digits.push(Digit { axis: a, level: 0 });
-            for (k, &f) in l.factors(a).iter().enumerate() {
-                shape.push(f);
-                digits.push(Digit {
-                    axis: a,
-                    level: k + 1,
-                });
-            }
-        }
-        let split = reference(Op::Reshape(Reshape { shape }), &padded);
-        let perm = l
-            .order()
-            .iter()
-            .map(|d| digits.iter().position(|e| e == d).unwrap())
-            .collect();
-        reference(Op::Transpose(Transpose { perm }), &split)
-    }
-
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(200))]
-
-        #[test]
-        fn physical_buffer_agrees_with_the_reference_executor((shape, l) in shape_and_layout()) {
-            let x = iota(&shape);
-            let want = via_reference_ops(&l, &x, -1.0);
-            prop_assert_eq!(&want.shape, &l.physical_shape(&shape).unwrap());
-            prop_assert_eq!(l.to_physical(&x, -1.0).unwrap(), want);
-        }
 
         #[test]
         fn transform_then_inverse_is_identity((shape, l) in shape_and_layout()) {

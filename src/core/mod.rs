@@ -8,6 +8,8 @@ pub mod scalar;
 mod span;
 mod tensor;
 
+#[cfg(test)]
+pub(crate) use layout::tests;
 pub use layout::{with_fill, AlgebraError, Digit, Layout};
 pub use pad::{Assumption, PadFlow, PadValue, Requirement};
 pub use span::{format_spans, merge_spans, Span};

@@ -18,7 +18,7 @@
 use super::{Layout, LayoutError};
 use crate::graph::{numel, Graph, NodeId, Op, ValueRef, ValueType};
 pub use crate::ops::LayoutRole as OpKind;
-use crate::ops::{Gemm, Transpose};
+use crate::ops::{Conv, Transpose};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
@@ -343,12 +343,6 @@ fn agnostic_fits(op: &Op, l: &Layout, ins: &[&ValueType]) -> bool {
     op.def().runs_in(l, ins)
 }
 
-/// Floating-point operations of a convolution (per output element: one
-/// multiply-add per input channel of its group and kernel position).
-fn conv_flops(w: &ValueType, out: &ValueType) -> f64 {
-    2.0 * numel(&out.shape) as f64 * numel(&w.shape[1..]) as f64
-}
-
 fn bytes(ts: &[&ValueType], layouts: &[&Layout]) -> f64 {
     ts.iter()
         .zip(layouts)
@@ -356,7 +350,8 @@ fn bytes(ts: &[&ValueType], layouts: &[&Layout]) -> f64 {
         .sum()
 }
 
-/// Cost of running `op` with the given layouts.
+/// Cost of running `op` with the given layouts: its data movement, and its
+/// arithmetic at the speed its kernel reaches in those layouts.
 fn op_cost(
     op: &Op,
     ins: &[&ValueType],
@@ -366,61 +361,62 @@ fn op_cost(
     m: &CostModel,
 ) -> f64 {
     let moved = (bytes(ins, in_l) + bytes(outs, out_l)) * m.ns_per_byte;
-    match op {
-        Op::Transpose(_)
-            if in_l[0].transposed(&transpose_perm(op)).ok().as_ref() == Some(out_l[0]) =>
-        {
-            0.0
+    if let Op::Transpose(Transpose { perm }) = op {
+        if in_l[0].transposed(perm).ok().as_ref() == Some(out_l[0]) {
+            // A relabelling of axes moves nothing.
+            return 0.0;
         }
-        Op::Conv(c) => {
-            let (x, w, y) = (ins[0], ins[1], outs[0]);
-            let depthwise = c.group > 1 && c.group == x.shape[1];
-            let layout_penalty = |l: &Layout| {
-                if l.is_blocked() {
-                    1.0
-                } else if l.is_identity() {
-                    if depthwise {
-                        m.nchw_conv_penalty.sqrt()
-                    } else {
-                        m.nchw_conv_penalty
-                    }
-                } else {
-                    m.nhwc_conv_penalty
-                }
-            };
-            // The kernel vectorises over channels of both operands; a first layer
-            // with a handful of input channels reads any layout equally well.
-            let input_penalty = if x.shape[1] <= 4 {
-                1.0
-            } else {
-                layout_penalty(in_l[0])
-            };
-            let penalty = layout_penalty(out_l[0]).max(input_penalty);
-            // Padded channels are computed too.
-            let pad = |t: &ValueType, l: &Layout| {
-                physical_bytes(t, l) as f64 / (numel(&t.shape).max(1) * t.dtype.size_bytes()) as f64
-            };
-            let waste = pad(x, in_l[0]) * if depthwise { 1.0 } else { pad(y, out_l[0]) };
-            conv_flops(w, y) * m.ns_per_flop * penalty * waste + moved
-        }
-        Op::ConvTranspose(_) => conv_flops(ins[1], ins[0]) * m.ns_per_flop + moved,
-        Op::MatMul | Op::Gemm(_) => {
-            let k = if let Op::Gemm(Gemm { trans_a: true, .. }) = op {
-                ins[0].shape[0]
-            } else {
-                *ins[0].shape.last().unwrap_or(&1)
-            };
-            2.0 * numel(&outs[0].shape) as f64 * k as f64 * m.ns_per_flop + moved
-        }
-        _ => moved,
     }
+    let flops = op.def().flops(ins, outs);
+    if flops == 0.0 {
+        return moved;
+    }
+    let slowdown = match op {
+        Op::Conv(c) => conv_slowdown(c, ins, outs, in_l, out_l, m),
+        _ => 1.0,
+    };
+    flops * m.ns_per_flop * slowdown + moved
 }
 
-fn transpose_perm(op: &Op) -> Vec<usize> {
-    match op {
-        Op::Transpose(Transpose { perm }) => perm.clone(),
-        _ => vec![],
-    }
+/// How much slower than in its blocked layouts the convolution kernel runs in
+/// the given layouts, padded channels counted as work.
+fn conv_slowdown(
+    c: &Conv,
+    ins: &[&ValueType],
+    outs: &[&ValueType],
+    in_l: &[&Layout],
+    out_l: &[&Layout],
+    m: &CostModel,
+) -> f64 {
+    let (x, y) = (ins[0], outs[0]);
+    let depthwise = c.group > 1 && c.group == x.shape[1];
+    let layout_penalty = |l: &Layout| {
+        if l.is_blocked() {
+            1.0
+        } else if l.is_identity() {
+            if depthwise {
+                m.nchw_conv_penalty.sqrt()
+            } else {
+                m.nchw_conv_penalty
+            }
+        } else {
+            m.nhwc_conv_penalty
+        }
+    };
+    // The kernel vectorises over channels of both operands; a first layer
+    // with a handful of input channels reads any layout equally well.
+    let input_penalty = if x.shape[1] <= 4 {
+        1.0
+    } else {
+        layout_penalty(in_l[0])
+    };
+    let penalty = layout_penalty(out_l[0]).max(input_penalty);
+    // Padded channels are computed too.
+    let pad = |t: &ValueType, l: &Layout| {
+        physical_bytes(t, l) as f64 / (numel(&t.shape).max(1) * t.dtype.size_bytes()) as f64
+    };
+    let waste = pad(x, in_l[0]) * if depthwise { 1.0 } else { pad(y, out_l[0]) };
+    penalty * waste
 }
 
 /// The ways node `id` can run, given the candidate layouts of its values. The

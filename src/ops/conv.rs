@@ -10,7 +10,8 @@ use super::index::{for_each_run, kernel_offsets};
 use super::shape::*;
 #[allow(unused_imports)]
 use super::*;
-use crate::graph::{numel, Conv, ConvTranspose, Tensor, TensorData, ValueType};
+use crate::core::{numel, Tensor, TensorData, ValueType};
+use crate::ops::{Conv, ConvTranspose};
 use rayon::prelude::*;
 
 impl OpDef for Conv {
@@ -99,6 +100,12 @@ impl OpDef for Conv {
     fn layout_role(&self) -> LayoutRole {
         LayoutRole::Source
     }
+
+    /// One multiply-add per output element, input channel of its group and
+    /// kernel position.
+    fn flops(&self, ins: &[&ValueType], outs: &[&ValueType]) -> f64 {
+        2.0 * numel(&outs[0].shape) as f64 * numel(&ins[1].shape[1..]) as f64
+    }
 }
 
 impl OpDef for ConvTranspose {
@@ -163,6 +170,11 @@ impl OpDef for ConvTranspose {
 
     fn layout_role(&self) -> LayoutRole {
         LayoutRole::Source
+    }
+
+    /// One multiply-add per input element and weight of its group.
+    fn flops(&self, ins: &[&ValueType], _: &[&ValueType]) -> f64 {
+        2.0 * numel(&ins[0].shape) as f64 * numel(&ins[1].shape[1..]) as f64
     }
 }
 
@@ -256,7 +268,8 @@ pub(super) fn conv_transpose(
 #[cfg(test)]
 mod tests {
     use super::super::testutil::*;
-    use crate::graph::{Conv, ConvTranspose, Op, Tensor, Window};
+    use crate::core::Tensor;
+    use crate::ops::{Conv, ConvTranspose, Op, Window};
 
     fn window(kernel: &[usize], strides: &[usize], dilations: &[usize], pads: &[usize]) -> Window {
         Window {

@@ -6,7 +6,8 @@ use super::pad_flow::*;
 use super::shape::*;
 #[allow(unused_imports)]
 use super::*;
-use crate::graph::{BinaryOp, DType, Tensor, TensorData, UnaryOp, ValueType};
+use crate::core::{DType, Tensor, TensorData, ValueType};
+use crate::ops::{BinaryOp, UnaryOp};
 
 impl OpDef for UnaryOp {
     fn name(&self) -> &'static str {
@@ -281,7 +282,8 @@ pub(super) fn where_(
 mod tests {
     use super::super::testutil::*;
     use crate::core::scalar::erf;
-    use crate::graph::{BinaryOp as B, DType, Op, Tensor, TensorData, UnaryOp as U};
+    use crate::core::{DType, Tensor, TensorData};
+    use crate::ops::{BinaryOp as B, Op, UnaryOp as U};
 
     fn un(u: U, x: &[f32]) -> Tensor {
         eval1(Op::Unary(u), &[&f32s(&[x.len()], x)])

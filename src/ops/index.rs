@@ -2,7 +2,8 @@
 //! views and per-axis maps, runs of sliding-window index maps, and joining data of
 //! any dtype.
 
-use crate::graph::{numel, strides, Tensor, TensorData, Window};
+use crate::core::{numel, strides, Tensor, TensorData};
+use crate::ops::Window;
 use std::ops::Range;
 
 /// `base + Σ idx[i] * steps[i]` for every multi-index of `shape`, in row-major order.

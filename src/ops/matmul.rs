@@ -5,7 +5,8 @@ use super::index::broadcast_indices;
 use super::shape::*;
 #[allow(unused_imports)]
 use super::*;
-use crate::graph::{broadcast_shapes, numel, DType, Tensor, TensorData, ValueType};
+use crate::core::{numel, DType, Tensor, TensorData, ValueType};
+use crate::ops::broadcast_shapes;
 use rayon::prelude::*;
 
 impl OpDef for Gemm {
@@ -81,6 +82,15 @@ impl OpDef for Gemm {
         };
         flow(req, PadValue::Undef)
     }
+
+    fn flops(&self, ins: &[&ValueType], outs: &[&ValueType]) -> f64 {
+        let k = if self.trans_a {
+            ins[0].shape[0]
+        } else {
+            ins[0].shape[1]
+        };
+        2.0 * numel(&outs[0].shape) as f64 * k as f64
+    }
 }
 
 impl OpDef for MatMul {
@@ -141,6 +151,11 @@ impl OpDef for MatMul {
             r
         };
         flow(req, PadValue::Undef)
+    }
+
+    fn flops(&self, ins: &[&ValueType], outs: &[&ValueType]) -> f64 {
+        let k = *ins[0].shape.last().unwrap_or(&1);
+        2.0 * numel(&outs[0].shape) as f64 * k as f64
     }
 }
 
@@ -284,7 +299,7 @@ pub(super) fn gemm(
 #[cfg(test)]
 mod tests {
     use super::super::testutil::*;
-    use crate::graph::Op;
+    use crate::ops::Op;
     use crate::ops::*;
 
     #[test]

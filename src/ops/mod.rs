@@ -403,6 +403,13 @@ pub trait OpDef {
         true
     }
 
+    /// Floating-point operations for inputs and outputs of these types (the
+    /// cost model adds data movement apart). Ops that only move data do none.
+    fn flops(&self, ins: &[&ValueType], outs: &[&ValueType]) -> f64 {
+        let _ = (ins, outs);
+        0.0
+    }
+
     /// Pad-value flow: what the op needs in the padding of each input
     /// (`inputs` is what each holds there), given the padded logical axes of
     /// the first input, and what its output's padding then holds. The default

@@ -6,7 +6,8 @@ use super::pad_flow::*;
 use super::shape::*;
 #[allow(unused_imports)]
 use super::*;
-use crate::graph::{strides, PadMode, SliceAxis, Tensor, ValueType};
+use crate::core::{strides, Tensor, ValueType};
+use crate::ops::{PadMode, SliceAxis};
 
 impl OpDef for Reshape {
     fn name(&self) -> &'static str {
@@ -648,8 +649,9 @@ fn reflect(c: i64, n: i64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::super::testutil::*;
-    use crate::graph::{DType, Op, PadMode, SliceAxis, Tensor, TensorData};
+    use crate::core::{DType, Tensor, TensorData};
     use crate::ops::*;
+    use crate::ops::{Op, PadMode, SliceAxis};
 
     #[test]
     fn transpose_matches_explicit_loops() {

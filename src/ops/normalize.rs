@@ -5,7 +5,7 @@ use super::pad_flow::*;
 use super::shape::*;
 #[allow(unused_imports)]
 use super::*;
-use crate::graph::{numel, Tensor, TensorData, ValueType};
+use crate::core::{numel, Tensor, TensorData, ValueType};
 
 impl OpDef for BatchNorm {
     fn name(&self) -> &'static str {
@@ -247,7 +247,7 @@ pub(super) fn layer_norm(axis: usize, epsilon: f32, inputs: &[&Tensor], out: &Va
 #[cfg(test)]
 mod tests {
     use super::super::testutil::*;
-    use crate::graph::Op;
+    use crate::ops::Op;
     use crate::ops::*;
 
     #[test]

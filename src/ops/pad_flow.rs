@@ -144,7 +144,7 @@ mod tests {
     /// padding and zero weight padding give the bias padding on the output.
     #[test]
     fn conv_over_padded_channels() {
-        let conv = Op::Conv(crate::graph::Conv {
+        let conv = Op::Conv(crate::ops::Conv {
             window: Window {
                 kernel: vec![3, 3],
                 strides: vec![1, 1],

@@ -6,7 +6,8 @@ use super::index::{for_each_run, kernel_offsets};
 use super::shape::*;
 #[allow(unused_imports)]
 use super::*;
-use crate::graph::{numel, Pool, PoolKind, Tensor, TensorData, ValueType};
+use crate::core::{numel, Tensor, TensorData, ValueType};
+use crate::ops::{Pool, PoolKind};
 use rayon::prelude::*;
 
 impl OpDef for Pool {
@@ -196,8 +197,9 @@ pub(super) fn global_pool(kind: PoolKind, x: &Tensor, out: &ValueType) -> Tensor
 #[cfg(test)]
 mod tests {
     use super::super::testutil::*;
-    use crate::graph::{Op, Pool, PoolKind, Tensor, Window};
+    use crate::core::Tensor;
     use crate::ops::*;
+    use crate::ops::{Op, Pool, PoolKind, Window};
 
     fn pool(
         kind: PoolKind,

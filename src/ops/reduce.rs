@@ -6,7 +6,8 @@ use super::pad_flow::*;
 use super::shape::*;
 #[allow(unused_imports)]
 use super::*;
-use crate::graph::{strides, DType, ReduceKind, Tensor, TensorData, ValueType};
+use crate::core::{strides, DType, Tensor, TensorData, ValueType};
+use crate::ops::ReduceKind;
 
 impl OpDef for Reduce {
     fn name(&self) -> &'static str {
@@ -156,8 +157,8 @@ pub(super) fn reduce(
 #[cfg(test)]
 mod tests {
     use super::super::testutil::*;
-    use crate::graph::{Op, ReduceKind};
     use crate::ops::*;
+    use crate::ops::{Op, ReduceKind};
 
     fn reduce(kind: ReduceKind, axes: &[usize], keepdims: bool) -> Op {
         Op::Reduce(Reduce {

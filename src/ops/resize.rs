@@ -9,9 +9,8 @@ use super::pad_flow::*;
 use super::shape::*;
 #[allow(unused_imports)]
 use super::*;
-use crate::graph::{
-    CoordTransform, NearestMode, Resize, ResizeMode, Tensor, TensorData, ValueType,
-};
+use crate::core::{Tensor, TensorData, ValueType};
+use crate::ops::{CoordTransform, NearestMode, Resize, ResizeMode};
 
 impl OpDef for Resize {
     fn name(&self) -> &'static str {

@@ -1,7 +1,8 @@
 //! Helpers for the reference executor's unit tests.
 
 use super::eval_op;
-use crate::graph::{infer_outputs, Op, Tensor, TensorData, ValueType};
+use crate::core::{Tensor, TensorData, ValueType};
+use crate::ops::{infer_outputs, Op};
 
 /// An f32 tensor.
 pub fn f32s(shape: &[usize], v: &[f32]) -> Tensor {

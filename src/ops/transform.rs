@@ -175,9 +175,12 @@ fn crop(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layout::Layout;
+    use crate::core::tests::shape_and_layout;
+    use crate::core::{Digit, Layout, ValueType};
     use crate::ops::testutil::eval1;
+    use crate::ops::testutil::iota;
     use crate::ops::Op;
+    use proptest::prelude::*;
 
     #[test]
     fn pad_and_crop_by_hand() {
@@ -235,5 +238,65 @@ mod tests {
             pad: PadValue::Undef,
         });
         assert!(eval1(undef.clone(), &[&x]).to_f32()[3].is_nan());
+    }
+
+    /// Runs one op through the reference executor.
+    fn reference(op: Op, x: &Tensor) -> Tensor {
+        let ty = ValueType::new(x.dtype(), x.shape.clone());
+        let out = crate::ops::infer_outputs(&op, &[&ty]).unwrap();
+        crate::ops::eval_op(&op, &[x], &out).unwrap().remove(0)
+    }
+
+    /// The physical buffer built from the reference executor's own ops: pad
+    /// every blocked axis up to a multiple of its block (constant `fill`),
+    /// reshape each axis into its digits, transpose the digits into place.
+    fn via_reference_ops(l: &Layout, x: &Tensor, fill: f32) -> Tensor {
+        use crate::ops::{Pad, PadMode, Reshape, Transpose};
+        let r = l.rank();
+        let ends: Vec<i64> = (0..r)
+            .map(|a| (l.padded_extent(a, x.shape[a]) - x.shape[a]) as i64)
+            .collect();
+        let padded = reference(
+            Op::Pad(Pad {
+                begins: vec![0; r],
+                ends,
+                mode: PadMode::Constant(fill),
+            }),
+            x,
+        );
+        let mut digits = Vec::new();
+        let mut shape = Vec::new();
+        for a in 0..r {
+            let block: usize = l.factors(a).iter().product();
+            shape.push(padded.shape[a] / block);
+            digits.push(Digit { axis: a, level: 0 });
+            for (k, &f) in l.factors(a).iter().enumerate() {
+                shape.push(f);
+                digits.push(Digit {
+                    axis: a,
+                    level: k + 1,
+                });
+            }
+        }
+        let split = reference(Op::Reshape(Reshape { shape }), &padded);
+        let perm = l
+            .order()
+            .iter()
+            .map(|d| digits.iter().position(|e| e == d).unwrap())
+            .collect();
+        reference(Op::Transpose(Transpose { perm }), &split)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        #[test]
+        fn physical_buffer_agrees_with_the_reference_executor((shape, l) in shape_and_layout()) {
+            let x = iota(&shape);
+            let want = via_reference_ops(&l, &x, -1.0);
+            prop_assert_eq!(&want.shape, &l.physical_shape(&shape).unwrap());
+            prop_assert_eq!(l.to_physical(&x, -1.0).unwrap(), want);
+        }
+
     }
 }

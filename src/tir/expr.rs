@@ -385,20 +385,6 @@ pub fn floor_mod(a: i64, b: i64) -> i64 {
     a - b * floor_div(a, b)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn floor_semantics() {
-        assert_eq!(floor_div(7, 2), 3);
-        assert_eq!(floor_div(-7, 2), -4);
-        assert_eq!(floor_mod(-7, 2), 1);
-        assert_eq!(floor_div(7, -2), -4);
-        assert_eq!(floor_mod(7, -2), -1);
-    }
-}
-
 /// Floating-point negation (−1 · x, so that −0 and NaN come out as IEEE says).
 impl std::ops::Neg for Expr {
     type Output = Expr;
@@ -439,5 +425,19 @@ impl crate::core::scalar::Scalar for Expr {
     }
     fn pow(self, e: Expr) -> Expr {
         Expr::call(Intrinsic::Pow, vec![self, e])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floor_semantics() {
+        assert_eq!(floor_div(7, 2), 3);
+        assert_eq!(floor_div(-7, 2), -4);
+        assert_eq!(floor_mod(-7, 2), 1);
+        assert_eq!(floor_div(7, -2), -4);
+        assert_eq!(floor_mod(7, -2), -1);
     }
 }
