@@ -16,6 +16,7 @@ pub mod export;
 pub mod frontend;
 pub mod graph;
 pub mod layout;
+pub mod lowering;
 pub mod ops;
 pub mod reference;
 pub mod runtime;

@@ -1,10 +1,10 @@
 //! A node's loop nest for the explorer: the op's TIR compute definition and default
-//! schedule (`tir::ops`), lowered after every primitive of the schedule record.
+//! schedule (`lowering`), lowered after every primitive of the schedule record.
 
 use crate::graph::{Op, ValueType};
 use crate::layout::Layout;
+use crate::lowering::op_compute;
 use crate::tir::lower::{lower, LowerOptions};
-use crate::tir::ops::op_compute;
 use crate::tir::schedule::Schedule;
 use serde::Serialize;
 

@@ -8,7 +8,7 @@
 
 use super::index::{for_each_run, kernel_offsets};
 use super::shape::*;
-#[allow(unused_imports)]
+use super::te::*;
 use super::*;
 use crate::core::{numel, Tensor, TensorData, ValueType};
 use crate::ops::{Conv, ConvTranspose};
@@ -105,6 +105,33 @@ impl OpDef for Conv {
     /// kernel position.
     fn flops(&self, ins: &[&ValueType], outs: &[&ValueType]) -> f64 {
         2.0 * numel(&outs[0].shape) as f64 * numel(&ins[1].shape[1..]) as f64
+    }
+
+    fn compute(
+        &self,
+        g: &mut ComputeGraph,
+        ph: &[TeTensor],
+        types: &[ValueType],
+        sfx: &str,
+    ) -> Result<Defined, TirError> {
+        let no = |why: &str| Err(unsupported(self.name(), why));
+        let shape_of = |i: usize| operand_shape(types, i);
+        match self {
+            c if types.len() >= 2 && types[0].shape.len() == 4 => {
+                // The padded copy stays a stage of its own (computed once), so the
+                // convolution's inner loop reads it without guards and vectorizes.
+                Ok(Defined::output(conv_compute(
+                    g,
+                    sfx,
+                    c,
+                    ph,
+                    &shape_of(0),
+                    &shape_of(1),
+                )?))
+            }
+
+            _ => no("only 2-D NCHW is defined"),
+        }
     }
 }
 
@@ -263,6 +290,55 @@ pub(super) fn conv_transpose(
             }
         }
     }))
+}
+
+fn conv_compute(
+    g: &mut ComputeGraph,
+    sfx: &str,
+    c: &Conv,
+    ph: &[TeTensor],
+    xs: &[usize],
+    ws: &[usize],
+) -> Result<TeTensor, TirError> {
+    let w = &c.window;
+    let pad = pad_stage(g, sfx, ph[0], xs, &w.pads, 0.0)?;
+    let src = pad.unwrap_or(ph[0]);
+    let oh =
+        (xs[2] + w.pads[0] + w.pads[2] - w.dilations[0] * (w.kernel[0] - 1) - 1) / w.strides[0] + 1;
+    let ow =
+        (xs[3] + w.pads[1] + w.pads[3] - w.dilations[1] * (w.kernel[1] - 1) - 1) / w.strides[1] + 1;
+    let out = [e(xs[0]), e(ws[0]), e(oh), e(ow)];
+    let cin_per_group = ws[1];
+    let oc_per_group = ws[0] / c.group.max(1);
+    let weight = ph[1];
+    let (sh, sw, dh, dw) = (w.strides[0], w.strides[1], w.dilations[0], w.dilations[1]);
+    let name = format!("{}{sfx}", if ph.len() > 2 { "conv" } else { "Y" });
+    let acc = g.reduce(
+        &name,
+        &out,
+        &[e(cin_per_group), e(w.kernel[0]), e(w.kernel[1])],
+        ReduceOp::Sum,
+        |i, r| {
+            // The input channel: the group's first channel plus the reduced one.
+            let ic = if c.group == 1 {
+                r[0].clone()
+            } else {
+                i[1].clone().floordiv(ex(oc_per_group)) * ex(cin_per_group) + r[0].clone()
+            };
+            src.at(&[
+                i[0].clone(),
+                ic,
+                i[2].clone() * ex(sh) + r[1].clone() * ex(dh),
+                i[3].clone() * ex(sw) + r[2].clone() * ex(dw),
+            ]) * weight.at(&[i[1].clone(), r[0].clone(), r[1].clone(), r[2].clone()])
+        },
+    )?;
+    match ph.get(2) {
+        Some(b) => g.compute(&format!("Y{sfx}"), &out, |i| {
+            acc.at(i) + b.at(&[i[1].clone()])
+        }),
+        None => Ok(acc),
+    }
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 use super::index::{broadcast_indices, concat_data};
 use super::pad_flow::*;
 use super::shape::*;
-#[allow(unused_imports)]
+use super::te::*;
 use super::*;
 use crate::core::{DType, Tensor, TensorData, ValueType};
 use crate::ops::{BinaryOp, UnaryOp};
@@ -42,6 +42,25 @@ impl OpDef for UnaryOp {
 
     fn layout_role(&self) -> LayoutRole {
         LayoutRole::Agnostic
+    }
+
+    fn compute(
+        &self,
+        g: &mut ComputeGraph,
+        ph: &[TeTensor],
+        types: &[ValueType],
+        sfx: &str,
+    ) -> Result<Defined, TirError> {
+        let arity = |n: usize| check_arity(self.name(), types, n);
+        let u = self;
+
+        arity(1)?;
+        let (u, x) = (*u, ph[0]);
+        Ok(Defined::output(g.compute(
+            &format!("Y{sfx}"),
+            &extents(&types[0].shape),
+            |i| u.apply(x.at(i)),
+        )?))
     }
 }
 
@@ -89,6 +108,39 @@ impl OpDef for BinaryOp {
 
     fn layout_role(&self) -> LayoutRole {
         LayoutRole::Agnostic
+    }
+
+    fn compute(
+        &self,
+        g: &mut ComputeGraph,
+        ph: &[TeTensor],
+        types: &[ValueType],
+        sfx: &str,
+    ) -> Result<Defined, TirError> {
+        let no = |why: &str| Err(unsupported(self.name(), why));
+        let shape_of = |i: usize| operand_shape(types, i);
+        let arity = |n: usize| check_arity(self.name(), types, n);
+        let b = self;
+
+        arity(2)?;
+        let b = *b;
+        if b.is_comparison() {
+            return no("comparisons give booleans");
+        }
+        let (sa, sb) = (shape_of(0), shape_of(1));
+        let out = broadcast_shapes(&sa, &sb).map_err(TirError::Definition)?;
+        let (a, bb) = (ph[0], ph[1]);
+        Ok(Defined::output(g.compute(
+            &format!("Y{sfx}"),
+            &extents(&out),
+            |i| {
+                b.apply(
+                    a.at(&broadcast_index(i, &sa)),
+                    bb.at(&broadcast_index(i, &sb)),
+                )
+                .expect("comparisons were refused above")
+            },
+        )?))
     }
 }
 

@@ -2,7 +2,6 @@
 //! physical tensors; its meaning is the inner op's on the logical tensors.
 
 use super::shape::*;
-#[allow(unused_imports)]
 use super::*;
 
 impl OpDef for LaidOut {

@@ -3,7 +3,7 @@
 
 use super::index::broadcast_indices;
 use super::shape::*;
-#[allow(unused_imports)]
+use super::te::*;
 use super::*;
 use crate::core::{numel, DType, Tensor, TensorData, ValueType};
 use crate::ops::broadcast_shapes;
@@ -91,6 +91,68 @@ impl OpDef for Gemm {
         };
         2.0 * numel(&outs[0].shape) as f64 * k as f64
     }
+
+    fn compute(
+        &self,
+        g: &mut ComputeGraph,
+        ph: &[TeTensor],
+        types: &[ValueType],
+        sfx: &str,
+    ) -> Result<Defined, TirError> {
+        let no = |why: &str| Err(unsupported(self.name(), why));
+        let shape_of = |i: usize| operand_shape(types, i);
+        let arity = |n: usize| check_arity(self.name(), types, n);
+        let Gemm {
+            alpha,
+            beta,
+            trans_a,
+            trans_b,
+        } = self;
+
+        arity(2)?;
+        let (sa, sb) = (shape_of(0), shape_of(1));
+        if sa.len() != 2 || sb.len() != 2 {
+            return no("Gemm operands must be matrices");
+        }
+        let (m, k) = if *trans_a {
+            (sa[1], sa[0])
+        } else {
+            (sa[0], sa[1])
+        };
+        let n = if *trans_b { sb[0] } else { sb[1] };
+        let (a, b) = (ph[0], ph[1]);
+        let (ta, tb) = (*trans_a, *trans_b);
+        let ab = g.reduce(
+            &format!("AB{sfx}"),
+            &[e(m), e(n)],
+            &[e(k)],
+            ReduceOp::Sum,
+            |i, r| {
+                let (i0, i1, rk) = (i[0].clone(), i[1].clone(), r[0].clone());
+                let av = if ta {
+                    a.at(&[rk.clone(), i0])
+                } else {
+                    a.at(&[i0, rk.clone()])
+                };
+                let bv = if tb { b.at(&[i1, rk]) } else { b.at(&[rk, i1]) };
+                av * bv
+            },
+        )?;
+        let (al, be) = (*alpha as f64, *beta as f64);
+        let c = ph.get(2).copied();
+        let sc = types.get(2).map(|_| shape_of(2)).unwrap_or_default();
+        Ok(Defined::output(g.compute(
+            &format!("Y{sfx}"),
+            &[e(m), e(n)],
+            |i| {
+                let prod = ab.at(i) * al;
+                match c {
+                    Some(c) => prod + c.at(&broadcast_index(i, &sc)) * be,
+                    None => prod,
+                }
+            },
+        )?))
+    }
 }
 
 impl OpDef for MatMul {
@@ -156,6 +218,26 @@ impl OpDef for MatMul {
     fn flops(&self, ins: &[&ValueType], outs: &[&ValueType]) -> f64 {
         let k = *ins[0].shape.last().unwrap_or(&1);
         2.0 * numel(&outs[0].shape) as f64 * k as f64
+    }
+
+    fn compute(
+        &self,
+        g: &mut ComputeGraph,
+        ph: &[TeTensor],
+        types: &[ValueType],
+        sfx: &str,
+    ) -> Result<Defined, TirError> {
+        let arity = |n: usize| check_arity(self.name(), types, n);
+
+        arity(2)?;
+        Ok(Defined::output(matmul_compute(
+            g,
+            sfx,
+            ph[0],
+            ph[1],
+            &types[0].shape,
+            &types[1].shape,
+        )?))
     }
 }
 
@@ -294,6 +376,61 @@ pub(super) fn gemm(
         out.shape.clone(),
         TensorData::from_f64(out.dtype, y),
     ))
+}
+
+/// MatMul with numpy semantics: batch axes broadcast; a rank-1 operand is a row
+/// (left) or a column (right) whose axis the result drops.
+fn matmul_compute(
+    g: &mut ComputeGraph,
+    sfx: &str,
+    a: TeTensor,
+    b: TeTensor,
+    sa: &[usize],
+    sb: &[usize],
+) -> Result<TeTensor, TirError> {
+    if sa.is_empty() || sb.is_empty() {
+        return Err(TirError::Definition("MatMul of a scalar".into()));
+    }
+    let (ra, rb) = (sa.len(), sb.len());
+    let k = sa[ra - 1];
+    let kb = if rb == 1 { sb[0] } else { sb[rb - 2] };
+    if k != kb {
+        return Err(TirError::Definition(format!(
+            "MatMul inner extents differ: {sa:?} x {sb:?}"
+        )));
+    }
+    let batch_a = if ra >= 2 { &sa[..ra - 2] } else { &[][..] };
+    let batch_b = if rb >= 2 { &sb[..rb - 2] } else { &[][..] };
+    let batch = crate::graph::broadcast_shapes(batch_a, batch_b).map_err(TirError::Definition)?;
+    let nb = batch.len();
+    let mut out: Vec<usize> = batch.clone();
+    if ra >= 2 {
+        out.push(sa[ra - 2]);
+    }
+    if rb >= 2 {
+        out.push(sb[rb - 1]);
+    }
+    g.reduce(
+        &format!("Y{sfx}"),
+        &extents(&out),
+        &[e(k)],
+        ReduceOp::Sum,
+        |i, r| {
+            let mut pos = nb;
+            let mut ia = broadcast_index(&i[..nb], batch_a);
+            if ra >= 2 {
+                ia.push(i[pos].clone());
+                pos += 1;
+            }
+            ia.push(r[0].clone());
+            let mut ib = broadcast_index(&i[..nb], batch_b);
+            ib.push(r[0].clone());
+            if rb >= 2 {
+                ib.push(i[pos].clone());
+            }
+            a.at(&ia) * b.at(&ib)
+        },
+    )
 }
 
 #[cfg(test)]

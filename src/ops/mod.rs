@@ -19,6 +19,7 @@ mod reduce;
 mod resize;
 mod shape;
 mod source;
+pub mod te;
 #[cfg(test)]
 pub(crate) mod testutil;
 mod transform;
@@ -28,6 +29,7 @@ use crate::core::{Assumption, DType, Layout, PadFlow, PadValue, Requirement, Ten
 pub use eval::eval_op;
 pub use pad_flow::{binary_flow, pad_flow, unary_flow};
 pub use shape::{broadcast_shapes, infer_outputs, window_output_extent};
+use te::{ComputeGraph, Defined, TeTensor, TirError};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PoolKind {
@@ -408,6 +410,26 @@ pub trait OpDef {
     fn flops(&self, ins: &[&ValueType], outs: &[&ValueType]) -> f64 {
         let _ = (ins, outs);
         0.0
+    }
+
+    /// The TIR compute definition: adds the op's stages to `g`, reading the
+    /// operand placeholders `ph` (of types `types`), stage names suffixed with
+    /// `sfx`. The default says the op has none (the runtime then runs it on the
+    /// reference executor, and says so).
+    fn compute(
+        &self,
+        g: &mut ComputeGraph,
+        ph: &[TeTensor],
+        types: &[ValueType],
+        sfx: &str,
+    ) -> Result<Defined, TirError> {
+        let _ = (g, ph, types, sfx);
+        Err(te::unsupported(self.name(), "none is written"))
+    }
+
+    /// Names of the operands in compute definitions and listings.
+    fn operand_names(&self) -> &'static [&'static str] {
+        &["X", "W", "B"]
     }
 
     /// Pad-value flow: what the op needs in the padding of each input

@@ -4,7 +4,7 @@
 use super::index::{affine_indices, broadcast_indices, concat_data, gather_axes};
 use super::pad_flow::*;
 use super::shape::*;
-#[allow(unused_imports)]
+use super::te::*;
 use super::*;
 use crate::core::{strides, Tensor, ValueType};
 use crate::ops::{PadMode, SliceAxis};
@@ -33,6 +33,40 @@ impl OpDef for Reshape {
     fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
         let out = &outputs[0];
         Ok(vec![Tensor::new(out.shape.clone(), x[0].data.clone())])
+    }
+
+    fn compute(
+        &self,
+        g: &mut ComputeGraph,
+        ph: &[TeTensor],
+        types: &[ValueType],
+        sfx: &str,
+    ) -> Result<Defined, TirError> {
+        let shape_of = |i: usize| operand_shape(types, i);
+        let arity = |n: usize| check_arity(self.name(), types, n);
+        let Reshape { shape } = self;
+
+        arity(1)?;
+        let s = shape_of(0);
+        let x = ph[0];
+        Ok(Defined::output(g.compute(
+            &format!("Y{sfx}"),
+            &extents(shape),
+            |i| {
+                // The row-major position of the output element, then its input index.
+                let mut flat = Expr::Int(0);
+                for (v, &d) in i.iter().zip(&extents(shape)) {
+                    flat = flat * Expr::Int(d) + v.clone();
+                }
+                let mut idx = vec![Expr::Int(0); s.len()];
+                let mut rest = flat;
+                for k in (0..s.len()).rev() {
+                    idx[k] = rest.clone().floormod(ex(s[k]));
+                    rest = rest.floordiv(ex(s[k]));
+                }
+                x.at(&idx)
+            },
+        )?))
     }
 }
 
@@ -78,6 +112,33 @@ impl OpDef for Transpose {
 
     fn layout_role(&self) -> LayoutRole {
         LayoutRole::Sink
+    }
+
+    fn compute(
+        &self,
+        g: &mut ComputeGraph,
+        ph: &[TeTensor],
+        types: &[ValueType],
+        sfx: &str,
+    ) -> Result<Defined, TirError> {
+        let arity = |n: usize| check_arity(self.name(), types, n);
+        let Transpose { perm } = self;
+
+        arity(1)?;
+        let s: Vec<usize> = perm.iter().map(|&a| types[0].shape[a]).collect();
+        let x = ph[0];
+        Ok(Defined::output(g.compute(
+            &format!("Y{sfx}"),
+            &extents(&s),
+            |i| {
+                // Output axis k is input axis perm[k].
+                let mut idx = vec![Expr::Int(0); perm.len()];
+                for (k, &a) in perm.iter().enumerate() {
+                    idx[a] = i[k].clone();
+                }
+                x.at(&idx)
+            },
+        )?))
     }
 }
 
@@ -146,6 +207,51 @@ impl OpDef for Concat {
                 *axis,
                 &ins.iter().map(|t| t.shape[*axis]).collect::<Vec<_>>(),
             )
+    }
+
+    fn compute(
+        &self,
+        g: &mut ComputeGraph,
+        ph: &[TeTensor],
+        types: &[ValueType],
+        sfx: &str,
+    ) -> Result<Defined, TirError> {
+        let shape_of = |i: usize| operand_shape(types, i);
+        let arity = |n: usize| check_arity(self.name(), types, n);
+        let Concat { axis } = self;
+
+        arity(1)?;
+        let a = *axis;
+        let mut out = shape_of(0);
+        out[a] = types.iter().map(|t| t.shape[a]).sum();
+        let parts: Vec<(TeTensor, usize)> = ph
+            .iter()
+            .zip(types)
+            .map(|(t, ty)| (*t, ty.shape[a]))
+            .collect();
+        Ok(Defined::output(g.compute(
+            &format!("Y{sfx}"),
+            &extents(&out),
+            |i| {
+                // The last part, then each earlier one where the index falls in it;
+                // every read is clamped into its part (a select evaluates both sides).
+                let mut starts = vec![0usize];
+                for (_, n) in &parts {
+                    starts.push(starts.last().copied().unwrap_or(0) + n);
+                }
+                let read = |k: usize| {
+                    let (t, n) = parts[k];
+                    let mut idx = i.to_vec();
+                    idx[a] = (i[a].clone() - ex(starts[k])).max(ex(0)).min(ex(n - 1));
+                    t.at(&idx)
+                };
+                let mut v = read(parts.len() - 1);
+                for k in (0..parts.len() - 1).rev() {
+                    v = Expr::select(i[a].clone().lt(ex(starts[k + 1])), read(k), v);
+                }
+                v
+            },
+        )?))
     }
 }
 
@@ -266,6 +372,46 @@ impl OpDef for Slice {
                 || (s.step == 1 && blocks_divide(l, s.axis, &[s.start as usize, s.end as usize]))
         })
     }
+
+    fn compute(
+        &self,
+        g: &mut ComputeGraph,
+        ph: &[TeTensor],
+        types: &[ValueType],
+        sfx: &str,
+    ) -> Result<Defined, TirError> {
+        let shape_of = |i: usize| operand_shape(types, i);
+        let arity = |n: usize| check_arity(self.name(), types, n);
+        let Slice { axes } = self;
+
+        arity(1)?;
+        let s = shape_of(0);
+        let refs: Vec<&ValueType> = types.iter().collect();
+        let out = self.infer(&refs).map_err(TirError::Definition)?;
+        let out = out[0].shape.clone();
+        for a in axes {
+            let last = a.start + (out[a.axis] as i64 - 1) * a.step;
+            let inside = |c: i64| (0..s[a.axis] as i64).contains(&c);
+            if out[a.axis] > 0 && !(inside(a.start) && inside(last)) {
+                return Err(TirError::Definition(format!(
+                    "slice {a:?} reads outside axis extent {}",
+                    s[a.axis]
+                )));
+            }
+        }
+        let x = ph[0];
+        Ok(Defined::output(g.compute(
+            &format!("Y{sfx}"),
+            &extents(&out),
+            |i| {
+                let mut idx = i.to_vec();
+                for a in axes {
+                    idx[a.axis] = Expr::Int(a.start) + i[a.axis].clone() * Expr::Int(a.step);
+                }
+                x.at(&idx)
+            },
+        )?))
+    }
 }
 
 impl OpDef for Gather {
@@ -357,6 +503,52 @@ impl OpDef for Pad {
 
         (0..begins.len()).all(|a| (begins[a] == 0 && ends[a] == 0) || unblocked(l, &[a]))
     }
+
+    fn compute(
+        &self,
+        g: &mut ComputeGraph,
+        ph: &[TeTensor],
+        types: &[ValueType],
+        sfx: &str,
+    ) -> Result<Defined, TirError> {
+        let no = |why: &str| Err(unsupported(self.name(), why));
+        let shape_of = |i: usize| operand_shape(types, i);
+        let arity = |n: usize| check_arity(self.name(), types, n);
+        match self {
+            Pad {
+                begins,
+                ends,
+                mode: PadMode::Constant(value),
+            } => {
+                arity(1)?;
+                let s = shape_of(0);
+                let out: Vec<i64> = (0..s.len())
+                    .map(|k| e(s[k]) + begins[k] + ends[k])
+                    .collect();
+                if out.iter().any(|&d| d <= 0) {
+                    return Err(TirError::Definition(format!(
+                        "padding {begins:?}/{ends:?} leaves no element of {s:?}"
+                    )));
+                }
+                let x = ph[0];
+                Ok(Defined::output(g.compute(
+                    &format!("Y{sfx}"),
+                    &out,
+                    |i| {
+                        let mut inside = Expr::Int(1);
+                        let mut idx = vec![];
+                        for (k, &n) in s.iter().enumerate() {
+                            let src = i[k].clone() - Expr::Int(begins[k]);
+                            inside = inside.and(src.clone().ge(ex(0))).and(src.clone().lt(ex(n)));
+                            idx.push(src.max(ex(0)).min(ex(n - 1)));
+                        }
+                        Expr::select(inside, x.at(&idx), *value as f64)
+                    },
+                )?))
+            }
+            _ => no("not an op of this library"),
+        }
+    }
 }
 
 impl OpDef for Cast {
@@ -418,6 +610,28 @@ impl OpDef for Expand {
         let out = &outputs[0];
         Ok(vec![expand(x[0], out)])
     }
+
+    fn compute(
+        &self,
+        g: &mut ComputeGraph,
+        ph: &[TeTensor],
+        types: &[ValueType],
+        sfx: &str,
+    ) -> Result<Defined, TirError> {
+        let shape_of = |i: usize| operand_shape(types, i);
+        let arity = |n: usize| check_arity(self.name(), types, n);
+        let Expand { shape } = self;
+
+        arity(1)?;
+        let s = shape_of(0);
+        let out = broadcast_shapes(&s, shape).map_err(TirError::Definition)?;
+        let x = ph[0];
+        Ok(Defined::output(g.compute(
+            &format!("Y{sfx}"),
+            &extents(&out),
+            |i| x.at(&broadcast_index(i, &s)),
+        )?))
+    }
 }
 
 impl OpDef for Tile {
@@ -443,6 +657,35 @@ impl OpDef for Tile {
     fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
         let out = &outputs[0];
         Ok(vec![tile(x[0], out)?])
+    }
+
+    fn compute(
+        &self,
+        g: &mut ComputeGraph,
+        ph: &[TeTensor],
+        types: &[ValueType],
+        sfx: &str,
+    ) -> Result<Defined, TirError> {
+        let shape_of = |i: usize| operand_shape(types, i);
+        let arity = |n: usize| check_arity(self.name(), types, n);
+        let Tile { repeats } = self;
+
+        arity(1)?;
+        let s = shape_of(0);
+        let out: Vec<usize> = s.iter().zip(repeats).map(|(d, r)| d * r).collect();
+        let x = ph[0];
+        Ok(Defined::output(g.compute(
+            &format!("Y{sfx}"),
+            &extents(&out),
+            |i| {
+                let idx: Vec<Expr> = i
+                    .iter()
+                    .zip(&s)
+                    .map(|(v, &d)| v.clone().floormod(ex(d)))
+                    .collect();
+                x.at(&idx)
+            },
+        )?))
     }
 }
 
@@ -470,6 +713,24 @@ impl OpDef for Identity {
 
     fn layout_role(&self) -> LayoutRole {
         LayoutRole::Agnostic
+    }
+
+    fn compute(
+        &self,
+        g: &mut ComputeGraph,
+        ph: &[TeTensor],
+        types: &[ValueType],
+        sfx: &str,
+    ) -> Result<Defined, TirError> {
+        let arity = |n: usize| check_arity(self.name(), types, n);
+
+        arity(1)?;
+        let x = ph[0];
+        Ok(Defined::output(g.compute(
+            &format!("Y{sfx}"),
+            &extents(&types[0].shape),
+            |i| x.at(i),
+        )?))
     }
 }
 

@@ -3,7 +3,7 @@
 use super::index::broadcast_indices;
 use super::pad_flow::*;
 use super::shape::*;
-#[allow(unused_imports)]
+use super::te::*;
 use super::*;
 use crate::core::{numel, Tensor, TensorData, ValueType};
 
@@ -58,6 +58,31 @@ impl OpDef for BatchNorm {
 
     fn layout_role(&self) -> LayoutRole {
         LayoutRole::Agnostic
+    }
+
+    fn compute(
+        &self,
+        g: &mut ComputeGraph,
+        ph: &[TeTensor],
+        types: &[ValueType],
+        sfx: &str,
+    ) -> Result<Defined, TirError> {
+        let no = |why: &str| Err(unsupported(self.name(), why));
+        match self {
+            BatchNorm { epsilon } if types.len() == 5 && types[0].shape.len() >= 2 => {
+                let s = extents(&types[0].shape);
+                let (x, sc, b, m, v) = (ph[0], ph[1], ph[2], ph[3], ph[4]);
+                let eps = *epsilon as f64;
+                Ok(Defined::output(g.compute(&format!("Y{sfx}"), &s, |i| {
+                    let c = [i[1].clone()];
+                    (x.at(i) - m.at(&c)) * sc.at(&c)
+                        / Expr::call(Intrinsic::Sqrt, vec![v.at(&c) + Expr::Float(eps)])
+                        + b.at(&c)
+                })?))
+            }
+
+            _ => no("only 2-D NCHW is defined"),
+        }
     }
 }
 
@@ -114,6 +139,23 @@ impl OpDef for Softmax {
     fn runs_in(&self, l: &Layout, _: &[&ValueType]) -> bool {
         unblocked(l, &[self.axis])
     }
+
+    fn compute(
+        &self,
+        g: &mut ComputeGraph,
+        ph: &[TeTensor],
+        types: &[ValueType],
+        sfx: &str,
+    ) -> Result<Defined, TirError> {
+        check_arity(self.name(), types, 1)?;
+        let (output, per_row) =
+            softmax_compute(g, sfx, ph[0], &operand_shape(types, 0), self.axis, false)?;
+        Ok(Defined {
+            output,
+            inline: vec![],
+            per_row,
+        })
+    }
 }
 
 impl OpDef for LogSoftmax {
@@ -139,6 +181,23 @@ impl OpDef for LogSoftmax {
 
     fn runs_in(&self, l: &Layout, _: &[&ValueType]) -> bool {
         unblocked(l, &[self.axis])
+    }
+
+    fn compute(
+        &self,
+        g: &mut ComputeGraph,
+        ph: &[TeTensor],
+        types: &[ValueType],
+        sfx: &str,
+    ) -> Result<Defined, TirError> {
+        check_arity(self.name(), types, 1)?;
+        let (output, per_row) =
+            softmax_compute(g, sfx, ph[0], &operand_shape(types, 0), self.axis, true)?;
+        Ok(Defined {
+            output,
+            inline: vec![],
+            per_row,
+        })
     }
 }
 
@@ -173,6 +232,23 @@ impl OpDef for LayerNorm {
         let LayerNorm { axis, epsilon } = self;
 
         Ok(vec![layer_norm(*axis, *epsilon, x, out)])
+    }
+
+    fn compute(
+        &self,
+        g: &mut ComputeGraph,
+        ph: &[TeTensor],
+        types: &[ValueType],
+        sfx: &str,
+    ) -> Result<Defined, TirError> {
+        check_arity(self.name(), types, 2)?;
+        let (output, per_row) =
+            layer_norm_compute(g, sfx, ph, types, self.axis, self.epsilon as f64)?;
+        Ok(Defined {
+            output,
+            inline: vec![],
+            per_row,
+        })
     }
 }
 
@@ -242,6 +318,131 @@ pub(super) fn layer_norm(axis: usize, epsilon: f32, inputs: &[&Tensor], out: &Va
         }
     }
     Tensor::new(out.shape.clone(), TensorData::from_f64(out.dtype, v))
+}
+
+/// Softmax (or log-softmax) over `axis`: the row maximum and the row sum of
+/// exponentials are stages of their own, computed per row of the output when the
+/// axis is the innermost one.
+fn softmax_compute(
+    g: &mut ComputeGraph,
+    sfx: &str,
+    x: TeTensor,
+    s: &[usize],
+    axis: usize,
+    log: bool,
+) -> Result<(TeTensor, Vec<(TeTensor, usize)>), TirError> {
+    let rank = s.len();
+    let rows = extents(&{
+        let mut r = s.to_vec();
+        r.remove(axis);
+        r
+    });
+    let n = e(s[axis]);
+    let mx = g.reduce(&format!("Max{sfx}"), &rows, &[n], ReduceOp::Max, |i, r| {
+        x.at(&with_axis(i, axis, r[0].clone(), rank))
+    })?;
+    let sum = g.reduce(&format!("Sum{sfx}"), &rows, &[n], ReduceOp::Sum, |i, r| {
+        let idx = with_axis(i, axis, r[0].clone(), rank);
+        Expr::call(Intrinsic::Exp, vec![x.at(&idx) - mx.at(i)])
+    })?;
+    let y = g.compute(&format!("Y{sfx}"), &extents(s), |i| {
+        let row = drop_axis(i, axis);
+        let shifted = x.at(i) - mx.at(&row);
+        if log {
+            shifted - Expr::call(Intrinsic::Log, vec![sum.at(&row)])
+        } else {
+            Expr::call(Intrinsic::Exp, vec![shifted]) / sum.at(&row)
+        }
+    })?;
+    let attach = if axis + 1 == rank && rank >= 2 {
+        vec![(mx, axis - 1), (sum, axis - 1)]
+    } else {
+        vec![]
+    };
+    Ok((y, attach))
+}
+
+/// Layer normalization over the axes from `axis` on: row mean and variance as
+/// stages computed per row.
+fn layer_norm_compute(
+    g: &mut ComputeGraph,
+    sfx: &str,
+    ph: &[TeTensor],
+    types: &[ValueType],
+    axis: usize,
+    eps: f64,
+) -> Result<(TeTensor, Vec<(TeTensor, usize)>), TirError> {
+    let s = extents(&types[0].shape);
+    if axis >= s.len() {
+        return Err(TirError::Definition(format!(
+            "LayerNormalization axis {axis} is out of range for rank {}",
+            s.len()
+        )));
+    }
+    let rows: Vec<i64> = if axis == 0 {
+        vec![1]
+    } else {
+        s[..axis].to_vec()
+    };
+    let norm: Vec<i64> = s[axis..].to_vec();
+    let n: i64 = norm.iter().product();
+    let x = ph[0];
+    let row_of = |i: &[Expr]| -> Vec<Expr> {
+        if axis == 0 {
+            vec![Expr::Int(0)]
+        } else {
+            i[..axis].to_vec()
+        }
+    };
+    let full = |i: &[Expr], r: &[Expr]| -> Vec<Expr> {
+        let mut idx = if axis == 0 { vec![] } else { i.to_vec() };
+        idx.extend(r.iter().cloned());
+        idx
+    };
+    let inv_n = 1.0 / n as f64;
+    let mean = g.reduce(
+        &format!("Mean{sfx}"),
+        &rows,
+        &norm,
+        ReduceOp::Sum,
+        |i, r| x.at(&full(i, r)) * inv_n,
+    )?;
+    let var = g.reduce(&format!("Var{sfx}"), &rows, &norm, ReduceOp::Sum, |i, r| {
+        let d = x.at(&full(i, r)) - mean.at(i);
+        d.clone() * d * inv_n
+    })?;
+    // Scale and bias broadcast to the normalized axes.
+    let operand = |k: usize| -> Result<(TeTensor, Vec<usize>), TirError> {
+        let s = extents(&types[k].shape);
+        if s.len() > norm.len() {
+            return Err(TirError::Definition(format!(
+                "LayerNormalization operand {k} of shape {:?} has more axes than the normalized {norm:?}",
+                types[k].shape
+            )));
+        }
+        Ok((ph[k], s.iter().map(|&d| d as usize).collect()))
+    };
+    let (sc, sc_shape) = operand(1)?;
+    let bias = match ph.len() {
+        3 => Some(operand(2)?),
+        _ => None,
+    };
+    let y = g.compute(&format!("Y{sfx}"), &s, |i| {
+        let row = row_of(i);
+        let tail = &i[axis..];
+        let inv = Expr::Float(1.0) / Expr::call(Intrinsic::Sqrt, vec![var.at(&row) + eps]);
+        let v = (x.at(i) - mean.at(&row)) * inv * sc.at(&broadcast_index(tail, &sc_shape));
+        match &bias {
+            Some((b, bs)) => v + b.at(&broadcast_index(tail, bs)),
+            None => v,
+        }
+    })?;
+    let attach = if axis >= 1 {
+        vec![(mean, axis - 1), (var, axis - 1)]
+    } else {
+        vec![]
+    };
+    Ok((y, attach))
 }
 
 #[cfg(test)]

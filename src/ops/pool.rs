@@ -4,7 +4,7 @@
 
 use super::index::{for_each_run, kernel_offsets};
 use super::shape::*;
-#[allow(unused_imports)]
+use super::te::*;
 use super::*;
 use crate::core::{numel, Tensor, TensorData, ValueType};
 use crate::ops::{Pool, PoolKind};
@@ -63,6 +63,33 @@ impl OpDef for Pool {
     fn layout_role(&self) -> LayoutRole {
         LayoutRole::Source
     }
+
+    fn compute(
+        &self,
+        g: &mut ComputeGraph,
+        ph: &[TeTensor],
+        types: &[ValueType],
+        sfx: &str,
+    ) -> Result<Defined, TirError> {
+        let no = |why: &str| Err(unsupported(self.name(), why));
+        let shape_of = |i: usize| operand_shape(types, i);
+        match self {
+            p if types.len() == 1 && types[0].shape.len() == 4 => {
+                let refs: Vec<&ValueType> = types.iter().collect();
+                let out = self.infer(&refs).map_err(TirError::Definition)?;
+                let hw = [out[0].shape[2], out[0].shape[3]];
+                let (output, pad) = pool_compute(g, sfx, p, ph[0], &shape_of(0), hw)?;
+                Ok(Defined {
+                    output,
+                    // The padded input is read in place, never stored.
+                    inline: pad.into_iter().collect(),
+                    per_row: vec![],
+                })
+            }
+
+            _ => no("only 2-D NCHW is defined"),
+        }
+    }
 }
 
 impl OpDef for GlobalPool {
@@ -110,6 +137,44 @@ impl OpDef for GlobalPool {
 
     fn layout_role(&self) -> LayoutRole {
         LayoutRole::Source
+    }
+
+    fn compute(
+        &self,
+        g: &mut ComputeGraph,
+        ph: &[TeTensor],
+        types: &[ValueType],
+        sfx: &str,
+    ) -> Result<Defined, TirError> {
+        let no = |why: &str| Err(unsupported(self.name(), why));
+        let shape_of = |i: usize| operand_shape(types, i);
+        match self {
+            GlobalPool { kind } if types.len() == 1 && types[0].shape.len() == 4 => {
+                Ok(Defined::output({
+                    let s = shape_of(0);
+                    let (h, w) = (s[2], s[3]);
+                    let x = ph[0];
+                    let rop = if *kind == PoolKind::Max {
+                        ReduceOp::Max
+                    } else {
+                        ReduceOp::Sum
+                    };
+                    let out = [e(s[0]), e(s[1]), 1, 1];
+                    let r = g.reduce(&format!("R{sfx}"), &out, &[e(h), e(w)], rop, |i, r| {
+                        x.at(&[i[0].clone(), i[1].clone(), r[0].clone(), r[1].clone()])
+                    })?;
+                    if *kind == PoolKind::Avg {
+                        g.compute(&format!("Y{sfx}"), &out, |i| {
+                            r.at(i) / Expr::Float((h * w) as f64)
+                        })?
+                    } else {
+                        r
+                    }
+                }))
+            }
+
+            _ => no("only 2-D NCHW is defined"),
+        }
     }
 }
 
@@ -192,6 +257,68 @@ pub(super) fn global_pool(kind: PoolKind, x: &Tensor, out: &ValueType) -> Tensor
         })
         .collect();
     Tensor::new(out.shape.clone(), TensorData::from_f64(out.dtype, y))
+}
+
+fn pool_compute(
+    g: &mut ComputeGraph,
+    sfx: &str,
+    p: &Pool,
+    x: TeTensor,
+    xs: &[usize],
+    out_hw: [usize; 2],
+) -> Result<(TeTensor, Option<TeTensor>), TirError> {
+    let w = &p.window;
+    let is_max = p.kind == PoolKind::Max;
+    let fill = if is_max { f64::NEG_INFINITY } else { 0.0 };
+    let span = |a: usize| w.dilations[a] * (w.kernel[a] - 1) + 1;
+    // In ceil mode the last window may run past the end padding: pad further
+    // so that every read is inside the padded stage (those positions hold the
+    // fill, and the divisor below counts input positions only).
+    let mut pads = w.pads.clone();
+    for a in 0..2 {
+        let needed = (out_hw[a] - 1) * w.strides[a] + span(a);
+        let have = xs[a + 2] + w.pads[a] + w.pads[a + 2];
+        pads[a + 2] += needed.saturating_sub(have);
+    }
+    let pad = pad_stage(g, sfx, x, xs, &pads, fill)?;
+    let src = pad.unwrap_or(x);
+    let out = [e(xs[0]), e(xs[1]), e(out_hw[0]), e(out_hw[1])];
+    let (sh, sw, dh, dw) = (w.strides[0], w.strides[1], w.dilations[0], w.dilations[1]);
+    let rop = if is_max { ReduceOp::Max } else { ReduceOp::Sum };
+    let name = format!("{}{sfx}", if is_max { "Y" } else { "S" });
+    let acc = g.reduce(
+        &name,
+        &out,
+        &[e(w.kernel[0]), e(w.kernel[1])],
+        rop,
+        |i, r| {
+            src.at(&[
+                i[0].clone(),
+                i[1].clone(),
+                i[2].clone() * ex(sh) + r[0].clone() * ex(dh),
+                i[3].clone() * ex(sw) + r[1].clone() * ex(dw),
+            ])
+        },
+    )?;
+    if is_max {
+        return Ok((acc, pad));
+    }
+    // The divisor: the whole window, or only its positions inside the input.
+    let (kh, kw) = (w.kernel[0], w.kernel[1]);
+    let (pt, pl) = (w.pads[0], w.pads[1]);
+    let (h, wd) = (xs[2], xs[3]);
+    let include = p.count_include_pad;
+    let y = g.compute(&format!("Y{sfx}"), &out, |i| {
+        if include {
+            return acc.at(i) / Expr::Float((kh * kw) as f64);
+        }
+        let count = |o: &Expr, s: usize, k: usize, pb: usize, n: usize| {
+            let start = o.clone() * ex(s);
+            (start.clone() + ex(k)).min(ex(pb + n)) - start.max(ex(pb))
+        };
+        acc.at(i) / (count(&i[2], sh, kh, pt, h) * count(&i[3], sw, kw, pl, wd))
+    })?;
+    Ok((y, pad))
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 use super::index::affine_indices;
 use super::pad_flow::*;
 use super::shape::*;
-#[allow(unused_imports)]
+use super::te::*;
 use super::*;
 use crate::core::{strides, DType, Tensor, TensorData, ValueType};
 use crate::ops::ReduceKind;
@@ -82,6 +82,33 @@ impl OpDef for Reduce {
         let Reduce { axes, keepdims, .. } = self;
         *keepdims && unblocked(l, axes)
     }
+
+    fn compute(
+        &self,
+        g: &mut ComputeGraph,
+        ph: &[TeTensor],
+        types: &[ValueType],
+        sfx: &str,
+    ) -> Result<Defined, TirError> {
+        let shape_of = |i: usize| operand_shape(types, i);
+        let arity = |n: usize| check_arity(self.name(), types, n);
+        let Reduce {
+            kind,
+            axes,
+            keepdims,
+        } = self;
+
+        arity(1)?;
+        Ok(Defined::output(reduce_compute(
+            g,
+            sfx,
+            ph[0],
+            &shape_of(0),
+            *kind,
+            axes,
+            *keepdims,
+        )?))
+    }
 }
 
 pub(super) fn reduce(
@@ -152,6 +179,52 @@ pub(super) fn reduce(
         }
     };
     Ok(Tensor::new(out.shape.clone(), data))
+}
+
+fn reduce_compute(
+    g: &mut ComputeGraph,
+    sfx: &str,
+    x: TeTensor,
+    s: &[usize],
+    kind: ReduceKind,
+    axes: &[usize],
+    keepdims: bool,
+) -> Result<TeTensor, TirError> {
+    if let Some(a) = axes.iter().find(|&&a| a >= s.len()) {
+        return Err(TirError::Definition(format!(
+            "reduced axis {a} is out of range for rank {}",
+            s.len()
+        )));
+    }
+    let kept: Vec<usize> = (0..s.len()).filter(|a| !axes.contains(a)).collect();
+    let reduced: Vec<usize> = (0..s.len()).filter(|a| axes.contains(a)).collect();
+    let out: Vec<usize> = if keepdims {
+        (0..s.len())
+            .map(|a| if axes.contains(&a) { 1 } else { s[a] })
+            .collect()
+    } else {
+        kept.iter().map(|&a| s[a]).collect()
+    };
+    let rshape: Vec<i64> = reduced.iter().map(|&a| e(s[a])).collect();
+    let n: i64 = rshape.iter().product();
+    let (rop, scale) = match kind {
+        ReduceKind::Sum => (ReduceOp::Sum, None),
+        ReduceKind::Mean => (ReduceOp::Sum, Some(1.0 / n as f64)),
+        ReduceKind::Max => (ReduceOp::Max, None),
+    };
+    g.reduce(&format!("Y{sfx}"), &extents(&out), &rshape, rop, |i, r| {
+        let mut idx = vec![Expr::Int(0); s.len()];
+        for (k, &a) in kept.iter().enumerate() {
+            idx[a] = if keepdims { i[a].clone() } else { i[k].clone() };
+        }
+        for (k, &a) in reduced.iter().enumerate() {
+            idx[a] = r[k].clone();
+        }
+        match scale {
+            Some(c) => x.at(&idx) * c,
+            None => x.at(&idx),
+        }
+    })
 }
 
 #[cfg(test)]

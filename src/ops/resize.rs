@@ -7,7 +7,6 @@
 use super::index::gather_axes;
 use super::pad_flow::*;
 use super::shape::*;
-#[allow(unused_imports)]
 use super::*;
 use crate::core::{Tensor, TensorData, ValueType};
 use crate::ops::{CoordTransform, NearestMode, Resize, ResizeMode};

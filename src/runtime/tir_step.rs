@@ -1,11 +1,11 @@
 //! Ops without a hand-written kernel run as TIR: the op's compute definition and
-//! default schedule (`tir::ops`), lowered in the storage layouts the planner chose
+//! default schedule (`lowering`), lowered in the storage layouts the planner chose
 //! and compiled to native code (`codegen`).
 
 use crate::codegen::{JitFunction, KernelTable};
 use crate::graph::{LaidOut, Op, ValueType};
 use crate::layout::{Layout, PadValue};
-use crate::tir::ops::{lower_chain, Link};
+use crate::lowering::{lower_chain, Link};
 use crate::tir::TirError;
 
 /// A compiled op: which buffer each parameter of its function is.

@@ -92,7 +92,6 @@ pub mod interp;
 pub mod intset;
 pub mod layout;
 pub mod lower;
-pub mod ops;
 pub mod passes;
 pub mod schedule;
 pub mod simplify;
