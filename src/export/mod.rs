@@ -19,11 +19,9 @@
 //! Constants stay as they were planned (packed constants are exported packed,
 //! as initializers) and are unpacked by the same ops; runtimes fold those.
 
-mod ops;
-mod transforms;
-
-use crate::frontend::onnx::{dtype_to_onnx, tensor_to_proto};
-use crate::graph::{format_spans, Graph, Op, PoolKind, Span, Tensor, UnaryOp, ValueRef, ValueType};
+use crate::frontend::onnx::tensor_to_proto;
+use crate::graph::{format_spans, Graph, Op, Span, Tensor, ValueRef, ValueType};
+use crate::ops::onnx::{Attr, OnnxWriter};
 use onnx_protobuf::{
     attribute_proto::AttributeType, tensor_shape_proto, type_proto, AttributeProto, GraphProto,
     ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto, TypeProto, ValueInfoProto,
@@ -59,23 +57,12 @@ pub struct ExportOptions {
     pub output_names: Option<Vec<String>>,
 }
 
-/// The oldest opset that has `op` with the attributes it uses: 17 for all but
-/// Gelu (20) and AveragePool with dilations (19).
-fn min_opset(op: &Op) -> i64 {
-    match op {
-        Op::InLayout(l) => min_opset(&l.inner),
-        Op::Unary(UnaryOp::Gelu { .. }) => 20,
-        Op::Pool(p) if p.kind == PoolKind::Avg && p.window.dilations.iter().any(|&d| d != 1) => 19,
-        _ => 17,
-    }
-}
-
 /// The one opset the exporter writes for a graph: the oldest that has every
 /// op of it (17 in most cases).
 pub fn opset_for(g: &Graph) -> i64 {
     g.node_ids()
         .iter()
-        .map(|&id| min_opset(&g.node(id).op))
+        .map(|&id| g.node(id).op.def().min_onnx_opset())
         .max()
         .unwrap_or(17)
 }
@@ -142,8 +129,10 @@ pub fn export_model(g: &Graph, opts: &ExportOptions) -> Result<ModelProto, Expor
                     .map(|&v| g.value_type(v).clone())
                     .collect();
                 b.at(&node.name, &node.spans);
-                let outs = b
-                    .op(op, &inputs, &in_types, &node.outputs)
+                let out_names: Vec<String> = node.outputs.iter().map(|v| v.name.clone()).collect();
+                let outs = op
+                    .def()
+                    .to_onnx(&mut b, &inputs, &in_types, &out_names)
                     .map_err(|message| ExportError::Op {
                         spans: node.spans.clone(),
                         op: op.kind_name().to_string(),
@@ -214,7 +203,7 @@ fn value_info(name: &str, ty: &ValueType) -> ValueInfoProto {
         })
         .collect();
     let mut tt = type_proto::Tensor::new();
-    tt.elem_type = dtype_to_onnx(ty.dtype);
+    tt.elem_type = ty.dtype.onnx_code();
     tt.shape = Some(shape).into();
     let mut tp = TypeProto::new();
     tp.value = Some(type_proto::Value::TensorType(tt));
@@ -222,14 +211,6 @@ fn value_info(name: &str, ty: &ValueType) -> ValueInfoProto {
     vi.name = name.to_string();
     vi.type_ = Some(tp).into();
     vi
-}
-
-/// An attribute of a node.
-pub(crate) enum Attr {
-    Int(i64),
-    Ints(Vec<i64>),
-    Float(f32),
-    Str(&'static str),
 }
 
 fn attribute(name: &str, a: Attr) -> AttributeProto {
@@ -285,8 +266,19 @@ impl Builder {
         self.used.insert(name.to_string())
     }
 
+    fn at(&mut self, layer: &str, spans: &[Span]) {
+        self.layer = layer.to_string();
+        self.doc = format_spans(spans);
+    }
+}
+
+impl OnnxWriter for Builder {
+    fn opset(&self) -> i64 {
+        self.opset
+    }
+
     /// A unique name starting with `base`.
-    pub(crate) fn fresh(&mut self, base: &str) -> String {
+    fn fresh(&mut self, base: &str) -> String {
         if self.reserve(base) {
             return base.to_string();
         }
@@ -296,25 +288,16 @@ impl Builder {
             .expect("some suffix is free")
     }
 
-    fn at(&mut self, layer: &str, spans: &[Span]) {
-        self.layer = layer.to_string();
-        self.doc = format_spans(spans);
-    }
-
     /// A constant input (an initializer), named after the current layer.
-    pub(crate) fn constant(&mut self, what: &str, t: &Tensor) -> String {
+    fn constant(&mut self, what: &str, t: &Tensor) -> String {
         let name = self.fresh(&format!("{}/{what}", self.layer));
         self.initializers.push(tensor_to_proto(&name, t));
         name
     }
 
-    pub(crate) fn ints(&mut self, what: &str, v: &[i64]) -> String {
-        self.constant(what, &Tensor::from_i64(vec![v.len()], v.to_vec()))
-    }
-
     /// Adds a node with one output and returns that output's name. The output is
     /// named `out` when given, else after the layer and op type.
-    pub(crate) fn node(
+    fn node(
         &mut self,
         op_type: &str,
         inputs: &[String],
@@ -326,7 +309,7 @@ impl Builder {
         out
     }
 
-    pub(crate) fn node_multi(
+    fn node_multi(
         &mut self,
         op_type: &str,
         inputs: &[String],

@@ -9,7 +9,7 @@
 mod ops;
 mod tensor;
 
-pub use tensor::{dtype_from_onnx, dtype_to_onnx, tensor_from_proto, tensor_to_proto};
+pub use tensor::{dtype_from_onnx, tensor_from_proto, tensor_to_proto};
 
 use crate::graph::{
     check_value_size, fold_node, format_spans, memory_limit, Graph, GraphError, Span, Tensor,

@@ -7,6 +7,7 @@
 //! for input `i`. `index::for_each_run` walks the in-bounds part of that map.
 
 use super::index::{for_each_run, kernel_offsets};
+use super::onnx::*;
 use super::shape::*;
 use super::te::*;
 use super::*;
@@ -133,6 +134,20 @@ impl OpDef for Conv {
             _ => no("only 2-D NCHW is defined"),
         }
     }
+
+    fn to_onnx(
+        &self,
+        b: &mut dyn OnnxWriter,
+        inputs: &[String],
+        _: &[ValueType],
+        outputs: &[String],
+    ) -> Result<Vec<String>, String> {
+        let c = self;
+
+        let mut a = window_attrs(&c.window, true);
+        a.push(("group", Attr::Int(c.group as i64)));
+        Ok(single(b, outputs, "Conv", inputs, a))
+    }
 }
 
 impl OpDef for ConvTranspose {
@@ -202,6 +217,21 @@ impl OpDef for ConvTranspose {
     /// One multiply-add per input element and weight of its group.
     fn flops(&self, ins: &[&ValueType], _: &[&ValueType]) -> f64 {
         2.0 * numel(&ins[0].shape) as f64 * numel(&ins[1].shape[1..]) as f64
+    }
+
+    fn to_onnx(
+        &self,
+        b: &mut dyn OnnxWriter,
+        inputs: &[String],
+        _: &[ValueType],
+        outputs: &[String],
+    ) -> Result<Vec<String>, String> {
+        let c = self;
+
+        let mut a = window_attrs(&c.window, true);
+        a.push(("group", Attr::Int(c.group as i64)));
+        a.push(("output_padding", Attr::Ints(i64s(&c.output_padding))));
+        Ok(single(b, outputs, "ConvTranspose", inputs, a))
     }
 }
 

@@ -2,6 +2,7 @@
 //! Floats compute in f64; integers compute exactly in i64 (wrapping to the dtype).
 
 use super::index::{broadcast_indices, concat_data};
+use super::onnx::*;
 use super::pad_flow::*;
 use super::shape::*;
 use super::te::*;
@@ -61,6 +62,49 @@ impl OpDef for UnaryOp {
             &extents(&types[0].shape),
             |i| u.apply(x.at(i)),
         )?))
+    }
+
+    fn to_onnx(
+        &self,
+        b: &mut dyn OnnxWriter,
+        inputs: &[String],
+        in_types: &[ValueType],
+        outputs: &[String],
+    ) -> Result<Vec<String>, String> {
+        let x = || inputs[0].clone();
+        match self {
+            UnaryOp::Clip { min, max } => {
+                let dtype = in_types[0].dtype;
+                let bound = |b: &mut dyn OnnxWriter, what: &str, v: f32| {
+                    if v.is_infinite() {
+                        String::new()
+                    } else {
+                        b.constant(what, &Tensor::new(vec![], scalar(dtype, v as f64)))
+                    }
+                };
+                let lo = bound(b, "min", *min);
+                let hi = bound(b, "max", *max);
+                let mut ins = vec![x(), lo, hi];
+                while ins.last().is_some_and(String::is_empty) {
+                    ins.pop();
+                }
+                Ok(single(b, outputs, "Clip", &ins, vec![]))
+            }
+
+            u => {
+                let (op_type, attrs) = (u.name(), unary_attrs(*u));
+                Ok(single(b, outputs, op_type, inputs, attrs))
+            }
+        }
+    }
+
+    /// Gelu came in opset 20.
+    fn min_onnx_opset(&self) -> i64 {
+        if matches!(self, UnaryOp::Gelu { .. }) {
+            20
+        } else {
+            17
+        }
     }
 }
 
@@ -142,6 +186,17 @@ impl OpDef for BinaryOp {
             },
         )?))
     }
+
+    fn to_onnx(
+        &self,
+        b: &mut dyn OnnxWriter,
+        inputs: &[String],
+        _: &[ValueType],
+        outputs: &[String],
+    ) -> Result<Vec<String>, String> {
+        let bop = self;
+        Ok(single(b, outputs, bop.name(), inputs, vec![]))
+    }
 }
 
 impl OpDef for Where {
@@ -172,6 +227,16 @@ impl OpDef for Where {
 
     fn layout_role(&self) -> LayoutRole {
         LayoutRole::Agnostic
+    }
+
+    fn to_onnx(
+        &self,
+        b: &mut dyn OnnxWriter,
+        inputs: &[String],
+        _: &[ValueType],
+        outputs: &[String],
+    ) -> Result<Vec<String>, String> {
+        Ok(single(b, outputs, "Where", inputs, vec![]))
     }
 }
 

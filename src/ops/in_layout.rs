@@ -1,6 +1,7 @@
 //! An op placed in storage layouts by the planner: its inputs and outputs are
 //! physical tensors; its meaning is the inner op's on the logical tensors.
 
+use super::onnx::*;
 use super::shape::*;
 use super::*;
 
@@ -54,6 +55,44 @@ impl OpDef for LaidOut {
 
     fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
         in_layout(self, x)
+    }
+
+    /// The logical op between a view of each input in its logical shape and a
+    /// re-layout of each result.
+    fn to_onnx(
+        &self,
+        b: &mut dyn OnnxWriter,
+        inputs: &[String],
+        in_types: &[ValueType],
+        outputs: &[String],
+    ) -> Result<Vec<String>, String> {
+        let logical: Vec<String> = inputs
+            .iter()
+            .zip(&self.inputs)
+            .map(|(v, (layout, shape))| from_physical(b, v, layout, shape))
+            .collect();
+        let logical_types: Vec<ValueType> = in_types
+            .iter()
+            .zip(&self.inputs)
+            .map(|(t, (_, shape))| ValueType::new(t.dtype, shape.clone()))
+            .collect();
+        let refs: Vec<&ValueType> = logical_types.iter().collect();
+        let inner_types = infer_outputs(&self.inner, &refs)?;
+        let inner_names: Vec<String> = outputs.iter().map(|n| format!("{n}/logical")).collect();
+        let results = self
+            .inner
+            .def()
+            .to_onnx(b, &logical, &logical_types, &inner_names)?;
+        Ok(results
+            .iter()
+            .zip(&self.outputs)
+            .zip(&inner_types)
+            .map(|((r, (layout, pad)), ty)| to_physical(b, r, layout, &ty.shape, ty.dtype, *pad))
+            .collect())
+    }
+
+    fn min_onnx_opset(&self) -> i64 {
+        self.inner.def().min_onnx_opset()
     }
 }
 

@@ -2,6 +2,7 @@
 //! exact in i64 (wrapping). Rows of each product are computed in parallel.
 
 use super::index::broadcast_indices;
+use super::onnx::*;
 use super::shape::*;
 use super::te::*;
 use super::*;
@@ -153,6 +154,33 @@ impl OpDef for Gemm {
             },
         )?))
     }
+
+    fn to_onnx(
+        &self,
+        b: &mut dyn OnnxWriter,
+        inputs: &[String],
+        _: &[ValueType],
+        outputs: &[String],
+    ) -> Result<Vec<String>, String> {
+        let Gemm {
+            alpha,
+            beta,
+            trans_a,
+            trans_b,
+        } = self;
+        Ok(single(
+            b,
+            outputs,
+            "Gemm",
+            inputs,
+            vec![
+                ("alpha", Attr::Float(*alpha)),
+                ("beta", Attr::Float(*beta)),
+                ("transA", Attr::Int(*trans_a as i64)),
+                ("transB", Attr::Int(*trans_b as i64)),
+            ],
+        ))
+    }
 }
 
 impl OpDef for MatMul {
@@ -238,6 +266,16 @@ impl OpDef for MatMul {
             &types[0].shape,
             &types[1].shape,
         )?))
+    }
+
+    fn to_onnx(
+        &self,
+        b: &mut dyn OnnxWriter,
+        inputs: &[String],
+        _: &[ValueType],
+        outputs: &[String],
+    ) -> Result<Vec<String>, String> {
+        Ok(single(b, outputs, "MatMul", inputs, vec![]))
     }
 }
 

@@ -13,6 +13,7 @@ mod index;
 mod matmul;
 mod movement;
 mod normalize;
+pub mod onnx;
 mod pad_flow;
 mod pool;
 mod reduce;
@@ -27,6 +28,7 @@ mod transform;
 pub use crate::core::scalar::{BinaryOp, UnaryOp};
 use crate::core::{Assumption, DType, Layout, PadFlow, PadValue, Requirement, Tensor, ValueType};
 pub use eval::eval_op;
+use onnx::OnnxWriter;
 pub use pad_flow::{binary_flow, pad_flow, unary_flow};
 pub use shape::{broadcast_shapes, infer_outputs, window_output_extent};
 use te::{ComputeGraph, Defined, TeTensor, TirError};
@@ -430,6 +432,24 @@ pub trait OpDef {
     /// Names of the operands in compute definitions and listings.
     fn operand_names(&self) -> &'static [&'static str] {
         &["X", "W", "B"]
+    }
+
+    /// Writes the op as ONNX nodes reading `inputs` (of types `in_types`); the
+    /// outputs are named after `outputs` where free. Returns the output names.
+    fn to_onnx(
+        &self,
+        b: &mut dyn OnnxWriter,
+        inputs: &[String],
+        in_types: &[ValueType],
+        outputs: &[String],
+    ) -> Result<Vec<String>, String> {
+        let _ = (b, inputs, in_types, outputs);
+        Err(format!("{} has no ONNX form", self.name()))
+    }
+
+    /// The oldest ONNX opset that has the op with the attributes it uses.
+    fn min_onnx_opset(&self) -> i64 {
+        17
     }
 
     /// Pad-value flow: what the op needs in the padding of each input

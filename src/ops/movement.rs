@@ -2,6 +2,7 @@
 //! element and gathers (see `index`).
 
 use super::index::{affine_indices, broadcast_indices, concat_data, gather_axes};
+use super::onnx::*;
 use super::pad_flow::*;
 use super::shape::*;
 use super::te::*;
@@ -67,6 +68,20 @@ impl OpDef for Reshape {
                 x.at(&idx)
             },
         )?))
+    }
+
+    fn to_onnx(
+        &self,
+        b: &mut dyn OnnxWriter,
+        inputs: &[String],
+        _: &[ValueType],
+        outputs: &[String],
+    ) -> Result<Vec<String>, String> {
+        let x = || inputs[0].clone();
+        let Reshape { shape } = self;
+
+        let s = b.ints("shape", &i64s(shape));
+        Ok(single(b, outputs, "Reshape", &[x(), s], vec![]))
     }
 }
 
@@ -139,6 +154,23 @@ impl OpDef for Transpose {
                 x.at(&idx)
             },
         )?))
+    }
+
+    fn to_onnx(
+        &self,
+        b: &mut dyn OnnxWriter,
+        inputs: &[String],
+        _: &[ValueType],
+        outputs: &[String],
+    ) -> Result<Vec<String>, String> {
+        let Transpose { perm } = self;
+        Ok(single(
+            b,
+            outputs,
+            "Transpose",
+            inputs,
+            vec![("perm", Attr::Ints(i64s(perm)))],
+        ))
     }
 }
 
@@ -253,6 +285,23 @@ impl OpDef for Concat {
             },
         )?))
     }
+
+    fn to_onnx(
+        &self,
+        b: &mut dyn OnnxWriter,
+        inputs: &[String],
+        _: &[ValueType],
+        outputs: &[String],
+    ) -> Result<Vec<String>, String> {
+        let Concat { axis } = self;
+        Ok(single(
+            b,
+            outputs,
+            "Concat",
+            inputs,
+            vec![("axis", Attr::Int(*axis as i64))],
+        ))
+    }
 }
 
 impl OpDef for Split {
@@ -316,6 +365,27 @@ impl OpDef for Split {
         let Split { axis, sizes } = self;
 
         unblocked(l, &[*axis]) || blocks_divide(l, *axis, sizes)
+    }
+
+    fn to_onnx(
+        &self,
+        b: &mut dyn OnnxWriter,
+        inputs: &[String],
+        _: &[ValueType],
+        outputs: &[String],
+    ) -> Result<Vec<String>, String> {
+        let x = || inputs[0].clone();
+        let Split { axis, sizes } = self;
+
+        let s = b.ints("split", &i64s(sizes));
+        let outs: Vec<String> = (0..outputs.len()).map(|i| b.fresh(&outputs[i])).collect();
+        b.node_multi(
+            "Split",
+            &[x(), s],
+            vec![("axis", Attr::Int(*axis as i64))],
+            &outs,
+        );
+        Ok(outs)
     }
 }
 
@@ -412,6 +482,42 @@ impl OpDef for Slice {
             },
         )?))
     }
+
+    fn to_onnx(
+        &self,
+        b: &mut dyn OnnxWriter,
+        inputs: &[String],
+        in_types: &[ValueType],
+        outputs: &[String],
+    ) -> Result<Vec<String>, String> {
+        let x = || inputs[0].clone();
+        let Slice { axes } = self;
+
+        let extent = |a: usize| in_types[0].shape[a] as i64;
+        let ax: Vec<i64> = axes.iter().map(|s| s.axis as i64).collect();
+        let starts: Vec<i64> = axes.iter().map(|s| s.start).collect();
+        // End -1 with a negative step runs to the front: ONNX reads -1 as
+        // the last element, so write a value below -extent instead.
+        let ends: Vec<i64> = axes
+            .iter()
+            .map(|s| {
+                if s.end < 0 {
+                    -extent(s.axis) - 1
+                } else {
+                    s.end
+                }
+            })
+            .collect();
+        let steps: Vec<i64> = axes.iter().map(|s| s.step).collect();
+        let ins = [
+            x(),
+            b.ints("starts", &starts),
+            b.ints("ends", &ends),
+            b.ints("axes", &ax),
+            b.ints("steps", &steps),
+        ];
+        Ok(single(b, outputs, "Slice", &ins, vec![]))
+    }
 }
 
 impl OpDef for Gather {
@@ -440,6 +546,23 @@ impl OpDef for Gather {
         let out = &outputs[0];
         let Gather { axis } = self;
         Ok(vec![gather(*axis, x[0], x[1], out)?])
+    }
+
+    fn to_onnx(
+        &self,
+        b: &mut dyn OnnxWriter,
+        inputs: &[String],
+        _: &[ValueType],
+        outputs: &[String],
+    ) -> Result<Vec<String>, String> {
+        let Gather { axis } = self;
+        Ok(single(
+            b,
+            outputs,
+            "Gather",
+            inputs,
+            vec![("axis", Attr::Int(*axis as i64))],
+        ))
     }
 }
 
@@ -549,6 +672,37 @@ impl OpDef for Pad {
             _ => no("not an op of this library"),
         }
     }
+
+    fn to_onnx(
+        &self,
+        b: &mut dyn OnnxWriter,
+        inputs: &[String],
+        in_types: &[ValueType],
+        outputs: &[String],
+    ) -> Result<Vec<String>, String> {
+        let x = || inputs[0].clone();
+        let Pad { begins, ends, mode } = self;
+
+        let pads: Vec<i64> = begins.iter().chain(ends).copied().collect();
+        let p = b.ints("pads", &pads);
+        let (mode, value) = match mode {
+            PadMode::Constant(v) => ("constant", Some(*v)),
+            PadMode::Reflect => ("reflect", None),
+            PadMode::Edge => ("edge", None),
+        };
+        let mut ins = vec![x(), p];
+        if let Some(v) = value {
+            let t = Tensor::new(vec![], scalar(in_types[0].dtype, v as f64));
+            ins.push(b.constant("value", &t));
+        }
+        Ok(single(
+            b,
+            outputs,
+            "Pad",
+            &ins,
+            vec![("mode", Attr::Str(mode))],
+        ))
+    }
 }
 
 impl OpDef for Cast {
@@ -587,6 +741,23 @@ impl OpDef for Cast {
 
     fn layout_role(&self) -> LayoutRole {
         LayoutRole::Agnostic
+    }
+
+    fn to_onnx(
+        &self,
+        b: &mut dyn OnnxWriter,
+        inputs: &[String],
+        _: &[ValueType],
+        outputs: &[String],
+    ) -> Result<Vec<String>, String> {
+        let Cast { to } = self;
+        Ok(single(
+            b,
+            outputs,
+            "Cast",
+            inputs,
+            vec![("to", Attr::Int(to.onnx_code() as i64))],
+        ))
     }
 }
 
@@ -631,6 +802,20 @@ impl OpDef for Expand {
             &extents(&out),
             |i| x.at(&broadcast_index(i, &s)),
         )?))
+    }
+
+    fn to_onnx(
+        &self,
+        b: &mut dyn OnnxWriter,
+        inputs: &[String],
+        _: &[ValueType],
+        outputs: &[String],
+    ) -> Result<Vec<String>, String> {
+        let x = || inputs[0].clone();
+        let Expand { shape } = self;
+
+        let s = b.ints("shape", &i64s(shape));
+        Ok(single(b, outputs, "Expand", &[x(), s], vec![]))
     }
 }
 
@@ -687,6 +872,20 @@ impl OpDef for Tile {
             },
         )?))
     }
+
+    fn to_onnx(
+        &self,
+        b: &mut dyn OnnxWriter,
+        inputs: &[String],
+        _: &[ValueType],
+        outputs: &[String],
+    ) -> Result<Vec<String>, String> {
+        let x = || inputs[0].clone();
+        let Tile { repeats } = self;
+
+        let r = b.ints("repeats", &i64s(repeats));
+        Ok(single(b, outputs, "Tile", &[x(), r], vec![]))
+    }
 }
 
 impl OpDef for Identity {
@@ -731,6 +930,16 @@ impl OpDef for Identity {
             &extents(&types[0].shape),
             |i| x.at(i),
         )?))
+    }
+
+    fn to_onnx(
+        &self,
+        b: &mut dyn OnnxWriter,
+        inputs: &[String],
+        _: &[ValueType],
+        outputs: &[String],
+    ) -> Result<Vec<String>, String> {
+        Ok(single(b, outputs, "Identity", inputs, vec![]))
     }
 }
 

@@ -1,6 +1,7 @@
 //! BatchNormalization (inference), LayerNormalization, Softmax and LogSoftmax, in f64.
 
 use super::index::broadcast_indices;
+use super::onnx::*;
 use super::pad_flow::*;
 use super::shape::*;
 use super::te::*;
@@ -84,6 +85,23 @@ impl OpDef for BatchNorm {
             _ => no("only 2-D NCHW is defined"),
         }
     }
+
+    fn to_onnx(
+        &self,
+        b: &mut dyn OnnxWriter,
+        inputs: &[String],
+        _: &[ValueType],
+        outputs: &[String],
+    ) -> Result<Vec<String>, String> {
+        let BatchNorm { epsilon } = self;
+        Ok(single(
+            b,
+            outputs,
+            "BatchNormalization",
+            inputs,
+            vec![("epsilon", Attr::Float(*epsilon))],
+        ))
+    }
 }
 
 /// Softmax and LogSoftmax along `axis`: both keep the shape.
@@ -156,6 +174,23 @@ impl OpDef for Softmax {
             per_row,
         })
     }
+
+    fn to_onnx(
+        &self,
+        b: &mut dyn OnnxWriter,
+        inputs: &[String],
+        _: &[ValueType],
+        outputs: &[String],
+    ) -> Result<Vec<String>, String> {
+        let Softmax { axis } = self;
+        Ok(single(
+            b,
+            outputs,
+            "Softmax",
+            inputs,
+            vec![("axis", Attr::Int(*axis as i64))],
+        ))
+    }
 }
 
 impl OpDef for LogSoftmax {
@@ -198,6 +233,23 @@ impl OpDef for LogSoftmax {
             inline: vec![],
             per_row,
         })
+    }
+
+    fn to_onnx(
+        &self,
+        b: &mut dyn OnnxWriter,
+        inputs: &[String],
+        _: &[ValueType],
+        outputs: &[String],
+    ) -> Result<Vec<String>, String> {
+        let LogSoftmax { axis } = self;
+        Ok(single(
+            b,
+            outputs,
+            "LogSoftmax",
+            inputs,
+            vec![("axis", Attr::Int(*axis as i64))],
+        ))
     }
 }
 
@@ -249,6 +301,26 @@ impl OpDef for LayerNorm {
             inline: vec![],
             per_row,
         })
+    }
+
+    fn to_onnx(
+        &self,
+        b: &mut dyn OnnxWriter,
+        inputs: &[String],
+        _: &[ValueType],
+        outputs: &[String],
+    ) -> Result<Vec<String>, String> {
+        let LayerNorm { axis, epsilon } = self;
+        Ok(single(
+            b,
+            outputs,
+            "LayerNormalization",
+            inputs,
+            vec![
+                ("axis", Attr::Int(*axis as i64)),
+                ("epsilon", Attr::Float(*epsilon)),
+            ],
+        ))
     }
 }
 

@@ -3,6 +3,7 @@
 //! `o * stride + k * dilation - pad_begin` along each spatial axis, like Conv.
 
 use super::index::{for_each_run, kernel_offsets};
+use super::onnx::*;
 use super::shape::*;
 use super::te::*;
 use super::*;
@@ -90,6 +91,41 @@ impl OpDef for Pool {
             _ => no("only 2-D NCHW is defined"),
         }
     }
+
+    fn to_onnx(
+        &self,
+        b: &mut dyn OnnxWriter,
+        inputs: &[String],
+        _: &[ValueType],
+        outputs: &[String],
+    ) -> Result<Vec<String>, String> {
+        let p = self;
+
+        let is_max = p.kind == PoolKind::Max;
+        // AveragePool has dilations only from opset 19 (see `min_opset`).
+        let dilated = p.window.dilations.iter().any(|&d| d != 1);
+        let mut a = window_attrs(&p.window, is_max || dilated);
+        a.push(("ceil_mode", Attr::Int(p.ceil_mode as i64)));
+        if !is_max {
+            a.push(("count_include_pad", Attr::Int(p.count_include_pad as i64)));
+        }
+        Ok(single(
+            b,
+            outputs,
+            if is_max { "MaxPool" } else { "AveragePool" },
+            inputs,
+            a,
+        ))
+    }
+
+    /// AveragePool has dilations from opset 19.
+    fn min_onnx_opset(&self) -> i64 {
+        if self.kind == PoolKind::Avg && self.window.dilations.iter().any(|&d| d != 1) {
+            19
+        } else {
+            17
+        }
+    }
 }
 
 impl OpDef for GlobalPool {
@@ -175,6 +211,26 @@ impl OpDef for GlobalPool {
 
             _ => no("only 2-D NCHW is defined"),
         }
+    }
+
+    fn to_onnx(
+        &self,
+        b: &mut dyn OnnxWriter,
+        inputs: &[String],
+        _: &[ValueType],
+        outputs: &[String],
+    ) -> Result<Vec<String>, String> {
+        let GlobalPool { kind: k } = self;
+        Ok(single(
+            b,
+            outputs,
+            match k {
+                PoolKind::Max => "GlobalMaxPool",
+                PoolKind::Avg => "GlobalAveragePool",
+            },
+            inputs,
+            vec![],
+        ))
     }
 }
 

@@ -2,6 +2,7 @@
 //! exactly in i64 (an integer mean truncates, like C division).
 
 use super::index::affine_indices;
+use super::onnx::*;
 use super::pad_flow::*;
 use super::shape::*;
 use super::te::*;
@@ -108,6 +109,37 @@ impl OpDef for Reduce {
             axes,
             *keepdims,
         )?))
+    }
+
+    fn to_onnx(
+        &self,
+        b: &mut dyn OnnxWriter,
+        inputs: &[String],
+        _: &[ValueType],
+        outputs: &[String],
+    ) -> Result<Vec<String>, String> {
+        let x = || inputs[0].clone();
+        let Reduce {
+            kind,
+            axes,
+            keepdims,
+        } = self;
+
+        let op_type = match kind {
+            ReduceKind::Sum => "ReduceSum",
+            ReduceKind::Mean => "ReduceMean",
+            ReduceKind::Max => "ReduceMax",
+        };
+        let mut attrs = vec![("keepdims", Attr::Int(*keepdims as i64))];
+        // Axes became an input at opset 13 for ReduceSum, 18 for the others.
+        let as_input = b.opset() >= if *kind == ReduceKind::Sum { 13 } else { 18 };
+        let mut ins = vec![x()];
+        if as_input {
+            ins.push(b.ints("axes", &i64s(axes)));
+        } else {
+            attrs.push(("axes", Attr::Ints(i64s(axes))));
+        }
+        Ok(single(b, outputs, op_type, &ins, attrs))
     }
 }
 

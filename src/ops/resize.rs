@@ -5,6 +5,7 @@
 //! per-axis weights. Source coordinates outside the input clamp to its border.
 
 use super::index::gather_axes;
+use super::onnx::*;
 use super::pad_flow::*;
 use super::shape::*;
 use super::*;
@@ -44,6 +45,61 @@ impl OpDef for Resize {
         let r = self;
 
         (0..r.scales.len()).all(|a| r.sizes[a] == ins[0].shape[a] || unblocked(l, &[a]))
+    }
+
+    fn to_onnx(
+        &self,
+        b: &mut dyn OnnxWriter,
+        inputs: &[String],
+        in_types: &[ValueType],
+        outputs: &[String],
+    ) -> Result<Vec<String>, String> {
+        let x = || inputs[0].clone();
+        let r = self;
+
+        let shape = &in_types[0].shape;
+        // Scales reproduce the sizes exactly when floor(extent * scale)
+        // gives them (as the importer computes them); otherwise sizes.
+        let by_scales = shape
+            .iter()
+            .zip(&r.scales)
+            .zip(&r.sizes)
+            .all(|((&d, &s), &n)| (d as f64 * s as f64).floor() as usize == n);
+        let mut ins = vec![x(), String::new()];
+        if by_scales {
+            let t = Tensor::from_f32(vec![r.scales.len()], r.scales.clone());
+            ins.push(b.constant("scales", &t));
+        } else {
+            ins.push(String::new());
+            ins.push(b.ints("sizes", &i64s(&r.sizes)));
+        }
+        let mode = match r.mode {
+            ResizeMode::Nearest => "nearest",
+            ResizeMode::Linear => "linear",
+        };
+        let coord = match r.coord {
+            CoordTransform::HalfPixel => "half_pixel",
+            CoordTransform::PytorchHalfPixel => "pytorch_half_pixel",
+            CoordTransform::AlignCorners => "align_corners",
+            CoordTransform::Asymmetric => "asymmetric",
+        };
+        let nearest = match r.nearest {
+            NearestMode::RoundPreferFloor => "round_prefer_floor",
+            NearestMode::RoundPreferCeil => "round_prefer_ceil",
+            NearestMode::Floor => "floor",
+            NearestMode::Ceil => "ceil",
+        };
+        Ok(single(
+            b,
+            outputs,
+            "Resize",
+            &ins,
+            vec![
+                ("mode", Attr::Str(mode)),
+                ("coordinate_transformation_mode", Attr::Str(coord)),
+                ("nearest_mode", Attr::Str(nearest)),
+            ],
+        ))
     }
 }
 

@@ -3,6 +3,7 @@
 //! types) so that a read of it shows; a crop checks its assumption, so a wrong
 //! assumption is an error here rather than a silently wrong rewrite later.
 
+use super::onnx::*;
 use super::shape::*;
 use super::{Assumption, PadValue};
 use super::{Crop, LayoutTransform, OpDef, PadWith};
@@ -38,6 +39,46 @@ impl OpDef for LayoutTransform {
             .and_then(|t| self.to.to_physical(&t, self.pad.fill()))
             .map_err(|e| e.to_string())?;
         Ok(vec![t])
+    }
+
+    fn to_onnx(
+        &self,
+        b: &mut dyn OnnxWriter,
+        inputs: &[String],
+        in_types: &[ValueType],
+        outputs: &[String],
+    ) -> Result<Vec<String>, String> {
+        let x = || inputs[0].clone();
+        let LayoutTransform {
+            from,
+            to,
+            logical,
+            pad,
+        } = self;
+
+        // Between two permutations a transform is one Transpose.
+        if let (Some(f), Some(t)) = (from.as_permutation(), to.as_permutation()) {
+            let perm: Vec<usize> = t
+                .iter()
+                .map(|a| f.iter().position(|b| b == a).expect("same rank"))
+                .collect();
+            return Ok(single(
+                b,
+                outputs,
+                "Transpose",
+                inputs,
+                vec![("perm", Attr::Ints(i64s(&perm)))],
+            ));
+        }
+        let l = from_physical(b, &x(), from, logical);
+        Ok(vec![to_physical(
+            b,
+            &l,
+            to,
+            logical,
+            in_types[0].dtype,
+            *pad,
+        )])
     }
 }
 
@@ -80,6 +121,29 @@ impl OpDef for PadWith {
     fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
         Ok(vec![pad_with(x[0], &self.begins, &self.ends, self.value)])
     }
+
+    fn to_onnx(
+        &self,
+        b: &mut dyn OnnxWriter,
+        inputs: &[String],
+        in_types: &[ValueType],
+        _: &[String],
+    ) -> Result<Vec<String>, String> {
+        let x = || inputs[0].clone();
+        let PadWith {
+            begins,
+            ends,
+            value,
+        } = self;
+        Ok(vec![pad(
+            b,
+            &x(),
+            in_types[0].dtype,
+            &i64s(begins),
+            &i64s(ends),
+            fill_value(*value),
+        )])
+    }
 }
 
 impl OpDef for Crop {
@@ -100,6 +164,30 @@ impl OpDef for Crop {
             &self.ends,
             self.assume.as_ref(),
         )?])
+    }
+
+    fn to_onnx(
+        &self,
+        b: &mut dyn OnnxWriter,
+        inputs: &[String],
+        in_types: &[ValueType],
+        _: &[String],
+    ) -> Result<Vec<String>, String> {
+        let x = || inputs[0].clone();
+        let Crop { begins, ends, .. } = self;
+        Ok({
+            let shape = &in_types[0].shape;
+            let axes: Vec<usize> = (0..shape.len())
+                .filter(|&a| begins[a] != 0 || ends[a] != 0)
+                .collect();
+            if axes.is_empty() {
+                vec![x()]
+            } else {
+                let starts: Vec<i64> = axes.iter().map(|&a| begins[a] as i64).collect();
+                let stops: Vec<i64> = axes.iter().map(|&a| (shape[a] - ends[a]) as i64).collect();
+                vec![slice(b, &x(), &i64s(&axes), &starts, &stops)]
+            }
+        })
     }
 }
 

@@ -40,20 +40,6 @@ pub fn dtype_from_onnx(code: i32) -> Result<DType, String> {
     })
 }
 
-/// The ONNX data type code of one of our element types.
-pub fn dtype_to_onnx(dtype: DType) -> i32 {
-    match dtype {
-        DType::F32 => 1,
-        DType::U8 => 2,
-        DType::I8 => 3,
-        DType::I32 => 6,
-        DType::I64 => 7,
-        DType::Bool => 9,
-        DType::F16 => 10,
-        DType::F64 => 11,
-    }
-}
-
 /// Reads the bytes of an externally stored tensor, relative to the model's folder.
 fn read_external(tp: &TensorProto, base_dir: Option<&Path>) -> Result<Vec<u8>, String> {
     let mut location = None;
@@ -208,7 +194,7 @@ pub fn tensor_to_proto(name: &str, t: &Tensor) -> TensorProto {
     let mut tp = TensorProto::new();
     tp.name = name.to_string();
     tp.dims = t.shape.iter().map(|&d| d as i64).collect();
-    tp.data_type = dtype_to_onnx(t.dtype());
+    tp.data_type = t.dtype().onnx_code();
     tp.raw_data = match &t.data {
         TensorData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
         TensorData::F16(v) => v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect(),

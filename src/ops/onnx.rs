@@ -1,4 +1,6 @@
-//! Layouts spelled out as ONNX data movement.
+//! The ONNX form of ops: the [`OnnxWriter`] an exporter implements, the
+//! attribute values ops hand it, and layouts spelled out as ONNX data movement.
+//!
 //!
 //! A layout splits each logical axis `a` (padded to a multiple of its block) into
 //! digits `[outer, f1, f2, ...]`, outer to inner, and orders all digits
@@ -7,9 +9,96 @@
 //! Transpose, and physical -> logical the inverse Transpose, Reshape, Slice.
 //! Steps that would do nothing are left out.
 
-use super::{Attr, Builder};
-use crate::graph::{DType, Tensor, TensorData};
-use crate::layout::{Layout, PadValue};
+use super::{UnaryOp, Window};
+use crate::core::{DType, Layout, PadValue, Tensor, TensorData};
+
+/// An attribute of a node.
+#[allow(missing_docs)]
+pub enum Attr {
+    Int(i64),
+    Ints(Vec<i64>),
+    Float(f32),
+    Str(&'static str),
+}
+
+/// Where an op writes its ONNX nodes: an exporter that names values uniquely and
+/// keeps constant inputs as initializers.
+pub trait OnnxWriter {
+    /// The opset the model is written for.
+    fn opset(&self) -> i64;
+    /// A unique value name starting with `base`.
+    fn fresh(&mut self, base: &str) -> String;
+    /// A constant input (an initializer) named after the current layer; its name.
+    fn constant(&mut self, what: &str, t: &Tensor) -> String;
+    /// Adds a node with one output and returns that output's name (`out` when
+    /// given, else one after the layer and op type).
+    fn node(
+        &mut self,
+        op_type: &str,
+        inputs: &[String],
+        attrs: Vec<(&str, Attr)>,
+        out: Option<String>,
+    ) -> String;
+    /// Adds a node with several outputs, named `outputs`.
+    fn node_multi(
+        &mut self,
+        op_type: &str,
+        inputs: &[String],
+        attrs: Vec<(&str, Attr)>,
+        outputs: &[String],
+    );
+    /// A constant 1-D i64 input.
+    fn ints(&mut self, what: &str, v: &[i64]) -> String {
+        self.constant(what, &Tensor::from_i64(vec![v.len()], v.to_vec()))
+    }
+}
+
+/// One node producing the op's single output, named after it.
+pub(super) fn single(
+    b: &mut dyn OnnxWriter,
+    outputs: &[String],
+    op_type: &str,
+    inputs: &[String],
+    attrs: Vec<(&str, Attr)>,
+) -> Vec<String> {
+    let out = b.fresh(&outputs[0]);
+    vec![b.node(op_type, inputs, attrs, Some(out))]
+}
+
+pub(super) fn i64s(v: &[usize]) -> Vec<i64> {
+    v.iter().map(|&x| x as i64).collect()
+}
+
+pub(super) fn window_attrs(w: &Window, dilations: bool) -> Vec<(&'static str, Attr)> {
+    let mut a = vec![
+        ("kernel_shape", Attr::Ints(i64s(&w.kernel))),
+        ("strides", Attr::Ints(i64s(&w.strides))),
+        ("pads", Attr::Ints(i64s(&w.pads))),
+    ];
+    if dilations {
+        a.push(("dilations", Attr::Ints(i64s(&w.dilations))));
+    }
+    a
+}
+
+/// The ONNX attributes of a unary op (Clip takes its bounds as inputs; see its `to_onnx`).
+pub(super) fn unary_attrs(u: UnaryOp) -> Vec<(&'static str, Attr)> {
+    match u {
+        UnaryOp::LeakyRelu { alpha } => vec![("alpha", Attr::Float(alpha))],
+        UnaryOp::HardSigmoid { alpha, beta } => {
+            vec![("alpha", Attr::Float(alpha)), ("beta", Attr::Float(beta))]
+        }
+        UnaryOp::Gelu { tanh_approx } => vec![(
+            "approximate",
+            Attr::Str(if tanh_approx { "tanh" } else { "none" }),
+        )],
+        _ => vec![],
+    }
+}
+
+pub(super) fn scalar(dtype: DType, v: f64) -> TensorData {
+    TensorData::from_f64(dtype, vec![v])
+}
 
 /// Where each digit of `layout` sits once every logical axis is reshaped into
 /// its digits in logical order, and the extents of that reshaped tensor.
@@ -49,7 +138,7 @@ pub(super) fn fill_value(pad: PadValue) -> f64 {
 
 /// A constant Pad of `x` (of `dtype`) by `begins`/`ends` (negative crops).
 pub(super) fn pad(
-    b: &mut Builder,
+    b: &mut dyn OnnxWriter,
     x: &str,
     dtype: DType,
     begins: &[i64],
@@ -72,7 +161,7 @@ pub(super) fn pad(
 
 /// A Slice of `x` keeping `[starts[i], ends[i])` of axis `axes[i]` (step 1).
 pub(super) fn slice(
-    b: &mut Builder,
+    b: &mut dyn OnnxWriter,
     x: &str,
     axes: &[i64],
     starts: &[i64],
@@ -87,12 +176,12 @@ pub(super) fn slice(
     b.node("Slice", &inputs, vec![], None)
 }
 
-pub(super) fn reshape(b: &mut Builder, x: &str, shape: &[usize]) -> String {
+pub(super) fn reshape(b: &mut dyn OnnxWriter, x: &str, shape: &[usize]) -> String {
     let s = b.ints("shape", &as_i64(shape));
     b.node("Reshape", &[x.to_string(), s], vec![], None)
 }
 
-pub(super) fn transpose(b: &mut Builder, x: &str, perm: &[usize]) -> String {
+pub(super) fn transpose(b: &mut dyn OnnxWriter, x: &str, perm: &[usize]) -> String {
     b.node(
         "Transpose",
         &[x.to_string()],
@@ -103,7 +192,7 @@ pub(super) fn transpose(b: &mut Builder, x: &str, perm: &[usize]) -> String {
 
 /// The physical tensor of layout `layout` holding the logical tensor `x`.
 pub(super) fn to_physical(
-    b: &mut Builder,
+    b: &mut dyn OnnxWriter,
     x: &str,
     layout: &Layout,
     logical: &[usize],
@@ -145,7 +234,7 @@ pub(super) fn to_physical(
 /// The logical tensor of shape `logical` that the physical tensor `x` in
 /// `layout` holds.
 pub(super) fn from_physical(
-    b: &mut Builder,
+    b: &mut dyn OnnxWriter,
     x: &str,
     layout: &Layout,
     logical: &[usize],
