@@ -6,7 +6,7 @@
 //! whole graph after a pass has produced new constant-only nodes.
 
 use super::{Graph, GraphError, NodeId, Op, Tensor, ValueRef};
-use crate::reference::eval_op;
+use crate::ops::eval_op;
 
 /// Folds `id` if every input is a constant. Returns the constants that replace
 /// its outputs, or `None` when the node is not foldable.

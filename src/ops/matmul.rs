@@ -439,7 +439,7 @@ fn matmul_compute(
     }
     let batch_a = if ra >= 2 { &sa[..ra - 2] } else { &[][..] };
     let batch_b = if rb >= 2 { &sb[..rb - 2] } else { &[][..] };
-    let batch = crate::graph::broadcast_shapes(batch_a, batch_b).map_err(TirError::Definition)?;
+    let batch = broadcast_shapes(batch_a, batch_b).map_err(TirError::Definition)?;
     let nb = batch.len();
     let mut out: Vec<usize> = batch.clone();
     if ra >= 2 {

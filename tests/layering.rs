@@ -1,0 +1,104 @@
+//! The crate's modules form layers, and a module may use only its own layer and
+//! the ones below it (ARCHITECTURE.md draws them). This test reads every source
+//! file and fails on any `crate::` path that reaches upwards, so the direction
+//! cannot erode silently.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Each top-level module of `src/` and its layer, bottom first.
+const LAYERS: &[(&str, u32)] = &[
+    ("core", 0),
+    ("tir", 1),
+    ("ops", 2),
+    ("graph", 3),
+    ("reference", 4),
+    ("layout", 5),
+    ("lowering", 5),
+    ("codegen", 6),
+    ("runtime", 7),
+    ("frontend", 8),
+    ("export", 8),
+    ("explorer", 8),
+    ("api", 8),
+    ("cli", 9),
+];
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("src is readable") {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The module names that follow `crate::` in `text`.
+fn crate_paths(text: &str) -> Vec<&str> {
+    text.match_indices("crate::")
+        .filter(|(i, _)| {
+            // Not part of a longer identifier such as `layoutopt_crate::`.
+            text[..*i]
+                .chars()
+                .next_back()
+                .is_none_or(|c| !(c.is_alphanumeric() || c == '_'))
+        })
+        .map(|(i, m)| {
+            let rest = &text[i + m.len()..];
+            let end = rest
+                .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            &rest[..end]
+        })
+        .collect()
+}
+
+#[test]
+fn no_module_uses_a_higher_layer() {
+    let layer: BTreeMap<&str, u32> = LAYERS.iter().copied().collect();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = vec![];
+    rust_files(&src, &mut files);
+    let mut checked = 0;
+    let mut violations = vec![];
+    for file in &files {
+        let rel = file.strip_prefix(&src).expect("under src");
+        let top = rel
+            .components()
+            .next()
+            .and_then(|c| c.as_os_str().to_str())
+            .map(|s| s.trim_end_matches(".rs"))
+            .expect("a file name");
+        let Some(&own) = layer.get(top) else {
+            // lib.rs and main.rs tie the layers together.
+            assert!(
+                ["lib", "main"].contains(&top),
+                "{} is in no layer: add its module to LAYERS",
+                rel.display()
+            );
+            continue;
+        };
+        checked += 1;
+        let text = std::fs::read_to_string(file).expect("a readable source file");
+        for used in crate_paths(&text) {
+            if let Some(&theirs) = layer.get(used) {
+                if theirs > own {
+                    violations.push(format!(
+                        "{} (layer {own}) uses crate::{used} (layer {theirs})",
+                        rel.display()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(checked > 50, "only {checked} files were checked");
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
+}
+
+#[test]
+fn the_path_scanner_sees_uses() {
+    let text = "use crate::ops::Op;\nlet x = crate::graph::Graph::new(); my_crate::tir";
+    assert_eq!(crate_paths(text), vec!["ops", "graph"]);
+}
