@@ -102,3 +102,73 @@ fn the_path_scanner_sees_uses() {
     let text = "use crate::ops::Op;\nlet x = crate::graph::Graph::new(); my_crate::tir";
     assert_eq!(crate_paths(text), vec!["ops", "graph"]);
 }
+
+/// The `super::` modules a file of a flat module folder uses, outside comments
+/// and its test module.
+fn sibling_uses(text: &str, siblings: &[String]) -> Vec<String> {
+    let code = text.split("#[cfg(test)]").next().unwrap_or("");
+    let mut uses = vec![];
+    for line in code.lines() {
+        let line = line.trim_start();
+        if line.starts_with("//") {
+            continue;
+        }
+        for (i, m) in line.match_indices("super::") {
+            let rest = &line[i + m.len()..];
+            let end = rest
+                .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            let name = &rest[..end];
+            if siblings.iter().any(|s| s == name) && !uses.iter().any(|u| u == name) {
+                uses.push(name.to_string());
+            }
+        }
+    }
+    uses
+}
+
+#[test]
+fn tir_modules_import_each_other_without_a_cycle() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/tir");
+    let mut files = vec![];
+    rust_files(&dir, &mut files);
+    let names: Vec<String> = files
+        .iter()
+        .filter_map(|f| f.file_stem()?.to_str().map(str::to_string))
+        .filter(|n| n != "mod")
+        .collect();
+    assert!(names.len() >= 10, "the tir folder has {names:?}");
+    let edges: BTreeMap<String, Vec<String>> = files
+        .iter()
+        .filter_map(|f| {
+            let name = f.file_stem()?.to_str()?.to_string();
+            let text = std::fs::read_to_string(f).ok()?;
+            let uses = sibling_uses(&text, &names)
+                .into_iter()
+                .filter(|u| *u != name)
+                .collect();
+            Some((name, uses))
+        })
+        .collect();
+    // Kahn's algorithm: whatever cannot be ordered lies on a cycle.
+    let mut pending: BTreeMap<&str, usize> =
+        edges.iter().map(|(n, u)| (n.as_str(), u.len())).collect();
+    let mut ordered = 0;
+    while let Some((&leaf, _)) = pending.iter().find(|(_, &n)| n == 0) {
+        pending.remove(leaf);
+        ordered += 1;
+        for (n, uses) in &edges {
+            if uses.iter().any(|u| u == leaf) {
+                if let Some(c) = pending.get_mut(n.as_str()) {
+                    *c -= 1;
+                }
+            }
+        }
+    }
+    assert!(
+        pending.is_empty(),
+        "these tir modules import each other in a cycle: {:?}",
+        pending.keys().collect::<Vec<_>>()
+    );
+    assert_eq!(ordered, edges.len());
+}

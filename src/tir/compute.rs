@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use super::error::TirError;
-use super::expr::{Expr, Range, TensorId, Var};
+use super::expr::{unflatten, Expr, Range, TensorId, Var};
 
 /// The role of an iteration variable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -382,16 +382,6 @@ fn make_axes(shape: &[i64], kind: IterKind, names: &[&str]) -> Vec<IterVar> {
         .collect()
 }
 
-/// Row-major multi-index of a flat offset.
-pub fn unflatten(mut flat: i64, shape: &[i64]) -> Vec<i64> {
-    let mut idx = vec![0; shape.len()];
-    for d in (0..shape.len()).rev() {
-        idx[d] = flat % shape[d];
-        flat /= shape[d];
-    }
-    idx
-}
-
 fn eval_value(
     e: &Expr,
     env: &mut HashMap<u64, i64>,
@@ -405,11 +395,9 @@ fn eval_value(
             let op = g.op(*tensor);
             let mut flat = 0i64;
             for (ix, d) in indices.iter().zip(&op.shape) {
-                let v = match super::interp::eval_scalar(
-                    ix,
-                    &|v| env.get(&v.id).copied(),
-                    &|_, _| None,
-                ) {
+                let v = match super::eval::eval_scalar(ix, &|v| env.get(&v.id).copied(), &|_, _| {
+                    None
+                }) {
                     Ok(x) => x.as_i64(),
                     Err(m) => {
                         reads.push(m);
@@ -432,7 +420,7 @@ fn eval_value(
     if let Some(m) = reads.into_iter().next() {
         return Err(TirError::Eval(m));
     }
-    super::interp::eval_scalar(&resolved, &|v| env.get(&v.id).copied(), &|_, _| None)
+    super::eval::eval_scalar(&resolved, &|v| env.get(&v.id).copied(), &|_, _| None)
         .map(|v| v.as_f64())
         .map_err(TirError::Eval)
 }

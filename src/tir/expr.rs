@@ -375,6 +375,16 @@ pub(crate) fn write_expr(
     }
 }
 
+/// Row-major multi-index of a flat offset.
+pub fn unflatten(mut flat: i64, shape: &[i64]) -> Vec<i64> {
+    let mut idx = vec![0; shape.len()];
+    for d in (0..shape.len()).rev() {
+        idx[d] = flat % shape[d];
+        flat /= shape[d];
+    }
+    idx
+}
+
 /// Floor division of integers (rounds towards negative infinity).
 pub fn floor_div(a: i64, b: i64) -> i64 {
     a.div_euclid(b) - if b < 0 && a.rem_euclid(b) != 0 { 1 } else { 0 }

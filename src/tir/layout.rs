@@ -136,7 +136,7 @@ impl BufferLayout {
     pub fn pack(&self, shape: &[i64], data: &[f64], pad: f64) -> Vec<f64> {
         let mut out = vec![pad; self.size_const(shape) as usize];
         for (flat, v) in data.iter().enumerate() {
-            let idx = super::compute::unflatten(flat as i64, shape);
+            let idx = super::expr::unflatten(flat as i64, shape);
             out[self.flatten_const(&idx, shape) as usize] = *v;
         }
         out
@@ -147,7 +147,7 @@ impl BufferLayout {
         let n: i64 = shape.iter().product();
         (0..n)
             .map(|flat| {
-                data[self.flatten_const(&super::compute::unflatten(flat, shape), shape) as usize]
+                data[self.flatten_const(&super::expr::unflatten(flat, shape), shape) as usize]
             })
             .collect()
     }

@@ -86,6 +86,7 @@
 pub mod bound;
 pub mod compute;
 pub mod error;
+pub mod eval;
 pub mod expr;
 pub mod flatten;
 pub mod interp;

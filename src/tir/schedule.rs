@@ -8,6 +8,7 @@ use std::fmt;
 use super::compute::{Body, ComputeGraph, ComputeOp, IterKind, IterVar, OpKind, Operation, Tensor};
 use super::error::TirError;
 use super::expr::{Expr, Range, TensorId, Var};
+pub use super::stmt::ForKind;
 
 /// How a relation derives iteration variables from others.
 #[derive(Clone, Debug, PartialEq)]
@@ -39,15 +40,6 @@ pub enum Attach {
     Inline,
     /// Computed inside the loop of `ivar`, a leaf of the stage of `stage` (compute_at).
     Scope { stage: TensorId, ivar: IterVar },
-}
-
-/// The kind of loop a leaf variable becomes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ForKind {
-    Serial,
-    Parallel,
-    Vectorized,
-    Unrolled,
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -5,7 +5,15 @@ use std::fmt;
 
 use super::expr::{write_expr, Expr, Range, TensorId, Var};
 use super::layout::BufferLayout;
-use super::schedule::ForKind;
+
+/// The kind of loop a leaf variable becomes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ForKind {
+    Serial,
+    Parallel,
+    Vectorized,
+    Unrolled,
+}
 
 /// One argument of a micro-kernel call: a region of a tensor.
 #[derive(Clone, Debug, PartialEq)]
