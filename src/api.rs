@@ -69,7 +69,8 @@ use crate::frontend::onnx::{import_onnx, ImportError, ImportOptions};
 use crate::frontend::tflite::{import_tflite, TfliteError};
 use crate::graph::Graph;
 use crate::layout::op_rules::{CostModel, Family};
-use crate::layout::plan::{plan, planner_by_name, Plan, PlanError, Planner};
+use crate::layout::plan::{plan_with, planner_by_name, Plan, PlanError, PlanOptions, Planner};
+use crate::layout::rules::RuleSource;
 use crate::layout::LayoutError;
 use crate::reference::ExecError;
 use std::path::Path;
@@ -134,6 +135,7 @@ pub struct PlanLayouts {
     planner: Box<dyn Planner>,
     family: Family,
     cost: CostModel,
+    options: PlanOptions,
 }
 
 impl PlanLayouts {
@@ -144,12 +146,26 @@ impl PlanLayouts {
             planner: planner_by_name(planner)?,
             family: Family::parse(target)?,
             cost: CostModel::default(),
+            options: PlanOptions::default(),
         })
+    }
+
+    /// Rewrites with `rules` (`None`: no rewriting) instead of the rules in
+    /// `LAYOUTOPT_RULES`, or else the ones built in.
+    pub fn with_rules(mut self, rules: Option<RuleSource>) -> PlanLayouts {
+        self.options.rules = rules;
+        self
     }
 
     /// Plans `g` and returns the plan with its report.
     pub fn plan(&self, g: &Graph) -> Result<Plan, Error> {
-        Ok(plan(g, self.planner.as_ref(), self.family, &self.cost)?)
+        Ok(plan_with(
+            g,
+            self.planner.as_ref(),
+            self.family,
+            &self.cost,
+            &self.options,
+        )?)
     }
 }
 

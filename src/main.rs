@@ -47,6 +47,10 @@ enum Command {
         /// Target layout family: nchw, nhwc, nchwc (block width from this CPU) or nchw<x>c.
         #[arg(long, default_value = "nchwc", value_parser = cli::parse_target)]
         target: String,
+        /// Folder of `*.rules` files to rewrite with instead of the built-in rules
+        /// (also LAYOUTOPT_RULES).
+        #[arg(long, value_name = "DIR")]
+        rules: Option<PathBuf>,
         /// Also run every plan once and report its time.
         #[arg(long)]
         measure: bool,
@@ -125,8 +129,16 @@ fn main() -> ExitCode {
         Command::Compare {
             model,
             target,
+            rules,
             measure,
-        } => cli::plan::compare(model, target, *measure),
+        } => {
+            let planning = cli::Planning {
+                planner: String::new(),
+                target: target.clone(),
+                rules: rules.clone(),
+            };
+            cli::plan::compare(model, &planning, *measure)
+        }
         Command::Run {
             model,
             inputs,

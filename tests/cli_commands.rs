@@ -272,3 +272,47 @@ fn explore_writes_the_page() {
         assert!(!html.contains(needle), "{needle}");
     }
 }
+
+/// A binary copied away from the source tree still rewrites with its built-in
+/// rules; `--rules` swaps in another folder, and a folder without rules is a
+/// warning, never a silent plan without rewriting.
+#[test]
+fn a_copied_binary_plans_with_its_built_in_rules() {
+    let dir = std::env::temp_dir().join(format!("layoutopt-copied-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join("layoutopt");
+    std::fs::copy(env!("CARGO_BIN_EXE_layoutopt"), &exe).unwrap();
+    let model = std::fs::canonicalize(resnet()).unwrap();
+    let run = |extra: &[&str]| {
+        let o = Command::new(&exe)
+            .current_dir(&dir)
+            .env_remove("LAYOUTOPT_RULES")
+            .args(["plan", model.to_str().unwrap(), "--json"])
+            .args(extra)
+            .output()
+            .unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+            panic!("{e}: {}", String::from_utf8_lossy(&o.stderr));
+        });
+        (
+            json["rewrite"].clone(),
+            String::from_utf8_lossy(&o.stderr).to_string(),
+        )
+    };
+    let (rewrite, stderr) = run(&[]);
+    assert_eq!(rewrite["skipped"], false, "{rewrite} {stderr}");
+    assert_eq!(rewrite["applied"], true, "{rewrite} {stderr}");
+    assert!(rewrite["iterations"].as_u64().unwrap() >= 1, "{rewrite}");
+    assert!(!stderr.contains("warning"), "{stderr}");
+
+    let empty = dir.join("no-rules");
+    std::fs::create_dir_all(&empty).unwrap();
+    std::fs::write(empty.join("bad.rules"), "broken line without an arrow\n").unwrap();
+    let (rewrite, stderr) = run(&["--rules", empty.to_str().unwrap()]);
+    assert_eq!(rewrite["skipped"], true, "{rewrite}");
+    assert!(
+        stderr.contains("warning: e-graph rewriting skipped") && stderr.contains("bad.rules:1"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

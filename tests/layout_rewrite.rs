@@ -9,7 +9,7 @@ use common::{load_test_data, max_abs_err};
 use layoutopt::frontend::onnx::{load_onnx, ImportOptions};
 use layoutopt::graph::{DType, Graph, Op, ValueRef};
 use layoutopt::layout::extract::{rewrite_graph, Method, RewriteLimits};
-use layoutopt::layout::rules::{bundled_rules_dir, load_rules};
+use layoutopt::layout::rules::RuleSource;
 use layoutopt::layout::{Layout, PadValue};
 use layoutopt::ops::LayoutTransform;
 use std::collections::HashMap;
@@ -109,7 +109,7 @@ fn round_trips_at_every_boundary_cancel_on_the_bundled_models() {
         dirs.len() >= 3,
         "expected the bundled models, found {dirs:?}"
     );
-    let rules = load_rules(bundled_rules_dir()).unwrap();
+    let rules = RuleSource::Bundled.load().unwrap();
     for dir in dirs {
         let g = load_onnx(&dir.join("model.onnx"), &ImportOptions::default()).unwrap();
         let (inputs, _) = load_test_data(&dir);
@@ -171,7 +171,7 @@ fn planned_models_rewrite_to_the_same_outputs() {
     use layoutopt::layout::op_rules::{CostModel, Family};
     use layoutopt::layout::plan::{plan, planner_by_name};
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
-    let rules = load_rules(bundled_rules_dir()).unwrap();
+    let rules = RuleSource::Bundled.load().unwrap();
     for name in ["resnet_small", "mobilenet_small", "transformer_block"] {
         let dir = root.join(name);
         let g = load_onnx(&dir.join("model.onnx"), &ImportOptions::default()).unwrap();

@@ -35,11 +35,7 @@ pub fn export(model: &Path, out: &Path, planning: &Planning) -> CliResult {
 pub fn explore(model: &Path, out: &Path, planning: &Planning, other: &str) -> CliResult {
     let source = load(model)?;
     let first = planning.plan(&source)?;
-    let second = Planning {
-        planner: other.to_string(),
-        target: planning.target.clone(),
-    }
-    .plan(&source)?;
+    let second = planning.plan_with(&source, other)?;
     let html = super::progress::step("lowering nodes for the explorer", || {
         layoutopt::explorer::render(&source, &[&first, &second])
     })?;

@@ -29,6 +29,7 @@ use layoutopt::api::{self, PlanLayouts};
 use layoutopt::graph::Graph;
 use layoutopt::layout::op_rules::Family;
 use layoutopt::layout::plan::Plan;
+use layoutopt::layout::rules::RuleSource;
 use std::path::Path;
 
 /// What a command returns: any stage's error, printed on stderr by `main`.
@@ -52,19 +53,42 @@ pub struct Planning {
     /// Target layout family: nchw, nhwc, nchwc (block width from this CPU) or nchw<x>c.
     #[arg(long, default_value = "nchwc", value_parser = parse_target)]
     pub target: String,
+    /// Folder of `*.rules` files to rewrite with instead of the built-in rules
+    /// (also LAYOUTOPT_RULES).
+    #[arg(long, value_name = "DIR")]
+    pub rules: Option<std::path::PathBuf>,
 }
 
 impl Planning {
     /// Plans `g` under a spinner.
     pub fn plan(&self, g: &Graph) -> Result<Plan, api::Error> {
         let msg = format!("planning with '{}' for {}", self.planner, self.target);
-        progress::step(&msg, || plan_with(g, &self.planner, &self.target))
+        progress::step(&msg, || self.plan_with(g, &self.planner))
     }
-}
 
-/// Plans `g` with a planner by name for a target family.
-pub fn plan_with(g: &Graph, planner: &str, target: &str) -> Result<Plan, api::Error> {
-    PlanLayouts::new(planner, target)?.plan(g)
+    /// Plans `g` with `planner` for this target and rules, warning on stderr
+    /// when the rewriting could not run.
+    pub fn plan_with(&self, g: &Graph, planner: &str) -> Result<Plan, api::Error> {
+        let rules = match &self.rules {
+            Some(dir) => RuleSource::Dir(dir.clone()),
+            None => RuleSource::from_env(),
+        };
+        let plan = PlanLayouts::new(planner, &self.target)?
+            .with_rules(Some(rules))
+            .plan(g)?;
+        if let Some(r) = &plan.report.rewrite {
+            if r.skipped || !r.applied {
+                let what = if r.skipped { "skipped" } else { "not applied" };
+                eprintln!(
+                    "warning: e-graph rewriting {what}: {}",
+                    r.note.as_deref().unwrap_or("no reason given")
+                );
+            } else if let Some(note) = &r.note {
+                eprintln!("warning: e-graph rewriting: {note}");
+            }
+        }
+        Ok(plan)
+    }
 }
 
 /// Imports an ONNX or TFLite model under a spinner.

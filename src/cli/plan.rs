@@ -2,7 +2,7 @@
 
 use super::progress;
 use super::run::{execute, model_inputs};
-use super::{load, plan_with, CliResult, Planning, PLANNERS};
+use super::{load, CliResult, Planning, PLANNERS};
 use std::path::Path;
 use std::time::Instant;
 
@@ -19,7 +19,7 @@ pub fn plan(model: &Path, planning: &Planning, json: bool) -> CliResult {
 
 /// Every planner side by side; `measure` also runs each plan once (with the
 /// model's recorded input, else random inputs) and reports the time.
-pub fn compare(model: &Path, target: &str, measure: bool) -> CliResult {
+pub fn compare(model: &Path, planning: &Planning, measure: bool) -> CliResult {
     let g = load(model)?;
     let inputs = if measure {
         Some(model_inputs(model, &g, &[], 0)?.0)
@@ -30,7 +30,7 @@ pub fn compare(model: &Path, target: &str, measure: bool) -> CliResult {
     let pb = progress::bar(PLANNERS.len() as u64, "planning");
     for name in PLANNERS {
         pb.set_message(format!("planning with '{name}'"));
-        let p = plan_with(&g, name, target)?;
+        let p = planning.plan_with(&g, name)?;
         let run_ms = match &inputs {
             Some(x) => {
                 let t = Instant::now();

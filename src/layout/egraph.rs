@@ -245,6 +245,8 @@ pub struct LayoutAnalysis {
     op_index: HashMap<String, usize>,
     pub sources: Vec<Source>,
     pub assumptions: Vec<Assumption>,
+    /// Rule conditions that failed (not merely refused) during rewriting.
+    pub failures: Vec<String>,
 }
 
 pub type LEGraph = egg::EGraph<Lang, LayoutAnalysis>;

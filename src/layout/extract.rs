@@ -8,7 +8,7 @@
 //! (tree-cost) extractor otherwise, and the report says which ran.
 
 use super::egraph::{GraphEGraph, Info, LEGraph, Lang, LayoutAnalysis};
-use super::rules::load_rules;
+use super::rules::RuleSource;
 use super::LayoutError;
 use crate::graph::Graph;
 use egg::{CostFunction, Extractor, Id, Language, Rewrite, Runner};
@@ -17,7 +17,6 @@ use good_lp::{
     WithTimeLimit,
 };
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
 use std::time::Duration;
 
 fn bytes_of(eg: &LEGraph, id: Id) -> f64 {
@@ -323,6 +322,8 @@ pub struct RewriteReport {
     pub iterations: usize,
     pub stop_reason: String,
     pub egraph_nodes: usize,
+    /// Rule conditions that failed to evaluate (bugs, reported, never hidden).
+    pub failures: Vec<String>,
 }
 
 /// Rewrites `g` with `rules` and extracts the cheapest equivalent graph.
@@ -356,6 +357,7 @@ pub fn rewrite_graph(
         graph_name,
         output_names,
     };
+    let failures = ge.egraph.analysis.failures.clone();
     let (choice, extract) = extract(&ge.egraph, &ge.roots);
     let mut out = ge.to_graph(&choice)?;
     // Transforms of constants were costed as free: fold them now.
@@ -368,16 +370,17 @@ pub fn rewrite_graph(
             iterations,
             stop_reason,
             egraph_nodes: ge.egraph.total_number_of_nodes(),
+            failures,
         },
     ))
 }
 
-/// `rewrite_graph` with the rules of every `*.rules` file in `dir`.
-pub fn rewrite_graph_with_dir(
+/// `rewrite_graph` with the rules of `source`.
+pub fn rewrite_graph_with(
     g: &Graph,
-    dir: &Path,
+    source: &RuleSource,
     limits: &RewriteLimits,
 ) -> Result<(Graph, RewriteReport), LayoutError> {
-    let rules = load_rules(dir)?;
+    let rules = source.load()?;
     rewrite_graph(g, &rules, limits)
 }

@@ -17,12 +17,12 @@
 //! materialisation shares one transform among consumers that want the same
 //! layout, so the real plan never moves more bytes than the model counted.
 
-use super::extract::{rewrite_graph_with_dir, RewriteLimits};
+use super::extract::{rewrite_graph_with, RewriteLimits};
 use super::op_rules::{
     impls, op_kind, physical_bytes, same_bytes, value_candidates, CostModel, Family, Impl,
     LayoutId, Layouts, OpKind,
 };
-use super::rules::bundled_rules_dir;
+use super::rules::RuleSource;
 use super::solver::{self, Method, Pair, Problem, SolveOptions};
 use super::{pad_flow, Layout, LayoutError, PadValue, Requirement};
 use crate::graph::{
@@ -33,7 +33,6 @@ use crate::ops::LayoutTransform;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, thiserror::Error)]
@@ -431,9 +430,9 @@ pub fn plan(
 /// How a plan is finished after materialisation.
 #[derive(Clone, Debug)]
 pub struct PlanOptions {
-    /// Folder of `*.rules` files for the e-graph rewriting of the materialised
-    /// graph; `None` skips rewriting.
-    pub rules: Option<PathBuf>,
+    /// The rules for the e-graph rewriting of the materialised graph; `None`
+    /// skips rewriting.
+    pub rules: Option<RuleSource>,
     pub rewrite_limits: RewriteLimits,
     /// Graphs with more nodes than this are not rewritten (the plan stands).
     pub rewrite_max_nodes: usize,
@@ -442,7 +441,7 @@ pub struct PlanOptions {
 impl Default for PlanOptions {
     fn default() -> Self {
         PlanOptions {
-            rules: Some(bundled_rules_dir().to_path_buf()),
+            rules: Some(RuleSource::from_env()),
             rewrite_limits: RewriteLimits::default(),
             rewrite_max_nodes: 2_000,
         }
@@ -454,7 +453,10 @@ impl Default for PlanOptions {
 pub struct RewriteInfo {
     /// Whether its result replaced the materialised graph.
     pub applied: bool,
-    /// Why it was not applied, when it was not.
+    /// Whether it did not run at all (too large a graph, rules that failed to
+    /// load): the plan then stands unrewritten, and the user is warned.
+    pub skipped: bool,
+    /// Why it was not applied or skipped, and any rule condition that failed.
     pub note: Option<String>,
     pub iterations: usize,
     pub extraction: String,
@@ -466,6 +468,7 @@ impl RewriteInfo {
     fn skipped(note: String) -> RewriteInfo {
         RewriteInfo {
             applied: false,
+            skipped: true,
             note: Some(note),
             iterations: 0,
             extraction: String::new(),
@@ -479,13 +482,13 @@ impl RewriteInfo {
 /// e-graph recurses as deep as the graph is long.
 fn rewrite_deep(
     g: &Graph,
-    dir: &std::path::Path,
+    rules: &RuleSource,
     limits: &RewriteLimits,
 ) -> Result<(Graph, super::extract::RewriteReport), LayoutError> {
     std::thread::scope(|s| {
         std::thread::Builder::new()
             .stack_size(512 << 20)
-            .spawn_scoped(s, || rewrite_graph_with_dir(g, dir, limits))
+            .spawn_scoped(s, || rewrite_graph_with(g, rules, limits))
             .map_err(|e| LayoutError::Invalid(format!("cannot start the rewriting thread: {e}")))?
             .join()
             .map_err(|_| LayoutError::Invalid("the rewriting thread panicked".into()))?
@@ -509,7 +512,7 @@ pub fn plan_with(
     m.run(&space, &assignment.choice)?;
     let (packed_constants, refills) = (m.packed_constants, m.refills);
     let mut graph = m.out;
-    let rewrite = options.rules.as_ref().map(|dir| {
+    let rewrite = options.rules.as_ref().map(|rules| {
         if graph.node_count() > options.rewrite_max_nodes {
             return RewriteInfo::skipped(format!(
                 "{} nodes exceed the rewrite limit of {}",
@@ -518,16 +521,21 @@ pub fn plan_with(
             ));
         }
         let before = kept_transforms(&graph);
-        match rewrite_deep(&graph, dir, &options.rewrite_limits) {
+        match rewrite_deep(&graph, rules, &options.rewrite_limits) {
             Ok((rewritten, r)) => {
                 let bytes = |t: &[TransformInfo]| t.iter().map(|t| t.bytes).sum::<usize>();
                 let better = bytes(&kept_transforms(&rewritten)) <= bytes(&before);
                 if better {
                     graph = rewritten;
                 }
+                let mut notes: Vec<String> = r.failures.clone();
+                if !better {
+                    notes.push("the rewritten graph moves more bytes".to_string());
+                }
                 RewriteInfo {
                     applied: better,
-                    note: (!better).then(|| "the rewritten graph moves more bytes".to_string()),
+                    skipped: false,
+                    note: (!notes.is_empty()).then(|| notes.join("; ")),
                     iterations: r.iterations,
                     extraction: format!("{:?}", r.extract.method),
                     cost_before: r.cost_before,

@@ -3,7 +3,7 @@
 
 use super::egraph::graph_to_egraph;
 use super::extract::{extract_with_limit, rewrite_graph, Method, RewriteLimits};
-use super::rules::{bundled_rules_dir, load_rules, parse_rules, RuleError};
+use super::rules::{load_rules, parse_rules, RuleError, RuleSource};
 use super::{Assumption, Layout, PadValue};
 use crate::graph::{
     BinaryOp, Conv, DType, Graph, Op, Span, Tensor, UnaryOp, ValueRef, ValueType, Window,
@@ -33,7 +33,7 @@ fn add(g: &mut Graph, op: Op, name: &str, ins: &[ValueRef], index: usize) -> Val
 }
 
 fn rewrite(g: &Graph) -> (Graph, super::extract::RewriteReport) {
-    let rules = load_rules(bundled_rules_dir()).unwrap();
+    let rules = RuleSource::Bundled.load().unwrap();
     rewrite_graph(g, &rules, &RewriteLimits::default()).unwrap()
 }
 
@@ -84,7 +84,7 @@ const SHAPE: [usize; 4] = [1, 17, 3, 3];
 
 #[test]
 fn bundled_rules_load() {
-    let rules = load_rules(bundled_rules_dir()).unwrap();
+    let rules = RuleSource::Bundled.load().unwrap();
     let names: Vec<String> = rules.iter().map(|r| r.name.to_string()).collect();
     for want in [
         "inverse",

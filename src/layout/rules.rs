@@ -16,7 +16,7 @@ use super::{binary_flow, pad_flow, unary_flow, Digit, Layout, PadValue};
 use crate::graph::{merge_spans, Op, Span};
 use crate::ops::{Concat, Reshape, Transpose};
 use egg::{Applier, ENodeOrVar, Id, Language, Pattern, PatternAst, Rewrite, Subst, Symbol, Var};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// A rule file that cannot be loaded, naming the file and line.
 #[derive(Debug, thiserror::Error)]
@@ -31,7 +31,23 @@ pub enum RuleError {
     Io { path: String, message: String },
 }
 
-type Check = fn(&mut LEGraph, &mut Subst) -> Result<(), String>;
+/// Why a condition did not let a match through.
+#[derive(Debug)]
+pub enum Refusal {
+    /// The match does not meet the condition: the rule does not apply here.
+    NoMatch,
+    /// The condition could not be evaluated (an inconsistent e-graph, a
+    /// malformed operand): a bug to report, never a silent "no".
+    Failed(String),
+}
+
+impl From<String> for Refusal {
+    fn from(message: String) -> Refusal {
+        Refusal::Failed(message)
+    }
+}
+
+type Check = fn(&mut LEGraph, &mut Subst) -> Result<(), Refusal>;
 
 /// A condition a rule may name: the variables it reads and binds, and its code.
 pub struct Condition {
@@ -63,14 +79,20 @@ fn canonical_pad(layout: &Layout, logical: &[usize], value: PadValue) -> PadValu
     }
 }
 
-fn refuse<T>(why: &str) -> Result<T, String> {
-    Err(why.to_string())
+/// The rule does not apply; `why` documents the case where it is called.
+fn no_match(why: &str) -> Refusal {
+    let _ = why;
+    Refusal::NoMatch
+}
+
+fn refuse<T>(why: &str) -> Result<T, Refusal> {
+    Err(no_match(why))
 }
 
 /// xform(a -> a, q) of x is x when a does not pad x, or x's padding is known
 /// to be what the transform writes (undef only matches undef: a transform free
 /// to write anything must not join a class that claims a value).
-fn restores_padding(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
+fn restores_padding(eg: &mut LEGraph, s: &mut Subst) -> Result<(), Refusal> {
     let (q, x) = (pad_of(eg, get(s, "?q"))?, tensor_of(eg, get(s, "?x"))?);
     match &x.pad {
         None => Ok(()),
@@ -79,14 +101,14 @@ fn restores_padding(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
     }
 }
 
-fn unary_fn(eg: &LEGraph, s: &Subst) -> Result<crate::graph::UnaryOp, String> {
+fn unary_fn(eg: &LEGraph, s: &Subst) -> Result<crate::graph::UnaryOp, Refusal> {
     match entry_of(eg, get(s, "?f"))?.op {
         Op::Unary(u) => Ok(u),
         _ => refuse("not a unary op"),
     }
 }
 
-fn binary_fn(eg: &LEGraph, s: &Subst) -> Result<crate::graph::BinaryOp, String> {
+fn binary_fn(eg: &LEGraph, s: &Subst) -> Result<crate::graph::BinaryOp, Refusal> {
     match entry_of(eg, get(s, "?f"))?.op {
         Op::Binary(b) => Ok(b),
         _ => refuse("not a binary op"),
@@ -94,7 +116,7 @@ fn binary_fn(eg: &LEGraph, s: &Subst) -> Result<crate::graph::BinaryOp, String> 
 }
 
 /// f(xform(a -> b, p, x)) = xform(a -> b, q, f(x)) with q = f(p).
-fn pad_through_unary(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
+fn pad_through_unary(eg: &mut LEGraph, s: &mut Subst) -> Result<(), Refusal> {
     let u = unary_fn(eg, s)?;
     let (b, p, x) = (
         layout_of(eg, get(s, "?b"))?,
@@ -107,7 +129,7 @@ fn pad_through_unary(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
 }
 
 /// xform(a -> b, q, f(x)) = f(xform(a -> b, p, x)) for a p with f(p) = q.
-fn pad_before_unary(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
+fn pad_before_unary(eg: &mut LEGraph, s: &mut Subst) -> Result<(), Refusal> {
     let u = unary_fn(eg, s)?;
     let (b, q, x) = (
         layout_of(eg, get(s, "?b"))?,
@@ -124,14 +146,14 @@ fn pad_before_unary(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
             .into_iter()
             .map(PadValue::Known)
             .find(|&c| unary_flow(u, c) == q)
-            .ok_or("no pad value that the function maps to the wanted one")?
+            .ok_or_else(|| no_match("no pad value that the function maps to the wanted one"))?
     };
     bind_atom(eg, s, "?p", Atom::Pad(p));
     Ok(())
 }
 
 /// f(xform(a->b, p, x), xform(a->b, q, y)) = xform(a->b, r, f(x, y)).
-fn pad_through_binary(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
+fn pad_through_binary(eg: &mut LEGraph, s: &mut Subst) -> Result<(), Refusal> {
     let f = binary_fn(eg, s)?;
     let (a, b) = (layout_of(eg, get(s, "?a"))?, layout_of(eg, get(s, "?b"))?);
     let (x, y) = (tensor_of(eg, get(s, "?x"))?, tensor_of(eg, get(s, "?y"))?);
@@ -147,7 +169,7 @@ fn pad_through_binary(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
 
 /// f(xform(a->b, p, x), c) = xform(a->b, r, f(x, xform(b->a, z, c))) for a
 /// constant c: its transform folds away at compile time.
-fn const_operand(eg: &mut LEGraph, s: &mut Subst, const_left: bool) -> Result<(), String> {
+fn const_operand(eg: &mut LEGraph, s: &mut Subst, const_left: bool) -> Result<(), Refusal> {
     let f = binary_fn(eg, s)?;
     let (a, b) = (
         layout_of(eg, get(s, "?a"))?.clone(),
@@ -181,7 +203,7 @@ fn const_operand(eg: &mut LEGraph, s: &mut Subst, const_left: bool) -> Result<()
 
 /// f(xform(a->b, p, x), s) = xform(a->b, r, f(x, s)) for a scalar s, which
 /// broadcasts over either buffer.
-fn scalar_operand(eg: &mut LEGraph, s: &mut Subst, scalar_left: bool) -> Result<(), String> {
+fn scalar_operand(eg: &mut LEGraph, s: &mut Subst, scalar_left: bool) -> Result<(), Refusal> {
     let f = binary_fn(eg, s)?;
     let (b, x, c) = (
         layout_of(eg, get(s, "?b"))?,
@@ -198,26 +220,26 @@ fn scalar_operand(eg: &mut LEGraph, s: &mut Subst, scalar_left: bool) -> Result<
     Ok(())
 }
 
-fn scalar_right(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
+fn scalar_right(eg: &mut LEGraph, s: &mut Subst) -> Result<(), Refusal> {
     scalar_operand(eg, s, false)
 }
 
-fn scalar_left(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
+fn scalar_left(eg: &mut LEGraph, s: &mut Subst) -> Result<(), Refusal> {
     scalar_operand(eg, s, true)
 }
 
-fn const_right(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
+fn const_right(eg: &mut LEGraph, s: &mut Subst) -> Result<(), Refusal> {
     const_operand(eg, s, false)
 }
 
-fn const_left(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
+fn const_left(eg: &mut LEGraph, s: &mut Subst) -> Result<(), Refusal> {
     const_operand(eg, s, true)
 }
 
 /// The entry of `inner` placed in the layout of its inputs `xs`, output in
 /// `out_layout`, if the inputs' padding is what the op needs there; the
 /// output padding is what the op's pad-value flow says.
-fn placed(inner: Op, xs: &[&TensorInfo], out_layout: Layout) -> Result<OpEntry, String> {
+fn placed(inner: Op, xs: &[&TensorInfo], out_layout: Layout) -> Result<OpEntry, Refusal> {
     let padded = xs[0]
         .layout
         .padded_axes(&xs[0].logical)
@@ -225,13 +247,8 @@ fn placed(inner: Op, xs: &[&TensorInfo], out_layout: Layout) -> Result<OpEntry, 
     let pads: Vec<PadValue> = xs.iter().map(|x| x.pad_value()).collect();
     let flow = pad_flow(&inner, &pads, &padded);
     if !padded.is_empty() {
-        if let Some(i) = (0..xs.len()).find(|&i| !flow.inputs[i].is_met_by(pads[i])) {
-            return Err(format!(
-                "{} needs {:?} in the padding of input {i}, which holds {}",
-                inner.kind_name(),
-                flow.inputs[i],
-                pads[i]
-            ));
+        if (0..xs.len()).any(|i| !flow.inputs[i].is_met_by(pads[i])) {
+            return refuse("an input's padding does not hold what the op needs");
         }
     }
     placed_with(inner, xs, out_layout, flow.output)
@@ -243,17 +260,22 @@ fn placed_with(
     xs: &[&TensorInfo],
     out_layout: Layout,
     pad: PadValue,
-) -> Result<OpEntry, String> {
+) -> Result<OpEntry, Refusal> {
     let dtypes: Vec<_> = xs.iter().map(|x| x.dtype).collect();
     let inputs = xs
         .iter()
         .map(|x| (x.layout.clone(), x.logical.clone()))
         .collect();
-    OpEntry::in_layout(inner, inputs, vec![(out_layout, pad)], &dtypes)
+    Ok(OpEntry::in_layout(
+        inner,
+        inputs,
+        vec![(out_layout, pad)],
+        &dtypes,
+    )?)
 }
 
 /// op(xform(a -> row-major, x)) = xform(a -> row-major, op placed in a (x)).
-fn pool_in_layout(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
+fn pool_in_layout(eg: &mut LEGraph, s: &mut Subst) -> Result<(), Refusal> {
     let entry = entry_of(eg, get(s, "?k"))?.clone();
     let b = layout_of(eg, get(s, "?b"))?;
     let x = tensor_of(eg, get(s, "?x"))?.clone();
@@ -271,7 +293,7 @@ fn pool_in_layout(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
 
 /// concat(xform(a -> row-major, x), xform(a -> row-major, y)) on an axis a does
 /// not block = xform(a -> row-major, concat placed in a (x, y)).
-fn concat_in_layout(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
+fn concat_in_layout(eg: &mut LEGraph, s: &mut Subst) -> Result<(), Refusal> {
     let entry = entry_of(eg, get(s, "?k"))?.clone();
     let b = layout_of(eg, get(s, "?b"))?;
     let (x, y) = (
@@ -296,7 +318,7 @@ fn concat_in_layout(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
 /// with the blocks last, and the reshape keeps each blocked axis whole (same
 /// extent, same position in the flattened order): then a2 blocks the same
 /// axes the same way and the reshape moves no byte.
-fn reshape_keeps_blocks(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
+fn reshape_keeps_blocks(eg: &mut LEGraph, s: &mut Subst) -> Result<(), Refusal> {
     let entry = entry_of(eg, get(s, "?k"))?.clone();
     let b = layout_of(eg, get(s, "?b"))?;
     let x = tensor_of(eg, get(s, "?x"))?.clone();
@@ -315,7 +337,7 @@ fn reshape_keeps_blocks(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
         let before: usize = src[..i].iter().product();
         let j = (0..target.len())
             .find(|&j| target[j] == src[i] && target[..j].iter().product::<usize>() == before)
-            .ok_or("the reshape splits or merges a blocked axis")?;
+            .ok_or_else(|| no_match("the reshape splits or merges a blocked axis"))?;
         axis_map[i] = Some(j);
     }
     let mut factors = vec![Vec::new(); target.len()];
@@ -343,7 +365,7 @@ fn reshape_keeps_blocks(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
     Ok(())
 }
 
-fn perm_of(eg: &LEGraph, id: Id) -> Result<(Vec<usize>, OpEntry), String> {
+fn perm_of(eg: &LEGraph, id: Id) -> Result<(Vec<usize>, OpEntry), Refusal> {
     let e = entry_of(eg, id)?;
     match &e.op {
         Op::Transpose(Transpose { perm }) => Ok((perm.clone(), e.clone())),
@@ -352,7 +374,7 @@ fn perm_of(eg: &LEGraph, id: Id) -> Result<(Vec<usize>, OpEntry), String> {
 }
 
 /// transpose(p, transpose(q, x)) = transpose(r, x) with r[i] = q[p[i]].
-fn compose_perms(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
+fn compose_perms(eg: &mut LEGraph, s: &mut Subst) -> Result<(), Refusal> {
     let (p, outer) = perm_of(eg, get(s, "?p"))?;
     let (q, _) = perm_of(eg, get(s, "?q"))?;
     let r: Vec<usize> = p.iter().map(|&i| q[i]).collect();
@@ -364,7 +386,7 @@ fn compose_perms(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
     Ok(())
 }
 
-fn identity_perm(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
+fn identity_perm(eg: &mut LEGraph, s: &mut Subst) -> Result<(), Refusal> {
     let (p, _) = perm_of(eg, get(s, "?p"))?;
     if p.iter().enumerate().all(|(i, &x)| i == x) {
         Ok(())
@@ -376,7 +398,7 @@ fn identity_perm(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
 /// pad(crop(x, cb, ce), pb, pe, v) = pad(x, pb - cb, pe - ce, v) when what the
 /// crop removed holds v: stated by the crop's assumption (the only source of
 /// this knowledge; it is never inferred).
-fn crop_holds_pad_value(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
+fn crop_holds_pad_value(eg: &mut LEGraph, s: &mut Subst) -> Result<(), Refusal> {
     let value = pad_of(eg, get(s, "?v"))?;
     if value == PadValue::Undef {
         return refuse("an undef pad is not a value to cancel against");
@@ -407,7 +429,7 @@ fn crop_holds_pad_value(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
     Ok(())
 }
 
-fn no_amounts(eg: &mut LEGraph, s: &mut Subst) -> Result<(), String> {
+fn no_amounts(eg: &mut LEGraph, s: &mut Subst) -> Result<(), Refusal> {
     let (b, e) = (ints_of(eg, get(s, "?b"))?, ints_of(eg, get(s, "?e"))?);
     if b.iter().chain(e).all(|&x| x == 0) {
         Ok(())
@@ -564,12 +586,21 @@ impl Applier<Lang, LayoutAnalysis> for RuleApplier {
         eclass: Id,
         subst: &Subst,
         _searcher_ast: Option<&PatternAst<Lang>>,
-        _rule_name: Symbol,
+        rule_name: Symbol,
     ) -> Vec<Id> {
         let mut subst = subst.clone();
         for c in &self.conditions {
-            if (c.check)(eg, &mut subst).is_err() {
-                return vec![];
+            match (c.check)(eg, &mut subst) {
+                Ok(()) => {}
+                Err(Refusal::NoMatch) => return vec![],
+                Err(Refusal::Failed(message)) => {
+                    // Kept for the rewrite report; the match itself is dropped.
+                    eg.analysis.failures.push(format!(
+                        "rule '{rule_name}', condition '{}': {message}",
+                        c.name
+                    ));
+                    return vec![];
+                }
             }
         }
         let spans: Vec<Span> = {
@@ -761,7 +792,116 @@ pub fn load_rules(dir: &Path) -> Result<Vec<Rewrite<Lang, LayoutAnalysis>>, Rule
     Ok(rules)
 }
 
-/// The rules shipped with the crate (`rules/` beside Cargo.toml).
-pub fn bundled_rules_dir() -> &'static Path {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/rules"))
+/// The rule files shipped in the binary (the `rules/` folder at build time), so
+/// that a copied binary plans exactly as the one built here.
+const BUNDLED: &[(&str, &str)] = &[
+    (
+        "elementwise.rules",
+        include_str!("../../rules/elementwise.rules"),
+    ),
+    ("padding.rules", include_str!("../../rules/padding.rules")),
+    (
+        "structure.rules",
+        include_str!("../../rules/structure.rules"),
+    ),
+    (
+        "transforms.rules",
+        include_str!("../../rules/transforms.rules"),
+    ),
+];
+
+/// The environment variable naming a folder of `*.rules` files to use instead
+/// of the bundled ones (`--rules` on the command line wins over it).
+pub const RULES_ENV: &str = "LAYOUTOPT_RULES";
+
+/// Where the rewrite rules come from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RuleSource {
+    /// The rules built into the binary.
+    Bundled,
+    /// Every `*.rules` file of a folder.
+    Dir(PathBuf),
+}
+
+impl RuleSource {
+    /// The folder in `LAYOUTOPT_RULES` when set, else the bundled rules.
+    pub fn from_env() -> RuleSource {
+        match std::env::var_os(RULES_ENV) {
+            Some(dir) if !dir.is_empty() => RuleSource::Dir(PathBuf::from(dir)),
+            _ => RuleSource::Bundled,
+        }
+    }
+
+    /// Parses the rules.
+    pub fn load(&self) -> Result<Vec<Rewrite<Lang, LayoutAnalysis>>, RuleError> {
+        match self {
+            RuleSource::Bundled => {
+                let mut rules = Vec::new();
+                for (file, text) in BUNDLED {
+                    rules.extend(parse_rules(text, &format!("rules/{file}"))?);
+                }
+                Ok(rules)
+            }
+            RuleSource::Dir(dir) => load_rules(dir),
+        }
+    }
+}
+
+impl std::fmt::Display for RuleSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RuleSource::Bundled => f.write_str("the bundled rules"),
+            RuleSource::Dir(d) => write!(f, "the rules in {}", d.display()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod bundled_tests {
+    use super::*;
+
+    #[test]
+    fn every_rules_file_of_the_folder_is_built_in() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("rules");
+        let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.ends_with(".rules"))
+            .collect();
+        on_disk.sort();
+        let built_in: Vec<String> = BUNDLED.iter().map(|(n, _)| n.to_string()).collect();
+        assert_eq!(built_in, on_disk, "add new rule files to BUNDLED");
+        let loaded = RuleSource::Bundled.load().unwrap();
+        assert_eq!(loaded.len(), load_rules(&dir).unwrap().len());
+        assert!(loaded.len() > 10);
+    }
+
+    /// rules/README.md documents every condition exactly as the code defines it.
+    #[test]
+    fn the_readme_table_of_conditions_is_the_code() {
+        let readme =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("rules/README.md"))
+                .unwrap();
+        let conditions = readme
+            .split("## Conditions")
+            .nth(1)
+            .expect("rules/README.md has a Conditions section");
+        let mut documented: Vec<(String, String, String)> = vec![];
+        // | `name`, `name2` | reads | binds | holds when |
+        for line in conditions.lines().filter(|l| l.starts_with("| `")) {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            assert!(cells.len() >= 5, "a short table row: {line}");
+            for name in cells[1].split(',') {
+                let name = name.trim().trim_matches('`').to_string();
+                documented.push((name, cells[2].to_string(), cells[3].to_string()));
+            }
+        }
+        let mut in_code: Vec<(String, String, String)> = CONDITIONS
+            .iter()
+            .map(|c| (c.name.to_string(), c.reads.join(" "), c.binds.join(" ")))
+            .collect();
+        documented.sort();
+        in_code.sort();
+        assert_eq!(documented, in_code);
+    }
 }

@@ -202,14 +202,9 @@ pub fn partition_loops(s: &Stmt, vb: &mut VarBounds) -> Stmt {
         } => {
             let saved = vb.get(var);
             let (Some(lo), Some(ext)) = (min.as_int(), extent.as_int()) else {
-                let body = with_bound(vb, var, None, |vb| partition_loops(body, vb));
-                return Stmt::For {
-                    var: var.clone(),
-                    min: min.clone(),
-                    extent: extent.clone(),
-                    kind: *kind,
-                    body: Box::new(body),
-                };
+                return with_bound(vb, var, None, |vb| {
+                    s.map_children(&mut |b| partition_loops(b, vb))
+                });
             };
             let body = with_bound(vb, var, Some((lo, lo + ext - 1)), |vb| {
                 partition_loops(body, vb)
@@ -245,37 +240,7 @@ pub fn partition_loops(s: &Stmt, vb: &mut VarBounds) -> Stmt {
             }
             rebuilt(body, lo, ext)
         }
-        Stmt::Seq(v) => Stmt::seq(v.iter().map(|x| partition_loops(x, vb)).collect()),
-        Stmt::Realize {
-            tensor,
-            bounds,
-            body,
-        } => Stmt::Realize {
-            tensor: *tensor,
-            bounds: bounds.clone(),
-            body: Box::new(partition_loops(body, vb)),
-        },
-        Stmt::IfThenElse {
-            cond,
-            then_case,
-            else_case,
-            likely,
-        } => Stmt::IfThenElse {
-            cond: cond.clone(),
-            then_case: Box::new(partition_loops(then_case, vb)),
-            else_case: else_case.as_ref().map(|e| Box::new(partition_loops(e, vb))),
-            likely: *likely,
-        },
-        Stmt::Assume { cond, body } => Stmt::Assume {
-            cond: cond.clone(),
-            body: Box::new(partition_loops(body, vb)),
-        },
-        Stmt::Allocate { buffer, size, body } => Stmt::Allocate {
-            buffer: *buffer,
-            size: size.clone(),
-            body: Box::new(partition_loops(body, vb)),
-        },
-        leaf => leaf.clone(),
+        other => other.map_children(&mut |c| partition_loops(c, vb)),
     }
 }
 

@@ -104,6 +104,59 @@ impl Stmt {
         }
     }
 
+    /// The same statement with each direct child statement replaced by `f(child)`;
+    /// expressions and everything else are kept. Passes that treat most nodes
+    /// alike recurse through this instead of rebuilding every variant.
+    pub fn map_children(&self, f: &mut dyn FnMut(&Stmt) -> Stmt) -> Stmt {
+        let mut child = |b: &Stmt| Box::new(f(b));
+        match self {
+            Stmt::For {
+                var,
+                min,
+                extent,
+                kind,
+                body,
+            } => Stmt::For {
+                var: var.clone(),
+                min: min.clone(),
+                extent: extent.clone(),
+                kind: *kind,
+                body: child(body),
+            },
+            Stmt::Realize {
+                tensor,
+                bounds,
+                body,
+            } => Stmt::Realize {
+                tensor: *tensor,
+                bounds: bounds.clone(),
+                body: child(body),
+            },
+            Stmt::Allocate { buffer, size, body } => Stmt::Allocate {
+                buffer: *buffer,
+                size: size.clone(),
+                body: child(body),
+            },
+            Stmt::Seq(v) => Stmt::seq(v.iter().map(|x| *child(x)).collect()),
+            Stmt::IfThenElse {
+                cond,
+                then_case,
+                else_case,
+                likely,
+            } => Stmt::IfThenElse {
+                cond: cond.clone(),
+                then_case: child(then_case),
+                else_case: else_case.as_deref().map(&mut child),
+                likely: *likely,
+            },
+            Stmt::Assume { cond, body } => Stmt::Assume {
+                cond: cond.clone(),
+                body: child(body),
+            },
+            leaf => leaf.clone(),
+        }
+    }
+
     /// Rebuilds the statement bottom-up, applying `fs` to every statement (after its
     /// children) and `fe` to every expression.
     pub fn rewrite(
