@@ -246,10 +246,8 @@ fn placed(inner: Op, xs: &[&TensorInfo], out_layout: Layout) -> Result<OpEntry, 
         .map_err(|e| e.to_string())?;
     let pads: Vec<PadValue> = xs.iter().map(|x| x.pad_value()).collect();
     let flow = pad_flow(&inner, &pads, &padded);
-    if !padded.is_empty() {
-        if (0..xs.len()).any(|i| !flow.inputs[i].is_met_by(pads[i])) {
-            return refuse("an input's padding does not hold what the op needs");
-        }
+    if !padded.is_empty() && (0..xs.len()).any(|i| !flow.inputs[i].is_met_by(pads[i])) {
+        return refuse("an input's padding does not hold what the op needs");
     }
     placed_with(inner, xs, out_layout, flow.output)
 }
