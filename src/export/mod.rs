@@ -21,7 +21,7 @@
 
 use crate::frontend::onnx::tensor_to_proto;
 use crate::graph::{format_spans, Graph, Op, Span, Tensor, ValueRef, ValueType};
-use crate::ops::onnx::{Attr, OnnxWriter};
+use crate::ops::onnx::{Attr, OnnxCx, OnnxWriter};
 use onnx_protobuf::{
     attribute_proto::AttributeType, tensor_shape_proto, type_proto, AttributeProto, GraphProto,
     ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto, TypeProto, ValueInfoProto,
@@ -132,7 +132,12 @@ pub fn export_model(g: &Graph, opts: &ExportOptions) -> Result<ModelProto, Expor
                 let out_names: Vec<String> = node.outputs.iter().map(|v| v.name.clone()).collect();
                 let outs = op
                     .def()
-                    .to_onnx(&mut b, &inputs, &in_types, &out_names)
+                    .to_onnx(OnnxCx {
+                        b: &mut b,
+                        inputs: &inputs,
+                        in_types: &in_types,
+                        outputs: &out_names,
+                    })
                     .map_err(|message| ExportError::Op {
                         spans: node.spans.clone(),
                         op: op.kind_name().to_string(),

@@ -12,7 +12,7 @@
 //! Rank-0 tensors are treated as rank 1 of extent 1 (the same flat buffer).
 
 use crate::core::{Layout, ValueType};
-use crate::ops::te::{extents, ComputeGraph, TeTensor as Tensor, TirError};
+use crate::ops::te::{extents, ComputeCx, ComputeGraph, TeTensor as Tensor, TirError};
 use crate::ops::Op;
 use crate::tir::expr::TensorId;
 use crate::tir::layout::{BufferLayout, PhysDim};
@@ -140,7 +140,12 @@ pub fn chain_compute(links: &[Link]) -> Result<OpCompute, TirError> {
             }
         }
         let first_new = g.ops.len();
-        let d = link.op.def().compute(&mut g, &ph, link.types, &sfx)?;
+        let d = link.op.def().compute(ComputeCx {
+            g: &mut g,
+            ph: &ph,
+            types: link.types,
+            sfx: &sfx,
+        })?;
         if let Some(p) = prev {
             if g.op(d.output.id).shape != g.op(p.id).shape {
                 return Err(TirError::Unsupported(format!(

@@ -108,13 +108,8 @@ impl OpDef for Conv {
         2.0 * numel(&outs[0].shape) as f64 * numel(&ins[1].shape[1..]) as f64
     }
 
-    fn compute(
-        &self,
-        g: &mut ComputeGraph,
-        ph: &[TeTensor],
-        types: &[ValueType],
-        sfx: &str,
-    ) -> Result<Defined, TirError> {
+    fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
+        let ComputeCx { g, ph, types, sfx } = cx;
         let no = |why: &str| Err(unsupported(self.name(), why));
         let shape_of = |i: usize| operand_shape(types, i);
         match self {
@@ -135,13 +130,10 @@ impl OpDef for Conv {
         }
     }
 
-    fn to_onnx(
-        &self,
-        b: &mut dyn OnnxWriter,
-        inputs: &[String],
-        _: &[ValueType],
-        outputs: &[String],
-    ) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+        let OnnxCx {
+            b, inputs, outputs, ..
+        } = cx;
         let c = self;
 
         let mut a = window_attrs(&c.window, true);
@@ -219,13 +211,10 @@ impl OpDef for ConvTranspose {
         2.0 * numel(&ins[0].shape) as f64 * numel(&ins[1].shape[1..]) as f64
     }
 
-    fn to_onnx(
-        &self,
-        b: &mut dyn OnnxWriter,
-        inputs: &[String],
-        _: &[ValueType],
-        outputs: &[String],
-    ) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+        let OnnxCx {
+            b, inputs, outputs, ..
+        } = cx;
         let c = self;
 
         let mut a = window_attrs(&c.window, true);

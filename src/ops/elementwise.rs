@@ -45,13 +45,8 @@ impl OpDef for UnaryOp {
         LayoutRole::Agnostic
     }
 
-    fn compute(
-        &self,
-        g: &mut ComputeGraph,
-        ph: &[TeTensor],
-        types: &[ValueType],
-        sfx: &str,
-    ) -> Result<Defined, TirError> {
+    fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
+        let ComputeCx { g, ph, types, sfx } = cx;
         let arity = |n: usize| check_arity(self.name(), types, n);
         let u = self;
 
@@ -64,13 +59,13 @@ impl OpDef for UnaryOp {
         )?))
     }
 
-    fn to_onnx(
-        &self,
-        b: &mut dyn OnnxWriter,
-        inputs: &[String],
-        in_types: &[ValueType],
-        outputs: &[String],
-    ) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+        let OnnxCx {
+            b,
+            inputs,
+            in_types,
+            outputs,
+        } = cx;
         let x = || inputs[0].clone();
         match self {
             UnaryOp::Clip { min, max } => {
@@ -154,13 +149,8 @@ impl OpDef for BinaryOp {
         LayoutRole::Agnostic
     }
 
-    fn compute(
-        &self,
-        g: &mut ComputeGraph,
-        ph: &[TeTensor],
-        types: &[ValueType],
-        sfx: &str,
-    ) -> Result<Defined, TirError> {
+    fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
+        let ComputeCx { g, ph, types, sfx } = cx;
         let no = |why: &str| Err(unsupported(self.name(), why));
         let shape_of = |i: usize| operand_shape(types, i);
         let arity = |n: usize| check_arity(self.name(), types, n);
@@ -187,13 +177,10 @@ impl OpDef for BinaryOp {
         )?))
     }
 
-    fn to_onnx(
-        &self,
-        b: &mut dyn OnnxWriter,
-        inputs: &[String],
-        _: &[ValueType],
-        outputs: &[String],
-    ) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+        let OnnxCx {
+            b, inputs, outputs, ..
+        } = cx;
         let bop = self;
         Ok(single(b, outputs, bop.name(), inputs, vec![]))
     }
@@ -229,13 +216,10 @@ impl OpDef for Where {
         LayoutRole::Agnostic
     }
 
-    fn to_onnx(
-        &self,
-        b: &mut dyn OnnxWriter,
-        inputs: &[String],
-        _: &[ValueType],
-        outputs: &[String],
-    ) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+        let OnnxCx {
+            b, inputs, outputs, ..
+        } = cx;
         Ok(single(b, outputs, "Where", inputs, vec![]))
     }
 }

@@ -59,13 +59,13 @@ impl OpDef for LaidOut {
 
     /// The logical op between a view of each input in its logical shape and a
     /// re-layout of each result.
-    fn to_onnx(
-        &self,
-        b: &mut dyn OnnxWriter,
-        inputs: &[String],
-        in_types: &[ValueType],
-        outputs: &[String],
-    ) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+        let OnnxCx {
+            b,
+            inputs,
+            in_types,
+            outputs,
+        } = cx;
         let logical: Vec<String> = inputs
             .iter()
             .zip(&self.inputs)
@@ -79,10 +79,12 @@ impl OpDef for LaidOut {
         let refs: Vec<&ValueType> = logical_types.iter().collect();
         let inner_types = infer_outputs(&self.inner, &refs)?;
         let inner_names: Vec<String> = outputs.iter().map(|n| format!("{n}/logical")).collect();
-        let results = self
-            .inner
-            .def()
-            .to_onnx(b, &logical, &logical_types, &inner_names)?;
+        let results = self.inner.def().to_onnx(OnnxCx {
+            b: &mut *b,
+            inputs: &logical,
+            in_types: &logical_types,
+            outputs: &inner_names,
+        })?;
         Ok(results
             .iter()
             .zip(&self.outputs)

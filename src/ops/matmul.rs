@@ -93,13 +93,8 @@ impl OpDef for Gemm {
         2.0 * numel(&outs[0].shape) as f64 * k as f64
     }
 
-    fn compute(
-        &self,
-        g: &mut ComputeGraph,
-        ph: &[TeTensor],
-        types: &[ValueType],
-        sfx: &str,
-    ) -> Result<Defined, TirError> {
+    fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
+        let ComputeCx { g, ph, types, sfx } = cx;
         let no = |why: &str| Err(unsupported(self.name(), why));
         let shape_of = |i: usize| operand_shape(types, i);
         let arity = |n: usize| check_arity(self.name(), types, n);
@@ -155,13 +150,10 @@ impl OpDef for Gemm {
         )?))
     }
 
-    fn to_onnx(
-        &self,
-        b: &mut dyn OnnxWriter,
-        inputs: &[String],
-        _: &[ValueType],
-        outputs: &[String],
-    ) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+        let OnnxCx {
+            b, inputs, outputs, ..
+        } = cx;
         let Gemm {
             alpha,
             beta,
@@ -248,13 +240,8 @@ impl OpDef for MatMul {
         2.0 * numel(&outs[0].shape) as f64 * k as f64
     }
 
-    fn compute(
-        &self,
-        g: &mut ComputeGraph,
-        ph: &[TeTensor],
-        types: &[ValueType],
-        sfx: &str,
-    ) -> Result<Defined, TirError> {
+    fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
+        let ComputeCx { g, ph, types, sfx } = cx;
         let arity = |n: usize| check_arity(self.name(), types, n);
 
         arity(2)?;
@@ -268,13 +255,10 @@ impl OpDef for MatMul {
         )?))
     }
 
-    fn to_onnx(
-        &self,
-        b: &mut dyn OnnxWriter,
-        inputs: &[String],
-        _: &[ValueType],
-        outputs: &[String],
-    ) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+        let OnnxCx {
+            b, inputs, outputs, ..
+        } = cx;
         Ok(single(b, outputs, "MatMul", inputs, vec![]))
     }
 }

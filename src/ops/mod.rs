@@ -28,10 +28,10 @@ mod transform;
 pub use crate::core::scalar::{BinaryOp, UnaryOp};
 use crate::core::{Assumption, DType, Layout, PadFlow, PadValue, Requirement, Tensor, ValueType};
 pub use eval::eval_op;
-use onnx::OnnxWriter;
+use onnx::OnnxCx;
 pub use pad_flow::{binary_flow, pad_flow, unary_flow};
 pub use shape::{broadcast_shapes, infer_outputs, window_output_extent};
-use te::{ComputeGraph, Defined, TeTensor, TirError};
+use te::{ComputeCx, Defined, TirError};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PoolKind {
@@ -414,18 +414,12 @@ pub trait OpDef {
         0.0
     }
 
-    /// The TIR compute definition: adds the op's stages to `g`, reading the
-    /// operand placeholders `ph` (of types `types`), stage names suffixed with
-    /// `sfx`. The default says the op has none (the runtime then runs it on the
+    /// The TIR compute definition: adds the op's stages to `cx.g`, reading the
+    /// operand placeholders `cx.ph` (of types `cx.types`), stage names suffixed
+    /// with `cx.sfx`. The default says the op has none (the runtime then runs it on the
     /// reference executor, and says so).
-    fn compute(
-        &self,
-        g: &mut ComputeGraph,
-        ph: &[TeTensor],
-        types: &[ValueType],
-        sfx: &str,
-    ) -> Result<Defined, TirError> {
-        let _ = (g, ph, types, sfx);
+    fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
+        let _ = cx;
         Err(te::unsupported(self.name(), "none is written"))
     }
 
@@ -434,16 +428,11 @@ pub trait OpDef {
         &["X", "W", "B"]
     }
 
-    /// Writes the op as ONNX nodes reading `inputs` (of types `in_types`); the
-    /// outputs are named after `outputs` where free. Returns the output names.
-    fn to_onnx(
-        &self,
-        b: &mut dyn OnnxWriter,
-        inputs: &[String],
-        in_types: &[ValueType],
-        outputs: &[String],
-    ) -> Result<Vec<String>, String> {
-        let _ = (b, inputs, in_types, outputs);
+    /// Writes the op as ONNX nodes into `cx.b`, reading `cx.inputs` (of types
+    /// `cx.in_types`); the outputs are named after `cx.outputs` where free.
+    /// Returns the output names.
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+        let _ = cx;
         Err(format!("{} has no ONNX form", self.name()))
     }
 

@@ -36,13 +36,8 @@ impl OpDef for Reshape {
         Ok(vec![Tensor::new(out.shape.clone(), x[0].data.clone())])
     }
 
-    fn compute(
-        &self,
-        g: &mut ComputeGraph,
-        ph: &[TeTensor],
-        types: &[ValueType],
-        sfx: &str,
-    ) -> Result<Defined, TirError> {
+    fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
+        let ComputeCx { g, ph, types, sfx } = cx;
         let shape_of = |i: usize| operand_shape(types, i);
         let arity = |n: usize| check_arity(self.name(), types, n);
         let Reshape { shape } = self;
@@ -70,13 +65,10 @@ impl OpDef for Reshape {
         )?))
     }
 
-    fn to_onnx(
-        &self,
-        b: &mut dyn OnnxWriter,
-        inputs: &[String],
-        _: &[ValueType],
-        outputs: &[String],
-    ) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+        let OnnxCx {
+            b, inputs, outputs, ..
+        } = cx;
         let x = || inputs[0].clone();
         let Reshape { shape } = self;
 
@@ -129,13 +121,8 @@ impl OpDef for Transpose {
         LayoutRole::Sink
     }
 
-    fn compute(
-        &self,
-        g: &mut ComputeGraph,
-        ph: &[TeTensor],
-        types: &[ValueType],
-        sfx: &str,
-    ) -> Result<Defined, TirError> {
+    fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
+        let ComputeCx { g, ph, types, sfx } = cx;
         let arity = |n: usize| check_arity(self.name(), types, n);
         let Transpose { perm } = self;
 
@@ -156,13 +143,10 @@ impl OpDef for Transpose {
         )?))
     }
 
-    fn to_onnx(
-        &self,
-        b: &mut dyn OnnxWriter,
-        inputs: &[String],
-        _: &[ValueType],
-        outputs: &[String],
-    ) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+        let OnnxCx {
+            b, inputs, outputs, ..
+        } = cx;
         let Transpose { perm } = self;
         Ok(single(
             b,
@@ -241,13 +225,8 @@ impl OpDef for Concat {
             )
     }
 
-    fn compute(
-        &self,
-        g: &mut ComputeGraph,
-        ph: &[TeTensor],
-        types: &[ValueType],
-        sfx: &str,
-    ) -> Result<Defined, TirError> {
+    fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
+        let ComputeCx { g, ph, types, sfx } = cx;
         let shape_of = |i: usize| operand_shape(types, i);
         let arity = |n: usize| check_arity(self.name(), types, n);
         let Concat { axis } = self;
@@ -286,13 +265,10 @@ impl OpDef for Concat {
         )?))
     }
 
-    fn to_onnx(
-        &self,
-        b: &mut dyn OnnxWriter,
-        inputs: &[String],
-        _: &[ValueType],
-        outputs: &[String],
-    ) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+        let OnnxCx {
+            b, inputs, outputs, ..
+        } = cx;
         let Concat { axis } = self;
         Ok(single(
             b,
@@ -367,13 +343,10 @@ impl OpDef for Split {
         unblocked(l, &[*axis]) || blocks_divide(l, *axis, sizes)
     }
 
-    fn to_onnx(
-        &self,
-        b: &mut dyn OnnxWriter,
-        inputs: &[String],
-        _: &[ValueType],
-        outputs: &[String],
-    ) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+        let OnnxCx {
+            b, inputs, outputs, ..
+        } = cx;
         let x = || inputs[0].clone();
         let Split { axis, sizes } = self;
 
@@ -443,13 +416,8 @@ impl OpDef for Slice {
         })
     }
 
-    fn compute(
-        &self,
-        g: &mut ComputeGraph,
-        ph: &[TeTensor],
-        types: &[ValueType],
-        sfx: &str,
-    ) -> Result<Defined, TirError> {
+    fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
+        let ComputeCx { g, ph, types, sfx } = cx;
         let shape_of = |i: usize| operand_shape(types, i);
         let arity = |n: usize| check_arity(self.name(), types, n);
         let Slice { axes } = self;
@@ -483,13 +451,13 @@ impl OpDef for Slice {
         )?))
     }
 
-    fn to_onnx(
-        &self,
-        b: &mut dyn OnnxWriter,
-        inputs: &[String],
-        in_types: &[ValueType],
-        outputs: &[String],
-    ) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+        let OnnxCx {
+            b,
+            inputs,
+            in_types,
+            outputs,
+        } = cx;
         let x = || inputs[0].clone();
         let Slice { axes } = self;
 
@@ -548,13 +516,10 @@ impl OpDef for Gather {
         Ok(vec![gather(*axis, x[0], x[1], out)?])
     }
 
-    fn to_onnx(
-        &self,
-        b: &mut dyn OnnxWriter,
-        inputs: &[String],
-        _: &[ValueType],
-        outputs: &[String],
-    ) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+        let OnnxCx {
+            b, inputs, outputs, ..
+        } = cx;
         let Gather { axis } = self;
         Ok(single(
             b,
@@ -627,13 +592,8 @@ impl OpDef for Pad {
         (0..begins.len()).all(|a| (begins[a] == 0 && ends[a] == 0) || unblocked(l, &[a]))
     }
 
-    fn compute(
-        &self,
-        g: &mut ComputeGraph,
-        ph: &[TeTensor],
-        types: &[ValueType],
-        sfx: &str,
-    ) -> Result<Defined, TirError> {
+    fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
+        let ComputeCx { g, ph, types, sfx } = cx;
         let no = |why: &str| Err(unsupported(self.name(), why));
         let shape_of = |i: usize| operand_shape(types, i);
         let arity = |n: usize| check_arity(self.name(), types, n);
@@ -673,13 +633,13 @@ impl OpDef for Pad {
         }
     }
 
-    fn to_onnx(
-        &self,
-        b: &mut dyn OnnxWriter,
-        inputs: &[String],
-        in_types: &[ValueType],
-        outputs: &[String],
-    ) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+        let OnnxCx {
+            b,
+            inputs,
+            in_types,
+            outputs,
+        } = cx;
         let x = || inputs[0].clone();
         let Pad { begins, ends, mode } = self;
 
@@ -743,13 +703,10 @@ impl OpDef for Cast {
         LayoutRole::Agnostic
     }
 
-    fn to_onnx(
-        &self,
-        b: &mut dyn OnnxWriter,
-        inputs: &[String],
-        _: &[ValueType],
-        outputs: &[String],
-    ) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+        let OnnxCx {
+            b, inputs, outputs, ..
+        } = cx;
         let Cast { to } = self;
         Ok(single(
             b,
@@ -782,13 +739,8 @@ impl OpDef for Expand {
         Ok(vec![expand(x[0], out)])
     }
 
-    fn compute(
-        &self,
-        g: &mut ComputeGraph,
-        ph: &[TeTensor],
-        types: &[ValueType],
-        sfx: &str,
-    ) -> Result<Defined, TirError> {
+    fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
+        let ComputeCx { g, ph, types, sfx } = cx;
         let shape_of = |i: usize| operand_shape(types, i);
         let arity = |n: usize| check_arity(self.name(), types, n);
         let Expand { shape } = self;
@@ -804,13 +756,10 @@ impl OpDef for Expand {
         )?))
     }
 
-    fn to_onnx(
-        &self,
-        b: &mut dyn OnnxWriter,
-        inputs: &[String],
-        _: &[ValueType],
-        outputs: &[String],
-    ) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+        let OnnxCx {
+            b, inputs, outputs, ..
+        } = cx;
         let x = || inputs[0].clone();
         let Expand { shape } = self;
 
@@ -844,13 +793,8 @@ impl OpDef for Tile {
         Ok(vec![tile(x[0], out)?])
     }
 
-    fn compute(
-        &self,
-        g: &mut ComputeGraph,
-        ph: &[TeTensor],
-        types: &[ValueType],
-        sfx: &str,
-    ) -> Result<Defined, TirError> {
+    fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
+        let ComputeCx { g, ph, types, sfx } = cx;
         let shape_of = |i: usize| operand_shape(types, i);
         let arity = |n: usize| check_arity(self.name(), types, n);
         let Tile { repeats } = self;
@@ -873,13 +817,10 @@ impl OpDef for Tile {
         )?))
     }
 
-    fn to_onnx(
-        &self,
-        b: &mut dyn OnnxWriter,
-        inputs: &[String],
-        _: &[ValueType],
-        outputs: &[String],
-    ) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+        let OnnxCx {
+            b, inputs, outputs, ..
+        } = cx;
         let x = || inputs[0].clone();
         let Tile { repeats } = self;
 
@@ -914,13 +855,8 @@ impl OpDef for Identity {
         LayoutRole::Agnostic
     }
 
-    fn compute(
-        &self,
-        g: &mut ComputeGraph,
-        ph: &[TeTensor],
-        types: &[ValueType],
-        sfx: &str,
-    ) -> Result<Defined, TirError> {
+    fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
+        let ComputeCx { g, ph, types, sfx } = cx;
         let arity = |n: usize| check_arity(self.name(), types, n);
 
         arity(1)?;
@@ -932,13 +868,10 @@ impl OpDef for Identity {
         )?))
     }
 
-    fn to_onnx(
-        &self,
-        b: &mut dyn OnnxWriter,
-        inputs: &[String],
-        _: &[ValueType],
-        outputs: &[String],
-    ) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+        let OnnxCx {
+            b, inputs, outputs, ..
+        } = cx;
         Ok(single(b, outputs, "Identity", inputs, vec![]))
     }
 }

@@ -61,13 +61,8 @@ impl OpDef for BatchNorm {
         LayoutRole::Agnostic
     }
 
-    fn compute(
-        &self,
-        g: &mut ComputeGraph,
-        ph: &[TeTensor],
-        types: &[ValueType],
-        sfx: &str,
-    ) -> Result<Defined, TirError> {
+    fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
+        let ComputeCx { g, ph, types, sfx } = cx;
         let no = |why: &str| Err(unsupported(self.name(), why));
         match self {
             BatchNorm { epsilon } if types.len() == 5 && types[0].shape.len() >= 2 => {
@@ -86,13 +81,10 @@ impl OpDef for BatchNorm {
         }
     }
 
-    fn to_onnx(
-        &self,
-        b: &mut dyn OnnxWriter,
-        inputs: &[String],
-        _: &[ValueType],
-        outputs: &[String],
-    ) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+        let OnnxCx {
+            b, inputs, outputs, ..
+        } = cx;
         let BatchNorm { epsilon } = self;
         Ok(single(
             b,
@@ -158,13 +150,8 @@ impl OpDef for Softmax {
         unblocked(l, &[self.axis])
     }
 
-    fn compute(
-        &self,
-        g: &mut ComputeGraph,
-        ph: &[TeTensor],
-        types: &[ValueType],
-        sfx: &str,
-    ) -> Result<Defined, TirError> {
+    fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
+        let ComputeCx { g, ph, types, sfx } = cx;
         check_arity(self.name(), types, 1)?;
         let (output, per_row) =
             softmax_compute(g, sfx, ph[0], &operand_shape(types, 0), self.axis, false)?;
@@ -175,13 +162,10 @@ impl OpDef for Softmax {
         })
     }
 
-    fn to_onnx(
-        &self,
-        b: &mut dyn OnnxWriter,
-        inputs: &[String],
-        _: &[ValueType],
-        outputs: &[String],
-    ) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+        let OnnxCx {
+            b, inputs, outputs, ..
+        } = cx;
         let Softmax { axis } = self;
         Ok(single(
             b,
@@ -218,13 +202,8 @@ impl OpDef for LogSoftmax {
         unblocked(l, &[self.axis])
     }
 
-    fn compute(
-        &self,
-        g: &mut ComputeGraph,
-        ph: &[TeTensor],
-        types: &[ValueType],
-        sfx: &str,
-    ) -> Result<Defined, TirError> {
+    fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
+        let ComputeCx { g, ph, types, sfx } = cx;
         check_arity(self.name(), types, 1)?;
         let (output, per_row) =
             softmax_compute(g, sfx, ph[0], &operand_shape(types, 0), self.axis, true)?;
@@ -235,13 +214,10 @@ impl OpDef for LogSoftmax {
         })
     }
 
-    fn to_onnx(
-        &self,
-        b: &mut dyn OnnxWriter,
-        inputs: &[String],
-        _: &[ValueType],
-        outputs: &[String],
-    ) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+        let OnnxCx {
+            b, inputs, outputs, ..
+        } = cx;
         let LogSoftmax { axis } = self;
         Ok(single(
             b,
@@ -286,13 +262,8 @@ impl OpDef for LayerNorm {
         Ok(vec![layer_norm(*axis, *epsilon, x, out)])
     }
 
-    fn compute(
-        &self,
-        g: &mut ComputeGraph,
-        ph: &[TeTensor],
-        types: &[ValueType],
-        sfx: &str,
-    ) -> Result<Defined, TirError> {
+    fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
+        let ComputeCx { g, ph, types, sfx } = cx;
         check_arity(self.name(), types, 2)?;
         let (output, per_row) =
             layer_norm_compute(g, sfx, ph, types, self.axis, self.epsilon as f64)?;
@@ -303,13 +274,10 @@ impl OpDef for LayerNorm {
         })
     }
 
-    fn to_onnx(
-        &self,
-        b: &mut dyn OnnxWriter,
-        inputs: &[String],
-        _: &[ValueType],
-        outputs: &[String],
-    ) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+        let OnnxCx {
+            b, inputs, outputs, ..
+        } = cx;
         let LayerNorm { axis, epsilon } = self;
         Ok(single(
             b,

@@ -10,7 +10,7 @@
 //! Steps that would do nothing are left out.
 
 use super::{UnaryOp, Window};
-use crate::core::{DType, Layout, PadValue, Tensor, TensorData};
+use crate::core::{DType, Layout, PadValue, Tensor, TensorData, ValueType};
 
 /// An attribute of a node.
 #[allow(missing_docs)]
@@ -51,6 +51,18 @@ pub trait OnnxWriter {
     fn ints(&mut self, what: &str, v: &[i64]) -> String {
         self.constant(what, &Tensor::from_i64(vec![v.len()], v.to_vec()))
     }
+}
+
+/// What an op's ONNX form is written with.
+pub struct OnnxCx<'a> {
+    /// Where the nodes go.
+    pub b: &'a mut dyn OnnxWriter,
+    /// Names of the op's inputs.
+    pub inputs: &'a [String],
+    /// Types of the op's inputs.
+    pub in_types: &'a [ValueType],
+    /// The names the outputs should get where free.
+    pub outputs: &'a [String],
 }
 
 /// One node producing the op's single output, named after it.

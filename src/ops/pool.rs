@@ -65,13 +65,8 @@ impl OpDef for Pool {
         LayoutRole::Source
     }
 
-    fn compute(
-        &self,
-        g: &mut ComputeGraph,
-        ph: &[TeTensor],
-        types: &[ValueType],
-        sfx: &str,
-    ) -> Result<Defined, TirError> {
+    fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
+        let ComputeCx { g, ph, types, sfx } = cx;
         let no = |why: &str| Err(unsupported(self.name(), why));
         let shape_of = |i: usize| operand_shape(types, i);
         match self {
@@ -92,13 +87,10 @@ impl OpDef for Pool {
         }
     }
 
-    fn to_onnx(
-        &self,
-        b: &mut dyn OnnxWriter,
-        inputs: &[String],
-        _: &[ValueType],
-        outputs: &[String],
-    ) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+        let OnnxCx {
+            b, inputs, outputs, ..
+        } = cx;
         let p = self;
 
         let is_max = p.kind == PoolKind::Max;
@@ -175,13 +167,8 @@ impl OpDef for GlobalPool {
         LayoutRole::Source
     }
 
-    fn compute(
-        &self,
-        g: &mut ComputeGraph,
-        ph: &[TeTensor],
-        types: &[ValueType],
-        sfx: &str,
-    ) -> Result<Defined, TirError> {
+    fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
+        let ComputeCx { g, ph, types, sfx } = cx;
         let no = |why: &str| Err(unsupported(self.name(), why));
         let shape_of = |i: usize| operand_shape(types, i);
         match self {
@@ -213,13 +200,10 @@ impl OpDef for GlobalPool {
         }
     }
 
-    fn to_onnx(
-        &self,
-        b: &mut dyn OnnxWriter,
-        inputs: &[String],
-        _: &[ValueType],
-        outputs: &[String],
-    ) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+        let OnnxCx {
+            b, inputs, outputs, ..
+        } = cx;
         let GlobalPool { kind: k } = self;
         Ok(single(
             b,

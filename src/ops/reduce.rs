@@ -84,13 +84,8 @@ impl OpDef for Reduce {
         *keepdims && unblocked(l, axes)
     }
 
-    fn compute(
-        &self,
-        g: &mut ComputeGraph,
-        ph: &[TeTensor],
-        types: &[ValueType],
-        sfx: &str,
-    ) -> Result<Defined, TirError> {
+    fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
+        let ComputeCx { g, ph, types, sfx } = cx;
         let shape_of = |i: usize| operand_shape(types, i);
         let arity = |n: usize| check_arity(self.name(), types, n);
         let Reduce {
@@ -111,13 +106,10 @@ impl OpDef for Reduce {
         )?))
     }
 
-    fn to_onnx(
-        &self,
-        b: &mut dyn OnnxWriter,
-        inputs: &[String],
-        _: &[ValueType],
-        outputs: &[String],
-    ) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+        let OnnxCx {
+            b, inputs, outputs, ..
+        } = cx;
         let x = || inputs[0].clone();
         let Reduce {
             kind,

@@ -47,13 +47,13 @@ impl OpDef for Resize {
         (0..r.scales.len()).all(|a| r.sizes[a] == ins[0].shape[a] || unblocked(l, &[a]))
     }
 
-    fn to_onnx(
-        &self,
-        b: &mut dyn OnnxWriter,
-        inputs: &[String],
-        in_types: &[ValueType],
-        outputs: &[String],
-    ) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+        let OnnxCx {
+            b,
+            inputs,
+            in_types,
+            outputs,
+        } = cx;
         let x = || inputs[0].clone();
         let r = self;
 

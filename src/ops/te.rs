@@ -32,6 +32,18 @@ pub struct Defined {
     pub per_row: Vec<(TeTensor, usize)>,
 }
 
+/// Where a compute definition adds its stages.
+pub struct ComputeCx<'a> {
+    /// The compute graph being built.
+    pub g: &'a mut ComputeGraph,
+    /// The operand placeholders, in the op's input order.
+    pub ph: &'a [TeTensor],
+    /// The operands' (logical) types.
+    pub types: &'a [ValueType],
+    /// Suffix of the stage names (tells apart the ops of a fused chain).
+    pub sfx: &'a str,
+}
+
 impl Defined {
     /// A definition whose output is its only stage the schedule must know.
     pub fn output(output: TeTensor) -> Defined {

@@ -41,13 +41,13 @@ impl OpDef for LayoutTransform {
         Ok(vec![t])
     }
 
-    fn to_onnx(
-        &self,
-        b: &mut dyn OnnxWriter,
-        inputs: &[String],
-        in_types: &[ValueType],
-        outputs: &[String],
-    ) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+        let OnnxCx {
+            b,
+            inputs,
+            in_types,
+            outputs,
+        } = cx;
         let x = || inputs[0].clone();
         let LayoutTransform {
             from,
@@ -122,13 +122,13 @@ impl OpDef for PadWith {
         Ok(vec![pad_with(x[0], &self.begins, &self.ends, self.value)])
     }
 
-    fn to_onnx(
-        &self,
-        b: &mut dyn OnnxWriter,
-        inputs: &[String],
-        in_types: &[ValueType],
-        _: &[String],
-    ) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+        let OnnxCx {
+            b,
+            inputs,
+            in_types,
+            ..
+        } = cx;
         let x = || inputs[0].clone();
         let PadWith {
             begins,
@@ -166,13 +166,13 @@ impl OpDef for Crop {
         )?])
     }
 
-    fn to_onnx(
-        &self,
-        b: &mut dyn OnnxWriter,
-        inputs: &[String],
-        in_types: &[ValueType],
-        _: &[String],
-    ) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+        let OnnxCx {
+            b,
+            inputs,
+            in_types,
+            ..
+        } = cx;
         let x = || inputs[0].clone();
         let Crop { begins, ends, .. } = self;
         Ok({
