@@ -109,7 +109,7 @@ impl OpDef for Conv {
     }
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
-        let ComputeCx { g, ph, types, sfx } = cx;
+        let (g, ph, types, sfx) = cx.parts();
         let no = |why: &str| Err(unsupported(self.name(), why));
         let shape_of = |i: usize| operand_shape(types, i);
         match self {
@@ -131,9 +131,7 @@ impl OpDef for Conv {
     }
 
     fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let OnnxCx {
-            b, inputs, outputs, ..
-        } = cx;
+        let (b, inputs, _, outputs) = cx.parts();
         let c = self;
 
         let mut a = window_attrs(&c.window, true);
@@ -212,9 +210,7 @@ impl OpDef for ConvTranspose {
     }
 
     fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let OnnxCx {
-            b, inputs, outputs, ..
-        } = cx;
+        let (b, inputs, _, outputs) = cx.parts();
         let c = self;
 
         let mut a = window_attrs(&c.window, true);

@@ -46,7 +46,7 @@ impl OpDef for UnaryOp {
     }
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
-        let ComputeCx { g, ph, types, sfx } = cx;
+        let (g, ph, types, sfx) = cx.parts();
         let arity = |n: usize| check_arity(self.name(), types, n);
         let u = self;
 
@@ -60,12 +60,7 @@ impl OpDef for UnaryOp {
     }
 
     fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let OnnxCx {
-            b,
-            inputs,
-            in_types,
-            outputs,
-        } = cx;
+        let (b, inputs, in_types, outputs) = cx.parts();
         let x = || inputs[0].clone();
         match self {
             UnaryOp::Clip { min, max } => {
@@ -150,7 +145,7 @@ impl OpDef for BinaryOp {
     }
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
-        let ComputeCx { g, ph, types, sfx } = cx;
+        let (g, ph, types, sfx) = cx.parts();
         let no = |why: &str| Err(unsupported(self.name(), why));
         let shape_of = |i: usize| operand_shape(types, i);
         let arity = |n: usize| check_arity(self.name(), types, n);
@@ -178,9 +173,7 @@ impl OpDef for BinaryOp {
     }
 
     fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let OnnxCx {
-            b, inputs, outputs, ..
-        } = cx;
+        let (b, inputs, _, outputs) = cx.parts();
         let bop = self;
         Ok(single(b, outputs, bop.name(), inputs, vec![]))
     }
@@ -217,9 +210,7 @@ impl OpDef for Where {
     }
 
     fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let OnnxCx {
-            b, inputs, outputs, ..
-        } = cx;
+        let (b, inputs, _, outputs) = cx.parts();
         Ok(single(b, outputs, "Where", inputs, vec![]))
     }
 }

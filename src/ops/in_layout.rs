@@ -60,12 +60,7 @@ impl OpDef for LaidOut {
     /// The logical op between a view of each input in its logical shape and a
     /// re-layout of each result.
     fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let OnnxCx {
-            b,
-            inputs,
-            in_types,
-            outputs,
-        } = cx;
+        let (b, inputs, in_types, outputs) = cx.parts();
         let logical: Vec<String> = inputs
             .iter()
             .zip(&self.inputs)

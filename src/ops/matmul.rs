@@ -94,7 +94,7 @@ impl OpDef for Gemm {
     }
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
-        let ComputeCx { g, ph, types, sfx } = cx;
+        let (g, ph, types, sfx) = cx.parts();
         let no = |why: &str| Err(unsupported(self.name(), why));
         let shape_of = |i: usize| operand_shape(types, i);
         let arity = |n: usize| check_arity(self.name(), types, n);
@@ -151,9 +151,7 @@ impl OpDef for Gemm {
     }
 
     fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let OnnxCx {
-            b, inputs, outputs, ..
-        } = cx;
+        let (b, inputs, _, outputs) = cx.parts();
         let Gemm {
             alpha,
             beta,
@@ -241,7 +239,7 @@ impl OpDef for MatMul {
     }
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
-        let ComputeCx { g, ph, types, sfx } = cx;
+        let (g, ph, types, sfx) = cx.parts();
         let arity = |n: usize| check_arity(self.name(), types, n);
 
         arity(2)?;
@@ -256,9 +254,7 @@ impl OpDef for MatMul {
     }
 
     fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let OnnxCx {
-            b, inputs, outputs, ..
-        } = cx;
+        let (b, inputs, _, outputs) = cx.parts();
         Ok(single(b, outputs, "MatMul", inputs, vec![]))
     }
 }

@@ -37,7 +37,7 @@ impl OpDef for Reshape {
     }
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
-        let ComputeCx { g, ph, types, sfx } = cx;
+        let (g, ph, types, sfx) = cx.parts();
         let shape_of = |i: usize| operand_shape(types, i);
         let arity = |n: usize| check_arity(self.name(), types, n);
         let Reshape { shape } = self;
@@ -66,9 +66,7 @@ impl OpDef for Reshape {
     }
 
     fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let OnnxCx {
-            b, inputs, outputs, ..
-        } = cx;
+        let (b, inputs, _, outputs) = cx.parts();
         let x = || inputs[0].clone();
         let Reshape { shape } = self;
 
@@ -122,7 +120,7 @@ impl OpDef for Transpose {
     }
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
-        let ComputeCx { g, ph, types, sfx } = cx;
+        let (g, ph, types, sfx) = cx.parts();
         let arity = |n: usize| check_arity(self.name(), types, n);
         let Transpose { perm } = self;
 
@@ -144,9 +142,7 @@ impl OpDef for Transpose {
     }
 
     fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let OnnxCx {
-            b, inputs, outputs, ..
-        } = cx;
+        let (b, inputs, _, outputs) = cx.parts();
         let Transpose { perm } = self;
         Ok(single(
             b,
@@ -226,7 +222,7 @@ impl OpDef for Concat {
     }
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
-        let ComputeCx { g, ph, types, sfx } = cx;
+        let (g, ph, types, sfx) = cx.parts();
         let shape_of = |i: usize| operand_shape(types, i);
         let arity = |n: usize| check_arity(self.name(), types, n);
         let Concat { axis } = self;
@@ -266,9 +262,7 @@ impl OpDef for Concat {
     }
 
     fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let OnnxCx {
-            b, inputs, outputs, ..
-        } = cx;
+        let (b, inputs, _, outputs) = cx.parts();
         let Concat { axis } = self;
         Ok(single(
             b,
@@ -344,9 +338,7 @@ impl OpDef for Split {
     }
 
     fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let OnnxCx {
-            b, inputs, outputs, ..
-        } = cx;
+        let (b, inputs, _, outputs) = cx.parts();
         let x = || inputs[0].clone();
         let Split { axis, sizes } = self;
 
@@ -417,7 +409,7 @@ impl OpDef for Slice {
     }
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
-        let ComputeCx { g, ph, types, sfx } = cx;
+        let (g, ph, types, sfx) = cx.parts();
         let shape_of = |i: usize| operand_shape(types, i);
         let arity = |n: usize| check_arity(self.name(), types, n);
         let Slice { axes } = self;
@@ -452,12 +444,7 @@ impl OpDef for Slice {
     }
 
     fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let OnnxCx {
-            b,
-            inputs,
-            in_types,
-            outputs,
-        } = cx;
+        let (b, inputs, in_types, outputs) = cx.parts();
         let x = || inputs[0].clone();
         let Slice { axes } = self;
 
@@ -517,9 +504,7 @@ impl OpDef for Gather {
     }
 
     fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let OnnxCx {
-            b, inputs, outputs, ..
-        } = cx;
+        let (b, inputs, _, outputs) = cx.parts();
         let Gather { axis } = self;
         Ok(single(
             b,
@@ -593,7 +578,7 @@ impl OpDef for Pad {
     }
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
-        let ComputeCx { g, ph, types, sfx } = cx;
+        let (g, ph, types, sfx) = cx.parts();
         let no = |why: &str| Err(unsupported(self.name(), why));
         let shape_of = |i: usize| operand_shape(types, i);
         let arity = |n: usize| check_arity(self.name(), types, n);
@@ -634,12 +619,7 @@ impl OpDef for Pad {
     }
 
     fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let OnnxCx {
-            b,
-            inputs,
-            in_types,
-            outputs,
-        } = cx;
+        let (b, inputs, in_types, outputs) = cx.parts();
         let x = || inputs[0].clone();
         let Pad { begins, ends, mode } = self;
 
@@ -704,9 +684,7 @@ impl OpDef for Cast {
     }
 
     fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let OnnxCx {
-            b, inputs, outputs, ..
-        } = cx;
+        let (b, inputs, _, outputs) = cx.parts();
         let Cast { to } = self;
         Ok(single(
             b,
@@ -740,7 +718,7 @@ impl OpDef for Expand {
     }
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
-        let ComputeCx { g, ph, types, sfx } = cx;
+        let (g, ph, types, sfx) = cx.parts();
         let shape_of = |i: usize| operand_shape(types, i);
         let arity = |n: usize| check_arity(self.name(), types, n);
         let Expand { shape } = self;
@@ -757,9 +735,7 @@ impl OpDef for Expand {
     }
 
     fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let OnnxCx {
-            b, inputs, outputs, ..
-        } = cx;
+        let (b, inputs, _, outputs) = cx.parts();
         let x = || inputs[0].clone();
         let Expand { shape } = self;
 
@@ -794,7 +770,7 @@ impl OpDef for Tile {
     }
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
-        let ComputeCx { g, ph, types, sfx } = cx;
+        let (g, ph, types, sfx) = cx.parts();
         let shape_of = |i: usize| operand_shape(types, i);
         let arity = |n: usize| check_arity(self.name(), types, n);
         let Tile { repeats } = self;
@@ -818,9 +794,7 @@ impl OpDef for Tile {
     }
 
     fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let OnnxCx {
-            b, inputs, outputs, ..
-        } = cx;
+        let (b, inputs, _, outputs) = cx.parts();
         let x = || inputs[0].clone();
         let Tile { repeats } = self;
 
@@ -856,7 +830,7 @@ impl OpDef for Identity {
     }
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
-        let ComputeCx { g, ph, types, sfx } = cx;
+        let (g, ph, types, sfx) = cx.parts();
         let arity = |n: usize| check_arity(self.name(), types, n);
 
         arity(1)?;
@@ -869,9 +843,7 @@ impl OpDef for Identity {
     }
 
     fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let OnnxCx {
-            b, inputs, outputs, ..
-        } = cx;
+        let (b, inputs, _, outputs) = cx.parts();
         Ok(single(b, outputs, "Identity", inputs, vec![]))
     }
 }

@@ -62,7 +62,7 @@ impl OpDef for BatchNorm {
     }
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
-        let ComputeCx { g, ph, types, sfx } = cx;
+        let (g, ph, types, sfx) = cx.parts();
         let no = |why: &str| Err(unsupported(self.name(), why));
         match self {
             BatchNorm { epsilon } if types.len() == 5 && types[0].shape.len() >= 2 => {
@@ -82,9 +82,7 @@ impl OpDef for BatchNorm {
     }
 
     fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let OnnxCx {
-            b, inputs, outputs, ..
-        } = cx;
+        let (b, inputs, _, outputs) = cx.parts();
         let BatchNorm { epsilon } = self;
         Ok(single(
             b,
@@ -125,109 +123,59 @@ fn softmax_pad_flow(axis: usize, inputs: &[PadValue], padded: &[usize], out: f32
     }
 }
 
-impl OpDef for Softmax {
-    fn name(&self) -> &'static str {
-        "Softmax"
-    }
+/// Softmax and LogSoftmax differ only in the log and in what their padding
+/// becomes, so one definition serves both.
+macro_rules! softmax_op {
+    ($op:ident, $name:literal, log: $log:expr, pad: $pad:expr) => {
+        impl OpDef for $op {
+            fn name(&self) -> &'static str {
+                $name
+            }
 
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
-        softmax_infer(self.axis, inputs)
-    }
+            fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+                softmax_infer(self.axis, inputs)
+            }
 
-    fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
-        Ok(vec![softmax(self.axis, false, x[0])])
-    }
+            fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
+                Ok(vec![softmax(self.axis, $log, x[0])])
+            }
 
-    fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
-        softmax_pad_flow(self.axis, inputs, padded, 0.0)
-    }
+            fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
+                softmax_pad_flow(self.axis, inputs, padded, $pad)
+            }
 
-    fn layout_role(&self) -> LayoutRole {
-        LayoutRole::Agnostic
-    }
+            fn layout_role(&self) -> LayoutRole {
+                LayoutRole::Agnostic
+            }
 
-    fn runs_in(&self, l: &Layout, _: &[&ValueType]) -> bool {
-        unblocked(l, &[self.axis])
-    }
+            fn runs_in(&self, l: &Layout, _: &[&ValueType]) -> bool {
+                unblocked(l, &[self.axis])
+            }
 
-    fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
-        let ComputeCx { g, ph, types, sfx } = cx;
-        check_arity(self.name(), types, 1)?;
-        let (output, per_row) =
-            softmax_compute(g, sfx, ph[0], &operand_shape(types, 0), self.axis, false)?;
-        Ok(Defined {
-            output,
-            inline: vec![],
-            per_row,
-        })
-    }
+            fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
+                let (g, ph, types, sfx) = cx.parts();
+                check_arity(self.name(), types, 1)?;
+                let x = operand_shape(types, 0);
+                let (output, per_row) = softmax_compute(g, sfx, ph[0], &x, self.axis, $log)?;
+                Ok(Defined {
+                    output,
+                    inline: vec![],
+                    per_row,
+                })
+            }
 
-    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let OnnxCx {
-            b, inputs, outputs, ..
-        } = cx;
-        let Softmax { axis } = self;
-        Ok(single(
-            b,
-            outputs,
-            "Softmax",
-            inputs,
-            vec![("axis", Attr::Int(*axis as i64))],
-        ))
-    }
+            fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+                let (b, inputs, _, outputs) = cx.parts();
+                let axis = vec![("axis", Attr::Int(self.axis as i64))];
+                Ok(single(b, outputs, $name, inputs, axis))
+            }
+        }
+    };
 }
 
-impl OpDef for LogSoftmax {
-    fn name(&self) -> &'static str {
-        "LogSoftmax"
-    }
-
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
-        softmax_infer(self.axis, inputs)
-    }
-
-    fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
-        Ok(vec![softmax(self.axis, true, x[0])])
-    }
-
-    fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
-        softmax_pad_flow(self.axis, inputs, padded, f32::NEG_INFINITY)
-    }
-
-    fn layout_role(&self) -> LayoutRole {
-        LayoutRole::Agnostic
-    }
-
-    fn runs_in(&self, l: &Layout, _: &[&ValueType]) -> bool {
-        unblocked(l, &[self.axis])
-    }
-
-    fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
-        let ComputeCx { g, ph, types, sfx } = cx;
-        check_arity(self.name(), types, 1)?;
-        let (output, per_row) =
-            softmax_compute(g, sfx, ph[0], &operand_shape(types, 0), self.axis, true)?;
-        Ok(Defined {
-            output,
-            inline: vec![],
-            per_row,
-        })
-    }
-
-    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let OnnxCx {
-            b, inputs, outputs, ..
-        } = cx;
-        let LogSoftmax { axis } = self;
-        Ok(single(
-            b,
-            outputs,
-            "LogSoftmax",
-            inputs,
-            vec![("axis", Attr::Int(*axis as i64))],
-        ))
-    }
-}
+softmax_op!(Softmax, "Softmax", log: false, pad: 0.0);
+// log(0) = -inf in the padding.
+softmax_op!(LogSoftmax, "LogSoftmax", log: true, pad: f32::NEG_INFINITY);
 
 impl OpDef for LayerNorm {
     fn name(&self) -> &'static str {
@@ -263,7 +211,7 @@ impl OpDef for LayerNorm {
     }
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
-        let ComputeCx { g, ph, types, sfx } = cx;
+        let (g, ph, types, sfx) = cx.parts();
         check_arity(self.name(), types, 2)?;
         let (output, per_row) =
             layer_norm_compute(g, sfx, ph, types, self.axis, self.epsilon as f64)?;
@@ -275,9 +223,7 @@ impl OpDef for LayerNorm {
     }
 
     fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let OnnxCx {
-            b, inputs, outputs, ..
-        } = cx;
+        let (b, inputs, _, outputs) = cx.parts();
         let LayerNorm { axis, epsilon } = self;
         Ok(single(
             b,

@@ -65,6 +65,20 @@ pub struct OnnxCx<'a> {
     pub outputs: &'a [String],
 }
 
+impl<'a> OnnxCx<'a> {
+    /// The writer, the input names and types, and the wanted output names.
+    pub fn parts(
+        self,
+    ) -> (
+        &'a mut dyn OnnxWriter,
+        &'a [String],
+        &'a [ValueType],
+        &'a [String],
+    ) {
+        (self.b, self.inputs, self.in_types, self.outputs)
+    }
+}
+
 /// One node producing the op's single output, named after it.
 pub(super) fn single(
     b: &mut dyn OnnxWriter,

@@ -85,7 +85,7 @@ impl OpDef for Reduce {
     }
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
-        let ComputeCx { g, ph, types, sfx } = cx;
+        let (g, ph, types, sfx) = cx.parts();
         let shape_of = |i: usize| operand_shape(types, i);
         let arity = |n: usize| check_arity(self.name(), types, n);
         let Reduce {
@@ -107,9 +107,7 @@ impl OpDef for Reduce {
     }
 
     fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let OnnxCx {
-            b, inputs, outputs, ..
-        } = cx;
+        let (b, inputs, _, outputs) = cx.parts();
         let x = || inputs[0].clone();
         let Reduce {
             kind,

@@ -48,12 +48,7 @@ impl OpDef for Resize {
     }
 
     fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let OnnxCx {
-            b,
-            inputs,
-            in_types,
-            outputs,
-        } = cx;
+        let (b, inputs, in_types, outputs) = cx.parts();
         let x = || inputs[0].clone();
         let r = self;
 

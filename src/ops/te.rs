@@ -44,6 +44,20 @@ pub struct ComputeCx<'a> {
     pub sfx: &'a str,
 }
 
+impl<'a> ComputeCx<'a> {
+    /// The graph, the placeholders, their types and the name suffix.
+    pub fn parts(
+        self,
+    ) -> (
+        &'a mut ComputeGraph,
+        &'a [TeTensor],
+        &'a [ValueType],
+        &'a str,
+    ) {
+        (self.g, self.ph, self.types, self.sfx)
+    }
+}
+
 impl Defined {
     /// A definition whose output is its only stage the schedule must know.
     pub fn output(output: TeTensor) -> Defined {

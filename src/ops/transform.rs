@@ -42,12 +42,7 @@ impl OpDef for LayoutTransform {
     }
 
     fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let OnnxCx {
-            b,
-            inputs,
-            in_types,
-            outputs,
-        } = cx;
+        let (b, inputs, in_types, outputs) = cx.parts();
         let x = || inputs[0].clone();
         let LayoutTransform {
             from,
@@ -123,12 +118,7 @@ impl OpDef for PadWith {
     }
 
     fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let OnnxCx {
-            b,
-            inputs,
-            in_types,
-            ..
-        } = cx;
+        let (b, inputs, in_types, _) = cx.parts();
         let x = || inputs[0].clone();
         let PadWith {
             begins,
@@ -167,12 +157,7 @@ impl OpDef for Crop {
     }
 
     fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let OnnxCx {
-            b,
-            inputs,
-            in_types,
-            ..
-        } = cx;
+        let (b, inputs, in_types, _) = cx.parts();
         let x = || inputs[0].clone();
         let Crop { begins, ends, .. } = self;
         Ok({
