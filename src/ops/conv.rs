@@ -110,8 +110,6 @@ impl OpDef for Conv {
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
         let (g, ph, types, sfx) = cx.parts();
-        let no = |why: &str| Err(unsupported(self.name(), why));
-        let shape_of = |i: usize| operand_shape(types, i);
         match self {
             c if types.len() >= 2 && types[0].shape.len() == 4 => {
                 // The padded copy stays a stage of its own (computed once), so the
@@ -121,12 +119,12 @@ impl OpDef for Conv {
                     sfx,
                     c,
                     ph,
-                    &shape_of(0),
-                    &shape_of(1),
+                    &operand_shape(types, 0),
+                    &operand_shape(types, 1),
                 )?))
             }
 
-            _ => no("only 2-D NCHW is defined"),
+            _ => Err(unsupported(self.name(), "only 2-D NCHW is defined")),
         }
     }
 

@@ -146,17 +146,15 @@ impl OpDef for BinaryOp {
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
         let (g, ph, types, sfx) = cx.parts();
-        let no = |why: &str| Err(unsupported(self.name(), why));
-        let shape_of = |i: usize| operand_shape(types, i);
         let arity = |n: usize| check_arity(self.name(), types, n);
         let b = self;
 
         arity(2)?;
         let b = *b;
         if b.is_comparison() {
-            return no("comparisons give booleans");
+            return Err(unsupported(self.name(), "comparisons give booleans"));
         }
-        let (sa, sb) = (shape_of(0), shape_of(1));
+        let (sa, sb) = (operand_shape(types, 0), operand_shape(types, 1));
         let out = broadcast_shapes(&sa, &sb).map_err(TirError::Definition)?;
         let (a, bb) = (ph[0], ph[1]);
         Ok(Defined::output(g.compute(

@@ -95,8 +95,6 @@ impl OpDef for Gemm {
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
         let (g, ph, types, sfx) = cx.parts();
-        let no = |why: &str| Err(unsupported(self.name(), why));
-        let shape_of = |i: usize| operand_shape(types, i);
         let arity = |n: usize| check_arity(self.name(), types, n);
         let Gemm {
             alpha,
@@ -106,9 +104,9 @@ impl OpDef for Gemm {
         } = self;
 
         arity(2)?;
-        let (sa, sb) = (shape_of(0), shape_of(1));
+        let (sa, sb) = (operand_shape(types, 0), operand_shape(types, 1));
         if sa.len() != 2 || sb.len() != 2 {
-            return no("Gemm operands must be matrices");
+            return Err(unsupported(self.name(), "Gemm operands must be matrices"));
         }
         let (m, k) = if *trans_a {
             (sa[1], sa[0])
@@ -136,7 +134,10 @@ impl OpDef for Gemm {
         )?;
         let (al, be) = (*alpha as f64, *beta as f64);
         let c = ph.get(2).copied();
-        let sc = types.get(2).map(|_| shape_of(2)).unwrap_or_default();
+        let sc = types
+            .get(2)
+            .map(|_| operand_shape(types, 2))
+            .unwrap_or_default();
         Ok(Defined::output(g.compute(
             &format!("Y{sfx}"),
             &[e(m), e(n)],

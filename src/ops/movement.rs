@@ -38,12 +38,11 @@ impl OpDef for Reshape {
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
         let (g, ph, types, sfx) = cx.parts();
-        let shape_of = |i: usize| operand_shape(types, i);
         let arity = |n: usize| check_arity(self.name(), types, n);
         let Reshape { shape } = self;
 
         arity(1)?;
-        let s = shape_of(0);
+        let s = operand_shape(types, 0);
         let x = ph[0];
         Ok(Defined::output(g.compute(
             &format!("Y{sfx}"),
@@ -223,13 +222,12 @@ impl OpDef for Concat {
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
         let (g, ph, types, sfx) = cx.parts();
-        let shape_of = |i: usize| operand_shape(types, i);
         let arity = |n: usize| check_arity(self.name(), types, n);
         let Concat { axis } = self;
 
         arity(1)?;
         let a = *axis;
-        let mut out = shape_of(0);
+        let mut out = operand_shape(types, 0);
         out[a] = types.iter().map(|t| t.shape[a]).sum();
         let parts: Vec<(TeTensor, usize)> = ph
             .iter()
@@ -410,12 +408,11 @@ impl OpDef for Slice {
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
         let (g, ph, types, sfx) = cx.parts();
-        let shape_of = |i: usize| operand_shape(types, i);
         let arity = |n: usize| check_arity(self.name(), types, n);
         let Slice { axes } = self;
 
         arity(1)?;
-        let s = shape_of(0);
+        let s = operand_shape(types, 0);
         let refs: Vec<&ValueType> = types.iter().collect();
         let out = self.infer(&refs).map_err(TirError::Definition)?;
         let out = out[0].shape.clone();
@@ -579,8 +576,6 @@ impl OpDef for Pad {
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
         let (g, ph, types, sfx) = cx.parts();
-        let no = |why: &str| Err(unsupported(self.name(), why));
-        let shape_of = |i: usize| operand_shape(types, i);
         let arity = |n: usize| check_arity(self.name(), types, n);
         match self {
             Pad {
@@ -589,7 +584,7 @@ impl OpDef for Pad {
                 mode: PadMode::Constant(value),
             } => {
                 arity(1)?;
-                let s = shape_of(0);
+                let s = operand_shape(types, 0);
                 let out: Vec<i64> = (0..s.len())
                     .map(|k| e(s[k]) + begins[k] + ends[k])
                     .collect();
@@ -614,7 +609,7 @@ impl OpDef for Pad {
                     },
                 )?))
             }
-            _ => no("not an op of this library"),
+            _ => Err(unsupported(self.name(), "not an op of this library")),
         }
     }
 
@@ -719,12 +714,11 @@ impl OpDef for Expand {
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
         let (g, ph, types, sfx) = cx.parts();
-        let shape_of = |i: usize| operand_shape(types, i);
         let arity = |n: usize| check_arity(self.name(), types, n);
         let Expand { shape } = self;
 
         arity(1)?;
-        let s = shape_of(0);
+        let s = operand_shape(types, 0);
         let out = broadcast_shapes(&s, shape).map_err(TirError::Definition)?;
         let x = ph[0];
         Ok(Defined::output(g.compute(
@@ -771,12 +765,11 @@ impl OpDef for Tile {
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
         let (g, ph, types, sfx) = cx.parts();
-        let shape_of = |i: usize| operand_shape(types, i);
         let arity = |n: usize| check_arity(self.name(), types, n);
         let Tile { repeats } = self;
 
         arity(1)?;
-        let s = shape_of(0);
+        let s = operand_shape(types, 0);
         let out: Vec<usize> = s.iter().zip(repeats).map(|(d, r)| d * r).collect();
         let x = ph[0];
         Ok(Defined::output(g.compute(

@@ -63,7 +63,6 @@ impl OpDef for BatchNorm {
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
         let (g, ph, types, sfx) = cx.parts();
-        let no = |why: &str| Err(unsupported(self.name(), why));
         match self {
             BatchNorm { epsilon } if types.len() == 5 && types[0].shape.len() >= 2 => {
                 let s = extents(&types[0].shape);
@@ -77,7 +76,7 @@ impl OpDef for BatchNorm {
                 })?))
             }
 
-            _ => no("only 2-D NCHW is defined"),
+            _ => Err(unsupported(self.name(), "only 2-D NCHW is defined")),
         }
     }
 

@@ -67,14 +67,12 @@ impl OpDef for Pool {
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
         let (g, ph, types, sfx) = cx.parts();
-        let no = |why: &str| Err(unsupported(self.name(), why));
-        let shape_of = |i: usize| operand_shape(types, i);
         match self {
             p if types.len() == 1 && types[0].shape.len() == 4 => {
                 let refs: Vec<&ValueType> = types.iter().collect();
                 let out = self.infer(&refs).map_err(TirError::Definition)?;
                 let hw = [out[0].shape[2], out[0].shape[3]];
-                let (output, pad) = pool_compute(g, sfx, p, ph[0], &shape_of(0), hw)?;
+                let (output, pad) = pool_compute(g, sfx, p, ph[0], &operand_shape(types, 0), hw)?;
                 Ok(Defined {
                     output,
                     // The padded input is read in place, never stored.
@@ -83,7 +81,7 @@ impl OpDef for Pool {
                 })
             }
 
-            _ => no("only 2-D NCHW is defined"),
+            _ => Err(unsupported(self.name(), "only 2-D NCHW is defined")),
         }
     }
 
@@ -167,12 +165,10 @@ impl OpDef for GlobalPool {
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
         let (g, ph, types, sfx) = cx.parts();
-        let no = |why: &str| Err(unsupported(self.name(), why));
-        let shape_of = |i: usize| operand_shape(types, i);
         match self {
             GlobalPool { kind } if types.len() == 1 && types[0].shape.len() == 4 => {
                 Ok(Defined::output({
-                    let s = shape_of(0);
+                    let s = operand_shape(types, 0);
                     let (h, w) = (s[2], s[3]);
                     let x = ph[0];
                     let rop = if *kind == PoolKind::Max {
@@ -194,7 +190,7 @@ impl OpDef for GlobalPool {
                 }))
             }
 
-            _ => no("only 2-D NCHW is defined"),
+            _ => Err(unsupported(self.name(), "only 2-D NCHW is defined")),
         }
     }
 

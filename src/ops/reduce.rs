@@ -86,7 +86,6 @@ impl OpDef for Reduce {
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
         let (g, ph, types, sfx) = cx.parts();
-        let shape_of = |i: usize| operand_shape(types, i);
         let arity = |n: usize| check_arity(self.name(), types, n);
         let Reduce {
             kind,
@@ -99,7 +98,7 @@ impl OpDef for Reduce {
             g,
             sfx,
             ph[0],
-            &shape_of(0),
+            &operand_shape(types, 0),
             *kind,
             axes,
             *keepdims,
