@@ -48,7 +48,7 @@ SUPPORTED_OPS = frozenset(
     Greater MaxPool AveragePool GlobalAveragePool GlobalMaxPool Gemm MatMul Reshape Flatten
     Transpose Squeeze Unsqueeze Concat Split Slice Gather Pad Resize Softmax LogSoftmax
     ReduceMean ReduceSum ReduceMax LayerNormalization Cast Shape Constant ConstantOfShape
-    Identity Expand Range Tile Dropout""".split()
+    Identity Expand Range Tile Dropout LRN""".split()
 )
 SUPPORTED_DTYPES = frozenset(
     [

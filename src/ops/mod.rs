@@ -10,6 +10,7 @@ mod elementwise;
 mod eval;
 mod in_layout;
 mod index;
+mod lrn;
 mod matmul;
 mod movement;
 mod normalize;
@@ -28,6 +29,7 @@ mod transform;
 pub use crate::core::scalar::{BinaryOp, UnaryOp};
 use crate::core::{Assumption, DType, Layout, PadFlow, PadValue, Requirement, Tensor, ValueType};
 pub use eval::eval_op;
+pub use lrn::Lrn;
 use onnx::OnnxCx;
 pub use pad_flow::{binary_flow, pad_flow, unary_flow};
 pub use shape::{broadcast_shapes, infer_outputs, window_output_extent};
@@ -197,6 +199,8 @@ pub enum Op {
     Reduce(Reduce),
     /// x, scale, [bias]: normalises over axes axis..rank
     LayerNorm(LayerNorm),
+    /// x: local response normalization across channels
+    Lrn(Lrn),
     /// x
     Cast(Cast),
     /// x -> broadcast to `shape` (the full output shape)
@@ -501,6 +505,7 @@ impl Op {
             Op::LogSoftmax(s) => s,
             Op::Reduce(r) => r,
             Op::LayerNorm(l) => l,
+            Op::Lrn(l) => l,
             Op::Cast(c) => c,
             Op::Expand(e) => e,
             Op::Tile(t) => t,

@@ -8,8 +8,8 @@ use crate::graph::{
     Tensor, TensorData, UnaryOp, ValueRef, ValueType, Window,
 };
 use crate::ops::{
-    BatchNorm, Cast, Concat, Expand, Gather, Gemm, GlobalPool, LayerNorm, LogSoftmax, Pad, Reduce,
-    Reshape, Slice, Softmax, Split, Tile, Transpose,
+    BatchNorm, Cast, Concat, Expand, Gather, Gemm, GlobalPool, LayerNorm, LogSoftmax, Lrn, Pad,
+    Reduce, Reshape, Slice, Softmax, Split, Tile, Transpose,
 };
 use onnx_protobuf::{AttributeProto, NodeProto};
 
@@ -324,6 +324,12 @@ pub(super) fn convert(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         }
         "Pad" => return pad(c),
         "ReduceMean" | "ReduceSum" | "ReduceMax" => return reduce(c),
+        "LRN" => Op::Lrn(Lrn {
+            alpha: c.float("alpha", 1e-4)?,
+            beta: c.float("beta", 0.75)?,
+            bias: c.float("bias", 1.0)?,
+            size: usize::try_from(c.int("size", 0)?).map_err(|_| c.err("size must be positive"))?,
+        }),
         "LayerNormalization" => {
             if c.node.output.iter().skip(1).any(|o| !o.is_empty()) {
                 return Err(
