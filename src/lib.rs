@@ -1,9 +1,11 @@
 //! layoutopt: a graph-level layout-planning optimizer for neural-network models.
 //!
-//! The pipeline, one module per stage (see DESIGN.md):
-//! `frontend` (ONNX, TFLite) → `graph` (IR, shapes, folding) → `layout` (algebra,
-//! planning, e-graph rewriting) → `tir` (compute, schedules, InferBound, lowering).
-//! `reference` is the plain executor every later stage is checked against.
+//! The pipeline, one module per stage (ARCHITECTURE.md draws the layers):
+//! `frontend` (ONNX, TFLite) → `graph` (IR, folding) → `layout` (planning, e-graph
+//! rewriting) → `lowering` (op computes and schedules) → `tir` (schedules,
+//! InferBound, lowering) → `codegen` (Cranelift) → `runtime`. `core` holds the
+//! types every stage shares and `ops` every operator's meaning (one `OpDef` per
+//! op). `reference` is the plain executor every later stage is checked against.
 //! `export` writes a (planned) graph back as ONNX; `api` is the library entry
 //! point (load a model, the `Pass` trait, the planner as a pass); `explorer`
 //! renders plans as a self-contained HTML page.

@@ -1,5 +1,5 @@
 //! Graphs on which local and greedy layout planning are known to go wrong (the
-//! padding RFC's discussion, seeds/002_…), each with the optimum number of data-
+//! "Buffer Layout Padding" RFC discussion for TVM), each with the optimum number of data-
 //! moving transforms derived by hand under the default cost model, checked against
 //! the `global` planner. Every plan is also run by the reference executor against
 //! the unplanned graph.

@@ -1,4 +1,4 @@
-//! Spans: where a node came from in the source model (see seeds/004_…).
+//! Spans: where a node came from in the source model (see the "TVM Explorer Infrastructure" RFC).
 //!
 //! Every node carries a sequence of spans. A node imported one-to-one has one;
 //! a node that a pass built from several source nodes carries all of theirs, in

@@ -1,6 +1,6 @@
 //! What the padding of a tensor holds, and how that flows through ops.
 //!
-//! Following the padding RFC (seeds/002_…): padding holds either a known value
+//! Following the "Buffer Layout Padding" RFC for TVM: padding holds either a known value
 //! or `undef` (anything). A transform that pads writes a value it chooses; an op
 //! maps the padding of its inputs to the padding of its output (relu keeps 0,
 //! exp turns 0 into 1); and an op that reduces or slides a window over a padded
