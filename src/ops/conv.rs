@@ -15,6 +15,16 @@ use crate::core::{numel, Tensor, TensorData, ValueType};
 use crate::ops::{Conv, ConvTranspose};
 use rayon::prelude::*;
 
+/// The data and weight operands of a convolution (x: float, N C spatial...),
+/// after checking there are two or three operands.
+fn data_and_weight<'a>(inputs: &[&'a ValueType]) -> Res<(&'a ValueType, &'a ValueType)> {
+    expect_inputs(inputs, 2, 3)?;
+    let (x, w) = (inputs[0], inputs[1]);
+    expect_float(x, "input")?;
+    check_rank_at_least(x, 3, "input")?;
+    Ok((x, w))
+}
+
 impl OpDef for Conv {
     fn name(&self) -> &'static str {
         "Conv"
@@ -22,11 +32,7 @@ impl OpDef for Conv {
 
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
         let c = self;
-
-        expect_inputs(inputs, 2, 3)?;
-        let (x, w) = (inputs[0], inputs[1]);
-        expect_float(x, "input")?;
-        check_rank_at_least(x, 3, "input")?;
+        let (x, w) = data_and_weight(inputs)?;
         if w.shape.len() != x.shape.len() {
             return Err(format!(
                 "weight shape {:?} does not match input shape {:?}",
@@ -75,11 +81,9 @@ impl OpDef for Conv {
         // only padded weights: they hold the bias padding (or 0).
         let p = inputs.first().copied().unwrap_or(PadValue::Undef);
         let n = inputs.len();
-        let any = |n: usize| vec![Requirement::Any; n];
         let spatial_padded = padded.iter().any(|&a| a >= 2);
-        let flow = |inputs: Vec<Requirement>, output: PadValue| PadFlow { inputs, output };
 
-        let mut req = any(n);
+        let mut req = vec![Requirement::Any; inputs.len()];
         if spatial_padded {
             req[0] = Requirement::Unsupported;
         } else if padded.contains(&1) {
@@ -95,7 +99,10 @@ impl OpDef for Conv {
         } else {
             PadValue::Undef
         };
-        flow(req, out)
+        PadFlow {
+            inputs: req,
+            output: out,
+        }
     }
 
     fn layout_role(&self) -> LayoutRole {
@@ -145,11 +152,7 @@ impl OpDef for ConvTranspose {
 
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
         let c = self;
-
-        expect_inputs(inputs, 2, 3)?;
-        let (x, w) = (inputs[0], inputs[1]);
-        expect_float(x, "input")?;
-        check_rank_at_least(x, 3, "input")?;
+        let (x, w) = data_and_weight(inputs)?;
         if w.shape.len() != x.shape.len() || w.shape[0] != x.shape[1] {
             return Err(format!(
                 "weight shape {:?} does not match input shape {:?}",

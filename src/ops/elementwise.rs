@@ -34,11 +34,11 @@ impl OpDef for UnaryOp {
 
     fn pad_flow(&self, inputs: &[PadValue], _: &[usize]) -> PadFlow {
         let p = inputs.first().copied().unwrap_or(PadValue::Undef);
-        let n = inputs.len();
-        let any = |n: usize| vec![Requirement::Any; n];
-        let flow = |inputs: Vec<Requirement>, output: PadValue| PadFlow { inputs, output };
         let u = self;
-        flow(any(n), unary_flow(*u, p))
+        PadFlow {
+            inputs: vec![Requirement::Any; inputs.len()],
+            output: unary_flow(*u, p),
+        }
     }
 
     fn layout_role(&self) -> LayoutRole {
@@ -131,13 +131,13 @@ impl OpDef for BinaryOp {
 
     fn pad_flow(&self, inputs: &[PadValue], _: &[usize]) -> PadFlow {
         let p = inputs.first().copied().unwrap_or(PadValue::Undef);
-        let n = inputs.len();
-        let any = |n: usize| vec![Requirement::Any; n];
-        let flow = |inputs: Vec<Requirement>, output: PadValue| PadFlow { inputs, output };
         let b = self;
 
         let q = inputs.get(1).copied().unwrap_or(PadValue::Undef);
-        flow(any(n), binary_flow(*b, p, q))
+        PadFlow {
+            inputs: vec![Requirement::Any; inputs.len()],
+            output: binary_flow(*b, p, q),
+        }
     }
 
     fn layout_role(&self) -> LayoutRole {

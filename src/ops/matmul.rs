@@ -68,20 +68,7 @@ impl OpDef for Gemm {
     }
 
     fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
-        let n = inputs.len();
-        let any = |n: usize| vec![Requirement::Any; n];
-        let flow = |inputs: Vec<Requirement>, output: PadValue| PadFlow { inputs, output };
-
-        // The contraction may run over padding: both sides must hold 0 there
-        // for the products to vanish whatever the other side holds.
-        let req = if padded.is_empty() {
-            any(n)
-        } else {
-            let mut r = vec![Requirement::Value(0.0); n.min(2)];
-            r.resize(n, Requirement::Any);
-            r
-        };
-        flow(req, PadValue::Undef)
+        contraction_pad_flow(inputs, padded)
     }
 
     fn flops(&self, ins: &[&ValueType], outs: &[&ValueType]) -> f64 {
@@ -218,20 +205,7 @@ impl OpDef for MatMul {
     }
 
     fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
-        let n = inputs.len();
-        let any = |n: usize| vec![Requirement::Any; n];
-        let flow = |inputs: Vec<Requirement>, output: PadValue| PadFlow { inputs, output };
-
-        // The contraction may run over padding: both sides must hold 0 there
-        // for the products to vanish whatever the other side holds.
-        let req = if padded.is_empty() {
-            any(n)
-        } else {
-            let mut r = vec![Requirement::Value(0.0); n.min(2)];
-            r.resize(n, Requirement::Any);
-            r
-        };
-        flow(req, PadValue::Undef)
+        contraction_pad_flow(inputs, padded)
     }
 
     fn flops(&self, ins: &[&ValueType], outs: &[&ValueType]) -> f64 {
@@ -450,6 +424,22 @@ fn matmul_compute(
             a.at(&ia) * b.at(&ib)
         },
     )
+}
+
+/// The contraction may run over padding: both sides must hold 0 there for the
+/// products to vanish whatever the other side holds.
+fn contraction_pad_flow(inputs: &[PadValue], padded: &[usize]) -> PadFlow {
+    let n = inputs.len();
+    let mut req = vec![Requirement::Any; n];
+    if !padded.is_empty() {
+        req.iter_mut()
+            .take(2)
+            .for_each(|r| *r = Requirement::Value(0.0));
+    }
+    PadFlow {
+        inputs: req,
+        output: PadValue::Undef,
+    }
 }
 
 #[cfg(test)]

@@ -451,14 +451,20 @@ pub trait OpDef {
     /// refuses padded axes and promises nothing, which is always safe: it never
     /// lets a rewrite rely on a value nobody established.
     fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
-        let mut req = vec![Requirement::Any; inputs.len()];
-        if !padded.is_empty() && !req.is_empty() {
-            req[0] = Requirement::Unsupported;
-        }
-        PadFlow {
-            inputs: req,
-            output: PadValue::Undef,
-        }
+        refuse_padded(inputs, padded)
+    }
+}
+
+/// The pad-value flow of an op that cannot run on padded axes: it refuses
+/// padding on its first input and promises nothing about its output's.
+pub fn refuse_padded(inputs: &[PadValue], padded: &[usize]) -> PadFlow {
+    let mut req = vec![Requirement::Any; inputs.len()];
+    if !padded.is_empty() && !req.is_empty() {
+        req[0] = Requirement::Unsupported;
+    }
+    PadFlow {
+        inputs: req,
+        output: PadValue::Undef,
     }
 }
 

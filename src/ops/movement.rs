@@ -108,10 +108,10 @@ impl OpDef for Transpose {
     fn pad_flow(&self, inputs: &[PadValue], _: &[usize]) -> PadFlow {
         // A transpose moves the padding with its axis.
         let p = inputs.first().copied().unwrap_or(PadValue::Undef);
-        let n = inputs.len();
-        let any = |n: usize| vec![Requirement::Any; n];
-        let flow = |inputs: Vec<Requirement>, output: PadValue| PadFlow { inputs, output };
-        flow(any(n), p)
+        PadFlow {
+            inputs: vec![Requirement::Any; inputs.len()],
+            output: p,
+        }
     }
 
     fn layout_role(&self) -> LayoutRole {
@@ -191,18 +191,7 @@ impl OpDef for Concat {
     }
 
     fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
-        let p = inputs.first().copied().unwrap_or(PadValue::Undef);
-        let n = inputs.len();
-        let any = |n: usize| vec![Requirement::Any; n];
-        let flow = |inputs: Vec<Requirement>, output: PadValue| PadFlow { inputs, output };
-        let Concat { axis } = self;
-
-        let mut req = any(n);
-        if padded.contains(axis) {
-            req.iter_mut().for_each(|r| *r = Requirement::Unsupported);
-        }
-        let all_same = inputs.iter().all(|&q| q == p);
-        flow(req, if all_same { p } else { PadValue::Undef })
+        pieces_pad_flow(self.axis, inputs, padded)
     }
 
     fn layout_role(&self) -> LayoutRole {
@@ -311,18 +300,7 @@ impl OpDef for Split {
     }
 
     fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
-        let p = inputs.first().copied().unwrap_or(PadValue::Undef);
-        let n = inputs.len();
-        let any = |n: usize| vec![Requirement::Any; n];
-        let flow = |inputs: Vec<Requirement>, output: PadValue| PadFlow { inputs, output };
-        let Split { axis, .. } = self;
-
-        let mut req = any(n);
-        if padded.contains(axis) {
-            req.iter_mut().for_each(|r| *r = Requirement::Unsupported);
-        }
-        let all_same = inputs.iter().all(|&q| q == p);
-        flow(req, if all_same { p } else { PadValue::Undef })
+        pieces_pad_flow(self.axis, inputs, padded)
     }
 
     fn layout_role(&self) -> LayoutRole {
@@ -380,18 +358,18 @@ impl OpDef for Slice {
 
     fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
         let p = inputs.first().copied().unwrap_or(PadValue::Undef);
-        let n = inputs.len();
-        let any = |n: usize| vec![Requirement::Any; n];
         let padded_in = |axes: &[usize]| padded.iter().any(|a| axes.contains(a));
-        let flow = |inputs: Vec<Requirement>, output: PadValue| PadFlow { inputs, output };
         let Slice { axes } = self;
 
         let sliced: Vec<usize> = axes.iter().map(|a| a.axis).collect();
-        let mut req = any(n);
+        let mut req = vec![Requirement::Any; inputs.len()];
         if padded_in(&sliced) {
             req[0] = Requirement::Unsupported;
         }
-        flow(req, p)
+        PadFlow {
+            inputs: req,
+            output: p,
+        }
     }
 
     fn layout_role(&self) -> LayoutRole {
@@ -657,20 +635,15 @@ impl OpDef for Cast {
         Ok(vec![x[0].cast(*to)])
     }
 
+    /// A cast between float types keeps the padding value (exactly, for the
+    /// values a pad holds: 0, ±inf, NaN); other casts refuse padded axes.
     fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
-        let p = inputs.first().copied().unwrap_or(PadValue::Undef);
-        let n = inputs.len();
-        let any = |n: usize| vec![Requirement::Any; n];
-        let flow = |inputs: Vec<Requirement>, output: PadValue| PadFlow { inputs, output };
-        match self {
-            Cast { to } if to.is_float() => flow(any(n), p),
-            _ => {
-                let mut req = any(n);
-                if !padded.is_empty() && n > 0 {
-                    req[0] = Requirement::Unsupported;
-                }
-                flow(req, PadValue::Undef)
-            }
+        if !self.to.is_float() {
+            return refuse_padded(inputs, padded);
+        }
+        PadFlow {
+            inputs: vec![Requirement::Any; inputs.len()],
+            output: inputs.first().copied().unwrap_or(PadValue::Undef),
         }
     }
 
@@ -812,10 +785,10 @@ impl OpDef for Identity {
 
     fn pad_flow(&self, inputs: &[PadValue], _: &[usize]) -> PadFlow {
         let p = inputs.first().copied().unwrap_or(PadValue::Undef);
-        let n = inputs.len();
-        let any = |n: usize| vec![Requirement::Any; n];
-        let flow = |inputs: Vec<Requirement>, output: PadValue| PadFlow { inputs, output };
-        flow(any(n), p)
+        PadFlow {
+            inputs: vec![Requirement::Any; inputs.len()],
+            output: p,
+        }
     }
 
     fn layout_role(&self) -> LayoutRole {
@@ -1012,6 +985,31 @@ fn reflect(c: i64, n: i64) -> usize {
     let period = 2 * (n - 1);
     let m = c.rem_euclid(period);
     (if m < n { m } else { period - m }) as usize
+}
+
+/// Concat and Split: padding between pieces along their axis would land inside
+/// the tensor, so that axis must not be padded; the output holds the inputs'
+/// padding when they all agree.
+fn pieces_pad_flow(axis: usize, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
+    let p = inputs.first().copied().unwrap_or(PadValue::Undef);
+    let refuse = padded.contains(&axis);
+    PadFlow {
+        inputs: inputs
+            .iter()
+            .map(|_| {
+                if refuse {
+                    Requirement::Unsupported
+                } else {
+                    Requirement::Any
+                }
+            })
+            .collect(),
+        output: if inputs.iter().all(|&q| q == p) {
+            p
+        } else {
+            PadValue::Undef
+        },
+    }
 }
 
 #[cfg(test)]

@@ -40,9 +40,6 @@ impl OpDef for BatchNorm {
     fn pad_flow(&self, inputs: &[PadValue], _: &[usize]) -> PadFlow {
         // y = (x - mean) / sqrt(var + eps) * scale + bias, per channel; with the
         // parameters padded too, the padded channels compute the same formula.
-        let n = inputs.len();
-        let any = |n: usize| vec![Requirement::Any; n];
-        let flow = |inputs: Vec<Requirement>, output: PadValue| PadFlow { inputs, output };
         let BatchNorm { epsilon } = self;
 
         let out = match inputs {
@@ -54,7 +51,10 @@ impl OpDef for BatchNorm {
             },
             _ => PadValue::Undef,
         };
-        flow(any(n), out)
+        PadFlow {
+            inputs: vec![Requirement::Any; inputs.len()],
+            output: out,
+        }
     }
 
     fn layout_role(&self) -> LayoutRole {

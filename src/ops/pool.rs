@@ -42,13 +42,10 @@ impl OpDef for Pool {
 
     fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
         let p = inputs.first().copied().unwrap_or(PadValue::Undef);
-        let n = inputs.len();
-        let any = |n: usize| vec![Requirement::Any; n];
         let spatial_padded = padded.iter().any(|&a| a >= 2);
-        let flow = |inputs: Vec<Requirement>, output: PadValue| PadFlow { inputs, output };
         let pool = self;
 
-        let mut req = any(n);
+        let mut req = vec![Requirement::Any; inputs.len()];
         if spatial_padded {
             req[0] = match pool.kind {
                 // A window reaching into the padding must not win the max.
@@ -58,7 +55,10 @@ impl OpDef for Pool {
             };
         }
         // Padded channels pool only their own (constant) padding.
-        flow(req, p)
+        PadFlow {
+            inputs: req,
+            output: p,
+        }
     }
 
     fn layout_role(&self) -> LayoutRole {
@@ -142,13 +142,10 @@ impl OpDef for GlobalPool {
 
     fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
         let p = inputs.first().copied().unwrap_or(PadValue::Undef);
-        let n = inputs.len();
-        let any = |n: usize| vec![Requirement::Any; n];
         let spatial_padded = padded.iter().any(|&a| a >= 2);
-        let flow = |inputs: Vec<Requirement>, output: PadValue| PadFlow { inputs, output };
         let GlobalPool { kind } = self;
 
-        let mut req = any(n);
+        let mut req = vec![Requirement::Any; inputs.len()];
         if spatial_padded {
             req[0] = match kind {
                 PoolKind::Max => Requirement::Value(f32::NEG_INFINITY),
@@ -156,7 +153,10 @@ impl OpDef for GlobalPool {
                 PoolKind::Avg => Requirement::Value(0.0),
             };
         }
-        flow(req, p)
+        PadFlow {
+            inputs: req,
+            output: p,
+        }
     }
 
     fn layout_role(&self) -> LayoutRole {

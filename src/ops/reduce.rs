@@ -51,17 +51,14 @@ impl OpDef for Reduce {
 
     fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
         let p = inputs.first().copied().unwrap_or(PadValue::Undef);
-        let n = inputs.len();
-        let any = |n: usize| vec![Requirement::Any; n];
         let padded_in = |axes: &[usize]| padded.iter().any(|a| axes.contains(a));
-        let flow = |inputs: Vec<Requirement>, output: PadValue| PadFlow { inputs, output };
         let Reduce { kind, axes, .. } = self;
 
         let identity = match kind {
             ReduceKind::Sum | ReduceKind::Mean => 0.0,
             ReduceKind::Max => f32::NEG_INFINITY,
         };
-        let mut req = any(n);
+        let mut req = vec![Requirement::Any; inputs.len()];
         if padded_in(axes) {
             req[0] = Requirement::Value(identity);
         }
@@ -72,7 +69,10 @@ impl OpDef for Reduce {
             ReduceKind::Sum if p.is(0.0) => p,
             ReduceKind::Sum => PadValue::Undef,
         };
-        flow(req, out)
+        PadFlow {
+            inputs: req,
+            output: out,
+        }
     }
 
     fn layout_role(&self) -> LayoutRole {
