@@ -13,7 +13,7 @@ pub mod conv;
 pub mod depthwise;
 pub mod kernels;
 pub mod simd;
-mod tir_step;
+pub mod tir_step;
 
 use crate::graph::{
     format_spans, DType, Graph, GraphError, NodeId, Op, PoolKind, Span, Tensor, ValueRef, ValueType,
@@ -41,6 +41,12 @@ pub enum RuntimeError {
     },
     #[error("{}: {message}", format_spans(spans))]
     AtNode { spans: Vec<Span>, message: String },
+    /// A TIR step of the layer could not be lowered, compiled or run.
+    #[error("{}: {source}", format_spans(spans))]
+    Step {
+        spans: Vec<Span>,
+        source: tir_step::StepError,
+    },
     #[error("cannot start {threads} worker threads: {message}")]
     Threads { threads: usize, message: String },
     #[error(transparent)]
@@ -344,9 +350,9 @@ impl CompiledModel {
                 Kernel::Tir(k) => {
                     let input = |i: usize| bufs.read(step.inputs[i]).as_ptr();
                     k.run(input, bufs.write(step.outputs[0]))
-                        .map_err(|m| RuntimeError::AtNode {
+                        .map_err(|source| RuntimeError::Step {
                             spans: step.spans.clone(),
-                            message: m,
+                            source,
                         })?
                 }
                 Kernel::Fallback { op, outputs } => {
@@ -834,7 +840,11 @@ impl<'g> Compiler<'g> {
             nodes.push(link);
         }
         let out = &self.g.node(last).outputs[0].ty;
-        let kernel = tir_step::TirKernel::new(&nodes, out).map_err(|m| self.at(last, m))?;
+        let kernel =
+            tir_step::TirKernel::new(&nodes, out).map_err(|source| RuntimeError::Step {
+                spans: self.g.node(last).spans.clone(),
+                source,
+            })?;
         Ok(kernel.map(|k| (k, inputs)))
     }
 

@@ -2,11 +2,29 @@
 //! default schedule (`lowering`), lowered in the storage layouts the planner chose
 //! and compiled to native code (`codegen`).
 
-use crate::codegen::{JitFunction, KernelTable};
+use crate::codegen::{CodegenError, JitFunction, KernelTable};
+use crate::core::AlgebraError;
 use crate::graph::{LaidOut, Op, ValueType};
 use crate::layout::{Layout, PadValue};
 use crate::lowering::{lower_chain, Link};
 use crate::tir::TirError;
+
+/// Why a TIR step could not be built or run; the runtime adds the layer's span.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    /// Lowering the op's compute definition failed.
+    #[error(transparent)]
+    Tir(#[from] TirError),
+    /// Compiling or calling the lowered function failed.
+    #[error(transparent)]
+    Codegen(#[from] CodegenError),
+    /// A storage layout does not fit the op's tensors.
+    #[error(transparent)]
+    Layout(#[from] AlgebraError),
+    /// The lowered function does not address exactly the step's buffers.
+    #[error("{0}")]
+    Buffers(String),
+}
 
 /// A compiled op: which buffer each parameter of its function is.
 pub(super) struct TirKernel {
@@ -47,7 +65,7 @@ impl ChainNode<'_> {
             .map(|(_, t)| t)
     }
 
-    fn logical(&self) -> Result<Option<LogicalView<'_>>, String> {
+    fn logical(&self) -> Result<Option<LogicalView<'_>>, StepError> {
         Ok(Some(match self.op {
             Op::InLayout(l) => {
                 let LaidOut {
@@ -76,8 +94,7 @@ impl ChainNode<'_> {
                     .inputs
                     .iter()
                     .map(|t| Layout::identity(t.shape.len()))
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| e.to_string())?,
+                    .collect::<Result<_, _>>()?,
                 output: (None, PadValue::Undef),
             },
         }))
@@ -94,7 +111,7 @@ impl TirKernel {
     pub(super) fn new(
         chain: &[ChainNode],
         output: &ValueType,
-    ) -> Result<Option<TirKernel>, String> {
+    ) -> Result<Option<TirKernel>, StepError> {
         let mut logical = vec![];
         let mut layouts = vec![];
         let mut inners = vec![];
@@ -127,15 +144,14 @@ impl TirKernel {
             .collect();
         let out_layout = match out_layout {
             Some(l) => l,
-            None => Layout::identity(output.shape.len()).map_err(|e| e.to_string())?,
+            None => Layout::identity(output.shape.len())?,
         };
         let lowered = match lower_chain(&links, Some((&layouts, &out_layout))) {
             Ok(l) => l,
             Err(TirError::Unsupported(_)) => return Ok(None),
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e.into()),
         };
-        let jit = JitFunction::compile(&lowered.func, &KernelTable::standard())
-            .map_err(|e| e.to_string())?;
+        let jit = JitFunction::compile(&lowered.func, &KernelTable::standard())?;
         let mut params = vec![None; lowered.func.params.len()];
         for (k, p) in lowered.inputs.iter().enumerate() {
             if let Some(p) = p {
@@ -150,11 +166,11 @@ impl TirKernel {
                 None => output.numel(),
             };
             if sizes[p] != have {
-                return Err(format!(
+                return Err(StepError::Buffers(format!(
                     "the lowered {} addresses {} elements of parameter {p}, its buffer has {have}",
                     inners[0].kind_name(),
                     sizes[p]
-                ));
+                )));
             }
         }
         let out_shape = &lowered
@@ -175,7 +191,7 @@ impl TirKernel {
         &self,
         input: impl Fn(usize) -> *const f32,
         output: &mut [f32],
-    ) -> Result<(), String> {
+    ) -> Result<(), StepError> {
         if let Some(v) = self.fill {
             output.fill(v);
         }
@@ -189,6 +205,6 @@ impl TirKernel {
                 None => out,
             })
             .collect();
-        self.jit.call_raw(&ptrs).map_err(|e| e.to_string())
+        Ok(self.jit.call_raw(&ptrs)?)
     }
 }
