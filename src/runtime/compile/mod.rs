@@ -1,0 +1,641 @@
+//! From a planned graph to a compiled model: each node (or fused group) gets a
+//! kernel — a hand-written SIMD kernel with the nodes folded into it, a TIR step
+//! for the op or elementwise chain, or the reference executor as a fallback —
+//! then `arena` gives every value its memory.
+
+mod arena;
+
+use super::conv::{ConvGeom, PackedConv};
+use super::depthwise::Depthwise;
+use super::kernels::{Dense, Gather, PoolGeom};
+use super::simd::{Epilogue, Isa};
+use super::{kernels, tir_step, CompiledModel, Kernel, RuntimeError};
+use crate::graph::{DType, Graph, NodeId, Op, PoolKind, Span, Tensor, ValueRef};
+use crate::layout::{Layout, PadValue};
+use crate::ops::{BatchNorm, Gemm, GlobalPool, LayoutTransform, Reshape};
+use std::collections::{HashMap, HashSet};
+
+/// A step before memory planning: values instead of slots.
+struct Pending {
+    name: String,
+    kind: String,
+    spans: Vec<Span>,
+    kernel: Kernel,
+    inputs: Vec<ValueRef>,
+    outputs: Vec<ValueRef>,
+}
+
+/// A convolution and the nodes folded into it.
+struct Fusion {
+    conv: NodeId,
+    bn: Option<NodeId>,
+    residual: Option<ValueRef>,
+    clamp: Option<(f32, f32)>,
+    kinds: Vec<&'static str>,
+}
+
+/// The channel block `cb` when `layout` stores a logical NCHW tensor as
+/// NCHW{cb}c: NCHW is cb = 1, NHWC is cb = C (one block), NCHWxc is cb = x.
+fn channel_block(layout: &Layout, shape: &[usize]) -> Option<usize> {
+    if shape.len() != 4 {
+        return None;
+    }
+    if layout.is_identity() {
+        return Some(1);
+    }
+    if layout.as_permutation().as_deref() == Some(&[0, 2, 3, 1]) {
+        return Some(shape[1]);
+    }
+    let blocked_c =
+        (0..4).all(|a| (a == 1) != layout.factors(a).is_empty()) && layout.factors(1).len() == 1;
+    let order: Vec<(usize, usize)> = layout.order().iter().map(|d| (d.axis, d.level)).collect();
+    (blocked_c && order == [(0, 0), (1, 0), (2, 0), (3, 0), (1, 1)]).then(|| layout.factors(1)[0])
+}
+
+/// A gather, or a plain copy when it moves nothing (e.g. NCHW16c of a 1x1
+/// map to NC16c).
+fn gather_or_copy(g: Gather, input_shape: Vec<usize>) -> Kernel {
+    match g.is_copy(input_shape.iter().product()) {
+        true => Kernel::Copy,
+        false => Kernel::Gather(g),
+    }
+}
+
+pub(super) struct Compiler<'g> {
+    g: &'g Graph,
+    isa: Isa,
+    steps: Vec<Pending>,
+    consts: Vec<Tensor>,
+    const_of: HashMap<ValueRef, usize>,
+}
+
+impl<'g> Compiler<'g> {
+    pub(super) fn new(g: &'g Graph, isa: Isa) -> Compiler<'g> {
+        Compiler {
+            g,
+            isa,
+            steps: vec![],
+            consts: vec![],
+            const_of: HashMap::new(),
+        }
+    }
+
+    fn at(&self, id: NodeId, message: impl Into<String>) -> RuntimeError {
+        RuntimeError::AtNode {
+            spans: self.g.node(id).spans.clone(),
+            message: message.into(),
+        }
+    }
+
+    /// The op a node computes, with its storage when the planner laid it out.
+    fn inner(&self, id: NodeId) -> (&'g Op, Option<&'g crate::graph::LaidOut>) {
+        match &self.g.node(id).op {
+            Op::InLayout(l) => (&l.inner, Some(l)),
+            op => (op, None),
+        }
+    }
+
+    /// Layout and logical shape of input `i` of a node.
+    fn input_layout(&self, id: NodeId, i: usize) -> Option<(Layout, Vec<usize>)> {
+        match self.inner(id).1 {
+            Some(l) => l.inputs.get(i).cloned(),
+            None => {
+                let v = *self.g.node_inputs(id).get(i)?;
+                let shape = self.g.value_type(v).shape.clone();
+                Some((Layout::identity(shape.len()).ok()?, shape))
+            }
+        }
+    }
+
+    /// Layout and padding of output 0 of a node.
+    fn output_layout(&self, id: NodeId) -> Option<(Layout, PadValue)> {
+        match self.inner(id).1 {
+            Some(l) => l.outputs.first().cloned(),
+            None => {
+                let rank = self.g.node(id).outputs.first()?.ty.shape.len();
+                Some((Layout::identity(rank).ok()?, PadValue::Undef))
+            }
+        }
+    }
+
+    /// The logical f32 values of constant input `i` of a node.
+    fn const_input(&self, id: NodeId, i: usize) -> Option<Vec<f32>> {
+        let v = *self.g.node_inputs(id).get(i)?;
+        let t = self.g.constant(v)?;
+        if t.dtype() != DType::F32 {
+            return None;
+        }
+        let (layout, logical) = self.input_layout(id, i)?;
+        if layout.is_identity() {
+            return Some(t.to_f32());
+        }
+        Some(layout.from_physical(t, &logical).ok()?.to_f32())
+    }
+
+    fn is_f32(&self, v: ValueRef) -> bool {
+        self.g.value_type(v).dtype == DType::F32
+    }
+
+    /// Geometry of a convolution with a native kernel, and whether it is depthwise.
+    fn conv_geom(&self, id: NodeId) -> Option<(ConvGeom, bool)> {
+        let Op::Conv(c) = self.inner(id).0 else {
+            return None;
+        };
+        let ins = self.g.node_inputs(id);
+        if c.window.spatial_rank() != 2 || !ins.iter().all(|&v| self.is_f32(v)) {
+            return None;
+        }
+        // Weights and bias are packed at compile time.
+        if ins[1..].iter().any(|&v| self.g.constant(v).is_none()) {
+            return None;
+        }
+        let (xl, xs) = self.input_layout(id, 0)?;
+        let (_, ws) = self.input_layout(id, 1)?;
+        let (yl, _) = self.output_layout(id)?;
+        let ys = &self.g.node(id).outputs[0].ty.shape;
+        let ylogical: Vec<usize> = match self.inner(id).1 {
+            Some(_) => vec![xs[0], ws[0], 0, 0],
+            None => ys.clone(),
+        };
+        let x_cb = channel_block(&xl, &xs)?;
+        let y_cb = channel_block(&yl, &ylogical)?;
+        // The output spatial extents from the window (the physical shape may be blocked).
+        let w = &c.window;
+        let out = |i: usize, extent: usize| {
+            let span = w.dilations[i] * (w.kernel[i] - 1) + 1;
+            (extent + w.pad_begin(i) + w.pad_end(i))
+                .checked_sub(span)
+                .map(|d| d / w.strides[i] + 1)
+        };
+        let geom = ConvGeom {
+            n: xs[0],
+            cin: xs[1],
+            h: xs[2],
+            w: xs[3],
+            cout: ws[0],
+            oh: out(0, xs[2])?,
+            ow: out(1, xs[3])?,
+            k: (w.kernel[0], w.kernel[1]),
+            stride: (w.strides[0], w.strides[1]),
+            dilation: (w.dilations[0], w.dilations[1]),
+            pad: (w.pad_begin(0), w.pad_begin(1)),
+            x_cb,
+            y_cb,
+        };
+        let depthwise = c.group == geom.cin && c.group == geom.cout && c.group > 1;
+        if depthwise && x_cb != y_cb {
+            return None;
+        }
+        (c.group == 1 || depthwise).then_some((geom, depthwise))
+    }
+
+    /// Whether node `next` computes on data stored exactly like `like`'s output
+    /// (same layouts for every non-constant input and the output).
+    fn same_storage(&self, like: NodeId, next: NodeId) -> bool {
+        let Some((yl, _)) = self.output_layout(like) else {
+            return false;
+        };
+        let ins = self.g.node_inputs(next);
+        let data_ok = ins.iter().enumerate().all(|(i, &v)| {
+            self.g.constant(v).is_some() || self.input_layout(next, i).is_some_and(|(l, _)| l == yl)
+        });
+        data_ok && self.output_layout(next).is_some_and(|(l, _)| l == yl)
+    }
+
+    /// The chain of batch norm, residual add and relu/clip that can fold into conv `id`.
+    /// Nodes in `claimed` already belong to another chain.
+    fn fusion(&self, id: NodeId, claimed: &HashSet<NodeId>) -> Fusion {
+        let mut f = Fusion {
+            conv: id,
+            bn: None,
+            residual: None,
+            clamp: None,
+            kinds: vec!["Conv"],
+        };
+        let conv_ty = &self.g.node(id).outputs[0].ty;
+        let mut v = ValueRef::new(id, 0);
+        let mut stage = 0;
+        while !self.g.is_graph_output(v) {
+            let users = self.g.consumers(v);
+            let [(next, port)] = users[..] else { break };
+            if claimed.contains(&next)
+                || !self.same_storage(id, next)
+                || self.g.node(next).outputs[0].ty != *conv_ty
+            {
+                break;
+            }
+            let ins = self.g.node_inputs(next);
+            match self.inner(next).0 {
+                Op::BatchNorm(_) if stage == 0 && port == 0 => {
+                    if !(1..5).all(|i| self.const_input(next, i).is_some()) {
+                        break;
+                    }
+                    f.bn = Some(next);
+                    stage = 1;
+                }
+                Op::Binary(crate::graph::BinaryOp::Add) if stage <= 1 => {
+                    let other = ins[1 - port];
+                    if self.g.constant(other).is_some() || self.g.value_type(other) != conv_ty {
+                        break;
+                    }
+                    f.residual = Some(other);
+                    stage = 2;
+                }
+                Op::Unary(u) if kernels::unary_clamp(*u).is_some() => {
+                    f.clamp = kernels::unary_clamp(*u);
+                    stage = 3;
+                }
+                _ => break,
+            }
+            f.kinds.push(self.g.node(next).op.kind_name());
+            v = ValueRef::new(next, 0);
+            if stage == 3 {
+                break;
+            }
+        }
+        f
+    }
+
+    /// The last node of a fusion chain.
+    fn chain(&self, f: &Fusion) -> Vec<NodeId> {
+        let mut nodes = vec![f.conv];
+        for _ in 1..f.kinds.len() {
+            let v = ValueRef::new(*nodes.last().expect("non-empty"), 0);
+            nodes.push(self.g.consumers(v)[0].0);
+        }
+        nodes
+    }
+
+    fn conv_step(&self, f: &Fusion, nodes: &[NodeId]) -> Result<Pending, RuntimeError> {
+        let id = f.conv;
+        let last = *nodes.last().expect("a chain has its conv");
+        let (geom, depthwise) = self
+            .conv_geom(id)
+            .expect("fused convs have a native kernel");
+        let w = self
+            .const_input(id, 1)
+            .ok_or_else(|| self.at(id, "conv weights are not a constant"))?;
+        let mut bias = match self.g.node_inputs(id).len() {
+            3 => self
+                .const_input(id, 2)
+                .ok_or_else(|| self.at(id, "conv bias is not a constant"))?,
+            _ => vec![0.0; geom.cout],
+        };
+        let mut w = w;
+        if let Some(bn) = f.bn {
+            let Op::BatchNorm(BatchNorm { epsilon }) = self.inner(bn).0 else {
+                unreachable!("fusion only takes batch norms")
+            };
+            let p: Vec<Vec<f32>> = (1..5)
+                .map(|i| self.const_input(bn, i).unwrap_or_default())
+                .collect();
+            if p.iter().any(|v| v.len() != geom.cout) {
+                return Err(self.at(bn, "batch norm parameters do not match the channels"));
+            }
+            let per_out = w.len() / geom.cout;
+            for o in 0..geom.cout {
+                let s = p[0][o] / (p[3][o] + epsilon).sqrt();
+                w[o * per_out..(o + 1) * per_out]
+                    .iter_mut()
+                    .for_each(|x| *x *= s);
+                bias[o] = (bias[o] - p[2][o]) * s + p[1][o];
+            }
+        }
+        let (lo, hi) = f.clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+        let pad_fill = self.output_layout(last).and_then(|(_, p)| p.known());
+        let kernel = if depthwise {
+            Kernel::Depthwise(Depthwise::new(
+                geom,
+                self.isa,
+                &w,
+                &bias,
+                (lo, hi),
+                pad_fill,
+            ))
+        } else {
+            Kernel::Conv(PackedConv::new(
+                geom,
+                self.isa,
+                &w,
+                &bias,
+                Epilogue { min: lo, max: hi },
+                pad_fill,
+            ))
+        };
+        let mut inputs = vec![self.g.node_inputs(id)[0]];
+        inputs.extend(f.residual);
+        Ok(Pending {
+            name: self.g.node(last).name.clone(),
+            kind: f.kinds.join("+"),
+            spans: nodes
+                .iter()
+                .flat_map(|&n| self.g.node(n).spans.clone())
+                .collect(),
+            kernel,
+            inputs,
+            outputs: vec![ValueRef::new(last, 0)],
+        })
+    }
+
+    /// A native kernel for a single node, if it has one.
+    fn native(&self, id: NodeId) -> Option<Kernel> {
+        let node = self.g.node(id);
+        let ins = self.g.node_inputs(id);
+        let out = &node.outputs.first()?.ty;
+        if out.dtype != DType::F32 || !ins.iter().all(|&v| self.is_f32(v)) {
+            return None;
+        }
+        let same = |v: &ValueRef| self.g.value_type(*v) == out;
+        match self.inner(id).0 {
+            Op::Unary(u) if same(&ins[0]) && self.same_storage(id, id) => {
+                kernels::unary_clamp(*u).map(|(lo, hi)| Kernel::Clamp(lo, hi))
+            }
+            Op::Binary(b)
+                if kernels::binary_supported(*b)
+                    && ins.iter().all(same)
+                    && (0..2).all(|i| {
+                        self.input_layout(id, i).map(|l| l.0) == self.output_layout(id).map(|l| l.0)
+                    }) =>
+            {
+                Some(Kernel::Binary(*b))
+            }
+            Op::Pool(p)
+                if !p.ceil_mode
+                    && p.window.spatial_rank() == 2
+                    && p.window.dilations.iter().all(|&d| d == 1) =>
+            {
+                self.pool_geom(
+                    id,
+                    p.kind,
+                    p.window.kernel.clone(),
+                    p.window.strides.clone(),
+                    (p.window.pad_begin(0), p.window.pad_begin(1)),
+                    p.count_include_pad,
+                )
+            }
+            Op::GlobalPool(GlobalPool { kind }) => {
+                let (_, xs) = self.input_layout(id, 0)?;
+                (xs.len() == 4).then_some(())?;
+                self.pool_geom(id, *kind, vec![xs[2], xs[3]], vec![1, 1], (0, 0), false)
+            }
+            Op::LayoutTransform(LayoutTransform {
+                from,
+                to,
+                logical,
+                pad,
+            }) => {
+                let g = Gather::new(from, to, logical, pad.known().unwrap_or(0.0)).ok()?;
+                Some(gather_or_copy(g, from.physical_shape(logical).ok()?))
+            }
+            Op::Gemm(Gemm {
+                alpha,
+                beta,
+                trans_a: false,
+                trans_b,
+            }) if self.inner(id).1.is_none() => {
+                let (a, b) = (self.g.value_type(ins[0]), self.g.value_type(ins[1]));
+                let bias = match ins.get(2) {
+                    Some(&c) => {
+                        let t = self.g.constant(c)?;
+                        let v: Vec<f32> = t.to_f32().iter().map(|x| x * beta).collect();
+                        Some((v, t.shape.clone()))
+                    }
+                    None => None,
+                };
+                let (k, n) = match trans_b {
+                    true => (b.shape[1], b.shape[0]),
+                    false => (b.shape[0], b.shape[1]),
+                };
+                let c = bias.as_ref().map(|(v, s)| (v.as_slice(), s.as_slice()));
+                let w = self.g.constant(ins[1])?.to_f32();
+                Dense::new((a.shape[0], k, n), self.isa, *alpha, &w, *trans_b, c).map(Kernel::Dense)
+            }
+            Op::MatMul if self.inner(id).1.is_none() => {
+                let (a, b) = (self.g.value_type(ins[0]), self.g.value_type(ins[1]));
+                let w = self.g.constant(ins[1])?.to_f32();
+                let [k, n] = b.shape[..] else { return None };
+                let m = a.numel() / k;
+                Dense::new((m, k, n), self.isa, 1.0, &w, false, None).map(Kernel::Dense)
+            }
+            Op::Reshape(_) | Op::Identity if self.inner(id).1.is_none() => Some(Kernel::Copy),
+            Op::Reshape(Reshape { shape }) => {
+                let (from, from_shape) = self.input_layout(id, 0)?;
+                let (to, pad) = self.output_layout(id)?;
+                let fill = pad.known().unwrap_or(0.0);
+                let g = Gather::reshape((&from, &from_shape), (&to, shape), fill).ok()?;
+                Some(gather_or_copy(g, from.physical_shape(&from_shape).ok()?))
+            }
+            _ => None,
+        }
+    }
+
+    /// A chain of nodes compiled from its TIR default schedule, when it has one and
+    /// computes one f32 tensor from f32 tensors; with the step's inputs.
+    fn tir(
+        &self,
+        chain: &[NodeId],
+    ) -> Result<Option<(tir_step::TirKernel, Vec<ValueRef>)>, RuntimeError> {
+        let last = *chain.last().expect("chains are not empty");
+        let mut nodes = vec![];
+        let mut inputs = vec![];
+        for (k, &id) in chain.iter().enumerate() {
+            let node = self.g.node(id);
+            let ins = self.g.node_inputs(id);
+            let [out] = &node.outputs[..] else {
+                return Ok(None);
+            };
+            if out.ty.dtype != DType::F32 || !ins.iter().all(|&v| self.is_f32(v)) {
+                return Ok(None);
+            }
+            let prev = (k > 0).then(|| ValueRef::new(chain[k - 1], 0));
+            let link = tir_step::ChainNode {
+                op: &node.op,
+                inputs: ins.iter().map(|&v| self.g.value_type(v).clone()).collect(),
+                prev: prev.and_then(|p| ins.iter().position(|&v| v == p)),
+            };
+            inputs.extend(link.own(&ins).copied());
+            nodes.push(link);
+        }
+        let out = &self.g.node(last).outputs[0].ty;
+        let kernel =
+            tir_step::TirKernel::new(&nodes, out).map_err(|source| RuntimeError::Step {
+                spans: self.g.node(last).spans.clone(),
+                source,
+            })?;
+        Ok(kernel.map(|k| (k, inputs)))
+    }
+
+    /// `head` and the elementwise nodes that can follow it in one loop nest: each
+    /// the only reader of the value before it, which is no graph output.
+    fn elementwise_chain(&self, head: NodeId, claimed: &HashSet<NodeId>) -> Vec<NodeId> {
+        let mut chain = vec![head];
+        loop {
+            let v = ValueRef::new(*chain.last().expect("not empty"), 0);
+            if self.g.is_graph_output(v) {
+                return chain;
+            }
+            // One (node, input) reads the value: one node, reading it once.
+            let [(next, port)] = self.g.consumers(v)[..] else {
+                return chain;
+            };
+            let elementwise = matches!(self.inner(next).0, Op::Unary(_) | Op::Binary(_));
+            // The value must mean the same element to both nodes: both laid out or
+            // neither, the reader taking it in the layout it is written in.
+            let same_storage = self.inner(v.node).1.is_some() == self.inner(next).1.is_some()
+                && self.output_layout(v.node).map(|l| l.0)
+                    == self.input_layout(next, port).map(|l| l.0);
+            if claimed.contains(&next) || !elementwise || !same_storage {
+                return chain;
+            }
+            chain.push(next);
+        }
+    }
+
+    fn pool_geom(
+        &self,
+        id: NodeId,
+        kind: PoolKind,
+        k: Vec<usize>,
+        stride: Vec<usize>,
+        pad: (usize, usize),
+        count_include_pad: bool,
+    ) -> Option<Kernel> {
+        let (xl, xs) = self.input_layout(id, 0)?;
+        let (yl, _) = self.output_layout(id)?;
+        let cb = channel_block(&xl, &xs)?;
+        let ys = &self.g.node(id).outputs[0].ty.shape;
+        // The output's physical shape is NCHW{cb}c (or NCHW): its spatial extents
+        // sit at positions 2 and 3 either way, except NHWC (1 and 2).
+        let (oh, ow) = match yl.as_permutation().as_deref() {
+            Some([0, 2, 3, 1]) => (ys[1], ys[2]),
+            _ => (ys[2], ys[3]),
+        };
+        if channel_block(&yl, &[xs[0], xs[1], oh, ow]) != Some(cb) {
+            return None;
+        }
+        Some(Kernel::Pool(PoolGeom {
+            kind,
+            planes: xs[0] * xs[1].div_ceil(cb),
+            cb,
+            h: xs[2],
+            w: xs[3],
+            oh,
+            ow,
+            k: (k[0], k[1]),
+            stride: (stride[0], stride[1]),
+            pad,
+            count_include_pad,
+        }))
+    }
+
+    pub(super) fn finish(mut self, pool: rayon::ThreadPool) -> Result<CompiledModel, RuntimeError> {
+        let g = self.g;
+        let order = g.topo_order()?;
+        // Plan the fusions first: a fused step runs where its chain ends, when
+        // the residual operand is surely computed.
+        let mut fused: HashMap<NodeId, Fusion> = HashMap::new();
+        let mut skip: HashSet<NodeId> = HashSet::new();
+        let mut claimed: HashSet<NodeId> = HashSet::new();
+        for &id in &order {
+            if claimed.contains(&id) || self.conv_geom(id).is_none() {
+                continue;
+            }
+            let f = self.fusion(id, &claimed);
+            let nodes = self.chain(&f);
+            let last = *nodes.last().expect("non-empty");
+            skip.extend(nodes[..nodes.len() - 1].iter().copied());
+            claimed.extend(nodes.iter().copied());
+            fused.insert(last, f);
+        }
+        // Then the hand-written kernels, and chains of elementwise nodes fused into
+        // one TIR loop nest with the node before them unless that one has a
+        // hand-written kernel (an elementwise one is given up for the chain).
+        let mut natives: HashMap<NodeId, Kernel> = HashMap::new();
+        let mut chains: HashMap<NodeId, (Vec<NodeId>, tir_step::TirKernel, Vec<ValueRef>)> =
+            HashMap::new();
+        for &id in &order {
+            if claimed.contains(&id) || matches!(g.node(id).op, Op::Input | Op::Constant(_)) {
+                continue;
+            }
+            let native = self.native(id);
+            let elementwise = matches!(self.inner(id).0, Op::Unary(_) | Op::Binary(_));
+            if native.is_none() || elementwise {
+                let nodes = self.elementwise_chain(id, &claimed);
+                if nodes.len() >= 2 {
+                    if let Some((kernel, inputs)) = self.tir(&nodes)? {
+                        let last = *nodes.last().expect("non-empty");
+                        skip.extend(nodes[..nodes.len() - 1].iter().copied());
+                        claimed.extend(nodes.iter().copied());
+                        chains.insert(last, (nodes, kernel, inputs));
+                        continue;
+                    }
+                }
+            }
+            if let Some(k) = native {
+                natives.insert(id, k);
+            }
+        }
+        for &id in &order {
+            let node = g.node(id);
+            if let Some((nodes, kernel, inputs)) = chains.remove(&id) {
+                let kinds: Vec<&str> = nodes.iter().map(|&n| g.node(n).op.kind_name()).collect();
+                self.steps.push(Pending {
+                    name: node.name.clone(),
+                    kind: format!("{} (tir)", kinds.join("+")),
+                    spans: nodes
+                        .iter()
+                        .flat_map(|&n| g.node(n).spans.clone())
+                        .collect(),
+                    kernel: Kernel::Tir(Box::new(kernel)),
+                    inputs,
+                    outputs: vec![ValueRef::new(id, 0)],
+                });
+                continue;
+            }
+            if let Some(f) = fused.get(&id) {
+                let nodes = self.chain(f);
+                let step = self.conv_step(f, &nodes)?;
+                self.steps.push(step);
+                continue;
+            }
+            if skip.contains(&id) {
+                continue;
+            }
+            match &node.op {
+                Op::Input => continue,
+                Op::Constant(t) => {
+                    self.const_of
+                        .insert(ValueRef::new(id, 0), self.consts.len());
+                    self.consts.push(t.clone());
+                    continue;
+                }
+                _ => {}
+            }
+            let mut kind = node.op.kind_name().to_string();
+            let kernel = match natives.remove(&id) {
+                Some(k) => k,
+                None => match self.tir(&[id])? {
+                    Some((k, _)) => {
+                        kind.push_str(" (tir)");
+                        Kernel::Tir(Box::new(k))
+                    }
+                    None => Kernel::Fallback {
+                        op: node.op.clone(),
+                        outputs: node.outputs.iter().map(|v| v.ty.clone()).collect(),
+                    },
+                },
+            };
+            self.steps.push(Pending {
+                name: node.name.clone(),
+                kind,
+                spans: node.spans.clone(),
+                kernel,
+                inputs: g.node_inputs(id),
+                outputs: (0..node.outputs.len())
+                    .map(|i| ValueRef::new(id, i))
+                    .collect(),
+            });
+        }
+        self.plan_memory(pool)
+    }
+}
