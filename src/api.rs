@@ -140,7 +140,7 @@ pub struct PlanLayouts {
 
 impl PlanLayouts {
     /// `planner`: keep, local, greedy or global; `target`: nchw, nhwc, nchwc
-    /// (block width from this CPU) or nchw<x>c.
+    /// (block width from this CPU) or `nchw<x>c`.
     pub fn new(planner: &str, target: &str) -> Result<PlanLayouts, Error> {
         Ok(PlanLayouts {
             planner: planner_by_name(planner)?,

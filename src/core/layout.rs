@@ -252,7 +252,7 @@ impl Layout {
     }
 
     /// The layout of `transpose(x, perm)` that keeps `x`'s bytes where they are:
-    /// output axis j is input axis perm[j] and carries its blocks and letter along,
+    /// output axis j is input axis `perm[j]` and carries its blocks and letter along,
     /// so a transpose between the two layouts moves no data.
     pub fn transposed(&self, perm: &[usize]) -> Result<Layout, AlgebraError> {
         if perm.len() != self.rank() {
@@ -311,7 +311,7 @@ impl Layout {
         !self.is_blocked() && self.order.iter().enumerate().all(|(i, d)| d.axis == i)
     }
 
-    /// The permutation of an unblocked layout (physical axis i is logical perm[i]).
+    /// The permutation of an unblocked layout (physical axis i is logical `perm[i]`).
     pub fn as_permutation(&self) -> Option<Vec<usize>> {
         (!self.is_blocked()).then(|| self.order.iter().map(|d| d.axis).collect())
     }

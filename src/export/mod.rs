@@ -4,7 +4,7 @@
 //! Every op of the IR maps to standard ONNX ops at one opset: the oldest that
 //! has them all (17, or 19/20 for a dilated AveragePool or a Gelu). The layout
 //! machinery has no ONNX counterpart, so it is spelled out with data-movement
-//! ops (see [`transforms`]):
+//! ops (see `crate::ops::onnx`):
 //! - a physical tensor in layout L of a logical shape S is produced from the
 //!   logical tensor by Pad (blocked axes up to a multiple of their block, with the
 //!   plan's padding value), Reshape (each axis into its digits) and Transpose

@@ -15,8 +15,8 @@
 //!    variable elimination in a min-fill order: the optimum, so its lower bound is
 //!    the optimum itself.
 //! 3. Any other region goes to the LP of the marginal (local-polytope) formulation in
-//!    good_lp with the pure-Rust microlp backend: per pair a variable y[a][b] for each
-//!    choice pair with sum_b y[a][b] = x_i[a] and sum_a y[a][b] = x_j[b]. An integral LP
+//!    good_lp with the pure-Rust microlp backend: per pair a variable `y[a][b]` for each
+//!    choice pair with `sum_b y[a][b] = x_i[a]` and `sum_a y[a][b] = x_j[b]`. An integral LP
 //!    solution is optimal; otherwise the same model is solved with integer x under the
 //!    time limit, and the LP value is reported as the lower bound.
 //! 4. When the integer solve fails or runs out of time, the LP solution is rounded and

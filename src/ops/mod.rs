@@ -155,9 +155,9 @@ pub enum Op {
     Input,
     /// A constant: an initializer or a folded value (no inputs).
     Constant(Tensor),
-    /// x, w, [bias]
+    /// x, w, optional bias
     Conv(Conv),
-    /// x, w, [bias]
+    /// x, w, optional bias
     ConvTranspose(ConvTranspose),
     /// x, scale, bias, mean, var
     BatchNorm(BatchNorm),
@@ -171,7 +171,7 @@ pub enum Op {
     Pool(Pool),
     /// x: N C spatial... -> N C 1...
     GlobalPool(GlobalPool),
-    /// a, b, [c]: alpha * op(a) op(b) + beta * c
+    /// a, b, optional c: alpha · op(a) op(b) + beta · c
     Gemm(Gemm),
     /// a, b (numpy matmul semantics)
     MatMul,
@@ -197,7 +197,7 @@ pub enum Op {
     LogSoftmax(LogSoftmax),
     /// x
     Reduce(Reduce),
-    /// x, scale, [bias]: normalises over axes axis..rank
+    /// x, scale, optional bias: normalises over axes `axis..rank`
     LayerNorm(LayerNorm),
     /// x: local response normalization across channels
     Lrn(Lrn),

@@ -230,7 +230,7 @@ impl Gather {
 
 /// A matrix product with a constant right operand: y = alpha * a . b + c, with
 /// `alpha * b` packed in panels of a few vectors of columns and `c` broadcast
-/// to [M][N] (and scaled by beta) at compile time.
+/// to `[M][N]` (and scaled by beta) at compile time.
 pub struct Dense {
     pub m: usize,
     pub k: usize,
@@ -248,8 +248,8 @@ const PANEL_VECTORS: usize = 4;
 const DENSE_ROWS: usize = 4;
 
 impl Dense {
-    /// `b` logical [K][N] (or [N][K] when `trans_b`); `c` of shape `c_shape`
-    /// broadcastable to [M][N], already multiplied by beta.
+    /// `b` logical `[K][N]` (or `[N][K]` when `trans_b`); `c` of shape `c_shape`
+    /// broadcastable to `[M][N]`, already multiplied by beta.
     pub fn new(
         (m, k, n): (usize, usize, usize),
         isa: Isa,

@@ -83,7 +83,7 @@ pub struct Tile {
     pub cin: usize,
     pub x_cb: usize,
     pub x_cblock: isize,
-    /// Packed weights of this output-channel group: [kh][kw][cin][w_width],
+    /// Packed weights of this output-channel group: `[kh][kw][cin][w_width]`,
     /// of which the tile uses the first `vectors * LANES` of each row.
     pub kw_total: usize,
     pub w_width: usize,

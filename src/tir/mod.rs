@@ -9,7 +9,7 @@
 //!   iteration variables carrying a domain; a direct evaluator as the test oracle.
 //! - [`schedule`]: stages with split (factor or nparts), fuse, reorder, compute_at,
 //!   compute_inline, compute_root, vectorize, parallel, unroll, tensorize, cache_read and
-//!   cache_write. Every primitive appends a snapshot to [`schedule::Schedule::record`]
+//!   cache_write. Every primitive appends a snapshot to `Schedule::record`
 //!   (the schedule record of the TVM Explorer RFC), so the schedule after every step can
 //!   be inspected.
 //! - [`bound`]: InferBound as the InferBound document describes it (read graph, reverse
@@ -19,7 +19,8 @@
 //!   lowering driver in [`lower`]; simplification, trivial-loop removal and loop
 //!   partitioning of split tails in [`passes`]; storage flattening under a
 //!   [`layout::BufferLayout`] in [`flatten`]; all on the statement IR of [`stmt`].
-//! - [`ops`]: compute definitions of graph operators and their default schedules.
+//! - the compute definitions of graph operators live with the operators
+//!   (`crate::ops`), their default schedules in `crate::lowering`.
 //! - [`interp`]: an interpreter of the statement IR, for tests.
 //!
 //! # Example
