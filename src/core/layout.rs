@@ -21,16 +21,23 @@ use std::str::FromStr;
 /// shape, or does not compose with another.
 #[derive(Debug, thiserror::Error)]
 pub enum AlgebraError {
+    /// A layout's text (`text`) does not parse.
     #[error("layout '{text}': {message}")]
+    #[allow(missing_docs)]
     Parse { text: String, message: String },
+    /// A layout whose rank does not match the shape.
     #[error("layout {layout} does not fit shape {shape:?}")]
+    #[allow(missing_docs)]
     Rank { layout: String, shape: Vec<usize> },
+    /// `first` followed by `then` is no layout.
     #[error("layout {first} then {then} is not a layout: {why}")]
+    #[allow(missing_docs)]
     NotComposable {
         first: String,
         then: String,
         why: String,
     },
+    /// A layout that cannot exist (a bad permutation or block).
     #[error("{0}")]
     Invalid(String),
 }
@@ -39,7 +46,9 @@ pub enum AlgebraError {
 /// level k the k-th block factor).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Digit {
+    /// The logical axis.
     pub axis: usize,
+    /// 0 for the outer digit, k for the k-th block factor.
     pub level: usize,
 }
 
@@ -292,6 +301,7 @@ impl Layout {
         self.order.len()
     }
 
+    /// The physical order of the digits, outermost first.
     pub fn order(&self) -> &[Digit] {
         &self.order
     }

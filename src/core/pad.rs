@@ -20,6 +20,7 @@ pub enum PadValue {
 }
 
 impl PadValue {
+    /// The value, when known.
     pub fn known(self) -> Option<f32> {
         match self {
             PadValue::Known(v) => Some(v),
@@ -110,11 +111,14 @@ impl FromStr for PadValue {
 /// established; `origin` says who asserted it (a layer, a pass, a user hint).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Assumption {
+    /// The value the padding holds.
     pub value: f32,
+    /// Who asserted it.
     pub origin: String,
 }
 
 impl Assumption {
+    /// An assumption of `value`, asserted by `origin`.
     pub fn new(value: f32, origin: impl Into<String>) -> Assumption {
         Assumption {
             value,
@@ -162,6 +166,8 @@ impl Requirement {
 /// The padding an op needs on each input and what its output's padding holds.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PadFlow {
+    /// What the op needs in the padding of each input.
     pub inputs: Vec<Requirement>,
+    /// What the output's padding then holds.
     pub output: PadValue,
 }

@@ -10,14 +10,18 @@ use std::sync::Arc;
 /// One source layer: model file, layer (node) name, op type and node index.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Span {
+    /// The model file, as the user named it.
     pub file: Arc<str>,
+    /// The layer (node) name in the model.
     pub layer: Arc<str>,
+    /// The source op type.
     pub op_type: Arc<str>,
     /// Position of the layer in the source model's node list.
     pub index: usize,
 }
 
 impl Span {
+    /// A span of one source layer.
     pub fn new(file: &str, layer: &str, op_type: &str, index: usize) -> Span {
         Span {
             file: file.into(),

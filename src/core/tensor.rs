@@ -6,13 +6,21 @@ use std::fmt;
 /// Element type of a tensor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
+    /// 32-bit float.
     F32,
+    /// 16-bit float (IEEE half).
     F16,
+    /// 64-bit float.
     F64,
+    /// 64-bit signed integer.
     I64,
+    /// 32-bit signed integer.
     I32,
+    /// 8-bit signed integer.
     I8,
+    /// 8-bit unsigned integer.
     U8,
+    /// Boolean (one byte per element).
     Bool,
 }
 
@@ -31,6 +39,7 @@ impl DType {
         }
     }
 
+    /// Whether the type is a float type.
     pub fn is_float(self) -> bool {
         matches!(self, DType::F32 | DType::F16 | DType::F64)
     }
@@ -45,6 +54,7 @@ impl DType {
         }
     }
 
+    /// The short name used in reports (`f32`, `i64`, ...).
     pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "f32",
@@ -68,20 +78,30 @@ impl fmt::Display for DType {
 /// The elements of a tensor, one vector per element type.
 #[derive(Clone, Debug, PartialEq)]
 pub enum TensorData {
+    /// 32-bit floats.
     F32(Vec<f32>),
+    /// 16-bit floats.
     F16(Vec<f16>),
+    /// 64-bit floats.
     F64(Vec<f64>),
+    /// 64-bit integers.
     I64(Vec<i64>),
+    /// 32-bit integers.
     I32(Vec<i32>),
+    /// 8-bit integers.
     I8(Vec<i8>),
+    /// 8-bit unsigned integers.
     U8(Vec<u8>),
+    /// Booleans.
     Bool(Vec<bool>),
 }
 
 /// A dense tensor in logical (row-major) order.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tensor {
+    /// Extent of every axis.
     pub shape: Vec<usize>,
+    /// The elements, row-major.
     pub data: TensorData,
 }
 
@@ -105,6 +125,7 @@ pub fn strides(shape: &[usize]) -> Vec<usize> {
 }
 
 impl TensorData {
+    /// The element type.
     pub fn dtype(&self) -> DType {
         match self {
             TensorData::F32(_) => DType::F32,
@@ -118,6 +139,7 @@ impl TensorData {
         }
     }
 
+    /// Number of elements.
     pub fn len(&self) -> usize {
         match self {
             TensorData::F32(v) => v.len(),
@@ -131,6 +153,7 @@ impl TensorData {
         }
     }
 
+    /// Whether there are no elements.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -161,6 +184,7 @@ impl TensorData {
         }
     }
 
+    /// The elements as booleans (non-zero is true).
     pub fn to_bool(&self) -> Vec<bool> {
         match self {
             TensorData::Bool(v) => v.clone(),
@@ -218,31 +242,38 @@ impl TensorData {
 }
 
 impl Tensor {
+    /// A tensor of `shape` holding `data` (the caller keeps them consistent).
     pub fn new(shape: Vec<usize>, data: TensorData) -> Tensor {
         debug_assert_eq!(numel(&shape), data.len());
         Tensor { shape, data }
     }
 
+    /// An f32 tensor.
     pub fn from_f32(shape: Vec<usize>, v: Vec<f32>) -> Tensor {
         Tensor::new(shape, TensorData::F32(v))
     }
 
+    /// An i64 tensor.
     pub fn from_i64(shape: Vec<usize>, v: Vec<i64>) -> Tensor {
         Tensor::new(shape, TensorData::I64(v))
     }
 
+    /// A rank-0 f32 tensor.
     pub fn scalar_f32(x: f32) -> Tensor {
         Tensor::from_f32(vec![], vec![x])
     }
 
+    /// The element type.
     pub fn dtype(&self) -> DType {
         self.data.dtype()
     }
 
+    /// Number of elements.
     pub fn numel(&self) -> usize {
         self.data.len()
     }
 
+    /// Number of axes.
     pub fn rank(&self) -> usize {
         self.shape.len()
     }
@@ -279,19 +310,24 @@ impl Tensor {
 /// Element type and static shape of a value.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ValueType {
+    /// Element type.
     pub dtype: DType,
+    /// Extent of every axis.
     pub shape: Vec<usize>,
 }
 
 impl ValueType {
+    /// The type of `dtype` elements in `shape`.
     pub fn new(dtype: DType, shape: Vec<usize>) -> ValueType {
         ValueType { dtype, shape }
     }
 
+    /// Number of elements.
     pub fn numel(&self) -> usize {
         numel(&self.shape)
     }
 
+    /// Bytes of the elements as stored.
     pub fn size_bytes(&self) -> usize {
         self.numel() * self.dtype.size_bytes()
     }

@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! Typed operators of the graph IR.
 //!
 //! Inputs that ONNX passes as tensors but that describe the operation (a reshape's
@@ -35,16 +36,23 @@ pub use pad_flow::{binary_flow, pad_flow, unary_flow};
 pub use shape::{broadcast_shapes, infer_outputs, window_output_extent};
 use te::{ComputeCx, Defined, TirError};
 
+/// Which pooling.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PoolKind {
+    /// The maximum of the window.
     Max,
+    /// The mean of the window.
     Avg,
 }
 
+/// Which reduction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ReduceKind {
+    /// The sum.
     Sum,
+    /// The mean.
     Mean,
+    /// The maximum.
     Max,
 }
 
@@ -52,21 +60,28 @@ pub enum ReduceKind {
 /// `pads` holds the begin pads of every spatial axis, then the end pads (ONNX order).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Window {
+    /// Window extent per spatial axis.
     pub kernel: Vec<usize>,
+    /// Step per spatial axis.
     pub strides: Vec<usize>,
+    /// Spacing of window taps per spatial axis.
     pub dilations: Vec<usize>,
+    /// Begin pads of every spatial axis, then end pads.
     pub pads: Vec<usize>,
 }
 
 impl Window {
+    /// Number of spatial axes.
     pub fn spatial_rank(&self) -> usize {
         self.kernel.len()
     }
 
+    /// Pad before spatial axis `axis`.
     pub fn pad_begin(&self, axis: usize) -> usize {
         self.pads[axis]
     }
 
+    /// Pad after spatial axis `axis`.
     pub fn pad_end(&self, axis: usize) -> usize {
         self.pads[axis + self.kernel.len()]
     }
@@ -75,22 +90,31 @@ impl Window {
 /// Convolution, NC* data and OI* weights: inputs x, w, optional bias.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Conv {
+    /// The sliding window.
     pub window: Window,
+    /// Number of channel groups (depthwise: the channel count).
     pub group: usize,
 }
 
 /// Transposed convolution: inputs x, w (C x M/group x k...), optional bias.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConvTranspose {
+    /// The sliding window (over the output).
     pub window: Window,
+    /// Number of channel groups.
     pub group: usize,
+    /// Extra output extent at the end of each spatial axis.
     pub output_padding: Vec<usize>,
 }
 
+/// Pooling over a sliding window: input x.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pool {
+    /// Maximum or mean.
     pub kind: PoolKind,
+    /// The sliding window.
     pub window: Window,
+    /// Whether the last window may start in the end padding (output extents round up).
     pub ceil_mode: bool,
     /// Average pooling: whether padded positions count in the divisor.
     pub count_include_pad: bool,
@@ -100,45 +124,70 @@ pub struct Pool {
 /// for a negative step that runs to the front).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SliceAxis {
+    /// The axis.
     pub axis: usize,
+    /// First index taken.
     pub start: i64,
+    /// End (exclusive); -1 with a negative step runs to the front.
     pub end: i64,
+    /// Step (non-zero).
     pub step: i64,
 }
 
+/// What Pad writes outside the input.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum PadMode {
+    /// This value.
     Constant(f32),
+    /// The mirror image of the input, without repeating the edge.
     Reflect,
+    /// The edge value repeated.
     Edge,
 }
 
+/// How Resize interpolates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ResizeMode {
+    /// The nearest input element.
     Nearest,
+    /// Linear interpolation along every resized axis.
     Linear,
 }
 
+/// How an output coordinate maps to an input coordinate (ONNX `coordinate_transformation_mode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CoordTransform {
+    /// (x + 0.5) / scale − 0.5.
     HalfPixel,
+    /// As half_pixel, but 0 where the output extent is 1.
     PytorchHalfPixel,
+    /// The corner elements of input and output align.
     AlignCorners,
+    /// x / scale.
     Asymmetric,
 }
 
+/// How a fractional input coordinate rounds in nearest mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum NearestMode {
+    /// Round half down.
     RoundPreferFloor,
+    /// Round half up.
     RoundPreferCeil,
+    /// Round down.
     Floor,
+    /// Round up.
     Ceil,
 }
 
+/// Resize of x to `sizes`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Resize {
+    /// Interpolation.
     pub mode: ResizeMode,
+    /// Coordinate mapping.
     pub coord: CoordTransform,
+    /// Rounding in nearest mode.
     pub nearest: NearestMode,
     /// Scale per axis (output / input), as the coordinate transform uses it.
     pub scales: Vec<f32>,
@@ -537,6 +586,7 @@ impl Op {
 /// The storage of an op's inputs and outputs, as the planner chose it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LaidOut {
+    /// The op on logical tensors.
     pub inner: Op,
     /// Layout and logical shape of each input.
     pub inputs: Vec<(Layout, Vec<usize>)>,

@@ -27,8 +27,11 @@ pub(crate) fn extents(shape: &[usize]) -> Vec<i64> {
 
 /// The stages one op added to a compute graph.
 pub struct Defined {
+    /// The stage holding the op's result.
     pub output: TeTensor,
+    /// Stages the schedule inlines into their consumer (padded copies).
     pub inline: Vec<TeTensor>,
+    /// Stages computed once per row of the output, at the given output axis.
     pub per_row: Vec<(TeTensor, usize)>,
 }
 
