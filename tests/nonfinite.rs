@@ -135,5 +135,15 @@ fn planned_models_propagate_extremes_like_the_source_graph() {
         for (i, (s, q)) in source.iter().zip(&planned).enumerate() {
             same_nonfinite(s, q, 1e-4, &format!("{name} output {i}"));
         }
+        // The native kernels (fused conv epilogues, SIMD clamps, TIR steps) too.
+        let model = layoutopt::runtime::CompiledModel::compile(
+            &p.graph,
+            &layoutopt::runtime::RuntimeOptions { threads: 2 },
+        )
+        .unwrap();
+        let native = model.run(&inputs).unwrap();
+        for (i, (s, q)) in source.iter().zip(&native).enumerate() {
+            same_nonfinite(s, q, 1e-3, &format!("{name} native output {i}"));
+        }
     }
 }

@@ -7,6 +7,7 @@ use super::onnx::*;
 use super::shape::*;
 use super::te::*;
 use super::*;
+use crate::core::scalar::Scalar;
 use crate::core::{numel, Tensor, TensorData, ValueType};
 use crate::ops::{Pool, PoolKind};
 use rayon::prelude::*;
@@ -263,7 +264,8 @@ pub(super) fn pool(p: &Pool, x: &Tensor, out: &ValueType) -> Tensor {
                             .iter_mut()
                             .zip(xin[q..].iter().step_by(s_last));
                         match p.kind {
-                            PoolKind::Max => pairs.for_each(|(a, &v)| *a = a.max(v)),
+                            // NaN propagates (numpy.max, the ONNX reference evaluator).
+                            PoolKind::Max => pairs.for_each(|(a, &v)| *a = Scalar::max(*a, v)),
                             PoolKind::Avg => pairs.for_each(|(a, &v)| *a += v),
                         }
                     });
@@ -283,7 +285,7 @@ pub(super) fn global_pool(kind: PoolKind, x: &Tensor, out: &ValueType) -> Tensor
         .map(|i| {
             let v = &xs[i * plane..(i + 1) * plane];
             match kind {
-                PoolKind::Max => v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                PoolKind::Max => v.iter().copied().fold(f64::NEG_INFINITY, Scalar::max),
                 PoolKind::Avg => v.iter().sum::<f64>() / plane as f64,
             }
         })

@@ -7,6 +7,7 @@ use super::pad_flow::*;
 use super::shape::*;
 use super::te::*;
 use super::*;
+use crate::core::scalar::Scalar;
 use crate::core::{strides, DType, Tensor, TensorData, ValueType};
 use crate::ops::ReduceKind;
 
@@ -171,8 +172,7 @@ pub(super) fn reduce(
             for (&o, v) in dst.iter().zip(x.data.to_f64()) {
                 acc[o] = match kind {
                     // NaN propagates, as in numpy.max.
-                    ReduceKind::Max if v.is_nan() || acc[o].is_nan() => f64::NAN,
-                    ReduceKind::Max => acc[o].max(v),
+                    ReduceKind::Max => Scalar::max(acc[o], v),
                     _ => acc[o] + v,
                 };
             }

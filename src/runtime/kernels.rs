@@ -3,7 +3,8 @@
 //! innermost channel block and compiled per instruction set (`multiversion!`) so
 //! the compiler vectorizes them with the widest registers the CPU has.
 
-use super::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel};
+use super::simd::{clamp_nan, run_vectorized, Isa, Lanes, Vector, VectorKernel};
+use crate::core::scalar::Scalar;
 use crate::graph::{BinaryOp, PoolKind, UnaryOp};
 use crate::layout::Layout;
 use rayon::prelude::*;
@@ -44,7 +45,7 @@ pub fn unary_clamp(u: UnaryOp) -> Option<(f32, f32)> {
 
 multiversion!(clamp_into(x: &[f32], y: &mut [f32], lo: f32, hi: f32) {
     for (o, &v) in y.iter_mut().zip(x) {
-        *o = v.max(lo).min(hi);
+        *o = clamp_nan(v, lo, hi);
     }
 });
 
@@ -61,8 +62,9 @@ multiversion!(binary_into(a: &[f32], b: &[f32], y: &mut [f32], op: BinaryOp) {
         BinaryOp::Sub => each!(|p: f32, q: f32| p - q),
         BinaryOp::Mul => each!(|p: f32, q: f32| p * q),
         BinaryOp::Div => each!(|p: f32, q: f32| p / q),
-        BinaryOp::Max => each!(|p: f32, q: f32| p.max(q)),
-        BinaryOp::Min => each!(|p: f32, q: f32| p.min(q)),
+        // NaN propagates, as in the reference (numpy.maximum semantics).
+        BinaryOp::Max => each!(<f32 as Scalar>::max),
+        BinaryOp::Min => each!(<f32 as Scalar>::min),
         _ => unreachable!("only arithmetic binaries are compiled (see `binary_supported`)"),
     }
 });
@@ -130,7 +132,10 @@ multiversion!(pool_plane(g: &PoolGeom, x: &[f32], y: &mut [f32]) {
                     count += 1;
                     let px = &x[(ih as usize * g.w + iw as usize) * cb..][..cb];
                     match g.kind {
-                        PoolKind::Max => acc.iter_mut().zip(px).for_each(|(a, &v)| *a = a.max(v)),
+                        PoolKind::Max => acc
+                            .iter_mut()
+                            .zip(px)
+                            .for_each(|(a, &v)| *a = <f32 as Scalar>::max(*a, v)),
                         PoolKind::Avg => acc.iter_mut().zip(px).for_each(|(a, &v)| *a += v),
                     }
                 }

@@ -98,6 +98,17 @@ pub struct Epilogue {
     pub max: f32,
 }
 
+/// `v` clamped into `[lo, hi]`, NaN kept NaN (as ONNX Relu and Clip, and the
+/// reference executor, do; `f32::max` would turn it into `lo`).
+#[inline(always)]
+pub(super) fn clamp_nan(v: f32, lo: f32, hi: f32) -> f32 {
+    if v.is_nan() {
+        v
+    } else {
+        v.max(lo).min(hi)
+    }
+}
+
 /// Operations of one vector of `LANES` f32.
 pub(super) trait Vector: Copy {
     const LANES: usize;
@@ -137,7 +148,7 @@ impl Vector for Scalar {
     }
     #[inline(always)]
     unsafe fn clamp(a: Self, lo: Self, hi: Self) -> Self {
-        Scalar(a.0.max(lo.0).min(hi.0))
+        Scalar(clamp_nan(a.0, lo.0, hi.0))
     }
     #[inline(always)]
     unsafe fn store(self, p: *mut f32) {
@@ -165,7 +176,7 @@ impl Vector for Portable {
     }
     #[inline(always)]
     unsafe fn clamp(a: Self, lo: Self, hi: Self) -> Self {
-        Portable(std::array::from_fn(|i| a.0[i].max(lo.0[i]).min(hi.0[i])))
+        Portable(std::array::from_fn(|i| clamp_nan(a.0[i], lo.0[i], hi.0[i])))
     }
     #[inline(always)]
     unsafe fn store(self, p: *mut f32) {
@@ -203,7 +214,9 @@ mod x86 {
         }
         #[inline(always)]
         unsafe fn clamp(a: Self, lo: Self, hi: Self) -> Self {
-            Zmm(_mm512_min_ps(_mm512_max_ps(a.0, lo.0), hi.0))
+            // vmaxps/vminps return their second operand when either is NaN:
+            // with the value second, a NaN passes through (ONNX Relu/Clip).
+            Zmm(_mm512_min_ps(hi.0, _mm512_max_ps(lo.0, a.0)))
         }
         #[inline(always)]
         unsafe fn store(self, p: *mut f32) {
@@ -231,7 +244,8 @@ mod x86 {
         }
         #[inline(always)]
         unsafe fn clamp(a: Self, lo: Self, hi: Self) -> Self {
-            Ymm(_mm256_min_ps(_mm256_max_ps(a.0, lo.0), hi.0))
+            // NaN passes through: see the AVX-512 clamp.
+            Ymm(_mm256_min_ps(hi.0, _mm256_max_ps(lo.0, a.0)))
         }
         #[inline(always)]
         unsafe fn store(self, p: *mut f32) {
@@ -312,7 +326,7 @@ unsafe fn tile_n<V: Vector, const N: usize, const M: usize>(
                     if let Some(r) = st.residual {
                         y += *r.offset(off + co);
                     }
-                    *st.out.offset(off + co) = y.max(ep.min).min(ep.max);
+                    *st.out.offset(off + co) = clamp_nan(y, ep.min, ep.max);
                 }
             }
         }
