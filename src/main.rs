@@ -69,8 +69,8 @@ enum Command {
         /// Seed for random inputs.
         #[arg(long, default_value_t = 0)]
         seed: u64,
-        /// Worker threads (0: one per core).
-        #[arg(long, default_value_t = 0)]
+        /// Worker threads (0: one per core; at most 4 per core).
+        #[arg(long, default_value_t = 0, value_parser = cli::parse_threads)]
         threads: usize,
         #[command(flatten)]
         planning: Planning,

@@ -74,6 +74,12 @@ fn usage_errors_exit_2() {
         vec!["plan", "m.onnx", "--target", "nchw0c"],
         vec!["export", "m.onnx"],
         vec!["bench", "m.onnx", "--iterations", "0"],
+        // Counts that would start 100,000 threads or allocate 2^64 timings.
+        vec!["bench", "m.onnx", "--threads", "100000"],
+        vec!["bench", "m.onnx", "--threads", "18446744073709551615"],
+        vec!["bench", "m.onnx", "--runs", "18446744073709551615"],
+        vec!["bench", "m.onnx", "--warmup", "99999999999"],
+        vec!["run", "m.onnx", "--threads", "100000"],
     ] {
         let o = layoutopt(&args);
         assert_eq!(o.code, 2, "{args:?}: {}", o.stderr);
@@ -82,6 +88,8 @@ fn usage_errors_exit_2() {
     }
     let o = layoutopt(&["plan", "m.onnx", "--planner", "best"]);
     assert!(o.stderr.contains("global"), "{}", o.stderr);
+    let o = layoutopt(&["run", "m.onnx", "--threads", "100000"]);
+    assert!(o.stderr.contains("4 per core"), "{}", o.stderr);
 }
 
 #[test]

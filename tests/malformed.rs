@@ -189,7 +189,48 @@ fn onnx_cases() -> Vec<Case> {
     let mut wrong_declared = relu_model();
     wrong_declared.graph.as_mut().unwrap().output[0] = value_info("y", F32, &[3, 3]);
 
+    // A Relu declaring a second output that another node reads.
+    let relu_two_outputs = onnx(
+        vec![
+            node("Relu", "relu", &["x"], &["r", "ghost"]),
+            node("Add", "add", &["r", "ghost"], &["y"]),
+        ],
+        &[("x", &[2, 3])],
+        ("y", &[2, 3]),
+    );
+    let split_with = |k: i64| {
+        let mut m = model(
+            vec![node_with(
+                node("Split", "split", &["x"], &["a", "b"]),
+                vec![int_attr("num_outputs", k)],
+            )],
+            vec![value_info("x", F32, &[4, 3])],
+            vec![value_info("a", F32, &[2, 3]), value_info("b", F32, &[2, 3])],
+            vec![],
+            18,
+        );
+        clear_output_shape(&mut m);
+        model_bytes(&m)
+    };
     let mut cases = vec![
+        case(
+            "onnx output read but not produced",
+            "relu2.onnx",
+            model_bytes(&relu_two_outputs),
+            &["output 'ghost' is not produced", "relu"],
+        ),
+        case(
+            "onnx split num_outputs negative",
+            "split_neg.onnx",
+            split_with(-1),
+            &["num_outputs is -1, but the node has 2 outputs", "split"],
+        ),
+        case(
+            "onnx split num_outputs huge",
+            "split_huge.onnx",
+            split_with(1 << 40),
+            &["num_outputs is 1099511627776", "split"],
+        ),
         case(
             "onnx truncated file",
             "truncated.onnx",

@@ -44,6 +44,17 @@ pub fn parse_target(s: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
+/// Checks a `--threads` value at parse time: 0 (one per core) up to 4 per core.
+pub fn parse_threads(s: &str) -> Result<usize, String> {
+    let max = layoutopt::runtime::max_threads();
+    match s.parse::<usize>() {
+        Ok(n) if n <= max => Ok(n),
+        _ => Err(format!(
+            "'{s}' is not a thread count: give 0 (one per core) up to {max} (4 per core)"
+        )),
+    }
+}
+
 /// Planner and target family options shared by the planning commands.
 #[derive(clap::Args, Clone)]
 pub struct Planning {

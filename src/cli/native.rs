@@ -11,15 +11,15 @@ type CliResult<T> = Result<T, Box<dyn std::error::Error>>;
 /// Options of `layoutopt bench`.
 #[derive(clap::Args)]
 pub struct BenchArgs {
-    /// Worker threads (0: one per core).
-    #[arg(long, default_value_t = 0)]
+    /// Worker threads (0: one per core; at most 4 per core).
+    #[arg(long, default_value_t = 0, value_parser = super::parse_threads)]
     pub threads: usize,
-    /// Timed runs.
-    #[arg(long, alias = "iterations", default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Timed runs (1 to 1,000,000).
+    #[arg(long, alias = "iterations", default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub runs: u64,
-    /// Untimed runs first.
-    #[arg(long, default_value_t = 5)]
-    pub warmup: usize,
+    /// Untimed runs first (at most 1,000,000).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub warmup: u64,
     /// Also print the time of every step (fused kernel or fallback).
     #[arg(long)]
     pub profile: bool,
@@ -70,7 +70,7 @@ pub fn bench_native(g: &Graph, inputs: &[Tensor], args: &BenchArgs) -> CliResult
     let report = bench(
         &model,
         inputs,
-        args.warmup,
+        args.warmup as usize,
         args.runs as usize,
         args.profile,
     )?;

@@ -380,11 +380,22 @@ impl Importer {
                 ),
             ));
         }
-        let inputs: Vec<Option<ValueRef>> = n
-            .input
-            .iter()
-            .map(|name| (!name.is_empty()).then(|| self.values[name]))
-            .collect();
+        let mut inputs: Vec<Option<ValueRef>> = Vec::with_capacity(n.input.len());
+        for name in &n.input {
+            if name.is_empty() {
+                inputs.push(None);
+                continue;
+            }
+            let v = self.values.get(name).copied().ok_or_else(|| {
+                ImportError::layer(
+                    &span,
+                    format!(
+                        "input '{name}' is produced by no earlier node, initializer or graph input"
+                    ),
+                )
+            })?;
+            inputs.push(Some(v));
+        }
         let mut ctx = ops::NodeCtx {
             node: n,
             span: &span,
@@ -394,6 +405,16 @@ impl Importer {
             file: &self.file,
         };
         let outputs = ops::convert(&mut ctx)?;
+        if let Some(extra) = n.output.iter().skip(outputs.len()).find(|o| !o.is_empty()) {
+            return Err(ImportError::layer(
+                &span,
+                format!(
+                    "output '{extra}' is not produced: {} gives {} output(s) here",
+                    n.op_type,
+                    outputs.len()
+                ),
+            ));
+        }
         for (name, v) in n.output.iter().zip(outputs) {
             if !name.is_empty() {
                 let v = match v {

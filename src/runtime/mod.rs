@@ -57,6 +57,13 @@ pub struct RuntimeOptions {
     pub threads: usize,
 }
 
+/// The most worker threads a model may use: 4 per core. More only add
+/// contention, and a count read from a user (`--threads 100000`) must not
+/// start that many threads.
+pub fn max_threads() -> usize {
+    4 * std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// Where a value lives while the model runs.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Slot {
@@ -184,10 +191,19 @@ impl Buffers<'_> {
 impl CompiledModel {
     /// Compiles a planned graph.
     pub fn compile(graph: &Graph, options: &RuntimeOptions) -> Result<CompiledModel, RuntimeError> {
-        let threads = if options.threads == 0 {
-            std::thread::available_parallelism().map_or(1, |n| n.get())
-        } else {
-            options.threads
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = match options.threads {
+            0 => cores,
+            n if n > max_threads() => {
+                return Err(RuntimeError::Threads {
+                    threads: n,
+                    message: format!(
+                        "more than {} (4 per core) would only compete for {cores} cores",
+                        max_threads()
+                    ),
+                })
+            }
+            n => n,
         };
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)

@@ -793,7 +793,12 @@ fn split(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
             let n = if c.opset >= 18 {
                 match c.int("num_outputs", 0)? {
                     0 => n_out,
-                    k => k as usize,
+                    k if usize::try_from(k) == Ok(n_out) => n_out,
+                    k => {
+                        return Err(c.err(format!(
+                            "num_outputs is {k}, but the node has {n_out} outputs"
+                        )))
+                    }
                 }
             } else {
                 n_out
