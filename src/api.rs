@@ -105,7 +105,7 @@ pub fn is_tflite(bytes: &[u8]) -> bool {
 /// reported as a bad TFLite file, anything else is read as ONNX.
 pub fn load_model(path: &Path) -> Result<Graph, Error> {
     let file = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| ImportError::Io {
+    let bytes = crate::frontend::read_file(path).map_err(|source| ImportError::Io {
         path: file.clone(),
         source,
     })?;

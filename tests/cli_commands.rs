@@ -324,3 +324,29 @@ fn a_copied_binary_plans_with_its_built_in_rules() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Paths that are not regular files are refused before they are opened: a FIFO
+/// would block the read forever and a device would never end.
+#[test]
+fn non_regular_model_paths_are_refused_at_once() {
+    let dir = scratch_dir("cli_non_regular");
+    let fifo = dir.join("model.onnx");
+    let made = Command::new("mkfifo").arg(&fifo).status();
+    let link = dir.join("zero.onnx");
+    std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+    let mut paths = vec![link, dir.clone(), "/dev/zero".into()];
+    if made.is_ok_and(|s| s.success()) {
+        paths.push(fifo);
+    }
+    for p in paths {
+        let start = std::time::Instant::now();
+        let o = layoutopt(&["inspect", p.to_str().unwrap()]);
+        assert_eq!(o.code, 1, "{}: {}", p.display(), o.stderr);
+        assert!(o.stderr.contains("not a regular file"), "{}", o.stderr);
+        assert!(
+            start.elapsed().as_secs() < 10,
+            "{} took too long",
+            p.display()
+        );
+    }
+}

@@ -1,3 +1,37 @@
 //! Model importers: each turns a file into a `Graph` with per-layer spans.
 pub mod onnx;
 pub mod tflite;
+
+use std::path::Path;
+
+/// Reads a model, tensor or external-data file whole. Only a regular file is
+/// read: a FIFO would block forever and a device (`/dev/zero`) never ends, so
+/// those, and directories, are refused before they are opened. A file larger
+/// than the memory budget (`LAYOUTOPT_MEMORY_LIMIT`) is refused before reading.
+pub fn read_file(path: &Path) -> std::io::Result<Vec<u8>> {
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file (a directory, FIFO or device is never read)",
+        ));
+    }
+    check_size(meta.len())?;
+    std::fs::read(path)
+}
+
+/// An error when `bytes` would pass the memory budget.
+pub(crate) fn check_size(bytes: u64) -> std::io::Result<()> {
+    let limit = crate::graph::memory_limit();
+    if bytes > limit {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "{} is more than the memory budget of {} (set LAYOUTOPT_MEMORY_LIMIT)",
+                crate::graph::format_bytes(bytes),
+                crate::graph::format_bytes(limit)
+            ),
+        ));
+    }
+    Ok(())
+}

@@ -69,7 +69,7 @@ pub struct ImportOptions {
 
 /// Reads and imports an ONNX model file.
 pub fn load_onnx(path: &Path, opts: &ImportOptions) -> Result<Graph, ImportError> {
-    let bytes = std::fs::read(path).map_err(|source| ImportError::Io {
+    let bytes = crate::frontend::read_file(path).map_err(|source| ImportError::Io {
         path: path.display().to_string(),
         source,
     })?;
@@ -79,7 +79,7 @@ pub fn load_onnx(path: &Path, opts: &ImportOptions) -> Result<Graph, ImportError
 /// Reads one serialized `TensorProto` (the `.pb` files of ONNX test data sets).
 pub fn load_tensor_pb(path: &Path) -> Result<(String, Tensor), ImportError> {
     let label = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| ImportError::Io {
+    let bytes = crate::frontend::read_file(path).map_err(|source| ImportError::Io {
         path: label.clone(),
         source,
     })?;

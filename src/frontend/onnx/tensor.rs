@@ -83,6 +83,13 @@ fn read_external(tp: &TensorProto, base_dir: Option<&Path>) -> Result<Vec<u8>, S
             real.display()
         ));
     }
+    // Never open a FIFO or device: opening one may block, reading it never ends.
+    if !std::fs::metadata(&real).map_err(cannot)?.is_file() {
+        return Err(format!(
+            "external data file {} is not a regular file",
+            path.display()
+        ));
+    }
     let mut file = std::fs::File::open(&real).map_err(cannot)?;
     let file_len = file.metadata().map_err(cannot)?.len();
     let end = match length {
