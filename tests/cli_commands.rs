@@ -350,3 +350,38 @@ fn non_regular_model_paths_are_refused_at_once() {
         );
     }
 }
+
+/// `export -o` and `explore -o` never overwrite the input model, under its own
+/// name or another, nor write through a symbolic link.
+#[test]
+fn outputs_never_replace_the_input_or_follow_links() {
+    let dir = scratch_dir("cli_output_safety");
+    let model = dir.join("m.onnx");
+    std::fs::copy(resnet(), &model).unwrap();
+    let before = std::fs::read(&model).unwrap();
+    let alias = dir.join("alias.onnx");
+    std::fs::hard_link(&model, &alias).unwrap();
+    let target = dir.join("target.txt");
+    std::fs::write(&target, "keep me").unwrap();
+    let link = dir.join("link.onnx");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let m = model.to_str().unwrap();
+    for cmd in ["export", "explore"] {
+        for (out, needle) in [
+            (m, "is the input model"),
+            (alias.to_str().unwrap(), "is the input model"),
+            (link.to_str().unwrap(), "symbolic link"),
+        ] {
+            let o = layoutopt(&[cmd, m, "-o", out]);
+            assert_eq!(o.code, 1, "{cmd} -o {out}: {}", o.stderr);
+            assert!(o.stderr.contains(needle), "{cmd} -o {out}: {}", o.stderr);
+        }
+    }
+    assert_eq!(std::fs::read(&model).unwrap(), before);
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me");
+    // A fresh path is written.
+    let fresh = dir.join("out.onnx");
+    let o = layoutopt(&["export", m, "-o", fresh.to_str().unwrap()]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(fresh.exists());
+}

@@ -4,7 +4,36 @@ use super::{load, CliResult, Planning};
 use layoutopt::export::{opset_for, save_model, ExportOptions};
 use std::path::Path;
 
+/// Refuses an output path that is the input model itself (under any name) or a
+/// symbolic link, whose target the write would silently replace.
+fn check_output(model: &Path, out: &Path) -> CliResult {
+    if std::fs::symlink_metadata(out).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(format!(
+            "{} is a symbolic link: refusing to write through it (remove it or pick another path)",
+            out.display()
+        )
+        .into());
+    }
+    // The same file under any name (a hard link included): same device and inode.
+    let same = |a: &Path, b: &Path| {
+        use std::os::unix::fs::MetadataExt;
+        match (std::fs::metadata(a), std::fs::metadata(b)) {
+            (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+            _ => false,
+        }
+    };
+    if same(model, out) {
+        return Err(format!(
+            "{} is the input model: refusing to overwrite it",
+            out.display()
+        )
+        .into());
+    }
+    Ok(())
+}
+
 pub fn export(model: &Path, out: &Path, planning: &Planning) -> CliResult {
+    check_output(model, out)?;
     let source = load(model)?;
     let planned = planning.plan(&source)?;
     // The exported model keeps the source's output names.
@@ -33,6 +62,7 @@ pub fn export(model: &Path, out: &Path, planning: &Planning) -> CliResult {
 }
 
 pub fn explore(model: &Path, out: &Path, planning: &Planning, other: &str) -> CliResult {
+    check_output(model, out)?;
     let source = load(model)?;
     let first = planning.plan(&source)?;
     let second = planning.plan_with(&source, other)?;
