@@ -385,3 +385,29 @@ fn outputs_never_replace_the_input_or_follow_links() {
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(fresh.exists());
 }
+
+/// A recorded output of the wrong shape is an error, never compared as if fine.
+#[test]
+fn recorded_outputs_of_the_wrong_shape_are_refused() {
+    use protobuf::Message;
+    let dir = scratch_dir("cli_recorded_shape");
+    let src = Path::new(resnet().as_str()).parent().unwrap().to_path_buf();
+    std::fs::copy(src.join("model.onnx"), dir.join("model.onnx")).unwrap();
+    let data = dir.join("test_data_set_0");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::copy(
+        src.join("test_data_set_0/input_0.pb"),
+        data.join("input_0.pb"),
+    )
+    .unwrap();
+    let wrong = layoutopt::graph::Tensor::from_f32(vec![1, 9], vec![0.0; 9]);
+    let proto = layoutopt::frontend::onnx::tensor_to_proto("output", &wrong);
+    std::fs::write(data.join("output_0.pb"), proto.write_to_bytes().unwrap()).unwrap();
+    let o = layoutopt(&["run", dir.join("model.onnx").to_str().unwrap()]);
+    assert_eq!(o.code, 1, "{}", o.stdout);
+    assert!(
+        o.stderr.contains("recorded output 0 is f32[1, 9]"),
+        "{}",
+        o.stderr
+    );
+}

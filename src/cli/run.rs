@@ -123,17 +123,57 @@ pub fn run(
             if vals.len() > 5 { ", ..." } else { "" }
         )?;
         if let Some(exp) = expected.as_ref().and_then(|e| e.get(i)) {
-            let err = exp
-                .data
-                .to_f64()
-                .iter()
-                .zip(&vals)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0.0, f64::max);
+            if exp.dtype() != out.dtype() || exp.shape != out.shape {
+                return Err(format!(
+                    "recorded output {i} is {}{:?}, but output '{}' is {}{:?}",
+                    exp.dtype(),
+                    exp.shape,
+                    g.value(*v).name,
+                    out.dtype(),
+                    out.shape
+                )
+                .into());
+            }
+            let (err, mismatched) = compare_values(&exp.data.to_f64(), &vals);
             outln!("  max abs error vs recorded output: {err:.3e}")?;
+            if mismatched > 0 {
+                outln!(
+                    "  {mismatched} element(s) are NaN or infinite on one side only (counted apart from the error)"
+                )?;
+            }
+        }
+        let nonfinite = vals.iter().filter(|x| !x.is_finite()).count();
+        if nonfinite > 0 {
+            outln!("  {nonfinite} element(s) are NaN or infinite")?;
+        }
+    }
+    if let Some(exp) = &expected {
+        if exp.len() != outputs.len() {
+            return Err(format!(
+                "{} recorded outputs for a model with {} outputs",
+                exp.len(),
+                outputs.len()
+            )
+            .into());
         }
     }
     Ok(())
+}
+
+/// The largest absolute difference over the elements finite on both sides, and
+/// how many elements differ in kind: NaN, +inf or -inf on one side but not the
+/// same on the other. A NaN never hides in a maximum (`f64::max` skips NaN).
+fn compare_values(expected: &[f64], got: &[f64]) -> (f64, usize) {
+    let mut err = 0.0f64;
+    let mut mismatched = 0;
+    for (&a, &b) in expected.iter().zip(got) {
+        if a.is_finite() && b.is_finite() {
+            err = err.max((a - b).abs());
+        } else if !(a.is_nan() && b.is_nan() || a == b) {
+            mismatched += 1;
+        }
+    }
+    (err, mismatched)
 }
 
 /// Compiles the planned model and prints latency percentiles over the runs
@@ -149,4 +189,19 @@ pub fn bench(model: &Path, planning: &Planning, args: &native::BenchArgs) -> Cli
         planned.report.family
     )?;
     native::bench_native(&planned.graph, &inputs, args)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::compare_values;
+
+    #[test]
+    fn nan_and_inf_never_hide_in_the_error() {
+        let nan = f64::NAN;
+        let inf = f64::INFINITY;
+        // Same non-finite values agree; a NaN against a number is a mismatch.
+        assert_eq!(compare_values(&[1.0, nan, inf], &[1.5, nan, inf]), (0.5, 0));
+        assert_eq!(compare_values(&[1.0, 2.0], &[nan, 2.0]), (0.0, 1));
+        assert_eq!(compare_values(&[nan, -inf], &[0.0, inf]), (0.0, 2));
+    }
 }
