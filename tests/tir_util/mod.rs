@@ -118,11 +118,20 @@ pub fn check_jit_func(
     let mut views: Vec<&mut [f32]> = bufs.iter_mut().map(|b| b.as_mut_slice()).collect();
     jit.call(&mut views)
         .unwrap_or_else(|e| panic!("{e}\n{}", f.to_text()));
-    // f32 rounding in an early stage carries into every later one (through
-    // cancelling sums too), so the tolerance scales with the largest value any
-    // buffer holds, not only the one compared.
+    // f32 rounding error grows with the magnitude of the terms summed, not of the
+    // result (sums cancel), and carries from stage to stage. The same function
+    // run on |inputs| bounds those magnitudes for the sums and products these
+    // schedules compute; the tolerance scales with its largest value.
+    let abs_ins: HashMap<String, Vec<f64>> = ins
+        .iter()
+        .map(|(k, v)| (k.clone(), v.iter().map(|x| x.abs()).collect()))
+        .collect();
+    let (magnitudes, _) = interp
+        .run(f, &abs_ins)
+        .unwrap_or_else(|e| panic!("{e}\n{}", f.to_text()));
     let scale = want
         .values()
+        .chain(magnitudes.values())
         .flatten()
         .fold(1.0f64, |m, x| m.max(1.0 + x.abs()));
     for (name, got) in jit.param_names().iter().zip(&bufs) {
