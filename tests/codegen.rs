@@ -12,7 +12,7 @@ use layoutopt::tir::expr::{Expr, Intrinsic, Var};
 use layoutopt::tir::interp::Interpreter;
 use layoutopt::tir::lower::{lower, LowerOptions, LoweredFunc};
 use layoutopt::tir::schedule::{ForKind, Schedule};
-use layoutopt::tir::stmt::Stmt;
+use layoutopt::tir::stmt::{Loop, Stmt};
 use proptest::prelude::*;
 use tir_util::gen::{pipeline, random_schedule, Choices};
 use tir_util::{check_jit, check_jit_func};
@@ -238,40 +238,26 @@ fn with_store_index(index: impl Fn(&Var, &Var) -> Expr) -> (LoweredFunc, Compute
     let (g, c) = axpy(4, 6);
     let s = Schedule::new(&g, &[c]).unwrap();
     let mut f = lower(&s, &LowerOptions::default()).unwrap();
-    let Stmt::For { var: i, body, .. } = &f.body else {
+    let Stmt::For(outer) = &f.body else {
         panic!("{}", f.to_text())
     };
-    let Stmt::For {
-        var: j,
-        min,
-        extent,
-        body: store,
-        ..
-    } = &**body
-    else {
+    let Stmt::For(inner) = &*outer.body else {
         panic!("{}", f.to_text())
     };
-    let Stmt::Store { buffer, value, .. } = &**store else {
+    let Stmt::Store { buffer, value, .. } = &*inner.body else {
         panic!("{}", f.to_text())
     };
-    let inner = Stmt::For {
-        var: j.clone(),
-        min: min.clone(),
-        extent: extent.clone(),
-        kind: ForKind::Serial,
-        body: Box::new(Stmt::Store {
-            buffer: *buffer,
-            index: index(i, j),
-            value: value.clone(),
-        }),
+    let (i, j) = (&outer.var, &inner.var);
+    let store = Stmt::Store {
+        buffer: *buffer,
+        index: index(i, j),
+        value: value.clone(),
     };
-    f.body = Stmt::For {
-        var: i.clone(),
-        min: Expr::Int(0),
-        extent: Expr::Int(4),
-        kind: ForKind::Serial,
-        body: Box::new(inner),
+    let serial = |v: &Var, min: Expr, extent: Expr, body| {
+        Loop::stmt(v.clone(), min, extent, ForKind::Serial, body)
     };
+    let inner = serial(j, inner.min.clone(), inner.extent.clone(), store);
+    f.body = serial(i, Expr::Int(0), Expr::Int(4), inner);
     (f, g)
 }
 

@@ -334,17 +334,11 @@ fn collect(
     out: &mut Vec<Access>,
 ) -> bool {
     match s {
-        Stmt::For {
-            var,
-            min,
-            extent,
-            body,
-            ..
-        } => {
-            loads(min, loops, inner, out);
-            loads(extent, loops, inner, out);
-            loops.push((var.clone(), Range::new(min.clone(), extent.clone())));
-            let ok = collect(body, loops, inner, out);
+        Stmt::For(l) => {
+            loads(&l.min, loops, inner, out);
+            loads(&l.extent, loops, inner, out);
+            loops.push((l.var.clone(), Range::new(l.min.clone(), l.extent.clone())));
+            let ok = collect(&l.body, loops, inner, out);
             loops.pop();
             ok
         }

@@ -20,7 +20,7 @@ use super::{CodegenError, CodegenStats};
 use crate::tir::expr::{BinOp, Expr, Intrinsic, TensorId, Var};
 use crate::tir::lower::LoweredFunc;
 use crate::tir::schedule::ForKind;
-use crate::tir::stmt::{KernelArg, Stmt};
+use crate::tir::stmt::{KernelArg, Loop, Stmt};
 
 type R<T> = Result<T, CodegenError>;
 
@@ -576,13 +576,7 @@ impl FnEmitter<'_, '_, '_> {
 
     fn stmt(&mut self, s: &Stmt) -> R<()> {
         match s {
-            Stmt::For {
-                var,
-                min,
-                extent,
-                kind,
-                body,
-            } => self.for_loop(var, min, extent, *kind, body),
+            Stmt::For(l) => self.for_loop(l),
             Stmt::Allocate { buffer, size, body } => self.allocate(*buffer, size, body),
             Stmt::Store {
                 buffer,
@@ -729,14 +723,8 @@ impl FnEmitter<'_, '_, '_> {
         Ok(())
     }
 
-    fn for_loop(
-        &mut self,
-        var: &Var,
-        min: &Expr,
-        extent: &Expr,
-        kind: ForKind,
-        body: &Stmt,
-    ) -> R<()> {
+    fn for_loop(&mut self, l: &Loop) -> R<()> {
+        let (var, min, extent, kind, body) = (&l.var, &l.min, &l.extent, l.kind, &*l.body);
         let what = || format!("the range of loop `{}`", var.name);
         let lo = self.int(min, &what)?;
         let n = self.int(extent, &what)?;

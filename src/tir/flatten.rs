@@ -51,19 +51,7 @@ pub fn storage_flatten(
             index: flat_index(*tensor, indices, views)?,
             value: flatten_expr(value, views)?,
         },
-        Stmt::For {
-            var,
-            min,
-            extent,
-            kind,
-            body,
-        } => Stmt::For {
-            var: var.clone(),
-            min: min.clone(),
-            extent: extent.clone(),
-            kind: *kind,
-            body: Box::new(storage_flatten(body, layouts, views)?),
-        },
+        Stmt::For(l) => l.with_body(storage_flatten(&l.body, layouts, views)?),
         Stmt::Seq(v) => Stmt::seq(
             v.iter()
                 .map(|x| storage_flatten(x, layouts, views))

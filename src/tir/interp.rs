@@ -7,7 +7,7 @@ use super::error::TirError;
 use super::eval::{eval_scalar, Value};
 use super::expr::{Expr, TensorId};
 use super::lower::LoweredFunc;
-use super::stmt::{KernelArg, Stmt};
+use super::stmt::{KernelArg, Loop, Stmt};
 
 /// What a run did, for tests that check iteration counts and buffer sizes.
 #[derive(Clone, Debug, Default)]
@@ -160,13 +160,13 @@ impl Machine<'_> {
 
     fn exec(&mut self, s: &Stmt) -> Result<(), String> {
         match s {
-            Stmt::For {
+            Stmt::For(Loop {
                 var,
                 min,
                 extent,
                 body,
                 ..
-            } => {
+            }) => {
                 let (lo, n) = (self.int(min)?, self.int(extent)?);
                 self.stats
                     .loop_extents

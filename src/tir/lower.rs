@@ -16,7 +16,7 @@ use super::layout::BufferLayout;
 use super::passes::{partition_loops, remove_trivial_loops, simplify_stmt};
 use super::schedule::{Attach, Relation, Schedule, ScheduleState, Stage};
 use super::simplify::{prove_ge_zero, prove_le_zero, simplify_with, VarBounds};
-use super::stmt::{BufferView, KernelArg, Stmt};
+use super::stmt::{BufferView, KernelArg, Loop, Stmt};
 
 #[derive(Clone, Debug)]
 pub struct LowerOptions {
@@ -439,13 +439,14 @@ struct NestBuilder<'a> {
 impl NestBuilder<'_> {
     fn for_loop(&self, iv: &IterVar, body: Stmt) -> Result<Stmt, TirError> {
         let r = self.ctx.b.range(iv)?;
-        Ok(Stmt::For {
-            var: iv.var.clone(),
-            min: r.min.clone(),
-            extent: r.extent.clone(),
-            kind: self.s.for_kind(&iv.var),
-            body: Box::new(body),
-        })
+        let kind = self.s.for_kind(&iv.var);
+        Ok(Loop::stmt(
+            iv.var.clone(),
+            r.min.clone(),
+            r.extent.clone(),
+            kind,
+            body,
+        ))
     }
 
     /// The init of a reduction: loops over the data leaves from position `k` inwards.

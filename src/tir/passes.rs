@@ -9,15 +9,10 @@ use super::stmt::Stmt;
 /// became constant and loops that run zero times.
 pub fn simplify_stmt(s: &Stmt, vb: &mut VarBounds) -> Stmt {
     match s {
-        Stmt::For {
-            var,
-            min,
-            extent,
-            kind,
-            body,
-        } => {
-            let min = simplify_with(min, vb);
-            let extent = simplify_with(extent, vb);
+        Stmt::For(l) => {
+            let var = &l.var;
+            let min = simplify_with(&l.min, vb);
+            let extent = simplify_with(&l.extent, vb);
             if matches!(const_bounds(&extent, vb).1, Some(h) if h <= 0) {
                 return Stmt::Seq(vec![]);
             }
@@ -28,18 +23,12 @@ pub fn simplify_stmt(s: &Stmt, vb: &mut VarBounds) -> Stmt {
             ) {
                 vb.set(var, lo, hi);
             }
-            let body = simplify_stmt(body, vb);
+            let body = simplify_stmt(&l.body, vb);
             restore(vb, var, saved);
             if body == Stmt::Seq(vec![]) {
                 return body;
             }
-            Stmt::For {
-                var: var.clone(),
-                min,
-                extent,
-                kind: *kind,
-                body: Box::new(body),
-            }
+            l.with(min, extent, body)
         }
         Stmt::IfThenElse {
             cond,
@@ -109,7 +98,7 @@ fn partition_candidates(s: &Stmt, var: &Var) -> usize {
         found
     };
     s.visit(&mut |x| match x {
-        Stmt::For { extent, .. } => n += has_min(extent) as usize,
+        Stmt::For(l) => n += has_min(&l.extent) as usize,
         Stmt::Realize { bounds, .. } => n += bounds.iter().filter(|r| has_min(&r.extent)).count(),
         Stmt::IfThenElse {
             cond, likely: true, ..
@@ -151,7 +140,7 @@ fn partition_facts(s: &Stmt, var: &Var, vb: &VarBounds) -> Vec<Expr> {
         })
     };
     s.visit(&mut |x| match x {
-        Stmt::For { extent, .. } => from_extent(extent, &mut add),
+        Stmt::For(l) => from_extent(&l.extent, &mut add),
         Stmt::Realize { bounds, .. } => {
             bounds.iter().for_each(|r| from_extent(&r.extent, &mut add))
         }
@@ -169,8 +158,8 @@ fn partition_facts(s: &Stmt, var: &Var, vb: &VarBounds) -> Vec<Expr> {
     // Only facts about variables bound outside `s` can stand at its top.
     let mut inner_vars = Vec::new();
     s.visit(&mut |x| {
-        if let Stmt::For { var, .. } = x {
-            inner_vars.push(var.clone());
+        if let Stmt::For(l) = x {
+            inner_vars.push(l.var.clone());
         }
     });
     facts.retain(|f| !inner_vars.iter().any(|v| f.uses_var(v)));
@@ -193,29 +182,18 @@ fn conjuncts(e: &Expr) -> Vec<Expr> {
 /// iteration, simplified until it is free of them, and the last iteration on its own.
 pub fn partition_loops(s: &Stmt, vb: &mut VarBounds) -> Stmt {
     match s {
-        Stmt::For {
-            var,
-            min,
-            extent,
-            kind,
-            body,
-        } => {
+        Stmt::For(l) => {
+            let var = &l.var;
             let saved = vb.get(var);
-            let (Some(lo), Some(ext)) = (min.as_int(), extent.as_int()) else {
+            let (Some(lo), Some(ext)) = (l.min.as_int(), l.extent.as_int()) else {
                 return with_bound(vb, var, None, |vb| {
                     s.map_children(&mut |b| partition_loops(b, vb))
                 });
             };
             let body = with_bound(vb, var, Some((lo, lo + ext - 1)), |vb| {
-                partition_loops(body, vb)
+                partition_loops(&l.body, vb)
             });
-            let rebuilt = |b: Stmt, lo: i64, ext: i64| Stmt::For {
-                var: var.clone(),
-                min: Expr::Int(lo),
-                extent: Expr::Int(ext),
-                kind: *kind,
-                body: Box::new(b),
-            };
+            let rebuilt = |b: Stmt, lo: i64, ext: i64| l.with(Expr::Int(lo), Expr::Int(ext), b);
             if ext >= 2 && partition_candidates(&body, var) > 0 {
                 let (main, facts) = with_bound(vb, var, Some((lo, lo + ext - 2)), |vb| {
                     (simplify_stmt(&body, vb), partition_facts(&body, var, vb))
@@ -265,14 +243,8 @@ pub fn remove_trivial_loops(s: &Stmt) -> Stmt {
     // Bottom-up: each loop's body has already lost its own trivial loops.
     s.rewrite(
         &mut |x| match x {
-            Stmt::For {
-                var,
-                min,
-                extent: Expr::Int(1),
-                body,
-                ..
-            } => body.rewrite(&mut |y| y, &mut |e| {
-                e.substitute(&|v| (*v == var).then(|| min.clone()))
+            Stmt::For(l) if l.extent == Expr::Int(1) => l.body.rewrite(&mut |y| y, &mut |e| {
+                e.substitute(&|v| (*v == l.var).then(|| l.min.clone()))
             }),
             other => other,
         },

@@ -34,15 +34,48 @@ pub struct BufferView {
     pub layout: BufferLayout,
 }
 
+/// `for var in min..min+extent { body }`, run as `kind` says.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Loop {
+    /// The loop variable.
+    pub var: Var,
+    /// The first value of `var`.
+    pub min: Expr,
+    /// How many iterations run.
+    pub extent: Expr,
+    /// Serial, parallel, vectorized or unrolled.
+    pub kind: ForKind,
+    /// The statement run once per iteration.
+    pub body: Box<Stmt>,
+}
+
+impl Loop {
+    /// A loop statement.
+    pub fn stmt(var: Var, min: Expr, extent: Expr, kind: ForKind, body: Stmt) -> Stmt {
+        Stmt::For(Loop {
+            var,
+            min,
+            extent,
+            kind,
+            body: Box::new(body),
+        })
+    }
+
+    /// The same loop header around another body.
+    pub fn with_body(&self, body: Stmt) -> Stmt {
+        self.with(self.min.clone(), self.extent.clone(), body)
+    }
+
+    /// The same loop variable and kind with new bounds and body.
+    pub fn with(&self, min: Expr, extent: Expr, body: Stmt) -> Stmt {
+        Loop::stmt(self.var.clone(), min, extent, self.kind, body)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum Stmt {
-    For {
-        var: Var,
-        min: Expr,
-        extent: Expr,
-        kind: ForKind,
-        body: Box<Stmt>,
-    },
+    /// A loop (see [`Loop`]).
+    For(Loop),
     /// The region `bounds` of `tensor` lives during `body` (before flattening).
     Realize {
         tensor: TensorId,
@@ -110,19 +143,7 @@ impl Stmt {
     pub fn map_children(&self, f: &mut dyn FnMut(&Stmt) -> Stmt) -> Stmt {
         let mut child = |b: &Stmt| Box::new(f(b));
         match self {
-            Stmt::For {
-                var,
-                min,
-                extent,
-                kind,
-                body,
-            } => Stmt::For {
-                var: var.clone(),
-                min: min.clone(),
-                extent: extent.clone(),
-                kind: *kind,
-                body: child(body),
-            },
+            Stmt::For(l) => l.with_body(*child(&l.body)),
             Stmt::Realize {
                 tensor,
                 bounds,
@@ -165,19 +186,7 @@ impl Stmt {
         fe: &mut dyn FnMut(&Expr) -> Expr,
     ) -> Stmt {
         let s = match self {
-            Stmt::For {
-                var,
-                min,
-                extent,
-                kind,
-                body,
-            } => Stmt::For {
-                var: var.clone(),
-                min: fe(min),
-                extent: fe(extent),
-                kind: *kind,
-                body: Box::new(body.rewrite(fs, fe)),
-            },
+            Stmt::For(l) => l.with(fe(&l.min), fe(&l.extent), l.body.rewrite(fs, fe)),
             Stmt::Realize {
                 tensor,
                 bounds,
@@ -256,7 +265,7 @@ impl Stmt {
     pub fn visit(&self, f: &mut dyn FnMut(&Stmt)) {
         f(self);
         match self {
-            Stmt::For { body, .. }
+            Stmt::For(Loop { body, .. })
             | Stmt::Realize { body, .. }
             | Stmt::Allocate { body, .. }
             | Stmt::Assume { body, .. } => body.visit(f),
@@ -319,14 +328,8 @@ fn write_stmt(
             .join(", ")
     };
     match s {
-        Stmt::For {
-            var,
-            min,
-            extent,
-            kind,
-            body,
-        } => {
-            let k = match kind {
+        Stmt::For(l) => {
+            let k = match l.kind {
                 ForKind::Serial => "for",
                 ForKind::Parallel => "parallel for",
                 ForKind::Vectorized => "vectorized for",
@@ -335,11 +338,11 @@ fn write_stmt(
             writeln!(
                 f,
                 "{pad}{k} ({}, {}, {}) {{",
-                var.name,
-                E(min, n),
-                E(extent, n)
+                l.var.name,
+                E(&l.min, n),
+                E(&l.extent, n)
             )?;
-            write_stmt(f, body, n, ind + 1)?;
+            write_stmt(f, &l.body, n, ind + 1)?;
             writeln!(f, "{pad}}}")
         }
         Stmt::Realize {
