@@ -135,13 +135,12 @@ impl OpDef for Conv {
         }
     }
 
-    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let (b, inputs, _, outputs) = cx.parts();
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
         let c = self;
 
         let mut a = window_attrs(&c.window, true);
         a.push(("group", Attr::Int(c.group as i64)));
-        Ok(single(b, outputs, "Conv", inputs, a))
+        cx.single("Conv", cx.inputs, a)
     }
 }
 
@@ -210,14 +209,13 @@ impl OpDef for ConvTranspose {
         2.0 * numel(&ins[0].shape) as f64 * numel(&ins[1].shape[1..]) as f64
     }
 
-    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let (b, inputs, _, outputs) = cx.parts();
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
         let c = self;
 
         let mut a = window_attrs(&c.window, true);
         a.push(("group", Attr::Int(c.group as i64)));
         a.push(("output_padding", Attr::Ints(i64s(&c.output_padding))));
-        Ok(single(b, outputs, "ConvTranspose", inputs, a))
+        cx.single("ConvTranspose", cx.inputs, a)
     }
 }
 

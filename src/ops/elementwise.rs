@@ -28,16 +28,14 @@ impl OpDef for UnaryOp {
     }
 
     fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
-        let u = self;
-        Ok(vec![unary(*u, x[0])?])
+        Ok(vec![unary(*self, x[0])?])
     }
 
     fn pad_flow(&self, inputs: &[PadValue], _: &[usize]) -> PadFlow {
         let p = inputs.first().copied().unwrap_or(PadValue::Undef);
-        let u = self;
         PadFlow {
             inputs: vec![Requirement::Any; inputs.len()],
-            output: unary_flow(*u, p),
+            output: unary_flow(*self, p),
         }
     }
 
@@ -46,25 +44,15 @@ impl OpDef for UnaryOp {
     }
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
-        let (g, ph, types, sfx) = cx.parts();
-        let arity = |n: usize| check_arity(self.name(), types, n);
-        let u = self;
-
-        arity(1)?;
-        let (u, x) = (*u, ph[0]);
-        Ok(Defined::output(g.compute(
-            &format!("Y{sfx}"),
-            &extents(&types[0].shape),
-            |i| u.apply(x.at(i)),
-        )?))
+        let (ph, types) = cx.operands(self.name(), 1)?;
+        let (u, x) = (*self, ph[0]);
+        cx.stage(&types[0].shape, |i| u.apply(x.at(i)))
     }
 
-    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let (b, inputs, in_types, outputs) = cx.parts();
-        let x = || inputs[0].clone();
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
         match self {
             UnaryOp::Clip { min, max } => {
-                let dtype = in_types[0].dtype;
+                let dtype = cx.in_types[0].dtype;
                 let bound = |b: &mut dyn OnnxWriter, what: &str, v: f32| {
                     if v.is_infinite() {
                         String::new()
@@ -72,18 +60,18 @@ impl OpDef for UnaryOp {
                         b.constant(what, &Tensor::new(vec![], scalar(dtype, v as f64)))
                     }
                 };
-                let lo = bound(b, "min", *min);
-                let hi = bound(b, "max", *max);
-                let mut ins = vec![x(), lo, hi];
+                let lo = bound(cx.b, "min", *min);
+                let hi = bound(cx.b, "max", *max);
+                let mut ins = vec![cx.input(0), lo, hi];
                 while ins.last().is_some_and(String::is_empty) {
                     ins.pop();
                 }
-                Ok(single(b, outputs, "Clip", &ins, vec![]))
+                cx.single("Clip", &ins, vec![])
             }
 
             u => {
                 let (op_type, attrs) = (u.name(), unary_attrs(*u));
-                Ok(single(b, outputs, op_type, inputs, attrs))
+                cx.single(op_type, cx.inputs, attrs)
             }
         }
     }
@@ -104,18 +92,16 @@ impl OpDef for BinaryOp {
     }
 
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
-        let b = self;
-
         expect_inputs(inputs, 2, 2)?;
         let (x, y) = (inputs[0], inputs[1]);
-        if x.dtype != y.dtype && *b != BinaryOp::Pow {
+        if x.dtype != y.dtype && *self != BinaryOp::Pow {
             return Err(format!(
                 "operands have different types {} and {}",
                 x.dtype, y.dtype
             ));
         }
         let shape = broadcast_shapes(&x.shape, &y.shape)?;
-        let dtype = if b.is_comparison() {
+        let dtype = if self.is_comparison() {
             DType::Bool
         } else {
             x.dtype
@@ -124,19 +110,14 @@ impl OpDef for BinaryOp {
     }
 
     fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
-        let out = &outputs[0];
-        let b = self;
-        Ok(vec![binary(*b, x[0], x[1], out)?])
+        Ok(vec![binary(*self, x[0], x[1], &outputs[0])?])
     }
 
     fn pad_flow(&self, inputs: &[PadValue], _: &[usize]) -> PadFlow {
-        let p = inputs.first().copied().unwrap_or(PadValue::Undef);
-        let b = self;
-
-        let q = inputs.get(1).copied().unwrap_or(PadValue::Undef);
+        let operand = |k: usize| inputs.get(k).copied().unwrap_or(PadValue::Undef);
         PadFlow {
             inputs: vec![Requirement::Any; inputs.len()],
-            output: binary_flow(*b, p, q),
+            output: binary_flow(*self, operand(0), operand(1)),
         }
     }
 
@@ -145,35 +126,26 @@ impl OpDef for BinaryOp {
     }
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
-        let (g, ph, types, sfx) = cx.parts();
-        let arity = |n: usize| check_arity(self.name(), types, n);
-        let b = self;
-
-        arity(2)?;
-        let b = *b;
+        let (ph, types) = cx.operands(self.name(), 2)?;
+        let b = *self;
         if b.is_comparison() {
             return Err(unsupported(self.name(), "comparisons give booleans"));
         }
         let (sa, sb) = (operand_shape(types, 0), operand_shape(types, 1));
         let out = broadcast_shapes(&sa, &sb).map_err(TirError::Definition)?;
         let (a, bb) = (ph[0], ph[1]);
-        Ok(Defined::output(g.compute(
-            &format!("Y{sfx}"),
-            &extents(&out),
-            |i| {
-                b.apply(
-                    a.at(&broadcast_index(i, &sa)),
-                    bb.at(&broadcast_index(i, &sb)),
-                )
-                .expect("comparisons were refused above")
-            },
-        )?))
+        cx.stage(&out, |i| {
+            b.apply(
+                a.at(&broadcast_index(i, &sa)),
+                bb.at(&broadcast_index(i, &sb)),
+            )
+            .expect("comparisons were refused above")
+        })
     }
 
-    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let (b, inputs, _, outputs) = cx.parts();
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
         let bop = self;
-        Ok(single(b, outputs, bop.name(), inputs, vec![]))
+        cx.single(bop.name(), cx.inputs, vec![])
     }
 }
 
@@ -207,9 +179,8 @@ impl OpDef for Where {
         LayoutRole::Agnostic
     }
 
-    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let (b, inputs, _, outputs) = cx.parts();
-        Ok(single(b, outputs, "Where", inputs, vec![]))
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
+        cx.single("Where", cx.inputs, vec![])
     }
 }
 

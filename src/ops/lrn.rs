@@ -106,15 +106,14 @@ impl OpDef for Lrn {
         Ok(Defined::output(y))
     }
 
-    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let (b, inputs, _, outputs) = cx.parts();
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
         let attrs = vec![
             ("alpha", Attr::Float(self.alpha)),
             ("beta", Attr::Float(self.beta)),
             ("bias", Attr::Float(self.bias)),
             ("size", Attr::Int(self.size as i64)),
         ];
-        Ok(single(b, outputs, "LRN", inputs, attrs))
+        cx.single("LRN", cx.inputs, attrs)
     }
 }
 

@@ -138,26 +138,23 @@ impl OpDef for Gemm {
         )?))
     }
 
-    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let (b, inputs, _, outputs) = cx.parts();
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
         let Gemm {
             alpha,
             beta,
             trans_a,
             trans_b,
         } = self;
-        Ok(single(
-            b,
-            outputs,
+        cx.single(
             "Gemm",
-            inputs,
+            cx.inputs,
             vec![
                 ("alpha", Attr::Float(*alpha)),
                 ("beta", Attr::Float(*beta)),
                 ("transA", Attr::Int(*trans_a as i64)),
                 ("transB", Attr::Int(*trans_b as i64)),
             ],
-        ))
+        )
     }
 }
 
@@ -228,9 +225,8 @@ impl OpDef for MatMul {
         )?))
     }
 
-    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let (b, inputs, _, outputs) = cx.parts();
-        Ok(single(b, outputs, "MatMul", inputs, vec![]))
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
+        cx.single("MatMul", cx.inputs, vec![])
     }
 }
 

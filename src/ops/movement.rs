@@ -37,40 +37,32 @@ impl OpDef for Reshape {
     }
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
-        let (g, ph, types, sfx) = cx.parts();
-        let arity = |n: usize| check_arity(self.name(), types, n);
         let Reshape { shape } = self;
 
-        arity(1)?;
+        let (ph, types) = cx.operands(self.name(), 1)?;
         let s = operand_shape(types, 0);
         let x = ph[0];
-        Ok(Defined::output(g.compute(
-            &format!("Y{sfx}"),
-            &extents(shape),
-            |i| {
-                // The row-major position of the output element, then its input index.
-                let mut flat = Expr::Int(0);
-                for (v, &d) in i.iter().zip(&extents(shape)) {
-                    flat = flat * Expr::Int(d) + v.clone();
-                }
-                let mut idx = vec![Expr::Int(0); s.len()];
-                let mut rest = flat;
-                for k in (0..s.len()).rev() {
-                    idx[k] = rest.clone().floormod(ex(s[k]));
-                    rest = rest.floordiv(ex(s[k]));
-                }
-                x.at(&idx)
-            },
-        )?))
+        cx.stage(shape, |i| {
+            // The row-major position of the output element, then its input index.
+            let mut flat = Expr::Int(0);
+            for (v, &d) in i.iter().zip(&extents(shape)) {
+                flat = flat * Expr::Int(d) + v.clone();
+            }
+            let mut idx = vec![Expr::Int(0); s.len()];
+            let mut rest = flat;
+            for k in (0..s.len()).rev() {
+                idx[k] = rest.clone().floormod(ex(s[k]));
+                rest = rest.floordiv(ex(s[k]));
+            }
+            x.at(&idx)
+        })
     }
 
-    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let (b, inputs, _, outputs) = cx.parts();
-        let x = || inputs[0].clone();
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
         let Reshape { shape } = self;
 
-        let s = b.ints("shape", &i64s(shape));
-        Ok(single(b, outputs, "Reshape", &[x(), s], vec![]))
+        let s = cx.b.ints("shape", &i64s(shape));
+        cx.single("Reshape", &[cx.input(0), s], vec![])
     }
 }
 
@@ -119,37 +111,28 @@ impl OpDef for Transpose {
     }
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
-        let (g, ph, types, sfx) = cx.parts();
-        let arity = |n: usize| check_arity(self.name(), types, n);
         let Transpose { perm } = self;
 
-        arity(1)?;
+        let (ph, types) = cx.operands(self.name(), 1)?;
         let s: Vec<usize> = perm.iter().map(|&a| types[0].shape[a]).collect();
         let x = ph[0];
-        Ok(Defined::output(g.compute(
-            &format!("Y{sfx}"),
-            &extents(&s),
-            |i| {
-                // Output axis k is input axis perm[k].
-                let mut idx = vec![Expr::Int(0); perm.len()];
-                for (k, &a) in perm.iter().enumerate() {
-                    idx[a] = i[k].clone();
-                }
-                x.at(&idx)
-            },
-        )?))
+        cx.stage(&s, |i| {
+            // Output axis k is input axis perm[k].
+            let mut idx = vec![Expr::Int(0); perm.len()];
+            for (k, &a) in perm.iter().enumerate() {
+                idx[a] = i[k].clone();
+            }
+            x.at(&idx)
+        })
     }
 
-    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let (b, inputs, _, outputs) = cx.parts();
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
         let Transpose { perm } = self;
-        Ok(single(
-            b,
-            outputs,
+        cx.single(
             "Transpose",
-            inputs,
+            cx.inputs,
             vec![("perm", Attr::Ints(i64s(perm)))],
-        ))
+        )
     }
 }
 
@@ -210,11 +193,9 @@ impl OpDef for Concat {
     }
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
-        let (g, ph, types, sfx) = cx.parts();
-        let arity = |n: usize| check_arity(self.name(), types, n);
         let Concat { axis } = self;
 
-        arity(1)?;
+        let (ph, types) = cx.operands(self.name(), 1)?;
         let a = *axis;
         let mut out = operand_shape(types, 0);
         out[a] = types.iter().map(|t| t.shape[a]).sum();
@@ -223,41 +204,30 @@ impl OpDef for Concat {
             .zip(types)
             .map(|(t, ty)| (*t, ty.shape[a]))
             .collect();
-        Ok(Defined::output(g.compute(
-            &format!("Y{sfx}"),
-            &extents(&out),
-            |i| {
-                // The last part, then each earlier one where the index falls in it;
-                // every read is clamped into its part (a select evaluates both sides).
-                let mut starts = vec![0usize];
-                for (_, n) in &parts {
-                    starts.push(starts.last().copied().unwrap_or(0) + n);
-                }
-                let read = |k: usize| {
-                    let (t, n) = parts[k];
-                    let mut idx = i.to_vec();
-                    idx[a] = (i[a].clone() - ex(starts[k])).max(ex(0)).min(ex(n - 1));
-                    t.at(&idx)
-                };
-                let mut v = read(parts.len() - 1);
-                for k in (0..parts.len() - 1).rev() {
-                    v = Expr::select(i[a].clone().lt(ex(starts[k + 1])), read(k), v);
-                }
-                v
-            },
-        )?))
+        cx.stage(&out, |i| {
+            // The last part, then each earlier one where the index falls in it;
+            // every read is clamped into its part (a select evaluates both sides).
+            let mut starts = vec![0usize];
+            for (_, n) in &parts {
+                starts.push(starts.last().copied().unwrap_or(0) + n);
+            }
+            let read = |k: usize| {
+                let (t, n) = parts[k];
+                let mut idx = i.to_vec();
+                idx[a] = (i[a].clone() - ex(starts[k])).max(ex(0)).min(ex(n - 1));
+                t.at(&idx)
+            };
+            let mut v = read(parts.len() - 1);
+            for k in (0..parts.len() - 1).rev() {
+                v = Expr::select(i[a].clone().lt(ex(starts[k + 1])), read(k), v);
+            }
+            v
+        })
     }
 
-    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let (b, inputs, _, outputs) = cx.parts();
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
         let Concat { axis } = self;
-        Ok(single(
-            b,
-            outputs,
-            "Concat",
-            inputs,
-            vec![("axis", Attr::Int(*axis as i64))],
-        ))
+        cx.single("Concat", cx.inputs, vec![("axis", Attr::Int(*axis as i64))])
     }
 }
 
@@ -314,15 +284,15 @@ impl OpDef for Split {
     }
 
     fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let (b, inputs, _, outputs) = cx.parts();
-        let x = || inputs[0].clone();
         let Split { axis, sizes } = self;
 
-        let s = b.ints("split", &i64s(sizes));
-        let outs: Vec<String> = (0..outputs.len()).map(|i| b.fresh(&outputs[i])).collect();
-        b.node_multi(
+        let s = cx.b.ints("split", &i64s(sizes));
+        let outs: Vec<String> = (0..cx.outputs.len())
+            .map(|i| cx.b.fresh(&cx.outputs[i]))
+            .collect();
+        cx.b.node_multi(
             "Split",
-            &[x(), s],
+            &[cx.input(0), s],
             vec![("axis", Attr::Int(*axis as i64))],
             &outs,
         );
@@ -385,11 +355,9 @@ impl OpDef for Slice {
     }
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
-        let (g, ph, types, sfx) = cx.parts();
-        let arity = |n: usize| check_arity(self.name(), types, n);
         let Slice { axes } = self;
 
-        arity(1)?;
+        let (ph, types) = cx.operands(self.name(), 1)?;
         let s = operand_shape(types, 0);
         let refs: Vec<&ValueType> = types.iter().collect();
         let out = self.infer(&refs).map_err(TirError::Definition)?;
@@ -405,25 +373,19 @@ impl OpDef for Slice {
             }
         }
         let x = ph[0];
-        Ok(Defined::output(g.compute(
-            &format!("Y{sfx}"),
-            &extents(&out),
-            |i| {
-                let mut idx = i.to_vec();
-                for a in axes {
-                    idx[a.axis] = Expr::Int(a.start) + i[a.axis].clone() * Expr::Int(a.step);
-                }
-                x.at(&idx)
-            },
-        )?))
+        cx.stage(&out, |i| {
+            let mut idx = i.to_vec();
+            for a in axes {
+                idx[a.axis] = Expr::Int(a.start) + i[a.axis].clone() * Expr::Int(a.step);
+            }
+            x.at(&idx)
+        })
     }
 
-    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let (b, inputs, in_types, outputs) = cx.parts();
-        let x = || inputs[0].clone();
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
         let Slice { axes } = self;
 
-        let extent = |a: usize| in_types[0].shape[a] as i64;
+        let extent = |a: usize| cx.in_types[0].shape[a] as i64;
         let ax: Vec<i64> = axes.iter().map(|s| s.axis as i64).collect();
         let starts: Vec<i64> = axes.iter().map(|s| s.start).collect();
         // End -1 with a negative step runs to the front: ONNX reads -1 as
@@ -440,13 +402,13 @@ impl OpDef for Slice {
             .collect();
         let steps: Vec<i64> = axes.iter().map(|s| s.step).collect();
         let ins = [
-            x(),
-            b.ints("starts", &starts),
-            b.ints("ends", &ends),
-            b.ints("axes", &ax),
-            b.ints("steps", &steps),
+            cx.input(0),
+            cx.b.ints("starts", &starts),
+            cx.b.ints("ends", &ends),
+            cx.b.ints("axes", &ax),
+            cx.b.ints("steps", &steps),
         ];
-        Ok(single(b, outputs, "Slice", &ins, vec![]))
+        cx.single("Slice", &ins, vec![])
     }
 }
 
@@ -478,16 +440,9 @@ impl OpDef for Gather {
         Ok(vec![gather(*axis, x[0], x[1], out)?])
     }
 
-    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let (b, inputs, _, outputs) = cx.parts();
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
         let Gather { axis } = self;
-        Ok(single(
-            b,
-            outputs,
-            "Gather",
-            inputs,
-            vec![("axis", Attr::Int(*axis as i64))],
-        ))
+        cx.single("Gather", cx.inputs, vec![("axis", Attr::Int(*axis as i64))])
     }
 }
 
@@ -591,30 +546,22 @@ impl OpDef for Pad {
         }
     }
 
-    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let (b, inputs, in_types, outputs) = cx.parts();
-        let x = || inputs[0].clone();
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
         let Pad { begins, ends, mode } = self;
 
         let pads: Vec<i64> = begins.iter().chain(ends).copied().collect();
-        let p = b.ints("pads", &pads);
+        let p = cx.b.ints("pads", &pads);
         let (mode, value) = match mode {
             PadMode::Constant(v) => ("constant", Some(*v)),
             PadMode::Reflect => ("reflect", None),
             PadMode::Edge => ("edge", None),
         };
-        let mut ins = vec![x(), p];
+        let mut ins = vec![cx.input(0), p];
         if let Some(v) = value {
-            let t = Tensor::new(vec![], scalar(in_types[0].dtype, v as f64));
-            ins.push(b.constant("value", &t));
+            let t = Tensor::new(vec![], scalar(cx.in_types[0].dtype, v as f64));
+            ins.push(cx.b.constant("value", &t));
         }
-        Ok(single(
-            b,
-            outputs,
-            "Pad",
-            &ins,
-            vec![("mode", Attr::Str(mode))],
-        ))
+        cx.single("Pad", &ins, vec![("mode", Attr::Str(mode))])
     }
 }
 
@@ -651,16 +598,13 @@ impl OpDef for Cast {
         LayoutRole::Agnostic
     }
 
-    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let (b, inputs, _, outputs) = cx.parts();
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
         let Cast { to } = self;
-        Ok(single(
-            b,
-            outputs,
+        cx.single(
             "Cast",
-            inputs,
+            cx.inputs,
             vec![("to", Attr::Int(to.onnx_code() as i64))],
-        ))
+        )
     }
 }
 
@@ -686,28 +630,20 @@ impl OpDef for Expand {
     }
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
-        let (g, ph, types, sfx) = cx.parts();
-        let arity = |n: usize| check_arity(self.name(), types, n);
         let Expand { shape } = self;
 
-        arity(1)?;
+        let (ph, types) = cx.operands(self.name(), 1)?;
         let s = operand_shape(types, 0);
         let out = broadcast_shapes(&s, shape).map_err(TirError::Definition)?;
         let x = ph[0];
-        Ok(Defined::output(g.compute(
-            &format!("Y{sfx}"),
-            &extents(&out),
-            |i| x.at(&broadcast_index(i, &s)),
-        )?))
+        cx.stage(&out, |i| x.at(&broadcast_index(i, &s)))
     }
 
-    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let (b, inputs, _, outputs) = cx.parts();
-        let x = || inputs[0].clone();
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
         let Expand { shape } = self;
 
-        let s = b.ints("shape", &i64s(shape));
-        Ok(single(b, outputs, "Expand", &[x(), s], vec![]))
+        let s = cx.b.ints("shape", &i64s(shape));
+        cx.single("Expand", &[cx.input(0), s], vec![])
     }
 }
 
@@ -737,35 +673,27 @@ impl OpDef for Tile {
     }
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
-        let (g, ph, types, sfx) = cx.parts();
-        let arity = |n: usize| check_arity(self.name(), types, n);
         let Tile { repeats } = self;
 
-        arity(1)?;
+        let (ph, types) = cx.operands(self.name(), 1)?;
         let s = operand_shape(types, 0);
         let out: Vec<usize> = s.iter().zip(repeats).map(|(d, r)| d * r).collect();
         let x = ph[0];
-        Ok(Defined::output(g.compute(
-            &format!("Y{sfx}"),
-            &extents(&out),
-            |i| {
-                let idx: Vec<Expr> = i
-                    .iter()
-                    .zip(&s)
-                    .map(|(v, &d)| v.clone().floormod(ex(d)))
-                    .collect();
-                x.at(&idx)
-            },
-        )?))
+        cx.stage(&out, |i| {
+            let idx: Vec<Expr> = i
+                .iter()
+                .zip(&s)
+                .map(|(v, &d)| v.clone().floormod(ex(d)))
+                .collect();
+            x.at(&idx)
+        })
     }
 
-    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let (b, inputs, _, outputs) = cx.parts();
-        let x = || inputs[0].clone();
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
         let Tile { repeats } = self;
 
-        let r = b.ints("repeats", &i64s(repeats));
-        Ok(single(b, outputs, "Tile", &[x(), r], vec![]))
+        let r = cx.b.ints("repeats", &i64s(repeats));
+        cx.single("Tile", &[cx.input(0), r], vec![])
     }
 }
 
@@ -796,21 +724,13 @@ impl OpDef for Identity {
     }
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
-        let (g, ph, types, sfx) = cx.parts();
-        let arity = |n: usize| check_arity(self.name(), types, n);
-
-        arity(1)?;
+        let (ph, types) = cx.operands(self.name(), 1)?;
         let x = ph[0];
-        Ok(Defined::output(g.compute(
-            &format!("Y{sfx}"),
-            &extents(&types[0].shape),
-            |i| x.at(i),
-        )?))
+        cx.stage(&types[0].shape, |i| x.at(i))
     }
 
-    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let (b, inputs, _, outputs) = cx.parts();
-        Ok(single(b, outputs, "Identity", inputs, vec![]))
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
+        cx.single("Identity", cx.inputs, vec![])
     }
 }
 

@@ -80,16 +80,13 @@ impl OpDef for BatchNorm {
         }
     }
 
-    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let (b, inputs, _, outputs) = cx.parts();
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
         let BatchNorm { epsilon } = self;
-        Ok(single(
-            b,
-            outputs,
+        cx.single(
             "BatchNormalization",
-            inputs,
+            cx.inputs,
             vec![("epsilon", Attr::Float(*epsilon))],
-        ))
+        )
     }
 }
 
@@ -163,10 +160,9 @@ macro_rules! softmax_op {
                 })
             }
 
-            fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-                let (b, inputs, _, outputs) = cx.parts();
+            fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
                 let axis = vec![("axis", Attr::Int(self.axis as i64))];
-                Ok(single(b, outputs, $name, inputs, axis))
+                cx.single($name, cx.inputs, axis)
             }
         }
     };
@@ -221,19 +217,16 @@ impl OpDef for LayerNorm {
         })
     }
 
-    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let (b, inputs, _, outputs) = cx.parts();
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
         let LayerNorm { axis, epsilon } = self;
-        Ok(single(
-            b,
-            outputs,
+        cx.single(
             "LayerNormalization",
-            inputs,
+            cx.inputs,
             vec![
                 ("axis", Attr::Int(*axis as i64)),
                 ("epsilon", Attr::Float(*epsilon)),
             ],
-        ))
+        )
     }
 }
 

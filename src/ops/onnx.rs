@@ -77,6 +77,21 @@ impl<'a> OnnxCx<'a> {
     ) {
         (self.b, self.inputs, self.in_types, self.outputs)
     }
+
+    /// The name of input `k`.
+    pub fn input(&self, k: usize) -> String {
+        self.inputs[k].clone()
+    }
+
+    /// One node producing the op's single output, named after it.
+    pub fn single(
+        &mut self,
+        op_type: &str,
+        inputs: &[String],
+        attrs: Vec<(&str, Attr)>,
+    ) -> Result<Vec<String>, String> {
+        Ok(single(self.b, self.outputs, op_type, inputs, attrs))
+    }
 }
 
 /// One node producing the op's single output, named after it.

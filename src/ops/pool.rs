@@ -86,8 +86,7 @@ impl OpDef for Pool {
         }
     }
 
-    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let (b, inputs, _, outputs) = cx.parts();
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
         let p = self;
 
         let is_max = p.kind == PoolKind::Max;
@@ -98,13 +97,7 @@ impl OpDef for Pool {
         if !is_max {
             a.push(("count_include_pad", Attr::Int(p.count_include_pad as i64)));
         }
-        Ok(single(
-            b,
-            outputs,
-            if is_max { "MaxPool" } else { "AveragePool" },
-            inputs,
-            a,
-        ))
+        cx.single(if is_max { "MaxPool" } else { "AveragePool" }, cx.inputs, a)
     }
 
     /// AveragePool has dilations from opset 19.
@@ -195,19 +188,16 @@ impl OpDef for GlobalPool {
         }
     }
 
-    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let (b, inputs, _, outputs) = cx.parts();
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
         let GlobalPool { kind: k } = self;
-        Ok(single(
-            b,
-            outputs,
+        cx.single(
             match k {
                 PoolKind::Max => "GlobalMaxPool",
                 PoolKind::Avg => "GlobalAveragePool",
             },
-            inputs,
+            cx.inputs,
             vec![],
-        ))
+        )
     }
 }
 

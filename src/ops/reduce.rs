@@ -106,9 +106,7 @@ impl OpDef for Reduce {
         )?))
     }
 
-    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let (b, inputs, _, outputs) = cx.parts();
-        let x = || inputs[0].clone();
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
         let Reduce {
             kind,
             axes,
@@ -122,14 +120,14 @@ impl OpDef for Reduce {
         };
         let mut attrs = vec![("keepdims", Attr::Int(*keepdims as i64))];
         // Axes became an input at opset 13 for ReduceSum, 18 for the others.
-        let as_input = b.opset() >= if *kind == ReduceKind::Sum { 13 } else { 18 };
-        let mut ins = vec![x()];
+        let as_input = cx.b.opset() >= if *kind == ReduceKind::Sum { 13 } else { 18 };
+        let mut ins = vec![cx.input(0)];
         if as_input {
-            ins.push(b.ints("axes", &i64s(axes)));
+            ins.push(cx.b.ints("axes", &i64s(axes)));
         } else {
             attrs.push(("axes", Attr::Ints(i64s(axes))));
         }
-        Ok(single(b, outputs, op_type, &ins, attrs))
+        cx.single(op_type, &ins, attrs)
     }
 }
 

@@ -47,12 +47,10 @@ impl OpDef for Resize {
         (0..r.scales.len()).all(|a| r.sizes[a] == ins[0].shape[a] || unblocked(l, &[a]))
     }
 
-    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let (b, inputs, in_types, outputs) = cx.parts();
-        let x = || inputs[0].clone();
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
         let r = self;
 
-        let shape = &in_types[0].shape;
+        let shape = &cx.in_types[0].shape;
         // Scales reproduce the sizes exactly when floor(extent * scale)
         // gives them (as the importer computes them); otherwise sizes.
         let by_scales = shape
@@ -60,13 +58,13 @@ impl OpDef for Resize {
             .zip(&r.scales)
             .zip(&r.sizes)
             .all(|((&d, &s), &n)| (d as f64 * s as f64).floor() as usize == n);
-        let mut ins = vec![x(), String::new()];
+        let mut ins = vec![cx.input(0), String::new()];
         if by_scales {
             let t = Tensor::from_f32(vec![r.scales.len()], r.scales.clone());
-            ins.push(b.constant("scales", &t));
+            ins.push(cx.b.constant("scales", &t));
         } else {
             ins.push(String::new());
-            ins.push(b.ints("sizes", &i64s(&r.sizes)));
+            ins.push(cx.b.ints("sizes", &i64s(&r.sizes)));
         }
         let mode = match r.mode {
             ResizeMode::Nearest => "nearest",
@@ -84,9 +82,7 @@ impl OpDef for Resize {
             NearestMode::Floor => "floor",
             NearestMode::Ceil => "ceil",
         };
-        Ok(single(
-            b,
-            outputs,
+        cx.single(
             "Resize",
             &ins,
             vec![
@@ -94,7 +90,7 @@ impl OpDef for Resize {
                 ("coordinate_transformation_mode", Attr::Str(coord)),
                 ("nearest_mode", Attr::Str(nearest)),
             ],
-        ))
+        )
     }
 }
 

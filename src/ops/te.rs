@@ -59,6 +59,29 @@ impl<'a> ComputeCx<'a> {
     ) {
         (self.g, self.ph, self.types, self.sfx)
     }
+
+    /// The placeholders and types of the operands, once `op` is known to have at
+    /// least `n` of them.
+    pub fn operands(
+        &self,
+        op: &str,
+        n: usize,
+    ) -> Result<(&'a [TeTensor], &'a [ValueType]), TirError> {
+        check_arity(op, self.types, n)?;
+        Ok((self.ph, self.types))
+    }
+
+    /// An op computed as one stage: `Y[i] = element(i)` over `shape` (rank 0 as `[1]`).
+    pub fn stage(
+        self,
+        shape: &[usize],
+        element: impl FnOnce(&[Expr]) -> Expr,
+    ) -> Result<Defined, TirError> {
+        let y = self
+            .g
+            .compute(&format!("Y{}", self.sfx), &extents(shape), element)?;
+        Ok(Defined::output(y))
+    }
 }
 
 impl Defined {

@@ -41,9 +41,7 @@ impl OpDef for LayoutTransform {
         Ok(vec![t])
     }
 
-    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let (b, inputs, in_types, outputs) = cx.parts();
-        let x = || inputs[0].clone();
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
         let LayoutTransform {
             from,
             to,
@@ -57,21 +55,20 @@ impl OpDef for LayoutTransform {
                 .iter()
                 .map(|a| f.iter().position(|b| b == a).expect("same rank"))
                 .collect();
-            return Ok(single(
-                b,
-                outputs,
+            return cx.single(
                 "Transpose",
-                inputs,
+                cx.inputs,
                 vec![("perm", Attr::Ints(i64s(&perm)))],
-            ));
+            );
         }
-        let l = from_physical(b, &x(), from, logical);
+        let x = cx.input(0);
+        let l = from_physical(cx.b, &x, from, logical);
         Ok(vec![to_physical(
-            b,
+            cx.b,
             &l,
             to,
             logical,
-            in_types[0].dtype,
+            cx.in_types[0].dtype,
             *pad,
         )])
     }
@@ -118,17 +115,15 @@ impl OpDef for PadWith {
     }
 
     fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let (b, inputs, in_types, _) = cx.parts();
-        let x = || inputs[0].clone();
         let PadWith {
             begins,
             ends,
             value,
         } = self;
         Ok(vec![pad(
-            b,
-            &x(),
-            in_types[0].dtype,
+            cx.b,
+            &cx.inputs[0],
+            cx.in_types[0].dtype,
             &i64s(begins),
             &i64s(ends),
             fill_value(*value),
@@ -157,20 +152,18 @@ impl OpDef for Crop {
     }
 
     fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
-        let (b, inputs, in_types, _) = cx.parts();
-        let x = || inputs[0].clone();
         let Crop { begins, ends, .. } = self;
         Ok({
-            let shape = &in_types[0].shape;
+            let shape = &cx.in_types[0].shape;
             let axes: Vec<usize> = (0..shape.len())
                 .filter(|&a| begins[a] != 0 || ends[a] != 0)
                 .collect();
             if axes.is_empty() {
-                vec![x()]
+                vec![cx.input(0)]
             } else {
                 let starts: Vec<i64> = axes.iter().map(|&a| begins[a] as i64).collect();
                 let stops: Vec<i64> = axes.iter().map(|&a| (shape[a] - ends[a]) as i64).collect();
-                vec![slice(b, &x(), &i64s(&axes), &starts, &stops)]
+                vec![slice(cx.b, &cx.inputs[0], &i64s(&axes), &starts, &stops)]
             }
         })
     }
