@@ -372,23 +372,21 @@ fn op_cost(
         return moved;
     }
     let slowdown = match op {
-        Op::Conv(c) => conv_slowdown(c, ins, outs, in_l, out_l, m),
+        Op::Conv(c) => conv_slowdown(c, (ins[0], in_l[0]), (outs[0], out_l[0]), m),
         _ => 1.0,
     };
     flops * m.ns_per_flop * slowdown + moved
 }
 
 /// How much slower than in its blocked layouts the convolution kernel runs in
-/// the given layouts, padded channels counted as work.
+/// the given layouts of its data input `x` and output `y`, padded channels counted
+/// as work.
 fn conv_slowdown(
     c: &Conv,
-    ins: &[&ValueType],
-    outs: &[&ValueType],
-    in_l: &[&Layout],
-    out_l: &[&Layout],
+    (x, x_layout): (&ValueType, &Layout),
+    (y, y_layout): (&ValueType, &Layout),
     m: &CostModel,
 ) -> f64 {
-    let (x, y) = (ins[0], outs[0]);
     let depthwise = c.group > 1 && c.group == x.shape[1];
     let layout_penalty = |l: &Layout| {
         if l.is_blocked() {
@@ -408,14 +406,14 @@ fn conv_slowdown(
     let input_penalty = if x.shape[1] <= 4 {
         1.0
     } else {
-        layout_penalty(in_l[0])
+        layout_penalty(x_layout)
     };
-    let penalty = layout_penalty(out_l[0]).max(input_penalty);
+    let penalty = layout_penalty(y_layout).max(input_penalty);
     // Padded channels are computed too.
     let pad = |t: &ValueType, l: &Layout| {
         physical_bytes(t, l) as f64 / (numel(&t.shape).max(1) * t.dtype.size_bytes()) as f64
     };
-    let waste = pad(x, in_l[0]) * if depthwise { 1.0 } else { pad(y, out_l[0]) };
+    let waste = pad(x, x_layout) * if depthwise { 1.0 } else { pad(y, y_layout) };
     penalty * waste
 }
 

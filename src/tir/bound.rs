@@ -19,7 +19,7 @@ use super::compute::IterVar;
 use super::error::TirError;
 use super::expr::{Expr, Range, TensorId};
 use super::intset::{eval_set, eval_set_in_order, DomMap, IntSet};
-use super::schedule::{Attach, Relation, ScheduleState, Stage};
+use super::schedule::{Attach, Relation, ScheduleState, Split, SplitBy, Stage};
 use super::simplify::{const_bounds, prove_equal, simplify_with, Linear, VarBounds};
 
 /// Elements computed by GatherBound's per-dimension union that no consumer requested
@@ -376,12 +376,12 @@ pub fn pass_up_domain(s: &Stage, b: &Bounds, up: &mut DomMap) -> Result<(), TirE
     };
     for rel in s.relations.iter().rev() {
         match rel {
-            Relation::Split {
+            Relation::Split(Split {
                 parent,
                 outer,
                 inner,
                 ..
-            } => {
+            }) => {
                 let (so, si) = (get(up, outer)?, get(up, inner)?);
                 let pr = b.range(parent)?;
                 let set =
@@ -485,25 +485,18 @@ fn pass_up_fuse(
 pub fn pass_down_domain(s: &Stage, b: &mut Bounds) -> Result<(), TirError> {
     for rel in &s.relations {
         match rel {
-            Relation::Split {
+            Relation::Split(Split {
                 parent,
                 outer,
                 inner,
-                factor,
-                nparts,
-            } => {
+                by,
+            }) => {
                 let pr = b.range(parent)?.clone();
                 let ext = pr.extent.clone();
-                let f: Expr = match (factor, nparts) {
-                    (Some(f), _) => Expr::Int(*f),
-                    (None, Some(p)) => {
-                        simplify_with(&(ext.clone() + (p - 1)).floordiv(*p), &b.var_bounds)
-                    }
-                    _ => {
-                        return Err(TirError::Bound(format!(
-                            "split of `{}` has no factor",
-                            parent.name()
-                        )))
+                let f: Expr = match *by {
+                    SplitBy::Factor(f) => Expr::Int(f),
+                    SplitBy::Parts(p) => {
+                        simplify_with(&(ext.clone() + (p - 1)).floordiv(p), &b.var_bounds)
                     }
                 };
                 let nouter = simplify_with(

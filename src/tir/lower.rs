@@ -14,7 +14,7 @@ use super::flatten::storage_flatten;
 use super::intset::{eval_set_in_order, DomMap, IntSet};
 use super::layout::BufferLayout;
 use super::passes::{partition_loops, remove_trivial_loops, simplify_stmt};
-use super::schedule::{Attach, Relation, Schedule, ScheduleState, Stage};
+use super::schedule::{Attach, Relation, Schedule, ScheduleState, Split, Stage};
 use super::simplify::{prove_ge_zero, prove_le_zero, simplify_with, VarBounds};
 use super::stmt::{BufferView, KernelArg, Loop, Stmt};
 
@@ -232,7 +232,7 @@ impl Ctx<'_> {
         // elements, which for a reduction means accumulating them twice.
         let mut checked = c.root_iter_vars();
         for r in &s.relations {
-            if let Relation::Split { parent, .. } = r {
+            if let Relation::Split(Split { parent, .. }) = r {
                 if !checked.contains(parent) {
                     checked.push(parent.clone());
                 }
@@ -568,15 +568,11 @@ pub fn pass_up_index(s: &Stage, b: &Bounds) -> Result<HashMap<u64, Expr>, TirErr
     };
     for rel in s.relations.iter().rev() {
         match rel {
-            Relation::Split {
-                parent,
-                outer,
-                inner,
-                ..
-            } => {
-                let f = b.factor(inner)?;
-                let e = get(&v, outer)? * f + get(&v, inner)? + b.range(parent)?.min.clone();
-                v.insert(parent.var.id, e);
+            Relation::Split(sp) => {
+                let f = b.factor(&sp.inner)?;
+                let parent_min = b.range(&sp.parent)?.min.clone();
+                let e = get(&v, &sp.outer)? * f + get(&v, &sp.inner)? + parent_min;
+                v.insert(sp.parent.var.id, e);
             }
             Relation::Fuse {
                 outer,

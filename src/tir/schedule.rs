@@ -10,17 +10,42 @@ use super::error::TirError;
 use super::expr::{Expr, Range, TensorId, Var};
 pub use super::stmt::ForKind;
 
+/// What fixes the extents of a split.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum SplitBy {
+    /// The inner loop has this many iterations.
+    Factor(i64),
+    /// The outer loop has this many iterations.
+    Parts(i64),
+}
+
+impl std::fmt::Display for SplitBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SplitBy::Factor(v) => write!(f, "factor={v}"),
+            SplitBy::Parts(v) => write!(f, "nparts={v}"),
+        }
+    }
+}
+
+/// `parent = outer * factor + inner + parent.min`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Split {
+    /// The variable that was split.
+    pub parent: IterVar,
+    /// The variable counting blocks of `factor` iterations.
+    pub outer: IterVar,
+    /// The variable inside one block.
+    pub inner: IterVar,
+    /// The factor, or the number of outer iterations it is derived from.
+    pub by: SplitBy,
+}
+
 /// How a relation derives iteration variables from others.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Relation {
-    /// `parent = outer * factor + inner + parent.min`; exactly one of factor/nparts is set.
-    Split {
-        parent: IterVar,
-        outer: IterVar,
-        inner: IterVar,
-        factor: Option<i64>,
-        nparts: Option<i64>,
-    },
+    /// One variable split in two (see [`Split`]).
+    Split(Split),
     /// `fused = (outer - outer.min) * extent(inner) + (inner - inner.min)`.
     Fuse {
         outer: IterVar,
@@ -276,7 +301,7 @@ impl Schedule {
         iv: &IterVar,
         factor: i64,
     ) -> Result<(IterVar, IterVar), TirError> {
-        self.split_impl(t, iv, Some(factor), None)
+        self.split_impl(t, iv, SplitBy::Factor(factor))
     }
 
     /// Splits a leaf so that the outer loop has `nparts` iterations.
@@ -286,18 +311,17 @@ impl Schedule {
         iv: &IterVar,
         nparts: i64,
     ) -> Result<(IterVar, IterVar), TirError> {
-        self.split_impl(t, iv, None, Some(nparts))
+        self.split_impl(t, iv, SplitBy::Parts(nparts))
     }
 
     fn split_impl(
         &mut self,
         t: &Tensor,
         iv: &IterVar,
-        factor: Option<i64>,
-        nparts: Option<i64>,
+        by: SplitBy,
     ) -> Result<(IterVar, IterVar), TirError> {
         let pos = self.leaf_pos(t, iv)?;
-        let amount = factor.or(nparts).unwrap_or(0);
+        let (SplitBy::Factor(amount) | SplitBy::Parts(amount)) = by;
         if amount <= 0 {
             return Err(TirError::Schedule(format!(
                 "split of `{}` needs a positive factor, got {amount}",
@@ -310,19 +334,14 @@ impl Schedule {
         st.leaf_iter_vars
             .splice(pos..pos + 1, [outer.clone(), inner.clone()]);
         st.all_iter_vars.extend([outer.clone(), inner.clone()]);
-        st.relations.push(Relation::Split {
+        st.relations.push(Relation::Split(Split {
             parent: iv.clone(),
             outer: outer.clone(),
             inner: inner.clone(),
-            factor,
-            nparts,
-        });
-        let how = match factor {
-            Some(f) => format!("factor={f}"),
-            None => format!("nparts={amount}"),
-        };
+            by,
+        }));
         let name = self.state.name(t.id).to_string();
-        self.record(format!("split({name}, {}, {how})", iv.name()));
+        self.record(format!("split({name}, {}, {by})", iv.name()));
         Ok((outer, inner))
     }
 
@@ -746,25 +765,14 @@ impl fmt::Display for ScheduleState {
             write!(f, "]")?;
             for r in &s.relations {
                 match r {
-                    Relation::Split {
-                        parent,
-                        outer,
-                        inner,
-                        factor,
-                        nparts,
-                    } => {
-                        let how = factor
-                            .map(|v| format!("factor={v}"))
-                            .or(nparts.map(|v| format!("nparts={v}")))
-                            .unwrap_or_default();
-                        write!(
-                            f,
-                            "; split {} -> {}, {} ({how})",
-                            parent.name(),
-                            outer.name(),
-                            inner.name()
-                        )?
-                    }
+                    Relation::Split(sp) => write!(
+                        f,
+                        "; split {} -> {}, {} ({})",
+                        sp.parent.name(),
+                        sp.outer.name(),
+                        sp.inner.name(),
+                        sp.by
+                    )?,
                     Relation::Fuse {
                         outer,
                         inner,
