@@ -107,6 +107,12 @@ pub struct Range {
 }
 
 impl Range {
+    /// Replaces the min and the extent by `f` of them, in place.
+    pub fn map(&mut self, f: &mut impl FnMut(&mut Expr)) {
+        f(&mut self.min);
+        f(&mut self.extent);
+    }
+
     pub fn new(min: impl Into<Expr>, extent: impl Into<Expr>) -> Range {
         Range {
             min: min.into(),

@@ -1,7 +1,7 @@
 //! Statement passes: simplification under loop bounds, removal of one-iteration loops,
 //! and loop partitioning of split tails.
 
-use super::expr::{BinOp, Expr, Range, Var};
+use super::expr::{BinOp, Expr, Var};
 use super::simplify::{const_bounds, simplify, simplify_with, VarBounds};
 use super::stmt::Stmt;
 
@@ -52,30 +52,15 @@ pub fn simplify_stmt(s: &Stmt, vb: &mut VarBounds) -> Stmt {
             }
         }
         Stmt::Seq(v) => Stmt::seq(v.iter().map(|x| simplify_stmt(x, vb)).collect()),
-        Stmt::Realize {
-            tensor,
-            bounds,
-            body,
-        } => Stmt::Realize {
-            tensor: *tensor,
-            bounds: bounds
-                .iter()
-                .map(|r| Range::new(simplify_with(&r.min, vb), simplify_with(&r.extent, vb)))
-                .collect(),
-            body: Box::new(simplify_stmt(body, vb)),
-        },
-        Stmt::Allocate { buffer, size, body } => Stmt::Allocate {
-            buffer: *buffer,
-            size: simplify_with(size, vb),
-            body: Box::new(simplify_stmt(body, vb)),
-        },
         // The condition of an assume is a fact for later passes: it is not simplified with
         // the loop bounds, which would turn it into a bare `1`.
         Stmt::Assume { cond, body } => Stmt::Assume {
             cond: simplify(cond),
             body: Box::new(simplify_stmt(body, vb)),
         },
-        leaf => leaf.rewrite(&mut |x| x, &mut |e| simplify_with(e, vb)),
+        other => other
+            .map_children(&mut |c| simplify_stmt(c, vb))
+            .map_exprs(&mut |e| simplify_with(e, vb)),
     }
 }
 

@@ -185,80 +185,41 @@ impl Stmt {
         fs: &mut dyn FnMut(Stmt) -> Stmt,
         fe: &mut dyn FnMut(&Expr) -> Expr,
     ) -> Stmt {
-        let s = match self {
-            Stmt::For(l) => l.with(fe(&l.min), fe(&l.extent), l.body.rewrite(fs, fe)),
-            Stmt::Realize {
-                tensor,
-                bounds,
-                body,
-            } => Stmt::Realize {
-                tensor: *tensor,
-                bounds: bounds
-                    .iter()
-                    .map(|r| Range::new(fe(&r.min), fe(&r.extent)))
-                    .collect(),
-                body: Box::new(body.rewrite(fs, fe)),
-            },
-            Stmt::Allocate { buffer, size, body } => Stmt::Allocate {
-                buffer: *buffer,
-                size: fe(size),
-                body: Box::new(body.rewrite(fs, fe)),
-            },
-            Stmt::Provide {
-                tensor,
-                indices,
-                value,
-            } => Stmt::Provide {
-                tensor: *tensor,
-                indices: indices.iter().map(&mut *fe).collect(),
-                value: fe(value),
-            },
-            Stmt::Store {
-                buffer,
-                index,
-                value,
-            } => Stmt::Store {
-                buffer: *buffer,
-                index: fe(index),
-                value: fe(value),
-            },
-            Stmt::Seq(v) => Stmt::seq(v.iter().map(|s| s.rewrite(fs, fe)).collect()),
-            Stmt::IfThenElse {
-                cond,
-                then_case,
-                else_case,
-                likely,
-            } => Stmt::IfThenElse {
-                cond: fe(cond),
-                then_case: Box::new(then_case.rewrite(fs, fe)),
-                else_case: else_case.as_ref().map(|e| Box::new(e.rewrite(fs, fe))),
-                likely: *likely,
-            },
-            Stmt::KernelCall { name, args } => Stmt::KernelCall {
-                name: name.clone(),
-                args: args
-                    .iter()
-                    .map(|a| KernelArg {
-                        tensor: a.tensor,
-                        region: a
-                            .region
-                            .iter()
-                            .map(|r| Range::new(fe(&r.min), fe(&r.extent)))
-                            .collect(),
-                        buffer: a.buffer.as_ref().map(|b| BufferView {
-                            origin: b.origin.iter().map(&mut *fe).collect(),
-                            extents: b.extents.iter().map(&mut *fe).collect(),
-                            layout: b.layout.clone(),
-                        }),
-                    })
-                    .collect(),
-            },
-            Stmt::Assume { cond, body } => Stmt::Assume {
-                cond: fe(cond),
-                body: Box::new(body.rewrite(fs, fe)),
-            },
-        };
-        fs(s)
+        let s = self.map_children(&mut |c| c.rewrite(fs, fe));
+        fs(s.map_exprs(fe))
+    }
+
+    /// The same statement with each of its own expressions (not those of its child
+    /// statements) replaced by `fe(expr)`.
+    pub fn map_exprs(mut self, fe: &mut dyn FnMut(&Expr) -> Expr) -> Stmt {
+        let mut map = |e: &mut Expr| *e = fe(e);
+        match &mut self {
+            Stmt::For(l) => {
+                map(&mut l.min);
+                map(&mut l.extent);
+            }
+            Stmt::Realize { bounds, .. } => bounds.iter_mut().for_each(|r| r.map(&mut map)),
+            Stmt::Allocate { size, .. } => map(size),
+            Stmt::Provide { indices, value, .. } => {
+                indices.iter_mut().for_each(&mut map);
+                map(value);
+            }
+            Stmt::Store { index, value, .. } => {
+                map(index);
+                map(value);
+            }
+            Stmt::IfThenElse { cond, .. } | Stmt::Assume { cond, .. } => map(cond),
+            Stmt::KernelCall { args, .. } => {
+                for a in args {
+                    a.region.iter_mut().for_each(|r| r.map(&mut map));
+                    if let Some(b) = &mut a.buffer {
+                        b.origin.iter_mut().chain(&mut b.extents).for_each(&mut map);
+                    }
+                }
+            }
+            Stmt::Seq(_) => {}
+        }
+        self
     }
 
     /// Calls `f` on every statement, parents first.
