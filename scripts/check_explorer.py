@@ -66,10 +66,11 @@ class Dom(html.parser.HTMLParser):
                 self.items[cls][-1] += data
 
 
-def dump_dom(chrome, url):
+def headless(chrome, url, *flags):
+    """Runs headless Chromium on `url` with a throwaway profile and the given flags."""
     profile = tempfile.mkdtemp()
     try:
-        r = subprocess.run(
+        return subprocess.run(
             [
                 chrome,
                 "--headless",
@@ -81,7 +82,7 @@ def dump_dom(chrome, url):
                 "--no-first-run",
                 f"--user-data-dir={profile}",
                 "--virtual-time-budget=3000",
-                "--dump-dom",
+                *flags,
                 url,
             ],
             capture_output=True,
@@ -90,38 +91,19 @@ def dump_dom(chrome, url):
         )
     finally:
         shutil.rmtree(profile, ignore_errors=True)
+
+
+def dump_dom(chrome, url):
+    r = headless(chrome, url, "--dump-dom")
     if r.returncode != 0:
         raise RuntimeError(f"chromium failed: {r.stderr[-2000:]}")
     return r.stdout
 
 
 def screenshot(chrome, url, path):
-    profile = tempfile.mkdtemp()
-    try:
-        subprocess.run(
-            [
-                chrome,
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-                f"--user-data-dir={profile}",
-                "--hide-scrollbars",
-                "--window-size=1600,1000",
-                "--virtual-time-budget=3000",
-                f"--screenshot={path}",
-                url,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=True,
-        )
-    finally:
-        shutil.rmtree(profile, ignore_errors=True)
+    r = headless(chrome, url, "--hide-scrollbars", "--window-size=1600,1000", f"--screenshot={path}")
+    if r.returncode != 0:
+        raise RuntimeError(f"chromium screenshot failed: {r.stderr[-2000:]}")
 
 
 def check(dom_text, data, node_id, source_layer, what, failures):

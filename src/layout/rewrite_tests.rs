@@ -8,6 +8,7 @@ use super::{Assumption, Layout, PadValue};
 use crate::graph::{
     BinaryOp, Conv, DType, Graph, Op, Span, Tensor, UnaryOp, ValueRef, ValueType, Window,
 };
+use crate::ops::testutil::{conv_3x3, pool_2x2};
 use crate::ops::{Concat, Crop, LayoutTransform, PadWith, Reshape, Split, Transpose};
 
 fn span(layer: &str, op: &str, index: usize) -> Vec<Span> {
@@ -428,15 +429,7 @@ fn conv16c(
         weights(vec![cout], index as u32 + 7),
         vec![],
     );
-    let inner = Op::Conv(Conv {
-        window: Window {
-            kernel: vec![3, 3],
-            strides: vec![1, 1],
-            dilations: vec![1, 1],
-            pads: vec![1; 4],
-        },
-        group: 1,
-    });
+    let inner = conv_3x3();
     let laid = crate::graph::LaidOut {
         inner,
         inputs: vec![
@@ -481,17 +474,7 @@ fn transforms_sink_across_relu_pool_and_bias() {
         3,
     );
     let r = add(&mut g, Op::Unary(UnaryOp::Relu), "relu", &[b1], 4);
-    let pool = Op::Pool(crate::graph::Pool {
-        kind: crate::graph::PoolKind::Max,
-        window: Window {
-            kernel: vec![2, 2],
-            strides: vec![2, 2],
-            dilations: vec![1, 1],
-            pads: vec![0; 4],
-        },
-        ceil_mode: false,
-        count_include_pad: false,
-    });
+    let pool = pool_2x2(crate::graph::PoolKind::Max);
     let p = add(&mut g, pool, "pool", &[r], 5);
     let s2 = [1, 17, 3, 3];
     let bias = g.add_constant(

@@ -55,6 +55,7 @@ pub fn pad_flow(op: &Op, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
 mod tests {
     use super::*;
     use crate::core::Requirement;
+    use crate::ops::testutil::{conv_3x3, pool_2x2};
     use crate::ops::*;
 
     const ZERO: PadValue = PadValue::Known(0.0);
@@ -84,20 +85,6 @@ mod tests {
         );
     }
 
-    fn pool(kind: PoolKind) -> Op {
-        Op::Pool(Pool {
-            kind,
-            window: Window {
-                kernel: vec![2, 2],
-                strides: vec![2, 2],
-                dilations: vec![1, 1],
-                pads: vec![0; 4],
-            },
-            ceil_mode: false,
-            count_include_pad: false,
-        })
-    }
-
     #[test]
     fn reductions_need_their_identity_on_padded_axes() {
         let sum = Op::Reduce(Reduce {
@@ -125,13 +112,13 @@ mod tests {
         );
         // Max-pool over a padded spatial axis needs -inf; over padded channels, anything.
         assert_eq!(
-            pad_flow(&pool(PoolKind::Max), &[ZERO], &[3]).inputs,
+            pad_flow(&pool_2x2(PoolKind::Max), &[ZERO], &[3]).inputs,
             vec![Requirement::Value(f32::NEG_INFINITY)]
         );
-        let f = pad_flow(&pool(PoolKind::Max), &[ZERO], &[1]);
+        let f = pad_flow(&pool_2x2(PoolKind::Max), &[ZERO], &[1]);
         assert_eq!((f.inputs[0], f.output), (Requirement::Any, ZERO));
         assert_eq!(
-            pad_flow(&pool(PoolKind::Avg), &[ZERO], &[2]).inputs,
+            pad_flow(&pool_2x2(PoolKind::Avg), &[ZERO], &[2]).inputs,
             vec![Requirement::Unsupported]
         );
         let sm = Op::Softmax(Softmax { axis: 1 });
@@ -144,15 +131,7 @@ mod tests {
     /// padding and zero weight padding give the bias padding on the output.
     #[test]
     fn conv_over_padded_channels() {
-        let conv = Op::Conv(crate::ops::Conv {
-            window: Window {
-                kernel: vec![3, 3],
-                strides: vec![1, 1],
-                dilations: vec![1, 1],
-                pads: vec![1; 4],
-            },
-            group: 1,
-        });
+        let conv = conv_3x3();
         let f = pad_flow(&conv, &[ZERO, ZERO, ZERO], &[1]);
         assert_eq!(
             f.inputs,

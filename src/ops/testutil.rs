@@ -2,7 +2,7 @@
 
 use super::eval_op;
 use crate::core::{Tensor, TensorData, ValueType};
-use crate::ops::{infer_outputs, Op};
+use crate::ops::{infer_outputs, Conv, Op, Pool, PoolKind, Window};
 
 /// An f32 tensor.
 pub fn f32s(shape: &[usize], v: &[f32]) -> Tensor {
@@ -59,4 +59,32 @@ pub fn assert_close(got: &Tensor, shape: &[usize], want: &[f64], tol: f64) {
 pub fn assert_i64(got: &Tensor, shape: &[usize], want: &[i64]) {
     assert_eq!(got.shape, shape, "shape");
     assert_eq!(got.data, TensorData::I64(want.to_vec()));
+}
+
+/// A square 2-D window, undilated, with the same padding on every side.
+pub fn square_window(kernel: usize, stride: usize, pad: usize) -> Window {
+    Window {
+        kernel: vec![kernel; 2],
+        strides: vec![stride; 2],
+        dilations: vec![1, 1],
+        pads: vec![pad; 4],
+    }
+}
+
+/// A 2x2, stride-2 pool without padding.
+pub fn pool_2x2(kind: PoolKind) -> Op {
+    Op::Pool(Pool {
+        kind,
+        window: square_window(2, 2, 0),
+        ceil_mode: false,
+        count_include_pad: false,
+    })
+}
+
+/// A 3x3 convolution keeping the spatial size (stride 1, padding 1).
+pub fn conv_3x3() -> Op {
+    Op::Conv(Conv {
+        window: square_window(3, 1, 1),
+        group: 1,
+    })
 }
