@@ -2,8 +2,9 @@
 //!
 //! The pipeline, one module per stage (ARCHITECTURE.md draws the layers):
 //! `frontend` (ONNX, TFLite) → `graph` (IR, folding) → `layout` (planning, e-graph
-//! rewriting) → `lowering` (op computes and schedules) → `tir` (schedules,
-//! InferBound, lowering) → `codegen` (Cranelift) → `runtime`. `core` holds the
+//! rewriting) → `fusion` (groups of nodes run as one step) → `lowering` (op
+//! computes and schedules) → `tir` (schedules, InferBound, lowering) → `codegen`
+//! (Cranelift) → `runtime`. `core` holds the
 //! types every stage shares and `ops` every operator's meaning (one `OpDef` per
 //! op). `reference` is the plain executor every later stage is checked against.
 //! `export` writes a (planned) graph back as ONNX; `api` is the library entry
@@ -16,6 +17,7 @@ pub mod core;
 pub mod explorer;
 pub mod export;
 pub mod frontend;
+pub mod fusion;
 pub mod graph;
 pub mod layout;
 pub mod lowering;

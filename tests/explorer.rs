@@ -123,3 +123,57 @@ fn a_conv_node_has_its_spans_and_schedule_record() {
         .unwrap()
         .contains("no TIR lowering yet"));
 }
+
+/// Fusion is a graph pass: its groups are the compiled model's fused steps, and
+/// the explorer marks every node of a group with that step.
+#[test]
+fn fused_groups_are_the_compiled_steps_and_shown_on_their_nodes() {
+    use layoutopt::runtime::{CompiledModel, RuntimeOptions};
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/resnet_small/model.onnx");
+    let g = load_model(&path).unwrap();
+    let plan = PlanLayouts::new("global", "nchw16c")
+        .unwrap()
+        .plan(&g)
+        .unwrap();
+    let groups = CompiledModel::fusion_groups(&plan.graph).unwrap();
+    assert!(
+        groups
+            .iter()
+            .any(|f| f.kinds(&plan.graph).starts_with("Conv+")),
+        "resnet's convolutions fuse their epilogues"
+    );
+    let model = CompiledModel::compile(&plan.graph, &RuntimeOptions::default()).unwrap();
+    let steps = model.describe();
+    for f in &groups {
+        let name = &plan.graph.node(f.last()).name;
+        let kinds = f.kinds(&plan.graph);
+        assert!(
+            steps
+                .iter()
+                .any(|s| s.starts_with(&format!("{name} [{kinds}"))),
+            "group {kinds} ending at {name} is no step of {steps:#?}"
+        );
+    }
+    // Each step of several nodes is a group.
+    let fused_steps = steps.iter().filter(|s| s.contains('+')).count();
+    assert_eq!(fused_steps, groups.len(), "{steps:#?}");
+
+    let html = layoutopt::explorer::render(&g, &[&plan]).unwrap();
+    let d = data(&html);
+    let marked: Vec<&str> = d
+        .as_object()
+        .unwrap()
+        .values()
+        .filter_map(|n| n["fused"].as_str())
+        .collect();
+    let members: usize = groups.iter().map(|f| f.nodes.len()).sum();
+    assert_eq!(marked.len(), members);
+    for f in &groups {
+        let name = &plan.graph.node(f.last()).name;
+        let in_step = marked
+            .iter()
+            .filter(|m| m.starts_with(&format!("step '{name}'")))
+            .count();
+        assert_eq!(in_step, f.nodes.len(), "{name}");
+    }
+}

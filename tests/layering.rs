@@ -15,6 +15,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("reference", 4),
     ("layout", 5),
     ("lowering", 5),
+    ("fusion", 5),
     ("codegen", 6),
     ("runtime", 7),
     ("frontend", 8),

@@ -167,6 +167,16 @@ float_scalar!(f32);
 float_scalar!(f64);
 
 impl UnaryOp {
+    /// The bounds `(lo, hi)` when the op clamps its input (relu, clip): kernels
+    /// apply these as one clamp, fused or not.
+    pub fn clamp_bounds(self) -> Option<(f32, f32)> {
+        match self {
+            UnaryOp::Relu => Some((0.0, f32::INFINITY)),
+            UnaryOp::Clip { min, max } => Some((min, max)),
+            _ => None,
+        }
+    }
+
     /// The ONNX operator type.
     pub fn name(self) -> &'static str {
         match self {

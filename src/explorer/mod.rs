@@ -14,6 +14,7 @@ use crate::graph::{format_spans, Graph, GraphError, NodeId, Op, ValueType};
 use crate::layout::plan::{Plan, PlanReport};
 use crate::layout::Layout;
 use crate::ops::LayoutTransform;
+use crate::runtime::CompiledModel;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -49,6 +50,8 @@ struct NodeView {
     transform: bool,
     tir: Option<TirView>,
     tir_note: Option<String>,
+    /// The fused step the node runs in, when the fusion pass grouped it.
+    fused: Option<String>,
 }
 
 const NODE_W: usize = 170;
@@ -246,6 +249,19 @@ fn draw(
             );
         }
     }
+    // The steps the runtime would fuse on this machine; a graph it cannot compile
+    // is drawn without them.
+    let groups = CompiledModel::fusion_groups(g).unwrap_or_default();
+    let mut fused: HashMap<NodeId, String> = HashMap::new();
+    for group in &groups {
+        let step = format!(
+            "step '{}': {} ({} nodes)",
+            g.node(group.last()).name,
+            group.kinds(g),
+            group.nodes.len()
+        );
+        fused.extend(group.nodes.iter().map(|&n| (n, step.clone())));
+    }
     let mut nodes = Vec::with_capacity(order.len());
     for (i, &id) in order.iter().enumerate() {
         let n = g.node(id);
@@ -262,6 +278,9 @@ fn draw(
         }
         if matches!(n.op, Op::Input) {
             class.push_str(" input");
+        }
+        if fused.contains_key(&id) {
+            class.push_str(" fused");
         }
         if (0..n.outputs.len()).any(|k| g.is_graph_output(crate::graph::ValueRef::new(id, k))) {
             class.push_str(" output");
@@ -313,6 +332,7 @@ fn draw(
             transform,
             tir,
             tir_note,
+            fused: fused.get(&id).cloned(),
         });
     }
     svg.push_str("</svg>");
@@ -411,6 +431,7 @@ main{display:flex;height:calc(100vh - 190px)}
 .scroll{overflow:auto;flex:1}
 .node rect{fill:#eef3fb;stroke:#6a8cc7;stroke-width:1.2}
 .node.laidout rect{fill:#e6f5e9;stroke:#4a9a5a}
+.node.fused rect{stroke-dasharray:4 2}
 .node.transform rect{fill:#ffe1d6;stroke:#d9531e;stroke-width:2.5}
 .node.input rect{fill:#f4f4f4;stroke:#999}
 .node.output rect{stroke-dasharray:4 2}
@@ -448,6 +469,8 @@ function show(id){
   n.spans.forEach(s=>ul.appendChild(el('li',{'class':'span'},"layer '"+s.layer+"' ("+s.op_type+" #"+s.index+") in "+s.file)));
   if(!n.spans.length) ul.appendChild(el('li',{},'(none)'));
   panel.appendChild(ul);
+  section('Fusion');
+  panel.appendChild(el('p',{id:'fused'},n.fused||'runs as a step of its own'));
   section('Layouts');
   panel.appendChild(el('p',{id:'layouts'},'inputs: '+(n.input_layouts.join(', ')||'-')+' → outputs: '+n.output_layouts.join(', ')));
   panel.appendChild(el('p',{},'outputs: '+n.outputs.join(', ')));

@@ -5,7 +5,7 @@
 
 use super::simd::{clamp_nan, run_vectorized, Isa, Lanes, Vector, VectorKernel};
 use crate::core::scalar::Scalar;
-use crate::graph::{BinaryOp, PoolKind, UnaryOp};
+use crate::graph::{BinaryOp, PoolKind};
 use crate::layout::Layout;
 use rayon::prelude::*;
 
@@ -32,15 +32,6 @@ macro_rules! multiversion {
             $body
         }
     };
-}
-
-/// The elementwise function a fused unary applies: clamp covers relu and clip.
-pub fn unary_clamp(u: UnaryOp) -> Option<(f32, f32)> {
-    match u {
-        UnaryOp::Relu => Some((0.0, f32::INFINITY)),
-        UnaryOp::Clip { min, max } => Some((min, max)),
-        _ => None,
-    }
 }
 
 multiversion!(clamp_into(x: &[f32], y: &mut [f32], lo: f32, hi: f32) {

@@ -16,6 +16,7 @@ pub mod kernels;
 pub mod simd;
 pub mod tir_step;
 
+use crate::fusion::FusedGroup;
 use crate::graph::{format_spans, Graph, GraphError, Op, Span, Tensor, ValueType};
 use compile::Compiler;
 use conv::PackedConv;
@@ -213,6 +214,12 @@ impl CompiledModel {
                 message: e.to_string(),
             })?;
         Compiler::new(graph, Isa::detect()).finish(pool)
+    }
+
+    /// The fused groups the compiler makes of a planned graph on this machine (the
+    /// fusion pass asked about this machine's native kernels).
+    pub fn fusion_groups(graph: &Graph) -> Result<Vec<FusedGroup>, RuntimeError> {
+        Compiler::new(graph, Isa::detect()).fusion_groups()
     }
 
     /// The instruction set the kernels use.

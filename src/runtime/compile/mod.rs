@@ -10,10 +10,13 @@ use super::depthwise::Depthwise;
 use super::kernels::{Dense, Gather, PoolGeom};
 use super::simd::{Epilogue, Isa};
 use super::{kernels, tir_step, CompiledModel, Kernel, RuntimeError};
+use crate::fusion::{
+    self, inner, input_layout, output_layout, same_storage, FusedGroup, Pattern, Target,
+};
 use crate::graph::{DType, Graph, NodeId, Op, PoolKind, Span, Tensor, ValueRef};
-use crate::layout::{Layout, PadValue};
+use crate::layout::Layout;
 use crate::ops::{BatchNorm, Gemm, GlobalPool, LayoutTransform, Reshape};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 /// A step before memory planning: values instead of slots.
 struct Pending {
@@ -23,15 +26,6 @@ struct Pending {
     kernel: Kernel,
     inputs: Vec<ValueRef>,
     outputs: Vec<ValueRef>,
-}
-
-/// A convolution and the nodes folded into it.
-struct Fusion {
-    conv: NodeId,
-    bn: Option<NodeId>,
-    residual: Option<ValueRef>,
-    clamp: Option<(f32, f32)>,
-    kinds: Vec<&'static str>,
 }
 
 /// The channel block `cb` when `layout` stores a logical NCHW tensor as
@@ -87,37 +81,6 @@ impl<'g> Compiler<'g> {
         }
     }
 
-    /// The op a node computes, with its storage when the planner laid it out.
-    fn inner(&self, id: NodeId) -> (&'g Op, Option<&'g crate::graph::LaidOut>) {
-        match &self.g.node(id).op {
-            Op::InLayout(l) => (&l.inner, Some(l)),
-            op => (op, None),
-        }
-    }
-
-    /// Layout and logical shape of input `i` of a node.
-    fn input_layout(&self, id: NodeId, i: usize) -> Option<(Layout, Vec<usize>)> {
-        match self.inner(id).1 {
-            Some(l) => l.inputs.get(i).cloned(),
-            None => {
-                let v = *self.g.node_inputs(id).get(i)?;
-                let shape = self.g.value_type(v).shape.clone();
-                Some((Layout::identity(shape.len()).ok()?, shape))
-            }
-        }
-    }
-
-    /// Layout and padding of output 0 of a node.
-    fn output_layout(&self, id: NodeId) -> Option<(Layout, PadValue)> {
-        match self.inner(id).1 {
-            Some(l) => l.outputs.first().cloned(),
-            None => {
-                let rank = self.g.node(id).outputs.first()?.ty.shape.len();
-                Some((Layout::identity(rank).ok()?, PadValue::Undef))
-            }
-        }
-    }
-
     /// The logical f32 values of constant input `i` of a node.
     fn const_input(&self, id: NodeId, i: usize) -> Option<Vec<f32>> {
         let v = *self.g.node_inputs(id).get(i)?;
@@ -125,7 +88,7 @@ impl<'g> Compiler<'g> {
         if t.dtype() != DType::F32 {
             return None;
         }
-        let (layout, logical) = self.input_layout(id, i)?;
+        let (layout, logical) = input_layout(self.g, id, i)?;
         if layout.is_identity() {
             return Some(t.to_f32());
         }
@@ -138,7 +101,7 @@ impl<'g> Compiler<'g> {
 
     /// Geometry of a convolution with a native kernel, and whether it is depthwise.
     fn conv_geom(&self, id: NodeId) -> Option<(ConvGeom, bool)> {
-        let Op::Conv(c) = self.inner(id).0 else {
+        let Op::Conv(c) = inner(self.g, id).0 else {
             return None;
         };
         let ins = self.g.node_inputs(id);
@@ -149,11 +112,11 @@ impl<'g> Compiler<'g> {
         if ins[1..].iter().any(|&v| self.g.constant(v).is_none()) {
             return None;
         }
-        let (xl, xs) = self.input_layout(id, 0)?;
-        let (_, ws) = self.input_layout(id, 1)?;
-        let (yl, _) = self.output_layout(id)?;
+        let (xl, xs) = input_layout(self.g, id, 0)?;
+        let (_, ws) = input_layout(self.g, id, 1)?;
+        let (yl, _) = output_layout(self.g, id)?;
         let ys = &self.g.node(id).outputs[0].ty.shape;
-        let ylogical: Vec<usize> = match self.inner(id).1 {
+        let ylogical: Vec<usize> = match inner(self.g, id).1 {
             Some(_) => vec![xs[0], ws[0], 0, 0],
             None => ys.clone(),
         };
@@ -189,86 +152,17 @@ impl<'g> Compiler<'g> {
         (c.group == 1 || depthwise).then_some((geom, depthwise))
     }
 
-    /// Whether node `next` computes on data stored exactly like `like`'s output
-    /// (same layouts for every non-constant input and the output).
-    fn same_storage(&self, like: NodeId, next: NodeId) -> bool {
-        let Some((yl, _)) = self.output_layout(like) else {
-            return false;
-        };
-        let ins = self.g.node_inputs(next);
-        let data_ok = ins.iter().enumerate().all(|(i, &v)| {
-            self.g.constant(v).is_some() || self.input_layout(next, i).is_some_and(|(l, _)| l == yl)
-        });
-        data_ok && self.output_layout(next).is_some_and(|(l, _)| l == yl)
-    }
-
-    /// The chain of batch norm, residual add and relu/clip that can fold into conv `id`.
-    /// Nodes in `claimed` already belong to another chain.
-    fn fusion(&self, id: NodeId, claimed: &HashSet<NodeId>) -> Fusion {
-        let mut f = Fusion {
-            conv: id,
-            bn: None,
-            residual: None,
-            clamp: None,
-            kinds: vec!["Conv"],
-        };
-        let conv_ty = &self.g.node(id).outputs[0].ty;
-        let mut v = ValueRef::new(id, 0);
-        let mut stage = 0;
-        while !self.g.is_graph_output(v) {
-            let users = self.g.consumers(v);
-            let [(next, port)] = users[..] else { break };
-            if claimed.contains(&next)
-                || !self.same_storage(id, next)
-                || self.g.node(next).outputs[0].ty != *conv_ty
-            {
-                break;
-            }
-            let ins = self.g.node_inputs(next);
-            match self.inner(next).0 {
-                Op::BatchNorm(_) if stage == 0 && port == 0 => {
-                    if !(1..5).all(|i| self.const_input(next, i).is_some()) {
-                        break;
-                    }
-                    f.bn = Some(next);
-                    stage = 1;
-                }
-                Op::Binary(crate::graph::BinaryOp::Add) if stage <= 1 => {
-                    let other = ins[1 - port];
-                    if self.g.constant(other).is_some() || self.g.value_type(other) != conv_ty {
-                        break;
-                    }
-                    f.residual = Some(other);
-                    stage = 2;
-                }
-                Op::Unary(u) if kernels::unary_clamp(*u).is_some() => {
-                    f.clamp = kernels::unary_clamp(*u);
-                    stage = 3;
-                }
-                _ => break,
-            }
-            f.kinds.push(self.g.node(next).op.kind_name());
-            v = ValueRef::new(next, 0);
-            if stage == 3 {
-                break;
-            }
-        }
-        f
-    }
-
-    /// The last node of a fusion chain.
-    fn chain(&self, f: &Fusion) -> Vec<NodeId> {
-        let mut nodes = vec![f.conv];
-        for _ in 1..f.kinds.len() {
-            let v = ValueRef::new(*nodes.last().expect("non-empty"), 0);
-            nodes.push(self.g.consumers(v)[0].0);
-        }
-        nodes
-    }
-
-    fn conv_step(&self, f: &Fusion, nodes: &[NodeId]) -> Result<Pending, RuntimeError> {
-        let id = f.conv;
-        let last = *nodes.last().expect("a chain has its conv");
+    /// The step of a convolution group: one native kernel with the batch norm folded
+    /// into its weights and the residual add and clamp in its epilogue.
+    fn conv_step(
+        &self,
+        group: &FusedGroup,
+        bn: Option<NodeId>,
+        residual: Option<ValueRef>,
+        clamp: Option<(f32, f32)>,
+    ) -> Result<Pending, RuntimeError> {
+        let id = group.nodes[0];
+        let last = group.last();
         let (geom, depthwise) = self
             .conv_geom(id)
             .expect("fused convs have a native kernel");
@@ -282,8 +176,8 @@ impl<'g> Compiler<'g> {
             _ => vec![0.0; geom.cout],
         };
         let mut w = w;
-        if let Some(bn) = f.bn {
-            let Op::BatchNorm(BatchNorm { epsilon }) = self.inner(bn).0 else {
+        if let Some(bn) = bn {
+            let Op::BatchNorm(BatchNorm { epsilon }) = inner(self.g, bn).0 else {
                 unreachable!("fusion only takes batch norms")
             };
             let p: Vec<Vec<f32>> = (1..5)
@@ -301,8 +195,8 @@ impl<'g> Compiler<'g> {
                 bias[o] = (bias[o] - p[2][o]) * s + p[1][o];
             }
         }
-        let (lo, hi) = f.clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
-        let pad_fill = self.output_layout(last).and_then(|(_, p)| p.known());
+        let (lo, hi) = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+        let pad_fill = output_layout(self.g, last).and_then(|(_, p)| p.known());
         let kernel = if depthwise {
             Kernel::Depthwise(Depthwise::new(
                 geom,
@@ -323,18 +217,31 @@ impl<'g> Compiler<'g> {
             ))
         };
         let mut inputs = vec![self.g.node_inputs(id)[0]];
-        inputs.extend(f.residual);
-        Ok(Pending {
+        inputs.extend(residual);
+        Ok(self.group_pending(group, String::new(), kernel, inputs))
+    }
+
+    /// The step of a group: named after its last node, its spans those of all.
+    fn group_pending(
+        &self,
+        group: &FusedGroup,
+        suffix: String,
+        kernel: Kernel,
+        inputs: Vec<ValueRef>,
+    ) -> Pending {
+        let last = group.last();
+        Pending {
             name: self.g.node(last).name.clone(),
-            kind: f.kinds.join("+"),
-            spans: nodes
+            kind: group.kinds(self.g) + &suffix,
+            spans: group
+                .nodes
                 .iter()
                 .flat_map(|&n| self.g.node(n).spans.clone())
                 .collect(),
             kernel,
             inputs,
             outputs: vec![ValueRef::new(last, 0)],
-        })
+        }
     }
 
     /// A native kernel for a single node, if it has one.
@@ -346,15 +253,16 @@ impl<'g> Compiler<'g> {
             return None;
         }
         let same = |v: &ValueRef| self.g.value_type(*v) == out;
-        match self.inner(id).0 {
-            Op::Unary(u) if same(&ins[0]) && self.same_storage(id, id) => {
-                kernels::unary_clamp(*u).map(|(lo, hi)| Kernel::Clamp(lo, hi))
+        match inner(self.g, id).0 {
+            Op::Unary(u) if same(&ins[0]) && same_storage(self.g, id, id) => {
+                u.clamp_bounds().map(|(lo, hi)| Kernel::Clamp(lo, hi))
             }
             Op::Binary(b)
                 if kernels::binary_supported(*b)
                     && ins.iter().all(same)
                     && (0..2).all(|i| {
-                        self.input_layout(id, i).map(|l| l.0) == self.output_layout(id).map(|l| l.0)
+                        input_layout(self.g, id, i).map(|l| l.0)
+                            == output_layout(self.g, id).map(|l| l.0)
                     }) =>
             {
                 Some(Kernel::Binary(*b))
@@ -374,7 +282,7 @@ impl<'g> Compiler<'g> {
                 )
             }
             Op::GlobalPool(GlobalPool { kind }) => {
-                let (_, xs) = self.input_layout(id, 0)?;
+                let (_, xs) = input_layout(self.g, id, 0)?;
                 (xs.len() == 4).then_some(())?;
                 self.pool_geom(id, *kind, vec![xs[2], xs[3]], vec![1, 1], (0, 0), false)
             }
@@ -392,7 +300,7 @@ impl<'g> Compiler<'g> {
                 beta,
                 trans_a: false,
                 trans_b,
-            }) if self.inner(id).1.is_none() => {
+            }) if inner(self.g, id).1.is_none() => {
                 let (a, b) = (self.g.value_type(ins[0]), self.g.value_type(ins[1]));
                 let bias = match ins.get(2) {
                     Some(&c) => {
@@ -410,17 +318,17 @@ impl<'g> Compiler<'g> {
                 let w = self.g.constant(ins[1])?.to_f32();
                 Dense::new((a.shape[0], k, n), self.isa, *alpha, &w, *trans_b, c).map(Kernel::Dense)
             }
-            Op::MatMul if self.inner(id).1.is_none() => {
+            Op::MatMul if inner(self.g, id).1.is_none() => {
                 let (a, b) = (self.g.value_type(ins[0]), self.g.value_type(ins[1]));
                 let w = self.g.constant(ins[1])?.to_f32();
                 let [k, n] = b.shape[..] else { return None };
                 let m = a.numel() / k;
                 Dense::new((m, k, n), self.isa, 1.0, &w, false, None).map(Kernel::Dense)
             }
-            Op::Reshape(_) | Op::Identity if self.inner(id).1.is_none() => Some(Kernel::Copy),
+            Op::Reshape(_) | Op::Identity if inner(self.g, id).1.is_none() => Some(Kernel::Copy),
             Op::Reshape(Reshape { shape }) => {
-                let (from, from_shape) = self.input_layout(id, 0)?;
-                let (to, pad) = self.output_layout(id)?;
+                let (from, from_shape) = input_layout(self.g, id, 0)?;
+                let (to, pad) = output_layout(self.g, id)?;
                 let fill = pad.known().unwrap_or(0.0);
                 let g = Gather::reshape((&from, &from_shape), (&to, shape), fill).ok()?;
                 Some(gather_or_copy(g, from.physical_shape(&from_shape).ok()?))
@@ -465,32 +373,6 @@ impl<'g> Compiler<'g> {
         Ok(kernel.map(|k| (k, inputs)))
     }
 
-    /// `head` and the elementwise nodes that can follow it in one loop nest: each
-    /// the only reader of the value before it, which is no graph output.
-    fn elementwise_chain(&self, head: NodeId, claimed: &HashSet<NodeId>) -> Vec<NodeId> {
-        let mut chain = vec![head];
-        loop {
-            let v = ValueRef::new(*chain.last().expect("not empty"), 0);
-            if self.g.is_graph_output(v) {
-                return chain;
-            }
-            // One (node, input) reads the value: one node, reading it once.
-            let [(next, port)] = self.g.consumers(v)[..] else {
-                return chain;
-            };
-            let elementwise = matches!(self.inner(next).0, Op::Unary(_) | Op::Binary(_));
-            // The value must mean the same element to both nodes: both laid out or
-            // neither, the reader taking it in the layout it is written in.
-            let same_storage = self.inner(v.node).1.is_some() == self.inner(next).1.is_some()
-                && self.output_layout(v.node).map(|l| l.0)
-                    == self.input_layout(next, port).map(|l| l.0);
-            if claimed.contains(&next) || !elementwise || !same_storage {
-                return chain;
-            }
-            chain.push(next);
-        }
-    }
-
     fn pool_geom(
         &self,
         id: NodeId,
@@ -500,8 +382,8 @@ impl<'g> Compiler<'g> {
         pad: (usize, usize),
         count_include_pad: bool,
     ) -> Option<Kernel> {
-        let (xl, xs) = self.input_layout(id, 0)?;
-        let (yl, _) = self.output_layout(id)?;
+        let (xl, xs) = input_layout(self.g, id, 0)?;
+        let (yl, _) = output_layout(self.g, id)?;
         let cb = channel_block(&xl, &xs)?;
         let ys = &self.g.node(id).outputs[0].ty.shape;
         // The output's physical shape is NCHW{cb}c (or NCHW): its spatial extents
@@ -528,114 +410,130 @@ impl<'g> Compiler<'g> {
         }))
     }
 
+    /// The fusion pass's groups, with the native kernels built while asking.
+    fn plan_fusion(&self) -> Result<(Vec<FusedGroup>, HashMap<NodeId, Kernel>), RuntimeError> {
+        let mut target = NativeKernels {
+            c: self,
+            built: HashMap::new(),
+        };
+        let groups = fusion::plan(self.g, &mut target)?;
+        Ok((groups, target.built))
+    }
+
+    pub(super) fn fusion_groups(&self) -> Result<Vec<FusedGroup>, RuntimeError> {
+        Ok(self.plan_fusion()?.0)
+    }
+
     pub(super) fn finish(mut self, pool: rayon::ThreadPool) -> Result<CompiledModel, RuntimeError> {
         let g = self.g;
         let order = g.topo_order()?;
-        // Plan the fusions first: a fused step runs where its chain ends, when
-        // the residual operand is surely computed.
-        let mut fused: HashMap<NodeId, Fusion> = HashMap::new();
-        let mut skip: HashSet<NodeId> = HashSet::new();
-        let mut claimed: HashSet<NodeId> = HashSet::new();
-        for &id in &order {
-            if claimed.contains(&id) || self.conv_geom(id).is_none() {
-                continue;
-            }
-            let f = self.fusion(id, &claimed);
-            let nodes = self.chain(&f);
-            let last = *nodes.last().expect("non-empty");
-            skip.extend(nodes[..nodes.len() - 1].iter().copied());
-            claimed.extend(nodes.iter().copied());
-            fused.insert(last, f);
+        let (groups, mut natives) = self.plan_fusion()?;
+        let mut group_of: HashMap<NodeId, &FusedGroup> = HashMap::new();
+        for group in &groups {
+            group_of.extend(group.nodes.iter().map(|&n| (n, group)));
         }
-        // Then the hand-written kernels, and chains of elementwise nodes fused into
-        // one TIR loop nest with the node before them unless that one has a
-        // hand-written kernel (an elementwise one is given up for the chain).
-        let mut natives: HashMap<NodeId, Kernel> = HashMap::new();
-        let mut chains: HashMap<NodeId, (Vec<NodeId>, tir_step::TirKernel, Vec<ValueRef>)> =
-            HashMap::new();
+        // A group's step runs where its last node is, when every operand from
+        // outside the group is surely computed.
         for &id in &order {
-            if claimed.contains(&id) || matches!(g.node(id).op, Op::Input | Op::Constant(_)) {
+            let Some(group) = group_of.get(&id) else {
+                self.single_step(id, &mut natives)?;
                 continue;
-            }
-            let native = self.native(id);
-            let elementwise = matches!(self.inner(id).0, Op::Unary(_) | Op::Binary(_));
-            if native.is_none() || elementwise {
-                let nodes = self.elementwise_chain(id, &claimed);
-                if nodes.len() >= 2 {
-                    if let Some((kernel, inputs)) = self.tir(&nodes)? {
-                        let last = *nodes.last().expect("non-empty");
-                        skip.extend(nodes[..nodes.len() - 1].iter().copied());
-                        claimed.extend(nodes.iter().copied());
-                        chains.insert(last, (nodes, kernel, inputs));
-                        continue;
-                    }
-                }
-            }
-            if let Some(k) = native {
-                natives.insert(id, k);
-            }
-        }
-        for &id in &order {
-            let node = g.node(id);
-            if let Some((nodes, kernel, inputs)) = chains.remove(&id) {
-                let kinds: Vec<&str> = nodes.iter().map(|&n| g.node(n).op.kind_name()).collect();
-                self.steps.push(Pending {
-                    name: node.name.clone(),
-                    kind: format!("{} (tir)", kinds.join("+")),
-                    spans: nodes
-                        .iter()
-                        .flat_map(|&n| g.node(n).spans.clone())
-                        .collect(),
-                    kernel: Kernel::Tir(Box::new(kernel)),
-                    inputs,
-                    outputs: vec![ValueRef::new(id, 0)],
-                });
-                continue;
-            }
-            if let Some(f) = fused.get(&id) {
-                let nodes = self.chain(f);
-                let step = self.conv_step(f, &nodes)?;
-                self.steps.push(step);
-                continue;
-            }
-            if skip.contains(&id) {
-                continue;
-            }
-            match &node.op {
-                Op::Input => continue,
-                Op::Constant(t) => {
-                    self.const_of
-                        .insert(ValueRef::new(id, 0), self.consts.len());
-                    self.consts.push(t.clone());
-                    continue;
-                }
-                _ => {}
-            }
-            let mut kind = node.op.kind_name().to_string();
-            let kernel = match natives.remove(&id) {
-                Some(k) => k,
-                None => match self.tir(&[id])? {
-                    Some((k, _)) => {
-                        kind.push_str(" (tir)");
-                        Kernel::Tir(Box::new(k))
-                    }
-                    None => Kernel::Fallback {
-                        op: node.op.clone(),
-                        outputs: node.outputs.iter().map(|v| v.ty.clone()).collect(),
-                    },
-                },
             };
-            self.steps.push(Pending {
-                name: node.name.clone(),
-                kind,
-                spans: node.spans.clone(),
-                kernel,
-                inputs: g.node_inputs(id),
-                outputs: (0..node.outputs.len())
-                    .map(|i| ValueRef::new(id, i))
-                    .collect(),
-            });
+            if group.last() != id {
+                continue;
+            }
+            match &group.pattern {
+                Pattern::ConvEpilogue {
+                    bn,
+                    residual,
+                    clamp,
+                } => {
+                    let step = self.conv_step(group, *bn, *residual, *clamp)?;
+                    self.steps.push(step);
+                }
+                Pattern::Elementwise => match self.tir(&group.nodes)? {
+                    Some((kernel, inputs)) => {
+                        let kernel = Kernel::Tir(Box::new(kernel));
+                        let step = self.group_pending(group, " (tir)".into(), kernel, inputs);
+                        self.steps.push(step);
+                    }
+                    // No loop nest for the chain: its nodes run one by one.
+                    None => {
+                        for &n in &group.nodes {
+                            self.single_step(n, &mut natives)?;
+                        }
+                    }
+                },
+            }
         }
         self.plan_memory(pool)
+    }
+
+    /// The step of a node of no group: its native kernel, its TIR loop nest, or
+    /// the reference executor. Inputs and constants get no step.
+    fn single_step(
+        &mut self,
+        id: NodeId,
+        natives: &mut HashMap<NodeId, Kernel>,
+    ) -> Result<(), RuntimeError> {
+        let node = self.g.node(id);
+        match &node.op {
+            Op::Input => return Ok(()),
+            Op::Constant(t) => {
+                self.const_of
+                    .insert(ValueRef::new(id, 0), self.consts.len());
+                self.consts.push(t.clone());
+                return Ok(());
+            }
+            _ => {}
+        }
+        let mut kind = node.op.kind_name().to_string();
+        let kernel = match natives.remove(&id).or_else(|| self.native(id)) {
+            Some(k) => k,
+            None => match self.tir(&[id])? {
+                Some((k, _)) => {
+                    kind.push_str(" (tir)");
+                    Kernel::Tir(Box::new(k))
+                }
+                None => Kernel::Fallback {
+                    op: node.op.clone(),
+                    outputs: node.outputs.iter().map(|v| v.ty.clone()).collect(),
+                },
+            },
+        };
+        self.steps.push(Pending {
+            name: node.name.clone(),
+            kind,
+            spans: node.spans.clone(),
+            kernel,
+            inputs: self.g.node_inputs(id),
+            outputs: (0..node.outputs.len())
+                .map(|i| ValueRef::new(id, i))
+                .collect(),
+        });
+        Ok(())
+    }
+}
+
+/// The compiler's kernels as the fusion pass sees them; native kernels built
+/// while asking are kept for the steps.
+struct NativeKernels<'c, 'g> {
+    c: &'c Compiler<'g>,
+    built: HashMap<NodeId, Kernel>,
+}
+
+impl Target for NativeKernels<'_, '_> {
+    fn conv_kernel(&mut self, id: NodeId) -> bool {
+        self.c.conv_geom(id).is_some()
+    }
+
+    fn native_kernel(&mut self, id: NodeId) -> bool {
+        match self.c.native(id) {
+            Some(k) => {
+                self.built.insert(id, k);
+                true
+            }
+            None => false,
+        }
     }
 }

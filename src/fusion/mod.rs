@@ -1,0 +1,233 @@
+//! Fusion: the graph pass that groups nodes which run as one compiled step.
+//!
+//! It runs on a planned graph and decides, from the graph alone plus what the
+//! target can run natively, which nodes fold into one step:
+//!
+//! - a convolution with the batch norm, residual add and relu/clip after it
+//!   (the batch norm folds into the weights, the rest into the kernel's epilogue);
+//! - a chain of elementwise nodes, each the only reader of the value before it,
+//!   after the node that produces their input (one TIR loop nest).
+//!
+//! The result is a list of explicit [`FusedGroup`]s. The runtime compiles each
+//! group as one step (or, if a chain has no loop nest, its nodes one by one), the
+//! explorer shows every node's group, and `bench --profile` times each step under
+//! the group's name.
+
+use crate::core::{DType, Layout, PadValue};
+use crate::graph::{Graph, GraphError, LaidOut, NodeId, Op, ValueRef};
+use crate::ops::BinaryOp;
+use std::collections::HashSet;
+
+/// Nodes that run as one step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FusedGroup {
+    /// The nodes in the order they compute; the last one produces the step's output.
+    pub nodes: Vec<NodeId>,
+    /// How the nodes are fused.
+    pub pattern: Pattern,
+}
+
+/// How the nodes of a group are fused.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Pattern {
+    /// A convolution (the group's first node) with the nodes after it folded in.
+    ConvEpilogue {
+        /// A batch norm folded into the weights and bias.
+        bn: Option<NodeId>,
+        /// The other operand of a residual add applied in the epilogue.
+        residual: Option<ValueRef>,
+        /// The bounds of a relu or clip applied last.
+        clamp: Option<(f32, f32)>,
+    },
+    /// Elementwise nodes computed in one loop nest with the node before them.
+    Elementwise,
+}
+
+impl FusedGroup {
+    /// The node whose output the step produces.
+    pub fn last(&self) -> NodeId {
+        *self.nodes.last().expect("a group has nodes")
+    }
+
+    /// The ops of the group joined by `+`, e.g. `Conv+BatchNorm+Relu`.
+    pub fn kinds(&self, g: &Graph) -> String {
+        let kinds: Vec<&str> = self
+            .nodes
+            .iter()
+            .map(|&n| g.node(n).op.kind_name())
+            .collect();
+        kinds.join("+")
+    }
+}
+
+/// What the target can run natively, asked by the pass while it groups.
+pub trait Target {
+    /// Whether node `id` is a convolution the target runs with a fused epilogue.
+    fn conv_kernel(&mut self, id: NodeId) -> bool;
+    /// Whether node `id` has a hand-written kernel of its own.
+    fn native_kernel(&mut self, id: NodeId) -> bool;
+}
+
+/// The op a node computes, with its storage when the planner laid it out.
+pub fn inner(g: &Graph, id: NodeId) -> (&Op, Option<&LaidOut>) {
+    match &g.node(id).op {
+        Op::InLayout(l) => (&l.inner, Some(l)),
+        op => (op, None),
+    }
+}
+
+/// Layout and logical shape of input `i` of a node (row-major unless planned).
+pub fn input_layout(g: &Graph, id: NodeId, i: usize) -> Option<(Layout, Vec<usize>)> {
+    match inner(g, id).1 {
+        Some(l) => l.inputs.get(i).cloned(),
+        None => {
+            let v = *g.node_inputs(id).get(i)?;
+            let shape = g.value_type(v).shape.clone();
+            Some((Layout::identity(shape.len()).ok()?, shape))
+        }
+    }
+}
+
+/// Layout and padding of output 0 of a node (row-major unless planned).
+pub fn output_layout(g: &Graph, id: NodeId) -> Option<(Layout, PadValue)> {
+    match inner(g, id).1 {
+        Some(l) => l.outputs.first().cloned(),
+        None => {
+            let rank = g.node(id).outputs.first()?.ty.shape.len();
+            Some((Layout::identity(rank).ok()?, PadValue::Undef))
+        }
+    }
+}
+
+/// The groups of a planned graph, in topological order of their last nodes.
+/// Convolutions claim their epilogues first; elementwise chains form among the
+/// nodes left, starting at a node without a native kernel or an elementwise one
+/// (a native elementwise kernel is given up for the chain).
+pub fn plan(g: &Graph, target: &mut dyn Target) -> Result<Vec<FusedGroup>, GraphError> {
+    let order = g.topo_order()?;
+    let mut claimed: HashSet<NodeId> = HashSet::new();
+    let mut groups = Vec::new();
+    for &id in &order {
+        if !claimed.contains(&id) && target.conv_kernel(id) {
+            let group = conv_epilogue(g, id, &claimed);
+            claimed.extend(group.nodes.iter().copied());
+            groups.push(group);
+        }
+    }
+    for &id in &order {
+        if claimed.contains(&id) || matches!(g.node(id).op, Op::Input | Op::Constant(_)) {
+            continue;
+        }
+        let elementwise = matches!(inner(g, id).0, Op::Unary(_) | Op::Binary(_));
+        if elementwise || !target.native_kernel(id) {
+            let nodes = elementwise_chain(g, id, &claimed);
+            if nodes.len() >= 2 {
+                claimed.extend(nodes.iter().copied());
+                groups.push(FusedGroup {
+                    nodes,
+                    pattern: Pattern::Elementwise,
+                });
+            }
+        }
+    }
+    let position: std::collections::HashMap<NodeId, usize> =
+        order.iter().enumerate().map(|(k, &n)| (n, k)).collect();
+    groups.sort_by_key(|f| position[&f.last()]);
+    Ok(groups)
+}
+
+/// Whether node `next` computes on data stored exactly like `like`'s output
+/// (same layouts for every non-constant input and the output).
+pub fn same_storage(g: &Graph, like: NodeId, next: NodeId) -> bool {
+    let Some((yl, _)) = output_layout(g, like) else {
+        return false;
+    };
+    let ins = g.node_inputs(next);
+    let data_ok = ins.iter().enumerate().all(|(i, &v)| {
+        g.constant(v).is_some() || input_layout(g, next, i).is_some_and(|(l, _)| l == yl)
+    });
+    data_ok && output_layout(g, next).is_some_and(|(l, _)| l == yl)
+}
+
+/// Convolution `id` with the batch norm, residual add and relu/clip that follow it
+/// (in that order, each optional). Nodes in `claimed` belong to another group.
+fn conv_epilogue(g: &Graph, id: NodeId, claimed: &HashSet<NodeId>) -> FusedGroup {
+    let (mut bn, mut residual, mut clamp) = (None, None, None);
+    let mut nodes = vec![id];
+    let conv_ty = &g.node(id).outputs[0].ty;
+    let mut v = ValueRef::new(id, 0);
+    // 0: after the conv, 1: after a batch norm, 2: after the add.
+    let mut stage = 0;
+    while !g.is_graph_output(v) {
+        let users = g.consumers(v);
+        let [(next, port)] = users[..] else { break };
+        if claimed.contains(&next)
+            || !same_storage(g, id, next)
+            || g.node(next).outputs[0].ty != *conv_ty
+        {
+            break;
+        }
+        let ins = g.node_inputs(next);
+        let op = inner(g, next).0;
+        match op {
+            Op::BatchNorm(_) if stage == 0 && port == 0 => {
+                // Its parameters fold into the weights at compile time.
+                let f32_constant =
+                    |p: &ValueRef| g.constant(*p).is_some_and(|t| t.dtype() == DType::F32);
+                if ins.len() != 5 || !ins[1..].iter().all(f32_constant) {
+                    break;
+                }
+                bn = Some(next);
+                stage = 1;
+            }
+            Op::Binary(BinaryOp::Add) if stage <= 1 => {
+                let other = ins[1 - port];
+                if g.constant(other).is_some() || g.value_type(other) != conv_ty {
+                    break;
+                }
+                residual = Some(other);
+                stage = 2;
+            }
+            Op::Unary(u) if u.clamp_bounds().is_some() => clamp = u.clamp_bounds(),
+            _ => break,
+        }
+        nodes.push(next);
+        if clamp.is_some() {
+            break;
+        }
+        v = ValueRef::new(next, 0);
+    }
+    FusedGroup {
+        nodes,
+        pattern: Pattern::ConvEpilogue {
+            bn,
+            residual,
+            clamp,
+        },
+    }
+}
+
+/// `head` and the elementwise nodes that can follow it in one loop nest: each
+/// the only reader of the value before it, which is no graph output.
+fn elementwise_chain(g: &Graph, head: NodeId, claimed: &HashSet<NodeId>) -> Vec<NodeId> {
+    let mut chain = vec![head];
+    loop {
+        let v = ValueRef::new(*chain.last().expect("not empty"), 0);
+        if g.is_graph_output(v) {
+            return chain;
+        }
+        // One (node, input) reads the value: one node, reading it once.
+        let [(next, port)] = g.consumers(v)[..] else {
+            return chain;
+        };
+        let elementwise = matches!(inner(g, next).0, Op::Unary(_) | Op::Binary(_));
+        // The value must mean the same element to both nodes: both laid out or
+        // neither, the reader taking it in the layout it is written in.
+        let same_storage = inner(g, v.node).1.is_some() == inner(g, next).1.is_some()
+            && output_layout(g, v.node).map(|l| l.0) == input_layout(g, next, port).map(|l| l.0);
+        if claimed.contains(&next) || !elementwise || !same_storage {
+            return chain;
+        }
+        chain.push(next);
+    }
+}
