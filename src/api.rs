@@ -78,20 +78,32 @@ use std::path::Path;
 /// Any error of the pipeline, from the stage that raised it.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// An ONNX import error.
     #[error(transparent)]
     Onnx(#[from] ImportError),
+    /// A TFLite import error.
     #[error(transparent)]
     Tflite(#[from] TfliteError),
+    /// A layout error.
     #[error(transparent)]
     Layout(#[from] LayoutError),
+    /// A planning error.
     #[error(transparent)]
     Plan(#[from] PlanError),
+    /// A reference execution error.
     #[error(transparent)]
     Exec(#[from] ExecError),
+    /// An export error.
     #[error(transparent)]
     Export(#[from] ExportError),
+    /// A pass of a pipeline failed.
     #[error("pass '{pass}': {message}")]
-    Pass { pass: String, message: String },
+    Pass {
+        /// The name of the pass.
+        pass: String,
+        /// What went wrong.
+        message: String,
+    },
 }
 
 /// Whether `bytes` are a TFLite flatbuffer: its file identifier "TFL3" sits
@@ -125,6 +137,7 @@ pub fn load_model(path: &Path) -> Result<Graph, Error> {
 pub trait Pass {
     /// A short name for reports and errors.
     fn name(&self) -> &str;
+    /// Transforms the graph, or says why it cannot.
     fn run(&self, g: Graph) -> Result<Graph, Error>;
 }
 
@@ -185,6 +198,7 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
+    /// An empty pipeline.
     pub fn new() -> Pipeline {
         Pipeline::default()
     }
@@ -195,6 +209,7 @@ impl Pipeline {
         self
     }
 
+    /// The names of the passes, in order.
     pub fn names(&self) -> Vec<&str> {
         self.passes.iter().map(|p| p.name()).collect()
     }

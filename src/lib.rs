@@ -11,6 +11,8 @@
 //! point (load a model, the `Pass` trait, the planner as a pass); `explorer`
 //! renders plans as a self-contained HTML page.
 
+#![warn(missing_docs)]
+
 pub mod api;
 pub mod codegen;
 pub mod core;

@@ -36,9 +36,11 @@ pub(crate) mod layout {
 }
 
 impl KernelRegion {
+    /// The number of axes of the region.
     pub fn rank(&self) -> usize {
         self.rank as usize
     }
+    /// The extent of each axis of the region.
     pub fn extents(&self) -> &[i64] {
         &self.extents[..self.rank()]
     }
@@ -75,6 +77,7 @@ impl KernelRegion {
         self.element(idx).map(|p| unsafe { *p })
     }
 
+    /// Writes element `idx` of the region; an error when it lies outside.
     pub fn set(&mut self, idx: &[i64], v: f32) -> Result<(), String> {
         // SAFETY: as in `get`; the region's buffer is not shared with another argument.
         self.element(idx).map(|p| unsafe { *p = v })
@@ -99,6 +102,7 @@ pub struct KernelTable {
 }
 
 impl KernelTable {
+    /// An empty table.
     pub fn new() -> KernelTable {
         KernelTable::default()
     }
@@ -108,11 +112,13 @@ impl KernelTable {
         KernelTable::new().with("gemm_update", Arc::new(gemm_update))
     }
 
+    /// The table with kernel `k` registered as `name`.
     pub fn with(mut self, name: &str, k: Kernel) -> KernelTable {
         self.kernels.insert(name.to_string(), k);
         self
     }
 
+    /// The kernel registered as `name`.
     pub fn get(&self, name: &str) -> Option<&Kernel> {
         self.kernels.get(name)
     }

@@ -71,6 +71,7 @@ pub enum CodegenError {
     /// An access is provably outside its buffer.
     #[error("codegen: {0}")]
     OutOfBounds(String),
+    /// A kernel call that cannot be compiled (unknown kernel, bad region).
     #[error("codegen: {0}")]
     Kernel(String),
     /// Cranelift refused the generated IR (a bug of this module) or the host.
@@ -89,12 +90,19 @@ pub enum CodegenError {
 pub struct CodegenStats {
     /// Accesses (and kernel region axes) checked at run time, not proved.
     pub checked_accesses: usize,
+    /// Loops emitted as 4-lane vector loops.
     pub vector_loops: usize,
+    /// Loops unrolled at compile time.
     pub unrolled_loops: usize,
+    /// Parallel loops run on the thread pool.
     pub parallel_loops: usize,
+    /// Loops marked parallel that run serially (iterations not proved independent).
     pub serialized_parallel_loops: usize,
+    /// Buffers allocated on the stack.
     pub stack_allocs: usize,
+    /// Buffers allocated on the heap (too large for the stack).
     pub heap_allocs: usize,
+    /// Calls of external kernels.
     pub kernel_calls: usize,
 }
 
@@ -214,6 +222,7 @@ impl JitFunction {
         &self.param_sizes
     }
 
+    /// What the code generator did for this function.
     pub fn stats(&self) -> &CodegenStats {
         &self.stats
     }

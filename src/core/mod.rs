@@ -1,4 +1,3 @@
-#![warn(missing_docs)]
 //! The bottom layer: types every stage shares and that depend on nothing else in
 //! the crate — element types and tensors, value types, source spans, the layout
 //! algebra, what padding holds, and the scalar meaning of elementwise functions.

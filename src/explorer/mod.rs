@@ -20,10 +20,13 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use tir_view::{lower_node, TirView};
 
+/// Why the explorer page could not be rendered.
 #[derive(Debug, thiserror::Error)]
 pub enum ExplorerError {
+    /// The plan's graph is malformed.
     #[error(transparent)]
     Graph(#[from] GraphError),
+    /// The data of the page could not be written.
     #[error("explorer: {0}")]
     Invalid(String),
 }

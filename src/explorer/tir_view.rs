@@ -13,22 +13,27 @@ use serde::Serialize;
 pub struct DiffLine {
     /// '+' added, '-' removed, ' ' unchanged.
     pub tag: char,
+    /// The line itself.
     pub text: String,
 }
 
 /// The schedule after one primitive and its loop nest.
 #[derive(Clone, Debug, Serialize)]
 pub struct Step {
+    /// The primitive as called, e.g. `split(Y, i, factor=8)`.
     pub primitive: String,
+    /// The loop nest lowered from the schedule after this primitive.
     pub loop_nest: String,
     /// What this step changed in the loop nest against the step before.
     pub diff: Vec<DiffLine>,
 }
 
+/// A node's lowered loop nest and how its schedule built it, step by step.
 #[derive(Clone, Debug, Serialize)]
 pub struct TirView {
     /// Buffer layouts the loop nest is flattened under (tensor: layout).
     pub layouts: Vec<String>,
+    /// One step per schedule primitive, the first being the default schedule.
     pub steps: Vec<Step>,
 }
 

@@ -33,17 +33,25 @@ use std::path::Path;
 /// An export error, naming the layer (or file) at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
+    /// An op that has no ONNX form (or not for these operands).
     #[error("{}: cannot export {op}: {message}", format_spans(spans))]
     Op {
+        /// The source layers of the node.
         spans: Vec<Span>,
+        /// The op's kind.
         op: String,
+        /// Why it cannot be exported.
         message: String,
     },
+    /// The model file could not be written.
     #[error("{path}: cannot write the model: {source}")]
     Io {
+        /// The file.
         path: String,
+        /// The I/O error.
         source: std::io::Error,
     },
+    /// The graph is malformed.
     #[error("export: {0}")]
     Graph(String),
 }

@@ -22,28 +22,47 @@ use std::path::{Path, PathBuf};
 
 /// The opsets of the default domain we import.
 pub const MIN_OPSET: i64 = 11;
+/// The newest opset of the default domain we import.
 pub const MAX_OPSET: i64 = 21;
 
 /// An import error: which file, which layer, what is wrong.
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
+    /// The file could not be read.
     #[error("{path}: cannot read file: {source}")]
     Io {
+        /// The file.
         path: String,
+        /// The I/O error.
         source: std::io::Error,
     },
+    /// The model as a whole is malformed or unsupported.
     #[error("{path}: {message}")]
-    Model { path: String, message: String },
+    Model {
+        /// The model file.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A layer is malformed or unsupported.
     #[error("{}: {message}", format_spans(spans))]
-    Layer { spans: Vec<Span>, message: String },
+    Layer {
+        /// The layer, as spans into the source.
+        spans: Vec<Span>,
+        /// What is wrong.
+        message: String,
+    },
     /// A parameter input (a shape, axes, bounds) is computed at run time.
     #[error("{}: {message}", format_spans(spans))]
     NotConstant {
+        /// The layer, as spans into the source.
         spans: Vec<Span>,
         /// The value that would have to be known at import time.
         value: String,
+        /// What is wrong.
         message: String,
     },
+    /// The imported graph is malformed.
     #[error(transparent)]
     Graph(#[from] GraphError),
 }

@@ -20,18 +20,27 @@ use petgraph::visit::EdgeRef;
 use petgraph::Direction;
 use std::collections::HashMap;
 
+/// A node of the graph.
 pub type NodeId = NodeIndex;
 
 /// An error in building or checking a graph, naming the layer at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum GraphError {
+    /// Something is wrong at these source layers.
     #[error("{}: {message}", format_spans(spans))]
-    AtLayer { spans: Vec<Span>, message: String },
+    AtLayer {
+        /// The layers at fault.
+        spans: Vec<Span>,
+        /// What is wrong.
+        message: String,
+    },
+    /// Something is wrong with the graph as a whole.
     #[error("graph: {0}")]
     Graph(String),
 }
 
 impl GraphError {
+    /// An error at `spans`.
     pub fn at(spans: &[Span], message: impl Into<String>) -> GraphError {
         GraphError::AtLayer {
             spans: spans.to_vec(),
@@ -43,27 +52,36 @@ impl GraphError {
 /// One output value of a node.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Value {
+    /// The value's name (from the source model where it had one).
     pub name: String,
+    /// Its dtype and logical shape.
     pub ty: ValueType,
 }
 
 /// A node: its op, a unique name, where it came from, and its outputs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Node {
+    /// What the node computes.
     pub op: Op,
+    /// A unique name (from the source layer where it had one).
     pub name: String,
+    /// The source layers the node stands for.
     pub spans: Vec<Span>,
+    /// The values the node produces, in output order.
     pub outputs: Vec<Value>,
 }
 
 /// A reference to one output of one node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ValueRef {
+    /// The producing node.
     pub node: NodeId,
+    /// Which of its outputs.
     pub output: usize,
 }
 
 impl ValueRef {
+    /// Output `output` of `node`.
     pub fn new(node: NodeId, output: usize) -> ValueRef {
         ValueRef { node, output }
     }
@@ -72,13 +90,16 @@ impl ValueRef {
 /// An edge: which output of the source feeds which input of the target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Port {
+    /// The output of the source node.
     pub output: usize,
+    /// The input of the target node.
     pub input: usize,
 }
 
 /// A dataflow graph. Graph inputs are `Op::Input` nodes, constants `Op::Constant` nodes.
 #[derive(Clone, Debug, Default)]
 pub struct Graph {
+    /// The model's name.
     pub name: String,
     dag: StableDiGraph<Node, Port>,
     inputs: Vec<NodeId>,
@@ -86,6 +107,7 @@ pub struct Graph {
 }
 
 impl Graph {
+    /// An empty graph named `name`.
     pub fn new(name: impl Into<String>) -> Graph {
         Graph {
             name: name.into(),
@@ -171,30 +193,37 @@ impl Graph {
         Ok(id)
     }
 
+    /// Sets the graph's outputs, in order.
     pub fn set_outputs(&mut self, outputs: Vec<ValueRef>) {
         self.outputs = outputs;
     }
 
+    /// The `Op::Input` nodes, in the model's input order.
     pub fn inputs(&self) -> &[NodeId] {
         &self.inputs
     }
 
+    /// The graph's outputs, in the model's output order.
     pub fn outputs(&self) -> &[ValueRef] {
         &self.outputs
     }
 
+    /// Node `id`.
     pub fn node(&self, id: NodeId) -> &Node {
         &self.dag[id]
     }
 
+    /// Node `id`, to change.
     pub fn node_mut(&mut self, id: NodeId) -> &mut Node {
         &mut self.dag[id]
     }
 
+    /// Whether node `id` exists (it may have been removed).
     pub fn contains(&self, id: NodeId) -> bool {
         self.dag.contains_node(id)
     }
 
+    /// How many nodes the graph has.
     pub fn node_count(&self) -> usize {
         self.dag.node_count()
     }
@@ -204,10 +233,12 @@ impl Graph {
         self.dag.node_indices().collect()
     }
 
+    /// The value `v` refers to.
     pub fn value(&self, v: ValueRef) -> &Value {
         &self.dag[v.node].outputs[v.output]
     }
 
+    /// The type of value `v`.
     pub fn value_type(&self, v: ValueRef) -> &ValueType {
         &self.value(v).ty
     }
@@ -248,6 +279,7 @@ impl Graph {
         out
     }
 
+    /// Whether `v` is one of the graph's outputs.
     pub fn is_graph_output(&self, v: ValueRef) -> bool {
         self.outputs.contains(&v)
     }

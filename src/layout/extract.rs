@@ -75,13 +75,16 @@ impl CostFunction<Lang> for TreeCost<'_> {
 /// Which extractor ran.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Method {
+    /// The optimal choice by integer linear programming.
     Ilp,
+    /// Each class's cheapest node, bottom-up (when the ILP is too large).
     Greedy,
 }
 
 /// What extraction did.
 #[derive(Clone, Debug)]
 pub struct ExtractReport {
+    /// Which extractor chose.
     pub method: Method,
     /// Cost of the chosen nodes, each class counted once.
     pub cost: f64,
@@ -298,8 +301,11 @@ pub fn extract_with_limit(
 /// Limits of one rewriting run.
 #[derive(Clone, Debug)]
 pub struct RewriteLimits {
+    /// At most this many rewriting iterations.
     pub iterations: usize,
+    /// Stop once the e-graph has this many nodes.
     pub nodes: usize,
+    /// Stop after this long.
     pub time: Duration,
 }
 
@@ -316,11 +322,15 @@ impl Default for RewriteLimits {
 /// What a rewriting run did.
 #[derive(Clone, Debug)]
 pub struct RewriteReport {
+    /// How the rewritten graph was extracted.
     pub extract: ExtractReport,
     /// Cost of the input graph under the same cost model.
     pub cost_before: f64,
+    /// Rewriting iterations run.
     pub iterations: usize,
+    /// Why rewriting stopped (saturated, iteration, node or time limit).
     pub stop_reason: String,
+    /// Nodes in the e-graph when it stopped.
     pub egraph_nodes: usize,
     /// Rule conditions that failed to evaluate (bugs, reported, never hidden).
     pub failures: Vec<String>,

@@ -19,14 +19,24 @@ pub use crate::ops::{binary_flow, pad_flow, unary_flow};
 /// An error of the layout stage.
 #[derive(Debug, thiserror::Error)]
 pub enum LayoutError {
+    /// A layout string did not parse.
     #[error("layout '{text}': {message}")]
-    Parse { text: String, message: String },
+    Parse {
+        /// The text.
+        text: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A layout does not fit a shape or an operation.
     #[error(transparent)]
     Algebra(#[from] AlgebraError),
+    /// A layout that cannot be used here.
     #[error("{0}")]
     Invalid(String),
+    /// The graph cannot be planned.
     #[error("rewriting: {0}")]
     Graph(String),
+    /// The rewrite rules could not be loaded.
     #[error(transparent)]
     Rules(#[from] rules::RuleError),
 }

@@ -96,15 +96,20 @@ pub fn op_kind(op: &Op) -> OpKind {
 /// One way to run an op: the layout of each input and output, and its cost.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Impl {
+    /// The layout of each input.
     pub inputs: Vec<LayoutId>,
+    /// The layout of each output.
     pub outputs: Vec<LayoutId>,
+    /// Its estimated time (ns).
     pub cost: f64,
 }
 
 /// Unit costs of the simple cost model.
 #[derive(Clone, Debug)]
 pub struct CostModel {
+    /// Time to move one byte (ns).
     pub ns_per_byte: f64,
+    /// Time of one floating-point operation at kernel speed (ns).
     pub ns_per_flop: f64,
     /// Slowdown of a convolution in row-major NCHW against the blocked layout.
     pub nchw_conv_penalty: f64,
@@ -192,6 +197,7 @@ pub struct Layouts {
 }
 
 impl Layouts {
+    /// The id of layout `l`, adding it when new.
     pub fn intern(&mut self, l: Layout) -> LayoutId {
         if let Some(&id) = self.ids.get(&l) {
             return id;
@@ -202,6 +208,7 @@ impl Layouts {
         id
     }
 
+    /// The layout with id `id`.
     pub fn get(&self, id: LayoutId) -> &Layout {
         &self.all[id.0 as usize]
     }
@@ -211,6 +218,7 @@ impl Layouts {
         self.identities.get(rank).copied().flatten()
     }
 
+    /// The id of the row-major layout of rank `rank`, adding it when new.
     pub fn identity(&mut self, rank: usize) -> Result<LayoutId, LayoutError> {
         if let Some(Some(id)) = self.identities.get(rank) {
             return Ok(*id);

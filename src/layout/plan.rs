@@ -35,28 +35,45 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
+/// Why a graph could not be planned.
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
+    /// A layout error.
     #[error(transparent)]
     Layout(#[from] LayoutError),
+    /// A layout does not fit a shape.
     #[error(transparent)]
     Algebra(#[from] crate::core::AlgebraError),
+    /// The graph is malformed.
     #[error(transparent)]
     Graph(#[from] GraphError),
+    /// The solver failed.
     #[error(transparent)]
     Solve(#[from] solver::SolveError),
+    /// No planner has this name.
     #[error("unknown planner '{0}' (expected keep, local, greedy or global)")]
     UnknownPlanner(String),
+    /// Something is wrong at these layers.
     #[error("{}: {message}", format_spans(spans))]
-    AtLayer { spans: Vec<Span>, message: String },
+    AtLayer {
+        /// The layers at fault.
+        spans: Vec<Span>,
+        /// What is wrong.
+        message: String,
+    },
 }
 
 /// The choices of a graph: one variable per non-constant node, in topological order.
 pub struct PlanSpace {
+    /// The layout family the plan targets.
     pub family: Family,
+    /// The planned nodes, in topological order.
     pub nodes: Vec<NodeId>,
+    /// The ways each node can run.
     pub impls: Vec<Vec<Impl>>,
+    /// Every layout the impls use.
     pub layouts: Layouts,
+    /// The assignment problem over the nodes.
     pub problem: Problem,
 }
 
@@ -155,26 +172,38 @@ fn cached_transform_cost<'g>(
 
 /// What a planner decided, with the solver's account when there was one.
 pub struct Assignment {
+    /// The impl chosen for each node of the space.
     pub choice: Vec<usize>,
+    /// The solver's account, for the global planner.
     pub solver: Option<SolverInfo>,
 }
 
+/// What the solver did.
 #[derive(Clone, Debug, Serialize)]
 pub struct SolverInfo {
+    /// Time spent solving (ms).
     pub time_ms: f64,
+    /// The cost of the chosen assignment.
     pub objective: f64,
+    /// A proved lower bound on the optimal cost.
     pub lower_bound: f64,
+    /// The relative gap between the two.
     pub gap: f64,
+    /// Independent regions solved.
     pub regions: usize,
+    /// Variables fixed before solving (one choice or dominated).
     pub fixed_variables: usize,
     /// Regions by method ("elimination", "lp-integral", "integer", "fallback").
     pub methods: BTreeMap<String, usize>,
+    /// Whether some region fell back to a heuristic.
     pub fallback_used: bool,
 }
 
 /// A layout planner.
 pub trait Planner {
+    /// The planner's name as the command line spells it.
     fn name(&self) -> &'static str;
+    /// Chooses an impl for each node of `space`.
     fn assign(&self, g: &Graph, space: &PlanSpace) -> Result<Assignment, PlanError>;
 }
 
@@ -186,6 +215,7 @@ pub struct Local;
 pub struct Greedy;
 /// The whole graph at once.
 pub struct Global {
+    /// Limits of the solver.
     pub options: SolveOptions,
 }
 
@@ -304,9 +334,13 @@ pub fn planner_by_name(name: &str) -> Result<Box<dyn Planner>, PlanError> {
 /// One transform the plan keeps.
 #[derive(Clone, Debug, Serialize)]
 pub struct TransformInfo {
+    /// The value transformed.
     pub value: String,
+    /// Its layout before.
     pub from: String,
+    /// Its layout after.
     pub to: String,
+    /// Bytes of the value.
     pub bytes: usize,
     /// Both layouts put every element at the same offset: no data moves.
     pub relabel: bool,
@@ -314,23 +348,31 @@ pub struct TransformInfo {
     pub spans: String,
 }
 
+/// The layout of one value.
 #[derive(Clone, Debug, Serialize)]
 pub struct ValueLayout {
+    /// The value's name.
     pub value: String,
+    /// Its layout.
     pub layout: String,
 }
 
 /// What a plan decided and what it costs.
 #[derive(Clone, Debug, Serialize)]
 pub struct PlanReport {
+    /// The model's name.
     pub model: String,
+    /// The planner that ran.
     pub planner: String,
+    /// The target layout family.
     pub family: String,
     /// Layout of every non-constant value not stored row-major.
     pub layouts: Vec<ValueLayout>,
+    /// Every transform the plan keeps.
     pub transforms: Vec<TransformInfo>,
     /// Transforms that move data, and the bytes they read and write.
     pub transform_count: usize,
+    /// Bytes those transforms move.
     pub transform_bytes: usize,
     /// Transforms between layouts with the same bytes (no data moves).
     pub relabels: usize,
@@ -340,17 +382,21 @@ pub struct PlanReport {
     pub refills: usize,
     /// The planner's objective under the cost model (ns, estimated).
     pub estimated_cost: f64,
+    /// Time spent planning (ms).
     pub plan_time_ms: f64,
+    /// The solver's account, for the global planner.
     pub solver: Option<SolverInfo>,
     /// The e-graph rewriting after materialisation, when it ran.
     pub rewrite: Option<RewriteInfo>,
 }
 
 impl PlanReport {
+    /// The report as JSON.
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("a plan report serialises")
     }
 
+    /// The report as text for the terminal.
     pub fn to_text(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(
@@ -413,7 +459,9 @@ impl PlanReport {
 
 /// A planned graph and its report.
 pub struct Plan {
+    /// The planned graph.
     pub graph: Graph,
+    /// What the plan decided.
     pub report: PlanReport,
 }
 
@@ -433,6 +481,7 @@ pub struct PlanOptions {
     /// The rules for the e-graph rewriting of the materialised graph; `None`
     /// skips rewriting.
     pub rules: Option<RuleSource>,
+    /// Limits of the rewriting.
     pub rewrite_limits: RewriteLimits,
     /// Graphs with more nodes than this are not rewritten (the plan stands).
     pub rewrite_max_nodes: usize,
@@ -458,9 +507,13 @@ pub struct RewriteInfo {
     pub skipped: bool,
     /// Why it was not applied or skipped, and any rule condition that failed.
     pub note: Option<String>,
+    /// Rewriting iterations run.
     pub iterations: usize,
+    /// The extractor used.
     pub extraction: String,
+    /// Estimated cost before rewriting.
     pub cost_before: f64,
+    /// Estimated cost after rewriting.
     pub cost_after: f64,
 }
 

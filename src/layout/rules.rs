@@ -21,14 +21,24 @@ use std::path::{Path, PathBuf};
 /// A rule file that cannot be loaded, naming the file and line.
 #[derive(Debug, thiserror::Error)]
 pub enum RuleError {
+    /// A line of a rule file does not parse.
     #[error("{file}:{line}: {message}")]
     Syntax {
+        /// The rule file.
         file: String,
+        /// The line (from 1).
         line: usize,
+        /// What is wrong.
         message: String,
     },
+    /// A rule folder or file could not be read.
     #[error("{path}: {message}")]
-    Io { path: String, message: String },
+    Io {
+        /// The folder or file.
+        path: String,
+        /// The I/O error.
+        message: String,
+    },
 }
 
 /// Why a condition did not let a match through.
@@ -51,8 +61,11 @@ type Check = fn(&mut LEGraph, &mut Subst) -> Result<(), Refusal>;
 
 /// A condition a rule may name: the variables it reads and binds, and its code.
 pub struct Condition {
+    /// The name rules use for it.
     pub name: &'static str,
+    /// The pattern variables it reads.
     pub reads: &'static [&'static str],
+    /// The variables it binds for the rule's right-hand side.
     pub binds: &'static [&'static str],
     check: Check,
 }

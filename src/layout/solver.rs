@@ -33,15 +33,20 @@ use std::time::{Duration, Instant};
 /// `cost[ka * n_b + kb]` is paid when `a` takes `ka` and `b` takes `kb`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Pair {
+    /// The first variable.
     pub a: usize,
+    /// The second variable.
     pub b: usize,
+    /// The cost of each pair of choices, row-major by `a`'s choice.
     pub cost: Vec<f64>,
 }
 
 /// The assignment problem. `f64::INFINITY` in a unary cost forbids that choice.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Problem {
+    /// The cost of each choice of each variable.
     pub unary: Vec<Vec<f64>>,
+    /// The pairwise terms.
     pub pairs: Vec<Pair>,
 }
 
@@ -95,20 +100,31 @@ impl Default for SolveOptions {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Method {
     /// Exact variable elimination; `width` is the largest scope eliminated over.
-    Elimination { width: usize },
+    Elimination {
+        /// The largest scope eliminated over.
+        width: usize,
+    },
     /// The marginal LP had an integral optimum.
     LpIntegral,
     /// The LP was fractional; the integer program found the optimum.
     Integer,
     /// The integer program failed or ran out of time: rounded LP plus local search.
-    Fallback { reason: String },
+    Fallback {
+        /// Why the integer program was not used.
+        reason: String,
+    },
 }
 
+/// How one independent region of the problem was solved.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RegionReport {
+    /// Variables in the region.
     pub variables: usize,
+    /// How it was solved.
     pub method: Method,
+    /// The cost of the region's choice.
     pub objective: f64,
+    /// A proved lower bound on the region's optimum.
     pub lower_bound: f64,
 }
 
@@ -116,10 +132,15 @@ pub struct RegionReport {
 /// each region was solved.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Solution {
+    /// The choice of each variable.
     pub choice: Vec<usize>,
+    /// Its total cost.
     pub objective: f64,
+    /// A proved lower bound on the optimum.
     pub lower_bound: f64,
+    /// How each region was solved.
     pub regions: Vec<RegionReport>,
+    /// Variables fixed before solving (one choice or dominated).
     pub fixed_variables: usize,
 }
 
@@ -133,6 +154,7 @@ impl Solution {
         }
     }
 
+    /// Whether some region fell back to the heuristic.
     pub fn used_fallback(&self) -> bool {
         self.regions
             .iter()
@@ -140,10 +162,13 @@ impl Solution {
     }
 }
 
+/// Why the assignment problem could not be solved.
 #[derive(Debug, thiserror::Error)]
 pub enum SolveError {
+    /// The problem's tables do not fit together.
     #[error("layout problem is malformed: {0}")]
     Malformed(String),
+    /// A variable has no allowed choice.
     #[error("no assignment avoids a forbidden choice (variable {0} has none allowed)")]
     Infeasible(usize),
 }

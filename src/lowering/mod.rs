@@ -21,9 +21,11 @@ use crate::tir::schedule::Schedule;
 
 /// An op as a compute graph, with what its default schedule needs to know.
 pub struct OpCompute {
+    /// The stages of the op.
     pub graph: ComputeGraph,
     /// The placeholder of every operand, in the op's input order.
     pub inputs: Vec<Tensor>,
+    /// The stage holding the op's result.
     pub output: Tensor,
     /// Stages inlined into their consumer (padding copies).
     inline: Vec<Tensor>,
@@ -37,6 +39,7 @@ pub struct OpCompute {
 
 /// An op lowered for storage in given layouts.
 pub struct LoweredOp {
+    /// The lowered function.
     pub func: LoweredFunc,
     /// For every placeholder (the operands, for one op), its position in
     /// `func.params` (`None`: never read).
@@ -81,8 +84,11 @@ pub fn op_compute(op: &Op, types: &[ValueType]) -> Result<OpCompute, TirError> {
 /// One op of a fused chain: the op, its operand types, and (after the first op)
 /// which operand the previous op's output is.
 pub struct Link<'a> {
+    /// The op.
     pub op: &'a Op,
+    /// The (logical) types of its operands.
     pub types: &'a [ValueType],
+    /// Which operand is the previous op's output (none for the first op).
     pub prev: Option<usize>,
 }
 

@@ -1,4 +1,3 @@
-#![warn(missing_docs)]
 //! Typed operators of the graph IR.
 //!
 //! Inputs that ONNX passes as tensors but that describe the operation (a reshape's

@@ -20,12 +20,31 @@ use std::collections::HashMap;
 /// An error running a graph, naming the graph input or the layer at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum ExecError {
+    /// The number of inputs does not match the graph.
     #[error("the graph has {expected} inputs, {got} were given")]
-    InputCount { expected: usize, got: usize },
+    InputCount {
+        /// The graph's inputs.
+        expected: usize,
+        /// The inputs given.
+        got: usize,
+    },
+    /// A graph input does not fit its declared type.
     #[error("graph input '{name}': {message}")]
-    Input { name: String, message: String },
+    Input {
+        /// The input.
+        name: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// An op failed.
     #[error("{}: {message}", format_spans(spans))]
-    AtNode { spans: Vec<Span>, message: String },
+    AtNode {
+        /// The layers of the node.
+        spans: Vec<Span>,
+        /// What is wrong.
+        message: String,
+    },
+    /// The graph is malformed.
     #[error(transparent)]
     Graph(#[from] GraphError),
 }

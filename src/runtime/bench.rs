@@ -9,11 +9,17 @@ use std::time::{Duration, Instant};
 /// Latencies of `runs` timed runs after `warmup` untimed ones.
 #[derive(Clone, Debug)]
 pub struct BenchReport {
+    /// Timed runs.
     pub runs: usize,
+    /// The fastest run.
     pub min: Duration,
+    /// The median run.
     pub p50: Duration,
+    /// The 90th percentile.
     pub p90: Duration,
+    /// The 99th percentile.
     pub p99: Duration,
+    /// The mean.
     pub mean: Duration,
     /// Per-step times summed over the profiled runs (profiling runs are extra
     /// runs, so timers do not disturb the latencies above).

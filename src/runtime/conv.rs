@@ -9,26 +9,40 @@ use rayon::prelude::*;
 /// Shapes and window of one convolution (logical extents).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConvGeom {
+    /// Batch size.
     pub n: usize,
+    /// Input channels.
     pub cin: usize,
+    /// Input height.
     pub h: usize,
+    /// Input width.
     pub w: usize,
+    /// Output channels.
     pub cout: usize,
+    /// Output height.
     pub oh: usize,
+    /// Output width.
     pub ow: usize,
+    /// Kernel height and width.
     pub k: (usize, usize),
+    /// Vertical and horizontal stride.
     pub stride: (usize, usize),
+    /// Vertical and horizontal dilation.
     pub dilation: (usize, usize),
+    /// Padding at the top and the left.
     pub pad: (usize, usize),
     /// Channel block of the input and of the output storage.
     pub x_cb: usize,
+    /// Channel block of the output storage.
     pub y_cb: usize,
 }
 
 impl ConvGeom {
+    /// Elements of the input buffer (channels padded to the block).
     pub fn x_len(&self) -> usize {
         self.n * self.cin.div_ceil(self.x_cb) * self.x_cb * self.h * self.w
     }
+    /// Elements of the output buffer (channels padded to the block).
     pub fn y_len(&self) -> usize {
         self.n * self.cout.div_ceil(self.y_cb) * self.y_cb * self.oh * self.ow
     }
@@ -40,6 +54,7 @@ impl ConvGeom {
 
 /// A convolution ready to run: packed weights, bias and epilogue.
 pub struct PackedConv {
+    /// Shapes and window.
     pub geom: ConvGeom,
     isa: Isa,
     /// Output channels of one group: one or two vectors of lanes.
@@ -48,6 +63,7 @@ pub struct PackedConv {
     w: Vec<f32>,
     /// [cout / width][width].
     bias: Vec<f32>,
+    /// The clamp applied to every output.
     pub epilogue: Epilogue,
     /// Per output-channel group, the lane offsets when the output block is not
     /// a multiple of the lanes.

@@ -17,6 +17,7 @@ const DW_TILE: usize = 8;
 
 /// A depthwise convolution ready to run: weights packed per channel block.
 pub struct Depthwise {
+    /// Shapes and window.
     pub geom: ConvGeom,
     lanes: Lanes,
     /// [channel blocks][kh][kw][cb], zero in padding channels.

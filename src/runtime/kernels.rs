@@ -73,10 +73,12 @@ pub fn binary_supported(op: BinaryOp) -> bool {
     )
 }
 
+/// `y = clamp(x, lo, hi)`, NaN passing through.
 pub fn clamp(x: &[f32], y: &mut [f32], lo: f32, hi: f32) {
     clamp_into(x, y, lo, hi)
 }
 
+/// `y = a op b` on equal-length slices.
 pub fn binary(op: BinaryOp, a: &[f32], b: &[f32], y: &mut [f32]) {
     binary_into(a, b, y, op)
 }
@@ -85,17 +87,27 @@ pub fn binary(op: BinaryOp, a: &[f32], b: &[f32], y: &mut [f32]) {
 /// pooled like the others, so their value carries through).
 #[derive(Clone, Debug)]
 pub struct PoolGeom {
+    /// Max or average.
     pub kind: PoolKind,
     /// Batch times channel blocks.
     pub planes: usize,
+    /// Channels per block.
     pub cb: usize,
+    /// Input height.
     pub h: usize,
+    /// Input width.
     pub w: usize,
+    /// Output height.
     pub oh: usize,
+    /// Output width.
     pub ow: usize,
+    /// Window height and width.
     pub k: (usize, usize),
+    /// Vertical and horizontal stride.
     pub stride: (usize, usize),
+    /// Padding at the top and the left.
     pub pad: (usize, usize),
+    /// Whether an average divides by the whole window, padding included.
     pub count_include_pad: bool,
 }
 
@@ -143,6 +155,7 @@ multiversion!(pool_plane(g: &PoolGeom, x: &[f32], y: &mut [f32]) {
     }
 });
 
+/// Pools `x` into `y` with geometry `g`, planes in parallel.
 pub fn pool(g: &PoolGeom, x: &[f32], y: &mut [f32]) {
     let (xs, ys) = (g.h * g.w * g.cb, g.oh * g.ow * g.cb);
     y[..g.planes * ys]
@@ -217,6 +230,7 @@ impl Gather {
         self.src.len() == input_len && self.src.iter().enumerate().all(|(i, &s)| s as usize == i)
     }
 
+    /// Copies `x` into `y` element by element as gathered, filling padding.
     pub fn run(&self, x: &[f32], y: &mut [f32]) {
         for (o, &s) in y.iter_mut().zip(&self.src) {
             *o = if s == PAD { self.fill } else { x[s as usize] };
@@ -228,8 +242,11 @@ impl Gather {
 /// `alpha * b` packed in panels of a few vectors of columns and `c` broadcast
 /// to `[M][N]` (and scaled by beta) at compile time.
 pub struct Dense {
+    /// Rows of the left operand.
     pub m: usize,
+    /// The contracted extent.
     pub k: usize,
+    /// Columns of the result.
     pub n: usize,
     lanes: Lanes,
     /// Columns of one panel: `PANEL_VECTORS` vectors.
@@ -291,6 +308,7 @@ impl Dense {
         })
     }
 
+    /// `y = alpha * a . b + c` for the `[m][k]` matrix `a`.
     pub fn run(&self, a: &[f32], y: &mut [f32]) {
         assert!(a.len() >= self.m * self.k && y.len() >= self.m * self.n);
         let panels = self.n.div_ceil(self.nb);

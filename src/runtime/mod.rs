@@ -29,24 +29,49 @@ use std::time::{Duration, Instant};
 /// An error compiling or running a model, naming the graph input or layer.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
+    /// The number of inputs does not match the model.
     #[error("the model has {expected} inputs, {got} were given")]
-    InputCount { expected: usize, got: usize },
+    InputCount {
+        /// The model's inputs.
+        expected: usize,
+        /// The inputs given.
+        got: usize,
+    },
+    /// A model input does not fit its declared type.
     #[error("model input '{name}': expected {expected}, got {got}")]
     Input {
+        /// The input.
         name: String,
+        /// Its declared type.
         expected: String,
+        /// The type given.
         got: String,
     },
+    /// A layer could not be compiled or run.
     #[error("{}: {message}", format_spans(spans))]
-    AtNode { spans: Vec<Span>, message: String },
+    AtNode {
+        /// The layers of the step.
+        spans: Vec<Span>,
+        /// What is wrong.
+        message: String,
+    },
     /// A TIR step of the layer could not be lowered, compiled or run.
     #[error("{}: {source}", format_spans(spans))]
     Step {
+        /// The layers of the step.
         spans: Vec<Span>,
+        /// What failed.
         source: tir_step::StepError,
     },
+    /// The worker threads could not be started.
     #[error("cannot start {threads} worker threads: {message}")]
-    Threads { threads: usize, message: String },
+    Threads {
+        /// How many were asked for.
+        threads: usize,
+        /// Why not.
+        message: String,
+    },
+    /// The graph is malformed.
     #[error(transparent)]
     Graph(#[from] GraphError),
 }
@@ -111,9 +136,13 @@ struct Step {
 /// Time spent in one step over the profiled runs.
 #[derive(Clone, Debug)]
 pub struct StepProfile {
+    /// The step's name (its last node's).
     pub name: String,
+    /// The ops of the step, e.g. `Conv+BatchNormalization+Relu`.
     pub kind: String,
+    /// Whether the step runs on the reference executor.
     pub fallback: bool,
+    /// Time summed over the profiled runs.
     pub time: Duration,
 }
 

@@ -11,8 +11,11 @@
 /// The instruction set a kernel runs with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Isa {
+    /// AVX-512F: 16 lanes.
     Avx512,
+    /// AVX2 with FMA: 8 lanes.
     Avx2,
+    /// Plain Rust that the compiler vectorizes as it can.
     Portable,
 }
 
@@ -70,6 +73,7 @@ pub struct Tile {
     /// Kernel rows and columns to visit (all pixels of the tile have their
     /// whole window inside the input for these).
     pub kh: (usize, usize),
+    /// (see `kh`) for the columns.
     pub kw: (usize, usize),
     /// Input offset of pixel 0 at kernel position (0, 0) (may be "negative"
     /// for a border tile; only in-range positions are visited).
@@ -78,14 +82,18 @@ pub struct Tile {
     pub x_pixel: isize,
     /// Input strides of a kernel row and a kernel column (dilated).
     pub x_kh: isize,
+    /// (see `x_kh`) for a kernel column.
     pub x_kw: isize,
     /// Input channels, and their split into blocks of `x_cb` that lie `x_cblock` apart.
     pub cin: usize,
+    /// Channels per input block.
     pub x_cb: usize,
+    /// Distance between input channel blocks.
     pub x_cblock: isize,
     /// Packed weights of this output-channel group: `[kh][kw][cin][w_width]`,
     /// of which the tile uses the first `vectors * LANES` of each row.
     pub kw_total: usize,
+    /// Width of a packed weight row (lanes of output channels).
     pub w_width: usize,
     /// Output-channel vectors the tile computes (1 or 2).
     pub vectors: usize,
@@ -94,7 +102,9 @@ pub struct Tile {
 /// What the epilogue applies to each accumulator before the store.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Epilogue {
+    /// Lower bound of the clamp (`-inf`: none).
     pub min: f32,
+    /// Upper bound of the clamp (`inf`: none).
     pub max: f32,
 }
 
@@ -260,12 +270,17 @@ mod x86 {
 /// contiguous (`chan_offsets` is None); otherwise each lane has its own offset.
 #[derive(Clone, Copy)]
 pub struct Store<'a> {
+    /// Pixel 0 of the tile's first output channel.
     pub out: *mut f32,
+    /// The residual added before the clamp, laid out like `out`.
     pub residual: Option<*const f32>,
+    /// Elements between neighbouring pixels.
     pub pixel: isize,
     /// Offset of the second vector's channels from the first's.
     pub vector: isize,
+    /// Lanes holding real channels (the others are not stored).
     pub lanes_used: usize,
+    /// Per-lane channel offsets, when a vector's channels are not contiguous.
     pub chan_offsets: Option<&'a [isize]>,
 }
 

@@ -26,6 +26,7 @@ use super::simplify::{const_bounds, prove_equal, simplify_with, Linear, VarBound
 /// (limitation (b) of the document, reported rather than fixed).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Overcompute {
+    /// The tensor's name.
     pub tensor: String,
     /// Elements in the realized box.
     pub realized: i64,
@@ -45,10 +46,12 @@ pub struct Bounds {
     pub attach_path: HashMap<TensorId, Vec<IterVar>>,
     /// Constant bounds of every variable whose range has constant bounds.
     pub var_bounds: VarBounds,
+    /// Tensors whose realized box is larger than what their consumers read.
     pub overcompute: Vec<Overcompute>,
 }
 
 impl Bounds {
+    /// The range InferBound gave iteration variable `iv`.
     pub fn range(&self, iv: &IterVar) -> Result<&Range, TirError> {
         self.rmap
             .get(&iv.var.id)

@@ -19,12 +19,16 @@ pub enum IterKind {
 /// of compute definitions; variables created by split/fuse have none (InferBound sizes them).
 #[derive(Clone, Debug, PartialEq)]
 pub struct IterVar {
+    /// The variable.
     pub var: Var,
+    /// Its domain (none for variables made by split and fuse).
     pub dom: Option<Range>,
+    /// Data (parallel) or reduction axis.
     pub kind: IterKind,
 }
 
 impl IterVar {
+    /// A fresh iteration variable named `name`.
     pub fn new(name: &str, dom: Option<Range>, kind: IterKind) -> IterVar {
         IterVar {
             var: Var::new(name),
@@ -32,22 +36,29 @@ impl IterVar {
             kind,
         }
     }
+    /// The variable as an expression.
     pub fn expr(&self) -> Expr {
         self.var.expr()
     }
+    /// The variable's name.
     pub fn name(&self) -> &str {
         &self.var.name
     }
 }
 
+/// How a reduction combines its values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReduceOp {
+    /// Their sum.
     Sum,
+    /// Their maximum.
     Max,
+    /// Their minimum.
     Min,
 }
 
 impl ReduceOp {
+    /// The value the accumulator starts from.
     pub fn identity(self) -> f64 {
         match self {
             ReduceOp::Sum => 0.0,
@@ -63,6 +74,7 @@ impl ReduceOp {
             ReduceOp::Min => acc.min(v),
         }
     }
+    /// The combined value of an accumulator and a new value, on numbers.
     pub fn apply(self, acc: f64, v: f64) -> f64 {
         match self {
             ReduceOp::Sum => acc + v,
@@ -72,10 +84,18 @@ impl ReduceOp {
     }
 }
 
+/// What a compute definition computes per output element.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Body {
+    /// An expression of the axes.
     Plain(Expr),
-    Reduce { op: ReduceOp, source: Expr },
+    /// A reduction of `source` over the reduce axes.
+    Reduce {
+        /// How the values combine.
+        op: ReduceOp,
+        /// The value per point of the reduce axes.
+        source: Expr,
+    },
 }
 
 impl Body {
@@ -85,6 +105,7 @@ impl Body {
             Body::Plain(e) | Body::Reduce { source: e, .. } => e,
         }
     }
+    /// The same body with its expression replaced by `f` of it.
     pub fn map(&self, f: impl Fn(&Expr) -> Expr) -> Body {
         match self {
             Body::Plain(e) => Body::Plain(f(e)),
@@ -96,10 +117,14 @@ impl Body {
     }
 }
 
+/// A compute definition: its axes, its reduce axes and its body.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ComputeOp {
+    /// One axis per output dimension.
     pub axis: Vec<IterVar>,
+    /// The axes reduced over (empty unless the body is a reduction).
     pub reduce_axis: Vec<IterVar>,
+    /// The value of each output element.
     pub body: Body,
 }
 
@@ -110,21 +135,28 @@ impl ComputeOp {
     }
 }
 
+/// Whether an operation is an input or computed.
 #[derive(Clone, Debug, PartialEq)]
 pub enum OpKind {
+    /// An input of the function (a buffer it is given).
     Placeholder,
+    /// A computed tensor.
     Compute(ComputeOp),
 }
 
 /// One operation; it produces the tensor with the same [`TensorId`] as its index.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Operation {
+    /// The tensor's name.
     pub name: String,
+    /// Its shape.
     pub shape: Vec<i64>,
+    /// Input or computed.
     pub kind: OpKind,
 }
 
 impl Operation {
+    /// The compute definition, unless this is a placeholder.
     pub fn compute(&self) -> Option<&ComputeOp> {
         match &self.kind {
             OpKind::Compute(c) => Some(c),
@@ -142,7 +174,9 @@ impl Operation {
 /// A handle to a tensor of a graph, used to build expressions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Tensor {
+    /// The operation producing the tensor.
     pub id: TensorId,
+    /// Its number of dimensions.
     pub ndim: usize,
 }
 
@@ -161,18 +195,22 @@ impl Tensor {
 /// topological order: an operation can only read tensors defined before it).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ComputeGraph {
+    /// The operations, in definition order.
     pub ops: Vec<Operation>,
 }
 
 impl ComputeGraph {
+    /// An empty graph.
     pub fn new() -> ComputeGraph {
         ComputeGraph::default()
     }
 
+    /// The operation producing tensor `t`.
     pub fn op(&self, t: TensorId) -> &Operation {
         &self.ops[t.0]
     }
 
+    /// The handle of tensor `t`.
     pub fn tensor(&self, t: TensorId) -> Tensor {
         Tensor {
             id: t,
@@ -180,6 +218,7 @@ impl ComputeGraph {
         }
     }
 
+    /// The tensor named `name`.
     pub fn find(&self, name: &str) -> Option<Tensor> {
         self.ops
             .iter()
@@ -204,6 +243,7 @@ impl ComputeGraph {
         Ok(self.tensor(TensorId(self.ops.len() - 1)))
     }
 
+    /// Adds an input tensor of `shape` named `name`.
     pub fn placeholder(&mut self, name: &str, shape: &[i64]) -> Result<Tensor, TirError> {
         self.push(Operation {
             name: name.to_string(),

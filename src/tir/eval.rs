@@ -7,17 +7,21 @@ use crate::core::scalar::Scalar;
 /// A scalar value: an index or a float.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Value {
+    /// An integer (index arithmetic).
     Int(i64),
+    /// A float (tensor values).
     Float(f64),
 }
 
 impl Value {
+    /// The value as a float.
     pub fn as_f64(self) -> f64 {
         match self {
             Value::Int(v) => v as f64,
             Value::Float(v) => v,
         }
     }
+    /// The value as an integer (a float truncated).
     pub fn as_i64(self) -> i64 {
         match self {
             Value::Int(v) => v,

@@ -17,19 +17,23 @@ pub struct TensorId(pub usize);
 /// Identity is the unique id; the name is only for printing.
 #[derive(Clone, Debug)]
 pub struct Var {
+    /// The unique id: two variables are equal when their ids are.
     pub id: u64,
+    /// The name, for printing.
     pub name: Arc<str>,
 }
 
 static NEXT_VAR: AtomicU64 = AtomicU64::new(1);
 
 impl Var {
+    /// A fresh variable named `name`.
     pub fn new(name: &str) -> Var {
         Var {
             id: NEXT_VAR.fetch_add(1, Ordering::Relaxed),
             name: Arc::from(name),
         }
     }
+    /// The variable as an expression.
     pub fn expr(&self) -> Expr {
         Expr::Var(self.clone())
     }
@@ -47,54 +51,86 @@ impl std::hash::Hash for Var {
     }
 }
 
+/// A binary operation of expressions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BinOp {
+    /// `a + b`.
     Add,
+    /// `a - b`.
     Sub,
+    /// `a * b`.
     Mul,
     /// Float division (values only).
     Div,
+    /// Integer division rounding towards negative infinity.
     FloorDiv,
+    /// The remainder of `FloorDiv`, with the sign of the divisor.
     FloorMod,
+    /// The smaller of `a` and `b`.
     Min,
+    /// The larger of `a` and `b`.
     Max,
+    /// `a < b` (1 or 0).
     Lt,
+    /// `a <= b` (1 or 0).
     Le,
+    /// `a == b` (1 or 0).
     Eq,
+    /// `a != b` (1 or 0).
     Ne,
+    /// Both conditions hold.
     And,
+    /// Either condition holds.
     Or,
 }
 
+/// A float function of the target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Intrinsic {
+    /// `e^x`.
     Exp,
+    /// The natural logarithm.
     Log,
+    /// The square root.
     Sqrt,
+    /// The hyperbolic tangent.
     Tanh,
+    /// The error function.
     Erf,
     /// `pow(base, exponent)`: the one intrinsic of two arguments.
     Pow,
 }
 
+/// An expression of the tensor IR: index arithmetic and element values.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Expr {
+    /// An integer constant.
     Int(i64),
+    /// A float constant.
     Float(f64),
+    /// A variable.
     Var(Var),
+    /// A binary operation.
     Bin(BinOp, Box<Expr>, Box<Expr>),
+    /// The negation of a condition.
     Not(Box<Expr>),
+    /// `cond ? a : b`.
     Select(Box<Expr>, Box<Expr>, Box<Expr>),
+    /// An intrinsic applied to its arguments.
     Call(Intrinsic, Vec<Expr>),
     /// A read of a tensor element by logical multi-dimensional index (compute bodies and
     /// the statement IR before storage flattening).
     Read {
+        /// The tensor read.
         tensor: TensorId,
+        /// One index per dimension.
         indices: Vec<Expr>,
     },
     /// A read of a flattened buffer (after storage flattening).
     Load {
+        /// The buffer read.
         buffer: TensorId,
+        /// The element's position in the buffer.
         index: Box<Expr>,
     },
 }
@@ -102,7 +138,9 @@ pub enum Expr {
 /// A half-open range `[min, min + extent)`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Range {
+    /// The first value.
     pub min: Expr,
+    /// How many values (the last is `min + extent - 1`).
     pub extent: Expr,
 }
 
@@ -113,6 +151,7 @@ impl Range {
         f(&mut self.extent);
     }
 
+    /// The range `[min, min + extent)`.
     pub fn new(min: impl Into<Expr>, extent: impl Into<Expr>) -> Range {
         Range {
             min: min.into(),
@@ -147,6 +186,7 @@ impl From<&Var> for Expr {
     }
 }
 
+/// `a op b`.
 pub fn bin(op: BinOp, a: impl Into<Expr>, b: impl Into<Expr>) -> Expr {
     Expr::Bin(op, Box::new(a.into()), Box::new(b.into()))
 }
@@ -167,37 +207,48 @@ op_impl!(Mul, mul, BinOp::Mul);
 op_impl!(Div, div, BinOp::Div);
 
 impl Expr {
+    /// `floordiv(self, b)`.
     pub fn floordiv(self, b: impl Into<Expr>) -> Expr {
         bin(BinOp::FloorDiv, self, b)
     }
+    /// `floormod(self, b)`.
     pub fn floormod(self, b: impl Into<Expr>) -> Expr {
         bin(BinOp::FloorMod, self, b)
     }
+    /// `min(self, b)`.
     pub fn min(self, b: impl Into<Expr>) -> Expr {
         bin(BinOp::Min, self, b)
     }
+    /// `max(self, b)`.
     pub fn max(self, b: impl Into<Expr>) -> Expr {
         bin(BinOp::Max, self, b)
     }
+    /// `self < b`.
     pub fn lt(self, b: impl Into<Expr>) -> Expr {
         bin(BinOp::Lt, self, b)
     }
+    /// `self <= b`.
     pub fn le(self, b: impl Into<Expr>) -> Expr {
         bin(BinOp::Le, self, b)
     }
+    /// `self >= b`.
     pub fn ge(self, b: impl Into<Expr>) -> Expr {
         bin(BinOp::Le, b, self)
     }
+    /// `self && b`.
     pub fn and(self, b: impl Into<Expr>) -> Expr {
         bin(BinOp::And, self, b)
     }
+    /// `cond ? a : b`.
     pub fn select(cond: Expr, a: impl Into<Expr>, b: impl Into<Expr>) -> Expr {
         Expr::Select(Box::new(cond), Box::new(a.into()), Box::new(b.into()))
     }
+    /// `f(args)`.
     pub fn call(f: Intrinsic, args: Vec<Expr>) -> Expr {
         Expr::Call(f, args)
     }
 
+    /// The value of an integer constant.
     pub fn as_int(&self) -> Option<i64> {
         match self {
             Expr::Int(v) => Some(*v),
@@ -274,6 +325,7 @@ impl Expr {
         })
     }
 
+    /// Whether `v` occurs in the expression.
     pub fn uses_var(&self, v: &Var) -> bool {
         let mut found = false;
         self.visit(&mut |e| {

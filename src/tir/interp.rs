@@ -25,6 +25,7 @@ pub struct RunStats {
 /// A region of a buffer handed to a micro-kernel: logical coordinates relative to the
 /// region's origin.
 pub struct KernelView<'a> {
+    /// The region's extents.
     pub extents: Vec<i64>,
     origin: Vec<i64>,
     layout: &'a super::layout::BufferLayout,
@@ -49,9 +50,11 @@ impl KernelView<'_> {
             .filter(|f| *f < self.data.len())
             .ok_or_else(|| format!("kernel access {idx:?} is outside its buffer"))
     }
+    /// The element at `idx` of the region.
     pub fn get(&self, idx: &[i64]) -> Result<f64, String> {
         Ok(self.data[self.offset(idx)?])
     }
+    /// Writes the element at `idx` of the region.
     pub fn set(&mut self, idx: &[i64], v: f64) -> Result<(), String> {
         let o = self.offset(idx)?;
         self.data[o] = v;
@@ -62,16 +65,19 @@ impl KernelView<'_> {
 /// A micro-kernel: receives the output region first, then the input regions.
 pub type Kernel = Box<dyn Fn(&mut [KernelView]) -> Result<(), String>>;
 
+/// Runs lowered functions on host buffers, checking every access.
 #[derive(Default)]
 pub struct Interpreter {
     kernels: HashMap<String, Kernel>,
 }
 
 impl Interpreter {
+    /// An interpreter without micro-kernels.
     pub fn new() -> Interpreter {
         Interpreter::default()
     }
 
+    /// The interpreter with micro-kernel `k` registered as `name`.
     pub fn with_kernel(mut self, name: &str, k: Kernel) -> Interpreter {
         self.kernels.insert(name.to_string(), k);
         self

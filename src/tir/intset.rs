@@ -9,11 +9,14 @@ use std::collections::HashMap;
 use super::expr::{BinOp, Expr, Range};
 use super::simplify::{prove_equal, simplify_with, VarBounds};
 
+/// A set of integers, as symbolic bounds.
 #[derive(Clone, Debug, PartialEq)]
 pub enum IntSet {
     /// `[min, max]`, both inclusive; `None` is an infinite end.
     Interval {
+        /// The least element (`None`: unbounded).
         min: Option<Expr>,
+        /// The greatest element (`None`: unbounded).
         max: Option<Expr>,
     },
 }
@@ -22,41 +25,49 @@ pub enum IntSet {
 pub type DomMap = HashMap<u64, IntSet>;
 
 impl IntSet {
+    /// All integers.
     pub fn everything() -> IntSet {
         IntSet::Interval {
             min: None,
             max: None,
         }
     }
+    /// The single value `e`.
     pub fn point(e: Expr) -> IntSet {
         IntSet::Interval {
             min: Some(e.clone()),
             max: Some(e),
         }
     }
+    /// `[min, max]`, both inclusive.
     pub fn interval(min: Expr, max: Expr) -> IntSet {
         IntSet::Interval {
             min: Some(min),
             max: Some(max),
         }
     }
+    /// The values of range `r`.
     pub fn from_range(r: &Range, vb: &VarBounds) -> IntSet {
         IntSet::interval(
             r.min.clone(),
             simplify_with(&(r.min.clone() + r.extent.clone() - 1), vb),
         )
     }
+    /// The least element, when bounded.
     pub fn min(&self) -> Option<&Expr> {
         let IntSet::Interval { min, .. } = self;
         min.as_ref()
     }
+    /// The greatest element, when bounded.
     pub fn max(&self) -> Option<&Expr> {
         let IntSet::Interval { max, .. } = self;
         max.as_ref()
     }
+    /// Whether the set provably holds one value.
     pub fn is_single_point(&self, vb: &VarBounds) -> bool {
         matches!((self.min(), self.max()), (Some(a), Some(b)) if prove_equal(a, b, vb))
     }
+    /// That value, when the set provably holds one.
     pub fn point_value(&self, vb: &VarBounds) -> Option<&Expr> {
         self.is_single_point(vb).then(|| self.min()).flatten()
     }

@@ -9,8 +9,10 @@
 use super::error::TirError;
 use super::expr::Expr;
 
+/// One dimension of a physical buffer, derived from a logical axis.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PhysDim {
+    /// The whole logical axis.
     Axis(usize),
     /// `floordiv(index[axis], factor)`.
     Outer(usize, i64),
@@ -18,8 +20,10 @@ pub enum PhysDim {
     Inner(usize, i64),
 }
 
+/// How a logical index maps to the dimensions of a physical buffer, outer first.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BufferLayout {
+    /// The physical dimensions, outer to inner.
     pub dims: Vec<PhysDim>,
 }
 
@@ -69,6 +73,7 @@ impl BufferLayout {
         Ok(())
     }
 
+    /// The physical extents of a buffer of logical extents `logical`.
     pub fn physical_shape(&self, logical: &[Expr]) -> Vec<Expr> {
         self.dims
             .iter()
@@ -80,6 +85,7 @@ impl BufferLayout {
             .collect()
     }
 
+    /// The physical index of logical index `idx`.
     pub fn physical_index(&self, idx: &[Expr]) -> Vec<Expr> {
         self.dims
             .iter()
@@ -121,6 +127,7 @@ impl BufferLayout {
         flat
     }
 
+    /// Elements of the physical buffer of constant logical `shape`.
     pub fn size_const(&self, shape: &[i64]) -> i64 {
         self.dims
             .iter()

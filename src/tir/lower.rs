@@ -18,6 +18,7 @@ use super::schedule::{Attach, Relation, Schedule, ScheduleState, Split, Stage};
 use super::simplify::{prove_ge_zero, prove_le_zero, simplify_with, VarBounds};
 use super::stmt::{BufferView, KernelArg, Loop, Stmt};
 
+/// How to lower a schedule.
 #[derive(Clone, Debug)]
 pub struct LowerOptions {
     /// Buffer layouts by tensor name (row-major otherwise). For a tensor realized inside
@@ -43,12 +44,16 @@ impl Default for LowerOptions {
 /// The output of ScheduleOps, before flattening.
 #[derive(Clone, Debug)]
 pub struct ScheduledOps {
+    /// The schedule lowered.
     pub state: ScheduleState,
+    /// Its bounds.
     pub bounds: Bounds,
+    /// The statement, with realize and provide (before flattening).
     pub body: Stmt,
 }
 
 impl ScheduledOps {
+    /// The statement as text.
     pub fn to_text(&self) -> String {
         let g = &self.state.graph;
         self.body.display(&|t| g.op(t).name.clone()).to_string()
@@ -58,14 +63,20 @@ impl ScheduledOps {
 /// A lowered function: flat buffers for the placeholders it reads and the outputs.
 #[derive(Clone, Debug)]
 pub struct LoweredFunc {
+    /// The compute graph, for tensor names and shapes.
     pub graph: ComputeGraph,
+    /// The function's parameters: placeholders read, then outputs.
     pub params: Vec<TensorId>,
+    /// The layout of each buffer that is not row-major.
     pub layouts: HashMap<TensorId, BufferLayout>,
+    /// The flattened statement.
     pub body: Stmt,
+    /// The bounds InferBound gave.
     pub bounds: Bounds,
 }
 
 impl LoweredFunc {
+    /// The function as text.
     pub fn to_text(&self) -> String {
         let g = &self.graph;
         self.body.display(&|t| g.op(t).name.clone()).to_string()

@@ -48,15 +48,24 @@ pub enum Relation {
     Split(Split),
     /// `fused = (outer - outer.min) * extent(inner) + (inner - inner.min)`.
     Fuse {
+        /// The outer variable.
         outer: IterVar,
+        /// The inner variable.
         inner: IterVar,
+        /// The variable replacing both.
         fused: IterVar,
     },
     /// `parent = rebased + parent.min`: made by normalization of compute_at stages so that
     /// every loop starts at zero.
-    Rebase { parent: IterVar, rebased: IterVar },
+    Rebase {
+        /// The variable replaced.
+        parent: IterVar,
+        /// The variable starting at zero.
+        rebased: IterVar,
+    },
 }
 
+/// Where a stage is computed.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Attach {
     /// Computed at the top level of the function.
@@ -64,15 +73,26 @@ pub enum Attach {
     /// Substituted into its consumers.
     Inline,
     /// Computed inside the loop of `ivar`, a leaf of the stage of `stage` (compute_at).
-    Scope { stage: TensorId, ivar: IterVar },
+    Scope {
+        /// The consumer stage.
+        stage: TensorId,
+        /// The leaf of that stage the loop of which encloses this one.
+        ivar: IterVar,
+    },
 }
 
+/// The schedule of one compute operation.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Stage {
+    /// The operation scheduled.
     pub op: TensorId,
+    /// Every iteration variable, roots first, then those split and fuse made.
     pub all_iter_vars: Vec<IterVar>,
+    /// The loops, outer to inner.
     pub leaf_iter_vars: Vec<IterVar>,
+    /// How the variables derive from each other, in the order made.
     pub relations: Vec<Relation>,
+    /// Where the stage is computed.
     pub attach: Attach,
     /// Loop kinds of annotated leaves, by variable id.
     pub for_kinds: HashMap<u64, ForKind>,
@@ -94,10 +114,12 @@ impl Stage {
         }
     }
 
+    /// The loop position of leaf `v`.
     pub fn leaf_pos(&self, v: &Var) -> Option<usize> {
         self.leaf_iter_vars.iter().position(|iv| iv.var == *v)
     }
 
+    /// The loop kind of leaf `v` (serial unless annotated).
     pub fn for_kind(&self, v: &Var) -> ForKind {
         self.for_kinds
             .get(&v.id)
@@ -110,38 +132,49 @@ impl Stage {
 /// outputs and the stages.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ScheduleState {
+    /// The compute graph (rewritten by primitives that add stages).
     pub graph: ComputeGraph,
+    /// The tensors the function produces.
     pub outputs: Vec<TensorId>,
+    /// One stage per compute operation.
     pub stages: Vec<Stage>,
 }
 
 /// One entry of the schedule record: the primitive applied and the schedule after it.
 #[derive(Clone, Debug)]
 pub struct RecordEntry {
+    /// The primitive as called.
     pub primitive: String,
+    /// The schedule after it.
     pub state: ScheduleState,
 }
 
+/// A schedule being built, with the record of every primitive applied.
 #[derive(Clone, Debug)]
 pub struct Schedule {
+    /// The current schedule.
     pub state: ScheduleState,
     /// The schedule after every primitive; the first entry is the unscheduled one.
     pub record: Vec<RecordEntry>,
 }
 
 impl ScheduleState {
+    /// The position of the stage of `t`.
     pub fn stage_index(&self, t: TensorId) -> Option<usize> {
         self.stages.iter().position(|s| s.op == t)
     }
+    /// The stage of `t`.
     pub fn stage_of(&self, t: TensorId) -> Option<&Stage> {
         self.stage_index(t).map(|i| &self.stages[i])
     }
+    /// The name of tensor `t`.
     pub fn name(&self, t: TensorId) -> &str {
         self.graph
             .ops
             .get(t.0)
             .map_or("<tensor of another graph>", |o| o.name.as_str())
     }
+    /// The compute definition of `t`, unless it is a placeholder.
     pub fn compute_op(&self, t: TensorId) -> Option<&ComputeOp> {
         self.graph.ops.get(t.0).and_then(|o| o.compute())
     }
@@ -260,6 +293,7 @@ impl Schedule {
         })
     }
 
+    /// The stage of `t`; an error when it has none.
     pub fn stage(&self, t: &Tensor) -> Result<&Stage, TirError> {
         Ok(&self.state.stages[self.stage_idx(t)?])
     }
@@ -284,6 +318,7 @@ impl Schedule {
         self.op_compute(t).map(|c| c.axis.clone())
     }
 
+    /// The reduce axes of a compute definition.
     pub fn reduce_axis(&self, t: &Tensor) -> Result<Vec<IterVar>, TirError> {
         self.op_compute(t).map(|c| c.reduce_axis.clone())
     }
@@ -498,12 +533,15 @@ impl Schedule {
         Ok(())
     }
 
+    /// Marks leaf `iv` of `t` to run as a vector loop.
     pub fn vectorize(&mut self, t: &Tensor, iv: &IterVar) -> Result<(), TirError> {
         self.annotate(t, iv, ForKind::Vectorized, "vectorize")
     }
+    /// Marks leaf `iv` of `t` to run in parallel.
     pub fn parallel(&mut self, t: &Tensor, iv: &IterVar) -> Result<(), TirError> {
         self.annotate(t, iv, ForKind::Parallel, "parallel")
     }
+    /// Marks leaf `iv` of `t` to be unrolled.
     pub fn unroll(&mut self, t: &Tensor, iv: &IterVar) -> Result<(), TirError> {
         self.annotate(t, iv, ForKind::Unrolled, "unroll")
     }

@@ -18,15 +18,19 @@ pub struct VarBounds {
 }
 
 impl VarBounds {
+    /// No bounds known.
     pub fn new() -> VarBounds {
         VarBounds::default()
     }
+    /// Records `lo <= v <= hi`.
     pub fn set(&mut self, v: &Var, lo: i64, hi: i64) {
         self.map.insert(v.id, (lo, hi));
     }
+    /// The bounds of `v`, when known.
     pub fn get(&self, v: &Var) -> Option<(i64, i64)> {
         self.map.get(&v.id).copied()
     }
+    /// Forgets the bounds of `v`.
     pub fn remove(&mut self, v: &Var) {
         self.map.remove(&v.id);
     }

@@ -9,15 +9,20 @@ use super::layout::BufferLayout;
 /// The kind of loop a leaf variable becomes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ForKind {
+    /// One iteration after the other.
     Serial,
+    /// Iterations spread over threads (when proved independent).
     Parallel,
+    /// Iterations as vector lanes.
     Vectorized,
+    /// Iterations written out one after the other.
     Unrolled,
 }
 
 /// One argument of a micro-kernel call: a region of a tensor.
 #[derive(Clone, Debug, PartialEq)]
 pub struct KernelArg {
+    /// The tensor.
     pub tensor: TensorId,
     /// The region, in logical coordinates of the tensor.
     pub region: Vec<Range>,
@@ -29,8 +34,11 @@ pub struct KernelArg {
 /// How logical coordinates of a tensor map into its flat buffer.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BufferView {
+    /// The logical coordinates of the buffer's first element.
     pub origin: Vec<Expr>,
+    /// The logical extents of the buffer.
     pub extents: Vec<Expr>,
+    /// How logical coordinates map into the buffer.
     pub layout: BufferLayout,
 }
 
@@ -72,56 +80,79 @@ impl Loop {
     }
 }
 
+/// A statement of the tensor IR.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Stmt {
     /// A loop (see [`Loop`]).
     For(Loop),
     /// The region `bounds` of `tensor` lives during `body` (before flattening).
     Realize {
+        /// The tensor.
         tensor: TensorId,
+        /// The region realized.
         bounds: Vec<Range>,
+        /// Where it lives.
         body: Box<Stmt>,
     },
     /// A flat buffer of `size` elements lives during `body` (after flattening).
     Allocate {
+        /// The buffer.
         buffer: TensorId,
+        /// Its size in elements.
         size: Expr,
+        /// Where it lives.
         body: Box<Stmt>,
     },
     /// Write of a tensor element by logical index (before flattening).
     Provide {
+        /// The tensor written.
         tensor: TensorId,
+        /// The element's logical index.
         indices: Vec<Expr>,
+        /// The value written.
         value: Expr,
     },
     /// Write of a flat buffer element (after flattening).
     Store {
+        /// The buffer written.
         buffer: TensorId,
+        /// The element's position in the buffer.
         index: Expr,
+        /// The value written.
         value: Expr,
     },
+    /// Statements run in order.
     Seq(Vec<Stmt>),
+    /// `if cond { then_case } else { else_case }`.
     IfThenElse {
+        /// The condition.
         cond: Expr,
+        /// Run when it holds.
         then_case: Box<Stmt>,
+        /// Run when it does not.
         else_case: Option<Box<Stmt>>,
         /// The condition is expected to hold almost always (a loop-partitioning hint).
         likely: bool,
     },
     /// A call to a named micro-kernel on tensor regions (from tensorize).
     KernelCall {
+        /// The micro-kernel.
         name: String,
+        /// Its regions: the output first.
         args: Vec<KernelArg>,
     },
     /// `cond` holds throughout `body`: information for later passes, checked by the
     /// interpreter.
     Assume {
+        /// The fact.
         cond: Expr,
+        /// Where it holds.
         body: Box<Stmt>,
     },
 }
 
 impl Stmt {
+    /// A sequence with nested sequences flattened and empty ones dropped (one item stands alone).
     pub fn seq(items: Vec<Stmt>) -> Stmt {
         let mut flat = Vec::new();
         for s in items {
@@ -251,6 +282,7 @@ impl Stmt {
     }
 }
 
+/// A statement printed with tensor names.
 pub struct StmtDisplay<'a> {
     s: &'a Stmt,
     names: &'a dyn Fn(TensorId) -> String,

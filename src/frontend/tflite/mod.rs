@@ -24,34 +24,77 @@ use std::sync::Arc;
 /// Why a TFLite file could not be imported.
 #[derive(Debug, thiserror::Error)]
 pub enum TfliteError {
+    /// The file could not be read.
     #[error("{file}: cannot read the file: {source}")]
     Io {
+        /// The file.
         file: String,
+        /// The I/O error.
         source: std::io::Error,
     },
     #[error(
         "{file}: not a TFLite model: the file is {len} bytes, too short for a flatbuffer header"
     )]
-    TooShort { file: String, len: usize },
+    /// Too short to hold a flatbuffer header.
+    TooShort {
+        /// The file.
+        file: String,
+        /// Its length in bytes.
+        len: usize,
+    },
+    /// The file identifier is not "TFL3".
     #[error("{file}: not a TFLite model: file identifier is {found:?}, expected \"TFL3\"")]
-    BadIdentifier { file: String, found: String },
+    BadIdentifier {
+        /// The file.
+        file: String,
+        /// The identifier found.
+        found: String,
+    },
+    /// The flatbuffer is truncated or corrupt.
     #[error("{file}: not a valid TFLite flatbuffer (truncated or corrupt): {detail}")]
-    Corrupt { file: String, detail: String },
+    Corrupt {
+        /// The file.
+        file: String,
+        /// What the flatbuffer reader found wrong.
+        detail: String,
+    },
     /// The flatbuffer is well formed but its contents are inconsistent.
     #[error("{file}: {message}")]
-    Invalid { file: String, message: String },
+    Invalid {
+        /// The file.
+        file: String,
+        /// What is inconsistent.
+        message: String,
+    },
+    /// A tensor is quantized; only float models are imported.
     #[error("{file}: tensor #{index} '{tensor}' is quantized ({dtype} with quantization parameters); quantized TFLite models are not supported, convert the model to float32")]
     Quantized {
+        /// The file.
         file: String,
+        /// The tensor's index in its subgraph.
         index: usize,
+        /// The tensor's name.
         tensor: String,
+        /// Its stored type.
         dtype: String,
     },
+    /// An operator (or option of one) that is not supported.
     #[error("{span}: {message}")]
-    Unsupported { span: Span, message: String },
+    Unsupported {
+        /// The operator in the source.
+        span: Span,
+        /// What is not supported.
+        message: String,
+    },
     /// An operator whose inputs or options do not make sense.
     #[error("{span}: {message}")]
-    Layer { span: Span, message: String },
+    Layer {
+        /// The operator in the source.
+        span: Span,
+        /// What is wrong.
+        message: String,
+    },
+    /// The imported graph is malformed.
     #[error(transparent)]
     Graph(#[from] GraphError),
 }

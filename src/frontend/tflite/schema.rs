@@ -22,6 +22,7 @@ const fn slot(id: u16) -> u16 {
 /// `BuiltinOptions` union, whose `_type` field has id `id - 1`).
 macro_rules! tables {
     ($( $(#[$doc:meta])* $name:ident { $( $field:ident ($id:literal): $kind:ident $ty:ty $(= $default:expr)? ),* $(,)? } )*) => { $(
+        #[doc = concat!("The `", stringify!($name), "` table of the TFLite schema.")]
         $(#[$doc])*
         #[derive(Clone, Copy, Debug)]
         pub struct $name<'a>(Table<'a>);
@@ -64,12 +65,14 @@ macro_rules! tables {
         )
     };
     (@get $field:ident, $id:literal, scalar $ty:ty = $default:expr) => {
+        #[doc = concat!("The `", stringify!($field), "` field (", stringify!($default), " when absent).")]
         pub fn $field(&self) -> $ty {
             // SAFETY: the verifier checked that this slot, if present, holds a `$ty`.
             unsafe { self.0.get::<$ty>(slot($id), Some($default)) }.unwrap_or($default)
         }
     };
     (@get $field:ident, $id:literal, $kind:ident $ty:ty) => {
+        #[doc = concat!("The `", stringify!($field), "` field, when present.")]
         pub fn $field(&self) -> Option<$ty> {
             // SAFETY: the verifier checked that this slot, if present, holds an offset to a `$ty`.
             unsafe { self.0.get::<ForwardsUOffset<$ty>>(slot($id), None) }
@@ -206,6 +209,7 @@ tables! {
 pub trait BuiltinOptions<'a>: Sized {
     /// The union discriminants that select this table.
     const UNION_TYPES: &'static [u8];
+    /// The options table read from the union's table.
     fn from_table(t: Table<'a>) -> Self;
 }
 

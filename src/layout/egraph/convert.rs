@@ -7,11 +7,15 @@ use crate::ops::{Crop, LayoutTransform, PadWith};
 
 /// A graph turned into an e-graph: the classes of the graph's outputs.
 pub struct GraphEGraph {
+    /// The e-graph built from the graph.
     pub egraph: LEGraph,
+    /// The classes of the graph's outputs, in order.
     pub roots: Vec<Id>,
     /// The classes of the graph's inputs, in the graph's input order.
     pub inputs: Vec<Id>,
+    /// The graph's name, kept for the graph built back.
     pub graph_name: String,
+    /// The graph's output names, kept for the graph built back.
     pub output_names: Vec<String>,
 }
 

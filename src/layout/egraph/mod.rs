@@ -17,7 +17,7 @@ use crate::graph::{
     broadcast_shapes, infer_outputs, merge_spans, numel, DType, Graph, LaidOut, Op, Span, ValueRef,
     ValueType,
 };
-use egg::{define_language, Analysis, DidMerge, Id};
+use egg::{Analysis, DidMerge, Id};
 use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
@@ -28,8 +28,11 @@ pub use convert::{graph_to_egraph, GraphEGraph};
 /// A leaf of the language: an attribute of a node, or a graph source.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Atom {
+    /// A layout argument of a transform.
     Layout(Layout),
+    /// A pad value argument.
     Pad(PadValue),
+    /// A list of extents or indices (pad begins and ends, tuple indices).
     Ints(Vec<usize>),
     /// An entry of the op table.
     Op(usize),
@@ -100,27 +103,36 @@ impl FromStr for Atom {
     }
 }
 
-define_language! {
-    /// The language of the e-graph: the graph's ops plus the transforms.
-    pub enum Lang {
-        // from, to, pad value, x
-        "xform" = Xform([Id; 4]),
-        // begins, ends, value, x
-        "pad" = Pad([Id; 4]),
-        // begins, ends, assumption, x
-        "crop" = Crop([Id; 4]),
-        "unary" = Unary([Id; 2]),
-        "binary" = Binary([Id; 3]),
-        "pool" = Pool([Id; 2]),
-        "reshape" = Reshape([Id; 2]),
-        "transpose" = Transpose([Id; 2]),
-        "concat" = Concat(Box<[Id]>),
-        "op" = Other(Box<[Id]>),
-        // index, tuple
-        "get" = Get([Id; 2]),
-        Atom(Atom),
+mod lang {
+    // egg's macro takes no doc comments on variants: each is described by the
+    // comment above it, and the enum by its doc.
+    #![allow(missing_docs)]
+    use super::Atom;
+    use egg::{define_language, Id};
+
+    define_language! {
+        /// The language of the e-graph: the graph's ops plus the transforms.
+        pub enum Lang {
+            // from, to, pad value, x
+            "xform" = Xform([Id; 4]),
+            // begins, ends, value, x
+            "pad" = Pad([Id; 4]),
+            // begins, ends, assumption, x
+            "crop" = Crop([Id; 4]),
+            "unary" = Unary([Id; 2]),
+            "binary" = Binary([Id; 3]),
+            "pool" = Pool([Id; 2]),
+            "reshape" = Reshape([Id; 2]),
+            "transpose" = Transpose([Id; 2]),
+            "concat" = Concat(Box<[Id]>),
+            "op" = Other(Box<[Id]>),
+            // index, tuple
+            "get" = Get([Id; 2]),
+            Atom(Atom),
+        }
     }
 }
+pub use lang::Lang;
 
 /// An op as it runs on physical buffers, with the logical shape and layout of
 /// each output. Unary and binary entries have no outputs listed: those follow
@@ -128,7 +140,9 @@ define_language! {
 /// Only an `Op::InLayout` has padded outputs; its placement says what they hold.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OpEntry {
+    /// The op, with its layout when it is an `Op::InLayout`.
     pub op: Op,
+    /// The logical shape and layout of each output.
     pub outputs: Vec<(Vec<usize>, Layout)>,
 }
 
@@ -174,24 +188,33 @@ impl OpEntry {
 /// A graph input or constant.
 #[derive(Clone, Debug)]
 pub struct Source {
+    /// The node's name.
     pub name: String,
+    /// `Op::Input` or `Op::Constant`.
     pub op: Op,
+    /// Its value's type.
     pub ty: ValueType,
+    /// Its source layers.
     pub spans: Vec<Span>,
 }
 
 /// What the padding of a class holds, and why that is known.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PadFact {
+    /// The value the padding holds.
     pub value: PadValue,
+    /// Why it is known (the op or rule that established it).
     pub origin: String,
 }
 
 /// A tensor class: logical shape, layout and padding of its physical buffer.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TensorInfo {
+    /// The element type.
     pub dtype: DType,
+    /// The logical shape.
     pub logical: Vec<usize>,
+    /// The layout of the physical buffer.
     pub layout: Layout,
     /// Present exactly when the layout pads this shape.
     pub pad: Option<PadFact>,
@@ -200,16 +223,19 @@ pub struct TensorInfo {
 }
 
 impl TensorInfo {
+    /// The shape of the physical (padded, blocked) buffer.
     pub fn physical_shape(&self) -> Vec<usize> {
         self.layout
             .physical_shape(&self.logical)
             .expect("the layout fits the shape (checked when the class was made)")
     }
 
+    /// The size of the physical buffer in bytes.
     pub fn bytes(&self) -> usize {
         numel(&self.physical_shape()) * self.dtype.size_bytes()
     }
 
+    /// The type of the physical buffer.
     pub fn value_type(&self) -> ValueType {
         ValueType::new(self.dtype, self.physical_shape())
     }
@@ -223,16 +249,21 @@ impl TensorInfo {
 /// What a class is.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Info {
+    /// An argument of a transform (layout, pad value, list).
     Atom(Atom),
+    /// One tensor.
     Tensor(TensorInfo),
+    /// The outputs of an op with several.
     Tuple(Vec<TensorInfo>),
     /// A node that does not type-check (a rule must never build one; the
     /// extractor never picks one).
     Invalid(String),
 }
 
+/// What the analysis knows of an e-class.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClassData {
+    /// What the class is.
     pub info: Info,
     /// Every source layer this class stands for.
     pub spans: Vec<Span>,
@@ -243,14 +274,18 @@ pub struct ClassData {
 /// The e-class analysis, holding the side tables atoms refer to.
 #[derive(Default)]
 pub struct LayoutAnalysis {
+    /// The ops the `op` nodes refer to, by index.
     pub ops: Vec<OpEntry>,
     op_index: HashMap<String, usize>,
+    /// The graph inputs and constants, by index.
     pub sources: Vec<Source>,
+    /// The crop assumptions `crop` nodes refer to, by index.
     pub assumptions: Vec<Assumption>,
     /// Rule conditions that failed (not merely refused) during rewriting.
     pub failures: Vec<String>,
 }
 
+/// The e-graph of a planned graph with its layout analysis.
 pub type LEGraph = egg::EGraph<Lang, LayoutAnalysis>;
 
 impl LayoutAnalysis {
@@ -300,6 +335,7 @@ fn atom(eg: &LEGraph, id: Id) -> Result<&Atom, String> {
     }
 }
 
+/// The tensor class `id` stands for; an error for any other class.
 pub fn tensor_of(eg: &LEGraph, id: Id) -> Result<&TensorInfo, String> {
     match &eg[id].data.info {
         Info::Tensor(t) => Ok(t),
@@ -308,6 +344,7 @@ pub fn tensor_of(eg: &LEGraph, id: Id) -> Result<&TensorInfo, String> {
     }
 }
 
+/// The layout atom of class `id`.
 pub fn layout_of(eg: &LEGraph, id: Id) -> Result<&Layout, String> {
     match atom(eg, id)? {
         Atom::Layout(l) => Ok(l),
@@ -315,6 +352,7 @@ pub fn layout_of(eg: &LEGraph, id: Id) -> Result<&Layout, String> {
     }
 }
 
+/// The pad value atom of class `id`.
 pub fn pad_of(eg: &LEGraph, id: Id) -> Result<PadValue, String> {
     match atom(eg, id)? {
         Atom::Pad(p) => Ok(*p),
@@ -322,6 +360,7 @@ pub fn pad_of(eg: &LEGraph, id: Id) -> Result<PadValue, String> {
     }
 }
 
+/// The list atom of class `id`.
 pub fn ints_of(eg: &LEGraph, id: Id) -> Result<&[usize], String> {
     match atom(eg, id)? {
         Atom::Ints(v) => Ok(v),
@@ -329,6 +368,7 @@ pub fn ints_of(eg: &LEGraph, id: Id) -> Result<&[usize], String> {
     }
 }
 
+/// The op entry an `op` node's first child refers to.
 pub fn entry_of(eg: &LEGraph, id: Id) -> Result<&OpEntry, String> {
     match atom(eg, id)? {
         Atom::Op(k) => eg.analysis.ops.get(*k).ok_or_else(|| format!("no op #{k}")),
