@@ -124,20 +124,28 @@ fn compare(actual: &Tensor, expected: &Tensor) -> Result<(), String> {
 
 #[test]
 fn onnx_backend_node_cases() {
-    run_cases(reference);
+    run_cases("tests/onnx_node", 100, reference);
 }
 
 /// The same cases through the planner and the compiled runtime: every case the
 /// reference executor passes must pass compiled too.
 #[test]
 fn onnx_backend_node_cases_compiled() {
-    run_cases(compiled);
+    run_cases("tests/onnx_node", 100, compiled);
 }
 
-fn run_cases(run: Executor) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/onnx_node");
+/// Models in the operator versions of opsets 7 to 10 (scripts/gen_opset_cases.py,
+/// expected outputs from onnxruntime), through the reference and compiled.
+#[test]
+fn old_opset_cases() {
+    run_cases("tests/onnx_opsets", 20, reference);
+    run_cases("tests/onnx_opsets", 20, compiled);
+}
+
+fn run_cases(dir: &str, at_least: usize, run: Executor) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     let mut cases: Vec<_> = std::fs::read_dir(&root)
-        .expect("tests/onnx_node exists (scripts/export_onnx_conformance.py makes it)")
+        .unwrap_or_else(|e| panic!("{dir}: {e} (a script in scripts/ makes it)"))
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.join("model.onnx").exists())
         .collect();
@@ -175,7 +183,7 @@ fn run_cases(run: Executor) {
         }
     }
     println!("conformance: {passed} passed, {failed} failed");
-    assert!(cases.len() > 100, "only {} cases found", cases.len());
+    assert!(cases.len() >= at_least, "only {} cases found", cases.len());
     assert!(
         unexpected.is_empty(),
         "unexpected failures:\n{}",

@@ -253,7 +253,7 @@ fn cli_reports_bad_models_without_panicking() {
         (
             "unsupported.onnx",
             unsupported,
-            "unsupported operator 'NonMaxSuppression'",
+            "unsupported operators: 'NonMaxSuppression' ×1",
         ),
         ("dangling.onnx", dangling, "input 'nowhere'"),
     ];
@@ -285,4 +285,53 @@ fn cli_reports_bad_models_without_panicking() {
         .unwrap();
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot read"));
+}
+
+/// Every unsupported operator is reported at once: each type with its count and
+/// the layers using it (outside the default domain with its domain), the file once.
+#[test]
+fn every_unsupported_operator_is_listed_at_once() {
+    let mut custom = node("Frobnicate", "custom_1", &["x"], &["c"]);
+    custom.domain = "com.example".into();
+    let nodes = vec![
+        node("Einsum", "einsum_a", &["x"], &["a"]),
+        node("Relu", "relu", &["a"], &["r"]),
+        node("Hardmax", "hardmax", &["r"], &["h"]),
+        node("Einsum", "einsum_b", &["h"], &["b"]),
+        custom,
+        node("Add", "add", &["b", "c"], &["y"]),
+    ];
+    let m = model(
+        nodes,
+        vec![value_info("x", 1, &[2, 3])],
+        vec![value_info("y", 1, &[2, 3])],
+        vec![],
+        13,
+    );
+    let dir = scratch_dir("every_unsupported");
+    let path = dir.join("many.onnx");
+    std::fs::write(&path, model_bytes(&m)).unwrap();
+    let err = load_onnx(&path, &ImportOptions::default()).unwrap_err();
+    let ImportError::Unsupported { ops, .. } = &err else {
+        panic!("{err}")
+    };
+    let listed: Vec<(&str, Vec<&str>)> = ops
+        .iter()
+        .map(|(op, spans)| (op.as_str(), spans.iter().map(|s| &*s.layer).collect()))
+        .collect();
+    assert_eq!(
+        listed,
+        vec![
+            ("Einsum", vec!["einsum_a", "einsum_b"]),
+            ("Hardmax", vec!["hardmax"]),
+            ("com.example::Frobnicate", vec!["custom_1"]),
+        ]
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("'Einsum' ×2 (layers 'einsum_a', 'einsum_b')"),
+        "{text}"
+    );
+    assert!(text.contains("'Hardmax' ×1 (layer 'hardmax')"), "{text}");
+    assert_eq!(text.matches("many.onnx").count(), 1, "{text}");
 }

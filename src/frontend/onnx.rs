@@ -1,4 +1,5 @@
-//! The ONNX importer: a `.onnx` file (opsets 11 to 21) into a `Graph`.
+//! The ONNX importer: a `.onnx` file (opsets 7 to 21) into a `Graph`. Older
+//! versions of an operator are read into today's meaning where they are converted.
 //!
 //! Every node gets a span (file, layer name, op type, node index); a node without a
 //! name is named `<OpType>_<index>`. Nodes whose inputs are all constants are folded
@@ -21,7 +22,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 /// The opsets of the default domain we import.
-pub const MIN_OPSET: i64 = 11;
+pub const MIN_OPSET: i64 = 7;
 /// The newest opset of the default domain we import.
 pub const MAX_OPSET: i64 = 21;
 
@@ -62,9 +63,35 @@ pub enum ImportError {
         /// What is wrong.
         message: String,
     },
+    /// Operators the importer does not know: each with the layers that use it.
+    #[error("{path}: unsupported operators: {}", list_unsupported(ops))]
+    Unsupported {
+        /// The model file.
+        path: String,
+        /// Each unsupported operator type (`domain::type` outside the default
+        /// domain) with the layers that use it, in order of first use.
+        ops: Vec<(String, Vec<Span>)>,
+    },
     /// The imported graph is malformed.
     #[error(transparent)]
     Graph(#[from] GraphError),
+}
+
+/// `'Einsum' ×2 (layers 'a', 'b'); 'Foo' ×1 (layer 'c')`, at most five layers named each.
+fn list_unsupported(ops: &[(String, Vec<Span>)]) -> String {
+    let one = |(op, spans): &(String, Vec<Span>)| {
+        let mut names: Vec<String> = spans
+            .iter()
+            .take(5)
+            .map(|s| format!("'{}'", s.layer))
+            .collect();
+        if spans.len() > 5 {
+            names.push(format!("and {} more", spans.len() - 5));
+        }
+        let layers = if spans.len() == 1 { "layer" } else { "layers" };
+        format!("'{op}' ×{} ({layers} {})", spans.len(), names.join(", "))
+    };
+    ops.iter().map(one).collect::<Vec<_>>().join("; ")
 }
 
 impl ImportError {
@@ -201,6 +228,30 @@ pub fn import_onnx(
             };
             imp.values.insert(vi.name.clone(), v);
         }
+    }
+    // Every unknown operator is reported at once, before any is converted.
+    let mut unsupported: Vec<(String, Vec<Span>)> = Vec::new();
+    for (i, n) in graph.node.iter().enumerate() {
+        let default_domain = n.domain.is_empty() || n.domain == "ai.onnx";
+        if default_domain && ops::SUPPORTED.contains(&n.op_type.as_str()) {
+            continue;
+        }
+        let op = if default_domain {
+            n.op_type.clone()
+        } else {
+            format!("{}::{}", n.domain, n.op_type)
+        };
+        let span = node_span(file, n, i);
+        match unsupported.iter_mut().find(|(o, _)| *o == op) {
+            Some((_, spans)) => spans.push(span),
+            None => unsupported.push((op, vec![span])),
+        }
+    }
+    if !unsupported.is_empty() {
+        return Err(ImportError::Unsupported {
+            path: file.to_string(),
+            ops: unsupported,
+        });
     }
     let order = node_order(&graph.node, &imp.values, file)?;
     for i in order {
