@@ -116,6 +116,12 @@ pub fn is_tflite(bytes: &[u8]) -> bool {
 /// flatbuffer carries the identifier "TFL3"); a `.tflite` file without it is
 /// reported as a bad TFLite file, anything else is read as ONNX.
 pub fn load_model(path: &Path) -> Result<Graph, Error> {
+    load_model_with(path, &ImportOptions::default())
+}
+
+/// [`load_model`] with the choices the file leaves open: input shapes that bind
+/// symbolic dimensions (ONNX; a TFLite model's shapes are static), frozen inputs.
+pub fn load_model_with(path: &Path, opts: &ImportOptions) -> Result<Graph, Error> {
     let file = path.display().to_string();
     let bytes = crate::frontend::read_file(path).map_err(|source| ImportError::Io {
         path: file.clone(),
@@ -125,12 +131,7 @@ pub fn load_model(path: &Path) -> Result<Graph, Error> {
     if is_tflite(&bytes) || tflite_ext {
         return Ok(import_tflite(&bytes, &file)?);
     }
-    Ok(import_onnx(
-        &bytes,
-        &file,
-        path.parent(),
-        &ImportOptions::default(),
-    )?)
+    Ok(import_onnx(&bytes, &file, path.parent(), opts)?)
 }
 
 /// A step of a compilation pipeline: a graph in, a graph out.

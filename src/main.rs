@@ -29,11 +29,15 @@ enum Command {
     Inspect {
         /// The model file (.onnx or .tflite).
         model: PathBuf,
+        #[command(flatten)]
+        shapes: cli::InputShapes,
     },
     /// Plan the layout of every tensor and print the plan report.
     Plan {
         /// The model file (.onnx or .tflite).
         model: PathBuf,
+        #[command(flatten)]
+        shapes: cli::InputShapes,
         #[command(flatten)]
         planning: Planning,
         /// Print the report as JSON.
@@ -44,6 +48,8 @@ enum Command {
     Compare {
         /// The model file (.onnx or .tflite).
         model: PathBuf,
+        #[command(flatten)]
+        shapes: cli::InputShapes,
         /// Target layout family: nchw, nhwc, nchwc (block width from this CPU) or nchw<x>c.
         #[arg(long, default_value = "nchwc", value_parser = cli::parse_target)]
         target: String,
@@ -63,6 +69,8 @@ enum Command {
     Run {
         /// The model file (.onnx or .tflite).
         model: PathBuf,
+        #[command(flatten)]
+        shapes: cli::InputShapes,
         /// Input tensors as serialized ONNX TensorProto (.pb), one per graph input.
         #[arg(long = "input")]
         inputs: Vec<PathBuf>,
@@ -81,6 +89,8 @@ enum Command {
         /// The model file (.onnx or .tflite).
         model: PathBuf,
         #[command(flatten)]
+        shapes: cli::InputShapes,
+        #[command(flatten)]
         bench: cli::native::BenchArgs,
         #[command(flatten)]
         planning: Planning,
@@ -92,6 +102,8 @@ enum Command {
     Export {
         /// The model file (.onnx or .tflite).
         model: PathBuf,
+        #[command(flatten)]
+        shapes: cli::InputShapes,
         /// The ONNX file to write.
         #[arg(short, long)]
         output: PathBuf,
@@ -106,6 +118,8 @@ enum Command {
     Explore {
         /// The model file (.onnx or .tflite).
         model: PathBuf,
+        #[command(flatten)]
+        shapes: cli::InputShapes,
         /// The HTML file to write.
         #[arg(short, long)]
         output: PathBuf,
@@ -120,14 +134,16 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
-        Command::Inspect { model } => cli::inspect::inspect(model),
+        Command::Inspect { model, shapes } => cli::inspect::inspect(model, shapes),
         Command::Plan {
             model,
+            shapes,
             planning,
             json,
-        } => cli::plan::plan(model, planning, *json),
+        } => cli::plan::plan(model, shapes, planning, *json),
         Command::Compare {
             model,
+            shapes,
             target,
             rules,
             measure,
@@ -137,31 +153,35 @@ fn main() -> ExitCode {
                 target: target.clone(),
                 rules: rules.clone(),
             };
-            cli::plan::compare(model, &planning, *measure)
+            cli::plan::compare(model, shapes, &planning, *measure)
         }
         Command::Run {
             model,
+            shapes,
             inputs,
             seed,
             threads,
             planning,
-        } => cli::run::run(model, inputs, *seed, planning, *threads),
+        } => cli::run::run(model, shapes, inputs, *seed, planning, *threads),
         Command::Bench {
             model,
+            shapes,
             bench,
             planning,
-        } => cli::run::bench(model, planning, bench),
+        } => cli::run::bench(model, shapes, planning, bench),
         Command::Export {
             model,
+            shapes,
             output,
             planning,
-        } => cli::export::export(model, output, planning),
+        } => cli::export::export(model, shapes, output, planning),
         Command::Explore {
             model,
+            shapes,
             output,
             planning,
             against,
-        } => cli::export::explore(model, output, planning, against),
+        } => cli::export::explore(model, shapes, output, planning, against),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,6 +1,6 @@
 //! `export` (the planned graph as ONNX) and `explore` (the HTML explorer).
 
-use super::{load, CliResult, Planning};
+use super::{load, CliResult, InputShapes, Planning};
 use layoutopt::export::{opset_for, save_model, ExportOptions};
 use std::path::Path;
 
@@ -32,9 +32,9 @@ fn check_output(model: &Path, out: &Path) -> CliResult {
     Ok(())
 }
 
-pub fn export(model: &Path, out: &Path, planning: &Planning) -> CliResult {
+pub fn export(model: &Path, shapes: &InputShapes, out: &Path, planning: &Planning) -> CliResult {
     check_output(model, out)?;
-    let source = load(model)?;
+    let source = load(model, shapes)?;
     let planned = planning.plan(&source)?;
     // The exported model keeps the source's output names.
     let opts = ExportOptions {
@@ -61,9 +61,15 @@ pub fn export(model: &Path, out: &Path, planning: &Planning) -> CliResult {
     Ok(())
 }
 
-pub fn explore(model: &Path, out: &Path, planning: &Planning, other: &str) -> CliResult {
+pub fn explore(
+    model: &Path,
+    shapes: &InputShapes,
+    out: &Path,
+    planning: &Planning,
+    other: &str,
+) -> CliResult {
     check_output(model, out)?;
-    let source = load(model)?;
+    let source = load(model, shapes)?;
     let first = planning.plan(&source)?;
     let second = planning.plan_with(&source, other)?;
     let html = super::progress::step("lowering nodes for the explorer", || {

@@ -1,12 +1,12 @@
 //! `inspect`: the imported graph, node by node.
 
-use super::{load, CliResult};
+use super::{load, CliResult, InputShapes};
 use layoutopt::graph::{format_spans, Op};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-pub fn inspect(model: &Path) -> CliResult {
-    let g = load(model)?;
+pub fn inspect(model: &Path, shapes: &InputShapes) -> CliResult {
+    let g = load(model, shapes)?;
     let order = g.topo_order()?;
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     let constants = order

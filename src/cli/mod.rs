@@ -26,6 +26,7 @@ pub mod progress;
 pub mod run;
 
 use layoutopt::api::{self, PlanLayouts};
+use layoutopt::frontend::onnx::ImportOptions;
 use layoutopt::graph::Graph;
 use layoutopt::layout::op_rules::Family;
 use layoutopt::layout::plan::Plan;
@@ -102,9 +103,36 @@ impl Planning {
     }
 }
 
+/// Parses `NAME=D1,D2,...` (a graph input and its whole shape).
+pub fn parse_input_shape(s: &str) -> Result<(String, Vec<usize>), String> {
+    let bad = || format!("'{s}' is not NAME=D1,D2,... (e.g. input=1,3,224,224)");
+    let (name, dims) = s.split_once('=').ok_or_else(bad)?;
+    if name.is_empty() {
+        return Err(bad());
+    }
+    let dims = dims
+        .split(',')
+        .map(|d| d.trim().parse::<usize>().map_err(|_| bad()))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((name.to_string(), dims))
+}
+
+/// Shapes of graph inputs, for models with symbolic dimensions.
+#[derive(clap::Args, Clone, Default)]
+pub struct InputShapes {
+    /// The shape of a graph input, binding its symbolic dimensions (repeat for
+    /// several inputs), e.g. `--input-shape input=4,3,224,224`.
+    #[arg(long = "input-shape", value_name = "NAME=D1,D2,...", value_parser = parse_input_shape)]
+    pub input_shapes: Vec<(String, Vec<usize>)>,
+}
+
 /// Imports an ONNX or TFLite model under a spinner.
-pub fn load(model: &Path) -> Result<Graph, api::Error> {
+pub fn load(model: &Path, shapes: &InputShapes) -> Result<Graph, api::Error> {
+    let opts = ImportOptions {
+        input_shapes: shapes.input_shapes.iter().cloned().collect(),
+        ..ImportOptions::default()
+    };
     progress::step(&format!("importing {}", model.display()), || {
-        api::load_model(model)
+        api::load_model_with(model, &opts)
     })
 }

@@ -2,12 +2,12 @@
 
 use super::progress;
 use super::run::{execute, model_inputs};
-use super::{load, CliResult, Planning, PLANNERS};
+use super::{load, CliResult, InputShapes, Planning, PLANNERS};
 use std::path::Path;
 use std::time::Instant;
 
-pub fn plan(model: &Path, planning: &Planning, json: bool) -> CliResult {
-    let g = load(model)?;
+pub fn plan(model: &Path, shapes: &InputShapes, planning: &Planning, json: bool) -> CliResult {
+    let g = load(model, shapes)?;
     let p = planning.plan(&g)?;
     if json {
         outln!("{}", p.report.to_json())?;
@@ -19,8 +19,13 @@ pub fn plan(model: &Path, planning: &Planning, json: bool) -> CliResult {
 
 /// Every planner side by side; `measure` also runs each plan once (with the
 /// model's recorded input, else random inputs) and reports the time.
-pub fn compare(model: &Path, planning: &Planning, measure: bool) -> CliResult {
-    let g = load(model)?;
+pub fn compare(
+    model: &Path,
+    shapes: &InputShapes,
+    planning: &Planning,
+    measure: bool,
+) -> CliResult {
+    let g = load(model, shapes)?;
     let inputs = if measure {
         Some(model_inputs(model, &g, &[], 0)?.0)
     } else {

@@ -1,6 +1,6 @@
 //! `run` and `bench`: execute a planned model on the native runtime.
 
-use super::{load, native, progress, CliResult, Planning};
+use super::{load, native, progress, CliResult, InputShapes, Planning};
 use layoutopt::frontend::onnx::load_tensor_pb;
 use layoutopt::graph::{DType, Graph, Tensor, TensorData};
 use std::path::{Path, PathBuf};
@@ -81,13 +81,14 @@ fn ms(d: Duration) -> f64 {
 
 pub fn run(
     model: &Path,
+    shapes: &InputShapes,
     input_files: &[PathBuf],
     seed: u64,
     planning: &Planning,
     threads: usize,
 ) -> CliResult {
     let t0 = Instant::now();
-    let source = load(model)?;
+    let source = load(model, shapes)?;
     let import_time = t0.elapsed();
     let planned = planning.plan(&source)?;
     let g = planned.graph;
@@ -178,8 +179,13 @@ fn compare_values(expected: &[f64], got: &[f64]) -> (f64, usize) {
 
 /// Compiles the planned model and prints latency percentiles over the runs
 /// (and, on request, the time of every kernel).
-pub fn bench(model: &Path, planning: &Planning, args: &native::BenchArgs) -> CliResult {
-    let source = load(model)?;
+pub fn bench(
+    model: &Path,
+    shapes: &InputShapes,
+    planning: &Planning,
+    args: &native::BenchArgs,
+) -> CliResult {
+    let source = load(model, shapes)?;
     let planned = planning.plan(&source)?;
     let (inputs, _) = model_inputs(model, &planned.graph, &[], args.seed)?;
     outln!(

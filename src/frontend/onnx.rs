@@ -13,8 +13,8 @@ mod tensor;
 pub use tensor::{dtype_from_onnx, tensor_from_proto, tensor_to_proto};
 
 use crate::graph::{
-    check_value_size, fold_node, format_spans, memory_limit, Graph, GraphError, Span, Tensor,
-    ValueRef, ValueType,
+    check_value_size, fold_node, format_spans, memory_limit, DType, Graph, GraphError, Span,
+    Tensor, ValueRef, ValueType,
 };
 use onnx_protobuf::{type_proto, ModelProto, NodeProto, TensorProto, ValueInfoProto};
 use protobuf::Message;
@@ -108,6 +108,9 @@ impl ImportError {
 pub struct ImportOptions {
     /// Concrete values for symbolic dimensions, by dimension name (e.g. "batch").
     pub dim_values: HashMap<String, usize>,
+    /// Whole shapes of graph inputs, by input name (`--input-shape x=1,3,224,224`).
+    /// They must agree with the model's static dimensions and bind its symbolic ones.
+    pub input_shapes: HashMap<String, Vec<usize>>,
     /// Graph inputs frozen to a value: they become constants, so ops that need a
     /// parameter known at import time (a shape, pads, clip bounds) can take them.
     pub constant_inputs: HashMap<String, Tensor>,
@@ -208,7 +211,7 @@ pub fn import_onnx(
     imp.add_initializers(&graph.initializer)?;
     for vi in &graph.input {
         if !imp.values.contains_key(&vi.name) {
-            let ty = value_type(vi, opts)
+            let ty = input_type(vi, opts)
                 .and_then(|ty| check_value_size(&ty, "type", memory_limit()).map(|_| ty))
                 .map_err(|m| model_err(format!("graph input '{}': {m}", vi.name)))?;
             let span = Span::new(file, &vi.name, "Input", 0);
@@ -265,7 +268,7 @@ pub fn import_onnx(
                 vi.name
             ))
         })?;
-        check_declared_type(vi, imp.g.value_type(v), opts)
+        check_declared_type(vi, imp.g.value_type(v))
             .map_err(|m| model_err(format!("graph output '{}': {m}", vi.name)))?;
         outputs.push(v);
     }
@@ -276,36 +279,98 @@ pub fn import_onnx(
     Ok(imp.g)
 }
 
-/// The static type of a declared value; symbolic dims are resolved from `opts` or 1.
-fn value_type(vi: &ValueInfoProto, opts: &ImportOptions) -> Result<ValueType, String> {
+/// One dimension of a declared shape.
+enum Dim {
+    Static(usize),
+    /// A named symbolic dimension (`dim_param`).
+    Symbolic(String),
+    /// Neither a value nor a name.
+    Unknown,
+}
+
+/// The element type and dimensions a value is declared with.
+fn declared(vi: &ValueInfoProto) -> Result<(DType, Option<Vec<Dim>>), String> {
     let Some(type_proto::Value::TensorType(tt)) = vi.type_.as_ref().and_then(|t| t.value.as_ref())
     else {
         return Err("only tensor values are supported (not sequences, maps or optionals)".into());
     };
     let dtype = dtype_from_onnx(tt.elem_type)?;
     let Some(shape) = tt.shape.as_ref() else {
-        return Err("has no shape; give the model static input shapes".into());
+        return Ok((dtype, None));
     };
     let mut dims = Vec::with_capacity(shape.dim.len());
     for d in &shape.dim {
         use onnx_protobuf::tensor_shape_proto::dimension::Value;
         dims.push(match &d.value {
             Some(Value::DimValue(v)) => {
-                usize::try_from(*v).map_err(|_| format!("negative dimension {v}"))?
+                Dim::Static(usize::try_from(*v).map_err(|_| format!("negative dimension {v}"))?)
             }
-            Some(Value::DimParam(p)) => opts.dim_values.get(p).copied().unwrap_or(1),
-            _ => 1,
+            Some(Value::DimParam(p)) if !p.is_empty() => Dim::Symbolic(p.clone()),
+            _ => Dim::Unknown,
         });
     }
-    Ok(ValueType::new(dtype, dims))
+    Ok((dtype, Some(dims)))
+}
+
+/// The type of a graph input: its declared shape with every symbolic dimension
+/// bound by `opts` (a whole `input_shapes` entry, or `dim_values` by name). An
+/// unbound one is an error naming the input and the dimension, never a guess.
+fn input_type(vi: &ValueInfoProto, opts: &ImportOptions) -> Result<ValueType, String> {
+    let (dtype, dims) = declared(vi)?;
+    let given = opts.input_shapes.get(&vi.name);
+    let Some(dims) = dims else {
+        return match given {
+            Some(shape) => Ok(ValueType::new(dtype, shape.clone())),
+            None => Err(format!(
+                "has no declared shape; give one with --input-shape {}=D1,D2,...",
+                vi.name
+            )),
+        };
+    };
+    if let Some(shape) = given {
+        if shape.len() != dims.len() {
+            return Err(format!(
+                "the given shape {shape:?} has rank {}, the model declares rank {}",
+                shape.len(),
+                dims.len()
+            ));
+        }
+        for (k, (d, &n)) in dims.iter().zip(shape).enumerate() {
+            if let Dim::Static(s) = d {
+                if *s != n {
+                    return Err(format!(
+                        "the given shape {shape:?} differs from the model's static dimension {k} ({s})"
+                    ));
+                }
+            }
+        }
+        return Ok(ValueType::new(dtype, shape.clone()));
+    }
+    let mut shape = Vec::with_capacity(dims.len());
+    for (k, d) in dims.iter().enumerate() {
+        shape.push(match d {
+            Dim::Static(n) => *n,
+            Dim::Symbolic(p) => *opts.dim_values.get(p).ok_or_else(|| {
+                format!(
+                    "dimension {k} is symbolic ('{p}') and has no value; give the input's \
+                     shape with --input-shape {}=D1,D2,...",
+                    vi.name
+                )
+            })?,
+            Dim::Unknown => {
+                return Err(format!(
+                    "dimension {k} has no value; give the input's shape with \
+                     --input-shape {}=D1,D2,...",
+                    vi.name
+                ))
+            }
+        });
+    }
+    Ok(ValueType::new(dtype, shape))
 }
 
 /// Checks an inferred type against the static dims and dtype a model declares.
-fn check_declared_type(
-    vi: &ValueInfoProto,
-    inferred: &ValueType,
-    opts: &ImportOptions,
-) -> Result<(), String> {
+fn check_declared_type(vi: &ValueInfoProto, inferred: &ValueType) -> Result<(), String> {
     let Some(type_proto::Value::TensorType(tt)) = vi.type_.as_ref().and_then(|t| t.value.as_ref())
     else {
         return Ok(());
@@ -316,19 +381,28 @@ fn check_declared_type(
             tt.elem_type, inferred.dtype
         ));
     }
-    if let Some(shape) = tt.shape.as_ref() {
-        let declared = value_type(vi, opts)?;
-        let static_dims_match = shape.dim.len() == inferred.shape.len()
-            && shape.dim.iter().zip(&inferred.shape).all(|(d, &n)| {
-                use onnx_protobuf::tensor_shape_proto::dimension::Value;
-                !matches!(d.value, Some(Value::DimValue(v)) if v != n as i64)
-            });
-        if !static_dims_match {
-            return Err(format!(
-                "declared shape {:?} but the graph computes {:?}",
-                declared.shape, inferred.shape
-            ));
-        }
+    let (_, Some(dims)) = declared(vi)? else {
+        return Ok(());
+    };
+    let static_dims_match = dims.len() == inferred.shape.len()
+        && dims
+            .iter()
+            .zip(&inferred.shape)
+            .all(|(d, &n)| !matches!(d, Dim::Static(s) if *s != n));
+    if !static_dims_match {
+        let text: Vec<String> = dims
+            .iter()
+            .map(|d| match d {
+                Dim::Static(n) => n.to_string(),
+                Dim::Symbolic(p) => p.clone(),
+                Dim::Unknown => "?".into(),
+            })
+            .collect();
+        return Err(format!(
+            "declared shape [{}] but the graph computes {:?}",
+            text.join(", "),
+            inferred.shape
+        ));
     }
     Ok(())
 }

@@ -153,3 +153,15 @@ pub fn bundled_onnx_dirs() -> Vec<PathBuf> {
         .filter_map(|f| f.parent().map(Path::to_path_buf))
         .collect()
 }
+
+/// `vi` with dimension `axis` made symbolic, named `param`.
+pub fn symbolic(mut vi: ValueInfoProto, axis: usize, param: &str) -> ValueInfoProto {
+    if let Some(type_proto::Value::TensorType(tt)) =
+        vi.type_.as_mut().and_then(|t| t.value.as_mut())
+    {
+        tt.shape.as_mut().unwrap().dim[axis].value = Some(
+            tensor_shape_proto::dimension::Value::DimParam(param.to_string()),
+        );
+    }
+    vi
+}
