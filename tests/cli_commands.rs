@@ -411,3 +411,27 @@ fn recorded_outputs_of_the_wrong_shape_are_refused() {
         o.stderr
     );
 }
+
+/// `run` and `bench` warn, naming each step, whenever a step falls back to the
+/// reference executor; a model whose steps are all native gets no warning.
+#[test]
+fn fallback_steps_are_named_in_a_warning() {
+    let tflite = model("tflite_cnn", "model.tflite");
+    for cmd in ["run", "bench"] {
+        let mut args = vec![cmd, tflite.as_str()];
+        if cmd == "bench" {
+            args.extend(["--runs", "1", "--warmup", "0"]);
+        }
+        let o = layoutopt(&args);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let warning = o
+            .stderr
+            .lines()
+            .find(|l| l.starts_with("warning: ") && l.contains("reference executor"))
+            .unwrap_or_else(|| panic!("{cmd}: no fallback warning in {}", o.stderr));
+        assert!(warning.contains("ResizeBilinear' (Resize;"), "{warning}");
+    }
+    let o = layoutopt(&["run", &resnet()]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(!o.stderr.contains("reference executor"), "{}", o.stderr);
+}

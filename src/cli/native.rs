@@ -1,7 +1,7 @@
 //! The native runtime behind `run`, `bench` and `compare --measure`: compile the
 //! planned graph, run it, time it.
 
-use layoutopt::graph::{Graph, Tensor};
+use layoutopt::graph::{format_spans, Graph, Tensor};
 use layoutopt::runtime::bench::bench;
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 use std::time::Instant;
@@ -28,6 +28,26 @@ pub struct BenchArgs {
     pub seed: u64,
 }
 
+/// Compiles the planned graph, warning on stderr about every step that falls
+/// back to the (slow) reference executor.
+fn compile(g: &Graph, threads: usize) -> CliResult<CompiledModel> {
+    let model = CompiledModel::compile(g, &RuntimeOptions { threads })?;
+    let fallbacks = model.fallback_steps();
+    if !fallbacks.is_empty() {
+        let named: Vec<String> = fallbacks
+            .iter()
+            .map(|(name, kind, spans)| format!("'{name}' ({kind}; {})", format_spans(spans)))
+            .collect();
+        eprintln!(
+            "warning: {} of {} steps run on the reference executor, without a native kernel: {}",
+            fallbacks.len(),
+            model.describe().len(),
+            named.join(", ")
+        );
+    }
+    Ok(model)
+}
+
 /// Compiles the planned graph and runs it once; returns the outputs and a line
 /// saying how long compiling and running took.
 pub fn run_native(
@@ -36,7 +56,7 @@ pub fn run_native(
     threads: usize,
 ) -> CliResult<(Vec<Tensor>, String)> {
     let t0 = Instant::now();
-    let model = CompiledModel::compile(g, &RuntimeOptions { threads })?;
+    let model = compile(g, threads)?;
     let compile = t0.elapsed();
     let t1 = Instant::now();
     let outputs = model.run(inputs)?;
@@ -54,12 +74,7 @@ pub fn run_native(
 /// `layoutopt bench`: compile, then print latency percentiles (and the profile).
 pub fn bench_native(g: &Graph, inputs: &[Tensor], args: &BenchArgs) -> CliResult<()> {
     let t0 = Instant::now();
-    let model = CompiledModel::compile(
-        g,
-        &RuntimeOptions {
-            threads: args.threads,
-        },
-    )?;
+    let model = compile(g, args.threads)?;
     println!(
         "compiled in {:.1} ms ({:?} kernels, {} threads, {:.1} MB arena)",
         t0.elapsed().as_secs_f64() * 1e3,

@@ -431,6 +431,16 @@ impl CompiledModel {
         Ok(())
     }
 
+    /// The steps that run on the reference executor (no native kernel, no loop
+    /// nest): their names, ops and source layers.
+    pub fn fallback_steps(&self) -> Vec<(String, String, Vec<Span>)> {
+        self.steps
+            .iter()
+            .filter(|s| matches!(s.kernel, Kernel::Fallback { .. }))
+            .map(|s| (s.name.clone(), s.kind.clone(), s.spans.clone()))
+            .collect()
+    }
+
     /// One line per step: what it does and whether it is native or a fallback.
     pub fn describe(&self) -> Vec<String> {
         self.steps
