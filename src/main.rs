@@ -71,9 +71,13 @@ enum Command {
         model: PathBuf,
         #[command(flatten)]
         shapes: cli::InputShapes,
-        /// Input tensors as serialized ONNX TensorProto (.pb), one per graph input.
-        #[arg(long = "input")]
-        inputs: Vec<PathBuf>,
+        /// An input tensor as `NAME=FILE` (.npy or a serialized ONNX TensorProto
+        /// .pb), one per graph input; a bare FILE only for a model with one input.
+        #[arg(long = "input", value_name = "NAME=FILE", value_parser = cli::run::parse_input)]
+        inputs: Vec<cli::run::InputArg>,
+        /// Write every output to DIR as `<output name>.npy`.
+        #[arg(long = "output", value_name = "DIR")]
+        output_dir: Option<PathBuf>,
         /// Seed for random inputs.
         #[arg(long, default_value_t = 0)]
         seed: u64,
@@ -159,10 +163,19 @@ fn main() -> ExitCode {
             model,
             shapes,
             inputs,
+            output_dir,
             seed,
             threads,
             planning,
-        } => cli::run::run(model, shapes, inputs, *seed, planning, *threads),
+        } => cli::run::run(
+            model,
+            shapes,
+            inputs,
+            *seed,
+            planning,
+            *threads,
+            output_dir.as_deref(),
+        ),
         Command::Bench {
             model,
             shapes,

@@ -292,13 +292,24 @@ fn a_copied_binary_plans_with_its_built_in_rules() {
     std::fs::copy(env!("CARGO_BIN_EXE_layoutopt"), &exe).unwrap();
     let model = std::fs::canonicalize(resnet()).unwrap();
     let run = |extra: &[&str]| {
-        let o = Command::new(&exe)
-            .current_dir(&dir)
-            .env_remove("LAYOUTOPT_RULES")
-            .args(["plan", model.to_str().unwrap(), "--json"])
-            .args(extra)
-            .output()
-            .unwrap();
+        // A child forked by another test while the copy was open for writing holds
+        // the file open until it execs: running it then fails with ETXTBSY, briefly.
+        let mut tries = 0;
+        let o = loop {
+            match Command::new(&exe)
+                .current_dir(&dir)
+                .env_remove("LAYOUTOPT_RULES")
+                .args(["plan", model.to_str().unwrap(), "--json"])
+                .args(extra)
+                .output()
+            {
+                Err(e) if e.raw_os_error() == Some(26) && tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                other => break other.unwrap(),
+            }
+        };
         let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
             panic!("{e}: {}", String::from_utf8_lossy(&o.stderr));
         });
@@ -434,4 +445,69 @@ fn fallback_steps_are_named_in_a_warning() {
     let o = layoutopt(&["run", &resnet()]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(!o.stderr.contains("reference executor"), "{}", o.stderr);
+}
+
+/// Inputs go by name (`--input NAME=FILE`, .npy or .pb) and outputs are written
+/// under the model's own names: an A−B model gives A−B whatever the order of the
+/// flags; bare files for a two-input model, an unknown name, a wrong shape and a
+/// missing input are refused with the reason.
+#[test]
+fn inputs_by_name_and_outputs_by_name() {
+    use common::{model as onnx_model, model_bytes, node, value_info};
+    use layoutopt::frontend::npy::{read_npy, write_npy};
+    use layoutopt::graph::Tensor;
+    let dir = scratch_dir("inputs_by_name");
+    let m = onnx_model(
+        vec![node("Sub", "sub", &["a", "b"], &["a_minus_b"])],
+        vec![value_info("a", 1, &[2]), value_info("b", 1, &[2])],
+        vec![value_info("a_minus_b", 1, &[2])],
+        vec![],
+        13,
+    );
+    let path = dir.join("sub.onnx");
+    std::fs::write(&path, model_bytes(&m)).unwrap();
+    let file = |name: &str, v: Vec<f32>| {
+        let p = dir.join(name);
+        std::fs::write(&p, write_npy(&Tensor::from_f32(vec![v.len()], v))).unwrap();
+        p.display().to_string()
+    };
+    let (fa, fb) = (
+        file("a.npy", vec![10.0, 4.0]),
+        file("b.npy", vec![1.0, 6.0]),
+    );
+    let out_dir = dir.join("out");
+    let model = path.display().to_string();
+    let out = out_dir.display().to_string();
+    for order in [[&fa, &fb], [&fb, &fa]] {
+        let args: Vec<String> = order
+            .iter()
+            .map(|f| format!("{}={f}", if *f == &fa { "a" } else { "b" }))
+            .collect();
+        let o = layoutopt(&[
+            "run", &model, "--input", &args[0], "--input", &args[1], "--output", &out,
+        ]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        assert!(o.stdout.contains("output 'a_minus_b'"), "{}", o.stdout);
+        let bytes = std::fs::read(out_dir.join("a_minus_b.npy")).unwrap();
+        assert_eq!(read_npy(&bytes).unwrap().to_f32(), vec![9.0, -2.0]);
+    }
+    let wrong = file("wrong.npy", vec![1.0, 2.0, 3.0]);
+    let refused: [(Vec<String>, &str); 4] = [
+        (
+            vec![fa.clone(), fb.clone()],
+            "give each as --input NAME=FILE",
+        ),
+        (vec![format!("c={fa}")], "the model has no input 'c'"),
+        (vec![format!("a={wrong}"), format!("b={fb}")], "f32[3]"),
+        (vec![format!("a={fa}")], "input 'b' is not given"),
+    ];
+    for (files, needle) in refused {
+        let mut args = vec!["run", model.as_str()];
+        for f in &files {
+            args.extend(["--input", f.as_str()]);
+        }
+        let o = layoutopt(&args);
+        assert_eq!(o.code, 1, "{args:?}: {}", o.stdout);
+        assert!(o.stderr.contains(needle), "{args:?}: {}", o.stderr);
+    }
 }

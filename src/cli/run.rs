@@ -1,6 +1,7 @@
 //! `run` and `bench`: execute a planned model on the native runtime.
 
 use super::{load, native, progress, CliResult, InputShapes, Planning};
+use layoutopt::frontend::npy::{read_npy, write_npy};
 use layoutopt::frontend::onnx::load_tensor_pb;
 use layoutopt::graph::{DType, Graph, Tensor, TensorData};
 use std::path::{Path, PathBuf};
@@ -21,10 +22,106 @@ fn test_data(model: &Path, prefix: &str) -> Vec<PathBuf> {
 }
 
 fn read_tensors(files: &[PathBuf]) -> Result<Vec<Tensor>, Box<dyn std::error::Error>> {
-    Ok(files
+    files.iter().map(|p| read_tensor(p)).collect()
+}
+
+/// A tensor file: `.npy` (NumPy) or a serialized ONNX TensorProto (`.pb`).
+fn read_tensor(path: &Path) -> Result<Tensor, Box<dyn std::error::Error>> {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("npy") => {
+            let bytes = layoutopt::frontend::read_file(path)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            Ok(read_npy(&bytes).map_err(|m| format!("{}: {m}", path.display()))?)
+        }
+        Some("npz") => Err(format!(
+            "{}: .npz archives are not read; save each input as its own .npy",
+            path.display()
+        )
+        .into()),
+        _ => Ok(load_tensor_pb(path)?.1),
+    }
+}
+
+/// An `--input`: a tensor file, for the graph input `name` when given.
+#[derive(Clone, Debug)]
+pub struct InputArg {
+    /// The graph input it is for (`NAME=FILE`); none for a bare file.
+    pub name: Option<String>,
+    /// The tensor file.
+    pub path: PathBuf,
+}
+
+/// Parses `NAME=FILE` or `FILE` (text before a `=` that holds a path separator is
+/// part of the file name).
+pub fn parse_input(s: &str) -> Result<InputArg, String> {
+    match s.split_once('=') {
+        Some((name, file)) if !name.is_empty() && !name.contains(['/', '\\']) => {
+            if file.is_empty() {
+                return Err(format!("'{s}' names input '{name}' but no file"));
+            }
+            Ok(InputArg {
+                name: Some(name.to_string()),
+                path: file.into(),
+            })
+        }
+        _ => Ok(InputArg {
+            name: None,
+            path: s.into(),
+        }),
+    }
+}
+
+/// The tensors of `--input` arguments in the graph's input order: every input
+/// named once (a bare file only for a model with one input), each of the type
+/// the model declares.
+fn named_inputs(g: &Graph, args: &[InputArg]) -> Result<Vec<Tensor>, Box<dyn std::error::Error>> {
+    let inputs: Vec<(&str, &layoutopt::graph::ValueType)> = g
+        .inputs()
         .iter()
-        .map(|p| load_tensor_pb(p).map(|(_, t)| t))
-        .collect::<Result<_, _>>()?)
+        .map(|&id| {
+            let v = &g.node(id).outputs[0];
+            (v.name.as_str(), &v.ty)
+        })
+        .collect();
+    let names: Vec<&str> = inputs.iter().map(|i| i.0).collect();
+    let mut given: Vec<Option<Tensor>> = vec![None; inputs.len()];
+    for a in args {
+        let k = match &a.name {
+            Some(n) => names.iter().position(|m| m == n).ok_or_else(|| {
+                format!("--input {n}=...: the model has no input '{n}' (its inputs: {names:?})")
+            })?,
+            None if inputs.len() == 1 && args.len() == 1 => 0,
+            None => {
+                return Err(format!(
+                    "--input {}: the model has {} inputs {names:?}; give each as --input NAME=FILE",
+                    a.path.display(),
+                    inputs.len()
+                )
+                .into())
+            }
+        };
+        let t = read_tensor(&a.path)?;
+        let (name, ty) = inputs[k];
+        if t.dtype() != ty.dtype || t.shape != ty.shape {
+            return Err(format!(
+                "--input {name}={}: the file holds {}{:?}, the model's input '{name}' is {ty}",
+                a.path.display(),
+                t.dtype(),
+                t.shape
+            )
+            .into());
+        }
+        if given[k].replace(t).is_some() {
+            return Err(format!("input '{name}' is given twice").into());
+        }
+    }
+    given
+        .into_iter()
+        .zip(&names)
+        .map(|(t, n)| {
+            t.ok_or_else(|| format!("input '{n}' is not given (--input {n}=FILE)").into())
+        })
+        .collect()
 }
 
 /// A reproducible pseudo-random tensor (splitmix64, uniform in [-1, 1)).
@@ -52,11 +149,11 @@ pub type Inputs = (Vec<Tensor>, Option<Vec<Tensor>>);
 pub fn model_inputs(
     model: &Path,
     g: &Graph,
-    files: &[PathBuf],
+    files: &[InputArg],
     seed: u64,
 ) -> Result<Inputs, Box<dyn std::error::Error>> {
     if !files.is_empty() {
-        return Ok((read_tensors(files)?, None));
+        return Ok((named_inputs(g, files)?, None));
     }
     let recorded = test_data(model, "input");
     if !recorded.is_empty() {
@@ -82,17 +179,18 @@ fn ms(d: Duration) -> f64 {
 pub fn run(
     model: &Path,
     shapes: &InputShapes,
-    input_files: &[PathBuf],
+    input_files: &[InputArg],
     seed: u64,
     planning: &Planning,
     threads: usize,
+    output_dir: Option<&Path>,
 ) -> CliResult {
     let t0 = Instant::now();
     let source = load(model, shapes)?;
     let import_time = t0.elapsed();
     let planned = planning.plan(&source)?;
     let g = planned.graph;
-    let (inputs, expected) = model_inputs(model, &g, input_files, seed)?;
+    let (inputs, expected) = model_inputs(model, &source, input_files, seed)?;
     let (outputs, ran) = progress::step("compiling and running", || {
         native::run_native(&g, &inputs, threads)
     })?;
@@ -106,7 +204,16 @@ pub fn run(
         planned.report.plan_time_ms,
         planned.report.transform_count,
     )?;
-    for (i, (out, v)) in outputs.iter().zip(g.outputs()).enumerate() {
+    // The model's own output names (the planned graph's may be internal).
+    let names: Vec<String> = source
+        .outputs()
+        .iter()
+        .map(|&v| source.value(v).name.clone())
+        .collect();
+    if let Some(dir) = output_dir {
+        write_outputs(dir, &names, &outputs)?;
+    }
+    for (i, (out, name)) in outputs.iter().zip(&names).enumerate() {
         let vals = out.data.to_f64();
         let (min, max) = vals
             .iter()
@@ -116,8 +223,7 @@ pub fn run(
         let mean = vals.iter().sum::<f64>() / vals.len().max(1) as f64;
         let head: Vec<String> = vals.iter().take(5).map(|x| format!("{x:.5}")).collect();
         outln!(
-            "output '{}' {}{:?}: min {min:.5} max {max:.5} mean {mean:.5} [{}{}]",
-            g.value(*v).name,
+            "output '{name}' {}{:?}: min {min:.5} max {max:.5} mean {mean:.5} [{}{}]",
             out.dtype(),
             out.shape,
             head.join(", "),
@@ -126,10 +232,9 @@ pub fn run(
         if let Some(exp) = expected.as_ref().and_then(|e| e.get(i)) {
             if exp.dtype() != out.dtype() || exp.shape != out.shape {
                 return Err(format!(
-                    "recorded output {i} is {}{:?}, but output '{}' is {}{:?}",
+                    "recorded output {i} is {}{:?}, but output '{name}' is {}{:?}",
                     exp.dtype(),
                     exp.shape,
-                    g.value(*v).name,
                     out.dtype(),
                     out.shape
                 )
@@ -157,6 +262,34 @@ pub fn run(
             )
             .into());
         }
+    }
+    Ok(())
+}
+
+/// Writes each output as `DIR/<name>.npy` (the name with path separators and
+/// other unsafe characters replaced by `_`), creating DIR.
+fn write_outputs(dir: &Path, names: &[String], outputs: &[Tensor]) -> CliResult {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut used = std::collections::HashSet::new();
+    for (name, t) in names.iter().zip(outputs) {
+        let mut file: String = name
+            .chars()
+            .map(|c| {
+                if c.is_alphanumeric() || "-_.".contains(c) {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        if file.is_empty() || file.starts_with('.') {
+            file.insert(0, '_');
+        }
+        while !used.insert(file.clone()) {
+            file.push('_');
+        }
+        let path = dir.join(format!("{file}.npy"));
+        std::fs::write(&path, write_npy(t)).map_err(|e| format!("{}: {e}", path.display()))?;
     }
     Ok(())
 }

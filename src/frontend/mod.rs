@@ -1,4 +1,5 @@
 //! Model importers: each turns a file into a `Graph` with per-layer spans.
+pub mod npy;
 pub mod onnx;
 pub mod tflite;
 

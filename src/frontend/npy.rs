@@ -1,0 +1,241 @@
+//! NumPy `.npy` tensors (format versions 1 to 3): read for `--input`, written by
+//! `run --output`. Little-endian data in C order, of the dtypes a graph holds.
+//! The format is NumPy's "NEP 1 — A simple file format for NumPy arrays".
+
+use crate::core::{DType, Tensor, TensorData};
+use half::f16;
+
+const MAGIC: &[u8] = b"\x93NUMPY";
+
+/// The `descr` of a dtype: its byte order, kind and size.
+fn descr(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F32 => "<f4",
+        DType::F16 => "<f2",
+        DType::F64 => "<f8",
+        DType::I64 => "<i8",
+        DType::I32 => "<i4",
+        DType::I8 => "|i1",
+        DType::U8 => "|u1",
+        DType::Bool => "|b1",
+    }
+}
+
+/// The dtype of a `descr`; big-endian and other kinds are refused by name.
+fn dtype_of(d: &str) -> Result<DType, String> {
+    let native = d.replace('=', "<");
+    [
+        DType::F32,
+        DType::F16,
+        DType::F64,
+        DType::I64,
+        DType::I32,
+        DType::I8,
+        DType::U8,
+        DType::Bool,
+    ]
+    .into_iter()
+    .find(|&t| descr(t) == native || descr(t).replace('|', "<") == native)
+    .ok_or_else(|| {
+        format!("dtype '{d}' is not supported (little-endian float, int, uint8 or bool only)")
+    })
+}
+
+/// The value of `key` in the header dict (`'key': value,`), as text.
+fn header_value<'h>(header: &'h str, key: &str) -> Result<&'h str, String> {
+    let at = header
+        .find(&format!("'{key}'"))
+        .ok_or_else(|| format!("the header has no '{key}'"))?;
+    let rest = header[at + key.len() + 2..].trim_start();
+    let rest = rest
+        .strip_prefix(':')
+        .ok_or_else(|| format!("the header's '{key}' has no value"))?
+        .trim_start();
+    let end = if rest.starts_with('(') {
+        rest.find(')').map(|i| i + 1)
+    } else {
+        rest.find([',', '}'])
+    };
+    end.map(|e| rest[..e].trim())
+        .ok_or_else(|| format!("the header's '{key}' is not terminated"))
+}
+
+/// Reads a `.npy` file's bytes.
+pub fn read_npy(bytes: &[u8]) -> Result<Tensor, String> {
+    if !bytes.starts_with(MAGIC) || bytes.len() < 10 {
+        return Err("not a .npy file (no \\x93NUMPY magic)".into());
+    }
+    let (header_len, start) = match bytes[6] {
+        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10usize),
+        2 | 3 if bytes.len() >= 12 => (
+            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+            12,
+        ),
+        v => return Err(format!(".npy format version {v} is not supported")),
+    };
+    let header = bytes
+        .get(start..start.saturating_add(header_len))
+        .ok_or("the .npy header is truncated")?;
+    let header = std::str::from_utf8(header).map_err(|_| "the .npy header is not text")?;
+    let dtype = dtype_of(header_value(header, "descr")?.trim_matches(['\'', '"']))?;
+    if header_value(header, "fortran_order")? != "False" {
+        return Err("Fortran-order arrays are not supported (save with C order)".into());
+    }
+    let shape_text = header_value(header, "shape")?;
+    let shape = shape_text
+        .trim_matches(['(', ')'])
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<usize>()
+                .map_err(|_| format!("shape {shape_text} is not a shape"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let n = shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| format!("shape {shape_text} overflows"))?;
+    let data = &bytes[start + header_len..];
+    let want = n
+        .checked_mul(dtype.size_bytes())
+        .ok_or_else(|| format!("shape {shape_text} overflows"))?;
+    if data.len() != want {
+        return Err(format!(
+            "{} data bytes for shape {shape:?} of {dtype}, which needs {want}",
+            data.len()
+        ));
+    }
+    macro_rules! le {
+        ($t:ty, $k:literal) => {
+            data.chunks_exact($k)
+                .map(|c| <$t>::from_le_bytes(c.try_into().expect("chunk size")))
+                .collect()
+        };
+    }
+    let data = match dtype {
+        DType::F32 => TensorData::F32(le!(f32, 4)),
+        DType::F16 => TensorData::F16(
+            data.chunks_exact(2)
+                .map(|c| f16::from_le_bytes([c[0], c[1]]))
+                .collect(),
+        ),
+        DType::F64 => TensorData::F64(le!(f64, 8)),
+        DType::I64 => TensorData::I64(le!(i64, 8)),
+        DType::I32 => TensorData::I32(le!(i32, 4)),
+        DType::I8 => TensorData::I8(data.iter().map(|&b| b as i8).collect()),
+        DType::U8 => TensorData::U8(data.to_vec()),
+        DType::Bool => TensorData::Bool(data.iter().map(|&b| b != 0).collect()),
+    };
+    Ok(Tensor::new(shape, data))
+}
+
+/// A `.npy` file (format 1.0) holding `t`.
+pub fn write_npy(t: &Tensor) -> Vec<u8> {
+    let dims: Vec<String> = t.shape.iter().map(|d| d.to_string()).collect();
+    let shape = match dims.len() {
+        1 => format!("({},)", dims[0]),
+        _ => format!("({})", dims.join(", ")),
+    };
+    let mut header = format!(
+        "{{'descr': '{}', 'fortran_order': False, 'shape': {shape}, }}",
+        descr(t.dtype())
+    );
+    // The data starts at a multiple of 64 bytes; the header ends with a newline.
+    let total = (MAGIC.len() + 4 + header.len() + 1).div_ceil(64) * 64;
+    header.push_str(&" ".repeat(total - (MAGIC.len() + 4 + header.len() + 1)));
+    header.push('\n');
+    let mut out = Vec::with_capacity(total + t.numel() * t.dtype().size_bytes());
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&[1, 0]);
+    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    match &t.data {
+        TensorData::F32(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        TensorData::F16(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        TensorData::F64(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        TensorData::I64(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        TensorData::I32(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        TensorData::I8(v) => out.extend(v.iter().map(|&x| x as u8)),
+        TensorData::U8(v) => out.extend_from_slice(v),
+        TensorData::Bool(v) => out.extend(v.iter().map(|&x| x as u8)),
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_dtype_round_trips() {
+        let tensors = [
+            Tensor::from_f32(vec![2, 3], vec![1.5, -2.0, 0.0, f32::NAN, 7.0, -0.0]),
+            Tensor::from_f32(vec![4], vec![1.0, 2.0, 3.0, 4.0]),
+            Tensor::from_f32(vec![], vec![3.25]),
+            Tensor::from_i64(vec![2], vec![i64::MIN, 5]),
+            Tensor::new(vec![3], TensorData::Bool(vec![true, false, true])),
+            Tensor::new(
+                vec![2],
+                TensorData::F16(vec![f16::from_f32(0.5), f16::from_f32(-3.0)]),
+            ),
+        ];
+        for t in tensors {
+            let bytes = write_npy(&t);
+            assert_eq!((bytes.len() - t.numel() * t.dtype().size_bytes()) % 64, 0);
+            let back = read_npy(&bytes).unwrap();
+            assert_eq!(back.shape, t.shape);
+            assert_eq!(back.dtype(), t.dtype());
+            assert_eq!(format!("{:?}", back.data), format!("{:?}", t.data));
+        }
+    }
+
+    /// Bytes numpy 1.26 wrote for `np.arange(6, dtype='<i4').reshape(2, 3)`.
+    #[test]
+    fn reads_a_file_numpy_wrote() {
+        let mut bytes = b"\x93NUMPY\x01\x00v\x00".to_vec();
+        let header = "{'descr': '<i4', 'fortran_order': False, 'shape': (2, 3), }";
+        bytes.extend_from_slice(header.as_bytes());
+        bytes.extend(std::iter::repeat_n(b' ', 118 - header.len() - 1));
+        bytes.push(b'\n');
+        for v in 0..6i32 {
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+        let t = read_npy(&bytes).unwrap();
+        assert_eq!(t.shape, vec![2, 3]);
+        assert_eq!(t.data.to_i64(), vec![0, 1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn bad_files_are_refused_with_the_reason() {
+        let good = write_npy(&Tensor::from_f32(vec![2, 2], vec![1.0; 4]));
+        // The same file with `from` replaced by `to` (of the same length).
+        let edited = |from: &[u8], to: &[u8]| {
+            let mut b = good.clone();
+            let at = b.windows(from.len()).position(|w| w == from).unwrap();
+            b[at..at + to.len()].copy_from_slice(to);
+            b
+        };
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            (b"hello".to_vec(), "magic"),
+            (good[..good.len() - 3].to_vec(), "data bytes"),
+            (good[..20].to_vec(), "truncated"),
+            (edited(b"<f4", b">f4"), "'>f4' is not supported"),
+            (edited(b"False", b"True "), "Fortran"),
+        ];
+        for (bytes, needle) in cases {
+            let e = read_npy(&bytes).unwrap_err();
+            assert!(e.contains(needle), "{e}");
+        }
+    }
+}
