@@ -56,6 +56,16 @@ fn unary_ops() -> Vec<UnaryOp> {
         UnaryOp::Reciprocal,
         UnaryOp::Neg,
         UnaryOp::Abs,
+        UnaryOp::Elu { alpha: 0.7 },
+        UnaryOp::Selu {
+            alpha: 1.67,
+            gamma: 1.05,
+        },
+        UnaryOp::Celu { alpha: 0.5 },
+        UnaryOp::ThresholdedRelu { alpha: 0.25 },
+        UnaryOp::Softplus,
+        UnaryOp::Softsign,
+        UnaryOp::Mish,
     ]
 }
 

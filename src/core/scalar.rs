@@ -58,6 +58,34 @@ pub enum UnaryOp {
     Neg,
     /// |x|.
     Abs,
+    /// x < 0 ? alpha·(e^x − 1) : x.
+    Elu {
+        /// The scale of the negative part.
+        alpha: f32,
+    },
+    /// gamma · (x < 0 ? alpha·(e^x − 1) : x).
+    Selu {
+        /// The scale of the negative part.
+        alpha: f32,
+        /// The scale of the whole.
+        gamma: f32,
+    },
+    /// max(0, x) + min(0, alpha·(e^(x/alpha) − 1)).
+    Celu {
+        /// The scale of the negative part (and of x within it).
+        alpha: f32,
+    },
+    /// x > alpha ? x : 0.
+    ThresholdedRelu {
+        /// The threshold.
+        alpha: f32,
+    },
+    /// ln(1 + e^x), computed as max(x, 0) + ln(1 + e^−|x|) so large x stay finite.
+    Softplus,
+    /// x / (1 + |x|).
+    Softsign,
+    /// x · tanh(softplus(x)).
+    Mish,
 }
 
 /// Binary elementwise functions with numpy broadcasting.
@@ -195,6 +223,13 @@ impl UnaryOp {
             UnaryOp::Reciprocal => "Reciprocal",
             UnaryOp::Neg => "Neg",
             UnaryOp::Abs => "Abs",
+            UnaryOp::Elu { .. } => "Elu",
+            UnaryOp::Selu { .. } => "Selu",
+            UnaryOp::Celu { .. } => "Celu",
+            UnaryOp::ThresholdedRelu { .. } => "ThresholdedRelu",
+            UnaryOp::Softplus => "Softplus",
+            UnaryOp::Softsign => "Softsign",
+            UnaryOp::Mish => "Mish",
         }
     }
 
@@ -202,6 +237,11 @@ impl UnaryOp {
     pub fn apply<T: Scalar>(self, x: T) -> T {
         let c = T::lit;
         let clip = |x: T, lo: f64, hi: f64| x.max(c(lo)).min(c(hi));
+        let elu = |x: T, alpha: f64| {
+            x.clone()
+                .if_negative(c(alpha) * (x.clone().exp() - c(1.0)), x)
+        };
+        let softplus = |x: T| x.clone().max(c(0.0)) + (c(1.0) + (-x.abs()).exp()).ln();
         match self {
             UnaryOp::Relu => x.max(c(0.0)),
             UnaryOp::LeakyRelu { alpha } => x.clone().if_negative(x.clone() * c(alpha as f64), x),
@@ -227,6 +267,19 @@ impl UnaryOp {
             UnaryOp::Reciprocal => c(1.0) / x,
             UnaryOp::Neg => -x,
             UnaryOp::Abs => x.abs(),
+            UnaryOp::Elu { alpha } => elu(x, alpha as f64),
+            UnaryOp::Selu { alpha, gamma } => elu(x, alpha as f64) * c(gamma as f64),
+            UnaryOp::Celu { alpha } => {
+                let a = alpha as f64;
+                let neg = c(a) * ((x.clone() * c(1.0 / a)).exp() - c(1.0));
+                x.max(c(0.0)) + neg.min(c(0.0))
+            }
+            UnaryOp::ThresholdedRelu { alpha } => {
+                (c(alpha as f64) - x.clone()).if_negative(x, c(0.0))
+            }
+            UnaryOp::Softplus => softplus(x),
+            UnaryOp::Softsign => x.clone() / (c(1.0) + x.abs()),
+            UnaryOp::Mish => x.clone() * softplus(x).tanh(),
         }
     }
 
@@ -243,6 +296,11 @@ impl UnaryOp {
                 | UnaryOp::Gelu { .. }
                 | UnaryOp::Exp
                 | UnaryOp::Log
+                | UnaryOp::Elu { .. }
+                | UnaryOp::Selu { .. }
+                | UnaryOp::Celu { .. }
+                | UnaryOp::Softplus
+                | UnaryOp::Mish
         )
     }
 }

@@ -473,6 +473,16 @@ mod tests {
             UnaryOp::Reciprocal,
             UnaryOp::Gelu { tanh_approx: true },
             UnaryOp::Gelu { tanh_approx: false },
+            UnaryOp::Elu { alpha: 0.7 },
+            UnaryOp::Selu {
+                alpha: 1.67,
+                gamma: 1.05,
+            },
+            UnaryOp::Celu { alpha: 0.5 },
+            UnaryOp::ThresholdedRelu { alpha: 0.25 },
+            UnaryOp::Softplus,
+            UnaryOp::Softsign,
+            UnaryOp::Mish,
         ] {
             agrees_with_reference(Op::Unary(u), &[&[2, 3, 9]]);
         }

@@ -76,12 +76,12 @@ impl OpDef for UnaryOp {
         }
     }
 
-    /// Gelu came in opset 20.
+    /// Gelu came in opset 20, Mish in 18.
     fn min_onnx_opset(&self) -> i64 {
-        if matches!(self, UnaryOp::Gelu { .. }) {
-            20
-        } else {
-            17
+        match self {
+            UnaryOp::Gelu { .. } => 20,
+            UnaryOp::Mish => 18,
+            _ => 17,
         }
     }
 }

@@ -129,6 +129,12 @@ pub(super) fn unary_attrs(u: UnaryOp) -> Vec<(&'static str, Attr)> {
         UnaryOp::HardSigmoid { alpha, beta } => {
             vec![("alpha", Attr::Float(alpha)), ("beta", Attr::Float(beta))]
         }
+        UnaryOp::Elu { alpha } | UnaryOp::Celu { alpha } | UnaryOp::ThresholdedRelu { alpha } => {
+            vec![("alpha", Attr::Float(alpha))]
+        }
+        UnaryOp::Selu { alpha, gamma } => {
+            vec![("alpha", Attr::Float(alpha)), ("gamma", Attr::Float(gamma))]
+        }
         UnaryOp::Gelu { tanh_approx } => vec![(
             "approximate",
             Attr::Str(if tanh_approx { "tanh" } else { "none" }),
