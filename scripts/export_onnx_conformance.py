@@ -16,7 +16,7 @@ reference implementations, not onnxruntime.
 
 A case is exported when all its nodes are supported ops of the default domain without
 subgraphs, all its inputs/outputs are tensors of supported dtypes, and its default-domain
-opset is within 11..21. Cases generated at a newer opset (most ops were re-versioned
+opset is within 7..21. Cases generated at a newer opset (most ops were re-versioned
 in opsets 22-28 only to admit new element types) are converted down to opset 21 with
 onnx.version_converter (or restamped where it lacks an adapter), and kept only if
 onnxruntime or onnx.reference then reproduces the expected outputs, which shows the
@@ -48,7 +48,8 @@ SUPPORTED_OPS = frozenset(
     Greater MaxPool AveragePool GlobalAveragePool GlobalMaxPool Gemm MatMul Reshape Flatten
     Transpose Squeeze Unsqueeze Concat Split Slice Gather Pad Resize Softmax LogSoftmax
     ReduceMean ReduceSum ReduceMax LayerNormalization Cast Shape Constant ConstantOfShape
-    Identity Expand Range Tile Dropout LRN""".split()
+    Identity Expand Range Tile Dropout LRN Sum Mean Upsample Elu Selu Celu ThresholdedRelu
+    Softplus Softsign Mish""".split()
 )
 SUPPORTED_DTYPES = frozenset(
     [
@@ -62,7 +63,7 @@ SUPPORTED_DTYPES = frozenset(
         TensorProto.BOOL,
     ]
 )
-OPSET_MIN, OPSET_MAX = 11, 21
+OPSET_MIN, OPSET_MAX = 7, 21
 MAX_CASE_BYTES = 200_000
 MAX_TOTAL_BYTES = 8_000_000
 
