@@ -69,7 +69,7 @@ fn unary_ops() -> Vec<UnaryOp> {
     ]
 }
 
-const BINARY: [BinaryOp; 7] = [
+const BINARY: [BinaryOp; 8] = [
     BinaryOp::Add,
     BinaryOp::Sub,
     BinaryOp::Mul,
@@ -77,6 +77,7 @@ const BINARY: [BinaryOp; 7] = [
     BinaryOp::Pow,
     BinaryOp::Max,
     BinaryOp::Min,
+    BinaryOp::PRelu,
 ];
 
 /// Whether `got` agrees with `want`: both NaN, the same infinity, or close.

@@ -102,6 +102,8 @@ pub enum BinaryOp {
     Equal,
     Less,
     Greater,
+    /// x < 0 ? slope·x : x, with the slope (second operand) broadcast.
+    PRelu,
 }
 
 /// The arithmetic elementwise functions are written in.
@@ -319,6 +321,7 @@ impl BinaryOp {
             BinaryOp::Equal => "Equal",
             BinaryOp::Less => "Less",
             BinaryOp::Greater => "Greater",
+            BinaryOp::PRelu => "PRelu",
         }
     }
 
@@ -338,6 +341,7 @@ impl BinaryOp {
             BinaryOp::Pow => x.pow(y),
             BinaryOp::Max => x.max(y),
             BinaryOp::Min => x.min(y),
+            BinaryOp::PRelu => x.clone().if_negative(x.clone() * y, x),
             BinaryOp::Equal | BinaryOp::Less | BinaryOp::Greater => return None,
         })
     }

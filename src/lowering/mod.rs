@@ -503,6 +503,7 @@ mod tests {
             BinaryOp::Mul,
             BinaryOp::Max,
             BinaryOp::Min,
+            BinaryOp::PRelu,
         ] {
             agrees_with_reference(Op::Binary(b), &[&[2, 3, 4], &[3, 1]]);
         }

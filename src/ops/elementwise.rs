@@ -292,6 +292,8 @@ fn arith_i64(b: BinaryOp, x: i64, y: i64) -> Result<i64, String> {
         BinaryOp::Pow => int_pow(x, y)?,
         BinaryOp::Max => x.max(y),
         BinaryOp::Min => x.min(y),
+        BinaryOp::PRelu if x < 0 => x.wrapping_mul(y),
+        BinaryOp::PRelu => x,
         BinaryOp::Equal | BinaryOp::Less | BinaryOp::Greater => {
             return Err("comparisons give booleans".into())
         }
