@@ -191,6 +191,7 @@ pub(super) const SUPPORTED: &[&str] = &[
     "ConstantOfShape",
     "Conv",
     "ConvTranspose",
+    "DepthToSpace",
     "Div",
     "Dropout",
     "Elu",
@@ -208,6 +209,7 @@ pub(super) const SUPPORTED: &[&str] = &[
     "HardSigmoid",
     "HardSwish",
     "Identity",
+    "InstanceNormalization",
     "LRN",
     "LayerNormalization",
     "LeakyRelu",
@@ -240,6 +242,7 @@ pub(super) const SUPPORTED: &[&str] = &[
     "Softmax",
     "Softplus",
     "Softsign",
+    "SpaceToDepth",
     "Split",
     "Sqrt",
     "Squeeze",
@@ -271,6 +274,8 @@ pub(super) fn convert(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         "Dropout" => return dropout(c),
         "Split" => return split(c),
         "Resize" | "Upsample" => return resize(c),
+        "InstanceNormalization" => return instance_norm(c),
+        "DepthToSpace" | "SpaceToDepth" => return depth_space(c),
         "BatchNormalization" => {
             if c.bool_attr("training_mode", false)?
                 || c.node.output.iter().skip(1).any(|o| !o.is_empty())
@@ -853,6 +858,99 @@ fn variadic(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     let name = format!("{}/count", c.layer());
     let n = c.g.add_constant(&name, n, vec![c.span.clone()]);
     c.emit(Op::Binary(BinaryOp::Div), &[sum, n])
+}
+
+/// InstanceNormalization as the ops it is defined by: per sample and channel,
+/// `(x - mean) / sqrt(var + epsilon) * scale[c] + bias[c]` over the spatial axes.
+fn instance_norm(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let (x, scale, bias) = (c.input(0)?, c.input(1)?, c.input(2)?);
+    let s = c.ty(x).shape;
+    if s.len() < 3 {
+        return Err(c.err(format!("input shape {s:?} has no spatial axes")));
+    }
+    for (v, what) in [(scale, "scale"), (bias, "bias")] {
+        if c.ty(v).shape != [s[1]] {
+            return Err(c.err(format!(
+                "{what} has shape {:?}, expected [{}] (one per channel)",
+                c.ty(v).shape,
+                s[1]
+            )));
+        }
+    }
+    let eps = c.float("epsilon", 1e-5)?;
+    let mean_over_space = Op::Reduce(Reduce {
+        kind: ReduceKind::Mean,
+        axes: (2..s.len()).collect(),
+        keepdims: true,
+    });
+    let mut per_channel = vec![1; s.len() - 1];
+    per_channel[0] = s[1];
+    let mean = c.emit_inner(mean_over_space.clone(), &[x], "mean")?;
+    let d = c.emit_inner(Op::Binary(BinaryOp::Sub), &[x, mean], "centered")?;
+    let d2 = c.emit_inner(Op::Binary(BinaryOp::Mul), &[d, d], "squared")?;
+    let var = c.emit_inner(mean_over_space, &[d2], "var")?;
+    let dtype = c.ty(x).dtype;
+    let name = format!("{}/epsilon", c.layer());
+    let eps = Tensor::new(vec![], TensorData::from_f64(dtype, vec![eps as f64]));
+    let eps = c.g.add_constant(&name, eps, vec![c.span.clone()]);
+    let var_eps = c.emit_inner(Op::Binary(BinaryOp::Add), &[var, eps], "var_eps")?;
+    let std = c.emit_inner(Op::Unary(UnaryOp::Sqrt), &[var_eps], "std")?;
+    let norm = c.emit_inner(Op::Binary(BinaryOp::Div), &[d, std], "normalized")?;
+    let reshape = Op::Reshape(Reshape { shape: per_channel });
+    let scale = c.emit_inner(reshape.clone(), &[scale], "scale")?;
+    let bias = c.emit_inner(reshape, &[bias], "bias")?;
+    let scaled = c.emit_inner(Op::Binary(BinaryOp::Mul), &[norm, scale], "scaled")?;
+    c.emit(Op::Binary(BinaryOp::Add), &[scaled, bias])
+}
+
+/// DepthToSpace and SpaceToDepth as the Reshape, Transpose, Reshape their
+/// definitions are written in (DCR and CRD orders for DepthToSpace).
+fn depth_space(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let x = c.input(0)?;
+    let s = c.ty(x).shape;
+    let b = usize::try_from(c.int("blocksize", 0)?)
+        .ok()
+        .filter(|&b| b > 0)
+        .ok_or_else(|| c.err("blocksize must be a positive integer"))?;
+    let [n, ch, h, w] = s[..] else {
+        return Err(c.err(format!("input shape {s:?} is not 4-D (NCHW)")));
+    };
+    let (split, perm, out) = if c.node.op_type == "DepthToSpace" {
+        if ch % (b * b) != 0 {
+            return Err(c.err(format!(
+                "{ch} channels do not divide by blocksize² {}",
+                b * b
+            )));
+        }
+        let co = ch / (b * b);
+        match c.string("mode", "DCR")?.as_str() {
+            "DCR" => (
+                vec![n, b, b, co, h, w],
+                vec![0, 3, 4, 1, 5, 2],
+                vec![n, co, h * b, w * b],
+            ),
+            "CRD" => (
+                vec![n, co, b, b, h, w],
+                vec![0, 1, 4, 2, 5, 3],
+                vec![n, co, h * b, w * b],
+            ),
+            other => return Err(c.err(format!("DepthToSpace mode '{other}' is not known"))),
+        }
+    } else {
+        if h % b != 0 || w % b != 0 {
+            return Err(c.err(format!(
+                "spatial extents {h}x{w} do not divide by blocksize {b}"
+            )));
+        }
+        (
+            vec![n, ch, h / b, b, w / b, b],
+            vec![0, 3, 5, 1, 2, 4],
+            vec![n, ch * b * b, h / b, w / b],
+        )
+    };
+    let split = c.emit_inner(Op::Reshape(Reshape { shape: split }), &[x], "split")?;
+    let moved = c.emit_inner(Op::Transpose(Transpose { perm }), &[split], "moved")?;
+    c.emit(Op::Reshape(Reshape { shape: out }), &[moved])
 }
 
 fn softmax(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
