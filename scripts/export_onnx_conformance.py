@@ -49,7 +49,8 @@ SUPPORTED_OPS = frozenset(
     Transpose Squeeze Unsqueeze Concat Split Slice Gather Pad Resize Softmax LogSoftmax
     ReduceMean ReduceSum ReduceMax LayerNormalization Cast Shape Constant ConstantOfShape
     Identity Expand Range Tile Dropout LRN Sum Mean Upsample Elu Selu Celu ThresholdedRelu
-    Softplus Softsign Mish PRelu InstanceNormalization DepthToSpace SpaceToDepth""".split()
+    Softplus Softsign Mish PRelu InstanceNormalization DepthToSpace SpaceToDepth
+    LessOrEqual GreaterOrEqual""".split()
 )
 SUPPORTED_DTYPES = frozenset(
     [

@@ -102,6 +102,8 @@ pub enum BinaryOp {
     Equal,
     Less,
     Greater,
+    LessOrEqual,
+    GreaterOrEqual,
     /// x < 0 ? slope·x : x, with the slope (second operand) broadcast.
     PRelu,
 }
@@ -321,13 +323,22 @@ impl BinaryOp {
             BinaryOp::Equal => "Equal",
             BinaryOp::Less => "Less",
             BinaryOp::Greater => "Greater",
+            BinaryOp::LessOrEqual => "LessOrEqual",
+            BinaryOp::GreaterOrEqual => "GreaterOrEqual",
             BinaryOp::PRelu => "PRelu",
         }
     }
 
     /// Comparisons produce booleans.
     pub fn is_comparison(self) -> bool {
-        matches!(self, BinaryOp::Equal | BinaryOp::Less | BinaryOp::Greater)
+        matches!(
+            self,
+            BinaryOp::Equal
+                | BinaryOp::Less
+                | BinaryOp::Greater
+                | BinaryOp::LessOrEqual
+                | BinaryOp::GreaterOrEqual
+        )
     }
 
     /// The arithmetic function applied to `x` and `y`; `None` for comparisons,
@@ -342,7 +353,11 @@ impl BinaryOp {
             BinaryOp::Max => x.max(y),
             BinaryOp::Min => x.min(y),
             BinaryOp::PRelu => x.clone().if_negative(x.clone() * y, x),
-            BinaryOp::Equal | BinaryOp::Less | BinaryOp::Greater => return None,
+            BinaryOp::Equal
+            | BinaryOp::Less
+            | BinaryOp::Greater
+            | BinaryOp::LessOrEqual
+            | BinaryOp::GreaterOrEqual => return None,
         })
     }
 
@@ -353,6 +368,8 @@ impl BinaryOp {
             BinaryOp::Equal => x == y,
             BinaryOp::Less => x < y,
             BinaryOp::Greater => x > y,
+            BinaryOp::LessOrEqual => x <= y,
+            BinaryOp::GreaterOrEqual => x >= y,
             _ => return None,
         })
     }

@@ -294,9 +294,11 @@ fn arith_i64(b: BinaryOp, x: i64, y: i64) -> Result<i64, String> {
         BinaryOp::Min => x.min(y),
         BinaryOp::PRelu if x < 0 => x.wrapping_mul(y),
         BinaryOp::PRelu => x,
-        BinaryOp::Equal | BinaryOp::Less | BinaryOp::Greater => {
-            return Err("comparisons give booleans".into())
-        }
+        BinaryOp::Equal
+        | BinaryOp::Less
+        | BinaryOp::Greater
+        | BinaryOp::LessOrEqual
+        | BinaryOp::GreaterOrEqual => return Err("comparisons give booleans".into()),
     })
 }
 
