@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Runs every model of the real-model suite (scripts/gen_zoo.py) through layoutopt and
+prints one table: model, format, imports?, max relative error against the reference
+output, transforms kept, steps on the reference executor, layoutopt ms, onnxruntime
+ms and their ratio. Timings are medians of alternating rounds (layoutopt, then
+onnxruntime on the same model's ONNX form), 2 threads each.
+
+    scripts/run_zoo.sh [--zoo models/zoo] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import numpy_helper
+
+
+def load_pb(path: Path) -> np.ndarray:
+    t = onnx.TensorProto()
+    t.ParseFromString(path.read_bytes())
+    return numpy_helper.to_array(t)
+
+
+def layoutopt_run(exe: str, model: Path):
+    with tempfile.TemporaryDirectory() as out:
+        r = subprocess.run([exe, "run", str(model), "--output", out], capture_output=True, text=True)
+        if r.returncode != 0:
+            return None, r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "failed"
+        got = [np.load(p) for p in sorted(Path(out).glob("*.npy"))]
+    expected = load_pb(model.parent / "test_data_set_0" / "output_0.pb")
+    a = got[0].astype(np.float64).reshape(-1)
+    e = expected.astype(np.float64).reshape(-1)
+    rel = float(np.max(np.abs(a - e)) / max(np.max(np.abs(e)), 1e-30)) if a.shape == e.shape else float("nan")
+    kept = re.search(r"(\d+) transforms kept", r.stdout)
+    fallback = re.search(r"(\d+) of (\d+) steps run on the reference executor", r.stderr)
+    return {
+        "rel": rel,
+        "kept": int(kept.group(1)) if kept else -1,
+        "fallbacks": int(fallback.group(1)) if fallback else 0,
+    }, None
+
+
+def layoutopt_ms(exe: str, model: Path) -> float:
+    r = subprocess.run([exe, "bench", str(model), "--runs", "20", "--warmup", "3", "--threads", "2"],
+                       capture_output=True, text=True, check=True)
+    return float(re.search(r"p50 ([0-9.]+) ms", r.stdout).group(1))
+
+
+def ort_ms(onnx_path: Path) -> float:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 2
+    opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
+    x = load_pb(onnx_path.parent / "test_data_set_0" / "input_0.pb")
+    feed = {sess.get_inputs()[0].name: x}
+    for _ in range(3):
+        sess.run(None, feed)
+    times = []
+    for _ in range(20):
+        t = time.perf_counter()
+        sess.run(None, feed)
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--zoo", type=Path, default=Path("models/zoo"))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--layoutopt", default="target/release/layoutopt")
+    args = ap.parse_args()
+    cases = sorted(d for d in args.zoo.iterdir() if (d / "test_data_set_0").is_dir())
+    if not cases:
+        print(f"no models under {args.zoo}: run scripts/gen_zoo.py first", file=sys.stderr)
+        return 1
+    head = (f"{'model':<18} {'format':<7} {'imports':<8} {'max rel err':>11} {'kept':>5} "
+            f"{'fallback':>8} {'layoutopt':>10} {'ort':>9} {'ratio':>6}")
+    print(head)
+    print("-" * len(head))
+    for d in cases:
+        name, fmt = d.name.rsplit("_", 1)
+        model = d / ("model.onnx" if fmt == "onnx" else "model.tflite")
+        result, err = layoutopt_run(args.layoutopt, model)
+        if result is None:
+            print(f"{name:<18} {fmt:<7} {'no':<8} {err[:90]}")
+            continue
+        onnx_path = args.zoo / f"{name}_onnx" / "model.onnx"
+        lo, rt = [], []
+        for _ in range(args.rounds):
+            lo.append(layoutopt_ms(args.layoutopt, model))
+            rt.append(ort_ms(onnx_path))
+        l, o = statistics.median(lo), statistics.median(rt)
+        print(f"{name:<18} {fmt:<7} {'yes':<8} {result['rel']:>11.2e} {result['kept']:>5} "
+              f"{result['fallbacks']:>8} {l:>7.2f} ms {o:>6.2f} ms {l / o:>5.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
