@@ -4,9 +4,9 @@
 use super::schema::{self, BuiltinOptions};
 use super::{Importer, TfliteError};
 use crate::graph::{
-    numel, strides, BinaryOp, Conv, CoordTransform, DType, NearestMode, NodeId, Op, PadMode, Pool,
-    PoolKind, ReduceKind, Resize, ResizeMode, SliceAxis, Span, Tensor, UnaryOp, ValueRef,
-    ValueType, Window,
+    fold_node, numel, strides, BinaryOp, Conv, CoordTransform, DType, NearestMode, NodeId, Op,
+    PadMode, Pool, PoolKind, ReduceKind, Resize, ResizeMode, SliceAxis, Span, Tensor, TensorData,
+    UnaryOp, ValueRef, ValueType, Window,
 };
 use crate::ops::{Cast, Concat, Gemm, Pad, Reduce, Reshape, Slice, Softmax, Transpose};
 
@@ -105,6 +105,8 @@ const SUB: i32 = 41;
 const DIV: i32 = 42;
 const SQUEEZE: i32 = 43;
 const STRIDED_SLICE: i32 = 45;
+const SHAPE: i32 = 77;
+const PACK: i32 = 83;
 const EXP: i32 = 47;
 const MAXIMUM: i32 = 55;
 const MINIMUM: i32 = 57;
@@ -211,6 +213,8 @@ impl<'a> Cx<'_, 'a> {
                 self.emit(Op::Transpose(Transpose { perm }), "transpose", &[x])
             }
             STRIDED_SLICE => self.strided_slice(),
+            SHAPE => self.shape(),
+            PACK => self.pack(),
             RESIZE_BILINEAR => self.resize(ResizeMode::Linear),
             RESIZE_NEAREST_NEIGHBOR => self.resize(ResizeMode::Nearest),
             BATCH_MATMUL => self.batch_matmul(),
@@ -244,6 +248,8 @@ impl<'a> Cx<'_, 'a> {
     }
 
     /// Adds a node for this operator; `step` names it within the layer.
+    /// A node whose inputs are all constants is folded into a constant at once, so
+    /// shape arithmetic (SHAPE, STRIDED_SLICE, PACK feeding a RESHAPE) is known here.
     fn emit(&mut self, op: Op, step: &str, inputs: &[ValueRef]) -> Res<ValueRef> {
         let name = format!("{}/{step}", self.layer);
         let id = self.imp.graph.add_node(
@@ -253,8 +259,64 @@ impl<'a> Cx<'_, 'a> {
             std::slice::from_ref(&name),
             vec![self.span.clone()],
         )?;
-        self.emitted.push(id);
-        Ok(ValueRef::new(id, 0))
+        let v = match fold_node(&mut self.imp.graph, id)? {
+            Some(constants) => constants[0],
+            None => ValueRef::new(id, 0),
+        };
+        self.emitted.push(v.node);
+        Ok(v)
+    }
+
+    /// SHAPE of a tensor whose shape is static: a constant (int32 unless the
+    /// options say int64).
+    fn shape(&mut self) -> Res<ValueRef> {
+        let x = self.input(0)?;
+        let dims: Vec<i64> = self.ty(x).shape.iter().map(|&d| d as i64).collect();
+        let n = vec![dims.len()];
+        let t = match self
+            .options::<schema::ShapeOptions>()
+            .map_or(2, |o| o.out_type())
+        {
+            2 => Tensor::new(n, TensorData::I32(dims.iter().map(|&d| d as i32).collect())),
+            4 => Tensor::from_i64(n, dims),
+            other => return Err(self.err(format!("SHAPE out_type {other} is not int32 or int64"))),
+        };
+        let v = self
+            .imp
+            .graph
+            .add_constant(&self.layer, t, vec![self.span.clone()]);
+        self.emitted.push(v.node);
+        Ok(v)
+    }
+
+    /// PACK: the inputs, each given a new axis of extent 1 at `axis`, concatenated
+    /// along it.
+    fn pack(&mut self) -> Res<ValueRef> {
+        let xs = (0..self.inputs.len())
+            .map(|i| self.input(i))
+            .collect::<Res<Vec<_>>>()?;
+        let first = *xs.first().ok_or_else(|| self.err("has no inputs"))?;
+        let shape = self.ty(first).shape.clone();
+        let axis = self
+            .options::<schema::PackOptions>()
+            .map_or(0, |o| o.axis());
+        let axis = self.axis(axis as i64, shape.len() + 1)?;
+        let mut expanded = shape.clone();
+        expanded.insert(axis, 1);
+        let mut parts = Vec::with_capacity(xs.len());
+        for (k, &x) in xs.iter().enumerate() {
+            if self.ty(x).shape != shape {
+                return Err(self.err(format!(
+                    "input {k} has shape {:?}, input 0 {shape:?}: PACK needs equal shapes",
+                    self.ty(x).shape
+                )));
+            }
+            let reshape = Op::Reshape(Reshape {
+                shape: expanded.clone(),
+            });
+            parts.push(self.emit(reshape, &format!("expand_{k}"), &[x])?);
+        }
+        self.emit(Op::Concat(Concat { axis }), "pack", &parts)
     }
 
     fn options<O: BuiltinOptions<'a>>(&self) -> Option<O> {

@@ -203,6 +203,13 @@ tables! {
     GeluOptions {
         approximate(0): scalar bool = false,
     }
+    ShapeOptions {
+        out_type(0): scalar i8 = 2,
+    }
+    PackOptions {
+        values_count(0): scalar i32 = 0,
+        axis(1): scalar i32 = 0,
+    }
 }
 
 /// An options table that is a variant of the `BuiltinOptions` union.
@@ -248,6 +255,8 @@ builtin_options! {
     SqueezeOptions = [30],
     StridedSliceOptions = [32],
     ResizeNearestNeighborOptions = [74],
+    ShapeOptions = [55],
+    PackOptions = [59],
     LeakyReluOptions = [75],
     BatchMatMulOptions = [101],
     GeluOptions = [116],
