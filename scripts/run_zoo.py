@@ -5,7 +5,7 @@ output, transforms kept, steps on the reference executor, layoutopt ms, onnxrunt
 ms and their ratio. Timings are medians of alternating rounds (layoutopt, then
 onnxruntime on the same model's ONNX form), 2 threads each.
 
-    scripts/run_zoo.sh [--zoo models/zoo] [--rounds 3]
+    scripts/run_zoo.sh [MODEL ...] [--zoo models/zoo] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -75,11 +75,17 @@ def ort_ms(onnx_path: Path) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("models", nargs="*", help="only these models (default: every one)")
     ap.add_argument("--zoo", type=Path, default=Path("models/zoo"))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--layoutopt", default="target/release/layoutopt")
     args = ap.parse_args()
-    cases = sorted(d for d in args.zoo.iterdir() if (d / "test_data_set_0").is_dir())
+    cases = sorted(
+        d
+        for d in args.zoo.iterdir()
+        if (d / "test_data_set_0").is_dir()
+        and (not args.models or d.name.rsplit("_", 1)[0] in args.models)
+    )
     if not cases:
         print(f"no models under {args.zoo}: run scripts/gen_zoo.py first", file=sys.stderr)
         return 1

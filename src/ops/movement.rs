@@ -507,6 +507,25 @@ impl OpDef for Pad {
         (0..begins.len()).all(|a| (begins[a] == 0 && ends[a] == 0) || unblocked(l, &[a]))
     }
 
+    /// The layout's padding on an axis this op leaves alone (channels, while the
+    /// op pads H and W) goes through: at the new border it holds what every mode
+    /// writes there, the constant for `Constant` and the padding itself otherwise.
+    fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
+        let touched = |a: usize| self.begins[a] != 0 || self.ends[a] != 0;
+        if padded.iter().any(|&a| touched(a)) {
+            return refuse_padded(inputs, padded);
+        }
+        let p = inputs.first().copied().unwrap_or(PadValue::Undef);
+        let output = match self.mode {
+            PadMode::Constant(v) if p != PadValue::Known(v) => PadValue::Undef,
+            _ => p,
+        };
+        PadFlow {
+            inputs: vec![Requirement::Any; inputs.len()],
+            output,
+        }
+    }
+
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
         let (g, ph, types, sfx) = cx.parts();
         let arity = |n: usize| check_arity(self.name(), types, n);

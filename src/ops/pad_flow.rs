@@ -85,6 +85,29 @@ mod tests {
         );
     }
 
+    /// A Pad of H and W over a layout that pads the channels (NASNet's
+    /// zero-padding before a strided separable conv in NCHW16c).
+    #[test]
+    fn pad_passes_the_layout_padding_of_axes_it_does_not_pad() {
+        let pad = |value: f32| {
+            Op::Pad(Pad {
+                begins: vec![0, 0, 1, 1],
+                ends: vec![0, 0, 1, 1],
+                mode: PadMode::Constant(value),
+            })
+        };
+        let f = pad_flow(&pad(0.0), &[ZERO], &[1]);
+        assert_eq!(f.inputs, vec![Requirement::Any]);
+        assert_eq!(f.output, ZERO);
+        // The border holds 1 in the padding channels, the rest 0: nothing is known.
+        assert_eq!(pad_flow(&pad(1.0), &[ZERO], &[1]).output, PadValue::Undef);
+        // Padding an axis the layout pads is refused.
+        assert_eq!(
+            pad_flow(&pad(0.0), &[ZERO], &[2]).inputs,
+            vec![Requirement::Unsupported]
+        );
+    }
+
     #[test]
     fn reductions_need_their_identity_on_padded_axes() {
         let sum = Op::Reduce(Reduce {
