@@ -493,6 +493,11 @@ activation std stays within {lo}..{hi}.
 The `models/full/` models are gitignored: build them with
 `python3 scripts/gen_models.py --full`.
 
+`resnet_small_f16` and `mobilenet_small_f16` are the same models stored in float16
+(`python3 scripts/gen_f16_models.py`): every float initializer and value is float16,
+the input is the float32 test input rounded to float16, and the reference output is
+onnxruntime's run of the float16 model.
+
 | model | input | output | opset | nodes | parameters | model.onnx | ops (count) | description |
 |---|---|---|---|---|---|---|---|---|
 """

@@ -1,14 +1,15 @@
 //! The native runtime end to end: every bundled model (ONNX and TFLite) planned
 //! with `global` for NCHW16c, NCHW8c and NHWC, compiled and run, matches the
 //! outputs onnxruntime recorded (max abs error at most 1e-3 times the max
-//! magnitude), for 1 and 2 worker threads.
+//! magnitude; 2e-3 for float16 outputs, two f16 roundings of the output), for
+//! 1 and 2 worker threads. Float16 models run natively too (f32 inside).
 
 mod common;
 
 use common::{load_test_data, max_abs_err};
 use layoutopt::frontend::onnx::{load_onnx, ImportOptions};
 use layoutopt::frontend::tflite::load_tflite;
-use layoutopt::graph::Graph;
+use layoutopt::graph::{DType, Graph};
 use layoutopt::layout::op_rules::{CostModel, Family};
 use layoutopt::layout::plan::{plan, planner_by_name};
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
@@ -65,10 +66,15 @@ fn bundled_models_match_onnxruntime_on_the_native_runtime() {
                     assert_eq!(outputs.len(), expected.len());
                     for (out, exp) in outputs.iter().zip(&expected) {
                         assert_eq!(out.shape, exp.shape);
+                        assert_eq!(out.dtype(), exp.dtype());
+                        let tol = match exp.dtype() {
+                            DType::F16 => 2e-3,
+                            _ => 1e-3,
+                        };
                         let (err, mag) = max_abs_err(exp, out);
                         assert!(
-                            err <= 1e-3 * mag,
-                            "{} {family} {threads} threads: error {err} > 1e-3 * {mag}\n{}",
+                            err <= tol * mag,
+                            "{} {family} {threads} threads: error {err} > {tol} * {mag}\n{}",
                             dir.display(),
                             m.describe().join("\n")
                         );
@@ -119,4 +125,14 @@ fn cli_run_and_bench_use_the_native_runtime() {
     assert!(bench.contains(", 0 fallbacks):"), "{bench}");
     // Its convolutions carry their clip (relu6) in the epilogue.
     assert!(bench.contains("Conv+Clip"), "{bench}");
+
+    // Stored in float16, it still runs every step natively.
+    let half = cli(&[
+        "bench",
+        "models/mobilenet_small_f16/model.onnx",
+        "--runs",
+        "2",
+        "--profile",
+    ]);
+    assert!(half.contains(", 0 fallbacks):"), "{half}");
 }

@@ -3,6 +3,7 @@
 
 mod fold;
 mod memory;
+mod precision;
 
 pub use crate::core::{
     checked_numel, format_spans, merge_spans, numel, strides, DType, Span, Tensor, TensorData,

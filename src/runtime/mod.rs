@@ -242,7 +242,19 @@ impl CompiledModel {
                 threads,
                 message: e.to_string(),
             })?;
-        Compiler::new(graph, Isa::detect()).finish(pool)
+        let Some(widened) = graph.widened_f16() else {
+            return Compiler::new(graph, Isa::detect()).finish(pool);
+        };
+        // f16 storage at the interface, f32 inside: inputs are converted as they
+        // are copied in, outputs rounded back to the model's types.
+        let mut model = Compiler::new(&widened, Isa::detect()).finish(pool)?;
+        for ((_, ty, _), &id) in model.inputs.iter_mut().zip(graph.inputs()) {
+            *ty = graph.node(id).outputs[0].ty.clone();
+        }
+        for ((ty, _), &v) in model.outputs.iter_mut().zip(graph.outputs()) {
+            *ty = graph.value_type(v).clone();
+        }
+        Ok(model)
     }
 
     /// The fused groups the compiler makes of a planned graph on this machine (the
@@ -351,7 +363,13 @@ impl CompiledModel {
         Ok(self
             .outputs
             .iter()
-            .map(|(ty, s)| bufs.tensor(*s, ty))
+            .map(|(ty, s)| {
+                let t = bufs.tensor(*s, ty);
+                match t.dtype() == ty.dtype {
+                    true => t,
+                    false => t.cast(ty.dtype),
+                }
+            })
             .collect())
     }
 
