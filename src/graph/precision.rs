@@ -91,7 +91,11 @@ mod tests {
         let w = g.widened_f16().expect("the graph holds f16 values");
         for id in w.node_ids() {
             let node = w.node(id);
-            assert!(node.outputs.iter().all(|v| v.ty.dtype == DType::F32), "{}", node.name);
+            assert!(
+                node.outputs.iter().all(|v| v.ty.dtype == DType::F32),
+                "{}",
+                node.name
+            );
             if let Op::Constant(t) = &node.op {
                 assert_eq!(t.data, TensorData::F32(vec![1.0, 2.0]));
             }
