@@ -73,6 +73,8 @@ enum Command {
         shapes: cli::InputShapes,
         /// An input tensor as `NAME=FILE` (.npy or a serialized ONNX TensorProto
         /// .pb), one per graph input; a bare FILE only for a model with one input.
+        /// A .npz archive gives every input it names (or, as NAME=FILE.npz, the
+        /// array NAME or its only array).
         #[arg(long = "input", value_name = "NAME=FILE", value_parser = cli::run::parse_input)]
         inputs: Vec<cli::run::InputArg>,
         /// Write every output to DIR as `<output name>.npy`.

@@ -447,7 +447,7 @@ fn fallback_steps_are_named_in_a_warning() {
     assert!(!o.stderr.contains("reference executor"), "{}", o.stderr);
 }
 
-/// Inputs go by name (`--input NAME=FILE`, .npy or .pb) and outputs are written
+/// Inputs go by name (`--input NAME=FILE`, .npy, .npz or .pb) and outputs are written
 /// under the model's own names: an A−B model gives A−B whatever the order of the
 /// flags; bare files for a two-input model, an unknown name, a wrong shape and a
 /// missing input are refused with the reason.
@@ -491,8 +491,29 @@ fn inputs_by_name_and_outputs_by_name() {
         let bytes = std::fs::read(out_dir.join("a_minus_b.npy")).unwrap();
         assert_eq!(read_npy(&bytes).unwrap().to_f32(), vec![9.0, -2.0]);
     }
+    // A .npz archive numpy wrote (savez_compressed, a=[10, 4], b=[1, 6]) names both.
+    let npz = |name: &str| format!("{}/tests/npz/{name}", env!("CARGO_MANIFEST_DIR"));
+    let o = layoutopt(&["run", &model, "--input", &npz("a_b.npz"), "--output", &out]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let bytes = std::fs::read(out_dir.join("a_minus_b.npy")).unwrap();
+    assert_eq!(read_npy(&bytes).unwrap().to_f32(), vec![9.0, -2.0]);
+    // As b=FILE.npz it gives its array 'b' only.
+    let o = layoutopt(&[
+        "run",
+        &model,
+        "--input",
+        &format!("b={}", npz("a_b.npz")),
+        "--input",
+        &format!("a={fa}"),
+        "--output",
+        &out,
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let bytes = std::fs::read(out_dir.join("a_minus_b.npy")).unwrap();
+    assert_eq!(read_npy(&bytes).unwrap().to_f32(), vec![9.0, -2.0]);
+
     let wrong = file("wrong.npy", vec![1.0, 2.0, 3.0]);
-    let refused: [(Vec<String>, &str); 4] = [
+    let refused: [(Vec<String>, &str); 7] = [
         (
             vec![fa.clone(), fb.clone()],
             "give each as --input NAME=FILE",
@@ -500,6 +521,13 @@ fn inputs_by_name_and_outputs_by_name() {
         (vec![format!("c={fa}")], "the model has no input 'c'"),
         (vec![format!("a={wrong}"), format!("b={fb}")], "f32[3]"),
         (vec![format!("a={fa}")], "input 'b' is not given"),
+        // numpy's positional arr_0 names no input of a two-input model.
+        (
+            vec![npz("positional.npz")],
+            "give each as --input NAME=FILE",
+        ),
+        (vec![npz("wrong_dtype.npz")], "f64[2]"),
+        (vec![format!("c={}", npz("a_b.npz"))], "no array 'c'"),
     ];
     for (files, needle) in refused {
         let mut args = vec!["run", model.as_str()];

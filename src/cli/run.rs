@@ -1,7 +1,7 @@
 //! `run` and `bench`: execute a planned model on the native runtime.
 
 use super::{load, native, progress, CliResult, InputShapes, Planning};
-use layoutopt::frontend::npy::{read_npy, write_npy};
+use layoutopt::frontend::npy::{read_npy, read_npz, write_npy};
 use layoutopt::frontend::onnx::load_tensor_pb;
 use layoutopt::graph::{DType, Graph, Tensor, TensorData};
 use std::path::{Path, PathBuf};
@@ -33,12 +33,40 @@ fn read_tensor(path: &Path) -> Result<Tensor, Box<dyn std::error::Error>> {
                 .map_err(|e| format!("{}: {e}", path.display()))?;
             Ok(read_npy(&bytes).map_err(|m| format!("{}: {m}", path.display()))?)
         }
-        Some("npz") => Err(format!(
-            "{}: .npz archives are not read; save each input as its own .npy",
-            path.display()
-        )
-        .into()),
         _ => Ok(load_tensor_pb(path)?.1),
+    }
+}
+
+/// The tensors of one `--input`, each with the graph input it is for (none for
+/// a positional one). A `.npz` archive gives every array under its own name; as
+/// `NAME=FILE.npz` it gives the array `NAME`, or its only array. An archive of
+/// one array whose name is no input's (numpy's `arr_0`) is positional.
+fn input_tensors(
+    a: &InputArg,
+    input_names: &[&str],
+) -> Result<Vec<(Option<String>, Tensor)>, Box<dyn std::error::Error>> {
+    if a.path.extension().and_then(|e| e.to_str()) != Some("npz") {
+        return Ok(vec![(a.name.clone(), read_tensor(&a.path)?)]);
+    }
+    let at = |m: String| format!("{}: {m}", a.path.display());
+    let bytes = layoutopt::frontend::read_file(&a.path).map_err(|e| at(e.to_string()))?;
+    let mut arrays = read_npz(&bytes).map_err(at)?;
+    match &a.name {
+        Some(n) => {
+            let k = match arrays.iter().position(|(m, _)| m == n) {
+                Some(k) => k,
+                None if arrays.len() == 1 => 0,
+                None => {
+                    let held: Vec<&str> = arrays.iter().map(|(m, _)| m.as_str()).collect();
+                    return Err(at(format!("no array '{n}' (the archive holds {held:?})")).into());
+                }
+            };
+            Ok(vec![(Some(n.clone()), arrays.swap_remove(k).1)])
+        }
+        None if arrays.len() == 1 && !input_names.contains(&arrays[0].0.as_str()) => {
+            Ok(vec![(None, arrays.remove(0).1)])
+        }
+        None => Ok(arrays.into_iter().map(|(m, t)| (Some(m), t)).collect()),
     }
 }
 
@@ -85,12 +113,20 @@ fn named_inputs(g: &Graph, args: &[InputArg]) -> Result<Vec<Tensor>, Box<dyn std
         .collect();
     let names: Vec<&str> = inputs.iter().map(|i| i.0).collect();
     let mut given: Vec<Option<Tensor>> = vec![None; inputs.len()];
+    let mut tensors = vec![];
     for a in args {
-        let k = match &a.name {
+        tensors.extend(input_tensors(a, &names)?.into_iter().map(|t| (a, t)));
+    }
+    let count = tensors.len();
+    for (a, (name, t)) in tensors {
+        let k = match &name {
             Some(n) => names.iter().position(|m| m == n).ok_or_else(|| {
-                format!("--input {n}=...: the model has no input '{n}' (its inputs: {names:?})")
+                format!(
+                    "--input {}: the model has no input '{n}' (its inputs: {names:?})",
+                    a.path.display()
+                )
             })?,
-            None if inputs.len() == 1 && args.len() == 1 => 0,
+            None if inputs.len() == 1 && count == 1 => 0,
             None => {
                 return Err(format!(
                     "--input {}: the model has {} inputs {names:?}; give each as --input NAME=FILE",
@@ -100,7 +136,6 @@ fn named_inputs(g: &Graph, args: &[InputArg]) -> Result<Vec<Tensor>, Box<dyn std
                 .into())
             }
         };
-        let t = read_tensor(&a.path)?;
         let (name, ty) = inputs[k];
         if t.dtype() != ty.dtype || t.shape != ty.shape {
             return Err(format!(

@@ -1,6 +1,8 @@
 //! NumPy `.npy` tensors (format versions 1 to 3): read for `--input`, written by
 //! `run --output`. Little-endian data in C order, of the dtypes a graph holds.
 //! The format is NumPy's "NEP 1 — A simple file format for NumPy arrays".
+//! `.npz` archives (`numpy.savez`, `savez_compressed`) are zip files of `.npy`
+//! members named after their arrays.
 
 use crate::core::{DType, Tensor, TensorData};
 use half::f16;
@@ -58,6 +60,52 @@ fn header_value<'h>(header: &'h str, key: &str) -> Result<&'h str, String> {
     };
     end.map(|e| rest[..e].trim())
         .ok_or_else(|| format!("the header's '{key}' is not terminated"))
+}
+
+/// Reads a `.npz` archive's bytes: each member's array name (the member name
+/// without `.npy`) and tensor, in archive order. A member whose unpacked size
+/// passes the memory budget is refused before it is unpacked.
+pub fn read_npz(bytes: &[u8]) -> Result<Vec<(String, Tensor)>, String> {
+    use std::io::Read;
+    let mut zip = zip::ZipArchive::new(std::io::Cursor::new(bytes))
+        .map_err(|e| format!("not a readable .npz (zip) archive: {e}"))?;
+    let limit = crate::graph::memory_limit();
+    let mut arrays = Vec::with_capacity(zip.len());
+    for i in 0..zip.len() {
+        let member = zip
+            .by_index(i)
+            .map_err(|e| format!("member {i} of the archive: {e}"))?;
+        let file = member
+            .name()
+            .map_err(|e| format!("member {i} of the archive: {e}"))?
+            .to_string();
+        let Some(name) = file.strip_suffix(".npy") else {
+            return Err(format!("member '{file}' is not a .npy array"));
+        };
+        if member.size() > limit {
+            return Err(format!(
+                "member '{file}' unpacks to {} bytes, over the memory budget of {limit}",
+                member.size()
+            ));
+        }
+        let mut data = Vec::with_capacity(member.size() as usize);
+        // The declared size may lie: read at most one byte past it.
+        member
+            .take(limit + 1)
+            .read_to_end(&mut data)
+            .map_err(|e| format!("member '{file}': {e}"))?;
+        if data.len() as u64 > limit {
+            return Err(format!(
+                "member '{file}' unpacks past the memory budget of {limit}"
+            ));
+        }
+        let t = read_npy(&data).map_err(|m| format!("member '{file}': {m}"))?;
+        arrays.push((name.to_string(), t));
+    }
+    if arrays.is_empty() {
+        return Err("the archive holds no arrays".into());
+    }
+    Ok(arrays)
 }
 
 /// Reads a `.npy` file's bytes.
@@ -214,6 +262,23 @@ mod tests {
         let t = read_npy(&bytes).unwrap();
         assert_eq!(t.shape, vec![2, 3]);
         assert_eq!(t.data.to_i64(), vec![0, 1, 2, 3, 4, 5]);
+    }
+
+    /// An archive numpy wrote with `savez_compressed(a=[10, 4], b=[1, 6])` (f32).
+    #[test]
+    fn reads_an_archive_numpy_wrote() {
+        let bytes = include_bytes!("../../tests/npz/a_b.npz");
+        let arrays = read_npz(bytes).unwrap();
+        let got: Vec<(&str, Vec<f32>)> = arrays
+            .iter()
+            .map(|(n, t)| (n.as_str(), t.to_f32()))
+            .collect();
+        assert_eq!(got, [("a", vec![10.0, 4.0]), ("b", vec![1.0, 6.0])]);
+        for cut in [0, 30, bytes.len() / 2, bytes.len() - 1] {
+            assert!(read_npz(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        let err = read_npz(&write_npy(&Tensor::from_f32(vec![1], vec![1.0]))).unwrap_err();
+        assert!(err.contains("not a readable .npz"), "{err}");
     }
 
     #[test]
