@@ -37,6 +37,9 @@ fn read_tensor(path: &Path) -> Result<Tensor, Box<dyn std::error::Error>> {
     }
 }
 
+/// A tensor and the graph input it is for (none: positional).
+type NamedTensor = (Option<String>, Tensor);
+
 /// The tensors of one `--input`, each with the graph input it is for (none for
 /// a positional one). A `.npz` archive gives every array under its own name; as
 /// `NAME=FILE.npz` it gives the array `NAME`, or its only array. An archive of
@@ -44,7 +47,7 @@ fn read_tensor(path: &Path) -> Result<Tensor, Box<dyn std::error::Error>> {
 fn input_tensors(
     a: &InputArg,
     input_names: &[&str],
-) -> Result<Vec<(Option<String>, Tensor)>, Box<dyn std::error::Error>> {
+) -> Result<Vec<NamedTensor>, Box<dyn std::error::Error>> {
     if a.path.extension().and_then(|e| e.to_str()) != Some("npz") {
         return Ok(vec![(a.name.clone(), read_tensor(&a.path)?)]);
     }
