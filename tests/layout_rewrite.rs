@@ -53,9 +53,8 @@ fn with_round_trips(g: &Graph) -> (Graph, usize) {
         for (i, v) in node.outputs.iter().enumerate() {
             let mut cur = ValueRef::new(new_id, i);
             let layout = blocked(v.ty.shape.len());
-            if let (Some(l), false, DType::F32) =
-                (layout, matches!(node.op, Op::Constant(_)), v.ty.dtype)
-            {
+            let float = matches!(v.ty.dtype, DType::F32 | DType::F16);
+            if let (Some(l), false, true) = (layout, matches!(node.op, Op::Constant(_)), float) {
                 let rank = v.ty.shape.len();
                 let (id_layout, shape) = (Layout::identity(rank).unwrap(), v.ty.shape.clone());
                 let to = Op::LayoutTransform(LayoutTransform {

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{load_test_data, max_abs_err};
+use common::{load_test_data, max_abs_err, tolerance};
 use layoutopt::frontend::onnx::{load_onnx, ImportOptions};
 use layoutopt::layout::op_rules::{CostModel, Family};
 use layoutopt::layout::plan::{plan, planner_by_name, PlanReport};
@@ -29,9 +29,10 @@ fn planned_models_compute_the_same_outputs() {
                 for (out, exp) in outputs.iter().zip(&expected) {
                     assert_eq!(out.shape, exp.shape);
                     let (err, mag) = max_abs_err(exp, out);
+                    let tol = tolerance(exp, 1e-4);
                     assert!(
-                        err <= 1e-4 * mag,
-                        "{} {name} {family}: error {err} > 1e-4 * {mag}",
+                        err <= tol * mag,
+                        "{} {name} {family}: error {err} > {tol} * {mag}",
                         dir.display()
                     );
                 }

@@ -6,10 +6,10 @@
 
 mod common;
 
-use common::{load_test_data, max_abs_err};
+use common::{load_test_data, max_abs_err, tolerance};
 use layoutopt::frontend::onnx::{load_onnx, ImportOptions};
 use layoutopt::frontend::tflite::load_tflite;
-use layoutopt::graph::{DType, Graph};
+use layoutopt::graph::Graph;
 use layoutopt::layout::op_rules::{CostModel, Family};
 use layoutopt::layout::plan::{plan, planner_by_name};
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
@@ -67,10 +67,7 @@ fn bundled_models_match_onnxruntime_on_the_native_runtime() {
                     for (out, exp) in outputs.iter().zip(&expected) {
                         assert_eq!(out.shape, exp.shape);
                         assert_eq!(out.dtype(), exp.dtype());
-                        let tol = match exp.dtype() {
-                            DType::F16 => 2e-3,
-                            _ => 1e-3,
-                        };
+                        let tol = tolerance(exp, 1e-3);
                         let (err, mag) = max_abs_err(exp, out);
                         assert!(
                             err <= tol * mag,

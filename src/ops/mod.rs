@@ -10,6 +10,7 @@ mod elementwise;
 mod eval;
 mod in_layout;
 mod index;
+mod logical;
 mod lrn;
 mod matmul;
 mod movement;
@@ -19,6 +20,7 @@ mod pad_flow;
 mod pool;
 mod reduce;
 mod resize;
+mod select;
 mod shape;
 mod source;
 pub mod te;
@@ -29,9 +31,12 @@ mod transform;
 pub use crate::core::scalar::{BinaryOp, UnaryOp};
 use crate::core::{Assumption, DType, Layout, PadFlow, PadValue, Requirement, Tensor, ValueType};
 pub use eval::eval_op;
+pub use logical::Logical;
 pub use lrn::Lrn;
 use onnx::OnnxCx;
 pub use pad_flow::{binary_flow, pad_flow, unary_flow};
+pub use reduce::CumSum;
+pub use select::{ArgKind, ArgReduce, GatherElements, TopK};
 pub use shape::{broadcast_shapes, infer_outputs, window_output_extent};
 use te::{ComputeCx, Defined, TirError};
 
@@ -249,6 +254,16 @@ pub enum Op {
     LayerNorm(LayerNorm),
     /// x: local response normalization across channels
     Lrn(Lrn),
+    /// x -> running sums along an axis
+    CumSum(CumSum),
+    /// x -> i64 index of the extreme along an axis
+    ArgReduce(ArgReduce),
+    /// x -> (values, i64 indices) of the k extremes along an axis
+    TopK(TopK),
+    /// data, indices (same rank)
+    GatherElements(GatherElements),
+    /// bool a, b (And, Or, Xor) or x (Not)
+    Logical(Logical),
     /// x
     Cast(Cast),
     /// x -> broadcast to `shape` (the full output shape)
@@ -560,6 +575,11 @@ impl Op {
             Op::Reduce(r) => r,
             Op::LayerNorm(l) => l,
             Op::Lrn(l) => l,
+            Op::CumSum(c) => c,
+            Op::ArgReduce(a) => a,
+            Op::TopK(t) => t,
+            Op::GatherElements(g) => g,
+            Op::Logical(l) => l,
             Op::Cast(c) => c,
             Op::Expand(e) => e,
             Op::Tile(t) => t,

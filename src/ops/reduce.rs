@@ -8,7 +8,7 @@ use super::shape::*;
 use super::te::*;
 use super::*;
 use crate::core::scalar::Scalar;
-use crate::core::{strides, DType, Tensor, TensorData, ValueType};
+use crate::core::{numel, strides, DType, Tensor, TensorData, ValueType};
 use crate::ops::ReduceKind;
 
 impl OpDef for Reduce {
@@ -246,6 +246,135 @@ fn reduce_compute(
     })
 }
 
+/// CumSum: x -> the running sum along `axis` (inclusive unless `exclusive`,
+/// from the end when `reverse`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CumSum {
+    /// The summed axis.
+    pub axis: usize,
+    /// Each sum leaves out its own element.
+    pub exclusive: bool,
+    /// Sums run from the end of the axis.
+    pub reverse: bool,
+}
+
+impl OpDef for CumSum {
+    fn name(&self) -> &'static str {
+        "CumSum"
+    }
+
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+        expect_inputs(inputs, 1, 1)?;
+        let x = inputs[0];
+        if self.axis >= x.shape.len() {
+            return Err(format!(
+                "axis {} is out of range for shape {:?}",
+                self.axis, x.shape
+            ));
+        }
+        if x.dtype == DType::Bool {
+            return Err("not defined on bool tensors".into());
+        }
+        Ok(vec![x.clone()])
+    }
+
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        let shape = &x[0].shape;
+        let (outer, n, inner) = (
+            numel(&shape[..self.axis]),
+            shape[self.axis],
+            numel(&shape[self.axis + 1..]),
+        );
+        // Visit each line in summing order; the running sum before or after
+        // adding the element is the exclusive or inclusive result.
+        let order: Vec<usize> = match self.reverse {
+            false => (0..n).collect(),
+            true => (0..n).rev().collect(),
+        };
+        fn scan<T: Copy + std::ops::Add<Output = T>>(
+            v: &[T],
+            zero: T,
+            (outer, n, inner): (usize, usize, usize),
+            order: &[usize],
+            exclusive: bool,
+        ) -> Vec<T> {
+            let mut out = vec![zero; v.len()];
+            for o in 0..outer {
+                for i in 0..inner {
+                    let mut acc = zero;
+                    for &k in order {
+                        let at = (o * n + k) * inner + i;
+                        let with = acc + v[at];
+                        out[at] = if exclusive { acc } else { with };
+                        acc = with;
+                    }
+                }
+            }
+            out
+        }
+        let dims = (outer, n, inner);
+        let data = match x[0].dtype() {
+            d if d.is_float() => TensorData::from_f64(
+                d,
+                scan(&x[0].data.to_f64(), 0.0, dims, &order, self.exclusive),
+            ),
+            d => {
+                let v: Vec<std::num::Wrapping<i64>> = x[0]
+                    .data
+                    .to_i64()
+                    .into_iter()
+                    .map(std::num::Wrapping)
+                    .collect();
+                let sums = scan(&v, std::num::Wrapping(0), dims, &order, self.exclusive);
+                TensorData::from_i64(d, sums.into_iter().map(|w| w.0).collect())
+            }
+        };
+        Ok(vec![Tensor::new(outputs[0].shape.clone(), data)])
+    }
+
+    /// A sum over the whole axis, each term guarded by whether it is in the
+    /// running sum of the output position.
+    fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
+        let (g, ph, types, sfx) = cx.parts();
+        check_arity(self.name(), types, 1)?;
+        let shape = extents(&operand_shape(types, 0));
+        let (x, axis) = (ph[0], self.axis);
+        let (reverse, exclusive) = (self.reverse, self.exclusive);
+        let y = g.reduce(
+            &format!("Y{sfx}"),
+            &shape,
+            &[shape[axis]],
+            ReduceOp::Sum,
+            |i, r| {
+                let (pos, k) = (i[axis].clone(), r[0].clone());
+                let inside = match (reverse, exclusive) {
+                    (false, false) => k.clone().le(pos),
+                    (false, true) => k.clone().lt(pos),
+                    (true, false) => pos.le(k.clone()),
+                    (true, true) => pos.lt(k.clone()),
+                };
+                let mut at = i.to_vec();
+                at[axis] = k;
+                Expr::select(inside, x.at(&at), 0.0)
+            },
+        )?;
+        Ok(Defined::output(y))
+    }
+
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
+        let axis = cx.b.ints("axis", &[self.axis as i64]);
+        let attrs = vec![
+            ("exclusive", Attr::Int(self.exclusive as i64)),
+            ("reverse", Attr::Int(self.reverse as i64)),
+        ];
+        cx.single("CumSum", &[cx.input(0), axis], attrs)
+    }
+
+    fn min_onnx_opset(&self) -> i64 {
+        11
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::testutil::*;
@@ -258,6 +387,34 @@ mod tests {
             axes: axes.to_vec(),
             keepdims,
         })
+    }
+
+    #[test]
+    fn cumsum_in_every_direction() {
+        let x = f32s(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let cum = |exclusive, reverse| {
+            let op = Op::CumSum(CumSum {
+                axis: 1,
+                exclusive,
+                reverse,
+            });
+            eval1(op, &[&x]).to_f32()
+        };
+        assert_eq!(cum(false, false), [1.0, 3.0, 6.0, 4.0, 9.0, 15.0]);
+        assert_eq!(cum(true, false), [0.0, 1.0, 3.0, 0.0, 4.0, 9.0]);
+        assert_eq!(cum(false, true), [6.0, 5.0, 3.0, 15.0, 11.0, 6.0]);
+        assert_eq!(cum(true, true), [5.0, 3.0, 0.0, 11.0, 6.0, 0.0]);
+        let ints = i64s(&[3], &[i64::MAX, 1, 2]);
+        let op = Op::CumSum(CumSum {
+            axis: 0,
+            exclusive: false,
+            reverse: false,
+        });
+        assert_i64(
+            &eval1(op, &[&ints]),
+            &[3],
+            &[i64::MAX, i64::MIN, i64::MIN + 2],
+        );
     }
 
     #[test]

@@ -104,6 +104,16 @@ pub fn load_test_data(dir: &Path) -> (Vec<Tensor>, Vec<Tensor>) {
     (load("input"), load("output"))
 }
 
+/// The relative tolerance for outputs of `expected`'s type: `f32_tol`, and at
+/// least 2e-3 for float16 (one f16 rounding is up to 4.9e-4 relative, and the
+/// reference executor rounds after every op).
+pub fn tolerance(expected: &Tensor, f32_tol: f64) -> f64 {
+    match expected.dtype() {
+        layoutopt::graph::DType::F16 => f32_tol.max(2e-3),
+        _ => f32_tol,
+    }
+}
+
 /// Max abs difference, and the max magnitude of the expected values.
 pub fn max_abs_err(expected: &Tensor, actual: &Tensor) -> (f64, f64) {
     let (e, a) = (expected.data.to_f64(), actual.data.to_f64());

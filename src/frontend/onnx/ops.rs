@@ -8,10 +8,13 @@ use crate::graph::{
     Tensor, TensorData, UnaryOp, ValueRef, ValueType, Window,
 };
 use crate::ops::{
-    BatchNorm, Cast, Concat, Expand, Gather, Gemm, GlobalPool, LayerNorm, LogSoftmax, Lrn, Pad,
-    Reduce, Reshape, Slice, Softmax, Split, Tile, Transpose,
+    ArgKind, ArgReduce, BatchNorm, Cast, Concat, CumSum, Expand, Gather, GatherElements, Gemm,
+    GlobalPool, LayerNorm, LogSoftmax, Logical, Lrn, Pad, Reduce, Reshape, Slice, Softmax, Split,
+    Tile, TopK, Transpose,
 };
 use onnx_protobuf::{AttributeProto, NodeProto};
+
+mod composite;
 
 type Res<T> = Result<T, ImportError>;
 
@@ -181,6 +184,9 @@ impl NodeCtx<'_> {
 pub(super) const SUPPORTED: &[&str] = &[
     "Abs",
     "Add",
+    "And",
+    "ArgMax",
+    "ArgMin",
     "AveragePool",
     "BatchNormalization",
     "Cast",
@@ -191,9 +197,11 @@ pub(super) const SUPPORTED: &[&str] = &[
     "ConstantOfShape",
     "Conv",
     "ConvTranspose",
+    "CumSum",
     "DepthToSpace",
     "Div",
     "Dropout",
+    "Einsum",
     "Elu",
     "Equal",
     "Erf",
@@ -201,14 +209,17 @@ pub(super) const SUPPORTED: &[&str] = &[
     "Expand",
     "Flatten",
     "Gather",
+    "GatherElements",
     "Gelu",
     "Gemm",
     "GlobalAveragePool",
     "GlobalMaxPool",
     "Greater",
     "GreaterOrEqual",
+    "GroupNormalization",
     "HardSigmoid",
     "HardSwish",
+    "Hardmax",
     "Identity",
     "InstanceNormalization",
     "LRN",
@@ -226,6 +237,8 @@ pub(super) const SUPPORTED: &[&str] = &[
     "Mish",
     "Mul",
     "Neg",
+    "Not",
+    "Or",
     "PRelu",
     "Pad",
     "Pow",
@@ -253,10 +266,12 @@ pub(super) const SUPPORTED: &[&str] = &[
     "Tanh",
     "ThresholdedRelu",
     "Tile",
+    "TopK",
     "Transpose",
     "Unsqueeze",
     "Upsample",
     "Where",
+    "Xor",
 ];
 
 /// Converts one node of a type in [`SUPPORTED`].
@@ -276,7 +291,49 @@ pub(super) fn convert(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         "Dropout" => return dropout(c),
         "Split" => return split(c),
         "Resize" | "Upsample" => return resize(c),
-        "InstanceNormalization" => return instance_norm(c),
+        "InstanceNormalization" => return composite::instance_norm(c),
+        "GroupNormalization" => return composite::group_norm(c),
+        "Hardmax" => return composite::hardmax(c),
+        "Einsum" => return composite::einsum(c),
+        "ArgMax" | "ArgMin" => {
+            let x = c.input(0)?;
+            let rank = c.ty(x).shape.len();
+            Op::ArgReduce(ArgReduce {
+                kind: match op_type.as_str() {
+                    "ArgMax" => ArgKind::Max,
+                    _ => ArgKind::Min,
+                },
+                axis: c.axis(c.int("axis", 0)?, rank)?,
+                keepdims: c.bool_attr("keepdims", true)?,
+                select_last_index: c.bool_attr("select_last_index", false)?,
+            })
+        }
+        "TopK" => return top_k(c),
+        "CumSum" => {
+            let x = c.input(0)?;
+            let rank = c.ty(x).shape.len();
+            let axis = match c.const_ints(1)?.as_deref() {
+                Some([a]) => c.axis(*a, rank)?,
+                _ => return Err(c.err("CumSum needs its axis input: one integer")),
+            };
+            let op = Op::CumSum(CumSum {
+                axis,
+                exclusive: c.bool_attr("exclusive", false)?,
+                reverse: c.bool_attr("reverse", false)?,
+            });
+            return c.emit(op, &[x]);
+        }
+        "GatherElements" => {
+            let x = c.input(0)?;
+            let rank = c.ty(x).shape.len();
+            Op::GatherElements(GatherElements {
+                axis: c.axis(c.int("axis", 0)?, rank)?,
+            })
+        }
+        "And" => Op::Logical(Logical::And),
+        "Or" => Op::Logical(Logical::Or),
+        "Xor" => Op::Logical(Logical::Xor),
+        "Not" => Op::Logical(Logical::Not),
         "DepthToSpace" | "SpaceToDepth" => return depth_space(c),
         "BatchNormalization" => {
             if c.bool_attr("training_mode", false)?
@@ -864,49 +921,6 @@ fn variadic(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     c.emit(Op::Binary(BinaryOp::Div), &[sum, n])
 }
 
-/// InstanceNormalization as the ops it is defined by: per sample and channel,
-/// `(x - mean) / sqrt(var + epsilon) * scale[c] + bias[c]` over the spatial axes.
-fn instance_norm(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
-    let (x, scale, bias) = (c.input(0)?, c.input(1)?, c.input(2)?);
-    let s = c.ty(x).shape;
-    if s.len() < 3 {
-        return Err(c.err(format!("input shape {s:?} has no spatial axes")));
-    }
-    for (v, what) in [(scale, "scale"), (bias, "bias")] {
-        if c.ty(v).shape != [s[1]] {
-            return Err(c.err(format!(
-                "{what} has shape {:?}, expected [{}] (one per channel)",
-                c.ty(v).shape,
-                s[1]
-            )));
-        }
-    }
-    let eps = c.float("epsilon", 1e-5)?;
-    let mean_over_space = Op::Reduce(Reduce {
-        kind: ReduceKind::Mean,
-        axes: (2..s.len()).collect(),
-        keepdims: true,
-    });
-    let mut per_channel = vec![1; s.len() - 1];
-    per_channel[0] = s[1];
-    let mean = c.emit_inner(mean_over_space.clone(), &[x], "mean")?;
-    let d = c.emit_inner(Op::Binary(BinaryOp::Sub), &[x, mean], "centered")?;
-    let d2 = c.emit_inner(Op::Binary(BinaryOp::Mul), &[d, d], "squared")?;
-    let var = c.emit_inner(mean_over_space, &[d2], "var")?;
-    let dtype = c.ty(x).dtype;
-    let name = format!("{}/epsilon", c.layer());
-    let eps = Tensor::new(vec![], TensorData::from_f64(dtype, vec![eps as f64]));
-    let eps = c.g.add_constant(&name, eps, vec![c.span.clone()]);
-    let var_eps = c.emit_inner(Op::Binary(BinaryOp::Add), &[var, eps], "var_eps")?;
-    let std = c.emit_inner(Op::Unary(UnaryOp::Sqrt), &[var_eps], "std")?;
-    let norm = c.emit_inner(Op::Binary(BinaryOp::Div), &[d, std], "normalized")?;
-    let reshape = Op::Reshape(Reshape { shape: per_channel });
-    let scale = c.emit_inner(reshape.clone(), &[scale], "scale")?;
-    let bias = c.emit_inner(reshape, &[bias], "bias")?;
-    let scaled = c.emit_inner(Op::Binary(BinaryOp::Mul), &[norm, scale], "scaled")?;
-    c.emit(Op::Binary(BinaryOp::Add), &[scaled, bias])
-}
-
 /// DepthToSpace and SpaceToDepth as the Reshape, Transpose, Reshape their
 /// definitions are written in (DCR and CRD orders for DepthToSpace).
 fn depth_space(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
@@ -955,6 +969,27 @@ fn depth_space(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     let split = c.emit_inner(Op::Reshape(Reshape { shape: split }), &[x], "split")?;
     let moved = c.emit_inner(Op::Transpose(Transpose { perm }), &[split], "moved")?;
     c.emit(Op::Reshape(Reshape { shape: out }), &[moved])
+}
+
+/// TopK: `k` is an attribute before opset 10, a constant input after.
+fn top_k(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let x = c.input(0)?;
+    let rank = c.ty(x).shape.len();
+    let k = if c.opset >= 10 {
+        match c.const_ints(1)?.as_deref() {
+            Some([k]) => *k,
+            _ => return Err(c.err("TopK needs its k input: one integer")),
+        }
+    } else {
+        c.int("k", -1)?
+    };
+    let k = usize::try_from(k).map_err(|_| c.err(format!("k = {k} is negative")))?;
+    let op = Op::TopK(TopK {
+        axis: c.axis(c.int("axis", -1)?, rank)?,
+        k,
+        largest: c.bool_attr("largest", true)?,
+    });
+    c.emit(op, &[x])
 }
 
 fn softmax(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {

@@ -1,0 +1,407 @@
+//! ONNX operators whose specification defines them by other operators: they
+//! import as those ops, so every later stage (planning, kernels, export) sees
+//! only ops it knows.
+
+use super::{NodeCtx, Res};
+use crate::graph::{numel, BinaryOp, DType, Op, ReduceKind, Tensor, TensorData, UnaryOp, ValueRef};
+use crate::ops::{ArgKind, ArgReduce, Cast, Reduce, Reshape, Transpose};
+
+impl NodeCtx<'_> {
+    /// A scalar constant of `dtype` for this layer.
+    fn scalar(&mut self, what: &str, dtype: DType, v: f64) -> ValueRef {
+        let name = format!("{}/{what}", self.layer());
+        let t = Tensor::new(vec![], TensorData::from_f64(dtype, vec![v]));
+        self.g.add_constant(&name, t, vec![self.span.clone()])
+    }
+
+    /// `(x - mean) / sqrt(var + epsilon)`, the statistics taken over `axes`.
+    fn standardize(&mut self, x: ValueRef, axes: Vec<usize>, eps: f32) -> Res<ValueRef> {
+        let mean_over = Op::Reduce(Reduce {
+            kind: ReduceKind::Mean,
+            axes,
+            keepdims: true,
+        });
+        let mean = self.emit_inner(mean_over.clone(), &[x], "mean")?;
+        let d = self.emit_inner(Op::Binary(BinaryOp::Sub), &[x, mean], "centered")?;
+        let d2 = self.emit_inner(Op::Binary(BinaryOp::Mul), &[d, d], "squared")?;
+        let var = self.emit_inner(mean_over, &[d2], "var")?;
+        let eps = self.scalar("epsilon", self.ty(x).dtype, eps as f64);
+        let var_eps = self.emit_inner(Op::Binary(BinaryOp::Add), &[var, eps], "var_eps")?;
+        let std = self.emit_inner(Op::Unary(UnaryOp::Sqrt), &[var_eps], "std")?;
+        self.emit_inner(Op::Binary(BinaryOp::Div), &[d, std], "normalized")
+    }
+
+    /// `y * scale + bias`, with scale and bias (of `extent` elements) along
+    /// axis 1 of a rank-`rank` tensor.
+    fn affine(
+        &mut self,
+        y: ValueRef,
+        (scale, bias): (ValueRef, ValueRef),
+        rank: usize,
+        last: bool,
+    ) -> Res<Vec<Option<ValueRef>>> {
+        let mut along_1 = vec![1; rank - 1];
+        along_1[0] = numel(&self.ty(scale).shape);
+        let reshape = Op::Reshape(Reshape { shape: along_1 });
+        let scale = self.emit_inner(reshape.clone(), &[scale], "scale")?;
+        let bias = self.emit_inner(reshape, &[bias], "bias")?;
+        let scaled = self.emit_inner(Op::Binary(BinaryOp::Mul), &[y, scale], "scaled")?;
+        match last {
+            true => self.emit(Op::Binary(BinaryOp::Add), &[scaled, bias]),
+            false => Ok(vec![Some(self.emit_inner(
+                Op::Binary(BinaryOp::Add),
+                &[scaled, bias],
+                "affine",
+            )?)]),
+        }
+    }
+
+    /// Checks that scale and bias hold `extent` elements each.
+    fn per(&self, extent: usize, what: &str) -> Res<(ValueRef, ValueRef)> {
+        let (scale, bias) = (self.input(1)?, self.input(2)?);
+        for (v, name) in [(scale, "scale"), (bias, "bias")] {
+            let s = self.ty(v).shape;
+            if s != [extent] {
+                return Err(self.err(format!(
+                    "{name} has shape {s:?}, expected [{extent}] (one per {what})"
+                )));
+            }
+        }
+        Ok((scale, bias))
+    }
+}
+
+/// InstanceNormalization: per sample and channel, standardized over the
+/// spatial axes, then `* scale[c] + bias[c]`.
+pub(super) fn instance_norm(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let x = c.input(0)?;
+    let s = c.ty(x).shape;
+    if s.len() < 3 {
+        return Err(c.err(format!("input shape {s:?} has no spatial axes")));
+    }
+    let params = c.per(s[1], "channel")?;
+    let eps = c.float("epsilon", 1e-5)?;
+    let y = c.standardize(x, (2..s.len()).collect(), eps)?;
+    c.affine(y, params, s.len(), true)
+}
+
+/// GroupNormalization: the channels split into `num_groups` groups, each
+/// standardized over its channels and the spatial axes. Scale and bias are per
+/// group at opset 18 and per channel from opset 21.
+pub(super) fn group_norm(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let x = c.input(0)?;
+    let s = c.ty(x).shape;
+    if s.len() < 3 {
+        return Err(c.err(format!("input shape {s:?} has no spatial axes")));
+    }
+    let groups = usize::try_from(c.int("num_groups", 0)?)
+        .ok()
+        .filter(|&g| g > 0 && s[1].is_multiple_of(g))
+        .ok_or_else(|| {
+            c.err(format!(
+                "num_groups must be a positive divisor of the {} channels",
+                s[1]
+            ))
+        })?;
+    let eps = c.float("epsilon", 1e-5)?;
+    let grouped = vec![s[0], groups, numel(&s[1..]) / groups];
+    let xg = c.emit_inner(Op::Reshape(Reshape { shape: grouped }), &[x], "grouped")?;
+    let yg = c.standardize(xg, vec![2], eps)?;
+    let back = Op::Reshape(Reshape { shape: s.clone() });
+    if c.opset < 21 {
+        let params = c.per(groups, "group")?;
+        let yg = c.affine(yg, params, 3, false)?[0].expect("affine gives a value");
+        return c.emit(back, &[yg]);
+    }
+    let params = c.per(s[1], "channel")?;
+    let y = c.emit_inner(back, &[yg], "ungrouped")?;
+    c.affine(y, params, s.len(), true)
+}
+
+/// Hardmax: 1 where an element is the first maximum along `axis`, else 0 — an
+/// ArgMax compared with the positions along the axis. Before opset 13 the input
+/// is coerced to 2-D at `axis` first.
+pub(super) fn hardmax(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let x = c.input(0)?;
+    let ty = c.ty(x);
+    let s = ty.shape.clone();
+    let (x2, axis, shape) = if c.opset >= 13 {
+        (x, c.axis(c.int("axis", -1)?, s.len())?, s.clone())
+    } else {
+        let axis = c.axis(c.int("axis", 1)?, s.len())?;
+        let flat = vec![numel(&s[..axis]), numel(&s[axis..])];
+        let x2 = c.emit_inner(
+            Op::Reshape(Reshape {
+                shape: flat.clone(),
+            }),
+            &[x],
+            "flatten",
+        )?;
+        (x2, 1, flat)
+    };
+    let arg = Op::ArgReduce(ArgReduce {
+        kind: ArgKind::Max,
+        axis,
+        keepdims: true,
+        select_last_index: false,
+    });
+    let best = c.emit_inner(arg, &[x2], "argmax")?;
+    let mut along = vec![1; shape.len()];
+    along[axis] = shape[axis];
+    let positions = Tensor::from_i64(along, (0..shape[axis] as i64).collect());
+    let name = format!("{}/positions", c.layer());
+    let positions = c.g.add_constant(&name, positions, vec![c.span.clone()]);
+    let hit = c.emit_inner(Op::Binary(BinaryOp::Equal), &[positions, best], "hit")?;
+    let to = Op::Cast(Cast { to: ty.dtype });
+    if shape == s {
+        return c.emit(to, &[hit]);
+    }
+    let y2 = c.emit_inner(to, &[hit], "one_hot")?;
+    c.emit(Op::Reshape(Reshape { shape: s }), &[y2])
+}
+
+/// One operand of an einsum: its value and the label of each axis.
+#[derive(Clone)]
+struct Term {
+    value: ValueRef,
+    labels: Vec<char>,
+}
+
+/// Einsum as Transpose, Reshape, ReduceSum and MatMul: operands combine left to
+/// right, each pair as one batched matrix product over the labels they share.
+/// Labels seen in one operand only and needed nowhere else are summed first.
+/// A label repeated within one operand (a diagonal) is not supported.
+pub(super) fn einsum(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let equation: String = c
+        .string("equation", "")?
+        .chars()
+        .filter(|ch| !ch.is_whitespace())
+        .collect();
+    let (lhs, rhs) = match equation.split_once("->") {
+        Some((l, r)) => (l.to_string(), Some(r.to_string())),
+        None => (equation.clone(), None),
+    };
+    let specs: Vec<&str> = lhs.split(',').collect();
+    if specs.len() != c.inputs.len() {
+        return Err(c.err(format!(
+            "equation '{equation}' has {} operands, the node {} inputs",
+            specs.len(),
+            c.inputs.len()
+        )));
+    }
+    // The ellipsis stands for the same broadcast axes in every operand: give
+    // them labels no equation uses (digits), aligned from the right.
+    let ellipsis_rank = specs
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.contains("..."))
+        .map(|(i, s)| Ok(c.ty(c.input(i)?).shape.len().saturating_sub(s.len() - 3)))
+        .collect::<Res<Vec<usize>>>()?
+        .into_iter()
+        .max()
+        .unwrap_or(0);
+    if ellipsis_rank > 10 {
+        return Err(c.err("an ellipsis of more than 10 axes is not supported"));
+    }
+    let ellipsis: Vec<char> = (0..ellipsis_rank)
+        .map(|k| char::from(b'0' + k as u8))
+        .collect();
+    let expand = |spec: &str, rank: Option<usize>| -> Res<Vec<char>> {
+        let Some((before, after)) = spec.split_once("...") else {
+            return Ok(spec.chars().collect());
+        };
+        let named = before.len() + after.len();
+        let k = rank.map_or(ellipsis_rank, |r| r.saturating_sub(named));
+        let mut labels: Vec<char> = before.chars().collect();
+        labels.extend(&ellipsis[ellipsis_rank - k.min(ellipsis_rank)..]);
+        labels.extend(after.chars());
+        Ok(labels)
+    };
+    let mut terms = Vec::with_capacity(specs.len());
+    for (i, spec) in specs.iter().enumerate() {
+        let value = c.input(i)?;
+        let rank = c.ty(value).shape.len();
+        let labels = expand(spec, Some(rank))?;
+        if labels.len() != rank || labels.iter().any(|l| !(l.is_ascii_alphanumeric())) {
+            return Err(c.err(format!(
+                "operand {i} ('{spec}') does not label the {rank} axes of its input"
+            )));
+        }
+        if let Some(l) = labels
+            .iter()
+            .find(|l| labels.iter().filter(|m| m == l).count() > 1)
+        {
+            return Err(c.err(format!(
+                "label '{l}' repeats in operand {i} ('{spec}'): diagonals are not supported"
+            )));
+        }
+        terms.push(Term { value, labels });
+    }
+    let output: Vec<char> = match rhs {
+        Some(r) => expand(&r, None)?,
+        // Implicit output: the ellipsis, then the labels seen once, in order.
+        None => {
+            let mut once: Vec<char> = terms
+                .iter()
+                .flat_map(|t| t.labels.iter().copied())
+                .filter(|l| l.is_ascii_alphabetic())
+                .collect();
+            once.sort_unstable();
+            let single: Vec<char> = once
+                .iter()
+                .copied()
+                .filter(|l| once.iter().filter(|m| *m == l).count() == 1)
+                .collect();
+            ellipsis.iter().copied().chain(single).collect()
+        }
+    };
+    if let Some(l) = output
+        .iter()
+        .find(|l| !terms.iter().any(|t| t.labels.contains(l)))
+    {
+        return Err(c.err(format!("output label '{l}' is in no operand")));
+    }
+
+    let mut terms = terms.into_iter();
+    let first = terms.next().expect("the equation has an operand");
+    let rest: Vec<Term> = terms.collect();
+    let needed_after =
+        |k: usize, l: char| output.contains(&l) || rest[k..].iter().any(|t| t.labels.contains(&l));
+    let mut acc = sum_unneeded(c, first, |l| needed_after(0, l))?;
+    for (k, t) in rest.iter().enumerate() {
+        let t = sum_unneeded(c, t.clone(), |l| {
+            needed_after(k + 1, l) || acc.labels.contains(&l)
+        })?;
+        acc = contract(c, acc, t, |l| needed_after(k + 1, l))?;
+    }
+    let perm: Vec<usize> = output
+        .iter()
+        .map(|l| {
+            acc.labels
+                .iter()
+                .position(|m| m == l)
+                .expect("output labels stay")
+        })
+        .collect();
+    if perm.iter().enumerate().all(|(i, &p)| i == p) {
+        return c.emit(Op::Identity, &[acc.value]);
+    }
+    c.emit(Op::Transpose(Transpose { perm }), &[acc.value])
+}
+
+/// Sums away the axes of `t` whose labels are not `needed`.
+fn sum_unneeded(c: &mut NodeCtx, t: Term, needed: impl Fn(char) -> bool) -> Res<Term> {
+    let axes: Vec<usize> = (0..t.labels.len())
+        .filter(|&a| !needed(t.labels[a]))
+        .collect();
+    if axes.is_empty() {
+        return Ok(t);
+    }
+    let labels = t.labels.iter().copied().filter(|&l| needed(l)).collect();
+    let sum = Op::Reduce(Reduce {
+        kind: ReduceKind::Sum,
+        axes,
+        keepdims: false,
+    });
+    let value = c.emit_inner(sum, &[t.value], "sum")?;
+    Ok(Term { value, labels })
+}
+
+/// `value` with its axes in the order of `labels` (a transpose unless already so).
+fn arrange(c: &mut NodeCtx, t: &Term, labels: &[char], what: &str) -> Res<ValueRef> {
+    let perm: Vec<usize> = labels
+        .iter()
+        .map(|l| {
+            t.labels
+                .iter()
+                .position(|m| m == l)
+                .expect("a label of the term")
+        })
+        .collect();
+    if perm.iter().enumerate().all(|(i, &p)| i == p) {
+        return Ok(t.value);
+    }
+    c.emit_inner(Op::Transpose(Transpose { perm }), &[t.value], what)
+}
+
+/// `value` reshaped to `shape` (nothing when it has that shape).
+fn reshaped(c: &mut NodeCtx, value: ValueRef, shape: Vec<usize>, what: &str) -> Res<ValueRef> {
+    if c.ty(value).shape == shape {
+        return Ok(value);
+    }
+    c.emit_inner(Op::Reshape(Reshape { shape }), &[value], what)
+}
+
+/// Two operands as one batched matrix product: labels in both that are still
+/// `needed` are batch axes, the others in both are summed; the rest stay as
+/// rows (from `a`) and columns (from `b`). The result's labels are batch, rows,
+/// columns.
+fn contract(c: &mut NodeCtx, a: Term, b: Term, needed: impl Fn(char) -> bool) -> Res<Term> {
+    let in_b = |l: &char| b.labels.contains(l);
+    let batch: Vec<char> = a
+        .labels
+        .iter()
+        .copied()
+        .filter(|l| in_b(l) && needed(*l))
+        .collect();
+    let summed: Vec<char> = a
+        .labels
+        .iter()
+        .copied()
+        .filter(|l| in_b(l) && !needed(*l))
+        .collect();
+    let rows: Vec<char> = a.labels.iter().copied().filter(|l| !in_b(l)).collect();
+    let cols: Vec<char> = b
+        .labels
+        .iter()
+        .copied()
+        .filter(|l| !a.labels.contains(l))
+        .collect();
+    let extent = |t: &Term, c: &NodeCtx, l: char| {
+        let at = t
+            .labels
+            .iter()
+            .position(|&m| m == l)
+            .expect("a label of the term");
+        c.ty(t.value).shape[at]
+    };
+    let extents = |t: &Term, c: &NodeCtx, ls: &[char]| -> Vec<usize> {
+        ls.iter().map(|&l| extent(t, c, l)).collect()
+    };
+    let mut batch_shape = Vec::with_capacity(batch.len());
+    for &l in &batch {
+        let (x, y) = (extent(&a, c, l), extent(&b, c, l));
+        if x != y && x != 1 && y != 1 {
+            return Err(c.err(format!("label '{l}' has extents {x} and {y}")));
+        }
+        batch_shape.push(x.max(y));
+    }
+    for &l in &summed {
+        let (x, y) = (extent(&a, c, l), extent(&b, c, l));
+        if x != y {
+            return Err(c.err(format!("summed label '{l}' has extents {x} and {y}")));
+        }
+    }
+    let (row_shape, col_shape) = (extents(&a, c, &rows), extents(&b, c, &cols));
+    let k = numel(&extents(&a, c, &summed));
+
+    let a_order: Vec<char> = [&batch[..], &rows, &summed].concat();
+    let mut a_shape = extents(&a, c, &batch);
+    a_shape.extend([numel(&row_shape), k]);
+    let av = arrange(c, &a, &a_order, "lhs")?;
+    let av = reshaped(c, av, a_shape, "lhs_matrix")?;
+
+    let b_order: Vec<char> = [&batch[..], &summed, &cols].concat();
+    let mut b_shape = extents(&b, c, &batch);
+    b_shape.extend([k, numel(&col_shape)]);
+    let bv = arrange(c, &b, &b_order, "rhs")?;
+    let bv = reshaped(c, bv, b_shape, "rhs_matrix")?;
+
+    let product = c.emit_inner(Op::MatMul, &[av, bv], "matmul")?;
+    let shape = [batch_shape, row_shape, col_shape].concat();
+    let value = reshaped(c, product, shape, "product")?;
+    Ok(Term {
+        value,
+        labels: [batch, rows, cols].concat(),
+    })
+}
