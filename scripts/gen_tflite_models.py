@@ -12,10 +12,11 @@ interpreter on a seeded input. Writes, per model:
 Models: tflite_cnn (NHWC CNN with fused activations), tflite_cnn_f16 (the same
 network with float16 weights, i.e. DEQUANTIZE ops), tflite_transformer (one
 transformer encoder block), tflite_ops (standalone activations, resize and slice
-variants). `--full` also builds Keras MobileNetV2 (weights=None,
+variants), tflite_decoder (TRANSPOSE_CONV, PRELU, SPLIT, SPLIT_V, UNPACK, PACK,
+GATHER). `--full` also builds Keras MobileNetV2 (weights=None,
 seeded) into models/full/tflite_mobilenetv2/ (gitignored).
 
-Usage: python scripts/gen_tflite_models.py [--full] [--out models]
+Usage: python scripts/gen_tflite_models.py [--full] [--out models] [NAME ...]
 Requirements: scripts/requirements-tflite.txt
 """
 
@@ -116,6 +117,26 @@ def ops(seed=4):
     return keras.Model(x_in, s, name="tflite_ops")
 
 
+def decoder(seed=5):
+    """An upsampling head: transposed convolutions (SAME and VALID) with PReLU, then
+    channel splits (equal and by sizes), rows unpacked and packed in reverse, and a
+    gather of columns."""
+    keras.utils.set_random_seed(seed)
+    x_in = keras.Input((5, 6, 4), batch_size=1, name="x")
+    y = layers.Conv2DTranspose(6, 3, strides=2, padding="same")(x_in)
+    y = layers.PReLU(shared_axes=[1, 2], alpha_initializer=keras.initializers.Constant(0.2))(y)
+    v = layers.Conv2DTranspose(6, 2, strides=2, padding="valid", activation="relu")(x_in)
+
+    def mix(t):
+        a, b = tf.split(t, 2, axis=3)
+        c, d, e = tf.split(t, [1, 3, 2], axis=3)
+        r = tf.stack(tf.unstack(a, axis=1)[::-1], axis=1)
+        g = tf.gather(b, [3, 0, 2, 2, 5, 1, 7, 8, 9, 4, 11, 10], axis=2)
+        return tf.concat([r * d, g[..., :2] - e, c * b], axis=3)
+
+    return keras.Model(x_in, layers.Lambda(mix)(layers.Add()([y, v])), name="tflite_decoder")
+
+
 def mobilenetv2(seed=3):
     keras.utils.set_random_seed(seed)
     model = keras.applications.MobileNetV2(input_shape=(224, 224, 3), weights=None, classes=1000)
@@ -189,12 +210,18 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "models"))
     ap.add_argument("--full", action="store_true", help="also build MobileNetV2 into <out>/full/")
+    ap.add_argument("names", nargs="*", help="models to build (default: all)")
     args = ap.parse_args()
-    m = cnn()
-    write_model(args.out, "tflite_cnn", convert(m), seed=10)
-    write_model(args.out, "tflite_cnn_f16", convert(m, float16=True), seed=11)
-    write_model(args.out, "tflite_transformer", convert(transformer()), seed=12)
-    write_model(args.out, "tflite_ops", convert(ops()), seed=14)
+    builds = {
+        "tflite_cnn": lambda: convert(cnn()),
+        "tflite_cnn_f16": lambda: convert(cnn(), float16=True),
+        "tflite_transformer": lambda: convert(transformer()),
+        "tflite_ops": lambda: convert(ops()),
+        "tflite_decoder": lambda: convert(decoder()),
+    }
+    seeds = {"tflite_cnn": 10, "tflite_cnn_f16": 11, "tflite_transformer": 12, "tflite_ops": 14, "tflite_decoder": 15}
+    for name in args.names or builds:
+        write_model(args.out, name, builds[name](), seed=seeds[name])
     if args.full:
         full = os.path.join(args.out, "full")
         write_model(full, "tflite_mobilenetv2", convert(mobilenetv2()), seed=13)

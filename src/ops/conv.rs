@@ -209,6 +209,55 @@ impl OpDef for ConvTranspose {
         2.0 * numel(&ins[0].shape) as f64 * numel(&ins[1].shape[1..]) as f64
     }
 
+    /// Each output element gathers the input elements whose window covers it:
+    /// along each axis, tap k of input position i lands on o = i·s + k·d − pad,
+    /// so i = (o + pad − k·d) / s where that divides exactly and lies inside.
+    fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
+        let (g, ph, types, sfx) = cx.parts();
+        if types.len() < 2 || types[0].shape.len() != 4 {
+            return Err(unsupported(self.name(), "only 2-D NCHW is defined"));
+        }
+        let refs: Vec<&ValueType> = types.iter().collect();
+        let out = self.infer(&refs).map_err(TirError::Definition)?;
+        let (xs, ws) = (operand_shape(types, 0), operand_shape(types, 1));
+        let (x, weight, w) = (ph[0], ph[1], &self.window);
+        let (in_per_group, out_per_group) = (xs[1] / self.group, ws[1]);
+        let shape = extents(&out[0].shape);
+        let name = format!("{}{sfx}", if ph.len() > 2 { "convt" } else { "Y" });
+        let acc = g.reduce(
+            &name,
+            &shape,
+            &[e(in_per_group), e(w.kernel[0]), e(w.kernel[1])],
+            ReduceOp::Sum,
+            |i, r| {
+                let group = i[1].clone().floordiv(ex(out_per_group));
+                let ic = group * ex(in_per_group) + r[0].clone();
+                let oc = i[1].clone().floormod(ex(out_per_group));
+                let mut at = vec![i[0].clone(), ic.clone()];
+                let mut inside = vec![];
+                for a in 0..2 {
+                    let t = i[a + 2].clone() + ex(w.pad_begin(a))
+                        - r[a + 1].clone() * ex(w.dilations[a]);
+                    let pos = t.clone().floordiv(ex(w.strides[a]));
+                    inside.push(t.clone().ge(0));
+                    inside.push(t.floormod(ex(w.strides[a])).le(0));
+                    inside.push(pos.clone().lt(ex(xs[a + 2])));
+                    at.push(pos.max(0).min(ex(xs[a + 2] - 1)));
+                }
+                let inside = inside.into_iter().reduce(Expr::and).expect("two axes");
+                let tap = weight.at(&[ic, oc, r[1].clone(), r[2].clone()]);
+                Expr::select(inside, x.at(&at) * tap, 0.0)
+            },
+        )?;
+        let y = match ph.get(2) {
+            Some(b) => g.compute(&format!("Y{sfx}"), &shape, |i| {
+                acc.at(i) + b.at(&[i[1].clone()])
+            })?,
+            None => acc,
+        };
+        Ok(Defined::output(y))
+    }
+
     fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
         let c = self;
 

@@ -474,6 +474,13 @@ pub trait OpDef {
         true
     }
 
+    /// Whether every output element is a copy of an element of input 0, picked
+    /// by the attributes and the other (constant) inputs alone: the runtime then
+    /// compiles the op to index gathers found from its own reference semantics.
+    fn moves_data(&self) -> bool {
+        false
+    }
+
     /// Floating-point operations for inputs and outputs of these types (the
     /// cost model adds data movement apart). Ops that only move data do none.
     fn flops(&self, ins: &[&ValueType], outs: &[&ValueType]) -> f64 {

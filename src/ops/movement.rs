@@ -71,6 +71,10 @@ impl OpDef for Transpose {
         "Transpose"
     }
 
+    fn moves_data(&self) -> bool {
+        true
+    }
+
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
         let Transpose { perm } = self;
 
@@ -236,6 +240,10 @@ impl OpDef for Split {
         "Split"
     }
 
+    fn moves_data(&self) -> bool {
+        true
+    }
+
     fn num_outputs(&self) -> usize {
         self.sizes.len()
     }
@@ -303,6 +311,10 @@ impl OpDef for Split {
 impl OpDef for Slice {
     fn name(&self) -> &'static str {
         "Slice"
+    }
+
+    fn moves_data(&self) -> bool {
+        true
     }
 
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
@@ -415,6 +427,10 @@ impl OpDef for Slice {
 impl OpDef for Gather {
     fn name(&self) -> &'static str {
         "Gather"
+    }
+
+    fn moves_data(&self) -> bool {
+        true
     }
 
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
@@ -632,6 +648,10 @@ impl OpDef for Expand {
         "Expand"
     }
 
+    fn moves_data(&self) -> bool {
+        true
+    }
+
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
         let Expand { shape } = self;
 
@@ -669,6 +689,10 @@ impl OpDef for Expand {
 impl OpDef for Tile {
     fn name(&self) -> &'static str {
         "Tile"
+    }
+
+    fn moves_data(&self) -> bool {
+        true
     }
 
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {

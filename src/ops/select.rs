@@ -235,6 +235,10 @@ impl OpDef for GatherElements {
         "GatherElements"
     }
 
+    fn moves_data(&self) -> bool {
+        true
+    }
+
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
         expect_inputs(inputs, 2, 2)?;
         let (data, idx) = (inputs[0], inputs[1]);

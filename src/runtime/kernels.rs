@@ -225,6 +225,12 @@ impl Gather {
         Ok(Gather { src, fill })
     }
 
+    /// The gather taking output element `i` from input element `src[i]`, or
+    /// `fill` where `src[i]` is `u32::MAX`.
+    pub fn from_sources(src: Vec<u32>, fill: f32) -> Gather {
+        Gather { src, fill }
+    }
+
     /// Whether the gather moves nothing: the output is the input as it is.
     pub fn is_copy(&self, input_len: usize) -> bool {
         self.src.len() == input_len && self.src.iter().enumerate().all(|(i, &s)| s as usize == i)

@@ -53,11 +53,19 @@ pub(super) fn import_operator<'a>(
         inputs,
         emitted: Vec::new(),
     };
-    let value = cx.convert(code)?;
-    if outputs.len() != 1 {
-        return Err(cx.err(format!("has {} outputs, expected 1", outputs.len())));
+    let values = match code {
+        SPLIT | SPLIT_V => cx.split(code == SPLIT_V)?,
+        UNPACK => cx.unpack()?,
+        _ => vec![cx.convert(code)?],
+    };
+    if outputs.len() != values.len() {
+        return Err(cx.err(format!(
+            "has {} outputs, expected {}",
+            outputs.len(),
+            values.len()
+        )));
     }
-    cx.finish(value, out)
+    cx.finish(&values, &outputs)
 }
 
 /// The operator's builtin code and its name for spans.
@@ -124,6 +132,12 @@ const ABS: i32 = 101;
 const HARD_SWISH: i32 = 117;
 const BATCH_MATMUL: i32 = 126;
 const GELU: i32 = 150;
+const GATHER: i32 = 36;
+const SPLIT: i32 = 49;
+const PRELU: i32 = 54;
+const TRANSPOSE_CONV: i32 = 67;
+const UNPACK: i32 = 88;
+const SPLIT_V: i32 = 102;
 
 /// The conversion of one operator.
 struct Cx<'i, 'a> {
@@ -218,6 +232,9 @@ impl<'a> Cx<'_, 'a> {
             RESIZE_BILINEAR => self.resize(ResizeMode::Linear),
             RESIZE_NEAREST_NEIGHBOR => self.resize(ResizeMode::Nearest),
             BATCH_MATMUL => self.batch_matmul(),
+            PRELU => self.binary(BinaryOp::PRelu),
+            GATHER => self.gather(),
+            TRANSPOSE_CONV => self.transpose_conv(),
             DEQUANTIZE => self.dequantize(),
             _ => Err(self.unsupported(format!(
                 "TFLite operator {} (builtin code {code}) is not supported by the importer",
@@ -226,24 +243,28 @@ impl<'a> Cx<'_, 'a> {
         }
     }
 
-    /// Names the operator's last node after the layer and its value after the TFLite
-    /// output tensor, checks it against the declared type, and records it.
-    fn finish(self, value: ValueRef, out: usize) -> Res<()> {
+    /// Names the operator's last node after the layer and each value after its
+    /// TFLite output tensor, checks it against the declared type, and records it.
+    fn finish(self, values: &[ValueRef], outs: &[usize]) -> Res<()> {
         let last = *self.emitted.last().expect("every conversion emits a node");
-        debug_assert_eq!(value.node, last, "a conversion must end with its own node");
-        let name = self.imp.tensor_name(out);
-        let node = self.imp.graph.node_mut(last);
-        node.name = self.layer.clone();
-        node.outputs[value.output].name = name.clone();
-        let got = self.imp.graph.value_type(value).clone();
-        let declared = self.imp.value_type(out)?;
-        let shape_known = self.imp.declared_shape(out)?.is_some();
-        if got.dtype != declared.dtype || (shape_known && got.shape != declared.shape) {
-            return Err(self.err(format!(
-                "imports as {got}, but the file declares output tensor '{name}' as {declared}"
-            )));
+        debug_assert!(
+            values.iter().all(|v| self.emitted.contains(&v.node)),
+            "a conversion must end with its own nodes"
+        );
+        self.imp.graph.node_mut(last).name = self.layer.clone();
+        for (&value, &out) in values.iter().zip(outs) {
+            let name = self.imp.tensor_name(out);
+            self.imp.graph.node_mut(value.node).outputs[value.output].name = name.clone();
+            let got = self.imp.graph.value_type(value).clone();
+            let declared = self.imp.value_type(out)?;
+            let shape_known = self.imp.declared_shape(out)?.is_some();
+            if got.dtype != declared.dtype || (shape_known && got.shape != declared.shape) {
+                return Err(self.err(format!(
+                    "imports as {got}, but the file declares output tensor '{name}' as {declared}"
+                )));
+            }
+            self.imp.values[out] = Some(value);
         }
-        self.imp.values[out] = Some(value);
         Ok(())
     }
 
@@ -251,7 +272,13 @@ impl<'a> Cx<'_, 'a> {
     /// A node whose inputs are all constants is folded into a constant at once, so
     /// shape arithmetic (SHAPE, STRIDED_SLICE, PACK feeding a RESHAPE) is known here.
     fn emit(&mut self, op: Op, step: &str, inputs: &[ValueRef]) -> Res<ValueRef> {
+        Ok(self.emit_all(op, step, inputs)?[0])
+    }
+
+    /// As `emit`, for an op of several outputs: all of them.
+    fn emit_all(&mut self, op: Op, step: &str, inputs: &[ValueRef]) -> Res<Vec<ValueRef>> {
         let name = format!("{}/{step}", self.layer);
+        let n = op.num_outputs();
         let id = self.imp.graph.add_node(
             op,
             &name,
@@ -259,12 +286,12 @@ impl<'a> Cx<'_, 'a> {
             std::slice::from_ref(&name),
             vec![self.span.clone()],
         )?;
-        let v = match fold_node(&mut self.imp.graph, id)? {
-            Some(constants) => constants[0],
-            None => ValueRef::new(id, 0),
+        let vs = match fold_node(&mut self.imp.graph, id)? {
+            Some(constants) => constants,
+            None => (0..n).map(|k| ValueRef::new(id, k)).collect(),
         };
-        self.emitted.push(v.node);
-        Ok(v)
+        self.emitted.extend(vs.iter().map(|v| v.node));
+        Ok(vs)
     }
 
     /// SHAPE of a tensor whose shape is static: a constant (int32 unless the
@@ -287,6 +314,152 @@ impl<'a> Cx<'_, 'a> {
             .add_constant(&self.layer, t, vec![self.span.clone()]);
         self.emitted.push(v.node);
         Ok(v)
+    }
+
+    /// SPLIT (axis, input; `num_splits` equal parts) and SPLIT_V (input,
+    /// size_splits with at most one -1, axis).
+    fn split(&mut self, sizes_given: bool) -> Res<Vec<ValueRef>> {
+        let (x_at, axis_at) = if sizes_given { (0, 2) } else { (1, 0) };
+        let x = self.input(x_at)?;
+        let shape = self.ty(x).shape.clone();
+        let axis = match self.const_ints(axis_at, "axis")?[..] {
+            [a] => self.axis(a, shape.len())?,
+            _ => return Err(self.err("the axis must be one integer")),
+        };
+        let extent = shape[axis];
+        let parts = self
+            .options::<schema::SplitOptions>()
+            .map_or(0, |o| o.num_splits());
+        let sizes: Vec<usize> = if sizes_given {
+            let given = self.const_ints(1, "size_splits")?;
+            let known: i64 = given.iter().filter(|&&s| s >= 0).sum();
+            let fill = extent as i64 - known;
+            let sizes: Vec<i64> = given
+                .iter()
+                .map(|&s| if s == -1 { fill } else { s })
+                .collect();
+            if given.iter().filter(|&&s| s == -1).count() > 1
+                || sizes.iter().any(|&s| s < 0)
+                || sizes.iter().sum::<i64>() != extent as i64
+            {
+                return Err(self.err(format!(
+                    "size_splits {given:?} do not divide axis {axis} of extent {extent}"
+                )));
+            }
+            sizes.into_iter().map(|s| s as usize).collect()
+        } else {
+            match usize::try_from(parts) {
+                Ok(n) if n > 0 && extent.is_multiple_of(n) => vec![extent / n; n],
+                _ => {
+                    return Err(self.err(format!(
+                        "num_splits {parts} does not divide axis {axis} of extent {extent}"
+                    )))
+                }
+            }
+        };
+        let split = Op::Split(crate::ops::Split { axis, sizes });
+        self.emit_all(split, "split", &[x])
+    }
+
+    /// UNPACK: `num` slices along `axis`, each without that axis.
+    fn unpack(&mut self) -> Res<Vec<ValueRef>> {
+        let x = self.input(0)?;
+        let shape = self.ty(x).shape.clone();
+        let o = self.options::<schema::UnpackOptions>();
+        let axis = self.axis(o.map_or(0, |o| o.axis()) as i64, shape.len())?;
+        let n = shape[axis];
+        if o.is_some_and(|o| o.num() as usize != n) {
+            return Err(self.err(format!(
+                "num {} is not the extent {n} of axis {axis}",
+                o.map_or(0, |o| o.num())
+            )));
+        }
+        let split = Op::Split(crate::ops::Split {
+            axis,
+            sizes: vec![1; n],
+        });
+        let slices = self.emit_all(split, "split", &[x])?;
+        let mut squeezed = shape;
+        squeezed.remove(axis);
+        slices
+            .into_iter()
+            .enumerate()
+            .map(|(k, v)| {
+                let reshape = Op::Reshape(Reshape {
+                    shape: squeezed.clone(),
+                });
+                self.emit(reshape, &format!("unpack_{k}"), &[v])
+            })
+            .collect()
+    }
+
+    /// GATHER along `axis` (batch_dims 0 only); negative indices count from the end.
+    fn gather(&mut self) -> Res<ValueRef> {
+        let (x, idx) = (self.input(0)?, self.input(1)?);
+        let o = self.options::<schema::GatherOptions>();
+        if o.is_some_and(|o| o.batch_dims() != 0) {
+            return Err(self.unsupported("GATHER with batch_dims is not supported"));
+        }
+        let axis = self.axis(o.map_or(0, |o| o.axis()) as i64, self.rank(x))?;
+        self.emit(Op::Gather(crate::ops::Gather { axis }), "gather", &[x, idx])
+    }
+
+    /// TRANSPOSE_CONV (output_shape, weights OHWI, input NHWC, optional bias): a
+    /// ConvTranspose on NCHW whose pads give exactly the declared output extent.
+    /// SAME splits the excess as the forward convolution pads (the odd pixel at
+    /// the end); any extent the pads cannot reach becomes output padding.
+    fn transpose_conv(&mut self) -> Res<ValueRef> {
+        let o: schema::TransposeConvOptions = self.required_options("TransposeConvOptions")?;
+        let target = self.const_ints(0, "output_shape")?;
+        let x = self.nhwc_as_nchw(2)?;
+        let w = self.weights(1, &[3, 0, 1, 2])?; // OHWI -> IOHW
+        let bias = self.optional_input(3)?;
+        let (xs, ws) = (self.ty(x).shape.clone(), self.ty(w).shape.clone());
+        if ws[0] != xs[1] || target.len() != 4 || target[3] as usize != ws[1] {
+            return Err(self.err(format!(
+                "weights {ws:?} (IOHW), input {xs:?} (NCHW) and output_shape {target:?} (NHWC) do not fit"
+            )));
+        }
+        let kernel = [ws[2] as i64, ws[3] as i64];
+        let stride = [o.stride_h(), o.stride_w()];
+        let mut window = self.window(1, [xs[2], xs[3]], kernel, stride, [1, 1])?;
+        let mut output_padding = vec![0; 2];
+        for a in 0..2 {
+            let out = usize::try_from(target[a + 1])
+                .map_err(|_| self.err(format!("output_shape {target:?} is negative")))?;
+            let full = (xs[a + 2] - 1) * window.strides[a] + window.kernel[a];
+            let total = match o.padding() {
+                0 => full.saturating_sub(out),
+                _ => 0,
+            };
+            window.pads[a] = total / 2;
+            window.pads[a + 2] = total - total / 2;
+            output_padding[a] = out
+                .checked_sub(full - total)
+                .filter(|&p| p < window.strides[a])
+                .ok_or_else(|| {
+                    self.err(format!(
+                        "output extent {out} on axis {a} is out of reach of input {} with stride {} and kernel {}",
+                        xs[a + 2], window.strides[a], window.kernel[a]
+                    ))
+                })?;
+        }
+        let mut ins = vec![x, w];
+        ins.extend(bias);
+        let op = Op::ConvTranspose(crate::ops::ConvTranspose {
+            window,
+            group: 1,
+            output_padding,
+        });
+        let y = self.emit(op, "conv_transpose", &ins)?;
+        let y = self.activation(y, o.fused_activation_function())?;
+        self.emit(
+            Op::Transpose(Transpose {
+                perm: TO_NHWC.to_vec(),
+            }),
+            "to_nhwc",
+            &[y],
+        )
     }
 
     /// PACK: the inputs, each given a new axis of extent 1 at `axis`, concatenated
@@ -440,7 +613,12 @@ impl<'a> Cx<'_, 'a> {
 
     /// Input 0 as an NHWC tensor, transposed to NCHW.
     fn nhwc_input_as_nchw(&mut self) -> Res<ValueRef> {
-        let x = self.input(0)?;
+        self.nhwc_as_nchw(0)
+    }
+
+    /// Input `i` as an NHWC tensor, transposed to NCHW.
+    fn nhwc_as_nchw(&mut self, i: usize) -> Res<ValueRef> {
+        let x = self.input(i)?;
         if self.rank(x) != 4 {
             return Err(self.err(format!("input must be NHWC (rank 4), got {}", self.ty(x))));
         }

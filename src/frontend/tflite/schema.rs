@@ -210,6 +210,24 @@ tables! {
         values_count(0): scalar i32 = 0,
         axis(1): scalar i32 = 0,
     }
+    UnpackOptions {
+        num(0): scalar i32 = 0,
+        axis(1): scalar i32 = 0,
+    }
+    GatherOptions {
+        axis(0): scalar i32 = 0,
+        batch_dims(1): scalar i32 = 0,
+    }
+    /// SplitOptions and SplitVOptions.
+    SplitOptions {
+        num_splits(0): scalar i32 = 0,
+    }
+    TransposeConvOptions {
+        padding(0): scalar i8 = 0,
+        stride_w(1): scalar i32 = 0,
+        stride_h(2): scalar i32 = 0,
+        fused_activation_function(3): scalar i8 = 0,
+    }
 }
 
 /// An options table that is a variant of the `BuiltinOptions` union.
@@ -257,6 +275,11 @@ builtin_options! {
     ResizeNearestNeighborOptions = [74],
     ShapeOptions = [55],
     PackOptions = [59],
+    UnpackOptions = [64],
+    GatherOptions = [23],
+    // SplitOptions, SplitVOptions.
+    SplitOptions = [35, 79],
+    TransposeConvOptions = [49],
     LeakyReluOptions = [75],
     BatchMatMulOptions = [101],
     GeluOptions = [116],

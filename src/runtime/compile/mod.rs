@@ -337,6 +337,43 @@ impl<'g> Compiler<'g> {
         }
     }
 
+    /// A data-movement node as one index gather per output: the op's reference
+    /// semantics applied to the positions 1, 2, 3, ... of input 0 (in its
+    /// storage) give, in each output, the position every element comes from; a
+    /// position the op did not fill is padding of the output's layout.
+    fn movement(&self, id: NodeId) -> Option<Vec<Gather>> {
+        let node = self.g.node(id);
+        let ins = self.g.node_inputs(id);
+        let x = self.g.value_type(*ins.first()?);
+        let f32_only = node.outputs.iter().all(|v| v.ty.dtype == DType::F32);
+        let params: Option<Vec<&Tensor>> = ins[1..].iter().map(|&v| self.g.constant(v)).collect();
+        if !inner(self.g, id).0.def().moves_data() || !f32_only || x.dtype != DType::F32 {
+            return None;
+        }
+        let n = u32::try_from(x.numel()).ok().filter(|&n| n < u32::MAX)?;
+        let positions = Tensor::from_i64(x.shape.clone(), (1..=n as i64).collect());
+        let mut args = vec![&positions];
+        args.extend(params?);
+        let types: Vec<_> = node
+            .outputs
+            .iter()
+            .map(|v| crate::graph::ValueType::new(DType::I64, v.ty.shape.clone()))
+            .collect();
+        let sources = node.op.def().eval(&args, &types).ok()?;
+        let fill = |k: usize| match &node.op {
+            Op::InLayout(l) => l.outputs[k].1.known().unwrap_or(0.0),
+            _ => 0.0,
+        };
+        let gather = |(k, t): (usize, &Tensor)| {
+            let src = t.data.to_i64().into_iter().map(|p| match p {
+                1.. if p <= n as i64 => (p - 1) as u32,
+                _ => u32::MAX,
+            });
+            Gather::from_sources(src.collect(), fill(k))
+        };
+        Some(sources.iter().enumerate().map(gather).collect())
+    }
+
     /// A chain of nodes compiled from its TIR default schedule, when it has one and
     /// computes one f32 tensor from f32 tensors; with the step's inputs.
     fn tir(
@@ -495,9 +532,25 @@ impl<'g> Compiler<'g> {
                     kind.push_str(" (tir)");
                     Kernel::Tir(Box::new(k))
                 }
-                None => Kernel::Fallback {
-                    op: node.op.clone(),
-                    outputs: node.outputs.iter().map(|v| v.ty.clone()).collect(),
+                None => match self.movement(id) {
+                    // One gather step per output.
+                    Some(gathers) => {
+                        for (k, g) in gathers.into_iter().enumerate() {
+                            self.steps.push(Pending {
+                                name: node.name.clone(),
+                                kind: format!("{kind} (gather)"),
+                                spans: node.spans.clone(),
+                                kernel: Kernel::Gather(g),
+                                inputs: self.g.node_inputs(id)[..1].to_vec(),
+                                outputs: vec![ValueRef::new(id, k)],
+                            });
+                        }
+                        return Ok(());
+                    }
+                    None => Kernel::Fallback {
+                        op: node.op.clone(),
+                        outputs: node.outputs.iter().map(|v| v.ty.clone()).collect(),
+                    },
                 },
             },
         };
