@@ -31,16 +31,30 @@ def load_pb(path: Path) -> np.ndarray:
     return numpy_helper.to_array(t)
 
 
+def npy_name(output: str) -> str:
+    """The file `layoutopt run --output` writes an output to."""
+    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in output)
+    return ("_" + name if not name or name.startswith(".") else name) + ".npy"
+
+
 def layoutopt_run(exe: str, model: Path):
+    """Runs the model once; the max relative error over every recorded output."""
+    data = model.parent / "test_data_set_0"
     with tempfile.TemporaryDirectory() as out:
         r = subprocess.run([exe, "run", str(model), "--output", out], capture_output=True, text=True)
         if r.returncode != 0:
             return None, r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "failed"
-        got = [np.load(p) for p in sorted(Path(out).glob("*.npy"))]
-    expected = load_pb(model.parent / "test_data_set_0" / "output_0.pb")
-    a = got[0].astype(np.float64).reshape(-1)
-    e = expected.astype(np.float64).reshape(-1)
-    rel = float(np.max(np.abs(a - e)) / max(np.max(np.abs(e)), 1e-30)) if a.shape == e.shape else float("nan")
+        rel = 0.0
+        for path in sorted(data.glob("output_*.pb")):
+            t = onnx.TensorProto()
+            t.ParseFromString(path.read_bytes())
+            e = numpy_helper.to_array(t).astype(np.float64).reshape(-1)
+            got = Path(out) / npy_name(t.name)
+            if not got.exists():
+                return None, f"no output named {t.name!r}"
+            a = np.load(got).astype(np.float64).reshape(-1)
+            err = float(np.max(np.abs(a - e)) / max(np.max(np.abs(e)), 1e-30)) if a.shape == e.shape else float("nan")
+            rel = max(rel, err)
     kept = re.search(r"(\d+) transforms kept", r.stdout)
     fallback = re.search(r"(\d+) of (\d+) steps run on the reference executor", r.stderr)
     return {
@@ -61,8 +75,8 @@ def ort_ms(onnx_path: Path) -> float:
     opts.intra_op_num_threads = 2
     opts.inter_op_num_threads = 1
     sess = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
-    x = load_pb(onnx_path.parent / "test_data_set_0" / "input_0.pb")
-    feed = {sess.get_inputs()[0].name: x}
+    data = onnx_path.parent / "test_data_set_0"
+    feed = {i.name: load_pb(data / f"input_{k}.pb") for k, i in enumerate(sess.get_inputs())}
     for _ in range(3):
         sess.run(None, feed)
     times = []

@@ -244,6 +244,41 @@ impl Gather {
     }
 }
 
+/// Gather along one axis by run-time indices: data viewed as
+/// `[outer][extent][inner]`, each index picks an `inner`-long row.
+pub struct Rows {
+    /// Product of the extents before the axis.
+    pub outer: usize,
+    /// Extent of the gathered axis.
+    pub extent: usize,
+    /// Product of the extents after the axis.
+    pub inner: usize,
+}
+
+impl Rows {
+    /// Copies the picked rows of `x` into `y`; an index outside the axis
+    /// (after negative indices count from the end) is an error.
+    pub fn run(&self, x: &[f32], indices: &[i64], y: &mut [f32]) -> Result<(), String> {
+        let (extent, inner) = (self.extent as i64, self.inner);
+        let mut out = y.chunks_exact_mut(inner.max(1));
+        for o in 0..self.outer {
+            for &i in indices {
+                let row = if i < 0 { i + extent } else { i };
+                if !(0..extent).contains(&row) {
+                    return Err(format!(
+                        "index {i} is out of range for an axis of extent {extent}"
+                    ));
+                }
+                let at = (o * self.extent + row as usize) * inner;
+                if let Some(dst) = out.next() {
+                    dst.copy_from_slice(&x[at..at + inner]);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A matrix product with a constant right operand: y = alpha * a . b + c, with
 /// `alpha * b` packed in panels of a few vectors of columns and `c` broadcast
 /// to `[M][N]` (and scaled by beta) at compile time.

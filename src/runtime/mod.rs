@@ -109,6 +109,13 @@ enum Kernel {
     Pool(PoolGeom),
     Dense(Dense),
     Gather(Gather),
+    /// Rows of f32 data (input 0) picked by run-time integer indices (input 1):
+    /// an embedding lookup.
+    Rows(kernels::Rows),
+    /// An integer or boolean tensor converted to f32.
+    ToF32,
+    /// A non-f32 tensor given a new shape (same elements).
+    Rebox(Vec<usize>),
     Copy,
     /// The op's TIR default schedule, compiled.
     Tir(Box<tir_step::TirKernel>),
@@ -414,6 +421,29 @@ impl CompiledModel {
                 Kernel::Copy => bufs
                     .write(step.outputs[0])
                     .copy_from_slice(bufs.read(step.inputs[0])),
+                Kernel::Rows(r) => {
+                    let indices = bufs.tensor(step.inputs[1], &step.input_types[1]);
+                    r.run(
+                        bufs.read(step.inputs[0]),
+                        &indices.data.to_i64(),
+                        bufs.write(step.outputs[0]),
+                    )
+                    .map_err(|message| RuntimeError::AtNode {
+                        spans: step.spans.clone(),
+                        message,
+                    })?
+                }
+                Kernel::ToF32 => {
+                    let t = bufs.tensor(step.inputs[0], &step.input_types[0]);
+                    bufs.write(step.outputs[0]).copy_from_slice(&t.to_f32())
+                }
+                Kernel::Rebox(shape) => {
+                    let t = bufs.tensor(step.inputs[0], &step.input_types[0]);
+                    let Slot::Boxed(i) = step.outputs[0] else {
+                        unreachable!("non-f32 values are boxed")
+                    };
+                    bufs.boxes[i] = Some(Tensor::new(shape.clone(), t.data));
+                }
                 Kernel::Tir(k) => {
                     let input = |i: usize| bufs.read(step.inputs[i]).as_ptr();
                     k.run(input, bufs.write(step.outputs[0]))

@@ -249,6 +249,9 @@ impl<'g> Compiler<'g> {
         let node = self.g.node(id);
         let ins = self.g.node_inputs(id);
         let out = &node.outputs.first()?.ty;
+        if let Some(k) = self.index_kernel(id) {
+            return Some(k);
+        }
         if out.dtype != DType::F32 || !ins.iter().all(|&v| self.is_f32(v)) {
             return None;
         }
@@ -332,6 +335,41 @@ impl<'g> Compiler<'g> {
                 let fill = pad.known().unwrap_or(0.0);
                 let g = Gather::reshape((&from, &from_shape), (&to, shape), fill).ok()?;
                 Some(gather_or_copy(g, from.physical_shape(&from_shape).ok()?))
+            }
+            _ => None,
+        }
+    }
+
+    /// Kernels at the edge of the f32 world, for the integer inputs of language
+    /// models: token ids gathering embedding rows, masks cast to f32, and
+    /// integer tensors reshaped on the way.
+    fn index_kernel(&self, id: NodeId) -> Option<Kernel> {
+        let (op, laid_out) = inner(self.g, id);
+        if laid_out.is_some() {
+            return None;
+        }
+        let ins = self.g.node_inputs(id);
+        let out = &self.g.node(id).outputs.first()?.ty;
+        let is_int = |v: &ValueRef| {
+            matches!(
+                self.g.value_type(*v).dtype,
+                DType::I64 | DType::I32 | DType::I8 | DType::U8 | DType::Bool
+            )
+        };
+        match op {
+            Op::Cast(_) if out.dtype == DType::F32 && is_int(&ins[0]) => Some(Kernel::ToF32),
+            Op::Reshape(_) | Op::Identity if out.dtype != DType::F32 => {
+                Some(Kernel::Rebox(out.shape.clone()))
+            }
+            Op::Gather(crate::ops::Gather { axis })
+                if out.dtype == DType::F32 && self.is_f32(ins[0]) && is_int(&ins[1]) =>
+            {
+                let xs = &self.g.value_type(ins[0]).shape;
+                Some(Kernel::Rows(kernels::Rows {
+                    outer: xs[..*axis].iter().product(),
+                    extent: xs[*axis],
+                    inner: xs[axis + 1..].iter().product(),
+                }))
             }
             _ => None,
         }
