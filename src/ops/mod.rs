@@ -58,6 +58,23 @@ pub enum ReduceKind {
     Mean,
     /// The maximum.
     Max,
+    /// The minimum.
+    Min,
+    /// The product.
+    Prod,
+}
+
+impl ReduceKind {
+    /// The ONNX operator type.
+    pub fn onnx_name(self) -> &'static str {
+        match self {
+            ReduceKind::Sum => "ReduceSum",
+            ReduceKind::Mean => "ReduceMean",
+            ReduceKind::Max => "ReduceMax",
+            ReduceKind::Min => "ReduceMin",
+            ReduceKind::Prod => "ReduceProd",
+        }
+    }
 }
 
 /// Spatial window parameters shared by convolution and pooling.

@@ -13,11 +13,7 @@ use crate::ops::ReduceKind;
 
 impl OpDef for Reduce {
     fn name(&self) -> &'static str {
-        match self.kind {
-            ReduceKind::Sum => "ReduceSum",
-            ReduceKind::Mean => "ReduceMean",
-            ReduceKind::Max => "ReduceMax",
-        }
+        self.kind.onnx_name()
     }
 
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
@@ -58,17 +54,21 @@ impl OpDef for Reduce {
         let identity = match kind {
             ReduceKind::Sum | ReduceKind::Mean => 0.0,
             ReduceKind::Max => f32::NEG_INFINITY,
+            ReduceKind::Min => f32::INFINITY,
+            ReduceKind::Prod => 1.0,
         };
         let mut req = vec![Requirement::Any; inputs.len()];
         if padded_in(axes) {
             req[0] = Requirement::Value(identity);
         }
         // Padding positions of kept axes reduce over constant padding: the
-        // mean and max of p are p, the sum is only known when p is 0.
+        // mean, max and min of p are p, the sum is only known when p is 0, the
+        // product when p is 0 or 1.
         let out = match kind {
-            ReduceKind::Mean | ReduceKind::Max => p,
+            ReduceKind::Mean | ReduceKind::Max | ReduceKind::Min => p,
             ReduceKind::Sum if p.is(0.0) => p,
-            ReduceKind::Sum => PadValue::Undef,
+            ReduceKind::Prod if p.is(0.0) || p.is(1.0) => p,
+            ReduceKind::Sum | ReduceKind::Prod => PadValue::Undef,
         };
         PadFlow {
             inputs: req,
@@ -113,11 +113,7 @@ impl OpDef for Reduce {
             keepdims,
         } = self;
 
-        let op_type = match kind {
-            ReduceKind::Sum => "ReduceSum",
-            ReduceKind::Mean => "ReduceMean",
-            ReduceKind::Max => "ReduceMax",
-        };
+        let op_type = kind.onnx_name();
         let mut attrs = vec![("keepdims", Attr::Int(*keepdims as i64))];
         // Axes became an input at opset 13 for ReduceSum, 18 for the others.
         let as_input = cx.b.opset() >= if *kind == ReduceKind::Sum { 13 } else { 18 };
@@ -161,17 +157,20 @@ pub(super) fn reduce(
     let data = match x.dtype() {
         DType::Bool => return Err("not defined on bool tensors".into()),
         d if d.is_float() => {
-            let init = if kind == ReduceKind::Max {
-                f64::NEG_INFINITY
-            } else {
-                0.0
+            let init = match kind {
+                ReduceKind::Max => f64::NEG_INFINITY,
+                ReduceKind::Min => f64::INFINITY,
+                ReduceKind::Prod => 1.0,
+                ReduceKind::Sum | ReduceKind::Mean => 0.0,
             };
             let mut acc = vec![init; n_out];
             for (&o, v) in dst.iter().zip(x.data.to_f64()) {
                 acc[o] = match kind {
                     // NaN propagates, as in numpy.max.
                     ReduceKind::Max => Scalar::max(acc[o], v),
-                    _ => acc[o] + v,
+                    ReduceKind::Min => Scalar::min(acc[o], v),
+                    ReduceKind::Prod => acc[o] * v,
+                    ReduceKind::Sum | ReduceKind::Mean => acc[o] + v,
                 };
             }
             if kind == ReduceKind::Mean {
@@ -180,12 +179,19 @@ pub(super) fn reduce(
             TensorData::from_f64(out.dtype, acc)
         }
         _ => {
-            let init = if kind == ReduceKind::Max { i64::MIN } else { 0 };
+            let init = match kind {
+                ReduceKind::Max => i64::MIN,
+                ReduceKind::Min => i64::MAX,
+                ReduceKind::Prod => 1,
+                ReduceKind::Sum | ReduceKind::Mean => 0,
+            };
             let mut acc = vec![init; n_out];
             for (&o, v) in dst.iter().zip(x.data.to_i64()) {
                 acc[o] = match kind {
                     ReduceKind::Max => acc[o].max(v),
-                    _ => acc[o].wrapping_add(v),
+                    ReduceKind::Min => acc[o].min(v),
+                    ReduceKind::Prod => acc[o].wrapping_mul(v),
+                    ReduceKind::Sum | ReduceKind::Mean => acc[o].wrapping_add(v),
                 };
             }
             if kind == ReduceKind::Mean {
@@ -230,6 +236,13 @@ fn reduce_compute(
         ReduceKind::Sum => (ReduceOp::Sum, None),
         ReduceKind::Mean => (ReduceOp::Sum, Some(1.0 / n as f64)),
         ReduceKind::Max => (ReduceOp::Max, None),
+        ReduceKind::Min => (ReduceOp::Min, None),
+        ReduceKind::Prod => {
+            return Err(unsupported(
+                "ReduceProd",
+                "products are not a TIR reduction",
+            ))
+        }
     };
     g.reduce(&format!("Y{sfx}"), &extents(&out), &rshape, rop, |i, r| {
         let mut idx = vec![Expr::Int(0); s.len()];

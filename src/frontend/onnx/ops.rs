@@ -246,6 +246,8 @@ pub(super) const SUPPORTED: &[&str] = &[
     "Reciprocal",
     "ReduceMax",
     "ReduceMean",
+    "ReduceMin",
+    "ReduceProd",
     "ReduceSum",
     "Relu",
     "Reshape",
@@ -500,7 +502,7 @@ pub(super) fn convert(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
             })
         }
         "Pad" => return pad(c),
-        "ReduceMean" | "ReduceSum" | "ReduceMax" => return reduce(c),
+        "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" | "ReduceProd" => return reduce(c),
         "LRN" => Op::Lrn(Lrn {
             alpha: c.float("alpha", 1e-4)?,
             beta: c.float("beta", 0.75)?,
@@ -1223,6 +1225,8 @@ fn reduce(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     let kind = match c.node.op_type.as_str() {
         "ReduceSum" => ReduceKind::Sum,
         "ReduceMean" => ReduceKind::Mean,
+        "ReduceMin" => ReduceKind::Min,
+        "ReduceProd" => ReduceKind::Prod,
         _ => ReduceKind::Max,
     };
     // Axes moved from attribute to input at opset 13 for ReduceSum, 18 for the others.

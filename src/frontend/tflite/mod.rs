@@ -315,10 +315,21 @@ impl<'a> Importer<'a> {
     }
 
     /// The tensor's static shape, or `None` when the file does not record one.
+    fn is_graph_input(&self, t: usize) -> bool {
+        let inputs = self.subgraph.inputs().unwrap_or_default();
+        inputs.iter().any(|i| usize::try_from(i) == Ok(t))
+    }
+
     fn declared_shape(&self, t: usize) -> Result<Option<Vec<usize>>, TfliteError> {
         let Some(dims) = self.tensor(t).shape() else {
             return Ok(None);
         };
+        // A tensor computed at run time from run-time shapes declares a
+        // placeholder shape; its signature says which dimensions are unknown.
+        let signature = self.tensor(t).shape_signature();
+        if signature.is_some_and(|s| s.iter().any(|d| d < 0)) && !self.is_graph_input(t) {
+            return Ok(None);
+        }
         let shape = dims
             .iter()
             .map(|d| usize::try_from(d).ok())

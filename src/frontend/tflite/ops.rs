@@ -124,7 +124,9 @@ const LOG: i32 = 73;
 const SUM: i32 = 74;
 const SQRT: i32 = 75;
 const RSQRT: i32 = 76;
+const REDUCE_PROD: i32 = 81;
 const REDUCE_MAX: i32 = 82;
+const REDUCE_MIN: i32 = 89;
 const RESIZE_NEAREST_NEIGHBOR: i32 = 97;
 const LEAKY_RELU: i32 = 98;
 const SQUARED_DIFFERENCE: i32 = 99;
@@ -216,6 +218,8 @@ impl<'a> Cx<'_, 'a> {
             MEAN => self.reduce(ReduceKind::Mean),
             SUM => self.reduce(ReduceKind::Sum),
             REDUCE_MAX => self.reduce(ReduceKind::Max),
+            REDUCE_MIN => self.reduce(ReduceKind::Min),
+            REDUCE_PROD => self.reduce(ReduceKind::Prod),
             RESHAPE => self.reshape(),
             SQUEEZE => self.squeeze(),
             SOFTMAX => self.softmax(),
@@ -861,6 +865,8 @@ impl<'a> Cx<'_, 'a> {
             ReduceKind::Mean => "mean",
             ReduceKind::Sum => "sum",
             ReduceKind::Max => "max",
+            ReduceKind::Min => "min",
+            ReduceKind::Prod => "prod",
         };
         self.emit(
             Op::Reduce(Reduce {

@@ -102,6 +102,8 @@ tables! {
         buffer(2): scalar u32 = 0,
         name(3): ptr &'a str,
         quantization(4): ptr QuantizationParameters<'a>,
+        // -1 where a dimension is only known at run time (`shape` is then a placeholder).
+        shape_signature(7): ptr Vector<'a, i32>,
     }
     QuantizationParameters {
         scale(2): ptr Vector<'a, f32>,
