@@ -7,7 +7,10 @@ reference output.
     .venv-zoo/bin/python scripts/gen_zoo.py [--out models/zoo] [MODEL ...]
 
 Writes `<out>/<model>_onnx/model.onnx` and `<out>/<model>_tflite/model.tflite`, each
-with `test_data_set_0/{input_0,output_0}.pb`, the layout `layoutopt run` reads. The
+with `test_data_set_0/{input_0,output_0}.pb`, the layout `layoutopt run` reads, and
+for a few models older-opset ONNX variants `<out>/<model>-opset<N>_onnx/` (VARIANTS).
+A conversion that fails (a converter's limit) is reported and the others are still
+written; the exit status is then 1. The
 reference outputs come from onnxruntime (ONNX) and the TFLite interpreter (TFLite).
 Every model is built with `classifier_activation=None`: the outputs are logits, since
 with random weights a softmax is nearly uniform and would make the check weak.
@@ -26,6 +29,8 @@ import numpy as np  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf2onnx  # noqa: E402
+import onnx  # noqa: E402
+import onnx.version_converter  # noqa: E402
 from onnx import numpy_helper  # noqa: E402
 
 APPS = tf.keras.applications
@@ -59,12 +64,33 @@ def write_case(d: Path, model_bytes: bytes, file: str, x: np.ndarray, y: np.ndar
     (data / "output_0.pb").write_bytes(numpy_helper.from_array(y, names[1]).SerializeToString())
 
 
+# Older-opset variants: tf2onnx at opsets 9 and 10, and opset 7 by onnx's version
+# converter from the opset-9 export (tf2onnx does not write opset 7).
+VARIANTS = {"ResNet50": (7, 9, 10), "MobileNetV3Small": (9, 10), "DenseNet121": (9,)}
+
+
+def to_onnx(model: tf.keras.Model, spec, opset: int):
+    """The Keras model as ONNX at `opset`."""
+    if opset >= 9:
+        return tf2onnx.convert.from_keras(model, input_signature=spec, opset=opset)[0]
+    return onnx.version_converter.convert_version(to_onnx(model, spec, 9), opset)
+
+
+def write_onnx(out: Path, onnx_model, x: np.ndarray) -> np.ndarray:
+    sess = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"])
+    y = sess.run(None, {sess.get_inputs()[0].name: x})[0]
+    names = (sess.get_inputs()[0].name, sess.get_outputs()[0].name)
+    write_case(out, onnx_model.SerializeToString(), "model.onnx", x, y, names)
+    return y
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("models", nargs="*", default=list(MODELS))
     ap.add_argument("--out", type=Path, default=Path("models/zoo"))
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    failed = 0
     for name in args.models:
         if name not in MODELS:
             print(f"unknown model {name}; known: {', '.join(MODELS)}", file=sys.stderr)
@@ -74,11 +100,14 @@ def main() -> int:
         x = np.random.default_rng(args.seed).uniform(-1, 1, (1, side, side, 3)).astype(np.float32)
         spec = (tf.TensorSpec((1, side, side, 3), tf.float32, name="input"),)
 
-        onnx_model, _ = tf2onnx.convert.from_keras(model, input_signature=spec, opset=13)
-        sess = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"])
-        y = sess.run(None, {sess.get_inputs()[0].name: x})[0]
-        names = (sess.get_inputs()[0].name, sess.get_outputs()[0].name)
-        write_case(args.out / f"{name}_onnx", onnx_model.SerializeToString(), "model.onnx", x, y, names)
+        for opset in (13, *VARIANTS.get(name, ())):
+            label = f"{name}_onnx" if opset == 13 else f"{name}-opset{opset}_onnx"
+            try:
+                write_onnx(args.out / label, to_onnx(model, spec, opset), x)
+                print(f"{label}: written")
+            except Exception as e:  # a converter's limit: reported, the other formats still written
+                failed += 1
+                print(f"{label}: not written: {str(e).splitlines()[0][:300]}", file=sys.stderr)
 
         tfl = tf.lite.TFLiteConverter.from_keras_model(model).convert()
         interp = tf.lite.Interpreter(model_content=tfl)
@@ -88,9 +117,8 @@ def main() -> int:
         interp.invoke()
         yt = interp.get_tensor(out["index"])
         write_case(args.out / f"{name}_tflite", tfl, "model.tflite", x, yt, (inp["name"], out["name"]))
-        print(f"{name}: onnx {len(onnx_model.SerializeToString()) / 1e6:.1f} MB, "
-              f"tflite {len(tfl) / 1e6:.1f} MB, logits {y.shape}")
-    return 0
+        print(f"{name}_tflite: {len(tfl) / 1e6:.1f} MB, logits {yt.shape}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -164,6 +164,8 @@ pub enum PadMode {
     Reflect,
     /// The edge value repeated.
     Edge,
+    /// The input repeated periodically (circular padding).
+    Wrap,
 }
 
 /// How Resize interpolates.
@@ -173,6 +175,8 @@ pub enum ResizeMode {
     Nearest,
     /// Linear interpolation along every resized axis.
     Linear,
+    /// Cubic convolution (Keys) along every resized axis.
+    Cubic,
 }
 
 /// How an output coordinate maps to an input coordinate (ONNX `coordinate_transformation_mode`).
@@ -186,6 +190,11 @@ pub enum CoordTransform {
     AlignCorners,
     /// x / scale.
     Asymmetric,
+    /// As half_pixel, shifted so the centres of input and output align when
+    /// the output extent is not exactly extent · scale.
+    HalfPixelSymmetric,
+    /// Output coordinates span the region of interest [`Resize::crop`].
+    TfCropAndResize,
 }
 
 /// How a fractional input coordinate rounds in nearest mode.
@@ -214,6 +223,33 @@ pub struct Resize {
     pub scales: Vec<f32>,
     /// Output extent per axis.
     pub sizes: Vec<usize>,
+    /// The filter of linear and cubic modes.
+    pub filter: ResizeFilter,
+    /// tf_crop_and_resize: the region of interest per axis (start and end as
+    /// fractions of the input), and the value of outputs that map outside the input.
+    pub crop: Option<(Vec<(f32, f32)>, f32)>,
+}
+
+/// How linear and cubic Resize weigh the input elements.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ResizeFilter {
+    /// The cubic kernel's coefficient a (ONNX `cubic_coeff_a`).
+    pub cubic_a: f32,
+    /// Taps outside the input weigh 0 (the rest renormalised) instead of
+    /// repeating the edge element.
+    pub exclude_outside: bool,
+    /// Downscaling widens the filter by 1 / scale: a low-pass against aliasing.
+    pub antialias: bool,
+}
+
+impl Default for ResizeFilter {
+    fn default() -> ResizeFilter {
+        ResizeFilter {
+            cubic_a: -0.75,
+            exclude_outside: false,
+            antialias: false,
+        }
+    }
 }
 
 /// An operator with typed attributes. The comment on each names its data inputs.

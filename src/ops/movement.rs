@@ -467,6 +467,12 @@ impl OpDef for Pad {
         "Pad"
     }
 
+    /// Reflect, edge and wrap padding copy input elements; constant padding
+    /// writes a value of its own.
+    fn moves_data(&self) -> bool {
+        !matches!(self.mode, PadMode::Constant(_))
+    }
+
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
         let Pad { begins, ends, mode } = self;
 
@@ -590,6 +596,7 @@ impl OpDef for Pad {
             PadMode::Constant(v) => ("constant", Some(*v)),
             PadMode::Reflect => ("reflect", None),
             PadMode::Edge => ("edge", None),
+            PadMode::Wrap => ("wrap", None),
         };
         let mut ins = vec![cx.input(0), p];
         if let Some(v) = value {
@@ -928,6 +935,7 @@ pub(super) fn pad(
                         _ if n == 0 => Err(format!("cannot {mode:?}-pad the empty axis {ax}")),
                         PadMode::Edge => Ok(Some(c.clamp(0, n - 1) as usize)),
                         PadMode::Reflect => Ok(Some(reflect(c, n))),
+                        PadMode::Wrap => Ok(Some(c.rem_euclid(n) as usize)),
                     }
                 })
                 .collect::<Result<Vec<_>, String>>()

@@ -155,6 +155,15 @@ pub(super) fn reduce(
     let count = (x.numel() / n_out.max(1)) as i64;
 
     let data = match x.dtype() {
+        // The maximum of booleans is any, the minimum all.
+        DType::Bool if matches!(kind, ReduceKind::Max | ReduceKind::Min) => {
+            let all = kind == ReduceKind::Min;
+            let mut acc = vec![all; n_out];
+            for (&o, v) in dst.iter().zip(x.data.to_bool()) {
+                acc[o] = if all { acc[o] && v } else { acc[o] || v };
+            }
+            TensorData::Bool(acc)
+        }
         DType::Bool => return Err("not defined on bool tensors".into()),
         d if d.is_float() => {
             let init = match kind {

@@ -1,8 +1,11 @@
-//! Resize (ONNX opset 13+ semantics). Each output coordinate maps back to an input
-//! coordinate through the coordinate transformation; nearest picks one input
-//! element per axis (any dtype), linear interpolates axis by axis in f64, which
-//! equals n-linear interpolation because the n-linear weights are a product of
-//! per-axis weights. Source coordinates outside the input clamp to its border.
+//! Resize (ONNX opset 13+ semantics, through opset 19's antialias and
+//! half_pixel_symmetric). Each output coordinate maps back to an input coordinate
+//! through the coordinate transformation; nearest picks one input element per
+//! axis (any dtype), linear and cubic filter axis by axis in f64, which equals the
+//! n-dimensional filter because its weights are a product of per-axis weights.
+//! Taps outside the input repeat its border (or weigh nothing with
+//! exclude_outside); tf_crop_and_resize writes its extrapolation value where the
+//! source coordinate leaves the input.
 
 use super::index::gather_axes;
 use super::onnx::*;
@@ -37,6 +40,12 @@ impl OpDef for Resize {
         Ok(vec![resize(r, x[0], out)?])
     }
 
+    /// Nearest picks input elements; the other modes weigh several, and
+    /// tf_crop_and_resize writes a value of its own outside the input.
+    fn moves_data(&self) -> bool {
+        self.mode == ResizeMode::Nearest && self.crop.is_none()
+    }
+
     fn layout_role(&self) -> LayoutRole {
         LayoutRole::Agnostic
     }
@@ -58,7 +67,16 @@ impl OpDef for Resize {
             .zip(&r.scales)
             .zip(&r.sizes)
             .all(|((&d, &s), &n)| (d as f64 * s as f64).floor() as usize == n);
-        let mut ins = vec![cx.input(0), String::new()];
+        let roi = match &r.crop {
+            Some((per_axis, _)) => {
+                let starts = per_axis.iter().map(|p| p.0);
+                let ends = per_axis.iter().map(|p| p.1);
+                let t = Tensor::from_f32(vec![2 * per_axis.len()], starts.chain(ends).collect());
+                cx.b.constant("roi", &t)
+            }
+            None => String::new(),
+        };
+        let mut ins = vec![cx.input(0), roi];
         if by_scales {
             let t = Tensor::from_f32(vec![r.scales.len()], r.scales.clone());
             ins.push(cx.b.constant("scales", &t));
@@ -69,12 +87,15 @@ impl OpDef for Resize {
         let mode = match r.mode {
             ResizeMode::Nearest => "nearest",
             ResizeMode::Linear => "linear",
+            ResizeMode::Cubic => "cubic",
         };
         let coord = match r.coord {
             CoordTransform::HalfPixel => "half_pixel",
             CoordTransform::PytorchHalfPixel => "pytorch_half_pixel",
             CoordTransform::AlignCorners => "align_corners",
             CoordTransform::Asymmetric => "asymmetric",
+            CoordTransform::HalfPixelSymmetric => "half_pixel_symmetric",
+            CoordTransform::TfCropAndResize => "tf_crop_and_resize",
         };
         let nearest = match r.nearest {
             NearestMode::RoundPreferFloor => "round_prefer_floor",
@@ -89,25 +110,45 @@ impl OpDef for Resize {
                 ("mode", Attr::Str(mode)),
                 ("coordinate_transformation_mode", Attr::Str(coord)),
                 ("nearest_mode", Attr::Str(nearest)),
+                ("cubic_coeff_a", Attr::Float(r.filter.cubic_a)),
+                (
+                    "exclude_outside",
+                    Attr::Int(r.filter.exclude_outside as i64),
+                ),
+                ("antialias", Attr::Int(r.filter.antialias as i64)),
+                (
+                    "extrapolation_value",
+                    Attr::Float(r.crop.as_ref().map_or(0.0, |c| c.1)),
+                ),
             ],
         )
     }
 }
 
-/// The input coordinate of output coordinate `o` along one axis.
-fn source_coord(coord: CoordTransform, o: usize, scale: f64, in_len: usize, out_len: usize) -> f64 {
-    let o = o as f64;
-    match coord {
+/// The input coordinate of output coordinate `o` along axis `ax`.
+fn source_coord(r: &Resize, ax: usize, o: usize, in_len: usize, out_len: usize) -> f64 {
+    let (o, n, scale) = (o as f64, in_len as f64, r.scales[ax] as f64);
+    match r.coord {
         CoordTransform::HalfPixel => (o + 0.5) / scale - 0.5,
         CoordTransform::PytorchHalfPixel if out_len > 1 => (o + 0.5) / scale - 0.5,
         CoordTransform::PytorchHalfPixel => 0.0,
         // The resized length is in_len * scale, which need not be whole (the
         // spec's reference implementation divides by it, not by the floored size).
-        CoordTransform::AlignCorners if out_len > 1 => {
-            o * (in_len as f64 - 1.0) / (in_len as f64 * scale - 1.0)
-        }
+        CoordTransform::AlignCorners if out_len > 1 => o * (n - 1.0) / (n * scale - 1.0),
         CoordTransform::AlignCorners => 0.0,
         CoordTransform::Asymmetric => o / scale,
+        CoordTransform::HalfPixelSymmetric => {
+            let adjustment = out_len as f64 / (scale * n);
+            n / 2.0 * (1.0 - adjustment) + (o + 0.5) / scale - 0.5
+        }
+        CoordTransform::TfCropAndResize => {
+            let (start, end) = r.crop.as_ref().map_or((0.0, 1.0), |c| c.0[ax]);
+            let (start, end) = (start as f64, end as f64);
+            match out_len > 1 {
+                true => start * (n - 1.0) + o * (end - start) * (n - 1.0) / (out_len as f64 - 1.0),
+                false => 0.5 * (start + end) * (n - 1.0),
+            }
+        }
     }
 }
 
@@ -120,6 +161,50 @@ fn round_nearest(mode: NearestMode, x: f64) -> f64 {
         NearestMode::Floor => x.floor(),
         NearestMode::Ceil => x.ceil(),
     }
+}
+
+/// The keys cubic kernel with coefficient `a` at distance `d` ≥ 0.
+fn cubic(a: f64, d: f64) -> f64 {
+    if d < 1.0 {
+        ((a + 2.0) * d - (a + 3.0)) * d * d + 1.0
+    } else if d < 2.0 {
+        ((a * d - 5.0 * a) * d + 8.0 * a) * d - 4.0 * a
+    } else {
+        0.0
+    }
+}
+
+/// The weighted input elements of source coordinate `x` on an axis of
+/// `n` elements: the filter's taps around x, normalised to sum 1. The tap
+/// left of x is the element below it (the one at x itself when x is whole
+/// counts as the right one, as in the spec's reference implementation);
+/// with anti-aliasing a downscale by `scale` widens the support by 1 / scale.
+fn taps(r: &Resize, x: f64, n: usize, scale: f64) -> Vec<(usize, f64)> {
+    let f = r.filter;
+    let s = if f.antialias { scale.min(1.0) } else { 1.0 };
+    let base = x.ceil() - 1.0;
+    let ratio = x - base;
+    let (reach, kernel): (f64, &dyn Fn(f64) -> f64) = match r.mode {
+        ResizeMode::Cubic => (2.0, &|d| cubic(f.cubic_a as f64, d)),
+        _ => (1.0, &|d: f64| (1.0 - d).max(0.0)),
+    };
+    // Taps base + i for i in start..end: the support, symmetric about x.
+    let start = (-reach / s).floor() as i64 + 1;
+    let end = 2 - start;
+    let mut taps: Vec<(usize, f64)> = Vec::with_capacity((end - start) as usize);
+    for i in start..end {
+        let w = kernel(((i as f64 - ratio) * s).abs());
+        let at = base as i64 + i;
+        if f.exclude_outside && !(0..n as i64).contains(&at) {
+            continue;
+        }
+        taps.push((at.clamp(0, n as i64 - 1) as usize, w));
+    }
+    let sum: f64 = taps.iter().map(|t| t.1).sum();
+    if sum != 0.0 {
+        taps.iter_mut().for_each(|t| t.1 /= sum);
+    }
+    taps
 }
 
 pub(super) fn resize(r: &Resize, x: &Tensor, out: &ValueType) -> Result<Tensor, String> {
@@ -136,75 +221,88 @@ pub(super) fn resize(r: &Resize, x: &Tensor, out: &ValueType) -> Result<Tensor, 
             ));
         }
     }
-    // Source coordinates per axis, clamped to the input.
-    let coords = |ax: usize| {
-        let (n, m) = (x.shape[ax], out.shape[ax]);
-        (0..m).map(move |o| {
-            let c = source_coord(r.coord, o, r.scales[ax] as f64, n, m);
-            c.clamp(0.0, n as f64 - 1.0)
+    // Source coordinates per axis, and whether each lies outside the input
+    // (only tf_crop_and_resize extrapolates; the others clamp to the border).
+    let coords: Vec<Vec<f64>> = (0..x.rank())
+        .map(|ax| {
+            let (n, m) = (x.shape[ax], out.shape[ax]);
+            (0..m).map(|o| source_coord(r, ax, o, n, m)).collect()
         })
-    };
-    match r.mode {
+        .collect();
+    let outside = |ax: usize, c: f64| r.crop.is_some() && (c < 0.0 || c > x.shape[ax] as f64 - 1.0);
+    let resized = match r.mode {
         ResizeMode::Nearest => {
             let maps: Vec<Vec<Option<usize>>> = (0..x.rank())
                 .map(|ax| {
                     let last = x.shape[ax].saturating_sub(1);
-                    coords(ax)
-                        .map(|c| Some((round_nearest(r.nearest, c) as usize).min(last)))
+                    coords[ax]
+                        .iter()
+                        .map(|&c| {
+                            let c = c.clamp(0.0, last as f64);
+                            Some((round_nearest(r.nearest, c) as usize).min(last))
+                        })
                         .collect()
                 })
                 .collect();
-            gather_axes(x, &maps, 0.0)
+            gather_axes(x, &maps, 0.0)?
         }
-        ResizeMode::Linear => {
+        ResizeMode::Linear | ResizeMode::Cubic => {
             let mut shape = x.shape.clone();
             let mut v = x.data.to_f64();
             for ax in 0..x.rank() {
                 let (n, m) = (x.shape[ax], out.shape[ax]);
-                if r.scales[ax] == 1.0 && n == m {
+                if r.scales[ax] == 1.0 && n == m && r.crop.is_none() {
                     continue;
                 }
-                let taps: Vec<(usize, usize, f64)> = coords(ax)
-                    .map(|c| {
-                        let lo = c.floor();
-                        let i0 = lo as usize;
-                        ((i0), (i0 + 1).min(n - 1), c - lo)
-                    })
-                    .collect();
-                v = interpolate_axis(&v, &shape, ax, &taps);
+                let scale = r.scales[ax] as f64;
+                let axis_taps: Vec<Vec<(usize, f64)>> =
+                    coords[ax].iter().map(|&c| taps(r, c, n, scale)).collect();
+                v = interpolate_axis(&v, &shape, ax, &axis_taps);
                 shape[ax] = m;
             }
-            Ok(Tensor::new(
-                out.shape.clone(),
-                TensorData::from_f64(out.dtype, v),
-            ))
+            Tensor::new(out.shape.clone(), TensorData::from_f64(out.dtype, v))
+        }
+    };
+    let Some((_, value)) = &r.crop else {
+        return Ok(resized);
+    };
+    // Outputs whose coordinate on any axis falls outside the input take the
+    // extrapolation value.
+    let mut v = resized.data.to_f64();
+    let strides = crate::core::strides(&out.shape);
+    for (i, e) in v.iter_mut().enumerate() {
+        let out_of_range =
+            (0..x.rank()).any(|ax| outside(ax, coords[ax][(i / strides[ax]) % out.shape[ax]]));
+        if out_of_range {
+            *e = *value as f64;
         }
     }
+    Ok(Tensor::new(
+        out.shape.clone(),
+        TensorData::from_f64(out.dtype, v),
+    ))
 }
 
-/// Linear interpolation along `ax`: output coordinate j along that axis is
-/// `(1 - w) * x[i0] + w * x[i1]` for `taps[j] = (i0, i1, w)`.
-fn interpolate_axis(
-    v: &[f64],
-    shape: &[usize],
-    ax: usize,
-    taps: &[(usize, usize, f64)],
-) -> Vec<f64> {
+/// Filtering along `ax`: output coordinate j along that axis is the weighted
+/// sum `Σ w · x[i]` over `taps[j]`.
+fn interpolate_axis(v: &[f64], shape: &[usize], ax: usize, taps: &[Vec<(usize, f64)>]) -> Vec<f64> {
     let outer: usize = shape[..ax].iter().product();
     let inner: usize = shape[ax + 1..].iter().product();
     let n = shape[ax];
     let mut out = Vec::with_capacity(outer * taps.len() * inner);
     for o in 0..outer {
-        for &(i0, i1, w) in taps {
-            let (a, b) = (
-                &v[(o * n + i0) * inner..][..inner],
-                &v[(o * n + i1) * inner..][..inner],
-            );
-            out.extend(
-                a.iter()
-                    .zip(b)
-                    .map(|(&a, &b)| if w == 0.0 { a } else { (1.0 - w) * a + w * b }),
-            );
+        for tap in taps {
+            let row = out.len();
+            out.resize(row + inner, 0.0);
+            for &(i, w) in tap {
+                if w == 0.0 {
+                    continue;
+                }
+                let src = &v[(o * n + i) * inner..][..inner];
+                for (d, &s) in out[row..].iter_mut().zip(src) {
+                    *d += w * s;
+                }
+            }
         }
     }
     out

@@ -4,8 +4,8 @@
 use super::{add_and_fold, dtype_from_onnx, tensor_from_proto, ImportError};
 use crate::graph::{
     broadcast_shapes, numel, BinaryOp, Conv, ConvTranspose, CoordTransform, DType, Graph,
-    NearestMode, Op, PadMode, Pool, PoolKind, ReduceKind, Resize, ResizeMode, SliceAxis, Span,
-    Tensor, TensorData, UnaryOp, ValueRef, ValueType, Window,
+    NearestMode, Op, PadMode, Pool, PoolKind, ReduceKind, Resize, ResizeFilter, ResizeMode,
+    SliceAxis, Span, Tensor, TensorData, UnaryOp, ValueRef, ValueType, Window,
 };
 use crate::ops::{
     ArgKind, ArgReduce, BatchNorm, Cast, Concat, CumSum, Expand, Gather, GatherElements, Gemm,
@@ -511,9 +511,7 @@ pub(super) fn convert(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         }),
         "LayerNormalization" => {
             if c.node.output.iter().skip(1).any(|o| !o.is_empty()) {
-                return Err(
-                    c.err("LayerNormalization's Mean and InvStdDev outputs are not supported")
-                );
+                return composite::layer_norm_with_statistics(c);
             }
             let x = c.input(0)?;
             Op::LayerNorm(LayerNorm {
@@ -1214,6 +1212,7 @@ fn pad(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         "constant" => PadMode::Constant(value),
         "reflect" => PadMode::Reflect,
         "edge" => PadMode::Edge,
+        "wrap" => PadMode::Wrap,
         other => return Err(c.err(format!("Pad mode '{other}' is not supported"))),
     };
     c.emit(Op::Pad(Pad { begins, ends, mode }), &[x])
@@ -1264,6 +1263,7 @@ fn resize(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         "nearest" => ResizeMode::Nearest,
         "linear" => ResizeMode::Linear,
         "bilinear" if legacy => ResizeMode::Linear,
+        "cubic" if !legacy => ResizeMode::Cubic,
         other => {
             return Err(c.err(format!(
                 "{} mode '{other}' is not supported",
@@ -1280,6 +1280,8 @@ fn resize(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         "pytorch_half_pixel" => CoordTransform::PytorchHalfPixel,
         "align_corners" => CoordTransform::AlignCorners,
         "asymmetric" => CoordTransform::Asymmetric,
+        "half_pixel_symmetric" => CoordTransform::HalfPixelSymmetric,
+        "tf_crop_and_resize" => CoordTransform::TfCropAndResize,
         other => {
             return Err(c.err(format!(
                 "Resize coordinate_transformation_mode '{other}' is not supported"
@@ -1298,12 +1300,35 @@ fn resize(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         "ceil" => NearestMode::Ceil,
         other => return Err(c.err(format!("Resize nearest_mode '{other}' is not known"))),
     };
-    if c.bool_attr("antialias", false)? || c.bool_attr("exclude_outside", false)? {
-        return Err(c.err("Resize antialias and exclude_outside are not supported"));
-    }
+    let filter = ResizeFilter {
+        cubic_a: c.float("cubic_coeff_a", -0.75)?,
+        exclude_outside: c.bool_attr("exclude_outside", false)?,
+        antialias: c.bool_attr("antialias", false)?,
+    };
     let axes = match c.ints("axes")? {
         Some(a) => c.axes(&a, r)?,
         None => (0..r).collect(),
+    };
+    // The region of interest: starts, then ends, of the resized axes.
+    let crop = match coord {
+        CoordTransform::TfCropAndResize => {
+            let roi = c
+                .const_input(1)?
+                .map(|t| t.data.to_f64())
+                .filter(|v| v.len() == 2 * axes.len())
+                .ok_or_else(|| {
+                    c.err(format!(
+                        "tf_crop_and_resize needs a roi of {} values (starts, then ends)",
+                        2 * axes.len()
+                    ))
+                })?;
+            let mut per_axis = vec![(0.0, 1.0); r];
+            for (k, &a) in axes.iter().enumerate() {
+                per_axis[a] = (roi[k] as f32, roi[k + axes.len()] as f32);
+            }
+            Some((per_axis, c.float("extrapolation_value", 0.0)?))
+        }
+        _ => None,
     };
     let (scales_in, sizes_in) = if !legacy {
         let scales = c.const_input(2)?.map(|t| t.data.to_f64());
@@ -1374,6 +1399,8 @@ fn resize(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
             nearest,
             scales,
             sizes,
+            filter,
+            crop,
         }),
         &[x],
     )

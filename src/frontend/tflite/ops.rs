@@ -1112,7 +1112,7 @@ impl<'a> Cx<'_, 'a> {
         let xs = self.ty(x).shape.clone();
         let size = self.const_ints(1, "size")?;
         let (align, half_pixel) = match mode {
-            ResizeMode::Linear => self
+            ResizeMode::Linear | ResizeMode::Cubic => self
                 .options::<schema::ResizeBilinearOptions>()
                 .map_or((false, false), |o| {
                     (o.align_corners(), o.half_pixel_centers())
@@ -1151,6 +1151,8 @@ impl<'a> Cx<'_, 'a> {
             nearest,
             scales,
             sizes,
+            filter: Default::default(),
+            crop: None,
         };
         self.emit(Op::Resize(r), "resize", &[x])
     }

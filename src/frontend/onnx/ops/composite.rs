@@ -85,6 +85,34 @@ pub(super) fn instance_norm(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     c.affine(y, params, s.len(), true)
 }
 
+/// LayerNormalization asked for its Mean and InvStdDev outputs too: the ops it
+/// is defined by, over the axes from `axis` on, each statistic an output.
+pub(super) fn layer_norm_with_statistics(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let (x, scale) = (c.input(0)?, c.input(1)?);
+    let rank = c.ty(x).shape.len();
+    let axis = c.axis(c.int("axis", -1)?, rank)?;
+    let eps = c.float("epsilon", 1e-5)?;
+    let mean_over = Op::Reduce(Reduce {
+        kind: ReduceKind::Mean,
+        axes: (axis..rank).collect(),
+        keepdims: true,
+    });
+    let mean = c.emit_inner(mean_over.clone(), &[x], "mean")?;
+    let d = c.emit_inner(Op::Binary(BinaryOp::Sub), &[x, mean], "centered")?;
+    let d2 = c.emit_inner(Op::Binary(BinaryOp::Mul), &[d, d], "squared")?;
+    let var = c.emit_inner(mean_over, &[d2], "var")?;
+    let eps = c.scalar("epsilon", c.ty(x).dtype, eps as f64);
+    let var_eps = c.emit_inner(Op::Binary(BinaryOp::Add), &[var, eps], "var_eps")?;
+    let std = c.emit_inner(Op::Unary(UnaryOp::Sqrt), &[var_eps], "std")?;
+    let inv = c.emit_inner(Op::Unary(UnaryOp::Reciprocal), &[std], "inv_std_dev")?;
+    let y = c.emit_inner(Op::Binary(BinaryOp::Mul), &[d, inv], "normalized")?;
+    let mut y = c.emit_inner(Op::Binary(BinaryOp::Mul), &[y, scale], "scaled")?;
+    if let Some(bias) = c.opt_input(2) {
+        y = c.emit_inner(Op::Binary(BinaryOp::Add), &[y, bias], "biased")?;
+    }
+    Ok(vec![Some(y), Some(mean), Some(inv)])
+}
+
 /// GroupNormalization: the channels split into `num_groups` groups, each
 /// standardized over its channels and the spatial axes. Scale and bias are per
 /// group at opset 18 and per channel from opset 21.
