@@ -1,11 +1,12 @@
-//! Constant folding: a node whose inputs are all constants becomes constants.
+//! Constant folding: a node whose inputs are all constants becomes constants;
+//! and strength reduction where a constant operand allows it (x^2 is x·x).
 //!
 //! The importer folds each node as it is added, which is what turns the
 //! shape-computation subgraphs exporters emit (Shape → Gather → Unsqueeze → Concat
 //! → Reshape) into static attributes; `fold_constants` applies the same step to a
 //! whole graph after a pass has produced new constant-only nodes.
 
-use super::{Graph, GraphError, NodeId, Op, Tensor, ValueRef};
+use super::{BinaryOp, Graph, GraphError, NodeId, Op, Tensor, ValueRef};
 use crate::ops::eval_op;
 
 /// Folds `id` if every input is a constant. Returns the constants that replace
@@ -13,6 +14,9 @@ use crate::ops::eval_op;
 pub fn fold_node(g: &mut Graph, id: NodeId) -> Result<Option<Vec<ValueRef>>, GraphError> {
     if matches!(g.node(id).op, Op::Input | Op::Constant(_)) {
         return Ok(None);
+    }
+    if let Some(square) = square_of_pow(g, id)? {
+        return Ok(Some(square));
     }
     let inputs = g.node_inputs(id);
     let Some(tensors) = inputs
@@ -40,6 +44,29 @@ pub fn fold_node(g: &mut Graph, id: NodeId) -> Result<Option<Vec<ValueRef>>, Gra
     Ok(Some(replacements))
 }
 
+/// Pow(x, 2) with a constant exponent, as the product x·x (the same correctly
+/// rounded value, without a call to pow): the Mul that replaces the node.
+fn square_of_pow(g: &mut Graph, id: NodeId) -> Result<Option<Vec<ValueRef>>, GraphError> {
+    let node = g.node(id);
+    let ins = g.node_inputs(id);
+    let (Op::Binary(BinaryOp::Pow), [x, e]) = (&node.op, &ins[..]) else {
+        return Ok(None);
+    };
+    let two = g
+        .constant(*e)
+        .is_some_and(|t| t.numel() == 1 && t.dtype().is_float() && t.data.to_f64()[0] == 2.0);
+    if !two || !g.value_type(*x).dtype.is_float() || g.value_type(*x) != &node.outputs[0].ty {
+        return Ok(None);
+    }
+    let (name, spans, x) = (node.name.clone(), node.spans.clone(), *x);
+    let out_names = vec![node.outputs[0].name.clone()];
+    let mul = g.add_node(Op::Binary(BinaryOp::Mul), &name, &[x, x], &out_names, spans)?;
+    let square = ValueRef::new(mul, 0);
+    g.replace_uses(ValueRef::new(id, 0), square);
+    g.remove_node(id);
+    Ok(Some(vec![square]))
+}
+
 /// Folds every foldable node, in topological order; returns how many were folded.
 pub fn fold_constants(g: &mut Graph) -> Result<usize, GraphError> {
     let mut folded = 0;
@@ -50,4 +77,28 @@ pub fn fold_constants(g: &mut Graph) -> Result<usize, GraphError> {
     }
     g.remove_dead_nodes();
     Ok(folded)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::graph::*;
+
+    #[test]
+    fn pow_by_a_constant_two_becomes_a_product() {
+        let mut g = Graph::new("square");
+        let x = g.add_input("x", ValueType::new(DType::F32, vec![3]), vec![]);
+        let two = g.add_constant("two", Tensor::scalar_f32(2.0), vec![]);
+        let three = g.add_constant("three", Tensor::scalar_f32(3.0), vec![]);
+        let pow = |g: &mut Graph, e| {
+            let id = g
+                .add_node(Op::Binary(BinaryOp::Pow), "pow", &[x, e], &[], vec![])
+                .unwrap();
+            fold_node(g, id).unwrap()
+        };
+        let square = pow(&mut g, two).expect("x^2 is rewritten")[0];
+        assert_eq!(g.node(square.node).op, Op::Binary(BinaryOp::Mul));
+        assert_eq!(g.node_inputs(square.node), vec![x, x]);
+        // Another exponent stays a Pow.
+        assert!(pow(&mut g, three).is_none());
+    }
 }
