@@ -41,6 +41,7 @@ fn exported_plans_compute_the_recorded_outputs() {
                 let planned = PlanLayouts::new(name, target).unwrap().plan(&g).unwrap();
                 let opts = ExportOptions {
                     output_names: Some(names.clone()),
+                    symbolic_batch: None,
                 };
                 let bytes =
                     export_bytes(&planned.graph, &opts).unwrap_or_else(|e| panic!("{what}: {e}"));

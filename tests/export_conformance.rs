@@ -23,6 +23,7 @@ fn round_trip(g: &Graph, inputs: &[Tensor], expected: &[Tensor]) -> Result<(), S
         .collect();
     let opts = ExportOptions {
         output_names: Some(names),
+        symbolic_batch: None,
     };
     let bytes = export_bytes(g, &opts).map_err(|e| format!("export: {e}"))?;
     let back = import_onnx(&bytes, "exported.onnx", None, &ImportOptions::default())

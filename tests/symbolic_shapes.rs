@@ -123,3 +123,69 @@ fn the_cli_refuses_unbound_dimensions_and_takes_input_shape() {
         "a malformed --input-shape is a usage error"
     );
 }
+
+/// The bundled ResNet with a symbolic batch 'N': planned at N=1 (blocked
+/// NCHW16c, so the exported model holds layout Reshapes), exported with N kept
+/// symbolic, it runs at N=3 and gives what the source model gives at N=3 (the
+/// reference executor on both, within 1e-5 of the largest magnitude). A model
+/// whose computation fixes the batch (a Reshape to [4]) is exported with it fixed.
+#[test]
+fn export_keeps_a_symbolic_batch_where_the_plan_allows() {
+    use layoutopt::api::PlanLayouts;
+    use layoutopt::export::{export_bytes, ExportOptions};
+    use layoutopt::frontend::onnx::import_onnx;
+    use protobuf::Message;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let bytes = std::fs::read(root.join("models/resnet_small/model.onnx")).unwrap();
+    let mut m = onnx_protobuf::ModelProto::parse_from_bytes(&bytes).unwrap();
+    let g = m.graph.as_mut().unwrap();
+    g.input[0] = symbolic(g.input[0].clone(), 0, "N");
+    g.output[0] = symbolic(g.output[0].clone(), 0, "N");
+    let source = m.write_to_bytes().unwrap();
+    let at = |n: usize| ImportOptions {
+        dim_values: HashMap::from([("N".to_string(), n)]),
+        ..ImportOptions::default()
+    };
+    let planned_graph = import_onnx(&source, "resnet_n.onnx", None, &at(1)).unwrap();
+    assert_eq!(planned_graph.symbolic_batch.as_deref(), Some("N"));
+    let planned = PlanLayouts::new("global", "nchw16c")
+        .unwrap()
+        .plan(&planned_graph)
+        .unwrap();
+    let opts = ExportOptions {
+        output_names: Some(vec!["output".into()]),
+        symbolic_batch: Some("N".into()),
+    };
+    let exported = export_bytes(&planned.graph, &opts).unwrap();
+    let back = import_onnx(&exported, "exported.onnx", None, &at(3)).unwrap();
+    let reference = import_onnx(&source, "resnet_n.onnx", None, &at(3)).unwrap();
+    let x = Tensor::from_f32(
+        vec![3, 3, 32, 32],
+        (0..3 * 3 * 32 * 32)
+            .map(|i| ((i * 37 % 101) as f32 / 50.0) - 1.0)
+            .collect(),
+    );
+    let want = layoutopt::reference::run(&reference, std::slice::from_ref(&x)).unwrap();
+    let got = layoutopt::reference::run(&back, &[x]).unwrap();
+    assert_eq!(got[0].shape, vec![3, 10]);
+    let (err, mag) = max_abs_err(&want[0], &got[0]);
+    assert!(err <= 1e-5 * mag, "error {err} (magnitude {mag})");
+
+    // y = Reshape(x, [4]) for x of shape [N, 4]: only N = 1 fits.
+    let fixed = model(
+        vec![node("Reshape", "flat", &["x", "shape"], &["y"])],
+        vec![symbolic(value_info("x", 1, &[1, 4]), 0, "N")],
+        vec![value_info("y", 1, &[4])],
+        vec![("shape", Tensor::from_i64(vec![1], vec![4]))],
+        13,
+    );
+    let g = import_onnx(&model_bytes(&fixed), "fixed.onnx", None, &at(1)).unwrap();
+    let opts = ExportOptions {
+        output_names: None,
+        symbolic_batch: g.symbolic_batch.clone(),
+    };
+    let m = layoutopt::export::export_model(&g, &opts).unwrap();
+    assert!(!layoutopt::export::keeps_symbolic_batch(&m, "N"));
+    let exported = m.write_to_bytes().unwrap();
+    assert!(import_onnx(&exported, "fixed.onnx", None, &ImportOptions::default()).is_ok());
+}

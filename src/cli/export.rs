@@ -1,7 +1,10 @@
 //! `export` (the planned graph as ONNX) and `explore` (the HTML explorer).
 
 use super::{load, CliResult, InputShapes, Planning};
-use layoutopt::export::{opset_for, save_model, ExportOptions};
+use layoutopt::export::{
+    export_model, keeps_symbolic_batch, opset_for, ExportError, ExportOptions,
+};
+use protobuf::Message;
 use std::path::Path;
 
 /// Refuses an output path that is the input model itself (under any name) or a
@@ -45,12 +48,26 @@ pub fn export(model: &Path, shapes: &InputShapes, out: &Path, planning: &Plannin
                 .map(|&v| source.value(v).name.clone())
                 .collect(),
         ),
+        symbolic_batch: source.symbolic_batch.clone(),
     };
-    super::progress::step(&format!("writing {}", out.display()), || {
-        save_model(&planned.graph, out, &opts)
+    let m = super::progress::step(&format!("writing {}", out.display()), || {
+        let m = export_model(&planned.graph, &opts)?;
+        let bytes = m
+            .write_to_bytes()
+            .map_err(|e| format!("protobuf encoding failed: {e}"))?;
+        std::fs::write(out, bytes).map_err(|source| ExportError::Io {
+            path: out.display().to_string(),
+            source,
+        })?;
+        Ok::<_, Box<dyn std::error::Error>>(m)
     })?;
+    let batch = match &source.symbolic_batch {
+        Some(name) if keeps_symbolic_batch(&m, name) => format!(", batch '{name}' symbolic"),
+        Some(name) => format!(", batch '{name}' fixed: the plan depends on its value"),
+        None => String::new(),
+    };
     outln!(
-        "{}: '{}' plan for {} ({} transforms kept) written to {} (ONNX opset {})",
+        "{}: '{}' plan for {} ({} transforms kept) written to {} (ONNX opset {}{batch})",
         model.display(),
         planned.report.planner,
         planned.report.family,

@@ -63,6 +63,10 @@ pub struct ExportOptions {
     /// output in a transform named after its layout; giving the source graph's
     /// output names here keeps the exported model's interface the source's.
     pub output_names: Option<Vec<String>>,
+    /// The name of the source model's symbolic batch ([`Graph::symbolic_batch`]
+    /// of the imported graph): axis 0 of the interface stays that symbolic
+    /// dimension where the plan allows it (see [`export_model`]).
+    pub symbolic_batch: Option<String>,
 }
 
 /// The one opset the exporter writes for a graph: the oldest that has every
@@ -76,9 +80,85 @@ pub fn opset_for(g: &Graph) -> i64 {
 }
 
 /// Exports `g` as an ONNX model.
+///
+/// With `opts.symbolic_batch`, axis 0 of every input (and of every output of
+/// the same extent) is written as that symbolic dimension and shape constants
+/// copy axis 0 where it passes through. The plan allows it when the model then
+/// imports with another batch and every output follows it; otherwise the batch
+/// stays the planned one.
 pub fn export_model(g: &Graph, opts: &ExportOptions) -> Result<ModelProto, ExportError> {
+    let batch = g
+        .inputs()
+        .first()
+        .and_then(|&id| g.node(id).outputs[0].ty.shape.first().copied());
+    let same_batch = g
+        .inputs()
+        .iter()
+        .all(|&id| g.node(id).outputs[0].ty.shape.first().copied() == batch);
+    if let (Some(name), Some(n), true) = (&opts.symbolic_batch, batch, same_batch) {
+        let m = export_with(g, opts, Some((name, n)))?;
+        if follows_batch(&m, name, n + 1) {
+            return Ok(m);
+        }
+    }
+    export_with(g, opts, None)
+}
+
+/// Whether `m` imports with its symbolic batch `name` set to `n`, and every
+/// output declared with that batch computes it.
+fn follows_batch(m: &ModelProto, name: &str, n: usize) -> bool {
+    let Ok(bytes) = m.write_to_bytes() else {
+        return false;
+    };
+    let mut opts = crate::frontend::onnx::ImportOptions::default();
+    opts.dim_values.insert(name.to_string(), n);
+    let Ok(back) = crate::frontend::onnx::import_onnx(&bytes, "exported.onnx", None, &opts) else {
+        return false;
+    };
+    let graph = m.graph.as_ref();
+    let declared = graph.map_or(&[][..], |gp| &gp.output[..]);
+    back.outputs()
+        .iter()
+        .zip(declared)
+        .all(|(&v, vi)| !leads_with(vi, name) || back.value_type(v).shape.first() == Some(&n))
+}
+
+/// Whether every input of `m` declares the symbolic batch `name` as axis 0
+/// (the export kept the batch symbolic).
+pub fn keeps_symbolic_batch(m: &ModelProto, name: &str) -> bool {
+    m.graph
+        .as_ref()
+        .is_some_and(|gp| !gp.input.is_empty() && gp.input.iter().all(|vi| leads_with(vi, name)))
+}
+
+/// Whether a value is declared with the symbolic dimension `name` as axis 0.
+fn leads_with(vi: &ValueInfoProto, name: &str) -> bool {
+    use tensor_shape_proto::dimension::Value;
+    let Some(type_proto::Value::TensorType(tt)) = vi.type_.as_ref().and_then(|t| t.value.as_ref())
+    else {
+        return false;
+    };
+    let first = tt.shape.as_ref().and_then(|s| s.dim.first());
+    matches!(first.and_then(|d| d.value.as_ref()), Some(Value::DimParam(p)) if p == name)
+}
+
+fn export_with(
+    g: &Graph,
+    opts: &ExportOptions,
+    batch: Option<(&String, usize)>,
+) -> Result<ModelProto, ExportError> {
     let opset = opset_for(g);
     let mut b = Builder::new(opset);
+    b.batch = batch.map(|(_, n)| n);
+    let interface = |name: &str, ty: &ValueType| {
+        let mut vi = value_info(name, ty);
+        if let Some((param, n)) = batch {
+            if ty.shape.first() == Some(&n) {
+                set_leading_param(&mut vi, param);
+            }
+        }
+        vi
+    };
     let mut names: HashMap<ValueRef, String> = HashMap::new();
     let mut gp = GraphProto::new();
     gp.name = g.name.clone();
@@ -115,7 +195,7 @@ pub fn export_model(g: &Graph, opts: &ExportOptions) -> Result<ModelProto, Expor
         let node = g.node(id);
         match &node.op {
             Op::Input => {
-                gp.input.push(value_info(&node.name, &node.outputs[0].ty));
+                gp.input.push(interface(&node.name, &node.outputs[0].ty));
                 names.insert(ValueRef::new(id, 0), node.name.clone());
             }
             Op::Constant(t) => {
@@ -171,7 +251,7 @@ pub fn export_model(g: &Graph, opts: &ExportOptions) -> Result<ModelProto, Expor
                 Some(want.clone()),
             );
         }
-        gp.output.push(value_info(want, g.value_type(v)));
+        gp.output.push(interface(want, g.value_type(v)));
     }
     gp.node = std::mem::take(&mut b.nodes);
     gp.initializer = std::mem::take(&mut b.initializers);
@@ -226,6 +306,22 @@ fn value_info(name: &str, ty: &ValueType) -> ValueInfoProto {
     vi
 }
 
+/// Makes axis 0 of a value's declared shape the symbolic dimension `param`.
+fn set_leading_param(vi: &mut ValueInfoProto, param: &str) {
+    let tt = vi.type_.as_mut().and_then(|t| match t.value.as_mut() {
+        Some(type_proto::Value::TensorType(tt)) => Some(tt),
+        _ => None,
+    });
+    if let Some(dim) = tt
+        .and_then(|tt| tt.shape.as_mut())
+        .and_then(|s| s.dim.first_mut())
+    {
+        dim.value = Some(tensor_shape_proto::dimension::Value::DimParam(
+            param.to_string(),
+        ));
+    }
+}
+
 fn attribute(name: &str, a: Attr) -> AttributeProto {
     let mut p = AttributeProto::new();
     p.name = name.to_string();
@@ -254,6 +350,8 @@ fn attribute(name: &str, a: Attr) -> AttributeProto {
 /// Emits ONNX nodes and initializers with unique names.
 pub(crate) struct Builder {
     pub(crate) opset: i64,
+    /// The planned batch, when axis 0 of the interface is symbolic.
+    batch: Option<usize>,
     used: HashSet<String>,
     nodes: Vec<NodeProto>,
     initializers: Vec<onnx_protobuf::TensorProto>,
@@ -266,6 +364,7 @@ impl Builder {
     fn new(opset: i64) -> Builder {
         Builder {
             opset,
+            batch: None,
             used: HashSet::new(),
             nodes: Vec::new(),
             initializers: Vec::new(),
@@ -288,6 +387,10 @@ impl Builder {
 impl OnnxWriter for Builder {
     fn opset(&self) -> i64 {
         self.opset
+    }
+
+    fn batch(&self) -> Option<usize> {
+        self.batch
     }
 
     /// A unique name starting with `base`.

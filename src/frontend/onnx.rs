@@ -232,6 +232,29 @@ pub fn import_onnx(
             imp.values.insert(vi.name.clone(), v);
         }
     }
+    // A batch: the same named dimension leads every graph input.
+    let leading: Vec<Option<String>> = graph
+        .input
+        .iter()
+        .filter(|vi| {
+            imp.g
+                .inputs()
+                .iter()
+                .any(|&id| imp.g.node(id).name == vi.name)
+        })
+        .map(|vi| match declared(vi) {
+            Ok((_, Some(dims))) => match dims.first() {
+                Some(Dim::Symbolic(p)) => Some(p.clone()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    if let Some(Some(first)) = leading.first() {
+        if leading.iter().all(|p| p.as_ref() == Some(first)) {
+            imp.g.symbolic_batch = Some(first.clone());
+        }
+    }
     // Every unknown operator is reported at once, before any is converted.
     let mut unsupported: Vec<(String, Vec<Span>)> = Vec::new();
     for (i, n) in graph.node.iter().enumerate() {

@@ -102,6 +102,10 @@ pub struct Port {
 pub struct Graph {
     /// The model's name.
     pub name: String,
+    /// The name of a symbolic dimension that is axis 0 of every graph input
+    /// (an ONNX `dim_param` bound to a value at import): the batch, which export
+    /// keeps symbolic where the plan allows.
+    pub symbolic_batch: Option<String>,
     dag: StableDiGraph<Node, Port>,
     inputs: Vec<NodeId>,
     outputs: Vec<ValueRef>,

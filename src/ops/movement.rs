@@ -61,7 +61,7 @@ impl OpDef for Reshape {
     fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
         let Reshape { shape } = self;
 
-        let s = cx.b.ints("shape", &i64s(shape));
+        let s = cx.b.reshape_target(&cx.in_types[0].shape, shape);
         cx.single("Reshape", &[cx.input(0), s], vec![])
     }
 }
@@ -688,7 +688,14 @@ impl OpDef for Expand {
     fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
         let Expand { shape } = self;
 
-        let s = cx.b.ints("shape", &i64s(shape));
+        // With a symbolic batch, an axis 0 that passes through is 1: broadcasting
+        // keeps the input's.
+        let mut target = i64s(shape);
+        let from = &cx.in_types[0].shape;
+        if cx.b.batch().is_some() && from.len() == shape.len() && from.first() == shape.first() {
+            target[0] = 1;
+        }
+        let s = cx.b.ints("shape", &target);
         cx.single("Expand", &[cx.input(0), s], vec![])
     }
 }

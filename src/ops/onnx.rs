@@ -47,6 +47,23 @@ pub trait OnnxWriter {
         attrs: Vec<(&str, Attr)>,
         outputs: &[String],
     );
+    /// The batch the graph was planned for, when the export keeps axis 0 of
+    /// the interface symbolic: shape constants then copy axis 0 where it passes
+    /// through unchanged, so that other batches run too.
+    fn batch(&self) -> Option<usize> {
+        None
+    }
+
+    /// A Reshape target for a tensor of shape `from`: `to`, with axis 0 as 0
+    /// ("copy the input's") when the batch is symbolic and axis 0 passes through.
+    fn reshape_target(&mut self, from: &[usize], to: &[usize]) -> String {
+        let mut v = as_i64(to);
+        if self.batch().is_some() && !from.is_empty() && from.first() == to.first() {
+            v[0] = 0;
+        }
+        self.ints("shape", &v)
+    }
+
     /// A constant 1-D i64 input.
     fn ints(&mut self, what: &str, v: &[i64]) -> String {
         self.constant(what, &Tensor::from_i64(vec![v.len()], v.to_vec()))
@@ -223,8 +240,8 @@ pub(super) fn slice(
     b.node("Slice", &inputs, vec![], None)
 }
 
-pub(super) fn reshape(b: &mut dyn OnnxWriter, x: &str, shape: &[usize]) -> String {
-    let s = b.ints("shape", &as_i64(shape));
+pub(super) fn reshape(b: &mut dyn OnnxWriter, x: &str, from: &[usize], shape: &[usize]) -> String {
+    let s = b.reshape_target(from, shape);
     b.node("Reshape", &[x.to_string(), s], vec![], None)
 }
 
@@ -270,7 +287,7 @@ pub(super) fn to_physical(
     }
     let (perm, split_shape) = digit_positions(layout, logical);
     if layout.is_blocked() {
-        x = reshape(b, &x, &split_shape);
+        x = reshape(b, &x, &padded, &split_shape);
     }
     if !is_identity_perm(&perm) {
         x = transpose(b, &x, &perm);
@@ -290,7 +307,7 @@ pub(super) fn from_physical(
         return x.to_string();
     }
     let mut x = x.to_string();
-    let (perm, _) = digit_positions(layout, logical);
+    let (perm, split_shape) = digit_positions(layout, logical);
     if !is_identity_perm(&perm) {
         let mut inverse = vec![0; perm.len()];
         for (i, &p) in perm.iter().enumerate() {
@@ -302,7 +319,7 @@ pub(super) fn from_physical(
         .map(|a| layout.padded_extent(a, logical[a]))
         .collect();
     if layout.is_blocked() {
-        x = reshape(b, &x, &padded);
+        x = reshape(b, &x, &split_shape, &padded);
     }
     let cut: Vec<usize> = (0..logical.len())
         .filter(|&a| padded[a] != logical[a])
