@@ -413,3 +413,25 @@ fn one_function_called_from_many_threads() {
         }
     });
 }
+
+/// exp, erf and sqrt in a vectorized loop run lane-wise on the vector path (the
+/// inline e^x and erf), and agree with the interpreter.
+#[test]
+fn vectorized_exp_erf_and_sqrt() {
+    use layoutopt::tir::expr::Intrinsic;
+    let mut g = ComputeGraph::new();
+    let a = g.placeholder("A", &[2, 13]).unwrap();
+    let c = g
+        .compute("C", &[2, 13], |x| {
+            let v = a.at(x);
+            Expr::call(Intrinsic::Exp, vec![v.clone() * Expr::Float(3.0)])
+                + Expr::call(Intrinsic::Erf, vec![v.clone()])
+                + Expr::call(Intrinsic::Sqrt, vec![v.clone() * v])
+        })
+        .unwrap();
+    let mut s = Schedule::new(&g, &[c]).unwrap();
+    let ax = s.axis(&c).unwrap();
+    s.vectorize(&c, &ax[1]).unwrap();
+    let st = check_jit(&s, &g, &Interpreter::new(), &KernelTable::new());
+    assert_eq!(st.vector_loops, 1);
+}

@@ -8,7 +8,7 @@
 
 use std::collections::HashSet;
 
-use crate::tir::expr::{BinOp, Expr, Range, TensorId, Var};
+use crate::tir::expr::{BinOp, Expr, Intrinsic, Range, TensorId, Var};
 use crate::tir::intset::{eval_set_in_order, IntSet};
 use crate::tir::layout::{BufferLayout, PhysDim};
 use crate::tir::simplify::{
@@ -450,7 +450,7 @@ pub(crate) fn iterations_independent(
 
 /// The vector path's requirements on `for var { buffer[index] = value }`: the store and
 /// every load that depends on `var` are unit-stride in it, the value is float arithmetic
-/// (+ - * / min max) of such loads and of loop-invariant scalars, and no load reads the
+/// (+ - * / min max, exp, erf, sqrt) of such loads and of loop-invariant scalars, and no load reads the
 /// stored buffer elsewhere than the element being stored.
 pub(crate) fn vectorizable(
     var: &Var,
@@ -466,6 +466,10 @@ pub(crate) fn vectorizable(
         }
         match e {
             Expr::Load { index, .. } => unit_stride(index, var, vb),
+            // Functions the vector path computes lane-wise (exp and erf inline).
+            Expr::Call(Intrinsic::Exp | Intrinsic::Erf | Intrinsic::Sqrt, args) => {
+                args.len() == 1 && !args[0].is_int() && ok(&args[0], var, vb)
+            }
             Expr::Bin(Add | Sub | Mul | Div | Min | Max, a, b) => {
                 !e.is_int()
                     && [a, b]

@@ -81,7 +81,9 @@ pub fn lower_node(
     layouts: Option<(&[Layout], &Layout)>,
 ) -> Result<TirView, String> {
     let c = op_compute(op, types).map_err(|e| e.to_string())?;
-    let s = c.default_schedule().map_err(|e| e.to_string())?;
+    let s = c
+        .default_schedule(layouts.map(|l| l.1))
+        .map_err(|e| e.to_string())?;
     let mut opts = LowerOptions::default();
     let mut shown = Vec::new();
     if let Some((ins, out)) = layouts {

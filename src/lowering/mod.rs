@@ -14,6 +14,7 @@
 use crate::core::{Layout, ValueType};
 use crate::ops::te::{extents, ComputeCx, ComputeGraph, TeTensor as Tensor, TirError};
 use crate::ops::Op;
+use crate::tir::compute::IterVar;
 use crate::tir::expr::TensorId;
 use crate::tir::layout::{BufferLayout, PhysDim};
 use crate::tir::lower::{lower, LowerOptions, LoweredFunc};
@@ -190,13 +191,27 @@ fn reduces(g: &ComputeGraph, t: Tensor) -> bool {
         .is_some_and(|c| !c.reduce_axis.is_empty())
 }
 
+/// The loops of an output visited in storage order.
+struct Ordered {
+    /// The loop just outside the vector lanes (where element-wise producers go).
+    outside_lanes: Option<IterVar>,
+    /// The outermost loop of more than one iteration (the parallel one).
+    outermost: Option<IterVar>,
+}
+
 impl OpCompute {
     /// The default schedule, applied primitive by primitive: padding and chained
     /// elementwise stages inlined, row statistics computed at their row of the
     /// output, the innermost axis split by 8 and vectorized (reductions inside the
     /// spatial loops), producing reductions computed at the loop outside the vector
     /// lanes, the outermost non-trivial axis parallel.
-    pub fn default_schedule(&self) -> Result<Schedule, TirError> {
+    ///
+    /// With the output's storage layout (`out`), an output without reductions is
+    /// visited in storage order instead: each blocked axis split by its block, the
+    /// loops ordered as the layout stores them, the innermost (a block of lanes,
+    /// else an axis split by 8) vectorized, so that every access is unit-stride
+    /// and the vector path applies.
+    pub fn default_schedule(&self, out: Option<&Layout>) -> Result<Schedule, TirError> {
         let y = self.output;
         let mut s = Schedule::new(&self.graph, &[y])?;
         for p in &self.inline {
@@ -207,10 +222,20 @@ impl OpCompute {
             s.compute_at(t, &y, &axes[*a])?;
         }
         let shape = &self.graph.op(y.id).shape;
+        let storage_order = match out {
+            Some(l) if !l.is_identity() && s.reduce_axis(&y)?.is_empty() => {
+                self.storage_order(&mut s, l)?
+            }
+            _ => None,
+        };
         // Where element-wise producers are computed: the innermost loop outside the
         // vector lanes.
         let mut element_loop = axes.last().cloned();
-        if let (Some(last), Some(&extent)) = (axes.last(), shape.last()) {
+        let mut parallel = None;
+        if let Some(ordered) = storage_order {
+            element_loop = ordered.outside_lanes;
+            parallel = ordered.outermost;
+        } else if let (Some(last), Some(&extent)) = (axes.last(), shape.last()) {
             if extent >= 8 {
                 let (outer, inner) = s.split(&y, last, 8)?;
                 element_loop = Some(outer);
@@ -239,17 +264,81 @@ impl OpCompute {
                 }
             }
         }
-        let outer = axes
-            .iter()
-            .zip(shape)
-            .find(|(_, &d)| d > 1)
-            .map(|(a, _)| a.clone());
+        let outer = parallel.or_else(|| {
+            axes.iter()
+                .zip(shape)
+                .find(|(_, &d)| d > 1)
+                .map(|(a, _)| a.clone())
+        });
         if let Some(a) = outer {
             if s.leaves(&y)?.iter().any(|l| l.var == a.var) {
                 s.parallel(&y, &a)?;
             }
         }
         Ok(s)
+    }
+
+    /// Orders the output's loops as `layout` stores it (see `default_schedule`)
+    /// and vectorizes the innermost; `None` when the layout nests blocks (the
+    /// logical order is kept).
+    fn storage_order(
+        &self,
+        s: &mut Schedule,
+        layout: &Layout,
+    ) -> Result<Option<Ordered>, TirError> {
+        let y = self.output;
+        let axes = s.axis(&y)?;
+        let shape = self.graph.op(y.id).shape.clone();
+        if (0..axes.len()).any(|a| layout.factors(a).len() > 1) {
+            return Ok(None);
+        }
+        // Each axis as its loops by level, with their extents: the axis, or its
+        // outer loop and its block.
+        let mut levels: Vec<Vec<(IterVar, i64)>> = Vec::with_capacity(axes.len());
+        for (a, iv) in axes.iter().enumerate() {
+            levels.push(match layout.factors(a).first() {
+                Some(&f) => {
+                    let f = f as i64;
+                    let (outer, inner) = s.split(&y, iv, f)?;
+                    vec![(outer, (shape[a] + f - 1) / f), (inner, f)]
+                }
+                None => vec![(iv.clone(), shape[a])],
+            });
+        }
+        let mut order: Vec<(IterVar, i64)> = vec![];
+        for d in layout.order() {
+            match levels.get(d.axis).and_then(|l| l.get(d.level)) {
+                Some(level) => order.push(level.clone()),
+                None => return Ok(None),
+            }
+        }
+        let loops: Vec<IterVar> = order.iter().map(|l| l.0.clone()).collect();
+        s.reorder(&y, &loops)?;
+        let Some((innermost, extent)) = order.pop() else {
+            return Ok(None);
+        };
+        let outermost = order.iter().find(|l| l.1 > 1).map(|l| l.0.clone());
+        let outside = order.last().map(|l| l.0.clone());
+        let is_block = levels
+            .iter()
+            .any(|l| l.len() == 2 && l[1].0.var == innermost.var);
+        let outside_lanes = match extent {
+            // A long axis: lanes of 8 (the runs of 4 the vector path takes, twice).
+            8.. if !is_block => {
+                let (outer, inner) = s.split(&y, &innermost, 8)?;
+                s.vectorize(&y, &inner)?;
+                Some(outer)
+            }
+            4.. => {
+                s.vectorize(&y, &innermost)?;
+                outside
+            }
+            _ => outside,
+        };
+        Ok(Some(Ordered {
+            outside_lanes,
+            outermost,
+        }))
     }
 
     /// The storage of the operands (`layouts.0`) and the output (`layouts.1`): for
@@ -293,7 +382,7 @@ pub fn lower_chain(
     layouts: Option<(&[Layout], &Layout)>,
 ) -> Result<LoweredOp, TirError> {
     let c = chain_compute(links)?;
-    let s = c.default_schedule()?;
+    let s = c.default_schedule(layouts.map(|l| l.1))?;
     let mut opts = LowerOptions::default();
     if let Some((ins, out)) = layouts {
         for (name, l, bl) in c.storage(ins, out) {
