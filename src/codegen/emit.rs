@@ -875,7 +875,7 @@ impl FnEmitter<'_, '_, '_> {
             8.333_452e-3,
             4.166_579_6e-2,
             1.666_666_5e-1,
-            5.000_000_1e-1,
+            0.5,
         ];
         let (lo, hi) = (self.vsplat(-104.0), self.vsplat(89.0));
         let x = self.b.ins().fmax(x, lo);
