@@ -3,6 +3,7 @@
 
 mod fold;
 mod memory;
+mod pad_fold;
 mod precision;
 
 pub use crate::core::{
@@ -15,6 +16,7 @@ pub use memory::{
     check_value_size, checked_size_bytes, format_bytes, machine_memory, memory_limit, parse_bytes,
     MEMORY_LIMIT_ENV,
 };
+pub use pad_fold::{fold_pads, has_foldable_pad, PadFold};
 
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 use petgraph::visit::EdgeRef;

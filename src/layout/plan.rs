@@ -26,8 +26,8 @@ use super::rules::RuleSource;
 use super::solver::{self, Method, Pair, Problem, SolveOptions};
 use super::{pad_flow, Layout, LayoutError, PadValue, Requirement};
 use crate::graph::{
-    fold_node, format_spans, merge_spans, Graph, GraphError, LaidOut, NodeId, Op, Span, ValueRef,
-    ValueType,
+    fold_node, fold_pads, format_spans, has_foldable_pad, merge_spans, Graph, GraphError, LaidOut,
+    NodeId, Op, PadFold, Span, ValueRef, ValueType,
 };
 use crate::ops::LayoutTransform;
 use serde::Serialize;
@@ -380,6 +380,8 @@ pub struct PlanReport {
     pub packed_constants: usize,
     /// Padding refills inserted where an op needed a known padding value.
     pub refills: usize,
+    /// Explicit pads folded into the padding of the conv or pool after them.
+    pub pad_folds: Vec<PadFold>,
     /// The planner's objective under the cost model (ns, estimated).
     pub estimated_cost: f64,
     /// Time spent planning (ms).
@@ -443,6 +445,13 @@ impl PlanReport {
             "constants re-packed: {}, padding refills: {}",
             self.packed_constants, self.refills
         );
+        for f in &self.pad_folds {
+            let _ = writeln!(
+                s,
+                "  pad {} folded into {} (fill {})",
+                f.pad, f.into, f.fill
+            );
+        }
         for t in &self.transforms {
             let _ = writeln!(
                 s,
@@ -558,6 +567,15 @@ pub fn plan_with(
     options: &PlanOptions,
 ) -> Result<Plan, PlanError> {
     let t0 = Instant::now();
+    // Folding edits a copy, made only when some Pad feeds a window.
+    let mut folded = None;
+    let mut pad_folds = Vec::new();
+    if has_foldable_pad(g) {
+        let mut copy = g.clone();
+        pad_folds = fold_pads(&mut copy)?;
+        folded = Some(copy);
+    }
+    let g = folded.as_ref().unwrap_or(g);
     let space = PlanSpace::build(g, family, model)?;
     let assignment = planner.assign(g, &space)?;
     let estimated_cost = space.problem.cost(&assignment.choice);
@@ -610,6 +628,7 @@ pub fn plan_with(
         transforms,
         packed_constants,
         refills,
+        pad_folds,
         estimated_cost,
         plan_time_ms: ms(t0.elapsed()),
         solver: assignment.solver,
