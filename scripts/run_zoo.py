@@ -112,16 +112,23 @@ def main() -> int:
         model = d / ("model.onnx" if fmt == "onnx" else "model.tflite")
         result, err = layoutopt_run(args.layoutopt, model)
         if result is None:
-            print(f"{name:<18} {fmt:<7} {'no':<8} {err[:90]}")
+            print(f"{name:<18} {fmt:<7} {'no':<8} {err[:90]}", flush=True)
             continue
+        # onnxruntime runs the model's ONNX form, when the suite has one.
         onnx_path = args.zoo / f"{name}_onnx" / "model.onnx"
+        peer = onnx_path.exists()
         lo, rt = [], []
         for _ in range(args.rounds):
             lo.append(layoutopt_ms(args.layoutopt, model))
-            rt.append(ort_ms(onnx_path))
-        l, o = statistics.median(lo), statistics.median(rt)
+            if peer:
+                rt.append(ort_ms(onnx_path))
+        l = statistics.median(lo)
+        if peer:
+            o, ratio = f"{statistics.median(rt):>6.2f} ms", f"{l / statistics.median(rt):>5.2f}x"
+        else:
+            o, ratio = f"{'-':>9}", f"{'-':>6}"
         print(f"{name:<18} {fmt:<7} {'yes':<8} {result['rel']:>11.2e} {result['kept']:>5} "
-              f"{result['fallbacks']:>8} {l:>7.2f} ms {o:>6.2f} ms {l / o:>5.2f}x")
+              f"{result['fallbacks']:>8} {l:>7.2f} ms {o} {ratio}", flush=True)
     return 0
 
 

@@ -210,3 +210,72 @@ fn planned_models_rewrite_to_the_same_outputs() {
         }
     }
 }
+
+/// A per-channel constant the plan packs into NCHW16c (a Mul's scale between
+/// two convolutions, as a converter writes a batch norm) is, for the rewriting, a blocked tensor of its
+/// logical shape: the rewriting runs instead of being skipped, and the rewritten
+/// graph computes the source's outputs.
+#[test]
+fn constants_packed_into_a_blocked_layout_rewrite() {
+    use common::{int_attr, model, model_bytes, node, value_info};
+    use layoutopt::frontend::onnx::import_onnx;
+    use layoutopt::graph::Tensor;
+    use layoutopt::layout::op_rules::{CostModel, Family};
+    use layoutopt::layout::plan::{plan, planner_by_name};
+
+    let c = 32;
+    let w: Vec<f32> = (0..c * 3 * 9)
+        .map(|i| ((i * 7) % 11) as f32 / 5.0 - 1.0)
+        .collect();
+    let w2: Vec<f32> = (0..c * c)
+        .map(|i| ((i * 5) % 13) as f32 / 6.0 - 1.0)
+        .collect();
+    let s: Vec<f32> = (0..c).map(|i| 0.5 + i as f32 / 16.0).collect();
+    let mut conv = node("Conv", "conv", &["x", "w"], &["y"]);
+    conv.attribute.push(int_attr("group", 1));
+    let m = model(
+        vec![
+            conv,
+            node("Mul", "scale", &["y", "s"], &["z"]),
+            node("Relu", "relu", &["z"], &["r"]),
+            node("Conv", "conv2", &["r", "w2"], &["out"]),
+        ],
+        vec![value_info("x", 1, &[1, 3, 8, 8])],
+        vec![value_info("out", 1, &[1, c as i64, 6, 6])],
+        vec![
+            ("w", Tensor::from_f32(vec![c, 3, 3, 3], w)),
+            ("w2", Tensor::from_f32(vec![c, c, 1, 1], w2)),
+            ("s", Tensor::from_f32(vec![1, c, 1, 1], s)),
+        ],
+        13,
+    );
+    let g = import_onnx(
+        &model_bytes(&m),
+        "scale.onnx",
+        None,
+        &ImportOptions::default(),
+    )
+    .unwrap();
+    let p = plan(
+        &g,
+        planner_by_name("global").unwrap().as_ref(),
+        Family::Nchwc(16),
+        &CostModel::default(),
+    )
+    .unwrap();
+    assert!(
+        p.report.packed_constants >= 1,
+        "the scale is not packed: {}",
+        p.report.to_text()
+    );
+    let rewrite = p.report.rewrite.as_ref().expect("rewriting ran");
+    assert!(!rewrite.skipped, "rewriting skipped: {:?}", rewrite.note);
+    let x: Vec<f32> = (0..3 * 64)
+        .map(|i| ((i * 13) % 17) as f32 / 8.0 - 1.0)
+        .collect();
+    let x = Tensor::from_f32(vec![1, 3, 8, 8], x);
+    let want = layoutopt::reference::run(&g, std::slice::from_ref(&x)).unwrap();
+    let got = layoutopt::reference::run(&p.graph, &[x]).unwrap();
+    let (err, mag) = max_abs_err(&want[0], &got[0]);
+    assert!(err <= 1e-5 * mag.max(1.0), "error {err} (magnitude {mag})");
+}

@@ -2,6 +2,7 @@
 //! physical tensors, and the extracted choice of nodes becomes a graph again.
 
 use super::*;
+use crate::graph::NodeId;
 use crate::layout::{Layout, LayoutError, PadValue};
 use crate::ops::{Crop, LayoutTransform, PadWith};
 
@@ -45,6 +46,27 @@ fn checked_add(
     Ok(id)
 }
 
+/// Where the plan packed constant `id` into a layout: the layout and logical
+/// shape every reader takes it in, when they agree and fit its physical shape.
+fn packed_placement(g: &Graph, id: NodeId) -> Option<(Layout, Vec<usize>)> {
+    let Op::Constant(t) = &g.node(id).op else {
+        return None;
+    };
+    let mut placed = None;
+    for (reader, i) in g.consumers(ValueRef::new(id, 0)) {
+        let Op::InLayout(l) = &g.node(reader).op else {
+            return None;
+        };
+        let p = l.inputs.get(i)?;
+        if placed.get_or_insert_with(|| p.clone()) != p {
+            return None;
+        }
+    }
+    let (layout, logical) = placed?;
+    let packed = !layout.is_identity() && layout.physical_shape(&logical).ok()? == t.shape;
+    packed.then_some((layout, logical))
+}
+
 /// Builds the e-graph of a graph. Ops other than the transforms must read
 /// row-major tensors (the graph IR has no other way to say what they mean).
 pub fn graph_to_egraph(g: &Graph) -> Result<GraphEGraph, LayoutError> {
@@ -67,6 +89,7 @@ pub fn graph_to_egraph(g: &Graph) -> Result<GraphEGraph, LayoutError> {
                     name: node.name.clone(),
                     op: node.op.clone(),
                     ty: node.outputs[0].ty.clone(),
+                    placed: packed_placement(g, nid),
                     spans: node.spans.clone(),
                 });
                 Lang::Atom(Atom::Source(eg.analysis.sources.len() - 1))

@@ -194,6 +194,9 @@ pub struct Source {
     pub op: Op,
     /// Its value's type.
     pub ty: ValueType,
+    /// The layout and logical shape of a constant the plan packed into a layout
+    /// (its type is then the physical shape).
+    pub placed: Option<(Layout, Vec<usize>)>,
     /// Its source layers.
     pub spans: Vec<Span>,
 }
@@ -427,11 +430,20 @@ fn infer(eg: &LEGraph, node: &Lang) -> Result<Info, String> {
                 .sources
                 .get(*k)
                 .ok_or_else(|| format!("no source #{k}"))?;
-            plain(
-                s.ty.dtype,
-                s.ty.shape.clone(),
-                matches!(s.op, Op::Constant(_)),
-            )
+            match &s.placed {
+                Some((layout, logical)) => Ok(Info::Tensor(TensorInfo {
+                    dtype: s.ty.dtype,
+                    layout: layout.clone(),
+                    logical: logical.clone(),
+                    pad: None,
+                    is_const: true,
+                })),
+                None => plain(
+                    s.ty.dtype,
+                    s.ty.shape.clone(),
+                    matches!(s.op, Op::Constant(_)),
+                ),
+            }
         }
         Lang::Atom(a) => Ok(Info::Atom(a.clone())),
         Lang::Xform([from, to, pad, x]) => {
