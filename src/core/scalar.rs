@@ -238,6 +238,7 @@ impl UnaryOp {
     }
 
     /// The function applied to `x`.
+    #[inline(always)] // into the vector epilogues, compiled for their instruction set
     pub fn apply<T: Scalar>(self, x: T) -> T {
         let c = T::lit;
         let clip = |x: T, lo: f64, hi: f64| x.max(c(lo)).min(c(hi));

@@ -15,7 +15,7 @@
 
 use crate::core::{DType, Layout, PadValue};
 use crate::graph::{Graph, GraphError, LaidOut, NodeId, Op, ValueRef};
-use crate::ops::BinaryOp;
+use crate::ops::{BinaryOp, UnaryOp};
 use std::collections::HashSet;
 
 /// Nodes that run as one step.
@@ -36,11 +36,20 @@ pub enum Pattern {
         bn: Option<NodeId>,
         /// The other operand of a residual add applied in the epilogue.
         residual: Option<ValueRef>,
-        /// The bounds of a relu or clip applied last.
-        clamp: Option<(f32, f32)>,
+        /// The activation applied last.
+        activation: Option<Activation>,
     },
     /// Elementwise nodes computed in one loop nest with the node before them.
     Elementwise,
+}
+
+/// The activation a convolution's epilogue applies last.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Activation {
+    /// An elementwise op (relu and clip among them).
+    Unary(UnaryOp),
+    /// x · sigmoid(x) (SiLU), which converters write as `Mul(x, Sigmoid(x))`.
+    Swish,
 }
 
 impl FusedGroup {
@@ -66,6 +75,8 @@ pub trait Target {
     fn conv_kernel(&mut self, id: NodeId) -> bool;
     /// Whether node `id` has a hand-written kernel of its own.
     fn native_kernel(&mut self, id: NodeId) -> bool;
+    /// Whether the convolution kernels apply `act` in their epilogue.
+    fn epilogue(&mut self, act: Activation) -> bool;
 }
 
 /// The op a node computes, with its storage when the planner laid it out.
@@ -109,7 +120,7 @@ pub fn plan(g: &Graph, target: &mut dyn Target) -> Result<Vec<FusedGroup>, Graph
     let mut groups = Vec::new();
     for &id in &order {
         if !claimed.contains(&id) && target.conv_kernel(id) {
-            let group = conv_epilogue(g, id, &claimed);
+            let group = conv_epilogue(g, id, &claimed, target);
             claimed.extend(group.nodes.iter().copied());
             groups.push(group);
         }
@@ -149,27 +160,42 @@ pub fn same_storage(g: &Graph, like: NodeId, next: NodeId) -> bool {
     data_ok && output_layout(g, next).is_some_and(|(l, _)| l == yl)
 }
 
-/// Convolution `id` with the batch norm, residual add and relu/clip that follow it
-/// (in that order, each optional). Nodes in `claimed` belong to another group.
-fn conv_epilogue(g: &Graph, id: NodeId, claimed: &HashSet<NodeId>) -> FusedGroup {
-    let (mut bn, mut residual, mut clamp) = (None, None, None);
+/// Convolution `id` with the batch norm, residual add and activation that follow
+/// it (in that order, each optional; the activation one the target's epilogue
+/// applies). Nodes in `claimed` belong to another group.
+fn conv_epilogue(
+    g: &Graph,
+    id: NodeId,
+    claimed: &HashSet<NodeId>,
+    target: &mut dyn Target,
+) -> FusedGroup {
+    let (mut bn, mut residual, mut activation) = (None, None, None);
     let mut nodes = vec![id];
     let conv_ty = &g.node(id).outputs[0].ty;
     let mut v = ValueRef::new(id, 0);
+    // The node may join: unclaimed, laid out like the conv, of the conv's type.
+    let joins = |next: NodeId| {
+        !claimed.contains(&next)
+            && same_storage(g, id, next)
+            && g.node(next).outputs[0].ty == *conv_ty
+    };
     // 0: after the conv, 1: after a batch norm, 2: after the add.
     let mut stage = 0;
-    while !g.is_graph_output(v) {
+    while !g.is_graph_output(v) && activation.is_none() {
+        if let Some(swish) = swish_of(g, v).filter(|s| s.iter().all(|&n| joins(n))) {
+            if target.epilogue(Activation::Swish) {
+                nodes.extend(swish);
+                activation = Some(Activation::Swish);
+            }
+            break;
+        }
         let users = g.consumers(v);
         let [(next, port)] = users[..] else { break };
-        if claimed.contains(&next)
-            || !same_storage(g, id, next)
-            || g.node(next).outputs[0].ty != *conv_ty
-        {
+        if !joins(next) {
             break;
         }
         let ins = g.node_inputs(next);
-        let op = inner(g, next).0;
-        match op {
+        match inner(g, next).0 {
             Op::BatchNorm(_) if stage == 0 && port == 0 => {
                 // Its parameters fold into the weights at compile time.
                 let f32_constant =
@@ -188,13 +214,12 @@ fn conv_epilogue(g: &Graph, id: NodeId, claimed: &HashSet<NodeId>) -> FusedGroup
                 residual = Some(other);
                 stage = 2;
             }
-            Op::Unary(u) if u.clamp_bounds().is_some() => clamp = u.clamp_bounds(),
+            Op::Unary(u) if target.epilogue(Activation::Unary(*u)) => {
+                activation = Some(Activation::Unary(*u))
+            }
             _ => break,
         }
         nodes.push(next);
-        if clamp.is_some() {
-            break;
-        }
         v = ValueRef::new(next, 0);
     }
     FusedGroup {
@@ -202,9 +227,27 @@ fn conv_epilogue(g: &Graph, id: NodeId, claimed: &HashSet<NodeId>) -> FusedGroup
         pattern: Pattern::ConvEpilogue {
             bn,
             residual,
-            clamp,
+            activation,
         },
     }
+}
+
+/// The Sigmoid and Mul nodes of `v · sigmoid(v)`, when they are `v`'s only
+/// readers and the sigmoid has no other reader.
+fn swish_of(g: &Graph, v: ValueRef) -> Option<[NodeId; 2]> {
+    let users = g.consumers(v);
+    let [(a, _), (b, _)] = users[..] else {
+        return None;
+    };
+    let is_sigmoid = |n: NodeId| matches!(inner(g, n).0, Op::Unary(UnaryOp::Sigmoid));
+    let (sigmoid, mul) = if is_sigmoid(a) { (a, b) } else { (b, a) };
+    let s = ValueRef::new(sigmoid, 0);
+    let product = matches!(inner(g, mul).0, Op::Binary(BinaryOp::Mul));
+    let reads = g.node_inputs(mul);
+    let only_reader = g.consumers(s) == [(mul, 0)] || g.consumers(s) == [(mul, 1)];
+    let operands = reads.contains(&v) && reads.contains(&s);
+    (is_sigmoid(sigmoid) && product && only_reader && operands && !g.is_graph_output(s))
+        .then_some([sigmoid, mul])
 }
 
 /// `head` and the elementwise nodes that can follow it in one loop nest: each

@@ -98,7 +98,7 @@ pub struct ExtractReport {
 pub const ILP_NODE_LIMIT: usize = 4000;
 
 /// Time the ILP may take before the greedy choice is used.
-const ILP_SECONDS: f64 = 10.0;
+const ILP_SECONDS: f64 = 2.0;
 
 /// Classes reachable from the roots, and for each the nodes that are not on a
 /// cycle: a depth-first walk drops every node with a child still on the walk's
@@ -314,7 +314,7 @@ impl Default for RewriteLimits {
         RewriteLimits {
             iterations: 30,
             nodes: 50_000,
-            time: Duration::from_secs(5),
+            time: Duration::from_secs(2),
         }
     }
 }

@@ -9,7 +9,7 @@
 //! stay busy whatever the number of blocks.
 
 use super::conv::{fill_channel_pad, valid_taps, ConvGeom};
-use super::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel};
+use super::simd::{run_vectorized, Epilogue, Isa, Lanes, Vector, VectorKernel};
 use rayon::prelude::*;
 
 /// Output pixels one register tile holds.
@@ -24,8 +24,7 @@ pub struct Depthwise {
     w: Vec<f32>,
     /// [channel blocks][cb].
     bias: Vec<f32>,
-    lo: f32,
-    hi: f32,
+    epilogue: Epilogue,
     /// What the output's padding channels must hold, if any are there.
     pad_fill: Option<f32>,
 }
@@ -37,7 +36,7 @@ impl Depthwise {
         isa: Isa,
         w: &[f32],
         bias: &[f32],
-        (lo, hi): (f32, f32),
+        epilogue: Epilogue,
         pad_fill: Option<f32>,
     ) -> Depthwise {
         let cb = geom.x_cb;
@@ -59,8 +58,7 @@ impl Depthwise {
             geom,
             w: packed,
             bias: b,
-            lo,
-            hi,
+            epilogue,
             pad_fill: pad_fill.filter(|_| padded),
         }
     }
@@ -160,7 +158,6 @@ impl VectorKernel for Row<'_> {
         };
         let w_block = d.w.as_ptr().add(block * kh * kw * cb);
         let bias = d.bias.as_ptr().add(block * cb);
-        let (vlo, vhi) = (V::splat(d.lo), V::splat(d.hi));
         for c in (0..cb).step_by(V::LANES) {
             let mut t = DwTile {
                 x: x_row,
@@ -194,7 +191,7 @@ impl VectorKernel for Row<'_> {
                 macro_rules! by_pixels {
                     ($($n:literal)*) => {
                         match pixels {
-                            $($n => dw_tile::<V, $n>(&t, b, vlo, vhi),)*
+                            $($n => dw_tile::<V, $n>(&t, b, d.epilogue),)*
                             _ => unreachable!("a tile has 1..=DW_TILE pixels"),
                         }
                     };
@@ -209,7 +206,7 @@ impl VectorKernel for Row<'_> {
 /// `N` output pixels of one vector of channels: accumulators in registers, one
 /// weight vector per tap, each input vector loaded once into its FMA.
 #[inline(always)]
-unsafe fn dw_tile<V: Vector, const N: usize>(t: &DwTile, bias: V, lo: V, hi: V) {
+unsafe fn dw_tile<V: Vector, const N: usize>(t: &DwTile, bias: V, ep: Epilogue) {
     let mut acc = [bias; N];
     for ky in t.kh.0..t.kh.1 {
         for kx in t.kw.0..t.kw.1 {
@@ -227,6 +224,6 @@ unsafe fn dw_tile<V: Vector, const N: usize>(t: &DwTile, bias: V, lo: V, hi: V) 
             Some(r) => V::add(a, V::load(r.add(at))),
             None => a,
         };
-        V::clamp(v, lo, hi).store(t.out.add(at));
+        ep.apply(v).store(t.out.add(at));
     }
 }

@@ -8,6 +8,7 @@
 //! Ops without a native kernel run through the reference executor's `eval_op`
 //! on the same buffers; the profile names them as fallbacks.
 
+mod activation;
 pub mod bench;
 mod compile;
 pub mod conv;

@@ -8,6 +8,9 @@
 //! register while it runs over the kernel window and the input channels, each
 //! step one weight-vector load, then a broadcast and an FMA per pixel.
 
+use super::activation::activate;
+use crate::fusion::Activation;
+
 /// The instruction set a kernel runs with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Isa {
@@ -106,6 +109,38 @@ pub struct Epilogue {
     pub min: f32,
     /// Upper bound of the clamp (`inf`: none).
     pub max: f32,
+    /// The activation after the clamp.
+    pub act: Option<Activation>,
+}
+
+impl Epilogue {
+    /// The epilogue applying `act`: a relu or clip as the clamp, anything else
+    /// after it.
+    pub fn of(act: Option<Activation>) -> Epilogue {
+        let clamp = act.and_then(|a| match a {
+            Activation::Unary(u) => u.clamp_bounds(),
+            Activation::Swish => None,
+        });
+        let (min, max) = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+        Epilogue {
+            min,
+            max,
+            act: act.filter(|_| clamp.is_none()),
+        }
+    }
+
+    /// Applies the epilogue to `v` (after the bias and residual).
+    ///
+    /// # Safety
+    /// `V`'s instruction set must be available.
+    #[inline(always)]
+    pub(super) unsafe fn apply<V: Vector>(self, v: V) -> V {
+        let v = V::clamp(v, V::splat(self.min), V::splat(self.max));
+        match self.act {
+            Some(a) => activate(a, v),
+            None => v,
+        }
+    }
 }
 
 /// `v` clamped into `[lo, hi]`, NaN kept NaN (as ONNX Relu and Clip, and the
@@ -128,6 +163,27 @@ pub(super) trait Vector: Copy {
     unsafe fn add(a: Self, b: Self) -> Self;
     unsafe fn clamp(a: Self, lo: Self, hi: Self) -> Self;
     unsafe fn store(self, p: *mut f32);
+    unsafe fn sub(a: Self, b: Self) -> Self;
+    unsafe fn mul(a: Self, b: Self) -> Self;
+    unsafe fn div(a: Self, b: Self) -> Self;
+    /// The larger operand; `b` when either is NaN.
+    unsafe fn max(a: Self, b: Self) -> Self;
+    /// The smaller operand; `b` when either is NaN.
+    unsafe fn min(a: Self, b: Self) -> Self;
+    /// `neg` in the lanes where `a < 0`, else `pos` (NaN selects `pos`).
+    unsafe fn select_negative(a: Self, neg: Self, pos: Self) -> Self;
+    /// `a`, with NaN wherever `b` is NaN.
+    unsafe fn nan_of(a: Self, b: Self) -> Self;
+    /// Rounded to the nearest integer.
+    unsafe fn round(a: Self) -> Self;
+    /// `a · 2^n` for integral `n` in [-126, 127].
+    unsafe fn scale2(a: Self, n: Self) -> Self;
+}
+
+/// `a · 2^n` of one lane, for integral `n` in [-126, 127]: 2^n built from its bits.
+#[inline(always)]
+fn scale2_lane(a: f32, n: f32) -> f32 {
+    a * f32::from_bits(((n as i32 + 127) << 23) as u32)
 }
 
 #[derive(Clone, Copy)]
@@ -164,6 +220,42 @@ impl Vector for Scalar {
     unsafe fn store(self, p: *mut f32) {
         *p = self.0
     }
+    #[inline(always)]
+    unsafe fn sub(a: Self, b: Self) -> Self {
+        Scalar(a.0 - b.0)
+    }
+    #[inline(always)]
+    unsafe fn mul(a: Self, b: Self) -> Self {
+        Scalar(a.0 * b.0)
+    }
+    #[inline(always)]
+    unsafe fn div(a: Self, b: Self) -> Self {
+        Scalar(a.0 / b.0)
+    }
+    #[inline(always)]
+    unsafe fn max(a: Self, b: Self) -> Self {
+        Scalar(if a.0 > b.0 { a.0 } else { b.0 })
+    }
+    #[inline(always)]
+    unsafe fn min(a: Self, b: Self) -> Self {
+        Scalar(if a.0 < b.0 { a.0 } else { b.0 })
+    }
+    #[inline(always)]
+    unsafe fn select_negative(a: Self, neg: Self, pos: Self) -> Self {
+        Scalar(if a.0 < 0.0 { neg.0 } else { pos.0 })
+    }
+    #[inline(always)]
+    unsafe fn nan_of(a: Self, b: Self) -> Self {
+        Scalar(if b.0.is_nan() { b.0 } else { a.0 })
+    }
+    #[inline(always)]
+    unsafe fn round(a: Self) -> Self {
+        Scalar(a.0.round())
+    }
+    #[inline(always)]
+    unsafe fn scale2(a: Self, n: Self) -> Self {
+        Scalar(scale2_lane(a.0, n.0))
+    }
 }
 
 impl Vector for Portable {
@@ -191,6 +283,66 @@ impl Vector for Portable {
     #[inline(always)]
     unsafe fn store(self, p: *mut f32) {
         std::ptr::write_unaligned(p as *mut [f32; 8], self.0)
+    }
+    #[inline(always)]
+    unsafe fn sub(a: Self, b: Self) -> Self {
+        Portable(std::array::from_fn(|i| a.0[i] - b.0[i]))
+    }
+    #[inline(always)]
+    unsafe fn mul(a: Self, b: Self) -> Self {
+        Portable(std::array::from_fn(|i| a.0[i] * b.0[i]))
+    }
+    #[inline(always)]
+    unsafe fn div(a: Self, b: Self) -> Self {
+        Portable(std::array::from_fn(|i| a.0[i] / b.0[i]))
+    }
+    #[inline(always)]
+    unsafe fn max(a: Self, b: Self) -> Self {
+        Portable(std::array::from_fn(|i| {
+            if a.0[i] > b.0[i] {
+                a.0[i]
+            } else {
+                b.0[i]
+            }
+        }))
+    }
+    #[inline(always)]
+    unsafe fn min(a: Self, b: Self) -> Self {
+        Portable(std::array::from_fn(|i| {
+            if a.0[i] < b.0[i] {
+                a.0[i]
+            } else {
+                b.0[i]
+            }
+        }))
+    }
+    #[inline(always)]
+    unsafe fn select_negative(a: Self, neg: Self, pos: Self) -> Self {
+        Portable(std::array::from_fn(|i| {
+            if a.0[i] < 0.0 {
+                neg.0[i]
+            } else {
+                pos.0[i]
+            }
+        }))
+    }
+    #[inline(always)]
+    unsafe fn nan_of(a: Self, b: Self) -> Self {
+        Portable(std::array::from_fn(|i| {
+            if b.0[i].is_nan() {
+                b.0[i]
+            } else {
+                a.0[i]
+            }
+        }))
+    }
+    #[inline(always)]
+    unsafe fn round(a: Self) -> Self {
+        Portable(std::array::from_fn(|i| a.0[i].round()))
+    }
+    #[inline(always)]
+    unsafe fn scale2(a: Self, n: Self) -> Self {
+        Portable(std::array::from_fn(|i| scale2_lane(a.0[i], n.0[i])))
     }
 }
 
@@ -232,6 +384,46 @@ mod x86 {
         unsafe fn store(self, p: *mut f32) {
             _mm512_storeu_ps(p, self.0)
         }
+        #[inline(always)]
+        unsafe fn sub(a: Self, b: Self) -> Self {
+            Zmm(_mm512_sub_ps(a.0, b.0))
+        }
+        #[inline(always)]
+        unsafe fn mul(a: Self, b: Self) -> Self {
+            Zmm(_mm512_mul_ps(a.0, b.0))
+        }
+        #[inline(always)]
+        unsafe fn div(a: Self, b: Self) -> Self {
+            Zmm(_mm512_div_ps(a.0, b.0))
+        }
+        #[inline(always)]
+        unsafe fn max(a: Self, b: Self) -> Self {
+            Zmm(_mm512_max_ps(a.0, b.0))
+        }
+        #[inline(always)]
+        unsafe fn min(a: Self, b: Self) -> Self {
+            Zmm(_mm512_min_ps(a.0, b.0))
+        }
+        #[inline(always)]
+        unsafe fn select_negative(a: Self, neg: Self, pos: Self) -> Self {
+            let m = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a.0, _mm512_setzero_ps());
+            Zmm(_mm512_mask_blend_ps(m, pos.0, neg.0))
+        }
+        #[inline(always)]
+        unsafe fn nan_of(a: Self, b: Self) -> Self {
+            let m = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(b.0, b.0);
+            Zmm(_mm512_mask_blend_ps(m, a.0, b.0))
+        }
+        #[inline(always)]
+        unsafe fn round(a: Self) -> Self {
+            Zmm(_mm512_roundscale_ps::<
+                { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+            >(a.0))
+        }
+        #[inline(always)]
+        unsafe fn scale2(a: Self, n: Self) -> Self {
+            Zmm(_mm512_scalef_ps(a.0, n.0))
+        }
     }
 
     impl Vector for Ymm {
@@ -260,6 +452,51 @@ mod x86 {
         #[inline(always)]
         unsafe fn store(self, p: *mut f32) {
             _mm256_storeu_ps(p, self.0)
+        }
+        #[inline(always)]
+        unsafe fn sub(a: Self, b: Self) -> Self {
+            Ymm(_mm256_sub_ps(a.0, b.0))
+        }
+        #[inline(always)]
+        unsafe fn mul(a: Self, b: Self) -> Self {
+            Ymm(_mm256_mul_ps(a.0, b.0))
+        }
+        #[inline(always)]
+        unsafe fn div(a: Self, b: Self) -> Self {
+            Ymm(_mm256_div_ps(a.0, b.0))
+        }
+        #[inline(always)]
+        unsafe fn max(a: Self, b: Self) -> Self {
+            Ymm(_mm256_max_ps(a.0, b.0))
+        }
+        #[inline(always)]
+        unsafe fn min(a: Self, b: Self) -> Self {
+            Ymm(_mm256_min_ps(a.0, b.0))
+        }
+        #[inline(always)]
+        unsafe fn select_negative(a: Self, neg: Self, pos: Self) -> Self {
+            let m = _mm256_cmp_ps::<_CMP_LT_OQ>(a.0, _mm256_setzero_ps());
+            Ymm(_mm256_blendv_ps(pos.0, neg.0, m))
+        }
+        #[inline(always)]
+        unsafe fn nan_of(a: Self, b: Self) -> Self {
+            let m = _mm256_cmp_ps::<_CMP_UNORD_Q>(b.0, b.0);
+            Ymm(_mm256_blendv_ps(a.0, b.0, m))
+        }
+        #[inline(always)]
+        unsafe fn round(a: Self) -> Self {
+            Ymm(_mm256_round_ps::<
+                { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+            >(a.0))
+        }
+        #[inline(always)]
+        unsafe fn scale2(a: Self, n: Self) -> Self {
+            // 2^n from its exponent bits.
+            let bits = _mm256_slli_epi32::<23>(_mm256_add_epi32(
+                _mm256_cvtps_epi32(n.0),
+                _mm256_set1_epi32(127),
+            ));
+            Ymm(_mm256_mul_ps(a.0, _mm256_castsi256_ps(bits)))
         }
     }
 }
@@ -321,8 +558,6 @@ unsafe fn tile_n<V: Vector, const N: usize, const M: usize>(
             }
         }
     }
-    let lo = V::splat(ep.min);
-    let hi = V::splat(ep.max);
     for (p, m) in (0..N).flat_map(|p| (0..M).map(move |m| (p, m))) {
         let off = p as isize * st.pixel + m as isize * st.vector;
         let mut v = acc[m][p];
@@ -331,7 +566,7 @@ unsafe fn tile_n<V: Vector, const N: usize, const M: usize>(
                 if let Some(r) = st.residual {
                     v = V::add(v, V::load(r.offset(off)));
                 }
-                V::clamp(v, lo, hi).store(st.out.offset(off));
+                ep.apply(v).store(st.out.offset(off));
             }
             Some(offs) => {
                 let mut lanes = [0f32; 16];
@@ -341,7 +576,7 @@ unsafe fn tile_n<V: Vector, const N: usize, const M: usize>(
                     if let Some(r) = st.residual {
                         y += *r.offset(off + co);
                     }
-                    *st.out.offset(off + co) = clamp_nan(y, ep.min, ep.max);
+                    *st.out.offset(off + co) = ep.apply(Scalar(y)).0;
                 }
             }
         }

@@ -2,7 +2,7 @@
 //! convolution against a naive loop (every instruction set this CPU has, every
 //! channel blocking, tails that do not divide), and whole compiled graphs of
 //! random convolutions (padding, stride, dilation, groups, fused batch norm,
-//! residual and clip) against the reference executor.
+//! residual and activation) against the reference executor.
 
 use super::conv::{ConvGeom, PackedConv};
 use super::depthwise::Depthwise;
@@ -10,6 +10,7 @@ use super::kernels::{Dense, Gather};
 use super::simd::{Epilogue, Isa};
 use super::{CompiledModel, RuntimeOptions};
 use crate::core::scalar::Scalar;
+use crate::fusion::Activation;
 use crate::graph::{Conv, DType, Graph, Op, Tensor, UnaryOp, ValueType, Window};
 use crate::layout::op_rules::{CostModel, Family};
 use crate::layout::plan::{plan, planner_by_name};
@@ -150,7 +151,11 @@ fn tiled_conv_matches_a_naive_loop_for_every_isa_and_blocking() {
                 isa,
                 &wt,
                 &bias,
-                Epilogue { min: lo, max: hi },
+                Epilogue {
+                    min: lo,
+                    max: hi,
+                    act: None,
+                },
                 Some(0.0),
             );
             let mut y = vec![f32::NAN; g.y_len()];
@@ -263,7 +268,18 @@ fn depthwise_matches_a_naive_loop_for_every_isa_and_blocking() {
         }
         let expect = naive_depthwise(&g, &x, &wt, &bias);
         for &isa in &isas {
-            let d = Depthwise::new(g.clone(), isa, &wt, &bias, (lo, hi), Some(0.0));
+            let d = Depthwise::new(
+                g.clone(),
+                isa,
+                &wt,
+                &bias,
+                Epilogue {
+                    min: lo,
+                    max: hi,
+                    act: None,
+                },
+                Some(0.0),
+            );
             let mut y = vec![f32::NAN; g.y_len()];
             d.run(&xb, with_residual.then_some(&residual[..]), &mut y);
             let plane = g.oh * g.ow;
@@ -379,12 +395,36 @@ fn random_conv_graph(rng: &mut Rng) -> (Graph, Vec<Tensor>) {
         let add = Op::Binary(crate::graph::BinaryOp::Add);
         v = crate::graph::ValueRef::new(g.add_node(add, "add", &[v, r], &[], vec![]).unwrap(), 0);
     }
-    if rng.below(2) == 0 {
-        let clip = Op::Unary(UnaryOp::Clip {
-            min: -0.5,
-            max: 1.0,
-        });
-        v = crate::graph::ValueRef::new(g.add_node(clip, "clip", &[v], &[], vec![]).unwrap(), 0);
+    // The activation last: a clip, a swish (x · sigmoid(x)), another unary op, or none.
+    let unary = |g: &mut Graph, op: UnaryOp, x| {
+        let id = g.add_node(Op::Unary(op), op.name(), &[x], &[], vec![]);
+        crate::graph::ValueRef::new(id.unwrap(), 0)
+    };
+    let others = [
+        UnaryOp::Sigmoid,
+        UnaryOp::HardSwish,
+        UnaryOp::LeakyRelu { alpha: 0.2 },
+        UnaryOp::Tanh,
+    ];
+    match rng.below(4) {
+        0 => {
+            v = unary(
+                &mut g,
+                UnaryOp::Clip {
+                    min: -0.5,
+                    max: 1.0,
+                },
+                v,
+            )
+        }
+        1 => {
+            let s = unary(&mut g, UnaryOp::Sigmoid, v);
+            let mul = Op::Binary(crate::graph::BinaryOp::Mul);
+            let id = g.add_node(mul, "swish", &[v, s], &[], vec![]).unwrap();
+            v = crate::graph::ValueRef::new(id, 0);
+        }
+        2 => v = unary(&mut g, others[rng.below(others.len())], v),
+        _ => {}
     }
     g.set_outputs(vec![v]);
     (g, inputs)
@@ -399,7 +439,7 @@ fn compiled_random_convs_match_the_reference_executor() {
         Family::Nhwc,
         Family::Nchw,
     ];
-    let mut native = 0;
+    let (mut native, mut swish_fused) = (0, 0);
     for case in 0..40 {
         let (g, inputs) = random_conv_graph(&mut rng);
         let expected = crate::reference::run(&g, &inputs).unwrap();
@@ -414,10 +454,14 @@ fn compiled_random_convs_match_the_reference_executor() {
         .graph;
         let m = CompiledModel::compile(&planned, &RuntimeOptions { threads: 2 }).unwrap();
         let got = m.run(&inputs).unwrap();
-        native += m
-            .describe()
+        let steps = m.describe();
+        native += steps
             .iter()
             .any(|l| l.contains("[Conv") && l.ends_with("native")) as usize;
+        swish_fused += steps
+            .iter()
+            .any(|l| l.contains("Sigmoid+Mul]") && l.ends_with("native"))
+            as usize;
         let (e, a) = (expected[0].to_f32(), got[0].to_f32());
         let mag = e.iter().fold(0f32, |m, x| m.max(x.abs()));
         let err = e
@@ -434,6 +478,10 @@ fn compiled_random_convs_match_the_reference_executor() {
     assert!(
         native >= 20,
         "only {native} of 40 convolutions ran natively"
+    );
+    assert!(
+        swish_fused >= 2,
+        "{swish_fused} swishes ran in a conv epilogue"
     );
 }
 
@@ -530,4 +578,107 @@ fn reshape_gathers_between_layouts_like_the_layout_algebra() {
         0.0,
     );
     assert!(bad.is_err());
+}
+
+/// Every activation the conv epilogues apply, on every instruction set, against
+/// its scalar definition in f64: a depthwise 1x1 convolution with weight 1 passes
+/// its input through exactly (NaN and infinities included) to the epilogue, and a
+/// pointwise one with identity weights does for finite inputs, also with an output
+/// block narrower than the vector (the lane-by-lane store).
+#[test]
+fn epilogue_activations_match_their_scalar_definitions_on_every_isa() {
+    let acts = [
+        Activation::Swish,
+        Activation::Unary(UnaryOp::Sigmoid),
+        Activation::Unary(UnaryOp::Tanh),
+        Activation::Unary(UnaryOp::HardSwish),
+        Activation::Unary(UnaryOp::HardSigmoid {
+            alpha: 0.2,
+            beta: 0.5,
+        }),
+        Activation::Unary(UnaryOp::LeakyRelu { alpha: 0.1 }),
+        Activation::Unary(UnaryOp::Gelu { tanh_approx: false }),
+        Activation::Unary(UnaryOp::Gelu { tanh_approx: true }),
+        Activation::Unary(UnaryOp::Elu { alpha: 1.0 }),
+        Activation::Unary(UnaryOp::Exp),
+        Activation::Unary(UnaryOp::Relu),
+    ];
+    let c = 16;
+    // Values over the whole range where each function bends, saturates or overflows.
+    let mut x: Vec<f32> = (0..c * 40).map(|i| (i as f32 - 320.0) * 0.05).collect();
+    x.extend([
+        90.0, -90.0, 88.5, -87.5, 1e-6, -1e-6, 0.0, -0.0, 30.0, -30.0, 3.0, -3.0,
+    ]);
+    let finite = x.len();
+    x.extend([f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1.0]);
+    x.resize(x.len().div_ceil(c) * c, 0.5);
+    let pixels = x.len() / c;
+    let expect = |act: Activation, v: f32| -> f64 {
+        let v = v as f64;
+        match act {
+            Activation::Unary(u) => u.apply(v),
+            Activation::Swish => v * UnaryOp::Sigmoid.apply(v),
+        }
+    };
+    let check = |act: Activation, isa: Isa, what: &str, i: usize, got: f32| {
+        let (v, e, got) = (x[i], expect(act, x[i]), got as f64);
+        let ok = if e.is_nan() {
+            got.is_nan()
+        } else if e.is_infinite() || e.abs() > f32::MAX as f64 {
+            got == e
+                || (e.abs() > f32::MAX as f64 && got.is_infinite() && got.signum() == e.signum())
+        } else {
+            (got - e).abs() <= 2e-6 * e.abs().max(1.0)
+        };
+        assert!(ok, "{act:?} {isa:?} {what}: f({v}) = {got}, expected {e}");
+    };
+    let isas: Vec<Isa> = [Isa::Avx512, Isa::Avx2, Isa::Portable]
+        .into_iter()
+        .filter(|i| i.available())
+        .collect();
+    for act in acts {
+        for &isa in &isas {
+            let ep = Epilogue::of(Some(act));
+            // Depthwise, NCHW16c: x as [1, 16, 1, pixels] in blocks of 16 channels.
+            let g = |cb: usize, depthwise: bool| ConvGeom {
+                n: 1,
+                cin: c,
+                h: 1,
+                w: pixels,
+                cout: c,
+                oh: 1,
+                ow: pixels,
+                k: (1, 1),
+                stride: (1, 1),
+                dilation: (1, 1),
+                pad: (0, 0),
+                x_cb: if depthwise { cb } else { c },
+                y_cb: cb,
+            };
+            let d = Depthwise::new(g(c, true), isa, &vec![1.0; c], &vec![0.0; c], ep, None);
+            let mut y = vec![0f32; x.len()];
+            d.run(&x, None, &mut y);
+            for (i, &got) in y.iter().enumerate() {
+                check(act, isa, "depthwise", i, got);
+            }
+            // Pointwise with identity weights, into blocks of 16 and of 3 channels.
+            let identity: Vec<f32> = (0..c * c).map(|k| (k / c == k % c) as u8 as f32).collect();
+            let xf: Vec<f32> = x
+                .iter()
+                .map(|&v| if v.is_finite() { v } else { 0.0 })
+                .collect();
+            for cb in [16, 3] {
+                let geom = g(cb, false);
+                let conv = PackedConv::new(geom.clone(), isa, &identity, &vec![0.0; c], ep, None);
+                let mut y = vec![0f32; geom.y_len()];
+                conv.run(&xf, None, &mut y);
+                for (i, &v) in xf.iter().enumerate().take(finite) {
+                    let (px, ch) = (i / c, i % c);
+                    let got = y[blocked(0, ch, px, c, pixels, cb)];
+                    assert_eq!(v, x[i]);
+                    check(act, isa, &format!("pointwise, blocks of {cb}"), i, got);
+                }
+            }
+        }
+    }
 }

@@ -9,9 +9,9 @@ use super::conv::{ConvGeom, PackedConv};
 use super::depthwise::Depthwise;
 use super::kernels::{Dense, Gather, PoolGeom};
 use super::simd::{Epilogue, Isa};
-use super::{kernels, tir_step, CompiledModel, Kernel, RuntimeError};
+use super::{activation, kernels, tir_step, CompiledModel, Kernel, RuntimeError};
 use crate::fusion::{
-    self, inner, input_layout, output_layout, same_storage, FusedGroup, Pattern, Target,
+    self, inner, input_layout, output_layout, same_storage, Activation, FusedGroup, Pattern, Target,
 };
 use crate::graph::{DType, Graph, NodeId, Op, PoolKind, Span, Tensor, ValueRef};
 use crate::layout::Layout;
@@ -153,13 +153,13 @@ impl<'g> Compiler<'g> {
     }
 
     /// The step of a convolution group: one native kernel with the batch norm folded
-    /// into its weights and the residual add and clamp in its epilogue.
+    /// into its weights and the residual add and activation in its epilogue.
     fn conv_step(
         &self,
         group: &FusedGroup,
         bn: Option<NodeId>,
         residual: Option<ValueRef>,
-        clamp: Option<(f32, f32)>,
+        activation: Option<Activation>,
     ) -> Result<Pending, RuntimeError> {
         let id = group.nodes[0];
         let last = group.last();
@@ -195,25 +195,15 @@ impl<'g> Compiler<'g> {
                 bias[o] = (bias[o] - p[2][o]) * s + p[1][o];
             }
         }
-        let (lo, hi) = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+        let epilogue = Epilogue::of(activation);
         let pad_fill = output_layout(self.g, last).and_then(|(_, p)| p.known());
         let kernel = if depthwise {
             Kernel::Depthwise(Depthwise::new(
-                geom,
-                self.isa,
-                &w,
-                &bias,
-                (lo, hi),
-                pad_fill,
+                geom, self.isa, &w, &bias, epilogue, pad_fill,
             ))
         } else {
             Kernel::Conv(PackedConv::new(
-                geom,
-                self.isa,
-                &w,
-                &bias,
-                Epilogue { min: lo, max: hi },
-                pad_fill,
+                geom, self.isa, &w, &bias, epilogue, pad_fill,
             ))
         };
         let mut inputs = vec![self.g.node_inputs(id)[0]];
@@ -521,9 +511,9 @@ impl<'g> Compiler<'g> {
                 Pattern::ConvEpilogue {
                     bn,
                     residual,
-                    clamp,
+                    activation,
                 } => {
-                    let step = self.conv_step(group, *bn, *residual, *clamp)?;
+                    let step = self.conv_step(group, *bn, *residual, *activation)?;
                     self.steps.push(step);
                 }
                 Pattern::Elementwise => match self.tir(&group.nodes)? {
@@ -616,6 +606,10 @@ struct NativeKernels<'c, 'g> {
 impl Target for NativeKernels<'_, '_> {
     fn conv_kernel(&mut self, id: NodeId) -> bool {
         self.c.conv_geom(id).is_some()
+    }
+
+    fn epilogue(&mut self, act: Activation) -> bool {
+        activation::vectorizes(act)
     }
 
     fn native_kernel(&mut self, id: NodeId) -> bool {
