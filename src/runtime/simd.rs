@@ -161,7 +161,12 @@ pub(super) trait Vector: Copy {
     unsafe fn splat(x: f32) -> Self;
     unsafe fn fma(a: Self, b: Self, c: Self) -> Self;
     unsafe fn add(a: Self, b: Self) -> Self;
-    unsafe fn clamp(a: Self, lo: Self, hi: Self) -> Self;
+    /// `a` clamped into `[lo, hi]`; NaN passes through (`max` and `min` return
+    /// their second operand for it), as ONNX Relu and Clip want.
+    #[inline(always)]
+    unsafe fn clamp(a: Self, lo: Self, hi: Self) -> Self {
+        Self::min(hi, Self::max(lo, a))
+    }
     unsafe fn store(self, p: *mut f32);
     unsafe fn sub(a: Self, b: Self) -> Self;
     unsafe fn mul(a: Self, b: Self) -> Self;
@@ -211,10 +216,6 @@ impl Vector for Scalar {
     #[inline(always)]
     unsafe fn add(a: Self, b: Self) -> Self {
         Scalar(a.0 + b.0)
-    }
-    #[inline(always)]
-    unsafe fn clamp(a: Self, lo: Self, hi: Self) -> Self {
-        Scalar(clamp_nan(a.0, lo.0, hi.0))
     }
     #[inline(always)]
     unsafe fn store(self, p: *mut f32) {
@@ -275,10 +276,6 @@ impl Vector for Portable {
     #[inline(always)]
     unsafe fn add(a: Self, b: Self) -> Self {
         Portable(std::array::from_fn(|i| a.0[i] + b.0[i]))
-    }
-    #[inline(always)]
-    unsafe fn clamp(a: Self, lo: Self, hi: Self) -> Self {
-        Portable(std::array::from_fn(|i| clamp_nan(a.0[i], lo.0[i], hi.0[i])))
     }
     #[inline(always)]
     unsafe fn store(self, p: *mut f32) {
@@ -375,12 +372,6 @@ mod x86 {
             Zmm(_mm512_add_ps(a.0, b.0))
         }
         #[inline(always)]
-        unsafe fn clamp(a: Self, lo: Self, hi: Self) -> Self {
-            // vmaxps/vminps return their second operand when either is NaN:
-            // with the value second, a NaN passes through (ONNX Relu/Clip).
-            Zmm(_mm512_min_ps(hi.0, _mm512_max_ps(lo.0, a.0)))
-        }
-        #[inline(always)]
         unsafe fn store(self, p: *mut f32) {
             _mm512_storeu_ps(p, self.0)
         }
@@ -443,11 +434,6 @@ mod x86 {
         #[inline(always)]
         unsafe fn add(a: Self, b: Self) -> Self {
             Ymm(_mm256_add_ps(a.0, b.0))
-        }
-        #[inline(always)]
-        unsafe fn clamp(a: Self, lo: Self, hi: Self) -> Self {
-            // NaN passes through: see the AVX-512 clamp.
-            Ymm(_mm256_min_ps(hi.0, _mm256_max_ps(lo.0, a.0)))
         }
         #[inline(always)]
         unsafe fn store(self, p: *mut f32) {
