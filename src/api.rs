@@ -65,7 +65,7 @@
 //! ```
 
 use crate::export::ExportError;
-use crate::frontend::onnx::{import_onnx, ImportError, ImportOptions};
+use crate::frontend::onnx::{load_onnx, ImportError, ImportOptions};
 use crate::frontend::tflite::{import_tflite, TfliteError};
 use crate::graph::Graph;
 use crate::layout::op_rules::{CostModel, Family};
@@ -73,6 +73,7 @@ use crate::layout::plan::{plan_with, planner_by_name, Plan, PlanError, PlanOptio
 use crate::layout::rules::RuleSource;
 use crate::layout::LayoutError;
 use crate::reference::ExecError;
+use std::io::Read;
 use std::path::Path;
 
 /// Any error of the pipeline, from the stage that raised it.
@@ -123,15 +124,20 @@ pub fn load_model(path: &Path) -> Result<Graph, Error> {
 /// symbolic dimensions (ONNX; a TFLite model's shapes are static), frozen inputs.
 pub fn load_model_with(path: &Path, opts: &ImportOptions) -> Result<Graph, Error> {
     let file = path.display().to_string();
-    let bytes = crate::frontend::read_file(path).map_err(|source| ImportError::Io {
+    let io_error = |source| ImportError::Io {
         path: file.clone(),
         source,
-    })?;
+    };
+    let mut head = Vec::with_capacity(8);
+    crate::frontend::open_file(path)
+        .and_then(|f| f.take(8).read_to_end(&mut head))
+        .map_err(io_error)?;
     let tflite_ext = path.extension().is_some_and(|e| e == "tflite");
-    if is_tflite(&bytes) || tflite_ext {
+    if is_tflite(&head) || tflite_ext {
+        let bytes = crate::frontend::read_file(path).map_err(io_error)?;
         return Ok(import_tflite(&bytes, &file)?);
     }
-    Ok(import_onnx(&bytes, &file, path.parent(), opts)?)
+    Ok(load_onnx(path, opts)?)
 }
 
 /// A step of a compilation pipeline: a graph in, a graph out.

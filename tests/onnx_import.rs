@@ -220,6 +220,33 @@ fn truncated_and_non_protobuf_files_are_refused() {
     );
 }
 
+/// Files are decoded as they are read (`load_onnx`): a whole file imports as
+/// its bytes do, a cut one is refused with the file named.
+#[test]
+fn model_files_stream_like_their_bytes() {
+    let bytes = model_bytes(&shape_chain_model());
+    let dir = std::env::temp_dir().join(format!("layoutopt-stream-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let whole = dir.join("whole.onnx");
+    std::fs::write(&whole, &bytes).unwrap();
+    let from_file = load_onnx(&whole, &ImportOptions::default()).unwrap();
+    let from_bytes = import(&shape_chain_model()).unwrap();
+    assert_eq!(from_file.node_count(), from_bytes.node_count());
+    for (a, b) in from_file.node_ids().into_iter().zip(from_bytes.node_ids()) {
+        assert_eq!(from_file.node(a).op, from_bytes.node(b).op);
+    }
+    let cut = dir.join("cut.onnx");
+    std::fs::write(&cut, &bytes[..bytes.len() - 3]).unwrap();
+    let msg = load_onnx(&cut, &ImportOptions::default())
+        .expect_err("a cut file is refused")
+        .to_string();
+    assert!(
+        msg.contains("cut.onnx") && msg.contains("not a valid ONNX model"),
+        "{msg}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// The CLI exits non-zero with a clear message, and never panics, on bad files.
 #[test]
 fn cli_reports_bad_models_without_panicking() {

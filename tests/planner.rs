@@ -7,9 +7,11 @@ mod common;
 
 use common::{load_test_data, max_abs_err, tolerance};
 use layoutopt::frontend::onnx::{load_onnx, ImportOptions};
+use layoutopt::graph::{Graph, Op, Tensor};
 use layoutopt::layout::op_rules::{CostModel, Family};
 use layoutopt::layout::plan::{plan, planner_by_name, PlanReport};
 use std::path::Path;
+use std::sync::Arc;
 
 const FAMILIES: [Family; 3] = [Family::Nhwc, Family::Nchwc(16), Family::Nchwc(8)];
 const PLANNERS: [&str; 4] = ["keep", "local", "greedy", "global"];
@@ -38,6 +40,47 @@ fn planned_models_compute_the_same_outputs() {
                 }
             }
         }
+    }
+}
+
+/// A plan shares its weights with the source graph: a planned constant that
+/// holds the same elements as the source constant of its name is the same
+/// allocation (planning a 500 MB model must not hold its weights twice).
+#[test]
+fn planned_constants_share_the_source_weights() {
+    for dir in common::bundled_onnx_dirs() {
+        let g = load_onnx(&dir.join("model.onnx"), &ImportOptions::default()).unwrap();
+        let constants = |g: &Graph| -> Vec<(String, Tensor)> {
+            g.node_ids()
+                .into_iter()
+                .filter_map(|id| match &g.node(id).op {
+                    Op::Constant(t) => Some((g.node(id).name.clone(), t.clone())),
+                    _ => None,
+                })
+                .collect()
+        };
+        let source = constants(&g);
+        let planner = planner_by_name("global").unwrap();
+        let p = plan(
+            &g,
+            planner.as_ref(),
+            Family::Nchwc(16),
+            &CostModel::default(),
+        )
+        .unwrap();
+        let mut shared = 0;
+        for (name, t) in constants(&p.graph) {
+            let Some((_, s)) = source.iter().find(|(n, s)| *n == name && *s == t) else {
+                continue;
+            };
+            assert!(
+                Arc::ptr_eq(&s.data, &t.data),
+                "{}: constant '{name}' was copied by planning",
+                dir.display()
+            );
+            shared += 1;
+        }
+        assert!(shared > 0, "{}: no constant kept", dir.display());
     }
 }
 

@@ -1,7 +1,9 @@
 //! Element types and dense tensors (row-major, logical layout).
 
 use half::f16;
+use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 
 /// Element type of a tensor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -101,8 +103,9 @@ pub enum TensorData {
 pub struct Tensor {
     /// Extent of every axis.
     pub shape: Vec<usize>,
-    /// The elements, row-major.
-    pub data: TensorData,
+    /// The elements, row-major. Shared, so that copies of a graph (a plan, a
+    /// compiled model) hold one copy of the weights, not one each.
+    pub data: Arc<TensorData>,
 }
 
 /// Number of elements of a shape; `None` when the product overflows.
@@ -245,7 +248,10 @@ impl Tensor {
     /// A tensor of `shape` holding `data` (the caller keeps them consistent).
     pub fn new(shape: Vec<usize>, data: TensorData) -> Tensor {
         debug_assert_eq!(numel(&shape), data.len());
-        Tensor { shape, data }
+        Tensor {
+            shape,
+            data: Arc::new(data),
+        }
     }
 
     /// An f32 tensor.
@@ -280,9 +286,15 @@ impl Tensor {
 
     /// The elements as f32 (converting when stored otherwise).
     pub fn to_f32(&self) -> Vec<f32> {
-        match &self.data {
-            TensorData::F32(v) => v.clone(),
-            other => other.to_f64().into_iter().map(|x| x as f32).collect(),
+        self.f32s().into_owned()
+    }
+
+    /// The elements as f32, borrowed when they are stored as f32 (weights are
+    /// read without a copy), converted otherwise.
+    pub fn f32s(&self) -> Cow<'_, [f32]> {
+        match &*self.data {
+            TensorData::F32(v) => Cow::Borrowed(v),
+            other => Cow::Owned(other.to_f64().into_iter().map(|x| x as f32).collect()),
         }
     }
 
@@ -303,7 +315,11 @@ impl Tensor {
 
     /// The same elements under another shape of equal element count.
     pub fn reshaped(&self, shape: Vec<usize>) -> Tensor {
-        Tensor::new(shape, self.data.clone())
+        debug_assert_eq!(numel(&shape), self.data.len());
+        Tensor {
+            shape,
+            data: self.data.clone(),
+        }
     }
 }
 

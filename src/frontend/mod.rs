@@ -3,13 +3,14 @@ pub mod npy;
 pub mod onnx;
 pub mod tflite;
 
+use std::io::Read;
 use std::path::Path;
 
-/// Reads a model, tensor or external-data file whole. Only a regular file is
-/// read: a FIFO would block forever and a device (`/dev/zero`) never ends, so
-/// those, and directories, are refused before they are opened. A file larger
+/// Opens a model, tensor or external-data file for reading. Only a regular file
+/// is opened: a FIFO would block forever and a device (`/dev/zero`) never ends,
+/// so those, and directories, are refused before they are opened. A file larger
 /// than the memory budget (`LAYOUTOPT_MEMORY_LIMIT`) is refused before reading.
-pub fn read_file(path: &Path) -> std::io::Result<Vec<u8>> {
+pub fn open_file(path: &Path) -> std::io::Result<std::fs::File> {
     let meta = std::fs::metadata(path)?;
     if !meta.is_file() {
         return Err(std::io::Error::new(
@@ -18,7 +19,14 @@ pub fn read_file(path: &Path) -> std::io::Result<Vec<u8>> {
         ));
     }
     check_size(meta.len())?;
-    std::fs::read(path)
+    std::fs::File::open(path)
+}
+
+/// Reads a file whole, refusing what [`open_file`] refuses.
+pub fn read_file(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    open_file(path)?.read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// An error when `bytes` would pass the memory budget.

@@ -198,7 +198,7 @@ pub fn write_npy(t: &Tensor) -> Vec<u8> {
     out.extend_from_slice(&[1, 0]);
     out.extend_from_slice(&(header.len() as u16).to_le_bytes());
     out.extend_from_slice(header.as_bytes());
-    match &t.data {
+    match &*t.data {
         TensorData::F32(v) => v
             .iter()
             .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),

@@ -97,7 +97,7 @@ mod tests {
                 node.name
             );
             if let Op::Constant(t) = &node.op {
-                assert_eq!(t.data, TensorData::F32(vec![1.0, 2.0]));
+                assert_eq!(*t.data, TensorData::F32(vec![1.0, 2.0]));
             }
         }
         assert_eq!(w.node(up.node).op, Op::Identity);

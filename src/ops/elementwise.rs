@@ -558,14 +558,14 @@ mod tests {
         let a = Tensor::new(vec![2], TensorData::I32(vec![1 << 30, 1 << 30]));
         let b = Tensor::new(vec![2], TensorData::I32(vec![4, 3]));
         let y = eval1(Op::Binary(B::Mul), &[&a, &b]);
-        assert_eq!(y.data, TensorData::I32(vec![0, -(1 << 30)]));
+        assert_eq!(*y.data, TensorData::I32(vec![0, -(1 << 30)]));
         // u8 subtraction wraps.
         let (p, q) = (
             Tensor::new(vec![1], TensorData::U8(vec![1])),
             Tensor::new(vec![1], TensorData::U8(vec![2])),
         );
         assert_eq!(
-            eval1(Op::Binary(B::Sub), &[&p, &q]).data,
+            *eval1(Op::Binary(B::Sub), &[&p, &q]).data,
             TensorData::U8(vec![255])
         );
     }
@@ -597,15 +597,15 @@ mod tests {
         let a = f32s(&[2, 2], &[1.0, 2.0, 3.0, f32::NAN]);
         let b = f32s(&[2], &[2.0, 2.0]);
         let eq = eval1(Op::Binary(B::Equal), &[&a, &b]);
-        assert_eq!(eq.data, TensorData::Bool(vec![false, true, false, false]));
+        assert_eq!(*eq.data, TensorData::Bool(vec![false, true, false, false]));
         let lt = eval1(Op::Binary(B::Less), &[&a, &b]);
-        assert_eq!(lt.data, TensorData::Bool(vec![true, false, false, false]));
+        assert_eq!(*lt.data, TensorData::Bool(vec![true, false, false, false]));
         let gt = eval1(Op::Binary(B::Greater), &[&a, &b]);
-        assert_eq!(gt.data, TensorData::Bool(vec![false, false, true, false]));
+        assert_eq!(*gt.data, TensorData::Bool(vec![false, false, true, false]));
         // Exact on i64 values f64 cannot tell apart.
         let (p, q) = (i64s(&[1], &[(1 << 60) + 1]), i64s(&[1], &[1 << 60]));
         let gt = eval1(Op::Binary(B::Greater), &[&p, &q]);
-        assert_eq!(gt.data, TensorData::Bool(vec![true]));
+        assert_eq!(*gt.data, TensorData::Bool(vec![true]));
     }
 
     #[test]

@@ -33,7 +33,7 @@ impl OpDef for Reshape {
 
     fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
         let out = &outputs[0];
-        Ok(vec![Tensor::new(out.shape.clone(), x[0].data.clone())])
+        Ok(vec![x[0].reshaped(out.shape.clone())])
     }
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
@@ -878,7 +878,7 @@ pub(super) fn concat(axis: usize, xs: &[&Tensor], out: &ValueType) -> Result<Ten
             src.extend(off + o * block..off + (o + 1) * block);
         }
     }
-    let parts: Vec<_> = xs.iter().map(|x| &x.data).collect();
+    let parts: Vec<_> = xs.iter().map(|x| &*x.data).collect();
     Ok(Tensor::new(
         out.shape.clone(),
         concat_data(&parts)?.gather(src.into_iter()),
@@ -1197,6 +1197,6 @@ mod tests {
             Op::Cast(Cast { to: DType::Bool }),
             &[&f32s(&[2], &[0.0, -0.5])],
         );
-        assert_eq!(y.data, TensorData::Bool(vec![false, true]));
+        assert_eq!(*y.data, TensorData::Bool(vec![false, true]));
     }
 }

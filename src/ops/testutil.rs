@@ -58,7 +58,7 @@ pub fn assert_close(got: &Tensor, shape: &[usize], want: &[f64], tol: f64) {
 #[track_caller]
 pub fn assert_i64(got: &Tensor, shape: &[usize], want: &[i64]) {
     assert_eq!(got.shape, shape, "shape");
-    assert_eq!(got.data, TensorData::I64(want.to_vec()));
+    assert_eq!(*got.data, TensorData::I64(want.to_vec()));
 }
 
 /// A square 2-D window, undilated, with the same padding on every side.

@@ -18,7 +18,7 @@ pub mod simd;
 pub mod tir_step;
 
 use crate::fusion::FusedGroup;
-use crate::graph::{format_spans, Graph, GraphError, Op, Span, Tensor, ValueType};
+use crate::graph::{format_spans, Graph, GraphError, Op, Span, Tensor, TensorData, ValueType};
 use compile::Compiler;
 use conv::PackedConv;
 use depthwise::Depthwise;
@@ -157,9 +157,8 @@ pub struct StepProfile {
 /// A model compiled for this CPU.
 pub struct CompiledModel {
     steps: Vec<Step>,
+    /// Constants the steps read (shared with the graph, not copied).
     consts: Vec<Tensor>,
-    /// The f32 data of each constant (empty for other dtypes).
-    const_f32: Vec<Vec<f32>>,
     boxes: usize,
     arena_len: usize,
     inputs: Vec<(String, ValueType, Slot)>,
@@ -175,7 +174,6 @@ struct Buffers<'a> {
     arena: *mut f32,
     arena_len: usize,
     consts: &'a [Tensor],
-    const_f32: &'a [Vec<f32>],
     boxes: Vec<Option<Tensor>>,
 }
 
@@ -195,7 +193,11 @@ impl Buffers<'_> {
                 assert!(offset + len <= self.arena_len);
                 std::slice::from_raw_parts(self.arena.add(offset), len)
             }
-            Slot::Const(i) => &self.const_f32[i],
+            Slot::Const(i) => match &*self.consts[i].data {
+                TensorData::F32(v) => v,
+                // Steps take non-f32 constants as tensors (`tensor`), never as f32.
+                _ => &[],
+            },
             Slot::Boxed(_) => unreachable!("native kernels only read f32 slots"),
         }
     }
@@ -346,13 +348,12 @@ impl CompiledModel {
             arena: arena.as_mut_ptr(),
             arena_len: arena.len(),
             consts: &self.consts,
-            const_f32: &self.const_f32,
             boxes: vec![None; self.boxes],
         };
         for ((_, _, slot), t) in self.inputs.iter().zip(inputs) {
             match *slot {
                 Slot::Arena { .. } => {
-                    unsafe { bufs.write(*slot) }.copy_from_slice(&t.to_f32());
+                    unsafe { bufs.write(*slot) }.copy_from_slice(&t.f32s());
                 }
                 Slot::Boxed(i) => bufs.boxes[i] = Some(t.clone()),
                 Slot::Const(_) => unreachable!("inputs are never constants"),
@@ -436,14 +437,14 @@ impl CompiledModel {
                 }
                 Kernel::ToF32 => {
                     let t = bufs.tensor(step.inputs[0], &step.input_types[0]);
-                    bufs.write(step.outputs[0]).copy_from_slice(&t.to_f32())
+                    bufs.write(step.outputs[0]).copy_from_slice(&t.f32s())
                 }
                 Kernel::Rebox(shape) => {
                     let t = bufs.tensor(step.inputs[0], &step.input_types[0]);
                     let Slot::Boxed(i) = step.outputs[0] else {
                         unreachable!("non-f32 values are boxed")
                     };
-                    bufs.boxes[i] = Some(Tensor::new(shape.clone(), t.data));
+                    bufs.boxes[i] = Some(t.reshaped(shape.clone()));
                 }
                 Kernel::Tir(k) => {
                     let input = |i: usize| bufs.read(step.inputs[i]).as_ptr();
@@ -469,7 +470,7 @@ impl CompiledModel {
                     })?;
                     for (t, s) in results.into_iter().zip(&step.outputs) {
                         match *s {
-                            Slot::Arena { .. } => bufs.write(*s).copy_from_slice(&t.to_f32()),
+                            Slot::Arena { .. } => bufs.write(*s).copy_from_slice(&t.f32s()),
                             Slot::Boxed(i) => bufs.boxes[i] = Some(t),
                             Slot::Const(_) => unreachable!("outputs are never constants"),
                         }

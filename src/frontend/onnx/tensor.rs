@@ -202,7 +202,7 @@ pub fn tensor_to_proto(name: &str, t: &Tensor) -> TensorProto {
     tp.name = name.to_string();
     tp.dims = t.shape.iter().map(|&d| d as i64).collect();
     tp.data_type = t.dtype().onnx_code();
-    tp.raw_data = match &t.data {
+    tp.raw_data = match &*t.data {
         TensorData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
         TensorData::F16(v) => v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect(),
         TensorData::F64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),

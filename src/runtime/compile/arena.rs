@@ -111,21 +111,9 @@ impl Compiler<'_> {
             .iter()
             .map(|v| Ok((g.value_type(*v).clone(), slot(v)?)))
             .collect::<Result<_, RuntimeError>>()?;
-        let const_f32 = self
-            .consts
-            .iter()
-            .map(|t| {
-                if t.dtype() == DType::F32 {
-                    t.to_f32()
-                } else {
-                    vec![]
-                }
-            })
-            .collect();
         Ok(CompiledModel {
             steps,
             consts: self.consts,
-            const_f32,
             boxes,
             arena_len,
             inputs,

@@ -308,12 +308,12 @@ impl<'g> Compiler<'g> {
                     false => (b.shape[0], b.shape[1]),
                 };
                 let c = bias.as_ref().map(|(v, s)| (v.as_slice(), s.as_slice()));
-                let w = self.g.constant(ins[1])?.to_f32();
+                let w = self.g.constant(ins[1])?.f32s();
                 Dense::new((a.shape[0], k, n), self.isa, *alpha, &w, *trans_b, c).map(Kernel::Dense)
             }
             Op::MatMul if inner(self.g, id).1.is_none() => {
                 let (a, b) = (self.g.value_type(ins[0]), self.g.value_type(ins[1]));
-                let w = self.g.constant(ins[1])?.to_f32();
+                let w = self.g.constant(ins[1])?.f32s();
                 let [k, n] = b.shape[..] else { return None };
                 let m = a.numel() / k;
                 Dense::new((m, k, n), self.isa, 1.0, &w, false, None).map(Kernel::Dense)
