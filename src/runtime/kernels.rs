@@ -73,14 +73,23 @@ pub fn binary_supported(op: BinaryOp) -> bool {
     )
 }
 
+/// Elements per task of a parallel elementwise kernel: 64 KiB of output, enough
+/// to amortize a task and small enough to split a 1 MB tensor over the cores.
+const ELEMENTWISE_CHUNK: usize = 16 * 1024;
+
 /// `y = clamp(x, lo, hi)`, NaN passing through.
 pub fn clamp(x: &[f32], y: &mut [f32], lo: f32, hi: f32) {
-    clamp_into(x, y, lo, hi)
+    y.par_chunks_mut(ELEMENTWISE_CHUNK)
+        .zip(x.par_chunks(ELEMENTWISE_CHUNK))
+        .for_each(|(y, x)| clamp_into(x, y, lo, hi));
 }
 
 /// `y = a op b` on equal-length slices.
 pub fn binary(op: BinaryOp, a: &[f32], b: &[f32], y: &mut [f32]) {
-    binary_into(a, b, y, op)
+    y.par_chunks_mut(ELEMENTWISE_CHUNK)
+        .zip(a.par_chunks(ELEMENTWISE_CHUNK))
+        .zip(b.par_chunks(ELEMENTWISE_CHUNK))
+        .for_each(|((y, a), b)| binary_into(a, b, y, op));
 }
 
 /// Pooling over the spatial axes of an NCHW{cb}c buffer (padding channels are

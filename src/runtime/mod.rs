@@ -24,6 +24,7 @@ use conv::PackedConv;
 use depthwise::Depthwise;
 use kernels::{Dense, Gather, PoolGeom};
 use simd::Isa;
+use std::borrow::Cow;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -98,6 +99,12 @@ enum Slot {
     Arena { offset: usize, len: usize },
     /// A constant of the model (index into `consts`).
     Const(usize),
+    /// An f32 graph input, read in place from the caller's tensor (index into
+    /// the run's inputs).
+    Input(usize),
+    /// An f32 graph output, written in place into the tensor the run returns
+    /// (index into the graph outputs).
+    Output(usize),
     /// A non-f32 value, kept as a tensor (index into the run's boxes).
     Boxed(usize),
 }
@@ -174,6 +181,10 @@ struct Buffers<'a> {
     arena: *mut f32,
     arena_len: usize,
     consts: &'a [Tensor],
+    /// The f32 elements of each graph input (borrowed when stored as f32).
+    inputs: Vec<Cow<'a, [f32]>>,
+    /// The buffer of each graph output with an `Output` slot (null elsewhere).
+    outputs: Vec<(*mut f32, usize)>,
     boxes: Vec<Option<Tensor>>,
 }
 
@@ -198,6 +209,11 @@ impl Buffers<'_> {
                 // Steps take non-f32 constants as tensors (`tensor`), never as f32.
                 _ => &[],
             },
+            Slot::Input(i) => &self.inputs[i],
+            Slot::Output(k) => {
+                let (ptr, len) = self.outputs[k];
+                std::slice::from_raw_parts(ptr, len)
+            }
             Slot::Boxed(_) => unreachable!("native kernels only read f32 slots"),
         }
     }
@@ -211,16 +227,21 @@ impl Buffers<'_> {
                 assert!(offset + len <= self.arena_len);
                 std::slice::from_raw_parts_mut(self.arena.add(offset), len)
             }
-            _ => unreachable!("native kernels only write arena slots"),
+            Slot::Output(k) => {
+                let (ptr, len) = self.outputs[k];
+                std::slice::from_raw_parts_mut(ptr, len)
+            }
+            _ => unreachable!("native kernels only write arena and output slots"),
         }
     }
 
     fn tensor(&self, s: Slot, ty: &ValueType) -> Tensor {
         match s {
-            Slot::Arena { .. } => {
+            Slot::Arena { .. } | Slot::Output(_) => {
                 Tensor::from_f32(ty.shape.clone(), unsafe { self.read(s) }.to_vec())
             }
             Slot::Const(i) => self.consts[i].clone(),
+            Slot::Input(i) => Tensor::from_f32(ty.shape.clone(), self.inputs[i].to_vec()),
             Slot::Boxed(i) => self.boxes[i]
                 .clone()
                 .expect("a boxed value is set before use"),
@@ -344,19 +365,39 @@ impl CompiledModel {
             Err(_) => &mut own,
         };
         arena.resize(self.arena_len, 0.0);
+        // The buffer of each output that owns an `Output` slot (a value listed
+        // twice as an output is owned by its first listing, copied for the rest).
+        let mut returned: Vec<Vec<f32>> = self
+            .outputs
+            .iter()
+            .enumerate()
+            .map(|(k, (ty, slot))| match slot {
+                Slot::Output(owner) if *owner == k => vec![0.0; ty.numel()],
+                _ => vec![],
+            })
+            .collect();
         let mut bufs = Buffers {
             arena: arena.as_mut_ptr(),
             arena_len: arena.len(),
             consts: &self.consts,
+            inputs: self
+                .inputs
+                .iter()
+                .zip(inputs)
+                .map(|((_, _, slot), t)| match slot {
+                    Slot::Input(_) => t.f32s(),
+                    _ => Cow::Borrowed(&[][..]),
+                })
+                .collect(),
+            outputs: returned
+                .iter_mut()
+                .map(|b| (b.as_mut_ptr(), b.len()))
+                .collect(),
             boxes: vec![None; self.boxes],
         };
         for ((_, _, slot), t) in self.inputs.iter().zip(inputs) {
-            match *slot {
-                Slot::Arena { .. } => {
-                    unsafe { bufs.write(*slot) }.copy_from_slice(&t.f32s());
-                }
-                Slot::Boxed(i) => bufs.boxes[i] = Some(t.clone()),
-                Slot::Const(_) => unreachable!("inputs are never constants"),
+            if let Slot::Boxed(i) = *slot {
+                bufs.boxes[i] = Some(t.clone());
             }
         }
         self.pool.install(|| -> Result<(), RuntimeError> {
@@ -369,11 +410,21 @@ impl CompiledModel {
             }
             Ok(())
         })?;
+        let copied: Vec<Option<Tensor>> = self
+            .outputs
+            .iter()
+            .enumerate()
+            .map(|(k, (ty, s))| match s {
+                Slot::Output(owner) if *owner == k => None,
+                _ => Some(bufs.tensor(*s, ty)),
+            })
+            .collect();
         Ok(self
             .outputs
             .iter()
-            .map(|(ty, s)| {
-                let t = bufs.tensor(*s, ty);
+            .zip(copied.into_iter().zip(returned))
+            .map(|((ty, _), (copy, data))| {
+                let t = copy.unwrap_or_else(|| Tensor::from_f32(ty.shape.clone(), data));
                 match t.dtype() == ty.dtype {
                     true => t,
                     false => t.cast(ty.dtype),
@@ -470,9 +521,13 @@ impl CompiledModel {
                     })?;
                     for (t, s) in results.into_iter().zip(&step.outputs) {
                         match *s {
-                            Slot::Arena { .. } => bufs.write(*s).copy_from_slice(&t.f32s()),
+                            Slot::Arena { .. } | Slot::Output(_) => {
+                                bufs.write(*s).copy_from_slice(&t.f32s())
+                            }
                             Slot::Boxed(i) => bufs.boxes[i] = Some(t),
-                            Slot::Const(_) => unreachable!("outputs are never constants"),
+                            Slot::Const(_) | Slot::Input(_) => {
+                                unreachable!("outputs are never constants or inputs")
+                            }
                         }
                     }
                 }

@@ -48,8 +48,25 @@ impl Compiler<'_> {
         // (offset, len, first, last) of every arena value placed so far.
         let mut placed: Vec<(usize, usize, usize, usize)> = vec![];
         let mut arena_len = 0;
+        // f32 graph inputs are read where the caller keeps them: no copy in.
+        for (k, &id) in g.inputs().iter().enumerate() {
+            let v = ValueRef::new(id, 0);
+            if g.value_type(v).dtype == DType::F32 {
+                slots.insert(v, Slot::Input(k));
+            }
+        }
+        // f32 graph outputs computed by a step are written straight into the
+        // tensors the run returns: no copy out.
+        for (k, v) in g.outputs().iter().enumerate() {
+            if g.value_type(*v).dtype == DType::F32 && !slots.contains_key(v) {
+                slots.insert(*v, Slot::Output(k));
+            }
+        }
         for v in order {
             let ty = g.value_type(v);
+            if slots.contains_key(&v) {
+                continue;
+            }
             if ty.dtype != DType::F32 {
                 slots.insert(v, Slot::Boxed(boxes));
                 boxes += 1;
