@@ -15,8 +15,9 @@ Each round runs, per op, `layoutopt bench --planner keep`, `--planner global` an
 fresh onnxruntime session (default graph optimizations; the order reversed every other
 round); a row reports the median over rounds of each tool's median over --runs. Planning,
 compiling and session creation are not timed; a timed run is one whole inference call
-(layoutopt's includes copying inputs in and outputs out). CPU steal over the timed
-rounds comes from /proc/stat. --verbose adds layoutopt's per-step profile per plan.
+(layoutopt's includes copying inputs in and outputs out). The CPU time stolen by the
+hypervisor and used by other processes during the timed rounds comes from /proc/stat.
+--verbose adds layoutopt's per-step profile per plan.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import statistics
 import subprocess
@@ -338,14 +340,27 @@ def ort_ms(model: Path, inputs: dict, args):
 
 
 def cpu_times():
-    """(steal, total) jiffies of all CPUs from /proc/stat, or None off Linux."""
+    """(steal, busy, total, ours) in jiffies: the machine's from /proc/stat, `ours` this
+    process's and its finished children's CPU time. None off Linux."""
     try:
         fields = Path("/proc/stat").read_text().splitlines()[0].split()
     except OSError:
         return None
     # user nice system idle iowait irq softirq steal (guest time is inside user).
     v = [int(x) for x in fields[1:9]]
-    return v[7], sum(v)
+    t = os.times()
+    ours = (t.user + t.system + t.children_user + t.children_system) * os.sysconf("SC_CLK_TCK")
+    return v[7], v[0] + v[1] + v[2] + v[5] + v[6], sum(v), ours
+
+
+def cpu_shares(start, end):
+    """Percent of all CPU time during the timed rounds that the hypervisor stole and that
+    other processes used (they compete with both runtimes on a shared machine)."""
+    if not start or not end:
+        return None, None
+    steal, busy, total, ours = (b - a for a, b in zip(start, end, strict=True))
+    total = max(total, 1)
+    return 100.0 * steal / total, max(0.0, 100.0 * (busy - ours) / total)
 
 
 def num(x: float | None, fmt: str) -> str:
@@ -364,7 +379,7 @@ def summarize(res: dict):
     res["ratio"] = {p: med[p] / med["ort"] if med[p] is not None and med["ort"] is not None else None for p in PLANS}
 
 
-def report(names: list[str], results: dict, args, steal: float | None):
+def report(names: list[str], results: dict, args, steal: float | None, others: float | None):
     """The table: per op the median over rounds per tool, the ratios, and the max
     relative error of each plan against onnxruntime."""
     print(
@@ -406,7 +421,10 @@ def report(names: list[str], results: dict, args, steal: float | None):
     # A single op between NCHW graph inputs and outputs may leave nothing to re-layout.
     same = sum(results[n]["check"]["global"].get("transforms_kept") == 0 for n in names)
     print(f"global plans with 0 layout transforms (so the keep plan's layouts): {same}/{len(names)} ops")
-    print(f"CPU steal during the timed rounds: {f'{steal:.1f}%' if steal is not None else 'n/a (no /proc/stat)'}")
+    if steal is None:
+        print("CPU steal and other load: n/a (no /proc/stat)")
+    else:
+        print(f"during the timed rounds: CPU steal {steal:.1f}%, other processes {others:.1f}% of all CPU time")
     if args.verbose:
         for n in names:
             for p in PLANS:
@@ -467,13 +485,19 @@ def main() -> int:
                         results[n]["times"][tool].append(ms)
         end = cpu_times()
 
-    steal = 100.0 * (end[0] - start[0]) / max(end[1] - start[1], 1) if start and end else None
+    steal, others = cpu_shares(start, end)
     for n in names:
         summarize(results[n])
-    report(names, results, args, steal)
+    report(names, results, args, steal, others)
     if args.json:
         config = {k: getattr(args, k) for k in ("threads", "rounds", "runs", "warmup")}
-        doc = {"config": config, "cpu_steal_pct": steal, "onnxruntime": ort.__version__, "ops": results}
+        doc = {
+            "config": config,
+            "cpu_steal_pct": steal,
+            "other_processes_cpu_pct": others,
+            "onnxruntime": ort.__version__,
+            "ops": results,
+        }
         args.json.write_text(json.dumps(doc, indent=2) + "\n")
     return 0
 
