@@ -15,9 +15,9 @@ Each round runs, per op, `layoutopt bench --planner keep`, `--planner global` an
 fresh onnxruntime session (default graph optimizations; the order reversed every other
 round); a row reports the median over rounds of each tool's median over --runs. Planning,
 compiling and session creation are not timed; a timed run is one whole inference call
-(layoutopt's includes copying inputs in and outputs out). The CPU time stolen by the
-hypervisor and used by other processes during the timed rounds comes from /proc/stat.
---verbose adds layoutopt's per-step profile per plan.
+on inputs already in memory. The CPU time stolen by the hypervisor and used by other
+processes during the timed rounds comes from /proc/stat. --verbose adds layoutopt's
+per-step profile per plan.
 """
 
 from __future__ import annotations
