@@ -522,6 +522,59 @@ fn inputs_and_outputs_in_place_match_the_reference_executor() {
     }
 }
 
+/// Concats along the outer axis are placements: their inputs are computed in
+/// their slice of the output (nested concats too) and no Concat step runs;
+/// a concat of a graph input keeps its copy. Outputs match the reference.
+#[test]
+fn concats_along_the_outer_axis_are_computed_in_place() {
+    use crate::graph::ValueRef;
+    use crate::ops::Concat;
+    let ty = ValueType::new(DType::F32, vec![1, 16, 9, 9]);
+    let unary = |g: &mut Graph, op: UnaryOp, x: ValueRef| {
+        ValueRef::new(
+            g.add_node(Op::Unary(op), op.name(), &[x], &[], vec![])
+                .unwrap(),
+            0,
+        )
+    };
+    let concat = |g: &mut Graph, name: &str, parts: &[ValueRef]| {
+        let op = Op::Concat(Concat { axis: 1 });
+        ValueRef::new(g.add_node(op, name, parts, &[], vec![]).unwrap(), 0)
+    };
+    let mut g = Graph::new("concat");
+    let x = g.add_input("x", ty.clone(), vec![]);
+    let a = unary(&mut g, UnaryOp::Relu, x);
+    let b = unary(&mut g, UnaryOp::Neg, x);
+    let c = concat(&mut g, "c", &[a, b]);
+    let d = unary(&mut g, UnaryOp::Tanh, c);
+    let e = concat(&mut g, "e", &[c, d]);
+    let kept = concat(&mut g, "kept", &[x, a]);
+    // Two consumers, so that `e` is not fused into an elementwise chain.
+    let y = unary(&mut g, UnaryOp::Sigmoid, e);
+    let z = unary(&mut g, UnaryOp::Relu, e);
+    g.set_outputs(vec![y, z, kept]);
+    let m = CompiledModel::compile(&g, &RuntimeOptions { threads: 2 }).unwrap();
+    let steps: Vec<String> = m.describe();
+    let named = |n: &str| steps.iter().any(|s| s.starts_with(&format!("{n} [")));
+    assert!(!named("c") && !named("e") && named("kept"), "{steps:#?}");
+    let mut rng = Rng(5);
+    for _ in 0..2 {
+        let inputs = vec![Tensor::from_f32(ty.shape.clone(), rng.f32s(ty.numel()))];
+        let expected = crate::reference::run(&g, &inputs).unwrap();
+        let got = m.run(&inputs).unwrap();
+        for (e, a) in expected.iter().zip(&got) {
+            assert_eq!(e.shape, a.shape);
+            let err = e
+                .to_f32()
+                .iter()
+                .zip(a.to_f32())
+                .map(|(p, q)| (p - q).abs())
+                .fold(0f32, f32::max);
+            assert!(err <= 1e-6, "max abs error {err}");
+        }
+    }
+}
+
 #[test]
 fn dense_matches_a_naive_product_for_every_isa() {
     let isas: Vec<Isa> = [Isa::Avx512, Isa::Avx2, Isa::Portable]

@@ -3,9 +3,12 @@
 //! their own.
 
 use super::Compiler;
-use crate::graph::{DType, GraphError, ValueRef};
+use crate::fusion;
+use crate::graph::{DType, Graph, GraphError, NodeId, Op, ValueRef};
+use crate::layout::Layout;
+use crate::ops::Concat;
 use crate::runtime::{CompiledModel, RuntimeError, Slot, Step};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 impl Compiler<'_> {
@@ -62,9 +65,18 @@ impl Compiler<'_> {
                 slots.insert(*v, Slot::Output(k));
             }
         }
+        // Concats computed in place: their inputs live inside their output.
+        let (within, placed_steps) = self.placed_concats(&slots);
+        for (member, (root, _)) in &within {
+            let m = range[member];
+            let r = range
+                .get_mut(root)
+                .expect("a concat output has a live range");
+            *r = (r.0.min(m.0), r.1.max(m.1));
+        }
         for v in order {
             let ty = g.value_type(v);
-            if slots.contains_key(&v) {
+            if slots.contains_key(&v) || within.contains_key(&v) {
                 continue;
             }
             if ty.dtype != DType::F32 {
@@ -92,6 +104,19 @@ impl Compiler<'_> {
             arena_len = arena_len.max(offset + len);
             slots.insert(v, Slot::Arena { offset, len });
         }
+        for (member, (root, offset)) in &within {
+            let Some(&Slot::Arena { offset: base, .. }) = slots.get(root) else {
+                unreachable!("a concat placed in place has an arena output")
+            };
+            let len = g.value_type(*member).numel();
+            slots.insert(
+                *member,
+                Slot::Arena {
+                    offset: base + offset,
+                    len,
+                },
+            );
+        }
         let slot = |v: &ValueRef| -> Result<Slot, RuntimeError> {
             slots.get(v).copied().ok_or_else(|| {
                 RuntimeError::Graph(GraphError::Graph(format!(
@@ -103,7 +128,9 @@ impl Compiler<'_> {
         let steps = self
             .steps
             .into_iter()
-            .map(|p| {
+            .enumerate()
+            .filter(|(i, _)| !placed_steps.contains(i))
+            .map(|(_, p)| {
                 Ok(Step {
                     input_types: p.inputs.iter().map(|v| g.value_type(*v).clone()).collect(),
                     inputs: p.inputs.iter().map(slot).collect::<Result<_, _>>()?,
@@ -140,4 +167,84 @@ impl Compiler<'_> {
             isa: self.isa,
         })
     }
+
+    /// The concats whose inputs can be computed straight into their slice of
+    /// the output, so the concat itself moves nothing: each such input maps to
+    /// (the value whose buffer holds it, its element offset there), and the
+    /// concat steps (by index) are dropped. Nested concats (DenseNet's growing
+    /// feature map) resolve to the outermost one, taken first. An input with a
+    /// slot of its own (a graph input or output, a constant), an input used
+    /// twice, or an input already inside another concat keeps the copy.
+    fn placed_concats(
+        &self,
+        taken: &HashMap<ValueRef, Slot>,
+    ) -> (HashMap<ValueRef, (ValueRef, usize)>, HashSet<usize>) {
+        let g = self.g;
+        let mut within: HashMap<ValueRef, (ValueRef, usize)> = HashMap::new();
+        let mut placed = HashSet::new();
+        for (i, p) in self.steps.iter().enumerate().rev() {
+            let [out] = p.outputs[..] else { continue };
+            if p.inputs != g.node_inputs(out.node) {
+                continue;
+            }
+            let Some(offsets) = concat_offsets(g, out.node) else {
+                continue;
+            };
+            let (root, base) = within.get(&out).copied().unwrap_or((out, 0));
+            let distinct: HashSet<&ValueRef> = p.inputs.iter().collect();
+            let free = |u: &ValueRef| {
+                !taken.contains_key(u)
+                    && !within.contains_key(u)
+                    && g.value_type(*u).dtype == DType::F32
+            };
+            if taken.contains_key(&root)
+                || distinct.len() != p.inputs.len()
+                || !p.inputs.iter().all(free)
+            {
+                continue;
+            }
+            for (u, offset) in p.inputs.iter().zip(offsets) {
+                within.insert(*u, (root, base + offset));
+            }
+            placed.insert(i);
+        }
+        (within, placed)
+    }
+}
+
+/// The element offset of each input of a concat inside its output, when the
+/// output's buffer is the inputs' buffers one after another: all share one
+/// layout, nothing is padded, and every physical axis outside the concat axis's
+/// outermost digit has extent 1 (NCHW or NCHW16c along C with batch 1, each
+/// part a whole number of blocks). `None` for any other node.
+fn concat_offsets(g: &Graph, id: NodeId) -> Option<Vec<usize>> {
+    let Op::Concat(Concat { axis }) = fusion::inner(g, id).0 else {
+        return None;
+    };
+    let (layout, _) = fusion::output_layout(g, id)?;
+    let parts: Vec<(Layout, Vec<usize>)> = (0..g.node_inputs(id).len())
+        .map(|i| fusion::input_layout(g, id, i))
+        .collect::<Option<_>>()?;
+    let mut logical = parts.first()?.1.clone();
+    logical[*axis] = parts.iter().map(|(_, s)| s[*axis]).sum();
+    let unpadded = |shape: &[usize]| layout.padded_axes(shape).is_ok_and(|p| p.is_empty());
+    if parts.iter().any(|(l, s)| *l != layout || !unpadded(s)) || !unpadded(&logical) {
+        return None;
+    }
+    let physical = layout.physical_shape(&logical).ok()?;
+    let first = layout.order().iter().position(|d| d.axis == *axis)?;
+    if physical[..first].iter().any(|&e| e != 1) {
+        return None;
+    }
+    let mut offset = 0;
+    Some(
+        parts
+            .iter()
+            .map(|(_, s)| {
+                let at = offset;
+                offset += s.iter().product::<usize>();
+                at
+            })
+            .collect(),
+    )
 }
