@@ -14,6 +14,7 @@ mod compile;
 pub mod conv;
 pub mod depthwise;
 pub mod kernels;
+pub mod roofline;
 pub mod simd;
 pub mod tir_step;
 
@@ -23,6 +24,7 @@ use compile::Compiler;
 use conv::PackedConv;
 use depthwise::Depthwise;
 use kernels::{Dense, Gather, PoolGeom};
+use roofline::StepWork;
 use simd::Isa;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -139,6 +141,7 @@ struct Step {
     /// Shapes of the inputs, for fallbacks that rebuild tensors.
     input_types: Vec<ValueType>,
     outputs: Vec<Slot>,
+    work: StepWork,
 }
 
 /// Time spent in one step over the profiled runs.
@@ -150,6 +153,8 @@ pub struct StepProfile {
     pub kind: String,
     /// Whether the step runs on the reference executor.
     pub fallback: bool,
+    /// The bytes it moves and the flops it computes in one run.
+    pub work: StepWork,
     /// Time summed over the profiled runs.
     pub time: Duration,
 }
@@ -306,6 +311,7 @@ impl CompiledModel {
                     name: s.name.clone(),
                     kind: s.kind.clone(),
                     fallback: matches!(s.kernel, Kernel::Fallback { .. }),
+                    work: s.work,
                     time: Duration::ZERO,
                 })
                 .collect();
