@@ -93,6 +93,31 @@ pub fn max_threads() -> usize {
     4 * std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// A pool of `threads` worker threads (0: one per core; at most [`max_threads`]).
+fn worker_pool(threads: usize) -> Result<rayon::ThreadPool, RuntimeError> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = match threads {
+        0 => cores,
+        n if n > max_threads() => {
+            return Err(RuntimeError::Threads {
+                threads: n,
+                message: format!(
+                    "more than {} (4 per core) would only compete for {cores} cores",
+                    max_threads()
+                ),
+            })
+        }
+        n => n,
+    };
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| RuntimeError::Threads {
+            threads,
+            message: e.to_string(),
+        })
+}
+
 /// Where a value lives while the model runs.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Slot {
@@ -234,27 +259,7 @@ impl Buffers<'_> {
 impl CompiledModel {
     /// Compiles a planned graph.
     pub fn compile(graph: &Graph, options: &RuntimeOptions) -> Result<CompiledModel, RuntimeError> {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let threads = match options.threads {
-            0 => cores,
-            n if n > max_threads() => {
-                return Err(RuntimeError::Threads {
-                    threads: n,
-                    message: format!(
-                        "more than {} (4 per core) would only compete for {cores} cores",
-                        max_threads()
-                    ),
-                })
-            }
-            n => n,
-        };
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .map_err(|e| RuntimeError::Threads {
-                threads,
-                message: e.to_string(),
-            })?;
+        let pool = worker_pool(options.threads)?;
         let Some(widened) = graph.widened_f16() else {
             return Compiler::new(graph, Isa::detect()).finish(pool);
         };

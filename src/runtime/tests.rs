@@ -3,7 +3,7 @@
 //! channel blocking, tails that do not divide), and whole compiled graphs of
 //! random convolutions (padding, stride, dilation, groups, fused batch norm,
 //! residual and activation) against the reference executor. The work each step
-//! counts against closed forms.
+//! counts against closed forms; the machine's peaks and their cache.
 
 use super::conv::{ConvGeom, PackedConv};
 use super::depthwise::Depthwise;
@@ -847,4 +847,49 @@ fn elementwise_and_dense_steps_count_their_operands_and_products() {
     assert_eq!(dense.flops, (2 * 6 * 7 * 5) as f64);
     assert_eq!(dense.bytes, bytes(30 + 35 + 7 + 42));
     assert_eq!(dense.intensity(), Some(420.0 / 456.0));
+}
+
+#[test]
+fn peaks_are_probed_once_then_read_from_the_cache() {
+    use super::roofline::{machine_peaks, PeaksSource};
+    let dir = std::env::temp_dir().join(format!("layoutopt-peaks-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let file = dir.join("peaks.json");
+    let probed = Some(file.clone());
+    let first = machine_peaks(2, Some(&dir), false).unwrap();
+    assert_eq!(first.source, PeaksSource::Probed(probed.clone()));
+    let p = first.peaks;
+    assert_eq!(p.threads, 2);
+    for figure in [p.copy_gbps, p.fma_gflops] {
+        assert!(figure.is_finite() && figure > 0.0, "{p:?}");
+    }
+    let again = machine_peaks(2, Some(&dir), false).unwrap();
+    assert_eq!(again.source, PeaksSource::Cached(file.clone()));
+    assert_eq!(again.peaks, p);
+    // A corrupt file is passed over and rewritten.
+    std::fs::write(&file, "{\"peaks\": [").unwrap();
+    let rewritten = machine_peaks(2, Some(&dir), false).unwrap();
+    assert_eq!(rewritten.source, PeaksSource::Probed(probed.clone()));
+    let read = machine_peaks(2, Some(&dir), false).unwrap();
+    assert_eq!(read.peaks, rewritten.peaks);
+    // Another thread count is another entry.
+    let one = machine_peaks(1, Some(&dir), false).unwrap();
+    assert_eq!(one.peaks.threads, 1);
+    assert_eq!(one.source, PeaksSource::Probed(probed.clone()));
+    assert_eq!(machine_peaks(2, Some(&dir), false).unwrap(), read);
+    // A re-probe replaces its own entry only.
+    let reprobed = machine_peaks(2, Some(&dir), true).unwrap();
+    assert_eq!(reprobed.source, PeaksSource::Probed(probed));
+    assert_eq!(
+        machine_peaks(2, Some(&dir), false).unwrap().peaks,
+        reprobed.peaks
+    );
+    assert_eq!(
+        machine_peaks(1, Some(&dir), false).unwrap().peaks,
+        one.peaks
+    );
+    // A folder that cannot be made (a file is in the way): probed, not cached.
+    let blocked = machine_peaks(1, Some(&file), false).unwrap();
+    assert_eq!(blocked.source, PeaksSource::Probed(None));
+    std::fs::remove_dir_all(&dir).unwrap();
 }
