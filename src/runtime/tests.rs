@@ -3,7 +3,8 @@
 //! channel blocking, tails that do not divide), and whole compiled graphs of
 //! random convolutions (padding, stride, dilation, groups, fused batch norm,
 //! residual and activation) against the reference executor. The work each step
-//! counts against closed forms; the machine's peaks and their cache.
+//! counts against closed forms, the machine's peaks and their cache, and the
+//! profile table against figures worked by hand.
 
 use super::conv::{ConvGeom, PackedConv};
 use super::depthwise::Depthwise;
@@ -892,4 +893,61 @@ fn peaks_are_probed_once_then_read_from_the_cache() {
     let blocked = machine_peaks(1, Some(&file), false).unwrap();
     assert_eq!(blocked.source, PeaksSource::Probed(None));
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_profile_shows_rates_and_the_fraction_of_the_roof() {
+    use super::bench::{BenchReport, Profile};
+    use super::roofline::{MachinePeaks, PeaksSource, Roofline};
+    use super::StepProfile;
+    use std::time::Duration;
+    let step = |name: &str, bytes: u64, flops: f64, ms_over_two_runs: u64| StepProfile {
+        name: name.into(),
+        kind: "Kind".into(),
+        fallback: false,
+        work: StepWork { bytes, flops },
+        time: Duration::from_millis(ms_over_two_runs),
+    };
+    let ms = Duration::from_millis(1);
+    let report = BenchReport {
+        runs: 2,
+        min: ms,
+        p50: ms,
+        p90: ms,
+        p99: ms,
+        mean: ms,
+        profile: Some(Profile {
+            runs: 2,
+            steps: vec![
+                // 1 ms a run: 2 GB/s and 400 GFLOP/s; the roof is the 0.5 ms
+                // its flops take at 800 GFLOP/s (its bytes take 0.2 ms at 10 GB/s).
+                step("conv", 2_000_000, 4e8, 2),
+                // 2 ms a run for 3 MB: 1.5 GB/s, 15% of 10 GB/s.
+                step("pool", 3_000_000, 0.0, 4),
+            ],
+            roofline: Roofline {
+                peaks: MachinePeaks {
+                    copy_gbps: 10.0,
+                    fma_gflops: 800.0,
+                    threads: 2,
+                },
+                source: PeaksSource::Cached("/cache/peaks.json".into()),
+            },
+        }),
+    };
+    let text = report.to_string();
+    let line = |name: &str| {
+        let line = text.lines().find(|l| l.ends_with(name));
+        line.unwrap_or_else(|| panic!("no {name} in\n{text}"))
+    };
+    let columns = |l: &str| l.split_whitespace().take(7).collect::<Vec<_>>().join(" ");
+    assert!(text.contains(
+        "machine: copy 10.0 GB/s, FMA 800.0 GFLOP/s (threads 2, cached in /cache/peaks.json)"
+    ));
+    assert_eq!(columns(line("step")), "ms share GB/s GFLOP/s flop/B % roof");
+    assert_eq!(
+        columns(line("conv")),
+        "1.000 33.3% 2.00 400.00 200.00 50.0% Kind"
+    );
+    assert_eq!(columns(line("pool")), "2.000 66.7% 1.50 - - 15.0% Kind");
 }
