@@ -90,7 +90,7 @@ enum Command {
         planning: Planning,
     },
     /// Compile the planned model and time repeated runs: latency percentiles,
-    /// and with --profile the time of every kernel.
+    /// and with --profile the time of every kernel against this machine's roofline.
     Bench {
         /// The model file (.onnx or .tflite).
         model: PathBuf,

@@ -79,6 +79,8 @@ fn usage_errors_exit_2() {
         vec!["bench", "m.onnx", "--threads", "18446744073709551615"],
         vec!["bench", "m.onnx", "--runs", "18446744073709551615"],
         vec!["bench", "m.onnx", "--warmup", "99999999999"],
+        // A re-probe of the peaks only makes sense for a profile.
+        vec!["bench", "m.onnx", "--reprobe"],
         vec!["run", "m.onnx", "--threads", "100000"],
     ] {
         let o = layoutopt(&args);

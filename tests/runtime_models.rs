@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{load_test_data, max_abs_err, tolerance};
+use common::{load_test_data, max_abs_err, scratch_dir, tolerance};
 use layoutopt::frontend::onnx::{load_onnx, ImportOptions};
 use layoutopt::frontend::tflite::load_tflite;
 use layoutopt::graph::Graph;
@@ -82,10 +82,13 @@ fn bundled_models_match_onnxruntime_on_the_native_runtime() {
     }
 }
 
-fn cli(args: &[&str]) -> String {
+/// The command's stdout; the machine's peaks are cached in `cache`, not in the
+/// user's home.
+fn cli(args: &[&str], cache: &Path) -> String {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_layoutopt"))
         .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("XDG_CACHE_HOME", cache)
         .output()
         .unwrap();
     assert!(
@@ -98,6 +101,8 @@ fn cli(args: &[&str]) -> String {
 
 #[test]
 fn cli_run_and_bench_use_the_native_runtime() {
+    let cache = scratch_dir("bench_peaks_cache");
+    let cli = |args: &[&str]| cli(args, &cache);
     let run = cli(&["run", "models/resnet_small/model.onnx", "--threads", "2"]);
     assert!(run.contains("(native runtime)"), "{run}");
     // The recorded onnxruntime output: the logits are of order 1.
@@ -122,6 +127,26 @@ fn cli_run_and_bench_use_the_native_runtime() {
     assert!(bench.contains(", 0 fallbacks):"), "{bench}");
     // Its convolutions carry their clip (relu6) in the epilogue.
     assert!(bench.contains("Conv+Clip"), "{bench}");
+    // Each step against the machine's peaks, probed on the first profile and
+    // cached for the next one with as many threads.
+    let cache_file = cache.join("layoutopt").join("peaks.json");
+    let probed = format!(
+        "(threads 1, probed now, cached in {})",
+        cache_file.display()
+    );
+    assert!(bench.contains(&probed), "{bench}");
+    assert!(bench.contains("GB/s  GFLOP/s  flop/B  % roof"), "{bench}");
+    let again = cli(&[
+        "bench",
+        "models/mobilenet_small/model.onnx",
+        "--threads",
+        "1",
+        "--runs",
+        "1",
+        "--profile",
+    ]);
+    let cached = format!("(threads 1, cached in {})", cache_file.display());
+    assert!(again.contains(&cached), "{again}");
 
     // Stored in float16, it still runs every step natively.
     let half = cli(&[

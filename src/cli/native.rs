@@ -3,6 +3,7 @@
 
 use layoutopt::graph::{format_spans, Graph, Tensor};
 use layoutopt::runtime::bench::bench;
+use layoutopt::runtime::roofline::{cache_dir, machine_peaks};
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 use std::time::Instant;
 
@@ -20,9 +21,14 @@ pub struct BenchArgs {
     /// Untimed runs first (at most 1,000,000).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     pub warmup: u64,
-    /// Also print the time of every step (fused kernel or fallback).
+    /// Also print the time of every step (fused kernel or fallback), its GB/s
+    /// and GFLOP/s, and how close it comes to this machine's roofline.
     #[arg(long)]
     pub profile: bool,
+    /// Measure the machine's peaks for the profile again instead of reading
+    /// them from the cache.
+    #[arg(long, requires = "profile")]
+    pub reprobe: bool,
     /// Seed of the random inputs (when the model has no test data).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -82,12 +88,20 @@ pub fn bench_native(g: &Graph, inputs: &[Tensor], args: &BenchArgs) -> CliResult
         model.threads(),
         model.arena_bytes() as f64 / 1e6
     );
+    let roofline = match args.profile {
+        true => Some(machine_peaks(
+            model.threads(),
+            cache_dir().as_deref(),
+            args.reprobe,
+        )?),
+        false => None,
+    };
     let report = bench(
         &model,
         inputs,
         args.warmup as usize,
         args.runs as usize,
-        args.profile,
+        roofline,
     )?;
     print!("{report}");
     Ok(())

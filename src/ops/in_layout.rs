@@ -66,11 +66,7 @@ impl OpDef for LaidOut {
             .zip(&self.inputs)
             .map(|(v, (layout, shape))| from_physical(b, v, layout, shape))
             .collect();
-        let logical_types: Vec<ValueType> = in_types
-            .iter()
-            .zip(&self.inputs)
-            .map(|(t, (_, shape))| ValueType::new(t.dtype, shape.clone()))
-            .collect();
+        let logical_types = self.logical_types(in_types);
         let refs: Vec<&ValueType> = logical_types.iter().collect();
         let inner_types = infer_outputs(&self.inner, &refs)?;
         let inner_names: Vec<String> = outputs.iter().map(|n| format!("{n}/logical")).collect();
@@ -90,6 +86,30 @@ impl OpDef for LaidOut {
 
     fn min_onnx_opset(&self) -> i64 {
         self.inner.def().min_onnx_opset()
+    }
+
+    /// The inner op's work on the logical tensors: padding the layout adds is
+    /// not counted.
+    fn flops(&self, ins: &[&ValueType], _: &[&ValueType]) -> f64 {
+        let logical = self.logical_types(ins);
+        let refs: Vec<&ValueType> = logical.iter().collect();
+        let Ok(outs) = infer_outputs(&self.inner, &refs) else {
+            return 0.0;
+        };
+        self.inner
+            .def()
+            .flops(&refs, &outs.iter().collect::<Vec<_>>())
+    }
+}
+
+impl LaidOut {
+    /// The logical types of physical inputs of these types.
+    fn logical_types<T: std::borrow::Borrow<ValueType>>(&self, physical: &[T]) -> Vec<ValueType> {
+        physical
+            .iter()
+            .zip(&self.inputs)
+            .map(|(t, (_, shape))| ValueType::new(t.borrow().dtype, shape.clone()))
+            .collect()
     }
 }
 

@@ -1,6 +1,8 @@
 //! Timing a compiled model: latency percentiles over repeated runs, and an
-//! optional per-step profile (which steps are native, which fall back).
+//! optional per-step profile (which steps are native, which fall back, and how
+//! close each comes to the machine's roofline).
 
+use super::roofline::Roofline;
 use super::{CompiledModel, RuntimeError, StepProfile};
 use crate::graph::Tensor;
 use std::fmt;
@@ -21,18 +23,29 @@ pub struct BenchReport {
     pub p99: Duration,
     /// The mean.
     pub mean: Duration,
-    /// Per-step times summed over the profiled runs (profiling runs are extra
-    /// runs, so timers do not disturb the latencies above).
-    pub profile: Option<(usize, Vec<StepProfile>)>,
+    /// The per-step profile, when asked for.
+    pub profile: Option<Profile>,
 }
 
-/// Runs `model` `warmup + runs` times (and `runs` more, profiled, if `profile`).
+/// The time of every step over the profiled runs, against the machine's roofline.
+#[derive(Clone, Debug)]
+pub struct Profile {
+    /// Profiled runs: extra runs, so timers do not disturb the latencies.
+    pub runs: usize,
+    /// Each step's work, and its time summed over the runs.
+    pub steps: Vec<StepProfile>,
+    /// The peaks the steps are compared with.
+    pub roofline: Roofline,
+}
+
+/// Runs `model` `warmup + runs` times, and `runs` more profiled against
+/// `roofline` when one is given.
 pub fn bench(
     model: &CompiledModel,
     inputs: &[Tensor],
     warmup: usize,
     runs: usize,
-    profile: bool,
+    roofline: Option<Roofline>,
 ) -> Result<BenchReport, RuntimeError> {
     let runs = runs.max(1);
     for _ in 0..warmup {
@@ -48,14 +61,19 @@ pub fn bench(
     // Nearest-rank percentile.
     let pct = |p: f64| times[((p / 100.0 * runs as f64).ceil() as usize).clamp(1, runs) - 1];
     let mean = times.iter().sum::<Duration>() / runs as u32;
-    let profile = if profile {
-        let mut steps = vec![];
-        for _ in 0..runs {
-            model.run_profiled(inputs, &mut steps)?;
+    let profile = match roofline {
+        Some(roofline) => {
+            let mut steps = vec![];
+            for _ in 0..runs {
+                model.run_profiled(inputs, &mut steps)?;
+            }
+            Some(Profile {
+                runs,
+                steps,
+                roofline,
+            })
         }
-        Some((runs, steps))
-    } else {
-        None
+        None => None,
     };
     Ok(BenchReport {
         runs,
@@ -72,6 +90,11 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
+/// A figure with `decimals`, or "-" where there is none.
+fn figure(x: Option<f64>, decimals: usize) -> String {
+    x.map_or("-".into(), |x| format!("{x:.decimals$}"))
+}
+
 impl fmt::Display for BenchReport {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         writeln!(
@@ -84,23 +107,44 @@ impl fmt::Display for BenchReport {
             ms(self.p99),
             ms(self.mean)
         )?;
-        if let Some((runs, steps)) = &self.profile {
+        if let Some(Profile {
+            runs,
+            steps,
+            roofline,
+        }) = &self.profile
+        {
             let total: Duration = steps.iter().map(|s| s.time).sum();
             let mut sorted: Vec<&StepProfile> = steps.iter().collect();
             sorted.sort_by_key(|s| std::cmp::Reverse(s.time));
+            writeln!(f, "{roofline}")?;
             writeln!(
                 f,
                 "per-step profile (mean over {runs} runs, {} steps, {} fallbacks):",
                 steps.len(),
                 steps.iter().filter(|s| s.fallback).count()
             )?;
-            writeln!(f, "{:>9} {:>6}  {:<40} step", "ms", "share", "kind")?;
+            writeln!(
+                f,
+                "{:>9} {:>6} {:>8} {:>8} {:>7} {:>7}  {:<40} step",
+                "ms", "share", "GB/s", "GFLOP/s", "flop/B", "% roof", "kind"
+            )?;
             for s in sorted {
+                let seconds = s.time.as_secs_f64() / *runs as f64;
+                let per_second = |x: f64| (seconds > 0.0).then(|| x / seconds / 1e9);
+                let gflops = per_second(s.work.flops).filter(|_| s.work.flops > 0.0);
+                let roof = match roofline.peaks.fraction_of_roof(&s.work, seconds) {
+                    Some(r) => format!("{:.1}%", 100.0 * r),
+                    None => "-".into(),
+                };
                 writeln!(
                     f,
-                    "{:>9.3} {:>5.1}%  {:<40} {}{}",
-                    ms(s.time) / *runs as f64,
+                    "{:>9.3} {:>5.1}% {:>8} {:>8} {:>7} {:>7}  {:<40} {}{}",
+                    seconds * 1e3,
                     100.0 * s.time.as_secs_f64() / total.as_secs_f64().max(1e-12),
+                    figure(per_second(s.work.bytes as f64), 2),
+                    figure(gflops, 2),
+                    figure(s.work.intensity(), 2),
+                    roof,
                     s.kind,
                     s.name,
                     if s.fallback {

@@ -14,6 +14,7 @@ mod compile;
 pub mod conv;
 pub mod depthwise;
 pub mod kernels;
+pub mod roofline;
 pub mod simd;
 pub mod tir_step;
 
@@ -23,6 +24,7 @@ use compile::Compiler;
 use conv::PackedConv;
 use depthwise::Depthwise;
 use kernels::{Dense, Gather, PoolGeom};
+use roofline::StepWork;
 use simd::Isa;
 use std::borrow::Cow;
 use std::sync::Mutex;
@@ -92,6 +94,31 @@ pub fn max_threads() -> usize {
     4 * std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// A pool of `threads` worker threads (0: one per core; at most [`max_threads`]).
+fn worker_pool(threads: usize) -> Result<rayon::ThreadPool, RuntimeError> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = match threads {
+        0 => cores,
+        n if n > max_threads() => {
+            return Err(RuntimeError::Threads {
+                threads: n,
+                message: format!(
+                    "more than {} (4 per core) would only compete for {cores} cores",
+                    max_threads()
+                ),
+            })
+        }
+        n => n,
+    };
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| RuntimeError::Threads {
+            threads,
+            message: e.to_string(),
+        })
+}
+
 /// Where a value lives while the model runs.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Slot {
@@ -146,6 +173,7 @@ struct Step {
     /// Shapes of the inputs, for fallbacks that rebuild tensors.
     input_types: Vec<ValueType>,
     outputs: Vec<Slot>,
+    work: StepWork,
 }
 
 /// Time spent in one step over the profiled runs.
@@ -157,6 +185,8 @@ pub struct StepProfile {
     pub kind: String,
     /// Whether the step runs on the reference executor.
     pub fallback: bool,
+    /// The bytes it moves and the flops it computes in one run.
+    pub work: StepWork,
     /// Time summed over the profiled runs.
     pub time: Duration,
 }
@@ -252,27 +282,7 @@ impl Buffers<'_> {
 impl CompiledModel {
     /// Compiles a planned graph.
     pub fn compile(graph: &Graph, options: &RuntimeOptions) -> Result<CompiledModel, RuntimeError> {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let threads = match options.threads {
-            0 => cores,
-            n if n > max_threads() => {
-                return Err(RuntimeError::Threads {
-                    threads: n,
-                    message: format!(
-                        "more than {} (4 per core) would only compete for {cores} cores",
-                        max_threads()
-                    ),
-                })
-            }
-            n => n,
-        };
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .map_err(|e| RuntimeError::Threads {
-                threads,
-                message: e.to_string(),
-            })?;
+        let pool = worker_pool(options.threads)?;
         let Some(widened) = graph.widened_f16() else {
             return Compiler::new(graph, Isa::detect()).finish(pool);
         };
@@ -329,6 +339,7 @@ impl CompiledModel {
                     name: s.name.clone(),
                     kind: s.kind.clone(),
                     fallback: matches!(s.kernel, Kernel::Fallback { .. }),
+                    work: s.work,
                     time: Duration::ZERO,
                 })
                 .collect();

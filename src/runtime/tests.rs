@@ -2,16 +2,21 @@
 //! convolution against a naive loop (every instruction set this CPU has, every
 //! channel blocking, tails that do not divide), and whole compiled graphs of
 //! random convolutions (padding, stride, dilation, groups, fused batch norm,
-//! residual and activation) against the reference executor.
+//! residual and activation) against the reference executor. The work each step
+//! counts against closed forms, the machine's peaks and their cache, and the
+//! profile table against figures worked by hand.
 
 use super::conv::{ConvGeom, PackedConv};
 use super::depthwise::Depthwise;
 use super::kernels::{Dense, Gather};
+use super::roofline::StepWork;
 use super::simd::{Epilogue, Isa};
 use super::{CompiledModel, RuntimeOptions};
 use crate::core::scalar::Scalar;
 use crate::fusion::Activation;
-use crate::graph::{Conv, DType, Graph, Op, Tensor, UnaryOp, ValueType, Window};
+use crate::graph::{
+    BinaryOp, Conv, DType, Graph, Op, Tensor, UnaryOp, ValueRef, ValueType, Window,
+};
 use crate::layout::op_rules::{CostModel, Family};
 use crate::layout::plan::{plan, planner_by_name};
 use crate::layout::Layout;
@@ -759,4 +764,268 @@ fn epilogue_activations_match_their_scalar_definitions_on_every_isa() {
             }
         }
     }
+}
+
+/// x[2, cin, 9, 11] -> Conv(cout, groups, 3x2 window, stride (2, 1), dilation
+/// (1, 2), pads top 1, bottom 1, right 1) [-> BatchNorm -> Add(r) -> Relu]:
+/// the output is [2, cout, 5, 10] ((9 + 2 - 3) / 2 + 1 rows, 11 + 1 - 3 + 1 columns).
+fn strided_conv_graph(cin: usize, cout: usize, group: usize, epilogue: bool) -> Graph {
+    let mut rng = Rng(17);
+    let mut g = Graph::new("strided_conv");
+    let x = g.add_input("x", ValueType::new(DType::F32, vec![2, cin, 9, 11]), vec![]);
+    let mut constant = |g: &mut Graph, name: &str, shape: Vec<usize>| {
+        let values = rng
+            .f32s(shape.iter().product())
+            .iter()
+            .map(|v| v + 2.0)
+            .collect();
+        g.add_constant(name, Tensor::from_f32(shape, values), vec![])
+    };
+    let w = constant(&mut g, "w", vec![cout, cin / group, 3, 2]);
+    let b = constant(&mut g, "b", vec![cout]);
+    let window = Window {
+        kernel: vec![3, 2],
+        strides: vec![2, 1],
+        dilations: vec![1, 2],
+        pads: vec![1, 0, 1, 1],
+    };
+    let conv = Op::Conv(Conv { window, group });
+    let mut y = ValueRef::new(
+        g.add_node(conv, "conv", &[x, w, b], &[], vec![]).unwrap(),
+        0,
+    );
+    assert_eq!(g.value_type(y).shape, [2, cout, 5, 10]);
+    if epilogue {
+        let bn = ["scale", "beta", "mean", "var"].map(|p| constant(&mut g, p, vec![cout]));
+        let bn_op = Op::BatchNorm(BatchNorm { epsilon: 1e-5 });
+        let ins = [y, bn[0], bn[1], bn[2], bn[3]];
+        y = ValueRef::new(g.add_node(bn_op, "bn", &ins, &[], vec![]).unwrap(), 0);
+        let r = g.add_input("r", g.value_type(y).clone(), vec![]);
+        let add = Op::Binary(BinaryOp::Add);
+        y = ValueRef::new(g.add_node(add, "add", &[y, r], &[], vec![]).unwrap(), 0);
+        let relu = Op::Unary(UnaryOp::Relu);
+        y = ValueRef::new(g.add_node(relu, "relu", &[y], &[], vec![]).unwrap(), 0);
+    }
+    g.set_outputs(vec![y]);
+    g
+}
+
+/// The one step of `model` whose kind starts with `kind`.
+fn step<'m>(model: &'m CompiledModel, kind: &str) -> &'m super::Step {
+    let mut found = model.steps.iter().filter(|s| s.kind.starts_with(kind));
+    let step = found.next().unwrap_or_else(|| panic!("no {kind} step"));
+    assert!(found.next().is_none(), "more than one {kind} step");
+    step
+}
+
+#[test]
+fn a_conv_step_does_the_closed_form_work_in_every_layout() {
+    // (cin, cout, groups, with batch norm, residual and relu)
+    for (cin, cout, group, epilogue) in [(8, 24, 1, true), (8, 8, 8, false)] {
+        let g = strided_conv_graph(cin, cout, group, epilogue);
+        let (kh, kw, oh, ow) = (3, 2, 5, 10);
+        // One multiply-add per output element, input channel of its group and tap.
+        let flops = (2 * 2 * cout * oh * ow * (cin / group) * kh * kw) as f64;
+        let x = 2 * cin * 9 * 11;
+        let y = 2 * cout * oh * ow;
+        // Data, weights, bias and output, and the residual (as large as the
+        // output) when the step adds it; the batch norm's parameters are folded
+        // into the weights.
+        let elements = |kind: &str| {
+            let residual = if kind.contains("Add") { y } else { 0 };
+            x + cout * (cin / group) * kh * kw + cout + y + residual
+        };
+        let m = CompiledModel::compile(&g, &RuntimeOptions { threads: 1 }).unwrap();
+        let conv = step(&m, "Conv");
+        assert!(matches!(
+            conv.kernel,
+            super::Kernel::Conv(_) | super::Kernel::Depthwise(_)
+        ));
+        assert_eq!(conv.kind.contains("Add+Relu"), epilogue, "{}", conv.kind);
+        let bytes = 4 * elements(&conv.kind) as u64;
+        assert_eq!(conv.work, StepWork { bytes, flops }, "group {group}");
+        // Planned, the step counts the logical flops (channels that pad a
+        // block compute nothing) and the bytes as stored: as many in
+        // channels-last storage, at least as many in blocks.
+        for family in [Family::Nhwc, Family::Nchwc(16)] {
+            let planner = planner_by_name("global").unwrap();
+            let planned = plan(&g, planner.as_ref(), family, &CostModel::default()).unwrap();
+            let m = CompiledModel::compile(&planned.graph, &RuntimeOptions { threads: 1 }).unwrap();
+            let conv = step(&m, "Conv");
+            let (work, logical) = (conv.work, 4 * elements(&conv.kind) as u64);
+            assert_eq!(work.flops, flops, "group {group} {family}");
+            match family {
+                Family::Nhwc => assert_eq!(work.bytes, logical, "group {group}"),
+                _ => assert!(work.bytes >= logical, "group {group} {family}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn elementwise_and_dense_steps_count_their_operands_and_products() {
+    let mut g = Graph::new("elementwise");
+    let ty = ValueType::new(DType::F32, vec![2, 3, 5]);
+    let x = g.add_input("x", ty.clone(), vec![]);
+    let y = g.add_input("y", ty.clone(), vec![]);
+    let sum = Op::Binary(BinaryOp::Add);
+    let sum = ValueRef::new(g.add_node(sum, "sum", &[x, y], &[], vec![]).unwrap(), 0);
+    // A broadcast constant and a sigmoid: one loop nest, the sum in between unstored.
+    let c = g.add_constant("c", Tensor::from_f32(vec![5], vec![0.5; 5]), vec![]);
+    let scaled = Op::Binary(BinaryOp::Mul);
+    let scaled = ValueRef::new(
+        g.add_node(scaled, "scaled", &[sum, c], &[], vec![])
+            .unwrap(),
+        0,
+    );
+    let sigmoid = Op::Unary(UnaryOp::Sigmoid);
+    let s = ValueRef::new(
+        g.add_node(sigmoid, "sigmoid", &[scaled], &[], vec![])
+            .unwrap(),
+        0,
+    );
+    // Then a product with [5, 7] weights and a bias, as 30 rows of 5.
+    let flat = g.add_node(
+        Op::Reshape(crate::ops::Reshape { shape: vec![6, 5] }),
+        "flat",
+        &[s],
+        &[],
+        vec![],
+    );
+    let flat = ValueRef::new(flat.unwrap(), 0);
+    let w = g.add_constant("w", Tensor::from_f32(vec![5, 7], vec![0.25; 35]), vec![]);
+    let b = g.add_constant("b", Tensor::from_f32(vec![7], vec![1.0; 7]), vec![]);
+    let gemm = Op::Gemm(crate::ops::Gemm {
+        alpha: 1.0,
+        beta: 1.0,
+        trans_a: false,
+        trans_b: false,
+    });
+    let out = ValueRef::new(
+        g.add_node(gemm, "dense", &[flat, w, b], &[], vec![])
+            .unwrap(),
+        0,
+    );
+    g.set_outputs(vec![out]);
+    let m = CompiledModel::compile(&g, &RuntimeOptions { threads: 1 }).unwrap();
+    let bytes = |elements: usize| 4 * elements as u64;
+    // The chain reads x, y and c and writes its result; the values between its
+    // ops stay in registers. Elementwise ops count no flops.
+    let chain = step(&m, "Add+Mul+Sigmoid");
+    let moved = bytes(30 + 30 + 5 + 30);
+    assert_eq!(
+        chain.work,
+        StepWork {
+            bytes: moved,
+            flops: 0.0
+        }
+    );
+    assert_eq!(chain.work.intensity(), None);
+    assert_eq!(step(&m, "Reshape").work.bytes, bytes(30 + 30));
+    let dense = step(&m, "Gemm").work;
+    assert_eq!(dense.flops, (2 * 6 * 7 * 5) as f64);
+    assert_eq!(dense.bytes, bytes(30 + 35 + 7 + 42));
+    assert_eq!(dense.intensity(), Some(420.0 / 456.0));
+}
+
+#[test]
+fn peaks_are_probed_once_then_read_from_the_cache() {
+    use super::roofline::{machine_peaks, PeaksSource};
+    let dir = std::env::temp_dir().join(format!("layoutopt-peaks-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let file = dir.join("peaks.json");
+    let probed = Some(file.clone());
+    let first = machine_peaks(2, Some(&dir), false).unwrap();
+    assert_eq!(first.source, PeaksSource::Probed(probed.clone()));
+    let p = first.peaks;
+    assert_eq!(p.threads, 2);
+    for figure in [p.copy_gbps, p.fma_gflops] {
+        assert!(figure.is_finite() && figure > 0.0, "{p:?}");
+    }
+    let again = machine_peaks(2, Some(&dir), false).unwrap();
+    assert_eq!(again.source, PeaksSource::Cached(file.clone()));
+    assert_eq!(again.peaks, p);
+    // A corrupt file is passed over and rewritten.
+    std::fs::write(&file, "{\"peaks\": [").unwrap();
+    let rewritten = machine_peaks(2, Some(&dir), false).unwrap();
+    assert_eq!(rewritten.source, PeaksSource::Probed(probed.clone()));
+    let read = machine_peaks(2, Some(&dir), false).unwrap();
+    assert_eq!(read.peaks, rewritten.peaks);
+    // Another thread count is another entry.
+    let one = machine_peaks(1, Some(&dir), false).unwrap();
+    assert_eq!(one.peaks.threads, 1);
+    assert_eq!(one.source, PeaksSource::Probed(probed.clone()));
+    assert_eq!(machine_peaks(2, Some(&dir), false).unwrap(), read);
+    // A re-probe replaces its own entry only.
+    let reprobed = machine_peaks(2, Some(&dir), true).unwrap();
+    assert_eq!(reprobed.source, PeaksSource::Probed(probed));
+    assert_eq!(
+        machine_peaks(2, Some(&dir), false).unwrap().peaks,
+        reprobed.peaks
+    );
+    assert_eq!(
+        machine_peaks(1, Some(&dir), false).unwrap().peaks,
+        one.peaks
+    );
+    // A folder that cannot be made (a file is in the way): probed, not cached.
+    let blocked = machine_peaks(1, Some(&file), false).unwrap();
+    assert_eq!(blocked.source, PeaksSource::Probed(None));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_profile_shows_rates_and_the_fraction_of_the_roof() {
+    use super::bench::{BenchReport, Profile};
+    use super::roofline::{MachinePeaks, PeaksSource, Roofline};
+    use super::StepProfile;
+    use std::time::Duration;
+    let step = |name: &str, bytes: u64, flops: f64, ms_over_two_runs: u64| StepProfile {
+        name: name.into(),
+        kind: "Kind".into(),
+        fallback: false,
+        work: StepWork { bytes, flops },
+        time: Duration::from_millis(ms_over_two_runs),
+    };
+    let ms = Duration::from_millis(1);
+    let report = BenchReport {
+        runs: 2,
+        min: ms,
+        p50: ms,
+        p90: ms,
+        p99: ms,
+        mean: ms,
+        profile: Some(Profile {
+            runs: 2,
+            steps: vec![
+                // 1 ms a run: 2 GB/s and 400 GFLOP/s; the roof is the 0.5 ms
+                // its flops take at 800 GFLOP/s (its bytes take 0.2 ms at 10 GB/s).
+                step("conv", 2_000_000, 4e8, 2),
+                // 2 ms a run for 3 MB: 1.5 GB/s, 15% of 10 GB/s.
+                step("pool", 3_000_000, 0.0, 4),
+            ],
+            roofline: Roofline {
+                peaks: MachinePeaks {
+                    copy_gbps: 10.0,
+                    fma_gflops: 800.0,
+                    threads: 2,
+                },
+                source: PeaksSource::Cached("/cache/peaks.json".into()),
+            },
+        }),
+    };
+    let text = report.to_string();
+    let line = |name: &str| {
+        let line = text.lines().find(|l| l.ends_with(name));
+        line.unwrap_or_else(|| panic!("no {name} in\n{text}"))
+    };
+    let columns = |l: &str| l.split_whitespace().take(7).collect::<Vec<_>>().join(" ");
+    assert!(text.contains(
+        "machine: copy 10.0 GB/s, FMA 800.0 GFLOP/s (threads 2, cached in /cache/peaks.json)"
+    ));
+    assert_eq!(columns(line("step")), "ms share GB/s GFLOP/s flop/B % roof");
+    assert_eq!(
+        columns(line("conv")),
+        "1.000 33.3% 2.00 400.00 200.00 50.0% Kind"
+    );
+    assert_eq!(columns(line("pool")), "2.000 66.7% 1.50 - - 15.0% Kind");
 }

@@ -139,6 +139,7 @@ impl Compiler<'_> {
                     kind: p.kind,
                     spans: p.spans,
                     kernel: p.kernel,
+                    work: p.work,
                 })
             })
             .collect::<Result<Vec<_>, RuntimeError>>()?;

@@ -8,15 +8,16 @@ mod arena;
 use super::conv::{ConvGeom, PackedConv};
 use super::depthwise::Depthwise;
 use super::kernels::{Dense, Gather, PoolGeom};
+use super::roofline::StepWork;
 use super::simd::{Epilogue, Isa};
 use super::{activation, kernels, tir_step, CompiledModel, Kernel, RuntimeError};
 use crate::fusion::{
     self, inner, input_layout, output_layout, same_storage, Activation, FusedGroup, Pattern, Target,
 };
-use crate::graph::{DType, Graph, NodeId, Op, PoolKind, Span, Tensor, ValueRef};
+use crate::graph::{DType, Graph, NodeId, Op, PoolKind, Span, Tensor, ValueRef, ValueType};
 use crate::layout::Layout;
 use crate::ops::{BatchNorm, Gemm, GlobalPool, LayoutTransform, Reshape};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// A step before memory planning: values instead of slots.
 struct Pending {
@@ -26,6 +27,7 @@ struct Pending {
     kernel: Kernel,
     inputs: Vec<ValueRef>,
     outputs: Vec<ValueRef>,
+    work: StepWork,
 }
 
 /// The channel block `cb` when `layout` stores a logical NCHW tensor as
@@ -206,21 +208,28 @@ impl<'g> Compiler<'g> {
                 geom, self.isa, &w, &bias, epilogue, pad_fill,
             ))
         };
-        let mut inputs = vec![self.g.node_inputs(id)[0]];
+        // The weights and bias are packed into the kernel; the data comes through slots.
+        let conv_inputs = self.g.node_inputs(id);
+        let mut inputs = vec![conv_inputs[0]];
         inputs.extend(residual);
-        Ok(self.group_pending(group, String::new(), kernel, inputs))
+        Ok(self.group_pending(group, String::new(), kernel, inputs, &conv_inputs[1..]))
     }
 
     /// The step of a group: named after its last node, its spans those of all.
+    /// `packed` are the constants its kernel holds (read on every run, though
+    /// not through a slot).
     fn group_pending(
         &self,
         group: &FusedGroup,
         suffix: String,
         kernel: Kernel,
         inputs: Vec<ValueRef>,
+        packed: &[ValueRef],
     ) -> Pending {
         let last = group.last();
+        let outputs = vec![ValueRef::new(last, 0)];
         Pending {
+            work: self.work(&group.nodes, inputs.iter().chain(packed), &outputs),
             name: self.g.node(last).name.clone(),
             kind: group.kinds(self.g) + &suffix,
             spans: group
@@ -230,8 +239,41 @@ impl<'g> Compiler<'g> {
                 .collect(),
             kernel,
             inputs,
-            outputs: vec![ValueRef::new(last, 0)],
+            outputs,
         }
+    }
+
+    /// What a step computing `nodes` does: the flops of their ops
+    /// (`OpDef::flops`, which counts none for elementwise ops, pools and data
+    /// movement), and the stored bytes of every value it reads or writes, once
+    /// each, whatever the dtype.
+    fn work<'v>(
+        &self,
+        nodes: &[NodeId],
+        reads: impl IntoIterator<Item = &'v ValueRef>,
+        writes: &[ValueRef],
+    ) -> StepWork {
+        let flops = nodes
+            .iter()
+            .map(|&id| {
+                let node = self.g.node(id);
+                let ins: Vec<&ValueType> = self
+                    .g
+                    .node_inputs(id)
+                    .iter()
+                    .map(|&v| self.g.value_type(v))
+                    .collect();
+                let outs: Vec<&ValueType> = node.outputs.iter().map(|v| &v.ty).collect();
+                node.op.def().flops(&ins, &outs)
+            })
+            .sum();
+        let reads = reads.into_iter().copied();
+        let values: HashSet<ValueRef> = reads.chain(writes.iter().copied()).collect();
+        let bytes = values
+            .into_iter()
+            .map(|v| self.g.value_type(v).size_bytes() as u64)
+            .sum();
+        StepWork { bytes, flops }
     }
 
     /// A native kernel for a single node, if it has one.
@@ -519,7 +561,7 @@ impl<'g> Compiler<'g> {
                 Pattern::Elementwise => match self.tir(&group.nodes)? {
                     Some((kernel, inputs)) => {
                         let kernel = Kernel::Tir(Box::new(kernel));
-                        let step = self.group_pending(group, " (tir)".into(), kernel, inputs);
+                        let step = self.group_pending(group, " (tir)".into(), kernel, inputs, &[]);
                         self.steps.push(step);
                     }
                     // No loop nest for the chain: its nodes run one by one.
@@ -563,14 +605,17 @@ impl<'g> Compiler<'g> {
                 None => match self.movement(id) {
                     // One gather step per output.
                     Some(gathers) => {
+                        let inputs = &self.g.node_inputs(id)[..1];
                         for (k, g) in gathers.into_iter().enumerate() {
+                            let outputs = vec![ValueRef::new(id, k)];
                             self.steps.push(Pending {
                                 name: node.name.clone(),
                                 kind: format!("{kind} (gather)"),
                                 spans: node.spans.clone(),
                                 kernel: Kernel::Gather(g),
-                                inputs: self.g.node_inputs(id)[..1].to_vec(),
-                                outputs: vec![ValueRef::new(id, k)],
+                                work: self.work(&[id], inputs, &outputs),
+                                inputs: inputs.to_vec(),
+                                outputs,
                             });
                         }
                         return Ok(());
@@ -582,15 +627,18 @@ impl<'g> Compiler<'g> {
                 },
             },
         };
+        let inputs = self.g.node_inputs(id);
+        let outputs: Vec<ValueRef> = (0..node.outputs.len())
+            .map(|i| ValueRef::new(id, i))
+            .collect();
         self.steps.push(Pending {
             name: node.name.clone(),
             kind,
             spans: node.spans.clone(),
             kernel,
-            inputs: self.g.node_inputs(id),
-            outputs: (0..node.outputs.len())
-                .map(|i| ValueRef::new(id, i))
-                .collect(),
+            work: self.work(&[id], &inputs, &outputs),
+            inputs,
+            outputs,
         });
         Ok(())
     }

@@ -1,0 +1,295 @@
+//! The roofline of this machine, and where each step of a model stands under
+//! it. Two short probes measure the peaks on the model's number of worker
+//! threads: a parallel copy of a buffer beyond the private caches (bandwidth)
+//! and independent FMA chains in the widest vectors the CPU has (arithmetic).
+//! The peaks are cached per CPU model, instruction set and thread count, so a
+//! profile costs no probe after the first and compares against the same roof.
+
+use super::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel};
+use super::{worker_pool, RuntimeError};
+use serde::{Deserialize, Serialize};
+use std::cell::Cell;
+use std::fmt;
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// What one step does in one run, counted at compile time from its graph nodes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepWork {
+    /// Bytes of every value the step reads or writes, each once at its stored
+    /// size (padding of its layout included): activations, weights and other
+    /// constants, and non-f32 tensors at their element size.
+    pub bytes: u64,
+    /// Floating-point operations of its ops (`OpDef::flops`): 2 per multiply-add
+    /// of convolutions and matrix products, on the logical tensors. Elementwise
+    /// ops, batch norms, pools and data movement count none: they are taken as
+    /// memory-bound.
+    pub flops: f64,
+}
+
+impl StepWork {
+    /// Flops per byte moved, for a step that computes.
+    pub fn intensity(&self) -> Option<f64> {
+        (self.flops > 0.0 && self.bytes > 0).then(|| self.flops / self.bytes as f64)
+    }
+}
+
+/// This machine's peaks on a number of worker threads.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MachinePeaks {
+    /// Copy bandwidth in GB/s (10^9 bytes), bytes read and bytes written both counted.
+    pub copy_gbps: f64,
+    /// Arithmetic throughput in GFLOP/s, 2 flops per lane of an FMA.
+    pub fma_gflops: f64,
+    /// Worker threads both probes ran on.
+    pub threads: usize,
+}
+
+impl MachinePeaks {
+    /// The least time `work` takes here: its bytes at copy bandwidth or its
+    /// flops at FMA throughput, whichever is longer. This is the roofline's
+    /// attainable performance, min(peak flops, intensity × peak bandwidth),
+    /// written as a time, so that it covers steps without flops too.
+    pub fn roof_seconds(&self, work: &StepWork) -> f64 {
+        let memory = work.bytes as f64 / (self.copy_gbps * 1e9);
+        let compute = work.flops / (self.fma_gflops * 1e9);
+        memory.max(compute)
+    }
+
+    /// How close a step that did `work` in `seconds` came to the roof: 1 is on
+    /// it (for a memory-bound step, its GB/s over the copy probe's).
+    pub fn fraction_of_roof(&self, work: &StepWork, seconds: f64) -> Option<f64> {
+        (seconds > 0.0).then(|| self.roof_seconds(work) / seconds)
+    }
+
+    /// Whether the figures can be peaks at all (a cache file may hold anything).
+    fn plausible(&self) -> bool {
+        let positive = |x: f64| x.is_finite() && x > 0.0;
+        positive(self.copy_gbps) && positive(self.fma_gflops) && self.threads > 0
+    }
+}
+
+/// Bytes of each of the two buffers of the copy probe: beyond the private
+/// caches of any current core, so the copy streams from the shared cache or memory.
+const COPY_BUFFER_BYTES: usize = 64 << 20;
+/// Timed copies; the best one counts.
+const COPY_REPETITIONS: usize = 6;
+/// Independent accumulators per thread: enough to hide the FMA latency on two
+/// ports (4 cycles × 2 needs 8), few enough to stay in 16 registers.
+const FMA_CHAINS: usize = 12;
+/// Steps of every chain per repetition: a few milliseconds on a current core.
+const FMA_STEPS: usize = 1 << 21;
+/// Timed FMA runs; the best one counts.
+const FMA_REPETITIONS: usize = 5;
+
+/// Measures the peaks on the threads of `pool`.
+fn probe(pool: &rayon::ThreadPool) -> MachinePeaks {
+    MachinePeaks {
+        copy_gbps: copy_gbps(pool),
+        fma_gflops: fma_gflops(pool, Isa::detect()),
+        threads: pool.current_num_threads(),
+    }
+}
+
+/// The fastest of `repetitions` timed calls of `f`, in seconds, after one
+/// untimed call that maps pages and wakes the threads.
+fn best_seconds(repetitions: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    (0..repetitions)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// Copy bandwidth: every thread of `pool` copies its share of one buffer into another.
+fn copy_gbps(pool: &rayon::ThreadPool) -> f64 {
+    let len = COPY_BUFFER_BYTES / 4;
+    let share = len.div_ceil(pool.current_num_threads());
+    // Written before timing: untouched pages would all read as the one zero page.
+    let source = vec![1.0f32; len];
+    let mut target = vec![0.0f32; len];
+    let shares: Vec<Mutex<&mut [f32]>> = target.chunks_mut(share).map(Mutex::new).collect();
+    let seconds = best_seconds(COPY_REPETITIONS, || {
+        pool.broadcast(|cx| {
+            let i = cx.index();
+            if let Some(Ok(mut to)) = shares.get(i).map(|s| s.lock()) {
+                let from = &source[i * share..][..to.len()];
+                to.copy_from_slice(from);
+            }
+        });
+    });
+    black_box(&shares);
+    2.0 * COPY_BUFFER_BYTES as f64 / seconds / 1e9
+}
+
+/// `FMA_CHAINS` independent chains x ← x·m + a on vectors of one instruction set.
+struct FmaChains {
+    /// The lanes summed at the end, so the chains are not optimised away.
+    sum: Cell<f32>,
+}
+
+impl VectorKernel for FmaChains {
+    #[inline(always)]
+    unsafe fn run<V: Vector>(&self) {
+        // x ← 0.5·x + 0.5 stays at 1: no overflow, no subnormal slow path.
+        let m = V::splat(black_box(0.5));
+        let a = V::splat(black_box(0.5));
+        let mut chains = [V::splat(1.0); FMA_CHAINS];
+        for _ in 0..FMA_STEPS {
+            for x in &mut chains {
+                *x = V::fma(*x, m, a);
+            }
+        }
+        let total = chains.iter().fold(V::splat(0.0), |s, &x| V::add(s, x));
+        let mut lanes = vec![0.0f32; V::LANES];
+        total.store(lanes.as_mut_ptr());
+        self.sum.set(lanes.iter().sum());
+    }
+}
+
+/// FMA throughput: every thread of `pool` runs its own chains in `isa`'s vectors.
+fn fma_gflops(pool: &rayon::ThreadPool, isa: Isa) -> f64 {
+    let lanes = Lanes::for_block(isa, isa.lanes());
+    let seconds = best_seconds(FMA_REPETITIONS, || {
+        pool.broadcast(|_| {
+            let chains = FmaChains {
+                sum: Cell::new(0.0),
+            };
+            // SAFETY: `Lanes::for_block` picks an instruction set this CPU has.
+            unsafe { run_vectorized(lanes, &chains) };
+            black_box(chains.sum.get());
+        });
+    });
+    let fmas = pool.current_num_threads() * FMA_STEPS * FMA_CHAINS * lanes.count();
+    2.0 * fmas as f64 / seconds / 1e9
+}
+
+/// Where the peaks of a [`Roofline`] come from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PeaksSource {
+    /// Read from this cache file.
+    Cached(PathBuf),
+    /// Probed now; written to this cache file when it could be.
+    Probed(Option<PathBuf>),
+}
+
+/// The peaks a profile is measured against, and where they come from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Roofline {
+    /// The peaks.
+    pub peaks: MachinePeaks,
+    /// A cache file or a probe.
+    pub source: PeaksSource,
+}
+
+impl fmt::Display for Roofline {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        let p = &self.peaks;
+        write!(
+            f,
+            "machine: copy {:.1} GB/s, FMA {:.1} GFLOP/s (threads {}, ",
+            p.copy_gbps, p.fma_gflops, p.threads
+        )?;
+        match &self.source {
+            PeaksSource::Cached(path) => write!(f, "cached in {})", path.display()),
+            PeaksSource::Probed(Some(path)) => {
+                write!(f, "probed now, cached in {})", path.display())
+            }
+            PeaksSource::Probed(None) => write!(f, "probed now, no cache)"),
+        }
+    }
+}
+
+/// The folder of the peaks cache: `$XDG_CACHE_HOME/layoutopt`, else
+/// `$HOME/.cache/layoutopt` (relative paths are ignored, as the XDG base
+/// directory specification says).
+pub fn cache_dir() -> Option<PathBuf> {
+    let absolute = |var: &str| {
+        std::env::var_os(var)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    absolute("XDG_CACHE_HOME")
+        .or_else(|| absolute("HOME").map(|home| home.join(".cache")))
+        .map(|cache| cache.join("layoutopt"))
+}
+
+/// The file in a cache folder that holds the peaks.
+const CACHE_FILE: &str = "peaks.json";
+
+/// One machine's peaks in the cache file.
+#[derive(Serialize, Deserialize)]
+struct CacheEntry {
+    cpu: String,
+    isa: String,
+    peaks: MachinePeaks,
+}
+
+/// The CPU model as `/proc/cpuinfo` names it, else the architecture.
+fn cpu_name() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    cpuinfo
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(key, _)| key.trim() == "model name")
+        .map_or(std::env::consts::ARCH.to_string(), |(_, name)| {
+            name.trim().to_string()
+        })
+}
+
+/// This machine's peaks on `threads` worker threads (0: one per core): read from
+/// the cache file in `dir` when it holds them for this CPU model, instruction
+/// set and thread count and `reprobe` is false, else probed and written there.
+/// A cache file that cannot be read, parsed or written is passed over (a corrupt
+/// one is rewritten); without `dir` the peaks are always probed. Only starting
+/// the threads can fail.
+pub fn machine_peaks(
+    threads: usize,
+    dir: Option<&Path>,
+    reprobe: bool,
+) -> Result<Roofline, RuntimeError> {
+    let pool = worker_pool(threads)?;
+    let threads = pool.current_num_threads();
+    let (cpu, isa) = (cpu_name(), format!("{:?}", Isa::detect()));
+    let path = dir.map(|d| d.join(CACHE_FILE));
+    let mut entries: Vec<CacheEntry> = path
+        .as_ref()
+        .and_then(|p| std::fs::read(p).ok())
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or_default();
+    entries.retain(|e| e.peaks.plausible());
+    let same = |e: &CacheEntry| e.cpu == cpu && e.isa == isa && e.peaks.threads == threads;
+    if let (Some(path), Some(hit), false) = (&path, entries.iter().find(|e| same(e)), reprobe) {
+        return Ok(Roofline {
+            peaks: hit.peaks,
+            source: PeaksSource::Cached(path.clone()),
+        });
+    }
+    let peaks = probe(&pool);
+    entries.retain(|e| !same(e));
+    entries.push(CacheEntry { cpu, isa, peaks });
+    let written = path.filter(|p| write_cache(p, &entries).is_ok());
+    Ok(Roofline {
+        peaks,
+        source: PeaksSource::Probed(written),
+    })
+}
+
+/// Writes the cache file through a temporary one, so a concurrent reader never
+/// sees half of it.
+fn write_cache(path: &Path, entries: &[CacheEntry]) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let json = serde_json::to_vec_pretty(entries).map_err(std::io::Error::other)?;
+    let partial = path.with_extension(format!("{}.tmp", std::process::id()));
+    std::fs::write(&partial, json)?;
+    std::fs::rename(&partial, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&partial);
+    })
+}
