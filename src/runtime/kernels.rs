@@ -118,51 +118,155 @@ pub struct PoolGeom {
     pub pad: (usize, usize),
     /// Whether an average divides by the whole window, padding included.
     pub count_include_pad: bool,
+    /// For each window column, the output columns `[lo, hi)` it reads inside
+    /// the row (from [`PoolGeom::with_columns`]; divisions kept out of the loops).
+    pub columns: Vec<(usize, usize)>,
+}
+
+impl PoolGeom {
+    /// The geometry with its `columns` computed.
+    pub fn with_columns(mut self) -> PoolGeom {
+        self.columns = (0..self.k.1)
+            .map(|kw| columns(kw, self.stride.1, self.pad.1, self.w, self.ow))
+            .collect();
+        self
+    }
 }
 
 multiversion!(pool_plane(g: &PoolGeom, x: &[f32], y: &mut [f32]) {
     let cb = g.cb;
-    let mut acc = vec![0f32; cb];
+    if (g.oh, g.ow, g.k, g.pad) == (1, 1, (g.h, g.w), (0, 0)) {
+        return global_pool(g, x, y);
+    }
+    let init = match g.kind {
+        PoolKind::Max => f32::NEG_INFINITY,
+        PoolKind::Avg => 0.0,
+    };
+    // Each output row accumulates in place: for every window row and column,
+    // the output columns whose input column is inside the image take one
+    // contiguous (stride 1) or strided run of the input row.
     for oh in 0..g.oh {
-        for ow in 0..g.ow {
-            let init = match g.kind {
-                PoolKind::Max => f32::NEG_INFINITY,
-                PoolKind::Avg => 0.0,
-            };
-            acc.fill(init);
-            let mut count = 0usize;
-            for kh in 0..g.k.0 {
-                let ih = (oh * g.stride.0 + kh) as isize - g.pad.0 as isize;
-                if ih < 0 || ih >= g.h as isize {
+        let row = &mut y[oh * g.ow * cb..][..g.ow * cb];
+        row.fill(init);
+        let (kh_lo, kh_hi) = window(oh, g.stride.0, g.pad.0, g.k.0, g.h);
+        for kh in kh_lo..kh_hi {
+            let ih = oh * g.stride.0 + kh - g.pad.0;
+            let xrow = &x[ih * g.w * cb..][..g.w * cb];
+            for (kw, &(lo, hi)) in g.columns.iter().enumerate() {
+                if lo >= hi {
                     continue;
                 }
-                for kw in 0..g.k.1 {
-                    let iw = (ow * g.stride.1 + kw) as isize - g.pad.1 as isize;
-                    if iw < 0 || iw >= g.w as isize {
-                        continue;
-                    }
-                    count += 1;
-                    let px = &x[(ih as usize * g.w + iw as usize) * cb..][..cb];
-                    match g.kind {
-                        PoolKind::Max => acc
-                            .iter_mut()
-                            .zip(px)
-                            .for_each(|(a, &v)| *a = <f32 as Scalar>::max(*a, v)),
-                        PoolKind::Avg => acc.iter_mut().zip(px).for_each(|(a, &v)| *a += v),
+                let first = lo * g.stride.1 + kw - g.pad.1;
+                let out = &mut row[lo * cb..hi * cb];
+                let src = &xrow[first * cb..];
+                match (cb, g.stride.1) {
+                    // NCHW, stride 1: one contiguous run, in vector registers.
+                    (1, 1) => accumulate(g.kind, out, src.iter()),
+                    (1, s) => accumulate(g.kind, out, src.iter().step_by(s)),
+                    _ => {
+                        let pixels = src.chunks(cb).step_by(g.stride.1);
+                        for (o, v) in out.chunks_mut(cb).zip(pixels) {
+                            accumulate(g.kind, o, v.iter());
+                        }
                     }
                 }
             }
-            let out = &mut y[(oh * g.ow + ow) * cb..][..cb];
-            if g.kind == PoolKind::Avg {
-                let n = if g.count_include_pad { g.k.0 * g.k.1 } else { count };
+        }
+        if g.kind == PoolKind::Avg {
+            let count = |ow: usize| match g.count_include_pad {
+                true => g.k.0 * g.k.1,
+                false => {
+                    let (kw_lo, kw_hi) = window(ow, g.stride.1, g.pad.1, g.k.1, g.w);
+                    (kh_hi - kh_lo) * (kw_hi - kw_lo)
+                }
+            };
+            // Columns whose window lies inside the row share one divisor (one
+            // vector loop); only the edge columns need their own.
+            let full_lo = g.pad.1.div_ceil(g.stride.1).min(g.ow);
+            let full_hi = ((g.w + g.pad.1 + 1).saturating_sub(g.k.1))
+                .div_ceil(g.stride.1)
+                .clamp(full_lo, g.ow);
+            let scale = |o: &mut [f32], n: usize| {
                 let inv = 1.0 / n.max(1) as f32;
-                out.iter_mut().zip(&acc).for_each(|(o, &a)| *o = a * inv);
-            } else {
-                out.copy_from_slice(&acc);
+                o.iter_mut().for_each(|a| *a *= inv);
+            };
+            scale(&mut row[full_lo * cb..full_hi * cb], count(full_lo));
+            for ow in (0..full_lo).chain(full_hi..g.ow) {
+                scale(&mut row[ow * cb..(ow + 1) * cb], count(ow));
             }
         }
     }
 });
+
+/// `out[i] = out[i] max src[i]` (or `+`), pairwise.
+#[inline(always)]
+fn accumulate<'a>(kind: PoolKind, out: &mut [f32], src: impl Iterator<Item = &'a f32>) {
+    match kind {
+        PoolKind::Max => out
+            .iter_mut()
+            .zip(src)
+            .for_each(|(a, &b)| *a = <f32 as Scalar>::max(*a, b)),
+        PoolKind::Avg => out.iter_mut().zip(src).for_each(|(a, &b)| *a += b),
+    }
+}
+
+/// The window offsets `[lo, hi)` of output position `o` that fall inside an
+/// input axis of `extent` (the others are padding).
+fn window(o: usize, stride: usize, pad: usize, k: usize, extent: usize) -> (usize, usize) {
+    let start = o * stride;
+    let lo = pad.saturating_sub(start).min(k);
+    let hi = (extent + pad).saturating_sub(start).min(k);
+    (lo, hi.max(lo))
+}
+
+/// The output columns `[lo, hi)` whose window column `kw` falls inside an
+/// input row of `w` columns.
+fn columns(kw: usize, stride: usize, pad: usize, w: usize, ow: usize) -> (usize, usize) {
+    // o * stride + kw - pad in [0, w)  <=>  o >= (pad - kw) / stride, o * stride < w + pad - kw
+    let lo = pad.saturating_sub(kw).div_ceil(stride);
+    let hi = (w + pad).saturating_sub(kw).div_ceil(stride).min(ow);
+    (lo.min(hi), hi)
+}
+
+/// A pool over the whole plane: a sum or maximum of every position, kept in
+/// 16 independent lanes when a position is one channel so that it vectorizes.
+#[inline(always)]
+fn global_pool(g: &PoolGeom, x: &[f32], y: &mut [f32]) {
+    const LANES: usize = 16;
+    let (cb, n) = (g.cb, g.h * g.w);
+    let x = &x[..n * cb];
+    let combine = |a: f32, b: f32| match g.kind {
+        PoolKind::Max => <f32 as Scalar>::max(a, b),
+        PoolKind::Avg => a + b,
+    };
+    let init = match g.kind {
+        PoolKind::Max => f32::NEG_INFINITY,
+        PoolKind::Avg => 0.0,
+    };
+    let out = &mut y[..cb];
+    if cb == 1 {
+        let mut acc = [init; LANES];
+        let mut chunks = x.chunks_exact(LANES);
+        for c in &mut chunks {
+            acc.iter_mut()
+                .zip(c)
+                .for_each(|(a, &b)| *a = combine(*a, b));
+        }
+        let tail = chunks.remainder().iter().fold(init, |a, &b| combine(a, b));
+        out[0] = acc.iter().fold(tail, |a, &b| combine(a, b));
+    } else {
+        out.fill(init);
+        for px in x.chunks_exact(cb) {
+            out.iter_mut()
+                .zip(px)
+                .for_each(|(a, &b)| *a = combine(*a, b));
+        }
+    }
+    if g.kind == PoolKind::Avg {
+        let inv = 1.0 / n.max(1) as f32;
+        out.iter_mut().for_each(|a| *a *= inv);
+    }
+}
 
 /// Pools `x` into `y` with geometry `g`, planes in parallel.
 pub fn pool(g: &PoolGeom, x: &[f32], y: &mut [f32]) {

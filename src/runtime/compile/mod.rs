@@ -502,19 +502,23 @@ impl<'g> Compiler<'g> {
         if channel_block(&yl, &[xs[0], xs[1], oh, ow]) != Some(cb) {
             return None;
         }
-        Some(Kernel::Pool(PoolGeom {
-            kind,
-            planes: xs[0] * xs[1].div_ceil(cb),
-            cb,
-            h: xs[2],
-            w: xs[3],
-            oh,
-            ow,
-            k: (k[0], k[1]),
-            stride: (stride[0], stride[1]),
-            pad,
-            count_include_pad,
-        }))
+        Some(Kernel::Pool(
+            PoolGeom {
+                kind,
+                planes: xs[0] * xs[1].div_ceil(cb),
+                cb,
+                h: xs[2],
+                w: xs[3],
+                oh,
+                ow,
+                k: (k[0], k[1]),
+                stride: (stride[0], stride[1]),
+                pad,
+                count_include_pad,
+                columns: vec![],
+            }
+            .with_columns(),
+        ))
     }
 
     /// The fusion pass's groups, with the native kernels built while asking.
