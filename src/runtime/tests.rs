@@ -580,6 +580,83 @@ fn concats_along_the_outer_axis_are_computed_in_place() {
     }
 }
 
+/// Max and average pools of random geometry (windows, strides, unequal pads,
+/// padding counted or not, global windows) compiled in NCHW and in the planned
+/// blocked layout match the reference executor.
+#[test]
+fn pools_of_random_geometry_match_the_reference_executor() {
+    use crate::graph::PoolKind;
+    use crate::ops::Pool;
+    let mut rng = Rng(17);
+    for case in 0..40 {
+        let (c, h, w) = (rng.range(1, 20), rng.range(1, 13), rng.range(1, 13));
+        let global = case % 8 == 0;
+        let (kh, kw) = match global {
+            true => (h, w),
+            false => (rng.range(1, h.min(4)), rng.range(1, w.min(4))),
+        };
+        let pad = |k: usize, rng: &mut Rng| if global { 0 } else { rng.below(k) };
+        let pads = vec![
+            pad(kh, &mut rng),
+            pad(kw, &mut rng),
+            pad(kh, &mut rng),
+            pad(kw, &mut rng),
+        ];
+        let window = Window {
+            kernel: vec![kh, kw],
+            strides: vec![rng.range(1, 3), rng.range(1, 3)],
+            dilations: vec![1, 1],
+            pads,
+        };
+        let kind = [PoolKind::Max, PoolKind::Avg][case % 2];
+        let op = Op::Pool(Pool {
+            kind,
+            window,
+            ceil_mode: false,
+            count_include_pad: rng.below(2) == 1,
+        });
+        // A 1x1 convolution first, so that the global plan blocks the pool's input.
+        let ty = ValueType::new(DType::F32, vec![1, c, h, w]);
+        let mut g = Graph::new("pool");
+        let x = g.add_input("x", ty.clone(), vec![]);
+        let wt = Tensor::from_f32(vec![c, c, 1, 1], rng.f32s(c * c));
+        let wt = g.add_constant("w", wt, vec![]);
+        let conv = Op::Conv(Conv {
+            window: Window {
+                kernel: vec![1, 1],
+                strides: vec![1, 1],
+                dilations: vec![1, 1],
+                pads: vec![0; 4],
+            },
+            group: 1,
+        });
+        let y = g.add_node(conv, "conv", &[x, wt], &[], vec![]).unwrap();
+        let y = crate::graph::ValueRef::new(y, 0);
+        let id = g.add_node(op.clone(), "pool", &[y], &[], vec![]).unwrap();
+        g.set_outputs(vec![crate::graph::ValueRef::new(id, 0)]);
+        let inputs = vec![Tensor::from_f32(ty.shape.clone(), rng.f32s(ty.numel()))];
+        let expected = crate::reference::run(&g, &inputs).unwrap();
+        let planner = planner_by_name("global").unwrap();
+        for family in [Family::Nchw, Family::Nchwc(16), Family::Nchwc(8)] {
+            let pg = plan(&g, planner.as_ref(), family, &CostModel::default())
+                .unwrap()
+                .graph;
+            let m = CompiledModel::compile(&pg, &RuntimeOptions { threads: 2 }).unwrap();
+            let got = m.run(&inputs).unwrap();
+            let (e, a) = (expected[0].to_f32(), got[0].to_f32());
+            let err = e
+                .iter()
+                .zip(&a)
+                .map(|(p, q)| (p - q).abs())
+                .fold(0f32, f32::max);
+            assert!(
+                err <= 1e-5,
+                "case {case} {op:?} {family}: max abs error {err}"
+            );
+        }
+    }
+}
+
 #[test]
 fn dense_matches_a_naive_product_for_every_isa() {
     let isas: Vec<Isa> = [Isa::Avx512, Isa::Avx2, Isa::Portable]
