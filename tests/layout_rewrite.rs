@@ -236,8 +236,9 @@ fn constants_packed_into_a_blocked_layout_rewrite() {
     let m = model(
         vec![
             conv,
-            node("Mul", "scale", &["y", "s"], &["z"]),
-            node("Relu", "relu", &["z"], &["r"]),
+            // A Relu first, so that the scale does not fold into the conv.
+            node("Relu", "relu", &["y"], &["z"]),
+            node("Mul", "scale", &["z", "s"], &["r"]),
             node("Conv", "conv2", &["r", "w2"], &["out"]),
         ],
         vec![value_info("x", 1, &[1, 3, 8, 8])],

@@ -1,6 +1,7 @@
 //! The graph IR shared by every stage: typed ops on a petgraph DAG, typed values
 //! (dtype and static shape), per-node source spans, shape inference and constant folding.
 
+mod conv_affine;
 mod fold;
 mod memory;
 mod pad_fold;
@@ -11,6 +12,7 @@ pub use crate::core::{
     ValueType,
 };
 pub use crate::ops::*;
+pub use conv_affine::{fold_conv_affine, has_foldable_affine};
 pub use fold::{fold_constants, fold_node};
 pub use memory::{
     check_value_size, checked_size_bytes, format_bytes, machine_memory, memory_limit, parse_bytes,

@@ -1,0 +1,128 @@
+//! Per-channel scales and shifts folded into the convolution before them.
+//!
+//! Converters often write an inference batch norm as `Conv → Mul(γ') → Add(β')`
+//! with per-output-channel constants (tf2onnx does for depthwise convolutions).
+//! Folded into the weights and bias, the conv's output is what the Add wrote, and
+//! the activation after it can join the conv kernel as an epilogue.
+
+use super::{merge_spans, BinaryOp, DType, Graph, GraphError, NodeId, Op, Tensor, ValueRef};
+
+/// Folds every `Mul`, `Add` or `Sub` of a convolution's output by a constant that
+/// is one value per output channel (or one for all) into that convolution, when
+/// the conv's output has no other reader. Returns how many were folded.
+pub fn fold_conv_affine(g: &mut Graph) -> Result<usize, GraphError> {
+    let mut folded = 0;
+    for id in g.topo_order()? {
+        if g.contains(id) && fold_into_conv(g, id)? {
+            folded += 1;
+        }
+    }
+    g.remove_dead_nodes();
+    Ok(folded)
+}
+
+/// Whether some Mul/Add/Sub of a conv's sole output by a per-channel constant exists.
+pub fn has_foldable_affine(g: &Graph) -> bool {
+    g.node_ids()
+        .into_iter()
+        .any(|id| affine_of(g, id).is_some())
+}
+
+/// The conv, its per-channel constant and the op, when `id` can fold into it.
+fn affine_of(g: &Graph, id: NodeId) -> Option<(NodeId, Vec<f32>, BinaryOp)> {
+    let Op::Binary(op @ (BinaryOp::Mul | BinaryOp::Add | BinaryOp::Sub)) = g.node(id).op else {
+        return None;
+    };
+    let ins = g.node_inputs(id);
+    let port = (0..2).find(|&p| matches!(g.node(ins[p].node).op, Op::Conv(_)))?;
+    if op == BinaryOp::Sub && port != 0 {
+        return None;
+    }
+    let (conv_out, c) = (ins[port], g.constant(ins[1 - port])?);
+    if conv_out.output != 0
+        || g.consumers(conv_out).len() != 1
+        || g.is_graph_output(conv_out)
+        || g.value_type(ValueRef::new(id, 0)) != g.value_type(conv_out)
+    {
+        return None;
+    }
+    let conv_ins = g.node_inputs(conv_out.node);
+    let f32_const = |v: &ValueRef| g.constant(*v).is_some_and(|t| t.dtype() == DType::F32);
+    if !conv_ins[1..].iter().all(f32_const) || c.dtype() != DType::F32 {
+        return None;
+    }
+    let out = &g.value_type(conv_out).shape;
+    let cout = *out.get(1)?;
+    Some((conv_out.node, per_channel(c, out.len(), cout)?, op))
+}
+
+/// The constant as one value per output channel, when it broadcasts so: its
+/// shape right-aligned against the conv output's is 1 everywhere but the
+/// channel axis, where it is 1 or the channel count.
+fn per_channel(c: &Tensor, rank: usize, cout: usize) -> Option<Vec<f32>> {
+    if c.rank() > rank {
+        return None;
+    }
+    let lead = rank - c.rank();
+    let channel_extent = if lead <= 1 { c.shape[1 - lead] } else { 1 };
+    let others_one = c
+        .shape
+        .iter()
+        .enumerate()
+        .all(|(i, &d)| i + lead == 1 || d == 1);
+    if !others_one || !(channel_extent == 1 || channel_extent == cout) {
+        return None;
+    }
+    let v = c.f32s();
+    if v.is_empty() {
+        return None;
+    }
+    Some((0..cout).map(|o| v[o % v.len()]).collect())
+}
+
+fn fold_into_conv(g: &mut Graph, id: NodeId) -> Result<bool, GraphError> {
+    let Some((conv, s, op)) = affine_of(g, id) else {
+        return Ok(false);
+    };
+    let conv_ins = g.node_inputs(conv);
+    let w = g.constant(conv_ins[1]).expect("checked constant");
+    let cout = s.len();
+    let mut bias: Vec<f32> = match conv_ins.get(2) {
+        Some(b) => g.constant(*b).expect("checked constant").to_f32(),
+        None => vec![0.0; cout],
+    };
+    let mut weights = w.f32s().into_owned();
+    let per_out = weights.len() / cout;
+    match op {
+        BinaryOp::Mul => {
+            for (o, &k) in s.iter().enumerate() {
+                weights[o * per_out..(o + 1) * per_out]
+                    .iter_mut()
+                    .for_each(|x| *x *= k);
+                bias[o] *= k;
+            }
+        }
+        BinaryOp::Add => bias.iter_mut().zip(&s).for_each(|(b, k)| *b += k),
+        _ => bias.iter_mut().zip(&s).for_each(|(b, k)| *b -= k),
+    }
+    let w_shape = w.shape.clone();
+    let (conv_node, node) = (g.node(conv), g.node(id));
+    let name = node.name.clone();
+    let spans = merge_spans([&conv_node.spans[..], &node.spans[..]]);
+    let out_names = vec![node.outputs[0].name.clone()];
+    let conv_op = conv_node.op.clone();
+    let w = g.add_constant(
+        &format!("{name}_weights"),
+        Tensor::from_f32(w_shape, weights),
+        spans.clone(),
+    );
+    let b = g.add_constant(
+        &format!("{name}_bias"),
+        Tensor::from_f32(vec![cout], bias),
+        spans.clone(),
+    );
+    let folded = g.add_node(conv_op, &name, &[conv_ins[0], w, b], &out_names, spans)?;
+    g.replace_uses(ValueRef::new(id, 0), ValueRef::new(folded, 0));
+    g.remove_node(id);
+    Ok(true)
+}
