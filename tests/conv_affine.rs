@@ -1,8 +1,9 @@
-//! Per-channel Mul/Add/Sub after a convolution folded into its weights and bias:
+//! Graph rewrites before planning. Per-channel Mul/Add/Sub after a convolution
+//! folded into its weights and bias:
 //! exactly the foldable ones fold (per-channel or scalar constants, a conv output
 //! with no other reader, Sub only as `conv - c`), and the folded graph, planned
 //! and compiled, gives the reference executor's outputs on the unfolded source
-//! within 1e-5 of their magnitude.
+//! within 1e-5 of their magnitude. Spatial means and maxima as global pools.
 
 mod common;
 
@@ -133,5 +134,76 @@ fn other_readers_spatial_constants_and_reversed_sub_keep_their_nodes() {
         let mut folded = g.clone();
         assert_eq!(fold_conv_affine(&mut folded).unwrap(), 0);
         assert_eq!(convs(&folded), 1);
+    }
+}
+
+/// Means and maxima over exactly the spatial axes become global pools (with a
+/// reshape when the axes are dropped); other reductions stay. The rewritten
+/// graph computes what the source computes.
+#[test]
+fn spatial_means_and_maxima_become_global_pools() {
+    use layoutopt::graph::reductions_as_global_pools;
+    let reduce = |op: &str, name: &str, axes: &[i64], keep: i64, out: &str| {
+        let mut n = node(op, name, &["x"], &[out]);
+        n.attribute.push(ints_attr("axes", axes));
+        n.attribute.push(int_attr("keepdims", keep));
+        n
+    };
+    let nodes = vec![
+        reduce("ReduceMean", "mean_kept", &[2, 3], 1, "a"),
+        reduce("ReduceMax", "max_dropped", &[3, 2], 0, "b"),
+        reduce("ReduceMean", "channels_last", &[1, 2], 1, "c"),
+        // ReduceSum takes its axes as an input from opset 13.
+        {
+            let mut n = node("ReduceSum", "sum", &["x", "sum_axes"], &["d"]);
+            n.attribute.push(int_attr("keepdims", 1));
+            n
+        },
+    ];
+    let outputs = [
+        ("a", vec![1, 6, 1, 1]),
+        ("b", vec![1, 6]),
+        ("c", vec![1, 1, 1, 5]),
+        ("d", vec![1, 6, 1, 1]),
+    ];
+    let m = model(
+        nodes,
+        vec![value_info("x", F32, &[1, 6, 4, 5])],
+        outputs
+            .iter()
+            .map(|(n, s)| value_info(n, F32, &s.iter().map(|&d| d as i64).collect::<Vec<_>>()))
+            .collect(),
+        vec![("sum_axes", Tensor::from_i64(vec![2], vec![2, 3]))],
+        13,
+    );
+    let g = import_onnx(
+        &model_bytes(&m),
+        "reduce.onnx",
+        None,
+        &ImportOptions::default(),
+    )
+    .expect("the model imports");
+    let mut pooled = g.clone();
+    assert_eq!(reductions_as_global_pools(&mut pooled).unwrap(), 2);
+    let count = |g: &Graph, pred: fn(&Op) -> bool| {
+        g.node_ids()
+            .into_iter()
+            .filter(|&id| pred(&g.node(id).op))
+            .count()
+    };
+    assert_eq!(count(&pooled, |op| matches!(op, Op::GlobalPool(_))), 2);
+    assert_eq!(count(&pooled, |op| matches!(op, Op::Reduce(_))), 2);
+    let x = Tensor::from_f32(
+        vec![1, 6, 4, 5],
+        (0..120)
+            .map(|i| ((i * 29) % 31) as f32 / 7.0 - 2.0)
+            .collect(),
+    );
+    let expected = layoutopt::reference::run(&g, std::slice::from_ref(&x)).unwrap();
+    let got = layoutopt::reference::run(&pooled, std::slice::from_ref(&x)).unwrap();
+    for (e, a) in expected.iter().zip(&got) {
+        assert_eq!(e.shape, a.shape);
+        let (err, mag) = max_abs_err(e, a);
+        assert!(err <= 1e-6 * mag.max(1.0), "error {err} at magnitude {mag}");
     }
 }

@@ -21,13 +21,6 @@ pub fn fold_conv_affine(g: &mut Graph) -> Result<usize, GraphError> {
     Ok(folded)
 }
 
-/// Whether some Mul/Add/Sub of a conv's sole output by a per-channel constant exists.
-pub fn has_foldable_affine(g: &Graph) -> bool {
-    g.node_ids()
-        .into_iter()
-        .any(|id| affine_of(g, id).is_some())
-}
-
 /// The conv, its per-channel constant and the op, when `id` can fold into it.
 fn affine_of(g: &Graph, id: NodeId) -> Option<(NodeId, Vec<f32>, BinaryOp)> {
     let Op::Binary(op @ (BinaryOp::Mul | BinaryOp::Add | BinaryOp::Sub)) = g.node(id).op else {

@@ -1,6 +1,7 @@
 //! The graph IR shared by every stage: typed ops on a petgraph DAG, typed values
 //! (dtype and static shape), per-node source spans, shape inference and constant folding.
 
+mod canonical;
 mod conv_affine;
 mod fold;
 mod memory;
@@ -12,13 +13,14 @@ pub use crate::core::{
     ValueType,
 };
 pub use crate::ops::*;
-pub use conv_affine::{fold_conv_affine, has_foldable_affine};
+pub use canonical::reductions_as_global_pools;
+pub use conv_affine::fold_conv_affine;
 pub use fold::{fold_constants, fold_node};
 pub use memory::{
     check_value_size, checked_size_bytes, format_bytes, machine_memory, memory_limit, parse_bytes,
     MEMORY_LIMIT_ENV,
 };
-pub use pad_fold::{fold_pads, has_foldable_pad, PadFold};
+pub use pad_fold::{fold_pads, PadFold};
 
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 use petgraph::visit::EdgeRef;

@@ -37,14 +37,6 @@ pub fn fold_pads(g: &mut Graph) -> Result<Vec<PadFold>, GraphError> {
     Ok(folds)
 }
 
-/// Whether some conv or pool reads a Pad (directly or through a transpose):
-/// the cheap test before copying a graph to fold it.
-pub fn has_foldable_pad(g: &Graph) -> bool {
-    g.node_ids()
-        .into_iter()
-        .any(|id| matches!(g.node(id).op, Op::Conv(_) | Op::Pool(_)) && pad_source(g, id).is_some())
-}
-
 /// The Pad feeding input 0 of `id`, directly or through one transpose: the
 /// Pad's node and the transpose's permutation.
 fn pad_source(g: &Graph, id: NodeId) -> Option<(NodeId, Option<Vec<usize>>)> {

@@ -26,8 +26,8 @@ use super::rules::RuleSource;
 use super::solver::{self, Method, Pair, Problem, SolveOptions};
 use super::{pad_flow, Layout, LayoutError, PadValue, Requirement};
 use crate::graph::{
-    fold_conv_affine, fold_node, fold_pads, format_spans, has_foldable_affine, has_foldable_pad,
-    merge_spans, Graph, GraphError, LaidOut, NodeId, Op, PadFold, Span, ValueRef, ValueType,
+    fold_conv_affine, fold_node, fold_pads, format_spans, merge_spans, reductions_as_global_pools,
+    Graph, GraphError, LaidOut, NodeId, Op, PadFold, Span, ValueRef, ValueType,
 };
 use crate::ops::LayoutTransform;
 use serde::Serialize;
@@ -567,17 +567,12 @@ pub fn plan_with(
     options: &PlanOptions,
 ) -> Result<Plan, PlanError> {
     let t0 = Instant::now();
-    // Folding edits a copy, made only when some Pad feeds a window or some
-    // per-channel Mul/Add follows a conv.
-    let mut folded = None;
-    let mut pad_folds = Vec::new();
-    if has_foldable_pad(g) || has_foldable_affine(g) {
-        let mut copy = g.clone();
-        pad_folds = fold_pads(&mut copy)?;
-        fold_conv_affine(&mut copy)?;
-        folded = Some(copy);
-    }
-    let g = folded.as_ref().unwrap_or(g);
+    // Folding and canonical forms edit a copy (which shares the weights).
+    let mut folded = g.clone();
+    let pad_folds = fold_pads(&mut folded)?;
+    fold_conv_affine(&mut folded)?;
+    reductions_as_global_pools(&mut folded)?;
+    let g = &folded;
     let space = PlanSpace::build(g, family, model)?;
     let assignment = planner.assign(g, &space)?;
     let estimated_cost = space.problem.cost(&assignment.choice);
