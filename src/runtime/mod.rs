@@ -14,6 +14,7 @@ mod compile;
 pub mod conv;
 pub mod depthwise;
 pub mod kernels;
+mod normalize;
 pub mod roofline;
 pub mod simd;
 pub mod tir_step;
@@ -147,6 +148,8 @@ enum Kernel {
     /// Rows of f32 data (input 0) picked by run-time integer indices (input 1):
     /// an embedding lookup.
     Rows(kernels::Rows),
+    /// Softmax, layer normalization or mean over contiguous rows.
+    Normalize(normalize::RowKernel),
     /// An integer or boolean tensor converted to f32.
     ToF32,
     /// A non-f32 tensor given a new shape (same elements).
@@ -490,6 +493,19 @@ impl CompiledModel {
                     r.run(
                         bufs.read(step.inputs[0]),
                         &indices.data.to_i64(),
+                        bufs.write(step.outputs[0]),
+                    )
+                    .map_err(|message| RuntimeError::AtNode {
+                        spans: step.spans.clone(),
+                        message,
+                    })?
+                }
+                Kernel::Normalize(k) => {
+                    let param = |i: usize| step.inputs.get(i).map(|&s| bufs.read(s));
+                    k.run(
+                        bufs.read(step.inputs[0]),
+                        param(1),
+                        param(2),
                         bufs.write(step.outputs[0]),
                     )
                     .map_err(|message| RuntimeError::AtNode {

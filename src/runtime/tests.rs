@@ -23,7 +23,7 @@ use crate::layout::Layout;
 use crate::ops::BatchNorm;
 
 /// splitmix64: reproducible test data without a dependency.
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -39,7 +39,7 @@ impl Rng {
     fn range(&mut self, lo: usize, hi: usize) -> usize {
         lo + self.below(hi - lo + 1)
     }
-    fn f32s(&mut self, n: usize) -> Vec<f32> {
+    pub(super) fn f32s(&mut self, n: usize) -> Vec<f32> {
         (0..n)
             .map(|_| (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0)
             .collect()

@@ -8,6 +8,7 @@ mod arena;
 use super::conv::{ConvGeom, PackedConv};
 use super::depthwise::Depthwise;
 use super::kernels::{Dense, Gather, PoolGeom};
+use super::normalize::{RowKernel, RowOp};
 use super::roofline::StepWork;
 use super::simd::{Epilogue, Isa};
 use super::{activation, kernels, tir_step, CompiledModel, Kernel, RuntimeError};
@@ -16,7 +17,10 @@ use crate::fusion::{
 };
 use crate::graph::{DType, Graph, NodeId, Op, PoolKind, Span, Tensor, ValueRef, ValueType};
 use crate::layout::Layout;
-use crate::ops::{BatchNorm, Gemm, GlobalPool, LayoutTransform, Reshape};
+use crate::ops::{
+    BatchNorm, Gemm, GlobalPool, LayerNorm, LayoutTransform, LogSoftmax, Reduce, ReduceKind,
+    Reshape, Softmax,
+};
 use std::collections::{HashMap, HashSet};
 
 /// A step before memory planning: values instead of slots.
@@ -360,6 +364,32 @@ impl<'g> Compiler<'g> {
                 let m = a.numel() / k;
                 Dense::new((m, k, n), self.isa, 1.0, &w, false, None).map(Kernel::Dense)
             }
+            // Softmax normalizes its one axis: rows only when it is the last.
+            Op::Softmax(Softmax { axis }) if axis + 1 == self.g.value_type(ins[0]).shape.len() => {
+                self.rows(id, *axis, RowOp::Softmax)
+            }
+            Op::LogSoftmax(LogSoftmax { axis })
+                if axis + 1 == self.g.value_type(ins[0]).shape.len() =>
+            {
+                self.rows(id, *axis, RowOp::LogSoftmax)
+            }
+            Op::LayerNorm(LayerNorm { axis, epsilon }) => {
+                let epsilon = *epsilon;
+                self.rows(id, *axis, RowOp::LayerNorm { epsilon })
+            }
+            Op::Reduce(Reduce {
+                kind: ReduceKind::Mean,
+                axes,
+                ..
+            }) => {
+                // Only a reduction over the innermost axes makes rows.
+                let rank = self.g.value_type(ins[0]).shape.len();
+                let first = rank.checked_sub(axes.len())?;
+                let mut sorted = axes.clone();
+                sorted.sort_unstable();
+                (!axes.is_empty() && sorted.into_iter().eq(first..rank))
+                    .then(|| self.rows(id, first, RowOp::Mean))?
+            }
             Op::Reshape(_) | Op::Identity if inner(self.g, id).1.is_none() => Some(Kernel::Copy),
             Op::Reshape(Reshape { shape }) => {
                 let (from, from_shape) = input_layout(self.g, id, 0)?;
@@ -370,6 +400,25 @@ impl<'g> Compiler<'g> {
             }
             _ => None,
         }
+    }
+
+    /// A row kernel for `op` over the axes from `axis` on, when they are the
+    /// innermost of row-major storage in and out (each row contiguous) and
+    /// LayerNorm's scale and bias hold one row-major value per row element.
+    fn rows(&self, id: NodeId, axis: usize, op: RowOp) -> Option<Kernel> {
+        let (xl, xs) = input_layout(self.g, id, 0)?;
+        let row_major = |l: &Layout| l.is_identity();
+        if !row_major(&xl) || !row_major(&output_layout(self.g, id)?.0) {
+            return None;
+        }
+        let len: usize = xs.get(axis..)?.iter().product();
+        let params_per_element = (1..self.g.node_inputs(id).len()).all(|i| {
+            input_layout(self.g, id, i)
+                .is_some_and(|(l, s)| row_major(&l) && s.iter().product::<usize>() == len)
+        });
+        params_per_element
+            .then(|| RowKernel::new(op, len, self.isa))?
+            .map(Kernel::Normalize)
     }
 
     /// Kernels at the edge of the f32 world, for the integer inputs of language

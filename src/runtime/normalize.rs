@@ -1,0 +1,478 @@
+//! Softmax, LogSoftmax, LayerNormalization and ReduceMean over rows: the normalized or
+//! reduced axes are the innermost ones of a row-major buffer, so every row is a
+//! contiguous run of floats. Rows are split over the worker threads; a row is
+//! walked in whole vectors of the widest instruction set, its tail through a
+//! partly filled vector on the stack.
+
+use super::activation::Lanewise;
+use super::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel};
+use crate::core::scalar::Scalar;
+use rayon::prelude::*;
+
+/// What a [`RowKernel`] computes over each row.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RowOp {
+    /// exp(x - max) / sum(exp(x - max)).
+    Softmax,
+    /// x - max - ln(sum(exp(x - max))).
+    LogSoftmax,
+    /// (x - mean) / sqrt(var + epsilon) · scale + bias, with the population
+    /// variance; scale and bias hold one value per row element.
+    LayerNorm {
+        /// Added to the variance.
+        epsilon: f32,
+    },
+    /// The row's mean: one output per row.
+    Mean,
+}
+
+/// A [`RowOp`] over rows of `len` contiguous floats.
+#[derive(Clone, Debug)]
+pub struct RowKernel {
+    op: RowOp,
+    len: usize,
+    lanes: Lanes,
+}
+
+/// Input elements per parallel task: enough to amortize a task, few enough to
+/// spread a 1 MB tensor over the cores.
+const ELEMENTS_PER_TASK: usize = 16 * 1024;
+
+/// The widest vector type has 16 lanes; tails are staged in buffers this long.
+const MAX_LANES: usize = 16;
+
+impl RowKernel {
+    /// The kernel for rows of `len` elements (none for empty rows).
+    pub fn new(op: RowOp, len: usize, isa: Isa) -> Option<RowKernel> {
+        (len > 0).then(|| RowKernel {
+            op,
+            len,
+            lanes: Lanes::for_block(isa, isa.lanes()),
+        })
+    }
+
+    /// Runs over all rows of `x` into `y`. `scale` and `bias` are LayerNorm's
+    /// (a missing bias adds nothing); the other ops take neither.
+    pub fn run(
+        &self,
+        x: &[f32],
+        scale: Option<&[f32]>,
+        bias: Option<&[f32]>,
+        y: &mut [f32],
+    ) -> Result<(), String> {
+        let len = self.len;
+        let rows = x.len() / len;
+        let out_per_row = match self.op {
+            RowOp::Mean => 1,
+            _ => len,
+        };
+        if !x.len().is_multiple_of(len) || y.len() != rows * out_per_row {
+            return Err(format!(
+                "{} inputs do not make rows of {len} for {} outputs",
+                x.len(),
+                y.len()
+            ));
+        }
+        if let RowOp::LayerNorm { .. } = self.op {
+            if scale.map(<[f32]>::len) != Some(len) || bias.is_some_and(|b| b.len() != len) {
+                return Err(format!(
+                    "LayerNormalization needs a scale (and optional bias) of {len} values"
+                ));
+            }
+        }
+        let rows_per_task = (ELEMENTS_PER_TASK / len).max(1);
+        y.par_chunks_mut(rows_per_task * out_per_row)
+            .zip(x.par_chunks(rows_per_task * len))
+            .for_each(|(y, x)| {
+                let task = Rows {
+                    op: self.op,
+                    len,
+                    x,
+                    scale,
+                    bias,
+                    y: y.as_mut_ptr(),
+                };
+                // SAFETY: `lanes` comes from `Lanes::for_block`; the task reads
+                // whole rows of `x` and writes `y`, whose lengths were checked.
+                unsafe { run_vectorized(self.lanes, &task) }
+            });
+        Ok(())
+    }
+}
+
+/// The rows of one task, written through `y` (the task's exclusive chunk).
+struct Rows<'a> {
+    op: RowOp,
+    len: usize,
+    x: &'a [f32],
+    scale: Option<&'a [f32]>,
+    bias: Option<&'a [f32]>,
+    y: *mut f32,
+}
+
+impl VectorKernel for Rows<'_> {
+    #[inline(always)]
+    unsafe fn run<V: Vector>(&self) {
+        let n = self.len;
+        for (r, x) in self.x.chunks_exact(n).enumerate() {
+            let x = x.as_ptr();
+            match self.op {
+                RowOp::Softmax => softmax::<V>(x, n, false, self.y.add(r * n)),
+                RowOp::LogSoftmax => softmax::<V>(x, n, true, self.y.add(r * n)),
+                RowOp::LayerNorm { epsilon } => {
+                    // `RowKernel::run` checked that LayerNorm has a scale.
+                    let scale = self.scale.unwrap_or_default().as_ptr();
+                    let bias = self.bias.map(<[f32]>::as_ptr);
+                    layer_norm::<V>(x, n, epsilon, scale, bias, self.y.add(r * n))
+                }
+                RowOp::Mean => *self.y.add(r) = row_sum::<V>(x, n) / n as f32,
+            }
+        }
+    }
+}
+
+/// One row of softmax, or of its logarithm when `log`. The maximum is
+/// subtracted before exp so it cannot overflow; a row with NaN or +inf becomes
+/// all NaN, as in the reference. The exponentials are staged in `y`.
+#[inline(always)]
+unsafe fn softmax<V: Vector>(x: *const f32, n: usize, log: bool, y: *mut f32) {
+    let max = V::splat(row_max::<V>(x, n));
+    map::<V>(
+        n,
+        y,
+        #[inline(always)]
+        |at, k| Lanewise(V::sub(load_part(x.add(at), k, 0.0), max)).exp().0,
+    );
+    let sum = row_sum::<V>(y, n);
+    if log {
+        let shift = V::add(max, V::splat(sum.ln()));
+        map::<V>(
+            n,
+            y,
+            #[inline(always)]
+            |at, k| V::sub(load_part(x.add(at), k, 0.0), shift),
+        );
+    } else {
+        let inv = V::splat(1.0 / sum);
+        map::<V>(
+            n,
+            y,
+            #[inline(always)]
+            |at, k| V::mul(load_part(y.add(at), k, 0.0), inv),
+        );
+    }
+}
+
+/// One row of layer normalization. The variance is taken around a first
+/// estimate of the mean, and the sum of the deviations from it corrects both
+/// (the corrected two-pass algorithm), so a large offset costs no accuracy.
+#[inline(always)]
+unsafe fn layer_norm<V: Vector>(
+    x: *const f32,
+    n: usize,
+    epsilon: f32,
+    scale: *const f32,
+    bias: Option<*const f32>,
+    y: *mut f32,
+) {
+    let zero = V::splat(0.0);
+    let estimate = row_sum::<V>(x, n) / n as f32;
+    let center = V::splat(estimate);
+    // Tails are padded with the estimate: they deviate by nothing.
+    let (dev, sq) = fold::<V, (V, V)>(
+        x,
+        n,
+        estimate,
+        (zero, zero),
+        #[inline(always)]
+        |(dev, sq), v| {
+            let d = V::sub(v, center);
+            (V::add(dev, d), V::fma(d, d, sq))
+        },
+        #[inline(always)]
+        |a, b| (V::add(a.0, b.0), V::add(a.1, b.1)),
+    );
+    let dev = horizontal_sum(dev) / n as f32;
+    let sq = horizontal_sum(sq) / n as f32;
+    let var = (sq - dev * dev).max(0.0);
+    let mean = V::splat(estimate + dev);
+    let inv = V::splat(1.0 / (var + epsilon).sqrt());
+    map::<V>(
+        n,
+        y,
+        #[inline(always)]
+        |at, k| {
+            let v = V::mul(V::sub(load_part(x.add(at), k, 0.0), mean), inv);
+            let b = match bias {
+                Some(b) => load_part(b.add(at), k, 0.0),
+                None => zero,
+            };
+            V::fma(v, load_part(scale.add(at), k, 0.0), b)
+        },
+    );
+}
+
+/// The sum of the `n` floats at `x`.
+#[inline(always)]
+unsafe fn row_sum<V: Vector>(x: *const f32, n: usize) -> f32 {
+    let sum = fold::<V, V>(
+        x,
+        n,
+        0.0,
+        V::splat(0.0),
+        #[inline(always)]
+        |a, b| V::add(a, b),
+        #[inline(always)]
+        |a, b| V::add(a, b),
+    );
+    horizontal_sum(sum)
+}
+
+/// The largest of the `n` floats at `x`, NaN aside (`V::max` may drop it; a
+/// softmax row with NaN is NaN through its sum anyway).
+#[inline(always)]
+unsafe fn row_max<V: Vector>(x: *const f32, n: usize) -> f32 {
+    let neg_inf = f32::NEG_INFINITY;
+    let max = fold::<V, V>(
+        x,
+        n,
+        neg_inf,
+        V::splat(neg_inf),
+        #[inline(always)]
+        |a, b| V::max(a, b),
+        #[inline(always)]
+        |a, b| V::max(a, b),
+    );
+    lanes(max)[..V::LANES]
+        .iter()
+        .fold(neg_inf, |a, &b| a.max(b))
+}
+
+/// The sum of the lanes of `v`.
+#[inline(always)]
+unsafe fn horizontal_sum<V: Vector>(v: V) -> f32 {
+    lanes(v)[..V::LANES].iter().sum()
+}
+
+/// The `k` floats at `p` (the whole vector when `k` is `V::LANES`), `fill` in
+/// the lanes after them.
+#[inline(always)]
+unsafe fn load_part<V: Vector>(p: *const f32, k: usize, fill: f32) -> V {
+    if k == V::LANES {
+        return V::load(p);
+    }
+    let mut staged = [fill; MAX_LANES];
+    std::ptr::copy_nonoverlapping(p, staged.as_mut_ptr(), k);
+    V::load(staged.as_ptr())
+}
+
+/// The lanes of `v` (the first `V::LANES` of the array).
+#[inline(always)]
+unsafe fn lanes<V: Vector>(v: V) -> [f32; MAX_LANES] {
+    let mut out = [0.0; MAX_LANES];
+    v.store(out.as_mut_ptr());
+    out
+}
+
+/// Writes `f(at, k)` for every vector of the `n` floats at `y`: `at` is its
+/// offset, `k` how many of its lanes lie inside the row (only those are stored).
+#[inline(always)]
+unsafe fn map<V: Vector>(n: usize, y: *mut f32, f: impl Fn(usize, usize) -> V) {
+    let mut at = 0;
+    while at < n {
+        let k = (n - at).min(V::LANES);
+        let v = f(at, k);
+        if k == V::LANES {
+            v.store(y.add(at));
+        } else {
+            std::ptr::copy_nonoverlapping(lanes(v).as_ptr(), y.add(at), k);
+        }
+        at += V::LANES;
+    }
+}
+
+/// The `n` floats at `x` folded by `step`, in four independent accumulators
+/// (their chains overlap in the pipeline, and each adds up fewer terms) joined
+/// by `merge`. `fill` pads the tail and must leave an accumulator unchanged.
+#[inline(always)]
+unsafe fn fold<V: Vector, A: Copy>(
+    x: *const f32,
+    n: usize,
+    fill: f32,
+    init: A,
+    step: impl Fn(A, V) -> A,
+    merge: impl Fn(A, A) -> A,
+) -> A {
+    let l = V::LANES;
+    let mut acc = [init; 4];
+    let mut at = 0;
+    while at + 4 * l <= n {
+        for (j, a) in acc.iter_mut().enumerate() {
+            *a = step(*a, V::load(x.add(at + j * l)));
+        }
+        at += 4 * l;
+    }
+    while at < n {
+        acc[0] = step(acc[0], load_part(x.add(at), (n - at).min(l), fill));
+        at += l;
+    }
+    merge(merge(acc[0], acc[1]), merge(acc[2], acc[3]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::Rng;
+    use super::super::{CompiledModel, RuntimeOptions};
+    use crate::graph::{DType, Graph, Op, Tensor, ValueRef, ValueType};
+    use crate::ops::{LayerNorm, LogSoftmax, Reduce, ReduceKind, Softmax};
+
+    /// `op` on `x` of `shape` (and the constant operands `params`), compiled
+    /// and run, against the reference executor: |got - expected| ≤ 1e-5 ·
+    /// max(1, |expected|), NaN where it is NaN. Returns the compiled steps.
+    fn check(op: Op, shape: &[usize], x: Vec<f32>, params: Vec<Tensor>) -> Vec<String> {
+        let mut g = Graph::new("rows");
+        let ty = ValueType::new(DType::F32, shape.to_vec());
+        let mut ins = vec![g.add_input("x", ty, vec![])];
+        for (i, p) in params.into_iter().enumerate() {
+            ins.push(g.add_constant(&format!("p{i}"), p, vec![]));
+        }
+        let y = g.add_node(op, "op", &ins, &[], vec![]).unwrap();
+        g.set_outputs(vec![ValueRef::new(y, 0)]);
+        let m = CompiledModel::compile(&g, &RuntimeOptions { threads: 2 }).unwrap();
+        let inputs = vec![Tensor::from_f32(shape.to_vec(), x)];
+        let expected = crate::reference::run(&g, &inputs).unwrap()[0].to_f32();
+        let got = m.run(&inputs).unwrap()[0].to_f32();
+        assert_eq!(got.len(), expected.len());
+        for (i, (&a, &e)) in got.iter().zip(&expected).enumerate() {
+            let close =
+                a == e || (a.is_nan() && e.is_nan()) || (a - e).abs() <= 1e-5 * e.abs().max(1.0);
+            assert!(close, "{shape:?} element {i}: got {a}, expected {e}");
+        }
+        m.describe()
+    }
+
+    fn native(steps: &[String]) -> bool {
+        steps
+            .iter()
+            .all(|s| s.ends_with("] native") && !s.contains("(tir)"))
+    }
+
+    /// Row lengths around the vector widths (1, 7, 16, 33) and a BERT row
+    /// (768), one row or many.
+    const SHAPES: [&[usize]; 6] = [&[5, 1], &[3, 7], &[2, 4, 16], &[300, 33], &[9, 768], &[33]];
+
+    #[test]
+    fn softmax_and_log_softmax_over_the_last_axis_match_the_reference() {
+        let mut rng = Rng(21);
+        for shape in SHAPES {
+            let axis = shape.len() - 1;
+            for op in [
+                Op::Softmax(Softmax { axis }),
+                Op::LogSoftmax(LogSoftmax { axis }),
+            ] {
+                let x = rng
+                    .f32s(shape.iter().product())
+                    .iter()
+                    .map(|v| v * 20.0)
+                    .collect();
+                let steps = check(op, shape, x, vec![]);
+                assert!(native(&steps), "{steps:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn softmax_rows_with_nan_and_infinities_match_the_reference() {
+        let (inf, nan) = (f32::INFINITY, f32::NAN);
+        let rows = [
+            [1.0, nan, 2.0, 3.0, 0.5],
+            [1.0, inf, 2.0, 3.0, 0.5],
+            [-inf, 1.0, -inf, 2.0, 0.0],
+            [-inf; 5],
+            [1e30, -1e30, 0.0, 88.0, -88.0],
+        ];
+        for op in [
+            Op::Softmax(Softmax { axis: 1 }),
+            Op::LogSoftmax(LogSoftmax { axis: 1 }),
+        ] {
+            let steps = check(op, &[5, 5], rows.concat(), vec![]);
+            assert!(native(&steps), "{steps:?}");
+        }
+    }
+
+    #[test]
+    fn softmax_over_an_outer_axis_stays_a_loop_nest() {
+        let x = Rng(3).f32s(24);
+        let steps = check(Op::Softmax(Softmax { axis: 1 }), &[2, 3, 4], x, vec![]);
+        assert!(steps.iter().all(|s| s.contains("(tir)")), "{steps:?}");
+    }
+
+    #[test]
+    fn layer_norm_matches_the_reference() {
+        let mut rng = Rng(5);
+        for (k, shape) in SHAPES.into_iter().enumerate() {
+            // Over the last axis, or the last two when there are three.
+            let axis = if shape.len() == 3 { 1 } else { shape.len() - 1 };
+            let norm = &shape[axis..];
+            let n = norm.iter().product();
+            // An offset the mean must not lose precision to.
+            let x = rng
+                .f32s(shape.iter().product())
+                .iter()
+                .map(|v| v + 10.0)
+                .collect();
+            let mut params = vec![Tensor::from_f32(norm.to_vec(), rng.f32s(n))];
+            if k % 2 == 0 {
+                params.push(Tensor::from_f32(norm.to_vec(), rng.f32s(n)));
+            }
+            let op = Op::LayerNorm(LayerNorm {
+                axis,
+                epsilon: 1e-5,
+            });
+            let steps = check(op, shape, x, params);
+            assert!(native(&steps), "{steps:?}");
+        }
+    }
+
+    #[test]
+    fn layer_norm_rows_with_nan_and_infinities_match_the_reference() {
+        let (inf, nan) = (f32::INFINITY, f32::NAN);
+        let x = [[1.0, nan, 2.0], [1.0, inf, 2.0], [3.0, 3.0, 3.0]].concat();
+        let scale = Tensor::from_f32(vec![3], vec![1.0, 2.0, 3.0]);
+        let op = Op::LayerNorm(LayerNorm {
+            axis: 1,
+            epsilon: 1e-5,
+        });
+        let steps = check(op, &[3, 3], x, vec![scale]);
+        assert!(native(&steps), "{steps:?}");
+    }
+
+    #[test]
+    fn mean_over_the_innermost_axes_matches_the_reference() {
+        let mut rng = Rng(8);
+        let cases: [(&[usize], &[usize], bool); 5] = [
+            (&[2, 5, 7, 9], &[2, 3], true),
+            (&[2, 5, 7, 9], &[3, 2], false),
+            (&[3, 33], &[1], true),
+            (&[1, 8, 56, 56], &[2, 3], true),
+            (&[4, 16], &[0, 1], false),
+        ];
+        for (shape, axes, keepdims) in cases {
+            let op = Op::Reduce(Reduce {
+                kind: ReduceKind::Mean,
+                axes: axes.to_vec(),
+                keepdims,
+            });
+            let steps = check(op, shape, rng.f32s(shape.iter().product()), vec![]);
+            assert!(native(&steps), "{shape:?} {axes:?}: {steps:?}");
+        }
+        // Axes that leave an inner one are not rows.
+        let op = Op::Reduce(Reduce {
+            kind: ReduceKind::Mean,
+            axes: vec![1],
+            keepdims: true,
+        });
+        let steps = check(op, &[2, 3, 4], rng.f32s(24), vec![]);
+        assert!(!native(&steps), "{steps:?}");
+    }
+}
