@@ -28,7 +28,7 @@ use kernels::{Dense, Gather, PoolGeom};
 use roofline::StepWork;
 use simd::Isa;
 use std::borrow::Cow;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// An error compiling or running a model, naming the graph input or layer.
@@ -204,9 +204,32 @@ pub struct CompiledModel {
     inputs: Vec<(String, ValueType, Slot)>,
     outputs: Vec<(ValueType, Slot)>,
     pool: rayon::ThreadPool,
-    /// The arena of the last run, reused by the next one.
-    arena: Mutex<Vec<f32>>,
+    /// The memory of the last run, reused by the next one.
+    scratch: Mutex<Scratch>,
     isa: Isa,
+}
+
+/// Memory a run leaves for the next: the arena, and the buffer of each output
+/// it returned, which the next run writes again once the caller has dropped
+/// that output (so a run in a loop allocates and clears nothing).
+#[derive(Default)]
+struct Scratch {
+    arena: Vec<f32>,
+    outputs: Vec<Option<Arc<TensorData>>>,
+}
+
+impl Scratch {
+    /// A buffer of `len` f32 for output `k`: last run's when nobody else holds
+    /// it any more (its stale contents are overwritten, as the arena's are),
+    /// else a new one.
+    fn output(&mut self, k: usize, len: usize) -> Arc<TensorData> {
+        if let Some(mut last) = self.outputs.get_mut(k).and_then(Option::take) {
+            if matches!(Arc::get_mut(&mut last), Some(TensorData::F32(v)) if v.len() == len) {
+                return last;
+            }
+        }
+        Arc::new(TensorData::F32(vec![0.0; len]))
+    }
 }
 
 /// Fills a slot of the arena from a slice, for the safe paths.
@@ -371,28 +394,29 @@ impl CompiledModel {
                 });
             }
         }
-        // Another thread running this model concurrently gets its own arena.
-        let mut guard = self.arena.try_lock();
-        let mut own = Vec::new();
-        let arena: &mut Vec<f32> = match guard.as_mut() {
-            Ok(a) => a,
+        // Another thread running this model concurrently gets its own memory.
+        let mut guard = self.scratch.try_lock();
+        let mut own = Scratch::default();
+        let scratch: &mut Scratch = match guard.as_mut() {
+            Ok(s) => s,
             Err(_) => &mut own,
         };
-        arena.resize(self.arena_len, 0.0);
+        scratch.arena.resize(self.arena_len, 0.0);
+        scratch.outputs.resize(self.outputs.len(), None);
         // The buffer of each output that owns an `Output` slot (a value listed
         // twice as an output is owned by its first listing, copied for the rest).
-        let mut returned: Vec<Vec<f32>> = self
+        let mut returned: Vec<Option<Arc<TensorData>>> = self
             .outputs
             .iter()
             .enumerate()
             .map(|(k, (ty, slot))| match slot {
-                Slot::Output(owner) if *owner == k => vec![0.0; ty.numel()],
-                _ => vec![],
+                Slot::Output(owner) if *owner == k => Some(scratch.output(k, ty.numel())),
+                _ => None,
             })
             .collect();
         let mut bufs = Buffers {
-            arena: arena.as_mut_ptr(),
-            arena_len: arena.len(),
+            arena: scratch.arena.as_mut_ptr(),
+            arena_len: scratch.arena.len(),
             consts: &self.consts,
             inputs: self
                 .inputs
@@ -405,7 +429,10 @@ impl CompiledModel {
                 .collect(),
             outputs: returned
                 .iter_mut()
-                .map(|b| (b.as_mut_ptr(), b.len()))
+                .map(|b| match b.as_mut().and_then(Arc::get_mut) {
+                    Some(TensorData::F32(v)) => (v.as_mut_ptr(), v.len()),
+                    _ => (std::ptr::null_mut(), 0),
+                })
                 .collect(),
             boxes: vec![None; self.boxes],
         };
@@ -433,18 +460,23 @@ impl CompiledModel {
                 _ => Some(bufs.tensor(*s, ty)),
             })
             .collect();
-        Ok(self
+        let outputs = self
             .outputs
             .iter()
-            .zip(copied.into_iter().zip(returned))
+            .zip(copied.into_iter().zip(&returned))
             .map(|((ty, _), (copy, data))| {
-                let t = copy.unwrap_or_else(|| Tensor::from_f32(ty.shape.clone(), data));
+                let t = copy.unwrap_or_else(|| Tensor {
+                    shape: ty.shape.clone(),
+                    data: data.clone().expect("an owned output has a buffer"),
+                });
                 match t.dtype() == ty.dtype {
                     true => t,
                     false => t.cast(ty.dtype),
                 }
             })
-            .collect())
+            .collect();
+        scratch.outputs = returned;
+        Ok(outputs)
     }
 
     fn exec(&self, step: &Step, bufs: &mut Buffers) -> Result<(), RuntimeError> {

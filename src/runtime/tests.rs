@@ -519,12 +519,25 @@ fn inputs_and_outputs_in_place_match_the_reference_executor() {
     g.set_outputs(vec![y, z, y, x]);
     let m = CompiledModel::compile(&g, &RuntimeOptions { threads: 2 }).unwrap();
     let mut rng = Rng(11);
-    for _ in 0..2 {
+    let mut run = || {
         let inputs = vec![Tensor::from_f32(ty.shape.clone(), rng.f32s(ty.numel()))];
-        let expected = crate::reference::run(&g, &inputs).unwrap();
-        let got = m.run(&inputs).unwrap();
-        assert_eq!(got, expected);
-    }
+        (
+            m.run(&inputs).unwrap(),
+            crate::reference::run(&g, &inputs).unwrap(),
+        )
+    };
+    // Outputs still held are not written by the next run.
+    let (first, first_expected) = run();
+    let (second, second_expected) = run();
+    assert_eq!(first, first_expected);
+    assert_eq!(second, second_expected);
+    // Once dropped, the next run writes its outputs into the same buffers.
+    let buffer = |outs: &[Tensor]| outs[1].f32s().as_ptr() as usize;
+    let reused = buffer(&second);
+    drop((first, second));
+    let (third, third_expected) = run();
+    assert_eq!(third, third_expected);
+    assert_eq!(buffer(&third), reused);
 }
 
 /// Concats along the outer axis are placements: their inputs are computed in

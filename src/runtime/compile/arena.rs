@@ -164,7 +164,7 @@ impl Compiler<'_> {
             inputs,
             outputs,
             pool,
-            arena: Mutex::new(vec![]),
+            scratch: Mutex::default(),
             isa: self.isa,
         })
     }
