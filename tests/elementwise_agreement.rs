@@ -32,54 +32,6 @@ const VALUES: [f32; 14] = [
     -7.25,
 ];
 
-fn unary_ops() -> Vec<UnaryOp> {
-    vec![
-        UnaryOp::Relu,
-        UnaryOp::LeakyRelu { alpha: 0.1 },
-        UnaryOp::Clip {
-            min: -1.0,
-            max: 6.0,
-        },
-        UnaryOp::Sigmoid,
-        UnaryOp::HardSigmoid {
-            alpha: 0.2,
-            beta: 0.5,
-        },
-        UnaryOp::HardSwish,
-        UnaryOp::Tanh,
-        UnaryOp::Erf,
-        UnaryOp::Gelu { tanh_approx: false },
-        UnaryOp::Gelu { tanh_approx: true },
-        UnaryOp::Exp,
-        UnaryOp::Log,
-        UnaryOp::Sqrt,
-        UnaryOp::Reciprocal,
-        UnaryOp::Neg,
-        UnaryOp::Abs,
-        UnaryOp::Elu { alpha: 0.7 },
-        UnaryOp::Selu {
-            alpha: 1.67,
-            gamma: 1.05,
-        },
-        UnaryOp::Celu { alpha: 0.5 },
-        UnaryOp::ThresholdedRelu { alpha: 0.25 },
-        UnaryOp::Softplus,
-        UnaryOp::Softsign,
-        UnaryOp::Mish,
-    ]
-}
-
-const BINARY: [BinaryOp; 8] = [
-    BinaryOp::Add,
-    BinaryOp::Sub,
-    BinaryOp::Mul,
-    BinaryOp::Div,
-    BinaryOp::Pow,
-    BinaryOp::Max,
-    BinaryOp::Min,
-    BinaryOp::PRelu,
-];
-
 /// Whether `got` agrees with `want`: both NaN, the same infinity, or close.
 fn agree(want: f64, got: f64) -> bool {
     if want.is_nan() || got.is_nan() {
@@ -170,7 +122,7 @@ fn check_all(what: &str, inputs: &[Vec<f32>], want: &[f64], interp: &[f64], jit:
 #[test]
 fn every_unary_op_agrees_on_every_path() {
     let x = Tensor::from_f32(vec![VALUES.len()], VALUES.to_vec());
-    for u in unary_ops() {
+    for u in UnaryOp::EVERY {
         let op = Op::Unary(u);
         let want = reference(&op, &[&x]);
         let (interp, jit) = tir_paths(&op, &[&x]);
@@ -196,7 +148,7 @@ fn every_binary_op_agrees_on_every_path() {
         Tensor::from_f32(vec![n * n], a.clone()),
         Tensor::from_f32(vec![n * n], b.clone()),
     );
-    for op_kind in BINARY {
+    for op_kind in BinaryOp::ARITHMETIC {
         let op = Op::Binary(op_kind);
         let want = reference(&op, &[&ta, &tb]);
         let (interp, jit) = tir_paths(&op, &[&ta, &tb]);

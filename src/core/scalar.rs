@@ -199,6 +199,43 @@ float_scalar!(f32);
 float_scalar!(f64);
 
 impl UnaryOp {
+    /// Every variant, with typical parameters: what tests run through each
+    /// path that evaluates elementwise functions.
+    pub const EVERY: [UnaryOp; 23] = [
+        UnaryOp::Relu,
+        UnaryOp::LeakyRelu { alpha: 0.1 },
+        UnaryOp::Clip {
+            min: -1.0,
+            max: 6.0,
+        },
+        UnaryOp::Sigmoid,
+        UnaryOp::HardSigmoid {
+            alpha: 0.2,
+            beta: 0.5,
+        },
+        UnaryOp::HardSwish,
+        UnaryOp::Tanh,
+        UnaryOp::Erf,
+        UnaryOp::Gelu { tanh_approx: false },
+        UnaryOp::Gelu { tanh_approx: true },
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Sqrt,
+        UnaryOp::Reciprocal,
+        UnaryOp::Neg,
+        UnaryOp::Abs,
+        UnaryOp::Elu { alpha: 0.7 },
+        UnaryOp::Selu {
+            alpha: 1.67,
+            gamma: 1.05,
+        },
+        UnaryOp::Celu { alpha: 0.5 },
+        UnaryOp::ThresholdedRelu { alpha: 0.25 },
+        UnaryOp::Softplus,
+        UnaryOp::Softsign,
+        UnaryOp::Mish,
+    ];
+
     /// The bounds `(lo, hi)` when the op clamps its input (relu, clip): kernels
     /// apply these as one clamp, fused or not.
     pub fn clamp_bounds(self) -> Option<(f32, f32)> {
@@ -311,6 +348,18 @@ impl UnaryOp {
 }
 
 impl BinaryOp {
+    /// The ops with an f32 result (the others compare).
+    pub const ARITHMETIC: [BinaryOp; 8] = [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Pow,
+        BinaryOp::Max,
+        BinaryOp::Min,
+        BinaryOp::PRelu,
+    ];
+
     /// The ONNX operator type.
     pub fn name(self) -> &'static str {
         match self {
@@ -344,6 +393,7 @@ impl BinaryOp {
 
     /// The arithmetic function applied to `x` and `y`; `None` for comparisons,
     /// whose result is a boolean (see [`BinaryOp::compare`]).
+    #[inline(always)] // into the vector kernels, compiled for their instruction set
     pub fn apply<T: Scalar>(self, x: T, y: T) -> Option<T> {
         Some(match self {
             BinaryOp::Add => x + y,

@@ -1,11 +1,11 @@
-//! Kernels other than convolution: elementwise ops, pooling, and layout
-//! transforms, all on physical buffers. Loops are written plainly over the
-//! innermost channel block and compiled per instruction set (`multiversion!`) so
-//! the compiler vectorizes them with the widest registers the CPU has.
+//! Pooling and layout transforms on physical buffers. Loops are written
+//! plainly over the innermost channel block and compiled per instruction set
+//! (`multiversion!`) so the compiler vectorizes them with the widest registers
+//! the CPU has.
 
-use super::simd::{clamp_nan, run_vectorized, Isa, Lanes, Vector, VectorKernel};
+use super::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel};
 use crate::core::scalar::Scalar;
-use crate::graph::{BinaryOp, PoolKind};
+use crate::graph::PoolKind;
 use crate::layout::Layout;
 use rayon::prelude::*;
 
@@ -32,64 +32,6 @@ macro_rules! multiversion {
             $body
         }
     };
-}
-
-multiversion!(clamp_into(x: &[f32], y: &mut [f32], lo: f32, hi: f32) {
-    for (o, &v) in y.iter_mut().zip(x) {
-        *o = clamp_nan(v, lo, hi);
-    }
-});
-
-multiversion!(binary_into(a: &[f32], b: &[f32], y: &mut [f32], op: BinaryOp) {
-    macro_rules! each {
-        ($f:expr) => {
-            for ((o, &p), &q) in y.iter_mut().zip(a).zip(b) {
-                *o = $f(p, q);
-            }
-        };
-    }
-    match op {
-        BinaryOp::Add => each!(|p: f32, q: f32| p + q),
-        BinaryOp::Sub => each!(|p: f32, q: f32| p - q),
-        BinaryOp::Mul => each!(|p: f32, q: f32| p * q),
-        BinaryOp::Div => each!(|p: f32, q: f32| p / q),
-        // NaN propagates, as in the reference (numpy.maximum semantics).
-        BinaryOp::Max => each!(<f32 as Scalar>::max),
-        BinaryOp::Min => each!(<f32 as Scalar>::min),
-        _ => unreachable!("only arithmetic binaries are compiled (see `binary_supported`)"),
-    }
-});
-
-/// Binary ops with a fast kernel (same-shape operands, f32 result).
-pub fn binary_supported(op: BinaryOp) -> bool {
-    matches!(
-        op,
-        BinaryOp::Add
-            | BinaryOp::Sub
-            | BinaryOp::Mul
-            | BinaryOp::Div
-            | BinaryOp::Max
-            | BinaryOp::Min
-    )
-}
-
-/// Elements per task of a parallel elementwise kernel: 64 KiB of output, enough
-/// to amortize a task and small enough to split a 1 MB tensor over the cores.
-const ELEMENTWISE_CHUNK: usize = 16 * 1024;
-
-/// `y = clamp(x, lo, hi)`, NaN passing through.
-pub fn clamp(x: &[f32], y: &mut [f32], lo: f32, hi: f32) {
-    y.par_chunks_mut(ELEMENTWISE_CHUNK)
-        .zip(x.par_chunks(ELEMENTWISE_CHUNK))
-        .for_each(|(y, x)| clamp_into(x, y, lo, hi));
-}
-
-/// `y = a op b` on equal-length slices.
-pub fn binary(op: BinaryOp, a: &[f32], b: &[f32], y: &mut [f32]) {
-    y.par_chunks_mut(ELEMENTWISE_CHUNK)
-        .zip(a.par_chunks(ELEMENTWISE_CHUNK))
-        .zip(b.par_chunks(ELEMENTWISE_CHUNK))
-        .for_each(|((y, a), b)| binary_into(a, b, y, op));
 }
 
 /// Pooling over the spatial axes of an NCHW{cb}c buffer (padding channels are

@@ -13,6 +13,7 @@ pub mod bench;
 mod compile;
 pub mod conv;
 pub mod depthwise;
+mod elementwise;
 pub mod kernels;
 mod normalize;
 pub mod roofline;
@@ -140,14 +141,14 @@ enum Slot {
 enum Kernel {
     Conv(PackedConv),
     Depthwise(Depthwise),
-    Clamp(f32, f32),
-    Binary(crate::graph::BinaryOp),
     Pool(PoolGeom),
     Dense(Dense),
     Gather(Gather),
     /// Rows of f32 data (input 0) picked by run-time integer indices (input 1):
     /// an embedding lookup.
     Rows(kernels::Rows),
+    /// A chain of unary and binary ops in one pass, operands broadcast.
+    Elementwise(elementwise::Elementwise),
     /// Softmax, layer normalization or mean over contiguous rows.
     Normalize(normalize::RowKernel),
     /// An integer or boolean tensor converted to f32.
@@ -500,18 +501,6 @@ impl CompiledModel {
                         bufs.write(step.outputs[0]),
                     )
                 }
-                Kernel::Clamp(lo, hi) => kernels::clamp(
-                    bufs.read(step.inputs[0]),
-                    bufs.write(step.outputs[0]),
-                    *lo,
-                    *hi,
-                ),
-                Kernel::Binary(op) => kernels::binary(
-                    *op,
-                    bufs.read(step.inputs[0]),
-                    bufs.read(step.inputs[1]),
-                    bufs.write(step.outputs[0]),
-                ),
                 Kernel::Pool(g) => {
                     kernels::pool(g, bufs.read(step.inputs[0]), bufs.write(step.outputs[0]))
                 }
@@ -531,6 +520,16 @@ impl CompiledModel {
                         spans: step.spans.clone(),
                         message,
                     })?
+                }
+                Kernel::Elementwise(k) => {
+                    let operands: [&[f32]; elementwise::MAX_OPERANDS] = std::array::from_fn(|i| {
+                        step.inputs.get(i).map_or(&[][..], |&s| bufs.read(s))
+                    });
+                    k.run(&operands[..step.inputs.len()], bufs.write(step.outputs[0]))
+                        .map_err(|message| RuntimeError::AtNode {
+                            spans: step.spans.clone(),
+                            message,
+                        })?
                 }
                 Kernel::Normalize(k) => {
                     let param = |i: usize| step.inputs.get(i).map(|&s| bufs.read(s));

@@ -321,14 +321,14 @@ unsafe fn fold<V: Vector, A: Copy>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::Rng;
+    use super::super::tests::{assert_close, Rng};
     use super::super::{CompiledModel, RuntimeOptions};
     use crate::graph::{DType, Graph, Op, Tensor, ValueRef, ValueType};
     use crate::ops::{LayerNorm, LogSoftmax, Reduce, ReduceKind, Softmax};
 
     /// `op` on `x` of `shape` (and the constant operands `params`), compiled
-    /// and run, against the reference executor: |got - expected| ≤ 1e-5 ·
-    /// max(1, |expected|), NaN where it is NaN. Returns the compiled steps.
+    /// and run, against the reference executor (`assert_close`). Returns the
+    /// compiled steps.
     fn check(op: Op, shape: &[usize], x: Vec<f32>, params: Vec<Tensor>) -> Vec<String> {
         let mut g = Graph::new("rows");
         let ty = ValueType::new(DType::F32, shape.to_vec());
@@ -342,12 +342,7 @@ mod tests {
         let inputs = vec![Tensor::from_f32(shape.to_vec(), x)];
         let expected = crate::reference::run(&g, &inputs).unwrap()[0].to_f32();
         let got = m.run(&inputs).unwrap()[0].to_f32();
-        assert_eq!(got.len(), expected.len());
-        for (i, (&a, &e)) in got.iter().zip(&expected).enumerate() {
-            let close =
-                a == e || (a.is_nan() && e.is_nan()) || (a - e).abs() <= 1e-5 * e.abs().max(1.0);
-            assert!(close, "{shape:?} element {i}: got {a}, expected {e}");
-        }
+        assert_close(&got, &expected, &format!("{shape:?}"));
         m.describe()
     }
 

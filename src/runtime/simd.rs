@@ -143,17 +143,6 @@ impl Epilogue {
     }
 }
 
-/// `v` clamped into `[lo, hi]`, NaN kept NaN (as ONNX Relu and Clip, and the
-/// reference executor, do; `f32::max` would turn it into `lo`).
-#[inline(always)]
-pub(super) fn clamp_nan(v: f32, lo: f32, hi: f32) -> f32 {
-    if v.is_nan() {
-        v
-    } else {
-        v.max(lo).min(hi)
-    }
-}
-
 /// Operations of one vector of `LANES` f32.
 pub(super) trait Vector: Copy {
     const LANES: usize;

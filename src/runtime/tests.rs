@@ -33,16 +33,27 @@ impl Rng {
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
     }
-    fn below(&mut self, n: usize) -> usize {
+    pub(super) fn below(&mut self, n: usize) -> usize {
         (self.next() % n as u64) as usize
     }
-    fn range(&mut self, lo: usize, hi: usize) -> usize {
+    pub(super) fn range(&mut self, lo: usize, hi: usize) -> usize {
         lo + self.below(hi - lo + 1)
     }
     pub(super) fn f32s(&mut self, n: usize) -> Vec<f32> {
         (0..n)
             .map(|_| (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0)
             .collect()
+    }
+}
+
+/// `got` equals the reference's `expected`: |got - expected| ≤ 1e-5 ·
+/// max(1, |expected|), NaN where it is NaN.
+pub(super) fn assert_close(got: &[f32], expected: &[f32], what: &str) {
+    assert_eq!(got.len(), expected.len(), "{what}");
+    for (i, (&a, &e)) in got.iter().zip(expected).enumerate() {
+        let close =
+            a == e || (a.is_nan() && e.is_nan()) || (a - e).abs() <= 1e-5 * e.abs().max(1.0);
+        assert!(close, "{what} element {i}: got {a}, expected {e}");
     }
 }
 

@@ -7,13 +7,14 @@ mod arena;
 
 use super::conv::{ConvGeom, PackedConv};
 use super::depthwise::Depthwise;
+use super::elementwise::{broadcast_strides, Arg, Elementwise, Func, Stored};
 use super::kernels::{Dense, Gather, PoolGeom};
 use super::normalize::{RowKernel, RowOp};
 use super::roofline::StepWork;
 use super::simd::{Epilogue, Isa};
 use super::{activation, kernels, tir_step, CompiledModel, Kernel, RuntimeError};
 use crate::fusion::{
-    self, inner, input_layout, output_layout, same_storage, Activation, FusedGroup, Pattern, Target,
+    self, inner, input_layout, output_layout, Activation, FusedGroup, Pattern, Target,
 };
 use crate::graph::{DType, Graph, NodeId, Op, PoolKind, Span, Tensor, ValueRef, ValueType};
 use crate::layout::Layout;
@@ -291,21 +292,8 @@ impl<'g> Compiler<'g> {
         if out.dtype != DType::F32 || !ins.iter().all(|&v| self.is_f32(v)) {
             return None;
         }
-        let same = |v: &ValueRef| self.g.value_type(*v) == out;
         match inner(self.g, id).0 {
-            Op::Unary(u) if same(&ins[0]) && same_storage(self.g, id, id) => {
-                u.clamp_bounds().map(|(lo, hi)| Kernel::Clamp(lo, hi))
-            }
-            Op::Binary(b)
-                if kernels::binary_supported(*b)
-                    && ins.iter().all(same)
-                    && (0..2).all(|i| {
-                        input_layout(self.g, id, i).map(|l| l.0)
-                            == output_layout(self.g, id).map(|l| l.0)
-                    }) =>
-            {
-                Some(Kernel::Binary(*b))
-            }
+            Op::Unary(_) | Op::Binary(_) => Some(self.elementwise(&[id])?.0),
             Op::Pool(p)
                 if !p.ceil_mode
                     && p.window.spatial_rank() == 2
@@ -493,6 +481,55 @@ impl<'g> Compiler<'g> {
         Some(sources.iter().enumerate().map(gather).collect())
     }
 
+    /// The vector kernel of an elementwise chain (each node the only reader of
+    /// the one before), with its operands: every input that is not the
+    /// previous node's output, in order. `None` unless every node is an f32
+    /// unary or arithmetic binary op whose operands line up with the output
+    /// (see `broadcast_strides`).
+    fn elementwise(&self, chain: &[NodeId]) -> Option<(Kernel, Vec<ValueRef>)> {
+        let last = *chain.last()?;
+        let out_ty = &self.g.node(last).outputs.first()?.ty;
+        let (out_layout, _) = output_layout(self.g, last)?;
+        let out = Stored {
+            layout: &out_layout,
+            shape: &out_ty.shape,
+        };
+        let (mut funcs, mut operands, mut strides, mut lens) = (vec![], vec![], vec![], vec![]);
+        for (k, &id) in chain.iter().enumerate() {
+            let node = self.g.node(id);
+            let ins = self.g.node_inputs(id);
+            let [y] = &node.outputs[..] else { return None };
+            if y.ty.dtype != DType::F32 || !ins.iter().all(|&v| self.is_f32(v)) {
+                return None;
+            }
+            let prev = (k > 0).then(|| ValueRef::new(chain[k - 1], 0));
+            let mut args = vec![];
+            for (port, &v) in ins.iter().enumerate() {
+                if Some(v) == prev {
+                    args.push(Arg::Prev);
+                    continue;
+                }
+                let (layout, shape) = input_layout(self.g, id, port)?;
+                let stored = Stored {
+                    layout: &layout,
+                    shape: &shape,
+                };
+                strides.push(broadcast_strides(&out, &stored)?);
+                lens.push(layout.physical_shape(&shape).ok()?.iter().product());
+                args.push(Arg::Operand(operands.len()));
+                operands.push(v);
+            }
+            funcs.push(match (inner(self.g, id).0, &args[..]) {
+                (Op::Unary(u), &[a]) => Func::Unary(*u, a),
+                (Op::Binary(b), &[p, q]) => Func::Binary(*b, p, q),
+                _ => return None,
+            });
+        }
+        let physical = out_layout.physical_shape(&out_ty.shape).ok()?;
+        let kernel = Elementwise::new(funcs, &physical, strides, lens, self.isa)?;
+        Some((Kernel::Elementwise(kernel), operands))
+    }
+
     /// A chain of nodes compiled from its TIR default schedule, when it has one and
     /// computes one f32 tensor from f32 tensors; with the step's inputs.
     fn tir(
@@ -611,22 +648,39 @@ impl<'g> Compiler<'g> {
                     let step = self.conv_step(group, *bn, *residual, *activation)?;
                     self.steps.push(step);
                 }
-                Pattern::Elementwise => match self.tir(&group.nodes)? {
+                Pattern::Elementwise => match self.elementwise(&group.nodes) {
                     Some((kernel, inputs)) => {
-                        let kernel = Kernel::Tir(Box::new(kernel));
-                        let step = self.group_pending(group, " (tir)".into(), kernel, inputs, &[]);
+                        let step = self.group_pending(group, String::new(), kernel, inputs, &[]);
                         self.steps.push(step);
                     }
-                    // No loop nest for the chain: its nodes run one by one.
-                    None => {
-                        for &n in &group.nodes {
-                            self.single_step(n, &mut natives)?;
-                        }
-                    }
+                    None => self.tir_group(group, &mut natives)?,
                 },
             }
         }
         self.plan_memory(pool)
+    }
+
+    /// The TIR loop nest of an elementwise group, or one step per node when it
+    /// has none.
+    fn tir_group(
+        &mut self,
+        group: &FusedGroup,
+        natives: &mut HashMap<NodeId, Kernel>,
+    ) -> Result<(), RuntimeError> {
+        match self.tir(&group.nodes)? {
+            Some((kernel, inputs)) => {
+                let kernel = Kernel::Tir(Box::new(kernel));
+                let step = self.group_pending(group, " (tir)".into(), kernel, inputs, &[]);
+                self.steps.push(step);
+            }
+            // No loop nest for the chain: its nodes run one by one.
+            None => {
+                for &n in &group.nodes {
+                    self.single_step(n, natives)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The step of a node of no group: its native kernel, its TIR loop nest, or

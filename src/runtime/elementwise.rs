@@ -1,0 +1,686 @@
+//! Elementwise chains (a fusion group of unary and binary ops, or one such op)
+//! as one pass over the output's physical buffer, in vectors of the widest
+//! instruction set. Each op is evaluated from its one scalar definition
+//! (`UnaryOp::apply`, `BinaryOp::apply`) on whole vectors (`Lanewise`).
+//!
+//! Operands broadcast: each has an element stride per physical axis of the
+//! output, 0 along the axes it is repeated over. Adjacent axes that every
+//! buffer walks alike are merged, so the innermost axis is the longest run in
+//! which each operand is either contiguous or one repeated value. The output is
+//! cut into blocks of at most `BLOCK` elements of that run; every op of the
+//! chain runs over a whole block before the next (its result in a block-sized
+//! register on the stack), so each op is dispatched once per block, not per
+//! element.
+
+use super::activation::Lanewise;
+use super::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel};
+use crate::core::scalar::{BinaryOp, UnaryOp};
+use crate::layout::Layout;
+use rayon::prelude::*;
+
+/// Elements of a block: the registers hold this many.
+const BLOCK: usize = 256;
+
+/// Output elements per parallel task.
+const ELEMENTS_PER_TASK: usize = 16 * 1024;
+
+/// The widest vector type has 16 lanes; tails are staged in buffers this long.
+const MAX_LANES: usize = 16;
+
+/// Most operands a chain may read (they are passed without allocating).
+pub const MAX_OPERANDS: usize = 8;
+
+/// What one op of a chain reads.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Arg {
+    /// The previous op's result.
+    Prev,
+    /// Operand `k` of the step.
+    Operand(usize),
+}
+
+/// One op of a chain.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Func {
+    Unary(UnaryOp, Arg),
+    Binary(BinaryOp, Arg, Arg),
+}
+
+impl Func {
+    /// Whether the op maps f32 to f32 (comparisons make booleans).
+    pub fn supported(&self) -> bool {
+        match self {
+            Func::Unary(..) => true,
+            Func::Binary(b, ..) => !b.is_comparison(),
+        }
+    }
+}
+
+/// A compiled chain: the ops and how each operand lines up with the output.
+#[derive(Clone, Debug)]
+pub struct Elementwise {
+    funcs: Vec<Func>,
+    /// Extents of the merged output axes, outermost first; the last is the run.
+    extents: Vec<usize>,
+    /// Per operand, its element stride along each merged axis.
+    strides: Vec<Vec<usize>>,
+    /// Per operand, the length of its buffer.
+    lens: Vec<usize>,
+    lanes: Lanes,
+}
+
+/// An operand as it is stored: its layout and logical shape.
+pub struct Stored<'a> {
+    pub layout: &'a Layout,
+    pub shape: &'a [usize],
+}
+
+impl Stored<'_> {
+    fn physical(&self) -> Option<Vec<usize>> {
+        self.layout.physical_shape(self.shape).ok()
+    }
+}
+
+/// The element strides of `operand` along each physical axis of `out`, 0 where
+/// it is repeated; `None` when its storage does not line up with the output's:
+/// - one element: repeated everywhere;
+/// - the output's layout and rank, each logical extent the output's or 1 on an
+///   axis the layout does not block (so the physical shapes broadcast);
+/// - both row-major, the operand's shape broadcasting from the right.
+pub fn broadcast_strides(out: &Stored, operand: &Stored) -> Option<Vec<usize>> {
+    let out_physical = out.physical()?;
+    let physical = if operand.shape.iter().product::<usize>() == 1 {
+        vec![1; out_physical.len()]
+    } else if operand.layout == out.layout && operand.shape.len() == out.shape.len() {
+        let lines_up = (0..out.shape.len()).all(|a| {
+            operand.shape[a] == out.shape[a]
+                || (operand.shape[a] == 1 && operand.layout.factors(a).is_empty())
+        });
+        lines_up.then_some(())?;
+        operand.physical()?
+    } else if operand.layout.is_identity()
+        && out.layout.is_identity()
+        && operand.shape.len() <= out.shape.len()
+    {
+        let mut padded = vec![1; out.shape.len() - operand.shape.len()];
+        padded.extend_from_slice(operand.shape);
+        padded
+    } else {
+        return None;
+    };
+    let fits = physical.len() == out_physical.len()
+        && physical
+            .iter()
+            .zip(&out_physical)
+            .all(|(&p, &o)| p == o || p == 1);
+    fits.then_some(())?;
+    let mut strides = vec![0; physical.len()];
+    let mut step = 1;
+    for a in (0..physical.len()).rev() {
+        if physical[a] == out_physical[a] && physical[a] > 1 {
+            strides[a] = step;
+        }
+        step *= physical[a];
+    }
+    Some(strides)
+}
+
+impl Elementwise {
+    /// The chain `funcs` writing an output of physical shape `out`, reading
+    /// operands with `strides` (from [`broadcast_strides`]) over buffers of
+    /// `lens` elements. `None` for a chain this kernel does not run.
+    pub fn new(
+        funcs: Vec<Func>,
+        out: &[usize],
+        strides: Vec<Vec<usize>>,
+        lens: Vec<usize>,
+        isa: Isa,
+    ) -> Option<Elementwise> {
+        let operands = strides.len();
+        let arg_ok = |a: &Arg, k: usize| match a {
+            Arg::Prev => k > 0,
+            Arg::Operand(i) => *i < operands,
+        };
+        let ok = !funcs.is_empty()
+            && operands <= MAX_OPERANDS
+            && lens.len() == operands
+            && strides.iter().all(|s| s.len() == out.len())
+            && funcs.iter().enumerate().all(|(k, f)| {
+                f.supported()
+                    && match f {
+                        Func::Unary(_, a) => arg_ok(a, k),
+                        Func::Binary(_, a, b) => arg_ok(a, k) && arg_ok(b, k),
+                    }
+            });
+        ok.then_some(())?;
+        let (extents, strides) = merge_axes(out, strides);
+        // Within a run an operand is contiguous or repeated (see `Source`).
+        strides
+            .iter()
+            .all(|s| s.last().is_some_and(|&inner| inner <= 1))
+            .then_some(())?;
+        Some(Elementwise {
+            funcs,
+            extents,
+            strides,
+            lens,
+            lanes: Lanes::for_block(isa, isa.lanes()),
+        })
+    }
+
+    /// Runs the chain over `operands` (in the order of the strides) into `y`.
+    pub fn run(&self, operands: &[&[f32]], y: &mut [f32]) -> Result<(), String> {
+        let lens_ok = operands.len() == self.lens.len()
+            && operands.iter().zip(&self.lens).all(|(o, &l)| o.len() == l);
+        let out_len: usize = self.extents.iter().product();
+        if !lens_ok || y.len() != out_len {
+            return Err(format!(
+                "elementwise operands of {:?} elements for an output of {}, expected {:?} and {out_len}",
+                operands.iter().map(|o| o.len()).collect::<Vec<_>>(),
+                y.len(),
+                self.lens
+            ));
+        }
+        let run = *self.extents.last().expect("at least one axis");
+        if run == 0 {
+            return Ok(());
+        }
+        let blocks_per_run = run.div_ceil(BLOCK);
+        let blocks = out_len / run * blocks_per_run;
+        let per_task = (ELEMENTS_PER_TASK / run.min(BLOCK)).max(1);
+        let y_at = y.as_mut_ptr() as usize;
+        (0..blocks.div_ceil(per_task))
+            .into_par_iter()
+            .for_each(|task| {
+                let task = Blocks {
+                    chain: self,
+                    operands,
+                    y: y_at as *mut f32,
+                    blocks: task * per_task..((task + 1) * per_task).min(blocks),
+                    blocks_per_run,
+                };
+                // SAFETY: `lanes` comes from `Lanes::for_block`; the lengths of
+                // the operands and the output were checked against the strides,
+                // and the tasks write disjoint blocks of `y`.
+                unsafe { run_vectorized(self.lanes, &task) }
+            });
+        Ok(())
+    }
+}
+
+/// Drops the axes of extent 1 and merges each axis into the next where every
+/// buffer (the output, row-major, and each operand) walks them as one.
+fn merge_axes(out: &[usize], strides: Vec<Vec<usize>>) -> (Vec<usize>, Vec<Vec<usize>>) {
+    let mut extents: Vec<usize> = vec![];
+    let mut merged: Vec<Vec<usize>> = vec![vec![]; strides.len()];
+    for a in 0..out.len() {
+        if out[a] == 1 {
+            continue;
+        }
+        let joins = !extents.is_empty()
+            && strides
+                .iter()
+                .zip(&merged)
+                .all(|(s, m)| *m.last().expect("an axis was kept") == s[a] * out[a]);
+        if joins {
+            *extents.last_mut().expect("an axis was kept") *= out[a];
+            for (s, m) in strides.iter().zip(&mut merged) {
+                *m.last_mut().expect("an axis was kept") = s[a];
+            }
+        } else {
+            extents.push(out[a]);
+            for (s, m) in strides.iter().zip(&mut merged) {
+                m.push(s[a]);
+            }
+        }
+    }
+    if extents.is_empty() {
+        extents.push(1);
+        merged.iter_mut().for_each(|m| m.push(0));
+    }
+    (extents, merged)
+}
+
+/// A range of blocks, written through `y` (the whole output).
+struct Blocks<'a> {
+    chain: &'a Elementwise,
+    operands: &'a [&'a [f32]],
+    y: *mut f32,
+    blocks: std::ops::Range<usize>,
+    blocks_per_run: usize,
+}
+
+/// Where an op reads one argument within a block: vector `i` is at
+/// `at + (i & step)`, so `step` all ones walks consecutive floats (a register,
+/// an operand's run) and 0 rereads one vector of a repeated value.
+#[derive(Clone, Copy)]
+struct Source {
+    at: *const f32,
+    step: usize,
+}
+
+impl VectorKernel for Blocks<'_> {
+    #[inline(always)]
+    unsafe fn run<V: Vector>(&self) {
+        let chain = self.chain;
+        let run = *chain.extents.last().expect("at least one axis");
+        let outer = &chain.extents[..chain.extents.len() - 1];
+        let mut registers = [[0f32; BLOCK]; 2];
+        let mut repeated = [[0f32; MAX_LANES]; MAX_OPERANDS];
+        for block in self.blocks.clone() {
+            let (r, part) = (block / self.blocks_per_run, block % self.blocks_per_run);
+            let start = part * BLOCK;
+            let len = BLOCK.min(run - start);
+            // Each operand's first element of this block.
+            let mut at = [0usize; MAX_OPERANDS];
+            let mut rest = r;
+            for (a, &e) in outer.iter().enumerate().rev() {
+                let i = rest % e;
+                rest /= e;
+                for (k, s) in chain.strides.iter().enumerate() {
+                    at[k] += i * s[a];
+                }
+            }
+            let mut operands = [Source {
+                at: std::ptr::null(),
+                step: 0,
+            }; MAX_OPERANDS];
+            for (k, o) in self.operands.iter().enumerate() {
+                operands[k] = match chain.strides[k][outer.len()] {
+                    0 => {
+                        repeated[k] = [o[at[k]]; MAX_LANES];
+                        Source {
+                            at: repeated[k].as_ptr(),
+                            step: 0,
+                        }
+                    }
+                    _ => Source {
+                        at: o.as_ptr().add(at[k] + start),
+                        step: usize::MAX,
+                    },
+                };
+            }
+            let last = chain.funcs.len() - 1;
+            for (n, f) in chain.funcs.iter().enumerate() {
+                let [into, from] = registers
+                    .get_disjoint_mut([n % 2, (n + 1) % 2])
+                    .expect("two registers");
+                let source = |arg: Arg| match arg {
+                    Arg::Prev => Source {
+                        at: from.as_ptr(),
+                        step: usize::MAX,
+                    },
+                    Arg::Operand(k) => operands[k],
+                };
+                let dest = match n == last {
+                    true => self.y.add(r * run + start),
+                    false => into.as_mut_ptr(),
+                };
+                match *f {
+                    Func::Unary(u, a) => {
+                        let a = source(a);
+                        // Each arm knows its op, so `apply` is resolved out of the loop.
+                        macro_rules! go {
+                            ($u:ident) => {
+                                map::<V>(
+                                    len,
+                                    dest,
+                                    a,
+                                    a,
+                                    #[inline(always)]
+                                    |x, _| $u.apply(Lanewise(x)).0,
+                                )
+                            };
+                        }
+                        match u {
+                            u @ UnaryOp::Relu => go!(u),
+                            u @ UnaryOp::LeakyRelu { .. } => go!(u),
+                            u @ UnaryOp::Clip { .. } => go!(u),
+                            u @ UnaryOp::Sigmoid => go!(u),
+                            u @ UnaryOp::HardSigmoid { .. } => go!(u),
+                            u @ UnaryOp::HardSwish => go!(u),
+                            u @ UnaryOp::Tanh => go!(u),
+                            u @ UnaryOp::Erf => go!(u),
+                            u @ UnaryOp::Gelu { .. } => go!(u),
+                            u @ UnaryOp::Exp => go!(u),
+                            u @ UnaryOp::Neg => go!(u),
+                            u @ UnaryOp::Abs => go!(u),
+                            u @ UnaryOp::Elu { .. } => go!(u),
+                            u @ UnaryOp::Selu { .. } => go!(u),
+                            u @ UnaryOp::Celu { .. } => go!(u),
+                            u @ UnaryOp::Reciprocal => go!(u),
+                            // Lane by lane or rare: one loop for all.
+                            u => go!(u),
+                        }
+                    }
+                    Func::Binary(b, p, q) => {
+                        let (p, q) = (source(p), source(q));
+                        macro_rules! go {
+                            ($b:ident) => {
+                                map::<V>(
+                                    len,
+                                    dest,
+                                    p,
+                                    q,
+                                    #[inline(always)]
+                                    |x, y| {
+                                        $b.apply(Lanewise(x), Lanewise(y))
+                                            .expect("only arithmetic ops are compiled")
+                                            .0
+                                    },
+                                )
+                            };
+                        }
+                        match b {
+                            b @ BinaryOp::Add => go!(b),
+                            b @ BinaryOp::Sub => go!(b),
+                            b @ BinaryOp::Mul => go!(b),
+                            b @ BinaryOp::Div => go!(b),
+                            b @ BinaryOp::Max => go!(b),
+                            b @ BinaryOp::Min => go!(b),
+                            b @ BinaryOp::PRelu => go!(b),
+                            b => go!(b),
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `f` over the `len` elements of two sources into `dest`, a vector at a
+/// time; a partial last vector is staged so nothing past `len` is touched.
+#[inline(always)]
+unsafe fn map<V: Vector>(len: usize, dest: *mut f32, p: Source, q: Source, f: impl Fn(V, V) -> V) {
+    let full = len - len % V::LANES;
+    let mut i = 0;
+    while i < full {
+        let v = f(V::load(p.at.add(i & p.step)), V::load(q.at.add(i & q.step)));
+        v.store(dest.add(i));
+        i += V::LANES;
+    }
+    if i < len {
+        let k = len - i;
+        let v = f(load_tail::<V>(p, i, k), load_tail::<V>(q, i, k));
+        let mut staged = [0f32; MAX_LANES];
+        v.store(staged.as_mut_ptr());
+        std::ptr::copy_nonoverlapping(staged.as_ptr(), dest.add(i), k);
+    }
+}
+
+/// The last `k` (fewer than a vector) elements of `s` from `i` on.
+#[inline(always)]
+unsafe fn load_tail<V: Vector>(s: Source, i: usize, k: usize) -> V {
+    if s.step == 0 {
+        return V::load(s.at);
+    }
+    let mut staged = [0f32; MAX_LANES];
+    std::ptr::copy_nonoverlapping(s.at.add(i), staged.as_mut_ptr(), k);
+    V::load(staged.as_ptr())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{assert_close, Rng};
+    use super::super::{CompiledModel, RuntimeOptions};
+    use super::*;
+    use crate::graph::{DType, Graph, Op, Tensor, ValueRef, ValueType};
+    use crate::layout::op_rules::{CostModel, Family};
+    use crate::layout::plan::{plan, planner_by_name};
+
+    /// `got` against the f64 definition `e`: within 2e-6 relative (1e-6 of
+    /// it for values below 1), the same infinity (or an overflow to it), NaN
+    /// for NaN.
+    fn close(got: f32, e: f64) -> bool {
+        let got = got as f64;
+        if e.is_nan() {
+            got.is_nan()
+        } else if e.is_infinite() || e.abs() > f32::MAX as f64 {
+            got.is_infinite() && got.signum() == e.signum()
+        } else {
+            (got - e).abs() <= 2e-6 * e.abs().max(1.0)
+        }
+    }
+
+    /// Every op on its own, on every instruction set, at lengths that leave
+    /// tails of 1 to 15 lanes and span several blocks, over values where the
+    /// functions bend, saturate and overflow, subnormals, NaN and the
+    /// infinities; the
+    /// second operand of a binary op either a second buffer or one repeated
+    /// value.
+    #[test]
+    fn every_op_on_every_isa_matches_its_scalar_definition() {
+        let mut x: Vec<f32> = (0..600).map(|i| (i as f32 - 300.0) * 0.05).collect();
+        x.extend([
+            90.0,
+            -90.0,
+            88.5,
+            -87.5,
+            1e-6,
+            -1e-6,
+            0.0,
+            -0.0,
+            f32::MIN_POSITIVE / 4.0,
+            -f32::MIN_POSITIVE / 4.0,
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            2.0,
+            -2.0,
+            0.5,
+        ]);
+        // Every value of x meets a small and a large one, of both signs.
+        let y: Vec<f32> = x.iter().rev().map(|v| v * 0.3).collect();
+        let isas = [Isa::Avx512, Isa::Avx2, Isa::Portable]
+            .into_iter()
+            .filter(|i| i.available());
+        for isa in isas {
+            for len in [1, 7, 17, 33, 300, x.len()] {
+                // The tail of x, where the special values are.
+                let (x, y) = (&x[x.len() - len..], &y[y.len() - len..]);
+                let run = |f: Func, operands: &[&[f32]], strides: Vec<Vec<usize>>| {
+                    let lens = operands.iter().map(|o| o.len()).collect();
+                    let k = Elementwise::new(vec![f], &[len], strides, lens, isa).unwrap();
+                    let mut out = vec![0f32; len];
+                    k.run(operands, &mut out).unwrap();
+                    out
+                };
+                for u in UnaryOp::EVERY {
+                    let out = run(Func::Unary(u, Arg::Operand(0)), &[x], vec![vec![1]]);
+                    for (&v, &got) in x.iter().zip(&out) {
+                        let e = u.apply(v as f64);
+                        assert!(
+                            close(got, e),
+                            "{u:?} {isa:?} len {len}: f({v}) = {got}, expected {e}"
+                        );
+                    }
+                }
+                for b in BinaryOp::ARITHMETIC {
+                    let f = Func::Binary(b, Arg::Operand(0), Arg::Operand(1));
+                    let expect = |p: f32, q: f32| b.apply(p as f64, q as f64).unwrap();
+                    let out = run(f, &[x, y], vec![vec![1], vec![1]]);
+                    for ((&p, &q), &got) in x.iter().zip(y).zip(&out) {
+                        let e = expect(p, q);
+                        assert!(
+                            close(got, e),
+                            "{b:?} {isa:?} len {len}: f({p}, {q}) = {got}, expected {e}"
+                        );
+                    }
+                    for q in [1.5, -0.25, 0.0, f32::NAN] {
+                        let out = run(f, &[x, &[q]], vec![vec![1], vec![0]]);
+                        for (&p, &got) in x.iter().zip(&out) {
+                            let e = expect(p, q);
+                            assert!(
+                                close(got, e),
+                                "{b:?} {isa:?} len {len}: f({p}, {q}) = {got}, expected {e}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Compiles `g`, planned for `family` when given, runs it and compares it
+    /// with the reference executor (`assert_close`). Returns the compiled steps.
+    fn check(g: &Graph, family: Option<Family>, inputs: &[Tensor]) -> Vec<String> {
+        let expected = crate::reference::run(g, inputs).unwrap()[0].to_f32();
+        let planned = family.map(|f| {
+            let global = planner_by_name("global").unwrap();
+            plan(g, global.as_ref(), f, &CostModel::default())
+                .unwrap()
+                .graph
+        });
+        let m = CompiledModel::compile(
+            planned.as_ref().unwrap_or(g),
+            &RuntimeOptions { threads: 2 },
+        )
+        .unwrap();
+        let got = m.run(inputs).unwrap()[0].to_f32();
+        assert_close(&got, &expected, &format!("{family:?}"));
+        m.describe()
+    }
+
+    /// Adds `op` reading `ins` and returns its output.
+    fn add(g: &mut Graph, op: Op, ins: &[ValueRef]) -> ValueRef {
+        let name = format!("n{}", g.node_count());
+        ValueRef::new(g.add_node(op, &name, ins, &[], vec![]).unwrap(), 0)
+    }
+
+    /// Chains of one to five ops on row-major tensors of rank 1 to 4, each
+    /// binary op reading the chain on either side and, on the other, a
+    /// constant or an input that broadcasts from the right (a scalar, a
+    /// suffix of the shape with some extents 1, or the whole shape): one
+    /// native step, equal to the reference.
+    #[test]
+    fn random_chains_with_broadcast_operands_match_the_reference_executor() {
+        let unary = [
+            UnaryOp::Tanh,
+            UnaryOp::Sigmoid,
+            UnaryOp::Relu,
+            UnaryOp::Neg,
+            UnaryOp::Erf,
+        ];
+        // Pow would overflow; its accuracy is checked above.
+        let binary: Vec<BinaryOp> = BinaryOp::ARITHMETIC
+            .into_iter()
+            .filter(|&b| b != BinaryOp::Pow)
+            .collect();
+        let mut rng = Rng(31);
+        for case in 0..60 {
+            let extents = [1, 2, 3, 5, 7, 16, 17, 33];
+            let rank = rng.range(1, 4);
+            let shape: Vec<usize> = (0..rank)
+                .map(|_| extents[rng.below(extents.len())])
+                .collect();
+            let numel = |s: &[usize]| s.iter().product::<usize>();
+            let mut g = Graph::new("chain");
+            let ty = ValueType::new(DType::F32, shape.clone());
+            let mut inputs = vec![Tensor::from_f32(shape.clone(), rng.f32s(numel(&shape)))];
+            let mut v = g.add_input("x", ty, vec![]);
+            for _ in 0..rng.range(1, 5) {
+                if rng.below(3) == 0 {
+                    let u = unary[rng.below(unary.len())];
+                    v = add(&mut g, Op::Unary(u), &[v]);
+                    continue;
+                }
+                let b = binary[rng.below(binary.len())];
+                let operand_shape: Vec<usize> = match rng.below(3) {
+                    0 => vec![1; rng.below(2)],
+                    1 => shape[rng.below(rank)..]
+                        .iter()
+                        .map(|&e| if rng.below(2) == 0 { 1 } else { e })
+                        .collect(),
+                    _ => shape.clone(),
+                };
+                // Divisors in [0.5, 1.5], slopes and the rest in [-1, 1].
+                let data = rng
+                    .f32s(numel(&operand_shape))
+                    .into_iter()
+                    .map(|r| if b == BinaryOp::Div { 1.0 + r / 2.0 } else { r })
+                    .collect();
+                let data = Tensor::from_f32(operand_shape.clone(), data);
+                let operand = if rng.below(2) == 0 {
+                    g.add_constant(&format!("c{}", inputs.len()), data, vec![])
+                } else {
+                    let ty = ValueType::new(DType::F32, operand_shape.clone());
+                    let name = format!("in{}", inputs.len());
+                    inputs.push(data);
+                    g.add_input(&name, ty, vec![])
+                };
+                // Only the chain may be a divisor or a PRelu's data (so they stay finite).
+                let chain_first = matches!(b, BinaryOp::Div | BinaryOp::PRelu) || rng.below(2) == 0;
+                let ins = if chain_first {
+                    [v, operand]
+                } else {
+                    [operand, v]
+                };
+                v = add(&mut g, Op::Binary(b), &ins);
+            }
+            g.set_outputs(vec![v]);
+            let steps = check(&g, None, &inputs);
+            assert_eq!(steps.len(), 1, "case {case} {shape:?}: {steps:?}");
+            assert!(
+                steps[0].ends_with("] native") && !steps[0].contains("(tir)"),
+                "case {case}: {steps:?}"
+            );
+        }
+    }
+
+    /// A chain after a pool in the blocked layouts the global plan picks (20
+    /// channels: the last block padded), reading per-channel and scalar
+    /// constants and a second input of the whole shape: native steps, equal to
+    /// the reference.
+    #[test]
+    fn chains_in_blocked_layouts_match_the_reference_executor() {
+        use crate::graph::PoolKind;
+        use crate::ops::{Pool, Window};
+        let mut rng = Rng(32);
+        let (c, h, w) = (20, 6, 9);
+        let shape = vec![1, c, h, w];
+        let mut g = Graph::new("blocked");
+        let ty = ValueType::new(DType::F32, shape.clone());
+        let x = g.add_input("x", ty.clone(), vec![]);
+        let r = g.add_input("r", ty, vec![]);
+        let pool = Op::Pool(Pool {
+            kind: PoolKind::Max,
+            window: Window {
+                kernel: vec![3, 3],
+                strides: vec![1, 1],
+                dilations: vec![1, 1],
+                pads: vec![1; 4],
+            },
+            ceil_mode: false,
+            count_include_pad: false,
+        });
+        let mut v = add(&mut g, pool, &[x]);
+        let per_channel = |rng: &mut Rng| Tensor::from_f32(vec![1, c, 1, 1], rng.f32s(c));
+        let bias = g.add_constant("bias", per_channel(&mut rng), vec![]);
+        let scale = g.add_constant("scale", Tensor::from_f32(vec![], vec![0.7]), vec![]);
+        let slope = g.add_constant("slope", per_channel(&mut rng), vec![]);
+        v = add(&mut g, Op::Binary(BinaryOp::Add), &[v, bias]);
+        v = add(&mut g, Op::Binary(BinaryOp::Mul), &[scale, v]);
+        v = add(&mut g, Op::Unary(UnaryOp::Sigmoid), &[v]);
+        v = add(&mut g, Op::Binary(BinaryOp::Sub), &[r, v]);
+        v = add(&mut g, Op::Binary(BinaryOp::PRelu), &[v, slope]);
+        g.set_outputs(vec![v]);
+        let inputs: Vec<Tensor> = (0..2)
+            .map(|_| Tensor::from_f32(shape.clone(), rng.f32s(c * h * w)))
+            .collect();
+        for family in [Family::Nchw, Family::Nchwc(16), Family::Nchwc(8)] {
+            let steps = check(&g, Some(family), &inputs);
+            assert!(
+                steps
+                    .iter()
+                    .all(|s| s.ends_with("] native") && !s.contains("(tir)")),
+                "{family}: {steps:?}"
+            );
+            assert!(
+                steps
+                    .iter()
+                    .any(|s| s.contains("Add+Mul+Sigmoid+Sub+PRelu")),
+                "{family}: {steps:?}"
+            );
+        }
+    }
+}
