@@ -14,8 +14,8 @@
 //! the group's name.
 
 use crate::core::{DType, Layout, PadValue};
-use crate::graph::{Graph, GraphError, LaidOut, NodeId, Op, ValueRef};
-use crate::ops::{BinaryOp, UnaryOp};
+use crate::graph::{Graph, GraphError, LaidOut, NodeId, Op, ValueRef, ValueType};
+use crate::ops::{infer_outputs, BinaryOp, UnaryOp};
 use std::collections::HashSet;
 
 /// Nodes that run as one step.
@@ -108,6 +108,23 @@ pub fn output_layout(g: &Graph, id: NodeId) -> Option<(Layout, PadValue)> {
             Some((Layout::identity(rank).ok()?, PadValue::Undef))
         }
     }
+}
+
+/// Logical shape of output 0 of a node (the value of a planned node has the
+/// physical shape).
+pub fn output_shape(g: &Graph, id: NodeId) -> Option<Vec<usize>> {
+    let Some(l) = inner(g, id).1 else {
+        return Some(g.node(id).outputs.first()?.ty.shape.clone());
+    };
+    let types: Vec<ValueType> = g
+        .node_inputs(id)
+        .iter()
+        .zip(&l.inputs)
+        .map(|(&v, (_, shape))| ValueType::new(g.value_type(v).dtype, shape.clone()))
+        .collect();
+    let refs: Vec<&ValueType> = types.iter().collect();
+    let mut outputs = infer_outputs(&l.inner, &refs).ok()?;
+    (!outputs.is_empty()).then(|| outputs.swap_remove(0).shape)
 }
 
 /// The groups of a planned graph, in topological order of their last nodes.

@@ -521,23 +521,14 @@ mod tests {
         }
     }
 
-    /// Compiles `g`, planned for `family` when given, runs it and compares it
-    /// with the reference executor (`assert_close`). Returns the compiled steps.
-    fn check(g: &Graph, family: Option<Family>, inputs: &[Tensor]) -> Vec<String> {
+    /// Compiles `compiled` (`g` or a plan of it), runs it and compares it
+    /// with the reference executor on `g` (`assert_close`). Returns the
+    /// compiled steps.
+    fn check(g: &Graph, compiled: &Graph, inputs: &[Tensor]) -> Vec<String> {
         let expected = crate::reference::run(g, inputs).unwrap()[0].to_f32();
-        let planned = family.map(|f| {
-            let global = planner_by_name("global").unwrap();
-            plan(g, global.as_ref(), f, &CostModel::default())
-                .unwrap()
-                .graph
-        });
-        let m = CompiledModel::compile(
-            planned.as_ref().unwrap_or(g),
-            &RuntimeOptions { threads: 2 },
-        )
-        .unwrap();
+        let m = CompiledModel::compile(compiled, &RuntimeOptions { threads: 2 }).unwrap();
         let got = m.run(inputs).unwrap()[0].to_f32();
-        assert_close(&got, &expected, &format!("{family:?}"));
+        assert_close(&got, &expected, &g.name);
         m.describe()
     }
 
@@ -618,7 +609,7 @@ mod tests {
                 v = add(&mut g, Op::Binary(b), &ins);
             }
             g.set_outputs(vec![v]);
-            let steps = check(&g, None, &inputs);
+            let steps = check(&g, &g, &inputs);
             assert_eq!(steps.len(), 1, "case {case} {shape:?}: {steps:?}");
             assert!(
                 steps[0].ends_with("] native") && !steps[0].contains("(tir)"),
@@ -627,48 +618,75 @@ mod tests {
         }
     }
 
-    /// A chain after a pool in the blocked layouts the global plan picks (20
-    /// channels: the last block padded), reading per-channel and scalar
-    /// constants and a second input of the whole shape: native steps, equal to
-    /// the reference.
+    /// A chain between two convolutions (and after a pool), in the blocked
+    /// layouts the global plan picks, reading per-channel and scalar constants
+    /// and a second input of the whole shape: native steps, equal to the
+    /// reference.
     #[test]
     fn chains_in_blocked_layouts_match_the_reference_executor() {
         use crate::graph::PoolKind;
-        use crate::ops::{Pool, Window};
+        use crate::ops::{Conv, Pool, Window};
         let mut rng = Rng(32);
-        let (c, h, w) = (20, 6, 9);
+        let (c, h, w) = (32, 6, 9);
         let shape = vec![1, c, h, w];
         let mut g = Graph::new("blocked");
         let ty = ValueType::new(DType::F32, shape.clone());
         let x = g.add_input("x", ty.clone(), vec![]);
         let r = g.add_input("r", ty, vec![]);
+        let window = |k: usize| Window {
+            kernel: vec![k, k],
+            strides: vec![1, 1],
+            dilations: vec![1, 1],
+            pads: vec![k / 2; 4],
+        };
+        let conv = |g: &mut Graph, v: ValueRef, rng: &mut Rng| {
+            let weights = Tensor::from_f32(vec![c, c, 1, 1], rng.f32s(c * c));
+            let weights = g.add_constant(&format!("w{}", g.node_count()), weights, vec![]);
+            let op = Op::Conv(Conv {
+                window: window(1),
+                group: 1,
+            });
+            add(g, op, &[v, weights])
+        };
+        let mut v = conv(&mut g, x, &mut rng);
         let pool = Op::Pool(Pool {
             kind: PoolKind::Max,
-            window: Window {
-                kernel: vec![3, 3],
-                strides: vec![1, 1],
-                dilations: vec![1, 1],
-                pads: vec![1; 4],
-            },
+            window: window(3),
             ceil_mode: false,
             count_include_pad: false,
         });
-        let mut v = add(&mut g, pool, &[x]);
+        v = add(&mut g, pool, &[v]);
         let per_channel = |rng: &mut Rng| Tensor::from_f32(vec![1, c, 1, 1], rng.f32s(c));
         let bias = g.add_constant("bias", per_channel(&mut rng), vec![]);
         let scale = g.add_constant("scale", Tensor::from_f32(vec![], vec![0.7]), vec![]);
         let slope = g.add_constant("slope", per_channel(&mut rng), vec![]);
         v = add(&mut g, Op::Binary(BinaryOp::Add), &[v, bias]);
         v = add(&mut g, Op::Binary(BinaryOp::Mul), &[scale, v]);
-        v = add(&mut g, Op::Unary(UnaryOp::Sigmoid), &[v]);
+        v = add(&mut g, Op::Unary(UnaryOp::Tanh), &[v]);
         v = add(&mut g, Op::Binary(BinaryOp::Sub), &[r, v]);
         v = add(&mut g, Op::Binary(BinaryOp::PRelu), &[v, slope]);
+        let chain_end = v.node;
+        v = conv(&mut g, v, &mut rng);
         g.set_outputs(vec![v]);
         let inputs: Vec<Tensor> = (0..2)
             .map(|_| Tensor::from_f32(shape.clone(), rng.f32s(c * h * w)))
             .collect();
-        for family in [Family::Nchw, Family::Nchwc(16), Family::Nchwc(8)] {
-            let steps = check(&g, Some(family), &inputs);
+        let global = planner_by_name("global").unwrap();
+        for (family, block) in [
+            (Family::Nchw, 1),
+            (Family::Nchwc(16), 16),
+            (Family::Nchwc(8), 8),
+        ] {
+            let planned = plan(&g, global.as_ref(), family, &CostModel::default())
+                .unwrap()
+                .graph;
+            let (layout, _) = crate::fusion::output_layout(&planned, chain_end).unwrap();
+            let blocked: usize = layout.factors(1).iter().product();
+            assert_eq!(
+                blocked, block,
+                "{family}: the chain is stored in {layout:?}"
+            );
+            let steps = check(&g, &planned, &inputs);
             assert!(
                 steps
                     .iter()
@@ -676,11 +694,101 @@ mod tests {
                 "{family}: {steps:?}"
             );
             assert!(
-                steps
-                    .iter()
-                    .any(|s| s.contains("Add+Mul+Sigmoid+Sub+PRelu")),
+                steps.iter().any(|s| s.contains("Add+Mul+Tanh+Sub+PRelu")),
                 "{family}: {steps:?}"
             );
+        }
+    }
+
+    /// The chain of a blocked model on buffers laid out by the layout algebra,
+    /// the channels padded (20 in blocks of 16 and of 8), channels second or
+    /// last: each logical element equals the reference's.
+    #[test]
+    fn padded_blocked_buffers_line_up_with_their_logical_elements() {
+        let mut rng = Rng(33);
+        for (logical, physical) in [
+            ("NCHW", "NCHW"),
+            ("NCHW", "NCHW16c"),
+            ("NCHW", "NCHW8c"),
+            ("NHWC", "NCHW16c"),
+            ("NHWC", "NHWC"),
+        ] {
+            let layout = Layout::parse_with(logical, physical).unwrap();
+            let channel = logical.find('C').unwrap();
+            let mut shape = vec![2, 5, 7];
+            shape.insert(channel, 20);
+            let mut per_channel = vec![1; 4];
+            per_channel[channel] = 20;
+            let numel = |s: &[usize]| s.iter().product::<usize>();
+            let tensor =
+                |s: &[usize], rng: &mut Rng| Tensor::from_f32(s.to_vec(), rng.f32s(numel(s)));
+            let (x, full, bias) = (
+                tensor(&shape, &mut rng),
+                tensor(&shape, &mut rng),
+                tensor(&per_channel, &mut rng),
+            );
+            let scale = Tensor::from_f32(vec![], vec![0.7]);
+            // The logical graph: ((x + bias) * 0.7) then sigmoid, subtracted from full.
+            let mut g = Graph::new(physical);
+            let ty = ValueType::new(DType::F32, shape.clone());
+            let xv = g.add_input("x", ty.clone(), vec![]);
+            let fv = g.add_input("full", ty, vec![]);
+            let bv = g.add_constant("bias", bias.clone(), vec![]);
+            let sv = g.add_constant("scale", scale.clone(), vec![]);
+            let mut v = add(&mut g, Op::Binary(BinaryOp::Add), &[xv, bv]);
+            v = add(&mut g, Op::Binary(BinaryOp::Mul), &[v, sv]);
+            v = add(&mut g, Op::Unary(UnaryOp::Sigmoid), &[v]);
+            v = add(&mut g, Op::Binary(BinaryOp::Sub), &[fv, v]);
+            g.set_outputs(vec![v]);
+            let expected =
+                crate::reference::run(&g, &[x.clone(), full.clone()]).unwrap()[0].to_f32();
+            let scalar_layout = Layout::identity(0).unwrap();
+            let operands = [
+                (&x, &layout),
+                (&bias, &layout),
+                (&scale, &scalar_layout),
+                (&full, &layout),
+            ];
+            let out = Stored {
+                layout: &layout,
+                shape: &shape,
+            };
+            let strides = operands
+                .iter()
+                .map(|(t, l)| {
+                    broadcast_strides(
+                        &out,
+                        &Stored {
+                            layout: l,
+                            shape: &t.shape,
+                        },
+                    )
+                    .unwrap()
+                })
+                .collect();
+            let buffers: Vec<Vec<f32>> = operands
+                .iter()
+                .map(|(t, l)| l.to_physical(t, 0.0).unwrap().to_f32())
+                .collect();
+            let funcs = vec![
+                Func::Binary(BinaryOp::Add, Arg::Operand(0), Arg::Operand(1)),
+                Func::Binary(BinaryOp::Mul, Arg::Prev, Arg::Operand(2)),
+                Func::Unary(UnaryOp::Sigmoid, Arg::Prev),
+                Func::Binary(BinaryOp::Sub, Arg::Operand(3), Arg::Prev),
+            ];
+            let out_physical = layout.physical_shape(&shape).unwrap();
+            let lens = buffers.iter().map(|b| b.len()).collect();
+            let isa = [Isa::Avx512, Isa::Avx2, Isa::Portable]
+                .into_iter()
+                .find(|i| i.available())
+                .unwrap();
+            let kernel = Elementwise::new(funcs, &out_physical, strides, lens, isa).unwrap();
+            let mut y = vec![f32::NAN; numel(&out_physical)];
+            let refs: Vec<&[f32]> = buffers.iter().map(|b| b.as_slice()).collect();
+            kernel.run(&refs, &mut y).unwrap();
+            let y = Tensor::from_f32(out_physical, y);
+            let got = layout.from_physical(&y, &shape).unwrap().to_f32();
+            assert_close(&got, &expected, &format!("{logical} stored {physical}"));
         }
     }
 }

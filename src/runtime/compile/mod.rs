@@ -14,7 +14,7 @@ use super::roofline::StepWork;
 use super::simd::{Epilogue, Isa};
 use super::{activation, kernels, tir_step, CompiledModel, Kernel, RuntimeError};
 use crate::fusion::{
-    self, inner, input_layout, output_layout, Activation, FusedGroup, Pattern, Target,
+    self, inner, input_layout, output_layout, output_shape, Activation, FusedGroup, Pattern, Target,
 };
 use crate::graph::{DType, Graph, NodeId, Op, PoolKind, Span, Tensor, ValueRef, ValueType};
 use crate::layout::Layout;
@@ -488,11 +488,11 @@ impl<'g> Compiler<'g> {
     /// (see `broadcast_strides`).
     fn elementwise(&self, chain: &[NodeId]) -> Option<(Kernel, Vec<ValueRef>)> {
         let last = *chain.last()?;
-        let out_ty = &self.g.node(last).outputs.first()?.ty;
         let (out_layout, _) = output_layout(self.g, last)?;
+        let out_shape = output_shape(self.g, last)?;
         let out = Stored {
             layout: &out_layout,
-            shape: &out_ty.shape,
+            shape: &out_shape,
         };
         let (mut funcs, mut operands, mut strides, mut lens) = (vec![], vec![], vec![], vec![]);
         for (k, &id) in chain.iter().enumerate() {
@@ -525,7 +525,7 @@ impl<'g> Compiler<'g> {
                 _ => return None,
             });
         }
-        let physical = out_layout.physical_shape(&out_ty.shape).ok()?;
+        let physical = out_layout.physical_shape(&out_shape).ok()?;
         let kernel = Elementwise::new(funcs, &physical, strides, lens, self.isa)?;
         Some((Kernel::Elementwise(kernel), operands))
     }
