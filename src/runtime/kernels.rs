@@ -219,14 +219,37 @@ pub fn pool(g: &PoolGeom, x: &[f32], y: &mut [f32]) {
         .for_each(|(yp, xp)| pool_plane(g, xp, yp));
 }
 
-/// A layout transform as a gather: every output element's source offset, or
-/// `None` for padding, which gets `fill`.
+/// A data movement (layout transform, transpose, slice, pad, ...) as runs:
+/// each fills consecutive output elements from input elements a fixed stride
+/// apart, or with the fill value (padding). Most movements are few long runs,
+/// so the copy costs a loop per run, not a lookup per element; any movement
+/// takes at most one run per two elements.
 pub struct Gather {
-    src: Vec<u32>,
+    runs: Vec<Run>,
+    /// The first run of each parallel task (tasks cover about
+    /// `ELEMENTS_PER_TASK` elements; no run is longer).
+    tasks: Vec<usize>,
+    /// Output elements.
+    len: usize,
+    /// One past the last input element read.
+    src_end: usize,
     fill: f32,
 }
 
+/// Output elements `dst..dst + len` take input elements `src + k * stride`,
+/// or the fill when `src` is `PAD`.
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    dst: u32,
+    src: u32,
+    len: u32,
+    stride: i32,
+}
+
 const PAD: u32 = u32::MAX;
+
+/// Output elements per parallel task of a gather.
+const ELEMENTS_PER_TASK: usize = 16 * 1024;
 
 /// Steps a row-major multi-index of `shape` to the next element.
 fn next_index(idx: &mut [usize], shape: &[usize]) {
@@ -277,25 +300,110 @@ impl Gather {
             next_index(&mut i_from, from_shape);
             next_index(&mut i_to, to_shape);
         }
-        Ok(Gather { src, fill })
+        Ok(Gather::from_sources(src, fill))
     }
 
     /// The gather taking output element `i` from input element `src[i]`, or
     /// `fill` where `src[i]` is `u32::MAX`.
     pub fn from_sources(src: Vec<u32>, fill: f32) -> Gather {
-        Gather { src, fill }
+        let mut runs: Vec<Run> = vec![];
+        let mut i = 0;
+        while i < src.len() {
+            // A stride joins two sources that fit an i32 step; padding joins padding.
+            let step = |a: u32, b: u32| match (a, b) {
+                (PAD, PAD) => Some(0),
+                (PAD, _) | (_, PAD) => None,
+                _ => i32::try_from(b as i64 - a as i64).ok(),
+            };
+            let stride = src.get(i + 1).and_then(|&b| step(src[i], b)).unwrap_or(1);
+            let mut end = i + 1;
+            while end < src.len()
+                && end - i < ELEMENTS_PER_TASK
+                && step(src[end - 1], src[end]) == Some(stride)
+            {
+                end += 1;
+            }
+            runs.push(Run {
+                dst: i as u32,
+                src: src[i],
+                len: (end - i) as u32,
+                stride,
+            });
+            i = end;
+        }
+        let mut tasks = vec![];
+        let mut covered = 0;
+        for (k, r) in runs.iter().enumerate() {
+            if k == 0 || r.dst as usize >= covered + ELEMENTS_PER_TASK {
+                tasks.push(k);
+                covered = r.dst as usize;
+            }
+        }
+        let src_end = runs
+            .iter()
+            .filter(|r| r.src != PAD)
+            .map(|r| {
+                let last = r.src as i64 + (r.len as i64 - 1) * r.stride as i64;
+                r.src.max(last as u32) as usize + 1
+            })
+            .max()
+            .unwrap_or(0);
+        Gather {
+            runs,
+            tasks,
+            len: src.len(),
+            src_end,
+            fill,
+        }
     }
 
     /// Whether the gather moves nothing: the output is the input as it is.
     pub fn is_copy(&self, input_len: usize) -> bool {
-        self.src.len() == input_len && self.src.iter().enumerate().all(|(i, &s)| s as usize == i)
+        self.len == input_len
+            && self
+                .runs
+                .iter()
+                .all(|r| r.src == r.dst && (r.stride == 1 || r.len == 1))
     }
 
-    /// Copies `x` into `y` element by element as gathered, filling padding.
-    pub fn run(&self, x: &[f32], y: &mut [f32]) {
-        for (o, &s) in y.iter_mut().zip(&self.src) {
-            *o = if s == PAD { self.fill } else { x[s as usize] };
+    /// Copies `x` into `y` run by run, filling padding; the runs are split over
+    /// the threads.
+    pub fn run(&self, x: &[f32], y: &mut [f32]) -> Result<(), String> {
+        if y.len() != self.len || x.len() < self.src_end {
+            return Err(format!(
+                "a gather of {} elements from {} read {} and wrote {}",
+                self.len,
+                self.src_end,
+                x.len(),
+                y.len()
+            ));
         }
+        let y_at = y.as_mut_ptr() as usize;
+        (0..self.tasks.len()).into_par_iter().for_each(|t| {
+            let end = self.tasks.get(t + 1).copied().unwrap_or(self.runs.len());
+            for r in &self.runs[self.tasks[t]..end] {
+                // SAFETY: the runs cover disjoint parts of `y` (checked to be
+                // `len` long), so tasks never write the same element.
+                let out = unsafe {
+                    std::slice::from_raw_parts_mut(
+                        (y_at as *mut f32).add(r.dst as usize),
+                        r.len as usize,
+                    )
+                };
+                let src = r.src as usize;
+                match (r.src, r.stride) {
+                    (PAD, _) => out.fill(self.fill),
+                    (_, 1) => out.copy_from_slice(&x[src..src + out.len()]),
+                    (_, 0) => out.fill(x[src]),
+                    (_, stride) => {
+                        for (k, o) in out.iter_mut().enumerate() {
+                            *o = x[(src as isize + k as isize * stride as isize) as usize];
+                        }
+                    }
+                }
+            }
+        });
+        Ok(())
     }
 }
 

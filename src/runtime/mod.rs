@@ -504,7 +504,12 @@ impl CompiledModel {
                 Kernel::Pool(g) => {
                     kernels::pool(g, bufs.read(step.inputs[0]), bufs.write(step.outputs[0]))
                 }
-                Kernel::Gather(g) => g.run(bufs.read(step.inputs[0]), bufs.write(step.outputs[0])),
+                Kernel::Gather(g) => g
+                    .run(bufs.read(step.inputs[0]), bufs.write(step.outputs[0]))
+                    .map_err(|message| RuntimeError::AtNode {
+                        spans: step.spans.clone(),
+                        message,
+                    })?,
                 Kernel::Dense(d) => d.run(bufs.read(step.inputs[0]), bufs.write(step.outputs[0])),
                 Kernel::Copy => bufs
                     .write(step.outputs[0])

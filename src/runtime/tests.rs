@@ -753,7 +753,7 @@ fn reshape_gathers_between_layouts_like_the_layout_algebra() {
             .unwrap()
             .to_f32();
         let mut y = vec![f32::NAN; want.len()];
-        g.run(&xp.to_f32(), &mut y);
+        g.run(&xp.to_f32(), &mut y).unwrap();
         assert_eq!(y, want, "{from} {from_shape:?} -> {to} {to_shape:?}");
     }
     let bad = Gather::reshape(
@@ -762,6 +762,47 @@ fn reshape_gathers_between_layouts_like_the_layout_algebra() {
         0.0,
     );
     assert!(bad.is_err());
+}
+
+/// Gathers from per-element sources (stretches of padding, of ascending,
+/// descending and repeated sources, and of random ones, more than one
+/// parallel task long) copy exactly what an element-by-element lookup does;
+/// an input shorter than the sources read is an error.
+#[test]
+fn gathers_in_runs_copy_what_each_element_names() {
+    let mut rng = Rng(41);
+    for case in 0..20 {
+        let n = rng.range(1, 3000);
+        let mut src: Vec<u32> = vec![];
+        while src.len() < 70_000 {
+            let (start, len) = (rng.below(n) as i64, rng.range(1, 40_000 / (case + 1)));
+            let stride = [0i64, 1, -1, 3, -7][rng.below(5)];
+            match rng.below(4) {
+                0 => src.extend(std::iter::repeat_n(u32::MAX, len)),
+                1 => src.extend((0..len).map(|_| rng.below(n) as u32)),
+                _ => src.extend(
+                    (0..len as i64).map(|k| (start + k * stride).rem_euclid(n as i64) as u32),
+                ),
+            }
+        }
+        let x = rng.f32s(n);
+        let want: Vec<f32> = src
+            .iter()
+            .map(|&s| if s == u32::MAX { -2.0 } else { x[s as usize] })
+            .collect();
+        let g = Gather::from_sources(src.clone(), -2.0);
+        let mut y = vec![f32::NAN; src.len()];
+        g.run(&x, &mut y).unwrap();
+        assert_eq!(y, want, "case {case}");
+        let read = src
+            .iter()
+            .filter(|&&s| s != u32::MAX)
+            .max()
+            .map_or(0, |&m| m as usize + 1);
+        if read > 0 {
+            assert!(g.run(&x[..read - 1], &mut y).is_err(), "case {case}");
+        }
+    }
 }
 
 /// Every activation the conv epilogues apply, on every instruction set, against

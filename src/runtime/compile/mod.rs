@@ -702,35 +702,34 @@ impl<'g> Compiler<'g> {
             _ => {}
         }
         let mut kind = node.op.kind_name().to_string();
-        let kernel = match natives.remove(&id).or_else(|| self.native(id)) {
+        let native = natives.remove(&id).or_else(|| self.native(id));
+        // A data movement without a native kernel: one gather step per output.
+        if let Some(gathers) = native.is_none().then(|| self.movement(id)).flatten() {
+            let inputs = &self.g.node_inputs(id)[..1];
+            for (k, g) in gathers.into_iter().enumerate() {
+                let outputs = vec![ValueRef::new(id, k)];
+                self.steps.push(Pending {
+                    name: node.name.clone(),
+                    kind: format!("{kind} (gather)"),
+                    spans: node.spans.clone(),
+                    kernel: Kernel::Gather(g),
+                    work: self.work(&[id], inputs, &outputs),
+                    inputs: inputs.to_vec(),
+                    outputs,
+                });
+            }
+            return Ok(());
+        }
+        let kernel = match native {
             Some(k) => k,
             None => match self.tir(&[id])? {
                 Some((k, _)) => {
                     kind.push_str(" (tir)");
                     Kernel::Tir(Box::new(k))
                 }
-                None => match self.movement(id) {
-                    // One gather step per output.
-                    Some(gathers) => {
-                        let inputs = &self.g.node_inputs(id)[..1];
-                        for (k, g) in gathers.into_iter().enumerate() {
-                            let outputs = vec![ValueRef::new(id, k)];
-                            self.steps.push(Pending {
-                                name: node.name.clone(),
-                                kind: format!("{kind} (gather)"),
-                                spans: node.spans.clone(),
-                                kernel: Kernel::Gather(g),
-                                work: self.work(&[id], inputs, &outputs),
-                                inputs: inputs.to_vec(),
-                                outputs,
-                            });
-                        }
-                        return Ok(());
-                    }
-                    None => Kernel::Fallback {
-                        op: node.op.clone(),
-                        outputs: node.outputs.iter().map(|v| v.ty.clone()).collect(),
-                    },
+                None => Kernel::Fallback {
+                    op: node.op.clone(),
+                    outputs: node.outputs.iter().map(|v| v.ty.clone()).collect(),
                 },
             },
         };
