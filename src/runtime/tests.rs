@@ -604,6 +604,30 @@ fn concats_along_the_outer_axis_are_computed_in_place() {
     }
 }
 
+/// x[1, c, h, w] -> 1x1 Conv (random weights) -> `op`, the graph's output;
+/// with x's type.
+fn after_pointwise_conv(op: Op, [c, h, w]: [usize; 3], rng: &mut Rng) -> (Graph, ValueType) {
+    let ty = ValueType::new(DType::F32, vec![1, c, h, w]);
+    let mut g = Graph::new(op.kind_name());
+    let x = g.add_input("x", ty.clone(), vec![]);
+    let wt = Tensor::from_f32(vec![c, c, 1, 1], rng.f32s(c * c));
+    let wt = g.add_constant("w", wt, vec![]);
+    let conv = Op::Conv(Conv {
+        window: Window {
+            kernel: vec![1, 1],
+            strides: vec![1, 1],
+            dilations: vec![1, 1],
+            pads: vec![0; 4],
+        },
+        group: 1,
+    });
+    let y = ValueRef::new(g.add_node(conv, "conv", &[x, wt], &[], vec![]).unwrap(), 0);
+    let name = op.kind_name().to_lowercase();
+    let out = g.add_node(op, &name, &[y], &[], vec![]).unwrap();
+    g.set_outputs(vec![ValueRef::new(out, 0)]);
+    (g, ty)
+}
+
 /// Max and average pools of random geometry (windows, strides, unequal pads,
 /// padding counted or not, global windows) compiled in NCHW and in the planned
 /// blocked layout match the reference executor.
@@ -640,24 +664,7 @@ fn pools_of_random_geometry_match_the_reference_executor() {
             count_include_pad: rng.below(2) == 1,
         });
         // A 1x1 convolution first, so that the global plan blocks the pool's input.
-        let ty = ValueType::new(DType::F32, vec![1, c, h, w]);
-        let mut g = Graph::new("pool");
-        let x = g.add_input("x", ty.clone(), vec![]);
-        let wt = Tensor::from_f32(vec![c, c, 1, 1], rng.f32s(c * c));
-        let wt = g.add_constant("w", wt, vec![]);
-        let conv = Op::Conv(Conv {
-            window: Window {
-                kernel: vec![1, 1],
-                strides: vec![1, 1],
-                dilations: vec![1, 1],
-                pads: vec![0; 4],
-            },
-            group: 1,
-        });
-        let y = g.add_node(conv, "conv", &[x, wt], &[], vec![]).unwrap();
-        let y = crate::graph::ValueRef::new(y, 0);
-        let id = g.add_node(op.clone(), "pool", &[y], &[], vec![]).unwrap();
-        g.set_outputs(vec![crate::graph::ValueRef::new(id, 0)]);
+        let (g, ty) = after_pointwise_conv(op.clone(), [c, h, w], &mut rng);
         let inputs = vec![Tensor::from_f32(ty.shape.clone(), rng.f32s(ty.numel()))];
         let expected = crate::reference::run(&g, &inputs).unwrap();
         let planner = planner_by_name("global").unwrap();
@@ -801,6 +808,43 @@ fn gathers_in_runs_copy_what_each_element_names() {
             .map_or(0, |&m| m as usize + 1);
         if read > 0 {
             assert!(g.run(&x[..read - 1], &mut y).is_err(), "case {case}");
+        }
+    }
+}
+
+/// Constant Pads (a value of their own, some axes cropped) after a
+/// convolution, compiled unplanned and in the planned layouts: equal to the
+/// reference; unplanned they run as gathers.
+#[test]
+fn constant_pads_gather_what_the_reference_pads() {
+    use crate::ops::{Pad, PadMode};
+    let mut rng = Rng(43);
+    for (value, begins, ends) in [
+        (1.5, vec![0, 0, 1, 2], vec![0, 0, 2, 0]),
+        (0.0, vec![0, 0, 1, 1], vec![0, 0, 1, 1]),
+        (-3.0, vec![0, 2, -1, 0], vec![0, 1, 0, -2]),
+    ] {
+        let pad = Op::Pad(Pad {
+            begins,
+            ends,
+            mode: PadMode::Constant(value),
+        });
+        let (g, ty) = after_pointwise_conv(pad, [20, 7, 9], &mut rng);
+        let inputs = vec![Tensor::from_f32(ty.shape.clone(), rng.f32s(ty.numel()))];
+        let expected = crate::reference::run(&g, &inputs).unwrap()[0].to_f32();
+        let m = CompiledModel::compile(&g, &RuntimeOptions { threads: 2 }).unwrap();
+        assert!(
+            m.describe().iter().any(|s| s.contains("Pad (gather)")),
+            "{:?}",
+            m.describe()
+        );
+        assert_close(&m.run(&inputs).unwrap()[0].to_f32(), &expected, "unplanned");
+        let planner = planner_by_name("global").unwrap();
+        for family in [Family::Nchwc(16), Family::Nchwc(8)] {
+            let planned = plan(&g, planner.as_ref(), family, &CostModel::default()).unwrap();
+            let m = CompiledModel::compile(&planned.graph, &RuntimeOptions { threads: 2 }).unwrap();
+            let got = m.run(&inputs).unwrap()[0].to_f32();
+            assert_close(&got, &expected, &format!("{family} pad {value}"));
         }
     }
 }

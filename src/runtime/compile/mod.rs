@@ -19,9 +19,10 @@ use crate::fusion::{
 use crate::graph::{DType, Graph, NodeId, Op, PoolKind, Span, Tensor, ValueRef, ValueType};
 use crate::layout::Layout;
 use crate::ops::{
-    BatchNorm, Gemm, GlobalPool, LayerNorm, LayoutTransform, LogSoftmax, Reduce, ReduceKind,
-    Reshape, Softmax,
+    BatchNorm, Gemm, GlobalPool, LaidOut, LayerNorm, LayoutTransform, LogSoftmax, Pad, PadMode,
+    Reduce, ReduceKind, Reshape, Softmax,
 };
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 
 /// A step before memory planning: values instead of slots.
@@ -447,16 +448,52 @@ impl<'g> Compiler<'g> {
     /// A data-movement node as one index gather per output: the op's reference
     /// semantics applied to the positions 1, 2, 3, ... of input 0 (in its
     /// storage) give, in each output, the position every element comes from; a
-    /// position the op did not fill is padding of the output's layout.
+    /// position the op did not fill is padding of the output's layout, or of a
+    /// constant Pad (which pads the positions with 0, no source, and fills its
+    /// value; `None` when the layout's padding would need another value).
     fn movement(&self, id: NodeId) -> Option<Vec<Gather>> {
         let node = self.g.node(id);
         let ins = self.g.node_inputs(id);
         let x = self.g.value_type(*ins.first()?);
         let f32_only = node.outputs.iter().all(|v| v.ty.dtype == DType::F32);
         let params: Option<Vec<&Tensor>> = ins[1..].iter().map(|&v| self.g.constant(v)).collect();
-        if !inner(self.g, id).0.def().moves_data() || !f32_only || x.dtype != DType::F32 {
+        if !f32_only || x.dtype != DType::F32 {
             return None;
         }
+        let (op, laid_out) = inner(self.g, id);
+        let (positions_op, constant) = match op {
+            Op::Pad(
+                p @ Pad {
+                    mode: PadMode::Constant(value),
+                    ..
+                },
+            ) => {
+                let zero = Op::Pad(Pad {
+                    mode: PadMode::Constant(0.0),
+                    ..p.clone()
+                });
+                let op = match laid_out {
+                    Some(l) => Op::InLayout(Box::new(LaidOut {
+                        inner: zero,
+                        ..l.clone()
+                    })),
+                    None => zero,
+                };
+                (Cow::Owned(op), Some(*value))
+            }
+            op if op.def().moves_data() => (Cow::Borrowed(&node.op), None),
+            _ => return None,
+        };
+        let fills = (0..node.outputs.len())
+            .map(|k| {
+                let layout_pad = laid_out.map(|l| l.outputs[k].1);
+                match (constant, layout_pad.and_then(|p| p.known())) {
+                    (Some(v), Some(p)) => (v == p).then_some(v),
+                    (Some(v), None) => Some(v),
+                    (None, p) => Some(p.unwrap_or(0.0)),
+                }
+            })
+            .collect::<Option<Vec<f32>>>()?;
         let n = u32::try_from(x.numel()).ok().filter(|&n| n < u32::MAX)?;
         let positions = Tensor::from_i64(x.shape.clone(), (1..=n as i64).collect());
         let mut args = vec![&positions];
@@ -466,19 +503,15 @@ impl<'g> Compiler<'g> {
             .iter()
             .map(|v| crate::graph::ValueType::new(DType::I64, v.ty.shape.clone()))
             .collect();
-        let sources = node.op.def().eval(&args, &types).ok()?;
-        let fill = |k: usize| match &node.op {
-            Op::InLayout(l) => l.outputs[k].1.known().unwrap_or(0.0),
-            _ => 0.0,
-        };
-        let gather = |(k, t): (usize, &Tensor)| {
+        let sources = positions_op.def().eval(&args, &types).ok()?;
+        let gather = |(t, &fill): (&Tensor, &f32)| {
             let src = t.data.to_i64().into_iter().map(|p| match p {
                 1.. if p <= n as i64 => (p - 1) as u32,
                 _ => u32::MAX,
             });
-            Gather::from_sources(src.collect(), fill(k))
+            Gather::from_sources(src.collect(), fill)
         };
-        Some(sources.iter().enumerate().map(gather).collect())
+        Some(sources.iter().zip(&fills).map(gather).collect())
     }
 
     /// The vector kernel of an elementwise chain (each node the only reader of
