@@ -13,19 +13,16 @@
 //! element.
 
 use super::activation::Lanewise;
-use super::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel};
+use super::simd::{
+    load_part, run_vectorized, store_part, Isa, Lanes, Vector, VectorKernel, ELEMENTS_PER_TASK,
+    MAX_LANES,
+};
 use crate::core::scalar::{BinaryOp, UnaryOp};
 use crate::layout::Layout;
 use rayon::prelude::*;
 
 /// Elements of a block: the registers hold this many.
 const BLOCK: usize = 256;
-
-/// Output elements per parallel task.
-const ELEMENTS_PER_TASK: usize = 16 * 1024;
-
-/// The widest vector type has 16 lanes; tails are staged in buffers this long.
-const MAX_LANES: usize = 16;
 
 /// Most operands a chain may read (they are passed without allocating).
 pub const MAX_OPERANDS: usize = 8;
@@ -402,21 +399,17 @@ unsafe fn map<V: Vector>(len: usize, dest: *mut f32, p: Source, q: Source, f: im
     if i < len {
         let k = len - i;
         let v = f(load_tail::<V>(p, i, k), load_tail::<V>(q, i, k));
-        let mut staged = [0f32; MAX_LANES];
-        v.store(staged.as_mut_ptr());
-        std::ptr::copy_nonoverlapping(staged.as_ptr(), dest.add(i), k);
+        store_part(v, dest.add(i), k);
     }
 }
 
 /// The last `k` (fewer than a vector) elements of `s` from `i` on.
 #[inline(always)]
 unsafe fn load_tail<V: Vector>(s: Source, i: usize, k: usize) -> V {
-    if s.step == 0 {
-        return V::load(s.at);
+    match s.step {
+        0 => V::load(s.at),
+        _ => load_part(s.at.add(i), k, 0.0),
     }
-    let mut staged = [0f32; MAX_LANES];
-    std::ptr::copy_nonoverlapping(s.at.add(i), staged.as_mut_ptr(), k);
-    V::load(staged.as_ptr())
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! (`multiversion!`) so the compiler vectorizes them with the widest registers
 //! the CPU has.
 
-use super::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel};
+use super::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel, ELEMENTS_PER_TASK};
 use crate::core::scalar::Scalar;
 use crate::graph::PoolKind;
 use crate::layout::Layout;
@@ -248,9 +248,6 @@ struct Run {
 
 const PAD: u32 = u32::MAX;
 
-/// Output elements per parallel task of a gather.
-const ELEMENTS_PER_TASK: usize = 16 * 1024;
-
 /// Steps a row-major multi-index of `shape` to the next element.
 fn next_index(idx: &mut [usize], shape: &[usize]) {
     for a in (0..idx.len()).rev() {
@@ -306,15 +303,15 @@ impl Gather {
     /// The gather taking output element `i` from input element `src[i]`, or
     /// `fill` where `src[i]` is `u32::MAX`.
     pub fn from_sources(src: Vec<u32>, fill: f32) -> Gather {
+        // A stride joins two sources that fit an i32 step; padding joins padding.
+        let step = |a: u32, b: u32| match (a, b) {
+            (PAD, PAD) => Some(0),
+            (PAD, _) | (_, PAD) => None,
+            _ => i32::try_from(b as i64 - a as i64).ok(),
+        };
         let mut runs: Vec<Run> = vec![];
         let mut i = 0;
         while i < src.len() {
-            // A stride joins two sources that fit an i32 step; padding joins padding.
-            let step = |a: u32, b: u32| match (a, b) {
-                (PAD, PAD) => Some(0),
-                (PAD, _) | (_, PAD) => None,
-                _ => i32::try_from(b as i64 - a as i64).ok(),
-            };
             let stride = src.get(i + 1).and_then(|&b| step(src[i], b)).unwrap_or(1);
             let mut end = i + 1;
             while end < src.len()

@@ -481,6 +481,10 @@ impl CompiledModel {
     }
 
     fn exec(&self, step: &Step, bufs: &mut Buffers) -> Result<(), RuntimeError> {
+        let at_node = |message: String| RuntimeError::AtNode {
+            spans: step.spans.clone(),
+            message,
+        };
         // SAFETY (all views below): the memory plan never lets a step's output
         // overlap its inputs, and a step's inputs are only read.
         unsafe {
@@ -506,10 +510,7 @@ impl CompiledModel {
                 }
                 Kernel::Gather(g) => g
                     .run(bufs.read(step.inputs[0]), bufs.write(step.outputs[0]))
-                    .map_err(|message| RuntimeError::AtNode {
-                        spans: step.spans.clone(),
-                        message,
-                    })?,
+                    .map_err(at_node)?,
                 Kernel::Dense(d) => d.run(bufs.read(step.inputs[0]), bufs.write(step.outputs[0])),
                 Kernel::Copy => bufs
                     .write(step.outputs[0])
@@ -521,20 +522,14 @@ impl CompiledModel {
                         &indices.data.to_i64(),
                         bufs.write(step.outputs[0]),
                     )
-                    .map_err(|message| RuntimeError::AtNode {
-                        spans: step.spans.clone(),
-                        message,
-                    })?
+                    .map_err(at_node)?
                 }
                 Kernel::Elementwise(k) => {
                     let operands: [&[f32]; elementwise::MAX_OPERANDS] = std::array::from_fn(|i| {
                         step.inputs.get(i).map_or(&[][..], |&s| bufs.read(s))
                     });
                     k.run(&operands[..step.inputs.len()], bufs.write(step.outputs[0]))
-                        .map_err(|message| RuntimeError::AtNode {
-                            spans: step.spans.clone(),
-                            message,
-                        })?
+                        .map_err(at_node)?
                 }
                 Kernel::Normalize(k) => {
                     let param = |i: usize| step.inputs.get(i).map(|&s| bufs.read(s));
@@ -544,10 +539,7 @@ impl CompiledModel {
                         param(2),
                         bufs.write(step.outputs[0]),
                     )
-                    .map_err(|message| RuntimeError::AtNode {
-                        spans: step.spans.clone(),
-                        message,
-                    })?
+                    .map_err(at_node)?
                 }
                 Kernel::ToF32 => {
                     let t = bufs.tensor(step.inputs[0], &step.input_types[0]);
@@ -576,12 +568,7 @@ impl CompiledModel {
                         .map(|(s, ty)| bufs.tensor(*s, ty))
                         .collect();
                     let refs: Vec<&Tensor> = args.iter().collect();
-                    let results = crate::reference::eval_op(op, &refs, outputs).map_err(|m| {
-                        RuntimeError::AtNode {
-                            spans: step.spans.clone(),
-                            message: m,
-                        }
-                    })?;
+                    let results = crate::reference::eval_op(op, &refs, outputs).map_err(at_node)?;
                     for (t, s) in results.into_iter().zip(&step.outputs) {
                         match *s {
                             Slot::Arena { .. } | Slot::Output(_) => {

@@ -5,7 +5,10 @@
 //! partly filled vector on the stack.
 
 use super::activation::Lanewise;
-use super::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel};
+use super::simd::{
+    load_part, run_vectorized, store_part, Isa, Lanes, Vector, VectorKernel, ELEMENTS_PER_TASK,
+    MAX_LANES,
+};
 use crate::core::scalar::Scalar;
 use rayon::prelude::*;
 
@@ -33,13 +36,6 @@ pub struct RowKernel {
     len: usize,
     lanes: Lanes,
 }
-
-/// Input elements per parallel task: enough to amortize a task, few enough to
-/// spread a 1 MB tensor over the cores.
-const ELEMENTS_PER_TASK: usize = 16 * 1024;
-
-/// The widest vector type has 16 lanes; tails are staged in buffers this long.
-const MAX_LANES: usize = 16;
 
 impl RowKernel {
     /// The kernel for rows of `len` elements (none for empty rows).
@@ -254,18 +250,6 @@ unsafe fn horizontal_sum<V: Vector>(v: V) -> f32 {
     lanes(v)[..V::LANES].iter().sum()
 }
 
-/// The `k` floats at `p` (the whole vector when `k` is `V::LANES`), `fill` in
-/// the lanes after them.
-#[inline(always)]
-unsafe fn load_part<V: Vector>(p: *const f32, k: usize, fill: f32) -> V {
-    if k == V::LANES {
-        return V::load(p);
-    }
-    let mut staged = [fill; MAX_LANES];
-    std::ptr::copy_nonoverlapping(p, staged.as_mut_ptr(), k);
-    V::load(staged.as_ptr())
-}
-
 /// The lanes of `v` (the first `V::LANES` of the array).
 #[inline(always)]
 unsafe fn lanes<V: Vector>(v: V) -> [f32; MAX_LANES] {
@@ -281,12 +265,7 @@ unsafe fn map<V: Vector>(n: usize, y: *mut f32, f: impl Fn(usize, usize) -> V) {
     let mut at = 0;
     while at < n {
         let k = (n - at).min(V::LANES);
-        let v = f(at, k);
-        if k == V::LANES {
-            v.store(y.add(at));
-        } else {
-            std::ptr::copy_nonoverlapping(lanes(v).as_ptr(), y.add(at), k);
-        }
+        store_part(f(at, k), y.add(at), k);
         at += V::LANES;
     }
 }

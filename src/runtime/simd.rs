@@ -143,6 +143,39 @@ impl Epilogue {
     }
 }
 
+/// The widest vector type has 16 lanes; partial vectors are staged in
+/// buffers this long.
+pub(super) const MAX_LANES: usize = 16;
+
+/// Elements per parallel task of the memory-bound kernels (elementwise,
+/// rows, gathers): enough to amortize a task, few enough to spread a 1 MB
+/// tensor over the cores.
+pub(super) const ELEMENTS_PER_TASK: usize = 16 * 1024;
+
+/// The `k` floats at `p` (the whole vector when `k` is `V::LANES`), `fill` in
+/// the lanes after them; nothing past them is read.
+#[inline(always)]
+pub(super) unsafe fn load_part<V: Vector>(p: *const f32, k: usize, fill: f32) -> V {
+    if k == V::LANES {
+        return V::load(p);
+    }
+    let mut staged = [fill; MAX_LANES];
+    std::ptr::copy_nonoverlapping(p, staged.as_mut_ptr(), k);
+    V::load(staged.as_ptr())
+}
+
+/// Stores the first `k` lanes of `v` at `p` (the whole vector when `k` is
+/// `V::LANES`); nothing past them is written.
+#[inline(always)]
+pub(super) unsafe fn store_part<V: Vector>(v: V, p: *mut f32, k: usize) {
+    if k == V::LANES {
+        return v.store(p);
+    }
+    let mut staged = [0f32; MAX_LANES];
+    v.store(staged.as_mut_ptr());
+    std::ptr::copy_nonoverlapping(staged.as_ptr(), p, k);
+}
+
 /// Operations of one vector of `LANES` f32.
 pub(super) trait Vector: Copy {
     const LANES: usize;
