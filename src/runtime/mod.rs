@@ -165,6 +165,16 @@ enum Kernel {
     },
 }
 
+impl Kernel {
+    /// Elements of working memory the kernel needs while it runs.
+    fn scratch_len(&self) -> usize {
+        match self {
+            Kernel::Conv(c) => c.scratch_len(),
+            _ => 0,
+        }
+    }
+}
+
 /// One kernel call of the compiled model.
 struct Step {
     /// The name of the graph node the step computes (the last one of a fused chain).
@@ -177,6 +187,8 @@ struct Step {
     /// Shapes of the inputs, for fallbacks that rebuild tensors.
     input_types: Vec<ValueType>,
     outputs: Vec<Slot>,
+    /// Working memory of the kernel, live during this step only.
+    scratch: Option<Slot>,
     work: StepWork,
 }
 
@@ -495,6 +507,7 @@ impl CompiledModel {
                         bufs.read(step.inputs[0]),
                         residual,
                         bufs.write(step.outputs[0]),
+                        step.scratch.map_or(&mut [], |s| bufs.write(s)),
                     )
                 }
                 Kernel::Depthwise(d) => {

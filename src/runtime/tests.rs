@@ -112,9 +112,12 @@ fn tiled_conv_matches_a_naive_loop_for_every_isa_and_blocking() {
         }
         let dilation = (rng.range(1, 2), rng.range(1, 2));
         let pad = (rng.range(0, 2), rng.range(0, 2));
+        // Padding at the bottom and right may differ from the top and left.
+        let pad_end = (rng.range(0, 2), rng.range(0, 2));
         let stride = (rng.range(1, 2), rng.range(1, 2));
-        let h = rng.range((k.0 - 1) * dilation.0 + 1, 16);
-        let w = rng.range((k.1 - 1) * dilation.1 + 1, 30);
+        let span = ((k.0 - 1) * dilation.0 + 1, (k.1 - 1) * dilation.1 + 1);
+        let h = rng.range(span.0.saturating_sub(pad.0 + pad_end.0).max(1), 16);
+        let w = rng.range(span.1.saturating_sub(pad.1 + pad_end.1).max(1), 30);
         let pick = |rng: &mut Rng, c: usize| [1, 8, 16, c][rng.below(4)];
         let (x_cb, y_cb) = (pick(&mut rng, cin), pick(&mut rng, cout));
         let g = ConvGeom {
@@ -123,8 +126,8 @@ fn tiled_conv_matches_a_naive_loop_for_every_isa_and_blocking() {
             h,
             w,
             cout,
-            oh: (h + 2 * pad.0 - (k.0 - 1) * dilation.0 - 1) / stride.0 + 1,
-            ow: (w + 2 * pad.1 - (k.1 - 1) * dilation.1 - 1) / stride.1 + 1,
+            oh: (h + pad.0 + pad_end.0 - span.0) / stride.0 + 1,
+            ow: (w + pad.1 + pad_end.1 - span.1) / stride.1 + 1,
             k,
             stride,
             dilation,
@@ -175,7 +178,13 @@ fn tiled_conv_matches_a_naive_loop_for_every_isa_and_blocking() {
                 Some(0.0),
             );
             let mut y = vec![f32::NAN; g.y_len()];
-            conv.run(&xb, with_residual.then_some(&residual[..]), &mut y);
+            let mut scratch = vec![f32::NAN; conv.scratch_len()];
+            conv.run(
+                &xb,
+                with_residual.then_some(&residual[..]),
+                &mut y,
+                &mut scratch,
+            );
             let plane = g.oh * g.ow;
             for n in 0..g.n {
                 for c in 0..cout.div_ceil(y_cb) * y_cb {
@@ -248,10 +257,12 @@ fn depthwise_matches_a_naive_loop_for_every_isa_and_blocking() {
         let k = [(3, 3), (3, 3), (1, 1), (5, 5), (2, 3)][rng.below(5)];
         let dilation = (rng.range(1, 2), rng.range(1, 2));
         let pad = (rng.range(0, 2), rng.range(0, 2));
+        let pad_end = (rng.range(0, 2), rng.range(0, 2));
         let stride = (rng.range(1, 2), rng.range(1, 2));
+        let span = ((k.0 - 1) * dilation.0 + 1, (k.1 - 1) * dilation.1 + 1);
         // Widths up to 30 give full tiles, tails and border columns.
-        let h = rng.range((k.0 - 1) * dilation.0 + 1, 12);
-        let w = rng.range((k.1 - 1) * dilation.1 + 1, 30);
+        let h = rng.range(span.0.saturating_sub(pad.0 + pad_end.0).max(1), 12);
+        let w = rng.range(span.1.saturating_sub(pad.1 + pad_end.1).max(1), 30);
         let cb = [1, 8, 16, 32, c][rng.below(5)];
         let g = ConvGeom {
             n: rng.range(1, 2),
@@ -259,8 +270,8 @@ fn depthwise_matches_a_naive_loop_for_every_isa_and_blocking() {
             h,
             w,
             cout: c,
-            oh: (h + 2 * pad.0 - (k.0 - 1) * dilation.0 - 1) / stride.0 + 1,
-            ow: (w + 2 * pad.1 - (k.1 - 1) * dilation.1 - 1) / stride.1 + 1,
+            oh: (h + pad.0 + pad_end.0 - span.0) / stride.0 + 1,
+            ow: (w + pad.1 + pad_end.1 - span.1) / stride.1 + 1,
             k,
             stride,
             dilation,
@@ -940,7 +951,7 @@ fn epilogue_activations_match_their_scalar_definitions_on_every_isa() {
                 let geom = g(cb, false);
                 let conv = PackedConv::new(geom.clone(), isa, &identity, &vec![0.0; c], ep, None);
                 let mut y = vec![0f32; geom.y_len()];
-                conv.run(&xf, None, &mut y);
+                conv.run(&xf, None, &mut y, &mut vec![0.0; conv.scratch_len()]);
                 for (i, &v) in xf.iter().enumerate().take(finite) {
                     let (px, ch) = (i / c, i % c);
                     let got = y[blocked(0, ch, px, c, pixels, cb)];

@@ -74,18 +74,8 @@ impl Compiler<'_> {
                 .expect("a concat output has a live range");
             *r = (r.0.min(m.0), r.1.max(m.1));
         }
-        for v in order {
-            let ty = g.value_type(v);
-            if slots.contains_key(&v) || within.contains_key(&v) {
-                continue;
-            }
-            if ty.dtype != DType::F32 {
-                slots.insert(v, Slot::Boxed(boxes));
-                boxes += 1;
-                continue;
-            }
-            let (first, last) = range[&v];
-            let len = ty.numel();
+        // The first offset where `len` elements are free over steps first..=last.
+        let mut place = |len: usize, first: usize, last: usize| {
             let mut busy: Vec<(usize, usize)> = placed
                 .iter()
                 .filter(|p| p.2 <= last && first <= p.3)
@@ -102,8 +92,31 @@ impl Compiler<'_> {
             }
             placed.push((offset, len, first, last));
             arena_len = arena_len.max(offset + len);
-            slots.insert(v, Slot::Arena { offset, len });
+            Slot::Arena { offset, len }
+        };
+        for v in order {
+            let ty = g.value_type(v);
+            if slots.contains_key(&v) || within.contains_key(&v) {
+                continue;
+            }
+            if ty.dtype != DType::F32 {
+                slots.insert(v, Slot::Boxed(boxes));
+                boxes += 1;
+                continue;
+            }
+            let (first, last) = range[&v];
+            slots.insert(v, place(ty.numel(), first, last));
         }
+        // A kernel's working memory is live during its own step only.
+        let scratch: Vec<Option<Slot>> = self
+            .steps
+            .iter()
+            .enumerate()
+            .map(|(i, p)| match p.kernel.scratch_len() {
+                0 => None,
+                len => Some(place(len, i, i)),
+            })
+            .collect();
         for (member, (root, offset)) in &within {
             let Some(&Slot::Arena { offset: base, .. }) = slots.get(root) else {
                 unreachable!("a concat placed in place has an arena output")
@@ -128,10 +141,12 @@ impl Compiler<'_> {
         let steps = self
             .steps
             .into_iter()
+            .zip(scratch)
             .enumerate()
             .filter(|(i, _)| !placed_steps.contains(i))
-            .map(|(_, p)| {
+            .map(|(_, (p, scratch))| {
                 Ok(Step {
+                    scratch,
                     input_types: p.inputs.iter().map(|v| g.value_type(*v).clone()).collect(),
                     inputs: p.inputs.iter().map(slot).collect::<Result<_, _>>()?,
                     outputs: p.outputs.iter().map(slot).collect::<Result<_, _>>()?,
