@@ -137,9 +137,10 @@ fn other_readers_spatial_constants_and_reversed_sub_keep_their_nodes() {
     }
 }
 
-/// Means and maxima over exactly the spatial axes become global pools (with a
-/// reshape when the axes are dropped); other reductions stay. The rewritten
-/// graph computes what the source computes.
+/// Means and maxima over all axes but the batch and one other become global
+/// pools (after a transpose when that axis is not 1, with a reshape when the
+/// shapes differ); other reductions stay. The rewritten graph computes what the
+/// source computes.
 #[test]
 fn spatial_means_and_maxima_become_global_pools() {
     use layoutopt::graph::reductions_as_global_pools;
@@ -153,6 +154,8 @@ fn spatial_means_and_maxima_become_global_pools() {
         reduce("ReduceMean", "mean_kept", &[2, 3], 1, "a"),
         reduce("ReduceMax", "max_dropped", &[3, 2], 0, "b"),
         reduce("ReduceMean", "channels_last", &[1, 2], 1, "c"),
+        reduce("ReduceMax", "rows_dropped", &[3, 1], 0, "e"),
+        reduce("ReduceMean", "batch_reduced", &[0, 2, 3], 1, "f"),
         // ReduceSum takes its axes as an input from opset 13.
         {
             let mut n = node("ReduceSum", "sum", &["x", "sum_axes"], &["d"]);
@@ -165,6 +168,8 @@ fn spatial_means_and_maxima_become_global_pools() {
         ("b", vec![1, 6]),
         ("c", vec![1, 1, 1, 5]),
         ("d", vec![1, 6, 1, 1]),
+        ("e", vec![1, 4]),
+        ("f", vec![1, 6, 1, 1]),
     ];
     let m = model(
         nodes,
@@ -184,14 +189,15 @@ fn spatial_means_and_maxima_become_global_pools() {
     )
     .expect("the model imports");
     let mut pooled = g.clone();
-    assert_eq!(reductions_as_global_pools(&mut pooled).unwrap(), 2);
+    assert_eq!(reductions_as_global_pools(&mut pooled).unwrap(), 4);
     let count = |g: &Graph, pred: fn(&Op) -> bool| {
         g.node_ids()
             .into_iter()
             .filter(|&id| pred(&g.node(id).op))
             .count()
     };
-    assert_eq!(count(&pooled, |op| matches!(op, Op::GlobalPool(_))), 2);
+    assert_eq!(count(&pooled, |op| matches!(op, Op::GlobalPool(_))), 4);
+    assert_eq!(count(&pooled, |op| matches!(op, Op::Transpose(_))), 2);
     assert_eq!(count(&pooled, |op| matches!(op, Op::Reduce(_))), 2);
     let x = Tensor::from_f32(
         vec![1, 6, 4, 5],
