@@ -61,6 +61,10 @@ pub struct Elementwise {
     extents: Vec<usize>,
     /// Per operand, its element stride along each merged axis.
     strides: Vec<Vec<usize>>,
+    /// Per operand, how it is read along the run (the `step` of its `Source`):
+    /// 0 repeats one value, all ones walks it, `p - 1` repeats its first `p`
+    /// values (a per-channel operand of a channel-blocked output).
+    masks: Vec<usize>,
     /// Per operand, the length of its buffer.
     lens: Vec<usize>,
     lanes: Lanes,
@@ -156,10 +160,12 @@ impl Elementwise {
             .iter()
             .all(|s| s.last().is_some_and(|&inner| inner <= 1))
             .then_some(())?;
+        let (extents, strides, masks) = periodic_runs(extents, strides, isa.lanes());
         Some(Elementwise {
             funcs,
             extents,
             strides,
+            masks,
             lens,
             lanes: Lanes::for_block(isa, isa.lanes()),
         })
@@ -203,6 +209,43 @@ impl Elementwise {
             });
         Ok(())
     }
+}
+
+/// Joins a short run (one channel block) with the axis above it when every
+/// operand either continues along that axis or repeats its run there: a
+/// per-channel scale of NCHW16c data then reads its 16 values periodically
+/// over runs of a whole plane instead of in runs of 16. Returns the extents,
+/// strides and each operand's mask (see `Elementwise::masks`).
+fn periodic_runs(
+    mut extents: Vec<usize>,
+    mut strides: Vec<Vec<usize>>,
+    lanes: usize,
+) -> (Vec<usize>, Vec<Vec<usize>>, Vec<usize>) {
+    let n = extents.len();
+    let run = extents[n - 1];
+    let joins = n >= 2
+        && run < BLOCK
+        && run.is_power_of_two()
+        && run.is_multiple_of(lanes)
+        && strides
+            .iter()
+            .all(|s| s[n - 2] == 0 || (s[n - 2] == run && s[n - 1] == 1));
+    let mut masks: Vec<usize> = strides
+        .iter()
+        .map(|s| if s[n - 1] == 0 { 0 } else { usize::MAX })
+        .collect();
+    if joins {
+        extents[n - 2] *= run;
+        extents.pop();
+        for (s, m) in strides.iter_mut().zip(&mut masks) {
+            if s[n - 2] == 0 && s[n - 1] == 1 {
+                *m = run - 1;
+            }
+            s[n - 2] = s[n - 1];
+            s.pop();
+        }
+    }
+    (extents, strides, masks)
 }
 
 /// Drops the axes of extent 1 and merges each axis into the next where every
@@ -283,7 +326,7 @@ impl VectorKernel for Blocks<'_> {
                 step: 0,
             }; MAX_OPERANDS];
             for (k, o) in self.operands.iter().enumerate() {
-                operands[k] = match chain.strides[k][outer.len()] {
+                operands[k] = match chain.masks[k] {
                     0 => {
                         repeated[k] = [o[at[k]]; MAX_LANES];
                         Source {
@@ -291,9 +334,9 @@ impl VectorKernel for Blocks<'_> {
                             step: 0,
                         }
                     }
-                    _ => Source {
-                        at: o.as_ptr().add(at[k] + start),
-                        step: usize::MAX,
+                    mask => Source {
+                        at: o.as_ptr().add(at[k] + (start & mask)),
+                        step: mask,
                     },
                 };
             }
@@ -408,7 +451,7 @@ unsafe fn map<V: Vector>(len: usize, dest: *mut f32, p: Source, q: Source, f: im
 unsafe fn load_tail<V: Vector>(s: Source, i: usize, k: usize) -> V {
     match s.step {
         0 => V::load(s.at),
-        _ => load_part(s.at.add(i), k, 0.0),
+        _ => load_part(s.at.add(i & s.step), k, 0.0),
     }
 }
 
