@@ -260,6 +260,18 @@ fn next_index(idx: &mut [usize], shape: &[usize]) {
 }
 
 impl Gather {
+    /// The input offset `k` when output element `e` is input element `e + k`
+    /// for every `e`: the movement is a contiguous piece of its input.
+    pub fn view_offset(&self) -> Option<usize> {
+        let first = self.runs.first()?;
+        let k = first.src.checked_sub(first.dst)?;
+        let covered: usize = self.runs.iter().map(|r| r.len as usize).sum();
+        let contiguous = self.runs.iter().all(|r| {
+            r.src != PAD && r.src.checked_sub(r.dst) == Some(k) && (r.stride == 1 || r.len <= 1)
+        });
+        (contiguous && covered == self.len).then_some(k as usize)
+    }
+
     /// The gather from `from` to `to` for a logical tensor of shape `logical`.
     pub fn new(from: &Layout, to: &Layout, logical: &[usize], fill: f32) -> Result<Gather, String> {
         Gather::reshape((from, logical), (to, logical), fill)

@@ -173,6 +173,16 @@ impl Kernel {
             _ => 0,
         }
     }
+
+    /// The element offset at which the kernel's output is a contiguous copy of
+    /// its input, if it is one.
+    fn view_offset(&self) -> Option<usize> {
+        match self {
+            Kernel::Copy => Some(0),
+            Kernel::Gather(g) => g.view_offset(),
+            _ => None,
+        }
+    }
 }
 
 /// One kernel call of the compiled model.

@@ -1118,7 +1118,8 @@ fn elementwise_and_dense_steps_count_their_operands_and_products() {
         }
     );
     assert_eq!(chain.work.intensity(), None);
-    assert_eq!(step(&m, "Reshape").work.bytes, bytes(30 + 30));
+    // The reshape is a view of the chain's output: no step, nothing moved.
+    assert!(m.steps.iter().all(|s| !s.kind.starts_with("Reshape")));
     let dense = step(&m, "Gemm").work;
     assert_eq!(dense.flops, (2 * 6 * 7 * 5) as f64);
     assert_eq!(dense.bytes, bytes(30 + 35 + 7 + 42));
@@ -1225,4 +1226,81 @@ fn the_profile_shows_rates_and_the_fraction_of_the_roof() {
         "1.000 33.3% 2.00 400.00 200.00 50.0% Kind"
     );
     assert_eq!(columns(line("pool")), "2.000 66.7% 1.50 - - 15.0% Kind");
+}
+
+/// Reshapes, slices and splits along the outermost axis read a contiguous piece
+/// of their input: they become views (no step) and compute what the reference
+/// computes; one whose input is a graph input or whose output is a graph
+/// output keeps its copy.
+#[test]
+fn contiguous_movements_are_views_of_their_input() {
+    use crate::ops::{Reshape, Slice, SliceAxis, Split};
+    let mut g = Graph::new("views");
+    let x = g.add_input("x", ValueType::new(DType::F32, vec![4, 3, 5]), vec![]);
+    let node = |g: &mut Graph, op: Op, name: &str, ins: &[ValueRef]| {
+        ValueRef::new(g.add_node(op, name, ins, &[], vec![]).unwrap(), 0)
+    };
+    let relu = node(&mut g, Op::Unary(UnaryOp::Relu), "relu", &[x]);
+    let flat = node(
+        &mut g,
+        Op::Reshape(Reshape { shape: vec![4, 15] }),
+        "flat",
+        &[relu],
+    );
+    let rows = Op::Slice(Slice {
+        axes: vec![SliceAxis {
+            axis: 0,
+            start: 1,
+            end: 3,
+            step: 1,
+        }],
+    });
+    let rows = node(&mut g, rows, "rows", &[flat]);
+    let neg = node(&mut g, Op::Unary(UnaryOp::Neg), "neg", &[rows]);
+    let split = Op::Split(Split {
+        axis: 0,
+        sizes: vec![1, 3],
+    });
+    let parts = g.add_node(split, "split", &[relu], &[], vec![]).unwrap();
+    let (first, rest) = (ValueRef::new(parts, 0), ValueRef::new(parts, 1));
+    let tail = node(&mut g, Op::Unary(UnaryOp::Exp), "tail", &[rest]);
+    let sum = node(&mut g, Op::Binary(BinaryOp::Add), "sum", &[first, tail]);
+    // A graph input and a graph output keep their copies.
+    let of_input = node(
+        &mut g,
+        Op::Reshape(Reshape { shape: vec![60] }),
+        "of_input",
+        &[x],
+    );
+    let as_output = node(
+        &mut g,
+        Op::Reshape(Reshape { shape: vec![12, 5] }),
+        "as_output",
+        &[relu],
+    );
+    g.set_outputs(vec![neg, sum, of_input, as_output]);
+    let m = CompiledModel::compile(&g, &RuntimeOptions { threads: 2 }).unwrap();
+    let kinds: Vec<&str> = m.steps.iter().map(|s| s.kind.as_str()).collect();
+    let movements = kinds
+        .iter()
+        .filter(|k| {
+            ["Reshape", "Slice", "Split"]
+                .iter()
+                .any(|m| k.starts_with(m))
+        })
+        .count();
+    assert_eq!(
+        movements, 2,
+        "only the input's and the output's reshapes copy: {kinds:?}"
+    );
+    let mut rng = Rng(11);
+    let input = Tensor::from_f32(vec![4, 3, 5], rng.f32s(60));
+    let expected = crate::reference::run(&g, std::slice::from_ref(&input)).unwrap();
+    for _ in 0..2 {
+        let got = m.run(std::slice::from_ref(&input)).unwrap();
+        for (k, (a, e)) in got.iter().zip(&expected).enumerate() {
+            assert_eq!(a.shape, e.shape, "output {k}");
+            assert_close(&a.to_f32(), &e.to_f32(), &format!("output {k}"));
+        }
+    }
 }

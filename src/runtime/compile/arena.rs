@@ -66,7 +66,8 @@ impl Compiler<'_> {
             }
         }
         // Concats computed in place: their inputs live inside their output.
-        let (within, placed_steps) = self.placed_concats(&slots);
+        let (mut within, mut placed_steps) = self.placed_concats(&slots);
+        self.place_views(&slots, &mut within, &mut placed_steps);
         for (member, (root, _)) in &within {
             let m = range[member];
             let r = range
@@ -225,6 +226,44 @@ impl Compiler<'_> {
             placed.insert(i);
         }
         (within, placed)
+    }
+}
+
+impl Compiler<'_> {
+    /// Steps whose output is a contiguous piece of their input's buffer (a
+    /// reshape, a transpose the plan made a relabelling, a slice or split
+    /// along the outermost stored axis) move nothing: the output becomes a view
+    /// into the input's buffer (its root's, when the input is itself placed
+    /// inside another value) and the step is dropped. A graph input, output
+    /// or constant on either side keeps the copy.
+    fn place_views(
+        &self,
+        taken: &HashMap<ValueRef, Slot>,
+        within: &mut HashMap<ValueRef, (ValueRef, usize)>,
+        placed: &mut HashSet<usize>,
+    ) {
+        let g = self.g;
+        for (i, p) in self.steps.iter().enumerate() {
+            let ([src], [out]) = (&p.inputs[..], &p.outputs[..]) else {
+                continue;
+            };
+            let Some(offset) = p.kernel.view_offset() else {
+                continue;
+            };
+            let f32s = [src, out]
+                .iter()
+                .all(|v| g.value_type(**v).dtype == DType::F32);
+            if !f32s || placed.contains(&i) || taken.contains_key(out) || within.contains_key(out) {
+                continue;
+            }
+            let (root, base) = match within.get(src) {
+                Some(&at) => at,
+                None if !taken.contains_key(src) => (*src, 0),
+                None => continue,
+            };
+            within.insert(*out, (root, base + offset));
+            placed.insert(i);
+        }
     }
 }
 

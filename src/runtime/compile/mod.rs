@@ -641,7 +641,7 @@ impl<'g> Compiler<'g> {
     }
 
     /// The fusion pass's groups, with the native kernels built while asking.
-    fn plan_fusion(&self) -> Result<(Vec<FusedGroup>, HashMap<NodeId, Kernel>), RuntimeError> {
+    fn plan_fusion(&self) -> Result<(Vec<FusedGroup>, HashMap<NodeId, Built>), RuntimeError> {
         let mut target = NativeKernels {
             c: self,
             built: HashMap::new(),
@@ -698,7 +698,7 @@ impl<'g> Compiler<'g> {
     fn tir_group(
         &mut self,
         group: &FusedGroup,
-        natives: &mut HashMap<NodeId, Kernel>,
+        natives: &mut HashMap<NodeId, Built>,
     ) -> Result<(), RuntimeError> {
         match self.tir(&group.nodes)? {
             Some((kernel, inputs)) => {
@@ -721,7 +721,7 @@ impl<'g> Compiler<'g> {
     fn single_step(
         &mut self,
         id: NodeId,
-        natives: &mut HashMap<NodeId, Kernel>,
+        natives: &mut HashMap<NodeId, Built>,
     ) -> Result<(), RuntimeError> {
         let node = self.g.node(id);
         match &node.op {
@@ -735,9 +735,14 @@ impl<'g> Compiler<'g> {
             _ => {}
         }
         let mut kind = node.op.kind_name().to_string();
-        let native = natives.remove(&id).or_else(|| self.native(id));
+        let (native, gathers) = match natives.remove(&id) {
+            Some(Built::Kernel(k)) => (Some(*k), None),
+            Some(Built::Gathers(g)) => (None, Some(g)),
+            None => (self.native(id), None),
+        };
         // A data movement without a native kernel: one gather step per output.
-        if let Some(gathers) = native.is_none().then(|| self.movement(id)).flatten() {
+        let gathers = gathers.or_else(|| native.is_none().then(|| self.movement(id)).flatten());
+        if let Some(gathers) = gathers {
             let inputs = &self.g.node_inputs(id)[..1];
             for (k, g) in gathers.into_iter().enumerate() {
                 let outputs = vec![ValueRef::new(id, k)];
@@ -783,11 +788,18 @@ impl<'g> Compiler<'g> {
     }
 }
 
+/// What the fusion pass's questions built for a node, kept for its step.
+enum Built {
+    Kernel(Box<Kernel>),
+    /// A data movement: one gather per output.
+    Gathers(Vec<Gather>),
+}
+
 /// The compiler's kernels as the fusion pass sees them; native kernels built
 /// while asking are kept for the steps.
 struct NativeKernels<'c, 'g> {
     c: &'c Compiler<'g>,
-    built: HashMap<NodeId, Kernel>,
+    built: HashMap<NodeId, Built>,
 }
 
 impl Target for NativeKernels<'_, '_> {
@@ -800,12 +812,16 @@ impl Target for NativeKernels<'_, '_> {
     }
 
     fn native_kernel(&mut self, id: NodeId) -> bool {
-        match self.c.native(id) {
-            Some(k) => {
-                self.built.insert(id, k);
-                true
-            }
-            None => false,
-        }
+        // A movement runs as a gather (or a view), better than fused into a
+        // loop nest with the elementwise ops after it.
+        let built = match self.c.native(id) {
+            Some(k) => Built::Kernel(Box::new(k)),
+            None => match self.c.movement(id) {
+                Some(gathers) => Built::Gathers(gathers),
+                None => return false,
+            },
+        };
+        self.built.insert(id, built);
+        true
     }
 }
