@@ -62,7 +62,11 @@ SUPPORTED_DTYPES = frozenset(
         TensorProto.DOUBLE,
         TensorProto.INT64,
         TensorProto.INT32,
+        TensorProto.INT16,
         TensorProto.INT8,
+        TensorProto.UINT64,
+        TensorProto.UINT32,
+        TensorProto.UINT16,
         TensorProto.UINT8,
         TensorProto.BOOL,
     ]

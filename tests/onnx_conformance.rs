@@ -101,7 +101,7 @@ fn compare(actual: &Tensor, expected: &Tensor) -> Result<(), String> {
         ));
     }
     if !expected.dtype().is_float() {
-        return if actual.data.to_i64() == expected.data.to_i64() {
+        return if actual.data == expected.data {
             Ok(())
         } else {
             Err("integer values differ".into())

@@ -18,8 +18,16 @@ pub enum DType {
     I64,
     /// 32-bit signed integer.
     I32,
+    /// 16-bit signed integer.
+    I16,
     /// 8-bit signed integer.
     I8,
+    /// 64-bit unsigned integer.
+    U64,
+    /// 32-bit unsigned integer.
+    U32,
+    /// 16-bit unsigned integer.
+    U16,
     /// 8-bit unsigned integer.
     U8,
     /// Boolean (one byte per element).
@@ -33,11 +41,15 @@ impl DType {
             DType::F32 => 1,
             DType::U8 => 2,
             DType::I8 => 3,
+            DType::U16 => 4,
+            DType::I16 => 5,
             DType::I32 => 6,
             DType::I64 => 7,
             DType::Bool => 9,
             DType::F16 => 10,
             DType::F64 => 11,
+            DType::U32 => 12,
+            DType::U64 => 13,
         }
     }
 
@@ -49,9 +61,9 @@ impl DType {
     /// Bytes per element as stored in memory.
     pub fn size_bytes(self) -> usize {
         match self {
-            DType::F64 | DType::I64 => 8,
-            DType::F32 | DType::I32 => 4,
-            DType::F16 => 2,
+            DType::F64 | DType::I64 | DType::U64 => 8,
+            DType::F32 | DType::I32 | DType::U32 => 4,
+            DType::F16 | DType::I16 | DType::U16 => 2,
             DType::I8 | DType::U8 | DType::Bool => 1,
         }
     }
@@ -64,7 +76,11 @@ impl DType {
             DType::F64 => "f64",
             DType::I64 => "i64",
             DType::I32 => "i32",
+            DType::I16 => "i16",
             DType::I8 => "i8",
+            DType::U64 => "u64",
+            DType::U32 => "u32",
+            DType::U16 => "u16",
             DType::U8 => "u8",
             DType::Bool => "bool",
         }
@@ -90,8 +106,16 @@ pub enum TensorData {
     I64(Vec<i64>),
     /// 32-bit integers.
     I32(Vec<i32>),
+    /// 16-bit integers.
+    I16(Vec<i16>),
     /// 8-bit integers.
     I8(Vec<i8>),
+    /// 64-bit unsigned integers.
+    U64(Vec<u64>),
+    /// 32-bit unsigned integers.
+    U32(Vec<u32>),
+    /// 16-bit unsigned integers.
+    U16(Vec<u16>),
     /// 8-bit unsigned integers.
     U8(Vec<u8>),
     /// Booleans.
@@ -136,7 +160,11 @@ impl TensorData {
             TensorData::F64(_) => DType::F64,
             TensorData::I64(_) => DType::I64,
             TensorData::I32(_) => DType::I32,
+            TensorData::I16(_) => DType::I16,
             TensorData::I8(_) => DType::I8,
+            TensorData::U64(_) => DType::U64,
+            TensorData::U32(_) => DType::U32,
+            TensorData::U16(_) => DType::U16,
             TensorData::U8(_) => DType::U8,
             TensorData::Bool(_) => DType::Bool,
         }
@@ -150,7 +178,11 @@ impl TensorData {
             TensorData::F64(v) => v.len(),
             TensorData::I64(v) => v.len(),
             TensorData::I32(v) => v.len(),
+            TensorData::I16(v) => v.len(),
             TensorData::I8(v) => v.len(),
+            TensorData::U64(v) => v.len(),
+            TensorData::U32(v) => v.len(),
+            TensorData::U16(v) => v.len(),
             TensorData::U8(v) => v.len(),
             TensorData::Bool(v) => v.len(),
         }
@@ -169,21 +201,48 @@ impl TensorData {
             TensorData::F64(v) => v.clone(),
             TensorData::I64(v) => v.iter().map(|&x| x as f64).collect(),
             TensorData::I32(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::I16(v) => v.iter().map(|&x| x as f64).collect(),
             TensorData::I8(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::U64(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::U32(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::U16(v) => v.iter().map(|&x| x as f64).collect(),
             TensorData::U8(v) => v.iter().map(|&x| x as f64).collect(),
             TensorData::Bool(v) => v.iter().map(|&x| x as u8 as f64).collect(),
         }
     }
 
-    /// Every element converted to i64 (floats truncated toward zero, saturating).
+    /// Every element converted to i64 (floats truncated toward zero, saturating;
+    /// u64 above i64::MAX saturates too, so an index or extent that large is out
+    /// of range rather than negative).
     pub fn to_i64(&self) -> Vec<i64> {
         match self {
             TensorData::I64(v) => v.clone(),
-            TensorData::I32(v) => v.iter().map(|&x| x as i64).collect(),
-            TensorData::I8(v) => v.iter().map(|&x| x as i64).collect(),
-            TensorData::U8(v) => v.iter().map(|&x| x as i64).collect(),
-            TensorData::Bool(v) => v.iter().map(|&x| x as i64).collect(),
-            other => other.to_f64().into_iter().map(|x| x as i64).collect(),
+            TensorData::U64(v) => v
+                .iter()
+                .map(|&x| i64::try_from(x).unwrap_or(i64::MAX))
+                .collect(),
+            other => other.to_i128().into_iter().map(|x| x as i64).collect(),
+        }
+    }
+
+    /// Every element as i128, exact for every integer type (u64 included), so
+    /// integer arithmetic computes in it and wraps to the element type at the
+    /// end; floats are truncated toward zero, saturating.
+    pub fn to_i128(&self) -> Vec<i128> {
+        fn widen<T: Copy + Into<i128>>(v: &[T]) -> Vec<i128> {
+            v.iter().map(|&x| x.into()).collect()
+        }
+        match self {
+            TensorData::I64(v) => widen(v),
+            TensorData::I32(v) => widen(v),
+            TensorData::I16(v) => widen(v),
+            TensorData::I8(v) => widen(v),
+            TensorData::U64(v) => widen(v),
+            TensorData::U32(v) => widen(v),
+            TensorData::U16(v) => widen(v),
+            TensorData::U8(v) => widen(v),
+            TensorData::Bool(v) => widen(v),
+            other => other.to_f64().into_iter().map(|x| x as i128).collect(),
         }
     }
 
@@ -202,22 +261,27 @@ impl TensorData {
             DType::F16 => TensorData::F16(v.into_iter().map(f16::from_f64).collect()),
             DType::F64 => TensorData::F64(v),
             DType::I64 => TensorData::I64(v.into_iter().map(|x| x as i64).collect()),
-            DType::I32 => TensorData::I32(v.into_iter().map(|x| x as i64 as i32).collect()),
-            DType::I8 => TensorData::I8(v.into_iter().map(|x| x as i64 as i8).collect()),
-            DType::U8 => TensorData::U8(v.into_iter().map(|x| x as i64 as u8).collect()),
             DType::Bool => TensorData::Bool(v.into_iter().map(|x| x != 0.0).collect()),
+            // Through i128, which holds every value of every integer type: it
+            // saturates only far outside them, then wraps like a C cast.
+            int => TensorData::from_i128(int, v.into_iter().map(|x| x as i128).collect()),
         }
     }
 
-    /// Builds data of `dtype` from i64 values (wrapping like a C cast).
-    pub fn from_i64(dtype: DType, v: Vec<i64>) -> TensorData {
+    /// Builds data of `dtype` from i128 values (wrapping like a C cast).
+    pub fn from_i128(dtype: DType, v: Vec<i128>) -> TensorData {
+        let it = v.into_iter();
         match dtype {
-            DType::I64 => TensorData::I64(v),
-            DType::I32 => TensorData::I32(v.into_iter().map(|x| x as i32).collect()),
-            DType::I8 => TensorData::I8(v.into_iter().map(|x| x as i8).collect()),
-            DType::U8 => TensorData::U8(v.into_iter().map(|x| x as u8).collect()),
-            DType::Bool => TensorData::Bool(v.into_iter().map(|x| x != 0).collect()),
-            float => TensorData::from_f64(float, v.into_iter().map(|x| x as f64).collect()),
+            DType::I64 => TensorData::I64(it.map(|x| x as i64).collect()),
+            DType::I32 => TensorData::I32(it.map(|x| x as i32).collect()),
+            DType::I16 => TensorData::I16(it.map(|x| x as i16).collect()),
+            DType::I8 => TensorData::I8(it.map(|x| x as i8).collect()),
+            DType::U64 => TensorData::U64(it.map(|x| x as u64).collect()),
+            DType::U32 => TensorData::U32(it.map(|x| x as u32).collect()),
+            DType::U16 => TensorData::U16(it.map(|x| x as u16).collect()),
+            DType::U8 => TensorData::U8(it.map(|x| x as u8).collect()),
+            DType::Bool => TensorData::Bool(it.map(|x| x != 0).collect()),
+            float => TensorData::from_f64(float, it.map(|x| x as f64).collect()),
         }
     }
 
@@ -232,15 +296,107 @@ impl TensorData {
             TensorData::F64(v) => TensorData::F64(pick(v, indices)),
             TensorData::I64(v) => TensorData::I64(pick(v, indices)),
             TensorData::I32(v) => TensorData::I32(pick(v, indices)),
+            TensorData::I16(v) => TensorData::I16(pick(v, indices)),
             TensorData::I8(v) => TensorData::I8(pick(v, indices)),
+            TensorData::U64(v) => TensorData::U64(pick(v, indices)),
+            TensorData::U32(v) => TensorData::U32(pick(v, indices)),
+            TensorData::U16(v) => TensorData::U16(pick(v, indices)),
             TensorData::U8(v) => TensorData::U8(pick(v, indices)),
             TensorData::Bool(v) => TensorData::Bool(pick(v, indices)),
         }
     }
 
+    /// The elements of `parts` one after another. All parts must share a dtype.
+    pub fn concat(parts: &[&TensorData]) -> Result<TensorData, String> {
+        macro_rules! join {
+            ($variant:ident) => {{
+                let mut all = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
+                for p in parts {
+                    match p {
+                        TensorData::$variant(v) => all.extend_from_slice(v),
+                        other => {
+                            return Err(format!(
+                                "cannot join {} data with {} data",
+                                stringify!($variant),
+                                other.dtype()
+                            ))
+                        }
+                    }
+                }
+                TensorData::$variant(all)
+            }};
+        }
+        Ok(match parts.first().ok_or("nothing to join")? {
+            TensorData::F32(_) => join!(F32),
+            TensorData::F16(_) => join!(F16),
+            TensorData::F64(_) => join!(F64),
+            TensorData::I64(_) => join!(I64),
+            TensorData::I32(_) => join!(I32),
+            TensorData::I16(_) => join!(I16),
+            TensorData::I8(_) => join!(I8),
+            TensorData::U64(_) => join!(U64),
+            TensorData::U32(_) => join!(U32),
+            TensorData::U16(_) => join!(U16),
+            TensorData::U8(_) => join!(U8),
+            TensorData::Bool(_) => join!(Bool),
+        })
+    }
+
+    /// The elements as little-endian bytes, each at its stored size (booleans
+    /// one byte, 0 or 1): the raw data of ONNX, NumPy and TFLite tensors.
+    pub fn to_le_bytes(&self) -> Vec<u8> {
+        fn le<const N: usize, T: Copy>(v: &[T], f: impl Fn(T) -> [u8; N]) -> Vec<u8> {
+            v.iter().flat_map(|&x| f(x)).collect()
+        }
+        match self {
+            TensorData::F32(v) => le(v, f32::to_le_bytes),
+            TensorData::F16(v) => le(v, f16::to_le_bytes),
+            TensorData::F64(v) => le(v, f64::to_le_bytes),
+            TensorData::I64(v) => le(v, i64::to_le_bytes),
+            TensorData::I32(v) => le(v, i32::to_le_bytes),
+            TensorData::I16(v) => le(v, i16::to_le_bytes),
+            TensorData::I8(v) => le(v, i8::to_le_bytes),
+            TensorData::U64(v) => le(v, u64::to_le_bytes),
+            TensorData::U32(v) => le(v, u32::to_le_bytes),
+            TensorData::U16(v) => le(v, u16::to_le_bytes),
+            TensorData::U8(v) => v.clone(),
+            TensorData::Bool(v) => le(v, |b| [b as u8]),
+        }
+    }
+
+    /// Elements of `dtype` from little-endian bytes (the inverse of
+    /// `to_le_bytes`; any non-zero byte is true).
+    pub fn from_le_bytes(dtype: DType, raw: &[u8]) -> Result<TensorData, String> {
+        fn le<const N: usize, T>(raw: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
+            raw.chunks_exact(N)
+                .map(|c| f(c.try_into().expect("chunks_exact yields N bytes")))
+                .collect()
+        }
+        if !raw.len().is_multiple_of(dtype.size_bytes()) {
+            return Err(format!(
+                "data of {} bytes is not a whole number of {dtype} elements",
+                raw.len()
+            ));
+        }
+        Ok(match dtype {
+            DType::F32 => TensorData::F32(le(raw, f32::from_le_bytes)),
+            DType::F16 => TensorData::F16(le(raw, f16::from_le_bytes)),
+            DType::F64 => TensorData::F64(le(raw, f64::from_le_bytes)),
+            DType::I64 => TensorData::I64(le(raw, i64::from_le_bytes)),
+            DType::I32 => TensorData::I32(le(raw, i32::from_le_bytes)),
+            DType::I16 => TensorData::I16(le(raw, i16::from_le_bytes)),
+            DType::I8 => TensorData::I8(le(raw, i8::from_le_bytes)),
+            DType::U64 => TensorData::U64(le(raw, u64::from_le_bytes)),
+            DType::U32 => TensorData::U32(le(raw, u32::from_le_bytes)),
+            DType::U16 => TensorData::U16(le(raw, u16::from_le_bytes)),
+            DType::U8 => TensorData::U8(raw.to_vec()),
+            DType::Bool => TensorData::Bool(raw.iter().map(|&b| b != 0).collect()),
+        })
+    }
+
     /// A zero-filled vector of `dtype` (false for bool).
     pub fn zeros(dtype: DType, len: usize) -> TensorData {
-        TensorData::from_i64(dtype, vec![0; len])
+        TensorData::from_i128(dtype, vec![0; len])
     }
 }
 
@@ -308,7 +464,7 @@ impl Tensor {
                 TensorData::from_f64(to, self.data.to_f64().into_iter().map(f64::trunc).collect())
             }
         } else {
-            TensorData::from_i64(to, self.data.to_i64())
+            TensorData::from_i128(to, self.data.to_i128())
         };
         Tensor::new(self.shape.clone(), data)
     }

@@ -5,7 +5,6 @@
 //! members named after their arrays.
 
 use crate::core::{DType, Tensor, TensorData};
-use half::f16;
 
 const MAGIC: &[u8] = b"\x93NUMPY";
 
@@ -17,7 +16,11 @@ fn descr(dtype: DType) -> &'static str {
         DType::F64 => "<f8",
         DType::I64 => "<i8",
         DType::I32 => "<i4",
+        DType::I16 => "<i2",
         DType::I8 => "|i1",
+        DType::U64 => "<u8",
+        DType::U32 => "<u4",
+        DType::U16 => "<u2",
         DType::U8 => "|u1",
         DType::Bool => "|b1",
     }
@@ -32,14 +35,18 @@ fn dtype_of(d: &str) -> Result<DType, String> {
         DType::F64,
         DType::I64,
         DType::I32,
+        DType::I16,
         DType::I8,
+        DType::U64,
+        DType::U32,
+        DType::U16,
         DType::U8,
         DType::Bool,
     ]
     .into_iter()
     .find(|&t| descr(t) == native || descr(t).replace('|', "<") == native)
     .ok_or_else(|| {
-        format!("dtype '{d}' is not supported (little-endian float, int, uint8 or bool only)")
+        format!("dtype '{d}' is not supported (little-endian float, int, uint or bool only)")
     })
 }
 
@@ -154,27 +161,7 @@ pub fn read_npy(bytes: &[u8]) -> Result<Tensor, String> {
             data.len()
         ));
     }
-    macro_rules! le {
-        ($t:ty, $k:literal) => {
-            data.chunks_exact($k)
-                .map(|c| <$t>::from_le_bytes(c.try_into().expect("chunk size")))
-                .collect()
-        };
-    }
-    let data = match dtype {
-        DType::F32 => TensorData::F32(le!(f32, 4)),
-        DType::F16 => TensorData::F16(
-            data.chunks_exact(2)
-                .map(|c| f16::from_le_bytes([c[0], c[1]]))
-                .collect(),
-        ),
-        DType::F64 => TensorData::F64(le!(f64, 8)),
-        DType::I64 => TensorData::I64(le!(i64, 8)),
-        DType::I32 => TensorData::I32(le!(i32, 4)),
-        DType::I8 => TensorData::I8(data.iter().map(|&b| b as i8).collect()),
-        DType::U8 => TensorData::U8(data.to_vec()),
-        DType::Bool => TensorData::Bool(data.iter().map(|&b| b != 0).collect()),
-    };
+    let data = TensorData::from_le_bytes(dtype, data)?;
     Ok(Tensor::new(shape, data))
 }
 
@@ -198,32 +185,14 @@ pub fn write_npy(t: &Tensor) -> Vec<u8> {
     out.extend_from_slice(&[1, 0]);
     out.extend_from_slice(&(header.len() as u16).to_le_bytes());
     out.extend_from_slice(header.as_bytes());
-    match &*t.data {
-        TensorData::F32(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        TensorData::F16(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        TensorData::F64(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        TensorData::I64(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        TensorData::I32(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        TensorData::I8(v) => out.extend(v.iter().map(|&x| x as u8)),
-        TensorData::U8(v) => out.extend_from_slice(v),
-        TensorData::Bool(v) => out.extend(v.iter().map(|&x| x as u8)),
-    }
+    out.extend(t.data.to_le_bytes());
     out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use half::f16;
 
     #[test]
     fn every_dtype_round_trips() {

@@ -1,13 +1,13 @@
 //! Data movement on any dtype: each op computes the source index of every output
 //! element and gathers (see `index`).
 
-use super::index::{affine_indices, broadcast_indices, concat_data, gather_axes};
+use super::index::{affine_indices, broadcast_indices, gather_axes};
 use super::onnx::*;
 use super::pad_flow::*;
 use super::shape::*;
 use super::te::*;
 use super::*;
-use crate::core::{strides, Tensor, ValueType};
+use crate::core::{strides, Tensor, TensorData, ValueType};
 use crate::ops::{PadMode, SliceAxis};
 
 impl OpDef for Reshape {
@@ -881,7 +881,7 @@ pub(super) fn concat(axis: usize, xs: &[&Tensor], out: &ValueType) -> Result<Ten
     let parts: Vec<_> = xs.iter().map(|x| &*x.data).collect();
     Ok(Tensor::new(
         out.shape.clone(),
-        concat_data(&parts)?.gather(src.into_iter()),
+        TensorData::concat(&parts)?.gather(src.into_iter()),
     ))
 }
 

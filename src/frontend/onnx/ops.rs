@@ -866,7 +866,7 @@ fn range(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         let n = range_len(c, (l - s) as f64 / d as f64, d == 0)?;
         Tensor::new(
             vec![n],
-            TensorData::from_i64(dtype, (0..n as i64).map(|i| s + i * d).collect()),
+            TensorData::from_i128(dtype, (0..n as i64).map(|i| (s + i * d).into()).collect()),
         )
     };
     Ok(c.constant(t))

@@ -13,19 +13,19 @@ pub fn dtype_from_onnx(code: i32) -> Result<DType, String> {
         1 => DType::F32,
         2 => DType::U8,
         3 => DType::I8,
+        4 => DType::U16,
+        5 => DType::I16,
         6 => DType::I32,
         7 => DType::I64,
         9 => DType::Bool,
         10 => DType::F16,
         11 => DType::F64,
+        12 => DType::U32,
+        13 => DType::U64,
         other => {
             let name = match other {
                 0 => "UNDEFINED",
-                4 => "UINT16",
-                5 => "INT16",
                 8 => "STRING",
-                12 => "UINT32",
-                13 => "UINT64",
                 14 => "COMPLEX64",
                 15 => "COMPLEX128",
                 16 => "BFLOAT16",
@@ -119,38 +119,17 @@ fn read_external(tp: &TensorProto, base_dir: Option<&Path>) -> Result<Vec<u8>, S
     Ok(bytes)
 }
 
-fn from_le<const N: usize, T>(raw: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
-    raw.chunks_exact(N)
-        .map(|c| f(c.try_into().expect("chunks_exact yields N bytes")))
-        .collect()
-}
-
-fn decode_raw(dtype: DType, raw: &[u8]) -> Result<TensorData, String> {
-    if !raw.len().is_multiple_of(dtype.size_bytes()) {
-        return Err(format!(
-            "raw data of {} bytes is not a whole number of {dtype} elements",
-            raw.len()
-        ));
-    }
-    Ok(match dtype {
-        DType::F32 => TensorData::F32(from_le(raw, f32::from_le_bytes)),
-        DType::F16 => TensorData::F16(from_le(raw, |b| f16::from_bits(u16::from_le_bytes(b)))),
-        DType::F64 => TensorData::F64(from_le(raw, f64::from_le_bytes)),
-        DType::I64 => TensorData::I64(from_le(raw, i64::from_le_bytes)),
-        DType::I32 => TensorData::I32(from_le(raw, i32::from_le_bytes)),
-        DType::I8 => TensorData::I8(raw.iter().map(|&b| b as i8).collect()),
-        DType::U8 => TensorData::U8(raw.to_vec()),
-        DType::Bool => TensorData::Bool(raw.iter().map(|&b| b != 0).collect()),
-    })
-}
-
-/// Data held in the typed repeated fields (int32_data carries every narrow type).
+/// Data held in the typed repeated fields (int32_data carries every narrow type,
+/// uint64_data both uint32 and uint64).
 fn decode_typed(dtype: DType, tp: &TensorProto) -> TensorData {
-    let narrow = || tp.int32_data.iter().map(|&x| x as i64).collect::<Vec<_>>();
+    let narrow = || tp.int32_data.iter().map(|&x| x as i128).collect::<Vec<_>>();
     match dtype {
         DType::F32 => TensorData::F32(tp.float_data.clone()),
         DType::F64 => TensorData::F64(tp.double_data.clone()),
         DType::I64 => TensorData::I64(tp.int64_data.clone()),
+        DType::U64 | DType::U32 => {
+            TensorData::from_i128(dtype, tp.uint64_data.iter().map(|&x| x as i128).collect())
+        }
         // float16 values travel as their bit patterns in int32_data.
         DType::F16 => TensorData::F16(
             tp.int32_data
@@ -158,7 +137,7 @@ fn decode_typed(dtype: DType, tp: &TensorProto) -> TensorData {
                 .map(|&x| f16::from_bits(x as u16))
                 .collect(),
         ),
-        other => TensorData::from_i64(other, narrow()),
+        other => TensorData::from_i128(other, narrow()),
     }
 }
 
@@ -180,9 +159,9 @@ pub fn tensor_from_proto(tp: &TensorProto, base_dir: Option<&Path>) -> Result<Te
     }
     let external = tp.data_location.value() == 1;
     let data = if external {
-        decode_raw(dtype, &read_external(tp, base_dir)?)?
+        TensorData::from_le_bytes(dtype, &read_external(tp, base_dir)?)?
     } else if !tp.raw_data.is_empty() {
-        decode_raw(dtype, &tp.raw_data)?
+        TensorData::from_le_bytes(dtype, &tp.raw_data)?
     } else {
         decode_typed(dtype, tp)
     };
@@ -202,15 +181,6 @@ pub fn tensor_to_proto(name: &str, t: &Tensor) -> TensorProto {
     tp.name = name.to_string();
     tp.dims = t.shape.iter().map(|&d| d as i64).collect();
     tp.data_type = t.dtype().onnx_code();
-    tp.raw_data = match &*t.data {
-        TensorData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        TensorData::F16(v) => v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect(),
-        TensorData::F64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        TensorData::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        TensorData::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        TensorData::I8(v) => v.iter().map(|&x| x as u8).collect(),
-        TensorData::U8(v) => v.clone(),
-        TensorData::Bool(v) => v.iter().map(|&x| x as u8).collect(),
-    };
+    tp.raw_data = t.data.to_le_bytes();
     tp
 }
