@@ -190,6 +190,7 @@ pub(super) const SUPPORTED: &[&str] = &[
     "AveragePool",
     "BatchNormalization",
     "Cast",
+    "CastLike",
     "Celu",
     "Clip",
     "Concat",
@@ -522,6 +523,14 @@ pub(super) fn convert(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         "Cast" => Op::Cast(Cast {
             to: dtype_from_onnx(c.int("to", 0)? as i32).map_err(|m| c.err(format!("Cast: {m}")))?,
         }),
+        // CastLike casts to the element type of its second input. Types are
+        // static here, so it is a Cast: one op to run, fold and export, and no
+        // edge to a tensor whose values it never reads.
+        "CastLike" => {
+            let (x, like) = (c.input(0)?, c.input(1)?);
+            let to = c.ty(like).dtype;
+            return c.emit(Op::Cast(Cast { to }), &[x]);
+        }
         "Identity" => Op::Identity,
         "Expand" => {
             let x = c.input(0)?;
