@@ -124,8 +124,6 @@ def check_graph(model: onnx.ModelProto) -> None:
                 raise Skip("unsupported dtype", f"Cast to {dtype_name(a.i)}")
             if a.type == onnx.AttributeProto.TENSOR and a.t.data_type not in SUPPORTED_DTYPES:
                 raise Skip("unsupported dtype", f"{n.op_type} {a.name} of {dtype_name(a.t.data_type)}")
-        if n.op_type == "MaxPool" and len([o for o in n.output if o]) > 1:
-            raise Skip("MaxPool with the Indices output")
     if unsupported:
         raise Skip("expansion uses unsupported ops", ", ".join(sorted(unsupported)))
 

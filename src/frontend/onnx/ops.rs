@@ -9,8 +9,8 @@ use crate::graph::{
 };
 use crate::ops::{
     ArgKind, ArgReduce, BatchNorm, Cast, Concat, CumSum, Expand, Gather, GatherElements, Gemm,
-    GlobalPool, LayerNorm, LogSoftmax, Logical, Lrn, Pad, Reduce, Reshape, Slice, Softmax, Split,
-    Tile, TopK, Transpose,
+    GlobalPool, LayerNorm, LogSoftmax, Logical, Lrn, MaxPoolIndices, Pad, Reduce, Reshape, Slice,
+    Softmax, Split, Tile, TopK, Transpose,
 };
 use onnx_protobuf::{AttributeProto, NodeProto};
 
@@ -769,12 +769,12 @@ fn conv_transpose(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
 }
 
 fn pool(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
-    if c.node.output.len() > 1 && !c.node.output[1].is_empty() {
-        return Err(c.err("MaxPool's Indices output is not supported"));
-    }
-    if c.int("storage_order", 0)? != 0 {
-        return Err(c.err("MaxPool storage_order 1 is not supported"));
-    }
+    let indices = c.node.output.get(1).filter(|o| !o.is_empty()).cloned();
+    let column_major = match c.int("storage_order", 0)? {
+        0 => false,
+        1 => true,
+        s => return Err(c.err(format!("storage_order {s} is neither 0 nor 1"))),
+    };
     let x = c.input(0)?;
     let xs = c.ty(x).shape;
     if xs.len() < 3 {
@@ -793,10 +793,25 @@ fn pool(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         ceil_mode: c.bool_attr("ceil_mode", false)?,
         count_include_pad: c.bool_attr("count_include_pad", false)?,
     };
-    c.emit(Op::Pool(pool), &[x]).map(|mut v| {
-        v.truncate(1);
-        v
-    })
+    let mut outs = c.emit(Op::Pool(pool.clone()), &[x])?;
+    outs.truncate(1);
+    if let Some(name) = indices {
+        if kind != PoolKind::Max {
+            return Err(c.err("AveragePool has one output"));
+        }
+        let op = Op::MaxPoolIndices(MaxPoolIndices {
+            window: pool.window,
+            ceil_mode: pool.ceil_mode,
+            column_major,
+        });
+        let layer = c.layer();
+        outs.extend(
+            add_and_fold(c.g, op, &layer, &[x], &[name], c.span)?
+                .into_iter()
+                .map(Some),
+        );
+    }
+    Ok(outs)
 }
 
 fn constant_node(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
