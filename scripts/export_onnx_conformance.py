@@ -227,10 +227,28 @@ def convert_opset(model: onnx.ModelProto, target: int) -> onnx.ModelProto:
     try:
         onnx.checker.check_model(converted, full_check=True)
     except Exception as e:  # noqa: BLE001 - checker and shape-inference errors
-        raise Skip("opset conversion failed", f"{source} -> {target}: {last_line(e)}") from None
+        if not ceil_pool_extent_fixed_in_22(converted, source, e):
+            raise Skip("opset conversion failed", f"{source} -> {target}: {last_line(e)}") from None
+        onnx.checker.check_model(converted)
     check_graph(converted)
     check_value_types(converted)
     return converted
+
+
+def ceil_pool_extent_fixed_in_22(model: onnx.ModelProto, source: int, e: Exception) -> bool:
+    """Whether a checker error is opset 21's pool shape inference disagreeing with the
+    declared output shapes of a pool in ceil mode: opset 22 corrected the extent (a
+    last window that would start in the end padding is dropped), and onnxruntime and
+    onnx.reference compute that extent at opset 21 too. Such a case keeps its declared
+    shapes, and an oracle must confirm it."""
+    return (
+        source >= 22
+        and "Inferred shape and existing shape differ" in str(e)
+        and all(
+            n.op_type in ("AveragePool", "MaxPool") and any(a.name == "ceil_mode" and a.i == 1 for a in n.attribute)
+            for n in model.graph.node
+        )
+    )
 
 
 def last_line(e: Exception) -> str:
