@@ -59,6 +59,7 @@ SUPPORTED_DTYPES = frozenset(
     [
         TensorProto.FLOAT,
         TensorProto.FLOAT16,
+        TensorProto.BFLOAT16,
         TensorProto.DOUBLE,
         TensorProto.INT64,
         TensorProto.INT32,

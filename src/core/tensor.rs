@@ -1,6 +1,6 @@
 //! Element types and dense tensors (row-major, logical layout).
 
-use half::f16;
+use half::{bf16, f16};
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
@@ -12,6 +12,8 @@ pub enum DType {
     F32,
     /// 16-bit float (IEEE half).
     F16,
+    /// 16-bit brain float (the upper half of an f32).
+    BF16,
     /// 64-bit float.
     F64,
     /// 64-bit signed integer.
@@ -48,6 +50,7 @@ impl DType {
             DType::Bool => 9,
             DType::F16 => 10,
             DType::F64 => 11,
+            DType::BF16 => 16,
             DType::U32 => 12,
             DType::U64 => 13,
         }
@@ -55,7 +58,7 @@ impl DType {
 
     /// Whether the type is a float type.
     pub fn is_float(self) -> bool {
-        matches!(self, DType::F32 | DType::F16 | DType::F64)
+        matches!(self, DType::F32 | DType::F16 | DType::BF16 | DType::F64)
     }
 
     /// Bytes per element as stored in memory.
@@ -63,7 +66,7 @@ impl DType {
         match self {
             DType::F64 | DType::I64 | DType::U64 => 8,
             DType::F32 | DType::I32 | DType::U32 => 4,
-            DType::F16 | DType::I16 | DType::U16 => 2,
+            DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
             DType::I8 | DType::U8 | DType::Bool => 1,
         }
     }
@@ -73,6 +76,7 @@ impl DType {
         match self {
             DType::F32 => "f32",
             DType::F16 => "f16",
+            DType::BF16 => "bf16",
             DType::F64 => "f64",
             DType::I64 => "i64",
             DType::I32 => "i32",
@@ -100,6 +104,8 @@ pub enum TensorData {
     F32(Vec<f32>),
     /// 16-bit floats.
     F16(Vec<f16>),
+    /// 16-bit brain floats.
+    BF16(Vec<bf16>),
     /// 64-bit floats.
     F64(Vec<f64>),
     /// 64-bit integers.
@@ -120,6 +126,25 @@ pub enum TensorData {
     U8(Vec<u8>),
     /// Booleans.
     Bool(Vec<bool>),
+}
+
+/// `x` rounded to the nearest bf16, ties to even (as ONNX Cast rounds). Through
+/// f32 rounded to odd: a second rounding to nearest then gives what one would
+/// (half's own f64 conversion drops the low mantissa bits before rounding).
+fn bf16_from_f64(x: f64) -> bf16 {
+    let f = x as f32;
+    let b = f.to_bits();
+    let odd = if f.is_finite() && f as f64 != x && b & 1 == 0 {
+        // The other f32 neighbour of x, whose last bit is 1.
+        f32::from_bits(if x.abs() > f.abs() as f64 {
+            b + 1
+        } else {
+            b - 1
+        })
+    } else {
+        f
+    };
+    bf16::from_f32(odd)
 }
 
 /// A dense tensor in logical (row-major) order.
@@ -157,6 +182,7 @@ impl TensorData {
         match self {
             TensorData::F32(_) => DType::F32,
             TensorData::F16(_) => DType::F16,
+            TensorData::BF16(_) => DType::BF16,
             TensorData::F64(_) => DType::F64,
             TensorData::I64(_) => DType::I64,
             TensorData::I32(_) => DType::I32,
@@ -175,6 +201,7 @@ impl TensorData {
         match self {
             TensorData::F32(v) => v.len(),
             TensorData::F16(v) => v.len(),
+            TensorData::BF16(v) => v.len(),
             TensorData::F64(v) => v.len(),
             TensorData::I64(v) => v.len(),
             TensorData::I32(v) => v.len(),
@@ -198,6 +225,7 @@ impl TensorData {
         match self {
             TensorData::F32(v) => v.iter().map(|&x| x as f64).collect(),
             TensorData::F16(v) => v.iter().map(|x| x.to_f64()).collect(),
+            TensorData::BF16(v) => v.iter().map(|x| x.to_f64()).collect(),
             TensorData::F64(v) => v.clone(),
             TensorData::I64(v) => v.iter().map(|&x| x as f64).collect(),
             TensorData::I32(v) => v.iter().map(|&x| x as f64).collect(),
@@ -259,6 +287,7 @@ impl TensorData {
         match dtype {
             DType::F32 => TensorData::F32(v.into_iter().map(|x| x as f32).collect()),
             DType::F16 => TensorData::F16(v.into_iter().map(f16::from_f64).collect()),
+            DType::BF16 => TensorData::BF16(v.into_iter().map(bf16_from_f64).collect()),
             DType::F64 => TensorData::F64(v),
             DType::I64 => TensorData::I64(v.into_iter().map(|x| x as i64).collect()),
             DType::Bool => TensorData::Bool(v.into_iter().map(|x| x != 0.0).collect()),
@@ -293,6 +322,7 @@ impl TensorData {
         match self {
             TensorData::F32(v) => TensorData::F32(pick(v, indices)),
             TensorData::F16(v) => TensorData::F16(pick(v, indices)),
+            TensorData::BF16(v) => TensorData::BF16(pick(v, indices)),
             TensorData::F64(v) => TensorData::F64(pick(v, indices)),
             TensorData::I64(v) => TensorData::I64(pick(v, indices)),
             TensorData::I32(v) => TensorData::I32(pick(v, indices)),
@@ -329,6 +359,7 @@ impl TensorData {
         Ok(match parts.first().ok_or("nothing to join")? {
             TensorData::F32(_) => join!(F32),
             TensorData::F16(_) => join!(F16),
+            TensorData::BF16(_) => join!(BF16),
             TensorData::F64(_) => join!(F64),
             TensorData::I64(_) => join!(I64),
             TensorData::I32(_) => join!(I32),
@@ -351,6 +382,7 @@ impl TensorData {
         match self {
             TensorData::F32(v) => le(v, f32::to_le_bytes),
             TensorData::F16(v) => le(v, f16::to_le_bytes),
+            TensorData::BF16(v) => le(v, bf16::to_le_bytes),
             TensorData::F64(v) => le(v, f64::to_le_bytes),
             TensorData::I64(v) => le(v, i64::to_le_bytes),
             TensorData::I32(v) => le(v, i32::to_le_bytes),
@@ -381,6 +413,7 @@ impl TensorData {
         Ok(match dtype {
             DType::F32 => TensorData::F32(le(raw, f32::from_le_bytes)),
             DType::F16 => TensorData::F16(le(raw, f16::from_le_bytes)),
+            DType::BF16 => TensorData::BF16(le(raw, bf16::from_le_bytes)),
             DType::F64 => TensorData::F64(le(raw, f64::from_le_bytes)),
             DType::I64 => TensorData::I64(le(raw, i64::from_le_bytes)),
             DType::I32 => TensorData::I32(le(raw, i32::from_le_bytes)),
@@ -508,5 +541,29 @@ impl ValueType {
 impl std::fmt::Display for ValueType {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}{:?}", self.dtype, self.shape)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// bf16 rounds to nearest, ties to even, from f64 in one rounding.
+    #[test]
+    fn bf16_rounds_to_nearest_even() {
+        let bits = |x: f64| bf16_from_f64(x).to_bits();
+        let tie = 1.0 + 2f64.powi(-8); // halfway between 1 and 1 + 2^-7
+        assert_eq!(bits(tie), 0x3F80);
+        assert_eq!(bits(1.0 + 3.0 * 2f64.powi(-8)), 0x3F82);
+        // Above the tie by less than an f32 ulp: rounding to f32 first would
+        // make it a tie (and 1), half's f64 conversion too.
+        assert_eq!(bits(tie + 2f64.powi(-40)), 0x3F81);
+        assert_eq!(bits(-tie - 2f64.powi(-40)), 0xBF81);
+        assert_eq!(bits(tie - 2f64.powi(-40)), 0x3F80);
+        assert_eq!(bits(f64::INFINITY), 0x7F80);
+        assert_eq!(bits(f32::MAX as f64), 0x7F80);
+        assert!(bf16_from_f64(f64::NAN).is_nan());
+        let t = Tensor::from_f32(vec![2], vec![1.0 + 2f32.powi(-7), -2.5]);
+        assert_eq!(t.cast(DType::BF16).cast(DType::F32), t);
     }
 }

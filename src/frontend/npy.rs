@@ -8,9 +8,11 @@ use crate::core::{DType, Tensor, TensorData};
 
 const MAGIC: &[u8] = b"\x93NUMPY";
 
-/// The `descr` of a dtype: its byte order, kind and size.
-fn descr(dtype: DType) -> &'static str {
-    match dtype {
+/// The `descr` of a dtype: its byte order, kind and size (`None` for bf16,
+/// which NumPy does not have).
+fn descr(dtype: DType) -> Option<&'static str> {
+    Some(match dtype {
+        DType::BF16 => return None,
         DType::F32 => "<f4",
         DType::F16 => "<f2",
         DType::F64 => "<f8",
@@ -23,7 +25,7 @@ fn descr(dtype: DType) -> &'static str {
         DType::U16 => "<u2",
         DType::U8 => "|u1",
         DType::Bool => "|b1",
-    }
+    })
 }
 
 /// The dtype of a `descr`; big-endian and other kinds are refused by name.
@@ -44,7 +46,7 @@ fn dtype_of(d: &str) -> Result<DType, String> {
         DType::Bool,
     ]
     .into_iter()
-    .find(|&t| descr(t) == native || descr(t).replace('|', "<") == native)
+    .find(|&t| descr(t).is_some_and(|s| s == native || s.replace('|', "<") == native))
     .ok_or_else(|| {
         format!("dtype '{d}' is not supported (little-endian float, int, uint or bool only)")
     })
@@ -166,16 +168,15 @@ pub fn read_npy(bytes: &[u8]) -> Result<Tensor, String> {
 }
 
 /// A `.npy` file (format 1.0) holding `t`.
-pub fn write_npy(t: &Tensor) -> Vec<u8> {
+pub fn write_npy(t: &Tensor) -> Result<Vec<u8>, String> {
+    let descr =
+        descr(t.dtype()).ok_or_else(|| format!("NumPy has no {} element type", t.dtype()))?;
     let dims: Vec<String> = t.shape.iter().map(|d| d.to_string()).collect();
     let shape = match dims.len() {
         1 => format!("({},)", dims[0]),
         _ => format!("({})", dims.join(", ")),
     };
-    let mut header = format!(
-        "{{'descr': '{}', 'fortran_order': False, 'shape': {shape}, }}",
-        descr(t.dtype())
-    );
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
     // The data starts at a multiple of 64 bytes; the header ends with a newline.
     let total = (MAGIC.len() + 4 + header.len() + 1).div_ceil(64) * 64;
     header.push_str(&" ".repeat(total - (MAGIC.len() + 4 + header.len() + 1)));
@@ -186,7 +187,7 @@ pub fn write_npy(t: &Tensor) -> Vec<u8> {
     out.extend_from_slice(&(header.len() as u16).to_le_bytes());
     out.extend_from_slice(header.as_bytes());
     out.extend(t.data.to_le_bytes());
-    out
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -208,7 +209,7 @@ mod tests {
             ),
         ];
         for t in tensors {
-            let bytes = write_npy(&t);
+            let bytes = write_npy(&t).unwrap();
             assert_eq!((bytes.len() - t.numel() * t.dtype().size_bytes()) % 64, 0);
             let back = read_npy(&bytes).unwrap();
             assert_eq!(back.shape, t.shape);
@@ -246,13 +247,13 @@ mod tests {
         for cut in [0, 30, bytes.len() / 2, bytes.len() - 1] {
             assert!(read_npz(&bytes[..cut]).is_err(), "cut at {cut}");
         }
-        let err = read_npz(&write_npy(&Tensor::from_f32(vec![1], vec![1.0]))).unwrap_err();
+        let err = read_npz(&write_npy(&Tensor::from_f32(vec![1], vec![1.0])).unwrap()).unwrap_err();
         assert!(err.contains("not a readable .npz"), "{err}");
     }
 
     #[test]
     fn bad_files_are_refused_with_the_reason() {
-        let good = write_npy(&Tensor::from_f32(vec![2, 2], vec![1.0; 4]));
+        let good = write_npy(&Tensor::from_f32(vec![2, 2], vec![1.0; 4])).unwrap();
         // The same file with `from` replaced by `to` (of the same length).
         let edited = |from: &[u8], to: &[u8]| {
             let mut b = good.clone();

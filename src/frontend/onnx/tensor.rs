@@ -2,7 +2,6 @@
 //! external data files beside the model.
 
 use crate::graph::{checked_numel, format_bytes, memory_limit, DType, Tensor, TensorData};
-use half::f16;
 use onnx_protobuf::TensorProto;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Component, Path};
@@ -22,13 +21,13 @@ pub fn dtype_from_onnx(code: i32) -> Result<DType, String> {
         11 => DType::F64,
         12 => DType::U32,
         13 => DType::U64,
+        16 => DType::BF16,
         other => {
             let name = match other {
                 0 => "UNDEFINED",
                 8 => "STRING",
                 14 => "COMPLEX64",
                 15 => "COMPLEX128",
-                16 => "BFLOAT16",
                 17..=20 | 23 => "FLOAT8",
                 21 | 22 | 25 | 26 => "INT4/UINT4",
                 _ => "unknown",
@@ -130,13 +129,15 @@ fn decode_typed(dtype: DType, tp: &TensorProto) -> TensorData {
         DType::U64 | DType::U32 => {
             TensorData::from_i128(dtype, tp.uint64_data.iter().map(|&x| x as i128).collect())
         }
-        // float16 values travel as their bit patterns in int32_data.
-        DType::F16 => TensorData::F16(
-            tp.int32_data
+        // 16-bit floats travel as their bit patterns in int32_data.
+        DType::F16 | DType::BF16 => {
+            let bits: Vec<u8> = tp
+                .int32_data
                 .iter()
-                .map(|&x| f16::from_bits(x as u16))
-                .collect(),
-        ),
+                .flat_map(|&x| (x as u16).to_le_bytes())
+                .collect();
+            TensorData::from_le_bytes(dtype, &bits).expect("two bytes an element")
+        }
         other => TensorData::from_i128(other, narrow()),
     }
 }
