@@ -1,5 +1,6 @@
 //! Element types and dense tensors (row-major, logical layout).
 
+use super::float8;
 use half::{bf16, f16};
 use std::borrow::Cow;
 use std::fmt;
@@ -14,6 +15,14 @@ pub enum DType {
     F16,
     /// 16-bit brain float (the upper half of an f32).
     BF16,
+    /// 8-bit float, 4 exponent bits, 3 mantissa bits, no infinities.
+    F8E4M3FN,
+    /// 8-bit float like `F8E4M3FN`, with no -0 (its pattern is the NaN).
+    F8E4M3FNUZ,
+    /// 8-bit float, 5 exponent bits, 2 mantissa bits (IEEE-like).
+    F8E5M2,
+    /// 8-bit float like `F8E5M2`, with no infinities and no -0.
+    F8E5M2FNUZ,
     /// 64-bit float.
     F64,
     /// 64-bit signed integer.
@@ -51,6 +60,10 @@ impl DType {
             DType::F16 => 10,
             DType::F64 => 11,
             DType::BF16 => 16,
+            DType::F8E4M3FN => 17,
+            DType::F8E4M3FNUZ => 18,
+            DType::F8E5M2 => 19,
+            DType::F8E5M2FNUZ => 20,
             DType::U32 => 12,
             DType::U64 => 13,
         }
@@ -59,6 +72,7 @@ impl DType {
     /// Whether the type is a float type.
     pub fn is_float(self) -> bool {
         matches!(self, DType::F32 | DType::F16 | DType::BF16 | DType::F64)
+            || float8::is_float8(self)
     }
 
     /// Bytes per element as stored in memory.
@@ -68,6 +82,7 @@ impl DType {
             DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
             DType::I8 | DType::U8 | DType::Bool => 1,
+            DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ => 1,
         }
     }
 
@@ -77,6 +92,10 @@ impl DType {
             DType::F32 => "f32",
             DType::F16 => "f16",
             DType::BF16 => "bf16",
+            DType::F8E4M3FN => "f8e4m3fn",
+            DType::F8E4M3FNUZ => "f8e4m3fnuz",
+            DType::F8E5M2 => "f8e5m2",
+            DType::F8E5M2FNUZ => "f8e5m2fnuz",
             DType::F64 => "f64",
             DType::I64 => "i64",
             DType::I32 => "i32",
@@ -106,6 +125,8 @@ pub enum TensorData {
     F16(Vec<f16>),
     /// 16-bit brain floats.
     BF16(Vec<bf16>),
+    /// 8-bit floats of the given format, as their bit patterns (core::float8).
+    Float8(DType, Vec<u8>),
     /// 64-bit floats.
     F64(Vec<f64>),
     /// 64-bit integers.
@@ -183,6 +204,7 @@ impl TensorData {
             TensorData::F32(_) => DType::F32,
             TensorData::F16(_) => DType::F16,
             TensorData::BF16(_) => DType::BF16,
+            TensorData::Float8(d, _) => *d,
             TensorData::F64(_) => DType::F64,
             TensorData::I64(_) => DType::I64,
             TensorData::I32(_) => DType::I32,
@@ -202,6 +224,7 @@ impl TensorData {
             TensorData::F32(v) => v.len(),
             TensorData::F16(v) => v.len(),
             TensorData::BF16(v) => v.len(),
+            TensorData::Float8(_, v) => v.len(),
             TensorData::F64(v) => v.len(),
             TensorData::I64(v) => v.len(),
             TensorData::I32(v) => v.len(),
@@ -226,6 +249,7 @@ impl TensorData {
             TensorData::F32(v) => v.iter().map(|&x| x as f64).collect(),
             TensorData::F16(v) => v.iter().map(|x| x.to_f64()).collect(),
             TensorData::BF16(v) => v.iter().map(|x| x.to_f64()).collect(),
+            TensorData::Float8(d, v) => float8::decode(*d, v),
             TensorData::F64(v) => v.clone(),
             TensorData::I64(v) => v.iter().map(|&x| x as f64).collect(),
             TensorData::I32(v) => v.iter().map(|&x| x as f64).collect(),
@@ -288,6 +312,9 @@ impl TensorData {
             DType::F32 => TensorData::F32(v.into_iter().map(|x| x as f32).collect()),
             DType::F16 => TensorData::F16(v.into_iter().map(f16::from_f64).collect()),
             DType::BF16 => TensorData::BF16(v.into_iter().map(bf16_from_f64).collect()),
+            DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ => {
+                TensorData::Float8(dtype, float8::encode(dtype, &v, true))
+            }
             DType::F64 => TensorData::F64(v),
             DType::I64 => TensorData::I64(v.into_iter().map(|x| x as i64).collect()),
             DType::Bool => TensorData::Bool(v.into_iter().map(|x| x != 0.0).collect()),
@@ -323,6 +350,7 @@ impl TensorData {
             TensorData::F32(v) => TensorData::F32(pick(v, indices)),
             TensorData::F16(v) => TensorData::F16(pick(v, indices)),
             TensorData::BF16(v) => TensorData::BF16(pick(v, indices)),
+            TensorData::Float8(d, v) => TensorData::Float8(*d, pick(v, indices)),
             TensorData::F64(v) => TensorData::F64(pick(v, indices)),
             TensorData::I64(v) => TensorData::I64(pick(v, indices)),
             TensorData::I32(v) => TensorData::I32(pick(v, indices)),
@@ -360,6 +388,18 @@ impl TensorData {
             TensorData::F32(_) => join!(F32),
             TensorData::F16(_) => join!(F16),
             TensorData::BF16(_) => join!(BF16),
+            TensorData::Float8(d, _) => {
+                let mut all = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
+                for p in parts {
+                    match p {
+                        TensorData::Float8(e, v) if e == d => all.extend_from_slice(v),
+                        other => {
+                            return Err(format!("cannot join {d} data with {} data", other.dtype()))
+                        }
+                    }
+                }
+                TensorData::Float8(*d, all)
+            }
             TensorData::F64(_) => join!(F64),
             TensorData::I64(_) => join!(I64),
             TensorData::I32(_) => join!(I32),
@@ -383,6 +423,7 @@ impl TensorData {
             TensorData::F32(v) => le(v, f32::to_le_bytes),
             TensorData::F16(v) => le(v, f16::to_le_bytes),
             TensorData::BF16(v) => le(v, bf16::to_le_bytes),
+            TensorData::Float8(_, v) => v.clone(),
             TensorData::F64(v) => le(v, f64::to_le_bytes),
             TensorData::I64(v) => le(v, i64::to_le_bytes),
             TensorData::I32(v) => le(v, i32::to_le_bytes),
@@ -414,6 +455,9 @@ impl TensorData {
             DType::F32 => TensorData::F32(le(raw, f32::from_le_bytes)),
             DType::F16 => TensorData::F16(le(raw, f16::from_le_bytes)),
             DType::BF16 => TensorData::BF16(le(raw, bf16::from_le_bytes)),
+            DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ => {
+                TensorData::Float8(dtype, raw.to_vec())
+            }
             DType::F64 => TensorData::F64(le(raw, f64::from_le_bytes)),
             DType::I64 => TensorData::I64(le(raw, i64::from_le_bytes)),
             DType::I32 => TensorData::I32(le(raw, i32::from_le_bytes)),
@@ -489,8 +533,17 @@ impl Tensor {
 
     /// Converts to another element type with ONNX Cast semantics.
     pub fn cast(&self, to: DType) -> Tensor {
+        self.cast_saturating(to, true)
+    }
+
+    /// `cast`, where `saturate` says whether a float8 result beyond the
+    /// format's largest finite value saturates to it (the ONNX default) or
+    /// becomes infinity or NaN (see core::float8).
+    pub fn cast_saturating(&self, to: DType, saturate: bool) -> Tensor {
         let data = if to.is_float() || self.dtype().is_float() {
-            if to.is_float() || to == DType::Bool {
+            if float8::is_float8(to) {
+                TensorData::Float8(to, float8::encode(to, &self.data.to_f64(), saturate))
+            } else if to.is_float() || to == DType::Bool {
                 TensorData::from_f64(to, self.data.to_f64())
             } else {
                 // Float to integer: truncate toward zero, as C and ONNX do.

@@ -460,10 +460,14 @@ pub struct LayerNorm {
     pub epsilon: f32,
 }
 
+/// Conversion to another element type (ONNX Cast).
 #[derive(Clone, Debug, PartialEq)]
-#[allow(missing_docs)]
 pub struct Cast {
+    /// The element type converted to.
     pub to: DType,
+    /// To a float8 format: whether values beyond its range saturate to its
+    /// largest finite value (else they become infinity or NaN).
+    pub saturate: bool,
 }
 
 /// The full output shape to broadcast to.

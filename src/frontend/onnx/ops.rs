@@ -522,6 +522,7 @@ pub(super) fn convert(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         }
         "Cast" => Op::Cast(Cast {
             to: dtype_from_onnx(c.int("to", 0)? as i32).map_err(|m| c.err(format!("Cast: {m}")))?,
+            saturate: c.bool_attr("saturate", true)?,
         }),
         // CastLike casts to the element type of its second input. Types are
         // static here, so it is a Cast: one op to run, fold and export, and no
@@ -529,7 +530,8 @@ pub(super) fn convert(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         "CastLike" => {
             let (x, like) = (c.input(0)?, c.input(1)?);
             let to = c.ty(like).dtype;
-            return c.emit(Op::Cast(Cast { to }), &[x]);
+            let saturate = c.bool_attr("saturate", true)?;
+            return c.emit(Op::Cast(Cast { to, saturate }), &[x]);
         }
         "Identity" => Op::Identity,
         "Expand" => {

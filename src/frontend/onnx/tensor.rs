@@ -22,14 +22,22 @@ pub fn dtype_from_onnx(code: i32) -> Result<DType, String> {
         12 => DType::U32,
         13 => DType::U64,
         16 => DType::BF16,
+        17 => DType::F8E4M3FN,
+        18 => DType::F8E4M3FNUZ,
+        19 => DType::F8E5M2,
+        20 => DType::F8E5M2FNUZ,
         other => {
             let name = match other {
                 0 => "UNDEFINED",
                 8 => "STRING",
                 14 => "COMPLEX64",
                 15 => "COMPLEX128",
-                17..=20 | 23 => "FLOAT8",
-                21 | 22 | 25 | 26 => "INT4/UINT4",
+                21 => "UINT4",
+                22 => "INT4",
+                23 => "FLOAT4E2M1",
+                24 => "FLOAT8E8M0",
+                25 => "UINT2",
+                26 => "INT2",
                 _ => "unknown",
             };
             return Err(format!(
@@ -129,14 +137,19 @@ fn decode_typed(dtype: DType, tp: &TensorProto) -> TensorData {
         DType::U64 | DType::U32 => {
             TensorData::from_i128(dtype, tp.uint64_data.iter().map(|&x| x as i128).collect())
         }
-        // 16-bit floats travel as their bit patterns in int32_data.
-        DType::F16 | DType::BF16 => {
+        // 16- and 8-bit floats travel as their bit patterns in int32_data.
+        DType::F16
+        | DType::BF16
+        | DType::F8E4M3FN
+        | DType::F8E4M3FNUZ
+        | DType::F8E5M2
+        | DType::F8E5M2FNUZ => {
             let bits: Vec<u8> = tp
                 .int32_data
                 .iter()
-                .flat_map(|&x| (x as u16).to_le_bytes())
+                .flat_map(|&x| x.to_le_bytes().into_iter().take(dtype.size_bytes()))
                 .collect();
-            TensorData::from_le_bytes(dtype, &bits).expect("two bytes an element")
+            TensorData::from_le_bytes(dtype, &bits).expect("whole elements")
         }
         other => TensorData::from_i128(other, narrow()),
     }
