@@ -73,6 +73,8 @@ SUPPORTED_DTYPES = frozenset(
         TensorProto.UINT32,
         TensorProto.UINT16,
         TensorProto.UINT8,
+        TensorProto.INT4,
+        TensorProto.UINT4,
         TensorProto.BOOL,
     ]
 )

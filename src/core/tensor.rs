@@ -41,6 +41,10 @@ pub enum DType {
     U16,
     /// 8-bit unsigned integer.
     U8,
+    /// 4-bit signed integer.
+    I4,
+    /// 4-bit unsigned integer.
+    U4,
     /// Boolean (one byte per element).
     Bool,
 }
@@ -66,6 +70,8 @@ impl DType {
             DType::F8E5M2FNUZ => 20,
             DType::U32 => 12,
             DType::U64 => 13,
+            DType::U4 => 21,
+            DType::I4 => 22,
         }
     }
 
@@ -81,7 +87,7 @@ impl DType {
             DType::F64 | DType::I64 | DType::U64 => 8,
             DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
-            DType::I8 | DType::U8 | DType::Bool => 1,
+            DType::I8 | DType::U8 | DType::I4 | DType::U4 | DType::Bool => 1,
             DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ => 1,
         }
     }
@@ -105,6 +111,8 @@ impl DType {
             DType::U32 => "u32",
             DType::U16 => "u16",
             DType::U8 => "u8",
+            DType::I4 => "i4",
+            DType::U4 => "u4",
             DType::Bool => "bool",
         }
     }
@@ -125,8 +133,9 @@ pub enum TensorData {
     F16(Vec<f16>),
     /// 16-bit brain floats.
     BF16(Vec<bf16>),
-    /// 8-bit floats of the given format, as their bit patterns (core::float8).
-    Float8(DType, Vec<u8>),
+    /// Elements of a narrow type, one a byte as their bit pattern: the float8
+    /// formats (core::float8) and 4-bit integers (in the low nibble).
+    Bits(DType, Vec<u8>),
     /// 64-bit floats.
     F64(Vec<f64>),
     /// 64-bit integers.
@@ -204,7 +213,7 @@ impl TensorData {
             TensorData::F32(_) => DType::F32,
             TensorData::F16(_) => DType::F16,
             TensorData::BF16(_) => DType::BF16,
-            TensorData::Float8(d, _) => *d,
+            TensorData::Bits(d, _) => *d,
             TensorData::F64(_) => DType::F64,
             TensorData::I64(_) => DType::I64,
             TensorData::I32(_) => DType::I32,
@@ -224,7 +233,7 @@ impl TensorData {
             TensorData::F32(v) => v.len(),
             TensorData::F16(v) => v.len(),
             TensorData::BF16(v) => v.len(),
-            TensorData::Float8(_, v) => v.len(),
+            TensorData::Bits(_, v) => v.len(),
             TensorData::F64(v) => v.len(),
             TensorData::I64(v) => v.len(),
             TensorData::I32(v) => v.len(),
@@ -249,7 +258,8 @@ impl TensorData {
             TensorData::F32(v) => v.iter().map(|&x| x as f64).collect(),
             TensorData::F16(v) => v.iter().map(|x| x.to_f64()).collect(),
             TensorData::BF16(v) => v.iter().map(|x| x.to_f64()).collect(),
-            TensorData::Float8(d, v) => float8::decode(*d, v),
+            TensorData::Bits(d, v) if d.is_float() => float8::decode(*d, v),
+            TensorData::Bits(..) => self.to_i128().into_iter().map(|x| x as f64).collect(),
             TensorData::F64(v) => v.clone(),
             TensorData::I64(v) => v.iter().map(|&x| x as f64).collect(),
             TensorData::I32(v) => v.iter().map(|&x| x as f64).collect(),
@@ -294,6 +304,11 @@ impl TensorData {
             TensorData::U16(v) => widen(v),
             TensorData::U8(v) => widen(v),
             TensorData::Bool(v) => widen(v),
+            // The nibble, sign-extended for i4.
+            TensorData::Bits(DType::I4, v) => {
+                v.iter().map(|&c| ((c << 4) as i8 >> 4).into()).collect()
+            }
+            TensorData::Bits(DType::U4, v) => widen(v),
             other => other.to_f64().into_iter().map(|x| x as i128).collect(),
         }
     }
@@ -313,7 +328,7 @@ impl TensorData {
             DType::F16 => TensorData::F16(v.into_iter().map(f16::from_f64).collect()),
             DType::BF16 => TensorData::BF16(v.into_iter().map(bf16_from_f64).collect()),
             DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ => {
-                TensorData::Float8(dtype, float8::encode(dtype, &v, true))
+                TensorData::Bits(dtype, float8::encode(dtype, &v, true))
             }
             DType::F64 => TensorData::F64(v),
             DType::I64 => TensorData::I64(v.into_iter().map(|x| x as i64).collect()),
@@ -336,6 +351,7 @@ impl TensorData {
             DType::U32 => TensorData::U32(it.map(|x| x as u32).collect()),
             DType::U16 => TensorData::U16(it.map(|x| x as u16).collect()),
             DType::U8 => TensorData::U8(it.map(|x| x as u8).collect()),
+            DType::I4 | DType::U4 => TensorData::Bits(dtype, it.map(|x| x as u8 & 0xF).collect()),
             DType::Bool => TensorData::Bool(it.map(|x| x != 0).collect()),
             float => TensorData::from_f64(float, it.map(|x| x as f64).collect()),
         }
@@ -350,7 +366,7 @@ impl TensorData {
             TensorData::F32(v) => TensorData::F32(pick(v, indices)),
             TensorData::F16(v) => TensorData::F16(pick(v, indices)),
             TensorData::BF16(v) => TensorData::BF16(pick(v, indices)),
-            TensorData::Float8(d, v) => TensorData::Float8(*d, pick(v, indices)),
+            TensorData::Bits(d, v) => TensorData::Bits(*d, pick(v, indices)),
             TensorData::F64(v) => TensorData::F64(pick(v, indices)),
             TensorData::I64(v) => TensorData::I64(pick(v, indices)),
             TensorData::I32(v) => TensorData::I32(pick(v, indices)),
@@ -388,17 +404,17 @@ impl TensorData {
             TensorData::F32(_) => join!(F32),
             TensorData::F16(_) => join!(F16),
             TensorData::BF16(_) => join!(BF16),
-            TensorData::Float8(d, _) => {
+            TensorData::Bits(d, _) => {
                 let mut all = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
                 for p in parts {
                     match p {
-                        TensorData::Float8(e, v) if e == d => all.extend_from_slice(v),
+                        TensorData::Bits(e, v) if e == d => all.extend_from_slice(v),
                         other => {
                             return Err(format!("cannot join {d} data with {} data", other.dtype()))
                         }
                     }
                 }
-                TensorData::Float8(*d, all)
+                TensorData::Bits(*d, all)
             }
             TensorData::F64(_) => join!(F64),
             TensorData::I64(_) => join!(I64),
@@ -414,7 +430,8 @@ impl TensorData {
     }
 
     /// The elements as little-endian bytes, each at its stored size (booleans
-    /// one byte, 0 or 1): the raw data of ONNX, NumPy and TFLite tensors.
+    /// one byte, 0 or 1; 4-bit integers one byte, which ONNX packs two a byte):
+    /// the raw data of ONNX, NumPy and TFLite tensors.
     pub fn to_le_bytes(&self) -> Vec<u8> {
         fn le<const N: usize, T: Copy>(v: &[T], f: impl Fn(T) -> [u8; N]) -> Vec<u8> {
             v.iter().flat_map(|&x| f(x)).collect()
@@ -423,7 +440,7 @@ impl TensorData {
             TensorData::F32(v) => le(v, f32::to_le_bytes),
             TensorData::F16(v) => le(v, f16::to_le_bytes),
             TensorData::BF16(v) => le(v, bf16::to_le_bytes),
-            TensorData::Float8(_, v) => v.clone(),
+            TensorData::Bits(_, v) => v.clone(),
             TensorData::F64(v) => le(v, f64::to_le_bytes),
             TensorData::I64(v) => le(v, i64::to_le_bytes),
             TensorData::I32(v) => le(v, i32::to_le_bytes),
@@ -456,7 +473,7 @@ impl TensorData {
             DType::F16 => TensorData::F16(le(raw, f16::from_le_bytes)),
             DType::BF16 => TensorData::BF16(le(raw, bf16::from_le_bytes)),
             DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ => {
-                TensorData::Float8(dtype, raw.to_vec())
+                TensorData::Bits(dtype, raw.to_vec())
             }
             DType::F64 => TensorData::F64(le(raw, f64::from_le_bytes)),
             DType::I64 => TensorData::I64(le(raw, i64::from_le_bytes)),
@@ -467,6 +484,7 @@ impl TensorData {
             DType::U32 => TensorData::U32(le(raw, u32::from_le_bytes)),
             DType::U16 => TensorData::U16(le(raw, u16::from_le_bytes)),
             DType::U8 => TensorData::U8(raw.to_vec()),
+            DType::I4 | DType::U4 => TensorData::Bits(dtype, raw.iter().map(|b| b & 0xF).collect()),
             DType::Bool => TensorData::Bool(raw.iter().map(|&b| b != 0).collect()),
         })
     }
@@ -542,7 +560,7 @@ impl Tensor {
     pub fn cast_saturating(&self, to: DType, saturate: bool) -> Tensor {
         let data = if to.is_float() || self.dtype().is_float() {
             if float8::is_float8(to) {
-                TensorData::Float8(to, float8::encode(to, &self.data.to_f64(), saturate))
+                TensorData::Bits(to, float8::encode(to, &self.data.to_f64(), saturate))
             } else if to.is_float() || to == DType::Bool {
                 TensorData::from_f64(to, self.data.to_f64())
             } else {
@@ -618,5 +636,17 @@ mod tests {
         assert!(bf16_from_f64(f64::NAN).is_nan());
         let t = Tensor::from_f32(vec![2], vec![1.0 + 2f32.powi(-7), -2.5]);
         assert_eq!(t.cast(DType::BF16).cast(DType::F32), t);
+    }
+
+    /// 4-bit integers wrap like any other integer cast, and i4 is signed.
+    #[test]
+    fn four_bit_integers_wrap_and_sign_extend() {
+        let v = vec![-9, -8, 7, 8, 15, 16];
+        let i4 = TensorData::from_i128(DType::I4, v.clone());
+        assert_eq!(i4.to_i128(), vec![7, -8, 7, -8, -1, 0]);
+        let u4 = TensorData::from_i128(DType::U4, v);
+        assert_eq!(u4.to_i128(), vec![7, 8, 7, 8, 15, 0]);
+        let t = Tensor::from_f32(vec![3], vec![-8.7, 7.9, 9.0]).cast(DType::I4);
+        assert_eq!(t.data.to_f64(), vec![-8.0, 7.0, -7.0]);
     }
 }

@@ -8,13 +8,17 @@ use crate::core::{DType, Tensor, TensorData};
 
 const MAGIC: &[u8] = b"\x93NUMPY";
 
-/// The `descr` of a dtype: its byte order, kind and size (`None` for bf16 and
-/// the float8 formats, which NumPy does not have).
+/// The `descr` of a dtype: its byte order, kind and size (`None` for bf16, the
+/// float8 formats and 4-bit integers, which NumPy does not have).
 fn descr(dtype: DType) -> Option<&'static str> {
     Some(match dtype {
-        DType::BF16 | DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ => {
-            return None
-        }
+        DType::BF16
+        | DType::F8E4M3FN
+        | DType::F8E4M3FNUZ
+        | DType::F8E5M2
+        | DType::F8E5M2FNUZ
+        | DType::I4
+        | DType::U4 => return None,
         DType::F32 => "<f4",
         DType::F16 => "<f2",
         DType::F64 => "<f8",

@@ -26,14 +26,14 @@ pub fn dtype_from_onnx(code: i32) -> Result<DType, String> {
         18 => DType::F8E4M3FNUZ,
         19 => DType::F8E5M2,
         20 => DType::F8E5M2FNUZ,
+        21 => DType::U4,
+        22 => DType::I4,
         other => {
             let name = match other {
                 0 => "UNDEFINED",
                 8 => "STRING",
                 14 => "COMPLEX64",
                 15 => "COMPLEX128",
-                21 => "UINT4",
-                22 => "INT4",
                 23 => "FLOAT4E2M1",
                 24 => "FLOAT8E8M0",
                 25 => "UINT2",
@@ -172,10 +172,17 @@ pub fn tensor_from_proto(tp: &TensorProto, base_dir: Option<&Path>) -> Result<Te
         return Err("segmented tensors are not supported".into());
     }
     let external = tp.data_location.value() == 1;
+    let raw = |bytes: &[u8]| match packed(dtype) {
+        true => TensorData::from_le_bytes(dtype, &unpack_nibbles(bytes, n)?),
+        false => TensorData::from_le_bytes(dtype, bytes),
+    };
     let data = if external {
-        TensorData::from_le_bytes(dtype, &read_external(tp, base_dir)?)?
+        raw(&read_external(tp, base_dir)?)?
     } else if !tp.raw_data.is_empty() {
-        TensorData::from_le_bytes(dtype, &tp.raw_data)?
+        raw(&tp.raw_data)?
+    } else if packed(dtype) {
+        // Typed 4-bit data is packed the same way, a byte per int32_data entry.
+        raw(&tp.int32_data.iter().map(|&x| x as u8).collect::<Vec<_>>())?
     } else {
         decode_typed(dtype, tp)
     };
@@ -195,6 +202,57 @@ pub fn tensor_to_proto(name: &str, t: &Tensor) -> TensorProto {
     tp.name = name.to_string();
     tp.dims = t.shape.iter().map(|&d| d as i64).collect();
     tp.data_type = t.dtype().onnx_code();
-    tp.raw_data = t.data.to_le_bytes();
+    let bytes = t.data.to_le_bytes();
+    tp.raw_data = match packed(t.dtype()) {
+        true => bytes
+            .chunks(2)
+            .map(|p| p[0] | p.get(1).map_or(0, |hi| hi << 4))
+            .collect(),
+        false => bytes,
+    };
     tp
+}
+
+/// Whether ONNX packs the type's elements two a byte (the first in the low
+/// nibble), as it does 4-bit integers.
+fn packed(dtype: DType) -> bool {
+    matches!(dtype, DType::I4 | DType::U4)
+}
+
+/// Packed 4-bit elements, one a byte.
+fn unpack_nibbles(bytes: &[u8], n: usize) -> Result<Vec<u8>, String> {
+    if bytes.len() != n.div_ceil(2) {
+        return Err(format!(
+            "{} bytes of packed 4-bit data, but {n} elements need {}",
+            bytes.len(),
+            n.div_ceil(2)
+        ));
+    }
+    Ok(bytes
+        .iter()
+        .flat_map(|&b| [b & 0xF, b >> 4])
+        .take(n)
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 4-bit integers pack two a byte, the first low; an odd count leaves the
+    /// last high nibble 0, and a wrong byte count is refused.
+    #[test]
+    fn four_bit_data_packs_two_a_byte() {
+        let t = Tensor::new(vec![3], TensorData::from_i128(DType::I4, vec![-1, 2, -8]));
+        let tp = tensor_to_proto("x", &t);
+        assert_eq!(tp.raw_data, vec![0x2F, 0x08]);
+        assert_eq!(tensor_from_proto(&tp, None).unwrap(), t);
+        let mut short = tp.clone();
+        short.raw_data.pop();
+        let err = tensor_from_proto(&short, None).unwrap_err();
+        assert!(
+            err.contains("1 bytes of packed 4-bit data, but 3 elements need 2"),
+            "{err}"
+        );
+    }
 }
