@@ -59,16 +59,28 @@ SUPPORTED_DTYPES = frozenset(
     [
         TensorProto.FLOAT,
         TensorProto.FLOAT16,
+        TensorProto.BFLOAT16,
+        TensorProto.FLOAT8E4M3FN,
+        TensorProto.FLOAT8E4M3FNUZ,
+        TensorProto.FLOAT8E5M2,
+        TensorProto.FLOAT8E5M2FNUZ,
         TensorProto.DOUBLE,
         TensorProto.INT64,
         TensorProto.INT32,
+        TensorProto.INT16,
         TensorProto.INT8,
+        TensorProto.UINT64,
+        TensorProto.UINT32,
+        TensorProto.UINT16,
         TensorProto.UINT8,
+        TensorProto.INT4,
+        TensorProto.UINT4,
         TensorProto.BOOL,
     ]
 )
 OPSET_MIN, OPSET_MAX = 7, 21
-MAX_CASE_BYTES = 200_000
+# Large enough for the 3-D pooling cases (1x3x32x32x32 in and out, 750 kB each).
+MAX_CASE_BYTES = 800_000
 MAX_TOTAL_BYTES = 8_000_000
 
 
@@ -120,8 +132,6 @@ def check_graph(model: onnx.ModelProto) -> None:
                 raise Skip("unsupported dtype", f"Cast to {dtype_name(a.i)}")
             if a.type == onnx.AttributeProto.TENSOR and a.t.data_type not in SUPPORTED_DTYPES:
                 raise Skip("unsupported dtype", f"{n.op_type} {a.name} of {dtype_name(a.t.data_type)}")
-        if n.op_type == "MaxPool" and len([o for o in n.output if o]) > 1:
-            raise Skip("MaxPool with the Indices output")
     if unsupported:
         raise Skip("expansion uses unsupported ops", ", ".join(sorted(unsupported)))
 
@@ -224,10 +234,28 @@ def convert_opset(model: onnx.ModelProto, target: int) -> onnx.ModelProto:
     try:
         onnx.checker.check_model(converted, full_check=True)
     except Exception as e:  # noqa: BLE001 - checker and shape-inference errors
-        raise Skip("opset conversion failed", f"{source} -> {target}: {last_line(e)}") from None
+        if not ceil_pool_extent_fixed_in_22(converted, source, e):
+            raise Skip("opset conversion failed", f"{source} -> {target}: {last_line(e)}") from None
+        onnx.checker.check_model(converted)
     check_graph(converted)
     check_value_types(converted)
     return converted
+
+
+def ceil_pool_extent_fixed_in_22(model: onnx.ModelProto, source: int, e: Exception) -> bool:
+    """Whether a checker error is opset 21's pool shape inference disagreeing with the
+    declared output shapes of a pool in ceil mode: opset 22 corrected the extent (a
+    last window that would start in the end padding is dropped), and onnxruntime and
+    onnx.reference compute that extent at opset 21 too. Such a case keeps its declared
+    shapes, and an oracle must confirm it."""
+    return (
+        source >= 22
+        and "Inferred shape and existing shape differ" in str(e)
+        and all(
+            n.op_type in ("AveragePool", "MaxPool") and any(a.name == "ceil_mode" and a.i == 1 for a in n.attribute)
+            for n in model.graph.node
+        )
+    )
 
 
 def last_line(e: Exception) -> str:

@@ -470,7 +470,7 @@ fn inputs_by_name_and_outputs_by_name() {
     std::fs::write(&path, model_bytes(&m)).unwrap();
     let file = |name: &str, v: Vec<f32>| {
         let p = dir.join(name);
-        std::fs::write(&p, write_npy(&Tensor::from_f32(vec![v.len()], v))).unwrap();
+        std::fs::write(&p, write_npy(&Tensor::from_f32(vec![v.len()], v)).unwrap()).unwrap();
         p.display().to_string()
     };
     let (fa, fb) = (

@@ -101,16 +101,17 @@ fn compare(actual: &Tensor, expected: &Tensor) -> Result<(), String> {
         ));
     }
     if !expected.dtype().is_float() {
-        return if actual.data.to_i64() == expected.data.to_i64() {
+        return if actual.data == expected.data {
             Ok(())
         } else {
             Err("integer values differ".into())
         };
     }
-    let rtol = if expected.dtype() == DType::F16 {
-        4e-3
-    } else {
-        1e-3
+    // Half an ulp of the narrower floats, for results rounded from f64.
+    let rtol = match expected.dtype() {
+        DType::F16 => 4e-3,
+        DType::BF16 => 8e-3,
+        _ => 1e-3,
     };
     let (a, e) = (actual.data.to_f64(), expected.data.to_f64());
     for (k, (x, y)) in a.iter().zip(&e).enumerate() {

@@ -327,7 +327,8 @@ fn write_outputs(dir: &Path, names: &[String], outputs: &[Tensor]) -> CliResult 
             file.push('_');
         }
         let path = dir.join(format!("{file}.npy"));
-        std::fs::write(&path, write_npy(t)).map_err(|e| format!("{}: {e}", path.display()))?;
+        let bytes = write_npy(t).map_err(|m| format!("output '{name}': {m}"))?;
+        std::fs::write(&path, bytes).map_err(|e| format!("{}: {e}", path.display()))?;
     }
     Ok(())
 }

@@ -588,24 +588,8 @@ impl Layout {
 
 /// `data` with one more element holding `fill`.
 pub fn with_fill(data: &TensorData, fill: f64) -> TensorData {
-    fn push<T: Clone>(v: &[T], x: T) -> Vec<T> {
-        let mut out = Vec::with_capacity(v.len() + 1);
-        out.extend_from_slice(v);
-        out.push(x);
-        out
-    }
     let one = TensorData::from_f64(data.dtype(), vec![fill]);
-    match (data, one) {
-        (TensorData::F32(v), TensorData::F32(x)) => TensorData::F32(push(v, x[0])),
-        (TensorData::F16(v), TensorData::F16(x)) => TensorData::F16(push(v, x[0])),
-        (TensorData::F64(v), TensorData::F64(x)) => TensorData::F64(push(v, x[0])),
-        (TensorData::I64(v), TensorData::I64(x)) => TensorData::I64(push(v, x[0])),
-        (TensorData::I32(v), TensorData::I32(x)) => TensorData::I32(push(v, x[0])),
-        (TensorData::I8(v), TensorData::I8(x)) => TensorData::I8(push(v, x[0])),
-        (TensorData::U8(v), TensorData::U8(x)) => TensorData::U8(push(v, x[0])),
-        (TensorData::Bool(v), TensorData::Bool(x)) => TensorData::Bool(push(v, x[0])),
-        _ => unreachable!("from_f64 builds data of the requested type"),
-    }
+    TensorData::concat(&[data, &one]).expect("from_f64 builds data of the requested type")
 }
 
 impl PartialEq for Layout {

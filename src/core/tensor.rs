@@ -1,6 +1,7 @@
 //! Element types and dense tensors (row-major, logical layout).
 
-use half::f16;
+use super::float8;
+use half::{bf16, f16};
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
@@ -12,16 +13,38 @@ pub enum DType {
     F32,
     /// 16-bit float (IEEE half).
     F16,
+    /// 16-bit brain float (the upper half of an f32).
+    BF16,
+    /// 8-bit float, 4 exponent bits, 3 mantissa bits, no infinities.
+    F8E4M3FN,
+    /// 8-bit float like `F8E4M3FN`, with no -0 (its pattern is the NaN).
+    F8E4M3FNUZ,
+    /// 8-bit float, 5 exponent bits, 2 mantissa bits (IEEE-like).
+    F8E5M2,
+    /// 8-bit float like `F8E5M2`, with no infinities and no -0.
+    F8E5M2FNUZ,
     /// 64-bit float.
     F64,
     /// 64-bit signed integer.
     I64,
     /// 32-bit signed integer.
     I32,
+    /// 16-bit signed integer.
+    I16,
     /// 8-bit signed integer.
     I8,
+    /// 64-bit unsigned integer.
+    U64,
+    /// 32-bit unsigned integer.
+    U32,
+    /// 16-bit unsigned integer.
+    U16,
     /// 8-bit unsigned integer.
     U8,
+    /// 4-bit signed integer.
+    I4,
+    /// 4-bit unsigned integer.
+    U4,
     /// Boolean (one byte per element).
     Bool,
 }
@@ -33,26 +56,39 @@ impl DType {
             DType::F32 => 1,
             DType::U8 => 2,
             DType::I8 => 3,
+            DType::U16 => 4,
+            DType::I16 => 5,
             DType::I32 => 6,
             DType::I64 => 7,
             DType::Bool => 9,
             DType::F16 => 10,
             DType::F64 => 11,
+            DType::BF16 => 16,
+            DType::F8E4M3FN => 17,
+            DType::F8E4M3FNUZ => 18,
+            DType::F8E5M2 => 19,
+            DType::F8E5M2FNUZ => 20,
+            DType::U32 => 12,
+            DType::U64 => 13,
+            DType::U4 => 21,
+            DType::I4 => 22,
         }
     }
 
     /// Whether the type is a float type.
     pub fn is_float(self) -> bool {
-        matches!(self, DType::F32 | DType::F16 | DType::F64)
+        matches!(self, DType::F32 | DType::F16 | DType::BF16 | DType::F64)
+            || float8::is_float8(self)
     }
 
     /// Bytes per element as stored in memory.
     pub fn size_bytes(self) -> usize {
         match self {
-            DType::F64 | DType::I64 => 8,
-            DType::F32 | DType::I32 => 4,
-            DType::F16 => 2,
-            DType::I8 | DType::U8 | DType::Bool => 1,
+            DType::F64 | DType::I64 | DType::U64 => 8,
+            DType::F32 | DType::I32 | DType::U32 => 4,
+            DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
+            DType::I8 | DType::U8 | DType::I4 | DType::U4 | DType::Bool => 1,
+            DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ => 1,
         }
     }
 
@@ -61,11 +97,22 @@ impl DType {
         match self {
             DType::F32 => "f32",
             DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::F8E4M3FN => "f8e4m3fn",
+            DType::F8E4M3FNUZ => "f8e4m3fnuz",
+            DType::F8E5M2 => "f8e5m2",
+            DType::F8E5M2FNUZ => "f8e5m2fnuz",
             DType::F64 => "f64",
             DType::I64 => "i64",
             DType::I32 => "i32",
+            DType::I16 => "i16",
             DType::I8 => "i8",
+            DType::U64 => "u64",
+            DType::U32 => "u32",
+            DType::U16 => "u16",
             DType::U8 => "u8",
+            DType::I4 => "i4",
+            DType::U4 => "u4",
             DType::Bool => "bool",
         }
     }
@@ -84,18 +131,50 @@ pub enum TensorData {
     F32(Vec<f32>),
     /// 16-bit floats.
     F16(Vec<f16>),
+    /// 16-bit brain floats.
+    BF16(Vec<bf16>),
+    /// Elements of a narrow type, one a byte as their bit pattern: the float8
+    /// formats (core::float8) and 4-bit integers (in the low nibble).
+    Bits(DType, Vec<u8>),
     /// 64-bit floats.
     F64(Vec<f64>),
     /// 64-bit integers.
     I64(Vec<i64>),
     /// 32-bit integers.
     I32(Vec<i32>),
+    /// 16-bit integers.
+    I16(Vec<i16>),
     /// 8-bit integers.
     I8(Vec<i8>),
+    /// 64-bit unsigned integers.
+    U64(Vec<u64>),
+    /// 32-bit unsigned integers.
+    U32(Vec<u32>),
+    /// 16-bit unsigned integers.
+    U16(Vec<u16>),
     /// 8-bit unsigned integers.
     U8(Vec<u8>),
     /// Booleans.
     Bool(Vec<bool>),
+}
+
+/// `x` rounded to the nearest bf16, ties to even (as ONNX Cast rounds). Through
+/// f32 rounded to odd: a second rounding to nearest then gives what one would
+/// (half's own f64 conversion drops the low mantissa bits before rounding).
+fn bf16_from_f64(x: f64) -> bf16 {
+    let f = x as f32;
+    let b = f.to_bits();
+    let odd = if f.is_finite() && f as f64 != x && b & 1 == 0 {
+        // The other f32 neighbour of x, whose last bit is 1.
+        f32::from_bits(if x.abs() > f.abs() as f64 {
+            b + 1
+        } else {
+            b - 1
+        })
+    } else {
+        f
+    };
+    bf16::from_f32(odd)
 }
 
 /// A dense tensor in logical (row-major) order.
@@ -133,10 +212,16 @@ impl TensorData {
         match self {
             TensorData::F32(_) => DType::F32,
             TensorData::F16(_) => DType::F16,
+            TensorData::BF16(_) => DType::BF16,
+            TensorData::Bits(d, _) => *d,
             TensorData::F64(_) => DType::F64,
             TensorData::I64(_) => DType::I64,
             TensorData::I32(_) => DType::I32,
+            TensorData::I16(_) => DType::I16,
             TensorData::I8(_) => DType::I8,
+            TensorData::U64(_) => DType::U64,
+            TensorData::U32(_) => DType::U32,
+            TensorData::U16(_) => DType::U16,
             TensorData::U8(_) => DType::U8,
             TensorData::Bool(_) => DType::Bool,
         }
@@ -147,10 +232,16 @@ impl TensorData {
         match self {
             TensorData::F32(v) => v.len(),
             TensorData::F16(v) => v.len(),
+            TensorData::BF16(v) => v.len(),
+            TensorData::Bits(_, v) => v.len(),
             TensorData::F64(v) => v.len(),
             TensorData::I64(v) => v.len(),
             TensorData::I32(v) => v.len(),
+            TensorData::I16(v) => v.len(),
             TensorData::I8(v) => v.len(),
+            TensorData::U64(v) => v.len(),
+            TensorData::U32(v) => v.len(),
+            TensorData::U16(v) => v.len(),
             TensorData::U8(v) => v.len(),
             TensorData::Bool(v) => v.len(),
         }
@@ -166,24 +257,59 @@ impl TensorData {
         match self {
             TensorData::F32(v) => v.iter().map(|&x| x as f64).collect(),
             TensorData::F16(v) => v.iter().map(|x| x.to_f64()).collect(),
+            TensorData::BF16(v) => v.iter().map(|x| x.to_f64()).collect(),
+            TensorData::Bits(d, v) if d.is_float() => float8::decode(*d, v),
+            TensorData::Bits(..) => self.to_i128().into_iter().map(|x| x as f64).collect(),
             TensorData::F64(v) => v.clone(),
             TensorData::I64(v) => v.iter().map(|&x| x as f64).collect(),
             TensorData::I32(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::I16(v) => v.iter().map(|&x| x as f64).collect(),
             TensorData::I8(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::U64(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::U32(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::U16(v) => v.iter().map(|&x| x as f64).collect(),
             TensorData::U8(v) => v.iter().map(|&x| x as f64).collect(),
             TensorData::Bool(v) => v.iter().map(|&x| x as u8 as f64).collect(),
         }
     }
 
-    /// Every element converted to i64 (floats truncated toward zero, saturating).
+    /// Every element converted to i64 (floats truncated toward zero, saturating;
+    /// u64 above i64::MAX saturates too, so an index or extent that large is out
+    /// of range rather than negative).
     pub fn to_i64(&self) -> Vec<i64> {
         match self {
             TensorData::I64(v) => v.clone(),
-            TensorData::I32(v) => v.iter().map(|&x| x as i64).collect(),
-            TensorData::I8(v) => v.iter().map(|&x| x as i64).collect(),
-            TensorData::U8(v) => v.iter().map(|&x| x as i64).collect(),
-            TensorData::Bool(v) => v.iter().map(|&x| x as i64).collect(),
-            other => other.to_f64().into_iter().map(|x| x as i64).collect(),
+            TensorData::U64(v) => v
+                .iter()
+                .map(|&x| i64::try_from(x).unwrap_or(i64::MAX))
+                .collect(),
+            other => other.to_i128().into_iter().map(|x| x as i64).collect(),
+        }
+    }
+
+    /// Every element as i128, exact for every integer type (u64 included), so
+    /// integer arithmetic computes in it and wraps to the element type at the
+    /// end; floats are truncated toward zero, saturating.
+    pub fn to_i128(&self) -> Vec<i128> {
+        fn widen<T: Copy + Into<i128>>(v: &[T]) -> Vec<i128> {
+            v.iter().map(|&x| x.into()).collect()
+        }
+        match self {
+            TensorData::I64(v) => widen(v),
+            TensorData::I32(v) => widen(v),
+            TensorData::I16(v) => widen(v),
+            TensorData::I8(v) => widen(v),
+            TensorData::U64(v) => widen(v),
+            TensorData::U32(v) => widen(v),
+            TensorData::U16(v) => widen(v),
+            TensorData::U8(v) => widen(v),
+            TensorData::Bool(v) => widen(v),
+            // The nibble, sign-extended for i4.
+            TensorData::Bits(DType::I4, v) => {
+                v.iter().map(|&c| ((c << 4) as i8 >> 4).into()).collect()
+            }
+            TensorData::Bits(DType::U4, v) => widen(v),
+            other => other.to_f64().into_iter().map(|x| x as i128).collect(),
         }
     }
 
@@ -200,24 +326,34 @@ impl TensorData {
         match dtype {
             DType::F32 => TensorData::F32(v.into_iter().map(|x| x as f32).collect()),
             DType::F16 => TensorData::F16(v.into_iter().map(f16::from_f64).collect()),
+            DType::BF16 => TensorData::BF16(v.into_iter().map(bf16_from_f64).collect()),
+            DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ => {
+                TensorData::Bits(dtype, float8::encode(dtype, &v, true))
+            }
             DType::F64 => TensorData::F64(v),
             DType::I64 => TensorData::I64(v.into_iter().map(|x| x as i64).collect()),
-            DType::I32 => TensorData::I32(v.into_iter().map(|x| x as i64 as i32).collect()),
-            DType::I8 => TensorData::I8(v.into_iter().map(|x| x as i64 as i8).collect()),
-            DType::U8 => TensorData::U8(v.into_iter().map(|x| x as i64 as u8).collect()),
             DType::Bool => TensorData::Bool(v.into_iter().map(|x| x != 0.0).collect()),
+            // Through i128, which holds every value of every integer type: it
+            // saturates only far outside them, then wraps like a C cast.
+            int => TensorData::from_i128(int, v.into_iter().map(|x| x as i128).collect()),
         }
     }
 
-    /// Builds data of `dtype` from i64 values (wrapping like a C cast).
-    pub fn from_i64(dtype: DType, v: Vec<i64>) -> TensorData {
+    /// Builds data of `dtype` from i128 values (wrapping like a C cast).
+    pub fn from_i128(dtype: DType, v: Vec<i128>) -> TensorData {
+        let it = v.into_iter();
         match dtype {
-            DType::I64 => TensorData::I64(v),
-            DType::I32 => TensorData::I32(v.into_iter().map(|x| x as i32).collect()),
-            DType::I8 => TensorData::I8(v.into_iter().map(|x| x as i8).collect()),
-            DType::U8 => TensorData::U8(v.into_iter().map(|x| x as u8).collect()),
-            DType::Bool => TensorData::Bool(v.into_iter().map(|x| x != 0).collect()),
-            float => TensorData::from_f64(float, v.into_iter().map(|x| x as f64).collect()),
+            DType::I64 => TensorData::I64(it.map(|x| x as i64).collect()),
+            DType::I32 => TensorData::I32(it.map(|x| x as i32).collect()),
+            DType::I16 => TensorData::I16(it.map(|x| x as i16).collect()),
+            DType::I8 => TensorData::I8(it.map(|x| x as i8).collect()),
+            DType::U64 => TensorData::U64(it.map(|x| x as u64).collect()),
+            DType::U32 => TensorData::U32(it.map(|x| x as u32).collect()),
+            DType::U16 => TensorData::U16(it.map(|x| x as u16).collect()),
+            DType::U8 => TensorData::U8(it.map(|x| x as u8).collect()),
+            DType::I4 | DType::U4 => TensorData::Bits(dtype, it.map(|x| x as u8 & 0xF).collect()),
+            DType::Bool => TensorData::Bool(it.map(|x| x != 0).collect()),
+            float => TensorData::from_f64(float, it.map(|x| x as f64).collect()),
         }
     }
 
@@ -229,18 +365,133 @@ impl TensorData {
         match self {
             TensorData::F32(v) => TensorData::F32(pick(v, indices)),
             TensorData::F16(v) => TensorData::F16(pick(v, indices)),
+            TensorData::BF16(v) => TensorData::BF16(pick(v, indices)),
+            TensorData::Bits(d, v) => TensorData::Bits(*d, pick(v, indices)),
             TensorData::F64(v) => TensorData::F64(pick(v, indices)),
             TensorData::I64(v) => TensorData::I64(pick(v, indices)),
             TensorData::I32(v) => TensorData::I32(pick(v, indices)),
+            TensorData::I16(v) => TensorData::I16(pick(v, indices)),
             TensorData::I8(v) => TensorData::I8(pick(v, indices)),
+            TensorData::U64(v) => TensorData::U64(pick(v, indices)),
+            TensorData::U32(v) => TensorData::U32(pick(v, indices)),
+            TensorData::U16(v) => TensorData::U16(pick(v, indices)),
             TensorData::U8(v) => TensorData::U8(pick(v, indices)),
             TensorData::Bool(v) => TensorData::Bool(pick(v, indices)),
         }
     }
 
+    /// The elements of `parts` one after another. All parts must share a dtype.
+    pub fn concat(parts: &[&TensorData]) -> Result<TensorData, String> {
+        macro_rules! join {
+            ($variant:ident) => {{
+                let mut all = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
+                for p in parts {
+                    match p {
+                        TensorData::$variant(v) => all.extend_from_slice(v),
+                        other => {
+                            return Err(format!(
+                                "cannot join {} data with {} data",
+                                stringify!($variant),
+                                other.dtype()
+                            ))
+                        }
+                    }
+                }
+                TensorData::$variant(all)
+            }};
+        }
+        Ok(match parts.first().ok_or("nothing to join")? {
+            TensorData::F32(_) => join!(F32),
+            TensorData::F16(_) => join!(F16),
+            TensorData::BF16(_) => join!(BF16),
+            TensorData::Bits(d, _) => {
+                let mut all = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
+                for p in parts {
+                    match p {
+                        TensorData::Bits(e, v) if e == d => all.extend_from_slice(v),
+                        other => {
+                            return Err(format!("cannot join {d} data with {} data", other.dtype()))
+                        }
+                    }
+                }
+                TensorData::Bits(*d, all)
+            }
+            TensorData::F64(_) => join!(F64),
+            TensorData::I64(_) => join!(I64),
+            TensorData::I32(_) => join!(I32),
+            TensorData::I16(_) => join!(I16),
+            TensorData::I8(_) => join!(I8),
+            TensorData::U64(_) => join!(U64),
+            TensorData::U32(_) => join!(U32),
+            TensorData::U16(_) => join!(U16),
+            TensorData::U8(_) => join!(U8),
+            TensorData::Bool(_) => join!(Bool),
+        })
+    }
+
+    /// The elements as little-endian bytes, each at its stored size (booleans
+    /// one byte, 0 or 1; 4-bit integers one byte, which ONNX packs two a byte):
+    /// the raw data of ONNX, NumPy and TFLite tensors.
+    pub fn to_le_bytes(&self) -> Vec<u8> {
+        fn le<const N: usize, T: Copy>(v: &[T], f: impl Fn(T) -> [u8; N]) -> Vec<u8> {
+            v.iter().flat_map(|&x| f(x)).collect()
+        }
+        match self {
+            TensorData::F32(v) => le(v, f32::to_le_bytes),
+            TensorData::F16(v) => le(v, f16::to_le_bytes),
+            TensorData::BF16(v) => le(v, bf16::to_le_bytes),
+            TensorData::Bits(_, v) => v.clone(),
+            TensorData::F64(v) => le(v, f64::to_le_bytes),
+            TensorData::I64(v) => le(v, i64::to_le_bytes),
+            TensorData::I32(v) => le(v, i32::to_le_bytes),
+            TensorData::I16(v) => le(v, i16::to_le_bytes),
+            TensorData::I8(v) => le(v, i8::to_le_bytes),
+            TensorData::U64(v) => le(v, u64::to_le_bytes),
+            TensorData::U32(v) => le(v, u32::to_le_bytes),
+            TensorData::U16(v) => le(v, u16::to_le_bytes),
+            TensorData::U8(v) => v.clone(),
+            TensorData::Bool(v) => le(v, |b| [b as u8]),
+        }
+    }
+
+    /// Elements of `dtype` from little-endian bytes (the inverse of
+    /// `to_le_bytes`; any non-zero byte is true).
+    pub fn from_le_bytes(dtype: DType, raw: &[u8]) -> Result<TensorData, String> {
+        fn le<const N: usize, T>(raw: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
+            raw.chunks_exact(N)
+                .map(|c| f(c.try_into().expect("chunks_exact yields N bytes")))
+                .collect()
+        }
+        if !raw.len().is_multiple_of(dtype.size_bytes()) {
+            return Err(format!(
+                "data of {} bytes is not a whole number of {dtype} elements",
+                raw.len()
+            ));
+        }
+        Ok(match dtype {
+            DType::F32 => TensorData::F32(le(raw, f32::from_le_bytes)),
+            DType::F16 => TensorData::F16(le(raw, f16::from_le_bytes)),
+            DType::BF16 => TensorData::BF16(le(raw, bf16::from_le_bytes)),
+            DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ => {
+                TensorData::Bits(dtype, raw.to_vec())
+            }
+            DType::F64 => TensorData::F64(le(raw, f64::from_le_bytes)),
+            DType::I64 => TensorData::I64(le(raw, i64::from_le_bytes)),
+            DType::I32 => TensorData::I32(le(raw, i32::from_le_bytes)),
+            DType::I16 => TensorData::I16(le(raw, i16::from_le_bytes)),
+            DType::I8 => TensorData::I8(le(raw, i8::from_le_bytes)),
+            DType::U64 => TensorData::U64(le(raw, u64::from_le_bytes)),
+            DType::U32 => TensorData::U32(le(raw, u32::from_le_bytes)),
+            DType::U16 => TensorData::U16(le(raw, u16::from_le_bytes)),
+            DType::U8 => TensorData::U8(raw.to_vec()),
+            DType::I4 | DType::U4 => TensorData::Bits(dtype, raw.iter().map(|b| b & 0xF).collect()),
+            DType::Bool => TensorData::Bool(raw.iter().map(|&b| b != 0).collect()),
+        })
+    }
+
     /// A zero-filled vector of `dtype` (false for bool).
     pub fn zeros(dtype: DType, len: usize) -> TensorData {
-        TensorData::from_i64(dtype, vec![0; len])
+        TensorData::from_i128(dtype, vec![0; len])
     }
 }
 
@@ -300,15 +551,24 @@ impl Tensor {
 
     /// Converts to another element type with ONNX Cast semantics.
     pub fn cast(&self, to: DType) -> Tensor {
+        self.cast_saturating(to, true)
+    }
+
+    /// `cast`, where `saturate` says whether a float8 result beyond the
+    /// format's largest finite value saturates to it (the ONNX default) or
+    /// becomes infinity or NaN (see core::float8).
+    pub fn cast_saturating(&self, to: DType, saturate: bool) -> Tensor {
         let data = if to.is_float() || self.dtype().is_float() {
-            if to.is_float() || to == DType::Bool {
+            if float8::is_float8(to) {
+                TensorData::Bits(to, float8::encode(to, &self.data.to_f64(), saturate))
+            } else if to.is_float() || to == DType::Bool {
                 TensorData::from_f64(to, self.data.to_f64())
             } else {
                 // Float to integer: truncate toward zero, as C and ONNX do.
                 TensorData::from_f64(to, self.data.to_f64().into_iter().map(f64::trunc).collect())
             }
         } else {
-            TensorData::from_i64(to, self.data.to_i64())
+            TensorData::from_i128(to, self.data.to_i128())
         };
         Tensor::new(self.shape.clone(), data)
     }
@@ -352,5 +612,41 @@ impl ValueType {
 impl std::fmt::Display for ValueType {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}{:?}", self.dtype, self.shape)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// bf16 rounds to nearest, ties to even, from f64 in one rounding.
+    #[test]
+    fn bf16_rounds_to_nearest_even() {
+        let bits = |x: f64| bf16_from_f64(x).to_bits();
+        let tie = 1.0 + 2f64.powi(-8); // halfway between 1 and 1 + 2^-7
+        assert_eq!(bits(tie), 0x3F80);
+        assert_eq!(bits(1.0 + 3.0 * 2f64.powi(-8)), 0x3F82);
+        // Above the tie by less than an f32 ulp: rounding to f32 first would
+        // make it a tie (and 1), half's f64 conversion too.
+        assert_eq!(bits(tie + 2f64.powi(-40)), 0x3F81);
+        assert_eq!(bits(-tie - 2f64.powi(-40)), 0xBF81);
+        assert_eq!(bits(tie - 2f64.powi(-40)), 0x3F80);
+        assert_eq!(bits(f64::INFINITY), 0x7F80);
+        assert_eq!(bits(f32::MAX as f64), 0x7F80);
+        assert!(bf16_from_f64(f64::NAN).is_nan());
+        let t = Tensor::from_f32(vec![2], vec![1.0 + 2f32.powi(-7), -2.5]);
+        assert_eq!(t.cast(DType::BF16).cast(DType::F32), t);
+    }
+
+    /// 4-bit integers wrap like any other integer cast, and i4 is signed.
+    #[test]
+    fn four_bit_integers_wrap_and_sign_extend() {
+        let v = vec![-9, -8, 7, 8, 15, 16];
+        let i4 = TensorData::from_i128(DType::I4, v.clone());
+        assert_eq!(i4.to_i128(), vec![7, -8, 7, -8, -1, 0]);
+        let u4 = TensorData::from_i128(DType::U4, v);
+        assert_eq!(u4.to_i128(), vec![7, 8, 7, 8, 15, 0]);
+        let t = Tensor::from_f32(vec![3], vec![-8.7, 7.9, 9.0]).cast(DType::I4);
+        assert_eq!(t.data.to_f64(), vec![-8.0, 7.0, -7.0]);
     }
 }

@@ -5,22 +5,33 @@
 //! members named after their arrays.
 
 use crate::core::{DType, Tensor, TensorData};
-use half::f16;
 
 const MAGIC: &[u8] = b"\x93NUMPY";
 
-/// The `descr` of a dtype: its byte order, kind and size.
-fn descr(dtype: DType) -> &'static str {
-    match dtype {
+/// The `descr` of a dtype: its byte order, kind and size (`None` for bf16, the
+/// float8 formats and 4-bit integers, which NumPy does not have).
+fn descr(dtype: DType) -> Option<&'static str> {
+    Some(match dtype {
+        DType::BF16
+        | DType::F8E4M3FN
+        | DType::F8E4M3FNUZ
+        | DType::F8E5M2
+        | DType::F8E5M2FNUZ
+        | DType::I4
+        | DType::U4 => return None,
         DType::F32 => "<f4",
         DType::F16 => "<f2",
         DType::F64 => "<f8",
         DType::I64 => "<i8",
         DType::I32 => "<i4",
+        DType::I16 => "<i2",
         DType::I8 => "|i1",
+        DType::U64 => "<u8",
+        DType::U32 => "<u4",
+        DType::U16 => "<u2",
         DType::U8 => "|u1",
         DType::Bool => "|b1",
-    }
+    })
 }
 
 /// The dtype of a `descr`; big-endian and other kinds are refused by name.
@@ -32,14 +43,18 @@ fn dtype_of(d: &str) -> Result<DType, String> {
         DType::F64,
         DType::I64,
         DType::I32,
+        DType::I16,
         DType::I8,
+        DType::U64,
+        DType::U32,
+        DType::U16,
         DType::U8,
         DType::Bool,
     ]
     .into_iter()
-    .find(|&t| descr(t) == native || descr(t).replace('|', "<") == native)
+    .find(|&t| descr(t).is_some_and(|s| s == native || s.replace('|', "<") == native))
     .ok_or_else(|| {
-        format!("dtype '{d}' is not supported (little-endian float, int, uint8 or bool only)")
+        format!("dtype '{d}' is not supported (little-endian float, int, uint or bool only)")
     })
 }
 
@@ -154,41 +169,20 @@ pub fn read_npy(bytes: &[u8]) -> Result<Tensor, String> {
             data.len()
         ));
     }
-    macro_rules! le {
-        ($t:ty, $k:literal) => {
-            data.chunks_exact($k)
-                .map(|c| <$t>::from_le_bytes(c.try_into().expect("chunk size")))
-                .collect()
-        };
-    }
-    let data = match dtype {
-        DType::F32 => TensorData::F32(le!(f32, 4)),
-        DType::F16 => TensorData::F16(
-            data.chunks_exact(2)
-                .map(|c| f16::from_le_bytes([c[0], c[1]]))
-                .collect(),
-        ),
-        DType::F64 => TensorData::F64(le!(f64, 8)),
-        DType::I64 => TensorData::I64(le!(i64, 8)),
-        DType::I32 => TensorData::I32(le!(i32, 4)),
-        DType::I8 => TensorData::I8(data.iter().map(|&b| b as i8).collect()),
-        DType::U8 => TensorData::U8(data.to_vec()),
-        DType::Bool => TensorData::Bool(data.iter().map(|&b| b != 0).collect()),
-    };
+    let data = TensorData::from_le_bytes(dtype, data)?;
     Ok(Tensor::new(shape, data))
 }
 
 /// A `.npy` file (format 1.0) holding `t`.
-pub fn write_npy(t: &Tensor) -> Vec<u8> {
+pub fn write_npy(t: &Tensor) -> Result<Vec<u8>, String> {
+    let descr =
+        descr(t.dtype()).ok_or_else(|| format!("NumPy has no {} element type", t.dtype()))?;
     let dims: Vec<String> = t.shape.iter().map(|d| d.to_string()).collect();
     let shape = match dims.len() {
         1 => format!("({},)", dims[0]),
         _ => format!("({})", dims.join(", ")),
     };
-    let mut header = format!(
-        "{{'descr': '{}', 'fortran_order': False, 'shape': {shape}, }}",
-        descr(t.dtype())
-    );
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
     // The data starts at a multiple of 64 bytes; the header ends with a newline.
     let total = (MAGIC.len() + 4 + header.len() + 1).div_ceil(64) * 64;
     header.push_str(&" ".repeat(total - (MAGIC.len() + 4 + header.len() + 1)));
@@ -198,32 +192,14 @@ pub fn write_npy(t: &Tensor) -> Vec<u8> {
     out.extend_from_slice(&[1, 0]);
     out.extend_from_slice(&(header.len() as u16).to_le_bytes());
     out.extend_from_slice(header.as_bytes());
-    match &*t.data {
-        TensorData::F32(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        TensorData::F16(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        TensorData::F64(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        TensorData::I64(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        TensorData::I32(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        TensorData::I8(v) => out.extend(v.iter().map(|&x| x as u8)),
-        TensorData::U8(v) => out.extend_from_slice(v),
-        TensorData::Bool(v) => out.extend(v.iter().map(|&x| x as u8)),
-    }
-    out
+    out.extend(t.data.to_le_bytes());
+    Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use half::f16;
 
     #[test]
     fn every_dtype_round_trips() {
@@ -239,7 +215,7 @@ mod tests {
             ),
         ];
         for t in tensors {
-            let bytes = write_npy(&t);
+            let bytes = write_npy(&t).unwrap();
             assert_eq!((bytes.len() - t.numel() * t.dtype().size_bytes()) % 64, 0);
             let back = read_npy(&bytes).unwrap();
             assert_eq!(back.shape, t.shape);
@@ -277,13 +253,13 @@ mod tests {
         for cut in [0, 30, bytes.len() / 2, bytes.len() - 1] {
             assert!(read_npz(&bytes[..cut]).is_err(), "cut at {cut}");
         }
-        let err = read_npz(&write_npy(&Tensor::from_f32(vec![1], vec![1.0]))).unwrap_err();
+        let err = read_npz(&write_npy(&Tensor::from_f32(vec![1], vec![1.0])).unwrap()).unwrap_err();
         assert!(err.contains("not a readable .npz"), "{err}");
     }
 
     #[test]
     fn bad_files_are_refused_with_the_reason() {
-        let good = write_npy(&Tensor::from_f32(vec![2, 2], vec![1.0; 4]));
+        let good = write_npy(&Tensor::from_f32(vec![2, 2], vec![1.0; 4])).unwrap();
         // The same file with `from` replaced by `to` (of the same length).
         let edited = |from: &[u8], to: &[u8]| {
             let mut b = good.clone();

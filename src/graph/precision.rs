@@ -71,7 +71,16 @@ mod tests {
             .unwrap();
         let add = ValueRef::new(add, 0);
         let up = g
-            .add_node(Op::Cast(Cast { to: DType::F32 }), "up", &[add], &[], vec![])
+            .add_node(
+                Op::Cast(Cast {
+                    to: DType::F32,
+                    saturate: true,
+                }),
+                "up",
+                &[add],
+                &[],
+                vec![],
+            )
             .unwrap();
         let up = ValueRef::new(up, 0);
         let relu = g
@@ -79,7 +88,10 @@ mod tests {
             .unwrap();
         let down = g
             .add_node(
-                Op::Cast(Cast { to: DType::F16 }),
+                Op::Cast(Cast {
+                    to: DType::F16,
+                    saturate: true,
+                }),
                 "down",
                 &[ValueRef::new(relu, 0)],
                 &[],

@@ -1,7 +1,8 @@
 //! Elementwise ops: unary functions, broadcasting binary ops, Where.
-//! Floats compute in f64; integers compute exactly in i64 (wrapping to the dtype).
+//! Floats compute in f64; integers compute exactly in i128, which holds every
+//! integer dtype (u64 included), and wrap to the dtype at the end.
 
-use super::index::{broadcast_indices, concat_data};
+use super::index::broadcast_indices;
 use super::onnx::*;
 use super::pad_flow::*;
 use super::shape::*;
@@ -194,26 +195,26 @@ pub(super) fn unary(u: UnaryOp, x: &Tensor) -> Result<Tensor, String> {
     } else if dtype == DType::Bool {
         return Err("not defined on bool tensors".into());
     } else {
-        let v = x.data.to_i64();
+        let v = x.data.to_i128();
         let v = v
             .into_iter()
-            .map(|v| unary_i64(u, v))
+            .map(|v| unary_int(u, v))
             .collect::<Option<Vec<_>>>();
         let v = v.ok_or_else(|| format!("not defined on {dtype} tensors"))?;
-        TensorData::from_i64(dtype, v)
+        TensorData::from_i128(dtype, v)
     };
     Ok(Tensor::new(x.shape.clone(), data))
 }
 
 /// The integer version of the ops ONNX defines on integers; `None` for the others.
-fn unary_i64(u: UnaryOp, x: i64) -> Option<i64> {
+fn unary_int(u: UnaryOp, x: i128) -> Option<i128> {
     Some(match u {
         UnaryOp::Relu => x.max(0),
         // Bounds round inwards; `as` saturates infinite bounds. min > max gives max,
         // as ONNX specifies.
         UnaryOp::Clip { min, max } => x
-            .max((min as f64).ceil() as i64)
-            .min((max as f64).floor() as i64),
+            .max((min as f64).ceil() as i128)
+            .min((max as f64).floor() as i128),
         UnaryOp::Neg => x.wrapping_neg(),
         UnaryOp::Abs => x.wrapping_abs(),
         _ => return None,
@@ -239,7 +240,7 @@ pub(super) fn binary(
                 .map(|(&i, &j)| b.compare(xv[i], yv[j]) == Some(true))
                 .collect()
         } else {
-            let (xv, yv) = (x.data.to_i64(), y.data.to_i64());
+            let (xv, yv) = (x.data.to_i128(), y.data.to_i128());
             xi.iter()
                 .zip(&yi)
                 .map(|(&i, &j)| b.compare(xv[i], yv[j]) == Some(true))
@@ -270,18 +271,20 @@ pub(super) fn binary(
             .collect();
         TensorData::from_f64(out.dtype, v)
     } else {
-        let (xv, yv) = (x.data.to_i64(), y.data.to_i64());
+        let (xv, yv) = (x.data.to_i128(), y.data.to_i128());
         let v = xi
             .iter()
             .zip(&yi)
-            .map(|(&i, &j)| arith_i64(b, xv[i], yv[j]))
+            .map(|(&i, &j)| arith_int(b, xv[i], yv[j]))
             .collect::<Result<Vec<_>, _>>()?;
-        TensorData::from_i64(out.dtype, v)
+        TensorData::from_i128(out.dtype, v)
     };
     Ok(Tensor::new(out.shape.clone(), data))
 }
 
-fn arith_i64(b: BinaryOp, x: i64, y: i64) -> Result<i64, String> {
+/// Wrapping in i128 keeps the low bits exact, so the result wraps to the dtype
+/// as the dtype's own arithmetic would; the rest is exact on every dtype.
+fn arith_int(b: BinaryOp, x: i128, y: i128) -> Result<i128, String> {
     Ok(match b {
         BinaryOp::Add => x.wrapping_add(y),
         BinaryOp::Sub => x.wrapping_sub(y),
@@ -304,7 +307,7 @@ fn arith_i64(b: BinaryOp, x: i64, y: i64) -> Result<i64, String> {
 
 /// x^e on integers, wrapping on overflow. A negative exponent gives the truncated
 /// real result: 1 and -1 stay ±1, other bases give 0.
-fn int_pow(x: i64, e: i64) -> Result<i64, String> {
+fn int_pow(x: i128, e: i128) -> Result<i128, String> {
     if e < 0 {
         return match x {
             0 => Err("integer zero raised to a negative power".into()),
@@ -313,7 +316,7 @@ fn int_pow(x: i64, e: i64) -> Result<i64, String> {
             _ => Ok(0),
         };
     }
-    let (mut base, mut e, mut acc) = (x, e as u64, 1i64);
+    let (mut base, mut e, mut acc) = (x, e as u128, 1i128);
     while e > 0 {
         if e & 1 == 1 {
             acc = acc.wrapping_mul(base);
@@ -339,7 +342,7 @@ pub(super) fn where_(
     // Pick from x and y joined end to end.
     let nx = x.numel();
     let src = (0..out.numel()).map(|k| if cond[ci[k]] { xi[k] } else { nx + yi[k] });
-    let both = concat_data(&[&x.data, &y.data])?;
+    let both = TensorData::concat(&[&x.data, &y.data])?;
     Ok(Tensor::new(out.shape.clone(), both.gather(src)))
 }
 
@@ -568,6 +571,37 @@ mod tests {
             *eval1(Op::Binary(B::Sub), &[&p, &q]).data,
             TensorData::U8(vec![255])
         );
+    }
+
+    /// u64 values above i64::MAX order and divide as unsigned numbers, and
+    /// add, subtract and multiply modulo 2^64.
+    #[test]
+    fn u64_arithmetic_is_unsigned() {
+        let u64s = |v: &[u64]| Tensor::new(vec![v.len()], TensorData::U64(v.to_vec()));
+        let big = u64::MAX - 1;
+        let (x, y) = (u64s(&[big, 7, big]), u64s(&[3, big, 2]));
+        let run = |b: B| eval1(Op::Binary(b), &[&x, &y]).data.as_ref().clone();
+        let expect = |v: [u64; 3]| TensorData::U64(v.to_vec());
+        assert_eq!(run(B::Add), expect([1, 5, 0]));
+        assert_eq!(run(B::Sub), expect([big - 3, 9, big - 2]));
+        assert_eq!(
+            run(B::Mul),
+            expect([
+                big.wrapping_mul(3),
+                big.wrapping_mul(7),
+                big.wrapping_mul(2)
+            ])
+        );
+        assert_eq!(run(B::Div), expect([big / 3, 0, big / 2]));
+        assert_eq!(run(B::Max), expect([big, big, big]));
+        assert_eq!(run(B::Min), expect([3, 7, 2]));
+        assert_eq!(run(B::Greater), TensorData::Bool(vec![true, false, true]));
+        // Relu and Clip keep large values: nothing is negative.
+        let relu = eval1(Op::Unary(U::Relu), &[&x]);
+        assert_eq!(*relu.data, *x.data);
+        // Casts wrap like C; an index that large is out of range, never negative.
+        assert_eq!(*x.cast(DType::I64).data, TensorData::I64(vec![-2, 7, -2]));
+        assert_eq!(x.data.to_i64(), vec![i64::MAX, 7, i64::MAX]);
     }
 
     #[test]

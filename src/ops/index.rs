@@ -88,43 +88,11 @@ pub(super) fn gather_axes(
     }
     let data = if uses_fill {
         let fill = TensorData::from_f64(x.dtype(), vec![fill]);
-        concat_data(&[&x.data, &fill])?.gather(src.into_iter())
+        TensorData::concat(&[&x.data, &fill])?.gather(src.into_iter())
     } else {
         x.data.gather(src.into_iter())
     };
     Ok(Tensor::new(shape, data))
-}
-
-/// The elements of `parts` one after another. All parts must share a dtype.
-pub(super) fn concat_data(parts: &[&TensorData]) -> Result<TensorData, String> {
-    macro_rules! join {
-        ($variant:ident) => {{
-            let mut all = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
-            for p in parts {
-                match p {
-                    TensorData::$variant(v) => all.extend_from_slice(v),
-                    other => {
-                        return Err(format!(
-                            "cannot join {} data with {} data",
-                            stringify!($variant),
-                            other.dtype()
-                        ))
-                    }
-                }
-            }
-            TensorData::$variant(all)
-        }};
-    }
-    Ok(match parts.first().ok_or("nothing to join")? {
-        TensorData::F32(_) => join!(F32),
-        TensorData::F16(_) => join!(F16),
-        TensorData::F64(_) => join!(F64),
-        TensorData::I64(_) => join!(I64),
-        TensorData::I32(_) => join!(I32),
-        TensorData::I8(_) => join!(I8),
-        TensorData::U8(_) => join!(U8),
-        TensorData::Bool(_) => join!(Bool),
-    })
 }
 
 /// The positions `p` in `0..p_len` whose image `p * stride + offset` lies in `0..q_len`.

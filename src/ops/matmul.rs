@@ -244,9 +244,9 @@ impl Num for f64 {
     }
 }
 
-impl Num for i64 {
-    const ZERO: i64 = 0;
-    fn mul_add(self, a: i64, b: i64) -> i64 {
+impl Num for i128 {
+    const ZERO: i128 = 0;
+    fn mul_add(self, a: i128, b: i128) -> i128 {
         self.wrapping_add(a.wrapping_mul(b))
     }
 }
@@ -316,8 +316,8 @@ pub(super) fn matmul(a: &Tensor, b: &Tensor, out: &ValueType) -> Result<Tensor, 
             TensorData::from_f64(out.dtype, c)
         }
         _ => {
-            let c = batched(&a.data.to_i64(), &b.data.to_i64(), (&ai, &bi), dims);
-            TensorData::from_i64(out.dtype, c)
+            let c = batched(&a.data.to_i128(), &b.data.to_i128(), (&ai, &bi), dims);
+            TensorData::from_i128(out.dtype, c)
         }
     };
     Ok(Tensor::new(out.shape.clone(), data))

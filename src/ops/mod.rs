@@ -128,6 +128,21 @@ pub struct ConvTranspose {
     pub output_padding: Vec<usize>,
 }
 
+/// The Indices output of MaxPool: the position of each window's maximum (the
+/// first, scanning the window row-major) as a flat index into the input, the
+/// (batch, channel) plane included. An op of its own, so that the values keep
+/// their kernels and unused indices cost nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MaxPoolIndices {
+    /// The sliding window.
+    pub window: Window,
+    /// Whether the last window may start in the end padding (output extents round up).
+    pub ceil_mode: bool,
+    /// ONNX `storage_order` 1: positions within a plane count the spatial axes
+    /// column-major (the first fastest).
+    pub column_major: bool,
+}
+
 /// Pooling over a sliding window: input x.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pool {
@@ -275,6 +290,8 @@ pub enum Op {
     Where,
     /// x
     Pool(Pool),
+    /// x -> i64 position of each window's maximum (MaxPool's Indices output)
+    MaxPoolIndices(MaxPoolIndices),
     /// x: N C spatial... -> N C 1...
     GlobalPool(GlobalPool),
     /// a, b, optional c: alpha · op(a) op(b) + beta · c
@@ -443,10 +460,14 @@ pub struct LayerNorm {
     pub epsilon: f32,
 }
 
+/// Conversion to another element type (ONNX Cast).
 #[derive(Clone, Debug, PartialEq)]
-#[allow(missing_docs)]
 pub struct Cast {
+    /// The element type converted to.
     pub to: DType,
+    /// To a float8 format: whether values beyond its range saturate to its
+    /// largest finite value (else they become infinity or NaN).
+    pub saturate: bool,
 }
 
 /// The full output shape to broadcast to.
@@ -619,6 +640,7 @@ impl Op {
             Op::Binary(b) => b,
             Op::Where => &Where,
             Op::Pool(p) => p,
+            Op::MaxPoolIndices(p) => p,
             Op::GlobalPool(p) => p,
             Op::Gemm(g) => g,
             Op::MatMul => &MatMul,

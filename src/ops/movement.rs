@@ -1,13 +1,14 @@
 //! Data movement on any dtype: each op computes the source index of every output
 //! element and gathers (see `index`).
 
-use super::index::{affine_indices, broadcast_indices, concat_data, gather_axes};
+use super::index::{affine_indices, broadcast_indices, gather_axes};
 use super::onnx::*;
 use super::pad_flow::*;
 use super::shape::*;
 use super::te::*;
 use super::*;
-use crate::core::{strides, Tensor, ValueType};
+use crate::core::float8::is_float8;
+use crate::core::{strides, Tensor, TensorData, ValueType};
 use crate::ops::{PadMode, SliceAxis};
 
 impl OpDef for Reshape {
@@ -613,21 +614,22 @@ impl OpDef for Cast {
     }
 
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
-        let Cast { to } = self;
+        let Cast { to, .. } = self;
 
         expect_inputs(inputs, 1, 1)?;
         Ok(vec![ValueType::new(*to, inputs[0].shape.clone())])
     }
 
     fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
-        let Cast { to } = self;
-        Ok(vec![x[0].cast(*to)])
+        let Cast { to, saturate } = self;
+        Ok(vec![x[0].cast_saturating(*to, *saturate)])
     }
 
     /// A cast between float types keeps the padding value (exactly, for the
-    /// values a pad holds: 0, ±inf, NaN); other casts refuse padded axes.
+    /// values a pad holds: 0, ±inf, NaN); other casts refuse padded axes, and
+    /// so do casts to float8, where ±inf may saturate.
     fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
-        if !self.to.is_float() {
+        if !self.to.is_float() || is_float8(self.to) {
             return refuse_padded(inputs, padded);
         }
         PadFlow {
@@ -641,12 +643,21 @@ impl OpDef for Cast {
     }
 
     fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
-        let Cast { to } = self;
-        cx.single(
-            "Cast",
-            cx.inputs,
-            vec![("to", Attr::Int(to.onnx_code() as i64))],
-        )
+        let Cast { to, saturate } = self;
+        let mut attrs = vec![("to", Attr::Int(to.onnx_code() as i64))];
+        if !saturate && is_float8(*to) {
+            attrs.push(("saturate", Attr::Int(0)));
+        }
+        cx.single("Cast", cx.inputs, attrs)
+    }
+
+    /// Float8 and `saturate` came in opset 19.
+    fn min_onnx_opset(&self) -> i64 {
+        if is_float8(self.to) {
+            19
+        } else {
+            17
+        }
     }
 }
 
@@ -881,7 +892,7 @@ pub(super) fn concat(axis: usize, xs: &[&Tensor], out: &ValueType) -> Result<Ten
     let parts: Vec<_> = xs.iter().map(|x| &*x.data).collect();
     Ok(Tensor::new(
         out.shape.clone(),
-        concat_data(&parts)?.gather(src.into_iter()),
+        TensorData::concat(&parts)?.gather(src.into_iter()),
     ))
 }
 
@@ -1189,12 +1200,18 @@ mod tests {
         assert_eq!(eval1(Op::Identity, &[&big]), big);
         // Cast float → int truncates toward zero.
         let y = eval1(
-            Op::Cast(Cast { to: DType::I64 }),
+            Op::Cast(Cast {
+                to: DType::I64,
+                saturate: true,
+            }),
             &[&f32s(&[3], &[-1.7, 2.9, 0.5])],
         );
         assert_i64(&y, &[3], &[-1, 2, 0]);
         let y = eval1(
-            Op::Cast(Cast { to: DType::Bool }),
+            Op::Cast(Cast {
+                to: DType::Bool,
+                saturate: true,
+            }),
             &[&f32s(&[2], &[0.0, -0.5])],
         );
         assert_eq!(*y.data, TensorData::Bool(vec![false, true]));

@@ -8,8 +8,8 @@ use super::shape::*;
 use super::te::*;
 use super::*;
 use crate::core::scalar::Scalar;
-use crate::core::{numel, Tensor, TensorData, ValueType};
-use crate::ops::{Pool, PoolKind};
+use crate::core::{numel, strides, Tensor, TensorData, ValueType};
+use crate::ops::{MaxPoolIndices, Pool, PoolKind};
 use rayon::prelude::*;
 
 impl OpDef for Pool {
@@ -107,6 +107,46 @@ impl OpDef for Pool {
         } else {
             17
         }
+    }
+}
+
+impl MaxPoolIndices {
+    /// The MaxPool whose maxima these are.
+    fn values(&self) -> Pool {
+        Pool {
+            kind: PoolKind::Max,
+            window: self.window.clone(),
+            ceil_mode: self.ceil_mode,
+            count_include_pad: false,
+        }
+    }
+}
+
+impl OpDef for MaxPoolIndices {
+    fn name(&self) -> &'static str {
+        "MaxPool"
+    }
+
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+        let values = self.values().infer(inputs)?;
+        Ok(vec![ValueType::new(DType::I64, values[0].shape.clone())])
+    }
+
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        Ok(vec![max_pool_indices(self, x[0], &outputs[0])])
+    }
+
+    /// A MaxPool whose values output goes unused.
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+        let mut a = window_attrs(&self.window, true);
+        a.push(("ceil_mode", Attr::Int(self.ceil_mode as i64)));
+        a.push(("storage_order", Attr::Int(self.column_major as i64)));
+        let outs = [
+            cx.b.fresh(&format!("{}_values", cx.outputs[0])),
+            cx.b.fresh(&cx.outputs[0]),
+        ];
+        cx.b.node_multi("MaxPool", &[cx.input(0)], a, &outs);
+        Ok(vec![outs[1].clone()])
     }
 }
 
@@ -266,6 +306,55 @@ pub(super) fn pool(p: &Pool, x: &Tensor, out: &ValueType) -> Tensor {
             });
     }
     Tensor::new(out.shape.clone(), TensorData::from_f64(out.dtype, y))
+}
+
+/// Per output position, the flat input position of the first maximum of its
+/// window (NaN counts as the largest, as in the values); -1 for a window that
+/// lies wholly in the padding, as in the ONNX reference.
+fn max_pool_indices(p: &MaxPoolIndices, x: &Tensor, out: &ValueType) -> Tensor {
+    let w = &p.window;
+    let (in_sp, out_sp) = (&x.shape[2..], &out.shape[2..]);
+    let (in_len, out_len) = (numel(in_sp), numel(out_sp));
+    let (in_steps, out_steps) = (strides(in_sp), strides(out_sp));
+    // How a spatial position is numbered in the indices.
+    let place = if p.column_major {
+        let mut rev: Vec<usize> = in_sp.to_vec();
+        rev.reverse();
+        let mut s = strides(&rev);
+        s.reverse();
+        s
+    } else {
+        in_steps.clone()
+    };
+    let taps = kernel_offsets(w);
+    let xs = x.data.to_f64();
+    let mut y = vec![-1i64; out.numel()];
+    for (j, slot) in y.iter_mut().enumerate() {
+        let (plane, o) = (j / out_len.max(1), j % out_len.max(1));
+        let mut best: Option<(f64, usize)> = None;
+        for tap in &taps {
+            let mut at = Some((0, 0));
+            for a in 0..out_sp.len() {
+                let oa = (o / out_steps[a]) % out_sp[a];
+                let i = (oa * w.strides[a]) as isize + tap[a];
+                at = at
+                    .filter(|_| (0..in_sp[a] as isize).contains(&i))
+                    .map(|(r, c)| (r + i as usize * in_steps[a], c + i as usize * place[a]));
+            }
+            let Some((row_major, placed)) = at else {
+                continue;
+            };
+            let v = xs[plane * in_len + row_major];
+            let wins = best.is_none_or(|(b, _)| v > b || (v.is_nan() && !b.is_nan()));
+            if wins {
+                best = Some((v, placed));
+            }
+        }
+        if let Some((_, placed)) = best {
+            *slot = (plane * in_len + placed) as i64;
+        }
+    }
+    Tensor::new(out.shape.clone(), TensorData::I64(y))
 }
 
 pub(super) fn global_pool(kind: PoolKind, x: &Tensor, out: &ValueType) -> Tensor {
@@ -506,5 +595,26 @@ mod tests {
             &[&x],
         );
         assert_close(&y, &[1, 2, 1, 1, 1], &[7.0, 15.0], 0.0);
+    }
+
+    /// The first maximum of each window, as a flat input position with the
+    /// (batch, channel) plane counted in, in either numbering of the plane.
+    #[test]
+    fn max_pool_indices_number_row_or_column_major() {
+        // Two planes of 2x3; the second repeats the first. Windows 2x2, stride 1:
+        // the maxima 5 at (0, 1) (the 5 below it comes later) and 6 at (1, 2).
+        let plane = [1.0, 5.0, 2.0, 4.0, 5.0, 6.0];
+        let x = f32s(&[1, 2, 2, 3], &[plane, plane].concat());
+        let indices = |column_major| {
+            let op = Op::MaxPoolIndices(MaxPoolIndices {
+                window: square_window(2, 1, 0),
+                ceil_mode: false,
+                column_major,
+            });
+            eval1(op, &[&x])
+        };
+        // Row-major: h * 3 + w; column-major: h + w * 2; planes 6 apart.
+        assert_i64(&indices(false), &[1, 2, 1, 2], &[1, 5, 7, 11]);
+        assert_i64(&indices(true), &[1, 2, 1, 2], &[2, 5, 8, 11]);
     }
 }

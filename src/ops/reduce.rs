@@ -189,13 +189,13 @@ pub(super) fn reduce(
         }
         _ => {
             let init = match kind {
-                ReduceKind::Max => i64::MIN,
-                ReduceKind::Min => i64::MAX,
+                ReduceKind::Max => i128::MIN,
+                ReduceKind::Min => i128::MAX,
                 ReduceKind::Prod => 1,
                 ReduceKind::Sum | ReduceKind::Mean => 0,
             };
             let mut acc = vec![init; n_out];
-            for (&o, v) in dst.iter().zip(x.data.to_i64()) {
+            for (&o, v) in dst.iter().zip(x.data.to_i128()) {
                 acc[o] = match kind {
                     ReduceKind::Max => acc[o].max(v),
                     ReduceKind::Min => acc[o].min(v),
@@ -207,9 +207,9 @@ pub(super) fn reduce(
                 if count == 0 {
                     return Err("integer mean over no elements".into());
                 }
-                acc.iter_mut().for_each(|a| *a /= count);
+                acc.iter_mut().for_each(|a| *a /= count as i128);
             }
-            TensorData::from_i64(out.dtype, acc)
+            TensorData::from_i128(out.dtype, acc)
         }
     };
     Ok(Tensor::new(out.shape.clone(), data))
@@ -341,14 +341,14 @@ impl OpDef for CumSum {
                 scan(&x[0].data.to_f64(), 0.0, dims, &order, self.exclusive),
             ),
             d => {
-                let v: Vec<std::num::Wrapping<i64>> = x[0]
+                let v: Vec<std::num::Wrapping<i128>> = x[0]
                     .data
-                    .to_i64()
+                    .to_i128()
                     .into_iter()
                     .map(std::num::Wrapping)
                     .collect();
                 let sums = scan(&v, std::num::Wrapping(0), dims, &order, self.exclusive);
-                TensorData::from_i64(d, sums.into_iter().map(|w| w.0).collect())
+                TensorData::from_i128(d, sums.into_iter().map(|w| w.0).collect())
             }
         };
         Ok(vec![Tensor::new(outputs[0].shape.clone(), data)])

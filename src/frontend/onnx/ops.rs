@@ -9,8 +9,8 @@ use crate::graph::{
 };
 use crate::ops::{
     ArgKind, ArgReduce, BatchNorm, Cast, Concat, CumSum, Expand, Gather, GatherElements, Gemm,
-    GlobalPool, LayerNorm, LogSoftmax, Logical, Lrn, Pad, Reduce, Reshape, Slice, Softmax, Split,
-    Tile, TopK, Transpose,
+    GlobalPool, LayerNorm, LogSoftmax, Logical, Lrn, MaxPoolIndices, Pad, Reduce, Reshape, Slice,
+    Softmax, Split, Tile, TopK, Transpose,
 };
 use onnx_protobuf::{AttributeProto, NodeProto};
 
@@ -190,6 +190,7 @@ pub(super) const SUPPORTED: &[&str] = &[
     "AveragePool",
     "BatchNormalization",
     "Cast",
+    "CastLike",
     "Celu",
     "Clip",
     "Concat",
@@ -521,7 +522,17 @@ pub(super) fn convert(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         }
         "Cast" => Op::Cast(Cast {
             to: dtype_from_onnx(c.int("to", 0)? as i32).map_err(|m| c.err(format!("Cast: {m}")))?,
+            saturate: c.bool_attr("saturate", true)?,
         }),
+        // CastLike casts to the element type of its second input. Types are
+        // static here, so it is a Cast: one op to run, fold and export, and no
+        // edge to a tensor whose values it never reads.
+        "CastLike" => {
+            let (x, like) = (c.input(0)?, c.input(1)?);
+            let to = c.ty(like).dtype;
+            let saturate = c.bool_attr("saturate", true)?;
+            return c.emit(Op::Cast(Cast { to, saturate }), &[x]);
+        }
         "Identity" => Op::Identity,
         "Expand" => {
             let x = c.input(0)?;
@@ -760,12 +771,12 @@ fn conv_transpose(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
 }
 
 fn pool(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
-    if c.node.output.len() > 1 && !c.node.output[1].is_empty() {
-        return Err(c.err("MaxPool's Indices output is not supported"));
-    }
-    if c.int("storage_order", 0)? != 0 {
-        return Err(c.err("MaxPool storage_order 1 is not supported"));
-    }
+    let indices = c.node.output.get(1).filter(|o| !o.is_empty()).cloned();
+    let column_major = match c.int("storage_order", 0)? {
+        0 => false,
+        1 => true,
+        s => return Err(c.err(format!("storage_order {s} is neither 0 nor 1"))),
+    };
     let x = c.input(0)?;
     let xs = c.ty(x).shape;
     if xs.len() < 3 {
@@ -784,10 +795,25 @@ fn pool(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         ceil_mode: c.bool_attr("ceil_mode", false)?,
         count_include_pad: c.bool_attr("count_include_pad", false)?,
     };
-    c.emit(Op::Pool(pool), &[x]).map(|mut v| {
-        v.truncate(1);
-        v
-    })
+    let mut outs = c.emit(Op::Pool(pool.clone()), &[x])?;
+    outs.truncate(1);
+    if let Some(name) = indices {
+        if kind != PoolKind::Max {
+            return Err(c.err("AveragePool has one output"));
+        }
+        let op = Op::MaxPoolIndices(MaxPoolIndices {
+            window: pool.window,
+            ceil_mode: pool.ceil_mode,
+            column_major,
+        });
+        let layer = c.layer();
+        outs.extend(
+            add_and_fold(c.g, op, &layer, &[x], &[name], c.span)?
+                .into_iter()
+                .map(Some),
+        );
+    }
+    Ok(outs)
 }
 
 fn constant_node(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
@@ -866,7 +892,7 @@ fn range(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         let n = range_len(c, (l - s) as f64 / d as f64, d == 0)?;
         Tensor::new(
             vec![n],
-            TensorData::from_i64(dtype, (0..n as i64).map(|i| s + i * d).collect()),
+            TensorData::from_i128(dtype, (0..n as i64).map(|i| (s + i * d).into()).collect()),
         )
     };
     Ok(c.constant(t))

@@ -2,7 +2,6 @@
 //! external data files beside the model.
 
 use crate::graph::{checked_numel, format_bytes, memory_limit, DType, Tensor, TensorData};
-use half::f16;
 use onnx_protobuf::TensorProto;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Component, Path};
@@ -13,24 +12,32 @@ pub fn dtype_from_onnx(code: i32) -> Result<DType, String> {
         1 => DType::F32,
         2 => DType::U8,
         3 => DType::I8,
+        4 => DType::U16,
+        5 => DType::I16,
         6 => DType::I32,
         7 => DType::I64,
         9 => DType::Bool,
         10 => DType::F16,
         11 => DType::F64,
+        12 => DType::U32,
+        13 => DType::U64,
+        16 => DType::BF16,
+        17 => DType::F8E4M3FN,
+        18 => DType::F8E4M3FNUZ,
+        19 => DType::F8E5M2,
+        20 => DType::F8E5M2FNUZ,
+        21 => DType::U4,
+        22 => DType::I4,
         other => {
             let name = match other {
                 0 => "UNDEFINED",
-                4 => "UINT16",
-                5 => "INT16",
                 8 => "STRING",
-                12 => "UINT32",
-                13 => "UINT64",
                 14 => "COMPLEX64",
                 15 => "COMPLEX128",
-                16 => "BFLOAT16",
-                17..=20 | 23 => "FLOAT8",
-                21 | 22 | 25 | 26 => "INT4/UINT4",
+                23 => "FLOAT4E2M1",
+                24 => "FLOAT8E8M0",
+                25 => "UINT2",
+                26 => "INT2",
                 _ => "unknown",
             };
             return Err(format!(
@@ -119,46 +126,32 @@ fn read_external(tp: &TensorProto, base_dir: Option<&Path>) -> Result<Vec<u8>, S
     Ok(bytes)
 }
 
-fn from_le<const N: usize, T>(raw: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
-    raw.chunks_exact(N)
-        .map(|c| f(c.try_into().expect("chunks_exact yields N bytes")))
-        .collect()
-}
-
-fn decode_raw(dtype: DType, raw: &[u8]) -> Result<TensorData, String> {
-    if !raw.len().is_multiple_of(dtype.size_bytes()) {
-        return Err(format!(
-            "raw data of {} bytes is not a whole number of {dtype} elements",
-            raw.len()
-        ));
-    }
-    Ok(match dtype {
-        DType::F32 => TensorData::F32(from_le(raw, f32::from_le_bytes)),
-        DType::F16 => TensorData::F16(from_le(raw, |b| f16::from_bits(u16::from_le_bytes(b)))),
-        DType::F64 => TensorData::F64(from_le(raw, f64::from_le_bytes)),
-        DType::I64 => TensorData::I64(from_le(raw, i64::from_le_bytes)),
-        DType::I32 => TensorData::I32(from_le(raw, i32::from_le_bytes)),
-        DType::I8 => TensorData::I8(raw.iter().map(|&b| b as i8).collect()),
-        DType::U8 => TensorData::U8(raw.to_vec()),
-        DType::Bool => TensorData::Bool(raw.iter().map(|&b| b != 0).collect()),
-    })
-}
-
-/// Data held in the typed repeated fields (int32_data carries every narrow type).
+/// Data held in the typed repeated fields (int32_data carries every narrow type,
+/// uint64_data both uint32 and uint64).
 fn decode_typed(dtype: DType, tp: &TensorProto) -> TensorData {
-    let narrow = || tp.int32_data.iter().map(|&x| x as i64).collect::<Vec<_>>();
+    let narrow = || tp.int32_data.iter().map(|&x| x as i128).collect::<Vec<_>>();
     match dtype {
         DType::F32 => TensorData::F32(tp.float_data.clone()),
         DType::F64 => TensorData::F64(tp.double_data.clone()),
         DType::I64 => TensorData::I64(tp.int64_data.clone()),
-        // float16 values travel as their bit patterns in int32_data.
-        DType::F16 => TensorData::F16(
-            tp.int32_data
+        DType::U64 | DType::U32 => {
+            TensorData::from_i128(dtype, tp.uint64_data.iter().map(|&x| x as i128).collect())
+        }
+        // 16- and 8-bit floats travel as their bit patterns in int32_data.
+        DType::F16
+        | DType::BF16
+        | DType::F8E4M3FN
+        | DType::F8E4M3FNUZ
+        | DType::F8E5M2
+        | DType::F8E5M2FNUZ => {
+            let bits: Vec<u8> = tp
+                .int32_data
                 .iter()
-                .map(|&x| f16::from_bits(x as u16))
-                .collect(),
-        ),
-        other => TensorData::from_i64(other, narrow()),
+                .flat_map(|&x| x.to_le_bytes().into_iter().take(dtype.size_bytes()))
+                .collect();
+            TensorData::from_le_bytes(dtype, &bits).expect("whole elements")
+        }
+        other => TensorData::from_i128(other, narrow()),
     }
 }
 
@@ -179,10 +172,17 @@ pub fn tensor_from_proto(tp: &TensorProto, base_dir: Option<&Path>) -> Result<Te
         return Err("segmented tensors are not supported".into());
     }
     let external = tp.data_location.value() == 1;
+    let raw = |bytes: &[u8]| match packed(dtype) {
+        true => TensorData::from_le_bytes(dtype, &unpack_nibbles(bytes, n)?),
+        false => TensorData::from_le_bytes(dtype, bytes),
+    };
     let data = if external {
-        decode_raw(dtype, &read_external(tp, base_dir)?)?
+        raw(&read_external(tp, base_dir)?)?
     } else if !tp.raw_data.is_empty() {
-        decode_raw(dtype, &tp.raw_data)?
+        raw(&tp.raw_data)?
+    } else if packed(dtype) {
+        // Typed 4-bit data is packed the same way, a byte per int32_data entry.
+        raw(&tp.int32_data.iter().map(|&x| x as u8).collect::<Vec<_>>())?
     } else {
         decode_typed(dtype, tp)
     };
@@ -202,15 +202,57 @@ pub fn tensor_to_proto(name: &str, t: &Tensor) -> TensorProto {
     tp.name = name.to_string();
     tp.dims = t.shape.iter().map(|&d| d as i64).collect();
     tp.data_type = t.dtype().onnx_code();
-    tp.raw_data = match &*t.data {
-        TensorData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        TensorData::F16(v) => v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect(),
-        TensorData::F64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        TensorData::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        TensorData::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        TensorData::I8(v) => v.iter().map(|&x| x as u8).collect(),
-        TensorData::U8(v) => v.clone(),
-        TensorData::Bool(v) => v.iter().map(|&x| x as u8).collect(),
+    let bytes = t.data.to_le_bytes();
+    tp.raw_data = match packed(t.dtype()) {
+        true => bytes
+            .chunks(2)
+            .map(|p| p[0] | p.get(1).map_or(0, |hi| hi << 4))
+            .collect(),
+        false => bytes,
     };
     tp
+}
+
+/// Whether ONNX packs the type's elements two a byte (the first in the low
+/// nibble), as it does 4-bit integers.
+fn packed(dtype: DType) -> bool {
+    matches!(dtype, DType::I4 | DType::U4)
+}
+
+/// Packed 4-bit elements, one a byte.
+fn unpack_nibbles(bytes: &[u8], n: usize) -> Result<Vec<u8>, String> {
+    if bytes.len() != n.div_ceil(2) {
+        return Err(format!(
+            "{} bytes of packed 4-bit data, but {n} elements need {}",
+            bytes.len(),
+            n.div_ceil(2)
+        ));
+    }
+    Ok(bytes
+        .iter()
+        .flat_map(|&b| [b & 0xF, b >> 4])
+        .take(n)
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 4-bit integers pack two a byte, the first low; an odd count leaves the
+    /// last high nibble 0, and a wrong byte count is refused.
+    #[test]
+    fn four_bit_data_packs_two_a_byte() {
+        let t = Tensor::new(vec![3], TensorData::from_i128(DType::I4, vec![-1, 2, -8]));
+        let tp = tensor_to_proto("x", &t);
+        assert_eq!(tp.raw_data, vec![0x2F, 0x08]);
+        assert_eq!(tensor_from_proto(&tp, None).unwrap(), t);
+        let mut short = tp.clone();
+        short.raw_data.pop();
+        let err = tensor_from_proto(&short, None).unwrap_err();
+        assert!(
+            err.contains("1 bytes of packed 4-bit data, but 3 elements need 2"),
+            "{err}"
+        );
+    }
 }

@@ -17,7 +17,6 @@ use crate::graph::{
     TensorData, ValueRef, ValueType,
 };
 use flatbuffers::{ForwardsUOffset, Vector};
-use half::f16;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -140,8 +139,12 @@ fn dtype_of(tensor_type: i8) -> Option<DType> {
         3 => DType::U8,
         4 => DType::I64,
         6 => DType::Bool,
+        7 => DType::I16,
         9 => DType::I8,
         10 => DType::F64,
+        12 => DType::U64,
+        15 => DType::U32,
+        16 => DType::U16,
         _ => return None,
     })
 }
@@ -386,7 +389,8 @@ impl<'a> Importer<'a> {
                 bytes.len()
             )));
         }
-        Ok(Some(Tensor::new(ty.shape, decode(ty.dtype, bytes))))
+        let data = TensorData::from_le_bytes(ty.dtype, bytes).map_err(|m| self.invalid(m))?;
+        Ok(Some(Tensor::new(ty.shape, data)))
     }
 
     /// The IR value of tensor `t`: produced by an earlier operator, a graph input, or
@@ -417,25 +421,6 @@ impl<'a> Importer<'a> {
 }
 
 /// Decodes little-endian elements of `dtype` (the length is already checked).
-fn decode(dtype: DType, bytes: &[u8]) -> TensorData {
-    fn words<const N: usize, T>(bytes: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
-        bytes
-            .chunks_exact(N)
-            .map(|c| f(c.try_into().expect("chunks_exact yields N bytes")))
-            .collect()
-    }
-    match dtype {
-        DType::F32 => TensorData::F32(words(bytes, f32::from_le_bytes)),
-        DType::F16 => TensorData::F16(words(bytes, f16::from_le_bytes)),
-        DType::F64 => TensorData::F64(words(bytes, f64::from_le_bytes)),
-        DType::I64 => TensorData::I64(words(bytes, i64::from_le_bytes)),
-        DType::I32 => TensorData::I32(words(bytes, i32::from_le_bytes)),
-        DType::I8 => TensorData::I8(words(bytes, i8::from_le_bytes)),
-        DType::U8 => TensorData::U8(bytes.to_vec()),
-        DType::Bool => TensorData::Bool(bytes.iter().map(|&b| b != 0).collect()),
-    }
-}
-
 /// A graph name from the file name: `dir/model.tflite` → `model`.
 fn graph_name(file: &str) -> String {
     Path::new(file)

@@ -1201,7 +1201,14 @@ impl<'a> Cx<'_, 'a> {
             self.emitted.push(v.node);
             return Ok(v);
         }
-        self.emit(Op::Cast(Cast { to: DType::F32 }), "cast", &[x])
+        self.emit(
+            Op::Cast(Cast {
+                to: DType::F32,
+                saturate: true,
+            }),
+            "cast",
+            &[x],
+        )
     }
 }
 

@@ -180,7 +180,10 @@ pub(super) fn hardmax(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     let name = format!("{}/positions", c.layer());
     let positions = c.g.add_constant(&name, positions, vec![c.span.clone()]);
     let hit = c.emit_inner(Op::Binary(BinaryOp::Equal), &[positions, best], "hit")?;
-    let to = Op::Cast(Cast { to: ty.dtype });
+    let to = Op::Cast(Cast {
+        to: ty.dtype,
+        saturate: true,
+    });
     if shape == s {
         return c.emit(to, &[hit]);
     }
