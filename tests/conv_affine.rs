@@ -109,6 +109,36 @@ fn per_channel_mul_add_sub_fold_into_the_conv() {
     check(&conv_then(tail, init), 3);
 }
 
+/// tf2onnx's channels-last form: the conv's output transposed to NHWC, then
+/// per-channel constants along the last axis; both fold through the transpose.
+#[test]
+fn per_channel_ops_after_a_transpose_fold_into_the_conv() {
+    let mut to_nhwc = node("Transpose", "to_nhwc", &["c"], &["h"]);
+    to_nhwc.attribute.push(ints_attr("perm", &[0, 2, 3, 1]));
+    let mut to_nchw = node("Transpose", "to_nchw", &["a"], &["y"]);
+    to_nchw.attribute.push(ints_attr("perm", &[0, 3, 1, 2]));
+    let tail = vec![
+        to_nhwc,
+        node("Mul", "scale", &["h", "s"], &["m"]),
+        node("Add", "shift", &["t", "m"], &["a"]),
+        to_nchw,
+    ];
+    let init = vec![
+        ("s", channels(vec![8], 0.25)),
+        ("t", channels(vec![1, 1, 1, 8], -0.5)),
+    ];
+    check(&conv_then(tail, init), 2);
+    // A constant along W of the transposed output is not per channel.
+    let mut to_nhwc = node("Transpose", "to_nhwc", &["c"], &["h"]);
+    to_nhwc.attribute.push(ints_attr("perm", &[0, 2, 3, 1]));
+    let mut to_nchw = node("Transpose", "to_nchw", &["m"], &["y"]);
+    to_nchw.attribute.push(ints_attr("perm", &[0, 3, 1, 2]));
+    let tail = vec![to_nhwc, node("Mul", "scale", &["h", "s"], &["m"]), to_nchw];
+    let g = conv_then(tail, vec![("s", channels(vec![7, 1], 0.1))]);
+    let mut folded = g.clone();
+    assert_eq!(fold_conv_affine(&mut folded).unwrap(), 0);
+}
+
 #[test]
 fn other_readers_spatial_constants_and_reversed_sub_keep_their_nodes() {
     // The conv output has a second reader: the Mul cannot fold.

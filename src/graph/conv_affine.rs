@@ -3,9 +3,13 @@
 //! Converters often write an inference batch norm as `Conv → Mul(γ') → Add(β')`
 //! with per-output-channel constants (tf2onnx does for depthwise convolutions).
 //! Folded into the weights and bias, the conv's output is what the Add wrote, and
-//! the activation after it can join the conv kernel as an epilogue.
+//! the activation after it can join the conv kernel as an epilogue. A transpose
+//! between the conv and the op (tf2onnx's channels-last graphs) is looked
+//! through: the constant is then per channel along the axis the channels moved to.
 
-use super::{merge_spans, BinaryOp, DType, Graph, GraphError, NodeId, Op, Tensor, ValueRef};
+use super::{
+    merge_spans, BinaryOp, DType, Graph, GraphError, NodeId, Op, Tensor, Transpose, ValueRef,
+};
 
 /// Folds every `Mul`, `Add` or `Sub` of a convolution's output by a constant that
 /// is one value per output channel (or one for all) into that convolution, when
@@ -21,22 +25,49 @@ pub fn fold_conv_affine(g: &mut Graph) -> Result<usize, GraphError> {
     Ok(folded)
 }
 
-/// The conv, its per-channel constant and the op, when `id` can fold into it.
-fn affine_of(g: &Graph, id: NodeId) -> Option<(NodeId, Vec<f32>, BinaryOp)> {
+/// What `id` folds into: the conv, the transpose between them if any.
+struct Affine {
+    conv: NodeId,
+    transpose: Option<NodeId>,
+    per_channel: Vec<f32>,
+    op: BinaryOp,
+}
+
+/// The value's producer when it is a single-output node read only once.
+fn sole_reader_of(g: &Graph, v: ValueRef) -> Option<NodeId> {
+    let only = v.output == 0 && g.consumers(v).len() == 1 && !g.is_graph_output(v);
+    only.then_some(v.node)
+}
+
+/// The conv (through at most one transpose), its per-channel constant and the
+/// op, when `id` can fold into it.
+fn affine_of(g: &Graph, id: NodeId) -> Option<Affine> {
     let Op::Binary(op @ (BinaryOp::Mul | BinaryOp::Add | BinaryOp::Sub)) = g.node(id).op else {
         return None;
     };
     let ins = g.node_inputs(id);
-    let port = (0..2).find(|&p| matches!(g.node(ins[p].node).op, Op::Conv(_)))?;
+    // The conv's output, the transpose after it, and the axis the channels are on.
+    let conv_side = |v: ValueRef| -> Option<(ValueRef, Option<NodeId>, usize)> {
+        match &g.node(v.node).op {
+            Op::Conv(_) => Some((v, None, 1)),
+            Op::Transpose(Transpose { perm }) => {
+                let conv_out = g.node_inputs(v.node)[0];
+                matches!(g.node(conv_out.node).op, Op::Conv(_)).then_some(())?;
+                sole_reader_of(g, v)?;
+                let axis = perm.iter().position(|&a| a == 1)?;
+                Some((conv_out, Some(v.node), axis))
+            }
+            _ => None,
+        }
+    };
+    let (port, (conv_out, transpose, axis)) =
+        (0..2).find_map(|p| conv_side(ins[p]).map(|found| (p, found)))?;
     if op == BinaryOp::Sub && port != 0 {
         return None;
     }
-    let (conv_out, c) = (ins[port], g.constant(ins[1 - port])?);
-    if conv_out.output != 0
-        || g.consumers(conv_out).len() != 1
-        || g.is_graph_output(conv_out)
-        || g.value_type(ValueRef::new(id, 0)) != g.value_type(conv_out)
-    {
+    let c = g.constant(ins[1 - port])?;
+    sole_reader_of(g, conv_out)?;
+    if g.value_type(ValueRef::new(id, 0)) != g.value_type(ins[port]) {
         return None;
     }
     let conv_ins = g.node_inputs(conv_out.node);
@@ -44,25 +75,34 @@ fn affine_of(g: &Graph, id: NodeId) -> Option<(NodeId, Vec<f32>, BinaryOp)> {
     if !conv_ins[1..].iter().all(f32_const) || c.dtype() != DType::F32 {
         return None;
     }
-    let out = &g.value_type(conv_out).shape;
-    let cout = *out.get(1)?;
-    Some((conv_out.node, per_channel(c, out.len(), cout)?, op))
+    let rank = g.value_type(conv_out).shape.len();
+    let cout = *g.value_type(conv_out).shape.get(1)?;
+    Some(Affine {
+        conv: conv_out.node,
+        transpose,
+        per_channel: per_channel(c, rank, axis, cout)?,
+        op,
+    })
 }
 
 /// The constant as one value per output channel, when it broadcasts so: its
-/// shape right-aligned against the conv output's is 1 everywhere but the
-/// channel axis, where it is 1 or the channel count.
-fn per_channel(c: &Tensor, rank: usize, cout: usize) -> Option<Vec<f32>> {
+/// shape right-aligned against the output's is 1 everywhere but the channel
+/// `axis`, where it is 1 or the channel count.
+fn per_channel(c: &Tensor, rank: usize, axis: usize, cout: usize) -> Option<Vec<f32>> {
     if c.rank() > rank {
         return None;
     }
     let lead = rank - c.rank();
-    let channel_extent = if lead <= 1 { c.shape[1 - lead] } else { 1 };
+    let channel_extent = if axis >= lead {
+        c.shape[axis - lead]
+    } else {
+        1
+    };
     let others_one = c
         .shape
         .iter()
         .enumerate()
-        .all(|(i, &d)| i + lead == 1 || d == 1);
+        .all(|(i, &d)| i + lead == axis || d == 1);
     if !others_one || !(channel_extent == 1 || channel_extent == cout) {
         return None;
     }
@@ -74,7 +114,13 @@ fn per_channel(c: &Tensor, rank: usize, cout: usize) -> Option<Vec<f32>> {
 }
 
 fn fold_into_conv(g: &mut Graph, id: NodeId) -> Result<bool, GraphError> {
-    let Some((conv, s, op)) = affine_of(g, id) else {
+    let Some(Affine {
+        conv,
+        transpose,
+        per_channel: s,
+        op,
+    }) = affine_of(g, id)
+    else {
         return Ok(false);
     };
     let conv_ins = g.node_inputs(conv);
@@ -114,7 +160,21 @@ fn fold_into_conv(g: &mut Graph, id: NodeId) -> Result<bool, GraphError> {
         Tensor::from_f32(vec![cout], bias),
         spans.clone(),
     );
-    let folded = g.add_node(conv_op, &name, &[conv_ins[0], w, b], &out_names, spans)?;
+    let folded = match transpose {
+        None => g.add_node(conv_op, &name, &[conv_ins[0], w, b], &out_names, spans)?,
+        Some(t) => {
+            let t_op = g.node(t).op.clone();
+            let conv_name = format!("{name}_conv");
+            let c = g.add_node(
+                conv_op,
+                &conv_name,
+                &[conv_ins[0], w, b],
+                &[],
+                spans.clone(),
+            )?;
+            g.add_node(t_op, &name, &[ValueRef::new(c, 0)], &out_names, spans)?
+        }
+    };
     g.replace_uses(ValueRef::new(id, 0), ValueRef::new(folded, 0));
     g.remove_node(id);
     Ok(true)
