@@ -15,6 +15,7 @@ pub mod conv;
 pub mod depthwise;
 mod elementwise;
 pub mod kernels;
+mod matmul;
 mod normalize;
 pub mod roofline;
 pub mod simd;
@@ -25,7 +26,8 @@ use crate::graph::{format_spans, Graph, GraphError, Op, Span, Tensor, TensorData
 use compile::Compiler;
 use conv::PackedConv;
 use depthwise::Depthwise;
-use kernels::{Dense, Gather, PoolGeom};
+use kernels::{Gather, PoolGeom};
+use matmul::{BatchedMatMul, Dense};
 use roofline::StepWork;
 use simd::Isa;
 use std::borrow::Cow;
@@ -143,6 +145,8 @@ enum Kernel {
     Depthwise(Depthwise),
     Pool(PoolGeom),
     Dense(Dense),
+    /// A matrix product of two computed operands, batched.
+    MatMul(BatchedMatMul),
     Gather(Gather),
     /// Rows of f32 data (input 0) picked by run-time integer indices (input 1):
     /// an embedding lookup.
@@ -170,6 +174,7 @@ impl Kernel {
     fn scratch_len(&self) -> usize {
         match self {
             Kernel::Conv(c) => c.scratch_len(),
+            Kernel::MatMul(m) => m.scratch_len(),
             _ => 0,
         }
     }
@@ -535,6 +540,12 @@ impl CompiledModel {
                     .run(bufs.read(step.inputs[0]), bufs.write(step.outputs[0]))
                     .map_err(at_node)?,
                 Kernel::Dense(d) => d.run(bufs.read(step.inputs[0]), bufs.write(step.outputs[0])),
+                Kernel::MatMul(m) => m.run(
+                    bufs.read(step.inputs[0]),
+                    bufs.read(step.inputs[1]),
+                    bufs.write(step.outputs[0]),
+                    step.scratch.map_or(&mut [], |s| bufs.write(s)),
+                ),
                 Kernel::Copy => bufs
                     .write(step.outputs[0])
                     .copy_from_slice(bufs.read(step.inputs[0])),

@@ -8,7 +8,8 @@ mod arena;
 use super::conv::{ConvGeom, PackedConv};
 use super::depthwise::Depthwise;
 use super::elementwise::{broadcast_strides, Arg, Elementwise, Func, Stored};
-use super::kernels::{Dense, Gather, PoolGeom};
+use super::kernels::{Gather, PoolGeom};
+use super::matmul::{BatchedMatMul, Dense};
 use super::normalize::{RowKernel, RowOp};
 use super::roofline::StepWork;
 use super::simd::{Epilogue, Isa};
@@ -346,13 +347,7 @@ impl<'g> Compiler<'g> {
                 let w = self.g.constant(ins[1])?.f32s();
                 Dense::new((a.shape[0], k, n), self.isa, *alpha, &w, *trans_b, c).map(Kernel::Dense)
             }
-            Op::MatMul if inner(self.g, id).1.is_none() => {
-                let (a, b) = (self.g.value_type(ins[0]), self.g.value_type(ins[1]));
-                let w = self.g.constant(ins[1])?.f32s();
-                let [k, n] = b.shape[..] else { return None };
-                let m = a.numel() / k;
-                Dense::new((m, k, n), self.isa, 1.0, &w, false, None).map(Kernel::Dense)
-            }
+            Op::MatMul => self.matmul(id),
             // Softmax normalizes its one axis: rows only when it is the last.
             Op::Softmax(Softmax { axis }) if axis + 1 == self.g.value_type(ins[0]).shape.len() => {
                 self.rows(id, *axis, RowOp::Softmax)
@@ -408,6 +403,42 @@ impl<'g> Compiler<'g> {
         params_per_element
             .then(|| RowKernel::new(op, len, self.isa))?
             .map(Kernel::Normalize)
+    }
+
+    /// ONNX MatMul on row-major operands: against a constant matrix, packed
+    /// once (`Dense`, over every row of `a` at once); otherwise batched, the
+    /// leading axes broadcast and `b` packed at every run.
+    fn matmul(&self, id: NodeId) -> Option<Kernel> {
+        let row_major = |l: Option<Layout>| l.is_some_and(|l| l.is_identity());
+        if !row_major(input_layout(self.g, id, 0).map(|l| l.0))
+            || !row_major(input_layout(self.g, id, 1).map(|l| l.0))
+            || !row_major(output_layout(self.g, id).map(|l| l.0))
+        {
+            return None;
+        }
+        let ins = self.g.node_inputs(id);
+        let (a, b) = (self.g.value_type(ins[0]), self.g.value_type(ins[1]));
+        // A vector operand is a matrix of one row (a) or one column (b).
+        let a_shape = match a.shape[..] {
+            [k] => vec![1, k],
+            _ => a.shape.clone(),
+        };
+        let b_shape = match b.shape[..] {
+            [k] => vec![k, 1],
+            _ => b.shape.clone(),
+        };
+        let [m, k] = *a_shape.last_chunk()?;
+        let [kb, n] = *b_shape.last_chunk()?;
+        if k != kb {
+            return None;
+        }
+        if let (Some(w), 2) = (self.g.constant(ins[1]), b.shape.len()) {
+            let rows = a.numel() / k.max(1);
+            return Dense::new((rows, k, n), self.isa, 1.0, &w.f32s(), false, None)
+                .map(Kernel::Dense);
+        }
+        let (a_batch, b_batch) = (&a_shape[..a_shape.len() - 2], &b_shape[..b_shape.len() - 2]);
+        BatchedMatMul::new(a_batch, b_batch, (m, k, n), self.isa).map(Kernel::MatMul)
     }
 
     /// Kernels at the edge of the f32 world, for the integer inputs of language

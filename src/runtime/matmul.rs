@@ -1,0 +1,338 @@
+//! Matrix products: a constant right operand packed once at compile time
+//! (`Dense`: Gemm and MatMul against weights), or both operands computed by the
+//! model (`BatchedMatMul`: attention's Q·Kᵀ and P·V), whose right operand is
+//! packed into step scratch at every run. Both run the same register tile:
+//! `DENSE_ROWS` rows of the left operand times one panel of
+//! `PANEL_VECTORS` vectors of columns.
+
+use super::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel};
+use rayon::prelude::*;
+
+/// Vectors of output columns, and rows of `a`, one register tile covers.
+const PANEL_VECTORS: usize = 4;
+const DENSE_ROWS: usize = 4;
+
+/// The extents of one `[m][k] · [k][n]` product and its panel width.
+#[derive(Clone, Copy, Debug)]
+struct Extents {
+    m: usize,
+    k: usize,
+    n: usize,
+    lanes: Lanes,
+    /// Columns of one panel: `PANEL_VECTORS` vectors.
+    nb: usize,
+}
+
+impl Extents {
+    fn new((m, k, n): (usize, usize, usize), isa: Isa) -> Extents {
+        let lanes = Lanes::for_block(isa, isa.lanes());
+        let nb = PANEL_VECTORS * lanes.count();
+        Extents { m, k, n, lanes, nb }
+    }
+
+    fn panels(&self) -> usize {
+        self.n.div_ceil(self.nb)
+    }
+
+    /// Elements of the packed right operand: `[n / nb][k][nb]`.
+    fn packed_len(&self) -> usize {
+        self.panels() * self.k * self.nb
+    }
+
+    /// Packs `alpha * b` (logical `[k][n]`, or `[n][k]` when `trans_b`) into
+    /// `out` in panels, zero beyond `n` (every element written).
+    fn pack(&self, alpha: f32, b: &[f32], trans_b: bool, out: &mut [f32]) {
+        let (k, n, nb) = (self.k, self.n, self.nb);
+        for (p, panel) in out[..self.packed_len()]
+            .chunks_exact_mut(k * nb)
+            .enumerate()
+        {
+            for (i, row) in panel.chunks_exact_mut(nb).enumerate() {
+                for (jj, x) in row.iter_mut().enumerate() {
+                    let j = p * nb + jj;
+                    *x = match (j < n, trans_b) {
+                        (false, _) => 0.0,
+                        (true, false) => alpha * b[i * n + j],
+                        (true, true) => alpha * b[j * k + i],
+                    };
+                }
+            }
+        }
+    }
+
+    /// `y = a · packed (+ c)` for each of `matrices` products, whose operands'
+    /// addresses `at` gives, all their tiles over the threads.
+    ///
+    /// # Safety
+    /// For every product, `a` holds `m * k` elements, `b` `packed_len()`, `y`
+    /// (and `c`, if given) `m * n`; no two products write the same `y`, and
+    /// nothing else writes them meanwhile.
+    unsafe fn tiles(&self, matrices: usize, at: impl Fn(usize) -> Operands + Sync) {
+        let row_tiles = self.m.div_ceil(DENSE_ROWS);
+        let per_matrix = self.panels() * row_tiles;
+        // Panel-major order: a thread's consecutive tiles share one panel of b.
+        (0..matrices * per_matrix).into_par_iter().for_each(|i| {
+            let ops = at(i / per_matrix);
+            let i = i % per_matrix;
+            let tile = DenseTile {
+                e: self,
+                panel: i / row_tiles,
+                row0: (i % row_tiles) * DENSE_ROWS,
+                a: ops.a as *const f32,
+                b: ops.b as *const f32,
+                c: ops.c.map(|c| c as *const f32),
+                y: ops.y as *mut f32,
+            };
+            // SAFETY: `lanes` comes from `Lanes::for_block`; each tile writes
+            // its own rows and columns of its product's `y`.
+            unsafe { run_vectorized(self.lanes, &tile) }
+        });
+    }
+}
+
+/// The addresses of one product's operands (as integers, to cross threads):
+/// row 0 of `a`, the packed `b`, row 0 of the added `c` and of `y`.
+#[derive(Clone, Copy)]
+struct Operands {
+    a: usize,
+    b: usize,
+    c: Option<usize>,
+    y: usize,
+}
+
+/// A matrix product with a constant right operand: y = alpha * a . b + c, with
+/// `alpha * b` packed in panels at compile time and `c` broadcast to `[M][N]`.
+pub struct Dense {
+    e: Extents,
+    b: Vec<f32>,
+    c: Option<Vec<f32>>,
+}
+
+impl Dense {
+    /// `b` logical `[K][N]` (or `[N][K]` when `trans_b`); `c` of shape `c_shape`
+    /// broadcastable to `[M][N]`, already multiplied by beta.
+    pub fn new(
+        mkn: (usize, usize, usize),
+        isa: Isa,
+        alpha: f32,
+        b: &[f32],
+        trans_b: bool,
+        c: Option<(&[f32], &[usize])>,
+    ) -> Option<Dense> {
+        let e = Extents::new(mkn, isa);
+        let (m, n) = (e.m, e.n);
+        let mut packed = vec![0f32; e.packed_len()];
+        e.pack(alpha, b, trans_b, &mut packed);
+        let c = match c {
+            Some((c, shape)) => {
+                if shape.len() > 2 {
+                    return None;
+                }
+                let rows = if shape.len() == 2 { shape[0] } else { 1 };
+                let cols = shape.last().copied().unwrap_or(1);
+                if !(rows == 1 || rows == m) || !(cols == 1 || cols == n) {
+                    return None;
+                }
+                let full = (0..m * n).map(|at| c[(at / n % rows) * cols + at % n % cols]);
+                Some(full.collect())
+            }
+            None => None,
+        };
+        Some(Dense { e, b: packed, c })
+    }
+
+    /// `y = alpha * a . b + c` for the `[m][k]` matrix `a`.
+    pub fn run(&self, a: &[f32], y: &mut [f32]) {
+        let e = &self.e;
+        assert!(a.len() >= e.m * e.k && y.len() >= e.m * e.n);
+        let ops = Operands {
+            a: a.as_ptr() as usize,
+            b: self.b.as_ptr() as usize,
+            c: self.c.as_ref().map(|c| c.as_ptr() as usize),
+            y: y.as_mut_ptr() as usize,
+        };
+        // SAFETY: lengths checked above; `y` is borrowed mutably.
+        unsafe { e.tiles(1, |_| ops) }
+    }
+}
+
+/// `y = a · b` over a batch of matrices, both operands computed by the model,
+/// their leading axes broadcast against each other (ONNX MatMul on row-major
+/// tensors). Each matrix of `b` is packed into scratch at every run: `k · n`
+/// copies against `m · k · n` multiply-adds.
+pub struct BatchedMatMul {
+    e: Extents,
+    /// Per output matrix, the index of the matrix of `a` and of `b` it multiplies.
+    pairs: Vec<(usize, usize)>,
+    /// Matrices in `b`.
+    b_matrices: usize,
+}
+
+impl BatchedMatMul {
+    /// `a` of shape `a_batch ++ [m, k]`, `b` of shape `b_batch ++ [k, n]`: the
+    /// batch shapes broadcast (numpy rules), `None` when they do not.
+    pub fn new(
+        a_batch: &[usize],
+        b_batch: &[usize],
+        mkn: (usize, usize, usize),
+        isa: Isa,
+    ) -> Option<BatchedMatMul> {
+        let rank = a_batch.len().max(b_batch.len());
+        let aligned = |s: &[usize]| {
+            let mut v = vec![1; rank - s.len()];
+            v.extend_from_slice(s);
+            v
+        };
+        let (a_dims, b_dims) = (aligned(a_batch), aligned(b_batch));
+        let mut out = Vec::with_capacity(rank);
+        for (&x, &y) in a_dims.iter().zip(&b_dims) {
+            out.push(match (x, y) {
+                _ if x == y => x,
+                (1, y) => y,
+                (x, 1) => x,
+                _ => return None,
+            });
+        }
+        // Row-major strides in matrices, 0 along a broadcast axis.
+        let strides = |dims: &[usize]| {
+            let mut s = vec![0; rank];
+            let mut step = 1;
+            for ax in (0..rank).rev() {
+                s[ax] = if dims[ax] == 1 { 0 } else { step };
+                step *= dims[ax];
+            }
+            s
+        };
+        let (sa, sb) = (strides(&a_dims), strides(&b_dims));
+        let count: usize = out.iter().product();
+        let mut pairs = Vec::with_capacity(count);
+        let mut idx = vec![0; rank];
+        for _ in 0..count {
+            let at = |s: &[usize]| idx.iter().zip(s).map(|(i, s)| i * s).sum::<usize>();
+            pairs.push((at(&sa), at(&sb)));
+            for ax in (0..rank).rev() {
+                idx[ax] += 1;
+                if idx[ax] < out[ax] {
+                    break;
+                }
+                idx[ax] = 0;
+            }
+        }
+        Some(BatchedMatMul {
+            e: Extents::new(mkn, isa),
+            pairs,
+            b_matrices: b_dims.iter().product(),
+        })
+    }
+
+    /// Elements of working memory `run` needs: every matrix of `b`, packed.
+    pub fn scratch_len(&self) -> usize {
+        self.b_matrices * self.e.packed_len()
+    }
+
+    /// `y = a · b`; `scratch` holds at least `scratch_len()` elements.
+    pub fn run(&self, a: &[f32], b: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+        let e = &self.e;
+        let (a_len, b_len, y_len) = (e.m * e.k, e.k * e.n, e.m * e.n);
+        let a_matrices = self.pairs.iter().map(|p| p.0 + 1).max().unwrap_or(0);
+        assert!(a.len() >= a_matrices * a_len && b.len() >= self.b_matrices * b_len);
+        assert!(y.len() >= self.pairs.len() * y_len && scratch.len() >= self.scratch_len());
+        if b_len > 0 {
+            scratch[..self.scratch_len()]
+                .par_chunks_mut(e.packed_len().max(1))
+                .zip(b.par_chunks(b_len))
+                .for_each(|(out, b)| e.pack(1.0, b, false, out));
+        }
+        let (ap, bp, yp) = (
+            a.as_ptr() as usize,
+            scratch.as_ptr() as usize,
+            y.as_mut_ptr() as usize,
+        );
+        let f = std::mem::size_of::<f32>();
+        let at = |out: usize| {
+            let (ia, ib) = self.pairs[out];
+            Operands {
+                a: ap + ia * a_len * f,
+                b: bp + ib * e.packed_len() * f,
+                c: None,
+                y: yp + out * y_len * f,
+            }
+        };
+        // SAFETY: every offset is inside the lengths checked above, and the
+        // output matrices are disjoint.
+        unsafe { e.tiles(self.pairs.len(), at) }
+    }
+}
+
+/// Rows `row0..row0 + DENSE_ROWS` (or fewer at the end) times one panel of columns.
+struct DenseTile<'a> {
+    e: &'a Extents,
+    panel: usize,
+    row0: usize,
+    /// Row 0 of the left matrix.
+    a: *const f32,
+    /// The packed right matrix.
+    b: *const f32,
+    /// Row 0 of the added `[m][n]` matrix, if any.
+    c: Option<*const f32>,
+    /// Row 0 of the output matrix.
+    y: *mut f32,
+}
+
+impl VectorKernel for DenseTile<'_> {
+    #[inline(always)]
+    unsafe fn run<V: Vector>(&self) {
+        match (self.e.m - self.row0).min(DENSE_ROWS) {
+            1 => self.rows::<V, 1>(),
+            2 => self.rows::<V, 2>(),
+            3 => self.rows::<V, 3>(),
+            _ => self.rows::<V, DENSE_ROWS>(),
+        }
+    }
+}
+
+impl DenseTile<'_> {
+    #[inline(always)]
+    unsafe fn rows<V: Vector, const R: usize>(&self) {
+        let e = self.e;
+        let a = self.a.add(self.row0 * e.k);
+        let mut wp = self.b.add(self.panel * e.k * e.nb);
+        let mut acc = [[V::splat(0.0); PANEL_VECTORS]; R];
+        for kk in 0..e.k {
+            let w: [V; PANEL_VECTORS] = std::array::from_fn(|v| V::load(wp.add(v * V::LANES)));
+            for (r, row) in acc.iter_mut().enumerate() {
+                let s = V::splat(*a.add(r * e.k + kk));
+                for (x, &wv) in row.iter_mut().zip(&w) {
+                    *x = V::fma(s, wv, *x);
+                }
+            }
+            wp = wp.add(e.nb);
+        }
+        let j0 = self.panel * e.nb;
+        let cols = (e.n - j0).min(e.nb);
+        for (r, row) in acc.iter().enumerate() {
+            let at = (self.row0 + r) * e.n + j0;
+            let out = self.y.add(at);
+            let c = self.c.map(|c| c.add(at));
+            if cols == e.nb {
+                for (v, &x) in row.iter().enumerate() {
+                    let o = v * V::LANES;
+                    let x = match c {
+                        Some(c) => V::add(x, V::load(c.add(o))),
+                        None => x,
+                    };
+                    x.store(out.add(o));
+                }
+            } else {
+                // The last panel: through a buffer, as its columns end mid-vector.
+                let mut buf = [0f32; 64];
+                for (v, &x) in row.iter().enumerate() {
+                    x.store(buf.as_mut_ptr().add(v * V::LANES));
+                }
+                for (j, &x) in buf[..cols].iter().enumerate() {
+                    *out.add(j) = x + c.map_or(0.0, |c| *c.add(j));
+                }
+            }
+        }
+    }
+}
