@@ -204,7 +204,12 @@ impl BatchedMatMul {
             s
         };
         let (sa, sb) = (strides(&a_dims), strides(&b_dims));
-        let count: usize = out.iter().product();
+        // No output element, nothing to pair (and a batch of empty matrices
+        // may be long).
+        let count: usize = match mkn.0 * mkn.2 {
+            0 => 0,
+            _ => out.iter().product(),
+        };
         let mut pairs = Vec::with_capacity(count);
         let mut idx = vec![0; rank];
         for _ in 0..count {
