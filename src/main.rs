@@ -21,6 +21,12 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// The memory budget of every stage (import, folding, planning, compilation,
+    /// the run), in bytes or with a K/M/G/T suffix (e.g. 2G); a model that would
+    /// need more is refused before allocating. Default: LAYOUTOPT_MEMORY_LIMIT,
+    /// else half the machine's available memory.
+    #[arg(long, global = true, value_name = "BYTES", value_parser = cli::parse_memory_limit)]
+    memory_limit: Option<u64>,
 }
 
 #[derive(Subcommand)]
@@ -139,6 +145,15 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    match cli.memory_limit {
+        Some(bytes) => layoutopt::core::budget::set_limit(bytes),
+        None => {
+            if let Err(e) = cli::memory_limit_from_env() {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
     let result = match &cli.command {
         Command::Inspect { model, shapes } => cli::inspect::inspect(model, shapes),
         Command::Plan {

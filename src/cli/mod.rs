@@ -56,6 +56,28 @@ pub fn parse_threads(s: &str) -> Result<usize, String> {
     }
 }
 
+/// Checks a `--memory-limit` value at parse time: a positive byte count.
+pub fn parse_memory_limit(s: &str) -> Result<u64, String> {
+    match layoutopt::core::budget::parse_bytes(s) {
+        Some(n) if n > 0 => Ok(n),
+        _ => Err(format!(
+            "'{s}' is not a memory limit: give bytes, or a number with K, M, G or T (e.g. 2G)"
+        )),
+    }
+}
+
+/// Checks `LAYOUTOPT_MEMORY_LIMIT` when it is set: a value that is not a
+/// byte count is an error, not silently the default.
+pub fn memory_limit_from_env() -> Result<(), String> {
+    use layoutopt::core::budget::MEMORY_LIMIT_ENV;
+    match std::env::var(MEMORY_LIMIT_ENV) {
+        Ok(v) => parse_memory_limit(&v)
+            .map(|_| ())
+            .map_err(|e| format!("{MEMORY_LIMIT_ENV}: {e}")),
+        Err(_) => Ok(()),
+    }
+}
+
 /// Planner and target family options shared by the planning commands.
 #[derive(clap::Args, Clone)]
 pub struct Planning {

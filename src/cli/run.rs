@@ -252,20 +252,24 @@ pub fn run(
         write_outputs(dir, &names, &outputs)?;
     }
     for (i, (out, name)) in outputs.iter().zip(&names).enumerate() {
-        let vals = out.data.to_f64();
-        let (min, max) = vals
-            .iter()
-            .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| {
-                (a.min(x), b.max(x))
-            });
-        let mean = vals.iter().sum::<f64>() / vals.len().max(1) as f64;
-        let head: Vec<String> = vals.iter().take(5).map(|x| format!("{x:.5}")).collect();
+        // Read in pieces: an f64 copy of a whole large output would double the
+        // memory the run needs.
+        let (mut min, mut max, mut sum, mut nonfinite) = (f64::INFINITY, f64::NEG_INFINITY, 0.0, 0);
+        for piece in pieces(out.numel()) {
+            for x in out.data.slice_f64(piece) {
+                (min, max, sum) = (min.min(x), max.max(x), sum + x);
+                nonfinite += usize::from(!x.is_finite());
+            }
+        }
+        let mean = sum / out.numel().max(1) as f64;
+        let head = out.data.slice_f64(0..out.numel().min(5));
+        let head: Vec<String> = head.iter().map(|x| format!("{x:.5}")).collect();
         outln!(
             "output '{name}' {}{:?}: min {min:.5} max {max:.5} mean {mean:.5} [{}{}]",
             out.dtype(),
             out.shape,
             head.join(", "),
-            if vals.len() > 5 { ", ..." } else { "" }
+            if out.numel() > 5 { ", ..." } else { "" }
         )?;
         if let Some(exp) = expected.as_ref().and_then(|e| e.get(i)) {
             if exp.dtype() != out.dtype() || exp.shape != out.shape {
@@ -278,7 +282,14 @@ pub fn run(
                 )
                 .into());
             }
-            let (err, mismatched) = compare_values(&exp.data.to_f64(), &vals);
+            let (mut err, mut mismatched) = (0.0f64, 0);
+            for piece in pieces(out.numel()) {
+                let (e, m) = compare_values(
+                    &exp.data.slice_f64(piece.clone()),
+                    &out.data.slice_f64(piece),
+                );
+                (err, mismatched) = (err.max(e), mismatched + m);
+            }
             outln!("  max abs error vs recorded output: {err:.3e}")?;
             if mismatched > 0 {
                 outln!(
@@ -286,7 +297,6 @@ pub fn run(
                 )?;
             }
         }
-        let nonfinite = vals.iter().filter(|x| !x.is_finite()).count();
         if nonfinite > 0 {
             outln!("  {nonfinite} element(s) are NaN or infinite")?;
         }
@@ -331,6 +341,12 @@ fn write_outputs(dir: &Path, names: &[String], outputs: &[Tensor]) -> CliResult 
         std::fs::write(&path, bytes).map_err(|e| format!("{}: {e}", path.display()))?;
     }
     Ok(())
+}
+
+/// Element ranges of about a million elements covering `n`.
+fn pieces(n: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+    const PIECE: usize = 1 << 20;
+    (0..n.div_ceil(PIECE)).map(move |k| k * PIECE..((k + 1) * PIECE).min(n))
 }
 
 /// The largest absolute difference over the elements finite on both sides, and

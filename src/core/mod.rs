@@ -2,6 +2,7 @@
 //! the crate — element types and tensors, value types, source spans, the layout
 //! algebra, what padding holds, and the scalar meaning of elementwise functions.
 
+pub mod budget;
 pub mod float8;
 mod layout;
 mod pad;

@@ -273,6 +273,21 @@ impl TensorData {
         }
     }
 
+    /// The elements `range` converted to f64, as [`TensorData::to_f64`] does,
+    /// without converting the others (a large tensor read piece by piece).
+    pub fn slice_f64(&self, range: std::ops::Range<usize>) -> Vec<f64> {
+        match self {
+            TensorData::F32(v) => v[range].iter().map(|&x| x as f64).collect(),
+            TensorData::F16(v) => v[range].iter().map(|x| x.to_f64()).collect(),
+            TensorData::F64(v) => v[range].to_vec(),
+            TensorData::I64(v) => v[range].iter().map(|&x| x as f64).collect(),
+            TensorData::I32(v) => v[range].iter().map(|&x| x as f64).collect(),
+            TensorData::U8(v) => v[range].iter().map(|&x| x as f64).collect(),
+            TensorData::Bool(v) => v[range].iter().map(|&x| x as u8 as f64).collect(),
+            _ => self.to_f64()[range].to_vec(),
+        }
+    }
+
     /// Every element converted to i64 (floats truncated toward zero, saturating;
     /// u64 above i64::MAX saturates too, so an index or extent that large is out
     /// of range rather than negative).

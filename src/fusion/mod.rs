@@ -77,7 +77,19 @@ pub trait Target {
     fn native_kernel(&mut self, id: NodeId) -> bool;
     /// Whether the convolution kernels apply `act` in their epilogue.
     fn epilogue(&mut self, act: Activation) -> bool;
+    /// The most operands an elementwise chain may read from outside itself
+    /// (every input of its nodes but the value the node before produces), so
+    /// that the target's chain kernel can run it.
+    fn chain_operands(&self) -> usize {
+        usize::MAX
+    }
 }
+
+/// The most nodes of one elementwise chain. Chains of real models are a few
+/// ops long; a longer one is cut into several groups, so that the cost of
+/// compiling a group (its loop nest inlines every node into the last) stays
+/// bounded and a graph of any length compiles in time linear in its size.
+pub const MAX_CHAIN_NODES: usize = 32;
 
 /// The op a node computes, with its storage when the planner laid it out.
 pub fn inner(g: &Graph, id: NodeId) -> (&Op, Option<&LaidOut>) {
@@ -148,7 +160,7 @@ pub fn plan(g: &Graph, target: &mut dyn Target) -> Result<Vec<FusedGroup>, Graph
         }
         let elementwise = matches!(inner(g, id).0, Op::Unary(_) | Op::Binary(_));
         if elementwise || !target.native_kernel(id) {
-            let nodes = elementwise_chain(g, id, &claimed);
+            let nodes = elementwise_chain(g, id, &claimed, target.chain_operands());
             if nodes.len() >= 2 {
                 claimed.extend(nodes.iter().copied());
                 groups.push(FusedGroup {
@@ -268,10 +280,17 @@ fn swish_of(g: &Graph, v: ValueRef) -> Option<[NodeId; 2]> {
 }
 
 /// `head` and the elementwise nodes that can follow it in one loop nest: each
-/// the only reader of the value before it, which is no graph output.
-fn elementwise_chain(g: &Graph, head: NodeId, claimed: &HashSet<NodeId>) -> Vec<NodeId> {
+/// the only reader of the value before it, which is no graph output; at most
+/// [`MAX_CHAIN_NODES`] nodes reading at most `max_operands` operands.
+fn elementwise_chain(
+    g: &Graph,
+    head: NodeId,
+    claimed: &HashSet<NodeId>,
+    max_operands: usize,
+) -> Vec<NodeId> {
     let mut chain = vec![head];
-    loop {
+    let mut operands = g.node_inputs(head).len();
+    while chain.len() < MAX_CHAIN_NODES {
         let v = ValueRef::new(*chain.last().expect("not empty"), 0);
         if g.is_graph_output(v) {
             return chain;
@@ -288,6 +307,12 @@ fn elementwise_chain(g: &Graph, head: NodeId, claimed: &HashSet<NodeId>) -> Vec<
         if claimed.contains(&next) || !elementwise || !same_storage {
             return chain;
         }
+        // Every input but the one value from the chain is an operand.
+        operands += g.node_inputs(next).iter().filter(|&&u| u != v).count();
+        if operands > max_operands {
+            return chain;
+        }
         chain.push(next);
     }
+    chain
 }

@@ -1,12 +1,18 @@
 //! Constant folding: a node whose inputs are all constants becomes constants;
 //! and strength reduction where a constant operand allows it (x^2 is x·x).
+//! A fold whose result would pass the memory budget's fold limit (64 MiB per
+//! value, `core::budget::fold_limit`) is not made: the node stays in the graph
+//! and computes its value when the model runs.
 //!
 //! The importer folds each node as it is added, which is what turns the
 //! shape-computation subgraphs exporters emit (Shape → Gather → Unsqueeze → Concat
 //! → Reshape) into static attributes; `fold_constants` applies the same step to a
 //! whole graph after a pass has produced new constant-only nodes.
 
-use super::{BinaryOp, Graph, GraphError, NodeId, Op, Tensor, ValueRef};
+use super::{
+    checked_size_bytes, BinaryOp, Graph, GraphError, NodeId, Op, Tensor, ValueRef, ValueType,
+};
+use crate::core::budget;
 use crate::ops::eval_op;
 
 /// Folds `id` if every input is a constant. Returns the constants that replace
@@ -27,6 +33,9 @@ pub fn fold_node(g: &mut Graph, id: NodeId) -> Result<Option<Vec<ValueRef>>, Gra
         return Ok(None);
     };
     let node = g.node(id);
+    if !fold_fits(&tensors, node.outputs.iter().map(|v| &v.ty)) {
+        return Ok(None);
+    }
     let types: Vec<_> = node.outputs.iter().map(|v| v.ty.clone()).collect();
     let results =
         eval_op(&node.op, &tensors, &types).map_err(|m| GraphError::at(&node.spans, m))?;
@@ -42,6 +51,22 @@ pub fn fold_node(g: &mut Graph, id: NodeId) -> Result<Option<Vec<ValueRef>>, Gra
     }
     g.remove_node(id);
     Ok(Some(replacements))
+}
+
+/// Whether folding a node of these constant inputs and output types stays
+/// within the memory budget: every output at most [`budget::fold_limit`]
+/// bytes (a bigger one stays an op, computed when the model runs), and the
+/// inputs, which evaluation may widen to f64, at most a quarter of the limit.
+fn fold_fits<'t>(inputs: &[&Tensor], outputs: impl Iterator<Item = &'t ValueType>) -> bool {
+    let fold_limit = budget::fold_limit();
+    let outputs_fit = outputs
+        .into_iter()
+        .all(|ty| checked_size_bytes(ty).is_some_and(|b| b <= fold_limit));
+    let read: u64 = inputs
+        .iter()
+        .map(|t| (t.numel() as u64).saturating_mul(8))
+        .fold(0, u64::saturating_add);
+    outputs_fit && read <= budget::limit() / 4
 }
 
 /// Pow(x, 2) with a constant exponent, as the product x·x (the same correctly

@@ -1,50 +1,18 @@
 //! Memory bounds: how many bytes a graph needs, checked before anything is allocated.
 //!
-//! The limit defaults to the machine's total memory (`MemTotal` in /proc/meminfo) and
-//! can be overridden with the `LAYOUTOPT_MEMORY_LIMIT` environment variable (bytes,
-//! or with a K/M/G/T suffix in powers of 1024). A model whose tensors would not fit is
-//! refused with its size in bytes, so a user sees why instead of an allocation abort.
+//! The limit is the process's memory budget (`core::budget`: `--memory-limit`,
+//! `LAYOUTOPT_MEMORY_LIMIT`, else half the machine's available memory). A model
+//! whose tensors would not fit is refused with its size in bytes, so a user sees
+//! why instead of an allocation abort.
 
 use super::{Graph, GraphError, Op, ValueRef, ValueType};
 use std::collections::HashMap;
-use std::sync::OnceLock;
 
-/// The environment variable that overrides the default memory limit.
-pub const MEMORY_LIMIT_ENV: &str = "LAYOUTOPT_MEMORY_LIMIT";
+pub use crate::core::budget::{format_bytes, machine_memory, parse_bytes, MEMORY_LIMIT_ENV};
 
-/// Parses a byte count: digits with an optional K, M, G or T suffix (powers of 1024).
-pub fn parse_bytes(text: &str) -> Option<u64> {
-    let t = text.trim();
-    let (digits, shift) = match t.char_indices().last()? {
-        (i, 'k' | 'K') => (&t[..i], 10),
-        (i, 'm' | 'M') => (&t[..i], 20),
-        (i, 'g' | 'G') => (&t[..i], 30),
-        (i, 't' | 'T') => (&t[..i], 40),
-        _ => (t, 0),
-    };
-    digits.trim().parse::<u64>().ok()?.checked_mul(1 << shift)
-}
-
-/// Total memory of the machine, from /proc/meminfo (`None` where it cannot be read).
-pub fn machine_memory() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
-    // "MemTotal:       24567890 kB"
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
-}
-
-/// The memory limit in bytes: the environment override, else the machine's total
-/// memory, else no limit. Read once per process.
+/// The memory limit in bytes, the one [`crate::core::budget`] holds.
 pub fn memory_limit() -> u64 {
-    static LIMIT: OnceLock<u64> = OnceLock::new();
-    *LIMIT.get_or_init(|| {
-        std::env::var(MEMORY_LIMIT_ENV)
-            .ok()
-            .and_then(|v| parse_bytes(&v))
-            .or_else(machine_memory)
-            .unwrap_or(u64::MAX)
-    })
+    crate::core::budget::limit()
 }
 
 /// Bytes a value of this type occupies; `None` when the count overflows.
@@ -54,22 +22,6 @@ pub fn checked_size_bytes(ty: &ValueType) -> Option<u64> {
         .try_fold(ty.dtype.size_bytes() as u64, |acc, &d| {
             acc.checked_mul(d as u64)
         })
-}
-
-/// "1234567 bytes (1.2 GiB)": exact for the user, readable at a glance.
-pub fn format_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["bytes", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{n} bytes")
-    } else {
-        format!("{n} bytes ({v:.1} {})", UNITS[unit])
-    }
 }
 
 /// Checks one value against the limit; used as each node's outputs are inferred.
@@ -164,24 +116,6 @@ impl Graph {
 mod tests {
     use super::*;
     use crate::graph::{DType, Span, Tensor};
-
-    #[test]
-    fn byte_counts_parse_with_binary_suffixes() {
-        assert_eq!(parse_bytes("4096"), Some(4096));
-        assert_eq!(parse_bytes("3K"), Some(3 * 1024));
-        assert_eq!(parse_bytes(" 2g "), Some(2 << 30));
-        assert_eq!(parse_bytes("1T"), Some(1 << 40));
-        assert_eq!(parse_bytes("x"), None);
-        assert_eq!(parse_bytes(""), None);
-        assert_eq!(parse_bytes("99999999999T"), None);
-    }
-
-    #[test]
-    fn machine_memory_is_read_from_proc() {
-        // This crate targets Linux; /proc/meminfo always has MemTotal there.
-        let m = machine_memory().expect("MemTotal is readable");
-        assert!(m > 64 << 20, "{m} bytes is implausibly small");
-    }
 
     #[test]
     fn size_overflow_and_limit_are_reported_with_bytes() {

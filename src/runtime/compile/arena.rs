@@ -48,9 +48,7 @@ impl Compiler<'_> {
             slots.insert(*v, Slot::Const(i));
         }
         let mut boxes = 0;
-        // (offset, len, first, last) of every arena value placed so far.
-        let mut placed: Vec<(usize, usize, usize, usize)> = vec![];
-        let mut arena_len = 0;
+        let mut arena = Placement::default();
         // f32 graph inputs are read where the caller keeps them: no copy in.
         for (k, &id) in g.inputs().iter().enumerate() {
             let v = ValueRef::new(id, 0);
@@ -75,26 +73,10 @@ impl Compiler<'_> {
                 .expect("a concat output has a live range");
             *r = (r.0.min(m.0), r.1.max(m.1));
         }
-        // The first offset where `len` elements are free over steps first..=last.
-        let mut place = |len: usize, first: usize, last: usize| {
-            let mut busy: Vec<(usize, usize)> = placed
-                .iter()
-                .filter(|p| p.2 <= last && first <= p.3)
-                .map(|p| (p.0, p.1))
-                .collect();
-            busy.sort();
-            let mut offset = 0;
-            for (o, l) in busy {
-                if offset + len <= o {
-                    break;
-                }
-                // Keep every buffer 64-byte aligned relative to the arena.
-                offset = offset.max((o + l).div_ceil(16) * 16);
-            }
-            placed.push((offset, len, first, last));
-            arena_len = arena_len.max(offset + len);
-            Slot::Arena { offset, len }
-        };
+        // Every arena request in step order: the values a step defines, then its
+        // working memory (live during that step only).
+        let mut requests: Vec<(Option<ValueRef>, usize, usize, usize)> = vec![];
+        let mut scratch: Vec<Option<Slot>> = vec![None; self.steps.len()];
         for v in order {
             let ty = g.value_type(v);
             if slots.contains_key(&v) || within.contains_key(&v) {
@@ -106,18 +88,31 @@ impl Compiler<'_> {
                 continue;
             }
             let (first, last) = range[&v];
-            slots.insert(v, place(ty.numel(), first, last));
+            requests.push((Some(v), ty.numel(), first, last));
         }
-        // A kernel's working memory is live during its own step only.
-        let scratch: Vec<Option<Slot>> = self
-            .steps
-            .iter()
-            .enumerate()
-            .map(|(i, p)| match p.kernel.scratch_len() {
-                0 => None,
-                len => Some(place(len, i, i)),
-            })
-            .collect();
+        for (i, p) in self.steps.iter().enumerate() {
+            if let len @ 1.. = p.kernel.scratch_len() {
+                requests.push((None, len, i, i));
+            }
+        }
+        // Definition order (stable: a step's values before its scratch).
+        requests.sort_by_key(|r| (r.2, r.0.is_none()));
+        // The earliest step any request from here on is alive in: values that
+        // died before it can be forgotten.
+        let mut horizon = vec![usize::MAX; requests.len() + 1];
+        for k in (0..requests.len()).rev() {
+            horizon[k] = horizon[k + 1].min(requests[k].2);
+        }
+        for (k, &(v, len, first, last)) in requests.iter().enumerate() {
+            let offset = arena.place(len, first, last, horizon[k]);
+            let slot = Slot::Arena { offset, len };
+            match v {
+                Some(v) => {
+                    slots.insert(v, slot);
+                }
+                None => scratch[first] = Some(slot),
+            }
+        }
         for (member, (root, offset)) in &within {
             let Some(&Slot::Arena { offset: base, .. }) = slots.get(root) else {
                 unreachable!("a concat placed in place has an arena output")
@@ -131,6 +126,7 @@ impl Compiler<'_> {
                 },
             );
         }
+        self.check_budget(arena.len, &slots)?;
         let slot = |v: &ValueRef| -> Result<Slot, RuntimeError> {
             slots.get(v).copied().ok_or_else(|| {
                 RuntimeError::Graph(GraphError::Graph(format!(
@@ -176,13 +172,88 @@ impl Compiler<'_> {
             steps,
             consts: self.consts,
             boxes,
-            arena_len,
+            arena_len: arena.len,
             inputs,
             outputs,
             pool,
             scratch: Mutex::default(),
             isa: self.isa,
         })
+    }
+
+    /// Refuses, before anything is allocated, a model whose run would pass the
+    /// memory budget: the arena, the constants, the returned outputs, every
+    /// non-f32 value (kept for the whole run) and the largest step run on the
+    /// reference executor (its operands and results in f64 and copied: 16 bytes
+    /// an element). The error names the layer of the largest value and every
+    /// part's bytes.
+    fn check_budget(
+        &self,
+        arena_len: usize,
+        slots: &HashMap<ValueRef, Slot>,
+    ) -> Result<(), RuntimeError> {
+        let g = self.g;
+        let bytes = |v: &ValueRef| crate::graph::checked_size_bytes(g.value_type(*v));
+        let (mut boxed, mut outputs, mut largest) = (0u64, 0u64, None::<(u64, ValueRef)>);
+        for (v, slot) in slots {
+            let b = bytes(v).unwrap_or(u64::MAX);
+            match slot {
+                Slot::Boxed(_) => boxed = boxed.saturating_add(b),
+                Slot::Output(_) => outputs = outputs.saturating_add(b),
+                Slot::Const(_) | Slot::Input(_) => continue,
+                Slot::Arena { .. } => {}
+            }
+            if largest.is_none_or(|(l, u)| (b, *v) > (l, u)) {
+                largest = Some((b, *v));
+            }
+        }
+        let consts = self
+            .consts
+            .iter()
+            .map(|t| (t.numel() as u64).saturating_mul(t.dtype().size_bytes() as u64))
+            .fold(0, u64::saturating_add);
+        let fallback = self
+            .steps
+            .iter()
+            .filter(|p| matches!(p.kernel, crate::runtime::Kernel::Fallback { .. }))
+            .map(|p| {
+                let elements = p.inputs.iter().chain(&p.outputs).map(|v| {
+                    let ty = g.value_type(*v);
+                    crate::core::checked_numel(&ty.shape).map_or(u64::MAX, |n| n as u64)
+                });
+                elements.fold(0, u64::saturating_add).saturating_mul(16)
+            })
+            .max()
+            .unwrap_or(0);
+        let arena = (arena_len as u64).saturating_mul(4);
+        let total = [arena, consts, outputs, boxed, fallback]
+            .into_iter()
+            .fold(0, u64::saturating_add);
+        let f = crate::graph::format_bytes;
+        let parts = format!(
+            "arena {}, constants {}, outputs {}, non-f32 values {}, reference fallback {}",
+            f(arena),
+            f(consts),
+            f(outputs),
+            f(boxed),
+            f(fallback)
+        );
+        let Err(message) =
+            crate::core::budget::check(&format!("running the model ({parts})"), total)
+        else {
+            return Ok(());
+        };
+        Err(RuntimeError::Graph(match largest {
+            Some((b, v)) => GraphError::at(
+                &g.node(v.node).spans,
+                format!(
+                    "{message}; its largest value is '{}' ({})",
+                    g.value(v).name,
+                    f(b)
+                ),
+            ),
+            None => GraphError::Graph(message),
+        }))
     }
 
     /// The concats whose inputs can be computed straight into their slice of
@@ -302,4 +373,42 @@ fn concat_offsets(g: &Graph, id: NodeId) -> Option<Vec<usize>> {
             })
             .collect(),
     )
+}
+
+/// Arena ranges given to values by their live ranges (in steps), placed in
+/// the order they are defined: each at the first offset where its length is
+/// free over its whole range. Only the values still alive are kept (sorted by
+/// offset), so a placement costs the live set, not every value placed before:
+/// time linear in the steps for a graph whose live set stays small, whatever
+/// its length.
+#[derive(Default)]
+struct Placement {
+    /// (offset, len, first, last) of the values placed that may still overlap
+    /// one to come, by offset.
+    live: Vec<(usize, usize, usize, usize)>,
+    /// Elements of the arena.
+    len: usize,
+}
+
+impl Placement {
+    /// The first offset where `len` elements are free over steps first..=last
+    /// (64-byte aligned relative to the arena), now taken. No later request is
+    /// alive before step `horizon`.
+    fn place(&mut self, len: usize, first: usize, last: usize, horizon: usize) -> usize {
+        self.live.retain(|p| p.3 >= horizon);
+        let mut offset = 0;
+        for &(o, l, f, t) in &self.live {
+            if f > last || t < first {
+                continue;
+            }
+            if offset + len <= o {
+                break;
+            }
+            offset = offset.max((o + l).div_ceil(16) * 16);
+        }
+        let at = self.live.partition_point(|p| (p.0, p.1) <= (offset, len));
+        self.live.insert(at, (offset, len, first, last));
+        self.len = self.len.max(offset + len);
+        offset
+    }
 }

@@ -526,6 +526,17 @@ impl<'g> Compiler<'g> {
             })
             .collect::<Option<Vec<f32>>>()?;
         let n = u32::try_from(x.numel()).ok().filter(|&n| n < u32::MAX)?;
+        // Working out the sources takes about 40 bytes per element (positions
+        // evaluated in i64 and f64); past a quarter of the memory budget the op
+        // runs as it is instead (and the budget check of the run decides).
+        let elements = node
+            .outputs
+            .iter()
+            .map(|v| v.ty.numel() as u64)
+            .fold(n as u64, u64::saturating_add);
+        if elements.saturating_mul(40) > crate::core::budget::limit() / 4 {
+            return None;
+        }
         let positions = Tensor::from_i64(x.shape.clone(), (1..=n as i64).collect());
         let mut args = vec![&positions];
         args.extend(params?);
@@ -840,6 +851,10 @@ impl Target for NativeKernels<'_, '_> {
 
     fn epilogue(&mut self, act: Activation) -> bool {
         activation::vectorizes(act)
+    }
+
+    fn chain_operands(&self) -> usize {
+        crate::runtime::elementwise::MAX_OPERANDS
     }
 
     fn native_kernel(&mut self, id: NodeId) -> bool {

@@ -1,0 +1,233 @@
+//! The memory budget (`--memory-limit`, `LAYOUTOPT_MEMORY_LIMIT`) holds for
+//! every stage: models whose values, folds or run would pass it are refused
+//! before allocating, naming the layer and the bytes, and a model under it
+//! runs within it. Each case runs the command line in a child process whose
+//! peak RSS comes from `wait4` (this test binary stays small, so the pages
+//! the child shares with it until its exec do not count for much).
+
+mod common;
+
+use common::{model, model_bytes, node, scratch_dir, value_info};
+use layoutopt::graph::{DType, Tensor};
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+const FLOAT: i32 = 1;
+
+/// What a child reports: its wall time, its peak RSS, its stdout and stderr.
+struct Child {
+    ok: bool,
+    seconds: f64,
+    peak_kb: u64,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `command` to its end and measures it (`wait4` gives the child's own
+/// peak RSS, whatever else this process runs).
+// The child is reaped by `wait4`, which std's `Child::wait` cannot report on.
+#[allow(clippy::zombie_processes)]
+fn measure(mut command: Command) -> Child {
+    // One child at a time: a child spawned while another runs was seen to
+    // report the other's peak.
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let start = Instant::now();
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the child starts");
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    let mut err_pipe = child.stderr.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err_pipe.read_to_string(&mut s);
+        s
+    });
+    let _ = child
+        .stdout
+        .take()
+        .expect("piped")
+        .read_to_string(&mut stdout);
+    stderr.push_str(&reader.join().expect("the reader ends"));
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value to be written over.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `pid` is our child, not yet waited for (std's `Child` is never
+    // waited on here); `status` and `usage` are valid for writes.
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(r, pid, "wait4 on the child");
+
+    Child {
+        ok: libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        seconds: start.elapsed().as_secs_f64(),
+        peak_kb: usage.ru_maxrss as u64,
+        stdout,
+        stderr,
+    }
+}
+
+fn cli(dir: &Path, model_bytes: Vec<u8>, args: &[&str]) -> Child {
+    let path = dir.join("model.onnx");
+    std::fs::write(&path, model_bytes).unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_layoutopt"));
+    command.args(args).arg(&path);
+    let c = measure(command);
+    assert!(
+        c.seconds < 60.0,
+        "{args:?} took {:.1} s:\n{}",
+        c.seconds,
+        c.stdout
+    );
+    c
+}
+
+fn int64s(v: &[i64]) -> Tensor {
+    Tensor::new(
+        vec![v.len()],
+        layoutopt::graph::TensorData::from_f64(DType::I64, v.iter().map(|&x| x as f64).collect()),
+    )
+}
+
+/// x f32[1,1000] padded to f32[1, 1000 + pad] (the output).
+fn pad_model(pad: i64) -> Vec<u8> {
+    let m = model(
+        vec![node("Pad", "big_pad", &["x", "pads"], &["y"])],
+        vec![value_info("x", FLOAT, &[1, 1000])],
+        vec![value_info("y", FLOAT, &[1, 1000 + pad])],
+        vec![("pads", int64s(&[0, 0, 0, pad]))],
+        13,
+    );
+    model_bytes(&m)
+}
+
+/// A ConstantOfShape of `n` floats followed by `adds` Adds of a constant.
+fn constant_of_shape_model(n: i64, adds: usize) -> Vec<u8> {
+    let mut nodes = vec![node("ConstantOfShape", "fill", &["shape"], &["v0"])];
+    for i in 0..adds {
+        let (a, b) = (format!("v{i}"), format!("v{}", i + 1));
+        nodes.push(node("Add", &format!("add{i}"), &[&a, "one"], &[&b]));
+    }
+    let m = model(
+        nodes,
+        vec![],
+        vec![value_info(&format!("v{adds}"), FLOAT, &[n])],
+        vec![
+            ("shape", int64s(&[n])),
+            ("one", Tensor::from_f32(vec![1], vec![1.0])),
+        ],
+        13,
+    );
+    model_bytes(&m)
+}
+
+/// A Pad whose output passes the limit is refused, naming the layer and
+/// the bytes, before anything is allocated.
+#[test]
+fn a_pad_past_the_limit_is_refused_with_its_layer_and_bytes() {
+    let dir = scratch_dir("budget_pad_refused");
+    // 200 MB of output under a 64 MiB limit.
+    let c = cli(
+        &dir,
+        pad_model(50_000_000),
+        &["--memory-limit", "64M", "run"],
+    );
+    assert!(!c.ok);
+    assert!(
+        c.stderr.contains("big_pad")
+            && c.stderr.contains("200004000 bytes")
+            && c.stderr.contains("67108864 bytes"),
+        "{}",
+        c.stderr
+    );
+    assert!(c.peak_kb < 64 << 10, "{} kB", c.peak_kb);
+}
+
+/// Under the limit, a run's peak stays near its values: a 100 MB output
+/// with a limit of 110 MB peaks below the limit and the program's own size.
+#[test]
+fn a_pad_within_the_limit_runs_within_it() {
+    let dir = scratch_dir("budget_pad_runs");
+    let c = cli(
+        &dir,
+        pad_model(25_000_000),
+        &["--memory-limit", "110M", "run"],
+    );
+    assert!(c.ok, "{}", c.stderr);
+    assert!(c.peak_kb < (110 + 64) << 10, "{} kB", c.peak_kb);
+}
+
+/// A 40 MB ConstantOfShape and five Adds after it under a 64 MiB limit:
+/// nothing is folded past the fold limit (an eighth of the budget), and
+/// the model, which needs two 40 MB values at once, is refused.
+#[test]
+fn folds_stay_under_the_fold_limit_and_the_run_is_refused() {
+    let dir = scratch_dir("budget_fold_chain");
+    let c = cli(
+        &dir,
+        constant_of_shape_model(10_000_000, 5),
+        &["--memory-limit", "64M", "run"],
+    );
+    assert!(!c.ok);
+    assert!(
+        c.stderr.contains("memory limit of 67108864 bytes"),
+        "{}",
+        c.stderr
+    );
+    assert!(c.peak_kb < 64 << 10, "{} kB", c.peak_kb);
+    // With room for it, the same model runs, the fill computed at run time.
+    let c = cli(
+        &dir,
+        constant_of_shape_model(10_000_000, 5),
+        &["--memory-limit", "200M", "run"],
+    );
+    assert!(c.ok, "{}", c.stderr);
+    assert!(c.peak_kb < (200 + 64) << 10, "{} kB", c.peak_kb);
+}
+
+/// Three billion booleans are neither folded nor allocated.
+#[test]
+fn a_constant_of_shape_of_3e9_bools_is_refused() {
+    let dir = scratch_dir("budget_bools");
+    let mut fill = node("ConstantOfShape", "bools", &["shape"], &["y"]);
+    let mut value = onnx_protobuf::AttributeProto::new();
+    value.name = "value".into();
+    value.type_ = onnx_protobuf::attribute_proto::AttributeType::TENSOR.into();
+    let t = Tensor::new(
+        vec![1],
+        layoutopt::graph::TensorData::from_f64(DType::Bool, vec![1.0]),
+    );
+    value.t = Some(layoutopt::frontend::onnx::tensor_to_proto("v", &t)).into();
+    fill.attribute.push(value);
+    let m = model(
+        vec![fill],
+        vec![],
+        vec![value_info("y", 9, &[3_000_000_000])],
+        vec![("shape", int64s(&[3_000_000_000]))],
+        13,
+    );
+    let c = cli(&dir, model_bytes(&m), &["--memory-limit", "1G", "run"]);
+    assert!(!c.ok);
+    assert!(
+        c.stderr.contains("3000000000 bytes") && c.stderr.contains("bools"),
+        "{}",
+        c.stderr
+    );
+    assert!(c.peak_kb < 64 << 10, "{} kB", c.peak_kb);
+}
+
+/// A limit that is not a byte count is a usage error.
+#[test]
+fn a_bad_limit_is_a_usage_error() {
+    let dir = scratch_dir("budget_bad_limit");
+    let c = cli(&dir, pad_model(10), &["--memory-limit", "lots", "run"]);
+    assert!(
+        !c.ok && c.stderr.contains("not a memory limit"),
+        "{}",
+        c.stderr
+    );
+}
