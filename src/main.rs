@@ -92,6 +92,10 @@ enum Command {
         /// Worker threads (0: one per core; at most 4 per core).
         #[arg(long, default_value_t = 0, value_parser = cli::parse_threads)]
         threads: usize,
+        /// Look at every step's output and name the first that holds NaN or an
+        /// infinity, with its source layers.
+        #[arg(long)]
+        check_finite: bool,
         #[command(flatten)]
         planning: Planning,
     },
@@ -183,6 +187,7 @@ fn main() -> ExitCode {
             output_dir,
             seed,
             threads,
+            check_finite,
             planning,
         } => cli::run::run(
             model,
@@ -190,7 +195,7 @@ fn main() -> ExitCode {
             inputs,
             *seed,
             planning,
-            *threads,
+            (*threads, *check_finite),
             output_dir.as_deref(),
         ),
         Command::Bench {

@@ -541,3 +541,75 @@ fn inputs_by_name_and_outputs_by_name() {
         assert!(o.stderr.contains(needle), "{args:?}: {}", o.stderr);
     }
 }
+
+#[test]
+fn check_finite_names_the_first_step_with_nan_or_inf() {
+    use common::{model as onnx_model, model_bytes, node, value_info};
+    use layoutopt::frontend::npy::write_npy;
+    use layoutopt::graph::Tensor;
+    let check_line = |o: &Out| -> String {
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        o.stdout
+            .lines()
+            .find(|l| l.starts_with("check-finite: "))
+            .unwrap_or_else(|| panic!("no check line: {}", o.stdout))
+            .to_string()
+    };
+    // A NaN and infinities in the input: the fused Conv+Relu is the first step
+    // holding them, named with both source layers.
+    let case = format!(
+        "{}/tests/nonfinite/conv_relu/model.onnx",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    for target in ["nchw", "nchw16c"] {
+        let o = layoutopt(&["run", &case, "--target", target, "--check-finite"]);
+        let line = check_line(&o);
+        assert!(
+            line.contains("'Relu_1'") && line.contains("layer 'Conv_0'") && line.contains(" NaN"),
+            "{line}"
+        );
+    }
+    // Without the flag nothing is checked.
+    let o = layoutopt(&["run", &case]);
+    assert!(!o.stdout.contains("check-finite"), "{}", o.stdout);
+    // Finite values through a conv and a softmax over 20 channels planned for
+    // NCHW16c (where the softmax's padding channels hold -inf by design): the
+    // check reads logical elements only, so nothing is reported.
+    let dir = scratch_dir("check_finite");
+    let weights: Vec<f32> = (0..400)
+        .map(|i| ((i * 7 % 13) as f32 - 6.0) / 10.0)
+        .collect();
+    let m = onnx_model(
+        vec![
+            node("Conv", "conv", &["x", "w"], &["c"]),
+            node("Softmax", "softmax", &["c"], &["y"]),
+        ],
+        vec![value_info("x", 1, &[1, 20, 4, 4])],
+        vec![value_info("y", 1, &[1, 20, 4, 4])],
+        vec![("w", Tensor::from_f32(vec![20, 20, 1, 1], weights))],
+        13,
+    );
+    let path = dir.join("conv_softmax.onnx");
+    std::fs::write(&path, model_bytes(&m)).unwrap();
+    let x: Vec<f32> = (0..320).map(|i| (i % 9) as f32 / 4.0 - 1.0).collect();
+    let input = dir.join("x.npy");
+    std::fs::write(
+        &input,
+        write_npy(&Tensor::from_f32(vec![1, 20, 4, 4], x)).unwrap(),
+    )
+    .unwrap();
+    let (model, input) = (path.display().to_string(), input.display().to_string());
+    let o = layoutopt(&[
+        "run",
+        &model,
+        "--input",
+        &input,
+        "--target",
+        "nchw16c",
+        "--check-finite",
+    ]);
+    assert_eq!(
+        check_line(&o),
+        "check-finite: every step's output is finite"
+    );
+}

@@ -1,7 +1,13 @@
-//! NaN and infinities: the reference executor computes what IEEE 754 arithmetic gives
-//! (hand-derived below), never panics on them, and a planned graph (global planner,
-//! NCHW16c, with padding) gives the same outputs elementwise: NaN exactly where the
-//! source graph has NaN, equal infinities, finite values within 1e-4 of the magnitude.
+//! NaN and infinities (ARCHITECTURE.md, "NaN and infinities", states the rule per
+//! op). The recorded cases of `tests/nonfinite/` (single-op models fed NaN, ±inf
+//! and ±0 in the vector body, the scalar tail, the last channels of a partial
+//! block and the image border, with onnxruntime's or the ONNX reference
+//! evaluator's outputs; `scripts/gen_nonfinite_cases.py`) run through the
+//! reference executor, through the graphs planned for every layout family (pad-
+//! value flow and padded channel blocks) and through the native kernels. Besides:
+//! IEEE 754 arithmetic hand-derived for the elementwise ops, and the bundled
+//! models, planned and compiled, give NaN exactly where their source graph does.
+//! NaN and infinities must match exactly; finite values within a tolerance.
 
 mod common;
 
@@ -33,6 +39,50 @@ fn same_nonfinite(expected: &Tensor, actual: &Tensor, tol: f64, what: &str) {
             y.is_finite() && (x - y).abs() <= tol * mag.max(1.0)
         };
         assert!(ok, "{what}: element {i} expected {x}, got {y}");
+    }
+}
+
+/// The recorded cases, each as its directory name and path.
+fn recorded_cases() -> Vec<(String, std::path::PathBuf)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/nonfinite");
+    let mut cases: Vec<_> = std::fs::read_dir(&root)
+        .expect("tests/nonfinite exists")
+        .map(|e| e.expect("directory entry").path())
+        .filter(|p| p.join("model.onnx").exists())
+        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), p))
+        .collect();
+    cases.sort();
+    cases
+}
+
+#[test]
+fn recorded_cases_match_the_oracles_in_every_layout_family() {
+    let cases = recorded_cases();
+    assert!(cases.len() >= 50, "only {} recorded cases", cases.len());
+    let families = [
+        Family::Nchw,
+        Family::Nhwc,
+        Family::Nchwc(8),
+        Family::Nchwc(16),
+    ];
+    let global = planner_by_name("global").unwrap();
+    let opts = layoutopt::runtime::RuntimeOptions { threads: 2 };
+    for (name, dir) in &cases {
+        let g = load_onnx(&dir.join("model.onnx"), &ImportOptions::default()).unwrap();
+        let (inputs, expected) = load_test_data(dir);
+        let nonfinite = expected[0].data.to_f64().iter().any(|x| !x.is_finite());
+        assert!(nonfinite, "{name}: the case should reach the output");
+        let source = layoutopt::reference::run(&g, &inputs).unwrap();
+        same_nonfinite(&expected[0], &source[0], 1e-4, &format!("{name} reference"));
+        for family in families {
+            let what = format!("{name} {family:?}");
+            let p = plan(&g, global.as_ref(), family, &CostModel::default()).unwrap();
+            let planned = layoutopt::reference::run(&p.graph, &inputs).unwrap();
+            same_nonfinite(&expected[0], &planned[0], 1e-4, &format!("{what} planned"));
+            let model = layoutopt::runtime::CompiledModel::compile(&p.graph, &opts).unwrap();
+            let native = model.run(&inputs).unwrap();
+            same_nonfinite(&expected[0], &native[0], 1e-4, &format!("{what} native"));
+        }
     }
 }
 

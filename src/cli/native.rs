@@ -55,25 +55,45 @@ fn compile(g: &Graph, threads: usize) -> CliResult<CompiledModel> {
 }
 
 /// Compiles the planned graph and runs it once; returns the outputs and a line
-/// saying how long compiling and running took.
+/// saying how long compiling and running took. With `check_finite`, every
+/// step's output is looked at, and a second line names the first step whose
+/// output holds NaN or an infinity, with its source layers.
 pub fn run_native(
     g: &Graph,
     inputs: &[Tensor],
     threads: usize,
+    check_finite: bool,
 ) -> CliResult<(Vec<Tensor>, String)> {
     let t0 = Instant::now();
     let model = compile(g, threads)?;
     let compile = t0.elapsed();
     let t1 = Instant::now();
-    let outputs = model.run(inputs)?;
+    let (outputs, found) = match check_finite {
+        true => model.run_checked(inputs)?,
+        false => (model.run(inputs)?, None),
+    };
     let run = t1.elapsed();
-    let line = format!(
+    let mut line = format!(
         "compiled in {:.1} ms ({:?} kernels, {:.1} MB arena), ran in {:.2} ms (native runtime)",
         compile.as_secs_f64() * 1e3,
         model.isa(),
         model.arena_bytes() as f64 / 1e6,
         run.as_secs_f64() * 1e3
     );
+    match found {
+        Some(f) => line.push_str(&format!(
+            "\ncheck-finite: the first step with NaN or infinite output is '{}' ({}; {}): {} NaN, {} +inf, {} -inf of {} elements",
+            f.step,
+            f.kind,
+            format_spans(&f.spans),
+            f.counts[0],
+            f.counts[1],
+            f.counts[2],
+            f.of
+        )),
+        None if check_finite => line.push_str("\ncheck-finite: every step's output is finite"),
+        None => {}
+    }
     Ok((outputs, line))
 }
 

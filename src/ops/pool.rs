@@ -49,7 +49,9 @@ impl OpDef for Pool {
         let mut req = vec![Requirement::Any; inputs.len()];
         if spatial_padded {
             req[0] = match pool.kind {
-                // A window reaching into the padding must not win the max.
+                // A window reaching into the padding must not win the max. (No
+                // layout family pads spatial axes; -inf there would turn a window
+                // of NaN only into -inf, as NaN is skipped.)
                 PoolKind::Max => Requirement::Value(f32::NEG_INFINITY),
                 // The divisor would count padding positions.
                 PoolKind::Avg => Requirement::Unsupported,
@@ -284,7 +286,8 @@ pub(super) fn pool(p: &Pool, x: &Tensor, out: &ValueType) -> Tensor {
             .for_each(|(plane, acc)| {
                 let xin = &xs[plane * in_len..][..in_len];
                 let init = match p.kind {
-                    PoolKind::Max => f64::NEG_INFINITY,
+                    // NaN: a window of NaN only gives NaN (see below).
+                    PoolKind::Max => f64::NAN,
                     PoolKind::Avg => 0.0,
                 };
                 acc.fill(init);
@@ -294,8 +297,10 @@ pub(super) fn pool(p: &Pool, x: &Tensor, out: &ValueType) -> Tensor {
                             .iter_mut()
                             .zip(xin[q..].iter().step_by(s_last));
                         match p.kind {
-                            // NaN propagates (numpy.max, the ONNX reference evaluator).
-                            PoolKind::Max => pairs.for_each(|(a, &v)| *a = Scalar::max(*a, v)),
+                            // A window skips NaN (f64::max is IEEE maximumNumber),
+                            // unlike GlobalMaxPool and ReduceMax (ARCHITECTURE.md,
+                            // "NaN and infinities").
+                            PoolKind::Max => pairs.for_each(|(a, &v)| *a = a.max(v)),
                             PoolKind::Avg => pairs.for_each(|(a, &v)| *a += v),
                         }
                     });
@@ -309,7 +314,7 @@ pub(super) fn pool(p: &Pool, x: &Tensor, out: &ValueType) -> Tensor {
 }
 
 /// Per output position, the flat input position of the first maximum of its
-/// window (NaN counts as the largest, as in the values); -1 for a window that
+/// window (NaN loses to any number, as in the values); -1 for a window that
 /// lies wholly in the padding, as in the ONNX reference.
 fn max_pool_indices(p: &MaxPoolIndices, x: &Tensor, out: &ValueType) -> Tensor {
     let w = &p.window;
@@ -345,7 +350,7 @@ fn max_pool_indices(p: &MaxPoolIndices, x: &Tensor, out: &ValueType) -> Tensor {
                 continue;
             };
             let v = xs[plane * in_len + row_major];
-            let wins = best.is_none_or(|(b, _)| v > b || (v.is_nan() && !b.is_nan()));
+            let wins = best.is_none_or(|(b, _)| v > b || (b.is_nan() && !v.is_nan()));
             if wins {
                 best = Some((v, placed));
             }
@@ -382,7 +387,8 @@ fn pool_compute(
 ) -> Result<(TeTensor, Option<TeTensor>), TirError> {
     let w = &p.window;
     let is_max = p.kind == PoolKind::Max;
-    let fill = if is_max { f64::NEG_INFINITY } else { 0.0 };
+    // NaN padding: the window's maximum skips it.
+    let fill = if is_max { f64::NAN } else { 0.0 };
     let span = |a: usize| w.dilations[a] * (w.kernel[a] - 1) + 1;
     // In ceil mode the last window may run past the end padding: pad further
     // so that every read is inside the padded stage (those positions hold the
@@ -397,7 +403,11 @@ fn pool_compute(
     let src = pad.unwrap_or(x);
     let out = [e(xs[0]), e(xs[1]), e(out_hw[0]), e(out_hw[1])];
     let (sh, sw, dh, dw) = (w.strides[0], w.strides[1], w.dilations[0], w.dilations[1]);
-    let rop = if is_max { ReduceOp::Max } else { ReduceOp::Sum };
+    let rop = if is_max {
+        ReduceOp::MaxNumber
+    } else {
+        ReduceOp::Sum
+    };
     let name = format!("{}{sfx}", if is_max { "Y" } else { "S" });
     let acc = g.reduce(
         &name,

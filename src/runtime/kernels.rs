@@ -40,6 +40,9 @@ macro_rules! multiversion {
 pub struct PoolGeom {
     /// Max or average.
     pub kind: PoolKind,
+    /// Whether a maximum skips NaN (a MaxPool window) or propagates it
+    /// (GlobalMaxPool); ARCHITECTURE.md, "NaN and infinities".
+    pub skip_nan: bool,
     /// Batch times channel blocks.
     pub planes: usize,
     /// Channels per block.
@@ -73,6 +76,38 @@ impl PoolGeom {
             .collect();
         self
     }
+
+    /// The accumulator's start: NaN for a maximum that skips NaN, so that a
+    /// window of NaN only stays NaN; else the identity of the reduction.
+    fn init(&self) -> f32 {
+        match (self.kind, self.skip_nan) {
+            (PoolKind::Max, true) => f32::NAN,
+            (PoolKind::Max, false) => f32::NEG_INFINITY,
+            (PoolKind::Avg, _) => 0.0,
+        }
+    }
+}
+
+/// Evaluates `$body` with `$f` the function that combines an accumulator of
+/// pool `$g` with one more value, chosen once outside the loops of `$body`.
+macro_rules! with_combine {
+    ($g:expr, |$f:ident| $body:expr) => {
+        match ($g.kind, $g.skip_nan) {
+            // f32::max is IEEE maximumNumber: a NaN operand gives the other.
+            (PoolKind::Max, true) => {
+                let $f = f32::max;
+                $body
+            }
+            (PoolKind::Max, false) => {
+                let $f = <f32 as Scalar>::max;
+                $body
+            }
+            (PoolKind::Avg, _) => {
+                let $f = |a: f32, b: f32| a + b;
+                $body
+            }
+        }
+    };
 }
 
 multiversion!(pool_plane(g: &PoolGeom, x: &[f32], y: &mut [f32]) {
@@ -80,10 +115,7 @@ multiversion!(pool_plane(g: &PoolGeom, x: &[f32], y: &mut [f32]) {
     if (g.oh, g.ow, g.k, g.pad) == (1, 1, (g.h, g.w), (0, 0)) {
         return global_pool(g, x, y);
     }
-    let init = match g.kind {
-        PoolKind::Max => f32::NEG_INFINITY,
-        PoolKind::Avg => 0.0,
-    };
+    let init = g.init();
     // Each output row accumulates in place: for every window row and column,
     // the output columns whose input column is inside the image take one
     // contiguous (stride 1) or strided run of the input row.
@@ -103,12 +135,12 @@ multiversion!(pool_plane(g: &PoolGeom, x: &[f32], y: &mut [f32]) {
                 let src = &xrow[first * cb..];
                 match (cb, g.stride.1) {
                     // NCHW, stride 1: one contiguous run, in vector registers.
-                    (1, 1) => accumulate(g.kind, out, src.iter()),
-                    (1, s) => accumulate(g.kind, out, src.iter().step_by(s)),
+                    (1, 1) => accumulate(g, out, src.iter()),
+                    (1, s) => accumulate(g, out, src.iter().step_by(s)),
                     _ => {
                         let pixels = src.chunks(cb).step_by(g.stride.1);
                         for (o, v) in out.chunks_mut(cb).zip(pixels) {
-                            accumulate(g.kind, o, v.iter());
+                            accumulate(g, o, v.iter());
                         }
                     }
                 }
@@ -142,14 +174,11 @@ multiversion!(pool_plane(g: &PoolGeom, x: &[f32], y: &mut [f32]) {
 
 /// `out[i] = out[i] max src[i]` (or `+`), pairwise.
 #[inline(always)]
-fn accumulate<'a>(kind: PoolKind, out: &mut [f32], src: impl Iterator<Item = &'a f32>) {
-    match kind {
-        PoolKind::Max => out
-            .iter_mut()
-            .zip(src)
-            .for_each(|(a, &b)| *a = <f32 as Scalar>::max(*a, b)),
-        PoolKind::Avg => out.iter_mut().zip(src).for_each(|(a, &b)| *a += b),
-    }
+fn accumulate<'a>(g: &PoolGeom, out: &mut [f32], src: impl Iterator<Item = &'a f32>) {
+    with_combine!(g, |f| out
+        .iter_mut()
+        .zip(src)
+        .for_each(|(a, &b)| *a = f(*a, b)))
 }
 
 /// The window offsets `[lo, hi)` of output position `o` that fall inside an
@@ -177,33 +206,28 @@ fn global_pool(g: &PoolGeom, x: &[f32], y: &mut [f32]) {
     const LANES: usize = 16;
     let (cb, n) = (g.cb, g.h * g.w);
     let x = &x[..n * cb];
-    let combine = |a: f32, b: f32| match g.kind {
-        PoolKind::Max => <f32 as Scalar>::max(a, b),
-        PoolKind::Avg => a + b,
-    };
-    let init = match g.kind {
-        PoolKind::Max => f32::NEG_INFINITY,
-        PoolKind::Avg => 0.0,
-    };
+    let init = g.init();
     let out = &mut y[..cb];
-    if cb == 1 {
-        let mut acc = [init; LANES];
-        let mut chunks = x.chunks_exact(LANES);
-        for c in &mut chunks {
-            acc.iter_mut()
-                .zip(c)
-                .for_each(|(a, &b)| *a = combine(*a, b));
+    with_combine!(g, |combine| {
+        if cb == 1 {
+            let mut acc = [init; LANES];
+            let mut chunks = x.chunks_exact(LANES);
+            for c in &mut chunks {
+                acc.iter_mut()
+                    .zip(c)
+                    .for_each(|(a, &b)| *a = combine(*a, b));
+            }
+            let tail = chunks.remainder().iter().fold(init, |a, &b| combine(a, b));
+            out[0] = acc.iter().fold(tail, |a, &b| combine(a, b));
+        } else {
+            out.fill(init);
+            for px in x.chunks_exact(cb) {
+                out.iter_mut()
+                    .zip(px)
+                    .for_each(|(a, &b)| *a = combine(*a, b));
+            }
         }
-        let tail = chunks.remainder().iter().fold(init, |a, &b| combine(a, b));
-        out[0] = acc.iter().fold(tail, |a, &b| combine(a, b));
-    } else {
-        out.fill(init);
-        for px in x.chunks_exact(cb) {
-            out.iter_mut()
-                .zip(px)
-                .for_each(|(a, &b)| *a = combine(*a, b));
-        }
-    }
+    });
     if g.kind == PoolKind::Avg {
         let inv = 1.0 / n.max(1) as f32;
         out.iter_mut().for_each(|a| *a *= inv);

@@ -21,8 +21,11 @@ pub mod roofline;
 pub mod simd;
 pub mod tir_step;
 
-use crate::fusion::FusedGroup;
-use crate::graph::{format_spans, Graph, GraphError, Op, Span, Tensor, TensorData, ValueType};
+use crate::fusion::{output_layout, output_shape, FusedGroup};
+use crate::graph::{
+    format_spans, numel, Graph, GraphError, Op, Span, Tensor, TensorData, ValueRef, ValueType,
+};
+use crate::layout::Layout;
 use compile::Compiler;
 use conv::PackedConv;
 use depthwise::Depthwise;
@@ -205,6 +208,80 @@ struct Step {
     /// Working memory of the kernel, live during this step only.
     scratch: Option<Slot>,
     work: StepWork,
+    /// How each output is stored, for `run_checked`.
+    stored: Vec<Stored>,
+}
+
+/// How a step's output holds its logical elements.
+#[derive(Clone, Debug)]
+enum Stored {
+    /// All of them, row-major, nothing else.
+    RowMajor,
+    /// In this layout of this logical shape (with padding, or permuted).
+    Laid(Layout, Vec<usize>),
+    /// Beside padding the check cannot tell apart (a PadWith's output, whose
+    /// logical elements its input's step already showed).
+    Padded,
+}
+
+impl Stored {
+    /// How value `v` of a planned graph is stored.
+    fn of(g: &Graph, v: ValueRef) -> Stored {
+        let laid = |layout: &Layout, logical: Vec<usize>| match layout.is_identity() {
+            true => Stored::RowMajor,
+            false => Stored::Laid(layout.clone(), logical),
+        };
+        match &g.node(v.node).op {
+            Op::InLayout(_) if v.output == 0 => {
+                match (output_layout(g, v.node), output_shape(g, v.node)) {
+                    (Some((layout, _)), Some(logical)) => laid(&layout, logical),
+                    _ => Stored::Padded,
+                }
+            }
+            Op::InLayout(_) | Op::PadWith(_) => Stored::Padded,
+            Op::LayoutTransform(t) => laid(&t.to, t.logical.clone()),
+            _ => Stored::RowMajor,
+        }
+    }
+}
+
+/// The first step of a run whose output holds NaN or an infinity
+/// (`CompiledModel::run_checked`).
+#[derive(Clone, Debug)]
+pub struct NonFinite {
+    /// The step's name (its last node's).
+    pub step: String,
+    /// The ops of the step, e.g. `Conv+Relu`.
+    pub kind: String,
+    /// The source layers the step computes.
+    pub spans: Vec<Span>,
+    /// Its logical output elements that are NaN, +inf and -inf.
+    pub counts: [usize; 3],
+    /// Its logical output elements.
+    pub of: usize,
+}
+
+impl NonFinite {
+    /// The step's non-finite elements among `values` (logical), if any.
+    fn of_step(step: &Step, values: &[f32]) -> Option<NonFinite> {
+        let mut counts = [0; 3];
+        for v in values.iter().filter(|v| !v.is_finite()) {
+            counts[if v.is_nan() {
+                0
+            } else if *v > 0.0 {
+                1
+            } else {
+                2
+            }] += 1;
+        }
+        (counts != [0; 3]).then(|| NonFinite {
+            step: step.name.clone(),
+            kind: step.kind.clone(),
+            spans: step.spans.clone(),
+            counts,
+            of: values.len(),
+        })
+    }
 }
 
 /// Time spent in one step over the profiled runs.
@@ -375,7 +452,19 @@ impl CompiledModel {
 
     /// Runs the model on one tensor per graph input; returns the graph outputs.
     pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
-        self.run_inner(inputs, None)
+        self.run_inner(inputs, None, None)
+    }
+
+    /// Runs the model like `run`, and looks after every step for NaN or an
+    /// infinity among its logical output elements (layout padding, which may
+    /// hold -inf or NaN by design, is skipped): the first such step, if any.
+    pub fn run_checked(
+        &self,
+        inputs: &[Tensor],
+    ) -> Result<(Vec<Tensor>, Option<NonFinite>), RuntimeError> {
+        let mut found = None;
+        let outputs = self.run_inner(inputs, None, Some(&mut found))?;
+        Ok((outputs, found))
     }
 
     /// Runs the model and adds each step's time to `profile` (one entry per step,
@@ -398,13 +487,14 @@ impl CompiledModel {
                 })
                 .collect();
         }
-        self.run_inner(inputs, Some(profile))
+        self.run_inner(inputs, Some(profile), None)
     }
 
     fn run_inner(
         &self,
         inputs: &[Tensor],
         mut profile: Option<&mut Vec<StepProfile>>,
+        mut check: Option<&mut Option<NonFinite>>,
     ) -> Result<Vec<Tensor>, RuntimeError> {
         if inputs.len() != self.inputs.len() {
             return Err(RuntimeError::InputCount {
@@ -475,6 +565,13 @@ impl CompiledModel {
                 self.exec(step, &mut bufs)?;
                 if let Some(p) = profile.as_deref_mut() {
                     p[i].time += t0.elapsed();
+                }
+                if let Some(found) = check.as_deref_mut().filter(|f| f.is_none()) {
+                    *found =
+                        first_non_finite(step, &bufs).map_err(|message| RuntimeError::AtNode {
+                            spans: step.spans.clone(),
+                            message,
+                        })?;
                 }
             }
             Ok(())
@@ -648,3 +745,29 @@ impl CompiledModel {
 
 #[cfg(test)]
 mod tests;
+
+/// NaN or infinities among the logical output elements of `step`, just run.
+fn first_non_finite(step: &Step, bufs: &Buffers) -> Result<Option<NonFinite>, String> {
+    for (slot, stored) in step.outputs.iter().zip(&step.stored) {
+        if matches!(slot, Slot::Boxed(_)) {
+            continue;
+        }
+        // SAFETY: the step has written its output and no step runs meanwhile.
+        let values = unsafe { bufs.read(*slot) };
+        let found = match stored {
+            Stored::RowMajor => NonFinite::of_step(step, values),
+            Stored::Padded => None,
+            Stored::Laid(layout, logical) => {
+                let to = Layout::identity(logical.len()).map_err(|e| e.to_string())?;
+                let gather = Gather::new(layout, &to, logical, 0.0)?;
+                let mut row_major = vec![0f32; numel(logical)];
+                gather.run(values, &mut row_major)?;
+                NonFinite::of_step(step, &row_major)
+            }
+        };
+        if found.is_some() {
+            return Ok(found);
+        }
+    }
+    Ok(None)
+}

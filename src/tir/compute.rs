@@ -4,7 +4,8 @@
 use std::collections::HashMap;
 
 use super::error::TirError;
-use super::expr::{unflatten, Expr, Range, TensorId, Var};
+use super::expr::{unflatten, BinOp, Expr, Range, TensorId, Var};
+use crate::core::scalar::Scalar;
 
 /// The role of an iteration variable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,10 +52,14 @@ impl IterVar {
 pub enum ReduceOp {
     /// Their sum.
     Sum,
-    /// Their maximum.
+    /// Their maximum; NaN if any is NaN.
     Max,
-    /// Their minimum.
+    /// Their minimum; NaN if any is NaN.
     Min,
+    /// Their maximum with NaN values skipped, NaN only when all are (IEEE 754
+    /// maximumNumber): the window of a MaxPool (ARCHITECTURE.md, "NaN and
+    /// infinities").
+    MaxNumber,
 }
 
 impl ReduceOp {
@@ -64,22 +69,37 @@ impl ReduceOp {
             ReduceOp::Sum => 0.0,
             ReduceOp::Max => f64::NEG_INFINITY,
             ReduceOp::Min => f64::INFINITY,
+            // Not -inf: a window of NaN only must give NaN, not -inf.
+            ReduceOp::MaxNumber => f64::NAN,
         }
     }
     /// The combined value of an accumulator and a new value.
     pub fn combine(self, acc: Expr, v: Expr) -> Expr {
         match self {
             ReduceOp::Sum => acc + v,
-            ReduceOp::Max => acc.max(v),
-            ReduceOp::Min => acc.min(v),
+            ReduceOp::Max => Scalar::max(acc, v),
+            ReduceOp::Min => Scalar::min(acc, v),
+            // v is NaN ? acc : (v <= acc ? acc : v); a NaN acc (nothing seen yet)
+            // fails the comparison and takes v.
+            ReduceOp::MaxNumber => {
+                let is_nan = Expr::Bin(BinOp::Ne, Box::new(v.clone()), Box::new(v.clone()));
+                let keep = Expr::Bin(
+                    BinOp::Or,
+                    Box::new(is_nan),
+                    Box::new(v.clone().le(acc.clone())),
+                );
+                Expr::select(keep, acc, v)
+            }
         }
     }
     /// The combined value of an accumulator and a new value, on numbers.
     pub fn apply(self, acc: f64, v: f64) -> f64 {
         match self {
             ReduceOp::Sum => acc + v,
-            ReduceOp::Max => acc.max(v),
-            ReduceOp::Min => acc.min(v),
+            ReduceOp::Max => Scalar::max(acc, v),
+            ReduceOp::Min => Scalar::min(acc, v),
+            // f64::max is maximumNumber.
+            ReduceOp::MaxNumber => acc.max(v),
         }
     }
 }

@@ -7,7 +7,7 @@ use crate::fusion;
 use crate::graph::{DType, Graph, GraphError, NodeId, Op, ValueRef};
 use crate::layout::Layout;
 use crate::ops::Concat;
-use crate::runtime::{CompiledModel, RuntimeError, Slot, Step};
+use crate::runtime::{CompiledModel, RuntimeError, Slot, Step, Stored};
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
@@ -147,6 +147,7 @@ impl Compiler<'_> {
                     input_types: p.inputs.iter().map(|v| g.value_type(*v).clone()).collect(),
                     inputs: p.inputs.iter().map(slot).collect::<Result<_, _>>()?,
                     outputs: p.outputs.iter().map(slot).collect::<Result<_, _>>()?,
+                    stored: p.outputs.iter().map(|&v| Stored::of(g, v)).collect(),
                     name: p.name,
                     kind: p.kind,
                     spans: p.spans,

@@ -303,7 +303,7 @@ impl<'g> Compiler<'g> {
             {
                 self.pool_geom(
                     id,
-                    p.kind,
+                    (p.kind, true),
                     p.window.kernel.clone(),
                     p.window.strides.clone(),
                     (p.window.pad_begin(0), p.window.pad_begin(1)),
@@ -313,7 +313,14 @@ impl<'g> Compiler<'g> {
             Op::GlobalPool(GlobalPool { kind }) => {
                 let (_, xs) = input_layout(self.g, id, 0)?;
                 (xs.len() == 4).then_some(())?;
-                self.pool_geom(id, *kind, vec![xs[2], xs[3]], vec![1, 1], (0, 0), false)
+                self.pool_geom(
+                    id,
+                    (*kind, false),
+                    vec![xs[2], xs[3]],
+                    vec![1, 1],
+                    (0, 0),
+                    false,
+                )
             }
             Op::LayoutTransform(LayoutTransform {
                 from,
@@ -644,7 +651,7 @@ impl<'g> Compiler<'g> {
     fn pool_geom(
         &self,
         id: NodeId,
-        kind: PoolKind,
+        (kind, skip_nan): (PoolKind, bool),
         k: Vec<usize>,
         stride: Vec<usize>,
         pad: (usize, usize),
@@ -666,6 +673,7 @@ impl<'g> Compiler<'g> {
         Some(Kernel::Pool(
             PoolGeom {
                 kind,
+                skip_nan,
                 planes: xs[0] * xs[1].div_ceil(cb),
                 cb,
                 h: xs[2],
