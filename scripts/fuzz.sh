@@ -4,16 +4,28 @@
 #
 #   scripts/fuzz.sh [seconds-per-target] [target...]
 #
-# Needs a nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz`). Inputs that
-# grow coverage go to fuzz/corpus/<target>/ (commit the small ones); a crash is saved
-# under fuzz/artifacts/<target>/ and the script exits non-zero. Copy a crash into
-# fuzz/regressions/<target>/ once fixed: tests/fuzz_regressions.rs replays them.
+# With a nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz`) it runs the
+# coverage-guided libFuzzer targets: inputs that grow coverage go to
+# fuzz/corpus/<target>/ (commit the small ones). Without them it runs the stable
+# mutation fuzzer of tests/fuzz_regressions.rs (timed_mutation_fuzzing) over the
+# same harness, seeded by the corpus and the bundled models. Either way a crash
+# is saved under fuzz/artifacts/<target>/ and the script exits non-zero. Copy a
+# crash into fuzz/regressions/<target>/ once fixed: tests/fuzz_regressions.rs
+# replays them.
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 secs="${1:-600}"
 shift || true
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(onnx_import tflite_import rules_parse)
+if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
+    echo "cargo-fuzz (nightly) not found: running the stable mutation fuzzer"
+    cd ..
+    targets_csv=$(IFS=,; echo "${targets[*]}")
+    exec env LAYOUTOPT_FUZZ_SECONDS="$secs" LAYOUTOPT_FUZZ_TARGETS="$targets_csv" \
+        cargo test --release --test fuzz_regressions -- --ignored --nocapture \
+        timed_mutation_fuzzing
+fi
 cargo +nightly fuzz build -O
 status=0
 for t in "${targets[@]}"; do

@@ -120,9 +120,8 @@ enum Command {
         model: PathBuf,
         #[command(flatten)]
         shapes: cli::InputShapes,
-        /// The ONNX file to write.
-        #[arg(short, long)]
-        output: PathBuf,
+        #[command(flatten)]
+        output: cli::export::OutputFile,
         #[command(flatten)]
         planning: Planning,
     },
@@ -136,9 +135,8 @@ enum Command {
         model: PathBuf,
         #[command(flatten)]
         shapes: cli::InputShapes,
-        /// The HTML file to write.
-        #[arg(short, long)]
-        output: PathBuf,
+        #[command(flatten)]
+        output: cli::export::OutputFile,
         #[command(flatten)]
         planning: Planning,
         /// The planner shown beside `--planner`.

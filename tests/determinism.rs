@@ -29,12 +29,8 @@ fn load(path: &Path) -> Graph {
 
 /// The report as JSON with the wall-clock fields zeroed: they are measurements,
 /// not decisions.
-fn report_json(mut r: PlanReport) -> String {
-    r.plan_time_ms = 0.0;
-    if let Some(s) = r.solver.as_mut() {
-        s.time_ms = 0.0;
-    }
-    r.to_json()
+fn report_json(r: PlanReport) -> String {
+    r.without_timings().to_json()
 }
 
 fn pool(threads: usize) -> rayon::ThreadPool {

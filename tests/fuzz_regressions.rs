@@ -179,3 +179,56 @@ fn mutated_rule_files_never_panic() {
         300 * seeds.len()
     );
 }
+
+/// The stable-Rust fallback of `scripts/fuzz.sh` (cargo-fuzz needs nightly):
+/// mutates the corpus, regressions and bundled seeds of each target for
+/// `LAYOUTOPT_FUZZ_SECONDS` seconds, prints the executions, and saves any input
+/// that panics under fuzz/artifacts/<target>/ before failing.
+#[test]
+#[ignore = "run by scripts/fuzz.sh"]
+fn timed_mutation_fuzzing() {
+    let secs: u64 = std::env::var("LAYOUTOPT_FUZZ_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10);
+    let only = std::env::var("LAYOUTOPT_FUZZ_TARGETS").unwrap_or_default();
+    // Panics are caught and counted; the default hook would print each one.
+    std::panic::set_hook(Box::new(|_| {}));
+    let mut crashes = Vec::new();
+    for (name, target) in TARGETS {
+        if !only.is_empty() && !only.split(',').any(|t| t == name) {
+            continue;
+        }
+        let mut seeds: Vec<PathBuf> = ["corpus", "regressions"]
+            .iter()
+            .flat_map(|sub| files_in(&root().join("fuzz").join(sub).join(name)))
+            .collect();
+        seeds.extend(match name {
+            "onnx_import" => bundled("onnx"),
+            "tflite_import" => bundled("tflite"),
+            _ => files_in(&root().join("rules")),
+        });
+        let seeds: Vec<Vec<u8>> = seeds.iter().filter_map(|p| std::fs::read(p).ok()).collect();
+        let mut rng = Rng(0x853c_49e6_748f_ea9b ^ secs);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        let (mut execs, mut found) = (0u64, 0);
+        while std::time::Instant::now() < deadline && !seeds.is_empty() {
+            let mut data = seeds[rng.below(seeds.len())].clone();
+            for _ in 0..=rng.below(4) {
+                mutate(&mut data, &mut rng);
+            }
+            execs += 1;
+            if let Err(e) = survives(target, &data, name) {
+                let dir = root().join("fuzz/artifacts").join(name);
+                let _ = std::fs::create_dir_all(&dir);
+                let file = dir.join(format!("crash-{execs}"));
+                let _ = std::fs::write(&file, &data);
+                crashes.push(format!("{e} (saved as {})", file.display()));
+                found += 1;
+            }
+        }
+        println!("{name}: {execs} executions in {secs} s, {found} crashes");
+    }
+    let _ = std::panic::take_hook();
+    assert!(crashes.is_empty(), "{}", crashes.join("\n"));
+}

@@ -15,7 +15,7 @@ use layoutopt::graph::{Tensor, MEMORY_LIMIT_ENV};
 use onnx_protobuf::{ModelProto, NodeProto, StringStringEntryProto, TensorProto};
 use std::path::Path;
 use std::process::Command;
-use tflite_common::{Field, ModelSpec, OpSpec, TensorSpec, INT8};
+use tflite_common::{tfl_conv, ModelSpec, OpSpec, TensorSpec, INT8};
 
 const F32: i32 = 1;
 const STRING: i32 = 8;
@@ -499,32 +499,9 @@ fn onnx_cases() -> Vec<Case> {
 // -------------------------------------------------------------- TFLite models
 
 // BuiltinOperator codes and BuiltinOptions union types from TFLite's schema.fbs.
-const CONV_2D: i32 = 3;
 const LSTM: i32 = 16;
 const RELU: i32 = 19;
 const TRANSPOSE: i32 = 39;
-const CONV_OPTIONS: u8 = 1;
-const VALID: i8 = 1;
-
-/// x [1,H,W,C] conv w [O,K,K,C] -> y (VALID padding, given strides).
-fn tfl_conv(hw: i32, k: i32, stride: i32) -> ModelSpec {
-    let w = vec![0.5; (k * k) as usize];
-    let tensors = vec![
-        TensorSpec::f32("x", &[1, hw, hw, 1]),
-        TensorSpec::f32_const("w", &[1, k, k, 1], &w),
-        TensorSpec::f32_const("b", &[1], &[0.0]),
-        TensorSpec::f32("y", &[1, 1, 1, 1]),
-    ];
-    let conv = OpSpec::new(CONV_2D, &[0, 1, 2], &[3]).options(
-        CONV_OPTIONS,
-        &[
-            (0, Field::I8(VALID)),
-            (1, Field::I32(stride)),
-            (2, Field::I32(stride)),
-        ],
-    );
-    ModelSpec::new(tensors, vec![conv], &[0], &[3])
-}
 
 fn tfl_relu(shape: &[i32]) -> ModelSpec {
     ModelSpec::new(

@@ -2,41 +2,70 @@
 
 use super::{load, CliResult, InputShapes, Planning};
 use layoutopt::export::{
-    export_model, keeps_symbolic_batch, opset_for, ExportError, ExportOptions,
+    export_model, keeps_symbolic_batch, opset_for, write_model, ExportError, ExportOptions,
+    PROTOBUF_LIMIT,
 };
-use protobuf::Message;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-/// Refuses an output path that is the input model itself (under any name) or a
-/// symbolic link, whose target the write would silently replace.
-fn check_output(model: &Path, out: &Path) -> CliResult {
-    if std::fs::symlink_metadata(out).is_ok_and(|m| m.file_type().is_symlink()) {
-        return Err(format!(
-            "{} is a symbolic link: refusing to write through it (remove it or pick another path)",
-            out.display()
-        )
-        .into());
-    }
-    // The same file under any name (a hard link included): same device and inode.
-    let same = |a: &Path, b: &Path| {
-        use std::os::unix::fs::MetadataExt;
-        match (std::fs::metadata(a), std::fs::metadata(b)) {
-            (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
-            _ => false,
-        }
-    };
-    if same(model, out) {
-        return Err(format!(
-            "{} is the input model: refusing to overwrite it",
-            out.display()
-        )
-        .into());
-    }
-    Ok(())
+/// The file a command writes (`-o`), and whether it may write through a
+/// symbolic link.
+#[derive(clap::Args)]
+pub struct OutputFile {
+    /// The file to write. It is never the input model; a symbolic link is
+    /// refused unless --force is given.
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Write through a symbolic link at the output path (replacing its target).
+    #[arg(long)]
+    pub force: bool,
 }
 
-pub fn export(model: &Path, shapes: &InputShapes, out: &Path, planning: &Planning) -> CliResult {
-    check_output(model, out)?;
+impl OutputFile {
+    /// Refuses to write `path` (the output or a file beside it) when it is the
+    /// input model under any name, or a symbolic link without --force, whose
+    /// target the write would silently replace.
+    fn check(&self, model: &Path, path: &Path) -> CliResult {
+        if !self.force && std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink())
+        {
+            return Err(format!(
+                "{} is a symbolic link: refusing to write through it (--force writes its target)",
+                path.display()
+            )
+            .into());
+        }
+        // The same file under any name (a hard link included): same device and inode.
+        let same = |a: &Path, b: &Path| {
+            use std::os::unix::fs::MetadataExt;
+            match (std::fs::metadata(a), std::fs::metadata(b)) {
+                (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+                _ => false,
+            }
+        };
+        if same(model, path) {
+            return Err(format!(
+                "{} is the input model: refusing to overwrite it",
+                path.display()
+            )
+            .into());
+        }
+        Ok(())
+    }
+}
+
+pub fn export(
+    model: &Path,
+    shapes: &InputShapes,
+    output: &OutputFile,
+    planning: &Planning,
+) -> CliResult {
+    let out = output.output.as_path();
+    output.check(model, out)?;
+    // Where the tensors go when the model passes protobuf's 2 GiB.
+    let data_file = out.with_file_name(format!(
+        "{}.data",
+        out.file_name().unwrap_or_default().to_string_lossy()
+    ));
+    output.check(model, &data_file)?;
     let source = load(model, shapes)?;
     let planned = planning.plan(&source)?;
     // The exported model keeps the source's output names.
@@ -50,24 +79,22 @@ pub fn export(model: &Path, shapes: &InputShapes, out: &Path, planning: &Plannin
         ),
         symbolic_batch: source.symbolic_batch.clone(),
     };
-    let m = super::progress::step(&format!("writing {}", out.display()), || {
-        let m = export_model(&planned.graph, &opts)?;
-        let bytes = m
-            .write_to_bytes()
-            .map_err(|e| format!("protobuf encoding failed: {e}"))?;
-        std::fs::write(out, bytes).map_err(|source| ExportError::Io {
-            path: out.display().to_string(),
-            source,
+    let (kept_batch, written) =
+        super::progress::step(&format!("writing {}", out.display()), || {
+            let m = export_model(&planned.graph, &opts)?;
+            let kept = (source.symbolic_batch.as_ref()).map(|name| keeps_symbolic_batch(&m, name));
+            Ok::<_, ExportError>((kept, write_model(m, out, PROTOBUF_LIMIT)?))
         })?;
-        Ok::<_, Box<dyn std::error::Error>>(m)
-    })?;
-    let batch = match &source.symbolic_batch {
-        Some(name) if keeps_symbolic_batch(&m, name) => format!(", batch '{name}' symbolic"),
-        Some(name) => format!(", batch '{name}' fixed: the plan depends on its value"),
-        None => String::new(),
+    let batch = match (&source.symbolic_batch, kept_batch) {
+        (Some(name), Some(true)) => format!(", batch '{name}' symbolic"),
+        (Some(name), _) => format!(", batch '{name}' fixed: the plan depends on its value"),
+        (None, _) => String::new(),
     };
+    let data = written
+        .map(|d| format!(", tensors in {}", d.display()))
+        .unwrap_or_default();
     outln!(
-        "{}: '{}' plan for {} ({} transforms kept) written to {} (ONNX opset {}{batch})",
+        "{}: '{}' plan for {} ({} transforms kept) written to {} (ONNX opset {}{batch}{data})",
         model.display(),
         planned.report.planner,
         planned.report.family,
@@ -81,11 +108,12 @@ pub fn export(model: &Path, shapes: &InputShapes, out: &Path, planning: &Plannin
 pub fn explore(
     model: &Path,
     shapes: &InputShapes,
-    out: &Path,
+    output: &OutputFile,
     planning: &Planning,
     other: &str,
 ) -> CliResult {
-    check_output(model, out)?;
+    let out = output.output.as_path();
+    output.check(model, out)?;
     let source = load(model, shapes)?;
     let first = planning.plan(&source)?;
     let second = planning.plan_with(&source, other)?;

@@ -70,7 +70,7 @@ pub fn compare(
             r.transform_count,
             r.transform_bytes,
             r.estimated_cost / 1e3,
-            r.plan_time_ms,
+            r.timings.plan_ms,
             gap,
             run
         )?;

@@ -239,7 +239,7 @@ pub fn run(
         ms(import_time),
         planned.report.planner,
         planned.report.family,
-        planned.report.plan_time_ms,
+        planned.report.timings.plan_ms,
         planned.report.transform_count,
     )?;
     // The model's own output names (the planned graph's may be internal).

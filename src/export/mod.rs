@@ -104,6 +104,73 @@ pub fn export_model(g: &Graph, opts: &ExportOptions) -> Result<ModelProto, Expor
     export_with(g, opts, None)
 }
 
+/// The largest message protobuf decoders read (2 GiB - 1): a larger model must
+/// keep its tensors in an external data file.
+pub const PROTOBUF_LIMIT: u64 = (1 << 31) - 1;
+
+/// Initializers at least this large move to the external data file (the
+/// threshold of the onnx package's own writer).
+const EXTERNAL_MIN_BYTES: usize = 1024;
+
+/// Writes `m` to `path`. A model whose encoding would pass `max_inline` bytes
+/// (the CLI gives [`PROTOBUF_LIMIT`]) keeps its initializers of 1 KiB and more
+/// in `<file name>.data` beside it, as ONNX external data, each taken out of
+/// the proto as it is written (no second copy of the weights).
+/// Returns the data file when one was written.
+pub fn write_model(
+    mut m: ModelProto,
+    path: &Path,
+    max_inline: u64,
+) -> Result<Option<std::path::PathBuf>, ExportError> {
+    use std::io::Write;
+    let io = |p: &Path| {
+        let path = p.display().to_string();
+        move |source| ExportError::Io { path, source }
+    };
+    let mut data_path = None;
+    if m.compute_size() > max_inline {
+        let file_name = path
+            .file_name()
+            .ok_or_else(|| ExportError::Graph(format!("{} names no file", path.display())))?;
+        let location = format!("{}.data", file_name.to_string_lossy());
+        let dp = path.with_file_name(&location);
+        let mut out = std::io::BufWriter::new(std::fs::File::create(&dp).map_err(io(&dp))?);
+        let mut offset = 0usize;
+        for tp in m.graph.mut_or_insert_default().initializer.iter_mut() {
+            if tp.raw_data.len() < EXTERNAL_MIN_BYTES {
+                continue;
+            }
+            let bytes = std::mem::take(&mut tp.raw_data);
+            out.write_all(&bytes).map_err(io(&dp))?;
+            tp.data_location = onnx_protobuf::tensor_proto::DataLocation::EXTERNAL.into();
+            for (key, value) in [
+                ("location", location.clone()),
+                ("offset", offset.to_string()),
+                ("length", bytes.len().to_string()),
+            ] {
+                let mut e = onnx_protobuf::StringStringEntryProto::new();
+                e.key = key.into();
+                e.value = value;
+                tp.external_data.push(e);
+            }
+            offset += bytes.len();
+        }
+        out.flush().map_err(io(&dp))?;
+        data_path = Some(dp);
+    }
+    if m.compute_size() > PROTOBUF_LIMIT {
+        return Err(ExportError::Graph(format!(
+            "the model is {} bytes without its tensors, more than protobuf's 2 GiB",
+            m.compute_size()
+        )));
+    }
+    let bytes = m
+        .write_to_bytes()
+        .map_err(|e| ExportError::Graph(format!("protobuf encoding failed: {e}")))?;
+    std::fs::write(path, bytes).map_err(io(path))?;
+    Ok(data_path)
+}
+
 /// Whether `m` imports with its symbolic batch `name` set to `n`, and every
 /// output declared with that batch computes it.
 fn follows_batch(m: &ModelProto, name: &str, n: usize) -> bool {

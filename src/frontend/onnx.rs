@@ -17,7 +17,7 @@ use crate::graph::{
     Tensor, ValueRef, ValueType,
 };
 use onnx_protobuf::{type_proto, ModelProto, NodeProto, TensorProto, ValueInfoProto};
-use protobuf::Message;
+use protobuf::{CodedInputStream, Message};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
@@ -122,20 +122,47 @@ pub struct ImportOptions {
 /// 500 MB plus its largest tensor.
 pub fn load_onnx(path: &Path, opts: &ImportOptions) -> Result<Graph, ImportError> {
     let file = path.display().to_string();
-    let mut reader = crate::frontend::open_file(path)
-        .map(std::io::BufReader::new)
-        .map_err(|source| ImportError::Io {
-            path: file.clone(),
-            source,
-        })?;
-    let model = ModelProto::parse_from_reader(&mut reader).map_err(|e| decode_error(&file, e))?;
-    import_model(model, &file, path.parent(), opts)
+    let io = |source| ImportError::Io {
+        path: file.clone(),
+        source,
+    };
+    let f = crate::frontend::open_file(path).map_err(io)?;
+    let len = f.metadata().map_err(io)?.len();
+    let mut reader = std::io::BufReader::new(f);
+    let model = parse_whole::<ModelProto>(CodedInputStream::from_buf_read(&mut reader), len)
+        .map_err(|e| decode_error(&file, e))?;
+    // External data lies beside the model: "model.onnx" has the parent "".
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+    import_model(model, &file, Some(dir.unwrap_or(Path::new("."))), opts)
+}
+
+/// Decodes a message of `len` bytes. The decoder alone takes the end of the
+/// input for the end of a message, so a file cut inside a nested message would
+/// decode as a shorter model; with the length as the outer limit, every length
+/// prefix that runs past the end is an error.
+fn parse_whole<M: Message>(mut is: CodedInputStream, len: u64) -> protobuf::Result<M> {
+    is.push_limit(len)?;
+    M::parse_from(&mut is)
 }
 
 fn decode_error(file: &str, e: protobuf::Error) -> ImportError {
     ImportError::Model {
         path: file.to_string(),
-        message: format!("not a valid ONNX model (protobuf decoding failed: {e})"),
+        message: format!(
+            "not a valid ONNX model (protobuf decoding failed: {})",
+            describe_decode_error(&e)
+        ),
+    }
+}
+
+/// The decoder's error in words: the one `parse_whole`'s outer limit raises
+/// (the crate keeps its error kinds private, and is pinned to one release).
+fn describe_decode_error(e: &protobuf::Error) -> String {
+    match e.to_string().as_str() {
+        "New limit must not be greater than current limit" => {
+            "a length prefix runs past the end of the file: is it truncated?".into()
+        }
+        other => other.to_string(),
     }
 }
 
@@ -146,9 +173,10 @@ pub fn load_tensor_pb(path: &Path) -> Result<(String, Tensor), ImportError> {
         path: label.clone(),
         source,
     })?;
-    let tp = TensorProto::parse_from_bytes(&bytes).map_err(|e| ImportError::Model {
+    let tp = parse_whole::<TensorProto>(CodedInputStream::from_bytes(&bytes), bytes.len() as u64)
+        .map_err(|e| ImportError::Model {
         path: label.clone(),
-        message: format!("not a valid TensorProto: {e}"),
+        message: format!("not a valid TensorProto: {}", describe_decode_error(&e)),
     })?;
     let t = tensor_from_proto(&tp, path.parent()).map_err(|message| ImportError::Model {
         path: label,
@@ -179,7 +207,8 @@ pub fn import_onnx(
     base_dir: Option<&Path>,
     opts: &ImportOptions,
 ) -> Result<Graph, ImportError> {
-    let model = ModelProto::parse_from_bytes(bytes).map_err(|e| decode_error(file, e))?;
+    let model = parse_whole::<ModelProto>(CodedInputStream::from_bytes(bytes), bytes.len() as u64)
+        .map_err(|e| decode_error(file, e))?;
     import_model(model, file, base_dir, opts)
 }
 
@@ -303,6 +332,12 @@ fn import_model(
     let order = node_order(&graph.node, &imp.values, file)?;
     for i in order {
         imp.import_node(&graph.node[i], i)?;
+    }
+    // A file cut short loses its outputs last (they follow the nodes).
+    if graph.output.is_empty() {
+        return Err(model_err(
+            "the graph declares no outputs (is the file complete?)".into(),
+        ));
     }
     let mut outputs = Vec::with_capacity(graph.output.len());
     for vi in &graph.output {

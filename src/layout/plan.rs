@@ -181,8 +181,6 @@ pub struct Assignment {
 /// What the solver did.
 #[derive(Clone, Debug, Serialize)]
 pub struct SolverInfo {
-    /// Time spent solving (ms).
-    pub time_ms: f64,
     /// The cost of the chosen assignment.
     pub objective: f64,
     /// A proved lower bound on the optimal cost.
@@ -290,7 +288,6 @@ impl Planner for Global {
         "global"
     }
     fn assign(&self, _: &Graph, space: &PlanSpace) -> Result<Assignment, PlanError> {
-        let t0 = Instant::now();
         let s = solver::solve(&space.problem, &self.options)?;
         let mut methods = BTreeMap::new();
         for r in &s.regions {
@@ -304,7 +301,6 @@ impl Planner for Global {
         }
         Ok(Assignment {
             solver: Some(SolverInfo {
-                time_ms: t0.elapsed().as_secs_f64() * 1e3,
                 objective: s.objective,
                 lower_bound: s.lower_bound,
                 gap: s.gap(),
@@ -384,15 +380,33 @@ pub struct PlanReport {
     pub pad_folds: Vec<PadFold>,
     /// The planner's objective under the cost model (ns, estimated).
     pub estimated_cost: f64,
-    /// Time spent planning (ms).
-    pub plan_time_ms: f64,
     /// The solver's account, for the global planner.
     pub solver: Option<SolverInfo>,
     /// The e-graph rewriting after materialisation, when it ran.
     pub rewrite: Option<RewriteInfo>,
+    /// Wall-clock measurements, the only fields that differ between runs: one
+    /// key, so that tools comparing reports can drop it.
+    pub timings: PlanTimings,
+}
+
+/// How long planning took.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PlanTimings {
+    /// The whole plan (ms).
+    pub plan_ms: f64,
+    /// The planner's assignment of layouts: the solver, for the global planner (ms).
+    pub assign_ms: f64,
 }
 
 impl PlanReport {
+    /// The report with its timings zeroed: what was decided, the same on every run.
+    pub fn without_timings(self) -> PlanReport {
+        PlanReport {
+            timings: PlanTimings::default(),
+            ..self
+        }
+    }
+
     /// The report as JSON.
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("a plan report serialises")
@@ -410,7 +424,7 @@ impl PlanReport {
             self.transform_count,
             self.transform_bytes,
             self.estimated_cost / 1e3,
-            self.plan_time_ms
+            self.timings.plan_ms
         );
         if let Some(sv) = &self.solver {
             let _ = writeln!(
@@ -574,7 +588,9 @@ pub fn plan_with(
     reductions_as_global_pools(&mut folded)?;
     let g = &folded;
     let space = PlanSpace::build(g, family, model)?;
+    let t_assign = Instant::now();
     let assignment = planner.assign(g, &space)?;
+    let assign_ms = ms(t_assign.elapsed());
     let estimated_cost = space.problem.cost(&assignment.choice);
     let mut m = Materializer::new(g, &space.layouts);
     m.run(&space, &assignment.choice)?;
@@ -627,9 +643,12 @@ pub fn plan_with(
         refills,
         pad_folds,
         estimated_cost,
-        plan_time_ms: ms(t0.elapsed()),
         solver: assignment.solver,
         rewrite,
+        timings: PlanTimings {
+            plan_ms: ms(t0.elapsed()),
+            assign_ms,
+        },
     };
     Ok(Plan { graph, report })
 }
@@ -801,52 +820,37 @@ impl<'a> Materializer<'a> {
             .iter()
             .chain(&imp.outputs)
             .all(|&l| self.layout(l).is_identity());
+        let refills = if row_major {
+            vec![None; src_inputs.len()]
+        } else {
+            match self.refills(op, &src_inputs, imp)? {
+                Some(refills) => refills,
+                // The op cannot run in the planned layouts (it needs something
+                // in the padding no transform can write): it runs row-major
+                // instead, with transforms around it.
+                None => return self.place_op(id, op, &self.row_major_impl(id)?),
+            }
+        };
         let mut inputs = Vec::with_capacity(src_inputs.len());
         for (j, &v) in src_inputs.iter().enumerate() {
-            inputs.push(self.get(v, imp.inputs[j], None, &node.spans)?);
+            inputs.push(self.get(v, imp.inputs[j], refills[j], &node.spans)?);
         }
+        self.refills += refills.iter().flatten().count();
         let names: Vec<String> = node.outputs.iter().map(|v| v.name.clone()).collect();
         let new_op = if row_major {
             op.clone()
         } else {
-            // What the inputs' padding holds, and what the op needs there.
-            let pads: Vec<PadValue> = src_inputs
-                .iter()
-                .zip(&imp.inputs)
-                .map(|(v, &want)| self.pad_of(*v, want))
-                .collect();
             let x_shape = &self.src.value_type(src_inputs[0]).shape;
             let padded = self.layout(imp.inputs[0]).padded_axes(x_shape)?;
-            let flow = pad_flow(op, &pads, &padded);
-            for (j, req) in flow.inputs.iter().enumerate() {
-                let want = self.layout(imp.inputs[j]);
-                if req.is_met_by(pads[j])
-                    || want
-                        .padded_axes(&self.src.value_type(src_inputs[j]).shape)?
-                        .is_empty()
-                {
-                    continue;
-                }
-                let fill = match req {
-                    Requirement::Value(v) => *v,
-                    Requirement::Finite => 0.0,
-                    _ => {
-                        return Err(PlanError::AtLayer {
-                            spans: node.spans.clone(),
-                            message: format!(
-                                "{} cannot run on padded layout {want}",
-                                op.kind_name()
-                            ),
-                        })
-                    }
-                };
-                inputs[j] = self.get(src_inputs[j], imp.inputs[j], Some(fill), &node.spans)?;
-                self.refills += 1;
-            }
+            // What the padding holds once refilled.
             let pads: Vec<PadValue> = src_inputs
                 .iter()
                 .zip(&imp.inputs)
-                .map(|(v, &w)| self.pad_of(*v, w))
+                .zip(&refills)
+                .map(|((v, &w), refill)| match refill {
+                    Some(fill) => PadValue::Known(*fill),
+                    None => self.pad_of(*v, w),
+                })
                 .collect();
             let out_pad = pad_flow(op, &pads, &padded).output;
             Op::InLayout(Box::new(LaidOut {
@@ -886,6 +890,58 @@ impl<'a> Materializer<'a> {
             );
         }
         Ok(())
+    }
+
+    /// The value each input's padding must be rewritten with for `op` to run in
+    /// `imp` (`None` where it already holds what the op needs), or `None` when
+    /// the op needs something no transform writes there.
+    #[allow(clippy::type_complexity)]
+    fn refills(
+        &self,
+        op: &Op,
+        src_inputs: &[ValueRef],
+        imp: &Impl,
+    ) -> Result<Option<Vec<Option<f32>>>, PlanError> {
+        let pads: Vec<PadValue> = src_inputs
+            .iter()
+            .zip(&imp.inputs)
+            .map(|(v, &want)| self.pad_of(*v, want))
+            .collect();
+        let x_shape = &self.src.value_type(src_inputs[0]).shape;
+        let padded = self.layout(imp.inputs[0]).padded_axes(x_shape)?;
+        let flow = pad_flow(op, &pads, &padded);
+        let mut refills = Vec::with_capacity(src_inputs.len());
+        for (j, req) in flow.inputs.iter().enumerate() {
+            let shape = &self.src.value_type(src_inputs[j]).shape;
+            if req.is_met_by(pads[j]) || self.layout(imp.inputs[j]).padded_axes(shape)?.is_empty() {
+                refills.push(None);
+                continue;
+            }
+            refills.push(Some(match req {
+                Requirement::Value(v) => *v,
+                Requirement::Finite => 0.0,
+                _ => return Ok(None),
+            }));
+        }
+        refills.resize(src_inputs.len(), None);
+        Ok(Some(refills))
+    }
+
+    /// Node `id` with every input and output row-major.
+    fn row_major_impl(&self, id: NodeId) -> Result<Impl, PlanError> {
+        let node = self.src.node(id);
+        let inputs = self.src.node_inputs(id);
+        let outputs = (0..node.outputs.len()).map(|i| ValueRef::new(id, i));
+        Ok(Impl {
+            inputs: inputs
+                .iter()
+                .map(|&v| self.row_major(v))
+                .collect::<Result<_, _>>()?,
+            outputs: outputs
+                .map(|v| self.row_major(v))
+                .collect::<Result<_, _>>()?,
+            cost: 0.0,
+        })
     }
 
     /// The padding `v` holds once in layout `want`: what the transform made for

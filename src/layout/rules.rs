@@ -790,6 +790,8 @@ pub fn load_rules(dir: &Path) -> Result<Vec<Rewrite<Lang, LayoutAnalysis>>, Rule
         .map_err(io)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "rules"))
+        // A FIFO or device named *.rules would block or never end.
+        .filter(|p| p.is_file())
         .collect();
     files.sort();
     let mut rules = Vec::new();

@@ -232,3 +232,28 @@ fn options_table(b: &mut FlatBufferBuilder, fields: &[(u16, Field)]) -> WIPOffse
     }
     b.end_table(s).as_union_value()
 }
+
+// BuiltinOperator code and options of CONV_2D in TFLite's schema.fbs.
+const CONV_2D: i32 = 3;
+const CONV_OPTIONS: u8 = 1;
+const VALID: i8 = 1;
+
+/// x [1,H,W,C] conv w [O,K,K,C] -> y (VALID padding, given strides).
+pub fn tfl_conv(hw: i32, k: i32, stride: i32) -> ModelSpec {
+    let w = vec![0.5; (k * k) as usize];
+    let tensors = vec![
+        TensorSpec::f32("x", &[1, hw, hw, 1]),
+        TensorSpec::f32_const("w", &[1, k, k, 1], &w),
+        TensorSpec::f32_const("b", &[1], &[0.0]),
+        TensorSpec::f32("y", &[1, 1, 1, 1]),
+    ];
+    let conv = OpSpec::new(CONV_2D, &[0, 1, 2], &[3]).options(
+        CONV_OPTIONS,
+        &[
+            (0, Field::I8(VALID)),
+            (1, Field::I32(stride)),
+            (2, Field::I32(stride)),
+        ],
+    );
+    ModelSpec::new(tensors, vec![conv], &[0], &[3])
+}

@@ -1088,10 +1088,15 @@ fn split(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         Some(v) => dims(c, &v, "split")?,
         None => {
             let n = if c.opset >= 18 {
-                match c.int("num_outputs", 0)? {
-                    0 => n_out,
-                    k if usize::try_from(k) == Ok(n_out) => n_out,
-                    k => {
+                // Absent, it is the node's output count; given, it must be that.
+                match c
+                    .attr("num_outputs")
+                    .map(|_| c.int("num_outputs", 0))
+                    .transpose()?
+                {
+                    None => n_out,
+                    Some(k) if usize::try_from(k) == Ok(n_out) => n_out,
+                    Some(k) => {
                         return Err(c.err(format!(
                             "num_outputs is {k}, but the node has {n_out} outputs"
                         )))

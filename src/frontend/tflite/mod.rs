@@ -66,7 +66,7 @@ pub enum TfliteError {
         message: String,
     },
     /// A tensor is quantized; only float models are imported.
-    #[error("{file}: tensor #{index} '{tensor}' is quantized ({dtype} with quantization parameters); quantized TFLite models are not supported, convert the model to float32")]
+    #[error("{file}: tensor #{index} '{tensor}' is quantized ({dtype}); quantized TFLite models are not supported, convert the model to float32")]
     Quantized {
         /// The file.
         file: String,
@@ -258,8 +258,48 @@ impl<'a> Importer<'a> {
         Ok(self.graph)
     }
 
-    /// Refuses the model at the first tensor carrying integer quantization parameters.
+    /// Refuses a quantized model: at the first tensor carrying integer
+    /// quantization parameters, or at the first operator that reads an 8- or
+    /// 4-bit integer tensor and writes a float one (dynamic-range and weight-only
+    /// quantization: int8 weights beside float activations, DEQUANTIZE of int8),
+    /// whether or not the file gives the weights' parameters.
     fn refuse_quantized(&self) -> Result<(), TfliteError> {
+        // UINT8, INT8, INT4 in TFLite's TensorType.
+        let narrow_int = |t: &schema::Tensor| matches!(t.tensor_type(), 3 | 9 | 17);
+        let is_float = |t: &schema::Tensor| dtype_of(t.tensor_type()).is_some_and(DType::is_float);
+        let tensor = |i: i32| usize::try_from(i).ok().filter(|&i| i < self.tensors.len());
+        // CAST (53) of uint8 pixels to float is no quantization.
+        let code = |op: &schema::Operator| {
+            let codes = self.codes?;
+            let i = op.opcode_index() as usize;
+            (i < codes.len()).then(|| codes.get(i).code())
+        };
+        for op in self.subgraph.operators().unwrap_or_default() {
+            if code(&op) == Some(53) {
+                continue;
+            }
+            let ins = op.inputs().unwrap_or_default();
+            let outs = op.outputs().unwrap_or_default();
+            let narrow = ins
+                .iter()
+                .filter_map(tensor)
+                .find(|&i| narrow_int(&self.tensor(i)));
+            let float_out = outs
+                .iter()
+                .filter_map(tensor)
+                .any(|i| is_float(&self.tensor(i)));
+            if let (Some(index), true) = (narrow, float_out) {
+                return Err(TfliteError::Quantized {
+                    file: self.file.to_string(),
+                    index,
+                    tensor: self.tensor_name(index),
+                    dtype: format!(
+                        "{} read by an operator computing float: dynamic-range quantization",
+                        tensor_type_name(self.tensor(index).tensor_type())
+                    ),
+                });
+            }
+        }
         for (index, t) in self.tensors.iter().enumerate() {
             let Some(q) = t.quantization() else { continue };
             let has_params = q.scale().is_some_and(|s| !s.is_empty())
@@ -271,7 +311,10 @@ impl<'a> Importer<'a> {
                     file: self.file.to_string(),
                     index,
                     tensor: self.tensor_name(index),
-                    dtype: tensor_type_name(t.tensor_type()),
+                    dtype: format!(
+                        "{} with quantization parameters",
+                        tensor_type_name(t.tensor_type())
+                    ),
                 });
             }
         }

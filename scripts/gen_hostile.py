@@ -1,0 +1,294 @@
+#!/usr/bin/env python3
+"""Writes the committed cases of the hostile-input regression suite
+(tests/hostile.rs) into tests/hostile/: small ONNX models, recorded outputs,
+and cases.json, which says for each case the command line, the exit code, a
+message it must print and its time and peak-memory bounds.
+
+Cases that need no ONNX tooling (FIFOs, devices, truncated files, thread
+counts, TFLite models, output paths) are built by the Rust test itself.
+
+    /work/venv-main/bin/python scripts/gen_hostile.py   # needs onnx, numpy, onnxruntime
+"""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+OUT = Path(__file__).resolve().parent.parent / "tests" / "hostile"
+RNG = np.random.default_rng(20)
+CASES = []
+
+# Bounds: an import refused in well under a second; a small model planned,
+# compiled and run in a few. Peak RSS of the whole process.
+IMPORT = {"seconds": 10, "mb": 300}
+RUN = {"seconds": 30, "mb": 500}
+
+
+def vi(name, dims, elem=T.FLOAT):
+    return h.make_tensor_value_info(name, elem, dims)
+
+
+def save(name, nodes, inputs, outputs, inits=(), opset=13, folder=False):
+    g = h.make_graph(nodes, name, inputs, outputs, list(inits))
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
+    m.ir_version = 8
+    path = OUT / name / "model.onnx" if folder else OUT / f"{name}.onnx"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # No checker: most of these models are wrong on purpose.
+    path.write_bytes(m.SerializeToString())
+    return path
+
+
+def case(name, cls, args, code, stderr=None, stdout=None, bounds=IMPORT, **extra):
+    CASES.append(
+        {"name": name, "class": cls, "args": args, "exit": code, "stderr": stderr,
+         "stdout": stdout, **bounds, **extra}
+    )
+
+
+def refused(name, nodes, inputs, outputs, needle, inits=(), opset=13, command="run"):
+    """A model every command must refuse with `needle`, exit 1."""
+    save(name, nodes, inputs, outputs, inits, opset)
+    case(name, "no panic", [command, f"{{dir}}/{name}.onnx"], 1, stderr=needle)
+
+
+def ints(name, values):
+    return nh.from_array(np.array(values, np.int64), name)
+
+
+def panics():
+    """Item 1: inputs that panicked or aborted, and their neighbours: every
+    count or size read from the file is checked before it is used."""
+    x = [vi("x", [2, 4])]
+    y = [vi("y", None)]  # no declared shape: only the op is at fault
+    refused("relu_second_output_consumed",
+            [h.make_node("Relu", ["x"], ["a", "b"]), h.make_node("Neg", ["b"], ["y"])],
+            x, y, "output 'b' is not produced")
+    for n, label in [(-1, "minus_one"), (2**40, "2pow40"), (0, "zero"), (2**62, "2pow62")]:
+        refused(f"split_num_outputs_{label}",
+                [h.make_node("Split", ["x"], ["a", "b"], num_outputs=n, axis=0)],
+                x, [vi("a", None)], f"num_outputs is {n}", opset=18)
+    refused("split_sizes_negative",
+            [h.make_node("Split", ["x", "s"], ["a", "b"], axis=1)],
+            x, [vi("a", None)], "Split", [ints("s", [-1, 5])])
+    refused("split_sizes_wrong_sum",
+            [h.make_node("Split", ["x", "s"], ["a", "b"], axis=1)],
+            x, [vi("a", None)], "Split", [ints("s", [1, 1])])
+    refused("concat_axis_99", [h.make_node("Concat", ["x", "x"], ["y"], axis=99)], x, y, "axis")
+    refused("transpose_perm_repeated",
+            [h.make_node("Transpose", ["x"], ["y"], perm=[0, 0])], x, y, "perm")
+    refused("transpose_perm_out_of_range",
+            [h.make_node("Transpose", ["x"], ["y"], perm=[0, 2**40])], x, y, "perm")
+    refused("reshape_two_minus_ones",
+            [h.make_node("Reshape", ["x", "s"], ["y"])], x, y, "Reshape", [ints("s", [-1, -1])])
+    refused("reshape_huge",
+            [h.make_node("Reshape", ["x", "s"], ["y"])], x, y, "Reshape",
+            [ints("s", [2**40, 2**40])])
+    refused("gather_axis_out_of_range",
+            [h.make_node("Gather", ["x", "i"], ["y"], axis=7)], x, y, "axis", [ints("i", [0])])
+    refused("softmax_axis_out_of_range",
+            [h.make_node("Softmax", ["x"], ["y"], axis=-9)], x, y, "axis")
+    refused("flatten_axis_out_of_range",
+            [h.make_node("Flatten", ["x"], ["y"], axis=9)], x, y, "axis")
+    refused("squeeze_axis_not_one",
+            [h.make_node("Squeeze", ["x", "a"], ["y"])], x, y, "Squeeze", [ints("a", [1])])
+    refused("unsqueeze_axis_repeated",
+            [h.make_node("Unsqueeze", ["x", "a"], ["y"])], x, y, "Unsqueeze", [ints("a", [0, 0])])
+    refused("slice_step_zero",
+            [h.make_node("Slice", ["x", "s", "e", "a", "st"], ["y"])], x, y, "step",
+            [ints("s", [0]), ints("e", [2]), ints("a", [0]), ints("st", [0])])
+    refused("tile_repeats_negative",
+            [h.make_node("Tile", ["x", "r"], ["y"])], x, y, "Tile", [ints("r", [-1, 2])])
+    refused("expand_incompatible",
+            [h.make_node("Expand", ["x", "s"], ["y"])], x, y, "Expand", [ints("s", [3, 5])])
+    refused("expand_huge",
+            [h.make_node("Expand", ["x", "s"], ["y"])], x, y, "Expand",
+            [ints("s", [2**31, 2**31, 4])])
+    refused("topk_k_too_large",
+            [h.make_node("TopK", ["x", "k"], ["y", "i"], axis=1)], x, y, "TopK", [ints("k", [9])])
+    refused("cast_to_undefined", [h.make_node("Cast", ["x"], ["y"], to=0)], x, y, "Cast")
+    refused("cast_to_99", [h.make_node("Cast", ["x"], ["y"], to=99)], x, y, "Cast")
+    refused("attribute_of_wrong_type",
+            [h.make_node("Softmax", ["x"], ["y"], axis=1.5)], x, y, "axis")
+    refused("unknown_operator", [h.make_node("NoSuchOp", ["x"], ["y"])], x, y,
+            "unsupported operators: 'NoSuchOp'")
+    refused("cycle",
+            [h.make_node("Relu", ["b"], ["a"]), h.make_node("Relu", ["a"], ["b"]),
+             h.make_node("Relu", ["b"], ["y"])], x, y, "cycle")
+    refused("output_produced_twice",
+            [h.make_node("Relu", ["x"], ["y"]), h.make_node("Neg", ["x"], ["y"])], x, y,
+            "already produced")
+    refused("input_never_produced", [h.make_node("Add", ["x", "ghost"], ["y"])], x, y, "'ghost'")
+    refused("no_graph_outputs", [h.make_node("Relu", ["x"], ["y"])], x, [], "declares no outputs")
+    refused("output_nobody_computes", [h.make_node("Relu", ["x"], ["y"])], x, [vi("z", [2, 4])],
+            "graph output 'z' is not produced")
+    refused("opset_99", [h.make_node("Relu", ["x"], ["y"])], x, y, "opset 99", opset=99)
+    refused("opset_6", [h.make_node("Relu", ["x"], ["y"])], x, y, "opset 6", opset=6)
+    refused("input_dim_negative", [h.make_node("Relu", ["x"], ["y"])], [vi("x", [2, -5])], y,
+            "negative dimension")
+    refused("input_dims_overflow", [h.make_node("Relu", ["x"], ["y"])],
+            [vi("x", [2**62, 2**62, 16])], y, "x")
+    refused("input_4_tib", [h.make_node("Relu", ["x"], ["y"])], [vi("x", [2**40])], y, "memory")
+    img = [vi("x", [1, 3, 8, 8])]
+    w = nh.from_array(RNG.random((4, 3, 3, 3), np.float32), "w")
+    for attrs, label, needle in [
+        ({"group": 0}, "group_zero", "group"),
+        ({"strides": [0, 0]}, "strides_zero", "stride"),
+        ({"dilations": [0, 0]}, "dilations_zero", "dilation"),
+        ({"pads": [-5, -5, -5, -5]}, "pads_negative", "pad"),
+        ({"pads": [2**62, 0, 2**62, 0]}, "pads_overflow", "Conv"),
+        ({"auto_pad": "SAME_UPPER", "dilations": [2**63 - 1, 1]}, "same_padding_overflow",
+         "SAME_UPPER padding overflows"),
+        ({"kernel_shape": [5, 5]}, "kernel_shape_disagrees", "kernel"),
+    ]:
+        refused(f"conv_{label}", [h.make_node("Conv", ["x", "w"], ["y"], **attrs)], img, y,
+                needle, [w])
+    for attrs, label, needle in [
+        ({"kernel_shape": [0, 0]}, "kernel_zero", "kernel"),
+        ({"kernel_shape": [9, 9]}, "kernel_larger_than_input", "MaxPool"),
+        ({"kernel_shape": [2, 2], "strides": [0, 0]}, "strides_zero", "stride"),
+    ]:
+        refused(f"maxpool_{label}", [h.make_node("MaxPool", ["x"], ["y"], **attrs)], img, y,
+                needle)
+    bad = nh.from_array(np.ones(4, np.float32), "w")
+    bad.dims[:] = [2**40, 2**40]
+    refused("initializer_dims_overflow", [h.make_node("Add", ["x", "w"], ["y"])], x, y, "'w'",
+            [bad])
+    short = nh.from_array(np.ones(8, np.float32), "w")
+    short.raw_data = short.raw_data[:5]
+    refused("initializer_raw_data_short", [h.make_node("Add", ["x", "w"], ["y"])], x, y, "'w'",
+            [short])
+
+
+def conv_then(name, tail, out_dims, extra_inits=(), out_elem=T.FLOAT):
+    """x[1,20,8,8] -> conv (20 channels: NCHW16c pads them) -> tail -> y, with
+    onnxruntime's outputs recorded beside it."""
+    w = nh.from_array(RNG.standard_normal((20, 20, 3, 3)).astype(np.float32) * 0.2, "w")
+    nodes = [h.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1])] + tail
+    path = save(name, nodes, [vi("x", [1, 20, 8, 8])], [vi("y", out_dims, out_elem)],
+                [w, *extra_inits], folder=True)
+    x = RNG.standard_normal((1, 20, 8, 8)).astype(np.float32)
+    (y,) = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    record(path.parent, [x], [y])
+    return path
+
+
+def record(folder, inputs, outputs):
+    data = folder / "test_data_set_0"
+    data.mkdir(exist_ok=True)
+    for i, a in enumerate(inputs):
+        (data / f"input_{i}.pb").write_bytes(nh.from_array(a).SerializeToString())
+    for i, a in enumerate(outputs):
+        (data / f"output_{i}.pb").write_bytes(nh.from_array(a).SerializeToString())
+
+
+def planners():
+    """Item 6b: every planner plans every model the reference runs, an op that
+    cannot run in the planned layout falling back to row-major."""
+    models = {
+        "plan_pad_reflect": conv_then(
+            "plan_pad_reflect", [h.make_node("Pad", ["c", "p"], ["y"], mode="reflect")],
+            [1, 20, 10, 10], [ints("p", [0, 0, 1, 1, 0, 0, 1, 1])]),
+        "plan_pad_edge_channels": conv_then(
+            "plan_pad_edge_channels", [h.make_node("Pad", ["c", "p"], ["y"], mode="edge")],
+            [1, 22, 8, 8], [ints("p", [0, 1, 0, 0, 0, 1, 0, 0])]),
+        "plan_resize_linear": conv_then(
+            "plan_resize_linear",
+            [h.make_node("Resize", ["c", "", "s"], ["y"], mode="linear")], [1, 20, 16, 16],
+            [nh.from_array(np.array([1, 1, 2, 2], np.float32), "s")]),
+        "plan_where_broadcast": conv_then(
+            "plan_where_broadcast",
+            [h.make_node("Greater", ["c", "z"], ["g"]), h.make_node("Where", ["g", "c", "b"], ["y"])],
+            [1, 20, 8, 8],
+            [nh.from_array(RNG.standard_normal((1, 1, 1, 8)).astype(np.float32), "b"),
+             nh.from_array(np.zeros(1, np.float32), "z")]),
+        "plan_cast_round_trip": conv_then(
+            "plan_cast_round_trip",
+            [h.make_node("Cast", ["c"], ["i"], to=T.INT32),
+             h.make_node("Cast", ["i"], ["y"], to=T.FLOAT)], [1, 20, 8, 8]),
+    }
+    for name in models:
+        for planner in ["local", "greedy", "global"]:
+            case(f"{name}_{planner}", "planners",
+                 ["run", f"{{dir}}/{name}/model.onnx", "--planner", planner, "--threads", "1"],
+                 0, stdout="max abs error vs recorded output", bounds=RUN, max_error=1e-3)
+
+
+def recorded():
+    """Item 6: recorded outputs are checked before comparing; NaN is reported."""
+    def relu_case(name, x, outs, code, stderr=None, stdout=None, op="Relu"):
+        path = save(name, [h.make_node(op, ["x"], ["y"])], [vi("x", [2, 3])], [vi("y", [2, 3])],
+                    folder=True)
+        record(path.parent, [x], outs)
+        case(name, "recorded outputs", ["run", f"{{dir}}/{name}/model.onnx"], code,
+             stderr=stderr, stdout=stdout, bounds=RUN)
+
+    x = np.arange(-3, 3, dtype=np.float32).reshape(2, 3)
+    relu_case("recorded_wrong_shape", x, [np.zeros((3, 2), np.float32)], 1,
+              stderr="recorded output 0 is f32[3, 2], but output 'y' is f32[2, 3]")
+    relu_case("recorded_wrong_dtype", x, [np.zeros((2, 3), np.int64)], 1,
+              stderr="recorded output 0 is i64[2, 3], but output 'y' is f32[2, 3]")
+    relu_case("recorded_too_many", x, [np.maximum(x, 0), np.maximum(x, 0)], 1,
+              stderr="2 recorded outputs for a model with 1 outputs")
+    nan_ref = np.maximum(x, 0)
+    nan_ref[0, 0] = np.nan
+    relu_case("recorded_nan_in_reference", x, [nan_ref], 0,
+              stdout="1 element(s) are NaN or infinite on one side only")
+    nan_in = x.copy()
+    nan_in[1, 2] = np.nan
+    relu_case("recorded_nan_in_output", nan_in, [np.maximum(x, 0)], 0,
+              stdout="1 element(s) are NaN or infinite on one side only")
+    relu_case("recorded_nan_on_both_sides", nan_in, [np.where(np.isnan(nan_in), np.nan,
+                                                              np.maximum(nan_in, 0))], 0,
+              stdout="1 element(s) are NaN or infinite")
+    inf_ref = np.maximum(x, 0)
+    inf_ref[1, 1] = np.inf
+    relu_case("recorded_inf_in_reference", x, [inf_ref], 0,
+              stdout="1 element(s) are NaN or infinite on one side only")
+
+
+def external(name, location, data=None):
+    """A model whose initializer lies at `location`; the Rust test makes
+    hostile files (FIFOs, links to devices) there."""
+    w = nh.from_array(np.full((2, 4), 0.5, np.float32), "w")
+    w.ClearField("raw_data")
+    w.data_location = T.EXTERNAL
+    for k, v in [("location", location), ("offset", "0"), ("length", "32")]:
+        w.external_data.add(key=k, value=v)
+    path = save(name, [h.make_node("Add", ["x", "w"], ["y"])], [vi("x", [2, 4])],
+                [vi("y", [2, 4])], [w], folder=True)
+    if data is not None:
+        (path.parent / location).write_bytes(data)
+
+
+def for_rust():
+    """Models the Rust test puts hostile files beside."""
+    save("tiny", [h.make_node("Relu", ["x"], ["y"])], [vi("x", [2, 4])], [vi("y", [2, 4])])
+    external("ext_ok", "w.bin", np.full(8, 0.5, np.float32).tobytes())
+    for name in ["ext_fifo", "ext_to_dev_zero", "ext_directory"]:
+        external(name, "w.bin")
+    external("ext_absolute", "/etc/hostname")
+    external("ext_parent", "../w.bin")
+
+
+def main():
+    if OUT.exists():
+        shutil.rmtree(OUT)
+    OUT.mkdir(parents=True)
+    panics()
+    planners()
+    recorded()
+    for_rust()
+    (OUT / "cases.json").write_text(json.dumps(CASES, indent=1) + "\n")
+    print(f"{len(CASES)} cases in {OUT}")
+
+
+if __name__ == "__main__":
+    main()
