@@ -1,5 +1,6 @@
 //! Helpers shared by the integration tests: building ONNX models in Rust, and
-//! loading models stored in ONNX test-data layout.
+//! loading models stored in ONNX test-data layout, and measuring a child
+//! process's time and peak memory.
 #![allow(dead_code)]
 
 use layoutopt::frontend::onnx::{load_tensor_pb, tensor_to_proto};
@@ -9,7 +10,10 @@ use onnx_protobuf::{
     OperatorSetIdProto, TensorShapeProto, TypeProto, ValueInfoProto,
 };
 use protobuf::Message;
+use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
 
 pub fn value_info(name: &str, elem_type: i32, dims: &[i64]) -> ValueInfoProto {
     let mut shape = TensorShapeProto::new();
@@ -174,4 +178,59 @@ pub fn symbolic(mut vi: ValueInfoProto, axis: usize, param: &str) -> ValueInfoPr
         );
     }
     vi
+}
+
+/// What a child reports: its wall time, its peak RSS, its stdout and stderr.
+pub struct Child {
+    pub ok: bool,
+    pub seconds: f64,
+    pub peak_kb: u64,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `command` to its end and measures it (`wait4` gives the child's own
+/// peak RSS, whatever else this process runs).
+// The child is reaped by `wait4`, which std's `Child::wait` cannot report on.
+#[allow(clippy::zombie_processes)]
+pub fn measure(mut command: Command) -> Child {
+    // One child at a time: a child spawned while another runs was seen to
+    // report the other's peak.
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let start = Instant::now();
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the child starts");
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    let mut err_pipe = child.stderr.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err_pipe.read_to_string(&mut s);
+        s
+    });
+    let _ = child
+        .stdout
+        .take()
+        .expect("piped")
+        .read_to_string(&mut stdout);
+    stderr.push_str(&reader.join().expect("the reader ends"));
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value to be written over.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `pid` is our child, not yet waited for (std's `Child` is never
+    // waited on here); `status` and `usage` are valid for writes.
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(r, pid, "wait4 on the child");
+
+    Child {
+        ok: libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        seconds: start.elapsed().as_secs_f64(),
+        peak_kb: usage.ru_maxrss as u64,
+        stdout,
+        stderr,
+    }
 }
