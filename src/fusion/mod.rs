@@ -14,7 +14,7 @@
 //! the group's name.
 
 use crate::core::{DType, Layout, PadValue};
-use crate::graph::{Graph, GraphError, LaidOut, NodeId, Op, ValueRef, ValueType};
+use crate::graph::{Graph, GraphError, LaidOut, NodeId, Op, Transpose, ValueRef, ValueType};
 use crate::ops::{infer_outputs, BinaryOp, UnaryOp};
 use std::collections::HashSet;
 
@@ -191,7 +191,9 @@ pub fn same_storage(g: &Graph, like: NodeId, next: NodeId) -> bool {
 
 /// Convolution `id` with the batch norm, residual add and activation that follow
 /// it (in that order, each optional; the activation one the target's epilogue
-/// applies). Nodes in `claimed` belong to another group.
+/// applies), looking through transposes that only relabel the conv's output
+/// (TFLite's channels-last graphs put one after every conv). Nodes in `claimed`
+/// belong to another group.
 fn conv_epilogue(
     g: &Graph,
     id: NodeId,
@@ -200,18 +202,25 @@ fn conv_epilogue(
 ) -> FusedGroup {
     let (mut bn, mut residual, mut activation) = (None, None, None);
     let mut nodes = vec![id];
-    let conv_ty = &g.node(id).outputs[0].ty;
+    // The node that last set how the data is stored: the conv or a relabel.
+    let mut like = id;
     let mut v = ValueRef::new(id, 0);
-    // The node may join: unclaimed, laid out like the conv, of the conv's type.
-    let joins = |next: NodeId| {
+    // The node may join: unclaimed, laid out like `like`, of its type.
+    let joins = |like: NodeId, next: NodeId| {
         !claimed.contains(&next)
-            && same_storage(g, id, next)
-            && g.node(next).outputs[0].ty == *conv_ty
+            && same_storage(g, like, next)
+            && g.node(next).outputs[0].ty == g.node(like).outputs[0].ty
     };
     // 0: after the conv, 1: after a batch norm, 2: after the add.
     let mut stage = 0;
     while !g.is_graph_output(v) && activation.is_none() {
-        if let Some(swish) = swish_of(g, v).filter(|s| s.iter().all(|&n| joins(n))) {
+        if let Some(t) = relabel_after(g, v).filter(|t| !claimed.contains(t)) {
+            nodes.push(t);
+            like = t;
+            v = ValueRef::new(t, 0);
+            continue;
+        }
+        if let Some(swish) = swish_of(g, v).filter(|s| s.iter().all(|&n| joins(like, n))) {
             if target.epilogue(Activation::Swish) {
                 nodes.extend(swish);
                 activation = Some(Activation::Swish);
@@ -220,7 +229,7 @@ fn conv_epilogue(
         }
         let users = g.consumers(v);
         let [(next, port)] = users[..] else { break };
-        if !joins(next) {
+        if !joins(like, next) {
             break;
         }
         let ins = g.node_inputs(next);
@@ -237,7 +246,8 @@ fn conv_epilogue(
             }
             Op::Binary(BinaryOp::Add) if stage <= 1 => {
                 let other = ins[1 - port];
-                if g.constant(other).is_some() || g.value_type(other) != conv_ty {
+                if g.constant(other).is_some() || *g.value_type(other) != g.node(like).outputs[0].ty
+                {
                     break;
                 }
                 residual = Some(other);
@@ -259,6 +269,21 @@ fn conv_epilogue(
             activation,
         },
     }
+}
+
+/// The node after `v` when it only relabels `v`'s storage: `v`'s one reader is
+/// a transpose whose output layout is its input layout with the axes renamed,
+/// so both values are the same bytes (the planner made the transpose free).
+fn relabel_after(g: &Graph, v: ValueRef) -> Option<NodeId> {
+    let [(t, 0)] = g.consumers(v)[..] else {
+        return None;
+    };
+    let Op::Transpose(Transpose { perm }) = inner(g, t).0 else {
+        return None;
+    };
+    let (from, _) = input_layout(g, t, 0)?;
+    let (to, _) = output_layout(g, t)?;
+    (from.transposed(perm).ok()? == to).then_some(t)
 }
 
 /// The Sigmoid and Mul nodes of `v · sigmoid(v)`, when they are `v`'s only

@@ -548,11 +548,19 @@ pub trait OpDef {
         true
     }
 
-    /// Whether every output element is a copy of an element of input 0, picked
-    /// by the attributes and the other (constant) inputs alone: the runtime then
-    /// compiles the op to index gathers found from its own reference semantics.
+    /// Whether every output element is a copy of an element of its data inputs
+    /// (see `moved_inputs`), picked by the attributes and the other (constant)
+    /// inputs alone: the runtime then compiles the op to index gathers found
+    /// from its own reference semantics.
     fn moves_data(&self) -> bool {
         false
+    }
+
+    /// How many of its `inputs` (the first ones) a data movement copies from:
+    /// input 0 alone but for ops that join several tensors.
+    fn moved_inputs(&self, inputs: usize) -> usize {
+        let _ = inputs;
+        1
     }
 
     /// Floating-point operations for inputs and outputs of these types (the

@@ -146,6 +146,14 @@ impl OpDef for Concat {
         "Concat"
     }
 
+    fn moves_data(&self) -> bool {
+        true
+    }
+
+    fn moved_inputs(&self, inputs: usize) -> usize {
+        inputs
+    }
+
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
         let Concat { axis } = self;
 

@@ -243,11 +243,11 @@ pub fn pool(g: &PoolGeom, x: &[f32], y: &mut [f32]) {
         .for_each(|(yp, xp)| pool_plane(g, xp, yp));
 }
 
-/// A data movement (layout transform, transpose, slice, pad, ...) as runs:
-/// each fills consecutive output elements from input elements a fixed stride
-/// apart, or with the fill value (padding). Most movements are few long runs,
-/// so the copy costs a loop per run, not a lookup per element; any movement
-/// takes at most one run per two elements.
+/// A data movement (layout transform, transpose, slice, pad, concat, ...) as
+/// runs: each fills consecutive output elements from elements of one input a
+/// fixed stride apart, or with the fill value (padding). Most movements are few
+/// long runs, so the copy costs a loop per run, not a lookup per element; any
+/// movement takes at most one run per two elements.
 pub struct Gather {
     runs: Vec<Run>,
     /// The first run of each parallel task (tasks cover about
@@ -255,19 +255,23 @@ pub struct Gather {
     tasks: Vec<usize>,
     /// Output elements.
     len: usize,
-    /// One past the last input element read.
-    src_end: usize,
+    /// Per input, one past the last element read.
+    src_ends: Vec<usize>,
     fill: f32,
 }
 
-/// Output elements `dst..dst + len` take input elements `src + k * stride`,
-/// or the fill when `src` is `PAD`.
+/// Most inputs a gather reads (they are passed without allocating).
+pub const MAX_GATHER_INPUTS: usize = 32;
+
+/// Output elements `dst..dst + len` take elements `src + k * stride` of input
+/// `input`, or the fill when `src` is `PAD`.
 #[derive(Clone, Copy, Debug)]
 struct Run {
     dst: u32,
     src: u32,
     len: u32,
     stride: i32,
+    input: u32,
 }
 
 const PAD: u32 = u32::MAX;
@@ -287,6 +291,7 @@ impl Gather {
     /// The input offset `k` when output element `e` is input element `e + k`
     /// for every `e`: the movement is a contiguous piece of its input.
     pub fn view_offset(&self) -> Option<usize> {
+        (self.src_ends.len() == 1).then_some(())?;
         let first = self.runs.first()?;
         let k = first.src.checked_sub(first.dst)?;
         let covered: usize = self.runs.iter().map(|r| r.len as usize).sum();
@@ -339,10 +344,23 @@ impl Gather {
     /// The gather taking output element `i` from input element `src[i]`, or
     /// `fill` where `src[i]` is `u32::MAX`.
     pub fn from_sources(src: Vec<u32>, fill: f32) -> Gather {
-        // A stride joins two sources that fit an i32 step; padding joins padding.
+        Gather::from_inputs(src, &[0], fill)
+    }
+
+    /// The gather from several inputs: `src[i]` indexes their elements one
+    /// input after another, input `k`'s first element at `starts[k]`
+    /// (`starts[0]` is 0, at most [`MAX_GATHER_INPUTS`] of them).
+    pub fn from_inputs(src: Vec<u32>, starts: &[usize], fill: f32) -> Gather {
+        let input_of = |s: u32| match s {
+            PAD => 0,
+            _ => starts.partition_point(|&b| b <= s as usize) - 1,
+        };
+        // A stride joins two sources of one input that fit an i32 step;
+        // padding joins padding.
         let step = |a: u32, b: u32| match (a, b) {
             (PAD, PAD) => Some(0),
             (PAD, _) | (_, PAD) => None,
+            _ if input_of(a) != input_of(b) => None,
             _ => i32::try_from(b as i64 - a as i64).ok(),
         };
         let mut runs: Vec<Run> = vec![];
@@ -356,11 +374,16 @@ impl Gather {
             {
                 end += 1;
             }
+            let input = input_of(src[i]);
             runs.push(Run {
                 dst: i as u32,
-                src: src[i],
+                src: match src[i] {
+                    PAD => PAD,
+                    s => s - starts[input] as u32,
+                },
                 len: (end - i) as u32,
                 stride,
+                input: input as u32,
             });
             i = end;
         }
@@ -372,20 +395,18 @@ impl Gather {
                 covered = r.dst as usize;
             }
         }
-        let src_end = runs
-            .iter()
-            .filter(|r| r.src != PAD)
-            .map(|r| {
-                let last = r.src as i64 + (r.len as i64 - 1) * r.stride as i64;
-                r.src.max(last as u32) as usize + 1
-            })
-            .max()
-            .unwrap_or(0);
+        let mut src_ends = vec![0; starts.len()];
+        for r in runs.iter().filter(|r| r.src != PAD) {
+            let last = r.src as i64 + (r.len as i64 - 1) * r.stride as i64;
+            let end = r.src.max(last as u32) as usize + 1;
+            let input = &mut src_ends[r.input as usize];
+            *input = end.max(*input);
+        }
         Gather {
             runs,
             tasks,
             len: src.len(),
-            src_end,
+            src_ends,
             fill,
         }
     }
@@ -393,21 +414,27 @@ impl Gather {
     /// Whether the gather moves nothing: the output is the input as it is.
     pub fn is_copy(&self, input_len: usize) -> bool {
         self.len == input_len
+            && self.src_ends.len() == 1
             && self
                 .runs
                 .iter()
                 .all(|r| r.src == r.dst && (r.stride == 1 || r.len == 1))
     }
 
-    /// Copies `x` into `y` run by run, filling padding; the runs are split over
-    /// the threads.
-    pub fn run(&self, x: &[f32], y: &mut [f32]) -> Result<(), String> {
-        if y.len() != self.len || x.len() < self.src_end {
+    /// Copies the inputs `xs` into `y` run by run, filling padding; the runs
+    /// are split over the threads.
+    pub fn run(&self, xs: &[&[f32]], y: &mut [f32]) -> Result<(), String> {
+        let fits = xs.len() == self.src_ends.len()
+            && xs
+                .iter()
+                .zip(&self.src_ends)
+                .all(|(x, &end)| x.len() >= end);
+        if y.len() != self.len || !fits {
             return Err(format!(
-                "a gather of {} elements from {} read {} and wrote {}",
+                "a gather of {} elements from {:?} read {:?} and wrote {}",
                 self.len,
-                self.src_end,
-                x.len(),
+                self.src_ends,
+                xs.iter().map(|x| x.len()).collect::<Vec<_>>(),
                 y.len()
             ));
         }
@@ -423,7 +450,7 @@ impl Gather {
                         r.len as usize,
                     )
                 };
-                let src = r.src as usize;
+                let (x, src) = (xs[r.input as usize], r.src as usize);
                 match (r.src, r.stride) {
                     (PAD, _) => out.fill(self.fill),
                     (_, 1) => out.copy_from_slice(&x[src..src + out.len()]),

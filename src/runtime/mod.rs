@@ -633,9 +633,13 @@ impl CompiledModel {
                 Kernel::Pool(g) => {
                     kernels::pool(g, bufs.read(step.inputs[0]), bufs.write(step.outputs[0]))
                 }
-                Kernel::Gather(g) => g
-                    .run(bufs.read(step.inputs[0]), bufs.write(step.outputs[0]))
-                    .map_err(at_node)?,
+                Kernel::Gather(g) => {
+                    let inputs: [&[f32]; kernels::MAX_GATHER_INPUTS] = std::array::from_fn(|i| {
+                        step.inputs.get(i).map_or(&[][..], |&s| bufs.read(s))
+                    });
+                    g.run(&inputs[..step.inputs.len()], bufs.write(step.outputs[0]))
+                        .map_err(at_node)?
+                }
                 Kernel::Dense(d) => d.run(bufs.read(step.inputs[0]), bufs.write(step.outputs[0])),
                 Kernel::MatMul(m) => m.run(
                     bufs.read(step.inputs[0]),
@@ -761,7 +765,7 @@ fn first_non_finite(step: &Step, bufs: &Buffers) -> Result<Option<NonFinite>, St
                 let to = Layout::identity(logical.len()).map_err(|e| e.to_string())?;
                 let gather = Gather::new(layout, &to, logical, 0.0)?;
                 let mut row_major = vec![0f32; numel(logical)];
-                gather.run(values, &mut row_major)?;
+                gather.run(&[values], &mut row_major)?;
                 NonFinite::of_step(step, &row_major)
             }
         };

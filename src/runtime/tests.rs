@@ -513,6 +513,79 @@ fn compiled_random_convs_match_the_reference_executor() {
     );
 }
 
+/// A channels-last graph as the TFLite importer writes it: each conv between a
+/// transpose to NCHW and one back, the residual add and the activation on the
+/// NHWC side. The transpose after the conv only relabels its output, so the
+/// add and the swish or relu still run in the conv's epilogue, equal to the
+/// reference in every layout family.
+#[test]
+fn conv_epilogues_look_through_relabelling_transposes() {
+    use crate::graph::Transpose;
+    let mut rng = Rng(12);
+    for (case, family) in [
+        Family::Nchwc(16),
+        Family::Nchwc(8),
+        Family::Nhwc,
+        Family::Nchw,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (h, w, cin, cout) = (9, 7, 5, 24);
+        let mut g = Graph::new("channels-last");
+        let nhwc = |c: usize| ValueType::new(DType::F32, vec![1, h, w, c]);
+        let x = g.add_input("x", nhwc(cin), vec![]);
+        let r = g.add_input("r", nhwc(cout), vec![]);
+        let inputs =
+            [nhwc(cin), nhwc(cout)].map(|t| Tensor::from_f32(t.shape.clone(), rng.f32s(t.numel())));
+        let node = |g: &mut Graph, op: Op, ins: &[ValueRef]| {
+            let name = format!("n{}", g.node_count());
+            ValueRef::new(g.add_node(op, &name, ins, &[], vec![]).unwrap(), 0)
+        };
+        let transpose = |perm: [usize; 4]| {
+            Op::Transpose(Transpose {
+                perm: perm.to_vec(),
+            })
+        };
+        let wshape = vec![cout, cin, 3, 3];
+        let wt = g.add_constant(
+            "w",
+            Tensor::from_f32(wshape.clone(), rng.f32s(wshape.iter().product())),
+            vec![],
+        );
+        let conv = Op::Conv(Conv {
+            window: crate::ops::testutil::square_window(3, 1, 1),
+            group: 1,
+        });
+        let to_nchw = node(&mut g, transpose([0, 3, 1, 2]), &[x]);
+        let y = node(&mut g, conv, &[to_nchw, wt]);
+        let back = node(&mut g, transpose([0, 2, 3, 1]), &[y]);
+        let sum = node(&mut g, Op::Binary(BinaryOp::Add), &[back, r]);
+        let out = match case % 2 {
+            0 => {
+                let s = node(&mut g, Op::Unary(UnaryOp::Sigmoid), &[sum]);
+                node(&mut g, Op::Binary(BinaryOp::Mul), &[sum, s])
+            }
+            _ => node(&mut g, Op::Unary(UnaryOp::Relu), &[sum]),
+        };
+        g.set_outputs(vec![out]);
+        let expected = crate::reference::run(&g, &inputs).unwrap()[0].to_f32();
+        let planner = planner_by_name("global").unwrap();
+        let planned = plan(&g, planner.as_ref(), family, &CostModel::default())
+            .unwrap()
+            .graph;
+        let m = CompiledModel::compile(&planned, &RuntimeOptions { threads: 2 }).unwrap();
+        let got = m.run(&inputs).unwrap()[0].to_f32();
+        assert_close(&got, &expected, &format!("{family}"));
+        let steps = m.describe();
+        assert!(
+            steps.iter().any(|l| l.contains("[Conv+Transpose+Add+")),
+            "{family}: the add and activation were not fused:\n{}",
+            steps.join("\n")
+        );
+    }
+}
+
 #[test]
 fn a_wrong_input_is_an_error_naming_the_input() {
     let mut rng = Rng(3);
@@ -612,6 +685,70 @@ fn concats_along_the_outer_axis_are_computed_in_place() {
                 .map(|(p, q)| (p - q).abs())
                 .fold(0f32, f32::max);
             assert!(err <= 1e-6, "max abs error {err}");
+        }
+    }
+}
+
+/// Concats that are not placements (parts that do not fill whole channel
+/// blocks, an inner axis, a graph input among the parts) run as one gather
+/// from all their inputs, unplanned and in each layout family: exactly the
+/// reference's values.
+#[test]
+fn concats_of_several_inputs_run_as_one_gather() {
+    use crate::ops::Concat;
+    let mut rng = Rng(6);
+    for (axis, family) in [
+        (1, Family::Nchwc(16)),
+        (1, Family::Nhwc),
+        (3, Family::Nchwc(8)),
+        (2, Family::Nchw),
+    ] {
+        let mut g = Graph::new("concat");
+        let (mut parts, mut inputs) = (vec![], vec![]);
+        for (k, c) in [5, 11, 16].into_iter().enumerate() {
+            let mut shape = vec![1, 7, 6, 4];
+            shape[axis] = c;
+            let ty = ValueType::new(DType::F32, shape.clone());
+            inputs.push(Tensor::from_f32(shape, rng.f32s(ty.numel())));
+            let x = g.add_input(&format!("x{k}"), ty, vec![]);
+            // One part straight from a graph input, the others computed.
+            parts.push(match k {
+                0 => x,
+                _ => {
+                    let id =
+                        g.add_node(Op::Unary(UnaryOp::Neg), &format!("n{k}"), &[x], &[], vec![]);
+                    ValueRef::new(id.unwrap(), 0)
+                }
+            });
+        }
+        let cat = g
+            .add_node(Op::Concat(Concat { axis }), "cat", &parts, &[], vec![])
+            .unwrap();
+        let out = g.add_node(
+            Op::Unary(UnaryOp::Relu),
+            "relu",
+            &[ValueRef::new(cat, 0)],
+            &[],
+            vec![],
+        );
+        g.set_outputs(vec![ValueRef::new(out.unwrap(), 0)]);
+        let expected = crate::reference::run(&g, &inputs).unwrap()[0].to_f32();
+        let planner = planner_by_name("global").unwrap();
+        let planned = plan(&g, planner.as_ref(), family, &CostModel::default())
+            .unwrap()
+            .graph;
+        for graph in [&g, &planned] {
+            let m = CompiledModel::compile(graph, &RuntimeOptions { threads: 2 }).unwrap();
+            assert_eq!(
+                m.run(&inputs).unwrap()[0].to_f32(),
+                expected,
+                "axis {axis} {family}"
+            );
+            let steps = m.describe();
+            assert!(
+                steps.iter().any(|s| s.starts_with("cat [Concat (gather)]")),
+                "axis {axis} {family}: {steps:#?}"
+            );
         }
     }
 }
@@ -772,7 +909,7 @@ fn reshape_gathers_between_layouts_like_the_layout_algebra() {
             .unwrap()
             .to_f32();
         let mut y = vec![f32::NAN; want.len()];
-        g.run(&xp.to_f32(), &mut y).unwrap();
+        g.run(&[&xp.to_f32()], &mut y).unwrap();
         assert_eq!(y, want, "{from} {from_shape:?} -> {to} {to_shape:?}");
     }
     let bad = Gather::reshape(
@@ -785,8 +922,9 @@ fn reshape_gathers_between_layouts_like_the_layout_algebra() {
 
 /// Gathers from per-element sources (stretches of padding, of ascending,
 /// descending and repeated sources, and of random ones, more than one
-/// parallel task long) copy exactly what an element-by-element lookup does;
-/// an input shorter than the sources read is an error.
+/// parallel task long), from one input or several, copy exactly what an
+/// element-by-element lookup does; an input shorter than the sources read is
+/// an error.
 #[test]
 fn gathers_in_runs_copy_what_each_element_names() {
     let mut rng = Rng(41);
@@ -811,7 +949,7 @@ fn gathers_in_runs_copy_what_each_element_names() {
             .collect();
         let g = Gather::from_sources(src.clone(), -2.0);
         let mut y = vec![f32::NAN; src.len()];
-        g.run(&x, &mut y).unwrap();
+        g.run(&[&x], &mut y).unwrap();
         assert_eq!(y, want, "case {case}");
         let read = src
             .iter()
@@ -819,8 +957,29 @@ fn gathers_in_runs_copy_what_each_element_names() {
             .max()
             .map_or(0, |&m| m as usize + 1);
         if read > 0 {
-            assert!(g.run(&x[..read - 1], &mut y).is_err(), "case {case}");
+            assert!(g.run(&[&x[..read - 1]], &mut y).is_err(), "case {case}");
         }
+        // The same sources as the elements of up to four inputs, one after
+        // another (a concat's): each input in a buffer of its own, so a run
+        // that crossed from one into the next would read the wrong memory.
+        let mut starts = vec![0];
+        for _ in 0..rng.below(4) {
+            starts.push(rng.range(*starts.last().unwrap(), n));
+        }
+        let parts: Vec<Vec<f32>> = starts
+            .iter()
+            .zip(starts[1..].iter().chain([&n]))
+            .map(|(&a, &b)| x[a..b].to_vec())
+            .collect();
+        let inputs: Vec<&[f32]> = parts.iter().map(|p| &p[..]).collect();
+        let g = Gather::from_inputs(src.clone(), &starts, -2.0);
+        y.fill(f32::NAN);
+        g.run(&inputs, &mut y).unwrap();
+        assert_eq!(y, want, "case {case}, inputs from {starts:?}");
+        assert!(
+            g.run(&inputs[1..], &mut y).is_err(),
+            "case {case}: an input short"
+        );
     }
 }
 

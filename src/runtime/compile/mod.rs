@@ -8,7 +8,7 @@ mod arena;
 use super::conv::{ConvGeom, PackedConv};
 use super::depthwise::Depthwise;
 use super::elementwise::{broadcast_strides, Arg, Elementwise, Func, Stored};
-use super::kernels::{Gather, PoolGeom};
+use super::kernels::{Gather, PoolGeom, MAX_GATHER_INPUTS};
 use super::matmul::{BatchedMatMul, Dense};
 use super::normalize::{RowKernel, RowOp};
 use super::roofline::StepWork;
@@ -483,19 +483,30 @@ impl<'g> Compiler<'g> {
         }
     }
 
+    /// The inputs of a data-movement node its elements come from (see
+    /// `OpDef::moved_inputs`), the first ones; the rest pick them.
+    fn moved_inputs(&self, id: NodeId) -> usize {
+        let inputs = self.g.node_inputs(id).len();
+        inner(self.g, id).0.def().moved_inputs(inputs).min(inputs)
+    }
+
     /// A data-movement node as one index gather per output: the op's reference
-    /// semantics applied to the positions 1, 2, 3, ... of input 0 (in its
-    /// storage) give, in each output, the position every element comes from; a
-    /// position the op did not fill is padding of the output's layout, or of a
-    /// constant Pad (which pads the positions with 0, no source, and fills its
-    /// value; `None` when the layout's padding would need another value).
+    /// semantics applied to the positions 1, 2, 3, ... of its moved inputs (in
+    /// their storage, one input's positions after another's) give, in each
+    /// output, the position every element comes from; a position the op did
+    /// not fill is padding of the output's layout, or of a constant Pad (which
+    /// pads the positions with 0, no source, and fills its value; `None` when
+    /// the layout's padding would need another value).
     fn movement(&self, id: NodeId) -> Option<Vec<Gather>> {
         let node = self.g.node(id);
         let ins = self.g.node_inputs(id);
-        let x = self.g.value_type(*ins.first()?);
+        let (moved, params) = ins.split_at(self.moved_inputs(id));
+        let xs: Vec<&ValueType> = moved.iter().map(|&v| self.g.value_type(v)).collect();
         let f32_only = node.outputs.iter().all(|v| v.ty.dtype == DType::F32);
-        let params: Option<Vec<&Tensor>> = ins[1..].iter().map(|&v| self.g.constant(v)).collect();
-        if !f32_only || x.dtype != DType::F32 {
+        let params: Option<Vec<&Tensor>> = params.iter().map(|&v| self.g.constant(v)).collect();
+        let inputs_ok =
+            (1..=MAX_GATHER_INPUTS).contains(&xs.len()) && xs.iter().all(|x| x.dtype == DType::F32);
+        if !f32_only || !inputs_ok {
             return None;
         }
         let (op, laid_out) = inner(self.g, id);
@@ -532,7 +543,13 @@ impl<'g> Compiler<'g> {
                 }
             })
             .collect::<Option<Vec<f32>>>()?;
-        let n = u32::try_from(x.numel()).ok().filter(|&n| n < u32::MAX)?;
+        let mut starts = vec![];
+        let mut n = 0;
+        for x in &xs {
+            starts.push(n);
+            n += x.numel();
+        }
+        let n = u32::try_from(n).ok().filter(|&n| n < u32::MAX)?;
         // Working out the sources takes about 40 bytes per element (positions
         // evaluated in i64 and f64); past a quarter of the memory budget the op
         // runs as it is instead (and the budget check of the run decides).
@@ -544,8 +561,17 @@ impl<'g> Compiler<'g> {
         if elements.saturating_mul(40) > crate::core::budget::limit() / 4 {
             return None;
         }
-        let positions = Tensor::from_i64(x.shape.clone(), (1..=n as i64).collect());
-        let mut args = vec![&positions];
+        let positions: Vec<Tensor> = xs
+            .iter()
+            .zip(&starts)
+            .map(|(x, &s)| {
+                Tensor::from_i64(
+                    x.shape.clone(),
+                    (s + 1..=s + x.numel()).map(|p| p as i64).collect(),
+                )
+            })
+            .collect();
+        let mut args: Vec<&Tensor> = positions.iter().collect();
         args.extend(params?);
         let types: Vec<_> = node
             .outputs
@@ -558,7 +584,7 @@ impl<'g> Compiler<'g> {
                 1.. if p <= n as i64 => (p - 1) as u32,
                 _ => u32::MAX,
             });
-            Gather::from_sources(src.collect(), fill)
+            Gather::from_inputs(src.collect(), &starts, fill)
         };
         Some(sources.iter().zip(&fills).map(gather).collect())
     }
@@ -793,7 +819,7 @@ impl<'g> Compiler<'g> {
         // A data movement without a native kernel: one gather step per output.
         let gathers = gathers.or_else(|| native.is_none().then(|| self.movement(id)).flatten());
         if let Some(gathers) = gathers {
-            let inputs = &self.g.node_inputs(id)[..1];
+            let inputs = &self.g.node_inputs(id)[..self.moved_inputs(id)];
             for (k, g) in gathers.into_iter().enumerate() {
                 let outputs = vec![ValueRef::new(id, k)];
                 self.steps.push(Pending {
