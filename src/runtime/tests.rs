@@ -480,7 +480,14 @@ fn compiled_random_convs_match_the_reference_executor() {
         )
         .unwrap()
         .graph;
-        let m = CompiledModel::compile(&planned, &RuntimeOptions { threads: 2 }).unwrap();
+        let m = CompiledModel::compile(
+            &planned,
+            &RuntimeOptions {
+                threads: 2,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         let got = m.run(&inputs).unwrap();
         let steps = m.describe();
         native += steps
@@ -517,7 +524,14 @@ fn compiled_random_convs_match_the_reference_executor() {
 fn a_wrong_input_is_an_error_naming_the_input() {
     let mut rng = Rng(3);
     let (g, _) = random_conv_graph(&mut rng);
-    let m = CompiledModel::compile(&g, &RuntimeOptions { threads: 1 }).unwrap();
+    let m = CompiledModel::compile(
+        &g,
+        &RuntimeOptions {
+            threads: 1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let bad = vec![Tensor::from_f32(vec![1, 1, 1, 1], vec![0.0]); g.inputs().len()];
     let e = m.run(&bad).unwrap_err().to_string();
     assert!(e.contains("model input 'x'"), "{e}");
@@ -540,7 +554,14 @@ fn inputs_and_outputs_in_place_match_the_reference_executor() {
     let add = g.add_node(Op::Binary(BinaryOp::Add), "add", &[y, x], &[], vec![]);
     let z = ValueRef::new(add.unwrap(), 0);
     g.set_outputs(vec![y, z, y, x]);
-    let m = CompiledModel::compile(&g, &RuntimeOptions { threads: 2 }).unwrap();
+    let m = CompiledModel::compile(
+        &g,
+        &RuntimeOptions {
+            threads: 2,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let mut rng = Rng(11);
     let mut run = || {
         let inputs = vec![Tensor::from_f32(ty.shape.clone(), rng.f32s(ty.numel()))];
@@ -594,7 +615,14 @@ fn concats_along_the_outer_axis_are_computed_in_place() {
     let y = unary(&mut g, UnaryOp::Sigmoid, e);
     let z = unary(&mut g, UnaryOp::Relu, e);
     g.set_outputs(vec![y, z, kept]);
-    let m = CompiledModel::compile(&g, &RuntimeOptions { threads: 2 }).unwrap();
+    let m = CompiledModel::compile(
+        &g,
+        &RuntimeOptions {
+            threads: 2,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let steps: Vec<String> = m.describe();
     let named = |n: &str| steps.iter().any(|s| s.starts_with(&format!("{n} [")));
     assert!(!named("c") && !named("e") && named("kept"), "{steps:#?}");
@@ -684,7 +712,14 @@ fn pools_of_random_geometry_match_the_reference_executor() {
             let pg = plan(&g, planner.as_ref(), family, &CostModel::default())
                 .unwrap()
                 .graph;
-            let m = CompiledModel::compile(&pg, &RuntimeOptions { threads: 2 }).unwrap();
+            let m = CompiledModel::compile(
+                &pg,
+                &RuntimeOptions {
+                    threads: 2,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
             let got = m.run(&inputs).unwrap();
             let (e, a) = (expected[0].to_f32(), got[0].to_f32());
             let err = e
@@ -844,7 +879,14 @@ fn constant_pads_gather_what_the_reference_pads() {
         let (g, ty) = after_pointwise_conv(pad, [20, 7, 9], &mut rng);
         let inputs = vec![Tensor::from_f32(ty.shape.clone(), rng.f32s(ty.numel()))];
         let expected = crate::reference::run(&g, &inputs).unwrap()[0].to_f32();
-        let m = CompiledModel::compile(&g, &RuntimeOptions { threads: 2 }).unwrap();
+        let m = CompiledModel::compile(
+            &g,
+            &RuntimeOptions {
+                threads: 2,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         assert!(
             m.describe().iter().any(|s| s.contains("Pad (gather)")),
             "{:?}",
@@ -854,7 +896,14 @@ fn constant_pads_gather_what_the_reference_pads() {
         let planner = planner_by_name("global").unwrap();
         for family in [Family::Nchwc(16), Family::Nchwc(8)] {
             let planned = plan(&g, planner.as_ref(), family, &CostModel::default()).unwrap();
-            let m = CompiledModel::compile(&planned.graph, &RuntimeOptions { threads: 2 }).unwrap();
+            let m = CompiledModel::compile(
+                &planned.graph,
+                &RuntimeOptions {
+                    threads: 2,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
             let got = m.run(&inputs).unwrap()[0].to_f32();
             assert_close(&got, &expected, &format!("{family} pad {value}"));
         }
@@ -1033,7 +1082,14 @@ fn a_conv_step_does_the_closed_form_work_in_every_layout() {
             let residual = if kind.contains("Add") { y } else { 0 };
             x + cout * (cin / group) * kh * kw + cout + y + residual
         };
-        let m = CompiledModel::compile(&g, &RuntimeOptions { threads: 1 }).unwrap();
+        let m = CompiledModel::compile(
+            &g,
+            &RuntimeOptions {
+                threads: 1,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         let conv = step(&m, "Conv");
         assert!(matches!(
             conv.kernel,
@@ -1048,7 +1104,14 @@ fn a_conv_step_does_the_closed_form_work_in_every_layout() {
         for family in [Family::Nhwc, Family::Nchwc(16)] {
             let planner = planner_by_name("global").unwrap();
             let planned = plan(&g, planner.as_ref(), family, &CostModel::default()).unwrap();
-            let m = CompiledModel::compile(&planned.graph, &RuntimeOptions { threads: 1 }).unwrap();
+            let m = CompiledModel::compile(
+                &planned.graph,
+                &RuntimeOptions {
+                    threads: 1,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
             let conv = step(&m, "Conv");
             let (work, logical) = (conv.work, 4 * elements(&conv.kind) as u64);
             assert_eq!(work.flops, flops, "group {group} {family}");
@@ -1105,7 +1168,14 @@ fn elementwise_and_dense_steps_count_their_operands_and_products() {
         0,
     );
     g.set_outputs(vec![out]);
-    let m = CompiledModel::compile(&g, &RuntimeOptions { threads: 1 }).unwrap();
+    let m = CompiledModel::compile(
+        &g,
+        &RuntimeOptions {
+            threads: 1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let bytes = |elements: usize| 4 * elements as u64;
     // The chain reads x, y and c and writes its result; the values between its
     // ops stay in registers. Elementwise ops count no flops.
@@ -1280,7 +1350,14 @@ fn contiguous_movements_are_views_of_their_input() {
         &[relu],
     );
     g.set_outputs(vec![neg, sum, of_input, as_output]);
-    let m = CompiledModel::compile(&g, &RuntimeOptions { threads: 2 }).unwrap();
+    let m = CompiledModel::compile(
+        &g,
+        &RuntimeOptions {
+            threads: 2,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let kinds: Vec<&str> = m.steps.iter().map(|s| s.kind.as_str()).collect();
     let movements = kinds
         .iter()
@@ -1335,7 +1412,14 @@ fn batched_matmuls_match_the_reference_executor() {
         };
         let mm = g.add_node(Op::MatMul, "mm", &[a, b], &[], vec![]).unwrap();
         g.set_outputs(vec![ValueRef::new(mm, 0)]);
-        let m = CompiledModel::compile(&g, &RuntimeOptions { threads: 2 }).unwrap();
+        let m = CompiledModel::compile(
+            &g,
+            &RuntimeOptions {
+                threads: 2,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         let kinds: Vec<&str> = m.steps.iter().map(|s| s.kind.as_str()).collect();
         assert_eq!(kinds, ["MatMul"], "{what}");
         let mut inputs = vec![Tensor::from_f32(a_shape.to_vec(), rng.f32s(a_ty.numel()))];
@@ -1348,6 +1432,136 @@ fn batched_matmuls_match_the_reference_executor() {
             let got = m.run(&inputs).unwrap();
             assert_eq!(got[0].shape, expected[0].shape, "{what}");
             assert_close(&got[0].f32s(), &expected[0].f32s(), &what);
+        }
+    }
+}
+
+/// Every Winograd size against the naive loop: odd extents, padding on either
+/// side, channel counts that do not fill a block in every blocking, with and
+/// without the fused bias, residual and clamp, on one block of tiles and on
+/// several; max |error| ≤ 1e-4 · (1 + |expected|). A NaN input makes NaN of at
+/// least every output whose window holds it (Winograd spreads it over the tile).
+#[test]
+fn winograd_matches_a_naive_loop_for_every_isa_tile_and_blocking() {
+    use super::winograd::{WinogradConv, WinogradTile};
+    let isas: Vec<Isa> = [Isa::Avx512, Isa::Avx2, Isa::Portable]
+        .into_iter()
+        .filter(|i| i.available())
+        .collect();
+    let mut rng = Rng(16);
+    for case in 0..48 {
+        // The first cases have enough tiles for several blocks per worker.
+        let (cin, cout, h, w) = match case < 6 {
+            true => (
+                rng.range(40, 70),
+                rng.range(33, 70),
+                rng.range(19, 31),
+                rng.range(19, 31),
+            ),
+            false => (
+                rng.range(1, 40),
+                rng.range(1, 40),
+                rng.range(1, 17),
+                rng.range(1, 17),
+            ),
+        };
+        let pad = (rng.range(0, 2), rng.range(0, 2));
+        let pad_end = (rng.range(0, 2), rng.range(0, 2));
+        if h + pad.0 + pad_end.0 < 3 || w + pad.1 + pad_end.1 < 3 {
+            continue;
+        }
+        let pick = |rng: &mut Rng, c: usize| [1, 8, 16, c][rng.below(4)];
+        let (x_cb, y_cb) = (pick(&mut rng, cin), pick(&mut rng, cout));
+        let g = ConvGeom {
+            n: rng.range(1, 2),
+            cin,
+            h,
+            w,
+            cout,
+            oh: h + pad.0 + pad_end.0 - 2,
+            ow: w + pad.1 + pad_end.1 - 2,
+            k: (3, 3),
+            stride: (1, 1),
+            dilation: (1, 1),
+            pad,
+            x_cb,
+            y_cb,
+        };
+        let x = rng.f32s(g.n * cin * h * w);
+        let wt = rng.f32s(cout * cin * 9);
+        let fused = case % 2 == 0;
+        let bias = match fused {
+            true => rng.f32s(cout),
+            false => vec![0.0; cout],
+        };
+        let residual = rng.f32s(g.y_len());
+        let (lo, hi) = match fused {
+            true => (0.0, 2.0),
+            false => (f32::NEG_INFINITY, f32::INFINITY),
+        };
+        let nan_at = rng.below(x.len());
+        let mut xb = vec![f32::NAN; g.x_len()];
+        for n in 0..g.n {
+            for c in 0..cin {
+                for yx in 0..h * w {
+                    xb[blocked(n, c, yx, cin, h * w, x_cb)] = x[(n * cin + c) * h * w + yx];
+                }
+            }
+        }
+        let expect = naive_conv(&g, &x, &wt, &bias);
+        let plane = g.oh * g.ow;
+        for (&isa, tile) in isas
+            .iter()
+            .flat_map(|i| [(i, WinogradTile::F2), (i, WinogradTile::F4)])
+        {
+            let threads = 1 + case % 3;
+            let ep = Epilogue {
+                min: lo,
+                max: hi,
+                act: None,
+            };
+            let conv = WinogradConv::new(g.clone(), isa, tile, &wt, &bias, ep, Some(0.0), threads);
+            let mut y = vec![f32::NAN; g.y_len()];
+            let mut scratch = vec![f32::NAN; conv.scratch_len()];
+            conv.run(&xb, fused.then_some(&residual[..]), &mut y, &mut scratch);
+            for n in 0..g.n {
+                for c in 0..cout.div_ceil(y_cb) * y_cb {
+                    for yx in 0..plane {
+                        let at = blocked(n, c, yx, cout, plane, y_cb);
+                        if c >= cout {
+                            assert_eq!(y[at], 0.0, "case {case} {isa:?} {tile:?}: padding {c}");
+                            continue;
+                        }
+                        let mut e = expect[(n * cout + c) * plane + yx];
+                        if fused {
+                            e += residual[at] as f64;
+                        }
+                        let e = e.clamp(lo as f64, hi as f64);
+                        let got = y[at] as f64;
+                        assert!(
+                            (got - e).abs() <= 1e-4 * (1.0 + e.abs()),
+                            "case {case} {isa:?} {tile:?} {g:?}: ({n},{c},{yx}) got {got} want {e}"
+                        );
+                    }
+                }
+            }
+            // One NaN input: every output whose window holds it is NaN.
+            let mut xn = xb.clone();
+            let (nn, rest) = (nan_at / (cin * h * w), nan_at % (cin * h * w));
+            let (c, yx) = (rest / (h * w), rest % (h * w));
+            xn[blocked(nn, c, yx, cin, h * w, x_cb)] = f32::NAN;
+            conv.run(&xn, None, &mut y, &mut scratch);
+            let (iy, ix) = ((yx / w) as isize, (yx % w) as isize);
+            for oy in 0..g.oh as isize {
+                for ox in 0..g.ow as isize {
+                    let (dy, dx) = (iy + pad.0 as isize - oy, ix + pad.1 as isize - ox);
+                    if (0..3).contains(&dy) && (0..3).contains(&dx) {
+                        let at =
+                            blocked(nn, 0, (oy * g.ow as isize + ox) as usize, cout, plane, y_cb);
+                        assert!(y[at].is_nan(), "case {case} {isa:?} {tile:?}: NaN lost");
+                    }
+                }
+            }
         }
     }
 }
