@@ -61,13 +61,24 @@ pub struct Elementwise {
     extents: Vec<usize>,
     /// Per operand, its element stride along each merged axis.
     strides: Vec<Vec<usize>>,
-    /// Per operand, how it is read along the run (the `step` of its `Source`):
-    /// 0 repeats one value, all ones walks it, `p - 1` repeats its first `p`
-    /// values (a per-channel operand of a channel-blocked output).
-    masks: Vec<usize>,
+    /// Per operand, how it is read along the run.
+    reads: Vec<Read>,
     /// Per operand, the length of its buffer.
     lens: Vec<usize>,
     lanes: Lanes,
+}
+
+/// How an operand is read along the run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Read {
+    /// One value, repeated.
+    Repeat,
+    /// Consecutive elements.
+    Walk,
+    /// Its first `p` elements over and over (`p` < `BLOCK`): a per-channel
+    /// operand of a channel-blocked output, or of a row-major output whose
+    /// channel axis is innermost and short (NHWC with 3 channels).
+    Periodic(usize),
 }
 
 /// An operand as it is stored: its layout and logical shape.
@@ -160,12 +171,12 @@ impl Elementwise {
             .iter()
             .all(|s| s.last().is_some_and(|&inner| inner <= 1))
             .then_some(())?;
-        let (extents, strides, masks) = periodic_runs(extents, strides, isa.lanes());
+        let (extents, strides, reads) = periodic_runs(extents, strides);
         Some(Elementwise {
             funcs,
             extents,
             strides,
-            masks,
+            reads,
             lens,
             lanes: Lanes::for_block(isa, isa.lanes()),
         })
@@ -211,41 +222,45 @@ impl Elementwise {
     }
 }
 
-/// Joins a short run (one channel block) with the axis above it when every
-/// operand either continues along that axis or repeats its run there: a
-/// per-channel scale of NCHW16c data then reads its 16 values periodically
-/// over runs of a whole plane instead of in runs of 16. Returns the extents,
-/// strides and each operand's mask (see `Elementwise::masks`).
+/// Joins a short run (a channel block, or the few channels of an NHWC image)
+/// with the axis above it when every operand either continues along that axis
+/// or repeats its run there: a per-channel scale then reads its values
+/// periodically over runs of a whole plane instead of in runs of a few
+/// elements, each of which would pay a block's dispatch. Returns the extents,
+/// strides and how each operand is read.
 fn periodic_runs(
     mut extents: Vec<usize>,
     mut strides: Vec<Vec<usize>>,
-    lanes: usize,
-) -> (Vec<usize>, Vec<Vec<usize>>, Vec<usize>) {
+) -> (Vec<usize>, Vec<Vec<usize>>, Vec<Read>) {
     let n = extents.len();
     let run = extents[n - 1];
     let joins = n >= 2
         && run < BLOCK
-        && run.is_power_of_two()
-        && run.is_multiple_of(lanes)
         && strides
             .iter()
             .all(|s| s[n - 2] == 0 || (s[n - 2] == run && s[n - 1] == 1));
-    let mut masks: Vec<usize> = strides
+    let mut reads: Vec<Read> = strides
         .iter()
-        .map(|s| if s[n - 1] == 0 { 0 } else { usize::MAX })
+        .map(|s| {
+            if s[n - 1] == 0 {
+                Read::Repeat
+            } else {
+                Read::Walk
+            }
+        })
         .collect();
     if joins {
         extents[n - 2] *= run;
         extents.pop();
-        for (s, m) in strides.iter_mut().zip(&mut masks) {
+        for (s, r) in strides.iter_mut().zip(&mut reads) {
             if s[n - 2] == 0 && s[n - 1] == 1 {
-                *m = run - 1;
+                *r = Read::Periodic(run);
             }
             s[n - 2] = s[n - 1];
             s.pop();
         }
     }
-    (extents, strides, masks)
+    (extents, strides, reads)
 }
 
 /// Drops the axes of extent 1 and merges each axis into the next where every
@@ -307,6 +322,10 @@ impl VectorKernel for Blocks<'_> {
         let outer = &chain.extents[..chain.extents.len() - 1];
         let mut registers = [[0f32; BLOCK]; 2];
         let mut repeated = [[0f32; MAX_LANES]; MAX_OPERANDS];
+        // A periodic operand's values laid out past a block's end, so any block
+        // reads them contiguously from its phase; refilled when its run moves.
+        let mut tiles = [[0f32; 2 * BLOCK]; MAX_OPERANDS];
+        let mut tiled_from = [usize::MAX; MAX_OPERANDS];
         for block in self.blocks.clone() {
             let (r, part) = (block / self.blocks_per_run, block % self.blocks_per_run);
             let start = part * BLOCK;
@@ -326,18 +345,32 @@ impl VectorKernel for Blocks<'_> {
                 step: 0,
             }; MAX_OPERANDS];
             for (k, o) in self.operands.iter().enumerate() {
-                operands[k] = match chain.masks[k] {
-                    0 => {
+                operands[k] = match chain.reads[k] {
+                    Read::Repeat => {
                         repeated[k] = [o[at[k]]; MAX_LANES];
                         Source {
                             at: repeated[k].as_ptr(),
                             step: 0,
                         }
                     }
-                    mask => Source {
-                        at: o.as_ptr().add(at[k] + (start & mask)),
-                        step: mask,
+                    Read::Walk => Source {
+                        at: o.as_ptr().add(at[k] + start),
+                        step: usize::MAX,
                     },
+                    Read::Periodic(p) => {
+                        if tiled_from[k] != at[k] {
+                            let values = &o[at[k]..at[k] + p];
+                            let tile = &mut tiles[k][..BLOCK + p];
+                            for (t, &v) in tile.iter_mut().zip(values.iter().cycle()) {
+                                *t = v;
+                            }
+                            tiled_from[k] = at[k];
+                        }
+                        Source {
+                            at: tiles[k].as_ptr().add(start % p),
+                            step: usize::MAX,
+                        }
+                    }
                 };
             }
             let last = chain.funcs.len() - 1;
@@ -658,6 +691,35 @@ mod tests {
                 steps[0].ends_with("] native") && !steps[0].contains("(tir)"),
                 "case {case}: {steps:?}"
             );
+        }
+    }
+
+    /// An image normalization as converters write it (NHWC, per-channel
+    /// constants over the innermost few channels): the short run is read
+    /// periodically across block boundaries at every phase, in one native
+    /// step equal to the reference. Channel counts that are not a power of two
+    /// and one longer than a vector cover both tile paths.
+    #[test]
+    fn per_channel_operands_of_short_innermost_runs_match_the_reference() {
+        let mut rng = Rng(33);
+        for channels in [3, 5, 16, 24] {
+            let shape = vec![1, 37, 29, channels];
+            let mut g = Graph::new("normalize");
+            let numel = shape.iter().product();
+            let inputs = vec![Tensor::from_f32(shape.clone(), rng.f32s(numel))];
+            let mut v = g.add_input("x", ValueType::new(DType::F32, shape.clone()), vec![]);
+            for (k, b) in [BinaryOp::Mul, BinaryOp::Add, BinaryOp::Mul]
+                .into_iter()
+                .enumerate()
+            {
+                let per_channel = Tensor::from_f32(vec![channels], rng.f32s(channels));
+                let c = g.add_constant(&format!("c{k}"), per_channel, vec![]);
+                v = add(&mut g, Op::Binary(b), &[v, c]);
+            }
+            g.set_outputs(vec![v]);
+            let steps = check(&g, &g, &inputs);
+            assert_eq!(steps.len(), 1, "{channels} channels: {steps:?}");
+            assert!(steps[0].ends_with("] native"), "{steps:?}");
         }
     }
 
