@@ -66,13 +66,9 @@ fn recorded_cases_match_the_oracles_in_every_layout_family() {
         Family::Nchwc(16),
     ];
     let global = planner_by_name("global").unwrap();
-    // Winograd spreads a non-finite input over its output tile (ARCHITECTURE.md).
     let opts = layoutopt::runtime::RuntimeOptions {
         threads: 2,
-        conv_algo: layoutopt::runtime::conv_algo::ConvAlgoOptions {
-            choice: layoutopt::runtime::conv_algo::ConvAlgoChoice::Direct,
-            cache: None,
-        },
+        ..Default::default()
     };
     for (name, dir) in &cases {
         let g = load_onnx(&dir.join("model.onnx"), &ImportOptions::default()).unwrap();

@@ -1441,8 +1441,9 @@ fn batched_matmuls_match_the_reference_executor() {
 /// without the fused bias, residual and clamp, on one block of tiles and on
 /// several; |error| ≤ 1e-4 · (1 + the largest |output|), the bound a whole
 /// model is held to (Winograd's rounding error scales with the layer's
-/// magnitude, not with each output's). A NaN input makes NaN of at
-/// least every output whose window holds it (Winograd spreads it over the tile).
+/// magnitude, not with each output's). NaN and infinities at a body and an
+/// edge pixel make non-finite exactly the outputs they make non-finite in the
+/// naive loop and in the direct kernel.
 #[test]
 fn winograd_matches_a_naive_loop_for_every_isa_tile_and_blocking() {
     use super::winograd::{WinogradConv, WinogradTile};
@@ -1501,7 +1502,20 @@ fn winograd_matches_a_naive_loop_for_every_isa_tile_and_blocking() {
             true => (0.0, 2.0),
             false => (f32::NEG_INFINITY, f32::INFINITY),
         };
-        let nan_at = rng.below(x.len());
+        // Where the non-finite inputs go: a body pixel, an edge pixel.
+        let (nan_n, nan_c) = (rng.below(g.n), rng.below(cin));
+        // An inner row or column where there is one.
+        let inner = |rng: &mut Rng, n: usize| match n > 2 {
+            true => rng.range(1, n - 2),
+            false => rng.below(n),
+        };
+        let body_at = (inner(&mut rng, h), inner(&mut rng, w));
+        let edge_at = match rng.below(4) {
+            0 => (0, rng.below(w)),
+            1 => (h - 1, rng.below(w)),
+            2 => (rng.below(h), 0),
+            _ => (rng.below(h), w - 1),
+        };
         let mut xb = vec![f32::NAN; g.x_len()];
         for n in 0..g.n {
             for c in 0..cin {
@@ -1548,20 +1562,42 @@ fn winograd_matches_a_naive_loop_for_every_isa_tile_and_blocking() {
                     }
                 }
             }
-            // One NaN input: every output whose window holds it is NaN.
-            let mut xn = xb.clone();
-            let (nn, rest) = (nan_at / (cin * h * w), nan_at % (cin * h * w));
-            let (c, yx) = (rest / (h * w), rest % (h * w));
-            xn[blocked(nn, c, yx, cin, h * w, x_cb)] = f32::NAN;
-            conv.run(&xn, None, &mut y, &mut scratch);
-            let (iy, ix) = ((yx / w) as isize, (yx % w) as isize);
-            for oy in 0..g.oh as isize {
-                for ox in 0..g.ow as isize {
-                    let (dy, dx) = (iy + pad.0 as isize - oy, ix + pad.1 as isize - ox);
-                    if (0..3).contains(&dy) && (0..3).contains(&dx) {
-                        let at =
-                            blocked(nn, 0, (oy * g.ow as isize + ox) as usize, cout, plane, y_cb);
-                        assert!(y[at].is_nan(), "case {case} {isa:?} {tile:?}: NaN lost");
+            // NaN and ±inf at a body and at an edge pixel: exactly the
+            // outputs the naive loop and the direct kernel make non-finite
+            // are, with the same NaN or sign of infinity.
+            let direct = PackedConv::new(g.clone(), isa, &wt, &bias, ep, Some(0.0));
+            let mut yd = vec![f32::NAN; g.y_len()];
+            let mut scratch_d = vec![f32::NAN; direct.scratch_len()];
+            for (body, edge) in [(f32::NAN, f32::INFINITY), (f32::NEG_INFINITY, f32::NAN)] {
+                let (mut xl, mut xn) = (x.clone(), xb.clone());
+                for (v, (iy, ix)) in [(body, body_at), (edge, edge_at)] {
+                    let yx = iy * w + ix;
+                    xl[(nan_n * cin + nan_c) * h * w + yx] = v;
+                    xn[blocked(nan_n, nan_c, yx, cin, h * w, x_cb)] = v;
+                }
+                let expect = naive_conv(&g, &xl, &wt, &bias);
+                conv.run(&xn, fused.then_some(&residual[..]), &mut y, &mut scratch);
+                let res = fused.then_some(&residual[..]);
+                direct.run(&xn, res, &mut yd, &mut scratch_d);
+                let class = |v: f64| (v.is_nan(), v.is_finite(), v > 0.0);
+                for n in 0..g.n {
+                    for c in 0..cout {
+                        for yx in 0..plane {
+                            let at = blocked(n, c, yx, cout, plane, y_cb);
+                            let mut e = expect[(n * cout + c) * plane + yx];
+                            if fused {
+                                e += residual[at] as f64;
+                            }
+                            let e = e.clamp(lo as f64, hi as f64);
+                            let (got, d) = (y[at] as f64, yd[at] as f64);
+                            let what = format!("case {case} {isa:?} {tile:?} {body} body {body_at:?} {edge} edge {edge_at:?}: ({n},{c},{yx})");
+                            assert_eq!(class(got), class(e), "{what}: got {got} want {e}");
+                            assert_eq!(class(got), class(d), "{what}: got {got}, direct {d}");
+                            assert!(
+                                !e.is_finite() || (got - e).abs() <= tol,
+                                "{what}: got {got} want {e}"
+                            );
+                        }
                     }
                 }
             }

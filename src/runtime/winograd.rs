@@ -13,10 +13,14 @@
 //! fewer multiplies than direct), 0, ±1, ±2, ∞ for F(4x4, 3x3) (4x fewer, with
 //! larger coefficients and so a larger rounding error).
 //!
-//! A transform skips its zero coefficients, so a NaN or infinite input reaches
-//! the outputs of its whole tile, not only those whose window holds it.
+//! The transforms mix a whole patch, so a NaN or infinite input would reach
+//! outputs whose window does not hold it. The output transform therefore
+//! checks each tile (in registers, before the epilogue, which may clamp an
+//! infinity) and recomputes a tile holding a non-finite value with the direct
+//! kernel, which gives IEEE propagation exactly: finite data pays the check
+//! only.
 
-use super::conv::{fill_channel_pad, ConvGeom};
+use super::conv::{fill_channel_pad, ConvGeom, PackedConv};
 use super::simd::{
     conv_tile, run_vectorized, Epilogue, Isa, Lanes, Store, Tile, Vector, VectorKernel, TILE,
 };
@@ -138,6 +142,9 @@ pub struct WinogradConv {
     /// Vectors of the input and of the output transforms.
     x_lanes: Lanes,
     y_lanes: Lanes,
+    /// The direct kernel of the same convolution, for tiles whose Winograd
+    /// result holds NaN or an infinity.
+    direct: PackedConv,
 }
 
 /// One block of tiles and its transformed-domain buffers, `[α²][block][cin_r]`
@@ -209,6 +216,7 @@ impl WinogradConv {
         }
         WinogradConv {
             pad_fill: pad_fill.filter(|_| !geom.cout.is_multiple_of(geom.y_cb)),
+            direct: PackedConv::for_regions(geom.clone(), isa, w, bias, epilogue),
             geom,
             isa,
             tile,
@@ -478,7 +486,8 @@ impl Phase<'_> {
 
     /// Aᵀ M A of each tile's products, per vector of output channels, with
     /// the bias, the residual and the epilogue; pixels past the output's edge
-    /// are not stored.
+    /// are not stored. A tile whose Aᵀ M A holds NaN or an infinity in any
+    /// stored pixel is computed again by the direct kernel.
     #[inline(always)]
     unsafe fn output<V: Vector, const A: usize, const M: usize>(&self, mx: &Matrices<A, M>) {
         let c = self.c;
@@ -488,6 +497,8 @@ impl Phase<'_> {
         let batch = g.cout.div_ceil(ycb) * ycb * g.oh * g.ow;
         for t in self.tiles.clone() {
             let (n, oy, ox) = self.origin(t);
+            // x - x is 0 for a finite x and NaN otherwise.
+            let mut nonfinite = V::splat(0.0);
             for o0 in (0..g.cout).step_by(V::LANES) {
                 let mp = self.b.m.add(t * c.cout_r + o0);
                 let mut prods = [[V::splat(0.0); A]; A];
@@ -500,6 +511,7 @@ impl Phase<'_> {
                 for (i, row) in out.iter().enumerate().take(g.oh - oy) {
                     for (j, &e) in row.iter().enumerate().take(g.ow - ox) {
                         let at = chan + ((oy + i) * g.ow + ox + j) * ycb;
+                        nonfinite = V::add(nonfinite, V::sub(e, e));
                         let mut e = V::add(e, bias);
                         if let Some(r) = res {
                             e = V::add(e, V::load(r.add(at)));
@@ -507,6 +519,14 @@ impl Phase<'_> {
                         c.epilogue.apply(e).store(y.add(at));
                     }
                 }
+            }
+            let mut lanes = [0f32; 16];
+            debug_assert!(V::LANES <= lanes.len());
+            nonfinite.store(lanes.as_mut_ptr());
+            if lanes[..V::LANES].iter().any(|v| v.is_nan()) {
+                let (rows, cols) = (oy..(oy + M).min(g.oh), ox..(ox + M).min(g.ow));
+                let x = self.io.x as *const f32;
+                c.direct.region(x, res, y, n, rows, cols);
             }
         }
     }
