@@ -130,8 +130,14 @@ fn child(kind: &str, n: usize) {
         .expect("plans");
     let planning = t.elapsed().as_secs_f64();
     let t = Instant::now();
-    let model =
-        CompiledModel::compile(&plan.graph, &RuntimeOptions { threads: 1 }).expect("compiles");
+    let model = CompiledModel::compile(
+        &plan.graph,
+        &RuntimeOptions {
+            threads: 1,
+            ..Default::default()
+        },
+    )
+    .expect("compiles");
     let compile = t.elapsed().as_secs_f64();
     let ty = g.value_type(ValueRef::new(g.inputs()[0], 0)).clone();
     let x = Tensor::from_f32(ty.shape.clone(), vec![0.5; ty.numel()]);

@@ -32,8 +32,14 @@ fn models(c: &mut Criterion) {
         let planned = plan(&g, planner.as_ref(), family, &CostModel::default())
             .expect("model plans")
             .graph;
-        let model = CompiledModel::compile(&planned, &RuntimeOptions { threads: 2 })
-            .expect("model compiles");
+        let model = CompiledModel::compile(
+            &planned,
+            &RuntimeOptions {
+                threads: 2,
+                ..Default::default()
+            },
+        )
+        .expect("model compiles");
         let inputs: Vec<Tensor> = planned
             .inputs()
             .iter()

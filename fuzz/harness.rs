@@ -30,7 +30,10 @@ fn run_small(g: &Graph) {
         .collect();
     let _ = layoutopt::reference::run_with_limit(g, &inputs, RUN_LIMIT_BYTES);
     // And compiled (hand kernels, TIR through codegen, fallbacks) on one thread.
-    let options = layoutopt::runtime::RuntimeOptions { threads: 1 };
+    let options = layoutopt::runtime::RuntimeOptions {
+        threads: 1,
+        ..Default::default()
+    };
     if let Ok(m) = layoutopt::runtime::CompiledModel::compile(g, &options) {
         let _ = m.run(&inputs);
     }

@@ -49,6 +49,8 @@ enum Command {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        conv: cli::native::ConvAlgoArg,
     },
     /// Plan with every planner and compare them side by side.
     Compare {
@@ -98,6 +100,8 @@ enum Command {
         check_finite: bool,
         #[command(flatten)]
         planning: Planning,
+        #[command(flatten)]
+        conv: cli::native::ConvAlgoArg,
     },
     /// Compile the planned model and time repeated runs: latency percentiles,
     /// and with --profile the time of every kernel against this machine's roofline.
@@ -142,6 +146,8 @@ enum Command {
         /// The planner shown beside `--planner`.
         #[arg(long, default_value = "local", value_parser = PLANNERS)]
         against: String,
+        #[command(flatten)]
+        conv: cli::native::ConvAlgoArg,
     },
 }
 
@@ -163,7 +169,8 @@ fn main() -> ExitCode {
             shapes,
             planning,
             json,
-        } => cli::plan::plan(model, shapes, planning, *json),
+            conv,
+        } => cli::plan::plan(model, shapes, planning, *json, &conv.options(0)),
         Command::Compare {
             model,
             shapes,
@@ -187,13 +194,14 @@ fn main() -> ExitCode {
             threads,
             check_finite,
             planning,
+            conv,
         } => cli::run::run(
             model,
             shapes,
             inputs,
             *seed,
             planning,
-            (*threads, *check_finite),
+            (&conv.options(*threads), *check_finite),
             output_dir.as_deref(),
         ),
         Command::Bench {
@@ -214,7 +222,8 @@ fn main() -> ExitCode {
             output,
             planning,
             against,
-        } => cli::export::explore(model, shapes, output, planning, against),
+            conv,
+        } => cli::export::explore(model, shapes, output, planning, against, &conv.options(0)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -83,10 +83,16 @@ fn check(g: &Graph, folds: usize) {
         &CostModel::default(),
     )
     .unwrap();
-    let compiled = CompiledModel::compile(&planned.graph, &RuntimeOptions { threads: 1 })
-        .unwrap()
-        .run(std::slice::from_ref(&x))
-        .unwrap();
+    let compiled = CompiledModel::compile(
+        &planned.graph,
+        &RuntimeOptions {
+            threads: 1,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+    .run(std::slice::from_ref(&x))
+    .unwrap();
     for got in [layoutopt::reference::run(&folded, &[x]).unwrap(), compiled] {
         let (err, mag) = max_abs_err(&expected[0], &got[0]);
         assert!(err <= 1e-5 * mag.max(1.0), "error {err} at magnitude {mag}");

@@ -38,7 +38,7 @@ fn page() -> (layoutopt::graph::Graph, String, [usize; 2], usize) {
             .count()
     };
     let transforms = transforms(&a) + transforms(&b);
-    let html = layoutopt::explorer::render(&g, &[&a, &b]).unwrap();
+    let html = layoutopt::explorer::render(&g, &[&a, &b], &Default::default()).unwrap();
     (g, html, [drawn(&a), drawn(&b)], transforms)
 }
 
@@ -158,7 +158,7 @@ fn fused_groups_are_the_compiled_steps_and_shown_on_their_nodes() {
     let fused_steps = steps.iter().filter(|s| s.contains('+')).count();
     assert_eq!(fused_steps, groups.len(), "{steps:#?}");
 
-    let html = layoutopt::explorer::render(&g, &[&plan]).unwrap();
+    let html = layoutopt::explorer::render(&g, &[&plan], &Default::default()).unwrap();
     let d = data(&html);
     let marked: Vec<&str> = d
         .as_object()

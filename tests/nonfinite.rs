@@ -66,7 +66,10 @@ fn recorded_cases_match_the_oracles_in_every_layout_family() {
         Family::Nchwc(16),
     ];
     let global = planner_by_name("global").unwrap();
-    let opts = layoutopt::runtime::RuntimeOptions { threads: 2 };
+    let opts = layoutopt::runtime::RuntimeOptions {
+        threads: 2,
+        ..Default::default()
+    };
     for (name, dir) in &cases {
         let g = load_onnx(&dir.join("model.onnx"), &ImportOptions::default()).unwrap();
         let (inputs, expected) = load_test_data(dir);
@@ -188,7 +191,10 @@ fn planned_models_propagate_extremes_like_the_source_graph() {
         // The native kernels (fused conv epilogues, SIMD clamps, TIR steps) too.
         let model = layoutopt::runtime::CompiledModel::compile(
             &p.graph,
-            &layoutopt::runtime::RuntimeOptions { threads: 2 },
+            &layoutopt::runtime::RuntimeOptions {
+                threads: 2,
+                ..Default::default()
+            },
         )
         .unwrap();
         let native = model.run(&inputs).unwrap();

@@ -64,8 +64,14 @@ fn compiled(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
     let planner = planner_by_name("global").map_err(|e| e.to_string())?;
     let p = plan(g, planner.as_ref(), Family::Nchwc(8), &CostModel::default())
         .map_err(|e| e.to_string())?;
-    let m = CompiledModel::compile(&p.graph, &RuntimeOptions { threads: 1 })
-        .map_err(|e| e.to_string())?;
+    let m = CompiledModel::compile(
+        &p.graph,
+        &RuntimeOptions {
+            threads: 1,
+            ..Default::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
     m.run(inputs).map_err(|e| e.to_string())
 }
 

@@ -96,7 +96,14 @@ fn check(g: &Graph, folded: bool, what: &str) {
             vec![]
         };
         assert_eq!(folds, want, "{what} {family}");
-        let m = CompiledModel::compile(&p.graph, &RuntimeOptions { threads: 2 }).unwrap();
+        let m = CompiledModel::compile(
+            &p.graph,
+            &RuntimeOptions {
+                threads: 2,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         let got = m.run(std::slice::from_ref(&x)).unwrap();
         assert_eq!(got[0].shape, expected[0].shape, "{what} {family}");
         let (err, mag) = max_abs_err(&expected[0], &got[0]);

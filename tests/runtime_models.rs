@@ -45,8 +45,14 @@ fn bundled_models_match_onnxruntime_on_the_native_runtime() {
             let planner = planner_by_name("global").unwrap();
             let p = plan(&g, planner.as_ref(), family, &CostModel::default()).unwrap();
             for threads in [1, 2] {
-                let m = CompiledModel::compile(&p.graph, &RuntimeOptions { threads })
-                    .unwrap_or_else(|e| panic!("{} {family}: {e}", dir.display()));
+                let m = CompiledModel::compile(
+                    &p.graph,
+                    &RuntimeOptions {
+                        threads,
+                        ..Default::default()
+                    },
+                )
+                .unwrap_or_else(|e| panic!("{} {family}: {e}", dir.display()));
                 // Every op but Resize (no compute definition yet) runs compiled.
                 let fallbacks: Vec<String> = m
                     .describe()

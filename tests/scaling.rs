@@ -118,8 +118,14 @@ fn pipeline(path: &Path) {
         .unwrap()
         .plan(&g)
         .expect("plans");
-    let model =
-        CompiledModel::compile(&plan.graph, &RuntimeOptions { threads: 1 }).expect("compiles");
+    let model = CompiledModel::compile(
+        &plan.graph,
+        &RuntimeOptions {
+            threads: 1,
+            ..Default::default()
+        },
+    )
+    .expect("compiles");
     let ty = g.value_type(layoutopt::graph::ValueRef::new(g.inputs()[0], 0));
     let n = ty.numel();
     let x = Tensor::from_f32(

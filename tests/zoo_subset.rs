@@ -27,8 +27,14 @@ fn committed_real_models_run_natively_and_match_their_runtimes() {
             .unwrap()
             .plan(&g)
             .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-        let m = CompiledModel::compile(&planned.graph, &RuntimeOptions { threads: 2 })
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        let m = CompiledModel::compile(
+            &planned.graph,
+            &RuntimeOptions {
+                threads: 2,
+                ..Default::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
         assert_eq!(m.fallback_steps(), vec![], "{}", dir.display());
         let (inputs, expected) = load_test_data(&dir);
         let outputs = m

@@ -111,6 +111,7 @@ pub fn explore(
     output: &OutputFile,
     planning: &Planning,
     other: &str,
+    options: &layoutopt::runtime::RuntimeOptions,
 ) -> CliResult {
     let out = output.output.as_path();
     output.check(model, out)?;
@@ -118,7 +119,7 @@ pub fn explore(
     let first = planning.plan(&source)?;
     let second = planning.plan_with(&source, other)?;
     let html = super::progress::step("lowering nodes for the explorer", || {
-        layoutopt::explorer::render(&source, &[&first, &second])
+        layoutopt::explorer::render(&source, &[&first, &second], options)
     })?;
     std::fs::write(out, html).map_err(|e| format!("{}: cannot write: {e}", out.display()))?;
     outln!(

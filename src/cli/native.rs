@@ -3,11 +3,37 @@
 
 use layoutopt::graph::{format_spans, Graph, Tensor};
 use layoutopt::runtime::bench::bench;
+use layoutopt::runtime::conv_algo::{ConvAlgoChoice, ConvAlgoOptions};
 use layoutopt::runtime::roofline::{cache_dir, machine_peaks};
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 use std::time::Instant;
 
 type CliResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// How convolutions choose their algorithm (`--conv-algo`).
+#[derive(clap::Args, Clone)]
+pub struct ConvAlgoArg {
+    /// Convolution algorithm: auto (per layer the fastest of direct and each
+    /// accurate Winograd size, measured at compile time and cached per CPU),
+    /// direct, or winograd (F(4x4,3x3) where accurate enough, else F(2x2,3x3),
+    /// on 3x3 stride-1 convolutions).
+    #[arg(long = "conv-algo", value_name = "ALGO", default_value = "auto", value_parser = str::parse::<ConvAlgoChoice>)]
+    pub conv_algo: ConvAlgoChoice,
+}
+
+impl ConvAlgoArg {
+    /// The runtime options for `threads` worker threads, measurements cached
+    /// beside the roofline peaks.
+    pub fn options(&self, threads: usize) -> RuntimeOptions {
+        RuntimeOptions {
+            threads,
+            conv_algo: ConvAlgoOptions {
+                choice: self.conv_algo,
+                cache: cache_dir(),
+            },
+        }
+    }
+}
 
 /// Options of `layoutopt bench`.
 #[derive(clap::Args)]
@@ -32,12 +58,14 @@ pub struct BenchArgs {
     /// Seed of the random inputs (when the model has no test data).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    #[command(flatten)]
+    pub conv: ConvAlgoArg,
 }
 
 /// Compiles the planned graph, warning on stderr about every step that falls
 /// back to the (slow) reference executor.
-fn compile(g: &Graph, threads: usize) -> CliResult<CompiledModel> {
-    let model = CompiledModel::compile(g, &RuntimeOptions { threads })?;
+fn compile(g: &Graph, options: &RuntimeOptions) -> CliResult<CompiledModel> {
+    let model = CompiledModel::compile(g, options)?;
     let fallbacks = model.fallback_steps();
     if !fallbacks.is_empty() {
         let named: Vec<String> = fallbacks
@@ -61,11 +89,11 @@ fn compile(g: &Graph, threads: usize) -> CliResult<CompiledModel> {
 pub fn run_native(
     g: &Graph,
     inputs: &[Tensor],
-    threads: usize,
+    options: &RuntimeOptions,
     check_finite: bool,
 ) -> CliResult<(Vec<Tensor>, String)> {
     let t0 = Instant::now();
-    let model = compile(g, threads)?;
+    let model = compile(g, options)?;
     let compile = t0.elapsed();
     let t1 = Instant::now();
     let (outputs, found) = match check_finite {
@@ -100,7 +128,7 @@ pub fn run_native(
 /// `layoutopt bench`: compile, then print latency percentiles (and the profile).
 pub fn bench_native(g: &Graph, inputs: &[Tensor], args: &BenchArgs) -> CliResult<()> {
     let t0 = Instant::now();
-    let model = compile(g, args.threads)?;
+    let model = compile(g, &args.conv.options(args.threads))?;
     println!(
         "compiled in {:.1} ms ({:?} kernels, {} threads, {:.1} MB arena)",
         t0.elapsed().as_secs_f64() * 1e3,

@@ -3,16 +3,35 @@
 use super::progress;
 use super::run::{execute, model_inputs};
 use super::{load, CliResult, InputShapes, Planning, PLANNERS};
+use layoutopt::graph::format_spans;
+use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 use std::path::Path;
 use std::time::Instant;
 
-pub fn plan(model: &Path, shapes: &InputShapes, planning: &Planning, json: bool) -> CliResult {
+/// The plan report, then (as text) the algorithm each convolution runs with
+/// under `options`.
+pub fn plan(
+    model: &Path,
+    shapes: &InputShapes,
+    planning: &Planning,
+    json: bool,
+    options: &RuntimeOptions,
+) -> CliResult {
     let g = load(model, shapes)?;
     let p = planning.plan(&g)?;
     if json {
         outln!("{}", p.report.to_json())?;
-    } else {
-        out!("{}", p.report.to_text())?;
+        return Ok(());
+    }
+    out!("{}", p.report.to_text())?;
+    let convs = progress::step("choosing convolution algorithms", || {
+        CompiledModel::conv_algorithms(&p.graph, options)
+    })?;
+    if !convs.is_empty() {
+        outln!("convolution algorithms ({}):", convs.len())?;
+        for c in convs {
+            outln!("  {}: {} [{}]", c.name, c.decision, format_spans(&c.spans))?;
+        }
     }
     Ok(())
 }

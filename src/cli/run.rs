@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 /// Compiles and runs a planned graph once (for `compare --measure`).
 pub fn execute(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, Box<dyn std::error::Error>> {
-    Ok(native::run_native(g, inputs, 0, false)?.0)
+    Ok(native::run_native(g, inputs, &Default::default(), false)?.0)
 }
 
 /// Reference tensors stored beside a model in ONNX test-data layout.
@@ -220,7 +220,7 @@ pub fn run(
     input_files: &[InputArg],
     seed: u64,
     planning: &Planning,
-    (threads, check_finite): (usize, bool),
+    (options, check_finite): (&layoutopt::runtime::RuntimeOptions, bool),
     output_dir: Option<&Path>,
 ) -> CliResult {
     let t0 = Instant::now();
@@ -230,7 +230,7 @@ pub fn run(
     let g = planned.graph;
     let (inputs, expected) = model_inputs(model, &source, input_files, seed)?;
     let (outputs, ran) = progress::step("compiling and running", || {
-        native::run_native(&g, &inputs, threads, check_finite)
+        native::run_native(&g, &inputs, options, check_finite)
     })?;
     outln!(
         "{}: {} nodes, imported in {:.1} ms, planned ('{}', {}) in {:.1} ms: {} transforms kept; {ran}",

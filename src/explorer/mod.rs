@@ -14,7 +14,7 @@ use crate::graph::{format_spans, Graph, GraphError, NodeId, Op, ValueType};
 use crate::layout::plan::{Plan, PlanReport};
 use crate::layout::Layout;
 use crate::ops::LayoutTransform;
-use crate::runtime::CompiledModel;
+use crate::runtime::{CompiledModel, RuntimeOptions};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -157,6 +157,7 @@ fn draw(
     g: &Graph,
     plan_index: usize,
     cache: &mut HashMap<String, Result<TirView, String>>,
+    options: &RuntimeOptions,
 ) -> Result<Drawn, ExplorerError> {
     let order: Vec<NodeId> = g
         .topo_order()?
@@ -255,11 +256,20 @@ fn draw(
     // The steps the runtime would fuse on this machine; a graph it cannot compile
     // is drawn without them.
     let groups = CompiledModel::fusion_groups(g).unwrap_or_default();
+    // Each convolution step's algorithm, by step name.
+    let algos: HashMap<String, String> = CompiledModel::conv_algorithms(g, options)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|a| (a.name, a.decision.to_string()))
+        .collect();
     let mut fused: HashMap<NodeId, String> = HashMap::new();
     for group in &groups {
+        let name = &g.node(group.last()).name;
+        let algo = algos
+            .get(name)
+            .map_or(String::new(), |a| format!(", algorithm {a}"));
         let step = format!(
-            "step '{}': {} ({} nodes)",
-            g.node(group.last()).name,
+            "step '{name}': {} ({} nodes{algo})",
             group.kinds(g),
             group.nodes.len()
         );
@@ -379,8 +389,13 @@ fn script_json<T: Serialize>(v: &T) -> Result<String, ExplorerError> {
     Ok(s.replace('<', "\\u003c"))
 }
 
-/// The explorer page of `plans` (usually two) of the model `source`.
-pub fn render(source: &Graph, plans: &[&Plan]) -> Result<String, ExplorerError> {
+/// The explorer page of `plans` (usually two) of the model `source`; each
+/// convolution step names the algorithm `options` choose for it.
+pub fn render(
+    source: &Graph,
+    plans: &[&Plan],
+    options: &RuntimeOptions,
+) -> Result<String, ExplorerError> {
     if plans.is_empty() {
         return Err(ExplorerError::Invalid("no plan to show".into()));
     }
@@ -388,7 +403,7 @@ pub fn render(source: &Graph, plans: &[&Plan]) -> Result<String, ExplorerError> 
     let mut columns = String::new();
     let mut all_nodes = Vec::new();
     for (k, p) in plans.iter().enumerate() {
-        let d = draw(&p.graph, k, &mut cache)?;
+        let d = draw(&p.graph, k, &mut cache, options)?;
         let transforms = d.nodes.iter().filter(|n| n.transform).count();
         let _ = write!(
             columns,

@@ -110,6 +110,30 @@ impl PackedConv {
         epilogue: Epilogue,
         pad_fill: Option<f32>,
     ) -> PackedConv {
+        Self::build(geom, isa, w, bias, epilogue, pad_fill, true)
+    }
+
+    /// The kernel of `new` that reads its input as it is (never widened),
+    /// for computing pieces of the output with `region`.
+    pub(super) fn for_regions(
+        geom: ConvGeom,
+        isa: Isa,
+        w: &[f32],
+        bias: &[f32],
+        epilogue: Epilogue,
+    ) -> PackedConv {
+        Self::build(geom, isa, w, bias, epilogue, None, false)
+    }
+
+    fn build(
+        geom: ConvGeom,
+        isa: Isa,
+        w: &[f32],
+        bias: &[f32],
+        epilogue: Epilogue,
+        pad_fill: Option<f32>,
+        may_widen: bool,
+    ) -> PackedConv {
         let lanes = isa.lanes();
         // Two vectors per tile halve the broadcasts per FMA; AVX-512 has the
         // registers for it (2 x 12 accumulators), when vectors store whole.
@@ -163,7 +187,7 @@ impl PackedConv {
                 ow: geom.h * geom.w,
                 ..geom
             }
-        } else if geom.w > 0 && (border_lo > 0 || border_hi < geom.ow) {
+        } else if may_widen && geom.w > 0 && (border_lo > 0 || border_hi < geom.ow) {
             let span = (geom.k.1 - 1) * geom.dilation.1 + 1;
             let width = (geom.w + geom.pad.1).max((geom.ow - 1) * geom.stride.1 + span);
             widened = Some(Widened {
@@ -277,6 +301,31 @@ impl PackedConv {
             });
         if let Some(v) = self.pad_fill {
             fill_channel_pad(y, g.n, g.cout, g.y_cb, g.oh * g.ow, v);
+        }
+    }
+
+    /// Output rows `rows` and columns `cols` of batch item `n`, every channel,
+    /// with the bias, residual and epilogue; the channel padding is left as it
+    /// is. Only for a kernel of `for_regions`.
+    ///
+    /// # Safety
+    /// `x`, `res` and `y` hold the whole input, residual and output.
+    pub(super) unsafe fn region(
+        &self,
+        x: *const f32,
+        res: Option<*const f32>,
+        y: *mut f32,
+        n: usize,
+        rows: std::ops::Range<usize>,
+        cols: std::ops::Range<usize>,
+    ) {
+        debug_assert!(self.widened.is_none());
+        let g = &self.geom;
+        let groups = g.cout.div_ceil(self.width);
+        for grp in 0..groups {
+            for oh in rows.clone() {
+                self.row((n * groups + grp) * g.oh + oh, cols.clone(), x, res, y);
+            }
         }
     }
 

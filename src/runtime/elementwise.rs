@@ -595,7 +595,14 @@ mod tests {
     /// compiled steps.
     fn check(g: &Graph, compiled: &Graph, inputs: &[Tensor]) -> Vec<String> {
         let expected = crate::reference::run(g, inputs).unwrap()[0].to_f32();
-        let m = CompiledModel::compile(compiled, &RuntimeOptions { threads: 2 }).unwrap();
+        let m = CompiledModel::compile(
+            compiled,
+            &RuntimeOptions {
+                threads: 2,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         let got = m.run(inputs).unwrap()[0].to_f32();
         assert_close(&got, &expected, &g.name);
         m.describe()

@@ -12,6 +12,7 @@ mod activation;
 pub mod bench;
 mod compile;
 pub mod conv;
+pub mod conv_algo;
 pub mod depthwise;
 mod elementwise;
 pub mod kernels;
@@ -20,6 +21,7 @@ mod normalize;
 pub mod roofline;
 pub mod simd;
 pub mod tir_step;
+pub mod winograd;
 
 use crate::fusion::{output_layout, output_shape, FusedGroup};
 use crate::graph::{
@@ -27,7 +29,7 @@ use crate::graph::{
 };
 use crate::layout::Layout;
 use compile::Compiler;
-use conv::PackedConv;
+use conv_algo::{ConvAlgoOptions, ConvKernel};
 use depthwise::Depthwise;
 use kernels::{Gather, PoolGeom};
 use matmul::{BatchedMatMul, Dense};
@@ -92,6 +94,8 @@ pub enum RuntimeError {
 pub struct RuntimeOptions {
     /// Worker threads; 0 means one per core.
     pub threads: usize,
+    /// How each convolution's algorithm is chosen.
+    pub conv_algo: ConvAlgoOptions,
 }
 
 /// The most worker threads a model may use: 4 per core. More only add
@@ -144,7 +148,7 @@ enum Slot {
 }
 
 enum Kernel {
-    Conv(PackedConv),
+    Conv(ConvKernel),
     Depthwise(Depthwise),
     Pool(PoolGeom),
     Dense(Dense),
@@ -312,6 +316,7 @@ pub struct CompiledModel {
     /// The memory of the last run, reused by the next one.
     scratch: Mutex<Scratch>,
     isa: Isa,
+    conv_algos: Vec<conv_algo::LayerAlgo>,
 }
 
 /// Memory a run leaves for the next: the arena, and the buffer of each output
@@ -415,11 +420,11 @@ impl CompiledModel {
     pub fn compile(graph: &Graph, options: &RuntimeOptions) -> Result<CompiledModel, RuntimeError> {
         let pool = worker_pool(options.threads)?;
         let Some(widened) = graph.widened_f16() else {
-            return Compiler::new(graph, Isa::detect()).finish(pool);
+            return Compiler::new(graph, Isa::detect(), options).finish(pool);
         };
         // f16 storage at the interface, f32 inside: inputs are converted as they
         // are copied in, outputs rounded back to the model's types.
-        let mut model = Compiler::new(&widened, Isa::detect()).finish(pool)?;
+        let mut model = Compiler::new(&widened, Isa::detect(), options).finish(pool)?;
         for ((_, ty, _), &id) in model.inputs.iter_mut().zip(graph.inputs()) {
             *ty = graph.node(id).outputs[0].ty.clone();
         }
@@ -432,7 +437,25 @@ impl CompiledModel {
     /// The fused groups the compiler makes of a planned graph on this machine (the
     /// fusion pass asked about this machine's native kernels).
     pub fn fusion_groups(graph: &Graph) -> Result<Vec<FusedGroup>, RuntimeError> {
-        Compiler::new(graph, Isa::detect()).fusion_groups()
+        Compiler::new(graph, Isa::detect(), &RuntimeOptions::default()).fusion_groups()
+    }
+
+    /// The algorithm of every convolution of a planned graph, chosen as
+    /// `compile` chooses it (so measured, or read from the cache, under
+    /// `auto`), without compiling the other steps.
+    pub fn conv_algorithms(
+        graph: &Graph,
+        options: &RuntimeOptions,
+    ) -> Result<Vec<conv_algo::LayerAlgo>, RuntimeError> {
+        let pool = worker_pool(options.threads)?;
+        let widened = graph.widened_f16();
+        let g = widened.as_ref().unwrap_or(graph);
+        Compiler::new(g, Isa::detect(), options).conv_algos(&pool)
+    }
+
+    /// The algorithm of every convolution step, in the order the steps run.
+    pub fn conv_steps(&self) -> &[conv_algo::LayerAlgo] {
+        &self.conv_algos
     }
 
     /// The instruction set the kernels use.

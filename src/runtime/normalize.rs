@@ -317,7 +317,14 @@ mod tests {
         }
         let y = g.add_node(op, "op", &ins, &[], vec![]).unwrap();
         g.set_outputs(vec![ValueRef::new(y, 0)]);
-        let m = CompiledModel::compile(&g, &RuntimeOptions { threads: 2 }).unwrap();
+        let m = CompiledModel::compile(
+            &g,
+            &RuntimeOptions {
+                threads: 2,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         let inputs = vec![Tensor::from_f32(shape.to_vec(), x)];
         let expected = crate::reference::run(&g, &inputs).unwrap()[0].to_f32();
         let got = m.run(&inputs).unwrap()[0].to_f32();

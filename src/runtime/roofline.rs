@@ -7,6 +7,7 @@
 
 use super::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel};
 use super::{worker_pool, RuntimeError};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::cell::Cell;
 use std::fmt;
@@ -231,7 +232,7 @@ struct CacheEntry {
 }
 
 /// The CPU model as `/proc/cpuinfo` names it, else the architecture.
-fn cpu_name() -> String {
+pub(super) fn cpu_name() -> String {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     cpuinfo
         .lines()
@@ -240,6 +241,40 @@ fn cpu_name() -> String {
         .map_or(std::env::consts::ARCH.to_string(), |(_, name)| {
             name.trim().to_string()
         })
+}
+
+/// One JSON file of measurements in the cache folder: a list of entries, each
+/// keyed by the machine it was measured on. A file that cannot be read or
+/// parsed reads as empty (and is rewritten by the next `save`).
+pub(super) struct CacheFile<E> {
+    path: Option<PathBuf>,
+    /// The entries read, and those added since.
+    pub(super) entries: Vec<E>,
+}
+
+impl<E: Serialize + DeserializeOwned> CacheFile<E> {
+    /// The file `name` in `dir` (no file without a folder).
+    pub(super) fn open(dir: Option<&Path>, name: &str) -> CacheFile<E> {
+        let path = dir.map(|d| d.join(name));
+        let entries = path
+            .as_ref()
+            .and_then(|p| std::fs::read(p).ok())
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .unwrap_or_default();
+        CacheFile { path, entries }
+    }
+
+    /// The file, if there is one.
+    pub(super) fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// Writes the entries; the file's path when it could be written.
+    pub(super) fn save(&self) -> Option<PathBuf> {
+        let path = self.path.as_ref()?;
+        write_cache(path, &self.entries).ok()?;
+        Some(path.clone())
+    }
 }
 
 /// This machine's peaks on `threads` worker threads (0: one per core): read from
@@ -256,33 +291,31 @@ pub fn machine_peaks(
     let pool = worker_pool(threads)?;
     let threads = pool.current_num_threads();
     let (cpu, isa) = (cpu_name(), format!("{:?}", Isa::detect()));
-    let path = dir.map(|d| d.join(CACHE_FILE));
-    let mut entries: Vec<CacheEntry> = path
-        .as_ref()
-        .and_then(|p| std::fs::read(p).ok())
-        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
-        .unwrap_or_default();
-    entries.retain(|e| e.peaks.plausible());
+    let mut cache: CacheFile<CacheEntry> = CacheFile::open(dir, CACHE_FILE);
+    cache.entries.retain(|e| e.peaks.plausible());
     let same = |e: &CacheEntry| e.cpu == cpu && e.isa == isa && e.peaks.threads == threads;
-    if let (Some(path), Some(hit), false) = (&path, entries.iter().find(|e| same(e)), reprobe) {
+    if let (Some(path), Some(hit), false) = (
+        cache.path(),
+        cache.entries.iter().find(|e| same(e)),
+        reprobe,
+    ) {
         return Ok(Roofline {
             peaks: hit.peaks,
-            source: PeaksSource::Cached(path.clone()),
+            source: PeaksSource::Cached(path.to_path_buf()),
         });
     }
     let peaks = probe(&pool);
-    entries.retain(|e| !same(e));
-    entries.push(CacheEntry { cpu, isa, peaks });
-    let written = path.filter(|p| write_cache(p, &entries).is_ok());
+    cache.entries.retain(|e| !same(e));
+    cache.entries.push(CacheEntry { cpu, isa, peaks });
     Ok(Roofline {
         peaks,
-        source: PeaksSource::Probed(written),
+        source: PeaksSource::Probed(cache.save()),
     })
 }
 
 /// Writes the cache file through a temporary one, so a concurrent reader never
 /// sees half of it.
-fn write_cache(path: &Path, entries: &[CacheEntry]) -> std::io::Result<()> {
+fn write_cache<E: Serialize>(path: &Path, entries: &[E]) -> std::io::Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }

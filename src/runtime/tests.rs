@@ -480,7 +480,14 @@ fn compiled_random_convs_match_the_reference_executor() {
         )
         .unwrap()
         .graph;
-        let m = CompiledModel::compile(&planned, &RuntimeOptions { threads: 2 }).unwrap();
+        let m = CompiledModel::compile(
+            &planned,
+            &RuntimeOptions {
+                threads: 2,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         let got = m.run(&inputs).unwrap();
         let steps = m.describe();
         native += steps
@@ -590,7 +597,14 @@ fn conv_epilogues_look_through_relabelling_transposes() {
 fn a_wrong_input_is_an_error_naming_the_input() {
     let mut rng = Rng(3);
     let (g, _) = random_conv_graph(&mut rng);
-    let m = CompiledModel::compile(&g, &RuntimeOptions { threads: 1 }).unwrap();
+    let m = CompiledModel::compile(
+        &g,
+        &RuntimeOptions {
+            threads: 1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let bad = vec![Tensor::from_f32(vec![1, 1, 1, 1], vec![0.0]); g.inputs().len()];
     let e = m.run(&bad).unwrap_err().to_string();
     assert!(e.contains("model input 'x'"), "{e}");
@@ -613,7 +627,14 @@ fn inputs_and_outputs_in_place_match_the_reference_executor() {
     let add = g.add_node(Op::Binary(BinaryOp::Add), "add", &[y, x], &[], vec![]);
     let z = ValueRef::new(add.unwrap(), 0);
     g.set_outputs(vec![y, z, y, x]);
-    let m = CompiledModel::compile(&g, &RuntimeOptions { threads: 2 }).unwrap();
+    let m = CompiledModel::compile(
+        &g,
+        &RuntimeOptions {
+            threads: 2,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let mut rng = Rng(11);
     let mut run = || {
         let inputs = vec![Tensor::from_f32(ty.shape.clone(), rng.f32s(ty.numel()))];
@@ -667,7 +688,14 @@ fn concats_along_the_outer_axis_are_computed_in_place() {
     let y = unary(&mut g, UnaryOp::Sigmoid, e);
     let z = unary(&mut g, UnaryOp::Relu, e);
     g.set_outputs(vec![y, z, kept]);
-    let m = CompiledModel::compile(&g, &RuntimeOptions { threads: 2 }).unwrap();
+    let m = CompiledModel::compile(
+        &g,
+        &RuntimeOptions {
+            threads: 2,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let steps: Vec<String> = m.describe();
     let named = |n: &str| steps.iter().any(|s| s.starts_with(&format!("{n} [")));
     assert!(!named("c") && !named("e") && named("kept"), "{steps:#?}");
@@ -821,7 +849,14 @@ fn pools_of_random_geometry_match_the_reference_executor() {
             let pg = plan(&g, planner.as_ref(), family, &CostModel::default())
                 .unwrap()
                 .graph;
-            let m = CompiledModel::compile(&pg, &RuntimeOptions { threads: 2 }).unwrap();
+            let m = CompiledModel::compile(
+                &pg,
+                &RuntimeOptions {
+                    threads: 2,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
             let got = m.run(&inputs).unwrap();
             let (e, a) = (expected[0].to_f32(), got[0].to_f32());
             let err = e
@@ -1003,7 +1038,14 @@ fn constant_pads_gather_what_the_reference_pads() {
         let (g, ty) = after_pointwise_conv(pad, [20, 7, 9], &mut rng);
         let inputs = vec![Tensor::from_f32(ty.shape.clone(), rng.f32s(ty.numel()))];
         let expected = crate::reference::run(&g, &inputs).unwrap()[0].to_f32();
-        let m = CompiledModel::compile(&g, &RuntimeOptions { threads: 2 }).unwrap();
+        let m = CompiledModel::compile(
+            &g,
+            &RuntimeOptions {
+                threads: 2,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         assert!(
             m.describe().iter().any(|s| s.contains("Pad (gather)")),
             "{:?}",
@@ -1013,7 +1055,14 @@ fn constant_pads_gather_what_the_reference_pads() {
         let planner = planner_by_name("global").unwrap();
         for family in [Family::Nchwc(16), Family::Nchwc(8)] {
             let planned = plan(&g, planner.as_ref(), family, &CostModel::default()).unwrap();
-            let m = CompiledModel::compile(&planned.graph, &RuntimeOptions { threads: 2 }).unwrap();
+            let m = CompiledModel::compile(
+                &planned.graph,
+                &RuntimeOptions {
+                    threads: 2,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
             let got = m.run(&inputs).unwrap()[0].to_f32();
             assert_close(&got, &expected, &format!("{family} pad {value}"));
         }
@@ -1192,7 +1241,14 @@ fn a_conv_step_does_the_closed_form_work_in_every_layout() {
             let residual = if kind.contains("Add") { y } else { 0 };
             x + cout * (cin / group) * kh * kw + cout + y + residual
         };
-        let m = CompiledModel::compile(&g, &RuntimeOptions { threads: 1 }).unwrap();
+        let m = CompiledModel::compile(
+            &g,
+            &RuntimeOptions {
+                threads: 1,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         let conv = step(&m, "Conv");
         assert!(matches!(
             conv.kernel,
@@ -1207,7 +1263,14 @@ fn a_conv_step_does_the_closed_form_work_in_every_layout() {
         for family in [Family::Nhwc, Family::Nchwc(16)] {
             let planner = planner_by_name("global").unwrap();
             let planned = plan(&g, planner.as_ref(), family, &CostModel::default()).unwrap();
-            let m = CompiledModel::compile(&planned.graph, &RuntimeOptions { threads: 1 }).unwrap();
+            let m = CompiledModel::compile(
+                &planned.graph,
+                &RuntimeOptions {
+                    threads: 1,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
             let conv = step(&m, "Conv");
             let (work, logical) = (conv.work, 4 * elements(&conv.kind) as u64);
             assert_eq!(work.flops, flops, "group {group} {family}");
@@ -1264,7 +1327,14 @@ fn elementwise_and_dense_steps_count_their_operands_and_products() {
         0,
     );
     g.set_outputs(vec![out]);
-    let m = CompiledModel::compile(&g, &RuntimeOptions { threads: 1 }).unwrap();
+    let m = CompiledModel::compile(
+        &g,
+        &RuntimeOptions {
+            threads: 1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let bytes = |elements: usize| 4 * elements as u64;
     // The chain reads x, y and c and writes its result; the values between its
     // ops stay in registers. Elementwise ops count no flops.
@@ -1439,7 +1509,14 @@ fn contiguous_movements_are_views_of_their_input() {
         &[relu],
     );
     g.set_outputs(vec![neg, sum, of_input, as_output]);
-    let m = CompiledModel::compile(&g, &RuntimeOptions { threads: 2 }).unwrap();
+    let m = CompiledModel::compile(
+        &g,
+        &RuntimeOptions {
+            threads: 2,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let kinds: Vec<&str> = m.steps.iter().map(|s| s.kind.as_str()).collect();
     let movements = kinds
         .iter()
@@ -1494,7 +1571,14 @@ fn batched_matmuls_match_the_reference_executor() {
         };
         let mm = g.add_node(Op::MatMul, "mm", &[a, b], &[], vec![]).unwrap();
         g.set_outputs(vec![ValueRef::new(mm, 0)]);
-        let m = CompiledModel::compile(&g, &RuntimeOptions { threads: 2 }).unwrap();
+        let m = CompiledModel::compile(
+            &g,
+            &RuntimeOptions {
+                threads: 2,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         let kinds: Vec<&str> = m.steps.iter().map(|s| s.kind.as_str()).collect();
         assert_eq!(kinds, ["MatMul"], "{what}");
         let mut inputs = vec![Tensor::from_f32(a_shape.to_vec(), rng.f32s(a_ty.numel()))];
@@ -1507,6 +1591,175 @@ fn batched_matmuls_match_the_reference_executor() {
             let got = m.run(&inputs).unwrap();
             assert_eq!(got[0].shape, expected[0].shape, "{what}");
             assert_close(&got[0].f32s(), &expected[0].f32s(), &what);
+        }
+    }
+}
+
+/// Every Winograd size against the naive loop: odd extents, padding on either
+/// side, channel counts that do not fill a block in every blocking, with and
+/// without the fused bias, residual and clamp, on one block of tiles and on
+/// several; |error| ≤ 1e-4 · (1 + the largest |output|), the bound a whole
+/// model is held to (Winograd's rounding error scales with the layer's
+/// magnitude, not with each output's). NaN and infinities at a body and an
+/// edge pixel make non-finite exactly the outputs they make non-finite in the
+/// naive loop and in the direct kernel.
+#[test]
+fn winograd_matches_a_naive_loop_for_every_isa_tile_and_blocking() {
+    use super::winograd::{WinogradConv, WinogradTile};
+    let isas: Vec<Isa> = [Isa::Avx512, Isa::Avx2, Isa::Portable]
+        .into_iter()
+        .filter(|i| i.available())
+        .collect();
+    let mut rng = Rng(16);
+    for case in 0..48 {
+        // The first cases have enough tiles for several blocks per worker.
+        let (cin, cout, h, w) = match case < 6 {
+            true => (
+                rng.range(40, 70),
+                rng.range(33, 70),
+                rng.range(19, 31),
+                rng.range(19, 31),
+            ),
+            false => (
+                rng.range(1, 40),
+                rng.range(1, 40),
+                rng.range(1, 17),
+                rng.range(1, 17),
+            ),
+        };
+        let pad = (rng.range(0, 2), rng.range(0, 2));
+        let pad_end = (rng.range(0, 2), rng.range(0, 2));
+        if h + pad.0 + pad_end.0 < 3 || w + pad.1 + pad_end.1 < 3 {
+            continue;
+        }
+        let pick = |rng: &mut Rng, c: usize| [1, 8, 16, c][rng.below(4)];
+        let (x_cb, y_cb) = (pick(&mut rng, cin), pick(&mut rng, cout));
+        let g = ConvGeom {
+            n: rng.range(1, 2),
+            cin,
+            h,
+            w,
+            cout,
+            oh: h + pad.0 + pad_end.0 - 2,
+            ow: w + pad.1 + pad_end.1 - 2,
+            k: (3, 3),
+            stride: (1, 1),
+            dilation: (1, 1),
+            pad,
+            x_cb,
+            y_cb,
+        };
+        let x = rng.f32s(g.n * cin * h * w);
+        let wt = rng.f32s(cout * cin * 9);
+        let fused = case % 2 == 0;
+        let bias = match fused {
+            true => rng.f32s(cout),
+            false => vec![0.0; cout],
+        };
+        let residual = rng.f32s(g.y_len());
+        let (lo, hi) = match fused {
+            true => (0.0, 2.0),
+            false => (f32::NEG_INFINITY, f32::INFINITY),
+        };
+        // Where the non-finite inputs go: a body pixel, an edge pixel.
+        let (nan_n, nan_c) = (rng.below(g.n), rng.below(cin));
+        // An inner row or column where there is one.
+        let inner = |rng: &mut Rng, n: usize| match n > 2 {
+            true => rng.range(1, n - 2),
+            false => rng.below(n),
+        };
+        let body_at = (inner(&mut rng, h), inner(&mut rng, w));
+        let edge_at = match rng.below(4) {
+            0 => (0, rng.below(w)),
+            1 => (h - 1, rng.below(w)),
+            2 => (rng.below(h), 0),
+            _ => (rng.below(h), w - 1),
+        };
+        let mut xb = vec![f32::NAN; g.x_len()];
+        for n in 0..g.n {
+            for c in 0..cin {
+                for yx in 0..h * w {
+                    xb[blocked(n, c, yx, cin, h * w, x_cb)] = x[(n * cin + c) * h * w + yx];
+                }
+            }
+        }
+        let expect = naive_conv(&g, &x, &wt, &bias);
+        let tol = 1e-4 * (2.0 + expect.iter().fold(0f64, |m, e| m.max(e.abs())));
+        let plane = g.oh * g.ow;
+        for (&isa, tile) in isas
+            .iter()
+            .flat_map(|i| [(i, WinogradTile::F2), (i, WinogradTile::F4)])
+        {
+            let threads = 1 + case % 3;
+            let ep = Epilogue {
+                min: lo,
+                max: hi,
+                act: None,
+            };
+            let conv = WinogradConv::new(g.clone(), isa, tile, &wt, &bias, ep, Some(0.0), threads);
+            let mut y = vec![f32::NAN; g.y_len()];
+            let mut scratch = vec![f32::NAN; conv.scratch_len()];
+            conv.run(&xb, fused.then_some(&residual[..]), &mut y, &mut scratch);
+            for n in 0..g.n {
+                for c in 0..cout.div_ceil(y_cb) * y_cb {
+                    for yx in 0..plane {
+                        let at = blocked(n, c, yx, cout, plane, y_cb);
+                        if c >= cout {
+                            assert_eq!(y[at], 0.0, "case {case} {isa:?} {tile:?}: padding {c}");
+                            continue;
+                        }
+                        let mut e = expect[(n * cout + c) * plane + yx];
+                        if fused {
+                            e += residual[at] as f64;
+                        }
+                        let e = e.clamp(lo as f64, hi as f64);
+                        let got = y[at] as f64;
+                        assert!(
+                            (got - e).abs() <= tol,
+                            "case {case} {isa:?} {tile:?} {g:?}: ({n},{c},{yx}) got {got} want {e}"
+                        );
+                    }
+                }
+            }
+            // NaN and ±inf at a body and at an edge pixel: exactly the
+            // outputs the naive loop and the direct kernel make non-finite
+            // are, with the same NaN or sign of infinity.
+            let direct = PackedConv::new(g.clone(), isa, &wt, &bias, ep, Some(0.0));
+            let mut yd = vec![f32::NAN; g.y_len()];
+            let mut scratch_d = vec![f32::NAN; direct.scratch_len()];
+            for (body, edge) in [(f32::NAN, f32::INFINITY), (f32::NEG_INFINITY, f32::NAN)] {
+                let (mut xl, mut xn) = (x.clone(), xb.clone());
+                for (v, (iy, ix)) in [(body, body_at), (edge, edge_at)] {
+                    let yx = iy * w + ix;
+                    xl[(nan_n * cin + nan_c) * h * w + yx] = v;
+                    xn[blocked(nan_n, nan_c, yx, cin, h * w, x_cb)] = v;
+                }
+                let expect = naive_conv(&g, &xl, &wt, &bias);
+                conv.run(&xn, fused.then_some(&residual[..]), &mut y, &mut scratch);
+                let res = fused.then_some(&residual[..]);
+                direct.run(&xn, res, &mut yd, &mut scratch_d);
+                let class = |v: f64| (v.is_nan(), v.is_finite(), v > 0.0);
+                for n in 0..g.n {
+                    for c in 0..cout {
+                        for yx in 0..plane {
+                            let at = blocked(n, c, yx, cout, plane, y_cb);
+                            let mut e = expect[(n * cout + c) * plane + yx];
+                            if fused {
+                                e += residual[at] as f64;
+                            }
+                            let e = e.clamp(lo as f64, hi as f64);
+                            let (got, d) = (y[at] as f64, yd[at] as f64);
+                            let what = format!("case {case} {isa:?} {tile:?} {body} body {body_at:?} {edge} edge {edge_at:?}: ({n},{c},{yx})");
+                            assert_eq!(class(got), class(e), "{what}: got {got} want {e}");
+                            assert_eq!(class(got), class(d), "{what}: got {got}, direct {d}");
+                            assert!(
+                                !e.is_finite() || (got - e).abs() <= tol,
+                                "{what}: got {got} want {e}"
+                            );
+                        }
+                    }
+                }
+            }
         }
     }
 }

@@ -179,6 +179,7 @@ impl Compiler<'_> {
             pool,
             scratch: Mutex::default(),
             isa: self.isa,
+            conv_algos: self.conv_algos,
         })
     }
 

@@ -5,7 +5,8 @@
 
 mod arena;
 
-use super::conv::{ConvGeom, PackedConv};
+use super::conv::ConvGeom;
+use super::conv_algo::{self, ConvAlgoOptions, ConvSpec, LayerAlgo};
 use super::depthwise::Depthwise;
 use super::elementwise::{broadcast_strides, Arg, Elementwise, Func, Stored};
 use super::kernels::{Gather, PoolGeom, MAX_GATHER_INPUTS};
@@ -13,7 +14,7 @@ use super::matmul::{BatchedMatMul, Dense};
 use super::normalize::{RowKernel, RowOp};
 use super::roofline::StepWork;
 use super::simd::{Epilogue, Isa};
-use super::{activation, kernels, tir_step, CompiledModel, Kernel, RuntimeError};
+use super::{activation, kernels, tir_step, CompiledModel, Kernel, RuntimeError, RuntimeOptions};
 use crate::fusion::{
     self, inner, input_layout, output_layout, output_shape, Activation, FusedGroup, Pattern, Target,
 };
@@ -70,16 +71,21 @@ pub(super) struct Compiler<'g> {
     steps: Vec<Pending>,
     consts: Vec<Tensor>,
     const_of: HashMap<ValueRef, usize>,
+    conv_algo: ConvAlgoOptions,
+    /// The algorithm of every convolution step built so far.
+    conv_algos: Vec<LayerAlgo>,
 }
 
 impl<'g> Compiler<'g> {
-    pub(super) fn new(g: &'g Graph, isa: Isa) -> Compiler<'g> {
+    pub(super) fn new(g: &'g Graph, isa: Isa, options: &RuntimeOptions) -> Compiler<'g> {
         Compiler {
             g,
             isa,
             steps: vec![],
             consts: vec![],
             const_of: HashMap::new(),
+            conv_algo: options.conv_algo.clone(),
+            conv_algos: vec![],
         }
     }
 
@@ -162,9 +168,12 @@ impl<'g> Compiler<'g> {
     }
 
     /// The step of a convolution group: one native kernel with the batch norm folded
-    /// into its weights and the residual add and activation in its epilogue.
+    /// into its weights and the residual add and activation in its epilogue,
+    /// its algorithm chosen (and measured) on the threads of `pool`. The
+    /// step's kind names the algorithm.
     fn conv_step(
-        &self,
+        &mut self,
+        pool: &rayon::ThreadPool,
         group: &FusedGroup,
         bn: Option<NodeId>,
         residual: Option<ValueRef>,
@@ -206,20 +215,34 @@ impl<'g> Compiler<'g> {
         }
         let epilogue = Epilogue::of(activation);
         let pad_fill = output_layout(self.g, last).and_then(|(_, p)| p.known());
-        let kernel = if depthwise {
-            Kernel::Depthwise(Depthwise::new(
-                geom, self.isa, &w, &bias, epilogue, pad_fill,
-            ))
+        let (kernel, decision) = if depthwise {
+            let k = Depthwise::new(geom, self.isa, &w, &bias, epilogue, pad_fill);
+            (Kernel::Depthwise(k), conv_algo::ConvAlgo::Depthwise.into())
         } else {
-            Kernel::Conv(PackedConv::new(
-                geom, self.isa, &w, &bias, epilogue, pad_fill,
-            ))
+            let spec = ConvSpec {
+                geom,
+                isa: self.isa,
+                w: &w,
+                bias: &bias,
+                epilogue,
+                pad_fill,
+                threads: pool.current_num_threads(),
+            };
+            let (k, decision) = pool.install(|| conv_algo::build(&spec, &self.conv_algo));
+            (Kernel::Conv(k), decision)
         };
         // The weights and bias are packed into the kernel; the data comes through slots.
         let conv_inputs = self.g.node_inputs(id);
         let mut inputs = vec![conv_inputs[0]];
         inputs.extend(residual);
-        Ok(self.group_pending(group, String::new(), kernel, inputs, &conv_inputs[1..]))
+        let suffix = format!(" ({})", decision.algo);
+        let step = self.group_pending(group, suffix, kernel, inputs, &conv_inputs[1..]);
+        self.conv_algos.push(LayerAlgo {
+            name: step.name.clone(),
+            spans: step.spans.clone(),
+            decision,
+        });
+        Ok(step)
     }
 
     /// The step of a group: named after its last node, its spans those of all.
@@ -730,6 +753,25 @@ impl<'g> Compiler<'g> {
         Ok(self.plan_fusion()?.0)
     }
 
+    /// The algorithm of every fused convolution, chosen as `finish` would
+    /// (measured on the threads of `pool`), without compiling the other steps.
+    pub(super) fn conv_algos(
+        mut self,
+        pool: &rayon::ThreadPool,
+    ) -> Result<Vec<LayerAlgo>, RuntimeError> {
+        for group in self.plan_fusion()?.0 {
+            if let Pattern::ConvEpilogue {
+                bn,
+                residual,
+                activation,
+            } = group.pattern
+            {
+                self.conv_step(pool, &group, bn, residual, activation)?;
+            }
+        }
+        Ok(self.conv_algos)
+    }
+
     pub(super) fn finish(mut self, pool: rayon::ThreadPool) -> Result<CompiledModel, RuntimeError> {
         let g = self.g;
         let order = g.topo_order()?;
@@ -754,7 +796,7 @@ impl<'g> Compiler<'g> {
                     residual,
                     activation,
                 } => {
-                    let step = self.conv_step(group, *bn, *residual, *activation)?;
+                    let step = self.conv_step(&pool, group, *bn, *residual, *activation)?;
                     self.steps.push(step);
                 }
                 Pattern::Elementwise => match self.elementwise(&group.nodes) {

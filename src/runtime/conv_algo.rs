@@ -1,0 +1,472 @@
+//! Which algorithm computes each convolution: the direct register-tiled kernel
+//! (`conv.rs`; a 1x1 convolution runs there as one matrix product over the
+//! plane) or a Winograd transform (`winograd.rs`, 3x3 stride-1 only). Under
+//! `auto`, each candidate runs a few times at the layer's shape on the model's
+//! threads and the fastest wins; the times are cached per CPU model,
+//! instruction set, thread count and geometry in the same cache folder as the
+//! roofline peaks (`conv_algos.json`), so a second compile measures nothing.
+//! A Winograd size whose error on the layer's own weights exceeds
+//! [`WINOGRAD_TOLERANCE`] is never chosen.
+
+use super::conv::{ConvGeom, PackedConv};
+use super::roofline::{cpu_name, CacheFile};
+use super::simd::{Epilogue, Isa};
+use super::winograd::{self, WinogradConv, WinogradTile};
+use crate::graph::Span;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// The algorithm `--conv-algo` asks for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ConvAlgoChoice {
+    /// Measure the candidates, run the fastest accurate one.
+    #[default]
+    Auto,
+    /// The direct kernel everywhere.
+    Direct,
+    /// Winograd wherever it applies and is accurate enough: F(4x4), else F(2x2).
+    Winograd,
+}
+
+impl std::str::FromStr for ConvAlgoChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(ConvAlgoChoice::Auto),
+            "direct" => Ok(ConvAlgoChoice::Direct),
+            "winograd" => Ok(ConvAlgoChoice::Winograd),
+            _ => Err(format!("'{s}' is not one of direct, winograd, auto")),
+        }
+    }
+}
+
+/// The algorithm a convolution runs with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConvAlgo {
+    /// The register-tiled direct kernel.
+    Direct,
+    /// A 1x1 stride-1 convolution: the direct kernel as one matrix product
+    /// over the whole plane.
+    Pointwise,
+    /// One filter per channel.
+    Depthwise,
+    /// Winograd with this output tile.
+    Winograd(WinogradTile),
+}
+
+impl fmt::Display for ConvAlgo {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(match self {
+            ConvAlgo::Direct => "direct",
+            ConvAlgo::Pointwise => "1x1-gemm",
+            ConvAlgo::Depthwise => "depthwise",
+            ConvAlgo::Winograd(WinogradTile::F2) => "winograd-f2",
+            ConvAlgo::Winograd(WinogradTile::F4) => "winograd-f4",
+        })
+    }
+}
+
+/// The most relative error (max abs error over max magnitude, against an f64
+/// convolution) a Winograd size may show on a layer. Errors of consecutive
+/// layers add up, so this is well below the 1e-4 a whole model is held to.
+pub const WINOGRAD_TOLERANCE: f64 = 1e-5;
+
+/// Where the measured times are cached, and whether to measure at all.
+#[derive(Clone, Debug, Default)]
+pub struct ConvAlgoOptions {
+    /// What to run.
+    pub choice: ConvAlgoChoice,
+    /// The cache folder (`roofline::cache_dir`); `None`: measure every time.
+    pub cache: Option<PathBuf>,
+}
+
+/// How one convolution's algorithm was chosen, for `plan` and the profile.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConvDecision {
+    /// The algorithm run.
+    pub algo: ConvAlgo,
+    /// Each candidate's measured milliseconds (auto only).
+    pub millis: Vec<(ConvAlgo, f64)>,
+    /// Each Winograd size's relative error on the layer.
+    pub errors: Vec<(ConvAlgo, f64)>,
+}
+
+impl fmt::Display for ConvDecision {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "{}", self.algo)?;
+        let times: Vec<String> = self
+            .millis
+            .iter()
+            .map(|(a, ms)| format!("{a} {ms:.3} ms"))
+            .collect();
+        let errors: Vec<String> = self
+            .errors
+            .iter()
+            .map(|(a, e)| format!("{a} error {e:.1e}"))
+            .collect();
+        let details: Vec<String> = [times.join(", "), errors.join(", ")]
+            .into_iter()
+            .filter(|s| !s.is_empty())
+            .collect();
+        if !details.is_empty() {
+            write!(f, " ({})", details.join("; "))?;
+        }
+        Ok(())
+    }
+}
+
+impl From<ConvAlgo> for ConvDecision {
+    /// An algorithm taken without measuring or checking anything.
+    fn from(algo: ConvAlgo) -> ConvDecision {
+        ConvDecision {
+            algo,
+            millis: vec![],
+            errors: vec![],
+        }
+    }
+}
+
+/// The algorithm of one convolution step of a compiled model.
+#[derive(Clone, Debug)]
+pub struct LayerAlgo {
+    /// The step's name (its last node's).
+    pub name: String,
+    /// The source layers of the step.
+    pub spans: Vec<Span>,
+    /// The algorithm and how it was chosen.
+    pub decision: ConvDecision,
+}
+
+/// A dense convolution's kernel.
+pub enum ConvKernel {
+    /// The register-tiled direct kernel.
+    Direct(PackedConv),
+    /// A Winograd transform.
+    Winograd(WinogradConv),
+}
+
+impl ConvKernel {
+    /// Elements of working memory `run` needs.
+    pub fn scratch_len(&self) -> usize {
+        match self {
+            ConvKernel::Direct(c) => c.scratch_len(),
+            ConvKernel::Winograd(c) => c.scratch_len(),
+        }
+    }
+
+    /// Computes `y` from `x` (and the residual, laid out like `y`).
+    pub fn run(&self, x: &[f32], residual: Option<&[f32]>, y: &mut [f32], scratch: &mut [f32]) {
+        match self {
+            ConvKernel::Direct(c) => c.run(x, residual, y, scratch),
+            ConvKernel::Winograd(c) => c.run(x, residual, y, scratch),
+        }
+    }
+}
+
+/// What a dense convolution is built from.
+pub struct ConvSpec<'a> {
+    /// Shapes and window.
+    pub geom: ConvGeom,
+    /// The instruction set of the kernels.
+    pub isa: Isa,
+    /// Logical OIHW weights, batch norm folded in.
+    pub w: &'a [f32],
+    /// Per-channel bias, batch norm folded in.
+    pub bias: &'a [f32],
+    /// The clamp and activation of every output.
+    pub epilogue: Epilogue,
+    /// What the output's padding channels must hold, if anything.
+    pub pad_fill: Option<f32>,
+    /// Worker threads the model runs on.
+    pub threads: usize,
+}
+
+impl ConvSpec<'_> {
+    fn direct(&self) -> PackedConv {
+        PackedConv::new(
+            self.geom.clone(),
+            self.isa,
+            self.w,
+            self.bias,
+            self.epilogue,
+            self.pad_fill,
+        )
+    }
+
+    fn winograd(&self, tile: WinogradTile) -> WinogradConv {
+        WinogradConv::new(
+            self.geom.clone(),
+            self.isa,
+            tile,
+            self.w,
+            self.bias,
+            self.epilogue,
+            self.pad_fill,
+            self.threads,
+        )
+    }
+
+    /// The kernel of `algo` (a Winograd tile, else the direct kernel).
+    fn kernel(&self, algo: ConvAlgo) -> ConvKernel {
+        match algo {
+            ConvAlgo::Winograd(t) => ConvKernel::Winograd(self.winograd(t)),
+            _ => ConvKernel::Direct(self.direct()),
+        }
+    }
+
+    fn is_pointwise(&self) -> bool {
+        let g = &self.geom;
+        g.k == (1, 1) && g.stride == (1, 1) && g.pad == (0, 0)
+    }
+}
+
+/// The Winograd sizes tried, the larger (faster, less accurate) first.
+const TILES: [WinogradTile; 2] = [WinogradTile::F4, WinogradTile::F2];
+
+/// Builds the kernel of a dense convolution with the algorithm `options`
+/// asks for (measured under auto, on the calling thread pool's threads).
+pub fn build(spec: &ConvSpec, options: &ConvAlgoOptions) -> (ConvKernel, ConvDecision) {
+    let plain = ConvDecision::from;
+    if !winograd::applies(&spec.geom) || options.choice == ConvAlgoChoice::Direct {
+        let algo = match spec.is_pointwise() {
+            true => ConvAlgo::Pointwise,
+            false => ConvAlgo::Direct,
+        };
+        return (ConvKernel::Direct(spec.direct()), plain(algo));
+    }
+    let errors: Vec<(ConvAlgo, f64)> = TILES
+        .iter()
+        .map(|&t| (ConvAlgo::Winograd(t), winograd_error(spec, t)))
+        .collect();
+    let accurate: Vec<WinogradTile> = TILES
+        .iter()
+        .zip(&errors)
+        .filter(|(_, (_, e))| *e <= WINOGRAD_TOLERANCE)
+        .map(|(&t, _)| t)
+        .collect();
+    if options.choice == ConvAlgoChoice::Winograd {
+        return match accurate.first() {
+            Some(&t) => (
+                ConvKernel::Winograd(spec.winograd(t)),
+                ConvDecision {
+                    algo: ConvAlgo::Winograd(t),
+                    millis: vec![],
+                    errors,
+                },
+            ),
+            None => (
+                ConvKernel::Direct(spec.direct()),
+                ConvDecision {
+                    errors,
+                    ..plain(ConvAlgo::Direct)
+                },
+            ),
+        };
+    }
+    let mut candidates = vec![ConvAlgo::Direct];
+    candidates.extend(accurate.iter().map(|&t| ConvAlgo::Winograd(t)));
+    let millis = measured_millis(spec, &candidates, options);
+    let best = (0..candidates.len())
+        .min_by(|&a, &b| millis[a].total_cmp(&millis[b]))
+        .unwrap_or(0);
+    let algo = candidates[best];
+    let millis = candidates.iter().copied().zip(millis).collect();
+    (
+        spec.kernel(algo),
+        ConvDecision {
+            algo,
+            millis,
+            errors,
+        },
+    )
+}
+
+/// The file in the cache folder that holds the measured times.
+const CACHE_FILE: &str = "conv_algos.json";
+
+/// The measured times of one convolution shape on one machine.
+#[derive(Serialize, Deserialize)]
+struct CacheEntry {
+    cpu: String,
+    isa: String,
+    threads: usize,
+    /// n, cin, h, w, cout, oh, ow, pad top, pad left, input and output blocks.
+    geom: [usize; 11],
+    /// Milliseconds per algorithm name.
+    millis: Vec<(String, f64)>,
+}
+
+/// One compile's reads of the cache go through one lock: models compiled on
+/// several threads at once then do not lose each other's entries.
+static CACHE_LOCK: Mutex<()> = Mutex::new(());
+
+/// Each candidate's milliseconds at the spec's shape: from the cache when it
+/// holds all of them, else measured (and cached); a kernel is only built to
+/// be measured.
+fn measured_millis(
+    spec: &ConvSpec,
+    candidates: &[ConvAlgo],
+    options: &ConvAlgoOptions,
+) -> Vec<f64> {
+    let g = &spec.geom;
+    let key = (
+        cpu_name(),
+        format!("{:?}", spec.isa),
+        rayon::current_num_threads(),
+        [
+            g.n, g.cin, g.h, g.w, g.cout, g.oh, g.ow, g.pad.0, g.pad.1, g.x_cb, g.y_cb,
+        ],
+    );
+    let same =
+        |e: &CacheEntry| (&e.cpu, &e.isa, e.threads, e.geom) == (&key.0, &key.1, key.2, key.3);
+    let _lock = CACHE_LOCK.lock();
+    let mut cache: CacheFile<CacheEntry> = CacheFile::open(options.cache.as_deref(), CACHE_FILE);
+    if let Some(hit) = cache.entries.iter().find(|e| same(e)) {
+        let cached: Option<Vec<f64>> = candidates
+            .iter()
+            .map(|a| {
+                let name = a.to_string();
+                hit.millis
+                    .iter()
+                    .find(|(n, ms)| *n == name && ms.is_finite())
+                    .map(|m| m.1)
+            })
+            .collect();
+        if let Some(m) = cached {
+            return m;
+        }
+    }
+    let millis: Vec<f64> = candidates
+        .iter()
+        .map(|&a| time_once(g, &spec.kernel(a)))
+        .collect();
+    if cache.path().is_some() {
+        cache.entries.retain(|e| !same(e));
+        cache.entries.push(CacheEntry {
+            cpu: key.0,
+            isa: key.1,
+            threads: key.2,
+            geom: key.3,
+            millis: candidates
+                .iter()
+                .map(|a| a.to_string())
+                .zip(millis.iter().copied())
+                .collect(),
+        });
+        cache.save();
+    }
+    millis
+}
+
+/// Timed runs of a candidate; the fastest counts.
+const RUNS: usize = 3;
+
+/// The fastest of `RUNS` runs of `k` on zeros, after one that maps the pages.
+fn time_once(g: &ConvGeom, k: &ConvKernel) -> f64 {
+    let x = vec![0f32; g.x_len()];
+    let mut y = vec![0f32; g.y_len()];
+    let mut scratch = vec![0f32; k.scratch_len()];
+    k.run(&x, None, &mut y, &mut scratch);
+    (0..RUNS)
+        .map(|_| {
+            let t = Instant::now();
+            k.run(&x, None, &mut y, &mut scratch);
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// Output channels whose error is checked: the error of a channel depends on
+/// its own weights only, so a few spread over the layer stand for all.
+const CHECKED_CHANNELS: usize = 8;
+/// Side of the input patch the error is checked on: a few tiles of either
+/// size, with the layer's padding on both sides.
+const CHECKED_SIDE: usize = 10;
+
+/// The relative error of Winograd `tile` on the layer's weights: max abs error
+/// over max magnitude, against an f64 direct convolution, on a patch of
+/// reproducible input in [-1, 1) and a few output channels.
+pub fn winograd_error(spec: &ConvSpec, tile: WinogradTile) -> f64 {
+    let g = &spec.geom;
+    let (cin, channels) = (g.cin, g.cout.min(CHECKED_CHANNELS));
+    let picked: Vec<usize> = (0..channels).map(|i| i * g.cout / channels).collect();
+    let w: Vec<f32> = picked
+        .iter()
+        .flat_map(|&o| spec.w[o * cin * 9..][..cin * 9].iter().copied())
+        .collect();
+    let (h, wd) = (g.h.min(CHECKED_SIDE), g.w.min(CHECKED_SIDE));
+    // The same padding after the patch as after the layer's input.
+    let pad_end =
+        |out: usize, extent: usize, begin: usize| (out + 2).saturating_sub(extent + begin);
+    let (pb, pr) = (pad_end(g.oh, g.h, g.pad.0), pad_end(g.ow, g.w, g.pad.1));
+    let (oh, ow) = (
+        (h + g.pad.0 + pb).saturating_sub(2),
+        (wd + g.pad.1 + pr).saturating_sub(2),
+    );
+    let geom = ConvGeom {
+        n: 1,
+        cin,
+        h,
+        w: wd,
+        cout: channels,
+        oh,
+        ow,
+        x_cb: 1,
+        y_cb: 1,
+        ..g.clone()
+    };
+    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    let x: Vec<f32> = (0..cin * h * wd)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect();
+    let zero_bias = vec![0f32; channels];
+    let check = ConvSpec {
+        geom: geom.clone(),
+        w: &w,
+        bias: &zero_bias,
+        epilogue: Epilogue::of(None),
+        pad_fill: None,
+        threads: 1,
+        ..*spec
+    };
+    let k = check.winograd(tile);
+    let mut y = vec![0f32; geom.y_len()];
+    let mut scratch = vec![0f32; k.scratch_len()];
+    k.run(&x, None, &mut y, &mut scratch);
+    let (mut err, mut mag) = (0f64, 0f64);
+    for o in 0..channels {
+        for oy in 0..oh {
+            for ox in 0..ow {
+                let mut sum = 0f64;
+                for i in 0..cin {
+                    for ky in 0..3 {
+                        for kx in 0..3 {
+                            let iy = (oy + ky) as isize - g.pad.0 as isize;
+                            let ix = (ox + kx) as isize - g.pad.1 as isize;
+                            if iy >= 0 && ix >= 0 && (iy as usize) < h && (ix as usize) < wd {
+                                let xv = x[(i * h + iy as usize) * wd + ix as usize];
+                                sum += xv as f64 * w[((o * cin + i) * 3 + ky) * 3 + kx] as f64;
+                            }
+                        }
+                    }
+                }
+                let got = y[(o * oh + oy) * ow + ox] as f64;
+                err = err.max((got - sum).abs());
+                mag = mag.max(sum.abs());
+            }
+        }
+    }
+    if mag > 0.0 {
+        err / mag
+    } else {
+        err
+    }
+}

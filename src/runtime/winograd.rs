@@ -1,0 +1,625 @@
+//! Winograd convolution F(m×m, 3×3) for 3x3 stride-1 convolutions on the
+//! channel-blocked layouts of `conv.rs`. Each m×m tile of the output needs an
+//! α×α patch of the input (α = m + 2); the patch goes to the transformed
+//! domain (Bᵀ d B), where the convolution becomes α² independent matrix
+//! products over the channels, against weights transformed once at compile
+//! time (G g Gᵀ). The output transform (Aᵀ M A) adds the bias and the
+//! residual and applies the epilogue as it stores, so a fused conv still
+//! writes its output once. The products run the convolution's register tile,
+//! as 1x1 convolutions over the tiles.
+//!
+//! The matrices are those of Lavin and Gray, "Fast Algorithms for
+//! Convolutional Neural Networks" (2015): points 0, ±1 for F(2x2, 3x3) (2.25x
+//! fewer multiplies than direct), 0, ±1, ±2, ∞ for F(4x4, 3x3) (4x fewer, with
+//! larger coefficients and so a larger rounding error).
+//!
+//! The transforms mix a whole patch, so a NaN or infinite input would reach
+//! outputs whose window does not hold it. The output transform therefore
+//! checks each tile (in registers, before the epilogue, which may clamp an
+//! infinity) and recomputes a tile holding a non-finite value with the direct
+//! kernel, which gives IEEE propagation exactly: finite data pays the check
+//! only.
+
+use super::conv::{fill_channel_pad, ConvGeom, PackedConv};
+use super::simd::{
+    conv_tile, run_vectorized, Epilogue, Isa, Lanes, Store, Tile, Vector, VectorKernel, TILE,
+};
+use rayon::prelude::*;
+use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The output tile of a Winograd convolution.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WinogradTile {
+    /// F(2x2, 3x3): 4x4 patches.
+    F2,
+    /// F(4x4, 3x3): 6x6 patches.
+    F4,
+}
+
+impl WinogradTile {
+    /// Output pixels per tile side (m).
+    pub fn m(self) -> usize {
+        match self {
+            WinogradTile::F2 => 2,
+            WinogradTile::F4 => 4,
+        }
+    }
+
+    /// Input pixels per patch side (α = m + 2).
+    fn alpha(self) -> usize {
+        self.m() + 2
+    }
+}
+
+/// The three matrices of one F(M×M, 3×3).
+struct Matrices<const A: usize, const M: usize> {
+    /// Input transform Bᵀ (A × A).
+    bt: [[f32; A]; A],
+    /// Weight transform G (A × 3), applied in f64 at compile time.
+    g: [[f64; 3]; A],
+    /// Output transform Aᵀ (M × A).
+    at: [[f32; A]; M],
+}
+
+const F2: Matrices<4, 2> = Matrices {
+    bt: [
+        [1.0, 0.0, -1.0, 0.0],
+        [0.0, 1.0, 1.0, 0.0],
+        [0.0, -1.0, 1.0, 0.0],
+        [0.0, 1.0, 0.0, -1.0],
+    ],
+    g: [
+        [1.0, 0.0, 0.0],
+        [0.5, 0.5, 0.5],
+        [0.5, -0.5, 0.5],
+        [0.0, 0.0, 1.0],
+    ],
+    at: [[1.0, 1.0, 1.0, 0.0], [0.0, 1.0, -1.0, -1.0]],
+};
+
+const F4: Matrices<6, 4> = Matrices {
+    bt: [
+        [4.0, 0.0, -5.0, 0.0, 1.0, 0.0],
+        [0.0, -4.0, -4.0, 1.0, 1.0, 0.0],
+        [0.0, 4.0, -4.0, -1.0, 1.0, 0.0],
+        [0.0, -2.0, -1.0, 2.0, 1.0, 0.0],
+        [0.0, 2.0, -1.0, -2.0, 1.0, 0.0],
+        [0.0, 4.0, 0.0, -5.0, 0.0, 1.0],
+    ],
+    g: [
+        [1.0 / 4.0, 0.0, 0.0],
+        [-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0],
+        [-1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0],
+        [1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0],
+        [1.0 / 24.0, -1.0 / 12.0, 1.0 / 6.0],
+        [0.0, 0.0, 1.0],
+    ],
+    at: [
+        [1.0, 1.0, 1.0, 1.0, 1.0, 0.0],
+        [0.0, 1.0, -1.0, 2.0, -2.0, 0.0],
+        [0.0, 1.0, 1.0, 4.0, 4.0, 0.0],
+        [0.0, 1.0, -1.0, 8.0, -8.0, 1.0],
+    ],
+};
+
+/// Transformed-domain floats one block of tiles may use, input and products
+/// together: half of a 1 MiB L2, so a block's three phases run in cache.
+const BLOCK_FLOATS: usize = 128 * 1024;
+
+/// Whether a convolution has a Winograd kernel: 3x3, stride 1, no dilation.
+pub fn applies(g: &ConvGeom) -> bool {
+    g.k == (3, 3) && g.stride == (1, 1) && g.dilation == (1, 1)
+}
+
+/// A Winograd convolution ready to run: transformed weights, bias, epilogue.
+pub struct WinogradConv {
+    /// Shapes and window.
+    pub geom: ConvGeom,
+    isa: Isa,
+    tile: WinogradTile,
+    /// Output channels of one product's register tile: one or two vectors.
+    width: usize,
+    /// [α²][cout / width][cin][width], zero beyond `cout`.
+    u: Vec<f32>,
+    /// Bias per output channel, zero beyond `cout`, `cout_r` long.
+    bias: Vec<f32>,
+    epilogue: Epilogue,
+    /// What the output's padding channels must hold, if any are there.
+    pad_fill: Option<f32>,
+    /// Tiles down and across one output plane.
+    tiles: (usize, usize),
+    /// Tiles per block: the rows of the products.
+    block: usize,
+    /// One block of all tiles, each phase spread over the threads (few
+    /// tiles), or blocks spread over the threads, each in its own scratch.
+    whole: bool,
+    /// Workers with their own scratch when blocks are spread.
+    workers: usize,
+    /// Row lengths of the transformed input and of the products.
+    cin_r: usize,
+    cout_r: usize,
+    /// Vectors of the input and of the output transforms.
+    x_lanes: Lanes,
+    y_lanes: Lanes,
+    /// The direct kernel of the same convolution, for tiles whose Winograd
+    /// result holds NaN or an infinity.
+    direct: PackedConv,
+}
+
+/// One block of tiles and its transformed-domain buffers, `[α²][block][cin_r]`
+/// and `[α²][block][cout_r]`.
+#[derive(Clone, Copy)]
+struct Block {
+    /// Index of its first tile among all tiles of the batch.
+    first: usize,
+    /// Tiles in it.
+    tiles: usize,
+    v: *mut f32,
+    m: *mut f32,
+}
+
+// SAFETY: a block's buffers are written by one phase at a time, and within a
+// phase each task writes its own rows (tiles) or columns (products).
+unsafe impl Send for Block {}
+unsafe impl Sync for Block {}
+
+impl WinogradConv {
+    /// Transforms logical OIHW weights `w` (3x3) and takes per-channel `bias`
+    /// (both already folded with any batch norm); `threads` is the number of
+    /// workers `run` may be called on.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        geom: ConvGeom,
+        isa: Isa,
+        tile: WinogradTile,
+        w: &[f32],
+        bias: &[f32],
+        epilogue: Epilogue,
+        pad_fill: Option<f32>,
+        threads: usize,
+    ) -> WinogradConv {
+        debug_assert!(applies(&geom));
+        let lanes = isa.lanes();
+        let width = if isa == Isa::Avx512 && geom.cout > lanes {
+            2 * lanes
+        } else {
+            lanes
+        };
+        let groups = geom.cout.div_ceil(width);
+        let (x_lanes, y_lanes) = (
+            Lanes::for_block(isa, geom.x_cb),
+            Lanes::for_block(isa, geom.y_cb),
+        );
+        let cin_r = geom.cin.next_multiple_of(x_lanes.count());
+        let cout_r = groups * width;
+        let u = match tile {
+            WinogradTile::F2 => transform_weights(&F2, &geom, w, width),
+            WinogradTile::F4 => transform_weights(&F4, &geom, w, width),
+        };
+        let mut padded_bias = vec![0f32; cout_r];
+        padded_bias[..geom.cout].copy_from_slice(&bias[..geom.cout]);
+        let m = tile.m();
+        let tiles = (geom.oh.div_ceil(m), geom.ow.div_ceil(m));
+        let count = geom.n * tiles.0 * tiles.1;
+        let per_tile = tile.alpha().pow(2) * (cin_r + cout_r);
+        let mut block = (BLOCK_FLOATS / per_tile).max(1);
+        if block > TILE {
+            block -= block % TILE;
+        }
+        let workers = threads.max(1);
+        // Too few blocks to keep every thread busy: one block, whose phases
+        // spread their rows and products over the threads instead.
+        let whole = count.div_ceil(block) < 2 * workers;
+        if whole {
+            block = count.max(1);
+        }
+        WinogradConv {
+            pad_fill: pad_fill.filter(|_| !geom.cout.is_multiple_of(geom.y_cb)),
+            direct: PackedConv::for_regions(geom.clone(), isa, w, bias, epilogue),
+            geom,
+            isa,
+            tile,
+            width,
+            u,
+            bias: padded_bias,
+            epilogue,
+            tiles,
+            block,
+            whole,
+            workers,
+            cin_r,
+            cout_r,
+            x_lanes,
+            y_lanes,
+        }
+    }
+
+    /// The output tile.
+    pub fn tile(&self) -> WinogradTile {
+        self.tile
+    }
+
+    /// Floats of one block's transformed input and products.
+    fn block_len(&self) -> usize {
+        self.tile.alpha().pow(2) * self.block * (self.cin_r + self.cout_r)
+    }
+
+    /// Elements of working memory `run` needs.
+    pub fn scratch_len(&self) -> usize {
+        match self.whole {
+            true => self.block_len(),
+            false => self.workers * self.block_len(),
+        }
+    }
+
+    /// Computes `y` from `x` (and the residual, laid out like `y`, if fused);
+    /// `scratch` holds at least `scratch_len()` elements.
+    pub fn run(&self, x: &[f32], residual: Option<&[f32]>, y: &mut [f32], scratch: &mut [f32]) {
+        let g = &self.geom;
+        assert!(x.len() >= g.x_len() && y.len() >= g.y_len());
+        assert!(residual.is_none_or(|r| r.len() >= g.y_len()));
+        assert!(scratch.len() >= self.scratch_len());
+        let count = g.n * self.tiles.0 * self.tiles.1;
+        let io = Io {
+            x: x.as_ptr() as usize,
+            res: residual.map(|r| r.as_ptr() as usize),
+            y: y.as_mut_ptr() as usize,
+        };
+        let split = self.tile.alpha().pow(2) * self.block * self.cin_r;
+        if self.whole {
+            let (v, m) = scratch.split_at_mut(split);
+            let b = Block {
+                first: 0,
+                tiles: count,
+                v: v.as_mut_ptr(),
+                m: m.as_mut_ptr(),
+            };
+            // SAFETY: lengths checked above; each task writes its own tiles
+            // or its own columns of the products.
+            (0..count)
+                .into_par_iter()
+                .for_each(|t| unsafe { self.input(&io, &b, t..t + 1) });
+            let row_tiles = count.div_ceil(TILE);
+            let per_xi = self.groups() * row_tiles;
+            (0..self.tile.alpha().pow(2) * per_xi)
+                .into_par_iter()
+                .for_each(|i| unsafe {
+                    let (xi, grp, r) = (i / per_xi, i % per_xi / row_tiles, i % row_tiles);
+                    self.product(&b, xi, grp, r * TILE..((r + 1) * TILE).min(count))
+                });
+            (0..count)
+                .into_par_iter()
+                .for_each(|t| unsafe { self.output(&io, &b, t..t + 1) });
+        } else {
+            // Each worker takes the next block until none is left.
+            let next = AtomicUsize::new(0);
+            let blocks = count.div_ceil(self.block);
+            scratch[..self.scratch_len()]
+                .par_chunks_mut(self.block_len())
+                .for_each(|own| {
+                    let (v, m) = own.split_at_mut(split);
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= blocks {
+                            break;
+                        }
+                        let first = i * self.block;
+                        let b = Block {
+                            first,
+                            tiles: self.block.min(count - first),
+                            v: v.as_mut_ptr(),
+                            m: m.as_mut_ptr(),
+                        };
+                        // SAFETY: the block's buffers are this worker's own;
+                        // its tiles write their own output pixels.
+                        unsafe { self.run_block(&io, &b) }
+                    }
+                });
+        }
+        if let Some(v) = self.pad_fill {
+            fill_channel_pad(y, g.n, g.cout, g.y_cb, g.oh * g.ow, v);
+        }
+    }
+
+    fn groups(&self) -> usize {
+        self.cout_r / self.width
+    }
+
+    /// All three phases of one block, on this thread.
+    unsafe fn run_block(&self, io: &Io, b: &Block) {
+        self.input(io, b, 0..b.tiles);
+        for xi in 0..self.tile.alpha().pow(2) {
+            for grp in 0..self.groups() {
+                for r0 in (0..b.tiles).step_by(TILE) {
+                    self.product(b, xi, grp, r0..(r0 + TILE).min(b.tiles));
+                }
+            }
+        }
+        self.output(io, b, 0..b.tiles);
+    }
+
+    /// The input transform of tiles `tiles` (indices within the block).
+    unsafe fn input(&self, io: &Io, b: &Block, tiles: Range<usize>) {
+        let k = Phase {
+            c: self,
+            io,
+            b,
+            tiles,
+            output: false,
+        };
+        run_vectorized(self.x_lanes, &k)
+    }
+
+    /// The output transform of tiles `tiles` (indices within the block).
+    unsafe fn output(&self, io: &Io, b: &Block, tiles: Range<usize>) {
+        let k = Phase {
+            c: self,
+            io,
+            b,
+            tiles,
+            output: true,
+        };
+        run_vectorized(self.y_lanes, &k)
+    }
+
+    /// Rows `rows` of product `xi` for output-channel group `grp`: a 1x1
+    /// convolution of the transformed tiles, one register tile.
+    unsafe fn product(&self, b: &Block, xi: usize, grp: usize, rows: Range<usize>) {
+        let lanes = self.isa.lanes();
+        let cin = self.geom.cin;
+        let row0 = xi * self.block + rows.start;
+        let tile = Tile {
+            pixels: rows.len(),
+            kh: (0, 1),
+            kw: (0, 1),
+            x_origin: (row0 * self.cin_r) as isize,
+            x_pixel: self.cin_r as isize,
+            x_kh: 0,
+            x_kw: 0,
+            cin,
+            x_cb: cin,
+            x_cblock: 0,
+            kw_total: 1,
+            w_width: self.width,
+            vectors: (self.geom.cout - grp * self.width)
+                .div_ceil(lanes)
+                .min(self.width / lanes),
+        };
+        let store = Store {
+            out: b.m.add(row0 * self.cout_r + grp * self.width),
+            residual: None,
+            pixel: self.cout_r as isize,
+            vector: lanes as isize,
+            lanes_used: lanes,
+            chan_offsets: None,
+        };
+        let u = self
+            .u
+            .as_ptr()
+            .add((xi * self.groups() + grp) * cin * self.width);
+        let zeros = [0f32; 32];
+        conv_tile(
+            self.isa,
+            b.v,
+            u,
+            zeros.as_ptr(),
+            &tile,
+            &store,
+            Epilogue::of(None),
+        );
+    }
+}
+
+/// The tensors of one run, as addresses that may cross threads.
+struct Io {
+    x: usize,
+    res: Option<usize>,
+    y: usize,
+}
+
+/// The input or output transform of some tiles of a block, written once over
+/// the vector type.
+struct Phase<'a> {
+    c: &'a WinogradConv,
+    io: &'a Io,
+    b: &'a Block,
+    tiles: Range<usize>,
+    output: bool,
+}
+
+impl VectorKernel for Phase<'_> {
+    #[inline(always)]
+    unsafe fn run<V: Vector>(&self) {
+        match (self.c.tile, self.output) {
+            (WinogradTile::F2, false) => self.input::<V, 4, 2>(&F2),
+            (WinogradTile::F4, false) => self.input::<V, 6, 4>(&F4),
+            (WinogradTile::F2, true) => self.output::<V, 4, 2>(&F2),
+            (WinogradTile::F4, true) => self.output::<V, 6, 4>(&F4),
+        }
+    }
+}
+
+impl Phase<'_> {
+    /// Batch item and top-left output pixel of tile `t` of the block.
+    fn origin(&self, t: usize) -> (usize, usize, usize) {
+        let (th, tw) = self.c.tiles;
+        let t = self.b.first + t;
+        let m = self.c.tile.m();
+        (t / (th * tw), t / tw % th * m, t % tw * m)
+    }
+
+    /// Bᵀ d B of each tile's input patch, per vector of input channels.
+    #[inline(always)]
+    unsafe fn input<V: Vector, const A: usize, const M: usize>(&self, mx: &Matrices<A, M>) {
+        let c = self.c;
+        let g = &c.geom;
+        let x = self.io.x as *const f32;
+        let xcb = g.x_cb;
+        let batch = g.cin.div_ceil(xcb) * xcb * g.h * g.w;
+        let (ph, pw) = (g.pad.0 as isize, g.pad.1 as isize);
+        for t in self.tiles.clone() {
+            let (n, oy, ox) = self.origin(t);
+            for c0 in (0..g.cin).step_by(V::LANES) {
+                let base = x.add(n * batch + (c0 / xcb) * g.h * g.w * xcb + c0 % xcb);
+                let mut d = [[V::splat(0.0); A]; A];
+                for (i, row) in d.iter_mut().enumerate() {
+                    let ih = (oy + i) as isize - ph;
+                    if ih < 0 || ih >= g.h as isize {
+                        continue;
+                    }
+                    for (j, v) in row.iter_mut().enumerate() {
+                        let iw = (ox + j) as isize - pw;
+                        if iw >= 0 && iw < g.w as isize {
+                            *v = V::load(base.add((ih as usize * g.w + iw as usize) * xcb));
+                        }
+                    }
+                }
+                let dt = sandwich(&mx.bt, &mx.bt, &d);
+                let v = self.b.v.add(t * c.cin_r + c0);
+                for (xi, &e) in dt.iter().flatten().enumerate() {
+                    e.store(v.add(xi * c.block * c.cin_r));
+                }
+            }
+        }
+    }
+
+    /// Aᵀ M A of each tile's products, per vector of output channels, with
+    /// the bias, the residual and the epilogue; pixels past the output's edge
+    /// are not stored. A tile whose Aᵀ M A holds NaN or an infinity in any
+    /// stored pixel is computed again by the direct kernel.
+    #[inline(always)]
+    unsafe fn output<V: Vector, const A: usize, const M: usize>(&self, mx: &Matrices<A, M>) {
+        let c = self.c;
+        let g = &c.geom;
+        let (y, res) = (self.io.y as *mut f32, self.io.res.map(|r| r as *const f32));
+        let ycb = g.y_cb;
+        let batch = g.cout.div_ceil(ycb) * ycb * g.oh * g.ow;
+        for t in self.tiles.clone() {
+            let (n, oy, ox) = self.origin(t);
+            // x - x is 0 for a finite x and NaN otherwise.
+            let mut nonfinite = V::splat(0.0);
+            for o0 in (0..g.cout).step_by(V::LANES) {
+                let mp = self.b.m.add(t * c.cout_r + o0);
+                let mut prods = [[V::splat(0.0); A]; A];
+                for (xi, p) in prods.iter_mut().flatten().enumerate() {
+                    *p = V::load(mp.add(xi * c.block * c.cout_r));
+                }
+                let out = sandwich(&mx.at, &mx.at, &prods);
+                let bias = V::load(c.bias.as_ptr().add(o0));
+                let chan = n * batch + (o0 / ycb) * g.oh * g.ow * ycb + o0 % ycb;
+                for (i, row) in out.iter().enumerate().take(g.oh - oy) {
+                    for (j, &e) in row.iter().enumerate().take(g.ow - ox) {
+                        let at = chan + ((oy + i) * g.ow + ox + j) * ycb;
+                        nonfinite = V::add(nonfinite, V::sub(e, e));
+                        let mut e = V::add(e, bias);
+                        if let Some(r) = res {
+                            e = V::add(e, V::load(r.add(at)));
+                        }
+                        c.epilogue.apply(e).store(y.add(at));
+                    }
+                }
+            }
+            let mut lanes = [0f32; 16];
+            debug_assert!(V::LANES <= lanes.len());
+            nonfinite.store(lanes.as_mut_ptr());
+            if lanes[..V::LANES].iter().any(|v| v.is_nan()) {
+                let (rows, cols) = (oy..(oy + M).min(g.oh), ox..(ox + M).min(g.ow));
+                let x = self.io.x as *const f32;
+                c.direct.region(x, res, y, n, rows, cols);
+            }
+        }
+    }
+}
+
+/// `l · x · rᵀ` for a square `x`: `l` and `r` are constants, so with the
+/// loops unrolled every zero coefficient disappears and every ±1 is an add.
+/// Plain loops, no closures: a closure is compiled without the caller's
+/// target features, and its vector operations would stay calls.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+unsafe fn sandwich<V: Vector, const A: usize, const R: usize>(
+    l: &[[f32; A]; R],
+    r: &[[f32; A]; R],
+    x: &[[V; A]; A],
+) -> [[V; R]; R] {
+    let zero = V::splat(0.0);
+    // cols[j][i] = (l · x)[i][j]
+    let mut cols = [[zero; R]; A];
+    let mut line = [zero; A];
+    for j in 0..A {
+        for k in 0..A {
+            line[k] = x[k][j];
+        }
+        for i in 0..R {
+            cols[j][i] = combine(&l[i], &line);
+        }
+    }
+    let mut out = [[zero; R]; R];
+    for i in 0..R {
+        for k in 0..A {
+            line[k] = cols[k][i];
+        }
+        for j in 0..R {
+            out[i][j] = combine(&r[j], &line);
+        }
+    }
+    out
+}
+
+/// Σ coef[k] · x[k] over the nonzero coefficients.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+unsafe fn combine<V: Vector, const A: usize>(coef: &[f32; A], x: &[V; A]) -> V {
+    let mut acc = V::splat(0.0);
+    let mut first = true;
+    for k in 0..A {
+        let (c, v) = (coef[k], x[k]);
+        if c == 0.0 {
+            continue;
+        }
+        acc = if first && c == 1.0 {
+            v
+        } else if first {
+            V::mul(V::splat(c), v)
+        } else if c == 1.0 {
+            V::add(acc, v)
+        } else if c == -1.0 {
+            V::sub(acc, v)
+        } else {
+            V::fma(V::splat(c), v, acc)
+        };
+        first = false;
+    }
+    acc
+}
+
+/// G g Gᵀ of every (output, input) channel pair, in f64, packed as
+/// `[α²][cout / width][cin][width]` with zeros beyond `cout`.
+fn transform_weights<const A: usize, const M: usize>(
+    mx: &Matrices<A, M>,
+    geom: &ConvGeom,
+    w: &[f32],
+    width: usize,
+) -> Vec<f32> {
+    let (cin, cout) = (geom.cin, geom.cout);
+    let groups = cout.div_ceil(width);
+    let mut u = vec![0f32; A * A * groups * cin * width];
+    for o in 0..cout {
+        let (grp, l) = (o / width, o % width);
+        for i in 0..cin {
+            let k = &w[(o * cin + i) * 9..][..9];
+            // (G g) is A x 3, then (G g) Gᵀ is A x A.
+            let gg: [[f64; 3]; A] = std::array::from_fn(|r| {
+                std::array::from_fn(|c| (0..3).map(|s| mx.g[r][s] * k[s * 3 + c] as f64).sum())
+            });
+            for r in 0..A {
+                for c in 0..A {
+                    let e: f64 = (0..3).map(|s| gg[r][s] * mx.g[c][s]).sum();
+                    u[(((r * A + c) * groups + grp) * cin + i) * width + l] = e as f32;
+                }
+            }
+        }
+    }
+    u
+}
