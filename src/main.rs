@@ -7,7 +7,8 @@
 mod cli;
 
 use clap::{Parser, Subcommand};
-use cli::{Planning, PLANNERS};
+use cli::Planning;
+use layoutopt::api::{Planner, Target};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -27,6 +28,10 @@ struct Cli {
     /// else half the machine's available memory.
     #[arg(long, global = true, value_name = "BYTES", value_parser = cli::parse_memory_limit)]
     memory_limit: Option<u64>,
+    /// Print the result as one JSON document (schema in docs/json-schema.md)
+    /// instead of text.
+    #[arg(long, global = true)]
+    json: bool,
 }
 
 #[derive(Subcommand)]
@@ -46,9 +51,6 @@ enum Command {
         shapes: cli::InputShapes,
         #[command(flatten)]
         planning: Planning,
-        /// Print the report as JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// Plan with every planner and compare them side by side.
     Compare {
@@ -58,12 +60,13 @@ enum Command {
         shapes: cli::InputShapes,
         /// Target layout family: nchw, nhwc, nchwc (block width from this CPU) or nchw<x>c.
         #[arg(long, default_value = "nchwc", value_parser = cli::parse_target)]
-        target: String,
+        target: Target,
         /// Folder of `*.rules` files to rewrite with instead of the built-in rules
         /// (also LAYOUTOPT_RULES).
         #[arg(long, value_name = "DIR")]
         rules: Option<PathBuf>,
-        /// Also run every plan once and report its time.
+        /// Also compile every plan (timed apart) and time 10 runs after 3
+        /// untimed ones.
         #[arg(long)]
         measure: bool,
     },
@@ -140,8 +143,8 @@ enum Command {
         #[command(flatten)]
         planning: Planning,
         /// The planner shown beside `--planner`.
-        #[arg(long, default_value = "local", value_parser = PLANNERS)]
-        against: String,
+        #[arg(long, default_value = "local", value_parser = cli::planner_parser())]
+        against: Planner,
     },
 }
 
@@ -156,14 +159,14 @@ fn main() -> ExitCode {
             }
         }
     }
+    let json = cli.json;
     let result = match &cli.command {
-        Command::Inspect { model, shapes } => cli::inspect::inspect(model, shapes),
+        Command::Inspect { model, shapes } => cli::inspect::inspect(model, shapes, json),
         Command::Plan {
             model,
             shapes,
             planning,
-            json,
-        } => cli::plan::plan(model, shapes, planning, *json),
+        } => cli::plan::plan(model, shapes, planning, json),
         Command::Compare {
             model,
             shapes,
@@ -172,11 +175,11 @@ fn main() -> ExitCode {
             measure,
         } => {
             let planning = cli::Planning {
-                planner: String::new(),
-                target: target.clone(),
+                planner: Planner::Global,
+                target: *target,
                 rules: rules.clone(),
             };
-            cli::plan::compare(model, shapes, &planning, *measure)
+            cli::plan::compare(model, shapes, &planning, *measure, json)
         }
         Command::Run {
             model,
@@ -193,7 +196,7 @@ fn main() -> ExitCode {
             inputs,
             *seed,
             planning,
-            (*threads, *check_finite),
+            (*threads, *check_finite, json),
             output_dir.as_deref(),
         ),
         Command::Bench {
@@ -201,20 +204,20 @@ fn main() -> ExitCode {
             shapes,
             bench,
             planning,
-        } => cli::run::bench(model, shapes, planning, bench),
+        } => cli::run::bench(model, shapes, planning, bench, json),
         Command::Export {
             model,
             shapes,
             output,
             planning,
-        } => cli::export::export(model, shapes, output, planning),
+        } => cli::export::export(model, shapes, output, planning, json),
         Command::Explore {
             model,
             shapes,
             output,
             planning,
             against,
-        } => cli::export::explore(model, shapes, output, planning, against),
+        } => cli::export::explore(model, shapes, output, planning, *against, json),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

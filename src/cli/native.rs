@@ -1,7 +1,9 @@
 //! The native runtime behind `run`, `bench` and `compare --measure`: compile the
 //! planned graph, run it, time it.
 
+use layoutopt::api::json::{document, BenchDoc, Execution, Timing};
 use layoutopt::graph::{format_spans, Graph, Tensor};
+use layoutopt::layout::plan::PlanReport;
 use layoutopt::runtime::bench::bench;
 use layoutopt::runtime::roofline::{cache_dir, machine_peaks};
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
@@ -36,7 +38,7 @@ pub struct BenchArgs {
 
 /// Compiles the planned graph, warning on stderr about every step that falls
 /// back to the (slow) reference executor.
-fn compile(g: &Graph, threads: usize) -> CliResult<CompiledModel> {
+pub fn compile(g: &Graph, threads: usize) -> CliResult<CompiledModel> {
     let model = CompiledModel::compile(g, &RuntimeOptions { threads })?;
     let fallbacks = model.fallback_steps();
     if !fallbacks.is_empty() {
@@ -54,16 +56,15 @@ fn compile(g: &Graph, threads: usize) -> CliResult<CompiledModel> {
     Ok(model)
 }
 
-/// Compiles the planned graph and runs it once; returns the outputs and a line
-/// saying how long compiling and running took. With `check_finite`, every
-/// step's output is looked at, and a second line names the first step whose
-/// output holds NaN or an infinity, with its source layers.
+/// Compiles the planned graph and runs it once; returns the outputs and how
+/// compiling and running went. With `check_finite`, every step's output is
+/// looked at for NaN or an infinity.
 pub fn run_native(
     g: &Graph,
     inputs: &[Tensor],
     threads: usize,
     check_finite: bool,
-) -> CliResult<(Vec<Tensor>, String)> {
+) -> CliResult<(Vec<Tensor>, Execution)> {
     let t0 = Instant::now();
     let model = compile(g, threads)?;
     let compile = t0.elapsed();
@@ -73,41 +74,68 @@ pub fn run_native(
         false => (model.run(inputs)?, None),
     };
     let run = t1.elapsed();
+    let execution = Execution {
+        compile_ms: compile.as_secs_f64() * 1e3,
+        run_ms: run.as_secs_f64() * 1e3,
+        isa: format!("{:?}", model.isa()),
+        threads: model.threads(),
+        arena_bytes: model.arena_bytes(),
+        fallback_steps: model
+            .fallback_steps()
+            .into_iter()
+            .map(|(n, _, _)| n)
+            .collect(),
+        first_non_finite: found.map(Into::into),
+    };
+    Ok((outputs, execution))
+}
+
+/// The lines `run` prints about compiling and running.
+pub fn execution_text(e: &Execution, check_finite: bool) -> String {
     let mut line = format!(
-        "compiled in {:.1} ms ({:?} kernels, {:.1} MB arena), ran in {:.2} ms (native runtime)",
-        compile.as_secs_f64() * 1e3,
-        model.isa(),
-        model.arena_bytes() as f64 / 1e6,
-        run.as_secs_f64() * 1e3
+        "compiled in {:.1} ms ({} kernels, {:.1} MB arena), ran in {:.2} ms (native runtime)",
+        e.compile_ms,
+        e.isa,
+        e.arena_bytes as f64 / 1e6,
+        e.run_ms
     );
-    match found {
+    match &e.first_non_finite {
         Some(f) => line.push_str(&format!(
             "\ncheck-finite: the first step with NaN or infinite output is '{}' ({}; {}): {} NaN, {} +inf, {} -inf of {} elements",
             f.step,
             f.kind,
             format_spans(&f.spans),
-            f.counts[0],
-            f.counts[1],
-            f.counts[2],
-            f.of
+            f.nan,
+            f.pos_inf,
+            f.neg_inf,
+            f.elements
         )),
         None if check_finite => line.push_str("\ncheck-finite: every step's output is finite"),
         None => {}
     }
-    Ok((outputs, line))
+    line
 }
 
-/// `layoutopt bench`: compile, then print latency percentiles (and the profile).
-pub fn bench_native(g: &Graph, inputs: &[Tensor], args: &BenchArgs) -> CliResult<()> {
+/// `layoutopt bench`: compile, then print latency percentiles (and the
+/// profile), as text or as the `bench` document.
+pub fn bench_native(
+    g: &Graph,
+    inputs: &[Tensor],
+    args: &BenchArgs,
+    json: Option<(&std::path::Path, &PlanReport)>,
+) -> CliResult<()> {
     let t0 = Instant::now();
     let model = compile(g, args.threads)?;
-    println!(
-        "compiled in {:.1} ms ({:?} kernels, {} threads, {:.1} MB arena)",
-        t0.elapsed().as_secs_f64() * 1e3,
-        model.isa(),
-        model.threads(),
-        model.arena_bytes() as f64 / 1e6
-    );
+    let compile = t0.elapsed();
+    if json.is_none() {
+        println!(
+            "compiled in {:.1} ms ({:?} kernels, {} threads, {:.1} MB arena)",
+            compile.as_secs_f64() * 1e3,
+            model.isa(),
+            model.threads(),
+            model.arena_bytes() as f64 / 1e6
+        );
+    }
     let roofline = match args.profile {
         true => Some(machine_peaks(
             model.threads(),
@@ -123,6 +151,13 @@ pub fn bench_native(g: &Graph, inputs: &[Tensor], args: &BenchArgs) -> CliResult
         args.runs as usize,
         roofline,
     )?;
-    print!("{report}");
+    match json {
+        Some((path, plan)) => {
+            let timing = Timing::of(&report, compile, model.threads(), args.warmup as usize);
+            let doc = BenchDoc::of(plan, &model, &report, timing);
+            println!("{}", document("bench", path, &doc));
+        }
+        None => print!("{report}"),
+    }
     Ok(())
 }

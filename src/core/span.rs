@@ -37,6 +37,19 @@ impl Span {
     }
 }
 
+/// A span in JSON reports: `{"file", "layer", "op_type", "index"}`.
+impl serde::Serialize for Span {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct as _;
+        let mut st = s.serialize_struct("Span", 4)?;
+        st.serialize_field("file", &*self.file)?;
+        st.serialize_field("layer", &*self.layer)?;
+        st.serialize_field("op_type", &*self.op_type)?;
+        st.serialize_field("index", &self.index)?;
+        st.end()
+    }
+}
+
 impl fmt::Display for Span {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(

@@ -181,9 +181,11 @@ pub struct Assignment {
 /// What the solver did.
 #[derive(Clone, Debug, Serialize)]
 pub struct SolverInfo {
-    /// The cost of the chosen assignment.
+    /// The cost of the chosen assignment (ns, estimated).
+    #[serde(rename = "objective_ns")]
     pub objective: f64,
-    /// A proved lower bound on the optimal cost.
+    /// A proved lower bound on the optimal cost (ns).
+    #[serde(rename = "lower_bound_ns")]
     pub lower_bound: f64,
     /// The relative gap between the two.
     pub gap: f64,
@@ -316,41 +318,101 @@ impl Planner for Global {
 
 /// The planner of a name: keep, local, greedy or global.
 pub fn planner_by_name(name: &str) -> Result<Box<dyn Planner>, PlanError> {
-    Ok(match name {
-        "keep" => Box::new(Keep),
-        "local" => Box::new(Local),
-        "greedy" => Box::new(Greedy),
-        "global" => Box::new(Global {
-            options: SolveOptions::default(),
-        }),
-        other => return Err(PlanError::UnknownPlanner(other.to_string())),
-    })
+    Ok(name.parse::<PlannerKind>()?.build())
+}
+
+/// The planners by name: the typed choice of the library API (`api::Planner`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PlannerKind {
+    /// Every op in its source (row-major) layout: no transforms.
+    Keep,
+    /// Each op in its preferred layout, transforms between disagreeing neighbours.
+    Local,
+    /// `Local`, then single-op moves while they lower the cost.
+    Greedy,
+    /// The whole graph as one assignment problem, solved with a lower bound.
+    Global,
+}
+
+impl PlannerKind {
+    /// Every planner, in the order the command line's `compare` lists them.
+    pub const ALL: [PlannerKind; 4] = [
+        PlannerKind::Keep,
+        PlannerKind::Local,
+        PlannerKind::Greedy,
+        PlannerKind::Global,
+    ];
+
+    /// The planner's name as the command line spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            PlannerKind::Keep => "keep",
+            PlannerKind::Local => "local",
+            PlannerKind::Greedy => "greedy",
+            PlannerKind::Global => "global",
+        }
+    }
+
+    /// The planner itself.
+    pub fn build(self) -> Box<dyn Planner> {
+        match self {
+            PlannerKind::Keep => Box::new(Keep),
+            PlannerKind::Local => Box::new(Local),
+            PlannerKind::Greedy => Box::new(Greedy),
+            PlannerKind::Global => Box::new(Global {
+                options: Default::default(),
+            }),
+        }
+    }
+}
+
+impl std::str::FromStr for PlannerKind {
+    type Err = PlanError;
+    fn from_str(s: &str) -> Result<PlannerKind, PlanError> {
+        PlannerKind::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| PlanError::UnknownPlanner(s.to_string()))
+    }
+}
+
+impl std::fmt::Display for PlannerKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// One transform the plan keeps.
 #[derive(Clone, Debug, Serialize)]
 pub struct TransformInfo {
-    /// The value transformed.
+    /// The model tensor transformed.
+    #[serde(rename = "tensor")]
     pub value: String,
     /// Its layout before.
     pub from: String,
     /// Its layout after.
     pub to: String,
-    /// Bytes of the value.
+    /// Bytes the transform reads and writes (0 for a relabelling).
+    #[serde(rename = "moved_bytes")]
     pub bytes: usize,
     /// Both layouts put every element at the same offset: no data moves.
     pub relabel: bool,
     /// The layers on either side of it.
-    pub spans: String,
+    pub spans: Vec<Span>,
 }
 
-/// The layout of one value.
+/// Where a model tensor lives in a planned graph.
 #[derive(Clone, Debug, Serialize)]
-pub struct ValueLayout {
-    /// The value's name.
-    pub value: String,
-    /// Its layout.
+pub struct TensorLayout {
+    /// The layout its producer writes it in.
     pub layout: String,
+    /// Whether that is the row-major layout of its logical shape.
+    pub row_major: bool,
+    /// Its element type.
+    pub dtype: String,
+    /// Its logical shape.
+    pub shape: Vec<usize>,
 }
 
 /// What a plan decided and what it costs.
@@ -361,9 +423,11 @@ pub struct PlanReport {
     /// The planner that ran.
     pub planner: String,
     /// The target layout family.
+    #[serde(rename = "target")]
     pub family: String,
-    /// Layout of every non-constant value not stored row-major.
-    pub layouts: Vec<ValueLayout>,
+    /// Every model tensor the planned graph keeps (graph inputs and op
+    /// outputs; constants and tensors folded away are not listed), by name.
+    pub tensors: BTreeMap<String, TensorLayout>,
     /// Every transform the plan keeps.
     pub transforms: Vec<TransformInfo>,
     /// Transforms that move data, and the bytes they read and write.
@@ -379,6 +443,7 @@ pub struct PlanReport {
     /// Explicit pads folded into the padding of the conv or pool after them.
     pub pad_folds: Vec<PadFold>,
     /// The planner's objective under the cost model (ns, estimated).
+    #[serde(rename = "estimated_cost_ns")]
     pub estimated_cost: f64,
     /// The solver's account, for the global planner.
     pub solver: Option<SolverInfo>,
@@ -470,11 +535,15 @@ impl PlanReport {
             let _ = writeln!(
                 s,
                 "  transform {} {} -> {} ({} bytes) at {}",
-                t.value, t.from, t.to, t.bytes, t.spans
+                t.value,
+                t.from,
+                t.to,
+                t.bytes,
+                format_spans(&t.spans)
             );
         }
-        for v in &self.layouts {
-            let _ = writeln!(s, "  layout {} {}", v.value, v.layout);
+        for (name, t) in self.tensors.iter().filter(|(_, t)| !t.row_major) {
+            let _ = writeln!(s, "  layout {name} {}", t.layout);
         }
         s
     }
@@ -486,6 +555,40 @@ pub struct Plan {
     pub graph: Graph,
     /// What the plan decided.
     pub report: PlanReport,
+}
+
+impl Plan {
+    /// The storage layout of the model tensor `name` in the planned graph, as
+    /// its producer writes it (a transform after it may hand its consumers
+    /// another); `None` when no tensor of that name survives planning (an
+    /// explicit Pad or a batch norm folded into a convolution) or it names no
+    /// tensor at all. `report.tensors` lists them all.
+    pub fn layout_of(&self, name: &str) -> Option<Layout> {
+        self.graph.node_ids().into_iter().find_map(|id| {
+            let n = self.graph.node(id);
+            let k = n.outputs.iter().position(|v| v.name == name)?;
+            holds_model_tensors(&n.op).then(|| stored_layout(n, k))?
+        })
+    }
+}
+
+/// Whether a planned node's outputs are model tensors: not a constant, nor a
+/// transform the plan added.
+fn holds_model_tensors(op: &Op) -> bool {
+    !matches!(
+        op,
+        Op::Constant(_) | Op::LayoutTransform(_) | Op::PadWith(_) | Op::Crop(_)
+    )
+}
+
+/// The layout output `k` of a planned node is stored in (`None` only for a
+/// rank too high to name its axes).
+fn stored_layout(n: &crate::graph::Node, k: usize) -> Option<Layout> {
+    match &n.op {
+        Op::InLayout(l) => Some(l.outputs[k].0.clone()),
+        Op::LayoutTransform(LayoutTransform { to, .. }) => Some(to.clone()),
+        _ => Layout::identity(n.outputs[k].ty.shape.len()).ok(),
+    }
 }
 
 /// Plans `g` with `planner` for `family` and materialises the result.
@@ -534,9 +637,9 @@ pub struct RewriteInfo {
     pub iterations: usize,
     /// The extractor used.
     pub extraction: String,
-    /// Estimated cost before rewriting.
+    /// Estimated cost before rewriting (the e-graph's cost units).
     pub cost_before: f64,
-    /// Estimated cost after rewriting.
+    /// Estimated cost after rewriting (the e-graph's cost units).
     pub cost_after: f64,
 }
 
@@ -634,7 +737,7 @@ pub fn plan_with(
         model: g.name.clone(),
         planner: planner.name().to_string(),
         family: family.to_string(),
-        layouts: value_layouts(&graph),
+        tensors: tensor_layouts(&graph),
         transform_count: transforms.iter().filter(|t| !t.relabel).count(),
         relabels: transforms.iter().filter(|t| t.relabel).count(),
         transform_bytes: transforms.iter().map(|t| t.bytes).sum(),
@@ -683,32 +786,34 @@ pub fn kept_transforms(g: &Graph) -> Vec<TransformInfo> {
                     physical_bytes(&ty, from) + physical_bytes(&ty, to)
                 },
                 relabel,
-                spans: format_spans(&n.spans),
+                spans: n.spans.clone(),
             })
         })
         .collect()
 }
 
-/// The storage layout of every value a planned graph does not keep row-major.
-fn value_layouts(g: &Graph) -> Vec<ValueLayout> {
-    let mut out = Vec::new();
+/// Every model tensor of a planned graph with the layout its producer writes
+/// it in (see [`Plan::tensor_layouts`]).
+fn tensor_layouts(g: &Graph) -> BTreeMap<String, TensorLayout> {
+    let mut out = BTreeMap::new();
     for id in g.node_ids() {
         let n = g.node(id);
-        let layouts: Vec<&Layout> = match &n.op {
-            Op::InLayout(l) => l.outputs.iter().map(|(l, _)| l).collect(),
-            Op::LayoutTransform(LayoutTransform { to, .. }) => vec![to],
-            _ => continue,
-        };
-        for (v, l) in n.outputs.iter().zip(layouts) {
-            if !l.is_identity() {
-                out.push(ValueLayout {
-                    value: v.name.clone(),
+        if !holds_model_tensors(&n.op) {
+            continue;
+        }
+        for (k, v) in n.outputs.iter().enumerate() {
+            if let Some(l) = stored_layout(n, k) {
+                let row_major = l.is_identity();
+                let entry = TensorLayout {
                     layout: l.to_string(),
-                });
+                    row_major,
+                    dtype: v.ty.dtype.to_string(),
+                    shape: v.ty.shape.clone(),
+                };
+                out.insert(v.name.clone(), entry);
             }
         }
     }
-    out.sort_by(|a, b| a.value.cmp(&b.value));
     out
 }
 

@@ -1188,6 +1188,7 @@ fn the_profile_shows_rates_and_the_fraction_of_the_roof() {
     let ms = Duration::from_millis(1);
     let report = BenchReport {
         runs: 2,
+        times: vec![ms, ms],
         min: ms,
         p50: ms,
         p90: ms,
