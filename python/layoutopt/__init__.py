@@ -46,13 +46,16 @@ class Model:
         """The graph outputs: a list of {"name", "dtype", "shape"}."""
         return self._native.outputs
 
-    def plan(self, planner="global", target="nchwc"):
+    def plan(self, planner="global", target="nchwc", pinned=None):
         """Plans every tensor's layout.
 
         ``planner``: keep, local, greedy or global; ``target``: nchw, nhwc,
-        nchwc (block width from this CPU) or nchw<x>c.
+        nchwc (block width from this CPU) or nchw<x>c. ``pinned`` maps graph
+        inputs and outputs to the layout they arrive or leave in (e.g.
+        ``{"input": "NHWC"}``: the compiled model then takes that input as an
+        array of shape [N, H, W, C]).
         """
-        return Plan(self._native.plan(planner, target))
+        return Plan(self._native.plan(planner, target, pinned))
 
 
 class Plan:

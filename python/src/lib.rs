@@ -7,7 +7,7 @@
 //! is read in place by the runtime, and a float32 output becomes a NumPy array
 //! over the buffer the runtime wrote (kept alive by the array).
 
-use layoutopt::api::{self, json, PlanLayouts, Planner, Target};
+use layoutopt::api::{self, json, Layout, PlanLayouts, Planner, Target};
 use layoutopt::frontend::onnx::ImportOptions;
 use layoutopt::graph::{DType, Graph, Tensor, TensorData, ValueType};
 use layoutopt::layout::plan::Plan as LayoutPlan;
@@ -97,17 +97,30 @@ impl Model {
             .collect()
     }
 
-    /// Plans the layout of every tensor.
-    #[pyo3(signature = (planner = "global", target = "nchwc"))]
-    fn plan(&self, py: Python<'_>, planner: &str, target: &str) -> PyResult<Plan> {
+    /// Plans the layout of every tensor; `pinned` maps graph inputs and
+    /// outputs to the layout they arrive or leave in (e.g. {"input": "NHWC"}).
+    #[pyo3(signature = (planner = "global", target = "nchwc", pinned = None))]
+    fn plan(
+        &self,
+        py: Python<'_>,
+        planner: &str,
+        target: &str,
+        pinned: Option<HashMap<String, String>>,
+    ) -> PyResult<Plan> {
         let planner: Planner = planner
             .parse()
             .map_err(|e| PyValueError::new_err(format!("planner: {e}")))?;
         let target: Target = target
             .parse()
             .map_err(|e| PyValueError::new_err(format!("target: {e}")))?;
+        let mut planning = PlanLayouts::new(planner, target);
+        for (name, layout) in pinned.unwrap_or_default() {
+            let layout = Layout::parse(&layout)
+                .map_err(|e| PyValueError::new_err(format!("pinned '{name}': {e}")))?;
+            planning = planning.with_pinned(&name, layout);
+        }
         let plan = py
-            .allow_threads(|| PlanLayouts::new(planner, target).plan(&self.source.graph))
+            .allow_threads(|| planning.plan(&self.source.graph))
             .map_err(stage_error)?;
         Ok(Plan {
             source: self.source.clone(),
@@ -148,7 +161,8 @@ impl Plan {
         let model = py
             .allow_threads(|| CompiledModel::compile(&self.plan.graph, &RuntimeOptions { threads }))
             .map_err(stage_error)?;
-        let g = &self.source.graph;
+        // The planned graph's inputs: a pinned one has its layout's physical shape.
+        let (g, source) = (&self.plan.graph, &self.source.graph);
         Ok(Compiled {
             model,
             inputs: g

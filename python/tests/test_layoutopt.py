@@ -189,3 +189,15 @@ def test_bad_inputs_raise_clear_errors(tmp_path):
         model.plan().compile(threads=10**6)
     with pytest.raises(layoutopt.Error, match="refusing to overwrite"):
         model.plan().export(model_path("resnet_small"))
+
+
+def test_a_pinned_input_is_taken_channels_last():
+    model = layoutopt.load(model_path("resnet_small"))
+    name = model.inputs[0]["name"]
+    x = random_inputs(model)[name]
+    plan = model.plan(planner="global", target="nchw8c", pinned={name: "NHWC"})
+    assert plan.layouts[name] == "NHWC"
+    got = plan.compile().run({name: np.ascontiguousarray(x.transpose(0, 2, 3, 1))})
+    assert_agree(got, onnxruntime_outputs(model_path("resnet_small"), {name: x}))
+    with pytest.raises(layoutopt.Error, match="pinned layout"):
+        model.plan(pinned={"nothing": "NHWC"})

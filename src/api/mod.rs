@@ -80,6 +80,7 @@ pub use artifacts::{check_output, explore_plans, export_plan, Exported};
 use std::io::Read;
 use std::path::Path;
 
+pub use crate::core::Layout;
 pub use crate::layout::op_rules::CostModel;
 /// The layout family a plan targets: `Nchw` (nothing to plan), `Nhwc`, or
 /// `Nchwc(x)`, channels blocked by `x` ([`Target::host_blocked`] picks `x` from
@@ -104,6 +105,9 @@ pub enum Error {
     /// A planning error.
     #[error(transparent)]
     Plan(#[from] PlanError),
+    /// The graph is malformed.
+    #[error(transparent)]
+    Graph(#[from] crate::graph::GraphError),
     /// A reference execution error.
     #[error(transparent)]
     Exec(#[from] ExecError),
@@ -188,6 +192,16 @@ impl PlanLayouts {
             cost: CostModel::default(),
             options: PlanOptions::default(),
         }
+    }
+
+    /// Pins the graph input or output `name` to `layout`: an input then
+    /// arrives stored in it (the planned graph's input, and the compiled
+    /// model's, has the layout's physical shape), an output is handed back in
+    /// it. Planning fails when the name is no input or output or the layout
+    /// does not fit its shape.
+    pub fn with_pinned(mut self, name: &str, layout: Layout) -> PlanLayouts {
+        self.options.pins.insert(name.to_string(), layout);
+        self
     }
 
     /// Plans under `cost` instead of the default cost model.
