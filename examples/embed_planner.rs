@@ -59,25 +59,6 @@ impl Pass for StorageReport {
     }
 }
 
-/// `t` (NCHW) as the channels-last tensor the host's frontend would hand over.
-fn channels_last(t: &Tensor) -> Tensor {
-    let [n, c, h, w] = t.shape[..] else {
-        return t.clone();
-    };
-    let x = t.to_f32();
-    let mut y = Vec::with_capacity(x.len());
-    for ni in 0..n {
-        for hi in 0..h {
-            for wi in 0..w {
-                for ci in 0..c {
-                    y.push(x[((ni * c + ci) * h + hi) * w + wi]);
-                }
-            }
-        }
-    }
-    Tensor::new(vec![n, h, w, c], TensorData::F32(y))
-}
-
 /// Compiles the bundled ResNet-style model through the host's pipeline, runs
 /// it on a channels-last input, and returns the largest difference from the
 /// reference executor's output of the source graph, with the post-planning
@@ -105,10 +86,13 @@ fn compile_and_check() -> Result<(f64, Vec<(String, String)>), Box<dyn std::erro
 
     // Seeded input; the planned model takes it channels-last.
     let n = input.ty.numel();
-    let x: Vec<f32> = (0..n).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+    let x: Vec<f32> = (0..n)
+        .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+        .collect();
     let x = Tensor::new(input.ty.shape.clone(), TensorData::F32(x));
     let compiled = CompiledModel::compile(&planned, &RuntimeOptions { threads: 1 })?;
-    let got = compiled.run(&[channels_last(&x)])?;
+    let channels_last = Layout::parse("NHWC")?.to_physical(&x, 0.0)?;
+    let got = compiled.run(&[channels_last])?;
     let want = layoutopt::reference::run(&source, &[x])?;
     let err = got[0]
         .data

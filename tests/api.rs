@@ -8,13 +8,15 @@ mod common;
 use common::{load_test_data, max_abs_err};
 use layoutopt::api::logical::LogicalView;
 use layoutopt::api::{load_model, CostModel, Layout, PlanLayouts, Planner, Target};
-use layoutopt::graph::{Graph, Tensor, TensorData};
+use layoutopt::graph::{Graph, Tensor};
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 fn bundled(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("models").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("models")
+        .join(name)
 }
 
 fn run(g: &Graph, inputs: &[Tensor]) -> Vec<Tensor> {
@@ -26,26 +28,6 @@ fn assert_close(expected: &Tensor, actual: &Tensor) {
     assert_eq!(expected.shape, actual.shape);
     let (err, mag) = max_abs_err(expected, actual);
     assert!(err <= 1e-4 * mag.max(1.0), "max abs error {err:.3e}");
-}
-
-/// `t` (logical NCHW) with its elements in NHWC order, as a tensor of the
-/// physical shape [N, H, W, C].
-fn to_nhwc(t: &Tensor) -> Tensor {
-    let [n, c, h, w] = t.shape[..] else {
-        panic!("not rank 4: {:?}", t.shape)
-    };
-    let x = t.to_f32();
-    let mut y = Vec::with_capacity(x.len());
-    for ni in 0..n {
-        for hi in 0..h {
-            for wi in 0..w {
-                for ci in 0..c {
-                    y.push(x[((ni * c + ci) * h + hi) * w + wi]);
-                }
-            }
-        }
-    }
-    Tensor::new(vec![n, h, w, c], TensorData::F32(y))
 }
 
 #[test]
@@ -69,7 +51,10 @@ fn layout_of_names_model_tensors() {
         .plan(&g)
         .unwrap();
     let input = g.value(layoutopt::graph::ValueRef::new(g.inputs()[0], 0));
-    assert_eq!(plan.layout_of(&input.name).unwrap(), Layout::identity(4).unwrap());
+    assert_eq!(
+        plan.layout_of(&input.name).unwrap(),
+        Layout::identity(4).unwrap()
+    );
     assert_eq!(plan.layout_of("no such tensor"), None);
     // The report lists every kept model tensor, and agrees with layout_of.
     let blocked = Layout::parse("NCHW16c").unwrap();
@@ -96,9 +81,15 @@ fn a_pinned_input_arrives_in_its_layout_and_a_pinned_output_leaves_in_its() {
         .with_pinned(&output, Layout::parse("CN").unwrap())
         .plan(&g)
         .unwrap();
-    let planned_input = plan.graph.node(plan.graph.inputs()[0]).outputs[0].ty.clone();
+    let planned_input = plan.graph.node(plan.graph.inputs()[0]).outputs[0]
+        .ty
+        .clone();
     assert_eq!(planned_input.shape, vec![1, 32, 32, 3]);
-    let got = run(&plan.graph, &[to_nhwc(&inputs[0])]);
+    let nhwc = Layout::parse("NHWC")
+        .unwrap()
+        .to_physical(&inputs[0], 0.0)
+        .unwrap();
+    let got = run(&plan.graph, &[nhwc]);
     // The [1, 10] logits come back transposed: [10, 1] in memory.
     assert_eq!(got[0].shape, vec![10, 1]);
     assert_close(&expected[0].reshaped(vec![10, 1]), &got[0]);
@@ -116,8 +107,14 @@ fn pins_that_do_not_fit_are_refused() {
             .unwrap_or_default()
     };
     let no_such = plan("no_such_input", "NHWC");
-    assert!(no_such.contains("'no_such_input' is no graph input or output"), "{no_such}");
-    let input = g.value(layoutopt::graph::ValueRef::new(g.inputs()[0], 0)).name.clone();
+    assert!(
+        no_such.contains("'no_such_input' is no graph input or output"),
+        "{no_such}"
+    );
+    let input = g
+        .value(layoutopt::graph::ValueRef::new(g.inputs()[0], 0))
+        .name
+        .clone();
     let wrong_rank = plan(&input, "NC");
     assert!(wrong_rank.contains("pinned layout"), "{wrong_rank}");
 }
@@ -163,7 +160,11 @@ fn the_logical_view_sees_the_same_ops_in_every_plan() {
         let global = PlanLayouts::new(Planner::Global, Target::Nchwc(16))
             .plan(&g)
             .unwrap();
-        assert_eq!(logical_ops(&keep.graph), logical_ops(&global.graph), "{model}");
+        assert_eq!(
+            logical_ops(&keep.graph),
+            logical_ops(&global.graph),
+            "{model}"
+        );
         let view = LogicalView::new(&global.graph);
         let mut blocked = 0;
         for id in view.compute_nodes().unwrap() {

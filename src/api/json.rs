@@ -28,29 +28,7 @@ pub fn document<T: Serialize>(command: &str, model: &Path, body: &T) -> String {
         Ok(serde_json::Value::Object(fields)) => doc.extend(fields),
         other => unreachable!("a document body is an object, not {other:?}"),
     }
-    // Spans name the model file as the user gave it: keep its name only.
-    let mut doc = serde_json::Value::Object(doc);
-    strip_span_folders(&mut doc);
-    serde_json::to_string_pretty(&doc).unwrap_or_default()
-}
-
-/// Drops the folders of the `file` of every span object, so no document
-/// carries a path of the machine it was made on.
-fn strip_span_folders(v: &mut serde_json::Value) {
-    match v {
-        serde_json::Value::Object(m) => {
-            if m.contains_key("layer") && m.contains_key("op_type") {
-                if let Some(serde_json::Value::String(f)) = m.get_mut("file") {
-                    if let Some(name) = Path::new(f.as_str()).file_name() {
-                        *f = name.to_string_lossy().into_owned();
-                    }
-                }
-            }
-            m.values_mut().for_each(strip_span_folders);
-        }
-        serde_json::Value::Array(a) => a.iter_mut().for_each(strip_span_folders),
-        _ => {}
-    }
+    serde_json::to_string_pretty(&serde_json::Value::Object(doc)).unwrap_or_default()
 }
 
 /// The `plan` document: the plan report.

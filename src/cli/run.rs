@@ -251,7 +251,7 @@ pub fn run(
         .iter()
         .zip(&names)
         .enumerate()
-        .map(|(i, (out, name))| summarize(name, out, expected.as_ref().map(|e| &e[i])))
+        .map(|(i, (out, name))| summarize(name, out, expected.as_ref().map(|e| (i, &e[i]))))
         .collect::<Result<Vec<_>, _>>()?;
     if json {
         let doc = RunDoc {
@@ -310,7 +310,7 @@ pub fn run(
 fn summarize(
     name: &str,
     out: &Tensor,
-    expected: Option<&Tensor>,
+    expected: Option<(usize, &Tensor)>,
 ) -> Result<OutputSummary, Box<dyn std::error::Error>> {
     // Read in pieces: an f64 copy of a whole large output would double the
     // memory the run needs.
@@ -322,10 +322,10 @@ fn summarize(
         }
     }
     let (mut max_abs_error, mut mismatched) = (None, None);
-    if let Some(exp) = expected {
+    if let Some((i, exp)) = expected {
         if exp.dtype() != out.dtype() || exp.shape != out.shape {
             return Err(format!(
-                "the recorded output is {}{:?}, but output '{name}' is {}{:?}",
+                "recorded output {i} is {}{:?}, but output '{name}' is {}{:?}",
                 exp.dtype(),
                 exp.shape,
                 out.dtype(),
