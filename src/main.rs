@@ -117,7 +117,10 @@ enum Command {
     /// Plan a model and write the planned graph as a standard ONNX model.
     ///
     /// Layout transforms become Transpose / Reshape / Pad / Slice nodes, so any
-    /// ONNX runtime runs the plan with the source model's outputs.
+    /// ONNX runtime runs the plan with the source model's outputs. The export is
+    /// a verification artefact (the plan, checkable in another runtime), not a
+    /// faster model: runtimes without blocked kernels run those nodes as extra
+    /// work, so it usually runs slower there than the source model.
     Export {
         /// The model file (.onnx or .tflite).
         model: PathBuf,

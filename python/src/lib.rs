@@ -173,10 +173,9 @@ impl Plan {
                     (v.name.clone(), v.ty.clone())
                 })
                 .collect(),
-            outputs: g
-                .outputs()
-                .iter()
-                .map(|&v| g.value(v).name.clone())
+            // The model's output names (the planned graph ends in transforms).
+            outputs: (source.outputs().iter())
+                .map(|&v| source.value(v).name.clone())
                 .collect(),
         })
     }

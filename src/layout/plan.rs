@@ -253,7 +253,7 @@ pub struct SolverInfo {
 }
 
 /// A layout planner.
-pub trait Planner {
+pub trait Planner: Send + Sync {
     /// The planner's name as the command line spells it.
     fn name(&self) -> &'static str;
     /// Chooses an impl for each node of `space`.
