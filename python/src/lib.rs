@@ -271,9 +271,11 @@ fn held_input<'py>(array: &Bound<'py, PyAny>, name: &str, ty: &ValueType) -> PyR
         DType::F32 => {
             let a = array.downcast::<PyArrayDyn<f32>>().map_err(|_| wrong())?;
             let r = a.readonly();
-            match r.as_slice() {
-                Ok(_) => Held::Borrowed(r),
-                Err(_) => Held::Owned(Tensor::from_f32(
+            // Only C order is the runtime's row-major order (numpy's
+            // `as_slice` also takes Fortran-ordered arrays).
+            match a.is_c_contiguous() {
+                true => Held::Borrowed(r),
+                false => Held::Owned(Tensor::from_f32(
                     ty.shape.clone(),
                     r.as_array().iter().cloned().collect(),
                 )),
