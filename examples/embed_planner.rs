@@ -33,9 +33,11 @@ impl Pass for DeadCode {
     }
 }
 
-/// What the host's post-planning pass found: each computing op's logical kind
-/// and the layout it writes, in order.
-type Findings = Rc<RefCell<Vec<(String, String)>>>;
+/// Each computing op's logical kind and the layout it writes, in order.
+type Found = Vec<(String, String)>;
+
+/// What the host's post-planning pass found, shared with the caller.
+type Findings = Rc<RefCell<Found>>;
 
 /// The host compiler's pass after planning: reads the physical planned graph
 /// as logical ops with storage layouts, as `api::logical` documents.
@@ -63,7 +65,7 @@ impl Pass for StorageReport {
 /// it on a channels-last input, and returns the largest difference from the
 /// reference executor's output of the source graph, with the post-planning
 /// findings.
-fn compile_and_check() -> Result<(f64, Vec<(String, String)>), Box<dyn std::error::Error>> {
+fn compile_and_check() -> Result<(f64, Found), Box<dyn std::error::Error>> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/resnet_small/model.onnx");
     let source = load_model(&path)?;
     let input = source.node(source.inputs()[0]).outputs[0].clone();
