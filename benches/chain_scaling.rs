@@ -7,7 +7,7 @@
 //! Prints one table; linear growth is the goal (10x the nodes, about 10x the
 //! time and memory).
 
-use layoutopt::api::{self, PlanLayouts};
+use layoutopt::api::{self, PlanLayouts, Planner, Target};
 use layoutopt::frontend::onnx::tensor_to_proto;
 use layoutopt::graph::{Tensor, ValueRef};
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
@@ -124,8 +124,7 @@ fn child(kind: &str, n: usize) {
     let g = api::load_model(&path).expect("imports");
     let import = t.elapsed().as_secs_f64();
     let t = Instant::now();
-    let plan = PlanLayouts::new("global", "nchwc")
-        .unwrap()
+    let plan = PlanLayouts::new(Planner::Global, Target::host_blocked())
         .plan(&g)
         .expect("plans");
     let planning = t.elapsed().as_secs_f64();

@@ -310,11 +310,10 @@ def bench_args(model: Path, plan: str, args) -> list[str]:
 
 def layoutopt_ms(exe: str, model: Path, plan: str, args):
     """layoutopt's p50 over --runs: (ms, None) or (None, error)."""
-    r, err = layoutopt(exe, bench_args(model, plan, args))
+    r, err = layoutopt(exe, [*bench_args(model, plan, args), "--json"])
     if err:
         return None, err
-    p50 = re.search(r"p50 ([0-9.]+) ms", r.stdout)
-    return (float(p50.group(1)), None) if p50 else (None, "no p50 in the bench output")
+    return json.loads(r.stdout)["timing"]["p50_ms"], None  # docs/json-schema.md
 
 
 def layoutopt_profile(exe: str, model: Path, plan: str, args) -> str:

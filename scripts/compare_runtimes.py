@@ -10,8 +10,8 @@ seeded noise: latency does not depend on the values).
 """
 
 import argparse
+import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -67,14 +67,11 @@ def time_tract(model: Path, x: np.ndarray, warmup: int, runs: int):
 def time_layoutopt(binary: str, model: Path, threads: int, warmup: int, runs: int):
     out = subprocess.run(
         [binary, "bench", str(model), "--threads", str(threads), "--runs", str(runs),
-         "--warmup", str(warmup)],
+         "--warmup", str(warmup), "--json"],
         check=True, capture_output=True, text=True,
     ).stdout
-    p50 = re.search(r"p50 ([0-9.]+) ms", out)
-    compiled = re.search(r"compiled in ([0-9.]+) ms", out)
-    if not p50:
-        raise RuntimeError(f"unexpected layoutopt output:\n{out}")
-    return float(p50.group(1)), float(compiled.group(1)) if compiled else float("nan")
+    timing = json.loads(out)["timing"]  # docs/json-schema.md
+    return timing["p50_ms"], timing["compile_ms"]
 
 
 def main() -> int:

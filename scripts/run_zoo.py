@@ -11,6 +11,7 @@ onnxruntime on the same model's ONNX form), 2 threads each.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import statistics
 import subprocess
@@ -65,9 +66,9 @@ def layoutopt_run(exe: str, model: Path):
 
 
 def layoutopt_ms(exe: str, model: Path) -> float:
-    r = subprocess.run([exe, "bench", str(model), "--runs", "20", "--warmup", "3", "--threads", "2"],
-                       capture_output=True, text=True, check=True)
-    return float(re.search(r"p50 ([0-9.]+) ms", r.stdout).group(1))
+    r = subprocess.run([exe, "bench", str(model), "--runs", "20", "--warmup", "3", "--threads", "2",
+                        "--json"], capture_output=True, text=True, check=True)
+    return json.loads(r.stdout)["timing"]["p50_ms"]  # docs/json-schema.md
 
 
 def ort_ms(onnx_path: Path) -> float:

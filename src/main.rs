@@ -7,7 +7,8 @@
 mod cli;
 
 use clap::{Parser, Subcommand};
-use cli::{Planning, PLANNERS};
+use cli::Planning;
+use layoutopt::api::{Planner, Target};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -27,6 +28,10 @@ struct Cli {
     /// else half the machine's available memory.
     #[arg(long, global = true, value_name = "BYTES", value_parser = cli::parse_memory_limit)]
     memory_limit: Option<u64>,
+    /// Print the result as one JSON document (schema in docs/json-schema.md)
+    /// instead of text.
+    #[arg(long, global = true)]
+    json: bool,
 }
 
 #[derive(Subcommand)]
@@ -46,9 +51,6 @@ enum Command {
         shapes: cli::InputShapes,
         #[command(flatten)]
         planning: Planning,
-        /// Print the report as JSON.
-        #[arg(long)]
-        json: bool,
         #[command(flatten)]
         conv: cli::native::ConvAlgoArg,
     },
@@ -60,12 +62,13 @@ enum Command {
         shapes: cli::InputShapes,
         /// Target layout family: nchw, nhwc, nchwc (block width from this CPU) or nchw<x>c.
         #[arg(long, default_value = "nchwc", value_parser = cli::parse_target)]
-        target: String,
+        target: Target,
         /// Folder of `*.rules` files to rewrite with instead of the built-in rules
         /// (also LAYOUTOPT_RULES).
         #[arg(long, value_name = "DIR")]
         rules: Option<PathBuf>,
-        /// Also run every plan once and report its time.
+        /// Also compile every plan (timed apart) and time 10 runs after 3
+        /// untimed ones.
         #[arg(long)]
         measure: bool,
     },
@@ -118,7 +121,10 @@ enum Command {
     /// Plan a model and write the planned graph as a standard ONNX model.
     ///
     /// Layout transforms become Transpose / Reshape / Pad / Slice nodes, so any
-    /// ONNX runtime runs the plan with the source model's outputs.
+    /// ONNX runtime runs the plan with the source model's outputs. The export is
+    /// a verification artefact (the plan, checkable in another runtime), not a
+    /// faster model: runtimes without blocked kernels run those nodes as extra
+    /// work, so it usually runs slower there than the source model.
     Export {
         /// The model file (.onnx or .tflite).
         model: PathBuf,
@@ -144,8 +150,8 @@ enum Command {
         #[command(flatten)]
         planning: Planning,
         /// The planner shown beside `--planner`.
-        #[arg(long, default_value = "local", value_parser = PLANNERS)]
-        against: String,
+        #[arg(long, default_value = "local", value_parser = cli::planner_parser())]
+        against: Planner,
         #[command(flatten)]
         conv: cli::native::ConvAlgoArg,
     },
@@ -162,15 +168,15 @@ fn main() -> ExitCode {
             }
         }
     }
+    let json = cli.json;
     let result = match &cli.command {
-        Command::Inspect { model, shapes } => cli::inspect::inspect(model, shapes),
+        Command::Inspect { model, shapes } => cli::inspect::inspect(model, shapes, json),
         Command::Plan {
             model,
             shapes,
             planning,
-            json,
             conv,
-        } => cli::plan::plan(model, shapes, planning, *json, &conv.options(0)),
+        } => cli::plan::plan(model, shapes, planning, json, &conv.options(0)),
         Command::Compare {
             model,
             shapes,
@@ -179,11 +185,11 @@ fn main() -> ExitCode {
             measure,
         } => {
             let planning = cli::Planning {
-                planner: String::new(),
-                target: target.clone(),
+                planner: Planner::Global,
+                target: *target,
                 rules: rules.clone(),
             };
-            cli::plan::compare(model, shapes, &planning, *measure)
+            cli::plan::compare(model, shapes, &planning, *measure, json)
         }
         Command::Run {
             model,
@@ -201,7 +207,7 @@ fn main() -> ExitCode {
             inputs,
             *seed,
             planning,
-            (&conv.options(*threads), *check_finite),
+            (&conv.options(*threads), *check_finite, json),
             output_dir.as_deref(),
         ),
         Command::Bench {
@@ -209,13 +215,13 @@ fn main() -> ExitCode {
             shapes,
             bench,
             planning,
-        } => cli::run::bench(model, shapes, planning, bench),
+        } => cli::run::bench(model, shapes, planning, bench, json),
         Command::Export {
             model,
             shapes,
             output,
             planning,
-        } => cli::export::export(model, shapes, output, planning),
+        } => cli::export::export(model, shapes, output, planning, json),
         Command::Explore {
             model,
             shapes,
@@ -223,7 +229,14 @@ fn main() -> ExitCode {
             planning,
             against,
             conv,
-        } => cli::export::explore(model, shapes, output, planning, against, &conv.options(0)),
+        } => cli::export::explore(
+            model,
+            shapes,
+            output,
+            planning,
+            (*against, json),
+            &conv.options(0),
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -172,7 +172,7 @@ fn plan_prints_text_and_json() {
     assert_eq!(j.code, 0, "{}", j.stderr);
     let v: serde_json::Value = serde_json::from_str(&j.stdout).unwrap();
     assert_eq!(v["planner"], "keep");
-    assert_eq!(v["family"], "NHWC");
+    assert_eq!(v["target"], "NHWC");
     assert_eq!(v["transform_count"], 0); // keep leaves every tensor row-major
     let t = layoutopt(&["plan", &model("tflite_cnn", "model.tflite"), "--json"]);
     assert_eq!(t.code, 0, "{}", t.stderr);
@@ -184,15 +184,17 @@ fn compare_has_a_row_per_planner() {
     let o = layoutopt(&["compare", &resnet(), "--target", "nchw8c", "--measure"]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     let lines: Vec<&str> = o.stdout.lines().collect();
-    assert!(lines[0].contains("bytes moved") && lines[0].contains("run (ms)"));
+    assert!(lines[0].contains("bytes moved") && lines[0].contains("compile (ms)"));
     for (line, planner) in lines[1..].iter().zip(["keep", "local", "greedy", "global"]) {
         let cols: Vec<&str> = line.split_whitespace().collect();
         assert_eq!(cols[0], planner);
-        assert_eq!(cols.len(), 7, "{line}");
-        // Measured: a time in ms.
+        assert_eq!(cols.len(), 8, "{line}");
+        // Measured: the compile time and the median run, in ms.
         assert!(cols[6].parse::<f64>().unwrap() > 0.0, "{line}");
+        assert!(cols[7].parse::<f64>().unwrap() > 0.0, "{line}");
     }
-    assert_eq!(lines.len(), 5);
+    assert_eq!(lines.len(), 6);
+    assert!(lines[5].contains("the median of 10"), "{}", lines[5]);
     // keep moves nothing.
     assert_eq!(lines[1].split_whitespace().nth(1), Some("0"));
 }

@@ -3,19 +3,17 @@
 //! source spans and its schedule record with a loop nest after each primitive.
 //! `scripts/check_explorer.py` checks the same page through Chromium's DOM.
 
-use layoutopt::api::{load_model, PlanLayouts};
+use layoutopt::api::{load_model, PlanLayouts, Planner, Target};
 use layoutopt::graph::Op;
 use std::path::Path;
 
 fn page() -> (layoutopt::graph::Graph, String, [usize; 2], usize) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/resnet_small/model.onnx");
     let g = load_model(&path).unwrap();
-    let a = PlanLayouts::new("global", "nchw16c")
-        .unwrap()
+    let a = PlanLayouts::new(Planner::Global, Target::Nchwc(16))
         .plan(&g)
         .unwrap();
-    let b = PlanLayouts::new("local", "nchw16c")
-        .unwrap()
+    let b = PlanLayouts::new(Planner::Local, Target::Nchwc(16))
         .plan(&g)
         .unwrap();
     let drawn = |p: &layoutopt::layout::plan::Plan| {
@@ -131,8 +129,7 @@ fn fused_groups_are_the_compiled_steps_and_shown_on_their_nodes() {
     use layoutopt::runtime::{CompiledModel, RuntimeOptions};
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/resnet_small/model.onnx");
     let g = load_model(&path).unwrap();
-    let plan = PlanLayouts::new("global", "nchw16c")
-        .unwrap()
+    let plan = PlanLayouts::new(Planner::Global, Target::Nchwc(16))
         .plan(&g)
         .unwrap();
     let groups = CompiledModel::fusion_groups(&plan.graph).unwrap();

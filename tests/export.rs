@@ -8,7 +8,7 @@
 mod common;
 
 use common::{load_test_data, max_abs_err, tolerance};
-use layoutopt::api::{load_model, PlanLayouts};
+use layoutopt::api::{load_model, PlanLayouts, Planner, Target};
 use layoutopt::export::{export_bytes, export_model, ExportOptions};
 use layoutopt::frontend::onnx::{import_onnx, ImportOptions};
 use layoutopt::graph::Op;
@@ -19,8 +19,6 @@ use std::path::PathBuf;
 fn bundled_models() -> Vec<PathBuf> {
     common::bundled_models(true)
 }
-
-const PLANNERS: [&str; 4] = ["keep", "local", "greedy", "global"];
 
 #[test]
 fn exported_plans_compute_the_recorded_outputs() {
@@ -35,10 +33,10 @@ fn exported_plans_compute_the_recorded_outputs() {
             .iter()
             .map(|&v| g.value(v).name.clone())
             .collect();
-        for target in ["nchw16c", "nhwc"] {
-            for name in PLANNERS {
+        for target in [Target::Nchwc(16), Target::Nhwc] {
+            for name in Planner::ALL {
                 let what = format!("{} {name} {target}", path.display());
-                let planned = PlanLayouts::new(name, target).unwrap().plan(&g).unwrap();
+                let planned = PlanLayouts::new(name, target).plan(&g).unwrap();
                 let opts = ExportOptions {
                     output_names: Some(names.clone()),
                     symbolic_batch: None,

@@ -7,7 +7,7 @@
 mod common;
 
 use common::{measure, model, model_bytes, node, scratch_dir, value_info, Child};
-use layoutopt::api::{self, PlanLayouts};
+use layoutopt::api::{self, PlanLayouts, Planner, Target};
 use layoutopt::graph::{DType, Tensor};
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 use onnx_protobuf::NodeProto;
@@ -114,8 +114,7 @@ fn run_case(kind: &str, n: usize) -> Child {
 /// with the reference executor.
 fn pipeline(path: &Path) {
     let g = api::load_model(path).expect("imports");
-    let plan = PlanLayouts::new("global", "nchwc")
-        .unwrap()
+    let plan = PlanLayouts::new(Planner::Global, Target::host_blocked())
         .plan(&g)
         .expect("plans");
     let model = CompiledModel::compile(

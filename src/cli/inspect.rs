@@ -1,53 +1,45 @@
 //! `inspect`: the imported graph, node by node.
 
 use super::{load, CliResult, InputShapes};
-use layoutopt::graph::{format_spans, Op};
-use std::collections::BTreeMap;
+use layoutopt::api::json::{document, Inspection};
+use layoutopt::graph::format_spans;
 use std::path::Path;
 
-pub fn inspect(model: &Path, shapes: &InputShapes) -> CliResult {
+pub fn inspect(model: &Path, shapes: &InputShapes, json: bool) -> CliResult {
     let g = load(model, shapes)?;
-    let order = g.topo_order()?;
-    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-    let constants = order
-        .iter()
-        .filter(|&&id| matches!(g.node(id).op, Op::Constant(_)))
-        .count();
+    let inspection = Inspection::of(&g)?;
+    if json {
+        outln!("{}", document("inspect", model, &inspection))?;
+        return Ok(());
+    }
     outln!(
         "graph '{}': {} nodes ({} constants), {} inputs, {} outputs",
-        g.name,
+        inspection.graph,
         g.node_count(),
-        constants,
-        g.inputs().len(),
-        g.outputs().len()
+        inspection.constants,
+        inspection.inputs.len(),
+        inspection.outputs.len()
     )?;
     outln!("  {:<20} {:<44} {:<10} source", "op", "outputs", "layout")?;
-    for id in order {
-        let n = g.node(id);
-        if matches!(n.op, Op::Constant(_)) {
-            continue;
-        }
-        *counts.entry(n.op.kind_name()).or_default() += 1;
+    for n in &inspection.nodes {
         let outs: Vec<String> = n
             .outputs
             .iter()
-            .map(|v| format!("{} {}", v.name, v.ty))
+            .map(|v| format!("{} {}{:?}", v.name, v.dtype, v.shape))
             .collect();
-        // An imported graph stores every tensor row-major (TFLite activations
-        // are NHWC tensors, row-major); a planned op says where its output lives.
-        let layout = match &n.op {
-            Op::InLayout(l) => l.outputs[0].0.to_string(),
-            _ => "row-major".to_string(),
-        };
         outln!(
             "  {:<20} {:<44} {:<10} {}",
-            n.op.kind_name(),
+            n.op,
             outs.join(", "),
-            layout,
+            n.layout,
             format_spans(&n.spans)
         )?;
     }
-    let summary: Vec<String> = counts.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    let summary: Vec<String> = inspection
+        .op_counts
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
     outln!("ops: {}", summary.join(", "))?;
     Ok(())
 }

@@ -25,10 +25,9 @@ pub mod plan;
 pub mod progress;
 pub mod run;
 
-use layoutopt::api::{self, PlanLayouts};
+use layoutopt::api::{self, PlanLayouts, Planner, Target};
 use layoutopt::frontend::onnx::ImportOptions;
 use layoutopt::graph::Graph;
-use layoutopt::layout::op_rules::Family;
 use layoutopt::layout::plan::Plan;
 use layoutopt::layout::rules::RuleSource;
 use std::path::Path;
@@ -36,13 +35,18 @@ use std::path::Path;
 /// What a command returns: any stage's error, printed on stderr by `main`.
 pub type CliResult = Result<(), Box<dyn std::error::Error>>;
 
-pub const PLANNERS: [&str; 4] = ["keep", "local", "greedy", "global"];
+/// Parses a `--planner` value (a usage error when no planner has the name),
+/// listing the planners in `--help`.
+pub fn planner_parser() -> impl clap::builder::TypedValueParser<Value = Planner> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(Planner::ALL.map(Planner::name))
+        .try_map(|s| s.parse::<Planner>())
+}
 
 /// Checks a `--target` value at parse time, so a bad one is a usage error.
-pub fn parse_target(s: &str) -> Result<String, String> {
-    Family::parse(s)
-        .map(|_| s.to_string())
-        .map_err(|e| e.to_string())
+pub fn parse_target(s: &str) -> Result<Target, String> {
+    s.parse()
+        .map_err(|e: layoutopt::layout::LayoutError| e.to_string())
 }
 
 /// Checks a `--threads` value at parse time: 0 (one per core) up to 4 per core.
@@ -82,11 +86,11 @@ pub fn memory_limit_from_env() -> Result<(), String> {
 #[derive(clap::Args, Clone)]
 pub struct Planning {
     /// Planner.
-    #[arg(long, default_value = "global", value_parser = PLANNERS)]
-    pub planner: String,
+    #[arg(long, default_value = "global", value_parser = planner_parser())]
+    pub planner: Planner,
     /// Target layout family: nchw, nhwc, nchwc (block width from this CPU) or nchw<x>c.
     #[arg(long, default_value = "nchwc", value_parser = parse_target)]
-    pub target: String,
+    pub target: Target,
     /// Folder of `*.rules` files to rewrite with instead of the built-in rules
     /// (also LAYOUTOPT_RULES).
     #[arg(long, value_name = "DIR")]
@@ -97,17 +101,17 @@ impl Planning {
     /// Plans `g` under a spinner.
     pub fn plan(&self, g: &Graph) -> Result<Plan, api::Error> {
         let msg = format!("planning with '{}' for {}", self.planner, self.target);
-        progress::step(&msg, || self.plan_with(g, &self.planner))
+        progress::step(&msg, || self.plan_with(g, self.planner))
     }
 
     /// Plans `g` with `planner` for this target and rules, warning on stderr
     /// when the rewriting could not run.
-    pub fn plan_with(&self, g: &Graph, planner: &str) -> Result<Plan, api::Error> {
+    pub fn plan_with(&self, g: &Graph, planner: Planner) -> Result<Plan, api::Error> {
         let rules = match &self.rules {
             Some(dir) => RuleSource::Dir(dir.clone()),
             None => RuleSource::from_env(),
         };
-        let plan = PlanLayouts::new(planner, &self.target)?
+        let plan = PlanLayouts::new(planner, self.target)
             .with_rules(Some(rules))
             .plan(g)?;
         if let Some(r) = &plan.report.rewrite {

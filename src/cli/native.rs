@@ -1,9 +1,11 @@
 //! The native runtime behind `run`, `bench` and `compare --measure`: compile the
 //! planned graph, run it, time it.
 
+use layoutopt::api::json::{document, BenchDoc, Execution, Timing};
 use layoutopt::graph::{format_spans, Graph, Tensor};
+use layoutopt::layout::plan::PlanReport;
 use layoutopt::runtime::bench::bench;
-use layoutopt::runtime::conv_algo::{ConvAlgoChoice, ConvAlgoOptions};
+use layoutopt::runtime::conv_algo::ConvAlgoChoice;
 use layoutopt::runtime::roofline::{cache_dir, machine_peaks};
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 use std::time::Instant;
@@ -11,7 +13,7 @@ use std::time::Instant;
 type CliResult<T> = Result<T, Box<dyn std::error::Error>>;
 
 /// How convolutions choose their algorithm (`--conv-algo`).
-#[derive(clap::Args, Clone)]
+#[derive(Default, clap::Args, Clone)]
 pub struct ConvAlgoArg {
     /// Convolution algorithm: auto (per layer the fastest of direct and each
     /// accurate Winograd size, measured at compile time and cached per CPU),
@@ -25,13 +27,9 @@ impl ConvAlgoArg {
     /// The runtime options for `threads` worker threads, measurements cached
     /// beside the roofline peaks.
     pub fn options(&self, threads: usize) -> RuntimeOptions {
-        RuntimeOptions {
-            threads,
-            conv_algo: ConvAlgoOptions {
-                choice: self.conv_algo,
-                cache: cache_dir(),
-            },
-        }
+        let mut options = RuntimeOptions::with_threads(threads);
+        options.conv_algo.choice = self.conv_algo;
+        options
     }
 }
 
@@ -64,7 +62,7 @@ pub struct BenchArgs {
 
 /// Compiles the planned graph, warning on stderr about every step that falls
 /// back to the (slow) reference executor.
-fn compile(g: &Graph, options: &RuntimeOptions) -> CliResult<CompiledModel> {
+pub fn compile(g: &Graph, options: &RuntimeOptions) -> CliResult<CompiledModel> {
     let model = CompiledModel::compile(g, options)?;
     let fallbacks = model.fallback_steps();
     if !fallbacks.is_empty() {
@@ -82,16 +80,15 @@ fn compile(g: &Graph, options: &RuntimeOptions) -> CliResult<CompiledModel> {
     Ok(model)
 }
 
-/// Compiles the planned graph and runs it once; returns the outputs and a line
-/// saying how long compiling and running took. With `check_finite`, every
-/// step's output is looked at, and a second line names the first step whose
-/// output holds NaN or an infinity, with its source layers.
+/// Compiles the planned graph and runs it once; returns the outputs and how
+/// compiling and running went. With `check_finite`, every step's output is
+/// looked at for NaN or an infinity.
 pub fn run_native(
     g: &Graph,
     inputs: &[Tensor],
     options: &RuntimeOptions,
     check_finite: bool,
-) -> CliResult<(Vec<Tensor>, String)> {
+) -> CliResult<(Vec<Tensor>, Execution)> {
     let t0 = Instant::now();
     let model = compile(g, options)?;
     let compile = t0.elapsed();
@@ -101,41 +98,68 @@ pub fn run_native(
         false => (model.run(inputs)?, None),
     };
     let run = t1.elapsed();
+    let execution = Execution {
+        compile_ms: compile.as_secs_f64() * 1e3,
+        run_ms: run.as_secs_f64() * 1e3,
+        isa: format!("{:?}", model.isa()),
+        threads: model.threads(),
+        arena_bytes: model.arena_bytes(),
+        fallback_steps: model
+            .fallback_steps()
+            .into_iter()
+            .map(|(n, _, _)| n)
+            .collect(),
+        first_non_finite: found.map(Into::into),
+    };
+    Ok((outputs, execution))
+}
+
+/// The lines `run` prints about compiling and running.
+pub fn execution_text(e: &Execution, check_finite: bool) -> String {
     let mut line = format!(
-        "compiled in {:.1} ms ({:?} kernels, {:.1} MB arena), ran in {:.2} ms (native runtime)",
-        compile.as_secs_f64() * 1e3,
-        model.isa(),
-        model.arena_bytes() as f64 / 1e6,
-        run.as_secs_f64() * 1e3
+        "compiled in {:.1} ms ({} kernels, {:.1} MB arena), ran in {:.2} ms (native runtime)",
+        e.compile_ms,
+        e.isa,
+        e.arena_bytes as f64 / 1e6,
+        e.run_ms
     );
-    match found {
+    match &e.first_non_finite {
         Some(f) => line.push_str(&format!(
             "\ncheck-finite: the first step with NaN or infinite output is '{}' ({}; {}): {} NaN, {} +inf, {} -inf of {} elements",
             f.step,
             f.kind,
             format_spans(&f.spans),
-            f.counts[0],
-            f.counts[1],
-            f.counts[2],
-            f.of
+            f.nan,
+            f.pos_inf,
+            f.neg_inf,
+            f.elements
         )),
         None if check_finite => line.push_str("\ncheck-finite: every step's output is finite"),
         None => {}
     }
-    Ok((outputs, line))
+    line
 }
 
-/// `layoutopt bench`: compile, then print latency percentiles (and the profile).
-pub fn bench_native(g: &Graph, inputs: &[Tensor], args: &BenchArgs) -> CliResult<()> {
+/// `layoutopt bench`: compile, then print latency percentiles (and the
+/// profile), as text or as the `bench` document.
+pub fn bench_native(
+    g: &Graph,
+    inputs: &[Tensor],
+    args: &BenchArgs,
+    json: Option<(&std::path::Path, &PlanReport)>,
+) -> CliResult<()> {
     let t0 = Instant::now();
     let model = compile(g, &args.conv.options(args.threads))?;
-    println!(
-        "compiled in {:.1} ms ({:?} kernels, {} threads, {:.1} MB arena)",
-        t0.elapsed().as_secs_f64() * 1e3,
-        model.isa(),
-        model.threads(),
-        model.arena_bytes() as f64 / 1e6
-    );
+    let compile = t0.elapsed();
+    if json.is_none() {
+        println!(
+            "compiled in {:.1} ms ({:?} kernels, {} threads, {:.1} MB arena)",
+            compile.as_secs_f64() * 1e3,
+            model.isa(),
+            model.threads(),
+            model.arena_bytes() as f64 / 1e6
+        );
+    }
     let roofline = match args.profile {
         true => Some(machine_peaks(
             model.threads(),
@@ -151,6 +175,13 @@ pub fn bench_native(g: &Graph, inputs: &[Tensor], args: &BenchArgs) -> CliResult
         args.runs as usize,
         roofline,
     )?;
-    print!("{report}");
+    match json {
+        Some((path, plan)) => {
+            let timing = Timing::of(&report, compile, model.threads(), args.warmup as usize);
+            let doc = BenchDoc::of(plan, &model, &report, timing);
+            println!("{}", document("bench", path, &doc));
+        }
+        None => print!("{report}"),
+    }
     Ok(())
 }

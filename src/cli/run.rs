@@ -1,16 +1,12 @@
 //! `run` and `bench`: execute a planned model on the native runtime.
 
 use super::{load, native, progress, CliResult, InputShapes, Planning};
+use layoutopt::api::json::{document, OutputSummary, RunDoc};
 use layoutopt::frontend::npy::{read_npy, read_npz, write_npy};
 use layoutopt::frontend::onnx::load_tensor_pb;
 use layoutopt::graph::{DType, Graph, Tensor, TensorData};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-/// Compiles and runs a planned graph once (for `compare --measure`).
-pub fn execute(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, Box<dyn std::error::Error>> {
-    Ok(native::run_native(g, inputs, &Default::default(), false)?.0)
-}
 
 /// Reference tensors stored beside a model in ONNX test-data layout.
 fn test_data(model: &Path, prefix: &str) -> Vec<PathBuf> {
@@ -220,7 +216,7 @@ pub fn run(
     input_files: &[InputArg],
     seed: u64,
     planning: &Planning,
-    (options, check_finite): (&layoutopt::runtime::RuntimeOptions, bool),
+    (options, check_finite, json): (&layoutopt::runtime::RuntimeOptions, bool, bool),
     output_dir: Option<&Path>,
 ) -> CliResult {
     let t0 = Instant::now();
@@ -229,19 +225,9 @@ pub fn run(
     let planned = planning.plan(&source)?;
     let g = planned.graph;
     let (inputs, expected) = model_inputs(model, &source, input_files, seed)?;
-    let (outputs, ran) = progress::step("compiling and running", || {
+    let (outputs, execution) = progress::step("compiling and running", || {
         native::run_native(&g, &inputs, options, check_finite)
     })?;
-    outln!(
-        "{}: {} nodes, imported in {:.1} ms, planned ('{}', {}) in {:.1} ms: {} transforms kept; {ran}",
-        model.display(),
-        g.node_count(),
-        ms(import_time),
-        planned.report.planner,
-        planned.report.family,
-        planned.report.timings.plan_ms,
-        planned.report.transform_count,
-    )?;
     // The model's own output names (the planned graph's may be internal).
     let names: Vec<String> = source
         .outputs()
@@ -250,56 +236,6 @@ pub fn run(
         .collect();
     if let Some(dir) = output_dir {
         write_outputs(dir, &names, &outputs)?;
-    }
-    for (i, (out, name)) in outputs.iter().zip(&names).enumerate() {
-        // Read in pieces: an f64 copy of a whole large output would double the
-        // memory the run needs.
-        let (mut min, mut max, mut sum, mut nonfinite) = (f64::INFINITY, f64::NEG_INFINITY, 0.0, 0);
-        for piece in pieces(out.numel()) {
-            for x in out.data.slice_f64(piece) {
-                (min, max, sum) = (min.min(x), max.max(x), sum + x);
-                nonfinite += usize::from(!x.is_finite());
-            }
-        }
-        let mean = sum / out.numel().max(1) as f64;
-        let head = out.data.slice_f64(0..out.numel().min(5));
-        let head: Vec<String> = head.iter().map(|x| format!("{x:.5}")).collect();
-        outln!(
-            "output '{name}' {}{:?}: min {min:.5} max {max:.5} mean {mean:.5} [{}{}]",
-            out.dtype(),
-            out.shape,
-            head.join(", "),
-            if out.numel() > 5 { ", ..." } else { "" }
-        )?;
-        if let Some(exp) = expected.as_ref().and_then(|e| e.get(i)) {
-            if exp.dtype() != out.dtype() || exp.shape != out.shape {
-                return Err(format!(
-                    "recorded output {i} is {}{:?}, but output '{name}' is {}{:?}",
-                    exp.dtype(),
-                    exp.shape,
-                    out.dtype(),
-                    out.shape
-                )
-                .into());
-            }
-            let (mut err, mut mismatched) = (0.0f64, 0);
-            for piece in pieces(out.numel()) {
-                let (e, m) = compare_values(
-                    &exp.data.slice_f64(piece.clone()),
-                    &out.data.slice_f64(piece),
-                );
-                (err, mismatched) = (err.max(e), mismatched + m);
-            }
-            outln!("  max abs error vs recorded output: {err:.3e}")?;
-            if mismatched > 0 {
-                outln!(
-                    "  {mismatched} element(s) are NaN or infinite on one side only (counted apart from the error)"
-                )?;
-            }
-        }
-        if nonfinite > 0 {
-            outln!("  {nonfinite} element(s) are NaN or infinite")?;
-        }
     }
     if let Some(exp) = &expected {
         if exp.len() != outputs.len() {
@@ -311,7 +247,113 @@ pub fn run(
             .into());
         }
     }
+    let summaries = outputs
+        .iter()
+        .zip(&names)
+        .enumerate()
+        .map(|(i, (out, name))| summarize(name, out, expected.as_ref().map(|e| (i, &e[i]))))
+        .collect::<Result<Vec<_>, _>>()?;
+    if json {
+        let doc = RunDoc {
+            planner: planned.report.planner.clone(),
+            target: planned.report.family.clone(),
+            import_ms: ms(import_time),
+            plan_ms: planned.report.timings.plan_ms,
+            transform_count: planned.report.transform_count,
+            execution,
+            outputs: summaries,
+        };
+        outln!("{}", document("run", model, &doc))?;
+        return Ok(());
+    }
+    outln!(
+        "{}: {} nodes, imported in {:.1} ms, planned ('{}', {}) in {:.1} ms: {} transforms kept; {}",
+        model.display(),
+        g.node_count(),
+        ms(import_time),
+        planned.report.planner,
+        planned.report.family,
+        planned.report.timings.plan_ms,
+        planned.report.transform_count,
+        native::execution_text(&execution, check_finite)
+    )?;
+    for (out, s) in outputs.iter().zip(&summaries) {
+        let head = out.data.slice_f64(0..out.numel().min(5));
+        let head: Vec<String> = head.iter().map(|x| format!("{x:.5}")).collect();
+        outln!(
+            "output '{}' {}{:?}: min {:.5} max {:.5} mean {:.5} [{}{}]",
+            s.name,
+            s.dtype,
+            s.shape,
+            s.min,
+            s.max,
+            s.mean,
+            head.join(", "),
+            if out.numel() > 5 { ", ..." } else { "" }
+        )?;
+        if let Some(err) = s.max_abs_error {
+            outln!("  max abs error vs recorded output: {err:.3e}")?;
+        }
+        if let Some(m) = s.mismatched.filter(|&m| m > 0) {
+            outln!(
+                "  {m} element(s) are NaN or infinite on one side only (counted apart from the error)"
+            )?;
+        }
+        if s.non_finite > 0 {
+            outln!("  {} element(s) are NaN or infinite", s.non_finite)?;
+        }
+    }
     Ok(())
+}
+
+/// An output's statistics, and its difference from the recorded output.
+fn summarize(
+    name: &str,
+    out: &Tensor,
+    expected: Option<(usize, &Tensor)>,
+) -> Result<OutputSummary, Box<dyn std::error::Error>> {
+    // Read in pieces: an f64 copy of a whole large output would double the
+    // memory the run needs.
+    let (mut min, mut max, mut sum, mut non_finite) = (f64::INFINITY, f64::NEG_INFINITY, 0.0, 0);
+    for piece in pieces(out.numel()) {
+        for x in out.data.slice_f64(piece) {
+            (min, max, sum) = (min.min(x), max.max(x), sum + x);
+            non_finite += usize::from(!x.is_finite());
+        }
+    }
+    let (mut max_abs_error, mut mismatched) = (None, None);
+    if let Some((i, exp)) = expected {
+        if exp.dtype() != out.dtype() || exp.shape != out.shape {
+            return Err(format!(
+                "recorded output {i} is {}{:?}, but output '{name}' is {}{:?}",
+                exp.dtype(),
+                exp.shape,
+                out.dtype(),
+                out.shape
+            )
+            .into());
+        }
+        let (mut err, mut m) = (0.0f64, 0);
+        for piece in pieces(out.numel()) {
+            let (e, k) = compare_values(
+                &exp.data.slice_f64(piece.clone()),
+                &out.data.slice_f64(piece),
+            );
+            (err, m) = (err.max(e), m + k);
+        }
+        (max_abs_error, mismatched) = (Some(err), Some(m));
+    }
+    Ok(OutputSummary {
+        name: name.to_string(),
+        dtype: out.dtype().to_string(),
+        shape: out.shape.clone(),
+        min,
+        max,
+        mean: sum / out.numel().max(1) as f64,
+        non_finite,
+        max_abs_error,
+        mismatched,
+    })
 }
 
 /// Writes each output as `DIR/<name>.npy` (the name with path separators and
@@ -372,17 +414,21 @@ pub fn bench(
     shapes: &InputShapes,
     planning: &Planning,
     args: &native::BenchArgs,
+    json: bool,
 ) -> CliResult {
     let source = load(model, shapes)?;
     let planned = planning.plan(&source)?;
     let (inputs, _) = model_inputs(model, &planned.graph, &[], args.seed)?;
-    outln!(
-        "{}: '{}' plan for {}",
-        model.display(),
-        planned.report.planner,
-        planned.report.family
-    )?;
-    native::bench_native(&planned.graph, &inputs, args)
+    if !json {
+        outln!(
+            "{}: '{}' plan for {}",
+            model.display(),
+            planned.report.planner,
+            planned.report.family
+        )?;
+    }
+    let json = json.then_some((model, &planned.report));
+    native::bench_native(&planned.graph, &inputs, args, json)
 }
 
 #[cfg(test)]

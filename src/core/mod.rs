@@ -14,5 +14,5 @@ mod tensor;
 pub(crate) use layout::tests;
 pub use layout::{with_fill, AlgebraError, Digit, Layout};
 pub use pad::{Assumption, PadFlow, PadValue, Requirement};
-pub use span::{format_spans, merge_spans, Span};
+pub use span::{format_spans, format_spans_portable, merge_spans, Span};
 pub use tensor::{checked_numel, numel, strides, DType, Tensor, TensorData, ValueType};

@@ -31,9 +31,33 @@ impl Span {
         }
     }
 
+    /// The model file's name without its folders: what artefacts (exports,
+    /// explorer pages, JSON documents) record, so none names a folder of the
+    /// machine that made it.
+    pub fn file_name(&self) -> &str {
+        std::path::Path::new(&*self.file)
+            .file_name()
+            .and_then(|f| f.to_str())
+            .unwrap_or(&self.file)
+    }
+
     /// The stable name given to a source node that has none: op type and index.
     pub fn default_layer_name(op_type: &str, index: usize) -> String {
         format!("{op_type}_{index}")
+    }
+}
+
+/// A span in JSON reports: `{"file", "layer", "op_type", "index"}`, the file
+/// by its name only.
+impl serde::Serialize for Span {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct as _;
+        let mut st = s.serialize_struct("Span", 4)?;
+        st.serialize_field("file", self.file_name())?;
+        st.serialize_field("layer", &*self.layer)?;
+        st.serialize_field("op_type", &*self.op_type)?;
+        st.serialize_field("index", &self.index)?;
+        st.end()
     }
 }
 
@@ -53,6 +77,18 @@ pub fn merge_spans<'a>(seqs: impl IntoIterator<Item = &'a [Span]>) -> Vec<Span> 
     out.sort_by(|a, b| (a.index, &a.layer, &a.file).cmp(&(b.index, &b.layer, &b.file)));
     out.dedup();
     out
+}
+
+/// [`format_spans`] with the file named without its folders, for artefacts.
+pub fn format_spans_portable(spans: &[Span]) -> String {
+    let named: Vec<Span> = spans
+        .iter()
+        .map(|s| Span {
+            file: s.file_name().into(),
+            ..s.clone()
+        })
+        .collect();
+    format_spans(&named)
 }
 
 /// Formats a span sequence: "file: layer 'a' (Conv #3) + layer 'b' (Relu #4)".

@@ -10,7 +10,7 @@
 
 pub mod tir_view;
 
-use crate::graph::{format_spans, Graph, GraphError, NodeId, Op, ValueType};
+use crate::graph::{format_spans_portable, Graph, GraphError, NodeId, Op, ValueType};
 use crate::layout::plan::{Plan, PlanReport};
 use crate::layout::Layout;
 use crate::ops::LayoutTransform;
@@ -307,7 +307,7 @@ fn draw(
             svg,
             r#"<g class="{class}" data-id="{node_id}" data-layers="{}" transform="translate({x},{y})"><title>{}</title><rect width="{NODE_W}" height="{NODE_H}" rx="6"/><text x="8" y="17" class="op">{}</text><text x="8" y="34" class="layout">{}</text></g>"#,
             esc(&layers.join("|")),
-            esc(&format!("{} — {}", n.name, format_spans(&n.spans))),
+            esc(&format!("{} — {}", n.name, format_spans_portable(&n.spans))),
             esc(&short(&label, 24)),
             esc(&short(&outs.join(", "), 26)),
         );
@@ -336,7 +336,7 @@ fn draw(
                 .spans
                 .iter()
                 .map(|s| SpanView {
-                    file: s.file.to_string(),
+                    file: s.file_name().to_string(),
                     layer: s.layer.to_string(),
                     op_type: s.op_type.to_string(),
                     index: s.index,

@@ -20,7 +20,9 @@
 //! as initializers) and are unpacked by the same ops; runtimes fold those.
 
 use crate::frontend::onnx::tensor_to_proto;
-use crate::graph::{format_spans, Graph, Op, Span, Tensor, ValueRef, ValueType};
+use crate::graph::{
+    format_spans, format_spans_portable, Graph, Op, Span, Tensor, ValueRef, ValueType,
+};
 use crate::ops::onnx::{Attr, OnnxCx, OnnxWriter};
 use onnx_protobuf::{
     attribute_proto::AttributeType, tensor_shape_proto, type_proto, AttributeProto, GraphProto,
@@ -447,7 +449,7 @@ impl Builder {
 
     fn at(&mut self, layer: &str, spans: &[Span]) {
         self.layer = layer.to_string();
-        self.doc = format_spans(spans);
+        self.doc = format_spans_portable(spans);
     }
 }
 

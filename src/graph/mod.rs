@@ -9,8 +9,8 @@ mod pad_fold;
 mod precision;
 
 pub use crate::core::{
-    checked_numel, format_spans, merge_spans, numel, strides, DType, Span, Tensor, TensorData,
-    ValueType,
+    checked_numel, format_spans, format_spans_portable, merge_spans, numel, strides, DType, Span,
+    Tensor, TensorData, ValueType,
 };
 pub use crate::ops::*;
 pub use canonical::reductions_as_global_pools;

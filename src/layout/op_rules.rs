@@ -40,7 +40,7 @@ impl Family {
         match lower.as_str() {
             "nchw" => Ok(Family::Nchw),
             "nhwc" => Ok(Family::Nhwc),
-            "nchwc" => Ok(Family::Nchwc(cpu_vector_lanes())),
+            "nchwc" => Ok(Family::host_blocked()),
             other => other
                 .strip_prefix("nchw")
                 .and_then(|r| r.strip_suffix('c'))
@@ -54,6 +54,11 @@ impl Family {
         }
     }
 
+    /// Channels blocked by this CPU's vector width (f32 lanes).
+    pub fn host_blocked() -> Family {
+        Family::Nchwc(cpu_vector_lanes())
+    }
+
     /// The layout this family stores a logical NCHW activation in.
     pub fn activation_layout(self) -> Option<Layout> {
         match self {
@@ -61,6 +66,13 @@ impl Family {
             Family::Nhwc => Layout::parse("NHWC").ok(),
             Family::Nchwc(x) => Layout::parse(&format!("NCHW{x}c")).ok(),
         }
+    }
+}
+
+impl std::str::FromStr for Family {
+    type Err = LayoutError;
+    fn from_str(s: &str) -> Result<Family, LayoutError> {
+        Family::parse(s)
     }
 }
 

@@ -50,6 +50,9 @@ pub enum PlanError {
     /// The solver failed.
     #[error(transparent)]
     Solve(#[from] solver::SolveError),
+    /// A pinned layout names no graph input or output, or does not fit it.
+    #[error("pinned layout: {0}")]
+    Pin(String),
     /// No planner has this name.
     #[error("unknown planner '{0}' (expected keep, local, greedy or global)")]
     UnknownPlanner(String),
@@ -73,15 +76,33 @@ pub struct PlanSpace {
     pub impls: Vec<Vec<Impl>>,
     /// Every layout the impls use.
     pub layouts: Layouts,
+    /// The layout of each graph input and output (by value), row-major unless pinned.
+    pub interface: HashMap<ValueRef, LayoutId>,
     /// The assignment problem over the nodes.
     pub problem: Problem,
 }
 
+/// Layouts pinned for graph inputs and outputs, by tensor name: an input
+/// pinned to a layout arrives stored in it (the planned graph's input has the
+/// layout's physical shape), and an output pinned is handed back in it.
+pub type Pins = HashMap<String, Layout>;
+
 impl PlanSpace {
     /// Enumerates every node's implementations and the pairwise transform costs.
     pub fn build(g: &Graph, family: Family, model: &CostModel) -> Result<PlanSpace, PlanError> {
+        PlanSpace::build_pinned(g, family, model, &Pins::new())
+    }
+
+    /// [`build`](Self::build) with graph inputs and outputs pinned to layouts.
+    pub fn build_pinned(
+        g: &Graph,
+        family: Family,
+        model: &CostModel,
+        pins: &Pins,
+    ) -> Result<PlanSpace, PlanError> {
         let order = g.topo_order()?;
         let mut layouts = Layouts::default();
+        let interface = interface_layouts(g, pins, &mut layouts)?;
         let cands = value_candidates(g, &order, family, &mut layouts)?;
         let nodes: Vec<NodeId> = order
             .iter()
@@ -93,7 +114,7 @@ impl PlanSpace {
         let mut all_impls = Vec::with_capacity(nodes.len());
         for &id in &nodes {
             all_impls.push(if matches!(g.node(id).op, Op::Input) {
-                let l = layouts.identity(g.value_type(ValueRef::new(id, 0)).shape.len())?;
+                let l = interface[&ValueRef::new(id, 0)];
                 vec![Impl {
                     inputs: vec![],
                     outputs: vec![l],
@@ -112,11 +133,11 @@ impl PlanSpace {
         let mut transform_cost = |ty, from, to, layouts: &Layouts| {
             cached_transform_cost(&mut cache, model, layouts, ty, from, to)
         };
-        // Graph outputs are handed back row-major.
+        // Graph outputs are handed back row-major, or as pinned.
         for &v in g.outputs() {
             if let Some(&var) = var_of.get(&v.node) {
                 let ty = g.value_type(v);
-                let want = layouts.identity(ty.shape.len())?;
+                let want = interface[&v];
                 for (k, imp) in all_impls[var].iter().enumerate() {
                     unary[var][k] += transform_cost(ty, imp.outputs[v.output], want, &layouts);
                 }
@@ -149,9 +170,41 @@ impl PlanSpace {
             nodes,
             impls: all_impls,
             layouts,
+            interface,
             problem: Problem { unary, pairs },
         })
     }
+}
+
+/// The layout of every graph input and output: its pin, else row-major. A pin
+/// must fit the tensor's shape and name a graph input or output.
+fn interface_layouts(
+    g: &Graph,
+    pins: &Pins,
+    layouts: &mut Layouts,
+) -> Result<HashMap<ValueRef, LayoutId>, PlanError> {
+    let inputs = g.inputs().iter().map(|&id| ValueRef::new(id, 0));
+    let mut out = HashMap::new();
+    for v in inputs.chain(g.outputs().iter().copied()) {
+        let value = g.value(v);
+        let id = match pins.get(&value.name) {
+            Some(l) => {
+                l.physical_shape(&value.ty.shape).map_err(|e| {
+                    PlanError::Pin(format!("'{}' {}: layout {l}: {e}", value.name, value.ty))
+                })?;
+                layouts.intern(l.clone())
+            }
+            None => layouts.identity(value.ty.shape.len())?,
+        };
+        out.insert(v, id);
+    }
+    let named: Vec<&str> = out.keys().map(|&v| g.value(v).name.as_str()).collect();
+    if let Some(name) = pins.keys().find(|n| !named.contains(&n.as_str())) {
+        return Err(PlanError::Pin(format!(
+            "'{name}' is no graph input or output (they are {named:?})"
+        )));
+    }
+    Ok(out)
 }
 
 fn cached_transform_cost<'g>(
@@ -181,9 +234,11 @@ pub struct Assignment {
 /// What the solver did.
 #[derive(Clone, Debug, Serialize)]
 pub struct SolverInfo {
-    /// The cost of the chosen assignment.
+    /// The cost of the chosen assignment (ns, estimated).
+    #[serde(rename = "objective_ns")]
     pub objective: f64,
-    /// A proved lower bound on the optimal cost.
+    /// A proved lower bound on the optimal cost (ns).
+    #[serde(rename = "lower_bound_ns")]
     pub lower_bound: f64,
     /// The relative gap between the two.
     pub gap: f64,
@@ -198,7 +253,7 @@ pub struct SolverInfo {
 }
 
 /// A layout planner.
-pub trait Planner {
+pub trait Planner: Send + Sync {
     /// The planner's name as the command line spells it.
     fn name(&self) -> &'static str;
     /// Chooses an impl for each node of `space`.
@@ -316,41 +371,101 @@ impl Planner for Global {
 
 /// The planner of a name: keep, local, greedy or global.
 pub fn planner_by_name(name: &str) -> Result<Box<dyn Planner>, PlanError> {
-    Ok(match name {
-        "keep" => Box::new(Keep),
-        "local" => Box::new(Local),
-        "greedy" => Box::new(Greedy),
-        "global" => Box::new(Global {
-            options: SolveOptions::default(),
-        }),
-        other => return Err(PlanError::UnknownPlanner(other.to_string())),
-    })
+    Ok(name.parse::<PlannerKind>()?.build())
+}
+
+/// The planners by name: the typed choice of the library API (`api::Planner`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PlannerKind {
+    /// Every op in its source (row-major) layout: no transforms.
+    Keep,
+    /// Each op in its preferred layout, transforms between disagreeing neighbours.
+    Local,
+    /// `Local`, then single-op moves while they lower the cost.
+    Greedy,
+    /// The whole graph as one assignment problem, solved with a lower bound.
+    Global,
+}
+
+impl PlannerKind {
+    /// Every planner, in the order the command line's `compare` lists them.
+    pub const ALL: [PlannerKind; 4] = [
+        PlannerKind::Keep,
+        PlannerKind::Local,
+        PlannerKind::Greedy,
+        PlannerKind::Global,
+    ];
+
+    /// The planner's name as the command line spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            PlannerKind::Keep => "keep",
+            PlannerKind::Local => "local",
+            PlannerKind::Greedy => "greedy",
+            PlannerKind::Global => "global",
+        }
+    }
+
+    /// The planner itself.
+    pub fn build(self) -> Box<dyn Planner> {
+        match self {
+            PlannerKind::Keep => Box::new(Keep),
+            PlannerKind::Local => Box::new(Local),
+            PlannerKind::Greedy => Box::new(Greedy),
+            PlannerKind::Global => Box::new(Global {
+                options: Default::default(),
+            }),
+        }
+    }
+}
+
+impl std::str::FromStr for PlannerKind {
+    type Err = PlanError;
+    fn from_str(s: &str) -> Result<PlannerKind, PlanError> {
+        PlannerKind::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| PlanError::UnknownPlanner(s.to_string()))
+    }
+}
+
+impl std::fmt::Display for PlannerKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// One transform the plan keeps.
 #[derive(Clone, Debug, Serialize)]
 pub struct TransformInfo {
-    /// The value transformed.
+    /// The model tensor transformed.
+    #[serde(rename = "tensor")]
     pub value: String,
     /// Its layout before.
     pub from: String,
     /// Its layout after.
     pub to: String,
-    /// Bytes of the value.
+    /// Bytes the transform reads and writes (0 for a relabelling).
+    #[serde(rename = "moved_bytes")]
     pub bytes: usize,
     /// Both layouts put every element at the same offset: no data moves.
     pub relabel: bool,
     /// The layers on either side of it.
-    pub spans: String,
+    pub spans: Vec<Span>,
 }
 
-/// The layout of one value.
+/// Where a model tensor lives in a planned graph.
 #[derive(Clone, Debug, Serialize)]
-pub struct ValueLayout {
-    /// The value's name.
-    pub value: String,
-    /// Its layout.
+pub struct TensorLayout {
+    /// The layout its producer writes it in.
     pub layout: String,
+    /// Whether that is the row-major layout of its logical shape.
+    pub row_major: bool,
+    /// Its element type.
+    pub dtype: String,
+    /// Its logical shape.
+    pub shape: Vec<usize>,
 }
 
 /// What a plan decided and what it costs.
@@ -361,9 +476,11 @@ pub struct PlanReport {
     /// The planner that ran.
     pub planner: String,
     /// The target layout family.
+    #[serde(rename = "target")]
     pub family: String,
-    /// Layout of every non-constant value not stored row-major.
-    pub layouts: Vec<ValueLayout>,
+    /// Every model tensor the planned graph keeps (graph inputs and op
+    /// outputs; constants and tensors folded away are not listed), by name.
+    pub tensors: BTreeMap<String, TensorLayout>,
     /// Every transform the plan keeps.
     pub transforms: Vec<TransformInfo>,
     /// Transforms that move data, and the bytes they read and write.
@@ -379,6 +496,7 @@ pub struct PlanReport {
     /// Explicit pads folded into the padding of the conv or pool after them.
     pub pad_folds: Vec<PadFold>,
     /// The planner's objective under the cost model (ns, estimated).
+    #[serde(rename = "estimated_cost_ns")]
     pub estimated_cost: f64,
     /// The solver's account, for the global planner.
     pub solver: Option<SolverInfo>,
@@ -470,11 +588,15 @@ impl PlanReport {
             let _ = writeln!(
                 s,
                 "  transform {} {} -> {} ({} bytes) at {}",
-                t.value, t.from, t.to, t.bytes, t.spans
+                t.value,
+                t.from,
+                t.to,
+                t.bytes,
+                format_spans(&t.spans)
             );
         }
-        for v in &self.layouts {
-            let _ = writeln!(s, "  layout {} {}", v.value, v.layout);
+        for (name, t) in self.tensors.iter().filter(|(_, t)| !t.row_major) {
+            let _ = writeln!(s, "  layout {name} {}", t.layout);
         }
         s
     }
@@ -486,6 +608,46 @@ pub struct Plan {
     pub graph: Graph,
     /// What the plan decided.
     pub report: PlanReport,
+    /// The layouts pinned for graph inputs and outputs.
+    pub pins: Pins,
+}
+
+impl Plan {
+    /// The storage layout of the model tensor `name` in the planned graph, as
+    /// its producer writes it (a transform after it may hand its consumers
+    /// another); `None` when no tensor of that name survives planning (an
+    /// explicit Pad or a batch norm folded into a convolution) or it names no
+    /// tensor at all. `report.tensors` lists them all.
+    pub fn layout_of(&self, name: &str) -> Option<Layout> {
+        self.graph.node_ids().into_iter().find_map(|id| {
+            let n = self.graph.node(id);
+            let k = n.outputs.iter().position(|v| v.name == name)?;
+            holds_model_tensors(&n.op).then(|| stored_layout(n, k, &self.pins))?
+        })
+    }
+}
+
+/// Whether a planned node's outputs are model tensors: not a constant, nor a
+/// transform the plan added.
+fn holds_model_tensors(op: &Op) -> bool {
+    !matches!(
+        op,
+        Op::Constant(_) | Op::LayoutTransform(_) | Op::PadWith(_) | Op::Crop(_)
+    )
+}
+
+/// The layout output `k` of a planned node is stored in (`None` only for a
+/// rank too high to name its axes).
+fn stored_layout(n: &crate::graph::Node, k: usize, pins: &Pins) -> Option<Layout> {
+    match &n.op {
+        Op::InLayout(l) => Some(l.outputs[k].0.clone()),
+        Op::LayoutTransform(LayoutTransform { to, .. }) => Some(to.clone()),
+        Op::Input => match pins.get(&n.outputs[k].name) {
+            Some(pin) => Some(pin.clone()),
+            None => Layout::identity(n.outputs[k].ty.shape.len()).ok(),
+        },
+        _ => Layout::identity(n.outputs[k].ty.shape.len()).ok(),
+    }
 }
 
 /// Plans `g` with `planner` for `family` and materialises the result.
@@ -508,6 +670,8 @@ pub struct PlanOptions {
     pub rewrite_limits: RewriteLimits,
     /// Graphs with more nodes than this are not rewritten (the plan stands).
     pub rewrite_max_nodes: usize,
+    /// Layouts pinned for graph inputs and outputs.
+    pub pins: Pins,
 }
 
 impl Default for PlanOptions {
@@ -516,6 +680,7 @@ impl Default for PlanOptions {
             rules: Some(RuleSource::from_env()),
             rewrite_limits: RewriteLimits::default(),
             rewrite_max_nodes: 2_000,
+            pins: Pins::new(),
         }
     }
 }
@@ -534,9 +699,9 @@ pub struct RewriteInfo {
     pub iterations: usize,
     /// The extractor used.
     pub extraction: String,
-    /// Estimated cost before rewriting.
+    /// Estimated cost before rewriting (the e-graph's cost units).
     pub cost_before: f64,
-    /// Estimated cost after rewriting.
+    /// Estimated cost after rewriting (the e-graph's cost units).
     pub cost_after: f64,
 }
 
@@ -587,7 +752,7 @@ pub fn plan_with(
     fold_conv_affine(&mut folded)?;
     reductions_as_global_pools(&mut folded)?;
     let g = &folded;
-    let space = PlanSpace::build(g, family, model)?;
+    let space = PlanSpace::build_pinned(g, family, model, &options.pins)?;
     let t_assign = Instant::now();
     let assignment = planner.assign(g, &space)?;
     let assign_ms = ms(t_assign.elapsed());
@@ -634,7 +799,7 @@ pub fn plan_with(
         model: g.name.clone(),
         planner: planner.name().to_string(),
         family: family.to_string(),
-        layouts: value_layouts(&graph),
+        tensors: tensor_layouts(&graph, g, &options.pins),
         transform_count: transforms.iter().filter(|t| !t.relabel).count(),
         relabels: transforms.iter().filter(|t| t.relabel).count(),
         transform_bytes: transforms.iter().map(|t| t.bytes).sum(),
@@ -650,7 +815,11 @@ pub fn plan_with(
             assign_ms,
         },
     };
-    Ok(Plan { graph, report })
+    Ok(Plan {
+        graph,
+        report,
+        pins: options.pins.clone(),
+    })
 }
 
 /// Every layout transform of a planned graph, in topological order.
@@ -683,32 +852,41 @@ pub fn kept_transforms(g: &Graph) -> Vec<TransformInfo> {
                     physical_bytes(&ty, from) + physical_bytes(&ty, to)
                 },
                 relabel,
-                spans: format_spans(&n.spans),
+                spans: n.spans.clone(),
             })
         })
         .collect()
 }
 
-/// The storage layout of every value a planned graph does not keep row-major.
-fn value_layouts(g: &Graph) -> Vec<ValueLayout> {
-    let mut out = Vec::new();
+/// Every model tensor of a planned graph with the layout its producer writes
+/// it in (see [`Plan::layout_of`]), and its logical type in `source`.
+fn tensor_layouts(g: &Graph, source: &Graph, pins: &Pins) -> BTreeMap<String, TensorLayout> {
+    let logical: HashMap<&str, &ValueType> = source
+        .node_ids()
+        .into_iter()
+        .flat_map(|id| source.node(id).outputs.iter())
+        .map(|v| (v.name.as_str(), &v.ty))
+        .collect();
+    let mut out = BTreeMap::new();
     for id in g.node_ids() {
         let n = g.node(id);
-        let layouts: Vec<&Layout> = match &n.op {
-            Op::InLayout(l) => l.outputs.iter().map(|(l, _)| l).collect(),
-            Op::LayoutTransform(LayoutTransform { to, .. }) => vec![to],
-            _ => continue,
-        };
-        for (v, l) in n.outputs.iter().zip(layouts) {
-            if !l.is_identity() {
-                out.push(ValueLayout {
-                    value: v.name.clone(),
-                    layout: l.to_string(),
-                });
-            }
+        if !holds_model_tensors(&n.op) {
+            continue;
+        }
+        for (k, v) in n.outputs.iter().enumerate() {
+            let (Some(l), Some(ty)) = (stored_layout(n, k, pins), logical.get(v.name.as_str()))
+            else {
+                continue;
+            };
+            let entry = TensorLayout {
+                layout: l.to_string(),
+                row_major: l.is_identity(),
+                dtype: ty.dtype.to_string(),
+                shape: ty.shape.clone(),
+            };
+            out.insert(v.name.clone(), entry);
         }
     }
-    out.sort_by(|a, b| a.value.cmp(&b.value));
     out
 }
 
@@ -774,33 +952,39 @@ impl<'a> Materializer<'a> {
             let node = self.src.node(id);
             match &node.op {
                 Op::Input => {
+                    // A pinned input arrives stored in its layout.
+                    let src = ValueRef::new(id, 0);
+                    let layout = space.interface[&src];
+                    let ty = &node.outputs[0].ty;
+                    let physical = self.layout(layout).physical_shape(&ty.shape)?;
                     let v = self.out.add_input(
                         &node.name,
-                        node.outputs[0].ty.clone(),
+                        ValueType::new(ty.dtype, physical),
                         node.spans.clone(),
                     );
-                    self.place_row_major(ValueRef::new(id, 0), v)?;
+                    self.place(src, v, layout);
                 }
                 Op::Constant(t) => {
                     let v = self
                         .out
                         .add_constant(&node.name, t.clone(), node.spans.clone());
-                    self.place_row_major(ValueRef::new(id, 0), v)?;
+                    let src = ValueRef::new(id, 0);
+                    let row_major = self.row_major(src)?;
+                    self.place(src, v, row_major);
                 }
                 op => self.place_op(id, op, chosen[&id])?,
             }
         }
         let mut outputs = Vec::new();
         for &v in self.src.outputs() {
-            let row_major = self.row_major(v)?;
-            outputs.push(self.get(v, row_major, None, &[])?);
+            outputs.push(self.get(v, space.interface[&v], None, &[])?);
         }
         self.out.set_outputs(outputs);
         Ok(())
     }
 
-    fn place_row_major(&mut self, src: ValueRef, v: ValueRef) -> Result<(), PlanError> {
-        let layout = self.row_major(src)?;
+    /// Records that the source value `src` is `v`, stored in `layout`.
+    fn place(&mut self, src: ValueRef, v: ValueRef, layout: LayoutId) {
         self.placed.insert(
             src,
             Placed {
@@ -809,7 +993,6 @@ impl<'a> Materializer<'a> {
                 pad: PadValue::Undef,
             },
         );
-        Ok(())
     }
 
     fn place_op(&mut self, id: NodeId, op: &Op, imp: &Impl) -> Result<(), PlanError> {

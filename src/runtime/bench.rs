@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 pub struct BenchReport {
     /// Timed runs.
     pub runs: usize,
+    /// Every timed run, in the order they ran.
+    pub times: Vec<Duration>,
     /// The fastest run.
     pub min: Duration,
     /// The median run.
@@ -57,9 +59,10 @@ pub fn bench(
         model.run(inputs)?;
         times.push(t.elapsed());
     }
-    times.sort();
+    let mut sorted = times.clone();
+    sorted.sort();
     // Nearest-rank percentile.
-    let pct = |p: f64| times[((p / 100.0 * runs as f64).ceil() as usize).clamp(1, runs) - 1];
+    let pct = |p: f64| sorted[((p / 100.0 * runs as f64).ceil() as usize).clamp(1, runs) - 1];
     let mean = times.iter().sum::<Duration>() / runs as u32;
     let profile = match roofline {
         Some(roofline) => {
@@ -77,12 +80,13 @@ pub fn bench(
     };
     Ok(BenchReport {
         runs,
-        min: times[0],
+        min: sorted[0],
         p50: pct(50.0),
         p90: pct(90.0),
         p99: pct(99.0),
         mean,
         profile,
+        times,
     })
 }
 

@@ -143,9 +143,9 @@ pub struct LayerAlgo {
 /// A dense convolution's kernel.
 pub enum ConvKernel {
     /// The register-tiled direct kernel.
-    Direct(PackedConv),
+    Direct(Box<PackedConv>),
     /// A Winograd transform.
-    Winograd(WinogradConv),
+    Winograd(Box<WinogradConv>),
 }
 
 impl ConvKernel {
@@ -212,8 +212,8 @@ impl ConvSpec<'_> {
     /// The kernel of `algo` (a Winograd tile, else the direct kernel).
     fn kernel(&self, algo: ConvAlgo) -> ConvKernel {
         match algo {
-            ConvAlgo::Winograd(t) => ConvKernel::Winograd(self.winograd(t)),
-            _ => ConvKernel::Direct(self.direct()),
+            ConvAlgo::Winograd(t) => ConvKernel::Winograd(Box::new(self.winograd(t))),
+            _ => ConvKernel::Direct(Box::new(self.direct())),
         }
     }
 
@@ -235,7 +235,7 @@ pub fn build(spec: &ConvSpec, options: &ConvAlgoOptions) -> (ConvKernel, ConvDec
             true => ConvAlgo::Pointwise,
             false => ConvAlgo::Direct,
         };
-        return (ConvKernel::Direct(spec.direct()), plain(algo));
+        return (ConvKernel::Direct(Box::new(spec.direct())), plain(algo));
     }
     let errors: Vec<(ConvAlgo, f64)> = TILES
         .iter()
@@ -250,7 +250,7 @@ pub fn build(spec: &ConvSpec, options: &ConvAlgoOptions) -> (ConvKernel, ConvDec
     if options.choice == ConvAlgoChoice::Winograd {
         return match accurate.first() {
             Some(&t) => (
-                ConvKernel::Winograd(spec.winograd(t)),
+                ConvKernel::Winograd(Box::new(spec.winograd(t))),
                 ConvDecision {
                     algo: ConvAlgo::Winograd(t),
                     millis: vec![],
@@ -258,7 +258,7 @@ pub fn build(spec: &ConvSpec, options: &ConvAlgoOptions) -> (ConvKernel, ConvDec
                 },
             ),
             None => (
-                ConvKernel::Direct(spec.direct()),
+                ConvKernel::Direct(Box::new(spec.direct())),
                 ConvDecision {
                     errors,
                     ..plain(ConvAlgo::Direct)

@@ -89,6 +89,59 @@ pub enum RuntimeError {
     Graph(#[from] GraphError),
 }
 
+/// One input of a run: a tensor, or f32 elements in row-major order borrowed
+/// from the caller (read in place where the input's slot allows).
+#[derive(Clone, Copy, Debug)]
+pub enum ModelInput<'a> {
+    /// A tensor of any element type.
+    Tensor(&'a Tensor),
+    /// Row-major f32 elements of the given shape.
+    F32 {
+        /// Extent of every axis.
+        shape: &'a [usize],
+        /// The elements.
+        data: &'a [f32],
+    },
+}
+
+impl<'a> ModelInput<'a> {
+    fn dtype(&self) -> crate::graph::DType {
+        match self {
+            ModelInput::Tensor(t) => t.dtype(),
+            ModelInput::F32 { .. } => crate::graph::DType::F32,
+        }
+    }
+
+    fn shape(&self) -> &'a [usize] {
+        match self {
+            ModelInput::Tensor(t) => &t.shape,
+            ModelInput::F32 { shape, .. } => shape,
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            ModelInput::Tensor(t) => t.data.len(),
+            ModelInput::F32 { data, .. } => data.len(),
+        }
+    }
+
+    fn f32s(&self) -> Cow<'a, [f32]> {
+        match self {
+            ModelInput::Tensor(t) => t.f32s(),
+            ModelInput::F32 { data, .. } => Cow::Borrowed(data),
+        }
+    }
+
+    /// An owned tensor, for the slots that hold one (a copy of borrowed elements).
+    fn to_tensor(self) -> Tensor {
+        match self {
+            ModelInput::Tensor(t) => t.clone(),
+            ModelInput::F32 { shape, data } => Tensor::from_f32(shape.to_vec(), data.to_vec()),
+        }
+    }
+}
+
 /// How to compile a model.
 #[derive(Clone, Debug, Default)]
 pub struct RuntimeOptions {
@@ -96,6 +149,21 @@ pub struct RuntimeOptions {
     pub threads: usize,
     /// How each convolution's algorithm is chosen.
     pub conv_algo: ConvAlgoOptions,
+}
+
+impl RuntimeOptions {
+    /// `threads` workers (0: one per core), each convolution's algorithm
+    /// chosen by measurement and cached per machine beside the roofline peaks,
+    /// as the command line does by default.
+    pub fn with_threads(threads: usize) -> RuntimeOptions {
+        RuntimeOptions {
+            threads,
+            conv_algo: ConvAlgoOptions {
+                choice: Default::default(),
+                cache: roofline::cache_dir(),
+            },
+        }
+    }
 }
 
 /// The most worker threads a model may use: 4 per core. More only add
@@ -475,6 +543,12 @@ impl CompiledModel {
 
     /// Runs the model on one tensor per graph input; returns the graph outputs.
     pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
+        self.run_inputs(&inputs.iter().map(ModelInput::Tensor).collect::<Vec<_>>())
+    }
+
+    /// Runs the model like `run` on inputs that may be borrowed f32 buffers (a
+    /// caller's array, read in place without a copy).
+    pub fn run_inputs(&self, inputs: &[ModelInput]) -> Result<Vec<Tensor>, RuntimeError> {
         self.run_inner(inputs, None, None)
     }
 
@@ -486,7 +560,8 @@ impl CompiledModel {
         inputs: &[Tensor],
     ) -> Result<(Vec<Tensor>, Option<NonFinite>), RuntimeError> {
         let mut found = None;
-        let outputs = self.run_inner(inputs, None, Some(&mut found))?;
+        let inputs: Vec<ModelInput> = inputs.iter().map(ModelInput::Tensor).collect();
+        let outputs = self.run_inner(&inputs, None, Some(&mut found))?;
         Ok((outputs, found))
     }
 
@@ -510,12 +585,13 @@ impl CompiledModel {
                 })
                 .collect();
         }
-        self.run_inner(inputs, Some(profile), None)
+        let inputs: Vec<ModelInput> = inputs.iter().map(ModelInput::Tensor).collect();
+        self.run_inner(&inputs, Some(profile), None)
     }
 
     fn run_inner(
         &self,
-        inputs: &[Tensor],
+        inputs: &[ModelInput],
         mut profile: Option<&mut Vec<StepProfile>>,
         mut check: Option<&mut Option<NonFinite>>,
     ) -> Result<Vec<Tensor>, RuntimeError> {
@@ -526,8 +602,8 @@ impl CompiledModel {
             });
         }
         for ((name, ty, _), t) in self.inputs.iter().zip(inputs) {
-            let got = ValueType::new(t.dtype(), t.shape.clone());
-            if &got != ty || t.data.len() != ty.numel() {
+            let got = ValueType::new(t.dtype(), t.shape().to_vec());
+            if &got != ty || t.len() != ty.numel() {
                 return Err(RuntimeError::Input {
                     name: name.clone(),
                     expected: ty.to_string(),
@@ -579,7 +655,7 @@ impl CompiledModel {
         };
         for ((_, _, slot), t) in self.inputs.iter().zip(inputs) {
             if let Slot::Boxed(i) = *slot {
-                bufs.boxes[i] = Some(t.clone());
+                bufs.boxes[i] = Some(t.to_tensor());
             }
         }
         self.pool.install(|| -> Result<(), RuntimeError> {

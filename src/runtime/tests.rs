@@ -581,7 +581,14 @@ fn conv_epilogues_look_through_relabelling_transposes() {
         let planned = plan(&g, planner.as_ref(), family, &CostModel::default())
             .unwrap()
             .graph;
-        let m = CompiledModel::compile(&planned, &RuntimeOptions { threads: 2 }).unwrap();
+        let m = CompiledModel::compile(
+            &planned,
+            &RuntimeOptions {
+                threads: 2,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         let got = m.run(&inputs).unwrap()[0].to_f32();
         assert_close(&got, &expected, &format!("{family}"));
         let steps = m.describe();
@@ -766,7 +773,14 @@ fn concats_of_several_inputs_run_as_one_gather() {
             .unwrap()
             .graph;
         for graph in [&g, &planned] {
-            let m = CompiledModel::compile(graph, &RuntimeOptions { threads: 2 }).unwrap();
+            let m = CompiledModel::compile(
+                graph,
+                &RuntimeOptions {
+                    threads: 2,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
             assert_eq!(
                 m.run(&inputs).unwrap()[0].to_f32(),
                 expected,
@@ -1417,6 +1431,7 @@ fn the_profile_shows_rates_and_the_fraction_of_the_roof() {
     let ms = Duration::from_millis(1);
     let report = BenchReport {
         runs: 2,
+        times: vec![ms, ms],
         min: ms,
         p50: ms,
         p90: ms,

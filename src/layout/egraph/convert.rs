@@ -29,6 +29,14 @@ fn annotate(eg: &mut LEGraph, id: Id, spans: &[Span], name: &str) {
     }
 }
 
+/// Records the model's name of the tensor class `id` computes.
+fn name_value(eg: &mut LEGraph, id: Id, name: &str) {
+    let data = &mut eg[id].data;
+    if data.value_name.is_none() {
+        data.value_name = Some(name.to_string());
+    }
+}
+
 fn checked_add(
     eg: &mut LEGraph,
     node: Lang,
@@ -202,11 +210,13 @@ pub fn graph_to_egraph(g: &Graph) -> Result<GraphEGraph, LayoutError> {
         };
         let id = checked_add(&mut eg, lang, spans, name)?;
         if node.outputs.len() == 1 {
+            name_value(&mut eg, id, &node.outputs[0].name);
             ids.insert(ValueRef::new(nid, 0), id);
         } else {
             for i in 0..node.outputs.len() {
                 let ix = eg.add(Lang::Atom(Atom::Index(i)));
                 let out = checked_add(&mut eg, Lang::Get([ix, id]), spans, &node.outputs[i].name)?;
+                name_value(&mut eg, out, &node.outputs[i].name);
                 ids.insert(ValueRef::new(nid, i), out);
             }
         }
@@ -241,6 +251,7 @@ impl GraphEGraph {
             g: Graph::new(self.graph_name.clone()),
             built: HashMap::new(),
             names: std::collections::HashSet::new(),
+            value_names: std::collections::HashSet::new(),
         };
         // Inputs first, in their order, whether or not anything still reads them.
         for &input in &self.inputs {
@@ -255,6 +266,7 @@ impl GraphEGraph {
             let name = b.fresh(&s.name);
             let spans = merge_spans([s.spans.as_slice(), self.egraph[class].data.spans.as_slice()]);
             let v = b.g.add_input(&name, s.ty.clone(), spans);
+            b.value_names.insert(name);
             b.built.insert(class, v);
         }
         let mut outs = Vec::with_capacity(self.roots.len());
@@ -291,17 +303,29 @@ struct GraphBuilder<'a> {
     g: Graph,
     built: HashMap<Id, ValueRef>,
     names: std::collections::HashSet<String>,
+    value_names: std::collections::HashSet<String>,
+}
+
+/// `base`, or `base_1`, `base_2`, ...: the first not in `taken`, which then holds it.
+fn fresh_in(taken: &mut std::collections::HashSet<String>, base: &str) -> String {
+    let mut name = base.to_string();
+    let mut n = 1;
+    while !taken.insert(name.clone()) {
+        name = format!("{base}_{n}");
+        n += 1;
+    }
+    name
 }
 
 impl GraphBuilder<'_> {
     fn fresh(&mut self, base: &str) -> String {
-        let mut name = base.to_string();
-        let mut n = 1;
-        while !self.names.insert(name.clone()) {
-            name = format!("{base}_{n}");
-            n += 1;
-        }
-        name
+        fresh_in(&mut self.names, base)
+    }
+
+    /// The class's model tensor name for the value built from it, if it has one.
+    fn value_name(&mut self, id: Id) -> Option<String> {
+        let name = self.eg[id].data.value_name.as_deref()?;
+        Some(fresh_in(&mut self.value_names, name))
     }
 
     fn build(&mut self, id: Id) -> Result<ValueRef, LayoutError> {
@@ -369,6 +393,9 @@ impl GraphBuilder<'_> {
                 };
                 let v = self.build(*t)?;
                 let v = ValueRef::new(v.node, *i);
+                if let Some(name) = self.value_name(id) {
+                    self.g.node_mut(v.node).outputs[*i].name = name;
+                }
                 self.built.insert(id, v);
                 return Ok(v);
             }
@@ -387,9 +414,13 @@ impl GraphBuilder<'_> {
             .map(|&x| self.build(x))
             .collect::<Result<Vec<_>, _>>()?;
         let name = self.fresh(&base);
+        let value_names: Vec<String> = match op.def().num_outputs() {
+            1 => self.value_name(id).into_iter().collect(),
+            _ => vec![],
+        };
         let nid = self
             .g
-            .add_node(op, &name, &ins, &[], spans)
+            .add_node(op, &name, &ins, &value_names, spans)
             .map_err(|err| LayoutError::Graph(err.to_string()))?;
         let v = ValueRef::new(nid, 0);
         self.built.insert(id, v);

@@ -272,6 +272,9 @@ pub struct ClassData {
     pub spans: Vec<Span>,
     /// A name for the graph node built from this class.
     pub name: Option<String>,
+    /// The source model's name for the tensor this class computes, given to
+    /// the value built from it (so a rewritten graph keeps the model's names).
+    pub value_name: Option<String>,
 }
 
 /// The e-class analysis, holding the side tables atoms refer to.
@@ -640,6 +643,7 @@ impl Analysis<Lang> for LayoutAnalysis {
             info: infer(eg, enode).unwrap_or_else(Info::Invalid),
             spans: vec![],
             name: None,
+            value_name: None,
         }
     }
 
@@ -665,6 +669,9 @@ impl Analysis<Lang> for LayoutAnalysis {
         }
         if a.name.is_none() {
             a.name = b.name.clone();
+        }
+        if a.value_name.is_none() {
+            a.value_name = b.value_name.clone();
         }
         DidMerge(*a != before, *a != b)
     }

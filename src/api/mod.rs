@@ -5,7 +5,7 @@
 //! pass; [`Pipeline`] runs passes in order.
 //!
 //! ```
-//! use layoutopt::api::{load_model, Pass, PlanLayouts, Pipeline};
+//! use layoutopt::api::{load_model, Pass, PlanLayouts, Pipeline, Planner, Target};
 //! use layoutopt::frontend::onnx::load_tensor_pb;
 //! use std::path::Path;
 //!
@@ -14,7 +14,7 @@
 //! // Import (ONNX or TFLite, told apart by the file's contents).
 //! let graph = load_model(&dir.join("model.onnx"))?;
 //! // The global planner, blocking channels by 8, as one pass of a pipeline.
-//! let pipeline = Pipeline::new().with(PlanLayouts::new("global", "nchw8c")?);
+//! let pipeline = Pipeline::new().with(PlanLayouts::new(Planner::Global, Target::Nchwc(8)));
 //! let planned = pipeline.run(graph.clone())?;
 //! assert!(planned.node_count() > graph.node_count()); // transforms were added
 //!
@@ -31,7 +31,7 @@
 //! A user's own pass goes into the same pipeline:
 //!
 //! ```
-//! use layoutopt::api::{Error, Pass, Pipeline, PlanLayouts};
+//! use layoutopt::api::{Error, Pass, Pipeline, PlanLayouts, Planner, Target};
 //! use layoutopt::graph::{Graph, Op};
 //!
 //! /// Counts the layout transforms a plan kept.
@@ -56,7 +56,7 @@
 //! let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/resnet_small/model.onnx");
 //! let g = layoutopt::api::load_model(&path)?;
 //! let count = CountTransforms(std::cell::Cell::new(usize::MAX));
-//! let keep = Pipeline::new().with(PlanLayouts::new("keep", "nchw16c")?);
+//! let keep = Pipeline::new().with(PlanLayouts::new(Planner::Keep, Target::Nchwc(16)));
 //! let g = keep.run(g)?;
 //! count.run(g)?;
 //! assert_eq!(count.0.get(), 0); // `keep` leaves every tensor row-major
@@ -64,17 +64,31 @@
 //! # }
 //! ```
 
+mod artifacts;
+pub mod json;
+pub mod logical;
+
 use crate::export::ExportError;
 use crate::frontend::onnx::{load_onnx, ImportError, ImportOptions};
 use crate::frontend::tflite::{import_tflite, TfliteError};
 use crate::graph::Graph;
-use crate::layout::op_rules::{CostModel, Family};
-use crate::layout::plan::{plan_with, planner_by_name, Plan, PlanError, PlanOptions, Planner};
+use crate::layout::plan::{self, plan_with, Plan, PlanError, PlanOptions};
 use crate::layout::rules::RuleSource;
 use crate::layout::LayoutError;
 use crate::reference::ExecError;
+pub use artifacts::{check_output, explore_plans, export_plan, Exported};
 use std::io::Read;
 use std::path::Path;
+
+pub use crate::core::Layout;
+pub use crate::layout::op_rules::CostModel;
+/// The layout family a plan targets: `Nchw` (nothing to plan), `Nhwc`, or
+/// `Nchwc(x)`, channels blocked by `x` ([`Target::host_blocked`] picks `x` from
+/// this CPU's vector width). Parsed from "nchw", "nhwc", "nchwc", "nchw<x>c".
+pub use crate::layout::op_rules::Family as Target;
+/// The layout planners: `Keep`, `Local`, `Greedy`, `Global` (parsed from their
+/// command-line names); see [`crate::layout::plan`] for what each does.
+pub use crate::layout::plan::PlannerKind as Planner;
 
 /// Any error of the pipeline, from the stage that raised it.
 #[derive(Debug, thiserror::Error)]
@@ -91,12 +105,21 @@ pub enum Error {
     /// A planning error.
     #[error(transparent)]
     Plan(#[from] PlanError),
+    /// The graph is malformed.
+    #[error(transparent)]
+    Graph(#[from] crate::graph::GraphError),
     /// A reference execution error.
     #[error(transparent)]
     Exec(#[from] ExecError),
     /// An export error.
     #[error(transparent)]
     Export(#[from] ExportError),
+    /// The explorer page could not be made.
+    #[error(transparent)]
+    Explorer(#[from] crate::explorer::ExplorerError),
+    /// An output file was refused or could not be written.
+    #[error("{0}")]
+    Output(String),
     /// A pass of a pipeline failed.
     #[error("pass '{pass}': {message}")]
     Pass {
@@ -149,25 +172,42 @@ pub trait Pass {
 }
 
 /// The layout planner as a pass: plans every tensor's layout with one of the
-/// planners (keep, local, greedy, global) for a target layout family, and
-/// returns the planned graph (transforms and laid-out ops made explicit).
+/// [`Planner`]s for a [`Target`] layout family under a [`CostModel`], and
+/// returns the planned graph (transforms and laid-out ops made explicit; see
+/// [`logical`] for how a later pass reads it).
 pub struct PlanLayouts {
-    planner: Box<dyn Planner>,
-    family: Family,
+    planner: Box<dyn plan::Planner>,
+    family: Target,
     cost: CostModel,
     options: PlanOptions,
 }
 
 impl PlanLayouts {
-    /// `planner`: keep, local, greedy or global; `target`: nchw, nhwc, nchwc
-    /// (block width from this CPU) or `nchw<x>c`.
-    pub fn new(planner: &str, target: &str) -> Result<PlanLayouts, Error> {
-        Ok(PlanLayouts {
-            planner: planner_by_name(planner)?,
-            family: Family::parse(target)?,
+    /// The planner `planner` for `target`, with the default cost model and the
+    /// rules of `LAYOUTOPT_RULES`, else the ones built in.
+    pub fn new(planner: Planner, target: Target) -> PlanLayouts {
+        PlanLayouts {
+            planner: planner.build(),
+            family: target,
             cost: CostModel::default(),
             options: PlanOptions::default(),
-        })
+        }
+    }
+
+    /// Pins the graph input or output `name` to `layout`: an input then
+    /// arrives stored in it (the planned graph's input, and the compiled
+    /// model's, has the layout's physical shape), an output is handed back in
+    /// it. Planning fails when the name is no input or output or the layout
+    /// does not fit its shape.
+    pub fn with_pinned(mut self, name: &str, layout: Layout) -> PlanLayouts {
+        self.options.pins.insert(name.to_string(), layout);
+        self
+    }
+
+    /// Plans under `cost` instead of the default cost model.
+    pub fn with_cost_model(mut self, cost: CostModel) -> PlanLayouts {
+        self.cost = cost;
+        self
     }
 
     /// Rewrites with `rules` (`None`: no rewriting) instead of the rules in

@@ -1,0 +1,418 @@
+//! `layoutopt._native`: the Rust half of the `layoutopt` Python package. It
+//! holds the library's objects (an imported model, a plan, a compiled model)
+//! and hands plans to Python as the JSON document of `layoutopt plan --json`,
+//! which `layoutopt/__init__.py` turns into a Python object.
+//!
+//! Arrays cross without copies where they can: a C-contiguous float32 input
+//! is read in place by the runtime, and a float32 output becomes a NumPy array
+//! over the buffer the runtime wrote (kept alive by the array).
+
+use layoutopt::api::{self, json, Layout, PlanLayouts, Planner, Target};
+use layoutopt::frontend::onnx::ImportOptions;
+use layoutopt::graph::{DType, Graph, Tensor, TensorData, ValueType};
+use layoutopt::layout::plan::Plan as LayoutPlan;
+use layoutopt::runtime::{CompiledModel, ModelInput, RuntimeOptions};
+use numpy::ndarray::{ArrayViewD, IxDyn};
+use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::exceptions::{PyException, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pyo3::create_exception!(
+    _native,
+    Error,
+    PyException,
+    "An error of a layoutopt stage (import, planning, compilation, a run, a write)."
+);
+
+fn stage_error(e: impl std::fmt::Display) -> PyErr {
+    Error::new_err(e.to_string())
+}
+
+/// An imported model and the file it came from.
+struct Source {
+    path: PathBuf,
+    graph: Graph,
+}
+
+/// An imported model.
+#[pyclass(module = "layoutopt._native", frozen)]
+struct Model {
+    source: Arc<Source>,
+}
+
+/// Imports an ONNX or TFLite model; `input_shapes` binds symbolic dimensions.
+#[pyfunction]
+#[pyo3(signature = (path, input_shapes = None))]
+fn load(
+    py: Python<'_>,
+    path: PathBuf,
+    input_shapes: Option<HashMap<String, Vec<usize>>>,
+) -> PyResult<Model> {
+    let opts = ImportOptions {
+        input_shapes: input_shapes.unwrap_or_default(),
+        ..ImportOptions::default()
+    };
+    let graph = py
+        .allow_threads(|| api::load_model_with(&path, &opts))
+        .map_err(stage_error)?;
+    Ok(Model {
+        source: Arc::new(Source { path, graph }),
+    })
+}
+
+fn tensor_dict<'py>(py: Python<'py>, name: &str, ty: &ValueType) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("name", name)?;
+    d.set_item("dtype", ty.dtype.to_string())?;
+    d.set_item("shape", ty.shape.clone())?;
+    Ok(d)
+}
+
+#[pymethods]
+impl Model {
+    /// The graph inputs: a list of {"name", "dtype", "shape"}.
+    #[getter]
+    fn inputs<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let g = &self.source.graph;
+        g.inputs()
+            .iter()
+            .map(|&id| {
+                let v = &g.node(id).outputs[0];
+                tensor_dict(py, &v.name, &v.ty)
+            })
+            .collect()
+    }
+
+    /// The graph outputs: a list of {"name", "dtype", "shape"}.
+    #[getter]
+    fn outputs<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let g = &self.source.graph;
+        g.outputs()
+            .iter()
+            .map(|&v| tensor_dict(py, &g.value(v).name, &g.value(v).ty))
+            .collect()
+    }
+
+    /// Plans the layout of every tensor; `pinned` maps graph inputs and
+    /// outputs to the layout they arrive or leave in (e.g. {"input": "NHWC"}).
+    #[pyo3(signature = (planner = "global", target = "nchwc", pinned = None))]
+    fn plan(
+        &self,
+        py: Python<'_>,
+        planner: &str,
+        target: &str,
+        pinned: Option<HashMap<String, String>>,
+    ) -> PyResult<Plan> {
+        let planner: Planner = planner
+            .parse()
+            .map_err(|e| PyValueError::new_err(format!("planner: {e}")))?;
+        let target: Target = target
+            .parse()
+            .map_err(|e| PyValueError::new_err(format!("target: {e}")))?;
+        let mut planning = PlanLayouts::new(planner, target);
+        for (name, layout) in pinned.unwrap_or_default() {
+            let layout = Layout::parse(&layout)
+                .map_err(|e| PyValueError::new_err(format!("pinned '{name}': {e}")))?;
+            planning = planning.with_pinned(&name, layout);
+        }
+        let plan = py
+            .allow_threads(|| planning.plan(&self.source.graph))
+            .map_err(stage_error)?;
+        Ok(Plan {
+            source: self.source.clone(),
+            plan,
+        })
+    }
+}
+
+/// A plan of a model.
+#[pyclass(module = "layoutopt._native", frozen)]
+struct Plan {
+    source: Arc<Source>,
+    plan: LayoutPlan,
+}
+
+#[pymethods]
+impl Plan {
+    /// The plan as the JSON document of `layoutopt plan --json`.
+    fn to_json(&self) -> String {
+        json::plan_document(&self.source.path, &self.plan.report)
+    }
+
+    /// The layout the model tensor `name` is stored in, or None when planning
+    /// folded it away.
+    fn layout_of(&self, name: &str) -> Option<String> {
+        self.plan.layout_of(name).map(|l| l.to_string())
+    }
+
+    /// Compiles the planned model for this CPU (threads: 0 = one per core).
+    #[pyo3(signature = (threads = 0))]
+    fn compile(&self, py: Python<'_>, threads: usize) -> PyResult<Compiled> {
+        let max = layoutopt::runtime::max_threads();
+        if threads > max {
+            return Err(PyValueError::new_err(format!(
+                "threads: {threads} is more than {max} (4 per core); give 0 for one per core"
+            )));
+        }
+        let model = py
+            .allow_threads(|| {
+                CompiledModel::compile(&self.plan.graph, &RuntimeOptions::with_threads(threads))
+            })
+            .map_err(stage_error)?;
+        // The planned graph's inputs: a pinned one has its layout's physical shape.
+        let (g, source) = (&self.plan.graph, &self.source.graph);
+        Ok(Compiled {
+            model,
+            inputs: g
+                .inputs()
+                .iter()
+                .map(|&id| {
+                    let v = &g.node(id).outputs[0];
+                    (v.name.clone(), v.ty.clone())
+                })
+                .collect(),
+            // The model's output names (the planned graph ends in transforms).
+            outputs: (source.outputs().iter())
+                .map(|&v| source.value(v).name.clone())
+                .collect(),
+        })
+    }
+
+    /// Writes the planned graph as an ONNX model at `path`; returns what was
+    /// written as the JSON document of `layoutopt export --json`.
+    #[pyo3(signature = (path, force = false))]
+    fn export(&self, py: Python<'_>, path: PathBuf, force: bool) -> PyResult<String> {
+        let src = &self.source;
+        let written = py
+            .allow_threads(|| api::export_plan(&src.path, &src.graph, &self.plan, &path, force))
+            .map_err(stage_error)?;
+        Ok(json::document(
+            "export",
+            &src.path,
+            &json::Export::of(&self.plan.report, &written),
+        ))
+    }
+
+    /// Writes the HTML explorer of this plan beside the `against` planner's
+    /// plan of the same model at `path`.
+    #[pyo3(signature = (path, against = "local", force = false))]
+    fn explore(&self, py: Python<'_>, path: PathBuf, against: &str, force: bool) -> PyResult<()> {
+        let against: Planner = against
+            .parse()
+            .map_err(|e| PyValueError::new_err(format!("against: {e}")))?;
+        let src = &self.source;
+        let family: Target = self
+            .plan
+            .report
+            .family
+            .to_ascii_lowercase()
+            .parse()
+            .map_err(stage_error)?;
+        py.allow_threads(|| {
+            let other = PlanLayouts::new(against, family).plan(&src.graph)?;
+            api::explore_plans(
+                &src.path,
+                &src.graph,
+                &[&self.plan, &other],
+                &path,
+                force,
+                &RuntimeOptions::with_threads(0),
+            )
+        })
+        .map_err(stage_error)
+    }
+}
+
+/// A planned model compiled for this CPU.
+#[pyclass(module = "layoutopt._native", frozen)]
+struct Compiled {
+    model: CompiledModel,
+    /// The model's inputs (name and type), in graph order.
+    inputs: Vec<(String, ValueType)>,
+    /// The model's output names, in graph order.
+    outputs: Vec<String>,
+}
+
+/// One input as the runtime reads it: borrowed float32 elements, or a tensor
+/// converted from another dtype or a non-contiguous array.
+enum Held<'py> {
+    Borrowed(numpy::PyReadonlyArrayDyn<'py, f32>),
+    Owned(Tensor),
+}
+
+/// Reads `array` as the input `name` of type `ty`: a clear error for another
+/// dtype or shape.
+fn held_input<'py>(array: &Bound<'py, PyAny>, name: &str, ty: &ValueType) -> PyResult<Held<'py>> {
+    let array = array.downcast::<PyUntypedArray>().map_err(|_| {
+        PyValueError::new_err(format!(
+            "input '{name}': expected a numpy.ndarray, got {}",
+            array
+                .get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ))
+    })?;
+    let dtype = array.dtype().str()?.to_string();
+    if array.shape() != ty.shape.as_slice() {
+        return Err(PyValueError::new_err(format!(
+            "input '{name}': the array's shape is {:?}, the model's input is {ty}",
+            array.shape()
+        )));
+    }
+    let wrong = || {
+        PyValueError::new_err(format!(
+            "input '{name}': the array's dtype is {dtype}, the model's input is {ty}"
+        ))
+    };
+    macro_rules! owned {
+        ($t:ty, $variant:ident) => {{
+            let a = array.downcast::<PyArrayDyn<$t>>().map_err(|_| wrong())?;
+            let v: Vec<$t> = a.readonly().as_array().iter().cloned().collect();
+            Held::Owned(Tensor::new(ty.shape.clone(), TensorData::$variant(v)))
+        }};
+    }
+    Ok(match ty.dtype {
+        DType::F32 => {
+            let a = array.downcast::<PyArrayDyn<f32>>().map_err(|_| wrong())?;
+            let r = a.readonly();
+            // Only C order is the runtime's row-major order (numpy's
+            // `as_slice` also takes Fortran-ordered arrays).
+            match a.is_c_contiguous() {
+                true => Held::Borrowed(r),
+                false => Held::Owned(Tensor::from_f32(
+                    ty.shape.clone(),
+                    r.as_array().iter().cloned().collect(),
+                )),
+            }
+        }
+        DType::F16 => owned!(half::f16, F16),
+        DType::F64 => owned!(f64, F64),
+        DType::I64 => owned!(i64, I64),
+        DType::I32 => owned!(i32, I32),
+        DType::I8 => owned!(i8, I8),
+        DType::U8 => owned!(u8, U8),
+        DType::Bool => owned!(bool, Bool),
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "input '{name}': {other} inputs cannot be given from Python"
+            )))
+        }
+    })
+}
+
+/// Keeps a runtime output buffer alive under the NumPy array that views it.
+#[pyclass(module = "layoutopt._native", frozen)]
+struct OutputBuffer {
+    _data: Arc<TensorData>,
+}
+
+/// An output as a NumPy array: a view of a float32 buffer, a copy otherwise.
+fn output_array<'py>(py: Python<'py>, t: Tensor) -> PyResult<Bound<'py, PyAny>> {
+    macro_rules! copied {
+        ($v:expr) => {
+            numpy::PyArray1::from_slice(py, $v)
+                .reshape(t.shape.clone())?
+                .into_any()
+        };
+    }
+    Ok(match &*t.data {
+        TensorData::F32(v) => {
+            let view = ArrayViewD::from_shape(IxDyn(&t.shape), v).map_err(stage_error)?;
+            let owner = Bound::new(
+                py,
+                OutputBuffer {
+                    _data: t.data.clone(),
+                },
+            )?;
+            // SAFETY: the array points into the Vec inside `t.data`, which
+            // `owner` keeps alive; the runtime never writes a buffer someone
+            // else holds (it takes a new one), so the elements stay put.
+            unsafe { PyArrayDyn::borrow_from_array(&view, owner.into_any()) }.into_any()
+        }
+        TensorData::F16(v) => copied!(v),
+        TensorData::F64(v) => copied!(v),
+        TensorData::I64(v) => copied!(v),
+        TensorData::I32(v) => copied!(v),
+        TensorData::I8(v) => copied!(v),
+        TensorData::U8(v) => copied!(v),
+        TensorData::Bool(v) => copied!(v),
+        _ => {
+            return Err(Error::new_err(format!(
+                "an output of type {} cannot be handed to Python",
+                t.dtype()
+            )))
+        }
+    })
+}
+
+#[pymethods]
+impl Compiled {
+    /// Worker threads the model runs on.
+    #[getter]
+    fn threads(&self) -> usize {
+        self.model.threads()
+    }
+
+    /// Runs the model on {input name: array}; returns {output name: array}.
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        inputs: &Bound<'py, PyDict>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let names: Vec<&str> = self.inputs.iter().map(|(n, _)| n.as_str()).collect();
+        for key in inputs.keys() {
+            let key: String = key.extract().map_err(|_| {
+                PyValueError::new_err("inputs: keys must be the model's input names (str)")
+            })?;
+            if !names.contains(&key.as_str()) {
+                return Err(PyValueError::new_err(format!(
+                    "inputs: the model has no input '{key}' (its inputs: {names:?})"
+                )));
+            }
+        }
+        let mut held = Vec::with_capacity(self.inputs.len());
+        for (name, ty) in &self.inputs {
+            let array = inputs.get_item(name)?.ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "inputs: input '{name}' is not given (its inputs: {names:?})"
+                ))
+            })?;
+            held.push(held_input(&array, name, ty)?);
+        }
+        let views: Vec<ModelInput> = held
+            .iter()
+            .zip(&self.inputs)
+            .map(|(h, (_, ty))| match h {
+                Held::Borrowed(a) => ModelInput::F32 {
+                    shape: &ty.shape,
+                    data: a.as_slice().unwrap_or_default(),
+                },
+                Held::Owned(t) => ModelInput::Tensor(t),
+            })
+            .collect();
+        let outputs = py
+            .allow_threads(|| self.model.run_inputs(&views))
+            .map_err(stage_error)?;
+        let out = PyDict::new(py);
+        for (name, t) in self.outputs.iter().zip(outputs) {
+            out.set_item(name, output_array(py, t)?)?;
+        }
+        Ok(out)
+    }
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(load, m)?)?;
+    m.add_class::<Model>()?;
+    m.add_class::<Plan>()?;
+    m.add_class::<Compiled>()?;
+    m.add("Error", m.py().get_type::<Error>())?;
+    m.add("SCHEMA_VERSION", json::SCHEMA_VERSION)?;
+    Ok(())
+}

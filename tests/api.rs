@@ -1,0 +1,186 @@
+//! The typed library API: planners and targets as enums, `Plan::layout_of`,
+//! pinned input and output layouts, a settable cost model and the logical view
+//! of a planned graph. Results are checked against the recorded onnxruntime
+//! outputs of the bundled models (tolerance 1e-4 relative to max(1, |output|)).
+
+mod common;
+
+use common::{load_test_data, max_abs_err};
+use layoutopt::api::logical::LogicalView;
+use layoutopt::api::{load_model, CostModel, Layout, PlanLayouts, Planner, Target};
+use layoutopt::graph::{Graph, Tensor};
+use layoutopt::runtime::{CompiledModel, RuntimeOptions};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+fn bundled(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("models")
+        .join(name)
+}
+
+fn run(g: &Graph, inputs: &[Tensor]) -> Vec<Tensor> {
+    let model = CompiledModel::compile(
+        g,
+        &RuntimeOptions {
+            threads: 1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    model.run(inputs).unwrap()
+}
+
+fn assert_close(expected: &Tensor, actual: &Tensor) {
+    assert_eq!(expected.shape, actual.shape);
+    let (err, mag) = max_abs_err(expected, actual);
+    assert!(err <= 1e-4 * mag.max(1.0), "max abs error {err:.3e}");
+}
+
+#[test]
+fn planners_and_targets_parse_from_their_names() {
+    for p in Planner::ALL {
+        assert_eq!(p.name().parse::<Planner>().unwrap(), p);
+        assert_eq!(p.to_string(), p.name());
+    }
+    let err = "fastest".parse::<Planner>().unwrap_err().to_string();
+    assert!(err.contains("unknown planner 'fastest'"), "{err}");
+    assert_eq!("nhwc".parse::<Target>().unwrap(), Target::Nhwc);
+    assert_eq!("nchw8c".parse::<Target>().unwrap(), Target::Nchwc(8));
+    assert_eq!("nchwc".parse::<Target>().unwrap(), Target::host_blocked());
+    assert!("nchw0c".parse::<Target>().is_err());
+}
+
+#[test]
+fn layout_of_names_model_tensors() {
+    let g = load_model(&bundled("resnet_small/model.onnx")).unwrap();
+    let plan = PlanLayouts::new(Planner::Global, Target::Nchwc(16))
+        .plan(&g)
+        .unwrap();
+    let input = g.value(layoutopt::graph::ValueRef::new(g.inputs()[0], 0));
+    assert_eq!(
+        plan.layout_of(&input.name).unwrap(),
+        Layout::identity(4).unwrap()
+    );
+    assert_eq!(plan.layout_of("no such tensor"), None);
+    // The report lists every kept model tensor, and agrees with layout_of.
+    let blocked = Layout::parse("NCHW16c").unwrap();
+    assert!(plan.report.tensors.values().any(|t| t.layout == "NCHW16c"));
+    for (name, t) in &plan.report.tensors {
+        let l = plan.layout_of(name).unwrap();
+        assert_eq!(l.to_string(), t.layout, "{name}");
+        assert_eq!(t.row_major, l.is_identity(), "{name}");
+        if t.layout == "NCHW16c" {
+            assert_eq!(l, blocked);
+        }
+    }
+}
+
+#[test]
+fn a_pinned_input_arrives_in_its_layout_and_a_pinned_output_leaves_in_its() {
+    let dir = bundled("resnet_small");
+    let g = load_model(&dir.join("model.onnx")).unwrap();
+    let (inputs, expected) = load_test_data(&dir);
+    let input = g.value(layoutopt::graph::ValueRef::new(g.inputs()[0], 0));
+    let output = g.value(g.outputs()[0]).name.clone();
+    let plan = PlanLayouts::new(Planner::Global, Target::Nchwc(8))
+        .with_pinned(&input.name, Layout::parse("NHWC").unwrap())
+        .with_pinned(&output, Layout::parse("CN").unwrap())
+        .plan(&g)
+        .unwrap();
+    let planned_input = plan.graph.node(plan.graph.inputs()[0]).outputs[0]
+        .ty
+        .clone();
+    assert_eq!(planned_input.shape, vec![1, 32, 32, 3]);
+    let nhwc = Layout::parse("NHWC")
+        .unwrap()
+        .to_physical(&inputs[0], 0.0)
+        .unwrap();
+    let got = run(&plan.graph, &[nhwc]);
+    // The [1, 10] logits come back transposed: [10, 1] in memory.
+    assert_eq!(got[0].shape, vec![10, 1]);
+    assert_close(&expected[0].reshaped(vec![10, 1]), &got[0]);
+}
+
+#[test]
+fn pins_that_do_not_fit_are_refused() {
+    let g = load_model(&bundled("resnet_small/model.onnx")).unwrap();
+    let plan = |name: &str, layout: &str| {
+        PlanLayouts::new(Planner::Global, Target::Nchwc(8))
+            .with_pinned(name, Layout::parse(layout).unwrap())
+            .plan(&g)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    };
+    let no_such = plan("no_such_input", "NHWC");
+    assert!(
+        no_such.contains("'no_such_input' is no graph input or output"),
+        "{no_such}"
+    );
+    let input = g
+        .value(layoutopt::graph::ValueRef::new(g.inputs()[0], 0))
+        .name
+        .clone();
+    let wrong_rank = plan(&input, "NC");
+    assert!(wrong_rank.contains("pinned layout"), "{wrong_rank}");
+}
+
+#[test]
+fn the_cost_model_steers_the_plan() {
+    let g = load_model(&bundled("resnet_small/model.onnx")).unwrap();
+    let default = PlanLayouts::new(Planner::Global, Target::Nchwc(16))
+        .plan(&g)
+        .unwrap();
+    assert!(default.report.transform_count > 0);
+    // Moving a byte costs more than any convolution could win: nothing moves.
+    let dear_bytes = CostModel {
+        ns_per_byte: 1e6,
+        ..CostModel::default()
+    };
+    let plan = PlanLayouts::new(Planner::Global, Target::Nchwc(16))
+        .with_cost_model(dear_bytes)
+        .plan(&g)
+        .unwrap();
+    assert_eq!(plan.report.transform_bytes, 0);
+    let (inputs, expected) = load_test_data(&bundled("resnet_small"));
+    assert_close(&expected[0], &run(&plan.graph, &inputs)[0]);
+}
+
+/// The logical ops of a graph's compute nodes, counted by kind.
+fn logical_ops(g: &Graph) -> BTreeMap<&'static str, usize> {
+    let view = LogicalView::new(g);
+    let mut counts = BTreeMap::new();
+    for id in view.compute_nodes().unwrap() {
+        *counts.entry(view.op(id).kind_name()).or_default() += 1;
+    }
+    counts
+}
+
+#[test]
+fn the_logical_view_sees_the_same_ops_in_every_plan() {
+    for model in ["resnet_small/model.onnx", "mobilenet_small/model.onnx"] {
+        let g = load_model(&bundled(model)).unwrap();
+        let keep = PlanLayouts::new(Planner::Keep, Target::Nchwc(16))
+            .plan(&g)
+            .unwrap();
+        let global = PlanLayouts::new(Planner::Global, Target::Nchwc(16))
+            .plan(&g)
+            .unwrap();
+        assert_eq!(
+            logical_ops(&keep.graph),
+            logical_ops(&global.graph),
+            "{model}"
+        );
+        let view = LogicalView::new(&global.graph);
+        let mut blocked = 0;
+        for id in view.compute_nodes().unwrap() {
+            // Logical inputs come from compute nodes, inputs or constants.
+            for v in view.inputs(id) {
+                assert!(!view.is_storage(v.node), "{model}");
+            }
+            blocked += usize::from(view.storage(id).is_some());
+        }
+        assert!(blocked > 0, "{model}: the global plan blocks some ops");
+    }
+}
