@@ -9,7 +9,6 @@ use crate::export::{
 };
 use crate::graph::Graph;
 use crate::layout::plan::Plan;
-use serde::Serialize;
 use std::path::{Path, PathBuf};
 
 /// Refuses to write `path` when it is the input model under any name (a hard
@@ -39,8 +38,9 @@ pub fn check_output(model: &Path, path: &Path, force: bool) -> Result<(), Error>
     Ok(())
 }
 
-/// What an export wrote.
-#[derive(Clone, Debug, Serialize)]
+/// What an export wrote (its JSON document is `json::Export`, which names
+/// the files without their folders).
+#[derive(Clone, Debug)]
 pub struct Exported {
     /// The ONNX model written.
     pub path: PathBuf,
