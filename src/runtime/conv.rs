@@ -215,6 +215,11 @@ impl PackedConv {
         }
     }
 
+    /// The packed weights.
+    pub(super) fn weights(&self) -> &[f32] {
+        &self.w
+    }
+
     /// Elements of working memory `run` needs (the widened input), or 0.
     pub fn scratch_len(&self) -> usize {
         self.widened.as_ref().map_or(0, |_| self.geom.x_len())

@@ -2,7 +2,8 @@
 //! (`conv.rs`; a 1x1 convolution runs there as one matrix product over the
 //! plane) or a Winograd transform (`winograd.rs`, 3x3 stride-1 only). Under
 //! `auto`, each candidate runs a few times at the layer's shape on the model's
-//! threads and the fastest wins; the times are cached per CPU model,
+//! threads, its weights flushed from the caches as a whole model leaves them,
+//! and the fastest wins; the times are cached per CPU model,
 //! instruction set, thread count and geometry in the same cache folder as the
 //! roofline peaks (`conv_algos.json`), so a second compile measures nothing.
 //! A Winograd size whose error on the layer's own weights exceeds
@@ -157,6 +158,14 @@ impl ConvKernel {
         }
     }
 
+    /// The packed weights every run reads.
+    fn weights(&self) -> &[f32] {
+        match self {
+            ConvKernel::Direct(c) => c.weights(),
+            ConvKernel::Winograd(c) => c.weights(),
+        }
+    }
+
     /// Computes `y` from `x` (and the residual, laid out like `y`).
     pub fn run(&self, x: &[f32], residual: Option<&[f32]>, y: &mut [f32], scratch: &mut [f32]) {
         match self {
@@ -295,9 +304,14 @@ struct CacheEntry {
     threads: usize,
     /// n, cin, h, w, cout, oh, ow, pad top, pad left, input and output blocks.
     geom: [usize; 11],
+    /// How the times were taken ([`TIMING`]); other entries are not used.
+    timing: String,
     /// Milliseconds per algorithm name.
     millis: Vec<(String, f64)>,
 }
+
+/// The timing of the entries of today's cache.
+const TIMING: &str = "weights flushed";
 
 /// One compile's reads of the cache go through one lock: models compiled on
 /// several threads at once then do not lose each other's entries.
@@ -324,7 +338,7 @@ fn measured_millis(
         |e: &CacheEntry| (&e.cpu, &e.isa, e.threads, e.geom) == (&key.0, &key.1, key.2, key.3);
     let _lock = CACHE_LOCK.lock();
     let mut cache: CacheFile<CacheEntry> = CacheFile::open(options.cache.as_deref(), CACHE_FILE);
-    if let Some(hit) = cache.entries.iter().find(|e| same(e)) {
+    if let Some(hit) = cache.entries.iter().find(|e| same(e) && e.timing == TIMING) {
         let cached: Option<Vec<f64>> = candidates
             .iter()
             .map(|a| {
@@ -350,6 +364,7 @@ fn measured_millis(
             isa: key.1,
             threads: key.2,
             geom: key.3,
+            timing: TIMING.to_string(),
             millis: candidates
                 .iter()
                 .map(|a| a.to_string())
@@ -364,7 +379,12 @@ fn measured_millis(
 /// Timed runs of a candidate; the fastest counts.
 const RUNS: usize = 3;
 
-/// The fastest of `RUNS` runs of `k` on zeros, after one that maps the pages.
+/// The fastest of `RUNS` runs of `k` on zeros, after one that maps the pages,
+/// each with the weights flushed from the caches and the data in them: in a
+/// model, a layer's weights were last read a whole run before, and a model's
+/// weights outgrow the caches (Winograd's transformed weights are 1.8x or 4x
+/// the direct ones, which on deep layers can cost more than the multiplies it
+/// saves), while its input was just written by the step before.
 fn time_once(g: &ConvGeom, k: &ConvKernel) -> f64 {
     let x = vec![0f32; g.x_len()];
     let mut y = vec![0f32; g.y_len()];
@@ -372,11 +392,29 @@ fn time_once(g: &ConvGeom, k: &ConvKernel) -> f64 {
     k.run(&x, None, &mut y, &mut scratch);
     (0..RUNS)
         .map(|_| {
+            flush(k.weights());
             let t = Instant::now();
             k.run(&x, None, &mut y, &mut scratch);
             t.elapsed().as_secs_f64() * 1e3
         })
         .fold(f64::INFINITY, f64::min)
+}
+
+/// Writes `data` back to memory and drops it from every cache level.
+fn flush(data: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_clflush, _mm_mfence};
+        // One address per 64-byte line.
+        for line in data.chunks(16) {
+            // SAFETY: the address lies inside `data`; SSE2 is part of x86-64.
+            unsafe { _mm_clflush(line.as_ptr().cast()) }
+        }
+        // SAFETY: as above.
+        unsafe { _mm_mfence() }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = data;
 }
 
 /// Output channels whose error is checked: the error of a channel depends on

@@ -144,7 +144,7 @@ pub struct WinogradConv {
     y_lanes: Lanes,
     /// The direct kernel of the same convolution, for tiles whose Winograd
     /// result holds NaN or an infinity.
-    direct: PackedConv,
+    direct: Box<PackedConv>,
 }
 
 /// One block of tiles and its transformed-domain buffers, `[α²][block][cin_r]`
@@ -216,7 +216,13 @@ impl WinogradConv {
         }
         WinogradConv {
             pad_fill: pad_fill.filter(|_| !geom.cout.is_multiple_of(geom.y_cb)),
-            direct: PackedConv::for_regions(geom.clone(), isa, w, bias, epilogue),
+            direct: Box::new(PackedConv::for_regions(
+                geom.clone(),
+                isa,
+                w,
+                bias,
+                epilogue,
+            )),
             geom,
             isa,
             tile,
@@ -238,6 +244,11 @@ impl WinogradConv {
     /// The output tile.
     pub fn tile(&self) -> WinogradTile {
         self.tile
+    }
+
+    /// The transformed weights.
+    pub(super) fn weights(&self) -> &[f32] {
+        &self.u
     }
 
     /// Floats of one block's transformed input and products.
