@@ -674,7 +674,8 @@ fn quantized_tflite_is_refused() {
     assert!(n >= 4, "{n} cases");
 }
 
-/// `plan --json` is byte-identical across processes once `timings` is dropped.
+/// `plan --json` is byte-identical across processes once `timings` and
+/// `conv_algorithms` (chosen by measuring) are dropped.
 #[test]
 fn plan_json_is_deterministic_across_runs() {
     let dir = workdir("hostile_determinism");
@@ -694,7 +695,9 @@ fn plan_json_is_deterministic_across_runs() {
             let [a, b] = [(); 2].map(|_| {
                 let o = check(&case, &dir).unwrap_or_else(|e| panic!("{e}"));
                 let mut v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
-                v.as_object_mut().unwrap().remove("timings");
+                for measured in ["timings", "conv_algorithms"] {
+                    v.as_object_mut().unwrap().remove(measured);
+                }
                 serde_json::to_string(&v).unwrap()
             });
             assert_eq!(a, b, "{name}: plan reports differ between runs");

@@ -4,12 +4,13 @@ use super::progress;
 use super::run::{execute, model_inputs};
 use super::{load, CliResult, InputShapes, Planning, PLANNERS};
 use layoutopt::graph::format_spans;
+use layoutopt::runtime::conv_algo::ConvAlgo;
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 use std::path::Path;
 use std::time::Instant;
 
-/// The plan report, then (as text) the algorithm each convolution runs with
-/// under `options`.
+/// The plan report and the algorithm each convolution runs with under
+/// `options` (as JSON: the report's keys and `conv_algorithms`).
 pub fn plan(
     model: &Path,
     shapes: &InputShapes,
@@ -19,15 +20,39 @@ pub fn plan(
 ) -> CliResult {
     let g = load(model, shapes)?;
     let p = planning.plan(&g)?;
-    if json {
-        outln!("{}", p.report.to_json())?;
-        return Ok(());
+    if !json {
+        out!("{}", p.report.to_text())?;
     }
-    out!("{}", p.report.to_text())?;
     let convs = progress::step("choosing convolution algorithms", || {
         CompiledModel::conv_algorithms(&p.graph, options)
     })?;
-    if !convs.is_empty() {
+    if json {
+        let mut report = serde_json::to_value(&p.report).expect("a plan report serialises");
+        let by_algo = |pairs: &[(ConvAlgo, f64)]| {
+            let map: serde_json::Map<String, serde_json::Value> = pairs
+                .iter()
+                .map(|(a, v)| (a.to_string(), (*v).into()))
+                .collect();
+            serde_json::Value::Object(map)
+        };
+        let algos: Vec<serde_json::Value> = convs
+            .iter()
+            .map(|c| {
+                serde_json::json!({
+                    "step": c.name,
+                    "algorithm": c.decision.algo.to_string(),
+                    "millis": by_algo(&c.decision.millis),
+                    "errors": by_algo(&c.decision.errors),
+                    "spans": format_spans(&c.spans),
+                })
+            })
+            .collect();
+        report["conv_algorithms"] = algos.into();
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("a plan report serialises")
+        )?;
+    } else if !convs.is_empty() {
         outln!("convolution algorithms ({}):", convs.len())?;
         for c in convs {
             outln!("  {}: {} [{}]", c.name, c.decision, format_spans(&c.spans))?;
