@@ -177,6 +177,21 @@ fn plan_prints_text_and_json() {
     let t = layoutopt(&["plan", &model("tflite_cnn", "model.tflite"), "--json"]);
     assert_eq!(t.code, 0, "{}", t.stderr);
     assert!(serde_json::from_str::<serde_json::Value>(&t.stdout).is_ok());
+    // Each convolution's algorithm, with the Winograd sizes' errors.
+    let w = layoutopt(&["plan", &resnet(), "--json", "--conv-algo", "winograd"]);
+    assert_eq!(w.code, 0, "{}", w.stderr);
+    let v: serde_json::Value = serde_json::from_str(&w.stdout).unwrap();
+    let convs = v["timings"]["conv_algorithms"].as_array().unwrap();
+    assert!(!convs.is_empty(), "{v}");
+    let winograd = convs
+        .iter()
+        .filter(|c| c["algorithm"].as_str().unwrap().starts_with("winograd-"))
+        .inspect(|c| {
+            let error = &c["relative_error"][c["algorithm"].as_str().unwrap()];
+            assert!(error.as_f64().unwrap() <= 1e-5, "{c}");
+        })
+        .count();
+    assert!(winograd > 0, "{v}");
 }
 
 #[test]

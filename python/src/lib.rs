@@ -140,7 +140,7 @@ struct Plan {
 impl Plan {
     /// The plan as the JSON document of `layoutopt plan --json`.
     fn to_json(&self) -> String {
-        json::plan_document(&self.source.path, &self.plan.report)
+        json::plan_document(&self.source.path, &self.plan.report, None)
     }
 
     /// The layout the model tensor `name` is stored in, or None when planning

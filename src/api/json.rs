@@ -10,6 +10,7 @@
 
 use crate::graph::{Graph, Op, Span};
 use crate::layout::plan::PlanReport;
+use crate::runtime::conv_algo::{ConvAlgo, LayerAlgo};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -31,9 +32,55 @@ pub fn document<T: Serialize>(command: &str, model: &Path, body: &T) -> String {
     serde_json::to_string_pretty(&serde_json::Value::Object(doc)).unwrap_or_default()
 }
 
-/// The `plan` document: the plan report.
-pub fn plan_document(model: &Path, report: &PlanReport) -> String {
-    document("plan", model, report)
+/// The `plan` document: the plan report, and with `conv_algorithms` (the
+/// CLI's, which compiles nothing else) each convolution step's algorithm under
+/// `timings`, since it is chosen by measuring.
+pub fn plan_document(
+    model: &Path,
+    report: &PlanReport,
+    conv_algorithms: Option<&[LayerAlgo]>,
+) -> String {
+    let Some(convs) = conv_algorithms else {
+        return document("plan", model, report);
+    };
+    let mut body = serde_json::to_value(report).unwrap_or_default();
+    let convs: Vec<ConvAlgorithm> = convs.iter().map(ConvAlgorithm::from).collect();
+    if let Some(timings) = body.get_mut("timings").and_then(|t| t.as_object_mut()) {
+        timings.insert(
+            "conv_algorithms".into(),
+            serde_json::to_value(convs).unwrap_or_default(),
+        );
+    }
+    document("plan", model, &body)
+}
+
+/// The algorithm a convolution step runs with, and what choosing it measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct ConvAlgorithm {
+    /// The step's name.
+    pub step: String,
+    /// The algorithm it runs with (`direct`, `winograd-f2`, `winograd-f4`).
+    pub algorithm: String,
+    /// Each timed candidate's milliseconds (empty unless chosen by measuring).
+    pub measured_ms: BTreeMap<String, f64>,
+    /// Each Winograd size's relative error on the layer against the direct kernel.
+    pub relative_error: BTreeMap<String, f64>,
+    /// The source layers it computes.
+    pub spans: Vec<Span>,
+}
+
+impl From<&LayerAlgo> for ConvAlgorithm {
+    fn from(c: &LayerAlgo) -> ConvAlgorithm {
+        let by_algo =
+            |pairs: &[(ConvAlgo, f64)]| pairs.iter().map(|(a, v)| (a.to_string(), *v)).collect();
+        ConvAlgorithm {
+            step: c.name.clone(),
+            algorithm: c.decision.algo.to_string(),
+            measured_ms: by_algo(&c.decision.millis),
+            relative_error: by_algo(&c.decision.errors),
+            spans: c.spans.clone(),
+        }
+    }
 }
 
 /// A tensor of the model's interface or of a node.

@@ -10,8 +10,8 @@ use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 use std::path::Path;
 use std::time::Instant;
 
-/// The plan report, then (as text) the algorithm each convolution runs with
-/// under `options`.
+/// The plan report and the algorithm each convolution runs with under
+/// `options` (in JSON, under `timings`: it is chosen by measuring).
 pub fn plan(
     model: &Path,
     shapes: &InputShapes,
@@ -21,15 +21,15 @@ pub fn plan(
 ) -> CliResult {
     let g = load(model, shapes)?;
     let p = planning.plan(&g)?;
-    if json {
-        outln!("{}", plan_document(model, &p.report))?;
-        return Ok(());
+    if !json {
+        out!("{}", p.report.to_text())?;
     }
-    out!("{}", p.report.to_text())?;
     let convs = progress::step("choosing convolution algorithms", || {
         CompiledModel::conv_algorithms(&p.graph, options)
     })?;
-    if !convs.is_empty() {
+    if json {
+        outln!("{}", plan_document(model, &p.report, Some(&convs)))?;
+    } else if !convs.is_empty() {
         outln!("convolution algorithms ({}):", convs.len())?;
         for c in convs {
             outln!("  {}: {} [{}]", c.name, c.decision, format_spans(&c.spans))?;
