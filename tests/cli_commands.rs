@@ -586,9 +586,17 @@ fn check_finite_names_the_first_step_with_nan_or_inf() {
             "{line}"
         );
     }
-    // Without the flag nothing is checked.
+    // Without the flag nothing is checked, but an output holding NaN has a NaN
+    // range (a NaN must not hide behind a finite minimum and maximum).
     let o = layoutopt(&["run", &case]);
     assert!(!o.stdout.contains("check-finite"), "{}", o.stdout);
+    assert!(o.stdout.contains(": min NaN max NaN mean NaN"), "{}", o.stdout);
+    let j = layoutopt(&["run", &case, "--json"]);
+    assert_eq!(j.code, 0, "{}", j.stderr);
+    let v: serde_json::Value = serde_json::from_str(&j.stdout).unwrap();
+    let out = &v["outputs"][0];
+    assert!(out["min"].is_null() && out["max"].is_null(), "{out}");
+    assert!(out["non_finite"].as_u64().unwrap() > 0, "{out}");
     // Finite values through a conv and a softmax over 20 channels planned for
     // NCHW16c (where the softmax's padding channels hold -inf by design): the
     // check reads logical elements only, so nothing is reported.

@@ -367,9 +367,9 @@ pub struct OutputSummary {
     pub dtype: String,
     /// Its shape.
     pub shape: Vec<usize>,
-    /// The smallest, largest and mean element.
+    /// The smallest element (NaN, written `null`, when any element is NaN).
     pub min: f64,
-    /// The largest element.
+    /// The largest element (NaN when any element is NaN).
     pub max: f64,
     /// The mean element.
     pub mean: f64,

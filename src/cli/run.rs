@@ -317,7 +317,14 @@ fn summarize(
     let (mut min, mut max, mut sum, mut non_finite) = (f64::INFINITY, f64::NEG_INFINITY, 0.0, 0);
     for piece in pieces(out.numel()) {
         for x in out.data.slice_f64(piece) {
-            (min, max, sum) = (min.min(x), max.max(x), sum + x);
+            // A NaN makes the range NaN, as in numpy: `f64::min`/`max` would
+            // skip it and print a healthy-looking range.
+            if x.is_nan() || min.is_nan() {
+                (min, max) = (f64::NAN, f64::NAN);
+            } else {
+                (min, max) = (min.min(x), max.max(x));
+            }
+            sum += x;
             non_finite += usize::from(!x.is_finite());
         }
     }
