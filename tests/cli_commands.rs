@@ -590,7 +590,11 @@ fn check_finite_names_the_first_step_with_nan_or_inf() {
     // range (a NaN must not hide behind a finite minimum and maximum).
     let o = layoutopt(&["run", &case]);
     assert!(!o.stdout.contains("check-finite"), "{}", o.stdout);
-    assert!(o.stdout.contains(": min NaN max NaN mean NaN"), "{}", o.stdout);
+    assert!(
+        o.stdout.contains(": min NaN max NaN mean NaN"),
+        "{}",
+        o.stdout
+    );
     let j = layoutopt(&["run", &case, "--json"]);
     assert_eq!(j.code, 0, "{}", j.stderr);
     let v: serde_json::Value = serde_json::from_str(&j.stdout).unwrap();

@@ -548,6 +548,88 @@ fn truncated_files_are_errors() {
     assert!(n >= 10, "{n} cases");
 }
 
+/// Protobuf wire format: a varint, and a length-delimited field.
+fn varint(mut n: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    while n >= 0x80 {
+        out.push(n as u8 | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+    out
+}
+
+fn field(number: u64, body: &[u8]) -> Vec<u8> {
+    let mut out = varint(number << 3 | 2);
+    out.extend(varint(body.len() as u64));
+    out.extend(body);
+    out
+}
+
+/// A model (`ir_version` 8, no opset) whose graph holds `nodes`.
+fn model_of_nodes(nodes: &[u8]) -> Vec<u8> {
+    let mut model = vec![0x08, 0x08];
+    model.extend(field(7, nodes));
+    model
+}
+
+/// Many nodes are counted from the file before the decoder allocates for each:
+/// a node without an op type is refused at once, and a node count past the
+/// memory limit before it is decoded.
+#[test]
+fn node_lists_are_checked_before_decoding() {
+    let dir = workdir("hostile_node_lists");
+    // 10M empty nodes, 20 MB: decoded, about 2.3 GB of empty NodeProtos.
+    // (Buffers are dropped before the children start: a child's peak RSS
+    // counts this process's pages at the fork.)
+    let empty = field(1, &[]).repeat(10_000_000);
+    std::fs::write(dir.join("empty_nodes.onnx"), model_of_nodes(&empty)).unwrap();
+    drop(empty);
+    // An If whose then-branch holds an empty node.
+    let mut branch_attr = field(1, b"then_branch");
+    branch_attr.extend(field(6, &field(1, &[])));
+    let mut if_node = field(4, b"If");
+    if_node.extend(field(5, &branch_attr));
+    std::fs::write(
+        dir.join("empty_subgraph_node.onnx"),
+        model_of_nodes(&field(1, &if_node)),
+    )
+    .unwrap();
+    // 3M named Relu nodes, 40 MB: valid nodes, too many for a 1 GiB limit.
+    let mut relus = Vec::new();
+    for i in 0..3_000_000 {
+        let mut node = field(3, format!("r{i}").as_bytes());
+        node.extend(field(4, b"Relu"));
+        relus.extend(field(1, &node));
+    }
+    std::fs::write(dir.join("many_relus.onnx"), model_of_nodes(&relus)).unwrap();
+    drop(relus);
+    let cases = [
+        Case::new(
+            "ten_million_empty_nodes",
+            "huge",
+            &["inspect", "{dir}/empty_nodes.onnx"],
+            1,
+            "node #0 (unnamed) of the graph has no op_type",
+        ),
+        Case::new(
+            "empty_node_in_a_subgraph",
+            "huge",
+            &["run", "{dir}/empty_subgraph_node.onnx"],
+            1,
+            "node #0 (unnamed) of a subgraph has no op_type",
+        ),
+        Case::new(
+            "three_million_nodes_past_the_limit",
+            "huge",
+            &["inspect", "{dir}/many_relus.onnx", "--memory-limit", "1G"],
+            1,
+            "importing its 3000000 nodes would need",
+        ),
+    ];
+    assert_eq!(run_cases(&cases, &dir), cases.len());
+}
+
 /// `-o` never replaces the input model, and writes through a symbolic link
 /// only with --force.
 #[test]

@@ -8,6 +8,7 @@
 //! caller gives in [`ImportOptions`], or 1.
 
 mod ops;
+mod scan;
 mod tensor;
 
 pub use tensor::{dtype_from_onnx, tensor_from_proto, tensor_to_proto};
@@ -19,6 +20,7 @@ use crate::graph::{
 use onnx_protobuf::{type_proto, ModelProto, NodeProto, TensorProto, ValueInfoProto};
 use protobuf::{CodedInputStream, Message};
 use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, Seek};
 use std::path::{Path, PathBuf};
 
 /// The opsets of the default domain we import.
@@ -128,12 +130,40 @@ pub fn load_onnx(path: &Path, opts: &ImportOptions) -> Result<Graph, ImportError
     };
     let f = crate::frontend::open_file(path).map_err(io)?;
     let len = f.metadata().map_err(io)?.len();
-    let mut reader = std::io::BufReader::new(f);
-    let model = parse_whole::<ModelProto>(CodedInputStream::from_buf_read(&mut reader), len)
-        .map_err(|e| decode_error(&file, e))?;
+    let model = decode_model(&mut std::io::BufReader::new(f), len, &file)?;
     // External data lies beside the model: "model.onnx" has the parent "".
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
     import_model(model, &file, Some(dir.unwrap_or(Path::new("."))), opts)
+}
+
+/// Decodes the model of `len` bytes that `source` holds, once a first pass
+/// over it has found that its nodes have op types and fit the memory budget.
+fn decode_model<R: BufRead + Seek>(
+    source: &mut R,
+    len: u64,
+    file: &str,
+) -> Result<ModelProto, ImportError> {
+    let refuse = |message: String| ImportError::Model {
+        path: file.to_string(),
+        message,
+    };
+    let io = |source| ImportError::Io {
+        path: file.to_string(),
+        source,
+    };
+    let mut is = CodedInputStream::from_buf_read(source);
+    is.push_limit(len).map_err(|e| decode_error(file, e))?;
+    let nodes = scan::count_nodes(&mut is)
+        .map_err(|why| refuse(format!("not a valid ONNX model: {why}")))?;
+    drop(is);
+    crate::core::budget::check(
+        &format!("importing its {nodes} nodes"),
+        nodes.saturating_mul(scan::BYTES_PER_NODE),
+    )
+    .map_err(refuse)?;
+    source.rewind().map_err(io)?;
+    parse_whole::<ModelProto>(CodedInputStream::from_buf_read(source), len)
+        .map_err(|e| decode_error(file, e))
 }
 
 /// Decodes a message of `len` bytes. The decoder alone takes the end of the
@@ -207,8 +237,7 @@ pub fn import_onnx(
     base_dir: Option<&Path>,
     opts: &ImportOptions,
 ) -> Result<Graph, ImportError> {
-    let model = parse_whole::<ModelProto>(CodedInputStream::from_bytes(bytes), bytes.len() as u64)
-        .map_err(|e| decode_error(file, e))?;
+    let model = decode_model(&mut std::io::Cursor::new(bytes), bytes.len() as u64, file)?;
     import_model(model, file, base_dir, opts)
 }
 

@@ -1,0 +1,154 @@
+//! A pass over an ONNX file's wire format before it is decoded: it counts the
+//! nodes of the graph and of every subgraph, refusing a node without an op
+//! type and more nodes than the memory budget can hold. The decoder allocates
+//! a few hundred bytes for each node, even for an empty one that takes two
+//! bytes of the file, so 20 MB of empty nodes would otherwise decode to gigabytes
+//! before any check could see them.
+
+use protobuf::CodedInputStream;
+
+// Field numbers of onnx.proto.
+const MODEL_GRAPH: u32 = 7;
+const GRAPH_NODE: u32 = 1;
+const NODE_NAME: u32 = 3;
+const NODE_OP_TYPE: u32 = 4;
+const NODE_ATTRIBUTE: u32 = 5;
+const ATTRIBUTE_GRAPH: u32 = 6;
+const ATTRIBUTE_GRAPHS: u32 = 11;
+
+const WIRE_VARINT: u32 = 0;
+const WIRE_FIXED64: u32 = 1;
+const WIRE_LENGTH_DELIMITED: u32 = 2;
+const WIRE_FIXED32: u32 = 5;
+
+/// What one node costs from decoding to the run: the decoded `NodeProto` and
+/// its strings, the graph node, its plan and its step (a 100k-node Relu chain
+/// peaks at 225 MB).
+pub const BYTES_PER_NODE: u64 = 2048;
+
+/// Subgraphs nested deeper than the decoder's own recursion limit are refused
+/// by it anyway; the scan stops there too.
+const MAX_DEPTH: u32 = 100;
+
+/// Counts every node of the model read from `is` (the caller has pushed the
+/// file's length as the limit), refusing a node with an empty op type. Bytes
+/// that are not protobuf are left to the decoder, which reads them next: the
+/// scan then returns what it counted up to there.
+pub fn count_nodes(is: &mut CodedInputStream) -> Result<u64, String> {
+    let mut scan = Scanner::default();
+    let _ = scan.fields(is, &mut |scan, is, field| {
+        if field == MODEL_GRAPH {
+            scan.graph(is, 0)?;
+        }
+        Ok(())
+    });
+    match scan.refused {
+        Some(why) => Err(why),
+        None => Ok(scan.nodes),
+    }
+}
+
+/// Why a scan stopped early: the bytes end or are not protobuf, or a node was
+/// refused (then `Scanner::refused` says why).
+struct Stop;
+
+impl From<protobuf::Error> for Stop {
+    fn from(_: protobuf::Error) -> Stop {
+        Stop
+    }
+}
+
+type Visit<'a> = dyn FnMut(&mut Scanner, &mut CodedInputStream, u32) -> Result<(), Stop> + 'a;
+
+#[derive(Default)]
+struct Scanner {
+    nodes: u64,
+    refused: Option<String>,
+}
+
+impl Scanner {
+    /// Reads fields to the current limit. Each length-delimited one is offered
+    /// to `visit` with its length as the limit; what it leaves is skipped.
+    fn fields(&mut self, is: &mut CodedInputStream, visit: &mut Visit) -> Result<(), Stop> {
+        while let Some(tag) = is.read_raw_tag_or_eof()? {
+            match tag & 7 {
+                WIRE_VARINT => {
+                    is.read_raw_varint64()?;
+                }
+                WIRE_FIXED64 => skip(is, 8)?,
+                WIRE_FIXED32 => skip(is, 4)?,
+                WIRE_LENGTH_DELIMITED => {
+                    let len = is.read_raw_varint64()?;
+                    let outer = is.push_limit(len)?;
+                    visit(self, is, tag >> 3)?;
+                    skip(is, is.bytes_until_limit())?;
+                    is.pop_limit(outer);
+                }
+                _ => return Err(Stop),
+            }
+        }
+        Ok(())
+    }
+
+    fn graph(&mut self, is: &mut CodedInputStream, depth: u32) -> Result<(), Stop> {
+        if depth > MAX_DEPTH {
+            return Err(Stop);
+        }
+        let mut index = 0;
+        self.fields(is, &mut |scan, is, field| {
+            if field == GRAPH_NODE {
+                scan.node(is, depth, index)?;
+                index += 1;
+            }
+            Ok(())
+        })
+    }
+
+    fn node(&mut self, is: &mut CodedInputStream, depth: u32, index: u64) -> Result<(), Stop> {
+        self.nodes += 1;
+        let (mut name, mut has_op_type) = (None, false);
+        self.fields(is, &mut |scan, is, field| {
+            match field {
+                NODE_NAME if is.bytes_until_limit() <= MAX_NAME_BYTES => {
+                    name = Some(is.read_raw_bytes(is.bytes_until_limit() as u32)?);
+                }
+                NODE_OP_TYPE => has_op_type |= is.bytes_until_limit() > 0,
+                NODE_ATTRIBUTE => scan.fields(is, &mut |scan, is, field| {
+                    if field == ATTRIBUTE_GRAPH || field == ATTRIBUTE_GRAPHS {
+                        scan.graph(is, depth + 1)?;
+                    }
+                    Ok(())
+                })?,
+                _ => {}
+            }
+            Ok(())
+        })?;
+        if has_op_type {
+            return Ok(());
+        }
+        let name = name.map(|n| String::from_utf8_lossy(&n).into_owned());
+        let name = match name.filter(|n| !n.is_empty()) {
+            Some(n) => format!("'{n}'"),
+            None => "unnamed".into(),
+        };
+        let graph = if depth == 0 {
+            "the graph"
+        } else {
+            "a subgraph"
+        };
+        self.refused = Some(format!("node #{index} ({name}) of {graph} has no op_type"));
+        Err(Stop)
+    }
+}
+
+/// A node name longer than this is not quoted in an error.
+const MAX_NAME_BYTES: u64 = 256;
+
+fn skip(is: &mut CodedInputStream, mut len: u64) -> Result<(), Stop> {
+    while len > 0 {
+        let step = len.min(u32::MAX as u64);
+        is.skip_raw_bytes(step as u32)?;
+        len -= step;
+    }
+    Ok(())
+}
