@@ -52,7 +52,7 @@ enum Command {
         #[command(flatten)]
         planning: Planning,
         #[command(flatten)]
-        conv: cli::native::ConvAlgoArg,
+        kernels: cli::native::KernelArgs,
     },
     /// Plan with every planner and compare them side by side.
     Compare {
@@ -104,7 +104,7 @@ enum Command {
         #[command(flatten)]
         planning: Planning,
         #[command(flatten)]
-        conv: cli::native::ConvAlgoArg,
+        kernels: cli::native::KernelArgs,
     },
     /// Compile the planned model and time repeated runs: latency percentiles,
     /// and with --profile the time of every kernel against this machine's roofline.
@@ -153,7 +153,7 @@ enum Command {
         #[arg(long, default_value = "local", value_parser = cli::planner_parser())]
         against: Planner,
         #[command(flatten)]
-        conv: cli::native::ConvAlgoArg,
+        kernels: cli::native::KernelArgs,
     },
 }
 
@@ -175,8 +175,8 @@ fn main() -> ExitCode {
             model,
             shapes,
             planning,
-            conv,
-        } => cli::plan::plan(model, shapes, planning, json, &conv.options(0)),
+            kernels,
+        } => cli::plan::plan(model, shapes, planning, json, &kernels.options(0)),
         Command::Compare {
             model,
             shapes,
@@ -200,14 +200,14 @@ fn main() -> ExitCode {
             threads,
             check_finite,
             planning,
-            conv,
+            kernels,
         } => cli::run::run(
             model,
             shapes,
             inputs,
             *seed,
             planning,
-            (&conv.options(*threads), *check_finite, json),
+            (&kernels.options(*threads), *check_finite, json),
             output_dir.as_deref(),
         ),
         Command::Bench {
@@ -228,14 +228,14 @@ fn main() -> ExitCode {
             output,
             planning,
             against,
-            conv,
+            kernels,
         } => cli::export::explore(
             model,
             shapes,
             output,
             planning,
             (*against, json),
-            &conv.options(0),
+            &kernels.options(0),
         ),
     };
     match result {

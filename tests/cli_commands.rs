@@ -642,3 +642,40 @@ fn check_finite_names_the_first_step_with_nan_or_inf() {
         "check-finite: every step's output is finite"
     );
 }
+
+#[test]
+fn kernels_run_on_a_forced_instruction_set() {
+    use layoutopt::runtime::simd::Isa;
+    let json = |o: &Out| -> serde_json::Value {
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        serde_json::from_str(&o.stdout).unwrap()
+    };
+    let default = json(&layoutopt(&["run", &resnet(), "--json"]));
+    for isa in Isa::ALL {
+        let o = layoutopt(&["run", &resnet(), "--isa", &isa.to_string(), "--json"]);
+        if !isa.available() {
+            assert_eq!(o.code, 1, "{isa}: {}", o.stdout);
+            assert!(o.stderr.contains("this CPU cannot run"), "{}", o.stderr);
+            continue;
+        }
+        let v = json(&o);
+        assert_eq!(v["execution"]["isa"], isa.to_string(), "{v}");
+        // The recorded output, matched on every path.
+        for (d, f) in default["outputs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(v["outputs"].as_array().unwrap())
+        {
+            assert!(f["max_abs_error"].as_f64().unwrap() < 1e-4, "{isa}: {f}");
+            assert_eq!(d["shape"], f["shape"]);
+        }
+    }
+    let bad = layoutopt(&["run", &resnet(), "--isa", "sse9"]);
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(
+        bad.stderr.contains("not an instruction set"),
+        "{}",
+        bad.stderr
+    );
+}

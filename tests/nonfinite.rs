@@ -16,6 +16,8 @@ use layoutopt::frontend::onnx::{import_onnx, load_onnx, ImportOptions};
 use layoutopt::graph::{Tensor, TensorData};
 use layoutopt::layout::op_rules::{CostModel, Family};
 use layoutopt::layout::plan::{plan, planner_by_name};
+use layoutopt::runtime::simd::Isa;
+use layoutopt::runtime::RuntimeOptions;
 use std::path::Path;
 
 const F32: i32 = 1;
@@ -55,6 +57,25 @@ fn recorded_cases() -> Vec<(String, std::path::PathBuf)> {
     cases
 }
 
+/// Runtime options for each instruction set this CPU can run (AVX-512, AVX2,
+/// portable): every kernel path, not only the widest.
+fn kernel_paths() -> Vec<(Isa, RuntimeOptions)> {
+    let paths: Vec<_> = Isa::ALL
+        .into_iter()
+        .filter(|isa| isa.available())
+        .map(|isa| {
+            let options = RuntimeOptions {
+                threads: 2,
+                isa: Some(isa),
+                ..Default::default()
+            };
+            (isa, options)
+        })
+        .collect();
+    assert!(paths.iter().any(|(isa, _)| *isa == Isa::Portable));
+    paths
+}
+
 #[test]
 fn recorded_cases_match_the_oracles_in_every_layout_family() {
     let cases = recorded_cases();
@@ -66,10 +87,6 @@ fn recorded_cases_match_the_oracles_in_every_layout_family() {
         Family::Nchwc(16),
     ];
     let global = planner_by_name("global").unwrap();
-    let opts = layoutopt::runtime::RuntimeOptions {
-        threads: 2,
-        ..Default::default()
-    };
     for (name, dir) in &cases {
         let g = load_onnx(&dir.join("model.onnx"), &ImportOptions::default()).unwrap();
         let (inputs, expected) = load_test_data(dir);
@@ -82,9 +99,11 @@ fn recorded_cases_match_the_oracles_in_every_layout_family() {
             let p = plan(&g, global.as_ref(), family, &CostModel::default()).unwrap();
             let planned = layoutopt::reference::run(&p.graph, &inputs).unwrap();
             same_nonfinite(&expected[0], &planned[0], 1e-4, &format!("{what} planned"));
-            let model = layoutopt::runtime::CompiledModel::compile(&p.graph, &opts).unwrap();
-            let native = model.run(&inputs).unwrap();
-            same_nonfinite(&expected[0], &native[0], 1e-4, &format!("{what} native"));
+            for (isa, opts) in kernel_paths() {
+                let model = layoutopt::runtime::CompiledModel::compile(&p.graph, &opts).unwrap();
+                let native = model.run(&inputs).unwrap();
+                same_nonfinite(&expected[0], &native[0], 1e-4, &format!("{what} {isa}"));
+            }
         }
     }
 }
@@ -188,18 +207,14 @@ fn planned_models_propagate_extremes_like_the_source_graph() {
         for (i, (s, q)) in source.iter().zip(&planned).enumerate() {
             same_nonfinite(s, q, 1e-4, &format!("{name} output {i}"));
         }
-        // The native kernels (fused conv epilogues, SIMD clamps, TIR steps) too.
-        let model = layoutopt::runtime::CompiledModel::compile(
-            &p.graph,
-            &layoutopt::runtime::RuntimeOptions {
-                threads: 2,
-                ..Default::default()
-            },
-        )
-        .unwrap();
-        let native = model.run(&inputs).unwrap();
-        for (i, (s, q)) in source.iter().zip(&native).enumerate() {
-            same_nonfinite(s, q, 1e-3, &format!("{name} native output {i}"));
+        // The native kernels (fused conv epilogues, SIMD clamps, TIR steps) too,
+        // on every instruction set this CPU has.
+        for (isa, opts) in kernel_paths() {
+            let model = layoutopt::runtime::CompiledModel::compile(&p.graph, &opts).unwrap();
+            let native = model.run(&inputs).unwrap();
+            for (i, (s, q)) in source.iter().zip(&native).enumerate() {
+                same_nonfinite(s, q, 1e-3, &format!("{name} {isa} output {i}"));
+            }
         }
     }
 }

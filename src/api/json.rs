@@ -459,7 +459,7 @@ impl BenchDoc {
         BenchDoc {
             planner: report.planner.clone(),
             target: report.family.clone(),
-            isa: format!("{:?}", model.isa()),
+            isa: model.isa().to_string(),
             arena_bytes: model.arena_bytes(),
             timing,
             profile,

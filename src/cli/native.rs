@@ -7,28 +7,35 @@ use layoutopt::layout::plan::PlanReport;
 use layoutopt::runtime::bench::bench;
 use layoutopt::runtime::conv_algo::ConvAlgoChoice;
 use layoutopt::runtime::roofline::{cache_dir, machine_peaks};
+use layoutopt::runtime::simd::Isa;
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 use std::time::Instant;
 
 type CliResult<T> = Result<T, Box<dyn std::error::Error>>;
 
-/// How convolutions choose their algorithm (`--conv-algo`).
+/// How the kernels are chosen: each convolution's algorithm (`--conv-algo`)
+/// and the instruction set (`--isa`).
 #[derive(Default, clap::Args, Clone)]
-pub struct ConvAlgoArg {
+pub struct KernelArgs {
     /// Convolution algorithm: auto (per layer the fastest of direct and each
     /// accurate Winograd size, measured at compile time and cached per CPU),
     /// direct, or winograd (F(4x4,3x3) where accurate enough, else F(2x2,3x3),
     /// on 3x3 stride-1 convolutions).
     #[arg(long = "conv-algo", value_name = "ALGO", default_value = "auto", value_parser = str::parse::<ConvAlgoChoice>)]
     pub conv_algo: ConvAlgoChoice,
+    /// Instruction set of the hand-written kernels: avx512, avx2 or portable
+    /// (default: the widest this CPU has), to compare or check the narrower paths.
+    #[arg(long, value_name = "ISA", value_parser = str::parse::<Isa>)]
+    pub isa: Option<Isa>,
 }
 
-impl ConvAlgoArg {
+impl KernelArgs {
     /// The runtime options for `threads` worker threads, measurements cached
     /// beside the roofline peaks.
     pub fn options(&self, threads: usize) -> RuntimeOptions {
         let mut options = RuntimeOptions::with_threads(threads);
         options.conv_algo.choice = self.conv_algo;
+        options.isa = self.isa;
         options
     }
 }
@@ -57,7 +64,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     #[command(flatten)]
-    pub conv: ConvAlgoArg,
+    pub kernels: KernelArgs,
 }
 
 /// Compiles the planned graph, warning on stderr about every step that falls
@@ -101,7 +108,7 @@ pub fn run_native(
     let execution = Execution {
         compile_ms: compile.as_secs_f64() * 1e3,
         run_ms: run.as_secs_f64() * 1e3,
-        isa: format!("{:?}", model.isa()),
+        isa: model.isa().to_string(),
         threads: model.threads(),
         arena_bytes: model.arena_bytes(),
         fallback_steps: model
@@ -149,11 +156,11 @@ pub fn bench_native(
     json: Option<(&std::path::Path, &PlanReport)>,
 ) -> CliResult<()> {
     let t0 = Instant::now();
-    let model = compile(g, &args.conv.options(args.threads))?;
+    let model = compile(g, &args.kernels.options(args.threads))?;
     let compile = t0.elapsed();
     if json.is_none() {
         println!(
-            "compiled in {:.1} ms ({:?} kernels, {} threads, {:.1} MB arena)",
+            "compiled in {:.1} ms ({} kernels, {} threads, {:.1} MB arena)",
             compile.as_secs_f64() * 1e3,
             model.isa(),
             model.threads(),

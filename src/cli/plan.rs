@@ -67,7 +67,7 @@ pub fn compare(
             Some(x) => {
                 let t = Instant::now();
                 let compiled =
-                    native::compile(&p.graph, &native::ConvAlgoArg::default().options(0))?;
+                    native::compile(&p.graph, &native::KernelArgs::default().options(0))?;
                 let compile = t.elapsed();
                 let report = bench(&compiled, x, MEASURE_WARMUP, MEASURE_RUNS, None)?;
                 Some(Timing::of(

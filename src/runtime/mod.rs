@@ -76,6 +76,9 @@ pub enum RuntimeError {
         /// What failed.
         source: tir_step::StepError,
     },
+    /// The kernels' instruction set was forced to one this CPU lacks.
+    #[error("this CPU cannot run {0} kernels (it has {detected})", detected = Isa::detect())]
+    Isa(Isa),
     /// The worker threads could not be started.
     #[error("cannot start {threads} worker threads: {message}")]
     Threads {
@@ -149,6 +152,10 @@ pub struct RuntimeOptions {
     pub threads: usize,
     /// How each convolution's algorithm is chosen.
     pub conv_algo: ConvAlgoOptions,
+    /// The instruction set of the hand-written kernels; `None`, the widest
+    /// this CPU has. A narrower one runs the same model on the AVX2 or
+    /// portable paths (to compare them, or to test them on a wider CPU).
+    pub isa: Option<Isa>,
 }
 
 impl RuntimeOptions {
@@ -162,6 +169,16 @@ impl RuntimeOptions {
                 choice: Default::default(),
                 cache: roofline::cache_dir(),
             },
+            isa: None,
+        }
+    }
+
+    /// The kernels' instruction set: the one asked for, if this CPU has it.
+    pub fn kernel_isa(&self) -> Result<Isa, RuntimeError> {
+        match self.isa {
+            None => Ok(Isa::detect()),
+            Some(isa) if isa.available() => Ok(isa),
+            Some(isa) => Err(RuntimeError::Isa(isa)),
         }
     }
 }
@@ -488,11 +505,11 @@ impl CompiledModel {
     pub fn compile(graph: &Graph, options: &RuntimeOptions) -> Result<CompiledModel, RuntimeError> {
         let pool = worker_pool(options.threads)?;
         let Some(widened) = graph.widened_f16() else {
-            return Compiler::new(graph, Isa::detect(), options).finish(pool);
+            return Compiler::new(graph, options.kernel_isa()?, options).finish(pool);
         };
         // f16 storage at the interface, f32 inside: inputs are converted as they
         // are copied in, outputs rounded back to the model's types.
-        let mut model = Compiler::new(&widened, Isa::detect(), options).finish(pool)?;
+        let mut model = Compiler::new(&widened, options.kernel_isa()?, options).finish(pool)?;
         for ((_, ty, _), &id) in model.inputs.iter_mut().zip(graph.inputs()) {
             *ty = graph.node(id).outputs[0].ty.clone();
         }
@@ -518,7 +535,7 @@ impl CompiledModel {
         let pool = worker_pool(options.threads)?;
         let widened = graph.widened_f16();
         let g = widened.as_ref().unwrap_or(graph);
-        Compiler::new(g, Isa::detect(), options).conv_algos(&pool)
+        Compiler::new(g, options.kernel_isa()?, options).conv_algos(&pool)
     }
 
     /// The algorithm of every convolution step, in the order the steps run.

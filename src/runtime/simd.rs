@@ -22,7 +22,35 @@ pub enum Isa {
     Portable,
 }
 
+impl std::fmt::Display for Isa {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(match self {
+            Isa::Avx512 => "avx512",
+            Isa::Avx2 => "avx2",
+            Isa::Portable => "portable",
+        })
+    }
+}
+
+impl std::str::FromStr for Isa {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Isa, String> {
+        match s {
+            "avx512" => Ok(Isa::Avx512),
+            "avx2" => Ok(Isa::Avx2),
+            "portable" => Ok(Isa::Portable),
+            _ => Err(format!(
+                "'{s}' is not an instruction set (avx512, avx2, portable)"
+            )),
+        }
+    }
+}
+
 impl Isa {
+    /// Every instruction set, widest first.
+    pub const ALL: [Isa; 3] = [Isa::Avx512, Isa::Avx2, Isa::Portable];
+
     /// The widest instruction set this CPU supports.
     pub fn detect() -> Isa {
         #[cfg(target_arch = "x86_64")]
