@@ -7,7 +7,8 @@ planner (keep, local, greedy, global) and every target (nchw16c, nhwc), this
 script calls `layoutopt export`, checks the written model with onnx.checker,
 runs it with onnxruntime (CPU, graph optimizations off) on
 test_data_set_0/input_*.pb and compares with output_*.pb. It prints a table
-and exits 1 if any model fails: max abs error above 1e-4 * max(1, max |expected|).
+and exits 1 if any model fails: max abs error above 1e-4 * max(1, max |expected|)
+(2e-3 for float16 models, as tests/export.rs).
 
 With --conformance it also exports every ONNX backend node case of
 tests/onnx_node/ (keep, and global for NCHW8c) and compares onnxruntime's
@@ -24,7 +25,8 @@ models/full/*, see scripts/gen_models.py --full), both run on
 test_data_set_0's inputs, their outputs are compared, and each is timed in
 --rounds alternated rounds (source, export, export, source, ...) of about 0.3 s
 each at ORT_ENABLE_ALL and ORT_ENABLE_BASIC, --threads intra-op threads;
-it prints each one's median milliseconds per run and the export/source ratio.
+it prints each one's median milliseconds per run, the export/source ratio, and
+the median of 3 session creations (onnxruntime's own graph optimizations).
 It exits 1 if an export is slower than its source by more than --slack at
 ORT_ENABLE_ALL, or its outputs differ by more than 1e-4 * max(1, max |source|).
 Machines shared with other work need the rounds: check `vmstat 1 5`'s steal.
@@ -50,6 +52,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 PLANNERS = ["keep", "local", "greedy", "global"]
 TARGETS = ["nchw16c", "nhwc"]
 TOLERANCE = 1e-4
+F16_TOLERANCE = 2e-3  # float16 models, as tests/export.rs
 
 
 def tensors(folder, prefix):
@@ -84,7 +87,7 @@ def timing(args):
     )
     levels = [("all", ort.GraphOptimizationLevel.ORT_ENABLE_ALL), ("basic", ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)]
     print(f"onnxruntime {ort.__version__}, {args.threads} thread(s), median of {args.rounds} alternated rounds")
-    print(f"{'model':<24} {'level':<6} {'source ms':>10} {'export ms':>10} {'ratio':>6}  max abs err")
+    print(f"{'model':<24} {'level':<6} {'source ms':>10} {'export ms':>10} {'ratio':>6}  {'load ms (source, export)':<25} max abs err")
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for model in models:
@@ -97,7 +100,14 @@ def timing(args):
                 continue
             inputs = tensors(model.parent / "test_data_set_0", "input")
             for level_name, level in levels:
-                pair = [session(p, level, args.threads) for p in (model, out)]
+                made = ([], [])
+                for k in range(3):
+                    for j in (0, 1) if k % 2 == 0 else (1, 0):
+                        t = time.perf_counter()
+                        pair_j = session((model, out)[j], level, args.threads)
+                        made[j].append(((time.perf_counter() - t) * 1e3, pair_j))
+                load = [statistics.median(ms for ms, _ in m) for m in made]
+                pair = [m[-1][1] for m in made]
                 feeds = [{i.name: x for i, x in zip(s.get_inputs(), inputs, strict=True)} for s in pair]
                 got = [s.run(None, f) for s, f in zip(pair, feeds, strict=True)]
                 err = max(float(np.max(np.abs(a.astype(np.float64) - b))) for a, b in zip(*got, strict=True))
@@ -115,7 +125,8 @@ def timing(args):
                 note = " SLOWER" if slow else ""
                 note += f" MISMATCH (> {TOLERANCE} * {mag:.3g})" if bad else ""
                 print(
-                    f"{model.parent.name:<24} {level_name:<6} {src:>10.3f} {exp:>10.3f} {exp / src:>6.3f}  {err:.2e}{note}"
+                    f"{model.parent.name:<24} {level_name:<6} {src:>10.3f} {exp:>10.3f} {exp / src:>6.3f}  "
+                    f"{f'{load[0]:.1f}, {load[1]:.1f}':<25} {err:.2e}{note}"
                 )
     return failed
 
@@ -190,7 +201,9 @@ def main():
     ap.add_argument("models", nargs="*", help="with --timing: model.onnx files with test_data_set_0 beside them")
     ap.add_argument("--rounds", type=int, default=7, help="alternated timing rounds (median)")
     ap.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads")
-    ap.add_argument("--slack", type=float, default=0.03, help="timing noise an export may be slower by")
+    ap.add_argument(
+        "--slack", type=float, default=0.05, help="timing noise an export may be slower by (shared machines: 5%%)"
+    )
     args = ap.parse_args()
     if args.timing:
         return 1 if timing(args) else 0
@@ -228,8 +241,9 @@ def main():
                         for g, e in zip(got, expected, strict=False)
                     )
                     mag = max(1.0, max(float(np.max(np.abs(e))) for e in expected))
-                    ok = len(got) == len(expected) and err <= TOLERANCE * mag
-                    status = "ok" if ok else f"MISMATCH (> {TOLERANCE} * {mag:.3g})"
+                    tol = F16_TOLERANCE if any(e.dtype == np.float16 for e in expected) else TOLERANCE
+                    ok = len(got) == len(expected) and err <= tol * mag
+                    status = "ok" if ok else f"MISMATCH (> {tol} * {mag:.3g})"
                 except Exception as ex:  # a runtime refusing the model is a failure to report
                     err, ok, status = float("nan"), False, f"ORT FAILED: {ex}"
                 failed += not ok
