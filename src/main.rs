@@ -118,13 +118,19 @@ enum Command {
         #[command(flatten)]
         planning: Planning,
     },
-    /// Plan a model and write the planned graph as a standard ONNX model.
+    /// Write a model as standard ONNX: the plan, to verify it, or a model to run.
     ///
-    /// Layout transforms become Transpose / Reshape / Pad / Slice nodes, so any
-    /// ONNX runtime runs the plan with the source model's outputs. The export is
-    /// a verification artefact (the plan, checkable in another runtime), not a
-    /// faster model: runtimes without blocked kernels run those nodes as extra
-    /// work, so it usually runs slower there than the source model.
+    /// `--for verification` (the default) writes the planned graph with its
+    /// layout transforms as Transpose / Reshape / Pad / Slice nodes, so any ONNX
+    /// runtime checks the plan against the source model's outputs; runtimes
+    /// without blocked kernels run those nodes as extra work, so it runs slower
+    /// there than the source model.
+    ///
+    /// `--for onnxruntime` writes a model to run in onnxruntime: the source's
+    /// own layouts (onnxruntime's kernels take NCHW and block channels
+    /// themselves), with layoutopt's graph simplifications: constants folded,
+    /// batch norms and pads folded into convolutions, shape arithmetic gone.
+    /// `--planner` and `--target` do not apply to it.
     Export {
         /// The model file (.onnx or .tflite).
         model: PathBuf,
@@ -134,6 +140,10 @@ enum Command {
         output: cli::export::OutputFile,
         #[command(flatten)]
         planning: Planning,
+        /// What the model is for.
+        #[arg(long = "for", value_name = "PURPOSE", default_value = "verification",
+              value_parser = cli::export::purpose_parser())]
+        purpose: layoutopt::api::ExportFor,
     },
     /// Write a self-contained HTML explorer of two plans of a model.
     ///
@@ -221,7 +231,8 @@ fn main() -> ExitCode {
             shapes,
             output,
             planning,
-        } => cli::export::export(model, shapes, output, planning, json),
+            purpose,
+        } => cli::export::export(model, shapes, output, (planning, *purpose), json),
         Command::Explore {
             model,
             shapes,

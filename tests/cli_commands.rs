@@ -61,7 +61,40 @@ fn help_on_every_command() {
         assert!(h.stdout.contains("Usage: layoutopt"), "{c}: {}", h.stdout);
         assert!(h.stdout.contains("MODEL") || h.stdout.contains("<MODEL>"));
     }
-    assert!(layoutopt(&["export", "--help"]).stdout.contains("--output"));
+    let export = layoutopt(&["export", "--help"]).stdout;
+    assert!(export.contains("--output"));
+    // Each purpose of an export is named and explained.
+    assert!(export.contains("--for <PURPOSE>"), "{export}");
+    assert!(
+        export.contains("verification: the plan's layouts"),
+        "{export}"
+    );
+    assert!(
+        export.contains("onnxruntime:  the source's NCHW layouts"),
+        "{export}"
+    );
+}
+
+#[test]
+fn export_for_onnxruntime_writes_a_model_to_run_and_refuses_a_planner() {
+    let dir = common::scratch_dir("cli_export_for");
+    let (m, out) = (resnet(), dir.join("ort.onnx").display().to_string());
+    let o = layoutopt(&["export", &m, "-o", &out, "--for", "onnxruntime"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("model for onnxruntime"), "{}", o.stdout);
+    assert!(std::path::Path::new(&out).exists());
+    // --planner and --target choose the verification plan: not silently ignored.
+    for extra in [["--planner", "local"], ["--target", "nhwc"]] {
+        let mut args = vec!["export", &m, "-o", &out, "--for", "onnxruntime"];
+        args.extend(extra);
+        let o = layoutopt(&args);
+        assert_eq!(o.code, 1, "{args:?}");
+        assert!(o
+            .stderr
+            .contains("--for onnxruntime keeps the source's layouts"));
+    }
+    let o = layoutopt(&["export", &m, "-o", &out, "--for", "speed"]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
 }
 
 #[test]

@@ -3,13 +3,15 @@
 //! exactly the foldable ones fold (per-channel or scalar constants, a conv output
 //! with no other reader, Sub only as `conv - c`), and the folded graph, planned
 //! and compiled, gives the reference executor's outputs on the unfolded source
-//! within 1e-5 of their magnitude. Spatial means and maxima as global pools.
+//! within 1e-5 of their magnitude. Batch norms after a convolution folded the
+//! same way (for `export --for onnxruntime`). Spatial means and maxima as global
+//! pools.
 
 mod common;
 
 use common::*;
 use layoutopt::frontend::onnx::{import_onnx, ImportOptions};
-use layoutopt::graph::{fold_conv_affine, Graph, Op, Tensor};
+use layoutopt::graph::{fold_conv_affine, fold_conv_batchnorm, Graph, Op, Tensor};
 use layoutopt::layout::op_rules::{CostModel, Family};
 use layoutopt::layout::plan::{plan, planner_by_name};
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
@@ -143,6 +145,50 @@ fn per_channel_ops_after_a_transpose_fold_into_the_conv() {
     let g = conv_then(tail, vec![("s", channels(vec![7, 1], 0.1))]);
     let mut folded = g.clone();
     assert_eq!(fold_conv_affine(&mut folded).unwrap(), 0);
+}
+
+/// A batch norm folds into the conv before it (the folded graph computes the
+/// source's outputs within 1e-5 of their magnitude); one whose conv output has
+/// another reader stays.
+#[test]
+fn batch_norms_after_a_conv_fold_into_it() {
+    let bn = |y: &str| {
+        let mut n = node("BatchNormalization", "bn", &["c", "s", "t", "m", "v"], &[y]);
+        n.attribute.push(float_attr("epsilon", 1e-3));
+        n
+    };
+    let params = || {
+        vec![
+            ("s", channels(vec![8], 0.25)),
+            ("t", channels(vec![8], -0.5)),
+            ("m", channels(vec![8], 0.1)),
+            ("v", channels(vec![8], 0.3)),
+        ]
+    };
+    let g = conv_then(
+        vec![bn("b0"), node("Relu", "relu", &["b0"], &["y"])],
+        params(),
+    );
+    let mut folded = g.clone();
+    assert_eq!(fold_conv_batchnorm(&mut folded).unwrap(), 1);
+    let ops: Vec<&str> = (folded.node_ids().into_iter())
+        .map(|id| folded.node(id).op.kind_name())
+        .collect();
+    assert!(!ops.contains(&"BatchNormalization"), "{ops:?}");
+    let x = Tensor::from_f32(
+        vec![1, 6, 7, 7],
+        (0..294)
+            .map(|i| ((i * 53) % 23) as f32 / 11.0 - 1.0)
+            .collect(),
+    );
+    let expected = layoutopt::reference::run(&g, std::slice::from_ref(&x)).unwrap();
+    let got = layoutopt::reference::run(&folded, &[x]).unwrap();
+    let (err, mag) = max_abs_err(&expected[0], &got[0]);
+    assert!(err <= 1e-5 * mag.max(1.0), "error {err} at magnitude {mag}");
+    // The conv output is also read by the Add: the batch norm stays.
+    let tail = vec![bn("b0"), node("Add", "join", &["b0", "c"], &["y"])];
+    let mut g = conv_then(tail, params());
+    assert_eq!(fold_conv_batchnorm(&mut g).unwrap(), 0);
 }
 
 #[test]

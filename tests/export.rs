@@ -136,3 +136,85 @@ fn blocked_layouts_are_pad_reshape_transpose_and_back() {
     assert_eq!(init(&input(5, 2)), vec![17]); // ends
     assert_eq!(init(&input(5, 3)), vec![1]); // axes
 }
+
+/// `export --for onnxruntime`'s model of every bundled model: no layout
+/// machinery (no layout transform, pad, crop or op in a storage layout in the
+/// graph, so every exported Transpose is one of the graph's own, and no tensor of
+/// a higher rank than the source's, as blocked layouts would add), no batch norm left after a
+/// float32 convolution (float16 weights are not refolded), and, read back by our importer and run by the reference
+/// executor, the outputs onnxruntime recorded for the source within the
+/// tolerance of the verification exports (1e-4 of the largest magnitude, 2e-3
+/// for float16).
+#[test]
+fn onnxruntime_exports_keep_the_source_layouts_and_outputs() {
+    use layoutopt::graph::Graph;
+    let transposes = |g: &Graph| {
+        (g.node_ids().iter())
+            .filter(|&&id| matches!(g.node(id).op, Op::Transpose(_)))
+            .count()
+    };
+    let max_rank = |g: &Graph| {
+        (g.node_ids().iter())
+            .flat_map(|&id| g.node(id).outputs.iter().map(|v| v.ty.shape.len()))
+            .max()
+            .unwrap_or(0)
+    };
+    for path in bundled_models() {
+        let what = path.display().to_string();
+        let g = load_model(&path).unwrap();
+        let (inputs, expected) = load_test_data(path.parent().unwrap());
+        let planned = PlanLayouts::for_onnxruntime().plan(&g).unwrap();
+        for id in planned.graph.node_ids() {
+            let op = &planned.graph.node(id).op;
+            let layout = matches!(
+                op,
+                Op::LayoutTransform(_) | Op::PadWith(_) | Op::Crop(_) | Op::InLayout(_)
+            );
+            assert!(!layout, "{what}: {}", op.kind_name());
+        }
+        let opts = ExportOptions {
+            output_names: Some(
+                g.outputs()
+                    .iter()
+                    .map(|&v| g.value(v).name.clone())
+                    .collect(),
+            ),
+            symbolic_batch: None,
+        };
+        let m = export_model(&planned.graph, &opts).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let nodes = &m.graph.as_ref().unwrap().node;
+        let exported_transposes = nodes.iter().filter(|n| n.op_type == "Transpose").count();
+        assert_eq!(exported_transposes, transposes(&planned.graph), "{what}");
+        let bytes = export_bytes(&planned.graph, &opts).unwrap();
+        let back = import_onnx(&bytes, "exported.onnx", None, &ImportOptions::default())
+            .unwrap_or_else(|e| panic!("{what}: re-import: {e}"));
+        assert!(max_rank(&back) <= max_rank(&g), "{what}");
+        for id in back.node_ids() {
+            if matches!(back.node(id).op, Op::BatchNorm(_)) {
+                let x = back.node_inputs(id)[0];
+                let f32_conv = matches!(back.node(x.node).op, Op::Conv(_))
+                    && back.value_type(x).dtype == layoutopt::graph::DType::F32;
+                assert!(!f32_conv, "{what}");
+            }
+        }
+        let outputs =
+            layoutopt::reference::run(&back, &inputs).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(outputs.len(), expected.len(), "{what}");
+        for (out, exp) in outputs.iter().zip(&expected) {
+            assert_eq!(out.shape, exp.shape, "{what}");
+            let (err, mag) = max_abs_err(exp, out);
+            let tol = tolerance(exp, 1e-4);
+            assert!(err <= tol * mag, "{what}: error {err} > {tol} * {mag}");
+        }
+    }
+    // resnet_small's 8 batch norms all follow a conv: none is left.
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/resnet_small/model.onnx");
+    let planned = PlanLayouts::for_onnxruntime()
+        .plan(&load_model(&path).unwrap())
+        .unwrap();
+    let ops: Vec<&str> = (planned.graph.node_ids().into_iter())
+        .map(|id| planned.graph.node(id).op.kind_name())
+        .collect();
+    assert!(!ops.contains(&"BatchNormalization"), "{ops:?}");
+    assert_eq!(ops.iter().filter(|&&k| k == "Conv").count(), 8);
+}

@@ -287,7 +287,20 @@ fn export_and_explore_name_their_files_only_in_documents_and_artefacts() {
         ],
     );
     assert_eq!(doc["output_file"], "planned.onnx");
+    assert_eq!(doc["for"], "verification");
     assert!(onnx.exists());
+    let doc = document(
+        "export",
+        &[
+            &model("mobilenet_small", "model.onnx"),
+            "-o",
+            onnx.to_str().unwrap(),
+            "--for",
+            "onnxruntime",
+        ],
+    );
+    assert_eq!(doc["for"], "onnxruntime");
+    assert_eq!(doc["planner"], "keep");
     let html = dir.join("explorer.html");
     let doc = document(
         "explore",

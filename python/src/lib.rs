@@ -193,7 +193,7 @@ impl Plan {
         Ok(json::document(
             "export",
             &src.path,
-            &json::Export::of(&self.plan.report, &written),
+            &json::Export::of(api::ExportFor::Verification, &self.plan.report, &written),
         ))
     }
 

@@ -38,6 +38,56 @@ pub fn check_output(model: &Path, path: &Path, force: bool) -> Result<(), Error>
     Ok(())
 }
 
+/// What an exported model is for (`export --for`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ExportFor {
+    /// The plan's layouts spelled out in standard ONNX ops, to check the plan
+    /// in another runtime; it runs slower there than the source model.
+    #[default]
+    Verification,
+    /// The source's layouts with layoutopt's graph simplifications
+    /// ([`super::PlanLayouts::for_onnxruntime`]), to run in onnxruntime.
+    Onnxruntime,
+}
+
+impl ExportFor {
+    /// Every purpose, in the order `--help` lists them.
+    pub const ALL: [ExportFor; 2] = [ExportFor::Verification, ExportFor::Onnxruntime];
+
+    /// The purpose as the command line spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExportFor::Verification => "verification",
+            ExportFor::Onnxruntime => "onnxruntime",
+        }
+    }
+
+    /// What a model exported for this purpose is, in one line.
+    pub fn help(self) -> &'static str {
+        match self {
+            ExportFor::Verification => {
+                "the plan's layouts as Transpose/Reshape/Pad/Slice nodes: checks the plan \
+                 in another runtime, runs slower there than the source model"
+            }
+            ExportFor::Onnxruntime => {
+                "the source's NCHW layouts (onnxruntime blocks channels itself) with \
+                 layoutopt's graph simplifications (folded constants, batch norms and pads \
+                 folded into convs): to run in onnxruntime, at least as fast as the source"
+            }
+        }
+    }
+}
+
+impl std::str::FromStr for ExportFor {
+    type Err = String;
+    fn from_str(s: &str) -> Result<ExportFor, String> {
+        ExportFor::ALL
+            .into_iter()
+            .find(|f| f.name() == s)
+            .ok_or_else(|| format!("'{s}' is not verification or onnxruntime"))
+    }
+}
+
 /// What an export wrote (its JSON document is `json::Export`, which names
 /// the files without their folders).
 #[derive(Clone, Debug)]

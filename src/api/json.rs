@@ -220,6 +220,9 @@ impl Timing {
 /// The `export` document: the plan written and where.
 #[derive(Clone, Debug, Serialize)]
 pub struct Export<'a> {
+    /// What the model is for (`verification` or `onnxruntime`).
+    #[serde(rename = "for")]
+    pub purpose: &'static str,
     /// The planner that made the plan.
     pub planner: &'a str,
     /// The target layout family.
@@ -248,8 +251,13 @@ fn file_name(p: &Path) -> String {
 
 impl<'a> Export<'a> {
     /// The document of `written`, an export of the plan `report` describes.
-    pub fn of(report: &'a PlanReport, written: &'a super::Exported) -> Export<'a> {
+    pub fn of(
+        purpose: super::ExportFor,
+        report: &'a PlanReport,
+        written: &'a super::Exported,
+    ) -> Export<'a> {
         Export {
+            purpose: purpose.name(),
             planner: &report.planner,
             target: &report.family,
             transform_count: report.transform_count,

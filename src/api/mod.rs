@@ -76,7 +76,7 @@ use crate::layout::plan::{self, plan_with, Plan, PlanError, PlanOptions};
 use crate::layout::rules::RuleSource;
 use crate::layout::LayoutError;
 use crate::reference::ExecError;
-pub use artifacts::{check_output, explore_plans, export_plan, Exported};
+pub use artifacts::{check_output, explore_plans, export_plan, ExportFor, Exported};
 use std::io::Read;
 use std::path::Path;
 
@@ -192,6 +192,17 @@ impl PlanLayouts {
             cost: CostModel::default(),
             options: PlanOptions::default(),
         }
+    }
+
+    /// The plan an export for onnxruntime is made of: every tensor in its
+    /// source layout (onnxruntime's kernels take plain NCHW and block channels
+    /// themselves, so transforms would be extra work there), batch norms folded
+    /// into the convolutions before them, and layoutopt's other graph passes
+    /// and rewrites.
+    pub fn for_onnxruntime() -> PlanLayouts {
+        let mut p = PlanLayouts::new(Planner::Keep, Target::Nchw);
+        p.options.fold_batchnorms = true;
+        p
     }
 
     /// Pins the graph input or output `name` to `layout`: an input then

@@ -2,7 +2,7 @@
 
 use super::{load, CliResult, InputShapes, Planning};
 use layoutopt::api::json::{document, Exploration, Export};
-use layoutopt::api::{self, Planner};
+use layoutopt::api::{self, ExportFor, PlanLayouts, Planner};
 use std::path::{Path, PathBuf};
 
 /// The file a command writes (`-o`), and whether it may write through a
@@ -18,23 +18,47 @@ pub struct OutputFile {
     pub force: bool,
 }
 
+/// Parses an `export --for` value, each purpose explained in `--help`.
+pub fn purpose_parser() -> impl clap::builder::TypedValueParser<Value = ExportFor> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser as _};
+    PossibleValuesParser::new(ExportFor::ALL.map(|f| PossibleValue::new(f.name()).help(f.help())))
+        .try_map(|s| s.parse::<ExportFor>())
+}
+
 pub fn export(
     model: &Path,
     shapes: &InputShapes,
     output: &OutputFile,
-    planning: &Planning,
+    (planning, purpose): (&Planning, ExportFor),
     json: bool,
 ) -> CliResult {
     let out = output.output.as_path();
+    let default_target = super::parse_target("nchwc")?;
+    if purpose == ExportFor::Onnxruntime
+        && (planning.planner != Planner::Global || planning.target != default_target)
+    {
+        return Err(
+            "--planner and --target choose the plan of --for verification: \
+                    --for onnxruntime keeps the source's layouts"
+                .into(),
+        );
+    }
     // Refused before the model is read, not after planning it.
     api::check_output(model, out, output.force)?;
     let source = load(model, shapes)?;
-    let planned = planning.plan(&source)?;
+    let planned = match purpose {
+        ExportFor::Verification => planning.plan(&source)?,
+        ExportFor::Onnxruntime => super::progress::step("simplifying for onnxruntime", || {
+            PlanLayouts::for_onnxruntime()
+                .with_rules(Some(planning.rule_source()))
+                .plan(&source)
+        })?,
+    };
     let written = super::progress::step(&format!("writing {}", out.display()), || {
         api::export_plan(model, &source, &planned, out, output.force)
     })?;
     if json {
-        let doc = Export::of(&planned.report, &written);
+        let doc = Export::of(purpose, &planned.report, &written);
         outln!("{}", document("export", model, &doc))?;
         return Ok(());
     }
@@ -46,12 +70,16 @@ pub fn export(
     let data = (written.data_file.as_ref())
         .map(|d| format!(", tensors in {}", d.display()))
         .unwrap_or_default();
+    let what = match purpose {
+        ExportFor::Verification => format!(
+            "'{}' plan for {} ({} transforms kept)",
+            planned.report.planner, planned.report.family, planned.report.transform_count
+        ),
+        ExportFor::Onnxruntime => "model for onnxruntime (source layouts)".to_string(),
+    };
     outln!(
-        "{}: '{}' plan for {} ({} transforms kept) written to {} (ONNX opset {}{batch}{data})",
+        "{}: {what} written to {} (ONNX opset {}{batch}{data})",
         model.display(),
-        planned.report.planner,
-        planned.report.family,
-        planned.report.transform_count,
         out.display(),
         written.opset
     )?;

@@ -98,6 +98,14 @@ pub struct Planning {
 }
 
 impl Planning {
+    /// The rules to rewrite with: `--rules`, else `LAYOUTOPT_RULES`, else built in.
+    pub fn rule_source(&self) -> RuleSource {
+        match &self.rules {
+            Some(dir) => RuleSource::Dir(dir.clone()),
+            None => RuleSource::from_env(),
+        }
+    }
+
     /// Plans `g` under a spinner.
     pub fn plan(&self, g: &Graph) -> Result<Plan, api::Error> {
         let msg = format!("planning with '{}' for {}", self.planner, self.target);
@@ -107,12 +115,8 @@ impl Planning {
     /// Plans `g` with `planner` for this target and rules, warning on stderr
     /// when the rewriting could not run.
     pub fn plan_with(&self, g: &Graph, planner: Planner) -> Result<Plan, api::Error> {
-        let rules = match &self.rules {
-            Some(dir) => RuleSource::Dir(dir.clone()),
-            None => RuleSource::from_env(),
-        };
         let plan = PlanLayouts::new(planner, self.target)
-            .with_rules(Some(rules))
+            .with_rules(Some(self.rule_source()))
             .plan(g)?;
         if let Some(r) = &plan.report.rewrite {
             if r.skipped || !r.applied {

@@ -25,12 +25,68 @@ pub fn fold_conv_affine(g: &mut Graph) -> Result<usize, GraphError> {
     Ok(folded)
 }
 
-/// What `id` folds into: the conv, the transpose between them if any.
+/// Folds every inference `BatchNormalization` of a convolution's output (NCHW,
+/// constant parameters) into that convolution, when the conv's output has no
+/// other reader. Returns how many were folded. The native compiler fuses these
+/// itself; an ONNX export for another runtime is spared the separate op.
+pub fn fold_conv_batchnorm(g: &mut Graph) -> Result<usize, GraphError> {
+    let mut folded = 0;
+    for id in g.topo_order()? {
+        if !g.contains(id) {
+            continue;
+        }
+        if let Some(a) = batchnorm_of(g, id) {
+            refold(g, id, a)?;
+            folded += 1;
+        }
+    }
+    g.remove_dead_nodes();
+    Ok(folded)
+}
+
+/// What `id` folds into: the conv, the transpose between them if any, and the
+/// per-output-channel `y = x * scale + shift` it computes.
 struct Affine {
     conv: NodeId,
     transpose: Option<NodeId>,
-    per_channel: Vec<f32>,
-    op: BinaryOp,
+    scale: Vec<f32>,
+    shift: Vec<f32>,
+}
+
+/// The conv a batch norm `id` reads (as its sole reader) and its scale and shift.
+fn batchnorm_of(g: &Graph, id: NodeId) -> Option<Affine> {
+    let Op::BatchNorm(crate::ops::BatchNorm { epsilon }) = g.node(id).op else {
+        return None;
+    };
+    let ins = g.node_inputs(id);
+    let conv_out = ins[0];
+    if !matches!(g.node(conv_out.node).op, Op::Conv(_)) || ins.len() != 5 {
+        return None;
+    }
+    sole_reader_of(g, conv_out)?;
+    let cout = *g.value_type(conv_out).shape.get(1)?;
+    let f32_const = |v: &ValueRef| g.constant(*v).is_some_and(|t| t.dtype() == DType::F32);
+    if !g.node_inputs(conv_out.node)[1..].iter().all(f32_const) {
+        return None;
+    }
+    let p: Vec<Vec<f32>> = ins[1..]
+        .iter()
+        .map(|v| {
+            g.constant(*v)
+                .filter(|t| t.dtype() == DType::F32 && t.numel() == cout)
+        })
+        .map(|t| t.map(|t| t.f32s().into_owned()))
+        .collect::<Option<_>>()?;
+    let scale: Vec<f32> = (0..cout)
+        .map(|o| p[0][o] / (p[3][o] + epsilon).sqrt())
+        .collect();
+    let shift = (0..cout).map(|o| p[1][o] - p[2][o] * scale[o]).collect();
+    Some(Affine {
+        conv: conv_out.node,
+        transpose: None,
+        scale,
+        shift,
+    })
 }
 
 /// The value's producer when it is a single-output node read only once.
@@ -77,11 +133,17 @@ fn affine_of(g: &Graph, id: NodeId) -> Option<Affine> {
     }
     let rank = g.value_type(conv_out).shape.len();
     let cout = *g.value_type(conv_out).shape.get(1)?;
+    let s = per_channel(c, rank, axis, cout)?;
+    let (scale, shift) = match op {
+        BinaryOp::Mul => (s, vec![0.0; cout]),
+        BinaryOp::Add => (vec![1.0; cout], s),
+        _ => (vec![1.0; cout], s.iter().map(|k| -k).collect()),
+    };
     Some(Affine {
         conv: conv_out.node,
         transpose,
-        per_channel: per_channel(c, rank, axis, cout)?,
-        op,
+        scale,
+        shift,
     })
 }
 
@@ -114,35 +176,40 @@ fn per_channel(c: &Tensor, rank: usize, axis: usize, cout: usize) -> Option<Vec<
 }
 
 fn fold_into_conv(g: &mut Graph, id: NodeId) -> Result<bool, GraphError> {
-    let Some(Affine {
-        conv,
-        transpose,
-        per_channel: s,
-        op,
-    }) = affine_of(g, id)
-    else {
+    let Some(a) = affine_of(g, id) else {
         return Ok(false);
     };
+    refold(g, id, a)?;
+    Ok(true)
+}
+
+/// Replaces the conv of `a` and the op `id` after it by one conv whose weights
+/// and bias compute `conv(x) * scale + shift`.
+fn refold(g: &mut Graph, id: NodeId, a: Affine) -> Result<(), GraphError> {
+    let Affine {
+        conv,
+        transpose,
+        scale,
+        shift,
+    } = a;
     let conv_ins = g.node_inputs(conv);
     let w = g.constant(conv_ins[1]).expect("checked constant");
-    let cout = s.len();
+    let cout = scale.len();
     let mut bias: Vec<f32> = match conv_ins.get(2) {
         Some(b) => g.constant(*b).expect("checked constant").to_f32(),
         None => vec![0.0; cout],
     };
     let mut weights = w.f32s().into_owned();
     let per_out = weights.len() / cout;
-    match op {
-        BinaryOp::Mul => {
-            for (o, &k) in s.iter().enumerate() {
-                weights[o * per_out..(o + 1) * per_out]
-                    .iter_mut()
-                    .for_each(|x| *x *= k);
-                bias[o] *= k;
-            }
+    for (o, (&k, &d)) in scale.iter().zip(&shift).enumerate() {
+        // Exact for a pure shift (k = 1) or scale (d = 0), as the ops they replace.
+        if k != 1.0 {
+            weights[o * per_out..(o + 1) * per_out]
+                .iter_mut()
+                .for_each(|x| *x *= k);
+            bias[o] *= k;
         }
-        BinaryOp::Add => bias.iter_mut().zip(&s).for_each(|(b, k)| *b += k),
-        _ => bias.iter_mut().zip(&s).for_each(|(b, k)| *b -= k),
+        bias[o] += d;
     }
     let w_shape = w.shape.clone();
     let (conv_node, node) = (g.node(conv), g.node(id));
@@ -177,5 +244,5 @@ fn fold_into_conv(g: &mut Graph, id: NodeId) -> Result<bool, GraphError> {
     };
     g.replace_uses(ValueRef::new(id, 0), ValueRef::new(folded, 0));
     g.remove_node(id);
-    Ok(true)
+    Ok(())
 }

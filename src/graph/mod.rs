@@ -14,7 +14,7 @@ pub use crate::core::{
 };
 pub use crate::ops::*;
 pub use canonical::reductions_as_global_pools;
-pub use conv_affine::fold_conv_affine;
+pub use conv_affine::{fold_conv_affine, fold_conv_batchnorm};
 pub use fold::{fold_constants, fold_node};
 pub use memory::{
     check_value_size, checked_size_bytes, format_bytes, machine_memory, memory_limit, parse_bytes,

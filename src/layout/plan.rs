@@ -672,6 +672,9 @@ pub struct PlanOptions {
     pub rewrite_max_nodes: usize,
     /// Layouts pinned for graph inputs and outputs.
     pub pins: Pins,
+    /// Fold batch norms into the convolutions before them (the native compiler
+    /// fuses them itself; an export for another runtime folds them).
+    pub fold_batchnorms: bool,
 }
 
 impl Default for PlanOptions {
@@ -681,6 +684,7 @@ impl Default for PlanOptions {
             rewrite_limits: RewriteLimits::default(),
             rewrite_max_nodes: 2_000,
             pins: Pins::new(),
+            fold_batchnorms: false,
         }
     }
 }
@@ -748,6 +752,9 @@ pub fn plan_with(
     let t0 = Instant::now();
     // Folding and canonical forms edit a copy (which shares the weights).
     let mut folded = g.clone();
+    if options.fold_batchnorms {
+        crate::graph::fold_conv_batchnorm(&mut folded)?;
+    }
     let pad_folds = fold_pads(&mut folded)?;
     fold_conv_affine(&mut folded)?;
     reductions_as_global_pools(&mut folded)?;

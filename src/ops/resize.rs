@@ -20,6 +20,15 @@ impl OpDef for Resize {
         "Resize"
     }
 
+    /// Antialiasing came with opset 18, half_pixel_symmetric with 19.
+    fn min_onnx_opset(&self) -> i64 {
+        match (self.coord, self.filter.antialias) {
+            (CoordTransform::HalfPixelSymmetric, _) => 19,
+            (_, true) => 18,
+            _ => 17,
+        }
+    }
+
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
         let r = self;
 
@@ -103,25 +112,25 @@ impl OpDef for Resize {
             NearestMode::Floor => "floor",
             NearestMode::Ceil => "ceil",
         };
-        cx.single(
-            "Resize",
-            &ins,
-            vec![
-                ("mode", Attr::Str(mode)),
-                ("coordinate_transformation_mode", Attr::Str(coord)),
-                ("nearest_mode", Attr::Str(nearest)),
-                ("cubic_coeff_a", Attr::Float(r.filter.cubic_a)),
-                (
-                    "exclude_outside",
-                    Attr::Int(r.filter.exclude_outside as i64),
-                ),
-                ("antialias", Attr::Int(r.filter.antialias as i64)),
-                (
-                    "extrapolation_value",
-                    Attr::Float(r.crop.as_ref().map_or(0.0, |c| c.1)),
-                ),
-            ],
-        )
+        let mut attrs = vec![
+            ("mode", Attr::Str(mode)),
+            ("coordinate_transformation_mode", Attr::Str(coord)),
+            ("nearest_mode", Attr::Str(nearest)),
+            ("cubic_coeff_a", Attr::Float(r.filter.cubic_a)),
+            (
+                "exclude_outside",
+                Attr::Int(r.filter.exclude_outside as i64),
+            ),
+            (
+                "extrapolation_value",
+                Attr::Float(r.crop.as_ref().map_or(0.0, |c| c.1)),
+            ),
+        ];
+        // Opset 17 has no antialias attribute: runtimes refuse it there.
+        if r.filter.antialias {
+            attrs.push(("antialias", Attr::Int(1)));
+        }
+        cx.single("Resize", &ins, attrs)
     }
 }
 

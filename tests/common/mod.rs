@@ -50,6 +50,14 @@ pub fn int_attr(name: &str, v: i64) -> AttributeProto {
     a
 }
 
+pub fn float_attr(name: &str, v: f32) -> AttributeProto {
+    let mut a = AttributeProto::new();
+    a.name = name.to_string();
+    a.type_ = onnx_protobuf::attribute_proto::AttributeType::FLOAT.into();
+    a.f = v;
+    a
+}
+
 pub fn ints_attr(name: &str, v: &[i64]) -> AttributeProto {
     let mut a = AttributeProto::new();
     a.name = name.to_string();
