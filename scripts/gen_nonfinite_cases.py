@@ -24,6 +24,9 @@ they differ by design the case names the oracle that follows the project's rule:
   onnxruntime both depend on where in the window the NaN sits).
 - AveragePool propagates NaN (a mean of NaN): onnxruntime; onnx.reference's
   pooling drops NaN values from the mean, as it marks padding with NaN.
+- ArgMax and ArgMin point at the first NaN (the last with select_last_index),
+  as numpy's argmax/argmin: onnx.reference; onnxruntime skips a NaN unless it
+  comes first. TopK ranks NaN above +inf, as both oracles do.
 The number of elements where the oracles differ is printed per case.
 """
 
@@ -80,34 +83,38 @@ def rows():
     return x
 
 
-def model(name, opset, nodes, inputs, initializers=()):
+def model(name, opset, nodes, inputs, initializers=(), outputs=(("y", TensorProto.FLOAT),)):
     graph = helper.make_graph(
         nodes,
         name,
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape) for n, a in inputs],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info(n, t, None) for n, t in outputs],
         [numpy_helper.from_array(a, n) for n, a in initializers],
     )
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = 8
-    # The output's shape, from onnxruntime.
-    y = run_ort(m, dict(inputs))
-    m.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", TensorProto.FLOAT, y.shape))
+    # The outputs' shapes, from onnxruntime.
+    for (n, t), y in zip(outputs, run_ort(m, dict(inputs))):
+        i = [o.name for o in m.graph.output].index(n)
+        m.graph.output[i].CopyFrom(helper.make_tensor_value_info(n, t, y.shape))
     onnx.checker.check_model(m, full_check=True)
     return m
 
 
 def run_ort(m, feed):
     s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-    return s.run(None, feed)[0]
+    return s.run(None, feed)
 
 
 def run_ref(m, feed):
-    return ReferenceEvaluator(m).run(None, feed)[0]
+    return ReferenceEvaluator(m).run(None, feed)
 
 
 def same(a, b):
-    """NaN where the other is NaN, equal infinities, finite values close."""
+    """NaN where the other is NaN, equal infinities, finite values close;
+    integers (indices) equal."""
+    if a.dtype.kind == "i":
+        return a == b
     a, b = a.astype(np.float64), b.astype(np.float64)
     nan = np.isnan(a) & np.isnan(b)
     close = np.isclose(a, b, rtol=1e-4, atol=1e-5 * max(1.0, np.nanmax(np.abs(a[np.isfinite(a)]), initial=0)))
@@ -121,15 +128,15 @@ def maxpool_ref(m, feed, strides):
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     attrs["strides"] = [1, 1]
     one = model("stride1", 13, [helper.make_node("MaxPool", ["x"], ["y"], **attrs)], [("x", feed["x"])])
-    y = run_ref(one, feed)
-    return y[:, :, :: strides[0], :: strides[1]]
+    y = run_ref(one, feed)[0]
+    return [y[:, :, :: strides[0], :: strides[1]]]
 
 
 CASES = []
 
 
-def case(name, nodes, inputs, initializers=(), opset=13, oracle="both"):
-    CASES.append((name, opset, nodes, inputs, initializers, oracle))
+def case(name, nodes, inputs, initializers=(), opset=13, oracle="both", outputs=(("y", TensorProto.FLOAT),)):
+    CASES.append((name, opset, nodes, inputs, initializers, oracle, outputs))
 
 
 def unary(op, opset=13, **attrs):
@@ -264,16 +271,40 @@ def build():
     )
     case("transpose_nhwc", [helper.make_node("Transpose", ["x"], ["y"], perm=[0, 2, 3, 1])], [("x", image())])
 
+    # Selection: an index output. ArgMax and ArgMin point at the first NaN (the
+    # last with select_last_index), as numpy's argmax/argmin and the reference
+    # evaluator; onnxruntime skips a NaN unless it comes first.
+    index = (("y", TensorProto.INT64),)
+    for op, axis, last, x in [
+        ("ArgMax", 1, 0, image()),
+        ("ArgMin", 1, 0, image()),
+        ("ArgMax", 3, 1, image(shift=2)),
+        ("ArgMin", -1, 1, rows()),
+    ]:
+        name = f"{op.lower()}_axis{axis}" + ("_last" if last else "")
+        node = helper.make_node(op, ["x"], ["y"], axis=axis, keepdims=1, select_last_index=last)
+        case(name, [node], [("x", x)], oracle="ref", outputs=index)
+    # TopK ranks NaN above +inf (both oracles): the values and their indices.
+    k = np.array([3], np.int64)
+    values_and_indices = (("y", TensorProto.FLOAT), ("i", TensorProto.INT64))
+    for name, axis, largest, x in [
+        ("topk_largest_channels", 1, 1, image()),
+        ("topk_smallest_channels", 1, 0, image()),
+        ("topk_largest_rows", -1, 1, rows()),
+    ]:
+        node = helper.make_node("TopK", ["x", "k"], ["y", "i"], axis=axis, largest=largest)
+        case(name, [node], [("x", x)], [("k", k)], outputs=values_and_indices)
+
 
 def main():
     build()
     if OUT.exists():
         shutil.rmtree(OUT)
-    for name, opset, nodes, inputs, inits, oracle in CASES:
-        m = model(name, opset, nodes, inputs, inits)
+    for name, opset, nodes, inputs, inits, oracle, outputs in CASES:
+        m = model(name, opset, nodes, inputs, inits, outputs)
         feed = dict(inputs)
         a, b = run_ort(m, feed), run_ref(m, feed)
-        differ = int((~same(a, b)).sum())
+        differ = sum(int((~same(x, z)).sum()) for x, z in zip(a, b))
         if oracle == "both":
             assert differ == 0, f"{name}: the oracles differ at {differ} elements"
             y = a
@@ -283,15 +314,17 @@ def main():
             y = a
         else:
             y = maxpool_ref(m, feed, (oracle[1], oracle[1]))
-        assert y.shape == a.shape and y.dtype == np.float32, name
+        assert [(t.shape, t.dtype) for t in y] == [(t.shape, t.dtype) for t in a], name
         d = OUT / name
         (d / "test_data_set_0").mkdir(parents=True)
         onnx.save(m, d / "model.onnx")
         for i, (_, t) in enumerate(inputs):
             onnx.save_tensor(numpy_helper.from_array(t), d / "test_data_set_0" / f"input_{i}.pb")
-        onnx.save_tensor(numpy_helper.from_array(y), d / "test_data_set_0" / "output_0.pb")
-        nonfinite = int((~np.isfinite(y)).sum())
-        print(f"{name:24s} oracle {str(oracle):16s} {nonfinite:4d} of {y.size:4d} NaN/inf; oracles differ at {differ}")
+        for i, t in enumerate(y):
+            onnx.save_tensor(numpy_helper.from_array(t), d / "test_data_set_0" / f"output_{i}.pb")
+        nonfinite = sum(int((~np.isfinite(t)).sum()) for t in y if t.dtype.kind == "f")
+        size = sum(t.size for t in y)
+        print(f"{name:24s} oracle {str(oracle):16s} {nonfinite:4d} of {size:4d} NaN/inf; oracles differ at {differ}")
 
 
 if __name__ == "__main__":

@@ -126,7 +126,15 @@ impl OpDef for ArgReduce {
                 let at = |k: usize| v[(o * n + k) * inner + i];
                 let mut best = 0;
                 for k in 1..n {
-                    let better = match rank(largest, at(k), at(best)) {
+                    // NaN wins ArgMin as well as ArgMax, as in numpy: the index
+                    // is that of the element ReduceMin/ReduceMax give, and they
+                    // propagate NaN.
+                    let order = match (at(k).is_nan(), at(best).is_nan()) {
+                        (true, false) => Ordering::Less,
+                        (false, true) => Ordering::Greater,
+                        _ => rank(largest, at(k), at(best)),
+                    };
+                    let better = match order {
                         Ordering::Less => true,
                         Ordering::Equal => self.select_last_index,
                         Ordering::Greater => false,
