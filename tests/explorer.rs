@@ -201,7 +201,13 @@ fn regions_nest_by_source_layer_name() {
         }
     }
     // The controls the script wires up.
-    for id in ["search", "zoom-in", "zoom-out", "zoom-fit", "collapse-depth"] {
+    for id in [
+        "search",
+        "zoom-in",
+        "zoom-out",
+        "zoom-fit",
+        "collapse-depth",
+    ] {
         assert!(html.contains(&format!(r#"id="{id}""#)), "{id}");
     }
 }
@@ -226,7 +232,11 @@ fn a_real_model_page_is_small() {
     let drawn = nodes(&d, 0).len() + nodes(&d, 1).len();
     assert!(drawn > 700, "{drawn}");
     assert!(html.len() < 3 << 20, "{} bytes", html.len());
-    assert!(html.len() < drawn * 2048, "{} bytes for {drawn} nodes", html.len());
+    assert!(
+        html.len() < drawn * 2048,
+        "{} bytes for {drawn} nodes",
+        html.len()
+    );
     // Loop nests are shared by nodes lowered alike.
     let with_tir = (0..2)
         .flat_map(|k| nodes(&d, k))

@@ -277,7 +277,10 @@ fn regions(
                     .iter()
                     .zip(keys)
                     .all(|(m, plan)| m.len() * 10 < plan.len() * 9)
-                && p.members.iter().zip(preds).all(|(m, preds)| convex(preds, m))
+                && p.members
+                    .iter()
+                    .zip(preds)
+                    .all(|(m, preds)| convex(preds, m))
         })
         .map(|(name, _)| *name)
         .collect();

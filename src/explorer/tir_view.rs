@@ -148,7 +148,12 @@ mod tests {
         let d = diff("a\nb\nc\nd", "a\nx\nc\nd");
         assert_eq!(
             d,
-            [Edit::Keep(1), Edit::Drop(1), Edit::Add("x".into()), Edit::Keep(2)]
+            [
+                Edit::Keep(1),
+                Edit::Drop(1),
+                Edit::Add("x".into()),
+                Edit::Keep(2)
+            ]
         );
         let json = serde_json::to_string(&d).unwrap();
         assert_eq!(json, r#"[1,-1,"x",2]"#);
