@@ -301,6 +301,15 @@ fn regions(
     (views, of_nodes)
 }
 
+/// One plan's drawn nodes, with what regions are found from.
+struct PlanData {
+    view: PlanView,
+    /// Each node's producers (indices in topological order).
+    preds: Vec<Vec<usize>>,
+    /// Each node's region key.
+    keys: Vec<String>,
+}
+
 /// One plan's nodes in topological order (constants left out), with each
 /// node's producers and region key.
 fn plan_view(
@@ -308,7 +317,7 @@ fn plan_view(
     report: &PlanReport,
     tirs: &mut Tirs,
     options: &RuntimeOptions,
-) -> Result<(PlanView, Vec<Vec<usize>>, Vec<String>), ExplorerError> {
+) -> Result<PlanData, ExplorerError> {
     let order: Vec<NodeId> = g
         .topo_order()?
         .into_iter()
@@ -411,13 +420,15 @@ fn plan_view(
             region: None,
         });
     }
-    let keys = order.iter().map(|&id| region_key(g, id)).collect();
-    let view = PlanView {
-        planner: report.planner.clone(),
-        family: report.family.clone(),
-        nodes,
-    };
-    Ok((view, preds, keys))
+    Ok(PlanData {
+        view: PlanView {
+            planner: report.planner.clone(),
+            family: report.family.clone(),
+            nodes,
+        },
+        preds,
+        keys: order.iter().map(|&id| region_key(g, id)).collect(),
+    })
 }
 
 /// A row of the summary table: its label and how to read it from a report.
@@ -472,10 +483,10 @@ pub fn render(
     let mut preds = Vec::new();
     let mut keys = Vec::new();
     for p in plans {
-        let (v, pr, k) = plan_view(&p.graph, &p.report, &mut tirs, options)?;
-        views.push(v);
-        preds.push(pr);
-        keys.push(k);
+        let d = plan_view(&p.graph, &p.report, &mut tirs, options)?;
+        views.push(d.view);
+        preds.push(d.preds);
+        keys.push(d.keys);
     }
     let (regions, of_nodes) = regions(&keys, &preds);
     for (v, r) in views.iter_mut().zip(of_nodes) {
@@ -530,3 +541,49 @@ pub fn render(
 /// The page's style and script: plain CSS and JavaScript, written for this page.
 const CSS: &str = include_str!("explorer.css");
 const JS: &str = include_str!("explorer.js");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_end_before_separators() {
+        let p: Vec<&str> = prefixes("/layer1/0/conv_1").collect();
+        assert_eq!(p, ["/layer1", "/layer1/0", "/layer1/0/conv"]);
+        let p: Vec<&str> = prefixes("a__b.c").collect();
+        assert_eq!(p, ["a", "a__b"]);
+    }
+
+    #[test]
+    fn a_region_a_path_leaves_and_reenters_is_not_convex() {
+        // 0 -> 1 -> 2 -> 3, and 0 -> 3.
+        let preds = vec![vec![], vec![0], vec![1], vec![2, 0]];
+        assert!(convex(&preds, &[0, 1]));
+        assert!(convex(&preds, &[1, 2]));
+        assert!(convex(&preds, &[0, 1, 2, 3]));
+        assert!(!convex(&preds, &[0, 3]));
+        assert!(!convex(&preds, &[1, 3]));
+    }
+
+    #[test]
+    fn regions_nest_and_keep_the_longest_name_of_the_same_nodes() {
+        let keys = vec![vec![
+            "m_1/a/x".to_string(),
+            "m_1/a/y".to_string(),
+            "m_1/b/x".to_string(),
+            "m_1/b/y".to_string(),
+            "out".to_string(),
+        ]];
+        let preds = vec![vec![vec![], vec![0], vec![1], vec![2], vec![3]]];
+        let (regions, of) = regions(&keys, &preds);
+        let names: Vec<&str> = regions.iter().map(|r| r.name.as_str()).collect();
+        // "m" groups the same nodes as "m_1".
+        assert_eq!(names, ["m_1", "m_1/a", "m_1/b"]);
+        assert_eq!(regions[1].parent, Some(0));
+        assert_eq!(of[0], [Some(1), Some(1), Some(2), Some(2), None]);
+        // A region of nearly every node is no help to collapse.
+        let (regions, _) = super::regions(&[keys[0][..4].to_vec()], &preds);
+        let names: Vec<&str> = regions.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["m_1/a", "m_1/b"]);
+    }
+}
