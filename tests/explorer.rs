@@ -167,7 +167,8 @@ fn a_conv_node_has_its_spans_and_schedule_record() {
 
 /// What the page's search and collapsing work from: every node's name, op and
 /// source layers, and regions nested by name, each node in the innermost one
-/// its source layer names.
+/// its source layer names (in resnet_small no node lies between the nodes of
+/// a region it is not named into).
 #[test]
 fn regions_nest_by_source_layer_name() {
     let (_, html, _, _) = page();

@@ -88,7 +88,8 @@ struct PlanView {
 }
 
 /// A collapsible group of nodes: those whose source layer name (the first
-/// span's, else the node's name) starts with `name` up to a separator.
+/// span's, else the node's name) starts with `name` up to a separator, and
+/// the nodes on paths between them.
 #[derive(Serialize)]
 struct RegionView {
     name: String,
@@ -207,31 +208,30 @@ fn prefixes(key: &str) -> impl Iterator<Item = &str> {
         .filter(|p| !p.ends_with(['/', '.', '_', ':']))
 }
 
-/// Whether no path of the plan leaves `members` and comes back: only such a
-/// region can be drawn as one box without an edge into it from below. Nodes
-/// are in topological order, so a path that comes back stays between the
-/// region's first and last node.
-fn convex(preds: &[Vec<usize>], members: &[usize]) -> bool {
+/// `members` and every node on a path that leaves them and comes back: the
+/// smallest region holding them that can be drawn as one box without an edge
+/// into it from below. Nodes are in topological order, so such paths stay
+/// between the first and the last member.
+fn hull(preds: &[Vec<usize>], members: &[usize]) -> Vec<usize> {
     let (Some(&lo), Some(&hi)) = (members.iter().min(), members.iter().max()) else {
-        return true;
+        return Vec::new();
     };
     let inside: std::collections::HashSet<usize> = members.iter().copied().collect();
-    // Nodes outside the region reached from it.
-    let mut left = vec![false; hi + 1 - lo];
+    // Reached from a member, forwards; reaching one, backwards.
+    let mut from = vec![false; hi + 1 - lo];
     for i in lo..=hi {
-        let mut reached = false;
-        for &p in preds[i].iter().filter(|&&p| p >= lo) {
-            if !inside.contains(&p) && left[p - lo] {
-                if inside.contains(&i) {
-                    return false;
-                }
-                reached = true;
-            }
-            reached |= inside.contains(&p);
-        }
-        left[i - lo] = reached && !inside.contains(&i);
+        from[i - lo] = inside.contains(&i) || preds[i].iter().any(|&p| p >= lo && from[p - lo]);
     }
-    true
+    let mut to = vec![false; hi + 1 - lo];
+    for i in (lo..=hi).rev() {
+        if inside.contains(&i) || to[i - lo] {
+            to[i - lo] = true;
+            for &p in preds[i].iter().filter(|&&p| p >= lo) {
+                to[p - lo] = true;
+            }
+        }
+    }
+    (lo..=hi).filter(|&i| from[i - lo] && to[i - lo]).collect()
 }
 
 /// Nodes sharing a name prefix, per plan.
@@ -243,15 +243,18 @@ struct Prefix<'a> {
     same_next: bool,
 }
 
-/// The regions of all plans' nodes, nested by name: every name prefix shared
-/// by two or more nodes of a plan, but not by nearly all of them (no help to
-/// collapse), and convex in every plan. Of prefixes grouping the same nodes
-/// the longest is kept. Returns the regions and each node's innermost one.
+/// The regions of all plans' nodes: each name prefix shared by two or more
+/// nodes of a plan (of prefixes grouping the same nodes the longest), grown to
+/// its hull in every plan (MobileNet's `expanded_conv_3` takes in the
+/// `activation_1_2` between its convolutions) unless that more than doubles
+/// it. Regions nest: from the largest,
+/// one is kept if it lies inside a kept one or apart from all, is not the same
+/// nodes as one, and is not nearly all nodes (no help to collapse). Returns
+/// the regions and each node's innermost one.
 fn regions(
     keys: &[Vec<String>],
     preds: &[Vec<Vec<usize>>],
 ) -> (Vec<RegionView>, Vec<Vec<Option<usize>>>) {
-    // Sorted so region ids are stable.
     let mut found: std::collections::BTreeMap<&str, Prefix> = Default::default();
     for (k, plan) in keys.iter().enumerate() {
         for (i, key) in plan.iter().enumerate() {
@@ -268,37 +271,57 @@ fn regions(
             }
         }
     }
-    let kept: Vec<&str> = found
+    let mut candidates: Vec<(&str, Vec<Vec<usize>>)> = found
         .iter()
-        .filter(|(_, p)| {
-            p.members.iter().any(|m| m.len() >= 2)
-                && !p.same_next
-                && p.members
-                    .iter()
-                    .zip(keys)
-                    .all(|(m, plan)| m.len() * 10 < plan.len() * 9)
-                && p.members
-                    .iter()
-                    .zip(preds)
-                    .all(|(m, preds)| convex(preds, m))
+        .filter(|(_, p)| p.members.iter().any(|m| m.len() >= 2) && !p.same_next)
+        .map(|(name, p)| {
+            let hulls: Vec<Vec<usize>> = p
+                .members
+                .iter()
+                .zip(preds)
+                .map(|(m, pr)| hull(pr, m))
+                .collect();
+            (*name, &p.members, hulls)
         })
-        .map(|(name, _)| *name)
+        // A prefix whose hull more than doubles it is scattered, not a block.
+        .filter(|(_, own, m)| {
+            m.iter()
+                .zip(*own)
+                .zip(keys)
+                .all(|((m, own), plan)| m.len() <= 2 * own.len() && m.len() * 10 < plan.len() * 9)
+        })
+        .map(|(name, _, m)| (name, m))
         .collect();
-    let index: HashMap<&str, usize> = kept.iter().enumerate().map(|(i, n)| (*n, i)).collect();
-    // The innermost kept region among a key's prefixes.
-    let innermost = |key: &str| prefixes(key).filter_map(|p| index.get(p).copied()).last();
-    let views = kept
-        .iter()
-        .map(|name| RegionView {
+    let size = |m: &Vec<Vec<usize>>| m.iter().map(Vec::len).sum::<usize>();
+    // Largest first (then by name, for stable ids): a region's parent comes first.
+    candidates.sort_by(|a, b| size(&b.1).cmp(&size(&a.1)).then(a.0.cmp(b.0)));
+    let mut owner: Vec<Vec<Option<usize>>> = keys.iter().map(|p| vec![None; p.len()]).collect();
+    let mut views: Vec<RegionView> = Vec::new();
+    let mut sizes: Vec<usize> = Vec::new();
+    for (name, members) in candidates {
+        let mut owners = members
+            .iter()
+            .enumerate()
+            .flat_map(|(k, m)| m.iter().map(move |&i| (k, i)))
+            .map(|(k, i)| owner[k][i]);
+        let Some(parent) = owners.next() else {
+            continue;
+        };
+        if owners.any(|o| o != parent) || parent.is_some_and(|p| sizes[p] == size(&members)) {
+            continue;
+        }
+        for (k, m) in members.iter().enumerate() {
+            for &i in m {
+                owner[k][i] = Some(views.len());
+            }
+        }
+        sizes.push(size(&members));
+        views.push(RegionView {
             name: name.to_string(),
-            parent: innermost(name),
-        })
-        .collect();
-    let of_nodes = keys
-        .iter()
-        .map(|plan| plan.iter().map(|k| innermost(k)).collect())
-        .collect();
-    (views, of_nodes)
+            parent,
+        });
+    }
+    (views, owner)
 }
 
 /// One plan's drawn nodes, with what regions are found from.
@@ -555,14 +578,14 @@ mod tests {
     }
 
     #[test]
-    fn a_region_a_path_leaves_and_reenters_is_not_convex() {
-        // 0 -> 1 -> 2 -> 3, and 0 -> 3.
-        let preds = vec![vec![], vec![0], vec![1], vec![2, 0]];
-        assert!(convex(&preds, &[0, 1]));
-        assert!(convex(&preds, &[1, 2]));
-        assert!(convex(&preds, &[0, 1, 2, 3]));
-        assert!(!convex(&preds, &[0, 3]));
-        assert!(!convex(&preds, &[1, 3]));
+    fn a_hull_takes_in_paths_that_leave_and_come_back() {
+        // 0 -> 1 -> 2 -> 3, and 0 -> 3; 4 hangs off 1.
+        let preds = vec![vec![], vec![0], vec![1], vec![2, 0], vec![1]];
+        assert_eq!(hull(&preds, &[0, 1]), [0, 1]);
+        assert_eq!(hull(&preds, &[1, 2]), [1, 2]);
+        assert_eq!(hull(&preds, &[0, 3]), [0, 1, 2, 3]);
+        assert_eq!(hull(&preds, &[1, 3]), [1, 2, 3]);
+        assert_eq!(hull(&preds, &[1, 4]), [1, 4]);
     }
 
     #[test]
@@ -585,5 +608,29 @@ mod tests {
         let (regions, _) = super::regions(&[keys[0][..4].to_vec()], &preds);
         let names: Vec<&str> = regions.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(names, ["m_1/a", "m_1/b"]);
+    }
+
+    #[test]
+    fn a_region_takes_in_nodes_between_its_own() {
+        // blk_1's two nodes around act_1's, which nest inside; "act" is
+        // scattered (its hull more than doubles it) and "blk" nearly all.
+        let keys: Vec<String> = [
+            "blk_1/a", "act_1/p", "act_1/q", "blk_1/b", "blk_2/a", "blk_2/c", "blk_2/d", "act_2/p",
+            "blk_2/b", "out",
+        ]
+        .map(String::from)
+        .to_vec();
+        let preds: Vec<Vec<usize>> = (0..10)
+            .map(|i| if i == 0 { vec![] } else { vec![i - 1] })
+            .collect();
+        let (regions, of) = regions(&[keys], &[preds]);
+        let names: Vec<&str> = regions.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["blk_2", "blk_1", "act_1"]);
+        assert_eq!(regions[2].parent, Some(1));
+        let r = |i| Some(i);
+        assert_eq!(
+            of[0],
+            [r(1), r(2), r(2), r(1), r(0), r(0), r(0), r(0), r(0), None]
+        );
     }
 }
