@@ -132,7 +132,9 @@ function draw(v){
       box.setAttribute('class', 'region');
       box.dataset.region = r;
       title.textContent = D.regions[r].name + ' (' + count + ' nodes, collapsed: click to open)';
-      line1.textContent = '▸ ' + short(regionLabel(r), 22);
+      // The end of a long name tells regions apart (MobileNetV3Small_1/expanded_conv_6).
+      const label = regionLabel(r);
+      line1.textContent = '▸ ' + (label.length <= 22 ? label : '…' + label.slice(-21));
       line2.textContent = count + ' nodes';
     } else {
       const i = +u.slice(1), n = nodes[i];
