@@ -148,8 +148,9 @@ enum Command {
     /// Write a self-contained HTML explorer of two plans of a model.
     ///
     /// The graph is drawn with every tensor's layout and the kept transforms
-    /// highlighted; clicking a node shows its source spans, its lowered loop
-    /// nest and its schedule record step by step.
+    /// highlighted; it zooms, pans, searches nodes and collapses regions of
+    /// nodes whose source layer names share a prefix; clicking a node shows its
+    /// source spans, its lowered loop nest and its schedule record step by step.
     Explore {
         /// The model file (.onnx or .tflite).
         model: PathBuf,

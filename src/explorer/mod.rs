@@ -1,16 +1,20 @@
-//! The explorer: one self-contained HTML file (inline CSS, JS and SVG; nothing
-//! is fetched when it is viewed) showing plans of a model side by side.
+//! The explorer: one self-contained HTML file (inline CSS and JS; nothing is
+//! fetched when it is viewed) showing plans of a model side by side.
 //!
-//! Each plan's graph is drawn in layers (a node one layer below its deepest
-//! producer), every node labelled with its op and the layout of its output;
-//! kept layout transforms are highlighted. Clicking a node (or opening the file
-//! with `#node=<id>`) shows its source spans, its layouts, its lowered loop nest
-//! and its schedule record step by step with the lines each step changed (see
+//! The page embeds its data once as JSON (each plan's nodes in topological
+//! order, loop nests deduplicated and stored as edit scripts, regions) and its
+//! own script draws the SVG: a node one layer below its deepest producer,
+//! labelled with its op and the layout of its output; kept layout transforms
+//! highlighted. It zooms (wheel, buttons), pans (drag), searches names, ops and
+//! source layers, and collapses regions (nodes sharing a source-layer name
+//! prefix) into one box. Clicking a node (or opening the file with
+//! `#node=<id>`) shows its source spans, its layouts, its lowered loop nest and
+//! its schedule record step by step with the lines each step changed (see
 //! [`tir_view`]). Nodes of the other plan from the same source layer are marked.
 
 pub mod tir_view;
 
-use crate::graph::{format_spans_portable, Graph, GraphError, NodeId, Op, ValueType};
+use crate::graph::{Graph, GraphError, NodeId, Op, ValueType};
 use crate::layout::plan::{Plan, PlanReport};
 use crate::layout::Layout;
 use crate::ops::LayoutTransform;
@@ -40,42 +44,72 @@ struct SpanView {
 }
 
 #[derive(Serialize)]
+struct ValueView {
+    name: String,
+    ty: String,
+}
+
+/// A drawn node; the page lays the graph out and draws it from these. Its id
+/// on the page is `p<plan>n<index>`, the index being its place in topological order.
+#[derive(Serialize)]
 struct NodeView {
-    id: String,
     name: String,
     op: String,
-    /// Output values with their types.
-    outputs: Vec<String>,
+    /// The text drawn in its box.
+    label: String,
+    /// Classes of its box: "transform" (kept layout transform), "laidout",
+    /// "input", "output", "fused".
+    class: String,
+    /// Each input as (producer index, producer output); graph constants are not drawn.
+    inputs: Vec<(usize, usize)>,
+    outputs: Vec<ValueView>,
     /// Storage layout of each input and output (logical row-major unless planned).
     input_layouts: Vec<String>,
     output_layouts: Vec<String>,
     spans: Vec<SpanView>,
-    transform: bool,
-    tir: Option<TirView>,
+    /// Index of its loop nest in the page's `tirs` (shared by identical lowerings).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tir: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     tir_note: Option<String>,
     /// The fused step the node runs in, when the fusion pass grouped it.
+    #[serde(skip_serializing_if = "Option::is_none")]
     fused: Option<String>,
+    /// Index of the innermost region it belongs to in the page's `regions`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    region: Option<usize>,
 }
 
-const NODE_W: usize = 170;
-const NODE_H: usize = 44;
-const GAP_X: usize = 24;
-const GAP_Y: usize = 34;
+#[derive(Serialize)]
+struct PlanView {
+    planner: String,
+    family: String,
+    nodes: Vec<NodeView>,
+}
+
+/// A collapsible group of nodes: those whose source layer name (the first
+/// span's, else the node's name) starts with `name` up to a separator, and
+/// the nodes on paths between them.
+#[derive(Serialize)]
+struct RegionView {
+    name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parent: Option<usize>,
+}
+
+/// Everything the page's script draws from, embedded once as JSON.
+#[derive(Serialize)]
+struct PageData {
+    plans: Vec<PlanView>,
+    tirs: Vec<TirView>,
+    regions: Vec<RegionView>,
+}
 
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
-}
-
-fn short(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_string()
-    } else {
-        let head: String = s.chars().take(n - 1).collect();
-        format!("{head}…")
-    }
 }
 
 fn row_major(ty: &ValueType) -> String {
@@ -109,150 +143,210 @@ fn node_layouts(g: &Graph, id: NodeId) -> (Vec<String>, Vec<String>) {
     }
 }
 
-/// The loop nest of a node, or why there is none. Lowerings are shared by
-/// nodes with the same op, types and layouts.
-fn node_tir(
-    g: &Graph,
-    id: NodeId,
-    cache: &mut HashMap<String, Result<TirView, String>>,
-) -> Result<TirView, String> {
+/// Lowered loop nests, each kept once: nodes with the same op, types and
+/// layouts (DenseNet's 120 convolutions have few distinct shapes) share one.
+#[derive(Default)]
+struct Tirs {
+    by_key: HashMap<String, Result<usize, String>>,
+    views: Vec<TirView>,
+}
+
+impl Tirs {
+    /// The index of a node's loop nest, or why there is none.
+    fn of(&mut self, g: &Graph, id: NodeId) -> Result<usize, String> {
+        let n = g.node(id);
+        let in_types: Vec<ValueType> = g
+            .node_inputs(id)
+            .iter()
+            .map(|&v| g.value_type(v).clone())
+            .collect();
+        let (op, types, layouts) = match &n.op {
+            Op::InLayout(l) => {
+                let logical: Vec<ValueType> = in_types
+                    .iter()
+                    .zip(&l.inputs)
+                    .map(|(t, (_, s))| ValueType::new(t.dtype, s.clone()))
+                    .collect();
+                let ins: Vec<Layout> = l.inputs.iter().map(|(l, _)| l.clone()).collect();
+                (&l.inner, logical, Some((ins, l.outputs[0].0.clone())))
+            }
+            op if is_transform(op) => {
+                return Err(format!(
+                    "{} moves data between layouts; it has no TIR lowering yet",
+                    op.kind_name()
+                ))
+            }
+            op => (op, in_types, None),
+        };
+        let key = format!("{op:?}|{types:?}|{layouts:?}");
+        let views = &mut self.views;
+        self.by_key
+            .entry(key)
+            .or_insert_with(|| {
+                let v = lower_node(op, &types, layouts.as_ref().map(|(i, o)| (i.as_slice(), o)))?;
+                views.push(v);
+                Ok(views.len() - 1)
+            })
+            .clone()
+    }
+}
+
+/// The name a node is grouped into regions by.
+fn region_key(g: &Graph, id: NodeId) -> String {
     let n = g.node(id);
-    let in_types: Vec<ValueType> = g
-        .node_inputs(id)
-        .iter()
-        .map(|&v| g.value_type(v).clone())
-        .collect();
-    let (op, types, layouts) = match &n.op {
-        Op::InLayout(l) => {
-            let logical: Vec<ValueType> = in_types
-                .iter()
-                .zip(&l.inputs)
-                .map(|(t, (_, s))| ValueType::new(t.dtype, s.clone()))
-                .collect();
-            let ins: Vec<Layout> = l.inputs.iter().map(|(l, _)| l.clone()).collect();
-            (&l.inner, logical, Some((ins, l.outputs[0].0.clone())))
-        }
-        op if is_transform(op) => {
-            return Err(format!(
-                "{} moves data between layouts; it has no TIR lowering yet",
-                op.kind_name()
-            ))
-        }
-        op => (op, in_types, None),
+    n.spans
+        .first()
+        .map_or_else(|| n.name.clone(), |s| s.layer.to_string())
+}
+
+/// The proper prefixes of `key` that end just before a separator ("a/b_c" gives
+/// "a", "a/b"): the candidate regions of a node.
+fn prefixes(key: &str) -> impl Iterator<Item = &str> {
+    key.char_indices()
+        .filter(|&(i, c)| i > 0 && matches!(c, '/' | '.' | '_' | ':'))
+        .map(move |(i, _)| &key[..i])
+        .filter(|p| !p.ends_with(['/', '.', '_', ':']))
+}
+
+/// `members` and every node on a path that leaves them and comes back: the
+/// smallest region holding them that can be drawn as one box without an edge
+/// into it from below. Nodes are in topological order, so such paths stay
+/// between the first and the last member.
+fn hull(preds: &[Vec<usize>], members: &[usize]) -> Vec<usize> {
+    let (Some(&lo), Some(&hi)) = (members.iter().min(), members.iter().max()) else {
+        return Vec::new();
     };
-    let key = format!("{op:?}|{types:?}|{layouts:?}");
-    cache
-        .entry(key)
-        .or_insert_with(|| lower_node(op, &types, layouts.as_ref().map(|(i, o)| (i.as_slice(), o))))
-        .clone()
+    let inside: std::collections::HashSet<usize> = members.iter().copied().collect();
+    // Reached from a member, forwards; reaching one, backwards.
+    let mut from = vec![false; hi + 1 - lo];
+    for i in lo..=hi {
+        from[i - lo] = inside.contains(&i) || preds[i].iter().any(|&p| p >= lo && from[p - lo]);
+    }
+    let mut to = vec![false; hi + 1 - lo];
+    for i in (lo..=hi).rev() {
+        if inside.contains(&i) || to[i - lo] {
+            to[i - lo] = true;
+            for &p in preds[i].iter().filter(|&&p| p >= lo) {
+                to[p - lo] = true;
+            }
+        }
+    }
+    (lo..=hi).filter(|&i| from[i - lo] && to[i - lo]).collect()
 }
 
-struct Drawn {
-    svg: String,
-    nodes: Vec<NodeView>,
+/// Nodes sharing a name prefix, per plan.
+struct Prefix<'a> {
+    members: Vec<Vec<usize>>,
+    /// The next longer prefix of every member's key, while they all have the
+    /// same one: then that prefix groups the same nodes and names them better.
+    next: Option<&'a str>,
+    same_next: bool,
 }
 
-/// Lays out and draws one plan's graph; node ids are `p<plan>n<index>`.
-fn draw(
+/// The regions of all plans' nodes: each name prefix shared by two or more
+/// nodes of a plan (of prefixes grouping the same nodes the longest), grown to
+/// its hull in every plan (MobileNet's `expanded_conv_3` takes in the
+/// `activation_1_2` between its convolutions) unless that more than doubles
+/// it. Regions nest: from the largest,
+/// one is kept if it lies inside a kept one or apart from all, is not the same
+/// nodes as one, and is not nearly all nodes (no help to collapse). Returns
+/// the regions and each node's innermost one.
+fn regions(
+    keys: &[Vec<String>],
+    preds: &[Vec<Vec<usize>>],
+) -> (Vec<RegionView>, Vec<Vec<Option<usize>>>) {
+    let mut found: std::collections::BTreeMap<&str, Prefix> = Default::default();
+    for (k, plan) in keys.iter().enumerate() {
+        for (i, key) in plan.iter().enumerate() {
+            let ps: Vec<&str> = prefixes(key).collect();
+            for (j, &p) in ps.iter().enumerate() {
+                let next = ps.get(j + 1).copied();
+                let e = found.entry(p).or_insert_with(|| Prefix {
+                    members: vec![Vec::new(); keys.len()],
+                    next,
+                    same_next: true,
+                });
+                e.members[k].push(i);
+                e.same_next &= e.next == next && next.is_some();
+            }
+        }
+    }
+    let mut candidates: Vec<(&str, Vec<Vec<usize>>)> = found
+        .iter()
+        .filter(|(_, p)| p.members.iter().any(|m| m.len() >= 2) && !p.same_next)
+        .map(|(name, p)| {
+            let hulls: Vec<Vec<usize>> = p
+                .members
+                .iter()
+                .zip(preds)
+                .map(|(m, pr)| hull(pr, m))
+                .collect();
+            (*name, &p.members, hulls)
+        })
+        // A prefix whose hull more than doubles it is scattered, not a block.
+        .filter(|(_, own, m)| {
+            m.iter()
+                .zip(*own)
+                .zip(keys)
+                .all(|((m, own), plan)| m.len() <= 2 * own.len() && m.len() * 10 < plan.len() * 9)
+        })
+        .map(|(name, _, m)| (name, m))
+        .collect();
+    let size = |m: &Vec<Vec<usize>>| m.iter().map(Vec::len).sum::<usize>();
+    // Largest first (then by name, for stable ids): a region's parent comes first.
+    candidates.sort_by(|a, b| size(&b.1).cmp(&size(&a.1)).then(a.0.cmp(b.0)));
+    let mut owner: Vec<Vec<Option<usize>>> = keys.iter().map(|p| vec![None; p.len()]).collect();
+    let mut views: Vec<RegionView> = Vec::new();
+    let mut sizes: Vec<usize> = Vec::new();
+    for (name, members) in candidates {
+        let mut owners = members
+            .iter()
+            .enumerate()
+            .flat_map(|(k, m)| m.iter().map(move |&i| (k, i)))
+            .map(|(k, i)| owner[k][i]);
+        let Some(parent) = owners.next() else {
+            continue;
+        };
+        if owners.any(|o| o != parent) || parent.is_some_and(|p| sizes[p] == size(&members)) {
+            continue;
+        }
+        for (k, m) in members.iter().enumerate() {
+            for &i in m {
+                owner[k][i] = Some(views.len());
+            }
+        }
+        sizes.push(size(&members));
+        views.push(RegionView {
+            name: name.to_string(),
+            parent,
+        });
+    }
+    (views, owner)
+}
+
+/// One plan's drawn nodes, with what regions are found from.
+struct PlanData {
+    view: PlanView,
+    /// Each node's producers (indices in topological order).
+    preds: Vec<Vec<usize>>,
+    /// Each node's region key.
+    keys: Vec<String>,
+}
+
+/// One plan's nodes in topological order (constants left out), with each
+/// node's producers and region key.
+fn plan_view(
     g: &Graph,
-    plan_index: usize,
-    cache: &mut HashMap<String, Result<TirView, String>>,
+    report: &PlanReport,
+    tirs: &mut Tirs,
     options: &RuntimeOptions,
-) -> Result<Drawn, ExplorerError> {
+) -> Result<PlanData, ExplorerError> {
     let order: Vec<NodeId> = g
         .topo_order()?
         .into_iter()
         .filter(|&id| !matches!(g.node(id).op, Op::Constant(_)))
         .collect();
     let index: HashMap<NodeId, usize> = order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
-    let preds: Vec<Vec<usize>> = order
-        .iter()
-        .map(|&id| {
-            let mut p: Vec<usize> = g
-                .node_inputs(id)
-                .iter()
-                .filter_map(|v| index.get(&v.node).copied())
-                .collect();
-            p.dedup();
-            p
-        })
-        .collect();
-    // Layer: one below the deepest producer. Column: producers' mean column,
-    // which keeps chains straight; ties keep topological order.
-    let mut layer = vec![0usize; order.len()];
-    for i in 0..order.len() {
-        layer[i] = preds[i].iter().map(|&p| layer[p] + 1).max().unwrap_or(0);
-    }
-    let depth = layer.iter().max().map_or(0, |m| m + 1);
-    let mut col = vec![0f64; order.len()];
-    let mut rows: Vec<Vec<usize>> = vec![Vec::new(); depth];
-    for (i, &l) in layer.iter().enumerate() {
-        rows[l].push(i);
-    }
-    for row in &mut rows {
-        let want: Vec<(f64, usize)> = row
-            .iter()
-            .map(|&i| {
-                let p = &preds[i];
-                let c = if p.is_empty() {
-                    i as f64
-                } else {
-                    p.iter().map(|&q| col[q]).sum::<f64>() / p.len() as f64
-                };
-                (c, i)
-            })
-            .collect();
-        let mut sorted = want;
-        sorted.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        // Columns in wanted order, never two in one slot.
-        let mut next = f64::NEG_INFINITY;
-        for (c, i) in sorted {
-            let slot = c.round().max(next);
-            col[i] = slot;
-            next = slot + 1.0;
-        }
-        row.sort_by(|a, b| col[*a].total_cmp(&col[*b]));
-    }
-    let min_col = col.iter().copied().fold(f64::INFINITY, f64::min);
-    let max_col = col.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let cols = if order.is_empty() {
-        1
-    } else {
-        (max_col - min_col) as usize + 1
-    };
-    let pos = |i: usize| {
-        let x = ((col[i] - min_col) as usize) * (NODE_W + GAP_X) + GAP_X;
-        let y = layer[i] * (NODE_H + GAP_Y) + GAP_Y;
-        (x, y)
-    };
-    let width = cols * (NODE_W + GAP_X) + GAP_X;
-    let height = depth * (NODE_H + GAP_Y) + GAP_Y;
-
-    let mut svg = String::new();
-    let _ = write!(
-        svg,
-        r#"<svg class="graph" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}">"#
-    );
-    svg.push_str(r#"<defs><marker id="arrow" viewBox="0 0 8 8" refX="8" refY="4" markerWidth="6" markerHeight="6" orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="gray"/></marker></defs>"#);
-    for (i, &id) in order.iter().enumerate() {
-        let (x2, y2) = pos(i);
-        for v in g.node_inputs(id) {
-            let Some(&p) = index.get(&v.node) else {
-                continue;
-            };
-            let (x1, y1) = pos(p);
-            let (sx, sy) = (x1 + NODE_W / 2, y1 + NODE_H);
-            let (tx, ty) = (x2 + NODE_W / 2, y2);
-            let mid = (sy + ty) / 2;
-            let layout = node_layouts(g, v.node).1.get(v.output).cloned();
-            let _ = write!(
-                svg,
-                r#"<path class="edge" d="M{sx},{sy} C{sx},{mid} {tx},{mid} {tx},{ty}" marker-end="url(#arrow)"><title>{} ({})</title></path>"#,
-                esc(&g.value(v).name),
-                esc(&layout.unwrap_or_default())
-            );
-        }
-    }
     // The steps the runtime would fuse on this machine; a graph it cannot compile
     // is drawn without them.
     let groups = CompiledModel::fusion_groups(g).unwrap_or_default();
@@ -276,59 +370,60 @@ fn draw(
         fused.extend(group.nodes.iter().map(|&n| (n, step.clone())));
     }
     let mut nodes = Vec::with_capacity(order.len());
-    for (i, &id) in order.iter().enumerate() {
+    let mut preds = Vec::with_capacity(order.len());
+    for &id in &order {
         let n = g.node(id);
-        let (x, y) = pos(i);
         let (ins, outs) = node_layouts(g, id);
-        let transform = is_transform(&n.op);
-        let node_id = format!("p{plan_index}n{i}");
-        let mut class = String::from("node");
-        if transform {
-            class.push_str(" transform");
+        let mut class = Vec::new();
+        if is_transform(&n.op) {
+            class.push("transform");
         }
         if matches!(n.op, Op::InLayout(_)) {
-            class.push_str(" laidout");
+            class.push("laidout");
         }
         if matches!(n.op, Op::Input) {
-            class.push_str(" input");
+            class.push("input");
         }
         if fused.contains_key(&id) {
-            class.push_str(" fused");
+            class.push("fused");
         }
         if (0..n.outputs.len()).any(|k| g.is_graph_output(crate::graph::ValueRef::new(id, k))) {
-            class.push_str(" output");
+            class.push("output");
         }
-        let label = match &n.op {
-            Op::LayoutTransform(LayoutTransform { from, to, .. }) => format!("{from} → {to}"),
-            op => op.kind_name().to_string(),
-        };
-        let layers: Vec<String> = n.spans.iter().map(|s| s.layer.to_string()).collect();
-        let _ = write!(
-            svg,
-            r#"<g class="{class}" data-id="{node_id}" data-layers="{}" transform="translate({x},{y})"><title>{}</title><rect width="{NODE_W}" height="{NODE_H}" rx="6"/><text x="8" y="17" class="op">{}</text><text x="8" y="34" class="layout">{}</text></g>"#,
-            esc(&layers.join("|")),
-            esc(&format!("{} — {}", n.name, format_spans_portable(&n.spans))),
-            esc(&short(&label, 24)),
-            esc(&short(&outs.join(", "), 26)),
-        );
+        let inputs: Vec<(usize, usize)> = g
+            .node_inputs(id)
+            .iter()
+            .filter_map(|v| index.get(&v.node).map(|&p| (p, v.output)))
+            .collect();
+        let mut p: Vec<usize> = inputs.iter().map(|&(p, _)| p).collect();
+        p.dedup();
+        preds.push(p);
         let (tir, tir_note) = match &n.op {
             Op::Input => (None, Some("a graph input: nothing to compute".to_string())),
-            _ => match node_tir(g, id, cache) {
+            _ => match tirs.of(g, id) {
                 Ok(v) => (Some(v), None),
                 Err(e) => (None, Some(e)),
             },
         };
         nodes.push(NodeView {
-            id: node_id,
             name: n.name.clone(),
             op: match &n.op {
                 Op::InLayout(_) => format!("{} (laid out)", n.op.kind_name()),
                 op => op.kind_name().to_string(),
             },
+            label: match &n.op {
+                Op::LayoutTransform(LayoutTransform { from, to, .. }) => format!("{from} → {to}"),
+                op => op.kind_name().to_string(),
+            },
+            class: class.join(" "),
+            inputs,
             outputs: n
                 .outputs
                 .iter()
-                .map(|v| format!("{} {}", v.name, v.ty))
+                .map(|v| ValueView {
+                    name: v.name.clone(),
+                    ty: v.ty.to_string(),
+                })
                 .collect(),
             input_layouts: ins,
             output_layouts: outs,
@@ -342,14 +437,21 @@ fn draw(
                     index: s.index,
                 })
                 .collect(),
-            transform,
             tir,
             tir_note,
             fused: fused.get(&id).cloned(),
+            region: None,
         });
     }
-    svg.push_str("</svg>");
-    Ok(Drawn { svg, nodes })
+    Ok(PlanData {
+        view: PlanView {
+            planner: report.planner.clone(),
+            family: report.family.clone(),
+            nodes,
+        },
+        preds,
+        keys: order.iter().map(|&id| region_key(g, id)).collect(),
+    })
 }
 
 /// A row of the summary table: its label and how to read it from a report.
@@ -399,31 +501,53 @@ pub fn render(
     if plans.is_empty() {
         return Err(ExplorerError::Invalid("no plan to show".into()));
     }
-    let mut cache = HashMap::new();
+    let mut tirs = Tirs::default();
+    let mut views = Vec::new();
+    let mut preds = Vec::new();
+    let mut keys = Vec::new();
+    for p in plans {
+        let d = plan_view(&p.graph, &p.report, &mut tirs, options)?;
+        views.push(d.view);
+        preds.push(d.preds);
+        keys.push(d.keys);
+    }
+    let (regions, of_nodes) = regions(&keys, &preds);
+    for (v, r) in views.iter_mut().zip(of_nodes) {
+        for (n, r) in v.nodes.iter_mut().zip(r) {
+            n.region = r;
+        }
+    }
     let mut columns = String::new();
-    let mut all_nodes = Vec::new();
-    for (k, p) in plans.iter().enumerate() {
-        let d = draw(&p.graph, k, &mut cache, options)?;
-        let transforms = d.nodes.iter().filter(|n| n.transform).count();
+    for (k, v) in views.iter().enumerate() {
+        let transforms = v
+            .nodes
+            .iter()
+            .filter(|n| n.class.split(' ').any(|c| c == "transform"))
+            .count();
         let _ = write!(
             columns,
-            r#"<section class="plan" id="plan{k}"><h2>{} <small>{} · {} transform nodes</small></h2><div class="scroll">{}</div></section>"#,
-            esc(&p.report.planner),
-            esc(&p.report.family),
+            r#"<section class="plan" id="plan{k}"><h2>{} <small>{} · {} transform nodes</small></h2><div class="view"></div></section>"#,
+            esc(&v.planner),
+            esc(&v.family),
             transforms,
-            d.svg
         );
-        all_nodes.extend(d.nodes);
     }
-    let by_id: HashMap<&str, &NodeView> = all_nodes.iter().map(|n| (n.id.as_str(), n)).collect();
     let reports: Vec<&PlanReport> = plans.iter().map(|p| &p.report).collect();
+    let data = PageData {
+        plans: views,
+        tirs: tirs.views,
+        regions,
+    };
     let title = format!("layoutopt explorer: {}", source.name);
     Ok(format!(
         r#"<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <style>{CSS}</style></head>
 <body>
-<header><h1>{title}</h1><p>{nodes} source nodes. Click a node for its source spans, loop nest and schedule record. Highlighted nodes are kept layout transforms; nodes from the same source layer in the other plan are outlined.</p>{summary}</header>
+<header><h1>{title}</h1><p>{nodes} source nodes. Click a node for its source spans, loop nest and schedule record. Highlighted nodes are kept layout transforms; nodes from the same source layer in the other plan are outlined. Wheel or buttons zoom, dragging pans; dashed boxes are collapsed regions (click to open).</p>{summary}
+<div id="toolbar"><input id="search" type="search" placeholder="search name, op or layer" size="32"> <button id="search-prev" title="previous match">▲</button><button id="search-next" title="next match">▼</button> <span id="search-count"></span>
+<span class="sep"></span><button id="zoom-in" title="zoom in">+</button><button id="zoom-out" title="zoom out">−</button><button id="zoom-fit" title="whole graph">fit</button> <span id="zoom-level"></span>
+<span class="sep"></span><label>collapse regions at depth <select id="collapse-depth"><option value="0">none</option></select></label> <button id="expand-all">expand all</button></div></header>
 <main><div id="plans">{columns}</div>
 <aside id="panel"><p class="hint">Select a node.</p></aside></main>
 <script id="explorer-data" type="application/json">{data}</script>
@@ -433,85 +557,80 @@ pub fn render(
         title = esc(&title),
         nodes = source.node_count(),
         summary = summary_table(&reports),
-        data = script_json(&by_id)?,
+        data = script_json(&data)?,
     ))
 }
 
-const CSS: &str = r#"
-body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#222}
-header{padding:8px 16px;border-bottom:1px solid #ccc}
-h1{font-size:18px;margin:4px 0}
-#summary{border-collapse:collapse}#summary td,#summary th{border:1px solid #ccc;padding:2px 8px;text-align:right}
-main{display:flex;height:calc(100vh - 190px)}
-#plans{display:flex;flex:3;overflow:hidden}
-.plan{flex:1;display:flex;flex-direction:column;border-right:1px solid #ccc;min-width:0}
-.plan h2{font-size:15px;margin:6px 10px}.plan h2 small{color:#666;font-weight:normal}
-.scroll{overflow:auto;flex:1}
-.node rect{fill:#eef3fb;stroke:#6a8cc7;stroke-width:1.2}
-.node.laidout rect{fill:#e6f5e9;stroke:#4a9a5a}
-.node.fused rect{stroke-dasharray:4 2}
-.node.transform rect{fill:#ffe1d6;stroke:#d9531e;stroke-width:2.5}
-.node.input rect{fill:#f4f4f4;stroke:#999}
-.node.output rect{stroke-dasharray:4 2}
-.node.peer rect{stroke:#8a2be2;stroke-width:3}
-.node.selected rect{stroke:#000;stroke-width:3}
-.node{cursor:pointer}.node text{font-size:11px;pointer-events:none}.node text.op{font-weight:600}
-.node text.layout{fill:#555;font-family:monospace}
-.edge{fill:none;stroke:#999;stroke-width:1.2}
-#panel{flex:2;overflow:auto;padding:8px 14px;border-left:1px solid #ccc}
-#panel pre{background:#f7f7f7;padding:6px;font-size:12px;overflow:auto}
-.diff .add{background:#dff5df}.diff .del{background:#fbe0e0;text-decoration:line-through}
-.step h4{margin:8px 0 2px;font-family:monospace}
-"#;
+/// The page's style and script: plain CSS and JavaScript, written for this page.
+const CSS: &str = include_str!("explorer.css");
+const JS: &str = include_str!("explorer.js");
 
-const JS: &str = r#"
-(function(){
-const data = JSON.parse(document.getElementById('explorer-data').textContent);
-const panel = document.getElementById('panel');
-function el(tag, attrs, text){const e=document.createElement(tag);for(const k in attrs||{})e.setAttribute(k,attrs[k]);if(text!==undefined)e.textContent=text;return e;}
-function section(title){panel.appendChild(el('h3',{},title));}
-function show(id){
-  const n = data[id]; if(!n) return;
-  document.querySelectorAll('.node').forEach(g=>g.classList.remove('selected','peer'));
-  const me = document.querySelector('.node[data-id="'+id+'"]'); if(me) me.classList.add('selected');
-  const layers = n.spans.map(s=>s.layer);
-  document.querySelectorAll('.node').forEach(g=>{
-    if(g.dataset.id.split('n')[0]===id.split('n')[0]) return;
-    if(g.dataset.layers.split('|').some(l=>layers.includes(l))) g.classList.add('peer');
-  });
-  panel.innerHTML='';
-  panel.appendChild(el('h2',{id:'node-name'},n.name));
-  panel.appendChild(el('p',{id:'node-op'},n.op+(n.transform?' (kept layout transform)':'')));
-  section('Source spans');
-  const ul=el('ul',{id:'spans'});
-  n.spans.forEach(s=>ul.appendChild(el('li',{'class':'span'},"layer '"+s.layer+"' ("+s.op_type+" #"+s.index+") in "+s.file)));
-  if(!n.spans.length) ul.appendChild(el('li',{},'(none)'));
-  panel.appendChild(ul);
-  section('Fusion');
-  panel.appendChild(el('p',{id:'fused'},n.fused||'runs as a step of its own'));
-  section('Layouts');
-  panel.appendChild(el('p',{id:'layouts'},'inputs: '+(n.input_layouts.join(', ')||'-')+' → outputs: '+n.output_layouts.join(', ')));
-  panel.appendChild(el('p',{},'outputs: '+n.outputs.join(', ')));
-  section('Loop nest');
-  if(!n.tir){panel.appendChild(el('p',{id:'tir-note'},n.tir_note||'no loop nest'));return;}
-  if(n.tir.layouts.length) panel.appendChild(el('p',{},'buffers: '+n.tir.layouts.join('; ')));
-  panel.appendChild(el('pre',{id:'loop-nest'},n.tir.steps[n.tir.steps.length-1].loop_nest));
-  section('Schedule record');
-  const ol=el('ol',{id:'schedule-record'});
-  n.tir.steps.forEach((s,i)=>{
-    const li=el('li',{'class':'step'});
-    li.appendChild(el('h4',{},s.primitive));
-    const changed=s.diff.filter(d=>d.tag!==' ').length;
-    li.appendChild(el('p',{},i===0?'the unscheduled loop nest':changed+' lines changed'));
-    const pre=el('pre',{'class':'diff'});
-    s.diff.forEach(d=>{const c=d.tag==='+'?'add':d.tag==='-'?'del':'same';pre.appendChild(el('div',{'class':c},(d.tag==='+'?'+ ':d.tag==='-'?'- ':'  ')+d.text));});
-    li.appendChild(pre);
-    ol.appendChild(li);
-  });
-  panel.appendChild(ol);
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_end_before_separators() {
+        let p: Vec<&str> = prefixes("/layer1/0/conv_1").collect();
+        assert_eq!(p, ["/layer1", "/layer1/0", "/layer1/0/conv"]);
+        let p: Vec<&str> = prefixes("a__b.c").collect();
+        assert_eq!(p, ["a", "a__b"]);
+    }
+
+    #[test]
+    fn a_hull_takes_in_paths_that_leave_and_come_back() {
+        // 0 -> 1 -> 2 -> 3, and 0 -> 3; 4 hangs off 1.
+        let preds = vec![vec![], vec![0], vec![1], vec![2, 0], vec![1]];
+        assert_eq!(hull(&preds, &[0, 1]), [0, 1]);
+        assert_eq!(hull(&preds, &[1, 2]), [1, 2]);
+        assert_eq!(hull(&preds, &[0, 3]), [0, 1, 2, 3]);
+        assert_eq!(hull(&preds, &[1, 3]), [1, 2, 3]);
+        assert_eq!(hull(&preds, &[1, 4]), [1, 4]);
+    }
+
+    #[test]
+    fn regions_nest_and_keep_the_longest_name_of_the_same_nodes() {
+        let keys = vec![vec![
+            "m_1/a/x".to_string(),
+            "m_1/a/y".to_string(),
+            "m_1/b/x".to_string(),
+            "m_1/b/y".to_string(),
+            "out".to_string(),
+        ]];
+        let preds = vec![vec![vec![], vec![0], vec![1], vec![2], vec![3]]];
+        let (regions, of) = regions(&keys, &preds);
+        let names: Vec<&str> = regions.iter().map(|r| r.name.as_str()).collect();
+        // "m" groups the same nodes as "m_1".
+        assert_eq!(names, ["m_1", "m_1/a", "m_1/b"]);
+        assert_eq!(regions[1].parent, Some(0));
+        assert_eq!(of[0], [Some(1), Some(1), Some(2), Some(2), None]);
+        // A region of nearly every node is no help to collapse.
+        let (regions, _) = super::regions(&[keys[0][..4].to_vec()], &preds);
+        let names: Vec<&str> = regions.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["m_1/a", "m_1/b"]);
+    }
+
+    #[test]
+    fn a_region_takes_in_nodes_between_its_own() {
+        // blk_1's two nodes around act_1's, which nest inside; "act" is
+        // scattered (its hull more than doubles it) and "blk" nearly all.
+        let keys: Vec<String> = [
+            "blk_1/a", "act_1/p", "act_1/q", "blk_1/b", "blk_2/a", "blk_2/c", "blk_2/d", "act_2/p",
+            "blk_2/b", "out",
+        ]
+        .map(String::from)
+        .to_vec();
+        let preds: Vec<Vec<usize>> = (0..10)
+            .map(|i| if i == 0 { vec![] } else { vec![i - 1] })
+            .collect();
+        let (regions, of) = regions(&[keys], &[preds]);
+        let names: Vec<&str> = regions.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["blk_2", "blk_1", "act_1"]);
+        assert_eq!(regions[2].parent, Some(1));
+        let r = |i| Some(i);
+        assert_eq!(
+            of[0],
+            [r(1), r(2), r(2), r(1), r(0), r(0), r(0), r(0), r(0), None]
+        );
+    }
 }
-document.querySelectorAll('.node').forEach(g=>g.addEventListener('click',()=>{show(g.dataset.id);history.replaceState(null,'','#node='+g.dataset.id);}));
-const m = location.hash.match(/^#node=(.+)$/);
-if(m) show(decodeURIComponent(m[1]));
-})();
-"#;

@@ -8,13 +8,28 @@ use crate::tir::lower::{lower, LowerOptions};
 use crate::tir::schedule::Schedule;
 use serde::Serialize;
 
-/// One line of the difference between two loop nests.
-#[derive(Clone, Debug, Serialize)]
-pub struct DiffLine {
-    /// '+' added, '-' removed, ' ' unchanged.
-    pub tag: char,
-    /// The line itself.
-    pub text: String,
+/// One run of the edit script from a loop nest to the next: the page rebuilds
+/// each step's text and its line diff from these, so unchanged lines are not
+/// stored once per step.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Edit {
+    /// This many lines unchanged.
+    Keep(usize),
+    /// This many lines removed.
+    Drop(usize),
+    /// A line added.
+    Add(String),
+}
+
+/// Compact in the page's JSON: `Keep(n)` is `n`, `Drop(n)` is `-n`, `Add` the line.
+impl Serialize for Edit {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Edit::Keep(n) => s.serialize_i64(*n as i64),
+            Edit::Drop(n) => s.serialize_i64(-(*n as i64)),
+            Edit::Add(line) => s.serialize_str(line),
+        }
+    }
 }
 
 /// The schedule after one primitive and its loop nest.
@@ -22,10 +37,12 @@ pub struct DiffLine {
 pub struct Step {
     /// The primitive as called, e.g. `split(Y, i, factor=8)`.
     pub primitive: String,
-    /// The loop nest lowered from the schedule after this primitive.
+    /// The loop nest lowered from the schedule after this primitive (the page
+    /// rebuilds it from the edits).
+    #[serde(skip)]
     pub loop_nest: String,
     /// What this step changed in the loop nest against the step before.
-    pub diff: Vec<DiffLine>,
+    pub edits: Vec<Edit>,
 }
 
 /// A node's lowered loop nest and how its schedule built it, step by step.
@@ -37,8 +54,8 @@ pub struct TirView {
     pub steps: Vec<Step>,
 }
 
-/// Line diff (longest common subsequence) of two texts.
-fn diff(before: &str, after: &str) -> Vec<DiffLine> {
+/// Line diff (longest common subsequence) of two texts as an edit script.
+fn diff(before: &str, after: &str) -> Vec<Edit> {
     let a: Vec<&str> = before.lines().collect();
     let b: Vec<&str> = after.lines().collect();
     let mut lcs = vec![vec![0usize; b.len() + 1]; a.len() + 1];
@@ -52,21 +69,23 @@ fn diff(before: &str, after: &str) -> Vec<DiffLine> {
         }
     }
     let (mut i, mut j) = (0, 0);
-    let mut out = Vec::new();
-    let line = |tag, text: &str| DiffLine {
-        tag,
-        text: text.to_string(),
-    };
+    let mut out: Vec<Edit> = Vec::new();
     while i < a.len() || j < b.len() {
         if i < a.len() && j < b.len() && a[i] == b[j] {
-            out.push(line(' ', a[i]));
+            match out.last_mut() {
+                Some(Edit::Keep(n)) => *n += 1,
+                _ => out.push(Edit::Keep(1)),
+            }
             i += 1;
             j += 1;
         } else if i < a.len() && (j == b.len() || lcs[i + 1][j] >= lcs[i][j + 1]) {
-            out.push(line('-', a[i]));
+            match out.last_mut() {
+                Some(Edit::Drop(n)) => *n += 1,
+                _ => out.push(Edit::Drop(1)),
+            }
             i += 1;
         } else {
-            out.push(line('+', b[j]));
+            out.push(Edit::Add(b[j].to_string()));
             j += 1;
         }
     }
@@ -109,7 +128,7 @@ pub fn lower_node(
         let before = steps.last().map_or("", |st| st.loop_nest.as_str());
         steps.push(Step {
             primitive: entry.primitive.clone(),
-            diff: diff(before, &text),
+            edits: diff(before, &text),
             loop_nest: text,
         });
     }
@@ -126,11 +145,18 @@ mod tests {
 
     #[test]
     fn diff_marks_added_and_removed_lines() {
-        let d = diff("a\nb\nc", "a\nx\nc");
-        let tags: String = d.iter().map(|l| l.tag).collect();
-        assert_eq!(tags, " -+ ");
-        assert_eq!(d[1].text, "b");
-        assert_eq!(d[2].text, "x");
+        let d = diff("a\nb\nc\nd", "a\nx\nc\nd");
+        assert_eq!(
+            d,
+            [
+                Edit::Keep(1),
+                Edit::Drop(1),
+                Edit::Add("x".into()),
+                Edit::Keep(2)
+            ]
+        );
+        let json = serde_json::to_string(&d).unwrap();
+        assert_eq!(json, r#"[1,-1,"x",2]"#);
     }
 
     #[test]
