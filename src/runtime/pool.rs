@@ -2,13 +2,17 @@
 //! buffers.
 //!
 //! A windowed pool does one max or add per element it reads, so it runs at the
-//! speed of memory only if every read is a vector load into an accumulator
-//! kept in a register: the kernel vectorizes along the contiguous axis (the
-//! channels of NHWC and NCHW{cb}c; the output columns of NCHW, where a stride
-//! of 2 computes both column phases and keeps the even lanes), keeps several
-//! independent accumulators for the latency of the max or add, and splits the
-//! work by output rows. Written once over the vector type (`simd::Vector`) and
-//! compiled per instruction set.
+//! speed of memory only if every read is a vector load into a register
+//! accumulator and nothing else is done per element. With channels innermost
+//! (NHWC, NCHW{cb}c) a vector holds channels and a window is its taps' loads;
+//! four neighbouring pixels accumulate at once for the latency of the max or
+//! add. In NCHW a vector holds neighbouring output columns: each output row
+//! first reduces its window rows into a row on the stack whose padding holds
+//! the reduction's identity, then reduces that row's window columns (stride 2:
+//! two vectors of consecutive columns, the even lanes kept), with no edge
+//! cases. Window bounds and divisors are tabled at compile time, work is
+//! split by output rows, and the code is written once over the vector type
+//! (`simd::Vector`) and compiled per instruction set.
 
 use super::conv::valid_taps;
 use super::simd::{run_vectorized, Isa, Lanes, Scalar as One, Vector, VectorKernel, MAX_LANES};
@@ -78,58 +82,86 @@ pub struct PoolGeom {
     /// Whether an average divides by the window positions in the padded input
     /// rather than in the input.
     pub count_include_pad: bool,
-    /// The vectors of a windowed pool (from [`PoolGeom::for_isa`]).
+    /// The vectors of a windowed pool (this and the fields below from
+    /// [`PoolGeom::for_isa`]).
     pub lanes: Lanes,
+    /// Per output row, its window rows inside the input.
+    pub rows: Vec<Taps>,
+    /// Per output column, its window columns inside the input.
+    pub cols: Vec<Taps>,
+    /// Per output row and per output column, 1 / the window positions an
+    /// average counts along that axis.
+    pub inv: (Vec<f32>, Vec<f32>),
+    /// The output columns whose window columns all lie inside the input.
+    pub inside: (usize, usize),
 }
 
+/// The taps of one output position's window along one axis that lie inside
+/// the input.
+#[derive(Clone, Copy, Debug)]
+pub struct Taps {
+    /// The input position of the first (meaningless when there are none).
+    first: usize,
+    /// How many.
+    n: usize,
+}
+
+/// Floats of the NCHW kernel's row of window-row results, on the stack; a
+/// longer row runs in pieces.
+const ROW_BUF: usize = 2048;
+
 impl PoolGeom {
-    /// The geometry with the vectors of its windowed kernel chosen, up to `isa`.
-    pub fn for_isa(mut self, isa: Isa) -> PoolGeom {
+    /// The geometry with the vectors and tables of its windowed kernel, the
+    /// vectors of an instruction set up to `isa`; None for an NCHW window
+    /// wider than the kernel's row on the stack.
+    pub fn for_isa(mut self, isa: Isa) -> Option<PoolGeom> {
         self.lanes = match (self.cb, self.stride.1) {
             (1, 1 | 2) => {
-                // Output columns in vectors: the widest whose lanes the row's
-                // inside columns fill at least once.
-                let (lo, hi) = self.inside(self.stride.1 - 1);
+                // Output columns in vectors: the widest that the input and the
+                // output rows fill at least once.
+                let fits = self.ow.min(self.w);
                 [MAX_LANES, 8]
                     .into_iter()
                     .map(|block| Lanes::for_block(isa, block))
-                    .find(|l| l.count() <= hi - lo)
+                    .find(|l| l.count() <= fits)
                     .unwrap_or(Lanes::One)
             }
             (1, _) => Lanes::One,
             (cb, _) => Lanes::for_block(isa, cb),
         };
-        self
+        let taps = |o: usize, axis: usize| {
+            let pick = |p: (usize, usize)| if axis == 0 { p.0 } else { p.1 };
+            let (k, d, extent) = (pick(self.k), pick(self.dilation), pick((self.h, self.w)));
+            let start = (o * pick(self.stride)) as isize - pick(self.pad) as isize;
+            let (lo, hi) = valid_taps(start, d, k, extent);
+            // An average counts the taps inside the input, or the padded input.
+            let (before, after) = match self.count_include_pad {
+                true => (pick(self.pad), pick(self.pad_end)),
+                false => (0, 0),
+            };
+            let (c_lo, c_hi) = valid_taps(start + before as isize, d, k, extent + before + after);
+            let taps = Taps {
+                first: (start + (lo * d) as isize).max(0) as usize,
+                n: hi - lo,
+            };
+            (taps, 1.0 / (c_hi - c_lo) as f32)
+        };
+        (self.rows, self.inv.0) = (0..self.oh).map(|o| taps(o, 0)).unzip();
+        (self.cols, self.inv.1) = (0..self.ow).map(|o| taps(o, 1)).unzip();
+        let lo = self.pad.1.div_ceil(self.stride.1).min(self.ow);
+        let reach = (self.k.1 - 1) * self.dilation.1;
+        let hi = match (self.w + self.pad.1).checked_sub(reach + 1) {
+            Some(last) => (last / self.stride.1 + 1).min(self.ow),
+            None => 0,
+        };
+        self.inside = (lo, hi.max(lo));
+        let widest = (self.k.1 - 1) * self.dilation.1 + self.stride.1 * 2 * MAX_LANES;
+        (self.cb > 1 || self.is_global() || widest < ROW_BUF / 2).then_some(self)
     }
 
     fn is_global(&self) -> bool {
         (self.oh, self.ow, self.k, self.pad, self.dilation)
             == (1, 1, (self.h, self.w), (0, 0), (1, 1))
-    }
-
-    /// The output columns `[lo, hi)` whose window columns all lie inside the
-    /// row, with `extra` columns after the last.
-    fn inside(&self, extra: usize) -> (usize, usize) {
-        let lo = self.pad.1.div_ceil(self.stride.1).min(self.ow);
-        let reach = (self.k.1 - 1) * self.dilation.1 + extra;
-        let hi = match (self.w + self.pad.1).checked_sub(reach + 1) {
-            Some(last) => (last / self.stride.1 + 1).min(self.ow),
-            None => 0,
-        };
-        (lo, hi.max(lo))
-    }
-
-    /// The window taps an average counts along one axis for a window starting
-    /// at `start`: those inside the input, or the padded input.
-    fn counted(&self, start: isize, axis: usize) -> usize {
-        let pick = |p: (usize, usize)| if axis == 0 { p.0 } else { p.1 };
-        let (k, d, extent) = (pick(self.k), pick(self.dilation), pick((self.h, self.w)));
-        let (before, after) = match self.count_include_pad {
-            true => (pick(self.pad), pick(self.pad_end)),
-            false => (0, 0),
-        };
-        let (lo, hi) = valid_taps(start + before as isize, d, k, extent + before + after);
-        hi - lo
     }
 
     /// The accumulator's start: NaN for a maximum that skips NaN, so that a
@@ -156,89 +188,84 @@ pub fn pool(g: &PoolGeom, x: &[f32], y: &mut [f32]) {
     // A window skips NaN; only the global maximum propagates it.
     assert!(g.skip_nan || g.kind == PoolKind::Avg);
     let rows = g.planes * g.oh;
+    let tasks = (rayon::current_num_threads() * 4).min(rows);
     // Raw addresses so that rows are written in parallel: each writes only
     // its own output pixels.
     let (xp, yp) = (x.as_ptr() as usize, y.as_mut_ptr() as usize);
-    let chunk = (rows / (rayon::current_num_threads() * 4)).max(1);
-    (0..rows)
-        .into_par_iter()
-        .with_min_len(chunk)
-        .for_each(|row| {
-            let task = Row {
-                g,
-                row,
-                x: xp as *const f32,
-                y: yp as *mut f32,
-            };
-            // SAFETY: `lanes` comes from `Lanes::for_block`; a row reads and
-            // writes inside the buffers checked above.
-            unsafe { run_vectorized(g.lanes, &task) }
-        });
+    (0..tasks).into_par_iter().for_each(|t| {
+        let task = Task {
+            g,
+            rows: rows * t / tasks..rows * (t + 1) / tasks,
+            x: xp as *const f32,
+            y: yp as *mut f32,
+        };
+        // SAFETY: `lanes` comes from `Lanes::for_block`; a row reads and
+        // writes inside the buffers checked above.
+        unsafe { run_vectorized(g.lanes, &task) }
+    });
 }
 
-/// One output row of one plane.
-struct Row<'a> {
+/// Consecutive output rows (of all planes, in order).
+struct Task<'a> {
     g: &'a PoolGeom,
-    row: usize,
+    rows: std::ops::Range<usize>,
     x: *const f32,
     y: *mut f32,
 }
 
 /// What the windows of one output row share.
-struct Rows {
-    /// The plane's input at the first window row inside the image, column 0.
+struct Row {
+    /// The plane's input at the first window row inside the image, column 0
+    /// (only read when there is such a row).
     x: *const f32,
     /// The output row.
     y: *mut f32,
-    /// Window rows inside the image.
-    n: usize,
-    /// Input elements between window rows.
-    step: usize,
-    /// Window rows an average counts.
-    counted: usize,
+    /// Window rows inside the image, and the input elements between them.
+    taps: (usize, usize),
+    /// 1 / the window rows an average counts.
+    inv: f32,
 }
 
-impl VectorKernel for Row<'_> {
+impl VectorKernel for Task<'_> {
     #[inline(always)]
     unsafe fn run<V: Vector>(&self) {
         let g = self.g;
-        let (plane, oh) = (self.row / g.oh, self.row % g.oh);
-        let ih0 = (oh * g.stride.0) as isize - g.pad.0 as isize;
-        let (first, last) = valid_taps(ih0, g.dilation.0, g.k.0, g.h);
         let row_len = g.w * g.cb;
-        // The first row inside: ih0 + first * dilation >= 0.
-        let ih = (ih0 + (first * g.dilation.0) as isize).max(0) as usize;
-        let rows = Rows {
-            // Only read when a window row is inside.
-            x: self.x.wrapping_add(plane * g.h * row_len + ih * row_len),
-            y: self.y.add(self.row * g.ow * g.cb),
-            n: last - first,
-            step: g.dilation.0 * row_len,
-            counted: g.counted(ih0, 0),
-        };
-        match (g.kind, g.cb) {
-            (PoolKind::Max, 1) => columns::<V, true>(g, &rows),
-            (PoolKind::Avg, 1) => columns::<V, false>(g, &rows),
-            (PoolKind::Max, _) => pixels::<V, true>(g, &rows),
-            (PoolKind::Avg, _) => pixels::<V, false>(g, &rows),
+        let mut buf = [0f32; ROW_BUF];
+        for r in self.rows.clone() {
+            let (plane, oh) = (r / g.oh, r % g.oh);
+            let t = g.rows[oh];
+            let row = Row {
+                x: self.x.wrapping_add((plane * g.h + t.first) * row_len),
+                y: self.y.add(r * g.ow * g.cb),
+                taps: (t.n, g.dilation.0 * row_len),
+                inv: g.inv.0[oh],
+            };
+            match (g.kind, g.cb) {
+                (PoolKind::Max, 1) => columns::<V, true>(g, &row, &mut buf),
+                (PoolKind::Avg, 1) => columns::<V, false>(g, &row, &mut buf),
+                (PoolKind::Max, _) => pixels::<V, true>(g, &row),
+                (PoolKind::Avg, _) => pixels::<V, false>(g, &row),
+            }
         }
     }
 }
 
-/// `N` accumulators over `rows` and the window columns `cols` (count, input
-/// elements apart) from `x`, accumulator `i` reading `i * pitch` further.
+/// `N` accumulators over `rows` window rows (count, input elements apart)
+/// and `cols` window columns from `x`, accumulator `i` reading `i * pitch`
+/// further.
 #[inline(always)]
 unsafe fn window<V: Vector, const MAX: bool, const N: usize>(
     x: *const f32,
     pitch: usize,
-    rows: &Rows,
-    (cols, col_step): (usize, usize),
+    rows: (usize, usize),
+    cols: (usize, usize),
 ) -> [V; N] {
-    let mut acc = [V::splat(if MAX { f32::NAN } else { 0.0 }); N];
-    for r in 0..rows.n {
-        let xr = x.add(r * rows.step);
-        for c in 0..cols {
-            let xc = xr.add(c * col_step);
+    let mut acc = [V::splat(identity::<MAX>()); N];
+    for r in 0..rows.0 {
+        let xr = x.add(r * rows.1);
+        for c in 0..cols.0 {
+            let xc = xr.add(c * cols.1);
             for (i, a) in acc.iter_mut().enumerate() {
                 let v = V::load(xc.add(i * pitch));
                 // The accumulator first: a NaN read is skipped, and the NaN
@@ -254,92 +281,85 @@ unsafe fn window<V: Vector, const MAX: bool, const N: usize>(
     acc
 }
 
-/// An accumulator's result: an average divides by the `count` positions.
+/// What a window of nothing holds: NaN for a maximum (a window of NaN only
+/// stays NaN), 0 for a sum.
+fn identity<const MAX: bool>() -> f32 {
+    if MAX {
+        f32::NAN
+    } else {
+        0.0
+    }
+}
+
+/// An NCHW output row, vectors along the columns: the window rows reduced
+/// into a row on the stack (padding columns holding the identity), then
+/// that row's window columns. A vector of outputs at stride 1 is `LANES`
+/// consecutive window results; at stride 2 the even lanes of `2 * LANES`.
+/// Vectors at the end of a row overlap the one before.
 #[inline(always)]
-unsafe fn finish<V: Vector, const MAX: bool>(acc: V, count: usize) -> V {
+unsafe fn columns<V: Vector, const MAX: bool>(g: &PoolGeom, row: &Row, buf: &mut [f32; ROW_BUF]) {
+    let (lanes, s, pad) = (V::LANES, g.stride.1, g.pad.1 as isize);
+    // Vectors per output vector, and the row columns one output vector reads
+    // past its first window's start.
+    let phases = if lanes == 1 { 1 } else { s };
+    let reach = (g.k.1 - 1) * g.dilation.1 + (phases - 1) * lanes + lanes;
+    let piece = (ROW_BUF - reach) / s;
+    for o0 in (0..g.ow).step_by(piece) {
+        let o1 = (o0 + piece).min(g.ow);
+        // Row columns [c0, c0 + len) into buf.
+        let c0 = (o0 * s) as isize - pad;
+        let len = (o1 - o0 - 1) * s + reach;
+        let a = c0.clamp(0, g.w as isize) as usize;
+        let b = (c0 + len as isize).clamp(a as isize, g.w as isize) as usize;
+        let at = |c: usize| (c as isize - c0) as usize;
+        buf[..at(a)].fill(identity::<MAX>());
+        buf[at(b)..len].fill(identity::<MAX>());
+        for (i, vector) in spans(b - a, lanes) {
+            let x = row.x.wrapping_add(a + i);
+            let to = buf.as_mut_ptr().add(at(a + i));
+            if vector {
+                window::<V, MAX, 1>(x, 0, row.taps, (1, 0))[0].store(to)
+            } else {
+                window::<One, MAX, 1>(x, 0, row.taps, (1, 0))[0].store(to)
+            }
+        }
+        let cols = (g.k.1, g.dilation.1);
+        for (i, vector) in spans(o1 - o0, lanes) {
+            let from = buf.as_ptr().add(i * s);
+            let o = o0 + i;
+            if vector {
+                let v = match phases {
+                    1 => window::<V, MAX, 1>(from, 0, (1, 0), cols)[0],
+                    _ => {
+                        let [e, f] = window::<V, MAX, 2>(from, lanes, (1, 0), cols);
+                        V::even(e, f)
+                    }
+                };
+                scaled::<V, MAX>(v, row.inv, g.inv.1.as_ptr().add(o)).store(row.y.add(o));
+            } else {
+                let [v] = window::<One, MAX, 1>(from, 0, (1, 0), cols);
+                scaled::<One, MAX>(v, row.inv, g.inv.1.as_ptr().add(o)).store(row.y.add(o));
+            }
+        }
+    }
+}
+
+/// Vectors of `lanes` positions covering `0..n`, `(first, true)`, the last
+/// ending at `n`; or each position, `(i, false)`, when `n` fills no vector.
+fn spans(n: usize, lanes: usize) -> impl Iterator<Item = (usize, bool)> {
+    let vectors = (n >= lanes).then(|| (0..n - lanes).step_by(lanes).chain([n - lanes]));
+    let singles = (n < lanes).then_some(0..n);
+    let vectors = vectors.into_iter().flatten().map(|i| (i, true));
+    vectors.chain(singles.into_iter().flatten().map(|i| (i, false)))
+}
+
+/// An average's window sums `v` divided by their counts: `row_inv` the
+/// row's share, `col_inv` the columns'; a maximum unchanged.
+#[inline(always)]
+unsafe fn scaled<V: Vector, const MAX: bool>(v: V, row_inv: f32, col_inv: *const f32) -> V {
     match MAX {
-        true => acc,
-        false => V::mul(acc, V::splat(1.0 / count as f32)),
-    }
-}
-
-/// The window columns inside the row of output column `o` (first, count).
-fn edge_cols(g: &PoolGeom, o: usize) -> (isize, usize, usize) {
-    let iw = (o * g.stride.1) as isize - g.pad.1 as isize;
-    let (lo, hi) = valid_taps(iw, g.dilation.1, g.k.1, g.w);
-    (iw + (lo * g.dilation.1) as isize, hi - lo, g.counted(iw, 1))
-}
-
-/// An NCHW output row, vectors along the output columns: a vector of
-/// `LANES` outputs at stride 1 is `LANES` consecutive window sums; at stride 2
-/// the even lanes of `2 * LANES` of them. Columns whose window reaches the
-/// padding (or that fill no vector) run one at a time.
-#[inline(always)]
-unsafe fn columns<V: Vector, const MAX: bool>(g: &PoolGeom, rows: &Rows) {
-    let (lanes, s) = (V::LANES, g.stride.1);
-    // Accumulators per output vector, and the input columns between
-    // accumulators (a single lane takes any stride).
-    let (phases, pitch) = if lanes == 1 { (1, s) } else { (s, lanes) };
-    let (lo, hi) = g.inside(phases - 1);
-    let (lo, hi) = if hi - lo >= lanes { (lo, hi) } else { (lo, lo) };
-    let t = Columns {
-        pitch,
-        phases,
-        cols: (g.k.1, g.dilation.1),
-        count: rows.counted * g.k.1,
-    };
-    // Four accumulators while they fit, then one vector; the last vector ends
-    // at `hi`, recomputing some columns before it.
-    let wide = 4 / phases * lanes;
-    let mut o = lo;
-    while o < hi {
-        o = o.min(hi - lanes);
-        let x = rows.x.add(o * s - g.pad.1);
-        match (phases, hi - o >= wide) {
-            (1, true) => t.store::<V, MAX, 4>(x, rows, o),
-            (1, false) => t.store::<V, MAX, 1>(x, rows, o),
-            (_, true) => t.store::<V, MAX, 4>(x, rows, o),
-            (_, false) => t.store::<V, MAX, 2>(x, rows, o),
-        }
-        o += if hi - o >= wide { wide } else { lanes };
-    }
-    for o in (0..lo).chain(hi..g.ow) {
-        let (iw, cols, counted) = edge_cols(g, o);
-        let x = rows.x.wrapping_offset(iw);
-        let [acc] = window::<One, MAX, 1>(x, 0, rows, (cols, g.dilation.1));
-        finish::<One, MAX>(acc, rows.counted * counted).store(rows.y.add(o));
-    }
-}
-
-/// The vectors of an NCHW row's inside columns.
-struct Columns {
-    /// Input columns between accumulators.
-    pitch: usize,
-    /// Accumulators per output vector (the stride, or 1 for single lanes).
-    phases: usize,
-    /// Window columns and their spacing.
-    cols: (usize, usize),
-    /// An average's divisor.
-    count: usize,
-}
-
-impl Columns {
-    /// The `N / phases` output vectors from column `o`, whose window starts at `x`.
-    #[inline(always)]
-    unsafe fn store<V: Vector, const MAX: bool, const N: usize>(
-        &self,
-        x: *const f32,
-        rows: &Rows,
-        o: usize,
-    ) {
-        let acc = window::<V, MAX, N>(x, self.pitch, rows, self.cols);
-        for j in 0..N / self.phases {
-            let v = match self.phases {
-                1 => acc[j],
-                _ => V::even(acc[2 * j], acc[2 * j + 1]),
-            };
-            finish::<V, MAX>(v, self.count).store(rows.y.add(o + j * V::LANES));
-        }
+        true => v,
+        false => V::mul(V::mul(v, V::splat(row_inv)), V::load(col_inv)),
     }
 }
 
@@ -347,36 +367,40 @@ impl Columns {
 /// channels: four neighbouring pixels at a time inside the row, one at a time
 /// at its edges.
 #[inline(always)]
-unsafe fn pixels<V: Vector, const MAX: bool>(g: &PoolGeom, rows: &Rows) {
+unsafe fn pixels<V: Vector, const MAX: bool>(g: &PoolGeom, row: &Row) {
     let (cb, s) = (g.cb, g.stride.1);
-    let (lo, hi) = g.inside(0);
-    let col = (g.k.1, g.dilation.1 * cb);
-    let mut o = lo;
-    while o < hi {
-        let x = rows.x.add((o * s - g.pad.1) * cb);
-        let n = if hi - o >= 4 { 4 } else { 1 };
-        for c in (0..cb).step_by(V::LANES) {
-            let y = rows.y.add(o * cb + c);
-            let count = rows.counted * g.k.1;
-            if n == 4 {
-                let acc = window::<V, MAX, 4>(x.add(c), s * cb, rows, col);
+    let (lo, hi) = g.inside;
+    let full = (g.k.1, g.dilation.1 * cb);
+    let mut o = 0;
+    while o < g.ow {
+        let t = g.cols[o];
+        let x = row.x.add(t.first * cb);
+        let inv = row.inv * g.inv.1[o];
+        let y = row.y.add(o * cb);
+        if o >= lo && o + 4 <= hi {
+            for c in (0..cb).step_by(V::LANES) {
+                let acc = window::<V, MAX, 4>(x.add(c), s * cb, row.taps, full);
                 for (i, a) in acc.into_iter().enumerate() {
-                    finish::<V, MAX>(a, count).store(y.add(i * cb));
+                    finish::<V, MAX>(a, inv).store(y.add(i * cb + c));
                 }
-            } else {
-                let [a] = window::<V, MAX, 1>(x.add(c), 0, rows, col);
-                finish::<V, MAX>(a, count).store(y);
             }
+            o += 4;
+        } else {
+            for c in (0..cb).step_by(V::LANES) {
+                let [a] = window::<V, MAX, 1>(x.add(c), 0, row.taps, (t.n, g.dilation.1 * cb));
+                finish::<V, MAX>(a, inv).store(y.add(c));
+            }
+            o += 1;
         }
-        o += n;
     }
-    for o in (0..lo).chain(hi..g.ow) {
-        let (iw, cols, counted) = edge_cols(g, o);
-        let x = rows.x.wrapping_offset(iw * cb as isize);
-        for c in (0..cb).step_by(V::LANES) {
-            let [a] = window::<V, MAX, 1>(x.add(c), 0, rows, (cols, g.dilation.1 * cb));
-            finish::<V, MAX>(a, rows.counted * counted).store(rows.y.add(o * cb + c));
-        }
+}
+
+/// An accumulator's result: an average times 1 / its count.
+#[inline(always)]
+unsafe fn finish<V: Vector, const MAX: bool>(acc: V, inv: f32) -> V {
+    match MAX {
+        true => acc,
+        false => V::mul(acc, V::splat(inv)),
     }
 }
 

@@ -756,8 +756,12 @@ impl<'g> Compiler<'g> {
                 pad_end,
                 count_include_pad,
                 lanes: Lanes::One,
+                rows: vec![],
+                cols: vec![],
+                inv: (vec![], vec![]),
+                inside: (0, 0),
             }
-            .for_isa(self.isa),
+            .for_isa(self.isa)?,
         ))
     }
 
