@@ -18,6 +18,7 @@ mod elementwise;
 pub mod kernels;
 mod matmul;
 mod normalize;
+mod pool;
 pub mod roofline;
 pub mod simd;
 pub mod tir_step;
@@ -31,8 +32,9 @@ use crate::layout::Layout;
 use compile::Compiler;
 use conv_algo::{ConvAlgoOptions, ConvKernel};
 use depthwise::Depthwise;
-use kernels::{Gather, PoolGeom};
+use kernels::Gather;
 use matmul::{BatchedMatMul, Dense};
+use pool::PoolGeom;
 use roofline::StepWork;
 use simd::Isa;
 use std::borrow::Cow;
@@ -747,7 +749,7 @@ impl CompiledModel {
                     )
                 }
                 Kernel::Pool(g) => {
-                    kernels::pool(g, bufs.read(step.inputs[0]), bufs.write(step.outputs[0]))
+                    pool::pool(g, bufs.read(step.inputs[0]), bufs.write(step.outputs[0]))
                 }
                 Kernel::Gather(g) => {
                     let inputs: [&[f32]; kernels::MAX_GATHER_INPUTS] = std::array::from_fn(|i| {

@@ -225,6 +225,12 @@ pub(super) trait Vector: Copy {
     unsafe fn max(a: Self, b: Self) -> Self;
     /// The smaller operand; `b` when either is NaN.
     unsafe fn min(a: Self, b: Self) -> Self;
+    /// The larger operand, a NaN skipped: NaN only when both are (IEEE
+    /// maximumNumber, `f32::max`).
+    unsafe fn max_number(a: Self, b: Self) -> Self;
+    /// The even-numbered of the `2 * LANES` values `a` then `b`: a stride-2
+    /// pick of consecutive elements.
+    unsafe fn even(a: Self, b: Self) -> Self;
     /// `neg` in the lanes where `a < 0`, else `pos` (NaN selects `pos`).
     unsafe fn select_negative(a: Self, neg: Self, pos: Self) -> Self;
     /// `a`, with NaN wherever `b` is NaN.
@@ -246,7 +252,7 @@ struct Portable([f32; 8]);
 
 /// One f32 as a vector, for data whose blocks no wider vector divides.
 #[derive(Clone, Copy)]
-struct Scalar(f32);
+pub(super) struct Scalar(f32);
 
 impl Vector for Scalar {
     const LANES: usize = 1;
@@ -290,6 +296,14 @@ impl Vector for Scalar {
     #[inline(always)]
     unsafe fn min(a: Self, b: Self) -> Self {
         Scalar(if a.0 < b.0 { a.0 } else { b.0 })
+    }
+    #[inline(always)]
+    unsafe fn max_number(a: Self, b: Self) -> Self {
+        Scalar(a.0.max(b.0))
+    }
+    #[inline(always)]
+    unsafe fn even(a: Self, _: Self) -> Self {
+        a
     }
     #[inline(always)]
     unsafe fn select_negative(a: Self, neg: Self, pos: Self) -> Self {
@@ -361,6 +375,17 @@ impl Vector for Portable {
             } else {
                 b.0[i]
             }
+        }))
+    }
+    #[inline(always)]
+    unsafe fn max_number(a: Self, b: Self) -> Self {
+        Portable(std::array::from_fn(|i| a.0[i].max(b.0[i])))
+    }
+    #[inline(always)]
+    unsafe fn even(a: Self, b: Self) -> Self {
+        Portable(std::array::from_fn(|i| match i < 4 {
+            true => a.0[2 * i],
+            false => b.0[2 * i - 8],
         }))
     }
     #[inline(always)]
@@ -446,6 +471,18 @@ mod x86 {
             Zmm(_mm512_min_ps(a.0, b.0))
         }
         #[inline(always)]
+        unsafe fn max_number(a: Self, b: Self) -> Self {
+            // vmaxps gives its second operand when either is NaN: `b` where
+            // `a` is NaN, and the mask keeps `a` where `b` is.
+            let ordered = _mm512_cmp_ps_mask::<_CMP_ORD_Q>(b.0, b.0);
+            Zmm(_mm512_mask_max_ps(a.0, ordered, a.0, b.0))
+        }
+        #[inline(always)]
+        unsafe fn even(a: Self, b: Self) -> Self {
+            let idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+            Zmm(_mm512_permutex2var_ps(a.0, idx, b.0))
+        }
+        #[inline(always)]
         unsafe fn select_negative(a: Self, neg: Self, pos: Self) -> Self {
             let m = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a.0, _mm512_setzero_ps());
             Zmm(_mm512_mask_blend_ps(m, pos.0, neg.0))
@@ -508,6 +545,24 @@ mod x86 {
         #[inline(always)]
         unsafe fn min(a: Self, b: Self) -> Self {
             Ymm(_mm256_min_ps(a.0, b.0))
+        }
+        #[inline(always)]
+        unsafe fn max_number(a: Self, b: Self) -> Self {
+            // vmaxps gives its second operand when either is NaN: `b` where
+            // `a` is NaN; the blend puts `a` back where `b` is.
+            let m = _mm256_max_ps(a.0, b.0);
+            Ymm(_mm256_blendv_ps(
+                m,
+                a.0,
+                _mm256_cmp_ps::<_CMP_UNORD_Q>(b.0, b.0),
+            ))
+        }
+        #[inline(always)]
+        unsafe fn even(a: Self, b: Self) -> Self {
+            // a0 a2 b0 b2 | a4 a6 b4 b6, then the 64-bit pairs reordered.
+            let pairs = _mm256_shuffle_ps::<0b10_00_10_00>(a.0, b.0);
+            let ordered = _mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(pairs));
+            Ymm(_mm256_castpd_ps(ordered))
         }
         #[inline(always)]
         unsafe fn select_negative(a: Self, neg: Self, pos: Self) -> Self {

@@ -795,13 +795,24 @@ fn concats_of_several_inputs_run_as_one_gather() {
     }
 }
 
-/// x[1, c, h, w] -> 1x1 Conv (random weights) -> `op`, the graph's output;
-/// with x's type.
-fn after_pointwise_conv(op: Op, [c, h, w]: [usize; 3], rng: &mut Rng) -> (Graph, ValueType) {
+/// x[1, c, h, w] -> 1x1 Conv -> `op`, the graph's output; with x's type. The
+/// convolution's weights are random, or with `rng` None the identity (so that
+/// `op` reads exactly x).
+fn after_pointwise_conv(
+    op: Op,
+    [c, h, w]: [usize; 3],
+    rng: Option<&mut Rng>,
+) -> (Graph, ValueType) {
     let ty = ValueType::new(DType::F32, vec![1, c, h, w]);
     let mut g = Graph::new(op.kind_name());
     let x = g.add_input("x", ty.clone(), vec![]);
-    let wt = Tensor::from_f32(vec![c, c, 1, 1], rng.f32s(c * c));
+    let weights = match rng {
+        Some(rng) => rng.f32s(c * c),
+        None => (0..c * c)
+            .map(|i| (i % (c + 1) == 0) as u8 as f32)
+            .collect(),
+    };
+    let wt = Tensor::from_f32(vec![c, c, 1, 1], weights);
     let wt = g.add_constant("w", wt, vec![]);
     let conv = Op::Conv(Conv {
         window: Window {
@@ -819,20 +830,34 @@ fn after_pointwise_conv(op: Op, [c, h, w]: [usize; 3], rng: &mut Rng) -> (Graph,
     (g, ty)
 }
 
-/// Max and average pools of random geometry (windows, strides, unequal pads,
-/// padding counted or not, global windows) compiled in NCHW and in the planned
-/// blocked layout match the reference executor.
+/// Max and average pools of random geometry (odd extents, windows 1 to 5,
+/// strides 1 to 3, dilations, unequal pads, ceil_mode, padding counted or
+/// not, global windows, NaN pixels) compiled in NCHW, NHWC and the blocked
+/// layouts, on every instruction set this CPU has, run natively and match the
+/// reference executor: a maximum exactly (NaN where it is NaN), an average
+/// within `k_h * k_w` units of 2^-22 of the largest input (f32 sums in
+/// another order, a divisor as two reciprocals).
 #[test]
 fn pools_of_random_geometry_match_the_reference_executor() {
     use crate::graph::PoolKind;
     use crate::ops::Pool;
     let mut rng = Rng(17);
-    for case in 0..40 {
-        let (c, h, w) = (rng.range(1, 20), rng.range(1, 13), rng.range(1, 13));
+    let isas: Vec<Isa> = Isa::ALL.into_iter().filter(|i| i.available()).collect();
+    for case in 0..48 {
+        // Wide rows sometimes, so that NCHW fills 16-lane vectors.
+        let c = rng.range(1, 20);
+        let (h, w) = (rng.range(1, 13), rng.range(1, [13, 45][case % 3 / 2]));
         let global = case % 8 == 0;
+        let dilations = match global || case % 5 != 1 {
+            true => vec![1, 1],
+            false => vec![rng.range(1, 2), rng.range(1, 2)],
+        };
         let (kh, kw) = match global {
             true => (h, w),
-            false => (rng.range(1, h.min(4)), rng.range(1, w.min(4))),
+            false => (
+                rng.range(1, 5.min(h.div_ceil(dilations[0]))),
+                rng.range(1, 5.min(w.div_ceil(dilations[1]))),
+            ),
         };
         let pad = |k: usize, rng: &mut Rng| if global { 0 } else { rng.below(k) };
         let pads = vec![
@@ -844,44 +869,163 @@ fn pools_of_random_geometry_match_the_reference_executor() {
         let window = Window {
             kernel: vec![kh, kw],
             strides: vec![rng.range(1, 3), rng.range(1, 3)],
-            dilations: vec![1, 1],
+            dilations,
             pads,
         };
         let kind = [PoolKind::Max, PoolKind::Avg][case % 2];
         let op = Op::Pool(Pool {
             kind,
             window,
-            ceil_mode: false,
+            ceil_mode: !global && rng.below(3) == 0,
             count_include_pad: rng.below(2) == 1,
         });
-        // A 1x1 convolution first, so that the global plan blocks the pool's input.
-        let (g, ty) = after_pointwise_conv(op.clone(), [c, h, w], &mut rng);
-        let inputs = vec![Tensor::from_f32(ty.shape.clone(), rng.f32s(ty.numel()))];
-        let expected = crate::reference::run(&g, &inputs).unwrap();
+        // A 1x1 convolution first, so that the global plan blocks the pool's
+        // input; the identity, so that the pool reads exactly x.
+        let (g, ty) = after_pointwise_conv(op.clone(), [c, h, w], None);
+        let mut x = rng.f32s(ty.numel());
+        if kind == PoolKind::Max && case % 4 == 2 {
+            // NaN pixels (of all channels, through the convolution).
+            for _ in 0..h * w / 3 {
+                x[rng.below(h * w)] = f32::NAN;
+            }
+        }
+        let inputs = vec![Tensor::from_f32(ty.shape.clone(), x)];
+        let expected = crate::reference::run(&g, &inputs).unwrap()[0].to_f32();
+        let scale = expected.iter().fold(1f32, |m, v| m.max(v.abs()));
+        let tolerance = match kind {
+            PoolKind::Max => 0.0,
+            PoolKind::Avg => (kh * kw) as f32 * scale * 2f32.powi(-22),
+        };
         let planner = planner_by_name("global").unwrap();
-        for family in [Family::Nchw, Family::Nchwc(16), Family::Nchwc(8)] {
+        for family in [
+            Family::Nchw,
+            Family::Nhwc,
+            Family::Nchwc(16),
+            Family::Nchwc(8),
+        ] {
             let pg = plan(&g, planner.as_ref(), family, &CostModel::default())
                 .unwrap()
                 .graph;
-            let m = CompiledModel::compile(
-                &pg,
-                &RuntimeOptions {
+            for &isa in &isas {
+                let options = RuntimeOptions {
                     threads: 2,
+                    isa: Some(isa),
                     ..Default::default()
-                },
-            )
-            .unwrap();
-            let got = m.run(&inputs).unwrap();
-            let (e, a) = (expected[0].to_f32(), got[0].to_f32());
-            let err = e
-                .iter()
-                .zip(&a)
-                .map(|(p, q)| (p - q).abs())
-                .fold(0f32, f32::max);
-            assert!(
-                err <= 1e-5,
-                "case {case} {op:?} {family}: max abs error {err}"
-            );
+                };
+                let m = CompiledModel::compile(&pg, &options).unwrap();
+                let what = format!("case {case} {op:?} {family} {isa}");
+                let steps = m.describe();
+                let pool = steps.iter().find(|s| s.contains("Pool]")).unwrap();
+                assert!(pool.ends_with("native"), "{what}: {steps:#?}");
+                let got = m.run(&inputs).unwrap()[0].to_f32();
+                for (i, (&a, &e)) in got.iter().zip(&expected).enumerate() {
+                    let ok = (a.is_nan() && e.is_nan()) || (a - e).abs() <= tolerance;
+                    assert!(ok, "{what}: element {i} is {a}, expected {e}");
+                }
+            }
+        }
+    }
+}
+
+/// The pooling kernel itself in each layout it serves (NCHW, NHWC, NCHW8c,
+/// NCHW16c; channels not filling a block, rows wide enough for 16-lane
+/// vectors of NCHW columns or not), on every instruction set this CPU has,
+/// against the reference executor on random geometry (windows 2, 3, 5,
+/// strides 1 and 2, dilations, unequal pads, ceil_mode, padding counted or
+/// not, NaN inputs): a maximum exactly, an average within `k_h * k_w` units
+/// of 2^-22 (the inputs are in [-1, 1]).
+#[test]
+fn pool_kernel_matches_the_reference_executor_in_every_layout() {
+    use super::pool::{pool, PoolGeom};
+    use super::simd::Lanes;
+    use crate::graph::PoolKind;
+    use crate::ops::Pool;
+    let mut rng = Rng(23);
+    let isas: Vec<Isa> = Isa::ALL.into_iter().filter(|i| i.available()).collect();
+    for case in 0..40 {
+        let (n, c) = (rng.range(1, 2), rng.range(1, 21));
+        let (h, w) = (rng.range(5, 9), [7, 9, 40, 57][case % 4]);
+        let k = [2, 3, 5][rng.below(3)];
+        let stride = rng.range(1, 2);
+        // Dilated where the window still fits the height.
+        let dilation = match (k - 1) * 2 < h {
+            true => [1, 1, 2][rng.below(3)],
+            false => 1,
+        };
+        let pads: Vec<usize> = (0..4).map(|_| rng.below(k)).collect();
+        let kind = [PoolKind::Max, PoolKind::Avg][case % 2];
+        let op = Op::Pool(Pool {
+            kind,
+            window: Window {
+                kernel: vec![k, k],
+                strides: vec![stride, stride],
+                dilations: vec![dilation, dilation],
+                pads: pads.clone(),
+            },
+            ceil_mode: rng.below(2) == 0,
+            count_include_pad: rng.below(2) == 0,
+        });
+        let ty = ValueType::new(DType::F32, vec![n, c, h, w]);
+        let mut g = Graph::new("pool");
+        let x = g.add_input("x", ty.clone(), vec![]);
+        let y = g.add_node(op.clone(), "pool", &[x], &[], vec![]).unwrap();
+        g.set_outputs(vec![ValueRef::new(y, 0)]);
+        let out = g.node(y).outputs[0].ty.shape.clone();
+        let mut xs = rng.f32s(ty.numel());
+        if case % 4 == 2 {
+            for _ in 0..xs.len() / 4 {
+                xs[rng.below(ty.numel())] = f32::NAN;
+            }
+        }
+        let inputs = vec![Tensor::from_f32(ty.shape.clone(), xs.clone())];
+        let expected = crate::reference::run(&g, &inputs).unwrap()[0].to_f32();
+        let tolerance = match kind {
+            PoolKind::Max => 0.0,
+            PoolKind::Avg => (k * k) as f32 * 2f32.powi(-22),
+        };
+        let nchw = Layout::parse("NCHW").unwrap();
+        for (name, cb) in [("NCHW", 1), ("NHWC", c), ("NCHW8c", 8), ("NCHW16c", 16)] {
+            let layout = Layout::parse(name).unwrap();
+            let packed = |from: &Layout, to: &Layout, shape: &[usize], v: &[f32]| {
+                let gather = Gather::new(from, to, shape, 0.0).unwrap();
+                let mut p = vec![0f32; to.physical_shape(shape).unwrap().iter().product()];
+                gather.run(&[v], &mut p).unwrap();
+                p
+            };
+            let px = packed(&nchw, &layout, &ty.shape, &xs);
+            for &isa in &isas {
+                let geom = PoolGeom {
+                    kind,
+                    skip_nan: true,
+                    planes: n * c.div_ceil(cb),
+                    cb,
+                    h,
+                    w,
+                    oh: out[2],
+                    ow: out[3],
+                    k: (k, k),
+                    stride: (stride, stride),
+                    dilation: (dilation, dilation),
+                    pad: (pads[0], pads[1]),
+                    pad_end: (pads[2], pads[3]),
+                    count_include_pad: matches!(&op, Op::Pool(p) if p.count_include_pad),
+                    lanes: Lanes::One,
+                    rows: vec![],
+                    cols: vec![],
+                    inv: (vec![], vec![]),
+                    inside: (0, 0),
+                }
+                .for_isa(isa)
+                .unwrap();
+                let mut py = vec![f32::INFINITY; geom.planes * geom.oh * geom.ow * cb];
+                pool(&geom, &px, &mut py);
+                let got = packed(&layout, &nchw, &out, &py);
+                let what = format!("case {case} {op:?} x{:?} {name} {isa}", ty.shape);
+                for (i, (&a, &e)) in got.iter().zip(&expected).enumerate() {
+                    let ok = (a.is_nan() && e.is_nan()) || (a - e).abs() <= tolerance;
+                    assert!(ok, "{what}: element {i} is {a}, expected {e}");
+                }
+            }
         }
     }
 }
@@ -1049,7 +1193,7 @@ fn constant_pads_gather_what_the_reference_pads() {
             ends,
             mode: PadMode::Constant(value),
         });
-        let (g, ty) = after_pointwise_conv(pad, [20, 7, 9], &mut rng);
+        let (g, ty) = after_pointwise_conv(pad, [20, 7, 9], Some(&mut rng));
         let inputs = vec![Tensor::from_f32(ty.shape.clone(), rng.f32s(ty.numel()))];
         let expected = crate::reference::run(&g, &inputs).unwrap()[0].to_f32();
         let m = CompiledModel::compile(

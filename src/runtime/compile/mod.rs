@@ -9,11 +9,12 @@ use super::conv::ConvGeom;
 use super::conv_algo::{self, ConvAlgoOptions, ConvSpec, LayerAlgo};
 use super::depthwise::Depthwise;
 use super::elementwise::{broadcast_strides, Arg, Elementwise, Func, Stored};
-use super::kernels::{Gather, PoolGeom, MAX_GATHER_INPUTS};
+use super::kernels::{Gather, MAX_GATHER_INPUTS};
 use super::matmul::{BatchedMatMul, Dense};
 use super::normalize::{RowKernel, RowOp};
+use super::pool::PoolGeom;
 use super::roofline::StepWork;
-use super::simd::{Epilogue, Isa};
+use super::simd::{Epilogue, Isa, Lanes};
 use super::{activation, kernels, tir_step, CompiledModel, Kernel, RuntimeError, RuntimeOptions};
 use crate::fusion::{
     self, inner, input_layout, output_layout, output_shape, Activation, FusedGroup, Pattern, Target,
@@ -63,6 +64,15 @@ fn gather_or_copy(g: Gather, input_shape: Vec<usize>) -> Kernel {
         true => Kernel::Copy,
         false => Kernel::Gather(g),
     }
+}
+
+/// A 2-D pooling window: (height, width) pairs.
+struct PoolWindow {
+    k: (usize, usize),
+    stride: (usize, usize),
+    dilation: (usize, usize),
+    pad: (usize, usize),
+    pad_end: (usize, usize),
 }
 
 pub(super) struct Compiler<'g> {
@@ -319,17 +329,18 @@ impl<'g> Compiler<'g> {
         }
         match inner(self.g, id).0 {
             Op::Unary(_) | Op::Binary(_) => Some(self.elementwise(&[id])?.0),
-            Op::Pool(p)
-                if !p.ceil_mode
-                    && p.window.spatial_rank() == 2
-                    && p.window.dilations.iter().all(|&d| d == 1) =>
-            {
+            Op::Pool(p) if p.window.spatial_rank() == 2 => {
+                let w = &p.window;
                 self.pool_geom(
                     id,
                     (p.kind, true),
-                    p.window.kernel.clone(),
-                    p.window.strides.clone(),
-                    (p.window.pad_begin(0), p.window.pad_begin(1)),
+                    PoolWindow {
+                        k: (w.kernel[0], w.kernel[1]),
+                        stride: (w.strides[0], w.strides[1]),
+                        dilation: (w.dilations[0], w.dilations[1]),
+                        pad: (w.pad_begin(0), w.pad_begin(1)),
+                        pad_end: (w.pad_end(0), w.pad_end(1)),
+                    },
                     p.count_include_pad,
                 )
             }
@@ -339,9 +350,13 @@ impl<'g> Compiler<'g> {
                 self.pool_geom(
                     id,
                     (*kind, false),
-                    vec![xs[2], xs[3]],
-                    vec![1, 1],
-                    (0, 0),
+                    PoolWindow {
+                        k: (xs[2], xs[3]),
+                        stride: (1, 1),
+                        dilation: (1, 1),
+                        pad: (0, 0),
+                        pad_end: (0, 0),
+                    },
                     false,
                 )
             }
@@ -701,9 +716,7 @@ impl<'g> Compiler<'g> {
         &self,
         id: NodeId,
         (kind, skip_nan): (PoolKind, bool),
-        k: Vec<usize>,
-        stride: Vec<usize>,
-        pad: (usize, usize),
+        window: PoolWindow,
         count_include_pad: bool,
     ) -> Option<Kernel> {
         let (xl, xs) = input_layout(self.g, id, 0)?;
@@ -719,6 +732,13 @@ impl<'g> Compiler<'g> {
         if channel_block(&yl, &[xs[0], xs[1], oh, ow]) != Some(cb) {
             return None;
         }
+        let PoolWindow {
+            k,
+            stride,
+            dilation,
+            pad,
+            pad_end,
+        } = window;
         Some(Kernel::Pool(
             PoolGeom {
                 kind,
@@ -729,13 +749,19 @@ impl<'g> Compiler<'g> {
                 w: xs[3],
                 oh,
                 ow,
-                k: (k[0], k[1]),
-                stride: (stride[0], stride[1]),
+                k,
+                stride,
+                dilation,
                 pad,
+                pad_end,
                 count_include_pad,
-                columns: vec![],
+                lanes: Lanes::One,
+                rows: vec![],
+                cols: vec![],
+                inv: (vec![], vec![]),
+                inside: (0, 0),
             }
-            .with_columns(),
+            .for_isa(self.isa)?,
         ))
     }
 
