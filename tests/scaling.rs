@@ -6,78 +6,15 @@
 
 mod common;
 
-use common::{measure, model, model_bytes, node, scratch_dir, value_info, Child};
-use layoutopt::api::{self, PlanLayouts, Planner, Target};
+use common::chains::{chain_model, compile_chain, plan_chain};
+use common::{measure, own_peak_kb, scratch_dir, Child};
+use layoutopt::api;
 use layoutopt::graph::{DType, Tensor};
-use layoutopt::runtime::{CompiledModel, RuntimeOptions};
-use onnx_protobuf::NodeProto;
 use std::path::Path;
 use std::process::Command;
 
-const FLOAT: i32 = 1;
 /// The environment variable that makes `child` run one case.
 const CASE_ENV: &str = "LAYOUTOPT_SCALING_CASE";
-
-/// An ONNX model of `n` nodes of one kind (see the arms).
-fn chain_model(kind: &str, n: usize) -> Vec<u8> {
-    let mut nodes: Vec<NodeProto> = vec![];
-    let mut inits = vec![];
-    let mut shape = vec![1i64, 8];
-    let mut prev = "x".to_string();
-    match kind {
-        // x -> Relu -> Relu -> ...
-        "relu" => {
-            for i in 0..n {
-                let out = format!("v{i}");
-                nodes.push(node("Relu", &out, &[&prev], &[&out]));
-                prev = out;
-            }
-        }
-        // x + c + c + ... (one operand from outside the chain per node)
-        "add" => {
-            inits.push(("c", Tensor::from_f32(vec![1, 8], vec![0.001; 8])));
-            for i in 0..n {
-                let out = format!("v{i}");
-                let op = if i % 2 == 0 { "Add" } else { "Mul" };
-                nodes.push(node(op, &out, &[&prev, "c"], &[&out]));
-                prev = out;
-            }
-        }
-        // y = x + conv(x), repeated: a residual chain of conv and add.
-        "convadd" => {
-            shape = vec![1, 8, 4, 4];
-            let w: Vec<f32> = (0..64)
-                .map(|k| ((k * 7 % 13) as f32 - 6.0) * 0.02)
-                .collect();
-            inits.push(("w", Tensor::from_f32(vec![8, 8, 1, 1], w)));
-            for i in 0..n / 2 {
-                let (c, out) = (format!("c{i}"), format!("v{i}"));
-                nodes.push(node("Conv", &c, &[&prev, "w"], &[&c]));
-                nodes.push(node("Add", &out, &[&c, &prev], &[&out]));
-                prev = out;
-            }
-        }
-        // Max of n Relus of x: one node of n inputs.
-        "max" => {
-            let names: Vec<String> = (0..n).map(|i| format!("r{i}")).collect();
-            for r in &names {
-                nodes.push(node("Relu", r, &["x"], &[r]));
-            }
-            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-            nodes.push(node("Max", "max", &refs, &["y"]));
-            prev = "y".into();
-        }
-        _ => panic!("no model kind {kind}"),
-    }
-    let m = model(
-        nodes,
-        vec![value_info("x", FLOAT, &shape)],
-        vec![value_info(&prev, FLOAT, &shape)],
-        inits,
-        13,
-    );
-    model_bytes(&m)
-}
 
 /// Runs case `kind:n` in a child copy of this test binary.
 fn run_case(kind: &str, n: usize) -> Child {
@@ -114,17 +51,7 @@ fn run_case(kind: &str, n: usize) -> Child {
 /// with the reference executor.
 fn pipeline(path: &Path) {
     let g = api::load_model(path).expect("imports");
-    let plan = PlanLayouts::new(Planner::Global, Target::host_blocked())
-        .plan(&g)
-        .expect("plans");
-    let model = CompiledModel::compile(
-        &plan.graph,
-        &RuntimeOptions {
-            threads: 1,
-            ..Default::default()
-        },
-    )
-    .expect("compiles");
+    let model = compile_chain(&plan_chain(&g));
     let ty = g.value_type(layoutopt::graph::ValueRef::new(g.inputs()[0], 0));
     let n = ty.numel();
     let x = Tensor::from_f32(
@@ -149,12 +76,7 @@ fn pipeline(path: &Path) {
     println!("matches the reference");
     // The peak of this process since its exec (wait4's figure also counts the
     // parent's pages at the fork).
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let hwm = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .unwrap();
-    println!("peak {}", hwm.trim());
+    println!("peak {} kB", own_peak_kb());
 }
 
 /// The child's entry point: does nothing unless a case is given.

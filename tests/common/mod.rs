@@ -3,6 +3,8 @@
 //! process's time and peak memory.
 #![allow(dead_code)]
 
+pub mod chains;
+
 use layoutopt::frontend::onnx::{load_tensor_pb, tensor_to_proto};
 use layoutopt::graph::Tensor;
 use onnx_protobuf::{
@@ -186,6 +188,16 @@ pub fn symbolic(mut vi: ValueInfoProto, axis: usize, param: &str) -> ValueInfoPr
         );
     }
     vi
+}
+
+/// This process's peak RSS in kB (`VmHWM`), 0 where /proc does not tell.
+pub fn own_peak_kb() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
 }
 
 /// What a child reports: its wall time, its peak RSS, its stdout and stderr.
