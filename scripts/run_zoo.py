@@ -3,9 +3,9 @@
 prints one table: model, format, imports?, max relative error against the reference
 output, transforms kept, steps on the reference executor, layoutopt ms, onnxruntime
 ms and their ratio. Timings are medians of alternating rounds (layoutopt, then
-onnxruntime on the same model's ONNX form), 2 threads each.
+onnxruntime on the same model's ONNX form), --threads each (2 unless told).
 
-    scripts/run_zoo.sh [MODEL ...] [--zoo models/zoo] [--rounds 3]
+    scripts/run_zoo.sh [MODEL ...] [--zoo models/zoo] [--rounds 3] [--threads 1]
 """
 
 from __future__ import annotations
@@ -65,15 +65,15 @@ def layoutopt_run(exe: str, model: Path):
     }, None
 
 
-def layoutopt_ms(exe: str, model: Path) -> float:
-    r = subprocess.run([exe, "bench", str(model), "--runs", "20", "--warmup", "3", "--threads", "2",
-                        "--json"], capture_output=True, text=True, check=True)
+def layoutopt_ms(exe: str, model: Path, threads: int) -> float:
+    r = subprocess.run([exe, "bench", str(model), "--runs", "20", "--warmup", "3", "--threads",
+                        str(threads), "--json"], capture_output=True, text=True, check=True)
     return json.loads(r.stdout)["timing"]["p50_ms"]  # docs/json-schema.md
 
 
-def ort_ms(onnx_path: Path) -> float:
+def ort_ms(onnx_path: Path, threads: int) -> float:
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 2
+    opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     sess = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
     data = onnx_path.parent / "test_data_set_0"
@@ -94,6 +94,7 @@ def main() -> int:
     ap.add_argument("--zoo", type=Path, default=Path("models/zoo"))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--layoutopt", default="target/release/layoutopt")
+    ap.add_argument("--threads", type=int, default=2, help="threads of each runtime")
     args = ap.parse_args()
     cases = sorted(
         d
@@ -120,9 +121,9 @@ def main() -> int:
         peer = onnx_path.exists()
         lo, rt = [], []
         for _ in range(args.rounds):
-            lo.append(layoutopt_ms(args.layoutopt, model))
+            lo.append(layoutopt_ms(args.layoutopt, model, args.threads))
             if peer:
-                rt.append(ort_ms(onnx_path))
+                rt.append(ort_ms(onnx_path, args.threads))
         l = statistics.median(lo)
         if peer:
             o, ratio = f"{statistics.median(rt):>6.2f} ms", f"{l / statistics.median(rt):>5.2f}x"
