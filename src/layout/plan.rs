@@ -26,8 +26,9 @@ use super::rules::RuleSource;
 use super::solver::{self, Method, Pair, Problem, SolveOptions};
 use super::{pad_flow, Layout, LayoutError, PadValue, Requirement};
 use crate::graph::{
-    fold_conv_affine, fold_node, fold_pads, format_spans, merge_spans, reductions_as_global_pools,
-    Graph, GraphError, LaidOut, NodeId, Op, PadFold, Span, ValueRef, ValueType,
+    fold_conv_affine, fold_node, fold_pads, format_spans, merge_spans, movement_chains,
+    reductions_as_global_pools, Graph, GraphError, LaidOut, NodeId, Op, PadFold, Span, ValueRef,
+    ValueType,
 };
 use crate::ops::LayoutTransform;
 use serde::Serialize;
@@ -755,6 +756,7 @@ pub fn plan_with(
     if options.fold_batchnorms {
         crate::graph::fold_conv_batchnorm(&mut folded)?;
     }
+    movement_chains(&mut folded)?;
     let pad_folds = fold_pads(&mut folded)?;
     fold_conv_affine(&mut folded)?;
     reductions_as_global_pools(&mut folded)?;
