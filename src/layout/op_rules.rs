@@ -237,6 +237,11 @@ impl Layouts {
         id
     }
 
+    /// The id of layout `l`, if it was interned.
+    pub fn find(&self, l: &Layout) -> Option<LayoutId> {
+        self.ids.get(l).copied()
+    }
+
     /// The layout with id `id`.
     pub fn get(&self, id: LayoutId) -> &Layout {
         &self.all[id.0 as usize]
@@ -366,7 +371,7 @@ pub fn value_candidates(
 
 /// The layout of a transpose's or reshape's output that keeps the bytes of its
 /// input `x`, stored in `l`, where they are (a relabelling: no data moves).
-fn relabelled(op: &Op, l: &Layout, x: &[usize]) -> Option<Layout> {
+pub fn relabelled(op: &Op, l: &Layout, x: &[usize]) -> Option<Layout> {
     match op {
         Op::Transpose(Transpose { perm }) => l.transposed(perm).ok(),
         Op::Reshape(Reshape { shape }) => l.reshaped(x, shape),
@@ -376,7 +381,7 @@ fn relabelled(op: &Op, l: &Layout, x: &[usize]) -> Option<Layout> {
 
 /// The input layout that [`relabelled`] takes to the output layout `l`, for
 /// an input of shape `x` and an output of shape `y`.
-fn relabelled_back(op: &Op, l: &Layout, x: &[usize], y: &[usize]) -> Option<Layout> {
+pub fn relabelled_back(op: &Op, l: &Layout, x: &[usize], y: &[usize]) -> Option<Layout> {
     match op {
         Op::Transpose(Transpose { perm }) => {
             let mut inv = vec![0; perm.len()];
