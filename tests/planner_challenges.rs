@@ -325,8 +325,10 @@ fn transformer_head_split_and_merge() {
 /// An NHWC input read by two transposes to NCHW (converters write one per
 /// reader), each feeding a 3x3 convolution, the two added for the output, in
 /// NCHW16c. Both transposes relabel the input, so one transform of the input
-/// into NCHW16c serves both convolutions (the same bytes moved once, not once
-/// per relabelled copy), and one brings the sum back.
+/// into NCHW16c serves both convolutions (the same bytes moved once, whether
+/// the solver charged it to the input's edges or to the relabelled copies':
+/// the materialiser transforms a relabelled value through its source), and
+/// one brings the sum back.
 /// Optimum 2: each convolution's 1.2 Mflop cost doubles in NCHW (23.6 us more
 /// per conv) against 1.6 us for an 8 KiB transform.
 #[test]

@@ -9,11 +9,15 @@
 //! Names follow the usual convention: an upper-case letter is an axis (its outer
 //! digit), a number and a lower-case letter is a block of that axis: "NCHW16c",
 //! "OIHW8i16o". The logical order of the letters is ONNX's (see `canonical_rank`),
-//! so "NHWC" is the permutation [0, 2, 3, 1] of a logical NCHW tensor. A layout
-//! whose letters would not read back as itself (a transpose's output carries its
-//! input's letters: "NCHW16c" of a logical NHWC tensor) prints in the permutation
-//! form instead, the logical axis of each physical axis with its blocks:
-//! "(0,3,1,2,16@3)". Two different layouts never print the same.
+//! so "NHWC" is the permutation [0, 2, 3, 1] of a logical NCHW tensor. Letters
+//! name the row-major and channels-last orders of the axes (with any blocks:
+//! "NCHW16c", "NHWC8c"); any other layout prints in the permutation form, the
+//! logical axis of each physical axis, outermost first, with its blocks:
+//! "(0,3,1,2,16@3)" (a transpose's output keeps its input's bytes, so a logical
+//! NHWC tensor stored as NCHW16c is that). A layout whose own letters would
+//! read back as another (a transpose carries its input's letters along) prints
+//! with the default letters of its rank. Every name parses back to its layout,
+//! so two different layouts never print the same.
 
 use super::tensor::{numel, strides, Tensor, TensorData};
 use std::cmp::Ordering;
@@ -177,12 +181,35 @@ impl Layout {
         Layout::parse_with(&letters.iter().collect::<String>(), text)
     }
 
-    /// Whether the letters, sorted into the canonical logical order, give back
-    /// this layout's logical axis order: then its name parses back to it.
-    fn letters_read_back(&self) -> bool {
-        self.names
+    /// The letters this layout prints with, `None` for the permutation form:
+    /// its outer digits must be in row-major order or channels last (axis 1
+    /// last), and its own letters are used when, sorted into the canonical
+    /// logical order, they give back its logical axis order (then the name
+    /// parses back to it), else the default letters of its rank.
+    fn letters(&self) -> Option<Vec<char>> {
+        let rank = self.rank();
+        let outer: Vec<usize> = self
+            .order
+            .iter()
+            .filter(|d| d.level == 0)
+            .map(|d| d.axis)
+            .collect();
+        let row_major = outer.iter().enumerate().all(|(i, &a)| i == a);
+        let channels_last = rank >= 3
+            && outer[0] == 0
+            && outer[rank - 1] == 1
+            && (1..rank - 1).all(|i| outer[i] == i + 1);
+        if !(row_major || channels_last || rank <= 2) {
+            return None;
+        }
+        let own_read_back = self
+            .names
             .windows(2)
-            .all(|w| canonical_rank(w[0]) < canonical_rank(w[1]))
+            .all(|w| canonical_rank(w[0]) < canonical_rank(w[1]));
+        match own_read_back {
+            true => Some(self.names.clone()),
+            false => default_names(rank).ok(),
+        }
     }
 
     /// Parses the permutation form "(0,3,1,2,16@3)": the logical axis of each
@@ -236,9 +263,9 @@ impl Layout {
         for (a, &extent) in logical.iter().enumerate().take(self.rank()) {
             let padded = self.padded_extent(a, extent);
             if padded != extent {
-                let axis = match self.letters_read_back() {
-                    true => self.names[a].to_string(),
-                    false => format!("axis {a}"),
+                let axis = match self.letters() {
+                    Some(names) => names[a].to_string(),
+                    None => format!("axis {a}"),
                 };
                 s += &format!(", {axis} {extent} padded to {padded}");
             }
@@ -752,15 +779,11 @@ impl Ord for Layout {
 }
 
 impl fmt::Display for Layout {
-    /// The letters when they read back as this layout (parse(print(l)) == l),
-    /// else the permutation form: the letters a transposed layout carries along
-    /// would name another layout ("NCHW16c" of a logical NHWC tensor).
+    /// Letters for the row-major, channels-last and channel-blocked orders
+    /// (with the layout's own letters when they read back as it, else the
+    /// default ones), else the permutation form; see the module comment.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if !self.letters_read_back() {
-            if self.is_identity() {
-                let names = default_names(self.rank()).map_err(|_| fmt::Error)?;
-                return f.write_str(&names.iter().collect::<String>());
-            }
+        let Some(names) = self.letters() else {
             let digits: Vec<String> = self
                 .order
                 .iter()
@@ -770,9 +793,9 @@ impl fmt::Display for Layout {
                 })
                 .collect();
             return write!(f, "({})", digits.join(","));
-        }
+        };
         for d in &self.order {
-            let name = self.names[d.axis];
+            let name = names[d.axis];
             if d.level == 0 {
                 write!(f, "{name}")?;
             } else {
