@@ -157,7 +157,7 @@ fn document(command: &str, args: &[&str]) -> Value {
         "{command} {args:?}:\n{}",
         errors.join("\n")
     );
-    assert_eq!(doc["schema_version"], 1);
+    assert_eq!(doc["schema_version"], 2);
     assert_eq!(doc["command"], command);
     doc
 }
@@ -198,11 +198,25 @@ fn plan_lists_every_tensor_by_model_name() {
         assert_eq!(doc["planner"], planner);
         assert_eq!(doc["target"], "NCHW16c");
         assert_eq!(doc["solver"].is_null(), planner != "global");
-        // Each transformed tensor is a model tensor the plan lists.
-        for t in doc["transforms"].as_array().unwrap() {
-            let name = t["tensor"].as_str().unwrap();
-            assert!(doc["tensors"].get(name).is_some(), "{planner}: {name}");
+        // Each transformed tensor is a model tensor the plan lists; data-moving
+        // transforms and relabels are listed apart.
+        for (list, relabel) in [("transforms", false), ("relabels", true)] {
+            let list = doc[list].as_array().unwrap();
+            for t in list {
+                let name = t["tensor"].as_str().unwrap();
+                assert!(doc["tensors"].get(name).is_some(), "{planner}: {name}");
+                assert_eq!(t["relabel"], relabel, "{planner}: {name}");
+                assert_eq!(t["moved_bytes"] == 0, relabel, "{planner}: {name}");
+            }
         }
+        assert_eq!(
+            doc["transform_count"],
+            doc["transforms"].as_array().unwrap().len()
+        );
+        assert_eq!(
+            doc["relabel_count"],
+            doc["relabels"].as_array().unwrap().len()
+        );
     }
     document(
         "plan",

@@ -63,7 +63,8 @@ class Plan:
 
     ``layouts`` maps every model tensor the planned graph keeps to its layout;
     ``tensors`` adds its dtype and shape; ``transforms`` lists the kept layout
-    transforms with their source spans; ``solver`` is the global planner's
+    transforms that move data, with their source spans, and ``relabels`` those
+    between layouts with the same bytes (no data moves); ``solver`` is the global planner's
     account (None for the others); ``document`` is the whole JSON document.
     """
 
@@ -75,6 +76,7 @@ class Plan:
         self.tensors = self.document["tensors"]
         self.layouts = {name: t["layout"] for name, t in self.tensors.items()}
         self.transforms = self.document["transforms"]
+        self.relabels = self.document["relabels"]
         self.solver = self.document["solver"]
         self.estimated_cost_ns = self.document["estimated_cost_ns"]
 
@@ -99,8 +101,11 @@ class Plan:
         self._native.explore(str(path), against, force)
 
     def __repr__(self):
-        return "<layoutopt.Plan {} for {}: {} transforms>".format(
-            self.planner, self.target, self.document["transform_count"]
+        return "<layoutopt.Plan {} for {}: {} transforms, {} relabels>".format(
+            self.planner,
+            self.target,
+            self.document["transform_count"],
+            self.document["relabel_count"],
         )
 
 

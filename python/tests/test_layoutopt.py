@@ -94,7 +94,10 @@ def test_plan_object_names_model_tensors():
     assert plan.transforms, "a blocked plan of a CNN keeps transforms"
     for t in plan.transforms:
         assert t["tensor"] in plan.layouts
-        assert t["moved_bytes"] >= 0
+        assert t["moved_bytes"] > 0 and not t["relabel"]
+    for t in plan.relabels:
+        assert t["tensor"] in plan.layouts
+        assert t["moved_bytes"] == 0 and t["relabel"]
         for span in t["spans"]:
             assert set(span) == {"file", "layer", "op_type", "index"}
             assert span["file"] == "model.onnx"
@@ -108,7 +111,7 @@ def test_plan_object_names_model_tensors():
 def test_plan_document_is_the_command_lines():
     plan = layoutopt.load(model_path("resnet_small")).plan(planner="greedy", target="nhwc")
     doc = json.loads(plan.to_json())
-    assert doc["schema_version"] == layoutopt.SCHEMA_VERSION == 1
+    assert doc["schema_version"] == layoutopt.SCHEMA_VERSION == 2
     assert doc["command"] == "plan"
     assert doc["model_file"] == "model.onnx"
     assert doc == plan.document

@@ -9,7 +9,15 @@
 //! Names follow the usual convention: an upper-case letter is an axis (its outer
 //! digit), a number and a lower-case letter is a block of that axis: "NCHW16c",
 //! "OIHW8i16o". The logical order of the letters is ONNX's (see `canonical_rank`),
-//! so "NHWC" is the permutation [0, 2, 3, 1] of a logical NCHW tensor.
+//! so "NHWC" is the permutation [0, 2, 3, 1] of a logical NCHW tensor. Letters
+//! name the row-major and channels-last orders of the axes (with any blocks:
+//! "NCHW16c", "NHWC8c"); any other layout prints in the permutation form, the
+//! logical axis of each physical axis, outermost first, with its blocks:
+//! "(0,3,1,2,16@3)" (a transpose's output keeps its input's bytes, so a logical
+//! NHWC tensor stored as NCHW16c is that). A layout whose own letters would
+//! read back as another (a transpose carries its input's letters along) prints
+//! with the default letters of its rank. Every name parses back to its layout,
+//! so two different layouts never print the same.
 
 use super::tensor::{numel, strides, Tensor, TensorData};
 use std::cmp::Ordering;
@@ -162,11 +170,107 @@ impl Layout {
 
     /// Parses a name such as "NHWC", "OIHW8i16o" or "NC/32HW32c" (the outer C
     /// counts blocks of 32: "NCHW32c"); the logical order of the
-    /// letters is the canonical one (see the module comment).
+    /// letters is the canonical one (see the module comment). The permutation
+    /// form that `Display` prints for other layouts, "(0,3,1,2,16@3)", parses too.
     pub fn parse(text: &str) -> Result<Layout, AlgebraError> {
+        if text.starts_with('(') {
+            return Layout::parse_permutation(text);
+        }
         let mut letters: Vec<char> = text.chars().filter(|c| c.is_ascii_uppercase()).collect();
         letters.sort_by_key(|&c| canonical_rank(c));
         Layout::parse_with(&letters.iter().collect::<String>(), text)
+    }
+
+    /// The letters this layout prints with, `None` for the permutation form:
+    /// its outer digits must be in row-major order or channels last (axis 1
+    /// last), and its own letters are used when, sorted into the canonical
+    /// logical order, they give back its logical axis order (then the name
+    /// parses back to it), else the default letters of its rank.
+    fn letters(&self) -> Option<Vec<char>> {
+        let rank = self.rank();
+        let outer: Vec<usize> = self
+            .order
+            .iter()
+            .filter(|d| d.level == 0)
+            .map(|d| d.axis)
+            .collect();
+        let row_major = outer.iter().enumerate().all(|(i, &a)| i == a);
+        let channels_last = rank >= 3
+            && outer[0] == 0
+            && outer[rank - 1] == 1
+            && (1..rank - 1).all(|i| outer[i] == i + 1);
+        if !(row_major || channels_last || rank <= 2) {
+            return None;
+        }
+        let own_read_back = self
+            .names
+            .windows(2)
+            .all(|w| canonical_rank(w[0]) < canonical_rank(w[1]));
+        match own_read_back {
+            true => Some(self.names.clone()),
+            false => default_names(rank).ok(),
+        }
+    }
+
+    /// Parses the permutation form "(0,3,1,2,16@3)": the logical axis of each
+    /// physical axis, outermost first; "16@3" is a block of 16 of axis 3 (an
+    /// axis's blocks outer to inner in the order they appear).
+    fn parse_permutation(text: &str) -> Result<Layout, AlgebraError> {
+        let err = |message: String| AlgebraError::Parse {
+            text: text.to_string(),
+            message,
+        };
+        let inner = text
+            .strip_prefix('(')
+            .and_then(|t| t.strip_suffix(')'))
+            .ok_or_else(|| err("expected '(' axes ')'".into()))?;
+        let number = |t: &str| {
+            t.trim()
+                .parse::<usize>()
+                .map_err(|_| err(format!("'{t}' is not a number")))
+        };
+        let mut digits = Vec::new();
+        for item in inner.split(',') {
+            digits.push(match item.split_once('@') {
+                Some((factor, axis)) => (number(axis)?, Some(number(factor)?)),
+                None => (number(item)?, None),
+            });
+        }
+        let rank = digits.iter().filter(|(_, f)| f.is_none()).count();
+        let mut factors = vec![Vec::new(); rank];
+        let mut order = Vec::with_capacity(digits.len());
+        for (axis, factor) in digits {
+            if axis >= rank {
+                return Err(err(format!("axis {axis} of a rank-{rank} layout")));
+            }
+            let level = match factor {
+                Some(f) => {
+                    factors[axis].push(f);
+                    factors[axis].len()
+                }
+                None => 0,
+            };
+            order.push(Digit { axis, level });
+        }
+        let names = default_names(rank)?;
+        Layout::new(names, factors, order).map_err(|e| err(e.to_string()))
+    }
+
+    /// The name and, for a tensor of shape `logical`, every padded axis with
+    /// its extent and the extent stored: "NCHW16c, C 24 padded to 32".
+    pub fn describe(&self, logical: &[usize]) -> String {
+        let mut s = self.to_string();
+        for (a, &extent) in logical.iter().enumerate().take(self.rank()) {
+            let padded = self.padded_extent(a, extent);
+            if padded != extent {
+                let axis = match self.letters() {
+                    Some(names) => names[a].to_string(),
+                    None => format!("axis {a}"),
+                };
+                s += &format!(", {axis} {extent} padded to {padded}");
+            }
+        }
+        s
     }
 
     /// Parses `physical` with the logical axis order given by `logical` ("NCHW").
@@ -289,6 +393,61 @@ impl Layout {
                 })
                 .collect(),
         )
+    }
+
+    /// The layout of `reshape(x, to)`, for `x` of shape `from` stored in this
+    /// layout, that keeps `x`'s bytes where they are, when the reshape only
+    /// drops or inserts axes of extent 1 (Squeeze, Unsqueeze, [1,C,1,1] to
+    /// [1,1,1,C]): the other axes keep their physical order, blocks and padding,
+    /// and each new unit axis sits before the first outer digit of a later axis
+    /// (a row-major input gives a row-major output). `None` for any other
+    /// reshape, or when a dropped unit axis is blocked (its padding would go).
+    pub fn reshaped(&self, from: &[usize], to: &[usize]) -> Option<Layout> {
+        if from.len() != self.rank() {
+            return None;
+        }
+        let kept = |shape: &[usize]| -> Vec<usize> {
+            (0..shape.len()).filter(|&a| shape[a] != 1).collect()
+        };
+        let (kept_in, kept_out) = (kept(from), kept(to));
+        let extents_agree = kept_in.len() == kept_out.len()
+            && kept_in
+                .iter()
+                .zip(&kept_out)
+                .all(|(&i, &o)| from[i] == to[o]);
+        let dropped_blocked = (0..from.len()).any(|a| from[a] == 1 && !self.factors[a].is_empty());
+        if !extents_agree || dropped_blocked {
+            return None;
+        }
+        let mut out_axis = vec![usize::MAX; from.len()];
+        let mut factors = vec![Vec::new(); to.len()];
+        for (&i, &o) in kept_in.iter().zip(&kept_out) {
+            out_axis[i] = o;
+            factors[o] = self.factors[i].clone();
+        }
+        let mut order: Vec<Digit> = self
+            .order
+            .iter()
+            .filter(|d| from[d.axis] != 1)
+            .map(|d| Digit {
+                axis: out_axis[d.axis],
+                level: d.level,
+            })
+            .collect();
+        for unit in (0..to.len()).filter(|&a| to[a] == 1) {
+            let at = order
+                .iter()
+                .position(|d| d.level == 0 && d.axis > unit)
+                .unwrap_or(order.len());
+            order.insert(
+                at,
+                Digit {
+                    axis: unit,
+                    level: 0,
+                },
+            );
+        }
+        Layout::new(default_names(to.len()).ok()?, factors, order).ok()
     }
 
     /// Logical rank.
@@ -620,9 +779,23 @@ impl Ord for Layout {
 }
 
 impl fmt::Display for Layout {
+    /// Letters for the row-major, channels-last and channel-blocked orders
+    /// (with the layout's own letters when they read back as it, else the
+    /// default ones), else the permutation form; see the module comment.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Some(names) = self.letters() else {
+            let digits: Vec<String> = self
+                .order
+                .iter()
+                .map(|d| match d.level {
+                    0 => d.axis.to_string(),
+                    l => format!("{}@{}", self.factors[d.axis][l - 1], d.axis),
+                })
+                .collect();
+            return write!(f, "({})", digits.join(","));
+        };
         for d in &self.order {
-            let name = self.names[d.axis];
+            let name = names[d.axis];
             if d.level == 0 {
                 write!(f, "{name}")?;
             } else {
@@ -688,6 +861,81 @@ pub(crate) mod tests {
         let oihw = Layout::parse("OIHW8i16o").unwrap();
         assert_eq!(oihw.factors(0), &[16]);
         assert_eq!(oihw.factors(1), &[8]);
+    }
+
+    #[test]
+    fn transposed_layouts_print_apart_from_their_letters() {
+        let blocked = Layout::parse("NCHW16c").unwrap();
+        // The output of a transpose to NHWC that keeps the bytes where they are.
+        let t = blocked.transposed(&[0, 2, 3, 1]).unwrap();
+        assert_eq!(t.to_string(), "(0,3,1,2,16@3)");
+        assert_eq!(Layout::parse(&t.to_string()).unwrap(), t);
+        assert_ne!(t, blocked);
+        // An NHWC tensor transposed to NHWC is stored row-major: its carried
+        // letters (N, H, W, C) do not name it.
+        let nhwc_of_nhwc = Layout::parse("NHWC")
+            .unwrap()
+            .transposed(&[0, 2, 3, 1])
+            .unwrap();
+        assert!(nhwc_of_nhwc.is_identity());
+        assert_eq!(nhwc_of_nhwc.to_string(), "NCHW");
+        // A transposed row-major layout is row-major again only for the identity.
+        let back = t.transposed(&[0, 3, 1, 2]).unwrap();
+        assert_eq!(back.to_string(), "NCHW16c");
+        assert_eq!(
+            Layout::identity(4)
+                .unwrap()
+                .transposed(&[0, 2, 3, 1])
+                .unwrap()
+                .to_string(),
+            "(0,3,1,2)"
+        );
+        assert_eq!(
+            blocked.describe(&[1, 24, 7, 7]),
+            "NCHW16c, C 24 padded to 32"
+        );
+        assert_eq!(
+            t.describe(&[1, 7, 7, 24]),
+            "(0,3,1,2,16@3), axis 3 24 padded to 32"
+        );
+        for bad in ["(0,1", "(0,0)", "(0,x)", "(0,16@2)"] {
+            assert!(Layout::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn reshapes_of_unit_axes_keep_the_bytes() {
+        let blocked = Layout::parse("NCHW16c").unwrap();
+        // A squeeze-excite path: the pooled [1, 48, 1, 1] as [1, 1, 1, 48] and [1, 48].
+        let nhwc = blocked.reshaped(&[1, 48, 1, 1], &[1, 1, 1, 48]).unwrap();
+        assert_eq!(nhwc.to_string(), "NCHW16w");
+        let flat = blocked.reshaped(&[1, 48, 1, 1], &[1, 48]).unwrap();
+        assert_eq!(flat.to_string(), "NC16c");
+        let row_major = Layout::identity(2).unwrap();
+        assert!(row_major
+            .reshaped(&[2, 5], &[2, 1, 5, 1])
+            .unwrap()
+            .is_identity());
+        // Padding (40 channels in blocks of 16) moves with its axis.
+        let padded = blocked.reshaped(&[1, 40, 1, 1], &[1, 40]).unwrap();
+        assert_eq!(padded.describe(&[1, 40]), "NC16c, C 40 padded to 48");
+        // Merging axes, or dropping a blocked unit axis, is no relabelling.
+        assert!(blocked.reshaped(&[1, 16, 2, 2], &[1, 64]).is_none());
+        assert!(blocked.reshaped(&[2, 1, 3, 3], &[2, 3, 3]).is_none());
+        // Every element keeps its offset.
+        for (from, to) in [
+            (vec![1, 48, 1, 1], vec![1, 1, 1, 48]),
+            (vec![1, 40, 1, 1], vec![1, 40]),
+            (vec![2, 32, 3, 1], vec![2, 1, 32, 3]),
+        ] {
+            let x = iota(&from);
+            let l = blocked.reshaped(&from, &to).unwrap();
+            let y = x.reshaped(to.clone());
+            assert_eq!(
+                blocked.to_physical(&x, 0.0).unwrap().to_f32(),
+                l.to_physical(&y, 0.0).unwrap().to_f32()
+            );
+        }
     }
 
     #[test]
@@ -863,6 +1111,18 @@ pub(crate) mod tests {
             prop_assert_eq!(&p.shape, &l.physical_shape(&shape).unwrap());
             prop_assert_eq!(l.from_physical(&p, &shape).unwrap(), x);
             prop_assert_eq!(Layout::parse(&l.to_string()).unwrap(), l.clone());
+        }
+
+        #[test]
+        fn every_printed_name_reads_back(
+            (l, perm) in shape_and_layout().prop_flat_map(|(shape, l)| {
+                let perm = Just((0..shape.len()).collect::<Vec<_>>()).prop_shuffle();
+                (Just(l), perm)
+            })
+        ) {
+            // Transposing carries letters into a non-canonical order.
+            let t = l.transposed(&perm).unwrap();
+            prop_assert_eq!(Layout::parse(&t.to_string()).unwrap(), t);
         }
 
         #[test]

@@ -339,8 +339,10 @@ function select(id){
 function showDetails(n){
   panel.innerHTML = '';
   panel.appendChild(el('h2', {id: 'node-name'}, n.name));
-  const transform = n.class.split(' ').includes('transform');
-  panel.appendChild(el('p', {id: 'node-op'}, n.op + (transform ? ' (kept layout transform)' : '')));
+  const classes = n.class.split(' ');
+  const kind = classes.includes('transform') ? ' (kept layout transform)'
+    : classes.includes('relabel') ? ' (relabel: no data moved)' : '';
+  panel.appendChild(el('p', {id: 'node-op'}, n.op + kind));
   if(n.region !== undefined){
     const p = el('p', {id: 'region-path'}, 'region: ');
     ancestors(n.region).reverse().forEach(r => {

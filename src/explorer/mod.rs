@@ -57,8 +57,8 @@ struct NodeView {
     op: String,
     /// The text drawn in its box.
     label: String,
-    /// Classes of its box: "transform" (kept layout transform), "laidout",
-    /// "input", "output", "fused".
+    /// Classes of its box: "transform" (kept layout transform moving data),
+    /// "relabel" (one moving none), "laidout", "input", "output", "fused".
     class: String,
     /// Each input as (producer index, producer output); graph constants are not drawn.
     inputs: Vec<(usize, usize)>,
@@ -120,6 +120,12 @@ fn row_major(ty: &ValueType) -> String {
 
 fn is_transform(op: &Op) -> bool {
     matches!(op, Op::LayoutTransform(_) | Op::PadWith(_) | Op::Crop(_))
+}
+
+/// A layout transform between layouts with the same bytes: no data moves.
+fn is_relabel(op: &Op) -> bool {
+    matches!(op, Op::LayoutTransform(t) if t.from != t.to
+        && crate::layout::op_rules::same_bytes(&t.from, &t.to, &t.logical))
 }
 
 /// Layouts of a node's inputs and outputs as the plan stores them.
@@ -375,7 +381,9 @@ fn plan_view(
         let n = g.node(id);
         let (ins, outs) = node_layouts(g, id);
         let mut class = Vec::new();
-        if is_transform(&n.op) {
+        if is_relabel(&n.op) {
+            class.push("relabel");
+        } else if is_transform(&n.op) {
             class.push("transform");
         }
         if matches!(n.op, Op::InLayout(_)) {
@@ -465,9 +473,11 @@ fn summary_table(reports: &[&PlanReport]) -> String {
     s.push_str("</tr>");
     let rows: [SummaryRow; 6] = [
         ("target", |r| r.family.clone()),
-        ("transforms kept", |r| r.transform_count.to_string()),
+        ("transforms kept (data moved)", |r| {
+            r.transform_count.to_string()
+        }),
         ("bytes moved", |r| r.transform_bytes.to_string()),
-        ("relabels (no data moved)", |r| r.relabels.to_string()),
+        ("relabels (no data moved)", |r| r.relabel_count.to_string()),
         ("constants re-packed", |r| r.packed_constants.to_string()),
         ("estimated cost (us)", |r| {
             format!("{:.1}", r.estimated_cost / 1e3)
@@ -519,17 +529,19 @@ pub fn render(
     }
     let mut columns = String::new();
     for (k, v) in views.iter().enumerate() {
-        let transforms = v
-            .nodes
-            .iter()
-            .filter(|n| n.class.split(' ').any(|c| c == "transform"))
-            .count();
+        let count = |class: &str| {
+            v.nodes
+                .iter()
+                .filter(|n| n.class.split(' ').any(|c| c == class))
+                .count()
+        };
         let _ = write!(
             columns,
-            r#"<section class="plan" id="plan{k}"><h2>{} <small>{} · {} transform nodes</small></h2><div class="view"></div></section>"#,
+            r#"<section class="plan" id="plan{k}"><h2>{} <small>{} · {} transform nodes · {} relabels</small></h2><div class="view"></div></section>"#,
             esc(&v.planner),
             esc(&v.family),
-            transforms,
+            count("transform"),
+            count("relabel"),
         );
     }
     let reports: Vec<&PlanReport> = plans.iter().map(|p| &p.report).collect();

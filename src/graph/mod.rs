@@ -13,7 +13,7 @@ pub use crate::core::{
     Tensor, TensorData, ValueType,
 };
 pub use crate::ops::*;
-pub use canonical::reductions_as_global_pools;
+pub use canonical::{movement_chains, reductions_as_global_pools};
 pub use conv_affine::{fold_conv_affine, fold_conv_batchnorm};
 pub use fold::{fold_constants, fold_node};
 pub use memory::{

@@ -8,7 +8,9 @@
 //! - *agnostic* ops run in whatever layout their operands arrive in
 //!   (elementwise, batch norm, and concat / split / slice / pad / resize / reductions /
 //!   softmax along axes the layout does not block);
-//! - *fixed* ops run only in the row-major layout (reshape, matmul, gather, ...).
+//! - *fixed* ops run only in the row-major layout (matmul, gather, ...); a
+//!   reshape that only drops or inserts unit axes (a squeeze or unsqueeze) may
+//!   also relabel its input's layout, as a transpose does.
 //!
 //! The cost model is deliberately simple (to be calibrated by measurement): data
 //! movement at `ns_per_byte`, arithmetic at `ns_per_flop`, with a penalty for
@@ -18,7 +20,7 @@
 use super::{Layout, LayoutError};
 use crate::graph::{numel, Graph, NodeId, Op, ValueRef, ValueType};
 pub use crate::ops::LayoutRole as OpKind;
-use crate::ops::{Conv, Transpose};
+use crate::ops::{Conv, Reshape, Transpose};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
@@ -131,6 +133,12 @@ pub struct CostModel {
     /// differently: the kernels need one channel blocking for both, so it runs
     /// as a generated loop nest (~25x slower, measured on EfficientNetB0).
     pub split_depthwise_penalty: f64,
+    /// Cost of a transform between layouts with the same bytes: it moves
+    /// nothing, but is one more node between two ops (fusion stops at it), so
+    /// between plans that move the same bytes the one with fewer wins instead
+    /// of an arbitrary one (a squeeze-excite path flipping between NCHW16c and
+    /// NCHW, which for 1x1 spatial store the same bytes).
+    pub relabel_ns: f64,
 }
 
 impl Default for CostModel {
@@ -141,16 +149,20 @@ impl Default for CostModel {
             nchw_conv_penalty: 2.0,
             nhwc_conv_penalty: 1.15,
             split_depthwise_penalty: 25.0,
+            relabel_ns: 0.5,
         }
     }
 }
 
 impl CostModel {
     /// Cost of moving `t` from layout `from` to `to` (reading one, writing the
-    /// other); zero when both put every element at the same offset.
+    /// other); `relabel_ns` when both put every element at the same offset.
     pub fn transform_cost(&self, t: &ValueType, from: &Layout, to: &Layout) -> f64 {
-        if from == to || same_bytes(from, to, &t.shape) {
+        if from == to {
             return 0.0;
+        }
+        if same_bytes(from, to, &t.shape) {
+            return self.relabel_ns;
         }
         (physical_bytes(t, from) + physical_bytes(t, to)) as f64 * self.ns_per_byte
     }
@@ -223,6 +235,11 @@ impl Layouts {
         self.all.push(l.clone());
         self.ids.insert(l, id);
         id
+    }
+
+    /// The id of layout `l`, if it was interned.
+    pub fn find(&self, l: &Layout) -> Option<LayoutId> {
+        self.ids.get(l).copied()
     }
 
     /// The layout with id `id`.
@@ -308,19 +325,16 @@ pub fn value_candidates(
             let ins = g.node_inputs(id);
             let outs: Vec<ValueRef> = (0..n.outputs.len()).map(|i| ValueRef::new(id, i)).collect();
             match &n.op {
-                Op::Transpose(Transpose { perm }) => {
-                    let mut inv = vec![0; perm.len()];
-                    for (j, &a) in perm.iter().enumerate() {
-                        inv[a] = j;
-                    }
+                Op::Transpose(_) | Op::Reshape(_) => {
+                    let (x, y) = (&g.value_type(ins[0]).shape, &n.outputs[0].ty.shape);
                     for l in cands.get(&ins[0]).cloned().unwrap_or_default() {
-                        if let Ok(t) = layouts.get(l).transposed(perm) {
+                        if let Some(t) = relabelled(&n.op, layouts.get(l), x) {
                             let t = layouts.intern(t);
                             changed |= add(&mut cands, outs[0], t);
                         }
                     }
                     for l in cands.get(&outs[0]).cloned().unwrap_or_default() {
-                        if let Ok(t) = layouts.get(l).transposed(&inv) {
+                        if let Some(t) = relabelled_back(&n.op, layouts.get(l), x, y) {
                             let t = layouts.intern(t);
                             changed |= add(&mut cands, ins[0], t);
                         }
@@ -355,6 +369,32 @@ pub fn value_candidates(
     Ok(cands)
 }
 
+/// The layout of a transpose's or reshape's output that keeps the bytes of its
+/// input `x`, stored in `l`, where they are (a relabelling: no data moves).
+pub fn relabelled(op: &Op, l: &Layout, x: &[usize]) -> Option<Layout> {
+    match op {
+        Op::Transpose(Transpose { perm }) => l.transposed(perm).ok(),
+        Op::Reshape(Reshape { shape }) => l.reshaped(x, shape),
+        _ => None,
+    }
+}
+
+/// The input layout that [`relabelled`] takes to the output layout `l`, for
+/// an input of shape `x` and an output of shape `y`.
+pub fn relabelled_back(op: &Op, l: &Layout, x: &[usize], y: &[usize]) -> Option<Layout> {
+    match op {
+        Op::Transpose(Transpose { perm }) => {
+            let mut inv = vec![0; perm.len()];
+            for (j, &a) in perm.iter().enumerate() {
+                inv[a] = j;
+            }
+            l.transposed(&inv).ok()
+        }
+        Op::Reshape(_) => l.reshaped(y, x),
+        _ => None,
+    }
+}
+
 /// A MatMul of two matrices (the case BLAS-style kernels take either way round).
 fn is_matrix_product(g: &Graph, id: NodeId) -> bool {
     matches!(g.node(id).op, Op::MatMul)
@@ -386,8 +426,8 @@ fn op_cost(
     m: &CostModel,
 ) -> f64 {
     let moved = (bytes(ins, in_l) + bytes(outs, out_l)) * m.ns_per_byte;
-    if let Op::Transpose(Transpose { perm }) = op {
-        if in_l[0].transposed(perm).ok().as_ref() == Some(out_l[0]) {
+    if let ([x], [xl], [yl]) = (ins, in_l, out_l) {
+        if relabelled(op, xl, &x.shape).as_ref() == Some(*yl) {
             // A relabelling of axes moves nothing.
             return 0.0;
         }
@@ -473,10 +513,10 @@ pub fn impls(
         .unwrap_or_default();
     let cands_of = |v: &ValueRef| cands.get(v).cloned().unwrap_or_default();
     match (&n.op, op_kind(&n.op)) {
-        (Op::Transpose(Transpose { perm }), _) => {
+        (Op::Transpose(_) | Op::Reshape(_), _) => {
             // A relabelling for every candidate layout of the input.
             for l in cands_of(&in_refs[0]) {
-                if let Ok(t) = layouts.get(l).transposed(perm) {
+                if let Some(t) = relabelled(&n.op, layouts.get(l), &ins[0].shape) {
                     options.push((vec![l], vec![layouts.intern(t)]));
                 }
             }
@@ -596,7 +636,7 @@ mod tests {
         assert!(!same_bytes(&l("NCHW"), &l("NCHW16c"), &[1, 17, 1, 1]));
         let m = CostModel::default();
         let t = ValueType::new(DType::F32, vec![1, 64, 1, 1]);
-        assert_eq!(m.transform_cost(&t, &l("NCHW"), &l("NHWC")), 0.0);
+        assert_eq!(m.transform_cost(&t, &l("NCHW"), &l("NHWC")), m.relabel_ns);
         let t = ValueType::new(DType::F32, vec![1, 64, 2, 2]);
         assert_eq!(
             m.transform_cost(&t, &l("NCHW"), &l("NHWC")),

@@ -19,15 +19,16 @@
 
 use super::extract::{rewrite_graph_with, RewriteLimits};
 use super::op_rules::{
-    impls, op_kind, physical_bytes, same_bytes, value_candidates, CostModel, Family, Impl,
-    LayoutId, Layouts, OpKind,
+    impls, op_kind, physical_bytes, relabelled, relabelled_back, same_bytes, value_candidates,
+    CostModel, Family, Impl, LayoutId, Layouts, OpKind,
 };
 use super::rules::RuleSource;
 use super::solver::{self, Method, Pair, Problem, SolveOptions};
 use super::{pad_flow, Layout, LayoutError, PadValue, Requirement};
 use crate::graph::{
-    fold_conv_affine, fold_node, fold_pads, format_spans, merge_spans, reductions_as_global_pools,
-    Graph, GraphError, LaidOut, NodeId, Op, PadFold, Span, ValueRef, ValueType,
+    fold_conv_affine, fold_node, fold_pads, format_spans, merge_spans, movement_chains,
+    reductions_as_global_pools, Graph, GraphError, LaidOut, NodeId, Op, PadFold, Span, ValueRef,
+    ValueType,
 };
 use crate::ops::LayoutTransform;
 use serde::Serialize;
@@ -446,6 +447,8 @@ pub struct TransformInfo {
     pub from: String,
     /// Its layout after.
     pub to: String,
+    /// Its logical shape.
+    pub shape: Vec<usize>,
     /// Bytes the transform reads and writes (0 for a relabelling).
     #[serde(rename = "moved_bytes")]
     pub bytes: usize,
@@ -453,6 +456,21 @@ pub struct TransformInfo {
     pub relabel: bool,
     /// The layers on either side of it.
     pub spans: Vec<Span>,
+}
+
+impl TransformInfo {
+    /// "FROM -> TO" with each side's padded axes spelled out.
+    fn describe(&self) -> String {
+        let (from, to) = (&self.from, &self.to);
+        let shape = &self.shape;
+        format!("{} -> {}", describe(from, shape), describe(to, shape))
+    }
+}
+
+/// The layout named `name` (as a report holds it) with the padded axes of a
+/// tensor of shape `shape` spelled out.
+fn describe(name: &str, shape: &[usize]) -> String {
+    Layout::parse(name).map_or_else(|_| name.to_string(), |l| l.describe(shape))
 }
 
 /// Where a model tensor lives in a planned graph.
@@ -481,14 +499,17 @@ pub struct PlanReport {
     /// Every model tensor the planned graph keeps (graph inputs and op
     /// outputs; constants and tensors folded away are not listed), by name.
     pub tensors: BTreeMap<String, TensorLayout>,
-    /// Every transform the plan keeps.
+    /// Every transform the plan keeps that moves data, in topological order.
     pub transforms: Vec<TransformInfo>,
-    /// Transforms that move data, and the bytes they read and write.
+    /// How many: `transforms.len()`.
     pub transform_count: usize,
-    /// Bytes those transforms move.
+    /// Bytes those transforms read and write.
     pub transform_bytes: usize,
-    /// Transforms between layouts with the same bytes (no data moves).
-    pub relabels: usize,
+    /// Every transform between layouts with the same bytes (no data moves: a
+    /// relabelling), in topological order.
+    pub relabels: Vec<TransformInfo>,
+    /// How many: `relabels.len()`.
+    pub relabel_count: usize,
     /// Constants re-packed into another layout at compile time.
     pub packed_constants: usize,
     /// Padding refills inserted where an op needed a known padding value.
@@ -535,12 +556,13 @@ impl PlanReport {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "plan of {} with '{}' for {}: {} transforms, {} bytes moved, estimated cost {:.1} us, planned in {:.1} ms",
+            "plan of {} with '{}' for {}: {} transforms, {} bytes moved, {} relabels (no data moved), estimated cost {:.1} us, planned in {:.1} ms",
             self.model,
             self.planner,
             self.family,
             self.transform_count,
             self.transform_bytes,
+            self.relabel_count,
             self.estimated_cost / 1e3,
             self.timings.plan_ms
         );
@@ -587,16 +609,24 @@ impl PlanReport {
         for t in &self.transforms {
             let _ = writeln!(
                 s,
-                "  transform {} {} -> {} ({} bytes) at {}",
+                "  transform {} {} ({} bytes) at {}",
                 t.value,
-                t.from,
-                t.to,
+                t.describe(),
                 t.bytes,
                 format_spans(&t.spans)
             );
         }
+        for t in &self.relabels {
+            let _ = writeln!(
+                s,
+                "  relabel {} {} at {}",
+                t.value,
+                t.describe(),
+                format_spans(&t.spans)
+            );
+        }
         for (name, t) in self.tensors.iter().filter(|(_, t)| !t.row_major) {
-            let _ = writeln!(s, "  layout {name} {}", t.layout);
+            let _ = writeln!(s, "  layout {name} {}", describe(&t.layout, &t.shape));
         }
         s
     }
@@ -755,6 +785,7 @@ pub fn plan_with(
     if options.fold_batchnorms {
         crate::graph::fold_conv_batchnorm(&mut folded)?;
     }
+    movement_chains(&mut folded)?;
     let pad_folds = fold_pads(&mut folded)?;
     fold_conv_affine(&mut folded)?;
     reductions_as_global_pools(&mut folded)?;
@@ -801,16 +832,18 @@ pub fn plan_with(
             Err(e) => RewriteInfo::skipped(e.to_string()),
         }
     });
-    let transforms = kept_transforms(&graph);
+    let (relabels, transforms): (Vec<_>, Vec<_>) =
+        kept_transforms(&graph).into_iter().partition(|t| t.relabel);
     let report = PlanReport {
         model: g.name.clone(),
         planner: planner.name().to_string(),
         family: family.to_string(),
         tensors: tensor_layouts(&graph, g, &options.pins),
-        transform_count: transforms.iter().filter(|t| !t.relabel).count(),
-        relabels: transforms.iter().filter(|t| t.relabel).count(),
+        transform_count: transforms.len(),
+        relabel_count: relabels.len(),
         transform_bytes: transforms.iter().map(|t| t.bytes).sum(),
         transforms,
+        relabels,
         packed_constants,
         refills,
         pad_folds,
@@ -853,6 +886,7 @@ pub fn kept_transforms(g: &Graph) -> Vec<TransformInfo> {
                 value: input,
                 from: from.to_string(),
                 to: to.to_string(),
+                shape: logical.clone(),
                 bytes: if relabel {
                     0
                 } else {
@@ -1152,6 +1186,53 @@ impl<'a> Materializer<'a> {
         }
     }
 
+    /// `v` in layout `want` when `v` is a relabelling (a transpose or reshape
+    /// that kept its input's bytes) of `x`: `x` in the layout that relabels to
+    /// `want`, relabelled again. The transform then happens on `x`, shared with
+    /// every other reader of `x` or of another relabelling of it that wants
+    /// the same bytes, instead of once per relabelled copy.
+    fn through_relabel(
+        &mut self,
+        v: ValueRef,
+        want: LayoutId,
+        consumer: &[Span],
+    ) -> Result<Option<ValueRef>, PlanError> {
+        let op = &self.src.node(v.node).op;
+        let [x] = self.src.node_inputs(v.node)[..] else {
+            return Ok(None);
+        };
+        if self.src.constant(x).is_some() {
+            return Ok(None);
+        }
+        let (x_shape, v_shape) = (&self.src.value_type(x).shape, &self.src.value_type(v).shape);
+        let (px, pv) = (self.placed[&x], self.placed[&v]);
+        let ran_as_relabel = relabelled(op, self.layout(px.layout), x_shape).as_ref()
+            == Some(self.layout(pv.layout));
+        let to = self.layout(want);
+        let back = relabelled_back(op, to, x_shape, v_shape)
+            .filter(|b| relabelled(op, b, x_shape).as_ref() == Some(to))
+            .and_then(|b| self.layouts.find(&b));
+        let (true, Some(back)) = (ran_as_relabel, back) else {
+            return Ok(None);
+        };
+        let xv = self.get(x, back, None, consumer)?;
+        let pad = self.pad_of(x, back);
+        let node = self.src.node(v.node);
+        let name = format!("{}@{}", node.outputs[v.output].name, to);
+        let relabel = Op::InLayout(Box::new(LaidOut {
+            inner: op.clone(),
+            inputs: vec![(self.layout(back).clone(), x_shape.clone())],
+            outputs: vec![(to.clone(), pad)],
+        }));
+        let spans = merge_spans([node.spans.as_slice(), consumer]);
+        let id = self
+            .out
+            .add_node(relabel, &name, &[xv], std::slice::from_ref(&name), spans)?;
+        let result = ValueRef::new(id, 0);
+        self.converted.insert((v, want, None), (result, pad));
+        Ok(Some(result))
+    }
+
     /// `v` in layout `want`, inserting (or reusing) a transform; `refill` forces a
     /// transform that rewrites the padding with that value.
     fn get(
@@ -1168,6 +1249,11 @@ impl<'a> Materializer<'a> {
         let key = (v, want, refill.map(f32::to_bits));
         if let Some(&(done, _)) = self.converted.get(&key) {
             return Ok(done);
+        }
+        if refill.is_none() {
+            if let Some(shared) = self.through_relabel(v, want, consumer)? {
+                return Ok(shared);
+            }
         }
         let (from, to) = (self.layout(p.layout), self.layout(want));
         let ty = self.src.value_type(v).clone();

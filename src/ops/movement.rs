@@ -37,6 +37,17 @@ impl OpDef for Reshape {
         Ok(vec![x[0].reshaped(out.shape.clone())])
     }
 
+    fn pad_flow(&self, inputs: &[PadValue], _: &[usize]) -> PadFlow {
+        // It reads logical elements only; its output's padding holds what the
+        // input's did (a relabelling keeps the bytes, a gather writes the
+        // output's declared padding value, which the planner sets to this).
+        let p = inputs.first().copied().unwrap_or(PadValue::Undef);
+        PadFlow {
+            inputs: vec![Requirement::Any; inputs.len()],
+            output: p,
+        }
+    }
+
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
         let Reshape { shape } = self;
 
