@@ -265,7 +265,7 @@ fn periodic_runs(
 
 /// Drops the axes of extent 1 and merges each axis into the next where every
 /// buffer (the output, row-major, and each operand) walks them as one.
-fn merge_axes(out: &[usize], strides: Vec<Vec<usize>>) -> (Vec<usize>, Vec<Vec<usize>>) {
+pub(super) fn merge_axes(out: &[usize], strides: Vec<Vec<usize>>) -> (Vec<usize>, Vec<Vec<usize>>) {
     let mut extents: Vec<usize> = vec![];
     let mut merged: Vec<Vec<usize>> = vec![vec![]; strides.len()];
     for a in 0..out.len() {

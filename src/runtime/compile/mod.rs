@@ -14,6 +14,7 @@ use super::matmul::{BatchedMatMul, Dense};
 use super::normalize::{RowKernel, RowOp};
 use super::pool::PoolGeom;
 use super::roofline::StepWork;
+use super::select::Select;
 use super::simd::{Epilogue, Isa, Lanes};
 use super::{activation, kernels, tir_step, CompiledModel, Kernel, RuntimeError, RuntimeOptions};
 use crate::fusion::{
@@ -323,6 +324,10 @@ impl<'g> Compiler<'g> {
         let out = &node.outputs.first()?.ty;
         if let Some(k) = self.index_kernel(id) {
             return Some(k);
+        }
+        // The one op with a boolean operand among f32 ones.
+        if let Op::Where = inner(self.g, id).0 {
+            return self.select(id);
         }
         if out.dtype != DType::F32 || !ins.iter().all(|&v| self.is_f32(v)) {
             return None;
@@ -655,13 +660,9 @@ impl<'g> Compiler<'g> {
                     args.push(Arg::Prev);
                     continue;
                 }
-                let (layout, shape) = input_layout(self.g, id, port)?;
-                let stored = Stored {
-                    layout: &layout,
-                    shape: &shape,
-                };
-                strides.push(broadcast_strides(&out, &stored)?);
-                lens.push(layout.physical_shape(&shape).ok()?.iter().product());
+                let (s, len) = self.lined_up(id, port, &out)?;
+                strides.push(s);
+                lens.push(len);
                 args.push(Arg::Operand(operands.len()));
                 operands.push(v);
             }
@@ -674,6 +675,40 @@ impl<'g> Compiler<'g> {
         let physical = out_layout.physical_shape(&out_shape).ok()?;
         let kernel = Elementwise::new(funcs, &physical, strides, lens, self.isa)?;
         Some((Kernel::Elementwise(kernel), operands))
+    }
+
+    /// How input `port` of node `id` lines up with the output `out` of an
+    /// elementwise step: its strides (`broadcast_strides`) and its stored length.
+    fn lined_up(&self, id: NodeId, port: usize, out: &Stored) -> Option<(Vec<usize>, usize)> {
+        let (layout, shape) = input_layout(self.g, id, port)?;
+        let stored = Stored {
+            layout: &layout,
+            shape: &shape,
+        };
+        let strides = broadcast_strides(out, &stored)?;
+        Some((
+            strides,
+            layout.physical_shape(&shape).ok()?.iter().product(),
+        ))
+    }
+
+    /// Where with f32 branches, its mask and branches lined up with the output.
+    fn select(&self, id: NodeId) -> Option<Kernel> {
+        let ins = self.g.node_inputs(id);
+        if !self.is_f32(ins[1]) || !self.is_f32(ins[2]) {
+            return None;
+        }
+        let (out_layout, _) = output_layout(self.g, id)?;
+        let out_shape = output_shape(self.g, id)?;
+        let out = Stored {
+            layout: &out_layout,
+            shape: &out_shape,
+        };
+        let (strides, lens) = (0..3)
+            .map(|port| self.lined_up(id, port, &out))
+            .collect::<Option<(Vec<_>, Vec<_>)>>()?;
+        let physical = out_layout.physical_shape(&out_shape).ok()?;
+        Select::new(&physical, strides, lens, self.isa).map(Kernel::Select)
     }
 
     /// A chain of nodes compiled from its TIR default schedule, when it has one and
