@@ -20,7 +20,9 @@ use super::{activation, kernels, tir_step, CompiledModel, Kernel, RuntimeError, 
 use crate::fusion::{
     self, inner, input_layout, output_layout, output_shape, Activation, FusedGroup, Pattern, Target,
 };
-use crate::graph::{DType, Graph, NodeId, Op, PoolKind, Span, Tensor, ValueRef, ValueType};
+use crate::graph::{
+    BinaryOp, DType, Graph, NodeId, Op, PoolKind, Span, Tensor, ValueRef, ValueType,
+};
 use crate::layout::Layout;
 use crate::ops::{
     BatchNorm, Gemm, GlobalPool, LaidOut, LayerNorm, LayoutTransform, LogSoftmax, Pad, PadMode,
@@ -333,7 +335,7 @@ impl<'g> Compiler<'g> {
             return None;
         }
         match inner(self.g, id).0 {
-            Op::Unary(_) | Op::Binary(_) => Some(self.elementwise(&[id])?.0),
+            Op::Unary(_) | Op::Binary(_) | Op::BatchNorm(_) => Some(self.elementwise(&[id])?.0),
             Op::Pool(p) if p.window.spatial_rank() == 2 => {
                 let w = &p.window;
                 self.pool_geom(
@@ -646,6 +648,7 @@ impl<'g> Compiler<'g> {
             shape: &out_shape,
         };
         let (mut funcs, mut operands, mut strides, mut lens) = (vec![], vec![], vec![], vec![]);
+        let mut packed: Vec<(Vec<usize>, Vec<f32>)> = vec![];
         for (k, &id) in chain.iter().enumerate() {
             let node = self.g.node(id);
             let ins = self.g.node_inputs(id);
@@ -653,9 +656,16 @@ impl<'g> Compiler<'g> {
             if y.ty.dtype != DType::F32 || !ins.iter().all(|&v| self.is_f32(v)) {
                 return None;
             }
+            let op = inner(self.g, id).0;
+            // A batch norm reads its data; its parameters become constants.
             let prev = (k > 0).then(|| ValueRef::new(chain[k - 1], 0));
+            let read = match op {
+                Op::BatchNorm(_) if prev.is_some_and(|p| ins[1..].contains(&p)) => return None,
+                Op::BatchNorm(_) => &ins[..1],
+                _ => &ins[..],
+            };
             let mut args = vec![];
-            for (port, &v) in ins.iter().enumerate() {
+            for (port, &v) in read.iter().enumerate() {
                 if Some(v) == prev {
                     args.push(Arg::Prev);
                     continue;
@@ -666,15 +676,72 @@ impl<'g> Compiler<'g> {
                 args.push(Arg::Operand(operands.len()));
                 operands.push(v);
             }
-            funcs.push(match (inner(self.g, id).0, &args[..]) {
-                (Op::Unary(u), &[a]) => Func::Unary(*u, a),
-                (Op::Binary(b), &[p, q]) => Func::Binary(*b, p, q),
+            match (op, &args[..]) {
+                (Op::Unary(u), &[a]) => funcs.push(Func::Unary(*u, a)),
+                (Op::Binary(b), &[p, q]) => funcs.push(Func::Binary(*b, p, q)),
+                (Op::BatchNorm(BatchNorm { epsilon }), &[x]) => {
+                    let (scale, shift) = self.batch_norm_affine(id, *epsilon, &out)?;
+                    let (s, t) = (Arg::Packed(packed.len()), Arg::Packed(packed.len() + 1));
+                    packed.extend([scale, shift]);
+                    funcs.push(Func::Binary(BinaryOp::Mul, x, s));
+                    funcs.push(Func::Binary(BinaryOp::Add, Arg::Prev, t));
+                }
                 _ => return None,
-            });
+            }
         }
         let physical = out_layout.physical_shape(&out_shape).ok()?;
-        let kernel = Elementwise::new(funcs, &physical, strides, lens, self.isa)?;
+        for (s, values) in &packed {
+            strides.push(s.clone());
+            lens.push(values.len());
+        }
+        let packed = packed.into_iter().map(|(_, v)| v).collect();
+        let kernel = Elementwise::new(funcs, &physical, strides, lens, packed, self.isa)?;
         Some((Kernel::Elementwise(kernel), operands))
+    }
+
+    /// A batch norm with constant parameters as `x * scale + shift` per
+    /// channel (axis 1), as the convolutions fold it: each of the two with
+    /// its strides against the output `out` and its values in the output's
+    /// physical order. `None` when the output's layout pads an axis (the
+    /// padding would then need the values the op's pad flow promises).
+    fn batch_norm_affine(
+        &self,
+        id: NodeId,
+        epsilon: f32,
+        out: &Stored,
+    ) -> Option<((Vec<usize>, Vec<f32>), (Vec<usize>, Vec<f32>))> {
+        let channels = *out.shape.get(1)?;
+        if !out.layout.padded_axes(out.shape).ok()?.is_empty() {
+            return None;
+        }
+        let p: Vec<Vec<f32>> = (1..5)
+            .map(|i| self.const_input(id, i))
+            .collect::<Option<_>>()?;
+        if p.iter().any(|v| v.len() != channels) {
+            return None;
+        }
+        let (mut scale, mut shift) = (vec![], vec![]);
+        for c in 0..channels {
+            let [g, b, m, v] = [0, 1, 2, 3].map(|i| p[i][c] as f64);
+            let s = g / (v + epsilon as f64).sqrt();
+            scale.push(s as f32);
+            shift.push((b - m * s) as f32);
+        }
+        let mut shape = vec![1; out.shape.len()];
+        shape[1] = channels;
+        let per_channel = Stored {
+            layout: out.layout,
+            shape: &shape,
+        };
+        let strides = broadcast_strides(out, &per_channel)?;
+        let laid = |v: Vec<f32>| -> Option<(Vec<usize>, Vec<f32>)> {
+            let t = out
+                .layout
+                .to_physical(&Tensor::from_f32(shape.clone(), v), 0.0)
+                .ok()?;
+            Some((strides.clone(), t.to_f32()))
+        };
+        Some((laid(scale)?, laid(shift)?))
     }
 
     /// How input `port` of node `id` lines up with the output `out` of an
