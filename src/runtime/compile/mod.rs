@@ -335,7 +335,7 @@ impl<'g> Compiler<'g> {
             return None;
         }
         match inner(self.g, id).0 {
-            Op::Unary(_) | Op::Binary(_) | Op::BatchNorm(_) => Some(self.elementwise(&[id])?.0),
+            Op::Unary(_) | Op::Binary(_) => Some(self.elementwise(&[id])?.0),
             Op::Pool(p) if p.window.spatial_rank() == 2 => {
                 let w = &p.window;
                 self.pool_geom(
@@ -657,6 +657,9 @@ impl<'g> Compiler<'g> {
                 return None;
             }
             let op = inner(self.g, id).0;
+            if !matches!(op, Op::Unary(_) | Op::Binary(_) | Op::BatchNorm(_)) {
+                return None;
+            }
             // A batch norm reads its data; its parameters become constants.
             let prev = (k > 0).then(|| ValueRef::new(chain[k - 1], 0));
             let read = match op {
@@ -1004,20 +1007,28 @@ impl<'g> Compiler<'g> {
             }
             return Ok(());
         }
-        let kernel = match native {
-            Some(k) => k,
-            None => match self.tir(&[id])? {
-                Some((k, _)) => {
-                    kind.push_str(" (tir)");
-                    Kernel::Tir(Box::new(k))
-                }
-                None => Kernel::Fallback {
-                    op: node.op.clone(),
-                    outputs: node.outputs.iter().map(|v| v.ty.clone()).collect(),
+        let all_inputs = self.g.node_inputs(id);
+        // A chain of one node may read fewer inputs than the node has (a batch
+        // norm's parameters are held by the kernel).
+        let (kernel, inputs) = match native.map(|k| (k, all_inputs.clone())) {
+            Some(native) => native,
+            None => match self.elementwise(&[id]) {
+                Some(chain) => chain,
+                None => match self.tir(&[id])? {
+                    Some((k, _)) => {
+                        kind.push_str(" (tir)");
+                        (Kernel::Tir(Box::new(k)), all_inputs.clone())
+                    }
+                    None => (
+                        Kernel::Fallback {
+                            op: node.op.clone(),
+                            outputs: node.outputs.iter().map(|v| v.ty.clone()).collect(),
+                        },
+                        all_inputs.clone(),
+                    ),
                 },
             },
         };
-        let inputs = self.g.node_inputs(id);
         let outputs: Vec<ValueRef> = (0..node.outputs.len())
             .map(|i| ValueRef::new(id, i))
             .collect();
@@ -1026,7 +1037,7 @@ impl<'g> Compiler<'g> {
             kind,
             spans: node.spans.clone(),
             kernel,
-            work: self.work(&[id], &inputs, &outputs),
+            work: self.work(&[id], &all_inputs, &outputs),
             inputs,
             outputs,
         });
