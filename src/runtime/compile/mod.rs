@@ -683,9 +683,9 @@ impl<'g> Compiler<'g> {
                 (Op::Unary(u), &[a]) => funcs.push(Func::Unary(*u, a)),
                 (Op::Binary(b), &[p, q]) => funcs.push(Func::Binary(*b, p, q)),
                 (Op::BatchNorm(BatchNorm { epsilon }), &[x]) => {
-                    let (scale, shift) = self.batch_norm_affine(id, *epsilon, &out)?;
+                    let (per_channel, scale, shift) = self.batch_norm_affine(id, *epsilon, &out)?;
                     let (s, t) = (Arg::Packed(packed.len()), Arg::Packed(packed.len() + 1));
-                    packed.extend([scale, shift]);
+                    packed.extend([(per_channel.clone(), scale), (per_channel, shift)]);
                     funcs.push(Func::Binary(BinaryOp::Mul, x, s));
                     funcs.push(Func::Binary(BinaryOp::Add, Arg::Prev, t));
                 }
@@ -703,16 +703,16 @@ impl<'g> Compiler<'g> {
     }
 
     /// A batch norm with constant parameters as `x * scale + shift` per
-    /// channel (axis 1), as the convolutions fold it: each of the two with
-    /// its strides against the output `out` and its values in the output's
-    /// physical order. `None` when the output's layout pads an axis (the
+    /// channel (axis 1), as the convolutions fold it: the strides of a
+    /// per-channel constant against the output `out`, then the scale and the
+    /// shift in the output's physical order. `None` when the output's layout pads an axis (the
     /// padding would then need the values the op's pad flow promises).
     fn batch_norm_affine(
         &self,
         id: NodeId,
         epsilon: f32,
         out: &Stored,
-    ) -> Option<((Vec<usize>, Vec<f32>), (Vec<usize>, Vec<f32>))> {
+    ) -> Option<(Vec<usize>, Vec<f32>, Vec<f32>)> {
         let channels = *out.shape.get(1)?;
         if !out.layout.padded_axes(out.shape).ok()?.is_empty() {
             return None;
@@ -724,8 +724,8 @@ impl<'g> Compiler<'g> {
             return None;
         }
         let (mut scale, mut shift) = (vec![], vec![]);
-        for c in 0..channels {
-            let [g, b, m, v] = [0, 1, 2, 3].map(|i| p[i][c] as f64);
+        for (((&g, &b), &m), &v) in p[0].iter().zip(&p[1]).zip(&p[2]).zip(&p[3]) {
+            let [g, b, m, v] = [g, b, m, v].map(f64::from);
             let s = g / (v + epsilon as f64).sqrt();
             scale.push(s as f32);
             shift.push((b - m * s) as f32);
@@ -737,14 +737,11 @@ impl<'g> Compiler<'g> {
             shape: &shape,
         };
         let strides = broadcast_strides(out, &per_channel)?;
-        let laid = |v: Vec<f32>| -> Option<(Vec<usize>, Vec<f32>)> {
-            let t = out
-                .layout
-                .to_physical(&Tensor::from_f32(shape.clone(), v), 0.0)
-                .ok()?;
-            Some((strides.clone(), t.to_f32()))
+        let laid = |v: Vec<f32>| -> Option<Vec<f32>> {
+            let t = Tensor::from_f32(shape.clone(), v);
+            Some(out.layout.to_physical(&t, 0.0).ok()?.to_f32())
         };
-        Some((laid(scale)?, laid(shift)?))
+        Some((strides, laid(scale)?, laid(shift)?))
     }
 
     /// How input `port` of node `id` lines up with the output `out` of an
