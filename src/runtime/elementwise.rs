@@ -654,6 +654,52 @@ mod tests {
         ValueRef::new(g.add_node(op, &name, ins, &[], vec![]).unwrap(), 0)
     }
 
+    /// A 3x3 or 1x1 window of stride 1, padded to keep the extents.
+    fn same_window(k: usize) -> crate::ops::Window {
+        crate::ops::Window {
+            kernel: vec![k, k],
+            strides: vec![1, 1],
+            dilations: vec![1, 1],
+            pads: vec![k / 2; 4],
+        }
+    }
+
+    /// `v` (NCHW) through a 1x1 convolution of random weights keeping its channels.
+    fn pointwise_conv(g: &mut Graph, v: ValueRef, rng: &mut Rng) -> ValueRef {
+        let c = g.value_type(v).shape[1];
+        let weights = Tensor::from_f32(vec![c, c, 1, 1], rng.f32s(c * c));
+        let weights = g.add_constant(&format!("w{}", g.node_count()), weights, vec![]);
+        let op = Op::Conv(crate::ops::Conv {
+            window: same_window(1),
+            group: 1,
+        });
+        add(g, op, &[v, weights])
+    }
+
+    /// A graph with inputs x and r of `shape`, x through a 1x1 convolution
+    /// and a 3x3 pool of `kind` (so that the planner may block what follows):
+    /// the graph, r and the pool's output.
+    fn conv_then_pool(
+        name: &str,
+        shape: &[usize],
+        kind: crate::graph::PoolKind,
+        rng: &mut Rng,
+    ) -> (Graph, ValueRef, ValueRef) {
+        let mut g = Graph::new(name);
+        let ty = ValueType::new(DType::F32, shape.to_vec());
+        let x = g.add_input("x", ty.clone(), vec![]);
+        let r = g.add_input("r", ty, vec![]);
+        let v = pointwise_conv(&mut g, x, rng);
+        let pool = Op::Pool(crate::ops::Pool {
+            kind,
+            window: same_window(3),
+            ceil_mode: false,
+            count_include_pad: false,
+        });
+        let v = add(&mut g, pool, &[v]);
+        (g, r, v)
+    }
+
     /// Chains of one to five ops on row-major tensors of rank 1 to 4, each
     /// binary op reading the chain on either side and, on the other, a
     /// constant or an input that broadcasts from the right (a scalar, a
@@ -770,37 +816,10 @@ mod tests {
     #[test]
     fn chains_in_blocked_layouts_match_the_reference_executor() {
         use crate::graph::PoolKind;
-        use crate::ops::{Conv, Pool, Window};
         let mut rng = Rng(32);
         let (c, h, w) = (32, 6, 9);
         let shape = vec![1, c, h, w];
-        let mut g = Graph::new("blocked");
-        let ty = ValueType::new(DType::F32, shape.clone());
-        let x = g.add_input("x", ty.clone(), vec![]);
-        let r = g.add_input("r", ty, vec![]);
-        let window = |k: usize| Window {
-            kernel: vec![k, k],
-            strides: vec![1, 1],
-            dilations: vec![1, 1],
-            pads: vec![k / 2; 4],
-        };
-        let conv = |g: &mut Graph, v: ValueRef, rng: &mut Rng| {
-            let weights = Tensor::from_f32(vec![c, c, 1, 1], rng.f32s(c * c));
-            let weights = g.add_constant(&format!("w{}", g.node_count()), weights, vec![]);
-            let op = Op::Conv(Conv {
-                window: window(1),
-                group: 1,
-            });
-            add(g, op, &[v, weights])
-        };
-        let mut v = conv(&mut g, x, &mut rng);
-        let pool = Op::Pool(Pool {
-            kind: PoolKind::Max,
-            window: window(3),
-            ceil_mode: false,
-            count_include_pad: false,
-        });
-        v = add(&mut g, pool, &[v]);
+        let (mut g, r, mut v) = conv_then_pool("blocked", &shape, PoolKind::Max, &mut rng);
         let per_channel = |rng: &mut Rng| Tensor::from_f32(vec![1, c, 1, 1], rng.f32s(c));
         let bias = g.add_constant("bias", per_channel(&mut rng), vec![]);
         let scale = g.add_constant("scale", Tensor::from_f32(vec![], vec![0.7]), vec![]);
@@ -811,7 +830,7 @@ mod tests {
         v = add(&mut g, Op::Binary(BinaryOp::Sub), &[r, v]);
         v = add(&mut g, Op::Binary(BinaryOp::PRelu), &[v, slope]);
         let chain_end = v.node;
-        v = conv(&mut g, v, &mut rng);
+        v = pointwise_conv(&mut g, v, &mut rng);
         g.set_outputs(vec![v]);
         let inputs: Vec<Tensor> = (0..2)
             .map(|_| Tensor::from_f32(shape.clone(), rng.f32s(c * h * w)))
@@ -853,37 +872,11 @@ mod tests {
     #[test]
     fn batch_norms_in_chains_match_the_reference_executor() {
         use crate::graph::PoolKind;
-        use crate::ops::{BatchNorm, Conv, Pool, Window};
+        use crate::ops::BatchNorm;
         let mut rng = Rng(33);
         let (c, h, w) = (32, 5, 7);
         let shape = vec![1, c, h, w];
-        let mut g = Graph::new("batch norm");
-        let ty = ValueType::new(DType::F32, shape.clone());
-        let x = g.add_input("x", ty.clone(), vec![]);
-        let r = g.add_input("r", ty, vec![]);
-        let window = |k: usize| Window {
-            kernel: vec![k, k],
-            strides: vec![1, 1],
-            dilations: vec![1, 1],
-            pads: vec![k / 2; 4],
-        };
-        let conv = |g: &mut Graph, v: ValueRef, rng: &mut Rng| {
-            let weights = Tensor::from_f32(vec![c, c, 1, 1], rng.f32s(c * c));
-            let weights = g.add_constant(&format!("w{}", g.node_count()), weights, vec![]);
-            let op = Op::Conv(Conv {
-                window: window(1),
-                group: 1,
-            });
-            add(g, op, &[v, weights])
-        };
-        let mut v = conv(&mut g, x, &mut rng);
-        let pool = Op::Pool(Pool {
-            kind: PoolKind::Avg,
-            window: window(3),
-            ceil_mode: false,
-            count_include_pad: false,
-        });
-        v = add(&mut g, pool, &[v]);
+        let (mut g, r, mut v) = conv_then_pool("batch norm", &shape, PoolKind::Avg, &mut rng);
         v = add(&mut g, Op::Binary(BinaryOp::Add), &[v, r]);
         let mut params = vec![v];
         for (k, lo) in [0.5f32, -0.5, -0.5, 0.1].into_iter().enumerate() {
@@ -893,7 +886,7 @@ mod tests {
         }
         v = add(&mut g, Op::BatchNorm(BatchNorm { epsilon: 1e-5 }), &params);
         v = add(&mut g, Op::Unary(UnaryOp::Relu), &[v]);
-        v = conv(&mut g, v, &mut rng);
+        v = pointwise_conv(&mut g, v, &mut rng);
         g.set_outputs(vec![v]);
         let mut residual = rng.f32s(c * h * w);
         for (k, special) in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY]
