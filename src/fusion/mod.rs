@@ -158,8 +158,7 @@ pub fn plan(g: &Graph, target: &mut dyn Target) -> Result<Vec<FusedGroup>, Graph
         if claimed.contains(&id) || matches!(g.node(id).op, Op::Input | Op::Constant(_)) {
             continue;
         }
-        let elementwise = matches!(inner(g, id).0, Op::Unary(_) | Op::Binary(_));
-        if elementwise || !target.native_kernel(id) {
+        if chains(g, id, 0) || !target.native_kernel(id) {
             let nodes = elementwise_chain(g, id, &claimed, target.chain_operands());
             if nodes.len() >= 2 {
                 claimed.extend(nodes.iter().copied());
@@ -304,6 +303,17 @@ fn swish_of(g: &Graph, v: ValueRef) -> Option<[NodeId; 2]> {
         .then_some([sigmoid, mul])
 }
 
+/// Whether node `id` computes elementwise on its input `port`, so that it can
+/// join a chain there: unary and binary ops, and a batch norm on its data
+/// (its parameters per channel).
+fn chains(g: &Graph, id: NodeId, port: usize) -> bool {
+    match inner(g, id).0 {
+        Op::Unary(_) | Op::Binary(_) => true,
+        Op::BatchNorm(_) => port == 0,
+        _ => false,
+    }
+}
+
 /// `head` and the elementwise nodes that can follow it in one loop nest: each
 /// the only reader of the value before it, which is no graph output; at most
 /// [`MAX_CHAIN_NODES`] nodes reading at most `max_operands` operands.
@@ -324,7 +334,7 @@ fn elementwise_chain(
         let [(next, port)] = g.consumers(v)[..] else {
             return chain;
         };
-        let elementwise = matches!(inner(g, next).0, Op::Unary(_) | Op::Binary(_));
+        let elementwise = chains(g, next, port);
         // The value must mean the same element to both nodes: both laid out or
         // neither, the reader taking it in the layout it is written in.
         let same_storage = inner(g, v.node).1.is_some() == inner(g, next).1.is_some()

@@ -34,6 +34,9 @@ pub enum Arg {
     Prev,
     /// Operand `k` of the step.
     Operand(usize),
+    /// Constant `k` the kernel holds (computed at compile time, e.g. a batch
+    /// norm's per-channel scale).
+    Packed(usize),
 }
 
 /// One op of a chain.
@@ -65,6 +68,8 @@ pub struct Elementwise {
     reads: Vec<Read>,
     /// Per operand, the length of its buffer.
     lens: Vec<usize>,
+    /// The constants the kernel holds: the last operands.
+    packed: Vec<Vec<f32>>,
     lanes: Lanes,
 }
 
@@ -139,23 +144,31 @@ pub fn broadcast_strides(out: &Stored, operand: &Stored) -> Option<Vec<usize>> {
 
 impl Elementwise {
     /// The chain `funcs` writing an output of physical shape `out`, reading
-    /// operands with `strides` (from [`broadcast_strides`]) over buffers of
-    /// `lens` elements. `None` for a chain this kernel does not run.
+    /// the step's operands and then the constants `packed` (in the output's
+    /// physical order), with `strides` (from [`broadcast_strides`]) over
+    /// buffers of `lens` elements, both listing the operands then the
+    /// constants. `None` for a chain this kernel does not run.
     pub fn new(
-        funcs: Vec<Func>,
+        mut funcs: Vec<Func>,
         out: &[usize],
         strides: Vec<Vec<usize>>,
         lens: Vec<usize>,
+        packed: Vec<Vec<f32>>,
         isa: Isa,
     ) -> Option<Elementwise> {
-        let operands = strides.len();
+        let operands = strides.len().checked_sub(packed.len())?;
         let arg_ok = |a: &Arg, k: usize| match a {
             Arg::Prev => k > 0,
             Arg::Operand(i) => *i < operands,
+            Arg::Packed(i) => *i < packed.len(),
         };
         let ok = !funcs.is_empty()
-            && operands <= MAX_OPERANDS
-            && lens.len() == operands
+            && strides.len() <= MAX_OPERANDS
+            && lens.len() == strides.len()
+            && packed
+                .iter()
+                .zip(&lens[operands..])
+                .all(|(p, &l)| p.len() == l)
             && strides.iter().all(|s| s.len() == out.len())
             && funcs.iter().enumerate().all(|(k, f)| {
                 f.supported()
@@ -165,6 +178,21 @@ impl Elementwise {
                     }
             });
         ok.then_some(())?;
+        // The constants are read as the operands after the step's.
+        let unpack = |a: &mut Arg| {
+            if let Arg::Packed(i) = *a {
+                *a = Arg::Operand(operands + i);
+            }
+        };
+        for f in &mut funcs {
+            match f {
+                Func::Unary(_, a) => unpack(a),
+                Func::Binary(_, a, b) => {
+                    unpack(a);
+                    unpack(b);
+                }
+            }
+        }
         let (extents, strides) = merge_axes(out, strides);
         // Within a run an operand is contiguous or repeated (see `Source`).
         strides
@@ -178,13 +206,14 @@ impl Elementwise {
             strides,
             reads,
             lens,
+            packed,
             lanes: Lanes::for_block(isa, isa.lanes()),
         })
     }
 
     /// Runs the chain over `operands` (in the order of the strides) into `y`.
     pub fn run(&self, operands: &[&[f32]], y: &mut [f32]) -> Result<(), String> {
-        let lens_ok = operands.len() == self.lens.len()
+        let lens_ok = operands.len() + self.packed.len() == self.lens.len()
             && operands.iter().zip(&self.lens).all(|(o, &l)| o.len() == l);
         let out_len: usize = self.extents.iter().product();
         if !lens_ok || y.len() != out_len {
@@ -202,6 +231,16 @@ impl Elementwise {
         let blocks_per_run = run.div_ceil(BLOCK);
         let blocks = out_len / run * blocks_per_run;
         let per_task = (ELEMENTS_PER_TASK / run.min(BLOCK)).max(1);
+        let mut all: [&[f32]; MAX_OPERANDS] = [&[]; MAX_OPERANDS];
+        for (a, o) in all.iter_mut().zip(
+            operands
+                .iter()
+                .copied()
+                .chain(self.packed.iter().map(|p| &p[..])),
+        ) {
+            *a = o;
+        }
+        let operands = &all[..self.lens.len()];
         let y_at = y.as_mut_ptr() as usize;
         (0..blocks.div_ceil(per_task))
             .into_par_iter()
@@ -265,7 +304,7 @@ fn periodic_runs(
 
 /// Drops the axes of extent 1 and merges each axis into the next where every
 /// buffer (the output, row-major, and each operand) walks them as one.
-fn merge_axes(out: &[usize], strides: Vec<Vec<usize>>) -> (Vec<usize>, Vec<Vec<usize>>) {
+pub(super) fn merge_axes(out: &[usize], strides: Vec<Vec<usize>>) -> (Vec<usize>, Vec<Vec<usize>>) {
     let mut extents: Vec<usize> = vec![];
     let mut merged: Vec<Vec<usize>> = vec![vec![]; strides.len()];
     for a in 0..out.len() {
@@ -384,6 +423,7 @@ impl VectorKernel for Blocks<'_> {
                         step: usize::MAX,
                     },
                     Arg::Operand(k) => operands[k],
+                    Arg::Packed(_) => unreachable!("`new` reads constants as operands"),
                 };
                 let dest = match n == last {
                     true => self.y.add(r * run + start),
@@ -549,7 +589,7 @@ mod tests {
                 let (x, y) = (&x[x.len() - len..], &y[y.len() - len..]);
                 let run = |f: Func, operands: &[&[f32]], strides: Vec<Vec<usize>>| {
                     let lens = operands.iter().map(|o| o.len()).collect();
-                    let k = Elementwise::new(vec![f], &[len], strides, lens, isa).unwrap();
+                    let k = Elementwise::new(vec![f], &[len], strides, lens, vec![], isa).unwrap();
                     let mut out = vec![0f32; len];
                     k.run(operands, &mut out).unwrap();
                     out
@@ -612,6 +652,52 @@ mod tests {
     fn add(g: &mut Graph, op: Op, ins: &[ValueRef]) -> ValueRef {
         let name = format!("n{}", g.node_count());
         ValueRef::new(g.add_node(op, &name, ins, &[], vec![]).unwrap(), 0)
+    }
+
+    /// A 3x3 or 1x1 window of stride 1, padded to keep the extents.
+    fn same_window(k: usize) -> crate::ops::Window {
+        crate::ops::Window {
+            kernel: vec![k, k],
+            strides: vec![1, 1],
+            dilations: vec![1, 1],
+            pads: vec![k / 2; 4],
+        }
+    }
+
+    /// `v` (NCHW) through a 1x1 convolution of random weights keeping its channels.
+    fn pointwise_conv(g: &mut Graph, v: ValueRef, rng: &mut Rng) -> ValueRef {
+        let c = g.value_type(v).shape[1];
+        let weights = Tensor::from_f32(vec![c, c, 1, 1], rng.f32s(c * c));
+        let weights = g.add_constant(&format!("w{}", g.node_count()), weights, vec![]);
+        let op = Op::Conv(crate::ops::Conv {
+            window: same_window(1),
+            group: 1,
+        });
+        add(g, op, &[v, weights])
+    }
+
+    /// A graph with inputs x and r of `shape`, x through a 1x1 convolution
+    /// and a 3x3 pool of `kind` (so that the planner may block what follows):
+    /// the graph, r and the pool's output.
+    fn conv_then_pool(
+        name: &str,
+        shape: &[usize],
+        kind: crate::graph::PoolKind,
+        rng: &mut Rng,
+    ) -> (Graph, ValueRef, ValueRef) {
+        let mut g = Graph::new(name);
+        let ty = ValueType::new(DType::F32, shape.to_vec());
+        let x = g.add_input("x", ty.clone(), vec![]);
+        let r = g.add_input("r", ty, vec![]);
+        let v = pointwise_conv(&mut g, x, rng);
+        let pool = Op::Pool(crate::ops::Pool {
+            kind,
+            window: same_window(3),
+            ceil_mode: false,
+            count_include_pad: false,
+        });
+        let v = add(&mut g, pool, &[v]);
+        (g, r, v)
     }
 
     /// Chains of one to five ops on row-major tensors of rank 1 to 4, each
@@ -730,37 +816,10 @@ mod tests {
     #[test]
     fn chains_in_blocked_layouts_match_the_reference_executor() {
         use crate::graph::PoolKind;
-        use crate::ops::{Conv, Pool, Window};
         let mut rng = Rng(32);
         let (c, h, w) = (32, 6, 9);
         let shape = vec![1, c, h, w];
-        let mut g = Graph::new("blocked");
-        let ty = ValueType::new(DType::F32, shape.clone());
-        let x = g.add_input("x", ty.clone(), vec![]);
-        let r = g.add_input("r", ty, vec![]);
-        let window = |k: usize| Window {
-            kernel: vec![k, k],
-            strides: vec![1, 1],
-            dilations: vec![1, 1],
-            pads: vec![k / 2; 4],
-        };
-        let conv = |g: &mut Graph, v: ValueRef, rng: &mut Rng| {
-            let weights = Tensor::from_f32(vec![c, c, 1, 1], rng.f32s(c * c));
-            let weights = g.add_constant(&format!("w{}", g.node_count()), weights, vec![]);
-            let op = Op::Conv(Conv {
-                window: window(1),
-                group: 1,
-            });
-            add(g, op, &[v, weights])
-        };
-        let mut v = conv(&mut g, x, &mut rng);
-        let pool = Op::Pool(Pool {
-            kind: PoolKind::Max,
-            window: window(3),
-            ceil_mode: false,
-            count_include_pad: false,
-        });
-        v = add(&mut g, pool, &[v]);
+        let (mut g, r, mut v) = conv_then_pool("blocked", &shape, PoolKind::Max, &mut rng);
         let per_channel = |rng: &mut Rng| Tensor::from_f32(vec![1, c, 1, 1], rng.f32s(c));
         let bias = g.add_constant("bias", per_channel(&mut rng), vec![]);
         let scale = g.add_constant("scale", Tensor::from_f32(vec![], vec![0.7]), vec![]);
@@ -771,7 +830,7 @@ mod tests {
         v = add(&mut g, Op::Binary(BinaryOp::Sub), &[r, v]);
         v = add(&mut g, Op::Binary(BinaryOp::PRelu), &[v, slope]);
         let chain_end = v.node;
-        v = conv(&mut g, v, &mut rng);
+        v = pointwise_conv(&mut g, v, &mut rng);
         g.set_outputs(vec![v]);
         let inputs: Vec<Tensor> = (0..2)
             .map(|_| Tensor::from_f32(shape.clone(), rng.f32s(c * h * w)))
@@ -802,6 +861,71 @@ mod tests {
                 steps.iter().any(|s| s.contains("Add+Mul+Tanh+Sub+PRelu")),
                 "{family}: {steps:?}"
             );
+        }
+    }
+
+    /// A batch norm in a chain (a residual add before it, a relu after),
+    /// between a pool and a convolution, in the layouts the global plan picks
+    /// and on every instruction set, the residual holding NaN and both
+    /// infinities: one native step, its parameters held by the kernel, equal
+    /// to the reference.
+    #[test]
+    fn batch_norms_in_chains_match_the_reference_executor() {
+        use crate::graph::PoolKind;
+        use crate::ops::BatchNorm;
+        let mut rng = Rng(33);
+        let (c, h, w) = (32, 5, 7);
+        let shape = vec![1, c, h, w];
+        let (mut g, r, mut v) = conv_then_pool("batch norm", &shape, PoolKind::Avg, &mut rng);
+        v = add(&mut g, Op::Binary(BinaryOp::Add), &[v, r]);
+        let mut params = vec![v];
+        for (k, lo) in [0.5f32, -0.5, -0.5, 0.1].into_iter().enumerate() {
+            let values = rng.f32s(c).iter().map(|x| lo + x.abs()).collect();
+            let t = Tensor::from_f32(vec![c], values);
+            params.push(g.add_constant(&format!("bn{k}"), t, vec![]));
+        }
+        v = add(&mut g, Op::BatchNorm(BatchNorm { epsilon: 1e-5 }), &params);
+        v = add(&mut g, Op::Unary(UnaryOp::Relu), &[v]);
+        v = pointwise_conv(&mut g, v, &mut rng);
+        g.set_outputs(vec![v]);
+        let mut residual = rng.f32s(c * h * w);
+        for (k, special) in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY]
+            .iter()
+            .enumerate()
+        {
+            residual[k * 37] = *special;
+        }
+        let inputs = vec![
+            Tensor::from_f32(shape.clone(), rng.f32s(c * h * w)),
+            Tensor::from_f32(shape.clone(), residual),
+        ];
+        let expected = crate::reference::run(&g, &inputs).unwrap()[0].to_f32();
+        let global = planner_by_name("global").unwrap();
+        for family in [
+            Family::Nchw,
+            Family::Nhwc,
+            Family::Nchwc(16),
+            Family::Nchwc(8),
+        ] {
+            let planned = plan(&g, global.as_ref(), family, &CostModel::default())
+                .unwrap()
+                .graph;
+            for isa in Isa::ALL.into_iter().filter(|i| i.available()) {
+                let options = RuntimeOptions {
+                    threads: 2,
+                    isa: Some(isa),
+                    ..Default::default()
+                };
+                let m = CompiledModel::compile(&planned, &options).unwrap();
+                let steps = m.describe();
+                let chain = steps.iter().find(|s| s.contains("BatchNormalization"));
+                assert!(
+                    chain.is_some_and(|s| s.contains("Add+BatchNormalization+Relu] native")),
+                    "{family} {isa}: {steps:?}"
+                );
+                let got = m.run(&inputs).unwrap()[0].to_f32();
+                assert_close(&got, &expected, &format!("{family} {isa}"));
+            }
         }
     }
 
@@ -887,7 +1011,8 @@ mod tests {
                 .into_iter()
                 .find(|i| i.available())
                 .unwrap();
-            let kernel = Elementwise::new(funcs, &out_physical, strides, lens, isa).unwrap();
+            let kernel =
+                Elementwise::new(funcs, &out_physical, strides, lens, vec![], isa).unwrap();
             let mut y = vec![f32::NAN; numel(&out_physical)];
             let refs: Vec<&[f32]> = buffers.iter().map(|b| b.as_slice()).collect();
             kernel.run(&refs, &mut y).unwrap();

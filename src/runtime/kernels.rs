@@ -7,9 +7,11 @@ use rayon::prelude::*;
 
 /// A data movement (layout transform, transpose, slice, pad, concat, ...) as
 /// runs: each fills consecutive output elements from elements of one input a
-/// fixed stride apart, or with the fill value (padding). Most movements are few
-/// long runs, so the copy costs a loop per run, not a lookup per element; any
-/// movement takes at most one run per two elements.
+/// fixed stride apart, or with the fill value (padding), and repeats that a
+/// number of times, each time from a fixed step further in the input (the
+/// rows of a transpose, the elements an upsampling repeats). Most movements
+/// are few runs, so the copy costs a loop per run, not a lookup per element;
+/// any movement takes at most one run per two elements.
 pub struct Gather {
     runs: Vec<Run>,
     /// The first run of each parallel task (tasks cover about
@@ -25,8 +27,9 @@ pub struct Gather {
 /// Most inputs a gather reads (they are passed without allocating).
 pub const MAX_GATHER_INPUTS: usize = 32;
 
-/// Output elements `dst..dst + len` take elements `src + k * stride` of input
-/// `input`, or the fill when `src` is `PAD`.
+/// For `k` in `0..count`, output elements `dst + k * len ..` (`len` of them)
+/// take elements `src + k * step + j * stride` of input `input` (`j` in
+/// `0..len`), or the fill when `src` is `PAD` (then `count` is 1).
 #[derive(Clone, Copy, Debug)]
 struct Run {
     dst: u32,
@@ -34,6 +37,49 @@ struct Run {
     len: u32,
     stride: i32,
     input: u32,
+    count: u32,
+    step: i32,
+}
+
+impl Run {
+    fn elements(&self) -> usize {
+        self.len as usize * self.count as usize
+    }
+
+    /// Whether output element `dst + e` is input element `src + e` for every `e`.
+    fn is_contiguous(&self) -> bool {
+        self.src != PAD
+            && (self.stride == 1 || self.len <= 1)
+            && (self.step == self.len as i32 || self.count <= 1)
+    }
+
+    /// One past the last input element read (0 for padding).
+    fn src_end(&self) -> usize {
+        if self.src == PAD || self.elements() == 0 {
+            return 0;
+        }
+        let along = (self.len as i64 - 1) * self.stride as i64;
+        let across = (self.count as i64 - 1) * self.step as i64;
+        (self.src as i64 + along.max(0) + across.max(0)) as usize + 1
+    }
+
+    /// `self` repeated once more by `next`, when `next` continues it.
+    fn extend(&mut self, next: &Run) -> bool {
+        let same_shape = self.src != PAD
+            && next.src != PAD
+            && (self.len, self.stride, self.input) == (next.len, next.stride, next.input)
+            && self.elements() + next.elements() <= ELEMENTS_PER_TASK;
+        let last = self.src as i64 + (self.count as i64 - 1) * self.step as i64;
+        let Ok(step) = i32::try_from(next.src as i64 - last) else {
+            return false;
+        };
+        if !same_shape || (self.count > 1 && step != self.step) {
+            return false;
+        }
+        self.step = step;
+        self.count += 1;
+        true
+    }
 }
 
 const PAD: u32 = u32::MAX;
@@ -56,10 +102,11 @@ impl Gather {
         (self.src_ends.len() == 1).then_some(())?;
         let first = self.runs.first()?;
         let k = first.src.checked_sub(first.dst)?;
-        let covered: usize = self.runs.iter().map(|r| r.len as usize).sum();
-        let contiguous = self.runs.iter().all(|r| {
-            r.src != PAD && r.src.checked_sub(r.dst) == Some(k) && (r.stride == 1 || r.len <= 1)
-        });
+        let covered: usize = self.runs.iter().map(Run::elements).sum();
+        let contiguous = self
+            .runs
+            .iter()
+            .all(|r| r.is_contiguous() && r.src.checked_sub(r.dst) == Some(k));
         (contiguous && covered == self.len).then_some(k as usize)
     }
 
@@ -137,7 +184,7 @@ impl Gather {
                 end += 1;
             }
             let input = input_of(src[i]);
-            runs.push(Run {
+            let run = Run {
                 dst: i as u32,
                 src: match src[i] {
                     PAD => PAD,
@@ -146,7 +193,12 @@ impl Gather {
                 len: (end - i) as u32,
                 stride,
                 input: input as u32,
-            });
+                count: 1,
+                step: 0,
+            };
+            if !runs.last_mut().is_some_and(|last| last.extend(&run)) {
+                runs.push(run);
+            }
             i = end;
         }
         let mut tasks = vec![];
@@ -158,11 +210,9 @@ impl Gather {
             }
         }
         let mut src_ends = vec![0; starts.len()];
-        for r in runs.iter().filter(|r| r.src != PAD) {
-            let last = r.src as i64 + (r.len as i64 - 1) * r.stride as i64;
-            let end = r.src.max(last as u32) as usize + 1;
+        for r in &runs {
             let input = &mut src_ends[r.input as usize];
-            *input = end.max(*input);
+            *input = r.src_end().max(*input);
         }
         Gather {
             runs,
@@ -180,7 +230,7 @@ impl Gather {
             && self
                 .runs
                 .iter()
-                .all(|r| r.src == r.dst && (r.stride == 1 || r.len == 1))
+                .all(|r| r.is_contiguous() && r.src == r.dst)
     }
 
     /// Copies the inputs `xs` into `y` run by run, filling padding; the runs
@@ -209,23 +259,71 @@ impl Gather {
                 let out = unsafe {
                     std::slice::from_raw_parts_mut(
                         (y_at as *mut f32).add(r.dst as usize),
-                        r.len as usize,
+                        r.elements(),
                     )
                 };
-                let (x, src) = (xs[r.input as usize], r.src as usize);
-                match (r.src, r.stride) {
-                    (PAD, _) => out.fill(self.fill),
-                    (_, 1) => out.copy_from_slice(&x[src..src + out.len()]),
-                    (_, 0) => out.fill(x[src]),
-                    (_, stride) => {
-                        for (k, o) in out.iter_mut().enumerate() {
-                            *o = x[(src as isize + k as isize * stride as isize) as usize];
-                        }
-                    }
+                match r.src {
+                    PAD => out.fill(self.fill),
+                    // SAFETY: `fits` checked that the input holds every element the run reads.
+                    _ => unsafe { copy_run(r, xs[r.input as usize], out) },
                 }
             }
         });
         Ok(())
+    }
+}
+
+/// The elements of run `r` (not padding) from `x` into `out`.
+///
+/// # Safety
+/// `x` must hold `r.src_end()` elements and `out` `r.elements()`.
+unsafe fn copy_run(r: &Run, x: &[f32], out: &mut [f32]) {
+    let (len, src) = (r.len as usize, r.src as isize);
+    let x = x.as_ptr();
+    let at = |k: usize| x.offset(src + k as isize * r.step as isize);
+    match (r.stride, r.step) {
+        (1, _) => {
+            for (k, o) in out.chunks_exact_mut(len).enumerate() {
+                o.copy_from_slice(std::slice::from_raw_parts(at(k), len));
+            }
+        }
+        // An upsampling: each input element repeated `len` times.
+        (0, 1) if len == 2 => {
+            let from = std::slice::from_raw_parts(at(0), r.count as usize);
+            for (o, &v) in out.chunks_exact_mut(2).zip(from) {
+                o.copy_from_slice(&[v, v]);
+            }
+        }
+        (0, _) => {
+            for (k, o) in out.chunks_exact_mut(len).enumerate() {
+                o.fill(*at(k));
+            }
+        }
+        // A transpose: consecutive runs read neighbouring columns, so a
+        // square tile is read along the input's rows and written along the
+        // output's, each in few cache lines.
+        (stride, 1) => {
+            const TILE: usize = 16;
+            let count = r.count as usize;
+            for k0 in (0..count).step_by(TILE) {
+                for j0 in (0..len).step_by(TILE) {
+                    for j in j0..(j0 + TILE).min(len) {
+                        let row = at(k0).offset(j as isize * stride as isize);
+                        for k in k0..(k0 + TILE).min(count) {
+                            *out.get_unchecked_mut(k * len + j) = *row.add(k - k0);
+                        }
+                    }
+                }
+            }
+        }
+        (stride, _) => {
+            for (k, o) in out.chunks_exact_mut(len).enumerate() {
+                let from = at(k);
+                for (j, v) in o.iter_mut().enumerate() {
+                    *v = *from.offset(j as isize * stride as isize);
+                }
+            }
+        }
     }
 }
 

@@ -20,6 +20,7 @@ mod matmul;
 mod normalize;
 mod pool;
 pub mod roofline;
+mod select;
 pub mod simd;
 pub mod tir_step;
 pub mod winograd;
@@ -247,6 +248,8 @@ enum Kernel {
     Rows(kernels::Rows),
     /// A chain of unary and binary ops in one pass, operands broadcast.
     Elementwise(elementwise::Elementwise),
+    /// Where: a boolean mask (input 0) picks input 1 or 2, broadcast.
+    Select(select::Select),
     /// Softmax, layer normalization or mean over contiguous rows.
     Normalize(normalize::RowKernel),
     /// An integer or boolean tensor converted to f32.
@@ -783,6 +786,19 @@ impl CompiledModel {
                     });
                     k.run(&operands[..step.inputs.len()], bufs.write(step.outputs[0]))
                         .map_err(at_node)?
+                }
+                Kernel::Select(k) => {
+                    let mask = bufs.tensor(step.inputs[0], &step.input_types[0]);
+                    let TensorData::Bool(mask) = &*mask.data else {
+                        return Err(at_node("the Where condition is not boolean".into()));
+                    };
+                    k.run(
+                        mask,
+                        bufs.read(step.inputs[1]),
+                        bufs.read(step.inputs[2]),
+                        bufs.write(step.outputs[0]),
+                    )
+                    .map_err(at_node)?
                 }
                 Kernel::Normalize(k) => {
                     let param = |i: usize| step.inputs.get(i).map(|&s| bufs.read(s));

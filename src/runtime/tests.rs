@@ -1114,7 +1114,8 @@ fn reshape_gathers_between_layouts_like_the_layout_algebra() {
 }
 
 /// Gathers from per-element sources (stretches of padding, of ascending,
-/// descending and repeated sources, and of random ones, more than one
+/// descending and repeated sources, of rows of them each a step further on,
+/// and of random ones, more than one
 /// parallel task long), from one input or several, copy exactly what an
 /// element-by-element lookup does; an input shorter than the sources read is
 /// an error.
@@ -1127,9 +1128,19 @@ fn gathers_in_runs_copy_what_each_element_names() {
         while src.len() < 70_000 {
             let (start, len) = (rng.below(n) as i64, rng.range(1, 40_000 / (case + 1)));
             let stride = [0i64, 1, -1, 3, -7][rng.below(5)];
-            match rng.below(4) {
+            match rng.below(5) {
                 0 => src.extend(std::iter::repeat_n(u32::MAX, len)),
                 1 => src.extend((0..len).map(|_| rng.below(n) as u32)),
+                // Rows of `width` elements, each `step` further on: the runs
+                // of a transpose (step 1), of an upsampling (stride 0).
+                2 => {
+                    let width = rng.range(1, 20) as i64;
+                    let step = [0, 1, -1, 2, width][rng.below(5)];
+                    src.extend((0..len as i64).map(|e| {
+                        let at = start + e / width * step + e % width * stride;
+                        at.rem_euclid(n as i64) as u32
+                    }))
+                }
                 _ => src.extend(
                     (0..len as i64).map(|k| (start + k * stride).rem_euclid(n as i64) as u32),
                 ),

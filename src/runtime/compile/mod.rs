@@ -14,12 +14,15 @@ use super::matmul::{BatchedMatMul, Dense};
 use super::normalize::{RowKernel, RowOp};
 use super::pool::PoolGeom;
 use super::roofline::StepWork;
+use super::select::Select;
 use super::simd::{Epilogue, Isa, Lanes};
 use super::{activation, kernels, tir_step, CompiledModel, Kernel, RuntimeError, RuntimeOptions};
 use crate::fusion::{
     self, inner, input_layout, output_layout, output_shape, Activation, FusedGroup, Pattern, Target,
 };
-use crate::graph::{DType, Graph, NodeId, Op, PoolKind, Span, Tensor, ValueRef, ValueType};
+use crate::graph::{
+    BinaryOp, DType, Graph, NodeId, Op, PoolKind, Span, Tensor, ValueRef, ValueType,
+};
 use crate::layout::Layout;
 use crate::ops::{
     BatchNorm, Gemm, GlobalPool, LaidOut, LayerNorm, LayoutTransform, LogSoftmax, Pad, PadMode,
@@ -323,6 +326,10 @@ impl<'g> Compiler<'g> {
         let out = &node.outputs.first()?.ty;
         if let Some(k) = self.index_kernel(id) {
             return Some(k);
+        }
+        // The one op with a boolean operand among f32 ones.
+        if let Op::Where = inner(self.g, id).0 {
+            return self.select(id);
         }
         if out.dtype != DType::F32 || !ins.iter().all(|&v| self.is_f32(v)) {
             return None;
@@ -641,6 +648,7 @@ impl<'g> Compiler<'g> {
             shape: &out_shape,
         };
         let (mut funcs, mut operands, mut strides, mut lens) = (vec![], vec![], vec![], vec![]);
+        let mut packed: Vec<(Vec<usize>, Vec<f32>)> = vec![];
         for (k, &id) in chain.iter().enumerate() {
             let node = self.g.node(id);
             let ins = self.g.node_inputs(id);
@@ -648,32 +656,126 @@ impl<'g> Compiler<'g> {
             if y.ty.dtype != DType::F32 || !ins.iter().all(|&v| self.is_f32(v)) {
                 return None;
             }
+            let op = inner(self.g, id).0;
+            if !matches!(op, Op::Unary(_) | Op::Binary(_) | Op::BatchNorm(_)) {
+                return None;
+            }
+            // A batch norm reads its data; its parameters become constants.
             let prev = (k > 0).then(|| ValueRef::new(chain[k - 1], 0));
+            let read = match op {
+                Op::BatchNorm(_) if prev.is_some_and(|p| ins[1..].contains(&p)) => return None,
+                Op::BatchNorm(_) => &ins[..1],
+                _ => &ins[..],
+            };
             let mut args = vec![];
-            for (port, &v) in ins.iter().enumerate() {
+            for (port, &v) in read.iter().enumerate() {
                 if Some(v) == prev {
                     args.push(Arg::Prev);
                     continue;
                 }
-                let (layout, shape) = input_layout(self.g, id, port)?;
-                let stored = Stored {
-                    layout: &layout,
-                    shape: &shape,
-                };
-                strides.push(broadcast_strides(&out, &stored)?);
-                lens.push(layout.physical_shape(&shape).ok()?.iter().product());
+                let (s, len) = self.lined_up(id, port, &out)?;
+                strides.push(s);
+                lens.push(len);
                 args.push(Arg::Operand(operands.len()));
                 operands.push(v);
             }
-            funcs.push(match (inner(self.g, id).0, &args[..]) {
-                (Op::Unary(u), &[a]) => Func::Unary(*u, a),
-                (Op::Binary(b), &[p, q]) => Func::Binary(*b, p, q),
+            match (op, &args[..]) {
+                (Op::Unary(u), &[a]) => funcs.push(Func::Unary(*u, a)),
+                (Op::Binary(b), &[p, q]) => funcs.push(Func::Binary(*b, p, q)),
+                (Op::BatchNorm(BatchNorm { epsilon }), &[x]) => {
+                    let (per_channel, scale, shift) = self.batch_norm_affine(id, *epsilon, &out)?;
+                    let (s, t) = (Arg::Packed(packed.len()), Arg::Packed(packed.len() + 1));
+                    packed.extend([(per_channel.clone(), scale), (per_channel, shift)]);
+                    funcs.push(Func::Binary(BinaryOp::Mul, x, s));
+                    funcs.push(Func::Binary(BinaryOp::Add, Arg::Prev, t));
+                }
                 _ => return None,
-            });
+            }
         }
         let physical = out_layout.physical_shape(&out_shape).ok()?;
-        let kernel = Elementwise::new(funcs, &physical, strides, lens, self.isa)?;
+        for (s, values) in &packed {
+            strides.push(s.clone());
+            lens.push(values.len());
+        }
+        let packed = packed.into_iter().map(|(_, v)| v).collect();
+        let kernel = Elementwise::new(funcs, &physical, strides, lens, packed, self.isa)?;
         Some((Kernel::Elementwise(kernel), operands))
+    }
+
+    /// A batch norm with constant parameters as `x * scale + shift` per
+    /// channel (axis 1), as the convolutions fold it: the strides of a
+    /// per-channel constant against the output `out`, then the scale and the
+    /// shift in the output's physical order. `None` when the output's layout pads an axis (the
+    /// padding would then need the values the op's pad flow promises).
+    fn batch_norm_affine(
+        &self,
+        id: NodeId,
+        epsilon: f32,
+        out: &Stored,
+    ) -> Option<(Vec<usize>, Vec<f32>, Vec<f32>)> {
+        let channels = *out.shape.get(1)?;
+        if !out.layout.padded_axes(out.shape).ok()?.is_empty() {
+            return None;
+        }
+        let p: Vec<Vec<f32>> = (1..5)
+            .map(|i| self.const_input(id, i))
+            .collect::<Option<_>>()?;
+        if p.iter().any(|v| v.len() != channels) {
+            return None;
+        }
+        let (mut scale, mut shift) = (vec![], vec![]);
+        for (((&g, &b), &m), &v) in p[0].iter().zip(&p[1]).zip(&p[2]).zip(&p[3]) {
+            let [g, b, m, v] = [g, b, m, v].map(f64::from);
+            let s = g / (v + epsilon as f64).sqrt();
+            scale.push(s as f32);
+            shift.push((b - m * s) as f32);
+        }
+        let mut shape = vec![1; out.shape.len()];
+        shape[1] = channels;
+        let per_channel = Stored {
+            layout: out.layout,
+            shape: &shape,
+        };
+        let strides = broadcast_strides(out, &per_channel)?;
+        let laid = |v: Vec<f32>| -> Option<Vec<f32>> {
+            let t = Tensor::from_f32(shape.clone(), v);
+            Some(out.layout.to_physical(&t, 0.0).ok()?.to_f32())
+        };
+        Some((strides, laid(scale)?, laid(shift)?))
+    }
+
+    /// How input `port` of node `id` lines up with the output `out` of an
+    /// elementwise step: its strides (`broadcast_strides`) and its stored length.
+    fn lined_up(&self, id: NodeId, port: usize, out: &Stored) -> Option<(Vec<usize>, usize)> {
+        let (layout, shape) = input_layout(self.g, id, port)?;
+        let stored = Stored {
+            layout: &layout,
+            shape: &shape,
+        };
+        let strides = broadcast_strides(out, &stored)?;
+        Some((
+            strides,
+            layout.physical_shape(&shape).ok()?.iter().product(),
+        ))
+    }
+
+    /// Where with f32 branches, its mask and branches lined up with the output.
+    fn select(&self, id: NodeId) -> Option<Kernel> {
+        let ins = self.g.node_inputs(id);
+        if !self.is_f32(ins[1]) || !self.is_f32(ins[2]) {
+            return None;
+        }
+        let (out_layout, _) = output_layout(self.g, id)?;
+        let out_shape = output_shape(self.g, id)?;
+        let out = Stored {
+            layout: &out_layout,
+            shape: &out_shape,
+        };
+        let (strides, lens) = (0..3)
+            .map(|port| self.lined_up(id, port, &out))
+            .collect::<Option<(Vec<_>, Vec<_>)>>()?;
+        let physical = out_layout.physical_shape(&out_shape).ok()?;
+        Select::new(&physical, strides, lens, self.isa).map(Kernel::Select)
     }
 
     /// A chain of nodes compiled from its TIR default schedule, when it has one and
@@ -902,20 +1004,28 @@ impl<'g> Compiler<'g> {
             }
             return Ok(());
         }
-        let kernel = match native {
-            Some(k) => k,
-            None => match self.tir(&[id])? {
-                Some((k, _)) => {
-                    kind.push_str(" (tir)");
-                    Kernel::Tir(Box::new(k))
-                }
-                None => Kernel::Fallback {
-                    op: node.op.clone(),
-                    outputs: node.outputs.iter().map(|v| v.ty.clone()).collect(),
+        let all_inputs = self.g.node_inputs(id);
+        // A chain of one node may read fewer inputs than the node has (a batch
+        // norm's parameters are held by the kernel).
+        let (kernel, inputs) = match native.map(|k| (k, all_inputs.clone())) {
+            Some(native) => native,
+            None => match self.elementwise(&[id]) {
+                Some(chain) => chain,
+                None => match self.tir(&[id])? {
+                    Some((k, _)) => {
+                        kind.push_str(" (tir)");
+                        (Kernel::Tir(Box::new(k)), all_inputs.clone())
+                    }
+                    None => (
+                        Kernel::Fallback {
+                            op: node.op.clone(),
+                            outputs: node.outputs.iter().map(|v| v.ty.clone()).collect(),
+                        },
+                        all_inputs.clone(),
+                    ),
                 },
             },
         };
-        let inputs = self.g.node_inputs(id);
         let outputs: Vec<ValueRef> = (0..node.outputs.len())
             .map(|i| ValueRef::new(id, i))
             .collect();
@@ -924,7 +1034,7 @@ impl<'g> Compiler<'g> {
             kind,
             spans: node.spans.clone(),
             kernel,
-            work: self.work(&[id], &inputs, &outputs),
+            work: self.work(&[id], &all_inputs, &outputs),
             inputs,
             outputs,
         });
