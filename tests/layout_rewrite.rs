@@ -130,7 +130,7 @@ fn round_trips_at_every_boundary_cancel_on_the_bundled_models() {
             report.cost_before,
             report.extract.cost
         );
-        assert_eq!(report.extract.method, Method::Ilp);
+        assert_eq!(report.extract.method, Method::Exact);
         // No transform feeds another (those would compose, and a pair would cancel).
         for id in out.node_ids() {
             if is_transform(&out.node(id).op) {
