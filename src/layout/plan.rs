@@ -685,6 +685,10 @@ pub struct PlanOptions {
     pub rules: Option<RuleSource>,
     /// Limits of the rewriting.
     pub rewrite_limits: RewriteLimits,
+    /// Graphs with more nodes than this are not rewritten (the plan stands):
+    /// extraction still takes time quadratic in the graph's depth somewhere
+    /// (a chain of 10k nodes takes minutes), so the cap stays until that is found.
+    pub rewrite_max_nodes: usize,
     /// Layouts pinned for graph inputs and outputs.
     pub pins: Pins,
     /// Fold batch norms into the convolutions before them (the native compiler
@@ -697,6 +701,7 @@ impl Default for PlanOptions {
         PlanOptions {
             rules: Some(RuleSource::from_env()),
             rewrite_limits: RewriteLimits::default(),
+            rewrite_max_nodes: 2_000,
             pins: Pins::new(),
             fold_batchnorms: false,
         }
@@ -708,8 +713,9 @@ impl Default for PlanOptions {
 pub struct RewriteInfo {
     /// Whether its result replaced the materialised graph.
     pub applied: bool,
-    /// Whether it did not run at all (rules that failed to load, a graph it
-    /// cannot express): the plan then stands unrewritten, and the user is warned.
+    /// Whether it did not run at all (too large a graph, rules that failed to
+    /// load, a graph it cannot express): the plan then stands unrewritten, and
+    /// the user is warned.
     pub skipped: bool,
     /// Why it was not applied or skipped, and any rule condition that failed.
     pub note: Option<String>,
@@ -781,11 +787,12 @@ pub fn plan_with(
     // choice: finish each and keep the cheapest once rewritten.
     let mut best = finish(g, &space, assignment.choice, model, options)?;
     for choice in planner.alternatives(g, &space) {
-        if choice == best.choice {
+        let beat = best.rewritten_cost - 1e-9 * best.rewritten_cost.abs();
+        if choice == best.choice || !may_beat(g, &space, &choice, model, beat)? {
             continue;
         }
         let other = finish(g, &space, choice, model, options)?;
-        if other.rewritten_cost < best.rewritten_cost - 1e-9 * best.rewritten_cost.abs() {
+        if other.rewritten_cost < beat {
             best = other;
         }
     }
@@ -839,6 +846,25 @@ struct Finished {
     rewritten_cost: f64,
 }
 
+fn transform_bytes(g: &Graph) -> usize {
+    kept_transforms(g).iter().map(|t| t.bytes).sum()
+}
+
+/// Whether `choice` could cost less than `beat` once rewritten: rewriting
+/// removes at most every transform (checked before paying for the rewriting).
+fn may_beat(
+    g: &Graph,
+    space: &PlanSpace,
+    choice: &[usize],
+    model: &CostModel,
+    beat: f64,
+) -> Result<bool, PlanError> {
+    let mut m = Materializer::new(g, &space.layouts);
+    m.run(space, choice)?;
+    let floor = space.problem.cost(choice) - transform_bytes(&m.out) as f64 * model.ns_per_byte;
+    Ok(floor < beat)
+}
+
 /// Materialises `choice` and rewrites the result with the e-graph rules
 /// (keeping it only when it moves no more bytes).
 fn finish(
@@ -852,12 +878,19 @@ fn finish(
     m.run(space, &choice)?;
     let (packed_constants, refills) = (m.packed_constants, m.refills);
     let mut graph = m.out;
-    let bytes = |g: &Graph| kept_transforms(g).iter().map(|t| t.bytes).sum::<usize>();
-    let materialised = bytes(&graph);
+    let materialised = transform_bytes(&graph);
+    let estimated = space.problem.cost(&choice);
     let rewrite = options.rules.as_ref().map(|rules| {
+        if graph.node_count() > options.rewrite_max_nodes {
+            return RewriteInfo::skipped(format!(
+                "{} nodes exceed the rewrite limit of {}",
+                graph.node_count(),
+                options.rewrite_max_nodes
+            ));
+        }
         match rewrite_deep(&graph, rules, &options.rewrite_limits) {
             Ok((rewritten, r)) => {
-                let better = bytes(&rewritten) <= materialised;
+                let better = transform_bytes(&rewritten) <= materialised;
                 if better {
                     graph = rewritten;
                 }
@@ -879,8 +912,8 @@ fn finish(
         }
     });
     // A transform costs its traffic in the solver's problem too.
-    let saved = materialised as f64 - bytes(&graph) as f64;
-    let rewritten_cost = space.problem.cost(&choice) - saved * model.ns_per_byte;
+    let saved = materialised as f64 - transform_bytes(&graph) as f64;
+    let rewritten_cost = estimated - saved * model.ns_per_byte;
     Ok(Finished {
         choice,
         graph,
