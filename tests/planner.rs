@@ -84,45 +84,44 @@ fn planned_constants_share_the_source_weights() {
     }
 }
 
-fn report(dir: &Path, name: &str, family: Family) -> PlanReport {
-    let g = load_onnx(&dir.join("model.onnx"), &ImportOptions::default()).unwrap();
+fn report(file: &Path, name: &str, family: Family) -> PlanReport {
+    let g = layoutopt::api::load_model(file).unwrap();
     let planner = planner_by_name(name).unwrap();
     plan(&g, planner.as_ref(), family, &CostModel::default())
         .unwrap()
         .report
 }
 
-/// The global plan is optimal under the cost model, so no other planner may
-/// beat its estimated cost, and its lower bound proves the gap it states.
+/// The committed real models (Keras applications through tf2onnx and TFLite).
+const ZOO: [&str; 3] = [
+    "models/zoo/MobileNetV3Small_onnx/model.onnx",
+    "models/zoo/MobileNetV3Small_tflite/model.tflite",
+    "models/zoo/BertEncoder_onnx/model.onnx",
+];
+
+/// The global plan is optimal under the cost model before rewriting (its lower
+/// bound proves the gap it states), and it finishes the local and greedy
+/// assignments too, so once rewritten no other planner may beat its cost.
 #[test]
 fn global_is_never_worse_than_the_baselines() {
-    for dir in common::bundled_onnx_dirs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = common::bundled_models(true);
+    files.extend(ZOO.iter().map(|f| root.join(f)));
+    for file in files {
         for family in FAMILIES {
-            let global = report(&dir, "global", family);
+            let global = report(&file, "global", family);
             let solver = global.solver.as_ref().expect("global reports its solver");
             assert!(solver.lower_bound <= solver.objective + 1e-6);
-            assert!(
-                (solver.objective - global.estimated_cost).abs()
-                    < 1e-6 * global.estimated_cost.max(1.0)
-            );
+            assert!(global.estimated_cost >= solver.objective - 1e-6 * solver.objective.max(1.0));
             for other in ["keep", "local", "greedy"] {
-                let r = report(&dir, other, family);
+                let r = report(&file, other, family);
                 assert!(
-                    global.estimated_cost <= r.estimated_cost + 1e-6,
-                    "{} {family}: global {} > {other} {}",
-                    dir.display(),
-                    global.estimated_cost,
-                    r.estimated_cost
+                    global.rewritten_cost <= r.rewritten_cost + 1e-6 * r.rewritten_cost.max(1.0),
+                    "{} {family}: global {} > {other} {} after rewriting",
+                    file.display(),
+                    global.rewritten_cost,
+                    r.rewritten_cost
                 );
-                if other != "keep" {
-                    assert!(
-                        global.transform_bytes <= r.transform_bytes,
-                        "{} {family}: global moves {} bytes, {other} {}",
-                        dir.display(),
-                        global.transform_bytes,
-                        r.transform_bytes
-                    );
-                }
             }
         }
     }
@@ -133,9 +132,10 @@ fn global_is_never_worse_than_the_baselines() {
 fn plan_reports_are_deterministic() {
     for dir in common::bundled_onnx_dirs() {
         let strip = |r: PlanReport| r.without_timings().to_json();
-        let first = strip(report(&dir, "global", Family::Nchwc(16)));
+        let file = dir.join("model.onnx");
+        let first = strip(report(&file, "global", Family::Nchwc(16)));
         for _ in 0..3 {
-            assert_eq!(first, strip(report(&dir, "global", Family::Nchwc(16))));
+            assert_eq!(first, strip(report(&file, "global", Family::Nchwc(16))));
         }
     }
 }

@@ -3,20 +3,21 @@
 //! A transform (or pad, crop) costs the bytes it reads and writes; an op costs
 //! the bytes of its inputs and outputs (so a padded buffer costs more than a
 //! tight one); anything computable from constants alone costs nothing (it is
-//! folded at compile time). The ILP extractor counts a class shared by several
-//! users once; it runs while the e-graph is small enough, the greedy
-//! (tree-cost) extractor otherwise, and the report says which ran.
+//! folded at compile time). The exact extractor counts a class shared by several
+//! users once: it states the choice as an assignment problem for the layout
+//! solver (`solver.rs`), which splits it into regions around the classes with
+//! alternatives and solves each by exact elimination, in time linear in the
+//! graph. The greedy (tree-cost) extractor stands in when it is cheaper (it may
+//! use nodes on cycles, which the exact one leaves out) or the exact one fails,
+//! and the report says which ran.
 
 use super::egraph::{GraphEGraph, Info, LEGraph, Lang, LayoutAnalysis};
 use super::rules::RuleSource;
+use super::solver::{solve, Pair, Problem, SolveOptions};
 use super::LayoutError;
 use crate::graph::Graph;
 use egg::{CostFunction, Extractor, Id, Language, Rewrite, Runner};
-use good_lp::{
-    constraint, microlp, variable, Expression, ProblemVariables, Solution, SolverModel, Variable,
-    WithTimeLimit,
-};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 fn bytes_of(eg: &LEGraph, id: Id) -> f64 {
@@ -75,9 +76,10 @@ impl CostFunction<Lang> for TreeCost<'_> {
 /// Which extractor ran.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Method {
-    /// The optimal choice by integer linear programming.
-    Ilp,
-    /// Each class's cheapest node, bottom-up (when the ILP is too large).
+    /// The optimal choice on the cycle-free nodes, by the layout solver.
+    Exact,
+    /// Each class's cheapest node, bottom-up (when it beats the exact choice,
+    /// which cannot use a node on a cycle, or that failed).
     Greedy,
 }
 
@@ -90,15 +92,9 @@ pub struct ExtractReport {
     pub cost: f64,
     /// Nodes in the classes reachable from the roots.
     pub nodes: usize,
-    /// Why the ILP did not run or was not used, when it did not.
+    /// Why the exact choice was not used, when it was not.
     pub note: Option<String>,
 }
-
-/// Above this many reachable nodes the greedy extractor runs instead of the ILP.
-pub const ILP_NODE_LIMIT: usize = 4000;
-
-/// Time the ILP may take before the greedy choice is used.
-const ILP_SECONDS: f64 = 2.0;
 
 /// Classes reachable from the roots, and for each the nodes that are not on a
 /// cycle: a depth-first walk drops every node with a child still on the walk's
@@ -173,59 +169,117 @@ fn greedy(eg: &LEGraph, roots: &[Id]) -> HashMap<Id, Lang> {
     choice
 }
 
-fn ilp(
+/// How deep `needs` looks below a class: rules rewrite a few levels at most, so
+/// the nodes of a class meet again within a few levels.
+const NEEDS_DEPTH: usize = 4;
+
+/// Classes that class `v` uses whichever nodes are chosen, looking `depth`
+/// levels down (`children[v][k]`: the child classes of `v`'s node `k`).
+fn needs(children: &[Vec<Vec<usize>>], v: usize, depth: usize) -> BTreeSet<usize> {
+    let mut common: Option<BTreeSet<usize>> = None;
+    for kids in &children[v] {
+        let mut under: BTreeSet<usize> = kids.iter().copied().collect();
+        if depth > 1 {
+            for &k in kids {
+                under.extend(needs(children, k, depth - 1));
+            }
+        }
+        common = Some(match common {
+            None => under,
+            Some(c) => c.intersection(&under).copied().collect(),
+        });
+    }
+    common.unwrap_or_default()
+}
+
+/// The exact choice on the cycle-free nodes, as an assignment problem for the
+/// layout solver: one variable per class, choosing "unused" or one of its
+/// nodes at that node's cost; a pair term forbids a used node whose child class
+/// is unused. Each class is paid once however many users share it. The problem
+/// falls apart into small regions around the classes that have alternatives,
+/// which exact elimination solves in time linear in the graph.
+fn exact(
     eg: &LEGraph,
     roots: &[Id],
     nodes: &HashMap<Id, Vec<Lang>>,
 ) -> Result<HashMap<Id, Lang>, String> {
-    let mut vars = ProblemVariables::new();
     // A fixed variable order, so that ties between equally cheap extractions
     // break the same way on every run.
     let mut classes: Vec<Id> = nodes.keys().copied().collect();
     classes.sort();
-    let used: HashMap<Id, Variable> = classes
+    let var: HashMap<Id, usize> = classes.iter().enumerate().map(|(i, &c)| (c, i)).collect();
+    let options: Vec<Vec<&Lang>> = classes
         .iter()
-        .map(|&c| (c, vars.add(variable().binary())))
+        .map(|c| {
+            nodes[c]
+                .iter()
+                .filter(|n| node_cost(eg, *c, n).is_finite())
+                .collect()
+        })
         .collect();
-    let mut picks: Vec<(Id, &Lang, Variable)> = Vec::new();
-    for &c in &classes {
-        for n in &nodes[&c] {
-            let cost = node_cost(eg, c, n);
-            if cost.is_finite() {
-                picks.push((c, n, vars.add(variable().binary())));
-            }
-        }
-    }
-    let objective: Expression = picks
+    let children: Vec<Vec<Vec<usize>>> = options
         .iter()
-        .map(|(c, n, x)| node_cost(eg, *c, n) * *x)
-        .sum();
-    let mut model = vars
-        .minimise(objective)
-        .using(microlp)
-        .with_time_limit(ILP_SECONDS);
-    let mut per_class: HashMap<Id, Expression> = HashMap::new();
-    for (c, n, x) in &picks {
-        *per_class.entry(*c).or_default() += *x;
-        for ch in n.children() {
-            model.add_constraint(constraint!(*x <= used[&eg.find(*ch)]));
+        .map(|opts| {
+            opts.iter()
+                .map(|n| n.children().iter().map(|ch| var[&eg.find(*ch)]).collect())
+                .collect()
+        })
+        .collect();
+    // Classes every extraction uses: the roots, and what a used class needs
+    // whichever node it takes. Forbidding "unused" there lets the solver fix
+    // most classes before it looks for regions, which then stay small.
+    let mut needed = vec![false; classes.len()];
+    let mut stack: Vec<usize> = roots.iter().map(|r| var[&eg.find(*r)]).collect();
+    while let Some(v) = stack.pop() {
+        if std::mem::replace(&mut needed[v], true) {
+            continue;
+        }
+        match children[v].as_slice() {
+            [only] => stack.extend(only),
+            _ => stack.extend(needs(&children, v, NEEDS_DEPTH)),
         }
     }
-    for &c in &classes {
-        let sum = per_class.remove(&c).unwrap_or_default();
-        model.add_constraint(constraint!(sum == used[&c]));
-    }
-    for r in roots {
-        model.add_constraint(constraint!(used[&eg.find(*r)] == 1));
-    }
-    let sol = model.solve().map_err(|e| e.to_string())?;
-    let mut choice = HashMap::new();
-    for (c, n, x) in &picks {
-        if sol.value(*x) > 0.5 {
-            choice.insert(*c, (*n).clone());
+    let unary: Vec<Vec<f64>> = classes
+        .iter()
+        .zip(&options)
+        .zip(&needed)
+        .map(|((&c, opts), &needed)| {
+            let unused = if needed { f64::INFINITY } else { 0.0 };
+            std::iter::once(unused)
+                .chain(opts.iter().map(|n| node_cost(eg, c, n)))
+                .collect()
+        })
+        .collect();
+    // Dearer than every node together: no optimum pays it.
+    let forbidden = 1.0 + unary.iter().flat_map(|u| u.iter().skip(1)).sum::<f64>();
+    let mut pairs = Vec::new();
+    for (a, kids) in children.iter().enumerate() {
+        let mut any: Vec<usize> = kids.iter().flatten().copied().collect();
+        any.sort_unstable();
+        any.dedup();
+        for b in any {
+            let nb = unary[b].len();
+            let mut cost = vec![0.0; unary[a].len() * nb];
+            for (k, of_node) in kids.iter().enumerate() {
+                if of_node.contains(&b) {
+                    cost[(k + 1) * nb] = forbidden;
+                }
+            }
+            pairs.push(Pair { a, b, cost });
         }
     }
-    Ok(choice)
+    let problem = Problem { unary, pairs };
+    let solution = solve(&problem, &SolveOptions::default()).map_err(|e| e.to_string())?;
+    if solution.objective >= forbidden {
+        return Err("no cycle-free extraction".into());
+    }
+    Ok(classes
+        .iter()
+        .zip(&options)
+        .zip(&solution.choice)
+        .filter(|(_, &k)| k > 0)
+        .map(|((&c, opts), &k)| (c, opts[k - 1].clone()))
+        .collect())
 }
 
 /// Cost of a choice, each reachable class counted once.
@@ -247,44 +301,29 @@ fn choice_cost(eg: &LEGraph, roots: &[Id], choice: &HashMap<Id, Lang>) -> f64 {
 
 /// Extracts one node per class needed by the roots.
 pub fn extract(eg: &LEGraph, roots: &[Id]) -> (HashMap<Id, Lang>, ExtractReport) {
-    extract_with_limit(eg, roots, ILP_NODE_LIMIT)
-}
-
-/// `extract` with the ILP used up to `ilp_limit` reachable nodes.
-pub fn extract_with_limit(
-    eg: &LEGraph,
-    roots: &[Id],
-    ilp_limit: usize,
-) -> (HashMap<Id, Lang>, ExtractReport) {
     let nodes = acyclic_nodes(eg, roots);
     let count: usize = nodes.values().map(Vec::len).sum();
     let greedy_choice = greedy(eg, roots);
-    let (choice, method, note) = if count > ilp_limit {
-        let note = format!("{count} nodes exceed the ILP limit of {ilp_limit}");
-        (greedy_choice, Method::Greedy, Some(note))
-    } else {
-        match ilp(eg, roots, &nodes) {
-            // The ILP sees only the cycle-free nodes; the greedy extractor may
-            // use a node that the cycle cut dropped, so keep the cheaper.
-            Ok(c) => {
-                let (ci, cg) = (
-                    choice_cost(eg, roots, &c),
-                    choice_cost(eg, roots, &greedy_choice),
-                );
-                if cg < ci {
-                    let note =
-                        format!("greedy cost {cg} beat the ILP's {ci} on the cycle-free nodes");
-                    (greedy_choice, Method::Greedy, Some(note))
-                } else {
-                    (c, Method::Ilp, None)
-                }
+    let (choice, method, note) = match exact(eg, roots, &nodes) {
+        // The exact choice sees only the cycle-free nodes; the greedy extractor
+        // may use a node that the cycle cut dropped, so keep the cheaper.
+        Ok(c) => {
+            let (ce, cg) = (
+                choice_cost(eg, roots, &c),
+                choice_cost(eg, roots, &greedy_choice),
+            );
+            if cg < ce {
+                let note = format!("greedy cost {cg} beat the exact {ce} on the cycle-free nodes");
+                (greedy_choice, Method::Greedy, Some(note))
+            } else {
+                (c, Method::Exact, None)
             }
-            Err(e) => (
-                greedy_choice,
-                Method::Greedy,
-                Some(format!("ILP failed: {e}")),
-            ),
         }
+        Err(e) => (
+            greedy_choice,
+            Method::Greedy,
+            Some(format!("exact extraction failed: {e}")),
+        ),
     };
     let cost = choice_cost(eg, roots, &choice);
     (
@@ -298,15 +337,21 @@ pub fn extract_with_limit(
     )
 }
 
-/// Limits of one rewriting run.
+/// Limits of one rewriting run. The node and time limits grow with the graph,
+/// so that a large graph is rewritten as thoroughly as a small one.
 #[derive(Clone, Debug)]
 pub struct RewriteLimits {
     /// At most this many rewriting iterations.
     pub iterations: usize,
-    /// Stop once the e-graph has this many nodes.
+    /// Stop once the e-graph has this many nodes, or `growth` times the nodes
+    /// it started with when that is more.
     pub nodes: usize,
-    /// Stop after this long.
+    /// See `nodes`.
+    pub growth: usize,
+    /// Stop after this long, plus `time_per_node` for each node it started with.
     pub time: Duration,
+    /// See `time`.
+    pub time_per_node: Duration,
 }
 
 impl Default for RewriteLimits {
@@ -314,7 +359,9 @@ impl Default for RewriteLimits {
         RewriteLimits {
             iterations: 30,
             nodes: 50_000,
+            growth: 8,
             time: Duration::from_secs(2),
+            time_per_node: Duration::from_micros(100),
         }
     }
 }
@@ -352,11 +399,14 @@ pub fn rewrite_graph(
         graph_name,
         output_names,
     } = ge;
+    let start = egraph.total_number_of_nodes();
     let runner = Runner::default()
         .with_egraph(egraph)
         .with_iter_limit(limits.iterations)
-        .with_node_limit(limits.nodes)
-        .with_time_limit(limits.time)
+        .with_node_limit(limits.nodes.max(limits.growth * start))
+        .with_time_limit(
+            limits.time + limits.time_per_node * u32::try_from(start).unwrap_or(u32::MAX),
+        )
         .run(rules);
     let stop_reason = format!("{:?}", runner.stop_reason);
     let iterations = runner.iterations.len();

@@ -259,6 +259,12 @@ pub trait Planner: Send + Sync {
     fn name(&self) -> &'static str;
     /// Chooses an impl for each node of `space`.
     fn assign(&self, g: &Graph, space: &PlanSpace) -> Result<Assignment, PlanError>;
+    /// Other assignments to finish as well: the solver does not see what the
+    /// rewriting after materialisation removes, so another assignment may end
+    /// cheaper; the plan keeps the cheapest once rewritten. None by default.
+    fn alternatives(&self, _g: &Graph, _space: &PlanSpace) -> Vec<Vec<usize>> {
+        Vec::new()
+    }
 }
 
 /// Every op in its source layout.
@@ -342,6 +348,13 @@ impl Planner for Greedy {
 impl Planner for Global {
     fn name(&self) -> &'static str {
         "global"
+    }
+    /// The local and greedy assignments: after rewriting, global is never
+    /// worse than either.
+    fn alternatives(&self, g: &Graph, space: &PlanSpace) -> Vec<Vec<usize>> {
+        let local = local_choice(g, space);
+        let greedy = solver::improve_locally(&space.problem, local.clone());
+        vec![local, greedy]
     }
     fn assign(&self, _: &Graph, space: &PlanSpace) -> Result<Assignment, PlanError> {
         let s = solver::solve(&space.problem, &self.options)?;
@@ -519,6 +532,10 @@ pub struct PlanReport {
     /// The planner's objective under the cost model (ns, estimated).
     #[serde(rename = "estimated_cost_ns")]
     pub estimated_cost: f64,
+    /// `estimated_cost` with the transforms the rewriting removed or added
+    /// (ns, estimated): what the planned graph costs under the cost model.
+    #[serde(rename = "rewritten_cost_ns")]
+    pub rewritten_cost: f64,
     /// The solver's account, for the global planner.
     pub solver: Option<SolverInfo>,
     /// The e-graph rewriting after materialisation, when it ran.
@@ -698,7 +715,9 @@ pub struct PlanOptions {
     pub rules: Option<RuleSource>,
     /// Limits of the rewriting.
     pub rewrite_limits: RewriteLimits,
-    /// Graphs with more nodes than this are not rewritten (the plan stands).
+    /// Graphs with more nodes than this are not rewritten (the plan stands):
+    /// extraction still takes time quadratic in the graph's depth somewhere
+    /// (a chain of 10k nodes takes minutes), so the cap stays until that is found.
     pub rewrite_max_nodes: usize,
     /// Layouts pinned for graph inputs and outputs.
     pub pins: Pins,
@@ -725,7 +744,8 @@ pub struct RewriteInfo {
     /// Whether its result replaced the materialised graph.
     pub applied: bool,
     /// Whether it did not run at all (too large a graph, rules that failed to
-    /// load): the plan then stands unrewritten, and the user is warned.
+    /// load, a graph it cannot express): the plan then stands unrewritten, and
+    /// the user is warned.
     pub skipped: bool,
     /// Why it was not applied or skipped, and any rule condition that failed.
     pub note: Option<String>,
@@ -794,11 +814,105 @@ pub fn plan_with(
     let t_assign = Instant::now();
     let assignment = planner.assign(g, &space)?;
     let assign_ms = ms(t_assign.elapsed());
-    let estimated_cost = space.problem.cost(&assignment.choice);
+    // Rewriting may improve another assignment beyond the planner's own
+    // choice: finish each and keep the cheapest once rewritten.
+    let mut best = finish(g, &space, assignment.choice, model, options)?;
+    for choice in planner.alternatives(g, &space) {
+        let beat = best.rewritten_cost - 1e-9 * best.rewritten_cost.abs();
+        if choice == best.choice || !may_beat(g, &space, &choice, model, beat)? {
+            continue;
+        }
+        let other = finish(g, &space, choice, model, options)?;
+        if other.rewritten_cost < beat {
+            best = other;
+        }
+    }
+    let Finished {
+        choice,
+        graph,
+        packed_constants,
+        refills,
+        rewrite,
+        rewritten_cost,
+    } = best;
+    let estimated_cost = space.problem.cost(&choice);
+    let (relabels, transforms): (Vec<_>, Vec<_>) =
+        kept_transforms(&graph).into_iter().partition(|t| t.relabel);
+    let report = PlanReport {
+        model: g.name.clone(),
+        planner: planner.name().to_string(),
+        family: family.to_string(),
+        tensors: tensor_layouts(&graph, g, &options.pins),
+        transform_count: transforms.len(),
+        relabel_count: relabels.len(),
+        transform_bytes: transforms.iter().map(|t| t.bytes).sum(),
+        transforms,
+        relabels,
+        packed_constants,
+        refills,
+        pad_folds,
+        estimated_cost,
+        rewritten_cost,
+        solver: assignment.solver,
+        rewrite,
+        timings: PlanTimings {
+            plan_ms: ms(t0.elapsed()),
+            assign_ms,
+        },
+    };
+    Ok(Plan {
+        graph,
+        report,
+        pins: options.pins.clone(),
+    })
+}
+
+/// One assignment materialised and rewritten.
+struct Finished {
+    choice: Vec<usize>,
+    graph: Graph,
+    packed_constants: usize,
+    refills: usize,
+    rewrite: Option<RewriteInfo>,
+    /// The assignment's cost with the transforms of the rewritten graph in
+    /// place of the materialised one's.
+    rewritten_cost: f64,
+}
+
+fn transform_bytes(g: &Graph) -> usize {
+    kept_transforms(g).iter().map(|t| t.bytes).sum()
+}
+
+/// Whether `choice` could cost less than `beat` once rewritten: rewriting
+/// removes at most every transform (checked before paying for the rewriting).
+fn may_beat(
+    g: &Graph,
+    space: &PlanSpace,
+    choice: &[usize],
+    model: &CostModel,
+    beat: f64,
+) -> Result<bool, PlanError> {
     let mut m = Materializer::new(g, &space.layouts);
-    m.run(&space, &assignment.choice)?;
+    m.run(space, choice)?;
+    let floor = space.problem.cost(choice) - transform_bytes(&m.out) as f64 * model.ns_per_byte;
+    Ok(floor < beat)
+}
+
+/// Materialises `choice` and rewrites the result with the e-graph rules
+/// (keeping it only when it moves no more bytes).
+fn finish(
+    g: &Graph,
+    space: &PlanSpace,
+    choice: Vec<usize>,
+    model: &CostModel,
+    options: &PlanOptions,
+) -> Result<Finished, PlanError> {
+    let mut m = Materializer::new(g, &space.layouts);
+    m.run(space, &choice)?;
     let (packed_constants, refills) = (m.packed_constants, m.refills);
     let mut graph = m.out;
+    let materialised = transform_bytes(&graph);
+    let estimated = space.problem.cost(&choice);
     let rewrite = options.rules.as_ref().map(|rules| {
         if graph.node_count() > options.rewrite_max_nodes {
             return RewriteInfo::skipped(format!(
@@ -807,11 +921,9 @@ pub fn plan_with(
                 options.rewrite_max_nodes
             ));
         }
-        let before = kept_transforms(&graph);
         match rewrite_deep(&graph, rules, &options.rewrite_limits) {
             Ok((rewritten, r)) => {
-                let bytes = |t: &[TransformInfo]| t.iter().map(|t| t.bytes).sum::<usize>();
-                let better = bytes(&kept_transforms(&rewritten)) <= bytes(&before);
+                let better = transform_bytes(&rewritten) <= materialised;
                 if better {
                     graph = rewritten;
                 }
@@ -832,33 +944,16 @@ pub fn plan_with(
             Err(e) => RewriteInfo::skipped(e.to_string()),
         }
     });
-    let (relabels, transforms): (Vec<_>, Vec<_>) =
-        kept_transforms(&graph).into_iter().partition(|t| t.relabel);
-    let report = PlanReport {
-        model: g.name.clone(),
-        planner: planner.name().to_string(),
-        family: family.to_string(),
-        tensors: tensor_layouts(&graph, g, &options.pins),
-        transform_count: transforms.len(),
-        relabel_count: relabels.len(),
-        transform_bytes: transforms.iter().map(|t| t.bytes).sum(),
-        transforms,
-        relabels,
+    // A transform costs its traffic in the solver's problem too.
+    let saved = materialised as f64 - transform_bytes(&graph) as f64;
+    let rewritten_cost = estimated - saved * model.ns_per_byte;
+    Ok(Finished {
+        choice,
+        graph,
         packed_constants,
         refills,
-        pad_folds,
-        estimated_cost,
-        solver: assignment.solver,
         rewrite,
-        timings: PlanTimings {
-            plan_ms: ms(t0.elapsed()),
-            assign_ms,
-        },
-    };
-    Ok(Plan {
-        graph,
-        report,
-        pins: options.pins.clone(),
+        rewritten_cost,
     })
 }
 

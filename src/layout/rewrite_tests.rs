@@ -2,7 +2,7 @@
 //! graphs (which transforms remain), spans, and extraction.
 
 use super::egraph::graph_to_egraph;
-use super::extract::{extract_with_limit, rewrite_graph, Method, RewriteLimits};
+use super::extract::{extract, rewrite_graph, Method, RewriteLimits};
 use super::rules::{load_rules, parse_rules, RuleError, RuleSource};
 use super::{Assumption, Layout, PadValue};
 use crate::graph::{
@@ -192,7 +192,7 @@ fn inverse_pairs_cancel_and_keep_spans() {
     for want in ["x", "to1", "back1", "relu", "to2", "back2"] {
         assert!(all.iter().any(|l| l == want), "{all:?}");
     }
-    assert_eq!(report.extract.method, Method::Ilp);
+    assert_eq!(report.extract.method, Method::Exact);
     assert!(report.extract.cost < report.cost_before);
 }
 
@@ -373,26 +373,65 @@ fn fourteen_elements_in_four_by_four() {
     assert_same_outputs(&g, &out, 0.0);
 }
 
+/// Exact extraction pays a class shared by two users once, where the greedy
+/// (tree-cost) choice counts it for each. Output 1 is relu(relu(T)) with T = x
+/// transformed; output 2 is one relu more, which (relu being idempotent) equals
+/// relu(x) transformed: cheaper on its own (2 steps against 4 with T's chain),
+/// dearer once output 1's chain is paid anyway.
 #[test]
-fn extraction_reports_the_greedy_fallback() {
+fn exact_extraction_pays_shared_classes_once() {
+    use super::egraph::{LEGraph, Lang};
+    let shape = [1, 16, 4, 4];
     let mut g = Graph::new("t");
     let x = g.add_input(
         "x",
-        ValueType::new(DType::F32, SHAPE.to_vec()),
+        ValueType::new(DType::F32, shape.to_vec()),
         span("x", "Input", 0),
     );
-    let a = add(&mut g, lt("NCHW", "NHWC", &SHAPE, ZERO), "to", &[x], 1);
-    let b = add(&mut g, lt("NHWC", "NCHW", &SHAPE, ZERO), "back", &[a], 2);
-    g.set_outputs(vec![b]);
-    let ge = graph_to_egraph(&g).unwrap();
-    let (_, ilp) = extract_with_limit(&ge.egraph, &ge.roots, 1000);
-    let (_, greedy) = extract_with_limit(&ge.egraph, &ge.roots, 0);
-    assert_eq!((ilp.method, greedy.method), (Method::Ilp, Method::Greedy));
-    assert!(greedy.note.unwrap().contains("limit"));
-    // Nothing rewritten: both pick the same two transforms of 612 bytes each way.
-    let bytes = (SHAPE.iter().product::<usize>() * 4) as f64;
-    assert_eq!(ilp.cost, 4.0 * bytes);
-    assert_eq!(greedy.cost, 4.0 * bytes);
+    let t = add(
+        &mut g,
+        lt("NCHW", "NHWC", &shape, PadValue::Undef),
+        "to",
+        &[x],
+        1,
+    );
+    let s1 = add(&mut g, Op::Unary(UnaryOp::Relu), "s1", &[t], 2);
+    let s2 = add(&mut g, Op::Unary(UnaryOp::Relu), "s2", &[s1], 3);
+    let r2 = add(&mut g, Op::Unary(UnaryOp::Relu), "r2", &[s2], 4);
+    g.set_outputs(vec![s2, r2]);
+    let mut ge = graph_to_egraph(&g).unwrap();
+    let eg: &mut LEGraph = &mut ge.egraph;
+    let [out1, out2] = [ge.roots[0], ge.roots[1]];
+    let Some(Lang::Unary([relu, _])) = eg[out2].nodes.first().cloned() else {
+        panic!("output 2 is a relu");
+    };
+    let Some(Lang::Xform([from, to, pad, _])) = eg[t_class(eg, out1)].nodes.first().cloned() else {
+        panic!("output 1 reads a transform");
+    };
+    let x_class = ge.inputs[0];
+    let rx = eg.add(Lang::Unary([relu, x_class]));
+    let alt = eg.add(Lang::Xform([from, to, pad, rx]));
+    eg.union(alt, out2);
+    eg.rebuild();
+    let roots: Vec<_> = ge.roots.iter().map(|&r| ge.egraph.find(r)).collect();
+    let (choice, report) = extract(&ge.egraph, &roots);
+    assert_eq!(report.method, Method::Exact, "{:?}", report.note);
+    let bytes = (shape.iter().product::<usize>() * 4) as f64;
+    // T, s1, s2 and relu(s2): each reads and writes the tensor once.
+    assert_eq!(report.cost, 4.0 * 2.0 * bytes);
+    assert!(matches!(choice[&roots[1]], Lang::Unary(_)));
+}
+
+/// The class of the transform under output 1's two relus.
+fn t_class(eg: &super::egraph::LEGraph, out1: egg::Id) -> egg::Id {
+    let mut class = out1;
+    for _ in 0..2 {
+        let Some(super::egraph::Lang::Unary([_, below])) = eg[class].nodes.first() else {
+            panic!("a relu");
+        };
+        class = eg.find(*below);
+    }
+    class
 }
 
 /// Deterministic weights in [-0.5, 0.5).
