@@ -193,6 +193,10 @@ pub struct Timing {
     pub p90_ms: f64,
     /// The mean run.
     pub mean_ms: f64,
+    /// One run as the cost model predicts it (`compare --measure` only):
+    /// each step's measured kernel time, else its bytes and flops at the
+    /// machine's peaks.
+    pub predicted_ms: Option<f64>,
 }
 
 impl Timing {
@@ -213,6 +217,7 @@ impl Timing {
             p50_ms: ms(report.p50),
             p90_ms: ms(report.p90),
             mean_ms: ms(report.mean),
+            predicted_ms: None,
         }
     }
 }
