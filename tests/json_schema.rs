@@ -157,7 +157,7 @@ fn document(command: &str, args: &[&str]) -> Value {
         "{command} {args:?}:\n{}",
         errors.join("\n")
     );
-    assert_eq!(doc["schema_version"], 1);
+    assert_eq!(doc["schema_version"], 2);
     assert_eq!(doc["command"], command);
     doc
 }

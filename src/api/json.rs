@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// The schema's version: raised whenever a key changes meaning or goes away.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// A document of `command` about the model at `model`: the envelope's keys
 /// and those of `body` (an object), pretty-printed.
@@ -193,9 +193,9 @@ pub struct Timing {
     pub p90_ms: f64,
     /// The mean run.
     pub mean_ms: f64,
-    /// One run as the cost model predicts it (`compare --measure` only):
-    /// each step's measured kernel time, else its bytes and flops at the
-    /// machine's peaks.
+    /// One run as the cost model predicts it (`compare --measure`, `bench
+    /// --profile`; else `null`): each step's measured kernel time, else its
+    /// bytes and flops at the machine's peaks.
     pub predicted_ms: Option<f64>,
 }
 
@@ -217,7 +217,10 @@ impl Timing {
             p50_ms: ms(report.p50),
             p90_ms: ms(report.p90),
             mean_ms: ms(report.mean),
-            predicted_ms: None,
+            predicted_ms: report
+                .profile
+                .as_ref()
+                .map(|p| p.predicted.iter().sum::<f64>() * 1e3),
         }
     }
 }
@@ -425,6 +428,8 @@ pub struct StepTime {
     pub fallback: bool,
     /// Its mean time per run.
     pub mean_ms: f64,
+    /// Its time per run as the cost model predicts it.
+    pub predicted_ms: f64,
     /// Bytes it reads and writes per run.
     pub moved_bytes: u64,
     /// Its floating-point operations per run.
@@ -459,11 +464,13 @@ impl BenchDoc {
         let profile = bench.profile.as_ref().map(|p| {
             p.steps
                 .iter()
-                .map(|s| StepTime {
+                .zip(&p.predicted)
+                .map(|(s, predicted)| StepTime {
                     name: s.name.clone(),
                     kind: s.kind.clone(),
                     fallback: s.fallback,
                     mean_ms: s.time.as_secs_f64() * 1e3 / p.runs.max(1) as f64,
+                    predicted_ms: predicted * 1e3,
                     moved_bytes: s.work.bytes,
                     flops: s.work.flops,
                 })
