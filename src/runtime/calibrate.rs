@@ -13,8 +13,9 @@ use super::kernel_times::{time_kernel, KernelTimes};
 use super::roofline::{machine_peaks, MachinePeaks};
 use super::simd::{Epilogue, Isa};
 use super::{worker_pool, CompiledModel, RuntimeError, RuntimeOptions};
-use crate::graph::DType;
+use crate::graph::{DType, ValueType};
 use crate::layout::op_rules::{ConvQuery, CostModel, MeasuredCosts};
+use crate::ops::OpDef;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -37,6 +38,13 @@ fn calibrated(peaks: &MachinePeaks, measured: Arc<dyn MeasuredCosts>) -> CostMod
         ..CostModel::default()
     }
 }
+
+/// A convolution whose buffers are larger than this keeps the estimate: it
+/// is not worth the memory to measure (nor are hostile models measured).
+const MAX_MEASURED_BYTES: f64 = (256 << 20) as f64;
+/// Nor one with more flops than this (tens of milliseconds per run at a
+/// desktop core's FMA rate): a cold plan stays within seconds.
+const MAX_MEASURED_FLOPS: f64 = 5e9;
 
 /// Convolution times measured on the worker threads a model will run on,
 /// cached per machine.
@@ -114,6 +122,12 @@ impl MeasuredCosts for MeasuredConvs {
         let depthwise = group > 1 && group == geom.cin && group == geom.cout;
         if (group > 1 && !depthwise) || (depthwise && geom.x_cb != geom.y_cb) {
             return None; // no native kernel
+        }
+        let buffers = (geom.x_len() + geom.y_len() + q.weights.numel()) as f64 * 4.0;
+        let w_type = ValueType::new(DType::F32, q.weights.shape.clone());
+        let flops = q.conv.flops(&[x, &w_type], &[y]);
+        if buffers > MAX_MEASURED_BYTES || flops > MAX_MEASURED_FLOPS {
+            return None;
         }
         let w = q.weights.f32s();
         let mut times = self.times.lock().ok()?;
