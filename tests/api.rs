@@ -7,7 +7,9 @@ mod common;
 
 use common::{load_test_data, max_abs_err};
 use layoutopt::api::logical::LogicalView;
-use layoutopt::api::{load_model, CostModel, Layout, PlanLayouts, Planner, Target};
+use layoutopt::api::{
+    load_model, ConvQuery, CostModel, Layout, MeasuredCosts, PlanLayouts, Planner, Target,
+};
 use layoutopt::graph::{Graph, Tensor};
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 use std::collections::BTreeMap;
@@ -183,4 +185,96 @@ fn the_logical_view_sees_the_same_ops_in_every_plan() {
         }
         assert!(blocked > 0, "{model}: the global plan blocks some ops");
     }
+}
+
+/// Convolutions timed by a rule instead of a clock: those writing a blocked
+/// layout cost `blocked_ns`, the others `row_major_ns`.
+#[derive(Debug)]
+struct FixedConvTimes {
+    blocked_ns: f64,
+    row_major_ns: f64,
+}
+
+impl MeasuredCosts for FixedConvTimes {
+    fn conv_ns(&self, q: &ConvQuery) -> Option<f64> {
+        Some(match q.y.1.is_blocked() {
+            true => self.blocked_ns,
+            false => self.row_major_ns,
+        })
+    }
+}
+
+#[test]
+fn measured_conv_times_replace_the_estimate() {
+    let g = load_model(&bundled("resnet_small/model.onnx")).unwrap();
+    let (inputs, expected) = load_test_data(&bundled("resnet_small"));
+    let plan_with = |blocked_ns, row_major_ns| {
+        let times = FixedConvTimes {
+            blocked_ns,
+            row_major_ns,
+        };
+        let cost = CostModel {
+            measured: Some(std::sync::Arc::new(times)),
+            ..CostModel::default()
+        };
+        let plan = PlanLayouts::new(Planner::Global, Target::Nchwc(16))
+            .with_cost_model(cost)
+            .plan(&g)
+            .unwrap();
+        assert_close(&expected[0], &run(&plan.graph, &inputs)[0]);
+        plan
+    };
+    // Blocked convolutions measured slow: the plan keeps every tensor row-major,
+    // although the estimate alone blocks them (`the_cost_model_steers_the_plan`).
+    let slow_blocked = plan_with(1e9, 1.0);
+    assert_eq!(slow_blocked.report.transform_bytes, 0);
+    assert!(slow_blocked.report.estimated_cost < 1e9);
+    // Measured fast: they are blocked, and the measured time is the cost.
+    let fast_blocked = plan_with(1.0, 1e9);
+    assert!(fast_blocked.report.transform_count > 0);
+    assert!(fast_blocked.report.estimated_cost < 1e9);
+}
+
+#[test]
+fn the_measured_cost_model_is_cached_and_predicts_the_steps() {
+    use layoutopt::runtime::calibrate::{measured_cost_model, predicted_step_seconds};
+    let dir = std::env::temp_dir().join(format!("layoutopt-costs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut options = RuntimeOptions::with_threads(1);
+    options.conv_algo.cache = Some(dir.clone());
+    let g = load_model(&bundled("resnet_small/model.onnx")).unwrap();
+    let plan = |options: &RuntimeOptions| {
+        PlanLayouts::new(Planner::Global, Target::Nchwc(16))
+            .with_cost_model(measured_cost_model(options).unwrap())
+            .plan(&g)
+            .unwrap()
+    };
+    let first = plan(&options);
+    let times = dir.join("kernel_times.json");
+    let written = std::fs::read(&times).unwrap();
+    // A second planning reads every time from the cache: the same objective,
+    // and nothing measured or written.
+    let second = plan(&options);
+    assert_eq!(first.report.estimated_cost, second.report.estimated_cost);
+    assert_eq!(std::fs::read(&times).unwrap(), written);
+    // The compiled model's convolutions are predicted by those times.
+    let model = CompiledModel::compile(&second.graph, &options).unwrap();
+    let peaks = layoutopt::runtime::roofline::machine_peaks(1, Some(&dir), false)
+        .unwrap()
+        .peaks;
+    let predicted = predicted_step_seconds(&model, &peaks);
+    let convs = model.conv_steps();
+    assert!(!convs.is_empty());
+    for c in convs {
+        let ms = c
+            .decision
+            .millis
+            .iter()
+            .find(|(a, _)| *a == c.decision.algo);
+        assert!(ms.is_some(), "{}: {}", c.name, c.decision);
+    }
+    assert!(predicted.iter().all(|&s| s.is_finite() && s > 0.0));
+    let (inputs, expected) = load_test_data(&bundled("resnet_small"));
+    assert_close(&expected[0], &model.run(&inputs).unwrap()[0]);
+    let _ = std::fs::remove_dir_all(&dir);
 }

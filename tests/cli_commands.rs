@@ -236,10 +236,11 @@ fn compare_has_a_row_per_planner() {
     for (line, planner) in lines[1..].iter().zip(["keep", "local", "greedy", "global"]) {
         let cols: Vec<&str> = line.split_whitespace().collect();
         assert_eq!(cols[0], planner);
-        assert_eq!(cols.len(), 8, "{line}");
-        // Measured: the compile time and the median run, in ms.
-        assert!(cols[6].parse::<f64>().unwrap() > 0.0, "{line}");
-        assert!(cols[7].parse::<f64>().unwrap() > 0.0, "{line}");
+        assert_eq!(cols.len(), 9, "{line}");
+        // Measured: the compile time, the predicted run and the median run, in ms.
+        for col in &cols[6..] {
+            assert!(col.parse::<f64>().unwrap() > 0.0, "{line}");
+        }
     }
     assert_eq!(lines.len(), 6);
     assert!(lines[5].contains("the median of 10"), "{}", lines[5]);
@@ -606,7 +607,9 @@ fn check_finite_names_the_first_step_with_nan_or_inf() {
             .to_string()
     };
     // A NaN and infinities in the input: the fused Conv+Relu is the first step
-    // holding them, named with both source layers.
+    // holding them, named with both source layers (or, where the measured
+    // costs block the input first, the transform feeding it, named with the
+    // convolution's layer).
     let case = format!(
         "{}/tests/nonfinite/conv_relu/model.onnx",
         env!("CARGO_MANIFEST_DIR")
@@ -614,8 +617,9 @@ fn check_finite_names_the_first_step_with_nan_or_inf() {
     for target in ["nchw", "nchw16c"] {
         let o = layoutopt(&["run", &case, "--target", target, "--check-finite"]);
         let line = check_line(&o);
+        let step = line.contains("'Relu_1'") || line.contains("(LayoutTransform;");
         assert!(
-            line.contains("'Relu_1'") && line.contains("layer 'Conv_0'") && line.contains(" NaN"),
+            step && line.contains("layer 'Conv_0'") && line.contains(" NaN"),
             "{line}"
         );
     }

@@ -193,6 +193,10 @@ pub struct Timing {
     pub p90_ms: f64,
     /// The mean run.
     pub mean_ms: f64,
+    /// One run as the cost model predicts it (`compare --measure`, `bench
+    /// --profile`; else `null`): each step's measured kernel time, else its
+    /// bytes and flops at the machine's peaks.
+    pub predicted_ms: Option<f64>,
 }
 
 impl Timing {
@@ -213,6 +217,10 @@ impl Timing {
             p50_ms: ms(report.p50),
             p90_ms: ms(report.p90),
             mean_ms: ms(report.mean),
+            predicted_ms: report
+                .profile
+                .as_ref()
+                .map(|p| p.predicted.iter().sum::<f64>() * 1e3),
         }
     }
 }
@@ -420,6 +428,8 @@ pub struct StepTime {
     pub fallback: bool,
     /// Its mean time per run.
     pub mean_ms: f64,
+    /// Its time per run as the cost model predicts it.
+    pub predicted_ms: f64,
     /// Bytes it reads and writes per run.
     pub moved_bytes: u64,
     /// Its floating-point operations per run.
@@ -454,11 +464,13 @@ impl BenchDoc {
         let profile = bench.profile.as_ref().map(|p| {
             p.steps
                 .iter()
-                .map(|s| StepTime {
+                .zip(&p.predicted)
+                .map(|(s, predicted)| StepTime {
                     name: s.name.clone(),
                     kind: s.kind.clone(),
                     fallback: s.fallback,
                     mean_ms: s.time.as_secs_f64() * 1e3 / p.runs.max(1) as f64,
+                    predicted_ms: predicted * 1e3,
                     moved_bytes: s.work.bytes,
                     flops: s.work.flops,
                 })

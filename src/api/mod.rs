@@ -81,11 +81,11 @@ use std::io::Read;
 use std::path::Path;
 
 pub use crate::core::Layout;
-pub use crate::layout::op_rules::CostModel;
 /// The layout family a plan targets: `Nchw` (nothing to plan), `Nhwc`, or
 /// `Nchwc(x)`, channels blocked by `x` ([`Target::host_blocked`] picks `x` from
 /// this CPU's vector width). Parsed from "nchw", "nhwc", "nchwc", "nchw<x>c".
 pub use crate::layout::op_rules::Family as Target;
+pub use crate::layout::op_rules::{ConvQuery, CostModel, MeasuredCosts};
 /// The layout planners: `Keep`, `Local`, `Greedy`, `Global` (parsed from their
 /// command-line names); see [`crate::layout::plan`] for what each does.
 pub use crate::layout::plan::PlannerKind as Planner;

@@ -47,7 +47,10 @@ pub fn export(
     api::check_output(model, out, output.force)?;
     let source = load(model, shapes)?;
     let planned = match purpose {
-        ExportFor::Verification => planning.plan(&source)?,
+        ExportFor::Verification => planning.plan(
+            &source,
+            &layoutopt::runtime::RuntimeOptions::with_threads(0),
+        )?,
         ExportFor::Onnxruntime => super::progress::step("simplifying for onnxruntime", || {
             PlanLayouts::for_onnxruntime()
                 .with_rules(Some(planning.rule_source()))
@@ -97,8 +100,9 @@ pub fn explore(
     let out = output.output.as_path();
     api::check_output(model, out, output.force)?;
     let source = load(model, shapes)?;
-    let first = planning.plan(&source)?;
-    let second = planning.plan_with(&source, other)?;
+    let first = planning.plan(&source, options)?;
+    let costs = layoutopt::runtime::calibrate::measured_cost_model(options)?;
+    let second = planning.plan_with(&source, other, &costs)?;
     super::progress::step("lowering nodes for the explorer", || {
         api::explore_plans(
             model,

@@ -25,11 +25,13 @@ pub mod plan;
 pub mod progress;
 pub mod run;
 
-use layoutopt::api::{self, PlanLayouts, Planner, Target};
+use layoutopt::api::{self, CostModel, PlanLayouts, Planner, Target};
 use layoutopt::frontend::onnx::ImportOptions;
 use layoutopt::graph::Graph;
 use layoutopt::layout::plan::Plan;
 use layoutopt::layout::rules::RuleSource;
+use layoutopt::runtime::calibrate::measured_cost_model;
+use layoutopt::runtime::RuntimeOptions;
 use std::path::Path;
 
 /// What a command returns: any stage's error, printed on stderr by `main`.
@@ -106,17 +108,31 @@ impl Planning {
         }
     }
 
-    /// Plans `g` under a spinner.
-    pub fn plan(&self, g: &Graph) -> Result<Plan, api::Error> {
+    /// Plans `g` under a spinner, its convolutions costed by their measured
+    /// times on the threads and kernels of `runtime`.
+    pub fn plan(
+        &self,
+        g: &Graph,
+        runtime: &RuntimeOptions,
+    ) -> Result<Plan, Box<dyn std::error::Error>> {
+        let costs = measured_cost_model(runtime)?;
         let msg = format!("planning with '{}' for {}", self.planner, self.target);
-        progress::step(&msg, || self.plan_with(g, self.planner))
+        Ok(progress::step(&msg, || {
+            self.plan_with(g, self.planner, &costs)
+        })?)
     }
 
-    /// Plans `g` with `planner` for this target and rules, warning on stderr
-    /// when the rewriting could not run.
-    pub fn plan_with(&self, g: &Graph, planner: Planner) -> Result<Plan, api::Error> {
+    /// Plans `g` with `planner` for this target and rules under `costs`,
+    /// warning on stderr when the rewriting could not run.
+    pub fn plan_with(
+        &self,
+        g: &Graph,
+        planner: Planner,
+        costs: &CostModel,
+    ) -> Result<Plan, api::Error> {
         let plan = PlanLayouts::new(planner, self.target)
             .with_rules(Some(self.rule_source()))
+            .with_cost_model(costs.clone())
             .plan(g)?;
         if let Some(r) = &plan.report.rewrite {
             if r.skipped || !r.applied {

@@ -5,7 +5,10 @@ use super::{load, native, progress, CliResult, InputShapes, Planning};
 use layoutopt::api::json::{document, plan_document, CompareRow, Comparison, Timing};
 use layoutopt::api::Planner;
 use layoutopt::graph::format_spans;
-use layoutopt::runtime::bench::bench;
+use layoutopt::layout::plan::Plan;
+use layoutopt::runtime::bench::{time_run, BenchReport};
+use layoutopt::runtime::calibrate::{measured_cost_model, predicted_step_seconds};
+use layoutopt::runtime::roofline::machine_peaks;
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 use std::path::Path;
 use std::time::Instant;
@@ -20,7 +23,7 @@ pub fn plan(
     options: &RuntimeOptions,
 ) -> CliResult {
     let g = load(model, shapes)?;
-    let p = planning.plan(&g)?;
+    let p = planning.plan(&g, options)?;
     if !json {
         out!("{}", p.report.to_text())?;
     }
@@ -38,13 +41,16 @@ pub fn plan(
     Ok(())
 }
 
-/// Untimed and timed runs of each plan of `compare --measure`.
+/// Untimed runs of each plan of `compare --measure`, then timed rounds: each
+/// round runs every plan once, the plans in turn first, so that a change of
+/// load on the machine falls on all of them alike.
 const MEASURE_WARMUP: usize = 3;
-const MEASURE_RUNS: usize = 10;
+const MEASURE_ROUNDS: usize = 10;
 
-/// Every planner side by side; `measure` also compiles each plan (timed apart)
-/// and times `MEASURE_RUNS` runs after `MEASURE_WARMUP` untimed ones (with the
-/// model's recorded input, else random inputs).
+/// Every planner side by side, under the cost model measured on this
+/// machine; `measure` also compiles each plan (timed apart), predicts its run
+/// time and times `MEASURE_ROUNDS` interleaved runs after `MEASURE_WARMUP`
+/// untimed ones (with the model's recorded input, else random inputs).
 pub fn compare(
     model: &Path,
     shapes: &InputShapes,
@@ -53,36 +59,28 @@ pub fn compare(
     json: bool,
 ) -> CliResult {
     let g = load(model, shapes)?;
-    let inputs = if measure {
-        Some(model_inputs(model, &g, &[], 0)?.0)
-    } else {
-        None
-    };
-    let mut rows = Vec::new();
+    let runtime = native::KernelArgs::default().options(0);
+    let costs = measured_cost_model(&runtime)?;
+    let mut plans = Vec::new();
     let pb = progress::bar(Planner::ALL.len() as u64, "planning");
     for planner in Planner::ALL {
         pb.set_message(format!("planning with '{planner}'"));
-        let p = planning.plan_with(&g, planner)?;
-        let measured = match &inputs {
-            Some(x) => {
-                let t = Instant::now();
-                let compiled =
-                    native::compile(&p.graph, &native::KernelArgs::default().options(0))?;
-                let compile = t.elapsed();
-                let report = bench(&compiled, x, MEASURE_WARMUP, MEASURE_RUNS, None)?;
-                Some(Timing::of(
-                    &report,
-                    compile,
-                    compiled.threads(),
-                    MEASURE_WARMUP,
-                ))
-            }
-            None => None,
-        };
-        rows.push(CompareRow::of(&p.report, measured));
+        plans.push(planning.plan_with(&g, planner, &costs)?);
         pb.inc(1);
     }
     pb.finish_and_clear();
+    let measured = match measure {
+        true => measure_plans(model, &g, &plans, &runtime)?
+            .into_iter()
+            .map(Some)
+            .collect(),
+        false => vec![None; plans.len()],
+    };
+    let rows: Vec<CompareRow> = plans
+        .iter()
+        .zip(measured)
+        .map(|(p, m)| CompareRow::of(&p.report, m))
+        .collect();
     if json {
         let body = Comparison {
             target: planning.target.to_string(),
@@ -92,7 +90,7 @@ pub fn compare(
         return Ok(());
     }
     outln!(
-        "{:<8} {:>10} {:>14} {:>16} {:>12} {:>10} {:>14} {:>12}",
+        "{:<8} {:>10} {:>14} {:>16} {:>12} {:>10} {:>14} {:>14} {:>12}",
         "planner",
         "transforms",
         "bytes moved",
@@ -100,6 +98,7 @@ pub fn compare(
         "plan (ms)",
         "gap",
         "compile (ms)",
+        "predicted (ms)",
         "p50 run (ms)"
     )?;
     for r in rows {
@@ -109,7 +108,7 @@ pub fn compare(
         let figure = |x: Option<f64>| x.map_or("-".to_string(), |t| format!("{t:.2}"));
         let m = r.measured.as_ref();
         outln!(
-            "{:<8} {:>10} {:>14} {:>16.1} {:>12.1} {:>10} {:>14} {:>12}",
+            "{:<8} {:>10} {:>14} {:>16.1} {:>12.1} {:>10} {:>14} {:>14} {:>12}",
             r.planner,
             r.transform_count,
             r.transform_bytes,
@@ -117,13 +116,57 @@ pub fn compare(
             r.plan_ms,
             gap,
             figure(m.map(|m| m.compile_ms)),
+            figure(m.and_then(|m| m.predicted_ms)),
             figure(m.map(|m| m.p50_ms))
         )?;
     }
-    if inputs.is_some() {
+    if measure {
         outln!(
-            "runs: the median of {MEASURE_RUNS} after {MEASURE_WARMUP} untimed; compile time apart"
+            "runs: the median of {MEASURE_ROUNDS} rounds, the plans in turn, after \
+             {MEASURE_WARMUP} untimed runs each; compile time apart; predicted: \
+             the cost model's sum over the compiled steps"
         )?;
     }
     Ok(())
+}
+
+/// Compiles each plan (timed), predicts one run of it, and times its runs
+/// in interleaved rounds.
+fn measure_plans(
+    model: &Path,
+    g: &layoutopt::graph::Graph,
+    plans: &[Plan],
+    runtime: &RuntimeOptions,
+) -> Result<Vec<Timing>, Box<dyn std::error::Error>> {
+    let inputs = model_inputs(model, g, &[], 0)?.0;
+    let peaks = machine_peaks(runtime.threads, runtime.conv_algo.cache.as_deref(), false)?.peaks;
+    let mut compiled = Vec::new();
+    for p in plans {
+        let t = Instant::now();
+        let c = native::compile(&p.graph, runtime)?;
+        compiled.push((t.elapsed(), c));
+    }
+    for (_, c) in &compiled {
+        for _ in 0..MEASURE_WARMUP {
+            c.run(&inputs)?;
+        }
+    }
+    let mut times = vec![Vec::with_capacity(MEASURE_ROUNDS); compiled.len()];
+    for round in 0..MEASURE_ROUNDS {
+        for k in 0..compiled.len() {
+            let i = (round + k) % compiled.len();
+            times[i].push(time_run(&compiled[i].1, &inputs)?);
+        }
+    }
+    Ok(compiled
+        .iter()
+        .zip(times)
+        .map(|((compile, c), times)| {
+            let report = BenchReport::of_times(times);
+            Timing {
+                predicted_ms: Some(predicted_step_seconds(c, &peaks).iter().sum::<f64>() * 1e3),
+                ..Timing::of(&report, *compile, c.threads(), MEASURE_WARMUP)
+            }
+        })
+        .collect())
 }

@@ -222,7 +222,7 @@ pub fn run(
     let t0 = Instant::now();
     let source = load(model, shapes)?;
     let import_time = t0.elapsed();
-    let planned = planning.plan(&source)?;
+    let planned = planning.plan(&source, options)?;
     let g = planned.graph;
     let (inputs, expected) = model_inputs(model, &source, input_files, seed)?;
     let (outputs, execution) = progress::step("compiling and running", || {
@@ -424,7 +424,7 @@ pub fn bench(
     json: bool,
 ) -> CliResult {
     let source = load(model, shapes)?;
-    let planned = planning.plan(&source)?;
+    let planned = planning.plan(&source, &args.kernels.options(args.threads))?;
     let (inputs, _) = model_inputs(model, &planned.graph, &[], args.seed)?;
     if !json {
         outln!(

@@ -12,17 +12,20 @@
 //!   reshape that only drops or inserts unit axes (a squeeze or unsqueeze) may
 //!   also relabel its input's layout, as a transpose does.
 //!
-//! The cost model is deliberately simple (to be calibrated by measurement): data
-//! movement at `ns_per_byte`, arithmetic at `ns_per_flop`, with a penalty for
-//! convolutions in layouts their kernels vectorise poorly, and padded elements
-//! counted as work.
+//! The cost model, in ns: a convolution costs the time its kernel was measured
+//! to take on this machine in those layouts ([`MeasuredCosts`], which the
+//! runtime provides and caches per CPU); everything else, and a convolution
+//! planned without measurements, costs its data movement at `ns_per_byte` and
+//! its arithmetic at `ns_per_flop`, with a penalty for convolutions in layouts
+//! their kernels vectorise poorly, and padded elements counted as work.
 
 use super::{Layout, LayoutError};
-use crate::graph::{numel, Graph, NodeId, Op, ValueRef, ValueType};
+use crate::graph::{numel, Graph, NodeId, Op, Tensor, ValueRef, ValueType};
 pub use crate::ops::LayoutRole as OpKind;
 use crate::ops::{Conv, Reshape, Transpose};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::sync::Arc;
 
 /// The family of layouts the planner may move activations into.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -118,7 +121,29 @@ pub struct Impl {
     pub cost: f64,
 }
 
-/// Unit costs of the simple cost model.
+/// One convolution in storage layouts, as the planner asks its time.
+pub struct ConvQuery<'a> {
+    /// The convolution.
+    pub conv: &'a Conv,
+    /// Its data input and the layout it is stored in.
+    pub x: (&'a ValueType, &'a Layout),
+    /// Its weights (logical OIHW).
+    pub weights: &'a Tensor,
+    /// Its output and the layout it is stored in.
+    pub y: (&'a ValueType, &'a Layout),
+}
+
+/// Kernel times measured on this machine, taken by the cost model instead of
+/// its estimate wherever there is one. The runtime implements it (it is a layer
+/// above the planner, and owns the kernels).
+pub trait MeasuredCosts: Send + Sync + fmt::Debug {
+    /// Nanoseconds of one run of the convolution as the runtime would run it
+    /// in those layouts; `None` when it has no native kernel for them.
+    fn conv_ns(&self, query: &ConvQuery) -> Option<f64>;
+}
+
+/// Unit costs of the cost model, and the measured kernel times that replace
+/// its estimate of convolutions.
 #[derive(Clone, Debug)]
 pub struct CostModel {
     /// Time to move one byte (ns).
@@ -139,6 +164,9 @@ pub struct CostModel {
     /// of an arbitrary one (a squeeze-excite path flipping between NCHW16c and
     /// NCHW, which for 1x1 spatial store the same bytes).
     pub relabel_ns: f64,
+    /// Measured kernel times; `None` plans by the estimate alone (the same
+    /// plan on every machine).
+    pub measured: Option<Arc<dyn MeasuredCosts>>,
 }
 
 impl Default for CostModel {
@@ -150,6 +178,7 @@ impl Default for CostModel {
             nhwc_conv_penalty: 1.15,
             split_depthwise_penalty: 25.0,
             relabel_ns: 0.5,
+            measured: None,
         }
     }
 }
@@ -415,16 +444,28 @@ fn bytes(ts: &[&ValueType], layouts: &[&Layout]) -> f64 {
         .sum()
 }
 
-/// Cost of running `op` with the given layouts: its data movement, and its
-/// arithmetic at the speed its kernel reaches in those layouts.
+/// Cost of running `op` with the given layouts: a convolution's measured time
+/// when there is one, else its data movement and its arithmetic at the speed
+/// its kernel reaches in those layouts. `weights` are a convolution's constant
+/// weights.
 fn op_cost(
     op: &Op,
-    ins: &[&ValueType],
-    outs: &[&ValueType],
-    in_l: &[&Layout],
-    out_l: &[&Layout],
+    (ins, in_l): (&[&ValueType], &[&Layout]),
+    (outs, out_l): (&[&ValueType], &[&Layout]),
+    weights: Option<&Tensor>,
     m: &CostModel,
 ) -> f64 {
+    if let (Op::Conv(conv), Some(measured), Some(weights)) = (op, &m.measured, weights) {
+        let query = ConvQuery {
+            conv,
+            x: (ins[0], in_l[0]),
+            weights,
+            y: (outs[0], out_l[0]),
+        };
+        if let Some(ns) = measured.conv_ns(&query) {
+            return ns;
+        }
+    }
     let moved = (bytes(ins, in_l) + bytes(outs, out_l)) * m.ns_per_byte;
     if let ([x], [xl], [yl]) = (ins, in_l, out_l) {
         if relabelled(op, xl, &x.shape).as_ref() == Some(*yl) {
@@ -593,7 +634,8 @@ pub fn impls(
         }
         let in_l: Vec<&Layout> = inputs.iter().map(|&l| layouts.get(l)).collect();
         let out_l: Vec<&Layout> = outputs.iter().map(|&l| layouts.get(l)).collect();
-        let cost = op_cost(&n.op, &ins, &outs, &in_l, &out_l, model);
+        let weights = in_refs.get(1).and_then(|&w| g.constant(w));
+        let cost = op_cost(&n.op, (&ins, &in_l), (&outs, &out_l), weights, model);
         out.push(Impl {
             inputs,
             outputs,

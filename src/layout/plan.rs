@@ -599,12 +599,12 @@ impl PlanReport {
         if let Some(r) = &self.rewrite {
             let _ = writeln!(
                 s,
-                "rewrite: {} ({} iterations, {} extraction, cost {:.1} -> {:.1}){}",
+                "rewrite: {} ({} iterations, {} extraction, cost {:.1} -> {:.1} us){}",
                 if r.applied { "applied" } else { "not applied" },
                 r.iterations,
                 r.extraction,
-                r.cost_before,
-                r.cost_after,
+                r.cost_before / 1e3,
+                r.cost_after / 1e3,
                 r.note
                     .as_ref()
                     .map(|n| format!(": {n}"))
@@ -753,9 +753,13 @@ pub struct RewriteInfo {
     pub iterations: usize,
     /// The extractor used.
     pub extraction: String,
-    /// Estimated cost before rewriting (the e-graph's cost units).
+    /// Estimated cost before rewriting (ns): the bytes the e-graph's cost
+    /// counts (every op's and transform's inputs and outputs) at the cost
+    /// model's `ns_per_byte`.
+    #[serde(rename = "cost_before_ns")]
     pub cost_before: f64,
-    /// Estimated cost after rewriting (the e-graph's cost units).
+    /// Estimated cost after rewriting (ns), the same way.
+    #[serde(rename = "cost_after_ns")]
     pub cost_after: f64,
 }
 
@@ -937,8 +941,8 @@ fn finish(
                     note: (!notes.is_empty()).then(|| notes.join("; ")),
                     iterations: r.iterations,
                     extraction: format!("{:?}", r.extract.method),
-                    cost_before: r.cost_before,
-                    cost_after: r.extract.cost,
+                    cost_before: r.cost_before * model.ns_per_byte,
+                    cost_after: r.extract.cost * model.ns_per_byte,
                 }
             }
             Err(e) => RewriteInfo::skipped(e.to_string()),

@@ -2,6 +2,7 @@
 //! optional per-step profile (which steps are native, which fall back, and how
 //! close each comes to the machine's roofline).
 
+use super::calibrate::predicted_step_seconds;
 use super::roofline::Roofline;
 use super::{CompiledModel, RuntimeError, StepProfile};
 use crate::graph::Tensor;
@@ -38,6 +39,9 @@ pub struct Profile {
     pub steps: Vec<StepProfile>,
     /// The peaks the steps are compared with.
     pub roofline: Roofline,
+    /// Each step's time as the cost model predicts it (seconds per run,
+    /// `calibrate::predicted_step_seconds`), in the order of `steps`.
+    pub predicted: Vec<f64>,
 }
 
 /// Runs `model` `warmup + runs` times, and `runs` more profiled against
@@ -55,39 +59,53 @@ pub fn bench(
     }
     let mut times = Vec::with_capacity(runs);
     for _ in 0..runs {
-        let t = Instant::now();
-        model.run(inputs)?;
-        times.push(t.elapsed());
+        times.push(time_run(model, inputs)?);
     }
-    let mut sorted = times.clone();
-    sorted.sort();
-    // Nearest-rank percentile.
-    let pct = |p: f64| sorted[((p / 100.0 * runs as f64).ceil() as usize).clamp(1, runs) - 1];
-    let mean = times.iter().sum::<Duration>() / runs as u32;
-    let profile = match roofline {
-        Some(roofline) => {
-            let mut steps = vec![];
-            for _ in 0..runs {
-                model.run_profiled(inputs, &mut steps)?;
-            }
-            Some(Profile {
-                runs,
-                steps,
-                roofline,
-            })
+    let mut report = BenchReport::of_times(times);
+    if let Some(roofline) = roofline {
+        let mut steps = vec![];
+        for _ in 0..runs {
+            model.run_profiled(inputs, &mut steps)?;
         }
-        None => None,
-    };
-    Ok(BenchReport {
-        runs,
-        min: sorted[0],
-        p50: pct(50.0),
-        p90: pct(90.0),
-        p99: pct(99.0),
-        mean,
-        profile,
-        times,
-    })
+        report.profile = Some(Profile {
+            runs,
+            steps,
+            predicted: predicted_step_seconds(model, &roofline.peaks),
+            roofline,
+        });
+    }
+    Ok(report)
+}
+
+/// The time of one run of `model`.
+pub fn time_run(model: &CompiledModel, inputs: &[Tensor]) -> Result<Duration, RuntimeError> {
+    let t = Instant::now();
+    model.run(inputs)?;
+    Ok(t.elapsed())
+}
+
+impl BenchReport {
+    /// The percentiles of timed runs (at least one), without a profile.
+    pub fn of_times(times: Vec<Duration>) -> BenchReport {
+        let mut sorted = times.clone();
+        sorted.sort();
+        let runs = sorted.len().max(1);
+        // Nearest-rank percentile.
+        let pct = |p: f64| {
+            let rank = ((p / 100.0 * runs as f64).ceil() as usize).clamp(1, runs);
+            sorted.get(rank - 1).copied().unwrap_or_default()
+        };
+        BenchReport {
+            runs,
+            min: pct(0.0),
+            p50: pct(50.0),
+            p90: pct(90.0),
+            p99: pct(99.0),
+            mean: times.iter().sum::<Duration>() / runs as u32,
+            profile: None,
+            times,
+        }
+    }
 }
 
 fn ms(d: Duration) -> f64 {
@@ -115,24 +133,29 @@ impl fmt::Display for BenchReport {
             runs,
             steps,
             roofline,
+            predicted,
         }) = &self.profile
         {
             let total: Duration = steps.iter().map(|s| s.time).sum();
-            let mut sorted: Vec<&StepProfile> = steps.iter().collect();
-            sorted.sort_by_key(|s| std::cmp::Reverse(s.time));
+            let mut sorted: Vec<(&StepProfile, f64)> =
+                steps.iter().zip(predicted.iter().copied()).collect();
+            sorted.sort_by_key(|(s, _)| std::cmp::Reverse(s.time));
             writeln!(f, "{roofline}")?;
             writeln!(
                 f,
-                "per-step profile (mean over {runs} runs, {} steps, {} fallbacks):",
+                "per-step profile (mean over {runs} runs, {} steps, {} fallbacks; \
+                 predicted {:.3} ms in all, measured {:.3} ms):",
                 steps.len(),
-                steps.iter().filter(|s| s.fallback).count()
+                steps.iter().filter(|s| s.fallback).count(),
+                predicted.iter().sum::<f64>() * 1e3,
+                total.as_secs_f64() * 1e3 / *runs as f64,
             )?;
             writeln!(
                 f,
-                "{:>9} {:>6} {:>8} {:>8} {:>7} {:>7}  {:<40} step",
-                "ms", "share", "GB/s", "GFLOP/s", "flop/B", "% roof", "kind"
+                "{:>9} {:>9} {:>6} {:>8} {:>8} {:>7} {:>7}  {:<40} step",
+                "ms", "pred. ms", "share", "GB/s", "GFLOP/s", "flop/B", "% roof", "kind"
             )?;
-            for s in sorted {
+            for (s, predicted) in sorted {
                 let seconds = s.time.as_secs_f64() / *runs as f64;
                 let per_second = |x: f64| (seconds > 0.0).then(|| x / seconds / 1e9);
                 let gflops = per_second(s.work.flops).filter(|_| s.work.flops > 0.0);
@@ -142,8 +165,9 @@ impl fmt::Display for BenchReport {
                 };
                 writeln!(
                     f,
-                    "{:>9.3} {:>5.1}% {:>8} {:>8} {:>7} {:>7}  {:<40} {}{}",
+                    "{:>9.3} {:>9.3} {:>5.1}% {:>8} {:>8} {:>7} {:>7}  {:<40} {}{}",
                     seconds * 1e3,
+                    predicted * 1e3,
                     100.0 * s.time.as_secs_f64() / total.as_secs_f64().max(1e-12),
                     figure(per_second(s.work.bytes as f64), 2),
                     figure(gflops, 2),

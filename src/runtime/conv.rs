@@ -4,6 +4,7 @@
 //! of the register tile, so a fused conv makes one pass over its output.
 
 use super::simd::{conv_tile, Epilogue, Isa, Store, Tile, TILE};
+use crate::ops::Conv;
 use rayon::prelude::*;
 
 /// Shapes and window of one convolution (logical extents).
@@ -38,6 +39,38 @@ pub struct ConvGeom {
 }
 
 impl ConvGeom {
+    /// The geometry of a 2-D convolution `c` of an input of logical NCHW shape
+    /// `xs` into `cout` channels, its operands stored with channel blocks
+    /// `x_cb` and `y_cb`; `None` when the window does not fit the input.
+    pub fn of(c: &Conv, xs: &[usize], cout: usize, x_cb: usize, y_cb: usize) -> Option<ConvGeom> {
+        let w = &c.window;
+        if w.spatial_rank() != 2 || xs.len() != 4 {
+            return None;
+        }
+        // The output spatial extents from the window (the physical shape may be blocked).
+        let out = |i: usize, extent: usize| {
+            let span = w.dilations[i] * (w.kernel[i] - 1) + 1;
+            (extent + w.pad_begin(i) + w.pad_end(i))
+                .checked_sub(span)
+                .map(|d| d / w.strides[i] + 1)
+        };
+        Some(ConvGeom {
+            n: xs[0],
+            cin: xs[1],
+            h: xs[2],
+            w: xs[3],
+            cout,
+            oh: out(0, xs[2])?,
+            ow: out(1, xs[3])?,
+            k: (w.kernel[0], w.kernel[1]),
+            stride: (w.strides[0], w.strides[1]),
+            dilation: (w.dilations[0], w.dilations[1]),
+            pad: (w.pad_begin(0), w.pad_begin(1)),
+            x_cb,
+            y_cb,
+        })
+    }
+
     /// Elements of the input buffer (channels padded to the block).
     pub fn x_len(&self) -> usize {
         self.n * self.cin.div_ceil(self.x_cb) * self.x_cb * self.h * self.w

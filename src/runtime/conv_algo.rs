@@ -4,21 +4,18 @@
 //! `auto`, each candidate runs a few times at the layer's shape on the model's
 //! threads, its weights flushed from the caches as a whole model leaves them,
 //! and the fastest wins; the times are cached per CPU model,
-//! instruction set, thread count and geometry in the same cache folder as the
-//! roofline peaks (`conv_algos.json`), so a second compile measures nothing.
+//! instruction set, thread count and geometry (`kernel_times.rs`, which the
+//! planner's measured costs share), so a second compile measures nothing.
 //! A Winograd size whose error on the layer's own weights exceeds
 //! [`WINOGRAD_TOLERANCE`] is never chosen.
 
 use super::conv::{ConvGeom, PackedConv};
-use super::roofline::{cpu_name, CacheFile};
+use super::kernel_times::{time_kernel, KernelTimes};
 use super::simd::{Epilogue, Isa};
 use super::winograd::{self, WinogradConv, WinogradTile};
 use crate::graph::Span;
-use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::Mutex;
-use std::time::Instant;
 
 /// The algorithm `--conv-algo` asks for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -56,6 +53,16 @@ pub enum ConvAlgo {
     Depthwise,
     /// Winograd with this output tile.
     Winograd(WinogradTile),
+}
+
+impl ConvAlgo {
+    /// The kernel that runs it, as the kernel times cache names it.
+    pub(super) fn kernel(self) -> &'static str {
+        match self {
+            ConvAlgo::Depthwise => "depthwise",
+            _ => "conv",
+        }
+    }
 }
 
 impl fmt::Display for ConvAlgo {
@@ -235,87 +242,55 @@ impl ConvSpec<'_> {
 /// The Winograd sizes tried, the larger (faster, less accurate) first.
 const TILES: [WinogradTile; 2] = [WinogradTile::F4, WinogradTile::F2];
 
-/// Builds the kernel of a dense convolution with the algorithm `options`
-/// asks for (measured under auto, on the calling thread pool's threads).
-pub fn build(spec: &ConvSpec, options: &ConvAlgoOptions) -> (ConvKernel, ConvDecision) {
-    let plain = ConvDecision::from;
+/// The algorithms `options` leaves to choose from for the spec (one: no
+/// choice to measure), and each Winograd size's error on the layer.
+#[allow(clippy::type_complexity)]
+fn candidates(spec: &ConvSpec, options: &ConvAlgoOptions) -> (Vec<ConvAlgo>, Vec<(ConvAlgo, f64)>) {
     if !winograd::applies(&spec.geom) || options.choice == ConvAlgoChoice::Direct {
         let algo = match spec.is_pointwise() {
             true => ConvAlgo::Pointwise,
             false => ConvAlgo::Direct,
         };
-        return (ConvKernel::Direct(Box::new(spec.direct())), plain(algo));
+        return (vec![algo], vec![]);
     }
     let errors: Vec<(ConvAlgo, f64)> = TILES
         .iter()
         .map(|&t| (ConvAlgo::Winograd(t), winograd_error(spec, t)))
         .collect();
-    let accurate: Vec<WinogradTile> = TILES
+    let accurate = errors
         .iter()
-        .zip(&errors)
-        .filter(|(_, (_, e))| *e <= WINOGRAD_TOLERANCE)
-        .map(|(&t, _)| t)
-        .collect();
-    if options.choice == ConvAlgoChoice::Winograd {
-        return match accurate.first() {
-            Some(&t) => (
-                ConvKernel::Winograd(Box::new(spec.winograd(t))),
-                ConvDecision {
-                    algo: ConvAlgo::Winograd(t),
-                    millis: vec![],
-                    errors,
-                },
-            ),
-            None => (
-                ConvKernel::Direct(Box::new(spec.direct())),
-                ConvDecision {
-                    errors,
-                    ..plain(ConvAlgo::Direct)
-                },
-            ),
-        };
-    }
-    let mut candidates = vec![ConvAlgo::Direct];
-    candidates.extend(accurate.iter().map(|&t| ConvAlgo::Winograd(t)));
-    let millis = measured_millis(spec, &candidates, options);
-    let best = (0..candidates.len())
-        .min_by(|&a, &b| millis[a].total_cmp(&millis[b]))
-        .unwrap_or(0);
-    let algo = candidates[best];
-    let millis = candidates.iter().copied().zip(millis).collect();
-    (
-        spec.kernel(algo),
-        ConvDecision {
-            algo,
-            millis,
+        .filter(|(_, e)| *e <= WINOGRAD_TOLERANCE)
+        .map(|&(a, _)| a);
+    let candidates = match options.choice {
+        ConvAlgoChoice::Winograd => vec![accurate.take(1).next().unwrap_or(ConvAlgo::Direct)],
+        _ => std::iter::once(ConvAlgo::Direct).chain(accurate).collect(),
+    };
+    (candidates, errors)
+}
+
+/// Builds the kernel of a dense convolution with the algorithm `options`
+/// asks for (measured under auto, on the calling thread pool's threads).
+pub fn build(spec: &ConvSpec, options: &ConvAlgoOptions) -> (ConvKernel, ConvDecision) {
+    let (candidates, errors) = candidates(spec, options);
+    let decision = match candidates.as_slice() {
+        [only] => ConvDecision {
             errors,
+            ..ConvDecision::from(*only)
         },
-    )
+        _ => {
+            let millis = measured_millis(spec, &candidates, options);
+            let best = (0..candidates.len())
+                .min_by(|&a, &b| millis[a].total_cmp(&millis[b]))
+                .unwrap_or(0);
+            ConvDecision {
+                algo: candidates[best],
+                millis: candidates.iter().copied().zip(millis).collect(),
+                errors,
+            }
+        }
+    };
+    (spec.kernel(decision.algo), decision)
 }
-
-/// The file in the cache folder that holds the measured times.
-const CACHE_FILE: &str = "conv_algos.json";
-
-/// The measured times of one convolution shape on one machine.
-#[derive(Serialize, Deserialize)]
-struct CacheEntry {
-    cpu: String,
-    isa: String,
-    threads: usize,
-    /// n, cin, h, w, cout, oh, ow, pad top, pad left, input and output blocks.
-    geom: [usize; 11],
-    /// How the times were taken ([`TIMING`]); other entries are not used.
-    timing: String,
-    /// Milliseconds per algorithm name.
-    millis: Vec<(String, f64)>,
-}
-
-/// The timing of the entries of today's cache.
-const TIMING: &str = "weights flushed";
-
-/// One compile's reads of the cache go through one lock: models compiled on
-/// several threads at once then do not lose each other's entries.
-static CACHE_LOCK: Mutex<()> = Mutex::new(());
 
 /// Each candidate's milliseconds at the spec's shape: from the cache when it
 /// holds all of them, else measured (and cached); a kernel is only built to
@@ -325,96 +300,73 @@ fn measured_millis(
     candidates: &[ConvAlgo],
     options: &ConvAlgoOptions,
 ) -> Vec<f64> {
-    let g = &spec.geom;
-    let key = (
-        cpu_name(),
-        format!("{:?}", spec.isa),
+    let mut times = KernelTimes::open(
+        options.cache.as_deref(),
+        spec.isa,
         rayon::current_num_threads(),
-        [
-            g.n, g.cin, g.h, g.w, g.cout, g.oh, g.ow, g.pad.0, g.pad.1, g.x_cb, g.y_cb,
-        ],
     );
-    let same =
-        |e: &CacheEntry| (&e.cpu, &e.isa, e.threads, e.geom) == (&key.0, &key.1, key.2, key.3);
-    let _lock = CACHE_LOCK.lock();
-    let mut cache: CacheFile<CacheEntry> = CacheFile::open(options.cache.as_deref(), CACHE_FILE);
-    if let Some(hit) = cache.entries.iter().find(|e| same(e) && e.timing == TIMING) {
-        let cached: Option<Vec<f64>> = candidates
-            .iter()
-            .map(|a| {
-                let name = a.to_string();
-                hit.millis
-                    .iter()
-                    .find(|(n, ms)| *n == name && ms.is_finite())
-                    .map(|m| m.1)
-            })
-            .collect();
-        if let Some(m) = cached {
-            return m;
-        }
-    }
-    let millis: Vec<f64> = candidates
-        .iter()
-        .map(|&a| time_once(g, &spec.kernel(a)))
-        .collect();
-    if cache.path().is_some() {
-        cache.entries.retain(|e| !same(e));
-        cache.entries.push(CacheEntry {
-            cpu: key.0,
-            isa: key.1,
-            threads: key.2,
-            geom: key.3,
-            timing: TIMING.to_string(),
-            millis: candidates
-                .iter()
-                .map(|a| a.to_string())
-                .zip(millis.iter().copied())
-                .collect(),
-        });
-        cache.save();
-    }
+    let millis = millis_in(&mut times, spec, candidates);
+    times.save();
     millis
 }
 
-/// Timed runs of a candidate; the fastest counts.
-const RUNS: usize = 3;
+/// Each candidate's milliseconds at the spec's shape, those `times` lacks
+/// measured now and recorded there.
+fn millis_in(times: &mut KernelTimes, spec: &ConvSpec, candidates: &[ConvAlgo]) -> Vec<f64> {
+    let g = &spec.geom;
+    candidates
+        .iter()
+        .map(|&a| {
+            let name = a.to_string();
+            times.get(a.kernel(), g, &name).unwrap_or_else(|| {
+                let ms = time_once(g, &spec.kernel(a));
+                times.record(a.kernel(), g, &name, ms);
+                ms
+            })
+        })
+        .collect()
+}
 
-/// The fastest of `RUNS` runs of `k` on zeros, after one that maps the pages,
-/// each with the weights flushed from the caches and the data in them: in a
-/// model, a layer's weights were last read a whole run before, and a model's
-/// weights outgrow the caches (Winograd's transformed weights are 1.8x or 4x
-/// the direct ones, which on deep layers can cost more than the multiplies it
-/// saves), while its input was just written by the step before.
+/// The milliseconds of the algorithm `build` would run the spec with (under
+/// auto the fastest accurate candidate, measured unless `times` holds it), on
+/// the calling thread pool's threads. The planner compares layouts by it.
+pub(super) fn expected_millis(
+    spec: &ConvSpec,
+    options: &ConvAlgoOptions,
+    times: &mut KernelTimes,
+) -> f64 {
+    let (candidates, _) = candidates(spec, options);
+    millis_in(times, spec, &candidates)
+        .into_iter()
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// Adds to `decision` the cached time of the algorithm it took, when it was
+/// not measured for it but the planner measured it (a convolution without a
+/// choice is timed only to be planned): the profile predicts the step by it.
+pub(super) fn add_cached_time(
+    decision: &mut ConvDecision,
+    geom: &ConvGeom,
+    isa: Isa,
+    threads: usize,
+    options: &ConvAlgoOptions,
+) {
+    let algo = decision.algo;
+    if options.cache.is_none() || decision.millis.iter().any(|(a, _)| *a == algo) {
+        return;
+    }
+    let times = KernelTimes::open(options.cache.as_deref(), isa, threads);
+    if let Some(ms) = times.get(algo.kernel(), geom, &algo.to_string()) {
+        decision.millis.push((algo, ms));
+    }
+}
+
+/// The fastest of a few runs of `k` on zeros (`kernel_times::time_kernel`).
 fn time_once(g: &ConvGeom, k: &ConvKernel) -> f64 {
     let x = vec![0f32; g.x_len()];
     let mut y = vec![0f32; g.y_len()];
     let mut scratch = vec![0f32; k.scratch_len()];
-    k.run(&x, None, &mut y, &mut scratch);
-    (0..RUNS)
-        .map(|_| {
-            flush(k.weights());
-            let t = Instant::now();
-            k.run(&x, None, &mut y, &mut scratch);
-            t.elapsed().as_secs_f64() * 1e3
-        })
-        .fold(f64::INFINITY, f64::min)
-}
-
-/// Writes `data` back to memory and drops it from every cache level.
-fn flush(data: &[f32]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_clflush, _mm_mfence};
-        // One address per 64-byte line.
-        for line in data.chunks(16) {
-            // SAFETY: the address lies inside `data`; SSE2 is part of x86-64.
-            unsafe { _mm_clflush(line.as_ptr().cast()) }
-        }
-        // SAFETY: as above.
-        unsafe { _mm_mfence() }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = data;
+    time_kernel(k.weights(), || k.run(&x, None, &mut y, &mut scratch))
 }
 
 /// Output channels whose error is checked: the error of a channel depends on

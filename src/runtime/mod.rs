@@ -10,11 +10,13 @@
 
 mod activation;
 pub mod bench;
+pub mod calibrate;
 mod compile;
 pub mod conv;
 pub mod conv_algo;
 pub mod depthwise;
 mod elementwise;
+mod kernel_times;
 pub mod kernels;
 mod matmul;
 mod normalize;

@@ -1609,6 +1609,9 @@ fn the_profile_shows_rates_and_the_fraction_of_the_roof() {
                 },
                 source: PeaksSource::Cached("/cache/peaks.json".into()),
             },
+            // The conv predicted by a measured kernel time, the pool by its
+            // bytes at 10 GB/s.
+            predicted: vec![0.8e-3, 0.3e-3],
         }),
     };
     let text = report.to_string();
@@ -1616,16 +1619,23 @@ fn the_profile_shows_rates_and_the_fraction_of_the_roof() {
         let line = text.lines().find(|l| l.ends_with(name));
         line.unwrap_or_else(|| panic!("no {name} in\n{text}"))
     };
-    let columns = |l: &str| l.split_whitespace().take(7).collect::<Vec<_>>().join(" ");
     assert!(text.contains(
         "machine: copy 10.0 GB/s, FMA 800.0 GFLOP/s (threads 2, cached in /cache/peaks.json)"
     ));
-    assert_eq!(columns(line("step")), "ms share GB/s GFLOP/s flop/B % roof");
+    assert!(text.contains("predicted 1.100 ms in all, measured 3.000 ms"));
+    let columns = |l: &str| l.split_whitespace().take(8).collect::<Vec<_>>().join(" ");
+    assert_eq!(
+        columns(line("step")),
+        "ms pred. ms share GB/s GFLOP/s flop/B %"
+    );
     assert_eq!(
         columns(line("conv")),
-        "1.000 33.3% 2.00 400.00 200.00 50.0% Kind"
+        "1.000 0.800 33.3% 2.00 400.00 200.00 50.0% Kind"
     );
-    assert_eq!(columns(line("pool")), "2.000 66.7% 1.50 - - 15.0% Kind");
+    assert_eq!(
+        columns(line("pool")),
+        "2.000 0.300 66.7% 1.50 - - 15.0% Kind"
+    );
 }
 
 /// Reshapes, slices and splits along the outermost axis read a contiguous piece
@@ -1995,7 +2005,7 @@ fn conv_algorithms_are_measured_once_then_read_from_the_cache() {
         names.contains(&ConvAlgo::Winograd(WinogradTile::F2)),
         "{first}"
     );
-    let file = dir.join("conv_algos.json");
+    let file = dir.join("kernel_times.json");
     let mut json: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
     for m in json[0]["millis"].as_array_mut().unwrap() {

@@ -44,7 +44,7 @@ struct Pending {
 
 /// The channel block `cb` when `layout` stores a logical NCHW tensor as
 /// NCHW{cb}c: NCHW is cb = 1, NHWC is cb = C (one block), NCHWxc is cb = x.
-fn channel_block(layout: &Layout, shape: &[usize]) -> Option<usize> {
+pub(super) fn channel_block(layout: &Layout, shape: &[usize]) -> Option<usize> {
     if shape.len() != 4 {
         return None;
     }
@@ -150,29 +150,7 @@ impl<'g> Compiler<'g> {
         };
         let x_cb = channel_block(&xl, &xs)?;
         let y_cb = channel_block(&yl, &ylogical)?;
-        // The output spatial extents from the window (the physical shape may be blocked).
-        let w = &c.window;
-        let out = |i: usize, extent: usize| {
-            let span = w.dilations[i] * (w.kernel[i] - 1) + 1;
-            (extent + w.pad_begin(i) + w.pad_end(i))
-                .checked_sub(span)
-                .map(|d| d / w.strides[i] + 1)
-        };
-        let geom = ConvGeom {
-            n: xs[0],
-            cin: xs[1],
-            h: xs[2],
-            w: xs[3],
-            cout: ws[0],
-            oh: out(0, xs[2])?,
-            ow: out(1, xs[3])?,
-            k: (w.kernel[0], w.kernel[1]),
-            stride: (w.strides[0], w.strides[1]),
-            dilation: (w.dilations[0], w.dilations[1]),
-            pad: (w.pad_begin(0), w.pad_begin(1)),
-            x_cb,
-            y_cb,
-        };
+        let geom = ConvGeom::of(c, &xs, ws[0], x_cb, y_cb)?;
         let depthwise = c.group == geom.cin && c.group == geom.cout && c.group > 1;
         if depthwise && x_cb != y_cb {
             return None;
@@ -228,22 +206,25 @@ impl<'g> Compiler<'g> {
         }
         let epilogue = Epilogue::of(activation);
         let pad_fill = output_layout(self.g, last).and_then(|(_, p)| p.known());
-        let (kernel, decision) = if depthwise {
-            let k = Depthwise::new(geom, self.isa, &w, &bias, epilogue, pad_fill);
+        let threads = pool.current_num_threads();
+        let (kernel, mut decision) = if depthwise {
+            let k = Depthwise::new(geom.clone(), self.isa, &w, &bias, epilogue, pad_fill);
             (Kernel::Depthwise(k), conv_algo::ConvAlgo::Depthwise.into())
         } else {
             let spec = ConvSpec {
-                geom,
+                geom: geom.clone(),
                 isa: self.isa,
                 w: &w,
                 bias: &bias,
                 epilogue,
                 pad_fill,
-                threads: pool.current_num_threads(),
+                threads,
             };
             let (k, decision) = pool.install(|| conv_algo::build(&spec, &self.conv_algo));
             (Kernel::Conv(k), decision)
         };
+        // The time the planner measured for the kernel chosen, for the profile.
+        conv_algo::add_cached_time(&mut decision, &geom, self.isa, threads, &self.conv_algo);
         // The weights and bias are packed into the kernel; the data comes through slots.
         let conv_inputs = self.g.node_inputs(id);
         let mut inputs = vec![conv_inputs[0]];

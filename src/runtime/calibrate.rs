@@ -1,0 +1,181 @@
+//! The planner's cost model calibrated on this machine: data movement at the
+//! roofline's copy bandwidth, arithmetic at its FMA rate (both probed once and
+//! cached, `roofline.rs`), and every convolution at the time its kernel takes
+//! in the layouts asked, measured at the layer's shape on the model's threads
+//! and cached with the compiler's algorithm choices (`kernel_times.rs`), so a
+//! warm cache plans without running anything.
+
+use super::compile::channel_block;
+use super::conv::ConvGeom;
+use super::conv_algo::{self, ConvAlgo, ConvAlgoOptions, ConvSpec};
+use super::depthwise::Depthwise;
+use super::kernel_times::{time_kernel, KernelTimes};
+use super::roofline::{machine_peaks, MachinePeaks};
+use super::simd::{Epilogue, Isa};
+use super::{worker_pool, CompiledModel, RuntimeError, RuntimeOptions};
+use crate::graph::{DType, ValueType};
+use crate::layout::op_rules::{ConvQuery, CostModel, MeasuredCosts};
+use crate::ops::OpDef;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+/// The cost model of this machine for models run with `options`: unit costs
+/// from the roofline peaks, convolutions measured.
+pub fn measured_cost_model(options: &RuntimeOptions) -> Result<CostModel, RuntimeError> {
+    let roofline = machine_peaks(options.threads, options.conv_algo.cache.as_deref(), false)?;
+    let convs = MeasuredConvs::new(options)?;
+    Ok(calibrated(&roofline.peaks, Arc::new(convs)))
+}
+
+/// The cost model with these peaks and measured kernels: a byte moved costs
+/// what the copy probe took per byte, a flop what the FMA probe took.
+fn calibrated(peaks: &MachinePeaks, measured: Arc<dyn MeasuredCosts>) -> CostModel {
+    CostModel {
+        ns_per_byte: 1.0 / peaks.copy_gbps,
+        ns_per_flop: 1.0 / peaks.fma_gflops,
+        measured: Some(measured),
+        ..CostModel::default()
+    }
+}
+
+/// A convolution whose buffers are larger than this keeps the estimate: it
+/// is not worth the memory to measure (nor are hostile models measured).
+const MAX_MEASURED_BYTES: f64 = (256 << 20) as f64;
+/// Nor one with more flops than this (tens of milliseconds per run at a
+/// desktop core's FMA rate): a cold plan stays within seconds.
+const MAX_MEASURED_FLOPS: f64 = 5e9;
+
+/// Convolution times measured on the worker threads a model will run on,
+/// cached per machine.
+pub struct MeasuredConvs {
+    pool: rayon::ThreadPool,
+    isa: Isa,
+    algo: ConvAlgoOptions,
+    times: Mutex<KernelTimes>,
+}
+
+impl fmt::Debug for MeasuredConvs {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "MeasuredConvs({:?}, {} threads)",
+            self.isa,
+            self.pool.current_num_threads()
+        )
+    }
+}
+
+impl MeasuredConvs {
+    /// Measures on `options`' threads, instruction set and convolution
+    /// algorithms, cached in its cache folder.
+    pub fn new(options: &RuntimeOptions) -> Result<MeasuredConvs, RuntimeError> {
+        let pool = worker_pool(options.threads)?;
+        let isa = options.kernel_isa()?;
+        let times = KernelTimes::open(
+            options.conv_algo.cache.as_deref(),
+            isa,
+            pool.current_num_threads(),
+        );
+        Ok(MeasuredConvs {
+            pool,
+            isa,
+            algo: options.conv_algo.clone(),
+            times: Mutex::new(times),
+        })
+    }
+
+    /// Milliseconds of a depthwise convolution, measured unless cached.
+    fn depthwise_millis(&self, geom: ConvGeom, w: &[f32], times: &mut KernelTimes) -> f64 {
+        let algo = ConvAlgo::Depthwise;
+        let (kernel, name) = (algo.kernel(), algo.to_string());
+        if let Some(ms) = times.get(kernel, &geom, &name) {
+            return ms;
+        }
+        let bias = vec![0f32; geom.cout];
+        let k = Depthwise::new(geom.clone(), self.isa, w, &bias, Epilogue::of(None), None);
+        let x = vec![0f32; geom.x_len()];
+        let mut y = vec![0f32; geom.y_len()];
+        let ms = self
+            .pool
+            .install(|| time_kernel(w, || k.run(&x, None, &mut y)));
+        times.record(kernel, &geom, &name, ms);
+        ms
+    }
+}
+
+impl MeasuredCosts for MeasuredConvs {
+    fn conv_ns(&self, q: &ConvQuery) -> Option<f64> {
+        let ((x, xl), (y, yl)) = (q.x, q.y);
+        if x.dtype != DType::F32 || q.weights.dtype() != DType::F32 {
+            return None;
+        }
+        let cout = *q.weights.shape.first()?;
+        let geom = ConvGeom::of(
+            q.conv,
+            &x.shape,
+            cout,
+            channel_block(xl, &x.shape)?,
+            channel_block(yl, &y.shape)?,
+        )?;
+        let group = q.conv.group;
+        let depthwise = group > 1 && group == geom.cin && group == geom.cout;
+        if (group > 1 && !depthwise) || (depthwise && geom.x_cb != geom.y_cb) {
+            return None; // no native kernel
+        }
+        let buffers = (geom.x_len() + geom.y_len() + q.weights.numel()) as f64 * 4.0;
+        let w_type = ValueType::new(DType::F32, q.weights.shape.clone());
+        let flops = q.conv.flops(&[x, &w_type], &[y]);
+        if buffers > MAX_MEASURED_BYTES || flops > MAX_MEASURED_FLOPS {
+            return None;
+        }
+        let w = q.weights.f32s();
+        let mut times = self.times.lock().ok()?;
+        let ms = if depthwise {
+            self.depthwise_millis(geom, &w, &mut times)
+        } else {
+            let bias = vec![0f32; geom.cout];
+            let spec = ConvSpec {
+                geom,
+                isa: self.isa,
+                w: &w,
+                bias: &bias,
+                epilogue: Epilogue::of(None),
+                pad_fill: None,
+                threads: self.pool.current_num_threads(),
+            };
+            let times: &mut KernelTimes = &mut times;
+            self.pool
+                .install(|| conv_algo::expected_millis(&spec, &self.algo, times))
+        };
+        times.save();
+        Some(ms * 1e6)
+    }
+}
+
+/// The time the cost model predicts for one run of each step of `model`, in
+/// seconds: a convolution's kernel time as measured for it (by the compiler
+/// or the planner), else the step's bytes at the copy bandwidth plus its flops
+/// at the FMA rate of `peaks` (the unit costs the planner uses).
+pub fn predicted_step_seconds(model: &CompiledModel, peaks: &MachinePeaks) -> Vec<f64> {
+    let kernel_ms: HashMap<&str, f64> = model
+        .conv_algos
+        .iter()
+        .filter_map(|c| {
+            let d = &c.decision;
+            let ms = d.millis.iter().find(|(a, _)| *a == d.algo)?.1;
+            Some((c.name.as_str(), ms))
+        })
+        .collect();
+    model
+        .steps
+        .iter()
+        .map(|s| match kernel_ms.get(s.name.as_str()) {
+            Some(ms) => ms / 1e3,
+            None => {
+                s.work.bytes as f64 / (peaks.copy_gbps * 1e9)
+                    + s.work.flops / (peaks.fma_gflops * 1e9)
+            }
+        })
+        .collect()
+}
