@@ -40,6 +40,10 @@ struct Case {
     /// Working folder (under `{dir}`), for relative model paths.
     #[serde(default)]
     cwd: Option<String>,
+    /// The CLI's cache folder (`XDG_CACHE_HOME`, under `{dir}`) instead of the
+    /// user's, for cases whose plans must not see other processes' measurements.
+    #[serde(default)]
+    cache_home: Option<String>,
 }
 
 impl Case {
@@ -55,6 +59,7 @@ impl Case {
             mb: 300,
             max_error: None,
             cwd: None,
+            cache_home: None,
         }
     }
 
@@ -101,6 +106,9 @@ fn spawn(case: &Case, dir: &Path) -> Outcome {
         .stderr(Stdio::piped());
     if let Some(cwd) = &case.cwd {
         cmd.current_dir(cwd.replace("{dir}", &dir_text));
+    }
+    if let Some(cache) = &case.cache_home {
+        cmd.env("XDG_CACHE_HOME", cache.replace("{dir}", &dir_text));
     }
     let start = Instant::now();
     // Reaped below by wait4, which also gives its resource usage.
@@ -756,7 +764,8 @@ fn quantized_tflite_is_refused() {
     assert!(n >= 4, "{n} cases");
 }
 
-/// `plan --json` is byte-identical across processes once `timings` is dropped.
+/// `plan --json` is byte-identical across processes once `timings` is dropped
+/// (given the same measured kernel times).
 #[test]
 fn plan_json_is_deterministic_across_runs() {
     let dir = workdir("hostile_determinism");
@@ -773,6 +782,10 @@ fn plan_json_is_deterministic_across_runs() {
                 "",
             );
             case.stdout = Some("\"timings\"".into());
+            // The plan depends on the convolution times measured on this
+            // machine: both runs read the ones the first run measured, which
+            // no concurrent test process can overwrite in a cache of their own.
+            case.cache_home = Some(format!("{{dir}}/cache_{name}"));
             let [a, b] = [(); 2].map(|_| {
                 let o = check(&case, &dir).unwrap_or_else(|e| panic!("{e}"));
                 let mut v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
