@@ -820,13 +820,20 @@ pub fn plan_with(
     let assign_ms = ms(t_assign.elapsed());
     // Rewriting may improve another assignment beyond the planner's own
     // choice: finish each and keep the cheapest once rewritten.
-    let mut best = finish(g, &space, assignment.choice, model, options)?;
+    let own = materialise(g, &space, assignment.choice)?;
+    let mut best = finish(own, model, options);
     for choice in planner.alternatives(g, &space) {
         let beat = best.rewritten_cost - 1e-9 * best.rewritten_cost.abs();
-        if choice == best.choice || !may_beat(g, &space, &choice, model, beat)? {
+        if choice == best.choice {
             continue;
         }
-        let other = finish(g, &space, choice, model, options)?;
+        // Rewriting removes at most every transform: an assignment that
+        // could not win even so is not worth rewriting.
+        let other = materialise(g, &space, choice)?;
+        if other.cost - other.transform_bytes as f64 * model.ns_per_byte >= beat {
+            continue;
+        }
+        let other = finish(other, model, options);
         if other.rewritten_cost < beat {
             best = other;
         }
@@ -887,36 +894,46 @@ fn transform_bytes(g: &Graph) -> usize {
     kept_transforms(g).iter().map(|t| t.bytes).sum()
 }
 
-/// Whether `choice` could cost less than `beat` once rewritten: rewriting
-/// removes at most every transform (checked before paying for the rewriting).
-fn may_beat(
-    g: &Graph,
-    space: &PlanSpace,
-    choice: &[usize],
-    model: &CostModel,
-    beat: f64,
-) -> Result<bool, PlanError> {
-    let mut m = Materializer::new(g, &space.layouts);
-    m.run(space, choice)?;
-    let floor = space.problem.cost(choice) - transform_bytes(&m.out) as f64 * model.ns_per_byte;
-    Ok(floor < beat)
+/// An assignment spelled out as a graph, before rewriting.
+struct Materialised {
+    choice: Vec<usize>,
+    graph: Graph,
+    packed_constants: usize,
+    refills: usize,
+    /// Bytes its transforms move.
+    transform_bytes: usize,
+    /// The assignment's cost in the solver's problem.
+    cost: f64,
 }
 
-/// Materialises `choice` and rewrites the result with the e-graph rules
-/// (keeping it only when it moves no more bytes).
-fn finish(
+fn materialise(
     g: &Graph,
     space: &PlanSpace,
     choice: Vec<usize>,
-    model: &CostModel,
-    options: &PlanOptions,
-) -> Result<Finished, PlanError> {
+) -> Result<Materialised, PlanError> {
     let mut m = Materializer::new(g, &space.layouts);
     m.run(space, &choice)?;
-    let (packed_constants, refills) = (m.packed_constants, m.refills);
-    let mut graph = m.out;
-    let materialised = transform_bytes(&graph);
-    let estimated = space.problem.cost(&choice);
+    Ok(Materialised {
+        cost: space.problem.cost(&choice),
+        transform_bytes: transform_bytes(&m.out),
+        choice,
+        packed_constants: m.packed_constants,
+        refills: m.refills,
+        graph: m.out,
+    })
+}
+
+/// Rewrites a materialised assignment with the e-graph rules (keeping the
+/// result only when it moves no more bytes).
+fn finish(m: Materialised, model: &CostModel, options: &PlanOptions) -> Finished {
+    let Materialised {
+        choice,
+        mut graph,
+        packed_constants,
+        refills,
+        transform_bytes: materialised,
+        cost: estimated,
+    } = m;
     let rewrite = options.rules.as_ref().map(|rules| {
         if graph.node_count() > options.rewrite_max_nodes {
             return RewriteInfo::skipped(format!(
@@ -951,14 +968,14 @@ fn finish(
     // A transform costs its traffic in the solver's problem too.
     let saved = materialised as f64 - transform_bytes(&graph) as f64;
     let rewritten_cost = estimated - saved * model.ns_per_byte;
-    Ok(Finished {
+    Finished {
         choice,
         graph,
         packed_constants,
         refills,
         rewrite,
         rewritten_cost,
-    })
+    }
 }
 
 /// Every layout transform of a planned graph, in topological order.
