@@ -10,7 +10,7 @@ use layoutopt::api::logical::LogicalView;
 use layoutopt::api::{
     load_model, ConvQuery, CostModel, Layout, MeasuredCosts, PlanLayouts, Planner, Target,
 };
-use layoutopt::graph::{Graph, Tensor};
+use layoutopt::graph::{Graph, Tensor, ValueType};
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -201,6 +201,9 @@ impl MeasuredCosts for FixedConvTimes {
             true => self.blocked_ns,
             false => self.row_major_ns,
         })
+    }
+    fn transform_ns(&self, _: &ValueType, _: &Layout, _: &Layout) -> Option<f64> {
+        None
     }
 }
 

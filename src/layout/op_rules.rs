@@ -140,6 +140,9 @@ pub trait MeasuredCosts: Send + Sync + fmt::Debug {
     /// Nanoseconds of one run of the convolution as the runtime would run it
     /// in those layouts; `None` when it has no native kernel for them.
     fn conv_ns(&self, query: &ConvQuery) -> Option<f64>;
+    /// Nanoseconds of one transform of `t` from layout `from` to `to` as the
+    /// runtime runs it; `None` when it was not measured.
+    fn transform_ns(&self, t: &ValueType, from: &Layout, to: &Layout) -> Option<f64>;
 }
 
 /// Unit costs of the cost model, and the measured kernel times that replace
@@ -184,14 +187,22 @@ impl Default for CostModel {
 }
 
 impl CostModel {
-    /// Cost of moving `t` from layout `from` to `to` (reading one, writing the
-    /// other); `relabel_ns` when both put every element at the same offset.
+    /// Cost of moving `t` from layout `from` to `to`: its measured time, else
+    /// reading one and writing the other at copy speed; `relabel_ns` when both
+    /// put every element at the same offset.
     pub fn transform_cost(&self, t: &ValueType, from: &Layout, to: &Layout) -> f64 {
         if from == to {
             return 0.0;
         }
         if same_bytes(from, to, &t.shape) {
             return self.relabel_ns;
+        }
+        if let Some(ns) = self
+            .measured
+            .as_ref()
+            .and_then(|m| m.transform_ns(t, from, to))
+        {
+            return ns;
         }
         (physical_bytes(t, from) + physical_bytes(t, to)) as f64 * self.ns_per_byte
     }

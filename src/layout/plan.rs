@@ -13,9 +13,11 @@
 //!   single move helps;
 //! - `global`: the whole graph at once with `solver::solve`, with a lower bound.
 //!
-//! Modelling note: the problem charges a transform per consumer edge, while
-//! materialisation shares one transform among consumers that want the same
-//! layout, so the real plan never moves more bytes than the model counted.
+//! Modelling note: materialisation shares one transform among the consumers
+//! that want the same layout. The problem prices that sharing for one layout
+//! per value (a variant of the producer pays the transform once, and its
+//! readers wanting that layout then read it free); a third layout is charged
+//! per edge, so the real plan never moves more bytes than the model counted.
 
 use super::extract::{rewrite_graph_with, RewriteLimits};
 use super::op_rules::{
@@ -75,6 +77,10 @@ pub struct PlanSpace {
     pub nodes: Vec<NodeId>,
     /// The ways each node can run.
     pub impls: Vec<Vec<Impl>>,
+    /// The choices of each node's variable in the problem: an impl, and for an
+    /// output read by several nodes, the layout one shared transform makes
+    /// for every reader wanting it.
+    pub variants: Vec<Vec<Variant>>,
     /// Every layout the impls use.
     pub layouts: Layouts,
     /// The layout of each graph input and output (by value), row-major unless pinned.
@@ -83,12 +89,104 @@ pub struct PlanSpace {
     pub problem: Problem,
 }
 
+/// One choice of a node's variable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Variant {
+    /// The impl the node runs.
+    pub imp: usize,
+    /// The layout its output is also transformed to, once, for all readers
+    /// wanting it (the materialiser shares transforms the same way).
+    pub shared: Option<LayoutId>,
+}
+
+/// Each impl alone, and with each shared layout its output is not already in.
+fn variants(impls: &[Impl], shared: &[LayoutId]) -> Vec<Variant> {
+    let mut out = Vec::with_capacity(impls.len() * (1 + shared.len()));
+    for (imp, i) in impls.iter().enumerate() {
+        out.push(Variant { imp, shared: None });
+        for &x in shared.iter().filter(|&&x| x != i.outputs[0]) {
+            out.push(Variant {
+                imp,
+                shared: Some(x),
+            });
+        }
+    }
+    out
+}
+
+/// The layouts worth one shared transform: those at least two reader edges
+/// (or one and the graph output) may want. Sharing a layout one edge wants
+/// would only move its transform.
+fn shared_candidates(
+    edges: &[(usize, usize)],
+    output: Option<LayoutId>,
+    impls: &[Vec<Impl>],
+) -> Vec<LayoutId> {
+    let mut wanted_by: BTreeMap<LayoutId, usize> = BTreeMap::new();
+    for &(reader, j) in edges {
+        let mut layouts: Vec<LayoutId> = impls[reader].iter().map(|i| i.inputs[j]).collect();
+        layouts.sort();
+        layouts.dedup();
+        for l in layouts {
+            *wanted_by.entry(l).or_default() += 1;
+        }
+    }
+    if let Some(l) = output {
+        *wanted_by.entry(l).or_default() += 1;
+    }
+    wanted_by
+        .into_iter()
+        .filter(|&(_, n)| n >= 2)
+        .map(|(l, _)| l)
+        .collect()
+}
+
 /// Layouts pinned for graph inputs and outputs, by tensor name: an input
 /// pinned to a layout arrives stored in it (the planned graph's input has the
 /// layout's physical shape), and an output pinned is handed back in it.
 pub type Pins = HashMap<String, Layout>;
 
 impl PlanSpace {
+    /// The impl variable `var` runs when it takes choice `k` of the problem.
+    pub fn impl_of(&self, var: usize, k: usize) -> &Impl {
+        &self.impls[var][self.variants[var][k].imp]
+    }
+
+    /// The problem's choice for one impl per node: each node's shared
+    /// transform is taken where it lowers the cost given its readers' impls.
+    pub fn lift(&self, impls: &[usize]) -> Vec<usize> {
+        let plain: Vec<usize> = impls
+            .iter()
+            .zip(&self.variants)
+            .map(|(&imp, vs)| {
+                vs.iter()
+                    .position(|v| v.imp == imp && v.shared.is_none())
+                    .expect("every impl has a variant without a shared transform")
+            })
+            .collect();
+        let mut reads: Vec<Vec<&Pair>> = vec![Vec::new(); plain.len()];
+        for p in &self.problem.pairs {
+            reads[p.a].push(p);
+        }
+        // A reader's pair term depends on its impl only, so the plain choice
+        // of the readers prices every variant of the producer.
+        (0..plain.len())
+            .map(|var| {
+                let cost = |k: usize| {
+                    self.problem.unary[var][k]
+                        + reads[var]
+                            .iter()
+                            .map(|p| p.cost[k * self.problem.unary[p.b].len() + plain[p.b]])
+                            .sum::<f64>()
+                };
+                (0..self.variants[var].len())
+                    .filter(|&k| self.variants[var][k].imp == impls[var])
+                    .min_by(|&a, &b| cost(a).total_cmp(&cost(b)))
+                    .unwrap_or(plain[var])
+            })
+            .collect()
+    }
+
     /// Enumerates every node's implementations and the pairwise transform costs.
     pub fn build(g: &Graph, family: Family, model: &CostModel) -> Result<PlanSpace, PlanError> {
         PlanSpace::build_pinned(g, family, model, &Pins::new())
@@ -125,24 +223,68 @@ impl PlanSpace {
                 impls(g, id, &cands, &mut layouts, model)?
             });
         }
-        let mut unary: Vec<Vec<f64>> = all_impls
+        // Reader edges of each value: (reader variable, input index).
+        let mut readers: HashMap<ValueRef, Vec<(usize, usize)>> = HashMap::new();
+        for (cv, &id) in nodes.iter().enumerate() {
+            for (j, v) in g.node_inputs(id).into_iter().enumerate() {
+                if var_of.contains_key(&v.node) {
+                    readers.entry(v).or_default().push((cv, j));
+                }
+            }
+        }
+        let variants: Vec<Vec<Variant>> = nodes
             .iter()
-            .map(|is| is.iter().map(|i| i.cost).collect())
+            .zip(&all_impls)
+            .map(|(&id, impls)| {
+                let v = ValueRef::new(id, 0);
+                let edges = readers.get(&v).map_or(&[][..], |r| r.as_slice());
+                let output = interface.get(&v).filter(|_| g.outputs().contains(&v));
+                let shared = if g.node(id).outputs.len() == 1 {
+                    shared_candidates(edges, output.copied(), &all_impls)
+                } else {
+                    Vec::new()
+                };
+                variants(impls, &shared)
+            })
             .collect();
         // Transform costs depend only on the value's type and the two layouts.
         let mut cache = HashMap::new();
-        let mut transform_cost = |ty, from, to, layouts: &Layouts| {
-            cached_transform_cost(&mut cache, model, layouts, ty, from, to)
-        };
-        // Graph outputs are handed back row-major, or as pinned.
-        for &v in g.outputs() {
-            if let Some(&var) = var_of.get(&v.node) {
-                let ty = g.value_type(v);
-                let want = interface[&v];
-                for (k, imp) in all_impls[var].iter().enumerate() {
-                    unary[var][k] += transform_cost(ty, imp.outputs[v.output], want, &layouts);
-                }
+        // The cost of handing value `v` of variable `var` (in variant `variant`)
+        // to a reader wanting layout `want`: nothing when it is stored so, or
+        // already transformed to it for another reader.
+        let mut reach = |var: usize, variant: &Variant, v: ValueRef, want: LayoutId| {
+            let have = all_impls[var][variant.imp].outputs[v.output];
+            if have == want || variant.shared == Some(want) {
+                return 0.0;
             }
+            cached_transform_cost(&mut cache, model, &layouts, g.value_type(v), have, want)
+        };
+        let mut unary: Vec<Vec<f64>> = Vec::with_capacity(nodes.len());
+        for (var, &id) in nodes.iter().enumerate() {
+            let v = ValueRef::new(id, 0);
+            let costs = variants[var]
+                .iter()
+                .map(|variant| {
+                    let own = all_impls[var][variant.imp].cost;
+                    // The one transform every reader wanting `x` shares.
+                    let shared = variant.shared.map_or(0.0, |x| {
+                        let alone = Variant {
+                            shared: None,
+                            ..*variant
+                        };
+                        reach(var, &alone, v, x)
+                    });
+                    // Graph outputs are handed back row-major, or as pinned.
+                    let handed: f64 = g
+                        .outputs()
+                        .iter()
+                        .filter(|o| o.node == id)
+                        .map(|&o| reach(var, variant, o, interface[&o]))
+                        .sum();
+                    own + shared + handed
+                })
+                .collect();
+            unary.push(costs);
         }
         let mut pairs = Vec::new();
         for (cv, &id) in nodes.iter().enumerate() {
@@ -150,17 +292,10 @@ impl PlanSpace {
                 let Some(&pv) = var_of.get(&v.node) else {
                     continue; // constants are re-packed at compile time
                 };
-                let ty = g.value_type(v);
-                let (pi, ci) = (&all_impls[pv], &all_impls[cv]);
-                let mut cost = Vec::with_capacity(pi.len() * ci.len());
-                for p in pi {
-                    for c in ci {
-                        cost.push(transform_cost(
-                            ty,
-                            p.outputs[v.output],
-                            c.inputs[j],
-                            &layouts,
-                        ));
+                let mut cost = Vec::with_capacity(variants[pv].len() * variants[cv].len());
+                for p in &variants[pv] {
+                    for c in &variants[cv] {
+                        cost.push(reach(pv, p, v, all_impls[cv][c.imp].inputs[j]));
                     }
                 }
                 pairs.push(Pair { a: pv, b: cv, cost });
@@ -170,6 +305,7 @@ impl PlanSpace {
             family,
             nodes,
             impls: all_impls,
+            variants,
             layouts,
             interface,
             problem: Problem { unary, pairs },
@@ -285,7 +421,7 @@ impl Planner for Keep {
     }
     fn assign(&self, _: &Graph, space: &PlanSpace) -> Result<Assignment, PlanError> {
         Ok(Assignment {
-            choice: vec![0; space.nodes.len()],
+            choice: space.lift(&vec![0; space.nodes.len()]),
             solver: None,
         })
     }
@@ -297,7 +433,7 @@ impl Planner for Local {
     }
     fn assign(&self, g: &Graph, space: &PlanSpace) -> Result<Assignment, PlanError> {
         Ok(Assignment {
-            choice: local_choice(g, space),
+            choice: space.lift(&local_choice(g, space)),
             solver: None,
         })
     }
@@ -337,7 +473,7 @@ impl Planner for Greedy {
         "greedy"
     }
     fn assign(&self, g: &Graph, space: &PlanSpace) -> Result<Assignment, PlanError> {
-        let start = local_choice(g, space);
+        let start = space.lift(&local_choice(g, space));
         Ok(Assignment {
             choice: solver::improve_locally(&space.problem, start),
             solver: None,
@@ -352,7 +488,7 @@ impl Planner for Global {
     /// The local and greedy assignments: after rewriting, global is never
     /// worse than either.
     fn alternatives(&self, g: &Graph, space: &PlanSpace) -> Vec<Vec<usize>> {
-        let local = local_choice(g, space);
+        let local = space.lift(&local_choice(g, space));
         let greedy = solver::improve_locally(&space.problem, local.clone());
         vec![local, greedy]
     }
@@ -820,7 +956,7 @@ pub fn plan_with(
     let assign_ms = ms(t_assign.elapsed());
     // Rewriting may improve another assignment beyond the planner's own
     // choice: finish each and keep the cheapest once rewritten.
-    let own = materialise(g, &space, assignment.choice)?;
+    let own = materialise(g, &space, assignment.choice, model)?;
     let mut best = finish(own, model, options);
     for choice in planner.alternatives(g, &space) {
         let beat = best.rewritten_cost - 1e-9 * best.rewritten_cost.abs();
@@ -829,8 +965,8 @@ pub fn plan_with(
         }
         // Rewriting removes at most every transform: an assignment that
         // could not win even so is not worth rewriting.
-        let other = materialise(g, &space, choice)?;
-        if other.cost - other.transform_bytes as f64 * model.ns_per_byte >= beat {
+        let other = materialise(g, &space, choice, model)?;
+        if other.cost - other.transforms_cost >= beat {
             continue;
         }
         let other = finish(other, model, options);
@@ -890,8 +1026,19 @@ struct Finished {
     rewritten_cost: f64,
 }
 
-fn transform_bytes(g: &Graph) -> usize {
-    kept_transforms(g).iter().map(|t| t.bytes).sum()
+/// What the cost model charges for the transforms of a planned graph.
+fn transforms_cost(g: &Graph, model: &CostModel) -> f64 {
+    g.node_ids()
+        .into_iter()
+        .filter_map(|id| {
+            let n = g.node(id);
+            let Op::LayoutTransform(t) = &n.op else {
+                return None;
+            };
+            let ty = ValueType::new(n.outputs[0].ty.dtype, t.logical.clone());
+            Some(model.transform_cost(&ty, &t.from, &t.to))
+        })
+        .sum()
 }
 
 /// An assignment spelled out as a graph, before rewriting.
@@ -900,8 +1047,8 @@ struct Materialised {
     graph: Graph,
     packed_constants: usize,
     refills: usize,
-    /// Bytes its transforms move.
-    transform_bytes: usize,
+    /// What its transforms cost in the model.
+    transforms_cost: f64,
     /// The assignment's cost in the solver's problem.
     cost: f64,
 }
@@ -910,12 +1057,13 @@ fn materialise(
     g: &Graph,
     space: &PlanSpace,
     choice: Vec<usize>,
+    model: &CostModel,
 ) -> Result<Materialised, PlanError> {
     let mut m = Materializer::new(g, &space.layouts);
     m.run(space, &choice)?;
     Ok(Materialised {
         cost: space.problem.cost(&choice),
-        transform_bytes: transform_bytes(&m.out),
+        transforms_cost: transforms_cost(&m.out, model),
         choice,
         packed_constants: m.packed_constants,
         refills: m.refills,
@@ -924,14 +1072,14 @@ fn materialise(
 }
 
 /// Rewrites a materialised assignment with the e-graph rules (keeping the
-/// result only when it moves no more bytes).
+/// result only when its transforms cost no more).
 fn finish(m: Materialised, model: &CostModel, options: &PlanOptions) -> Finished {
     let Materialised {
         choice,
         mut graph,
         packed_constants,
         refills,
-        transform_bytes: materialised,
+        transforms_cost: materialised,
         cost: estimated,
     } = m;
     let rewrite = options.rules.as_ref().map(|rules| {
@@ -944,13 +1092,13 @@ fn finish(m: Materialised, model: &CostModel, options: &PlanOptions) -> Finished
         }
         match rewrite_deep(&graph, rules, &options.rewrite_limits) {
             Ok((rewritten, r)) => {
-                let better = transform_bytes(&rewritten) <= materialised;
+                let better = transforms_cost(&rewritten, model) <= materialised;
                 if better {
                     graph = rewritten;
                 }
                 let mut notes: Vec<String> = r.failures.clone();
                 if !better {
-                    notes.push("the rewritten graph moves more bytes".to_string());
+                    notes.push("the rewritten graph's transforms cost more".to_string());
                 }
                 RewriteInfo {
                     applied: better,
@@ -965,9 +1113,8 @@ fn finish(m: Materialised, model: &CostModel, options: &PlanOptions) -> Finished
             Err(e) => RewriteInfo::skipped(e.to_string()),
         }
     });
-    // A transform costs its traffic in the solver's problem too.
-    let saved = materialised as f64 - transform_bytes(&graph) as f64;
-    let rewritten_cost = estimated - saved * model.ns_per_byte;
+    // The rewritten graph's transforms in place of the materialised ones.
+    let rewritten_cost = estimated - materialised + transforms_cost(&graph, model);
     Finished {
         choice,
         graph,
@@ -1103,7 +1250,7 @@ impl<'a> Materializer<'a> {
             .iter()
             .zip(choice)
             .enumerate()
-            .map(|(var, (&id, &k))| (id, &space.impls[var][k]))
+            .map(|(var, (&id, &k))| (id, space.impl_of(var, k)))
             .collect();
         for id in self.src.topo_order()? {
             let node = self.src.node(id);
@@ -1394,5 +1541,53 @@ impl<'a> Materializer<'a> {
         };
         self.converted.insert(key, (result, pad));
         Ok(result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::{DType, Tensor};
+    use crate::ops::testutil::conv_3x3;
+
+    /// An input read by two convolutions that both run blocked: the
+    /// materialiser makes one transform for both, and the problem charges it
+    /// once (a variant of the input pays it), not once per reader.
+    #[test]
+    fn a_transform_shared_by_two_readers_is_charged_once() {
+        let mut g = Graph::new("fan-out");
+        let ty = ValueType::new(DType::F32, vec![1, 32, 8, 8]);
+        let x = g.add_input("x", ty, vec![]);
+        let mut outs = Vec::new();
+        for name in ["a", "b"] {
+            let w = g.add_constant(
+                &format!("{name}_w"),
+                Tensor::from_f32(vec![32, 32, 3, 3], vec![0.01; 32 * 32 * 9]),
+                vec![],
+            );
+            let id = g
+                .add_node(conv_3x3(), name, &[x, w], &[name.to_string()], vec![])
+                .unwrap();
+            outs.push(ValueRef::new(id, 0));
+        }
+        g.set_outputs(outs);
+        let model = CostModel::default();
+        let space = PlanSpace::build(&g, Family::Nchwc(16), &model).unwrap();
+        let choice = solver::solve(&space.problem, &SolveOptions::default())
+            .unwrap()
+            .choice;
+        let ops: f64 = (0..choice.len())
+            .map(|var| space.impl_of(var, choice[var]).cost)
+            .sum();
+        let m = materialise(&g, &space, choice.clone(), &model).unwrap();
+        let transforms = kept_transforms(&m.graph);
+        let into_blocked = transforms.iter().filter(|t| t.value == "x").count();
+        assert_eq!(into_blocked, 1, "{transforms:?}");
+        let charged = space.problem.cost(&choice) - ops;
+        assert!(
+            (charged - m.transforms_cost).abs() <= 1e-6 * charged.abs(),
+            "the problem charged {charged} ns for transforms costing {} ns",
+            m.transforms_cost
+        );
     }
 }

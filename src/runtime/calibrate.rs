@@ -1,20 +1,22 @@
 //! The planner's cost model calibrated on this machine: data movement at the
 //! roofline's copy bandwidth, arithmetic at its FMA rate (both probed once and
-//! cached, `roofline.rs`), and every convolution at the time its kernel takes
-//! in the layouts asked, measured at the layer's shape on the model's threads
-//! and cached with the compiler's algorithm choices (`kernel_times.rs`), so a
-//! warm cache plans without running anything.
+//! cached, `roofline.rs`), and every convolution and layout transform at the
+//! time its kernel takes in the layouts asked, measured at the value's shape on
+//! the model's threads and cached with the compiler's algorithm choices
+//! (`kernel_times.rs`), so a warm cache plans without running anything.
 
 use super::compile::channel_block;
 use super::conv::ConvGeom;
 use super::conv_algo::{self, ConvAlgo, ConvAlgoOptions, ConvSpec};
 use super::depthwise::Depthwise;
-use super::kernel_times::{time_kernel, KernelTimes};
+use super::kernel_times::{conv_key, time_kernel, KernelTimes};
+use super::kernels::Gather;
 use super::roofline::{machine_peaks, MachinePeaks};
 use super::simd::{Epilogue, Isa};
 use super::{worker_pool, CompiledModel, RuntimeError, RuntimeOptions};
-use crate::graph::{DType, ValueType};
+use crate::graph::{numel, DType, ValueType};
 use crate::layout::op_rules::{ConvQuery, CostModel, MeasuredCosts};
+use crate::layout::Layout;
 use crate::ops::OpDef;
 use std::collections::HashMap;
 use std::fmt;
@@ -24,8 +26,8 @@ use std::sync::{Arc, Mutex};
 /// from the roofline peaks, convolutions measured.
 pub fn measured_cost_model(options: &RuntimeOptions) -> Result<CostModel, RuntimeError> {
     let roofline = machine_peaks(options.threads, options.conv_algo.cache.as_deref(), false)?;
-    let convs = MeasuredConvs::new(options)?;
-    Ok(calibrated(&roofline.peaks, Arc::new(convs)))
+    let kernels = MeasuredKernels::new(options)?;
+    Ok(calibrated(&roofline.peaks, Arc::new(kernels)))
 }
 
 /// The cost model with these peaks and measured kernels: a byte moved costs
@@ -46,30 +48,30 @@ const MAX_MEASURED_BYTES: f64 = (256 << 20) as f64;
 /// desktop core's FMA rate): a cold plan stays within seconds.
 const MAX_MEASURED_FLOPS: f64 = 5e9;
 
-/// Convolution times measured on the worker threads a model will run on,
+/// Convolution and transform times measured on the worker threads a model will run on,
 /// cached per machine.
-pub struct MeasuredConvs {
+pub struct MeasuredKernels {
     pool: rayon::ThreadPool,
     isa: Isa,
     algo: ConvAlgoOptions,
     times: Mutex<KernelTimes>,
 }
 
-impl fmt::Debug for MeasuredConvs {
+impl fmt::Debug for MeasuredKernels {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         write!(
             f,
-            "MeasuredConvs({:?}, {} threads)",
+            "MeasuredKernels({:?}, {} threads)",
             self.isa,
             self.pool.current_num_threads()
         )
     }
 }
 
-impl MeasuredConvs {
+impl MeasuredKernels {
     /// Measures on `options`' threads, instruction set and convolution
     /// algorithms, cached in its cache folder.
-    pub fn new(options: &RuntimeOptions) -> Result<MeasuredConvs, RuntimeError> {
+    pub fn new(options: &RuntimeOptions) -> Result<MeasuredKernels, RuntimeError> {
         let pool = worker_pool(options.threads)?;
         let isa = options.kernel_isa()?;
         let times = KernelTimes::open(
@@ -77,7 +79,7 @@ impl MeasuredConvs {
             isa,
             pool.current_num_threads(),
         );
-        Ok(MeasuredConvs {
+        Ok(MeasuredKernels {
             pool,
             isa,
             algo: options.conv_algo.clone(),
@@ -89,7 +91,8 @@ impl MeasuredConvs {
     fn depthwise_millis(&self, geom: ConvGeom, w: &[f32], times: &mut KernelTimes) -> f64 {
         let algo = ConvAlgo::Depthwise;
         let (kernel, name) = (algo.kernel(), algo.to_string());
-        if let Some(ms) = times.get(kernel, &geom, &name) {
+        let key = conv_key(&geom);
+        if let Some(ms) = times.get(kernel, &key, &name) {
             return ms;
         }
         let bias = vec![0f32; geom.cout];
@@ -99,12 +102,22 @@ impl MeasuredConvs {
         let ms = self
             .pool
             .install(|| time_kernel(w, || k.run(&x, None, &mut y)));
-        times.record(kernel, &geom, &name, ms);
+        times.record(kernel, &key, &name, ms);
         ms
     }
 }
 
-impl MeasuredCosts for MeasuredConvs {
+/// What was measured is written to the cache once, when planning is done:
+/// each write merges with the whole file.
+impl Drop for MeasuredKernels {
+    fn drop(&mut self) {
+        if let Ok(times) = self.times.get_mut() {
+            times.save();
+        }
+    }
+}
+
+impl MeasuredCosts for MeasuredKernels {
     fn conv_ns(&self, q: &ConvQuery) -> Option<f64> {
         let ((x, xl), (y, yl)) = (q.x, q.y);
         if x.dtype != DType::F32 || q.weights.dtype() != DType::F32 {
@@ -148,10 +161,44 @@ impl MeasuredCosts for MeasuredConvs {
             self.pool
                 .install(|| conv_algo::expected_millis(&spec, &self.algo, times))
         };
-        times.save();
+        Some(ms * 1e6)
+    }
+
+    fn transform_ns(&self, t: &ValueType, from: &Layout, to: &Layout) -> Option<f64> {
+        if t.dtype != DType::F32 {
+            return None;
+        }
+        let (src, dst) = (
+            from.physical_shape(&t.shape).ok()?,
+            to.physical_shape(&t.shape).ok()?,
+        );
+        let (src, dst) = (numel(&src), numel(&dst));
+        if (src + dst) as f64 * 4.0 > MAX_MEASURED_BYTES {
+            return None;
+        }
+        // Keyed by the logical shape and both layouts (whose names are unambiguous).
+        let name = format!("{from} -> {to}");
+        let mut times = self.times.lock().ok()?;
+        if let Some(ms) = times.get(TRANSFORM_KERNEL, &t.shape, &name) {
+            return Some(ms * 1e6);
+        }
+        let gather = Gather::new(from, to, &t.shape, 0.0).ok()?;
+        let x = vec![0f32; src];
+        let mut y = vec![0f32; dst];
+        let mut ok = true;
+        let ms = self
+            .pool
+            .install(|| time_kernel(&[], || ok &= gather.run(&[x.as_slice()], &mut y).is_ok()));
+        if !ok {
+            return None;
+        }
+        times.record(TRANSFORM_KERNEL, &t.shape, &name, ms);
         Some(ms * 1e6)
     }
 }
+
+/// The kernel name transforms are cached under.
+const TRANSFORM_KERNEL: &str = "transform";
 
 /// The time the cost model predicts for one run of each step of `model`, in
 /// seconds: a convolution's kernel time as measured for it (by the compiler

@@ -10,7 +10,7 @@
 //! [`WINOGRAD_TOLERANCE`] is never chosen.
 
 use super::conv::{ConvGeom, PackedConv};
-use super::kernel_times::{time_kernel, KernelTimes};
+use super::kernel_times::{conv_key, time_kernel, KernelTimes};
 use super::simd::{Epilogue, Isa};
 use super::winograd::{self, WinogradConv, WinogradTile};
 use crate::graph::Span;
@@ -314,13 +314,14 @@ fn measured_millis(
 /// measured now and recorded there.
 fn millis_in(times: &mut KernelTimes, spec: &ConvSpec, candidates: &[ConvAlgo]) -> Vec<f64> {
     let g = &spec.geom;
+    let key = conv_key(g);
     candidates
         .iter()
         .map(|&a| {
             let name = a.to_string();
-            times.get(a.kernel(), g, &name).unwrap_or_else(|| {
+            times.get(a.kernel(), &key, &name).unwrap_or_else(|| {
                 let ms = time_once(g, &spec.kernel(a));
-                times.record(a.kernel(), g, &name, ms);
+                times.record(a.kernel(), &key, &name, ms);
                 ms
             })
         })
@@ -356,7 +357,7 @@ pub(super) fn add_cached_time(
         return;
     }
     let times = KernelTimes::open(options.cache.as_deref(), isa, threads);
-    if let Some(ms) = times.get(algo.kernel(), geom, &algo.to_string()) {
+    if let Some(ms) = times.get(algo.kernel(), &conv_key(geom), &algo.to_string()) {
         decision.millis.push((algo, ms));
     }
 }

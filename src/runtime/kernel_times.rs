@@ -26,9 +26,9 @@ struct Entry {
     cpu: String,
     isa: String,
     threads: usize,
-    /// "conv" or "depthwise".
+    /// "conv", "depthwise" or "transform".
     kernel: String,
-    /// [`geometry_key`].
+    /// [`conv_key`] for convolutions.
     geom: Vec<usize>,
     timing: String,
     /// Milliseconds per algorithm name.
@@ -42,7 +42,7 @@ static CACHE_LOCK: Mutex<()> = Mutex::new(());
 
 /// The geometry of a convolution as a cache key: every extent, the window,
 /// and the channel block of both operands.
-fn geometry_key(g: &ConvGeom) -> Vec<usize> {
+pub(super) fn conv_key(g: &ConvGeom) -> Vec<usize> {
     vec![
         g.n,
         g.cin,
@@ -102,25 +102,24 @@ impl KernelTimes {
             && e.timing == TIMING
     }
 
-    /// The cached milliseconds of `algo` on `kernel` at geometry `g`.
-    pub(super) fn get(&self, kernel: &str, g: &ConvGeom, algo: &str) -> Option<f64> {
-        let geom = geometry_key(g);
+    /// The cached milliseconds of `algo` on `kernel` at geometry `geom` (for
+    /// a convolution, its [`conv_key`]).
+    pub(super) fn get(&self, kernel: &str, geom: &[usize], algo: &str) -> Option<f64> {
         self.added
             .iter()
             .chain(&self.file.entries)
-            .filter(|e| self.matches(e, kernel, &geom))
+            .filter(|e| self.matches(e, kernel, geom))
             .flat_map(|e| &e.millis)
             .find(|(name, ms)| name == algo && ms.is_finite() && *ms >= 0.0)
             .map(|m| m.1)
     }
 
-    /// Records the milliseconds of `algo` on `kernel` at geometry `g`.
-    pub(super) fn record(&mut self, kernel: &str, g: &ConvGeom, algo: &str, ms: f64) {
-        let geom = geometry_key(g);
+    /// Records the milliseconds of `algo` on `kernel` at geometry `geom`.
+    pub(super) fn record(&mut self, kernel: &str, geom: &[usize], algo: &str, ms: f64) {
         let at = self
             .added
             .iter()
-            .position(|e| self.matches(e, kernel, &geom));
+            .position(|e| self.matches(e, kernel, geom));
         let entry = match at {
             Some(i) => &mut self.added[i],
             None => {
@@ -129,7 +128,7 @@ impl KernelTimes {
                     isa: self.isa.clone(),
                     threads: self.threads,
                     kernel: kernel.to_string(),
-                    geom,
+                    geom: geom.to_vec(),
                     timing: TIMING.to_string(),
                     millis: vec![],
                 });
