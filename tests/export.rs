@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{load_test_data, max_abs_err, tolerance};
+use common::{assert_close, load_test_data};
 use layoutopt::api::{load_model, PlanLayouts, Planner, Target};
 use layoutopt::export::{export_bytes, export_model, ExportOptions};
 use layoutopt::frontend::onnx::{import_onnx, ImportOptions};
@@ -57,9 +57,7 @@ fn exported_plans_compute_the_recorded_outputs() {
                 assert_eq!(outputs.len(), expected.len(), "{what}");
                 for (out, exp) in outputs.iter().zip(&expected) {
                     assert_eq!(out.shape, exp.shape, "{what}");
-                    let (err, mag) = max_abs_err(exp, out);
-                    let tol = tolerance(exp, 1e-4);
-                    assert!(err <= tol * mag, "{what}: error {err} > {tol} * {mag}");
+                    assert_close(exp, out, 1e-4, &what);
                 }
             }
         }
@@ -202,9 +200,7 @@ fn onnxruntime_exports_keep_the_source_layouts_and_outputs() {
         assert_eq!(outputs.len(), expected.len(), "{what}");
         for (out, exp) in outputs.iter().zip(&expected) {
             assert_eq!(out.shape, exp.shape, "{what}");
-            let (err, mag) = max_abs_err(exp, out);
-            let tol = tolerance(exp, 1e-4);
-            assert!(err <= tol * mag, "{what}: error {err} > {tol} * {mag}");
+            assert_close(exp, out, 1e-4, &what);
         }
     }
     // resnet_small's 8 batch norms all follow a conv: none is left.

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{load_test_data, max_abs_err, tolerance};
+use common::{assert_close, load_test_data};
 use layoutopt::frontend::onnx::{load_onnx, ImportOptions};
 
 #[test]
@@ -28,17 +28,9 @@ fn bundled_models_match_onnxruntime() {
         assert_eq!(outputs.len(), expected.len());
         for (i, (out, exp)) in outputs.iter().zip(&expected).enumerate() {
             assert_eq!(out.shape, exp.shape, "{} output {i}", dir.display());
-            let (err, mag) = max_abs_err(exp, out);
-            println!(
-                "{} output {i}: max abs err {err:.3e}, max magnitude {mag:.3e}",
-                dir.display()
-            );
-            let tol = tolerance(exp, 1e-4);
-            assert!(
-                err <= tol * mag,
-                "{} output {i}: error {err} > {tol} * {mag}",
-                dir.display()
-            );
+            let what = format!("{} output {i}", dir.display());
+            let (err, mag) = assert_close(exp, out, 1e-4, &what);
+            println!("{what}: max abs err {err:.3e}, max magnitude {mag:.3e}");
         }
     }
 }

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{load_test_data, max_abs_err, tolerance};
+use common::{assert_close, load_test_data};
 use layoutopt::frontend::onnx::{load_onnx, ImportOptions};
 use layoutopt::graph::{Graph, Op, Tensor};
 use layoutopt::layout::op_rules::{CostModel, Family};
@@ -30,13 +30,8 @@ fn planned_models_compute_the_same_outputs() {
                     .unwrap_or_else(|e| panic!("{} {name} {family}: {e}", dir.display()));
                 for (out, exp) in outputs.iter().zip(&expected) {
                     assert_eq!(out.shape, exp.shape);
-                    let (err, mag) = max_abs_err(exp, out);
-                    let tol = tolerance(exp, 1e-4);
-                    assert!(
-                        err <= tol * mag,
-                        "{} {name} {family}: error {err} > {tol} * {mag}",
-                        dir.display()
-                    );
+                    let what = format!("{} {name} {family}", dir.display());
+                    assert_close(exp, out, 1e-4, &what);
                 }
             }
         }

@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{load_test_data, max_abs_err, tolerance};
+use common::{assert_close, load_test_data};
 use layoutopt::api::{load_model, PlanLayouts, Planner, Target};
 use layoutopt::export::{export_bytes, ExportOptions};
 use layoutopt::frontend::onnx::{import_onnx, ImportOptions};
@@ -81,9 +81,7 @@ fn a_replanned_export_moves_no_more_data_and_computes_the_same() {
             assert_eq!(outputs.len(), expected.len(), "{what}");
             for (out, exp) in outputs.iter().zip(&expected) {
                 assert_eq!(out.shape, exp.shape, "{what}");
-                let (err, mag) = max_abs_err(exp, out);
-                let tol = tolerance(exp, 1e-3);
-                assert!(err <= tol * mag, "{what}: error {err} > {tol} * {mag}");
+                assert_close(exp, out, 1e-3, &what);
             }
         }
     }

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{load_test_data, max_abs_err, scratch_dir, tolerance};
+use common::{assert_close, load_test_data, scratch_dir};
 use layoutopt::frontend::onnx::{load_onnx, ImportOptions};
 use layoutopt::frontend::tflite::load_tflite;
 use layoutopt::graph::Graph;
@@ -73,14 +73,12 @@ fn bundled_models_match_onnxruntime_on_the_native_runtime() {
                     for (out, exp) in outputs.iter().zip(&expected) {
                         assert_eq!(out.shape, exp.shape);
                         assert_eq!(out.dtype(), exp.dtype());
-                        let tol = tolerance(exp, 1e-3);
-                        let (err, mag) = max_abs_err(exp, out);
-                        assert!(
-                            err <= tol * mag,
-                            "{} {family} {threads} threads: error {err} > {tol} * {mag}\n{}",
+                        let what = format!(
+                            "{} {family} {threads} threads\n{}",
                             dir.display(),
                             m.describe().join("\n")
                         );
+                        assert_close(exp, out, 1e-3, &what);
                     }
                 }
             }

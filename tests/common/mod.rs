@@ -128,6 +128,16 @@ pub fn tolerance(expected: &Tensor, f32_tol: f64) -> f64 {
     }
 }
 
+/// Asserts that `actual` is `expected` to within [`tolerance`]`(expected,
+/// f32_tol)` of the largest expected magnitude; `what` names the case when it
+/// is not. Returns the max abs difference and that magnitude.
+pub fn assert_close(expected: &Tensor, actual: &Tensor, f32_tol: f64, what: &str) -> (f64, f64) {
+    let (err, mag) = max_abs_err(expected, actual);
+    let tol = tolerance(expected, f32_tol);
+    assert!(err <= tol * mag, "{what}: error {err} > {tol} * {mag}");
+    (err, mag)
+}
+
 /// Max abs difference, and the max magnitude of the expected values.
 pub fn max_abs_err(expected: &Tensor, actual: &Tensor) -> (f64, f64) {
     let (e, a) = (expected.data.to_f64(), actual.data.to_f64());
