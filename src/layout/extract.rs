@@ -453,11 +453,8 @@ pub fn rewrite_graph(
     rules: &[Rewrite<Lang, LayoutAnalysis>],
     limits: &RewriteLimits,
 ) -> Result<(Graph, RewriteReport), LayoutError> {
-    let t = std::time::Instant::now(); // PROFILE-TMP
     let ge = super::egraph::graph_to_egraph(g)?;
-    let t1 = t.elapsed(); // PROFILE-TMP
     let before = greedy(&ge.egraph, &ge.roots);
-    let t2 = t.elapsed(); // PROFILE-TMP
     let cost_before = choice_cost(&ge.egraph, &ge.roots, &before);
     let GraphEGraph {
         egraph,
@@ -475,7 +472,6 @@ pub fn rewrite_graph(
             limits.time + limits.time_per_node * u32::try_from(start).unwrap_or(u32::MAX),
         )
         .run(rules);
-    let t3 = t.elapsed(); // PROFILE-TMP
     let stop_reason = format!("{:?}", runner.stop_reason);
     let iterations = runner.iterations.len();
     let ge = GraphEGraph {
@@ -487,14 +483,9 @@ pub fn rewrite_graph(
     };
     let failures = ge.egraph.analysis.failures.clone();
     let (choice, extract) = extract(&ge.egraph, &ge.roots);
-    let t4 = t.elapsed(); // PROFILE-TMP
     let mut out = ge.to_graph(&choice)?;
-    let t5 = t.elapsed(); // PROFILE-TMP
-                          // Transforms of constants were costed as free: fold them now.
+    // Transforms of constants were costed as free: fold them now.
     crate::graph::fold_constants(&mut out).map_err(|e| LayoutError::Graph(e.to_string()))?;
-    if std::env::var("PROF").is_ok() {
-        eprintln!("PROF convert {t1:?} greedy {t2:?} run {t3:?} extract {t4:?} to_graph {t5:?} fold {:?} drop?", t.elapsed());
-    } // PROFILE-TMP
     Ok((
         out,
         RewriteReport {
