@@ -16,7 +16,7 @@ use super::rules::RuleSource;
 use super::solver::{solve, Pair, Problem, SolveOptions};
 use super::LayoutError;
 use crate::graph::Graph;
-use egg::{CostFunction, Extractor, Id, Language, Rewrite, Runner};
+use egg::{Id, Language, Rewrite, Runner};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
@@ -51,25 +51,6 @@ pub fn node_cost(eg: &LEGraph, class: Id, node: &Lang) -> f64 {
                 .filter(|&&c| !matches!(eg[c].data.info, Info::Atom(_)));
             bytes_of(eg, class) + tensors.map(|&c| bytes_of(eg, c)).sum::<f64>()
         }
-    }
-}
-
-struct TreeCost<'a> {
-    eg: &'a LEGraph,
-}
-
-impl CostFunction<Lang> for TreeCost<'_> {
-    type Cost = f64;
-    fn cost<C>(&mut self, enode: &Lang, mut costs: C) -> f64
-    where
-        C: FnMut(Id) -> f64,
-    {
-        // The class of a node is found through its hash-cons entry.
-        let own = match self.eg.lookup(enode.clone()) {
-            Some(class) => node_cost(self.eg, class, enode),
-            None => f64::INFINITY,
-        };
-        enode.fold(own, |sum, c| sum + costs(c))
     }
 }
 
@@ -154,19 +135,102 @@ fn acyclic_nodes(eg: &LEGraph, roots: &[Id]) -> HashMap<Id, Vec<Lang>> {
     keep
 }
 
+/// Each class's cheapest node by tree cost (its own cost plus its children's
+/// tree costs), for the classes the roots reach. A node's tree cost is never
+/// below its children's, so classes are settled cheapest first as in
+/// Dijkstra's algorithm: a node is priced once, when the last of its children
+/// is settled, which takes time linear in the e-graph (up to the heap's log).
+/// egg's `Extractor` sweeps every class until nothing changes, as many sweeps
+/// as the graph is deep.
 fn greedy(eg: &LEGraph, roots: &[Id]) -> HashMap<Id, Lang> {
-    let ex = Extractor::new(eg, TreeCost { eg });
+    let classes: Vec<Id> = eg.classes().map(|c| c.id).collect();
+    let index: HashMap<Id, usize> = classes.iter().enumerate().map(|(i, &c)| (c, i)).collect();
+    // Per node: its distinct child classes; per class: the nodes reading it.
+    let mut kids: Vec<Vec<Vec<usize>>> = Vec::with_capacity(classes.len());
+    let mut readers: Vec<Vec<(usize, usize)>> = vec![Vec::new(); classes.len()];
+    for (ci, &c) in classes.iter().enumerate() {
+        let of_class: Vec<Vec<usize>> = eg[c]
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(ni, n)| {
+                let mut ks: Vec<usize> = n.children().iter().map(|&k| index[&eg.find(k)]).collect();
+                ks.sort_unstable();
+                ks.dedup();
+                for &k in &ks {
+                    readers[k].push((ci, ni));
+                }
+                ks
+            })
+            .collect();
+        kids.push(of_class);
+    }
+    let mut waiting: Vec<Vec<usize>> = kids
+        .iter()
+        .map(|nodes| nodes.iter().map(Vec::len).collect())
+        .collect();
+    let mut best: Vec<Option<(f64, usize)>> = vec![None; classes.len()];
+    // Min-heap on (cost, class, node): ties break by index, the same on every run.
+    let mut heap = std::collections::BinaryHeap::new();
+    let priced = |ci: usize, ni: usize, best: &[Option<(f64, usize)>]| {
+        let c = classes[ci];
+        let own = node_cost(eg, c, &eg[c].nodes[ni]);
+        let below: f64 = kids[ci][ni]
+            .iter()
+            .map(|&k| best[k].map_or(f64::INFINITY, |b| b.0))
+            .sum();
+        std::cmp::Reverse((Priced(own + below), ci, ni))
+    };
+    for (ci, counts) in waiting.iter().enumerate() {
+        for (ni, &n) in counts.iter().enumerate() {
+            if n == 0 {
+                heap.push(priced(ci, ni, &best));
+            }
+        }
+    }
+    while let Some(std::cmp::Reverse((Priced(cost), ci, ni))) = heap.pop() {
+        if best[ci].is_some() {
+            continue;
+        }
+        best[ci] = Some((cost, ni));
+        for &(pc, pn) in &readers[ci] {
+            waiting[pc][pn] -= 1;
+            if waiting[pc][pn] == 0 && best[pc].is_none() {
+                heap.push(priced(pc, pn, &best));
+            }
+        }
+    }
     let mut choice = HashMap::new();
     let mut stack: Vec<Id> = roots.iter().map(|&r| eg.find(r)).collect();
     while let Some(c) = stack.pop() {
         if choice.contains_key(&c) {
             continue;
         }
-        let node = ex.find_best_node(c).clone();
+        // A class on a cycle only (never settled) takes its first node.
+        let ni = best[index[&c]].map_or(0, |b| b.1);
+        let node = eg[c].nodes[ni].clone();
         stack.extend(node.children().iter().map(|&ch| eg.find(ch)));
         choice.insert(c, node);
     }
     choice
+}
+
+/// A cost ordered totally (`f64::total_cmp`), for the heap.
+#[derive(Clone, Copy, PartialEq)]
+struct Priced(f64);
+
+impl Eq for Priced {}
+
+impl PartialOrd for Priced {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Priced {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
 }
 
 /// How deep `needs` looks below a class: rules rewrite a few levels at most, so

@@ -688,6 +688,9 @@ pub struct PlanTimings {
     pub plan_ms: f64,
     /// The planner's assignment of layouts: the solver, for the global planner (ms).
     pub assign_ms: f64,
+    /// The e-graph rewriting of the planner's assignment and of each
+    /// alternative worth rewriting (ms).
+    pub rewrite_ms: f64,
 }
 
 impl PlanReport {
@@ -851,10 +854,6 @@ pub struct PlanOptions {
     pub rules: Option<RuleSource>,
     /// Limits of the rewriting.
     pub rewrite_limits: RewriteLimits,
-    /// Graphs with more nodes than this are not rewritten (the plan stands):
-    /// extraction still takes time quadratic in the graph's depth somewhere
-    /// (a chain of 10k nodes takes minutes), so the cap stays until that is found.
-    pub rewrite_max_nodes: usize,
     /// Layouts pinned for graph inputs and outputs.
     pub pins: Pins,
     /// Fold batch norms into the convolutions before them (the native compiler
@@ -867,7 +866,6 @@ impl Default for PlanOptions {
         PlanOptions {
             rules: Some(RuleSource::from_env()),
             rewrite_limits: RewriteLimits::default(),
-            rewrite_max_nodes: 2_000,
             pins: Pins::new(),
             fold_batchnorms: false,
         }
@@ -879,8 +877,8 @@ impl Default for PlanOptions {
 pub struct RewriteInfo {
     /// Whether its result replaced the materialised graph.
     pub applied: bool,
-    /// Whether it did not run at all (too large a graph, rules that failed to
-    /// load, a graph it cannot express): the plan then stands unrewritten, and
+    /// Whether it did not run at all (rules that failed to load, a graph it
+    /// cannot express): the plan then stands unrewritten, and
     /// the user is warned.
     pub skipped: bool,
     /// Why it was not applied or skipped, and any rule condition that failed.
@@ -957,7 +955,9 @@ pub fn plan_with(
     // Rewriting may improve another assignment beyond the planner's own
     // choice: finish each and keep the cheapest once rewritten.
     let own = materialise(g, &space, assignment.choice, model)?;
+    let t_rewrite = Instant::now();
     let mut best = finish(own, model, options);
+    let mut rewrite_ms = ms(t_rewrite.elapsed());
     for choice in planner.alternatives(g, &space) {
         let beat = best.rewritten_cost - 1e-9 * best.rewritten_cost.abs();
         if choice == best.choice {
@@ -969,7 +969,9 @@ pub fn plan_with(
         if other.cost - other.transforms_cost >= beat {
             continue;
         }
+        let t_rewrite = Instant::now();
         let other = finish(other, model, options);
+        rewrite_ms += ms(t_rewrite.elapsed());
         if other.rewritten_cost < beat {
             best = other;
         }
@@ -1005,6 +1007,7 @@ pub fn plan_with(
         timings: PlanTimings {
             plan_ms: ms(t0.elapsed()),
             assign_ms,
+            rewrite_ms,
         },
     };
     Ok(Plan {
@@ -1083,13 +1086,6 @@ fn finish(m: Materialised, model: &CostModel, options: &PlanOptions) -> Finished
         cost: estimated,
     } = m;
     let rewrite = options.rules.as_ref().map(|rules| {
-        if graph.node_count() > options.rewrite_max_nodes {
-            return RewriteInfo::skipped(format!(
-                "{} nodes exceed the rewrite limit of {}",
-                graph.node_count(),
-                options.rewrite_max_nodes
-            ));
-        }
         match rewrite_deep(&graph, rules, &options.rewrite_limits) {
             Ok((rewritten, r)) => {
                 let better = transforms_cost(&rewritten, model) <= materialised;

@@ -4,12 +4,10 @@
 use super::egraph::graph_to_egraph;
 use super::extract::{extract, rewrite_graph, Method, RewriteLimits};
 use super::rules::{load_rules, parse_rules, RuleError, RuleSource};
-use super::{Assumption, Layout, PadValue};
-use crate::graph::{
-    BinaryOp, Conv, DType, Graph, Op, Span, Tensor, UnaryOp, ValueRef, ValueType, Window,
-};
-use crate::ops::testutil::{conv_3x3, pool_2x2};
-use crate::ops::{Concat, Crop, LayoutTransform, PadWith, Reshape, Split, Transpose};
+use super::{Layout, PadValue};
+use crate::graph::{DType, Graph, Op, Span, Tensor, UnaryOp, ValueRef, ValueType};
+use crate::ops::testutil::conv_3x3;
+use crate::ops::{LayoutTransform, Reshape, Split, Transpose};
 
 fn span(layer: &str, op: &str, index: usize) -> Vec<Span> {
     vec![Span::new("test.onnx", layer, op, index)]
@@ -88,16 +86,12 @@ fn bundled_rules_load() {
     let rules = RuleSource::Bundled.load().unwrap();
     let names: Vec<String> = rules.iter().map(|r| r.name.to_string()).collect();
     for want in [
-        "inverse",
         "compose",
-        "unary-sink",
-        "binary-sink",
-        "pool-sink",
-        "concat-sink",
+        "same-layout",
+        "unary-hoist",
         "reshape-sink",
-        "pad-then-crop",
-        "crop-then-pad",
         "transpose-compose",
+        "transpose-identity",
     ] {
         assert!(
             names.iter().any(|n| n == want),
@@ -118,7 +112,7 @@ fn rule_file_errors_name_file_and_line() {
             "unknown condition",
         ),
         ("r: (xform ?a ?b ?p ?x) => ?y", "?y"),
-        ("r: (unary ?f ?x) => ?x if pad-through-unary", "reads"),
+        ("r: (unary ?f ?x) => ?x if pad-before-unary", "reads"),
         ("no rule here", "expected"),
     ] {
         let e = parse_rules(bad, "x.rules").unwrap_err().to_string();
@@ -129,7 +123,7 @@ fn rule_file_errors_name_file_and_line() {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(
         dir.join("a.rules"),
-        "ok: (pad ?b ?e ?v ?x) => ?x if no-amounts\n",
+        "ok: (xform ?a ?a ?q ?x) => ?x if restores-padding\n",
     )
     .unwrap();
     std::fs::write(dir.join("b.rules"), "\n\nbad: (pad ?b\n").unwrap();
@@ -196,9 +190,10 @@ fn inverse_pairs_cancel_and_keep_spans() {
     assert!(report.extract.cost < report.cost_before);
 }
 
-/// relu on the blocked tensor: the transforms sink through it and cancel.
+/// relu on the blocked tensor: the transform after it moves above it and
+/// cancels the one before.
 #[test]
-fn transform_sinks_through_relu() {
+fn transform_hoists_above_relu() {
     let mut g = Graph::new("t");
     let x = g.add_input(
         "x",
@@ -257,120 +252,6 @@ fn round_trip_cancels_only_under_known_padding() {
         let padding = crate::reference::run(&out, &inputs_for(&g)).unwrap()[0].to_f32()[145];
         assert_eq!(padding, last.known().unwrap());
     }
-}
-
-fn conv1d(k: usize) -> Op {
-    Op::Conv(Conv {
-        window: Window {
-            kernel: vec![k],
-            strides: vec![1],
-            dilations: vec![1],
-            pads: vec![0, 0],
-        },
-        group: 1,
-    })
-}
-
-/// The padding RFC's two back-to-back 1-d convolutions with pad=2, written as
-/// explicit pads and crops. Returns the graph and its input.
-pub(crate) fn rfc_two_convs(assume: Option<Assumption>) -> Graph {
-    let mut g = Graph::new("rfc");
-    let x = g.add_input(
-        "X",
-        ValueType::new(DType::F32, vec![1, 1, 16]),
-        span("X", "Input", 0),
-    );
-    let f = g.add_constant(
-        "F",
-        Tensor::from_f32(vec![1, 1, 3], vec![0.5, -1.0, 2.0]),
-        span("F", "Constant", 1),
-    );
-    let pad = |b: usize, e: usize| {
-        Op::PadWith(PadWith {
-            begins: vec![0, 0, b],
-            ends: vec![0, 0, e],
-            value: ZERO,
-        })
-    };
-    let xp = add(&mut g, pad(2, 6), "X_pad", &[x], 2);
-    let y = add(&mut g, conv1d(3), "Y", &[xp, f], 3);
-    let crop = |e: usize, assume| {
-        Op::Crop(Crop {
-            begins: vec![0; 3],
-            ends: vec![0, 0, e],
-            assume,
-        })
-    };
-    let yc = add(&mut g, crop(4, assume), "Y_crop", &[y], 4);
-    let ycp = add(&mut g, pad(2, 4), "Y_crop_pad", &[yc], 5);
-    let z = add(&mut g, conv1d(3), "Z", &[ycp, f], 6);
-    let zc = add(&mut g, crop(2, None), "Z_crop", &[z], 7);
-    g.set_outputs(vec![zc]);
-    g
-}
-
-#[test]
-fn rfc_crop_pad_pair_goes_only_under_the_assumption() {
-    // Without an assumption, nothing says Y[18:] is 0: the pair stays.
-    let (out, _) = rewrite(&rfc_two_convs(None));
-    assert_eq!(transforms(&out).len(), 4, "{:?}", transforms(&out));
-    // With it, pad(crop(Y, end 4), begin 2, end 4) becomes pad(Y, begin 2, end 0).
-    let assume = Assumption::new(0.0, "Y[18:] is a conv over zero padding (no bias)");
-    let (out, _) = rewrite(&rfc_two_convs(Some(assume)));
-    let kept = transforms(&out);
-    assert_eq!(kept.len(), 3, "{kept:?}");
-    assert!(kept.contains(&Op::PadWith(PadWith {
-        begins: vec![0, 0, 2],
-        ends: vec![0, 0, 0],
-        value: ZERO
-    })));
-    assert!(!kept.iter().any(|op| matches!(
-        op,
-        Op::Crop(Crop {
-            assume: Some(_),
-            ..
-        })
-    )));
-    // The reference checks the assumption while running the original.
-    let assume = Assumption::new(0.0, "test");
-    assert_same_outputs(&rfc_two_convs(Some(assume)), &out, 1e-5);
-    let (out, _) = rewrite(&rfc_two_convs(None));
-    assert_same_outputs(&rfc_two_convs(None), &out, 1e-5);
-}
-
-/// The RFC's 14-element tensor held in a 4x4 layout: B = 2 * A + 1 computed
-/// on the padded buffer, handed out in the 4x4 layout. The scalar ops move to
-/// the 14 logical elements and the one transform writes the padding they
-/// would have produced (2 * 0 + 1 = 1).
-#[test]
-fn fourteen_elements_in_four_by_four() {
-    let mut g = Graph::new("grow");
-    let a = g.add_input(
-        "A",
-        ValueType::new(DType::F32, vec![14]),
-        span("A", "Input", 0),
-    );
-    let two = g.add_constant("two", Tensor::scalar_f32(2.0), span("two", "Constant", 1));
-    let one = g.add_constant("one", Tensor::scalar_f32(1.0), span("one", "Constant", 2));
-    let to = Op::LayoutTransform(LayoutTransform {
-        from: Layout::parse_with("A", "A").unwrap(),
-        to: Layout::parse_with("A", "A4a").unwrap(),
-        logical: vec![14],
-        pad: ZERO,
-    });
-    let ac = add(&mut g, to, "AC", &[a], 3);
-    let m = add(&mut g, Op::Binary(BinaryOp::Mul), "mul", &[ac, two], 4);
-    let b = add(&mut g, Op::Binary(BinaryOp::Add), "add", &[m, one], 5);
-    g.set_outputs(vec![b]);
-    let (out, report) = rewrite(&g);
-    let kept = transforms(&out);
-    assert_eq!(kept.len(), 1);
-    assert!(
-        matches!(&kept[0], Op::LayoutTransform(LayoutTransform { pad, .. }) if *pad == PadValue::Known(1.0))
-    );
-    // Two ops on 14 elements instead of 16: cheaper.
-    assert!(report.extract.cost < report.cost_before);
-    assert_same_outputs(&g, &out, 0.0);
 }
 
 /// Exact extraction pays a class shared by two users once, where the greedy
@@ -489,116 +370,6 @@ fn has_placed(g: &Graph, kind: &str) -> bool {
     g.node_ids()
         .into_iter()
         .any(|n| matches!(&g.node(n).op, Op::InLayout(l) if l.inner.kind_name() == kind))
-}
-
-/// Between two convs placed in NCHW16c: relu, max-pool and a per-channel bias
-/// add run in NCHW16c too, so the transforms around them cancel; only the
-/// transforms into the first conv and out of the last are left.
-#[test]
-fn transforms_sink_across_relu_pool_and_bias() {
-    let mut g = Graph::new("island");
-    let s = [1, 17, 6, 6];
-    let x = g.add_input(
-        "x",
-        ValueType::new(DType::F32, s.to_vec()),
-        span("x", "Input", 0),
-    );
-    let t = add(&mut g, lt("NCHW", "NCHW16c", &s, ZERO), "to", &[x], 1);
-    let c1 = conv16c(&mut g, t, &s, 17, "conv1", 2);
-    let b1 = add(
-        &mut g,
-        lt("NCHW16c", "NCHW", &s, PadValue::Undef),
-        "back1",
-        &[c1],
-        3,
-    );
-    let r = add(&mut g, Op::Unary(UnaryOp::Relu), "relu", &[b1], 4);
-    let pool = pool_2x2(crate::graph::PoolKind::Max);
-    let p = add(&mut g, pool, "pool", &[r], 5);
-    let s2 = [1, 17, 3, 3];
-    let bias = g.add_constant(
-        "bias",
-        weights(vec![1, 17, 1, 1], 11),
-        span("bias", "Constant", 6),
-    );
-    let a = add(&mut g, Op::Binary(BinaryOp::Add), "add", &[p, bias], 7);
-    let t2 = add(&mut g, lt("NCHW", "NCHW16c", &s2, ZERO), "to2", &[a], 8);
-    let c2 = conv16c(&mut g, t2, &s2, 5, "conv2", 9);
-    let out = add(
-        &mut g,
-        lt("NCHW16c", "NCHW", &[1, 5, 3, 3], PadValue::Undef),
-        "back2",
-        &[c2],
-        10,
-    );
-    g.set_outputs(vec![out]);
-    let (rewritten, report) = rewrite(&g);
-    assert_eq!(
-        count_transforms(&rewritten),
-        2,
-        "{:?}",
-        transforms(&rewritten)
-    );
-    assert!(has_placed(&rewritten, "MaxPool"));
-    assert!(report.extract.cost < report.cost_before);
-    assert_same_outputs(&g, &rewritten, 1e-5);
-}
-
-/// Concat on the (unblocked) height axis of two NCHW16c convs' outputs runs in
-/// NCHW16c; concat on the blocked channel axis does not move.
-#[test]
-fn transforms_sink_across_concat_on_an_unblocked_axis() {
-    let build = |axis: usize| {
-        let mut g = Graph::new("cat");
-        let s = [1, 17, 4, 4];
-        let x = g.add_input(
-            "x",
-            ValueType::new(DType::F32, s.to_vec()),
-            span("x", "Input", 0),
-        );
-        let t = add(&mut g, lt("NCHW", "NCHW16c", &s, ZERO), "to", &[x], 1);
-        let c1 = conv16c(&mut g, t, &s, 17, "conv1", 2);
-        let c2 = conv16c(&mut g, t, &s, 17, "conv2", 3);
-        let b1 = add(
-            &mut g,
-            lt("NCHW16c", "NCHW", &s, PadValue::Undef),
-            "back1",
-            &[c1],
-            4,
-        );
-        let b2 = add(
-            &mut g,
-            lt("NCHW16c", "NCHW", &s, PadValue::Undef),
-            "back2",
-            &[c2],
-            5,
-        );
-        let cat = add(&mut g, Op::Concat(Concat { axis }), "cat", &[b1, b2], 6);
-        let mut s3 = s;
-        s3[axis] *= 2;
-        let t3 = add(&mut g, lt("NCHW", "NCHW16c", &s3, ZERO), "to3", &[cat], 7);
-        let c3 = conv16c(&mut g, t3, &s3, 3, "conv3", 8);
-        let mut s4 = s3;
-        s4[1] = 3;
-        let out = add(
-            &mut g,
-            lt("NCHW16c", "NCHW", &s4, PadValue::Undef),
-            "back3",
-            &[c3],
-            9,
-        );
-        g.set_outputs(vec![out]);
-        g
-    };
-    let g = build(2);
-    let (out, _) = rewrite(&g);
-    assert_eq!(count_transforms(&out), 2, "{:?}", transforms(&out));
-    assert!(has_placed(&out, "Concat"));
-    assert_same_outputs(&g, &out, 1e-5);
-    let g = build(1);
-    let (out, _) = rewrite(&g);
-    assert_eq!(count_transforms(&out), 5);
-    assert_same_outputs(&g, &out, 1e-5);
 }
 
 /// A reshape that keeps the blocked channel axis whole ([1,17,4,4] ->
