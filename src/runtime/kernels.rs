@@ -299,23 +299,8 @@ unsafe fn copy_run(r: &Run, x: &[f32], out: &mut [f32]) {
                 o.fill(*at(k));
             }
         }
-        // A transpose: consecutive runs read neighbouring columns, so a
-        // square tile is read along the input's rows and written along the
-        // output's, each in few cache lines.
-        (stride, 1) => {
-            const TILE: usize = 16;
-            let count = r.count as usize;
-            for k0 in (0..count).step_by(TILE) {
-                for j0 in (0..len).step_by(TILE) {
-                    for j in j0..(j0 + TILE).min(len) {
-                        let row = at(k0).offset(j as isize * stride as isize);
-                        for k in k0..(k0 + TILE).min(count) {
-                            *out.get_unchecked_mut(k * len + j) = *row.add(k - k0);
-                        }
-                    }
-                }
-            }
-        }
+        // A transpose: consecutive runs read neighbouring columns.
+        (stride, 1) => transpose(at(0), stride as isize, (len, r.count as usize), out),
         (stride, _) => {
             for (k, o) in out.chunks_exact_mut(len).enumerate() {
                 let from = at(k);
@@ -323,6 +308,87 @@ unsafe fn copy_run(r: &Run, x: &[f32], out: &mut [f32]) {
                     *v = *from.offset(j as isize * stride as isize);
                 }
             }
+        }
+    }
+}
+
+/// Side of the square tiles a transpose moves at a time.
+const TILE: usize = 16;
+
+/// `out[k * len + j] = x[k + j * stride]` for `j < len`, `k < count`, in
+/// square tiles, each read along the input's rows and written along the
+/// output's (few cache lines each); a whole tile through registers where
+/// the CPU has AVX-512.
+///
+/// # Safety
+/// `x` must hold every element read and `out` `len * count` elements.
+unsafe fn transpose(x: *const f32, stride: isize, (len, count): (usize, usize), out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    let avx512 = std::arch::is_x86_feature_detected!("avx512f");
+    for k0 in (0..count).step_by(TILE) {
+        for j0 in (0..len).step_by(TILE) {
+            let from = x.offset(k0 as isize + j0 as isize * stride);
+            let to = out.as_mut_ptr().add(k0 * len + j0);
+            #[cfg(target_arch = "x86_64")]
+            if avx512 && k0 + TILE <= count && j0 + TILE <= len {
+                tile_avx512(from, stride, to, len);
+                continue;
+            }
+            for j in 0..TILE.min(len - j0) {
+                let row = from.offset(j as isize * stride);
+                for k in 0..TILE.min(count - k0) {
+                    *to.add(k * len + j) = *row.add(k);
+                }
+            }
+        }
+    }
+}
+
+/// One 16 x 16 tile of [`transpose`]: 16 input rows `stride` apart into 16
+/// output rows `pitch` apart, by interleaving elements, then pairs, then
+/// 128-bit quarters, then halves.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn tile_avx512(x: *const f32, stride: isize, y: *mut f32, pitch: usize) {
+    use std::arch::x86_64::*;
+    let mut r = [_mm512_setzero_ps(); TILE];
+    for (j, v) in r.iter_mut().enumerate() {
+        *v = _mm512_loadu_ps(x.offset(j as isize * stride));
+    }
+    // In each 128-bit quarter: rows 2i and 2i + 1 interleaved.
+    let mut t = r;
+    for i in 0..8 {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    // u[4g + c], quarter q: rows 4g..4g + 4 of column 4q + c.
+    let mut u = t;
+    for g in 0..4 {
+        let [a0, a1, b0, b1] = [t[4 * g], t[4 * g + 1], t[4 * g + 2], t[4 * g + 3]];
+        for (i, (a, b)) in [(a0, b0), (a1, b1)].into_iter().enumerate() {
+            let (a, b) = (_mm512_castps_pd(a), _mm512_castps_pd(b));
+            u[4 * g + 2 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+            u[4 * g + 2 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+        }
+    }
+    // v[8h + c] the even quarters of u[8h + c] and u[8h + 4 + c],
+    // v[8h + 4 + c] the odd ones.
+    let mut v = u;
+    for h in 0..2 {
+        for c in 0..4 {
+            let (a, b) = (u[8 * h + c], u[8 * h + 4 + c]);
+            v[8 * h + c] = _mm512_shuffle_f32x4::<0x88>(a, b);
+            v[8 * h + 4 + c] = _mm512_shuffle_f32x4::<0xdd>(a, b);
+        }
+    }
+    // Column 4q + c: quarter q of each of the four row groups.
+    for q in 0..2 {
+        for c in 0..4 {
+            let (a, b) = (v[4 * q + c], v[8 + 4 * q + c]);
+            let low = _mm512_shuffle_f32x4::<0x88>(a, b);
+            let high = _mm512_shuffle_f32x4::<0xdd>(a, b);
+            _mm512_storeu_ps(y.add((4 * q + c) * pitch), low);
+            _mm512_storeu_ps(y.add((4 * q + 8 + c) * pitch), high);
         }
     }
 }

@@ -6,13 +6,13 @@
 //! accumulator and nothing else is done per element. With channels innermost
 //! (NHWC, NCHW{cb}c) a vector holds channels and a window is its taps' loads;
 //! four neighbouring pixels accumulate at once for the latency of the max or
-//! add. In NCHW a vector holds neighbouring output columns: each output row
-//! first reduces its window rows into a row on the stack whose padding holds
-//! the reduction's identity, then reduces that row's window columns (stride 2:
-//! two vectors of consecutive columns, the even lanes kept), with no edge
-//! cases. Window bounds and divisors are tabled at compile time, work is
-//! split by output rows, and the code is written once over the vector type
-//! (`simd::Vector`) and compiled per instruction set.
+//! add. In NCHW a vector holds neighbouring output columns whose windows lie
+//! inside the input, its taps loaded straight from the input rows (stride 2:
+//! two vectors of consecutive columns, the even lanes kept); the few columns
+//! whose windows reach into the padding are computed one by one. Window
+//! bounds and divisors are tabled at compile time, work is split by output
+//! rows, and the code is written once over the vector type (`simd::Vector`)
+//! and compiled per instruction set.
 
 use super::conv::valid_taps;
 use super::simd::{run_vectorized, Isa, Lanes, Scalar as One, Vector, VectorKernel, MAX_LANES};
@@ -106,29 +106,10 @@ pub struct Taps {
     n: usize,
 }
 
-/// Floats of the NCHW kernel's row of window-row results, on the stack; a
-/// longer row runs in pieces.
-const ROW_BUF: usize = 2048;
-
 impl PoolGeom {
     /// The geometry with the vectors and tables of its windowed kernel, the
-    /// vectors of an instruction set up to `isa`; None for an NCHW window
-    /// wider than the kernel's row on the stack.
-    pub fn for_isa(mut self, isa: Isa) -> Option<PoolGeom> {
-        self.lanes = match (self.cb, self.stride.1) {
-            (1, 1 | 2) => {
-                // Output columns in vectors: the widest that the input and the
-                // output rows fill at least once.
-                let fits = self.ow.min(self.w);
-                [MAX_LANES, 8]
-                    .into_iter()
-                    .map(|block| Lanes::for_block(isa, block))
-                    .find(|l| l.count() <= fits)
-                    .unwrap_or(Lanes::One)
-            }
-            (1, _) => Lanes::One,
-            (cb, _) => Lanes::for_block(isa, cb),
-        };
+    /// vectors of an instruction set up to `isa`.
+    pub fn for_isa(mut self, isa: Isa) -> PoolGeom {
         let taps = |o: usize, axis: usize| {
             let pick = |p: (usize, usize)| if axis == 0 { p.0 } else { p.1 };
             let (k, d, extent) = (pick(self.k), pick(self.dilation), pick((self.h, self.w)));
@@ -155,8 +136,36 @@ impl PoolGeom {
             None => 0,
         };
         self.inside = (lo, hi.max(lo));
-        let widest = (self.k.1 - 1) * self.dilation.1 + self.stride.1 * 2 * MAX_LANES;
-        (self.cb > 1 || self.is_global() || widest < ROW_BUF / 2).then_some(self)
+        self.lanes = match (self.cb, self.stride.1) {
+            (1, 1 | 2) => {
+                // Output columns in vectors: the widest that the columns
+                // read straight from the input fill at least once.
+                let fits = self.vector_end(self.stride.1) - lo;
+                [MAX_LANES, 8]
+                    .into_iter()
+                    .map(|block| Lanes::for_block(isa, block))
+                    .find(|l| l.count() <= fits)
+                    .unwrap_or(Lanes::One)
+            }
+            (1, _) => Lanes::One,
+            (cb, _) => Lanes::for_block(isa, cb),
+        };
+        self
+    }
+
+    /// The end of the NCHW output columns computed in vectors of `phases`
+    /// accumulators: inside the input, and at stride 2 also the odd column
+    /// after the last window (read by the second accumulator, then dropped).
+    fn vector_end(&self, phases: usize) -> usize {
+        let (lo, hi) = self.inside;
+        if phases == 1 {
+            return hi;
+        }
+        let reach = (self.k.1 - 1) * self.dilation.1 + 1;
+        match (self.w + self.pad.1).checked_sub(reach + 1) {
+            Some(last) => (last / self.stride.1 + 1).clamp(lo, hi),
+            None => lo,
+        }
     }
 
     fn is_global(&self) -> bool {
@@ -231,7 +240,6 @@ impl VectorKernel for Task<'_> {
     unsafe fn run<V: Vector>(&self) {
         let g = self.g;
         let row_len = g.w * g.cb;
-        let mut buf = [0f32; ROW_BUF];
         for r in self.rows.clone() {
             let (plane, oh) = (r / g.oh, r % g.oh);
             let t = g.rows[oh];
@@ -242,8 +250,8 @@ impl VectorKernel for Task<'_> {
                 inv: g.inv.0[oh],
             };
             match (g.kind, g.cb) {
-                (PoolKind::Max, 1) => columns::<V, true>(g, &row, &mut buf),
-                (PoolKind::Avg, 1) => columns::<V, false>(g, &row, &mut buf),
+                (PoolKind::Max, 1) => columns::<V, true>(g, &row),
+                (PoolKind::Avg, 1) => columns::<V, false>(g, &row),
                 (PoolKind::Max, _) => pixels::<V, true>(g, &row),
                 (PoolKind::Avg, _) => pixels::<V, false>(g, &row),
             }
@@ -252,105 +260,114 @@ impl VectorKernel for Task<'_> {
 }
 
 /// `N` accumulators over `rows` window rows (count, input elements apart)
-/// and `cols` window columns from `x`, accumulator `i` reading `i * pitch`
-/// further.
+/// and `cols` window columns from `x`, accumulator `i` reading `at[i]`
+/// further: window maxima skipping NaN (NaN for a window of NaN only), or
+/// sums.
 #[inline(always)]
 unsafe fn window<V: Vector, const MAX: bool, const N: usize>(
     x: *const f32,
-    pitch: usize,
+    at: [usize; N],
     rows: (usize, usize),
     cols: (usize, usize),
 ) -> [V; N] {
-    let mut acc = [V::splat(identity::<MAX>()); N];
+    if !MAX {
+        return fold(x, at, rows, cols, 0.0, |a, v| V::add(a, v));
+    }
+    // vmaxps gives its second operand where either is NaN: from -inf, the
+    // accumulator as second operand skips NaN reads in one instruction.
+    let acc = fold(x, at, rows, cols, f32::NEG_INFINITY, |a, v| V::max(v, a));
+    if !acc.iter().any(|&a| V::any_at_most(a, f32::NEG_INFINITY)) {
+        return acc;
+    }
+    // A lane still at -inf read only NaN and -inf (rare): again as IEEE
+    // maximumNumber from NaN, the accumulator first, so that a window of NaN
+    // only stays NaN and the NaN start gives way to the first number.
+    fold(x, at, rows, cols, f32::NAN, |a, v| V::max_number(a, v))
+}
+
+/// `N` accumulators from `start`, each window value combined in by `f`.
+#[inline(always)]
+unsafe fn fold<V: Vector, const N: usize>(
+    x: *const f32,
+    at: [usize; N],
+    rows: (usize, usize),
+    cols: (usize, usize),
+    start: f32,
+    f: impl Fn(V, V) -> V,
+) -> [V; N] {
+    let mut acc = [V::splat(start); N];
     for r in 0..rows.0 {
         let xr = x.add(r * rows.1);
         for c in 0..cols.0 {
             let xc = xr.add(c * cols.1);
             for (i, a) in acc.iter_mut().enumerate() {
-                let v = V::load(xc.add(i * pitch));
-                // The accumulator first: a NaN read is skipped, and the NaN
-                // start gives way to the first number.
-                *a = if MAX {
-                    V::max_number(*a, v)
-                } else {
-                    V::add(*a, v)
-                };
+                *a = f(*a, V::load(xc.add(at[i])));
             }
         }
     }
     acc
 }
 
-/// What a window of nothing holds: NaN for a maximum (a window of NaN only
-/// stays NaN), 0 for a sum.
-fn identity<const MAX: bool>() -> f32 {
-    if MAX {
-        f32::NAN
-    } else {
-        0.0
-    }
-}
-
-/// An NCHW output row, vectors along the columns: the window rows reduced
-/// into a row on the stack (padding columns holding the identity), then
-/// that row's window columns. A vector of outputs at stride 1 is `LANES`
-/// consecutive window results; at stride 2 the even lanes of `2 * LANES`.
-/// Vectors at the end of a row overlap the one before.
+/// An NCHW output row, vectors along the columns. The output columns whose
+/// windows lie inside the input read their taps straight from the input rows
+/// (no staging buffer: reading back a row just stored would stall on store
+/// forwarding), four accumulators at a time so that the maxima or sums of
+/// different vectors overlap their latency; the few columns whose windows
+/// reach into the padding are computed one at a time over their inside taps.
+/// A vector of outputs at stride 1 is `LANES` consecutive window results; at
+/// stride 2 the even lanes of two accumulators of consecutive columns. The
+/// last vector overlaps the one before.
 #[inline(always)]
-unsafe fn columns<V: Vector, const MAX: bool>(g: &PoolGeom, row: &Row, buf: &mut [f32; ROW_BUF]) {
-    let (lanes, s, pad) = (V::LANES, g.stride.1, g.pad.1 as isize);
-    // Vectors per output vector, and the row columns one output vector reads
-    // past its first window's start.
-    let phases = if lanes == 1 { 1 } else { s };
-    let reach = (g.k.1 - 1) * g.dilation.1 + (phases - 1) * lanes + lanes;
-    let piece = (ROW_BUF - reach) / s;
-    for o0 in (0..g.ow).step_by(piece) {
-        let o1 = (o0 + piece).min(g.ow);
-        // Row columns [c0, c0 + len) into buf.
-        let c0 = (o0 * s) as isize - pad;
-        let len = (o1 - o0 - 1) * s + reach;
-        let a = c0.clamp(0, g.w as isize) as usize;
-        let b = (c0 + len as isize).clamp(a as isize, g.w as isize) as usize;
-        let at = |c: usize| (c as isize - c0) as usize;
-        buf[..at(a)].fill(identity::<MAX>());
-        buf[at(b)..len].fill(identity::<MAX>());
-        for (i, vector) in spans(b - a, lanes) {
-            let x = row.x.wrapping_add(a + i);
-            let to = buf.as_mut_ptr().add(at(a + i));
-            if vector {
-                window::<V, MAX, 1>(x, 0, row.taps, (1, 0))[0].store(to)
-            } else {
-                window::<One, MAX, 1>(x, 0, row.taps, (1, 0))[0].store(to)
+unsafe fn columns<V: Vector, const MAX: bool>(g: &PoolGeom, row: &Row) {
+    let lanes = V::LANES;
+    // Accumulators per output vector.
+    let phases = if lanes == 1 { 1 } else { g.stride.1 };
+    let (lo, hi) = (g.inside.0, g.vector_end(phases));
+    let edges = (0..lo).chain(hi..g.ow);
+    let singles = match hi - lo >= lanes {
+        true => {
+            // Output vectors per group of four accumulators; a short last
+            // group repeats its last vector.
+            let per = 4 / phases;
+            let vectors = (hi - lo).div_ceil(lanes);
+            let start = |v: usize| (lo + v.min(vectors - 1) * lanes).min(hi - lanes);
+            for group in (0..vectors).step_by(per) {
+                match phases {
+                    1 => outputs::<V, MAX, 4, 4>(g, row, std::array::from_fn(|j| start(group + j))),
+                    _ => outputs::<V, MAX, 4, 2>(g, row, std::array::from_fn(|j| start(group + j))),
+                }
             }
+            0..0
         }
-        let cols = (g.k.1, g.dilation.1);
-        for (i, vector) in spans(o1 - o0, lanes) {
-            let from = buf.as_ptr().add(i * s);
-            let o = o0 + i;
-            if vector {
-                let v = match phases {
-                    1 => window::<V, MAX, 1>(from, 0, (1, 0), cols)[0],
-                    _ => {
-                        let [e, f] = window::<V, MAX, 2>(from, lanes, (1, 0), cols);
-                        V::even(e, f)
-                    }
-                };
-                scaled::<V, MAX>(v, row.inv, g.inv.1.as_ptr().add(o)).store(row.y.add(o));
-            } else {
-                let [v] = window::<One, MAX, 1>(from, 0, (1, 0), cols);
-                scaled::<One, MAX>(v, row.inv, g.inv.1.as_ptr().add(o)).store(row.y.add(o));
-            }
-        }
+        false => lo..hi,
+    };
+    for o in edges.chain(singles) {
+        let t = g.cols[o];
+        let x = row.x.wrapping_add(t.first);
+        let [v] = window::<One, MAX, 1>(x, [0], row.taps, (t.n, g.dilation.1));
+        scaled::<One, MAX>(v, row.inv, g.inv.1.as_ptr().add(o)).store(row.y.add(o));
     }
 }
 
-/// Vectors of `lanes` positions covering `0..n`, `(first, true)`, the last
-/// ending at `n`; or each position, `(i, false)`, when `n` fills no vector.
-fn spans(n: usize, lanes: usize) -> impl Iterator<Item = (usize, bool)> {
-    let vectors = (n >= lanes).then(|| (0..n - lanes).step_by(lanes).chain([n - lanes]));
-    let singles = (n < lanes).then_some(0..n);
-    let vectors = vectors.into_iter().flatten().map(|i| (i, true));
-    vectors.chain(singles.into_iter().flatten().map(|i| (i, false)))
+/// The `M` output vectors starting at output columns `first` (their windows
+/// inside the input), from `N` accumulators: at stride 1 one each, at
+/// stride 2 two of consecutive input columns each.
+#[inline(always)]
+unsafe fn outputs<V: Vector, const MAX: bool, const N: usize, const M: usize>(
+    g: &PoolGeom,
+    row: &Row,
+    first: [usize; M],
+) {
+    let (lanes, s, phases) = (V::LANES, g.stride.1, N / M);
+    let at = std::array::from_fn(|i| first[i / phases] * s - g.pad.1 + i % phases * lanes);
+    let acc = window::<V, MAX, N>(row.x, at, row.taps, (g.k.1, g.dilation.1));
+    for (j, &o) in first.iter().enumerate() {
+        let v = match phases {
+            1 => acc[j],
+            _ => V::even(acc[2 * j], acc[2 * j + 1]),
+        };
+        scaled::<V, MAX>(v, row.inv, g.inv.1.as_ptr().add(o)).store(row.y.add(o));
+    }
 }
 
 /// An average's window sums `v` divided by their counts: `row_inv` the
@@ -379,7 +396,8 @@ unsafe fn pixels<V: Vector, const MAX: bool>(g: &PoolGeom, row: &Row) {
         let y = row.y.add(o * cb);
         if o >= lo && o + 4 <= hi {
             for c in (0..cb).step_by(V::LANES) {
-                let acc = window::<V, MAX, 4>(x.add(c), s * cb, row.taps, full);
+                let at = std::array::from_fn(|i| i * s * cb);
+                let acc = window::<V, MAX, 4>(x.add(c), at, row.taps, full);
                 for (i, a) in acc.into_iter().enumerate() {
                     finish::<V, MAX>(a, inv).store(y.add(i * cb + c));
                 }
@@ -387,7 +405,7 @@ unsafe fn pixels<V: Vector, const MAX: bool>(g: &PoolGeom, row: &Row) {
             o += 4;
         } else {
             for c in (0..cb).step_by(V::LANES) {
-                let [a] = window::<V, MAX, 1>(x.add(c), 0, row.taps, (t.n, g.dilation.1 * cb));
+                let [a] = window::<V, MAX, 1>(x.add(c), [0], row.taps, (t.n, g.dilation.1 * cb));
                 finish::<V, MAX>(a, inv).store(y.add(c));
             }
             o += 1;

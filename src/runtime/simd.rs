@@ -239,6 +239,8 @@ pub(super) trait Vector: Copy {
     unsafe fn round(a: Self) -> Self;
     /// `a · 2^n` for integral `n` in [-126, 127].
     unsafe fn scale2(a: Self, n: Self) -> Self;
+    /// Whether some lane of `a` is at most `x` (NaN is not).
+    unsafe fn any_at_most(a: Self, x: f32) -> bool;
 }
 
 /// `a · 2^n` of one lane, for integral `n` in [-126, 127]: 2^n built from its bits.
@@ -320,6 +322,10 @@ impl Vector for Scalar {
     #[inline(always)]
     unsafe fn scale2(a: Self, n: Self) -> Self {
         Scalar(scale2_lane(a.0, n.0))
+    }
+    #[inline(always)]
+    unsafe fn any_at_most(a: Self, x: f32) -> bool {
+        a.0 <= x
     }
 }
 
@@ -416,6 +422,10 @@ impl Vector for Portable {
     unsafe fn scale2(a: Self, n: Self) -> Self {
         Portable(std::array::from_fn(|i| scale2_lane(a.0[i], n.0[i])))
     }
+    #[inline(always)]
+    unsafe fn any_at_most(a: Self, x: f32) -> bool {
+        a.0.iter().any(|&v| v <= x)
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -501,6 +511,10 @@ mod x86 {
         #[inline(always)]
         unsafe fn scale2(a: Self, n: Self) -> Self {
             Zmm(_mm512_scalef_ps(a.0, n.0))
+        }
+        #[inline(always)]
+        unsafe fn any_at_most(a: Self, x: f32) -> bool {
+            _mm512_cmp_ps_mask::<_CMP_LE_OQ>(a.0, _mm512_set1_ps(x)) != 0
         }
     }
 
@@ -588,6 +602,10 @@ mod x86 {
                 _mm256_set1_epi32(127),
             ));
             Ymm(_mm256_mul_ps(a.0, _mm256_castsi256_ps(bits)))
+        }
+        #[inline(always)]
+        unsafe fn any_at_most(a: Self, x: f32) -> bool {
+            _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_LE_OQ>(a.0, _mm256_set1_ps(x))) != 0
         }
     }
 }

@@ -844,7 +844,7 @@ impl<'g> Compiler<'g> {
                 inv: (vec![], vec![]),
                 inside: (0, 0),
             }
-            .for_isa(self.isa)?,
+            .for_isa(self.isa),
         ))
     }
 
