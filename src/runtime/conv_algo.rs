@@ -253,10 +253,7 @@ fn candidates(spec: &ConvSpec, options: &ConvAlgoOptions) -> (Vec<ConvAlgo>, Vec
         };
         return (vec![algo], vec![]);
     }
-    let errors: Vec<(ConvAlgo, f64)> = TILES
-        .iter()
-        .map(|&t| (ConvAlgo::Winograd(t), winograd_error(spec, t)))
-        .collect();
+    let errors = winograd_errors(spec, &TILES);
     let accurate = errors
         .iter()
         .filter(|(_, e)| *e <= WINOGRAD_TOLERANCE)
@@ -377,10 +374,11 @@ const CHECKED_CHANNELS: usize = 8;
 /// size, with the layer's padding on both sides.
 const CHECKED_SIDE: usize = 10;
 
-/// The relative error of Winograd `tile` on the layer's weights: max abs error
-/// over max magnitude, against an f64 direct convolution, on a patch of
-/// reproducible input in [-1, 1) and a few output channels.
-pub fn winograd_error(spec: &ConvSpec, tile: WinogradTile) -> f64 {
+/// The relative error of each Winograd size in `tiles` on the layer's
+/// weights: max abs error over max magnitude, against an f64 direct
+/// convolution, on a patch of reproducible input in [-1, 1) and a few output
+/// channels. The f64 convolution is computed once for all sizes.
+pub fn winograd_errors(spec: &ConvSpec, tiles: &[WinogradTile]) -> Vec<(ConvAlgo, f64)> {
     let g = &spec.geom;
     let (cin, channels) = (g.cin, g.cout.min(CHECKED_CHANNELS));
     let picked: Vec<usize> = (0..channels).map(|i| i * g.cout / channels).collect();
@@ -418,6 +416,8 @@ pub fn winograd_error(spec: &ConvSpec, tile: WinogradTile) -> f64 {
             (state >> 40) as f32 / (1u64 << 23) as f32 - 1.0
         })
         .collect();
+    let exact = conv3x3_f64(&geom, &x, &w);
+    let mag = exact.iter().fold(0f64, |m, v| m.max(v.abs()));
     let zero_bias = vec![0f32; channels];
     let check = ConvSpec {
         geom: geom.clone(),
@@ -428,36 +428,54 @@ pub fn winograd_error(spec: &ConvSpec, tile: WinogradTile) -> f64 {
         threads: 1,
         ..*spec
     };
-    let k = check.winograd(tile);
-    let mut y = vec![0f32; geom.y_len()];
-    let mut scratch = vec![0f32; k.scratch_len()];
-    k.run(&x, None, &mut y, &mut scratch);
-    let (mut err, mut mag) = (0f64, 0f64);
-    for o in 0..channels {
-        for oy in 0..oh {
-            for ox in 0..ow {
-                let mut sum = 0f64;
-                for i in 0..cin {
-                    for ky in 0..3 {
-                        for kx in 0..3 {
-                            let iy = (oy + ky) as isize - g.pad.0 as isize;
-                            let ix = (ox + kx) as isize - g.pad.1 as isize;
-                            if iy >= 0 && ix >= 0 && (iy as usize) < h && (ix as usize) < wd {
-                                let xv = x[(i * h + iy as usize) * wd + ix as usize];
-                                sum += xv as f64 * w[((o * cin + i) * 3 + ky) * 3 + kx] as f64;
-                            }
+    tiles
+        .iter()
+        .map(|&tile| {
+            let k = check.winograd(tile);
+            let mut y = vec![0f32; geom.y_len()];
+            let mut scratch = vec![0f32; k.scratch_len()];
+            k.run(&x, None, &mut y, &mut scratch);
+            let err = y
+                .iter()
+                .zip(&exact)
+                .fold(0f64, |e, (&got, want)| e.max((got as f64 - want).abs()));
+            let relative = if mag > 0.0 { err / mag } else { err };
+            (ConvAlgo::Winograd(tile), relative)
+        })
+        .collect()
+}
+
+/// The 3x3 stride-1 convolution of NCHW `x` (one batch item) with OIHW `w`,
+/// in f64: each tap adds over the output pixels whose input it reaches, so
+/// the innermost loop checks no bounds (this runs at every compile, and a
+/// per-pixel check made it a tenth of a warm ResNet50 compile).
+fn conv3x3_f64(g: &ConvGeom, x: &[f32], w: &[f32]) -> Vec<f64> {
+    let (h, wd, oh, ow) = (g.h, g.w, g.oh, g.ow);
+    let mut y = vec![0f64; g.cout * oh * ow];
+    for (o, plane) in y.chunks_exact_mut(oh * ow).enumerate() {
+        for i in 0..g.cin {
+            for ky in 0..3 {
+                let rows = valid_outputs(ky, g.pad.0, oh, h);
+                for kx in 0..3 {
+                    let cols = valid_outputs(kx, g.pad.1, ow, wd);
+                    let tap = w[((o * g.cin + i) * 3 + ky) * 3 + kx] as f64;
+                    for oy in rows.clone() {
+                        let row = &x[(i * h + oy + ky - g.pad.0) * wd..][..wd];
+                        let out = &mut plane[oy * ow..][..ow];
+                        for ox in cols.clone() {
+                            out[ox] += row[ox + kx - g.pad.1] as f64 * tap;
                         }
                     }
                 }
-                let got = y[(o * oh + oy) * ow + ox] as f64;
-                err = err.max((got - sum).abs());
-                mag = mag.max(sum.abs());
             }
         }
     }
-    if mag > 0.0 {
-        err / mag
-    } else {
-        err
-    }
+    y
+}
+
+/// The outputs `o < outputs` whose input `o + tap - pad` lies in `0..extent`.
+fn valid_outputs(tap: usize, pad: usize, outputs: usize, extent: usize) -> std::ops::Range<usize> {
+    let lo = pad.saturating_sub(tap).min(outputs);
+    let hi = (extent + pad).saturating_sub(tap).clamp(lo, outputs);
+    lo..hi
 }

@@ -1813,6 +1813,67 @@ fn batched_matmuls_match_the_reference_executor() {
     }
 }
 
+/// A classifier after a pooled, channel-blocked feature map: the planner
+/// stores the feature vector NC16c (the bytes of row-major), and the product
+/// still runs the packed dense kernel rather than a loop nest.
+#[test]
+fn a_classifier_on_a_blocked_feature_vector_runs_the_dense_kernel() {
+    use crate::graph::{GlobalPool, PoolKind, Reshape};
+    let mut rng = Rng(23);
+    let (cin, c, classes) = (16, 32, 10);
+    let mut g = Graph::new("classifier");
+    let x_ty = ValueType::new(DType::F32, vec![1, cin, 6, 6]);
+    let x = g.add_input("x", x_ty.clone(), vec![]);
+    let mut constant = |g: &mut Graph, name: &str, shape: Vec<usize>| {
+        let data = rng.f32s(shape.iter().product());
+        g.add_constant(name, Tensor::from_f32(shape, data), vec![])
+    };
+    let w = constant(&mut g, "w", vec![c, cin, 3, 3]);
+    let dense = constant(&mut g, "dense", vec![c, classes]);
+    let node = |g: &mut Graph, op: Op, ins: &[ValueRef]| {
+        let name = format!("n{}", g.node_count());
+        ValueRef::new(g.add_node(op, &name, ins, &[], vec![]).unwrap(), 0)
+    };
+    let conv = Op::Conv(Conv {
+        window: crate::ops::testutil::square_window(3, 1, 1),
+        group: 1,
+    });
+    let y = node(&mut g, conv, &[x, w]);
+    let pooled = Op::GlobalPool(GlobalPool {
+        kind: PoolKind::Avg,
+    });
+    let y = node(&mut g, pooled, &[y]);
+    let flat = Op::Reshape(Reshape { shape: vec![1, c] });
+    let y = node(&mut g, flat, &[y]);
+    let y = node(&mut g, Op::MatMul, &[y, dense]);
+    g.set_outputs(vec![y]);
+    let inputs = [Tensor::from_f32(x_ty.shape.clone(), rng.f32s(x_ty.numel()))];
+    let expected = crate::reference::run(&g, &inputs).unwrap()[0].to_f32();
+    let planner = planner_by_name("global").unwrap();
+    let planned = plan(
+        &g,
+        planner.as_ref(),
+        Family::Nchwc(16),
+        &CostModel::default(),
+    )
+    .unwrap()
+    .graph;
+    let matmul = planned
+        .node_ids()
+        .into_iter()
+        .find(|&id| matches!(crate::fusion::inner(&planned, id).0, Op::MatMul))
+        .unwrap();
+    let (layout, _) = crate::fusion::input_layout(&planned, matmul, 0).unwrap();
+    assert!(
+        !layout.is_identity(),
+        "the feature vector is stored row-major"
+    );
+    let m = CompiledModel::compile(&planned, &RuntimeOptions::default()).unwrap();
+    assert!(matches!(step(&m, "MatMul").kernel, super::Kernel::Dense(_)));
+    let got = m.run(&inputs).unwrap()[0].to_f32();
+    assert_close(&got, &expected, "classifier");
+}
+
 /// Every Winograd size against the naive loop: odd extents, padding on either
 /// side, channel counts that do not fill a block in every blocking, with and
 /// without the fused bias, residual and clamp, on one block of tiles and on

@@ -23,6 +23,7 @@ use crate::fusion::{
 use crate::graph::{
     BinaryOp, DType, Graph, NodeId, Op, PoolKind, Span, Tensor, ValueRef, ValueType,
 };
+use crate::layout::op_rules::same_bytes;
 use crate::layout::Layout;
 use crate::ops::{
     BatchNorm, Gemm, GlobalPool, LaidOut, LayerNorm, LayoutTransform, LogSoftmax, Pad, PadMode,
@@ -438,35 +439,37 @@ impl<'g> Compiler<'g> {
             .map(Kernel::Normalize)
     }
 
-    /// ONNX MatMul on row-major operands: against a constant matrix, packed
-    /// once (`Dense`, over every row of `a` at once); otherwise batched, the
-    /// leading axes broadcast and `b` packed at every run.
+    /// ONNX MatMul on operands stored as row-major (or in a layout with the
+    /// same bytes, such as the NC16c of a pooled feature vector): against a
+    /// constant matrix, packed once (`Dense`, over every row of `a` at once);
+    /// otherwise batched, the leading axes broadcast and `b` packed at every run.
     fn matmul(&self, id: NodeId) -> Option<Kernel> {
-        let row_major = |l: Option<Layout>| l.is_some_and(|l| l.is_identity());
-        if !row_major(input_layout(self.g, id, 0).map(|l| l.0))
-            || !row_major(input_layout(self.g, id, 1).map(|l| l.0))
-            || !row_major(output_layout(self.g, id).map(|l| l.0))
-        {
+        let row_major = |l: &Layout, shape: &[usize]| {
+            Layout::identity(shape.len()).is_ok_and(|r| same_bytes(l, &r, shape))
+        };
+        let (la, a) = input_layout(self.g, id, 0)?;
+        let (lb, b) = input_layout(self.g, id, 1)?;
+        let (ly, y) = (output_layout(self.g, id)?.0, output_shape(self.g, id)?);
+        if !row_major(&la, &a) || !row_major(&lb, &b) || !row_major(&ly, &y) {
             return None;
         }
         let ins = self.g.node_inputs(id);
-        let (a, b) = (self.g.value_type(ins[0]), self.g.value_type(ins[1]));
         // A vector operand is a matrix of one row (a) or one column (b).
-        let a_shape = match a.shape[..] {
+        let a_shape = match a[..] {
             [k] => vec![1, k],
-            _ => a.shape.clone(),
+            _ => a.clone(),
         };
-        let b_shape = match b.shape[..] {
+        let b_shape = match b[..] {
             [k] => vec![k, 1],
-            _ => b.shape.clone(),
+            _ => b.clone(),
         };
         let [m, k] = *a_shape.last_chunk()?;
         let [kb, n] = *b_shape.last_chunk()?;
         if k != kb {
             return None;
         }
-        if let (Some(w), 2) = (self.g.constant(ins[1]), b.shape.len()) {
-            let rows = a.numel() / k.max(1);
+        if let (Some(w), 2) = (self.g.constant(ins[1]), b.len()) {
+            let rows = a.iter().product::<usize>() / k.max(1);
             return Dense::new((rows, k, n), self.isa, 1.0, &w.f32s(), false, None)
                 .map(Kernel::Dense);
         }
