@@ -480,6 +480,18 @@ impl Layout {
         !self.is_blocked() && self.order.iter().enumerate().all(|(i, d)| d.axis == i)
     }
 
+    /// The channel block `x` when this is NCHW{x}c of a rank-4 tensor: N, the
+    /// channel blocks, H, W, then `x` channels innermost.
+    pub fn nchw_block(&self) -> Option<usize> {
+        if self.rank() != 4 || self.factors(1).len() != 1 {
+            return None;
+        }
+        let others_plain = [0, 2, 3].iter().all(|&a| self.factors(a).is_empty());
+        let order: Vec<(usize, usize)> = self.order.iter().map(|d| (d.axis, d.level)).collect();
+        (others_plain && order == [(0, 0), (1, 0), (2, 0), (3, 0), (1, 1)])
+            .then(|| self.factors(1)[0])
+    }
+
     /// The permutation of an unblocked layout (physical axis i is logical `perm[i]`).
     pub fn as_permutation(&self) -> Option<Vec<usize>> {
         (!self.is_blocked()).then(|| self.order.iter().map(|d| d.axis).collect())

@@ -537,6 +537,15 @@ fn conv_slowdown(
     penalty * waste
 }
 
+/// Whether the runtime's convolution and pooling kernels run a 4-D tensor in
+/// `l`: NCHW, NHWC or NCHW{x}c. In any other order (an NHWC16c relabel, say)
+/// they would fall back to generated loops that the estimate does not price.
+fn native_4d(l: &Layout) -> bool {
+    l.is_identity()
+        || l.as_permutation().is_some_and(|p| p == [0, 2, 3, 1])
+        || l.nchw_block().is_some()
+}
+
 /// The ways node `id` can run, given the candidate layouts of its values. The
 /// first is always the row-major one.
 pub fn impls(
@@ -576,12 +585,7 @@ pub fn impls(
         (Op::Conv(_), _) if outs[0].shape.len() == 4 => {
             // A convolution may also read one layout and write another (a first
             // layer reads the 3-channel image row-major and writes blocked).
-            let kernel_layout = |l: &LayoutId| {
-                layouts
-                    .get(*l)
-                    .as_permutation()
-                    .is_none_or(|p| p == [0, 1, 2, 3] || p == [0, 2, 3, 1])
-            };
+            let kernel_layout = |l: &LayoutId| native_4d(layouts.get(*l));
             let in_cands: Vec<LayoutId> = cands_of(&in_refs[0])
                 .into_iter()
                 .filter(kernel_layout)
@@ -607,11 +611,7 @@ pub fn impls(
         }
         (Op::Pool(_) | Op::GlobalPool(_), _) if outs[0].shape.len() == 4 => {
             for &l in &out_cands {
-                if layouts
-                    .get(l)
-                    .as_permutation()
-                    .is_none_or(|p| p == [0, 2, 3, 1])
-                {
+                if native_4d(layouts.get(l)) {
                     let mut inputs = id_in.clone();
                     inputs[0] = l;
                     options.push((inputs, vec![l]));
@@ -675,6 +675,18 @@ mod tests {
             Family::Nchwc(8).activation_layout().unwrap().to_string(),
             "NCHW8c"
         );
+    }
+
+    #[test]
+    fn only_the_kernels_own_layouts_are_native() {
+        let l = |s: &str| Layout::parse(s).unwrap();
+        for native in ["NCHW", "NHWC", "NCHW16c", "NCHW8c"] {
+            assert!(native_4d(&l(native)), "{native}");
+        }
+        assert_eq!(l("NCHW16c").nchw_block(), Some(16));
+        // Channel-blocked, but in NHWC order: no kernel runs it.
+        assert!(!native_4d(&l("NHWC16c")));
+        assert!(!native_4d(&Layout::permutation(&[0, 3, 1, 2]).unwrap()));
     }
 
     #[test]

@@ -55,10 +55,7 @@ pub(super) fn channel_block(layout: &Layout, shape: &[usize]) -> Option<usize> {
     if layout.as_permutation().as_deref() == Some(&[0, 2, 3, 1]) {
         return Some(shape[1]);
     }
-    let blocked_c =
-        (0..4).all(|a| (a == 1) != layout.factors(a).is_empty()) && layout.factors(1).len() == 1;
-    let order: Vec<(usize, usize)> = layout.order().iter().map(|d| (d.axis, d.level)).collect();
-    (blocked_c && order == [(0, 0), (1, 0), (2, 0), (3, 0), (1, 1)]).then(|| layout.factors(1)[0])
+    layout.nchw_block()
 }
 
 /// A gather, or a plain copy when it moves nothing (e.g. NCHW16c of a 1x1
