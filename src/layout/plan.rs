@@ -977,14 +977,14 @@ pub fn plan_with(
         }
     }
     let Finished {
-        choice,
         graph,
         packed_constants,
         refills,
         rewrite,
+        estimated_cost,
         rewritten_cost,
+        ..
     } = best;
-    let estimated_cost = space.problem.cost(&choice);
     let (relabels, transforms): (Vec<_>, Vec<_>) =
         kept_transforms(&graph).into_iter().partition(|t| t.relabel);
     let report = PlanReport {
@@ -1024,6 +1024,8 @@ struct Finished {
     packed_constants: usize,
     refills: usize,
     rewrite: Option<RewriteInfo>,
+    /// The assignment's cost in the solver's problem.
+    estimated_cost: f64,
     /// The assignment's cost with the transforms of the rewritten graph in
     /// place of the materialised one's.
     rewritten_cost: f64,
@@ -1117,6 +1119,7 @@ fn finish(m: Materialised, model: &CostModel, options: &PlanOptions) -> Finished
         packed_constants,
         refills,
         rewrite,
+        estimated_cost: estimated,
         rewritten_cost,
     }
 }
