@@ -261,6 +261,20 @@ impl Elementwise {
     }
 }
 
+/// Adds to `at` each operand's element offset at the start of run `r`, the
+/// runs counted row-major over the `outer` extents (every axis but the last).
+#[inline]
+pub(super) fn run_offsets(outer: &[usize], strides: &[Vec<usize>], r: usize, at: &mut [usize]) {
+    let mut rest = r;
+    for (axis, &e) in outer.iter().enumerate().rev() {
+        let i = rest % e;
+        rest /= e;
+        for (k, s) in strides.iter().enumerate() {
+            at[k] += i * s[axis];
+        }
+    }
+}
+
 /// Joins a short run (a channel block, or the few channels of an NHWC image)
 /// with the axis above it when every operand either continues along that axis
 /// or repeats its run there: a per-channel scale then reads its values
@@ -371,14 +385,7 @@ impl VectorKernel for Blocks<'_> {
             let len = BLOCK.min(run - start);
             // Each operand's first element of this block.
             let mut at = [0usize; MAX_OPERANDS];
-            let mut rest = r;
-            for (a, &e) in outer.iter().enumerate().rev() {
-                let i = rest % e;
-                rest /= e;
-                for (k, s) in chain.strides.iter().enumerate() {
-                    at[k] += i * s[a];
-                }
-            }
+            run_offsets(outer, &chain.strides, r, &mut at);
             let mut operands = [Source {
                 at: std::ptr::null(),
                 step: 0,

@@ -3,7 +3,7 @@
 //! chain are (`broadcast_strides`, axes merged the same way). A selection only
 //! copies, so NaN and the infinities pass through untouched.
 
-use super::elementwise::merge_axes;
+use super::elementwise::{merge_axes, run_offsets};
 use super::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel, ELEMENTS_PER_TASK};
 use rayon::prelude::*;
 
@@ -71,15 +71,8 @@ impl Select {
             let (r, part) = (piece / pieces_per_run, piece % pieces_per_run);
             let start = part * ELEMENTS_PER_TASK;
             let mut at = [0usize; 3];
-            let mut rest = r;
             let outer = &self.extents[..self.extents.len() - 1];
-            for (axis, &e) in outer.iter().enumerate().rev() {
-                let i = rest % e;
-                rest /= e;
-                for (k, s) in self.strides.iter().enumerate() {
-                    at[k] += i * s[axis];
-                }
-            }
+            run_offsets(outer, &self.strides, r, &mut at);
             let inner = |k: usize| self.strides[k][outer.len()];
             for (k, a) in at.iter_mut().enumerate() {
                 *a += start * inner(k);
