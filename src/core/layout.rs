@@ -480,16 +480,26 @@ impl Layout {
         !self.is_blocked() && self.order.iter().enumerate().all(|(i, d)| d.axis == i)
     }
 
-    /// The channel block `x` when this is NCHW{x}c of a rank-4 tensor: N, the
-    /// channel blocks, H, W, then `x` channels innermost.
-    pub fn nchw_block(&self) -> Option<usize> {
-        if self.rank() != 4 || self.factors(1).len() != 1 {
+    /// The channel block `cb` when this layout stores a logical NCHW tensor of
+    /// `shape` as NCHW{cb}c, the orders the convolution and pooling kernels
+    /// run: NCHW is cb = 1, NHWC is cb = C (one block), NCHWxc is cb = x.
+    pub fn channel_block(&self, shape: &[usize]) -> Option<usize> {
+        if shape.len() != 4 || self.rank() != 4 {
             return None;
         }
+        if self.is_identity() {
+            return Some(1);
+        }
+        if self.as_permutation().as_deref() == Some(&[0, 2, 3, 1]) {
+            return Some(shape[1]);
+        }
+        // N, the channel blocks, H, W, then the block's channels innermost.
         let others_plain = [0, 2, 3].iter().all(|&a| self.factors(a).is_empty());
         let order: Vec<(usize, usize)> = self.order.iter().map(|d| (d.axis, d.level)).collect();
-        (others_plain && order == [(0, 0), (1, 0), (2, 0), (3, 0), (1, 1)])
-            .then(|| self.factors(1)[0])
+        (self.factors(1).len() == 1
+            && others_plain
+            && order == [(0, 0), (1, 0), (2, 0), (3, 0), (1, 1)])
+        .then(|| self.factors(1)[0])
     }
 
     /// The permutation of an unblocked layout (physical axis i is logical `perm[i]`).

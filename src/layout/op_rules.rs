@@ -537,13 +537,12 @@ fn conv_slowdown(
     penalty * waste
 }
 
-/// Whether the runtime's convolution and pooling kernels run a 4-D tensor in
-/// `l`: NCHW, NHWC or NCHW{x}c. In any other order (an NHWC16c relabel, say)
-/// they would fall back to generated loops that the estimate does not price.
-fn native_4d(l: &Layout) -> bool {
-    l.is_identity()
-        || l.as_permutation().is_some_and(|p| p == [0, 2, 3, 1])
-        || l.nchw_block().is_some()
+/// Whether the runtime's convolution and pooling kernels run a 4-D tensor of
+/// `shape` in `l`: NCHW, NHWC or NCHW{x}c. In any other order (an NHWC16c
+/// relabel, say) they would fall back to generated loops that the estimate
+/// does not price.
+fn native_4d(l: &Layout, shape: &[usize]) -> bool {
+    l.channel_block(shape).is_some()
 }
 
 /// The ways node `id` can run, given the candidate layouts of its values. The
@@ -585,14 +584,13 @@ pub fn impls(
         (Op::Conv(_), _) if outs[0].shape.len() == 4 => {
             // A convolution may also read one layout and write another (a first
             // layer reads the 3-channel image row-major and writes blocked).
-            let kernel_layout = |l: &LayoutId| native_4d(layouts.get(*l));
             let in_cands: Vec<LayoutId> = cands_of(&in_refs[0])
                 .into_iter()
-                .filter(kernel_layout)
+                .filter(|&l| native_4d(layouts.get(l), &ins[0].shape))
                 .collect();
             let out_all: Vec<LayoutId> = std::iter::once(id_out[0])
                 .chain(out_cands.iter().copied())
-                .filter(kernel_layout)
+                .filter(|&l| native_4d(layouts.get(l), &outs[0].shape))
                 .collect();
             for &lo in &out_all {
                 for &li in &in_cands {
@@ -611,7 +609,7 @@ pub fn impls(
         }
         (Op::Pool(_) | Op::GlobalPool(_), _) if outs[0].shape.len() == 4 => {
             for &l in &out_cands {
-                if native_4d(layouts.get(l)) {
+                if native_4d(layouts.get(l), &outs[0].shape) {
                     let mut inputs = id_in.clone();
                     inputs[0] = l;
                     options.push((inputs, vec![l]));
@@ -680,13 +678,18 @@ mod tests {
     #[test]
     fn only_the_kernels_own_layouts_are_native() {
         let l = |s: &str| Layout::parse(s).unwrap();
+        let shape = [1, 32, 8, 8];
         for native in ["NCHW", "NHWC", "NCHW16c", "NCHW8c"] {
-            assert!(native_4d(&l(native)), "{native}");
+            assert!(native_4d(&l(native), &shape), "{native}");
         }
-        assert_eq!(l("NCHW16c").nchw_block(), Some(16));
+        assert_eq!(l("NCHW16c").channel_block(&shape), Some(16));
+        assert_eq!(l("NHWC").channel_block(&shape), Some(32));
         // Channel-blocked, but in NHWC order: no kernel runs it.
-        assert!(!native_4d(&l("NHWC16c")));
-        assert!(!native_4d(&Layout::permutation(&[0, 3, 1, 2]).unwrap()));
+        assert!(!native_4d(&l("NHWC16c"), &shape));
+        assert!(!native_4d(
+            &Layout::permutation(&[0, 3, 1, 2]).unwrap(),
+            &shape
+        ));
     }
 
     #[test]

@@ -5,7 +5,6 @@
 //! the model's threads and cached with the compiler's algorithm choices
 //! (`kernel_times.rs`), so a warm cache plans without running anything.
 
-use super::compile::channel_block;
 use super::conv::ConvGeom;
 use super::conv_algo::{self, ConvAlgo, ConvAlgoOptions, ConvSpec};
 use super::depthwise::Depthwise;
@@ -128,8 +127,8 @@ impl MeasuredCosts for MeasuredKernels {
             q.conv,
             &x.shape,
             cout,
-            channel_block(xl, &x.shape)?,
-            channel_block(yl, &y.shape)?,
+            xl.channel_block(&x.shape)?,
+            yl.channel_block(&y.shape)?,
         )?;
         let group = q.conv.group;
         let depthwise = group > 1 && group == geom.cin && group == geom.cout;

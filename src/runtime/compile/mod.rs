@@ -43,21 +43,6 @@ struct Pending {
     work: StepWork,
 }
 
-/// The channel block `cb` when `layout` stores a logical NCHW tensor as
-/// NCHW{cb}c: NCHW is cb = 1, NHWC is cb = C (one block), NCHWxc is cb = x.
-pub(super) fn channel_block(layout: &Layout, shape: &[usize]) -> Option<usize> {
-    if shape.len() != 4 {
-        return None;
-    }
-    if layout.is_identity() {
-        return Some(1);
-    }
-    if layout.as_permutation().as_deref() == Some(&[0, 2, 3, 1]) {
-        return Some(shape[1]);
-    }
-    layout.nchw_block()
-}
-
 /// A gather, or a plain copy when it moves nothing (e.g. NCHW16c of a 1x1
 /// map to NC16c).
 fn gather_or_copy(g: Gather, input_shape: Vec<usize>) -> Kernel {
@@ -146,8 +131,8 @@ impl<'g> Compiler<'g> {
             Some(_) => vec![xs[0], ws[0], 0, 0],
             None => ys.clone(),
         };
-        let x_cb = channel_block(&xl, &xs)?;
-        let y_cb = channel_block(&yl, &ylogical)?;
+        let x_cb = xl.channel_block(&xs)?;
+        let y_cb = yl.channel_block(&ylogical)?;
         let geom = ConvGeom::of(c, &xs, ws[0], x_cb, y_cb)?;
         let depthwise = c.group == geom.cin && c.group == geom.cout && c.group > 1;
         if depthwise && x_cb != y_cb {
@@ -804,7 +789,7 @@ impl<'g> Compiler<'g> {
     ) -> Option<Kernel> {
         let (xl, xs) = input_layout(self.g, id, 0)?;
         let (yl, _) = output_layout(self.g, id)?;
-        let cb = channel_block(&xl, &xs)?;
+        let cb = xl.channel_block(&xs)?;
         let ys = &self.g.node(id).outputs[0].ty.shape;
         // The output's physical shape is NCHW{cb}c (or NCHW): its spatial extents
         // sit at positions 2 and 3 either way, except NHWC (1 and 2).
@@ -812,7 +797,7 @@ impl<'g> Compiler<'g> {
             Some([0, 2, 3, 1]) => (ys[1], ys[2]),
             _ => (ys[2], ys[3]),
         };
-        if channel_block(&yl, &[xs[0], xs[1], oh, ow]) != Some(cb) {
+        if yl.channel_block(&[xs[0], xs[1], oh, ow]) != Some(cb) {
             return None;
         }
         let PoolWindow {
