@@ -2,7 +2,8 @@
 //! chains, residual DAGs and branchy concat graphs, planned by `global` for
 //! NCHW16c with the bundled rewrite rules, and the part of it the e-graph
 //! rewriting took. Run with `cargo bench --bench plan_scaling` (add `-- --quick`
-//! to skip the 100k graphs). Prints one table, one sample per graph; the goals
+//! to skip the 100k graphs; `-- residual 100000` runs only the graph kinds and
+//! sizes named). Prints one table, one sample per graph; the goals
 //! are 10k nodes planned in under 1 s and rewritten in under 1 s, both growing
 //! linearly.
 
@@ -145,12 +146,19 @@ fn branchy(nodes: usize) -> Graph {
 }
 
 fn main() {
-    let quick = std::env::args().any(|a| a == "--quick");
-    let sizes: &[usize] = if quick {
-        &[1_000, 10_000]
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let named_sizes: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
+    let sizes: Vec<usize> = if !named_sizes.is_empty() {
+        named_sizes
+    } else if args.iter().any(|a| a == "--quick") {
+        vec![1_000, 10_000]
     } else {
-        &[1_000, 10_000, 100_000]
+        vec![1_000, 10_000, 100_000]
     };
+    let named_kinds: Vec<&String> = args
+        .iter()
+        .filter(|a| ["chain", "residual", "branchy"].contains(&a.as_str()))
+        .collect();
     println!(
         "{:<10} {:>8} {:>12} {:>14} {:>14} {:>12} {:>10} {:>12}",
         "graph",
@@ -169,12 +177,15 @@ fn main() {
     let planner = Global {
         options: SolveOptions::default(),
     };
-    for &n in sizes {
+    for &n in &sizes {
         for (kind, build) in [
             ("chain", chain as fn(usize) -> Graph),
             ("residual", residual),
             ("branchy", branchy),
         ] {
+            if !named_kinds.is_empty() && !named_kinds.iter().any(|k| *k == kind) {
+                continue;
+            }
             let g = build(n);
             let base = LIVE.load(Ordering::Relaxed);
             PEAK.store(base, Ordering::Relaxed);

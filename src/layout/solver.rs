@@ -239,8 +239,7 @@ pub fn solve(problem: &Problem, opts: &SolveOptions) -> Result<Solution, SolveEr
     let deadline = Instant::now() + opts.time_limit;
     let mut reports = Vec::with_capacity(regions.len());
     let mut lower_bound = constant;
-    for region in regions {
-        let sub = Region::new(&region, &unary, &pairs);
+    for (region, sub) in Region::split(&regions, &unary, &pairs) {
         let (local, report) = sub.solve(opts, deadline)?;
         for (&v, k) in region.iter().zip(local) {
             choice[v] = k;
@@ -337,22 +336,37 @@ struct Region {
 }
 
 impl Region {
-    fn new(
-        vars: &[usize],
+    /// Each of `regions` with its variables' unary terms and the pair terms
+    /// between them, in one pass over the pairs (a pass per region is
+    /// quadratic when there are many regions).
+    fn split<'r>(
+        regions: &'r [Vec<usize>],
         unary: &[Vec<f64>],
         pairs: &BTreeMap<(usize, usize), Vec<f64>>,
-    ) -> Region {
-        let local: HashMap<usize, usize> = vars.iter().enumerate().map(|(i, &v)| (v, i)).collect();
-        let mut out = Vec::new();
-        for (&(a, b), t) in pairs {
-            if let (Some(&la), Some(&lb)) = (local.get(&a), local.get(&b)) {
-                out.push((la, lb, t.clone()));
+    ) -> Vec<(&'r [usize], Region)> {
+        // Per variable: its region and its index there.
+        let mut place: Vec<Option<(usize, usize)>> = vec![None; unary.len()];
+        for (r, vars) in regions.iter().enumerate() {
+            for (i, &v) in vars.iter().enumerate() {
+                place[v] = Some((r, i));
             }
         }
-        Region {
-            unary: vars.iter().map(|&v| unary[v].clone()).collect(),
-            pairs: out,
+        let mut out: Vec<(&[usize], Region)> = regions
+            .iter()
+            .map(|vars| {
+                let region = Region {
+                    unary: vars.iter().map(|&v| unary[v].clone()).collect(),
+                    pairs: Vec::new(),
+                };
+                (vars.as_slice(), region)
+            })
+            .collect();
+        for (&(a, b), t) in pairs {
+            if let (Some((r, la)), Some((_, lb))) = (place[a], place[b]) {
+                out[r].1.pairs.push((la, lb, t.clone()));
+            }
         }
+        out
     }
 
     fn cost(&self, choice: &[usize]) -> f64 {
@@ -456,22 +470,31 @@ impl Region {
             neighbours[*a].insert(*b);
             neighbours[*b].insert(*a);
         }
-        let scope_size = |v: usize, nb: &[BTreeSet<usize>]| -> usize {
-            nb[v]
-                .iter()
-                .fold(1usize, |acc, &u| acc.saturating_mul(dom[u]))
-        };
-        // Lazy min-heap on the size of the factor eliminating v would create.
-        let mut heap: BinaryHeap<std::cmp::Reverse<(usize, usize)>> = (0..n)
-            .map(|v| std::cmp::Reverse((scope_size(v, &neighbours), v)))
+        // The order key of v is the log of the factor eliminating v would
+        // create, in fixed point so that it is kept up to date exactly as
+        // neighbours come and go: recomputing a product over all of a hub's
+        // neighbours whenever one of them changed made elimination quadratic.
+        let log_dom: Vec<u64> = dom
+            .iter()
+            .map(|&d| ((d.max(1) as f64).log2() * LOG_UNITS) as u64)
             .collect();
+        let mut key: Vec<u64> = neighbours
+            .iter()
+            .map(|nb| nb.iter().map(|&u| log_dom[u]).sum())
+            .collect();
+        // Lazy min-heap on the key.
+        let mut heap: BinaryHeap<std::cmp::Reverse<(u64, usize)>> =
+            (0..n).map(|v| std::cmp::Reverse((key[v], v))).collect();
         let mut eliminated = vec![false; n];
         let mut steps: Vec<(usize, Vec<usize>, Vec<usize>)> = Vec::with_capacity(n); // (var, scope, argmin)
         let mut width = 0;
-        while let Some(std::cmp::Reverse((size, v))) = heap.pop() {
-            if eliminated[v] || size != scope_size(v, &neighbours) {
+        while let Some(std::cmp::Reverse((k, v))) = heap.pop() {
+            if eliminated[v] || k != key[v] {
                 continue;
             }
+            let size = neighbours[v]
+                .iter()
+                .fold(1usize, |acc, &u| acc.saturating_mul(dom[u]));
             if size.saturating_mul(dom[v]) > max_table {
                 return None;
             }
@@ -496,15 +519,15 @@ impl Region {
                 &mut touching,
             );
             for &u in &scope {
-                neighbours[u].remove(&v);
+                if neighbours[u].remove(&v) {
+                    key[u] -= log_dom[v];
+                }
                 for &w in &scope {
-                    if w != u {
-                        neighbours[u].insert(w);
+                    if w != u && neighbours[u].insert(w) {
+                        key[u] += log_dom[w];
                     }
                 }
-            }
-            for &u in &scope {
-                heap.push(std::cmp::Reverse((scope_size(u, &neighbours), u)));
+                heap.push(std::cmp::Reverse((key[u], u)));
             }
         }
         // Back-substitute in reverse elimination order.
@@ -645,6 +668,9 @@ fn round(x: &[Vec<f64>]) -> Vec<usize> {
         })
         .collect()
 }
+
+/// Fixed-point units per bit of the elimination order key.
+const LOG_UNITS: f64 = (1u64 << 20) as f64;
 
 /// A cost table over `scope` (row-major in scope order).
 struct Factor {
