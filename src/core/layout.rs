@@ -553,6 +553,17 @@ impl Layout {
             .collect())
     }
 
+    /// Elements of the physical buffer of a logical shape (the product of
+    /// `physical_shape`, without building it).
+    pub fn physical_numel(&self, logical: &[usize]) -> Result<usize, AlgebraError> {
+        self.check_rank(logical)?;
+        Ok(logical
+            .iter()
+            .enumerate()
+            .map(|(axis, &extent)| self.padded_extent(axis, extent))
+            .product())
+    }
+
     /// The digits of one logical coordinate of `axis`, outer to inner.
     fn digits_of(&self, axis: usize, mut i: usize) -> Vec<usize> {
         let f = &self.factors[axis];
@@ -975,7 +986,13 @@ pub(crate) mod tests {
             w.physical_shape(&[33, 17, 3, 3]).unwrap(),
             vec![3, 3, 3, 3, 8, 16]
         );
+        assert_eq!(
+            w.physical_numel(&[33, 17, 3, 3]).unwrap(),
+            3 * 3 * 9 * 8 * 16
+        );
+        assert_eq!(l.physical_numel(&[1, 17, 5, 7]).unwrap(), 2 * 5 * 7 * 16);
         assert!(l.physical_shape(&[1, 17, 5]).is_err());
+        assert!(l.physical_numel(&[1, 17, 5]).is_err());
     }
 
     #[test]

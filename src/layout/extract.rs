@@ -17,7 +17,8 @@ use super::solver::{solve, Pair, Problem, SolveOptions};
 use super::LayoutError;
 use crate::graph::Graph;
 use egg::{Id, Language, Rewrite, Runner};
-use std::collections::{BTreeSet, HashMap, HashSet};
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 fn bytes_of(eg: &LEGraph, id: Id) -> f64 {
@@ -81,14 +82,14 @@ pub struct ExtractReport {
 /// cycle: a depth-first walk drops every node with a child still on the walk's
 /// stack, which leaves no cycle (every cycle has such a back edge) and keeps
 /// each original acyclic term.
-fn acyclic_nodes(eg: &LEGraph, roots: &[Id]) -> HashMap<Id, Vec<Lang>> {
+fn acyclic_nodes(eg: &LEGraph, roots: &[Id]) -> FxHashMap<Id, Vec<Lang>> {
     #[derive(Clone, Copy, PartialEq)]
     enum Mark {
         Open,
         Done,
     }
-    let mut mark: HashMap<Id, Mark> = HashMap::new();
-    let mut keep: HashMap<Id, Vec<Lang>> = HashMap::new();
+    let mut mark: FxHashMap<Id, Mark> = FxHashMap::default();
+    let mut keep: FxHashMap<Id, Vec<Lang>> = FxHashMap::default();
     for &root in roots {
         let root = eg.find(root);
         if mark.contains_key(&root) {
@@ -142,9 +143,9 @@ fn acyclic_nodes(eg: &LEGraph, roots: &[Id]) -> HashMap<Id, Vec<Lang>> {
 /// is settled, which takes time linear in the e-graph (up to the heap's log).
 /// egg's `Extractor` sweeps every class until nothing changes, as many sweeps
 /// as the graph is deep.
-fn greedy(eg: &LEGraph, roots: &[Id]) -> HashMap<Id, Lang> {
+fn greedy(eg: &LEGraph, roots: &[Id]) -> FxHashMap<Id, Lang> {
     let classes: Vec<Id> = eg.classes().map(|c| c.id).collect();
-    let index: HashMap<Id, usize> = classes.iter().enumerate().map(|(i, &c)| (c, i)).collect();
+    let index: FxHashMap<Id, usize> = classes.iter().enumerate().map(|(i, &c)| (c, i)).collect();
     // Per node: its distinct child classes; per class: the nodes reading it.
     let mut kids: Vec<Vec<Vec<usize>>> = Vec::with_capacity(classes.len());
     let mut readers: Vec<Vec<(usize, usize)>> = vec![Vec::new(); classes.len()];
@@ -200,7 +201,7 @@ fn greedy(eg: &LEGraph, roots: &[Id]) -> HashMap<Id, Lang> {
             }
         }
     }
-    let mut choice = HashMap::new();
+    let mut choice = FxHashMap::default();
     let mut stack: Vec<Id> = roots.iter().map(|&r| eg.find(r)).collect();
     while let Some(c) = stack.pop() {
         if choice.contains_key(&c) {
@@ -265,13 +266,13 @@ fn needs(children: &[Vec<Vec<usize>>], v: usize, depth: usize) -> BTreeSet<usize
 fn exact(
     eg: &LEGraph,
     roots: &[Id],
-    nodes: &HashMap<Id, Vec<Lang>>,
-) -> Result<HashMap<Id, Lang>, String> {
+    nodes: &FxHashMap<Id, Vec<Lang>>,
+) -> Result<FxHashMap<Id, Lang>, String> {
     // A fixed variable order, so that ties between equally cheap extractions
     // break the same way on every run.
     let mut classes: Vec<Id> = nodes.keys().copied().collect();
     classes.sort();
-    let var: HashMap<Id, usize> = classes.iter().enumerate().map(|(i, &c)| (c, i)).collect();
+    let var: FxHashMap<Id, usize> = classes.iter().enumerate().map(|(i, &c)| (c, i)).collect();
     let options: Vec<Vec<&Lang>> = classes
         .iter()
         .map(|c| {
@@ -347,8 +348,8 @@ fn exact(
 }
 
 /// Cost of a choice, each reachable class counted once.
-fn choice_cost(eg: &LEGraph, roots: &[Id], choice: &HashMap<Id, Lang>) -> f64 {
-    let mut seen = HashSet::new();
+fn choice_cost(eg: &LEGraph, roots: &[Id], choice: &FxHashMap<Id, Lang>) -> f64 {
+    let mut seen = FxHashSet::default();
     let mut stack: Vec<Id> = roots.iter().map(|&r| eg.find(r)).collect();
     let mut total = 0.0;
     while let Some(c) = stack.pop() {
@@ -364,7 +365,7 @@ fn choice_cost(eg: &LEGraph, roots: &[Id], choice: &HashMap<Id, Lang>) -> f64 {
 }
 
 /// Extracts one node per class needed by the roots.
-pub fn extract(eg: &LEGraph, roots: &[Id]) -> (HashMap<Id, Lang>, ExtractReport) {
+pub fn extract(eg: &LEGraph, roots: &[Id]) -> (FxHashMap<Id, Lang>, ExtractReport) {
     let nodes = acyclic_nodes(eg, roots);
     let count: usize = nodes.values().map(Vec::len).sum();
     let greedy_choice = greedy(eg, roots);

@@ -5,6 +5,7 @@ use super::*;
 use crate::graph::NodeId;
 use crate::layout::{Layout, LayoutError, PadValue};
 use crate::ops::{Crop, LayoutTransform, PadWith};
+use rustc_hash::FxHashSet;
 
 /// A graph turned into an e-graph: the classes of the graph's outputs.
 pub struct GraphEGraph {
@@ -79,7 +80,7 @@ fn packed_placement(g: &Graph, id: NodeId) -> Option<(Layout, Vec<usize>)> {
 /// row-major tensors (the graph IR has no other way to say what they mean).
 pub fn graph_to_egraph(g: &Graph) -> Result<GraphEGraph, LayoutError> {
     let mut eg = LEGraph::new(LayoutAnalysis::default());
-    let mut ids: HashMap<ValueRef, Id> = HashMap::new();
+    let mut ids: FxHashMap<ValueRef, Id> = FxHashMap::default();
     let err = |spans: &[Span], m: String| {
         LayoutError::Graph(format!("{}: {m}", crate::graph::format_spans(spans)))
     };
@@ -244,14 +245,14 @@ pub fn graph_to_egraph(g: &Graph) -> Result<GraphEGraph, LayoutError> {
 
 impl GraphEGraph {
     /// Builds the graph that computes the roots with one chosen node per class.
-    pub fn to_graph(&self, choice: &HashMap<Id, Lang>) -> Result<Graph, LayoutError> {
+    pub fn to_graph(&self, choice: &FxHashMap<Id, Lang>) -> Result<Graph, LayoutError> {
         let mut b = GraphBuilder {
             eg: &self.egraph,
             choice,
             g: Graph::new(self.graph_name.clone()),
-            built: HashMap::new(),
-            names: std::collections::HashSet::new(),
-            value_names: std::collections::HashSet::new(),
+            built: FxHashMap::default(),
+            names: FxHashSet::default(),
+            value_names: FxHashSet::default(),
         };
         // Inputs first, in their order, whether or not anything still reads them.
         for &input in &self.inputs {
@@ -299,15 +300,15 @@ impl GraphEGraph {
 
 struct GraphBuilder<'a> {
     eg: &'a LEGraph,
-    choice: &'a HashMap<Id, Lang>,
+    choice: &'a FxHashMap<Id, Lang>,
     g: Graph,
-    built: HashMap<Id, ValueRef>,
-    names: std::collections::HashSet<String>,
-    value_names: std::collections::HashSet<String>,
+    built: FxHashMap<Id, ValueRef>,
+    names: FxHashSet<String>,
+    value_names: FxHashSet<String>,
 }
 
 /// `base`, or `base_1`, `base_2`, ...: the first not in `taken`, which then holds it.
-fn fresh_in(taken: &mut std::collections::HashSet<String>, base: &str) -> String {
+fn fresh_in(taken: &mut FxHashSet<String>, base: &str) -> String {
     let mut name = base.to_string();
     let mut n = 1;
     while !taken.insert(name.clone()) {

@@ -14,11 +14,11 @@
 
 use super::{Assumption, Layout, PadValue};
 use crate::graph::{
-    broadcast_shapes, infer_outputs, merge_spans, numel, DType, Graph, LaidOut, Op, Span, ValueRef,
+    broadcast_shapes, infer_outputs, merge_spans, DType, Graph, LaidOut, Op, Span, ValueRef,
     ValueType,
 };
 use egg::{Analysis, DidMerge, Id};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::fmt;
 use std::str::FromStr;
 
@@ -235,7 +235,11 @@ impl TensorInfo {
 
     /// The size of the physical buffer in bytes.
     pub fn bytes(&self) -> usize {
-        numel(&self.physical_shape()) * self.dtype.size_bytes()
+        let elements = self
+            .layout
+            .physical_numel(&self.logical)
+            .expect("the layout fits the shape (checked when the class was made)");
+        elements * self.dtype.size_bytes()
     }
 
     /// The type of the physical buffer.
@@ -282,7 +286,7 @@ pub struct ClassData {
 pub struct LayoutAnalysis {
     /// The ops the `op` nodes refer to, by index.
     pub ops: Vec<OpEntry>,
-    op_index: HashMap<String, usize>,
+    op_index: FxHashMap<String, usize>,
     /// The graph inputs and constants, by index.
     pub sources: Vec<Source>,
     /// The crop assumptions `crop` nodes refer to, by index.
