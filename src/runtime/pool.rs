@@ -6,13 +6,17 @@
 //! accumulator and nothing else is done per element. With channels innermost
 //! (NHWC, NCHW{cb}c) a vector holds channels and a window is its taps' loads;
 //! four neighbouring pixels accumulate at once for the latency of the max or
-//! add. In NCHW a vector holds neighbouring output columns whose windows lie
-//! inside the input, its taps loaded straight from the input rows (stride 2:
-//! two vectors of consecutive columns, the even lanes kept); the few columns
-//! whose windows reach into the padding are computed one by one. Window
-//! bounds and divisors are tabled at compile time, work is split by output
-//! rows, and the code is written once over the vector type (`simd::Vector`)
-//! and compiled per instruction set.
+//! add. In NCHW a vector holds neighbouring output columns, and the window is
+//! separated: an output row first combines its window rows column by column
+//! into a staged row (the vertical pass), then each vector of outputs
+//! combines its window columns from the staged row (the horizontal pass; at
+//! stride 2 the even lanes of two vectors of staged columns). The staged row
+//! carries the horizontal padding as the reduction's identity (-inf or 0), so
+//! neither pass tests a border, and a few output rows are staged before
+//! their horizontal passes, so that their reads do not wait on the stores
+//! just made. Window bounds and divisors are tabled at compile time, work is
+//! split by output rows, and the code is written once over the vector type
+//! (`simd::Vector`) and compiled per instruction set.
 
 use super::conv::valid_taps;
 use super::simd::{run_vectorized, Isa, Lanes, Scalar as One, Vector, VectorKernel, MAX_LANES};
@@ -92,8 +96,6 @@ pub struct PoolGeom {
     /// Per output row and per output column, 1 / the window positions an
     /// average counts along that axis.
     pub inv: (Vec<f32>, Vec<f32>),
-    /// The output columns whose window columns all lie inside the input.
-    pub inside: (usize, usize),
 }
 
 /// The taps of one output position's window along one axis that lie inside
@@ -129,43 +131,16 @@ impl PoolGeom {
         };
         (self.rows, self.inv.0) = (0..self.oh).map(|o| taps(o, 0)).unzip();
         (self.cols, self.inv.1) = (0..self.ow).map(|o| taps(o, 1)).unzip();
-        let lo = self.pad.1.div_ceil(self.stride.1).min(self.ow);
-        let reach = (self.k.1 - 1) * self.dilation.1;
-        let hi = match (self.w + self.pad.1).checked_sub(reach + 1) {
-            Some(last) => (last / self.stride.1 + 1).min(self.ow),
-            None => 0,
-        };
-        self.inside = (lo, hi.max(lo));
-        self.lanes = match (self.cb, self.stride.1) {
-            (1, 1 | 2) => {
-                // Output columns in vectors: the widest that the columns
-                // read straight from the input fill at least once.
-                let fits = self.vector_end(self.stride.1) - lo;
-                [MAX_LANES, 8]
-                    .into_iter()
-                    .map(|block| Lanes::for_block(isa, block))
-                    .find(|l| l.count() <= fits)
-                    .unwrap_or(Lanes::One)
-            }
-            (1, _) => Lanes::One,
-            (cb, _) => Lanes::for_block(isa, cb),
-        };
+        self.lanes = Lanes::for_block(isa, MAX_LANES);
         self
     }
 
-    /// The end of the NCHW output columns computed in vectors of `phases`
-    /// accumulators: inside the input, and at stride 2 also the odd column
-    /// after the last window (read by the second accumulator, then dropped).
-    fn vector_end(&self, phases: usize) -> usize {
-        let (lo, hi) = self.inside;
-        if phases == 1 {
-            return hi;
-        }
-        let reach = (self.k.1 - 1) * self.dilation.1 + 1;
-        match (self.w + self.pad.1).checked_sub(reach + 1) {
-            Some(last) => (last / self.stride.1 + 1).clamp(lo, hi),
-            None => lo,
-        }
+    /// Columns of a staged row: the left padding, the input, and beyond it
+    /// as far as the horizontal pass reads (at stride 2 in vectors, up to
+    /// the odd column after the last window).
+    fn staged_cols(&self) -> usize {
+        let reach = (self.k.1 - 1) * self.dilation.1;
+        (self.pad.1 + self.w).max(self.ow * self.stride.1 + reach + 1)
     }
 
     fn is_global(&self) -> bool {
@@ -222,6 +197,10 @@ struct Task<'a> {
     y: *mut f32,
 }
 
+/// Bytes of staged rows a task fills before their horizontal passes: well
+/// inside the level-1 cache beside the input rows they are read from.
+const STAGED_BYTES: usize = 8 << 10;
+
 /// What the windows of one output row share.
 struct Row {
     /// The plane's input at the first window row inside the image, column 0
@@ -235,54 +214,85 @@ struct Row {
     inv: f32,
 }
 
-impl VectorKernel for Task<'_> {
-    #[inline(always)]
-    unsafe fn run<V: Vector>(&self) {
+impl Task<'_> {
+    /// Output row `r` of all planes.
+    unsafe fn row(&self, r: usize) -> Row {
         let g = self.g;
         let row_len = g.w * g.cb;
-        for r in self.rows.clone() {
-            let (plane, oh) = (r / g.oh, r % g.oh);
-            let t = g.rows[oh];
-            let row = Row {
-                x: self.x.wrapping_add((plane * g.h + t.first) * row_len),
-                y: self.y.add(r * g.ow * g.cb),
-                taps: (t.n, g.dilation.0 * row_len),
-                inv: g.inv.0[oh],
-            };
-            match (g.kind, g.cb) {
-                (PoolKind::Max, 1) => columns::<V, true>(g, &row),
-                (PoolKind::Avg, 1) => columns::<V, false>(g, &row),
-                (PoolKind::Max, _) => pixels::<V, true>(g, &row),
-                (PoolKind::Avg, _) => pixels::<V, false>(g, &row),
+        let (plane, oh) = (r / g.oh, r % g.oh);
+        let t = g.rows[oh];
+        Row {
+            x: self.x.wrapping_add((plane * g.h + t.first) * row_len),
+            y: self.y.add(r * g.ow * g.cb),
+            taps: (t.n, g.dilation.0 * row_len),
+            inv: g.inv.0[oh],
+        }
+    }
+
+    /// The task's rows: with channels innermost read straight from the
+    /// input, else in groups staged together, each output row a vertical
+    /// then a horizontal pass.
+    #[inline(always)]
+    unsafe fn rows<V: Vector, const MAX: bool>(&self) {
+        let g = self.g;
+        if g.cb > 1 {
+            return self
+                .rows
+                .clone()
+                .for_each(|r| pixels::<V, MAX>(g, &self.row(r)));
+        }
+        let width = g.staged_cols();
+        let group = (STAGED_BYTES / 4 / width).clamp(1, 16);
+        let identity = if MAX { f32::NEG_INFINITY } else { 0.0 };
+        // The padding columns keep the identity: only the input's are written.
+        let mut staged = vec![identity; group * width];
+        for first in self.rows.clone().step_by(group) {
+            let rows = first..(first + group).min(self.rows.end);
+            for (r, s) in rows.clone().zip(staged.chunks_exact_mut(width)) {
+                vertical::<V, MAX>(&self.row(r), g.w, s[g.pad.1..].as_mut_ptr());
+            }
+            for (r, s) in rows.zip(staged.chunks_exact(width)) {
+                horizontal::<V, MAX>(g, &self.row(r), s.as_ptr());
             }
         }
     }
 }
 
-/// `N` accumulators over `rows` window rows (count, input elements apart)
-/// and `cols` window columns from `x`, accumulator `i` reading `at[i]`
-/// further: window maxima skipping NaN (NaN for a window of NaN only), or
-/// sums.
+impl VectorKernel for Task<'_> {
+    #[inline(always)]
+    unsafe fn run<V: Vector>(&self) {
+        match self.g.kind {
+            PoolKind::Max => self.rows::<V, true>(),
+            PoolKind::Avg => self.rows::<V, false>(),
+        }
+    }
+}
+
+/// The starts of vectors of `lanes` covering `n` elements (at least
+/// `lanes`): one after the other, the last overlapping the one before.
+fn starts(n: usize, lanes: usize) -> impl Iterator<Item = usize> {
+    (0..n / lanes)
+        .map(move |i| i * lanes)
+        .chain((!n.is_multiple_of(lanes)).then(|| n - lanes))
+}
+
+/// `N` accumulators over `rows` rows (count, elements apart) and `cols`
+/// columns from `x`, accumulator `i` reading `at[i]` further: maxima
+/// skipping NaN from -inf (a lane of NaN and -inf only ends at -inf), or sums.
 #[inline(always)]
-unsafe fn window<V: Vector, const MAX: bool, const N: usize>(
+unsafe fn reduce<V: Vector, const MAX: bool, const N: usize>(
     x: *const f32,
     at: [usize; N],
     rows: (usize, usize),
     cols: (usize, usize),
 ) -> [V; N] {
-    if !MAX {
-        return fold(x, at, rows, cols, 0.0, |a, v| V::add(a, v));
+    match MAX {
+        // vmaxps gives its second operand where either is NaN: from -inf,
+        // the accumulator as second operand skips NaN reads in one
+        // instruction.
+        true => fold(x, at, rows, cols, f32::NEG_INFINITY, |a, v| V::max(v, a)),
+        false => fold(x, at, rows, cols, 0.0, |a, v| V::add(a, v)),
     }
-    // vmaxps gives its second operand where either is NaN: from -inf, the
-    // accumulator as second operand skips NaN reads in one instruction.
-    let acc = fold(x, at, rows, cols, f32::NEG_INFINITY, |a, v| V::max(v, a));
-    if !acc.iter().any(|&a| V::any_at_most(a, f32::NEG_INFINITY)) {
-        return acc;
-    }
-    // A lane still at -inf read only NaN and -inf (rare): again as IEEE
-    // maximumNumber from NaN, the accumulator first, so that a window of NaN
-    // only stays NaN and the NaN start gives way to the first number.
-    fold(x, at, rows, cols, f32::NAN, |a, v| V::max_number(a, v))
 }
 
 /// `N` accumulators from `start`, each window value combined in by `f`.
@@ -308,118 +318,125 @@ unsafe fn fold<V: Vector, const N: usize>(
     acc
 }
 
-/// An NCHW output row, vectors along the columns. The output columns whose
-/// windows lie inside the input read their taps straight from the input rows
-/// (no staging buffer: reading back a row just stored would stall on store
-/// forwarding), four accumulators at a time so that the maxima or sums of
-/// different vectors overlap their latency; the few columns whose windows
-/// reach into the padding are computed one at a time over their inside taps.
-/// A vector of outputs at stride 1 is `LANES` consecutive window results; at
-/// stride 2 the even lanes of two accumulators of consecutive columns. The
-/// last vector overlaps the one before.
+/// The vertical pass: the `n` columns of `row`'s input rows combined column
+/// by column into `staged`.
 #[inline(always)]
-unsafe fn columns<V: Vector, const MAX: bool>(g: &PoolGeom, row: &Row) {
-    let lanes = V::LANES;
-    // Accumulators per output vector.
-    let phases = if lanes == 1 { 1 } else { g.stride.1 };
-    let (lo, hi) = (g.inside.0, g.vector_end(phases));
-    let edges = (0..lo).chain(hi..g.ow);
-    let singles = match hi - lo >= lanes {
-        true => {
-            // Output vectors per group of four accumulators; a short last
-            // group repeats its last vector.
-            let per = 4 / phases;
-            let vectors = (hi - lo).div_ceil(lanes);
-            let start = |v: usize| (lo + v.min(vectors - 1) * lanes).min(hi - lanes);
-            for group in (0..vectors).step_by(per) {
-                match phases {
-                    1 => outputs::<V, MAX, 4, 4>(g, row, std::array::from_fn(|j| start(group + j))),
-                    _ => outputs::<V, MAX, 4, 2>(g, row, std::array::from_fn(|j| start(group + j))),
-                }
+unsafe fn vertical<V: Vector, const MAX: bool>(row: &Row, n: usize, staged: *mut f32) {
+    if n < V::LANES && V::LANES > 1 {
+        return vertical::<One, MAX>(row, n, staged);
+    }
+    for e in starts(n, V::LANES) {
+        let [v] = reduce::<V, MAX, 1>(row.x.wrapping_add(e), [0], row.taps, (1, 0));
+        v.store(staged.add(e));
+    }
+}
+
+/// The horizontal pass: `row`'s outputs from its staged row (at the left
+/// padding's first column), one channel per pixel: vectors of output
+/// columns, at stride 2 the even lanes of two vectors of staged columns.
+#[inline(always)]
+unsafe fn horizontal<V: Vector, const MAX: bool>(g: &PoolGeom, row: &Row, staged: *const f32) {
+    let (s, lanes) = (g.stride.1, V::LANES);
+    // Window columns and the staged elements between them.
+    let taps = (g.k.1, g.dilation.1);
+    let inv = |o: usize| move || V::load(g.inv.1.as_ptr().add(o));
+    match s {
+        1 if g.ow >= lanes => {
+            for o in starts(g.ow, lanes) {
+                let [v] = reduce::<V, MAX, 1>(staged.add(o), [0], taps, (1, 0));
+                emit::<V, MAX>(g, row, o, v, inv(o));
             }
-            0..0
         }
-        false => lo..hi,
-    };
-    for o in edges.chain(singles) {
-        let t = g.cols[o];
-        let x = row.x.wrapping_add(t.first);
-        let [v] = window::<One, MAX, 1>(x, [0], row.taps, (t.n, g.dilation.1));
-        scaled::<One, MAX>(v, row.inv, g.inv.1.as_ptr().add(o)).store(row.y.add(o));
+        2 if lanes > 1 && g.ow >= lanes => {
+            for o in starts(g.ow, lanes) {
+                let [a, b] = reduce::<V, MAX, 2>(staged.add(2 * o), [0, lanes], taps, (1, 0));
+                emit::<V, MAX>(g, row, o, V::even(a, b), inv(o));
+            }
+        }
+        _ if lanes == 1 => {
+            for o in 0..g.ow {
+                let [v] = reduce::<V, MAX, 1>(staged.add(o * s), [0], taps, (1, 0));
+                emit::<V, MAX>(g, row, o, v, inv(o));
+            }
+        }
+        _ => horizontal::<One, MAX>(g, row, staged),
     }
 }
 
-/// The `M` output vectors starting at output columns `first` (their windows
-/// inside the input), from `N` accumulators: at stride 1 one each, at
-/// stride 2 two of consecutive input columns each.
-#[inline(always)]
-unsafe fn outputs<V: Vector, const MAX: bool, const N: usize, const M: usize>(
-    g: &PoolGeom,
-    row: &Row,
-    first: [usize; M],
-) {
-    let (lanes, s, phases) = (V::LANES, g.stride.1, N / M);
-    let at = std::array::from_fn(|i| first[i / phases] * s - g.pad.1 + i % phases * lanes);
-    let acc = window::<V, MAX, N>(row.x, at, row.taps, (g.k.1, g.dilation.1));
-    for (j, &o) in first.iter().enumerate() {
-        let v = match phases {
-            1 => acc[j],
-            _ => V::even(acc[2 * j], acc[2 * j + 1]),
-        };
-        scaled::<V, MAX>(v, row.inv, g.inv.1.as_ptr().add(o)).store(row.y.add(o));
-    }
-}
-
-/// An average's window sums `v` divided by their counts: `row_inv` the
-/// row's share, `col_inv` the columns'; a maximum unchanged.
-#[inline(always)]
-unsafe fn scaled<V: Vector, const MAX: bool>(v: V, row_inv: f32, col_inv: *const f32) -> V {
-    match MAX {
-        true => v,
-        false => V::mul(V::mul(v, V::splat(row_inv)), V::load(col_inv)),
-    }
-}
-
-/// An output row with channels innermost (NHWC, NCHW{cb}c), vectors along the
-/// channels: four neighbouring pixels at a time inside the row, one at a time
-/// at its edges.
+/// An output row with channels innermost (NHWC, NCHW{cb}c) read straight
+/// from the input, vectors along the channels: four neighbouring pixels at a
+/// time inside the row, one at a time over its inside taps at its edges.
 #[inline(always)]
 unsafe fn pixels<V: Vector, const MAX: bool>(g: &PoolGeom, row: &Row) {
-    let (cb, s) = (g.cb, g.stride.1);
-    let (lo, hi) = g.inside;
-    let full = (g.k.1, g.dilation.1 * cb);
+    let (cb, s, lanes) = (g.cb, g.stride.1, V::LANES);
+    if cb < lanes {
+        return pixels::<One, MAX>(g, row);
+    }
+    // Window columns and the input elements between them.
+    let apart = g.dilation.1 * cb;
+    let whole = |o: usize| g.cols[o].n == g.k.1;
+    let inv = |o: usize| move || V::splat(g.inv.1[o]);
     let mut o = 0;
     while o < g.ow {
         let t = g.cols[o];
-        let x = row.x.add(t.first * cb);
-        let inv = row.inv * g.inv.1[o];
-        let y = row.y.add(o * cb);
-        if o >= lo && o + 4 <= hi {
-            for c in (0..cb).step_by(V::LANES) {
+        let x = row.x.wrapping_add(t.first * cb);
+        // The windows inside the row are consecutive.
+        let four = o + 4 <= g.ow && whole(o) && whole(o + 3);
+        for c in starts(cb, lanes) {
+            if four {
                 let at = std::array::from_fn(|i| i * s * cb);
-                let acc = window::<V, MAX, 4>(x.add(c), at, row.taps, full);
-                for (i, a) in acc.into_iter().enumerate() {
-                    finish::<V, MAX>(a, inv).store(y.add(i * cb + c));
+                let acc = reduce::<V, MAX, 4>(x.add(c), at, row.taps, (g.k.1, apart));
+                for (i, v) in acc.into_iter().enumerate() {
+                    emit::<V, MAX>(g, row, (o + i) * cb + c, v, inv(o + i));
                 }
+            } else {
+                let [v] = reduce::<V, MAX, 1>(x.wrapping_add(c), [0], row.taps, (t.n, apart));
+                emit::<V, MAX>(g, row, o * cb + c, v, inv(o));
             }
-            o += 4;
-        } else {
-            for c in (0..cb).step_by(V::LANES) {
-                let [a] = window::<V, MAX, 1>(x.add(c), [0], row.taps, (t.n, g.dilation.1 * cb));
-                finish::<V, MAX>(a, inv).store(y.add(c));
+        }
+        o += if four { 4 } else { 1 };
+    }
+}
+
+/// Stores the output vector `v` at element `e` of `row`: an average's sums
+/// times the row's and `col_inv`'s 1 / counts; a maximum whose lanes ended
+/// at -inf (windows of NaN and -inf only, or none inside the input)
+/// computed again exactly.
+#[inline(always)]
+unsafe fn emit<V: Vector, const MAX: bool>(
+    g: &PoolGeom,
+    row: &Row,
+    e: usize,
+    v: V,
+    col_inv: impl FnOnce() -> V,
+) {
+    let y = row.y.add(e);
+    if !MAX {
+        return V::mul(V::mul(v, V::splat(row.inv)), col_inv()).store(y);
+    }
+    v.store(y);
+    if V::any_at_most(v, f32::NEG_INFINITY) {
+        for i in 0..V::LANES {
+            if *y.add(i) == f32::NEG_INFINITY {
+                exact_max(g, row, e + i);
             }
-            o += 1;
         }
     }
 }
 
-/// An accumulator's result: an average times 1 / its count.
+/// Output element `e` of `row` as IEEE maximumNumber over its window from
+/// NaN, read from the input: a window of NaN only (or with no taps inside)
+/// stays NaN, NaN gives way to the first number.
 #[inline(always)]
-unsafe fn finish<V: Vector, const MAX: bool>(acc: V, inv: f32) -> V {
-    match MAX {
-        true => acc,
-        false => V::mul(acc, V::splat(inv)),
-    }
+unsafe fn exact_max(g: &PoolGeom, row: &Row, e: usize) {
+    let (o, c) = (e / g.cb, e % g.cb);
+    let t = g.cols[o];
+    let x = row.x.wrapping_add(t.first * g.cb + c);
+    let cols = (t.n, g.dilation.1 * g.cb);
+    let [v] = fold::<One, 1>(x, [0], row.taps, cols, f32::NAN, |a, v| {
+        One::max_number(a, v)
+    });
+    v.store(row.y.add(e));
 }
 
 /// Evaluates `$body` with `$f` the function that combines an accumulator of

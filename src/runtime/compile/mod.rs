@@ -827,7 +827,6 @@ impl<'g> Compiler<'g> {
                 rows: vec![],
                 cols: vec![],
                 inv: (vec![], vec![]),
-                inside: (0, 0),
             }
             .for_isa(self.isa),
         ))
