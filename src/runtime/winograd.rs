@@ -254,9 +254,14 @@ impl WinogradConv {
             block -= block % TILE;
         }
         let workers = threads.max(1);
-        // Too few blocks to keep every thread busy: one block, whose phases
-        // spread their rows and products over the threads instead.
-        let whole = count.div_ceil(block) < 2 * workers;
+        let blocks = count.div_ceil(block);
+        // One block, whose phases spread their rows and products over the
+        // threads, when there are too few blocks to keep every thread busy,
+        // or when the transformed weights are so large that reading them
+        // once per block costs more than writing and reading all tiles'
+        // transformed data beyond L2 (layers of many channels on small maps:
+        // the F(2x2) weights of a 512-channel layer are 16 MB).
+        let whole = blocks < 2 * workers || (blocks - 1) * u.len() > 2 * count * per_tile;
         if whole {
             block = count.max(1);
         }
