@@ -581,10 +581,17 @@ fn conv_epilogues_look_through_relabelling_transposes() {
         let planned = plan(&g, planner.as_ref(), family, &CostModel::default())
             .unwrap()
             .graph;
+        // The direct kernel: this checks the fused epilogue to the direct
+        // kernel's precision, whichever algorithm measures fastest.
+        let direct = super::conv_algo::ConvAlgoOptions {
+            choice: super::conv_algo::ConvAlgoChoice::Direct,
+            cache: None,
+        };
         let m = CompiledModel::compile(
             &planned,
             &RuntimeOptions {
                 threads: 2,
+                conv_algo: direct,
                 ..Default::default()
             },
         )
