@@ -9,16 +9,17 @@ use super::conv::ConvGeom;
 use super::roofline::{cpu_name, CacheFile};
 use super::simd::Isa;
 use serde::{Deserialize, Serialize};
-use std::path::Path;
-use std::sync::Mutex;
-use std::time::Instant;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
 
 /// The file in the cache folder that holds the measured times.
 const CACHE_FILE: &str = "kernel_times.json";
 
-/// How today's entries were timed (see [`time_kernel`]); entries timed
-/// otherwise are not used.
-const TIMING: &str = "weights flushed, best of 3";
+/// How today's entries were timed (see [`time_kernel`]), and the revision of
+/// the timed kernels; entries timed otherwise, or of older kernels, are not
+/// used. Revision 2: the Winograd transforms written out per tile size.
+const TIMING: &str = "weights flushed, best of 3; kernels r2";
 
 /// The measured times of one kernel geometry on one machine.
 #[derive(Clone, Serialize, Deserialize)]
@@ -67,7 +68,10 @@ pub(super) fn conv_key(g: &ConvGeom) -> Vec<usize> {
 /// The kernel times of this machine for one instruction set and thread
 /// count, read from the cache folder (none without one).
 pub(super) struct KernelTimes {
-    file: CacheFile<Entry>,
+    /// The cache file, if there is a folder.
+    path: Option<PathBuf>,
+    /// Its entries as read.
+    entries: Arc<Vec<Entry>>,
     cpu: String,
     isa: String,
     threads: usize,
@@ -78,12 +82,14 @@ pub(super) struct KernelTimes {
 impl KernelTimes {
     /// The times cached in `dir` for `isa` on `threads` worker threads.
     pub(super) fn open(dir: Option<&Path>, isa: Isa, threads: usize) -> KernelTimes {
-        let file = {
+        let path = dir.map(|d| d.join(CACHE_FILE));
+        let entries = {
             let _lock = CACHE_LOCK.lock();
-            CacheFile::open(dir, CACHE_FILE)
+            read_entries(path.as_deref())
         };
         KernelTimes {
-            file,
+            path,
+            entries,
             cpu: cpu_name(),
             isa: format!("{isa:?}"),
             threads,
@@ -107,7 +113,7 @@ impl KernelTimes {
     pub(super) fn get(&self, kernel: &str, geom: &[usize], algo: &str) -> Option<f64> {
         self.added
             .iter()
-            .chain(&self.file.entries)
+            .chain(self.entries.iter())
             .filter(|e| self.matches(e, kernel, geom))
             .flat_map(|e| &e.millis)
             .find(|(name, ms)| name == algo && ms.is_finite() && *ms >= 0.0)
@@ -142,11 +148,11 @@ impl KernelTimes {
     /// Writes the entries measured since the last save into the file, merged
     /// with what other processes wrote there meanwhile.
     pub(super) fn save(&mut self) {
-        if self.added.is_empty() || self.file.path().is_none() {
+        if self.added.is_empty() || self.path.is_none() {
             return;
         }
         let _lock = CACHE_LOCK.lock();
-        let dir = self.file.path().and_then(Path::parent);
+        let dir = self.path.as_deref().and_then(Path::parent);
         let mut current: CacheFile<Entry> = CacheFile::open(dir, CACHE_FILE);
         for new in self.added.drain(..) {
             let same = |e: &Entry| {
@@ -170,8 +176,62 @@ impl KernelTimes {
             }
         }
         current.save();
-        self.file = current;
+        let entries = Arc::new(current.entries);
+        if let Some(path) = &self.path {
+            remember(path, &entries);
+        }
+        self.entries = entries;
     }
+}
+
+/// The cache file as this process last read or wrote it, with its size and
+/// modification time then: a compile opens the cache once per convolution,
+/// and parsing a file of thousands of entries each time was a tenth of a
+/// warm ResNet50 compile.
+struct Snapshot {
+    path: PathBuf,
+    stamp: (u64, SystemTime),
+    entries: Arc<Vec<Entry>>,
+}
+
+static LAST_READ: Mutex<Option<Snapshot>> = Mutex::new(None);
+
+/// The size and modification time of the file at `path`.
+fn stamp(path: &Path) -> Option<(u64, SystemTime)> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.len(), meta.modified().ok()?))
+}
+
+/// The entries of the cache file at `path` (none without one), parsed again
+/// only when the file changed since this process last read it.
+fn read_entries(path: Option<&Path>) -> Arc<Vec<Entry>> {
+    let Some(path) = path else {
+        return Arc::default();
+    };
+    let mut last = LAST_READ.lock().unwrap_or_else(|e| e.into_inner());
+    let now = stamp(path);
+    if let Some(snap) = last.as_ref() {
+        if snap.path == path && Some(snap.stamp) == now {
+            return snap.entries.clone();
+        }
+    }
+    let entries = Arc::new(CacheFile::open(path.parent(), CACHE_FILE).entries);
+    *last = now.map(|stamp| Snapshot {
+        path: path.to_path_buf(),
+        stamp,
+        entries: entries.clone(),
+    });
+    entries
+}
+
+/// Records `entries` as the contents of the file at `path`, just written.
+fn remember(path: &Path, entries: &Arc<Vec<Entry>>) {
+    let mut last = LAST_READ.lock().unwrap_or_else(|e| e.into_inner());
+    *last = stamp(path).map(|stamp| Snapshot {
+        path: path.to_path_buf(),
+        stamp,
+        entries: entries.clone(),
+    });
 }
 
 /// Timed runs of a kernel; the fastest counts.

@@ -581,10 +581,17 @@ fn conv_epilogues_look_through_relabelling_transposes() {
         let planned = plan(&g, planner.as_ref(), family, &CostModel::default())
             .unwrap()
             .graph;
+        // The direct kernel: this checks the fused epilogue to the direct
+        // kernel's precision, whichever algorithm measures fastest.
+        let direct = super::conv_algo::ConvAlgoOptions {
+            choice: super::conv_algo::ConvAlgoChoice::Direct,
+            cache: None,
+        };
         let m = CompiledModel::compile(
             &planned,
             &RuntimeOptions {
                 threads: 2,
+                conv_algo: direct,
                 ..Default::default()
             },
         )
@@ -1880,6 +1887,53 @@ fn a_classifier_on_a_blocked_feature_vector_runs_the_dense_kernel() {
     assert!(matches!(step(&m, "MatMul").kernel, super::Kernel::Dense(_)));
     let got = m.run(&inputs).unwrap()[0].to_f32();
     assert_close(&got, &expected, "classifier");
+}
+
+/// The written-out Winograd transforms along one axis are the matrices Bᵀ
+/// and Aᵀ of Lavin and Gray: each maps the unit vector e_k to column k.
+#[test]
+fn winograd_line_transforms_are_the_papers_matrices() {
+    use super::simd::{Scalar as Lane, Vector};
+    use super::winograd::{F2Input, F2Output, F4Input, F4Output, Line};
+    fn columns<L: Line<A, R>, const A: usize, const R: usize>(want: [[f32; A]; R]) {
+        for k in 0..A {
+            // SAFETY: the one-lane type needs no instruction set.
+            let got: Vec<f32> = unsafe {
+                let unit = std::array::from_fn(|i| Lane::splat(if i == k { 1.0 } else { 0.0 }));
+                L::apply::<Lane>(&unit)
+                    .iter()
+                    .map(|v| {
+                        let mut out = 0f32;
+                        v.store(&mut out);
+                        out
+                    })
+                    .collect()
+            };
+            let column: Vec<f32> = want.iter().map(|row| row[k]).collect();
+            assert_eq!(got, column, "column {k}");
+        }
+    }
+    columns::<F2Input, 4, 4>([
+        [1.0, 0.0, -1.0, 0.0],
+        [0.0, 1.0, 1.0, 0.0],
+        [0.0, -1.0, 1.0, 0.0],
+        [0.0, 1.0, 0.0, -1.0],
+    ]);
+    columns::<F2Output, 4, 2>([[1.0, 1.0, 1.0, 0.0], [0.0, 1.0, -1.0, -1.0]]);
+    columns::<F4Input, 6, 6>([
+        [4.0, 0.0, -5.0, 0.0, 1.0, 0.0],
+        [0.0, -4.0, -4.0, 1.0, 1.0, 0.0],
+        [0.0, 4.0, -4.0, -1.0, 1.0, 0.0],
+        [0.0, -2.0, -1.0, 2.0, 1.0, 0.0],
+        [0.0, 2.0, -1.0, -2.0, 1.0, 0.0],
+        [0.0, 4.0, 0.0, -5.0, 0.0, 1.0],
+    ]);
+    columns::<F4Output, 6, 4>([
+        [1.0, 1.0, 1.0, 1.0, 1.0, 0.0],
+        [0.0, 1.0, -1.0, 2.0, -2.0, 0.0],
+        [0.0, 1.0, 1.0, 4.0, 4.0, 0.0],
+        [0.0, 1.0, -1.0, 8.0, -8.0, 1.0],
+    ]);
 }
 
 /// Every Winograd size against the naive loop: odd extents, padding on either

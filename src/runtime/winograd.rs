@@ -52,56 +52,102 @@ impl WinogradTile {
     }
 }
 
-/// The three matrices of one F(M×M, 3×3).
-struct Matrices<const A: usize, const M: usize> {
-    /// Input transform Bᵀ (A × A).
-    bt: [[f32; A]; A],
-    /// Weight transform G (A × 3), applied in f64 at compile time.
-    g: [[f64; 3]; A],
-    /// Output transform Aᵀ (M × A).
-    at: [[f32; A]; M],
+/// The weight transform G (α × 3) of one F(m×m, 3×3), applied in f64 at
+/// compile time.
+type WeightTransform<const A: usize> = [[f64; 3]; A];
+
+const F2_G: WeightTransform<4> = [
+    [1.0, 0.0, 0.0],
+    [0.5, 0.5, 0.5],
+    [0.5, -0.5, 0.5],
+    [0.0, 0.0, 1.0],
+];
+
+const F4_G: WeightTransform<6> = [
+    [1.0 / 4.0, 0.0, 0.0],
+    [-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0],
+    [-1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0],
+    [1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0],
+    [1.0 / 24.0, -1.0 / 12.0, 1.0 / 6.0],
+    [0.0, 0.0, 1.0],
+];
+
+/// The input (Bᵀ) or output (Aᵀ) transform of one F(m×m, 3×3) along one
+/// axis of a patch, `A` values in, `R` out, written out with the common
+/// terms shared. Products with the matrices left to the compiler kept a
+/// compare and a branch per coefficient: the transforms took twice the time
+/// of the products of an F(4x4) convolution.
+pub(super) trait Line<const A: usize, const R: usize> {
+    /// # Safety
+    /// `V`'s instruction set is available.
+    unsafe fn apply<V: Vector>(x: &[V; A]) -> [V; R];
 }
 
-const F2: Matrices<4, 2> = Matrices {
-    bt: [
-        [1.0, 0.0, -1.0, 0.0],
-        [0.0, 1.0, 1.0, 0.0],
-        [0.0, -1.0, 1.0, 0.0],
-        [0.0, 1.0, 0.0, -1.0],
-    ],
-    g: [
-        [1.0, 0.0, 0.0],
-        [0.5, 0.5, 0.5],
-        [0.5, -0.5, 0.5],
-        [0.0, 0.0, 1.0],
-    ],
-    at: [[1.0, 1.0, 1.0, 0.0], [0.0, 1.0, -1.0, -1.0]],
-};
+/// Bᵀ of F(2x2, 3x3).
+pub(super) struct F2Input;
+/// Aᵀ of F(2x2, 3x3).
+pub(super) struct F2Output;
+/// Bᵀ of F(4x4, 3x3).
+pub(super) struct F4Input;
+/// Aᵀ of F(4x4, 3x3).
+pub(super) struct F4Output;
 
-const F4: Matrices<6, 4> = Matrices {
-    bt: [
-        [4.0, 0.0, -5.0, 0.0, 1.0, 0.0],
-        [0.0, -4.0, -4.0, 1.0, 1.0, 0.0],
-        [0.0, 4.0, -4.0, -1.0, 1.0, 0.0],
-        [0.0, -2.0, -1.0, 2.0, 1.0, 0.0],
-        [0.0, 2.0, -1.0, -2.0, 1.0, 0.0],
-        [0.0, 4.0, 0.0, -5.0, 0.0, 1.0],
-    ],
-    g: [
-        [1.0 / 4.0, 0.0, 0.0],
-        [-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0],
-        [-1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0],
-        [1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0],
-        [1.0 / 24.0, -1.0 / 12.0, 1.0 / 6.0],
-        [0.0, 0.0, 1.0],
-    ],
-    at: [
-        [1.0, 1.0, 1.0, 1.0, 1.0, 0.0],
-        [0.0, 1.0, -1.0, 2.0, -2.0, 0.0],
-        [0.0, 1.0, 1.0, 4.0, 4.0, 0.0],
-        [0.0, 1.0, -1.0, 8.0, -8.0, 1.0],
-    ],
-};
+impl Line<4, 4> for F2Input {
+    #[inline(always)]
+    unsafe fn apply<V: Vector>(d: &[V; 4]) -> [V; 4] {
+        [
+            V::sub(d[0], d[2]),
+            V::add(d[1], d[2]),
+            V::sub(d[2], d[1]),
+            V::sub(d[1], d[3]),
+        ]
+    }
+}
+
+impl Line<4, 2> for F2Output {
+    #[inline(always)]
+    unsafe fn apply<V: Vector>(m: &[V; 4]) -> [V; 2] {
+        [
+            V::add(V::add(m[0], m[1]), m[2]),
+            V::sub(V::sub(m[1], m[2]), m[3]),
+        ]
+    }
+}
+
+impl Line<6, 6> for F4Input {
+    #[inline(always)]
+    unsafe fn apply<V: Vector>(d: &[V; 6]) -> [V; 6] {
+        let (four, minus_four, minus_five) = (V::splat(4.0), V::splat(-4.0), V::splat(-5.0));
+        // Rows 1 and 2 are a ± b, rows 3 and 4 are c ± e.
+        let a = V::fma(minus_four, d[2], d[4]);
+        let b = V::fma(minus_four, d[1], d[3]);
+        let c = V::sub(d[4], d[2]);
+        let half_e = V::sub(d[3], d[1]);
+        let e = V::add(half_e, half_e);
+        [
+            V::fma(four, d[0], V::fma(minus_five, d[2], d[4])),
+            V::add(a, b),
+            V::sub(a, b),
+            V::add(c, e),
+            V::sub(c, e),
+            V::fma(four, d[1], V::fma(minus_five, d[3], d[5])),
+        ]
+    }
+}
+
+impl Line<6, 4> for F4Output {
+    #[inline(always)]
+    unsafe fn apply<V: Vector>(m: &[V; 6]) -> [V; 4] {
+        let (s1, d1) = (V::add(m[1], m[2]), V::sub(m[1], m[2]));
+        let (s2, d2) = (V::add(m[3], m[4]), V::sub(m[3], m[4]));
+        [
+            V::add(V::add(m[0], s1), s2),
+            V::fma(V::splat(2.0), d2, d1),
+            V::fma(V::splat(4.0), s2, s1),
+            V::add(V::fma(V::splat(8.0), d2, d1), m[5]),
+        ]
+    }
+}
 
 /// Transformed-domain floats one block of tiles may use, input and products
 /// together: half of a 1 MiB L2, so a block's three phases run in cache.
@@ -194,8 +240,8 @@ impl WinogradConv {
         let cin_r = geom.cin.next_multiple_of(x_lanes.count());
         let cout_r = groups * width;
         let u = match tile {
-            WinogradTile::F2 => transform_weights(&F2, &geom, w, width),
-            WinogradTile::F4 => transform_weights(&F4, &geom, w, width),
+            WinogradTile::F2 => transform_weights(&F2_G, &geom, w, width),
+            WinogradTile::F4 => transform_weights(&F4_G, &geom, w, width),
         };
         let mut padded_bias = vec![0f32; cout_r];
         padded_bias[..geom.cout].copy_from_slice(&bias[..geom.cout]);
@@ -208,9 +254,14 @@ impl WinogradConv {
             block -= block % TILE;
         }
         let workers = threads.max(1);
-        // Too few blocks to keep every thread busy: one block, whose phases
-        // spread their rows and products over the threads instead.
-        let whole = count.div_ceil(block) < 2 * workers;
+        let blocks = count.div_ceil(block);
+        // One block, whose phases spread their rows and products over the
+        // threads, when there are too few blocks to keep every thread busy,
+        // or when the transformed weights are so large that reading them
+        // once per block costs more than writing and reading all tiles'
+        // transformed data beyond L2 (layers of many channels on small maps:
+        // the F(2x2) weights of a 512-channel layer are 16 MB).
+        let whole = blocks < 2 * workers || (blocks - 1) * u.len() > 2 * count * per_tile;
         if whole {
             block = count.max(1);
         }
@@ -443,10 +494,10 @@ impl VectorKernel for Phase<'_> {
     #[inline(always)]
     unsafe fn run<V: Vector>(&self) {
         match (self.c.tile, self.output) {
-            (WinogradTile::F2, false) => self.input::<V, 4, 2>(&F2),
-            (WinogradTile::F4, false) => self.input::<V, 6, 4>(&F4),
-            (WinogradTile::F2, true) => self.output::<V, 4, 2>(&F2),
-            (WinogradTile::F4, true) => self.output::<V, 6, 4>(&F4),
+            (WinogradTile::F2, false) => self.input::<V, F2Input, 4>(),
+            (WinogradTile::F4, false) => self.input::<V, F4Input, 6>(),
+            (WinogradTile::F2, true) => self.output::<V, F2Output, 4, 2>(),
+            (WinogradTile::F4, true) => self.output::<V, F4Output, 6, 4>(),
         }
     }
 }
@@ -462,7 +513,7 @@ impl Phase<'_> {
 
     /// Bᵀ d B of each tile's input patch, per vector of input channels.
     #[inline(always)]
-    unsafe fn input<V: Vector, const A: usize, const M: usize>(&self, mx: &Matrices<A, M>) {
+    unsafe fn input<V: Vector, L: Line<A, A>, const A: usize>(&self) {
         let c = self.c;
         let g = &c.geom;
         let x = self.io.x as *const f32;
@@ -486,7 +537,7 @@ impl Phase<'_> {
                         }
                     }
                 }
-                let dt = sandwich(&mx.bt, &mx.bt, &d);
+                let dt = both_axes::<V, L, A, A>(&d);
                 let v = self.b.v.add(t * c.cin_r + c0);
                 for (xi, &e) in dt.iter().flatten().enumerate() {
                     e.store(v.add(xi * c.block * c.cin_r));
@@ -500,7 +551,7 @@ impl Phase<'_> {
     /// are not stored. A tile whose Aᵀ M A holds NaN or an infinity in any
     /// stored pixel is computed again by the direct kernel.
     #[inline(always)]
-    unsafe fn output<V: Vector, const A: usize, const M: usize>(&self, mx: &Matrices<A, M>) {
+    unsafe fn output<V: Vector, L: Line<A, M>, const A: usize, const M: usize>(&self) {
         let c = self.c;
         let g = &c.geom;
         let (y, res) = (self.io.y as *mut f32, self.io.res.map(|r| r as *const f32));
@@ -516,7 +567,7 @@ impl Phase<'_> {
                 for (xi, p) in prods.iter_mut().flatten().enumerate() {
                     *p = V::load(mp.add(xi * c.block * c.cout_r));
                 }
-                let out = sandwich(&mx.at, &mx.at, &prods);
+                let out = both_axes::<V, L, A, M>(&prods);
                 let bias = V::load(c.bias.as_ptr().add(o0));
                 let chan = n * batch + (o0 / ycb) * g.oh * g.ow * ycb + o0 % ycb;
                 for (i, row) in out.iter().enumerate().take(g.oh - oy) {
@@ -543,72 +594,39 @@ impl Phase<'_> {
     }
 }
 
-/// `l · x · rᵀ` for a square `x`: `l` and `r` are constants, so with the
-/// loops unrolled every zero coefficient disappears and every ±1 is an add.
-/// Plain loops, no closures: a closure is compiled without the caller's
-/// target features, and its vector operations would stay calls.
+/// `L · x · Lᵀ` for a square `x`: the line transform down every column,
+/// then along every row of the result. Plain loops, no closures: a closure
+/// is compiled without the caller's target features, and its vector
+/// operations would stay calls.
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
-unsafe fn sandwich<V: Vector, const A: usize, const R: usize>(
-    l: &[[f32; A]; R],
-    r: &[[f32; A]; R],
+unsafe fn both_axes<V: Vector, L: Line<A, R>, const A: usize, const R: usize>(
     x: &[[V; A]; A],
 ) -> [[V; R]; R] {
     let zero = V::splat(0.0);
-    // cols[j][i] = (l · x)[i][j]
+    // cols[j][i] = (L · x)[i][j]
     let mut cols = [[zero; R]; A];
     let mut line = [zero; A];
     for j in 0..A {
         for k in 0..A {
             line[k] = x[k][j];
         }
-        for i in 0..R {
-            cols[j][i] = combine(&l[i], &line);
-        }
+        cols[j] = L::apply(&line);
     }
     let mut out = [[zero; R]; R];
     for i in 0..R {
         for k in 0..A {
             line[k] = cols[k][i];
         }
-        for j in 0..R {
-            out[i][j] = combine(&r[j], &line);
-        }
+        out[i] = L::apply(&line);
     }
     out
 }
 
-/// Σ coef[k] · x[k] over the nonzero coefficients.
-#[allow(clippy::needless_range_loop)]
-#[inline(always)]
-unsafe fn combine<V: Vector, const A: usize>(coef: &[f32; A], x: &[V; A]) -> V {
-    let mut acc = V::splat(0.0);
-    let mut first = true;
-    for k in 0..A {
-        let (c, v) = (coef[k], x[k]);
-        if c == 0.0 {
-            continue;
-        }
-        acc = if first && c == 1.0 {
-            v
-        } else if first {
-            V::mul(V::splat(c), v)
-        } else if c == 1.0 {
-            V::add(acc, v)
-        } else if c == -1.0 {
-            V::sub(acc, v)
-        } else {
-            V::fma(V::splat(c), v, acc)
-        };
-        first = false;
-    }
-    acc
-}
-
 /// G g Gᵀ of every (output, input) channel pair, in f64, packed as
 /// `[α²][cout / width][cin][width]` with zeros beyond `cout`.
-fn transform_weights<const A: usize, const M: usize>(
-    mx: &Matrices<A, M>,
+fn transform_weights<const A: usize>(
+    g: &WeightTransform<A>,
     geom: &ConvGeom,
     w: &[f32],
     width: usize,
@@ -622,11 +640,11 @@ fn transform_weights<const A: usize, const M: usize>(
             let k = &w[(o * cin + i) * 9..][..9];
             // (G g) is A x 3, then (G g) Gᵀ is A x A.
             let gg: [[f64; 3]; A] = std::array::from_fn(|r| {
-                std::array::from_fn(|c| (0..3).map(|s| mx.g[r][s] * k[s * 3 + c] as f64).sum())
+                std::array::from_fn(|c| (0..3).map(|s| g[r][s] * k[s * 3 + c] as f64).sum())
             });
             for r in 0..A {
                 for c in 0..A {
-                    let e: f64 = (0..3).map(|s| gg[r][s] * mx.g[c][s]).sum();
+                    let e: f64 = (0..3).map(|s| gg[r][s] * g[c][s]).sum();
                     u[(((r * A + c) * groups + grp) * cin + i) * width + l] = e as f32;
                 }
             }
