@@ -657,6 +657,44 @@ mod tests {
         }
     }
 
+    /// A chain writes every element of an output wherever it starts in a
+    /// cache line (its blocks then start at the line's boundary): at each
+    /// offset into a larger buffer, for one run of several blocks, for runs
+    /// of a multiple of a line and for runs of another length (a per-row
+    /// operand keeps the rows apart), and nothing outside the output.
+    #[test]
+    fn outputs_at_every_offset_in_a_cache_line_are_written_exactly() {
+        let n = 1200;
+        let x: Vec<f32> = (0..n).map(|i| (i as f32 - 600.0) * 0.01).collect();
+        let funcs = vec![
+            Func::Unary(UnaryOp::Tanh, Arg::Operand(0)),
+            Func::Binary(BinaryOp::Add, Arg::Prev, Arg::Operand(1)),
+        ];
+        for isa in Isa::ALL.into_iter().filter(|i| i.available()) {
+            for (rows, run) in [(1, n), (3, n / 3), (n / 16, 16), (40, 30)] {
+                let bias: Vec<f32> = (0..rows).map(|r| r as f32 * 0.5).collect();
+                let strides = vec![vec![run, 1], vec![1, 0]];
+                let lens = vec![n, rows];
+                let k = Elementwise::new(funcs.clone(), &[rows, run], strides, lens, vec![], isa)
+                    .unwrap();
+                for offset in 0..16 {
+                    let mut buffer = vec![-7f32; n + 32];
+                    k.run(&[&x, &bias], &mut buffer[offset..offset + n])
+                        .unwrap();
+                    let mut outside = buffer[..offset].iter().chain(&buffer[offset + n..]);
+                    assert!(outside.all(|&v| v == -7.0), "written outside the output");
+                    for (i, (&v, &got)) in x.iter().zip(&buffer[offset..]).enumerate() {
+                        let e = UnaryOp::Tanh.apply(v as f64) + bias[i / run] as f64;
+                        assert!(
+                            close(got, e),
+                            "{isa:?} {rows}x{run} offset {offset}: element {i} = {got}, expected {e}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     /// Compiles `compiled` (`g` or a plan of it), runs it and compares it
     /// with the reference executor on `g` (`assert_close`). Returns the
     /// compiled steps.
