@@ -141,10 +141,8 @@ impl<V: Vector> Scalar for Lanewise<V> {
                 p = V::fma(p, r, V::splat(c));
             }
             let y = V::fma(V::mul(p, r), r, V::add(r, V::splat(1.0)));
-            // 2^n as two factors that each stay in range; their product over-
-            // or underflows where e^x does.
-            let half = V::round(V::mul(n, V::splat(0.5)));
-            Lanewise(V::scale2(V::scale2(y, half), V::sub(n, half)))
+            // n is in [-127, 128] after the clamps.
+            Lanewise(V::scale2(y, n))
         }
     }
     fn ln(self) -> Self {
