@@ -169,7 +169,7 @@ impl<V: Vector> Scalar for Lanewise<V> {
             3.618_840_1e-3,
             5.230_501e-2,
             0.186_594_4,
-            1.128_379_1,
+            std::f32::consts::FRAC_2_SQRT_PI,
         ];
         const Q: [f32; 6] = [
             3.877_655_4e-5,
