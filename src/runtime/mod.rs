@@ -420,7 +420,21 @@ struct Scratch {
     outputs: Vec<Option<Arc<TensorData>>>,
 }
 
+/// Bytes the arena's start is aligned to: its slots are aligned to this
+/// relative to the start (`compile/arena.rs`), so every slot then starts on a
+/// cache line and a kernel's full vectors never straddle two lines.
+const ARENA_ALIGN: usize = 64;
+
 impl Scratch {
+    /// The arena's first `len` elements, starting on an `ARENA_ALIGN` boundary
+    /// (the vector holds a few more so that one exists).
+    fn aligned_arena(&mut self, len: usize) -> *mut f32 {
+        let slack = ARENA_ALIGN / std::mem::size_of::<f32>() - 1;
+        self.arena.resize(len + slack, 0.0);
+        let skip = self.arena.as_ptr().align_offset(ARENA_ALIGN).min(slack);
+        self.arena[skip..].as_mut_ptr()
+    }
+
     /// A buffer of `len` f32 for output `k`: last run's when nobody else holds
     /// it any more (its stale contents are overwritten, as the arena's are),
     /// else a new one.
@@ -642,7 +656,7 @@ impl CompiledModel {
             Ok(s) => s,
             Err(_) => &mut own,
         };
-        scratch.arena.resize(self.arena_len, 0.0);
+        let arena = scratch.aligned_arena(self.arena_len);
         scratch.outputs.resize(self.outputs.len(), None);
         // The buffer of each output that owns an `Output` slot (a value listed
         // twice as an output is owned by its first listing, copied for the rest).
@@ -656,8 +670,8 @@ impl CompiledModel {
             })
             .collect();
         let mut bufs = Buffers {
-            arena: scratch.arena.as_mut_ptr(),
-            arena_len: scratch.arena.len(),
+            arena,
+            arena_len: self.arena_len,
             consts: &self.consts,
             inputs: self
                 .inputs

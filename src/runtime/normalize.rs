@@ -239,15 +239,30 @@ unsafe fn row_max<V: Vector>(x: *const f32, n: usize) -> f32 {
         #[inline(always)]
         |a, b| V::max(a, b),
     );
-    lanes(max)[..V::LANES]
-        .iter()
-        .fold(neg_inf, |a, &b| a.max(b))
+    horizontal::<V>(max, f32::max)
 }
 
 /// The sum of the lanes of `v`.
 #[inline(always)]
 unsafe fn horizontal_sum<V: Vector>(v: V) -> f32 {
-    lanes(v)[..V::LANES].iter().sum()
+    horizontal::<V>(v, |a, b| a + b)
+}
+
+/// The lanes of `v` joined by `f` as a tree: each level joins the upper half
+/// of the lanes into the lower (a few vector instructions, where one lane
+/// after another is a chain as long as the vector, paid twice per row).
+#[inline(always)]
+unsafe fn horizontal<V: Vector>(v: V, f: impl Fn(f32, f32) -> f32) -> f32 {
+    let mut l = lanes(v);
+    let mut width = V::LANES;
+    while width > 1 {
+        width /= 2;
+        let (low, high) = l.split_at_mut(width);
+        for (a, &b) in low.iter_mut().zip(&high[..width]) {
+            *a = f(*a, b);
+        }
+    }
+    l[0]
 }
 
 /// The lanes of `v` (the first `V::LANES` of the array).

@@ -237,16 +237,20 @@ pub(super) trait Vector: Copy {
     unsafe fn nan_of(a: Self, b: Self) -> Self;
     /// Rounded to the nearest integer.
     unsafe fn round(a: Self) -> Self;
-    /// `a · 2^n` for integral `n` in [-126, 127].
+    /// `a · 2^n` for integral `n` in [-127, 128] (rounded once, so it
+    /// over- or underflows only where the exact product does).
     unsafe fn scale2(a: Self, n: Self) -> Self;
     /// Whether some lane of `a` is at most `x` (NaN is not).
     unsafe fn any_at_most(a: Self, x: f32) -> bool;
 }
 
-/// `a · 2^n` of one lane, for integral `n` in [-126, 127]: 2^n built from its bits.
+/// `a · 2^n` of one lane, for integral `n` in [-127, 128]: 2^n as two
+/// factors built from their exponent bits, each in range where 2^n may not be.
 #[inline(always)]
 fn scale2_lane(a: f32, n: f32) -> f32 {
-    a * f32::from_bits(((n as i32 + 127) << 23) as u32)
+    let power = |k: i32| f32::from_bits(((k + 127) << 23) as u32);
+    let half = n as i32 >> 1;
+    a * power(half) * power(n as i32 - half)
 }
 
 #[derive(Clone, Copy)]
@@ -596,12 +600,17 @@ mod x86 {
         }
         #[inline(always)]
         unsafe fn scale2(a: Self, n: Self) -> Self {
-            // 2^n from its exponent bits.
-            let bits = _mm256_slli_epi32::<23>(_mm256_add_epi32(
-                _mm256_cvtps_epi32(n.0),
-                _mm256_set1_epi32(127),
-            ));
-            Ymm(_mm256_mul_ps(a.0, _mm256_castsi256_ps(bits)))
+            // 2^n as two factors from their exponent bits (as `scale2_lane`).
+            let power = |k: __m256i| {
+                _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
+                    k,
+                    _mm256_set1_epi32(127),
+                )))
+            };
+            let n = _mm256_cvtps_epi32(n.0);
+            let half = _mm256_srai_epi32::<1>(n);
+            let rest = _mm256_sub_epi32(n, half);
+            Ymm(_mm256_mul_ps(_mm256_mul_ps(a.0, power(half)), power(rest)))
         }
         #[inline(always)]
         unsafe fn any_at_most(a: Self, x: f32) -> bool {
