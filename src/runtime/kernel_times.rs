@@ -10,7 +10,7 @@
 //! later run on a quiet machine measures them again.
 
 use super::conv::ConvGeom;
-use super::load::{metered, note_not_cached, Load};
+use super::load::{cache_under_load, metered, note_not_cached, Load};
 use super::roofline::{cpu_name, CacheFile};
 use super::simd::Isa;
 use serde::{Deserialize, Serialize};
@@ -83,6 +83,8 @@ pub(super) struct KernelTimes {
     added: Vec<Entry>,
     /// What other processes took while they were measured.
     load: Load,
+    /// Whether they are saved whatever the load (`load::cache_under_load`).
+    cache_under_load: bool,
 }
 
 impl KernelTimes {
@@ -99,6 +101,7 @@ impl KernelTimes {
             threads,
             added: vec![],
             load: Load::default(),
+            cache_under_load: cache_under_load(),
         }
     }
 
@@ -166,7 +169,7 @@ impl KernelTimes {
             return;
         }
         let load = std::mem::take(&mut self.load);
-        if !load.quiet_for(self.threads) {
+        if !load.quiet_for(self.threads) && !self.cache_under_load {
             note_not_cached(load);
             if let Ok(mut not_saved) = NOT_SAVED.lock() {
                 merge(&mut not_saved, self.added.drain(..));
@@ -271,6 +274,7 @@ mod tests {
         // Geometries no other test records (the unsaved entries are the process's).
         let (busy, quiet) = ([9001, 1], [9001, 2]);
         let mut times = open();
+        times.cache_under_load = false;
         measured_under(&mut times, 1.5, &busy, 4.0);
         assert_eq!(times.get("conv", &busy, "direct"), Some(4.0));
         assert!(!dir.join(CACHE_FILE).exists(), "nothing written");

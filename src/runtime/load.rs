@@ -15,6 +15,15 @@ use std::sync::Mutex;
 /// daemons take a few percent).
 pub const QUIET_SHARE: f64 = 0.1;
 
+/// Set to 1, measurements are cached whatever the load: for a machine that is
+/// never quiet, and for tests of the caches themselves.
+pub const CACHE_UNDER_LOAD_ENV: &str = "LAYOUTOPT_CACHE_UNDER_LOAD";
+
+/// Whether [`CACHE_UNDER_LOAD_ENV`] is set to 1.
+pub fn cache_under_load() -> bool {
+    std::env::var_os(CACHE_UNDER_LOAD_ENV).is_some_and(|v| v == "1")
+}
+
 /// CPU time of the whole machine and of this process at one moment, in clock ticks.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CpuTimes {

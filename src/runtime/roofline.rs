@@ -7,7 +7,7 @@
 //! Peaks probed while other processes kept the cores busy (`load.rs`) are
 //! used for this run but not cached.
 
-use super::load::{metered, note_not_cached, Load};
+use super::load::{cache_under_load, metered, note_not_cached, Load};
 use super::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel};
 use super::{worker_pool, RuntimeError};
 use serde::de::DeserializeOwned;
@@ -298,19 +298,25 @@ pub fn machine_peaks(
     reprobe: bool,
 ) -> Result<Roofline, RuntimeError> {
     let pool = worker_pool(threads)?;
-    Ok(peaks_cached_in(&pool, dir, reprobe, |pool| {
-        let mut load = Load::default();
-        let peaks = metered(&mut load, || probe(pool));
-        (peaks, load)
-    }))
+    let always_cache = cache_under_load();
+    Ok(peaks_cached_in(
+        &pool,
+        dir,
+        (reprobe, always_cache),
+        |pool| {
+            let mut load = Load::default();
+            let peaks = metered(&mut load, || probe(pool));
+            (peaks, load)
+        },
+    ))
 }
 
 /// [`machine_peaks`] on the threads of `pool`, `probe` measuring the peaks and
-/// the load meanwhile.
+/// the load meanwhile; `always_cache` caches them whatever the load.
 pub(super) fn peaks_cached_in(
     pool: &rayon::ThreadPool,
     dir: Option<&Path>,
-    reprobe: bool,
+    (reprobe, always_cache): (bool, bool),
     probe: impl FnOnce(&rayon::ThreadPool) -> (MachinePeaks, Load),
 ) -> Roofline {
     let threads = pool.current_num_threads();
@@ -329,7 +335,7 @@ pub(super) fn peaks_cached_in(
         };
     }
     let (peaks, load) = probe(pool);
-    if !load.quiet_for(threads) {
+    if !load.quiet_for(threads) && !always_cache {
         note_not_cached(load);
         return Roofline {
             peaks,

@@ -1571,7 +1571,7 @@ fn peaks_are_probed_once_then_read_from_the_cache() {
     // Probed for real, the machine's load given: the test does not depend on it.
     let probed_under = |threads: usize, dir: &Path, reprobe: bool, load: Load| -> Roofline {
         let pool = super::worker_pool(threads).unwrap();
-        peaks_cached_in(&pool, Some(dir), reprobe, |pool| {
+        peaks_cached_in(&pool, Some(dir), (reprobe, false), |pool| {
             (super::roofline::probe(pool), load)
         })
     };
@@ -2078,6 +2078,8 @@ fn conv_algorithms_are_measured_once_then_read_from_the_cache() {
         build, ConvAlgo, ConvAlgoChoice, ConvAlgoOptions, ConvSpec, WINOGRAD_TOLERANCE,
     };
     use super::winograd::WinogradTile;
+    // What is cached is tested here, not the guard against load (`load.rs`).
+    std::env::set_var(super::load::CACHE_UNDER_LOAD_ENV, "1");
     let dir = std::env::temp_dir().join(format!("layoutopt-convalgo-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
