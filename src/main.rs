@@ -145,6 +145,21 @@ enum Command {
               value_parser = cli::export::purpose_parser())]
         purpose: layoutopt::api::ExportFor,
     },
+    /// Measure this machine's peaks again, and with --clear forget every
+    /// cached measurement (peaks and kernel times) first.
+    ///
+    /// Measurements are cached in $XDG_CACHE_HOME/layoutopt (else
+    /// ~/.cache/layoutopt). Those taken while other processes kept the cores
+    /// busy are never cached; clear the cache to measure again what was
+    /// cached before that guard existed, or after the machine changed.
+    Calibrate {
+        /// Worker threads of the peaks probe (0: one per core; at most 4 per core).
+        #[arg(long, default_value_t = 0, value_parser = cli::parse_threads)]
+        threads: usize,
+        /// Remove the cached peaks and kernel times first.
+        #[arg(long)]
+        clear: bool,
+    },
     /// Write a self-contained HTML explorer of two plans of a model.
     ///
     /// The graph is drawn with every tensor's layout and the kept transforms
@@ -234,6 +249,7 @@ fn main() -> ExitCode {
             planning,
             purpose,
         } => cli::export::export(model, shapes, output, (planning, *purpose), json),
+        Command::Calibrate { threads, clear } => cli::native::calibrate(*threads, *clear, json),
         Command::Explore {
             model,
             shapes,
@@ -250,6 +266,9 @@ fn main() -> ExitCode {
             &kernels.options(0),
         ),
     };
+    if let Some(note) = layoutopt::runtime::load::not_cached_note() {
+        eprintln!("note: {note}");
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         // The reader of stdout went away (`| head`): nothing left to do.

@@ -241,6 +241,8 @@ fn measured_conv_times_replace_the_estimate() {
 #[test]
 fn the_measured_cost_model_is_cached_and_predicts_the_steps() {
     use layoutopt::runtime::calibrate::{measured_cost_model, predicted_step_seconds};
+    // What is cached is tested here, not the guard against load.
+    std::env::set_var(layoutopt::runtime::load::CACHE_UNDER_LOAD_ENV, "1");
     let dir = std::env::temp_dir().join(format!("layoutopt-costs-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut options = RuntimeOptions::with_threads(1);

@@ -192,3 +192,25 @@ pub fn bench_native(
     }
     Ok(())
 }
+
+/// `calibrate`: with `clear`, forgets every cached measurement (peaks and
+/// kernel times, which are then measured again as models are planned and
+/// compiled); then probes this machine's peaks on `threads` threads again.
+pub fn calibrate(threads: usize, clear: bool, json: bool) -> CliResult<()> {
+    if json {
+        return Err("calibrate prints text only: leave out --json".into());
+    }
+    let dir = cache_dir().ok_or("no cache folder: neither XDG_CACHE_HOME nor HOME is set")?;
+    if clear {
+        let removed = layoutopt::runtime::calibrate::clear_calibration(&dir)
+            .map_err(|e| format!("cannot clear the cache in {}: {e}", dir.display()))?;
+        for path in &removed {
+            outln!("removed {}", path.display())?;
+        }
+        if removed.is_empty() {
+            outln!("nothing cached in {}", dir.display())?;
+        }
+    }
+    outln!("{}", machine_peaks(threads, Some(&dir), true)?)?;
+    Ok(())
+}

@@ -138,6 +138,7 @@ pub trait Scalar:
     /// self^e.
     fn pow(self, e: Self) -> Self;
     /// |self| (NaN stays NaN).
+    #[inline(always)] // like `UnaryOp::apply`
     fn abs(self) -> Self {
         self.clone().max(-self)
     }
@@ -278,12 +279,6 @@ impl UnaryOp {
     #[inline(always)] // into the vector epilogues, compiled for their instruction set
     pub fn apply<T: Scalar>(self, x: T) -> T {
         let c = T::lit;
-        let clip = |x: T, lo: f64, hi: f64| x.max(c(lo)).min(c(hi));
-        let elu = |x: T, alpha: f64| {
-            x.clone()
-                .if_negative(c(alpha) * (x.clone().exp() - c(1.0)), x)
-        };
-        let softplus = |x: T| x.clone().max(c(0.0)) + (c(1.0) + (-x.abs()).exp()).ln();
         match self {
             UnaryOp::Relu => x.max(c(0.0)),
             UnaryOp::LeakyRelu { alpha } => x.clone().if_negative(x.clone() * c(alpha as f64), x),
@@ -345,6 +340,29 @@ impl UnaryOp {
                 | UnaryOp::Mish
         )
     }
+}
+
+// The pieces `UnaryOp::apply` shares between functions, inlined like it: one
+// left out of line would be compiled without the vector epilogue's instruction
+// set, and every vector operation in it would become a call.
+
+/// `x` clamped to `[lo, hi]`.
+#[inline(always)]
+fn clip<T: Scalar>(x: T, lo: f64, hi: f64) -> T {
+    x.max(T::lit(lo)).min(T::lit(hi))
+}
+
+/// alpha · (e^x − 1) for negative `x`, else `x`.
+#[inline(always)]
+fn elu<T: Scalar>(x: T, alpha: f64) -> T {
+    x.clone()
+        .if_negative(T::lit(alpha) * (x.clone().exp() - T::lit(1.0)), x)
+}
+
+/// ln(1 + e^x) in a form that does not overflow: max(x, 0) + ln(1 + e^-|x|).
+#[inline(always)]
+fn softplus<T: Scalar>(x: T) -> T {
+    x.clone().max(T::lit(0.0)) + (T::lit(1.0) + (-x.abs()).exp()).ln()
 }
 
 impl BinaryOp {

@@ -8,9 +8,9 @@
 use super::conv::ConvGeom;
 use super::conv_algo::{self, ConvAlgo, ConvAlgoOptions, ConvSpec};
 use super::depthwise::Depthwise;
-use super::kernel_times::{conv_key, time_kernel, KernelTimes};
+use super::kernel_times::{self, conv_key, KernelTimes};
 use super::kernels::Gather;
-use super::roofline::{machine_peaks, MachinePeaks};
+use super::roofline::{self, machine_peaks, MachinePeaks};
 use super::simd::{Epilogue, Isa};
 use super::{worker_pool, CompiledModel, RuntimeError, RuntimeOptions};
 use crate::graph::{numel, DType, ValueType};
@@ -19,6 +19,7 @@ use crate::layout::Layout;
 use crate::ops::OpDef;
 use std::collections::HashMap;
 use std::fmt;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 /// The cost model of this machine for models run with `options`: unit costs
@@ -100,7 +101,7 @@ impl MeasuredKernels {
         let mut y = vec![0f32; geom.y_len()];
         let ms = self
             .pool
-            .install(|| time_kernel(w, || k.run(&x, None, &mut y)));
+            .install(|| times.measure(w, || k.run(&x, None, &mut y)));
         times.record(kernel, &key, &name, ms);
         ms
     }
@@ -177,7 +178,8 @@ impl MeasuredCosts for MeasuredKernels {
         }
         // Keyed by the logical shape and both layouts (whose names are unambiguous).
         let name = format!("{from} -> {to}");
-        let mut times = self.times.lock().ok()?;
+        let mut guard = self.times.lock().ok()?;
+        let times: &mut KernelTimes = &mut guard;
         if let Some(ms) = times.get(TRANSFORM_KERNEL, &t.shape, &name) {
             return Some(ms * 1e6);
         }
@@ -187,7 +189,7 @@ impl MeasuredCosts for MeasuredKernels {
         let mut ok = true;
         let ms = self
             .pool
-            .install(|| time_kernel(&[], || ok &= gather.run(&[x.as_slice()], &mut y).is_ok()));
+            .install(|| times.measure(&[], || ok &= gather.run(&[x.as_slice()], &mut y).is_ok()));
         if !ok {
             return None;
         }
@@ -224,4 +226,21 @@ pub fn predicted_step_seconds(model: &CompiledModel, peaks: &MachinePeaks) -> Ve
             }
         })
         .collect()
+}
+
+/// Removes every cached measurement from the cache folder `dir` (the peaks and
+/// the kernel times), so that the next plan and compile measure again; the
+/// files removed.
+pub fn clear_calibration(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let _lock = kernel_times::CACHE_LOCK.lock();
+    let mut removed = vec![];
+    for name in [roofline::CACHE_FILE, kernel_times::CACHE_FILE] {
+        let path = dir.join(name);
+        match std::fs::remove_file(&path) {
+            Ok(()) => removed.push(path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(removed)
 }

@@ -10,7 +10,7 @@
 //! [`WINOGRAD_TOLERANCE`] is never chosen.
 
 use super::conv::{ConvGeom, PackedConv};
-use super::kernel_times::{conv_key, time_kernel, KernelTimes};
+use super::kernel_times::{conv_key, KernelTimes};
 use super::simd::{Epilogue, Isa};
 use super::winograd::{self, WinogradConv, WinogradTile};
 use crate::graph::Span;
@@ -317,7 +317,7 @@ fn millis_in(times: &mut KernelTimes, spec: &ConvSpec, candidates: &[ConvAlgo]) 
         .map(|&a| {
             let name = a.to_string();
             times.get(a.kernel(), &key, &name).unwrap_or_else(|| {
-                let ms = time_once(g, &spec.kernel(a));
+                let ms = time_once(times, g, &spec.kernel(a));
                 times.record(a.kernel(), &key, &name, ms);
                 ms
             })
@@ -359,12 +359,12 @@ pub(super) fn add_cached_time(
     }
 }
 
-/// The fastest of a few runs of `k` on zeros (`kernel_times::time_kernel`).
-fn time_once(g: &ConvGeom, k: &ConvKernel) -> f64 {
+/// The fastest of a few runs of `k` on zeros (`KernelTimes::measure`).
+fn time_once(times: &mut KernelTimes, g: &ConvGeom, k: &ConvKernel) -> f64 {
     let x = vec![0f32; g.x_len()];
     let mut y = vec![0f32; g.y_len()];
     let mut scratch = vec![0f32; k.scratch_len()];
-    time_kernel(k.weights(), || k.run(&x, None, &mut y, &mut scratch))
+    times.measure(k.weights(), || k.run(&x, None, &mut y, &mut scratch))
 }
 
 /// Output channels whose error is checked: the error of a channel depends on

@@ -4,8 +4,13 @@
 //! convolution's layouts by them (`calibrate.rs`). An entry is keyed by CPU
 //! model, instruction set, thread count, kernel kind and geometry, and holds
 //! the milliseconds of each algorithm measured there.
+//!
+//! Times measured while other processes kept the cores busy (`load.rs`) are
+//! not written to the file: they serve the rest of this process only, and a
+//! later run on a quiet machine measures them again.
 
 use super::conv::ConvGeom;
+use super::load::{cache_under_load, metered, note_not_cached, Load};
 use super::roofline::{cpu_name, CacheFile};
 use super::simd::Isa;
 use serde::{Deserialize, Serialize};
@@ -14,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
 /// The file in the cache folder that holds the measured times.
-const CACHE_FILE: &str = "kernel_times.json";
+pub(super) const CACHE_FILE: &str = "kernel_times.json";
 
 /// How today's entries were timed (see [`time_kernel`]), and the revision of
 /// the timed kernels; entries timed otherwise, or of older kernels, are not
@@ -39,7 +44,10 @@ struct Entry {
 /// One process's reads and writes of the cache go through one lock: models
 /// compiled or planned on several threads at once then do not lose each
 /// other's entries.
-static CACHE_LOCK: Mutex<()> = Mutex::new(());
+pub(super) static CACHE_LOCK: Mutex<()> = Mutex::new(());
+
+/// Entries this process measured under load: used until it exits, never saved.
+static NOT_SAVED: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
 
 /// The geometry of a convolution as a cache key: every extent, the window,
 /// and the channel block of both operands.
@@ -77,6 +85,10 @@ pub(super) struct KernelTimes {
     threads: usize,
     /// Entries measured since the file was read.
     added: Vec<Entry>,
+    /// What other processes took while they were measured.
+    load: Load,
+    /// Whether they are saved whatever the load (`load::cache_under_load`).
+    cache_under_load: bool,
 }
 
 impl KernelTimes {
@@ -94,6 +106,8 @@ impl KernelTimes {
             isa: format!("{isa:?}"),
             threads,
             added: vec![],
+            load: Load::default(),
+            cache_under_load: cache_under_load(),
         }
     }
 
@@ -111,13 +125,21 @@ impl KernelTimes {
     /// The cached milliseconds of `algo` on `kernel` at geometry `geom` (for
     /// a convolution, its [`conv_key`]).
     pub(super) fn get(&self, kernel: &str, geom: &[usize], algo: &str) -> Option<f64> {
+        let not_saved = NOT_SAVED.lock().ok();
         self.added
             .iter()
+            .chain(not_saved.iter().flat_map(|n| n.iter()))
             .chain(self.entries.iter())
             .filter(|e| self.matches(e, kernel, geom))
             .flat_map(|e| &e.millis)
             .find(|(name, ms)| name == algo && ms.is_finite() && *ms >= 0.0)
             .map(|m| m.1)
+    }
+
+    /// Milliseconds of `run` ([`time_kernel`]), noting how busy the machine
+    /// was meanwhile.
+    pub(super) fn measure(&mut self, weights: &[f32], run: impl FnMut()) -> f64 {
+        metered(&mut self.load, || time_kernel(weights, run))
     }
 
     /// Records the milliseconds of `algo` on `kernel` at geometry `geom`.
@@ -146,35 +168,27 @@ impl KernelTimes {
     }
 
     /// Writes the entries measured since the last save into the file, merged
-    /// with what other processes wrote there meanwhile.
+    /// with what other processes wrote there meanwhile; if they were measured
+    /// under load, keeps them for this process only.
     pub(super) fn save(&mut self) {
-        if self.added.is_empty() || self.path.is_none() {
+        if self.added.is_empty() {
+            return;
+        }
+        let load = std::mem::take(&mut self.load);
+        if !load.quiet_for(self.threads) && !self.cache_under_load {
+            note_not_cached(load);
+            if let Ok(mut not_saved) = NOT_SAVED.lock() {
+                merge(&mut not_saved, self.added.drain(..));
+            }
+            return;
+        }
+        if self.path.is_none() {
             return;
         }
         let _lock = CACHE_LOCK.lock();
         let dir = self.path.as_deref().and_then(Path::parent);
         let mut current: CacheFile<Entry> = CacheFile::open(dir, CACHE_FILE);
-        for new in self.added.drain(..) {
-            let same = |e: &Entry| {
-                (&e.cpu, &e.isa, e.threads, &e.kernel, &e.geom, &e.timing)
-                    == (
-                        &new.cpu,
-                        &new.isa,
-                        new.threads,
-                        &new.kernel,
-                        &new.geom,
-                        &new.timing,
-                    )
-            };
-            match current.entries.iter_mut().find(|e| same(e)) {
-                Some(e) => {
-                    e.millis
-                        .retain(|(name, _)| !new.millis.iter().any(|m| &m.0 == name));
-                    e.millis.extend(new.millis);
-                }
-                None => current.entries.push(new),
-            }
-        }
+        merge(&mut current.entries, self.added.drain(..));
         current.save();
         let entries = Arc::new(current.entries);
         if let Some(path) = &self.path {
@@ -234,6 +248,31 @@ fn remember(path: &Path, entries: &Arc<Vec<Entry>>) {
     });
 }
 
+/// Adds `new` entries to `entries`, a new time of an algorithm replacing the old.
+fn merge(entries: &mut Vec<Entry>, new: impl IntoIterator<Item = Entry>) {
+    for new in new {
+        let same = |e: &Entry| {
+            (&e.cpu, &e.isa, e.threads, &e.kernel, &e.geom, &e.timing)
+                == (
+                    &new.cpu,
+                    &new.isa,
+                    new.threads,
+                    &new.kernel,
+                    &new.geom,
+                    &new.timing,
+                )
+        };
+        match entries.iter_mut().find(|e| same(e)) {
+            Some(e) => {
+                e.millis
+                    .retain(|(name, _)| !new.millis.iter().any(|m| &m.0 == name));
+                e.millis.extend(new.millis);
+            }
+            None => entries.push(new),
+        }
+    }
+}
+
 /// Timed runs of a kernel; the fastest counts.
 const RUNS: usize = 3;
 
@@ -243,7 +282,7 @@ const RUNS: usize = 3;
 /// outgrow the caches (Winograd's transformed weights are 1.8x or 4x the
 /// direct ones, which on deep layers can cost more than the multiplies it
 /// saves), while its input was just written by the step before.
-pub(super) fn time_kernel(weights: &[f32], mut run: impl FnMut()) -> f64 {
+fn time_kernel(weights: &[f32], mut run: impl FnMut()) -> f64 {
     run();
     (0..RUNS)
         .map(|_| {
@@ -270,4 +309,42 @@ fn flush(data: &[f32]) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = data;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The figures `measure` would have noted, given instead of measured.
+    fn measured_under(times: &mut KernelTimes, others_cores: f64, geom: &[usize], ms: f64) {
+        times.load = Load {
+            others: others_cores * 100.0,
+            elapsed: 100.0,
+            cpus: 2,
+        };
+        times.record("conv", geom, "direct", ms);
+        times.save();
+    }
+
+    #[test]
+    fn times_measured_under_load_serve_this_process_but_are_not_saved() {
+        let dir = std::env::temp_dir().join(format!("layoutopt-times-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let open = || KernelTimes::open(Some(&dir), Isa::Portable, 2);
+        // Geometries no other test records (the unsaved entries are the process's).
+        let (busy, quiet) = ([9001, 1], [9001, 2]);
+        let mut times = open();
+        times.cache_under_load = false;
+        measured_under(&mut times, 1.5, &busy, 4.0);
+        assert_eq!(times.get("conv", &busy, "direct"), Some(4.0));
+        assert!(!dir.join(CACHE_FILE).exists(), "nothing written");
+        // Another reader in this process sees it; the file does not hold it.
+        assert_eq!(open().get("conv", &busy, "direct"), Some(4.0));
+        assert!(open().file.entries.is_empty());
+        measured_under(&mut times, 0.05, &quiet, 1.0);
+        let file = open().file;
+        assert_eq!(file.entries.len(), 1);
+        assert_eq!(file.entries[0].geom, quiet);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

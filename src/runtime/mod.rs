@@ -18,6 +18,7 @@ pub mod depthwise;
 mod elementwise;
 mod kernel_times;
 pub mod kernels;
+pub mod load;
 mod matmul;
 mod normalize;
 mod pool;

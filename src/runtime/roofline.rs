@@ -4,7 +4,10 @@
 //! and independent FMA chains in the widest vectors the CPU has (arithmetic).
 //! The peaks are cached per CPU model, instruction set and thread count, so a
 //! profile costs no probe after the first and compares against the same roof.
+//! Peaks probed while other processes kept the cores busy (`load.rs`) are
+//! used for this run but not cached.
 
+use super::load::{cache_under_load, metered, note_not_cached, Load};
 use super::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel};
 use super::{worker_pool, RuntimeError};
 use serde::de::DeserializeOwned;
@@ -86,7 +89,7 @@ const FMA_STEPS: usize = 1 << 21;
 const FMA_REPETITIONS: usize = 5;
 
 /// Measures the peaks on the threads of `pool`.
-fn probe(pool: &rayon::ThreadPool) -> MachinePeaks {
+pub(super) fn probe(pool: &rayon::ThreadPool) -> MachinePeaks {
     MachinePeaks {
         copy_gbps: copy_gbps(pool),
         fma_gflops: fma_gflops(pool, Isa::detect()),
@@ -177,6 +180,8 @@ pub enum PeaksSource {
     Cached(PathBuf),
     /// Probed now; written to this cache file when it could be.
     Probed(Option<PathBuf>),
+    /// Probed now while other processes took this much of the machine: not cached.
+    Busy(Load),
 }
 
 /// The peaks a profile is measured against, and where they come from.
@@ -202,6 +207,9 @@ impl fmt::Display for Roofline {
                 write!(f, "probed now, cached in {})", path.display())
             }
             PeaksSource::Probed(None) => write!(f, "probed now, no cache)"),
+            PeaksSource::Busy(load) => {
+                write!(f, "probed now while {}: not cached)", load.describe())
+            }
         }
     }
 }
@@ -221,7 +229,7 @@ pub fn cache_dir() -> Option<PathBuf> {
 }
 
 /// The file in a cache folder that holds the peaks.
-const CACHE_FILE: &str = "peaks.json";
+pub(super) const CACHE_FILE: &str = "peaks.json";
 
 /// One machine's peaks in the cache file.
 #[derive(Serialize, Deserialize)]
@@ -281,14 +289,36 @@ impl<E: Serialize + DeserializeOwned> CacheFile<E> {
 /// the cache file in `dir` when it holds them for this CPU model, instruction
 /// set and thread count and `reprobe` is false, else probed and written there.
 /// A cache file that cannot be read, parsed or written is passed over (a corrupt
-/// one is rewritten); without `dir` the peaks are always probed. Only starting
-/// the threads can fail.
+/// one is rewritten); without `dir` the peaks are always probed. Peaks probed
+/// while the machine was busy are not written. Only starting the threads can
+/// fail.
 pub fn machine_peaks(
     threads: usize,
     dir: Option<&Path>,
     reprobe: bool,
 ) -> Result<Roofline, RuntimeError> {
     let pool = worker_pool(threads)?;
+    let always_cache = cache_under_load();
+    Ok(peaks_cached_in(
+        &pool,
+        dir,
+        (reprobe, always_cache),
+        |pool| {
+            let mut load = Load::default();
+            let peaks = metered(&mut load, || probe(pool));
+            (peaks, load)
+        },
+    ))
+}
+
+/// [`machine_peaks`] on the threads of `pool`, `probe` measuring the peaks and
+/// the load meanwhile; `always_cache` caches them whatever the load.
+pub(super) fn peaks_cached_in(
+    pool: &rayon::ThreadPool,
+    dir: Option<&Path>,
+    (reprobe, always_cache): (bool, bool),
+    probe: impl FnOnce(&rayon::ThreadPool) -> (MachinePeaks, Load),
+) -> Roofline {
     let threads = pool.current_num_threads();
     let (cpu, isa) = (cpu_name(), format!("{:?}", Isa::detect()));
     let mut cache: CacheFile<CacheEntry> = CacheFile::open(dir, CACHE_FILE);
@@ -299,18 +329,25 @@ pub fn machine_peaks(
         cache.entries.iter().find(|e| same(e)),
         reprobe,
     ) {
-        return Ok(Roofline {
+        return Roofline {
             peaks: hit.peaks,
             source: PeaksSource::Cached(path.to_path_buf()),
-        });
+        };
     }
-    let peaks = probe(&pool);
+    let (peaks, load) = probe(pool);
+    if !load.quiet_for(threads) && !always_cache {
+        note_not_cached(load);
+        return Roofline {
+            peaks,
+            source: PeaksSource::Busy(load),
+        };
+    }
     cache.entries.retain(|e| !same(e));
     cache.entries.push(CacheEntry { cpu, isa, peaks });
-    Ok(Roofline {
+    Roofline {
         peaks,
         source: PeaksSource::Probed(cache.save()),
-    })
+    }
 }
 
 /// Writes the cache file through a temporary one, so a concurrent reader never

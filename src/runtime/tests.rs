@@ -1580,7 +1580,19 @@ fn elementwise_and_dense_steps_count_their_operands_and_products() {
 
 #[test]
 fn peaks_are_probed_once_then_read_from_the_cache() {
-    use super::roofline::{machine_peaks, PeaksSource};
+    use super::load::Load;
+    use super::roofline::{peaks_cached_in, PeaksSource, Roofline};
+    use std::path::Path;
+    // Probed for real, the machine's load given: the test does not depend on it.
+    let probed_under = |threads: usize, dir: &Path, reprobe: bool, load: Load| -> Roofline {
+        let pool = super::worker_pool(threads).unwrap();
+        peaks_cached_in(&pool, Some(dir), (reprobe, false), |pool| {
+            (super::roofline::probe(pool), load)
+        })
+    };
+    let machine_peaks = |threads: usize, dir: Option<&Path>, reprobe: bool| -> Option<Roofline> {
+        Some(probed_under(threads, dir?, reprobe, Load::default()))
+    };
     let dir = std::env::temp_dir().join(format!("layoutopt-peaks-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let file = dir.join("peaks.json");
@@ -1616,6 +1628,18 @@ fn peaks_are_probed_once_then_read_from_the_cache() {
     assert_eq!(
         machine_peaks(1, Some(&dir), false).unwrap().peaks,
         one.peaks
+    );
+    // Probed while other processes kept both cores busy: used, not cached.
+    let busy = Load {
+        others: 150.0,
+        elapsed: 100.0,
+        cpus: 2,
+    };
+    let loaded = probed_under(2, &dir, true, busy);
+    assert_eq!(loaded.source, PeaksSource::Busy(busy));
+    assert_eq!(
+        machine_peaks(2, Some(&dir), false).unwrap().peaks,
+        reprobed.peaks
     );
     // A folder that cannot be made (a file is in the way): probed, not cached.
     let blocked = machine_peaks(1, Some(&file), false).unwrap();
@@ -2116,6 +2140,8 @@ fn conv_algorithms_are_measured_once_then_read_from_the_cache() {
         build, ConvAlgo, ConvAlgoChoice, ConvAlgoOptions, ConvSpec, WINOGRAD_TOLERANCE,
     };
     use super::winograd::WinogradTile;
+    // What is cached is tested here, not the guard against load (`load.rs`).
+    std::env::set_var(super::load::CACHE_UNDER_LOAD_ENV, "1");
     let dir = std::env::temp_dir().join(format!("layoutopt-convalgo-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
