@@ -340,11 +340,11 @@ mod tests {
         assert!(!dir.join(CACHE_FILE).exists(), "nothing written");
         // Another reader in this process sees it; the file does not hold it.
         assert_eq!(open().get("conv", &busy, "direct"), Some(4.0));
-        assert!(open().file.entries.is_empty());
+        assert!(open().entries.is_empty());
         measured_under(&mut times, 0.05, &quiet, 1.0);
-        let file = open().file;
-        assert_eq!(file.entries.len(), 1);
-        assert_eq!(file.entries[0].geom, quiet);
+        let entries = open().entries;
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].geom, quiet);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
