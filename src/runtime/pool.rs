@@ -433,9 +433,7 @@ unsafe fn exact_max(g: &PoolGeom, row: &Row, e: usize) {
     let t = g.cols[o];
     let x = row.x.wrapping_add(t.first * g.cb + c);
     let cols = (t.n, g.dilation.1 * g.cb);
-    let [v] = fold::<One, 1>(x, [0], row.taps, cols, f32::NAN, |a, v| {
-        One::max_number(a, v)
-    });
+    let [v] = fold::<One, 1>(x, [0], row.taps, cols, f32::NAN, One::max_number);
     v.store(row.y.add(e));
 }
 

@@ -225,9 +225,6 @@ pub(super) trait Vector: Copy {
     unsafe fn max(a: Self, b: Self) -> Self;
     /// The smaller operand; `b` when either is NaN.
     unsafe fn min(a: Self, b: Self) -> Self;
-    /// The larger operand, a NaN skipped: NaN only when both are (IEEE
-    /// maximumNumber, `f32::max`).
-    unsafe fn max_number(a: Self, b: Self) -> Self;
     /// The even-numbered of the `2 * LANES` values `a` then `b`: a stride-2
     /// pick of consecutive elements.
     unsafe fn even(a: Self, b: Self) -> Self;
@@ -259,6 +256,15 @@ struct Portable([f32; 8]);
 /// One f32 as a vector, for data whose blocks no wider vector divides.
 #[derive(Clone, Copy)]
 pub(super) struct Scalar(f32);
+
+impl Scalar {
+    /// The larger operand, a NaN skipped: NaN only when both are (IEEE
+    /// maximumNumber, `f32::max`).
+    #[inline(always)]
+    pub(super) fn max_number(self, b: Self) -> Self {
+        Scalar(self.0.max(b.0))
+    }
+}
 
 impl Vector for Scalar {
     const LANES: usize = 1;
@@ -302,10 +308,6 @@ impl Vector for Scalar {
     #[inline(always)]
     unsafe fn min(a: Self, b: Self) -> Self {
         Scalar(if a.0 < b.0 { a.0 } else { b.0 })
-    }
-    #[inline(always)]
-    unsafe fn max_number(a: Self, b: Self) -> Self {
-        Scalar(a.0.max(b.0))
     }
     #[inline(always)]
     unsafe fn even(a: Self, _: Self) -> Self {
@@ -386,10 +388,6 @@ impl Vector for Portable {
                 b.0[i]
             }
         }))
-    }
-    #[inline(always)]
-    unsafe fn max_number(a: Self, b: Self) -> Self {
-        Portable(std::array::from_fn(|i| a.0[i].max(b.0[i])))
     }
     #[inline(always)]
     unsafe fn even(a: Self, b: Self) -> Self {
@@ -485,13 +483,6 @@ mod x86 {
             Zmm(_mm512_min_ps(a.0, b.0))
         }
         #[inline(always)]
-        unsafe fn max_number(a: Self, b: Self) -> Self {
-            // vmaxps gives its second operand when either is NaN: `b` where
-            // `a` is NaN, and the mask keeps `a` where `b` is.
-            let ordered = _mm512_cmp_ps_mask::<_CMP_ORD_Q>(b.0, b.0);
-            Zmm(_mm512_mask_max_ps(a.0, ordered, a.0, b.0))
-        }
-        #[inline(always)]
         unsafe fn even(a: Self, b: Self) -> Self {
             let idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
             Zmm(_mm512_permutex2var_ps(a.0, idx, b.0))
@@ -563,17 +554,6 @@ mod x86 {
         #[inline(always)]
         unsafe fn min(a: Self, b: Self) -> Self {
             Ymm(_mm256_min_ps(a.0, b.0))
-        }
-        #[inline(always)]
-        unsafe fn max_number(a: Self, b: Self) -> Self {
-            // vmaxps gives its second operand when either is NaN: `b` where
-            // `a` is NaN; the blend puts `a` back where `b` is.
-            let m = _mm256_max_ps(a.0, b.0);
-            Ymm(_mm256_blendv_ps(
-                m,
-                a.0,
-                _mm256_cmp_ps::<_CMP_UNORD_Q>(b.0, b.0),
-            ))
         }
         #[inline(always)]
         unsafe fn even(a: Self, b: Self) -> Self {
