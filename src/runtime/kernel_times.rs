@@ -41,6 +41,21 @@ struct Entry {
     millis: Vec<(String, f64)>,
 }
 
+impl Entry {
+    /// What an entry is looked up by: machine, kernel, geometry and how it
+    /// was timed (everything but the times).
+    fn key(&self) -> (&str, &str, usize, &str, &[usize], &str) {
+        (
+            &self.cpu,
+            &self.isa,
+            self.threads,
+            &self.kernel,
+            &self.geom,
+            &self.timing,
+        )
+    }
+}
+
 /// One process's reads and writes of the cache go through one lock: models
 /// compiled or planned on several threads at once then do not lose each
 /// other's entries.
@@ -112,14 +127,7 @@ impl KernelTimes {
     }
 
     fn matches(&self, e: &Entry, kernel: &str, geom: &[usize]) -> bool {
-        (
-            &e.cpu,
-            &e.isa,
-            e.threads,
-            e.kernel.as_str(),
-            e.geom.as_slice(),
-        ) == (&self.cpu, &self.isa, self.threads, kernel, geom)
-            && e.timing == TIMING
+        e.key() == (&self.cpu, &self.isa, self.threads, kernel, geom, TIMING)
     }
 
     /// The cached milliseconds of `algo` on `kernel` at geometry `geom` (for
@@ -251,18 +259,7 @@ fn remember(path: &Path, entries: &Arc<Vec<Entry>>) {
 /// Adds `new` entries to `entries`, a new time of an algorithm replacing the old.
 fn merge(entries: &mut Vec<Entry>, new: impl IntoIterator<Item = Entry>) {
     for new in new {
-        let same = |e: &Entry| {
-            (&e.cpu, &e.isa, e.threads, &e.kernel, &e.geom, &e.timing)
-                == (
-                    &new.cpu,
-                    &new.isa,
-                    new.threads,
-                    &new.kernel,
-                    &new.geom,
-                    &new.timing,
-                )
-        };
-        match entries.iter_mut().find(|e| same(e)) {
+        match entries.iter_mut().find(|e| e.key() == new.key()) {
             Some(e) => {
                 e.millis
                     .retain(|(name, _)| !new.millis.iter().any(|m| &m.0 == name));
