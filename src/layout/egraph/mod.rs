@@ -20,6 +20,7 @@ use crate::graph::{
 use egg::{Analysis, DidMerge, Id};
 use rustc_hash::FxHashMap;
 use std::fmt;
+use std::hash::Hasher;
 use std::str::FromStr;
 
 mod convert;
@@ -286,7 +287,9 @@ pub struct ClassData {
 pub struct LayoutAnalysis {
     /// The ops the `op` nodes refer to, by index.
     pub ops: Vec<OpEntry>,
-    op_index: FxHashMap<String, usize>,
+    /// The entries of `ops` by the hash of their Debug text (two entries
+    /// share one index only when that text and the entries are equal).
+    op_index: FxHashMap<u64, Vec<usize>>,
     /// The graph inputs and constants, by index.
     pub sources: Vec<Source>,
     /// The crop assumptions `crop` nodes refer to, by index.
@@ -301,13 +304,27 @@ pub type LEGraph = egg::EGraph<Lang, LayoutAnalysis>;
 impl LayoutAnalysis {
     /// The table index of an op entry, adding it if new (equal entries share one).
     pub fn intern(&mut self, entry: OpEntry) -> usize {
-        let key = format!("{entry:?}");
-        if let Some(&k) = self.op_index.get(&key) {
+        // Ops hold floats, so they have no `Hash`; their Debug text, streamed
+        // into a hasher rather than a string, tells 0.0 from -0.0 as it should.
+        let mut hasher = TextHasher(rustc_hash::FxHasher::default());
+        fmt::write(&mut hasher, format_args!("{entry:?}")).expect("hashing cannot fail");
+        let same = self.op_index.entry(hasher.0.finish()).or_default();
+        if let Some(&k) = same.iter().find(|&&k| self.ops[k] == entry) {
             return k;
         }
+        same.push(self.ops.len());
         self.ops.push(entry);
-        self.op_index.insert(key, self.ops.len() - 1);
         self.ops.len() - 1
+    }
+}
+
+/// Feeds formatted text to a hasher.
+struct TextHasher(rustc_hash::FxHasher);
+
+impl fmt::Write for TextHasher {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        self.0.write(s.as_bytes());
+        Ok(())
     }
 }
 
