@@ -5,11 +5,16 @@ then 10 timed ones per plan):
 
 - per model and planner: transforms, the planner's estimate, the profile's
   prediction (each step's measured kernel time, else its bytes and flops at the
-  machine's peaks), and the median and fastest measured run;
+  machine's peaks), the median and fastest measured run, and predicted over
+  median;
 - over the suite: each planner's estimated and predicted totals against its
   measured total;
 - every model where `global` measured slower than another planner by more than
-  --noise (default 5%) in both the median and the fastest run.
+  --noise (default 5%) in both the median and the fastest run;
+- every plan whose prediction misses its median by more than --tolerance
+  (default 25%);
+- the machine's load average before and after, since other processes stretch
+  the runs.
 
     scripts/compare_planners.py MODEL ... [--exe target/release/layoutopt] [--target nchwc]
 
@@ -33,11 +38,14 @@ def main() -> int:
     ap.add_argument("--exe", default="target/release/layoutopt")
     ap.add_argument("--target", default="nchwc")
     ap.add_argument("--noise", type=float, default=0.05)
+    ap.add_argument("--tolerance", type=float, default=0.25)
     args = ap.parse_args()
     totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
     slower: list[str] = []
-    print("model | planner | transforms | estimated ms | predicted ms | p50 ms | min ms")
-    print("--- | --- | --- | --- | --- | --- | ---")
+    mispredicted: list[str] = []
+    load_before = load_average()
+    print("model | planner | transforms | estimated ms | predicted ms | p50 ms | min ms | predicted/p50")
+    print("--- | --- | --- | --- | --- | --- | --- | ---")
     for model in args.models:
         name = f"{model.parent.name}/{model.name}"
         r = subprocess.run(
@@ -53,11 +61,14 @@ def main() -> int:
             m = row["measured"]
             est = row["estimated_cost_ns"] / 1e6
             pred = m["predicted_ms"] or 0.0
+            ratio = pred / m["p50_ms"] if m["p50_ms"] > 0 else float("nan")
             print(
                 f"{name} | {planner} | {row['transform_count']} | {est:.2f} | {pred:.2f} | "
-                f"{m['p50_ms']:.2f} | {m['min_ms']:.2f}",
+                f"{m['p50_ms']:.2f} | {m['min_ms']:.2f} | {ratio:.2f}",
                 flush=True,
             )
+            if not abs(ratio - 1) <= args.tolerance:
+                mispredicted.append(f"{name} {planner}: predicted {pred:.2f} ms, p50 {m['p50_ms']:.2f} ms")
             t = totals[planner]
             t[0] += est
             t[1] += pred
@@ -81,7 +92,21 @@ def main() -> int:
     print(f"global measured slower than another planner (> {args.noise:.0%} in p50 and min):")
     for line in slower or ["none"]:
         print(f"  {line}")
+    print()
+    print(f"predicted off the median by more than {args.tolerance:.0%}:")
+    for line in mispredicted or ["none"]:
+        print(f"  {line}")
+    print()
+    print(f"load average (1, 5, 15 min): before {load_before}, after {load_average()}")
     return 0
+
+
+def load_average() -> str:
+    """The load averages of /proc/loadavg (Linux), else '?'."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
 
 
 if __name__ == "__main__":

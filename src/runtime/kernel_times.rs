@@ -24,7 +24,7 @@ pub(super) const CACHE_FILE: &str = "kernel_times.json";
 /// How today's entries were timed (see [`time_kernel`]), and the revision of
 /// the timed kernels; entries timed otherwise, or of older kernels, are not
 /// used. Revision 2: the Winograd transforms written out per tile size.
-const TIMING: &str = "weights flushed, best of 3; kernels r2";
+const TIMING: &str = "weights flushed, best of 2 settled or 3; kernels r2";
 
 /// The measured times of one kernel geometry on one machine.
 #[derive(Clone, Serialize, Deserialize)]
@@ -270,25 +270,43 @@ fn merge(entries: &mut Vec<Entry>, new: impl IntoIterator<Item = Entry>) {
     }
 }
 
-/// Timed runs of a kernel; the fastest counts.
+/// Timed runs of a kernel at most; the fastest counts.
 const RUNS: usize = 3;
+/// Two timed runs within this fraction of each other settle a kernel's time:
+/// a third run is taken only when they disagree (a cold compile measures
+/// every convolution of a model in several layouts, so each run saved counts).
+const SETTLED: f64 = 0.05;
 
-/// Milliseconds of the fastest of [`RUNS`] calls of `run` (after one that
-/// maps the pages), each with `weights` flushed from the caches: in a model, a
-/// layer's weights were last read a whole run before, and a model's weights
-/// outgrow the caches (Winograd's transformed weights are 1.8x or 4x the
-/// direct ones, which on deep layers can cost more than the multiplies it
-/// saves), while its input was just written by the step before.
+/// Milliseconds of the fastest of up to [`RUNS`] calls of `run` (after one
+/// that maps the pages), stopping once two agree ([`settled`]), each with
+/// `weights` flushed from the caches: in a model, a layer's weights were last
+/// read a whole run before, and a model's weights outgrow the caches
+/// (Winograd's transformed weights are 1.8x or 4x the direct ones, which on
+/// deep layers can cost more than the multiplies it saves), while its input
+/// was just written by the step before.
 fn time_kernel(weights: &[f32], mut run: impl FnMut()) -> f64 {
     run();
-    (0..RUNS)
-        .map(|_| {
-            flush(weights);
-            let t = Instant::now();
-            run();
-            t.elapsed().as_secs_f64() * 1e3
-        })
-        .fold(f64::INFINITY, f64::min)
+    let mut times = Vec::with_capacity(RUNS);
+    while times.len() < RUNS && !settled(&times) {
+        flush(weights);
+        let t = Instant::now();
+        run();
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    times.into_iter().fold(f64::INFINITY, f64::min)
+}
+
+/// Whether the two fastest of `times` lie within [`SETTLED`] of each other.
+fn settled(times: &[f64]) -> bool {
+    let mut fastest = [f64::INFINITY; 2];
+    for &t in times {
+        if t < fastest[0] {
+            fastest = [t, fastest[0]];
+        } else if t < fastest[1] {
+            fastest[1] = t;
+        }
+    }
+    times.len() >= 2 && fastest[1] <= fastest[0] * (1.0 + SETTLED)
 }
 
 /// Writes `data` back to memory and drops it from every cache level.
@@ -321,6 +339,19 @@ mod tests {
         };
         times.record("conv", geom, "direct", ms);
         times.save();
+    }
+
+    #[test]
+    fn two_agreeing_runs_settle_a_time_and_an_outlier_does_not() {
+        assert!(!settled(&[]));
+        assert!(!settled(&[1.0]));
+        assert!(settled(&[1.0, 1.04]));
+        assert!(!settled(&[1.0, 1.2]));
+        // The two fastest decide, whatever came first.
+        assert!(settled(&[3.0, 1.02, 1.0]));
+        let mut calls = 0;
+        time_kernel(&[], || calls += 1);
+        assert!((3..=1 + RUNS).contains(&calls), "{calls} calls");
     }
 
     #[test]

@@ -95,6 +95,32 @@ fn next_index(idx: &mut [usize], shape: &[usize]) {
     }
 }
 
+/// Per logical axis of `shape` stored in `layout` (physical shape `phys`),
+/// the physical offset each index along it contributes: every physical axis
+/// is a digit of one logical axis, so an element's offset is the sum of its
+/// indices' contributions. Tabulated once, a gather of millions of elements
+/// adds a few numbers per element instead of decomposing every index.
+fn axis_offsets(
+    layout: &Layout,
+    shape: &[usize],
+    phys: &[usize],
+) -> Result<Vec<Vec<usize>>, String> {
+    let strides = crate::graph::strides(phys);
+    let mut idx = vec![0usize; shape.len()];
+    (0..shape.len())
+        .map(|a| {
+            (0..shape[a])
+                .map(|i| {
+                    idx[a] = i;
+                    let p = layout.to_physical_index(&idx).map_err(|e| e.to_string());
+                    idx[a] = 0;
+                    Ok(p?.iter().zip(&strides).map(|(d, s)| d * s).sum())
+                })
+                .collect()
+        })
+        .collect()
+}
+
 impl Gather {
     /// The input offset `k` when output element `e` is input element `e + k`
     /// for every `e`: the movement is a contiguous piece of its input.
@@ -132,18 +158,17 @@ impl Gather {
         if phys_from.iter().product::<usize>() >= PAD as usize {
             return Err("tensor too large for a 32-bit gather".into());
         }
-        let offset = |layout: &Layout, idx: &[usize], strides: &[usize]| -> Result<usize, String> {
-            let p = layout.to_physical_index(idx).map_err(|e| e.to_string())?;
-            Ok(p.iter().zip(strides).map(|(a, b)| a * b).sum())
-        };
-        let (from_strides, to_strides) = (
-            crate::graph::strides(&phys_from),
-            crate::graph::strides(&phys_to),
+        let (from_offsets, to_offsets) = (
+            axis_offsets(from, from_shape, &phys_from)?,
+            axis_offsets(to, to_shape, &phys_to)?,
         );
+        let offset = |tables: &[Vec<usize>], idx: &[usize]| -> usize {
+            tables.iter().zip(idx).map(|(t, &i)| t[i]).sum()
+        };
         let mut src = vec![PAD; phys_to.iter().product()];
         let (mut i_from, mut i_to) = (vec![0usize; from_shape.len()], vec![0usize; to_shape.len()]);
         for _ in 0..numel {
-            src[offset(to, &i_to, &to_strides)?] = offset(from, &i_from, &from_strides)? as u32;
+            src[offset(&to_offsets, &i_to)] = offset(&from_offsets, &i_from) as u32;
             next_index(&mut i_from, from_shape);
             next_index(&mut i_to, to_shape);
         }
