@@ -14,6 +14,7 @@ mod logical;
 mod lrn;
 mod matmul;
 mod movement;
+pub use movement::transpose;
 mod normalize;
 pub mod onnx;
 mod pad_flow;

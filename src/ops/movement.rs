@@ -107,10 +107,8 @@ impl OpDef for Transpose {
         )])
     }
 
-    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
-        let out = &outputs[0];
-        let Transpose { perm } = self;
-        Ok(vec![transpose(perm, x[0], out)])
+    fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
+        Ok(vec![transpose(&self.perm, x[0])])
     }
 
     fn pad_flow(&self, inputs: &[PadValue], _: &[usize]) -> PadFlow {
@@ -821,11 +819,13 @@ impl OpDef for Identity {
     }
 }
 
-pub(super) fn transpose(perm: &[usize], x: &Tensor, out: &ValueType) -> Tensor {
+/// `x` with its axes permuted: output axis k is input axis `perm[k]`.
+pub fn transpose(perm: &[usize], x: &Tensor) -> Tensor {
     let in_strides = strides(&x.shape);
+    let shape: Vec<usize> = perm.iter().map(|&p| x.shape[p]).collect();
     let steps: Vec<isize> = perm.iter().map(|&p| in_strides[p] as isize).collect();
-    let src = affine_indices(&out.shape, 0, &steps);
-    Tensor::new(out.shape.clone(), x.data.gather(src.into_iter()))
+    let src = affine_indices(&shape, 0, &steps);
+    Tensor::new(shape, x.data.gather(src.into_iter()))
 }
 
 pub(super) fn expand(x: &Tensor, out: &ValueType) -> Tensor {

@@ -4,9 +4,9 @@
 use super::schema::{self, BuiltinOptions};
 use super::{Importer, TfliteError};
 use crate::graph::{
-    fold_node, numel, strides, BinaryOp, Conv, CoordTransform, DType, NearestMode, NodeId, Op,
-    PadMode, Pool, PoolKind, ReduceKind, Resize, ResizeMode, SliceAxis, Span, Tensor, TensorData,
-    UnaryOp, ValueRef, ValueType, Window,
+    fold_node, numel, BinaryOp, Conv, CoordTransform, DType, NearestMode, NodeId, Op, PadMode,
+    Pool, PoolKind, ReduceKind, Resize, ResizeMode, SliceAxis, Span, Tensor, TensorData, UnaryOp,
+    ValueRef, ValueType, Window,
 };
 use crate::ops::{Cast, Concat, Gemm, Pad, Reduce, Reshape, Slice, Softmax, Transpose};
 
@@ -656,7 +656,7 @@ impl<'a> Cx<'_, 'a> {
             )));
         }
         let name = format!("{}/weights", self.layer);
-        let c = transpose(&data, perm);
+        let c = crate::ops::transpose(perm, &data);
         Ok(self
             .imp
             .graph
@@ -1212,20 +1212,6 @@ impl<'a> Cx<'_, 'a> {
     }
 }
 
-/// The elements of `t` with axes permuted: output axis k is input axis perm[k].
-fn transpose(t: &Tensor, perm: &[usize]) -> Tensor {
-    let in_strides = strides(&t.shape);
-    let shape: Vec<usize> = perm.iter().map(|&p| t.shape[p]).collect();
-    let out_strides = strides(&shape);
-    let indices = (0..numel(&shape)).map(|o| {
-        perm.iter()
-            .enumerate()
-            .map(|(k, &p)| (o / out_strides[k]) % shape[k] * in_strides[p])
-            .sum()
-    });
-    Tensor::new(shape.clone(), t.data.gather(indices))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1234,7 +1220,7 @@ mod tests {
     fn transpose_permutes_axes() {
         // [2, 3] → [3, 2]: element (i, j) moves to (j, i).
         let t = Tensor::from_f32(vec![2, 3], vec![0., 1., 2., 3., 4., 5.]);
-        let u = transpose(&t, &[1, 0]);
+        let u = crate::ops::transpose(&[1, 0], &t);
         assert_eq!(u.shape, vec![3, 2]);
         assert_eq!(u.to_f32(), vec![0., 3., 1., 4., 2., 5.]);
     }
