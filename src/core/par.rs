@@ -316,7 +316,7 @@ impl Shared {
             }
             std::hint::spin_loop();
             spins = spins.wrapping_add(1);
-            if spins % SPINS_PER_CLOCK_READ == 0 && start.elapsed() > SPIN {
+            if spins.is_multiple_of(SPINS_PER_CLOCK_READ) && start.elapsed() > SPIN {
                 break;
             }
         }
