@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 /// How long a worker spins for the next loop before it parks: longer than the
 /// serial work between two steps of a run, short enough that an idle model
 /// gives its cores back at once.
-const SPIN: Duration = Duration::from_micros(200);
+const SPIN: Duration = Duration::from_micros(50);
 
 /// Spins between two reads of the clock while spinning.
 const SPINS_PER_CLOCK_READ: u32 = 64;
