@@ -138,10 +138,7 @@ fn parallel_loop_with_scratch_inside() {
     let text = lower(&s, &LowerOptions::default()).unwrap().to_text();
     assert!(text.contains("parallel for (i, 0, 16)"), "{text}");
     assert!(text.contains("allocate B[9]"), "{text}");
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(4)
-        .build()
-        .unwrap();
+    let pool = layoutopt::core::par::Pool::new(4).unwrap();
     let st = pool.install(|| check_jit(&s, &g, &Interpreter::new(), &KernelTable::new()));
     assert_eq!(st.parallel_loops, 1);
     assert_eq!(st.serialized_parallel_loops, 0);

@@ -958,7 +958,7 @@ impl FnEmitter<'_, '_, '_> {
     }
 
     /// Outlines `body` as a function of (environment, iteration) and runs it through the
-    /// rayon trampoline. The environment captures every loop variable and buffer in
+    /// parallel-loop trampoline (`rt::parallel_for`). The environment captures every loop variable and buffer in
     /// scope; scratch allocated in the body lives in the outlined function's frame or
     /// heap, so each iteration has its own.
     fn parallel(&mut self, var: &Var, lo: Value, n: Value, body: &Stmt) -> R<()> {

@@ -32,7 +32,8 @@
 //!   time and a scalar tail; other vectorized loops run scalar. `Parallel` loops whose
 //!   iterations touch disjoint memory (`analysis::iterations_independent`) are outlined
 //!   into a function of (environment, iteration) that captures every loop variable and
-//!   buffer in scope, and run by a Rust trampoline with rayon on the caller's pool;
+//!   buffer in scope, and run by a Rust trampoline on the pool installed on the calling thread
+//!   (`core::par`);
 //!   scratch allocated inside is per iteration. A parallel loop that fails the test
 //!   runs serially (counted in [`CodegenStats::serialized_parallel_loops`]).
 //! - `KernelCall`: a call into a Rust [`kernel::Kernel`] registered by name in a

@@ -5,7 +5,7 @@
 use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
 use std::sync::Mutex;
 
-use rayon::prelude::*;
+use crate::core::par;
 
 use super::kernel::{Kernel, KernelRegion};
 
@@ -145,8 +145,8 @@ struct Shared(*const i64, *const CallCtx<'static>);
 unsafe impl Send for Shared {}
 unsafe impl Sync for Shared {}
 
-/// Runs `body(env, i, ctx)` for `i` in `[min, min + extent)` on the rayon pool the caller
-/// is installed in.
+/// Runs `body(env, i, ctx)` for `i` in `[min, min + extent)` on the pool installed on
+/// the calling thread (`core::par`).
 pub(crate) extern "C" fn parallel_for(
     body: GenFn,
     env: *const i64,
@@ -155,13 +155,12 @@ pub(crate) extern "C" fn parallel_for(
     ctx: *const CallCtx,
 ) {
     let s = Shared(env, ctx.cast());
-    (min..min.saturating_add(extent.max(0)))
-        .into_par_iter()
-        .for_each(move |i| {
-            let s = s;
-            // SAFETY: `body` is an outlined loop body compiled for this environment.
-            unsafe { body(s.0, i, s.1) }
-        });
+    let end = min.saturating_add(extent.max(0));
+    par::for_each((end - min) as usize, move |k| {
+        let s = s;
+        // SAFETY: `body` is an outlined loop body compiled for this environment.
+        unsafe { body(s.0, min + k as i64, s.1) }
+    });
 }
 
 /// Calls a registered micro-kernel; its error (or panic) becomes the call's error.

@@ -6,6 +6,7 @@ pub mod budget;
 pub mod float8;
 mod layout;
 mod pad;
+pub mod par;
 pub mod scalar;
 mod span;
 mod tensor;

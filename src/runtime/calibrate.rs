@@ -13,6 +13,7 @@ use super::kernels::Gather;
 use super::roofline::{self, machine_peaks, MachinePeaks};
 use super::simd::{Epilogue, Isa};
 use super::{worker_pool, CompiledModel, RuntimeError, RuntimeOptions};
+use crate::core::par;
 use crate::graph::{numel, DType, ValueType};
 use crate::layout::op_rules::{ConvQuery, CostModel, MeasuredCosts};
 use crate::layout::Layout;
@@ -51,7 +52,7 @@ const MAX_MEASURED_FLOPS: f64 = 5e9;
 /// Convolution and transform times measured on the worker threads a model will run on,
 /// cached per machine.
 pub struct MeasuredKernels {
-    pool: rayon::ThreadPool,
+    pool: par::Pool,
     isa: Isa,
     algo: ConvAlgoOptions,
     times: Mutex<KernelTimes>,
@@ -63,7 +64,7 @@ impl fmt::Debug for MeasuredKernels {
             f,
             "MeasuredKernels({:?}, {} threads)",
             self.isa,
-            self.pool.current_num_threads()
+            self.pool.threads()
         )
     }
 }
@@ -74,11 +75,7 @@ impl MeasuredKernels {
     pub fn new(options: &RuntimeOptions) -> Result<MeasuredKernels, RuntimeError> {
         let pool = worker_pool(options.threads)?;
         let isa = options.kernel_isa()?;
-        let times = KernelTimes::open(
-            options.conv_algo.cache.as_deref(),
-            isa,
-            pool.current_num_threads(),
-        );
+        let times = KernelTimes::open(options.conv_algo.cache.as_deref(), isa, pool.threads());
         Ok(MeasuredKernels {
             pool,
             isa,
@@ -155,7 +152,7 @@ impl MeasuredCosts for MeasuredKernels {
                 bias: &bias,
                 epilogue: Epilogue::of(None),
                 pad_fill: None,
-                threads: self.pool.current_num_threads(),
+                threads: self.pool.threads(),
             };
             let times: &mut KernelTimes = &mut times;
             self.pool

@@ -4,8 +4,8 @@
 //! of the register tile, so a fused conv makes one pass over its output.
 
 use super::simd::{conv_tile, Epilogue, Isa, Store, Tile, TILE};
+use crate::core::par;
 use crate::ops::Conv;
-use rayon::prelude::*;
 
 /// Shapes and window of one convolution (logical extents).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -272,15 +272,15 @@ impl PackedConv {
         let g = &self.geom;
         let (row_in, row_out) = (wd.source_w * g.x_cb, g.w * g.x_cb);
         let left = wd.left * g.x_cb;
-        scratch[..g.x_len()]
-            .par_chunks_mut(row_out)
-            .zip(x.par_chunks(row_in))
-            .with_min_len(64)
-            .for_each(|(dst, src)| {
+        // 64 rows per task.
+        par::for_each_chunk_mut(&mut scratch[..g.x_len()], 64 * row_out, |i, rows| {
+            let x = &x[i * 64 * row_in..];
+            for (dst, src) in rows.chunks_mut(row_out).zip(x.chunks(row_in)) {
                 dst[..left].fill(0.0);
                 dst[left..left + row_in].copy_from_slice(src);
                 dst[left + row_in..].fill(0.0);
-            });
+            }
+        });
     }
 
     /// Computes `y` from `x` (and the residual, laid out like `y`, if fused);
@@ -301,7 +301,7 @@ impl PackedConv {
         let rows = g.n * groups * g.oh;
         // Rows are cut into spans of whole tiles when there are too few of them
         // to give every thread several pieces of work.
-        let threads = rayon::current_num_threads();
+        let threads = par::threads();
         let tiles = g.ow.div_ceil(TILE);
         let cuts = (threads * 8).div_ceil(rows).clamp(1, tiles);
         let span = tiles.div_ceil(cuts) * TILE;
@@ -316,27 +316,24 @@ impl PackedConv {
         // consecutive pieces then cover all groups of the same pixels, which
         // reuses the input from L1; large weights are shared within a group.
         let pixels_outer = self.w.len() * 4 <= 64 * 1024;
-        (0..items)
-            .into_par_iter()
-            .with_min_len(chunk)
-            .for_each(|i| unsafe {
-                let (r, cut) = match pixels_outer {
-                    true => {
-                        let (px, grp) = (i / groups, i % groups);
-                        let (n, oh) = (px / cuts / g.oh, px / cuts % g.oh);
-                        (((n * groups + grp) * g.oh + oh), px % cuts)
-                    }
-                    false => (i / cuts, i % cuts),
-                };
-                let cols = cut * span..((cut + 1) * span).min(g.ow);
-                self.row(
-                    r,
-                    cols,
-                    xp as *const f32,
-                    rp.map(|p| p as *const f32),
-                    yp as *mut f32,
-                )
-            });
+        par::for_each_grouped(items, chunk, |i| unsafe {
+            let (r, cut) = match pixels_outer {
+                true => {
+                    let (px, grp) = (i / groups, i % groups);
+                    let (n, oh) = (px / cuts / g.oh, px / cuts % g.oh);
+                    (((n * groups + grp) * g.oh + oh), px % cuts)
+                }
+                false => (i / cuts, i % cuts),
+            };
+            let cols = cut * span..((cut + 1) * span).min(g.ow);
+            self.row(
+                r,
+                cols,
+                xp as *const f32,
+                rp.map(|p| p as *const f32),
+                yp as *mut f32,
+            )
+        });
         if let Some(v) = self.pad_fill {
             fill_channel_pad(y, g.n, g.cout, g.y_cb, g.oh * g.ow, v);
         }

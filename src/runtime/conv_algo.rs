@@ -13,6 +13,7 @@ use super::conv::{ConvGeom, PackedConv};
 use super::kernel_times::{conv_key, KernelTimes};
 use super::simd::{Epilogue, Isa};
 use super::winograd::{self, WinogradConv, WinogradTile};
+use crate::core::par;
 use crate::graph::Span;
 use std::fmt;
 use std::path::PathBuf;
@@ -297,11 +298,7 @@ fn measured_millis(
     candidates: &[ConvAlgo],
     options: &ConvAlgoOptions,
 ) -> Vec<f64> {
-    let mut times = KernelTimes::open(
-        options.cache.as_deref(),
-        spec.isa,
-        rayon::current_num_threads(),
-    );
+    let mut times = KernelTimes::open(options.cache.as_deref(), spec.isa, par::threads());
     let millis = millis_in(&mut times, spec, candidates);
     times.save();
     millis

@@ -10,7 +10,7 @@
 
 use super::conv::{fill_channel_pad, valid_taps, ConvGeom};
 use super::simd::{run_vectorized, Epilogue, Isa, Lanes, Vector, VectorKernel};
-use rayon::prelude::*;
+use crate::core::par;
 
 /// Output pixels one register tile holds.
 const DW_TILE: usize = 8;
@@ -73,22 +73,19 @@ impl Depthwise {
         // only its own output pixels.
         let (xp, yp) = (x.as_ptr() as usize, y.as_mut_ptr() as usize);
         let rp = residual.map(|r| r.as_ptr() as usize);
-        let chunk = (rows / (rayon::current_num_threads() * 4)).max(1);
-        (0..rows)
-            .into_par_iter()
-            .with_min_len(chunk)
-            .for_each(|row| {
-                let task = Row {
-                    d: self,
-                    row,
-                    x: xp as *const f32,
-                    res: rp.map(|p| p as *const f32),
-                    y: yp as *mut f32,
-                };
-                // SAFETY: `lanes` comes from `Lanes::for_block`; the row's
-                // reads and writes stay inside the buffers checked above.
-                unsafe { run_vectorized(self.lanes, &task) }
-            });
+        let chunk = (rows / (par::threads() * 4)).max(1);
+        par::for_each_grouped(rows, chunk, |row| {
+            let task = Row {
+                d: self,
+                row,
+                x: xp as *const f32,
+                res: rp.map(|p| p as *const f32),
+                y: yp as *mut f32,
+            };
+            // SAFETY: `lanes` comes from `Lanes::for_block`; the row's
+            // reads and writes stay inside the buffers checked above.
+            unsafe { run_vectorized(self.lanes, &task) }
+        });
         if let Some(v) = self.pad_fill {
             fill_channel_pad(y, g.n, g.cin, g.x_cb, g.oh * g.ow, v);
         }

@@ -17,9 +17,9 @@ use super::simd::{
     load_part, run_vectorized, store_part, Isa, Lanes, Vector, VectorKernel, ELEMENTS_PER_TASK,
     MAX_LANES,
 };
+use crate::core::par;
 use crate::core::scalar::{BinaryOp, UnaryOp};
 use crate::layout::Layout;
-use rayon::prelude::*;
 use std::mem::MaybeUninit;
 
 /// Elements of a block: the registers hold this many.
@@ -255,22 +255,20 @@ impl Elementwise {
         }
         let operands = &all[..self.lens.len()];
         let y_at = y.as_mut_ptr() as usize;
-        (0..blocks.div_ceil(per_task))
-            .into_par_iter()
-            .for_each(|task| {
-                let task = Blocks {
-                    chain: self,
-                    operands,
-                    y: y_at as *mut f32,
-                    blocks: task * per_task..((task + 1) * per_task).min(blocks),
-                    blocks_per_run,
-                    skew,
-                };
-                // SAFETY: `lanes` comes from `Lanes::for_block`; the lengths of
-                // the operands and the output were checked against the strides,
-                // and the tasks write disjoint blocks of `y`.
-                unsafe { run_vectorized(self.lanes, &task) }
-            });
+        par::for_each(blocks.div_ceil(per_task), |task| {
+            let task = Blocks {
+                chain: self,
+                operands,
+                y: y_at as *mut f32,
+                blocks: task * per_task..((task + 1) * per_task).min(blocks),
+                blocks_per_run,
+                skew,
+            };
+            // SAFETY: `lanes` comes from `Lanes::for_block`; the lengths of
+            // the operands and the output were checked against the strides,
+            // and the tasks write disjoint blocks of `y`.
+            unsafe { run_vectorized(self.lanes, &task) }
+        });
         Ok(())
     }
 }

@@ -2,8 +2,8 @@
 //! pads and concatenations as gathers, and row lookups.
 
 use super::simd::ELEMENTS_PER_TASK;
+use crate::core::par;
 use crate::layout::Layout;
-use rayon::prelude::*;
 
 /// A data movement (layout transform, transpose, slice, pad, concat, ...) as
 /// runs: each fills consecutive output elements from elements of one input a
@@ -276,7 +276,7 @@ impl Gather {
             ));
         }
         let y_at = y.as_mut_ptr() as usize;
-        (0..self.tasks.len()).into_par_iter().for_each(|t| {
+        par::for_each(self.tasks.len(), |t| {
             let end = self.tasks.get(t + 1).copied().unwrap_or(self.runs.len());
             for r in &self.runs[self.tasks[t]..end] {
                 // SAFETY: the runs cover disjoint parts of `y` (checked to be

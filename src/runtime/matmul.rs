@@ -6,7 +6,7 @@
 //! `PANEL_VECTORS` vectors of columns.
 
 use super::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel};
-use rayon::prelude::*;
+use crate::core::par;
 
 /// Vectors of output columns, and rows of `a`, one register tile covers.
 const PANEL_VECTORS: usize = 4;
@@ -71,7 +71,7 @@ impl Extents {
         let row_tiles = self.m.div_ceil(DENSE_ROWS);
         let per_matrix = self.panels() * row_tiles;
         // Panel-major order: a thread's consecutive tiles share one panel of b.
-        (0..matrices * per_matrix).into_par_iter().for_each(|i| {
+        par::for_each(matrices * per_matrix, |i| {
             let ops = at(i / per_matrix);
             let i = i % per_matrix;
             let tile = DenseTile {
@@ -243,10 +243,10 @@ impl BatchedMatMul {
         assert!(a.len() >= a_matrices * a_len && b.len() >= self.b_matrices * b_len);
         assert!(y.len() >= self.pairs.len() * y_len && scratch.len() >= self.scratch_len());
         if b_len > 0 {
-            scratch[..self.scratch_len()]
-                .par_chunks_mut(e.packed_len().max(1))
-                .zip(b.par_chunks(b_len))
-                .for_each(|(out, b)| e.pack(1.0, b, false, out));
+            let packed = e.packed_len().max(1);
+            par::for_each_chunk_mut(&mut scratch[..self.scratch_len()], packed, |i, out| {
+                e.pack(1.0, &b[i * b_len..(i + 1) * b_len], false, out)
+            });
         }
         let (ap, bp, yp) = (
             a.as_ptr() as usize,

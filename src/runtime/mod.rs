@@ -28,6 +28,7 @@ pub mod simd;
 pub mod tir_step;
 pub mod winograd;
 
+use crate::core::par;
 use crate::fusion::{output_layout, output_shape, FusedGroup};
 use crate::graph::{
     format_spans, numel, Graph, GraphError, Op, Span, Tensor, TensorData, ValueRef, ValueType,
@@ -197,7 +198,7 @@ pub fn max_threads() -> usize {
 }
 
 /// A pool of `threads` worker threads (0: one per core; at most [`max_threads`]).
-fn worker_pool(threads: usize) -> Result<rayon::ThreadPool, RuntimeError> {
+fn worker_pool(threads: usize) -> Result<par::Pool, RuntimeError> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = match threads {
         0 => cores,
@@ -212,13 +213,10 @@ fn worker_pool(threads: usize) -> Result<rayon::ThreadPool, RuntimeError> {
         }
         n => n,
     };
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .map_err(|e| RuntimeError::Threads {
-            threads,
-            message: e.to_string(),
-        })
+    par::Pool::new(threads).map_err(|e| RuntimeError::Threads {
+        threads,
+        message: e.to_string(),
+    })
 }
 
 /// Where a value lives while the model runs.
@@ -405,7 +403,7 @@ pub struct CompiledModel {
     arena_len: usize,
     inputs: Vec<(String, ValueType, Slot)>,
     outputs: Vec<(ValueType, Slot)>,
-    pool: rayon::ThreadPool,
+    pool: par::Pool,
     /// The memory of the last run, reused by the next one.
     scratch: Mutex<Scratch>,
     isa: Isa,
@@ -419,7 +417,26 @@ pub struct CompiledModel {
 struct Scratch {
     arena: Vec<f32>,
     outputs: Vec<Option<Arc<TensorData>>>,
+    lists: RunLists,
 }
+
+/// Where a run reads its inputs and writes its outputs, and its non-f32
+/// values: filled at the start of every run and used by that run only, kept
+/// so that a run allocates no lists.
+#[derive(Default)]
+struct RunLists {
+    /// The f32 elements of each graph input with an `Input` slot (null elsewhere).
+    inputs: Vec<(*const f32, usize)>,
+    /// Inputs converted to f32 for the run (an f16 model's).
+    converted: Vec<Vec<f32>>,
+    /// The buffer of each graph output with an `Output` slot (null elsewhere).
+    outputs: Vec<(*mut f32, usize)>,
+    boxes: Vec<Option<Tensor>>,
+}
+
+// SAFETY: the pointers are dereferenced only by the run that set them, while
+// it borrows the buffers they point to.
+unsafe impl Send for RunLists {}
 
 /// Bytes the arena's start is aligned to: its slots are aligned to this
 /// relative to the start (`compile/arena.rs`), so every slot then starts on a
@@ -435,18 +452,18 @@ impl Scratch {
         let skip = self.arena.as_ptr().align_offset(ARENA_ALIGN).min(slack);
         self.arena[skip..].as_mut_ptr()
     }
+}
 
-    /// A buffer of `len` f32 for output `k`: last run's when nobody else holds
-    /// it any more (its stale contents are overwritten, as the arena's are),
-    /// else a new one.
-    fn output(&mut self, k: usize, len: usize) -> Arc<TensorData> {
-        if let Some(mut last) = self.outputs.get_mut(k).and_then(Option::take) {
-            if matches!(Arc::get_mut(&mut last), Some(TensorData::F32(v)) if v.len() == len) {
-                return last;
-            }
+/// A buffer of `len` f32 for an output: last run's when nobody else holds it
+/// any more (its stale contents are overwritten, as the arena's are), else a
+/// new one.
+fn output_buffer(last: Option<Arc<TensorData>>, len: usize) -> Arc<TensorData> {
+    if let Some(mut last) = last {
+        if matches!(Arc::get_mut(&mut last), Some(TensorData::F32(v)) if v.len() == len) {
+            return last;
         }
-        Arc::new(TensorData::F32(vec![0.0; len]))
     }
+    Arc::new(TensorData::F32(vec![0.0; len]))
 }
 
 /// Fills a slot of the arena from a slice, for the safe paths.
@@ -454,16 +471,10 @@ struct Buffers<'a> {
     arena: *mut f32,
     arena_len: usize,
     consts: &'a [Tensor],
-    /// The f32 elements of each graph input (borrowed when stored as f32).
-    inputs: Vec<Cow<'a, [f32]>>,
-    /// The buffer of each graph output with an `Output` slot (null elsewhere).
-    outputs: Vec<(*mut f32, usize)>,
-    boxes: Vec<Option<Tensor>>,
+    inputs: &'a [(*const f32, usize)],
+    outputs: &'a [(*mut f32, usize)],
+    boxes: &'a mut [Option<Tensor>],
 }
-
-// SAFETY: the arena pointer is only used by the run that owns the arena; the
-// thread pool runs that run's steps one after another.
-unsafe impl Send for Buffers<'_> {}
 
 impl Buffers<'_> {
     /// A read view of an f32 slot.
@@ -482,7 +493,10 @@ impl Buffers<'_> {
                 // Steps take non-f32 constants as tensors (`tensor`), never as f32.
                 _ => &[],
             },
-            Slot::Input(i) => &self.inputs[i],
+            Slot::Input(i) => {
+                let (ptr, len) = self.inputs[i];
+                std::slice::from_raw_parts(ptr, len)
+            }
             Slot::Output(k) => {
                 let (ptr, len) = self.outputs[k];
                 std::slice::from_raw_parts(ptr, len)
@@ -514,7 +528,7 @@ impl Buffers<'_> {
                 Tensor::from_f32(ty.shape.clone(), unsafe { self.read(s) }.to_vec())
             }
             Slot::Const(i) => self.consts[i].clone(),
-            Slot::Input(i) => Tensor::from_f32(ty.shape.clone(), self.inputs[i].to_vec()),
+            Slot::Input(_) => Tensor::from_f32(ty.shape.clone(), unsafe { self.read(s) }.to_vec()),
             Slot::Boxed(i) => self.boxes[i]
                 .clone()
                 .expect("a boxed value is set before use"),
@@ -572,7 +586,7 @@ impl CompiledModel {
 
     /// Worker threads the model runs on.
     pub fn threads(&self) -> usize {
-        self.pool.current_num_threads()
+        self.pool.threads()
     }
 
     /// Bytes of the intermediate-value arena.
@@ -641,12 +655,11 @@ impl CompiledModel {
             });
         }
         for ((name, ty, _), t) in self.inputs.iter().zip(inputs) {
-            let got = ValueType::new(t.dtype(), t.shape().to_vec());
-            if &got != ty || t.len() != ty.numel() {
+            if t.dtype() != ty.dtype || t.shape() != ty.shape || t.len() != ty.numel() {
                 return Err(RuntimeError::Input {
                     name: name.clone(),
                     expected: ty.to_string(),
-                    got: got.to_string(),
+                    got: ValueType::new(t.dtype(), t.shape().to_vec()).to_string(),
                 });
             }
         }
@@ -658,45 +671,59 @@ impl CompiledModel {
             Err(_) => &mut own,
         };
         let arena = scratch.aligned_arena(self.arena_len);
-        scratch.outputs.resize(self.outputs.len(), None);
+        let Scratch {
+            outputs: returned,
+            lists,
+            ..
+        } = scratch;
         // The buffer of each output that owns an `Output` slot (a value listed
         // twice as an output is owned by its first listing, copied for the rest).
-        let mut returned: Vec<Option<Arc<TensorData>>> = self
-            .outputs
-            .iter()
-            .enumerate()
-            .map(|(k, (ty, slot))| match slot {
-                Slot::Output(owner) if *owner == k => Some(scratch.output(k, ty.numel())),
+        returned.resize(self.outputs.len(), None);
+        for (k, ((ty, slot), buffer)) in self.outputs.iter().zip(returned.iter_mut()).enumerate() {
+            *buffer = match slot {
+                Slot::Output(owner) if *owner == k => {
+                    Some(output_buffer(buffer.take(), ty.numel()))
+                }
                 _ => None,
-            })
-            .collect();
+            };
+        }
+        lists.outputs.clear();
+        lists.outputs.extend(returned.iter_mut().map(
+            |b| match b.as_mut().and_then(Arc::get_mut) {
+                Some(TensorData::F32(v)) => (v.as_mut_ptr(), v.len()),
+                _ => (std::ptr::null_mut(), 0),
+            },
+        ));
+        lists.inputs.clear();
+        lists.converted.clear();
+        lists.boxes.clear();
+        lists.boxes.resize(self.boxes, None);
+        for ((_, _, slot), t) in self.inputs.iter().zip(inputs) {
+            let at = match *slot {
+                Slot::Input(_) => match t.f32s() {
+                    Cow::Borrowed(v) => (v.as_ptr(), v.len()),
+                    Cow::Owned(v) => {
+                        lists.converted.push(v);
+                        let v = lists.converted.last().expect("just pushed");
+                        (v.as_ptr(), v.len())
+                    }
+                },
+                Slot::Boxed(i) => {
+                    lists.boxes[i] = Some(t.to_tensor());
+                    (std::ptr::null(), 0)
+                }
+                _ => (std::ptr::null(), 0),
+            };
+            lists.inputs.push(at);
+        }
         let mut bufs = Buffers {
             arena,
             arena_len: self.arena_len,
             consts: &self.consts,
-            inputs: self
-                .inputs
-                .iter()
-                .zip(inputs)
-                .map(|((_, _, slot), t)| match slot {
-                    Slot::Input(_) => t.f32s(),
-                    _ => Cow::Borrowed(&[][..]),
-                })
-                .collect(),
-            outputs: returned
-                .iter_mut()
-                .map(|b| match b.as_mut().and_then(Arc::get_mut) {
-                    Some(TensorData::F32(v)) => (v.as_mut_ptr(), v.len()),
-                    _ => (std::ptr::null_mut(), 0),
-                })
-                .collect(),
-            boxes: vec![None; self.boxes],
+            inputs: &lists.inputs,
+            outputs: &lists.outputs,
+            boxes: &mut lists.boxes,
         };
-        for ((_, _, slot), t) in self.inputs.iter().zip(inputs) {
-            if let Slot::Boxed(i) = *slot {
-                bufs.boxes[i] = Some(t.to_tensor());
-            }
-        }
         self.pool.install(|| -> Result<(), RuntimeError> {
             for (i, step) in self.steps.iter().enumerate() {
                 let t0 = Instant::now();
@@ -714,31 +741,27 @@ impl CompiledModel {
             }
             Ok(())
         })?;
-        let copied: Vec<Option<Tensor>> = self
-            .outputs
-            .iter()
-            .enumerate()
-            .map(|(k, (ty, s))| match s {
-                Slot::Output(owner) if *owner == k => None,
-                _ => Some(bufs.tensor(*s, ty)),
-            })
-            .collect();
         let outputs = self
             .outputs
             .iter()
-            .zip(copied.into_iter().zip(&returned))
-            .map(|((ty, _), (copy, data))| {
-                let t = copy.unwrap_or_else(|| Tensor {
-                    shape: ty.shape.clone(),
-                    data: data.clone().expect("an owned output has a buffer"),
-                });
+            .zip(returned.iter())
+            .map(|((ty, slot), data)| {
+                let t = match data {
+                    Some(data) => Tensor {
+                        shape: ty.shape.clone(),
+                        data: data.clone(),
+                    },
+                    None => bufs.tensor(*slot, ty),
+                };
                 match t.dtype() == ty.dtype {
                     true => t,
                     false => t.cast(ty.dtype),
                 }
             })
             .collect();
-        scratch.outputs = returned;
+        // Nothing of this run is kept alive by the lists.
+        lists.converted.clear();
+        lists.boxes.clear();
         Ok(outputs)
     }
 

@@ -9,8 +9,8 @@ use super::simd::{
     load_part, run_vectorized, store_part, Isa, Lanes, Vector, VectorKernel, ELEMENTS_PER_TASK,
     MAX_LANES,
 };
+use crate::core::par;
 use crate::core::scalar::Scalar;
-use rayon::prelude::*;
 
 /// What a [`RowKernel`] computes over each row.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -77,21 +77,20 @@ impl RowKernel {
             }
         }
         let rows_per_task = (ELEMENTS_PER_TASK / len).max(1);
-        y.par_chunks_mut(rows_per_task * out_per_row)
-            .zip(x.par_chunks(rows_per_task * len))
-            .for_each(|(y, x)| {
-                let task = Rows {
-                    op: self.op,
-                    len,
-                    x,
-                    scale,
-                    bias,
-                    y: y.as_mut_ptr(),
-                };
-                // SAFETY: `lanes` comes from `Lanes::for_block`; the task reads
-                // whole rows of `x` and writes `y`, whose lengths were checked.
-                unsafe { run_vectorized(self.lanes, &task) }
-            });
+        par::for_each_chunk_mut(y, rows_per_task * out_per_row, |i, y| {
+            let x = &x[i * rows_per_task * len..][..y.len() / out_per_row * len];
+            let task = Rows {
+                op: self.op,
+                len,
+                x,
+                scale,
+                bias,
+                y: y.as_mut_ptr(),
+            };
+            // SAFETY: `lanes` comes from `Lanes::for_block`; the task reads
+            // whole rows of `x` and writes `y`, whose lengths were checked.
+            unsafe { run_vectorized(self.lanes, &task) }
+        });
         Ok(())
     }
 }

@@ -20,9 +20,9 @@
 
 use super::conv::valid_taps;
 use super::simd::{run_vectorized, Isa, Lanes, Scalar as One, Vector, VectorKernel, MAX_LANES};
+use crate::core::par;
 use crate::core::scalar::Scalar;
 use crate::graph::PoolKind;
-use rayon::prelude::*;
 
 /// Compiles `$body` (a generic `#[inline(always)]` function call) three times:
 /// with AVX-512, with AVX2+FMA, and for the baseline, and runs the best one.
@@ -164,19 +164,18 @@ pub fn pool(g: &PoolGeom, x: &[f32], y: &mut [f32]) {
     let (xs, ys) = (g.h * g.w * g.cb, g.oh * g.ow * g.cb);
     assert!(x.len() >= g.planes * xs && y.len() >= g.planes * ys);
     if g.is_global() {
-        return y[..g.planes * ys]
-            .par_chunks_mut(ys)
-            .zip(x[..g.planes * xs].par_chunks(xs))
-            .for_each(|(yp, xp)| global_pool(g, xp, yp));
+        return par::for_each_chunk_mut(&mut y[..g.planes * ys], ys, |i, yp| {
+            global_pool(g, &x[i * xs..(i + 1) * xs], yp)
+        });
     }
     // A window skips NaN; only the global maximum propagates it.
     assert!(g.skip_nan || g.kind == PoolKind::Avg);
     let rows = g.planes * g.oh;
-    let tasks = (rayon::current_num_threads() * 4).min(rows);
+    let tasks = (par::threads() * 4).min(rows);
     // Raw addresses so that rows are written in parallel: each writes only
     // its own output pixels.
     let (xp, yp) = (x.as_ptr() as usize, y.as_mut_ptr() as usize);
-    (0..tasks).into_par_iter().for_each(|t| {
+    par::for_each(tasks, |t| {
         let task = Task {
             g,
             rows: rows * t / tasks..rows * (t + 1) / tasks,

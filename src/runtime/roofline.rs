@@ -10,6 +10,7 @@
 use super::load::{cache_under_load, metered, note_not_cached, Load};
 use super::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel};
 use super::{worker_pool, RuntimeError};
+use crate::core::par;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::cell::Cell;
@@ -89,11 +90,11 @@ const FMA_STEPS: usize = 1 << 21;
 const FMA_REPETITIONS: usize = 5;
 
 /// Measures the peaks on the threads of `pool`.
-pub(super) fn probe(pool: &rayon::ThreadPool) -> MachinePeaks {
+pub(super) fn probe(pool: &par::Pool) -> MachinePeaks {
     MachinePeaks {
         copy_gbps: copy_gbps(pool),
         fma_gflops: fma_gflops(pool, Isa::detect()),
-        threads: pool.current_num_threads(),
+        threads: pool.threads(),
     }
 }
 
@@ -111,20 +112,22 @@ fn best_seconds(repetitions: usize, mut f: impl FnMut()) -> f64 {
 }
 
 /// Copy bandwidth: every thread of `pool` copies its share of one buffer into another.
-fn copy_gbps(pool: &rayon::ThreadPool) -> f64 {
+fn copy_gbps(pool: &par::Pool) -> f64 {
     let len = COPY_BUFFER_BYTES / 4;
-    let share = len.div_ceil(pool.current_num_threads());
+    let share = len.div_ceil(pool.threads());
     // Written before timing: untouched pages would all read as the one zero page.
     let source = vec![1.0f32; len];
     let mut target = vec![0.0f32; len];
     let shares: Vec<Mutex<&mut [f32]>> = target.chunks_mut(share).map(Mutex::new).collect();
     let seconds = best_seconds(COPY_REPETITIONS, || {
-        pool.broadcast(|cx| {
-            let i = cx.index();
-            if let Some(Ok(mut to)) = shares.get(i).map(|s| s.lock()) {
-                let from = &source[i * share..][..to.len()];
-                to.copy_from_slice(from);
-            }
+        // One task per thread.
+        pool.install(|| {
+            par::for_each(pool.threads(), |i| {
+                if let Some(Ok(mut to)) = shares.get(i).map(|s| s.lock()) {
+                    let from = &source[i * share..][..to.len()];
+                    to.copy_from_slice(from);
+                }
+            })
         });
     });
     black_box(&shares);
@@ -157,19 +160,21 @@ impl VectorKernel for FmaChains {
 }
 
 /// FMA throughput: every thread of `pool` runs its own chains in `isa`'s vectors.
-fn fma_gflops(pool: &rayon::ThreadPool, isa: Isa) -> f64 {
+fn fma_gflops(pool: &par::Pool, isa: Isa) -> f64 {
     let lanes = Lanes::for_block(isa, isa.lanes());
     let seconds = best_seconds(FMA_REPETITIONS, || {
-        pool.broadcast(|_| {
-            let chains = FmaChains {
-                sum: Cell::new(0.0),
-            };
-            // SAFETY: `Lanes::for_block` picks an instruction set this CPU has.
-            unsafe { run_vectorized(lanes, &chains) };
-            black_box(chains.sum.get());
+        pool.install(|| {
+            par::for_each(pool.threads(), |_| {
+                let chains = FmaChains {
+                    sum: Cell::new(0.0),
+                };
+                // SAFETY: `Lanes::for_block` picks an instruction set this CPU has.
+                unsafe { run_vectorized(lanes, &chains) };
+                black_box(chains.sum.get());
+            })
         });
     });
-    let fmas = pool.current_num_threads() * FMA_STEPS * FMA_CHAINS * lanes.count();
+    let fmas = pool.threads() * FMA_STEPS * FMA_CHAINS * lanes.count();
     2.0 * fmas as f64 / seconds / 1e9
 }
 
@@ -314,12 +319,12 @@ pub fn machine_peaks(
 /// [`machine_peaks`] on the threads of `pool`, `probe` measuring the peaks and
 /// the load meanwhile; `always_cache` caches them whatever the load.
 pub(super) fn peaks_cached_in(
-    pool: &rayon::ThreadPool,
+    pool: &par::Pool,
     dir: Option<&Path>,
     (reprobe, always_cache): (bool, bool),
-    probe: impl FnOnce(&rayon::ThreadPool) -> (MachinePeaks, Load),
+    probe: impl FnOnce(&par::Pool) -> (MachinePeaks, Load),
 ) -> Roofline {
-    let threads = pool.current_num_threads();
+    let threads = pool.threads();
     let (cpu, isa) = (cpu_name(), format!("{:?}", Isa::detect()));
     let mut cache: CacheFile<CacheEntry> = CacheFile::open(dir, CACHE_FILE);
     cache.entries.retain(|e| e.peaks.plausible());

@@ -5,7 +5,7 @@
 
 use super::elementwise::{merge_axes, run_offsets};
 use super::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel, ELEMENTS_PER_TASK};
-use rayon::prelude::*;
+use crate::core::par;
 
 /// A compiled Where: how the mask and both branches line up with the output.
 #[derive(Clone, Debug)]
@@ -67,7 +67,7 @@ impl Select {
         let pieces_per_run = run.div_ceil(ELEMENTS_PER_TASK);
         let pieces = out_len / run * pieces_per_run;
         let y_at = y.as_mut_ptr() as usize;
-        (0..pieces).into_par_iter().for_each(|piece| {
+        par::for_each(pieces, |piece| {
             let (r, part) = (piece / pieces_per_run, piece % pieces_per_run);
             let start = part * ELEMENTS_PER_TASK;
             let mut at = [0usize; 3];

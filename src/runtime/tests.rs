@@ -710,6 +710,48 @@ fn inputs_and_outputs_in_place_match_the_reference_executor() {
     assert_eq!(buffer(&third), reused);
 }
 
+/// A model run from several threads at once (its pool and its scratch busy
+/// with another thread's run) computes every run's own outputs.
+#[test]
+fn runs_from_several_threads_at_once_match_the_reference_executor() {
+    let g = strided_conv_graph(16, 32, 1, true);
+    let m = CompiledModel::compile(
+        &g,
+        &RuntimeOptions {
+            threads: 2,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut rng = Rng(23);
+    let cases: Vec<(Vec<Tensor>, Vec<f32>)> = (0..4)
+        .map(|_| {
+            let inputs: Vec<Tensor> = g
+                .inputs()
+                .iter()
+                .map(|&id| {
+                    let shape = g.node(id).outputs[0].ty.shape.clone();
+                    let n = shape.iter().product();
+                    Tensor::from_f32(shape, rng.f32s(n))
+                })
+                .collect();
+            let expected = crate::reference::run(&g, &inputs).unwrap()[0].to_f32();
+            (inputs, expected)
+        })
+        .collect();
+    std::thread::scope(|s| {
+        for (k, (inputs, expected)) in cases.iter().enumerate() {
+            let m = &m;
+            s.spawn(move || {
+                for run in 0..20 {
+                    let got = m.run(inputs).unwrap()[0].to_f32();
+                    assert_close(&got, expected, &format!("thread {k}, run {run}"));
+                }
+            });
+        }
+    });
+}
+
 /// Concats along the outer axis are placements: their inputs are computed in
 /// their slice of the output (nested concats too) and no Concat step runs;
 /// a concat of a graph input keeps its copy. Outputs match the reference.

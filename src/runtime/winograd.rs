@@ -24,7 +24,7 @@ use super::conv::{fill_channel_pad, ConvGeom, PackedConv};
 use super::simd::{
     conv_tile, run_vectorized, Epilogue, Isa, Lanes, Store, Tile, Vector, VectorKernel, TILE,
 };
-use rayon::prelude::*;
+use crate::core::par;
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -339,27 +339,22 @@ impl WinogradConv {
             };
             // SAFETY: lengths checked above; each task writes its own tiles
             // or its own columns of the products.
-            (0..count)
-                .into_par_iter()
-                .for_each(|t| unsafe { self.input(&io, &b, t..t + 1) });
+            par::for_each(count, |t| unsafe { self.input(&io, &b, t..t + 1) });
             let row_tiles = count.div_ceil(TILE);
             let per_xi = self.groups() * row_tiles;
-            (0..self.tile.alpha().pow(2) * per_xi)
-                .into_par_iter()
-                .for_each(|i| unsafe {
-                    let (xi, grp, r) = (i / per_xi, i % per_xi / row_tiles, i % row_tiles);
-                    self.product(&b, xi, grp, r * TILE..((r + 1) * TILE).min(count))
-                });
-            (0..count)
-                .into_par_iter()
-                .for_each(|t| unsafe { self.output(&io, &b, t..t + 1) });
+            par::for_each(self.tile.alpha().pow(2) * per_xi, |i| unsafe {
+                let (xi, grp, r) = (i / per_xi, i % per_xi / row_tiles, i % row_tiles);
+                self.product(&b, xi, grp, r * TILE..((r + 1) * TILE).min(count))
+            });
+            par::for_each(count, |t| unsafe { self.output(&io, &b, t..t + 1) });
         } else {
             // Each worker takes the next block until none is left.
             let next = AtomicUsize::new(0);
             let blocks = count.div_ceil(self.block);
-            scratch[..self.scratch_len()]
-                .par_chunks_mut(self.block_len())
-                .for_each(|own| {
+            par::for_each_chunk_mut(
+                &mut scratch[..self.scratch_len()],
+                self.block_len(),
+                |_, own| {
                     let (v, m) = own.split_at_mut(split);
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
@@ -377,7 +372,8 @@ impl WinogradConv {
                         // its tiles write their own output pixels.
                         unsafe { self.run_block(&io, &b) }
                     }
-                });
+                },
+            );
         }
         if let Some(v) = self.pad_fill {
             fill_channel_pad(y, g.n, g.cout, g.y_cb, g.oh * g.ow, v);

@@ -3,6 +3,7 @@
 //! their own.
 
 use super::Compiler;
+use crate::core::par;
 use crate::fusion;
 use crate::graph::{DType, Graph, GraphError, NodeId, Op, ValueRef};
 use crate::layout::Layout;
@@ -15,10 +16,7 @@ use std::sync::Mutex;
 impl Compiler<'_> {
     /// Gives every value a slot: constants and non-f32 values their own, f32
     /// intermediates an arena range that no value alive at the same time shares.
-    pub(super) fn plan_memory(
-        self,
-        pool: rayon::ThreadPool,
-    ) -> Result<CompiledModel, RuntimeError> {
+    pub(super) fn plan_memory(self, pool: par::Pool) -> Result<CompiledModel, RuntimeError> {
         let g = self.g;
         let end = self.steps.len();
         // Live range of every value: [defining step, last reading step].

@@ -17,6 +17,7 @@ use super::roofline::StepWork;
 use super::select::Select;
 use super::simd::{Epilogue, Isa, Lanes};
 use super::{activation, kernels, tir_step, CompiledModel, Kernel, RuntimeError, RuntimeOptions};
+use crate::core::par;
 use crate::fusion::{
     self, inner, input_layout, output_layout, output_shape, Activation, FusedGroup, Pattern, Target,
 };
@@ -147,7 +148,7 @@ impl<'g> Compiler<'g> {
     /// step's kind names the algorithm.
     fn conv_step(
         &mut self,
-        pool: &rayon::ThreadPool,
+        pool: &par::Pool,
         group: &FusedGroup,
         bn: Option<NodeId>,
         residual: Option<ValueRef>,
@@ -189,7 +190,7 @@ impl<'g> Compiler<'g> {
         }
         let epilogue = Epilogue::of(activation);
         let pad_fill = output_layout(self.g, last).and_then(|(_, p)| p.known());
-        let threads = pool.current_num_threads();
+        let threads = pool.threads();
         let (kernel, mut decision) = if depthwise {
             let k = Depthwise::new(geom.clone(), self.isa, &w, &bias, epilogue, pad_fill);
             (Kernel::Depthwise(k), conv_algo::ConvAlgo::Depthwise.into())
@@ -848,10 +849,7 @@ impl<'g> Compiler<'g> {
 
     /// The algorithm of every fused convolution, chosen as `finish` would
     /// (measured on the threads of `pool`), without compiling the other steps.
-    pub(super) fn conv_algos(
-        mut self,
-        pool: &rayon::ThreadPool,
-    ) -> Result<Vec<LayerAlgo>, RuntimeError> {
+    pub(super) fn conv_algos(mut self, pool: &par::Pool) -> Result<Vec<LayerAlgo>, RuntimeError> {
         for group in self.plan_fusion()?.0 {
             if let Pattern::ConvEpilogue {
                 bn,
@@ -865,7 +863,7 @@ impl<'g> Compiler<'g> {
         Ok(self.conv_algos)
     }
 
-    pub(super) fn finish(mut self, pool: rayon::ThreadPool) -> Result<CompiledModel, RuntimeError> {
+    pub(super) fn finish(mut self, pool: par::Pool) -> Result<CompiledModel, RuntimeError> {
         let g = self.g;
         let order = g.topo_order()?;
         let (groups, mut natives) = self.plan_fusion()?;

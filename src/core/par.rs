@@ -1,0 +1,482 @@
+//! The fork-join pool the compiled model's kernels run their parallel loops on,
+//! made for many short loops back to back (a model's steps): the thread that
+//! installed the pool runs its steps itself and takes part in every loop as
+//! one of the workers; the other workers spin for a short while after a loop
+//! before they park, so that the next step's loop finds them awake; tasks are
+//! handed out one at a time by one atomic counter; a loop allocates nothing.
+//!
+//! Kernels ask only [`threads`] and [`for_each`] (and its chunked forms). A
+//! loop runs inline, on the calling thread, when no pool is installed on it,
+//! inside another loop (a worker's task, or a task the caller runs), and when
+//! another thread is running a loop on the same pool (a model run from two
+//! threads at once): it is never queued behind another caller's loop.
+
+use std::any::Any;
+use std::cell::Cell;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long a worker spins for the next loop before it parks: longer than the
+/// serial work between two steps of a run, short enough that an idle model
+/// gives its cores back at once.
+const SPIN: Duration = Duration::from_micros(50);
+
+/// Spins between two reads of the clock while spinning.
+const SPINS_PER_CLOCK_READ: u32 = 64;
+
+/// Spins of a caller waiting for the workers' last tasks before it yields its
+/// core (a worker may have been preempted in the middle of a task).
+const SPINS_BEFORE_YIELD: u32 = 1 << 12;
+
+/// Worker threads and the loop they share.
+pub struct Pool {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+/// The state of the current loop, shared by the caller and the workers.
+struct Shared {
+    threads: usize,
+    /// The current loop's generation (high 32 bits) and its tasks not yet
+    /// claimed (low 32 bits). A task is claimed by a compare-exchange that
+    /// keeps the generation, so a worker late for one loop never claims a task
+    /// of the next.
+    claims: AtomicU64,
+    /// The current loop's task count and body (a trampoline and its closure),
+    /// written before its generation is published and read only by a
+    /// participant holding a claimed task (the loop is then still running).
+    tasks: AtomicUsize,
+    call: AtomicUsize,
+    body: AtomicUsize,
+    /// Tasks of the current loop not finished yet.
+    pending: AtomicUsize,
+    /// Set while a caller runs a loop on the pool.
+    busy: AtomicBool,
+    /// The first panic of a task of the current loop.
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
+    /// Workers parked on `wake`.
+    sleepers: AtomicUsize,
+    park: Mutex<()>,
+    wake: Condvar,
+    stop: AtomicBool,
+}
+
+thread_local! {
+    /// The pool installed on this thread, null if none.
+    static CURRENT: Cell<*const Shared> = const { Cell::new(std::ptr::null()) };
+}
+
+impl Pool {
+    /// A pool of `threads` threads in all: the caller and `threads - 1` workers.
+    pub fn new(threads: usize) -> std::io::Result<Pool> {
+        let threads = threads.max(1);
+        let shared = Arc::new(Shared {
+            threads,
+            claims: AtomicU64::new(0),
+            tasks: AtomicUsize::new(0),
+            call: AtomicUsize::new(0),
+            body: AtomicUsize::new(0),
+            pending: AtomicUsize::new(0),
+            busy: AtomicBool::new(false),
+            panic: Mutex::new(None),
+            sleepers: AtomicUsize::new(0),
+            park: Mutex::new(()),
+            wake: Condvar::new(),
+            stop: AtomicBool::new(false),
+        });
+        let mut pool = Pool {
+            shared,
+            workers: Vec::with_capacity(threads - 1),
+        };
+        for k in 1..threads {
+            let shared = Arc::clone(&pool.shared);
+            // On an error the workers started so far are stopped by `drop`.
+            pool.workers.push(
+                std::thread::Builder::new()
+                    .name(format!("layoutopt-worker-{k}"))
+                    .spawn(move || shared.work())?,
+            );
+        }
+        Ok(pool)
+    }
+
+    /// Threads the pool's loops run on, the caller's included.
+    pub fn threads(&self) -> usize {
+        self.shared.threads
+    }
+
+    /// Runs `f` on the calling thread with the pool installed: the parallel
+    /// loops `f` starts run on the pool.
+    pub fn install<R>(&self, f: impl FnOnce() -> R) -> R {
+        struct Restore(*const Shared);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                CURRENT.with(|c| c.set(self.0));
+            }
+        }
+        let _restore = Restore(CURRENT.with(|c| c.replace(Arc::as_ptr(&self.shared))));
+        f()
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.notify();
+        for w in self.workers.drain(..) {
+            // A worker catches its tasks' panics, so it ends by returning.
+            let _ = w.join();
+        }
+    }
+}
+
+/// Threads a loop started here runs on: the installed pool's, else 1.
+pub fn threads() -> usize {
+    // SAFETY: an installed pool outlives its `install` call, which resets
+    // `CURRENT` when it returns.
+    current().map_or(1, |s| s.threads)
+}
+
+fn current() -> Option<&'static Shared> {
+    let at = CURRENT.with(Cell::get);
+    // SAFETY: see `threads`; the reference does not leave the caller's frame.
+    unsafe { at.as_ref() }
+}
+
+/// Runs `f(t)` for every task `t` in `0..tasks`, on the installed pool's
+/// threads (inline when there is none, the pool is busy, or inside a loop),
+/// and returns when all have finished. A panic of a task is raised here once
+/// every task has finished.
+pub fn for_each<F: Fn(usize) + Sync>(tasks: usize, f: F) {
+    if tasks > 1 && u32::try_from(tasks).is_ok() {
+        if let Some(shared) = current().filter(|s| s.threads > 1 && s.claim_pool()) {
+            return shared.run(tasks, &f);
+        }
+    }
+    (0..tasks).for_each(f)
+}
+
+/// Runs `f(i)` for every item `i` in `0..items`, in parallel as [`for_each`]
+/// does, `per_task` consecutive items per task (fewer in the last).
+pub fn for_each_grouped(items: usize, per_task: usize, f: impl Fn(usize) + Sync) {
+    let per_task = per_task.max(1);
+    for_each(items.div_ceil(per_task), |t| {
+        (t * per_task..((t + 1) * per_task).min(items)).for_each(&f)
+    })
+}
+
+/// Runs `f(i, piece)` for the pieces of `chunk` elements of `data` (the last
+/// one shorter), piece `i` starting at element `i * chunk`, in parallel as
+/// [`for_each`] does.
+pub fn for_each_chunk_mut<T: Send>(
+    data: &mut [T],
+    chunk: usize,
+    f: impl Fn(usize, &mut [T]) + Sync,
+) {
+    let (chunk, len) = (chunk.max(1), data.len());
+    let at = data.as_mut_ptr() as usize;
+    for_each(len.div_ceil(chunk), |i| {
+        let start = i * chunk;
+        // SAFETY: the pieces are disjoint and inside `data`, which the loop
+        // borrows mutably until every task has finished.
+        let piece = unsafe {
+            std::slice::from_raw_parts_mut((at as *mut T).add(start), chunk.min(len - start))
+        };
+        f(i, piece)
+    })
+}
+
+/// Calls the closure at `body` (an `F`) on task `t`.
+///
+/// # Safety
+/// `body` points to a live `F`.
+unsafe fn call<F: Fn(usize) + Sync>(body: usize, t: usize) {
+    (*(body as *const F))(t)
+}
+
+type Call = unsafe fn(usize, usize);
+
+impl Shared {
+    /// Takes the pool for one loop of the calling thread; false if another
+    /// loop holds it.
+    fn claim_pool(&self) -> bool {
+        self.busy
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Runs a loop of `tasks` tasks with the pool taken by `claim_pool`.
+    fn run<F: Fn(usize) + Sync>(&self, tasks: usize, f: &F) {
+        struct Free<'a>(&'a AtomicBool);
+        impl Drop for Free<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Release);
+            }
+        }
+        let _free = Free(&self.busy);
+        self.tasks.store(tasks, Ordering::Relaxed);
+        self.call
+            .store(call::<F> as Call as usize, Ordering::Relaxed);
+        self.body.store(f as *const F as usize, Ordering::Relaxed);
+        self.pending.store(tasks, Ordering::Relaxed);
+        let generation = (self.claims.load(Ordering::Relaxed) >> 32) as u32;
+        let generation = generation.wrapping_add(1);
+        // SeqCst with `sleepers`: a worker about to park either sees the new
+        // generation or is counted, and then woken.
+        self.claims.store(
+            (u64::from(generation) << 32) | tasks as u64,
+            Ordering::SeqCst,
+        );
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
+            self.notify();
+        }
+        self.run_tasks(generation);
+        // The body lives in this frame: wait for the tasks others claimed.
+        let mut spins = 0;
+        while self.pending.load(Ordering::Acquire) != 0 {
+            if spins < SPINS_BEFORE_YIELD {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        let panic = self
+            .panic
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(payload) = panic {
+            resume_unwind(payload);
+        }
+    }
+
+    /// Claims and runs tasks of loop `generation` until none is left.
+    fn run_tasks(&self, generation: u32) {
+        let mut ran = 0;
+        let mut claims = self.claims.load(Ordering::Acquire);
+        loop {
+            let left = claims as u32 as usize;
+            if (claims >> 32) as u32 != generation || left == 0 {
+                break;
+            }
+            if let Err(now) = self.claims.compare_exchange_weak(
+                claims,
+                claims - 1,
+                Ordering::Acquire,
+                Ordering::Acquire,
+            ) {
+                claims = now;
+                continue;
+            }
+            // The loop cannot finish while this task is unfinished, so its
+            // fields stay those of `generation`.
+            let tasks = self.tasks.load(Ordering::Relaxed);
+            let body = self.body.load(Ordering::Relaxed);
+            // SAFETY: `call` was stored from a `Call` for this body.
+            let call: Call = unsafe { std::mem::transmute(self.call.load(Ordering::Relaxed)) };
+            let task = tasks - left;
+            // SAFETY: the caller waits in `run` until every task has finished.
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| unsafe { call(body, task) })) {
+                let mut first = self.panic.lock().unwrap_or_else(PoisonError::into_inner);
+                first.get_or_insert(payload);
+            }
+            ran += 1;
+            claims = self.claims.load(Ordering::Acquire);
+        }
+        if ran > 0 {
+            self.pending.fetch_sub(ran, Ordering::Release);
+        }
+    }
+
+    /// A worker's life: wait for a loop, take part in it, until the pool drops.
+    fn work(&self) {
+        let mut seen = 0;
+        while let Some(generation) = self.next_loop(seen) {
+            seen = generation;
+            self.run_tasks(generation);
+        }
+    }
+
+    /// The generation of the first loop after `seen`, spinning for `SPIN`,
+    /// then parked; `None` once the pool is dropping.
+    fn next_loop(&self, seen: u32) -> Option<u32> {
+        let generation = || (self.claims.load(Ordering::SeqCst) >> 32) as u32;
+        let start = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            if generation() != seen {
+                return Some(generation());
+            }
+            if self.stop.load(Ordering::Relaxed) {
+                return None;
+            }
+            std::hint::spin_loop();
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(SPINS_PER_CLOCK_READ) && start.elapsed() > SPIN {
+                break;
+            }
+        }
+        let mut parked = self.park.lock().unwrap_or_else(PoisonError::into_inner);
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        let next = loop {
+            if generation() != seen {
+                break Some(generation());
+            }
+            if self.stop.load(Ordering::SeqCst) {
+                break None;
+            }
+            parked = self
+                .wake
+                .wait(parked)
+                .unwrap_or_else(PoisonError::into_inner);
+        };
+        self.sleepers.fetch_sub(1, Ordering::SeqCst);
+        next
+    }
+
+    /// Wakes the parked workers.
+    fn notify(&self) {
+        let _parked = self.park.lock().unwrap_or_else(PoisonError::into_inner);
+        self.wake.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    /// Every task of `tasks` ran exactly once.
+    fn each_once(tasks: usize) -> bool {
+        let counts: Vec<AtomicUsize> = (0..tasks).map(|_| AtomicUsize::new(0)).collect();
+        for_each(tasks, |t| {
+            counts[t].fetch_add(1, Ordering::Relaxed);
+        });
+        counts.iter().all(|c| c.load(Ordering::Relaxed) == 1)
+    }
+
+    #[test]
+    fn every_task_runs_once_on_pools_of_one_to_four_threads() {
+        for threads in 1..=4 {
+            let pool = Pool::new(threads).unwrap();
+            assert_eq!(pool.threads(), threads);
+            pool.install(|| {
+                assert_eq!(super::threads(), threads);
+                for tasks in [0, 1, 2, 3, 7, 64, 1000] {
+                    // Back to back, as a model's steps are.
+                    for _ in 0..20 {
+                        assert!(each_once(tasks), "{threads} threads, {tasks} tasks");
+                    }
+                }
+            });
+        }
+        assert_eq!(threads(), 1, "no pool is installed after `install`");
+    }
+
+    #[test]
+    fn loops_run_inline_without_a_pool() {
+        let caller = std::thread::current().id();
+        for_each(8, |_| assert_eq!(std::thread::current().id(), caller));
+    }
+
+    #[test]
+    fn a_loop_uses_the_workers() {
+        let pool = Pool::new(2).unwrap();
+        let caller = std::thread::current().id();
+        // Tasks that wait for another thread to run one finish only if a
+        // worker takes part; the flag makes the test end either way.
+        let elsewhere = AtomicBool::new(false);
+        pool.install(|| {
+            for_each(2, |_| {
+                if std::thread::current().id() != caller {
+                    elsewhere.store(true, Ordering::Relaxed);
+                }
+                let start = Instant::now();
+                while !elsewhere.load(Ordering::Relaxed) && start.elapsed() < Duration::from_secs(5)
+                {
+                    std::hint::spin_loop();
+                }
+            })
+        });
+        assert!(elsewhere.load(Ordering::Relaxed));
+    }
+
+    #[test]
+    fn nested_loops_run_inline() {
+        let pool = Pool::new(3).unwrap();
+        let total = AtomicUsize::new(0);
+        pool.install(|| {
+            for_each(6, |_| {
+                let here = std::thread::current().id();
+                for_each(5, |_| {
+                    assert_eq!(std::thread::current().id(), here);
+                    total.fetch_add(1, Ordering::Relaxed);
+                })
+            })
+        });
+        assert_eq!(total.load(Ordering::Relaxed), 30);
+    }
+
+    #[test]
+    fn a_panicking_task_reaches_the_caller_and_the_pool_still_works() {
+        let pool = Pool::new(2).unwrap();
+        for _ in 0..10 {
+            let caught = catch_unwind(AssertUnwindSafe(|| {
+                pool.install(|| {
+                    for_each(16, |t| {
+                        if t == 5 {
+                            panic!("task five");
+                        }
+                    })
+                })
+            }));
+            let payload = caught.expect_err("the panic propagates");
+            assert_eq!(payload.downcast_ref::<&str>(), Some(&"task five"));
+            assert_eq!(threads(), 1, "the panic uninstalled the pool");
+            pool.install(|| assert!(each_once(100)));
+        }
+    }
+
+    #[test]
+    fn callers_on_several_threads_share_one_pool() {
+        let pool = Pool::new(2).unwrap();
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    pool.install(|| {
+                        for tasks in 1..200 {
+                            assert!(each_once(tasks));
+                        }
+                    })
+                });
+            }
+        });
+    }
+
+    #[test]
+    fn chunks_cover_the_slice() {
+        let pool = Pool::new(2).unwrap();
+        let mut data = vec![0usize; 1001];
+        pool.install(|| {
+            for_each_chunk_mut(&mut data, 100, |i, piece| {
+                assert!(piece.len() == 100 || (i == 10 && piece.len() == 1));
+                piece.iter_mut().for_each(|x| *x += i + 1);
+            })
+        });
+        assert!(data.iter().enumerate().all(|(k, &x)| x == k / 100 + 1));
+    }
+
+    #[test]
+    fn dropping_the_pool_stops_parked_and_spinning_workers() {
+        for wait in [Duration::ZERO, SPIN * 5] {
+            let pool = Pool::new(4).unwrap();
+            pool.install(|| assert!(each_once(50)));
+            std::thread::sleep(wait);
+            drop(pool);
+        }
+    }
+}
