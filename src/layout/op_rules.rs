@@ -22,7 +22,7 @@
 use super::{Layout, LayoutError};
 use crate::graph::{numel, Graph, NodeId, Op, Tensor, ValueRef, ValueType};
 pub use crate::ops::LayoutRole as OpKind;
-use crate::ops::{Conv, Reshape, Transpose};
+use crate::ops::{BinaryOp, Conv, Reshape, Transpose};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::Arc;
@@ -535,6 +535,42 @@ fn conv_slowdown(
     };
     let waste = pad(x, x_layout) * if depthwise { 1.0 } else { pad(y, y_layout) };
     penalty * waste
+}
+
+/// The nodes the fusion pass runs in the epilogue of the convolution before
+/// them (its batch norm, residual add and activation, looking through
+/// transposes), each with the input port that reads the value before it. Such
+/// a node costs nothing while it reads that value in the layout it is written
+/// in, and a pass over its data once a transform comes between: the planner
+/// charges its own cost to that edge instead of to the node, so that a
+/// transform goes after the activation rather than between it and the conv.
+pub fn conv_epilogue_reads(g: &Graph) -> HashMap<NodeId, usize> {
+    let mut reads = HashMap::new();
+    for id in g.node_ids() {
+        if !matches!(g.node(id).op, Op::Conv(_)) {
+            continue;
+        }
+        let mut v = ValueRef::new(id, 0);
+        // 0: after the conv, 1: after a batch norm, 2: after the add, 3: done.
+        let mut stage = 0;
+        while stage < 3 && !g.is_graph_output(v) {
+            let [(next, port)] = g.consumers(v)[..] else {
+                break;
+            };
+            match &g.node(next).op {
+                Op::Transpose(_) => {}
+                Op::BatchNorm(_) if stage == 0 && port == 0 => stage = 1,
+                Op::Binary(BinaryOp::Add) if stage <= 1 => stage = 2,
+                Op::Unary(_) => stage = 3,
+                _ => break,
+            }
+            if !matches!(g.node(next).op, Op::Transpose(_)) {
+                reads.insert(next, port);
+            }
+            v = ValueRef::new(next, 0);
+        }
+    }
+    reads
 }
 
 /// Whether the runtime's convolution and pooling kernels run a 4-D tensor of

@@ -21,8 +21,8 @@
 
 use super::extract::{rewrite_graph_with, RewriteLimits};
 use super::op_rules::{
-    impls, op_kind, physical_bytes, relabelled, relabelled_back, same_bytes, value_candidates,
-    CostModel, Family, Impl, LayoutId, Layouts, OpKind,
+    conv_epilogue_reads, impls, op_kind, physical_bytes, relabelled, relabelled_back, same_bytes,
+    value_candidates, CostModel, Family, Impl, LayoutId, Layouts, OpKind,
 };
 use super::rules::RuleSource;
 use super::solver::{self, Method, Pair, Problem, SolveOptions};
@@ -259,13 +259,20 @@ impl PlanSpace {
             }
             cached_transform_cost(&mut cache, model, &layouts, g.value_type(v), have, want)
         };
+        // A conv's epilogue node pays its own cost on the edge from the value
+        // before it, when a transform there keeps it out of the conv's step.
+        let epilogue = conv_epilogue_reads(g);
+        let own_cost = |var: usize, variant: &Variant| all_impls[var][variant.imp].cost;
         let mut unary: Vec<Vec<f64>> = Vec::with_capacity(nodes.len());
         for (var, &id) in nodes.iter().enumerate() {
             let v = ValueRef::new(id, 0);
             let costs = variants[var]
                 .iter()
                 .map(|variant| {
-                    let own = all_impls[var][variant.imp].cost;
+                    let own = match epilogue.contains_key(&id) {
+                        true => 0.0,
+                        false => own_cost(var, variant),
+                    };
                     // The one transform every reader wanting `x` shares.
                     let shared = variant.shared.map_or(0.0, |x| {
                         let alone = Variant {
@@ -293,9 +300,16 @@ impl PlanSpace {
                     continue; // constants are re-packed at compile time
                 };
                 let mut cost = Vec::with_capacity(variants[pv].len() * variants[cv].len());
+                let fused_here = epilogue.get(&id) == Some(&j);
                 for p in &variants[pv] {
                     for c in &variants[cv] {
-                        cost.push(reach(pv, p, v, all_impls[cv][c.imp].inputs[j]));
+                        let want = all_impls[cv][c.imp].inputs[j];
+                        let have = all_impls[pv][p.imp].outputs[v.output];
+                        let unfused = match fused_here && have != want {
+                            true => own_cost(cv, c),
+                            false => 0.0,
+                        };
+                        cost.push(reach(pv, p, v, want) + unfused);
                     }
                 }
                 pairs.push(Pair { a: pv, b: cv, cost });
