@@ -1603,4 +1603,43 @@ mod tests {
             m.transforms_cost
         );
     }
+
+    /// A blocked conv whose relu feeds a row-major graph output: the
+    /// transform back to NCHW goes after the relu, which then runs in the
+    /// conv's epilogue, not between them (both move the same bytes, but the
+    /// relu would be a pass of its own).
+    #[test]
+    fn a_transform_goes_after_the_activation_a_conv_fuses() {
+        let mut g = Graph::new("conv-relu");
+        let x = g.add_input("x", ValueType::new(DType::F32, vec![1, 32, 8, 8]), vec![]);
+        let w = g.add_constant(
+            "w",
+            Tensor::from_f32(vec![32, 32, 3, 3], vec![0.01; 32 * 32 * 9]),
+            vec![],
+        );
+        let conv = g
+            .add_node(conv_3x3(), "conv", &[x, w], &["conv".to_string()], vec![])
+            .unwrap();
+        let relu = g
+            .add_node(
+                Op::Unary(crate::ops::UnaryOp::Relu),
+                "relu",
+                &[ValueRef::new(conv, 0)],
+                &["relu".to_string()],
+                vec![],
+            )
+            .unwrap();
+        g.set_outputs(vec![ValueRef::new(relu, 0)]);
+        let model = CostModel::default();
+        let space = PlanSpace::build(&g, Family::Nchwc(16), &model).unwrap();
+        let choice = solver::solve(&space.problem, &SolveOptions::default())
+            .unwrap()
+            .choice;
+        let m = materialise(&g, &space, choice, &model).unwrap();
+        let transformed: Vec<String> = kept_transforms(&m.graph)
+            .into_iter()
+            .map(|t| t.value)
+            .collect();
+        assert_eq!(transformed, ["x", "relu"]);
+    }
 }
