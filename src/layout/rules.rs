@@ -547,10 +547,6 @@ pub fn load_rules(dir: &Path) -> Result<Vec<Rewrite<Lang, LayoutAnalysis>>, Rule
 /// that a copied binary plans exactly as the one built here.
 const BUNDLED: &[(&str, &str)] = &[
     (
-        "elementwise.rules",
-        include_str!("../../rules/elementwise.rules"),
-    ),
-    (
         "structure.rules",
         include_str!("../../rules/structure.rules"),
     ),
