@@ -555,7 +555,7 @@ unsafe fn load_tail<V: Vector>(s: Source, i: usize, k: usize) -> V {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{assert_close, Rng};
+    use super::super::tests::{assert_close, compile_on, Rng};
     use super::super::{CompiledModel, RuntimeOptions};
     use super::*;
     use crate::graph::{DType, Graph, Op, Tensor, ValueRef, ValueType};
@@ -698,14 +698,7 @@ mod tests {
     /// compiled steps.
     fn check(g: &Graph, compiled: &Graph, inputs: &[Tensor]) -> Vec<String> {
         let expected = crate::reference::run(g, inputs).unwrap()[0].to_f32();
-        let m = CompiledModel::compile(
-            compiled,
-            &RuntimeOptions {
-                threads: 2,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let m = compile_on(2, compiled);
         let got = m.run(inputs).unwrap()[0].to_f32();
         assert_close(&got, &expected, &g.name);
         m.describe()

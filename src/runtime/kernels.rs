@@ -430,25 +430,41 @@ pub struct Rows {
 }
 
 impl Rows {
-    /// Copies the picked rows of `x` into `y`; an index outside the axis
-    /// (after negative indices count from the end) is an error.
+    /// Copies the picked rows of `x` into `y`, split over the threads in
+    /// pieces of the output (a long row is cut, short ones are grouped); an
+    /// index outside the axis (after negative indices count from the end) is
+    /// an error.
     pub fn run(&self, x: &[f32], indices: &[i64], y: &mut [f32]) -> Result<(), String> {
         let (extent, inner) = (self.extent as i64, self.inner);
-        let mut out = y.chunks_exact_mut(inner.max(1));
-        for o in 0..self.outer {
-            for &i in indices {
-                let row = if i < 0 { i + extent } else { i };
-                if !(0..extent).contains(&row) {
-                    return Err(format!(
-                        "index {i} is out of range for an axis of extent {extent}"
-                    ));
-                }
-                let at = (o * self.extent + row as usize) * inner;
-                if let Some(dst) = out.next() {
-                    dst.copy_from_slice(&x[at..at + inner]);
-                }
-            }
+        if let Some(bad) = indices.iter().find(|i| !(-extent..extent).contains(i)) {
+            return Err(format!(
+                "index {bad} is out of range for an axis of extent {extent}"
+            ));
         }
+        let rows = self.outer * indices.len();
+        if y.len() != rows * inner || x.len() < self.outer * self.extent * inner {
+            return Err(format!(
+                "a gather of {rows} rows of {inner} from {} elements wrote {}",
+                x.len(),
+                y.len()
+            ));
+        }
+        // Where output row `r` starts in `x`.
+        let source = |r: usize| {
+            let (o, i) = (r / indices.len(), indices[r % indices.len()]);
+            (o * self.extent + i.rem_euclid(extent) as usize) * inner
+        };
+        par::for_each_chunk_mut(y, ELEMENTS_PER_TASK, |t, mut piece| {
+            let mut at = t * ELEMENTS_PER_TASK;
+            while !piece.is_empty() {
+                let within = at % inner;
+                let n = (inner - within).min(piece.len());
+                let from = source(at / inner) + within;
+                let (head, rest) = piece.split_at_mut(n);
+                head.copy_from_slice(&x[from..from + n]);
+                (piece, at) = (rest, at + n);
+            }
+        });
         Ok(())
     }
 }

@@ -314,8 +314,7 @@ unsafe fn fold<V: Vector, A: Copy>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{assert_close, Rng};
-    use super::super::{CompiledModel, RuntimeOptions};
+    use super::super::tests::{assert_close, compile_on, Rng};
     use crate::graph::{DType, Graph, Op, Tensor, ValueRef, ValueType};
     use crate::ops::{LayerNorm, LogSoftmax, Reduce, ReduceKind, Softmax};
 
@@ -331,14 +330,7 @@ mod tests {
         }
         let y = g.add_node(op, "op", &ins, &[], vec![]).unwrap();
         g.set_outputs(vec![ValueRef::new(y, 0)]);
-        let m = CompiledModel::compile(
-            &g,
-            &RuntimeOptions {
-                threads: 2,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let m = compile_on(2, &g);
         let inputs = vec![Tensor::from_f32(shape.to_vec(), x)];
         let expected = crate::reference::run(&g, &inputs).unwrap()[0].to_f32();
         let got = m.run(&inputs).unwrap()[0].to_f32();

@@ -16,7 +16,7 @@ use super::{CompiledModel, RuntimeOptions};
 use crate::core::scalar::Scalar;
 use crate::fusion::Activation;
 use crate::graph::{
-    BinaryOp, Conv, DType, Graph, Op, Tensor, UnaryOp, ValueRef, ValueType, Window,
+    BinaryOp, Conv, DType, Graph, Op, Tensor, TensorData, UnaryOp, ValueRef, ValueType, Window,
 };
 use crate::layout::op_rules::{CostModel, Family};
 use crate::layout::plan::{plan, planner_by_name};
@@ -45,6 +45,15 @@ impl Rng {
             .map(|_| (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0)
             .collect()
     }
+}
+
+/// `g` compiled to run on `threads` threads, every other option at its default.
+pub(super) fn compile_on(threads: usize, g: &Graph) -> CompiledModel {
+    let options = RuntimeOptions {
+        threads,
+        ..Default::default()
+    };
+    CompiledModel::compile(g, &options).unwrap()
 }
 
 /// `got` equals the reference's `expected`: |got - expected| ≤ 1e-5 ·
@@ -480,14 +489,7 @@ fn compiled_random_convs_match_the_reference_executor() {
         )
         .unwrap()
         .graph;
-        let m = CompiledModel::compile(
-            &planned,
-            &RuntimeOptions {
-                threads: 2,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let m = compile_on(2, &planned);
         let got = m.run(&inputs).unwrap();
         let steps = m.describe();
         native += steps
@@ -650,14 +652,7 @@ fn transposes_in_whole_and_partial_tiles_match_the_reference_executor() {
 fn a_wrong_input_is_an_error_naming_the_input() {
     let mut rng = Rng(3);
     let (g, _) = random_conv_graph(&mut rng);
-    let m = CompiledModel::compile(
-        &g,
-        &RuntimeOptions {
-            threads: 1,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let m = compile_on(1, &g);
     let bad = vec![Tensor::from_f32(vec![1, 1, 1, 1], vec![0.0]); g.inputs().len()];
     let e = m.run(&bad).unwrap_err().to_string();
     assert!(e.contains("model input 'x'"), "{e}");
@@ -680,14 +675,7 @@ fn inputs_and_outputs_in_place_match_the_reference_executor() {
     let add = g.add_node(Op::Binary(BinaryOp::Add), "add", &[y, x], &[], vec![]);
     let z = ValueRef::new(add.unwrap(), 0);
     g.set_outputs(vec![y, z, y, x]);
-    let m = CompiledModel::compile(
-        &g,
-        &RuntimeOptions {
-            threads: 2,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let m = compile_on(2, &g);
     let mut rng = Rng(11);
     let mut run = || {
         let inputs = vec![Tensor::from_f32(ty.shape.clone(), rng.f32s(ty.numel()))];
@@ -715,14 +703,7 @@ fn inputs_and_outputs_in_place_match_the_reference_executor() {
 #[test]
 fn runs_from_several_threads_at_once_match_the_reference_executor() {
     let g = strided_conv_graph(16, 32, 1, true);
-    let m = CompiledModel::compile(
-        &g,
-        &RuntimeOptions {
-            threads: 2,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let m = compile_on(2, &g);
     let mut rng = Rng(23);
     let cases: Vec<(Vec<Tensor>, Vec<f32>)> = (0..4)
         .map(|_| {
@@ -783,14 +764,7 @@ fn concats_along_the_outer_axis_are_computed_in_place() {
     let y = unary(&mut g, UnaryOp::Sigmoid, e);
     let z = unary(&mut g, UnaryOp::Relu, e);
     g.set_outputs(vec![y, z, kept]);
-    let m = CompiledModel::compile(
-        &g,
-        &RuntimeOptions {
-            threads: 2,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let m = compile_on(2, &g);
     let steps: Vec<String> = m.describe();
     let named = |n: &str| steps.iter().any(|s| s.starts_with(&format!("{n} [")));
     assert!(!named("c") && !named("e") && named("kept"), "{steps:#?}");
@@ -861,14 +835,7 @@ fn concats_of_several_inputs_run_as_one_gather() {
             .unwrap()
             .graph;
         for graph in [&g, &planned] {
-            let m = CompiledModel::compile(
-                graph,
-                &RuntimeOptions {
-                    threads: 2,
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+            let m = compile_on(2, graph);
             assert_eq!(
                 m.run(&inputs).unwrap()[0].to_f32(),
                 expected,
@@ -1302,14 +1269,7 @@ fn constant_pads_gather_what_the_reference_pads() {
         let (g, ty) = after_pointwise_conv(pad, [20, 7, 9], Some(&mut rng));
         let inputs = vec![Tensor::from_f32(ty.shape.clone(), rng.f32s(ty.numel()))];
         let expected = crate::reference::run(&g, &inputs).unwrap()[0].to_f32();
-        let m = CompiledModel::compile(
-            &g,
-            &RuntimeOptions {
-                threads: 2,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let m = compile_on(2, &g);
         assert!(
             m.describe().iter().any(|s| s.contains("Pad (gather)")),
             "{:?}",
@@ -1319,14 +1279,7 @@ fn constant_pads_gather_what_the_reference_pads() {
         let planner = planner_by_name("global").unwrap();
         for family in [Family::Nchwc(16), Family::Nchwc(8)] {
             let planned = plan(&g, planner.as_ref(), family, &CostModel::default()).unwrap();
-            let m = CompiledModel::compile(
-                &planned.graph,
-                &RuntimeOptions {
-                    threads: 2,
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+            let m = compile_on(2, &planned.graph);
             let got = m.run(&inputs).unwrap()[0].to_f32();
             assert_close(&got, &expected, &format!("{family} pad {value}"));
         }
@@ -1505,14 +1458,7 @@ fn a_conv_step_does_the_closed_form_work_in_every_layout() {
             let residual = if kind.contains("Add") { y } else { 0 };
             x + cout * (cin / group) * kh * kw + cout + y + residual
         };
-        let m = CompiledModel::compile(
-            &g,
-            &RuntimeOptions {
-                threads: 1,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let m = compile_on(1, &g);
         let conv = step(&m, "Conv");
         assert!(matches!(
             conv.kernel,
@@ -1527,14 +1473,7 @@ fn a_conv_step_does_the_closed_form_work_in_every_layout() {
         for family in [Family::Nhwc, Family::Nchwc(16)] {
             let planner = planner_by_name("global").unwrap();
             let planned = plan(&g, planner.as_ref(), family, &CostModel::default()).unwrap();
-            let m = CompiledModel::compile(
-                &planned.graph,
-                &RuntimeOptions {
-                    threads: 1,
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+            let m = compile_on(1, &planned.graph);
             let conv = step(&m, "Conv");
             let (work, logical) = (conv.work, 4 * elements(&conv.kind) as u64);
             assert_eq!(work.flops, flops, "group {group} {family}");
@@ -1591,14 +1530,7 @@ fn elementwise_and_dense_steps_count_their_operands_and_products() {
         0,
     );
     g.set_outputs(vec![out]);
-    let m = CompiledModel::compile(
-        &g,
-        &RuntimeOptions {
-            threads: 1,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let m = compile_on(1, &g);
     let bytes = |elements: usize| 4 * elements as u64;
     // The chain reads x, y and c and writes its result; the values between its
     // ops stay in registers. Elementwise ops count no flops.
@@ -1808,14 +1740,7 @@ fn contiguous_movements_are_views_of_their_input() {
         &[relu],
     );
     g.set_outputs(vec![neg, sum, of_input, as_output]);
-    let m = CompiledModel::compile(
-        &g,
-        &RuntimeOptions {
-            threads: 2,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let m = compile_on(2, &g);
     let kinds: Vec<&str> = m.steps.iter().map(|s| s.kind.as_str()).collect();
     let movements = kinds
         .iter()
@@ -1870,14 +1795,7 @@ fn batched_matmuls_match_the_reference_executor() {
         };
         let mm = g.add_node(Op::MatMul, "mm", &[a, b], &[], vec![]).unwrap();
         g.set_outputs(vec![ValueRef::new(mm, 0)]);
-        let m = CompiledModel::compile(
-            &g,
-            &RuntimeOptions {
-                threads: 2,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let m = compile_on(2, &g);
         let kinds: Vec<&str> = m.steps.iter().map(|s| s.kind.as_str()).collect();
         assert_eq!(kinds, ["MatMul"], "{what}");
         let mut inputs = vec![Tensor::from_f32(a_shape.to_vec(), rng.f32s(a_ty.numel()))];
@@ -2255,4 +2173,51 @@ fn conv_algorithms_are_measured_once_then_read_from_the_cache() {
     assert_eq!(wino.millis.len(), 0);
     assert_eq!(wino.algo, ConvAlgo::Winograd(WinogradTile::F4), "{wino}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Gathers by run-time indices, with rows long enough to be cut between
+/// threads and short enough to be grouped, negative indices among them,
+/// against the reference executor; an index outside the axis is an error
+/// naming the node.
+#[test]
+fn gathers_by_runtime_indices_match_the_reference_executor() {
+    let cases: [(&[usize], usize, usize); 4] = [
+        (&[3, 40_000], 0, 5),
+        (&[2, 300, 7], 1, 900),
+        (&[4, 5, 6, 9], 3, 9),
+        (&[6], 0, 0),
+    ];
+    let mut rng = Rng(29);
+    for (shape, axis, picks) in cases {
+        let what = format!("{shape:?} axis {axis}");
+        let extent = shape[axis] as i64;
+        let mut g = Graph::new("gather");
+        let x_ty = ValueType::new(DType::F32, shape.to_vec());
+        let x = g.add_input("x", x_ty.clone(), vec![]);
+        let i = g.add_input("i", ValueType::new(DType::I64, vec![picks]), vec![]);
+        let op = Op::Gather(crate::ops::Gather { axis });
+        let span = vec![crate::core::Span::new("gather.onnx", "pick", "Gather", 0)];
+        let y = g.add_node(op, "pick", &[x, i], &[], span).unwrap();
+        g.set_outputs(vec![ValueRef::new(y, 0)]);
+        let m = compile_on(2, &g);
+        let index = |_| rng.below(2 * extent as usize) as i64 - extent;
+        let indices: Vec<i64> = (0..picks).map(index).collect();
+        let inputs = [
+            Tensor::from_f32(shape.to_vec(), rng.f32s(x_ty.numel())),
+            Tensor::new(vec![picks], TensorData::I64(indices)),
+        ];
+        let expected = crate::reference::run(&g, &inputs).unwrap();
+        let got = m.run(&inputs).unwrap();
+        assert_eq!(got[0].shape, expected[0].shape, "{what}");
+        assert_close(&got[0].f32s(), &expected[0].f32s(), &what);
+        if picks > 0 {
+            let mut bad = inputs.clone();
+            bad[1] = Tensor::new(vec![picks], TensorData::I64(vec![extent; picks]));
+            let e = m.run(&bad).unwrap_err().to_string();
+            assert!(
+                e.contains("pick") && e.contains("out of range"),
+                "{what}: {e}"
+            );
+        }
+    }
 }
