@@ -199,29 +199,68 @@ fn conv_epilogue(
     claimed: &HashSet<NodeId>,
     target: &mut dyn Target,
 ) -> FusedGroup {
-    let (mut bn, mut residual, mut activation) = (None, None, None);
+    let epilogue = conv_epilogue_of(
+        g,
+        id,
+        |like, next| !claimed.contains(&next) && same_storage(g, like, next),
+        |v| relabel_after(g, v).filter(|t| !claimed.contains(t)),
+        |act| target.epilogue(act),
+    );
     let mut nodes = vec![id];
+    nodes.extend(epilogue.reads.iter().map(|&(n, _)| n));
+    FusedGroup {
+        nodes,
+        pattern: epilogue.pattern,
+    }
+}
+
+/// What follows a convolution in its fused epilogue.
+pub struct ConvEpilogue {
+    /// Every node after the convolution in the epilogue, in order, with the
+    /// input port on which it reads the value before it.
+    pub reads: Vec<(NodeId, usize)>,
+    /// The epilogue's batch norm, residual and activation.
+    pub pattern: Pattern,
+}
+
+/// The epilogue of convolution `id`: the batch norm, residual add and
+/// activation after it (in that order, each optional) and the relabels between
+/// them. `may_join(like, next)` says whether `next` may join reading the data
+/// as node `like` stores it, `relabel(v)` names the node after `v` that only
+/// relabels it, and `fuses(act)` whether the epilogue applies `act`. The fusion
+/// pass asks about planned storage; the planner, before any storage is chosen,
+/// asks the same walk what the pass will fuse.
+pub fn conv_epilogue_of(
+    g: &Graph,
+    id: NodeId,
+    may_join: impl Fn(NodeId, NodeId) -> bool,
+    relabel: impl Fn(ValueRef) -> Option<NodeId>,
+    mut fuses: impl FnMut(Activation) -> bool,
+) -> ConvEpilogue {
+    let (mut bn, mut residual, mut activation) = (None, None, None);
+    let mut reads = vec![];
     // The node that last set how the data is stored: the conv or a relabel.
     let mut like = id;
     let mut v = ValueRef::new(id, 0);
-    // The node may join: unclaimed, laid out like `like`, of its type.
+    // The node may join: allowed by the caller, and of `like`'s type.
     let joins = |like: NodeId, next: NodeId| {
-        !claimed.contains(&next)
-            && same_storage(g, like, next)
-            && g.node(next).outputs[0].ty == g.node(like).outputs[0].ty
+        may_join(like, next) && g.node(next).outputs[0].ty == g.node(like).outputs[0].ty
     };
     // 0: after the conv, 1: after a batch norm, 2: after the add.
     let mut stage = 0;
     while !g.is_graph_output(v) && activation.is_none() {
-        if let Some(t) = relabel_after(g, v).filter(|t| !claimed.contains(t)) {
-            nodes.push(t);
+        if let Some(t) = relabel(v) {
+            reads.push((t, 0));
             like = t;
             v = ValueRef::new(t, 0);
             continue;
         }
         if let Some(swish) = swish_of(g, v).filter(|s| s.iter().all(|&n| joins(like, n))) {
-            if target.epilogue(Activation::Swish) {
-                nodes.extend(swish);
+            if fuses(Activation::Swish) {
+                for n in swish {
+                    let port = g.node_inputs(n).iter().position(|&i| i == v);
+                    reads.push((n, port.expect("a swish node reads its operand")));
+                }
                 activation = Some(Activation::Swish);
             }
             break;
@@ -252,16 +291,16 @@ fn conv_epilogue(
                 residual = Some(other);
                 stage = 2;
             }
-            Op::Unary(u) if target.epilogue(Activation::Unary(*u)) => {
+            Op::Unary(u) if fuses(Activation::Unary(*u)) => {
                 activation = Some(Activation::Unary(*u))
             }
             _ => break,
         }
-        nodes.push(next);
+        reads.push((next, port));
         v = ValueRef::new(next, 0);
     }
-    FusedGroup {
-        nodes,
+    ConvEpilogue {
+        reads,
         pattern: Pattern::ConvEpilogue {
             bn,
             residual,

@@ -20,9 +20,10 @@
 //! their kernels vectorise poorly, and padded elements counted as work.
 
 use super::{Layout, LayoutError};
+use crate::fusion::{conv_epilogue_of, Activation};
 use crate::graph::{numel, Graph, NodeId, Op, Tensor, ValueRef, ValueType};
 pub use crate::ops::LayoutRole as OpKind;
-use crate::ops::{BinaryOp, Conv, Reshape, Transpose};
+use crate::ops::{Conv, Reshape, Transpose};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::Arc;
@@ -170,6 +171,9 @@ pub struct CostModel {
     /// Measured kernel times; `None` plans by the estimate alone (the same
     /// plan on every machine).
     pub measured: Option<Arc<dyn MeasuredCosts>>,
+    /// Whether the convolution kernels apply an activation in their epilogue
+    /// (by default every one; the runtime's calibrated model names its own).
+    pub epilogue_fuses: fn(Activation) -> bool,
 }
 
 impl Default for CostModel {
@@ -182,6 +186,7 @@ impl Default for CostModel {
             split_depthwise_penalty: 25.0,
             relabel_ns: 0.5,
             measured: None,
+            epilogue_fuses: |_| true,
         }
     }
 }
@@ -537,37 +542,26 @@ fn conv_slowdown(
     penalty * waste
 }
 
-/// The nodes the fusion pass runs in the epilogue of the convolution before
-/// them (its batch norm, residual add and activation, looking through
-/// transposes), each with the input port that reads the value before it. Such
-/// a node costs nothing while it reads that value in the layout it is written
-/// in, and a pass over its data once a transform comes between: the planner
-/// charges its own cost to that edge instead of to the node, so that a
-/// transform goes after the activation rather than between it and the conv.
-pub fn conv_epilogue_reads(g: &Graph) -> HashMap<NodeId, usize> {
+/// The nodes the fusion pass will run in the epilogue of the convolution
+/// before them (its batch norm, residual add and an activation `model` says the
+/// kernels apply, looking through transposes, which the plan makes relabels),
+/// each with the input port that reads the value before it. Such a node costs
+/// nothing while it reads that value in the layout it is written in, and a
+/// pass over its data once a transform comes between: the planner charges its
+/// own cost to that edge instead of to the node, so that a transform goes after
+/// the activation rather than between it and the conv.
+pub fn conv_epilogue_reads(g: &Graph, model: &CostModel) -> HashMap<NodeId, usize> {
+    let transpose_after = |v: ValueRef| match g.consumers(v)[..] {
+        [(t, 0)] if matches!(g.node(t).op, Op::Transpose(_)) => Some(t),
+        _ => None,
+    };
     let mut reads = HashMap::new();
     for id in g.node_ids() {
-        if !matches!(g.node(id).op, Op::Conv(_)) {
-            continue;
-        }
-        let mut v = ValueRef::new(id, 0);
-        // 0: after the conv, 1: after a batch norm, 2: after the add, 3: done.
-        let mut stage = 0;
-        while stage < 3 && !g.is_graph_output(v) {
-            let [(next, port)] = g.consumers(v)[..] else {
-                break;
-            };
-            match &g.node(next).op {
-                Op::Transpose(_) => {}
-                Op::BatchNorm(_) if stage == 0 && port == 0 => stage = 1,
-                Op::Binary(BinaryOp::Add) if stage <= 1 => stage = 2,
-                Op::Unary(_) => stage = 3,
-                _ => break,
-            }
-            if !matches!(g.node(next).op, Op::Transpose(_)) {
-                reads.insert(next, port);
-            }
-            v = ValueRef::new(next, 0);
+        if matches!(g.node(id).op, Op::Conv(_)) {
+            let epilogue =
+                conv_epilogue_of(g, id, |_, _| true, transpose_after, model.epilogue_fuses);
+            let fused = epilogue.reads.into_iter();
+            reads.extend(fused.filter(|&(n, _)| !matches!(g.node(n).op, Op::Transpose(_))));
         }
     }
     reads

@@ -261,7 +261,7 @@ impl PlanSpace {
         };
         // A conv's epilogue node pays its own cost on the edge from the value
         // before it, when a transform there keeps it out of the conv's step.
-        let epilogue = conv_epilogue_reads(g);
+        let epilogue = conv_epilogue_reads(g, model);
         let own_cost = |var: usize, variant: &Variant| all_impls[var][variant.imp].cost;
         let mut unary: Vec<Vec<f64>> = Vec::with_capacity(nodes.len());
         for (var, &id) in nodes.iter().enumerate() {

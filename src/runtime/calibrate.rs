@@ -38,6 +38,7 @@ fn calibrated(peaks: &MachinePeaks, measured: Arc<dyn MeasuredCosts>) -> CostMod
         ns_per_byte: 1.0 / peaks.copy_gbps,
         ns_per_flop: 1.0 / peaks.fma_gflops,
         measured: Some(measured),
+        epilogue_fuses: super::activation::vectorizes,
         ..CostModel::default()
     }
 }
