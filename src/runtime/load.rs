@@ -81,7 +81,8 @@ impl CpuTimes {
 /// What other processes took of the machine over one or more windows.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Load {
-    /// Ticks of CPU time others used (the hypervisor's steal included).
+    /// Ticks of CPU time others used (the hypervisor's steal included); a
+    /// window may read below 0 (see `between`).
     pub others: f64,
     /// Ticks the windows lasted (wall time, per CPU).
     pub elapsed: f64,
@@ -95,8 +96,12 @@ impl Load {
         let ticks = |x: u64, y: u64| y.saturating_sub(x) as f64;
         let own = ticks(a.own, b.own);
         Load {
-            // Per-CPU ticks are sampled and the process's are not: never below 0.
-            others: (ticks(a.busy, b.busy) - own).max(0.0),
+            // Per-CPU ticks are sampled and the process's are not, so a short
+            // window may show less than this process took: the difference
+            // keeps its sign until the windows are summed (clamping each one
+            // at 0 read a quiet machine as 0.5 to 0.7 cores busy over a
+            // calibration's windows of a few milliseconds).
+            others: ticks(a.busy, b.busy) - own,
             elapsed: ticks(a.total, b.total) / b.cpus as f64,
             cpus: b.cpus,
         }
@@ -112,7 +117,7 @@ impl Load {
     /// Cores other processes kept busy on average.
     pub fn others_cores(&self) -> f64 {
         // A window shorter than a tick still shows a tick of others' work as load.
-        self.others / self.elapsed.max(1.0)
+        self.others.max(0.0) / self.elapsed.max(1.0)
     }
 
     /// Whether something measured on `threads` threads during the windows
@@ -220,6 +225,23 @@ mod tests {
             });
         }
         assert!(all.quiet_for(2), "{all:?}");
+    }
+
+    #[test]
+    fn sampled_ticks_of_short_windows_average_out() {
+        // Two busy CPUs, all this process's: over two short windows the
+        // machine's sampled ticks read 0 and then 2, the process's 1 and 1.
+        let at = |busy: u64, own: u64| CpuTimes {
+            busy,
+            total: busy + 1000,
+            cpus: 2,
+            own,
+        };
+        let mut all = Load::default();
+        all.add(Load::between(at(100, 40), at(100, 41)));
+        all.add(Load::between(at(100, 41), at(102, 42)));
+        assert_eq!(all.others, 0.0, "{all:?}");
+        assert!(all.quiet_for(2));
     }
 
     #[test]
