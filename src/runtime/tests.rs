@@ -1676,6 +1676,7 @@ fn peaks_are_probed_once_then_read_from_the_cache() {
         others: 150.0,
         elapsed: 100.0,
         cpus: 2,
+        span: None,
     };
     let loaded = probed_under(2, &dir, true, busy);
     assert_eq!(loaded.source, PeaksSource::Busy(busy));
