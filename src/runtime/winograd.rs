@@ -663,10 +663,11 @@ impl TransformedWeights {
 }
 
 /// G g Gᵀ of every (output, input) channel pair, in f64, packed as
-/// `[α²][cout / width][cin][width]` with zeros beyond `cout`. The output
-/// channels of a group go through the arithmetic side by side, so it runs
-/// across vector lanes and each packed row is written whole (one output
-/// channel at a time wrote α² scattered floats per pair).
+/// `[α²][cout / width][cin][width]` with zeros beyond `cout`, the groups of
+/// output channels spread over the threads. The output channels of a group
+/// go through the arithmetic side by side, so it runs across vector lanes
+/// and each packed row is written whole (one output channel at a time wrote
+/// α² scattered floats per pair).
 fn transform_weights<const A: usize>(
     g: &WeightTransform<A>,
     cin: usize,
@@ -676,10 +677,11 @@ fn transform_weights<const A: usize>(
 ) -> Vec<f32> {
     let groups = cout.div_ceil(width);
     let mut u = vec![0f32; A * A * groups * cin * width];
-    // k[s][l]: tap s of lane l; gk[r][c][l]: (G g)[r][c] of lane l.
-    let mut k = vec![0f64; 9 * width];
-    let mut gk = vec![0f64; A * 3 * width];
-    for grp in 0..groups {
+    let at = u.as_mut_ptr() as usize;
+    par::for_each(groups, |grp| {
+        // k[s][l]: tap s of lane l; gk[r][c][l]: (G g)[r][c] of lane l.
+        let mut k = vec![0f64; 9 * width];
+        let mut gk = vec![0f64; A * 3 * width];
         let lanes = width.min(cout - grp * width);
         for i in 0..cin {
             for l in 0..lanes {
@@ -702,13 +704,18 @@ fn transform_weights<const A: usize>(
                 let row = |c: usize| &gk[(r * 3 + c) * width..][..width];
                 let (g0, g1, g2) = (row(0), row(1), row(2));
                 for c in 0..A {
-                    let out = &mut u[(((r * A + c) * groups + grp) * cin + i) * width..][..width];
-                    for l in 0..lanes {
-                        out[l] = (g0[l] * g[c][0] + g1[l] * g[c][1] + g2[l] * g[c][2]) as f32;
+                    let start = (((r * A + c) * groups + grp) * cin + i) * width;
+                    // SAFETY: the row lies inside `u`, and only this task
+                    // (its group) writes it.
+                    let out = unsafe {
+                        std::slice::from_raw_parts_mut((at as *mut f32).add(start), lanes)
+                    };
+                    for (l, o) in out.iter_mut().enumerate() {
+                        *o = (g0[l] * g[c][0] + g1[l] * g[c][1] + g2[l] * g[c][2]) as f32;
                     }
                 }
             }
         }
-    }
+    });
     u
 }
