@@ -703,7 +703,7 @@ fn transform_weights<const A: usize>(
             for r in 0..A {
                 let row = |c: usize| &gk[(r * 3 + c) * width..][..width];
                 let (g0, g1, g2) = (row(0), row(1), row(2));
-                for c in 0..A {
+                for (c, gc) in g.iter().enumerate() {
                     let start = (((r * A + c) * groups + grp) * cin + i) * width;
                     // SAFETY: the row lies inside `u`, and only this task
                     // (its group) writes it.
@@ -711,7 +711,7 @@ fn transform_weights<const A: usize>(
                         std::slice::from_raw_parts_mut((at as *mut f32).add(start), lanes)
                     };
                     for (l, o) in out.iter_mut().enumerate() {
-                        *o = (g0[l] * g[c][0] + g1[l] * g[c][1] + g2[l] * g[c][2]) as f32;
+                        *o = (g0[l] * gc[0] + g1[l] * gc[1] + g2[l] * gc[2]) as f32;
                     }
                 }
             }
