@@ -6,7 +6,7 @@
 //! (`kernel_times.rs`), so a warm cache plans without running anything.
 
 use super::conv::ConvGeom;
-use super::conv_algo::{self, ConvAlgo, ConvAlgoOptions, ConvSpec};
+use super::conv_algo::{self, ConvAlgo, ConvAlgoOptions, ConvSpec, SharedWeights};
 use super::depthwise::Depthwise;
 use super::kernel_times::{self, conv_key, KernelTimes};
 use super::kernels::Gather;
@@ -14,7 +14,7 @@ use super::roofline::{self, machine_peaks, MachinePeaks};
 use super::simd::{Epilogue, Isa};
 use super::{worker_pool, CompiledModel, RuntimeError, RuntimeOptions};
 use crate::core::par;
-use crate::graph::{numel, DType, ValueType};
+use crate::graph::{numel, DType, Tensor, ValueType};
 use crate::layout::op_rules::{ConvQuery, CostModel, MeasuredCosts};
 use crate::layout::Layout;
 use crate::ops::OpDef;
@@ -57,6 +57,44 @@ pub struct MeasuredKernels {
     isa: Isa,
     algo: ConvAlgoOptions,
     times: Mutex<KernelTimes>,
+    shared: Mutex<SharedByWeights>,
+}
+
+/// What the kernels built from each weight tensor share
+/// (`conv_algo::SharedWeights`), keyed by the address of its elements (the
+/// tensor is held, so the address is not reused) and the convolution's
+/// geometry without its layouts.
+#[derive(Default)]
+struct SharedByWeights {
+    entries: HashMap<SharedKey, (Tensor, Arc<SharedWeights>)>,
+    /// The convolution asked last: the only one that keeps its transformed
+    /// weights (the planner asks for one convolution's layouts in a row).
+    latest: Option<SharedKey>,
+}
+
+type SharedKey = (usize, Vec<usize>);
+
+impl SharedByWeights {
+    /// What is shared by kernels of `weights` at `geom`.
+    fn of(&mut self, weights: &Tensor, w: &[f32], geom: &ConvGeom) -> Arc<SharedWeights> {
+        let layout_free = ConvGeom {
+            x_cb: 1,
+            y_cb: 1,
+            ..geom.clone()
+        };
+        let key = (w.as_ptr() as usize, conv_key(&layout_free));
+        if self.latest.as_ref() != Some(&key) {
+            if let Some((_, previous)) = self.latest.take().and_then(|k| self.entries.get(&k)) {
+                previous.release_transformed();
+            }
+            self.latest = Some(key.clone());
+        }
+        let entry = self
+            .entries
+            .entry(key)
+            .or_insert_with(|| (weights.clone(), Arc::default()));
+        entry.1.clone()
+    }
 }
 
 impl fmt::Debug for MeasuredKernels {
@@ -82,6 +120,7 @@ impl MeasuredKernels {
             isa,
             algo: options.conv_algo.clone(),
             times: Mutex::new(times),
+            shared: Mutex::default(),
         })
     }
 
@@ -145,6 +184,7 @@ impl MeasuredCosts for MeasuredKernels {
         let ms = if depthwise {
             self.depthwise_millis(geom, &w, &mut times)
         } else {
+            let shared = self.shared.lock().ok()?.of(q.weights, &w, &geom);
             let bias = vec![0f32; geom.cout];
             let spec = ConvSpec {
                 geom,
@@ -157,7 +197,7 @@ impl MeasuredCosts for MeasuredKernels {
             };
             let times: &mut KernelTimes = &mut times;
             self.pool
-                .install(|| conv_algo::expected_millis(&spec, &self.algo, times))
+                .install(|| conv_algo::expected_millis(&spec, &self.algo, times, &shared))
         };
         Some(ms * 1e6)
     }

@@ -179,16 +179,18 @@ impl PackedConv {
         let (kh, kw) = geom.k;
         let mut packed = vec![0f32; groups * kh * kw * geom.cin * width];
         let mut packed_bias = vec![0f32; groups * width];
-        // Group g, lane l is output channel g * width + l.
+        // Group g, lane l is output channel g * width + l. A group's packed
+        // rows are written whole, reading its channels' weights side by side
+        // (one output channel at a time scattered its writes over the group).
         packed_bias[..geom.cout].copy_from_slice(&bias[..geom.cout]);
-        for o in 0..geom.cout {
-            let (g, l) = (o / width, o % width);
+        let taps = kh * kw;
+        for g in 0..groups {
+            let lanes = width.min(geom.cout - g * width);
             for i in 0..geom.cin {
-                for y in 0..kh {
-                    for x in 0..kw {
-                        let src = ((o * geom.cin + i) * kh + y) * kw + x;
-                        let dst = (((g * kh + y) * kw + x) * geom.cin + i) * width + l;
-                        packed[dst] = w[src];
+                for t in 0..taps {
+                    let row = &mut packed[((g * taps + t) * geom.cin + i) * width..][..lanes];
+                    for (l, p) in row.iter_mut().enumerate() {
+                        *p = w[((g * width + l) * geom.cin + i) * taps + t];
                     }
                 }
             }

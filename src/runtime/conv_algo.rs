@@ -12,11 +12,12 @@
 use super::conv::{ConvGeom, PackedConv};
 use super::kernel_times::{conv_key, KernelTimes};
 use super::simd::{Epilogue, Isa};
-use super::winograd::{self, WinogradConv, WinogradTile};
+use super::winograd::{self, TransformedWeights, WinogradConv, WinogradTile};
 use crate::core::par;
 use crate::graph::Span;
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
 
 /// The algorithm `--conv-algo` asks for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -213,11 +214,11 @@ impl ConvSpec<'_> {
         )
     }
 
-    fn winograd(&self, tile: WinogradTile) -> WinogradConv {
+    fn winograd(&self, u: &TransformedWeights) -> WinogradConv {
         WinogradConv::new(
             self.geom.clone(),
             self.isa,
-            tile,
+            u,
             self.w,
             self.bias,
             self.epilogue,
@@ -226,10 +227,13 @@ impl ConvSpec<'_> {
         )
     }
 
-    /// The kernel of `algo` (a Winograd tile, else the direct kernel).
-    fn kernel(&self, algo: ConvAlgo) -> ConvKernel {
+    /// The kernel of `algo` (a Winograd tile, else the direct kernel), its
+    /// transformed weights taken from `shared`.
+    fn kernel(&self, algo: ConvAlgo, shared: &SharedWeights) -> ConvKernel {
         match algo {
-            ConvAlgo::Winograd(t) => ConvKernel::Winograd(Box::new(self.winograd(t))),
+            ConvAlgo::Winograd(t) => {
+                ConvKernel::Winograd(Box::new(self.winograd(&shared.transformed(self, t))))
+            }
             _ => ConvKernel::Direct(Box::new(self.direct())),
         }
     }
@@ -240,13 +244,57 @@ impl ConvSpec<'_> {
     }
 }
 
+/// What every kernel built from one convolution's weights shares, computed
+/// once: each Winograd size's error on the layer and its transformed weights,
+/// neither of which depends on the layouts. The planner keeps one per weight
+/// tensor over the layouts it measures the convolution in.
+#[derive(Default)]
+pub(super) struct SharedWeights {
+    errors: OnceLock<Vec<(ConvAlgo, f64)>>,
+    transformed: Mutex<Vec<TransformedWeights>>,
+}
+
+impl SharedWeights {
+    /// Each Winograd size's relative error on the spec's weights.
+    fn errors(&self, spec: &ConvSpec) -> Vec<(ConvAlgo, f64)> {
+        self.errors
+            .get_or_init(|| winograd_errors(spec, &TILES))
+            .clone()
+    }
+
+    /// The spec's weights transformed for `tile`.
+    fn transformed(&self, spec: &ConvSpec, tile: WinogradTile) -> TransformedWeights {
+        let mut done = self.transformed.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(u) = done.iter().find(|u| u.tile() == tile) {
+            return u.clone();
+        }
+        let g = &spec.geom;
+        let u = TransformedWeights::new(tile, spec.isa, g.cin, g.cout, spec.w);
+        done.push(u.clone());
+        u
+    }
+
+    /// Drops the transformed weights (1.8x or 4x the weights), keeping the
+    /// errors: once the planner has measured a convolution in every layout.
+    pub(super) fn release_transformed(&self) {
+        self.transformed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+}
+
 /// The Winograd sizes tried, the larger (faster, less accurate) first.
 const TILES: [WinogradTile; 2] = [WinogradTile::F4, WinogradTile::F2];
 
 /// The algorithms `options` leaves to choose from for the spec (one: no
 /// choice to measure), and each Winograd size's error on the layer.
 #[allow(clippy::type_complexity)]
-fn candidates(spec: &ConvSpec, options: &ConvAlgoOptions) -> (Vec<ConvAlgo>, Vec<(ConvAlgo, f64)>) {
+fn candidates(
+    spec: &ConvSpec,
+    options: &ConvAlgoOptions,
+    shared: &SharedWeights,
+) -> (Vec<ConvAlgo>, Vec<(ConvAlgo, f64)>) {
     if !winograd::applies(&spec.geom) || options.choice == ConvAlgoChoice::Direct {
         let algo = match spec.is_pointwise() {
             true => ConvAlgo::Pointwise,
@@ -254,7 +302,7 @@ fn candidates(spec: &ConvSpec, options: &ConvAlgoOptions) -> (Vec<ConvAlgo>, Vec
         };
         return (vec![algo], vec![]);
     }
-    let errors = winograd_errors(spec, &TILES);
+    let errors = shared.errors(spec);
     let accurate = errors
         .iter()
         .filter(|(_, e)| *e <= WINOGRAD_TOLERANCE)
@@ -269,14 +317,15 @@ fn candidates(spec: &ConvSpec, options: &ConvAlgoOptions) -> (Vec<ConvAlgo>, Vec
 /// Builds the kernel of a dense convolution with the algorithm `options`
 /// asks for (measured under auto, on the calling thread pool's threads).
 pub fn build(spec: &ConvSpec, options: &ConvAlgoOptions) -> (ConvKernel, ConvDecision) {
-    let (candidates, errors) = candidates(spec, options);
+    let shared = SharedWeights::default();
+    let (candidates, errors) = candidates(spec, options, &shared);
     let decision = match candidates.as_slice() {
         [only] => ConvDecision {
             errors,
             ..ConvDecision::from(*only)
         },
         _ => {
-            let millis = measured_millis(spec, &candidates, options);
+            let millis = measured_millis(spec, &candidates, options, &shared);
             let best = (0..candidates.len())
                 .min_by(|&a, &b| millis[a].total_cmp(&millis[b]))
                 .unwrap_or(0);
@@ -287,7 +336,7 @@ pub fn build(spec: &ConvSpec, options: &ConvAlgoOptions) -> (ConvKernel, ConvDec
             }
         }
     };
-    (spec.kernel(decision.algo), decision)
+    (spec.kernel(decision.algo, &shared), decision)
 }
 
 /// Each candidate's milliseconds at the spec's shape: from the cache when it
@@ -297,16 +346,22 @@ fn measured_millis(
     spec: &ConvSpec,
     candidates: &[ConvAlgo],
     options: &ConvAlgoOptions,
+    shared: &SharedWeights,
 ) -> Vec<f64> {
     let mut times = KernelTimes::open(options.cache.as_deref(), spec.isa, par::threads());
-    let millis = millis_in(&mut times, spec, candidates);
+    let millis = millis_in(&mut times, spec, candidates, shared);
     times.save();
     millis
 }
 
 /// Each candidate's milliseconds at the spec's shape, those `times` lacks
 /// measured now and recorded there.
-fn millis_in(times: &mut KernelTimes, spec: &ConvSpec, candidates: &[ConvAlgo]) -> Vec<f64> {
+fn millis_in(
+    times: &mut KernelTimes,
+    spec: &ConvSpec,
+    candidates: &[ConvAlgo],
+    shared: &SharedWeights,
+) -> Vec<f64> {
     let g = &spec.geom;
     let key = conv_key(g);
     candidates
@@ -314,7 +369,7 @@ fn millis_in(times: &mut KernelTimes, spec: &ConvSpec, candidates: &[ConvAlgo]) 
         .map(|&a| {
             let name = a.to_string();
             times.get(a.kernel(), &key, &name).unwrap_or_else(|| {
-                let ms = time_once(times, g, &spec.kernel(a));
+                let ms = time_once(times, g, &spec.kernel(a, shared));
                 times.record(a.kernel(), &key, &name, ms);
                 ms
             })
@@ -324,14 +379,16 @@ fn millis_in(times: &mut KernelTimes, spec: &ConvSpec, candidates: &[ConvAlgo]) 
 
 /// The milliseconds of the algorithm `build` would run the spec with (under
 /// auto the fastest accurate candidate, measured unless `times` holds it), on
-/// the calling thread pool's threads. The planner compares layouts by it.
+/// the calling thread pool's threads. The planner compares layouts by it,
+/// with one `shared` per weight tensor.
 pub(super) fn expected_millis(
     spec: &ConvSpec,
     options: &ConvAlgoOptions,
     times: &mut KernelTimes,
+    shared: &SharedWeights,
 ) -> f64 {
-    let (candidates, _) = candidates(spec, options);
-    millis_in(times, spec, &candidates)
+    let (candidates, _) = candidates(spec, options, shared);
+    millis_in(times, spec, &candidates, shared)
         .into_iter()
         .fold(f64::INFINITY, f64::min)
 }
@@ -428,7 +485,8 @@ pub fn winograd_errors(spec: &ConvSpec, tiles: &[WinogradTile]) -> Vec<(ConvAlgo
     tiles
         .iter()
         .map(|&tile| {
-            let k = check.winograd(tile);
+            let u = TransformedWeights::new(tile, check.isa, cin, channels, &w);
+            let k = check.winograd(&u);
             let mut y = vec![0f32; geom.y_len()];
             let mut scratch = vec![0f32; k.scratch_len()];
             k.run(&x, None, &mut y, &mut scratch);

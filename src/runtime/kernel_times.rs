@@ -336,6 +336,7 @@ mod tests {
             others: others_cores * 100.0,
             elapsed: 100.0,
             cpus: 2,
+            span: None,
         };
         times.record("conv", geom, "direct", ms);
         times.save();

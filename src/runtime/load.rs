@@ -78,15 +78,22 @@ impl CpuTimes {
     }
 }
 
-/// What other processes took of the machine over one or more windows.
+/// What other processes took of the machine over the span of one or more windows.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Load {
-    /// Ticks of CPU time others used (the hypervisor's steal included).
+    /// Ticks of CPU time others used (the hypervisor's steal included); may
+    /// read below 0 (see `between`).
     pub others: f64,
     /// Ticks the windows lasted (wall time, per CPU).
     pub elapsed: f64,
     /// CPUs of the machine (0 while nothing was read).
     pub cpus: usize,
+    /// The readings before the first window `metered` took and after the
+    /// latest: the windows are judged over their whole span, so that only
+    /// its two ends carry the error of sampled ticks (a window of a few
+    /// milliseconds is shorter than a tick; a sum of many such windows read
+    /// an idle machine as up to 0.3 cores busy).
+    pub(super) span: Option<(CpuTimes, CpuTimes)>,
 }
 
 impl Load {
@@ -95,24 +102,29 @@ impl Load {
         let ticks = |x: u64, y: u64| y.saturating_sub(x) as f64;
         let own = ticks(a.own, b.own);
         Load {
-            // Per-CPU ticks are sampled and the process's are not: never below 0.
-            others: (ticks(a.busy, b.busy) - own).max(0.0),
+            // Per-CPU ticks are sampled and the process's are not, so a
+            // window may show less than this process took.
+            others: ticks(a.busy, b.busy) - own,
             elapsed: ticks(a.total, b.total) / b.cpus as f64,
             cpus: b.cpus,
+            span: None,
         }
     }
 
-    /// Adds another window.
-    pub fn add(&mut self, w: Load) {
-        self.others += w.others;
-        self.elapsed += w.elapsed;
-        self.cpus = self.cpus.max(w.cpus);
+    /// Takes in the window from reading `a` to reading `b`: the load is
+    /// that of the span from the first window's start to `b`.
+    fn extend(&mut self, a: CpuTimes, b: CpuTimes) {
+        let first = self.span.map_or(a, |(first, _)| first);
+        *self = Load {
+            span: Some((first, b)),
+            ..Load::between(first, b)
+        };
     }
 
     /// Cores other processes kept busy on average.
     pub fn others_cores(&self) -> f64 {
-        // A window shorter than a tick still shows a tick of others' work as load.
-        self.others / self.elapsed.max(1.0)
+        // A span shorter than a tick still shows a tick of others' work as load.
+        self.others.max(0.0) / self.elapsed.max(1.0)
     }
 
     /// Whether something measured on `threads` threads during the windows
@@ -143,7 +155,7 @@ pub fn metered<T>(load: &mut Load, f: impl FnOnce() -> T) -> T {
     let before = CpuTimes::now();
     let out = f();
     if let (Some(a), Some(b)) = (before, CpuTimes::now()) {
-        load.add(Load::between(a, b));
+        load.extend(a, b);
     }
     out
 }
@@ -181,6 +193,7 @@ mod tests {
             others: others_cores * 100.0,
             elapsed: 100.0,
             cpus,
+            span: None,
         }
     }
 
@@ -202,24 +215,27 @@ mod tests {
     }
 
     #[test]
-    fn windows_add_up_before_they_are_judged() {
-        // One tick of others' work in a window shorter than a tick reads as a
-        // whole core; over a longer calibration it is noise.
-        let short = Load {
-            others: 1.0,
-            elapsed: 0.2,
+    fn windows_are_judged_over_their_whole_span() {
+        // Two busy CPUs, all this process's, in short windows: the machine's
+        // sampled ticks read 2 in the first window and 0 in the second, and
+        // the process took a tick in each. Alone, the first window reads as
+        // others' work; over the span from its start to the second's end,
+        // the ticks agree.
+        let at = |busy: u64, own: u64| CpuTimes {
+            busy,
+            total: busy + 1000,
             cpus: 2,
+            own,
         };
-        assert!(!short.quiet_for(2));
-        let mut all = short;
-        for _ in 0..50 {
-            all.add(Load {
-                others: 0.0,
-                elapsed: 1.0,
-                cpus: 2,
-            });
-        }
-        assert!(all.quiet_for(2), "{all:?}");
+        let mut load = Load::default();
+        load.extend(at(100, 40), at(102, 41));
+        assert!(!load.quiet_for(2), "{load:?}");
+        load.extend(at(102, 45), at(102, 46));
+        assert_eq!(load.others, -4.0, "{load:?}");
+        assert!(load.quiet_for(2));
+        // Others' work between the windows counts too.
+        load.extend(at(110, 46), at(110, 47));
+        assert_eq!(load.others, 3.0, "{load:?}");
     }
 
     #[test]

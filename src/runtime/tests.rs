@@ -1608,6 +1608,7 @@ fn peaks_are_probed_once_then_read_from_the_cache() {
         others: 150.0,
         elapsed: 100.0,
         cpus: 2,
+        span: None,
     };
     let loaded = probed_under(2, &dir, true, busy);
     assert_eq!(loaded.source, PeaksSource::Busy(busy));
@@ -1930,7 +1931,7 @@ fn winograd_line_transforms_are_the_papers_matrices() {
 /// naive loop and in the direct kernel.
 #[test]
 fn winograd_matches_a_naive_loop_for_every_isa_tile_and_blocking() {
-    use super::winograd::{WinogradConv, WinogradTile};
+    use super::winograd::{TransformedWeights, WinogradConv, WinogradTile};
     let isas: Vec<Isa> = [Isa::Avx512, Isa::Avx2, Isa::Portable]
         .into_iter()
         .filter(|i| i.available())
@@ -2021,7 +2022,8 @@ fn winograd_matches_a_naive_loop_for_every_isa_tile_and_blocking() {
                 max: hi,
                 act: None,
             };
-            let conv = WinogradConv::new(g.clone(), isa, tile, &wt, &bias, ep, Some(0.0), threads);
+            let u = TransformedWeights::new(tile, isa, cin, cout, &wt);
+            let conv = WinogradConv::new(g.clone(), isa, &u, &wt, &bias, ep, Some(0.0), threads);
             let mut y = vec![f32::NAN; g.y_len()];
             let mut scratch = vec![f32::NAN; conv.scratch_len()];
             conv.run(&xb, fused.then_some(&residual[..]), &mut y, &mut scratch);

@@ -27,6 +27,7 @@ use super::simd::{
 use crate::core::par;
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// The output tile of a Winograd convolution.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -167,7 +168,7 @@ pub struct WinogradConv {
     /// Output channels of one product's register tile: one or two vectors.
     width: usize,
     /// [α²][cout / width][cin][width], zero beyond `cout`.
-    u: Vec<f32>,
+    u: Arc<[f32]>,
     /// Bias per output channel, zero beyond `cout`, `cout_r` long.
     bias: Vec<f32>,
     epilogue: Epilogue,
@@ -211,14 +212,14 @@ unsafe impl Send for Block {}
 unsafe impl Sync for Block {}
 
 impl WinogradConv {
-    /// Transforms logical OIHW weights `w` (3x3) and takes per-channel `bias`
-    /// (both already folded with any batch norm); `threads` is the number of
-    /// workers `run` may be called on.
+    /// The convolution of logical OIHW weights `w` (3x3), transformed as
+    /// `u`, and per-channel `bias` (both already folded with any batch norm);
+    /// `threads` is the number of workers `run` may be called on.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         geom: ConvGeom,
         isa: Isa,
-        tile: WinogradTile,
+        u: &TransformedWeights,
         w: &[f32],
         bias: &[f32],
         epilogue: Epilogue,
@@ -226,12 +227,11 @@ impl WinogradConv {
         threads: usize,
     ) -> WinogradConv {
         debug_assert!(applies(&geom));
-        let lanes = isa.lanes();
-        let width = if isa == Isa::Avx512 && geom.cout > lanes {
-            2 * lanes
-        } else {
-            lanes
-        };
+        assert!(
+            (u.isa, u.cin, u.cout) == (isa, geom.cin, geom.cout),
+            "transformed weights of another convolution"
+        );
+        let (tile, width) = (u.tile, u.width);
         let groups = geom.cout.div_ceil(width);
         let (x_lanes, y_lanes) = (
             Lanes::for_block(isa, geom.x_cb),
@@ -239,10 +239,7 @@ impl WinogradConv {
         );
         let cin_r = geom.cin.next_multiple_of(x_lanes.count());
         let cout_r = groups * width;
-        let u = match tile {
-            WinogradTile::F2 => transform_weights(&F2_G, &geom, w, width),
-            WinogradTile::F4 => transform_weights(&F4_G, &geom, w, width),
-        };
+        let u = u.u.clone();
         let mut padded_bias = vec![0f32; cout_r];
         padded_bias[..geom.cout].copy_from_slice(&bias[..geom.cout]);
         let m = tile.m();
@@ -619,32 +616,106 @@ unsafe fn both_axes<V: Vector, L: Line<A, R>, const A: usize, const R: usize>(
     out
 }
 
+/// G g Gᵀ of one convolution's weights for one Winograd size, packed for its
+/// products. It depends on the channels only, not on the layouts, so every
+/// kernel built from the same weights shares it (the planner measures a
+/// convolution in several layouts).
+#[derive(Clone)]
+pub struct TransformedWeights {
+    tile: WinogradTile,
+    isa: Isa,
+    cin: usize,
+    cout: usize,
+    /// Output channels of one product's register tile: one or two vectors.
+    width: usize,
+    /// [α²][cout / width][cin][width], zero beyond `cout`.
+    u: Arc<[f32]>,
+}
+
+impl TransformedWeights {
+    /// Transforms the logical OIHW 3x3 weights `w` of `cout` output and
+    /// `cin` input channels, in f64.
+    pub fn new(tile: WinogradTile, isa: Isa, cin: usize, cout: usize, w: &[f32]) -> Self {
+        let lanes = isa.lanes();
+        let width = if isa == Isa::Avx512 && cout > lanes {
+            2 * lanes
+        } else {
+            lanes
+        };
+        let u = match tile {
+            WinogradTile::F2 => transform_weights(&F2_G, cin, cout, w, width),
+            WinogradTile::F4 => transform_weights(&F4_G, cin, cout, w, width),
+        };
+        TransformedWeights {
+            tile,
+            isa,
+            cin,
+            cout,
+            width,
+            u: u.into(),
+        }
+    }
+
+    /// The Winograd size.
+    pub fn tile(&self) -> WinogradTile {
+        self.tile
+    }
+}
+
 /// G g Gᵀ of every (output, input) channel pair, in f64, packed as
-/// `[α²][cout / width][cin][width]` with zeros beyond `cout`.
+/// `[α²][cout / width][cin][width]` with zeros beyond `cout`, the groups of
+/// output channels spread over the threads. The output channels of a group
+/// go through the arithmetic side by side, so it runs across vector lanes
+/// and each packed row is written whole (one output channel at a time wrote
+/// α² scattered floats per pair).
 fn transform_weights<const A: usize>(
     g: &WeightTransform<A>,
-    geom: &ConvGeom,
+    cin: usize,
+    cout: usize,
     w: &[f32],
     width: usize,
 ) -> Vec<f32> {
-    let (cin, cout) = (geom.cin, geom.cout);
     let groups = cout.div_ceil(width);
     let mut u = vec![0f32; A * A * groups * cin * width];
-    for o in 0..cout {
-        let (grp, l) = (o / width, o % width);
+    let at = u.as_mut_ptr() as usize;
+    par::for_each(groups, |grp| {
+        // k[s][l]: tap s of lane l; gk[r][c][l]: (G g)[r][c] of lane l.
+        let mut k = vec![0f64; 9 * width];
+        let mut gk = vec![0f64; A * 3 * width];
+        let lanes = width.min(cout - grp * width);
         for i in 0..cin {
-            let k = &w[(o * cin + i) * 9..][..9];
-            // (G g) is A x 3, then (G g) Gᵀ is A x A.
-            let gg: [[f64; 3]; A] = std::array::from_fn(|r| {
-                std::array::from_fn(|c| (0..3).map(|s| g[r][s] * k[s * 3 + c] as f64).sum())
-            });
+            for l in 0..lanes {
+                let taps = &w[((grp * width + l) * cin + i) * 9..][..9];
+                for (s, &t) in taps.iter().enumerate() {
+                    k[s * width + l] = t as f64;
+                }
+            }
             for r in 0..A {
-                for c in 0..A {
-                    let e: f64 = (0..3).map(|s| gg[r][s] * g[c][s]).sum();
-                    u[(((r * A + c) * groups + grp) * cin + i) * width + l] = e as f32;
+                for c in 0..3 {
+                    let out = &mut gk[(r * 3 + c) * width..][..width];
+                    let taps = |s: usize| &k[(s * 3 + c) * width..][..width];
+                    let (k0, k1, k2) = (taps(0), taps(1), taps(2));
+                    for l in 0..lanes {
+                        out[l] = g[r][0] * k0[l] + g[r][1] * k1[l] + g[r][2] * k2[l];
+                    }
+                }
+            }
+            for r in 0..A {
+                let row = |c: usize| &gk[(r * 3 + c) * width..][..width];
+                let (g0, g1, g2) = (row(0), row(1), row(2));
+                for (c, gc) in g.iter().enumerate() {
+                    let start = (((r * A + c) * groups + grp) * cin + i) * width;
+                    // SAFETY: the row lies inside `u`, and only this task
+                    // (its group) writes it.
+                    let out = unsafe {
+                        std::slice::from_raw_parts_mut((at as *mut f32).add(start), lanes)
+                    };
+                    for (l, o) in out.iter_mut().enumerate() {
+                        *o = (g0[l] * gc[0] + g1[l] * gc[1] + g2[l] * gc[2]) as f32;
+                    }
                 }
             }
         }
-    }
+    });
     u
 }
