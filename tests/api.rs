@@ -247,7 +247,7 @@ fn the_measured_cost_model_is_cached_and_predicts_the_steps() {
     let _ = std::fs::remove_dir_all(&dir);
     let mut options = RuntimeOptions::with_threads(1);
     options.conv_algo.cache = Some(dir.clone());
-    let g = load_model(&bundled("resnet_small/model.onnx")).unwrap();
+    let g = load_model(&bundled("mobilenet_small/model.onnx")).unwrap();
     let plan = |options: &RuntimeOptions| {
         PlanLayouts::new(Planner::Global, Target::Nchwc(16))
             .with_cost_model(measured_cost_model(options).unwrap())
@@ -279,7 +279,32 @@ fn the_measured_cost_model_is_cached_and_predicts_the_steps() {
         assert!(ms.is_some(), "{}: {}", c.name, c.decision);
     }
     assert!(predicted.iter().all(|&s| s.is_finite() && s > 0.0));
-    let (inputs, expected) = load_test_data(&bundled("resnet_small"));
+    let (inputs, expected) = load_test_data(&bundled("mobilenet_small"));
     assert_close(&expected[0], &model.run(&inputs).unwrap()[0]);
+    // Its layout transforms by the times the planner measured for them.
+    let cache: serde_json::Value = serde_json::from_slice(&std::fs::read(&times).unwrap()).unwrap();
+    let transform_ms: Vec<f64> = cache
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kernel"] == "transform")
+        .flat_map(|e| e["millis"].as_array().unwrap().iter())
+        .map(|m| m[1].as_f64().unwrap())
+        .collect();
+    let mut steps = vec![];
+    model.run_profiled(&inputs, &mut steps).unwrap();
+    let transforms: Vec<f64> = steps
+        .iter()
+        .zip(&predicted)
+        .filter(|(s, _)| s.kind == "LayoutTransform")
+        .map(|(_, &seconds)| seconds)
+        .collect();
+    assert!(!transforms.is_empty());
+    for seconds in transforms {
+        assert!(
+            transform_ms.iter().any(|&ms| ms / 1e3 == seconds),
+            "{seconds} s is no measured transform time: {transform_ms:?}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -18,7 +18,6 @@ use crate::graph::{numel, DType, ValueType};
 use crate::layout::op_rules::{ConvQuery, CostModel, MeasuredCosts};
 use crate::layout::Layout;
 use crate::ops::OpDef;
-use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -173,8 +172,7 @@ impl MeasuredCosts for MeasuredKernels {
         if (src + dst) as f64 * 4.0 > MAX_MEASURED_BYTES {
             return None;
         }
-        // Keyed by the logical shape and both layouts (whose names are unambiguous).
-        let name = format!("{from} -> {to}");
+        let name = transform_name(from, to);
         let mut guard = self.times.lock().ok()?;
         let times: &mut KernelTimes = &mut guard;
         if let Some(ms) = times.get(TRANSFORM_KERNEL, &t.shape, &name) {
@@ -198,24 +196,36 @@ impl MeasuredCosts for MeasuredKernels {
 /// The kernel name transforms are cached under.
 const TRANSFORM_KERNEL: &str = "transform";
 
+/// The name a transform's time is cached under, beside its logical shape
+/// (layout names are unambiguous).
+fn transform_name(from: &Layout, to: &Layout) -> String {
+    format!("{from} -> {to}")
+}
+
+/// The milliseconds the planner measured for transforming `shape` from `from`
+/// to `to` on `threads` threads, if the cache in `dir` holds them.
+pub(super) fn cached_transform_millis(
+    dir: &Path,
+    isa: Isa,
+    threads: usize,
+    shape: &[usize],
+    from: &Layout,
+    to: &Layout,
+) -> Option<f64> {
+    let times = KernelTimes::open(Some(dir), isa, threads);
+    times.get(TRANSFORM_KERNEL, shape, &transform_name(from, to))
+}
+
 /// The time the cost model predicts for one run of each step of `model`, in
-/// seconds: a convolution's kernel time as measured for it (by the compiler
-/// or the planner), else the step's bytes at the copy bandwidth plus its flops
-/// at the FMA rate of `peaks` (the unit costs the planner uses).
+/// seconds: the kernel time measured for it (a convolution's by the compiler
+/// or the planner, a layout transform's by the planner), as the planner priced
+/// it, else the step's bytes at the copy bandwidth plus its flops at the FMA
+/// rate of `peaks` (the unit costs the planner uses).
 pub fn predicted_step_seconds(model: &CompiledModel, peaks: &MachinePeaks) -> Vec<f64> {
-    let kernel_ms: HashMap<&str, f64> = model
-        .conv_algos
-        .iter()
-        .filter_map(|c| {
-            let d = &c.decision;
-            let ms = d.millis.iter().find(|(a, _)| *a == d.algo)?.1;
-            Some((c.name.as_str(), ms))
-        })
-        .collect();
     model
         .steps
         .iter()
-        .map(|s| match kernel_ms.get(s.name.as_str()) {
+        .map(|s| match s.measured_ms {
             Some(ms) => ms / 1e3,
             None => {
                 s.work.bytes as f64 / (peaks.copy_gbps * 1e9)

@@ -127,6 +127,14 @@ impl fmt::Display for ConvDecision {
     }
 }
 
+impl ConvDecision {
+    /// The measured milliseconds of the algorithm taken, if it was measured.
+    pub fn measured_ms(&self) -> Option<f64> {
+        let (_, ms) = self.millis.iter().find(|(a, _)| *a == self.algo)?;
+        Some(*ms)
+    }
+}
+
 impl From<ConvAlgo> for ConvDecision {
     /// An algorithm taken without measuring or checking anything.
     fn from(algo: ConvAlgo) -> ConvDecision {
