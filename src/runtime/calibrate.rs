@@ -97,7 +97,7 @@ impl MeasuredKernels {
         let mut y = vec![0f32; geom.y_len()];
         let ms = self
             .pool
-            .install(|| times.measure(w, || k.run(&x, None, &mut y)));
+            .install(|| times.measure(w, &mut [&mut y], |out| k.run(&x, None, out[0])));
         times.record(kernel, &key, &name, ms);
         ms
     }
@@ -182,9 +182,11 @@ impl MeasuredCosts for MeasuredKernels {
         let x = vec![0f32; src];
         let mut y = vec![0f32; dst];
         let mut ok = true;
-        let ms = self
-            .pool
-            .install(|| times.measure(&[], || ok &= gather.run(&[x.as_slice()], &mut y).is_ok()));
+        let ms = self.pool.install(|| {
+            times.measure(&[], &mut [&mut y], |out| {
+                ok &= gather.run(&[x.as_slice()], out[0]).is_ok()
+            })
+        });
         if !ok {
             return None;
         }

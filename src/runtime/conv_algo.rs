@@ -369,7 +369,11 @@ fn time_once(times: &mut KernelTimes, g: &ConvGeom, k: &ConvKernel) -> f64 {
     let x = vec![0f32; g.x_len()];
     let mut y = vec![0f32; g.y_len()];
     let mut scratch = vec![0f32; k.scratch_len()];
-    times.measure(k.weights(), || k.run(&x, None, &mut y, &mut scratch))
+    times.measure(k.weights(), &mut [&mut y, &mut scratch], |written| {
+        if let [y, scratch] = written {
+            k.run(&x, None, y, scratch)
+        }
+    })
 }
 
 /// Output channels whose error is checked: the error of a channel depends on
