@@ -283,3 +283,59 @@ fn the_measured_cost_model_is_cached_and_predicts_the_steps() {
     assert_close(&expected[0], &model.run(&inputs).unwrap()[0]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_layout_transform_is_predicted_by_the_time_the_planner_measured_for_it() {
+    use layoutopt::graph::{DType, Op, ValueRef};
+    use layoutopt::layout::{Layout, PadValue};
+    use layoutopt::ops::LayoutTransform;
+    use layoutopt::runtime::calibrate::{measured_cost_model, predicted_step_seconds};
+    // What is cached is tested here, not the guard against load.
+    std::env::set_var(layoutopt::runtime::load::CACHE_UNDER_LOAD_ENV, "1");
+    let dir = std::env::temp_dir().join(format!("layoutopt-transforms-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut options = RuntimeOptions::with_threads(1);
+    options.conv_algo.cache = Some(dir.clone());
+    let t = ValueType::new(DType::F32, vec![1, 17, 8, 8]);
+    let (nchw, blocked) = (
+        Layout::parse("NCHW").unwrap(),
+        Layout::parse("NCHW16c").unwrap(),
+    );
+    // The planner's measured costs of both transforms, cached when dropped.
+    let measured_ns: Vec<f64> = {
+        let costs = measured_cost_model(&options).unwrap();
+        let m = costs.measured.as_ref().unwrap();
+        [(&nchw, &blocked), (&blocked, &nchw)]
+            .iter()
+            .map(|(from, to)| m.transform_ns(&t, from, to).unwrap())
+            .collect()
+    };
+    let mut g = Graph::new("transforms");
+    let mut v = g.add_input("x", t.clone(), vec![]);
+    for (name, from, to, pad) in [
+        ("to", &nchw, &blocked, PadValue::Known(0.0)),
+        ("back", &blocked, &nchw, PadValue::Undef),
+    ] {
+        let op = Op::LayoutTransform(LayoutTransform {
+            from: from.clone(),
+            to: to.clone(),
+            logical: t.shape.clone(),
+            pad,
+        });
+        v = ValueRef::new(g.add_node(op, name, &[v], &[], vec![]).unwrap(), 0);
+    }
+    g.set_outputs(vec![v]);
+    let model = CompiledModel::compile(&g, &options).unwrap();
+    let peaks = layoutopt::runtime::roofline::machine_peaks(1, Some(&dir), false)
+        .unwrap()
+        .peaks;
+    let predicted = predicted_step_seconds(&model, &peaks);
+    assert_eq!(predicted.len(), 2);
+    for (seconds, ns) in predicted.iter().zip(&measured_ns) {
+        assert!(
+            (seconds * 1e9 - ns).abs() <= 1e-9 * ns,
+            "{seconds} s, measured {ns} ns"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

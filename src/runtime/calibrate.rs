@@ -18,7 +18,6 @@ use crate::graph::{numel, DType, Tensor, ValueType};
 use crate::layout::op_rules::{ConvQuery, CostModel, MeasuredCosts};
 use crate::layout::Layout;
 use crate::ops::OpDef;
-use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -138,7 +137,7 @@ impl MeasuredKernels {
         let mut y = vec![0f32; geom.y_len()];
         let ms = self
             .pool
-            .install(|| times.measure(w, || k.run(&x, None, &mut y)));
+            .install(|| times.measure(w, &mut [&mut y], |out| k.run(&x, None, out[0])));
         times.record(kernel, &key, &name, ms);
         ms
     }
@@ -214,8 +213,7 @@ impl MeasuredCosts for MeasuredKernels {
         if (src + dst) as f64 * 4.0 > MAX_MEASURED_BYTES {
             return None;
         }
-        // Keyed by the logical shape and both layouts (whose names are unambiguous).
-        let name = format!("{from} -> {to}");
+        let name = transform_name(from, to);
         let mut guard = self.times.lock().ok()?;
         let times: &mut KernelTimes = &mut guard;
         if let Some(ms) = times.get(TRANSFORM_KERNEL, &t.shape, &name) {
@@ -225,9 +223,11 @@ impl MeasuredCosts for MeasuredKernels {
         let x = vec![0f32; src];
         let mut y = vec![0f32; dst];
         let mut ok = true;
-        let ms = self
-            .pool
-            .install(|| times.measure(&[], || ok &= gather.run(&[x.as_slice()], &mut y).is_ok()));
+        let ms = self.pool.install(|| {
+            times.measure(&[], &mut [&mut y], |out| {
+                ok &= gather.run(&[x.as_slice()], out[0]).is_ok()
+            })
+        });
         if !ok {
             return None;
         }
@@ -239,24 +239,36 @@ impl MeasuredCosts for MeasuredKernels {
 /// The kernel name transforms are cached under.
 const TRANSFORM_KERNEL: &str = "transform";
 
+/// The name a transform's time is cached under, beside its logical shape
+/// (layout names are unambiguous).
+fn transform_name(from: &Layout, to: &Layout) -> String {
+    format!("{from} -> {to}")
+}
+
+/// The milliseconds the planner measured for transforming `shape` from `from`
+/// to `to` on `threads` threads, if the cache in `dir` holds them.
+pub(super) fn cached_transform_millis(
+    dir: &Path,
+    isa: Isa,
+    threads: usize,
+    shape: &[usize],
+    from: &Layout,
+    to: &Layout,
+) -> Option<f64> {
+    let times = KernelTimes::open(Some(dir), isa, threads);
+    times.get(TRANSFORM_KERNEL, shape, &transform_name(from, to))
+}
+
 /// The time the cost model predicts for one run of each step of `model`, in
-/// seconds: a convolution's kernel time as measured for it (by the compiler
-/// or the planner), else the step's bytes at the copy bandwidth plus its flops
-/// at the FMA rate of `peaks` (the unit costs the planner uses).
+/// seconds: the kernel time measured for it (a convolution's by the compiler
+/// or the planner, a layout transform's by the planner), as the planner priced
+/// it, else the step's bytes at the copy bandwidth plus its flops at the FMA
+/// rate of `peaks` (the unit costs the planner uses).
 pub fn predicted_step_seconds(model: &CompiledModel, peaks: &MachinePeaks) -> Vec<f64> {
-    let kernel_ms: HashMap<&str, f64> = model
-        .conv_algos
-        .iter()
-        .filter_map(|c| {
-            let d = &c.decision;
-            let ms = d.millis.iter().find(|(a, _)| *a == d.algo)?.1;
-            Some((c.name.as_str(), ms))
-        })
-        .collect();
     model
         .steps
         .iter()
-        .map(|s| match kernel_ms.get(s.name.as_str()) {
+        .map(|s| match s.measured_ms {
             Some(ms) => ms / 1e3,
             None => {
                 s.work.bytes as f64 / (peaks.copy_gbps * 1e9)

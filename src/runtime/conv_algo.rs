@@ -128,6 +128,14 @@ impl fmt::Display for ConvDecision {
     }
 }
 
+impl ConvDecision {
+    /// The measured milliseconds of the algorithm taken, if it was measured.
+    pub fn measured_ms(&self) -> Option<f64> {
+        let (_, ms) = self.millis.iter().find(|(a, _)| *a == self.algo)?;
+        Some(*ms)
+    }
+}
+
 impl From<ConvAlgo> for ConvDecision {
     /// An algorithm taken without measuring or checking anything.
     fn from(algo: ConvAlgo) -> ConvDecision {
@@ -418,7 +426,11 @@ fn time_once(times: &mut KernelTimes, g: &ConvGeom, k: &ConvKernel) -> f64 {
     let x = vec![0f32; g.x_len()];
     let mut y = vec![0f32; g.y_len()];
     let mut scratch = vec![0f32; k.scratch_len()];
-    times.measure(k.weights(), || k.run(&x, None, &mut y, &mut scratch))
+    times.measure(k.weights(), &mut [&mut y, &mut scratch], |written| {
+        if let [y, scratch] = written {
+            k.run(&x, None, y, scratch)
+        }
+    })
 }
 
 /// Output channels whose error is checked: the error of a channel depends on

@@ -24,7 +24,7 @@ pub(super) const CACHE_FILE: &str = "kernel_times.json";
 /// How today's entries were timed (see [`time_kernel`]), and the revision of
 /// the timed kernels; entries timed otherwise, or of older kernels, are not
 /// used. Revision 2: the Winograd transforms written out per tile size.
-const TIMING: &str = "weights flushed, best of 2 settled or 3; kernels r2";
+const TIMING: &str = "weights, output and scratch flushed, best of 2 settled or 3; kernels r2";
 
 /// The measured times of one kernel geometry on one machine.
 #[derive(Clone, Serialize, Deserialize)]
@@ -144,10 +144,15 @@ impl KernelTimes {
             .map(|m| m.1)
     }
 
-    /// Milliseconds of `run` ([`time_kernel`]), noting how busy the machine
-    /// was meanwhile.
-    pub(super) fn measure(&mut self, weights: &[f32], run: impl FnMut()) -> f64 {
-        metered(&mut self.load, || time_kernel(weights, run))
+    /// Milliseconds of `run` on the buffers it writes ([`time_kernel`]),
+    /// noting how busy the machine was meanwhile.
+    pub(super) fn measure(
+        &mut self,
+        weights: &[f32],
+        written: &mut [&mut [f32]],
+        run: impl FnMut(&mut [&mut [f32]]),
+    ) -> f64 {
+        metered(&mut self.load, || time_kernel(weights, written, run))
     }
 
     /// Records the milliseconds of `algo` on `kernel` at geometry `geom`.
@@ -277,20 +282,30 @@ const RUNS: usize = 3;
 /// every convolution of a model in several layouts, so each run saved counts).
 const SETTLED: f64 = 0.05;
 
-/// Milliseconds of the fastest of up to [`RUNS`] calls of `run` (after one
-/// that maps the pages), stopping once two agree ([`settled`]), each with
-/// `weights` flushed from the caches: in a model, a layer's weights were last
-/// read a whole run before, and a model's weights outgrow the caches
+/// Milliseconds of the fastest of up to [`RUNS`] calls of `run` on the
+/// buffers it writes (after one that maps the pages), stopping once two agree
+/// ([`settled`]), each with `weights` and the `written` buffers (output,
+/// working memory) flushed from the caches: in a model, a layer's weights were
+/// last read a whole run before, and a model's weights outgrow the caches
 /// (Winograd's transformed weights are 1.8x or 4x the direct ones, which on
-/// deep layers can cost more than the multiplies it saves), while its input
-/// was just written by the step before.
-fn time_kernel(weights: &[f32], mut run: impl FnMut()) -> f64 {
-    run();
+/// deep layers can cost more than the multiplies it saves); the arena ranges
+/// a step writes were last used by other steps, with other weights streamed
+/// through the caches since (written over and over in place, they stayed in
+/// the caches, and a model's deep 3x3 layers ran 1.4-1.7x their measured time
+/// where its 1x1 layers ran 1.1-1.3x); its input was just written by the step
+/// before.
+fn time_kernel(
+    weights: &[f32],
+    written: &mut [&mut [f32]],
+    mut run: impl FnMut(&mut [&mut [f32]]),
+) -> f64 {
+    run(written);
     let mut times = Vec::with_capacity(RUNS);
     while times.len() < RUNS && !settled(&times) {
         flush(weights);
+        written.iter().for_each(|b| flush(b));
         let t = Instant::now();
-        run();
+        run(written);
         times.push(t.elapsed().as_secs_f64() * 1e3);
     }
     times.into_iter().fold(f64::INFINITY, f64::min)
@@ -351,7 +366,7 @@ mod tests {
         // The two fastest decide, whatever came first.
         assert!(settled(&[3.0, 1.02, 1.0]));
         let mut calls = 0;
-        time_kernel(&[], || calls += 1);
+        time_kernel(&[], &mut [], |_| calls += 1);
         assert!((3..=1 + RUNS).contains(&calls), "{calls} calls");
     }
 

@@ -303,6 +303,8 @@ struct Step {
     /// Working memory of the kernel, live during this step only.
     scratch: Option<Slot>,
     work: StepWork,
+    /// The milliseconds the cost model measured for its kernel, if it did.
+    measured_ms: Option<f64>,
     /// How each output is stored, for `run_checked`.
     stored: Vec<Stored>,
 }

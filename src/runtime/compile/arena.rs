@@ -152,6 +152,7 @@ impl Compiler<'_> {
                     spans: p.spans,
                     kernel: p.kernel,
                     work: p.work,
+                    measured_ms: p.measured_ms,
                 })
             })
             .collect::<Result<Vec<_>, RuntimeError>>()?;

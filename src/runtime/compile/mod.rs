@@ -5,6 +5,7 @@
 
 mod arena;
 
+use super::calibrate::cached_transform_millis;
 use super::conv::ConvGeom;
 use super::conv_algo::{self, ConvAlgoOptions, ConvSpec, LayerAlgo};
 use super::depthwise::Depthwise;
@@ -42,6 +43,9 @@ struct Pending {
     inputs: Vec<ValueRef>,
     outputs: Vec<ValueRef>,
     work: StepWork,
+    /// The milliseconds the cost model measured for the step's kernel, if it
+    /// did: the profile predicts the step by them.
+    measured_ms: Option<f64>,
 }
 
 /// A gather, or a plain copy when it moves nothing (e.g. NCHW16c of a 1x1
@@ -214,7 +218,8 @@ impl<'g> Compiler<'g> {
         let mut inputs = vec![conv_inputs[0]];
         inputs.extend(residual);
         let suffix = format!(" ({})", decision.algo);
-        let step = self.group_pending(group, suffix, kernel, inputs, &conv_inputs[1..]);
+        let mut step = self.group_pending(group, suffix, kernel, inputs, &conv_inputs[1..]);
+        step.measured_ms = decision.measured_ms();
         self.conv_algos.push(LayerAlgo {
             name: step.name.clone(),
             spans: step.spans.clone(),
@@ -248,6 +253,7 @@ impl<'g> Compiler<'g> {
             kernel,
             inputs,
             outputs,
+            measured_ms: None,
         }
     }
 
@@ -899,7 +905,26 @@ impl<'g> Compiler<'g> {
                 },
             }
         }
+        self.add_measured_transforms(pool.threads());
         self.plan_memory(pool)
+    }
+
+    /// Gives each layout transform step the time the planner measured for it
+    /// (`calibrate::cached_transform_millis`), when the cache holds one.
+    fn add_measured_transforms(&mut self, threads: usize) {
+        let Some(dir) = self.conv_algo.cache.as_deref() else {
+            return;
+        };
+        for step in &mut self.steps {
+            let [out] = step.outputs[..] else { continue };
+            if let Op::LayoutTransform(LayoutTransform {
+                from, to, logical, ..
+            }) = &self.g.node(out.node).op
+            {
+                step.measured_ms =
+                    cached_transform_millis(dir, self.isa, threads, logical, from, to);
+            }
+        }
     }
 
     /// The TIR loop nest of an elementwise group, or one step per node when it
@@ -963,6 +988,7 @@ impl<'g> Compiler<'g> {
                     work: self.work(&[id], inputs, &outputs),
                     inputs: inputs.to_vec(),
                     outputs,
+                    measured_ms: None,
                 });
             }
             return Ok(());
@@ -1000,6 +1026,7 @@ impl<'g> Compiler<'g> {
             work: self.work(&[id], &all_inputs, &outputs),
             inputs,
             outputs,
+            measured_ms: None,
         });
         Ok(())
     }
