@@ -18,6 +18,7 @@ use crate::graph::{numel, DType, Tensor, ValueType};
 use crate::layout::op_rules::{ConvQuery, CostModel, MeasuredCosts};
 use crate::layout::Layout;
 use crate::ops::OpDef;
+use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
