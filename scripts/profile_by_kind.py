@@ -23,6 +23,10 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+# compare_planners.py reads the load average the same way.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare_planners import load_average  # noqa: E402
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -70,14 +74,6 @@ def main() -> int:
     print()
     print(f"load average (1, 5, 15 min): before {load_before}, after {load_average()}")
     return 0
-
-
-def load_average() -> str:
-    """The load averages of /proc/loadavg (Linux), else '?'."""
-    try:
-        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    except OSError:
-        return "?"
 
 
 if __name__ == "__main__":

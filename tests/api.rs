@@ -238,15 +238,22 @@ fn measured_conv_times_replace_the_estimate() {
     assert!(fast_blocked.report.estimated_cost < 1e9);
 }
 
-#[test]
-fn the_measured_cost_model_is_cached_and_predicts_the_steps() {
-    use layoutopt::runtime::calibrate::{measured_cost_model, predicted_step_seconds};
-    // What is cached is tested here, not the guard against load.
+/// Options for one thread measuring into an empty cache directory of its own
+/// (named after `what`), and that directory. What is cached is tested, not
+/// the guard against load, so measurements are cached under load too.
+fn one_thread_with_empty_cache(what: &str) -> (PathBuf, RuntimeOptions) {
     std::env::set_var(layoutopt::runtime::load::CACHE_UNDER_LOAD_ENV, "1");
-    let dir = std::env::temp_dir().join(format!("layoutopt-costs-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("layoutopt-{what}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut options = RuntimeOptions::with_threads(1);
     options.conv_algo.cache = Some(dir.clone());
+    (dir, options)
+}
+
+#[test]
+fn the_measured_cost_model_is_cached_and_predicts_the_steps() {
+    use layoutopt::runtime::calibrate::{measured_cost_model, predicted_step_seconds};
+    let (dir, options) = one_thread_with_empty_cache("costs");
     let g = load_model(&bundled("resnet_small/model.onnx")).unwrap();
     let plan = |options: &RuntimeOptions| {
         PlanLayouts::new(Planner::Global, Target::Nchwc(16))
@@ -290,12 +297,7 @@ fn a_layout_transform_is_predicted_by_the_time_the_planner_measured_for_it() {
     use layoutopt::layout::{Layout, PadValue};
     use layoutopt::ops::LayoutTransform;
     use layoutopt::runtime::calibrate::{measured_cost_model, predicted_step_seconds};
-    // What is cached is tested here, not the guard against load.
-    std::env::set_var(layoutopt::runtime::load::CACHE_UNDER_LOAD_ENV, "1");
-    let dir = std::env::temp_dir().join(format!("layoutopt-transforms-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let mut options = RuntimeOptions::with_threads(1);
-    options.conv_algo.cache = Some(dir.clone());
+    let (dir, options) = one_thread_with_empty_cache("transforms");
     let t = ValueType::new(DType::F32, vec![1, 17, 8, 8]);
     let (nchw, blocked) = (
         Layout::parse("NCHW").unwrap(),

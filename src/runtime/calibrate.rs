@@ -214,10 +214,9 @@ impl MeasuredCosts for MeasuredKernels {
         if (src + dst) as f64 * 4.0 > MAX_MEASURED_BYTES {
             return None;
         }
-        let name = transform_name(from, to);
         let mut guard = self.times.lock().ok()?;
         let times: &mut KernelTimes = &mut guard;
-        if let Some(ms) = times.get(TRANSFORM_KERNEL, &t.shape, &name) {
+        if let Some(ms) = cached_transform_millis(times, &t.shape, from, to) {
             return Some(ms * 1e6);
         }
         let gather = Gather::new(from, to, &t.shape, 0.0).ok()?;
@@ -232,7 +231,7 @@ impl MeasuredCosts for MeasuredKernels {
         if !ok {
             return None;
         }
-        times.record(TRANSFORM_KERNEL, &t.shape, &name, ms);
+        times.record(TRANSFORM_KERNEL, &t.shape, &transform_name(from, to), ms);
         Some(ms * 1e6)
     }
 }
@@ -246,17 +245,14 @@ fn transform_name(from: &Layout, to: &Layout) -> String {
     format!("{from} -> {to}")
 }
 
-/// The milliseconds the planner measured for transforming `shape` from `from`
-/// to `to` on `threads` threads, if the cache in `dir` holds them.
+/// The milliseconds `times` holds for transforming `shape` from `from` to
+/// `to`, as the planner measured them.
 pub(super) fn cached_transform_millis(
-    dir: &Path,
-    isa: Isa,
-    threads: usize,
+    times: &KernelTimes,
     shape: &[usize],
     from: &Layout,
     to: &Layout,
 ) -> Option<f64> {
-    let times = KernelTimes::open(Some(dir), isa, threads);
     times.get(TRANSFORM_KERNEL, shape, &transform_name(from, to))
 }
 

@@ -10,6 +10,7 @@ use super::conv::ConvGeom;
 use super::conv_algo::{self, ConvAlgoOptions, ConvSpec, LayerAlgo};
 use super::depthwise::Depthwise;
 use super::elementwise::{broadcast_strides, Arg, Elementwise, Func, Stored};
+use super::kernel_times::KernelTimes;
 use super::kernels::{Gather, MAX_GATHER_INPUTS};
 use super::matmul::{BatchedMatMul, Dense};
 use super::normalize::{RowKernel, RowOp};
@@ -915,14 +916,17 @@ impl<'g> Compiler<'g> {
         let Some(dir) = self.conv_algo.cache.as_deref() else {
             return;
         };
+        // Read once, when the first transform step asks.
+        let mut times = None;
         for step in &mut self.steps {
             let [out] = step.outputs[..] else { continue };
             if let Op::LayoutTransform(LayoutTransform {
                 from, to, logical, ..
             }) = &self.g.node(out.node).op
             {
-                step.measured_ms =
-                    cached_transform_millis(dir, self.isa, threads, logical, from, to);
+                let times =
+                    times.get_or_insert_with(|| KernelTimes::open(Some(dir), self.isa, threads));
+                step.measured_ms = cached_transform_millis(times, logical, from, to);
             }
         }
     }
