@@ -1,5 +1,7 @@
 //! Planning time and peak memory on synthetic graphs of 1k, 10k and 100k nodes:
-//! chains, residual DAGs and branchy concat graphs, planned by `global` for
+//! chains, residual DAGs, branchy concat graphs and convs around LRNs (which
+//! stay row-major: a plan that blocks the convs transforms around every LRN,
+//! so the rewrite region covers most of the graph), planned by `global` for
 //! NCHW16c with the bundled rewrite rules, and the part of it the e-graph
 //! rewriting took. Run with `cargo bench --bench plan_scaling` (add `-- --quick`
 //! to skip the 100k graphs; `-- residual 100000` runs only the graph kinds and
@@ -14,7 +16,7 @@ use layoutopt::layout::op_rules::{CostModel, Family};
 use layoutopt::layout::plan::{plan_with, Global, PlanOptions, PlanSpace, Planner};
 use layoutopt::layout::rules::RuleSource;
 use layoutopt::layout::solver::SolveOptions;
-use layoutopt::ops::Concat;
+use layoutopt::ops::{Concat, Lrn};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
@@ -145,6 +147,25 @@ fn branchy(nodes: usize) -> Graph {
     b.g
 }
 
+/// Convs around LRNs, which the planner keeps row-major: a plan that blocks
+/// the convs has a transform on each side of every LRN.
+fn lrn(nodes: usize) -> Graph {
+    let (mut b, mut x) = Builder::new("lrn");
+    while b.n + 3 <= nodes {
+        x = b.conv(x);
+        x = b.relu(x);
+        let op = Op::Lrn(Lrn {
+            alpha: 1e-4,
+            beta: 0.75,
+            bias: 1.0,
+            size: 5,
+        });
+        x = b.add(op, &[x]);
+    }
+    b.g.set_outputs(vec![x]);
+    b.g
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let named_sizes: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
@@ -157,7 +178,7 @@ fn main() {
     };
     let named_kinds: Vec<&String> = args
         .iter()
-        .filter(|a| ["chain", "residual", "branchy"].contains(&a.as_str()))
+        .filter(|a| ["chain", "residual", "branchy", "lrn"].contains(&a.as_str()))
         .collect();
     println!(
         "{:<10} {:>8} {:>12} {:>14} {:>14} {:>12} {:>10} {:>12}",
@@ -182,6 +203,7 @@ fn main() {
             ("chain", chain as fn(usize) -> Graph),
             ("residual", residual),
             ("branchy", branchy),
+            ("lrn", lrn),
         ] {
             if !named_kinds.is_empty() && !named_kinds.iter().any(|k| *k == kind) {
                 continue;

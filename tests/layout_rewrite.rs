@@ -8,7 +8,7 @@ mod common;
 use common::{load_test_data, max_abs_err};
 use layoutopt::frontend::onnx::{load_onnx, ImportOptions};
 use layoutopt::graph::{DType, Graph, Op, ValueRef};
-use layoutopt::layout::extract::{rewrite_graph, Method, RewriteLimits};
+use layoutopt::layout::extract::{graph_cost, rewrite_graph, Method, RewriteLimits};
 use layoutopt::layout::rules::RuleSource;
 use layoutopt::layout::{Layout, PadValue};
 use layoutopt::ops::LayoutTransform;
@@ -281,29 +281,54 @@ fn constants_packed_into_a_blocked_layout_rewrite() {
     assert!(err <= 1e-5 * mag.max(1.0), "error {err} (magnitude {mag})");
 }
 
+/// The bundled and committed real models the rule tests plan.
+const RULE_MODELS: [&str; 9] = [
+    "models/tflite_cnn/model.tflite",
+    "models/tflite_ops/model.tflite",
+    "models/tflite_decoder/model.tflite",
+    "models/tflite_transformer/model.tflite",
+    "models/transformer_block/model.onnx",
+    "models/mobilenet_small/model.onnx",
+    "models/resnet_small/model.onnx",
+    "models/zoo/MobileNetV3Small_onnx/model.onnx",
+    "models/zoo/MobileNetV3Small_tflite/model.tflite",
+];
+
+/// `g` planned by `planner` for `family`, not rewritten.
+fn unrewritten_plan(
+    g: &Graph,
+    planner: &str,
+    family: layoutopt::layout::op_rules::Family,
+) -> Graph {
+    use layoutopt::layout::op_rules::CostModel;
+    use layoutopt::layout::plan::{plan_with, planner_by_name, PlanOptions};
+    let unrewritten = PlanOptions {
+        rules: None,
+        ..PlanOptions::default()
+    };
+    let planner = planner_by_name(planner).unwrap();
+    plan_with(
+        g,
+        planner.as_ref(),
+        family,
+        &CostModel::default(),
+        &unrewritten,
+    )
+    .unwrap()
+    .graph
+}
+
 /// Every bundled rule lowers the cost of a plan of a bundled or committed real
 /// model: each must be shown on some model, planner and target family, by
 /// rewriting that plan with every bundled rule and with every rule but it. The
 /// test fails when one of them stops paying on all of them (then it should go).
 #[test]
 fn rules_pay_on_their_models() {
-    use layoutopt::layout::op_rules::{CostModel, Family};
-    use layoutopt::layout::plan::{plan_with, planner_by_name, PlanOptions};
+    use layoutopt::layout::op_rules::Family;
 
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let rules = RuleSource::Bundled.load().unwrap();
     let paying: Vec<String> = rules.iter().map(|r| r.name.to_string()).collect();
-    let models = [
-        "models/tflite_cnn/model.tflite",
-        "models/tflite_ops/model.tflite",
-        "models/tflite_decoder/model.tflite",
-        "models/tflite_transformer/model.tflite",
-        "models/transformer_block/model.onnx",
-        "models/mobilenet_small/model.onnx",
-        "models/resnet_small/model.onnx",
-        "models/zoo/MobileNetV3Small_onnx/model.onnx",
-        "models/zoo/MobileNetV3Small_tflite/model.tflite",
-    ];
     let without = |name: &str| -> Vec<_> {
         let rest: Vec<_> = RuleSource::Bundled
             .load()
@@ -316,28 +341,16 @@ fn rules_pay_on_their_models() {
     };
     let mut unshown: Vec<&str> = paying.iter().map(String::as_str).collect();
     let mut shown = vec![];
-    'cases: for file in models {
+    'cases: for file in RULE_MODELS {
         let g = layoutopt::api::load_model(&root.join(file)).unwrap();
         for (family, planner) in [Family::Nchwc(16), Family::Nhwc, Family::Nchwc(8)]
             .into_iter()
             .flat_map(|f| ["local", "greedy", "global"].map(|p| (f, p)))
         {
-            let unrewritten = PlanOptions {
-                rules: None,
-                ..PlanOptions::default()
-            };
-            let p = plan_with(
-                &g,
-                planner_by_name(planner).unwrap().as_ref(),
-                family,
-                &CostModel::default(),
-                &unrewritten,
-            )
-            .unwrap();
+            let planned = unrewritten_plan(&g, planner, family);
             let cost = |rules: &[_]| {
-                let (_, report) =
-                    rewrite_graph(&p.graph, rules, &RewriteLimits::default()).unwrap();
-                report.extract.cost
+                let (out, _) = rewrite_graph(&planned, rules, &RewriteLimits::default()).unwrap();
+                graph_cost(&out).unwrap()
             };
             let all = cost(&rules);
             unshown.retain(|name| {
@@ -357,4 +370,46 @@ fn rules_pay_on_their_models() {
         unshown.is_empty(),
         "rules that pay on no model: {unshown:?} (paying: {shown:?})"
     );
+}
+
+/// Rewriting only the region the rules can change (`rewrite_region`) finds
+/// what rewriting the whole graph finds: on plans of the bundled and
+/// committed real models, and on a model with a round trip after every
+/// value, the rewritten graphs cost the same and compute the same outputs.
+#[test]
+fn the_rewritten_region_matches_the_whole_graph() {
+    use layoutopt::layout::op_rules::Family;
+
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let rules = RuleSource::Bundled.load().unwrap();
+    let whole = RewriteLimits {
+        whole_graph: true,
+        ..RewriteLimits::default()
+    };
+    let check = |what: &str, g: &Graph| {
+        let (region_out, region) = rewrite_graph(g, &rules, &RewriteLimits::default()).unwrap();
+        let (whole_out, _) = rewrite_graph(g, &rules, &whole).unwrap();
+        let (a, b) = (
+            graph_cost(&region_out).unwrap(),
+            graph_cost(&whole_out).unwrap(),
+        );
+        println!(
+            "{what}: region of {} e-nodes, cost {a} (whole graph {b})",
+            region.egraph_nodes
+        );
+        assert_eq!(a, b, "{what}");
+    };
+    for file in RULE_MODELS {
+        let g = layoutopt::api::load_model(&root.join(file)).unwrap();
+        for family in [Family::Nchwc(16), Family::Nhwc] {
+            for planner in ["local", "greedy", "global"] {
+                let planned = unrewritten_plan(&g, planner, family);
+                check(&format!("{file} ({planner}, {family:?})"), &planned);
+            }
+        }
+    }
+    let dir = root.join("models/mobilenet_small");
+    let g = load_onnx(&dir.join("model.onnx"), &ImportOptions::default()).unwrap();
+    let (g, _) = with_round_trips(&g);
+    check("mobilenet_small with round trips", &g);
 }

@@ -11,7 +11,7 @@
 //! use nodes on cycles, which the exact one leaves out) or the exact one fails,
 //! and the report says which ran.
 
-use super::egraph::{GraphEGraph, Info, LEGraph, Lang, LayoutAnalysis};
+use super::egraph::{region_to_egraph, rewrite_region, Info, LEGraph, Lang, LayoutAnalysis};
 use super::rules::RuleSource;
 use super::solver::{solve, Pair, Problem, SolveOptions};
 use super::LayoutError;
@@ -419,6 +419,9 @@ pub struct RewriteLimits {
     pub time: Duration,
     /// See `time`.
     pub time_per_node: Duration,
+    /// Put the whole graph into the e-graph rather than the region the rules
+    /// can change (slower; a check on the region).
+    pub whole_graph: bool,
 }
 
 impl Default for RewriteLimits {
@@ -429,6 +432,7 @@ impl Default for RewriteLimits {
             growth: 8,
             time: Duration::from_secs(2),
             time_per_node: Duration::from_micros(100),
+            whole_graph: false,
         }
     }
 }
@@ -450,25 +454,28 @@ pub struct RewriteReport {
     pub failures: Vec<String>,
 }
 
-/// Rewrites `g` with `rules` and extracts the cheapest equivalent graph.
+/// Rewrites `g` with `rules` and extracts the cheapest equivalent graph. Only
+/// the region the rules can change goes into the e-graph (`rewrite_region`),
+/// and the costs reported are that region's.
 pub fn rewrite_graph(
     g: &Graph,
     rules: &[Rewrite<Lang, LayoutAnalysis>],
     limits: &RewriteLimits,
 ) -> Result<(Graph, RewriteReport), LayoutError> {
-    let ge = super::egraph::graph_to_egraph(g)?;
+    // A dead node reading a value would keep it, and what it is computed from.
+    let mut live = g.clone();
+    live.remove_dead_nodes();
+    let g = live;
+    let region = match limits.whole_graph {
+        true => None,
+        false => rewrite_region(&g, rules),
+    };
+    let mut ge = region_to_egraph(&g, region.as_ref())?;
     let before = greedy(&ge.egraph, &ge.roots);
     let cost_before = choice_cost(&ge.egraph, &ge.roots, &before);
-    let GraphEGraph {
-        egraph,
-        roots,
-        inputs,
-        graph_name,
-        output_names,
-    } = ge;
-    let start = egraph.total_number_of_nodes();
+    let start = ge.egraph.total_number_of_nodes();
     let runner = Runner::default()
-        .with_egraph(egraph)
+        .with_egraph(std::mem::take(&mut ge.egraph))
         .with_iter_limit(limits.iterations)
         .with_node_limit(limits.nodes.max(limits.growth * start))
         .with_time_limit(
@@ -477,31 +484,29 @@ pub fn rewrite_graph(
         .run(rules);
     let stop_reason = format!("{:?}", runner.stop_reason);
     let iterations = runner.iterations.len();
-    let ge = GraphEGraph {
-        roots: roots.iter().map(|&r| runner.egraph.find(r)).collect(),
-        inputs,
-        egraph: runner.egraph,
-        graph_name,
-        output_names,
-    };
-    let failures = ge.egraph.analysis.failures.clone();
     let unchanged = runner.iterations.iter().all(|i| i.applied.is_empty())
-        && ge.egraph.classes().all(|c| c.nodes.len() == 1);
-    let (choice, extract) = match unchanged {
+        && runner.egraph.classes().all(|c| c.nodes.len() == 1);
+    ge.roots = ge.roots.iter().map(|&r| runner.egraph.find(r)).collect();
+    ge.egraph = runner.egraph;
+    let failures = ge.egraph.analysis.failures.clone();
+    let egraph_nodes = ge.egraph.total_number_of_nodes();
+    let (mut out, extract) = match unchanged {
         // Solving for the one choice there is would take a third of the time
         // of rewriting a graph without transforms.
         true => {
             let report = ExtractReport {
                 method: Method::Unchanged,
                 cost: cost_before,
-                nodes: ge.egraph.total_number_of_nodes(),
+                nodes: egraph_nodes,
                 note: None,
             };
-            (before, report)
+            (g, report)
         }
-        false => extract(&ge.egraph, &ge.roots),
+        false => {
+            let (choice, report) = extract(&ge.egraph, &ge.roots);
+            (ge.splice(g, &choice)?, report)
+        }
     };
-    let mut out = ge.to_graph(&choice)?;
     // Transforms of constants were costed as free: fold them now.
     crate::graph::fold_constants(&mut out).map_err(|e| LayoutError::Graph(e.to_string()))?;
     Ok((
@@ -511,10 +516,18 @@ pub fn rewrite_graph(
             cost_before,
             iterations,
             stop_reason,
-            egraph_nodes: ge.egraph.total_number_of_nodes(),
+            egraph_nodes,
             failures,
         },
     ))
+}
+
+/// The cost of a whole graph as extraction counts it: comparable between
+/// graphs, where a rewriting report's costs cover only its region.
+pub fn graph_cost(g: &Graph) -> Result<f64, LayoutError> {
+    let ge = super::egraph::graph_to_egraph(g)?;
+    let choice = greedy(&ge.egraph, &ge.roots);
+    Ok(choice_cost(&ge.egraph, &ge.roots, &choice))
 }
 
 /// `rewrite_graph` with the rules of `source`.

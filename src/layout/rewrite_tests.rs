@@ -295,7 +295,7 @@ fn exact_extraction_pays_shared_classes_once() {
     let Some(Lang::Xform([from, to, pad, _])) = eg[t_class(eg, out1)].nodes.first().cloned() else {
         panic!("output 1 reads a transform");
     };
-    let x_class = ge.inputs[0];
+    let x_class = ge.classes[&x];
     let rx = eg.add(Lang::Unary([relu, x_class]));
     let alt = eg.add(Lang::Xform([from, to, pad, rx]));
     eg.union(alt, out2);
@@ -495,4 +495,72 @@ fn multi_output_ops_round_trip() {
     assert_eq!(count_transforms(&out), 0);
     assert_eq!(out.value(out.outputs()[1]).name, "hi");
     assert_same_outputs(&g, &out, 0.0);
+}
+
+/// `lang_name`, which picks the rewrite region, names the e-node that graph
+/// conversion builds for each kind of op.
+#[test]
+fn lang_names_are_the_nodes_conversion_builds() {
+    use super::egraph::lang_name;
+    use crate::graph::{BinaryOp, PoolKind};
+    use crate::ops::{Concat, Crop, PadWith, Pool};
+    let mut g = Graph::new("kinds");
+    let x = g.add_input(
+        "x",
+        ValueType::new(DType::F32, SHAPE.to_vec()),
+        span("x", "Input", 0),
+    );
+    let pool = Op::Pool(Pool {
+        kind: PoolKind::Max,
+        window: crate::ops::testutil::square_window(3, 1, 1),
+        ceil_mode: false,
+        count_include_pad: false,
+    });
+    let ops = [
+        lt("NCHW", "NCHW16c", &SHAPE, ZERO),
+        Op::Unary(UnaryOp::Relu),
+        Op::Binary(BinaryOp::Add),
+        pool,
+        Op::Reshape(Reshape {
+            shape: vec![1, 17, 9],
+        }),
+        Op::Transpose(Transpose {
+            perm: vec![0, 2, 3, 1],
+        }),
+        Op::Concat(Concat { axis: 1 }),
+        Op::PadWith(PadWith {
+            begins: vec![0, 0, 1, 1],
+            ends: vec![0, 0, 1, 1],
+            value: ZERO,
+        }),
+        Op::Crop(Crop {
+            begins: vec![0, 0, 1, 1],
+            ends: vec![0, 0, 1, 1],
+            assume: None,
+        }),
+        Op::Softmax(crate::ops::Softmax { axis: 1 }),
+    ];
+    let mut outs = vec![];
+    for (i, op) in ops.into_iter().enumerate() {
+        let ins: &[ValueRef] = match op {
+            Op::Binary(_) | Op::Concat(_) => &[x, x],
+            _ => &[x],
+        };
+        outs.push((
+            lang_name(&op).unwrap(),
+            add(&mut g, op, &format!("n{i}"), ins, i + 1),
+        ));
+    }
+    g.set_outputs(outs.iter().map(|&(_, v)| v).collect());
+    let ge = graph_to_egraph(&g).unwrap();
+    for (name, v) in outs {
+        let class = ge.egraph.find(ge.classes[&v]);
+        let built: Vec<String> = ge.egraph[class]
+            .nodes
+            .iter()
+            .map(|n| n.to_string())
+            .collect();
+        assert_eq!(built, [name], "{:?}", g.node(v.node).op);
+    }
+    assert_eq!(lang_name(&Op::Input), None);
 }

@@ -1,5 +1,7 @@
-//! Between the graph IR and the e-graph: a planned graph becomes classes of
-//! physical tensors, and the extracted choice of nodes becomes a graph again.
+//! Between the graph IR and the e-graph: the region of a planned graph that
+//! rewriting may change becomes classes of physical tensors (the values it
+//! reads from outside the region become sources), and the extracted choice of
+//! nodes is spliced back in place of the region.
 
 use super::*;
 use crate::graph::NodeId;
@@ -7,18 +9,19 @@ use crate::layout::{Layout, LayoutError, PadValue};
 use crate::ops::{Crop, LayoutTransform, PadWith};
 use rustc_hash::FxHashSet;
 
-/// A graph turned into an e-graph: the classes of the graph's outputs.
+/// A region of a graph turned into an e-graph.
 pub struct GraphEGraph {
-    /// The e-graph built from the graph.
+    /// The e-graph built from the region.
     pub egraph: LEGraph,
-    /// The classes of the graph's outputs, in order.
+    /// The classes of the region's values that the graph outputs or that
+    /// nodes outside the region read: the graph's outputs first, in order.
     pub roots: Vec<Id>,
-    /// The classes of the graph's inputs, in the graph's input order.
-    pub inputs: Vec<Id>,
-    /// The graph's name, kept for the graph built back.
-    pub graph_name: String,
-    /// The graph's output names, kept for the graph built back.
-    pub output_names: Vec<String>,
+    /// The graph value each root stands for.
+    pub root_values: Vec<ValueRef>,
+    /// The class of each value of the region and each value it reads.
+    pub classes: FxHashMap<ValueRef, Id>,
+    /// The region's nodes that splicing replaces (all but its sources).
+    replaced: FxHashSet<NodeId>,
 }
 
 /// Adds `spans` and `name` to a class.
@@ -76,31 +79,204 @@ fn packed_placement(g: &Graph, id: NodeId) -> Option<(Layout, Vec<usize>)> {
     packed.then_some((layout, logical))
 }
 
-/// Builds the e-graph of a graph. Ops other than the transforms must read
-/// row-major tensors (the graph IR has no other way to say what they mean).
+/// The source standing for value `v` read from outside the region: its tensor
+/// as the reading region node `reader` (at input `port`) takes it, and
+/// constant when everything it is computed from is.
+fn given(
+    g: &Graph,
+    v: ValueRef,
+    reader: NodeId,
+    port: usize,
+    constant: &mut FxHashMap<NodeId, bool>,
+) -> Result<Source, String> {
+    let ty = g.value_type(v);
+    let (layout, logical) = match &g.node(reader).op {
+        Op::InLayout(l) => l
+            .inputs
+            .get(port)
+            .cloned()
+            .ok_or_else(|| format!("input {port} has no placement"))?,
+        _ => (
+            Layout::identity(ty.shape.len()).map_err(|e| e.to_string())?,
+            ty.shape.clone(),
+        ),
+    };
+    let producer = g.node(v.node);
+    Ok(Source {
+        value: v,
+        name: producer.outputs[v.output].name.clone(),
+        info: TensorInfo {
+            dtype: ty.dtype,
+            pad: pad_fact(
+                &layout,
+                &logical,
+                PadValue::Undef,
+                "outside the rewritten region",
+            ),
+            layout,
+            logical,
+            is_const: computed_from_constants(g, v.node, constant),
+        },
+        scalar: None,
+        spans: producer.spans.clone(),
+    })
+}
+
+/// Whether node `id` computes from constants only, memoised in `known`.
+fn computed_from_constants(g: &Graph, id: NodeId, known: &mut FxHashMap<NodeId, bool>) -> bool {
+    // Explicit stack: the graph may be deeper than the thread's stack.
+    let mut stack = vec![id];
+    while let Some(&n) = stack.last() {
+        if known.contains_key(&n) {
+            stack.pop();
+            continue;
+        }
+        let value = match g.node(n).op {
+            Op::Constant(_) => Some(true),
+            Op::Input => Some(false),
+            _ => {
+                let inputs = g.node_inputs(n);
+                let open: Vec<NodeId> = inputs
+                    .iter()
+                    .map(|v| v.node)
+                    .filter(|p| !known.contains_key(p))
+                    .collect();
+                match open.is_empty() {
+                    true => Some(inputs.iter().all(|v| known[&v.node])),
+                    false => {
+                        stack.extend(open);
+                        None
+                    }
+                }
+            }
+        };
+        if let Some(value) = value {
+            known.insert(n, value);
+            stack.pop();
+        }
+    }
+    known[&id]
+}
+
+/// The source a graph input or constant becomes.
+fn source_node(g: &Graph, id: NodeId) -> Result<Source, String> {
+    let node = g.node(id);
+    let ty = &node.outputs[0].ty;
+    let constant = match &node.op {
+        Op::Constant(t) => Some(t),
+        _ => None,
+    };
+    let (layout, logical) = match packed_placement(g, id) {
+        Some(placed) => placed,
+        None => (
+            Layout::identity(ty.shape.len()).map_err(|e| e.to_string())?,
+            ty.shape.clone(),
+        ),
+    };
+    Ok(Source {
+        value: ValueRef::new(id, 0),
+        name: node.name.clone(),
+        info: TensorInfo {
+            dtype: ty.dtype,
+            layout,
+            logical,
+            pad: None,
+            is_const: constant.is_some(),
+        },
+        scalar: constant
+            .filter(|t| t.shape.is_empty() && t.dtype().is_float())
+            .map(|t| t.to_f32()[0]),
+        spans: node.spans.clone(),
+    })
+}
+
+/// The nodes of `region` in an order where a node's producers in the region
+/// come before it; an error on a cycle.
+fn region_order(g: &Graph, region: &FxHashSet<NodeId>) -> Result<Vec<NodeId>, LayoutError> {
+    let mut starts: Vec<NodeId> = region.iter().copied().collect();
+    starts.sort();
+    let mut done: FxHashSet<NodeId> = FxHashSet::default();
+    let mut open: FxHashSet<NodeId> = FxHashSet::default();
+    let mut order = Vec::with_capacity(region.len());
+    for start in starts {
+        let mut stack = vec![(start, false)];
+        while let Some((n, expanded)) = stack.pop() {
+            if expanded {
+                open.remove(&n);
+                done.insert(n);
+                order.push(n);
+                continue;
+            }
+            if done.contains(&n) {
+                continue;
+            }
+            if !open.insert(n) {
+                return Err(LayoutError::Graph(format!(
+                    "{}: the graph has a cycle through this layer",
+                    crate::graph::format_spans(&g.node(n).spans)
+                )));
+            }
+            stack.push((n, true));
+            for v in g.node_inputs(n).into_iter().rev() {
+                if region.contains(&v.node) && !done.contains(&v.node) {
+                    stack.push((v.node, false));
+                }
+            }
+        }
+    }
+    Ok(order)
+}
+
+/// Builds the e-graph of a whole graph.
 pub fn graph_to_egraph(g: &Graph) -> Result<GraphEGraph, LayoutError> {
+    region_to_egraph(g, None)
+}
+
+/// Builds the e-graph of the nodes of `region` of `g` (`None`: all of them).
+/// Ops other than the transforms must read row-major tensors (the graph IR
+/// has no other way to say what they mean).
+pub fn region_to_egraph(
+    g: &Graph,
+    region: Option<&FxHashSet<NodeId>>,
+) -> Result<GraphEGraph, LayoutError> {
     let mut eg = LEGraph::new(LayoutAnalysis::default());
     let mut ids: FxHashMap<ValueRef, Id> = FxHashMap::default();
     let err = |spans: &[Span], m: String| {
         LayoutError::Graph(format!("{}: {m}", crate::graph::format_spans(spans)))
     };
-    let order = g
-        .topo_order()
-        .map_err(|e| LayoutError::Graph(e.to_string()))?;
-    for nid in order {
+    let order = match region {
+        Some(r) => region_order(g, r)?,
+        None => g
+            .topo_order()
+            .map_err(|e| LayoutError::Graph(e.to_string()))?,
+    };
+    let in_region = |id: NodeId| region.is_none_or(|r| r.contains(&id));
+    let mut constant = FxHashMap::default();
+    for &nid in &order {
         let node = g.node(nid);
-        let ins: Vec<Id> = g.node_inputs(nid).iter().map(|v| ids[v]).collect();
         let (spans, name) = (&node.spans, node.name.as_str());
+        // Values from outside the region are sources.
+        let mut ins = Vec::new();
+        for (port, v) in g.node_inputs(nid).into_iter().enumerate() {
+            if let Some(&id) = ids.get(&v) {
+                ins.push(id);
+                continue;
+            }
+            let s = given(g, v, nid, port, &mut constant).map_err(|m| err(spans, m))?;
+            let (value_name, spans) = (s.name.clone(), s.spans.clone());
+            eg.analysis.sources.push(s);
+            let id = eg.add(Lang::Atom(Atom::Source(eg.analysis.sources.len() - 1)));
+            annotate(&mut eg, id, &spans, &value_name);
+            name_value(&mut eg, id, &value_name);
+            ids.insert(v, id);
+            ins.push(id);
+        }
+        let node = g.node(nid);
         let add_atom = |eg: &mut LEGraph, a: Atom| eg.add(Lang::Atom(a));
         let lang = match &node.op {
             Op::Input | Op::Constant(_) => {
-                eg.analysis.sources.push(Source {
-                    name: node.name.clone(),
-                    op: node.op.clone(),
-                    ty: node.outputs[0].ty.clone(),
-                    placed: packed_placement(g, nid),
-                    spans: node.spans.clone(),
-                });
+                let s = source_node(g, nid).map_err(|m| err(spans, m))?;
+                eg.analysis.sources.push(s);
                 Lang::Atom(Atom::Source(eg.analysis.sources.len() - 1))
             }
             Op::LayoutTransform(LayoutTransform {
@@ -223,78 +399,108 @@ pub fn graph_to_egraph(g: &Graph) -> Result<GraphEGraph, LayoutError> {
         }
     }
     eg.rebuild();
-    let roots = g.outputs().iter().map(|v| eg.find(ids[v])).collect();
-    let inputs = g
-        .inputs()
-        .iter()
-        .map(|&n| eg.find(ids[&ValueRef::new(n, 0)]))
-        .collect();
-    let output_names = g
+    // The graph's outputs, then the values read outside the region.
+    let mut root_values: Vec<ValueRef> = g
         .outputs()
         .iter()
-        .map(|&v| g.value(v).name.clone())
+        .copied()
+        .filter(|v| in_region(v.node))
         .collect();
+    let replaced: FxHashSet<NodeId> = order
+        .iter()
+        .copied()
+        .filter(|&n| !matches!(g.node(n).op, Op::Input | Op::Constant(_)))
+        .collect();
+    if region.is_some() {
+        let mut seen: FxHashSet<ValueRef> = root_values.iter().copied().collect();
+        for &n in order.iter().filter(|n| replaced.contains(n)) {
+            for i in 0..g.node(n).outputs.len() {
+                let v = ValueRef::new(n, i);
+                let outside = g.consumers(v).iter().any(|&(c, _)| !in_region(c));
+                if outside && seen.insert(v) {
+                    root_values.push(v);
+                }
+            }
+        }
+    }
     Ok(GraphEGraph {
+        roots: root_values.iter().map(|v| eg.find(ids[v])).collect(),
+        root_values,
+        classes: ids,
         egraph: eg,
-        roots,
-        inputs,
-        graph_name: g.name.clone(),
-        output_names,
+        replaced,
     })
 }
 
 impl GraphEGraph {
-    /// Builds the graph that computes the roots with one chosen node per class.
-    pub fn to_graph(&self, choice: &FxHashMap<Id, Lang>) -> Result<Graph, LayoutError> {
+    /// `g` with the region replaced by the chosen node of each class the
+    /// roots need: the readers of each root value read the value built for
+    /// its class, and the nodes no longer read are removed.
+    pub fn splice(&self, g: Graph, choice: &FxHashMap<Id, Lang>) -> Result<Graph, LayoutError> {
+        // The names of the nodes that stay are taken; the new nodes may reuse
+        // the names of the ones they replace.
+        let (mut names, mut value_names) = (FxHashSet::default(), FxHashSet::default());
+        for id in g.node_ids() {
+            if !self.replaced.contains(&id) {
+                let n = g.node(id);
+                names.insert(n.name.clone());
+                value_names.extend(n.outputs.iter().map(|v| v.name.clone()));
+            }
+        }
+        let before: Vec<(ValueRef, String)> = g
+            .outputs()
+            .iter()
+            .map(|&v| (v, g.value(v).name.clone()))
+            .collect();
         let mut b = GraphBuilder {
             eg: &self.egraph,
             choice,
-            g: Graph::new(self.graph_name.clone()),
+            g,
             built: FxHashMap::default(),
-            names: FxHashSet::default(),
-            value_names: FxHashSet::default(),
+            names,
+            value_names,
         };
-        // Inputs first, in their order, whether or not anything still reads them.
-        for &input in &self.inputs {
-            let class = self.egraph.find(input);
-            let source = self.egraph[class].nodes.iter().find_map(|n| match n {
-                Lang::Atom(Atom::Source(k)) => Some(*k),
-                _ => None,
-            });
-            let k =
-                source.ok_or_else(|| LayoutError::Graph("a graph input lost its node".into()))?;
-            let s = &self.egraph.analysis.sources[k];
-            let name = b.fresh(&s.name);
-            let spans = merge_spans([s.spans.as_slice(), self.egraph[class].data.spans.as_slice()]);
-            let v = b.g.add_input(&name, s.ty.clone(), spans);
-            b.value_names.insert(name);
-            b.built.insert(class, v);
+        let mut new_values = Vec::with_capacity(self.roots.len());
+        for &root in &self.roots {
+            new_values.push(b.build(root)?);
         }
-        let mut outs = Vec::with_capacity(self.roots.len());
-        for (i, &root) in self.roots.iter().enumerate() {
-            let mut v = b.build(root)?;
-            let name = &self.output_names[i];
-            // An output must be its own named value: add an Identity when the
-            // chosen value is a source or another output.
-            if matches!(b.g.node(v.node).op, Op::Input | Op::Constant(_)) || outs.contains(&v) {
-                let spans = self.egraph[root].data.spans.clone();
-                let node_name = b.fresh(name);
-                let id =
-                    b.g.add_node(
+        let mut out = b.g;
+        for (&old, &new) in self.root_values.iter().zip(&new_values) {
+            if old != new {
+                out.replace_uses(old, new);
+            }
+        }
+        // An output must be its own value, named as before: add an Identity
+        // when an output became a source or another output.
+        let mut outputs = out.outputs().to_vec();
+        for (i, (old, name)) in before.into_iter().enumerate() {
+            if outputs[i] == old {
+                continue;
+            }
+            let v = outputs[i];
+            let shared = outputs.iter().enumerate().any(|(j, &w)| j != i && w == v);
+            outputs[i] = if matches!(out.node(v.node).op, Op::Input | Op::Constant(_)) || shared {
+                let node_name = fresh_in(&mut b.names, &name);
+                // The replaced output node is still there, unread.
+                let spans = out.node(old.node).spans.clone();
+                let id = out
+                    .add_node(
                         Op::Identity,
                         &node_name,
                         &[v],
-                        std::slice::from_ref(name),
+                        std::slice::from_ref(&name),
                         spans,
                     )
                     .map_err(|e| LayoutError::Graph(e.to_string()))?;
-                v = ValueRef::new(id, 0);
-            }
-            b.g.node_mut(v.node).outputs[v.output].name = name.clone();
-            outs.push(v);
+                ValueRef::new(id, 0)
+            } else {
+                out.node_mut(v.node).outputs[v.output].name = name;
+                v
+            };
         }
-        b.g.set_outputs(outs);
-        Ok(b.g)
+        out.set_outputs(outputs);
+        out.remove_dead_nodes();
+        Ok(out)
     }
 }
 
@@ -348,13 +554,10 @@ impl GraphBuilder<'_> {
         let e = |m: String| LayoutError::Graph(format!("class {id}: {m}"));
         let (op, inputs): (Op, Vec<Id>) = match node {
             Lang::Atom(Atom::Source(k)) => {
-                let s = &eg.analysis.sources[*k];
-                let name = self.fresh(&s.name);
-                let spans = merge_spans([s.spans.as_slice(), spans.as_slice()]);
-                let v = match &s.op {
-                    Op::Constant(t) => self.g.add_constant(&name, t.clone(), spans),
-                    _ => self.g.add_input(&name, s.ty.clone(), spans),
-                };
+                // The source's node also stands for what its class absorbed.
+                let v = eg.analysis.sources[*k].value;
+                let node = self.g.node_mut(v.node);
+                node.spans = merge_spans([node.spans.as_slice(), spans.as_slice()]);
                 self.built.insert(id, v);
                 return Ok(v);
             }

@@ -24,7 +24,9 @@ use std::hash::Hasher;
 use std::str::FromStr;
 
 mod convert;
-pub use convert::{graph_to_egraph, GraphEGraph};
+mod region;
+pub use convert::{graph_to_egraph, region_to_egraph, GraphEGraph};
+pub use region::{lang_name, rewrite_region};
 
 /// A leaf of the language: an attribute of a node, or a graph source.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -186,18 +188,18 @@ impl OpEntry {
     }
 }
 
-/// A graph input or constant.
+/// A tensor the e-graph takes as given: a graph input or constant, or a value
+/// computed outside the rewritten region.
 #[derive(Clone, Debug)]
 pub struct Source {
-    /// The node's name.
+    /// The graph value it is.
+    pub value: ValueRef,
+    /// The value's name.
     pub name: String,
-    /// `Op::Input` or `Op::Constant`.
-    pub op: Op,
-    /// Its value's type.
-    pub ty: ValueType,
-    /// The layout and logical shape of a constant the plan packed into a layout
-    /// (its type is then the physical shape).
-    pub placed: Option<(Layout, Vec<usize>)>,
+    /// Its tensor: shape, layout, padding and whether it is constant.
+    pub info: TensorInfo,
+    /// Its value when it is a scalar float constant.
+    pub scalar: Option<f32>,
     /// Its source layers.
     pub spans: Vec<Span>,
 }
@@ -417,10 +419,7 @@ fn identity_input<'a>(eg: &'a LEGraph, id: Id, what: &str) -> Result<&'a TensorI
 /// The value of a scalar constant class, if it is one.
 pub fn scalar_value(eg: &LEGraph, id: Id) -> Option<f32> {
     eg[id].nodes.iter().find_map(|n| match n {
-        Lang::Atom(Atom::Source(k)) => match &eg.analysis.sources[*k].op {
-            Op::Constant(t) if t.shape.is_empty() && t.dtype().is_float() => Some(t.to_f32()[0]),
-            _ => None,
-        },
+        Lang::Atom(Atom::Source(k)) => eg.analysis.sources[*k].scalar,
         _ => None,
     })
 }
@@ -448,27 +447,12 @@ fn infer(eg: &LEGraph, node: &Lang) -> Result<Info, String> {
         }))
     };
     match node {
-        Lang::Atom(Atom::Source(k)) => {
-            let s = eg
-                .analysis
-                .sources
-                .get(*k)
-                .ok_or_else(|| format!("no source #{k}"))?;
-            match &s.placed {
-                Some((layout, logical)) => Ok(Info::Tensor(TensorInfo {
-                    dtype: s.ty.dtype,
-                    layout: layout.clone(),
-                    logical: logical.clone(),
-                    pad: None,
-                    is_const: true,
-                })),
-                None => plain(
-                    s.ty.dtype,
-                    s.ty.shape.clone(),
-                    matches!(s.op, Op::Constant(_)),
-                ),
-            }
-        }
+        Lang::Atom(Atom::Source(k)) => eg
+            .analysis
+            .sources
+            .get(*k)
+            .map(|s| Info::Tensor(s.info.clone()))
+            .ok_or_else(|| format!("no source #{k}")),
         Lang::Atom(a) => Ok(Info::Atom(a.clone())),
         Lang::Xform([from, to, pad, x]) => {
             let (from, to, pad, x) = (
