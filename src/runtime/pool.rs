@@ -235,10 +235,12 @@ impl Task<'_> {
     unsafe fn rows<V: Vector, const MAX: bool>(&self) {
         let g = self.g;
         if g.cb > 1 {
-            return self
-                .rows
-                .clone()
-                .for_each(|r| pixels::<V, MAX>(g, &self.row(r)));
+            // A loop, not a closure: a closure the compiler leaves out of
+            // line is compiled without the instruction set's features.
+            for r in self.rows.clone() {
+                pixels::<V, MAX>(g, &self.row(r));
+            }
+            return;
         }
         let width = g.staged_cols();
         let group = (STAGED_BYTES / 4 / width).clamp(1, 16);
@@ -289,8 +291,24 @@ unsafe fn reduce<V: Vector, const MAX: bool, const N: usize>(
         // vmaxps gives its second operand where either is NaN: from -inf,
         // the accumulator as second operand skips NaN reads in one
         // instruction.
-        true => fold(x, at, rows, cols, f32::NEG_INFINITY, |a, v| V::max(v, a)),
-        false => fold(x, at, rows, cols, 0.0, |a, v| V::add(a, v)),
+        true => fold(
+            x,
+            at,
+            rows,
+            cols,
+            f32::NEG_INFINITY,
+            #[inline(always)]
+            |a, v| V::max(v, a),
+        ),
+        false => fold(
+            x,
+            at,
+            rows,
+            cols,
+            0.0,
+            #[inline(always)]
+            |a, v| V::add(a, v),
+        ),
     }
 }
 
