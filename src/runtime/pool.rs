@@ -14,9 +14,12 @@
 //! carries the horizontal padding as the reduction's identity (-inf or 0), so
 //! neither pass tests a border, and a few output rows are staged before
 //! their horizontal passes, so that their reads do not wait on the stores
-//! just made. Window bounds and divisors are tabled at compile time, work is
-//! split by output rows, and the code is written once over the vector type
-//! (`simd::Vector`) and compiled per instruction set.
+//! just made. Window bounds and divisors are tabled at compile time, windows
+//! of 2 and 3 taps along an axis are unrolled (`unrolled`), work is split by
+//! output rows, and the code is written once over the vector type
+//! (`simd::Vector`) and compiled per instruction set: every loop and helper
+//! around the vectors is inlined into that code (a closure left out of line
+//! would lose the instruction set and call each vector instruction).
 
 use super::conv::valid_taps;
 use super::simd::{run_vectorized, Isa, Lanes, Scalar as One, Vector, VectorKernel, MAX_LANES};
