@@ -128,17 +128,28 @@ impl VectorKernel for Rows<'_> {
 
 /// One row of softmax, or of its logarithm when `log`. The maximum is
 /// subtracted before exp so it cannot overflow; a row with NaN or +inf becomes
-/// all NaN, as in the reference. The exponentials are staged in `y`.
+/// all NaN, as in the reference. The exponentials are staged in `y` and summed
+/// as they are made, four vectors at a time so that their polynomials overlap.
 #[inline(always)]
 unsafe fn softmax<V: Vector>(x: *const f32, n: usize, log: bool, y: *mut f32) {
     let max = V::splat(row_max::<V>(x, n));
-    map::<V>(
+    let sum = fold::<V, V>(
         n,
-        y,
+        V::splat(0.0),
         #[inline(always)]
-        |at, k| Lanewise(V::sub(load_part(x.add(at), k, 0.0), max)).exp().0,
+        |sum, at, k| {
+            // A tail lane is -inf: its exponential (e^-88 at the least, the
+            // clamp's) cannot change a sum of at least 1 (that of the maximum).
+            let e = Lanewise(V::sub(load_part(x.add(at), k, f32::NEG_INFINITY), max))
+                .exp()
+                .0;
+            store_part(e, y.add(at), k);
+            V::add(sum, e)
+        },
+        #[inline(always)]
+        |a, b| V::add(a, b),
     );
-    let sum = row_sum::<V>(y, n);
+    let sum = horizontal_sum(sum);
     if log {
         let shift = V::add(max, V::splat(sum.ln()));
         map::<V>(
@@ -175,13 +186,11 @@ unsafe fn layer_norm<V: Vector>(
     let center = V::splat(estimate);
     // Tails are padded with the estimate: they deviate by nothing.
     let (dev, sq) = fold::<V, (V, V)>(
-        x,
         n,
-        estimate,
         (zero, zero),
         #[inline(always)]
-        |(dev, sq), v| {
-            let d = V::sub(v, center);
+        |(dev, sq), at, k| {
+            let d = V::sub(load_part(x.add(at), k, estimate), center);
             (V::add(dev, d), V::fma(d, d, sq))
         },
         #[inline(always)]
@@ -211,12 +220,10 @@ unsafe fn layer_norm<V: Vector>(
 #[inline(always)]
 unsafe fn row_sum<V: Vector>(x: *const f32, n: usize) -> f32 {
     let sum = fold::<V, V>(
-        x,
         n,
-        0.0,
         V::splat(0.0),
         #[inline(always)]
-        |a, b| V::add(a, b),
+        |a, at, k| V::add(a, load_part(x.add(at), k, 0.0)),
         #[inline(always)]
         |a, b| V::add(a, b),
     );
@@ -229,16 +236,15 @@ unsafe fn row_sum<V: Vector>(x: *const f32, n: usize) -> f32 {
 unsafe fn row_max<V: Vector>(x: *const f32, n: usize) -> f32 {
     let neg_inf = f32::NEG_INFINITY;
     let max = fold::<V, V>(
-        x,
         n,
-        neg_inf,
         V::splat(neg_inf),
         #[inline(always)]
-        |a, b| V::max(a, b),
+        |a, at, k| V::max(a, load_part(x.add(at), k, neg_inf)),
         #[inline(always)]
         |a, b| V::max(a, b),
     );
-    horizontal::<V>(max, f32::max)
+    // Lanes joined as `vmaxss` does (no NaN test): NaN aside, as above.
+    horizontal::<V>(max, |a, b| if a > b { a } else { b })
 }
 
 /// The sum of the lanes of `v`.
@@ -284,16 +290,16 @@ unsafe fn map<V: Vector>(n: usize, y: *mut f32, f: impl Fn(usize, usize) -> V) {
     }
 }
 
-/// The `n` floats at `x` folded by `step`, in four independent accumulators
-/// (their chains overlap in the pipeline, and each adds up fewer terms) joined
-/// by `merge`. `fill` pads the tail and must leave an accumulator unchanged.
+/// A row of `n` floats folded vector by vector: `step(acc, at, k)` takes in
+/// the vector at offset `at` of which `k` lanes lie inside the row (a tail
+/// vector's others must leave the accumulator unchanged). Four independent
+/// accumulators (their chains overlap in the pipeline, and each adds up fewer
+/// terms) are joined by `merge`.
 #[inline(always)]
 unsafe fn fold<V: Vector, A: Copy>(
-    x: *const f32,
     n: usize,
-    fill: f32,
     init: A,
-    step: impl Fn(A, V) -> A,
+    step: impl Fn(A, usize, usize) -> A,
     merge: impl Fn(A, A) -> A,
 ) -> A {
     let l = V::LANES;
@@ -301,12 +307,12 @@ unsafe fn fold<V: Vector, A: Copy>(
     let mut at = 0;
     while at + 4 * l <= n {
         for (j, a) in acc.iter_mut().enumerate() {
-            *a = step(*a, V::load(x.add(at + j * l)));
+            *a = step(*a, at + j * l, l);
         }
         at += 4 * l;
     }
     while at < n {
-        acc[0] = step(acc[0], load_part(x.add(at), (n - at).min(l), fill));
+        acc[0] = step(acc[0], at, (n - at).min(l));
         at += l;
     }
     merge(merge(acc[0], acc[1]), merge(acc[2], acc[3]))
@@ -383,6 +389,36 @@ mod tests {
             Op::LogSoftmax(LogSoftmax { axis: 1 }),
         ] {
             let steps = check(op, &[5, 5], rows.concat(), vec![]);
+            assert!(native(&steps), "{steps:?}");
+        }
+    }
+
+    /// Rows of 67 (four whole 16-lane vectors and a tail; eight 8-lane ones
+    /// and a tail) with -inf scattered, at the very end (in the tail's last
+    /// lane), values near exp's clamps and beyond, one finite value among
+    /// -inf, and +inf: the exponentials summed as they are made in blocks of
+    /// four vectors, the tail's lanes outside the row adding nothing.
+    #[test]
+    fn long_softmax_rows_with_infinities_and_large_values_match_the_reference() {
+        let (n, inf) = (67, f32::INFINITY);
+        let mut rng = Rng(8);
+        let mut rows: Vec<Vec<f32>> = (0..5).map(|_| rng.f32s(n)).collect();
+        for v in rows[0].iter_mut().step_by(3) {
+            *v = -inf;
+        }
+        rows[0][n - 1] = -inf;
+        rows[1].iter_mut().for_each(|v| *v *= 1e30);
+        rows[1][20] = 88.7;
+        rows[1][n - 1] = -88.5;
+        rows[2].fill(-inf);
+        rows[2][n - 2] = -5.0;
+        rows[3][40] = inf;
+        rows[4].iter_mut().for_each(|v| *v = *v * 100.0 - 50.0);
+        for op in [
+            Op::Softmax(Softmax { axis: 1 }),
+            Op::LogSoftmax(LogSoftmax { axis: 1 }),
+        ] {
+            let steps = check(op, &[5, n], rows.concat(), vec![]);
             assert!(native(&steps), "{steps:?}");
         }
     }

@@ -14,9 +14,12 @@
 //! carries the horizontal padding as the reduction's identity (-inf or 0), so
 //! neither pass tests a border, and a few output rows are staged before
 //! their horizontal passes, so that their reads do not wait on the stores
-//! just made. Window bounds and divisors are tabled at compile time, work is
-//! split by output rows, and the code is written once over the vector type
-//! (`simd::Vector`) and compiled per instruction set.
+//! just made. Window bounds and divisors are tabled at compile time, windows
+//! of 2 and 3 taps along an axis are unrolled (`unrolled`), work is split by
+//! output rows, and the code is written once over the vector type
+//! (`simd::Vector`) and compiled per instruction set: every loop and helper
+//! around the vectors is inlined into that code (a closure left out of line
+//! would lose the instruction set and call each vector instruction).
 
 use super::conv::valid_taps;
 use super::simd::{run_vectorized, Isa, Lanes, Scalar as One, Vector, VectorKernel, MAX_LANES};
@@ -235,10 +238,12 @@ impl Task<'_> {
     unsafe fn rows<V: Vector, const MAX: bool>(&self) {
         let g = self.g;
         if g.cb > 1 {
-            return self
-                .rows
-                .clone()
-                .for_each(|r| pixels::<V, MAX>(g, &self.row(r)));
+            // A loop, not a closure: a closure the compiler leaves out of
+            // line is compiled without the instruction set's features.
+            for r in self.rows.clone() {
+                pixels::<V, MAX>(g, &self.row(r));
+            }
+            return;
         }
         let width = g.staged_cols();
         let group = (STAGED_BYTES / 4 / width).clamp(1, 16);
@@ -289,8 +294,24 @@ unsafe fn reduce<V: Vector, const MAX: bool, const N: usize>(
         // vmaxps gives its second operand where either is NaN: from -inf,
         // the accumulator as second operand skips NaN reads in one
         // instruction.
-        true => fold(x, at, rows, cols, f32::NEG_INFINITY, |a, v| V::max(v, a)),
-        false => fold(x, at, rows, cols, 0.0, |a, v| V::add(a, v)),
+        true => fold(
+            x,
+            at,
+            rows,
+            cols,
+            f32::NEG_INFINITY,
+            #[inline(always)]
+            |a, v| V::max(v, a),
+        ),
+        false => fold(
+            x,
+            at,
+            rows,
+            cols,
+            0.0,
+            #[inline(always)]
+            |a, v| V::add(a, v),
+        ),
     }
 }
 
@@ -324,10 +345,17 @@ unsafe fn vertical<V: Vector, const MAX: bool>(row: &Row, n: usize, staged: *mut
     if n < V::LANES && V::LANES > 1 {
         return vertical::<One, MAX>(row, n, staged);
     }
-    for e in starts(n, V::LANES) {
-        let [v] = reduce::<V, MAX, 1>(row.x.wrapping_add(e), [0], row.taps, (1, 0));
-        v.store(staged.add(e));
-    }
+    unrolled(
+        row.taps.0,
+        #[inline(always)]
+        |taps| {
+            for e in starts(n, V::LANES) {
+                let rows = (taps, row.taps.1);
+                let [v] = reduce::<V, MAX, 1>(row.x.wrapping_add(e), [0], rows, (1, 0));
+                v.store(staged.add(e));
+            }
+        },
+    )
 }
 
 /// The horizontal pass: `row`'s outputs from its staged row (at the left
@@ -336,30 +364,39 @@ unsafe fn vertical<V: Vector, const MAX: bool>(row: &Row, n: usize, staged: *mut
 #[inline(always)]
 unsafe fn horizontal<V: Vector, const MAX: bool>(g: &PoolGeom, row: &Row, staged: *const f32) {
     let (s, lanes) = (g.stride.1, V::LANES);
-    // Window columns and the staged elements between them.
-    let taps = (g.k.1, g.dilation.1);
-    let inv = |o: usize| move || V::load(g.inv.1.as_ptr().add(o));
-    match s {
-        1 if g.ow >= lanes => {
-            for o in starts(g.ow, lanes) {
-                let [v] = reduce::<V, MAX, 1>(staged.add(o), [0], taps, (1, 0));
-                emit::<V, MAX>(g, row, o, v, inv(o));
-            }
-        }
-        2 if lanes > 1 && g.ow >= lanes => {
-            for o in starts(g.ow, lanes) {
-                let [a, b] = reduce::<V, MAX, 2>(staged.add(2 * o), [0, lanes], taps, (1, 0));
-                emit::<V, MAX>(g, row, o, V::even(a, b), inv(o));
-            }
-        }
-        _ if lanes == 1 => {
-            for o in 0..g.ow {
-                let [v] = reduce::<V, MAX, 1>(staged.add(o * s), [0], taps, (1, 0));
-                emit::<V, MAX>(g, row, o, v, inv(o));
-            }
-        }
-        _ => horizontal::<One, MAX>(g, row, staged),
+    if (s > 2 && lanes > 1) || g.ow < lanes {
+        return horizontal::<One, MAX>(g, row, staged);
     }
+    let inv = |o: usize| move || V::load(g.inv.1.as_ptr().add(o));
+    unrolled(
+        g.k.1,
+        #[inline(always)]
+        |k| {
+            // Window columns and the staged elements between them.
+            let taps = (k, g.dilation.1);
+            match s {
+                1 => {
+                    for o in starts(g.ow, lanes) {
+                        let [v] = reduce::<V, MAX, 1>(staged.add(o), [0], taps, (1, 0));
+                        emit::<V, MAX>(g, row, o, v, inv(o));
+                    }
+                }
+                2 if lanes > 1 => {
+                    for o in starts(g.ow, lanes) {
+                        let at = [0, lanes];
+                        let [a, b] = reduce::<V, MAX, 2>(staged.add(2 * o), at, taps, (1, 0));
+                        emit::<V, MAX>(g, row, o, V::even(a, b), inv(o));
+                    }
+                }
+                _ => {
+                    for o in 0..g.ow {
+                        let [v] = reduce::<V, MAX, 1>(staged.add(o * s), [0], taps, (1, 0));
+                        emit::<V, MAX>(g, row, o, v, inv(o));
+                    }
+                }
+            }
+        },
+    )
 }
 
 /// An output row with channels innermost (NHWC, NCHW{cb}c) read straight
@@ -367,13 +404,36 @@ unsafe fn horizontal<V: Vector, const MAX: bool>(g: &PoolGeom, row: &Row, staged
 /// time inside the row, one at a time over its inside taps at its edges.
 #[inline(always)]
 unsafe fn pixels<V: Vector, const MAX: bool>(g: &PoolGeom, row: &Row) {
-    let (cb, s, lanes) = (g.cb, g.stride.1, V::LANES);
-    if cb < lanes {
+    if g.cb < V::LANES {
         return pixels::<One, MAX>(g, row);
     }
+    unrolled(
+        row.taps.0,
+        #[inline(always)]
+        |rows| {
+            unrolled(
+                g.k.1,
+                #[inline(always)]
+                |cols| pixel_windows::<V, MAX>(g, row, rows, cols),
+            )
+        },
+    )
+}
+
+/// [`pixels`] with the row's window rows inside the image, `rows`, and the
+/// window's columns, `cols`, given (as constants where [`unrolled`] can).
+#[inline(always)]
+unsafe fn pixel_windows<V: Vector, const MAX: bool>(
+    g: &PoolGeom,
+    row: &Row,
+    rows: usize,
+    cols: usize,
+) {
+    let (cb, s, lanes) = (g.cb, g.stride.1, V::LANES);
+    let rows = (rows, row.taps.1);
     // Window columns and the input elements between them.
     let apart = g.dilation.1 * cb;
-    let whole = |o: usize| g.cols[o].n == g.k.1;
+    let whole = |o: usize| g.cols[o].n == cols;
     let inv = |o: usize| move || V::splat(g.inv.1[o]);
     let mut o = 0;
     while o < g.ow {
@@ -384,16 +444,29 @@ unsafe fn pixels<V: Vector, const MAX: bool>(g: &PoolGeom, row: &Row) {
         for c in starts(cb, lanes) {
             if four {
                 let at = std::array::from_fn(|i| i * s * cb);
-                let acc = reduce::<V, MAX, 4>(x.add(c), at, row.taps, (g.k.1, apart));
+                let acc = reduce::<V, MAX, 4>(x.add(c), at, rows, (cols, apart));
                 for (i, v) in acc.into_iter().enumerate() {
                     emit::<V, MAX>(g, row, (o + i) * cb + c, v, inv(o + i));
                 }
             } else {
-                let [v] = reduce::<V, MAX, 1>(x.wrapping_add(c), [0], row.taps, (t.n, apart));
+                let [v] = reduce::<V, MAX, 1>(x.wrapping_add(c), [0], rows, (t.n, apart));
                 emit::<V, MAX>(g, row, o * cb + c, v, inv(o));
             }
         }
         o += if four { 4 } else { 1 };
+    }
+}
+
+/// Calls `f` with `n`, a constant where it is a common window extent (2 or
+/// 3): the loops over a window that `f` inlines are then unrolled, where a
+/// loop counted at run time costs more instructions than its loads and
+/// maxima or sums.
+#[inline(always)]
+fn unrolled<R>(n: usize, f: impl Fn(usize) -> R) -> R {
+    match n {
+        2 => f(2),
+        3 => f(3),
+        _ => f(n),
     }
 }
 
