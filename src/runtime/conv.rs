@@ -95,9 +95,8 @@ impl ConvGeom {
     /// Whether this is a 1x1 window every output pixel of which reads an
     /// input pixel (no padding on any side), with any stride.
     pub fn is_pointwise(&self) -> bool {
-        let inside = |out: usize, stride: usize, extent: usize| {
-            out.saturating_sub(1) * stride < extent
-        };
+        let inside =
+            |out: usize, stride: usize, extent: usize| out.saturating_sub(1) * stride < extent;
         self.k == (1, 1)
             && self.pad == (0, 0)
             && inside(self.oh, self.stride.0, self.h)
@@ -367,7 +366,17 @@ impl PackedConv {
         // to give every thread several pieces of work.
         let threads = par::threads();
         let tiles = g.ow.div_ceil(TILE);
-        let cuts = (threads * 8).div_ceil(rows).clamp(1, tiles);
+        // Small weights stay in L2 whatever the order, so one thread's
+        // consecutive pieces then cover all groups of the same pixels, which
+        // reuses the input from L1; large weights are shared within a group.
+        let pixels_outer = self.w.len() * 4 <= 64 * 1024;
+        // A pointwise plane is one long row: cut it into spans whose input
+        // stays in L1 while every group reads it.
+        let input_cuts = match pixels_outer && g.k == (1, 1) {
+            true => (tiles * TILE * g.cin * 4).div_ceil(L1_INPUT_BYTES),
+            false => 1,
+        };
+        let cuts = (threads * 8).div_ceil(rows).max(input_cuts).clamp(1, tiles);
         let span = tiles.div_ceil(cuts) * TILE;
         let cuts = g.ow.div_ceil(span);
         let items = rows * cuts;
@@ -376,10 +385,6 @@ impl PackedConv {
         let (xp, yp) = (x.as_ptr() as usize, y.as_mut_ptr() as usize);
         let rp = residual.map(|r| r.as_ptr() as usize);
         let chunk = (items / (threads * 4)).max(1);
-        // Small weights stay in L1 whatever the order, so one thread's
-        // consecutive pieces then cover all groups of the same pixels, which
-        // reuses the input from L1; large weights are shared within a group.
-        let pixels_outer = self.w.len() * 4 <= 64 * 1024;
         par::for_each_grouped(items, chunk, |i| unsafe {
             let (r, cut) = match pixels_outer {
                 true => {
@@ -504,6 +509,10 @@ impl PackedConv {
         }
     }
 }
+
+/// Bytes of input one span of a pointwise plane reads: half of a 32 KB L1,
+/// the rest left to the weights of the group running over it.
+const L1_INPUT_BYTES: usize = 16 * 1024;
 
 /// Kernel taps `k` with `0 <= start + k * dilation < extent`, as a range.
 pub(super) fn valid_taps(

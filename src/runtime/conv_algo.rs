@@ -245,7 +245,6 @@ impl ConvSpec<'_> {
             _ => ConvKernel::Direct(Box::new(self.direct())),
         }
     }
-
 }
 
 /// What every kernel built from one convolution's weights shares, computed
