@@ -92,6 +92,17 @@ impl ConvGeom {
         (lo, hi)
     }
 
+    /// Whether this is a 1x1 window every output pixel of which reads an
+    /// input pixel (no padding on any side), with any stride.
+    pub fn is_pointwise(&self) -> bool {
+        let inside =
+            |out: usize, stride: usize, extent: usize| out.saturating_sub(1) * stride < extent;
+        self.k == (1, 1)
+            && self.pad == (0, 0)
+            && inside(self.oh, self.stride.0, self.h)
+            && inside(self.ow, self.stride.1, self.w)
+    }
+
     /// Offset of output channel `c` from the start of a batch item and pixel.
     fn y_chan(&self, c: usize) -> usize {
         (c / self.y_cb) * self.oh * self.ow * self.y_cb + c % self.y_cb
@@ -116,20 +127,35 @@ pub struct PackedConv {
     chan_offsets: Option<Vec<Vec<isize>>>,
     /// What the output's padding channels must hold, if any are there.
     pad_fill: Option<f32>,
-    /// Set when border columns read the horizontal padding: the input is first
-    /// copied into scratch with zero columns on both sides.
-    widened: Option<Widened>,
+    /// Set when the input is first copied into scratch in another shape.
+    staged: Option<Staging>,
 }
 
-/// The input copied with `left` zero columns before each row and zeros after,
-/// to `width` columns: every output column's window then lies inside a row,
-/// so border columns run in full register tiles instead of one pixel at a
-/// time (a 1x7 conv on 17x17 ran at half the speed of the 7x1 one).
-struct Widened {
-    /// Width of the input as the kernel receives it.
-    source_w: usize,
-    /// Zero columns before each row.
-    left: usize,
+/// How `run` copies its input into scratch before the kernel reads it.
+enum Staging {
+    /// The input with `left` zero columns before each row and zeros after,
+    /// to the kernel's width: every output column's window then lies inside
+    /// a row, so border columns run in full register tiles instead of one
+    /// pixel at a time (a 1x7 conv on 17x17 ran at half the speed of the 7x1
+    /// one). Set when border columns read the horizontal padding.
+    Widened {
+        /// Width of the input as the kernel receives it.
+        source_w: usize,
+        /// Zero columns before each row.
+        left: usize,
+    },
+    /// A 1x1 convolution with a stride reads only every `stride`-th pixel:
+    /// those pixels, packed side by side, make a plane the pointwise kernel
+    /// runs over as one row (read in place, the strided rows cut tiles short
+    /// and half of each cache line read went unused).
+    Subsampled {
+        /// Height and width of the input as the kernel receives it.
+        source: (usize, usize),
+        /// Output rows and columns (the subsampled plane).
+        out: (usize, usize),
+        /// Vertical and horizontal stride.
+        stride: (usize, usize),
+    },
 }
 
 impl PackedConv {
@@ -146,7 +172,7 @@ impl PackedConv {
         Self::build(geom, isa, w, bias, epilogue, pad_fill, true)
     }
 
-    /// The kernel of `new` that reads its input as it is (never widened),
+    /// The kernel of `new` that reads its input as it is (never staged),
     /// for computing pieces of the output with `region`.
     pub(super) fn for_regions(
         geom: ConvGeom,
@@ -165,7 +191,7 @@ impl PackedConv {
         bias: &[f32],
         epilogue: Epilogue,
         pad_fill: Option<f32>,
-        may_widen: bool,
+        may_stage: bool,
     ) -> PackedConv {
         let lanes = isa.lanes();
         // Two vectors per tile halve the broadcasts per FMA; AVX-512 has the
@@ -208,34 +234,41 @@ impl PackedConv {
         let padded = !geom.cout.is_multiple_of(geom.y_cb);
         // A pointwise convolution reads and writes every pixel in order, so the
         // whole plane is one long row: full register tiles even on 7x7 maps.
-        let pointwise = geom.k == (1, 1)
-            && geom.stride == (1, 1)
-            && geom.pad == (0, 0)
-            && (geom.oh, geom.ow) == (geom.h, geom.w);
+        // With a stride, it reads the subsampled input staged so.
+        let one_by_one = geom.is_pointwise();
+        let plane = ConvGeom {
+            h: 1,
+            w: geom.oh * geom.ow,
+            oh: 1,
+            ow: geom.oh * geom.ow,
+            stride: (1, 1),
+            ..geom.clone()
+        };
         let (border_lo, border_hi) = geom.interior_columns();
-        let mut widened = None;
-        let geom = if pointwise {
-            ConvGeom {
-                h: 1,
-                w: geom.h * geom.w,
-                oh: 1,
-                ow: geom.h * geom.w,
-                ..geom
-            }
-        } else if may_widen && geom.w > 0 && (border_lo > 0 || border_hi < geom.ow) {
+        let (geom, staged) = if one_by_one && geom.stride == (1, 1) {
+            (plane, None)
+        } else if may_stage && one_by_one {
+            let staged = Staging::Subsampled {
+                source: (geom.h, geom.w),
+                out: (geom.oh, geom.ow),
+                stride: geom.stride,
+            };
+            (plane, Some(staged))
+        } else if may_stage && geom.w > 0 && (border_lo > 0 || border_hi < geom.ow) {
             let span = (geom.k.1 - 1) * geom.dilation.1 + 1;
             let width = (geom.w + geom.pad.1).max((geom.ow - 1) * geom.stride.1 + span);
-            widened = Some(Widened {
+            let staged = Staging::Widened {
                 source_w: geom.w,
                 left: geom.pad.1,
-            });
-            ConvGeom {
+            };
+            let geom = ConvGeom {
                 w: width,
                 pad: (geom.pad.0, 0),
                 ..geom
-            }
+            };
+            (geom, Some(staged))
         } else {
-            geom
+            (geom, None)
         };
         PackedConv {
             geom,
@@ -246,7 +279,7 @@ impl PackedConv {
             epilogue,
             chan_offsets,
             pad_fill: pad_fill.filter(|_| padded),
-            widened,
+            staged,
         }
     }
 
@@ -255,32 +288,60 @@ impl PackedConv {
         &self.w
     }
 
-    /// Elements of working memory `run` needs (the widened input), or 0.
+    /// Elements of working memory `run` needs (the staged input), or 0.
     pub fn scratch_len(&self) -> usize {
-        self.widened.as_ref().map_or(0, |_| self.geom.x_len())
+        self.staged.as_ref().map_or(0, |_| self.geom.x_len())
     }
 
     /// Elements of the input buffer `run` reads.
     fn source_len(&self) -> usize {
         let g = &self.geom;
-        match &self.widened {
-            Some(wd) => g.x_len() / g.w * wd.source_w,
+        let planes = g.n * g.cin.div_ceil(g.x_cb) * g.x_cb;
+        match self.staged {
+            Some(Staging::Widened { source_w, .. }) => planes * g.h * source_w,
+            Some(Staging::Subsampled { source, .. }) => planes * source.0 * source.1,
             None => g.x_len(),
         }
     }
 
-    /// Copies `x` into `scratch` with the zero columns of `wd` around each row.
-    fn widen(&self, wd: &Widened, x: &[f32], scratch: &mut [f32]) {
+    /// Copies `x` into `scratch` in the shape `staging` gives it.
+    fn stage(&self, staging: &Staging, x: &[f32], scratch: &mut [f32]) {
         let g = &self.geom;
-        let (row_in, row_out) = (wd.source_w * g.x_cb, g.w * g.x_cb);
-        let left = wd.left * g.x_cb;
+        let cb = g.x_cb;
+        // Scratch is filled row by row: `row_out` elements from the source row
+        // of `row_in` elements that `source_row` gives.
+        let (row_in, row_out) = match *staging {
+            Staging::Widened { source_w, .. } => (source_w * cb, g.w * cb),
+            Staging::Subsampled { source, out, .. } => (source.1 * cb, out.1 * cb),
+        };
+        if row_out == 0 {
+            return;
+        }
+        let source_row = |i: usize| match *staging {
+            Staging::Widened { .. } => i * row_in,
+            Staging::Subsampled {
+                source,
+                out,
+                stride,
+            } => ((i / out.0) * source.0 + (i % out.0) * stride.0) * row_in,
+        };
         // 64 rows per task.
-        par::for_each_chunk_mut(&mut scratch[..g.x_len()], 64 * row_out, |i, rows| {
-            let x = &x[i * 64 * row_in..];
-            for (dst, src) in rows.chunks_mut(row_out).zip(x.chunks(row_in)) {
-                dst[..left].fill(0.0);
-                dst[left..left + row_in].copy_from_slice(src);
-                dst[left + row_in..].fill(0.0);
+        par::for_each_chunk_mut(&mut scratch[..g.x_len()], 64 * row_out, |chunk, rows| {
+            for (j, dst) in rows.chunks_mut(row_out).enumerate() {
+                let src = &x[source_row(chunk * 64 + j)..][..row_in];
+                match *staging {
+                    Staging::Widened { left, .. } => {
+                        let left = left * cb;
+                        dst[..left].fill(0.0);
+                        dst[left..left + row_in].copy_from_slice(src);
+                        dst[left + row_in..].fill(0.0);
+                    }
+                    Staging::Subsampled { stride, .. } => {
+                        for (px, d) in dst.chunks_exact_mut(cb).enumerate() {
+                            d.copy_from_slice(&src[px * stride.1 * cb..][..cb]);
+                        }
+                    }
+                }
             }
         });
     }
@@ -292,9 +353,9 @@ impl PackedConv {
         assert!(x.len() >= self.source_len() && y.len() >= g.y_len());
         assert!(residual.is_none_or(|r| r.len() >= g.y_len()));
         assert!(scratch.len() >= self.scratch_len());
-        let x = match &self.widened {
-            Some(wd) => {
-                self.widen(wd, x, scratch);
+        let x = match &self.staged {
+            Some(staging) => {
+                self.stage(staging, x, scratch);
                 &scratch[..]
             }
             None => x,
@@ -305,7 +366,17 @@ impl PackedConv {
         // to give every thread several pieces of work.
         let threads = par::threads();
         let tiles = g.ow.div_ceil(TILE);
-        let cuts = (threads * 8).div_ceil(rows).clamp(1, tiles);
+        // Small weights stay in L2 whatever the order, so one thread's
+        // consecutive pieces then cover all groups of the same pixels, which
+        // reuses the input from L1; large weights are shared within a group.
+        let pixels_outer = self.w.len() * 4 <= 64 * 1024;
+        // A pointwise plane is one long row: cut it into spans whose input
+        // stays in L1 while every group reads it.
+        let input_cuts = match pixels_outer && g.k == (1, 1) {
+            true => (tiles * TILE * g.cin * 4).div_ceil(L1_INPUT_BYTES),
+            false => 1,
+        };
+        let cuts = (threads * 8).div_ceil(rows).max(input_cuts).clamp(1, tiles);
         let span = tiles.div_ceil(cuts) * TILE;
         let cuts = g.ow.div_ceil(span);
         let items = rows * cuts;
@@ -314,10 +385,6 @@ impl PackedConv {
         let (xp, yp) = (x.as_ptr() as usize, y.as_mut_ptr() as usize);
         let rp = residual.map(|r| r.as_ptr() as usize);
         let chunk = (items / (threads * 4)).max(1);
-        // Small weights stay in L1 whatever the order, so one thread's
-        // consecutive pieces then cover all groups of the same pixels, which
-        // reuses the input from L1; large weights are shared within a group.
-        let pixels_outer = self.w.len() * 4 <= 64 * 1024;
         par::for_each_grouped(items, chunk, |i| unsafe {
             let (r, cut) = match pixels_outer {
                 true => {
@@ -356,7 +423,7 @@ impl PackedConv {
         rows: std::ops::Range<usize>,
         cols: std::ops::Range<usize>,
     ) {
-        debug_assert!(self.widened.is_none());
+        debug_assert!(self.staged.is_none());
         let g = &self.geom;
         let groups = g.cout.div_ceil(self.width);
         for grp in 0..groups {
@@ -442,6 +509,10 @@ impl PackedConv {
         }
     }
 }
+
+/// Bytes of input one span of a pointwise plane reads: half of a 32 KB L1,
+/// the rest left to the weights of the group running over it.
+const L1_INPUT_BYTES: usize = 16 * 1024;
 
 /// Kernel taps `k` with `0 <= start + k * dilation < extent`, as a range.
 pub(super) fn valid_taps(

@@ -48,8 +48,8 @@ impl std::str::FromStr for ConvAlgoChoice {
 pub enum ConvAlgo {
     /// The register-tiled direct kernel.
     Direct,
-    /// A 1x1 stride-1 convolution: the direct kernel as one matrix product
-    /// over the whole plane.
+    /// A 1x1 convolution without padding: the direct kernel as one matrix
+    /// product over the whole plane (with a stride, over the pixels it reads).
     Pointwise,
     /// One filter per channel.
     Depthwise,
@@ -245,11 +245,6 @@ impl ConvSpec<'_> {
             _ => ConvKernel::Direct(Box::new(self.direct())),
         }
     }
-
-    fn is_pointwise(&self) -> bool {
-        let g = &self.geom;
-        g.k == (1, 1) && g.stride == (1, 1) && g.pad == (0, 0)
-    }
 }
 
 /// What every kernel built from one convolution's weights shares, computed
@@ -304,7 +299,7 @@ fn candidates(
     shared: &SharedWeights,
 ) -> (Vec<ConvAlgo>, Vec<(ConvAlgo, f64)>) {
     if !winograd::applies(&spec.geom) || options.choice == ConvAlgoChoice::Direct {
-        let algo = match spec.is_pointwise() {
+        let algo = match spec.geom.is_pointwise() {
             true => ConvAlgo::Pointwise,
             false => ConvAlgo::Direct,
         };

@@ -121,10 +121,15 @@ fn tiled_conv_matches_a_naive_loop_for_every_isa_and_blocking() {
             (cin, cout, k) = (40 + case, 50, (3, 3));
         }
         let dilation = (rng.range(1, 2), rng.range(1, 2));
-        let pad = (rng.range(0, 2), rng.range(0, 2));
+        let mut pad = (rng.range(0, 2), rng.range(0, 2));
         // Padding at the bottom and right may differ from the top and left.
-        let pad_end = (rng.range(0, 2), rng.range(0, 2));
-        let stride = (rng.range(1, 2), rng.range(1, 2));
+        let mut pad_end = (rng.range(0, 2), rng.range(0, 2));
+        let mut stride = (rng.range(1, 2), rng.range(1, 2));
+        if (4..12).contains(&case) {
+            // A strided 1x1 window: the pointwise kernel on the staged pixels.
+            (k, pad, pad_end) = ((1, 1), (0, 0), (0, 0));
+            stride = [(2, 2), (2, 1), (1, 2), (3, 2)][case % 4];
+        }
         let span = ((k.0 - 1) * dilation.0 + 1, (k.1 - 1) * dilation.1 + 1);
         let h = rng.range(span.0.saturating_sub(pad.0 + pad_end.0).max(1), 16);
         let w = rng.range(span.1.saturating_sub(pad.1 + pad_end.1).max(1), 30);
