@@ -79,6 +79,12 @@ fn packed_placement(g: &Graph, id: NodeId) -> Option<(Layout, Vec<usize>)> {
     packed.then_some((layout, logical))
 }
 
+/// The row-major layout of `shape`, and `shape` as the logical shape.
+fn row_major(shape: &[usize]) -> Result<(Layout, Vec<usize>), String> {
+    let layout = Layout::identity(shape.len()).map_err(|e| e.to_string())?;
+    Ok((layout, shape.to_vec()))
+}
+
 /// The source standing for value `v` read from outside the region: its tensor
 /// as the reading region node `reader` (at input `port`) takes it, and
 /// constant when everything it is computed from is.
@@ -96,15 +102,10 @@ fn given(
             .get(port)
             .cloned()
             .ok_or_else(|| format!("input {port} has no placement"))?,
-        _ => (
-            Layout::identity(ty.shape.len()).map_err(|e| e.to_string())?,
-            ty.shape.clone(),
-        ),
+        _ => row_major(&ty.shape)?,
     };
-    let producer = g.node(v.node);
     Ok(Source {
         value: v,
-        name: producer.outputs[v.output].name.clone(),
         info: TensorInfo {
             dtype: ty.dtype,
             pad: pad_fact(
@@ -118,7 +119,6 @@ fn given(
             is_const: computed_from_constants(g, v.node, constant),
         },
         scalar: None,
-        spans: producer.spans.clone(),
     })
 }
 
@@ -168,14 +168,10 @@ fn source_node(g: &Graph, id: NodeId) -> Result<Source, String> {
     };
     let (layout, logical) = match packed_placement(g, id) {
         Some(placed) => placed,
-        None => (
-            Layout::identity(ty.shape.len()).map_err(|e| e.to_string())?,
-            ty.shape.clone(),
-        ),
+        None => row_major(&ty.shape)?,
     };
     Ok(Source {
         value: ValueRef::new(id, 0),
-        name: node.name.clone(),
         info: TensorInfo {
             dtype: ty.dtype,
             layout,
@@ -186,7 +182,6 @@ fn source_node(g: &Graph, id: NodeId) -> Result<Source, String> {
         scalar: constant
             .filter(|t| t.shape.is_empty() && t.dtype().is_float())
             .map(|t| t.to_f32()[0]),
-        spans: node.spans.clone(),
     })
 }
 
@@ -263,15 +258,14 @@ pub fn region_to_egraph(
                 continue;
             }
             let s = given(g, v, nid, port, &mut constant).map_err(|m| err(spans, m))?;
-            let (value_name, spans) = (s.name.clone(), s.spans.clone());
             eg.analysis.sources.push(s);
             let id = eg.add(Lang::Atom(Atom::Source(eg.analysis.sources.len() - 1)));
-            annotate(&mut eg, id, &spans, &value_name);
-            name_value(&mut eg, id, &value_name);
+            let value_name = &g.value(v).name;
+            annotate(&mut eg, id, &g.node(v.node).spans, value_name);
+            name_value(&mut eg, id, value_name);
             ids.insert(v, id);
             ins.push(id);
         }
-        let node = g.node(nid);
         let add_atom = |eg: &mut LEGraph, a: Atom| eg.add(Lang::Atom(a));
         let lang = match &node.op {
             Op::Input | Op::Constant(_) => {

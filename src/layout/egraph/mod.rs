@@ -194,14 +194,10 @@ impl OpEntry {
 pub struct Source {
     /// The graph value it is.
     pub value: ValueRef,
-    /// The value's name.
-    pub name: String,
     /// Its tensor: shape, layout, padding and whether it is constant.
     pub info: TensorInfo,
     /// Its value when it is a scalar float constant.
     pub scalar: Option<f32>,
-    /// Its source layers.
-    pub spans: Vec<Span>,
 }
 
 /// What the padding of a class holds, and why that is known.
