@@ -364,7 +364,7 @@ unsafe fn vertical<V: Vector, const MAX: bool>(row: &Row, n: usize, staged: *mut
 #[inline(always)]
 unsafe fn horizontal<V: Vector, const MAX: bool>(g: &PoolGeom, row: &Row, staged: *const f32) {
     let (s, lanes) = (g.stride.1, V::LANES);
-    if (s > 2 && lanes > 1) || g.ow < lanes {
+    if lanes > 1 && (s > 2 || g.ow < lanes) {
         return horizontal::<One, MAX>(g, row, staged);
     }
     let inv = |o: usize| move || V::load(g.inv.1.as_ptr().add(o));
