@@ -40,7 +40,7 @@ def main() -> int:
     # kind -> (predicted ms, measured ms, per-step ratios)
     kinds: dict[str, list] = defaultdict(lambda: [0.0, 0.0, []])
     load_before = load_average()
-    print("model | predicted ms | measured ms (sum of step means) | measured/predicted")
+    print("model | predicted ms | measured ms (sum of step medians) | measured/predicted")
     print("--- | --- | --- | ---")
     for model in args.models:
         name = f"{model.parent.name}/{model.name}"
@@ -52,7 +52,7 @@ def main() -> int:
             continue
         steps = json.loads(r.stdout)["profile"]
         pred = sum(s["predicted_ms"] for s in steps)
-        meas = sum(s["mean_ms"] for s in steps)
+        meas = sum(s["median_ms"] for s in steps)
         print(f"{name} | {pred:.2f} | {meas:.2f} | {meas / pred:.2f}", flush=True)
         for s in steps:
             kind = s["kind"]
@@ -60,9 +60,9 @@ def main() -> int:
                 kind = re.sub(r"^Conv\+\S+ ", "Conv ", kind)
             k = kinds[kind]
             k[0] += s["predicted_ms"]
-            k[1] += s["mean_ms"]
+            k[1] += s["median_ms"]
             if s["predicted_ms"] > 0:
-                k[2].append(s["mean_ms"] / s["predicted_ms"])
+                k[2].append(s["median_ms"] / s["predicted_ms"])
     print()
     print("kind | steps | predicted ms | measured ms | share of measured | measured/predicted | median step ratio")
     print("--- | --- | --- | --- | --- | --- | ---")

@@ -428,6 +428,8 @@ pub struct StepTime {
     pub fallback: bool,
     /// Its mean time per run.
     pub mean_ms: f64,
+    /// Its median time over the runs.
+    pub median_ms: f64,
     /// Its time per run as the cost model predicts it.
     pub predicted_ms: f64,
     /// Bytes it reads and writes per run.
@@ -469,7 +471,9 @@ impl BenchDoc {
                     name: s.name.clone(),
                     kind: s.kind.clone(),
                     fallback: s.fallback,
-                    mean_ms: s.time.as_secs_f64() * 1e3 / p.runs.max(1) as f64,
+                    mean_ms: s.times.iter().sum::<std::time::Duration>().as_secs_f64() * 1e3
+                        / p.runs.max(1) as f64,
+                    median_ms: s.median().as_secs_f64() * 1e3,
                     predicted_ms: predicted * 1e3,
                     moved_bytes: s.work.bytes,
                     flops: s.work.flops,

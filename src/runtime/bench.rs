@@ -35,7 +35,7 @@ pub struct BenchReport {
 pub struct Profile {
     /// Profiled runs: extra runs, so timers do not disturb the latencies.
     pub runs: usize,
-    /// Each step's work, and its time summed over the runs.
+    /// Each step's work, and its time in every run.
     pub steps: Vec<StepProfile>,
     /// The peaks the steps are compared with.
     pub roofline: Roofline,
@@ -136,27 +136,32 @@ impl fmt::Display for BenchReport {
             predicted,
         }) = &self.profile
         {
-            let total: Duration = steps.iter().map(|s| s.time).sum();
-            let mut sorted: Vec<(&StepProfile, f64)> =
-                steps.iter().zip(predicted.iter().copied()).collect();
-            sorted.sort_by_key(|(s, _)| std::cmp::Reverse(s.time));
+            let medians: Vec<Duration> = steps.iter().map(StepProfile::median).collect();
+            let total: Duration = medians.iter().sum();
+            let mut sorted: Vec<(&StepProfile, Duration, f64)> = steps
+                .iter()
+                .zip(medians.iter().copied())
+                .zip(predicted.iter().copied())
+                .map(|((s, m), p)| (s, m, p))
+                .collect();
+            sorted.sort_by_key(|&(_, median, _)| std::cmp::Reverse(median));
             writeln!(f, "{roofline}")?;
             writeln!(
                 f,
-                "per-step profile (mean over {runs} runs, {} steps, {} fallbacks; \
-                 predicted {:.3} ms in all, measured {:.3} ms):",
+                "per-step profile (median over {runs} runs, {} steps, {} fallbacks; \
+                 predicted {:.3} ms in all, measured {:.3} ms, the sum of the medians):",
                 steps.len(),
                 steps.iter().filter(|s| s.fallback).count(),
                 predicted.iter().sum::<f64>() * 1e3,
-                total.as_secs_f64() * 1e3 / *runs as f64,
+                total.as_secs_f64() * 1e3,
             )?;
             writeln!(
                 f,
                 "{:>9} {:>9} {:>6} {:>8} {:>8} {:>7} {:>7}  {:<40} step",
                 "ms", "pred. ms", "share", "GB/s", "GFLOP/s", "flop/B", "% roof", "kind"
             )?;
-            for (s, predicted) in sorted {
-                let seconds = s.time.as_secs_f64() / *runs as f64;
+            for (s, median, predicted) in sorted {
+                let seconds = median.as_secs_f64();
                 let per_second = |x: f64| (seconds > 0.0).then(|| x / seconds / 1e9);
                 let gflops = per_second(s.work.flops).filter(|_| s.work.flops > 0.0);
                 let roof = match roofline.peaks.fraction_of_roof(&s.work, seconds) {
@@ -168,7 +173,7 @@ impl fmt::Display for BenchReport {
                     "{:>9.3} {:>9.3} {:>5.1}% {:>8} {:>8} {:>7} {:>7}  {:<40} {}{}",
                     seconds * 1e3,
                     predicted * 1e3,
-                    100.0 * s.time.as_secs_f64() / total.as_secs_f64().max(1e-12),
+                    100.0 * seconds / total.as_secs_f64().max(1e-12),
                     figure(per_second(s.work.bytes as f64), 2),
                     figure(gflops, 2),
                     figure(s.work.intensity(), 2),

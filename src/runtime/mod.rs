@@ -392,8 +392,18 @@ pub struct StepProfile {
     pub fallback: bool,
     /// The bytes it moves and the flops it computes in one run.
     pub work: StepWork,
-    /// Time summed over the profiled runs.
-    pub time: Duration,
+    /// Its time in each profiled run, in run order.
+    pub times: Vec<Duration>,
+}
+
+impl StepProfile {
+    /// The median of its times: one preempted run does not move it, as it
+    /// moves a mean on a shared machine.
+    pub fn median(&self) -> Duration {
+        let mut sorted = self.times.clone();
+        sorted.sort();
+        sorted.get(sorted.len() / 2).copied().unwrap_or_default()
+    }
 }
 
 /// A model compiled for this CPU.
@@ -620,7 +630,7 @@ impl CompiledModel {
         Ok((outputs, found))
     }
 
-    /// Runs the model and adds each step's time to `profile` (one entry per step,
+    /// Runs the model and appends each step's time to `profile` (one entry per step,
     /// created on the first call).
     pub fn run_profiled(
         &self,
@@ -636,7 +646,7 @@ impl CompiledModel {
                     kind: s.kind.clone(),
                     fallback: matches!(s.kernel, Kernel::Fallback { .. }),
                     work: s.work,
-                    time: Duration::ZERO,
+                    times: vec![],
                 })
                 .collect();
         }
@@ -731,7 +741,7 @@ impl CompiledModel {
                 let t0 = Instant::now();
                 self.exec(step, &mut bufs)?;
                 if let Some(p) = profile.as_deref_mut() {
-                    p[i].time += t0.elapsed();
+                    p[i].times.push(t0.elapsed());
                 }
                 if let Some(found) = check.as_deref_mut().filter(|f| f.is_none()) {
                     *found =
