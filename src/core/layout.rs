@@ -651,13 +651,25 @@ impl Layout {
         let tables = self.offset_tables(logical)?;
         let n = numel(logical);
         let mut out = Vec::with_capacity(n);
-        let mut idx = vec![0usize; logical.len()];
-        for _ in 0..n {
-            out.push(idx.iter().enumerate().map(|(a, &i)| tables[a][i]).sum());
-            // Odometer step in row-major order.
+        let Some((inner, outer)) = tables.split_last() else {
+            out.extend((n > 0).then_some(0));
+            return Ok(out);
+        };
+        if n == 0 {
+            return Ok(out);
+        }
+        // The innermost axis is one pass over its table per position of the
+        // outer axes (a sum over every axis per element took 10% of the
+        // samples of a warm compile of ResNet50 from TFLite).
+        let outer_shape = &logical[..outer.len()];
+        let mut idx = vec![0usize; outer.len()];
+        for _ in 0..numel(outer_shape) {
+            let base: usize = idx.iter().zip(outer).map(|(&i, t)| t[i]).sum();
+            out.extend(inner.iter().map(|&off| base + off));
+            // Odometer step of the outer axes in row-major order.
             for a in (0..idx.len()).rev() {
                 idx[a] += 1;
-                if idx[a] < logical[a] {
+                if idx[a] < outer_shape[a] {
                     break;
                 }
                 idx[a] = 0;

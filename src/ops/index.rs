@@ -14,18 +14,24 @@ pub(super) fn affine_indices(shape: &[usize], base: isize, steps: &[isize]) -> V
     if n == 0 {
         return out;
     }
-    let mut idx = vec![0usize; shape.len()];
+    let Some((&inner, outer_shape)) = shape.split_last() else {
+        out.push(base as usize);
+        return out;
+    };
+    let step = steps[outer_shape.len()];
+    // The innermost axis is a tight loop; the outer axes step as an odometer.
+    let mut idx = vec![0usize; outer_shape.len()];
     let mut cur = base;
-    for _ in 0..n {
-        out.push(cur as usize);
+    for _ in 0..n / inner {
+        out.extend((0..inner as isize).map(|j| (cur + j * step) as usize));
         // Odometer increment, keeping `cur` in step with `idx`.
-        for ax in (0..shape.len()).rev() {
+        for ax in (0..outer_shape.len()).rev() {
             idx[ax] += 1;
             cur += steps[ax];
-            if idx[ax] < shape[ax] {
+            if idx[ax] < outer_shape[ax] {
                 break;
             }
-            cur -= steps[ax] * shape[ax] as isize;
+            cur -= steps[ax] * outer_shape[ax] as isize;
             idx[ax] = 0;
         }
     }
