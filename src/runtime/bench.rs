@@ -90,11 +90,7 @@ impl BenchReport {
         let mut sorted = times.clone();
         sorted.sort();
         let runs = sorted.len().max(1);
-        // Nearest-rank percentile.
-        let pct = |p: f64| {
-            let rank = ((p / 100.0 * runs as f64).ceil() as usize).clamp(1, runs);
-            sorted.get(rank - 1).copied().unwrap_or_default()
-        };
+        let pct = |p: f64| percentile(&sorted, p);
         BenchReport {
             runs,
             min: pct(0.0),
@@ -106,6 +102,12 @@ impl BenchReport {
             times,
         }
     }
+}
+
+/// The nearest-rank `p`th percentile of `sorted` (zero when it is empty).
+pub(super) fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let rank = ((p / 100.0 * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len().max(1));
+    sorted.get(rank - 1).copied().unwrap_or_default()
 }
 
 fn ms(d: Duration) -> f64 {

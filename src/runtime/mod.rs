@@ -397,12 +397,12 @@ pub struct StepProfile {
 }
 
 impl StepProfile {
-    /// The median of its times: one preempted run does not move it, as it
-    /// moves a mean on a shared machine.
+    /// The median of its times, nearest-rank as the run latencies' p50: one
+    /// preempted run does not move it, as it moves a mean on a shared machine.
     pub fn median(&self) -> Duration {
         let mut sorted = self.times.clone();
         sorted.sort();
-        sorted.get(sorted.len() / 2).copied().unwrap_or_default()
+        bench::percentile(&sorted, 50.0)
     }
 }
 
