@@ -651,13 +651,14 @@ impl Layout {
         let tables = self.offset_tables(logical)?;
         let n = numel(logical);
         let mut out = Vec::with_capacity(n);
-        let Some((inner, outer)) = tables.split_last() else {
-            out.extend((n > 0).then_some(0));
-            return Ok(out);
-        };
         if n == 0 {
             return Ok(out);
         }
+        let Some((inner, outer)) = tables.split_last() else {
+            // A scalar: its one element at offset 0.
+            out.push(0);
+            return Ok(out);
+        };
         // The innermost axis is one pass over its table per position of the
         // outer axes (a sum over every axis per element took 10% of the
         // samples of a warm compile of ResNet50 from TFLite).
