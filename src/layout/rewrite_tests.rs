@@ -22,6 +22,15 @@ fn lt(from: &str, to: &str, logical: &[usize], pad: PadValue) -> Op {
     })
 }
 
+/// Adds the f32 graph input "x" of `shape`.
+fn input_x(g: &mut Graph, shape: &[usize]) -> ValueRef {
+    g.add_input(
+        "x",
+        ValueType::new(DType::F32, shape.to_vec()),
+        span("x", "Input", 0),
+    )
+}
+
 /// Adds a one-output node.
 fn add(g: &mut Graph, op: Op, name: &str, ins: &[ValueRef], index: usize) -> ValueRef {
     let kind = op.kind_name();
@@ -143,11 +152,7 @@ fn rule_file_errors_name_file_and_line() {
 #[test]
 fn inverse_pairs_cancel_and_keep_spans() {
     let mut g = Graph::new("t");
-    let x = g.add_input(
-        "x",
-        ValueType::new(DType::F32, SHAPE.to_vec()),
-        span("x", "Input", 0),
-    );
+    let x = input_x(&mut g, &SHAPE);
     let a = add(&mut g, lt("NCHW", "NCHW16c", &SHAPE, ZERO), "to1", &[x], 1);
     let b = add(
         &mut g,
@@ -201,11 +206,7 @@ fn inverse_pairs_cancel_and_keep_spans() {
 #[test]
 fn transform_hoists_above_relu() {
     let mut g = Graph::new("t");
-    let x = g.add_input(
-        "x",
-        ValueType::new(DType::F32, SHAPE.to_vec()),
-        span("x", "Input", 0),
-    );
+    let x = input_x(&mut g, &SHAPE);
     let a = add(&mut g, lt("NCHW", "NCHW16c", &SHAPE, ZERO), "to", &[x], 1);
     let r = add(&mut g, Op::Unary(UnaryOp::Relu), "relu", &[a], 2);
     let b = add(&mut g, lt("NCHW16c", "NCHW", &SHAPE, ZERO), "back", &[r], 3);
@@ -221,11 +222,7 @@ fn transform_hoists_above_relu() {
 fn round_trip_cancels_only_under_known_padding() {
     let build = |first: PadValue, last: PadValue| {
         let mut g = Graph::new("t");
-        let x = g.add_input(
-            "x",
-            ValueType::new(DType::F32, SHAPE.to_vec()),
-            span("x", "Input", 0),
-        );
+        let x = input_x(&mut g, &SHAPE);
         let a = add(&mut g, lt("NCHW", "NCHW16c", &SHAPE, first), "to", &[x], 1);
         let e = add(&mut g, Op::Unary(UnaryOp::Exp), "exp", &[a], 2);
         let b = add(&mut g, lt("NCHW16c", "NCHW", &SHAPE, ZERO), "back", &[e], 3);
@@ -270,11 +267,7 @@ fn exact_extraction_pays_shared_classes_once() {
     use super::egraph::{LEGraph, Lang};
     let shape = [1, 16, 4, 4];
     let mut g = Graph::new("t");
-    let x = g.add_input(
-        "x",
-        ValueType::new(DType::F32, shape.to_vec()),
-        span("x", "Input", 0),
-    );
+    let x = input_x(&mut g, &shape);
     let t = add(
         &mut g,
         lt("NCHW", "NHWC", &shape, PadValue::Undef),
@@ -386,11 +379,7 @@ fn transforms_sink_across_a_reshape_that_keeps_the_block() {
     let build = |target: Vec<usize>, out_layout: &str| {
         let mut g = Graph::new("reshape");
         let s = [1, 17, 4, 4];
-        let x = g.add_input(
-            "x",
-            ValueType::new(DType::F32, s.to_vec()),
-            span("x", "Input", 0),
-        );
+        let x = input_x(&mut g, &s);
         let t = add(&mut g, lt("NCHW", "NCHW16c", &s, ZERO), "to", &[x], 1);
         let c = conv16c(&mut g, t, &s, 17, "conv", 2);
         let b = add(
@@ -436,11 +425,7 @@ fn transforms_sink_across_a_reshape_that_keeps_the_block() {
 fn transposes_compose() {
     let build = |p1: Vec<usize>, p2: Vec<usize>| {
         let mut g = Graph::new("tt");
-        let x = g.add_input(
-            "x",
-            ValueType::new(DType::F32, vec![2, 3, 4]),
-            span("x", "Input", 0),
-        );
+        let x = input_x(&mut g, &[2, 3, 4]);
         let a = add(&mut g, Op::Transpose(Transpose { perm: p1 }), "t1", &[x], 1);
         let b = add(&mut g, Op::Transpose(Transpose { perm: p2 }), "t2", &[a], 2);
         g.set_outputs(vec![b]);
@@ -468,11 +453,7 @@ fn transposes_compose() {
 fn multi_output_ops_round_trip() {
     let mut g = Graph::new("split");
     let s = [1, 6, 2, 2];
-    let x = g.add_input(
-        "x",
-        ValueType::new(DType::F32, s.to_vec()),
-        span("x", "Input", 0),
-    );
+    let x = input_x(&mut g, &s);
     let t = add(&mut g, lt("NCHW", "NHWC", &s, ZERO), "to", &[x], 1);
     let b = add(&mut g, lt("NHWC", "NCHW", &s, ZERO), "back", &[t], 2);
     let split = Op::Split(Split {
@@ -505,11 +486,7 @@ fn lang_names_are_the_nodes_conversion_builds() {
     use crate::graph::{BinaryOp, PoolKind};
     use crate::ops::{Concat, Crop, PadWith, Pool};
     let mut g = Graph::new("kinds");
-    let x = g.add_input(
-        "x",
-        ValueType::new(DType::F32, SHAPE.to_vec()),
-        span("x", "Input", 0),
-    );
+    let x = input_x(&mut g, &SHAPE);
     let pool = Op::Pool(Pool {
         kind: PoolKind::Max,
         window: crate::ops::testutil::square_window(3, 1, 1),
