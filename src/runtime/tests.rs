@@ -2022,7 +2022,10 @@ fn winograd_matches_a_naive_loop_for_every_isa_tile_and_blocking() {
             .iter()
             .flat_map(|i| [(i, WinogradTile::F2), (i, WinogradTile::F4)])
         {
+            // Run on that many threads: with few products, their rows are
+            // cut between the threads.
             let threads = 1 + case % 3;
+            let pool = crate::core::par::Pool::new(threads).unwrap();
             let ep = Epilogue {
                 min: lo,
                 max: hi,
@@ -2032,7 +2035,7 @@ fn winograd_matches_a_naive_loop_for_every_isa_tile_and_blocking() {
             let conv = WinogradConv::new(g.clone(), isa, &u, &wt, &bias, ep, Some(0.0), threads);
             let mut y = vec![f32::NAN; g.y_len()];
             let mut scratch = vec![f32::NAN; conv.scratch_len()];
-            conv.run(&xb, fused.then_some(&residual[..]), &mut y, &mut scratch);
+            pool.install(|| conv.run(&xb, fused.then_some(&residual[..]), &mut y, &mut scratch));
             for n in 0..g.n {
                 for c in 0..cout.div_ceil(y_cb) * y_cb {
                     for yx in 0..plane {
@@ -2068,8 +2071,8 @@ fn winograd_matches_a_naive_loop_for_every_isa_tile_and_blocking() {
                     xn[blocked(nan_n, nan_c, yx, cin, h * w, x_cb)] = v;
                 }
                 let expect = naive_conv(&g, &xl, &wt, &bias);
-                conv.run(&xn, fused.then_some(&residual[..]), &mut y, &mut scratch);
                 let res = fused.then_some(&residual[..]);
+                pool.install(|| conv.run(&xn, res, &mut y, &mut scratch));
                 direct.run(&xn, res, &mut yd, &mut scratch_d);
                 let class = |v: f64| (v.is_nan(), v.is_finite(), v > 0.0);
                 for n in 0..g.n {
