@@ -4,7 +4,7 @@
 //! of the register tile, so a fused conv makes one pass over its output.
 
 use super::simd::{conv_tile, Epilogue, Isa, Store, Tile, TILE};
-use crate::core::par;
+use crate::core::{par, PageBuf};
 use crate::ops::Conv;
 
 /// Shapes and window of one convolution (logical extents).
@@ -117,7 +117,7 @@ pub struct PackedConv {
     /// Output channels of one group: one or two vectors of lanes.
     width: usize,
     /// [cout / width][kh][kw][cin][width], zero beyond `cout`.
-    w: Vec<f32>,
+    w: PageBuf,
     /// [cout / width][width].
     bias: Vec<f32>,
     /// The clamp applied to every output.
@@ -203,7 +203,7 @@ impl PackedConv {
         };
         let groups = geom.cout.div_ceil(width);
         let (kh, kw) = geom.k;
-        let mut packed = vec![0f32; groups * kh * kw * geom.cin * width];
+        let mut packed = PageBuf::zeroed(groups * kh * kw * geom.cin * width);
         let mut packed_bias = vec![0f32; groups * width];
         // Group g, lane l is output channel g * width + l. A group's packed
         // rows are written whole, reading its channels' weights side by side

@@ -6,7 +6,7 @@
 //! `PANEL_VECTORS` vectors of columns.
 
 use super::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel};
-use crate::core::par;
+use crate::core::{par, PageBuf};
 
 /// Vectors of output columns, and rows of `a`, one register tile covers.
 const PANEL_VECTORS: usize = 4;
@@ -104,7 +104,7 @@ struct Operands {
 /// `alpha * b` packed in panels at compile time and `c` broadcast to `[M][N]`.
 pub struct Dense {
     e: Extents,
-    b: Vec<f32>,
+    b: PageBuf,
     c: Option<Vec<f32>>,
 }
 
@@ -121,7 +121,7 @@ impl Dense {
     ) -> Option<Dense> {
         let e = Extents::new(mkn, isa);
         let (m, n) = (e.m, e.n);
-        let mut packed = vec![0f32; e.packed_len()];
+        let mut packed = PageBuf::zeroed(e.packed_len());
         e.pack(alpha, b, trans_b, &mut packed);
         let c = match c {
             Some((c, shape)) => {

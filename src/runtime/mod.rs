@@ -28,7 +28,7 @@ pub mod simd;
 pub mod tir_step;
 pub mod winograd;
 
-use crate::core::par;
+use crate::core::{par, PageBuf};
 use crate::fusion::{output_layout, output_shape, FusedGroup};
 use crate::graph::{
     format_spans, numel, Graph, GraphError, Op, Span, Tensor, TensorData, ValueRef, ValueType,
@@ -427,7 +427,7 @@ pub struct CompiledModel {
 /// that output (so a run in a loop allocates and clears nothing).
 #[derive(Default)]
 struct Scratch {
-    arena: Vec<f32>,
+    arena: PageBuf,
     outputs: Vec<Option<Arc<TensorData>>>,
     lists: RunLists,
 }
@@ -457,10 +457,13 @@ const ARENA_ALIGN: usize = 64;
 
 impl Scratch {
     /// The arena's first `len` elements, starting on an `ARENA_ALIGN` boundary
-    /// (the vector holds a few more so that one exists).
+    /// (the buffer holds a few more so that one exists). A longer arena is a
+    /// new one: what the old one held is not needed.
     fn aligned_arena(&mut self, len: usize) -> *mut f32 {
         let slack = ARENA_ALIGN / std::mem::size_of::<f32>() - 1;
-        self.arena.resize(len + slack, 0.0);
+        if self.arena.len() < len + slack {
+            self.arena = PageBuf::zeroed(len + slack);
+        }
         let skip = self.arena.as_ptr().align_offset(ARENA_ALIGN).min(slack);
         self.arena[skip..].as_mut_ptr()
     }

@@ -24,7 +24,7 @@ use super::conv::{fill_channel_pad, ConvGeom, PackedConv};
 use super::simd::{
     conv_tile, run_vectorized, Epilogue, Isa, Lanes, Store, Tile, Vector, VectorKernel, TILE,
 };
-use crate::core::par;
+use crate::core::{par, PageBuf};
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -168,7 +168,7 @@ pub struct WinogradConv {
     /// Output channels of one product's register tile: one or two vectors.
     width: usize,
     /// [α²][cout / width][cin][width], zero beyond `cout`.
-    u: Arc<[f32]>,
+    u: Arc<PageBuf>,
     /// Bias per output channel, zero beyond `cout`, `cout_r` long.
     bias: Vec<f32>,
     epilogue: Epilogue,
@@ -641,7 +641,7 @@ pub struct TransformedWeights {
     /// Output channels of one product's register tile: one or two vectors.
     width: usize,
     /// [α²][cout / width][cin][width], zero beyond `cout`.
-    u: Arc<[f32]>,
+    u: Arc<PageBuf>,
 }
 
 impl TransformedWeights {
@@ -664,7 +664,7 @@ impl TransformedWeights {
             cin,
             cout,
             width,
-            u: u.into(),
+            u: Arc::new(u),
         }
     }
 
@@ -686,9 +686,9 @@ fn transform_weights<const A: usize>(
     cout: usize,
     w: &[f32],
     width: usize,
-) -> Vec<f32> {
+) -> PageBuf {
     let groups = cout.div_ceil(width);
-    let mut u = vec![0f32; A * A * groups * cin * width];
+    let mut u = PageBuf::zeroed(A * A * groups * cin * width);
     let at = u.as_mut_ptr() as usize;
     par::for_each(groups, |grp| {
         // k[s][l]: tap s of lane l; gk[r][c][l]: (G g)[r][c] of lane l.
