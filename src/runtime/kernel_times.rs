@@ -24,7 +24,8 @@ pub(super) const CACHE_FILE: &str = "kernel_times.json";
 /// How today's entries were timed (see [`time_kernel`]), and the revision of
 /// the timed kernels; entries timed otherwise, or of older kernels, are not
 /// used. Revision 2: the Winograd transforms written out per tile size.
-const TIMING: &str = "weights, output and scratch flushed, best of 2 settled or 3; kernels r2";
+/// Revision 3: weights prefetched ahead in the tiles and on huge pages.
+const TIMING: &str = "weights, output and scratch flushed, best of 2 settled or 3; kernels r3";
 
 /// The measured times of one kernel geometry on one machine.
 #[derive(Clone, Serialize, Deserialize)]
