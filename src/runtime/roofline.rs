@@ -244,16 +244,32 @@ struct CacheEntry {
     peaks: MachinePeaks,
 }
 
-/// The CPU model as `/proc/cpuinfo` names it, else the architecture.
+/// The CPU model as `/proc/cpuinfo` names it, with its family, model and
+/// stepping numbers where given (cloud machines of two generations both call
+/// themselves "AMD EPYC", and a cache moved between them would carry one's
+/// times to the other), else the architecture.
 pub(super) fn cpu_name() -> String {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    cpuinfo
-        .lines()
-        .filter_map(|l| l.split_once(':'))
-        .find(|(key, _)| key.trim() == "model name")
-        .map_or(std::env::consts::ARCH.to_string(), |(_, name)| {
-            name.trim().to_string()
-        })
+    cpu_name_of(&cpuinfo)
+}
+
+fn cpu_name_of(cpuinfo: &str) -> String {
+    // The first processor's block.
+    let first = cpuinfo.split("\n\n").next().unwrap_or_default();
+    let field = |name: &str| {
+        first
+            .lines()
+            .filter_map(|l| l.split_once(':'))
+            .find(|(key, _)| key.trim() == name)
+            .map(|(_, value)| value.trim())
+    };
+    let Some(name) = field("model name") else {
+        return std::env::consts::ARCH.to_string();
+    };
+    match (field("cpu family"), field("model"), field("stepping")) {
+        (Some(f), Some(m), Some(s)) => format!("{name} (family {f}, model {m}, stepping {s})"),
+        _ => name.to_string(),
+    }
 }
 
 /// One JSON file of measurements in the cache folder: a list of entries, each
@@ -367,4 +383,27 @@ fn write_cache<E: Serialize>(path: &Path, entries: &[E]) -> std::io::Result<()> 
     std::fs::rename(&partial, path).inspect_err(|_| {
         let _ = std::fs::remove_file(&partial);
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cpu_name_of;
+
+    #[test]
+    fn the_cpu_name_carries_the_first_processors_family_model_and_stepping() {
+        let block = |n: usize, model: usize| {
+            format!(
+                "processor\t: {n}\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: {model}\n\
+                 model name\t: AMD EPYC\nstepping\t: 1\n"
+            )
+        };
+        let info = format!("{}\n{}", block(0, 2), block(1, 9));
+        assert_eq!(
+            cpu_name_of(&info),
+            "AMD EPYC (family 26, model 2, stepping 1)"
+        );
+        // Without the numbers (other architectures), the name alone.
+        assert_eq!(cpu_name_of("model name : Some CPU\n"), "Some CPU");
+        assert_eq!(cpu_name_of(""), std::env::consts::ARCH);
+    }
 }
