@@ -351,9 +351,7 @@ impl WinogradConv {
             par::for_each(slices * cuts, |i| unsafe {
                 let (xi, grp) = (i / cuts / self.groups(), i / cuts % self.groups());
                 let first = i % cuts * rows;
-                for r0 in (first..(first + rows).min(count)).step_by(TILE) {
-                    self.product(&b, xi, grp, r0..(r0 + TILE).min(count));
-                }
+                self.product(&b, xi, grp, first..(first + rows).min(count));
             });
             par::for_each(count, |t| unsafe { self.output(&io, &b, t..t + 1) });
         } else {
@@ -398,9 +396,7 @@ impl WinogradConv {
         self.input(io, b, 0..b.tiles);
         for xi in 0..self.tile.alpha().pow(2) {
             for grp in 0..self.groups() {
-                for r0 in (0..b.tiles).step_by(TILE) {
-                    self.product(b, xi, grp, r0..(r0 + TILE).min(b.tiles));
-                }
+                self.product(b, xi, grp, 0..b.tiles);
             }
         }
         self.output(io, b, 0..b.tiles);
@@ -431,8 +427,15 @@ impl WinogradConv {
     }
 
     /// Rows `rows` of product `xi` for output-channel group `grp`: a 1x1
-    /// convolution of the transformed tiles, one register tile.
+    /// convolution of the transformed tiles, one register tile at a time.
     unsafe fn product(&self, b: &Block, xi: usize, grp: usize, rows: Range<usize>) {
+        for r0 in rows.clone().step_by(TILE) {
+            self.product_tile(b, xi, grp, r0..(r0 + TILE).min(rows.end));
+        }
+    }
+
+    /// `product` of at most `TILE` rows: one register tile.
+    unsafe fn product_tile(&self, b: &Block, xi: usize, grp: usize, rows: Range<usize>) {
         let lanes = self.isa.lanes();
         let cin = self.geom.cin;
         let row0 = xi * self.block + rows.start;
