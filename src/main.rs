@@ -7,9 +7,6 @@
 mod cli;
 
 use clap::{Parser, Subcommand};
-use cli::Planning;
-use layoutopt::api::{Planner, Target};
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -37,87 +34,20 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Import a model and print its ops, shapes, layouts and source spans.
-    Inspect {
-        /// The model file (.onnx or .tflite).
-        model: PathBuf,
-        #[command(flatten)]
-        shapes: cli::InputShapes,
-    },
+    Inspect(cli::inspect::InspectArgs),
     /// Plan the layout of every tensor and print the plan report.
-    Plan {
-        /// The model file (.onnx or .tflite).
-        model: PathBuf,
-        #[command(flatten)]
-        shapes: cli::InputShapes,
-        #[command(flatten)]
-        planning: Planning,
-        #[command(flatten)]
-        kernels: cli::native::KernelArgs,
-    },
+    Plan(cli::plan::PlanArgs),
     /// Plan with every planner and compare them side by side.
-    Compare {
-        /// The model file (.onnx or .tflite).
-        model: PathBuf,
-        #[command(flatten)]
-        shapes: cli::InputShapes,
-        /// Target layout family: nchw, nhwc, nchwc (block width from this CPU) or nchw<x>c.
-        #[arg(long, default_value = "nchwc", value_parser = cli::parse_target)]
-        target: Target,
-        /// Folder of `*.rules` files to rewrite with instead of the built-in rules
-        /// (also LAYOUTOPT_RULES).
-        #[arg(long, value_name = "DIR")]
-        rules: Option<PathBuf>,
-        /// Also compile every plan (timed apart) and time 10 runs after 3
-        /// untimed ones.
-        #[arg(long)]
-        measure: bool,
-    },
+    Compare(cli::plan::CompareArgs),
     /// Import a model, plan it, run it, and print a summary of its outputs.
     ///
     /// The inputs come from `--input` files, else from the model's
     /// `test_data_set_0/` folder when there is one (its recorded outputs are then
     /// compared), else from a seeded random generator.
-    Run {
-        /// The model file (.onnx or .tflite).
-        model: PathBuf,
-        #[command(flatten)]
-        shapes: cli::InputShapes,
-        /// An input tensor as `NAME=FILE` (.npy or a serialized ONNX TensorProto
-        /// .pb), one per graph input; a bare FILE only for a model with one input.
-        /// A .npz archive gives every input it names (or, as NAME=FILE.npz, the
-        /// array NAME or its only array).
-        #[arg(long = "input", value_name = "NAME=FILE", value_parser = cli::run::parse_input)]
-        inputs: Vec<cli::run::InputArg>,
-        /// Write every output to DIR as `<output name>.npy`.
-        #[arg(long = "output", value_name = "DIR")]
-        output_dir: Option<PathBuf>,
-        /// Seed for random inputs.
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-        /// Worker threads (0: one per core; at most 4 per core).
-        #[arg(long, default_value_t = 0, value_parser = cli::parse_threads)]
-        threads: usize,
-        /// Look at every step's output and name the first that holds NaN or an
-        /// infinity, with its source layers.
-        #[arg(long)]
-        check_finite: bool,
-        #[command(flatten)]
-        planning: Planning,
-        #[command(flatten)]
-        kernels: cli::native::KernelArgs,
-    },
+    Run(cli::run::RunArgs),
     /// Compile the planned model and time repeated runs: latency percentiles,
     /// and with --profile the time of every kernel against this machine's roofline.
-    Bench {
-        /// The model file (.onnx or .tflite).
-        model: PathBuf,
-        #[command(flatten)]
-        shapes: cli::InputShapes,
-        #[command(flatten)]
-        bench: cli::native::BenchArgs,
-        #[command(flatten)]
-        planning: Planning,
-    },
+    Bench(cli::native::BenchArgs),
     /// Write a model as standard ONNX: the plan, to verify it, or a model to run.
     ///
     /// `--for verification` (the default) writes the planned graph with its
@@ -131,20 +61,7 @@ enum Command {
     /// themselves), with layoutopt's graph simplifications: constants folded,
     /// batch norms and pads folded into convolutions, shape arithmetic gone.
     /// `--planner` and `--target` do not apply to it.
-    Export {
-        /// The model file (.onnx or .tflite).
-        model: PathBuf,
-        #[command(flatten)]
-        shapes: cli::InputShapes,
-        #[command(flatten)]
-        output: cli::export::OutputFile,
-        #[command(flatten)]
-        planning: Planning,
-        /// What the model is for.
-        #[arg(long = "for", value_name = "PURPOSE", default_value = "verification",
-              value_parser = cli::export::purpose_parser())]
-        purpose: layoutopt::api::ExportFor,
-    },
+    Export(cli::export::ExportArgs),
     /// Measure this machine's peaks again, and with --clear forget every
     /// cached measurement (peaks and kernel times) first.
     ///
@@ -152,41 +69,20 @@ enum Command {
     /// ~/.cache/layoutopt). Those taken while other processes kept the cores
     /// busy are never cached; clear the cache to measure again what was
     /// cached before that guard existed, or after the machine changed.
-    Calibrate {
-        /// Worker threads of the peaks probe (0: one per core; at most 4 per core).
-        #[arg(long, default_value_t = 0, value_parser = cli::parse_threads)]
-        threads: usize,
-        /// Remove the cached peaks and kernel times first.
-        #[arg(long)]
-        clear: bool,
-    },
+    Calibrate(cli::native::CalibrateArgs),
     /// Write a self-contained HTML explorer of two plans of a model.
     ///
     /// The graph is drawn with every tensor's layout and the kept transforms
     /// highlighted; it zooms, pans, searches nodes and collapses regions of
     /// nodes whose source layer names share a prefix; clicking a node shows its
     /// source spans, its lowered loop nest and its schedule record step by step.
-    Explore {
-        /// The model file (.onnx or .tflite).
-        model: PathBuf,
-        #[command(flatten)]
-        shapes: cli::InputShapes,
-        #[command(flatten)]
-        output: cli::export::OutputFile,
-        #[command(flatten)]
-        planning: Planning,
-        /// The planner shown beside `--planner`.
-        #[arg(long, default_value = "local", value_parser = cli::planner_parser())]
-        against: Planner,
-        #[command(flatten)]
-        kernels: cli::native::KernelArgs,
-    },
+    Explore(cli::export::ExploreArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.memory_limit {
-        Some(bytes) => layoutopt::core::budget::set_limit(bytes),
+        Some(bytes) => layoutopt::api::set_memory_limit(bytes),
         None => {
             if let Err(e) = cli::memory_limit_from_env() {
                 eprintln!("error: {e}");
@@ -196,77 +92,16 @@ fn main() -> ExitCode {
     }
     let json = cli.json;
     let result = match &cli.command {
-        Command::Inspect { model, shapes } => cli::inspect::inspect(model, shapes, json),
-        Command::Plan {
-            model,
-            shapes,
-            planning,
-            kernels,
-        } => cli::plan::plan(model, shapes, planning, json, &kernels.options(0)),
-        Command::Compare {
-            model,
-            shapes,
-            target,
-            rules,
-            measure,
-        } => {
-            let planning = cli::Planning {
-                planner: Planner::Global,
-                target: *target,
-                rules: rules.clone(),
-            };
-            cli::plan::compare(model, shapes, &planning, *measure, json)
-        }
-        Command::Run {
-            model,
-            shapes,
-            inputs,
-            output_dir,
-            seed,
-            threads,
-            check_finite,
-            planning,
-            kernels,
-        } => cli::run::run(
-            model,
-            shapes,
-            inputs,
-            *seed,
-            planning,
-            (&kernels.options(*threads), *check_finite, json),
-            output_dir.as_deref(),
-        ),
-        Command::Bench {
-            model,
-            shapes,
-            bench,
-            planning,
-        } => cli::run::bench(model, shapes, planning, bench, json),
-        Command::Export {
-            model,
-            shapes,
-            output,
-            planning,
-            purpose,
-        } => cli::export::export(model, shapes, output, (planning, *purpose), json),
-        Command::Calibrate { threads, clear } => cli::native::calibrate(*threads, *clear, json),
-        Command::Explore {
-            model,
-            shapes,
-            output,
-            planning,
-            against,
-            kernels,
-        } => cli::export::explore(
-            model,
-            shapes,
-            output,
-            planning,
-            (*against, json),
-            &kernels.options(0),
-        ),
+        Command::Inspect(args) => cli::inspect::inspect(args, json),
+        Command::Plan(args) => cli::plan::plan(args, json),
+        Command::Compare(args) => cli::plan::compare(args, json),
+        Command::Run(args) => cli::run::run(args, json),
+        Command::Bench(args) => cli::native::bench(args, json),
+        Command::Export(args) => cli::export::export(args, json),
+        Command::Calibrate(args) => cli::native::calibrate(args, json),
+        Command::Explore(args) => cli::export::explore(args, json),
     };
-    if let Some(note) = layoutopt::runtime::load::not_cached_note() {
+    if let Some(note) = layoutopt::api::not_cached_note() {
         eprintln!("note: {note}");
     }
     match result {

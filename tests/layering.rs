@@ -3,7 +3,7 @@
 //! file and fails on any `crate::` path that reaches upwards, so the direction
 //! cannot erode silently.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Each top-level module of `src/` and its layer, bottom first.
@@ -110,72 +110,237 @@ fn the_path_scanner_sees_uses() {
     assert_eq!(crate_paths(text), vec!["ops", "graph"]);
 }
 
-/// The `super::` modules a file of a flat module folder uses, outside comments
-/// and its test module.
-fn sibling_uses(text: &str, siblings: &[String]) -> Vec<String> {
+/// The module path of a source file under `src/`: `runtime/compile/mod.rs`
+/// is `["runtime", "compile"]`, `core/par.rs` is `["core", "par"]`.
+fn module_path(rel: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = rel
+        .components()
+        .filter_map(|c| c.as_os_str().to_str())
+        .map(|s| s.trim_end_matches(".rs").to_string())
+        .collect();
+    if parts.last().is_some_and(|p| p == "mod") {
+        parts.pop();
+    }
+    parts
+}
+
+/// The code of a file that the crate's modules import through: without
+/// comments and without its test module (tests may reach anywhere).
+fn import_code(text: &str) -> String {
     let code = text.split("#[cfg(test)]").next().unwrap_or("");
-    let mut uses = vec![];
-    for line in code.lines() {
-        let line = line.trim_start();
-        if line.starts_with("//") {
-            continue;
+    code.lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn is_ident(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
+}
+
+/// The paths of a use tree: `a::{b, c::{d, e}}` is `a::b`, `a::c::d`, `a::c::e`.
+fn expand_use_tree(tree: &str) -> Vec<String> {
+    let tree = tree.trim();
+    let Some(open) = tree.find('{') else {
+        return vec![tree.to_string()];
+    };
+    let prefix = &tree[..open];
+    let inner = tree[open + 1..].trim_end().trim_end_matches('}');
+    let (mut depth, mut from, mut parts) = (0, 0, vec![]);
+    for (k, c) in inner.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&inner[from..k]);
+                from = k + 1;
+            }
+            _ => {}
         }
-        for (i, m) in line.match_indices("super::") {
-            let rest = &line[i + m.len()..];
-            let end = rest
-                .find(|c: char| !(c.is_alphanumeric() || c == '_'))
-                .unwrap_or(rest.len());
-            let name = &rest[..end];
-            if siblings.iter().any(|s| s == name) && !uses.iter().any(|u| u == name) {
-                uses.push(name.to_string());
+    }
+    parts.push(&inner[from..]);
+    parts
+        .into_iter()
+        .filter(|p| !p.trim().is_empty())
+        .flat_map(expand_use_tree)
+        .map(|p| format!("{prefix}{p}"))
+        .collect()
+}
+
+/// The text of the path (or use tree) starting at `text`'s beginning.
+fn path_text(text: &str) -> &str {
+    let mut depth = 0;
+    for (k, c) in text.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth > 0 => depth -= 1,
+            _ if depth > 0 => {}
+            c if is_ident(c) || c == ':' => {}
+            _ => return &text[..k],
+        }
+    }
+    text
+}
+
+/// Every path a file's code names that starts at `crate::`, `super::` or
+/// `self::`, resolved against the file's own module `own` into segments
+/// from the crate root (item names at the end are left in).
+fn named_paths(code: &str, own: &[String]) -> Vec<Vec<String>> {
+    let mut paths = vec![];
+    for head in ["crate::", "super::", "self::"] {
+        for (i, _) in code.match_indices(head) {
+            if code[..i].ends_with(|c: char| is_ident(c) || c == ':') {
+                continue; // inside a longer path or name
+            }
+            for path in expand_use_tree(path_text(&code[i..])) {
+                let mut resolved: Vec<String> = match head {
+                    "crate::" => vec![],
+                    "self::" => own.to_vec(),
+                    _ => own[..own.len().saturating_sub(1)].to_vec(),
+                };
+                for segment in path.split("::").skip(1).filter(|s| !s.is_empty()) {
+                    match segment {
+                        "super" => {
+                            resolved.pop();
+                        }
+                        "self" => {}
+                        s => resolved.push(s.to_string()),
+                    }
+                }
+                paths.push(resolved);
             }
         }
     }
-    uses
+    paths
 }
 
-#[test]
-fn tir_modules_import_each_other_without_a_cycle() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/tir");
+/// The longest prefix of `path` that is a module of the crate.
+fn module_of(path: &[String], modules: &BTreeSet<Vec<String>>) -> Option<Vec<String>> {
+    (1..=path.len())
+        .rev()
+        .map(|n| path[..n].to_vec())
+        .find(|p| modules.contains(p))
+}
+
+/// The modules of `src/` that import each other in a cycle. Each use of one
+/// module by another is an edge between the two siblings that hold them
+/// under their closest common parent (so `runtime::kernels::conv` using
+/// `runtime::model` is an edge from `kernels` to `model`); a parent using its
+/// own descendants declares them and is no edge. A cycle at any depth is
+/// reported as the siblings on it.
+fn import_cycles(src: &Path) -> (usize, Vec<String>) {
     let mut files = vec![];
-    rust_files(&dir, &mut files);
-    let names: Vec<String> = files
+    rust_files(src, &mut files);
+    let sources: Vec<(Vec<String>, String)> = files
         .iter()
-        .filter_map(|f| f.file_stem()?.to_str().map(str::to_string))
-        .filter(|n| n != "mod")
-        .collect();
-    assert!(names.len() >= 10, "the tir folder has {names:?}");
-    let edges: BTreeMap<String, Vec<String>> = files
-        .iter()
-        .filter_map(|f| {
-            let name = f.file_stem()?.to_str()?.to_string();
-            let text = std::fs::read_to_string(f).ok()?;
-            let uses = sibling_uses(&text, &names)
-                .into_iter()
-                .filter(|u| *u != name)
-                .collect();
-            Some((name, uses))
+        .map(|f| {
+            let rel = f.strip_prefix(src).expect("under src");
+            let text = std::fs::read_to_string(f).expect("a readable source file");
+            (module_path(rel), import_code(&text))
         })
+        .filter(|(m, _)| !m.is_empty() && !["lib", "main"].contains(&m[0].as_str()))
         .collect();
+    let modules: BTreeSet<Vec<String>> = sources.iter().map(|(m, _)| m.clone()).collect();
+    let mut edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
+    for (own, code) in &sources {
+        for path in named_paths(code, own) {
+            let Some(used) = module_of(&path, &modules) else {
+                continue;
+            };
+            let common = own.iter().zip(&used).take_while(|(a, b)| a == b).count();
+            if common == own.len() || common == used.len() {
+                continue; // a module and its own descendant or ancestor
+            }
+            let (from, to) = (own[..=common].to_vec(), used[..=common].to_vec());
+            edges.entry(from).or_default().insert(to);
+        }
+    }
     // Kahn's algorithm: whatever cannot be ordered lies on a cycle.
-    let mut pending: BTreeMap<&str, usize> =
-        edges.iter().map(|(n, u)| (n.as_str(), u.len())).collect();
-    let mut ordered = 0;
+    let nodes: BTreeSet<Vec<String>> = edges
+        .iter()
+        .flat_map(|(a, bs)| std::iter::once(a.clone()).chain(bs.iter().cloned()))
+        .collect();
+    let mut pending: BTreeMap<&Vec<String>, usize> = nodes
+        .iter()
+        .map(|n| (n, edges.get(n).map_or(0, BTreeSet::len)))
+        .collect();
     while let Some((&leaf, _)) = pending.iter().find(|(_, &n)| n == 0) {
         pending.remove(leaf);
-        ordered += 1;
         for (n, uses) in &edges {
-            if uses.iter().any(|u| u == leaf) {
-                if let Some(c) = pending.get_mut(n.as_str()) {
+            if uses.contains(leaf) {
+                if let Some(c) = pending.get_mut(n) {
                     *c -= 1;
                 }
             }
         }
     }
+    let cycle = pending.keys().map(|m| m.join("::")).collect();
+    (edges.values().map(BTreeSet::len).sum(), cycle)
+}
+
+#[test]
+fn no_modules_import_each_other_in_a_cycle() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let (edges, cycle) = import_cycles(&src);
     assert!(
-        pending.is_empty(),
-        "these tir modules import each other in a cycle: {:?}",
-        pending.keys().collect::<Vec<_>>()
+        edges > 100,
+        "only {edges} imports between modules were found"
     );
-    assert_eq!(ordered, edges.len());
+    assert!(
+        cycle.is_empty(),
+        "these modules import each other in a cycle (or lead into one): {cycle:?}"
+    );
+}
+
+#[test]
+fn the_cycle_finder_sees_a_cycle_between_siblings() {
+    let dir = std::env::temp_dir().join(format!("layering-{}", std::process::id()));
+    let file = |rel: &str, text: &str| {
+        let path = dir.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    };
+    file("a/mod.rs", "mod x; mod y;");
+    file("a/x.rs", "use super::y::f;");
+    file("a/y/mod.rs", "fn g() { crate::a::x::h() }");
+    file("b.rs", "use crate::a::x;");
+    let (edges, cycle) = import_cycles(&dir);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(edges, 3);
+    assert_eq!(cycle, vec!["a::x", "a::y"]);
+}
+
+/// The library's own modules that the command line and the Python package
+/// must reach only through `api` (its face).
+const BEHIND_THE_FACE: &[&str] = &["runtime", "layout", "frontend", "graph", "core"];
+
+#[test]
+fn the_command_line_and_python_use_the_library_only_through_api() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = vec![root.join("src/main.rs")];
+    rust_files(&root.join("src/cli"), &mut files);
+    rust_files(&root.join("python/src"), &mut files);
+    assert!(files.len() > 5, "found {files:?}");
+    let mut violations = vec![];
+    for file in &files {
+        let text = std::fs::read_to_string(file).expect("a readable source file");
+        for (i, m) in text.match_indices("layoutopt::") {
+            let rest = &text[i + m.len()..];
+            let module = rest
+                .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .next()
+                .unwrap_or("");
+            if module != "api" {
+                violations.push(format!("{}: layoutopt::{module}", file.display()));
+            }
+        }
+        // `main.rs` declares the `cli` module; its files must not see the
+        // library's modules through `crate::` either (they are a binary's).
+        for module in crate_paths(&text) {
+            if BEHIND_THE_FACE.contains(&module) {
+                violations.push(format!("{}: crate::{module}", file.display()));
+            }
+        }
+    }
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
 }

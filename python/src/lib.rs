@@ -7,11 +7,10 @@
 //! is read in place by the runtime, and a float32 output becomes a NumPy array
 //! over the buffer the runtime wrote (kept alive by the array).
 
-use layoutopt::api::{self, json, Layout, PlanLayouts, Planner, Target};
-use layoutopt::frontend::onnx::ImportOptions;
-use layoutopt::graph::{DType, Graph, Tensor, TensorData, ValueType};
-use layoutopt::layout::plan::Plan as LayoutPlan;
-use layoutopt::runtime::{CompiledModel, ModelInput, RuntimeOptions};
+use layoutopt::api::{
+    self, json, CompiledModel, DType, Graph, ImportOptions, Layout, ModelInput, Plan as LayoutPlan,
+    PlanLayouts, Planner, RuntimeOptions, Target, Tensor, TensorData, ValueType,
+};
 use numpy::ndarray::{ArrayViewD, IxDyn};
 use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyException, PyValueError};
@@ -152,7 +151,7 @@ impl Plan {
     /// Compiles the planned model for this CPU (threads: 0 = one per core).
     #[pyo3(signature = (threads = 0))]
     fn compile(&self, py: Python<'_>, threads: usize) -> PyResult<Compiled> {
-        let max = layoutopt::runtime::max_threads();
+        let max = api::max_threads();
         if threads > max {
             return Err(PyValueError::new_err(format!(
                 "threads: {threads} is more than {max} (4 per core); give 0 for one per core"
@@ -160,7 +159,7 @@ impl Plan {
         }
         let model = py
             .allow_threads(|| {
-                CompiledModel::compile(&self.plan.graph, &RuntimeOptions::with_threads(threads))
+                api::compile(&self.plan.graph, &RuntimeOptions::with_threads(threads))
             })
             .map_err(stage_error)?;
         // The planned graph's inputs: a pinned one has its layout's physical shape.

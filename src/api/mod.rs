@@ -67,20 +67,23 @@
 mod artifacts;
 pub mod json;
 pub mod logical;
+pub mod native;
 
 use crate::export::ExportError;
-use crate::frontend::onnx::{load_onnx, ImportError, ImportOptions};
+use crate::frontend::onnx::{load_onnx, ImportError};
 use crate::frontend::tflite::{import_tflite, TfliteError};
-use crate::graph::Graph;
-use crate::layout::plan::{self, plan_with, Plan, PlanError, PlanOptions};
-use crate::layout::rules::RuleSource;
-use crate::layout::LayoutError;
+use crate::layout::plan::{self, plan_with, PlanError, PlanOptions};
 use crate::reference::ExecError;
 pub use artifacts::{check_output, explore_plans, export_plan, ExportFor, Exported};
 use std::io::Read;
 use std::path::Path;
 
+pub use crate::core::budget::{parse_bytes, set_limit as set_memory_limit, MEMORY_LIMIT_ENV};
 pub use crate::core::Layout;
+pub use crate::frontend::npy::{read_npy, read_npz, write_npy};
+pub use crate::frontend::onnx::{load_tensor_pb, ImportOptions};
+pub use crate::frontend::read_file;
+pub use crate::graph::{format_spans, DType, Graph, Span, Tensor, TensorData, ValueType};
 /// The layout family a plan targets: `Nchw` (nothing to plan), `Nhwc`, or
 /// `Nchwc(x)`, channels blocked by `x` ([`Target::host_blocked`] picks `x` from
 /// this CPU's vector width). Parsed from "nchw", "nhwc", "nchwc", "nchw<x>c".
@@ -89,6 +92,14 @@ pub use crate::layout::op_rules::{ConvQuery, CostModel, MeasuredCosts};
 /// The layout planners: `Keep`, `Local`, `Greedy`, `Global` (parsed from their
 /// command-line names); see [`crate::layout::plan`] for what each does.
 pub use crate::layout::plan::PlannerKind as Planner;
+pub use crate::layout::plan::{Plan, PlanReport};
+pub use crate::layout::rules::RuleSource;
+pub use crate::layout::LayoutError;
+pub use native::{
+    bench, cache_dir, clear_measurements, compile, conv_algorithms, machine_peaks, max_threads,
+    measured_costs, not_cached_note, predicted_step_seconds, time_run, BenchReport, CompiledModel,
+    ConvAlgoChoice, Isa, ModelInput, Roofline, RuntimeError, RuntimeOptions,
+};
 
 /// Any error of the pipeline, from the stage that raised it.
 #[derive(Debug, thiserror::Error)]
@@ -111,6 +122,9 @@ pub enum Error {
     /// A reference execution error.
     #[error(transparent)]
     Exec(#[from] ExecError),
+    /// A compilation or run error of the native runtime.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
     /// An export error.
     #[error(transparent)]
     Export(#[from] ExportError),

@@ -1,9 +1,9 @@
 //! `export` (the planned graph as ONNX) and `explore` (the HTML explorer).
 
-use super::{load, CliResult, InputShapes, Planning};
+use super::{native, CliResult, ModelArgs, Planning};
 use layoutopt::api::json::{document, Exploration, Export};
 use layoutopt::api::{self, ExportFor, PlanLayouts, Planner};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// The file a command writes (`-o`), and whether it may write through a
 /// symbolic link.
@@ -25,13 +25,44 @@ pub fn purpose_parser() -> impl clap::builder::TypedValueParser<Value = ExportFo
         .try_map(|s| s.parse::<ExportFor>())
 }
 
-pub fn export(
-    model: &Path,
-    shapes: &InputShapes,
-    output: &OutputFile,
-    (planning, purpose): (&Planning, ExportFor),
-    json: bool,
-) -> CliResult {
+/// Options of `layoutopt export`.
+#[derive(clap::Args)]
+pub struct ExportArgs {
+    #[command(flatten)]
+    pub source: ModelArgs,
+    #[command(flatten)]
+    pub output: OutputFile,
+    #[command(flatten)]
+    pub planning: Planning,
+    /// What the model is for.
+    #[arg(long = "for", value_name = "PURPOSE", default_value = "verification",
+          value_parser = purpose_parser())]
+    pub purpose: ExportFor,
+}
+
+/// Options of `layoutopt explore`.
+#[derive(clap::Args)]
+pub struct ExploreArgs {
+    #[command(flatten)]
+    pub source: ModelArgs,
+    #[command(flatten)]
+    pub output: OutputFile,
+    #[command(flatten)]
+    pub planning: Planning,
+    /// The planner shown beside `--planner`.
+    #[arg(long, default_value = "local", value_parser = super::planner_parser())]
+    pub against: Planner,
+    #[command(flatten)]
+    pub kernels: native::KernelArgs,
+}
+
+pub fn export(args: &ExportArgs, json: bool) -> CliResult {
+    let (model, output, planning, purpose) = (
+        args.source.path(),
+        &args.output,
+        &args.planning,
+        args.purpose,
+    );
     let out = output.output.as_path();
     let default_target = super::parse_target("nchwc")?;
     if purpose == ExportFor::Onnxruntime
@@ -45,12 +76,9 @@ pub fn export(
     }
     // Refused before the model is read, not after planning it.
     api::check_output(model, out, output.force)?;
-    let source = load(model, shapes)?;
+    let source = args.source.load()?;
     let planned = match purpose {
-        ExportFor::Verification => planning.plan(
-            &source,
-            &layoutopt::runtime::RuntimeOptions::with_threads(0),
-        )?,
+        ExportFor::Verification => planning.plan(&source, &api::RuntimeOptions::with_threads(0))?,
         ExportFor::Onnxruntime => super::progress::step("simplifying for onnxruntime", || {
             PlanLayouts::for_onnxruntime()
                 .with_rules(Some(planning.rule_source()))
@@ -89,19 +117,19 @@ pub fn export(
     Ok(())
 }
 
-pub fn explore(
-    model: &Path,
-    shapes: &InputShapes,
-    output: &OutputFile,
-    planning: &Planning,
-    (other, json): (Planner, bool),
-    options: &layoutopt::runtime::RuntimeOptions,
-) -> CliResult {
+pub fn explore(args: &ExploreArgs, json: bool) -> CliResult {
+    let (model, output, planning, other) = (
+        args.source.path(),
+        &args.output,
+        &args.planning,
+        args.against,
+    );
+    let options = &args.kernels.options(0);
     let out = output.output.as_path();
     api::check_output(model, out, output.force)?;
-    let source = load(model, shapes)?;
+    let source = args.source.load()?;
     let first = planning.plan(&source, options)?;
-    let costs = layoutopt::runtime::calibrate::measured_cost_model(options)?;
+    let costs = api::measured_costs(options)?;
     let second = planning.plan_with(&source, other, &costs)?;
     super::progress::step("lowering nodes for the explorer", || {
         api::explore_plans(

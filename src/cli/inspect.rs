@@ -1,12 +1,19 @@
 //! `inspect`: the imported graph, node by node.
 
-use super::{load, CliResult, InputShapes};
+use super::{CliResult, ModelArgs};
+use layoutopt::api::format_spans;
 use layoutopt::api::json::{document, Inspection};
-use layoutopt::graph::format_spans;
-use std::path::Path;
 
-pub fn inspect(model: &Path, shapes: &InputShapes, json: bool) -> CliResult {
-    let g = load(model, shapes)?;
+/// Options of `layoutopt inspect`.
+#[derive(clap::Args)]
+pub struct InspectArgs {
+    #[command(flatten)]
+    pub source: ModelArgs,
+}
+
+pub fn inspect(args: &InspectArgs, json: bool) -> CliResult {
+    let model = args.source.path();
+    let g = args.source.load()?;
     let inspection = Inspection::of(&g)?;
     if json {
         outln!("{}", document("inspect", model, &inspection))?;

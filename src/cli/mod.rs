@@ -25,14 +25,11 @@ pub mod plan;
 pub mod progress;
 pub mod run;
 
-use layoutopt::api::{self, CostModel, PlanLayouts, Planner, Target};
-use layoutopt::frontend::onnx::ImportOptions;
-use layoutopt::graph::Graph;
-use layoutopt::layout::plan::Plan;
-use layoutopt::layout::rules::RuleSource;
-use layoutopt::runtime::calibrate::measured_cost_model;
-use layoutopt::runtime::RuntimeOptions;
-use std::path::Path;
+use layoutopt::api::{
+    self, CostModel, Graph, ImportOptions, Plan, PlanLayouts, Planner, RuleSource, RuntimeOptions,
+    Target,
+};
+use std::path::{Path, PathBuf};
 
 /// What a command returns: any stage's error, printed on stderr by `main`.
 pub type CliResult = Result<(), Box<dyn std::error::Error>>;
@@ -47,13 +44,12 @@ pub fn planner_parser() -> impl clap::builder::TypedValueParser<Value = Planner>
 
 /// Checks a `--target` value at parse time, so a bad one is a usage error.
 pub fn parse_target(s: &str) -> Result<Target, String> {
-    s.parse()
-        .map_err(|e: layoutopt::layout::LayoutError| e.to_string())
+    s.parse().map_err(|e: api::LayoutError| e.to_string())
 }
 
 /// Checks a `--threads` value at parse time: 0 (one per core) up to 4 per core.
 pub fn parse_threads(s: &str) -> Result<usize, String> {
-    let max = layoutopt::runtime::max_threads();
+    let max = api::max_threads();
     match s.parse::<usize>() {
         Ok(n) if n <= max => Ok(n),
         _ => Err(format!(
@@ -64,7 +60,7 @@ pub fn parse_threads(s: &str) -> Result<usize, String> {
 
 /// Checks a `--memory-limit` value at parse time: a positive byte count.
 pub fn parse_memory_limit(s: &str) -> Result<u64, String> {
-    match layoutopt::core::budget::parse_bytes(s) {
+    match api::parse_bytes(s) {
         Some(n) if n > 0 => Ok(n),
         _ => Err(format!(
             "'{s}' is not a memory limit: give bytes, or a number with K, M, G or T (e.g. 2G)"
@@ -75,7 +71,7 @@ pub fn parse_memory_limit(s: &str) -> Result<u64, String> {
 /// Checks `LAYOUTOPT_MEMORY_LIMIT` when it is set: a value that is not a
 /// byte count is an error, not silently the default.
 pub fn memory_limit_from_env() -> Result<(), String> {
-    use layoutopt::core::budget::MEMORY_LIMIT_ENV;
+    use layoutopt::api::MEMORY_LIMIT_ENV;
     match std::env::var(MEMORY_LIMIT_ENV) {
         Ok(v) => parse_memory_limit(&v)
             .map(|_| ())
@@ -115,7 +111,7 @@ impl Planning {
         g: &Graph,
         runtime: &RuntimeOptions,
     ) -> Result<Plan, Box<dyn std::error::Error>> {
-        let costs = measured_cost_model(runtime)?;
+        let costs = api::measured_costs(runtime)?;
         let msg = format!("planning with '{}' for {}", self.planner, self.target);
         Ok(progress::step(&msg, || {
             self.plan_with(g, self.planner, &costs)
@@ -172,13 +168,29 @@ pub struct InputShapes {
     pub input_shapes: Vec<(String, Vec<usize>)>,
 }
 
-/// Imports an ONNX or TFLite model under a spinner.
-pub fn load(model: &Path, shapes: &InputShapes) -> Result<Graph, api::Error> {
-    let opts = ImportOptions {
-        input_shapes: shapes.input_shapes.iter().cloned().collect(),
-        ..ImportOptions::default()
-    };
-    progress::step(&format!("importing {}", model.display()), || {
-        api::load_model_with(model, &opts)
-    })
+/// The model a command reads, and the shapes that bind its symbolic dimensions.
+#[derive(clap::Args, Clone)]
+pub struct ModelArgs {
+    /// The model file (.onnx or .tflite).
+    pub model: PathBuf,
+    #[command(flatten)]
+    pub shapes: InputShapes,
+}
+
+impl ModelArgs {
+    /// The model file.
+    pub fn path(&self) -> &Path {
+        &self.model
+    }
+
+    /// Imports the model under a spinner.
+    pub fn load(&self) -> Result<Graph, api::Error> {
+        let opts = ImportOptions {
+            input_shapes: self.shapes.input_shapes.iter().cloned().collect(),
+            ..ImportOptions::default()
+        };
+        progress::step(&format!("importing {}", self.model.display()), || {
+            api::load_model_with(&self.model, &opts)
+        })
+    }
 }

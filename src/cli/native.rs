@@ -1,14 +1,12 @@
 //! The native runtime behind `run`, `bench` and `compare --measure`: compile the
 //! planned graph, run it, time it.
 
+use super::run::model_inputs;
+use super::{ModelArgs, Planning};
 use layoutopt::api::json::{document, BenchDoc, Execution, Timing};
-use layoutopt::graph::{format_spans, Graph, Tensor};
-use layoutopt::layout::plan::PlanReport;
-use layoutopt::runtime::bench::bench;
-use layoutopt::runtime::conv_algo::ConvAlgoChoice;
-use layoutopt::runtime::roofline::{cache_dir, machine_peaks};
-use layoutopt::runtime::simd::Isa;
-use layoutopt::runtime::{CompiledModel, RuntimeOptions};
+use layoutopt::api::{
+    self, format_spans, CompiledModel, ConvAlgoChoice, Graph, Isa, RuntimeOptions, Tensor,
+};
 use std::time::Instant;
 
 type CliResult<T> = Result<T, Box<dyn std::error::Error>>;
@@ -43,6 +41,10 @@ impl KernelArgs {
 /// Options of `layoutopt bench`.
 #[derive(clap::Args)]
 pub struct BenchArgs {
+    #[command(flatten)]
+    pub source: ModelArgs,
+    #[command(flatten)]
+    pub planning: Planning,
     /// Worker threads (0: one per core; at most 4 per core).
     #[arg(long, default_value_t = 0, value_parser = super::parse_threads)]
     pub threads: usize,
@@ -70,7 +72,7 @@ pub struct BenchArgs {
 /// Compiles the planned graph, warning on stderr about every step that falls
 /// back to the (slow) reference executor.
 pub fn compile(g: &Graph, options: &RuntimeOptions) -> CliResult<CompiledModel> {
-    let model = CompiledModel::compile(g, options)?;
+    let model = api::compile(g, options)?;
     let fallbacks = model.fallback_steps();
     if !fallbacks.is_empty() {
         let named: Vec<String> = fallbacks
@@ -147,18 +149,26 @@ pub fn execution_text(e: &Execution, check_finite: bool) -> String {
     line
 }
 
-/// `layoutopt bench`: compile, then print latency percentiles (and the
-/// profile), as text or as the `bench` document.
-pub fn bench_native(
-    g: &Graph,
-    inputs: &[Tensor],
-    args: &BenchArgs,
-    json: Option<(&std::path::Path, &PlanReport)>,
-) -> CliResult<()> {
+/// `layoutopt bench`: plan and compile, then print latency percentiles (and
+/// the profile), as text or as the `bench` document.
+pub fn bench(args: &BenchArgs, json: bool) -> CliResult<()> {
+    let path = args.source.path();
+    let options = args.kernels.options(args.threads);
+    let source = args.source.load()?;
+    let planned = args.planning.plan(&source, &options)?;
+    let (inputs, _) = model_inputs(path, &planned.graph, &[], args.seed)?;
+    if !json {
+        outln!(
+            "{}: '{}' plan for {}",
+            path.display(),
+            planned.report.planner,
+            planned.report.family
+        )?;
+    }
     let t0 = Instant::now();
-    let model = compile(g, &args.kernels.options(args.threads))?;
+    let model = compile(&planned.graph, &options)?;
     let compile = t0.elapsed();
-    if json.is_none() {
+    if !json {
         println!(
             "compiled in {:.1} ms ({} kernels, {} threads, {:.1} MB arena)",
             compile.as_secs_f64() * 1e3,
@@ -168,41 +178,47 @@ pub fn bench_native(
         );
     }
     let roofline = match args.profile {
-        true => Some(machine_peaks(
-            model.threads(),
-            cache_dir().as_deref(),
-            args.reprobe,
-        )?),
+        true => Some(api::machine_peaks(model.threads(), args.reprobe)?),
         false => None,
     };
-    let report = bench(
+    let report = api::bench(
         &model,
-        inputs,
-        args.warmup as usize,
-        args.runs as usize,
+        &inputs,
+        (args.warmup as usize, args.runs as usize),
         roofline,
     )?;
-    match json {
-        Some((path, plan)) => {
-            let timing = Timing::of(&report, compile, model.threads(), args.warmup as usize);
-            let doc = BenchDoc::of(plan, &model, &report, timing);
-            println!("{}", document("bench", path, &doc));
-        }
-        None => print!("{report}"),
+    if json {
+        let timing = Timing::of(&report, compile, model.threads(), args.warmup as usize);
+        let doc = BenchDoc::of(&planned.report, &model, &report, timing);
+        println!("{}", document("bench", path, &doc));
+    } else {
+        print!("{report}");
     }
     Ok(())
+}
+
+/// Options of `layoutopt calibrate`.
+#[derive(clap::Args)]
+pub struct CalibrateArgs {
+    /// Worker threads of the peaks probe (0: one per core; at most 4 per core).
+    #[arg(long, default_value_t = 0, value_parser = super::parse_threads)]
+    pub threads: usize,
+    /// Remove the cached peaks and kernel times first.
+    #[arg(long)]
+    pub clear: bool,
 }
 
 /// `calibrate`: with `clear`, forgets every cached measurement (peaks and
 /// kernel times, which are then measured again as models are planned and
 /// compiled); then probes this machine's peaks on `threads` threads again.
-pub fn calibrate(threads: usize, clear: bool, json: bool) -> CliResult<()> {
+pub fn calibrate(args: &CalibrateArgs, json: bool) -> CliResult<()> {
+    let (threads, clear) = (args.threads, args.clear);
     if json {
         return Err("calibrate prints text only: leave out --json".into());
     }
-    let dir = cache_dir().ok_or("no cache folder: neither XDG_CACHE_HOME nor HOME is set")?;
+    let dir = api::cache_dir().ok_or("no cache folder: neither XDG_CACHE_HOME nor HOME is set")?;
     if clear {
-        let removed = layoutopt::runtime::calibrate::clear_calibration(&dir)
+        let removed = api::clear_measurements(&dir)
             .map_err(|e| format!("cannot clear the cache in {}: {e}", dir.display()))?;
         for path in &removed {
             outln!("removed {}", path.display())?;
@@ -211,6 +227,6 @@ pub fn calibrate(threads: usize, clear: bool, json: bool) -> CliResult<()> {
             outln!("nothing cached in {}", dir.display())?;
         }
     }
-    outln!("{}", machine_peaks(threads, Some(&dir), true)?)?;
+    outln!("{}", api::machine_peaks(threads, true)?)?;
     Ok(())
 }

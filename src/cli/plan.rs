@@ -1,34 +1,54 @@
 //! `plan` and `compare`: the planners' decisions and what they cost.
 
 use super::run::model_inputs;
-use super::{load, native, progress, CliResult, InputShapes, Planning};
+use super::{native, progress, CliResult, ModelArgs, Planning};
 use layoutopt::api::json::{document, plan_document, CompareRow, Comparison, Timing};
-use layoutopt::api::Planner;
-use layoutopt::graph::format_spans;
-use layoutopt::layout::plan::Plan;
-use layoutopt::runtime::bench::{time_run, BenchReport};
-use layoutopt::runtime::calibrate::{measured_cost_model, predicted_step_seconds};
-use layoutopt::runtime::roofline::machine_peaks;
-use layoutopt::runtime::{CompiledModel, RuntimeOptions};
-use std::path::Path;
+use layoutopt::api::{
+    self, format_spans, BenchReport, Graph, Plan, Planner, RuntimeOptions, Target,
+};
+use std::path::{Path, PathBuf};
 use std::time::Instant;
+
+/// Options of `layoutopt plan`.
+#[derive(clap::Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub source: ModelArgs,
+    #[command(flatten)]
+    pub planning: Planning,
+    #[command(flatten)]
+    pub kernels: native::KernelArgs,
+}
+
+/// Options of `layoutopt compare`.
+#[derive(clap::Args)]
+pub struct CompareArgs {
+    #[command(flatten)]
+    pub source: ModelArgs,
+    /// Target layout family: nchw, nhwc, nchwc (block width from this CPU) or nchw<x>c.
+    #[arg(long, default_value = "nchwc", value_parser = super::parse_target)]
+    pub target: Target,
+    /// Folder of `*.rules` files to rewrite with instead of the built-in rules
+    /// (also LAYOUTOPT_RULES).
+    #[arg(long, value_name = "DIR")]
+    pub rules: Option<PathBuf>,
+    /// Also compile every plan (timed apart) and time 10 runs after 3
+    /// untimed ones.
+    #[arg(long)]
+    pub measure: bool,
+}
 
 /// The plan report and the algorithm each convolution runs with under
 /// `options` (in JSON, under `timings`: it is chosen by measuring).
-pub fn plan(
-    model: &Path,
-    shapes: &InputShapes,
-    planning: &Planning,
-    json: bool,
-    options: &RuntimeOptions,
-) -> CliResult {
-    let g = load(model, shapes)?;
-    let p = planning.plan(&g, options)?;
+pub fn plan(args: &PlanArgs, json: bool) -> CliResult {
+    let (model, options) = (args.source.path(), &args.kernels.options(0));
+    let g = args.source.load()?;
+    let p = args.planning.plan(&g, options)?;
     if !json {
         out!("{}", p.report.to_text())?;
     }
     let convs = progress::step("choosing convolution algorithms", || {
-        CompiledModel::conv_algorithms(&p.graph, options)
+        api::conv_algorithms(&p.graph, options)
     })?;
     if json {
         outln!("{}", plan_document(model, &p.report, Some(&convs)))?;
@@ -51,16 +71,16 @@ const MEASURE_ROUNDS: usize = 10;
 /// machine; `measure` also compiles each plan (timed apart), predicts its run
 /// time and times `MEASURE_ROUNDS` interleaved runs after `MEASURE_WARMUP`
 /// untimed ones (with the model's recorded input, else random inputs).
-pub fn compare(
-    model: &Path,
-    shapes: &InputShapes,
-    planning: &Planning,
-    measure: bool,
-    json: bool,
-) -> CliResult {
-    let g = load(model, shapes)?;
+pub fn compare(args: &CompareArgs, json: bool) -> CliResult {
+    let (model, measure) = (args.source.path(), args.measure);
+    let planning = Planning {
+        planner: Planner::Global,
+        target: args.target,
+        rules: args.rules.clone(),
+    };
+    let g = args.source.load()?;
     let runtime = native::KernelArgs::default().options(0);
-    let costs = measured_cost_model(&runtime)?;
+    let costs = api::measured_costs(&runtime)?;
     let mut plans = Vec::new();
     let pb = progress::bar(Planner::ALL.len() as u64, "planning");
     for planner in Planner::ALL {
@@ -134,12 +154,12 @@ pub fn compare(
 /// in interleaved rounds.
 fn measure_plans(
     model: &Path,
-    g: &layoutopt::graph::Graph,
+    g: &Graph,
     plans: &[Plan],
     runtime: &RuntimeOptions,
 ) -> Result<Vec<Timing>, Box<dyn std::error::Error>> {
     let inputs = model_inputs(model, g, &[], 0)?.0;
-    let peaks = machine_peaks(runtime.threads, runtime.conv_algo.cache.as_deref(), false)?.peaks;
+    let peaks = api::machine_peaks(runtime.threads, false)?.peaks;
     let mut compiled = Vec::new();
     for p in plans {
         let t = Instant::now();
@@ -155,7 +175,7 @@ fn measure_plans(
     for round in 0..MEASURE_ROUNDS {
         for k in 0..compiled.len() {
             let i = (round + k) % compiled.len();
-            times[i].push(time_run(&compiled[i].1, &inputs)?);
+            times[i].push(api::time_run(&compiled[i].1, &inputs)?);
         }
     }
     Ok(compiled
@@ -164,7 +184,9 @@ fn measure_plans(
         .map(|((compile, c), times)| {
             let report = BenchReport::of_times(times);
             Timing {
-                predicted_ms: Some(predicted_step_seconds(c, &peaks).iter().sum::<f64>() * 1e3),
+                predicted_ms: Some(
+                    api::predicted_step_seconds(c, &peaks).iter().sum::<f64>() * 1e3,
+                ),
                 ..Timing::of(&report, *compile, c.threads(), MEASURE_WARMUP)
             }
         })

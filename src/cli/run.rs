@@ -1,10 +1,11 @@
 //! `run` and `bench`: execute a planned model on the native runtime.
 
-use super::{load, native, progress, CliResult, InputShapes, Planning};
+use super::{native, progress, CliResult, ModelArgs, Planning};
 use layoutopt::api::json::{document, OutputSummary, RunDoc};
-use layoutopt::frontend::npy::{read_npy, read_npz, write_npy};
-use layoutopt::frontend::onnx::load_tensor_pb;
-use layoutopt::graph::{DType, Graph, Tensor, TensorData};
+use layoutopt::api::{
+    load_tensor_pb, read_file, read_npy, read_npz, write_npy, DType, Graph, Tensor, TensorData,
+    ValueType,
+};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -25,8 +26,7 @@ fn read_tensors(files: &[PathBuf]) -> Result<Vec<Tensor>, Box<dyn std::error::Er
 fn read_tensor(path: &Path) -> Result<Tensor, Box<dyn std::error::Error>> {
     match path.extension().and_then(|e| e.to_str()) {
         Some("npy") => {
-            let bytes = layoutopt::frontend::read_file(path)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+            let bytes = read_file(path).map_err(|e| format!("{}: {e}", path.display()))?;
             Ok(read_npy(&bytes).map_err(|m| format!("{}: {m}", path.display()))?)
         }
         _ => Ok(load_tensor_pb(path)?.1),
@@ -48,7 +48,7 @@ fn input_tensors(
         return Ok(vec![(a.name.clone(), read_tensor(&a.path)?)]);
     }
     let at = |m: String| format!("{}: {m}", a.path.display());
-    let bytes = layoutopt::frontend::read_file(&a.path).map_err(|e| at(e.to_string()))?;
+    let bytes = read_file(&a.path).map_err(|e| at(e.to_string()))?;
     let mut arrays = read_npz(&bytes).map_err(at)?;
     match &a.name {
         Some(n) => {
@@ -102,7 +102,7 @@ pub fn parse_input(s: &str) -> Result<InputArg, String> {
 /// named once (a bare file only for a model with one input), each of the type
 /// the model declares.
 fn named_inputs(g: &Graph, args: &[InputArg]) -> Result<Vec<Tensor>, Box<dyn std::error::Error>> {
-    let inputs: Vec<(&str, &layoutopt::graph::ValueType)> = g
+    let inputs: Vec<(&str, &ValueType)> = g
         .inputs()
         .iter()
         .map(|&id| {
@@ -210,21 +210,45 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-pub fn run(
-    model: &Path,
-    shapes: &InputShapes,
-    input_files: &[InputArg],
-    seed: u64,
-    planning: &Planning,
-    (options, check_finite, json): (&layoutopt::runtime::RuntimeOptions, bool, bool),
-    output_dir: Option<&Path>,
-) -> CliResult {
+/// Options of `layoutopt run`.
+#[derive(clap::Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub source: ModelArgs,
+    /// An input tensor as `NAME=FILE` (.npy or a serialized ONNX TensorProto
+    /// .pb), one per graph input; a bare FILE only for a model with one input.
+    /// A .npz archive gives every input it names (or, as NAME=FILE.npz, the
+    /// array NAME or its only array).
+    #[arg(long = "input", value_name = "NAME=FILE", value_parser = parse_input)]
+    pub inputs: Vec<InputArg>,
+    /// Write every output to DIR as `<output name>.npy`.
+    #[arg(long = "output", value_name = "DIR")]
+    pub output_dir: Option<PathBuf>,
+    /// Seed for random inputs.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Worker threads (0: one per core; at most 4 per core).
+    #[arg(long, default_value_t = 0, value_parser = super::parse_threads)]
+    pub threads: usize,
+    /// Look at every step's output and name the first that holds NaN or an
+    /// infinity, with its source layers.
+    #[arg(long)]
+    pub check_finite: bool,
+    #[command(flatten)]
+    pub planning: Planning,
+    #[command(flatten)]
+    pub kernels: native::KernelArgs,
+}
+
+pub fn run(args: &RunArgs, json: bool) -> CliResult {
+    let (model, check_finite) = (args.source.path(), args.check_finite);
+    let options = &args.kernels.options(args.threads);
     let t0 = Instant::now();
-    let source = load(model, shapes)?;
+    let source = args.source.load()?;
     let import_time = t0.elapsed();
-    let planned = planning.plan(&source, options)?;
+    let planned = args.planning.plan(&source, options)?;
     let g = planned.graph;
-    let (inputs, expected) = model_inputs(model, &source, input_files, seed)?;
+    let (inputs, expected) = model_inputs(model, &source, &args.inputs, args.seed)?;
     let (outputs, execution) = progress::step("compiling and running", || {
         native::run_native(&g, &inputs, options, check_finite)
     })?;
@@ -234,7 +258,7 @@ pub fn run(
         .iter()
         .map(|&v| source.value(v).name.clone())
         .collect();
-    if let Some(dir) = output_dir {
+    if let Some(dir) = &args.output_dir {
         write_outputs(dir, &names, &outputs)?;
     }
     if let Some(exp) = &expected {
@@ -412,30 +436,6 @@ fn compare_values(expected: &[f64], got: &[f64]) -> (f64, usize) {
         }
     }
     (err, mismatched)
-}
-
-/// Compiles the planned model and prints latency percentiles over the runs
-/// (and, on request, the time of every kernel).
-pub fn bench(
-    model: &Path,
-    shapes: &InputShapes,
-    planning: &Planning,
-    args: &native::BenchArgs,
-    json: bool,
-) -> CliResult {
-    let source = load(model, shapes)?;
-    let planned = planning.plan(&source, &args.kernels.options(args.threads))?;
-    let (inputs, _) = model_inputs(model, &planned.graph, &[], args.seed)?;
-    if !json {
-        outln!(
-            "{}: '{}' plan for {}",
-            model.display(),
-            planned.report.planner,
-            planned.report.family
-        )?;
-    }
-    let json = json.then_some((model, &planned.report));
-    native::bench_native(&planned.graph, &inputs, args, json)
 }
 
 #[cfg(test)]
