@@ -266,7 +266,7 @@ fn main() -> ExitCode {
             &kernels.options(0),
         ),
     };
-    if let Some(note) = layoutopt::runtime::load::not_cached_note() {
+    if let Some(note) = layoutopt::runtime::measure::load::not_cached_note() {
         eprintln!("note: {note}");
     }
     match result {

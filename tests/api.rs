@@ -242,7 +242,7 @@ fn measured_conv_times_replace_the_estimate() {
 /// (named after `what`), and that directory. What is cached is tested, not
 /// the guard against load, so measurements are cached under load too.
 fn one_thread_with_empty_cache(what: &str) -> (PathBuf, RuntimeOptions) {
-    std::env::set_var(layoutopt::runtime::load::CACHE_UNDER_LOAD_ENV, "1");
+    std::env::set_var(layoutopt::runtime::measure::load::CACHE_UNDER_LOAD_ENV, "1");
     let dir = std::env::temp_dir().join(format!("layoutopt-{what}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut options = RuntimeOptions::with_threads(1);
@@ -252,7 +252,7 @@ fn one_thread_with_empty_cache(what: &str) -> (PathBuf, RuntimeOptions) {
 
 #[test]
 fn the_measured_cost_model_is_cached_and_predicts_the_steps() {
-    use layoutopt::runtime::calibrate::{measured_cost_model, predicted_step_seconds};
+    use layoutopt::runtime::measure::calibrate::{measured_cost_model, predicted_step_seconds};
     let (dir, options) = one_thread_with_empty_cache("costs");
     let g = load_model(&bundled("resnet_small/model.onnx")).unwrap();
     let plan = |options: &RuntimeOptions| {
@@ -271,7 +271,7 @@ fn the_measured_cost_model_is_cached_and_predicts_the_steps() {
     assert_eq!(std::fs::read(&times).unwrap(), written);
     // The compiled model's convolutions are predicted by those times.
     let model = CompiledModel::compile(&second.graph, &options).unwrap();
-    let peaks = layoutopt::runtime::roofline::machine_peaks(1, Some(&dir), false)
+    let peaks = layoutopt::runtime::measure::roofline::machine_peaks(1, Some(&dir), false)
         .unwrap()
         .peaks;
     let predicted = predicted_step_seconds(&model, &peaks);
@@ -296,7 +296,7 @@ fn a_layout_transform_is_predicted_by_the_time_the_planner_measured_for_it() {
     use layoutopt::graph::{DType, Op, ValueRef};
     use layoutopt::layout::{Layout, PadValue};
     use layoutopt::ops::LayoutTransform;
-    use layoutopt::runtime::calibrate::{measured_cost_model, predicted_step_seconds};
+    use layoutopt::runtime::measure::calibrate::{measured_cost_model, predicted_step_seconds};
     let (dir, options) = one_thread_with_empty_cache("transforms");
     let t = ValueType::new(DType::F32, vec![1, 17, 8, 8]);
     let (nchw, blocked) = (
@@ -328,7 +328,7 @@ fn a_layout_transform_is_predicted_by_the_time_the_planner_measured_for_it() {
     }
     g.set_outputs(vec![v]);
     let model = CompiledModel::compile(&g, &options).unwrap();
-    let peaks = layoutopt::runtime::roofline::machine_peaks(1, Some(&dir), false)
+    let peaks = layoutopt::runtime::measure::roofline::machine_peaks(1, Some(&dir), false)
         .unwrap()
         .peaks;
     let predicted = predicted_step_seconds(&model, &peaks);

@@ -682,7 +682,7 @@ fn check_finite_names_the_first_step_with_nan_or_inf() {
 
 #[test]
 fn kernels_run_on_a_forced_instruction_set() {
-    use layoutopt::runtime::simd::Isa;
+    use layoutopt::runtime::Isa;
     let json = |o: &Out| -> serde_json::Value {
         assert_eq!(o.code, 0, "{}", o.stderr);
         serde_json::from_str(&o.stdout).unwrap()

@@ -10,7 +10,7 @@
 
 use crate::graph::{Graph, Op, Span};
 use crate::layout::plan::PlanReport;
-use crate::runtime::conv_algo::{ConvAlgo, LayerAlgo};
+use crate::runtime::{ConvAlgo, LayerAlgo};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -202,7 +202,7 @@ pub struct Timing {
 impl Timing {
     /// The timing of a bench report.
     pub fn of(
-        report: &crate::runtime::bench::BenchReport,
+        report: &crate::runtime::measure::bench::BenchReport,
         compile: std::time::Duration,
         threads: usize,
         warmup_runs: usize,
@@ -460,7 +460,7 @@ impl BenchDoc {
     pub fn of(
         report: &PlanReport,
         model: &crate::runtime::CompiledModel,
-        bench: &crate::runtime::bench::BenchReport,
+        bench: &crate::runtime::measure::bench::BenchReport,
         timing: Timing,
     ) -> BenchDoc {
         let profile = bench.profile.as_ref().map(|p| {

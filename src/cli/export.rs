@@ -101,7 +101,7 @@ pub fn explore(
     api::check_output(model, out, output.force)?;
     let source = load(model, shapes)?;
     let first = planning.plan(&source, options)?;
-    let costs = layoutopt::runtime::calibrate::measured_cost_model(options)?;
+    let costs = layoutopt::runtime::measure::calibrate::measured_cost_model(options)?;
     let second = planning.plan_with(&source, other, &costs)?;
     super::progress::step("lowering nodes for the explorer", || {
         api::explore_plans(

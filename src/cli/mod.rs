@@ -30,7 +30,7 @@ use layoutopt::frontend::onnx::ImportOptions;
 use layoutopt::graph::Graph;
 use layoutopt::layout::plan::Plan;
 use layoutopt::layout::rules::RuleSource;
-use layoutopt::runtime::calibrate::measured_cost_model;
+use layoutopt::runtime::measure::calibrate::measured_cost_model;
 use layoutopt::runtime::RuntimeOptions;
 use std::path::Path;
 

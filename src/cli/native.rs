@@ -4,10 +4,10 @@
 use layoutopt::api::json::{document, BenchDoc, Execution, Timing};
 use layoutopt::graph::{format_spans, Graph, Tensor};
 use layoutopt::layout::plan::PlanReport;
-use layoutopt::runtime::bench::bench;
-use layoutopt::runtime::conv_algo::ConvAlgoChoice;
-use layoutopt::runtime::roofline::{cache_dir, machine_peaks};
-use layoutopt::runtime::simd::Isa;
+use layoutopt::runtime::measure::bench::bench;
+use layoutopt::runtime::measure::roofline::{cache_dir, machine_peaks};
+use layoutopt::runtime::ConvAlgoChoice;
+use layoutopt::runtime::Isa;
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 use std::time::Instant;
 
@@ -202,7 +202,7 @@ pub fn calibrate(threads: usize, clear: bool, json: bool) -> CliResult<()> {
     }
     let dir = cache_dir().ok_or("no cache folder: neither XDG_CACHE_HOME nor HOME is set")?;
     if clear {
-        let removed = layoutopt::runtime::calibrate::clear_calibration(&dir)
+        let removed = layoutopt::runtime::measure::calibrate::clear_calibration(&dir)
             .map_err(|e| format!("cannot clear the cache in {}: {e}", dir.display()))?;
         for path in &removed {
             outln!("removed {}", path.display())?;

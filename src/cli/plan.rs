@@ -6,9 +6,9 @@ use layoutopt::api::json::{document, plan_document, CompareRow, Comparison, Timi
 use layoutopt::api::Planner;
 use layoutopt::graph::format_spans;
 use layoutopt::layout::plan::Plan;
-use layoutopt::runtime::bench::{time_run, BenchReport};
-use layoutopt::runtime::calibrate::{measured_cost_model, predicted_step_seconds};
-use layoutopt::runtime::roofline::machine_peaks;
+use layoutopt::runtime::measure::bench::{time_run, BenchReport};
+use layoutopt::runtime::measure::calibrate::{measured_cost_model, predicted_step_seconds};
+use layoutopt::runtime::measure::roofline::machine_peaks;
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 use std::path::Path;
 use std::time::Instant;

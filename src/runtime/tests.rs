@@ -6,12 +6,13 @@
 //! counts against closed forms, the machine's peaks and their cache, and the
 //! profile table against figures worked by hand.
 
-use super::conv::{ConvGeom, PackedConv};
-use super::depthwise::Depthwise;
-use super::kernels::Gather;
-use super::matmul::Dense;
-use super::roofline::StepWork;
-use super::simd::{Epilogue, Isa};
+use super::kernels::conv::depthwise::Depthwise;
+use super::kernels::conv::direct::{ConvGeom, PackedConv};
+use super::kernels::conv::tile::Epilogue;
+use super::kernels::gather::Gather;
+use super::kernels::matmul::Dense;
+use super::kernels::simd::Isa;
+use super::measure::roofline::StepWork;
 use super::{CompiledModel, RuntimeOptions};
 use crate::core::scalar::Scalar;
 use crate::fusion::Activation;
@@ -590,8 +591,8 @@ fn conv_epilogues_look_through_relabelling_transposes() {
             .graph;
         // The direct kernel: this checks the fused epilogue to the direct
         // kernel's precision, whichever algorithm measures fastest.
-        let direct = super::conv_algo::ConvAlgoOptions {
-            choice: super::conv_algo::ConvAlgoChoice::Direct,
+        let direct = super::kernels::conv::algo::ConvAlgoOptions {
+            choice: super::kernels::conv::algo::ConvAlgoChoice::Direct,
             cache: None,
         };
         let m = CompiledModel::compile(
@@ -997,8 +998,8 @@ fn pools_of_random_geometry_match_the_reference_executor() {
 /// within `k_h * k_w` units of 2^-22 (the finite inputs are in [-1, 1]).
 #[test]
 fn pool_kernel_matches_the_reference_executor_in_every_layout() {
-    use super::pool::{pool, PoolGeom};
-    use super::simd::Lanes;
+    use super::kernels::pool::{pool, PoolGeom};
+    use super::kernels::simd::Lanes;
     use crate::graph::PoolKind;
     use crate::ops::Pool;
     let mut rng = Rng(23);
@@ -1439,7 +1440,7 @@ fn strided_conv_graph(cin: usize, cout: usize, group: usize, epilogue: bool) -> 
 }
 
 /// The one step of `model` whose kind starts with `kind`.
-fn step<'m>(model: &'m CompiledModel, kind: &str) -> &'m super::Step {
+fn step<'m>(model: &'m CompiledModel, kind: &str) -> &'m super::model::Step {
     let mut found = model.steps.iter().filter(|s| s.kind.starts_with(kind));
     let step = found.next().unwrap_or_else(|| panic!("no {kind} step"));
     assert!(found.next().is_none(), "more than one {kind} step");
@@ -1467,7 +1468,7 @@ fn a_conv_step_does_the_closed_form_work_in_every_layout() {
         let conv = step(&m, "Conv");
         assert!(matches!(
             conv.kernel,
-            super::Kernel::Conv(_) | super::Kernel::Depthwise(_)
+            super::model::Kernel::Conv(_) | super::model::Kernel::Depthwise(_)
         ));
         assert_eq!(conv.kind.contains("Add+Relu"), epilogue, "{}", conv.kind);
         let bytes = 4 * elements(&conv.kind) as u64;
@@ -1559,14 +1560,14 @@ fn elementwise_and_dense_steps_count_their_operands_and_products() {
 
 #[test]
 fn peaks_are_probed_once_then_read_from_the_cache() {
-    use super::load::Load;
-    use super::roofline::{peaks_cached_in, PeaksSource, Roofline};
+    use super::measure::load::Load;
+    use super::measure::roofline::{peaks_cached_in, PeaksSource, Roofline};
     use std::path::Path;
     // Probed for real, the machine's load given: the test does not depend on it.
     let probed_under = |threads: usize, dir: &Path, reprobe: bool, load: Load| -> Roofline {
-        let pool = super::worker_pool(threads).unwrap();
+        let pool = super::options::worker_pool(threads).unwrap();
         peaks_cached_in(&pool, Some(dir), (reprobe, false), |pool| {
-            (super::roofline::probe(pool), load)
+            (super::measure::roofline::probe(pool), load)
         })
     };
     let machine_peaks = |threads: usize, dir: Option<&Path>, reprobe: bool| -> Option<Roofline> {
@@ -1629,8 +1630,8 @@ fn peaks_are_probed_once_then_read_from_the_cache() {
 
 #[test]
 fn the_profile_shows_rates_and_the_fraction_of_the_roof() {
-    use super::bench::{BenchReport, Profile};
-    use super::roofline::{MachinePeaks, PeaksSource, Roofline};
+    use super::measure::bench::{BenchReport, Profile};
+    use super::measure::roofline::{MachinePeaks, PeaksSource, Roofline};
     use super::StepProfile;
     use std::time::Duration;
     let step = |name: &str, bytes: u64, flops: f64, ms_per_run: [u64; 3]| StepProfile {
@@ -1875,7 +1876,10 @@ fn a_classifier_on_a_blocked_feature_vector_runs_the_dense_kernel() {
         "the feature vector is stored row-major"
     );
     let m = CompiledModel::compile(&planned, &RuntimeOptions::default()).unwrap();
-    assert!(matches!(step(&m, "MatMul").kernel, super::Kernel::Dense(_)));
+    assert!(matches!(
+        step(&m, "MatMul").kernel,
+        super::model::Kernel::Dense(_)
+    ));
     let got = m.run(&inputs).unwrap()[0].to_f32();
     assert_close(&got, &expected, "classifier");
 }
@@ -1884,8 +1888,8 @@ fn a_classifier_on_a_blocked_feature_vector_runs_the_dense_kernel() {
 /// and Aᵀ of Lavin and Gray: each maps the unit vector e_k to column k.
 #[test]
 fn winograd_line_transforms_are_the_papers_matrices() {
-    use super::simd::{Scalar as Lane, Vector};
-    use super::winograd::{F2Input, F2Output, F4Input, F4Output, Line};
+    use super::kernels::conv::winograd::{F2Input, F2Output, F4Input, F4Output, Line};
+    use super::kernels::simd::{Scalar as Lane, Vector};
     fn columns<L: Line<A, R>, const A: usize, const R: usize>(want: [[f32; A]; R]) {
         for k in 0..A {
             // SAFETY: the one-lane type needs no instruction set.
@@ -1937,7 +1941,7 @@ fn winograd_line_transforms_are_the_papers_matrices() {
 /// naive loop and in the direct kernel.
 #[test]
 fn winograd_matches_a_naive_loop_for_every_isa_tile_and_blocking() {
-    use super::winograd::{TransformedWeights, WinogradConv, WinogradTile};
+    use super::kernels::conv::winograd::{TransformedWeights, WinogradConv, WinogradTile};
     let isas: Vec<Isa> = [Isa::Avx512, Isa::Avx2, Isa::Portable]
         .into_iter()
         .filter(|i| i.available())
@@ -2107,12 +2111,12 @@ fn winograd_matches_a_naive_loop_for_every_isa_tile_and_blocking() {
 /// the tolerance on the layer.
 #[test]
 fn conv_algorithms_are_measured_once_then_read_from_the_cache() {
-    use super::conv_algo::{
+    use super::kernels::conv::algo::{
         build, ConvAlgo, ConvAlgoChoice, ConvAlgoOptions, ConvSpec, WINOGRAD_TOLERANCE,
     };
-    use super::winograd::WinogradTile;
+    use super::kernels::conv::winograd::WinogradTile;
     // What is cached is tested here, not the guard against load (`load.rs`).
-    std::env::set_var(super::load::CACHE_UNDER_LOAD_ENV, "1");
+    std::env::set_var(super::measure::load::CACHE_UNDER_LOAD_ENV, "1");
     let dir = std::env::temp_dir().join(format!("layoutopt-convalgo-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -2176,7 +2180,10 @@ fn conv_algorithms_are_measured_once_then_read_from_the_cache() {
         ConvAlgo::Winograd(WinogradTile::F2),
         "{edited}"
     );
-    assert!(matches!(kernel, super::conv_algo::ConvKernel::Winograd(_)));
+    assert!(matches!(
+        kernel,
+        super::kernels::conv::algo::ConvKernel::Winograd(_)
+    ));
     // The forced choices measure nothing.
     let (_, direct) = build(&spec, &options(ConvAlgoChoice::Direct));
     assert_eq!((direct.algo, direct.millis.len()), (ConvAlgo::Direct, 0));

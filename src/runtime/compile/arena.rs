@@ -8,7 +8,9 @@ use crate::fusion;
 use crate::graph::{DType, Graph, GraphError, NodeId, Op, ValueRef};
 use crate::layout::Layout;
 use crate::ops::Concat;
-use crate::runtime::{CompiledModel, RuntimeError, Slot, Step, Stored};
+use crate::runtime::check::Storage;
+use crate::runtime::model::{Kernel, Slot, Step};
+use crate::runtime::{CompiledModel, RuntimeError};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::sync::Mutex;
@@ -146,7 +148,7 @@ impl Compiler<'_> {
                     input_types: p.inputs.iter().map(|v| g.value_type(*v).clone()).collect(),
                     inputs: p.inputs.iter().map(slot).collect::<Result<_, _>>()?,
                     outputs: p.outputs.iter().map(slot).collect::<Result<_, _>>()?,
-                    stored: p.outputs.iter().map(|&v| Stored::of(g, v)).collect(),
+                    storage: p.outputs.iter().map(|&v| Storage::of(g, v)).collect(),
                     name: p.name,
                     kind: p.kind,
                     spans: p.spans,
@@ -217,7 +219,7 @@ impl Compiler<'_> {
         let fallback = self
             .steps
             .iter()
-            .filter(|p| matches!(p.kernel, crate::runtime::Kernel::Fallback { .. }))
+            .filter(|p| matches!(p.kernel, Kernel::Fallback { .. }))
             .map(|p| {
                 let elements = p.inputs.iter().chain(&p.outputs).map(|v| {
                     let ty = g.value_type(*v);

@@ -5,20 +5,24 @@
 
 mod arena;
 
-use super::calibrate::cached_transform_millis;
-use super::conv::ConvGeom;
-use super::conv_algo::{self, ConvAlgoOptions, ConvSpec, LayerAlgo};
-use super::depthwise::Depthwise;
-use super::elementwise::{broadcast_strides, Arg, Elementwise, Func, Stored};
-use super::kernel_times::KernelTimes;
-use super::kernels::{Gather, MAX_GATHER_INPUTS};
-use super::matmul::{BatchedMatMul, Dense};
-use super::normalize::{RowKernel, RowOp};
-use super::pool::PoolGeom;
-use super::roofline::StepWork;
-use super::select::Select;
-use super::simd::{Epilogue, Isa, Lanes};
-use super::{activation, kernels, tir_step, CompiledModel, Kernel, RuntimeError, RuntimeOptions};
+use super::kernels::conv::algo::{self as conv_algo, ConvAlgoOptions, ConvSpec, LayerAlgo};
+use super::kernels::conv::depthwise::Depthwise;
+use super::kernels::conv::direct::ConvGeom;
+use super::kernels::conv::tile::Epilogue;
+use super::kernels::elementwise::{broadcast_strides, Arg, Elementwise, Func, Stored};
+use super::kernels::gather::{Gather, MAX_GATHER_INPUTS};
+use super::kernels::matmul::{BatchedMatMul, Dense};
+use super::kernels::normalize::{RowKernel, RowOp};
+use super::kernels::pool::PoolGeom;
+use super::kernels::simd::{Isa, Lanes};
+use super::kernels::where_select::Select;
+use super::kernels::{activation, gather, tir_step};
+use super::measure::calibrate::cached_transform_millis;
+use super::measure::kernel_times::KernelTimes;
+use super::measure::roofline::StepWork;
+use super::model::Kernel;
+use super::options::worker_pool;
+use super::{CompiledModel, RuntimeError, RuntimeOptions};
 use crate::core::par;
 use crate::fusion::{
     self, inner, input_layout, output_layout, output_shape, Activation, FusedGroup, Pattern, Target,
@@ -492,7 +496,7 @@ impl<'g> Compiler<'g> {
                 if out.dtype == DType::F32 && self.is_f32(ins[0]) && is_int(&ins[1]) =>
             {
                 let xs = &self.g.value_type(ins[0]).shape;
-                Some(Kernel::Rows(kernels::Rows {
+                Some(Kernel::Rows(gather::Rows {
                     outer: xs[..*axis].iter().product(),
                     extent: xs[*axis],
                     inner: xs[axis + 1..].iter().product(),
@@ -1060,7 +1064,7 @@ impl Target for NativeKernels<'_, '_> {
     }
 
     fn chain_operands(&self) -> usize {
-        crate::runtime::elementwise::MAX_OPERANDS
+        super::kernels::elementwise::MAX_OPERANDS
     }
 
     fn native_kernel(&mut self, id: NodeId) -> bool {
@@ -1075,5 +1079,44 @@ impl Target for NativeKernels<'_, '_> {
         };
         self.built.insert(id, built);
         true
+    }
+}
+
+impl CompiledModel {
+    /// Compiles a planned graph.
+    pub fn compile(graph: &Graph, options: &RuntimeOptions) -> Result<CompiledModel, RuntimeError> {
+        let pool = worker_pool(options.threads)?;
+        let Some(widened) = graph.widened_f16() else {
+            return Compiler::new(graph, options.kernel_isa()?, options).finish(pool);
+        };
+        // f16 storage at the interface, f32 inside: inputs are converted as they
+        // are copied in, outputs rounded back to the model's types.
+        let mut model = Compiler::new(&widened, options.kernel_isa()?, options).finish(pool)?;
+        for ((_, ty, _), &id) in model.inputs.iter_mut().zip(graph.inputs()) {
+            *ty = graph.node(id).outputs[0].ty.clone();
+        }
+        for ((ty, _), &v) in model.outputs.iter_mut().zip(graph.outputs()) {
+            *ty = graph.value_type(v).clone();
+        }
+        Ok(model)
+    }
+
+    /// The fused groups the compiler makes of a planned graph on this machine (the
+    /// fusion pass asked about this machine's native kernels).
+    pub fn fusion_groups(graph: &Graph) -> Result<Vec<FusedGroup>, RuntimeError> {
+        Compiler::new(graph, Isa::detect(), &RuntimeOptions::default()).fusion_groups()
+    }
+
+    /// The algorithm of every convolution of a planned graph, chosen as
+    /// `compile` chooses it (so measured, or read from the cache, under
+    /// `auto`), without compiling the other steps.
+    pub fn conv_algorithms(
+        graph: &Graph,
+        options: &RuntimeOptions,
+    ) -> Result<Vec<conv_algo::LayerAlgo>, RuntimeError> {
+        let pool = worker_pool(options.threads)?;
+        let widened = graph.widened_f16();
+        let g = widened.as_ref().unwrap_or(graph);
+        Compiler::new(g, options.kernel_isa()?, options).conv_algos(&pool)
     }
 }

@@ -5,19 +5,23 @@
 //! the model's threads and cached with the compiler's algorithm choices
 //! (`kernel_times.rs`), so a warm cache plans without running anything.
 
-use super::conv::ConvGeom;
-use super::conv_algo::{self, ConvAlgo, ConvAlgoOptions, ConvSpec, SharedWeights};
-use super::depthwise::Depthwise;
 use super::kernel_times::{self, conv_key, KernelTimes};
-use super::kernels::Gather;
 use super::roofline::{self, machine_peaks, MachinePeaks};
-use super::simd::{Epilogue, Isa};
-use super::{worker_pool, CompiledModel, RuntimeError, RuntimeOptions};
 use crate::core::par;
 use crate::graph::{numel, DType, Tensor, ValueType};
 use crate::layout::op_rules::{ConvQuery, CostModel, MeasuredCosts};
 use crate::layout::Layout;
 use crate::ops::OpDef;
+use crate::runtime::kernels::conv::algo::{
+    self as conv_algo, ConvAlgo, ConvAlgoOptions, ConvSpec, SharedWeights,
+};
+use crate::runtime::kernels::conv::depthwise::Depthwise;
+use crate::runtime::kernels::conv::direct::ConvGeom;
+use crate::runtime::kernels::conv::tile::Epilogue;
+use crate::runtime::kernels::gather::Gather;
+use crate::runtime::kernels::simd::Isa;
+use crate::runtime::options::worker_pool;
+use crate::runtime::{CompiledModel, RuntimeError, RuntimeOptions};
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -38,7 +42,7 @@ fn calibrated(peaks: &MachinePeaks, measured: Arc<dyn MeasuredCosts>) -> CostMod
         ns_per_byte: 1.0 / peaks.copy_gbps,
         ns_per_flop: 1.0 / peaks.fma_gflops,
         measured: Some(measured),
-        epilogue_fuses: super::activation::vectorizes,
+        epilogue_fuses: crate::runtime::kernels::activation::vectorizes,
         ..CostModel::default()
     }
 }
@@ -247,7 +251,7 @@ fn transform_name(from: &Layout, to: &Layout) -> String {
 
 /// The milliseconds `times` holds for transforming `shape` from `from` to
 /// `to`, as the planner measured them.
-pub(super) fn cached_transform_millis(
+pub(in crate::runtime) fn cached_transform_millis(
     times: &KernelTimes,
     shape: &[usize],
     from: &Layout,
@@ -263,13 +267,11 @@ pub(super) fn cached_transform_millis(
 /// rate of `peaks` (the unit costs the planner uses).
 pub fn predicted_step_seconds(model: &CompiledModel, peaks: &MachinePeaks) -> Vec<f64> {
     model
-        .steps
-        .iter()
-        .map(|s| match s.measured_ms {
+        .step_costs()
+        .map(|(work, measured_ms)| match measured_ms {
             Some(ms) => ms / 1e3,
             None => {
-                s.work.bytes as f64 / (peaks.copy_gbps * 1e9)
-                    + s.work.flops / (peaks.fma_gflops * 1e9)
+                work.bytes as f64 / (peaks.copy_gbps * 1e9) + work.flops / (peaks.fma_gflops * 1e9)
             }
         })
         .collect()

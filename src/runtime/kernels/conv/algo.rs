@@ -9,12 +9,13 @@
 //! A Winograd size whose error on the layer's own weights exceeds
 //! [`WINOGRAD_TOLERANCE`] is never chosen.
 
-use super::conv::{ConvGeom, PackedConv};
-use super::kernel_times::{conv_key, KernelTimes};
-use super::simd::{Epilogue, Isa};
+use super::direct::{ConvGeom, PackedConv};
+use super::tile::Epilogue;
 use super::winograd::{self, TransformedWeights, WinogradConv, WinogradTile};
 use crate::core::par;
 use crate::graph::Span;
+use crate::runtime::kernels::simd::Isa;
+use crate::runtime::measure::kernel_times::{conv_key, KernelTimes};
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
@@ -59,7 +60,7 @@ pub enum ConvAlgo {
 
 impl ConvAlgo {
     /// The kernel that runs it, as the kernel times cache names it.
-    pub(super) fn kernel(self) -> &'static str {
+    pub(in crate::runtime) fn kernel(self) -> &'static str {
         match self {
             ConvAlgo::Depthwise => "depthwise",
             _ => "conv",
@@ -252,7 +253,7 @@ impl ConvSpec<'_> {
 /// neither of which depends on the layouts. The planner keeps one per weight
 /// tensor over the layouts it measures the convolution in.
 #[derive(Default)]
-pub(super) struct SharedWeights {
+pub(in crate::runtime) struct SharedWeights {
     errors: OnceLock<Vec<(ConvAlgo, f64)>>,
     transformed: Mutex<Vec<TransformedWeights>>,
 }
@@ -279,7 +280,7 @@ impl SharedWeights {
 
     /// Drops the transformed weights (1.8x or 4x the weights), keeping the
     /// errors: once the planner has measured a convolution in every layout.
-    pub(super) fn release_transformed(&self) {
+    pub(in crate::runtime) fn release_transformed(&self) {
         self.transformed
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -384,7 +385,7 @@ fn millis_in(
 /// auto the fastest accurate candidate, measured unless `times` holds it), on
 /// the calling thread pool's threads. The planner compares layouts by it,
 /// with one `shared` per weight tensor.
-pub(super) fn expected_millis(
+pub(in crate::runtime) fn expected_millis(
     spec: &ConvSpec,
     options: &ConvAlgoOptions,
     times: &mut KernelTimes,
@@ -399,7 +400,7 @@ pub(super) fn expected_millis(
 /// Adds to `decision` the cached time of the algorithm it took, when it was
 /// not measured for it but the planner measured it (a convolution without a
 /// choice is timed only to be planned): the profile predicts the step by it.
-pub(super) fn add_cached_time(
+pub(in crate::runtime) fn add_cached_time(
     decision: &mut ConvDecision,
     geom: &ConvGeom,
     isa: Isa,
