@@ -28,4 +28,6 @@ pub use options::{max_threads, RuntimeOptions};
 pub use run::{ModelInput, StepProfile};
 
 #[cfg(test)]
+mod test_support;
+#[cfg(test)]
 mod tests;

@@ -1120,3 +1120,6 @@ impl CompiledModel {
         Compiler::new(g, options.kernel_isa()?, options).conv_algos(&pool)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -567,7 +567,7 @@ mod tests {
     use crate::graph::{DType, Graph, Op, Tensor, ValueRef, ValueType};
     use crate::layout::op_rules::{CostModel, Family};
     use crate::layout::plan::{plan, planner_by_name};
-    use crate::runtime::tests::{assert_close, compile_on, Rng};
+    use crate::runtime::test_support::{assert_close, compile_on, Rng};
     use crate::runtime::{CompiledModel, RuntimeOptions};
 
     /// `got` against the f64 definition `e`: within 2e-6 relative (1e-6 of

@@ -11,3 +11,6 @@ pub(super) mod pool;
 pub mod simd;
 pub mod tir_step;
 pub(super) mod where_select;
+
+#[cfg(test)]
+mod tests;

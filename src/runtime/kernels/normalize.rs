@@ -322,7 +322,7 @@ unsafe fn fold<V: Vector, A: Copy>(
 mod tests {
     use crate::graph::{DType, Graph, Op, Tensor, ValueRef, ValueType};
     use crate::ops::{LayerNorm, LogSoftmax, Reduce, ReduceKind, Softmax};
-    use crate::runtime::tests::{assert_close, compile_on, Rng};
+    use crate::runtime::test_support::{assert_close, compile_on, Rng};
 
     /// `op` on `x` of `shape` (and the constant operands `params`), compiled
     /// and run, against the reference executor (`assert_close`). Returns the

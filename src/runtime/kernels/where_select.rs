@@ -136,7 +136,7 @@ impl VectorKernel for Piece {
 mod tests {
     use super::*;
     use crate::graph::{Graph, Op, Tensor, TensorData, ValueType};
-    use crate::runtime::tests::Rng;
+    use crate::runtime::test_support::Rng;
     use crate::runtime::{CompiledModel, RuntimeOptions};
 
     /// Where in one native step on every instruction set, equal to the

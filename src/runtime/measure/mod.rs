@@ -7,3 +7,6 @@ pub mod calibrate;
 pub(super) mod kernel_times;
 pub mod load;
 pub mod roofline;
+
+#[cfg(test)]
+mod tests;

@@ -6,3 +6,6 @@ pub mod depthwise;
 pub mod direct;
 pub mod tile;
 pub mod winograd;
+
+#[cfg(test)]
+mod tests;
