@@ -1,46 +1,12 @@
-//! The non-finite check of `CompiledModel::run_checked`: how each step's
-//! output holds its logical elements, and the first step whose logical
-//! elements hold NaN or an infinity.
+//! The non-finite check of `CompiledModel::run_checked`: the first step whose
+//! logical output elements hold NaN or an infinity.
 
 use super::exec::Buffers;
 use super::kernels::gather::Gather;
 use super::model::{Slot, Step};
-use crate::fusion::{output_layout, output_shape};
-use crate::graph::{numel, Graph, Op, Span, ValueRef};
+use super::storage::Storage;
+use crate::graph::{numel, Span};
 use crate::layout::Layout;
-
-/// How a step's output holds its logical elements.
-#[derive(Clone, Debug)]
-pub(super) enum Storage {
-    /// All of them, row-major, nothing else.
-    RowMajor,
-    /// In this layout of this logical shape (with padding, or permuted).
-    Laid(Layout, Vec<usize>),
-    /// Beside padding the check cannot tell apart (a PadWith's output, whose
-    /// logical elements its input's step already showed).
-    Padded,
-}
-
-impl Storage {
-    /// How value `v` of a planned graph is stored.
-    pub(super) fn of(g: &Graph, v: ValueRef) -> Storage {
-        let laid = |layout: &Layout, logical: Vec<usize>| match layout.is_identity() {
-            true => Storage::RowMajor,
-            false => Storage::Laid(layout.clone(), logical),
-        };
-        match &g.node(v.node).op {
-            Op::InLayout(_) if v.output == 0 => {
-                match (output_layout(g, v.node), output_shape(g, v.node)) {
-                    (Some((layout, _)), Some(logical)) => laid(&layout, logical),
-                    _ => Storage::Padded,
-                }
-            }
-            Op::InLayout(_) | Op::PadWith(_) => Storage::Padded,
-            Op::LayoutTransform(t) => laid(&t.to, t.logical.clone()),
-            _ => Storage::RowMajor,
-        }
-    }
-}
 
 /// The first step of a run whose output holds NaN or an infinity
 /// (`CompiledModel::run_checked`).

@@ -18,14 +18,18 @@ pub mod measure;
 mod model;
 mod options;
 mod run;
+mod scratch;
+mod storage;
+mod threads;
 
 pub use check::NonFinite;
 pub use error::RuntimeError;
 pub use kernels::conv::algo::{ConvAlgo, ConvAlgoChoice, ConvAlgoOptions, LayerAlgo};
 pub use kernels::simd::Isa;
 pub use model::CompiledModel;
-pub use options::{max_threads, RuntimeOptions};
+pub use options::RuntimeOptions;
 pub use run::{ModelInput, StepProfile};
+pub use threads::max_threads;
 
 #[cfg(test)]
 mod test_support;

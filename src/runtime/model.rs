@@ -6,7 +6,6 @@
 //! `compile/`, which fills them, and `run.rs`, `exec.rs` and `check.rs`, which
 //! read them; the rest of the runtime asks the accessors.
 
-use super::check::Storage;
 use super::kernels::conv::algo::{ConvKernel, LayerAlgo};
 use super::kernels::conv::depthwise::Depthwise;
 use super::kernels::gather::{Gather, Rows};
@@ -15,7 +14,8 @@ use super::kernels::pool::PoolGeom;
 use super::kernels::simd::Isa;
 use super::kernels::{elementwise, normalize, tir_step, where_select};
 use super::measure::roofline::StepWork;
-use super::run::Scratch;
+use super::scratch::Scratch;
+use super::storage::Storage;
 use crate::core::par;
 use crate::graph::{Op, Span, Tensor, ValueType};
 use std::sync::Mutex;

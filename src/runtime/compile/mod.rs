@@ -21,7 +21,7 @@ use super::measure::calibrate::cached_transform_millis;
 use super::measure::kernel_times::KernelTimes;
 use super::measure::roofline::StepWork;
 use super::model::Kernel;
-use super::options::worker_pool;
+use super::threads::worker_pool;
 use super::{CompiledModel, RuntimeError, RuntimeOptions};
 use crate::core::par;
 use crate::fusion::{

@@ -20,7 +20,7 @@ use crate::runtime::kernels::conv::direct::ConvGeom;
 use crate::runtime::kernels::conv::tile::Epilogue;
 use crate::runtime::kernels::gather::Gather;
 use crate::runtime::kernels::simd::Isa;
-use crate::runtime::options::worker_pool;
+use crate::runtime::threads::worker_pool;
 use crate::runtime::{CompiledModel, RuntimeError, RuntimeOptions};
 use std::collections::HashMap;
 use std::fmt;

@@ -10,7 +10,7 @@
 use super::load::{cache_under_load, metered, note_not_cached, Load};
 use crate::core::par;
 use crate::runtime::kernels::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel};
-use crate::runtime::options::worker_pool;
+use crate::runtime::threads::worker_pool;
 use crate::runtime::RuntimeError;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};

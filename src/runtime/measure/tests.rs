@@ -10,7 +10,7 @@ fn peaks_are_probed_once_then_read_from_the_cache() {
     use std::path::Path;
     // Probed for real, the machine's load given: the test does not depend on it.
     let probed_under = |threads: usize, dir: &Path, reprobe: bool, load: Load| -> Roofline {
-        let pool = crate::runtime::options::worker_pool(threads).unwrap();
+        let pool = crate::runtime::threads::worker_pool(threads).unwrap();
         peaks_cached_in(&pool, Some(dir), (reprobe, false), |pool| {
             (crate::runtime::measure::roofline::probe(pool), load)
         })

@@ -1,5 +1,5 @@
 //! Which algorithm computes each convolution: the direct register-tiled kernel
-//! (`conv.rs`; a 1x1 convolution runs there as one matrix product over the
+//! (`direct.rs`; a 1x1 convolution runs there as one matrix product over the
 //! plane) or a Winograd transform (`winograd.rs`, 3x3 stride-1 only). Under
 //! `auto`, each candidate runs a few times at the layer's shape on the model's
 //! threads, its weights flushed from the caches as a whole model leaves them,

@@ -1,5 +1,5 @@
 //! Winograd convolution F(m×m, 3×3) for 3x3 stride-1 convolutions on the
-//! channel-blocked layouts of `conv.rs`. Each m×m tile of the output needs an
+//! channel-blocked layouts of `direct.rs`. Each m×m tile of the output needs an
 //! α×α patch of the input (α = m + 2); the patch goes to the transformed
 //! domain (Bᵀ d B), where the convolution becomes α² independent matrix
 //! products over the channels, against weights transformed once at compile
