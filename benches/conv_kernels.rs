@@ -9,9 +9,10 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use layoutopt::core::par::Pool;
-use layoutopt::runtime::conv::{ConvGeom, PackedConv};
-use layoutopt::runtime::simd::{Epilogue, Isa};
-use layoutopt::runtime::winograd::{TransformedWeights, WinogradConv, WinogradTile};
+use layoutopt::runtime::kernels::conv::direct::{ConvGeom, PackedConv};
+use layoutopt::runtime::kernels::conv::tile::Epilogue;
+use layoutopt::runtime::kernels::conv::winograd::{TransformedWeights, WinogradConv, WinogradTile};
+use layoutopt::runtime::Isa;
 
 /// Input channels, output channels, input side, kernel side, stride.
 const LAYERS: [(usize, usize, usize, usize, usize); 10] = [

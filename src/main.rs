@@ -91,15 +91,18 @@ fn main() -> ExitCode {
         }
     }
     let json = cli.json;
+    // The one machine context of the process: every command that measures,
+    // compiles or runs takes its pools, peaks and kernel times from it.
+    let machine = layoutopt::api::Machine::shared();
     let result = match &cli.command {
         Command::Inspect(args) => cli::inspect::inspect(args, json),
-        Command::Plan(args) => cli::plan::plan(args, json),
-        Command::Compare(args) => cli::plan::compare(args, json),
-        Command::Run(args) => cli::run::run(args, json),
-        Command::Bench(args) => cli::native::bench(args, json),
-        Command::Export(args) => cli::export::export(args, json),
-        Command::Calibrate(args) => cli::native::calibrate(args, json),
-        Command::Explore(args) => cli::export::explore(args, json),
+        Command::Plan(args) => cli::plan::plan(machine, args, json),
+        Command::Compare(args) => cli::plan::compare(machine, args, json),
+        Command::Run(args) => cli::run::run(machine, args, json),
+        Command::Bench(args) => cli::native::bench(machine, args, json),
+        Command::Export(args) => cli::export::export(machine, args, json),
+        Command::Calibrate(args) => cli::native::calibrate(machine, args, json),
+        Command::Explore(args) => cli::export::explore(machine, args, json),
     };
     if let Some(note) = layoutopt::api::not_cached_note() {
         eprintln!("note: {note}");

@@ -8,7 +8,8 @@ mod common;
 use common::{load_test_data, max_abs_err};
 use layoutopt::api::logical::LogicalView;
 use layoutopt::api::{
-    load_model, ConvQuery, CostModel, Layout, MeasuredCosts, PlanLayouts, Planner, Target,
+    load_model, ConvQuery, CostModel, Costs, Layout, Machine, MeasuredCosts, PlanLayouts, Planner,
+    Target,
 };
 use layoutopt::graph::{Graph, Tensor, ValueType};
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
@@ -57,6 +58,7 @@ fn planners_and_targets_parse_from_their_names() {
 fn layout_of_names_model_tensors() {
     let g = load_model(&bundled("resnet_small/model.onnx")).unwrap();
     let plan = PlanLayouts::new(Planner::Global, Target::Nchwc(16))
+        .with_costs(Costs::BuiltIn)
         .plan(&g)
         .unwrap();
     let input = g.value(layoutopt::graph::ValueRef::new(g.inputs()[0], 0));
@@ -86,6 +88,7 @@ fn a_pinned_input_arrives_in_its_layout_and_a_pinned_output_leaves_in_its() {
     let input = g.value(layoutopt::graph::ValueRef::new(g.inputs()[0], 0));
     let output = g.value(g.outputs()[0]).name.clone();
     let plan = PlanLayouts::new(Planner::Global, Target::Nchwc(8))
+        .with_costs(Costs::BuiltIn)
         .with_pinned(&input.name, Layout::parse("NHWC").unwrap())
         .with_pinned(&output, Layout::parse("CN").unwrap())
         .plan(&g)
@@ -109,6 +112,7 @@ fn pins_that_do_not_fit_are_refused() {
     let g = load_model(&bundled("resnet_small/model.onnx")).unwrap();
     let plan = |name: &str, layout: &str| {
         PlanLayouts::new(Planner::Global, Target::Nchwc(8))
+            .with_costs(Costs::BuiltIn)
             .with_pinned(name, Layout::parse(layout).unwrap())
             .plan(&g)
             .err()
@@ -132,6 +136,7 @@ fn pins_that_do_not_fit_are_refused() {
 fn the_cost_model_steers_the_plan() {
     let g = load_model(&bundled("resnet_small/model.onnx")).unwrap();
     let default = PlanLayouts::new(Planner::Global, Target::Nchwc(16))
+        .with_costs(Costs::BuiltIn)
         .plan(&g)
         .unwrap();
     assert!(default.report.transform_count > 0);
@@ -164,9 +169,11 @@ fn the_logical_view_sees_the_same_ops_in_every_plan() {
     for model in ["resnet_small/model.onnx", "mobilenet_small/model.onnx"] {
         let g = load_model(&bundled(model)).unwrap();
         let keep = PlanLayouts::new(Planner::Keep, Target::Nchwc(16))
+            .with_costs(Costs::BuiltIn)
             .plan(&g)
             .unwrap();
         let global = PlanLayouts::new(Planner::Global, Target::Nchwc(16))
+            .with_costs(Costs::BuiltIn)
             .plan(&g)
             .unwrap();
         assert_eq!(
@@ -242,7 +249,7 @@ fn measured_conv_times_replace_the_estimate() {
 /// (named after `what`), and that directory. What is cached is tested, not
 /// the guard against load, so measurements are cached under load too.
 fn one_thread_with_empty_cache(what: &str) -> (PathBuf, RuntimeOptions) {
-    std::env::set_var(layoutopt::runtime::load::CACHE_UNDER_LOAD_ENV, "1");
+    std::env::set_var(layoutopt::runtime::measure::load::CACHE_UNDER_LOAD_ENV, "1");
     let dir = std::env::temp_dir().join(format!("layoutopt-{what}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut options = RuntimeOptions::with_threads(1);
@@ -252,12 +259,13 @@ fn one_thread_with_empty_cache(what: &str) -> (PathBuf, RuntimeOptions) {
 
 #[test]
 fn the_measured_cost_model_is_cached_and_predicts_the_steps() {
-    use layoutopt::runtime::calibrate::{measured_cost_model, predicted_step_seconds};
+    use layoutopt::runtime::measure::calibrate::{measured_cost_model, predicted_step_seconds};
     let (dir, options) = one_thread_with_empty_cache("costs");
+    let machine = Machine::with_cache(Some(dir.clone()));
     let g = load_model(&bundled("resnet_small/model.onnx")).unwrap();
     let plan = |options: &RuntimeOptions| {
         PlanLayouts::new(Planner::Global, Target::Nchwc(16))
-            .with_cost_model(measured_cost_model(options).unwrap())
+            .with_cost_model(measured_cost_model(&machine, options).unwrap())
             .plan(&g)
             .unwrap()
     };
@@ -270,10 +278,8 @@ fn the_measured_cost_model_is_cached_and_predicts_the_steps() {
     assert_eq!(first.report.estimated_cost, second.report.estimated_cost);
     assert_eq!(std::fs::read(&times).unwrap(), written);
     // The compiled model's convolutions are predicted by those times.
-    let model = CompiledModel::compile(&second.graph, &options).unwrap();
-    let peaks = layoutopt::runtime::roofline::machine_peaks(1, Some(&dir), false)
-        .unwrap()
-        .peaks;
+    let model = CompiledModel::compile_on(&machine, &second.graph, &options).unwrap();
+    let peaks = machine.peaks(1, false).unwrap().peaks;
     let predicted = predicted_step_seconds(&model, &peaks);
     let convs = model.conv_steps();
     assert!(!convs.is_empty());
@@ -296,8 +302,9 @@ fn a_layout_transform_is_predicted_by_the_time_the_planner_measured_for_it() {
     use layoutopt::graph::{DType, Op, ValueRef};
     use layoutopt::layout::{Layout, PadValue};
     use layoutopt::ops::LayoutTransform;
-    use layoutopt::runtime::calibrate::{measured_cost_model, predicted_step_seconds};
+    use layoutopt::runtime::measure::calibrate::{measured_cost_model, predicted_step_seconds};
     let (dir, options) = one_thread_with_empty_cache("transforms");
+    let machine = Machine::with_cache(Some(dir.clone()));
     let t = ValueType::new(DType::F32, vec![1, 17, 8, 8]);
     let (nchw, blocked) = (
         Layout::parse("NCHW").unwrap(),
@@ -305,7 +312,7 @@ fn a_layout_transform_is_predicted_by_the_time_the_planner_measured_for_it() {
     );
     // The planner's measured costs of both transforms, cached when dropped.
     let measured_ns: Vec<f64> = {
-        let costs = measured_cost_model(&options).unwrap();
+        let costs = measured_cost_model(&machine, &options).unwrap();
         let m = costs.measured.as_ref().unwrap();
         [(&nchw, &blocked), (&blocked, &nchw)]
             .iter()
@@ -327,10 +334,8 @@ fn a_layout_transform_is_predicted_by_the_time_the_planner_measured_for_it() {
         v = ValueRef::new(g.add_node(op, name, &[v], &[], vec![]).unwrap(), 0);
     }
     g.set_outputs(vec![v]);
-    let model = CompiledModel::compile(&g, &options).unwrap();
-    let peaks = layoutopt::runtime::roofline::machine_peaks(1, Some(&dir), false)
-        .unwrap()
-        .peaks;
+    let model = CompiledModel::compile_on(&machine, &g, &options).unwrap();
+    let peaks = machine.peaks(1, false).unwrap().peaks;
     let predicted = predicted_step_seconds(&model, &peaks);
     assert_eq!(predicted.len(), 2);
     for (seconds, ns) in predicted.iter().zip(&measured_ns) {

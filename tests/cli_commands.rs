@@ -268,6 +268,19 @@ fn run_matches_the_recorded_outputs() {
     }
 }
 
+/// The process's one machine context starts one worker pool, which
+/// calibration, planning with measured costs, compiling and the run share,
+/// whatever thread count (0: one per core) the run asks for.
+#[test]
+fn run_starts_exactly_one_worker_pool() {
+    for threads in ["0", "1", "3"] {
+        let o = layoutopt(&["run", &resnet(), "--threads", threads, "--json"]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+        assert_eq!(v["execution"]["worker_pools"], 1, "--threads {threads}");
+    }
+}
+
 #[test]
 fn bench_times_the_runs() {
     let o = layoutopt(&[
@@ -682,7 +695,7 @@ fn check_finite_names_the_first_step_with_nan_or_inf() {
 
 #[test]
 fn kernels_run_on_a_forced_instruction_set() {
-    use layoutopt::runtime::simd::Isa;
+    use layoutopt::runtime::Isa;
     let json = |o: &Out| -> serde_json::Value {
         assert_eq!(o.code, 0, "{}", o.stderr);
         serde_json::from_str(&o.stdout).unwrap()

@@ -4,7 +4,7 @@
 //! page collapses. `scripts/check_explorer.py` checks the page itself in
 //! headless Chromium: drawing, search, collapsing, zoom.
 
-use layoutopt::api::{load_model, PlanLayouts, Planner, Target};
+use layoutopt::api::{load_model, Costs, PlanLayouts, Planner, Target};
 use layoutopt::graph::Op;
 use std::path::Path;
 
@@ -12,9 +12,11 @@ fn page() -> (layoutopt::graph::Graph, String, [usize; 2], usize) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/resnet_small/model.onnx");
     let g = load_model(&path).unwrap();
     let a = PlanLayouts::new(Planner::Global, Target::Nchwc(16))
+        .with_costs(Costs::BuiltIn)
         .plan(&g)
         .unwrap();
     let b = PlanLayouts::new(Planner::Local, Target::Nchwc(16))
+        .with_costs(Costs::BuiltIn)
         .plan(&g)
         .unwrap();
     let drawn = |p: &layoutopt::layout::plan::Plan| {
@@ -37,7 +39,13 @@ fn page() -> (layoutopt::graph::Graph, String, [usize; 2], usize) {
             .count()
     };
     let transforms = transforms(&a) + transforms(&b);
-    let html = layoutopt::explorer::render(&g, &[&a, &b], &Default::default()).unwrap();
+    let html = layoutopt::explorer::render(
+        layoutopt::api::Machine::shared(),
+        &g,
+        &[&a, &b],
+        &Default::default(),
+    )
+    .unwrap();
     (g, html, [drawn(&a), drawn(&b)], transforms)
 }
 
@@ -223,12 +231,20 @@ fn a_real_model_page_is_small() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("models/zoo/MobileNetV3Small_onnx/model.onnx");
     let g = load_model(&path).unwrap();
     let a = PlanLayouts::new(Planner::Global, Target::Nchwc(16))
+        .with_costs(Costs::BuiltIn)
         .plan(&g)
         .unwrap();
     let b = PlanLayouts::new(Planner::Local, Target::Nchwc(16))
+        .with_costs(Costs::BuiltIn)
         .plan(&g)
         .unwrap();
-    let html = layoutopt::explorer::render(&g, &[&a, &b], &Default::default()).unwrap();
+    let html = layoutopt::explorer::render(
+        layoutopt::api::Machine::shared(),
+        &g,
+        &[&a, &b],
+        &Default::default(),
+    )
+    .unwrap();
     let d = data(&html);
     let drawn = nodes(&d, 0).len() + nodes(&d, 1).len();
     assert!(drawn > 700, "{drawn}");
@@ -256,6 +272,7 @@ fn fused_groups_are_the_compiled_steps_and_shown_on_their_nodes() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/resnet_small/model.onnx");
     let g = load_model(&path).unwrap();
     let plan = PlanLayouts::new(Planner::Global, Target::Nchwc(16))
+        .with_costs(Costs::BuiltIn)
         .plan(&g)
         .unwrap();
     let groups = CompiledModel::fusion_groups(&plan.graph).unwrap();
@@ -281,7 +298,13 @@ fn fused_groups_are_the_compiled_steps_and_shown_on_their_nodes() {
     let fused_steps = steps.iter().filter(|s| s.contains('+')).count();
     assert_eq!(fused_steps, groups.len(), "{steps:#?}");
 
-    let html = layoutopt::explorer::render(&g, &[&plan], &Default::default()).unwrap();
+    let html = layoutopt::explorer::render(
+        layoutopt::api::Machine::shared(),
+        &g,
+        &[&plan],
+        &Default::default(),
+    )
+    .unwrap();
     let d = data(&html);
     let marked: Vec<&str> = nodes(&d, 0)
         .iter()

@@ -16,7 +16,7 @@ use layoutopt::frontend::onnx::{import_onnx, load_onnx, ImportOptions};
 use layoutopt::graph::{DType, Tensor, TensorData};
 use layoutopt::layout::op_rules::{CostModel, Family};
 use layoutopt::layout::plan::{plan, planner_by_name};
-use layoutopt::runtime::simd::Isa;
+use layoutopt::runtime::Isa;
 use layoutopt::runtime::RuntimeOptions;
 use std::path::Path;
 

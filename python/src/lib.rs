@@ -8,8 +8,9 @@
 //! over the buffer the runtime wrote (kept alive by the array).
 
 use layoutopt::api::{
-    self, json, CompiledModel, DType, Graph, ImportOptions, Layout, ModelInput, Plan as LayoutPlan,
-    PlanLayouts, Planner, RuntimeOptions, Target, Tensor, TensorData, ValueType,
+    self, json, CompiledModel, DType, Graph, ImportOptions, Layout, Machine, ModelInput,
+    Plan as LayoutPlan, PlanLayouts, Planner, RuntimeOptions, Target, Tensor, TensorData,
+    ValueType,
 };
 use numpy::ndarray::{ArrayViewD, IxDyn};
 use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
@@ -159,7 +160,11 @@ impl Plan {
         }
         let model = py
             .allow_threads(|| {
-                api::compile(&self.plan.graph, &RuntimeOptions::with_threads(threads))
+                api::compile(
+                    Machine::shared(),
+                    &self.plan.graph,
+                    &RuntimeOptions::with_threads(threads),
+                )
             })
             .map_err(stage_error)?;
         // The planned graph's inputs: a pinned one has its layout's physical shape.
@@ -214,6 +219,7 @@ impl Plan {
         py.allow_threads(|| {
             let other = PlanLayouts::new(against, family).plan(&src.graph)?;
             api::explore_plans(
+                Machine::shared(),
                 &src.path,
                 &src.graph,
                 &[&self.plan, &other],

@@ -145,6 +145,7 @@ pub fn export_plan(
 /// Writes the HTML explorer of `plans` of the model `source` (imported from
 /// `model`) at `out`, which may not be the input model.
 pub fn explore_plans(
+    machine: &crate::runtime::Machine,
     model: &Path,
     source: &Graph,
     plans: &[&Plan],
@@ -153,7 +154,7 @@ pub fn explore_plans(
     options: &crate::runtime::RuntimeOptions,
 ) -> Result<(), Error> {
     check_output(model, out, force)?;
-    let html = explorer::render(source, plans, options)?;
+    let html = explorer::render(machine, source, plans, options)?;
     std::fs::write(out, html)
         .map_err(|e| Error::Output(format!("{}: cannot write: {e}", out.display())))
 }

@@ -10,7 +10,7 @@
 
 use crate::graph::{Graph, Op, Span};
 use crate::layout::plan::PlanReport;
-use crate::runtime::conv_algo::{ConvAlgo, LayerAlgo};
+use crate::runtime::{ConvAlgo, LayerAlgo};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -202,7 +202,7 @@ pub struct Timing {
 impl Timing {
     /// The timing of a bench report.
     pub fn of(
-        report: &crate::runtime::bench::BenchReport,
+        report: &crate::runtime::measure::bench::BenchReport,
         compile: std::time::Duration,
         threads: usize,
         warmup_runs: usize,
@@ -367,6 +367,9 @@ pub struct Execution {
     pub threads: usize,
     /// The intermediate-value arena.
     pub arena_bytes: usize,
+    /// Worker pools the process's machine context started, from import to
+    /// the end of the run (one: planning, compiling and running share it).
+    pub worker_pools: usize,
     /// Steps that ran on the reference executor (no native kernel).
     pub fallback_steps: Vec<String>,
     /// With `--check-finite`: the first step with NaN or infinite output,
@@ -460,7 +463,7 @@ impl BenchDoc {
     pub fn of(
         report: &PlanReport,
         model: &crate::runtime::CompiledModel,
-        bench: &crate::runtime::bench::BenchReport,
+        bench: &crate::runtime::measure::bench::BenchReport,
         timing: Timing,
     ) -> BenchDoc {
         let profile = bench.profile.as_ref().map(|p| {

@@ -96,9 +96,9 @@ pub use crate::layout::plan::{Plan, PlanReport};
 pub use crate::layout::rules::RuleSource;
 pub use crate::layout::LayoutError;
 pub use native::{
-    bench, cache_dir, clear_measurements, compile, conv_algorithms, machine_peaks, max_threads,
-    measured_costs, not_cached_note, predicted_step_seconds, time_run, BenchReport, CompiledModel,
-    ConvAlgoChoice, Isa, ModelInput, Roofline, RuntimeError, RuntimeOptions,
+    bench, clear_measurements, compile, conv_algorithms, max_threads, measured_costs,
+    not_cached_note, predicted_step_seconds, time_run, BenchReport, CompiledModel, ConvAlgoChoice,
+    Isa, Machine, ModelInput, Roofline, RuntimeError, RuntimeOptions,
 };
 
 /// Any error of the pipeline, from the stage that raised it.
@@ -192,18 +192,53 @@ pub trait Pass {
 pub struct PlanLayouts {
     planner: Box<dyn plan::Planner>,
     family: Target,
-    cost: CostModel,
+    costs: Costs,
     options: PlanOptions,
 }
 
+/// What a plan prices its choices by.
+#[derive(Clone, Debug)]
+pub enum Costs {
+    /// This machine's measured peaks and kernel times (the process's
+    /// [`Machine::shared`]), for a model compiled with these options: what a
+    /// plan of a model to run here should use.
+    Measured(RuntimeOptions),
+    /// The built-in cost model: nothing is measured, and every machine makes
+    /// the same plan.
+    BuiltIn,
+    /// A cost model of the caller's.
+    Model(CostModel),
+}
+
+impl Default for Costs {
+    /// Measured, for a model run on one thread per core with every
+    /// convolution's algorithm chosen by measurement (the command line's
+    /// defaults).
+    fn default() -> Costs {
+        Costs::Measured(RuntimeOptions::with_threads(0))
+    }
+}
+
+impl Costs {
+    /// The cost model these costs stand for.
+    pub fn model(&self) -> Result<CostModel, Error> {
+        match self {
+            Costs::Measured(options) => measured_costs(Machine::shared(), options),
+            Costs::BuiltIn => Ok(CostModel::default()),
+            Costs::Model(cost) => Ok(cost.clone()),
+        }
+    }
+}
+
 impl PlanLayouts {
-    /// The planner `planner` for `target`, with the default cost model and the
-    /// rules of `LAYOUTOPT_RULES`, else the ones built in.
+    /// The planner `planner` for `target`, with this machine's measured costs
+    /// ([`Costs::default`]) and the rules of `LAYOUTOPT_RULES`, else the ones
+    /// built in.
     pub fn new(planner: Planner, target: Target) -> PlanLayouts {
         PlanLayouts {
             planner: planner.build(),
             family: target,
-            cost: CostModel::default(),
+            costs: Costs::default(),
             options: PlanOptions::default(),
         }
     }
@@ -214,7 +249,7 @@ impl PlanLayouts {
     /// into the convolutions before them, and layoutopt's other graph passes
     /// and rewrites.
     pub fn for_onnxruntime() -> PlanLayouts {
-        let mut p = PlanLayouts::new(Planner::Keep, Target::Nchw);
+        let mut p = PlanLayouts::new(Planner::Keep, Target::Nchw).with_costs(Costs::BuiltIn);
         p.options.fold_batchnorms = true;
         p
     }
@@ -229,10 +264,15 @@ impl PlanLayouts {
         self
     }
 
-    /// Plans under `cost` instead of the default cost model.
-    pub fn with_cost_model(mut self, cost: CostModel) -> PlanLayouts {
-        self.cost = cost;
+    /// Plans under `costs` instead of this machine's measured costs.
+    pub fn with_costs(mut self, costs: Costs) -> PlanLayouts {
+        self.costs = costs;
         self
+    }
+
+    /// Plans under the cost model `cost`.
+    pub fn with_cost_model(self, cost: CostModel) -> PlanLayouts {
+        self.with_costs(Costs::Model(cost))
     }
 
     /// Rewrites with `rules` (`None`: no rewriting) instead of the rules in
@@ -248,7 +288,7 @@ impl PlanLayouts {
             g,
             self.planner.as_ref(),
             self.family,
-            &self.cost,
+            &self.costs.model()?,
             &self.options,
         )?)
     }

@@ -3,14 +3,14 @@
 //! machine (peaks, kernel times) that price plans and choose kernels.
 //!
 //! ```
-//! use layoutopt::api::{self, PlanLayouts, Planner, RuntimeOptions, Target};
+//! use layoutopt::api::{self, Machine, PlanLayouts, Planner, RuntimeOptions, Target};
 //! use std::path::Path;
 //!
 //! # fn main() -> Result<(), api::Error> {
 //! let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/resnet_small/model.onnx");
 //! let graph = api::load_model(&path)?;
 //! let plan = PlanLayouts::new(Planner::Global, Target::host_blocked()).plan(&graph)?;
-//! let model = api::compile(&plan.graph, &RuntimeOptions::with_threads(1))?;
+//! let model = api::compile(Machine::shared(), &plan.graph, &RuntimeOptions::with_threads(1))?;
 //! let input = api::Tensor::from_f32(vec![1, 3, 32, 32], vec![0.5; 3 * 32 * 32]);
 //! let outputs = model.run(&[input])?;
 //! assert_eq!(outputs[0].shape, vec![1, 10]);
@@ -20,44 +20,41 @@
 
 use super::{CostModel, Error};
 use crate::graph::{Graph, Tensor};
-use crate::runtime::{bench as timing, calibrate, load, roofline};
+use crate::runtime::measure::{bench as timing, calibrate, load};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use crate::runtime::bench::{BenchReport, Profile};
-pub use crate::runtime::conv_algo::{ConvAlgoChoice, LayerAlgo};
-pub use crate::runtime::roofline::{MachinePeaks, Roofline};
-pub use crate::runtime::simd::Isa;
+pub use crate::runtime::measure::bench::{BenchReport, Profile};
+pub use crate::runtime::measure::roofline::{MachinePeaks, Roofline};
 pub use crate::runtime::{
-    max_threads, CompiledModel, ModelInput, NonFinite, RuntimeError, RuntimeOptions, StepProfile,
+    max_threads, CompiledModel, ConvAlgoChoice, Isa, LayerAlgo, Machine, ModelInput, NonFinite,
+    RuntimeError, RuntimeOptions, StepProfile,
 };
 
-/// Compiles a planned graph for this CPU with `options` (threads, kernels).
-pub fn compile(graph: &Graph, options: &RuntimeOptions) -> Result<CompiledModel, Error> {
-    Ok(CompiledModel::compile(graph, options)?)
+/// Compiles a planned graph for `machine` with `options` (threads, kernels).
+pub fn compile(
+    machine: &Machine,
+    graph: &Graph,
+    options: &RuntimeOptions,
+) -> Result<CompiledModel, Error> {
+    Ok(CompiledModel::compile_on(machine, graph, options)?)
 }
 
 /// The algorithm of every convolution of a planned graph, chosen as
 /// [`compile`] would choose it, without compiling the other steps.
-pub fn conv_algorithms(graph: &Graph, options: &RuntimeOptions) -> Result<Vec<LayerAlgo>, Error> {
-    Ok(CompiledModel::conv_algorithms(graph, options)?)
+pub fn conv_algorithms(
+    machine: &Machine,
+    graph: &Graph,
+    options: &RuntimeOptions,
+) -> Result<Vec<LayerAlgo>, Error> {
+    Ok(CompiledModel::conv_algorithms(machine, graph, options)?)
 }
 
-/// The cost model of this machine for models run with `options`: data
+/// The cost model of `machine` for models run with `options`: data
 /// movement and arithmetic at the measured peaks, convolutions and layout
 /// transforms at their measured kernel times (cached per CPU).
-pub fn measured_costs(options: &RuntimeOptions) -> Result<CostModel, Error> {
-    Ok(calibrate::measured_cost_model(options)?)
-}
-
-/// This machine's peaks on `threads` worker threads, from the cache unless
-/// `reprobe` (or nothing is cached yet).
-pub fn machine_peaks(threads: usize, reprobe: bool) -> Result<Roofline, Error> {
-    Ok(roofline::machine_peaks(
-        threads,
-        roofline::cache_dir().as_deref(),
-        reprobe,
-    )?)
+pub fn measured_costs(machine: &Machine, options: &RuntimeOptions) -> Result<CostModel, Error> {
+    Ok(calibrate::measured_cost_model(machine, options)?)
 }
 
 /// Times `runs` runs of `model` after `warmup` untimed ones, and with a
@@ -80,12 +77,6 @@ pub fn time_run(model: &CompiledModel, inputs: &[Tensor]) -> Result<Duration, Er
 /// in seconds.
 pub fn predicted_step_seconds(model: &CompiledModel, peaks: &MachinePeaks) -> Vec<f64> {
     calibrate::predicted_step_seconds(model, peaks)
-}
-
-/// The folder measurements are cached in: `$XDG_CACHE_HOME/layoutopt`, else
-/// `$HOME/.cache/layoutopt`.
-pub fn cache_dir() -> Option<PathBuf> {
-    roofline::cache_dir()
 }
 
 /// Removes every cached measurement (peaks and kernel times) from `dir`; the

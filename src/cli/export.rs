@@ -2,7 +2,7 @@
 
 use super::{native, CliResult, ModelArgs, Planning};
 use layoutopt::api::json::{document, Exploration, Export};
-use layoutopt::api::{self, ExportFor, PlanLayouts, Planner};
+use layoutopt::api::{self, ExportFor, Machine, PlanLayouts, Planner};
 use std::path::PathBuf;
 
 /// The file a command writes (`-o`), and whether it may write through a
@@ -56,7 +56,7 @@ pub struct ExploreArgs {
     pub kernels: native::KernelArgs,
 }
 
-pub fn export(args: &ExportArgs, json: bool) -> CliResult {
+pub fn export(machine: &Machine, args: &ExportArgs, json: bool) -> CliResult {
     let (model, output, planning, purpose) = (
         args.source.path(),
         &args.output,
@@ -78,7 +78,9 @@ pub fn export(args: &ExportArgs, json: bool) -> CliResult {
     api::check_output(model, out, output.force)?;
     let source = args.source.load()?;
     let planned = match purpose {
-        ExportFor::Verification => planning.plan(&source, &api::RuntimeOptions::with_threads(0))?,
+        ExportFor::Verification => {
+            planning.plan(machine, &source, &api::RuntimeOptions::with_threads(0))?
+        }
         ExportFor::Onnxruntime => super::progress::step("simplifying for onnxruntime", || {
             PlanLayouts::for_onnxruntime()
                 .with_rules(Some(planning.rule_source()))
@@ -117,7 +119,7 @@ pub fn export(args: &ExportArgs, json: bool) -> CliResult {
     Ok(())
 }
 
-pub fn explore(args: &ExploreArgs, json: bool) -> CliResult {
+pub fn explore(machine: &Machine, args: &ExploreArgs, json: bool) -> CliResult {
     let (model, output, planning, other) = (
         args.source.path(),
         &args.output,
@@ -128,11 +130,12 @@ pub fn explore(args: &ExploreArgs, json: bool) -> CliResult {
     let out = output.output.as_path();
     api::check_output(model, out, output.force)?;
     let source = args.source.load()?;
-    let first = planning.plan(&source, options)?;
-    let costs = api::measured_costs(options)?;
+    let first = planning.plan(machine, &source, options)?;
+    let costs = api::measured_costs(machine, options)?;
     let second = planning.plan_with(&source, other, &costs)?;
     super::progress::step("lowering nodes for the explorer", || {
         api::explore_plans(
+            machine,
             model,
             &source,
             &[&first, &second],

@@ -26,8 +26,8 @@ pub mod progress;
 pub mod run;
 
 use layoutopt::api::{
-    self, CostModel, Graph, ImportOptions, Plan, PlanLayouts, Planner, RuleSource, RuntimeOptions,
-    Target,
+    self, CostModel, Graph, ImportOptions, Machine, Plan, PlanLayouts, Planner, RuleSource,
+    RuntimeOptions, Target,
 };
 use std::path::{Path, PathBuf};
 
@@ -108,10 +108,11 @@ impl Planning {
     /// times on the threads and kernels of `runtime`.
     pub fn plan(
         &self,
+        machine: &Machine,
         g: &Graph,
         runtime: &RuntimeOptions,
     ) -> Result<Plan, Box<dyn std::error::Error>> {
-        let costs = api::measured_costs(runtime)?;
+        let costs = api::measured_costs(machine, runtime)?;
         let msg = format!("planning with '{}' for {}", self.planner, self.target);
         Ok(progress::step(&msg, || {
             self.plan_with(g, self.planner, &costs)

@@ -5,7 +5,7 @@ use super::run::model_inputs;
 use super::{ModelArgs, Planning};
 use layoutopt::api::json::{document, BenchDoc, Execution, Timing};
 use layoutopt::api::{
-    self, format_spans, CompiledModel, ConvAlgoChoice, Graph, Isa, RuntimeOptions, Tensor,
+    self, format_spans, CompiledModel, ConvAlgoChoice, Graph, Isa, Machine, RuntimeOptions, Tensor,
 };
 use std::time::Instant;
 
@@ -71,8 +71,8 @@ pub struct BenchArgs {
 
 /// Compiles the planned graph, warning on stderr about every step that falls
 /// back to the (slow) reference executor.
-pub fn compile(g: &Graph, options: &RuntimeOptions) -> CliResult<CompiledModel> {
-    let model = api::compile(g, options)?;
+pub fn compile(machine: &Machine, g: &Graph, options: &RuntimeOptions) -> CliResult<CompiledModel> {
+    let model = api::compile(machine, g, options)?;
     let fallbacks = model.fallback_steps();
     if !fallbacks.is_empty() {
         let named: Vec<String> = fallbacks
@@ -93,13 +93,14 @@ pub fn compile(g: &Graph, options: &RuntimeOptions) -> CliResult<CompiledModel> 
 /// compiling and running went. With `check_finite`, every step's output is
 /// looked at for NaN or an infinity.
 pub fn run_native(
+    machine: &Machine,
     g: &Graph,
     inputs: &[Tensor],
     options: &RuntimeOptions,
     check_finite: bool,
 ) -> CliResult<(Vec<Tensor>, Execution)> {
     let t0 = Instant::now();
-    let model = compile(g, options)?;
+    let model = compile(machine, g, options)?;
     let compile = t0.elapsed();
     let t1 = Instant::now();
     let (outputs, found) = match check_finite {
@@ -113,6 +114,7 @@ pub fn run_native(
         isa: model.isa().to_string(),
         threads: model.threads(),
         arena_bytes: model.arena_bytes(),
+        worker_pools: machine.pools_started(),
         fallback_steps: model
             .fallback_steps()
             .into_iter()
@@ -151,11 +153,11 @@ pub fn execution_text(e: &Execution, check_finite: bool) -> String {
 
 /// `layoutopt bench`: plan and compile, then print latency percentiles (and
 /// the profile), as text or as the `bench` document.
-pub fn bench(args: &BenchArgs, json: bool) -> CliResult<()> {
+pub fn bench(machine: &Machine, args: &BenchArgs, json: bool) -> CliResult<()> {
     let path = args.source.path();
     let options = args.kernels.options(args.threads);
     let source = args.source.load()?;
-    let planned = args.planning.plan(&source, &options)?;
+    let planned = args.planning.plan(machine, &source, &options)?;
     let (inputs, _) = model_inputs(path, &planned.graph, &[], args.seed)?;
     if !json {
         outln!(
@@ -166,7 +168,7 @@ pub fn bench(args: &BenchArgs, json: bool) -> CliResult<()> {
         )?;
     }
     let t0 = Instant::now();
-    let model = compile(&planned.graph, &options)?;
+    let model = compile(machine, &planned.graph, &options)?;
     let compile = t0.elapsed();
     if !json {
         println!(
@@ -178,7 +180,7 @@ pub fn bench(args: &BenchArgs, json: bool) -> CliResult<()> {
         );
     }
     let roofline = match args.profile {
-        true => Some(api::machine_peaks(model.threads(), args.reprobe)?),
+        true => Some(machine.peaks(model.threads(), args.reprobe)?),
         false => None,
     };
     let report = api::bench(
@@ -211,12 +213,13 @@ pub struct CalibrateArgs {
 /// `calibrate`: with `clear`, forgets every cached measurement (peaks and
 /// kernel times, which are then measured again as models are planned and
 /// compiled); then probes this machine's peaks on `threads` threads again.
-pub fn calibrate(args: &CalibrateArgs, json: bool) -> CliResult<()> {
+pub fn calibrate(machine: &Machine, args: &CalibrateArgs, json: bool) -> CliResult<()> {
     let (threads, clear) = (args.threads, args.clear);
     if json {
         return Err("calibrate prints text only: leave out --json".into());
     }
-    let dir = api::cache_dir().ok_or("no cache folder: neither XDG_CACHE_HOME nor HOME is set")?;
+    let dir =
+        (machine.cache_dir()).ok_or("no cache folder: neither XDG_CACHE_HOME nor HOME is set")?;
     if clear {
         let removed = api::clear_measurements(&dir)
             .map_err(|e| format!("cannot clear the cache in {}: {e}", dir.display()))?;
@@ -227,6 +230,6 @@ pub fn calibrate(args: &CalibrateArgs, json: bool) -> CliResult<()> {
             outln!("nothing cached in {}", dir.display())?;
         }
     }
-    outln!("{}", api::machine_peaks(threads, true)?)?;
+    outln!("{}", machine.peaks(threads, true)?)?;
     Ok(())
 }

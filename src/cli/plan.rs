@@ -4,7 +4,7 @@ use super::run::model_inputs;
 use super::{native, progress, CliResult, ModelArgs, Planning};
 use layoutopt::api::json::{document, plan_document, CompareRow, Comparison, Timing};
 use layoutopt::api::{
-    self, format_spans, BenchReport, Graph, Plan, Planner, RuntimeOptions, Target,
+    self, format_spans, BenchReport, Graph, Machine, Plan, Planner, RuntimeOptions, Target,
 };
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -40,15 +40,15 @@ pub struct CompareArgs {
 
 /// The plan report and the algorithm each convolution runs with under
 /// `options` (in JSON, under `timings`: it is chosen by measuring).
-pub fn plan(args: &PlanArgs, json: bool) -> CliResult {
+pub fn plan(machine: &Machine, args: &PlanArgs, json: bool) -> CliResult {
     let (model, options) = (args.source.path(), &args.kernels.options(0));
     let g = args.source.load()?;
-    let p = args.planning.plan(&g, options)?;
+    let p = args.planning.plan(machine, &g, options)?;
     if !json {
         out!("{}", p.report.to_text())?;
     }
     let convs = progress::step("choosing convolution algorithms", || {
-        api::conv_algorithms(&p.graph, options)
+        api::conv_algorithms(machine, &p.graph, options)
     })?;
     if json {
         outln!("{}", plan_document(model, &p.report, Some(&convs)))?;
@@ -71,7 +71,7 @@ const MEASURE_ROUNDS: usize = 10;
 /// machine; `measure` also compiles each plan (timed apart), predicts its run
 /// time and times `MEASURE_ROUNDS` interleaved runs after `MEASURE_WARMUP`
 /// untimed ones (with the model's recorded input, else random inputs).
-pub fn compare(args: &CompareArgs, json: bool) -> CliResult {
+pub fn compare(machine: &Machine, args: &CompareArgs, json: bool) -> CliResult {
     let (model, measure) = (args.source.path(), args.measure);
     let planning = Planning {
         planner: Planner::Global,
@@ -80,7 +80,7 @@ pub fn compare(args: &CompareArgs, json: bool) -> CliResult {
     };
     let g = args.source.load()?;
     let runtime = native::KernelArgs::default().options(0);
-    let costs = api::measured_costs(&runtime)?;
+    let costs = api::measured_costs(machine, &runtime)?;
     let mut plans = Vec::new();
     let pb = progress::bar(Planner::ALL.len() as u64, "planning");
     for planner in Planner::ALL {
@@ -90,7 +90,7 @@ pub fn compare(args: &CompareArgs, json: bool) -> CliResult {
     }
     pb.finish_and_clear();
     let measured = match measure {
-        true => measure_plans(model, &g, &plans, &runtime)?
+        true => measure_plans(machine, (model, &g), &plans, &runtime)?
             .into_iter()
             .map(Some)
             .collect(),
@@ -153,17 +153,17 @@ pub fn compare(args: &CompareArgs, json: bool) -> CliResult {
 /// Compiles each plan (timed), predicts one run of it, and times its runs
 /// in interleaved rounds.
 fn measure_plans(
-    model: &Path,
-    g: &Graph,
+    machine: &Machine,
+    (model, g): (&Path, &Graph),
     plans: &[Plan],
     runtime: &RuntimeOptions,
 ) -> Result<Vec<Timing>, Box<dyn std::error::Error>> {
     let inputs = model_inputs(model, g, &[], 0)?.0;
-    let peaks = api::machine_peaks(runtime.threads, false)?.peaks;
+    let peaks = machine.peaks(runtime.threads, false)?.peaks;
     let mut compiled = Vec::new();
     for p in plans {
         let t = Instant::now();
-        let c = native::compile(&p.graph, runtime)?;
+        let c = native::compile(machine, &p.graph, runtime)?;
         compiled.push((t.elapsed(), c));
     }
     for (_, c) in &compiled {

@@ -3,8 +3,8 @@
 use super::{native, progress, CliResult, ModelArgs, Planning};
 use layoutopt::api::json::{document, OutputSummary, RunDoc};
 use layoutopt::api::{
-    load_tensor_pb, read_file, read_npy, read_npz, write_npy, DType, Graph, Tensor, TensorData,
-    ValueType,
+    load_tensor_pb, read_file, read_npy, read_npz, write_npy, DType, Graph, Machine, Tensor,
+    TensorData, ValueType,
 };
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -240,17 +240,17 @@ pub struct RunArgs {
     pub kernels: native::KernelArgs,
 }
 
-pub fn run(args: &RunArgs, json: bool) -> CliResult {
+pub fn run(machine: &Machine, args: &RunArgs, json: bool) -> CliResult {
     let (model, check_finite) = (args.source.path(), args.check_finite);
     let options = &args.kernels.options(args.threads);
     let t0 = Instant::now();
     let source = args.source.load()?;
     let import_time = t0.elapsed();
-    let planned = args.planning.plan(&source, options)?;
+    let planned = args.planning.plan(machine, &source, options)?;
     let g = planned.graph;
     let (inputs, expected) = model_inputs(model, &source, &args.inputs, args.seed)?;
     let (outputs, execution) = progress::step("compiling and running", || {
-        native::run_native(&g, &inputs, options, check_finite)
+        native::run_native(machine, &g, &inputs, options, check_finite)
     })?;
     // The model's own output names (the planned graph's may be internal).
     let names: Vec<String> = source

@@ -18,7 +18,7 @@ use crate::graph::{Graph, GraphError, NodeId, Op, ValueType};
 use crate::layout::plan::{Plan, PlanReport};
 use crate::layout::Layout;
 use crate::ops::LayoutTransform;
-use crate::runtime::{CompiledModel, RuntimeOptions};
+use crate::runtime::{CompiledModel, Machine, RuntimeOptions};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -345,7 +345,7 @@ fn plan_view(
     g: &Graph,
     report: &PlanReport,
     tirs: &mut Tirs,
-    options: &RuntimeOptions,
+    (machine, options): (&Machine, &RuntimeOptions),
 ) -> Result<PlanData, ExplorerError> {
     let order: Vec<NodeId> = g
         .topo_order()?
@@ -357,7 +357,7 @@ fn plan_view(
     // is drawn without them.
     let groups = CompiledModel::fusion_groups(g).unwrap_or_default();
     // Each convolution step's algorithm, by step name.
-    let algos: HashMap<String, String> = CompiledModel::conv_algorithms(g, options)
+    let algos: HashMap<String, String> = CompiledModel::conv_algorithms(machine, g, options)
         .unwrap_or_default()
         .into_iter()
         .map(|a| (a.name, a.decision.to_string()))
@@ -502,8 +502,9 @@ fn script_json<T: Serialize>(v: &T) -> Result<String, ExplorerError> {
 }
 
 /// The explorer page of `plans` (usually two) of the model `source`; each
-/// convolution step names the algorithm `options` choose for it.
+/// convolution step names the algorithm `options` choose for it on `machine`.
 pub fn render(
+    machine: &Machine,
     source: &Graph,
     plans: &[&Plan],
     options: &RuntimeOptions,
@@ -516,7 +517,7 @@ pub fn render(
     let mut preds = Vec::new();
     let mut keys = Vec::new();
     for p in plans {
-        let d = plan_view(&p.graph, &p.report, &mut tirs, options)?;
+        let d = plan_view(&p.graph, &p.report, &mut tirs, (machine, options))?;
         views.push(d.view);
         preds.push(d.preds);
         keys.push(d.keys);

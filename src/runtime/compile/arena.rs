@@ -8,15 +8,17 @@ use crate::fusion;
 use crate::graph::{DType, Graph, GraphError, NodeId, Op, ValueRef};
 use crate::layout::Layout;
 use crate::ops::Concat;
-use crate::runtime::{CompiledModel, RuntimeError, Slot, Step, Stored};
+use crate::runtime::model::{Kernel, Slot, Step};
+use crate::runtime::storage::Storage;
+use crate::runtime::{CompiledModel, RuntimeError};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 impl Compiler<'_> {
     /// Gives every value a slot: constants and non-f32 values their own, f32
     /// intermediates an arena range that no value alive at the same time shares.
-    pub(super) fn plan_memory(self, pool: par::Pool) -> Result<CompiledModel, RuntimeError> {
+    pub(super) fn plan_memory(self, pool: Arc<par::Pool>) -> Result<CompiledModel, RuntimeError> {
         let g = self.g;
         let end = self.steps.len();
         // Live range of every value: [defining step, last reading step].
@@ -146,7 +148,7 @@ impl Compiler<'_> {
                     input_types: p.inputs.iter().map(|v| g.value_type(*v).clone()).collect(),
                     inputs: p.inputs.iter().map(slot).collect::<Result<_, _>>()?,
                     outputs: p.outputs.iter().map(slot).collect::<Result<_, _>>()?,
-                    stored: p.outputs.iter().map(|&v| Stored::of(g, v)).collect(),
+                    storage: p.outputs.iter().map(|&v| Storage::of(g, v)).collect(),
                     name: p.name,
                     kind: p.kind,
                     spans: p.spans,
@@ -217,7 +219,7 @@ impl Compiler<'_> {
         let fallback = self
             .steps
             .iter()
-            .filter(|p| matches!(p.kernel, crate::runtime::Kernel::Fallback { .. }))
+            .filter(|p| matches!(p.kernel, Kernel::Fallback { .. }))
             .map(|p| {
                 let elements = p.inputs.iter().chain(&p.outputs).map(|v| {
                     let ty = g.value_type(*v);

@@ -5,20 +5,24 @@
 
 mod arena;
 
-use super::calibrate::cached_transform_millis;
-use super::conv::ConvGeom;
-use super::conv_algo::{self, ConvAlgoOptions, ConvSpec, LayerAlgo};
-use super::depthwise::Depthwise;
-use super::elementwise::{broadcast_strides, Arg, Elementwise, Func, Stored};
-use super::kernel_times::KernelTimes;
-use super::kernels::{Gather, MAX_GATHER_INPUTS};
-use super::matmul::{BatchedMatMul, Dense};
-use super::normalize::{RowKernel, RowOp};
-use super::pool::PoolGeom;
-use super::roofline::StepWork;
-use super::select::Select;
-use super::simd::{Epilogue, Isa, Lanes};
-use super::{activation, kernels, tir_step, CompiledModel, Kernel, RuntimeError, RuntimeOptions};
+use super::kernels::conv::algo::{self as conv_algo, ConvAlgoOptions, ConvSpec, LayerAlgo};
+use super::kernels::conv::depthwise::Depthwise;
+use super::kernels::conv::direct::ConvGeom;
+use super::kernels::conv::tile::Epilogue;
+use super::kernels::elementwise::{broadcast_strides, Arg, Elementwise, Func, Stored};
+use super::kernels::gather::{Gather, MAX_GATHER_INPUTS};
+use super::kernels::matmul::{BatchedMatMul, Dense};
+use super::kernels::normalize::{RowKernel, RowOp};
+use super::kernels::pool::PoolGeom;
+use super::kernels::simd::{Isa, Lanes};
+use super::kernels::where_select::Select;
+use super::kernels::{activation, gather, tir_step};
+use super::machine::SharedKernelTimes;
+use super::measure::calibrate::cached_transform_millis;
+use super::measure::kernel_times::KernelTimes;
+use super::measure::roofline::StepWork;
+use super::model::Kernel;
+use super::{CompiledModel, Machine, RuntimeError, RuntimeOptions};
 use crate::core::par;
 use crate::fusion::{
     self, inner, input_layout, output_layout, output_shape, Activation, FusedGroup, Pattern, Target,
@@ -34,6 +38,7 @@ use crate::ops::{
 };
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 /// A step before memory planning: values instead of slots.
 struct Pending {
@@ -74,15 +79,24 @@ pub(super) struct Compiler<'g> {
     consts: Vec<Tensor>,
     const_of: HashMap<ValueRef, usize>,
     conv_algo: ConvAlgoOptions,
+    /// The kernel times the convolutions' algorithms are chosen by (the
+    /// machine's cache for this instruction set and thread count).
+    times: SharedKernelTimes,
     /// The algorithm of every convolution step built so far.
     conv_algos: Vec<LayerAlgo>,
 }
 
 impl<'g> Compiler<'g> {
-    pub(super) fn new(g: &'g Graph, isa: Isa, options: &RuntimeOptions) -> Compiler<'g> {
+    pub(super) fn new(
+        g: &'g Graph,
+        isa: Isa,
+        options: &RuntimeOptions,
+        times: SharedKernelTimes,
+    ) -> Compiler<'g> {
         Compiler {
             g,
             isa,
+            times,
             steps: vec![],
             consts: vec![],
             const_of: HashMap::new(),
@@ -209,11 +223,18 @@ impl<'g> Compiler<'g> {
                 pad_fill,
                 threads,
             };
-            let (k, decision) = pool.install(|| conv_algo::build(&spec, &self.conv_algo));
+            let mut times = lock_times(&self.times);
+            let (k, decision) =
+                pool.install(|| conv_algo::build(&spec, &self.conv_algo, &mut times));
             (Kernel::Conv(k), decision)
         };
         // The time the planner measured for the kernel chosen, for the profile.
-        conv_algo::add_cached_time(&mut decision, &geom, self.isa, threads, &self.conv_algo);
+        conv_algo::add_cached_time(
+            &mut decision,
+            &geom,
+            &self.conv_algo,
+            &lock_times(&self.times),
+        );
         // The weights and bias are packed into the kernel; the data comes through slots.
         let conv_inputs = self.g.node_inputs(id);
         let mut inputs = vec![conv_inputs[0]];
@@ -492,7 +513,7 @@ impl<'g> Compiler<'g> {
                 if out.dtype == DType::F32 && self.is_f32(ins[0]) && is_int(&ins[1]) =>
             {
                 let xs = &self.g.value_type(ins[0]).shape;
-                Some(Kernel::Rows(kernels::Rows {
+                Some(Kernel::Rows(gather::Rows {
                     outer: xs[..*axis].iter().product(),
                     extent: xs[*axis],
                     inner: xs[axis + 1..].iter().product(),
@@ -870,7 +891,7 @@ impl<'g> Compiler<'g> {
         Ok(self.conv_algos)
     }
 
-    pub(super) fn finish(mut self, pool: par::Pool) -> Result<CompiledModel, RuntimeError> {
+    pub(super) fn finish(mut self, pool: Arc<par::Pool>) -> Result<CompiledModel, RuntimeError> {
         let g = self.g;
         let order = g.topo_order()?;
         let (groups, mut natives) = self.plan_fusion()?;
@@ -906,27 +927,24 @@ impl<'g> Compiler<'g> {
                 },
             }
         }
-        self.add_measured_transforms(pool.threads());
+        self.add_measured_transforms();
         self.plan_memory(pool)
     }
 
     /// Gives each layout transform step the time the planner measured for it
     /// (`calibrate::cached_transform_millis`), when the cache holds one.
-    fn add_measured_transforms(&mut self, threads: usize) {
-        let Some(dir) = self.conv_algo.cache.as_deref() else {
+    fn add_measured_transforms(&mut self) {
+        if self.conv_algo.cache.is_none() {
             return;
-        };
-        // Read once, when the first transform step asks.
-        let mut times = None;
+        }
+        let times = lock_times(&self.times);
         for step in &mut self.steps {
             let [out] = step.outputs[..] else { continue };
             if let Op::LayoutTransform(LayoutTransform {
                 from, to, logical, ..
             }) = &self.g.node(out.node).op
             {
-                let times =
-                    times.get_or_insert_with(|| KernelTimes::open(Some(dir), self.isa, threads));
-                step.measured_ms = cached_transform_millis(times, logical, from, to);
+                step.measured_ms = cached_transform_millis(&times, logical, from, to);
             }
         }
     }
@@ -1060,7 +1078,7 @@ impl Target for NativeKernels<'_, '_> {
     }
 
     fn chain_operands(&self) -> usize {
-        crate::runtime::elementwise::MAX_OPERANDS
+        super::kernels::elementwise::MAX_OPERANDS
     }
 
     fn native_kernel(&mut self, id: NodeId) -> bool {
@@ -1077,3 +1095,69 @@ impl Target for NativeKernels<'_, '_> {
         true
     }
 }
+
+/// The kernel times behind a lock whose holder panicked: what they hold is
+/// still consistent (entries are only added), so the poison is cleared.
+fn lock_times(times: &SharedKernelTimes) -> std::sync::MutexGuard<'_, KernelTimes> {
+    times.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl CompiledModel {
+    /// Compiles a planned graph on this process's machine context
+    /// ([`Machine::shared`]).
+    pub fn compile(graph: &Graph, options: &RuntimeOptions) -> Result<CompiledModel, RuntimeError> {
+        CompiledModel::compile_on(Machine::shared(), graph, options)
+    }
+
+    /// Compiles a planned graph on `machine`: its pool for `options.threads`,
+    /// its kernel-time cache.
+    pub fn compile_on(
+        machine: &Machine,
+        graph: &Graph,
+        options: &RuntimeOptions,
+    ) -> Result<CompiledModel, RuntimeError> {
+        let pool = machine.pool(options.threads)?;
+        let isa = machine.kernel_isa(options.isa)?;
+        let times = machine.kernel_times(options.conv_algo.cache.as_deref(), isa, pool.threads());
+        let Some(widened) = graph.widened_f16() else {
+            return Compiler::new(graph, isa, options, times).finish(pool);
+        };
+        // f16 storage at the interface, f32 inside: inputs are converted as they
+        // are copied in, outputs rounded back to the model's types.
+        let mut model = Compiler::new(&widened, isa, options, times).finish(pool)?;
+        for ((_, ty, _), &id) in model.inputs.iter_mut().zip(graph.inputs()) {
+            *ty = graph.node(id).outputs[0].ty.clone();
+        }
+        for ((ty, _), &v) in model.outputs.iter_mut().zip(graph.outputs()) {
+            *ty = graph.value_type(v).clone();
+        }
+        Ok(model)
+    }
+
+    /// The fused groups the compiler makes of a planned graph on this machine (the
+    /// fusion pass asked about this machine's native kernels).
+    pub fn fusion_groups(graph: &Graph) -> Result<Vec<FusedGroup>, RuntimeError> {
+        // Nothing is measured: the kernel times stay in memory, empty.
+        let times = Arc::new(Mutex::new(KernelTimes::open(None, Isa::detect(), 1)));
+        Compiler::new(graph, Isa::detect(), &RuntimeOptions::default(), times).fusion_groups()
+    }
+
+    /// The algorithm of every convolution of a planned graph, chosen as
+    /// `compile_on` chooses it (so measured, or read from the cache, under
+    /// `auto`), without compiling the other steps.
+    pub fn conv_algorithms(
+        machine: &Machine,
+        graph: &Graph,
+        options: &RuntimeOptions,
+    ) -> Result<Vec<conv_algo::LayerAlgo>, RuntimeError> {
+        let pool = machine.pool(options.threads)?;
+        let isa = machine.kernel_isa(options.isa)?;
+        let times = machine.kernel_times(options.conv_algo.cache.as_deref(), isa, pool.threads());
+        let widened = graph.widened_f16();
+        let g = widened.as_ref().unwrap_or(graph);
+        Compiler::new(g, isa, options, times).conv_algos(&pool)
+    }
+}
+
+#[cfg(test)]
+mod tests;

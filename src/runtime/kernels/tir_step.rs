@@ -27,7 +27,7 @@ pub enum StepError {
 }
 
 /// A compiled op: which buffer each parameter of its function is.
-pub(super) struct TirKernel {
+pub(in crate::runtime) struct TirKernel {
     jit: JitFunction,
     /// For every parameter of the function: the step input it is, or `None` for the
     /// output.
@@ -39,7 +39,7 @@ pub(super) struct TirKernel {
 
 /// One node of a fused chain: its op (laid out or not), the (physical) types of its
 /// operands, and which operand the previous node's output is.
-pub(super) struct ChainNode<'a> {
+pub(in crate::runtime) struct ChainNode<'a> {
     pub op: &'a Op,
     pub inputs: Vec<ValueType>,
     pub prev: Option<usize>,
@@ -108,7 +108,7 @@ impl TirKernel {
     /// node's operands but the chained one.
     ///
     /// `Ok(None)`: the chain has no TIR form (it runs another way).
-    pub(super) fn new(
+    pub(in crate::runtime) fn new(
         chain: &[ChainNode],
         output: &ValueType,
     ) -> Result<Option<TirKernel>, StepError> {
@@ -187,7 +187,7 @@ impl TirKernel {
     ///
     /// # Safety
     /// The inputs and `output` must have the sizes given to `new` and must not overlap.
-    pub(super) unsafe fn run(
+    pub(in crate::runtime) unsafe fn run(
         &self,
         input: impl Fn(usize) -> *const f32,
         output: &mut [f32],

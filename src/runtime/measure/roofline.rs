@@ -7,10 +7,9 @@
 //! Peaks probed while other processes kept the cores busy (`load.rs`) are
 //! used for this run but not cached.
 
-use super::load::{cache_under_load, metered, note_not_cached, Load};
-use super::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel};
-use super::{worker_pool, RuntimeError};
+use super::load::{note_not_cached, Load};
 use crate::core::par;
+use crate::runtime::kernels::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::cell::Cell;
@@ -90,7 +89,7 @@ const FMA_STEPS: usize = 1 << 21;
 const FMA_REPETITIONS: usize = 5;
 
 /// Measures the peaks on the threads of `pool`.
-pub(super) fn probe(pool: &par::Pool) -> MachinePeaks {
+pub(in crate::runtime) fn probe(pool: &par::Pool) -> MachinePeaks {
     MachinePeaks {
         copy_gbps: copy_gbps(pool),
         fma_gflops: fma_gflops(pool, Isa::detect()),
@@ -234,7 +233,7 @@ pub fn cache_dir() -> Option<PathBuf> {
 }
 
 /// The file in a cache folder that holds the peaks.
-pub(super) const CACHE_FILE: &str = "peaks.json";
+pub(in crate::runtime) const CACHE_FILE: &str = "peaks.json";
 
 /// One machine's peaks in the cache file.
 #[derive(Serialize, Deserialize)]
@@ -248,7 +247,7 @@ struct CacheEntry {
 /// stepping numbers where given (cloud machines of two generations both call
 /// themselves "AMD EPYC", and a cache moved between them would carry one's
 /// times to the other), else the architecture.
-pub(super) fn cpu_name() -> String {
+pub(in crate::runtime) fn cpu_name() -> String {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     cpu_name_of(&cpuinfo)
 }
@@ -275,15 +274,15 @@ fn cpu_name_of(cpuinfo: &str) -> String {
 /// One JSON file of measurements in the cache folder: a list of entries, each
 /// keyed by the machine it was measured on. A file that cannot be read or
 /// parsed reads as empty (and is rewritten by the next `save`).
-pub(super) struct CacheFile<E> {
+pub(in crate::runtime) struct CacheFile<E> {
     path: Option<PathBuf>,
     /// The entries read, and those added since.
-    pub(super) entries: Vec<E>,
+    pub(in crate::runtime) entries: Vec<E>,
 }
 
 impl<E: Serialize + DeserializeOwned> CacheFile<E> {
     /// The file `name` in `dir` (no file without a folder).
-    pub(super) fn open(dir: Option<&Path>, name: &str) -> CacheFile<E> {
+    pub(in crate::runtime) fn open(dir: Option<&Path>, name: &str) -> CacheFile<E> {
         let path = dir.map(|d| d.join(name));
         let entries = path
             .as_ref()
@@ -294,47 +293,23 @@ impl<E: Serialize + DeserializeOwned> CacheFile<E> {
     }
 
     /// The file, if there is one.
-    pub(super) fn path(&self) -> Option<&Path> {
+    pub(in crate::runtime) fn path(&self) -> Option<&Path> {
         self.path.as_deref()
     }
 
     /// Writes the entries; the file's path when it could be written.
-    pub(super) fn save(&self) -> Option<PathBuf> {
+    pub(in crate::runtime) fn save(&self) -> Option<PathBuf> {
         let path = self.path.as_ref()?;
         write_cache(path, &self.entries).ok()?;
         Some(path.clone())
     }
 }
 
-/// This machine's peaks on `threads` worker threads (0: one per core): read from
-/// the cache file in `dir` when it holds them for this CPU model, instruction
-/// set and thread count and `reprobe` is false, else probed and written there.
-/// A cache file that cannot be read, parsed or written is passed over (a corrupt
-/// one is rewritten); without `dir` the peaks are always probed. Peaks probed
-/// while the machine was busy are not written. Only starting the threads can
-/// fail.
-pub fn machine_peaks(
-    threads: usize,
-    dir: Option<&Path>,
-    reprobe: bool,
-) -> Result<Roofline, RuntimeError> {
-    let pool = worker_pool(threads)?;
-    let always_cache = cache_under_load();
-    Ok(peaks_cached_in(
-        &pool,
-        dir,
-        (reprobe, always_cache),
-        |pool| {
-            let mut load = Load::default();
-            let peaks = metered(&mut load, || probe(pool));
-            (peaks, load)
-        },
-    ))
-}
-
-/// [`machine_peaks`] on the threads of `pool`, `probe` measuring the peaks and
+/// The peaks on the threads of `pool` (`Machine::peaks`): read from the
+/// cache file in `dir` when it holds them for this CPU model, instruction set
+/// and thread count and `reprobe` is false, else measured by `probe`, `probe` measuring the peaks and
 /// the load meanwhile; `always_cache` caches them whatever the load.
-pub(super) fn peaks_cached_in(
+pub(in crate::runtime) fn peaks_cached_in(
     pool: &par::Pool,
     dir: Option<&Path>,
     (reprobe, always_cache): (bool, bool),

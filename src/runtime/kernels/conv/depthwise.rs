@@ -8,9 +8,10 @@
 //! image. Work is split by output rows of each channel block, so both threads
 //! stay busy whatever the number of blocks.
 
-use super::conv::{fill_channel_pad, valid_taps, ConvGeom};
-use super::simd::{run_vectorized, Epilogue, Isa, Lanes, Vector, VectorKernel};
+use super::direct::{fill_channel_pad, valid_taps, ConvGeom};
+use super::tile::Epilogue;
 use crate::core::par;
+use crate::runtime::kernels::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel};
 
 /// Output pixels one register tile holds.
 const DW_TILE: usize = 8;

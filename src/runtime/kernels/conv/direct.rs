@@ -3,9 +3,10 @@
 //! batch norm folded in; bias, residual add and relu/clip run in the epilogue
 //! of the register tile, so a fused conv makes one pass over its output.
 
-use super::simd::{conv_tile, Epilogue, Isa, Store, Tile, TILE};
+use super::tile::{conv_tile, Epilogue, Store, Tile, TILE};
 use crate::core::{par, PageBuf};
 use crate::ops::Conv;
+use crate::runtime::kernels::simd::Isa;
 
 /// Shapes and window of one convolution (logical extents).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -174,7 +175,7 @@ impl PackedConv {
 
     /// The kernel of `new` that reads its input as it is (never staged),
     /// for computing pieces of the output with `region`.
-    pub(super) fn for_regions(
+    pub(in crate::runtime) fn for_regions(
         geom: ConvGeom,
         isa: Isa,
         w: &[f32],
@@ -284,7 +285,7 @@ impl PackedConv {
     }
 
     /// The packed weights.
-    pub(super) fn weights(&self) -> &[f32] {
+    pub(in crate::runtime) fn weights(&self) -> &[f32] {
         &self.w
     }
 
@@ -414,7 +415,7 @@ impl PackedConv {
     ///
     /// # Safety
     /// `x`, `res` and `y` hold the whole input, residual and output.
-    pub(super) unsafe fn region(
+    pub(in crate::runtime) unsafe fn region(
         &self,
         x: *const f32,
         res: Option<*const f32>,
@@ -515,7 +516,7 @@ impl PackedConv {
 const L1_INPUT_BYTES: usize = 16 * 1024;
 
 /// Kernel taps `k` with `0 <= start + k * dilation < extent`, as a range.
-pub(super) fn valid_taps(
+pub(in crate::runtime) fn valid_taps(
     start: isize,
     dilation: usize,
     taps: usize,

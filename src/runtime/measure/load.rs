@@ -93,7 +93,7 @@ pub struct Load {
     /// its two ends carry the error of sampled ticks (a window of a few
     /// milliseconds is shorter than a tick; a sum of many such windows read
     /// an idle machine as up to 0.3 cores busy).
-    pub(super) span: Option<(CpuTimes, CpuTimes)>,
+    pub(in crate::runtime) span: Option<(CpuTimes, CpuTimes)>,
 }
 
 impl Load {
@@ -165,7 +165,7 @@ pub fn metered<T>(load: &mut Load, f: impl FnOnce() -> T) -> T {
 static NOT_CACHED: Mutex<Option<Load>> = Mutex::new(None);
 
 /// Notes that measurements taken under `load` were used but not cached.
-pub(super) fn note_not_cached(load: Load) {
+pub(in crate::runtime) fn note_not_cached(load: Load) {
     if let Ok(mut worst) = NOT_CACHED.lock() {
         if worst.is_none_or(|w| w.others_cores() < load.others_cores()) {
             *worst = Some(load);

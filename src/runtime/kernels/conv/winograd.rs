@@ -1,5 +1,5 @@
 //! Winograd convolution F(m×m, 3×3) for 3x3 stride-1 convolutions on the
-//! channel-blocked layouts of `conv.rs`. Each m×m tile of the output needs an
+//! channel-blocked layouts of `direct.rs`. Each m×m tile of the output needs an
 //! α×α patch of the input (α = m + 2); the patch goes to the transformed
 //! domain (Bᵀ d B), where the convolution becomes α² independent matrix
 //! products over the channels, against weights transformed once at compile
@@ -20,11 +20,10 @@
 //! kernel, which gives IEEE propagation exactly: finite data pays the check
 //! only.
 
-use super::conv::{fill_channel_pad, ConvGeom, PackedConv};
-use super::simd::{
-    conv_tile, run_vectorized, Epilogue, Isa, Lanes, Store, Tile, Vector, VectorKernel, TILE,
-};
+use super::direct::{fill_channel_pad, ConvGeom, PackedConv};
+use super::tile::{conv_tile, Epilogue, Store, Tile, TILE};
 use crate::core::{par, PageBuf};
+use crate::runtime::kernels::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel};
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -78,20 +77,20 @@ const F4_G: WeightTransform<6> = [
 /// terms shared. Products with the matrices left to the compiler kept a
 /// compare and a branch per coefficient: the transforms took twice the time
 /// of the products of an F(4x4) convolution.
-pub(super) trait Line<const A: usize, const R: usize> {
+pub(in crate::runtime) trait Line<const A: usize, const R: usize> {
     /// # Safety
     /// `V`'s instruction set is available.
     unsafe fn apply<V: Vector>(x: &[V; A]) -> [V; R];
 }
 
 /// Bᵀ of F(2x2, 3x3).
-pub(super) struct F2Input;
+pub(in crate::runtime) struct F2Input;
 /// Aᵀ of F(2x2, 3x3).
-pub(super) struct F2Output;
+pub(in crate::runtime) struct F2Output;
 /// Bᵀ of F(4x4, 3x3).
-pub(super) struct F4Input;
+pub(in crate::runtime) struct F4Input;
 /// Aᵀ of F(4x4, 3x3).
-pub(super) struct F4Output;
+pub(in crate::runtime) struct F4Output;
 
 impl Line<4, 4> for F2Input {
     #[inline(always)]
@@ -295,7 +294,7 @@ impl WinogradConv {
     }
 
     /// The transformed weights.
-    pub(super) fn weights(&self) -> &[f32] {
+    pub(in crate::runtime) fn weights(&self) -> &[f32] {
         &self.u
     }
 

@@ -9,17 +9,17 @@
 //! not written to the file: they serve the rest of this process only, and a
 //! later run on a quiet machine measures them again.
 
-use super::conv::ConvGeom;
 use super::load::{cache_under_load, metered, note_not_cached, Load};
 use super::roofline::{cpu_name, CacheFile};
-use super::simd::Isa;
+use crate::runtime::kernels::conv::direct::ConvGeom;
+use crate::runtime::kernels::simd::Isa;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
 /// The file in the cache folder that holds the measured times.
-pub(super) const CACHE_FILE: &str = "kernel_times.json";
+pub(in crate::runtime) const CACHE_FILE: &str = "kernel_times.json";
 
 /// How today's entries were timed (see [`time_kernel`]), and the revision of
 /// the timed kernels; entries timed otherwise, or of older kernels, are not
@@ -60,14 +60,14 @@ impl Entry {
 /// One process's reads and writes of the cache go through one lock: models
 /// compiled or planned on several threads at once then do not lose each
 /// other's entries.
-pub(super) static CACHE_LOCK: Mutex<()> = Mutex::new(());
+pub(in crate::runtime) static CACHE_LOCK: Mutex<()> = Mutex::new(());
 
 /// Entries this process measured under load: used until it exits, never saved.
 static NOT_SAVED: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
 
 /// The geometry of a convolution as a cache key: every extent, the window,
 /// and the channel block of both operands.
-pub(super) fn conv_key(g: &ConvGeom) -> Vec<usize> {
+pub(in crate::runtime) fn conv_key(g: &ConvGeom) -> Vec<usize> {
     vec![
         g.n,
         g.cin,
@@ -91,7 +91,7 @@ pub(super) fn conv_key(g: &ConvGeom) -> Vec<usize> {
 
 /// The kernel times of this machine for one instruction set and thread
 /// count, read from the cache folder (none without one).
-pub(super) struct KernelTimes {
+pub(in crate::runtime) struct KernelTimes {
     /// The cache file, if there is a folder.
     path: Option<PathBuf>,
     /// Its entries as read.
@@ -109,7 +109,7 @@ pub(super) struct KernelTimes {
 
 impl KernelTimes {
     /// The times cached in `dir` for `isa` on `threads` worker threads.
-    pub(super) fn open(dir: Option<&Path>, isa: Isa, threads: usize) -> KernelTimes {
+    pub(in crate::runtime) fn open(dir: Option<&Path>, isa: Isa, threads: usize) -> KernelTimes {
         let path = dir.map(|d| d.join(CACHE_FILE));
         let entries = {
             let _lock = CACHE_LOCK.lock();
@@ -133,7 +133,7 @@ impl KernelTimes {
 
     /// The cached milliseconds of `algo` on `kernel` at geometry `geom` (for
     /// a convolution, its [`conv_key`]).
-    pub(super) fn get(&self, kernel: &str, geom: &[usize], algo: &str) -> Option<f64> {
+    pub(in crate::runtime) fn get(&self, kernel: &str, geom: &[usize], algo: &str) -> Option<f64> {
         let not_saved = NOT_SAVED.lock().ok();
         self.added
             .iter()
@@ -147,7 +147,7 @@ impl KernelTimes {
 
     /// Milliseconds of `run` on the buffers it writes ([`time_kernel`]),
     /// noting how busy the machine was meanwhile.
-    pub(super) fn measure(
+    pub(in crate::runtime) fn measure(
         &mut self,
         weights: &[f32],
         written: &mut [&mut [f32]],
@@ -157,7 +157,7 @@ impl KernelTimes {
     }
 
     /// Records the milliseconds of `algo` on `kernel` at geometry `geom`.
-    pub(super) fn record(&mut self, kernel: &str, geom: &[usize], algo: &str, ms: f64) {
+    pub(in crate::runtime) fn record(&mut self, kernel: &str, geom: &[usize], algo: &str, ms: f64) {
         let at = self
             .added
             .iter()
@@ -184,7 +184,7 @@ impl KernelTimes {
     /// Writes the entries measured since the last save into the file, merged
     /// with what other processes wrote there meanwhile; if they were measured
     /// under load, keeps them for this process only.
-    pub(super) fn save(&mut self) {
+    pub(in crate::runtime) fn save(&mut self) {
         if self.added.is_empty() {
             return;
         }

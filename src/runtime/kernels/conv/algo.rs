@@ -1,5 +1,5 @@
 //! Which algorithm computes each convolution: the direct register-tiled kernel
-//! (`conv.rs`; a 1x1 convolution runs there as one matrix product over the
+//! (`direct.rs`; a 1x1 convolution runs there as one matrix product over the
 //! plane) or a Winograd transform (`winograd.rs`, 3x3 stride-1 only). Under
 //! `auto`, each candidate runs a few times at the layer's shape on the model's
 //! threads, its weights flushed from the caches as a whole model leaves them,
@@ -9,12 +9,12 @@
 //! A Winograd size whose error on the layer's own weights exceeds
 //! [`WINOGRAD_TOLERANCE`] is never chosen.
 
-use super::conv::{ConvGeom, PackedConv};
-use super::kernel_times::{conv_key, KernelTimes};
-use super::simd::{Epilogue, Isa};
+use super::direct::{ConvGeom, PackedConv};
+use super::tile::Epilogue;
 use super::winograd::{self, TransformedWeights, WinogradConv, WinogradTile};
-use crate::core::par;
 use crate::graph::Span;
+use crate::runtime::kernels::simd::Isa;
+use crate::runtime::measure::kernel_times::{conv_key, KernelTimes};
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
@@ -59,7 +59,7 @@ pub enum ConvAlgo {
 
 impl ConvAlgo {
     /// The kernel that runs it, as the kernel times cache names it.
-    pub(super) fn kernel(self) -> &'static str {
+    pub(in crate::runtime) fn kernel(self) -> &'static str {
         match self {
             ConvAlgo::Depthwise => "depthwise",
             _ => "conv",
@@ -252,7 +252,7 @@ impl ConvSpec<'_> {
 /// neither of which depends on the layouts. The planner keeps one per weight
 /// tensor over the layouts it measures the convolution in.
 #[derive(Default)]
-pub(super) struct SharedWeights {
+pub(in crate::runtime) struct SharedWeights {
     errors: OnceLock<Vec<(ConvAlgo, f64)>>,
     transformed: Mutex<Vec<TransformedWeights>>,
 }
@@ -279,7 +279,7 @@ impl SharedWeights {
 
     /// Drops the transformed weights (1.8x or 4x the weights), keeping the
     /// errors: once the planner has measured a convolution in every layout.
-    pub(super) fn release_transformed(&self) {
+    pub(in crate::runtime) fn release_transformed(&self) {
         self.transformed
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -318,8 +318,13 @@ fn candidates(
 }
 
 /// Builds the kernel of a dense convolution with the algorithm `options`
-/// asks for (measured under auto, on the calling thread pool's threads).
-pub fn build(spec: &ConvSpec, options: &ConvAlgoOptions) -> (ConvKernel, ConvDecision) {
+/// asks for (measured under auto, on the calling thread pool's threads, and
+/// recorded in `times`).
+pub(in crate::runtime) fn build(
+    spec: &ConvSpec,
+    options: &ConvAlgoOptions,
+    times: &mut KernelTimes,
+) -> (ConvKernel, ConvDecision) {
     let shared = SharedWeights::default();
     let (candidates, errors) = candidates(spec, options, &shared);
     let decision = match candidates.as_slice() {
@@ -328,7 +333,8 @@ pub fn build(spec: &ConvSpec, options: &ConvAlgoOptions) -> (ConvKernel, ConvDec
             ..ConvDecision::from(*only)
         },
         _ => {
-            let millis = measured_millis(spec, &candidates, options, &shared);
+            let millis = millis_in(times, spec, &candidates, &shared);
+            times.save();
             let best = (0..candidates.len())
                 .min_by(|&a, &b| millis[a].total_cmp(&millis[b]))
                 .unwrap_or(0);
@@ -340,21 +346,6 @@ pub fn build(spec: &ConvSpec, options: &ConvAlgoOptions) -> (ConvKernel, ConvDec
         }
     };
     (spec.kernel(decision.algo, &shared), decision)
-}
-
-/// Each candidate's milliseconds at the spec's shape: from the cache when it
-/// holds all of them, else measured (and cached); a kernel is only built to
-/// be measured.
-fn measured_millis(
-    spec: &ConvSpec,
-    candidates: &[ConvAlgo],
-    options: &ConvAlgoOptions,
-    shared: &SharedWeights,
-) -> Vec<f64> {
-    let mut times = KernelTimes::open(options.cache.as_deref(), spec.isa, par::threads());
-    let millis = millis_in(&mut times, spec, candidates, shared);
-    times.save();
-    millis
 }
 
 /// Each candidate's milliseconds at the spec's shape, those `times` lacks
@@ -384,7 +375,7 @@ fn millis_in(
 /// auto the fastest accurate candidate, measured unless `times` holds it), on
 /// the calling thread pool's threads. The planner compares layouts by it,
 /// with one `shared` per weight tensor.
-pub(super) fn expected_millis(
+pub(in crate::runtime) fn expected_millis(
     spec: &ConvSpec,
     options: &ConvAlgoOptions,
     times: &mut KernelTimes,
@@ -399,18 +390,16 @@ pub(super) fn expected_millis(
 /// Adds to `decision` the cached time of the algorithm it took, when it was
 /// not measured for it but the planner measured it (a convolution without a
 /// choice is timed only to be planned): the profile predicts the step by it.
-pub(super) fn add_cached_time(
+pub(in crate::runtime) fn add_cached_time(
     decision: &mut ConvDecision,
     geom: &ConvGeom,
-    isa: Isa,
-    threads: usize,
     options: &ConvAlgoOptions,
+    times: &KernelTimes,
 ) {
     let algo = decision.algo;
     if options.cache.is_none() || decision.millis.iter().any(|(a, _)| *a == algo) {
         return;
     }
-    let times = KernelTimes::open(options.cache.as_deref(), isa, threads);
     if let Some(ms) = times.get(algo.kernel(), &conv_key(geom), &algo.to_string()) {
         decision.millis.push((algo, ms));
     }

@@ -21,11 +21,11 @@
 //! around the vectors is inlined into that code (a closure left out of line
 //! would lose the instruction set and call each vector instruction).
 
-use super::conv::valid_taps;
 use super::simd::{run_vectorized, Isa, Lanes, Scalar as One, Vector, VectorKernel, MAX_LANES};
 use crate::core::par;
 use crate::core::scalar::Scalar;
 use crate::graph::PoolKind;
+use crate::runtime::kernels::conv::direct::valid_taps;
 
 /// Compiles `$body` (a generic `#[inline(always)]` function call) three times:
 /// with AVX-512, with AVX2+FMA, and for the baseline, and runs the best one.

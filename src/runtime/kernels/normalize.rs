@@ -320,9 +320,9 @@ unsafe fn fold<V: Vector, A: Copy>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{assert_close, compile_on, Rng};
     use crate::graph::{DType, Graph, Op, Tensor, ValueRef, ValueType};
     use crate::ops::{LayerNorm, LogSoftmax, Reduce, ReduceKind, Softmax};
+    use crate::runtime::test_support::{assert_close, compile_on, Rng};
 
     /// `op` on `x` of `shape` (and the constant operands `params`), compiled
     /// and run, against the reference executor (`assert_close`). Returns the

@@ -5,29 +5,36 @@
 //! the model's threads and cached with the compiler's algorithm choices
 //! (`kernel_times.rs`), so a warm cache plans without running anything.
 
-use super::conv::ConvGeom;
-use super::conv_algo::{self, ConvAlgo, ConvAlgoOptions, ConvSpec, SharedWeights};
-use super::depthwise::Depthwise;
 use super::kernel_times::{self, conv_key, KernelTimes};
-use super::kernels::Gather;
-use super::roofline::{self, machine_peaks, MachinePeaks};
-use super::simd::{Epilogue, Isa};
-use super::{worker_pool, CompiledModel, RuntimeError, RuntimeOptions};
+use super::roofline::{self, MachinePeaks};
 use crate::core::par;
 use crate::graph::{numel, DType, Tensor, ValueType};
 use crate::layout::op_rules::{ConvQuery, CostModel, MeasuredCosts};
 use crate::layout::Layout;
 use crate::ops::OpDef;
+use crate::runtime::kernels::conv::algo::{
+    self as conv_algo, ConvAlgo, ConvAlgoOptions, ConvSpec, SharedWeights,
+};
+use crate::runtime::kernels::conv::depthwise::Depthwise;
+use crate::runtime::kernels::conv::direct::ConvGeom;
+use crate::runtime::kernels::conv::tile::Epilogue;
+use crate::runtime::kernels::gather::Gather;
+use crate::runtime::kernels::simd::Isa;
+use crate::runtime::machine::SharedKernelTimes;
+use crate::runtime::{CompiledModel, Machine, RuntimeError, RuntimeOptions};
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-/// The cost model of this machine for models run with `options`: unit costs
+/// The cost model of `machine` for models run with `options`: unit costs
 /// from the roofline peaks, convolutions measured.
-pub fn measured_cost_model(options: &RuntimeOptions) -> Result<CostModel, RuntimeError> {
-    let roofline = machine_peaks(options.threads, options.conv_algo.cache.as_deref(), false)?;
-    let kernels = MeasuredKernels::new(options)?;
+pub fn measured_cost_model(
+    machine: &Machine,
+    options: &RuntimeOptions,
+) -> Result<CostModel, RuntimeError> {
+    let roofline = machine.peaks(options.threads, false)?;
+    let kernels = MeasuredKernels::new(machine, options)?;
     Ok(calibrated(&roofline.peaks, Arc::new(kernels)))
 }
 
@@ -38,7 +45,7 @@ fn calibrated(peaks: &MachinePeaks, measured: Arc<dyn MeasuredCosts>) -> CostMod
         ns_per_byte: 1.0 / peaks.copy_gbps,
         ns_per_flop: 1.0 / peaks.fma_gflops,
         measured: Some(measured),
-        epilogue_fuses: super::activation::vectorizes,
+        epilogue_fuses: crate::runtime::kernels::activation::vectorizes,
         ..CostModel::default()
     }
 }
@@ -53,10 +60,10 @@ const MAX_MEASURED_FLOPS: f64 = 5e9;
 /// Convolution and transform times measured on the worker threads a model will run on,
 /// cached per machine.
 pub struct MeasuredKernels {
-    pool: par::Pool,
+    pool: Arc<par::Pool>,
     isa: Isa,
     algo: ConvAlgoOptions,
-    times: Mutex<KernelTimes>,
+    times: SharedKernelTimes,
     shared: Mutex<SharedByWeights>,
 }
 
@@ -110,16 +117,19 @@ impl fmt::Debug for MeasuredKernels {
 
 impl MeasuredKernels {
     /// Measures on `options`' threads, instruction set and convolution
-    /// algorithms, cached in its cache folder.
-    pub fn new(options: &RuntimeOptions) -> Result<MeasuredKernels, RuntimeError> {
-        let pool = worker_pool(options.threads)?;
-        let isa = options.kernel_isa()?;
-        let times = KernelTimes::open(options.conv_algo.cache.as_deref(), isa, pool.threads());
+    /// algorithms, on `machine`'s pool and in its kernel-time cache.
+    pub fn new(
+        machine: &Machine,
+        options: &RuntimeOptions,
+    ) -> Result<MeasuredKernels, RuntimeError> {
+        let pool = machine.pool(options.threads)?;
+        let isa = machine.kernel_isa(options.isa)?;
+        let times = machine.kernel_times(options.conv_algo.cache.as_deref(), isa, pool.threads());
         Ok(MeasuredKernels {
             pool,
             isa,
             algo: options.conv_algo.clone(),
-            times: Mutex::new(times),
+            times,
             shared: Mutex::default(),
         })
     }
@@ -148,7 +158,7 @@ impl MeasuredKernels {
 /// each write merges with the whole file.
 impl Drop for MeasuredKernels {
     fn drop(&mut self) {
-        if let Ok(times) = self.times.get_mut() {
+        if let Ok(mut times) = self.times.lock() {
             times.save();
         }
     }
@@ -247,7 +257,7 @@ fn transform_name(from: &Layout, to: &Layout) -> String {
 
 /// The milliseconds `times` holds for transforming `shape` from `from` to
 /// `to`, as the planner measured them.
-pub(super) fn cached_transform_millis(
+pub(in crate::runtime) fn cached_transform_millis(
     times: &KernelTimes,
     shape: &[usize],
     from: &Layout,
@@ -263,13 +273,11 @@ pub(super) fn cached_transform_millis(
 /// rate of `peaks` (the unit costs the planner uses).
 pub fn predicted_step_seconds(model: &CompiledModel, peaks: &MachinePeaks) -> Vec<f64> {
     model
-        .steps
-        .iter()
-        .map(|s| match s.measured_ms {
+        .step_costs()
+        .map(|(work, measured_ms)| match measured_ms {
             Some(ms) => ms / 1e3,
             None => {
-                s.work.bytes as f64 / (peaks.copy_gbps * 1e9)
-                    + s.work.flops / (peaks.fma_gflops * 1e9)
+                work.bytes as f64 / (peaks.copy_gbps * 1e9) + work.flops / (peaks.fma_gflops * 1e9)
             }
         })
         .collect()

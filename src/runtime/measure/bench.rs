@@ -4,8 +4,8 @@
 
 use super::calibrate::predicted_step_seconds;
 use super::roofline::Roofline;
-use super::{CompiledModel, RuntimeError, StepProfile};
 use crate::graph::Tensor;
+use crate::runtime::{CompiledModel, RuntimeError, StepProfile};
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -105,7 +105,7 @@ impl BenchReport {
 }
 
 /// The nearest-rank `p`th percentile of `sorted` (zero when it is empty).
-pub(super) fn percentile(sorted: &[Duration], p: f64) -> Duration {
+pub(in crate::runtime) fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let rank = ((p / 100.0 * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len().max(1));
     sorted.get(rank - 1).copied().unwrap_or_default()
 }

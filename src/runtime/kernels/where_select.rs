@@ -134,10 +134,10 @@ impl VectorKernel for Piece {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::Rng;
-    use super::super::{CompiledModel, RuntimeOptions};
     use super::*;
     use crate::graph::{Graph, Op, Tensor, TensorData, ValueType};
+    use crate::runtime::test_support::Rng;
+    use crate::runtime::{CompiledModel, RuntimeOptions};
 
     /// Where in one native step on every instruction set, equal to the
     /// reference executor bit for bit (NaN for NaN): the mask and each branch

@@ -276,7 +276,12 @@ impl Elementwise {
 /// Adds to `at` each operand's element offset at the start of run `r`, the
 /// runs counted row-major over the `outer` extents (every axis but the last).
 #[inline]
-pub(super) fn run_offsets(outer: &[usize], strides: &[Vec<usize>], r: usize, at: &mut [usize]) {
+pub(in crate::runtime) fn run_offsets(
+    outer: &[usize],
+    strides: &[Vec<usize>],
+    r: usize,
+    at: &mut [usize],
+) {
     let mut rest = r;
     for (axis, &e) in outer.iter().enumerate().rev() {
         let i = rest % e;
@@ -330,7 +335,10 @@ fn periodic_runs(
 
 /// Drops the axes of extent 1 and merges each axis into the next where every
 /// buffer (the output, row-major, and each operand) walks them as one.
-pub(super) fn merge_axes(out: &[usize], strides: Vec<Vec<usize>>) -> (Vec<usize>, Vec<Vec<usize>>) {
+pub(in crate::runtime) fn merge_axes(
+    out: &[usize],
+    strides: Vec<Vec<usize>>,
+) -> (Vec<usize>, Vec<Vec<usize>>) {
     let mut extents: Vec<usize> = vec![];
     let mut merged: Vec<Vec<usize>> = vec![vec![]; strides.len()];
     for a in 0..out.len() {
@@ -555,12 +563,12 @@ unsafe fn load_tail<V: Vector>(s: Source, i: usize, k: usize) -> V {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{assert_close, compile_on, Rng};
-    use super::super::{CompiledModel, RuntimeOptions};
     use super::*;
     use crate::graph::{DType, Graph, Op, Tensor, ValueRef, ValueType};
     use crate::layout::op_rules::{CostModel, Family};
     use crate::layout::plan::{plan, planner_by_name};
+    use crate::runtime::test_support::{assert_close, compile_on, Rng};
+    use crate::runtime::{CompiledModel, RuntimeOptions};
 
     /// `got` against the f64 definition `e`: within 2e-6 relative (1e-6 of
     /// it for values below 1), the same infinity (or an overflow to it), NaN

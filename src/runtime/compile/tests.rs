@@ -1,0 +1,569 @@
+//! What the compiler makes of a graph: whole compiled graphs of random
+//! convolutions (padding, stride, dilation, groups, fused batch norm, residual
+//! and activation) against the reference executor, the fusions, placements and
+//! views it finds, and the work each step counts against closed forms.
+
+use crate::graph::{BinaryOp, Conv, DType, Graph, Op, Tensor, UnaryOp, ValueRef, ValueType};
+use crate::layout::op_rules::{CostModel, Family};
+use crate::layout::plan::{plan, planner_by_name};
+use crate::runtime::measure::roofline::StepWork;
+use crate::runtime::test_support::{
+    after_pointwise_conv, assert_close, compile_on, random_conv_graph, strided_conv_graph, Rng,
+};
+use crate::runtime::{CompiledModel, RuntimeOptions};
+
+#[test]
+fn compiled_random_convs_match_the_reference_executor() {
+    let mut rng = Rng(11);
+    let families = [
+        Family::Nchwc(16),
+        Family::Nchwc(8),
+        Family::Nhwc,
+        Family::Nchw,
+    ];
+    let (mut native, mut swish_fused) = (0, 0);
+    for case in 0..40 {
+        let (g, inputs) = random_conv_graph(&mut rng);
+        let expected = crate::reference::run(&g, &inputs).unwrap();
+        let family = families[case % families.len()];
+        let planned = plan(
+            &g,
+            planner_by_name("global").unwrap().as_ref(),
+            family,
+            &CostModel::default(),
+        )
+        .unwrap()
+        .graph;
+        let m = compile_on(2, &planned);
+        let got = m.run(&inputs).unwrap();
+        let steps = m.describe();
+        native += steps
+            .iter()
+            .any(|l| l.contains("[Conv") && l.ends_with("native")) as usize;
+        swish_fused += steps
+            .iter()
+            .any(|l| l.contains("Sigmoid+Mul]") && l.ends_with("native"))
+            as usize;
+        let (e, a) = (expected[0].to_f32(), got[0].to_f32());
+        let mag = e.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let err = e
+            .iter()
+            .zip(&a)
+            .fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        assert!(
+            err <= 1e-4 * mag.max(1.0),
+            "case {case} {family}: error {err} (max {mag})\n{}",
+            m.describe().join("\n")
+        );
+    }
+    // Grouped (not depthwise) convolutions fall back; the rest must be native.
+    assert!(
+        native >= 20,
+        "only {native} of 40 convolutions ran natively"
+    );
+    assert!(
+        swish_fused >= 2,
+        "{swish_fused} swishes ran in a conv epilogue"
+    );
+}
+
+/// A channels-last graph as the TFLite importer writes it: each conv between a
+/// transpose to NCHW and one back, the residual add and the activation on the
+/// NHWC side. The transpose after the conv only relabels its output, so the
+/// add and the swish or relu still run in the conv's epilogue, equal to the
+/// reference in every layout family.
+#[test]
+fn conv_epilogues_look_through_relabelling_transposes() {
+    use crate::graph::Transpose;
+    let mut rng = Rng(12);
+    for (case, family) in [
+        Family::Nchwc(16),
+        Family::Nchwc(8),
+        Family::Nhwc,
+        Family::Nchw,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (h, w, cin, cout) = (9, 7, 5, 24);
+        let mut g = Graph::new("channels-last");
+        let nhwc = |c: usize| ValueType::new(DType::F32, vec![1, h, w, c]);
+        let x = g.add_input("x", nhwc(cin), vec![]);
+        let r = g.add_input("r", nhwc(cout), vec![]);
+        let inputs =
+            [nhwc(cin), nhwc(cout)].map(|t| Tensor::from_f32(t.shape.clone(), rng.f32s(t.numel())));
+        let node = |g: &mut Graph, op: Op, ins: &[ValueRef]| {
+            let name = format!("n{}", g.node_count());
+            ValueRef::new(g.add_node(op, &name, ins, &[], vec![]).unwrap(), 0)
+        };
+        let transpose = |perm: [usize; 4]| {
+            Op::Transpose(Transpose {
+                perm: perm.to_vec(),
+            })
+        };
+        let wshape = vec![cout, cin, 3, 3];
+        let wt = g.add_constant(
+            "w",
+            Tensor::from_f32(wshape.clone(), rng.f32s(wshape.iter().product())),
+            vec![],
+        );
+        let conv = Op::Conv(Conv {
+            window: crate::ops::testutil::square_window(3, 1, 1),
+            group: 1,
+        });
+        let to_nchw = node(&mut g, transpose([0, 3, 1, 2]), &[x]);
+        let y = node(&mut g, conv, &[to_nchw, wt]);
+        let back = node(&mut g, transpose([0, 2, 3, 1]), &[y]);
+        let sum = node(&mut g, Op::Binary(BinaryOp::Add), &[back, r]);
+        let out = match case % 2 {
+            0 => {
+                let s = node(&mut g, Op::Unary(UnaryOp::Sigmoid), &[sum]);
+                node(&mut g, Op::Binary(BinaryOp::Mul), &[sum, s])
+            }
+            _ => node(&mut g, Op::Unary(UnaryOp::Relu), &[sum]),
+        };
+        g.set_outputs(vec![out]);
+        let expected = crate::reference::run(&g, &inputs).unwrap()[0].to_f32();
+        let planner = planner_by_name("global").unwrap();
+        let planned = plan(&g, planner.as_ref(), family, &CostModel::default())
+            .unwrap()
+            .graph;
+        // The direct kernel: this checks the fused epilogue to the direct
+        // kernel's precision, whichever algorithm measures fastest.
+        let direct = crate::runtime::kernels::conv::algo::ConvAlgoOptions {
+            choice: crate::runtime::kernels::conv::algo::ConvAlgoChoice::Direct,
+            cache: None,
+        };
+        let m = CompiledModel::compile(
+            &planned,
+            &RuntimeOptions {
+                threads: 2,
+                conv_algo: direct,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let got = m.run(&inputs).unwrap()[0].to_f32();
+        assert_close(&got, &expected, &format!("{family}"));
+        let steps = m.describe();
+        assert!(
+            steps.iter().any(|l| l.contains("[Conv+Transpose+Add+")),
+            "{family}: the add and activation were not fused:\n{}",
+            steps.join("\n")
+        );
+    }
+}
+
+/// Concats along the outer axis are placements: their inputs are computed in
+/// their slice of the output (nested concats too) and no Concat step runs;
+/// a concat of a graph input keeps its copy. Outputs match the reference.
+#[test]
+fn concats_along_the_outer_axis_are_computed_in_place() {
+    use crate::graph::ValueRef;
+    use crate::ops::Concat;
+    let ty = ValueType::new(DType::F32, vec![1, 16, 9, 9]);
+    let unary = |g: &mut Graph, op: UnaryOp, x: ValueRef| {
+        ValueRef::new(
+            g.add_node(Op::Unary(op), op.name(), &[x], &[], vec![])
+                .unwrap(),
+            0,
+        )
+    };
+    let concat = |g: &mut Graph, name: &str, parts: &[ValueRef]| {
+        let op = Op::Concat(Concat { axis: 1 });
+        ValueRef::new(g.add_node(op, name, parts, &[], vec![]).unwrap(), 0)
+    };
+    let mut g = Graph::new("concat");
+    let x = g.add_input("x", ty.clone(), vec![]);
+    let a = unary(&mut g, UnaryOp::Relu, x);
+    let b = unary(&mut g, UnaryOp::Neg, x);
+    let c = concat(&mut g, "c", &[a, b]);
+    let d = unary(&mut g, UnaryOp::Tanh, c);
+    let e = concat(&mut g, "e", &[c, d]);
+    let kept = concat(&mut g, "kept", &[x, a]);
+    // Two consumers, so that `e` is not fused into an elementwise chain.
+    let y = unary(&mut g, UnaryOp::Sigmoid, e);
+    let z = unary(&mut g, UnaryOp::Relu, e);
+    g.set_outputs(vec![y, z, kept]);
+    let m = compile_on(2, &g);
+    let steps: Vec<String> = m.describe();
+    let named = |n: &str| steps.iter().any(|s| s.starts_with(&format!("{n} [")));
+    assert!(!named("c") && !named("e") && named("kept"), "{steps:#?}");
+    let mut rng = Rng(5);
+    for _ in 0..2 {
+        let inputs = vec![Tensor::from_f32(ty.shape.clone(), rng.f32s(ty.numel()))];
+        let expected = crate::reference::run(&g, &inputs).unwrap();
+        let got = m.run(&inputs).unwrap();
+        for (e, a) in expected.iter().zip(&got) {
+            assert_eq!(e.shape, a.shape);
+            let err = e
+                .to_f32()
+                .iter()
+                .zip(a.to_f32())
+                .map(|(p, q)| (p - q).abs())
+                .fold(0f32, f32::max);
+            assert!(err <= 1e-6, "max abs error {err}");
+        }
+    }
+}
+
+/// Concats that are not placements (parts that do not fill whole channel
+/// blocks, an inner axis, a graph input among the parts) run as one gather
+/// from all their inputs, unplanned and in each layout family: exactly the
+/// reference's values.
+#[test]
+fn concats_of_several_inputs_run_as_one_gather() {
+    use crate::ops::Concat;
+    let mut rng = Rng(6);
+    for (axis, family) in [
+        (1, Family::Nchwc(16)),
+        (1, Family::Nhwc),
+        (3, Family::Nchwc(8)),
+        (2, Family::Nchw),
+    ] {
+        let mut g = Graph::new("concat");
+        let (mut parts, mut inputs) = (vec![], vec![]);
+        for (k, c) in [5, 11, 16].into_iter().enumerate() {
+            let mut shape = vec![1, 7, 6, 4];
+            shape[axis] = c;
+            let ty = ValueType::new(DType::F32, shape.clone());
+            inputs.push(Tensor::from_f32(shape, rng.f32s(ty.numel())));
+            let x = g.add_input(&format!("x{k}"), ty, vec![]);
+            // One part straight from a graph input, the others computed.
+            parts.push(match k {
+                0 => x,
+                _ => {
+                    let id =
+                        g.add_node(Op::Unary(UnaryOp::Neg), &format!("n{k}"), &[x], &[], vec![]);
+                    ValueRef::new(id.unwrap(), 0)
+                }
+            });
+        }
+        let cat = g
+            .add_node(Op::Concat(Concat { axis }), "cat", &parts, &[], vec![])
+            .unwrap();
+        let out = g.add_node(
+            Op::Unary(UnaryOp::Relu),
+            "relu",
+            &[ValueRef::new(cat, 0)],
+            &[],
+            vec![],
+        );
+        g.set_outputs(vec![ValueRef::new(out.unwrap(), 0)]);
+        let expected = crate::reference::run(&g, &inputs).unwrap()[0].to_f32();
+        let planner = planner_by_name("global").unwrap();
+        let planned = plan(&g, planner.as_ref(), family, &CostModel::default())
+            .unwrap()
+            .graph;
+        for graph in [&g, &planned] {
+            let m = compile_on(2, graph);
+            assert_eq!(
+                m.run(&inputs).unwrap()[0].to_f32(),
+                expected,
+                "axis {axis} {family}"
+            );
+            let steps = m.describe();
+            assert!(
+                steps.iter().any(|s| s.starts_with("cat [Concat (gather)]")),
+                "axis {axis} {family}: {steps:#?}"
+            );
+        }
+    }
+}
+
+/// Constant Pads (a value of their own, some axes cropped) after a
+/// convolution, compiled unplanned and in the planned layouts: equal to the
+/// reference; unplanned they run as gathers.
+#[test]
+fn constant_pads_gather_what_the_reference_pads() {
+    use crate::ops::{Pad, PadMode};
+    let mut rng = Rng(43);
+    for (value, begins, ends) in [
+        (1.5, vec![0, 0, 1, 2], vec![0, 0, 2, 0]),
+        (0.0, vec![0, 0, 1, 1], vec![0, 0, 1, 1]),
+        (-3.0, vec![0, 2, -1, 0], vec![0, 1, 0, -2]),
+    ] {
+        let pad = Op::Pad(Pad {
+            begins,
+            ends,
+            mode: PadMode::Constant(value),
+        });
+        let (g, ty) = after_pointwise_conv(pad, [20, 7, 9], Some(&mut rng));
+        let inputs = vec![Tensor::from_f32(ty.shape.clone(), rng.f32s(ty.numel()))];
+        let expected = crate::reference::run(&g, &inputs).unwrap()[0].to_f32();
+        let m = compile_on(2, &g);
+        assert!(
+            m.describe().iter().any(|s| s.contains("Pad (gather)")),
+            "{:?}",
+            m.describe()
+        );
+        assert_close(&m.run(&inputs).unwrap()[0].to_f32(), &expected, "unplanned");
+        let planner = planner_by_name("global").unwrap();
+        for family in [Family::Nchwc(16), Family::Nchwc(8)] {
+            let planned = plan(&g, planner.as_ref(), family, &CostModel::default()).unwrap();
+            let m = compile_on(2, &planned.graph);
+            let got = m.run(&inputs).unwrap()[0].to_f32();
+            assert_close(&got, &expected, &format!("{family} pad {value}"));
+        }
+    }
+}
+
+/// The one step of `model` whose kind starts with `kind`.
+fn step<'m>(model: &'m CompiledModel, kind: &str) -> &'m crate::runtime::model::Step {
+    let mut found = model.steps.iter().filter(|s| s.kind.starts_with(kind));
+    let step = found.next().unwrap_or_else(|| panic!("no {kind} step"));
+    assert!(found.next().is_none(), "more than one {kind} step");
+    step
+}
+
+#[test]
+fn a_conv_step_does_the_closed_form_work_in_every_layout() {
+    // (cin, cout, groups, with batch norm, residual and relu)
+    for (cin, cout, group, epilogue) in [(8, 24, 1, true), (8, 8, 8, false)] {
+        let g = strided_conv_graph(cin, cout, group, epilogue);
+        let (kh, kw, oh, ow) = (3, 2, 5, 10);
+        // One multiply-add per output element, input channel of its group and tap.
+        let flops = (2 * 2 * cout * oh * ow * (cin / group) * kh * kw) as f64;
+        let x = 2 * cin * 9 * 11;
+        let y = 2 * cout * oh * ow;
+        // Data, weights, bias and output, and the residual (as large as the
+        // output) when the step adds it; the batch norm's parameters are folded
+        // into the weights.
+        let elements = |kind: &str| {
+            let residual = if kind.contains("Add") { y } else { 0 };
+            x + cout * (cin / group) * kh * kw + cout + y + residual
+        };
+        let m = compile_on(1, &g);
+        let conv = step(&m, "Conv");
+        assert!(matches!(
+            conv.kernel,
+            crate::runtime::model::Kernel::Conv(_) | crate::runtime::model::Kernel::Depthwise(_)
+        ));
+        assert_eq!(conv.kind.contains("Add+Relu"), epilogue, "{}", conv.kind);
+        let bytes = 4 * elements(&conv.kind) as u64;
+        assert_eq!(conv.work, StepWork { bytes, flops }, "group {group}");
+        // Planned, the step counts the logical flops (channels that pad a
+        // block compute nothing) and the bytes as stored: as many in
+        // channels-last storage, at least as many in blocks.
+        for family in [Family::Nhwc, Family::Nchwc(16)] {
+            let planner = planner_by_name("global").unwrap();
+            let planned = plan(&g, planner.as_ref(), family, &CostModel::default()).unwrap();
+            let m = compile_on(1, &planned.graph);
+            let conv = step(&m, "Conv");
+            let (work, logical) = (conv.work, 4 * elements(&conv.kind) as u64);
+            assert_eq!(work.flops, flops, "group {group} {family}");
+            match family {
+                Family::Nhwc => assert_eq!(work.bytes, logical, "group {group}"),
+                _ => assert!(work.bytes >= logical, "group {group} {family}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn elementwise_and_dense_steps_count_their_operands_and_products() {
+    let mut g = Graph::new("elementwise");
+    let ty = ValueType::new(DType::F32, vec![2, 3, 5]);
+    let x = g.add_input("x", ty.clone(), vec![]);
+    let y = g.add_input("y", ty.clone(), vec![]);
+    let sum = Op::Binary(BinaryOp::Add);
+    let sum = ValueRef::new(g.add_node(sum, "sum", &[x, y], &[], vec![]).unwrap(), 0);
+    // A broadcast constant and a sigmoid: one loop nest, the sum in between unstored.
+    let c = g.add_constant("c", Tensor::from_f32(vec![5], vec![0.5; 5]), vec![]);
+    let scaled = Op::Binary(BinaryOp::Mul);
+    let scaled = ValueRef::new(
+        g.add_node(scaled, "scaled", &[sum, c], &[], vec![])
+            .unwrap(),
+        0,
+    );
+    let sigmoid = Op::Unary(UnaryOp::Sigmoid);
+    let s = ValueRef::new(
+        g.add_node(sigmoid, "sigmoid", &[scaled], &[], vec![])
+            .unwrap(),
+        0,
+    );
+    // Then a product with [5, 7] weights and a bias, as 30 rows of 5.
+    let flat = g.add_node(
+        Op::Reshape(crate::ops::Reshape { shape: vec![6, 5] }),
+        "flat",
+        &[s],
+        &[],
+        vec![],
+    );
+    let flat = ValueRef::new(flat.unwrap(), 0);
+    let w = g.add_constant("w", Tensor::from_f32(vec![5, 7], vec![0.25; 35]), vec![]);
+    let b = g.add_constant("b", Tensor::from_f32(vec![7], vec![1.0; 7]), vec![]);
+    let gemm = Op::Gemm(crate::ops::Gemm {
+        alpha: 1.0,
+        beta: 1.0,
+        trans_a: false,
+        trans_b: false,
+    });
+    let out = ValueRef::new(
+        g.add_node(gemm, "dense", &[flat, w, b], &[], vec![])
+            .unwrap(),
+        0,
+    );
+    g.set_outputs(vec![out]);
+    let m = compile_on(1, &g);
+    let bytes = |elements: usize| 4 * elements as u64;
+    // The chain reads x, y and c and writes its result; the values between its
+    // ops stay in registers. Elementwise ops count no flops.
+    let chain = step(&m, "Add+Mul+Sigmoid");
+    let moved = bytes(30 + 30 + 5 + 30);
+    assert_eq!(
+        chain.work,
+        StepWork {
+            bytes: moved,
+            flops: 0.0
+        }
+    );
+    assert_eq!(chain.work.intensity(), None);
+    // The reshape is a view of the chain's output: no step, nothing moved.
+    assert!(m.steps.iter().all(|s| !s.kind.starts_with("Reshape")));
+    let dense = step(&m, "Gemm").work;
+    assert_eq!(dense.flops, (2 * 6 * 7 * 5) as f64);
+    assert_eq!(dense.bytes, bytes(30 + 35 + 7 + 42));
+    assert_eq!(dense.intensity(), Some(420.0 / 456.0));
+}
+
+/// Reshapes, slices and splits along the outermost axis read a contiguous piece
+/// of their input: they become views (no step) and compute what the reference
+/// computes; one whose input is a graph input or whose output is a graph
+/// output keeps its copy.
+#[test]
+fn contiguous_movements_are_views_of_their_input() {
+    use crate::ops::{Reshape, Slice, SliceAxis, Split};
+    let mut g = Graph::new("views");
+    let x = g.add_input("x", ValueType::new(DType::F32, vec![4, 3, 5]), vec![]);
+    let node = |g: &mut Graph, op: Op, name: &str, ins: &[ValueRef]| {
+        ValueRef::new(g.add_node(op, name, ins, &[], vec![]).unwrap(), 0)
+    };
+    let relu = node(&mut g, Op::Unary(UnaryOp::Relu), "relu", &[x]);
+    let flat = node(
+        &mut g,
+        Op::Reshape(Reshape { shape: vec![4, 15] }),
+        "flat",
+        &[relu],
+    );
+    let rows = Op::Slice(Slice {
+        axes: vec![SliceAxis {
+            axis: 0,
+            start: 1,
+            end: 3,
+            step: 1,
+        }],
+    });
+    let rows = node(&mut g, rows, "rows", &[flat]);
+    let neg = node(&mut g, Op::Unary(UnaryOp::Neg), "neg", &[rows]);
+    let split = Op::Split(Split {
+        axis: 0,
+        sizes: vec![1, 3],
+    });
+    let parts = g.add_node(split, "split", &[relu], &[], vec![]).unwrap();
+    let (first, rest) = (ValueRef::new(parts, 0), ValueRef::new(parts, 1));
+    let tail = node(&mut g, Op::Unary(UnaryOp::Exp), "tail", &[rest]);
+    let sum = node(&mut g, Op::Binary(BinaryOp::Add), "sum", &[first, tail]);
+    // A graph input and a graph output keep their copies.
+    let of_input = node(
+        &mut g,
+        Op::Reshape(Reshape { shape: vec![60] }),
+        "of_input",
+        &[x],
+    );
+    let as_output = node(
+        &mut g,
+        Op::Reshape(Reshape { shape: vec![12, 5] }),
+        "as_output",
+        &[relu],
+    );
+    g.set_outputs(vec![neg, sum, of_input, as_output]);
+    let m = compile_on(2, &g);
+    let kinds: Vec<&str> = m.steps.iter().map(|s| s.kind.as_str()).collect();
+    let movements = kinds
+        .iter()
+        .filter(|k| {
+            ["Reshape", "Slice", "Split"]
+                .iter()
+                .any(|m| k.starts_with(m))
+        })
+        .count();
+    assert_eq!(
+        movements, 2,
+        "only the input's and the output's reshapes copy: {kinds:?}"
+    );
+    let mut rng = Rng(11);
+    let input = Tensor::from_f32(vec![4, 3, 5], rng.f32s(60));
+    let expected = crate::reference::run(&g, std::slice::from_ref(&input)).unwrap();
+    for _ in 0..2 {
+        let got = m.run(std::slice::from_ref(&input)).unwrap();
+        for (k, (a, e)) in got.iter().zip(&expected).enumerate() {
+            assert_eq!(a.shape, e.shape, "output {k}");
+            assert_close(&a.to_f32(), &e.to_f32(), &format!("output {k}"));
+        }
+    }
+}
+
+/// A classifier after a pooled, channel-blocked feature map: the planner
+/// stores the feature vector NC16c (the bytes of row-major), and the product
+/// still runs the packed dense kernel rather than a loop nest.
+#[test]
+fn a_classifier_on_a_blocked_feature_vector_runs_the_dense_kernel() {
+    use crate::graph::{GlobalPool, PoolKind, Reshape};
+    let mut rng = Rng(23);
+    let (cin, c, classes) = (16, 32, 10);
+    let mut g = Graph::new("classifier");
+    let x_ty = ValueType::new(DType::F32, vec![1, cin, 6, 6]);
+    let x = g.add_input("x", x_ty.clone(), vec![]);
+    let mut constant = |g: &mut Graph, name: &str, shape: Vec<usize>| {
+        let data = rng.f32s(shape.iter().product());
+        g.add_constant(name, Tensor::from_f32(shape, data), vec![])
+    };
+    let w = constant(&mut g, "w", vec![c, cin, 3, 3]);
+    let dense = constant(&mut g, "dense", vec![c, classes]);
+    let node = |g: &mut Graph, op: Op, ins: &[ValueRef]| {
+        let name = format!("n{}", g.node_count());
+        ValueRef::new(g.add_node(op, &name, ins, &[], vec![]).unwrap(), 0)
+    };
+    let conv = Op::Conv(Conv {
+        window: crate::ops::testutil::square_window(3, 1, 1),
+        group: 1,
+    });
+    let y = node(&mut g, conv, &[x, w]);
+    let pooled = Op::GlobalPool(GlobalPool {
+        kind: PoolKind::Avg,
+    });
+    let y = node(&mut g, pooled, &[y]);
+    let flat = Op::Reshape(Reshape { shape: vec![1, c] });
+    let y = node(&mut g, flat, &[y]);
+    let y = node(&mut g, Op::MatMul, &[y, dense]);
+    g.set_outputs(vec![y]);
+    let inputs = [Tensor::from_f32(x_ty.shape.clone(), rng.f32s(x_ty.numel()))];
+    let expected = crate::reference::run(&g, &inputs).unwrap()[0].to_f32();
+    let planner = planner_by_name("global").unwrap();
+    let planned = plan(
+        &g,
+        planner.as_ref(),
+        Family::Nchwc(16),
+        &CostModel::default(),
+    )
+    .unwrap()
+    .graph;
+    let matmul = planned
+        .node_ids()
+        .into_iter()
+        .find(|&id| matches!(crate::fusion::inner(&planned, id).0, Op::MatMul))
+        .unwrap();
+    let (layout, _) = crate::fusion::input_layout(&planned, matmul, 0).unwrap();
+    assert!(
+        !layout.is_identity(),
+        "the feature vector is stored row-major"
+    );
+    let m = CompiledModel::compile(&planned, &RuntimeOptions::default()).unwrap();
+    assert!(matches!(
+        step(&m, "MatMul").kernel,
+        crate::runtime::model::Kernel::Dense(_)
+    ));
+    let got = m.run(&inputs).unwrap()[0].to_f32();
+    assert_close(&got, &expected, "classifier");
+}

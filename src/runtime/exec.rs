@@ -1,0 +1,209 @@
+//! One step of a run: its kernel called on views of the slots it reads and
+//! writes.
+
+use super::kernels::{elementwise, gather, pool};
+use super::model::{CompiledModel, Kernel, Slot, Step};
+use super::RuntimeError;
+use crate::graph::{Tensor, TensorData, ValueType};
+
+/// Fills a slot of the arena from a slice, for the safe paths.
+pub(super) struct Buffers<'a> {
+    pub(super) arena: *mut f32,
+    pub(super) arena_len: usize,
+    pub(super) consts: &'a [Tensor],
+    pub(super) inputs: &'a [(*const f32, usize)],
+    pub(super) outputs: &'a [(*mut f32, usize)],
+    pub(super) boxes: &'a mut [Option<Tensor>],
+}
+
+impl Buffers<'_> {
+    /// A read view of an f32 slot.
+    ///
+    /// # Safety
+    /// No live mutable view may overlap it; the memory plan guarantees this for
+    /// a step's inputs and outputs.
+    pub(super) unsafe fn read(&self, s: Slot) -> &[f32] {
+        match s {
+            Slot::Arena { offset, len } => {
+                assert!(offset + len <= self.arena_len);
+                std::slice::from_raw_parts(self.arena.add(offset), len)
+            }
+            Slot::Const(i) => match &*self.consts[i].data {
+                TensorData::F32(v) => v,
+                // Steps take non-f32 constants as tensors (`tensor`), never as f32.
+                _ => &[],
+            },
+            Slot::Input(i) => {
+                let (ptr, len) = self.inputs[i];
+                std::slice::from_raw_parts(ptr, len)
+            }
+            Slot::Output(k) => {
+                let (ptr, len) = self.outputs[k];
+                std::slice::from_raw_parts(ptr, len)
+            }
+            Slot::Boxed(_) => unreachable!("native kernels only read f32 slots"),
+        }
+    }
+
+    /// # Safety
+    /// As `read`: the slot must not overlap any other view in use.
+    #[allow(clippy::mut_from_ref)]
+    pub(super) unsafe fn write(&self, s: Slot) -> &mut [f32] {
+        match s {
+            Slot::Arena { offset, len } => {
+                assert!(offset + len <= self.arena_len);
+                std::slice::from_raw_parts_mut(self.arena.add(offset), len)
+            }
+            Slot::Output(k) => {
+                let (ptr, len) = self.outputs[k];
+                std::slice::from_raw_parts_mut(ptr, len)
+            }
+            _ => unreachable!("native kernels only write arena and output slots"),
+        }
+    }
+
+    pub(super) fn tensor(&self, s: Slot, ty: &ValueType) -> Tensor {
+        match s {
+            Slot::Arena { .. } | Slot::Output(_) => {
+                Tensor::from_f32(ty.shape.clone(), unsafe { self.read(s) }.to_vec())
+            }
+            Slot::Const(i) => self.consts[i].clone(),
+            Slot::Input(_) => Tensor::from_f32(ty.shape.clone(), unsafe { self.read(s) }.to_vec()),
+            Slot::Boxed(i) => self.boxes[i]
+                .clone()
+                .expect("a boxed value is set before use"),
+        }
+    }
+}
+
+impl CompiledModel {
+    pub(super) fn exec(&self, step: &Step, bufs: &mut Buffers) -> Result<(), RuntimeError> {
+        let at_node = |message: String| RuntimeError::AtNode {
+            spans: step.spans.clone(),
+            message,
+        };
+        // SAFETY (all views below): the memory plan never lets a step's output
+        // overlap its inputs, and a step's inputs are only read.
+        unsafe {
+            match &step.kernel {
+                Kernel::Conv(c) => {
+                    let residual = step.inputs.get(1).map(|&s| bufs.read(s));
+                    c.run(
+                        bufs.read(step.inputs[0]),
+                        residual,
+                        bufs.write(step.outputs[0]),
+                        step.scratch.map_or(&mut [], |s| bufs.write(s)),
+                    )
+                }
+                Kernel::Depthwise(d) => {
+                    let residual = step.inputs.get(1).map(|&s| bufs.read(s));
+                    d.run(
+                        bufs.read(step.inputs[0]),
+                        residual,
+                        bufs.write(step.outputs[0]),
+                    )
+                }
+                Kernel::Pool(g) => {
+                    pool::pool(g, bufs.read(step.inputs[0]), bufs.write(step.outputs[0]))
+                }
+                Kernel::Gather(g) => {
+                    let inputs: [&[f32]; gather::MAX_GATHER_INPUTS] = std::array::from_fn(|i| {
+                        step.inputs.get(i).map_or(&[][..], |&s| bufs.read(s))
+                    });
+                    g.run(&inputs[..step.inputs.len()], bufs.write(step.outputs[0]))
+                        .map_err(at_node)?
+                }
+                Kernel::Dense(d) => d.run(bufs.read(step.inputs[0]), bufs.write(step.outputs[0])),
+                Kernel::MatMul(m) => m.run(
+                    bufs.read(step.inputs[0]),
+                    bufs.read(step.inputs[1]),
+                    bufs.write(step.outputs[0]),
+                    step.scratch.map_or(&mut [], |s| bufs.write(s)),
+                ),
+                Kernel::Copy => bufs
+                    .write(step.outputs[0])
+                    .copy_from_slice(bufs.read(step.inputs[0])),
+                Kernel::Rows(r) => {
+                    let indices = bufs.tensor(step.inputs[1], &step.input_types[1]);
+                    r.run(
+                        bufs.read(step.inputs[0]),
+                        &indices.data.to_i64(),
+                        bufs.write(step.outputs[0]),
+                    )
+                    .map_err(at_node)?
+                }
+                Kernel::Elementwise(k) => {
+                    let operands: [&[f32]; elementwise::MAX_OPERANDS] = std::array::from_fn(|i| {
+                        step.inputs.get(i).map_or(&[][..], |&s| bufs.read(s))
+                    });
+                    k.run(&operands[..step.inputs.len()], bufs.write(step.outputs[0]))
+                        .map_err(at_node)?
+                }
+                Kernel::Select(k) => {
+                    let mask = bufs.tensor(step.inputs[0], &step.input_types[0]);
+                    let TensorData::Bool(mask) = &*mask.data else {
+                        return Err(at_node("the Where condition is not boolean".into()));
+                    };
+                    k.run(
+                        mask,
+                        bufs.read(step.inputs[1]),
+                        bufs.read(step.inputs[2]),
+                        bufs.write(step.outputs[0]),
+                    )
+                    .map_err(at_node)?
+                }
+                Kernel::Normalize(k) => {
+                    let param = |i: usize| step.inputs.get(i).map(|&s| bufs.read(s));
+                    k.run(
+                        bufs.read(step.inputs[0]),
+                        param(1),
+                        param(2),
+                        bufs.write(step.outputs[0]),
+                    )
+                    .map_err(at_node)?
+                }
+                Kernel::ToF32 => {
+                    let t = bufs.tensor(step.inputs[0], &step.input_types[0]);
+                    bufs.write(step.outputs[0]).copy_from_slice(&t.f32s())
+                }
+                Kernel::Rebox(shape) => {
+                    let t = bufs.tensor(step.inputs[0], &step.input_types[0]);
+                    let Slot::Boxed(i) = step.outputs[0] else {
+                        unreachable!("non-f32 values are boxed")
+                    };
+                    bufs.boxes[i] = Some(t.reshaped(shape.clone()));
+                }
+                Kernel::Tir(k) => {
+                    let input = |i: usize| bufs.read(step.inputs[i]).as_ptr();
+                    k.run(input, bufs.write(step.outputs[0]))
+                        .map_err(|source| RuntimeError::Step {
+                            spans: step.spans.clone(),
+                            source,
+                        })?
+                }
+                Kernel::Fallback { op, outputs } => {
+                    let args: Vec<Tensor> = step
+                        .inputs
+                        .iter()
+                        .zip(&step.input_types)
+                        .map(|(s, ty)| bufs.tensor(*s, ty))
+                        .collect();
+                    let refs: Vec<&Tensor> = args.iter().collect();
+                    let results = crate::reference::eval_op(op, &refs, outputs).map_err(at_node)?;
+                    for (t, s) in results.into_iter().zip(&step.outputs) {
+                        match *s {
+                            Slot::Arena { .. } | Slot::Output(_) => {
+                                bufs.write(*s).copy_from_slice(&t.f32s())
+                            }
+                            Slot::Boxed(i) => bufs.boxes[i] = Some(t),
+                            Slot::Const(_) | Slot::Input(_) => {
+                                unreachable!("outputs are never constants or inputs")
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

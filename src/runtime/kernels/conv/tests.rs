@@ -1,0 +1,713 @@
+//! The convolution kernels against independent computations: the
+//! register-tiled convolution and the depthwise one against a naive loop
+//! (every instruction set this CPU has, every channel blocking, tails that do
+//! not divide), the epilogue activations against their scalar definitions,
+//! Winograd against the paper's matrices and a naive loop, and the choice of
+//! algorithm measured once, then read from the cache.
+
+use crate::core::scalar::Scalar;
+use crate::fusion::Activation;
+use crate::graph::UnaryOp;
+use crate::runtime::kernels::conv::depthwise::Depthwise;
+use crate::runtime::kernels::conv::direct::{ConvGeom, PackedConv};
+use crate::runtime::kernels::conv::tile::Epilogue;
+use crate::runtime::kernels::simd::Isa;
+use crate::runtime::test_support::Rng;
+
+/// The logical NCHW convolution (groups = 1) computed plainly in f64.
+fn naive_conv(g: &ConvGeom, x: &[f32], w: &[f32], b: &[f32]) -> Vec<f64> {
+    let mut y = vec![0f64; g.n * g.cout * g.oh * g.ow];
+    for n in 0..g.n {
+        for o in 0..g.cout {
+            for oy in 0..g.oh {
+                for ox in 0..g.ow {
+                    let mut s = b[o] as f64;
+                    for i in 0..g.cin {
+                        for ky in 0..g.k.0 {
+                            for kx in 0..g.k.1 {
+                                let iy = (oy * g.stride.0 + ky * g.dilation.0) as isize
+                                    - g.pad.0 as isize;
+                                let ix = (ox * g.stride.1 + kx * g.dilation.1) as isize
+                                    - g.pad.1 as isize;
+                                if iy < 0 || ix < 0 || iy >= g.h as isize || ix >= g.w as isize {
+                                    continue;
+                                }
+                                let xv =
+                                    x[((n * g.cin + i) * g.h + iy as usize) * g.w + ix as usize];
+                                let wv = w[((o * g.cin + i) * g.k.0 + ky) * g.k.1 + kx];
+                                s += xv as f64 * wv as f64;
+                            }
+                        }
+                    }
+                    y[((n * g.cout + o) * g.oh + oy) * g.ow + ox] = s;
+                }
+            }
+        }
+    }
+    y
+}
+
+/// Offset of logical (n, c, y, x) in NCHW{cb}c storage of `channels` channels.
+fn blocked(n: usize, c: usize, yx: usize, channels: usize, plane: usize, cb: usize) -> usize {
+    let blocks = channels.div_ceil(cb);
+    ((n * blocks + c / cb) * plane + yx) * cb + c % cb
+}
+
+#[test]
+fn tiled_conv_matches_a_naive_loop_for_every_isa_and_blocking() {
+    let isas: Vec<Isa> = [Isa::Avx512, Isa::Avx2, Isa::Portable]
+        .into_iter()
+        .filter(|i| i.available())
+        .collect();
+    let mut rng = Rng(7);
+    for case in 0..60 {
+        let (mut cin, mut cout) = (rng.range(1, 20), rng.range(1, 40));
+        let mut k = (rng.range(1, 3), rng.range(1, 3));
+        if case < 4 {
+            // Packed weights over 64 KB: pieces of work ordered group by group.
+            (cin, cout, k) = (40 + case, 50, (3, 3));
+        }
+        let dilation = (rng.range(1, 2), rng.range(1, 2));
+        let mut pad = (rng.range(0, 2), rng.range(0, 2));
+        // Padding at the bottom and right may differ from the top and left.
+        let mut pad_end = (rng.range(0, 2), rng.range(0, 2));
+        let mut stride = (rng.range(1, 2), rng.range(1, 2));
+        if (4..12).contains(&case) {
+            // A strided 1x1 window: the pointwise kernel on the staged pixels.
+            (k, pad, pad_end) = ((1, 1), (0, 0), (0, 0));
+            stride = [(2, 2), (2, 1), (1, 2), (3, 2)][case % 4];
+        }
+        let span = ((k.0 - 1) * dilation.0 + 1, (k.1 - 1) * dilation.1 + 1);
+        let h = rng.range(span.0.saturating_sub(pad.0 + pad_end.0).max(1), 16);
+        let w = rng.range(span.1.saturating_sub(pad.1 + pad_end.1).max(1), 30);
+        let pick = |rng: &mut Rng, c: usize| [1, 8, 16, c][rng.below(4)];
+        let (x_cb, y_cb) = (pick(&mut rng, cin), pick(&mut rng, cout));
+        let g = ConvGeom {
+            n: rng.range(1, 2),
+            cin,
+            h,
+            w,
+            cout,
+            oh: (h + pad.0 + pad_end.0 - span.0) / stride.0 + 1,
+            ow: (w + pad.1 + pad_end.1 - span.1) / stride.1 + 1,
+            k,
+            stride,
+            dilation,
+            pad,
+            x_cb,
+            y_cb,
+        };
+        let mut x = rng.f32s(g.n * cin * h * w);
+        // Every third case holds NaN and ±inf in the body and the tail of rows:
+        // they must reach the outputs as IEEE arithmetic says (issue: a NaN
+        // used to leave the epilogue's max as -inf or as the clamp bound).
+        let nonfinite = case % 3 == 2;
+        if nonfinite {
+            let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY];
+            for (k, i) in (0..x.len()).step_by(29).enumerate() {
+                x[i] = specials[k % 3];
+            }
+        }
+        let wt = rng.f32s(cout * cin * k.0 * k.1);
+        let bias = rng.f32s(cout);
+        let residual = rng.f32s(g.y_len());
+        let with_residual = rng.below(2) == 0;
+        let (lo, hi) = [
+            (f32::NEG_INFINITY, f32::INFINITY),
+            (0.0, f32::INFINITY),
+            (-0.5, 0.5),
+        ][rng.below(3)];
+        let mut xb = vec![f32::NAN; g.x_len()];
+        for n in 0..g.n {
+            for c in 0..cin {
+                for yx in 0..h * w {
+                    xb[blocked(n, c, yx, cin, h * w, x_cb)] = x[(n * cin + c) * h * w + yx];
+                }
+            }
+        }
+        let expect = naive_conv(&g, &x, &wt, &bias);
+        for &isa in &isas {
+            let conv = PackedConv::new(
+                g.clone(),
+                isa,
+                &wt,
+                &bias,
+                Epilogue {
+                    min: lo,
+                    max: hi,
+                    act: None,
+                },
+                Some(0.0),
+            );
+            let mut y = vec![f32::NAN; g.y_len()];
+            let mut scratch = vec![f32::NAN; conv.scratch_len()];
+            conv.run(
+                &xb,
+                with_residual.then_some(&residual[..]),
+                &mut y,
+                &mut scratch,
+            );
+            let plane = g.oh * g.ow;
+            for n in 0..g.n {
+                for c in 0..cout.div_ceil(y_cb) * y_cb {
+                    for yx in 0..plane {
+                        let at = blocked(n, c, yx, cout, plane, y_cb);
+                        if c >= cout {
+                            // Zero weights times a NaN or inf input are NaN.
+                            if !nonfinite {
+                                assert_eq!(y[at], 0.0, "case {case} {isa:?}: padding channel {c}");
+                            }
+                            continue;
+                        }
+                        let mut e = expect[(n * cout + c) * plane + yx];
+                        if with_residual {
+                            e += residual[at] as f64;
+                        }
+                        let e = Scalar::min(Scalar::max(e, lo as f64), hi as f64);
+                        let got = y[at] as f64;
+                        let ok = if e.is_nan() || e.is_infinite() {
+                            got.to_bits() == e.to_bits() || (e.is_nan() && got.is_nan())
+                        } else {
+                            (got - e).abs() <= 1e-4 * (1.0 + e.abs())
+                        };
+                        assert!(
+                            ok,
+                            "case {case} {isa:?} {g:?}: ({n},{c},{yx}) got {got} want {e}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The logical NCHW depthwise convolution computed plainly in f64.
+fn naive_depthwise(g: &ConvGeom, x: &[f32], w: &[f32], b: &[f32]) -> Vec<f64> {
+    let mut y = vec![0f64; g.n * g.cin * g.oh * g.ow];
+    for (nc, out) in y.chunks_mut(g.oh * g.ow).enumerate() {
+        let c = nc % g.cin;
+        for oy in 0..g.oh {
+            for ox in 0..g.ow {
+                let mut s = b[c] as f64;
+                for ky in 0..g.k.0 {
+                    for kx in 0..g.k.1 {
+                        let iy = (oy * g.stride.0 + ky * g.dilation.0) as isize - g.pad.0 as isize;
+                        let ix = (ox * g.stride.1 + kx * g.dilation.1) as isize - g.pad.1 as isize;
+                        if iy < 0 || ix < 0 || iy >= g.h as isize || ix >= g.w as isize {
+                            continue;
+                        }
+                        let xv = x[(nc * g.h + iy as usize) * g.w + ix as usize];
+                        s += xv as f64 * w[(c * g.k.0 + ky) * g.k.1 + kx] as f64;
+                    }
+                }
+                out[oy * g.ow + ox] = s;
+            }
+        }
+    }
+    y
+}
+
+#[test]
+fn depthwise_matches_a_naive_loop_for_every_isa_and_blocking() {
+    let isas: Vec<Isa> = [Isa::Avx512, Isa::Avx2, Isa::Portable]
+        .into_iter()
+        .filter(|i| i.available())
+        .collect();
+    let mut rng = Rng(5);
+    for case in 0..80 {
+        let c = rng.range(1, 40);
+        let k = [(3, 3), (3, 3), (1, 1), (5, 5), (2, 3)][rng.below(5)];
+        let dilation = (rng.range(1, 2), rng.range(1, 2));
+        let pad = (rng.range(0, 2), rng.range(0, 2));
+        let pad_end = (rng.range(0, 2), rng.range(0, 2));
+        let stride = (rng.range(1, 2), rng.range(1, 2));
+        let span = ((k.0 - 1) * dilation.0 + 1, (k.1 - 1) * dilation.1 + 1);
+        // Widths up to 30 give full tiles, tails and border columns.
+        let h = rng.range(span.0.saturating_sub(pad.0 + pad_end.0).max(1), 12);
+        let w = rng.range(span.1.saturating_sub(pad.1 + pad_end.1).max(1), 30);
+        let cb = [1, 8, 16, 32, c][rng.below(5)];
+        let g = ConvGeom {
+            n: rng.range(1, 2),
+            cin: c,
+            h,
+            w,
+            cout: c,
+            oh: (h + pad.0 + pad_end.0 - span.0) / stride.0 + 1,
+            ow: (w + pad.1 + pad_end.1 - span.1) / stride.1 + 1,
+            k,
+            stride,
+            dilation,
+            pad,
+            x_cb: cb,
+            y_cb: cb,
+        };
+        let x = rng.f32s(g.n * c * h * w);
+        let wt = rng.f32s(c * k.0 * k.1);
+        let bias = rng.f32s(c);
+        let residual = rng.f32s(g.y_len());
+        let with_residual = rng.below(2) == 0;
+        let (lo, hi) = [(f32::NEG_INFINITY, f32::INFINITY), (0.0, 6.0), (-0.5, 0.5)][rng.below(3)];
+        let mut xb = vec![f32::NAN; g.x_len()];
+        for n in 0..g.n {
+            for ch in 0..c {
+                for yx in 0..h * w {
+                    xb[blocked(n, ch, yx, c, h * w, cb)] = x[(n * c + ch) * h * w + yx];
+                }
+            }
+        }
+        let expect = naive_depthwise(&g, &x, &wt, &bias);
+        for &isa in &isas {
+            let d = Depthwise::new(
+                g.clone(),
+                isa,
+                &wt,
+                &bias,
+                Epilogue {
+                    min: lo,
+                    max: hi,
+                    act: None,
+                },
+                Some(0.0),
+            );
+            let mut y = vec![f32::NAN; g.y_len()];
+            d.run(&xb, with_residual.then_some(&residual[..]), &mut y);
+            let plane = g.oh * g.ow;
+            for n in 0..g.n {
+                for ch in 0..c.div_ceil(cb) * cb {
+                    for yx in 0..plane {
+                        let at = blocked(n, ch, yx, c, plane, cb);
+                        if ch >= c {
+                            assert_eq!(y[at], 0.0, "case {case} {isa:?}: padding channel {ch}");
+                            continue;
+                        }
+                        let mut e = expect[(n * c + ch) * plane + yx];
+                        if with_residual {
+                            e += residual[at] as f64;
+                        }
+                        let e = e.max(lo as f64).min(hi as f64);
+                        assert!(
+                            (y[at] as f64 - e).abs() <= 1e-5 * (1.0 + e.abs()),
+                            "case {case} {isa:?} {g:?}: ({n},{ch},{yx}) got {} want {e}",
+                            y[at]
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Every activation the conv epilogues apply, on every instruction set, against
+/// its scalar definition in f64: a depthwise 1x1 convolution with weight 1 passes
+/// its input through exactly (NaN and infinities included) to the epilogue, and a
+/// pointwise one with identity weights does for finite inputs, also with an output
+/// block narrower than the vector (the lane-by-lane store).
+#[test]
+fn epilogue_activations_match_their_scalar_definitions_on_every_isa() {
+    let acts = [
+        Activation::Swish,
+        Activation::Unary(UnaryOp::Sigmoid),
+        Activation::Unary(UnaryOp::Tanh),
+        Activation::Unary(UnaryOp::HardSwish),
+        Activation::Unary(UnaryOp::HardSigmoid {
+            alpha: 0.2,
+            beta: 0.5,
+        }),
+        Activation::Unary(UnaryOp::LeakyRelu { alpha: 0.1 }),
+        Activation::Unary(UnaryOp::Gelu { tanh_approx: false }),
+        Activation::Unary(UnaryOp::Gelu { tanh_approx: true }),
+        Activation::Unary(UnaryOp::Elu { alpha: 1.0 }),
+        Activation::Unary(UnaryOp::Exp),
+        Activation::Unary(UnaryOp::Relu),
+    ];
+    let c = 16;
+    // Values over the whole range where each function bends, saturates or overflows.
+    let mut x: Vec<f32> = (0..c * 40).map(|i| (i as f32 - 320.0) * 0.05).collect();
+    x.extend([
+        90.0, -90.0, 88.5, -87.5, 1e-6, -1e-6, 0.0, -0.0, 30.0, -30.0, 3.0, -3.0,
+    ]);
+    let finite = x.len();
+    x.extend([f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1.0]);
+    x.resize(x.len().div_ceil(c) * c, 0.5);
+    let pixels = x.len() / c;
+    let expect = |act: Activation, v: f32| -> f64 {
+        let v = v as f64;
+        match act {
+            Activation::Unary(u) => u.apply(v),
+            Activation::Swish => v * UnaryOp::Sigmoid.apply(v),
+        }
+    };
+    let check = |act: Activation, isa: Isa, what: &str, i: usize, got: f32| {
+        let (v, e, got) = (x[i], expect(act, x[i]), got as f64);
+        let ok = if e.is_nan() {
+            got.is_nan()
+        } else if e.is_infinite() || e.abs() > f32::MAX as f64 {
+            got == e
+                || (e.abs() > f32::MAX as f64 && got.is_infinite() && got.signum() == e.signum())
+        } else {
+            (got - e).abs() <= 2e-6 * e.abs().max(1.0)
+        };
+        assert!(ok, "{act:?} {isa:?} {what}: f({v}) = {got}, expected {e}");
+    };
+    let isas: Vec<Isa> = [Isa::Avx512, Isa::Avx2, Isa::Portable]
+        .into_iter()
+        .filter(|i| i.available())
+        .collect();
+    for act in acts {
+        for &isa in &isas {
+            let ep = Epilogue::of(Some(act));
+            // Depthwise, NCHW16c: x as [1, 16, 1, pixels] in blocks of 16 channels.
+            let g = |cb: usize, depthwise: bool| ConvGeom {
+                n: 1,
+                cin: c,
+                h: 1,
+                w: pixels,
+                cout: c,
+                oh: 1,
+                ow: pixels,
+                k: (1, 1),
+                stride: (1, 1),
+                dilation: (1, 1),
+                pad: (0, 0),
+                x_cb: if depthwise { cb } else { c },
+                y_cb: cb,
+            };
+            let d = Depthwise::new(g(c, true), isa, &vec![1.0; c], &vec![0.0; c], ep, None);
+            let mut y = vec![0f32; x.len()];
+            d.run(&x, None, &mut y);
+            for (i, &got) in y.iter().enumerate() {
+                check(act, isa, "depthwise", i, got);
+            }
+            // Pointwise with identity weights, into blocks of 16 and of 3 channels.
+            let identity: Vec<f32> = (0..c * c).map(|k| (k / c == k % c) as u8 as f32).collect();
+            let xf: Vec<f32> = x
+                .iter()
+                .map(|&v| if v.is_finite() { v } else { 0.0 })
+                .collect();
+            for cb in [16, 3] {
+                let geom = g(cb, false);
+                let conv = PackedConv::new(geom.clone(), isa, &identity, &vec![0.0; c], ep, None);
+                let mut y = vec![0f32; geom.y_len()];
+                conv.run(&xf, None, &mut y, &mut vec![0.0; conv.scratch_len()]);
+                for (i, &v) in xf.iter().enumerate().take(finite) {
+                    let (px, ch) = (i / c, i % c);
+                    let got = y[blocked(0, ch, px, c, pixels, cb)];
+                    assert_eq!(v, x[i]);
+                    check(act, isa, &format!("pointwise, blocks of {cb}"), i, got);
+                }
+            }
+        }
+    }
+}
+
+/// The written-out Winograd transforms along one axis are the matrices Bᵀ
+/// and Aᵀ of Lavin and Gray: each maps the unit vector e_k to column k.
+#[test]
+fn winograd_line_transforms_are_the_papers_matrices() {
+    use crate::runtime::kernels::conv::winograd::{F2Input, F2Output, F4Input, F4Output, Line};
+    use crate::runtime::kernels::simd::{Scalar as Lane, Vector};
+    fn columns<L: Line<A, R>, const A: usize, const R: usize>(want: [[f32; A]; R]) {
+        for k in 0..A {
+            // SAFETY: the one-lane type needs no instruction set.
+            let got: Vec<f32> = unsafe {
+                let unit = std::array::from_fn(|i| Lane::splat(if i == k { 1.0 } else { 0.0 }));
+                L::apply::<Lane>(&unit)
+                    .iter()
+                    .map(|v| {
+                        let mut out = 0f32;
+                        v.store(&mut out);
+                        out
+                    })
+                    .collect()
+            };
+            let column: Vec<f32> = want.iter().map(|row| row[k]).collect();
+            assert_eq!(got, column, "column {k}");
+        }
+    }
+    columns::<F2Input, 4, 4>([
+        [1.0, 0.0, -1.0, 0.0],
+        [0.0, 1.0, 1.0, 0.0],
+        [0.0, -1.0, 1.0, 0.0],
+        [0.0, 1.0, 0.0, -1.0],
+    ]);
+    columns::<F2Output, 4, 2>([[1.0, 1.0, 1.0, 0.0], [0.0, 1.0, -1.0, -1.0]]);
+    columns::<F4Input, 6, 6>([
+        [4.0, 0.0, -5.0, 0.0, 1.0, 0.0],
+        [0.0, -4.0, -4.0, 1.0, 1.0, 0.0],
+        [0.0, 4.0, -4.0, -1.0, 1.0, 0.0],
+        [0.0, -2.0, -1.0, 2.0, 1.0, 0.0],
+        [0.0, 2.0, -1.0, -2.0, 1.0, 0.0],
+        [0.0, 4.0, 0.0, -5.0, 0.0, 1.0],
+    ]);
+    columns::<F4Output, 6, 4>([
+        [1.0, 1.0, 1.0, 1.0, 1.0, 0.0],
+        [0.0, 1.0, -1.0, 2.0, -2.0, 0.0],
+        [0.0, 1.0, 1.0, 4.0, 4.0, 0.0],
+        [0.0, 1.0, -1.0, 8.0, -8.0, 1.0],
+    ]);
+}
+
+/// Every Winograd size against the naive loop: odd extents, padding on either
+/// side, channel counts that do not fill a block in every blocking, with and
+/// without the fused bias, residual and clamp, on one block of tiles and on
+/// several; |error| ≤ 1e-4 · (1 + the largest |output|), the bound a whole
+/// model is held to (Winograd's rounding error scales with the layer's
+/// magnitude, not with each output's). NaN and infinities at a body and an
+/// edge pixel make non-finite exactly the outputs they make non-finite in the
+/// naive loop and in the direct kernel.
+#[test]
+fn winograd_matches_a_naive_loop_for_every_isa_tile_and_blocking() {
+    use crate::runtime::kernels::conv::winograd::{TransformedWeights, WinogradConv, WinogradTile};
+    let isas: Vec<Isa> = [Isa::Avx512, Isa::Avx2, Isa::Portable]
+        .into_iter()
+        .filter(|i| i.available())
+        .collect();
+    let mut rng = Rng(16);
+    for case in 0..48 {
+        // The first cases have enough tiles for several blocks per worker.
+        let (cin, cout, h, w) = match case < 6 {
+            true => (
+                rng.range(40, 70),
+                rng.range(33, 70),
+                rng.range(19, 31),
+                rng.range(19, 31),
+            ),
+            false => (
+                rng.range(1, 40),
+                rng.range(1, 40),
+                rng.range(1, 17),
+                rng.range(1, 17),
+            ),
+        };
+        let pad = (rng.range(0, 2), rng.range(0, 2));
+        let pad_end = (rng.range(0, 2), rng.range(0, 2));
+        if h + pad.0 + pad_end.0 < 3 || w + pad.1 + pad_end.1 < 3 {
+            continue;
+        }
+        let pick = |rng: &mut Rng, c: usize| [1, 8, 16, c][rng.below(4)];
+        let (x_cb, y_cb) = (pick(&mut rng, cin), pick(&mut rng, cout));
+        let g = ConvGeom {
+            n: rng.range(1, 2),
+            cin,
+            h,
+            w,
+            cout,
+            oh: h + pad.0 + pad_end.0 - 2,
+            ow: w + pad.1 + pad_end.1 - 2,
+            k: (3, 3),
+            stride: (1, 1),
+            dilation: (1, 1),
+            pad,
+            x_cb,
+            y_cb,
+        };
+        let x = rng.f32s(g.n * cin * h * w);
+        let wt = rng.f32s(cout * cin * 9);
+        let fused = case % 2 == 0;
+        let bias = match fused {
+            true => rng.f32s(cout),
+            false => vec![0.0; cout],
+        };
+        let residual = rng.f32s(g.y_len());
+        let (lo, hi) = match fused {
+            true => (0.0, 2.0),
+            false => (f32::NEG_INFINITY, f32::INFINITY),
+        };
+        // Where the non-finite inputs go: a body pixel, an edge pixel.
+        let (nan_n, nan_c) = (rng.below(g.n), rng.below(cin));
+        // An inner row or column where there is one.
+        let inner = |rng: &mut Rng, n: usize| match n > 2 {
+            true => rng.range(1, n - 2),
+            false => rng.below(n),
+        };
+        let body_at = (inner(&mut rng, h), inner(&mut rng, w));
+        let edge_at = match rng.below(4) {
+            0 => (0, rng.below(w)),
+            1 => (h - 1, rng.below(w)),
+            2 => (rng.below(h), 0),
+            _ => (rng.below(h), w - 1),
+        };
+        let mut xb = vec![f32::NAN; g.x_len()];
+        for n in 0..g.n {
+            for c in 0..cin {
+                for yx in 0..h * w {
+                    xb[blocked(n, c, yx, cin, h * w, x_cb)] = x[(n * cin + c) * h * w + yx];
+                }
+            }
+        }
+        let expect = naive_conv(&g, &x, &wt, &bias);
+        let tol = 1e-4 * (2.0 + expect.iter().fold(0f64, |m, e| m.max(e.abs())));
+        let plane = g.oh * g.ow;
+        for (&isa, tile) in isas
+            .iter()
+            .flat_map(|i| [(i, WinogradTile::F2), (i, WinogradTile::F4)])
+        {
+            // Run on that many threads: with few products, their rows are
+            // cut between the threads.
+            let threads = 1 + case % 3;
+            let pool = crate::core::par::Pool::new(threads).unwrap();
+            let ep = Epilogue {
+                min: lo,
+                max: hi,
+                act: None,
+            };
+            let u = TransformedWeights::new(tile, isa, cin, cout, &wt);
+            let conv = WinogradConv::new(g.clone(), isa, &u, &wt, &bias, ep, Some(0.0), threads);
+            let mut y = vec![f32::NAN; g.y_len()];
+            let mut scratch = vec![f32::NAN; conv.scratch_len()];
+            pool.install(|| conv.run(&xb, fused.then_some(&residual[..]), &mut y, &mut scratch));
+            for n in 0..g.n {
+                for c in 0..cout.div_ceil(y_cb) * y_cb {
+                    for yx in 0..plane {
+                        let at = blocked(n, c, yx, cout, plane, y_cb);
+                        if c >= cout {
+                            assert_eq!(y[at], 0.0, "case {case} {isa:?} {tile:?}: padding {c}");
+                            continue;
+                        }
+                        let mut e = expect[(n * cout + c) * plane + yx];
+                        if fused {
+                            e += residual[at] as f64;
+                        }
+                        let e = e.clamp(lo as f64, hi as f64);
+                        let got = y[at] as f64;
+                        assert!(
+                            (got - e).abs() <= tol,
+                            "case {case} {isa:?} {tile:?} {g:?}: ({n},{c},{yx}) got {got} want {e}"
+                        );
+                    }
+                }
+            }
+            // NaN and ±inf at a body and at an edge pixel: exactly the
+            // outputs the naive loop and the direct kernel make non-finite
+            // are, with the same NaN or sign of infinity.
+            let direct = PackedConv::new(g.clone(), isa, &wt, &bias, ep, Some(0.0));
+            let mut yd = vec![f32::NAN; g.y_len()];
+            let mut scratch_d = vec![f32::NAN; direct.scratch_len()];
+            for (body, edge) in [(f32::NAN, f32::INFINITY), (f32::NEG_INFINITY, f32::NAN)] {
+                let (mut xl, mut xn) = (x.clone(), xb.clone());
+                for (v, (iy, ix)) in [(body, body_at), (edge, edge_at)] {
+                    let yx = iy * w + ix;
+                    xl[(nan_n * cin + nan_c) * h * w + yx] = v;
+                    xn[blocked(nan_n, nan_c, yx, cin, h * w, x_cb)] = v;
+                }
+                let expect = naive_conv(&g, &xl, &wt, &bias);
+                let res = fused.then_some(&residual[..]);
+                pool.install(|| conv.run(&xn, res, &mut y, &mut scratch));
+                direct.run(&xn, res, &mut yd, &mut scratch_d);
+                let class = |v: f64| (v.is_nan(), v.is_finite(), v > 0.0);
+                for n in 0..g.n {
+                    for c in 0..cout {
+                        for yx in 0..plane {
+                            let at = blocked(n, c, yx, cout, plane, y_cb);
+                            let mut e = expect[(n * cout + c) * plane + yx];
+                            if fused {
+                                e += residual[at] as f64;
+                            }
+                            let e = e.clamp(lo as f64, hi as f64);
+                            let (got, d) = (y[at] as f64, yd[at] as f64);
+                            let what = format!("case {case} {isa:?} {tile:?} {body} body {body_at:?} {edge} edge {edge_at:?}: ({n},{c},{yx})");
+                            assert_eq!(class(got), class(e), "{what}: got {got} want {e}");
+                            assert_eq!(class(got), class(d), "{what}: got {got}, direct {d}");
+                            assert!(
+                                !e.is_finite() || (got - e).abs() <= tol,
+                                "{what}: got {got} want {e}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `auto` measures direct and each accurate Winograd size once per machine
+/// and shape: a second build reads the times from `conv_algos.json` (edited
+/// times decide the next choice, so nothing is measured again); `direct` and
+/// `winograd` measure nothing; every Winograd size chosen or timed is within
+/// the tolerance on the layer.
+#[test]
+fn conv_algorithms_are_measured_once_then_read_from_the_cache() {
+    use crate::runtime::kernels::conv::algo::{
+        build, ConvAlgo, ConvAlgoChoice, ConvAlgoOptions, ConvSpec, WINOGRAD_TOLERANCE,
+    };
+    use crate::runtime::kernels::conv::winograd::WinogradTile;
+    use crate::runtime::measure::kernel_times::KernelTimes;
+    // What is cached is tested here, not the guard against load (`load.rs`).
+    std::env::set_var(crate::runtime::measure::load::CACHE_UNDER_LOAD_ENV, "1");
+    let dir = std::env::temp_dir().join(format!("layoutopt-convalgo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut rng = Rng(23);
+    let geom = ConvGeom {
+        n: 1,
+        cin: 32,
+        h: 12,
+        w: 12,
+        cout: 32,
+        oh: 12,
+        ow: 12,
+        k: (3, 3),
+        stride: (1, 1),
+        dilation: (1, 1),
+        pad: (1, 1),
+        x_cb: 16,
+        y_cb: 16,
+    };
+    let (w, bias) = (rng.f32s(32 * 32 * 9), rng.f32s(32));
+    let spec = ConvSpec {
+        geom,
+        isa: Isa::detect(),
+        w: &w,
+        bias: &bias,
+        epilogue: Epilogue::of(None),
+        pad_fill: None,
+        threads: 1,
+    };
+    let options = |choice| ConvAlgoOptions {
+        choice,
+        cache: Some(dir.clone()),
+    };
+    let auto = options(ConvAlgoChoice::Auto);
+    // Each build reads the cache file afresh, as a new process would.
+    let times = || KernelTimes::open(Some(&dir), spec.isa, 1);
+    let (_, first) = build(&spec, &auto, &mut times());
+    let names: Vec<ConvAlgo> = first.millis.iter().map(|m| m.0).collect();
+    assert_eq!(names[0], ConvAlgo::Direct, "{first}");
+    for (algo, e) in &first.errors {
+        assert!(e.is_finite(), "{first}");
+        assert_eq!(names.contains(algo), *e <= WINOGRAD_TOLERANCE, "{first}");
+    }
+    let fastest = first.millis.iter().min_by(|a, b| a.1.total_cmp(&b.1));
+    assert_eq!(first.algo, fastest.unwrap().0, "{first}");
+    let (_, second) = build(&spec, &auto, &mut times());
+    assert_eq!(second, first);
+    // Make F(2x2) the fastest in the file: the next build takes it.
+    assert!(
+        names.contains(&ConvAlgo::Winograd(WinogradTile::F2)),
+        "{first}"
+    );
+    let file = dir.join("kernel_times.json");
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    for m in json[0]["millis"].as_array_mut().unwrap() {
+        m[1] = serde_json::json!(if m[0] == "winograd-f2" { 0.5 } else { 1.0 });
+    }
+    std::fs::write(&file, json.to_string()).unwrap();
+    let (kernel, edited) = build(&spec, &auto, &mut times());
+    assert_eq!(
+        edited.algo,
+        ConvAlgo::Winograd(WinogradTile::F2),
+        "{edited}"
+    );
+    assert!(matches!(
+        kernel,
+        crate::runtime::kernels::conv::algo::ConvKernel::Winograd(_)
+    ));
+    // The forced choices measure nothing.
+    let (_, direct) = build(&spec, &options(ConvAlgoChoice::Direct), &mut times());
+    assert_eq!((direct.algo, direct.millis.len()), (ConvAlgo::Direct, 0));
+    let (_, wino) = build(&spec, &options(ConvAlgoChoice::Winograd), &mut times());
+    assert_eq!(wino.millis.len(), 0);
+    assert_eq!(wino.algo, ConvAlgo::Winograd(WinogradTile::F4), "{wino}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

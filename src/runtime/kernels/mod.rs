@@ -1,0 +1,16 @@
+//! The hand-written kernels a compiled model's steps call, over the vector
+//! types of `simd`, and the TIR steps compiled through codegen.
+
+pub(super) mod activation;
+pub mod conv;
+pub(super) mod elementwise;
+pub mod gather;
+pub(super) mod matmul;
+pub(super) mod normalize;
+pub(super) mod pool;
+pub mod simd;
+pub mod tir_step;
+pub(super) mod where_select;
+
+#[cfg(test)]
+mod tests;

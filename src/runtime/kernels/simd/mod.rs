@@ -1,0 +1,225 @@
+//! The instruction sets the kernels run with, chosen at run time
+//! (`Isa::detect`), and their vector types: a computation written once over
+//! `Vector` runs as AVX-512 (16 lanes), AVX2+FMA (8 lanes), a portable 8 lanes
+//! of plain f32 the compiler may vectorize, or one lane (`run_vectorized`).
+
+mod portable;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+pub(in crate::runtime) use portable::{Portable, Scalar};
+#[cfg(target_arch = "x86_64")]
+pub(in crate::runtime) use x86::{Ymm, Zmm};
+
+/// The instruction set a kernel runs with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    /// AVX-512F: 16 lanes.
+    Avx512,
+    /// AVX2 with FMA: 8 lanes.
+    Avx2,
+    /// Plain Rust that the compiler vectorizes as it can.
+    Portable,
+}
+
+impl std::fmt::Display for Isa {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(match self {
+            Isa::Avx512 => "avx512",
+            Isa::Avx2 => "avx2",
+            Isa::Portable => "portable",
+        })
+    }
+}
+
+impl std::str::FromStr for Isa {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Isa, String> {
+        match s {
+            "avx512" => Ok(Isa::Avx512),
+            "avx2" => Ok(Isa::Avx2),
+            "portable" => Ok(Isa::Portable),
+            _ => Err(format!(
+                "'{s}' is not an instruction set (avx512, avx2, portable)"
+            )),
+        }
+    }
+}
+
+impl Isa {
+    /// Every instruction set, widest first.
+    pub const ALL: [Isa; 3] = [Isa::Avx512, Isa::Avx2, Isa::Portable];
+
+    /// The widest instruction set this CPU supports.
+    pub fn detect() -> Isa {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return Isa::Avx512;
+            }
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                return Isa::Avx2;
+            }
+        }
+        Isa::Portable
+    }
+
+    /// Whether this CPU can run kernels of this instruction set.
+    pub fn available(self) -> bool {
+        match self {
+            Isa::Portable => true,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => {
+                std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
+    /// Output channels one kernel call computes.
+    pub fn lanes(self) -> usize {
+        match self {
+            Isa::Avx512 => 16,
+            Isa::Avx2 | Isa::Portable => 8,
+        }
+    }
+}
+
+/// The widest vector type has 16 lanes; partial vectors are staged in
+/// buffers this long.
+pub(in crate::runtime) const MAX_LANES: usize = 16;
+
+/// Elements per parallel task of the memory-bound kernels (elementwise,
+/// rows, gathers): enough to amortize a task, few enough to spread a 1 MB
+/// tensor over the cores.
+pub(in crate::runtime) const ELEMENTS_PER_TASK: usize = 16 * 1024;
+
+/// The `k` floats at `p` (the whole vector when `k` is `V::LANES`), `fill` in
+/// the lanes after them; nothing past them is read.
+#[inline(always)]
+pub(in crate::runtime) unsafe fn load_part<V: Vector>(p: *const f32, k: usize, fill: f32) -> V {
+    if k == V::LANES {
+        return V::load(p);
+    }
+    let mut staged = [fill; MAX_LANES];
+    std::ptr::copy_nonoverlapping(p, staged.as_mut_ptr(), k);
+    V::load(staged.as_ptr())
+}
+
+/// Stores the first `k` lanes of `v` at `p` (the whole vector when `k` is
+/// `V::LANES`); nothing past them is written.
+#[inline(always)]
+pub(in crate::runtime) unsafe fn store_part<V: Vector>(v: V, p: *mut f32, k: usize) {
+    if k == V::LANES {
+        return v.store(p);
+    }
+    let mut staged = [0f32; MAX_LANES];
+    v.store(staged.as_mut_ptr());
+    std::ptr::copy_nonoverlapping(staged.as_ptr(), p, k);
+}
+
+/// Operations of one vector of `LANES` f32.
+pub(in crate::runtime) trait Vector: Copy {
+    const LANES: usize;
+    unsafe fn load(p: *const f32) -> Self;
+    unsafe fn splat(x: f32) -> Self;
+    unsafe fn fma(a: Self, b: Self, c: Self) -> Self;
+    unsafe fn add(a: Self, b: Self) -> Self;
+    /// `a` clamped into `[lo, hi]`; NaN passes through (`max` and `min` return
+    /// their second operand for it), as ONNX Relu and Clip want.
+    #[inline(always)]
+    unsafe fn clamp(a: Self, lo: Self, hi: Self) -> Self {
+        Self::min(hi, Self::max(lo, a))
+    }
+    unsafe fn store(self, p: *mut f32);
+    unsafe fn sub(a: Self, b: Self) -> Self;
+    unsafe fn mul(a: Self, b: Self) -> Self;
+    unsafe fn div(a: Self, b: Self) -> Self;
+    /// The larger operand; `b` when either is NaN.
+    unsafe fn max(a: Self, b: Self) -> Self;
+    /// The smaller operand; `b` when either is NaN.
+    unsafe fn min(a: Self, b: Self) -> Self;
+    /// The even-numbered of the `2 * LANES` values `a` then `b`: a stride-2
+    /// pick of consecutive elements.
+    unsafe fn even(a: Self, b: Self) -> Self;
+    /// `neg` in the lanes where `a < 0`, else `pos` (NaN selects `pos`).
+    unsafe fn select_negative(a: Self, neg: Self, pos: Self) -> Self;
+    /// `a`, with NaN wherever `b` is NaN.
+    unsafe fn nan_of(a: Self, b: Self) -> Self;
+    /// Rounded to the nearest integer.
+    unsafe fn round(a: Self) -> Self;
+    /// `a · 2^n` for integral `n` in [-127, 128] (rounded once, so it
+    /// over- or underflows only where the exact product does).
+    unsafe fn scale2(a: Self, n: Self) -> Self;
+    /// Whether some lane of `a` is at most `x` (NaN is not).
+    unsafe fn any_at_most(a: Self, x: f32) -> bool;
+}
+
+/// A computation written once over the vector type, like the convolution tile
+/// (`conv/tile.rs`); `run_vectorized` compiles it for each instruction set.
+pub(in crate::runtime) trait VectorKernel {
+    /// # Safety
+    /// Only called by `run_vectorized`, with a vector type this CPU supports.
+    unsafe fn run<V: Vector>(&self);
+}
+
+/// The vectors a kernel over channel blocks of `cb` runs with: the widest
+/// instruction set up to `isa` whose lanes divide the block, else one lane.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::runtime) enum Lanes {
+    Isa(Isa),
+    One,
+}
+
+impl Lanes {
+    pub(in crate::runtime) fn for_block(isa: Isa, cb: usize) -> Lanes {
+        let widest_first = [Isa::Avx512, Isa::Avx2, Isa::Portable];
+        widest_first
+            .into_iter()
+            .skip_while(|&i| i != isa)
+            .filter(|i| i.available())
+            .find(|i| cb.is_multiple_of(i.lanes()))
+            .map_or(Lanes::One, Lanes::Isa)
+    }
+
+    pub(in crate::runtime) fn count(self) -> usize {
+        match self {
+            Lanes::Isa(i) => i.lanes(),
+            Lanes::One => 1,
+        }
+    }
+}
+
+/// Runs `k` with the vector type of `lanes`, in code compiled for its instruction set.
+///
+/// # Safety
+/// `lanes` must come from `Lanes::for_block` (its instruction set is available).
+pub(in crate::runtime) unsafe fn run_vectorized<K: VectorKernel>(lanes: Lanes, k: &K) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f")]
+        unsafe fn avx512<K: VectorKernel>(k: &K) {
+            k.run::<x86::Zmm>()
+        }
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn avx2<K: VectorKernel>(k: &K) {
+            k.run::<x86::Ymm>()
+        }
+        match lanes {
+            Lanes::Isa(Isa::Avx512) => return avx512(k),
+            Lanes::Isa(Isa::Avx2) => return avx2(k),
+            _ => {}
+        }
+    }
+    match lanes {
+        Lanes::One => k.run::<Scalar>(),
+        _ => k.run::<Portable>(),
+    }
+}

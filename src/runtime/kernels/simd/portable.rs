@@ -1,0 +1,193 @@
+//! The vector types of plain Rust: `Portable`, 8 lanes the compiler may
+//! vectorize, and `Scalar`, one lane.
+
+use super::Vector;
+
+/// `a · 2^n` of one lane, for integral `n` in [-127, 128]: 2^n as two
+/// factors built from their exponent bits, each in range where 2^n may not be.
+#[inline(always)]
+fn scale2_lane(a: f32, n: f32) -> f32 {
+    let power = |k: i32| f32::from_bits(((k + 127) << 23) as u32);
+    let half = n as i32 >> 1;
+    a * power(half) * power(n as i32 - half)
+}
+
+#[derive(Clone, Copy)]
+pub(in crate::runtime) struct Portable([f32; 8]);
+
+/// One f32 as a vector, for data whose blocks no wider vector divides.
+#[derive(Clone, Copy)]
+pub(in crate::runtime) struct Scalar(pub(in crate::runtime) f32);
+
+impl Scalar {
+    /// The larger operand, a NaN skipped: NaN only when both are (IEEE
+    /// maximumNumber, `f32::max`).
+    #[inline(always)]
+    pub(in crate::runtime) fn max_number(self, b: Self) -> Self {
+        Scalar(self.0.max(b.0))
+    }
+}
+
+impl Vector for Scalar {
+    const LANES: usize = 1;
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        Scalar(*p)
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> Self {
+        Scalar(x)
+    }
+    #[inline(always)]
+    unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
+        // Not `mul_add`: without FMA in the baseline it is a library call.
+        Scalar(a.0 * b.0 + c.0)
+    }
+    #[inline(always)]
+    unsafe fn add(a: Self, b: Self) -> Self {
+        Scalar(a.0 + b.0)
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut f32) {
+        *p = self.0
+    }
+    #[inline(always)]
+    unsafe fn sub(a: Self, b: Self) -> Self {
+        Scalar(a.0 - b.0)
+    }
+    #[inline(always)]
+    unsafe fn mul(a: Self, b: Self) -> Self {
+        Scalar(a.0 * b.0)
+    }
+    #[inline(always)]
+    unsafe fn div(a: Self, b: Self) -> Self {
+        Scalar(a.0 / b.0)
+    }
+    #[inline(always)]
+    unsafe fn max(a: Self, b: Self) -> Self {
+        Scalar(if a.0 > b.0 { a.0 } else { b.0 })
+    }
+    #[inline(always)]
+    unsafe fn min(a: Self, b: Self) -> Self {
+        Scalar(if a.0 < b.0 { a.0 } else { b.0 })
+    }
+    #[inline(always)]
+    unsafe fn even(a: Self, _: Self) -> Self {
+        a
+    }
+    #[inline(always)]
+    unsafe fn select_negative(a: Self, neg: Self, pos: Self) -> Self {
+        Scalar(if a.0 < 0.0 { neg.0 } else { pos.0 })
+    }
+    #[inline(always)]
+    unsafe fn nan_of(a: Self, b: Self) -> Self {
+        Scalar(if b.0.is_nan() { b.0 } else { a.0 })
+    }
+    #[inline(always)]
+    unsafe fn round(a: Self) -> Self {
+        Scalar(a.0.round())
+    }
+    #[inline(always)]
+    unsafe fn scale2(a: Self, n: Self) -> Self {
+        Scalar(scale2_lane(a.0, n.0))
+    }
+    #[inline(always)]
+    unsafe fn any_at_most(a: Self, x: f32) -> bool {
+        a.0 <= x
+    }
+}
+
+impl Vector for Portable {
+    const LANES: usize = 8;
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        Portable(std::ptr::read_unaligned(p as *const [f32; 8]))
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> Self {
+        Portable([x; 8])
+    }
+    #[inline(always)]
+    unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
+        Portable(std::array::from_fn(|i| a.0[i] * b.0[i] + c.0[i]))
+    }
+    #[inline(always)]
+    unsafe fn add(a: Self, b: Self) -> Self {
+        Portable(std::array::from_fn(|i| a.0[i] + b.0[i]))
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut f32) {
+        std::ptr::write_unaligned(p as *mut [f32; 8], self.0)
+    }
+    #[inline(always)]
+    unsafe fn sub(a: Self, b: Self) -> Self {
+        Portable(std::array::from_fn(|i| a.0[i] - b.0[i]))
+    }
+    #[inline(always)]
+    unsafe fn mul(a: Self, b: Self) -> Self {
+        Portable(std::array::from_fn(|i| a.0[i] * b.0[i]))
+    }
+    #[inline(always)]
+    unsafe fn div(a: Self, b: Self) -> Self {
+        Portable(std::array::from_fn(|i| a.0[i] / b.0[i]))
+    }
+    #[inline(always)]
+    unsafe fn max(a: Self, b: Self) -> Self {
+        Portable(std::array::from_fn(|i| {
+            if a.0[i] > b.0[i] {
+                a.0[i]
+            } else {
+                b.0[i]
+            }
+        }))
+    }
+    #[inline(always)]
+    unsafe fn min(a: Self, b: Self) -> Self {
+        Portable(std::array::from_fn(|i| {
+            if a.0[i] < b.0[i] {
+                a.0[i]
+            } else {
+                b.0[i]
+            }
+        }))
+    }
+    #[inline(always)]
+    unsafe fn even(a: Self, b: Self) -> Self {
+        Portable(std::array::from_fn(|i| match i < 4 {
+            true => a.0[2 * i],
+            false => b.0[2 * i - 8],
+        }))
+    }
+    #[inline(always)]
+    unsafe fn select_negative(a: Self, neg: Self, pos: Self) -> Self {
+        Portable(std::array::from_fn(|i| {
+            if a.0[i] < 0.0 {
+                neg.0[i]
+            } else {
+                pos.0[i]
+            }
+        }))
+    }
+    #[inline(always)]
+    unsafe fn nan_of(a: Self, b: Self) -> Self {
+        Portable(std::array::from_fn(|i| {
+            if b.0[i].is_nan() {
+                b.0[i]
+            } else {
+                a.0[i]
+            }
+        }))
+    }
+    #[inline(always)]
+    unsafe fn round(a: Self) -> Self {
+        Portable(std::array::from_fn(|i| a.0[i].round()))
+    }
+    #[inline(always)]
+    unsafe fn scale2(a: Self, n: Self) -> Self {
+        Portable(std::array::from_fn(|i| scale2_lane(a.0[i], n.0[i])))
+    }
+    #[inline(always)]
+    unsafe fn any_at_most(a: Self, x: f32) -> bool {
+        a.0.iter().any(|&v| v <= x)
+    }
+}

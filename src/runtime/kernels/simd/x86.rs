@@ -1,0 +1,167 @@
+//! The AVX-512 (`Zmm`, 16 lanes) and AVX2+FMA (`Ymm`, 8 lanes) vector types.
+
+use super::Vector;
+use std::arch::x86_64::*;
+
+#[derive(Clone, Copy)]
+pub struct Zmm(pub __m512);
+#[derive(Clone, Copy)]
+pub struct Ymm(pub __m256);
+
+impl Vector for Zmm {
+    const LANES: usize = 16;
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        Zmm(_mm512_loadu_ps(p))
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> Self {
+        Zmm(_mm512_set1_ps(x))
+    }
+    #[inline(always)]
+    unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
+        Zmm(_mm512_fmadd_ps(a.0, b.0, c.0))
+    }
+    #[inline(always)]
+    unsafe fn add(a: Self, b: Self) -> Self {
+        Zmm(_mm512_add_ps(a.0, b.0))
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut f32) {
+        _mm512_storeu_ps(p, self.0)
+    }
+    #[inline(always)]
+    unsafe fn sub(a: Self, b: Self) -> Self {
+        Zmm(_mm512_sub_ps(a.0, b.0))
+    }
+    #[inline(always)]
+    unsafe fn mul(a: Self, b: Self) -> Self {
+        Zmm(_mm512_mul_ps(a.0, b.0))
+    }
+    #[inline(always)]
+    unsafe fn div(a: Self, b: Self) -> Self {
+        Zmm(_mm512_div_ps(a.0, b.0))
+    }
+    #[inline(always)]
+    unsafe fn max(a: Self, b: Self) -> Self {
+        Zmm(_mm512_max_ps(a.0, b.0))
+    }
+    #[inline(always)]
+    unsafe fn min(a: Self, b: Self) -> Self {
+        Zmm(_mm512_min_ps(a.0, b.0))
+    }
+    #[inline(always)]
+    unsafe fn even(a: Self, b: Self) -> Self {
+        let idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        Zmm(_mm512_permutex2var_ps(a.0, idx, b.0))
+    }
+    #[inline(always)]
+    unsafe fn select_negative(a: Self, neg: Self, pos: Self) -> Self {
+        let m = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a.0, _mm512_setzero_ps());
+        Zmm(_mm512_mask_blend_ps(m, pos.0, neg.0))
+    }
+    #[inline(always)]
+    unsafe fn nan_of(a: Self, b: Self) -> Self {
+        let m = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(b.0, b.0);
+        Zmm(_mm512_mask_blend_ps(m, a.0, b.0))
+    }
+    #[inline(always)]
+    unsafe fn round(a: Self) -> Self {
+        Zmm(_mm512_roundscale_ps::<
+            { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+        >(a.0))
+    }
+    #[inline(always)]
+    unsafe fn scale2(a: Self, n: Self) -> Self {
+        Zmm(_mm512_scalef_ps(a.0, n.0))
+    }
+    #[inline(always)]
+    unsafe fn any_at_most(a: Self, x: f32) -> bool {
+        _mm512_cmp_ps_mask::<_CMP_LE_OQ>(a.0, _mm512_set1_ps(x)) != 0
+    }
+}
+
+impl Vector for Ymm {
+    const LANES: usize = 8;
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        Ymm(_mm256_loadu_ps(p))
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> Self {
+        Ymm(_mm256_set1_ps(x))
+    }
+    #[inline(always)]
+    unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
+        Ymm(_mm256_fmadd_ps(a.0, b.0, c.0))
+    }
+    #[inline(always)]
+    unsafe fn add(a: Self, b: Self) -> Self {
+        Ymm(_mm256_add_ps(a.0, b.0))
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut f32) {
+        _mm256_storeu_ps(p, self.0)
+    }
+    #[inline(always)]
+    unsafe fn sub(a: Self, b: Self) -> Self {
+        Ymm(_mm256_sub_ps(a.0, b.0))
+    }
+    #[inline(always)]
+    unsafe fn mul(a: Self, b: Self) -> Self {
+        Ymm(_mm256_mul_ps(a.0, b.0))
+    }
+    #[inline(always)]
+    unsafe fn div(a: Self, b: Self) -> Self {
+        Ymm(_mm256_div_ps(a.0, b.0))
+    }
+    #[inline(always)]
+    unsafe fn max(a: Self, b: Self) -> Self {
+        Ymm(_mm256_max_ps(a.0, b.0))
+    }
+    #[inline(always)]
+    unsafe fn min(a: Self, b: Self) -> Self {
+        Ymm(_mm256_min_ps(a.0, b.0))
+    }
+    #[inline(always)]
+    unsafe fn even(a: Self, b: Self) -> Self {
+        // a0 a2 b0 b2 | a4 a6 b4 b6, then the 64-bit pairs reordered.
+        let pairs = _mm256_shuffle_ps::<0b10_00_10_00>(a.0, b.0);
+        let ordered = _mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(pairs));
+        Ymm(_mm256_castpd_ps(ordered))
+    }
+    #[inline(always)]
+    unsafe fn select_negative(a: Self, neg: Self, pos: Self) -> Self {
+        let m = _mm256_cmp_ps::<_CMP_LT_OQ>(a.0, _mm256_setzero_ps());
+        Ymm(_mm256_blendv_ps(pos.0, neg.0, m))
+    }
+    #[inline(always)]
+    unsafe fn nan_of(a: Self, b: Self) -> Self {
+        let m = _mm256_cmp_ps::<_CMP_UNORD_Q>(b.0, b.0);
+        Ymm(_mm256_blendv_ps(a.0, b.0, m))
+    }
+    #[inline(always)]
+    unsafe fn round(a: Self) -> Self {
+        Ymm(_mm256_round_ps::<
+            { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+        >(a.0))
+    }
+    #[inline(always)]
+    unsafe fn scale2(a: Self, n: Self) -> Self {
+        // 2^n as two factors from their exponent bits (as `scale2_lane`).
+        let power = |k: __m256i| {
+            _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
+                k,
+                _mm256_set1_epi32(127),
+            )))
+        };
+        let n = _mm256_cvtps_epi32(n.0);
+        let half = _mm256_srai_epi32::<1>(n);
+        let rest = _mm256_sub_epi32(n, half);
+        Ymm(_mm256_mul_ps(_mm256_mul_ps(a.0, power(half)), power(rest)))
+    }
+    #[inline(always)]
+    unsafe fn any_at_most(a: Self, x: f32) -> bool {
+        _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_LE_OQ>(a.0, _mm256_set1_ps(x))) != 0
+    }
+}

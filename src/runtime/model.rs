@@ -1,0 +1,180 @@
+//! The compiled model: its steps (one kernel call each), the slots its values
+//! live in, and what it tells about itself. `compile/` builds it, `run.rs` and
+//! `exec.rs` run it.
+//!
+//! The fields of `CompiledModel` and `Step` are the contract between
+//! `compile/`, which fills them, and `run.rs`, `exec.rs` and `check.rs`, which
+//! read them; the rest of the runtime asks the accessors.
+
+use super::kernels::conv::algo::{ConvKernel, LayerAlgo};
+use super::kernels::conv::depthwise::Depthwise;
+use super::kernels::gather::{Gather, Rows};
+use super::kernels::matmul::{BatchedMatMul, Dense};
+use super::kernels::pool::PoolGeom;
+use super::kernels::simd::Isa;
+use super::kernels::{elementwise, normalize, tir_step, where_select};
+use super::measure::roofline::StepWork;
+use super::scratch::Scratch;
+use super::storage::Storage;
+use crate::core::par;
+use crate::graph::{Op, Span, Tensor, ValueType};
+use std::sync::{Arc, Mutex};
+
+/// Where a value lives while the model runs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Slot {
+    /// f32 elements `[offset, offset + len)` of the arena.
+    Arena { offset: usize, len: usize },
+    /// A constant of the model (index into `consts`).
+    Const(usize),
+    /// An f32 graph input, read in place from the caller's tensor (index into
+    /// the run's inputs).
+    Input(usize),
+    /// An f32 graph output, written in place into the tensor the run returns
+    /// (index into the graph outputs).
+    Output(usize),
+    /// A non-f32 value, kept as a tensor (index into the run's boxes).
+    Boxed(usize),
+}
+
+/// What a step runs.
+pub(super) enum Kernel {
+    Conv(ConvKernel),
+    Depthwise(Depthwise),
+    Pool(PoolGeom),
+    Dense(Dense),
+    /// A matrix product of two computed operands, batched.
+    MatMul(BatchedMatMul),
+    Gather(Gather),
+    /// Rows of f32 data (input 0) picked by run-time integer indices (input 1):
+    /// an embedding lookup.
+    Rows(Rows),
+    /// A chain of unary and binary ops in one pass, operands broadcast.
+    Elementwise(elementwise::Elementwise),
+    /// Where: a boolean mask (input 0) picks input 1 or 2, broadcast.
+    Select(where_select::Select),
+    /// Softmax, layer normalization or mean over contiguous rows.
+    Normalize(normalize::RowKernel),
+    /// An integer or boolean tensor converted to f32.
+    ToF32,
+    /// A non-f32 tensor given a new shape (same elements).
+    Rebox(Vec<usize>),
+    Copy,
+    /// The op's TIR default schedule, compiled.
+    Tir(Box<tir_step::TirKernel>),
+    /// The reference executor's implementation of `op`.
+    Fallback {
+        op: Op,
+        outputs: Vec<ValueType>,
+    },
+}
+
+impl Kernel {
+    /// Elements of working memory the kernel needs while it runs.
+    pub(super) fn scratch_len(&self) -> usize {
+        match self {
+            Kernel::Conv(c) => c.scratch_len(),
+            Kernel::MatMul(m) => m.scratch_len(),
+            _ => 0,
+        }
+    }
+
+    /// The element offset at which the kernel's output is a contiguous copy of
+    /// its input, if it is one.
+    pub(super) fn view_offset(&self) -> Option<usize> {
+        match self {
+            Kernel::Copy => Some(0),
+            Kernel::Gather(g) => g.view_offset(),
+            _ => None,
+        }
+    }
+}
+
+/// One kernel call of the compiled model.
+pub(super) struct Step {
+    /// The name of the graph node the step computes (the last one of a fused chain).
+    pub(super) name: String,
+    /// What the step does, e.g. "Conv+BatchNormalization+Relu".
+    pub(super) kind: String,
+    pub(super) spans: Vec<Span>,
+    pub(super) kernel: Kernel,
+    pub(super) inputs: Vec<Slot>,
+    /// Shapes of the inputs, for fallbacks that rebuild tensors.
+    pub(super) input_types: Vec<ValueType>,
+    pub(super) outputs: Vec<Slot>,
+    /// Working memory of the kernel, live during this step only.
+    pub(super) scratch: Option<Slot>,
+    pub(super) work: StepWork,
+    /// The milliseconds the cost model measured for its kernel, if it did.
+    pub(super) measured_ms: Option<f64>,
+    /// How each output is stored, for `run_checked`.
+    pub(super) storage: Vec<Storage>,
+}
+
+/// A model compiled for this CPU.
+pub struct CompiledModel {
+    pub(super) steps: Vec<Step>,
+    /// Constants the steps read (shared with the graph, not copied).
+    pub(super) consts: Vec<Tensor>,
+    pub(super) boxes: usize,
+    pub(super) arena_len: usize,
+    pub(super) inputs: Vec<(String, ValueType, Slot)>,
+    pub(super) outputs: Vec<(ValueType, Slot)>,
+    pub(super) pool: Arc<par::Pool>,
+    /// The memory of the last run, reused by the next one.
+    pub(super) scratch: Mutex<Scratch>,
+    pub(super) isa: Isa,
+    pub(super) conv_algos: Vec<LayerAlgo>,
+}
+
+impl CompiledModel {
+    /// Each step's work and, where the cost model measured its kernel, its
+    /// milliseconds, in the order the steps run.
+    pub(super) fn step_costs(&self) -> impl Iterator<Item = (StepWork, Option<f64>)> + '_ {
+        self.steps.iter().map(|s| (s.work, s.measured_ms))
+    }
+
+    /// The algorithm of every convolution step, in the order the steps run.
+    pub fn conv_steps(&self) -> &[LayerAlgo] {
+        &self.conv_algos
+    }
+
+    /// The instruction set the kernels use.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// Worker threads the model runs on.
+    pub fn threads(&self) -> usize {
+        self.pool.threads()
+    }
+
+    /// Bytes of the intermediate-value arena.
+    pub fn arena_bytes(&self) -> usize {
+        self.arena_len * 4
+    }
+    /// The steps that run on the reference executor (no native kernel, no loop
+    /// nest): their names, ops and source layers.
+    pub fn fallback_steps(&self) -> Vec<(String, String, Vec<Span>)> {
+        self.steps
+            .iter()
+            .filter(|s| matches!(s.kernel, Kernel::Fallback { .. }))
+            .map(|s| (s.name.clone(), s.kind.clone(), s.spans.clone()))
+            .collect()
+    }
+
+    /// One line per step: what it does and whether it is native or a fallback.
+    pub fn describe(&self) -> Vec<String> {
+        self.steps
+            .iter()
+            .map(|s| {
+                let how = if matches!(s.kernel, Kernel::Fallback { .. }) {
+                    "fallback (reference)"
+                } else {
+                    "native"
+                };
+                format!("{} [{}] {how}", s.name, s.kind)
+            })
+            .collect()
+    }
+}
