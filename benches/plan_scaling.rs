@@ -12,10 +12,13 @@
 use layoutopt::graph::{
     BinaryOp, Conv, DType, Graph, Op, Tensor, UnaryOp, ValueRef, ValueType, Window,
 };
-use layoutopt::layout::op_rules::{CostModel, Family};
-use layoutopt::layout::plan::{plan_with, Global, PlanOptions, PlanSpace, Planner};
+use layoutopt::layout::cost::CostModel;
+use layoutopt::layout::plan::{plan_with, PlanOptions};
+use layoutopt::layout::planners::{Global, Planner};
 use layoutopt::layout::rules::RuleSource;
 use layoutopt::layout::solver::SolveOptions;
+use layoutopt::layout::space::PlanSpace;
+use layoutopt::layout::target::Family;
 use layoutopt::ops::{Concat, Lrn};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};

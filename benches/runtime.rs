@@ -6,8 +6,10 @@
 use criterion::{criterion_group, criterion_main, Criterion};
 use layoutopt::frontend::onnx::{load_onnx, ImportOptions};
 use layoutopt::graph::Tensor;
-use layoutopt::layout::op_rules::{CostModel, Family};
-use layoutopt::layout::plan::{plan, planner_by_name};
+use layoutopt::layout::cost::CostModel;
+use layoutopt::layout::plan::plan;
+use layoutopt::layout::planners::planner_by_name;
+use layoutopt::layout::target::Family;
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 use std::path::Path;
 

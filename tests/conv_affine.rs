@@ -12,8 +12,10 @@ mod common;
 use common::*;
 use layoutopt::frontend::onnx::{import_onnx, ImportOptions};
 use layoutopt::graph::{fold_conv_affine, fold_conv_batchnorm, Graph, Op, Tensor};
-use layoutopt::layout::op_rules::{CostModel, Family};
-use layoutopt::layout::plan::{plan, planner_by_name};
+use layoutopt::layout::cost::CostModel;
+use layoutopt::layout::plan::plan;
+use layoutopt::layout::planners::planner_by_name;
+use layoutopt::layout::target::Family;
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 
 const F32: i32 = 1;

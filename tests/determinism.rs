@@ -8,9 +8,12 @@ use common::load_test_data;
 use layoutopt::frontend::onnx::{load_onnx, ImportOptions};
 use layoutopt::frontend::tflite::load_tflite;
 use layoutopt::graph::{Graph, Tensor, TensorData};
-use layoutopt::layout::op_rules::{CostModel, Family};
-use layoutopt::layout::plan::{plan, planner_by_name, Global, PlanReport};
+use layoutopt::layout::cost::CostModel;
+use layoutopt::layout::plan::plan;
+use layoutopt::layout::planners::{planner_by_name, Global};
+use layoutopt::layout::report::PlanReport;
 use layoutopt::layout::solver::{solve, Method, Pair, Problem, SolveOptions};
+use layoutopt::layout::target::Family;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

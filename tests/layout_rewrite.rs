@@ -167,8 +167,10 @@ fn round_trips_at_every_boundary_cancel_on_the_bundled_models() {
 /// same outputs, with no more transforms than before.
 #[test]
 fn planned_models_rewrite_to_the_same_outputs() {
-    use layoutopt::layout::op_rules::{CostModel, Family};
-    use layoutopt::layout::plan::{plan, planner_by_name};
+    use layoutopt::layout::cost::CostModel;
+    use layoutopt::layout::plan::plan;
+    use layoutopt::layout::planners::planner_by_name;
+    use layoutopt::layout::target::Family;
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
     let rules = RuleSource::Bundled.load().unwrap();
     for name in ["resnet_small", "mobilenet_small", "transformer_block"] {
@@ -220,8 +222,10 @@ fn constants_packed_into_a_blocked_layout_rewrite() {
     use common::{int_attr, model, model_bytes, node, value_info};
     use layoutopt::frontend::onnx::import_onnx;
     use layoutopt::graph::Tensor;
-    use layoutopt::layout::op_rules::{CostModel, Family};
-    use layoutopt::layout::plan::{plan, planner_by_name};
+    use layoutopt::layout::cost::CostModel;
+    use layoutopt::layout::plan::plan;
+    use layoutopt::layout::planners::planner_by_name;
+    use layoutopt::layout::target::Family;
 
     let c = 32;
     let w: Vec<f32> = (0..c * 3 * 9)
@@ -295,13 +299,10 @@ const RULE_MODELS: [&str; 9] = [
 ];
 
 /// `g` planned by `planner` for `family`, not rewritten.
-fn unrewritten_plan(
-    g: &Graph,
-    planner: &str,
-    family: layoutopt::layout::op_rules::Family,
-) -> Graph {
-    use layoutopt::layout::op_rules::CostModel;
-    use layoutopt::layout::plan::{plan_with, planner_by_name, PlanOptions};
+fn unrewritten_plan(g: &Graph, planner: &str, family: layoutopt::layout::target::Family) -> Graph {
+    use layoutopt::layout::cost::CostModel;
+    use layoutopt::layout::plan::{plan_with, PlanOptions};
+    use layoutopt::layout::planners::planner_by_name;
     let unrewritten = PlanOptions {
         rules: None,
         ..PlanOptions::default()
@@ -324,7 +325,7 @@ fn unrewritten_plan(
 /// test fails when one of them stops paying on all of them (then it should go).
 #[test]
 fn rules_pay_on_their_models() {
-    use layoutopt::layout::op_rules::Family;
+    use layoutopt::layout::target::Family;
 
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let rules = RuleSource::Bundled.load().unwrap();
@@ -378,7 +379,7 @@ fn rules_pay_on_their_models() {
 /// value, the rewritten graphs cost the same and compute the same outputs.
 #[test]
 fn the_rewritten_region_matches_the_whole_graph() {
-    use layoutopt::layout::op_rules::Family;
+    use layoutopt::layout::target::Family;
 
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let rules = RuleSource::Bundled.load().unwrap();

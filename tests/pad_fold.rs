@@ -9,8 +9,10 @@ mod common;
 use common::*;
 use layoutopt::frontend::onnx::{import_onnx, ImportOptions};
 use layoutopt::graph::{Graph, Tensor};
-use layoutopt::layout::op_rules::{CostModel, Family};
-use layoutopt::layout::plan::{plan, planner_by_name};
+use layoutopt::layout::cost::CostModel;
+use layoutopt::layout::plan::plan;
+use layoutopt::layout::planners::planner_by_name;
+use layoutopt::layout::target::Family;
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 use onnx_protobuf::type_proto;
 

@@ -8,8 +8,11 @@ mod common;
 use common::{assert_close, load_test_data};
 use layoutopt::frontend::onnx::{load_onnx, ImportOptions};
 use layoutopt::graph::{Graph, Op, Tensor};
-use layoutopt::layout::op_rules::{CostModel, Family};
-use layoutopt::layout::plan::{plan, planner_by_name, PlanReport};
+use layoutopt::layout::cost::CostModel;
+use layoutopt::layout::plan::plan;
+use layoutopt::layout::planners::planner_by_name;
+use layoutopt::layout::report::PlanReport;
+use layoutopt::layout::target::Family;
 use std::path::Path;
 use std::sync::Arc;
 

@@ -4,7 +4,7 @@
 //! the `global` planner. Every plan is also run by the reference executor against
 //! the unplanned graph.
 //!
-//! Cost model facts the derivations use (src/layout/op_rules.rs, CostModel::default):
+//! Cost model facts the derivations use (src/layout/cost.rs, CostModel::default):
 //! a transform costs 0.1 ns per byte read or written; a convolution costs 0.02 ns
 //! per flop, times 2.0 in row-major NCHW (sqrt(2) for depthwise), 1.15 in NHWC,
 //! 1.0 blocked, times the padding waste of its input and output channels; a first
@@ -13,8 +13,11 @@
 use layoutopt::graph::{
     Conv, DType, Graph, Op, Pool, PoolKind, Tensor, UnaryOp, ValueRef, ValueType, Window,
 };
-use layoutopt::layout::op_rules::{CostModel, Family};
-use layoutopt::layout::plan::{plan, planner_by_name, PlanReport};
+use layoutopt::layout::cost::CostModel;
+use layoutopt::layout::plan::plan;
+use layoutopt::layout::planners::planner_by_name;
+use layoutopt::layout::report::PlanReport;
+use layoutopt::layout::target::Family;
 use layoutopt::ops::{Concat, Reshape, Softmax, Transpose};
 
 fn input(g: &mut Graph, shape: &[usize]) -> ValueRef {

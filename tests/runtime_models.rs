@@ -10,8 +10,10 @@ use common::{assert_close, load_test_data, scratch_dir};
 use layoutopt::frontend::onnx::{load_onnx, ImportOptions};
 use layoutopt::frontend::tflite::load_tflite;
 use layoutopt::graph::Graph;
-use layoutopt::layout::op_rules::{CostModel, Family};
-use layoutopt::layout::plan::{plan, planner_by_name};
+use layoutopt::layout::cost::CostModel;
+use layoutopt::layout::plan::plan;
+use layoutopt::layout::planners::planner_by_name;
+use layoutopt::layout::target::Family;
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 use std::path::{Path, PathBuf};
 

@@ -7,8 +7,11 @@ mod common;
 use common::{load_test_data, max_abs_err};
 use layoutopt::frontend::tflite::load_tflite;
 use layoutopt::graph::{Graph, Op, Tensor};
-use layoutopt::layout::op_rules::{CostModel, Family};
-use layoutopt::layout::plan::{plan, planner_by_name, PlanReport};
+use layoutopt::layout::cost::CostModel;
+use layoutopt::layout::plan::plan;
+use layoutopt::layout::planners::planner_by_name;
+use layoutopt::layout::report::PlanReport;
+use layoutopt::layout::target::Family;
 use std::path::{Path, PathBuf};
 
 fn model_dir(model: &str) -> PathBuf {

@@ -72,7 +72,8 @@ use crate::export::ExportError;
 use crate::frontend::onnx::{load_onnx, ImportError, ImportOptions};
 use crate::frontend::tflite::{import_tflite, TfliteError};
 use crate::graph::Graph;
-use crate::layout::plan::{self, plan_with, Plan, PlanError, PlanOptions};
+use crate::layout::plan::{plan_with, Plan, PlanError, PlanOptions};
+use crate::layout::planners;
 use crate::layout::rules::RuleSource;
 use crate::layout::LayoutError;
 use crate::reference::ExecError;
@@ -84,11 +85,11 @@ pub use crate::core::Layout;
 /// The layout family a plan targets: `Nchw` (nothing to plan), `Nhwc`, or
 /// `Nchwc(x)`, channels blocked by `x` ([`Target::host_blocked`] picks `x` from
 /// this CPU's vector width). Parsed from "nchw", "nhwc", "nchwc", "nchw<x>c".
-pub use crate::layout::op_rules::Family as Target;
-pub use crate::layout::op_rules::{ConvQuery, CostModel, MeasuredCosts};
+pub use crate::layout::cost::{ConvQuery, CostModel, MeasuredCosts};
 /// The layout planners: `Keep`, `Local`, `Greedy`, `Global` (parsed from their
-/// command-line names); see [`crate::layout::plan`] for what each does.
-pub use crate::layout::plan::PlannerKind as Planner;
+/// command-line names); see [`crate::layout::planners`] for what each does.
+pub use crate::layout::planners::PlannerKind as Planner;
+pub use crate::layout::target::Family as Target;
 
 /// Any error of the pipeline, from the stage that raised it.
 #[derive(Debug, thiserror::Error)]
@@ -176,7 +177,7 @@ pub trait Pass {
 /// returns the planned graph (transforms and laid-out ops made explicit; see
 /// [`logical`] for how a later pass reads it).
 pub struct PlanLayouts {
-    planner: Box<dyn plan::Planner>,
+    planner: Box<dyn planners::Planner>,
     family: Target,
     cost: CostModel,
     options: PlanOptions,

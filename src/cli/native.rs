@@ -3,7 +3,7 @@
 
 use layoutopt::api::json::{document, BenchDoc, Execution, Timing};
 use layoutopt::graph::{format_spans, Graph, Tensor};
-use layoutopt::layout::plan::PlanReport;
+use layoutopt::layout::report::PlanReport;
 use layoutopt::runtime::bench::bench;
 use layoutopt::runtime::conv_algo::ConvAlgoChoice;
 use layoutopt::runtime::roofline::{cache_dir, machine_peaks};

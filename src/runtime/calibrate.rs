@@ -15,7 +15,7 @@ use super::simd::{Epilogue, Isa};
 use super::{worker_pool, CompiledModel, RuntimeError, RuntimeOptions};
 use crate::core::par;
 use crate::graph::{numel, DType, Tensor, ValueType};
-use crate::layout::op_rules::{ConvQuery, CostModel, MeasuredCosts};
+use crate::layout::cost::{ConvQuery, CostModel, MeasuredCosts};
 use crate::layout::Layout;
 use crate::ops::OpDef;
 use std::collections::HashMap;

@@ -559,8 +559,10 @@ mod tests {
     use super::super::{CompiledModel, RuntimeOptions};
     use super::*;
     use crate::graph::{DType, Graph, Op, Tensor, ValueRef, ValueType};
-    use crate::layout::op_rules::{CostModel, Family};
-    use crate::layout::plan::{plan, planner_by_name};
+    use crate::layout::cost::CostModel;
+    use crate::layout::plan::plan;
+    use crate::layout::planners::planner_by_name;
+    use crate::layout::target::Family;
 
     /// `got` against the f64 definition `e`: within 2e-6 relative (1e-6 of
     /// it for values below 1), the same infinity (or an overflow to it), NaN

@@ -18,8 +18,10 @@ use crate::fusion::Activation;
 use crate::graph::{
     BinaryOp, Conv, DType, Graph, Op, Tensor, TensorData, UnaryOp, ValueRef, ValueType, Window,
 };
-use crate::layout::op_rules::{CostModel, Family};
-use crate::layout::plan::{plan, planner_by_name};
+use crate::layout::cost::CostModel;
+use crate::layout::plan::plan;
+use crate::layout::planners::planner_by_name;
+use crate::layout::target::Family;
 use crate::layout::Layout;
 use crate::ops::BatchNorm;
 
