@@ -8,7 +8,7 @@ mod cli;
 
 use clap::{Parser, Subcommand};
 use cli::Planning;
-use layoutopt::api::{Planner, Target};
+use layoutopt::api::{PlannerKind, TargetFamily};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -62,7 +62,7 @@ enum Command {
         shapes: cli::InputShapes,
         /// Target layout family: nchw, nhwc, nchwc (block width from this CPU) or nchw<x>c.
         #[arg(long, default_value = "nchwc", value_parser = cli::parse_target)]
-        target: Target,
+        target: TargetFamily,
         /// Folder of `*.rules` files to rewrite with instead of the built-in rules
         /// (also LAYOUTOPT_RULES).
         #[arg(long, value_name = "DIR")]
@@ -177,7 +177,7 @@ enum Command {
         planning: Planning,
         /// The planner shown beside `--planner`.
         #[arg(long, default_value = "local", value_parser = cli::planner_parser())]
-        against: Planner,
+        against: PlannerKind,
         #[command(flatten)]
         kernels: cli::native::KernelArgs,
     },
@@ -211,7 +211,7 @@ fn main() -> ExitCode {
             measure,
         } => {
             let planning = cli::Planning {
-                planner: Planner::Global,
+                planner: PlannerKind::Global,
                 target: *target,
                 rules: rules.clone(),
             };

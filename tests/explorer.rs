@@ -4,17 +4,17 @@
 //! page collapses. `scripts/check_explorer.py` checks the page itself in
 //! headless Chromium: drawing, search, collapsing, zoom.
 
-use layoutopt::api::{load_model, PlanLayouts, Planner, Target};
+use layoutopt::api::{load_model, PlanLayouts, PlannerKind, TargetFamily};
 use layoutopt::graph::Op;
 use std::path::Path;
 
 fn page() -> (layoutopt::graph::Graph, String, [usize; 2], usize) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/resnet_small/model.onnx");
     let g = load_model(&path).unwrap();
-    let a = PlanLayouts::new(Planner::Global, Target::Nchwc(16))
+    let a = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
         .plan(&g)
         .unwrap();
-    let b = PlanLayouts::new(Planner::Local, Target::Nchwc(16))
+    let b = PlanLayouts::new(PlannerKind::Local, TargetFamily::Nchwc(16))
         .plan(&g)
         .unwrap();
     let drawn = |p: &layoutopt::layout::plan::Plan| {
@@ -222,10 +222,10 @@ fn a_real_model_page_is_small() {
     let path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("models/zoo/MobileNetV3Small_onnx/model.onnx");
     let g = load_model(&path).unwrap();
-    let a = PlanLayouts::new(Planner::Global, Target::Nchwc(16))
+    let a = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
         .plan(&g)
         .unwrap();
-    let b = PlanLayouts::new(Planner::Local, Target::Nchwc(16))
+    let b = PlanLayouts::new(PlannerKind::Local, TargetFamily::Nchwc(16))
         .plan(&g)
         .unwrap();
     let html = layoutopt::explorer::render(&g, &[&a, &b], &Default::default()).unwrap();
@@ -255,7 +255,7 @@ fn fused_groups_are_the_compiled_steps_and_shown_on_their_nodes() {
     use layoutopt::runtime::{CompiledModel, RuntimeOptions};
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/resnet_small/model.onnx");
     let g = load_model(&path).unwrap();
-    let plan = PlanLayouts::new(Planner::Global, Target::Nchwc(16))
+    let plan = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
         .plan(&g)
         .unwrap();
     let groups = CompiledModel::fusion_groups(&plan.graph).unwrap();

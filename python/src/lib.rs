@@ -7,7 +7,7 @@
 //! is read in place by the runtime, and a float32 output becomes a NumPy array
 //! over the buffer the runtime wrote (kept alive by the array).
 
-use layoutopt::api::{self, json, Layout, PlanLayouts, Planner, Target};
+use layoutopt::api::{self, json, Layout, PlanLayouts, PlannerKind, TargetFamily};
 use layoutopt::frontend::onnx::ImportOptions;
 use layoutopt::graph::{DType, Graph, Tensor, TensorData, ValueType};
 use layoutopt::layout::plan::Plan as LayoutPlan;
@@ -107,10 +107,10 @@ impl Model {
         target: &str,
         pinned: Option<HashMap<String, String>>,
     ) -> PyResult<Plan> {
-        let planner: Planner = planner
+        let planner: PlannerKind = planner
             .parse()
             .map_err(|e| PyValueError::new_err(format!("planner: {e}")))?;
-        let target: Target = target
+        let target: TargetFamily = target
             .parse()
             .map_err(|e| PyValueError::new_err(format!("target: {e}")))?;
         let mut planning = PlanLayouts::new(planner, target);
@@ -201,11 +201,11 @@ impl Plan {
     /// plan of the same model at `path`.
     #[pyo3(signature = (path, against = "local", force = false))]
     fn explore(&self, py: Python<'_>, path: PathBuf, against: &str, force: bool) -> PyResult<()> {
-        let against: Planner = against
+        let against: PlannerKind = against
             .parse()
             .map_err(|e| PyValueError::new_err(format!("against: {e}")))?;
         let src = &self.source;
-        let family: Target = self
+        let family: TargetFamily = self
             .plan
             .report
             .family

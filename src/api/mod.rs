@@ -5,7 +5,7 @@
 //! pass; [`Pipeline`] runs passes in order.
 //!
 //! ```
-//! use layoutopt::api::{load_model, Pass, PlanLayouts, Pipeline, Planner, Target};
+//! use layoutopt::api::{load_model, Pass, PlanLayouts, Pipeline, PlannerKind, TargetFamily};
 //! use layoutopt::frontend::onnx::load_tensor_pb;
 //! use std::path::Path;
 //!
@@ -14,7 +14,7 @@
 //! // Import (ONNX or TFLite, told apart by the file's contents).
 //! let graph = load_model(&dir.join("model.onnx"))?;
 //! // The global planner, blocking channels by 8, as one pass of a pipeline.
-//! let pipeline = Pipeline::new().with(PlanLayouts::new(Planner::Global, Target::Nchwc(8)));
+//! let pipeline = Pipeline::new().with(PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(8)));
 //! let planned = pipeline.run(graph.clone())?;
 //! assert!(planned.node_count() > graph.node_count()); // transforms were added
 //!
@@ -31,7 +31,7 @@
 //! A user's own pass goes into the same pipeline:
 //!
 //! ```
-//! use layoutopt::api::{Error, Pass, Pipeline, PlanLayouts, Planner, Target};
+//! use layoutopt::api::{Error, Pass, Pipeline, PlanLayouts, PlannerKind, TargetFamily};
 //! use layoutopt::graph::{Graph, Op};
 //!
 //! /// Counts the layout transforms a plan kept.
@@ -56,7 +56,7 @@
 //! let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/resnet_small/model.onnx");
 //! let g = layoutopt::api::load_model(&path)?;
 //! let count = CountTransforms(std::cell::Cell::new(usize::MAX));
-//! let keep = Pipeline::new().with(PlanLayouts::new(Planner::Keep, Target::Nchwc(16)));
+//! let keep = Pipeline::new().with(PlanLayouts::new(PlannerKind::Keep, TargetFamily::Nchwc(16)));
 //! let g = keep.run(g)?;
 //! count.run(g)?;
 //! assert_eq!(count.0.get(), 0); // `keep` leaves every tensor row-major
@@ -73,7 +73,7 @@ use crate::frontend::onnx::{load_onnx, ImportError, ImportOptions};
 use crate::frontend::tflite::{import_tflite, TfliteError};
 use crate::graph::Graph;
 use crate::layout::plan::{plan_with, Plan, PlanError, PlanOptions};
-use crate::layout::planners;
+use crate::layout::planners::Planner;
 use crate::layout::rules::RuleSource;
 use crate::layout::LayoutError;
 use crate::reference::ExecError;
@@ -82,14 +82,14 @@ use std::io::Read;
 use std::path::Path;
 
 pub use crate::core::Layout;
-/// The layout family a plan targets: `Nchw` (nothing to plan), `Nhwc`, or
-/// `Nchwc(x)`, channels blocked by `x` ([`Target::host_blocked`] picks `x` from
-/// this CPU's vector width). Parsed from "nchw", "nhwc", "nchwc", "nchw<x>c".
 pub use crate::layout::cost::{ConvQuery, CostModel, MeasuredCosts};
 /// The layout planners: `Keep`, `Local`, `Greedy`, `Global` (parsed from their
 /// command-line names); see [`crate::layout::planners`] for what each does.
-pub use crate::layout::planners::PlannerKind as Planner;
-pub use crate::layout::target::Family as Target;
+pub use crate::layout::planners::PlannerKind;
+/// The layout family a plan targets: `Nchw` (nothing to plan), `Nhwc`, or
+/// `Nchwc(x)`, channels blocked by `x` ([`TargetFamily::host_blocked`] picks `x` from
+/// this CPU's vector width). Parsed from "nchw", "nhwc", "nchwc", "nchw<x>c".
+pub use crate::layout::target::TargetFamily;
 
 /// Any error of the pipeline, from the stage that raised it.
 #[derive(Debug, thiserror::Error)]
@@ -173,12 +173,12 @@ pub trait Pass {
 }
 
 /// The layout planner as a pass: plans every tensor's layout with one of the
-/// [`Planner`]s for a [`Target`] layout family under a [`CostModel`], and
+/// [`PlannerKind`]s for a [`TargetFamily`] layout family under a [`CostModel`], and
 /// returns the planned graph (transforms and laid-out ops made explicit; see
 /// [`logical`] for how a later pass reads it).
 pub struct PlanLayouts {
-    planner: Box<dyn planners::Planner>,
-    family: Target,
+    planner: Box<dyn Planner>,
+    family: TargetFamily,
     cost: CostModel,
     options: PlanOptions,
 }
@@ -186,7 +186,7 @@ pub struct PlanLayouts {
 impl PlanLayouts {
     /// The planner `planner` for `target`, with the default cost model and the
     /// rules of `LAYOUTOPT_RULES`, else the ones built in.
-    pub fn new(planner: Planner, target: Target) -> PlanLayouts {
+    pub fn new(planner: PlannerKind, target: TargetFamily) -> PlanLayouts {
         PlanLayouts {
             planner: planner.build(),
             family: target,
@@ -201,7 +201,7 @@ impl PlanLayouts {
     /// into the convolutions before them, and layoutopt's other graph passes
     /// and rewrites.
     pub fn for_onnxruntime() -> PlanLayouts {
-        let mut p = PlanLayouts::new(Planner::Keep, Target::Nchw);
+        let mut p = PlanLayouts::new(PlannerKind::Keep, TargetFamily::Nchw);
         p.options.fold_batchnorms = true;
         p
     }

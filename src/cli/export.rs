@@ -2,7 +2,7 @@
 
 use super::{load, CliResult, InputShapes, Planning};
 use layoutopt::api::json::{document, Exploration, Export};
-use layoutopt::api::{self, ExportFor, PlanLayouts, Planner};
+use layoutopt::api::{self, ExportFor, PlanLayouts, PlannerKind};
 use std::path::{Path, PathBuf};
 
 /// The file a command writes (`-o`), and whether it may write through a
@@ -35,7 +35,7 @@ pub fn export(
     let out = output.output.as_path();
     let default_target = super::parse_target("nchwc")?;
     if purpose == ExportFor::Onnxruntime
-        && (planning.planner != Planner::Global || planning.target != default_target)
+        && (planning.planner != PlannerKind::Global || planning.target != default_target)
     {
         return Err(
             "--planner and --target choose the plan of --for verification: \
@@ -94,7 +94,7 @@ pub fn explore(
     shapes: &InputShapes,
     output: &OutputFile,
     planning: &Planning,
-    (other, json): (Planner, bool),
+    (other, json): (PlannerKind, bool),
     options: &layoutopt::runtime::RuntimeOptions,
 ) -> CliResult {
     let out = output.output.as_path();

@@ -3,7 +3,7 @@
 use super::run::model_inputs;
 use super::{load, native, progress, CliResult, InputShapes, Planning};
 use layoutopt::api::json::{document, plan_document, CompareRow, Comparison, Timing};
-use layoutopt::api::Planner;
+use layoutopt::api::PlannerKind;
 use layoutopt::graph::format_spans;
 use layoutopt::layout::plan::Plan;
 use layoutopt::runtime::bench::{time_run, BenchReport};
@@ -62,8 +62,8 @@ pub fn compare(
     let runtime = native::KernelArgs::default().options(0);
     let costs = measured_cost_model(&runtime)?;
     let mut plans = Vec::new();
-    let pb = progress::bar(Planner::ALL.len() as u64, "planning");
-    for planner in Planner::ALL {
+    let pb = progress::bar(PlannerKind::ALL.len() as u64, "planning");
+    for planner in PlannerKind::ALL {
         pb.set_message(format!("planning with '{planner}'"));
         plans.push(planning.plan_with(&g, planner, &costs)?);
         pb.inc(1);

@@ -14,7 +14,7 @@
 //!   also relabel its input's layout, as a transpose does.
 
 use super::cost::{op_cost, CostModel};
-use super::target::Family;
+use super::target::TargetFamily;
 use super::{Layout, LayoutError};
 use crate::graph::{Graph, NodeId, Op, ValueRef, ValueType};
 pub use crate::ops::LayoutRole as OpKind;
@@ -98,7 +98,7 @@ impl Layouts {
 pub fn value_candidates(
     g: &Graph,
     order: &[NodeId],
-    family: Family,
+    family: TargetFamily,
     layouts: &mut Layouts,
 ) -> Result<BTreeMap<ValueRef, Vec<LayoutId>>, LayoutError> {
     const MAX_PER_VALUE: usize = 6;

@@ -410,7 +410,7 @@ mod tests {
     use crate::graph::{DType, Tensor};
     use crate::layout::report::kept_transforms;
     use crate::layout::solver::{self, SolveOptions};
-    use crate::layout::target::Family;
+    use crate::layout::target::TargetFamily;
     use crate::ops::testutil::conv_3x3;
 
     /// An input read by two convolutions that both run blocked: the
@@ -435,7 +435,7 @@ mod tests {
         }
         g.set_outputs(outs);
         let model = CostModel::default();
-        let space = PlanSpace::build(&g, Family::Nchwc(16), &model).unwrap();
+        let space = PlanSpace::build(&g, TargetFamily::Nchwc(16), &model).unwrap();
         let choice = solver::solve(&space.problem, &SolveOptions::default())
             .unwrap()
             .choice;
@@ -481,7 +481,7 @@ mod tests {
             .unwrap();
         g.set_outputs(vec![ValueRef::new(relu, 0)]);
         let model = CostModel::default();
-        let space = PlanSpace::build(&g, Family::Nchwc(16), &model).unwrap();
+        let space = PlanSpace::build(&g, TargetFamily::Nchwc(16), &model).unwrap();
         let choice = solver::solve(&space.problem, &SolveOptions::default())
             .unwrap()
             .choice;

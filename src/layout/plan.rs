@@ -13,7 +13,7 @@ use super::report::{
 use super::rules::RuleSource;
 use super::solver;
 use super::space::{Pins, PlanSpace};
-use super::target::Family;
+use super::target::TargetFamily;
 use super::{Layout, LayoutError};
 use crate::graph::{
     fold_conv_affine, fold_pads, format_spans, movement_chains, reductions_as_global_pools, Graph,
@@ -81,7 +81,7 @@ impl Plan {
 pub fn plan(
     g: &Graph,
     planner: &dyn Planner,
-    family: Family,
+    family: TargetFamily,
     model: &CostModel,
 ) -> Result<Plan, PlanError> {
     plan_with(g, planner, family, model, &PlanOptions::default())
@@ -135,7 +135,7 @@ fn rewrite_deep(
 pub fn plan_with(
     g: &Graph,
     planner: &dyn Planner,
-    family: Family,
+    family: TargetFamily,
     model: &CostModel,
     options: &PlanOptions,
 ) -> Result<Plan, PlanError> {

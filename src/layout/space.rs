@@ -12,7 +12,7 @@ use super::candidates::{impls, value_candidates, Impl, LayoutId, Layouts};
 use super::cost::{conv_epilogue_reads, CostModel};
 use super::plan::PlanError;
 use super::solver::{Pair, Problem};
-use super::target::Family;
+use super::target::TargetFamily;
 use super::Layout;
 use crate::graph::{Graph, NodeId, Op, ValueRef, ValueType};
 use std::collections::{BTreeMap, HashMap};
@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, HashMap};
 /// The choices of a graph: one variable per non-constant node, in topological order.
 pub struct PlanSpace {
     /// The layout family the plan targets.
-    pub family: Family,
+    pub family: TargetFamily,
     /// The planned nodes, in topological order.
     pub nodes: Vec<NodeId>,
     /// The ways each node can run.
@@ -136,14 +136,18 @@ impl PlanSpace {
     }
 
     /// Enumerates every node's implementations and the pairwise transform costs.
-    pub fn build(g: &Graph, family: Family, model: &CostModel) -> Result<PlanSpace, PlanError> {
+    pub fn build(
+        g: &Graph,
+        family: TargetFamily,
+        model: &CostModel,
+    ) -> Result<PlanSpace, PlanError> {
         PlanSpace::build_pinned(g, family, model, &Pins::new())
     }
 
     /// [`build`](Self::build) with graph inputs and outputs pinned to layouts.
     pub fn build_pinned(
         g: &Graph,
-        family: Family,
+        family: TargetFamily,
         model: &CostModel,
         pins: &Pins,
     ) -> Result<PlanSpace, PlanError> {

@@ -6,7 +6,7 @@ use std::fmt;
 
 /// The family of layouts the planner may move activations into.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Family {
+pub enum TargetFamily {
     /// Row-major NCHW only (nothing to plan).
     Nchw,
     /// Channels last.
@@ -15,20 +15,20 @@ pub enum Family {
     Nchwc(usize),
 }
 
-impl Family {
+impl TargetFamily {
     /// "nchw", "nhwc", "nchwc" (block from this CPU's vector width) or "nchw{x}c".
-    pub fn parse(s: &str) -> Result<Family, LayoutError> {
+    pub fn parse(s: &str) -> Result<TargetFamily, LayoutError> {
         let lower = s.to_ascii_lowercase();
         match lower.as_str() {
-            "nchw" => Ok(Family::Nchw),
-            "nhwc" => Ok(Family::Nhwc),
-            "nchwc" => Ok(Family::host_blocked()),
+            "nchw" => Ok(TargetFamily::Nchw),
+            "nhwc" => Ok(TargetFamily::Nhwc),
+            "nchwc" => Ok(TargetFamily::host_blocked()),
             other => other
                 .strip_prefix("nchw")
                 .and_then(|r| r.strip_suffix('c'))
                 .and_then(|x| x.parse::<usize>().ok())
                 .filter(|&x| x > 0)
-                .map(Family::Nchwc)
+                .map(TargetFamily::Nchwc)
                 .ok_or_else(|| LayoutError::Parse {
                     text: s.to_string(),
                     message: "expected nchw, nhwc, nchwc or nchw<x>c".into(),
@@ -37,33 +37,33 @@ impl Family {
     }
 
     /// Channels blocked by this CPU's vector width (f32 lanes).
-    pub fn host_blocked() -> Family {
-        Family::Nchwc(cpu_vector_lanes())
+    pub fn host_blocked() -> TargetFamily {
+        TargetFamily::Nchwc(cpu_vector_lanes())
     }
 
     /// The layout this family stores a logical NCHW activation in.
     pub fn activation_layout(self) -> Option<Layout> {
         match self {
-            Family::Nchw => None,
-            Family::Nhwc => Layout::parse("NHWC").ok(),
-            Family::Nchwc(x) => Layout::parse(&format!("NCHW{x}c")).ok(),
+            TargetFamily::Nchw => None,
+            TargetFamily::Nhwc => Layout::parse("NHWC").ok(),
+            TargetFamily::Nchwc(x) => Layout::parse(&format!("NCHW{x}c")).ok(),
         }
     }
 }
 
-impl std::str::FromStr for Family {
+impl std::str::FromStr for TargetFamily {
     type Err = LayoutError;
-    fn from_str(s: &str) -> Result<Family, LayoutError> {
-        Family::parse(s)
+    fn from_str(s: &str) -> Result<TargetFamily, LayoutError> {
+        TargetFamily::parse(s)
     }
 }
 
-impl fmt::Display for Family {
+impl fmt::Display for TargetFamily {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Family::Nchw => write!(f, "NCHW"),
-            Family::Nhwc => write!(f, "NHWC"),
-            Family::Nchwc(x) => write!(f, "NCHW{x}c"),
+            TargetFamily::Nchw => write!(f, "NCHW"),
+            TargetFamily::Nhwc => write!(f, "NHWC"),
+            TargetFamily::Nchwc(x) => write!(f, "NCHW{x}c"),
         }
     }
 }
@@ -88,16 +88,22 @@ mod tests {
 
     #[test]
     fn family_names_parse() {
-        assert_eq!(Family::parse("NHWC").unwrap(), Family::Nhwc);
-        assert_eq!(Family::parse("nchw16c").unwrap(), Family::Nchwc(16));
+        assert_eq!(TargetFamily::parse("NHWC").unwrap(), TargetFamily::Nhwc);
         assert_eq!(
-            Family::parse("nchwc").unwrap(),
-            Family::Nchwc(cpu_vector_lanes())
+            TargetFamily::parse("nchw16c").unwrap(),
+            TargetFamily::Nchwc(16)
         );
-        assert!(Family::parse("nchw0c").is_err());
-        assert!(Family::parse("blocked").is_err());
         assert_eq!(
-            Family::Nchwc(8).activation_layout().unwrap().to_string(),
+            TargetFamily::parse("nchwc").unwrap(),
+            TargetFamily::Nchwc(cpu_vector_lanes())
+        );
+        assert!(TargetFamily::parse("nchw0c").is_err());
+        assert!(TargetFamily::parse("blocked").is_err());
+        assert_eq!(
+            TargetFamily::Nchwc(8)
+                .activation_layout()
+                .unwrap()
+                .to_string(),
             "NCHW8c"
         );
     }

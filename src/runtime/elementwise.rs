@@ -562,7 +562,7 @@ mod tests {
     use crate::layout::cost::CostModel;
     use crate::layout::plan::plan;
     use crate::layout::planners::planner_by_name;
-    use crate::layout::target::Family;
+    use crate::layout::target::TargetFamily;
 
     /// `got` against the f64 definition `e`: within 2e-6 relative (1e-6 of
     /// it for values below 1), the same infinity (or an overflow to it), NaN
@@ -895,9 +895,9 @@ mod tests {
             .collect();
         let global = planner_by_name("global").unwrap();
         for (family, block) in [
-            (Family::Nchw, 1),
-            (Family::Nchwc(16), 16),
-            (Family::Nchwc(8), 8),
+            (TargetFamily::Nchw, 1),
+            (TargetFamily::Nchwc(16), 16),
+            (TargetFamily::Nchwc(8), 8),
         ] {
             let planned = plan(&g, global.as_ref(), family, &CostModel::default())
                 .unwrap()
@@ -960,10 +960,10 @@ mod tests {
         let expected = crate::reference::run(&g, &inputs).unwrap()[0].to_f32();
         let global = planner_by_name("global").unwrap();
         for family in [
-            Family::Nchw,
-            Family::Nhwc,
-            Family::Nchwc(16),
-            Family::Nchwc(8),
+            TargetFamily::Nchw,
+            TargetFamily::Nhwc,
+            TargetFamily::Nchwc(16),
+            TargetFamily::Nchwc(8),
         ] {
             let planned = plan(&g, global.as_ref(), family, &CostModel::default())
                 .unwrap()
