@@ -1,14 +1,22 @@
-//! Layout planning: build the assignment problem of a graph, let a planner choose
-//! one implementation per op, materialise the transforms the choice implies, and
-//! report what was kept.
+//! Layout planning as a sequence of passes, each with one job, run in order by
+//! [`plan_with`] and listed with its wall time in the report:
+//! 1. `canonicalize`: fold and canonicalise a copy of the graph;
+//! 2. `candidates`: the plan space: candidate layouts, each op's impls, and the
+//!    assignment problem over them;
+//! 3. `solve`: the planner chooses one impl per op;
+//! 4. `materialize`: the choice spelled out as a graph with explicit transforms;
+//! 5. `rewrite`: e-graph rewriting of that graph;
+//! 6. `alternatives`: the planner's other assignments, materialised and
+//!    rewritten when they might end cheaper; the cheapest stays;
+//! 7. `report`: what the plan kept, and where every tensor lives.
 
 use super::cost::CostModel;
 use super::extract::{rewrite_graph_with, RewriteLimits};
 use super::materialize::{materialise, transforms_cost, Materialised};
-use super::planners::Planner;
+use super::planners::{Assignment, Planner};
 use super::report::{
-    holds_model_tensors, kept_transforms, stored_layout, tensor_layouts, PlanReport, PlanTimings,
-    RewriteInfo,
+    holds_model_tensors, kept_transforms, stored_layout, tensor_layouts, PassTiming, PlanReport,
+    PlanTimings, RewriteInfo, SolverInfo,
 };
 use super::rules::RuleSource;
 use super::solver;
@@ -17,7 +25,7 @@ use super::target::TargetFamily;
 use super::{Layout, LayoutError};
 use crate::graph::{
     fold_conv_affine, fold_pads, format_spans, movement_chains, reductions_as_global_pools, Graph,
-    GraphError, Span,
+    GraphError, PadFold, Span,
 };
 use std::time::{Duration, Instant};
 
@@ -131,7 +139,8 @@ fn rewrite_deep(
 }
 
 /// Plans `g` with `planner` for `family`, materialises the choice, and rewrites
-/// the result with the e-graph rules (keeping it only when it moves no more bytes).
+/// the result with the e-graph rules (keeping it only when it moves no more
+/// bytes): the passes below, run in order, each timed into the report.
 pub fn plan_with(
     g: &Graph,
     planner: &dyn Planner,
@@ -140,7 +149,69 @@ pub fn plan_with(
     options: &PlanOptions,
 ) -> Result<Plan, PlanError> {
     let t0 = Instant::now();
-    // Folding and canonical forms edit a copy (which shares the weights).
+    let mut passes = PassLog::default();
+    let (folded, pad_folds) = passes.run("canonicalize", || canonicalize(g, options))?;
+    let g = &folded;
+    let space = passes.run("candidates", || {
+        PlanSpace::build_pinned(g, family, model, &options.pins)
+    })?;
+    let Assignment { choice, solver } = passes.run("solve", || planner.assign(g, &space))?;
+    let own = passes.run("materialize", || materialise(g, &space, choice, model))?;
+    let own = passes.run("rewrite", || finish(own, model, options));
+    let (best, alternatives_rewrite_ms) = passes.run("alternatives", || {
+        cheapest_alternative(g, &space, planner, own, model, options)
+    })?;
+    let mut plan = passes.run("report", || {
+        let planned = Planned {
+            planner: planner.name(),
+            family,
+            solver,
+            pad_folds,
+        };
+        report(g, best, planned, &options.pins)
+    });
+    plan.report.timings = PlanTimings {
+        plan_ms: ms(t0.elapsed()),
+        assign_ms: passes.wall_ms("solve"),
+        rewrite_ms: passes.wall_ms("rewrite") + alternatives_rewrite_ms,
+        passes: passes.done,
+    };
+    Ok(plan)
+}
+
+/// The passes of a plan that ran, in order, each with its wall time.
+#[derive(Default)]
+struct PassLog {
+    done: Vec<PassTiming>,
+}
+
+impl PassLog {
+    /// Runs the pass `name` and records how long it took.
+    fn run<T>(&mut self, name: &'static str, pass: impl FnOnce() -> T) -> T {
+        let start = Instant::now();
+        let out = pass();
+        self.done.push(PassTiming {
+            name,
+            wall_ms: ms(start.elapsed()),
+        });
+        out
+    }
+
+    /// How long the pass `name` took (ms).
+    fn wall_ms(&self, name: &str) -> f64 {
+        self.done
+            .iter()
+            .filter(|p| p.name == name)
+            .map(|p| p.wall_ms)
+            .sum()
+    }
+}
+
+/// Brings a copy of `g` (which shares the weights) into the forms the planner
+/// expects: batch norms folded when asked, movement chains merged, explicit
+/// pads folded into the conv or pool after them, affine ops folded into
+/// convolutions, reductions over the spatial axes as global pools.
+fn canonicalize(g: &Graph, options: &PlanOptions) -> Result<(Graph, Vec<PadFold>), PlanError> {
     let mut folded = g.clone();
     if options.fold_batchnorms {
         crate::graph::fold_conv_batchnorm(&mut folded)?;
@@ -149,25 +220,29 @@ pub fn plan_with(
     let pad_folds = fold_pads(&mut folded)?;
     fold_conv_affine(&mut folded)?;
     reductions_as_global_pools(&mut folded)?;
-    let g = &folded;
-    let space = PlanSpace::build_pinned(g, family, model, &options.pins)?;
-    let t_assign = Instant::now();
-    let assignment = planner.assign(g, &space)?;
-    let assign_ms = ms(t_assign.elapsed());
-    // Rewriting may improve another assignment beyond the planner's own
-    // choice: finish each and keep the cheapest once rewritten.
-    let own = materialise(g, &space, assignment.choice, model)?;
-    let t_rewrite = Instant::now();
-    let mut best = finish(own, model, options);
-    let mut rewrite_ms = ms(t_rewrite.elapsed());
-    for choice in planner.alternatives(g, &space) {
+    Ok((folded, pad_folds))
+}
+
+/// Rewriting may improve another assignment beyond the planner's own choice:
+/// finishes each alternative worth it and keeps the cheapest once rewritten,
+/// `best` on a tie. Also returns how long their rewriting took (ms).
+fn cheapest_alternative(
+    g: &Graph,
+    space: &PlanSpace,
+    planner: &dyn Planner,
+    mut best: Finished,
+    model: &CostModel,
+    options: &PlanOptions,
+) -> Result<(Finished, f64), PlanError> {
+    let mut rewrite_ms = 0.0;
+    for choice in planner.alternatives(g, space) {
         let beat = best.rewritten_cost - 1e-9 * best.rewritten_cost.abs();
         if choice == best.choice {
             continue;
         }
         // Rewriting removes at most every transform: an assignment that
         // could not win even so is not worth rewriting.
-        let other = materialise(g, &space, choice, model)?;
+        let other = materialise(g, space, choice, model)?;
         if other.cost - other.transforms_cost >= beat {
             continue;
         }
@@ -178,45 +253,47 @@ pub fn plan_with(
             best = other;
         }
     }
-    let Finished {
-        graph,
-        packed_constants,
-        refills,
-        rewrite,
-        estimated_cost,
-        rewritten_cost,
-        ..
-    } = best;
-    let (relabels, transforms): (Vec<_>, Vec<_>) =
-        kept_transforms(&graph).into_iter().partition(|t| t.relabel);
+    Ok((best, rewrite_ms))
+}
+
+/// What the passes before materialisation decided, for the report.
+struct Planned {
+    planner: &'static str,
+    family: TargetFamily,
+    solver: Option<SolverInfo>,
+    pad_folds: Vec<PadFold>,
+}
+
+/// The plan of the finished assignment `best` of `g` (the canonical graph),
+/// with its report (timings left for the caller).
+fn report(g: &Graph, best: Finished, planned: Planned, pins: &Pins) -> Plan {
+    let (relabels, transforms): (Vec<_>, Vec<_>) = kept_transforms(&best.graph)
+        .into_iter()
+        .partition(|t| t.relabel);
     let report = PlanReport {
         model: g.name.clone(),
-        planner: planner.name().to_string(),
-        family: family.to_string(),
-        tensors: tensor_layouts(&graph, g, &options.pins),
+        planner: planned.planner.to_string(),
+        family: planned.family.to_string(),
+        tensors: tensor_layouts(&best.graph, g, pins),
         transform_count: transforms.len(),
         relabel_count: relabels.len(),
         transform_bytes: transforms.iter().map(|t| t.bytes).sum(),
         transforms,
         relabels,
-        packed_constants,
-        refills,
-        pad_folds,
-        estimated_cost,
-        rewritten_cost,
-        solver: assignment.solver,
-        rewrite,
-        timings: PlanTimings {
-            plan_ms: ms(t0.elapsed()),
-            assign_ms,
-            rewrite_ms,
-        },
+        packed_constants: best.packed_constants,
+        refills: best.refills,
+        pad_folds: planned.pad_folds,
+        estimated_cost: best.estimated_cost,
+        rewritten_cost: best.rewritten_cost,
+        solver: planned.solver,
+        rewrite: best.rewrite,
+        timings: PlanTimings::default(),
     };
-    Ok(Plan {
-        graph,
+    Plan {
+        graph: best.graph,
         report,
-        pins: options.pins.clone(),
-    })
+        pins: pins.clone(),
+    }
 }
 
 /// One assignment materialised and rewritten.

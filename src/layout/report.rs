@@ -136,6 +136,17 @@ pub struct PlanTimings {
     /// The e-graph rewriting of the planner's assignment and of each
     /// alternative worth rewriting (ms).
     pub rewrite_ms: f64,
+    /// Every pass of the plan, in the order it ran.
+    pub passes: Vec<PassTiming>,
+}
+
+/// One pass of a plan, as it ran.
+#[derive(Clone, Debug, Serialize)]
+pub struct PassTiming {
+    /// The pass's name.
+    pub name: &'static str,
+    /// Its wall time (ms).
+    pub wall_ms: f64,
 }
 
 impl PlanReport {
