@@ -337,7 +337,7 @@ fn finish(m: Materialised, model: &CostModel, options: &PlanOptions) -> Finished
                     skipped: false,
                     note: (!notes.is_empty()).then(|| notes.join("; ")),
                     iterations: r.iterations,
-                    extraction: format!("{:?}", r.extract.method),
+                    extraction: Some(r.extract.method),
                     cost_before: r.cost_before * model.ns_per_byte,
                     cost_after: r.extract.cost * model.ns_per_byte,
                 }

@@ -2,6 +2,7 @@
 //! lives, what the solver and the rewriting did, and how long it took.
 
 use super::cost::{physical_bytes, same_bytes};
+use super::extract::Method;
 use super::space::Pins;
 use super::Layout;
 use crate::graph::{format_spans, Graph, Node, Op, PadFold, Span, ValueType};
@@ -197,7 +198,7 @@ impl PlanReport {
                 "rewrite: {} ({} iterations, {} extraction, cost {:.1} -> {:.1} us){}",
                 if r.applied { "applied" } else { "not applied" },
                 r.iterations,
-                r.extraction,
+                r.extraction.map(|m| m.to_string()).unwrap_or_default(),
                 r.cost_before / 1e3,
                 r.cost_after / 1e3,
                 r.note
@@ -257,8 +258,9 @@ pub struct RewriteInfo {
     pub note: Option<String>,
     /// Rewriting iterations run.
     pub iterations: usize,
-    /// The extractor used.
-    pub extraction: String,
+    /// The extractor used (none when skipped).
+    #[serde(serialize_with = "extractor_name")]
+    pub extraction: Option<Method>,
     /// Estimated cost before rewriting (ns): the bytes the e-graph's cost
     /// counts (every op's and transform's inputs and outputs) at the cost
     /// model's `ns_per_byte`.
@@ -276,11 +278,16 @@ impl RewriteInfo {
             skipped: true,
             note: Some(note),
             iterations: 0,
-            extraction: String::new(),
+            extraction: None,
             cost_before: 0.0,
             cost_after: 0.0,
         }
     }
+}
+
+/// The extractor's name, empty when none ran.
+fn extractor_name<S: serde::Serializer>(m: &Option<Method>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&m.map(|m| m.to_string()).unwrap_or_default())
 }
 
 /// Every layout transform of a planned graph, in topological order.
