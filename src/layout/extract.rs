@@ -13,7 +13,7 @@
 
 use super::egraph::{region_to_egraph, rewrite_region, Info, LEGraph, Lang, LayoutAnalysis};
 use super::rules::RuleSource;
-use super::solver::{solve, Pair, Problem, SolveOptions};
+use super::solver::{solve, Pair, Problem, SolveError, SolveOptions};
 use super::LayoutError;
 use crate::graph::Graph;
 use egg::{Id, Language, Rewrite, Runner};
@@ -270,6 +270,17 @@ fn needs(children: &[Vec<Vec<usize>>], v: usize, depth: usize) -> BTreeSet<usize
     common.unwrap_or_default()
 }
 
+/// Why the exact extractor chose nothing.
+#[derive(Debug, thiserror::Error)]
+enum ExactError {
+    /// The layout solver failed.
+    #[error(transparent)]
+    Solve(#[from] SolveError),
+    /// Every choice uses a node on a cycle.
+    #[error("no cycle-free extraction")]
+    NoAcyclicChoice,
+}
+
 /// The exact choice on the cycle-free nodes, as an assignment problem for the
 /// layout solver: one variable per class, choosing "unused" or one of its
 /// nodes at that node's cost; a pair term forbids a used node whose child class
@@ -280,7 +291,7 @@ fn exact(
     eg: &LEGraph,
     roots: &[Id],
     nodes: &FxHashMap<Id, Vec<Lang>>,
-) -> Result<FxHashMap<Id, Lang>, String> {
+) -> Result<FxHashMap<Id, Lang>, ExactError> {
     // A fixed variable order, so that ties between equally cheap extractions
     // break the same way on every run.
     let mut classes: Vec<Id> = nodes.keys().copied().collect();
@@ -347,9 +358,9 @@ fn exact(
         }
     }
     let problem = Problem { unary, pairs };
-    let solution = solve(&problem, &SolveOptions::default()).map_err(|e| e.to_string())?;
+    let solution = solve(&problem, &SolveOptions::default())?;
     if solution.objective >= forbidden {
-        return Err("no cycle-free extraction".into());
+        return Err(ExactError::NoAcyclicChoice);
     }
     Ok(classes
         .iter()
