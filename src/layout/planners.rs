@@ -10,7 +10,6 @@
 //!   moving one op at a time to its best layout given its neighbours, until no
 //!   single move helps;
 //! - `global`: the whole graph at once with `solver::solve`, with a lower bound.
-//!
 
 use super::candidates::{op_kind, OpKind};
 use super::plan::PlanError;

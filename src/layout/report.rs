@@ -328,7 +328,8 @@ pub fn kept_transforms(g: &Graph) -> Vec<TransformInfo> {
 }
 
 /// Every model tensor of a planned graph with the layout its producer writes
-/// it in (see [`Plan::layout_of`]), and its logical type in `source`.
+/// it in (see [`Plan::layout_of`](super::plan::Plan::layout_of)), and its
+/// logical type in `source`.
 pub(super) fn tensor_layouts(
     g: &Graph,
     source: &Graph,
