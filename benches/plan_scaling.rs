@@ -12,10 +12,13 @@
 use layoutopt::graph::{
     BinaryOp, Conv, DType, Graph, Op, Tensor, UnaryOp, ValueRef, ValueType, Window,
 };
-use layoutopt::layout::op_rules::{CostModel, Family};
-use layoutopt::layout::plan::{plan_with, Global, PlanOptions, PlanSpace, Planner};
+use layoutopt::layout::cost::CostModel;
+use layoutopt::layout::plan::{plan_with, PlanOptions};
+use layoutopt::layout::planners::{Global, Planner};
 use layoutopt::layout::rules::RuleSource;
 use layoutopt::layout::solver::SolveOptions;
+use layoutopt::layout::space::PlanSpace;
+use layoutopt::layout::target::TargetFamily;
 use layoutopt::ops::{Concat, Lrn};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -214,7 +217,8 @@ fn main() {
             let t0 = Instant::now();
             if std::env::var("PLAN_STAGES").is_ok() {
                 let t = Instant::now();
-                let space = PlanSpace::build(&g, Family::Nchwc(16), &CostModel::default()).unwrap();
+                let space =
+                    PlanSpace::build(&g, TargetFamily::Nchwc(16), &CostModel::default()).unwrap();
                 let t_build = t.elapsed();
                 let t = Instant::now();
                 planner.assign(&g, &space).unwrap();
@@ -223,7 +227,7 @@ fn main() {
             let p = plan_with(
                 &g,
                 &planner,
-                Family::Nchwc(16),
+                TargetFamily::Nchwc(16),
                 &CostModel::default(),
                 &options,
             )

@@ -6,8 +6,10 @@
 use criterion::{criterion_group, criterion_main, Criterion};
 use layoutopt::frontend::onnx::{load_onnx, ImportOptions};
 use layoutopt::graph::Tensor;
-use layoutopt::layout::op_rules::{CostModel, Family};
-use layoutopt::layout::plan::{plan, planner_by_name};
+use layoutopt::layout::cost::CostModel;
+use layoutopt::layout::plan::plan;
+use layoutopt::layout::planners::planner_by_name;
+use layoutopt::layout::target::TargetFamily;
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 use std::path::Path;
 
@@ -20,7 +22,7 @@ const MODELS: [&str; 4] = [
 
 fn models(c: &mut Criterion) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
-    let family = Family::parse("nchwc").expect("the CPU's block family parses");
+    let family = TargetFamily::parse("nchwc").expect("the CPU's block family parses");
     for name in MODELS {
         let path = root.join(name).join("model.onnx");
         if !path.exists() {

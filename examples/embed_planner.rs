@@ -12,7 +12,7 @@
 
 use layoutopt::api::logical::LogicalView;
 use layoutopt::api::{
-    load_model, CostModel, Error, Layout, Pass, Pipeline, PlanLayouts, Planner, Target,
+    load_model, CostModel, Error, Layout, Pass, Pipeline, PlanLayouts, PlannerKind, TargetFamily,
 };
 use layoutopt::graph::{Graph, Tensor, TensorData};
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
@@ -79,7 +79,7 @@ fn compile_and_check() -> Result<(f64, Found), Box<dyn std::error::Error>> {
     let pipeline = Pipeline::new()
         .with(DeadCode)
         .with(
-            PlanLayouts::new(Planner::Global, Target::Nchwc(8))
+            PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(8))
                 .with_cost_model(cost)
                 .with_pinned(&input.name, Layout::parse("NHWC")?),
         )

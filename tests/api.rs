@@ -8,8 +8,8 @@ mod common;
 use common::{load_test_data, max_abs_err};
 use layoutopt::api::logical::LogicalView;
 use layoutopt::api::{
-    load_model, ConvQuery, CostModel, Costs, Layout, Machine, MeasuredCosts, PlanLayouts, Planner,
-    Target,
+    load_model, ConvQuery, CostModel, Costs, Layout, Machine, MeasuredCosts, PlanLayouts,
+    PlannerKind, TargetFamily,
 };
 use layoutopt::graph::{Graph, Tensor, ValueType};
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
@@ -42,22 +42,28 @@ fn assert_close(expected: &Tensor, actual: &Tensor) {
 
 #[test]
 fn planners_and_targets_parse_from_their_names() {
-    for p in Planner::ALL {
-        assert_eq!(p.name().parse::<Planner>().unwrap(), p);
+    for p in PlannerKind::ALL {
+        assert_eq!(p.name().parse::<PlannerKind>().unwrap(), p);
         assert_eq!(p.to_string(), p.name());
     }
-    let err = "fastest".parse::<Planner>().unwrap_err().to_string();
+    let err = "fastest".parse::<PlannerKind>().unwrap_err().to_string();
     assert!(err.contains("unknown planner 'fastest'"), "{err}");
-    assert_eq!("nhwc".parse::<Target>().unwrap(), Target::Nhwc);
-    assert_eq!("nchw8c".parse::<Target>().unwrap(), Target::Nchwc(8));
-    assert_eq!("nchwc".parse::<Target>().unwrap(), Target::host_blocked());
-    assert!("nchw0c".parse::<Target>().is_err());
+    assert_eq!("nhwc".parse::<TargetFamily>().unwrap(), TargetFamily::Nhwc);
+    assert_eq!(
+        "nchw8c".parse::<TargetFamily>().unwrap(),
+        TargetFamily::Nchwc(8)
+    );
+    assert_eq!(
+        "nchwc".parse::<TargetFamily>().unwrap(),
+        TargetFamily::host_blocked()
+    );
+    assert!("nchw0c".parse::<TargetFamily>().is_err());
 }
 
 #[test]
 fn layout_of_names_model_tensors() {
     let g = load_model(&bundled("resnet_small/model.onnx")).unwrap();
-    let plan = PlanLayouts::new(Planner::Global, Target::Nchwc(16))
+    let plan = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
         .with_costs(Costs::BuiltIn)
         .plan(&g)
         .unwrap();
@@ -87,7 +93,7 @@ fn a_pinned_input_arrives_in_its_layout_and_a_pinned_output_leaves_in_its() {
     let (inputs, expected) = load_test_data(&dir);
     let input = g.value(layoutopt::graph::ValueRef::new(g.inputs()[0], 0));
     let output = g.value(g.outputs()[0]).name.clone();
-    let plan = PlanLayouts::new(Planner::Global, Target::Nchwc(8))
+    let plan = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(8))
         .with_costs(Costs::BuiltIn)
         .with_pinned(&input.name, Layout::parse("NHWC").unwrap())
         .with_pinned(&output, Layout::parse("CN").unwrap())
@@ -111,7 +117,7 @@ fn a_pinned_input_arrives_in_its_layout_and_a_pinned_output_leaves_in_its() {
 fn pins_that_do_not_fit_are_refused() {
     let g = load_model(&bundled("resnet_small/model.onnx")).unwrap();
     let plan = |name: &str, layout: &str| {
-        PlanLayouts::new(Planner::Global, Target::Nchwc(8))
+        PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(8))
             .with_costs(Costs::BuiltIn)
             .with_pinned(name, Layout::parse(layout).unwrap())
             .plan(&g)
@@ -135,7 +141,7 @@ fn pins_that_do_not_fit_are_refused() {
 #[test]
 fn the_cost_model_steers_the_plan() {
     let g = load_model(&bundled("resnet_small/model.onnx")).unwrap();
-    let default = PlanLayouts::new(Planner::Global, Target::Nchwc(16))
+    let default = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
         .with_costs(Costs::BuiltIn)
         .plan(&g)
         .unwrap();
@@ -145,7 +151,7 @@ fn the_cost_model_steers_the_plan() {
         ns_per_byte: 1e6,
         ..CostModel::default()
     };
-    let plan = PlanLayouts::new(Planner::Global, Target::Nchwc(16))
+    let plan = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
         .with_cost_model(dear_bytes)
         .plan(&g)
         .unwrap();
@@ -168,11 +174,11 @@ fn logical_ops(g: &Graph) -> BTreeMap<&'static str, usize> {
 fn the_logical_view_sees_the_same_ops_in_every_plan() {
     for model in ["resnet_small/model.onnx", "mobilenet_small/model.onnx"] {
         let g = load_model(&bundled(model)).unwrap();
-        let keep = PlanLayouts::new(Planner::Keep, Target::Nchwc(16))
+        let keep = PlanLayouts::new(PlannerKind::Keep, TargetFamily::Nchwc(16))
             .with_costs(Costs::BuiltIn)
             .plan(&g)
             .unwrap();
-        let global = PlanLayouts::new(Planner::Global, Target::Nchwc(16))
+        let global = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
             .with_costs(Costs::BuiltIn)
             .plan(&g)
             .unwrap();
@@ -227,7 +233,7 @@ fn measured_conv_times_replace_the_estimate() {
             measured: Some(std::sync::Arc::new(times)),
             ..CostModel::default()
         };
-        let plan = PlanLayouts::new(Planner::Global, Target::Nchwc(16))
+        let plan = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
             .with_cost_model(cost)
             .plan(&g)
             .unwrap();
@@ -264,7 +270,7 @@ fn the_measured_cost_model_is_cached_and_predicts_the_steps() {
     let machine = Machine::with_cache(Some(dir.clone()));
     let g = load_model(&bundled("resnet_small/model.onnx")).unwrap();
     let plan = |options: &RuntimeOptions| {
-        PlanLayouts::new(Planner::Global, Target::Nchwc(16))
+        PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
             .with_cost_model(measured_cost_model(&machine, options).unwrap())
             .plan(&g)
             .unwrap()

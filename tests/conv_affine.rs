@@ -12,8 +12,10 @@ mod common;
 use common::*;
 use layoutopt::frontend::onnx::{import_onnx, ImportOptions};
 use layoutopt::graph::{fold_conv_affine, fold_conv_batchnorm, Graph, Op, Tensor};
-use layoutopt::layout::op_rules::{CostModel, Family};
-use layoutopt::layout::plan::{plan, planner_by_name};
+use layoutopt::layout::cost::CostModel;
+use layoutopt::layout::plan::plan;
+use layoutopt::layout::planners::planner_by_name;
+use layoutopt::layout::target::TargetFamily;
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 
 const F32: i32 = 1;
@@ -81,7 +83,7 @@ fn check(g: &Graph, folds: usize) {
     let planned = plan(
         g,
         planner.as_ref(),
-        Family::Nchwc(16),
+        TargetFamily::Nchwc(16),
         &CostModel::default(),
     )
     .unwrap();

@@ -8,9 +8,12 @@ use common::load_test_data;
 use layoutopt::frontend::onnx::{load_onnx, ImportOptions};
 use layoutopt::frontend::tflite::load_tflite;
 use layoutopt::graph::{Graph, Tensor, TensorData};
-use layoutopt::layout::op_rules::{CostModel, Family};
-use layoutopt::layout::plan::{plan, planner_by_name, Global, PlanReport};
+use layoutopt::layout::cost::CostModel;
+use layoutopt::layout::plan::plan;
+use layoutopt::layout::planners::{planner_by_name, Global};
+use layoutopt::layout::report::PlanReport;
 use layoutopt::layout::solver::{solve, Method, Pair, Problem, SolveOptions};
+use layoutopt::layout::target::TargetFamily;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -83,7 +86,7 @@ fn plan_reports_and_outputs_are_identical_across_runs_and_thread_counts() {
                     let p = plan(
                         &g,
                         global.as_ref(),
-                        Family::Nchwc(16),
+                        TargetFamily::Nchwc(16),
                         &CostModel::default(),
                     )
                     .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -177,7 +180,7 @@ fn planner_with_zero_time_limit_still_plans_correctly() {
     for name in ["mobilenet_small", "resnet_small"] {
         let dir = root.join(name);
         let g = load(&dir.join("model.onnx"));
-        let p = plan(&g, &rushed, Family::Nchwc(16), &CostModel::default()).unwrap();
+        let p = plan(&g, &rushed, TargetFamily::Nchwc(16), &CostModel::default()).unwrap();
         let solver = p.report.solver.as_ref().expect("global reports its solver");
         assert!(
             !solver.methods.contains_key("elimination"),

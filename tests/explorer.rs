@@ -4,18 +4,18 @@
 //! page collapses. `scripts/check_explorer.py` checks the page itself in
 //! headless Chromium: drawing, search, collapsing, zoom.
 
-use layoutopt::api::{load_model, Costs, PlanLayouts, Planner, Target};
+use layoutopt::api::{load_model, Costs, PlanLayouts, PlannerKind, TargetFamily};
 use layoutopt::graph::Op;
 use std::path::Path;
 
 fn page() -> (layoutopt::graph::Graph, String, [usize; 2], usize) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/resnet_small/model.onnx");
     let g = load_model(&path).unwrap();
-    let a = PlanLayouts::new(Planner::Global, Target::Nchwc(16))
+    let a = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
         .with_costs(Costs::BuiltIn)
         .plan(&g)
         .unwrap();
-    let b = PlanLayouts::new(Planner::Local, Target::Nchwc(16))
+    let b = PlanLayouts::new(PlannerKind::Local, TargetFamily::Nchwc(16))
         .with_costs(Costs::BuiltIn)
         .plan(&g)
         .unwrap();
@@ -230,11 +230,11 @@ fn a_real_model_page_is_small() {
     let path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("models/zoo/MobileNetV3Small_onnx/model.onnx");
     let g = load_model(&path).unwrap();
-    let a = PlanLayouts::new(Planner::Global, Target::Nchwc(16))
+    let a = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
         .with_costs(Costs::BuiltIn)
         .plan(&g)
         .unwrap();
-    let b = PlanLayouts::new(Planner::Local, Target::Nchwc(16))
+    let b = PlanLayouts::new(PlannerKind::Local, TargetFamily::Nchwc(16))
         .with_costs(Costs::BuiltIn)
         .plan(&g)
         .unwrap();
@@ -271,7 +271,7 @@ fn fused_groups_are_the_compiled_steps_and_shown_on_their_nodes() {
     use layoutopt::runtime::{CompiledModel, RuntimeOptions};
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/resnet_small/model.onnx");
     let g = load_model(&path).unwrap();
-    let plan = PlanLayouts::new(Planner::Global, Target::Nchwc(16))
+    let plan = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
         .with_costs(Costs::BuiltIn)
         .plan(&g)
         .unwrap();

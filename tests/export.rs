@@ -8,7 +8,7 @@
 mod common;
 
 use common::{assert_close, load_test_data};
-use layoutopt::api::{load_model, Costs, PlanLayouts, Planner, Target};
+use layoutopt::api::{load_model, Costs, PlanLayouts, PlannerKind, TargetFamily};
 use layoutopt::export::{export_bytes, export_model, ExportOptions};
 use layoutopt::frontend::onnx::{import_onnx, ImportOptions};
 use layoutopt::graph::Op;
@@ -33,8 +33,8 @@ fn exported_plans_compute_the_recorded_outputs() {
             .iter()
             .map(|&v| g.value(v).name.clone())
             .collect();
-        for target in [Target::Nchwc(16), Target::Nhwc] {
-            for name in Planner::ALL {
+        for target in [TargetFamily::Nchwc(16), TargetFamily::Nhwc] {
+            for name in PlannerKind::ALL {
                 let what = format!("{} {name} {target}", path.display());
                 let planned = PlanLayouts::new(name, target)
                     .with_costs(Costs::BuiltIn)

@@ -9,7 +9,7 @@
 mod common;
 
 use common::{load_test_data, max_abs_err};
-use layoutopt::api::{Costs, PlanLayouts, Planner, Target};
+use layoutopt::api::{Costs, PlanLayouts, PlannerKind, TargetFamily};
 use layoutopt::export::{export_bytes, ExportOptions};
 use layoutopt::frontend::onnx::{import_onnx, load_onnx, ImportOptions};
 use layoutopt::graph::{Graph, Tensor};
@@ -57,7 +57,8 @@ fn every_op_exports_and_reimports() {
     cases.sort();
     let (mut checked, mut planned) = (0, 0);
     let mut failures = Vec::new();
-    let plan = PlanLayouts::new(Planner::Global, Target::Nchwc(8)).with_costs(Costs::BuiltIn);
+    let plan =
+        PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(8)).with_costs(Costs::BuiltIn);
     for dir in &cases {
         let name = dir.file_name().unwrap().to_string_lossy().to_string();
         // Cases that need inputs frozen, or that the stages refuse, are

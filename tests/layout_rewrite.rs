@@ -167,8 +167,10 @@ fn round_trips_at_every_boundary_cancel_on_the_bundled_models() {
 /// same outputs, with no more transforms than before.
 #[test]
 fn planned_models_rewrite_to_the_same_outputs() {
-    use layoutopt::layout::op_rules::{CostModel, Family};
-    use layoutopt::layout::plan::{plan, planner_by_name};
+    use layoutopt::layout::cost::CostModel;
+    use layoutopt::layout::plan::plan;
+    use layoutopt::layout::planners::planner_by_name;
+    use layoutopt::layout::target::TargetFamily;
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
     let rules = RuleSource::Bundled.load().unwrap();
     for name in ["resnet_small", "mobilenet_small", "transformer_block"] {
@@ -180,7 +182,7 @@ fn planned_models_rewrite_to_the_same_outputs() {
             let p = plan(
                 &g,
                 planner.as_ref(),
-                Family::Nchwc(16),
+                TargetFamily::Nchwc(16),
                 &CostModel::default(),
             )
             .unwrap();
@@ -220,8 +222,10 @@ fn constants_packed_into_a_blocked_layout_rewrite() {
     use common::{int_attr, model, model_bytes, node, value_info};
     use layoutopt::frontend::onnx::import_onnx;
     use layoutopt::graph::Tensor;
-    use layoutopt::layout::op_rules::{CostModel, Family};
-    use layoutopt::layout::plan::{plan, planner_by_name};
+    use layoutopt::layout::cost::CostModel;
+    use layoutopt::layout::plan::plan;
+    use layoutopt::layout::planners::planner_by_name;
+    use layoutopt::layout::target::TargetFamily;
 
     let c = 32;
     let w: Vec<f32> = (0..c * 3 * 9)
@@ -260,7 +264,7 @@ fn constants_packed_into_a_blocked_layout_rewrite() {
     let p = plan(
         &g,
         planner_by_name("global").unwrap().as_ref(),
-        Family::Nchwc(16),
+        TargetFamily::Nchwc(16),
         &CostModel::default(),
     )
     .unwrap();
@@ -298,10 +302,11 @@ const RULE_MODELS: [&str; 9] = [
 fn unrewritten_plan(
     g: &Graph,
     planner: &str,
-    family: layoutopt::layout::op_rules::Family,
+    family: layoutopt::layout::target::TargetFamily,
 ) -> Graph {
-    use layoutopt::layout::op_rules::CostModel;
-    use layoutopt::layout::plan::{plan_with, planner_by_name, PlanOptions};
+    use layoutopt::layout::cost::CostModel;
+    use layoutopt::layout::plan::{plan_with, PlanOptions};
+    use layoutopt::layout::planners::planner_by_name;
     let unrewritten = PlanOptions {
         rules: None,
         ..PlanOptions::default()
@@ -324,7 +329,7 @@ fn unrewritten_plan(
 /// test fails when one of them stops paying on all of them (then it should go).
 #[test]
 fn rules_pay_on_their_models() {
-    use layoutopt::layout::op_rules::Family;
+    use layoutopt::layout::target::TargetFamily;
 
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let rules = RuleSource::Bundled.load().unwrap();
@@ -343,9 +348,13 @@ fn rules_pay_on_their_models() {
     let mut shown = vec![];
     'cases: for file in RULE_MODELS {
         let g = layoutopt::api::load_model(&root.join(file)).unwrap();
-        for (family, planner) in [Family::Nchwc(16), Family::Nhwc, Family::Nchwc(8)]
-            .into_iter()
-            .flat_map(|f| ["local", "greedy", "global"].map(|p| (f, p)))
+        for (family, planner) in [
+            TargetFamily::Nchwc(16),
+            TargetFamily::Nhwc,
+            TargetFamily::Nchwc(8),
+        ]
+        .into_iter()
+        .flat_map(|f| ["local", "greedy", "global"].map(|p| (f, p)))
         {
             let planned = unrewritten_plan(&g, planner, family);
             let cost = |rules: &[_]| {
@@ -378,7 +387,7 @@ fn rules_pay_on_their_models() {
 /// value, the rewritten graphs cost the same and compute the same outputs.
 #[test]
 fn the_rewritten_region_matches_the_whole_graph() {
-    use layoutopt::layout::op_rules::Family;
+    use layoutopt::layout::target::TargetFamily;
 
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let rules = RuleSource::Bundled.load().unwrap();
@@ -401,7 +410,7 @@ fn the_rewritten_region_matches_the_whole_graph() {
     };
     for file in RULE_MODELS {
         let g = layoutopt::api::load_model(&root.join(file)).unwrap();
-        for family in [Family::Nchwc(16), Family::Nhwc] {
+        for family in [TargetFamily::Nchwc(16), TargetFamily::Nhwc] {
             for planner in ["local", "greedy", "global"] {
                 let planned = unrewritten_plan(&g, planner, family);
                 check(&format!("{file} ({planner}, {family:?})"), &planned);

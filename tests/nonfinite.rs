@@ -14,8 +14,10 @@ mod common;
 use common::*;
 use layoutopt::frontend::onnx::{import_onnx, load_onnx, ImportOptions};
 use layoutopt::graph::{DType, Tensor, TensorData};
-use layoutopt::layout::op_rules::{CostModel, Family};
-use layoutopt::layout::plan::{plan, planner_by_name};
+use layoutopt::layout::cost::CostModel;
+use layoutopt::layout::plan::plan;
+use layoutopt::layout::planners::planner_by_name;
+use layoutopt::layout::target::TargetFamily;
 use layoutopt::runtime::Isa;
 use layoutopt::runtime::RuntimeOptions;
 use std::path::Path;
@@ -81,10 +83,10 @@ fn recorded_cases_match_the_oracles_in_every_layout_family() {
     let cases = recorded_cases();
     assert!(cases.len() >= 50, "only {} recorded cases", cases.len());
     let families = [
-        Family::Nchw,
-        Family::Nhwc,
-        Family::Nchwc(8),
-        Family::Nchwc(16),
+        TargetFamily::Nchw,
+        TargetFamily::Nhwc,
+        TargetFamily::Nchwc(8),
+        TargetFamily::Nchwc(16),
     ];
     let global = planner_by_name("global").unwrap();
     for (name, dir) in &cases {
@@ -210,7 +212,7 @@ fn planned_models_propagate_extremes_like_the_source_graph() {
         let p = plan(
             &g,
             global.as_ref(),
-            Family::Nchwc(16),
+            TargetFamily::Nchwc(16),
             &CostModel::default(),
         )
         .unwrap();

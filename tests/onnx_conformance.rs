@@ -13,8 +13,10 @@ mod common;
 use common::load_test_data;
 use layoutopt::frontend::onnx::{load_onnx, ImportError, ImportOptions};
 use layoutopt::graph::{DType, Graph, Tensor};
-use layoutopt::layout::op_rules::{CostModel, Family};
-use layoutopt::layout::plan::{plan, planner_by_name};
+use layoutopt::layout::cost::CostModel;
+use layoutopt::layout::plan::plan;
+use layoutopt::layout::planners::planner_by_name;
+use layoutopt::layout::target::TargetFamily;
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 use protobuf::Message;
 use std::collections::BTreeMap;
@@ -62,8 +64,13 @@ fn reference(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
 /// kernels, TIR through codegen, reference fallbacks), run on one thread.
 fn compiled(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
     let planner = planner_by_name("global").map_err(|e| e.to_string())?;
-    let p = plan(g, planner.as_ref(), Family::Nchwc(8), &CostModel::default())
-        .map_err(|e| e.to_string())?;
+    let p = plan(
+        g,
+        planner.as_ref(),
+        TargetFamily::Nchwc(8),
+        &CostModel::default(),
+    )
+    .map_err(|e| e.to_string())?;
     let m = CompiledModel::compile(
         &p.graph,
         &RuntimeOptions {

@@ -9,8 +9,10 @@ mod common;
 use common::*;
 use layoutopt::frontend::onnx::{import_onnx, ImportOptions};
 use layoutopt::graph::{Graph, Tensor};
-use layoutopt::layout::op_rules::{CostModel, Family};
-use layoutopt::layout::plan::{plan, planner_by_name};
+use layoutopt::layout::cost::CostModel;
+use layoutopt::layout::plan::plan;
+use layoutopt::layout::planners::planner_by_name;
+use layoutopt::layout::target::TargetFamily;
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 use onnx_protobuf::type_proto;
 
@@ -76,7 +78,7 @@ fn check(g: &Graph, folded: bool, what: &str) {
         .collect();
     let x = Tensor::from_f32(vec![1, 5, 9, 9], x);
     let expected = layoutopt::reference::run(g, std::slice::from_ref(&x)).unwrap();
-    for family in [Family::Nchwc(16), Family::Nhwc] {
+    for family in [TargetFamily::Nchwc(16), TargetFamily::Nhwc] {
         let planner = planner_by_name("global").unwrap();
         let p = plan(g, planner.as_ref(), family, &CostModel::default()).unwrap();
         let folds: Vec<(String, String)> = p

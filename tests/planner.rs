@@ -8,12 +8,19 @@ mod common;
 use common::{assert_close, load_test_data};
 use layoutopt::frontend::onnx::{load_onnx, ImportOptions};
 use layoutopt::graph::{Graph, Op, Tensor};
-use layoutopt::layout::op_rules::{CostModel, Family};
-use layoutopt::layout::plan::{plan, planner_by_name, PlanReport};
+use layoutopt::layout::cost::CostModel;
+use layoutopt::layout::plan::plan;
+use layoutopt::layout::planners::planner_by_name;
+use layoutopt::layout::report::PlanReport;
+use layoutopt::layout::target::TargetFamily;
 use std::path::Path;
 use std::sync::Arc;
 
-const FAMILIES: [Family; 3] = [Family::Nhwc, Family::Nchwc(16), Family::Nchwc(8)];
+const FAMILIES: [TargetFamily; 3] = [
+    TargetFamily::Nhwc,
+    TargetFamily::Nchwc(16),
+    TargetFamily::Nchwc(8),
+];
 const PLANNERS: [&str; 4] = ["keep", "local", "greedy", "global"];
 
 #[test]
@@ -59,7 +66,7 @@ fn planned_constants_share_the_source_weights() {
         let p = plan(
             &g,
             planner.as_ref(),
-            Family::Nchwc(16),
+            TargetFamily::Nchwc(16),
             &CostModel::default(),
         )
         .unwrap();
@@ -79,7 +86,7 @@ fn planned_constants_share_the_source_weights() {
     }
 }
 
-fn report(file: &Path, name: &str, family: Family) -> PlanReport {
+fn report(file: &Path, name: &str, family: TargetFamily) -> PlanReport {
     let g = layoutopt::api::load_model(file).unwrap();
     let planner = planner_by_name(name).unwrap();
     plan(&g, planner.as_ref(), family, &CostModel::default())
@@ -128,9 +135,12 @@ fn plan_reports_are_deterministic() {
     for dir in common::bundled_onnx_dirs() {
         let strip = |r: PlanReport| r.without_timings().to_json();
         let file = dir.join("model.onnx");
-        let first = strip(report(&file, "global", Family::Nchwc(16)));
+        let first = strip(report(&file, "global", TargetFamily::Nchwc(16)));
         for _ in 0..3 {
-            assert_eq!(first, strip(report(&file, "global", Family::Nchwc(16))));
+            assert_eq!(
+                first,
+                strip(report(&file, "global", TargetFamily::Nchwc(16)))
+            );
         }
     }
 }

@@ -4,7 +4,7 @@
 //! the `global` planner. Every plan is also run by the reference executor against
 //! the unplanned graph.
 //!
-//! Cost model facts the derivations use (src/layout/op_rules.rs, CostModel::default):
+//! Cost model facts the derivations use (src/layout/cost.rs, CostModel::default):
 //! a transform costs 0.1 ns per byte read or written; a convolution costs 0.02 ns
 //! per flop, times 2.0 in row-major NCHW (sqrt(2) for depthwise), 1.15 in NHWC,
 //! 1.0 blocked, times the padding waste of its input and output channels; a first
@@ -13,8 +13,11 @@
 use layoutopt::graph::{
     Conv, DType, Graph, Op, Pool, PoolKind, Tensor, UnaryOp, ValueRef, ValueType, Window,
 };
-use layoutopt::layout::op_rules::{CostModel, Family};
-use layoutopt::layout::plan::{plan, planner_by_name, PlanReport};
+use layoutopt::layout::cost::CostModel;
+use layoutopt::layout::plan::plan;
+use layoutopt::layout::planners::planner_by_name;
+use layoutopt::layout::report::PlanReport;
+use layoutopt::layout::target::TargetFamily;
 use layoutopt::ops::{Concat, Reshape, Softmax, Transpose};
 
 fn input(g: &mut Graph, shape: &[usize]) -> ValueRef {
@@ -80,7 +83,7 @@ fn relu(g: &mut Graph, x: ValueRef, name: &str) -> ValueRef {
 }
 
 /// Plans with `planner` and checks the planned graph against the source graph.
-fn plan_checked(g: &Graph, planner: &str, family: Family) -> PlanReport {
+fn plan_checked(g: &Graph, planner: &str, family: TargetFamily) -> PlanReport {
     let p = plan(
         g,
         planner_by_name(planner).unwrap().as_ref(),
@@ -113,7 +116,7 @@ fn plan_checked(g: &Graph, planner: &str, family: Family) -> PlanReport {
 
 /// Transforms `planner` keeps. For `global`, also checks that it moves no more
 /// bytes than `local` and `greedy`, and costs no more than either once rewritten.
-fn transforms(g: &Graph, planner: &str, family: Family) -> usize {
+fn transforms(g: &Graph, planner: &str, family: TargetFamily) -> usize {
     let r = plan_checked(g, planner, family);
     if planner == "global" {
         for other in ["local", "greedy"] {
@@ -162,8 +165,8 @@ fn conv_pool_conv() {
     );
     let c2 = conv(&mut g, p, 16, 3, 1, "conv2");
     g.set_outputs(vec![c2]);
-    assert_eq!(transforms(&g, "global", Family::Nchwc(16)), 2);
-    assert!(transforms(&g, "local", Family::Nchwc(16)) >= 2);
+    assert_eq!(transforms(&g, "global", TargetFamily::Nchwc(16)), 2);
+    assert!(transforms(&g, "local", TargetFamily::Nchwc(16)) >= 2);
 }
 
 /// A multi-input op that poisons its other operand: y = conv2(x + conv1(x)).
@@ -184,8 +187,8 @@ fn add_that_poisons_its_operand() {
     );
     let c2 = conv(&mut g, s, 16, 3, 1, "conv2");
     g.set_outputs(vec![c2]);
-    assert_eq!(transforms(&g, "local", Family::Nchwc(16)), 4);
-    assert_eq!(transforms(&g, "global", Family::Nchwc(16)), 2);
+    assert_eq!(transforms(&g, "local", TargetFamily::Nchwc(16)), 4);
+    assert_eq!(transforms(&g, "global", TargetFamily::Nchwc(16)), 2);
 }
 
 /// A^T · B with A [64, 32], B [64, 48]. The transpose can be a relabelling (A^T in
@@ -205,8 +208,8 @@ fn a_transposed_times_b() {
     );
     let y = op(&mut g, Op::MatMul, &[at, b], "matmul");
     g.set_outputs(vec![y]);
-    let keep = plan_checked(&g, "keep", Family::Nchw);
-    let global = plan_checked(&g, "global", Family::Nchw);
+    let keep = plan_checked(&g, "keep", TargetFamily::Nchw);
+    let global = plan_checked(&g, "global", TargetFamily::Nchw);
     assert_eq!(global.transform_count, 0);
     let saved = keep.estimated_cost - global.estimated_cost;
     assert!(
@@ -227,7 +230,7 @@ fn branches_joining_in_a_concat() {
     let c = op(&mut g, Op::Concat(Concat { axis: 1 }), &[a, b], "cat");
     let y = conv(&mut g, c, 16, 3, 1, "conv_c");
     g.set_outputs(vec![y]);
-    assert_eq!(transforms(&g, "global", Family::Nchwc(16)), 2);
+    assert_eq!(transforms(&g, "global", TargetFamily::Nchwc(16)), 2);
 }
 
 /// The same join with 12 + 12 channels: blocks of 16 would put padding inside the
@@ -244,10 +247,10 @@ fn concat_of_unaligned_channels() {
     let c = op(&mut g, Op::Concat(Concat { axis: 1 }), &[a, b], "cat");
     let y = conv(&mut g, c, 12, 3, 1, "conv_c");
     g.set_outputs(vec![y]);
-    assert_eq!(transforms(&g, "global", Family::Nhwc), 2);
+    assert_eq!(transforms(&g, "global", TargetFamily::Nhwc), 2);
     // Blocked: every plan stays correct (checked inside), whatever it keeps.
-    plan_checked(&g, "global", Family::Nchwc(16));
-    plan_checked(&g, "local", Family::Nchwc(16));
+    plan_checked(&g, "global", TargetFamily::Nchwc(16));
+    plan_checked(&g, "local", TargetFamily::Nchwc(16));
 }
 
 /// 3- and 17-channel tensors in NCHW16c: image [1,3,16,16] → conv(3→17) → relu →
@@ -265,8 +268,8 @@ fn three_and_seventeen_channels() {
     let r = relu(&mut g, c1, "relu");
     let c2 = conv(&mut g, r, 17, 3, 1, "conv2");
     g.set_outputs(vec![c2]);
-    assert_eq!(transforms(&g, "global", Family::Nchwc(16)), 0);
-    assert!(transforms(&g, "local", Family::Nchwc(16)) >= 1);
+    assert_eq!(transforms(&g, "global", TargetFamily::Nchwc(16)), 0);
+    assert!(transforms(&g, "local", TargetFamily::Nchwc(16)) >= 1);
 }
 
 /// A transformer head split: x [1,16,64] → reshape [1,16,4,16] → transpose
@@ -312,8 +315,8 @@ fn transformer_head_split_and_merge() {
         "merge_heads",
     );
     g.set_outputs(vec![y]);
-    let keep = plan_checked(&g, "keep", Family::Nchw);
-    let global = plan_checked(&g, "global", Family::Nchw);
+    let keep = plan_checked(&g, "keep", TargetFamily::Nchw);
+    let global = plan_checked(&g, "global", TargetFamily::Nchw);
     assert_eq!(global.transform_count, 0);
     let transpose_traffic = 2.0 * 2.0 * 1024.0 * 4.0 * 0.1;
     assert!(
@@ -353,7 +356,7 @@ fn one_tensor_read_through_two_relabels() {
         "sum",
     );
     g.set_outputs(vec![y]);
-    let report = plan_checked(&g, "global", Family::Nchwc(16));
+    let report = plan_checked(&g, "global", TargetFamily::Nchwc(16));
     assert_eq!(report.transform_count, 2, "{}", report.to_text());
 }
 
@@ -424,10 +427,10 @@ fn attention_block() {
     let y = project(&mut g, m, "out");
     g.set_outputs(vec![y]);
     for family in [
-        Family::Nchw,
-        Family::Nhwc,
-        Family::Nchwc(8),
-        Family::Nchwc(16),
+        TargetFamily::Nchw,
+        TargetFamily::Nhwc,
+        TargetFamily::Nchwc(8),
+        TargetFamily::Nchwc(16),
     ] {
         let global = transforms(&g, "global", family);
         assert!(global <= transforms(&g, "local", family), "{family}");

@@ -10,7 +10,7 @@
 mod common;
 
 use common::{assert_close, load_test_data};
-use layoutopt::api::{load_model, Costs, PlanLayouts, Planner, Target};
+use layoutopt::api::{load_model, Costs, PlanLayouts, PlannerKind, TargetFamily};
 use layoutopt::export::{export_bytes, ExportOptions};
 use layoutopt::frontend::onnx::{import_onnx, ImportOptions};
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
@@ -53,9 +53,9 @@ fn a_replanned_export_moves_no_more_data_and_computes_the_same() {
             .map(|&v| g.value(v).name.clone())
             .collect();
         let (inputs, expected) = load_test_data(&dir);
-        for target in [Target::Nchwc(16), Target::Nhwc] {
+        for target in [TargetFamily::Nchwc(16), TargetFamily::Nhwc] {
             let what = format!("{} {target}", dir.display());
-            let planner = PlanLayouts::new(Planner::Global, target).with_costs(Costs::BuiltIn);
+            let planner = PlanLayouts::new(PlannerKind::Global, target).with_costs(Costs::BuiltIn);
             let first = planner.plan(&g).unwrap();
             let opts = ExportOptions {
                 output_names: Some(names.clone()),

@@ -10,8 +10,10 @@ use common::{assert_close, load_test_data, scratch_dir};
 use layoutopt::frontend::onnx::{load_onnx, ImportOptions};
 use layoutopt::frontend::tflite::load_tflite;
 use layoutopt::graph::Graph;
-use layoutopt::layout::op_rules::{CostModel, Family};
-use layoutopt::layout::plan::{plan, planner_by_name};
+use layoutopt::layout::cost::CostModel;
+use layoutopt::layout::plan::plan;
+use layoutopt::layout::planners::planner_by_name;
+use layoutopt::layout::target::TargetFamily;
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 use std::path::{Path, PathBuf};
 
@@ -41,7 +43,11 @@ fn bundled_models_match_onnxruntime_on_the_native_runtime() {
     assert!(models.len() >= 5, "bundled models are missing");
     for (dir, g) in models {
         let (inputs, expected) = load_test_data(&dir);
-        for family in [Family::Nchwc(16), Family::Nchwc(8), Family::Nhwc] {
+        for family in [
+            TargetFamily::Nchwc(16),
+            TargetFamily::Nchwc(8),
+            TargetFamily::Nhwc,
+        ] {
             let planner = planner_by_name("global").unwrap();
             let p = plan(&g, planner.as_ref(), family, &CostModel::default()).unwrap();
             for threads in [1, 2] {

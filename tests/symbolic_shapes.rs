@@ -131,7 +131,7 @@ fn the_cli_refuses_unbound_dimensions_and_takes_input_shape() {
 /// whose computation fixes the batch (a Reshape to [4]) is exported with it fixed.
 #[test]
 fn export_keeps_a_symbolic_batch_where_the_plan_allows() {
-    use layoutopt::api::{Costs, PlanLayouts, Planner, Target};
+    use layoutopt::api::{Costs, PlanLayouts, PlannerKind, TargetFamily};
     use layoutopt::export::{export_bytes, ExportOptions};
     use layoutopt::frontend::onnx::import_onnx;
     use protobuf::Message;
@@ -148,7 +148,7 @@ fn export_keeps_a_symbolic_batch_where_the_plan_allows() {
     };
     let planned_graph = import_onnx(&source, "resnet_n.onnx", None, &at(1)).unwrap();
     assert_eq!(planned_graph.symbolic_batch.as_deref(), Some("N"));
-    let planned = PlanLayouts::new(Planner::Global, Target::Nchwc(16))
+    let planned = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
         .with_costs(Costs::BuiltIn)
         .plan(&planned_graph)
         .unwrap();

@@ -7,8 +7,11 @@ mod common;
 use common::{load_test_data, max_abs_err};
 use layoutopt::frontend::tflite::load_tflite;
 use layoutopt::graph::{Graph, Op, Tensor};
-use layoutopt::layout::op_rules::{CostModel, Family};
-use layoutopt::layout::plan::{plan, planner_by_name, PlanReport};
+use layoutopt::layout::cost::CostModel;
+use layoutopt::layout::plan::plan;
+use layoutopt::layout::planners::planner_by_name;
+use layoutopt::layout::report::PlanReport;
+use layoutopt::layout::target::TargetFamily;
 use std::path::{Path, PathBuf};
 
 fn model_dir(model: &str) -> PathBuf {
@@ -43,7 +46,7 @@ fn check_outputs(label: &str, g: &Graph, inputs: &[Tensor], expected: &[Tensor])
     }
 }
 
-fn planned(g: &Graph, planner: &str, family: Family) -> (Graph, PlanReport) {
+fn planned(g: &Graph, planner: &str, family: TargetFamily) -> (Graph, PlanReport) {
     let p = plan(
         g,
         planner_by_name(planner).unwrap().as_ref(),
@@ -60,7 +63,7 @@ fn planned(g: &Graph, planner: &str, family: Family) -> (Graph, PlanReport) {
 fn check(model: &str) {
     let (g, inputs, expected) = load(&model_dir(model));
     check_outputs(model, &g, &inputs, &expected);
-    for family in [Family::Nhwc, Family::Nchwc(8)] {
+    for family in [TargetFamily::Nhwc, TargetFamily::Nchwc(8)] {
         let (pg, report) = planned(&g, "global", family);
         check_outputs(
             &format!("{model} planned for {family}"),
@@ -69,7 +72,7 @@ fn check(model: &str) {
             &expected,
         );
         println!("{}", report.to_text().lines().next().unwrap_or_default());
-        if family == Family::Nhwc {
+        if family == TargetFamily::Nhwc {
             assert_eq!(report.transform_count, 0, "{}", report.to_text());
         }
     }
@@ -116,10 +119,10 @@ fn full_mobilenetv2_imports_runs_and_plans() {
     assert_eq!(transposes, 104);
     check_outputs("mobilenetv2", &g, &inputs, &expected);
     for (planner, family) in [
-        ("local", Family::Nhwc),
-        ("global", Family::Nhwc),
-        ("local", Family::Nchwc(8)),
-        ("global", Family::Nchwc(8)),
+        ("local", TargetFamily::Nhwc),
+        ("global", TargetFamily::Nhwc),
+        ("local", TargetFamily::Nchwc(8)),
+        ("global", TargetFamily::Nchwc(8)),
     ] {
         let (pg, report) = planned(&g, planner, family);
         println!(
@@ -139,7 +142,7 @@ fn full_mobilenetv2_imports_runs_and_plans() {
                 &expected,
             );
         }
-        if (planner, family) == ("global", Family::Nhwc) {
+        if (planner, family) == ("global", TargetFamily::Nhwc) {
             assert_eq!(report.transform_count, 0);
         }
     }

@@ -7,7 +7,7 @@
 mod common;
 
 use common::{load_test_data, max_abs_err};
-use layoutopt::api::{load_model, Costs, PlanLayouts, Planner, Target};
+use layoutopt::api::{load_model, Costs, PlanLayouts, PlannerKind, TargetFamily};
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 use std::path::Path;
 
@@ -23,7 +23,7 @@ fn committed_real_models_run_natively_and_match_their_runtimes() {
     for (dir, file) in SUBSET {
         let dir = root.join(dir);
         let g = load_model(&dir.join(file)).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-        let planned = PlanLayouts::new(Planner::Global, Target::Nchwc(16))
+        let planned = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
             .with_costs(Costs::BuiltIn)
             .plan(&g)
             .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));

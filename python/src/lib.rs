@@ -9,7 +9,7 @@
 
 use layoutopt::api::{
     self, json, CompiledModel, DType, Graph, ImportOptions, Layout, Machine, ModelInput,
-    Plan as LayoutPlan, PlanLayouts, Planner, RuntimeOptions, Target, Tensor, TensorData,
+    Plan as LayoutPlan, PlanLayouts, PlannerKind, RuntimeOptions, TargetFamily, Tensor, TensorData,
     ValueType,
 };
 use numpy::ndarray::{ArrayViewD, IxDyn};
@@ -107,10 +107,10 @@ impl Model {
         target: &str,
         pinned: Option<HashMap<String, String>>,
     ) -> PyResult<Plan> {
-        let planner: Planner = planner
+        let planner: PlannerKind = planner
             .parse()
             .map_err(|e| PyValueError::new_err(format!("planner: {e}")))?;
-        let target: Target = target
+        let target: TargetFamily = target
             .parse()
             .map_err(|e| PyValueError::new_err(format!("target: {e}")))?;
         let mut planning = PlanLayouts::new(planner, target);
@@ -205,11 +205,11 @@ impl Plan {
     /// plan of the same model at `path`.
     #[pyo3(signature = (path, against = "local", force = false))]
     fn explore(&self, py: Python<'_>, path: PathBuf, against: &str, force: bool) -> PyResult<()> {
-        let against: Planner = against
+        let against: PlannerKind = against
             .parse()
             .map_err(|e| PyValueError::new_err(format!("against: {e}")))?;
         let src = &self.source;
-        let family: Target = self
+        let family: TargetFamily = self
             .plan
             .report
             .family

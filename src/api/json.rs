@@ -9,7 +9,7 @@
 //! `_ms` (milliseconds), `_ns` (nanoseconds), `_bytes`.
 
 use crate::graph::{Graph, Op, Span};
-use crate::layout::plan::PlanReport;
+use crate::layout::report::PlanReport;
 use crate::runtime::{ConvAlgo, LayerAlgo};
 use serde::Serialize;
 use std::collections::BTreeMap;

@@ -5,7 +5,7 @@
 //! pass; [`Pipeline`] runs passes in order.
 //!
 //! ```
-//! use layoutopt::api::{load_model, Pass, PlanLayouts, Pipeline, Planner, Target};
+//! use layoutopt::api::{load_model, Pass, PlanLayouts, Pipeline, PlannerKind, TargetFamily};
 //! use layoutopt::frontend::onnx::load_tensor_pb;
 //! use std::path::Path;
 //!
@@ -14,7 +14,7 @@
 //! // Import (ONNX or TFLite, told apart by the file's contents).
 //! let graph = load_model(&dir.join("model.onnx"))?;
 //! // The global planner, blocking channels by 8, as one pass of a pipeline.
-//! let pipeline = Pipeline::new().with(PlanLayouts::new(Planner::Global, Target::Nchwc(8)));
+//! let pipeline = Pipeline::new().with(PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(8)));
 //! let planned = pipeline.run(graph.clone())?;
 //! assert!(planned.node_count() > graph.node_count()); // transforms were added
 //!
@@ -31,7 +31,7 @@
 //! A user's own pass goes into the same pipeline:
 //!
 //! ```
-//! use layoutopt::api::{Error, Pass, Pipeline, PlanLayouts, Planner, Target};
+//! use layoutopt::api::{Error, Pass, Pipeline, PlanLayouts, PlannerKind, TargetFamily};
 //! use layoutopt::graph::{Graph, Op};
 //!
 //! /// Counts the layout transforms a plan kept.
@@ -56,7 +56,7 @@
 //! let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/resnet_small/model.onnx");
 //! let g = layoutopt::api::load_model(&path)?;
 //! let count = CountTransforms(std::cell::Cell::new(usize::MAX));
-//! let keep = Pipeline::new().with(PlanLayouts::new(Planner::Keep, Target::Nchwc(16)));
+//! let keep = Pipeline::new().with(PlanLayouts::new(PlannerKind::Keep, TargetFamily::Nchwc(16)));
 //! let g = keep.run(g)?;
 //! count.run(g)?;
 //! assert_eq!(count.0.get(), 0); // `keep` leaves every tensor row-major
@@ -72,7 +72,8 @@ pub mod native;
 use crate::export::ExportError;
 use crate::frontend::onnx::{load_onnx, ImportError};
 use crate::frontend::tflite::{import_tflite, TfliteError};
-use crate::layout::plan::{self, plan_with, PlanError, PlanOptions};
+use crate::layout::plan::{plan_with, PlanError, PlanOptions};
+use crate::layout::planners::Planner;
 use crate::reference::ExecError;
 pub use artifacts::{check_output, explore_plans, export_plan, ExportFor, Exported};
 use std::io::Read;
@@ -84,16 +85,17 @@ pub use crate::frontend::npy::{read_npy, read_npz, write_npy};
 pub use crate::frontend::onnx::{load_tensor_pb, ImportOptions};
 pub use crate::frontend::read_file;
 pub use crate::graph::{format_spans, DType, Graph, Span, Tensor, TensorData, ValueType};
-/// The layout family a plan targets: `Nchw` (nothing to plan), `Nhwc`, or
-/// `Nchwc(x)`, channels blocked by `x` ([`Target::host_blocked`] picks `x` from
-/// this CPU's vector width). Parsed from "nchw", "nhwc", "nchwc", "nchw<x>c".
-pub use crate::layout::op_rules::Family as Target;
-pub use crate::layout::op_rules::{ConvQuery, CostModel, MeasuredCosts};
+pub use crate::layout::cost::{ConvQuery, CostModel, MeasuredCosts};
+pub use crate::layout::plan::Plan;
 /// The layout planners: `Keep`, `Local`, `Greedy`, `Global` (parsed from their
-/// command-line names); see [`crate::layout::plan`] for what each does.
-pub use crate::layout::plan::PlannerKind as Planner;
-pub use crate::layout::plan::{Plan, PlanReport};
+/// command-line names); see [`crate::layout::planners`] for what each does.
+pub use crate::layout::planners::PlannerKind;
+pub use crate::layout::report::PlanReport;
 pub use crate::layout::rules::RuleSource;
+/// The layout family a plan targets: `Nchw` (nothing to plan), `Nhwc`, or
+/// `Nchwc(x)`, channels blocked by `x` ([`TargetFamily::host_blocked`] picks `x` from
+/// this CPU's vector width). Parsed from "nchw", "nhwc", "nchwc", "nchw<x>c".
+pub use crate::layout::target::TargetFamily;
 pub use crate::layout::LayoutError;
 pub use native::{
     bench, clear_measurements, compile, conv_algorithms, max_threads, measured_costs,
@@ -186,12 +188,12 @@ pub trait Pass {
 }
 
 /// The layout planner as a pass: plans every tensor's layout with one of the
-/// [`Planner`]s for a [`Target`] layout family under a [`CostModel`], and
+/// [`PlannerKind`]s for a [`TargetFamily`] layout family under a [`CostModel`], and
 /// returns the planned graph (transforms and laid-out ops made explicit; see
 /// [`logical`] for how a later pass reads it).
 pub struct PlanLayouts {
-    planner: Box<dyn plan::Planner>,
-    family: Target,
+    planner: Box<dyn Planner>,
+    family: TargetFamily,
     costs: Costs,
     options: PlanOptions,
 }
@@ -234,7 +236,7 @@ impl PlanLayouts {
     /// The planner `planner` for `target`, with this machine's measured costs
     /// ([`Costs::default`]) and the rules of `LAYOUTOPT_RULES`, else the ones
     /// built in.
-    pub fn new(planner: Planner, target: Target) -> PlanLayouts {
+    pub fn new(planner: PlannerKind, target: TargetFamily) -> PlanLayouts {
         PlanLayouts {
             planner: planner.build(),
             family: target,
@@ -249,7 +251,8 @@ impl PlanLayouts {
     /// into the convolutions before them, and layoutopt's other graph passes
     /// and rewrites.
     pub fn for_onnxruntime() -> PlanLayouts {
-        let mut p = PlanLayouts::new(Planner::Keep, Target::Nchw).with_costs(Costs::BuiltIn);
+        let mut p =
+            PlanLayouts::new(PlannerKind::Keep, TargetFamily::Nchw).with_costs(Costs::BuiltIn);
         p.options.fold_batchnorms = true;
         p
     }

@@ -2,7 +2,7 @@
 
 use super::{native, CliResult, ModelArgs, Planning};
 use layoutopt::api::json::{document, Exploration, Export};
-use layoutopt::api::{self, ExportFor, Machine, PlanLayouts, Planner};
+use layoutopt::api::{self, ExportFor, Machine, PlanLayouts, PlannerKind};
 use std::path::PathBuf;
 
 /// The file a command writes (`-o`), and whether it may write through a
@@ -51,7 +51,7 @@ pub struct ExploreArgs {
     pub planning: Planning,
     /// The planner shown beside `--planner`.
     #[arg(long, default_value = "local", value_parser = super::planner_parser())]
-    pub against: Planner,
+    pub against: PlannerKind,
     #[command(flatten)]
     pub kernels: native::KernelArgs,
 }
@@ -66,7 +66,7 @@ pub fn export(machine: &Machine, args: &ExportArgs, json: bool) -> CliResult {
     let out = output.output.as_path();
     let default_target = super::parse_target("nchwc")?;
     if purpose == ExportFor::Onnxruntime
-        && (planning.planner != Planner::Global || planning.target != default_target)
+        && (planning.planner != PlannerKind::Global || planning.target != default_target)
     {
         return Err(
             "--planner and --target choose the plan of --for verification: \

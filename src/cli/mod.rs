@@ -26,8 +26,8 @@ pub mod progress;
 pub mod run;
 
 use layoutopt::api::{
-    self, CostModel, Graph, ImportOptions, Machine, Plan, PlanLayouts, Planner, RuleSource,
-    RuntimeOptions, Target,
+    self, CostModel, Graph, ImportOptions, Machine, Plan, PlanLayouts, PlannerKind, RuleSource,
+    RuntimeOptions, TargetFamily,
 };
 use std::path::{Path, PathBuf};
 
@@ -36,14 +36,14 @@ pub type CliResult = Result<(), Box<dyn std::error::Error>>;
 
 /// Parses a `--planner` value (a usage error when no planner has the name),
 /// listing the planners in `--help`.
-pub fn planner_parser() -> impl clap::builder::TypedValueParser<Value = Planner> {
+pub fn planner_parser() -> impl clap::builder::TypedValueParser<Value = PlannerKind> {
     use clap::builder::TypedValueParser as _;
-    clap::builder::PossibleValuesParser::new(Planner::ALL.map(Planner::name))
-        .try_map(|s| s.parse::<Planner>())
+    clap::builder::PossibleValuesParser::new(PlannerKind::ALL.map(PlannerKind::name))
+        .try_map(|s| s.parse::<PlannerKind>())
 }
 
 /// Checks a `--target` value at parse time, so a bad one is a usage error.
-pub fn parse_target(s: &str) -> Result<Target, String> {
+pub fn parse_target(s: &str) -> Result<TargetFamily, String> {
     s.parse().map_err(|e: api::LayoutError| e.to_string())
 }
 
@@ -80,15 +80,15 @@ pub fn memory_limit_from_env() -> Result<(), String> {
     }
 }
 
-/// Planner and target family options shared by the planning commands.
+/// PlannerKind and target family options shared by the planning commands.
 #[derive(clap::Args, Clone)]
 pub struct Planning {
-    /// Planner.
+    /// PlannerKind.
     #[arg(long, default_value = "global", value_parser = planner_parser())]
-    pub planner: Planner,
-    /// Target layout family: nchw, nhwc, nchwc (block width from this CPU) or nchw<x>c.
+    pub planner: PlannerKind,
+    /// TargetFamily layout family: nchw, nhwc, nchwc (block width from this CPU) or nchw<x>c.
     #[arg(long, default_value = "nchwc", value_parser = parse_target)]
-    pub target: Target,
+    pub target: TargetFamily,
     /// Folder of `*.rules` files to rewrite with instead of the built-in rules
     /// (also LAYOUTOPT_RULES).
     #[arg(long, value_name = "DIR")]
@@ -124,7 +124,7 @@ impl Planning {
     pub fn plan_with(
         &self,
         g: &Graph,
-        planner: Planner,
+        planner: PlannerKind,
         costs: &CostModel,
     ) -> Result<Plan, api::Error> {
         let plan = PlanLayouts::new(planner, self.target)

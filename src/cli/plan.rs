@@ -4,7 +4,8 @@ use super::run::model_inputs;
 use super::{native, progress, CliResult, ModelArgs, Planning};
 use layoutopt::api::json::{document, plan_document, CompareRow, Comparison, Timing};
 use layoutopt::api::{
-    self, format_spans, BenchReport, Graph, Machine, Plan, Planner, RuntimeOptions, Target,
+    self, format_spans, BenchReport, Graph, Machine, Plan, PlannerKind, RuntimeOptions,
+    TargetFamily,
 };
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -25,9 +26,9 @@ pub struct PlanArgs {
 pub struct CompareArgs {
     #[command(flatten)]
     pub source: ModelArgs,
-    /// Target layout family: nchw, nhwc, nchwc (block width from this CPU) or nchw<x>c.
+    /// TargetFamily layout family: nchw, nhwc, nchwc (block width from this CPU) or nchw<x>c.
     #[arg(long, default_value = "nchwc", value_parser = super::parse_target)]
-    pub target: Target,
+    pub target: TargetFamily,
     /// Folder of `*.rules` files to rewrite with instead of the built-in rules
     /// (also LAYOUTOPT_RULES).
     #[arg(long, value_name = "DIR")]
@@ -74,7 +75,7 @@ const MEASURE_ROUNDS: usize = 10;
 pub fn compare(machine: &Machine, args: &CompareArgs, json: bool) -> CliResult {
     let (model, measure) = (args.source.path(), args.measure);
     let planning = Planning {
-        planner: Planner::Global,
+        planner: PlannerKind::Global,
         target: args.target,
         rules: args.rules.clone(),
     };
@@ -82,8 +83,8 @@ pub fn compare(machine: &Machine, args: &CompareArgs, json: bool) -> CliResult {
     let runtime = native::KernelArgs::default().options(0);
     let costs = api::measured_costs(machine, &runtime)?;
     let mut plans = Vec::new();
-    let pb = progress::bar(Planner::ALL.len() as u64, "planning");
-    for planner in Planner::ALL {
+    let pb = progress::bar(PlannerKind::ALL.len() as u64, "planning");
+    for planner in PlannerKind::ALL {
         pb.set_message(format!("planning with '{planner}'"));
         plans.push(planning.plan_with(&g, planner, &costs)?);
         pb.inc(1);

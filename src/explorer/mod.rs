@@ -15,7 +15,8 @@
 pub mod tir_view;
 
 use crate::graph::{Graph, GraphError, NodeId, Op, ValueType};
-use crate::layout::plan::{Plan, PlanReport};
+use crate::layout::plan::Plan;
+use crate::layout::report::PlanReport;
 use crate::layout::Layout;
 use crate::ops::LayoutTransform;
 use crate::runtime::{CompiledModel, Machine, RuntimeOptions};
@@ -125,7 +126,7 @@ fn is_transform(op: &Op) -> bool {
 /// A layout transform between layouts with the same bytes: no data moves.
 fn is_relabel(op: &Op) -> bool {
     matches!(op, Op::LayoutTransform(t) if t.from != t.to
-        && crate::layout::op_rules::same_bytes(&t.from, &t.to, &t.logical))
+        && crate::layout::cost::same_bytes(&t.from, &t.to, &t.logical))
 }
 
 /// Layouts of a node's inputs and outputs as the plan stores them.

@@ -13,12 +13,13 @@
 
 use super::egraph::{region_to_egraph, rewrite_region, Info, LEGraph, Lang, LayoutAnalysis};
 use super::rules::RuleSource;
-use super::solver::{solve, Pair, Problem, SolveOptions};
+use super::solver::{solve, Pair, Problem, SolveError, SolveOptions};
 use super::LayoutError;
 use crate::graph::Graph;
 use egg::{Id, Language, Rewrite, Runner};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeSet;
+use std::fmt;
 use std::time::Duration;
 
 fn bytes_of(eg: &LEGraph, id: Id) -> f64 {
@@ -65,6 +66,16 @@ pub enum Method {
     Greedy,
     /// No rule applied and every class holds one node: nothing to choose.
     Unchanged,
+}
+
+impl fmt::Display for Method {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Method::Exact => "Exact",
+            Method::Greedy => "Greedy",
+            Method::Unchanged => "Unchanged",
+        })
+    }
 }
 
 /// What extraction did.
@@ -259,6 +270,17 @@ fn needs(children: &[Vec<Vec<usize>>], v: usize, depth: usize) -> BTreeSet<usize
     common.unwrap_or_default()
 }
 
+/// Why the exact extractor chose nothing.
+#[derive(Debug, thiserror::Error)]
+enum ExactError {
+    /// The layout solver failed.
+    #[error(transparent)]
+    Solve(#[from] SolveError),
+    /// Every choice uses a node on a cycle.
+    #[error("no cycle-free extraction")]
+    NoAcyclicChoice,
+}
+
 /// The exact choice on the cycle-free nodes, as an assignment problem for the
 /// layout solver: one variable per class, choosing "unused" or one of its
 /// nodes at that node's cost; a pair term forbids a used node whose child class
@@ -269,7 +291,7 @@ fn exact(
     eg: &LEGraph,
     roots: &[Id],
     nodes: &FxHashMap<Id, Vec<Lang>>,
-) -> Result<FxHashMap<Id, Lang>, String> {
+) -> Result<FxHashMap<Id, Lang>, ExactError> {
     // A fixed variable order, so that ties between equally cheap extractions
     // break the same way on every run.
     let mut classes: Vec<Id> = nodes.keys().copied().collect();
@@ -336,9 +358,9 @@ fn exact(
         }
     }
     let problem = Problem { unary, pairs };
-    let solution = solve(&problem, &SolveOptions::default()).map_err(|e| e.to_string())?;
+    let solution = solve(&problem, &SolveOptions::default())?;
     if solution.objective >= forbidden {
-        return Err("no cycle-free extraction".into());
+        return Err(ExactError::NoAcyclicChoice);
     }
     Ok(classes
         .iter()
@@ -446,12 +468,51 @@ pub struct RewriteReport {
     pub cost_before: f64,
     /// Rewriting iterations run.
     pub iterations: usize,
-    /// Why rewriting stopped (saturated, iteration, node or time limit).
-    pub stop_reason: String,
+    /// Why rewriting stopped.
+    pub stop_reason: StopReason,
     /// Nodes in the e-graph when it stopped.
     pub egraph_nodes: usize,
     /// Rule conditions that failed to evaluate (bugs, reported, never hidden).
     pub failures: Vec<String>,
+}
+
+/// Why a rewriting run stopped.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StopReason {
+    /// No rule changed the e-graph any more.
+    Saturated,
+    /// It ran this many iterations, the limit.
+    IterationLimit(usize),
+    /// The e-graph reached this many nodes, the limit.
+    NodeLimit(usize),
+    /// It ran this many seconds, the limit.
+    TimeLimit(f64),
+    /// Anything else the rewriting engine reports.
+    Other(String),
+}
+
+impl From<egg::StopReason> for StopReason {
+    fn from(r: egg::StopReason) -> StopReason {
+        match r {
+            egg::StopReason::Saturated => StopReason::Saturated,
+            egg::StopReason::IterationLimit(n) => StopReason::IterationLimit(n),
+            egg::StopReason::NodeLimit(n) => StopReason::NodeLimit(n),
+            egg::StopReason::TimeLimit(s) => StopReason::TimeLimit(s),
+            egg::StopReason::Other(m) => StopReason::Other(m),
+        }
+    }
+}
+
+impl fmt::Display for StopReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StopReason::Saturated => write!(f, "Saturated"),
+            StopReason::IterationLimit(n) => write!(f, "IterationLimit({n})"),
+            StopReason::NodeLimit(n) => write!(f, "NodeLimit({n})"),
+            StopReason::TimeLimit(s) => write!(f, "TimeLimit({s:?})"),
+            StopReason::Other(m) => write!(f, "Other({m:?})"),
+        }
+    }
 }
 
 /// Rewrites `g` with `rules` and extracts the cheapest equivalent graph. Only
@@ -482,7 +543,11 @@ pub fn rewrite_graph(
             limits.time + limits.time_per_node * u32::try_from(start).unwrap_or(u32::MAX),
         )
         .run(rules);
-    let stop_reason = format!("{:?}", runner.stop_reason);
+    // A run that returned has stopped, for a reason.
+    let stop_reason = runner
+        .stop_reason
+        .clone()
+        .map_or(StopReason::Other("not stopped".into()), StopReason::from);
     let iterations = runner.iterations.len();
     let unchanged = runner.iterations.iter().all(|i| i.applied.is_empty())
         && runner.egraph.classes().all(|c| c.nodes.len() == 1);

@@ -2,12 +2,18 @@
 //! (`PadValue`, `Assumption`, per-op pad-value flow), and the e-graph that
 //! cancels and moves layout transforms using the rules in `rules/`.
 
+pub mod candidates;
+pub mod cost;
 pub mod egraph;
 pub mod extract;
-pub mod op_rules;
+pub mod materialize;
 pub mod plan;
+pub mod planners;
+pub mod report;
 pub mod rules;
 pub mod solver;
+pub mod space;
+pub mod target;
 
 #[cfg(test)]
 mod rewrite_tests;

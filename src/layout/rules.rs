@@ -9,8 +9,8 @@
 //! binds; loading checks both, so a rule file cannot use a variable nobody binds.
 
 use super::egraph::{
-    entry_of, layout_of, pad_fact, pad_of, tensor_of, Atom, LEGraph, Lang, LayoutAnalysis, OpEntry,
-    TensorInfo,
+    entry_of, layout_of, pad_fact, pad_of, tensor_of, Atom, LEGraph, Lang, LayoutAnalysis,
+    NodeError, OpEntry, TensorInfo,
 };
 use super::{unary_flow, Digit, Layout, PadValue};
 use crate::graph::{merge_spans, Op, Span};
@@ -54,6 +54,12 @@ pub enum Refusal {
 impl From<String> for Refusal {
     fn from(message: String) -> Refusal {
         Refusal::Failed(message)
+    }
+}
+
+impl From<NodeError> for Refusal {
+    fn from(e: NodeError) -> Refusal {
+        Refusal::Failed(e.to_string())
     }
 }
 

@@ -79,30 +79,27 @@ impl OpDef for Conv {
         // Padded input channels meet weights that must be 0 there, so the input
         // padding must be finite (0 * inf is NaN). Padded output channels see
         // only padded weights: they hold the bias padding (or 0).
-        let p = inputs.first().copied().unwrap_or(PadValue::Undef);
+        let mut flow = super::pad_flow::pass_through(inputs);
+        let p = flow.output;
         let n = inputs.len();
         let spatial_padded = padded.iter().any(|&a| a >= 2);
 
-        let mut req = vec![Requirement::Any; inputs.len()];
         if spatial_padded {
-            req[0] = Requirement::Unsupported;
+            flow.inputs[0] = Requirement::Unsupported;
         } else if padded.contains(&1) {
-            req[0] = Requirement::Finite;
+            flow.inputs[0] = Requirement::Finite;
             if n > 1 {
-                req[1] = Requirement::Value(0.0);
+                flow.inputs[1] = Requirement::Value(0.0);
             }
         }
         let w = inputs.get(1).copied().unwrap_or(PadValue::Undef);
         let bias = inputs.get(2).copied().unwrap_or(PadValue::Known(0.0));
-        let out = if w.is(0.0) && (p.is_finite() || padded.is_empty()) {
+        flow.output = if w.is(0.0) && (p.is_finite() || padded.is_empty()) {
             bias
         } else {
             PadValue::Undef
         };
-        PadFlow {
-            inputs: req,
-            output: out,
-        }
+        flow
     }
 
     fn layout_role(&self) -> LayoutRole {

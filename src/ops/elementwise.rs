@@ -33,10 +33,10 @@ impl OpDef for UnaryOp {
     }
 
     fn pad_flow(&self, inputs: &[PadValue], _: &[usize]) -> PadFlow {
-        let p = inputs.first().copied().unwrap_or(PadValue::Undef);
+        let flow = pass_through(inputs);
         PadFlow {
-            inputs: vec![Requirement::Any; inputs.len()],
-            output: unary_flow(*self, p),
+            output: unary_flow(*self, flow.output),
+            ..flow
         }
     }
 

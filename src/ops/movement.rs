@@ -41,11 +41,7 @@ impl OpDef for Reshape {
         // It reads logical elements only; its output's padding holds what the
         // input's did (a relabelling keeps the bytes, a gather writes the
         // output's declared padding value, which the planner sets to this).
-        let p = inputs.first().copied().unwrap_or(PadValue::Undef);
-        PadFlow {
-            inputs: vec![Requirement::Any; inputs.len()],
-            output: p,
-        }
+        pass_through(inputs)
     }
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
@@ -113,11 +109,7 @@ impl OpDef for Transpose {
 
     fn pad_flow(&self, inputs: &[PadValue], _: &[usize]) -> PadFlow {
         // A transpose moves the padding with its axis.
-        let p = inputs.first().copied().unwrap_or(PadValue::Undef);
-        PadFlow {
-            inputs: vec![Requirement::Any; inputs.len()],
-            output: p,
-        }
+        pass_through(inputs)
     }
 
     fn layout_role(&self) -> LayoutRole {
@@ -357,19 +349,15 @@ impl OpDef for Slice {
     }
 
     fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
-        let p = inputs.first().copied().unwrap_or(PadValue::Undef);
         let padded_in = |axes: &[usize]| padded.iter().any(|a| axes.contains(a));
         let Slice { axes } = self;
 
         let sliced: Vec<usize> = axes.iter().map(|a| a.axis).collect();
-        let mut req = vec![Requirement::Any; inputs.len()];
+        let mut flow = pass_through(inputs);
         if padded_in(&sliced) {
-            req[0] = Requirement::Unsupported;
+            flow.inputs[0] = Requirement::Unsupported;
         }
-        PadFlow {
-            inputs: req,
-            output: p,
-        }
+        flow
     }
 
     fn layout_role(&self) -> LayoutRole {
@@ -555,15 +543,12 @@ impl OpDef for Pad {
         if padded.iter().any(|&a| touched(a)) {
             return refuse_padded(inputs, padded);
         }
-        let p = inputs.first().copied().unwrap_or(PadValue::Undef);
+        let flow = pass_through(inputs);
         let output = match self.mode {
-            PadMode::Constant(v) if p != PadValue::Known(v) => PadValue::Undef,
-            _ => p,
+            PadMode::Constant(v) if flow.output != PadValue::Known(v) => PadValue::Undef,
+            _ => flow.output,
         };
-        PadFlow {
-            inputs: vec![Requirement::Any; inputs.len()],
-            output,
-        }
+        PadFlow { output, ..flow }
     }
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
@@ -649,10 +634,7 @@ impl OpDef for Cast {
         if !self.to.is_float() || is_float8(self.to) {
             return refuse_padded(inputs, padded);
         }
-        PadFlow {
-            inputs: vec![Requirement::Any; inputs.len()],
-            output: inputs.first().copied().unwrap_or(PadValue::Undef),
-        }
+        pass_through(inputs)
     }
 
     fn layout_role(&self) -> LayoutRole {
@@ -797,11 +779,7 @@ impl OpDef for Identity {
     }
 
     fn pad_flow(&self, inputs: &[PadValue], _: &[usize]) -> PadFlow {
-        let p = inputs.first().copied().unwrap_or(PadValue::Undef);
-        PadFlow {
-            inputs: vec![Requirement::Any; inputs.len()],
-            output: p,
-        }
+        pass_through(inputs)
     }
 
     fn layout_role(&self) -> LayoutRole {

@@ -9,7 +9,7 @@
 //! earlier pass asserted, is an `Assumption` that names its origin.
 
 use super::{BinaryOp, Op, UnaryOp};
-use crate::core::{Layout, PadFlow, PadValue};
+use crate::core::{Layout, PadFlow, PadValue, Requirement};
 
 /// Whether layout `l` leaves every axis in `axes` unblocked.
 pub(super) fn unblocked(l: &Layout, axes: &[usize]) -> bool {
@@ -21,6 +21,16 @@ pub(super) fn unblocked(l: &Layout, axes: &[usize]) -> bool {
 pub(super) fn blocks_divide(l: &Layout, axis: usize, extents: &[usize]) -> bool {
     let b: usize = l.factors(axis).iter().product();
     extents.iter().all(|e| e % b == 0)
+}
+
+/// The flow of an op that runs on any padding: every input may hold anything
+/// there, and the output's padding holds what its data input's (the first)
+/// does. Ops that need more start from this and refine it.
+pub(super) fn pass_through(inputs: &[PadValue]) -> PadFlow {
+    PadFlow {
+        inputs: vec![Requirement::Any; inputs.len()],
+        output: inputs.first().copied().unwrap_or(PadValue::Undef),
+    }
 }
 
 /// The padding of a unary op's output.

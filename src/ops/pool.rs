@@ -42,13 +42,13 @@ impl OpDef for Pool {
     }
 
     fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
-        let p = inputs.first().copied().unwrap_or(PadValue::Undef);
         let spatial_padded = padded.iter().any(|&a| a >= 2);
         let pool = self;
 
-        let mut req = vec![Requirement::Any; inputs.len()];
+        // Padded channels pool only their own (constant) padding.
+        let mut flow = super::pad_flow::pass_through(inputs);
         if spatial_padded {
-            req[0] = match pool.kind {
+            flow.inputs[0] = match pool.kind {
                 // A window reaching into the padding must not win the max. (No
                 // layout family pads spatial axes; -inf there would turn a window
                 // of NaN only into -inf, as NaN is skipped.)
@@ -57,11 +57,7 @@ impl OpDef for Pool {
                 PoolKind::Avg => Requirement::Unsupported,
             };
         }
-        // Padded channels pool only their own (constant) padding.
-        PadFlow {
-            inputs: req,
-            output: p,
-        }
+        flow
     }
 
     fn layout_role(&self) -> LayoutRole {
@@ -177,22 +173,18 @@ impl OpDef for GlobalPool {
     }
 
     fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
-        let p = inputs.first().copied().unwrap_or(PadValue::Undef);
         let spatial_padded = padded.iter().any(|&a| a >= 2);
         let GlobalPool { kind } = self;
 
-        let mut req = vec![Requirement::Any; inputs.len()];
+        let mut flow = super::pad_flow::pass_through(inputs);
         if spatial_padded {
-            req[0] = match kind {
+            flow.inputs[0] = match kind {
                 PoolKind::Max => Requirement::Value(f32::NEG_INFINITY),
                 // A mean that divides by the logical count needs 0 there.
                 PoolKind::Avg => Requirement::Value(0.0),
             };
         }
-        PadFlow {
-            inputs: req,
-            output: p,
-        }
+        flow
     }
 
     fn layout_role(&self) -> LayoutRole {

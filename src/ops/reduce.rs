@@ -47,7 +47,8 @@ impl OpDef for Reduce {
     }
 
     fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
-        let p = inputs.first().copied().unwrap_or(PadValue::Undef);
+        let mut flow = pass_through(inputs);
+        let p = flow.output;
         let padded_in = |axes: &[usize]| padded.iter().any(|a| axes.contains(a));
         let Reduce { kind, axes, .. } = self;
 
@@ -57,23 +58,19 @@ impl OpDef for Reduce {
             ReduceKind::Min => f32::INFINITY,
             ReduceKind::Prod => 1.0,
         };
-        let mut req = vec![Requirement::Any; inputs.len()];
         if padded_in(axes) {
-            req[0] = Requirement::Value(identity);
+            flow.inputs[0] = Requirement::Value(identity);
         }
         // Padding positions of kept axes reduce over constant padding: the
         // mean, max and min of p are p, the sum is only known when p is 0, the
         // product when p is 0 or 1.
-        let out = match kind {
+        flow.output = match kind {
             ReduceKind::Mean | ReduceKind::Max | ReduceKind::Min => p,
             ReduceKind::Sum if p.is(0.0) => p,
             ReduceKind::Prod if p.is(0.0) || p.is(1.0) => p,
             ReduceKind::Sum | ReduceKind::Prod => PadValue::Undef,
         };
-        PadFlow {
-            inputs: req,
-            output: out,
-        }
+        flow
     }
 
     fn layout_role(&self) -> LayoutRole {

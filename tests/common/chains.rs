@@ -3,7 +3,7 @@
 //! (`benches/chain_scaling.rs`), so both measure the same graphs.
 
 use super::{model, model_bytes, node, value_info};
-use layoutopt::api::{Costs, PlanLayouts, Planner, Target};
+use layoutopt::api::{Costs, PlanLayouts, PlannerKind, TargetFamily};
 use layoutopt::graph::{Graph, Tensor};
 use layoutopt::layout::plan::Plan;
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
@@ -77,7 +77,7 @@ pub fn chain_model(kind: &str, n: usize) -> Vec<u8> {
 
 /// The plan every chain gets: the global planner for the host's blocked layouts.
 pub fn plan_chain(g: &Graph) -> Plan {
-    PlanLayouts::new(Planner::Global, Target::host_blocked())
+    PlanLayouts::new(PlannerKind::Global, TargetFamily::host_blocked())
         .with_costs(Costs::BuiltIn)
         .plan(g)
         .expect("plans")

@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::graph::NodeId;
-use crate::layout::{Layout, LayoutError, PadValue};
+use crate::layout::{AlgebraError, Layout, LayoutError, PadValue};
 use crate::ops::{Crop, LayoutTransform, PadWith};
 use rustc_hash::FxHashSet;
 
@@ -80,8 +80,8 @@ fn packed_placement(g: &Graph, id: NodeId) -> Option<(Layout, Vec<usize>)> {
 }
 
 /// The row-major layout of `shape`, and `shape` as the logical shape.
-fn row_major(shape: &[usize]) -> Result<(Layout, Vec<usize>), String> {
-    let layout = Layout::identity(shape.len()).map_err(|e| e.to_string())?;
+fn row_major(shape: &[usize]) -> Result<(Layout, Vec<usize>), AlgebraError> {
+    let layout = Layout::identity(shape.len())?;
     Ok((layout, shape.to_vec()))
 }
 
@@ -94,14 +94,14 @@ fn given(
     reader: NodeId,
     port: usize,
     constant: &mut FxHashMap<NodeId, bool>,
-) -> Result<Source, String> {
+) -> Result<Source, NodeError> {
     let ty = g.value_type(v);
     let (layout, logical) = match &g.node(reader).op {
         Op::InLayout(l) => l
             .inputs
             .get(port)
             .cloned()
-            .ok_or_else(|| format!("input {port} has no placement"))?,
+            .ok_or_else(|| NodeError::Mismatch(format!("input {port} has no placement")))?,
         _ => row_major(&ty.shape)?,
     };
     Ok(Source {
@@ -159,7 +159,7 @@ fn computed_from_constants(g: &Graph, id: NodeId, known: &mut FxHashMap<NodeId, 
 }
 
 /// The source a graph input or constant becomes.
-fn source_node(g: &Graph, id: NodeId) -> Result<Source, String> {
+fn source_node(g: &Graph, id: NodeId) -> Result<Source, NodeError> {
     let node = g.node(id);
     let ty = &node.outputs[0].ty;
     let constant = match &node.op {
@@ -236,7 +236,7 @@ pub fn region_to_egraph(
 ) -> Result<GraphEGraph, LayoutError> {
     let mut eg = LEGraph::new(LayoutAnalysis::default());
     let mut ids: FxHashMap<ValueRef, Id> = FxHashMap::default();
-    let err = |spans: &[Span], m: String| {
+    let err = |spans: &[Span], m: NodeError| {
         LayoutError::Graph(format!("{}: {m}", crate::graph::format_spans(spans)))
     };
     let order = match region {
@@ -347,7 +347,7 @@ pub fn region_to_egraph(
                             if !t.layout.is_identity() {
                                 return Err(err(
                                     spans,
-                                    format!("{} reads a tensor in layout {}: only row-major inputs are understood here", op.kind_name(), t.layout),
+                                    NodeError::Mismatch(format!("{} reads a tensor in layout {}: only row-major inputs are understood here", op.kind_name(), t.layout)),
                                 ));
                             }
                         }
@@ -355,7 +355,7 @@ pub fn region_to_egraph(
                             .iter()
                             .map(|v| {
                                 let l = Layout::identity(v.ty.shape.len())
-                                    .map_err(|e| err(spans, e.to_string()))?;
+                                    .map_err(|e| err(spans, e.into()))?;
                                 Ok((v.ty.shape.clone(), l))
                             })
                             .collect::<Result<_, LayoutError>>()?
@@ -545,7 +545,7 @@ impl GraphBuilder<'_> {
             .clone()
             .unwrap_or_else(|| format!("rewritten_{id}"));
         let eg = self.eg;
-        let e = |m: String| LayoutError::Graph(format!("class {id}: {m}"));
+        let e = |m: NodeError| LayoutError::Graph(format!("class {id}: {m}"));
         let (op, inputs): (Op, Vec<Id>) = match node {
             Lang::Atom(Atom::Source(k)) => {
                 // The source's node also stands for what its class absorbed.
@@ -555,7 +555,11 @@ impl GraphBuilder<'_> {
                 self.built.insert(id, v);
                 return Ok(v);
             }
-            Lang::Atom(a) => return Err(e(format!("attribute {a} chosen as a tensor"))),
+            Lang::Atom(a) => {
+                return Err(e(NodeError::Mismatch(format!(
+                    "attribute {a} chosen as a tensor"
+                ))))
+            }
             Lang::Xform([f, t, p, x]) => {
                 let op = Op::LayoutTransform(LayoutTransform {
                     from: layout_of(eg, *f).map_err(e)?.clone(),
@@ -587,7 +591,7 @@ impl GraphBuilder<'_> {
             }
             Lang::Get([i, t]) => {
                 let Atom::Index(i) = atom(eg, *i).map_err(e)? else {
-                    return Err(e("get without an index".into()));
+                    return Err(e(NodeError::Mismatch("get without an index".into())));
                 };
                 let v = self.build(*t)?;
                 let v = ValueRef::new(v.node, *i);
@@ -603,7 +607,9 @@ impl GraphBuilder<'_> {
             | Lang::Transpose([k, x]) => (entry_of(eg, *k).map_err(e)?.op.clone(), vec![*x]),
             Lang::Binary([k, a, b]) => (entry_of(eg, *k).map_err(e)?.op.clone(), vec![*a, *b]),
             Lang::Concat(ch) | Lang::Other(ch) => {
-                let (k, xs) = ch.split_first().ok_or_else(|| e("empty op node".into()))?;
+                let (k, xs) = ch
+                    .split_first()
+                    .ok_or_else(|| e(NodeError::Mismatch("empty op node".into())))?;
                 (entry_of(eg, *k).map_err(e)?.op.clone(), xs.to_vec())
             }
         };

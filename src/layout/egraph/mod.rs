@@ -24,8 +24,10 @@ use std::hash::Hasher;
 use std::str::FromStr;
 
 mod convert;
+mod node_error;
 mod region;
 pub use convert::{graph_to_egraph, region_to_egraph, GraphEGraph};
+pub use node_error::NodeError;
 pub use region::{lang_name, rewrite_region};
 
 /// A leaf of the language: an attribute of a node, or a graph source.
@@ -66,19 +68,17 @@ impl fmt::Display for Atom {
 }
 
 impl FromStr for Atom {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Atom, String> {
+    type Err = NodeError;
+    fn from_str(s: &str) -> Result<Atom, NodeError> {
         let num = |t: &str| {
             t.parse::<usize>()
-                .map_err(|_| format!("bad number in '{s}'"))
+                .map_err(|_| NodeError::Atom(format!("bad number in '{s}'")))
         };
         if let Some(l) = s.strip_prefix("L:") {
-            return Layout::parse(l)
-                .map(Atom::Layout)
-                .map_err(|e| e.to_string());
+            return Ok(Atom::Layout(Layout::parse(l)?));
         }
         if let Some(p) = s.strip_prefix("P:") {
-            return p.parse().map(Atom::Pad);
+            return p.parse().map(Atom::Pad).map_err(NodeError::Atom);
         }
         if let Some(k) = s.strip_prefix("op#") {
             return num(k).map(Atom::Op);
@@ -102,7 +102,7 @@ impl FromStr for Atom {
                 .collect::<Result<_, _>>()
                 .map(Atom::Ints);
         }
-        Err(format!("'{s}' is not an atom"))
+        Err(NodeError::Atom(format!("'{s}' is not an atom")))
     }
 }
 
@@ -157,20 +157,20 @@ impl OpEntry {
         inputs: Vec<(Layout, Vec<usize>)>,
         outputs: Vec<(Layout, PadValue)>,
         dtypes: &[DType],
-    ) -> Result<OpEntry, String> {
+    ) -> Result<OpEntry, NodeError> {
         let logical: Vec<ValueType> = inputs
             .iter()
             .zip(dtypes)
             .map(|((_, s), &d)| ValueType::new(d, s.clone()))
             .collect();
         let refs: Vec<&ValueType> = logical.iter().collect();
-        let outs = infer_outputs(&inner, &refs)?;
+        let outs = infer_outputs(&inner, &refs).map_err(|e| NodeError::Infer(e.to_string()))?;
         if outs.len() != outputs.len() {
-            return Err(format!(
+            return Err(NodeError::Mismatch(format!(
                 "{} outputs placed for {}",
                 outputs.len(),
                 outs.len()
-            ));
+            )));
         }
         let out_shapes = outs
             .into_iter()
@@ -353,61 +353,72 @@ pub fn broadcast_safe(layout: &Layout, a: &[usize], b: &[usize]) -> bool {
         && (0..layout.rank()).all(|i| layout.factors(i).is_empty() || a[i] == b[i])
 }
 
-fn atom(eg: &LEGraph, id: Id) -> Result<&Atom, String> {
+/// A class read as `expected` that is `found`.
+fn expected(expected: &'static str, found: impl fmt::Display) -> NodeError {
+    NodeError::Expected {
+        expected,
+        found: found.to_string(),
+    }
+}
+
+fn atom(eg: &LEGraph, id: Id) -> Result<&Atom, NodeError> {
     match &eg[id].data.info {
         Info::Atom(a) => Ok(a),
-        other => Err(format!("expected an attribute, found {other:?}")),
+        other => Err(expected("an attribute", format!("{other:?}"))),
     }
 }
 
 /// The tensor class `id` stands for; an error for any other class.
-pub fn tensor_of(eg: &LEGraph, id: Id) -> Result<&TensorInfo, String> {
+pub fn tensor_of(eg: &LEGraph, id: Id) -> Result<&TensorInfo, NodeError> {
     match &eg[id].data.info {
         Info::Tensor(t) => Ok(t),
-        Info::Invalid(m) => Err(m.clone()),
-        other => Err(format!("expected a tensor, found {other:?}")),
+        Info::Invalid(m) => Err(NodeError::Invalid(m.clone())),
+        other => Err(expected("a tensor", format!("{other:?}"))),
     }
 }
 
 /// The layout atom of class `id`.
-pub fn layout_of(eg: &LEGraph, id: Id) -> Result<&Layout, String> {
+pub fn layout_of(eg: &LEGraph, id: Id) -> Result<&Layout, NodeError> {
     match atom(eg, id)? {
         Atom::Layout(l) => Ok(l),
-        a => Err(format!("expected a layout, found {a}")),
+        a => Err(expected("a layout", a)),
     }
 }
 
 /// The pad value atom of class `id`.
-pub fn pad_of(eg: &LEGraph, id: Id) -> Result<PadValue, String> {
+pub fn pad_of(eg: &LEGraph, id: Id) -> Result<PadValue, NodeError> {
     match atom(eg, id)? {
         Atom::Pad(p) => Ok(*p),
-        a => Err(format!("expected a pad value, found {a}")),
+        a => Err(expected("a pad value", a)),
     }
 }
 
 /// The list atom of class `id`.
-pub fn ints_of(eg: &LEGraph, id: Id) -> Result<&[usize], String> {
+pub fn ints_of(eg: &LEGraph, id: Id) -> Result<&[usize], NodeError> {
     match atom(eg, id)? {
         Atom::Ints(v) => Ok(v),
-        a => Err(format!("expected an integer list, found {a}")),
+        a => Err(expected("an integer list", a)),
     }
 }
 
 /// The op entry an `op` node's first child refers to.
-pub fn entry_of(eg: &LEGraph, id: Id) -> Result<&OpEntry, String> {
+pub fn entry_of(eg: &LEGraph, id: Id) -> Result<&OpEntry, NodeError> {
     match atom(eg, id)? {
-        Atom::Op(k) => eg.analysis.ops.get(*k).ok_or_else(|| format!("no op #{k}")),
-        a => Err(format!("expected an op, found {a}")),
+        Atom::Op(k) => eg.analysis.ops.get(*k).ok_or(NodeError::NoEntry {
+            table: "op",
+            index: *k,
+        }),
+        a => Err(expected("an op", a)),
     }
 }
 
-fn identity_input<'a>(eg: &'a LEGraph, id: Id, what: &str) -> Result<&'a TensorInfo, String> {
+fn identity_input<'a>(eg: &'a LEGraph, id: Id, what: &str) -> Result<&'a TensorInfo, NodeError> {
     let t = tensor_of(eg, id)?;
     if !t.layout.is_identity() {
-        return Err(format!(
+        return Err(NodeError::Mismatch(format!(
             "{what} needs a row-major input, got layout {}",
             t.layout
-        ));
+        )));
     }
     Ok(t)
 }
@@ -432,11 +443,11 @@ pub fn operand_pad(eg: &LEGraph, id: Id) -> PadValue {
     }
 }
 
-fn infer(eg: &LEGraph, node: &Lang) -> Result<Info, String> {
+fn infer(eg: &LEGraph, node: &Lang) -> Result<Info, NodeError> {
     let plain = |dtype, logical: Vec<usize>, is_const| {
         Ok(Info::Tensor(TensorInfo {
             dtype,
-            layout: Layout::identity(logical.len()).map_err(|e| e.to_string())?,
+            layout: Layout::identity(logical.len())?,
             logical,
             pad: None,
             is_const,
@@ -448,7 +459,10 @@ fn infer(eg: &LEGraph, node: &Lang) -> Result<Info, String> {
             .sources
             .get(*k)
             .map(|s| Info::Tensor(s.info.clone()))
-            .ok_or_else(|| format!("no source #{k}")),
+            .ok_or(NodeError::NoEntry {
+                table: "source",
+                index: *k,
+            }),
         Lang::Atom(a) => Ok(Info::Atom(a.clone())),
         Lang::Xform([from, to, pad, x]) => {
             let (from, to, pad, x) = (
@@ -458,12 +472,12 @@ fn infer(eg: &LEGraph, node: &Lang) -> Result<Info, String> {
                 tensor_of(eg, *x)?,
             );
             if &x.layout != from {
-                return Err(format!(
+                return Err(NodeError::Mismatch(format!(
                     "transform from {from} applied to a tensor in {}",
                     x.layout
-                ));
+                )));
             }
-            to.physical_shape(&x.logical).map_err(|e| e.to_string())?;
+            to.physical_shape(&x.logical)?;
             Ok(Info::Tensor(TensorInfo {
                 pad: pad_fact(to, &x.logical, pad, "written by a layout transform"),
                 layout: to.clone(),
@@ -477,10 +491,10 @@ fn infer(eg: &LEGraph, node: &Lang) -> Result<Info, String> {
                 identity_input(eg, *x, "pad/crop")?,
             );
             if b.len() != x.logical.len() || e.len() != x.logical.len() {
-                return Err(format!(
+                return Err(NodeError::Mismatch(format!(
                     "amounts {b:?}/{e:?} do not fit shape {:?}",
                     x.logical
-                ));
+                )));
             }
             let grow = matches!(node, Lang::Pad(_));
             let mut logical = Vec::with_capacity(b.len());
@@ -489,8 +503,12 @@ fn infer(eg: &LEGraph, node: &Lang) -> Result<Info, String> {
                 logical.push(if grow {
                     d + b[i] + e[i]
                 } else {
-                    d.checked_sub(b[i] + e[i])
-                        .ok_or_else(|| format!("crop {b:?}/{e:?} exceeds shape {:?}", x.logical))?
+                    d.checked_sub(b[i] + e[i]).ok_or_else(|| {
+                        NodeError::Mismatch(format!(
+                            "crop {b:?}/{e:?} exceeds shape {:?}",
+                            x.logical
+                        ))
+                    })?
                 });
             }
             plain(x.dtype, logical, x.is_const)
@@ -498,7 +516,10 @@ fn infer(eg: &LEGraph, node: &Lang) -> Result<Info, String> {
         Lang::Unary([k, x]) => {
             let (entry, x) = (entry_of(eg, *k)?, tensor_of(eg, *x)?);
             let Op::Unary(u) = entry.op else {
-                return Err(format!("unary node holds {}", entry.op.kind_name()));
+                return Err(NodeError::Mismatch(format!(
+                    "unary node holds {}",
+                    entry.op.kind_name()
+                )));
             };
             let pad = x.pad.as_ref().map(|p| PadFact {
                 value: super::unary_flow(u, p.value),
@@ -509,14 +530,18 @@ fn infer(eg: &LEGraph, node: &Lang) -> Result<Info, String> {
         Lang::Binary([k, ia, ib]) => {
             let (entry, a, b) = (entry_of(eg, *k)?, tensor_of(eg, *ia)?, tensor_of(eg, *ib)?);
             let Op::Binary(op) = entry.op else {
-                return Err(format!("binary node holds {}", entry.op.kind_name()));
+                return Err(NodeError::Mismatch(format!(
+                    "binary node holds {}",
+                    entry.op.kind_name()
+                )));
             };
             // Row-major operands broadcast as numpy says; a scalar broadcasts
             // over any physical buffer; otherwise both operands must share the
             // layout, with no blocked axis broadcast.
-            let logical = broadcast_shapes(&a.logical, &b.logical)?;
+            let logical = broadcast_shapes(&a.logical, &b.logical)
+                .map_err(|e| NodeError::Mismatch(e.to_string()))?;
             let plain = a.layout.is_identity() && b.layout.is_identity();
-            let identity = Layout::identity(logical.len()).map_err(|e| e.to_string())?;
+            let identity = Layout::identity(logical.len())?;
             let layout = if plain {
                 &identity
             } else if a.logical.is_empty() {
@@ -529,10 +554,10 @@ fn infer(eg: &LEGraph, node: &Lang) -> Result<Info, String> {
                 && !scalar_side
                 && (a.layout != b.layout || !broadcast_safe(layout, &a.logical, &b.logical))
             {
-                return Err(format!(
+                return Err(NodeError::Mismatch(format!(
                     "operands {:?} in {} and {:?} in {} do not broadcast",
                     a.logical, a.layout, b.logical, b.layout
-                ));
+                )));
             }
             let value = super::binary_flow(op, operand_pad(eg, *ia), operand_pad(eg, *ib));
             let origin = match (&a.pad, &b.pad) {
@@ -557,26 +582,28 @@ fn infer(eg: &LEGraph, node: &Lang) -> Result<Info, String> {
         }
         Lang::Concat(ch) | Lang::Other(ch) => match ch.split_first() {
             Some((k, xs)) => entry_outputs(eg, *k, xs),
-            None => Err("an op node without its op".into()),
+            None => Err(NodeError::Mismatch("an op node without its op".into())),
         },
         Lang::Get([i, t]) => {
             let Atom::Index(i) = atom(eg, *i)? else {
-                return Err("get needs an index".into());
+                return Err(NodeError::Mismatch("get needs an index".into()));
             };
             match &eg[*t].data.info {
                 Info::Tuple(ts) => ts
                     .get(*i)
                     .cloned()
                     .map(Info::Tensor)
-                    .ok_or_else(|| format!("no output {i}")),
-                other => Err(format!("get from a non-tuple {other:?}")),
+                    .ok_or_else(|| NodeError::Mismatch(format!("no output {i}"))),
+                other => Err(NodeError::Mismatch(format!(
+                    "get from a non-tuple {other:?}"
+                ))),
             }
         }
     }
 }
 
 /// Outputs of a table op: checked against shape inference on the physical inputs.
-fn entry_outputs(eg: &LEGraph, k: Id, xs: &[Id]) -> Result<Info, String> {
+fn entry_outputs(eg: &LEGraph, k: Id, xs: &[Id]) -> Result<Info, NodeError> {
     let entry = entry_of(eg, k)?;
     let inputs: Vec<&TensorInfo> = xs
         .iter()
@@ -584,21 +611,21 @@ fn entry_outputs(eg: &LEGraph, k: Id, xs: &[Id]) -> Result<Info, String> {
         .collect::<Result<_, _>>()?;
     let types: Vec<ValueType> = inputs.iter().map(|t| t.value_type()).collect();
     let refs: Vec<&ValueType> = types.iter().collect();
-    let inferred = infer_outputs(&entry.op, &refs)?;
+    let inferred = infer_outputs(&entry.op, &refs).map_err(|e| NodeError::Infer(e.to_string()))?;
     if inferred.len() != entry.outputs.len() {
-        return Err(format!(
+        return Err(NodeError::Mismatch(format!(
             "{} has {} outputs",
             entry.op.kind_name(),
             inferred.len()
-        ));
+        )));
     }
     if let Op::InLayout(l) = &entry.op {
         for (t, (layout, logical)) in inputs.iter().zip(&l.inputs) {
             if &t.layout != layout || &t.logical != logical {
-                return Err(format!(
+                return Err(NodeError::Mismatch(format!(
                     "placed for {logical:?} in {layout}, given {:?} in {}",
                     t.logical, t.layout
-                ));
+                )));
             }
         }
     }
@@ -606,11 +633,11 @@ fn entry_outputs(eg: &LEGraph, k: Id, xs: &[Id]) -> Result<Info, String> {
     let mut outs = Vec::with_capacity(inferred.len());
     for (ty, (logical, layout)) in inferred.iter().zip(&entry.outputs) {
         if layout.physical_shape(logical).ok().as_ref() != Some(&ty.shape) {
-            return Err(format!(
+            return Err(NodeError::Mismatch(format!(
                 "{} gives {:?}, not {logical:?} in {layout}",
                 entry.op.kind_name(),
                 ty.shape
-            ));
+            )));
         }
         let value = match &entry.op {
             Op::InLayout(l) => l.outputs[outs.len()].1,
@@ -641,7 +668,7 @@ impl Analysis<Lang> for LayoutAnalysis {
 
     fn make(eg: &LEGraph, enode: &Lang) -> ClassData {
         ClassData {
-            info: infer(eg, enode).unwrap_or_else(Info::Invalid),
+            info: infer(eg, enode).unwrap_or_else(|e| Info::Invalid(e.to_string())),
             spans: vec![],
             name: None,
             value_name: None,

@@ -30,7 +30,7 @@ use crate::fusion::{
 use crate::graph::{
     BinaryOp, DType, Graph, NodeId, Op, PoolKind, Span, Tensor, ValueRef, ValueType,
 };
-use crate::layout::op_rules::same_bytes;
+use crate::layout::cost::same_bytes;
 use crate::layout::Layout;
 use crate::ops::{
     BatchNorm, Gemm, GlobalPool, LaidOut, LayerNorm, LayoutTransform, LogSoftmax, Pad, PadMode,

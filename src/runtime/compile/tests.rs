@@ -4,8 +4,10 @@
 //! views it finds, and the work each step counts against closed forms.
 
 use crate::graph::{BinaryOp, Conv, DType, Graph, Op, Tensor, UnaryOp, ValueRef, ValueType};
-use crate::layout::op_rules::{CostModel, Family};
-use crate::layout::plan::{plan, planner_by_name};
+use crate::layout::cost::CostModel;
+use crate::layout::plan::plan;
+use crate::layout::planners::planner_by_name;
+use crate::layout::target::TargetFamily;
 use crate::runtime::measure::roofline::StepWork;
 use crate::runtime::test_support::{
     after_pointwise_conv, assert_close, compile_on, random_conv_graph, strided_conv_graph, Rng,
@@ -16,10 +18,10 @@ use crate::runtime::{CompiledModel, RuntimeOptions};
 fn compiled_random_convs_match_the_reference_executor() {
     let mut rng = Rng(11);
     let families = [
-        Family::Nchwc(16),
-        Family::Nchwc(8),
-        Family::Nhwc,
-        Family::Nchw,
+        TargetFamily::Nchwc(16),
+        TargetFamily::Nchwc(8),
+        TargetFamily::Nhwc,
+        TargetFamily::Nchw,
     ];
     let (mut native, mut swish_fused) = (0, 0);
     for case in 0..40 {
@@ -77,10 +79,10 @@ fn conv_epilogues_look_through_relabelling_transposes() {
     use crate::graph::Transpose;
     let mut rng = Rng(12);
     for (case, family) in [
-        Family::Nchwc(16),
-        Family::Nchwc(8),
-        Family::Nhwc,
-        Family::Nchw,
+        TargetFamily::Nchwc(16),
+        TargetFamily::Nchwc(8),
+        TargetFamily::Nhwc,
+        TargetFamily::Nchw,
     ]
     .into_iter()
     .enumerate()
@@ -216,10 +218,10 @@ fn concats_of_several_inputs_run_as_one_gather() {
     use crate::ops::Concat;
     let mut rng = Rng(6);
     for (axis, family) in [
-        (1, Family::Nchwc(16)),
-        (1, Family::Nhwc),
-        (3, Family::Nchwc(8)),
-        (2, Family::Nchw),
+        (1, TargetFamily::Nchwc(16)),
+        (1, TargetFamily::Nhwc),
+        (3, TargetFamily::Nchwc(8)),
+        (2, TargetFamily::Nchw),
     ] {
         let mut g = Graph::new("concat");
         let (mut parts, mut inputs) = (vec![], vec![]);
@@ -299,7 +301,7 @@ fn constant_pads_gather_what_the_reference_pads() {
         );
         assert_close(&m.run(&inputs).unwrap()[0].to_f32(), &expected, "unplanned");
         let planner = planner_by_name("global").unwrap();
-        for family in [Family::Nchwc(16), Family::Nchwc(8)] {
+        for family in [TargetFamily::Nchwc(16), TargetFamily::Nchwc(8)] {
             let planned = plan(&g, planner.as_ref(), family, &CostModel::default()).unwrap();
             let m = compile_on(2, &planned.graph);
             let got = m.run(&inputs).unwrap()[0].to_f32();
@@ -345,7 +347,7 @@ fn a_conv_step_does_the_closed_form_work_in_every_layout() {
         // Planned, the step counts the logical flops (channels that pad a
         // block compute nothing) and the bytes as stored: as many in
         // channels-last storage, at least as many in blocks.
-        for family in [Family::Nhwc, Family::Nchwc(16)] {
+        for family in [TargetFamily::Nhwc, TargetFamily::Nchwc(16)] {
             let planner = planner_by_name("global").unwrap();
             let planned = plan(&g, planner.as_ref(), family, &CostModel::default()).unwrap();
             let m = compile_on(1, &planned.graph);
@@ -353,7 +355,7 @@ fn a_conv_step_does_the_closed_form_work_in_every_layout() {
             let (work, logical) = (conv.work, 4 * elements(&conv.kind) as u64);
             assert_eq!(work.flops, flops, "group {group} {family}");
             match family {
-                Family::Nhwc => assert_eq!(work.bytes, logical, "group {group}"),
+                TargetFamily::Nhwc => assert_eq!(work.bytes, logical, "group {group}"),
                 _ => assert!(work.bytes >= logical, "group {group} {family}"),
             }
         }
@@ -544,7 +546,7 @@ fn a_classifier_on_a_blocked_feature_vector_runs_the_dense_kernel() {
     let planned = plan(
         &g,
         planner.as_ref(),
-        Family::Nchwc(16),
+        TargetFamily::Nchwc(16),
         &CostModel::default(),
     )
     .unwrap()

@@ -565,8 +565,10 @@ unsafe fn load_tail<V: Vector>(s: Source, i: usize, k: usize) -> V {
 mod tests {
     use super::*;
     use crate::graph::{DType, Graph, Op, Tensor, ValueRef, ValueType};
-    use crate::layout::op_rules::{CostModel, Family};
-    use crate::layout::plan::{plan, planner_by_name};
+    use crate::layout::cost::CostModel;
+    use crate::layout::plan::plan;
+    use crate::layout::planners::planner_by_name;
+    use crate::layout::target::TargetFamily;
     use crate::runtime::test_support::{assert_close, compile_on, Rng};
     use crate::runtime::{CompiledModel, RuntimeOptions};
 
@@ -901,9 +903,9 @@ mod tests {
             .collect();
         let global = planner_by_name("global").unwrap();
         for (family, block) in [
-            (Family::Nchw, 1),
-            (Family::Nchwc(16), 16),
-            (Family::Nchwc(8), 8),
+            (TargetFamily::Nchw, 1),
+            (TargetFamily::Nchwc(16), 16),
+            (TargetFamily::Nchwc(8), 8),
         ] {
             let planned = plan(&g, global.as_ref(), family, &CostModel::default())
                 .unwrap()
@@ -966,10 +968,10 @@ mod tests {
         let expected = crate::reference::run(&g, &inputs).unwrap()[0].to_f32();
         let global = planner_by_name("global").unwrap();
         for family in [
-            Family::Nchw,
-            Family::Nhwc,
-            Family::Nchwc(16),
-            Family::Nchwc(8),
+            TargetFamily::Nchw,
+            TargetFamily::Nhwc,
+            TargetFamily::Nchwc(16),
+            TargetFamily::Nchwc(8),
         ] {
             let planned = plan(&g, global.as_ref(), family, &CostModel::default())
                 .unwrap()

@@ -2,8 +2,10 @@
 //! a plain loop.
 
 use crate::graph::{DType, Graph, Op, Tensor, TensorData, ValueRef, ValueType, Window};
-use crate::layout::op_rules::{CostModel, Family};
-use crate::layout::plan::{plan, planner_by_name};
+use crate::layout::cost::CostModel;
+use crate::layout::plan::plan;
+use crate::layout::planners::planner_by_name;
+use crate::layout::target::TargetFamily;
 use crate::layout::Layout;
 use crate::runtime::kernels::gather::Gather;
 use crate::runtime::kernels::matmul::Dense;
@@ -118,10 +120,10 @@ fn pools_of_random_geometry_match_the_reference_executor() {
         };
         let planner = planner_by_name("global").unwrap();
         for family in [
-            Family::Nchw,
-            Family::Nhwc,
-            Family::Nchwc(16),
-            Family::Nchwc(8),
+            TargetFamily::Nchw,
+            TargetFamily::Nhwc,
+            TargetFamily::Nchwc(16),
+            TargetFamily::Nchwc(8),
         ] {
             let pg = plan(&g, planner.as_ref(), family, &CostModel::default())
                 .unwrap()

@@ -9,7 +9,7 @@ use super::kernel_times::{self, conv_key, KernelTimes};
 use super::roofline::{self, MachinePeaks};
 use crate::core::par;
 use crate::graph::{numel, DType, Tensor, ValueType};
-use crate::layout::op_rules::{ConvQuery, CostModel, MeasuredCosts};
+use crate::layout::cost::{ConvQuery, CostModel, MeasuredCosts};
 use crate::layout::Layout;
 use crate::ops::OpDef;
 use crate::runtime::kernels::conv::algo::{
