@@ -11,7 +11,7 @@ mod ops;
 mod scan;
 mod tensor;
 
-pub use tensor::{dtype_from_onnx, tensor_from_proto, tensor_to_proto};
+pub use tensor::{dtype_from_onnx, tensor_from_proto, tensor_to_proto, TensorProtoError};
 
 use crate::graph::{
     check_value_size, fold_node, format_spans, memory_limit, DType, Graph, GraphError, Span,
@@ -402,7 +402,7 @@ fn declared(vi: &ValueInfoProto) -> Result<(DType, Option<Vec<Dim>>), String> {
     else {
         return Err("only tensor values are supported (not sequences, maps or optionals)".into());
     };
-    let dtype = dtype_from_onnx(tt.elem_type)?;
+    let dtype = dtype_from_onnx(tt.elem_type).map_err(|e| e.to_string())?;
     let Some(shape) = tt.shape.as_ref() else {
         return Ok((dtype, None));
     };

@@ -111,7 +111,7 @@ pub fn run_with_limit(
                     })
                     .collect::<Result<Vec<&Tensor>, _>>()?;
                 let types: Vec<ValueType> = node.outputs.iter().map(|v| v.ty.clone()).collect();
-                let out = eval_op(op, &tensors, &types).map_err(at)?;
+                let out = eval_op(op, &tensors, &types).map_err(|e| at(e.to_string()))?;
                 out.into_iter().map(Cow::Owned).collect()
             }
         };
