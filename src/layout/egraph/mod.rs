@@ -78,7 +78,7 @@ impl FromStr for Atom {
                 .map_err(|e| e.to_string());
         }
         if let Some(p) = s.strip_prefix("P:") {
-            return p.parse().map(Atom::Pad);
+            return p.parse().map(Atom::Pad).map_err(|e| e.to_string());
         }
         if let Some(k) = s.strip_prefix("op#") {
             return num(k).map(Atom::Op);

@@ -254,7 +254,7 @@ impl Compiler<'_> {
                     f(b)
                 ),
             ),
-            None => GraphError::Graph(message),
+            None => GraphError::Graph(message.to_string()),
         }))
     }
 
