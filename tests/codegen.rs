@@ -13,6 +13,7 @@ use layoutopt::tir::interp::Interpreter;
 use layoutopt::tir::lower::{lower, LowerOptions, LoweredFunc};
 use layoutopt::tir::schedule::{ForKind, Schedule};
 use layoutopt::tir::stmt::{Loop, Stmt};
+use layoutopt::tir::KernelError;
 use proptest::prelude::*;
 use tir_util::gen::{pipeline, random_schedule, Choices};
 use tir_util::{check_jit, check_jit_func};
@@ -210,7 +211,9 @@ fn kernel_errors_become_call_errors() {
     let f = lower(&s, &LowerOptions::default()).unwrap();
     let table = KernelTable::new().with(
         "picky",
-        Arc::new(|r: &mut [KernelRegion]| Err(format!("{} regions is too many", r.len()))),
+        Arc::new(|r: &mut [KernelRegion]| {
+            Err(KernelError(format!("{} regions is too many", r.len())))
+        }),
     );
     let jit = JitFunction::compile(&f, &table).unwrap();
     let mut bufs = [vec![0f32; 16], vec![0f32; 16], vec![0f32; 16]];

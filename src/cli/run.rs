@@ -49,7 +49,7 @@ fn input_tensors(
     }
     let at = |m: String| format!("{}: {m}", a.path.display());
     let bytes = read_file(&a.path).map_err(|e| at(e.to_string()))?;
-    let mut arrays = read_npz(&bytes).map_err(at)?;
+    let mut arrays = read_npz(&bytes).map_err(|e| at(e.to_string()))?;
     match &a.name {
         Some(n) => {
             let k = match arrays.iter().position(|(m, _)| m == n) {

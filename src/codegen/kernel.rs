@@ -9,6 +9,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::tir::KernelError;
+
 /// Largest tensor rank a kernel argument may have.
 pub const MAX_RANK: usize = 8;
 
@@ -49,17 +51,17 @@ impl KernelRegion {
         &self.strides[..self.rank()]
     }
 
-    fn element(&self, idx: &[i64]) -> Result<*mut f32, String> {
+    fn element(&self, idx: &[i64]) -> Result<*mut f32, KernelError> {
         if idx.len() != self.rank()
             || idx
                 .iter()
                 .zip(self.extents())
                 .any(|(i, e)| *i < 0 || i >= e)
         {
-            return Err(format!(
+            return Err(KernelError(format!(
                 "kernel access {idx:?} is outside its region {:?}",
                 self.extents()
-            ));
+            )));
         }
         let off = self.offset
             + idx
@@ -72,13 +74,13 @@ impl KernelRegion {
     }
 
     /// The element at `idx` (relative to the region's origin).
-    pub fn get(&self, idx: &[i64]) -> Result<f32, String> {
+    pub fn get(&self, idx: &[i64]) -> Result<f32, KernelError> {
         // SAFETY: `element` checked the index against the region.
         self.element(idx).map(|p| unsafe { *p })
     }
 
     /// Writes element `idx` of the region; an error when it lies outside.
-    pub fn set(&mut self, idx: &[i64], v: f32) -> Result<(), String> {
+    pub fn set(&mut self, idx: &[i64], v: f32) -> Result<(), KernelError> {
         // SAFETY: as in `get`; the region's buffer is not shared with another argument.
         self.element(idx).map(|p| unsafe { *p = v })
     }
@@ -93,7 +95,7 @@ impl KernelRegion {
 }
 
 /// A micro-kernel: gets the output region first, then the input regions.
-pub type Kernel = Arc<dyn Fn(&mut [KernelRegion]) -> Result<(), String> + Send + Sync>;
+pub type Kernel = Arc<dyn Fn(&mut [KernelRegion]) -> Result<(), KernelError> + Send + Sync>;
 
 /// Micro-kernels by name, as `tensorize` names them.
 #[derive(Clone, Default)]
@@ -127,21 +129,24 @@ impl KernelTable {
 /// `out[i, j] += sum_kk a[i, kk] * b[kk, j]` on 2-d regions (`out` m×n, `a` m×k, `b`
 /// k×n). Rows of `out` and `b` with unit stride go through an AVX2+FMA loop when the CPU
 /// has it (8 columns per step), everything else through the scalar loop.
-pub fn gemm_update(r: &mut [KernelRegion]) -> Result<(), String> {
+pub fn gemm_update(r: &mut [KernelRegion]) -> Result<(), KernelError> {
     let [out, a, b] = r else {
-        return Err(format!("gemm_update takes 3 regions, got {}", r.len()));
+        return Err(KernelError(format!(
+            "gemm_update takes 3 regions, got {}",
+            r.len()
+        )));
     };
     if out.rank() != 2 || a.rank() != 2 || b.rank() != 2 {
-        return Err("gemm_update takes 2-d regions".into());
+        return Err(KernelError("gemm_update takes 2-d regions".into()));
     }
     let (m, n, k) = (out.extents[0], out.extents[1], a.extents[1]);
     if a.extents[0] != m || b.extents() != [k, n] {
-        return Err(format!(
+        return Err(KernelError(format!(
             "regions do not match: out {:?}, a {:?}, b {:?}",
             out.extents(),
             a.extents(),
             b.extents()
-        ));
+        )));
     }
     let g = Gemm {
         m,

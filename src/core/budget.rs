@@ -70,24 +70,40 @@ pub fn fits(bytes: u64) -> bool {
     bytes <= limit()
 }
 
+/// Something that needs more bytes than the memory limit allows.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{what} would need {}, more than the memory limit of {} \
+     (set --memory-limit or {MEMORY_LIMIT_ENV} to change it)",
+    format_bytes(*bytes),
+    format_bytes(*limit)
+)]
+pub struct BudgetError {
+    /// What needs the bytes (a layer, a value, a file).
+    pub what: String,
+    /// How many it needs.
+    pub bytes: u64,
+    /// The limit it exceeds.
+    pub limit: u64,
+}
+
 /// Refuses `bytes` above the limit: "`what` would need 123 bytes (…), more
 /// than the memory limit of …". `what` names the thing that needs them (a
 /// layer, a value, a file).
-pub fn check(what: &str, bytes: u64) -> Result<(), String> {
+pub fn check(what: &str, bytes: u64) -> Result<(), BudgetError> {
     check_against(what, bytes, limit())
 }
 
 /// [`check`] against a given limit.
-pub fn check_against(what: &str, bytes: u64, limit: u64) -> Result<(), String> {
+pub fn check_against(what: &str, bytes: u64, limit: u64) -> Result<(), BudgetError> {
     if bytes <= limit {
         return Ok(());
     }
-    Err(format!(
-        "{what} would need {}, more than the memory limit of {} \
-         (set --memory-limit or {MEMORY_LIMIT_ENV} to change it)",
-        format_bytes(bytes),
-        format_bytes(limit)
-    ))
+    Err(BudgetError {
+        what: what.to_string(),
+        bytes,
+        limit,
+    })
 }
 
 /// Parses a byte count: digits with an optional K, M, G or T suffix (powers of
@@ -169,7 +185,9 @@ mod tests {
     #[test]
     fn a_refusal_names_the_thing_and_both_sizes() {
         assert!(check_against("x", 8, 8).is_ok());
-        let e = check_against("layer 'pad'", 3 << 30, 1 << 30).unwrap_err();
+        let e = check_against("layer 'pad'", 3 << 30, 1 << 30)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("layer 'pad' would need 3221225472 bytes (3.0 GiB)")
                 && e.contains("1073741824 bytes (1.0 GiB)")

@@ -15,7 +15,9 @@ mod tensor;
 #[cfg(test)]
 pub(crate) use layout::tests;
 pub use layout::{with_fill, AlgebraError, Digit, Layout};
-pub use pad::{Assumption, PadFlow, PadValue, Requirement};
+pub use pad::{Assumption, NotAPadValue, PadFlow, PadValue, Requirement};
 pub use pages::PageBuf;
 pub use span::{format_spans, format_spans_portable, merge_spans, Span};
-pub use tensor::{checked_numel, numel, strides, DType, Tensor, TensorData, ValueType};
+pub use tensor::{
+    checked_numel, numel, strides, DType, Tensor, TensorData, TensorError, ValueType,
+};

@@ -92,17 +92,23 @@ impl fmt::Display for PadValue {
     }
 }
 
+/// Text that is not a pad value.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("'{0}' is not a pad value (a number, inf, -inf, nan or undef)")]
+pub struct NotAPadValue(pub String);
+
 impl FromStr for PadValue {
-    type Err = String;
-    fn from_str(s: &str) -> Result<PadValue, String> {
+    type Err = NotAPadValue;
+    fn from_str(s: &str) -> Result<PadValue, NotAPadValue> {
         match s {
             "undef" => Ok(PadValue::Undef),
             "inf" => Ok(PadValue::Known(f32::INFINITY)),
             "-inf" => Ok(PadValue::Known(f32::NEG_INFINITY)),
             "nan" => Ok(PadValue::Known(f32::NAN)),
-            _ => s.parse::<f32>().map(PadValue::Known).map_err(|_| {
-                format!("'{s}' is not a pad value (a number, inf, -inf, nan or undef)")
-            }),
+            _ => s
+                .parse::<f32>()
+                .map(PadValue::Known)
+                .map_err(|_| NotAPadValue(s.to_string())),
         }
     }
 }

@@ -124,6 +124,21 @@ impl fmt::Display for DType {
     }
 }
 
+/// Why tensor data could not be built from its parts or bytes.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TensorError {
+    /// Parts of two element types (the first named as its data variant).
+    #[error("cannot join {0} data with {1} data")]
+    Mismatch(String, DType),
+    /// No parts to join.
+    #[error("nothing to join")]
+    Empty,
+    /// Bytes that end inside an element.
+    #[error("data of {bytes} bytes is not a whole number of {dtype} elements")]
+    #[allow(missing_docs)]
+    PartialElement { bytes: usize, dtype: DType },
+}
+
 /// The elements of a tensor, one vector per element type.
 #[derive(Clone, Debug, PartialEq)]
 pub enum TensorData {
@@ -396,7 +411,7 @@ impl TensorData {
     }
 
     /// The elements of `parts` one after another. All parts must share a dtype.
-    pub fn concat(parts: &[&TensorData]) -> Result<TensorData, String> {
+    pub fn concat(parts: &[&TensorData]) -> Result<TensorData, TensorError> {
         macro_rules! join {
             ($variant:ident) => {{
                 let mut all = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
@@ -404,10 +419,9 @@ impl TensorData {
                     match p {
                         TensorData::$variant(v) => all.extend_from_slice(v),
                         other => {
-                            return Err(format!(
-                                "cannot join {} data with {} data",
-                                stringify!($variant),
-                                other.dtype()
+                            return Err(TensorError::Mismatch(
+                                stringify!($variant).to_string(),
+                                other.dtype(),
                             ))
                         }
                     }
@@ -415,7 +429,7 @@ impl TensorData {
                 TensorData::$variant(all)
             }};
         }
-        Ok(match parts.first().ok_or("nothing to join")? {
+        Ok(match parts.first().ok_or(TensorError::Empty)? {
             TensorData::F32(_) => join!(F32),
             TensorData::F16(_) => join!(F16),
             TensorData::BF16(_) => join!(BF16),
@@ -424,9 +438,7 @@ impl TensorData {
                 for p in parts {
                     match p {
                         TensorData::Bits(e, v) if e == d => all.extend_from_slice(v),
-                        other => {
-                            return Err(format!("cannot join {d} data with {} data", other.dtype()))
-                        }
+                        other => return Err(TensorError::Mismatch(d.to_string(), other.dtype())),
                     }
                 }
                 TensorData::Bits(*d, all)
@@ -471,17 +483,17 @@ impl TensorData {
 
     /// Elements of `dtype` from little-endian bytes (the inverse of
     /// `to_le_bytes`; any non-zero byte is true).
-    pub fn from_le_bytes(dtype: DType, raw: &[u8]) -> Result<TensorData, String> {
+    pub fn from_le_bytes(dtype: DType, raw: &[u8]) -> Result<TensorData, TensorError> {
         fn le<const N: usize, T>(raw: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
             raw.chunks_exact(N)
                 .map(|c| f(c.try_into().expect("chunks_exact yields N bytes")))
                 .collect()
         }
         if !raw.len().is_multiple_of(dtype.size_bytes()) {
-            return Err(format!(
-                "data of {} bytes is not a whole number of {dtype} elements",
-                raw.len()
-            ));
+            return Err(TensorError::PartialElement {
+                bytes: raw.len(),
+                dtype,
+            });
         }
         Ok(match dtype {
             DType::F32 => TensorData::F32(le(raw, f32::from_le_bytes)),

@@ -23,7 +23,7 @@ use crate::runtime::{CompiledModel, Machine, RuntimeOptions};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use tir_view::{lower_node, TirView};
+use tir_view::{lower_node, NoTirView, TirView};
 
 /// Why the explorer page could not be rendered.
 #[derive(Debug, thiserror::Error)]
@@ -154,13 +154,13 @@ fn node_layouts(g: &Graph, id: NodeId) -> (Vec<String>, Vec<String>) {
 /// layouts (DenseNet's 120 convolutions have few distinct shapes) share one.
 #[derive(Default)]
 struct Tirs {
-    by_key: HashMap<String, Result<usize, String>>,
+    by_key: HashMap<String, Result<usize, NoTirView>>,
     views: Vec<TirView>,
 }
 
 impl Tirs {
     /// The index of a node's loop nest, or why there is none.
-    fn of(&mut self, g: &Graph, id: NodeId) -> Result<usize, String> {
+    fn of(&mut self, g: &Graph, id: NodeId) -> Result<usize, NoTirView> {
         let n = g.node(id);
         let in_types: Vec<ValueType> = g
             .node_inputs(id)
@@ -177,12 +177,7 @@ impl Tirs {
                 let ins: Vec<Layout> = l.inputs.iter().map(|(l, _)| l.clone()).collect();
                 (&l.inner, logical, Some((ins, l.outputs[0].0.clone())))
             }
-            op if is_transform(op) => {
-                return Err(format!(
-                    "{} moves data between layouts; it has no TIR lowering yet",
-                    op.kind_name()
-                ))
-            }
+            op if is_transform(op) => return Err(NoTirView::Transform(op.kind_name())),
             op => (op, in_types, None),
         };
         let key = format!("{op:?}|{types:?}|{layouts:?}");
@@ -411,7 +406,7 @@ fn plan_view(
             Op::Input => (None, Some("a graph input: nothing to compute".to_string())),
             _ => match tirs.of(g, id) {
                 Ok(v) => (Some(v), None),
-                Err(e) => (None, Some(e)),
+                Err(e) => (None, Some(e.to_string())),
             },
         };
         nodes.push(NodeView {

@@ -6,6 +6,7 @@ use crate::layout::Layout;
 use crate::lowering::op_compute;
 use crate::tir::lower::{lower, LowerOptions};
 use crate::tir::schedule::Schedule;
+use crate::tir::TirError;
 use serde::Serialize;
 
 /// One run of the edit script from a loop nest to the next: the page rebuilds
@@ -92,17 +93,30 @@ fn diff(before: &str, after: &str) -> Vec<Edit> {
     out
 }
 
+/// Why a node has no loop nest to show.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum NoTirView {
+    /// A layout transform, which has no compute definition.
+    #[error("{0} moves data between layouts; it has no TIR lowering yet")]
+    Transform(&'static str),
+    /// The op has no compute definition or default schedule.
+    #[error(transparent)]
+    Compute(#[from] TirError),
+    /// Lowering failed after a schedule primitive.
+    #[error("lowering after {primitive}: {error}")]
+    #[allow(missing_docs)]
+    Lowering { primitive: String, error: TirError },
+}
+
 /// Lowers `op` (logical) on inputs of `types` after every primitive of its default
 /// schedule. `layouts` gives the storage of the inputs and the output for a laid-out op.
 pub fn lower_node(
     op: &Op,
     types: &[ValueType],
     layouts: Option<(&[Layout], &Layout)>,
-) -> Result<TirView, String> {
-    let c = op_compute(op, types).map_err(|e| e.to_string())?;
-    let s = c
-        .default_schedule(layouts.map(|l| l.1))
-        .map_err(|e| e.to_string())?;
+) -> Result<TirView, NoTirView> {
+    let c = op_compute(op, types)?;
+    let s = c.default_schedule(layouts.map(|l| l.1))?;
     let mut opts = LowerOptions::default();
     let mut shown = Vec::new();
     if let Some((ins, out)) = layouts {
@@ -123,7 +137,10 @@ pub fn lower_node(
             record: vec![],
         };
         let text = lower(&at, &opts)
-            .map_err(|e| format!("lowering after {}: {e}", entry.primitive))?
+            .map_err(|error| NoTirView::Lowering {
+                primitive: entry.primitive.clone(),
+                error,
+            })?
             .to_text();
         let before = steps.last().map_or("", |st| st.loop_nest.as_str());
         steps.push(Step {
@@ -193,6 +210,9 @@ mod tests {
     #[test]
     fn ops_without_lowering_say_so() {
         let e = lower_node(&Op::Where, &[], None).unwrap_err();
-        assert!(e.contains("Where has no compute definition"), "{e}");
+        assert!(
+            e.to_string().contains("Where has no compute definition"),
+            "{e}"
+        );
     }
 }

@@ -24,6 +24,7 @@ use crate::graph::{
     format_spans, format_spans_portable, Graph, Op, Span, Tensor, ValueRef, ValueType,
 };
 use crate::ops::onnx::{Attr, OnnxCx, OnnxWriter};
+use crate::ops::OpError;
 use onnx_protobuf::{
     attribute_proto::AttributeType, tensor_shape_proto, type_proto, AttributeProto, GraphProto,
     ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto, TypeProto, ValueInfoProto,
@@ -43,7 +44,7 @@ pub enum ExportError {
         /// The op's kind.
         op: String,
         /// Why it cannot be exported.
-        message: String,
+        message: OpError,
     },
     /// The model file could not be written.
     #[error("{path}: cannot write the model: {source}")]

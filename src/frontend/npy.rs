@@ -4,7 +4,32 @@
 //! `.npz` archives (`numpy.savez`, `savez_compressed`) are zip files of `.npy`
 //! members named after their arrays.
 
-use crate::core::{DType, Tensor, TensorData};
+use crate::core::{DType, Tensor, TensorData, TensorError};
+
+/// Why a `.npy` file or `.npz` archive could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum NpyError {
+    /// The bytes are not a well-formed `.npy` file or `.npz` archive.
+    #[error("{0}")]
+    Malformed(String),
+    /// Well-formed, but of a kind this reader or NumPy does not have (a format
+    /// version, a dtype, Fortran order).
+    #[error("{0}")]
+    Unsupported(String),
+    /// An archive member that unpacks past the memory budget.
+    #[error("{0}")]
+    TooLarge(String),
+    /// An archive member that is not a readable `.npy` array.
+    #[error("member '{file}': {error}")]
+    #[allow(missing_docs)]
+    Member { file: String, error: Box<NpyError> },
+}
+
+impl From<TensorError> for NpyError {
+    fn from(e: TensorError) -> NpyError {
+        NpyError::Malformed(e.to_string())
+    }
+}
 
 const MAGIC: &[u8] = b"\x93NUMPY";
 
@@ -35,7 +60,7 @@ fn descr(dtype: DType) -> Option<&'static str> {
 }
 
 /// The dtype of a `descr`; big-endian and other kinds are refused by name.
-fn dtype_of(d: &str) -> Result<DType, String> {
+fn dtype_of(d: &str) -> Result<DType, NpyError> {
     let native = d.replace('=', "<");
     [
         DType::F32,
@@ -54,19 +79,21 @@ fn dtype_of(d: &str) -> Result<DType, String> {
     .into_iter()
     .find(|&t| descr(t).is_some_and(|s| s == native || s.replace('|', "<") == native))
     .ok_or_else(|| {
-        format!("dtype '{d}' is not supported (little-endian float, int, uint or bool only)")
+        NpyError::Unsupported(format!(
+            "dtype '{d}' is not supported (little-endian float, int, uint or bool only)"
+        ))
     })
 }
 
 /// The value of `key` in the header dict (`'key': value,`), as text.
-fn header_value<'h>(header: &'h str, key: &str) -> Result<&'h str, String> {
+fn header_value<'h>(header: &'h str, key: &str) -> Result<&'h str, NpyError> {
     let at = header
         .find(&format!("'{key}'"))
-        .ok_or_else(|| format!("the header has no '{key}'"))?;
+        .ok_or_else(|| NpyError::Malformed(format!("the header has no '{key}'")))?;
     let rest = header[at + key.len() + 2..].trim_start();
     let rest = rest
         .strip_prefix(':')
-        .ok_or_else(|| format!("the header's '{key}' has no value"))?
+        .ok_or_else(|| NpyError::Malformed(format!("the header's '{key}' has no value")))?
         .trim_start();
     let end = if rest.starts_with('(') {
         rest.find(')').map(|i| i + 1)
@@ -74,59 +101,66 @@ fn header_value<'h>(header: &'h str, key: &str) -> Result<&'h str, String> {
         rest.find([',', '}'])
     };
     end.map(|e| rest[..e].trim())
-        .ok_or_else(|| format!("the header's '{key}' is not terminated"))
+        .ok_or_else(|| NpyError::Malformed(format!("the header's '{key}' is not terminated")))
 }
 
 /// Reads a `.npz` archive's bytes: each member's array name (the member name
 /// without `.npy`) and tensor, in archive order. A member whose unpacked size
 /// passes the memory budget is refused before it is unpacked.
-pub fn read_npz(bytes: &[u8]) -> Result<Vec<(String, Tensor)>, String> {
+pub fn read_npz(bytes: &[u8]) -> Result<Vec<(String, Tensor)>, NpyError> {
     use std::io::Read;
     let mut zip = zip::ZipArchive::new(std::io::Cursor::new(bytes))
-        .map_err(|e| format!("not a readable .npz (zip) archive: {e}"))?;
+        .map_err(|e| NpyError::Malformed(format!("not a readable .npz (zip) archive: {e}")))?;
     let limit = crate::graph::memory_limit();
     let mut arrays = Vec::with_capacity(zip.len());
     for i in 0..zip.len() {
         let member = zip
             .by_index(i)
-            .map_err(|e| format!("member {i} of the archive: {e}"))?;
+            .map_err(|e| NpyError::Malformed(format!("member {i} of the archive: {e}")))?;
         let file = member
             .name()
-            .map_err(|e| format!("member {i} of the archive: {e}"))?
+            .map_err(|e| NpyError::Malformed(format!("member {i} of the archive: {e}")))?
             .to_string();
         let Some(name) = file.strip_suffix(".npy") else {
-            return Err(format!("member '{file}' is not a .npy array"));
+            return Err(NpyError::Malformed(format!(
+                "member '{file}' is not a .npy array"
+            )));
         };
         if member.size() > limit {
-            return Err(format!(
+            return Err(NpyError::TooLarge(format!(
                 "member '{file}' unpacks to {} bytes, over the memory budget of {limit}",
                 member.size()
-            ));
+            )));
         }
         let mut data = Vec::with_capacity(member.size() as usize);
         // The declared size may lie: read at most one byte past it.
         member
             .take(limit + 1)
             .read_to_end(&mut data)
-            .map_err(|e| format!("member '{file}': {e}"))?;
+            .map_err(|e| NpyError::Malformed(format!("member '{file}': {e}")))?;
         if data.len() as u64 > limit {
-            return Err(format!(
+            return Err(NpyError::TooLarge(format!(
                 "member '{file}' unpacks past the memory budget of {limit}"
-            ));
+            )));
         }
-        let t = read_npy(&data).map_err(|m| format!("member '{file}': {m}"))?;
+        let t = read_npy(&data).map_err(|e| NpyError::Member {
+            file: file.clone(),
+            error: Box::new(e),
+        })?;
         arrays.push((name.to_string(), t));
     }
     if arrays.is_empty() {
-        return Err("the archive holds no arrays".into());
+        return Err(NpyError::Malformed("the archive holds no arrays".into()));
     }
     Ok(arrays)
 }
 
 /// Reads a `.npy` file's bytes.
-pub fn read_npy(bytes: &[u8]) -> Result<Tensor, String> {
+pub fn read_npy(bytes: &[u8]) -> Result<Tensor, NpyError> {
     if !bytes.starts_with(MAGIC) || bytes.len() < 10 {
-        return Err("not a .npy file (no \\x93NUMPY magic)".into());
+        return Err(NpyError::Malformed(
+            "not a .npy file (no \\x93NUMPY magic)".into(),
+        ));
     }
     let (header_len, start) = match bytes[6] {
         1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10usize),
@@ -134,15 +168,22 @@ pub fn read_npy(bytes: &[u8]) -> Result<Tensor, String> {
             u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
             12,
         ),
-        v => return Err(format!(".npy format version {v} is not supported")),
+        v => {
+            return Err(NpyError::Unsupported(format!(
+                ".npy format version {v} is not supported"
+            )))
+        }
     };
     let header = bytes
         .get(start..start.saturating_add(header_len))
-        .ok_or("the .npy header is truncated")?;
-    let header = std::str::from_utf8(header).map_err(|_| "the .npy header is not text")?;
+        .ok_or_else(|| NpyError::Malformed("the .npy header is truncated".into()))?;
+    let header = std::str::from_utf8(header)
+        .map_err(|_| NpyError::Malformed("the .npy header is not text".into()))?;
     let dtype = dtype_of(header_value(header, "descr")?.trim_matches(['\'', '"']))?;
     if header_value(header, "fortran_order")? != "False" {
-        return Err("Fortran-order arrays are not supported (save with C order)".into());
+        return Err(NpyError::Unsupported(
+            "Fortran-order arrays are not supported (save with C order)".into(),
+        ));
     }
     let shape_text = header_value(header, "shape")?;
     let shape = shape_text
@@ -152,31 +193,31 @@ pub fn read_npy(bytes: &[u8]) -> Result<Tensor, String> {
         .filter(|s| !s.is_empty())
         .map(|s| {
             s.parse::<usize>()
-                .map_err(|_| format!("shape {shape_text} is not a shape"))
+                .map_err(|_| NpyError::Malformed(format!("shape {shape_text} is not a shape")))
         })
         .collect::<Result<Vec<_>, _>>()?;
     let n = shape
         .iter()
         .try_fold(1usize, |a, &d| a.checked_mul(d))
-        .ok_or_else(|| format!("shape {shape_text} overflows"))?;
+        .ok_or_else(|| NpyError::Malformed(format!("shape {shape_text} overflows")))?;
     let data = &bytes[start + header_len..];
     let want = n
         .checked_mul(dtype.size_bytes())
-        .ok_or_else(|| format!("shape {shape_text} overflows"))?;
+        .ok_or_else(|| NpyError::Malformed(format!("shape {shape_text} overflows")))?;
     if data.len() != want {
-        return Err(format!(
+        return Err(NpyError::Malformed(format!(
             "{} data bytes for shape {shape:?} of {dtype}, which needs {want}",
             data.len()
-        ));
+        )));
     }
     let data = TensorData::from_le_bytes(dtype, data)?;
     Ok(Tensor::new(shape, data))
 }
 
 /// A `.npy` file (format 1.0) holding `t`.
-pub fn write_npy(t: &Tensor) -> Result<Vec<u8>, String> {
-    let descr =
-        descr(t.dtype()).ok_or_else(|| format!("NumPy has no {} element type", t.dtype()))?;
+pub fn write_npy(t: &Tensor) -> Result<Vec<u8>, NpyError> {
+    let descr = descr(t.dtype())
+        .ok_or_else(|| NpyError::Unsupported(format!("NumPy has no {} element type", t.dtype())))?;
     let dims: Vec<String> = t.shape.iter().map(|d| d.to_string()).collect();
     let shape = match dims.len() {
         1 => format!("({},)", dims[0]),
@@ -254,7 +295,7 @@ mod tests {
             assert!(read_npz(&bytes[..cut]).is_err(), "cut at {cut}");
         }
         let err = read_npz(&write_npy(&Tensor::from_f32(vec![1], vec![1.0])).unwrap()).unwrap_err();
-        assert!(err.contains("not a readable .npz"), "{err}");
+        assert!(err.to_string().contains("not a readable .npz"), "{err}");
     }
 
     #[test]
@@ -276,7 +317,7 @@ mod tests {
         ];
         for (bytes, needle) in cases {
             let e = read_npy(&bytes).unwrap_err();
-            assert!(e.contains(needle), "{e}");
+            assert!(e.to_string().contains(needle), "{e}");
         }
     }
 }

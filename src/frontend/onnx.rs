@@ -11,7 +11,7 @@ mod ops;
 mod scan;
 mod tensor;
 
-pub use tensor::{dtype_from_onnx, tensor_from_proto, tensor_to_proto};
+pub use tensor::{dtype_from_onnx, tensor_from_proto, tensor_to_proto, TensorProtoError};
 
 use crate::graph::{
     check_value_size, fold_node, format_spans, memory_limit, DType, Graph, GraphError, Span,
@@ -160,7 +160,7 @@ fn decode_model<R: BufRead + Seek>(
         &format!("importing its {nodes} nodes"),
         nodes.saturating_mul(scan::BYTES_PER_NODE),
     )
-    .map_err(refuse)?;
+    .map_err(|e| refuse(e.to_string()))?;
     source.rewind().map_err(io)?;
     parse_whole::<ModelProto>(CodedInputStream::from_buf_read(source), len)
         .map_err(|e| decode_error(file, e))
@@ -291,7 +291,11 @@ fn import_model(
     for vi in &graph.input {
         if !imp.values.contains_key(&vi.name) {
             let ty = input_type(vi, opts)
-                .and_then(|ty| check_value_size(&ty, "type", memory_limit()).map(|_| ty))
+                .and_then(|ty| {
+                    check_value_size(&ty, "type", memory_limit())
+                        .map(|_| ty)
+                        .map_err(|e| e.to_string())
+                })
                 .map_err(|m| model_err(format!("graph input '{}': {m}", vi.name)))?;
             let span = Span::new(file, &vi.name, "Input", 0);
             let v = match opts.constant_inputs.get(&vi.name) {
@@ -402,7 +406,7 @@ fn declared(vi: &ValueInfoProto) -> Result<(DType, Option<Vec<Dim>>), String> {
     else {
         return Err("only tensor values are supported (not sequences, maps or optionals)".into());
     };
-    let dtype = dtype_from_onnx(tt.elem_type)?;
+    let dtype = dtype_from_onnx(tt.elem_type).map_err(|e| e.to_string())?;
     let Some(shape) = tt.shape.as_ref() else {
         return Ok((dtype, None));
     };

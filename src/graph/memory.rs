@@ -24,17 +24,40 @@ pub fn checked_size_bytes(ty: &ValueType) -> Option<u64> {
         })
 }
 
+/// A value too big to count, or to hold within the limit; `what` names it.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[allow(missing_docs)]
+pub enum ValueSizeError {
+    /// Its dimensions multiply past any count.
+    #[error("{what} {ty} has more elements than can be counted (its dimensions overflow)")]
+    Uncountable { what: String, ty: ValueType },
+    /// It needs more bytes than the limit.
+    #[error(
+        "{what} {ty} would need {}, more than the memory limit of {}",
+        format_bytes(*bytes),
+        format_bytes(*limit)
+    )]
+    OverLimit {
+        what: String,
+        ty: ValueType,
+        bytes: u64,
+        limit: u64,
+    },
+}
+
 /// Checks one value against the limit; used as each node's outputs are inferred.
-pub fn check_value_size(ty: &ValueType, what: &str, limit: u64) -> Result<(), String> {
+pub fn check_value_size(ty: &ValueType, what: &str, limit: u64) -> Result<(), ValueSizeError> {
     match checked_size_bytes(ty) {
-        None => Err(format!(
-            "{what} {ty} has more elements than can be counted (its dimensions overflow)"
-        )),
-        Some(n) if n > limit => Err(format!(
-            "{what} {ty} would need {}, more than the memory limit of {}",
-            format_bytes(n),
-            format_bytes(limit)
-        )),
+        None => Err(ValueSizeError::Uncountable {
+            what: what.to_string(),
+            ty: ty.clone(),
+        }),
+        Some(bytes) if bytes > limit => Err(ValueSizeError::OverLimit {
+            what: what.to_string(),
+            ty: ty.clone(),
+            bytes,
+            limit,
+        }),
         Some(_) => Ok(()),
     }
 }
@@ -120,7 +143,9 @@ mod tests {
     #[test]
     fn size_overflow_and_limit_are_reported_with_bytes() {
         let big = ValueType::new(DType::F32, vec![1 << 20, 1 << 20]);
-        let e = check_value_size(&big, "output", 1 << 30).unwrap_err();
+        let e = check_value_size(&big, "output", 1 << 30)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("4398046511104 bytes (4.0 TiB)") && e.contains("1073741824 bytes"),
             "{e}"
@@ -128,6 +153,7 @@ mod tests {
         let huge = ValueType::new(DType::F32, vec![usize::MAX, 2]);
         assert!(check_value_size(&huge, "x", u64::MAX)
             .unwrap_err()
+            .to_string()
             .contains("overflow"));
         assert!(check_value_size(&ValueType::new(DType::U8, vec![8]), "x", 8).is_ok());
     }

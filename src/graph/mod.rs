@@ -18,7 +18,7 @@ pub use conv_affine::{fold_conv_affine, fold_conv_batchnorm};
 pub use fold::{fold_constants, fold_node};
 pub use memory::{
     check_value_size, checked_size_bytes, format_bytes, machine_memory, memory_limit, parse_bytes,
-    MEMORY_LIMIT_ENV,
+    ValueSizeError, MEMORY_LIMIT_ENV,
 };
 pub use pad_fold::{fold_pads, PadFold};
 
@@ -172,7 +172,7 @@ impl Graph {
         // allocated here, before constant folding or a run tries.
         for (i, ty) in out_types.iter().enumerate() {
             check_value_size(ty, &format!("output {i}"), memory_limit())
-                .map_err(|m| GraphError::at(&spans, m))?;
+                .map_err(|e| GraphError::at(&spans, e.to_string()))?;
         }
         let outputs = out_types
             .into_iter()

@@ -30,38 +30,41 @@ impl OpDef for Conv {
         "Conv"
     }
 
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         let c = self;
         let (x, w) = data_and_weight(inputs)?;
         if w.shape.len() != x.shape.len() {
-            return Err(format!(
+            return Err(OpError::Shape(format!(
                 "weight shape {:?} does not match input shape {:?}",
                 w.shape, x.shape
-            ));
+            )));
         }
         let (cin, cout) = (x.shape[1], w.shape[0]);
         if c.group == 0 || cin % c.group != 0 || cout % c.group != 0 {
-            return Err(format!(
+            return Err(OpError::Attribute(format!(
                 "group {} does not divide input channels {cin} and output channels {cout}",
                 c.group
-            ));
+            )));
         }
         if w.shape[1] * c.group != cin {
-            return Err(format!(
+            return Err(OpError::Shape(format!(
                 "weight shape {:?} expects {} input channels, input has {cin}",
                 w.shape,
                 w.shape[1] * c.group
-            ));
+            )));
         }
         if w.shape[2..] != c.window.kernel[..] {
-            return Err(format!(
+            return Err(OpError::Attribute(format!(
                 "kernel_shape {:?} does not match weight shape {:?}",
                 c.window.kernel, w.shape
-            ));
+            )));
         }
         if let Some(b) = inputs.get(2) {
             if b.shape != [cout] {
-                return Err(format!("bias shape {:?} is not [{cout}]", b.shape));
+                return Err(OpError::Shape(format!(
+                    "bias shape {:?} is not [{cout}]",
+                    b.shape
+                )));
             }
         }
         let mut shape = vec![x.shape[0], cout];
@@ -69,7 +72,7 @@ impl OpDef for Conv {
         Ok(vec![ValueType::new(x.dtype, shape)])
     }
 
-    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         let out = &outputs[0];
         let c = self;
         Ok(vec![conv(c, x, out)])
@@ -132,7 +135,7 @@ impl OpDef for Conv {
         }
     }
 
-    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
         let c = self;
 
         let mut a = window_attrs(&c.window, true);
@@ -146,25 +149,28 @@ impl OpDef for ConvTranspose {
         "ConvTranspose"
     }
 
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         let c = self;
         let (x, w) = data_and_weight(inputs)?;
         if w.shape.len() != x.shape.len() || w.shape[0] != x.shape[1] {
-            return Err(format!(
+            return Err(OpError::Shape(format!(
                 "weight shape {:?} does not match input shape {:?}",
                 w.shape, x.shape
-            ));
+            )));
         }
         if c.group == 0 || x.shape[1] % c.group != 0 {
-            return Err(format!(
+            return Err(OpError::Attribute(format!(
                 "group {} does not divide input channels {}",
                 c.group, x.shape[1]
-            ));
+            )));
         }
         let cout = w.shape[1] * c.group;
         if let Some(b) = inputs.get(2) {
             if b.shape != [cout] {
-                return Err(format!("bias shape {:?} is not [{cout}]", b.shape));
+                return Err(OpError::Shape(format!(
+                    "bias shape {:?} is not [{cout}]",
+                    b.shape
+                )));
             }
         }
         check_window(&c.window, &x.shape[2..])?;
@@ -178,20 +184,25 @@ impl OpDef for ConvTranspose {
                     f.checked_add(w_.kernel[i].checked_sub(1)?.checked_mul(w_.dilations[i])?)
                 })
                 .and_then(|f| f.checked_add(1))
-                .ok_or_else(|| format!("output extents overflow (window {w_:?})"))?;
+                .ok_or_else(|| {
+                    OpError::TooLarge(format!("output extents overflow (window {w_:?})"))
+                })?;
             let pads = w_
                 .pad_begin(i)
                 .checked_add(w_.pad_end(i))
-                .ok_or_else(|| format!("pads {:?} overflow", w_.pads))?;
+                .ok_or_else(|| OpError::TooLarge(format!("pads {:?} overflow", w_.pads)))?;
             if full <= pads {
-                return Err(format!("pads {:?} remove the whole output", w_.pads));
+                return Err(OpError::Attribute(format!(
+                    "pads {:?} remove the whole output",
+                    w_.pads
+                )));
             }
             shape.push(full - pads);
         }
         Ok(vec![ValueType::new(x.dtype, shape)])
     }
 
-    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         let out = &outputs[0];
         let c = self;
         Ok(vec![conv_transpose(c, x, out)?])
@@ -215,7 +226,7 @@ impl OpDef for ConvTranspose {
             return Err(unsupported(self.name(), "only 2-D NCHW is defined"));
         }
         let refs: Vec<&ValueType> = types.iter().collect();
-        let out = self.infer(&refs).map_err(TirError::Definition)?;
+        let out = self.infer(&refs)?;
         let (xs, ws) = (operand_shape(types, 0), operand_shape(types, 1));
         let (x, weight, w) = (ph[0], ph[1], &self.window);
         let (in_per_group, out_per_group) = (xs[1] / self.group, ws[1]);
@@ -255,7 +266,7 @@ impl OpDef for ConvTranspose {
         Ok(Defined::output(y))
     }
 
-    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
         let c = self;
 
         let mut a = window_attrs(&c.window, true);
@@ -321,13 +332,13 @@ pub(super) fn conv_transpose(
     c: &ConvTranspose,
     inputs: &[&Tensor],
     out: &ValueType,
-) -> Result<Tensor, String> {
+) -> Result<Tensor, OpError> {
     let (xs, ws) = (&inputs[0].shape, &inputs[1].shape);
     if ws[2..] != c.window.kernel[..] {
-        return Err(format!(
+        return Err(OpError::Attribute(format!(
             "kernel_shape {:?} does not match weight shape {ws:?}",
             c.window.kernel
-        ));
+        )));
     }
     let (in_sp, out_sp) = (&xs[2..], &out.shape[2..]);
     let (cin_g, cout_g) = (xs[1] / c.group, ws[1]);
@@ -575,6 +586,6 @@ mod tests {
             output_padding: vec![0],
         });
         let err = try_eval(op, &[&iota(&[1, 1, 4]), &iota(&[1, 1, 2])]).unwrap_err();
-        assert!(err.contains("kernel_shape"), "{err}");
+        assert!(err.to_string().contains("kernel_shape"), "{err}");
     }
 }

@@ -14,52 +14,52 @@ impl OpDef for LaidOut {
         self.inner.num_outputs()
     }
 
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         let l = self;
 
         if inputs.len() != l.inputs.len() {
-            return Err(format!(
+            return Err(OpError::Arity(format!(
                 "expects {} inputs, got {}",
                 l.inputs.len(),
                 inputs.len()
-            ));
+            )));
         }
         let mut logical = Vec::with_capacity(inputs.len());
         for (t, (layout, shape)) in inputs.iter().zip(&l.inputs) {
-            let want = layout.physical_shape(shape).map_err(|e| e.to_string())?;
+            let want = layout.physical_shape(shape)?;
             if t.shape != want {
-                return Err(format!(
+                return Err(OpError::Shape(format!(
                     "input shape {:?} is not {shape:?} laid out in {layout} ({want:?})",
                     t.shape
-                ));
+                )));
             }
             logical.push(ValueType::new(t.dtype, shape.clone()));
         }
         let refs: Vec<&ValueType> = logical.iter().collect();
         let outs = infer_outputs(&l.inner, &refs)?;
         if outs.len() != l.outputs.len() {
-            return Err(format!(
+            return Err(OpError::Arity(format!(
                 "{} output layouts for {} outputs",
                 l.outputs.len(),
                 outs.len()
-            ));
+            )));
         }
         outs.into_iter()
             .zip(&l.outputs)
             .map(|(t, (layout, _))| {
-                let shape = layout.physical_shape(&t.shape).map_err(|e| e.to_string())?;
+                let shape = layout.physical_shape(&t.shape)?;
                 Ok(ValueType::new(t.dtype, shape))
             })
             .collect()
     }
 
-    fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
+    fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         in_layout(self, x)
     }
 
     /// The logical op between a view of each input in its logical shape and a
     /// re-layout of each result.
-    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, OpError> {
         let (b, inputs, in_types, outputs) = cx.parts();
         let logical: Vec<String> = inputs
             .iter()
@@ -115,11 +115,11 @@ impl LaidOut {
 
 /// Runs a laid-out op on the logical tensors its physical inputs hold, then lays
 /// the results out, filling padding with the value the op's pad flow promises.
-fn in_layout(l: &LaidOut, x: &[&Tensor]) -> Result<Vec<Tensor>, String> {
+fn in_layout(l: &LaidOut, x: &[&Tensor]) -> Result<Vec<Tensor>, OpError> {
     let logical: Vec<Tensor> = x
         .iter()
         .zip(&l.inputs)
-        .map(|(t, (layout, shape))| layout.from_physical(t, shape).map_err(|e| e.to_string()))
+        .map(|(t, (layout, shape))| layout.from_physical(t, shape))
         .collect::<Result<_, _>>()?;
     let types: Vec<ValueType> = logical
         .iter()
@@ -131,6 +131,6 @@ fn in_layout(l: &LaidOut, x: &[&Tensor]) -> Result<Vec<Tensor>, String> {
     eval_op(&l.inner, &inputs, &out_types)?
         .iter()
         .zip(&l.outputs)
-        .map(|(t, (layout, pad))| layout.to_physical(t, pad.fill()).map_err(|e| e.to_string()))
+        .map(|(t, (layout, pad))| layout.to_physical(t, pad.fill()).map_err(OpError::from))
         .collect()
 }

@@ -3,7 +3,7 @@
 //! any dtype.
 
 use crate::core::{numel, strides, Tensor, TensorData};
-use crate::ops::Window;
+use crate::ops::{OpError, Window};
 use std::ops::Range;
 
 /// `base + Σ idx[i] * steps[i]` for every multi-index of `shape`, in row-major order.
@@ -62,7 +62,7 @@ pub(super) fn gather_axes(
     x: &Tensor,
     maps: &[Vec<Option<usize>>],
     fill: f64,
-) -> Result<Tensor, String> {
+) -> Result<Tensor, OpError> {
     let shape: Vec<usize> = maps.iter().map(Vec::len).collect();
     let in_strides = strides(&x.shape);
     // Per axis and output coordinate: the contribution to the source index.

@@ -47,10 +47,13 @@ impl OpDef for Logical {
         }
     }
 
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         expect_inputs(inputs, self.arity(), self.arity())?;
         if let Some(t) = inputs.iter().find(|t| t.dtype != DType::Bool) {
-            return Err(format!("operands must be bool, got {}", t.dtype));
+            return Err(OpError::DType(format!(
+                "operands must be bool, got {}",
+                t.dtype
+            )));
         }
         let mut shape = inputs[0].shape.clone();
         for t in &inputs[1..] {
@@ -59,7 +62,7 @@ impl OpDef for Logical {
         Ok(vec![ValueType::new(DType::Bool, shape)])
     }
 
-    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         let out = &outputs[0];
         let a = x[0].data.to_bool();
         let ai = broadcast_indices(&x[0].shape, &out.shape);
@@ -81,7 +84,7 @@ impl OpDef for Logical {
         LayoutRole::Agnostic
     }
 
-    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
         cx.single(self.name(), cx.inputs, vec![])
     }
 }

@@ -37,17 +37,17 @@ impl OpDef for Lrn {
         "LRN"
     }
 
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         expect_inputs(inputs, 1, 1)?;
         expect_float(inputs[0], "input")?;
         check_rank_at_least(inputs[0], 3, "input")?;
         if self.size == 0 {
-            return Err("size must be positive".into());
+            return Err(OpError::Attribute("size must be positive".into()));
         }
         Ok(vec![inputs[0].clone()])
     }
 
-    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         let out = &outputs[0];
         let v = x[0].data.to_f64();
         let (channels, inner) = (out.shape[1], numel(&out.shape[2..]));
@@ -106,7 +106,7 @@ impl OpDef for Lrn {
         Ok(Defined::output(y))
     }
 
-    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
         let attrs = vec![
             ("alpha", Attr::Float(self.alpha)),
             ("beta", Attr::Float(self.beta)),

@@ -15,7 +15,7 @@ impl OpDef for Gemm {
         "Gemm"
     }
 
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         let Gemm {
             trans_a, trans_b, ..
         } = self;
@@ -23,10 +23,10 @@ impl OpDef for Gemm {
         expect_inputs(inputs, 2, 3)?;
         let (a, b) = (inputs[0], inputs[1]);
         if a.shape.len() != 2 || b.shape.len() != 2 {
-            return Err(format!(
+            return Err(OpError::Shape(format!(
                 "operands must be matrices, got {:?} and {:?}",
                 a.shape, b.shape
-            ));
+            )));
         }
         let (m, ka) = if *trans_a {
             (a.shape[1], a.shape[0])
@@ -39,24 +39,24 @@ impl OpDef for Gemm {
             (b.shape[0], b.shape[1])
         };
         if ka != kb {
-            return Err(format!(
+            return Err(OpError::Shape(format!(
                 "inner dimensions differ: A {:?} (trans {trans_a}), B {:?} (trans {trans_b})",
                 a.shape, b.shape
-            ));
+            )));
         }
         if let Some(c) = inputs.get(2) {
             let s = broadcast_shapes(&c.shape, &[m, n])?;
             if s != [m, n] {
-                return Err(format!(
+                return Err(OpError::Shape(format!(
                     "C shape {:?} does not broadcast to [{m}, {n}]",
                     c.shape
-                ));
+                )));
             }
         }
         Ok(vec![ValueType::new(a.dtype, vec![m, n])])
     }
 
-    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         let out = &outputs[0];
         let Gemm {
             alpha,
@@ -138,7 +138,7 @@ impl OpDef for Gemm {
         )?))
     }
 
-    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
         let Gemm {
             alpha,
             beta,
@@ -163,11 +163,11 @@ impl OpDef for MatMul {
         "MatMul"
     }
 
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         expect_inputs(inputs, 2, 2)?;
         let (a, b) = (inputs[0], inputs[1]);
         if a.shape.is_empty() || b.shape.is_empty() {
-            return Err("operands must have rank at least 1".into());
+            return Err(OpError::Shape("operands must have rank at least 1".into()));
         }
         let mut sa = a.shape.clone();
         let mut sb = b.shape.clone();
@@ -181,10 +181,10 @@ impl OpDef for MatMul {
         let (m, k) = (sa[sa.len() - 2], sa[sa.len() - 1]);
         let (k2, n) = (sb[sb.len() - 2], sb[sb.len() - 1]);
         if k != k2 {
-            return Err(format!(
+            return Err(OpError::Shape(format!(
                 "inner dimensions differ: {:?} x {:?}",
                 a.shape, b.shape
-            ));
+            )));
         }
         let mut shape = broadcast_shapes(&sa[..sa.len() - 2], &sb[..sb.len() - 2])?;
         if !va {
@@ -196,7 +196,7 @@ impl OpDef for MatMul {
         Ok(vec![ValueType::new(a.dtype, shape)])
     }
 
-    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         let out = &outputs[0];
         Ok(vec![matmul(x[0], x[1], out)?])
     }
@@ -225,7 +225,7 @@ impl OpDef for MatMul {
         )?))
     }
 
-    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
         cx.single("MatMul", cx.inputs, vec![])
     }
 }
@@ -277,7 +277,7 @@ fn matmul_2d<T: Num>(
     });
 }
 
-pub(super) fn matmul(a: &Tensor, b: &Tensor, out: &ValueType) -> Result<Tensor, String> {
+pub(super) fn matmul(a: &Tensor, b: &Tensor, out: &ValueType) -> Result<Tensor, OpError> {
     // 1-D operands become a row (a) or a column (b); the output shape already
     // drops those axes again, and the element order is the same.
     let mut sa = a.shape.clone();
@@ -310,7 +310,7 @@ pub(super) fn matmul(a: &Tensor, b: &Tensor, out: &ValueType) -> Result<Tensor, 
     }
     let dims = (m, k, n);
     let data = match a.dtype() {
-        DType::Bool => return Err("not defined on bool tensors".into()),
+        DType::Bool => return Err(OpError::DType("not defined on bool tensors".into())),
         d if d.is_float() => {
             let c = batched(&a.data.to_f64(), &b.data.to_f64(), (&ai, &bi), dims);
             TensorData::from_f64(out.dtype, c)
@@ -332,10 +332,10 @@ pub(super) fn gemm(
     trans_b: bool,
     inputs: &[&Tensor],
     out: &ValueType,
-) -> Result<Tensor, String> {
+) -> Result<Tensor, OpError> {
     let (a, b) = (inputs[0], inputs[1]);
     if a.dtype() == DType::Bool {
-        return Err("not defined on bool tensors".into());
+        return Err(OpError::DType("not defined on bool tensors".into()));
     }
     let (m, n) = (out.shape[0], out.shape[1]);
     let k = if trans_a { a.shape[0] } else { a.shape[1] };
@@ -390,7 +390,7 @@ fn matmul_compute(
     }
     let batch_a = if ra >= 2 { &sa[..ra - 2] } else { &[][..] };
     let batch_b = if rb >= 2 { &sb[..rb - 2] } else { &[][..] };
-    let batch = broadcast_shapes(batch_a, batch_b).map_err(TirError::Definition)?;
+    let batch = broadcast_shapes(batch_a, batch_b)?;
     let nb = batch.len();
     let mut out: Vec<usize> = batch.clone();
     if ra >= 2 {

@@ -7,6 +7,7 @@
 
 mod conv;
 mod elementwise;
+mod error;
 mod eval;
 mod in_layout;
 mod index;
@@ -31,6 +32,7 @@ mod transform;
 
 pub use crate::core::scalar::{BinaryOp, UnaryOp};
 use crate::core::{Assumption, DType, Layout, PadFlow, PadValue, Requirement, Tensor, ValueType};
+pub use error::OpError;
 pub use eval::eval_op;
 pub use logical::Logical;
 pub use lrn::Lrn;
@@ -529,11 +531,11 @@ pub trait OpDef {
 
     /// The output types for inputs of the given types (shape inference). Errors
     /// are plain messages; the graph adds the layer's span.
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String>;
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError>;
 
     /// The reference semantics: outputs of exactly the types `outputs` for inputs
     /// already checked against [`OpDef::infer`]. Floats compute in f64.
-    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String>;
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, OpError>;
 
     /// How the op takes part in layout planning (the default, `Fixed`, runs it
     /// row-major only, which is always correct).
@@ -588,9 +590,12 @@ pub trait OpDef {
     /// Writes the op as ONNX nodes into `cx.b`, reading `cx.inputs` (of types
     /// `cx.in_types`); the outputs are named after `cx.outputs` where free.
     /// Returns the output names.
-    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, OpError> {
         let _ = cx;
-        Err(format!("{} has no ONNX form", self.name()))
+        Err(OpError::Unsupported(format!(
+            "{} has no ONNX form",
+            self.name()
+        )))
     }
 
     /// The oldest ONNX opset that has the op with the attributes it uses.

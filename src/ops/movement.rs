@@ -16,23 +16,23 @@ impl OpDef for Reshape {
         "Reshape"
     }
 
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         let Reshape { shape } = self;
 
         expect_inputs(inputs, 1, 1)?;
         let x = inputs[0];
         if checked_numel(shape) != Some(x.numel()) {
-            return Err(format!(
+            return Err(OpError::Shape(format!(
                 "cannot reshape {:?} ({} elements) to {:?}",
                 x.shape,
                 x.numel(),
                 shape
-            ));
+            )));
         }
         Ok(vec![ValueType::new(x.dtype, shape.clone())])
     }
 
-    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         let out = &outputs[0];
         Ok(vec![x[0].reshaped(out.shape.clone())])
     }
@@ -66,7 +66,7 @@ impl OpDef for Reshape {
         })
     }
 
-    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
         let Reshape { shape } = self;
 
         let s = cx.b.reshape_target(&cx.in_types[0].shape, shape);
@@ -83,18 +83,23 @@ impl OpDef for Transpose {
         true
     }
 
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         let Transpose { perm } = self;
 
         expect_inputs(inputs, 1, 1)?;
         let x = inputs[0];
         let mut seen = vec![false; x.shape.len()];
         if perm.len() != x.shape.len() || perm.iter().any(|&p| p >= seen.len()) {
-            return Err(format!("perm {perm:?} does not fit shape {:?}", x.shape));
+            return Err(OpError::Attribute(format!(
+                "perm {perm:?} does not fit shape {:?}",
+                x.shape
+            )));
         }
         for &p in perm {
             if std::mem::replace(&mut seen[p], true) {
-                return Err(format!("perm {perm:?} repeats axis {p}"));
+                return Err(OpError::Attribute(format!(
+                    "perm {perm:?} repeats axis {p}"
+                )));
             }
         }
         Ok(vec![ValueType::new(
@@ -103,7 +108,7 @@ impl OpDef for Transpose {
         )])
     }
 
-    fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
+    fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         Ok(vec![transpose(&self.perm, x[0])])
     }
 
@@ -132,7 +137,7 @@ impl OpDef for Transpose {
         })
     }
 
-    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
         let Transpose { perm } = self;
         cx.single(
             "Transpose",
@@ -155,18 +160,18 @@ impl OpDef for Concat {
         inputs
     }
 
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         let Concat { axis } = self;
 
         if inputs.is_empty() {
-            return Err("expects at least one input".into());
+            return Err(OpError::Arity("expects at least one input".into()));
         }
         let first = inputs[0];
         if *axis >= first.shape.len() {
-            return Err(format!(
+            return Err(OpError::Attribute(format!(
                 "axis {axis} out of range for shape {:?}",
                 first.shape
-            ));
+            )));
         }
         let mut shape = first.shape.clone();
         shape[*axis] = 0;
@@ -174,14 +179,16 @@ impl OpDef for Concat {
             let same_rest = t.shape.len() == first.shape.len()
                 && (0..t.shape.len()).all(|i| i == *axis || t.shape[i] == first.shape[i]);
             if !same_rest || t.dtype != first.dtype {
-                return Err(format!("inputs {first} and {t} differ outside axis {axis}"));
+                return Err(OpError::Shape(format!(
+                    "inputs {first} and {t} differ outside axis {axis}"
+                )));
             }
             shape[*axis] += t.shape[*axis];
         }
         Ok(vec![ValueType::new(first.dtype, shape)])
     }
 
-    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         let out = &outputs[0];
         let Concat { axis } = self;
         Ok(vec![concat(*axis, x, out)?])
@@ -239,7 +246,7 @@ impl OpDef for Concat {
         })
     }
 
-    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
         let Concat { axis } = self;
         cx.single("Concat", cx.inputs, vec![("axis", Attr::Int(*axis as i64))])
     }
@@ -258,19 +265,22 @@ impl OpDef for Split {
         self.sizes.len()
     }
 
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         let Split { axis, sizes } = self;
 
         expect_inputs(inputs, 1, 1)?;
         let x = inputs[0];
         if *axis >= x.shape.len() {
-            return Err(format!("axis {axis} out of range for shape {:?}", x.shape));
+            return Err(OpError::Attribute(format!(
+                "axis {axis} out of range for shape {:?}",
+                x.shape
+            )));
         }
         if sizes.iter().sum::<usize>() != x.shape[*axis] {
-            return Err(format!(
+            return Err(OpError::Attribute(format!(
                 "split sizes {sizes:?} do not add up to extent {} of axis {axis}",
                 x.shape[*axis]
-            ));
+            )));
         }
         Ok(sizes
             .iter()
@@ -282,7 +292,7 @@ impl OpDef for Split {
             .collect())
     }
 
-    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         let Split { axis, sizes } = self;
         split(*axis, sizes, x[0], outputs)
     }
@@ -301,7 +311,7 @@ impl OpDef for Split {
         unblocked(l, &[*axis]) || blocks_divide(l, *axis, sizes)
     }
 
-    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, OpError> {
         let Split { axis, sizes } = self;
 
         let s = cx.b.ints("split", &i64s(sizes));
@@ -327,7 +337,7 @@ impl OpDef for Slice {
         true
     }
 
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         let Slice { axes } = self;
 
         expect_inputs(inputs, 1, 1)?;
@@ -335,14 +345,17 @@ impl OpDef for Slice {
         let mut shape = x.shape.clone();
         for a in axes {
             if a.axis >= shape.len() || a.step == 0 {
-                return Err(format!("bad slice {a:?} for shape {:?}", x.shape));
+                return Err(OpError::Attribute(format!(
+                    "bad slice {a:?} for shape {:?}",
+                    x.shape
+                )));
             }
             shape[a.axis] = slice_extent(a);
         }
         Ok(vec![ValueType::new(x.dtype, shape)])
     }
 
-    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         let out = &outputs[0];
         let Slice { axes } = self;
         Ok(vec![slice(axes, x[0], out)?])
@@ -378,7 +391,7 @@ impl OpDef for Slice {
         let (ph, types) = cx.operands(self.name(), 1)?;
         let s = operand_shape(types, 0);
         let refs: Vec<&ValueType> = types.iter().collect();
-        let out = self.infer(&refs).map_err(TirError::Definition)?;
+        let out = self.infer(&refs)?;
         let out = out[0].shape.clone();
         for a in axes {
             let last = a.start + (out[a.axis] as i64 - 1) * a.step;
@@ -400,7 +413,7 @@ impl OpDef for Slice {
         })
     }
 
-    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
         let Slice { axes } = self;
 
         let extent = |a: usize| cx.in_types[0].shape[a] as i64;
@@ -439,16 +452,22 @@ impl OpDef for Gather {
         true
     }
 
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         let Gather { axis } = self;
 
         expect_inputs(inputs, 2, 2)?;
         let (x, idx) = (inputs[0], inputs[1]);
         if *axis >= x.shape.len() {
-            return Err(format!("axis {axis} out of range for shape {:?}", x.shape));
+            return Err(OpError::Attribute(format!(
+                "axis {axis} out of range for shape {:?}",
+                x.shape
+            )));
         }
         if !matches!(idx.dtype, DType::I64 | DType::I32) {
-            return Err(format!("indices must be i64 or i32, got {}", idx.dtype));
+            return Err(OpError::DType(format!(
+                "indices must be i64 or i32, got {}",
+                idx.dtype
+            )));
         }
         let mut shape = x.shape[..*axis].to_vec();
         shape.extend(&idx.shape);
@@ -456,13 +475,13 @@ impl OpDef for Gather {
         Ok(vec![ValueType::new(x.dtype, shape)])
     }
 
-    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         let out = &outputs[0];
         let Gather { axis } = self;
         Ok(vec![gather(*axis, x[0], x[1], out)?])
     }
 
-    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
         let Gather { axis } = self;
         cx.single("Gather", cx.inputs, vec![("axis", Attr::Int(*axis as i64))])
     }
@@ -479,43 +498,43 @@ impl OpDef for Pad {
         !matches!(self.mode, PadMode::Constant(_))
     }
 
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         let Pad { begins, ends, mode } = self;
 
         expect_inputs(inputs, 1, 1)?;
         let x = inputs[0];
         if begins.len() != x.shape.len() || ends.len() != x.shape.len() {
-            return Err(format!(
+            return Err(OpError::Attribute(format!(
                 "pads {begins:?}/{ends:?} do not match rank of {:?}",
                 x.shape
-            ));
+            )));
         }
         let mut shape = Vec::with_capacity(x.shape.len());
         for i in 0..x.shape.len() {
             let e = (x.shape[i] as i64)
                 .checked_add(begins[i])
                 .and_then(|e| e.checked_add(ends[i]))
-                .ok_or_else(|| format!("pads {begins:?}/{ends:?} overflow"))?;
+                .ok_or_else(|| OpError::TooLarge(format!("pads {begins:?}/{ends:?} overflow")))?;
             if e < 0 {
-                return Err(format!(
+                return Err(OpError::Attribute(format!(
                     "pads {begins:?}/{ends:?} crop axis {i} of {:?} below zero",
                     x.shape
-                ));
+                )));
             }
             if *mode == PadMode::Reflect
                 && (begins[i] >= x.shape[i] as i64 || ends[i] >= x.shape[i] as i64)
             {
-                return Err(format!(
+                return Err(OpError::Attribute(format!(
                     "reflect pads {begins:?}/{ends:?} must be smaller than shape {:?}",
                     x.shape
-                ));
+                )));
             }
             shape.push(e as usize);
         }
         Ok(vec![ValueType::new(x.dtype, shape)])
     }
 
-    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         let out = &outputs[0];
         let Pad {
             begins,
@@ -590,7 +609,7 @@ impl OpDef for Pad {
         }
     }
 
-    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
         let Pad { begins, ends, mode } = self;
 
         let pads: Vec<i64> = begins.iter().chain(ends).copied().collect();
@@ -615,14 +634,14 @@ impl OpDef for Cast {
         "Cast"
     }
 
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         let Cast { to, .. } = self;
 
         expect_inputs(inputs, 1, 1)?;
         Ok(vec![ValueType::new(*to, inputs[0].shape.clone())])
     }
 
-    fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
+    fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         let Cast { to, saturate } = self;
         Ok(vec![x[0].cast_saturating(*to, *saturate)])
     }
@@ -641,7 +660,7 @@ impl OpDef for Cast {
         LayoutRole::Agnostic
     }
 
-    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
         let Cast { to, saturate } = self;
         let mut attrs = vec![("to", Attr::Int(to.onnx_code() as i64))];
         if !saturate && is_float8(*to) {
@@ -669,18 +688,21 @@ impl OpDef for Expand {
         true
     }
 
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         let Expand { shape } = self;
 
         expect_inputs(inputs, 1, 1)?;
         let s = broadcast_shapes(&inputs[0].shape, shape)?;
         if &s != shape {
-            return Err(format!("cannot expand {:?} to {shape:?}", inputs[0].shape));
+            return Err(OpError::Shape(format!(
+                "cannot expand {:?} to {shape:?}",
+                inputs[0].shape
+            )));
         }
         Ok(vec![ValueType::new(inputs[0].dtype, s)])
     }
 
-    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         let out = &outputs[0];
         Ok(vec![expand(x[0], out)])
     }
@@ -690,12 +712,12 @@ impl OpDef for Expand {
 
         let (ph, types) = cx.operands(self.name(), 1)?;
         let s = operand_shape(types, 0);
-        let out = broadcast_shapes(&s, shape).map_err(TirError::Definition)?;
+        let out = broadcast_shapes(&s, shape)?;
         let x = ph[0];
         cx.stage(&out, |i| x.at(&broadcast_index(i, &s)))
     }
 
-    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
         let Expand { shape } = self;
 
         // With a symbolic batch, an axis 0 that passes through is 1: broadcasting
@@ -719,22 +741,22 @@ impl OpDef for Tile {
         true
     }
 
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         let Tile { repeats } = self;
 
         expect_inputs(inputs, 1, 1)?;
         let x = inputs[0];
         if repeats.len() != x.shape.len() {
-            return Err(format!(
+            return Err(OpError::Attribute(format!(
                 "repeats {repeats:?} do not match rank of {:?}",
                 x.shape
-            ));
+            )));
         }
         let shape: Vec<usize> = x.shape.iter().zip(repeats).map(|(a, b)| a * b).collect();
         Ok(vec![ValueType::new(x.dtype, shape)])
     }
 
-    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         let out = &outputs[0];
         Ok(vec![tile(x[0], out)?])
     }
@@ -756,7 +778,7 @@ impl OpDef for Tile {
         })
     }
 
-    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
         let Tile { repeats } = self;
 
         let r = cx.b.ints("repeats", &i64s(repeats));
@@ -769,12 +791,12 @@ impl OpDef for Identity {
         "Identity"
     }
 
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         expect_inputs(inputs, 1, 1)?;
         Ok(vec![inputs[0].clone()])
     }
 
-    fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
+    fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         Ok(vec![x[0].clone()])
     }
 
@@ -792,7 +814,7 @@ impl OpDef for Identity {
         cx.stage(&types[0].shape, |i| x.at(i))
     }
 
-    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
         cx.single("Identity", cx.inputs, vec![])
     }
 }
@@ -815,7 +837,7 @@ fn identity_maps(shape: &[usize]) -> Vec<Vec<Option<usize>>> {
     shape.iter().map(|&n| (0..n).map(Some).collect()).collect()
 }
 
-pub(super) fn tile(x: &Tensor, out: &ValueType) -> Result<Tensor, String> {
+pub(super) fn tile(x: &Tensor, out: &ValueType) -> Result<Tensor, OpError> {
     let maps: Vec<Vec<Option<usize>>> = x
         .shape
         .iter()
@@ -825,12 +847,15 @@ pub(super) fn tile(x: &Tensor, out: &ValueType) -> Result<Tensor, String> {
     gather_axes(x, &maps, 0.0)
 }
 
-pub(super) fn slice(axes: &[SliceAxis], x: &Tensor, out: &ValueType) -> Result<Tensor, String> {
+pub(super) fn slice(axes: &[SliceAxis], x: &Tensor, out: &ValueType) -> Result<Tensor, OpError> {
     let mut maps = identity_maps(&x.shape);
     let mut seen = vec![false; x.rank()];
     for a in axes {
         if std::mem::replace(&mut seen[a.axis], true) {
-            return Err(format!("axis {} is sliced twice", a.axis));
+            return Err(OpError::Attribute(format!(
+                "axis {} is sliced twice",
+                a.axis
+            )));
         }
         let dim = x.shape[a.axis] as i64;
         maps[a.axis] = (0..out.shape[a.axis] as i64)
@@ -839,7 +864,9 @@ pub(super) fn slice(axes: &[SliceAxis], x: &Tensor, out: &ValueType) -> Result<T
                 (0..dim).contains(&c).then_some(c as usize)
             })
             .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| format!("slice {a:?} reads outside axis extent {dim}"))?
+            .ok_or_else(|| {
+                OpError::Attribute(format!("slice {a:?} reads outside axis extent {dim}"))
+            })?
             .into_iter()
             .map(Some)
             .collect();
@@ -852,7 +879,7 @@ pub(super) fn split(
     sizes: &[usize],
     x: &Tensor,
     outputs: &[ValueType],
-) -> Result<Vec<Tensor>, String> {
+) -> Result<Vec<Tensor>, OpError> {
     let mut start = 0;
     sizes
         .iter()
@@ -868,7 +895,7 @@ pub(super) fn split(
         .collect()
 }
 
-pub(super) fn concat(axis: usize, xs: &[&Tensor], out: &ValueType) -> Result<Tensor, String> {
+pub(super) fn concat(axis: usize, xs: &[&Tensor], out: &ValueType) -> Result<Tensor, OpError> {
     // Each input is `outer` blocks of `shape[axis] * inner` elements; the output
     // interleaves the blocks of every input.
     let outer: usize = out.shape[..axis].iter().product();
@@ -898,7 +925,7 @@ pub(super) fn gather(
     x: &Tensor,
     indices: &Tensor,
     out: &ValueType,
-) -> Result<Tensor, String> {
+) -> Result<Tensor, OpError> {
     let dim = x.shape[axis];
     let idx = indices
         .data
@@ -909,7 +936,11 @@ pub(super) fn gather(
             (0..dim as i64)
                 .contains(&j)
                 .then_some(j as usize)
-                .ok_or_else(|| format!("index {i} is out of range for axis {axis} of extent {dim}"))
+                .ok_or_else(|| {
+                    OpError::Value(format!(
+                        "index {i} is out of range for axis {axis} of extent {dim}"
+                    ))
+                })
         })
         .collect::<Result<Vec<_>, _>>()?;
     let outer: usize = x.shape[..axis].iter().product();
@@ -935,7 +966,7 @@ pub(super) fn pad(
     mode: PadMode,
     x: &Tensor,
     out: &ValueType,
-) -> Result<Tensor, String> {
+) -> Result<Tensor, OpError> {
     let maps = (0..x.rank())
         .map(|ax| {
             let n = x.shape[ax] as i64;
@@ -947,13 +978,15 @@ pub(super) fn pad(
                     }
                     match mode {
                         PadMode::Constant(_) => Ok(None),
-                        _ if n == 0 => Err(format!("cannot {mode:?}-pad the empty axis {ax}")),
+                        _ if n == 0 => Err(OpError::Shape(format!(
+                            "cannot {mode:?}-pad the empty axis {ax}"
+                        ))),
                         PadMode::Edge => Ok(Some(c.clamp(0, n - 1) as usize)),
                         PadMode::Reflect => Ok(Some(reflect(c, n))),
                         PadMode::Wrap => Ok(Some(c.rem_euclid(n) as usize)),
                     }
                 })
-                .collect::<Result<Vec<_>, String>>()
+                .collect::<Result<Vec<_>, OpError>>()
         })
         .collect::<Result<Vec<_>, _>>()?;
     let fill = match mode {
@@ -1087,7 +1120,7 @@ mod tests {
             }],
         });
         let err = try_eval(bad, &[&iota(&[3])]).unwrap_err();
-        assert!(err.contains("outside"), "{err}");
+        assert!(err.to_string().contains("outside"), "{err}");
     }
 
     #[test]
@@ -1122,7 +1155,7 @@ mod tests {
                 &[&data, &i64s(&[1], &[bad])],
             )
             .unwrap_err();
-            assert!(err.contains("out of range"), "{err}");
+            assert!(err.to_string().contains("out of range"), "{err}");
         }
     }
 

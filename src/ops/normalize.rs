@@ -13,25 +13,25 @@ impl OpDef for BatchNorm {
         "BatchNormalization"
     }
 
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         expect_inputs(inputs, 5, 5)?;
         let x = inputs[0];
         expect_float(x, "input")?;
         check_rank_at_least(x, 2, "input")?;
         for (i, p) in inputs[1..].iter().enumerate() {
             if p.shape != [x.shape[1]] {
-                return Err(format!(
+                return Err(OpError::Shape(format!(
                     "parameter {} has shape {:?}, expected [{}]",
                     i + 1,
                     p.shape,
                     x.shape[1]
-                ));
+                )));
             }
         }
         Ok(vec![x.clone()])
     }
 
-    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         let out = &outputs[0];
         let BatchNorm { epsilon } = self;
         Ok(vec![batch_norm(*epsilon, x, out)])
@@ -80,7 +80,7 @@ impl OpDef for BatchNorm {
         }
     }
 
-    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
         let BatchNorm { epsilon } = self;
         cx.single(
             "BatchNormalization",
@@ -96,7 +96,10 @@ fn softmax_infer(axis: usize, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
     let x = inputs[0];
     expect_float(x, "input")?;
     if axis >= x.shape.len() {
-        return Err(format!("axis {axis} out of range for shape {:?}", x.shape));
+        return Err(OpError::Attribute(format!(
+            "axis {axis} out of range for shape {:?}",
+            x.shape
+        )));
     }
     Ok(vec![x.clone()])
 }
@@ -128,11 +131,11 @@ macro_rules! softmax_op {
                 $name
             }
 
-            fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+            fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
                 softmax_infer(self.axis, inputs)
             }
 
-            fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
+            fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
                 Ok(vec![softmax(self.axis, $log, x[0])])
             }
 
@@ -160,7 +163,7 @@ macro_rules! softmax_op {
                 })
             }
 
-            fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
+            fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
                 let axis = vec![("axis", Attr::Int(self.axis as i64))];
                 cx.single($name, cx.inputs, axis)
             }
@@ -177,28 +180,31 @@ impl OpDef for LayerNorm {
         "LayerNormalization"
     }
 
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         let LayerNorm { axis, .. } = self;
 
         expect_inputs(inputs, 2, 3)?;
         let x = inputs[0];
         expect_float(x, "input")?;
         if *axis >= x.shape.len() {
-            return Err(format!("axis {axis} out of range for shape {:?}", x.shape));
+            return Err(OpError::Attribute(format!(
+                "axis {axis} out of range for shape {:?}",
+                x.shape
+            )));
         }
         let norm = &x.shape[*axis..];
         for p in &inputs[1..] {
             if broadcast_shapes(&p.shape, norm)? != norm {
-                return Err(format!(
+                return Err(OpError::Shape(format!(
                     "scale/bias shape {:?} does not broadcast to normalised shape {norm:?}",
                     p.shape
-                ));
+                )));
             }
         }
         Ok(vec![x.clone()])
     }
 
-    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         let out = &outputs[0];
         let LayerNorm { axis, epsilon } = self;
 
@@ -217,7 +223,7 @@ impl OpDef for LayerNorm {
         })
     }
 
-    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
         let LayerNorm { axis, epsilon } = self;
         cx.single(
             "LayerNormalization",

@@ -9,7 +9,7 @@
 //! Transpose, and physical -> logical the inverse Transpose, Reshape, Slice.
 //! Steps that would do nothing are left out.
 
-use super::{UnaryOp, Window};
+use super::{OpError, UnaryOp, Window};
 use crate::core::{DType, Layout, PadValue, Tensor, TensorData, ValueType};
 
 /// An attribute of a node.
@@ -106,7 +106,7 @@ impl<'a> OnnxCx<'a> {
         op_type: &str,
         inputs: &[String],
         attrs: Vec<(&str, Attr)>,
-    ) -> Result<Vec<String>, String> {
+    ) -> Result<Vec<String>, OpError> {
         Ok(single(self.b, self.outputs, op_type, inputs, attrs))
     }
 }

@@ -20,7 +20,7 @@ impl OpDef for Pool {
         }
     }
 
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         let p = self;
 
         expect_inputs(inputs, 1, 1)?;
@@ -35,7 +35,7 @@ impl OpDef for Pool {
         Ok(vec![ValueType::new(x.dtype, shape)])
     }
 
-    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         let out = &outputs[0];
         let p = self;
         Ok(vec![pool(p, x[0], out)])
@@ -69,7 +69,7 @@ impl OpDef for Pool {
         match self {
             p if types.len() == 1 && types[0].shape.len() == 4 => {
                 let refs: Vec<&ValueType> = types.iter().collect();
-                let out = self.infer(&refs).map_err(TirError::Definition)?;
+                let out = self.infer(&refs)?;
                 let hw = [out[0].shape[2], out[0].shape[3]];
                 let (output, pad) = pool_compute(g, sfx, p, ph[0], &operand_shape(types, 0), hw)?;
                 Ok(Defined {
@@ -84,7 +84,7 @@ impl OpDef for Pool {
         }
     }
 
-    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
         let p = self;
 
         let is_max = p.kind == PoolKind::Max;
@@ -125,17 +125,17 @@ impl OpDef for MaxPoolIndices {
         "MaxPool"
     }
 
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         let values = self.values().infer(inputs)?;
         Ok(vec![ValueType::new(DType::I64, values[0].shape.clone())])
     }
 
-    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         Ok(vec![max_pool_indices(self, x[0], &outputs[0])])
     }
 
     /// A MaxPool whose values output goes unused.
-    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, OpError> {
         let mut a = window_attrs(&self.window, true);
         a.push(("ceil_mode", Attr::Int(self.ceil_mode as i64)));
         a.push(("storage_order", Attr::Int(self.column_major as i64)));
@@ -156,7 +156,7 @@ impl OpDef for GlobalPool {
         }
     }
 
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         expect_inputs(inputs, 1, 1)?;
         let x = inputs[0];
         expect_float(x, "input")?;
@@ -166,7 +166,7 @@ impl OpDef for GlobalPool {
         Ok(vec![ValueType::new(x.dtype, shape)])
     }
 
-    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         let out = &outputs[0];
         let GlobalPool { kind } = self;
         Ok(vec![global_pool(*kind, x[0], out)])
@@ -222,7 +222,7 @@ impl OpDef for GlobalPool {
         }
     }
 
-    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
         let GlobalPool { kind: k } = self;
         cx.single(
             match k {

@@ -16,16 +16,16 @@ impl OpDef for Reduce {
         self.kind.onnx_name()
     }
 
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         let Reduce { axes, keepdims, .. } = self;
 
         expect_inputs(inputs, 1, 1)?;
         let x = inputs[0];
         if axes.iter().any(|&a| a >= x.shape.len()) {
-            return Err(format!(
+            return Err(OpError::Attribute(format!(
                 "axes {axes:?} out of range for shape {:?}",
                 x.shape
-            ));
+            )));
         }
         let mut shape = Vec::new();
         for (i, &d) in x.shape.iter().enumerate() {
@@ -40,7 +40,7 @@ impl OpDef for Reduce {
         Ok(vec![ValueType::new(x.dtype, shape)])
     }
 
-    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         let out = &outputs[0];
         let Reduce { kind, axes, .. } = self;
         Ok(vec![reduce(*kind, axes, x[0], out)?])
@@ -103,7 +103,7 @@ impl OpDef for Reduce {
         )?))
     }
 
-    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
         let Reduce {
             kind,
             axes,
@@ -129,7 +129,7 @@ pub(super) fn reduce(
     axes: &[usize],
     x: &Tensor,
     out: &ValueType,
-) -> Result<Tensor, String> {
+) -> Result<Tensor, OpError> {
     // The output index of every input element: its kept coordinates, with the
     // strides of the kept shape (keepdims only adds extents of 1).
     let kept: Vec<usize> = (0..x.rank())
@@ -161,7 +161,7 @@ pub(super) fn reduce(
             }
             TensorData::Bool(acc)
         }
-        DType::Bool => return Err("not defined on bool tensors".into()),
+        DType::Bool => return Err(OpError::DType("not defined on bool tensors".into())),
         d if d.is_float() => {
             let init = match kind {
                 ReduceKind::Max => f64::NEG_INFINITY,
@@ -202,7 +202,7 @@ pub(super) fn reduce(
             }
             if kind == ReduceKind::Mean {
                 if count == 0 {
-                    return Err("integer mean over no elements".into());
+                    return Err(OpError::Value("integer mean over no elements".into()));
                 }
                 acc.iter_mut().for_each(|a| *a /= count as i128);
             }
@@ -282,22 +282,22 @@ impl OpDef for CumSum {
         "CumSum"
     }
 
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         expect_inputs(inputs, 1, 1)?;
         let x = inputs[0];
         if self.axis >= x.shape.len() {
-            return Err(format!(
+            return Err(OpError::Attribute(format!(
                 "axis {} is out of range for shape {:?}",
                 self.axis, x.shape
-            ));
+            )));
         }
         if x.dtype == DType::Bool {
-            return Err("not defined on bool tensors".into());
+            return Err(OpError::DType("not defined on bool tensors".into()));
         }
         Ok(vec![x.clone()])
     }
 
-    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         let shape = &x[0].shape;
         let (outer, n, inner) = (
             numel(&shape[..self.axis]),
@@ -380,7 +380,7 @@ impl OpDef for CumSum {
         Ok(Defined::output(y))
     }
 
-    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
         let axis = cx.b.ints("axis", &[self.axis as i64]);
         let attrs = vec![
             ("exclusive", Attr::Int(self.exclusive as i64)),

@@ -29,21 +29,21 @@ impl OpDef for Resize {
         }
     }
 
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         let r = self;
 
         expect_inputs(inputs, 1, 1)?;
         let x = inputs[0];
         if r.scales.len() != x.shape.len() || r.sizes.len() != x.shape.len() {
-            return Err(format!(
+            return Err(OpError::Shape(format!(
                 "scales {:?} / sizes {:?} do not match shape {:?}",
                 r.scales, r.sizes, x.shape
-            ));
+            )));
         }
         Ok(vec![ValueType::new(x.dtype, r.sizes.clone())])
     }
 
-    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         let out = &outputs[0];
         let r = self;
         Ok(vec![resize(r, x[0], out)?])
@@ -65,7 +65,7 @@ impl OpDef for Resize {
         (0..r.scales.len()).all(|a| r.sizes[a] == ins[0].shape[a] || unblocked(l, &[a]))
     }
 
-    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
         let r = self;
 
         let shape = &cx.in_types[0].shape;
@@ -216,18 +216,18 @@ fn taps(r: &Resize, x: f64, n: usize, scale: f64) -> Vec<(usize, f64)> {
     taps
 }
 
-pub(super) fn resize(r: &Resize, x: &Tensor, out: &ValueType) -> Result<Tensor, String> {
+pub(super) fn resize(r: &Resize, x: &Tensor, out: &ValueType) -> Result<Tensor, OpError> {
     for (ax, (&n, &scale)) in x.shape.iter().zip(&r.scales).enumerate() {
         if !(scale > 0.0 && scale.is_finite()) {
-            return Err(format!(
+            return Err(OpError::Attribute(format!(
                 "scale {scale} of axis {ax} is not a positive number"
-            ));
+            )));
         }
         if n == 0 && out.shape[ax] > 0 {
-            return Err(format!(
+            return Err(OpError::Shape(format!(
                 "cannot resize the empty axis {ax} to {}",
                 out.shape[ax]
-            ));
+            )));
         }
     }
     // Source coordinates per axis, and whether each lies outside the input

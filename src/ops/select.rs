@@ -58,19 +58,19 @@ fn lines(shape: &[usize], axis: usize) -> (usize, usize, usize) {
     )
 }
 
-fn check_axis(x: &ValueType, axis: usize) -> Result<(), String> {
+fn check_axis(x: &ValueType, axis: usize) -> Result<(), OpError> {
     match axis < x.shape.len() {
         true => Ok(()),
-        false => Err(format!(
+        false => Err(OpError::Attribute(format!(
             "axis {axis} is out of range for shape {:?}",
             x.shape
-        )),
+        ))),
     }
 }
 
-fn check_numeric(x: &ValueType) -> Result<(), String> {
+fn check_numeric(x: &ValueType) -> Result<(), OpError> {
     match x.dtype {
-        DType::Bool => Err("not defined on bool tensors".into()),
+        DType::Bool => Err(OpError::DType("not defined on bool tensors".into())),
         _ => Ok(()),
     }
 }
@@ -98,13 +98,13 @@ impl OpDef for ArgReduce {
         }
     }
 
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         expect_inputs(inputs, 1, 1)?;
         let x = inputs[0];
         check_axis(x, self.axis)?;
         check_numeric(x)?;
         if x.shape[self.axis] == 0 {
-            return Err(format!("axis {} is empty", self.axis));
+            return Err(OpError::Shape(format!("axis {} is empty", self.axis)));
         }
         let mut shape = x.shape.clone();
         match self.keepdims {
@@ -116,7 +116,7 @@ impl OpDef for ArgReduce {
         Ok(vec![ValueType::new(DType::I64, shape)])
     }
 
-    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         let v = x[0].data.to_f64();
         let (outer, n, inner) = lines(&x[0].shape, self.axis);
         let largest = self.kind == ArgKind::Max;
@@ -149,7 +149,7 @@ impl OpDef for ArgReduce {
         Ok(vec![Tensor::from_i64(outputs[0].shape.clone(), out)])
     }
 
-    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
         let attrs = vec![
             ("axis", Attr::Int(self.axis as i64)),
             ("keepdims", Attr::Int(self.keepdims as i64)),
@@ -175,16 +175,16 @@ impl OpDef for TopK {
         2
     }
 
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         expect_inputs(inputs, 1, 1)?;
         let x = inputs[0];
         check_axis(x, self.axis)?;
         check_numeric(x)?;
         if self.k > x.shape[self.axis] {
-            return Err(format!(
+            return Err(OpError::Attribute(format!(
                 "k = {} is more than the {} elements of axis {}",
                 self.k, x.shape[self.axis], self.axis
-            ));
+            )));
         }
         let mut shape = x.shape.clone();
         shape[self.axis] = self.k;
@@ -194,7 +194,7 @@ impl OpDef for TopK {
         ])
     }
 
-    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         let v = x[0].data.to_f64();
         let (outer, n, inner) = lines(&x[0].shape, self.axis);
         let k = self.k;
@@ -220,7 +220,7 @@ impl OpDef for TopK {
         ])
     }
 
-    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, OpError> {
         let (b, inputs, _, outputs) = cx.parts();
         let k = b.ints("k", &[self.k as i64]);
         let outs: Vec<String> = outputs.iter().map(|o| b.fresh(o)).collect();
@@ -247,31 +247,34 @@ impl OpDef for GatherElements {
         true
     }
 
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         expect_inputs(inputs, 2, 2)?;
         let (data, idx) = (inputs[0], inputs[1]);
         check_axis(data, self.axis)?;
         if !matches!(idx.dtype, DType::I64 | DType::I32) {
-            return Err(format!("indices must be int32 or int64, got {}", idx.dtype));
+            return Err(OpError::DType(format!(
+                "indices must be int32 or int64, got {}",
+                idx.dtype
+            )));
         }
         if idx.shape.len() != data.shape.len() {
-            return Err(format!(
+            return Err(OpError::Shape(format!(
                 "indices {:?} and data {:?} differ in rank",
                 idx.shape, data.shape
-            ));
+            )));
         }
         if let Some(a) =
             (0..data.shape.len()).find(|&a| a != self.axis && idx.shape[a] > data.shape[a])
         {
-            return Err(format!(
+            return Err(OpError::Shape(format!(
                 "indices {:?} are larger than data {:?} on axis {a}",
                 idx.shape, data.shape
-            ));
+            )));
         }
         Ok(vec![ValueType::new(data.dtype, idx.shape.clone())])
     }
 
-    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, String> {
+    fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         let (data, idx) = (x[0], x[1]);
         let extent = data.shape[self.axis] as i64;
         let data_strides = crate::core::strides(&data.shape);
@@ -286,11 +289,11 @@ impl OpDef for GatherElements {
             }
             let j = if j < 0 { j + extent } else { j };
             if !(0..extent).contains(&j) {
-                return Err(format!(
+                return Err(OpError::Value(format!(
                     "index {} is out of range for axis {} of extent {extent}",
                     idx.data.to_i64()[flat],
                     self.axis
-                ));
+                )));
             }
             coord[self.axis] = j as usize;
             picked.push(coord.iter().zip(&data_strides).map(|(c, s)| c * s).sum());
@@ -299,7 +302,7 @@ impl OpDef for GatherElements {
         Ok(vec![Tensor::new(outputs[0].shape.clone(), out)])
     }
 
-    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
         let attrs = vec![("axis", Attr::Int(self.axis as i64))];
         cx.single("GatherElements", cx.inputs, attrs)
     }
@@ -369,6 +372,6 @@ mod tests {
         );
         let bad = i64s(&[2, 2], &[0, 0, 2, 0]);
         let err = crate::ops::testutil::try_eval(op, &[&data, &bad]).unwrap_err();
-        assert!(err.contains("out of range"), "{err}");
+        assert!(err.to_string().contains("out of range"), "{err}");
     }
 }

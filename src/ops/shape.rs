@@ -5,7 +5,7 @@ use super::*;
 use crate::core::ValueType;
 pub(super) use crate::core::{checked_numel, DType};
 
-pub(super) type Res<T> = Result<T, String>;
+pub(super) type Res<T> = Result<T, OpError>;
 
 /// Numpy-style broadcast of two shapes.
 pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Res<Vec<usize>> {
@@ -26,7 +26,11 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Res<Vec<usize>> {
             (x, y) if x == y => x,
             (1, y) => y,
             (x, 1) => x,
-            _ => return Err(format!("shapes {a:?} and {b:?} do not broadcast")),
+            _ => {
+                return Err(OpError::Shape(format!(
+                    "shapes {a:?} and {b:?} do not broadcast"
+                )))
+            }
         };
     }
     Ok(out)
@@ -39,14 +43,20 @@ pub(super) fn expect_inputs(inputs: &[&ValueType], min: usize, max: usize) -> Re
         } else {
             format!("{min} to {max}")
         };
-        return Err(format!("expects {want} inputs, got {}", inputs.len()));
+        return Err(OpError::Arity(format!(
+            "expects {want} inputs, got {}",
+            inputs.len()
+        )));
     }
     Ok(())
 }
 
 pub(super) fn expect_float(t: &ValueType, what: &str) -> Res<()> {
     if !t.dtype.is_float() {
-        return Err(format!("{what} must be a float tensor, got {}", t.dtype));
+        return Err(OpError::DType(format!(
+            "{what} must be a float tensor, got {}",
+            t.dtype
+        )));
     }
     Ok(())
 }
@@ -62,11 +72,13 @@ pub fn window_output_extent(
     ceil_mode: bool,
 ) -> Res<usize> {
     if stride == 0 || dilation == 0 || kernel == 0 {
-        return Err("kernel, stride and dilation must be positive".into());
+        return Err(OpError::Attribute(
+            "kernel, stride and dilation must be positive".into(),
+        ));
     }
     // Attributes come from user files: overflow is an error, not a wrapped extent.
     let too_big = || {
-        format!("window extents overflow (kernel {kernel}, dilation {dilation}, pads {pad_begin}/{pad_end})")
+        OpError::TooLarge(format!("window extents overflow (kernel {kernel}, dilation {dilation}, pads {pad_begin}/{pad_end})"))
     };
     let eff = dilation
         .checked_mul(kernel - 1)
@@ -77,9 +89,9 @@ pub fn window_output_extent(
         .and_then(|p| p.checked_add(pad_end))
         .ok_or_else(too_big)?;
     if padded < eff {
-        return Err(format!(
+        return Err(OpError::Shape(format!(
             "kernel extent {eff} is larger than the padded input extent {padded}"
-        ));
+        )));
     }
     let span = padded - eff;
     let mut out = if ceil_mode {
@@ -101,10 +113,10 @@ pub(super) fn check_window(w: &Window, spatial: &[usize]) -> Res<()> {
         || w.dilations.len() != r
         || w.pads.len() != 2 * r
     {
-        return Err(format!(
+        return Err(OpError::Attribute(format!(
             "window attributes do not match {r} spatial axes (kernel {:?}, strides {:?}, dilations {:?}, pads {:?})",
             w.kernel, w.strides, w.dilations, w.pads
-        ));
+        )));
     }
     Ok(())
 }
@@ -128,10 +140,10 @@ pub(super) fn window_outputs(w: &Window, spatial: &[usize], ceil_mode: bool) -> 
 
 pub(super) fn check_rank_at_least(t: &ValueType, r: usize, what: &str) -> Res<()> {
     if t.shape.len() < r {
-        return Err(format!(
+        return Err(OpError::Shape(format!(
             "{what} must have rank at least {r}, got shape {:?}",
             t.shape
-        ));
+        )));
     }
     Ok(())
 }
@@ -141,7 +153,10 @@ pub fn infer_outputs(op: &Op, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
     let out = op.def().infer(inputs)?;
     for t in &out {
         if checked_numel(&t.shape).is_none_or(|n| n.checked_mul(t.dtype.size_bytes()).is_none()) {
-            return Err(format!("output shape {:?} overflows", t.shape));
+            return Err(OpError::TooLarge(format!(
+                "output shape {:?} overflows",
+                t.shape
+            )));
         }
     }
     Ok(out)

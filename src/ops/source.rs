@@ -1,7 +1,7 @@
 //! Sources: graph inputs and constants. They have no inputs; the graph records
 //! their types and the executor supplies their values.
 
-use super::{Input, LayoutRole, OpDef};
+use super::{Input, LayoutRole, OpDef, OpError};
 use crate::core::{PadFlow, PadValue};
 use crate::core::{Tensor, ValueType};
 
@@ -10,12 +10,16 @@ impl OpDef for Input {
         "Input"
     }
 
-    fn infer(&self, _: &[&ValueType]) -> Result<Vec<ValueType>, String> {
-        Err("a graph input's type is given, not inferred".into())
+    fn infer(&self, _: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
+        Err(OpError::Unsupported(
+            "a graph input's type is given, not inferred".into(),
+        ))
     }
 
-    fn eval(&self, _: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
-        Err("a graph input has no value to evaluate".into())
+    fn eval(&self, _: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
+        Err(OpError::Unsupported(
+            "a graph input has no value to evaluate".into(),
+        ))
     }
 
     /// A source reads no padding; what its own padding holds is decided where
@@ -34,11 +38,11 @@ impl OpDef for Tensor {
         "Constant"
     }
 
-    fn infer(&self, _: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+    fn infer(&self, _: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         Ok(vec![ValueType::new(self.dtype(), self.shape.clone())])
     }
 
-    fn eval(&self, _: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
+    fn eval(&self, _: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         Ok(vec![self.clone()])
     }
 

@@ -2,7 +2,7 @@
 
 use super::eval_op;
 use crate::core::{Tensor, TensorData, ValueType};
-use crate::ops::{infer_outputs, Conv, Op, Pool, PoolKind, Window};
+use crate::ops::{infer_outputs, Conv, Op, OpError, Pool, PoolKind, Window};
 
 /// An f32 tensor.
 pub fn f32s(shape: &[usize], v: &[f32]) -> Tensor {
@@ -29,7 +29,7 @@ pub fn eval1(op: Op, inputs: &[&Tensor]) -> Tensor {
     eval(op, inputs).remove(0)
 }
 
-pub fn try_eval(op: Op, inputs: &[&Tensor]) -> Result<Vec<Tensor>, String> {
+pub fn try_eval(op: Op, inputs: &[&Tensor]) -> Result<Vec<Tensor>, OpError> {
     let types: Vec<ValueType> = inputs
         .iter()
         .map(|t| ValueType::new(t.dtype(), t.shape.clone()))

@@ -6,7 +6,7 @@
 use super::onnx::*;
 use super::shape::*;
 use super::{Assumption, PadValue};
-use super::{Crop, LayoutTransform, OpDef, PadWith};
+use super::{Crop, LayoutTransform, OpDef, OpError, PadWith};
 use crate::core::with_fill;
 use crate::core::{numel, strides, Tensor, ValueType};
 
@@ -15,33 +15,32 @@ impl OpDef for LayoutTransform {
         "LayoutTransform"
     }
 
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         let LayoutTransform {
             from, to, logical, ..
         } = self;
         expect_inputs(inputs, 1, 1)?;
         let x = inputs[0];
-        let want = from.physical_shape(logical).map_err(|e| e.to_string())?;
+        let want = from.physical_shape(logical)?;
         if x.shape != want {
-            return Err(format!(
+            return Err(OpError::Shape(format!(
                 "input shape {:?} is not {logical:?} laid out in {from} ({want:?})",
                 x.shape
-            ));
+            )));
         }
-        let shape = to.physical_shape(logical).map_err(|e| e.to_string())?;
+        let shape = to.physical_shape(logical)?;
         Ok(vec![ValueType::new(x.dtype, shape)])
     }
 
-    fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
+    fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         let t = self
             .from
             .from_physical(x[0], &self.logical)
-            .and_then(|t| self.to.to_physical(&t, self.pad.fill()))
-            .map_err(|e| e.to_string())?;
+            .and_then(|t| self.to.to_physical(&t, self.pad.fill()))?;
         Ok(vec![t])
     }
 
-    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
         let LayoutTransform {
             from,
             to,
@@ -77,10 +76,10 @@ impl OpDef for LayoutTransform {
 /// The shape of `x` grown (`grow`) or shrunk by `begins`/`ends` on each axis.
 fn resized(x: &ValueType, begins: &[usize], ends: &[usize], grow: bool) -> Res<Vec<ValueType>> {
     if begins.len() != x.shape.len() || ends.len() != x.shape.len() {
-        return Err(format!(
+        return Err(OpError::Shape(format!(
             "amounts {begins:?}/{ends:?} do not match rank of {:?}",
             x.shape
-        ));
+        )));
     }
     let mut shape = Vec::with_capacity(x.shape.len());
     for (i, &d) in x.shape.iter().enumerate() {
@@ -91,10 +90,10 @@ fn resized(x: &ValueType, begins: &[usize], ends: &[usize], grow: bool) -> Res<V
             d.checked_sub(b).and_then(|v| v.checked_sub(e))
         };
         shape.push(extent.ok_or_else(|| {
-            format!(
+            OpError::Shape(format!(
                 "amounts {begins:?}/{ends:?} do not fit axis {i} of {:?}",
                 x.shape
-            )
+            ))
         })?);
     }
     Ok(vec![ValueType::new(x.dtype, shape)])
@@ -105,16 +104,16 @@ impl OpDef for PadWith {
         "PadWith"
     }
 
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         expect_inputs(inputs, 1, 1)?;
         resized(inputs[0], &self.begins, &self.ends, true)
     }
 
-    fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
+    fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         Ok(vec![pad_with(x[0], &self.begins, &self.ends, self.value)])
     }
 
-    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, OpError> {
         let PadWith {
             begins,
             ends,
@@ -136,13 +135,13 @@ impl OpDef for Crop {
         "Crop"
     }
 
-    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, String> {
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         expect_inputs(inputs, 1, 1)?;
         resized(inputs[0], &self.begins, &self.ends, false)
     }
 
     /// A crop checks the assumption it carries.
-    fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, String> {
+    fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         Ok(vec![crop(
             x[0],
             &self.begins,
@@ -151,7 +150,7 @@ impl OpDef for Crop {
         )?])
     }
 
-    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, String> {
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, OpError> {
         let Crop { begins, ends, .. } = self;
         Ok({
             let shape = &cx.in_types[0].shape;
@@ -218,7 +217,7 @@ fn crop(
     begins: &[usize],
     ends: &[usize],
     assume: Option<&Assumption>,
-) -> Result<Tensor, String> {
+) -> Result<Tensor, OpError> {
     let shape: Vec<usize> = (0..x.rank())
         .map(|i| x.shape[i] - begins[i] - ends[i])
         .collect();
@@ -229,10 +228,10 @@ fn crop(
         let values = x.data.to_f64();
         let holds = |v: f64| v == a.value as f64 || (v.is_nan() && a.value.is_nan());
         if let Some(off) = (0..values.len()).find(|&o| !inside[o] && !holds(values[o])) {
-            return Err(format!(
+            return Err(OpError::Value(format!(
                 "{a} does not hold: element {off} of the cropped tensor is {}",
                 values[off]
-            ));
+            )));
         }
     }
     Ok(Tensor::new(shape, x.data.gather(kept.into_iter())))
@@ -275,7 +274,9 @@ mod tests {
             ends: vec![0, 1],
             assume: Some(Assumption::new(0.0, "test")),
         });
-        let e = crate::ops::testutil::try_eval(wrong, &[&p]).unwrap_err();
+        let e = crate::ops::testutil::try_eval(wrong, &[&p])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("does not hold") && e.contains("test"), "{e}");
     }
 

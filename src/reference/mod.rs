@@ -71,10 +71,7 @@ pub fn run_with_limit(
     let mut values: HashMap<ValueRef, Cow<Tensor>> = HashMap::new();
     for (&id, t) in graph.inputs().iter().zip(inputs) {
         let node = graph.node(id);
-        check_tensor(t, &node.outputs[0].ty).map_err(|message| ExecError::Input {
-            name: node.name.clone(),
-            message,
-        })?;
+        check_input(&node.name, t, &node.outputs[0].ty)?;
         values.insert(ValueRef::new(id, 0), Cow::Borrowed(t));
     }
 
@@ -111,7 +108,7 @@ pub fn run_with_limit(
                     })
                     .collect::<Result<Vec<&Tensor>, _>>()?;
                 let types: Vec<ValueType> = node.outputs.iter().map(|v| v.ty.clone()).collect();
-                let out = eval_op(op, &tensors, &types).map_err(at)?;
+                let out = eval_op(op, &tensors, &types).map_err(|e| at(e.to_string()))?;
                 out.into_iter().map(Cow::Owned).collect()
             }
         };
@@ -147,17 +144,24 @@ pub fn run_with_limit(
         .collect()
 }
 
-/// Checks that a tensor is well formed and has the expected type.
-fn check_tensor(t: &Tensor, want: &ValueType) -> Result<(), String> {
+/// Checks that the tensor given for graph input `name` is well formed and has
+/// the expected type.
+fn check_input(name: &str, t: &Tensor, want: &ValueType) -> Result<(), ExecError> {
+    let refuse = |message| {
+        Err(ExecError::Input {
+            name: name.to_string(),
+            message,
+        })
+    };
     if checked_numel(&t.shape) != Some(t.data.len()) {
-        return Err(format!(
+        return refuse(format!(
             "shape {:?} does not match its {} elements",
             t.shape,
             t.data.len()
         ));
     }
     if t.dtype() != want.dtype || t.shape != want.shape {
-        return Err(format!(
+        return refuse(format!(
             "expected {want}, got {}",
             ValueType::new(t.dtype(), t.shape.clone())
         ));

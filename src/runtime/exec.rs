@@ -189,7 +189,8 @@ impl CompiledModel {
                         .map(|(s, ty)| bufs.tensor(*s, ty))
                         .collect();
                     let refs: Vec<&Tensor> = args.iter().collect();
-                    let results = crate::reference::eval_op(op, &refs, outputs).map_err(at_node)?;
+                    let results = crate::reference::eval_op(op, &refs, outputs)
+                        .map_err(|e| at_node(e.to_string()))?;
                     for (t, s) in results.into_iter().zip(&step.outputs) {
                         match *s {
                             Slot::Arena { .. } | Slot::Output(_) => {

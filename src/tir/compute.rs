@@ -459,8 +459,8 @@ fn eval_value(
                     None
                 }) {
                     Ok(x) => x.as_i64(),
-                    Err(m) => {
-                        reads.push(m);
+                    Err(e) => {
+                        reads.push(e.to_string());
                         return Some(Expr::Float(0.0));
                     }
                 };
@@ -482,5 +482,5 @@ fn eval_value(
     }
     super::eval::eval_scalar(&resolved, &|v| env.get(&v.id).copied(), &|_, _| None)
         .map(|v| v.as_f64())
-        .map_err(TirError::Eval)
+        .map_err(TirError::from)
 }

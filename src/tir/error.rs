@@ -25,3 +25,9 @@ pub enum TirError {
     #[error("tir evaluation: {0}")]
     Eval(String),
 }
+
+/// A micro-kernel's failure (an access outside its region, regions it does not
+/// take), for the interpreter and the JIT alike; the caller adds the kernel's name.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[error("{0}")]
+pub struct KernelError(pub String);

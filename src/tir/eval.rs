@@ -1,8 +1,36 @@
 //! Evaluation of scalar expressions: the meaning of `Expr` on concrete values,
 //! shared by the compute-graph evaluator and the statement interpreter.
 
+use super::error::TirError;
 use super::expr::{floor_div, floor_mod, BinOp, Expr, Intrinsic, TensorId, Var};
 use crate::core::scalar::Scalar;
+
+/// Why a scalar expression has no value.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EvalError {
+    /// A variable with no value.
+    #[error("variable `{0}` is not bound")]
+    Unbound(String),
+    /// An integer division or modulo by zero.
+    #[error("integer division by zero")]
+    DivisionByZero,
+    /// A call with fewer arguments than its function takes (the 1-based position).
+    #[error("{0:?} needs argument {1}")]
+    MissingArgument(Intrinsic, usize),
+    /// A tensor read, which storage flattening should have turned into a load.
+    #[error("a multi-dimensional read survived storage flattening")]
+    Unflattened,
+    /// A load outside its buffer (or of no buffer).
+    #[error("load of buffer t{} at {index} is out of bounds", buffer.0)]
+    #[allow(missing_docs)]
+    OutOfBounds { buffer: TensorId, index: i64 },
+}
+
+impl From<EvalError> for TirError {
+    fn from(e: EvalError) -> TirError {
+        TirError::Eval(e.to_string())
+    }
+}
 
 /// A scalar value: an index or a float.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -36,14 +64,12 @@ pub fn eval_scalar(
     e: &Expr,
     var: &dyn Fn(&Var) -> Option<i64>,
     load: &dyn Fn(TensorId, i64) -> Option<f64>,
-) -> Result<Value, String> {
+) -> Result<Value, EvalError> {
     let ev = |x: &Expr| eval_scalar(x, var, load);
     Ok(match e {
         Expr::Int(v) => Value::Int(*v),
         Expr::Float(v) => Value::Float(*v),
-        Expr::Var(v) => {
-            Value::Int(var(v).ok_or_else(|| format!("variable `{}` is not bound", v.name))?)
-        }
+        Expr::Var(v) => Value::Int(var(v).ok_or_else(|| EvalError::Unbound(v.name.to_string()))?),
         Expr::Bin(op, a, b) => {
             let (x, y) = (ev(a)?, ev(b)?);
             match (x, y) {
@@ -52,7 +78,7 @@ pub fn eval_scalar(
                     BinOp::Sub => x.wrapping_sub(y),
                     BinOp::Mul => x.wrapping_mul(y),
                     BinOp::FloorDiv | BinOp::FloorMod if y == 0 => {
-                        return Err("integer division by zero".into())
+                        return Err(EvalError::DivisionByZero)
                     }
                     BinOp::FloorDiv => floor_div(x, y),
                     BinOp::FloorMod => floor_mod(x, y),
@@ -97,10 +123,8 @@ pub fn eval_scalar(
             }
         }
         Expr::Call(f, args) => {
-            let arg = |k: usize| -> Result<f64, String> {
-                let a = args
-                    .get(k)
-                    .ok_or_else(|| format!("{f:?} needs argument {}", k + 1))?;
+            let arg = |k: usize| -> Result<f64, EvalError> {
+                let a = args.get(k).ok_or(EvalError::MissingArgument(*f, k + 1))?;
                 Ok(ev(a)?.as_f64())
             };
             let x = arg(0)?;
@@ -113,16 +137,13 @@ pub fn eval_scalar(
                 Intrinsic::Pow => x.powf(arg(1)?),
             })
         }
-        Expr::Read { .. } => {
-            return Err("a multi-dimensional read survived storage flattening".into())
-        }
+        Expr::Read { .. } => return Err(EvalError::Unflattened),
         Expr::Load { buffer, index } => {
             let i = ev(index)?.as_i64();
-            Value::Float(
-                load(*buffer, i).ok_or_else(|| {
-                    format!("load of buffer t{} at {i} is out of bounds", buffer.0)
-                })?,
-            )
+            Value::Float(load(*buffer, i).ok_or(EvalError::OutOfBounds {
+                buffer: *buffer,
+                index: i,
+            })?)
         }
     })
 }

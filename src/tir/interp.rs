@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use super::error::TirError;
+use super::error::{KernelError, TirError};
 use super::eval::{eval_scalar, Value};
 use super::expr::{Expr, TensorId};
 use super::lower::LoweredFunc;
@@ -34,28 +34,28 @@ pub struct KernelView<'a> {
 }
 
 impl KernelView<'_> {
-    fn offset(&self, idx: &[i64]) -> Result<usize, String> {
+    fn offset(&self, idx: &[i64]) -> Result<usize, KernelError> {
         if idx.len() != self.extents.len()
             || idx.iter().zip(&self.extents).any(|(i, e)| *i < 0 || i >= e)
         {
-            return Err(format!(
+            return Err(KernelError(format!(
                 "kernel access {idx:?} is outside its region {:?}",
                 self.extents
-            ));
+            )));
         }
         let abs: Vec<i64> = idx.iter().zip(&self.origin).map(|(i, o)| i + o).collect();
         let f = self.layout.flatten_const(&abs, &self.buf_extents);
         usize::try_from(f)
             .ok()
             .filter(|f| *f < self.data.len())
-            .ok_or_else(|| format!("kernel access {idx:?} is outside its buffer"))
+            .ok_or_else(|| KernelError(format!("kernel access {idx:?} is outside its buffer")))
     }
     /// The element at `idx` of the region.
-    pub fn get(&self, idx: &[i64]) -> Result<f64, String> {
+    pub fn get(&self, idx: &[i64]) -> Result<f64, KernelError> {
         Ok(self.data[self.offset(idx)?])
     }
     /// Writes the element at `idx` of the region.
-    pub fn set(&mut self, idx: &[i64], v: f64) -> Result<(), String> {
+    pub fn set(&mut self, idx: &[i64], v: f64) -> Result<(), KernelError> {
         let o = self.offset(idx)?;
         self.data[o] = v;
         Ok(())
@@ -63,7 +63,7 @@ impl KernelView<'_> {
 }
 
 /// A micro-kernel: receives the output region first, then the input regions.
-pub type Kernel = Box<dyn Fn(&mut [KernelView]) -> Result<(), String>>;
+pub type Kernel = Box<dyn Fn(&mut [KernelView]) -> Result<(), KernelError>>;
 
 /// Runs lowered functions on host buffers, checking every access.
 #[derive(Default)]
@@ -119,7 +119,7 @@ impl Interpreter {
             };
             m.bufs.insert(*t, data);
         }
-        m.exec(&f.body).map_err(TirError::Eval)?;
+        m.exec(&f.body)?;
         let out = f
             .params
             .iter()
@@ -143,13 +143,13 @@ struct Machine<'a> {
 }
 
 impl Machine<'_> {
-    fn eval(&self, e: &Expr) -> Result<Value, String> {
+    fn eval(&self, e: &Expr) -> Result<Value, TirError> {
         eval_scalar(e, &|v| self.vars.get(&v.id).copied(), &|b, i| {
             self.bufs
                 .get(&b)
                 .and_then(|d| usize::try_from(i).ok().and_then(|i| d.get(i).copied()))
         })
-        .map_err(|m| self.name_buffers(m))
+        .map_err(|e| TirError::Eval(self.name_buffers(e.to_string())))
     }
 
     fn name_buffers(&self, m: String) -> String {
@@ -160,11 +160,11 @@ impl Machine<'_> {
         m
     }
 
-    fn int(&self, e: &Expr) -> Result<i64, String> {
+    fn int(&self, e: &Expr) -> Result<i64, TirError> {
         self.eval(e).map(Value::as_i64)
     }
 
-    fn exec(&mut self, s: &Stmt) -> Result<(), String> {
+    fn exec(&mut self, s: &Stmt) -> Result<(), TirError> {
         match s {
             Stmt::For(Loop {
                 var,
@@ -188,10 +188,10 @@ impl Machine<'_> {
             Stmt::Allocate { buffer, size, body } => {
                 let n = self.int(size)?;
                 if n < 0 {
-                    return Err(format!(
+                    return Err(TirError::Eval(format!(
                         "negative allocation of `{}`",
                         self.f.graph.op(*buffer).name
-                    ));
+                    )));
                 }
                 let e = self
                     .stats
@@ -215,16 +215,17 @@ impl Machine<'_> {
                 let v = self.eval(value)?.as_f64();
                 let i = self.int(index)?;
                 let name = &self.f.graph.op(*buffer).name;
-                let buf = self
-                    .bufs
-                    .get_mut(buffer)
-                    .ok_or_else(|| format!("store to `{name}` outside its allocation"))?;
+                let buf = self.bufs.get_mut(buffer).ok_or_else(|| {
+                    TirError::Eval(format!("store to `{name}` outside its allocation"))
+                })?;
                 let len = buf.len();
                 let slot = usize::try_from(i)
                     .ok()
                     .and_then(|i| buf.get_mut(i))
                     .ok_or_else(|| {
-                        format!("store to `{name}` at {i} is out of bounds (size {len})")
+                        TirError::Eval(format!(
+                            "store to `{name}` at {i} is out of bounds (size {len})"
+                        ))
                     })?;
                 *slot = v;
                 *self.stats.stores.entry(name.clone()).or_insert(0) += 1;
@@ -244,42 +245,44 @@ impl Machine<'_> {
             }
             Stmt::Assume { cond, body } => {
                 if self.eval(cond)?.as_f64() == 0.0 {
-                    return Err(format!("assumption {cond} does not hold"));
+                    return Err(TirError::Eval(format!("assumption {cond} does not hold")));
                 }
                 self.exec(body)?;
             }
             Stmt::KernelCall { name, args } => self.call(name, args)?,
             Stmt::Realize { .. } | Stmt::Provide { .. } => {
-                return Err("the interpreter runs flattened statements only".into())
+                return Err(TirError::Eval(
+                    "the interpreter runs flattened statements only".into(),
+                ))
             }
         }
         Ok(())
     }
 
-    fn call(&mut self, name: &str, args: &[KernelArg]) -> Result<(), String> {
+    fn call(&mut self, name: &str, args: &[KernelArg]) -> Result<(), TirError> {
         let k = self
             .kernels
             .get(name)
-            .ok_or_else(|| format!("micro-kernel `{name}` is not registered"))?;
+            .ok_or_else(|| TirError::Eval(format!("micro-kernel `{name}` is not registered")))?;
         *self.stats.kernel_calls.entry(name.to_string()).or_insert(0) += 1;
         let mut specs = Vec::new();
         for (i, a) in args.iter().enumerate() {
             if args[..i].iter().any(|p| p.tensor == a.tensor) {
-                return Err(format!(
+                return Err(TirError::Eval(format!(
                     "kernel `{name}` gets the buffer of `{}` twice",
                     self.f.graph.op(a.tensor).name
-                ));
+                )));
             }
             let view = a
                 .buffer
                 .as_ref()
-                .ok_or("kernel call before storage flattening")?;
+                .ok_or_else(|| TirError::Eval("kernel call before storage flattening".into()))?;
             let origin: Vec<i64> = a
                 .region
                 .iter()
                 .zip(&view.origin)
                 .map(|(r, o)| Ok(self.int(&r.min)? - self.int(o)?))
-                .collect::<Result<_, String>>()?;
+                .collect::<Result<_, TirError>>()?;
             let extents: Vec<i64> = a
                 .region
                 .iter()
@@ -291,10 +294,10 @@ impl Machine<'_> {
                 .map(|e| self.int(e))
                 .collect::<Result<_, _>>()?;
             if !self.bufs.contains_key(&a.tensor) {
-                return Err(format!(
+                return Err(TirError::Eval(format!(
                     "kernel `{name}` argument `{}` has no buffer",
                     self.f.graph.op(a.tensor).name
-                ));
+                )));
             }
             specs.push((origin, extents, buf_extents, &view.layout));
         }
@@ -322,6 +325,6 @@ impl Machine<'_> {
         for (a, d) in args.iter().zip(taken) {
             self.bufs.insert(a.tensor, d);
         }
-        result.map_err(|m| format!("micro-kernel `{name}`: {m}"))
+        result.map_err(|e| TirError::Eval(format!("micro-kernel `{name}`: {e}")))
     }
 }

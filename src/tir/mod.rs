@@ -99,4 +99,4 @@ pub mod schedule;
 pub mod simplify;
 pub mod stmt;
 
-pub use error::TirError;
+pub use error::{KernelError, TirError};

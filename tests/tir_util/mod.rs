@@ -10,6 +10,7 @@ use layoutopt::tir::compute::{ComputeGraph, ReduceOp, Tensor};
 use layoutopt::tir::interp::{Interpreter, KernelView, RunStats};
 use layoutopt::tir::lower::{lower, LowerOptions, LoweredFunc};
 use layoutopt::tir::schedule::Schedule;
+use layoutopt::tir::KernelError;
 
 /// Deterministic pseudo-random inputs for every placeholder of `g`.
 pub fn inputs(g: &ComputeGraph) -> HashMap<String, Vec<f64>> {
@@ -150,15 +151,15 @@ pub fn check_jit_func(
 
 /// `out[i, j] += sum_kk a[i, kk] * b[kk, j]` over the regions it is given: the
 /// interpreter's (f64) micro-kernel, and the oracle of the JIT's `gemm_update`.
-pub fn gemm_update_f64(views: &mut [KernelView]) -> Result<(), String> {
+pub fn gemm_update_f64(views: &mut [KernelView]) -> Result<(), KernelError> {
     let (out, ins) = views.split_at_mut(1);
     let (out, a, b) = (&mut out[0], &ins[0], &ins[1]);
     let (m, n, k) = (out.extents[0], out.extents[1], a.extents[1]);
     if a.extents[0] != m || b.extents != [k, n] {
-        return Err(format!(
+        return Err(KernelError(format!(
             "regions do not match: {:?} {:?} {:?}",
             out.extents, a.extents, b.extents
-        ));
+        )));
     }
     for i in 0..m {
         for j in 0..n {

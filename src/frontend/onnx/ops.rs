@@ -166,7 +166,7 @@ impl NodeCtx<'_> {
     fn check_size(&self, dtype: DType, shape: &[usize]) -> Res<()> {
         let ty = ValueType::new(dtype, shape.to_vec());
         crate::graph::check_value_size(&ty, "the constant", crate::graph::memory_limit())
-            .map_err(|m| self.err(m))
+            .map_err(|e| self.err(e.to_string()))
     }
 
     fn constant(&mut self, t: Tensor) -> Vec<Option<ValueRef>> {

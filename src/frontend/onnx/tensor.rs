@@ -1,13 +1,41 @@
 //! Decoding ONNX `TensorProto`s: typed fields, little-endian `raw_data`, and
 //! external data files beside the model.
 
+use crate::core::TensorError;
 use crate::graph::{checked_numel, format_bytes, memory_limit, DType, Tensor, TensorData};
 use onnx_protobuf::TensorProto;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Component, Path};
 
+/// Why a `TensorProto` could not be decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum TensorProtoError {
+    /// An element type this library does not have.
+    #[error("element type {name} (code {code}) is not supported")]
+    #[allow(missing_docs)]
+    ElementType { name: &'static str, code: i32 },
+    /// A form of tensor this library does not read.
+    #[error("{0}")]
+    Unsupported(String),
+    /// Shape and data that do not agree, or do not fit their types.
+    #[error("{0}")]
+    Malformed(String),
+    /// External data that cannot be read, or may not be (outside the model's folder).
+    #[error("{0}")]
+    ExternalData(String),
+    /// Data over the memory limit.
+    #[error("{0}")]
+    TooLarge(String),
+}
+
+impl From<TensorError> for TensorProtoError {
+    fn from(e: TensorError) -> TensorProtoError {
+        TensorProtoError::Malformed(e.to_string())
+    }
+}
+
 /// ONNX `TensorProto.DataType` codes we read, and the names of those we refuse.
-pub fn dtype_from_onnx(code: i32) -> Result<DType, String> {
+pub fn dtype_from_onnx(code: i32) -> Result<DType, TensorProtoError> {
     Ok(match code {
         1 => DType::F32,
         2 => DType::U8,
@@ -40,87 +68,102 @@ pub fn dtype_from_onnx(code: i32) -> Result<DType, String> {
                 26 => "INT2",
                 _ => "unknown",
             };
-            return Err(format!(
-                "element type {name} (code {other}) is not supported"
-            ));
+            return Err(TensorProtoError::ElementType { name, code: other });
         }
     })
 }
 
 /// Reads the bytes of an externally stored tensor, relative to the model's folder.
-fn read_external(tp: &TensorProto, base_dir: Option<&Path>) -> Result<Vec<u8>, String> {
+fn read_external(tp: &TensorProto, base_dir: Option<&Path>) -> Result<Vec<u8>, TensorProtoError> {
+    use TensorProtoError::ExternalData;
     let mut location = None;
     let (mut offset, mut length) = (0u64, None);
     for e in &tp.external_data {
         match e.key.as_str() {
             "location" => location = Some(e.value.clone()),
             "offset" => {
-                offset = e
-                    .value
-                    .parse()
-                    .map_err(|_| format!("external data offset '{}' is not a number", e.value))?
+                offset = e.value.parse().map_err(|_| {
+                    ExternalData(format!(
+                        "external data offset '{}' is not a number",
+                        e.value
+                    ))
+                })?
             }
             "length" => {
-                length =
-                    Some(e.value.parse::<u64>().map_err(|_| {
-                        format!("external data length '{}' is not a number", e.value)
-                    })?)
+                length = Some(e.value.parse::<u64>().map_err(|_| {
+                    ExternalData(format!(
+                        "external data length '{}' is not a number",
+                        e.value
+                    ))
+                })?)
             }
             _ => {}
         }
     }
-    let location = location.ok_or("external data has no location")?;
+    let location = location.ok_or_else(|| ExternalData("external data has no location".into()))?;
     let rel = Path::new(&location);
     // A model may only point at files in its own folder tree.
     if rel.is_absolute() || rel.components().any(|c| matches!(c, Component::ParentDir)) {
-        return Err(format!(
+        return Err(ExternalData(format!(
             "external data location '{location}' leaves the model's folder"
-        ));
+        )));
     }
-    let base = base_dir
-        .ok_or("external data needs the model's folder, but the model was read from memory")?;
+    let base = base_dir.ok_or_else(|| {
+        ExternalData(
+            "external data needs the model's folder, but the model was read from memory".into(),
+        )
+    })?;
     let path = base.join(rel);
-    let cannot =
-        |e: std::io::Error| format!("cannot read external data file {}: {e}", path.display());
+    let cannot = |e: std::io::Error| {
+        ExternalData(format!(
+            "cannot read external data file {}: {e}",
+            path.display()
+        ))
+    };
     // A symbolic link inside the folder must not lead out of it either.
     let real = path.canonicalize().map_err(cannot)?;
     if !base.canonicalize().is_ok_and(|root| real.starts_with(root)) {
-        return Err(format!(
+        return Err(ExternalData(format!(
             "external data location '{location}' resolves to {}, outside the model's folder",
             real.display()
-        ));
+        )));
     }
     // Never open a FIFO or device: opening one may block, reading it never ends.
     if !std::fs::metadata(&real).map_err(cannot)?.is_file() {
-        return Err(format!(
+        return Err(ExternalData(format!(
             "external data file {} is not a regular file",
             path.display()
-        ));
+        )));
     }
     let mut file = std::fs::File::open(&real).map_err(cannot)?;
     let file_len = file.metadata().map_err(cannot)?.len();
     let end = match length {
         Some(l) => offset
             .checked_add(l)
-            .ok_or("external data range overflows")?,
+            .ok_or_else(|| ExternalData("external data range overflows".into()))?,
         None => file_len,
     };
     if offset > end || end > file_len {
-        return Err(format!(
+        return Err(ExternalData(format!(
             "external data range {offset}..{end} is outside file {} ({file_len} bytes)",
             path.display()
-        ));
+        )));
     }
     // Only the tensor's own range is read: the file may hold many tensors.
     let len = end - offset;
     if len > memory_limit() {
-        return Err(format!(
+        return Err(TensorProtoError::TooLarge(format!(
             "external data of {} is more than the memory limit of {}",
             format_bytes(len),
             format_bytes(memory_limit())
-        ));
+        )));
     }
-    let mut bytes = vec![0u8; usize::try_from(len).map_err(|_| "external data too large")?];
+    let mut bytes = vec![
+        0u8;
+        usize::try_from(len).map_err(|_| TensorProtoError::TooLarge(
+            "external data too large".into()
+        ))?
+    ];
     file.seek(SeekFrom::Start(offset)).map_err(cannot)?;
     file.read_exact(&mut bytes).map_err(cannot)?;
     Ok(bytes)
@@ -156,25 +199,33 @@ fn decode_typed(dtype: DType, tp: &TensorProto) -> TensorData {
 }
 
 /// Decodes a tensor proto. `base_dir` is the model's folder, for external data.
-pub fn tensor_from_proto(tp: &TensorProto, base_dir: Option<&Path>) -> Result<Tensor, String> {
+pub fn tensor_from_proto(
+    tp: &TensorProto,
+    base_dir: Option<&Path>,
+) -> Result<Tensor, TensorProtoError> {
+    use TensorProtoError::Malformed;
     let dtype = dtype_from_onnx(tp.data_type)?;
     let mut shape = Vec::with_capacity(tp.dims.len());
     for &d in &tp.dims {
-        shape.push(
-            usize::try_from(d)
-                .map_err(|_| format!("negative dimension {d} in shape {:?}", tp.dims))?,
-        );
+        shape
+            .push(usize::try_from(d).map_err(|_| {
+                Malformed(format!("negative dimension {d} in shape {:?}", tp.dims))
+            })?);
     }
     let n = checked_numel(&shape)
         .filter(|n| n.checked_mul(dtype.size_bytes()).is_some())
-        .ok_or_else(|| format!("shape {:?} overflows", tp.dims))?;
+        .ok_or_else(|| Malformed(format!("shape {:?} overflows", tp.dims)))?;
     if tp.segment.is_some() {
-        return Err("segmented tensors are not supported".into());
+        return Err(TensorProtoError::Unsupported(
+            "segmented tensors are not supported".into(),
+        ));
     }
     let external = tp.data_location.value() == 1;
-    let raw = |bytes: &[u8]| match packed(dtype) {
-        true => TensorData::from_le_bytes(dtype, &unpack_nibbles(bytes, n)?),
-        false => TensorData::from_le_bytes(dtype, bytes),
+    let raw = |bytes: &[u8]| -> Result<TensorData, TensorProtoError> {
+        Ok(match packed(dtype) {
+            true => TensorData::from_le_bytes(dtype, &unpack_nibbles(bytes, n)?)?,
+            false => TensorData::from_le_bytes(dtype, bytes)?,
+        })
     };
     let data = if external {
         raw(&read_external(tp, base_dir)?)?
@@ -187,11 +238,11 @@ pub fn tensor_from_proto(tp: &TensorProto, base_dir: Option<&Path>) -> Result<Te
         decode_typed(dtype, tp)
     };
     if data.len() != n {
-        return Err(format!(
+        return Err(Malformed(format!(
             "holds {} elements of data, but its shape {:?} needs {n}",
             data.len(),
             shape
-        ));
+        )));
     }
     Ok(Tensor::new(shape, data))
 }
@@ -220,13 +271,13 @@ fn packed(dtype: DType) -> bool {
 }
 
 /// Packed 4-bit elements, one a byte.
-fn unpack_nibbles(bytes: &[u8], n: usize) -> Result<Vec<u8>, String> {
+fn unpack_nibbles(bytes: &[u8], n: usize) -> Result<Vec<u8>, TensorProtoError> {
     if bytes.len() != n.div_ceil(2) {
-        return Err(format!(
+        return Err(TensorProtoError::Malformed(format!(
             "{} bytes of packed 4-bit data, but {n} elements need {}",
             bytes.len(),
             n.div_ceil(2)
-        ));
+        )));
     }
     Ok(bytes
         .iter()
@@ -251,7 +302,8 @@ mod tests {
         short.raw_data.pop();
         let err = tensor_from_proto(&short, None).unwrap_err();
         assert!(
-            err.contains("1 bytes of packed 4-bit data, but 3 elements need 2"),
+            err.to_string()
+                .contains("1 bytes of packed 4-bit data, but 3 elements need 2"),
             "{err}"
         );
     }

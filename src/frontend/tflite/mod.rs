@@ -432,7 +432,8 @@ impl<'a> Importer<'a> {
                 bytes.len()
             )));
         }
-        let data = TensorData::from_le_bytes(ty.dtype, bytes).map_err(|m| self.invalid(m))?;
+        let data =
+            TensorData::from_le_bytes(ty.dtype, bytes).map_err(|e| self.invalid(e.to_string()))?;
         Ok(Some(Tensor::new(ty.shape, data)))
     }
 

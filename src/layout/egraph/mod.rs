@@ -78,7 +78,10 @@ impl FromStr for Atom {
             return Ok(Atom::Layout(Layout::parse(l)?));
         }
         if let Some(p) = s.strip_prefix("P:") {
-            return p.parse().map(Atom::Pad).map_err(NodeError::Atom);
+            return p
+                .parse()
+                .map(Atom::Pad)
+                .map_err(|e| NodeError::Atom(e.to_string()));
         }
         if let Some(k) = s.strip_prefix("op#") {
             return num(k).map(Atom::Op);

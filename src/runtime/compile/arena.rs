@@ -256,7 +256,7 @@ impl Compiler<'_> {
                     f(b)
                 ),
             ),
-            None => GraphError::Graph(message),
+            None => GraphError::Graph(message.to_string()),
         }))
     }
 
