@@ -338,18 +338,13 @@ fn import_model(
             imp.g.symbolic_batch = Some(first.clone());
         }
     }
-    // Every unknown operator is reported at once, before any is converted.
+    // Every operator the registry lacks is reported at once, before any is converted.
     let mut unsupported: Vec<(String, Vec<Span>)> = Vec::new();
     for (i, n) in graph.node.iter().enumerate() {
-        let default_domain = n.domain.is_empty() || n.domain == "ai.onnx";
-        if default_domain && ops::SUPPORTED.contains(&n.op_type.as_str()) {
+        if ops::registry().get(&n.domain, &n.op_type).is_some() {
             continue;
         }
-        let op = if default_domain {
-            n.op_type.clone()
-        } else {
-            format!("{}::{}", n.domain, n.op_type)
-        };
+        let op = operator_name(n);
         let span = node_span(file, n, i);
         match unsupported.iter_mut().find(|(o, _)| *o == op) {
             Some((_, spans)) => spans.push(span),
@@ -584,6 +579,16 @@ fn node_order(
     Ok(order)
 }
 
+/// A node's operator as errors name it: its type, prefixed by its domain
+/// outside the default one (`com.microsoft::FusedConv`).
+fn operator_name(n: &NodeProto) -> String {
+    if n.domain.is_empty() || n.domain == "ai.onnx" {
+        n.op_type.clone()
+    } else {
+        format!("{}::{}", n.domain, n.op_type)
+    }
+}
+
 fn node_span(file: &str, n: &NodeProto, index: usize) -> Span {
     let layer = if n.name.is_empty() {
         Span::default_layer_name(&n.op_type, index)
@@ -629,15 +634,13 @@ impl Importer {
 
     fn import_node(&mut self, n: &NodeProto, index: usize) -> Result<(), ImportError> {
         let span = node_span(&self.file, n, index);
-        if !(n.domain.is_empty() || n.domain == "ai.onnx") {
+        // `import_model` has refused every operator the registry lacks.
+        let Some(import) = ops::registry().get(&n.domain, &n.op_type) else {
             return Err(ImportError::layer(
                 &span,
-                format!(
-                    "unsupported operator '{}' of domain '{}'",
-                    n.op_type, n.domain
-                ),
+                format!("unsupported operator '{}'", operator_name(n)),
             ));
-        }
+        };
         let mut inputs: Vec<Option<ValueRef>> = Vec::with_capacity(n.input.len());
         for name in &n.input {
             if name.is_empty() {
@@ -660,9 +663,8 @@ impl Importer {
             opset: self.opset,
             inputs: &inputs,
             g: &mut self.g,
-            file: &self.file,
         };
-        let outputs = ops::convert(&mut ctx)?;
+        let outputs = import(&mut ctx)?;
         if let Some(extra) = n.output.iter().skip(outputs.len()).find(|o| !o.is_empty()) {
             return Err(ImportError::layer(
                 &span,

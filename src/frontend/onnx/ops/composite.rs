@@ -2,9 +2,17 @@
 //! import as those ops, so every later stage (planning, kernels, export) sees
 //! only ops it knows.
 
-use super::{NodeCtx, Res};
+use super::context::{NodeCtx, Res};
+use super::registry::{Registry, AI_ONNX};
 use crate::graph::{numel, BinaryOp, DType, Op, ReduceKind, Tensor, TensorData, UnaryOp, ValueRef};
 use crate::ops::{ArgKind, ArgReduce, Cast, Reduce, Reshape, Transpose};
+
+pub(super) fn register(reg: &mut Registry) {
+    reg.add(AI_ONNX, "InstanceNormalization", instance_norm);
+    reg.add(AI_ONNX, "GroupNormalization", group_norm);
+    reg.add(AI_ONNX, "Hardmax", hardmax);
+    reg.add(AI_ONNX, "Einsum", einsum);
+}
 
 impl NodeCtx<'_> {
     /// A scalar constant of `dtype` for this layer.
@@ -73,7 +81,7 @@ impl NodeCtx<'_> {
 
 /// InstanceNormalization: per sample and channel, standardized over the
 /// spatial axes, then `* scale[c] + bias[c]`.
-pub(super) fn instance_norm(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+fn instance_norm(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     let x = c.input(0)?;
     let s = c.ty(x).shape;
     if s.len() < 3 {
@@ -116,7 +124,7 @@ pub(super) fn layer_norm_with_statistics(c: &mut NodeCtx) -> Res<Vec<Option<Valu
 /// GroupNormalization: the channels split into `num_groups` groups, each
 /// standardized over its channels and the spatial axes. Scale and bias are per
 /// group at opset 18 and per channel from opset 21.
-pub(super) fn group_norm(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+fn group_norm(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     let x = c.input(0)?;
     let s = c.ty(x).shape;
     if s.len() < 3 {
@@ -149,7 +157,7 @@ pub(super) fn group_norm(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
 /// Hardmax: 1 where an element is the first maximum along `axis`, else 0 — an
 /// ArgMax compared with the positions along the axis. Before opset 13 the input
 /// is coerced to 2-D at `axis` first.
-pub(super) fn hardmax(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+fn hardmax(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     let x = c.input(0)?;
     let ty = c.ty(x);
     let s = ty.shape.clone();
@@ -202,7 +210,7 @@ struct Term {
 /// right, each pair as one batched matrix product over the labels they share.
 /// Labels seen in one operand only and needed nowhere else are summed first.
 /// A label repeated within one operand (a diagonal) is not supported.
-pub(super) fn einsum(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+fn einsum(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     let equation: String = c
         .string("equation", "")?
         .chars()

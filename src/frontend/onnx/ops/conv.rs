@@ -1,0 +1,100 @@
+//! Convolutions: Conv and ConvTranspose.
+
+use super::context::{dims, NodeCtx, Res};
+use super::registry::{Registry, AI_ONNX};
+use super::window::{kernel_attr, window};
+use crate::graph::{Conv, ConvTranspose, Op, ValueRef};
+
+pub(super) fn register(reg: &mut Registry) {
+    reg.add(AI_ONNX, "Conv", conv);
+    reg.add(AI_ONNX, "ConvTranspose", conv_transpose);
+}
+
+fn conv(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let (x, w) = (c.input(0)?, c.input(1)?);
+    let (xs, ws) = (c.ty(x).shape, c.ty(w).shape);
+    if xs.len() < 3 || ws.len() != xs.len() {
+        return Err(c.err(format!(
+            "input {xs:?} and weight {ws:?} do not form a convolution"
+        )));
+    }
+    let kernel = kernel_attr(c, Some(&ws[2..]))?;
+    let window = window(c, &xs[2..], kernel, false)?;
+    let group = usize::try_from(c.int("group", 1)?).map_err(|_| c.err("group must be positive"))?;
+    let mut inputs = vec![x, w];
+    inputs.extend(c.opt_input(2));
+    c.emit(Op::Conv(Conv { window, group }), &inputs)
+}
+
+fn conv_transpose(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let (x, w) = (c.input(0)?, c.input(1)?);
+    let (xs, ws) = (c.ty(x).shape, c.ty(w).shape);
+    if xs.len() < 3 || ws.len() != xs.len() {
+        return Err(c.err(format!(
+            "input {xs:?} and weight {ws:?} do not form a convolution"
+        )));
+    }
+    let r = xs.len() - 2;
+    let kernel = kernel_attr(c, Some(&ws[2..]))?;
+    let mut window = window(c, &xs[2..], kernel, true)?;
+    let group = usize::try_from(c.int("group", 1)?).map_err(|_| c.err("group must be positive"))?;
+    let mut output_padding = match c.ints("output_padding")? {
+        Some(v) => dims(c, &v, "output_padding")?,
+        None => vec![0; r],
+    };
+    if output_padding.len() != r {
+        return Err(c.err(format!(
+            "output_padding {output_padding:?} does not fit {r} spatial axes"
+        )));
+    }
+    let auto_pad = c.string("auto_pad", "NOTSET")?;
+    let output_shape = c.ints("output_shape")?;
+    // An explicit output shape, or SAME auto padding, fixes the pads (ONNX spec formula).
+    let target: Option<Vec<usize>> = match (&output_shape, auto_pad.as_str()) {
+        (Some(s), _) => {
+            let s = dims(c, s, "output_shape")?;
+            Some(s[s.len().saturating_sub(r)..].to_vec())
+        }
+        (None, "SAME_UPPER" | "SAME_LOWER") => {
+            Some((0..r).map(|i| xs[i + 2] * window.strides[i]).collect())
+        }
+        _ => None,
+    };
+    if let Some(target) = target {
+        if target.len() != r {
+            return Err(c.err(format!(
+                "output_shape {target:?} does not fit {r} spatial axes"
+            )));
+        }
+        for i in 0..r {
+            let full = window.strides[i] * (xs[i + 2] - 1)
+                + output_padding[i]
+                + (window.kernel[i] - 1) * window.dilations[i]
+                + 1;
+            if full < target[i] {
+                // The spec allows growing through output_padding when the target is larger.
+                output_padding[i] += target[i] - full;
+                window.pads[i] = 0;
+                window.pads[i + r] = 0;
+                continue;
+            }
+            let total = full - target[i];
+            let (small, big) = (total / 2, total - total / 2);
+            (window.pads[i], window.pads[i + r]) = if auto_pad == "SAME_UPPER" {
+                (small, big)
+            } else {
+                (big, small)
+            };
+        }
+    }
+    let mut inputs = vec![x, w];
+    inputs.extend(c.opt_input(2));
+    c.emit(
+        Op::ConvTranspose(ConvTranspose {
+            window,
+            group,
+            output_padding,
+        }),
+        &inputs,
+    )
+}

@@ -1,0 +1,155 @@
+//! Elementwise functions: the unary activations and maths, the broadcasting
+//! binary ops and comparisons, Where, and the variadic Max, Min, Sum and Mean.
+
+use super::context::{NodeCtx, Res};
+use super::registry::{Registry, AI_ONNX};
+use crate::graph::{BinaryOp, Op, Tensor, TensorData, UnaryOp, ValueRef};
+
+pub(super) fn register(reg: &mut Registry) {
+    reg.add(AI_ONNX, "Relu", |c| unary(c, UnaryOp::Relu));
+    reg.add(AI_ONNX, "LeakyRelu", leaky_relu);
+    reg.add(AI_ONNX, "Sigmoid", |c| unary(c, UnaryOp::Sigmoid));
+    reg.add(AI_ONNX, "HardSigmoid", hard_sigmoid);
+    reg.add(AI_ONNX, "HardSwish", |c| unary(c, UnaryOp::HardSwish));
+    reg.add(AI_ONNX, "Elu", elu);
+    reg.add(AI_ONNX, "Selu", selu);
+    reg.add(AI_ONNX, "Celu", celu);
+    reg.add(AI_ONNX, "ThresholdedRelu", thresholded_relu);
+    reg.add(AI_ONNX, "Softplus", |c| unary(c, UnaryOp::Softplus));
+    reg.add(AI_ONNX, "Softsign", |c| unary(c, UnaryOp::Softsign));
+    reg.add(AI_ONNX, "Mish", |c| unary(c, UnaryOp::Mish));
+    reg.add(AI_ONNX, "Tanh", |c| unary(c, UnaryOp::Tanh));
+    reg.add(AI_ONNX, "Erf", |c| unary(c, UnaryOp::Erf));
+    reg.add(AI_ONNX, "Gelu", gelu);
+    reg.add(AI_ONNX, "Exp", |c| unary(c, UnaryOp::Exp));
+    reg.add(AI_ONNX, "Log", |c| unary(c, UnaryOp::Log));
+    reg.add(AI_ONNX, "Sqrt", |c| unary(c, UnaryOp::Sqrt));
+    reg.add(AI_ONNX, "Reciprocal", |c| unary(c, UnaryOp::Reciprocal));
+    reg.add(AI_ONNX, "Neg", |c| unary(c, UnaryOp::Neg));
+    reg.add(AI_ONNX, "Abs", |c| unary(c, UnaryOp::Abs));
+    reg.add(AI_ONNX, "Clip", clip);
+    reg.add(AI_ONNX, "Add", |c| binary(c, BinaryOp::Add));
+    reg.add(AI_ONNX, "Sub", |c| binary(c, BinaryOp::Sub));
+    reg.add(AI_ONNX, "Mul", |c| binary(c, BinaryOp::Mul));
+    reg.add(AI_ONNX, "Div", |c| binary(c, BinaryOp::Div));
+    reg.add(AI_ONNX, "Pow", |c| binary(c, BinaryOp::Pow));
+    reg.add(AI_ONNX, "PRelu", |c| binary(c, BinaryOp::PRelu));
+    reg.add(AI_ONNX, "Equal", |c| binary(c, BinaryOp::Equal));
+    reg.add(AI_ONNX, "Less", |c| binary(c, BinaryOp::Less));
+    reg.add(AI_ONNX, "Greater", |c| binary(c, BinaryOp::Greater));
+    reg.add(AI_ONNX, "LessOrEqual", |c| binary(c, BinaryOp::LessOrEqual));
+    reg.add(AI_ONNX, "GreaterOrEqual", |c| {
+        binary(c, BinaryOp::GreaterOrEqual)
+    });
+    reg.add(AI_ONNX, "Where", |c| c.emit_all(Op::Where));
+    reg.add(AI_ONNX, "Max", |c| variadic(c, BinaryOp::Max, false));
+    reg.add(AI_ONNX, "Min", |c| variadic(c, BinaryOp::Min, false));
+    reg.add(AI_ONNX, "Sum", |c| variadic(c, BinaryOp::Add, false));
+    reg.add(AI_ONNX, "Mean", |c| variadic(c, BinaryOp::Add, true));
+}
+
+fn unary(c: &mut NodeCtx, u: UnaryOp) -> Res<Vec<Option<ValueRef>>> {
+    c.emit_all(Op::Unary(u))
+}
+
+fn binary(c: &mut NodeCtx, b: BinaryOp) -> Res<Vec<Option<ValueRef>>> {
+    c.emit_all(Op::Binary(b))
+}
+
+fn leaky_relu(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let alpha = c.float("alpha", 0.01)?;
+    unary(c, UnaryOp::LeakyRelu { alpha })
+}
+
+fn hard_sigmoid(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let (alpha, beta) = (c.float("alpha", 0.2)?, c.float("beta", 0.5)?);
+    unary(c, UnaryOp::HardSigmoid { alpha, beta })
+}
+
+fn elu(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let alpha = c.float("alpha", 1.0)?;
+    unary(c, UnaryOp::Elu { alpha })
+}
+
+fn selu(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let alpha = c.float("alpha", 1.673_263_2)?;
+    let gamma = c.float("gamma", 1.050_701)?;
+    unary(c, UnaryOp::Selu { alpha, gamma })
+}
+
+fn celu(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let alpha = c.float("alpha", 1.0)?;
+    unary(c, UnaryOp::Celu { alpha })
+}
+
+fn thresholded_relu(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let alpha = c.float("alpha", 1.0)?;
+    unary(c, UnaryOp::ThresholdedRelu { alpha })
+}
+
+fn gelu(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let tanh_approx = match c.string("approximate", "none")?.as_str() {
+        "none" => false,
+        "tanh" => true,
+        other => return Err(c.err(format!("Gelu approximate '{other}' is not known"))),
+    };
+    unary(c, UnaryOp::Gelu { tanh_approx })
+}
+
+/// Clip's bounds are attributes before opset 11 and constant inputs from it.
+fn clip(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let bound = |t: Option<Tensor>, default: f32| -> Res<f32> {
+        match t {
+            None => Ok(default),
+            Some(t) if t.numel() == 1 => Ok(t.data.to_f64()[0] as f32),
+            Some(t) => Err(c.err(format!(
+                "Clip bound must be a scalar, got shape {:?}",
+                t.shape
+            ))),
+        }
+    };
+    let (min, max) = if c.opset >= 11 {
+        (
+            bound(c.const_input(1)?, f32::NEG_INFINITY)?,
+            bound(c.const_input(2)?, f32::INFINITY)?,
+        )
+    } else {
+        (
+            c.float("min", f32::NEG_INFINITY)?,
+            c.float("max", f32::INFINITY)?,
+        )
+    };
+    let x = c.input(0)?;
+    c.emit(Op::Unary(UnaryOp::Clip { min, max }), &[x])
+}
+
+/// Max, Min, Sum and Mean take any number of (broadcasting) inputs: a chain of
+/// binary ops `b`, and for Mean a division by their count.
+fn variadic(c: &mut NodeCtx, b: BinaryOp, mean: bool) -> Res<Vec<Option<ValueRef>>> {
+    let inputs: Vec<ValueRef> = (0..c.inputs.len())
+        .map(|i| c.input(i))
+        .collect::<Res<_>>()?;
+    let Some((&first, rest)) = inputs.split_first() else {
+        return Err(c.err("needs at least one input"));
+    };
+    if rest.is_empty() {
+        return c.emit(Op::Identity, &[first]);
+    }
+    let mut acc = first;
+    for (k, &v) in rest[..rest.len() - 1].iter().enumerate() {
+        acc = c.emit_inner(Op::Binary(b), &[acc, v], &k.to_string())?;
+    }
+    let last = rest[rest.len() - 1];
+    if !mean {
+        return c.emit(Op::Binary(b), &[acc, last]);
+    }
+    let sum = c.emit_inner(Op::Binary(b), &[acc, last], "sum")?;
+    let dtype = c.ty(sum).dtype;
+    let n = Tensor::new(
+        vec![],
+        TensorData::from_f64(dtype, vec![inputs.len() as f64]),
+    );
+    let name = format!("{}/count", c.layer());
+    let n = c.g.add_constant(&name, n, vec![c.span.clone()]);
+    c.emit(Op::Binary(BinaryOp::Div), &[sum, n])
+}

@@ -1,0 +1,191 @@
+//! ONNX operators to typed graph ops, as a registry: each op family's file
+//! holds the import functions of its operators and registers each with one
+//! line in its `register`. Inputs that parameterise an op (shapes, axes, pads,
+//! bounds) must be constants here and become attributes.
+
+mod composite;
+mod context;
+mod conv;
+mod elementwise;
+mod logical;
+mod matmul;
+mod movement;
+mod normalize;
+mod pool;
+mod reduce;
+mod registry;
+mod resize;
+mod select;
+mod source;
+mod window;
+
+pub(super) use context::NodeCtx;
+use registry::Registry;
+use std::sync::LazyLock;
+
+/// Every operator the importer knows, registered once on first use.
+pub(super) fn registry() -> &'static Registry {
+    static REGISTRY: LazyLock<Registry> = LazyLock::new(|| {
+        let mut reg = Registry::default();
+        composite::register(&mut reg);
+        conv::register(&mut reg);
+        elementwise::register(&mut reg);
+        logical::register(&mut reg);
+        matmul::register(&mut reg);
+        movement::register(&mut reg);
+        normalize::register(&mut reg);
+        pool::register(&mut reg);
+        reduce::register(&mut reg);
+        resize::register(&mut reg);
+        select::register(&mut reg);
+        source::register(&mut reg);
+        reg
+    });
+    &REGISTRY
+}
+
+#[cfg(test)]
+mod tests {
+    use super::registry::AI_ONNX;
+    use super::*;
+    use crate::graph::{Graph, Span};
+    use onnx_protobuf::NodeProto;
+
+    /// The operators the importer supported before it became a registry (the
+    /// arms of its one match), all of the default domain.
+    const SUPPORTED_BEFORE: &[&str] = &[
+        "Abs",
+        "Add",
+        "And",
+        "ArgMax",
+        "ArgMin",
+        "AveragePool",
+        "BatchNormalization",
+        "Cast",
+        "CastLike",
+        "Celu",
+        "Clip",
+        "Concat",
+        "Constant",
+        "ConstantOfShape",
+        "Conv",
+        "ConvTranspose",
+        "CumSum",
+        "DepthToSpace",
+        "Div",
+        "Dropout",
+        "Einsum",
+        "Elu",
+        "Equal",
+        "Erf",
+        "Exp",
+        "Expand",
+        "Flatten",
+        "Gather",
+        "GatherElements",
+        "Gelu",
+        "Gemm",
+        "GlobalAveragePool",
+        "GlobalMaxPool",
+        "Greater",
+        "GreaterOrEqual",
+        "GroupNormalization",
+        "HardSigmoid",
+        "HardSwish",
+        "Hardmax",
+        "Identity",
+        "InstanceNormalization",
+        "LRN",
+        "LayerNormalization",
+        "LeakyRelu",
+        "Less",
+        "LessOrEqual",
+        "Log",
+        "LogSoftmax",
+        "MatMul",
+        "Max",
+        "MaxPool",
+        "Mean",
+        "Min",
+        "Mish",
+        "Mul",
+        "Neg",
+        "Not",
+        "Or",
+        "PRelu",
+        "Pad",
+        "Pow",
+        "Range",
+        "Reciprocal",
+        "ReduceMax",
+        "ReduceMean",
+        "ReduceMin",
+        "ReduceProd",
+        "ReduceSum",
+        "Relu",
+        "Reshape",
+        "Resize",
+        "Selu",
+        "Shape",
+        "Sigmoid",
+        "Slice",
+        "Softmax",
+        "Softplus",
+        "Softsign",
+        "SpaceToDepth",
+        "Split",
+        "Sqrt",
+        "Squeeze",
+        "Sub",
+        "Sum",
+        "Tanh",
+        "ThresholdedRelu",
+        "Tile",
+        "TopK",
+        "Transpose",
+        "Unsqueeze",
+        "Upsample",
+        "Where",
+        "Xor",
+    ];
+
+    #[test]
+    fn the_registry_holds_exactly_the_operators_supported_before() {
+        let mut want: Vec<(&str, &str)> =
+            SUPPORTED_BEFORE.iter().map(|&op| (AI_ONNX, op)).collect();
+        want.sort_unstable();
+        let have = registry().op_types();
+        assert_eq!(have.len(), 93);
+        assert_eq!(have, want);
+    }
+
+    #[test]
+    fn the_default_domain_is_found_by_either_name() {
+        assert!(registry().get("", "Conv").is_some());
+        assert!(registry().get("ai.onnx", "Conv").is_some());
+        assert!(registry().get("com.microsoft", "Conv").is_none());
+        assert!(registry().get("", "Mod").is_none());
+    }
+
+    /// Every import function, given a node without inputs or attributes,
+    /// returns (an error, mostly) rather than panicking.
+    #[test]
+    fn every_import_function_returns_on_a_bare_node() {
+        for (domain, op) in registry().op_types() {
+            let import = registry().get(domain, op).expect("registered");
+            let mut node = NodeProto::new();
+            node.op_type = op.to_string();
+            node.output = vec!["y".into()];
+            let span = Span::new("t.onnx", "layer", op, 0);
+            let mut g = Graph::new("t");
+            let mut c = NodeCtx {
+                node: &node,
+                span: &span,
+                opset: 13,
+                inputs: &[],
+                g: &mut g,
+            };
+            let _ = import(&mut c);
+        }
+    }
+}

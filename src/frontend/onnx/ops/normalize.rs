@@ -1,0 +1,79 @@
+//! Normalizations: BatchNormalization, LayerNormalization, LRN, Softmax and
+//! LogSoftmax.
+
+use super::composite::layer_norm_with_statistics;
+use super::context::{NodeCtx, Res};
+use super::registry::{Registry, AI_ONNX};
+use crate::graph::{numel, Op, ValueRef};
+use crate::ops::{BatchNorm, LayerNorm, LogSoftmax, Lrn, Reshape, Softmax};
+
+pub(super) fn register(reg: &mut Registry) {
+    reg.add(AI_ONNX, "BatchNormalization", batch_norm);
+    reg.add(AI_ONNX, "LayerNormalization", layer_norm);
+    reg.add(AI_ONNX, "LRN", lrn);
+    reg.add(AI_ONNX, "Softmax", |c| softmax(c, false));
+    reg.add(AI_ONNX, "LogSoftmax", |c| softmax(c, true));
+}
+
+fn batch_norm(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    if c.bool_attr("training_mode", false)? || c.node.output.iter().skip(1).any(|o| !o.is_empty()) {
+        return Err(c.err("BatchNormalization in training mode is not supported"));
+    }
+    // Opsets 7 and 8: `spatial` 0 normalises every element with its own statistics.
+    if c.opset < 9 && !c.bool_attr("spatial", true)? {
+        return Err(
+            c.err("BatchNormalization with spatial=0 (statistics per element) is not supported")
+        );
+    }
+    let epsilon = c.float("epsilon", 1e-5)?;
+    c.emit_all(Op::BatchNorm(BatchNorm { epsilon }))
+}
+
+/// LayerNormalization: one op, unless its Mean and InvStdDev outputs are asked for.
+fn layer_norm(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    if c.node.output.iter().skip(1).any(|o| !o.is_empty()) {
+        return layer_norm_with_statistics(c);
+    }
+    let x = c.input(0)?;
+    let op = Op::LayerNorm(LayerNorm {
+        axis: c.axis(c.int("axis", -1)?, c.ty(x).shape.len())?,
+        epsilon: c.float("epsilon", 1e-5)?,
+    });
+    c.emit_all(op)
+}
+
+fn lrn(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let op = Op::Lrn(Lrn {
+        alpha: c.float("alpha", 1e-4)?,
+        beta: c.float("beta", 0.75)?,
+        bias: c.float("bias", 1.0)?,
+        size: usize::try_from(c.int("size", 0)?).map_err(|_| c.err("size must be positive"))?,
+    });
+    c.emit_all(op)
+}
+
+/// Softmax, or LogSoftmax when `log`.
+fn softmax(c: &mut NodeCtx, log: bool) -> Res<Vec<Option<ValueRef>>> {
+    let x = c.input(0)?;
+    let s = c.ty(x).shape;
+    let make = |axis| {
+        if log {
+            Op::LogSoftmax(LogSoftmax { axis })
+        } else {
+            Op::Softmax(Softmax { axis })
+        }
+    };
+    if c.opset >= 13 {
+        let axis = c.axis(c.int("axis", -1)?, s.len())?;
+        return c.emit(make(axis), &[x]);
+    }
+    // Before opset 13 the input is coerced to 2-D at `axis` and normalised per row.
+    let axis = c.axis(c.int("axis", 1)?, s.len())?;
+    if axis + 1 == s.len() {
+        return c.emit(make(axis), &[x]);
+    }
+    let flat = vec![numel(&s[..axis]), numel(&s[axis..])];
+    let x2 = c.emit_inner(Op::Reshape(Reshape { shape: flat }), &[x], "flatten")?;
+    let y2 = c.emit_inner(make(1), &[x2], "softmax")?;
+    c.emit(Op::Reshape(Reshape { shape: s }), &[y2])
+}

@@ -1,0 +1,119 @@
+//! Ops whose values are known at import and become constants: Constant,
+//! ConstantOfShape (an Expand of its value when too large to hold), Range and
+//! Shape.
+
+use super::context::{dims, NodeCtx, Res};
+use super::registry::{Registry, AI_ONNX};
+use crate::frontend::onnx::tensor_from_proto;
+use crate::graph::{numel, DType, Op, Tensor, TensorData, ValueRef};
+use crate::ops::Expand;
+
+pub(super) fn register(reg: &mut Registry) {
+    reg.add(AI_ONNX, "Constant", constant_node);
+    reg.add(AI_ONNX, "ConstantOfShape", constant_of_shape);
+    reg.add(AI_ONNX, "Range", range);
+    reg.add(AI_ONNX, "Shape", shape_node);
+}
+
+fn constant_node(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let a = c
+        .node
+        .attribute
+        .first()
+        .ok_or_else(|| c.err("Constant has no value attribute"))?;
+    let t = match a.name.as_str() {
+        "value" => {
+            let tp =
+                a.t.as_ref()
+                    .ok_or_else(|| c.err("Constant 'value' holds no tensor"))?;
+            tensor_from_proto(tp, None).map_err(|m| c.err(format!("Constant value {m}")))?
+        }
+        "value_float" => Tensor::scalar_f32(a.f),
+        "value_floats" => Tensor::from_f32(vec![a.floats.len()], a.floats.clone()),
+        "value_int" => Tensor::from_i64(vec![], vec![a.i]),
+        "value_ints" => Tensor::from_i64(vec![a.ints.len()], a.ints.clone()),
+        other => return Err(c.err(format!("Constant attribute '{other}' is not supported"))),
+    };
+    Ok(c.constant(t))
+}
+
+fn shape_node(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let s = c.ty(c.input(0)?).shape;
+    let r = s.len() as i64;
+    let clamp = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
+    let start = clamp(c.int("start", 0)?);
+    let end = clamp(c.int("end", r)?);
+    let dims: Vec<i64> = s[start..end.max(start)].iter().map(|&d| d as i64).collect();
+    Ok(c.constant(Tensor::from_i64(vec![dims.len()], dims)))
+}
+
+fn constant_of_shape(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let shape = c
+        .const_ints(0)?
+        .ok_or_else(|| c.err("ConstantOfShape needs its shape input"))?;
+    let shape = dims(c, &shape, "shape")?;
+    let value = match c.attr("value").and_then(|a| a.t.as_ref()) {
+        Some(tp) => tensor_from_proto(tp, None).map_err(|m| c.err(format!("value {m}")))?,
+        None => Tensor::scalar_f32(0.0),
+    };
+    if value.numel() != 1 {
+        return Err(c.err("ConstantOfShape value must hold one element"));
+    }
+    c.check_size(value.dtype(), &shape)?;
+    let bytes = (numel(&shape) as u64).saturating_mul(value.dtype().size_bytes() as u64);
+    if bytes > crate::core::budget::fold_limit() {
+        // Too big to hold as a constant: the value expanded when the model runs.
+        let name = format!("{}/value", c.layer());
+        let rank = shape.len();
+        let one = value.reshaped(vec![1; rank]);
+        let one = c.g.add_constant(&name, one, vec![c.span.clone()]);
+        return c.emit(Op::Expand(Expand { shape }), &[one]);
+    }
+    let data = value.data.gather(std::iter::repeat_n(0, numel(&shape)));
+    Ok(c.constant(Tensor::new(shape, data)))
+}
+
+fn range(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let get = |i| -> Res<Tensor> {
+        c.const_input(i)?
+            .filter(|t| t.numel() == 1)
+            .ok_or_else(|| c.err(format!("Range input {i} must be a constant scalar")))
+    };
+    let (start, limit, delta) = (get(0)?, get(1)?, get(2)?);
+    let dtype = start.dtype();
+    let t = if dtype.is_float() {
+        let (s, l, d) = (
+            start.data.to_f64()[0],
+            limit.data.to_f64()[0],
+            delta.data.to_f64()[0],
+        );
+        let n = range_len(c, (l - s) / d, d == 0.0)?;
+        // Computed in the element type, as the spec's loop accumulates it.
+        let vals: Vec<f64> = (0..n).map(|i| s + i as f64 * d).collect();
+        Tensor::new(vec![n], TensorData::from_f64(dtype, vals))
+    } else {
+        let (s, l, d) = (
+            start.data.to_i64()[0],
+            limit.data.to_i64()[0],
+            delta.data.to_i64()[0],
+        );
+        let n = range_len(c, (l - s) as f64 / d as f64, d == 0)?;
+        Tensor::new(
+            vec![n],
+            TensorData::from_i128(dtype, (0..n as i64).map(|i| (s + i * d).into()).collect()),
+        )
+    };
+    Ok(c.constant(t))
+}
+
+fn range_len(c: &NodeCtx, steps: f64, zero_delta: bool) -> Res<usize> {
+    if zero_delta {
+        return Err(c.err("Range delta must not be zero"));
+    }
+    let n = steps.ceil().max(0.0);
+    if n > 1e9 {
+        return Err(c.err(format!("Range would produce {n} elements")));
+    }
+    c.check_size(DType::I64, &[n as usize])?;
+    Ok(n as usize)
+}
