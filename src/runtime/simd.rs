@@ -234,14 +234,14 @@ pub(super) trait Vector: Copy {
     unsafe fn nan_of(a: Self, b: Self) -> Self;
     /// Rounded to the nearest integer.
     unsafe fn round(a: Self) -> Self;
-    /// `a · 2^n` for integral `n` in [-127, 128] (rounded once, so it
-    /// over- or underflows only where the exact product does).
+    /// `a · 2^n` for integral `n` in [-150, 128] and `a` in [0.5, 2] (rounded
+    /// once, so it over- or underflows only where the exact product does).
     unsafe fn scale2(a: Self, n: Self) -> Self;
     /// Whether some lane of `a` is at most `x` (NaN is not).
     unsafe fn any_at_most(a: Self, x: f32) -> bool;
 }
 
-/// `a · 2^n` of one lane, for integral `n` in [-127, 128]: 2^n as two
+/// `a · 2^n` of one lane, for integral `n` in [-150, 128]: 2^n as two
 /// factors built from their exponent bits, each in range where 2^n may not be.
 #[inline(always)]
 fn scale2_lane(a: f32, n: f32) -> f32 {
