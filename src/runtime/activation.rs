@@ -188,7 +188,7 @@ mod tests {
     use super::activate;
     use crate::codegen::{JitFunction, KernelTable};
     use crate::core::scalar::UnaryOp;
-    use crate::core::vecmath::tests::{samples, ulps, FUNCTIONS, UNFUSED_ULPS};
+    use crate::core::vecmath::tests::{samples, ulps, FUNCTIONS};
     use crate::core::{DType, ValueType};
     use crate::fusion::Activation;
     use crate::lowering::lower_op;
@@ -235,8 +235,11 @@ mod tests {
         let input = lowered.inputs[0].expect("the op reads its operand");
         let mut y = Vec::with_capacity(x.len() + n);
         for chunk in x.chunks(n) {
-            let mut buffers: Vec<Vec<f32>> =
-                jit.param_sizes().iter().map(|&s| vec![f32::NAN; s]).collect();
+            let mut buffers: Vec<Vec<f32>> = jit
+                .param_sizes()
+                .iter()
+                .map(|&s| vec![f32::NAN; s])
+                .collect();
             buffers[input][..chunk.len()].copy_from_slice(chunk);
             let mut views: Vec<&mut [f32]> = buffers.iter_mut().map(|b| &mut b[..]).collect();
             jit.call(&mut views).unwrap();
@@ -259,19 +262,15 @@ mod tests {
     #[test]
     fn every_path_computes_what_the_scalar_definition_does() {
         let x = samples();
-        for (op, _) in FUNCTIONS {
+        for (op, _, unfused) in FUNCTIONS {
             let want: Vec<f32> = x.iter().map(|&v| op.apply(v)).collect();
             for isa in Isa::ALL.into_iter().filter(|i| i.available()) {
                 let got = on_vectors(Lanes::Isa(isa), op, &x);
-                let bound = if isa == Isa::Portable {
-                    UNFUSED_ULPS
-                } else {
-                    0.0
-                };
+                let bound = if isa == Isa::Portable { unfused } else { 0.0 };
                 assert_same(&format!("{op:?} {isa}"), &x, &want, &got, bound);
             }
             let got = on_vectors(Lanes::One, op, &x);
-            assert_same(&format!("{op:?} one lane"), &x, &want, &got, UNFUSED_ULPS);
+            assert_same(&format!("{op:?} one lane"), &x, &want, &got, unfused);
             // Three elements are too few for a vector loop.
             let (got, vector) = compiled(op, &x, 3);
             assert!(!vector);
