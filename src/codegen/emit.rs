@@ -16,7 +16,9 @@ use cranelift_module::{FuncId, Linkage, Module};
 use super::analysis::{iterations_independent, strides, vectorizable, LoopCtx, Proof};
 use super::kernel::{layout as kl, Kernel, KernelTable, MAX_RANK};
 use super::rt;
+use super::vecmath as emitted;
 use super::{CodegenError, CodegenStats};
+use crate::core::vecmath;
 use crate::tir::expr::{BinOp, Expr, Intrinsic, TensorId, Var};
 use crate::tir::lower::LoweredFunc;
 use crate::tir::schedule::ForKind;
@@ -276,10 +278,10 @@ impl FnEmitter<'_, '_, '_> {
                 let x = self.float(x)?;
                 match f {
                     Intrinsic::Sqrt => self.b.ins().sqrt(x),
-                    Intrinsic::Exp => self.call_f32(rt::expf as *const (), x),
+                    Intrinsic::Exp => emitted::emit(&mut self.b, x, vecmath::exp),
                     Intrinsic::Log => self.call_f32(rt::logf as *const (), x),
-                    Intrinsic::Tanh => self.call_f32(rt::tanhf as *const (), x),
-                    Intrinsic::Erf => self.call_f32(rt::erff as *const (), x),
+                    Intrinsic::Tanh => emitted::emit(&mut self.b, x, vecmath::tanh),
+                    Intrinsic::Erf => emitted::emit(&mut self.b, x, vecmath::erf),
                     Intrinsic::Pow => {
                         let y = args.get(1).ok_or_else(|| {
                             CodegenError::Type(format!("pow without exponent: {e}"))
@@ -848,113 +850,13 @@ impl FnEmitter<'_, '_, '_> {
                 let x = self.vexpr(var, &args[0])?;
                 Ok(match f {
                     Intrinsic::Sqrt => self.b.ins().sqrt(x),
-                    Intrinsic::Exp => self.vexp(x),
-                    Intrinsic::Erf => self.verf(x),
+                    Intrinsic::Exp => emitted::emit(&mut self.b, x, vecmath::exp),
+                    Intrinsic::Erf => emitted::emit(&mut self.b, x, vecmath::erf),
                     _ => unreachable!("analysis::vectorizable admits exp, erf and sqrt only"),
                 })
             }
             _ => unreachable!("analysis::vectorizable admits loads and arithmetic only"),
         }
-    }
-
-    /// An F32X4 of `v` in every lane.
-    fn vsplat(&mut self, v: f32) -> Value {
-        let c = self.b.ins().f32const(v);
-        self.b.ins().splat(types::F32X4, c)
-    }
-
-    /// e^x on four lanes: x = n·ln 2 + r with |r| ≤ ln 2 / 2 (ln 2 in two parts,
-    /// so r is exact), e^r by the minimax polynomial of the Cephes library's expf,
-    /// times 2^n built in the exponent bits, in two halves so that results down to
-    /// the smallest subnormals come out and large x overflows to infinity. NaN
-    /// propagates through every step.
-    fn vexp(&mut self, x: Value) -> Value {
-        const P: [f32; 6] = [
-            1.987_569_1e-4,
-            1.398_199_9e-3,
-            8.333_452e-3,
-            4.166_579_6e-2,
-            1.666_666_5e-1,
-            0.5,
-        ];
-        let (lo, hi) = (self.vsplat(-104.0), self.vsplat(89.0));
-        let x = self.b.ins().fmax(x, lo);
-        let x = self.b.ins().fmin(x, hi);
-        let log2e = self.vsplat(std::f32::consts::LOG2_E);
-        let t = self.b.ins().fmul(x, log2e);
-        let n = self.b.ins().nearest(t);
-        let (ln2_hi, ln2_lo) = (self.vsplat(0.693_359_4), self.vsplat(-2.121_944_4e-4));
-        let a = self.b.ins().fmul(n, ln2_hi);
-        let r = self.b.ins().fsub(x, a);
-        let b = self.b.ins().fmul(n, ln2_lo);
-        let r = self.b.ins().fsub(r, b);
-        let mut p = self.vsplat(P[0]);
-        for &c in &P[1..] {
-            let c = self.vsplat(c);
-            p = self.b.ins().fmul(p, r);
-            p = self.b.ins().fadd(p, c);
-        }
-        let r2 = self.b.ins().fmul(r, r);
-        let p = self.b.ins().fmul(p, r2);
-        let p = self.b.ins().fadd(p, r);
-        let one = self.vsplat(1.0);
-        let y = self.b.ins().fadd(p, one);
-        // 2^n = 2^(n >> 1) · 2^(n - (n >> 1)), each half a normal power of two.
-        let ni = self.b.ins().fcvt_to_sint_sat(types::I32X4, n);
-        let n1 = self.b.ins().sshr_imm_u(ni, 1);
-        let n2 = self.b.ins().isub(ni, n1);
-        let bias = self.b.ins().iconst(types::I32, 127);
-        let bias = self.b.ins().splat(types::I32X4, bias);
-        let mut y = y;
-        for half in [n1, n2] {
-            let e = self.b.ins().iadd(half, bias);
-            let bits = self.b.ins().ishl_imm_u(e, 23);
-            let scale = self
-                .b
-                .ins()
-                .bitcast(types::F32X4, MemFlagsData::new(), bits);
-            y = self.b.ins().fmul(y, scale);
-        }
-        y
-    }
-
-    /// erf(x) on four lanes by the formula `rt::erff` uses (Abramowitz and
-    /// Stegun 7.1.26), with the vector e^x.
-    fn verf(&mut self, x: Value) -> Value {
-        const A: [f32; 5] = [
-            1.061_405_4,
-            -1.453_152,
-            1.421_413_7,
-            -0.284_496_74,
-            0.254_829_6,
-        ];
-        let a = self.b.ins().fabs(x);
-        let (p, one) = (self.vsplat(0.327_591_1), self.vsplat(1.0));
-        let pa = self.b.ins().fmul(p, a);
-        let d = self.b.ins().fadd(one, pa);
-        let t = self.b.ins().fdiv(one, d);
-        let mut poly = self.vsplat(A[0]);
-        for &c in &A[1..] {
-            let c = self.vsplat(c);
-            poly = self.b.ins().fmul(poly, t);
-            poly = self.b.ins().fadd(poly, c);
-        }
-        let poly = self.b.ins().fmul(poly, t);
-        let a2 = self.b.ins().fmul(a, a);
-        let na2 = self.b.ins().fneg(a2);
-        let e = self.vexp(na2);
-        let pe = self.b.ins().fmul(poly, e);
-        let y = self.b.ins().fsub(one, pe);
-        // y ≥ 0: erf takes the sign of x (its sign bit or'ed in; x64 has no
-        // vector copysign).
-        let flags = MemFlagsData::new();
-        let xb = self.b.ins().bitcast(types::I32X4, flags, x);
-        let sign = self.b.ins().iconst(types::I32, i64::from(i32::MIN));
-        let sign = self.b.ins().splat(types::I32X4, sign);
-        let sign = self.b.ins().band(xb, sign);
-        let yb = self.b.ins().bitcast(types::I32X4, flags, y);
-        let signed = self.b.ins().bor(yb, sign);
-        self.b.ins().bitcast(types::F32X4, flags, signed)
     }
 
     /// Outlines `body` as a function of (environment, iteration) and runs it through the

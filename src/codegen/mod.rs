@@ -38,8 +38,9 @@
 //!   runs serially (counted in [`CodegenStats::serialized_parallel_loops`]).
 //! - `KernelCall`: a call into a Rust [`kernel::Kernel`] registered by name in a
 //!   [`KernelTable`], with one [`KernelRegion`] per argument (see [`kernel`]).
-//! - Intrinsics: `sqrt` is Cranelift's instruction; `exp` and `tanh` call Rust `f32`
-//!   functions (`rt`, with the other helpers generated code calls).
+//! - Intrinsics: `sqrt` is Cranelift's instruction; `exp`, `tanh` and `erf` are
+//!   `core::vecmath`'s, emitted inline on f32 or F32X4 (`vecmath`); `log` and `pow`
+//!   call Rust `f32` functions (`rt`, with the other helpers generated code calls).
 //! - Every generated function has one signature, `(environment, iteration, context)`:
 //!   the entry's environment is the array of parameter pointers, an outlined parallel
 //!   body's is its captured values; the context carries the call's first error.
@@ -51,6 +52,7 @@ mod analysis;
 mod emit;
 pub mod kernel;
 mod rt;
+mod vecmath;
 
 use std::sync::{Arc, Mutex};
 

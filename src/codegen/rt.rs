@@ -67,34 +67,8 @@ pub(crate) extern "C" fn div_zero(ctx: *const CallCtx) {
     unsafe { &*ctx }.fail(|| "integer division by zero".into());
 }
 
-pub(crate) extern "C" fn expf(x: f32) -> f32 {
-    x.exp()
-}
-
-pub(crate) extern "C" fn tanhf(x: f32) -> f32 {
-    x.tanh()
-}
-
 pub(crate) extern "C" fn logf(x: f32) -> f32 {
     x.ln()
-}
-
-/// Abramowitz and Stegun 7.1.26 (absolute error below 1.5e-7, f32's own precision
-/// near 1), evaluated in f32 with its coefficients.
-pub(crate) extern "C" fn erff(x: f32) -> f32 {
-    const P: f32 = 0.327_591_1;
-    const A: [f32; 5] = [
-        0.254_829_6,
-        -0.284_496_74,
-        1.421_413_7,
-        -1.453_152,
-        1.061_405_4,
-    ];
-    let a = x.abs();
-    let t = 1.0 / (1.0 + P * a);
-    let poly = t * (A[0] + t * (A[1] + t * (A[2] + t * (A[3] + t * A[4]))));
-    let y = 1.0 - poly * (-a * a).exp();
-    y.copysign(x)
 }
 
 pub(crate) extern "C" fn powf(x: f32, y: f32) -> f32 {
@@ -179,19 +153,5 @@ pub(crate) extern "C" fn call_kernel(
         Ok(Ok(())) => {}
         Ok(Err(m)) => ctx.fail(|| format!("micro-kernel `{name}`: {m}")),
         Err(_) => ctx.fail(|| format!("micro-kernel `{name}` panicked")),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn erf_approximation_is_within_f32_precision_of_the_series() {
-        let worst = (-6000..=6000)
-            .map(|k| k as f32 * 1e-3)
-            .map(|x| (super::erff(x) as f64 - crate::core::scalar::erf(x as f64)).abs())
-            .fold(0.0, f64::max);
-        // 1.5e-7 of the formula plus the rounding of its f32 evaluation.
-        assert!(worst < 6e-7, "max abs error {worst}");
-        assert!(super::erff(f32::NAN).is_nan());
     }
 }

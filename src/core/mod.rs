@@ -1,6 +1,7 @@
 //! The bottom layer: types every stage shares and that depend on nothing else in
 //! the crate — element types and tensors, value types, source spans, the layout
-//! algebra, what padding holds, and the scalar meaning of elementwise functions.
+//! algebra, what padding holds, the scalar meaning of elementwise functions and the
+//! vector math (exp, erf, tanh) every path computes them with.
 
 pub mod budget;
 pub mod float8;
@@ -11,6 +12,7 @@ pub mod par;
 pub mod scalar;
 mod span;
 mod tensor;
+pub mod vecmath;
 
 #[cfg(test)]
 pub(crate) use layout::tests;

@@ -2,11 +2,13 @@
 //!
 //! Each function is defined over the [`Scalar`] arithmetic, so the same
 //! definition runs on `f64` (the reference executor), on `f32` (what padding holds
-//! after a kernel ran) and on TIR expressions (what the compiled code computes;
-//! `tir` implements `Scalar` for its `Expr`). NaN semantics follow ONNX (and
+//! after a kernel ran; its exp, tanh and erf are those of `vecmath`, as in the
+//! compiled code and the SIMD kernels) and on TIR expressions (what the compiled
+//! code computes; `tir` implements `Scalar` for its `Expr`). NaN semantics follow ONNX (and
 //! numpy): a NaN operand gives a NaN result, in max and min too, so Relu and Clip
 //! pass NaN through.
 
+use super::vecmath;
 use std::ops::{Add, Div, Mul, Neg, Sub};
 
 /// Unary elementwise functions (with their parameters).
@@ -144,8 +146,11 @@ pub trait Scalar:
     }
 }
 
+/// `Scalar` for a float type; `$exp`, `$tanh` and `$erf` are its elementary
+/// functions: for f64 (the reference) the library's and the series below, for
+/// f32 those of `vecmath`, which the compiled code and the SIMD kernels run too.
 macro_rules! float_scalar {
-    ($t:ty) => {
+    ($t:ty, $exp:expr, $tanh:expr, $erf:expr) => {
         impl Scalar for $t {
             fn lit(v: f64) -> $t {
                 v as $t
@@ -172,7 +177,7 @@ macro_rules! float_scalar {
                 }
             }
             fn exp(self) -> $t {
-                <$t>::exp(self)
+                $exp(self)
             }
             fn ln(self) -> $t {
                 <$t>::ln(self)
@@ -181,10 +186,10 @@ macro_rules! float_scalar {
                 <$t>::sqrt(self)
             }
             fn tanh(self) -> $t {
-                <$t>::tanh(self)
+                $tanh(self)
             }
             fn erf(self) -> $t {
-                erf(self as f64) as $t
+                $erf(self)
             }
             fn pow(self, e: $t) -> $t {
                 self.powf(e)
@@ -196,8 +201,13 @@ macro_rules! float_scalar {
     };
 }
 
-float_scalar!(f32);
-float_scalar!(f64);
+float_scalar!(
+    f32,
+    |x| vecmath::exp(&mut (), x),
+    |x| vecmath::tanh(&mut (), x),
+    |x| vecmath::erf(&mut (), x)
+);
+float_scalar!(f64, f64::exp, f64::tanh, erf);
 
 impl UnaryOp {
     /// Every variant, with typical parameters: what tests run through each
@@ -444,7 +454,8 @@ impl BinaryOp {
     }
 }
 
-/// The error function, from its everywhere-convergent series with positive terms
+/// The error function in f64, the reference's (f32 computes `vecmath::erf`), from
+/// its everywhere-convergent series with positive terms
 /// erf(x) = 2/√π · e^(−x²) · Σₙ 2ⁿ x^(2n+1) / (1·3·…·(2n+1)),
 /// which suffers no cancellation. Beyond |x| = 6, erf is ±1 in double precision.
 pub fn erf(x: f64) -> f64 {

@@ -2,14 +2,15 @@
 //!
 //! A vector of lanes implements the crate's `Scalar` trait, so an activation is
 //! evaluated from its op's one scalar definition (`UnaryOp::apply`), the same
-//! that the reference executor and the TIR compute use; only the elementary
-//! functions are written here: e^x with Cephes expf's polynomial, tanh from
-//! e^2x, erf as a rational function of x² (|error| ≤ 4e-7). Logarithms,
-//! square roots and powers go lane by lane, so ops that need them stay out of
-//! epilogues (`vectorizes`).
+//! that the reference executor and the TIR compute use. Its exp, tanh and erf
+//! are `core::vecmath`'s, whose lane operations it implements (`LaneOps`), the
+//! same that the scalar f32 path and the JIT run. Logarithms, square roots and
+//! powers go lane by lane, so ops that need them stay out of epilogues
+//! (`vectorizes`).
 
 use super::simd::Vector;
 use crate::core::scalar::{Scalar, UnaryOp};
+use crate::core::vecmath::{self, LaneOps};
 use crate::fusion::Activation;
 use std::ops::{Add, Div, Mul, Neg, Sub};
 
@@ -101,6 +102,34 @@ impl<V: Vector> Neg for Lanewise<V> {
     }
 }
 
+macro_rules! lane_op {
+    ($method:ident($($arg:ident),*) => $vector:ident) => {
+        #[inline(always)]
+        fn $method(_: &mut (), $($arg: Self),*) -> Self {
+            unsafe { Lanewise(V::$vector($($arg.0),*)) }
+        }
+    };
+}
+
+/// The vector math of `core::vecmath` on whole vectors.
+impl<V: Vector> LaneOps for Lanewise<V> {
+    type Ctx = ();
+    #[inline(always)]
+    fn splat(_: &mut (), c: f32) -> Self {
+        Lanewise::splat(c)
+    }
+    lane_op!(add(a, b) => add);
+    lane_op!(sub(a, b) => sub);
+    lane_op!(mul(a, b) => mul);
+    lane_op!(div(a, b) => div);
+    lane_op!(mul_add(a, b, c) => fma);
+    lane_op!(max(a, b) => max);
+    lane_op!(min(a, b) => min);
+    lane_op!(select_negative(a, neg, pos) => select_negative);
+    lane_op!(round(a) => round);
+    lane_op!(mul_pow2(a, n) => scale2);
+}
+
 impl<V: Vector> Scalar for Lanewise<V> {
     #[inline(always)]
     fn lit(v: f64) -> Self {
@@ -121,29 +150,7 @@ impl<V: Vector> Scalar for Lanewise<V> {
     }
     #[inline(always)]
     fn exp(self) -> Self {
-        // e^x = 2^n · e^r with n = round(x / ln 2) and |r| ≤ ln(2)/2 (ln 2 in two
-        // parts, so r is exact). x is clamped first: below -88 e^x is 0 or a
-        // denormal, above 88.8 it overflows to inf either way. NaN passes the
-        // clamps (the instructions return their second operand for it).
-        unsafe {
-            let x = V::min(V::splat(88.8), V::max(V::splat(-88.0), self.0));
-            let n = V::round(V::mul(x, V::splat(std::f32::consts::LOG2_E)));
-            let r = V::fma(n, V::splat(-0.693_359_4), x);
-            let r = V::fma(n, V::splat(2.121_944_4e-4), r);
-            let mut p = V::splat(1.987_569_1e-4);
-            for c in [
-                1.398_199_9e-3,
-                8.333_452e-3,
-                4.166_579_6e-2,
-                0.166_666_65,
-                0.5,
-            ] {
-                p = V::fma(p, r, V::splat(c));
-            }
-            let y = V::fma(V::mul(p, r), r, V::add(r, V::splat(1.0)));
-            // n is in [-127, 128] after the clamps.
-            Lanewise(V::scale2(y, n))
-        }
+        vecmath::exp(&mut (), self)
     }
     fn ln(self) -> Self {
         self.per_lane(f32::ln)
@@ -153,43 +160,11 @@ impl<V: Vector> Scalar for Lanewise<V> {
     }
     #[inline(always)]
     fn tanh(self) -> Self {
-        // 1 - 2 / (1 + e^2x): ±1 at ±inf, NaN for NaN.
-        let one = Lanewise::splat(1.0);
-        one - Lanewise::splat(2.0) / (one + (self + self).exp())
+        vecmath::tanh(&mut (), self)
     }
     #[inline(always)]
     fn erf(self) -> Self {
-        // x·P(x²)/Q(x²), a rational least-squares fit (degree 5 over 5 in x²,
-        // |error| ≤ 4e-7) on |x| ≤ 3.92, past which erf rounds to ±1 in f32:
-        // one divide and no exponential. The fit overshoots 1 by an ulp at the
-        // clamp, so the result is clamped too. NaN passes both clamps.
-        const P: [f32; 6] = [
-            2.118_073_3e-6,
-            2.845_206_5e-4,
-            3.618_840_1e-3,
-            5.230_501e-2,
-            0.186_594_4,
-            std::f32::consts::FRAC_2_SQRT_PI,
-        ];
-        const Q: [f32; 6] = [
-            3.877_655_4e-5,
-            1.132_428_9e-3,
-            1.467_267_9e-2,
-            0.112_588_43,
-            0.498_698_03,
-            1.0,
-        ];
-        unsafe {
-            let x = V::min(V::splat(3.92), V::max(V::splat(-3.92), self.0));
-            let t = V::mul(x, x);
-            let horner = |c: [f32; 6]| {
-                c[1..]
-                    .iter()
-                    .fold(V::splat(c[0]), |p, &k| V::fma(p, t, V::splat(k)))
-            };
-            let y = V::div(V::mul(x, horner(P)), horner(Q));
-            Lanewise(V::min(V::splat(1.0), V::max(V::splat(-1.0), y)))
-        }
+        vecmath::erf(&mut (), self)
     }
     fn pow(self, e: Self) -> Self {
         let mut lanes = [0f32; 16];
@@ -199,5 +174,109 @@ impl<V: Vector> Scalar for Lanewise<V> {
             i += 1;
             x.powf(lanes[i - 1])
         })
+    }
+}
+
+/// `core::vecmath` on every path that runs it: the scalar definition, each
+/// instruction set's vectors and the JIT, bit for bit where they fuse their
+/// multiply-adds.
+#[cfg(test)]
+mod tests {
+    use super::super::simd::{
+        load_part, run_vectorized, store_part, Isa, Lanes, Vector, VectorKernel,
+    };
+    use super::activate;
+    use crate::codegen::{JitFunction, KernelTable};
+    use crate::core::scalar::UnaryOp;
+    use crate::core::vecmath::tests::{samples, ulps, FUNCTIONS};
+    use crate::core::{DType, ValueType};
+    use crate::fusion::Activation;
+    use crate::lowering::lower_op;
+    use crate::ops::Op;
+    use std::cell::RefCell;
+
+    /// `op` on every value of `x`, a vector at a time (an epilogue's `activate`).
+    struct Apply<'a> {
+        op: UnaryOp,
+        x: &'a [f32],
+        y: RefCell<Vec<f32>>,
+    }
+
+    impl VectorKernel for Apply<'_> {
+        #[inline(always)]
+        unsafe fn run<V: Vector>(&self) {
+            let mut y = self.y.borrow_mut();
+            y.resize(self.x.len(), 0.0);
+            for (at, chunk) in (0..).step_by(V::LANES).zip(self.x.chunks(V::LANES)) {
+                let v = load_part::<V>(chunk.as_ptr(), chunk.len(), 0.0);
+                let r = activate(Activation::Unary(self.op), v);
+                store_part(r, y.as_mut_ptr().add(at), chunk.len());
+            }
+        }
+    }
+
+    fn on_vectors(lanes: Lanes, op: UnaryOp, x: &[f32]) -> Vec<f32> {
+        let k = Apply {
+            op,
+            x,
+            y: RefCell::new(Vec::new()),
+        };
+        // SAFETY: the lanes are those of an available instruction set.
+        unsafe { run_vectorized(lanes, &k) };
+        k.y.into_inner()
+    }
+
+    /// `op` on `x` by code compiled for `n` elements, called on each `n` of
+    /// them; whether that code has a vector loop.
+    fn compiled(op: UnaryOp, x: &[f32], n: usize) -> (Vec<f32>, bool) {
+        let types = [ValueType::new(DType::F32, vec![n])];
+        let lowered = lower_op(&Op::Unary(op), &types, None).unwrap();
+        let jit = JitFunction::compile(&lowered.func, &KernelTable::standard()).unwrap();
+        let input = lowered.inputs[0].expect("the op reads its operand");
+        let mut y = Vec::with_capacity(x.len() + n);
+        for chunk in x.chunks(n) {
+            let mut buffers: Vec<Vec<f32>> = jit
+                .param_sizes()
+                .iter()
+                .map(|&s| vec![f32::NAN; s])
+                .collect();
+            buffers[input][..chunk.len()].copy_from_slice(chunk);
+            let mut views: Vec<&mut [f32]> = buffers.iter_mut().map(|b| &mut b[..]).collect();
+            jit.call(&mut views).unwrap();
+            y.extend_from_slice(&buffers[lowered.output][..chunk.len()]);
+        }
+        (y, jit.stats().vector_loops > 0)
+    }
+
+    fn assert_same(what: &str, x: &[f32], want: &[f32], got: &[f32], ulp_bound: f64) {
+        assert_eq!(want.len(), got.len(), "{what}");
+        for ((&v, &w), &g) in x.iter().zip(want).zip(got) {
+            let same = w.to_bits() == g.to_bits() || (w.is_nan() && g.is_nan());
+            assert!(
+                same || ulps(g, w as f64) <= ulp_bound,
+                "{what}({v:e}): {g:e}, the scalar definition {w:e}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_path_computes_what_the_scalar_definition_does() {
+        let x = samples();
+        for (op, _, unfused) in FUNCTIONS {
+            let want: Vec<f32> = x.iter().map(|&v| op.apply(v)).collect();
+            for isa in Isa::ALL.into_iter().filter(|i| i.available()) {
+                let got = on_vectors(Lanes::Isa(isa), op, &x);
+                let bound = if isa == Isa::Portable { unfused } else { 0.0 };
+                assert_same(&format!("{op:?} {isa}"), &x, &want, &got, bound);
+            }
+            let got = on_vectors(Lanes::One, op, &x);
+            assert_same(&format!("{op:?} one lane"), &x, &want, &got, unfused);
+            // Three elements are too few for a vector loop.
+            let (got, vector) = compiled(op, &x, 3);
+            assert!(!vector);
+            assert_same(&format!("{op:?} JIT scalar"), &x, &want, &got, 0.0);
+            let (got, _) = compiled(op, &x, 4096);
+            assert_same(&format!("{op:?} JIT"), &x, &want, &got, 0.0);
+        }
     }
 }

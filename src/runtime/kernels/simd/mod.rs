@@ -155,8 +155,8 @@ pub(in crate::runtime) trait Vector: Copy {
     unsafe fn nan_of(a: Self, b: Self) -> Self;
     /// Rounded to the nearest integer.
     unsafe fn round(a: Self) -> Self;
-    /// `a · 2^n` for integral `n` in [-127, 128] (rounded once, so it
-    /// over- or underflows only where the exact product does).
+    /// `a · 2^n` for integral `n` in [-150, 128] and `a` in [0.5, 2] (rounded
+    /// once, so it over- or underflows only where the exact product does).
     unsafe fn scale2(a: Self, n: Self) -> Self;
     /// Whether some lane of `a` is at most `x` (NaN is not).
     unsafe fn any_at_most(a: Self, x: f32) -> bool;

@@ -3,7 +3,7 @@
 
 use super::Vector;
 
-/// `a · 2^n` of one lane, for integral `n` in [-127, 128]: 2^n as two
+/// `a · 2^n` of one lane, for integral `n` in [-150, 128]: 2^n as two
 /// factors built from their exponent bits, each in range where 2^n may not be.
 #[inline(always)]
 fn scale2_lane(a: f32, n: f32) -> f32 {

@@ -1,0 +1,376 @@
+//! The f32 transcendental functions, each written once over [`LaneOps`]: one
+//! sequence of operations, one set of coefficients and clamps, whichever machine
+//! runs it. `f32` implements the trait (the scalar definition), the runtime's
+//! SIMD vectors implement it (AVX-512, AVX2, portable), and codegen implements
+//! it for Cranelift values, so the JIT emits the very same operations.
+//!
+//! NaN passes every step (the clamps keep it: [`LaneOps::max`] and
+//! [`LaneOps::min`] return their second operand for it), ±inf go through the
+//! clamps to the saturated results (exp: +inf and 0, erf and tanh: ±1), and −0
+//! stays −0 where the function is odd.
+//!
+//! Logarithms, square roots and powers are not here: every path calls the same
+//! correctly rounded or libm function for them, lane by lane where it must.
+
+/// The operations of one value of lanes (one `f32`, a SIMD vector, a Cranelift
+/// value) that the functions here are written in. `Ctx` is what building a
+/// value needs (nothing for plain numbers, the function builder for emitted
+/// code). Every method of an implementation must be `#[inline(always)]`, so a
+/// function here compiles into the caller's instruction set.
+pub trait LaneOps: Copy {
+    /// What making a value needs.
+    type Ctx;
+    /// `c` in every lane.
+    fn splat(cx: &mut Self::Ctx, c: f32) -> Self;
+    /// a + b.
+    fn add(cx: &mut Self::Ctx, a: Self, b: Self) -> Self;
+    /// a − b.
+    fn sub(cx: &mut Self::Ctx, a: Self, b: Self) -> Self;
+    /// a · b.
+    fn mul(cx: &mut Self::Ctx, a: Self, b: Self) -> Self;
+    /// a / b.
+    fn div(cx: &mut Self::Ctx, a: Self, b: Self) -> Self;
+    /// a · b + c, rounded once (the portable vectors round twice: with their
+    /// `round`, what makes them differ from the other paths).
+    fn mul_add(cx: &mut Self::Ctx, a: Self, b: Self, c: Self) -> Self;
+    /// `a > b ? a : b`: `b` when either is NaN (x86's `maxps`).
+    fn max(cx: &mut Self::Ctx, a: Self, b: Self) -> Self;
+    /// `a < b ? a : b`: `b` when either is NaN (x86's `minps`).
+    fn min(cx: &mut Self::Ctx, a: Self, b: Self) -> Self;
+    /// `neg` in the lanes where `a < 0`, else `pos` (NaN selects `pos`).
+    fn select_negative(cx: &mut Self::Ctx, a: Self, neg: Self, pos: Self) -> Self;
+    /// The nearest integer, ties to even (the portable vectors: away from 0).
+    fn round(cx: &mut Self::Ctx, a: Self) -> Self;
+    /// a · 2^n for integral n in [−150, 128] and a in [0.5, 2], rounded once
+    /// (so subnormal and infinite results come out where the exact product
+    /// has them).
+    fn mul_pow2(cx: &mut Self::Ctx, a: Self, n: Self) -> Self;
+}
+
+/// `c[0]·t^k + c[1]·t^(k−1) + … + c[k]` by Horner's rule.
+#[inline(always)]
+fn horner<L: LaneOps>(cx: &mut L::Ctx, t: L, c: &[f32]) -> L {
+    let mut p = L::splat(cx, c[0]);
+    for &k in &c[1..] {
+        let k = L::splat(cx, k);
+        p = L::mul_add(cx, p, t, k);
+    }
+    p
+}
+
+/// `x` clamped to `[lo, hi]`, NaN kept (it is the second operand of both).
+#[inline(always)]
+fn clamp<L: LaneOps>(cx: &mut L::Ctx, x: L, lo: f32, hi: f32) -> L {
+    let (lo, hi) = (L::splat(cx, lo), L::splat(cx, hi));
+    let x = L::max(cx, lo, x);
+    L::min(cx, hi, x)
+}
+
+/// Below this e^x rounds to 0 in f32 (e^−104 < 2^−150).
+pub const EXP_LO: f32 = -104.0;
+/// Above this e^x overflows to +inf (e^88.73 > f32::MAX).
+pub const EXP_HI: f32 = 89.0;
+
+/// e^x. x = n·ln 2 + r with n = round(x / ln 2) and |r| ≤ ln(2)/2 (ln 2 in two
+/// parts, the first exact in few bits, so n·ln2_hi and x − n·ln2_hi are exact);
+/// e^r by the minimax polynomial of the Cephes library's expf; then times 2^n.
+/// x is clamped first to [`EXP_LO`], [`EXP_HI`], which keeps n in [−150, 128]:
+/// e^−inf = 0, e^+inf = +inf, subnormal results rounded once.
+#[inline(always)]
+pub fn exp<L: LaneOps>(cx: &mut L::Ctx, x: L) -> L {
+    const P: [f32; 6] = [
+        1.987_569_1e-4,
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        0.166_666_65,
+        0.5,
+    ];
+    let x = clamp(cx, x, EXP_LO, EXP_HI);
+    let log2e = L::splat(cx, std::f32::consts::LOG2_E);
+    let t = L::mul(cx, x, log2e);
+    let n = L::round(cx, t);
+    let ln2_hi = L::splat(cx, -0.693_359_4);
+    let r = L::mul_add(cx, n, ln2_hi, x);
+    let ln2_lo = L::splat(cx, 2.121_944_4e-4);
+    let r = L::mul_add(cx, n, ln2_lo, r);
+    let p = horner(cx, r, &P);
+    let pr = L::mul(cx, p, r);
+    let one = L::splat(cx, 1.0);
+    let r1 = L::add(cx, r, one);
+    let y = L::mul_add(cx, pr, r, r1);
+    L::mul_pow2(cx, y, n)
+}
+
+/// Past this |x|, erf(x) rounds to ±1 in f32.
+const ERF_SATURATES: f32 = 3.92;
+
+/// erf(x) as x·P(x²)/Q(x²), a rational least-squares fit (degree 5 over 5 in
+/// x², |error| ≤ 4e-7) on |x| ≤ 3.92, past which erf rounds to ±1: one
+/// divide and no exponential. The fit overshoots 1 by an ulp at the clamp, so
+/// the result is clamped too.
+#[inline(always)]
+pub fn erf<L: LaneOps>(cx: &mut L::Ctx, x: L) -> L {
+    const P: [f32; 6] = [
+        2.118_073_3e-6,
+        2.845_206_5e-4,
+        3.618_840_1e-3,
+        5.230_501e-2,
+        0.186_594_4,
+        std::f32::consts::FRAC_2_SQRT_PI,
+    ];
+    const Q: [f32; 6] = [
+        3.877_655_4e-5,
+        1.132_428_9e-3,
+        1.467_267_9e-2,
+        0.112_588_43,
+        0.498_698_03,
+        1.0,
+    ];
+    let x = clamp(cx, x, -ERF_SATURATES, ERF_SATURATES);
+    let t = L::mul(cx, x, x);
+    let p = horner(cx, t, &P);
+    let q = horner(cx, t, &Q);
+    let xp = L::mul(cx, x, p);
+    let y = L::div(cx, xp, q);
+    clamp(cx, y, -1.0, 1.0)
+}
+
+/// Below this x², tanh takes its odd polynomial (|x| < 0.625).
+const TANH_POLY_BELOW: f32 = 0.390_625;
+
+/// tanh(x): for |x| < 0.625, x·(1 + x²·P(x²)) with the Cephes library's tanhf
+/// polynomial (exact at ±0 and subnormals, no cancellation near 0); beyond,
+/// 1 − 2/(1 + e^2x), which saturates to ±1 at ±inf. Both are computed and one
+/// selected, so vectors need no branch; NaN takes the second, and stays NaN.
+#[inline(always)]
+pub fn tanh<L: LaneOps>(cx: &mut L::Ctx, x: L) -> L {
+    const P: [f32; 5] = [
+        -5.704_988_7e-3,
+        2.063_908_9e-2,
+        -5.373_971_6e-2,
+        0.133_314_42,
+        -0.333_332_82,
+    ];
+    let z = L::mul(cx, x, x);
+    let p = horner(cx, z, &P);
+    let one = L::splat(cx, 1.0);
+    let factor = L::mul_add(cx, z, p, one);
+    let small = L::mul(cx, x, factor);
+    let x2 = L::add(cx, x, x);
+    let e = exp(cx, x2);
+    let two = L::splat(cx, 2.0);
+    let d = L::add(cx, one, e);
+    let q = L::div(cx, two, d);
+    let large = L::sub(cx, one, q);
+    let bound = L::splat(cx, TANH_POLY_BELOW);
+    let below = L::sub(cx, z, bound);
+    L::select_negative(cx, below, small, large)
+}
+
+/// The scalar definition: one lane.
+impl LaneOps for f32 {
+    type Ctx = ();
+    #[inline(always)]
+    fn splat(_: &mut (), c: f32) -> f32 {
+        c
+    }
+    #[inline(always)]
+    fn add(_: &mut (), a: f32, b: f32) -> f32 {
+        a + b
+    }
+    #[inline(always)]
+    fn sub(_: &mut (), a: f32, b: f32) -> f32 {
+        a - b
+    }
+    #[inline(always)]
+    fn mul(_: &mut (), a: f32, b: f32) -> f32 {
+        a * b
+    }
+    #[inline(always)]
+    fn div(_: &mut (), a: f32, b: f32) -> f32 {
+        a / b
+    }
+    #[inline(always)]
+    fn mul_add(_: &mut (), a: f32, b: f32, c: f32) -> f32 {
+        a.mul_add(b, c)
+    }
+    #[inline(always)]
+    fn max(_: &mut (), a: f32, b: f32) -> f32 {
+        if a > b {
+            a
+        } else {
+            b
+        }
+    }
+    #[inline(always)]
+    fn min(_: &mut (), a: f32, b: f32) -> f32 {
+        if a < b {
+            a
+        } else {
+            b
+        }
+    }
+    #[inline(always)]
+    fn select_negative(_: &mut (), a: f32, neg: f32, pos: f32) -> f32 {
+        if a < 0.0 {
+            neg
+        } else {
+            pos
+        }
+    }
+    #[inline(always)]
+    fn round(_: &mut (), a: f32) -> f32 {
+        a.round_ties_even()
+    }
+    #[inline(always)]
+    fn mul_pow2(_: &mut (), a: f32, n: f32) -> f32 {
+        // 2^n as two factors built from their exponent bits, each a normal
+        // number where 2^n may not be; the first product is exact.
+        let power = |k: i32| f32::from_bits(((k + 127) << 23) as u32);
+        let n = n as i32;
+        let half = n >> 1;
+        a * power(half) * power(n - half)
+    }
+}
+
+/// What the tests of every path share: the functions with their error bounds,
+/// the sample inputs, and the error measure.
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::{ERF_SATURATES, EXP_HI, EXP_LO, TANH_POLY_BELOW};
+    use crate::core::scalar::UnaryOp;
+
+    /// The ops whose f32 definition is this module's (Sigmoid by its e^−x),
+    /// each with the most units in the last place its f32 result may be from
+    /// the f64 reference (`UnaryOp::apply` on f64: the library's exp and
+    /// tanh, the series `scalar::erf`), and from the fused paths' result on
+    /// the portable vectors, which round their multiply-adds twice (and round
+    /// ties of exp's n away from zero). ARCHITECTURE.md lists them.
+    pub(crate) const FUNCTIONS: [(UnaryOp, f64, f64); 4] = [
+        (UnaryOp::Exp, 1.5, 1.0),
+        (UnaryOp::Erf, 5.0, 6.0),
+        (UnaryOp::Tanh, 3.0, 4.0),
+        (UnaryOp::Sigmoid, 3.0, 3.0),
+    ];
+
+    /// Every 2^12-th bit pattern (NaNs and both infinities among them), a
+    /// grid of step 2^−10 over [−128, 128], the edges of every clamp and
+    /// branch and of the results' range, with their neighbours, and the
+    /// special values.
+    pub(crate) fn samples() -> Vec<f32> {
+        let patterns = (0..1u32 << 20).map(|k| f32::from_bits((k << 12) | (k & 0xfff)));
+        let grid = (-(1 << 17)..=1 << 17).map(|k| k as f32 / 1024.0);
+        let edges = [
+            EXP_LO,
+            EXP_HI,
+            ERF_SATURATES,
+            TANH_POLY_BELOW.sqrt(),
+            // e^x overflows, leaves the normal range, rounds to 0.
+            88.722_84,
+            -87.336_55,
+            -103.972_08,
+            f32::MIN_POSITIVE,
+            f32::MAX,
+        ];
+        let near = edges.into_iter().flat_map(|e| {
+            let mut around = vec![e];
+            let (mut up, mut down) = (e, e);
+            for _ in 0..4 {
+                (up, down) = (up.next_up(), down.next_down());
+                around.extend([up, down]);
+            }
+            around.into_iter().flat_map(|v| [v, -v])
+        });
+        let specials = [
+            0.0,
+            -0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            -f32::NAN,
+            f32::from_bits(1),
+            -f32::from_bits(1),
+            1e-40,
+            -1e-40,
+        ];
+        patterns.chain(grid).chain(near).chain(specials).collect()
+    }
+
+    /// How many units in the last place of the f32 nearest `want` `got` is
+    /// from it; 0 for NaN and NaN, and for the same infinity.
+    pub(crate) fn ulps(got: f32, want: f64) -> f64 {
+        let nearest = want as f32;
+        if got.is_nan() || want.is_nan() || got.is_infinite() || nearest.is_infinite() {
+            let same = (got.is_nan() && want.is_nan()) || got == nearest;
+            return if same { 0.0 } else { f64::INFINITY };
+        }
+        let exponent = ((nearest.to_bits() >> 23) & 0xff).max(1) as i32;
+        let ulp = 2f64.powi(exponent - 127 - 23);
+        (got as f64 - want).abs() / ulp
+    }
+
+    /// Whether `got` is within `bound` units of `want`; below the normal
+    /// range, within 2^−126 (sigmoid flushes to 0 where e^−x overflows).
+    pub(crate) fn within(got: f32, want: f64, bound: f64) -> bool {
+        if want.abs() < f32::MIN_POSITIVE as f64 {
+            (got as f64 - want).abs() <= f32::MIN_POSITIVE as f64
+        } else {
+            ulps(got, want) <= bound
+        }
+    }
+
+    #[test]
+    fn the_scalar_definitions_are_within_their_bounds_of_f64() {
+        let x = samples();
+        for (op, bound, _) in FUNCTIONS {
+            let mut worst = (0.0, 0.0);
+            for &v in &x {
+                let (got, want) = (op.apply(v), op.apply(v as f64));
+                assert!(
+                    within(got, want, bound),
+                    "{op:?}({v:e}) = {got:e}, f64 gives {want:e}: {} ulps",
+                    ulps(got, want)
+                );
+                if want.abs() >= f32::MIN_POSITIVE as f64 && ulps(got, want) > worst.0 {
+                    worst = (ulps(got, want), v);
+                }
+            }
+            eprintln!("{op:?}: at most {:.3} ulps (at {:e})", worst.0, worst.1);
+        }
+    }
+
+    #[test]
+    fn special_values_keep_their_rules() {
+        let (inf, nan) = (f32::INFINITY, f32::NAN);
+        let cases = [
+            (
+                UnaryOp::Exp,
+                [(inf, inf), (-inf, 0.0), (0.0, 1.0), (-0.0, 1.0)],
+            ),
+            (
+                UnaryOp::Erf,
+                [(inf, 1.0), (-inf, -1.0), (0.0, 0.0), (-0.0, -0.0)],
+            ),
+            (
+                UnaryOp::Tanh,
+                [(inf, 1.0), (-inf, -1.0), (0.0, 0.0), (-0.0, -0.0)],
+            ),
+            (
+                UnaryOp::Sigmoid,
+                [(inf, 1.0), (-inf, 0.0), (0.0, 0.5), (-0.0, 0.5)],
+            ),
+        ];
+        for (op, pairs) in cases {
+            assert!(op.apply(nan).is_nan(), "{op:?}(NaN)");
+            for (x, want) in pairs {
+                let got = op.apply(x);
+                assert_eq!(got.to_bits(), want.to_bits(), "{op:?}({x}) = {got}");
+            }
+        }
+        // Odd functions keep a subnormal as it is (tanh) or scale it (erf).
+        let tiny = f32::from_bits(3);
+        assert_eq!(UnaryOp::Tanh.apply(-tiny), -tiny);
+        assert!(UnaryOp::Erf.apply(-tiny) < 0.0);
+    }
+}
