@@ -88,7 +88,7 @@ pub use crate::layout::cost::{ConvQuery, CostModel, MeasuredCosts};
 pub use crate::layout::planners::PlannerKind;
 /// The layout family a plan targets: `Nchw` (nothing to plan), `Nhwc`, or
 /// `Nchwc(x)`, channels blocked by `x` ([`TargetFamily::host_blocked`] picks `x` from
-/// this CPU's vector width). Parsed from "nchw", "nhwc", "nchwc", "nchw<x>c".
+/// this CPU's vector width). Parsed from `nchw`, `nhwc`, `nchwc`, `nchw<x>c`.
 pub use crate::layout::target::TargetFamily;
 
 /// Any error of the pipeline, from the stage that raised it.
