@@ -94,7 +94,7 @@ pub use crate::layout::report::PlanReport;
 pub use crate::layout::rules::RuleSource;
 /// The layout family a plan targets: `Nchw` (nothing to plan), `Nhwc`, or
 /// `Nchwc(x)`, channels blocked by `x` ([`TargetFamily::host_blocked`] picks `x` from
-/// this CPU's vector width). Parsed from "nchw", "nhwc", "nchwc", "nchw<x>c".
+/// this CPU's vector width). Parsed from `nchw`, `nhwc`, `nchwc`, `nchw<x>c`.
 pub use crate::layout::target::TargetFamily;
 pub use crate::layout::LayoutError;
 pub use native::{
