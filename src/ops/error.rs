@@ -24,7 +24,7 @@ pub enum OpError {
     /// out of range).
     #[error("{0}")]
     Value(String),
-    /// A size overflows, or exceeds the memory limit.
+    /// A size or extent that overflows its integer type.
     #[error("{0}")]
     TooLarge(String),
     /// The op, or this use of it, is not supported (no ONNX form, a graph
