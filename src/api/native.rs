@@ -3,13 +3,13 @@
 //! machine (peaks, kernel times) that price plans and choose kernels.
 //!
 //! ```
-//! use layoutopt::api::{self, Machine, PlanLayouts, Planner, RuntimeOptions, Target};
+//! use layoutopt::api::{self, Machine, PlanLayouts, PlannerKind, RuntimeOptions, TargetFamily};
 //! use std::path::Path;
 //!
 //! # fn main() -> Result<(), api::Error> {
 //! let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/resnet_small/model.onnx");
 //! let graph = api::load_model(&path)?;
-//! let plan = PlanLayouts::new(Planner::Global, Target::host_blocked()).plan(&graph)?;
+//! let plan = PlanLayouts::new(PlannerKind::Global, TargetFamily::host_blocked()).plan(&graph)?;
 //! let model = api::compile(Machine::shared(), &plan.graph, &RuntimeOptions::with_threads(1))?;
 //! let input = api::Tensor::from_f32(vec![1, 3, 32, 32], vec![0.5; 3 * 32 * 32]);
 //! let outputs = model.run(&[input])?;
