@@ -47,7 +47,7 @@ enum Command {
     Run(cli::run::RunArgs),
     /// Compile the planned model and time repeated runs: latency percentiles,
     /// and with --profile the time of every kernel against this machine's roofline.
-    Bench(cli::native::BenchArgs),
+    Bench(cli::run::BenchArgs),
     /// Write a model as standard ONNX: the plan, to verify it, or a model to run.
     ///
     /// `--for verification` (the default) writes the planned graph with its
@@ -99,7 +99,7 @@ fn main() -> ExitCode {
         Command::Plan(args) => cli::plan::plan(machine, args, json),
         Command::Compare(args) => cli::plan::compare(machine, args, json),
         Command::Run(args) => cli::run::run(machine, args, json),
-        Command::Bench(args) => cli::native::bench(machine, args, json),
+        Command::Bench(args) => cli::run::bench(machine, args, json),
         Command::Export(args) => cli::export::export(machine, args, json),
         Command::Calibrate(args) => cli::native::calibrate(machine, args, json),
         Command::Explore(args) => cli::export::explore(machine, args, json),

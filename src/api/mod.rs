@@ -5,7 +5,7 @@
 //! pass; [`Pipeline`] runs passes in order.
 //!
 //! ```
-//! use layoutopt::api::{load_model, Pass, PlanLayouts, Pipeline, PlannerKind, TargetFamily};
+//! use layoutopt::api::{load_model, Costs, Pass, PlanLayouts, Pipeline, PlannerKind, TargetFamily};
 //! use layoutopt::frontend::onnx::load_tensor_pb;
 //! use std::path::Path;
 //!
@@ -13,8 +13,10 @@
 //! let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/resnet_small");
 //! // Import (ONNX or TFLite, told apart by the file's contents).
 //! let graph = load_model(&dir.join("model.onnx"))?;
-//! // The global planner, blocking channels by 8, as one pass of a pipeline.
-//! let pipeline = Pipeline::new().with(PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(8)));
+//! // The global planner, blocking channels by 8, as one pass of a pipeline,
+//! // priced by the built-in cost model (the same plan on every machine).
+//! let global = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(8));
+//! let pipeline = Pipeline::new().with(global.with_costs(Costs::BuiltIn));
 //! let planned = pipeline.run(graph.clone())?;
 //! assert!(planned.node_count() > graph.node_count()); // transforms were added
 //!

@@ -1,9 +1,9 @@
 //! `run` and `bench`: execute a planned model on the native runtime.
 
 use super::{native, progress, CliResult, ModelArgs, Planning};
-use layoutopt::api::json::{document, OutputSummary, RunDoc};
+use layoutopt::api::json::{document, BenchDoc, OutputSummary, RunDoc, Timing};
 use layoutopt::api::{
-    load_tensor_pb, read_file, read_npy, read_npz, write_npy, DType, Graph, Machine, Tensor,
+    self, load_tensor_pb, read_file, read_npy, read_npz, write_npy, DType, Graph, Machine, Tensor,
     TensorData, ValueType,
 };
 use std::path::{Path, PathBuf};
@@ -436,6 +436,85 @@ fn compare_values(expected: &[f64], got: &[f64]) -> (f64, usize) {
         }
     }
     (err, mismatched)
+}
+
+/// Options of `layoutopt bench`.
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub source: ModelArgs,
+    #[command(flatten)]
+    pub planning: Planning,
+    /// Worker threads (0: one per core; at most 4 per core).
+    #[arg(long, default_value_t = 0, value_parser = super::parse_threads)]
+    pub threads: usize,
+    /// Timed runs (1 to 1,000,000).
+    #[arg(long, alias = "iterations", default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub runs: u64,
+    /// Untimed runs first (at most 1,000,000).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub warmup: u64,
+    /// Also print the time of every step (fused kernel or fallback), its GB/s
+    /// and GFLOP/s, and how close it comes to this machine's roofline.
+    #[arg(long)]
+    pub profile: bool,
+    /// Measure the machine's peaks for the profile again instead of reading
+    /// them from the cache.
+    #[arg(long, requires = "profile")]
+    pub reprobe: bool,
+    /// Seed of the random inputs (when the model has no test data).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    #[command(flatten)]
+    pub kernels: native::KernelArgs,
+}
+
+/// `layoutopt bench`: plan and compile, then print latency percentiles (and
+/// the profile), as text or as the `bench` document.
+pub fn bench(machine: &Machine, args: &BenchArgs, json: bool) -> CliResult {
+    let path = args.source.path();
+    let options = args.kernels.options(args.threads);
+    let source = args.source.load()?;
+    let planned = args.planning.plan(machine, &source, &options)?;
+    let (inputs, _) = model_inputs(path, &planned.graph, &[], args.seed)?;
+    if !json {
+        outln!(
+            "{}: '{}' plan for {}",
+            path.display(),
+            planned.report.planner,
+            planned.report.family
+        )?;
+    }
+    let t0 = Instant::now();
+    let model = native::compile(machine, &planned.graph, &options)?;
+    let compile = t0.elapsed();
+    if !json {
+        println!(
+            "compiled in {:.1} ms ({} kernels, {} threads, {:.1} MB arena)",
+            compile.as_secs_f64() * 1e3,
+            model.isa(),
+            model.threads(),
+            model.arena_bytes() as f64 / 1e6
+        );
+    }
+    let roofline = match args.profile {
+        true => Some(machine.peaks(model.threads(), args.reprobe)?),
+        false => None,
+    };
+    let report = api::bench(
+        &model,
+        &inputs,
+        (args.warmup as usize, args.runs as usize),
+        roofline,
+    )?;
+    if json {
+        let timing = Timing::of(&report, compile, model.threads(), args.warmup as usize);
+        let doc = BenchDoc::of(&planned.report, &model, &report, timing);
+        println!("{}", document("bench", path, &doc));
+    } else {
+        print!("{report}");
+    }
+    Ok(())
 }
 
 #[cfg(test)]
