@@ -147,10 +147,10 @@ const TANH_POLY_BELOW: f32 = 0.390_625;
 pub fn tanh<L: LaneOps>(cx: &mut L::Ctx, x: L) -> L {
     const P: [f32; 5] = [
         -5.704_988_7e-3,
-        2.063_908_9e-2,
+        2.063_909e-2,
         -5.373_971_6e-2,
         0.133_314_42,
-        -0.333_332_82,
+        -0.333_332_8,
     ];
     let z = L::mul(cx, x, x);
     let p = horner(cx, z, &P);
