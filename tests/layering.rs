@@ -260,26 +260,37 @@ fn import_cycles(src: &Path) -> (usize, Vec<String>) {
             edges.entry(from).or_default().insert(to);
         }
     }
-    // Kahn's algorithm: whatever cannot be ordered lies on a cycle.
-    let nodes: BTreeSet<Vec<String>> = edges
+    // Trim, until nothing changes, every module that uses none of the others
+    // left or that none of them uses: what stays lies on a cycle (or on a path
+    // from one cycle to another), and a module that only leads into one is
+    // trimmed away.
+    let mut left: BTreeSet<&Vec<String>> = edges
         .iter()
-        .flat_map(|(a, bs)| std::iter::once(a.clone()).chain(bs.iter().cloned()))
+        .flat_map(|(a, bs)| std::iter::once(a).chain(bs))
         .collect();
-    let mut pending: BTreeMap<&Vec<String>, usize> = nodes
-        .iter()
-        .map(|n| (n, edges.get(n).map_or(0, BTreeSet::len)))
-        .collect();
-    while let Some((&leaf, _)) = pending.iter().find(|(_, &n)| n == 0) {
-        pending.remove(leaf);
-        for (n, uses) in &edges {
-            if uses.contains(leaf) {
-                if let Some(c) = pending.get_mut(n) {
-                    *c -= 1;
-                }
-            }
+    loop {
+        let uses_left = |n: &Vec<String>| {
+            edges
+                .get(n)
+                .is_some_and(|u| u.iter().any(|m| left.contains(m)))
+        };
+        let used_by_left = |n: &Vec<String>| {
+            left.iter()
+                .any(|m| edges.get(*m).is_some_and(|u| u.contains(n)))
+        };
+        let trimmed: Vec<&Vec<String>> = left
+            .iter()
+            .copied()
+            .filter(|n| !uses_left(n) || !used_by_left(n))
+            .collect();
+        if trimmed.is_empty() {
+            break;
+        }
+        for n in trimmed {
+            left.remove(n);
         }
     }
-    let cycle = pending.keys().map(|m| m.join("::")).collect();
+    let cycle = left.iter().map(|m| m.join("::")).collect();
     (edges.values().map(BTreeSet::len).sum(), cycle)
 }
 
