@@ -137,10 +137,11 @@ pub fn calibrate(machine: &Machine, args: &CalibrateArgs, json: bool) -> CliResu
     if json {
         return Err("calibrate prints text only: leave out --json".into());
     }
-    let dir =
-        (machine.cache_dir()).ok_or("no cache folder: neither XDG_CACHE_HOME nor HOME is set")?;
+    let dir = machine
+        .cache_dir()
+        .ok_or("no cache folder: neither XDG_CACHE_HOME nor HOME is set")?;
     if clear {
-        let removed = api::clear_measurements(&dir)
+        let removed = api::clear_measurements(dir)
             .map_err(|e| format!("cannot clear the cache in {}: {e}", dir.display()))?;
         for path in &removed {
             outln!("removed {}", path.display())?;
