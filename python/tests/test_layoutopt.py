@@ -6,7 +6,10 @@ for onnxruntime against the ONNX reference evaluator.
 """
 
 import json
+import os
 import pathlib
+import subprocess
+import sys
 
 import layoutopt
 import numpy as np
@@ -115,6 +118,30 @@ def test_plan_document_is_the_command_lines():
     assert doc["command"] == "plan"
     assert doc["model_file"] == "model.onnx"
     assert doc == plan.document
+
+
+def test_the_command_line_and_python_make_the_same_plan(tmp_path):
+    """Both plan through the library's api with this machine's measured costs:
+    given one measurement cache (fresh, written by the first, read by the
+    second), their `plan --json` documents are identical, key order included,
+    timings aside."""
+    exe = pathlib.Path(__file__).resolve().parents[2] / "target" / "release" / "layoutopt"
+    assert exe.exists(), f"{exe}: build it first (cargo build --release)"
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path), LAYOUTOPT_CACHE_UNDER_LOAD="1")
+    path = str(model_path("resnet_small"))
+    cli = subprocess.run(
+        [str(exe), "plan", "--json", path], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    code = "import layoutopt, sys; print(layoutopt.load(sys.argv[1]).plan().to_json())"
+    python = subprocess.run(
+        [sys.executable, "-c", code, path], env=env, capture_output=True, text=True, check=True
+    ).stdout
+
+    cli_doc, python_doc = json.loads(cli), json.loads(python)
+    cli_doc.pop("timings")
+    python_doc.pop("timings")
+    assert list(cli_doc) == list(python_doc)
+    assert json.dumps(cli_doc) == json.dumps(python_doc)
 
 
 def test_float32_outputs_are_not_copied():
