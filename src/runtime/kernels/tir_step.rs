@@ -47,7 +47,7 @@ pub(in crate::runtime) struct ChainNode<'a> {
 
 /// What a node computes in logical terms: the op, its operands' logical types and
 /// storage layouts, and its output's layout (`None`: as its type says) and padding.
-struct LogicalView<'a> {
+struct LogicalNode<'a> {
     op: &'a Op,
     types: Vec<ValueType>,
     layouts: Vec<Layout>,
@@ -65,7 +65,7 @@ impl ChainNode<'_> {
             .map(|(_, t)| t)
     }
 
-    fn logical(&self) -> Result<Option<LogicalView<'_>>, StepError> {
+    fn logical(&self) -> Result<Option<LogicalNode<'_>>, StepError> {
         Ok(Some(match self.op {
             Op::InLayout(l) => {
                 let LaidOut {
@@ -76,7 +76,7 @@ impl ChainNode<'_> {
                 let Some((layout, pad)) = outputs.first() else {
                     return Ok(None);
                 };
-                LogicalView {
+                LogicalNode {
                     op: inner,
                     types: inputs
                         .iter()
@@ -87,7 +87,7 @@ impl ChainNode<'_> {
                     output: (Some(layout.clone()), *pad),
                 }
             }
-            op => LogicalView {
+            op => LogicalNode {
                 op,
                 types: self.inputs.clone(),
                 layouts: self
