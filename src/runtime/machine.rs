@@ -39,7 +39,7 @@ pub struct Machine {
 
 /// A lock whose holder panicked still guards consistent data here (every
 /// update is a push or a replace), so the poison is cleared.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(in crate::runtime) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 

@@ -17,7 +17,7 @@ use super::kernels::pool::PoolGeom;
 use super::kernels::simd::{Isa, Lanes};
 use super::kernels::where_select::Select;
 use super::kernels::{activation, gather, tir_step};
-use super::machine::SharedKernelTimes;
+use super::machine::{lock, SharedKernelTimes};
 use super::measure::calibrate::cached_transform_millis;
 use super::measure::kernel_times::KernelTimes;
 use super::measure::roofline::StepWork;
@@ -223,18 +223,13 @@ impl<'g> Compiler<'g> {
                 pad_fill,
                 threads,
             };
-            let mut times = lock_times(&self.times);
+            let mut times = lock(&self.times);
             let (k, decision) =
                 pool.install(|| conv_algo::build(&spec, &self.conv_algo, &mut times));
             (Kernel::Conv(k), decision)
         };
         // The time the planner measured for the kernel chosen, for the profile.
-        conv_algo::add_cached_time(
-            &mut decision,
-            &geom,
-            &self.conv_algo,
-            &lock_times(&self.times),
-        );
+        conv_algo::add_cached_time(&mut decision, &geom, &self.conv_algo, &lock(&self.times));
         // The weights and bias are packed into the kernel; the data comes through slots.
         let conv_inputs = self.g.node_inputs(id);
         let mut inputs = vec![conv_inputs[0]];
@@ -937,7 +932,7 @@ impl<'g> Compiler<'g> {
         if self.conv_algo.cache.is_none() {
             return;
         }
-        let times = lock_times(&self.times);
+        let times = lock(&self.times);
         for step in &mut self.steps {
             let [out] = step.outputs[..] else { continue };
             if let Op::LayoutTransform(LayoutTransform {
@@ -1094,12 +1089,6 @@ impl Target for NativeKernels<'_, '_> {
         self.built.insert(id, built);
         true
     }
-}
-
-/// The kernel times behind a lock whose holder panicked: what they hold is
-/// still consistent (entries are only added), so the poison is cleared.
-fn lock_times(times: &SharedKernelTimes) -> std::sync::MutexGuard<'_, KernelTimes> {
-    times.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl CompiledModel {
