@@ -265,7 +265,7 @@ fn one_thread_with_empty_cache(what: &str) -> (PathBuf, RuntimeOptions) {
 
 #[test]
 fn the_measured_cost_model_is_cached_and_predicts_the_steps() {
-    use layoutopt::runtime::measure::calibrate::{measured_cost_model, predicted_step_seconds};
+    use layoutopt::runtime::profile::calibrate::{measured_cost_model, predicted_step_seconds};
     let (dir, options) = one_thread_with_empty_cache("costs");
     let machine = Machine::with_cache(Some(dir.clone()));
     let g = load_model(&bundled("resnet_small/model.onnx")).unwrap();
@@ -308,7 +308,7 @@ fn a_layout_transform_is_predicted_by_the_time_the_planner_measured_for_it() {
     use layoutopt::graph::{DType, Op, ValueRef};
     use layoutopt::layout::{Layout, PadValue};
     use layoutopt::ops::LayoutTransform;
-    use layoutopt::runtime::measure::calibrate::{measured_cost_model, predicted_step_seconds};
+    use layoutopt::runtime::profile::calibrate::{measured_cost_model, predicted_step_seconds};
     let (dir, options) = one_thread_with_empty_cache("transforms");
     let machine = Machine::with_cache(Some(dir.clone()));
     let t = ValueType::new(DType::F32, vec![1, 17, 8, 8]);

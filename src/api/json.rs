@@ -202,7 +202,7 @@ pub struct Timing {
 impl Timing {
     /// The timing of a bench report.
     pub fn of(
-        report: &crate::runtime::measure::bench::BenchReport,
+        report: &crate::runtime::profile::bench::BenchReport,
         compile: std::time::Duration,
         threads: usize,
         warmup_runs: usize,
@@ -463,7 +463,7 @@ impl BenchDoc {
     pub fn of(
         report: &PlanReport,
         model: &crate::runtime::CompiledModel,
-        bench: &crate::runtime::measure::bench::BenchReport,
+        bench: &crate::runtime::profile::bench::BenchReport,
         timing: Timing,
     ) -> BenchDoc {
         let profile = bench.profile.as_ref().map(|p| {

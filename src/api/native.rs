@@ -20,12 +20,13 @@
 
 use super::{CostModel, Error};
 use crate::graph::{Graph, Tensor};
-use crate::runtime::measure::{bench as timing, calibrate, load};
+use crate::runtime::measure::load;
+use crate::runtime::profile::{bench as timing, calibrate};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use crate::runtime::measure::bench::{BenchReport, Profile};
 pub use crate::runtime::measure::roofline::{MachinePeaks, Roofline};
+pub use crate::runtime::profile::bench::{BenchReport, Profile};
 pub use crate::runtime::{
     max_threads, CompiledModel, ConvAlgoChoice, Isa, LayerAlgo, Machine, ModelInput, NonFinite,
     RuntimeError, RuntimeOptions, StepProfile,

@@ -14,11 +14,11 @@
 //!   also relabel its input's layout, as a transpose does.
 
 use super::cost::{op_cost, CostModel};
+use super::relabel::{relabelled, relabelled_back};
 use super::target::TargetFamily;
 use super::{Layout, LayoutError};
 use crate::graph::{Graph, NodeId, Op, ValueRef, ValueType};
 pub use crate::ops::LayoutRole as OpKind;
-use crate::ops::{Reshape, Transpose};
 use std::collections::{BTreeMap, HashMap};
 
 /// The kind of an op (see the module docs).
@@ -193,32 +193,6 @@ pub fn value_candidates(
         }
     }
     Ok(cands)
-}
-
-/// The layout of a transpose's or reshape's output that keeps the bytes of its
-/// input `x`, stored in `l`, where they are (a relabelling: no data moves).
-pub fn relabelled(op: &Op, l: &Layout, x: &[usize]) -> Option<Layout> {
-    match op {
-        Op::Transpose(Transpose { perm }) => l.transposed(perm).ok(),
-        Op::Reshape(Reshape { shape }) => l.reshaped(x, shape),
-        _ => None,
-    }
-}
-
-/// The input layout that [`relabelled`] takes to the output layout `l`, for
-/// an input of shape `x` and an output of shape `y`.
-pub fn relabelled_back(op: &Op, l: &Layout, x: &[usize], y: &[usize]) -> Option<Layout> {
-    match op {
-        Op::Transpose(Transpose { perm }) => {
-            let mut inv = vec![0; perm.len()];
-            for (j, &a) in perm.iter().enumerate() {
-                inv[a] = j;
-            }
-            l.transposed(&inv).ok()
-        }
-        Op::Reshape(_) => l.reshaped(y, x),
-        _ => None,
-    }
 }
 
 /// A MatMul of two matrices (the case BLAS-style kernels take either way round).

@@ -5,7 +5,7 @@
 //! its arithmetic at `ns_per_flop`, with a penalty for convolutions in layouts
 //! their kernels vectorise poorly, and padded elements counted as work.
 
-use super::candidates::relabelled;
+use super::relabel::relabelled;
 use super::Layout;
 use crate::fusion::{conv_epilogue_of, Activation};
 use crate::graph::{numel, Graph, NodeId, Op, Tensor, ValueRef, ValueType};

@@ -2,10 +2,11 @@
 //! its chosen layouts, with the transforms (and padding refills) between them,
 //! each shared by every consumer wanting the same layout.
 
-use super::candidates::{relabelled, relabelled_back, Impl, LayoutId, Layouts};
+use super::candidates::{Impl, LayoutId, Layouts};
 use super::cost::CostModel;
-use super::plan::PlanError;
+use super::relabel::{relabelled, relabelled_back};
 use super::space::PlanSpace;
+use super::PlanError;
 use super::{pad_flow, Layout, PadValue, Requirement};
 use crate::graph::{
     fold_node, merge_spans, Graph, GraphError, LaidOut, NodeId, Op, Span, ValueRef, ValueType,

@@ -9,6 +9,7 @@ pub mod extract;
 pub mod materialize;
 pub mod plan;
 pub mod planners;
+pub mod relabel;
 pub mod report;
 pub mod rules;
 pub mod solver;
@@ -21,6 +22,8 @@ mod rewrite_tests;
 pub use crate::core::{AlgebraError, Digit, Layout};
 pub use crate::core::{Assumption, PadFlow, PadValue, Requirement};
 pub use crate::ops::{binary_flow, pad_flow, unary_flow};
+
+use crate::graph::{format_spans, GraphError, Span};
 
 /// An error of the layout stage.
 #[derive(Debug, thiserror::Error)]
@@ -45,4 +48,35 @@ pub enum LayoutError {
     /// The rewrite rules could not be loaded.
     #[error(transparent)]
     Rules(#[from] rules::RuleError),
+}
+
+/// Why a graph could not be planned.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// A layout error.
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+    /// A layout does not fit a shape.
+    #[error(transparent)]
+    Algebra(#[from] AlgebraError),
+    /// The graph is malformed.
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    /// The solver failed.
+    #[error(transparent)]
+    Solve(#[from] solver::SolveError),
+    /// A pinned layout names no graph input or output, or does not fit it.
+    #[error("pinned layout: {0}")]
+    Pin(String),
+    /// No planner has this name.
+    #[error("unknown planner '{0}' (expected keep, local, greedy or global)")]
+    UnknownPlanner(String),
+    /// Something is wrong at these layers.
+    #[error("{}: {message}", format_spans(spans))]
+    AtLayer {
+        /// The layers at fault.
+        spans: Vec<Span>,
+        /// What is wrong.
+        message: String,
+    },
 }

@@ -19,46 +19,13 @@ use super::report::{
     PlanTimings, RewriteInfo, SolverInfo,
 };
 use super::rules::RuleSource;
-use super::solver;
 use super::space::{Pins, PlanSpace};
 use super::target::TargetFamily;
-use super::{Layout, LayoutError};
+use super::{Layout, LayoutError, PlanError};
 use crate::graph::{
-    fold_conv_affine, fold_pads, format_spans, movement_chains, reductions_as_global_pools, Graph,
-    GraphError, PadFold, Span,
+    fold_conv_affine, fold_pads, movement_chains, reductions_as_global_pools, Graph, PadFold,
 };
 use std::time::{Duration, Instant};
-
-/// Why a graph could not be planned.
-#[derive(Debug, thiserror::Error)]
-pub enum PlanError {
-    /// A layout error.
-    #[error(transparent)]
-    Layout(#[from] LayoutError),
-    /// A layout does not fit a shape.
-    #[error(transparent)]
-    Algebra(#[from] crate::core::AlgebraError),
-    /// The graph is malformed.
-    #[error(transparent)]
-    Graph(#[from] GraphError),
-    /// The solver failed.
-    #[error(transparent)]
-    Solve(#[from] solver::SolveError),
-    /// A pinned layout names no graph input or output, or does not fit it.
-    #[error("pinned layout: {0}")]
-    Pin(String),
-    /// No planner has this name.
-    #[error("unknown planner '{0}' (expected keep, local, greedy or global)")]
-    UnknownPlanner(String),
-    /// Something is wrong at these layers.
-    #[error("{}: {message}", format_spans(spans))]
-    AtLayer {
-        /// The layers at fault.
-        spans: Vec<Span>,
-        /// What is wrong.
-        message: String,
-    },
-}
 
 /// A planned graph and its report.
 pub struct Plan {

@@ -12,10 +12,10 @@
 //! - `global`: the whole graph at once with `solver::solve`, with a lower bound.
 
 use super::candidates::{op_kind, OpKind};
-use super::plan::PlanError;
 use super::report::SolverInfo;
 use super::solver::{self, Method, SolveOptions};
 use super::space::PlanSpace;
+use super::PlanError;
 use crate::graph::{Graph, NodeId};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};

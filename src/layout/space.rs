@@ -10,10 +10,10 @@
 
 use super::candidates::{impls, value_candidates, Impl, LayoutId, Layouts};
 use super::cost::{conv_epilogue_reads, CostModel};
-use super::plan::PlanError;
 use super::solver::{Pair, Problem};
 use super::target::TargetFamily;
 use super::Layout;
+use super::PlanError;
 use crate::graph::{Graph, NodeId, Op, ValueRef, ValueType};
 use std::collections::{BTreeMap, HashMap};
 

@@ -3,6 +3,7 @@
 
 use super::exec::Buffers;
 use super::kernels::gather::Gather;
+use super::kernels::KernelError;
 use super::model::{Slot, Step};
 use super::storage::Storage;
 use crate::graph::{numel, Span};
@@ -48,7 +49,10 @@ impl NonFinite {
 }
 
 /// NaN or infinities among the logical output elements of `step`, just run.
-pub(super) fn first_non_finite(step: &Step, bufs: &Buffers) -> Result<Option<NonFinite>, String> {
+pub(super) fn first_non_finite(
+    step: &Step,
+    bufs: &Buffers,
+) -> Result<Option<NonFinite>, KernelError> {
     for (slot, stored) in step.outputs.iter().zip(&step.storage) {
         if matches!(slot, Slot::Boxed(_)) {
             continue;
@@ -59,7 +63,7 @@ pub(super) fn first_non_finite(step: &Step, bufs: &Buffers) -> Result<Option<Non
             Storage::RowMajor => NonFinite::of_step(step, values),
             Storage::Padded => None,
             Storage::Laid(layout, logical) => {
-                let to = Layout::identity(logical.len()).map_err(|e| e.to_string())?;
+                let to = Layout::identity(logical.len())?;
                 let gather = Gather::new(layout, &to, logical, 0.0)?;
                 let mut row_major = vec![0f32; numel(logical)];
                 gather.run(&[values], &mut row_major)?;

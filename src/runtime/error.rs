@@ -2,6 +2,7 @@
 
 use super::kernels::simd::Isa;
 use super::kernels::tir_step;
+use super::kernels::KernelError;
 use crate::graph::{format_spans, GraphError, Span};
 
 /// An error compiling or running a model, naming the graph input or layer.
@@ -32,6 +33,14 @@ pub enum RuntimeError {
         spans: Vec<Span>,
         /// What is wrong.
         message: String,
+    },
+    /// A native kernel of the layer could not be built or run.
+    #[error("{}: {source}", format_spans(spans))]
+    Kernel {
+        /// The layers of the step.
+        spans: Vec<Span>,
+        /// What failed.
+        source: KernelError,
     },
     /// A TIR step of the layer could not be lowered, compiled or run.
     #[error("{}: {source}", format_spans(spans))]

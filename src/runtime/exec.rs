@@ -1,7 +1,7 @@
 //! One step of a run: its kernel called on views of the slots it reads and
 //! writes.
 
-use super::kernels::{elementwise, gather, pool};
+use super::kernels::{elementwise, gather, pool, KernelError};
 use super::model::{CompiledModel, Kernel, Slot, Step};
 use super::RuntimeError;
 use crate::graph::{Tensor, TensorData, ValueType};
@@ -82,6 +82,10 @@ impl CompiledModel {
             spans: step.spans.clone(),
             message,
         };
+        let kernel = |source: KernelError| RuntimeError::Kernel {
+            spans: step.spans.clone(),
+            source,
+        };
         // SAFETY (all views below): the memory plan never lets a step's output
         // overlap its inputs, and a step's inputs are only read.
         unsafe {
@@ -111,7 +115,7 @@ impl CompiledModel {
                         step.inputs.get(i).map_or(&[][..], |&s| bufs.read(s))
                     });
                     g.run(&inputs[..step.inputs.len()], bufs.write(step.outputs[0]))
-                        .map_err(at_node)?
+                        .map_err(kernel)?
                 }
                 Kernel::Dense(d) => d.run(bufs.read(step.inputs[0]), bufs.write(step.outputs[0])),
                 Kernel::MatMul(m) => m.run(
@@ -130,14 +134,14 @@ impl CompiledModel {
                         &indices.data.to_i64(),
                         bufs.write(step.outputs[0]),
                     )
-                    .map_err(at_node)?
+                    .map_err(kernel)?
                 }
                 Kernel::Elementwise(k) => {
                     let operands: [&[f32]; elementwise::MAX_OPERANDS] = std::array::from_fn(|i| {
                         step.inputs.get(i).map_or(&[][..], |&s| bufs.read(s))
                     });
                     k.run(&operands[..step.inputs.len()], bufs.write(step.outputs[0]))
-                        .map_err(at_node)?
+                        .map_err(kernel)?
                 }
                 Kernel::Select(k) => {
                     let mask = bufs.tensor(step.inputs[0], &step.input_types[0]);
@@ -150,7 +154,7 @@ impl CompiledModel {
                         bufs.read(step.inputs[2]),
                         bufs.write(step.outputs[0]),
                     )
-                    .map_err(at_node)?
+                    .map_err(kernel)?
                 }
                 Kernel::Normalize(k) => {
                     let param = |i: usize| step.inputs.get(i).map(|&s| bufs.read(s));
@@ -160,7 +164,7 @@ impl CompiledModel {
                         param(2),
                         bufs.write(step.outputs[0]),
                     )
-                    .map_err(at_node)?
+                    .map_err(kernel)?
                 }
                 Kernel::ToF32 => {
                     let t = bufs.tensor(step.inputs[0], &step.input_types[0]);

@@ -18,6 +18,7 @@ mod machine;
 pub mod measure;
 mod model;
 mod options;
+pub mod profile;
 mod run;
 mod scratch;
 mod storage;

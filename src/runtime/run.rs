@@ -4,7 +4,6 @@
 
 use super::check::{first_non_finite, NonFinite};
 use super::exec::Buffers;
-use super::measure::bench;
 use super::measure::roofline::StepWork;
 use super::model::{CompiledModel, Kernel, Slot};
 use super::scratch::{output_buffer, Scratch};
@@ -88,7 +87,7 @@ impl StepProfile {
     pub fn median(&self) -> Duration {
         let mut sorted = self.times.clone();
         sorted.sort();
-        bench::percentile(&sorted, 50.0)
+        percentile(&sorted, 50.0)
     }
 }
 
@@ -232,9 +231,9 @@ impl CompiledModel {
                 }
                 if let Some(found) = check.as_deref_mut().filter(|f| f.is_none()) {
                     *found =
-                        first_non_finite(step, &bufs).map_err(|message| RuntimeError::AtNode {
+                        first_non_finite(step, &bufs).map_err(|source| RuntimeError::Kernel {
                             spans: step.spans.clone(),
-                            message,
+                            source,
                         })?;
                 }
             }
@@ -263,4 +262,10 @@ impl CompiledModel {
         lists.boxes.clear();
         Ok(outputs)
     }
+}
+
+/// The nearest-rank `p`th percentile of `sorted` (zero when it is empty).
+pub(in crate::runtime) fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let rank = ((p / 100.0 * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len().max(1));
+    sorted.get(rank - 1).copied().unwrap_or_default()
 }

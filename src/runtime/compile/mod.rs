@@ -18,7 +18,7 @@ use super::kernels::simd::{Isa, Lanes};
 use super::kernels::where_select::Select;
 use super::kernels::{activation, gather, tir_step};
 use super::machine::{lock, SharedKernelTimes};
-use super::measure::calibrate::cached_transform_millis;
+use super::measure::conv_times;
 use super::measure::kernel_times::KernelTimes;
 use super::measure::roofline::StepWork;
 use super::model::Kernel;
@@ -225,11 +225,11 @@ impl<'g> Compiler<'g> {
             };
             let mut times = lock(&self.times);
             let (k, decision) =
-                pool.install(|| conv_algo::build(&spec, &self.conv_algo, &mut times));
+                pool.install(|| conv_times::build(&spec, &self.conv_algo, &mut times));
             (Kernel::Conv(k), decision)
         };
         // The time the planner measured for the kernel chosen, for the profile.
-        conv_algo::add_cached_time(&mut decision, &geom, &self.conv_algo, &lock(&self.times));
+        conv_times::add_cached_time(&mut decision, &geom, &self.conv_algo, &lock(&self.times));
         // The weights and bias are packed into the kernel; the data comes through slots.
         let conv_inputs = self.g.node_inputs(id);
         let mut inputs = vec![conv_inputs[0]];
@@ -927,7 +927,7 @@ impl<'g> Compiler<'g> {
     }
 
     /// Gives each layout transform step the time the planner measured for it
-    /// (`calibrate::cached_transform_millis`), when the cache holds one.
+    /// (`KernelTimes::transform_millis`), when the cache holds one.
     fn add_measured_transforms(&mut self) {
         if self.conv_algo.cache.is_none() {
             return;
@@ -939,7 +939,7 @@ impl<'g> Compiler<'g> {
                 from, to, logical, ..
             }) = &self.g.node(out.node).op
             {
-                step.measured_ms = cached_transform_millis(&times, logical, from, to);
+                step.measured_ms = times.transform_millis(logical, from, to);
             }
         }
     }

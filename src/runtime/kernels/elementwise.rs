@@ -17,6 +17,7 @@ use super::simd::{
     load_part, run_vectorized, store_part, Isa, Lanes, Vector, VectorKernel, ELEMENTS_PER_TASK,
     MAX_LANES,
 };
+use super::KernelError;
 use crate::core::par;
 use crate::core::scalar::{BinaryOp, UnaryOp};
 use crate::layout::Layout;
@@ -216,17 +217,16 @@ impl Elementwise {
     }
 
     /// Runs the chain over `operands` (in the order of the strides) into `y`.
-    pub fn run(&self, operands: &[&[f32]], y: &mut [f32]) -> Result<(), String> {
+    pub fn run(&self, operands: &[&[f32]], y: &mut [f32]) -> Result<(), KernelError> {
         let lens_ok = operands.len() + self.packed.len() == self.lens.len()
             && operands.iter().zip(&self.lens).all(|(o, &l)| o.len() == l);
         let out_len: usize = self.extents.iter().product();
         if !lens_ok || y.len() != out_len {
-            return Err(format!(
-                "elementwise operands of {:?} elements for an output of {}, expected {:?} and {out_len}",
-                operands.iter().map(|o| o.len()).collect::<Vec<_>>(),
-                y.len(),
-                self.lens
-            ));
+            return Err(KernelError::Buffers {
+                kernel: "elementwise",
+                given: operands.iter().map(|o| o.len()).chain([y.len()]).collect(),
+                expected: self.lens.iter().copied().chain([out_len]).collect(),
+            });
         }
         let run = *self.extents.last().expect("at least one axis");
         if run == 0 {

@@ -2,6 +2,7 @@
 //! pads and concatenations as gathers, and row lookups.
 
 use super::simd::ELEMENTS_PER_TASK;
+use super::KernelError;
 use crate::core::par;
 use crate::layout::Layout;
 
@@ -104,7 +105,7 @@ fn axis_offsets(
     layout: &Layout,
     shape: &[usize],
     phys: &[usize],
-) -> Result<Vec<Vec<usize>>, String> {
+) -> Result<Vec<Vec<usize>>, KernelError> {
     let strides = crate::graph::strides(phys);
     let mut idx = vec![0usize; shape.len()];
     (0..shape.len())
@@ -112,7 +113,7 @@ fn axis_offsets(
             (0..shape[a])
                 .map(|i| {
                     idx[a] = i;
-                    let p = layout.to_physical_index(&idx).map_err(|e| e.to_string());
+                    let p = layout.to_physical_index(&idx);
                     idx[a] = 0;
                     Ok(p?.iter().zip(&strides).map(|(d, s)| d * s).sum())
                 })
@@ -137,7 +138,12 @@ impl Gather {
     }
 
     /// The gather from `from` to `to` for a logical tensor of shape `logical`.
-    pub fn new(from: &Layout, to: &Layout, logical: &[usize], fill: f32) -> Result<Gather, String> {
+    pub fn new(
+        from: &Layout,
+        to: &Layout,
+        logical: &[usize],
+        fill: f32,
+    ) -> Result<Gather, KernelError> {
         Gather::reshape((from, logical), (to, logical), fill)
     }
 
@@ -148,15 +154,19 @@ impl Gather {
         (from, from_shape): (&Layout, &[usize]),
         (to, to_shape): (&Layout, &[usize]),
         fill: f32,
-    ) -> Result<Gather, String> {
+    ) -> Result<Gather, KernelError> {
         let numel = crate::graph::numel(from_shape);
         if numel != crate::graph::numel(to_shape) {
-            return Err(format!("cannot reshape {from_shape:?} to {to_shape:?}"));
+            return Err(KernelError::Reshape {
+                from: from_shape.to_vec(),
+                to: to_shape.to_vec(),
+            });
         }
-        let phys_to = to.physical_shape(to_shape).map_err(|e| e.to_string())?;
-        let phys_from = from.physical_shape(from_shape).map_err(|e| e.to_string())?;
-        if phys_from.iter().product::<usize>() >= PAD as usize {
-            return Err("tensor too large for a 32-bit gather".into());
+        let phys_to = to.physical_shape(to_shape)?;
+        let phys_from = from.physical_shape(from_shape)?;
+        let elements = phys_from.iter().product::<usize>();
+        if elements >= PAD as usize {
+            return Err(KernelError::TooLarge { elements });
         }
         let (from_offsets, to_offsets) = (
             axis_offsets(from, from_shape, &phys_from)?,
@@ -260,20 +270,18 @@ impl Gather {
 
     /// Copies the inputs `xs` into `y` run by run, filling padding; the runs
     /// are split over the threads.
-    pub fn run(&self, xs: &[&[f32]], y: &mut [f32]) -> Result<(), String> {
+    pub fn run(&self, xs: &[&[f32]], y: &mut [f32]) -> Result<(), KernelError> {
         let fits = xs.len() == self.src_ends.len()
             && xs
                 .iter()
                 .zip(&self.src_ends)
                 .all(|(x, &end)| x.len() >= end);
         if y.len() != self.len || !fits {
-            return Err(format!(
-                "a gather of {} elements from {:?} read {:?} and wrote {}",
-                self.len,
-                self.src_ends,
-                xs.iter().map(|x| x.len()).collect::<Vec<_>>(),
-                y.len()
-            ));
+            return Err(KernelError::Buffers {
+                kernel: "gather",
+                given: xs.iter().map(|x| x.len()).chain([y.len()]).collect(),
+                expected: self.src_ends.iter().copied().chain([self.len]).collect(),
+            });
         }
         let y_at = y.as_mut_ptr() as usize;
         par::for_each(self.tasks.len(), |t| {
@@ -434,20 +442,21 @@ impl Rows {
     /// pieces of the output (a long row is cut, short ones are grouped); an
     /// index outside the axis (after negative indices count from the end) is
     /// an error.
-    pub fn run(&self, x: &[f32], indices: &[i64], y: &mut [f32]) -> Result<(), String> {
+    pub fn run(&self, x: &[f32], indices: &[i64], y: &mut [f32]) -> Result<(), KernelError> {
         let (extent, inner) = (self.extent as i64, self.inner);
-        if let Some(bad) = indices.iter().find(|i| !(-extent..extent).contains(i)) {
-            return Err(format!(
-                "index {bad} is out of range for an axis of extent {extent}"
-            ));
+        if let Some(&index) = indices.iter().find(|i| !(-extent..extent).contains(i)) {
+            return Err(KernelError::Index {
+                index,
+                extent: self.extent,
+            });
         }
         let rows = self.outer * indices.len();
         if y.len() != rows * inner || x.len() < self.outer * self.extent * inner {
-            return Err(format!(
-                "a gather of {rows} rows of {inner} from {} elements wrote {}",
-                x.len(),
-                y.len()
-            ));
+            return Err(KernelError::Buffers {
+                kernel: "row gather",
+                given: vec![x.len(), y.len()],
+                expected: vec![self.outer * self.extent * inner, rows * inner],
+            });
         }
         // Where output row `r` starts in `x`.
         let source = |r: usize| {

@@ -4,6 +4,7 @@
 pub(super) mod activation;
 pub mod conv;
 pub(super) mod elementwise;
+mod error;
 pub mod gather;
 pub(super) mod matmul;
 pub(super) mod normalize;
@@ -11,6 +12,8 @@ pub(super) mod pool;
 pub mod simd;
 pub mod tir_step;
 pub(super) mod where_select;
+
+pub use error::KernelError;
 
 #[cfg(test)]
 mod tests;

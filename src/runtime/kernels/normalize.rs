@@ -9,6 +9,7 @@ use super::simd::{
     load_part, run_vectorized, store_part, Isa, Lanes, Vector, VectorKernel, ELEMENTS_PER_TASK,
     MAX_LANES,
 };
+use super::KernelError;
 use crate::core::par;
 use crate::core::scalar::Scalar;
 
@@ -55,7 +56,7 @@ impl RowKernel {
         scale: Option<&[f32]>,
         bias: Option<&[f32]>,
         y: &mut [f32],
-    ) -> Result<(), String> {
+    ) -> Result<(), KernelError> {
         let len = self.len;
         let rows = x.len() / len;
         let out_per_row = match self.op {
@@ -63,17 +64,22 @@ impl RowKernel {
             _ => len,
         };
         if !x.len().is_multiple_of(len) || y.len() != rows * out_per_row {
-            return Err(format!(
-                "{} inputs do not make rows of {len} for {} outputs",
-                x.len(),
-                y.len()
-            ));
+            return Err(KernelError::Buffers {
+                kernel: "row normalization",
+                given: vec![x.len(), y.len()],
+                expected: vec![rows * len, rows * out_per_row],
+            });
         }
         if let RowOp::LayerNorm { .. } = self.op {
             if scale.map(<[f32]>::len) != Some(len) || bias.is_some_and(|b| b.len() != len) {
-                return Err(format!(
-                    "LayerNormalization needs a scale (and optional bias) of {len} values"
-                ));
+                return Err(KernelError::Buffers {
+                    kernel: "LayerNormalization's scale and bias",
+                    given: vec![
+                        scale.map_or(0, <[f32]>::len),
+                        bias.map_or(len, <[f32]>::len),
+                    ],
+                    expected: vec![len, len],
+                });
             }
         }
         let rows_per_task = (ELEMENTS_PER_TASK / len).max(1);

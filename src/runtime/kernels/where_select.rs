@@ -5,6 +5,7 @@
 
 use super::elementwise::{merge_axes, run_offsets};
 use super::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel, ELEMENTS_PER_TASK};
+use super::KernelError;
 use crate::core::par;
 
 /// A compiled Where: how the mask and both branches line up with the output.
@@ -49,15 +50,21 @@ impl Select {
     }
 
     /// `y[i] = if mask[i] { a[i] } else { b[i] }`, operands broadcast.
-    pub fn run(&self, mask: &[bool], a: &[f32], b: &[f32], y: &mut [f32]) -> Result<(), String> {
+    pub fn run(
+        &self,
+        mask: &[bool],
+        a: &[f32],
+        b: &[f32],
+        y: &mut [f32],
+    ) -> Result<(), KernelError> {
         let given = [mask.len(), a.len(), b.len()];
         let out_len: usize = self.extents.iter().product();
         if given[..] != self.lens[..] || y.len() != out_len {
-            return Err(format!(
-                "Where operands of {given:?} elements for an output of {}, expected {:?} and {out_len}",
-                y.len(),
-                self.lens
-            ));
+            return Err(KernelError::Buffers {
+                kernel: "Where",
+                given: given.iter().copied().chain([y.len()]).collect(),
+                expected: self.lens.iter().copied().chain([out_len]).collect(),
+            });
         }
         let run = *self.extents.last().expect("at least one axis");
         if run == 0 {

@@ -11,7 +11,7 @@
 
 use super::load::{cache_under_load, metered, note_not_cached, Load};
 use super::roofline::{cpu_name, CacheFile};
-use crate::runtime::kernels::conv::direct::ConvGeom;
+use crate::layout::Layout;
 use crate::runtime::kernels::simd::Isa;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -35,7 +35,7 @@ struct Entry {
     threads: usize,
     /// "conv", "depthwise" or "transform".
     kernel: String,
-    /// [`conv_key`] for convolutions.
+    /// `ConvGeom::key` for convolutions.
     geom: Vec<usize>,
     timing: String,
     /// Milliseconds per algorithm name.
@@ -65,28 +65,13 @@ pub(in crate::runtime) static CACHE_LOCK: Mutex<()> = Mutex::new(());
 /// Entries this process measured under load: used until it exits, never saved.
 static NOT_SAVED: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
 
-/// The geometry of a convolution as a cache key: every extent, the window,
-/// and the channel block of both operands.
-pub(in crate::runtime) fn conv_key(g: &ConvGeom) -> Vec<usize> {
-    vec![
-        g.n,
-        g.cin,
-        g.h,
-        g.w,
-        g.cout,
-        g.oh,
-        g.ow,
-        g.k.0,
-        g.k.1,
-        g.stride.0,
-        g.stride.1,
-        g.dilation.0,
-        g.dilation.1,
-        g.pad.0,
-        g.pad.1,
-        g.x_cb,
-        g.y_cb,
-    ]
+/// The kernel name transforms are cached under.
+const TRANSFORM_KERNEL: &str = "transform";
+
+/// The name a transform's time is cached under, beside its logical shape
+/// (layout names are unambiguous).
+fn transform_name(from: &Layout, to: &Layout) -> String {
+    format!("{from} -> {to}")
 }
 
 /// The kernel times of this machine for one instruction set and thread
@@ -132,7 +117,7 @@ impl KernelTimes {
     }
 
     /// The cached milliseconds of `algo` on `kernel` at geometry `geom` (for
-    /// a convolution, its [`conv_key`]).
+    /// a convolution, its `ConvGeom::key`).
     pub(in crate::runtime) fn get(&self, kernel: &str, geom: &[usize], algo: &str) -> Option<f64> {
         let not_saved = NOT_SAVED.lock().ok();
         self.added
@@ -179,6 +164,28 @@ impl KernelTimes {
         };
         entry.millis.retain(|(name, _)| name != algo);
         entry.millis.push((algo.to_string(), ms));
+    }
+
+    /// The milliseconds of transforming `shape` from `from` to `to`, as the
+    /// planner measured them.
+    pub(in crate::runtime) fn transform_millis(
+        &self,
+        shape: &[usize],
+        from: &Layout,
+        to: &Layout,
+    ) -> Option<f64> {
+        self.get(TRANSFORM_KERNEL, shape, &transform_name(from, to))
+    }
+
+    /// Records the milliseconds of transforming `shape` from `from` to `to`.
+    pub(in crate::runtime) fn record_transform(
+        &mut self,
+        shape: &[usize],
+        from: &Layout,
+        to: &Layout,
+        ms: f64,
+    ) {
+        self.record(TRANSFORM_KERNEL, shape, &transform_name(from, to), ms);
     }
 
     /// Writes the entries measured since the last save into the file, merged

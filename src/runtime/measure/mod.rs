@@ -1,10 +1,9 @@
-//! What the runtime measures on this machine: its roofline peaks, the times
-//! of its kernels (cached per machine), how loaded it was meanwhile, the cost
-//! model the planner calibrates with, and the benchmark of a whole model.
+//! What the runtime measures on this machine, below the machine context: its
+//! roofline peaks, the times of its kernels (cached per machine, the
+//! convolution algorithms' among them), and how loaded it was meanwhile.
 
-pub mod bench;
-pub mod calibrate;
-pub(super) mod kernel_times;
+pub(in crate::runtime) mod conv_times;
+pub(in crate::runtime) mod kernel_times;
 pub mod load;
 pub mod roofline;
 

@@ -1,7 +1,5 @@
-//! The machine's peaks and their cache, and the profile table against
-//! figures worked by hand.
-
-use crate::runtime::measure::roofline::StepWork;
+//! The machine's peaks and their cache, and the convolution algorithm
+//! measured once then read from the cache.
 
 #[test]
 fn peaks_are_probed_once_then_read_from_the_cache() {
@@ -75,71 +73,99 @@ fn peaks_are_probed_once_then_read_from_the_cache() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `auto` measures direct and each accurate Winograd size once per machine
+/// and shape: a second build reads the times from `conv_algos.json` (edited
+/// times decide the next choice, so nothing is measured again); `direct` and
+/// `winograd` measure nothing; every Winograd size chosen or timed is within
+/// the tolerance on the layer.
 #[test]
-fn the_profile_shows_rates_and_the_fraction_of_the_roof() {
-    use crate::runtime::measure::bench::{BenchReport, Profile};
-    use crate::runtime::measure::roofline::{MachinePeaks, PeaksSource, Roofline};
-    use crate::runtime::StepProfile;
-    use std::time::Duration;
-    let step = |name: &str, bytes: u64, flops: f64, ms_per_run: [u64; 3]| StepProfile {
-        name: name.into(),
-        kind: "Kind".into(),
-        fallback: false,
-        work: StepWork { bytes, flops },
-        times: ms_per_run.map(Duration::from_millis).to_vec(),
+fn conv_algorithms_are_measured_once_then_read_from_the_cache() {
+    use crate::runtime::kernels::conv::algo::{
+        ConvAlgo, ConvAlgoChoice, ConvAlgoOptions, ConvSpec, WINOGRAD_TOLERANCE,
     };
-    let ms = Duration::from_millis(1);
-    let report = BenchReport {
-        runs: 3,
-        times: vec![ms, ms, ms],
-        min: ms,
-        p50: ms,
-        p90: ms,
-        p99: ms,
-        mean: ms,
-        profile: Some(Profile {
-            runs: 3,
-            steps: vec![
-                // A median of 1 ms a run (one preempted run of 30 ms does not
-                // count): 2 GB/s and 400 GFLOP/s; the roof is the 0.5 ms its
-                // flops take at 800 GFLOP/s (its bytes take 0.2 ms at 10 GB/s).
-                step("conv", 2_000_000, 4e8, [1, 30, 1]),
-                // 2 ms a run for 3 MB: 1.5 GB/s, 15% of 10 GB/s.
-                step("pool", 3_000_000, 0.0, [2, 2, 2]),
-            ],
-            roofline: Roofline {
-                peaks: MachinePeaks {
-                    copy_gbps: 10.0,
-                    fma_gflops: 800.0,
-                    threads: 2,
-                },
-                source: PeaksSource::Cached("/cache/peaks.json".into()),
-            },
-            // The conv predicted by a measured kernel time, the pool by its
-            // bytes at 10 GB/s.
-            predicted: vec![0.8e-3, 0.3e-3],
-        }),
+    use crate::runtime::kernels::conv::direct::ConvGeom;
+    use crate::runtime::kernels::conv::tile::Epilogue;
+    use crate::runtime::kernels::conv::winograd::WinogradTile;
+    use crate::runtime::kernels::simd::Isa;
+    use crate::runtime::measure::conv_times::build;
+    use crate::runtime::measure::kernel_times::KernelTimes;
+    use crate::runtime::test_support::Rng;
+    // What is cached is tested here, not the guard against load (`load.rs`).
+    std::env::set_var(crate::runtime::measure::load::CACHE_UNDER_LOAD_ENV, "1");
+    let dir = std::env::temp_dir().join(format!("layoutopt-convalgo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut rng = Rng(23);
+    let geom = ConvGeom {
+        n: 1,
+        cin: 32,
+        h: 12,
+        w: 12,
+        cout: 32,
+        oh: 12,
+        ow: 12,
+        k: (3, 3),
+        stride: (1, 1),
+        dilation: (1, 1),
+        pad: (1, 1),
+        x_cb: 16,
+        y_cb: 16,
     };
-    let text = report.to_string();
-    let line = |name: &str| {
-        let line = text.lines().find(|l| l.ends_with(name));
-        line.unwrap_or_else(|| panic!("no {name} in\n{text}"))
+    let (w, bias) = (rng.f32s(32 * 32 * 9), rng.f32s(32));
+    let spec = ConvSpec {
+        geom,
+        isa: Isa::detect(),
+        w: &w,
+        bias: &bias,
+        epilogue: Epilogue::of(None),
+        pad_fill: None,
+        threads: 1,
     };
-    assert!(text.contains(
-        "machine: copy 10.0 GB/s, FMA 800.0 GFLOP/s (threads 2, cached in /cache/peaks.json)"
+    let options = |choice| ConvAlgoOptions {
+        choice,
+        cache: Some(dir.clone()),
+    };
+    let auto = options(ConvAlgoChoice::Auto);
+    // Each build reads the cache file afresh, as a new process would.
+    let times = || KernelTimes::open(Some(&dir), spec.isa, 1);
+    let (_, first) = build(&spec, &auto, &mut times());
+    let names: Vec<ConvAlgo> = first.millis.iter().map(|m| m.0).collect();
+    assert_eq!(names[0], ConvAlgo::Direct, "{first}");
+    for (algo, e) in &first.errors {
+        assert!(e.is_finite(), "{first}");
+        assert_eq!(names.contains(algo), *e <= WINOGRAD_TOLERANCE, "{first}");
+    }
+    let fastest = first.millis.iter().min_by(|a, b| a.1.total_cmp(&b.1));
+    assert_eq!(first.algo, fastest.unwrap().0, "{first}");
+    let (_, second) = build(&spec, &auto, &mut times());
+    assert_eq!(second, first);
+    // Make F(2x2) the fastest in the file: the next build takes it.
+    assert!(
+        names.contains(&ConvAlgo::Winograd(WinogradTile::F2)),
+        "{first}"
+    );
+    let file = dir.join("kernel_times.json");
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    for m in json[0]["millis"].as_array_mut().unwrap() {
+        m[1] = serde_json::json!(if m[0] == "winograd-f2" { 0.5 } else { 1.0 });
+    }
+    std::fs::write(&file, json.to_string()).unwrap();
+    let (kernel, edited) = build(&spec, &auto, &mut times());
+    assert_eq!(
+        edited.algo,
+        ConvAlgo::Winograd(WinogradTile::F2),
+        "{edited}"
+    );
+    assert!(matches!(
+        kernel,
+        crate::runtime::kernels::conv::algo::ConvKernel::Winograd(_)
     ));
-    assert!(text.contains("predicted 1.100 ms in all, measured 3.000 ms"));
-    let columns = |l: &str| l.split_whitespace().take(8).collect::<Vec<_>>().join(" ");
-    assert_eq!(
-        columns(line("step")),
-        "ms pred. ms share GB/s GFLOP/s flop/B %"
-    );
-    assert_eq!(
-        columns(line("conv")),
-        "1.000 0.800 33.3% 2.00 400.00 200.00 50.0% Kind"
-    );
-    assert_eq!(
-        columns(line("pool")),
-        "2.000 0.300 66.7% 1.50 - - 15.0% Kind"
-    );
+    // The forced choices measure nothing.
+    let (_, direct) = build(&spec, &options(ConvAlgoChoice::Direct), &mut times());
+    assert_eq!((direct.algo, direct.millis.len()), (ConvAlgo::Direct, 0));
+    let (_, wino) = build(&spec, &options(ConvAlgoChoice::Winograd), &mut times());
+    assert_eq!(wino.millis.len(), 0);
+    assert_eq!(wino.algo, ConvAlgo::Winograd(WinogradTile::F4), "{wino}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -4,8 +4,9 @@
 //! `auto`, each candidate runs a few times at the layer's shape on the model's
 //! threads, its weights flushed from the caches as a whole model leaves them,
 //! and the fastest wins; the times are cached per CPU model,
-//! instruction set, thread count and geometry (`kernel_times.rs`, which the
-//! planner's measured costs share), so a second compile measures nothing.
+//! instruction set, thread count and geometry (`measure/conv_times.rs` and
+//! `measure/kernel_times.rs`, which the planner's measured costs share), so a
+//! second compile measures nothing.
 //! A Winograd size whose error on the layer's own weights exceeds
 //! [`WINOGRAD_TOLERANCE`] is never chosen.
 
@@ -14,7 +15,6 @@ use super::tile::Epilogue;
 use super::winograd::{self, TransformedWeights, WinogradConv, WinogradTile};
 use crate::graph::Span;
 use crate::runtime::kernels::simd::Isa;
-use crate::runtime::measure::kernel_times::{conv_key, KernelTimes};
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
@@ -176,7 +176,7 @@ impl ConvKernel {
     }
 
     /// The packed weights every run reads.
-    fn weights(&self) -> &[f32] {
+    pub(in crate::runtime) fn weights(&self) -> &[f32] {
         match self {
             ConvKernel::Direct(c) => c.weights(),
             ConvKernel::Winograd(c) => c.weights(),
@@ -237,7 +237,7 @@ impl ConvSpec<'_> {
 
     /// The kernel of `algo` (a Winograd tile, else the direct kernel), its
     /// transformed weights taken from `shared`.
-    fn kernel(&self, algo: ConvAlgo, shared: &SharedWeights) -> ConvKernel {
+    pub(in crate::runtime) fn kernel(&self, algo: ConvAlgo, shared: &SharedWeights) -> ConvKernel {
         match algo {
             ConvAlgo::Winograd(t) => {
                 ConvKernel::Winograd(Box::new(self.winograd(&shared.transformed(self, t))))
@@ -293,7 +293,7 @@ const TILES: [WinogradTile; 2] = [WinogradTile::F4, WinogradTile::F2];
 /// The algorithms `options` leaves to choose from for the spec (one: no
 /// choice to measure), and each Winograd size's error on the layer.
 #[allow(clippy::type_complexity)]
-fn candidates(
+pub(in crate::runtime) fn candidates(
     spec: &ConvSpec,
     options: &ConvAlgoOptions,
     shared: &SharedWeights,
@@ -315,106 +315,6 @@ fn candidates(
         _ => std::iter::once(ConvAlgo::Direct).chain(accurate).collect(),
     };
     (candidates, errors)
-}
-
-/// Builds the kernel of a dense convolution with the algorithm `options`
-/// asks for (measured under auto, on the calling thread pool's threads, and
-/// recorded in `times`).
-pub(in crate::runtime) fn build(
-    spec: &ConvSpec,
-    options: &ConvAlgoOptions,
-    times: &mut KernelTimes,
-) -> (ConvKernel, ConvDecision) {
-    let shared = SharedWeights::default();
-    let (candidates, errors) = candidates(spec, options, &shared);
-    let decision = match candidates.as_slice() {
-        [only] => ConvDecision {
-            errors,
-            ..ConvDecision::from(*only)
-        },
-        _ => {
-            let millis = millis_in(times, spec, &candidates, &shared);
-            times.save();
-            let best = (0..candidates.len())
-                .min_by(|&a, &b| millis[a].total_cmp(&millis[b]))
-                .unwrap_or(0);
-            ConvDecision {
-                algo: candidates[best],
-                millis: candidates.iter().copied().zip(millis).collect(),
-                errors,
-            }
-        }
-    };
-    (spec.kernel(decision.algo, &shared), decision)
-}
-
-/// Each candidate's milliseconds at the spec's shape, those `times` lacks
-/// measured now and recorded there.
-fn millis_in(
-    times: &mut KernelTimes,
-    spec: &ConvSpec,
-    candidates: &[ConvAlgo],
-    shared: &SharedWeights,
-) -> Vec<f64> {
-    let g = &spec.geom;
-    let key = conv_key(g);
-    candidates
-        .iter()
-        .map(|&a| {
-            let name = a.to_string();
-            times.get(a.kernel(), &key, &name).unwrap_or_else(|| {
-                let ms = time_once(times, g, &spec.kernel(a, shared));
-                times.record(a.kernel(), &key, &name, ms);
-                ms
-            })
-        })
-        .collect()
-}
-
-/// The milliseconds of the algorithm `build` would run the spec with (under
-/// auto the fastest accurate candidate, measured unless `times` holds it), on
-/// the calling thread pool's threads. The planner compares layouts by it,
-/// with one `shared` per weight tensor.
-pub(in crate::runtime) fn expected_millis(
-    spec: &ConvSpec,
-    options: &ConvAlgoOptions,
-    times: &mut KernelTimes,
-    shared: &SharedWeights,
-) -> f64 {
-    let (candidates, _) = candidates(spec, options, shared);
-    millis_in(times, spec, &candidates, shared)
-        .into_iter()
-        .fold(f64::INFINITY, f64::min)
-}
-
-/// Adds to `decision` the cached time of the algorithm it took, when it was
-/// not measured for it but the planner measured it (a convolution without a
-/// choice is timed only to be planned): the profile predicts the step by it.
-pub(in crate::runtime) fn add_cached_time(
-    decision: &mut ConvDecision,
-    geom: &ConvGeom,
-    options: &ConvAlgoOptions,
-    times: &KernelTimes,
-) {
-    let algo = decision.algo;
-    if options.cache.is_none() || decision.millis.iter().any(|(a, _)| *a == algo) {
-        return;
-    }
-    if let Some(ms) = times.get(algo.kernel(), &conv_key(geom), &algo.to_string()) {
-        decision.millis.push((algo, ms));
-    }
-}
-
-/// The fastest of a few runs of `k` on zeros (`KernelTimes::measure`).
-fn time_once(times: &mut KernelTimes, g: &ConvGeom, k: &ConvKernel) -> f64 {
-    let x = vec![0f32; g.x_len()];
-    let mut y = vec![0f32; g.y_len()];
-    let mut scratch = vec![0f32; k.scratch_len()];
-    times.measure(k.weights(), &mut [&mut y, &mut scratch], |written| {
-        if let [y, scratch] = written {
-            k.run(&x, None, y, scratch)
-        }
-    })
 }
 
 /// Output channels whose error is checked: the error of a channel depends on

@@ -40,6 +40,30 @@ pub struct ConvGeom {
 }
 
 impl ConvGeom {
+    /// The geometry as a cache key (the machine's kernel times): every extent,
+    /// the window, and the channel block of both operands.
+    pub fn key(&self) -> Vec<usize> {
+        vec![
+            self.n,
+            self.cin,
+            self.h,
+            self.w,
+            self.cout,
+            self.oh,
+            self.ow,
+            self.k.0,
+            self.k.1,
+            self.stride.0,
+            self.stride.1,
+            self.dilation.0,
+            self.dilation.1,
+            self.pad.0,
+            self.pad.1,
+            self.x_cb,
+            self.y_cb,
+        ]
+    }
+
     /// The geometry of a 2-D convolution `c` of an input of logical NCHW shape
     /// `xs` into `cout` channels, its operands stored with channel blocks
     /// `x_cb` and `y_cb`; `None` when the window does not fit the input.

@@ -2,8 +2,7 @@
 //! register-tiled convolution and the depthwise one against a naive loop
 //! (every instruction set this CPU has, every channel blocking, tails that do
 //! not divide), the epilogue activations against their scalar definitions,
-//! Winograd against the paper's matrices and a naive loop, and the choice of
-//! algorithm measured once, then read from the cache.
+//! and Winograd against the paper's matrices and a naive loop.
 
 use crate::core::scalar::Scalar;
 use crate::fusion::Activation;
@@ -618,96 +617,4 @@ fn winograd_matches_a_naive_loop_for_every_isa_tile_and_blocking() {
             }
         }
     }
-}
-
-/// `auto` measures direct and each accurate Winograd size once per machine
-/// and shape: a second build reads the times from `conv_algos.json` (edited
-/// times decide the next choice, so nothing is measured again); `direct` and
-/// `winograd` measure nothing; every Winograd size chosen or timed is within
-/// the tolerance on the layer.
-#[test]
-fn conv_algorithms_are_measured_once_then_read_from_the_cache() {
-    use crate::runtime::kernels::conv::algo::{
-        build, ConvAlgo, ConvAlgoChoice, ConvAlgoOptions, ConvSpec, WINOGRAD_TOLERANCE,
-    };
-    use crate::runtime::kernels::conv::winograd::WinogradTile;
-    use crate::runtime::measure::kernel_times::KernelTimes;
-    // What is cached is tested here, not the guard against load (`load.rs`).
-    std::env::set_var(crate::runtime::measure::load::CACHE_UNDER_LOAD_ENV, "1");
-    let dir = std::env::temp_dir().join(format!("layoutopt-convalgo-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut rng = Rng(23);
-    let geom = ConvGeom {
-        n: 1,
-        cin: 32,
-        h: 12,
-        w: 12,
-        cout: 32,
-        oh: 12,
-        ow: 12,
-        k: (3, 3),
-        stride: (1, 1),
-        dilation: (1, 1),
-        pad: (1, 1),
-        x_cb: 16,
-        y_cb: 16,
-    };
-    let (w, bias) = (rng.f32s(32 * 32 * 9), rng.f32s(32));
-    let spec = ConvSpec {
-        geom,
-        isa: Isa::detect(),
-        w: &w,
-        bias: &bias,
-        epilogue: Epilogue::of(None),
-        pad_fill: None,
-        threads: 1,
-    };
-    let options = |choice| ConvAlgoOptions {
-        choice,
-        cache: Some(dir.clone()),
-    };
-    let auto = options(ConvAlgoChoice::Auto);
-    // Each build reads the cache file afresh, as a new process would.
-    let times = || KernelTimes::open(Some(&dir), spec.isa, 1);
-    let (_, first) = build(&spec, &auto, &mut times());
-    let names: Vec<ConvAlgo> = first.millis.iter().map(|m| m.0).collect();
-    assert_eq!(names[0], ConvAlgo::Direct, "{first}");
-    for (algo, e) in &first.errors {
-        assert!(e.is_finite(), "{first}");
-        assert_eq!(names.contains(algo), *e <= WINOGRAD_TOLERANCE, "{first}");
-    }
-    let fastest = first.millis.iter().min_by(|a, b| a.1.total_cmp(&b.1));
-    assert_eq!(first.algo, fastest.unwrap().0, "{first}");
-    let (_, second) = build(&spec, &auto, &mut times());
-    assert_eq!(second, first);
-    // Make F(2x2) the fastest in the file: the next build takes it.
-    assert!(
-        names.contains(&ConvAlgo::Winograd(WinogradTile::F2)),
-        "{first}"
-    );
-    let file = dir.join("kernel_times.json");
-    let mut json: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
-    for m in json[0]["millis"].as_array_mut().unwrap() {
-        m[1] = serde_json::json!(if m[0] == "winograd-f2" { 0.5 } else { 1.0 });
-    }
-    std::fs::write(&file, json.to_string()).unwrap();
-    let (kernel, edited) = build(&spec, &auto, &mut times());
-    assert_eq!(
-        edited.algo,
-        ConvAlgo::Winograd(WinogradTile::F2),
-        "{edited}"
-    );
-    assert!(matches!(
-        kernel,
-        crate::runtime::kernels::conv::algo::ConvKernel::Winograd(_)
-    ));
-    // The forced choices measure nothing.
-    let (_, direct) = build(&spec, &options(ConvAlgoChoice::Direct), &mut times());
-    assert_eq!((direct.algo, direct.millis.len()), (ConvAlgo::Direct, 0));
-    let (_, wino) = build(&spec, &options(ConvAlgoChoice::Winograd), &mut times());
-    assert_eq!(wino.millis.len(), 0);
-    assert_eq!(wino.algo, ConvAlgo::Winograd(WinogradTile::F4), "{wino}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -3,8 +3,9 @@
 //! close each comes to the machine's roofline).
 
 use super::calibrate::predicted_step_seconds;
-use super::roofline::Roofline;
 use crate::graph::Tensor;
+use crate::runtime::measure::roofline::Roofline;
+use crate::runtime::run::percentile;
 use crate::runtime::{CompiledModel, RuntimeError, StepProfile};
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -102,12 +103,6 @@ impl BenchReport {
             times,
         }
     }
-}
-
-/// The nearest-rank `p`th percentile of `sorted` (zero when it is empty).
-pub(in crate::runtime) fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let rank = ((p / 100.0 * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len().max(1));
-    sorted.get(rank - 1).copied().unwrap_or_default()
 }
 
 fn ms(d: Duration) -> f64 {

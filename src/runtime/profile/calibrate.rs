@@ -5,22 +5,21 @@
 //! the model's threads and cached with the compiler's algorithm choices
 //! (`kernel_times.rs`), so a warm cache plans without running anything.
 
-use super::kernel_times::{self, conv_key, KernelTimes};
-use super::roofline::{self, MachinePeaks};
 use crate::core::par;
 use crate::graph::{numel, DType, Tensor, ValueType};
 use crate::layout::cost::{ConvQuery, CostModel, MeasuredCosts};
 use crate::layout::Layout;
 use crate::ops::OpDef;
-use crate::runtime::kernels::conv::algo::{
-    self as conv_algo, ConvAlgo, ConvAlgoOptions, ConvSpec, SharedWeights,
-};
+use crate::runtime::kernels::conv::algo::{ConvAlgo, ConvAlgoOptions, ConvSpec, SharedWeights};
 use crate::runtime::kernels::conv::depthwise::Depthwise;
 use crate::runtime::kernels::conv::direct::ConvGeom;
 use crate::runtime::kernels::conv::tile::Epilogue;
 use crate::runtime::kernels::gather::Gather;
 use crate::runtime::kernels::simd::Isa;
 use crate::runtime::machine::SharedKernelTimes;
+use crate::runtime::measure::conv_times;
+use crate::runtime::measure::kernel_times::{self, KernelTimes};
+use crate::runtime::measure::roofline::{self, MachinePeaks};
 use crate::runtime::{CompiledModel, Machine, RuntimeError, RuntimeOptions};
 use std::collections::HashMap;
 use std::fmt;
@@ -89,7 +88,7 @@ impl SharedByWeights {
             y_cb: 1,
             ..geom.clone()
         };
-        let key = (w.as_ptr() as usize, conv_key(&layout_free));
+        let key = (w.as_ptr() as usize, layout_free.key());
         if self.latest.as_ref() != Some(&key) {
             if let Some((_, previous)) = self.latest.take().and_then(|k| self.entries.get(&k)) {
                 previous.release_transformed();
@@ -138,7 +137,7 @@ impl MeasuredKernels {
     fn depthwise_millis(&self, geom: ConvGeom, w: &[f32], times: &mut KernelTimes) -> f64 {
         let algo = ConvAlgo::Depthwise;
         let (kernel, name) = (algo.kernel(), algo.to_string());
-        let key = conv_key(&geom);
+        let key = geom.key();
         if let Some(ms) = times.get(kernel, &key, &name) {
             return ms;
         }
@@ -207,7 +206,7 @@ impl MeasuredCosts for MeasuredKernels {
             };
             let times: &mut KernelTimes = &mut times;
             self.pool
-                .install(|| conv_algo::expected_millis(&spec, &self.algo, times, &shared))
+                .install(|| conv_times::expected_millis(&spec, &self.algo, times, &shared))
         };
         Some(ms * 1e6)
     }
@@ -226,7 +225,7 @@ impl MeasuredCosts for MeasuredKernels {
         }
         let mut guard = self.times.lock().ok()?;
         let times: &mut KernelTimes = &mut guard;
-        if let Some(ms) = cached_transform_millis(times, &t.shape, from, to) {
+        if let Some(ms) = times.transform_millis(&t.shape, from, to) {
             return Some(ms * 1e6);
         }
         let gather = Gather::new(from, to, &t.shape, 0.0).ok()?;
@@ -241,29 +240,9 @@ impl MeasuredCosts for MeasuredKernels {
         if !ok {
             return None;
         }
-        times.record(TRANSFORM_KERNEL, &t.shape, &transform_name(from, to), ms);
+        times.record_transform(&t.shape, from, to, ms);
         Some(ms * 1e6)
     }
-}
-
-/// The kernel name transforms are cached under.
-const TRANSFORM_KERNEL: &str = "transform";
-
-/// The name a transform's time is cached under, beside its logical shape
-/// (layout names are unambiguous).
-fn transform_name(from: &Layout, to: &Layout) -> String {
-    format!("{from} -> {to}")
-}
-
-/// The milliseconds `times` holds for transforming `shape` from `from` to
-/// `to`, as the planner measured them.
-pub(in crate::runtime) fn cached_transform_millis(
-    times: &KernelTimes,
-    shape: &[usize],
-    from: &Layout,
-    to: &Layout,
-) -> Option<f64> {
-    times.get(TRANSFORM_KERNEL, shape, &transform_name(from, to))
 }
 
 /// The time the cost model predicts for one run of each step of `model`, in
