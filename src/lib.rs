@@ -14,6 +14,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub use api::Error;
 pub mod codegen;
 pub mod core;
 pub mod explorer;

@@ -3,6 +3,7 @@
 //! them through here, with the same refusals.
 
 use super::Error;
+use crate::core::{parse_choice, UnknownChoice};
 use crate::explorer;
 use crate::export::{
     export_model, keeps_symbolic_batch, opset_for, write_model, ExportOptions, PROTOBUF_LIMIT,
@@ -79,12 +80,9 @@ impl ExportFor {
 }
 
 impl std::str::FromStr for ExportFor {
-    type Err = String;
-    fn from_str(s: &str) -> Result<ExportFor, String> {
-        ExportFor::ALL
-            .into_iter()
-            .find(|f| f.name() == s)
-            .ok_or_else(|| format!("'{s}' is not verification or onnxruntime"))
+    type Err = UnknownChoice;
+    fn from_str(s: &str) -> Result<ExportFor, UnknownChoice> {
+        parse_choice(s, "an export purpose", &ExportFor::ALL, ExportFor::name)
     }
 }
 

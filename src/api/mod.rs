@@ -149,6 +149,27 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// The source layers the error names (file, layer, op type, node index),
+    /// from whichever stage raised it; none where the error is about a file,
+    /// an input or the machine rather than a layer.
+    pub fn spans(&self) -> Vec<Span> {
+        match self {
+            Error::Onnx(e) => e.spans(),
+            Error::Tflite(e) => e.spans(),
+            Error::Plan(e) => e.spans(),
+            Error::Graph(e) => e.spans(),
+            Error::Exec(e) => e.spans(),
+            Error::Runtime(e) => e.spans(),
+            Error::Export(e) => e.spans(),
+            Error::Explorer(crate::explorer::ExplorerError::Graph(e)) => e.spans(),
+            Error::Layout(_) | Error::Explorer(_) | Error::Output(_) | Error::Pass { .. } => {
+                vec![]
+            }
+        }
+    }
+}
+
 /// Whether `bytes` are a TFLite flatbuffer: its file identifier "TFL3" sits
 /// right after the 4-byte root offset.
 pub fn is_tflite(bytes: &[u8]) -> bool {
@@ -339,5 +360,24 @@ impl Pass for Pipeline {
     }
     fn run(&self, g: Graph) -> Result<Graph, Error> {
         self.passes.iter().try_fold(g, |g, p| p.run(g))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error from a stage names the layer through `Error::spans`, and a
+    /// file-level one names none.
+    #[test]
+    fn errors_name_their_layers() {
+        let hostile = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/hostile");
+        let e = load_model(&hostile.join("conv_strides_zero.onnx")).unwrap_err();
+        let spans = e.spans();
+        assert_eq!(spans.len(), 1, "{e}: {spans:?}");
+        assert_eq!(&*spans[0].op_type, "Conv", "{e}");
+        assert!(e.to_string().contains(&*spans[0].layer), "{e}");
+        let missing = load_model(&hostile.join("no such file.onnx")).unwrap_err();
+        assert!(missing.spans().is_empty(), "{missing}");
     }
 }

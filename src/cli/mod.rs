@@ -42,40 +42,79 @@ pub fn planner_parser() -> impl clap::builder::TypedValueParser<Value = PlannerK
         .try_map(|s| s.parse::<PlannerKind>())
 }
 
+/// A command-line value (or the environment variable standing for one) that
+/// does not parse: clap reports it as a usage error.
+#[derive(Debug, thiserror::Error)]
+pub enum ArgError {
+    /// Not a thread count this machine allows.
+    #[error("'{given}' is not a thread count: give 0 (one per core) up to {max} (4 per core)")]
+    Threads {
+        /// The value given.
+        given: String,
+        /// The most threads allowed.
+        max: usize,
+    },
+    /// Not a positive byte count.
+    #[error(
+        "{}'{given}' is not a memory limit: give bytes, or a number with K, M, G or T (e.g. 2G)",
+        from_env.map_or(String::new(), |var| format!("{var}: "))
+    )]
+    MemoryLimit {
+        /// The value given.
+        given: String,
+        /// The environment variable it came from, if not the command line.
+        from_env: Option<&'static str>,
+    },
+    /// `NAME=` without a file.
+    #[error("'{given}' names input '{name}' but no file")]
+    InputWithoutFile {
+        /// The value given.
+        given: String,
+        /// The input it names.
+        name: String,
+    },
+}
+
 /// Checks a `--target` value at parse time, so a bad one is a usage error.
-pub fn parse_target(s: &str) -> Result<TargetFamily, String> {
-    s.parse().map_err(|e: api::LayoutError| e.to_string())
+pub fn parse_target(s: &str) -> Result<TargetFamily, api::LayoutError> {
+    s.parse()
 }
 
 /// Checks a `--threads` value at parse time: 0 (one per core) up to 4 per core.
-pub fn parse_threads(s: &str) -> Result<usize, String> {
+pub fn parse_threads(s: &str) -> Result<usize, ArgError> {
     let max = api::max_threads();
     match s.parse::<usize>() {
         Ok(n) if n <= max => Ok(n),
-        _ => Err(format!(
-            "'{s}' is not a thread count: give 0 (one per core) up to {max} (4 per core)"
-        )),
+        _ => Err(ArgError::Threads {
+            given: s.to_string(),
+            max,
+        }),
     }
 }
 
 /// Checks a `--memory-limit` value at parse time: a positive byte count.
-pub fn parse_memory_limit(s: &str) -> Result<u64, String> {
+pub fn parse_memory_limit(s: &str) -> Result<u64, ArgError> {
     match api::parse_bytes(s) {
         Some(n) if n > 0 => Ok(n),
-        _ => Err(format!(
-            "'{s}' is not a memory limit: give bytes, or a number with K, M, G or T (e.g. 2G)"
-        )),
+        _ => Err(ArgError::MemoryLimit {
+            given: s.to_string(),
+            from_env: None,
+        }),
     }
 }
 
 /// Checks `LAYOUTOPT_MEMORY_LIMIT` when it is set: a value that is not a
 /// byte count is an error, not silently the default.
-pub fn memory_limit_from_env() -> Result<(), String> {
+pub fn memory_limit_from_env() -> Result<(), ArgError> {
     use layoutopt::api::MEMORY_LIMIT_ENV;
     match std::env::var(MEMORY_LIMIT_ENV) {
-        Ok(v) => parse_memory_limit(&v)
-            .map(|_| ())
-            .map_err(|e| format!("{MEMORY_LIMIT_ENV}: {e}")),
+        Ok(v) => match parse_memory_limit(&v) {
+            Ok(_) => Ok(()),
+            Err(_) => Err(ArgError::MemoryLimit {
+                given: v,
+                from_env: Some(MEMORY_LIMIT_ENV),
+            }),
+        },
         Err(_) => Ok(()),
     }
 }

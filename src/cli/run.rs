@@ -80,11 +80,14 @@ pub struct InputArg {
 
 /// Parses `NAME=FILE` or `FILE` (text before a `=` that holds a path separator is
 /// part of the file name).
-pub fn parse_input(s: &str) -> Result<InputArg, String> {
+pub fn parse_input(s: &str) -> Result<InputArg, super::ArgError> {
     match s.split_once('=') {
         Some((name, file)) if !name.is_empty() && !name.contains(['/', '\\']) => {
             if file.is_empty() {
-                return Err(format!("'{s}' names input '{name}' but no file"));
+                return Err(super::ArgError::InputWithoutFile {
+                    given: s.to_string(),
+                    name: name.to_string(),
+                });
             }
             Ok(InputArg {
                 name: Some(name.to_string()),

@@ -4,6 +4,7 @@
 //! vector math (exp, erf, tanh) every path computes them with.
 
 pub mod budget;
+mod choice;
 pub mod float8;
 mod layout;
 mod pad;
@@ -14,6 +15,7 @@ mod span;
 mod tensor;
 pub mod vecmath;
 
+pub use choice::{parse_choice, UnknownChoice};
 #[cfg(test)]
 pub(crate) use layout::tests;
 pub use layout::{with_fill, AlgebraError, Digit, Layout};

@@ -59,6 +59,16 @@ pub enum ExportError {
     Graph(String),
 }
 
+impl ExportError {
+    /// The layers at fault, none for the file or graph as a whole.
+    pub fn spans(&self) -> Vec<Span> {
+        match self {
+            ExportError::Op { spans, .. } => spans.clone(),
+            ExportError::Io { .. } | ExportError::Graph(_) => vec![],
+        }
+    }
+}
+
 /// Choices of the exported model.
 #[derive(Clone, Debug, Default)]
 pub struct ExportOptions {

@@ -7,6 +7,7 @@
 //! static attributes of the typed ops. Symbolic input dimensions take the value the
 //! caller gives in [`ImportOptions`], or 1.
 
+mod declared;
 mod ops;
 mod scan;
 mod tensor;
@@ -14,10 +15,11 @@ mod tensor;
 pub use tensor::{dtype_from_onnx, tensor_from_proto, tensor_to_proto, TensorProtoError};
 
 use crate::graph::{
-    check_value_size, fold_node, format_spans, memory_limit, DType, Graph, GraphError, Span,
-    Tensor, ValueRef, ValueType,
+    check_value_size, fold_node, format_spans, memory_limit, Graph, GraphError, Span, Tensor,
+    ValueRef,
 };
-use onnx_protobuf::{type_proto, ModelProto, NodeProto, TensorProto, ValueInfoProto};
+use declared::{check_declared_type, declared, input_type, Dim};
+use onnx_protobuf::{ModelProto, NodeProto, TensorProto};
 use protobuf::{CodedInputStream, Message};
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, Seek};
@@ -77,6 +79,23 @@ pub enum ImportError {
     /// The imported graph is malformed.
     #[error(transparent)]
     Graph(#[from] GraphError),
+}
+
+impl ImportError {
+    /// The layers at fault (every layer of every unsupported operator), none
+    /// for the file as a whole.
+    pub fn spans(&self) -> Vec<Span> {
+        match self {
+            ImportError::Layer { spans, .. } | ImportError::NotConstant { spans, .. } => {
+                spans.clone()
+            }
+            ImportError::Unsupported { ops, .. } => {
+                ops.iter().flat_map(|(_, s)| s.iter().cloned()).collect()
+            }
+            ImportError::Graph(e) => e.spans(),
+            ImportError::Io { .. } | ImportError::Model { .. } => vec![],
+        }
+    }
 }
 
 /// `'Einsum' ×2 (layers 'a', 'b'); 'Foo' ×1 (layer 'c')`, at most five layers named each.
@@ -291,12 +310,8 @@ fn import_model(
     for vi in &graph.input {
         if !imp.values.contains_key(&vi.name) {
             let ty = input_type(vi, opts)
-                .and_then(|ty| {
-                    check_value_size(&ty, "type", memory_limit())
-                        .map(|_| ty)
-                        .map_err(|e| e.to_string())
-                })
-                .map_err(|m| model_err(format!("graph input '{}': {m}", vi.name)))?;
+                .and_then(|ty| Ok(check_value_size(&ty, "type", memory_limit()).map(|_| ty)?))
+                .map_err(|e| model_err(format!("graph input '{}': {e}", vi.name)))?;
             let span = Span::new(file, &vi.name, "Input", 0);
             let v = match opts.constant_inputs.get(&vi.name) {
                 Some(t) if t.dtype() == ty.dtype && t.shape == ty.shape => {
@@ -376,7 +391,7 @@ fn import_model(
             ))
         })?;
         check_declared_type(vi, imp.g.value_type(v))
-            .map_err(|m| model_err(format!("graph output '{}': {m}", vi.name)))?;
+            .map_err(|e| model_err(format!("graph output '{}': {e}", vi.name)))?;
         outputs.push(v);
     }
     imp.g.set_outputs(outputs);
@@ -384,134 +399,6 @@ fn import_model(
     // Refused here, before a caller allocates inputs or runs it.
     imp.g.check_memory(memory_limit())?;
     Ok(imp.g)
-}
-
-/// One dimension of a declared shape.
-enum Dim {
-    Static(usize),
-    /// A named symbolic dimension (`dim_param`).
-    Symbolic(String),
-    /// Neither a value nor a name.
-    Unknown,
-}
-
-/// The element type and dimensions a value is declared with.
-fn declared(vi: &ValueInfoProto) -> Result<(DType, Option<Vec<Dim>>), String> {
-    let Some(type_proto::Value::TensorType(tt)) = vi.type_.as_ref().and_then(|t| t.value.as_ref())
-    else {
-        return Err("only tensor values are supported (not sequences, maps or optionals)".into());
-    };
-    let dtype = dtype_from_onnx(tt.elem_type).map_err(|e| e.to_string())?;
-    let Some(shape) = tt.shape.as_ref() else {
-        return Ok((dtype, None));
-    };
-    let mut dims = Vec::with_capacity(shape.dim.len());
-    for d in &shape.dim {
-        use onnx_protobuf::tensor_shape_proto::dimension::Value;
-        dims.push(match &d.value {
-            Some(Value::DimValue(v)) => {
-                Dim::Static(usize::try_from(*v).map_err(|_| format!("negative dimension {v}"))?)
-            }
-            Some(Value::DimParam(p)) if !p.is_empty() => Dim::Symbolic(p.clone()),
-            _ => Dim::Unknown,
-        });
-    }
-    Ok((dtype, Some(dims)))
-}
-
-/// The type of a graph input: its declared shape with every symbolic dimension
-/// bound by `opts` (a whole `input_shapes` entry, or `dim_values` by name). An
-/// unbound one is an error naming the input and the dimension, never a guess.
-fn input_type(vi: &ValueInfoProto, opts: &ImportOptions) -> Result<ValueType, String> {
-    let (dtype, dims) = declared(vi)?;
-    let given = opts.input_shapes.get(&vi.name);
-    let Some(dims) = dims else {
-        return match given {
-            Some(shape) => Ok(ValueType::new(dtype, shape.clone())),
-            None => Err(format!(
-                "has no declared shape; give one with --input-shape {}=D1,D2,...",
-                vi.name
-            )),
-        };
-    };
-    if let Some(shape) = given {
-        if shape.len() != dims.len() {
-            return Err(format!(
-                "the given shape {shape:?} has rank {}, the model declares rank {}",
-                shape.len(),
-                dims.len()
-            ));
-        }
-        for (k, (d, &n)) in dims.iter().zip(shape).enumerate() {
-            if let Dim::Static(s) = d {
-                if *s != n {
-                    return Err(format!(
-                        "the given shape {shape:?} differs from the model's static dimension {k} ({s})"
-                    ));
-                }
-            }
-        }
-        return Ok(ValueType::new(dtype, shape.clone()));
-    }
-    let mut shape = Vec::with_capacity(dims.len());
-    for (k, d) in dims.iter().enumerate() {
-        shape.push(match d {
-            Dim::Static(n) => *n,
-            Dim::Symbolic(p) => *opts.dim_values.get(p).ok_or_else(|| {
-                format!(
-                    "dimension {k} is symbolic ('{p}') and has no value; give the input's \
-                     shape with --input-shape {}=D1,D2,...",
-                    vi.name
-                )
-            })?,
-            Dim::Unknown => {
-                return Err(format!(
-                    "dimension {k} has no value; give the input's shape with \
-                     --input-shape {}=D1,D2,...",
-                    vi.name
-                ))
-            }
-        });
-    }
-    Ok(ValueType::new(dtype, shape))
-}
-
-/// Checks an inferred type against the static dims and dtype a model declares.
-fn check_declared_type(vi: &ValueInfoProto, inferred: &ValueType) -> Result<(), String> {
-    let Some(type_proto::Value::TensorType(tt)) = vi.type_.as_ref().and_then(|t| t.value.as_ref())
-    else {
-        return Ok(());
-    };
-    if tt.elem_type != 0 && dtype_from_onnx(tt.elem_type).ok() != Some(inferred.dtype) {
-        return Err(format!(
-            "declared element type code {} but the graph computes {}",
-            tt.elem_type, inferred.dtype
-        ));
-    }
-    let (_, Some(dims)) = declared(vi)? else {
-        return Ok(());
-    };
-    let static_dims_match = dims.len() == inferred.shape.len()
-        && dims
-            .iter()
-            .zip(&inferred.shape)
-            .all(|(d, &n)| !matches!(d, Dim::Static(s) if *s != n));
-    if !static_dims_match {
-        let text: Vec<String> = dims
-            .iter()
-            .map(|d| match d {
-                Dim::Static(n) => n.to_string(),
-                Dim::Symbolic(p) => p.clone(),
-                Dim::Unknown => "?".into(),
-            })
-            .collect();
-        return Err(format!(
-            "declared shape [{}] but the graph computes {:?}",
-            text.join(", "),
-            inferred.shape
-        ));
-    }
-    Ok(())
 }
 
 /// Orders nodes so each comes after the producers of its inputs (most files are

@@ -47,6 +47,16 @@ pub enum GraphError {
 }
 
 impl GraphError {
+    /// The layers at fault, none for the graph as a whole.
+    pub fn spans(&self) -> Vec<Span> {
+        match self {
+            GraphError::AtLayer { spans, .. } => spans.clone(),
+            GraphError::Graph(_) => vec![],
+        }
+    }
+}
+
+impl GraphError {
     /// An error at `spans`.
     pub fn at(spans: &[Span], message: impl Into<String>) -> GraphError {
         GraphError::AtLayer {

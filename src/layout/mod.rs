@@ -80,3 +80,14 @@ pub enum PlanError {
         message: String,
     },
 }
+
+impl PlanError {
+    /// The layers at fault, none for the graph as a whole.
+    pub fn spans(&self) -> Vec<Span> {
+        match self {
+            PlanError::AtLayer { spans, .. } => spans.clone(),
+            PlanError::Graph(e) => e.spans(),
+            _ => vec![],
+        }
+    }
+}

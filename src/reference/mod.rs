@@ -49,6 +49,17 @@ pub enum ExecError {
     Graph(#[from] GraphError),
 }
 
+impl ExecError {
+    /// The layers at fault, none for the inputs.
+    pub fn spans(&self) -> Vec<Span> {
+        match self {
+            ExecError::AtNode { spans, .. } => spans.clone(),
+            ExecError::Graph(e) => e.spans(),
+            ExecError::InputCount { .. } | ExecError::Input { .. } => vec![],
+        }
+    }
+}
+
 /// Runs `graph` on `inputs` (one per graph input, in order) and returns the graph
 /// outputs in order. Intermediate values are dropped after their last reader.
 pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, ExecError> {

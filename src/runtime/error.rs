@@ -65,3 +65,19 @@ pub enum RuntimeError {
     #[error(transparent)]
     Graph(#[from] GraphError),
 }
+
+impl RuntimeError {
+    /// The layers of the step at fault, none for the inputs or the machine.
+    pub fn spans(&self) -> Vec<Span> {
+        match self {
+            RuntimeError::AtNode { spans, .. }
+            | RuntimeError::Kernel { spans, .. }
+            | RuntimeError::Step { spans, .. } => spans.clone(),
+            RuntimeError::Graph(e) => e.spans(),
+            RuntimeError::InputCount { .. }
+            | RuntimeError::Input { .. }
+            | RuntimeError::Isa(_)
+            | RuntimeError::Threads { .. } => vec![],
+        }
+    }
+}

@@ -34,7 +34,7 @@ const MAX_DEPTH: u32 = 100;
 /// file's length as the limit), refusing a node with an empty op type. Bytes
 /// that are not protobuf are left to the decoder, which reads them next: the
 /// scan then returns what it counted up to there.
-pub fn count_nodes(is: &mut CodedInputStream) -> Result<u64, String> {
+pub fn count_nodes(is: &mut CodedInputStream) -> Result<u64, NodeWithoutOp> {
     let mut scan = Scanner::default();
     let _ = scan.fields(is, &mut |scan, is, field| {
         if field == MODEL_GRAPH {
@@ -46,6 +46,22 @@ pub fn count_nodes(is: &mut CodedInputStream) -> Result<u64, String> {
         Some(why) => Err(why),
         None => Ok(scan.nodes),
     }
+}
+
+/// A node the scan refused: one with an empty op type.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "node #{index} ({}) of {} has no op_type",
+    name.as_ref().map_or("unnamed".to_string(), |n| format!("'{n}'")),
+    if *in_subgraph { "a subgraph" } else { "the graph" }
+)]
+pub struct NodeWithoutOp {
+    /// Its index in its graph.
+    pub index: u64,
+    /// Its name, if it has one.
+    pub name: Option<String>,
+    /// Whether it lies in a subgraph, not the main graph.
+    pub in_subgraph: bool,
 }
 
 /// Why a scan stopped early: the bytes end or are not protobuf, or a node was
@@ -63,7 +79,7 @@ type Visit<'a> = dyn FnMut(&mut Scanner, &mut CodedInputStream, u32) -> Result<(
 #[derive(Default)]
 struct Scanner {
     nodes: u64,
-    refused: Option<String>,
+    refused: Option<NodeWithoutOp>,
 }
 
 impl Scanner {
@@ -127,16 +143,11 @@ impl Scanner {
             return Ok(());
         }
         let name = name.map(|n| String::from_utf8_lossy(&n).into_owned());
-        let name = match name.filter(|n| !n.is_empty()) {
-            Some(n) => format!("'{n}'"),
-            None => "unnamed".into(),
-        };
-        let graph = if depth == 0 {
-            "the graph"
-        } else {
-            "a subgraph"
-        };
-        self.refused = Some(format!("node #{index} ({name}) of {graph} has no op_type"));
+        self.refused = Some(NodeWithoutOp {
+            index,
+            name: name.filter(|n| !n.is_empty()),
+            in_subgraph: depth > 0,
+        });
         Err(Stop)
     }
 }

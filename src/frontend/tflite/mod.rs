@@ -98,6 +98,19 @@ pub enum TfliteError {
     Graph(#[from] GraphError),
 }
 
+impl TfliteError {
+    /// The operator at fault, none for the file as a whole.
+    pub fn spans(&self) -> Vec<Span> {
+        match self {
+            TfliteError::Unsupported { span, .. } | TfliteError::Layer { span, .. } => {
+                vec![span.clone()]
+            }
+            TfliteError::Graph(e) => e.spans(),
+            _ => vec![],
+        }
+    }
+}
+
 /// Imports the TFLite model at `path`.
 pub fn load_tflite(path: &Path) -> Result<Graph, TfliteError> {
     let file = path.display().to_string();

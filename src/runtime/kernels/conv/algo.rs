@@ -13,6 +13,7 @@
 use super::direct::{ConvGeom, PackedConv};
 use super::tile::Epilogue;
 use super::winograd::{self, TransformedWeights, WinogradConv, WinogradTile};
+use crate::core::{parse_choice, UnknownChoice};
 use crate::graph::Span;
 use crate::runtime::kernels::simd::Isa;
 use std::fmt;
@@ -31,15 +32,28 @@ pub enum ConvAlgoChoice {
     Winograd,
 }
 
-impl std::str::FromStr for ConvAlgoChoice {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "auto" => Ok(ConvAlgoChoice::Auto),
-            "direct" => Ok(ConvAlgoChoice::Direct),
-            "winograd" => Ok(ConvAlgoChoice::Winograd),
-            _ => Err(format!("'{s}' is not one of direct, winograd, auto")),
+impl ConvAlgoChoice {
+    /// Every choice, in the order `--help` lists them.
+    pub const ALL: [ConvAlgoChoice; 3] = [
+        ConvAlgoChoice::Direct,
+        ConvAlgoChoice::Winograd,
+        ConvAlgoChoice::Auto,
+    ];
+
+    /// The choice as `--conv-algo` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ConvAlgoChoice::Auto => "auto",
+            ConvAlgoChoice::Direct => "direct",
+            ConvAlgoChoice::Winograd => "winograd",
         }
+    }
+}
+
+impl std::str::FromStr for ConvAlgoChoice {
+    type Err = UnknownChoice;
+    fn from_str(s: &str) -> Result<Self, UnknownChoice> {
+        parse_choice(s, "a convolution algorithm", &Self::ALL, Self::name)
     }
 }
 

@@ -7,6 +7,8 @@ mod portable;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
+use crate::core::{parse_choice, UnknownChoice};
+
 pub(in crate::runtime) use portable::{Portable, Scalar};
 #[cfg(target_arch = "x86_64")]
 pub(in crate::runtime) use x86::{Ymm, Zmm};
@@ -24,32 +26,30 @@ pub enum Isa {
 
 impl std::fmt::Display for Isa {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str(match self {
-            Isa::Avx512 => "avx512",
-            Isa::Avx2 => "avx2",
-            Isa::Portable => "portable",
-        })
+        f.write_str(self.name())
     }
 }
 
 impl std::str::FromStr for Isa {
-    type Err = String;
+    type Err = UnknownChoice;
 
-    fn from_str(s: &str) -> Result<Isa, String> {
-        match s {
-            "avx512" => Ok(Isa::Avx512),
-            "avx2" => Ok(Isa::Avx2),
-            "portable" => Ok(Isa::Portable),
-            _ => Err(format!(
-                "'{s}' is not an instruction set (avx512, avx2, portable)"
-            )),
-        }
+    fn from_str(s: &str) -> Result<Isa, UnknownChoice> {
+        parse_choice(s, "an instruction set", &Isa::ALL, Isa::name)
     }
 }
 
 impl Isa {
     /// Every instruction set, widest first.
     pub const ALL: [Isa; 3] = [Isa::Avx512, Isa::Avx2, Isa::Portable];
+
+    /// The instruction set as `--isa` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Avx512 => "avx512",
+            Isa::Avx2 => "avx2",
+            Isa::Portable => "portable",
+        }
+    }
 
     /// The widest instruction set this CPU supports.
     pub fn detect() -> Isa {

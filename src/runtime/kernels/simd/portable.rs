@@ -97,6 +97,18 @@ impl Vector for Scalar {
     }
 }
 
+impl Portable {
+    /// `op` of one lane (the `Scalar` definition) on each pair of lanes.
+    #[inline(always)]
+    fn each(a: Self, b: Self, op: impl Fn(Scalar, Scalar) -> Scalar) -> Self {
+        Portable(std::array::from_fn(|i| {
+            op(Scalar(a.0[i]), Scalar(b.0[i])).0
+        }))
+    }
+}
+
+/// Every lane computes as `Scalar` does, so the one-lane and the portable
+/// kernels agree bit for bit.
 impl Vector for Portable {
     const LANES: usize = 8;
     #[inline(always)]
@@ -108,48 +120,38 @@ impl Vector for Portable {
         Portable([x; 8])
     }
     #[inline(always)]
-    unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
-        Portable(std::array::from_fn(|i| a.0[i] * b.0[i] + c.0[i]))
-    }
-    #[inline(always)]
-    unsafe fn add(a: Self, b: Self) -> Self {
-        Portable(std::array::from_fn(|i| a.0[i] + b.0[i]))
-    }
-    #[inline(always)]
     unsafe fn store(self, p: *mut f32) {
         std::ptr::write_unaligned(p as *mut [f32; 8], self.0)
     }
     #[inline(always)]
+    unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
+        Portable(std::array::from_fn(|i| {
+            Scalar::fma(Scalar(a.0[i]), Scalar(b.0[i]), Scalar(c.0[i])).0
+        }))
+    }
+    #[inline(always)]
+    unsafe fn add(a: Self, b: Self) -> Self {
+        Portable::each(a, b, |a, b| Scalar::add(a, b))
+    }
+    #[inline(always)]
     unsafe fn sub(a: Self, b: Self) -> Self {
-        Portable(std::array::from_fn(|i| a.0[i] - b.0[i]))
+        Portable::each(a, b, |a, b| Scalar::sub(a, b))
     }
     #[inline(always)]
     unsafe fn mul(a: Self, b: Self) -> Self {
-        Portable(std::array::from_fn(|i| a.0[i] * b.0[i]))
+        Portable::each(a, b, |a, b| Scalar::mul(a, b))
     }
     #[inline(always)]
     unsafe fn div(a: Self, b: Self) -> Self {
-        Portable(std::array::from_fn(|i| a.0[i] / b.0[i]))
+        Portable::each(a, b, |a, b| Scalar::div(a, b))
     }
     #[inline(always)]
     unsafe fn max(a: Self, b: Self) -> Self {
-        Portable(std::array::from_fn(|i| {
-            if a.0[i] > b.0[i] {
-                a.0[i]
-            } else {
-                b.0[i]
-            }
-        }))
+        Portable::each(a, b, |a, b| Scalar::max(a, b))
     }
     #[inline(always)]
     unsafe fn min(a: Self, b: Self) -> Self {
-        Portable(std::array::from_fn(|i| {
-            if a.0[i] < b.0[i] {
-                a.0[i]
-            } else {
-                b.0[i]
-            }
-        }))
+        Portable::each(a, b, |a, b| Scalar::min(a, b))
     }
     #[inline(always)]
     unsafe fn even(a: Self, b: Self) -> Self {
@@ -161,30 +163,20 @@ impl Vector for Portable {
     #[inline(always)]
     unsafe fn select_negative(a: Self, neg: Self, pos: Self) -> Self {
         Portable(std::array::from_fn(|i| {
-            if a.0[i] < 0.0 {
-                neg.0[i]
-            } else {
-                pos.0[i]
-            }
+            Scalar::select_negative(Scalar(a.0[i]), Scalar(neg.0[i]), Scalar(pos.0[i])).0
         }))
     }
     #[inline(always)]
     unsafe fn nan_of(a: Self, b: Self) -> Self {
-        Portable(std::array::from_fn(|i| {
-            if b.0[i].is_nan() {
-                b.0[i]
-            } else {
-                a.0[i]
-            }
-        }))
+        Portable::each(a, b, |a, b| Scalar::nan_of(a, b))
     }
     #[inline(always)]
     unsafe fn round(a: Self) -> Self {
-        Portable(std::array::from_fn(|i| a.0[i].round()))
+        Portable::each(a, a, |a, _| Scalar::round(a))
     }
     #[inline(always)]
     unsafe fn scale2(a: Self, n: Self) -> Self {
-        Portable(std::array::from_fn(|i| scale2_lane(a.0[i], n.0[i])))
+        Portable::each(a, n, |a, n| Scalar::scale2(a, n))
     }
     #[inline(always)]
     unsafe fn any_at_most(a: Self, x: f32) -> bool {

@@ -8,48 +8,41 @@ pub struct Zmm(pub __m512);
 #[derive(Clone, Copy)]
 pub struct Ymm(pub __m256);
 
+/// The operations that are one instruction at either width: the two impls
+/// differ only in the intrinsics named.
+macro_rules! one_instruction_ops {
+    ($ty:ident: $load:ident, $splat:ident, $store:ident, $fma:ident,
+     $($op:ident $intrinsic:ident),*) => {
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            $ty($load(p))
+        }
+        #[inline(always)]
+        unsafe fn splat(x: f32) -> Self {
+            $ty($splat(x))
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            $store(p, self.0)
+        }
+        #[inline(always)]
+        unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
+            $ty($fma(a.0, b.0, c.0))
+        }
+        $(
+            #[inline(always)]
+            unsafe fn $op(a: Self, b: Self) -> Self {
+                $ty($intrinsic(a.0, b.0))
+            }
+        )*
+    };
+}
+
 impl Vector for Zmm {
     const LANES: usize = 16;
-    #[inline(always)]
-    unsafe fn load(p: *const f32) -> Self {
-        Zmm(_mm512_loadu_ps(p))
-    }
-    #[inline(always)]
-    unsafe fn splat(x: f32) -> Self {
-        Zmm(_mm512_set1_ps(x))
-    }
-    #[inline(always)]
-    unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
-        Zmm(_mm512_fmadd_ps(a.0, b.0, c.0))
-    }
-    #[inline(always)]
-    unsafe fn add(a: Self, b: Self) -> Self {
-        Zmm(_mm512_add_ps(a.0, b.0))
-    }
-    #[inline(always)]
-    unsafe fn store(self, p: *mut f32) {
-        _mm512_storeu_ps(p, self.0)
-    }
-    #[inline(always)]
-    unsafe fn sub(a: Self, b: Self) -> Self {
-        Zmm(_mm512_sub_ps(a.0, b.0))
-    }
-    #[inline(always)]
-    unsafe fn mul(a: Self, b: Self) -> Self {
-        Zmm(_mm512_mul_ps(a.0, b.0))
-    }
-    #[inline(always)]
-    unsafe fn div(a: Self, b: Self) -> Self {
-        Zmm(_mm512_div_ps(a.0, b.0))
-    }
-    #[inline(always)]
-    unsafe fn max(a: Self, b: Self) -> Self {
-        Zmm(_mm512_max_ps(a.0, b.0))
-    }
-    #[inline(always)]
-    unsafe fn min(a: Self, b: Self) -> Self {
-        Zmm(_mm512_min_ps(a.0, b.0))
-    }
+    one_instruction_ops!(Zmm: _mm512_loadu_ps, _mm512_set1_ps, _mm512_storeu_ps, _mm512_fmadd_ps,
+        add _mm512_add_ps, sub _mm512_sub_ps, mul _mm512_mul_ps, div _mm512_div_ps,
+        max _mm512_max_ps, min _mm512_min_ps);
     #[inline(always)]
     unsafe fn even(a: Self, b: Self) -> Self {
         let idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
@@ -83,46 +76,9 @@ impl Vector for Zmm {
 
 impl Vector for Ymm {
     const LANES: usize = 8;
-    #[inline(always)]
-    unsafe fn load(p: *const f32) -> Self {
-        Ymm(_mm256_loadu_ps(p))
-    }
-    #[inline(always)]
-    unsafe fn splat(x: f32) -> Self {
-        Ymm(_mm256_set1_ps(x))
-    }
-    #[inline(always)]
-    unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
-        Ymm(_mm256_fmadd_ps(a.0, b.0, c.0))
-    }
-    #[inline(always)]
-    unsafe fn add(a: Self, b: Self) -> Self {
-        Ymm(_mm256_add_ps(a.0, b.0))
-    }
-    #[inline(always)]
-    unsafe fn store(self, p: *mut f32) {
-        _mm256_storeu_ps(p, self.0)
-    }
-    #[inline(always)]
-    unsafe fn sub(a: Self, b: Self) -> Self {
-        Ymm(_mm256_sub_ps(a.0, b.0))
-    }
-    #[inline(always)]
-    unsafe fn mul(a: Self, b: Self) -> Self {
-        Ymm(_mm256_mul_ps(a.0, b.0))
-    }
-    #[inline(always)]
-    unsafe fn div(a: Self, b: Self) -> Self {
-        Ymm(_mm256_div_ps(a.0, b.0))
-    }
-    #[inline(always)]
-    unsafe fn max(a: Self, b: Self) -> Self {
-        Ymm(_mm256_max_ps(a.0, b.0))
-    }
-    #[inline(always)]
-    unsafe fn min(a: Self, b: Self) -> Self {
-        Ymm(_mm256_min_ps(a.0, b.0))
-    }
+    one_instruction_ops!(Ymm: _mm256_loadu_ps, _mm256_set1_ps, _mm256_storeu_ps, _mm256_fmadd_ps,
+        add _mm256_add_ps, sub _mm256_sub_ps, mul _mm256_mul_ps, div _mm256_div_ps,
+        max _mm256_max_ps, min _mm256_min_ps);
     #[inline(always)]
     unsafe fn even(a: Self, b: Self) -> Self {
         // a0 a2 b0 b2 | a4 a6 b4 b6, then the 64-bit pairs reordered.
