@@ -5,8 +5,12 @@
 use crate::graph::{
     BinaryOp, Conv, DType, Graph, Op, Tensor, UnaryOp, ValueRef, ValueType, Window,
 };
+use crate::layout::cost::CostModel;
+use crate::layout::plan::plan;
+use crate::layout::planners::planner_by_name;
+use crate::layout::target::TargetFamily;
 use crate::ops::BatchNorm;
-use crate::runtime::{CompiledModel, RuntimeOptions};
+use crate::runtime::{CompiledModel, Isa, RuntimeOptions};
 
 /// splitmix64: reproducible test data without a dependency.
 pub(super) struct Rng(pub(super) u64);
@@ -39,6 +43,35 @@ pub(super) fn compile_on(threads: usize, g: &Graph) -> CompiledModel {
         ..Default::default()
     };
     CompiledModel::compile(g, &options).unwrap()
+}
+
+/// The families the runtime's tests plan for: both plain orders and both
+/// channel blocks.
+pub(super) const FAMILIES: [TargetFamily; 4] = [
+    TargetFamily::Nchw,
+    TargetFamily::Nhwc,
+    TargetFamily::Nchwc(16),
+    TargetFamily::Nchwc(8),
+];
+
+/// `g` as the global planner lays it out for `family`, with the built-in costs.
+pub(super) fn planned_for(g: &Graph, family: TargetFamily) -> Graph {
+    let global = planner_by_name("global").unwrap();
+    plan(g, global.as_ref(), family, &CostModel::default())
+        .unwrap()
+        .graph
+}
+
+/// `g` compiled to run on 2 threads with each instruction set this CPU has.
+pub(super) fn compiled_per_isa(g: &Graph) -> impl Iterator<Item = (Isa, CompiledModel)> + '_ {
+    Isa::ALL.into_iter().filter(|i| i.available()).map(|isa| {
+        let options = RuntimeOptions {
+            threads: 2,
+            isa: Some(isa),
+            ..Default::default()
+        };
+        (isa, CompiledModel::compile(g, &options).unwrap())
+    })
 }
 
 /// `got` equals the reference's `expected`: |got - expected| ≤ 1e-5 ·

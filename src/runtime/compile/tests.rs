@@ -10,7 +10,8 @@ use crate::layout::planners::planner_by_name;
 use crate::layout::target::TargetFamily;
 use crate::runtime::measure::roofline::StepWork;
 use crate::runtime::test_support::{
-    after_pointwise_conv, assert_close, compile_on, random_conv_graph, strided_conv_graph, Rng,
+    after_pointwise_conv, assert_close, compile_on, planned_for, random_conv_graph,
+    strided_conv_graph, Rng,
 };
 use crate::runtime::{CompiledModel, RuntimeOptions};
 
@@ -28,14 +29,7 @@ fn compiled_random_convs_match_the_reference_executor() {
         let (g, inputs) = random_conv_graph(&mut rng);
         let expected = crate::reference::run(&g, &inputs).unwrap();
         let family = families[case % families.len()];
-        let planned = plan(
-            &g,
-            planner_by_name("global").unwrap().as_ref(),
-            family,
-            &CostModel::default(),
-        )
-        .unwrap()
-        .graph;
+        let planned = planned_for(&g, family);
         let m = compile_on(2, &planned);
         let got = m.run(&inputs).unwrap();
         let steps = m.describe();
@@ -126,10 +120,7 @@ fn conv_epilogues_look_through_relabelling_transposes() {
         };
         g.set_outputs(vec![out]);
         let expected = crate::reference::run(&g, &inputs).unwrap()[0].to_f32();
-        let planner = planner_by_name("global").unwrap();
-        let planned = plan(&g, planner.as_ref(), family, &CostModel::default())
-            .unwrap()
-            .graph;
+        let planned = planned_for(&g, family);
         // The direct kernel: this checks the fused epilogue to the direct
         // kernel's precision, whichever algorithm measures fastest.
         let direct = crate::runtime::kernels::conv::algo::ConvAlgoOptions {
@@ -253,10 +244,7 @@ fn concats_of_several_inputs_run_as_one_gather() {
         );
         g.set_outputs(vec![ValueRef::new(out.unwrap(), 0)]);
         let expected = crate::reference::run(&g, &inputs).unwrap()[0].to_f32();
-        let planner = planner_by_name("global").unwrap();
-        let planned = plan(&g, planner.as_ref(), family, &CostModel::default())
-            .unwrap()
-            .graph;
+        let planned = planned_for(&g, family);
         for graph in [&g, &planned] {
             let m = compile_on(2, graph);
             assert_eq!(
@@ -300,10 +288,8 @@ fn constant_pads_gather_what_the_reference_pads() {
             m.describe()
         );
         assert_close(&m.run(&inputs).unwrap()[0].to_f32(), &expected, "unplanned");
-        let planner = planner_by_name("global").unwrap();
         for family in [TargetFamily::Nchwc(16), TargetFamily::Nchwc(8)] {
-            let planned = plan(&g, planner.as_ref(), family, &CostModel::default()).unwrap();
-            let m = compile_on(2, &planned.graph);
+            let m = compile_on(2, &planned_for(&g, family));
             let got = m.run(&inputs).unwrap()[0].to_f32();
             assert_close(&got, &expected, &format!("{family} pad {value}"));
         }
@@ -348,9 +334,7 @@ fn a_conv_step_does_the_closed_form_work_in_every_layout() {
         // block compute nothing) and the bytes as stored: as many in
         // channels-last storage, at least as many in blocks.
         for family in [TargetFamily::Nhwc, TargetFamily::Nchwc(16)] {
-            let planner = planner_by_name("global").unwrap();
-            let planned = plan(&g, planner.as_ref(), family, &CostModel::default()).unwrap();
-            let m = compile_on(1, &planned.graph);
+            let m = compile_on(1, &planned_for(&g, family));
             let conv = step(&m, "Conv");
             let (work, logical) = (conv.work, 4 * elements(&conv.kind) as u64);
             assert_eq!(work.flops, flops, "group {group} {family}");

@@ -565,12 +565,10 @@ unsafe fn load_tail<V: Vector>(s: Source, i: usize, k: usize) -> V {
 mod tests {
     use super::*;
     use crate::graph::{DType, Graph, Op, Tensor, ValueRef, ValueType};
-    use crate::layout::cost::CostModel;
-    use crate::layout::plan::plan;
-    use crate::layout::planners::planner_by_name;
     use crate::layout::target::TargetFamily;
-    use crate::runtime::test_support::{assert_close, compile_on, Rng};
-    use crate::runtime::{CompiledModel, RuntimeOptions};
+    use crate::runtime::test_support::{
+        assert_close, compile_on, compiled_per_isa, planned_for, Rng, FAMILIES,
+    };
 
     /// `got` against the f64 definition `e`: within 2e-6 relative (1e-6 of
     /// it for values below 1), the same infinity (or an overflow to it), NaN
@@ -901,15 +899,12 @@ mod tests {
         let inputs: Vec<Tensor> = (0..2)
             .map(|_| Tensor::from_f32(shape.clone(), rng.f32s(c * h * w)))
             .collect();
-        let global = planner_by_name("global").unwrap();
         for (family, block) in [
             (TargetFamily::Nchw, 1),
             (TargetFamily::Nchwc(16), 16),
             (TargetFamily::Nchwc(8), 8),
         ] {
-            let planned = plan(&g, global.as_ref(), family, &CostModel::default())
-                .unwrap()
-                .graph;
+            let planned = planned_for(&g, family);
             let (layout, _) = crate::fusion::output_layout(&planned, chain_end).unwrap();
             let blocked: usize = layout.factors(1).iter().product();
             assert_eq!(
@@ -966,23 +961,9 @@ mod tests {
             Tensor::from_f32(shape.clone(), residual),
         ];
         let expected = crate::reference::run(&g, &inputs).unwrap()[0].to_f32();
-        let global = planner_by_name("global").unwrap();
-        for family in [
-            TargetFamily::Nchw,
-            TargetFamily::Nhwc,
-            TargetFamily::Nchwc(16),
-            TargetFamily::Nchwc(8),
-        ] {
-            let planned = plan(&g, global.as_ref(), family, &CostModel::default())
-                .unwrap()
-                .graph;
-            for isa in Isa::ALL.into_iter().filter(|i| i.available()) {
-                let options = RuntimeOptions {
-                    threads: 2,
-                    isa: Some(isa),
-                    ..Default::default()
-                };
-                let m = CompiledModel::compile(&planned, &options).unwrap();
+        for family in FAMILIES {
+            let planned = planned_for(&g, family);
+            for (isa, m) in compiled_per_isa(&planned) {
                 let steps = m.describe();
                 let chain = steps.iter().find(|s| s.contains("BatchNormalization"));
                 assert!(

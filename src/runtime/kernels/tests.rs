@@ -2,15 +2,13 @@
 //! a plain loop.
 
 use crate::graph::{DType, Graph, Op, Tensor, TensorData, ValueRef, ValueType, Window};
-use crate::layout::cost::CostModel;
-use crate::layout::plan::plan;
-use crate::layout::planners::planner_by_name;
-use crate::layout::target::TargetFamily;
 use crate::layout::Layout;
 use crate::runtime::kernels::gather::Gather;
 use crate::runtime::kernels::matmul::Dense;
 use crate::runtime::kernels::simd::Isa;
-use crate::runtime::test_support::{after_pointwise_conv, assert_close, compile_on, Rng};
+use crate::runtime::test_support::{
+    after_pointwise_conv, assert_close, compile_on, compiled_per_isa, planned_for, Rng, FAMILIES,
+};
 use crate::runtime::{CompiledModel, RuntimeOptions};
 
 /// Transposes of every 4-d permutation that moves data, on extents that fill
@@ -64,7 +62,6 @@ fn pools_of_random_geometry_match_the_reference_executor() {
     use crate::graph::PoolKind;
     use crate::ops::Pool;
     let mut rng = Rng(17);
-    let isas: Vec<Isa> = Isa::ALL.into_iter().filter(|i| i.available()).collect();
     for case in 0..48 {
         // Wide rows sometimes, so that NCHW fills 16-lane vectors.
         let c = rng.range(1, 20);
@@ -118,23 +115,9 @@ fn pools_of_random_geometry_match_the_reference_executor() {
             PoolKind::Max => 0.0,
             PoolKind::Avg => (kh * kw) as f32 * scale * 2f32.powi(-22),
         };
-        let planner = planner_by_name("global").unwrap();
-        for family in [
-            TargetFamily::Nchw,
-            TargetFamily::Nhwc,
-            TargetFamily::Nchwc(16),
-            TargetFamily::Nchwc(8),
-        ] {
-            let pg = plan(&g, planner.as_ref(), family, &CostModel::default())
-                .unwrap()
-                .graph;
-            for &isa in &isas {
-                let options = RuntimeOptions {
-                    threads: 2,
-                    isa: Some(isa),
-                    ..Default::default()
-                };
-                let m = CompiledModel::compile(&pg, &options).unwrap();
+        for family in FAMILIES {
+            let pg = planned_for(&g, family);
+            for (isa, m) in compiled_per_isa(&pg) {
                 let what = format!("case {case} {op:?} {family} {isa}");
                 let steps = m.describe();
                 let pool = steps.iter().find(|s| s.contains("Pool]")).unwrap();

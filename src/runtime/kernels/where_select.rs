@@ -141,10 +141,8 @@ impl VectorKernel for Piece {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::graph::{Graph, Op, Tensor, TensorData, ValueType};
-    use crate::runtime::test_support::Rng;
-    use crate::runtime::{CompiledModel, RuntimeOptions};
+    use crate::runtime::test_support::{compiled_per_isa, Rng};
 
     /// Where in one native step on every instruction set, equal to the
     /// reference executor bit for bit (NaN for NaN): the mask and each branch
@@ -193,13 +191,7 @@ mod tests {
             let y = g.add_node(Op::Where, "where", &ins, &[], vec![]).unwrap();
             g.set_outputs(vec![crate::graph::ValueRef::new(y, 0)]);
             let expected = crate::reference::run(&g, &inputs).unwrap()[0].to_f32();
-            for isa in Isa::ALL.into_iter().filter(|i| i.available()) {
-                let options = RuntimeOptions {
-                    threads: 2,
-                    isa: Some(isa),
-                    ..Default::default()
-                };
-                let m = CompiledModel::compile(&g, &options).unwrap();
+            for (isa, m) in compiled_per_isa(&g) {
                 let what = format!("case {case} {ms:?} {a_shape:?} {b_shape:?} {isa}");
                 assert_eq!(m.describe(), ["where [Where] native"], "{what}");
                 let got = m.run(&inputs).unwrap()[0].to_f32();

@@ -97,20 +97,21 @@ impl Vector for Scalar {
     }
 }
 
-impl Portable {
-    /// `op` of one lane (the `Scalar` definition) on each pair of lanes.
-    #[inline(always)]
-    fn each(a: Self, b: Self, op: impl Fn(Scalar, Scalar) -> Scalar) -> Self {
-        Portable(std::array::from_fn(|i| {
-            op(Scalar(a.0[i]), Scalar(b.0[i])).0
-        }))
-    }
+/// The binary ops of `Portable`, each lane computed as `Scalar` computes it.
+macro_rules! lane_by_lane {
+    ($($op:ident),*) => {$(
+        #[inline(always)]
+        unsafe fn $op(a: Self, b: Self) -> Self {
+            Portable(std::array::from_fn(|i| Scalar::$op(Scalar(a.0[i]), Scalar(b.0[i])).0))
+        }
+    )*};
 }
 
 /// Every lane computes as `Scalar` does, so the one-lane and the portable
 /// kernels agree bit for bit.
 impl Vector for Portable {
     const LANES: usize = 8;
+    lane_by_lane!(add, sub, mul, div, max, min, nan_of, scale2);
     #[inline(always)]
     unsafe fn load(p: *const f32) -> Self {
         Portable(std::ptr::read_unaligned(p as *const [f32; 8]))
@@ -130,30 +131,6 @@ impl Vector for Portable {
         }))
     }
     #[inline(always)]
-    unsafe fn add(a: Self, b: Self) -> Self {
-        Portable::each(a, b, |a, b| Scalar::add(a, b))
-    }
-    #[inline(always)]
-    unsafe fn sub(a: Self, b: Self) -> Self {
-        Portable::each(a, b, |a, b| Scalar::sub(a, b))
-    }
-    #[inline(always)]
-    unsafe fn mul(a: Self, b: Self) -> Self {
-        Portable::each(a, b, |a, b| Scalar::mul(a, b))
-    }
-    #[inline(always)]
-    unsafe fn div(a: Self, b: Self) -> Self {
-        Portable::each(a, b, |a, b| Scalar::div(a, b))
-    }
-    #[inline(always)]
-    unsafe fn max(a: Self, b: Self) -> Self {
-        Portable::each(a, b, |a, b| Scalar::max(a, b))
-    }
-    #[inline(always)]
-    unsafe fn min(a: Self, b: Self) -> Self {
-        Portable::each(a, b, |a, b| Scalar::min(a, b))
-    }
-    #[inline(always)]
     unsafe fn even(a: Self, b: Self) -> Self {
         Portable(std::array::from_fn(|i| match i < 4 {
             true => a.0[2 * i],
@@ -167,16 +144,8 @@ impl Vector for Portable {
         }))
     }
     #[inline(always)]
-    unsafe fn nan_of(a: Self, b: Self) -> Self {
-        Portable::each(a, b, |a, b| Scalar::nan_of(a, b))
-    }
-    #[inline(always)]
     unsafe fn round(a: Self) -> Self {
-        Portable::each(a, a, |a, _| Scalar::round(a))
-    }
-    #[inline(always)]
-    unsafe fn scale2(a: Self, n: Self) -> Self {
-        Portable::each(a, n, |a, n| Scalar::scale2(a, n))
+        Portable(a.0.map(|x| Scalar::round(Scalar(x)).0))
     }
     #[inline(always)]
     unsafe fn any_at_most(a: Self, x: f32) -> bool {
