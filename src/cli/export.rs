@@ -2,8 +2,8 @@
 
 use super::{native, CliResult, ModelArgs, Planning};
 use layoutopt::api::json::{document, Exploration, Export};
-use layoutopt::api::{self, ExportFor, Machine, PlanLayouts, PlannerKind};
-use std::path::PathBuf;
+use layoutopt::api::{self, ExportFor, Graph, Machine, PlanLayouts, PlannerKind};
+use std::path::{Path, PathBuf};
 
 /// The file a command writes (`-o`), and whether it may write through a
 /// symbolic link.
@@ -25,15 +25,42 @@ pub fn purpose_parser() -> impl clap::builder::TypedValueParser<Value = ExportFo
         .try_map(|s| s.parse::<ExportFor>())
 }
 
-/// Options of `layoutopt export`.
+/// What `export` and `explore` share: the model they read, how they plan it, and
+/// the file they write.
 #[derive(clap::Args)]
-pub struct ExportArgs {
+pub struct PlanToFile {
     #[command(flatten)]
     pub source: ModelArgs,
     #[command(flatten)]
     pub output: OutputFile,
     #[command(flatten)]
     pub planning: Planning,
+}
+
+impl PlanToFile {
+    /// The model file.
+    fn model(&self) -> &Path {
+        self.source.path()
+    }
+
+    /// The output file.
+    fn out(&self) -> &Path {
+        &self.output.output
+    }
+
+    /// The model, imported once the output path is accepted: a refused path is
+    /// reported before the model is read.
+    fn load(&self) -> Result<Graph, api::Error> {
+        api::check_output(self.model(), self.out(), self.output.force)?;
+        self.source.load()
+    }
+}
+
+/// Options of `layoutopt export`.
+#[derive(clap::Args)]
+pub struct ExportArgs {
+    #[command(flatten)]
+    pub job: PlanToFile,
     /// What the model is for.
     #[arg(long = "for", value_name = "PURPOSE", default_value = "verification",
           value_parser = purpose_parser())]
@@ -44,11 +71,7 @@ pub struct ExportArgs {
 #[derive(clap::Args)]
 pub struct ExploreArgs {
     #[command(flatten)]
-    pub source: ModelArgs,
-    #[command(flatten)]
-    pub output: OutputFile,
-    #[command(flatten)]
-    pub planning: Planning,
+    pub job: PlanToFile,
     /// The planner shown beside `--planner`.
     #[arg(long, default_value = "local", value_parser = super::planner_parser())]
     pub against: PlannerKind,
@@ -57,13 +80,8 @@ pub struct ExploreArgs {
 }
 
 pub fn export(machine: &Machine, args: &ExportArgs, json: bool) -> CliResult {
-    let (model, output, planning, purpose) = (
-        args.source.path(),
-        &args.output,
-        &args.planning,
-        args.purpose,
-    );
-    let out = output.output.as_path();
+    let (job, purpose) = (&args.job, args.purpose);
+    let (model, out, planning) = (job.model(), job.out(), &job.planning);
     let default_target = super::parse_target("nchwc")?;
     if purpose == ExportFor::Onnxruntime
         && (planning.planner != PlannerKind::Global || planning.target != default_target)
@@ -74,9 +92,8 @@ pub fn export(machine: &Machine, args: &ExportArgs, json: bool) -> CliResult {
                 .into(),
         );
     }
-    // Refused before the model is read, not after planning it.
-    api::check_output(model, out, output.force)?;
-    let source = args.source.load()?;
+    // The output is refused before the model is read, not after planning it.
+    let source = job.load()?;
     let planned = match purpose {
         ExportFor::Verification => {
             planning.plan(machine, &source, &api::RuntimeOptions::with_threads(0))?
@@ -88,7 +105,7 @@ pub fn export(machine: &Machine, args: &ExportArgs, json: bool) -> CliResult {
         })?,
     };
     let written = super::progress::step(&format!("writing {}", out.display()), || {
-        api::export_plan(model, &source, &planned, out, output.force)
+        api::export_plan(model, &source, &planned, out, job.output.force)
     })?;
     if json {
         let doc = Export::of(purpose, &planned.report, &written);
@@ -120,16 +137,10 @@ pub fn export(machine: &Machine, args: &ExportArgs, json: bool) -> CliResult {
 }
 
 pub fn explore(machine: &Machine, args: &ExploreArgs, json: bool) -> CliResult {
-    let (model, output, planning, other) = (
-        args.source.path(),
-        &args.output,
-        &args.planning,
-        args.against,
-    );
+    let (job, other) = (&args.job, args.against);
+    let (model, out, planning) = (job.model(), job.out(), &job.planning);
     let options = &args.kernels.options(0);
-    let out = output.output.as_path();
-    api::check_output(model, out, output.force)?;
-    let source = args.source.load()?;
+    let source = job.load()?;
     let first = planning.plan(machine, &source, options)?;
     let costs = api::measured_costs(machine, options)?;
     let second = planning.plan_with(&source, other, &costs)?;
@@ -140,7 +151,7 @@ pub fn explore(machine: &Machine, args: &ExploreArgs, json: bool) -> CliResult {
             &source,
             &[&first, &second],
             out,
-            output.force,
+            job.output.force,
             options,
         )
     })?;

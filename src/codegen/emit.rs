@@ -131,6 +131,17 @@ fn backend(e: impl std::fmt::Debug) -> CodegenError {
     CodegenError::Backend(format!("{e:?}"))
 }
 
+/// The integer (signed) and float condition codes of a comparison.
+fn condition_codes(op: BinOp) -> (IntCC, FloatCC) {
+    match op {
+        BinOp::Lt => (IntCC::SignedLessThan, FloatCC::LessThan),
+        BinOp::Le => (IntCC::SignedLessThanOrEqual, FloatCC::LessThanOrEqual),
+        BinOp::Eq => (IntCC::Equal, FloatCC::Equal),
+        BinOp::Ne => (IntCC::NotEqual, FloatCC::NotEqual),
+        _ => unreachable!("{op:?} is not a comparison"),
+    }
+}
+
 #[derive(Clone)]
 struct Buf {
     ptr: Variable,
@@ -261,6 +272,7 @@ impl FnEmitter<'_, '_, '_> {
                 let var = self.var(v)?;
                 self.b.use_var(var)
             }
+            Expr::Bin(op @ (BinOp::And | BinOp::Or), a, b) => self.logic(*op, a, b)?,
             Expr::Bin(op, a, b) if e.is_int() && *op != BinOp::Div && a.is_int() && b.is_int() => {
                 self.int_bin(*op, a, b)?
             }
@@ -314,7 +326,6 @@ impl FnEmitter<'_, '_, '_> {
         }
         let y = self.expr(b)?;
         let ins = self.b.ins();
-        let cmp = |ins: cranelift_frontend::FuncInstBuilder, cc| ins.icmp(cc, x, y);
         Ok(match op {
             BinOp::Add => ins.iadd(x, y),
             BinOp::Sub => ins.isub(x, y),
@@ -322,27 +333,11 @@ impl FnEmitter<'_, '_, '_> {
             BinOp::Min => ins.smin(x, y),
             BinOp::Max => ins.smax(x, y),
             BinOp::Lt | BinOp::Le | BinOp::Eq | BinOp::Ne => {
-                let cc = match op {
-                    BinOp::Lt => IntCC::SignedLessThan,
-                    BinOp::Le => IntCC::SignedLessThanOrEqual,
-                    BinOp::Eq => IntCC::Equal,
-                    _ => IntCC::NotEqual,
-                };
-                let c = cmp(ins, cc);
+                let c = ins.icmp(condition_codes(op).0, x, y);
                 self.bool_to_int(c)
             }
-            BinOp::And | BinOp::Or => {
-                let p = ins.icmp_imm_s(IntCC::NotEqual, x, 0);
-                let q = self.b.ins().icmp_imm_s(IntCC::NotEqual, y, 0);
-                let r = if op == BinOp::And {
-                    self.b.ins().band(p, q)
-                } else {
-                    self.b.ins().bor(p, q)
-                };
-                self.bool_to_int(r)
-            }
-            BinOp::Div | BinOp::FloorDiv | BinOp::FloorMod => {
-                unreachable!("handled before: float division and floor division")
+            BinOp::Div | BinOp::FloorDiv | BinOp::FloorMod | BinOp::And | BinOp::Or => {
+                unreachable!("handled before: float division, floor division and logic")
             }
         })
     }
@@ -441,27 +436,24 @@ impl FnEmitter<'_, '_, '_> {
             BinOp::Min => ins.fmin(x, y),
             BinOp::Max => ins.fmax(x, y),
             BinOp::Lt | BinOp::Le | BinOp::Eq | BinOp::Ne => {
-                let cc = match op {
-                    BinOp::Lt => FloatCC::LessThan,
-                    BinOp::Le => FloatCC::LessThanOrEqual,
-                    BinOp::Eq => FloatCC::Equal,
-                    _ => FloatCC::NotEqual,
-                };
-                let c = ins.fcmp(cc, x, y);
+                let c = ins.fcmp(condition_codes(op).1, x, y);
                 self.bool_to_int(c)
             }
-            BinOp::And | BinOp::Or => {
-                let z = ins.f32const(0.0f32);
-                let p = self.b.ins().fcmp(FloatCC::NotEqual, x, z);
-                let q = self.b.ins().fcmp(FloatCC::NotEqual, y, z);
-                let r = if op == BinOp::And {
-                    self.b.ins().band(p, q)
-                } else {
-                    self.b.ins().bor(p, q)
-                };
-                self.bool_to_int(r)
-            }
+            BinOp::And | BinOp::Or => unreachable!("handled before: logic"),
         })
+    }
+
+    /// `a && b` or `a || b` of the operands' truth (`!= 0`), as 0 or 1, whatever
+    /// their types.
+    fn logic(&mut self, op: BinOp, a: &Expr, b: &Expr) -> R<Value> {
+        let p = self.truth(a)?;
+        let q = self.truth(b)?;
+        let r = if op == BinOp::And {
+            self.b.ins().band(p, q)
+        } else {
+            self.b.ins().bor(p, q)
+        };
+        Ok(self.bool_to_int(r))
     }
 
     /// A select whose branches load is compiled to branches (only the chosen side runs,
@@ -481,12 +473,7 @@ impl FnEmitter<'_, '_, '_> {
             return Ok(self.b.ins().select(cond, x, y));
         }
         let out = self.b.declare_var(if int { I64 } else { F32 });
-        let (tb, eb, done) = (
-            self.b.create_block(),
-            self.b.create_block(),
-            self.b.create_block(),
-        );
-        self.b.ins().brif(cond, tb, &[], eb, &[]);
+        let (tb, eb, done) = self.branch(cond);
         for (blk, x, negated) in [(tb, a, false), (eb, b, true)] {
             self.b.switch_to_block(blk);
             let n = self.lc.assume(c, negated);
@@ -498,6 +485,18 @@ impl FnEmitter<'_, '_, '_> {
         }
         self.b.switch_to_block(done);
         Ok(self.b.use_var(out))
+    }
+
+    /// Branches on the boolean `cond` to a new then-block or else-block; returns
+    /// them with a new block for both to join at.
+    fn branch(&mut self, cond: Value) -> (Block, Block, Block) {
+        let (then_block, else_block, join) = (
+            self.b.create_block(),
+            self.b.create_block(),
+            self.b.create_block(),
+        );
+        self.b.ins().brif(cond, then_block, &[], else_block, &[]);
+        (then_block, else_block, join)
     }
 
     fn address(&mut self, buf: &Buf, idx: Value) -> Value {
@@ -533,12 +532,7 @@ impl FnEmitter<'_, '_, '_> {
                     .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, idx, 0);
                 let lt = self.b.ins().icmp(IntCC::SignedLessThan, idx, size);
                 let ok = self.b.ins().band(ge, lt);
-                let (good, bad, done) = (
-                    self.b.create_block(),
-                    self.b.create_block(),
-                    self.b.create_block(),
-                );
-                self.b.ins().brif(ok, good, &[], bad, &[]);
+                let (good, bad, done) = self.branch(ok);
                 self.b.switch_to_block(bad);
                 let id = self.b.ins().iconst(I64, t.0 as i64);
                 let st = self.b.ins().iconst(I64, store as i64);
@@ -606,12 +600,7 @@ impl FnEmitter<'_, '_, '_> {
                 ..
             } => {
                 let c = self.truth(cond)?;
-                let (tb, eb, done) = (
-                    self.b.create_block(),
-                    self.b.create_block(),
-                    self.b.create_block(),
-                );
-                self.b.ins().brif(c, tb, &[], eb, &[]);
+                let (tb, eb, done) = self.branch(c);
                 self.b.switch_to_block(tb);
                 let n = self.lc.assume(cond, false);
                 self.stmt(then_case)?;

@@ -473,6 +473,10 @@ impl OnnxWriter for Builder {
         self.batch
     }
 
+    fn layer(&self) -> &str {
+        &self.layer
+    }
+
     /// A unique name starting with `base`.
     fn fresh(&mut self, base: &str) -> String {
         if self.reserve(base) {
@@ -489,20 +493,6 @@ impl OnnxWriter for Builder {
         let name = self.fresh(&format!("{}/{what}", self.layer));
         self.initializers.push(tensor_to_proto(&name, t));
         name
-    }
-
-    /// Adds a node with one output and returns that output's name. The output is
-    /// named `out` when given, else after the layer and op type.
-    fn node(
-        &mut self,
-        op_type: &str,
-        inputs: &[String],
-        attrs: Vec<(&str, Attr)>,
-        out: Option<String>,
-    ) -> String {
-        let out = out.unwrap_or_else(|| self.fresh(&format!("{}/{op_type}", self.layer)));
-        self.node_multi(op_type, inputs, attrs, std::slice::from_ref(&out));
-        out
     }
 
     fn node_multi(

@@ -165,36 +165,15 @@ mod tests {
         let mut g = Graph::new("chain");
         let span = |n: &str| vec![Span::new("chain", n, "Relu", 0)];
         let x = g.add_input("x", ValueType::new(DType::F32, vec![100]), span("x"));
-        let a = g
-            .add_node(
-                Op::Unary(crate::graph::UnaryOp::Relu),
-                "a",
-                &[x],
-                &[],
-                span("a"),
-            )
-            .unwrap();
-        let a = ValueRef::new(a, 0);
-        let b = g
-            .add_node(
-                Op::Unary(crate::graph::UnaryOp::Relu),
-                "b",
-                &[a],
-                &[],
-                span("b"),
-            )
-            .unwrap();
-        let b = ValueRef::new(b, 0);
-        let c = g
-            .add_node(
-                Op::Unary(crate::graph::UnaryOp::Relu),
-                "c",
-                &[b],
-                &[],
-                span("c"),
-            )
-            .unwrap();
-        g.set_outputs(vec![ValueRef::new(c, 0)]);
+        let mut relu = |name: &str, input: ValueRef| {
+            let relu = Op::Unary(crate::graph::UnaryOp::Relu);
+            let node = g.add_node(relu, name, &[input], &[], span(name)).unwrap();
+            ValueRef::new(node, 0)
+        };
+        let a = relu("a", x);
+        let b = relu("b", a);
+        let c = relu("c", b);
+        g.set_outputs(vec![c]);
         let (peak, at) = g.peak_live_bytes().unwrap();
         assert_eq!(peak, 1200);
         assert_eq!(at, Some(b.node));

@@ -795,43 +795,31 @@ mod tests {
 
     #[test]
     fn chains_refuse_what_they_cannot_fuse() {
-        let t = |s: &[usize]| vec![ValueType::new(DType::F32, s.to_vec())];
-        let (a, b) = (t(&[4, 8]), t(&[4, 8]));
+        let t = |s: &[usize]| ValueType::new(DType::F32, s.to_vec());
+        // Why a Relu of input `x` followed by `then` (`x` chained in) is refused.
+        let refusal = |x: &[ValueType], then: Op, then_types: &[ValueType]| {
+            let relu = Op::Unary(UnaryOp::Relu);
+            chain_compute(&[
+                Link {
+                    op: &relu,
+                    types: x,
+                    prev: None,
+                },
+                Link {
+                    op: &then,
+                    types: then_types,
+                    prev: Some(0),
+                },
+            ])
+            .err()
+            .unwrap()
+        };
         let softmax = Op::Softmax(Softmax { axis: 1 });
-        let e = chain_compute(&[
-            Link {
-                op: &Op::Unary(UnaryOp::Relu),
-                types: &a,
-                prev: None,
-            },
-            Link {
-                op: &softmax,
-                types: &b,
-                prev: Some(0),
-            },
-        ])
-        .err()
-        .unwrap();
+        let e = refusal(&[t(&[4, 8])], softmax, &[t(&[4, 8])]);
         assert!(matches!(e, TirError::Unsupported(_)), "{e}");
         // A binary op that broadcasts the chained [4, 1] to [4, 8].
-        let (small, wide) = (
-            t(&[4, 1]),
-            vec![t(&[4, 1])[0].clone(), t(&[4, 8])[0].clone()],
-        );
-        let e = chain_compute(&[
-            Link {
-                op: &Op::Unary(UnaryOp::Relu),
-                types: &small,
-                prev: None,
-            },
-            Link {
-                op: &Op::Binary(BinaryOp::Add),
-                types: &wide,
-                prev: Some(0),
-            },
-        ])
-        .err()
-        .unwrap();
+        let add = Op::Binary(BinaryOp::Add);
+        let e = refusal(&[t(&[4, 1])], add, &[t(&[4, 1]), t(&[4, 8])]);
         assert!(e.to_string().contains("broadcasts"), "{e}");
     }
 

@@ -28,16 +28,8 @@ impl OpDef for Gemm {
                 a.shape, b.shape
             )));
         }
-        let (m, ka) = if *trans_a {
-            (a.shape[1], a.shape[0])
-        } else {
-            (a.shape[0], a.shape[1])
-        };
-        let (kb, n) = if *trans_b {
-            (b.shape[1], b.shape[0])
-        } else {
-            (b.shape[0], b.shape[1])
-        };
+        let (m, ka) = as_multiplied(&a.shape, *trans_a);
+        let (kb, n) = as_multiplied(&b.shape, *trans_b);
         if ka != kb {
             return Err(OpError::Shape(format!(
                 "inner dimensions differ: A {:?} (trans {trans_a}), B {:?} (trans {trans_b})",
@@ -57,14 +49,7 @@ impl OpDef for Gemm {
     }
 
     fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
-        let out = &outputs[0];
-        let Gemm {
-            alpha,
-            beta,
-            trans_a,
-            trans_b,
-        } = self;
-        Ok(vec![gemm(*alpha, *beta, *trans_a, *trans_b, x, out)?])
+        Ok(vec![gemm(self, x, &outputs[0])?])
     }
 
     fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
@@ -72,37 +57,21 @@ impl OpDef for Gemm {
     }
 
     fn flops(&self, ins: &[&ValueType], outs: &[&ValueType]) -> f64 {
-        let k = if self.trans_a {
-            ins[0].shape[0]
-        } else {
-            ins[0].shape[1]
-        };
+        let k = as_multiplied(&ins[0].shape, self.trans_a).1;
         2.0 * numel(&outs[0].shape) as f64 * k as f64
     }
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
         let (g, ph, types, sfx) = cx.parts();
-        let arity = |n: usize| check_arity(self.name(), types, n);
-        let Gemm {
-            alpha,
-            beta,
-            trans_a,
-            trans_b,
-        } = self;
-
-        arity(2)?;
+        check_arity(self.name(), types, 2)?;
         let (sa, sb) = (operand_shape(types, 0), operand_shape(types, 1));
         if sa.len() != 2 || sb.len() != 2 {
             return Err(unsupported(self.name(), "Gemm operands must be matrices"));
         }
-        let (m, k) = if *trans_a {
-            (sa[1], sa[0])
-        } else {
-            (sa[0], sa[1])
-        };
-        let n = if *trans_b { sb[0] } else { sb[1] };
+        let (m, k) = as_multiplied(&sa, self.trans_a);
+        let n = as_multiplied(&sb, self.trans_b).1;
         let (a, b) = (ph[0], ph[1]);
-        let (ta, tb) = (*trans_a, *trans_b);
+        let (ta, tb) = (self.trans_a, self.trans_b);
         let ab = g.reduce(
             &format!("AB{sfx}"),
             &[e(m), e(n)],
@@ -119,7 +88,7 @@ impl OpDef for Gemm {
                 av * bv
             },
         )?;
-        let (al, be) = (*alpha as f64, *beta as f64);
+        let (al, be) = (self.alpha as f64, self.beta as f64);
         let c = ph.get(2).copied();
         let sc = types
             .get(2)
@@ -139,20 +108,14 @@ impl OpDef for Gemm {
     }
 
     fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
-        let Gemm {
-            alpha,
-            beta,
-            trans_a,
-            trans_b,
-        } = self;
         cx.single(
             "Gemm",
             cx.inputs,
             vec![
-                ("alpha", Attr::Float(*alpha)),
-                ("beta", Attr::Float(*beta)),
-                ("transA", Attr::Int(*trans_a as i64)),
-                ("transB", Attr::Int(*trans_b as i64)),
+                ("alpha", Attr::Float(self.alpha)),
+                ("beta", Attr::Float(self.beta)),
+                ("transA", Attr::Int(self.trans_a as i64)),
+                ("transB", Attr::Int(self.trans_b as i64)),
             ],
         )
     }
@@ -323,22 +286,31 @@ pub(super) fn matmul(a: &Tensor, b: &Tensor, out: &ValueType) -> Result<Tensor, 
     Ok(Tensor::new(out.shape.clone(), data))
 }
 
+/// The (rows, columns) of a Gemm matrix operand of `shape` as it is multiplied:
+/// transposed when `trans`.
+fn as_multiplied(shape: &[usize], trans: bool) -> (usize, usize) {
+    if trans {
+        (shape[1], shape[0])
+    } else {
+        (shape[0], shape[1])
+    }
+}
+
 /// `alpha * op(a) · op(b) + beta * c`, in f64 for every dtype (integer results are
 /// truncated like a C cast).
-pub(super) fn gemm(
-    alpha: f32,
-    beta: f32,
-    trans_a: bool,
-    trans_b: bool,
-    inputs: &[&Tensor],
-    out: &ValueType,
-) -> Result<Tensor, OpError> {
+pub(super) fn gemm(op: &Gemm, inputs: &[&Tensor], out: &ValueType) -> Result<Tensor, OpError> {
+    let Gemm {
+        alpha,
+        beta,
+        trans_a,
+        trans_b,
+    } = *op;
     let (a, b) = (inputs[0], inputs[1]);
     if a.dtype() == DType::Bool {
         return Err(OpError::DType("not defined on bool tensors".into()));
     }
     let (m, n) = (out.shape[0], out.shape[1]);
-    let k = if trans_a { a.shape[0] } else { a.shape[1] };
+    let k = as_multiplied(&a.shape, trans_a).1;
     // A stored k×m (transposed) reads a(i, p) at p*m + i; B stored n×k at j*k + p.
     let a_steps = if trans_a { (1, m) } else { (k, 1) };
     let b_steps = if trans_b { (1, k) } else { (n, 1) };

@@ -26,19 +26,12 @@ pub enum Attr {
 pub trait OnnxWriter {
     /// The opset the model is written for.
     fn opset(&self) -> i64;
+    /// The name of the IR node being written, which names what it adds.
+    fn layer(&self) -> &str;
     /// A unique value name starting with `base`.
     fn fresh(&mut self, base: &str) -> String;
     /// A constant input (an initializer) named after the current layer; its name.
     fn constant(&mut self, what: &str, t: &Tensor) -> String;
-    /// Adds a node with one output and returns that output's name (`out` when
-    /// given, else one after the layer and op type).
-    fn node(
-        &mut self,
-        op_type: &str,
-        inputs: &[String],
-        attrs: Vec<(&str, Attr)>,
-        out: Option<String>,
-    ) -> String;
     /// Adds a node with several outputs, named `outputs`.
     fn node_multi(
         &mut self,
@@ -47,6 +40,23 @@ pub trait OnnxWriter {
         attrs: Vec<(&str, Attr)>,
         outputs: &[String],
     );
+
+    /// Adds a node with one output and returns that output's name (`out` when
+    /// given, else one after the layer and op type).
+    fn node(
+        &mut self,
+        op_type: &str,
+        inputs: &[String],
+        attrs: Vec<(&str, Attr)>,
+        out: Option<String>,
+    ) -> String {
+        let out = out.unwrap_or_else(|| {
+            let base = format!("{}/{op_type}", self.layer());
+            self.fresh(&base)
+        });
+        self.node_multi(op_type, inputs, attrs, std::slice::from_ref(&out));
+        out
+    }
     /// The batch the graph was planned for, when the export keeps axis 0 of
     /// the interface symbolic: shape constants then copy axis 0 where it passes
     /// through unchanged, so that other batches run too.

@@ -480,36 +480,13 @@ mod tests {
             &[1, 1, 4, 4],
             &(1..=16).map(|i| i as f32).collect::<Vec<_>>(),
         );
-        let op = pool(
-            PoolKind::Max,
-            &[3, 3],
-            &[2, 2],
-            &[1, 1],
-            &[0; 4],
-            true,
-            false,
-        );
-        assert_close(
-            &eval1(op, &[&x]),
-            &[1, 1, 2, 2],
-            &[11.0, 12.0, 15.0, 16.0],
-            0.0,
-        );
-        let op = pool(
-            PoolKind::Avg,
-            &[3, 3],
-            &[2, 2],
-            &[1, 1],
-            &[0; 4],
-            true,
-            false,
-        );
-        assert_close(
-            &eval1(op, &[&x]),
-            &[1, 1, 2, 2],
-            &[6.0, 7.5, 12.0, 13.5],
-            1e-6,
-        );
+        for (kind, want, tol) in [
+            (PoolKind::Max, [11.0, 12.0, 15.0, 16.0], 0.0),
+            (PoolKind::Avg, [6.0, 7.5, 12.0, 13.5], 1e-6),
+        ] {
+            let op = pool(kind, &[3, 3], &[2, 2], &[1, 1], &[0; 4], true, false);
+            assert_close(&eval1(op, &[&x]), &[1, 1, 2, 2], &want, tol);
+        }
     }
 
     #[test]
@@ -517,36 +494,28 @@ mod tests {
         // Expected values: onnxruntime 1.31 AveragePool, kernel [3,2], strides [2,2],
         // pads [1,1,1,0], ceil_mode 1. The last column of windows runs past the padded
         // input and divides by what it covers.
-        let x = ort_input();
-        let op = pool(
-            PoolKind::Avg,
-            &[3, 2],
-            &[2, 2],
-            &[1, 1],
-            &[1, 1, 1, 0],
-            true,
-            true,
-        );
-        let want = [
+        let counting_pads = [
             1.5, 2.666667, 4.666667, 0.6666667, 3.5, 4.666667, 4.0, 5.333333, 1.333333, 4.166667,
             2.5, 4.0, 1.833333, 3.333333, 3.5, 1.333333, 4.0, 3.833333, 5.0, 6.333333, 1.666667,
             3.0, 3.166667, 4.666667,
         ];
-        assert_close(&eval1(op, &[&x]), &[1, 2, 3, 4], &want, 1e-5);
-        let op = pool(
-            PoolKind::Avg,
-            &[3, 2],
-            &[2, 2],
-            &[1, 1],
-            &[1, 1, 1, 0],
-            true,
-            false,
-        );
-        let want = [
+        let not_counting_pads = [
             4.5, 4.0, 7.0, 1.0, 7.0, 4.666667, 4.0, 5.333333, 4.0, 6.25, 3.75, 6.0, 5.5, 5.0, 5.25,
             2.0, 8.0, 3.833333, 5.0, 6.333333, 5.0, 4.5, 4.75, 7.0,
         ];
-        assert_close(&eval1(op, &[&x]), &[1, 2, 3, 4], &want, 1e-5);
+        let x = ort_input();
+        for (include_pad, want) in [(true, counting_pads), (false, not_counting_pads)] {
+            let op = pool(
+                PoolKind::Avg,
+                &[3, 2],
+                &[2, 2],
+                &[1, 1],
+                &[1, 1, 1, 0],
+                true,
+                include_pad,
+            );
+            assert_close(&eval1(op, &[&x]), &[1, 2, 3, 4], &want, 1e-5);
+        }
     }
 
     #[test]

@@ -51,30 +51,15 @@ pub fn storage_flatten(
             index: flat_index(*tensor, indices, views)?,
             value: flatten_expr(value, views)?,
         },
-        Stmt::For(l) => l.with_body(storage_flatten(&l.body, layouts, views)?),
-        Stmt::Seq(v) => Stmt::seq(
-            v.iter()
-                .map(|x| storage_flatten(x, layouts, views))
-                .collect::<Result<_, _>>()?,
-        ),
-        Stmt::IfThenElse {
-            cond,
-            then_case,
-            else_case,
-            likely,
-        } => Stmt::IfThenElse {
-            cond: flatten_expr(cond, views)?,
-            then_case: Box::new(storage_flatten(then_case, layouts, views)?),
-            else_case: match else_case {
-                Some(e) => Some(Box::new(storage_flatten(e, layouts, views)?)),
-                None => None,
-            },
-            likely: *likely,
-        },
-        Stmt::Assume { cond, body } => Stmt::Assume {
-            cond: cond.clone(),
-            body: Box::new(storage_flatten(body, layouts, views)?),
-        },
+        Stmt::For(_) | Stmt::Seq(_) | Stmt::Assume { .. } => {
+            s.try_map_children(&mut |c| storage_flatten(c, layouts, views))?
+        }
+        Stmt::IfThenElse { cond, .. } => {
+            // Its one expression, the condition, reads tensors too.
+            let cond = flatten_expr(cond, views)?;
+            s.try_map_children(&mut |c| storage_flatten(c, layouts, views))?
+                .map_exprs(&mut |_| cond.clone())
+        }
         Stmt::KernelCall { name, args } => Stmt::KernelCall {
             name: name.clone(),
             args: args

@@ -40,18 +40,14 @@ impl BufferLayout {
     pub fn validate(&self, ndim: usize, tensor: &str) -> Result<(), TirError> {
         for a in 0..ndim {
             let whole = self.dims.iter().filter(|d| **d == PhysDim::Axis(a)).count();
-            let outer: Vec<i64> = self
-                .dims
-                .iter()
-                .filter(|d| matches!(d, PhysDim::Outer(x, _) if *x == a))
-                .map(factor)
-                .collect();
-            let inner: Vec<i64> = self
-                .dims
-                .iter()
-                .filter(|d| matches!(d, PhysDim::Inner(x, _) if *x == a))
-                .map(factor)
-                .collect();
+            // The factors of the dims that are `part` of axis `a`.
+            let factors = |part: fn(usize, i64) -> PhysDim| -> Vec<i64> {
+                let dims = self.dims.iter();
+                dims.filter(|d| **d == part(a, factor(d)))
+                    .map(factor)
+                    .collect()
+            };
+            let (outer, inner) = (factors(PhysDim::Outer), factors(PhysDim::Inner));
             let ok = (whole == 1 && outer.is_empty() && inner.is_empty())
                 || (whole == 0
                     && outer.len() == 1

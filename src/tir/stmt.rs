@@ -1,6 +1,7 @@
 //! The statement IR that lowering produces: loop nests over realized (multi-dimensional)
 //! tensors, and after storage flattening, over allocated flat buffers.
 
+use std::convert::Infallible;
 use std::fmt;
 
 use super::expr::{write_expr, Expr, Range, TensorId, Var};
@@ -172,9 +173,19 @@ impl Stmt {
     /// expressions and everything else are kept. Passes that treat most nodes
     /// alike recurse through this instead of rebuilding every variant.
     pub fn map_children(&self, f: &mut dyn FnMut(&Stmt) -> Stmt) -> Stmt {
-        let mut child = |b: &Stmt| Box::new(f(b));
-        match self {
-            Stmt::For(l) => l.with_body(*child(&l.body)),
+        let Ok(s) = self.try_map_children(&mut |c| Ok::<_, Infallible>(f(c)));
+        s
+    }
+
+    /// [`Stmt::map_children`] with a fallible `f`: the first error, children
+    /// visited in order.
+    pub fn try_map_children<E>(
+        &self,
+        f: &mut dyn FnMut(&Stmt) -> Result<Stmt, E>,
+    ) -> Result<Stmt, E> {
+        let mut child = |b: &Stmt| f(b).map(Box::new);
+        Ok(match self {
+            Stmt::For(l) => l.with_body(*child(&l.body)?),
             Stmt::Realize {
                 tensor,
                 bounds,
@@ -182,14 +193,18 @@ impl Stmt {
             } => Stmt::Realize {
                 tensor: *tensor,
                 bounds: bounds.clone(),
-                body: child(body),
+                body: child(body)?,
             },
             Stmt::Allocate { buffer, size, body } => Stmt::Allocate {
                 buffer: *buffer,
                 size: size.clone(),
-                body: child(body),
+                body: child(body)?,
             },
-            Stmt::Seq(v) => Stmt::seq(v.iter().map(|x| *child(x)).collect()),
+            Stmt::Seq(v) => Stmt::seq(
+                v.iter()
+                    .map(|x| child(x).map(|b| *b))
+                    .collect::<Result<_, E>>()?,
+            ),
             Stmt::IfThenElse {
                 cond,
                 then_case,
@@ -197,16 +212,16 @@ impl Stmt {
                 likely,
             } => Stmt::IfThenElse {
                 cond: cond.clone(),
-                then_case: child(then_case),
-                else_case: else_case.as_deref().map(&mut child),
+                then_case: child(then_case)?,
+                else_case: else_case.as_deref().map(&mut child).transpose()?,
                 likely: *likely,
             },
             Stmt::Assume { cond, body } => Stmt::Assume {
                 cond: cond.clone(),
-                body: child(body),
+                body: child(body)?,
             },
             leaf => leaf.clone(),
-        }
+        })
     }
 
     /// Rebuilds the statement bottom-up, applying `fs` to every statement (after its

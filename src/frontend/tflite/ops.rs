@@ -456,14 +456,7 @@ impl<'a> Cx<'_, 'a> {
             output_padding,
         });
         let y = self.emit(op, "conv_transpose", &ins)?;
-        let y = self.activation(y, o.fused_activation_function())?;
-        self.emit(
-            Op::Transpose(Transpose {
-                perm: TO_NHWC.to_vec(),
-            }),
-            "to_nhwc",
-            &[y],
-        )
+        self.activated_as_nhwc(y, o.fused_activation_function())
     }
 
     /// PACK: the inputs, each given a new axis of extent 1 at `axis`, concatenated
@@ -615,6 +608,18 @@ impl<'a> Cx<'_, 'a> {
         self.activation(v, act)
     }
 
+    /// The fused activation `act` of NCHW `y`, transposed back to NHWC.
+    fn activated_as_nhwc(&mut self, y: ValueRef, act: i8) -> Res<ValueRef> {
+        let y = self.activation(y, act)?;
+        self.emit(
+            Op::Transpose(Transpose {
+                perm: TO_NHWC.to_vec(),
+            }),
+            "to_nhwc",
+            &[y],
+        )
+    }
+
     /// Input 0 as an NHWC tensor, transposed to NCHW.
     fn nhwc_input_as_nchw(&mut self) -> Res<ValueRef> {
         self.nhwc_as_nchw(0)
@@ -730,14 +735,7 @@ impl<'a> Cx<'_, 'a> {
         let mut ins = vec![x, w];
         ins.extend(bias);
         let y = self.emit(Op::Conv(Conv { window, group }), "conv", &ins)?;
-        let y = self.activation(y, act)?;
-        self.emit(
-            Op::Transpose(Transpose {
-                perm: TO_NHWC.to_vec(),
-            }),
-            "to_nhwc",
-            &[y],
-        )
+        self.activated_as_nhwc(y, act)
     }
 
     fn conv2d(&mut self) -> Res<ValueRef> {
@@ -793,14 +791,7 @@ impl<'a> Cx<'_, 'a> {
             count_include_pad: false,
         };
         let y = self.emit(Op::Pool(pool), "pool", &[x])?;
-        let y = self.activation(y, o.fused_activation_function())?;
-        self.emit(
-            Op::Transpose(Transpose {
-                perm: TO_NHWC.to_vec(),
-            }),
-            "to_nhwc",
-            &[y],
-        )
+        self.activated_as_nhwc(y, o.fused_activation_function())
     }
 
     /// y = x · Wᵀ + b over the last axis of x (W is [N, K]); leading axes are flattened

@@ -22,8 +22,13 @@ impl NodeCtx<'_> {
         self.g.add_constant(&name, t, vec![self.span.clone()])
     }
 
-    /// `(x - mean) / sqrt(var + epsilon)`, the statistics taken over `axes`.
-    fn standardize(&mut self, x: ValueRef, axes: Vec<usize>, eps: f32) -> Res<ValueRef> {
+    /// The mean of `x` over `axes` (kept), `x - mean`, and `sqrt(var + epsilon)`.
+    fn statistics(
+        &mut self,
+        x: ValueRef,
+        axes: Vec<usize>,
+        eps: f32,
+    ) -> Res<(ValueRef, ValueRef, ValueRef)> {
         let mean_over = Op::Reduce(Reduce {
             kind: ReduceKind::Mean,
             axes,
@@ -36,6 +41,12 @@ impl NodeCtx<'_> {
         let eps = self.scalar("epsilon", self.ty(x).dtype, eps as f64);
         let var_eps = self.emit_inner(Op::Binary(BinaryOp::Add), &[var, eps], "var_eps")?;
         let std = self.emit_inner(Op::Unary(UnaryOp::Sqrt), &[var_eps], "std")?;
+        Ok((mean, d, std))
+    }
+
+    /// `(x - mean) / sqrt(var + epsilon)`, the statistics taken over `axes`.
+    fn standardize(&mut self, x: ValueRef, axes: Vec<usize>, eps: f32) -> Res<ValueRef> {
+        let (_, d, std) = self.statistics(x, axes, eps)?;
         self.emit_inner(Op::Binary(BinaryOp::Div), &[d, std], "normalized")
     }
 
@@ -100,18 +111,7 @@ pub(super) fn layer_norm_with_statistics(c: &mut NodeCtx) -> Res<Vec<Option<Valu
     let rank = c.ty(x).shape.len();
     let axis = c.axis(c.int("axis", -1)?, rank)?;
     let eps = c.float("epsilon", 1e-5)?;
-    let mean_over = Op::Reduce(Reduce {
-        kind: ReduceKind::Mean,
-        axes: (axis..rank).collect(),
-        keepdims: true,
-    });
-    let mean = c.emit_inner(mean_over.clone(), &[x], "mean")?;
-    let d = c.emit_inner(Op::Binary(BinaryOp::Sub), &[x, mean], "centered")?;
-    let d2 = c.emit_inner(Op::Binary(BinaryOp::Mul), &[d, d], "squared")?;
-    let var = c.emit_inner(mean_over, &[d2], "var")?;
-    let eps = c.scalar("epsilon", c.ty(x).dtype, eps as f64);
-    let var_eps = c.emit_inner(Op::Binary(BinaryOp::Add), &[var, eps], "var_eps")?;
-    let std = c.emit_inner(Op::Unary(UnaryOp::Sqrt), &[var_eps], "std")?;
+    let (mean, d, std) = c.statistics(x, (axis..rank).collect(), eps)?;
     let inv = c.emit_inner(Op::Unary(UnaryOp::Reciprocal), &[std], "inv_std_dev")?;
     let y = c.emit_inner(Op::Binary(BinaryOp::Mul), &[d, inv], "normalized")?;
     let mut y = c.emit_inner(Op::Binary(BinaryOp::Mul), &[y, scale], "scaled")?;
@@ -313,19 +313,10 @@ fn einsum(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         })?;
         acc = contract(c, acc, t, |l| needed_after(k + 1, l))?;
     }
-    let perm: Vec<usize> = output
-        .iter()
-        .map(|l| {
-            acc.labels
-                .iter()
-                .position(|m| m == l)
-                .expect("output labels stay")
-        })
-        .collect();
-    if perm.iter().enumerate().all(|(i, &p)| i == p) {
-        return c.emit(Op::Identity, &[acc.value]);
+    match reordering(&acc, &output) {
+        Some(perm) => c.emit(Op::Transpose(Transpose { perm }), &[acc.value]),
+        None => c.emit(Op::Identity, &[acc.value]),
     }
-    c.emit(Op::Transpose(Transpose { perm }), &[acc.value])
 }
 
 /// Sums away the axes of `t` whose labels are not `needed`.
@@ -348,6 +339,15 @@ fn sum_unneeded(c: &mut NodeCtx, t: Term, needed: impl Fn(char) -> bool) -> Res<
 
 /// `value` with its axes in the order of `labels` (a transpose unless already so).
 fn arrange(c: &mut NodeCtx, t: &Term, labels: &[char], what: &str) -> Res<ValueRef> {
+    match reordering(t, labels) {
+        Some(perm) => c.emit_inner(Op::Transpose(Transpose { perm }), &[t.value], what),
+        None => Ok(t.value),
+    }
+}
+
+/// The permutation that puts the axes of `t` in the order of `labels` (each a
+/// label of `t`); `None` when they are in that order already.
+fn reordering(t: &Term, labels: &[char]) -> Option<Vec<usize>> {
     let perm: Vec<usize> = labels
         .iter()
         .map(|l| {
@@ -357,10 +357,8 @@ fn arrange(c: &mut NodeCtx, t: &Term, labels: &[char], what: &str) -> Res<ValueR
                 .expect("a label of the term")
         })
         .collect();
-    if perm.iter().enumerate().all(|(i, &p)| i == p) {
-        return Ok(t.value);
-    }
-    c.emit_inner(Op::Transpose(Transpose { perm }), &[t.value], what)
+    let in_order = perm.iter().enumerate().all(|(i, &p)| i == p);
+    (!in_order).then_some(perm)
 }
 
 /// `value` reshaped to `shape` (nothing when it has that shape).

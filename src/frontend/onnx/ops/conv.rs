@@ -3,14 +3,23 @@
 use super::context::{dims, NodeCtx, Res};
 use super::registry::{Registry, AI_ONNX};
 use super::window::{kernel_attr, window};
-use crate::graph::{Conv, ConvTranspose, Op, ValueRef};
+use crate::graph::{Conv, ConvTranspose, Op, ValueRef, Window};
 
 pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "Conv", conv);
     reg.add(AI_ONNX, "ConvTranspose", conv_transpose);
 }
 
-fn conv(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+/// What Conv and ConvTranspose read alike: their inputs (X, W and the optional
+/// bias), the input's shape, the window and the group count.
+struct ConvParts {
+    inputs: Vec<ValueRef>,
+    input_shape: Vec<usize>,
+    window: Window,
+    group: usize,
+}
+
+fn conv_parts(c: &mut NodeCtx, transposed: bool) -> Res<ConvParts> {
     let (x, w) = (c.input(0)?, c.input(1)?);
     let (xs, ws) = (c.ty(x).shape, c.ty(w).shape);
     if xs.len() < 3 || ws.len() != xs.len() {
@@ -19,25 +28,36 @@ fn conv(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         )));
     }
     let kernel = kernel_attr(c, Some(&ws[2..]))?;
-    let window = window(c, &xs[2..], kernel, false)?;
+    let window = window(c, &xs[2..], kernel, transposed)?;
     let group = usize::try_from(c.int("group", 1)?).map_err(|_| c.err("group must be positive"))?;
     let mut inputs = vec![x, w];
     inputs.extend(c.opt_input(2));
+    Ok(ConvParts {
+        inputs,
+        input_shape: xs,
+        window,
+        group,
+    })
+}
+
+fn conv(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let ConvParts {
+        inputs,
+        window,
+        group,
+        ..
+    } = conv_parts(c, false)?;
     c.emit(Op::Conv(Conv { window, group }), &inputs)
 }
 
 fn conv_transpose(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
-    let (x, w) = (c.input(0)?, c.input(1)?);
-    let (xs, ws) = (c.ty(x).shape, c.ty(w).shape);
-    if xs.len() < 3 || ws.len() != xs.len() {
-        return Err(c.err(format!(
-            "input {xs:?} and weight {ws:?} do not form a convolution"
-        )));
-    }
+    let ConvParts {
+        inputs,
+        input_shape: xs,
+        mut window,
+        group,
+    } = conv_parts(c, true)?;
     let r = xs.len() - 2;
-    let kernel = kernel_attr(c, Some(&ws[2..]))?;
-    let mut window = window(c, &xs[2..], kernel, true)?;
-    let group = usize::try_from(c.int("group", 1)?).map_err(|_| c.err("group must be positive"))?;
     let mut output_padding = match c.ints("output_padding")? {
         Some(v) => dims(c, &v, "output_padding")?,
         None => vec![0; r],
@@ -87,8 +107,6 @@ fn conv_transpose(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
             };
         }
     }
-    let mut inputs = vec![x, w];
-    inputs.extend(c.opt_input(2));
     c.emit(
         Op::ConvTranspose(ConvTranspose {
             window,
