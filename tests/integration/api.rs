@@ -5,6 +5,7 @@
 
 use crate::support::bundled::load_test_data;
 use crate::support::compare::max_abs_err;
+use crate::support::plan::plan_builtin;
 use crate::support::process::run_test_in_child;
 use layoutopt::api::logical::LogicalView;
 use layoutopt::api::{
@@ -64,10 +65,7 @@ fn planners_and_targets_parse_from_their_names() {
 #[test]
 fn layout_of_names_model_tensors() {
     let g = load_model(&bundled("resnet_small/model.onnx")).unwrap();
-    let plan = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
-        .with_costs(Costs::BuiltIn)
-        .plan(&g)
-        .unwrap();
+    let plan = plan_builtin(&g, PlannerKind::Global, TargetFamily::Nchwc(16));
     let input = g.value(layoutopt::graph::ValueRef::new(g.inputs()[0], 0));
     assert_eq!(
         plan.layout_of(&input.name).unwrap(),
@@ -142,10 +140,7 @@ fn pins_that_do_not_fit_are_refused() {
 #[test]
 fn the_cost_model_steers_the_plan() {
     let g = load_model(&bundled("resnet_small/model.onnx")).unwrap();
-    let default = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
-        .with_costs(Costs::BuiltIn)
-        .plan(&g)
-        .unwrap();
+    let default = plan_builtin(&g, PlannerKind::Global, TargetFamily::Nchwc(16));
     assert!(default.report.transform_count > 0);
     // Moving a byte costs more than any convolution could win: nothing moves.
     let dear_bytes = CostModel {
@@ -175,14 +170,8 @@ fn logical_ops(g: &Graph) -> BTreeMap<&'static str, usize> {
 fn the_logical_view_sees_the_same_ops_in_every_plan() {
     for model in ["resnet_small/model.onnx", "mobilenet_small/model.onnx"] {
         let g = load_model(&bundled(model)).unwrap();
-        let keep = PlanLayouts::new(PlannerKind::Keep, TargetFamily::Nchwc(16))
-            .with_costs(Costs::BuiltIn)
-            .plan(&g)
-            .unwrap();
-        let global = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
-            .with_costs(Costs::BuiltIn)
-            .plan(&g)
-            .unwrap();
+        let keep = plan_builtin(&g, PlannerKind::Keep, TargetFamily::Nchwc(16));
+        let global = plan_builtin(&g, PlannerKind::Global, TargetFamily::Nchwc(16));
         assert_eq!(
             logical_ops(&keep.graph),
             logical_ops(&global.graph),

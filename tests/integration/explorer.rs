@@ -4,21 +4,16 @@
 //! page collapses. `scripts/check_explorer.py` checks the page itself in
 //! headless Chromium: drawing, search, collapsing, zoom.
 
-use layoutopt::api::{load_model, Costs, PlanLayouts, PlannerKind, TargetFamily};
+use crate::support::plan::plan_builtin;
+use layoutopt::api::{load_model, PlannerKind, TargetFamily};
 use layoutopt::graph::Op;
 use std::path::Path;
 
 fn page() -> (layoutopt::graph::Graph, String, [usize; 2], usize) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/resnet_small/model.onnx");
     let g = load_model(&path).unwrap();
-    let a = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
-        .with_costs(Costs::BuiltIn)
-        .plan(&g)
-        .unwrap();
-    let b = PlanLayouts::new(PlannerKind::Local, TargetFamily::Nchwc(16))
-        .with_costs(Costs::BuiltIn)
-        .plan(&g)
-        .unwrap();
+    let a = plan_builtin(&g, PlannerKind::Global, TargetFamily::Nchwc(16));
+    let b = plan_builtin(&g, PlannerKind::Local, TargetFamily::Nchwc(16));
     let drawn = |p: &layoutopt::layout::plan::Plan| {
         p.graph
             .node_ids()
@@ -230,14 +225,8 @@ fn a_real_model_page_is_small() {
     let path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("models/zoo/MobileNetV3Small_onnx/model.onnx");
     let g = load_model(&path).unwrap();
-    let a = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
-        .with_costs(Costs::BuiltIn)
-        .plan(&g)
-        .unwrap();
-    let b = PlanLayouts::new(PlannerKind::Local, TargetFamily::Nchwc(16))
-        .with_costs(Costs::BuiltIn)
-        .plan(&g)
-        .unwrap();
+    let a = plan_builtin(&g, PlannerKind::Global, TargetFamily::Nchwc(16));
+    let b = plan_builtin(&g, PlannerKind::Local, TargetFamily::Nchwc(16));
     let html = layoutopt::explorer::render(
         layoutopt::api::Machine::shared(),
         &g,
@@ -271,10 +260,7 @@ fn fused_groups_are_the_compiled_steps_and_shown_on_their_nodes() {
     use layoutopt::runtime::{CompiledModel, RuntimeOptions};
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/resnet_small/model.onnx");
     let g = load_model(&path).unwrap();
-    let plan = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
-        .with_costs(Costs::BuiltIn)
-        .plan(&g)
-        .unwrap();
+    let plan = plan_builtin(&g, PlannerKind::Global, TargetFamily::Nchwc(16));
     let groups = CompiledModel::fusion_groups(&plan.graph).unwrap();
     assert!(
         groups

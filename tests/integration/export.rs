@@ -8,7 +8,8 @@
 use crate::support::bundled;
 use crate::support::bundled::load_test_data;
 use crate::support::compare::assert_close;
-use layoutopt::api::{load_model, Costs, PlanLayouts, PlannerKind, TargetFamily};
+use crate::support::plan::plan_builtin;
+use layoutopt::api::{load_model, PlanLayouts, PlannerKind, TargetFamily};
 use layoutopt::export::{export_bytes, export_model, ExportOptions};
 use layoutopt::frontend::onnx::{import_onnx, ImportOptions};
 use layoutopt::graph::Op;
@@ -36,10 +37,7 @@ fn exported_plans_compute_the_recorded_outputs() {
         for target in [TargetFamily::Nchwc(16), TargetFamily::Nhwc] {
             for name in PlannerKind::ALL {
                 let what = format!("{} {name} {target}", path.display());
-                let planned = PlanLayouts::new(name, target)
-                    .with_costs(Costs::BuiltIn)
-                    .plan(&g)
-                    .unwrap();
+                let planned = plan_builtin(&g, name, target);
                 let opts = ExportOptions {
                     output_names: Some(names.clone()),
                     symbolic_batch: None,

@@ -6,6 +6,7 @@
 use crate::support::bundled;
 use crate::support::bundled::load_test_data;
 use crate::support::compare::max_abs_err;
+use crate::support::plan::plan_by_name;
 use layoutopt::frontend::onnx::{load_onnx, ImportOptions};
 use layoutopt::graph::{DType, Graph, Op, ValueRef};
 use layoutopt::layout::extract::{graph_cost, rewrite_graph, Method, RewriteLimits};
@@ -167,10 +168,6 @@ fn round_trips_at_every_boundary_cancel_on_the_bundled_models() {
 /// same outputs, with no more transforms than before.
 #[test]
 fn planned_models_rewrite_to_the_same_outputs() {
-    use layoutopt::layout::cost::CostModel;
-    use layoutopt::layout::plan::plan;
-    use layoutopt::layout::planners::planner_by_name;
-    use layoutopt::layout::target::TargetFamily;
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
     let rules = RuleSource::Bundled.load().unwrap();
     for name in ["resnet_small", "mobilenet_small", "transformer_block"] {
@@ -178,14 +175,7 @@ fn planned_models_rewrite_to_the_same_outputs() {
         let g = load_onnx(&dir.join("model.onnx"), &ImportOptions::default()).unwrap();
         let (inputs, _) = load_test_data(&dir);
         for planner in ["local", "global"] {
-            let planner = planner_by_name(planner).unwrap();
-            let p = plan(
-                &g,
-                planner.as_ref(),
-                TargetFamily::Nchwc(16),
-                &CostModel::default(),
-            )
-            .unwrap();
+            let p = plan_by_name(&g, planner);
             let count = |g: &Graph| {
                 g.node_ids()
                     .into_iter()

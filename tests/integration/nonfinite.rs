@@ -11,6 +11,7 @@
 
 use crate::support::bundled::load_test_data;
 use crate::support::onnx::*;
+use crate::support::plan::plan_by_name;
 use layoutopt::frontend::onnx::{import_onnx, load_onnx, ImportOptions};
 use layoutopt::graph::{DType, Tensor, TensorData};
 use layoutopt::layout::cost::CostModel;
@@ -207,14 +208,7 @@ fn planned_models_propagate_extremes_like_the_source_graph() {
             nan_count > 0,
             "{name}: the extremes should reach the outputs"
         );
-        let global = planner_by_name("global").unwrap();
-        let p = plan(
-            &g,
-            global.as_ref(),
-            TargetFamily::Nchwc(16),
-            &CostModel::default(),
-        )
-        .unwrap();
+        let p = plan_by_name(&g, "global");
         let planned = layoutopt::reference::run(&p.graph, &inputs).unwrap();
         for (i, (s, q)) in source.iter().zip(&planned).enumerate() {
             same_nonfinite(s, q, 1e-4, &format!("{name} output {i}"));

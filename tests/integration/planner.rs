@@ -6,6 +6,7 @@
 use crate::support::bundled;
 use crate::support::bundled::load_test_data;
 use crate::support::compare::assert_close;
+use crate::support::plan::plan_by_name;
 use layoutopt::frontend::onnx::{load_onnx, ImportOptions};
 use layoutopt::graph::{Graph, Op, Tensor};
 use layoutopt::layout::cost::CostModel;
@@ -62,14 +63,7 @@ fn planned_constants_share_the_source_weights() {
                 .collect()
         };
         let source = constants(&g);
-        let planner = planner_by_name("global").unwrap();
-        let p = plan(
-            &g,
-            planner.as_ref(),
-            TargetFamily::Nchwc(16),
-            &CostModel::default(),
-        )
-        .unwrap();
+        let p = plan_by_name(&g, "global");
         let mut shared = 0;
         for (name, t) in constants(&p.graph) {
             let Some((_, s)) = source.iter().find(|(n, s)| *n == name && *s == t) else {

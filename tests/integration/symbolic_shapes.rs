@@ -5,6 +5,7 @@
 
 use crate::support::compare::max_abs_err;
 use crate::support::onnx::*;
+use crate::support::plan::plan_builtin;
 use crate::support::process::scratch_dir;
 use layoutopt::frontend::onnx::{load_onnx, ImportOptions};
 use layoutopt::graph::Tensor;
@@ -131,7 +132,7 @@ fn the_cli_refuses_unbound_dimensions_and_takes_input_shape() {
 /// whose computation fixes the batch (a Reshape to [4]) is exported with it fixed.
 #[test]
 fn export_keeps_a_symbolic_batch_where_the_plan_allows() {
-    use layoutopt::api::{Costs, PlanLayouts, PlannerKind, TargetFamily};
+    use layoutopt::api::{PlannerKind, TargetFamily};
     use layoutopt::export::{export_bytes, ExportOptions};
     use layoutopt::frontend::onnx::import_onnx;
     use protobuf::Message;
@@ -148,10 +149,7 @@ fn export_keeps_a_symbolic_batch_where_the_plan_allows() {
     };
     let planned_graph = import_onnx(&source, "resnet_n.onnx", None, &at(1)).unwrap();
     assert_eq!(planned_graph.symbolic_batch.as_deref(), Some("N"));
-    let planned = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
-        .with_costs(Costs::BuiltIn)
-        .plan(&planned_graph)
-        .unwrap();
+    let planned = plan_builtin(&planned_graph, PlannerKind::Global, TargetFamily::Nchwc(16));
     let opts = ExportOptions {
         output_names: Some(vec!["output".into()]),
         symbolic_batch: Some("N".into()),

@@ -6,6 +6,7 @@ pub mod bundled;
 pub mod chains;
 pub mod compare;
 pub mod onnx;
+pub mod plan;
 pub mod process;
 pub mod tflite;
 pub mod tir;
