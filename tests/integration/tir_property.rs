@@ -4,7 +4,7 @@
 //! definitions.
 
 use crate::support::tir;
-use crate::support::tir_gen::{pipeline, random_schedule, Choices};
+use crate::support::tir_gen::{pipeline, random_pipeline};
 use layoutopt::tir::schedule::Schedule;
 use proptest::prelude::*;
 
@@ -18,8 +18,7 @@ proptest! {
         kinds in prop::collection::vec(0u8..3, 1..4),
         choices in prop::collection::vec(any::<u32>(), 64),
     ) {
-        let (g, stages) = pipeline(h, w, &kinds);
-        let s = random_schedule(&g, &stages, &mut Choices(choices, 0));
+        let (g, stages, s) = random_pipeline(h, w, &kinds, choices);
         tir::check(&s, &g, &[*stages.last().unwrap()]);
     }
 }

@@ -37,10 +37,16 @@ pub fn bundled_models(tflite: bool) -> Vec<PathBuf> {
     files
 }
 
-/// The folders of the bundled ONNX models (model.onnx beside test_data_set_0/).
+/// The folders of the bundled ONNX models (model.onnx beside test_data_set_0/);
+/// there are at least three.
 pub fn bundled_onnx_dirs() -> Vec<PathBuf> {
-    bundled_models(false)
+    let dirs: Vec<PathBuf> = bundled_models(false)
         .iter()
         .filter_map(|f| f.parent().map(Path::to_path_buf))
-        .collect()
+        .collect();
+    assert!(
+        dirs.len() >= 3,
+        "expected the bundled models, found {dirs:?}"
+    );
+    dirs
 }

@@ -128,3 +128,16 @@ pub fn random_schedule(g: &ComputeGraph, stages: &[Tensor], c: &mut Choices) -> 
     }
     s
 }
+
+/// A random pipeline of `kinds` stages on an `h` x `w` input, its stages,
+/// and a random schedule of it drawn from `choices`.
+pub fn random_pipeline(
+    h: i64,
+    w: i64,
+    kinds: &[u8],
+    choices: Vec<u32>,
+) -> (ComputeGraph, Vec<Tensor>, Schedule) {
+    let (g, stages) = pipeline(h, w, kinds);
+    let s = random_schedule(&g, &stages, &mut Choices(choices, 0));
+    (g, stages, s)
+}
