@@ -8,15 +8,25 @@
 //! time and memory).
 
 // The chains and the pipeline options are the scaling tests' own.
-#[path = "../tests/common/mod.rs"]
-mod common;
+#[path = "../tests/support/chains.rs"]
+mod chains;
+// The chains are built with a few of the ONNX builders and of the process helpers.
+#[allow(dead_code)]
+#[path = "../tests/support/onnx.rs"]
+mod onnx;
+#[allow(dead_code)]
+#[path = "../tests/support/process.rs"]
+mod process;
 
-use common::chains::{chain_model, compile_chain, plan_chain, KINDS};
-use common::own_peak_kb;
+use chains::{chain_model, compile_chain, plan_chain};
 use layoutopt::api;
 use layoutopt::graph::{Tensor, ValueRef};
+use process::own_peak_kb;
 use std::process::Command;
 use std::time::Instant;
+
+/// The kinds of chain `chain_model` builds, each measured here.
+const KINDS: [&str; 4] = ["relu", "add", "convadd", "max"];
 
 /// One measurement, in the child: prints the seconds of each stage and the peak.
 fn child(kind: &str, n: usize) {

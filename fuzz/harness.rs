@@ -1,5 +1,5 @@
 //! What each fuzz target does with one input; shared by the libFuzzer targets in
-//! `fuzz_targets/` and the bounded in-process fuzzer in `tests/fuzz_regressions.rs`,
+//! `fuzz_targets/` and the bounded in-process fuzzer in `tests/bad_input/fuzz_regressions.rs`,
 //! so both exercise exactly the same code. Any panic here is a bug: every input
 //! must give `Ok` or a clear error.
 #![allow(dead_code)] // each includer uses part of it

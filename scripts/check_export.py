@@ -8,7 +8,7 @@ script calls `layoutopt export`, checks the written model with onnx.checker,
 runs it with onnxruntime (CPU, graph optimizations off) on
 test_data_set_0/input_*.pb and compares with output_*.pb. It prints a table
 and exits 1 if any model fails: max abs error above 1e-4 * max(1, max |expected|)
-(2e-3 for float16 models, as tests/export.rs).
+(2e-3 for float16 models, as tests/integration/export.rs).
 
 With --conformance it also exports every ONNX backend node case of
 tests/onnx_node/ (keep, and global for NCHW8c) and compares onnxruntime's
@@ -54,7 +54,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 PLANNERS = ["keep", "local", "greedy", "global"]
 TARGETS = ["nchw16c", "nhwc"]
 TOLERANCE = 1e-4
-F16_TOLERANCE = 2e-3  # float16 models, as tests/export.rs
+F16_TOLERANCE = 2e-3  # float16 models, as tests/integration/export.rs
 
 
 def tensors(folder, prefix):

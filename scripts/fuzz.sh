@@ -7,10 +7,10 @@
 # With a nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz`) it runs the
 # coverage-guided libFuzzer targets: inputs that grow coverage go to
 # fuzz/corpus/<target>/ (commit the small ones). Without them it runs the stable
-# mutation fuzzer of tests/fuzz_regressions.rs (timed_mutation_fuzzing) over the
+# mutation fuzzer of tests/bad_input/fuzz_regressions.rs (timed_mutation_fuzzing) over the
 # same harness, seeded by the corpus and the bundled models. Either way a crash
 # is saved under fuzz/artifacts/<target>/ and the script exits non-zero. Copy a
-# crash into fuzz/regressions/<target>/ once fixed: tests/fuzz_regressions.rs
+# crash into fuzz/regressions/<target>/ once fixed: tests/bad_input/fuzz_regressions.rs
 # replays them.
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
@@ -23,7 +23,7 @@ if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
     cd ..
     targets_csv=$(IFS=,; echo "${targets[*]}")
     exec env LAYOUTOPT_FUZZ_SECONDS="$secs" LAYOUTOPT_FUZZ_TARGETS="$targets_csv" \
-        cargo test --release --test fuzz_regressions -- --ignored --nocapture \
+        cargo test --release --test bad_input -- --ignored --nocapture \
         timed_mutation_fuzzing
 fi
 cargo +nightly fuzz build -O

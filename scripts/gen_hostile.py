@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the committed cases of the hostile-input regression suite
-(tests/hostile.rs) into tests/hostile/: small ONNX models, recorded outputs,
+(tests/bad_input/hostile.rs) into tests/hostile/: small ONNX models, recorded outputs,
 and cases.json, which says for each case the command line, the exit code, a
 message it must print and its time and peak-memory bounds.
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Single-op models fed NaN, +-inf and +-0, with the outputs the oracles give, for
-tests/nonfinite.rs (ARCHITECTURE.md, "NaN and infinities", states the rule per op).
+tests/integration/nonfinite.rs (ARCHITECTURE.md, "NaN and infinities", states the rule per op).
 
 Run from the repository root (Python packages: scripts/requirements.txt):
 

@@ -5,9 +5,17 @@
 //! peak RSS comes from `wait4` (this test binary stays small, so the pages
 //! the child shares with it until its exec do not count for much).
 
-mod common;
+// This binary uses a part of these shared helpers (the integration binary
+// uses all of them).
+#[allow(dead_code)]
+#[path = "support/onnx.rs"]
+mod onnx;
+#[allow(dead_code)]
+#[path = "support/process.rs"]
+mod process;
 
-use common::{measure, model, model_bytes, node, scratch_dir, value_info, Child};
+use crate::onnx::{model, model_bytes, node, value_info};
+use crate::process::{measure, scratch_dir, Child};
 use layoutopt::graph::{DType, Tensor};
 use std::path::Path;
 use std::process::Command;

@@ -1,0 +1,360 @@
+//! The typed library API: planners and targets as enums, `Plan::layout_of`,
+//! pinned input and output layouts, a settable cost model and the logical view
+//! of a planned graph. Results are checked against the recorded onnxruntime
+//! outputs of the bundled models (tolerance 1e-4 relative to max(1, |output|)).
+
+use crate::support::bundled::load_test_data;
+use crate::support::compare::max_abs_err;
+use crate::support::plan::plan_builtin;
+use crate::support::process::run_test_in_child;
+use layoutopt::api::logical::LogicalView;
+use layoutopt::api::{
+    load_model, ConvQuery, CostModel, Costs, Layout, Machine, MeasuredCosts, PlanLayouts,
+    PlannerKind, TargetFamily,
+};
+use layoutopt::graph::{Graph, Tensor, ValueType};
+use layoutopt::runtime::measure::load::{cache_under_load, CACHE_UNDER_LOAD_ENV};
+use layoutopt::runtime::{CompiledModel, RuntimeOptions};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+fn bundled(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("models")
+        .join(name)
+}
+
+fn run(g: &Graph, inputs: &[Tensor]) -> Vec<Tensor> {
+    let model = CompiledModel::compile(
+        g,
+        &RuntimeOptions {
+            threads: 1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    model.run(inputs).unwrap()
+}
+
+fn assert_close(expected: &Tensor, actual: &Tensor) {
+    assert_eq!(expected.shape, actual.shape);
+    let (err, mag) = max_abs_err(expected, actual);
+    assert!(err <= 1e-4 * mag.max(1.0), "max abs error {err:.3e}");
+}
+
+#[test]
+fn planners_and_targets_parse_from_their_names() {
+    for p in PlannerKind::ALL {
+        assert_eq!(p.name().parse::<PlannerKind>().unwrap(), p);
+        assert_eq!(p.to_string(), p.name());
+    }
+    let err = "fastest".parse::<PlannerKind>().unwrap_err().to_string();
+    assert!(err.contains("unknown planner 'fastest'"), "{err}");
+    assert_eq!("nhwc".parse::<TargetFamily>().unwrap(), TargetFamily::Nhwc);
+    assert_eq!(
+        "nchw8c".parse::<TargetFamily>().unwrap(),
+        TargetFamily::Nchwc(8)
+    );
+    assert_eq!(
+        "nchwc".parse::<TargetFamily>().unwrap(),
+        TargetFamily::host_blocked()
+    );
+    assert!("nchw0c".parse::<TargetFamily>().is_err());
+}
+
+#[test]
+fn layout_of_names_model_tensors() {
+    let g = load_model(&bundled("resnet_small/model.onnx")).unwrap();
+    let plan = plan_builtin(&g, PlannerKind::Global, TargetFamily::Nchwc(16));
+    let input = g.value(layoutopt::graph::ValueRef::new(g.inputs()[0], 0));
+    assert_eq!(
+        plan.layout_of(&input.name).unwrap(),
+        Layout::identity(4).unwrap()
+    );
+    assert_eq!(plan.layout_of("no such tensor"), None);
+    // The report lists every kept model tensor, and agrees with layout_of.
+    let blocked = Layout::parse("NCHW16c").unwrap();
+    assert!(plan.report.tensors.values().any(|t| t.layout == "NCHW16c"));
+    for (name, t) in &plan.report.tensors {
+        let l = plan.layout_of(name).unwrap();
+        assert_eq!(l.to_string(), t.layout, "{name}");
+        assert_eq!(t.row_major, l.is_identity(), "{name}");
+        if t.layout == "NCHW16c" {
+            assert_eq!(l, blocked);
+        }
+    }
+}
+
+#[test]
+fn a_pinned_input_arrives_in_its_layout_and_a_pinned_output_leaves_in_its() {
+    let dir = bundled("resnet_small");
+    let g = load_model(&dir.join("model.onnx")).unwrap();
+    let (inputs, expected) = load_test_data(&dir);
+    let input = g.value(layoutopt::graph::ValueRef::new(g.inputs()[0], 0));
+    let output = g.value(g.outputs()[0]).name.clone();
+    let plan = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(8))
+        .with_costs(Costs::BuiltIn)
+        .with_pinned(&input.name, Layout::parse("NHWC").unwrap())
+        .with_pinned(&output, Layout::parse("CN").unwrap())
+        .plan(&g)
+        .unwrap();
+    let planned_input = plan.graph.node(plan.graph.inputs()[0]).outputs[0]
+        .ty
+        .clone();
+    assert_eq!(planned_input.shape, vec![1, 32, 32, 3]);
+    let nhwc = Layout::parse("NHWC")
+        .unwrap()
+        .to_physical(&inputs[0], 0.0)
+        .unwrap();
+    let got = run(&plan.graph, &[nhwc]);
+    // The [1, 10] logits come back transposed: [10, 1] in memory.
+    assert_eq!(got[0].shape, vec![10, 1]);
+    assert_close(&expected[0].reshaped(vec![10, 1]), &got[0]);
+}
+
+#[test]
+fn pins_that_do_not_fit_are_refused() {
+    let g = load_model(&bundled("resnet_small/model.onnx")).unwrap();
+    let plan = |name: &str, layout: &str| {
+        PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(8))
+            .with_costs(Costs::BuiltIn)
+            .with_pinned(name, Layout::parse(layout).unwrap())
+            .plan(&g)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    };
+    let no_such = plan("no_such_input", "NHWC");
+    assert!(
+        no_such.contains("'no_such_input' is no graph input or output"),
+        "{no_such}"
+    );
+    let input = g
+        .value(layoutopt::graph::ValueRef::new(g.inputs()[0], 0))
+        .name
+        .clone();
+    let wrong_rank = plan(&input, "NC");
+    assert!(wrong_rank.contains("pinned layout"), "{wrong_rank}");
+}
+
+#[test]
+fn the_cost_model_steers_the_plan() {
+    let g = load_model(&bundled("resnet_small/model.onnx")).unwrap();
+    let default = plan_builtin(&g, PlannerKind::Global, TargetFamily::Nchwc(16));
+    assert!(default.report.transform_count > 0);
+    // Moving a byte costs more than any convolution could win: nothing moves.
+    let dear_bytes = CostModel {
+        ns_per_byte: 1e6,
+        ..CostModel::default()
+    };
+    let plan = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
+        .with_cost_model(dear_bytes)
+        .plan(&g)
+        .unwrap();
+    assert_eq!(plan.report.transform_bytes, 0);
+    let (inputs, expected) = load_test_data(&bundled("resnet_small"));
+    assert_close(&expected[0], &run(&plan.graph, &inputs)[0]);
+}
+
+/// The logical ops of a graph's compute nodes, counted by kind.
+fn logical_ops(g: &Graph) -> BTreeMap<&'static str, usize> {
+    let view = LogicalView::new(g);
+    let mut counts = BTreeMap::new();
+    for id in view.compute_nodes().unwrap() {
+        *counts.entry(view.op(id).kind_name()).or_default() += 1;
+    }
+    counts
+}
+
+#[test]
+fn the_logical_view_sees_the_same_ops_in_every_plan() {
+    for model in ["resnet_small/model.onnx", "mobilenet_small/model.onnx"] {
+        let g = load_model(&bundled(model)).unwrap();
+        let keep = plan_builtin(&g, PlannerKind::Keep, TargetFamily::Nchwc(16));
+        let global = plan_builtin(&g, PlannerKind::Global, TargetFamily::Nchwc(16));
+        assert_eq!(
+            logical_ops(&keep.graph),
+            logical_ops(&global.graph),
+            "{model}"
+        );
+        let view = LogicalView::new(&global.graph);
+        let mut blocked = 0;
+        for id in view.compute_nodes().unwrap() {
+            // Logical inputs come from compute nodes, inputs or constants.
+            for v in view.inputs(id) {
+                assert!(!view.is_storage(v.node), "{model}");
+            }
+            blocked += usize::from(view.storage(id).is_some());
+        }
+        assert!(blocked > 0, "{model}: the global plan blocks some ops");
+    }
+}
+
+/// Convolutions timed by a rule instead of a clock: those writing a blocked
+/// layout cost `blocked_ns`, the others `row_major_ns`.
+#[derive(Debug)]
+struct FixedConvTimes {
+    blocked_ns: f64,
+    row_major_ns: f64,
+}
+
+impl MeasuredCosts for FixedConvTimes {
+    fn conv_ns(&self, q: &ConvQuery) -> Option<f64> {
+        Some(match q.y.1.is_blocked() {
+            true => self.blocked_ns,
+            false => self.row_major_ns,
+        })
+    }
+    fn transform_ns(&self, _: &ValueType, _: &Layout, _: &Layout) -> Option<f64> {
+        None
+    }
+}
+
+#[test]
+fn measured_conv_times_replace_the_estimate() {
+    let g = load_model(&bundled("resnet_small/model.onnx")).unwrap();
+    let (inputs, expected) = load_test_data(&bundled("resnet_small"));
+    let plan_with = |blocked_ns, row_major_ns| {
+        let times = FixedConvTimes {
+            blocked_ns,
+            row_major_ns,
+        };
+        let cost = CostModel {
+            measured: Some(std::sync::Arc::new(times)),
+            ..CostModel::default()
+        };
+        let plan = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
+            .with_cost_model(cost)
+            .plan(&g)
+            .unwrap();
+        assert_close(&expected[0], &run(&plan.graph, &inputs)[0]);
+        plan
+    };
+    // Blocked convolutions measured slow: the plan keeps every tensor row-major,
+    // although the estimate alone blocks them (`the_cost_model_steers_the_plan`).
+    let slow_blocked = plan_with(1e9, 1.0);
+    assert_eq!(slow_blocked.report.transform_bytes, 0);
+    assert!(slow_blocked.report.estimated_cost < 1e9);
+    // Measured fast: they are blocked, and the measured time is the cost.
+    let fast_blocked = plan_with(1.0, 1e9);
+    assert!(fast_blocked.report.transform_count > 0);
+    assert!(fast_blocked.report.estimated_cost < 1e9);
+}
+
+/// Options for one thread measuring into an empty cache directory of its own
+/// (named after `what`), and that directory. What is cached is tested, not
+/// the guard against load, so measurements are cached under load too: the
+/// switch is an environment variable, which is process-wide, so where this
+/// process lacks it `test` (a test of this module) runs again in a child copy
+/// of this binary that has it, and `None` is returned.
+fn one_thread_with_empty_cache(what: &str, test: &str) -> Option<(PathBuf, RuntimeOptions)> {
+    if !cache_under_load() {
+        run_test_in_child(&format!("api::{test}"), &[(CACHE_UNDER_LOAD_ENV, "1")]);
+        return None;
+    }
+    let dir = std::env::temp_dir().join(format!("layoutopt-{what}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut options = RuntimeOptions::with_threads(1);
+    options.conv_algo.cache = Some(dir.clone());
+    Some((dir, options))
+}
+
+#[test]
+fn the_measured_cost_model_is_cached_and_predicts_the_steps() {
+    use layoutopt::runtime::profile::calibrate::{measured_cost_model, predicted_step_seconds};
+    let Some((dir, options)) = one_thread_with_empty_cache(
+        "costs",
+        "the_measured_cost_model_is_cached_and_predicts_the_steps",
+    ) else {
+        return;
+    };
+    let machine = Machine::with_cache(Some(dir.clone()));
+    let g = load_model(&bundled("resnet_small/model.onnx")).unwrap();
+    let plan = |options: &RuntimeOptions| {
+        PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
+            .with_cost_model(measured_cost_model(&machine, options).unwrap())
+            .plan(&g)
+            .unwrap()
+    };
+    let first = plan(&options);
+    let times = dir.join("kernel_times.json");
+    let written = std::fs::read(&times).unwrap();
+    // A second planning reads every time from the cache: the same objective,
+    // and nothing measured or written.
+    let second = plan(&options);
+    assert_eq!(first.report.estimated_cost, second.report.estimated_cost);
+    assert_eq!(std::fs::read(&times).unwrap(), written);
+    // The compiled model's convolutions are predicted by those times.
+    let model = CompiledModel::compile_on(&machine, &second.graph, &options).unwrap();
+    let peaks = machine.peaks(1, false).unwrap().peaks;
+    let predicted = predicted_step_seconds(&model, &peaks);
+    let convs = model.conv_steps();
+    assert!(!convs.is_empty());
+    for c in convs {
+        let ms = c
+            .decision
+            .millis
+            .iter()
+            .find(|(a, _)| *a == c.decision.algo);
+        assert!(ms.is_some(), "{}: {}", c.name, c.decision);
+    }
+    assert!(predicted.iter().all(|&s| s.is_finite() && s > 0.0));
+    let (inputs, expected) = load_test_data(&bundled("resnet_small"));
+    assert_close(&expected[0], &model.run(&inputs).unwrap()[0]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_layout_transform_is_predicted_by_the_time_the_planner_measured_for_it() {
+    use layoutopt::graph::{DType, Op, ValueRef};
+    use layoutopt::layout::{Layout, PadValue};
+    use layoutopt::ops::LayoutTransform;
+    use layoutopt::runtime::profile::calibrate::{measured_cost_model, predicted_step_seconds};
+    let Some((dir, options)) = one_thread_with_empty_cache(
+        "transforms",
+        "a_layout_transform_is_predicted_by_the_time_the_planner_measured_for_it",
+    ) else {
+        return;
+    };
+    let machine = Machine::with_cache(Some(dir.clone()));
+    let t = ValueType::new(DType::F32, vec![1, 17, 8, 8]);
+    let (nchw, blocked) = (
+        Layout::parse("NCHW").unwrap(),
+        Layout::parse("NCHW16c").unwrap(),
+    );
+    // The planner's measured costs of both transforms, cached when dropped.
+    let measured_ns: Vec<f64> = {
+        let costs = measured_cost_model(&machine, &options).unwrap();
+        let m = costs.measured.as_ref().unwrap();
+        [(&nchw, &blocked), (&blocked, &nchw)]
+            .iter()
+            .map(|(from, to)| m.transform_ns(&t, from, to).unwrap())
+            .collect()
+    };
+    let mut g = Graph::new("transforms");
+    let mut v = g.add_input("x", t.clone(), vec![]);
+    for (name, from, to, pad) in [
+        ("to", &nchw, &blocked, PadValue::Known(0.0)),
+        ("back", &blocked, &nchw, PadValue::Undef),
+    ] {
+        let op = Op::LayoutTransform(LayoutTransform {
+            from: from.clone(),
+            to: to.clone(),
+            logical: t.shape.clone(),
+            pad,
+        });
+        v = ValueRef::new(g.add_node(op, name, &[v], &[], vec![]).unwrap(), 0);
+    }
+    g.set_outputs(vec![v]);
+    let model = CompiledModel::compile_on(&machine, &g, &options).unwrap();
+    let peaks = machine.peaks(1, false).unwrap().peaks;
+    let predicted = predicted_step_seconds(&model, &peaks);
+    assert_eq!(predicted.len(), 2);
+    for (seconds, ns) in predicted.iter().zip(&measured_ns) {
+        assert!(
+            (seconds * 1e9 - ns).abs() <= 1e-9 * ns,
+            "{seconds} s, measured {ns} ns"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

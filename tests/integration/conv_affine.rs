@@ -1,0 +1,298 @@
+//! Graph rewrites before planning. Per-channel Mul/Add/Sub after a convolution
+//! folded into its weights and bias:
+//! exactly the foldable ones fold (per-channel or scalar constants, a conv output
+//! with no other reader, Sub only as `conv - c`), and the folded graph, planned
+//! and compiled, gives the reference executor's outputs on the unfolded source
+//! within 1e-5 of their magnitude. Batch norms after a convolution folded the
+//! same way (for `export --for onnxruntime`). Spatial means and maxima as global
+//! pools.
+
+use crate::support::compare::max_abs_err;
+use crate::support::onnx::*;
+use layoutopt::frontend::onnx::{import_onnx, ImportOptions};
+use layoutopt::graph::{fold_conv_affine, fold_conv_batchnorm, Graph, Op, Tensor};
+use layoutopt::layout::cost::CostModel;
+use layoutopt::layout::plan::plan;
+use layoutopt::layout::planners::planner_by_name;
+use layoutopt::layout::target::TargetFamily;
+use layoutopt::runtime::{CompiledModel, RuntimeOptions};
+
+const F32: i32 = 1;
+
+/// x (1x6x7x7) → Conv(6→8, 3x3, pad 1, bias) → `tail` nodes (reading "c"), as an
+/// opset-13 model whose output is "y".
+fn conv_then(tail: Vec<onnx_protobuf::NodeProto>, init: Vec<(&str, Tensor)>) -> Graph {
+    let mut conv = node("Conv", "conv", &["x", "w", "b"], &["c"]);
+    conv.attribute.push(ints_attr("pads", &[1, 1, 1, 1]));
+    let mut nodes = vec![conv];
+    nodes.extend(tail);
+    let w: Vec<f32> = (0..8 * 6 * 9)
+        .map(|i| ((i * 37) % 19) as f32 / 9.0 - 1.0)
+        .collect();
+    let mut all = vec![
+        ("w", Tensor::from_f32(vec![8, 6, 3, 3], w)),
+        (
+            "b",
+            Tensor::from_f32(vec![8], (0..8).map(|i| i as f32 * 0.1).collect()),
+        ),
+    ];
+    all.extend(init);
+    let m = model(
+        nodes,
+        vec![value_info("x", F32, &[1, 6, 7, 7])],
+        vec![value_info("y", F32, &[1, 8, 7, 7])],
+        all,
+        13,
+    );
+    import_onnx(
+        &model_bytes(&m),
+        "affine.onnx",
+        None,
+        &ImportOptions::default(),
+    )
+    .expect("the model imports")
+}
+
+fn channels(shape: Vec<usize>, k: f32) -> Tensor {
+    let n = shape.iter().product();
+    Tensor::from_f32(shape, (0..n).map(|i| 0.5 + k * i as f32).collect())
+}
+
+fn convs(g: &Graph) -> usize {
+    let ids = g.node_ids();
+    ids.iter()
+        .filter(|&&id| matches!(g.node(id).op, Op::Conv(_)))
+        .count()
+}
+
+/// Folds `g`, checks the fold count and that the folded graph (plain, and
+/// planned NCHW16c and compiled) computes what `g` computes.
+fn check(g: &Graph, folds: usize) {
+    let mut folded = g.clone();
+    assert_eq!(fold_conv_affine(&mut folded).unwrap(), folds);
+    assert_eq!(convs(&folded), 1, "one conv remains");
+    let x = Tensor::from_f32(
+        vec![1, 6, 7, 7],
+        (0..294)
+            .map(|i| ((i * 53) % 23) as f32 / 11.0 - 1.0)
+            .collect(),
+    );
+    let expected = layoutopt::reference::run(g, std::slice::from_ref(&x)).unwrap();
+    let planner = planner_by_name("global").unwrap();
+    let planned = plan(
+        g,
+        planner.as_ref(),
+        TargetFamily::Nchwc(16),
+        &CostModel::default(),
+    )
+    .unwrap();
+    let compiled = CompiledModel::compile(
+        &planned.graph,
+        &RuntimeOptions {
+            threads: 1,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+    .run(std::slice::from_ref(&x))
+    .unwrap();
+    for got in [layoutopt::reference::run(&folded, &[x]).unwrap(), compiled] {
+        let (err, mag) = max_abs_err(&expected[0], &got[0]);
+        assert!(err <= 1e-5 * mag.max(1.0), "error {err} at magnitude {mag}");
+    }
+}
+
+#[test]
+fn per_channel_mul_add_sub_fold_into_the_conv() {
+    let tail = vec![
+        node("Mul", "scale", &["s", "c"], &["m"]),
+        node("Add", "shift", &["m", "t"], &["a"]),
+        node("Sub", "centre", &["a", "u"], &["y0"]),
+        node("Relu", "relu", &["y0"], &["y"]),
+    ];
+    let init = vec![
+        ("s", channels(vec![8, 1, 1], 0.25)),
+        ("t", channels(vec![1, 8, 1, 1], -0.5)),
+        ("u", Tensor::scalar_f32(0.75)),
+    ];
+    check(&conv_then(tail, init), 3);
+}
+
+/// tf2onnx's channels-last form: the conv's output transposed to NHWC, then
+/// per-channel constants along the last axis; both fold through the transpose.
+#[test]
+fn per_channel_ops_after_a_transpose_fold_into_the_conv() {
+    let mut to_nhwc = node("Transpose", "to_nhwc", &["c"], &["h"]);
+    to_nhwc.attribute.push(ints_attr("perm", &[0, 2, 3, 1]));
+    let mut to_nchw = node("Transpose", "to_nchw", &["a"], &["y"]);
+    to_nchw.attribute.push(ints_attr("perm", &[0, 3, 1, 2]));
+    let tail = vec![
+        to_nhwc,
+        node("Mul", "scale", &["h", "s"], &["m"]),
+        node("Add", "shift", &["t", "m"], &["a"]),
+        to_nchw,
+    ];
+    let init = vec![
+        ("s", channels(vec![8], 0.25)),
+        ("t", channels(vec![1, 1, 1, 8], -0.5)),
+    ];
+    check(&conv_then(tail, init), 2);
+    // A constant along W of the transposed output is not per channel.
+    let mut to_nhwc = node("Transpose", "to_nhwc", &["c"], &["h"]);
+    to_nhwc.attribute.push(ints_attr("perm", &[0, 2, 3, 1]));
+    let mut to_nchw = node("Transpose", "to_nchw", &["m"], &["y"]);
+    to_nchw.attribute.push(ints_attr("perm", &[0, 3, 1, 2]));
+    let tail = vec![to_nhwc, node("Mul", "scale", &["h", "s"], &["m"]), to_nchw];
+    let g = conv_then(tail, vec![("s", channels(vec![7, 1], 0.1))]);
+    let mut folded = g.clone();
+    assert_eq!(fold_conv_affine(&mut folded).unwrap(), 0);
+}
+
+/// A batch norm folds into the conv before it (the folded graph computes the
+/// source's outputs within 1e-5 of their magnitude); one whose conv output has
+/// another reader stays.
+#[test]
+fn batch_norms_after_a_conv_fold_into_it() {
+    let bn = |y: &str| {
+        let mut n = node("BatchNormalization", "bn", &["c", "s", "t", "m", "v"], &[y]);
+        n.attribute.push(float_attr("epsilon", 1e-3));
+        n
+    };
+    let params = || {
+        vec![
+            ("s", channels(vec![8], 0.25)),
+            ("t", channels(vec![8], -0.5)),
+            ("m", channels(vec![8], 0.1)),
+            ("v", channels(vec![8], 0.3)),
+        ]
+    };
+    let g = conv_then(
+        vec![bn("b0"), node("Relu", "relu", &["b0"], &["y"])],
+        params(),
+    );
+    let mut folded = g.clone();
+    assert_eq!(fold_conv_batchnorm(&mut folded).unwrap(), 1);
+    let ops: Vec<&str> = (folded.node_ids().into_iter())
+        .map(|id| folded.node(id).op.kind_name())
+        .collect();
+    assert!(!ops.contains(&"BatchNormalization"), "{ops:?}");
+    let x = Tensor::from_f32(
+        vec![1, 6, 7, 7],
+        (0..294)
+            .map(|i| ((i * 53) % 23) as f32 / 11.0 - 1.0)
+            .collect(),
+    );
+    let expected = layoutopt::reference::run(&g, std::slice::from_ref(&x)).unwrap();
+    let got = layoutopt::reference::run(&folded, &[x]).unwrap();
+    let (err, mag) = max_abs_err(&expected[0], &got[0]);
+    assert!(err <= 1e-5 * mag.max(1.0), "error {err} at magnitude {mag}");
+    // The conv output is also read by the Add: the batch norm stays.
+    let tail = vec![bn("b0"), node("Add", "join", &["b0", "c"], &["y"])];
+    let mut g = conv_then(tail, params());
+    assert_eq!(fold_conv_batchnorm(&mut g).unwrap(), 0);
+}
+
+#[test]
+fn other_readers_spatial_constants_and_reversed_sub_keep_their_nodes() {
+    // The conv output has a second reader: the Mul cannot fold.
+    let tail = vec![
+        node("Mul", "scale", &["c", "s"], &["m"]),
+        node("Add", "join", &["m", "c"], &["y"]),
+    ];
+    let g = conv_then(tail, vec![("s", channels(vec![8, 1, 1], 0.25))]);
+    let mut folded = g.clone();
+    assert_eq!(fold_conv_affine(&mut folded).unwrap(), 0);
+    // A constant varying along W is not per channel; `c - conv` is not a shift.
+    for (tail, init) in [
+        (
+            vec![node("Mul", "scale", &["c", "s"], &["y"])],
+            vec![("s", channels(vec![1, 1, 7], 0.1))],
+        ),
+        (
+            vec![node("Sub", "flip", &["s", "c"], &["y"])],
+            vec![("s", channels(vec![8, 1, 1], 0.1))],
+        ),
+    ] {
+        let g = conv_then(tail, init);
+        let mut folded = g.clone();
+        assert_eq!(fold_conv_affine(&mut folded).unwrap(), 0);
+        assert_eq!(convs(&folded), 1);
+    }
+}
+
+/// Means and maxima over all axes but the batch and one other become global
+/// pools (after a transpose when that axis is not 1, with a reshape when the
+/// shapes differ); other reductions stay. The rewritten graph computes what the
+/// source computes.
+#[test]
+fn spatial_means_and_maxima_become_global_pools() {
+    use layoutopt::graph::reductions_as_global_pools;
+    let reduce = |op: &str, name: &str, axes: &[i64], keep: i64, out: &str| {
+        let mut n = node(op, name, &["x"], &[out]);
+        n.attribute.push(ints_attr("axes", axes));
+        n.attribute.push(int_attr("keepdims", keep));
+        n
+    };
+    let nodes = vec![
+        reduce("ReduceMean", "mean_kept", &[2, 3], 1, "a"),
+        reduce("ReduceMax", "max_dropped", &[3, 2], 0, "b"),
+        reduce("ReduceMean", "channels_last", &[1, 2], 1, "c"),
+        reduce("ReduceMax", "rows_dropped", &[3, 1], 0, "e"),
+        reduce("ReduceMean", "batch_reduced", &[0, 2, 3], 1, "f"),
+        // ReduceSum takes its axes as an input from opset 13.
+        {
+            let mut n = node("ReduceSum", "sum", &["x", "sum_axes"], &["d"]);
+            n.attribute.push(int_attr("keepdims", 1));
+            n
+        },
+    ];
+    let outputs = [
+        ("a", vec![1, 6, 1, 1]),
+        ("b", vec![1, 6]),
+        ("c", vec![1, 1, 1, 5]),
+        ("d", vec![1, 6, 1, 1]),
+        ("e", vec![1, 4]),
+        ("f", vec![1, 6, 1, 1]),
+    ];
+    let m = model(
+        nodes,
+        vec![value_info("x", F32, &[1, 6, 4, 5])],
+        outputs
+            .iter()
+            .map(|(n, s)| value_info(n, F32, &s.iter().map(|&d| d as i64).collect::<Vec<_>>()))
+            .collect(),
+        vec![("sum_axes", Tensor::from_i64(vec![2], vec![2, 3]))],
+        13,
+    );
+    let g = import_onnx(
+        &model_bytes(&m),
+        "reduce.onnx",
+        None,
+        &ImportOptions::default(),
+    )
+    .expect("the model imports");
+    let mut pooled = g.clone();
+    assert_eq!(reductions_as_global_pools(&mut pooled).unwrap(), 4);
+    let count = |g: &Graph, pred: fn(&Op) -> bool| {
+        g.node_ids()
+            .into_iter()
+            .filter(|&id| pred(&g.node(id).op))
+            .count()
+    };
+    assert_eq!(count(&pooled, |op| matches!(op, Op::GlobalPool(_))), 4);
+    assert_eq!(count(&pooled, |op| matches!(op, Op::Transpose(_))), 2);
+    assert_eq!(count(&pooled, |op| matches!(op, Op::Reduce(_))), 2);
+    let x = Tensor::from_f32(
+        vec![1, 6, 4, 5],
+        (0..120)
+            .map(|i| ((i * 29) % 31) as f32 / 7.0 - 2.0)
+            .collect(),
+    );
+    let expected = layoutopt::reference::run(&g, std::slice::from_ref(&x)).unwrap();
+    let got = layoutopt::reference::run(&pooled, std::slice::from_ref(&x)).unwrap();
+    for (e, a) in expected.iter().zip(&got) {
+        assert_eq!(e.shape, a.shape);
+        let (err, mag) = max_abs_err(e, a);
+        assert!(err <= 1e-6 * mag.max(1.0), "error {err} at magnitude {mag}");
+    }
+}

@@ -1,0 +1,363 @@
+//! ONNX import: spans, folding of shape subgraphs, initializer encodings, and the
+//! errors every bad file must give (never a panic, always a non-zero exit).
+
+use crate::support::onnx::*;
+use crate::support::process::scratch_dir;
+use layoutopt::frontend::onnx::{
+    import_onnx, load_onnx, tensor_to_proto, ImportError, ImportOptions,
+};
+use layoutopt::graph::{Op, Tensor};
+use layoutopt::ops::Reshape;
+use onnx_protobuf::StringStringEntryProto;
+use std::process::Command;
+
+const F32: i32 = 1;
+
+/// x[1,2,3,4] -> Relu (unnamed) -> Shape/Gather/Unsqueeze/Concat -> Reshape to [1, 24].
+fn shape_chain_model() -> onnx_protobuf::ModelProto {
+    let mut gather = node("Gather", "g", &["shape", "idx0"], &["batch"]);
+    gather.attribute.push(int_attr("axis", 0));
+    let mut concat = node("Concat", "cat", &["batch_1d", "minus1"], &["target"]);
+    concat.attribute.push(int_attr("axis", 0));
+    model(
+        vec![
+            node("Relu", "", &["x"], &["r"]),
+            node("Shape", "shape_of_r", &["r"], &["shape"]),
+            gather,
+            node("Unsqueeze", "unsq", &["batch", "zero_axes"], &["batch_1d"]),
+            concat,
+            node("Reshape", "flatten_r", &["r", "target"], &["y"]),
+        ],
+        vec![value_info("x", F32, &[1, 2, 3, 4])],
+        vec![value_info("y", F32, &[1, 24])],
+        vec![
+            ("idx0", Tensor::from_i64(vec![], vec![0])),
+            ("zero_axes", Tensor::from_i64(vec![1], vec![0])),
+            ("minus1", Tensor::from_i64(vec![1], vec![-1])),
+        ],
+        13,
+    )
+}
+
+fn import(m: &onnx_protobuf::ModelProto) -> Result<layoutopt::graph::Graph, ImportError> {
+    import_onnx(
+        &model_bytes(m),
+        "test.onnx",
+        None,
+        &ImportOptions::default(),
+    )
+}
+
+#[test]
+fn shape_subgraph_folds_into_a_static_reshape() {
+    let g = import(&shape_chain_model()).expect("imports");
+    let ops: Vec<&str> = g
+        .topo_order()
+        .unwrap()
+        .into_iter()
+        .map(|id| g.node(id).op.kind_name())
+        .collect();
+    assert_eq!(ops, ["Input", "Relu", "Reshape"]);
+    let y = g.outputs()[0];
+    assert_eq!(g.value_type(y).shape, [1, 24]);
+    assert!(matches!(&g.node(y.node).op, Op::Reshape(Reshape { shape }) if shape == &[1, 24]));
+}
+
+#[test]
+fn unnamed_nodes_get_stable_names_and_every_node_a_span() {
+    let g = import(&shape_chain_model()).expect("imports");
+    let relu = g
+        .node_ids()
+        .into_iter()
+        .find(|&id| g.node(id).op.kind_name() == "Relu")
+        .unwrap();
+    let span = &g.node(relu).spans[0];
+    assert_eq!(&*span.layer, "Relu_0");
+    assert_eq!(&*span.op_type, "Relu");
+    assert_eq!(span.index, 0);
+    assert_eq!(&*span.file, "test.onnx");
+    let reshape = g.outputs()[0].node;
+    assert_eq!(&*g.node(reshape).spans[0].layer, "flatten_r");
+    assert_eq!(g.node(reshape).spans[0].index, 5);
+}
+
+#[test]
+fn initializers_decode_from_typed_fields_raw_data_and_external_files() {
+    let dir = scratch_dir("external_data");
+    let w = Tensor::from_f32(vec![2, 2], vec![1.0, -2.0, 3.5, 4.25]);
+    let mut m = model(
+        vec![
+            node("Add", "add_typed", &["x", "typed"], &["a"]),
+            node("Add", "add_ext", &["a", "ext"], &["y"]),
+        ],
+        vec![value_info("x", F32, &[2, 2])],
+        vec![value_info("y", F32, &[2, 2])],
+        vec![],
+        13,
+    );
+    let graph = m.graph.as_mut().unwrap();
+    // Typed field encoding.
+    let mut typed = tensor_to_proto("typed", &w);
+    typed.raw_data.clear();
+    typed.float_data = vec![1.0, -2.0, 3.5, 4.25];
+    graph.initializer.push(typed);
+    // External data: bytes at an offset inside a file beside the model.
+    let mut raw = vec![0u8; 8];
+    raw.extend(tensor_to_proto("ext", &w).raw_data);
+    std::fs::write(dir.join("weights.bin"), &raw).unwrap();
+    let mut ext = tensor_to_proto("ext", &w);
+    ext.raw_data.clear();
+    ext.data_location = onnx_protobuf::tensor_proto::DataLocation::EXTERNAL.into();
+    for (k, v) in [
+        ("location", "weights.bin"),
+        ("offset", "8"),
+        ("length", "16"),
+    ] {
+        let mut e = StringStringEntryProto::new();
+        e.key = k.into();
+        e.value = v.into();
+        ext.external_data.push(e);
+    }
+    graph.initializer.push(ext);
+    let path = dir.join("model.onnx");
+    std::fs::write(&path, model_bytes(&m)).unwrap();
+    let g = load_onnx(&path, &ImportOptions::default()).expect("imports");
+    let constants: Vec<Vec<f32>> = g
+        .node_ids()
+        .into_iter()
+        .filter_map(|id| match &g.node(id).op {
+            Op::Constant(t) => Some(t.to_f32()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(constants, vec![w.to_f32(), w.to_f32()]);
+}
+
+fn expect_err(m: &onnx_protobuf::ModelProto, needles: &[&str]) {
+    let msg = import(m).expect_err("must be refused").to_string();
+    for n in needles {
+        assert!(msg.contains(n), "error {msg:?} should mention {n:?}");
+    }
+}
+
+#[test]
+fn unsupported_operator_names_op_node_and_file() {
+    let m = model(
+        vec![node("NonMaxSuppression", "nms_7", &["x"], &["y"])],
+        vec![value_info("x", F32, &[4])],
+        vec![value_info("y", F32, &[4])],
+        vec![],
+        13,
+    );
+    expect_err(&m, &["NonMaxSuppression", "nms_7", "test.onnx"]);
+}
+
+#[test]
+fn dangling_input_names_the_missing_value_and_layer() {
+    let m = model(
+        vec![node("Add", "add_1", &["x", "nowhere"], &["y"])],
+        vec![value_info("x", F32, &[4])],
+        vec![value_info("y", F32, &[4])],
+        vec![],
+        13,
+    );
+    expect_err(&m, &["'nowhere'", "add_1", "not produced"]);
+}
+
+#[test]
+fn cycle_is_refused_with_the_layer() {
+    let m = model(
+        vec![
+            node("Relu", "a", &["y"], &["z"]),
+            node("Relu", "b", &["z"], &["y"]),
+        ],
+        vec![value_info("x", F32, &[4])],
+        vec![value_info("y", F32, &[4])],
+        vec![],
+        13,
+    );
+    expect_err(&m, &["cycle"]);
+}
+
+#[test]
+fn shape_mismatch_names_the_layer() {
+    let m = model(
+        vec![node("Add", "bad_add", &["x", "w"], &["y"])],
+        vec![value_info("x", F32, &[4])],
+        vec![value_info("y", F32, &[4])],
+        vec![("w", Tensor::from_f32(vec![3], vec![0.0; 3]))],
+        13,
+    );
+    expect_err(&m, &["bad_add", "do not broadcast"]);
+}
+
+#[test]
+fn opset_out_of_range_is_refused() {
+    let mut m = shape_chain_model();
+    m.opset_import[0].version = 6;
+    expect_err(&m, &["opset 6", "7 to 21"]);
+}
+
+#[test]
+fn truncated_and_non_protobuf_files_are_refused() {
+    let bytes = model_bytes(&shape_chain_model());
+    for cut in [bytes.len() / 2, bytes.len() - 3, 1] {
+        let e = import_onnx(&bytes[..cut], "cut.onnx", None, &ImportOptions::default());
+        assert!(
+            e.is_err(),
+            "a file cut at {cut} of {} bytes must be refused",
+            bytes.len()
+        );
+    }
+    let text = b"this is a text file, not an ONNX model\n";
+    let msg = import_onnx(text, "t.onnx", None, &ImportOptions::default())
+        .expect_err("text is refused")
+        .to_string();
+    assert!(
+        msg.contains("t.onnx") && msg.contains("not a valid ONNX model"),
+        "{msg}"
+    );
+}
+
+/// Files are decoded as they are read (`load_onnx`): a whole file imports as
+/// its bytes do, a cut one is refused with the file named.
+#[test]
+fn model_files_stream_like_their_bytes() {
+    let bytes = model_bytes(&shape_chain_model());
+    let dir = std::env::temp_dir().join(format!("layoutopt-stream-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let whole = dir.join("whole.onnx");
+    std::fs::write(&whole, &bytes).unwrap();
+    let from_file = load_onnx(&whole, &ImportOptions::default()).unwrap();
+    let from_bytes = import(&shape_chain_model()).unwrap();
+    assert_eq!(from_file.node_count(), from_bytes.node_count());
+    for (a, b) in from_file.node_ids().into_iter().zip(from_bytes.node_ids()) {
+        assert_eq!(from_file.node(a).op, from_bytes.node(b).op);
+    }
+    let cut = dir.join("cut.onnx");
+    std::fs::write(&cut, &bytes[..bytes.len() - 3]).unwrap();
+    let msg = load_onnx(&cut, &ImportOptions::default())
+        .expect_err("a cut file is refused")
+        .to_string();
+    assert!(
+        msg.contains("cut.onnx") && msg.contains("not a valid ONNX model"),
+        "{msg}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The CLI exits non-zero with a clear message, and never panics, on bad files.
+#[test]
+fn cli_reports_bad_models_without_panicking() {
+    let dir = scratch_dir("cli_bad_models");
+    let good = model_bytes(&shape_chain_model());
+    let unsupported = model_bytes(&model(
+        vec![node("NonMaxSuppression", "nms_7", &["x"], &["y"])],
+        vec![value_info("x", F32, &[4])],
+        vec![value_info("y", F32, &[4])],
+        vec![],
+        13,
+    ));
+    let dangling = model_bytes(&model(
+        vec![node("Add", "add_1", &["x", "nowhere"], &["y"])],
+        vec![value_info("x", F32, &[4])],
+        vec![value_info("y", F32, &[4])],
+        vec![],
+        13,
+    ));
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        (
+            "truncated.onnx",
+            good[..good.len() / 2].to_vec(),
+            "not a valid ONNX model",
+        ),
+        (
+            "text.onnx",
+            b"hello, not protobuf".to_vec(),
+            "not a valid ONNX model",
+        ),
+        (
+            "unsupported.onnx",
+            unsupported,
+            "unsupported operators: 'NonMaxSuppression' ×1",
+        ),
+        ("dangling.onnx", dangling, "input 'nowhere'"),
+    ];
+    for (file, bytes, needle) in cases {
+        let path = dir.join(file);
+        std::fs::write(&path, bytes).unwrap();
+        for cmd in ["inspect", "run"] {
+            let out = Command::new(env!("CARGO_BIN_EXE_layoutopt"))
+                .arg(cmd)
+                .arg(&path)
+                .env("RUST_BACKTRACE", "1")
+                .output()
+                .expect("the CLI runs");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "{cmd} {file} must fail");
+            assert!(
+                stderr.contains(needle),
+                "{cmd} {file}: stderr {stderr:?} lacks {needle:?}"
+            );
+            assert!(
+                !stderr.contains("panicked"),
+                "{cmd} {file} panicked: {stderr}"
+            );
+        }
+    }
+    let missing = Command::new(env!("CARGO_BIN_EXE_layoutopt"))
+        .args(["run", "/nonexistent/model.onnx"])
+        .output()
+        .unwrap();
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot read"));
+}
+
+/// Every unsupported operator is reported at once: each type with its count and
+/// the layers using it (outside the default domain with its domain), the file once.
+#[test]
+fn every_unsupported_operator_is_listed_at_once() {
+    let mut custom = node("Frobnicate", "custom_1", &["x"], &["c"]);
+    custom.domain = "com.example".into();
+    let nodes = vec![
+        node("Det", "det_a", &["x"], &["a"]),
+        node("Relu", "relu", &["a"], &["r"]),
+        node("RoiAlign", "roi_align", &["r"], &["h"]),
+        node("Det", "det_b", &["h"], &["b"]),
+        custom,
+        node("Add", "add", &["b", "c"], &["y"]),
+    ];
+    let m = model(
+        nodes,
+        vec![value_info("x", 1, &[2, 3])],
+        vec![value_info("y", 1, &[2, 3])],
+        vec![],
+        13,
+    );
+    let dir = scratch_dir("every_unsupported");
+    let path = dir.join("many.onnx");
+    std::fs::write(&path, model_bytes(&m)).unwrap();
+    let err = load_onnx(&path, &ImportOptions::default()).unwrap_err();
+    let ImportError::Unsupported { ops, .. } = &err else {
+        panic!("{err}")
+    };
+    let listed: Vec<(&str, Vec<&str>)> = ops
+        .iter()
+        .map(|(op, spans)| (op.as_str(), spans.iter().map(|s| &*s.layer).collect()))
+        .collect();
+    assert_eq!(
+        listed,
+        vec![
+            ("Det", vec!["det_a", "det_b"]),
+            ("RoiAlign", vec!["roi_align"]),
+            ("com.example::Frobnicate", vec!["custom_1"]),
+        ]
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("'Det' ×2 (layers 'det_a', 'det_b')"),
+        "{text}"
+    );
+    assert!(text.contains("'RoiAlign' ×1 (layer 'roi_align')"), "{text}");
+    assert_eq!(text.matches("many.onnx").count(), 1, "{text}");
+}

@@ -1,0 +1,189 @@
+//! Symbolic dimensions: never guessed. An input with an unbound symbolic dimension
+//! is an error naming the input and the dimension; `--input-shape` (and
+//! `ImportOptions::input_shapes`) binds it, and the model then really runs at
+//! that shape.
+
+use crate::support::compare::max_abs_err;
+use crate::support::onnx::*;
+use crate::support::plan::plan_builtin;
+use crate::support::process::scratch_dir;
+use layoutopt::frontend::onnx::{load_onnx, ImportOptions};
+use layoutopt::graph::Tensor;
+use layoutopt::runtime::{CompiledModel, RuntimeOptions};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Command;
+
+/// y = relu(x . W) with x of shape [batch, 3].
+fn batch_model(dir: &str) -> PathBuf {
+    let w = Tensor::from_f32(vec![3, 2], vec![0.5, -1.0, 2.0, 0.25, -0.75, 1.5]);
+    let m = model(
+        vec![
+            node("MatMul", "mm", &["x", "w"], &["h"]),
+            node("Relu", "relu", &["h"], &["y"]),
+        ],
+        vec![symbolic(value_info("x", 1, &[1, 3]), 0, "batch")],
+        vec![symbolic(value_info("y", 1, &[1, 2]), 0, "batch")],
+        vec![("w", w)],
+        13,
+    );
+    let path = scratch_dir(dir).join("batch.onnx");
+    std::fs::write(&path, model_bytes(&m)).unwrap();
+    path
+}
+
+fn with_shape(name: &str, shape: &[usize]) -> ImportOptions {
+    ImportOptions {
+        input_shapes: HashMap::from([(name.to_string(), shape.to_vec())]),
+        ..ImportOptions::default()
+    }
+}
+
+#[test]
+fn an_unbound_symbolic_dimension_is_an_error_naming_input_and_dimension() {
+    let path = batch_model("sym_unbound");
+    let e = load_onnx(&path, &ImportOptions::default())
+        .unwrap_err()
+        .to_string();
+    for needle in [
+        "graph input 'x'",
+        "dimension 0 is symbolic ('batch')",
+        "--input-shape x=",
+    ] {
+        assert!(e.contains(needle), "{e}");
+    }
+}
+
+#[test]
+fn a_given_shape_must_fit_the_static_dimensions() {
+    let path = batch_model("sym_misfit");
+    let e = load_onnx(&path, &with_shape("x", &[4, 5]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("static dimension 1 (3)"), "{e}");
+    let e = load_onnx(&path, &with_shape("x", &[4, 3, 1]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("rank 3") && e.contains("rank 2"), "{e}");
+}
+
+/// Batch 4 runs as four independent rows: each row of the batched output equals
+/// the model run on that row alone, in the reference and compiled.
+#[test]
+fn batch_four_runs_when_bound() {
+    let path = batch_model("sym_batch4");
+    let g4 = load_onnx(&path, &with_shape("x", &[4, 3])).unwrap();
+    let g1 = load_onnx(&path, &with_shape("x", &[1, 3])).unwrap();
+    let rows: Vec<f32> = (0..12).map(|i| (i as f32 - 5.5) * 0.3).collect();
+    let x4 = Tensor::from_f32(vec![4, 3], rows.clone());
+    let y4 = layoutopt::reference::run(&g4, std::slice::from_ref(&x4)).unwrap();
+    assert_eq!(y4[0].shape, vec![4, 2]);
+    let compiled = CompiledModel::compile(&g4, &RuntimeOptions::default()).unwrap();
+    let c4 = compiled.run(&[x4]).unwrap();
+    for r in 0..4 {
+        let x1 = Tensor::from_f32(vec![1, 3], rows[3 * r..3 * r + 3].to_vec());
+        let y1 = layoutopt::reference::run(&g1, &[x1]).unwrap()[0].to_f32();
+        assert_eq!(&y4[0].to_f32()[2 * r..2 * r + 2], &y1[..], "row {r}");
+        for (a, b) in c4[0].to_f32()[2 * r..2 * r + 2].iter().zip(&y1) {
+            assert!(
+                (a - b).abs() <= 1e-6 * b.abs().max(1.0),
+                "row {r}: {a} vs {b}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_cli_refuses_unbound_dimensions_and_takes_input_shape() {
+    let path = batch_model("sym_cli");
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_layoutopt"))
+            .arg("run")
+            .arg(&path)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let o = run(&[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("dimension 0 is symbolic ('batch')"), "{err}");
+    let o = run(&["--input-shape", "x=4,3"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.contains("[4, 2]"), "{out}");
+    let o = run(&["--input-shape", "x=4;3"]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "a malformed --input-shape is a usage error"
+    );
+}
+
+/// The bundled ResNet with a symbolic batch 'N': planned at N=1 (blocked
+/// NCHW16c, so the exported model holds layout Reshapes), exported with N kept
+/// symbolic, it runs at N=3 and gives what the source model gives at N=3 (the
+/// reference executor on both, within 1e-5 of the largest magnitude). A model
+/// whose computation fixes the batch (a Reshape to [4]) is exported with it fixed.
+#[test]
+fn export_keeps_a_symbolic_batch_where_the_plan_allows() {
+    use layoutopt::api::{PlannerKind, TargetFamily};
+    use layoutopt::export::{export_bytes, ExportOptions};
+    use layoutopt::frontend::onnx::import_onnx;
+    use protobuf::Message;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let bytes = std::fs::read(root.join("models/resnet_small/model.onnx")).unwrap();
+    let mut m = onnx_protobuf::ModelProto::parse_from_bytes(&bytes).unwrap();
+    let g = m.graph.as_mut().unwrap();
+    g.input[0] = symbolic(g.input[0].clone(), 0, "N");
+    g.output[0] = symbolic(g.output[0].clone(), 0, "N");
+    let source = m.write_to_bytes().unwrap();
+    let at = |n: usize| ImportOptions {
+        dim_values: HashMap::from([("N".to_string(), n)]),
+        ..ImportOptions::default()
+    };
+    let planned_graph = import_onnx(&source, "resnet_n.onnx", None, &at(1)).unwrap();
+    assert_eq!(planned_graph.symbolic_batch.as_deref(), Some("N"));
+    let planned = plan_builtin(&planned_graph, PlannerKind::Global, TargetFamily::Nchwc(16));
+    let opts = ExportOptions {
+        output_names: Some(vec!["output".into()]),
+        symbolic_batch: Some("N".into()),
+    };
+    let exported = export_bytes(&planned.graph, &opts).unwrap();
+    let back = import_onnx(&exported, "exported.onnx", None, &at(3)).unwrap();
+    let reference = import_onnx(&source, "resnet_n.onnx", None, &at(3)).unwrap();
+    let x = Tensor::from_f32(
+        vec![3, 3, 32, 32],
+        (0..3 * 3 * 32 * 32)
+            .map(|i| ((i * 37 % 101) as f32 / 50.0) - 1.0)
+            .collect(),
+    );
+    let want = layoutopt::reference::run(&reference, std::slice::from_ref(&x)).unwrap();
+    let got = layoutopt::reference::run(&back, &[x]).unwrap();
+    assert_eq!(got[0].shape, vec![3, 10]);
+    let (err, mag) = max_abs_err(&want[0], &got[0]);
+    assert!(err <= 1e-5 * mag, "error {err} (magnitude {mag})");
+
+    // y = Reshape(x, [4]) for x of shape [N, 4]: only N = 1 fits.
+    let fixed = model(
+        vec![node("Reshape", "flat", &["x", "shape"], &["y"])],
+        vec![symbolic(value_info("x", 1, &[1, 4]), 0, "N")],
+        vec![value_info("y", 1, &[4])],
+        vec![("shape", Tensor::from_i64(vec![1], vec![4]))],
+        13,
+    );
+    let g = import_onnx(&model_bytes(&fixed), "fixed.onnx", None, &at(1)).unwrap();
+    let opts = ExportOptions {
+        output_names: None,
+        symbolic_batch: g.symbolic_batch.clone(),
+    };
+    let m = layoutopt::export::export_model(&g, &opts).unwrap();
+    assert!(!layoutopt::export::keeps_symbolic_batch(&m, "N"));
+    let exported = m.write_to_bytes().unwrap();
+    assert!(import_onnx(&exported, "fixed.onnx", None, &ImportOptions::default()).is_ok());
+}

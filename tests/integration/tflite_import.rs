@@ -1,0 +1,626 @@
+//! TFLite import: structure, layouts, spans and attributes of imported graphs, and
+//! clear errors on bad files. Numerical checks are in tflite_reference.rs.
+
+use crate::support::tflite::*;
+use layoutopt::frontend::tflite::{import_tflite, load_tflite, TfliteError};
+use layoutopt::graph::{
+    CoordTransform, DType, Graph, NearestMode, NodeId, Op, PadMode, PoolKind, ResizeMode, UnaryOp,
+    ValueRef,
+};
+use layoutopt::ops::{Gemm, Pad, Reshape, Slice, Transpose};
+use std::path::Path;
+
+fn model_path(name: &str) -> String {
+    format!("{}/models/{name}/model.tflite", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn import(spec: &ModelSpec) -> Graph {
+    import_tflite(&spec.build(), "test.tflite").unwrap_or_else(|e| panic!("import failed: {e}"))
+}
+
+fn import_err(bytes: &[u8]) -> TfliteError {
+    match import_tflite(bytes, "bad.tflite") {
+        Ok(_) => panic!("import of a bad file succeeded"),
+        Err(e) => e,
+    }
+}
+
+/// Non-constant, non-input nodes in topological order.
+fn op_nodes(g: &Graph) -> Vec<NodeId> {
+    g.topo_order()
+        .unwrap()
+        .into_iter()
+        .filter(|&n| !matches!(g.node(n).op, Op::Constant(_) | Op::Input))
+        .collect()
+}
+
+fn kinds(g: &Graph) -> Vec<&'static str> {
+    op_nodes(g)
+        .iter()
+        .map(|&n| g.node(n).op.kind_name())
+        .collect()
+}
+
+fn only(g: &Graph, kind: &str) -> NodeId {
+    let found: Vec<NodeId> = op_nodes(g)
+        .into_iter()
+        .filter(|&n| g.node(n).op.kind_name() == kind)
+        .collect();
+    assert_eq!(found.len(), 1, "expected one {kind} node");
+    found[0]
+}
+
+fn constant_input(g: &Graph, n: NodeId, i: usize) -> (Vec<usize>, Vec<f32>) {
+    let v = g.node_inputs(n)[i];
+    let t = g.constant(v).expect("a constant input");
+    (t.shape.clone(), t.to_f32())
+}
+
+fn out_shape(g: &Graph, n: NodeId) -> Vec<usize> {
+    g.value_type(ValueRef::new(n, 0)).shape.clone()
+}
+
+/// A single CONV_2D: x [1,H,W,C] * w [O,KH,KW,C] → y.
+fn conv_model(
+    hw: [i32; 2],
+    c: i32,
+    o: i32,
+    k: [i32; 2],
+    stride: [i32; 2],
+    padding: i8,
+    out_hw: [i32; 2],
+) -> ModelSpec {
+    let n = (o * k[0] * k[1] * c) as usize;
+    let w: Vec<f32> = (0..n).map(|v| v as f32).collect();
+    let tensors = vec![
+        TensorSpec::f32("x", &[1, hw[0], hw[1], c]),
+        TensorSpec::f32_const("w", &[o, k[0], k[1], c], &w),
+        TensorSpec::f32_const("b", &[o], &vec![0.5; o as usize]),
+        TensorSpec::f32("y", &[1, out_hw[0], out_hw[1], o]),
+    ];
+    let conv = OpSpec::new(CONV_2D, &[0, 1, 2], &[3]).options(
+        CONV_OPTIONS,
+        &[
+            (0, Field::I8(padding)),
+            (1, Field::I32(stride[1])),
+            (2, Field::I32(stride[0])),
+            (3, Field::I8(ACT_RELU6)),
+        ],
+    );
+    ModelSpec::new(tensors, vec![conv], &[0], &[3])
+}
+
+#[test]
+fn conv_keeps_nhwc_values_with_explicit_transposes() {
+    let g = import(&conv_model([7, 7], 2, 3, [3, 3], [2, 2], SAME, [4, 4]));
+    assert_eq!(kinds(&g), ["Transpose", "Conv", "Clip", "Transpose"]);
+    let ops = op_nodes(&g);
+    assert_eq!(
+        g.node(ops[0]).op,
+        Op::Transpose(Transpose {
+            perm: vec![0, 3, 1, 2]
+        })
+    );
+    assert_eq!(
+        g.node(ops[3]).op,
+        Op::Transpose(Transpose {
+            perm: vec![0, 2, 3, 1]
+        })
+    );
+    assert_eq!(
+        g.node(ops[2]).op,
+        Op::Unary(UnaryOp::Clip { min: 0.0, max: 6.0 })
+    );
+    // The graph input and output keep TFLite's NHWC shapes.
+    assert_eq!(
+        g.value_type(ValueRef::new(g.inputs()[0], 0)).shape,
+        [1, 7, 7, 2]
+    );
+    assert_eq!(g.value_type(g.outputs()[0]).shape, [1, 4, 4, 3]);
+    assert_eq!(g.value(g.outputs()[0]).name, "y");
+    let Op::Conv(conv) = &g.node(ops[1]).op else {
+        unreachable!()
+    };
+    // SAME, stride 2 over 7: out = ceil(7/2) = 4, total pad = (4-1)*2 + 3 - 7 = 2 → 1 + 1.
+    assert_eq!(conv.window.pads, [1, 1, 1, 1]);
+    assert_eq!(conv.window.strides, [2, 2]);
+    assert_eq!(conv.group, 1);
+    // Weights become OIHW: w_oihw[o][i][h][w] = w_ohwi[o][h][w][i] = ((o*3 + h)*3 + w)*2 + i.
+    let (shape, w) = constant_input(&g, ops[1], 1);
+    assert_eq!(shape, [3, 2, 3, 3]);
+    for (o, i, h, x) in [(0, 0, 0, 0), (0, 1, 0, 0), (1, 0, 2, 1), (2, 1, 1, 2)] {
+        let oihw = ((o * 2 + i) * 3 + h) * 3 + x;
+        let ohwi = ((o * 3 + h) * 3 + x) * 2 + i;
+        assert_eq!(w[oihw], ohwi as f32, "weight ({o},{i},{h},{x})");
+    }
+    // Every node of the operator, the fused activation included, carries its span.
+    for &n in &ops {
+        let spans = &g.node(n).spans;
+        assert_eq!(spans.len(), 1);
+        assert_eq!(&*spans[0].file, "test.tflite");
+        assert_eq!(&*spans[0].layer, "y");
+        assert_eq!(&*spans[0].op_type, "CONV_2D");
+        assert_eq!(spans[0].index, 0);
+    }
+}
+
+#[test]
+fn same_padding_puts_the_odd_pixel_at_the_end() {
+    // 4x4 kernel, stride 1, on 5x6: out = in, total pad = k - 1 = 3 → 1 before, 2 after.
+    let g = import(&conv_model([5, 6], 1, 1, [4, 4], [1, 1], SAME, [5, 6]));
+    let Op::Conv(conv) = &g.node(only(&g, "Conv")).op else {
+        unreachable!()
+    };
+    assert_eq!(conv.window.pads, [1, 1, 2, 2]);
+    // VALID: no padding, out = 5 - 4 + 1 = 2 and 6 - 4 + 1 = 3.
+    let g = import(&conv_model([5, 6], 1, 1, [4, 4], [1, 1], VALID, [2, 3]));
+    let Op::Conv(conv) = &g.node(only(&g, "Conv")).op else {
+        unreachable!()
+    };
+    assert_eq!(conv.window.pads, [0, 0, 0, 0]);
+}
+
+#[test]
+fn depthwise_conv_is_a_grouped_conv_with_oihw_weights() {
+    // C = 3 channels, depth multiplier M = 2: weights [1, 3, 3, 6].
+    let w: Vec<f32> = (0..54).map(|v| v as f32).collect();
+    let tensors = vec![
+        TensorSpec::f32("x", &[1, 5, 5, 3]),
+        TensorSpec::f32_const("w", &[1, 3, 3, 6], &w),
+        TensorSpec::f32("y", &[1, 3, 3, 6]),
+    ];
+    let op = OpSpec::new(DEPTHWISE_CONV_2D, &[0, 1, -1], &[2]).options(
+        DEPTHWISE_OPTIONS,
+        &[
+            (0, Field::I8(VALID)),
+            (1, Field::I32(1)),
+            (2, Field::I32(1)),
+            (3, Field::I32(2)),
+            (4, Field::I8(ACT_RELU)),
+        ],
+    );
+    let g = import(&ModelSpec::new(tensors, vec![op], &[0], &[2]));
+    assert_eq!(kinds(&g), ["Transpose", "Conv", "Relu", "Transpose"]);
+    let conv_id = only(&g, "Conv");
+    let Op::Conv(conv) = &g.node(conv_id).op else {
+        unreachable!()
+    };
+    assert_eq!(conv.group, 3);
+    assert_eq!(
+        g.node_inputs(conv_id).len(),
+        2,
+        "the omitted bias (-1) is not an input"
+    );
+    // OIHW [6, 1, 3, 3]: out channel c*2 + m reads w[0][h][x][c*2 + m].
+    let (shape, wt) = constant_input(&g, conv_id, 1);
+    assert_eq!(shape, [6, 1, 3, 3]);
+    for (oc, h, x) in [(0, 0, 0), (5, 2, 1), (3, 1, 2)] {
+        assert_eq!(wt[(oc * 3 + h) * 3 + x], ((h * 3 + x) * 6 + oc) as f32);
+    }
+}
+
+#[test]
+fn max_pool_same_padding_and_window() {
+    let tensors = vec![
+        TensorSpec::f32("x", &[1, 8, 9, 4]),
+        TensorSpec::f32("y", &[1, 4, 5, 4]),
+    ];
+    let op = OpSpec::new(MAX_POOL_2D, &[0], &[1]).options(
+        POOL_OPTIONS,
+        &[
+            (0, Field::I8(SAME)),
+            (1, Field::I32(2)),
+            (2, Field::I32(2)),
+            (3, Field::I32(3)),
+            (4, Field::I32(3)),
+        ],
+    );
+    let g = import(&ModelSpec::new(tensors, vec![op], &[0], &[1]));
+    assert_eq!(kinds(&g), ["Transpose", "MaxPool", "Transpose"]);
+    let Op::Pool(p) = &g.node(only(&g, "MaxPool")).op else {
+        unreachable!()
+    };
+    assert_eq!(p.kind, PoolKind::Max);
+    assert_eq!(p.window.kernel, [3, 3]);
+    // H: out 4, total (4-1)*2 + 3 - 8 = 1 → 0 + 1; W: out 5, total (5-1)*2 + 3 - 9 = 2 → 1 + 1.
+    assert_eq!(p.window.pads, [0, 1, 1, 1]);
+    assert!(!p.count_include_pad);
+}
+
+#[test]
+fn fully_connected_keeps_leading_dims() {
+    let w: Vec<f32> = (0..20).map(|v| v as f32).collect();
+    let tensors = vec![
+        TensorSpec::f32("x", &[2, 3, 4]),
+        TensorSpec::f32_const("w", &[5, 4], &w),
+        TensorSpec::f32_const("b", &[5], &[1.0; 5]),
+        TensorSpec::f32("y", &[2, 3, 5]),
+    ];
+    let op = OpSpec::new(FULLY_CONNECTED, &[0, 1, 2], &[3]).options(
+        FC_OPTIONS,
+        &[(0, Field::I8(ACT_RELU)), (2, Field::Bool(true))],
+    );
+    let g = import(&ModelSpec::new(tensors, vec![op], &[0], &[3]));
+    assert_eq!(kinds(&g), ["Reshape", "Gemm", "Relu", "Reshape"]);
+    let ops = op_nodes(&g);
+    assert_eq!(
+        g.node(ops[0]).op,
+        Op::Reshape(Reshape { shape: vec![6, 4] })
+    );
+    assert!(matches!(
+        g.node(ops[1]).op,
+        Op::Gemm(Gemm {
+            trans_b: true,
+            trans_a: false,
+            ..
+        })
+    ));
+    assert_eq!(out_shape(&g, ops[3]), [2, 3, 5]);
+}
+
+#[test]
+fn strided_slice_with_masks_negative_stride_and_shrink() {
+    // x[1, -1::-2, 0:8:3] on [4, 6, 8]: axis 0 shrinks to index 1; axis 1 runs from
+    // 5 down to the front (end_mask) by 2 → 5, 3, 1; axis 2 takes 0, 3, 6.
+    let tensors = vec![
+        TensorSpec::f32("x", &[4, 6, 8]),
+        TensorSpec::i32_const("begin", &[3], &[1, -1, 0]),
+        TensorSpec::i32_const("end", &[3], &[2, 0, 8]),
+        TensorSpec::i32_const("strides", &[3], &[1, -2, 3]),
+        TensorSpec::f32("y", &[3, 3]),
+    ];
+    let op = OpSpec::new(STRIDED_SLICE, &[0, 1, 2, 3], &[4]).options(
+        STRIDED_SLICE_OPTIONS,
+        &[(1, Field::I32(0b010)), (4, Field::I32(0b001))],
+    );
+    let g = import(&ModelSpec::new(tensors, vec![op], &[0], &[4]));
+    assert_eq!(kinds(&g), ["Slice", "Reshape"]);
+    let Op::Slice(Slice { axes }) = &g.node(only(&g, "Slice")).op else {
+        unreachable!()
+    };
+    let got: Vec<_> = axes
+        .iter()
+        .map(|a| (a.axis, a.start, a.end, a.step))
+        .collect();
+    assert_eq!(got, [(0, 1, 2, 1), (1, 5, -1, -2), (2, 0, 8, 3)]);
+    assert_eq!(out_shape(&g, only(&g, "Slice")), [1, 3, 3]);
+    assert_eq!(g.value_type(g.outputs()[0]).shape, [3, 3]);
+}
+
+#[test]
+fn squeeze_relu_relu6_pad_and_resize() {
+    let tensors = vec![
+        TensorSpec::f32("x", &[1, 4, 1, 6]),                         // 0
+        TensorSpec::f32("sq", &[1, 4, 6]),                           // 1
+        TensorSpec::f32("r", &[1, 4, 6]),                            // 2
+        TensorSpec::f32("r6", &[1, 4, 6]),                           // 3
+        TensorSpec::i32_const("pads", &[3, 2], &[0, 0, 1, 2, 0, 1]), // 4
+        TensorSpec::f32_const("value", &[], &[-3.5]),                // 5
+        TensorSpec::f32("p", &[1, 7, 7]),                            // 6
+        TensorSpec::f32("x4", &[1, 3, 5, 2]),                        // 7
+        TensorSpec::i32_const("size", &[2], &[6, 9]),                // 8
+        TensorSpec::f32("bilinear", &[1, 6, 9, 2]),                  // 9
+        TensorSpec::f32("nearest", &[1, 6, 9, 2]),                   // 10
+    ];
+    let ops = vec![
+        OpSpec::new(SQUEEZE, &[0], &[1]).options(SQUEEZE_OPTIONS, &[(0, Field::VecI32(vec![-2]))]),
+        OpSpec::new(RELU, &[1], &[2]),
+        OpSpec::new(RELU6, &[2], &[3]),
+        OpSpec::new(PADV2, &[3, 4, 5], &[6]),
+        OpSpec::new(RESIZE_BILINEAR, &[7, 8], &[9])
+            .options(RESIZE_BILINEAR_OPTIONS, &[(3, Field::Bool(true))]),
+        OpSpec::new(RESIZE_NEAREST_NEIGHBOR, &[7, 8], &[10])
+            .options(RESIZE_NEAREST_OPTIONS, &[(0, Field::Bool(true))]),
+    ];
+    let g = import(&ModelSpec::new(tensors, ops, &[0, 7], &[6, 9, 10]));
+    assert_eq!(
+        kinds(&g),
+        ["Reshape", "Relu", "Clip", "Pad", "Resize", "Resize"]
+    );
+    // Paddings, pad value and sizes are attributes: no constant nodes are made for them.
+    let constants = g
+        .node_ids()
+        .into_iter()
+        .filter(|&n| matches!(g.node(n).op, Op::Constant(_)));
+    assert_eq!(constants.count(), 0);
+    assert_eq!(
+        g.node(only(&g, "Reshape")).op,
+        Op::Reshape(Reshape {
+            shape: vec![1, 4, 6]
+        })
+    );
+    assert_eq!(
+        g.node(only(&g, "Clip")).op,
+        Op::Unary(UnaryOp::Clip { min: 0.0, max: 6.0 })
+    );
+    let pad = only(&g, "Pad");
+    assert_eq!(
+        g.node(pad).op,
+        Op::Pad(Pad {
+            begins: vec![0, 1, 0],
+            ends: vec![0, 2, 1],
+            mode: PadMode::Constant(-3.5)
+        })
+    );
+    let resizes: Vec<_> = op_nodes(&g)
+        .into_iter()
+        .filter(|&n| g.node(n).op.kind_name() == "Resize")
+        .collect();
+    let Op::Resize(bilinear) = &g.node(resizes[0]).op else {
+        unreachable!()
+    };
+    assert_eq!(
+        (bilinear.mode, bilinear.coord),
+        (ResizeMode::Linear, CoordTransform::HalfPixel)
+    );
+    assert_eq!(bilinear.sizes, [1, 6, 9, 2]);
+    assert_eq!(bilinear.scales, [1.0, 2.0, 1.8, 1.0]);
+    let Op::Resize(nearest) = &g.node(resizes[1]).op else {
+        unreachable!()
+    };
+    assert_eq!(
+        (nearest.mode, nearest.coord, nearest.nearest),
+        (
+            ResizeMode::Nearest,
+            CoordTransform::AlignCorners,
+            NearestMode::RoundPreferCeil
+        )
+    );
+}
+
+#[test]
+fn operator_codes_old_and_new_style() {
+    // An old file: only deprecated_builtin_code (RELU = 19).
+    let mut relu = OpSpec::new(RELU, &[0], &[1]);
+    relu.code = None;
+    // A new op past 127: builtin_code 150 (GELU), deprecated field clamped to 127.
+    let gelu = OpSpec::new(GELU, &[1], &[2]).options(GELU_OPTIONS, &[(0, Field::Bool(true))]);
+    assert_eq!(gelu.deprecated_code, 127);
+    let tensors = vec![
+        TensorSpec::f32("x", &[2, 3]),
+        TensorSpec::f32("r", &[2, 3]),
+        TensorSpec::f32("y", &[2, 3]),
+    ];
+    let g = import(&ModelSpec::new(tensors, vec![relu, gelu], &[0], &[2]));
+    assert_eq!(kinds(&g), ["Relu", "Gelu"]);
+    assert_eq!(
+        g.node(only(&g, "Gelu")).op,
+        Op::Unary(UnaryOp::Gelu { tanh_approx: true })
+    );
+    assert_eq!(&*g.node(only(&g, "Gelu")).spans[0].op_type, "GELU");
+}
+
+#[test]
+fn committed_cnn_imports_as_nhwc_with_layout_transposes() {
+    let g = load_tflite(Path::new(&model_path("tflite_cnn"))).unwrap();
+    let input = g.value_type(ValueRef::new(g.inputs()[0], 0));
+    assert_eq!(
+        (input.dtype, input.shape.clone()),
+        (DType::F32, vec![1, 32, 32, 3])
+    );
+    assert_eq!(g.value_type(g.outputs()[0]).shape, [1, 10]);
+    // 4 convolutions (one depthwise) and 3 pools, each wrapped NHWC → NCHW → NHWC.
+    let count = |k: &str| kinds(&g).iter().filter(|&&x| x == k).count();
+    assert_eq!(count("Conv"), 4);
+    assert_eq!(count("MaxPool") + count("AveragePool"), 3);
+    assert_eq!(count("Transpose"), 14);
+    for n in op_nodes(&g) {
+        if matches!(g.node(n).op, Op::Conv(_) | Op::Pool(_)) {
+            let src = g.node_inputs(n)[0].node;
+            assert_eq!(
+                g.node(src).op,
+                Op::Transpose(Transpose {
+                    perm: vec![0, 3, 1, 2]
+                })
+            );
+            assert_eq!(g.node(src).spans, g.node(n).spans);
+        }
+    }
+    // Every one of the file's 25 operators has nodes, and spans name them in order.
+    let mut indices: Vec<usize> = op_nodes(&g)
+        .iter()
+        .map(|&n| g.node(n).spans[0].index)
+        .collect();
+    indices.dedup();
+    assert_eq!(indices, (0..25).collect::<Vec<_>>());
+    // The first conv has BN folded and a fused RELU6, a Clip node with the conv's span.
+    let clip = op_nodes(&g)
+        .into_iter()
+        .find(|&n| g.node(n).op.kind_name() == "Clip")
+        .unwrap();
+    assert_eq!(&*g.node(clip).spans[0].op_type, "CONV_2D");
+    assert_eq!(g.node(clip).spans[0].index, 0);
+}
+
+#[test]
+fn committed_f16_cnn_dequantizes_weights_to_f32() {
+    let g = load_tflite(Path::new(&model_path("tflite_cnn_f16"))).unwrap();
+    // Float16 weights are converted at import: every conv reads f32 OIHW constants.
+    for n in op_nodes(&g) {
+        if let Op::Conv(_) = g.node(n).op {
+            let w = g.constant(g.node_inputs(n)[1]).expect("constant weights");
+            assert_eq!(w.dtype(), DType::F32);
+        }
+    }
+    let f32_model = load_tflite(Path::new(&model_path("tflite_cnn"))).unwrap();
+    assert_eq!(kinds(&g), kinds(&f32_model));
+}
+
+#[test]
+fn committed_transformer_imports() {
+    let g = load_tflite(Path::new(&model_path("tflite_transformer"))).unwrap();
+    assert_eq!(
+        g.value_type(ValueRef::new(g.inputs()[0], 0)).shape,
+        [1, 16, 32]
+    );
+    assert_eq!(g.value_type(g.outputs()[0]).shape, [1, 10]);
+    let count = |k: &str| kinds(&g).iter().filter(|&&x| x == k).count();
+    // Q·Kᵀ and attention·V per head, plus the two in the head of the model.
+    assert_eq!(count("MatMul"), 4);
+    assert_eq!(count("Softmax"), 2);
+    assert_eq!(count("Gelu"), 1);
+    // 4 TRANSPOSE operators in the attention, and the adj_y and adj_x operands of
+    // the two BATCH_MATMULs at the end.
+    assert_eq!(count("Transpose"), 6);
+}
+
+// ---- errors ----
+
+#[test]
+fn truncated_file_is_an_error() {
+    let bytes = std::fs::read(model_path("tflite_cnn")).unwrap();
+    let e = import_err(&bytes[..bytes.len() / 2]);
+    assert!(matches!(e, TfliteError::Corrupt { .. }), "{e}");
+    assert!(e.to_string().contains("truncated or corrupt"), "{e}");
+    let e = import_err(&bytes[..5]);
+    assert!(matches!(e, TfliteError::TooShort { len: 5, .. }), "{e}");
+}
+
+#[test]
+fn no_prefix_or_corruption_of_a_real_model_panics() {
+    let bytes = std::fs::read(model_path("tflite_transformer")).unwrap();
+    for len in (0..bytes.len()).step_by(61) {
+        assert!(
+            import_tflite(&bytes[..len], "cut.tflite").is_err(),
+            "prefix of {len} bytes imported"
+        );
+    }
+    // Overwrite bytes all over the file: each import must return, Ok or Err.
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    for _ in 0..400 {
+        let mut b = bytes.clone();
+        for _ in 0..4 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let at = (rng % b.len() as u64) as usize;
+            b[at] = (rng >> 32) as u8;
+        }
+        let _ = import_tflite(&b, "flipped.tflite");
+    }
+}
+
+#[test]
+fn wrong_file_identifier_is_an_error() {
+    let mut spec = conv_model([7, 7], 2, 3, [3, 3], [2, 2], SAME, [4, 4]);
+    spec.identifier = "ONNX";
+    let e = import_err(&spec.build());
+    assert!(
+        matches!(&e, TfliteError::BadIdentifier { found, .. } if found == "ONNX"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("expected \"TFL3\""), "{e}");
+}
+
+#[test]
+fn buffer_index_out_of_range_is_an_error() {
+    let mut spec = conv_model([7, 7], 2, 3, [3, 3], [2, 2], SAME, [4, 4]);
+    spec.tensors[1].buffer = Some(99);
+    let e = import_err(&spec.build());
+    assert!(matches!(e, TfliteError::Invalid { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("tensor #1 'w'") && msg.contains("buffer 99") && msg.contains("3 buffers"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn unsupported_operator_is_an_error_naming_it() {
+    let tensors = vec![
+        TensorSpec::f32("x", &[1, 4]),
+        TensorSpec::f32("lstm_out", &[1, 4]),
+    ];
+    let spec = ModelSpec::new(tensors, vec![OpSpec::new(LSTM, &[0], &[1])], &[0], &[1]);
+    let e = import_err(&spec.build());
+    assert!(matches!(e, TfliteError::Unsupported { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("LSTM") && msg.contains("builtin code 16") && msg.contains("'lstm_out'"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn quantized_model_is_refused_naming_the_first_quantized_tensor() {
+    let mut spec = conv_model([7, 7], 2, 3, [3, 3], [2, 2], SAME, [4, 4]);
+    for t in [1, 3] {
+        spec.tensors[t].ttype = INT8;
+        spec.tensors[t].scale = Some(vec![0.05]);
+    }
+    spec.tensors[1].data = Some(vec![1u8; 54]);
+    let e = import_err(&spec.build());
+    assert!(
+        matches!(&e, TfliteError::Quantized { index: 1, tensor, .. } if tensor == "w"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("INT8"), "{e}");
+}
+
+#[test]
+fn bad_indices_and_sizes_are_errors() {
+    let base = conv_model([7, 7], 2, 3, [3, 3], [2, 2], SAME, [4, 4]);
+    let mut spec = base.clone();
+    spec.ops[0].inputs[0] = 7;
+    assert!(import_err(&spec.build())
+        .to_string()
+        .contains("refers to tensor 7, but subgraph 0 has 4 tensors"));
+    let mut spec = base.clone();
+    spec.ops[0].opcode_index = Some(5);
+    assert!(import_err(&spec.build())
+        .to_string()
+        .contains("opcode index 5"));
+    let mut spec = base.clone();
+    spec.tensors[1].data = Some(vec![0; 10]);
+    assert!(import_err(&spec.build())
+        .to_string()
+        .contains("needs 216 bytes, but buffer 1 holds 10"));
+    let mut spec = base.clone();
+    spec.tensors[3].shape = vec![1, 5, 5, 3];
+    let e = import_err(&spec.build());
+    assert!(matches!(e, TfliteError::Layer { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .contains("declares output tensor 'y' as f32[1, 5, 5, 3]"),
+        "{e}"
+    );
+    let mut spec = base;
+    spec.version = 2;
+    assert!(import_err(&spec.build())
+        .to_string()
+        .contains("schema version 2"));
+}
+
+#[test]
+fn reshape_infers_one_extent_and_rejects_impossible_shapes() {
+    const RESHAPE: i32 = 22;
+    let model = |shape: &[i32], out: &[i32]| {
+        let tensors = vec![
+            TensorSpec::f32("x", &[2, 3, 4]),
+            TensorSpec::i32_const("shape", &[shape.len() as i32], shape),
+            TensorSpec::f32("y", out),
+        ];
+        ModelSpec::new(
+            tensors,
+            vec![OpSpec::new(RESHAPE, &[0, 1], &[2])],
+            &[0],
+            &[2],
+        )
+    };
+    // 24 elements: [-1, 8] → [3, 8].
+    let g = import(&model(&[-1, 8], &[3, 8]));
+    assert_eq!(
+        g.node(only(&g, "Reshape")).op,
+        Op::Reshape(Reshape { shape: vec![3, 8] })
+    );
+    // Two -1s, a -1 that does not divide, an extent product that overflows.
+    for shape in [&[-1, -1][..], &[-1, 5], &[i32::MAX, i32::MAX, i32::MAX, -1]] {
+        let e = import_err(&model(shape, &[24]).build());
+        assert!(e.to_string().contains("cannot reshape f32[2, 3, 4]"), "{e}");
+    }
+    // A declared tensor shape whose element count overflows is refused, not allocated.
+    let mut spec = model(&[-1], &[24]);
+    spec.tensors[2].shape = vec![i32::MAX; 4];
+    let e = import_err(&spec.build());
+    assert!(e.to_string().contains("fits in memory"), "{e}");
+}

@@ -1,0 +1,53 @@
+//! The committed subset of the real-model suite (models/zoo, from
+//! scripts/gen_zoo.py and scripts/gen_bert.py; 24 MB): each model imports, runs
+//! every step natively (no reference fallback) and reproduces the outputs its
+//! own runtime recorded (onnxruntime for ONNX, the TFLite interpreter for
+//! TFLite) within 1e-4 of the largest magnitude.
+
+use crate::support::bundled::load_test_data;
+use crate::support::compare::max_abs_err;
+use layoutopt::api::{load_model, Costs, PlanLayouts, PlannerKind, TargetFamily};
+use layoutopt::runtime::{CompiledModel, RuntimeOptions};
+use std::path::Path;
+
+const SUBSET: [(&str, &str); 3] = [
+    ("BertEncoder_onnx", "model.onnx"),
+    ("MobileNetV3Small_onnx", "model.onnx"),
+    ("MobileNetV3Small_tflite", "model.tflite"),
+];
+
+#[test]
+fn committed_real_models_run_natively_and_match_their_runtimes() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/zoo");
+    for (dir, file) in SUBSET {
+        let dir = root.join(dir);
+        let g = load_model(&dir.join(file)).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        let planned = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
+            .with_costs(Costs::BuiltIn)
+            .plan(&g)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        let m = CompiledModel::compile(
+            &planned.graph,
+            &RuntimeOptions {
+                threads: 2,
+                ..Default::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        assert_eq!(m.fallback_steps(), vec![], "{}", dir.display());
+        let (inputs, expected) = load_test_data(&dir);
+        let outputs = m
+            .run(&inputs)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        assert_eq!(outputs.len(), expected.len(), "{}", dir.display());
+        for (out, exp) in outputs.iter().zip(&expected) {
+            assert_eq!(out.shape, exp.shape, "{}", dir.display());
+            let (err, mag) = max_abs_err(exp, out);
+            assert!(
+                err <= 1e-4 * mag,
+                "{}: error {err} > 1e-4 * {mag}",
+                dir.display()
+            );
+        }
+    }
+}

@@ -1,0 +1,47 @@
+//! Comparing computed tensors with expected ones, to a tolerance that
+//! depends on the element type.
+
+use layoutopt::graph::Tensor;
+
+/// The relative tolerance for outputs of `expected`'s type: `f32_tol`, and at
+/// least 2e-3 for float16 (one f16 rounding is up to 4.9e-4 relative, and the
+/// reference executor rounds after every op).
+pub fn tolerance(expected: &Tensor, f32_tol: f64) -> f64 {
+    match expected.dtype() {
+        layoutopt::graph::DType::F16 => f32_tol.max(2e-3),
+        _ => f32_tol,
+    }
+}
+
+/// Asserts that `actual` is `expected` to within [`tolerance`]`(expected,
+/// f32_tol)` of the largest expected magnitude; `what` names the case when it
+/// is not. Returns the max abs difference and that magnitude.
+pub fn assert_close(expected: &Tensor, actual: &Tensor, f32_tol: f64, what: &str) -> (f64, f64) {
+    let (err, mag) = max_abs_err(expected, actual);
+    let tol = tolerance(expected, f32_tol);
+    assert!(err <= tol * mag, "{what}: error {err} > {tol} * {mag}");
+    (err, mag)
+}
+
+/// Max abs difference, and the max magnitude of the expected values.
+pub fn max_abs_err(expected: &Tensor, actual: &Tensor) -> (f64, f64) {
+    let (e, a) = (expected.data.to_f64(), actual.data.to_f64());
+    assert_eq!(e.len(), a.len(), "element counts differ");
+    let err = e
+        .iter()
+        .zip(&a)
+        .map(|(x, y)| {
+            if x == y || (x.is_nan() && y.is_nan()) {
+                0.0
+            } else {
+                (x - y).abs()
+            }
+        })
+        .fold(0.0, f64::max);
+    let mag = e
+        .iter()
+        .map(|x| x.abs())
+        .filter(|x| x.is_finite())
+        .fold(0.0, f64::max);
+    (err, mag)
+}

@@ -1,0 +1,102 @@
+//! ONNX models built in Rust: value infos, nodes, attributes, whole models
+//! and their encoded bytes.
+
+use layoutopt::frontend::onnx::tensor_to_proto;
+use layoutopt::graph::Tensor;
+use onnx_protobuf::{
+    tensor_shape_proto, type_proto, AttributeProto, GraphProto, ModelProto, NodeProto,
+    OperatorSetIdProto, TensorShapeProto, TypeProto, ValueInfoProto,
+};
+use protobuf::Message;
+
+pub fn value_info(name: &str, elem_type: i32, dims: &[i64]) -> ValueInfoProto {
+    let mut shape = TensorShapeProto::new();
+    for &d in dims {
+        let mut dim = tensor_shape_proto::Dimension::new();
+        dim.value = Some(tensor_shape_proto::dimension::Value::DimValue(d));
+        shape.dim.push(dim);
+    }
+    let mut tt = type_proto::Tensor::new();
+    tt.elem_type = elem_type;
+    tt.shape = Some(shape).into();
+    let mut tp = TypeProto::new();
+    tp.value = Some(type_proto::Value::TensorType(tt));
+    let mut vi = ValueInfoProto::new();
+    vi.name = name.to_string();
+    vi.type_ = Some(tp).into();
+    vi
+}
+
+pub fn node(op: &str, name: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
+    let mut n = NodeProto::new();
+    n.op_type = op.to_string();
+    n.name = name.to_string();
+    n.input = inputs.iter().map(|s| s.to_string()).collect();
+    n.output = outputs.iter().map(|s| s.to_string()).collect();
+    n
+}
+
+pub fn int_attr(name: &str, v: i64) -> AttributeProto {
+    let mut a = AttributeProto::new();
+    a.name = name.to_string();
+    a.type_ = onnx_protobuf::attribute_proto::AttributeType::INT.into();
+    a.i = v;
+    a
+}
+
+pub fn float_attr(name: &str, v: f32) -> AttributeProto {
+    let mut a = AttributeProto::new();
+    a.name = name.to_string();
+    a.type_ = onnx_protobuf::attribute_proto::AttributeType::FLOAT.into();
+    a.f = v;
+    a
+}
+
+pub fn ints_attr(name: &str, v: &[i64]) -> AttributeProto {
+    let mut a = AttributeProto::new();
+    a.name = name.to_string();
+    a.type_ = onnx_protobuf::attribute_proto::AttributeType::INTS.into();
+    a.ints = v.to_vec();
+    a
+}
+
+pub fn model(
+    nodes: Vec<NodeProto>,
+    inputs: Vec<ValueInfoProto>,
+    outputs: Vec<ValueInfoProto>,
+    initializers: Vec<(&str, Tensor)>,
+    opset: i64,
+) -> ModelProto {
+    let mut g = GraphProto::new();
+    g.name = "test".into();
+    g.node = nodes;
+    g.input = inputs;
+    g.output = outputs;
+    g.initializer = initializers
+        .into_iter()
+        .map(|(n, t)| tensor_to_proto(n, &t))
+        .collect();
+    let mut m = ModelProto::new();
+    m.ir_version = 8;
+    let mut op = OperatorSetIdProto::new();
+    op.version = opset;
+    m.opset_import.push(op);
+    m.graph = Some(g).into();
+    m
+}
+
+pub fn model_bytes(m: &ModelProto) -> Vec<u8> {
+    m.write_to_bytes().expect("a built model encodes")
+}
+
+/// `vi` with dimension `axis` made symbolic, named `param`.
+pub fn symbolic(mut vi: ValueInfoProto, axis: usize, param: &str) -> ValueInfoProto {
+    if let Some(type_proto::Value::TensorType(tt)) =
+        vi.type_.as_mut().and_then(|t| t.value.as_mut())
+    {
+        tt.shape.as_mut().unwrap().dim[axis].value = Some(
+            tensor_shape_proto::dimension::Value::DimParam(param.to_string()),
+        );
+    }
+    vi
+}

@@ -1,0 +1,105 @@
+//! Child processes and scratch folders: a child's wall time and peak memory,
+//! this process's own peak, and a fresh folder per test.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+/// A scratch folder under the target dir, fresh for each test name.
+pub fn scratch_dir(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// A command that runs test `name` (its path in this binary, `module::test`)
+/// alone in a child copy of this test binary, its output not captured.
+pub fn test_in_child(name: &str) -> Command {
+    let mut command = Command::new(std::env::current_exe().expect("the test binary's path"));
+    command.args([name, "--exact", "--nocapture", "--test-threads=1"]);
+    command
+}
+
+/// Runs test `name` as [`test_in_child`] does with `env` set, and asserts
+/// that it ran and passed.
+pub fn run_test_in_child(name: &str, env: &[(&str, &str)]) {
+    let out = test_in_child(name)
+        .envs(env.iter().copied())
+        .output()
+        .expect("the child starts");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success() && stdout.contains(&format!("test {name} ... ok")),
+        "{name} in a child with {env:?}:\n{stdout}\n{stderr}"
+    );
+}
+
+/// This process's peak RSS in kB (`VmHWM`), 0 where /proc does not tell.
+pub fn own_peak_kb() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// What a child reports: its wall time, its peak RSS, its stdout and stderr.
+pub struct Child {
+    pub ok: bool,
+    pub seconds: f64,
+    pub peak_kb: u64,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `command` to its end and measures it (`wait4` gives the child's own
+/// peak RSS, whatever else this process runs).
+// The child is reaped by `wait4`, which std's `Child::wait` cannot report on.
+#[allow(clippy::zombie_processes)]
+pub fn measure(mut command: Command) -> Child {
+    // One child at a time: a child spawned while another runs was seen to
+    // report the other's peak.
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let start = Instant::now();
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the child starts");
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    let mut err_pipe = child.stderr.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err_pipe.read_to_string(&mut s);
+        s
+    });
+    let _ = child
+        .stdout
+        .take()
+        .expect("piped")
+        .read_to_string(&mut stdout);
+    stderr.push_str(&reader.join().expect("the reader ends"));
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value to be written over.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `pid` is our child, not yet waited for (std's `Child` is never
+    // waited on here); `status` and `usage` are valid for writes.
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(r, pid, "wait4 on the child");
+
+    Child {
+        ok: libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        seconds: start.elapsed().as_secs_f64(),
+        peak_kb: usage.ru_maxrss as u64,
+        stdout,
+        stderr,
+    }
+}
