@@ -397,8 +397,8 @@ impl Layout {
 
     /// The layout of `reshape(x, to)`, for `x` of shape `from` stored in this
     /// layout, that keeps `x`'s bytes where they are, when the reshape only
-    /// drops or inserts axes of extent 1 (Squeeze, Unsqueeze, [1,C,1,1] to
-    /// [1,1,1,C]): the other axes keep their physical order, blocks and padding,
+    /// drops or inserts axes of extent 1 (Squeeze, Unsqueeze, `[1,C,1,1]` to
+    /// `[1,1,1,C]`): the other axes keep their physical order, blocks and padding,
     /// and each new unit axis sits before the first outer digit of a later axis
     /// (a row-major input gives a row-major output). `None` for any other
     /// reshape, or when a dropped unit axis is blocked (its padding would go).

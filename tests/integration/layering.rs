@@ -361,3 +361,59 @@ fn the_command_line_and_python_use_the_library_only_through_api() {
     }
     assert!(violations.is_empty(), "{}", violations.join("\n"));
 }
+
+/// How many `Result<T, String>` types `code` names: each `Result<` read to
+/// its closing `>`, its last top-level argument compared, whitespace ignored.
+fn string_error_results(code: &str) -> usize {
+    let squeezed: String = code.chars().filter(|c| !c.is_whitespace()).collect();
+    let bytes = squeezed.as_bytes();
+    let mut count = 0;
+    for (start, _) in squeezed.match_indices("Result<") {
+        let (mut depth, mut last_comma) = (0usize, None);
+        for (i, &b) in bytes.iter().enumerate().skip(start + "Result".len()) {
+            match b {
+                b'<' => depth += 1,
+                b',' if depth == 1 => last_comma = Some(i),
+                b'>' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        count += usize::from(
+                            last_comma.is_some_and(|c| &squeezed[c + 1..i] == "String"),
+                        );
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    count
+}
+
+#[test]
+fn the_string_error_finder_reads_nested_types() {
+    let code = "fn a() -> Result<Vec<Vec<usize>>, String> {}\n\
+                fn b() -> Result<HashMap<usize, String>, Error> {}\n\
+                fn c() -> std::result::Result<(), String> {}";
+    assert_eq!(string_error_results(code), 2);
+}
+
+/// Errors are typed: no function in `src/` returns `Result<_, String>` (test
+/// modules aside).
+#[test]
+fn no_function_in_src_returns_a_string_error() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = vec![];
+    rust_files(&src, &mut files);
+    let found: Vec<String> = files
+        .iter()
+        .filter(|p| !p.ends_with("tests.rs"))
+        .filter(|p| {
+            let text = std::fs::read_to_string(p).unwrap();
+            string_error_results(text.split("#[cfg(test)]").next().unwrap_or("")) > 0
+        })
+        .map(|p| p.strip_prefix(&src).unwrap().display().to_string())
+        .collect();
+    assert!(files.len() > 100, "only {} source files found", files.len());
+    assert!(found.is_empty(), "Result<_, String> in {found:?}");
+}
