@@ -65,6 +65,12 @@ pub enum ArgError {
         /// The environment variable it came from, if not the command line.
         from_env: Option<&'static str>,
     },
+    /// Not a graph input's name and whole shape.
+    #[error("'{given}' is not NAME=D1,D2,... (e.g. input=1,3,224,224)")]
+    InputShape {
+        /// The value given.
+        given: String,
+    },
     /// `NAME=` without a file.
     #[error("'{given}' names input '{name}' but no file")]
     InputWithoutFile {
@@ -186,8 +192,10 @@ impl Planning {
 }
 
 /// Parses `NAME=D1,D2,...` (a graph input and its whole shape).
-pub fn parse_input_shape(s: &str) -> Result<(String, Vec<usize>), String> {
-    let bad = || format!("'{s}' is not NAME=D1,D2,... (e.g. input=1,3,224,224)");
+pub fn parse_input_shape(s: &str) -> Result<(String, Vec<usize>), ArgError> {
+    let bad = || ArgError::InputShape {
+        given: s.to_string(),
+    };
     let (name, dims) = s.split_once('=').ok_or_else(bad)?;
     if name.is_empty() {
         return Err(bad());
