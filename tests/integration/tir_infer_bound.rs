@@ -11,15 +11,21 @@ use layoutopt::tir::schedule::Schedule;
 /// C = compute((5, 16), 5); D = compute((5, 16), C[i, j] * 2).
 fn c_d() -> (ComputeGraph, Tensor, Tensor) {
     let mut g = ComputeGraph::new();
+    let (c, d) = add_c_d(&mut g, ["i", "j"]);
+    (g, c, d)
+}
+
+/// Adds C = 5 and D = C * 2 (D's axes named `d_axes`), both 5 x 16, to `g`.
+fn add_c_d(g: &mut ComputeGraph, d_axes: [&str; 2]) -> (Tensor, Tensor) {
     let c = g
         .compute_named("C", &[("i", 5), ("j", 16)], |_| Expr::Int(5))
         .unwrap();
     let d = g
-        .compute_named("D", &[("i", 5), ("j", 16)], |x| {
+        .compute_named("D", &[(d_axes[0], 5), (d_axes[1], 16)], |x| {
             c.at(&[x[0].clone(), x[1].clone()]) * Expr::Int(2)
         })
         .unwrap();
-    (g, c, d)
+    (c, d)
 }
 
 fn names(v: &[IterVar]) -> Vec<String> {
@@ -43,8 +49,7 @@ fn ex1_no_compute_at_needs_all_of_c() {
 #[test]
 fn ex2_compute_at_j_needs_one_element() {
     let (g, c, d) = c_d();
-    let mut s = Schedule::new(&g, &[d]).unwrap();
-    let dax = s.axis(&d).unwrap();
+    let (mut s, dax) = tir::schedule(&g, &d);
     s.compute_at(&c, &d, &dax[1]).unwrap();
     let ops = schedule_ops(&s).unwrap();
     let ax = s.axis(&c).unwrap();
@@ -71,8 +76,7 @@ for (i, 0, 5) {
 #[test]
 fn ex3_compute_at_i_needs_a_row() {
     let (g, c, d) = c_d();
-    let mut s = Schedule::new(&g, &[d]).unwrap();
-    let dax = s.axis(&d).unwrap();
+    let (mut s, dax) = tir::schedule(&g, &d);
     s.compute_at(&c, &d, &dax[0]).unwrap();
     let ops = schedule_ops(&s).unwrap();
     let ax = s.axis(&c).unwrap();
@@ -112,8 +116,7 @@ fn ex4_attach_path_includes_unused_outer_loop() {
             c.at(&[x[1].clone(), x[2].clone()]) * Expr::Int(2)
         })
         .unwrap();
-    let mut s = Schedule::new(&g, &[d]).unwrap();
-    let dax = s.axis(&d).unwrap();
+    let (mut s, dax) = tir::schedule(&g, &d);
     s.compute_at(&c, &d, &dax[2]).unwrap();
     let ops = schedule_ops(&s).unwrap();
     assert_eq!(names(&ops.bounds.attach_path[&c.id]), ["dk", "dj", "di"]);
@@ -141,8 +144,7 @@ for (di, 0, 4) {
 #[test]
 fn ex5_compute_at_after_split() {
     let (g, c, d) = c_d();
-    let mut s = Schedule::new(&g, &[d]).unwrap();
-    let dax = s.axis(&d).unwrap();
+    let (mut s, dax) = tir::schedule(&g, &d);
     let (_jo, ji) = s.split(&d, &dax[1], 8).unwrap();
     s.compute_at(&c, &d, &ji).unwrap();
     let ops = schedule_ops(&s).unwrap();
@@ -183,14 +185,7 @@ for (i, 0, 5) {
 /// C = 5; D = C * 2; E = D * 4 (the document's chain).
 fn c_d_e() -> (ComputeGraph, Tensor, Tensor, Tensor) {
     let mut g = ComputeGraph::new();
-    let c = g
-        .compute_named("C", &[("i", 5), ("j", 16)], |_| Expr::Int(5))
-        .unwrap();
-    let d = g
-        .compute_named("D", &[("di", 5), ("dj", 16)], |x| {
-            c.at(&[x[0].clone(), x[1].clone()]) * Expr::Int(2)
-        })
-        .unwrap();
+    let (c, d) = add_c_d(&mut g, ["di", "dj"]);
     let e = g
         .compute_named("E", &[("ei", 5), ("ej", 16)], |x| {
             d.at(&[x[0].clone(), x[1].clone()]) * Expr::Int(4)
@@ -232,8 +227,7 @@ fn chain_c_at_d_at_e_attach_paths() {
 #[test]
 fn relax_set_when_consumer_is_attached_but_producer_is_not() {
     let (g, c, d, e) = c_d_e();
-    let mut s = Schedule::new(&g, &[e]).unwrap();
-    let eax = s.axis(&e).unwrap();
+    let (mut s, eax) = tir::schedule(&g, &e);
     s.compute_at(&d, &e, &eax[1]).unwrap();
     let ops = schedule_ops(&s).unwrap();
     // D's attach path {ej, ei} is relaxed when bounding C: all of C is needed.

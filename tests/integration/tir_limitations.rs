@@ -18,8 +18,7 @@ fn c_fuse_then_split_realizes_eight_elements_of_b_not_4096() {
         .compute("B", &[64, 64], |x| x[0].clone() + x[1].clone())
         .unwrap();
     let c = g.compute("C", &[64, 64], |x| b.at(x)).unwrap();
-    let mut s = Schedule::new(&g, &[c]).unwrap();
-    let ax = s.axis(&c).unwrap();
+    let (mut s, ax) = tir::schedule(&g, &c);
     let f = s.fuse(&c, &ax[0], &ax[1]).unwrap();
     let (o, _i) = s.split_nparts(&c, &f, 512).unwrap();
     s.compute_at(&b, &c, &o).unwrap();
@@ -51,8 +50,7 @@ fn c_fuse_then_split_by_whole_rows_is_exact_too() {
     let c = g
         .compute("C", &[64, 64], |x| b.at(x) + Expr::Int(1))
         .unwrap();
-    let mut s = Schedule::new(&g, &[c]).unwrap();
-    let ax = s.axis(&c).unwrap();
+    let (mut s, ax) = tir::schedule(&g, &c);
     let f = s.fuse(&c, &ax[0], &ax[1]).unwrap();
     let (o, _i) = s.split(&c, &f, 128).unwrap();
     s.compute_at(&b, &c, &o).unwrap();
@@ -63,12 +61,10 @@ fn c_fuse_then_split_by_whole_rows_is_exact_too() {
 
 #[test]
 fn a_split_tail_runs_four_iterations_not_sixteen() {
-    let mut g = ComputeGraph::new();
-    let a = g.placeholder("A", &[20]).unwrap();
+    let (mut g, a) = tir::graph_with_input(&[20]);
     let p = g.compute("P", &[20], |x| a.at(x) * Expr::Int(3)).unwrap();
     let d = g.compute("D", &[20], |x| p.at(x) + Expr::Int(1)).unwrap();
-    let mut s = Schedule::new(&g, &[d]).unwrap();
-    let ax = s.axis(&d).unwrap();
+    let (mut s, ax) = tir::schedule(&g, &d);
     let (o, _i) = s.split(&d, &ax[0], 16).unwrap();
     s.compute_at(&p, &d, &o).unwrap();
     let stats = tir::check(&s, &g, &[d]);
@@ -92,11 +88,9 @@ fn a_split_tail_runs_four_iterations_not_sixteen() {
 
 #[test]
 fn a_without_partitioning_the_tail_extent_is_a_min() {
-    let mut g = ComputeGraph::new();
-    let a = g.placeholder("A", &[20]).unwrap();
+    let (mut g, a) = tir::graph_with_input(&[20]);
     let d = g.compute("D", &[20], |x| a.at(x) * Expr::Int(2)).unwrap();
-    let mut s = Schedule::new(&g, &[d]).unwrap();
-    let ax = s.axis(&d).unwrap();
+    let (mut s, ax) = tir::schedule(&g, &d);
     s.split(&d, &ax[0], 16).unwrap();
     let ops = schedule_ops(&s).unwrap();
     let text = ops.to_text();
@@ -119,8 +113,7 @@ fn a_without_partitioning_the_tail_extent_is_a_min() {
 #[test]
 fn b_gather_bound_overcompute_is_reported() {
     // T is 4x4; consumer P needs T[0:2, 0:2], consumer Q needs T[2:4, 2:4].
-    let mut g = ComputeGraph::new();
-    let a = g.placeholder("A", &[4, 4]).unwrap();
+    let (mut g, a) = tir::graph_with_input(&[4, 4]);
     let t = g.compute("T", &[4, 4], |x| a.at(x) * Expr::Int(2)).unwrap();
     let p = g.compute("P", &[2, 2], |x| t.at(x)).unwrap();
     let q = g
@@ -152,8 +145,7 @@ fn c_unaligned_split_after_fuse_falls_back_to_whole_rows() {
     let c = g
         .compute("C", &[64, 64], |x| b.at(x) * Expr::Int(2))
         .unwrap();
-    let mut s = Schedule::new(&g, &[c]).unwrap();
-    let ax = s.axis(&c).unwrap();
+    let (mut s, ax) = tir::schedule(&g, &c);
     let f = s.fuse(&c, &ax[0], &ax[1]).unwrap();
     let (o, _) = s.split(&c, &f, 48).unwrap();
     s.compute_at(&b, &c, &o).unwrap();
