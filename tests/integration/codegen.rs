@@ -155,10 +155,7 @@ fn parallel_reduction_axis_runs_serially() {
 fn kernel_call_in_a_tensorized_schedule() {
     // 8x20 blocks of a 16x20 product: the AVX2 path (when present) does 16 columns, the
     // scalar path the last 4.
-    let (g, c) = tir::matmul(16, 20, 7);
-    let (mut s, ax) = tir::schedule(&g, &c);
-    let (_, ii) = s.split(&c, &ax[0], 8).unwrap();
-    s.tensorize(&c, &ii, "gemm_update").unwrap();
+    let (g, _, s) = tir::tensorized_matmul(16, 20, 7, 8);
     let interp = tir::gemm_interpreter();
     let st = check_jit(&s, &g, &interp, &KernelTable::standard());
     assert_eq!(st.kernel_calls, 1);
@@ -168,10 +165,7 @@ fn kernel_call_in_a_tensorized_schedule() {
 #[test]
 fn kernel_call_on_a_ragged_block_and_unknown_kernel() {
     // 6 rows split by 4: the second call gets a 2-row region.
-    let (g, c) = tir::matmul(6, 8, 4);
-    let (mut s, ax) = tir::schedule(&g, &c);
-    let (_, ii) = s.split(&c, &ax[0], 4).unwrap();
-    s.tensorize(&c, &ii, "gemm_update").unwrap();
+    let (g, _, s) = tir::tensorized_matmul(6, 8, 4, 4);
     let interp = tir::gemm_interpreter();
     check_jit(&s, &g, &interp, &KernelTable::standard());
     let f = lower(&s, &LowerOptions::default()).unwrap();

@@ -5,7 +5,7 @@
 use crate::support::tir;
 use layoutopt::tir::compute::{ComputeGraph, IterVar, Tensor};
 use layoutopt::tir::expr::Expr;
-use layoutopt::tir::lower::{lower, schedule_ops, LowerOptions};
+use layoutopt::tir::lower::{lower, schedule_ops, LowerOptions, ScheduledOps};
 use layoutopt::tir::schedule::Schedule;
 
 /// C = compute((5, 16), 5); D = compute((5, 16), C[i, j] * 2).
@@ -28,6 +28,14 @@ fn add_c_d(g: &mut ComputeGraph, d_axes: [&str; 2]) -> (Tensor, Tensor) {
     (c, d)
 }
 
+/// The ranges InferBound gave the axes of `t`, as text.
+fn ranges(ops: &ScheduledOps, s: &Schedule, t: &Tensor) -> Vec<String> {
+    let axes = s.axis(t).unwrap();
+    axes.iter()
+        .map(|iv| ops.bounds.range(iv).unwrap().to_string())
+        .collect()
+}
+
 fn names(v: &[IterVar]) -> Vec<String> {
     v.iter().map(|iv| iv.name().to_string()).collect()
 }
@@ -37,9 +45,7 @@ fn ex1_no_compute_at_needs_all_of_c() {
     let (g, c, d) = c_d();
     let s = Schedule::new(&g, &[d]).unwrap();
     let ops = schedule_ops(&s).unwrap();
-    let ax = s.axis(&c).unwrap();
-    assert_eq!(ops.bounds.range(&ax[0]).unwrap().to_string(), "[0, 5]");
-    assert_eq!(ops.bounds.range(&ax[1]).unwrap().to_string(), "[0, 16]");
+    assert_eq!(ranges(&ops, &s, &c), ["[0, 5]", "[0, 16]"]);
     let text = ops.to_text();
     assert!(text.starts_with("realize C([0, 5], [0, 16]) {\n  for (i, 0, 5) {\n    for (j, 0, 16) {\n      C(i, j) = 5\n"), "{text}");
     assert!(text.contains("D(i, j) = (C(i, j) * 2)"), "{text}");
@@ -52,9 +58,7 @@ fn ex2_compute_at_j_needs_one_element() {
     let (mut s, dax) = tir::schedule(&g, &d);
     s.compute_at(&c, &d, &dax[1]).unwrap();
     let ops = schedule_ops(&s).unwrap();
-    let ax = s.axis(&c).unwrap();
-    assert_eq!(ops.bounds.range(&ax[0]).unwrap().to_string(), "[i, 1]");
-    assert_eq!(ops.bounds.range(&ax[1]).unwrap().to_string(), "[j, 1]");
+    assert_eq!(ranges(&ops, &s, &c), ["[i, 1]", "[j, 1]"]);
     assert_eq!(names(&ops.bounds.attach_path[&c.id]), ["j", "i"]);
     // The document: one element of C computed right before its use.
     let f = lower(&s, &LowerOptions::default()).unwrap();
@@ -79,9 +83,7 @@ fn ex3_compute_at_i_needs_a_row() {
     let (mut s, dax) = tir::schedule(&g, &d);
     s.compute_at(&c, &d, &dax[0]).unwrap();
     let ops = schedule_ops(&s).unwrap();
-    let ax = s.axis(&c).unwrap();
-    assert_eq!(ops.bounds.range(&ax[0]).unwrap().to_string(), "[i, 1]");
-    assert_eq!(ops.bounds.range(&ax[1]).unwrap().to_string(), "[0, 16]");
+    assert_eq!(ranges(&ops, &s, &c), ["[i, 1]", "[0, 16]"]);
     assert_eq!(names(&ops.bounds.attach_path[&c.id]), ["i"]);
     let text = ops.to_text();
     // The document: for i { for j { C }; for j { D } } (C's own loops are rebased; the
@@ -152,11 +154,9 @@ fn ex5_compute_at_after_split() {
         names(&ops.bounds.attach_path[&c.id]),
         ["j.inner", "j.outer", "i"]
     );
-    let ax = s.axis(&c).unwrap();
-    assert_eq!(ops.bounds.range(&ax[0]).unwrap().to_string(), "[i, 1]");
     assert_eq!(
-        ops.bounds.range(&ax[1]).unwrap().to_string(),
-        "[((j.outer * 8) + j.inner), 1]"
+        ranges(&ops, &s, &c),
+        ["[i, 1]", "[((j.outer * 8) + j.inner), 1]"]
     );
     let text = ops.to_text();
     assert!(
@@ -232,9 +232,7 @@ fn relax_set_when_consumer_is_attached_but_producer_is_not() {
     let ops = schedule_ops(&s).unwrap();
     // D's attach path {ej, ei} is relaxed when bounding C: all of C is needed.
     assert_eq!(names(&ops.bounds.attach_path[&d.id]), ["ej", "ei"]);
-    let cax = s.axis(&c).unwrap();
-    assert_eq!(ops.bounds.range(&cax[0]).unwrap().to_string(), "[0, 5]");
-    assert_eq!(ops.bounds.range(&cax[1]).unwrap().to_string(), "[0, 16]");
+    assert_eq!(ranges(&ops, &s, &c), ["[0, 5]", "[0, 16]"]);
     let text = ops.to_text();
     assert!(text.starts_with("realize C([0, 5], [0, 16]) {\n  for (i, 0, 5) {\n    for (j, 0, 16) {\n      C(i, j) = 5"), "{text}");
     assert!(text.contains("realize D([ei, 1], [ej, 1])"), "{text}");

@@ -118,10 +118,7 @@ fn tensorize_above_the_reduction_includes_its_init() {
 #[test]
 fn tensorize_of_a_ragged_block_gets_a_smaller_tail_region() {
     // 6 rows split by 4: with tight tails the last call covers the remaining 2 rows.
-    let (g, c) = tir::matmul(6, 8, 4);
-    let (mut s, ax) = tir::schedule(&g, &c);
-    let (_, ii) = s.split(&c, &ax[0], 4).unwrap();
-    s.tensorize(&c, &ii, "gemm_update").unwrap();
+    let (g, c, s) = tir::tensorized_matmul(6, 8, 4, 4);
     let text = lower(&s, &LowerOptions::default()).unwrap().to_text();
     assert!(
         text.contains("call gemm_update(C([4, 2], [0, 8]), A([4, 2], [0, 4]), B([0, 4], [0, 8]))"),

@@ -73,6 +73,16 @@ pub fn gemm_interpreter() -> Interpreter {
     Interpreter::new().with_kernel("gemm_update", Box::new(gemm_update_f64))
 }
 
+/// `matmul(m, n, k)` with its rows split by `rows` and the inner part of the
+/// split tensorized as `gemm_update`.
+pub fn tensorized_matmul(m: i64, n: i64, k: i64, rows: i64) -> (ComputeGraph, Tensor, Schedule) {
+    let (g, c) = matmul(m, n, k);
+    let (mut s, ax) = schedule(&g, &c);
+    let (_, ii) = s.split(&c, &ax[0], rows).unwrap();
+    s.tensorize(&c, &ii, "gemm_update").unwrap();
+    (g, c, s)
+}
+
 /// The default schedule of `out` in `g`, and `out`'s axes: where a schedule
 /// test starts.
 pub fn schedule(g: &ComputeGraph, out: &Tensor) -> (Schedule, Vec<IterVar>) {
