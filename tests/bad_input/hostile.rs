@@ -63,6 +63,12 @@ impl Case {
         }
     }
 
+    /// A case whose arguments are `line` split at spaces.
+    fn line(name: &str, class: &str, line: &str, exit: i32, stderr: &str) -> Case {
+        let args: Vec<&str> = line.split(' ').collect();
+        Case::new(name, class, &args, exit, stderr)
+    }
+
     fn stdout(mut self, needle: &str) -> Case {
         self.stdout = Some(needle.into());
         self
@@ -300,132 +306,107 @@ fn reads_are_bounded() {
     std::fs::create_dir(d("rules")).unwrap();
     symlink(d("rules_fifo.rules"), d("rules/fifo.rules")).unwrap();
     let not_regular = "not a regular file";
-    let c = |name: &str, args: &[&str], exit: i32, msg: &str| {
-        Case::new(name, "bounded reads", args, exit, msg)
+    let c = |name: &str, line: &str, exit: i32, msg: &str| {
+        Case::line(name, "bounded reads", line, exit, msg)
     };
     let cases = vec![
-        c("model_fifo", &["run", "{dir}/fifo.onnx"], 1, not_regular),
-        c(
-            "tflite_fifo",
-            &["inspect", "{dir}/fifo.tflite"],
-            1,
-            not_regular,
-        ),
-        c("model_dev_zero", &["run", "/dev/zero"], 1, not_regular),
-        c(
-            "model_dev_urandom",
-            &["inspect", "/dev/urandom"],
-            1,
-            not_regular,
-        ),
+        c("model_fifo", "run {dir}/fifo.onnx", 1, not_regular),
+        c("tflite_fifo", "inspect {dir}/fifo.tflite", 1, not_regular),
+        c("model_dev_zero", "run /dev/zero", 1, not_regular),
+        c("model_dev_urandom", "inspect /dev/urandom", 1, not_regular),
         c(
             "model_link_to_dev_zero",
-            &["plan", "{dir}/zero.onnx"],
+            "plan {dir}/zero.onnx",
             1,
             not_regular,
         ),
         c(
             "model_directory",
-            &["export", "{dir}/dir.onnx", "-o", "{dir}/o.onnx"],
+            "export {dir}/dir.onnx -o {dir}/o.onnx",
             1,
             not_regular,
         ),
-        c(
-            "model_missing",
-            &["run", "{dir}/missing.onnx"],
-            1,
-            "No such file",
-        ),
-        c(
-            "model_empty",
-            &["run", "{dir}/empty.onnx"],
-            1,
-            "has no graph",
-        ),
+        c("model_missing", "run {dir}/missing.onnx", 1, "No such file"),
+        c("model_empty", "run {dir}/empty.onnx", 1, "has no graph"),
         c(
             "model_sparse_1_tib",
-            &["inspect", "{dir}/huge.onnx"],
+            "inspect {dir}/huge.onnx",
             1,
             "memory budget",
         ),
         c(
             "input_fifo_npy",
-            &["run", "{dir}/tiny.onnx", "--input", "x={dir}/fifo.npy"],
+            "run {dir}/tiny.onnx --input x={dir}/fifo.npy",
             1,
             not_regular,
         ),
         c(
             "input_fifo_bare",
-            &["run", "{dir}/tiny.onnx", "--input", "{dir}/fifo.npy"],
+            "run {dir}/tiny.onnx --input {dir}/fifo.npy",
             1,
             not_regular,
         ),
         c(
             "input_fifo_npz",
-            &["run", "{dir}/tiny.onnx", "--input", "{dir}/fifo.npz"],
+            "run {dir}/tiny.onnx --input {dir}/fifo.npz",
             1,
             not_regular,
         ),
         c(
             "input_dev_zero",
-            &["run", "{dir}/tiny.onnx", "--input", "x=/dev/zero"],
+            "run {dir}/tiny.onnx --input x=/dev/zero",
             1,
             not_regular,
         ),
         c(
             "input_directory",
-            &["run", "{dir}/tiny.onnx", "--input", "x={dir}/dir.onnx"],
+            "run {dir}/tiny.onnx --input x={dir}/dir.onnx",
             1,
             not_regular,
         ),
         c(
             "external_fifo",
-            &["run", "{dir}/ext_fifo/model.onnx"],
+            "run {dir}/ext_fifo/model.onnx",
             1,
             "is not a regular file",
         ),
         c(
             "external_link_to_dev_zero",
-            &["run", "{dir}/ext_to_dev_zero/model.onnx"],
+            "run {dir}/ext_to_dev_zero/model.onnx",
             1,
             "outside the model's folder",
         ),
         c(
             "external_directory",
-            &["run", "{dir}/ext_directory/model.onnx"],
+            "run {dir}/ext_directory/model.onnx",
             1,
             "is not a regular file",
         ),
         c(
             "external_absolute",
-            &["run", "{dir}/ext_absolute/model.onnx"],
+            "run {dir}/ext_absolute/model.onnx",
             1,
             "leaves the model's folder",
         ),
         c(
             "external_parent",
-            &["run", "{dir}/ext_parent/model.onnx"],
+            "run {dir}/ext_parent/model.onnx",
             1,
             "leaves the model's folder",
         ),
-        c(
-            "external_beside_relative_model",
-            &["run", "model.onnx"],
-            0,
-            "",
-        )
-        .stdout("output 'y' f32[2, 4]")
-        .in_dir("{dir}/ext_ok"),
+        c("external_beside_relative_model", "run model.onnx", 0, "")
+            .stdout("output 'y' f32[2, 4]")
+            .in_dir("{dir}/ext_ok"),
         c(
             "external_beside_absolute_model",
-            &["run", "{dir}/ext_ok/model.onnx"],
+            "run {dir}/ext_ok/model.onnx",
             0,
             "",
         )
         .stdout("output 'y' f32[2, 4]"),
         c(
             "rules_folder_with_fifo",
-            &["plan", "{dir}/tiny.onnx", "--rules", "{dir}/rules"],
+            "plan {dir}/tiny.onnx --rules {dir}/rules",
             0,
             "",
         ),
@@ -439,57 +420,57 @@ fn thread_counts_are_checked() {
     let dir = workdir("hostile_threads");
     let max = 4 * std::thread::available_parallelism().map_or(1, |n| n.get());
     let (max_s, over) = (max.to_string(), (max + 1).to_string());
-    let c = |name: &str, args: &[&str], exit: i32, msg: &str| {
-        let mut all = vec!["{dir}/tiny.onnx"];
-        all.splice(0..0, args[..1].iter().copied());
-        all.extend(&args[1..]);
-        Case::new(name, "threads", &all, exit, msg)
+    // The model goes right after the subcommand.
+    let c = |name: &str, line: &str, exit: i32, msg: &str| {
+        let line = line.replacen(' ', " {dir}/tiny.onnx ", 1);
+        Case::line(name, "threads", &line, exit, msg)
     };
     let not_count = "is not a thread count";
+    let u64_max = "18446744073709551615";
     let cases = vec![
-        c("run_threads_0_all_cores", &["run", "--threads", "0"], 0, ""),
-        c("run_threads_at_max", &["run", "--threads", &max_s], 0, ""),
+        c("run_threads_0_all_cores", "run --threads 0", 0, ""),
+        c(
+            "run_threads_at_max",
+            &format!("run --threads {max_s}"),
+            0,
+            "",
+        ),
         c(
             "run_threads_over_max",
-            &["run", "--threads", &over],
+            &format!("run --threads {over}"),
             2,
             not_count,
         ),
-        c(
-            "run_threads_100000",
-            &["run", "--threads", "100000"],
-            2,
-            not_count,
-        ),
+        c("run_threads_100000", "run --threads 100000", 2, not_count),
         c(
             "run_threads_u64_max",
-            &["run", "--threads", "18446744073709551615"],
+            &format!("run --threads {u64_max}"),
             2,
             not_count,
         ),
-        c("run_threads_negative", &["run", "--threads", "-1"], 2, ""),
+        c("run_threads_negative", "run --threads -1", 2, ""),
         c(
             "bench_threads_100000",
-            &["bench", "--threads", "100000"],
+            "bench --threads 100000",
             2,
             not_count,
         ),
         c(
             "bench_threads_0",
-            &["bench", "--threads", "0", "--runs", "3", "--warmup", "0"],
+            "bench --threads 0 --runs 3 --warmup 0",
             0,
             "",
         ),
         c(
             "bench_runs_u64_max",
-            &["bench", "--runs", "18446744073709551615"],
+            &format!("bench --runs {u64_max}"),
             2,
             "--runs",
         ),
-        c("bench_runs_0", &["bench", "--runs", "0"], 2, "--runs"),
+        c("bench_runs_0", "bench --runs 0", 2, "--runs"),
         c(
             "bench_warmup_u64_max",
-            &["bench", "--warmup", "18446744073709551615"],
+            &format!("bench --warmup {u64_max}"),
             2,
             "--warmup",
         ),
@@ -650,60 +631,42 @@ fn outputs_are_written_only_where_asked() {
     symlink(dir.join("target.onnx"), dir.join("link.onnx")).unwrap();
     symlink(dir.join("forced_target.onnx"), dir.join("forced_link.onnx")).unwrap();
     let input = "is the input model: refusing to overwrite it";
-    let c = |name: &str, args: &[&str], exit: i32, msg: &str| {
-        Case::new(name, "outputs", args, exit, msg)
-    };
+    let c =
+        |name: &str, line: &str, exit: i32, msg: &str| Case::line(name, "outputs", line, exit, msg);
     let cases = vec![
         c(
             "export_onto_input",
-            &["export", "{dir}/tiny.onnx", "-o", "{dir}/tiny.onnx"],
+            "export {dir}/tiny.onnx -o {dir}/tiny.onnx",
             1,
             input,
         ),
         c(
             "explore_onto_input",
-            &["explore", "{dir}/tiny.onnx", "-o", "{dir}/tiny.onnx"],
+            "explore {dir}/tiny.onnx -o {dir}/tiny.onnx",
             1,
             input,
         ),
         c(
             "export_onto_hard_link",
-            &[
-                "export",
-                "{dir}/tiny.onnx",
-                "-o",
-                "{dir}/tiny_hard_link.onnx",
-            ],
+            "export {dir}/tiny.onnx -o {dir}/tiny_hard_link.onnx",
             1,
             input,
         ),
         c(
             "export_through_symlink",
-            &["export", "{dir}/tiny.onnx", "-o", "{dir}/link.onnx"],
+            "export {dir}/tiny.onnx -o {dir}/link.onnx",
             1,
             "is a symbolic link",
         ),
         c(
             "export_through_symlink_forced",
-            &[
-                "export",
-                "{dir}/tiny.onnx",
-                "-o",
-                "{dir}/forced_link.onnx",
-                "--force",
-            ],
+            "export {dir}/tiny.onnx -o {dir}/forced_link.onnx --force",
             0,
             "",
         ),
         c(
             "explore_onto_input_forced",
-            &[
-                "explore",
-                "{dir}/tiny.onnx",
-                "-o",
-                "{dir}/tiny.onnx",
-                "--force",
-            ],
+            "explore {dir}/tiny.onnx -o {dir}/tiny.onnx --force",
             1,
             input,
         ),

@@ -6,7 +6,7 @@ use crate::support::tir;
 use std::sync::Arc;
 
 use crate::support::tir::{check_jit, check_jit_func};
-use crate::support::tir_gen::random_pipeline;
+use crate::support::tir_gen::{pipeline_args, random_pipeline};
 use layoutopt::codegen::{CodegenError, JitFunction, KernelRegion, KernelTable};
 use layoutopt::tir::compute::{ComputeGraph, Tensor};
 use layoutopt::tir::expr::{Expr, Intrinsic, Var};
@@ -28,14 +28,9 @@ proptest! {
     })]
 
     #[test]
-    fn random_schedules_jit_like_the_interpreter(
-        h in 2i64..7,
-        w in 2i64..12,
-        kinds in prop::collection::vec(0u8..3, 1..4),
-        choices in prop::collection::vec(any::<u32>(), 64),
-    ) {
+    fn random_schedules_jit_like_the_interpreter((h, w, kinds, choices) in pipeline_args(12)) {
         let (g, _, s) = random_pipeline(h, w, &kinds, choices);
-        check_jit(&s, &g, &Interpreter::new(), &KernelTable::new());
+        tir::check_jit_plain(&s, &g);
     }
 }
 
@@ -46,17 +41,12 @@ fn random_schedules_exercise_every_loop_kind() {
     use proptest::strategy::ValueTree;
     use proptest::test_runner::TestRunner;
     let mut runner = TestRunner::deterministic();
-    let cases = (
-        2i64..7,
-        2i64..12,
-        prop::collection::vec(0u8..3, 1..4),
-        prop::collection::vec(any::<u32>(), 64),
-    );
+    let cases = pipeline_args(12);
     let (mut vector, mut parallel, mut unrolled, mut checked, mut cases_checked) = (0, 0, 0, 0, 0);
     for _ in 0..100 {
         let (h, w, kinds, choices) = cases.new_tree(&mut runner).unwrap().current();
         let (g, _, s) = random_pipeline(h, w, &kinds, choices);
-        let st = check_jit(&s, &g, &Interpreter::new(), &KernelTable::new());
+        let st = tir::check_jit_plain(&s, &g);
         vector += st.vector_loops;
         parallel += st.parallel_loops;
         unrolled += st.unrolled_loops;
@@ -77,8 +67,7 @@ fn random_schedules_exercise_every_loop_kind() {
 
 /// C = A * 2 + B, elementwise.
 fn axpy(h: i64, w: i64) -> (ComputeGraph, Tensor) {
-    let mut g = ComputeGraph::new();
-    let a = g.placeholder("A", &[h, w]).unwrap();
+    let (mut g, a) = tir::graph_with_input(&[h, w]);
     let b = g.placeholder("B", &[h, w]).unwrap();
     let c = g
         .compute("C", &[h, w], |x| a.at(x) * Expr::Float(2.0) + b.at(x))
@@ -90,10 +79,9 @@ fn axpy(h: i64, w: i64) -> (ComputeGraph, Tensor) {
 fn vectorized_loop_with_a_tail() {
     // 11 columns: two 4-lane steps and a scalar tail of 3 per row.
     let (g, c) = axpy(3, 11);
-    let mut s = Schedule::new(&g, &[c]).unwrap();
-    let ax = s.axis(&c).unwrap();
+    let (mut s, ax) = tir::schedule(&g, &c);
     s.vectorize(&c, &ax[1]).unwrap();
-    let st = check_jit(&s, &g, &Interpreter::new(), &KernelTable::new());
+    let st = tir::check_jit_plain(&s, &g);
     assert_eq!(st.vector_loops, 1);
     assert_eq!(st.checked_accesses, 0);
 }
@@ -105,17 +93,16 @@ fn vectorized_reduction_runs_scalar() {
     let mut s = Schedule::new(&g, &[c]).unwrap();
     let k = s.reduce_axis(&c).unwrap()[0].clone();
     s.vectorize(&c, &k).unwrap();
-    let st = check_jit(&s, &g, &Interpreter::new(), &KernelTable::new());
+    let st = tir::check_jit_plain(&s, &g);
     assert_eq!(st.vector_loops, 0);
 }
 
 #[test]
 fn unrolled_loop() {
     let (g, c) = axpy(5, 3);
-    let mut s = Schedule::new(&g, &[c]).unwrap();
-    let ax = s.axis(&c).unwrap();
+    let (mut s, ax) = tir::schedule(&g, &c);
     s.unroll(&c, &ax[1]).unwrap();
-    let st = check_jit(&s, &g, &Interpreter::new(), &KernelTable::new());
+    let st = tir::check_jit_plain(&s, &g);
     assert_eq!(st.unrolled_loops, 1);
 }
 
@@ -123,8 +110,7 @@ fn unrolled_loop() {
 fn parallel_loop_with_scratch_inside() {
     // B = A + 1 computed per row of C = B * B: B's row is scratch inside the parallel
     // loop, one per iteration.
-    let mut g = ComputeGraph::new();
-    let a = g.placeholder("A", &[16, 9]).unwrap();
+    let (mut g, a) = tir::graph_with_input(&[16, 9]);
     let b = g
         .compute("B", &[16, 9], |x| a.at(x) + Expr::Float(1.0))
         .unwrap();
@@ -137,7 +123,7 @@ fn parallel_loop_with_scratch_inside() {
     assert!(text.contains("parallel for (i, 0, 16)"), "{text}");
     assert!(text.contains("allocate B[9]"), "{text}");
     let pool = layoutopt::core::par::Pool::new(4).unwrap();
-    let st = pool.install(|| check_jit(&s, &g, &Interpreter::new(), &KernelTable::new()));
+    let st = pool.install(|| tir::check_jit_plain(&s, &g));
     assert_eq!(st.parallel_loops, 1);
     assert_eq!(st.serialized_parallel_loops, 0);
     assert_eq!(st.stack_allocs, 1);
@@ -146,12 +132,11 @@ fn parallel_loop_with_scratch_inside() {
 #[test]
 fn large_scratch_is_on_the_heap() {
     // B (2 x 3000, an intermediate at the root) is larger than a stack slot may be.
-    let mut g = ComputeGraph::new();
-    let a = g.placeholder("A", &[2, 3000]).unwrap();
+    let (mut g, a) = tir::graph_with_input(&[2, 3000]);
     let b = g.compute("B", &[2, 3000], |x| a.at(x) * a.at(x)).unwrap();
     let c = g.compute("C", &[2, 3000], |x| b.at(x) - a.at(x)).unwrap();
     let s = Schedule::new(&g, &[c]).unwrap();
-    let st = check_jit(&s, &g, &Interpreter::new(), &KernelTable::new());
+    let st = tir::check_jit_plain(&s, &g);
     assert_eq!((st.heap_allocs, st.stack_allocs), (1, 0));
 }
 
@@ -162,7 +147,7 @@ fn parallel_reduction_axis_runs_serially() {
     let mut s = Schedule::new(&g, &[c]).unwrap();
     let k = s.reduce_axis(&c).unwrap()[0].clone();
     s.parallel(&c, &k).unwrap();
-    let st = check_jit(&s, &g, &Interpreter::new(), &KernelTable::new());
+    let st = tir::check_jit_plain(&s, &g);
     assert_eq!((st.parallel_loops, st.serialized_parallel_loops), (0, 1));
 }
 
@@ -170,12 +155,8 @@ fn parallel_reduction_axis_runs_serially() {
 fn kernel_call_in_a_tensorized_schedule() {
     // 8x20 blocks of a 16x20 product: the AVX2 path (when present) does 16 columns, the
     // scalar path the last 4.
-    let (g, c) = tir::matmul(16, 20, 7);
-    let mut s = Schedule::new(&g, &[c]).unwrap();
-    let ax = s.axis(&c).unwrap();
-    let (_, ii) = s.split(&c, &ax[0], 8).unwrap();
-    s.tensorize(&c, &ii, "gemm_update").unwrap();
-    let interp = Interpreter::new().with_kernel("gemm_update", Box::new(tir::gemm_update_f64));
+    let (g, _, s) = tir::tensorized_matmul(16, 20, 7, 8);
+    let interp = tir::gemm_interpreter();
     let st = check_jit(&s, &g, &interp, &KernelTable::standard());
     assert_eq!(st.kernel_calls, 1);
     assert_eq!(st.checked_accesses, 0);
@@ -184,12 +165,8 @@ fn kernel_call_in_a_tensorized_schedule() {
 #[test]
 fn kernel_call_on_a_ragged_block_and_unknown_kernel() {
     // 6 rows split by 4: the second call gets a 2-row region.
-    let (g, c) = tir::matmul(6, 8, 4);
-    let mut s = Schedule::new(&g, &[c]).unwrap();
-    let ax = s.axis(&c).unwrap();
-    let (_, ii) = s.split(&c, &ax[0], 4).unwrap();
-    s.tensorize(&c, &ii, "gemm_update").unwrap();
-    let interp = Interpreter::new().with_kernel("gemm_update", Box::new(tir::gemm_update_f64));
+    let (g, _, s) = tir::tensorized_matmul(6, 8, 4, 4);
+    let interp = tir::gemm_interpreter();
     check_jit(&s, &g, &interp, &KernelTable::standard());
     let f = lower(&s, &LowerOptions::default()).unwrap();
     let err = JitFunction::compile(&f, &KernelTable::new()).err().unwrap();
@@ -202,8 +179,7 @@ fn kernel_call_on_a_ragged_block_and_unknown_kernel() {
 #[test]
 fn kernel_errors_become_call_errors() {
     let (g, c) = tir::matmul(4, 4, 4);
-    let mut s = Schedule::new(&g, &[c]).unwrap();
-    let ax = s.axis(&c).unwrap();
+    let (mut s, ax) = tir::schedule(&g, &c);
     s.tensorize(&c, &ax[0], "picky").unwrap();
     let f = lower(&s, &LowerOptions::default()).unwrap();
     let table = KernelTable::new().with(
@@ -224,8 +200,7 @@ fn kernel_errors_become_call_errors() {
 
 #[test]
 fn intrinsics() {
-    let mut g = ComputeGraph::new();
-    let a = g.placeholder("A", &[3, 7]).unwrap();
+    let (mut g, a) = tir::graph_with_input(&[3, 7]);
     let c = g
         .compute("C", &[3, 7], |x| {
             Expr::call(Intrinsic::Tanh, vec![a.at(x)])
@@ -234,7 +209,7 @@ fn intrinsics() {
         })
         .unwrap();
     let s = Schedule::new(&g, &[c]).unwrap();
-    check_jit(&s, &g, &Interpreter::new(), &KernelTable::new());
+    tir::check_jit_plain(&s, &g);
 }
 
 /// A lowered `C = A * 2 + B` on a 4x6 grid whose store index is replaced by `index(i, j)`.
@@ -301,8 +276,7 @@ fn out_of_bounds_accesses() {
 #[test]
 fn floor_division_of_negative_indices() {
     // Dividends in [-3, 1]: truncating division would pick other elements.
-    let mut g = ComputeGraph::new();
-    let a = g.placeholder("A", &[2, 5]).unwrap();
+    let (mut g, a) = tir::graph_with_input(&[2, 5]);
     let c = g
         .compute("C", &[2, 5], |x| {
             let j = x[1].clone() - 3;
@@ -314,7 +288,7 @@ fn floor_division_of_negative_indices() {
         })
         .unwrap();
     let s = Schedule::new(&g, &[c]).unwrap();
-    let st = check_jit(&s, &g, &Interpreter::new(), &KernelTable::new());
+    let st = tir::check_jit_plain(&s, &g);
     assert_eq!(st.checked_accesses, 0);
 }
 
@@ -342,8 +316,7 @@ fn blocked_layouts() {
     // C in blocks of 4 columns (10 padded to 12), A in blocks of 3 rows.
     use layoutopt::tir::layout::{BufferLayout, PhysDim};
     let (g, c) = axpy(5, 10);
-    let mut s = Schedule::new(&g, &[c]).unwrap();
-    let ax = s.axis(&c).unwrap();
+    let (mut s, ax) = tir::schedule(&g, &c);
     s.vectorize(&c, &ax[1]).unwrap();
     let mut opts = LowerOptions::default();
     let blocked = |axis, f| BufferLayout {
@@ -396,8 +369,7 @@ fn one_function_called_from_many_threads() {
     // As the runtime does: one compiled function, concurrent calls on their own buffers,
     // with a parallel loop and per-iteration scratch inside.
     fn shared<T: Send + Sync>(_: &T) {}
-    let mut g = ComputeGraph::new();
-    let a = g.placeholder("A", &[8, 5]).unwrap();
+    let (mut g, a) = tir::graph_with_input(&[8, 5]);
     let b = g.compute("B", &[8, 5], |x| a.at(x) * a.at(x)).unwrap();
     let c = g.compute("C", &[8, 5], |x| b.at(x) + a.at(x)).unwrap();
     let mut s = Schedule::new(&g, &[c]).unwrap();
@@ -423,8 +395,7 @@ fn one_function_called_from_many_threads() {
 #[test]
 fn vectorized_exp_erf_and_sqrt() {
     use layoutopt::tir::expr::Intrinsic;
-    let mut g = ComputeGraph::new();
-    let a = g.placeholder("A", &[2, 13]).unwrap();
+    let (mut g, a) = tir::graph_with_input(&[2, 13]);
     let c = g
         .compute("C", &[2, 13], |x| {
             let v = a.at(x);
@@ -433,9 +404,8 @@ fn vectorized_exp_erf_and_sqrt() {
                 + Expr::call(Intrinsic::Sqrt, vec![v.clone() * v])
         })
         .unwrap();
-    let mut s = Schedule::new(&g, &[c]).unwrap();
-    let ax = s.axis(&c).unwrap();
+    let (mut s, ax) = tir::schedule(&g, &c);
     s.vectorize(&c, &ax[1]).unwrap();
-    let st = check_jit(&s, &g, &Interpreter::new(), &KernelTable::new());
+    let st = tir::check_jit_plain(&s, &g);
     assert_eq!(st.vector_loops, 1);
 }

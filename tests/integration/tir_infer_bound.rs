@@ -5,21 +5,35 @@
 use crate::support::tir;
 use layoutopt::tir::compute::{ComputeGraph, IterVar, Tensor};
 use layoutopt::tir::expr::Expr;
-use layoutopt::tir::lower::{lower, schedule_ops, LowerOptions};
+use layoutopt::tir::lower::{lower, schedule_ops, LowerOptions, ScheduledOps};
 use layoutopt::tir::schedule::Schedule;
 
 /// C = compute((5, 16), 5); D = compute((5, 16), C[i, j] * 2).
 fn c_d() -> (ComputeGraph, Tensor, Tensor) {
     let mut g = ComputeGraph::new();
+    let (c, d) = add_c_d(&mut g, ["i", "j"]);
+    (g, c, d)
+}
+
+/// Adds C = 5 and D = C * 2 (D's axes named `d_axes`), both 5 x 16, to `g`.
+fn add_c_d(g: &mut ComputeGraph, d_axes: [&str; 2]) -> (Tensor, Tensor) {
     let c = g
         .compute_named("C", &[("i", 5), ("j", 16)], |_| Expr::Int(5))
         .unwrap();
     let d = g
-        .compute_named("D", &[("i", 5), ("j", 16)], |x| {
+        .compute_named("D", &[(d_axes[0], 5), (d_axes[1], 16)], |x| {
             c.at(&[x[0].clone(), x[1].clone()]) * Expr::Int(2)
         })
         .unwrap();
-    (g, c, d)
+    (c, d)
+}
+
+/// The ranges InferBound gave the axes of `t`, as text.
+fn ranges(ops: &ScheduledOps, s: &Schedule, t: &Tensor) -> Vec<String> {
+    let axes = s.axis(t).unwrap();
+    axes.iter()
+        .map(|iv| ops.bounds.range(iv).unwrap().to_string())
+        .collect()
 }
 
 fn names(v: &[IterVar]) -> Vec<String> {
@@ -31,9 +45,7 @@ fn ex1_no_compute_at_needs_all_of_c() {
     let (g, c, d) = c_d();
     let s = Schedule::new(&g, &[d]).unwrap();
     let ops = schedule_ops(&s).unwrap();
-    let ax = s.axis(&c).unwrap();
-    assert_eq!(ops.bounds.range(&ax[0]).unwrap().to_string(), "[0, 5]");
-    assert_eq!(ops.bounds.range(&ax[1]).unwrap().to_string(), "[0, 16]");
+    assert_eq!(ranges(&ops, &s, &c), ["[0, 5]", "[0, 16]"]);
     let text = ops.to_text();
     assert!(text.starts_with("realize C([0, 5], [0, 16]) {\n  for (i, 0, 5) {\n    for (j, 0, 16) {\n      C(i, j) = 5\n"), "{text}");
     assert!(text.contains("D(i, j) = (C(i, j) * 2)"), "{text}");
@@ -43,13 +55,10 @@ fn ex1_no_compute_at_needs_all_of_c() {
 #[test]
 fn ex2_compute_at_j_needs_one_element() {
     let (g, c, d) = c_d();
-    let mut s = Schedule::new(&g, &[d]).unwrap();
-    let dax = s.axis(&d).unwrap();
+    let (mut s, dax) = tir::schedule(&g, &d);
     s.compute_at(&c, &d, &dax[1]).unwrap();
     let ops = schedule_ops(&s).unwrap();
-    let ax = s.axis(&c).unwrap();
-    assert_eq!(ops.bounds.range(&ax[0]).unwrap().to_string(), "[i, 1]");
-    assert_eq!(ops.bounds.range(&ax[1]).unwrap().to_string(), "[j, 1]");
+    assert_eq!(ranges(&ops, &s, &c), ["[i, 1]", "[j, 1]"]);
     assert_eq!(names(&ops.bounds.attach_path[&c.id]), ["j", "i"]);
     // The document: one element of C computed right before its use.
     let f = lower(&s, &LowerOptions::default()).unwrap();
@@ -71,13 +80,10 @@ for (i, 0, 5) {
 #[test]
 fn ex3_compute_at_i_needs_a_row() {
     let (g, c, d) = c_d();
-    let mut s = Schedule::new(&g, &[d]).unwrap();
-    let dax = s.axis(&d).unwrap();
+    let (mut s, dax) = tir::schedule(&g, &d);
     s.compute_at(&c, &d, &dax[0]).unwrap();
     let ops = schedule_ops(&s).unwrap();
-    let ax = s.axis(&c).unwrap();
-    assert_eq!(ops.bounds.range(&ax[0]).unwrap().to_string(), "[i, 1]");
-    assert_eq!(ops.bounds.range(&ax[1]).unwrap().to_string(), "[0, 16]");
+    assert_eq!(ranges(&ops, &s, &c), ["[i, 1]", "[0, 16]"]);
     assert_eq!(names(&ops.bounds.attach_path[&c.id]), ["i"]);
     let text = ops.to_text();
     // The document: for i { for j { C }; for j { D } } (C's own loops are rebased; the
@@ -112,8 +118,7 @@ fn ex4_attach_path_includes_unused_outer_loop() {
             c.at(&[x[1].clone(), x[2].clone()]) * Expr::Int(2)
         })
         .unwrap();
-    let mut s = Schedule::new(&g, &[d]).unwrap();
-    let dax = s.axis(&d).unwrap();
+    let (mut s, dax) = tir::schedule(&g, &d);
     s.compute_at(&c, &d, &dax[2]).unwrap();
     let ops = schedule_ops(&s).unwrap();
     assert_eq!(names(&ops.bounds.attach_path[&c.id]), ["dk", "dj", "di"]);
@@ -141,8 +146,7 @@ for (di, 0, 4) {
 #[test]
 fn ex5_compute_at_after_split() {
     let (g, c, d) = c_d();
-    let mut s = Schedule::new(&g, &[d]).unwrap();
-    let dax = s.axis(&d).unwrap();
+    let (mut s, dax) = tir::schedule(&g, &d);
     let (_jo, ji) = s.split(&d, &dax[1], 8).unwrap();
     s.compute_at(&c, &d, &ji).unwrap();
     let ops = schedule_ops(&s).unwrap();
@@ -150,11 +154,9 @@ fn ex5_compute_at_after_split() {
         names(&ops.bounds.attach_path[&c.id]),
         ["j.inner", "j.outer", "i"]
     );
-    let ax = s.axis(&c).unwrap();
-    assert_eq!(ops.bounds.range(&ax[0]).unwrap().to_string(), "[i, 1]");
     assert_eq!(
-        ops.bounds.range(&ax[1]).unwrap().to_string(),
-        "[((j.outer * 8) + j.inner), 1]"
+        ranges(&ops, &s, &c),
+        ["[i, 1]", "[((j.outer * 8) + j.inner), 1]"]
     );
     let text = ops.to_text();
     assert!(
@@ -183,14 +185,7 @@ for (i, 0, 5) {
 /// C = 5; D = C * 2; E = D * 4 (the document's chain).
 fn c_d_e() -> (ComputeGraph, Tensor, Tensor, Tensor) {
     let mut g = ComputeGraph::new();
-    let c = g
-        .compute_named("C", &[("i", 5), ("j", 16)], |_| Expr::Int(5))
-        .unwrap();
-    let d = g
-        .compute_named("D", &[("di", 5), ("dj", 16)], |x| {
-            c.at(&[x[0].clone(), x[1].clone()]) * Expr::Int(2)
-        })
-        .unwrap();
+    let (c, d) = add_c_d(&mut g, ["di", "dj"]);
     let e = g
         .compute_named("E", &[("ei", 5), ("ej", 16)], |x| {
             d.at(&[x[0].clone(), x[1].clone()]) * Expr::Int(4)
@@ -232,15 +227,12 @@ fn chain_c_at_d_at_e_attach_paths() {
 #[test]
 fn relax_set_when_consumer_is_attached_but_producer_is_not() {
     let (g, c, d, e) = c_d_e();
-    let mut s = Schedule::new(&g, &[e]).unwrap();
-    let eax = s.axis(&e).unwrap();
+    let (mut s, eax) = tir::schedule(&g, &e);
     s.compute_at(&d, &e, &eax[1]).unwrap();
     let ops = schedule_ops(&s).unwrap();
     // D's attach path {ej, ei} is relaxed when bounding C: all of C is needed.
     assert_eq!(names(&ops.bounds.attach_path[&d.id]), ["ej", "ei"]);
-    let cax = s.axis(&c).unwrap();
-    assert_eq!(ops.bounds.range(&cax[0]).unwrap().to_string(), "[0, 5]");
-    assert_eq!(ops.bounds.range(&cax[1]).unwrap().to_string(), "[0, 16]");
+    assert_eq!(ranges(&ops, &s, &c), ["[0, 5]", "[0, 16]"]);
     let text = ops.to_text();
     assert!(text.starts_with("realize C([0, 5], [0, 16]) {\n  for (i, 0, 5) {\n    for (j, 0, 16) {\n      C(i, j) = 5"), "{text}");
     assert!(text.contains("realize D([ei, 1], [ej, 1])"), "{text}");

@@ -4,25 +4,37 @@
 
 use crate::support::tir;
 use layoutopt::tir::bound::Overcompute;
-use layoutopt::tir::compute::ComputeGraph;
+use layoutopt::tir::compute::{ComputeGraph, IterVar, Tensor};
 use layoutopt::tir::expr::Expr;
 use layoutopt::tir::lower::{lower, schedule_ops, LowerOptions};
 use layoutopt::tir::schedule::Schedule;
+
+/// B (64x64, from its indices) computed at the loop `outer` picks from C = `c_of_b`(B)
+/// with C's two axes fused: the document's setting for (c).
+fn b_at_fused_c(
+    b_def: impl FnOnce(&[Expr]) -> Expr,
+    c_of_b: impl FnOnce(Expr) -> Expr,
+    outer: impl FnOnce(&mut Schedule, &Tensor, &IterVar) -> IterVar,
+) -> (ComputeGraph, Tensor, Schedule) {
+    let mut g = ComputeGraph::new();
+    let b = g.compute("B", &[64, 64], b_def).unwrap();
+    let c = g.compute("C", &[64, 64], |x| c_of_b(b.at(x))).unwrap();
+    let (mut s, ax) = tir::schedule(&g, &c);
+    let f = s.fuse(&c, &ax[0], &ax[1]).unwrap();
+    let o = outer(&mut s, &c, &f);
+    s.compute_at(&b, &c, &o).unwrap();
+    (g, c, s)
+}
 
 #[test]
 fn c_fuse_then_split_realizes_eight_elements_of_b_not_4096() {
     // The document's example: B = i + j (64x64), C = B, fuse C's axes, split nparts=512,
     // B computed at the outer loop.
-    let mut g = ComputeGraph::new();
-    let b = g
-        .compute("B", &[64, 64], |x| x[0].clone() + x[1].clone())
-        .unwrap();
-    let c = g.compute("C", &[64, 64], |x| b.at(x)).unwrap();
-    let mut s = Schedule::new(&g, &[c]).unwrap();
-    let ax = s.axis(&c).unwrap();
-    let f = s.fuse(&c, &ax[0], &ax[1]).unwrap();
-    let (o, _i) = s.split_nparts(&c, &f, 512).unwrap();
-    s.compute_at(&b, &c, &o).unwrap();
+    let (g, c, s) = b_at_fused_c(
+        |x| x[0].clone() + x[1].clone(),
+        |b| b,
+        |s, c, f| s.split_nparts(c, f, 512).unwrap().0,
+    );
     let ops = schedule_ops(&s).unwrap();
     let text = ops.to_text();
     // One row (floordiv(o, 8)) and eight columns (floormod(o, 8) * 8 ...) per outer step.
@@ -42,20 +54,11 @@ fn c_fuse_then_split_realizes_eight_elements_of_b_not_4096() {
 #[test]
 fn c_fuse_then_split_by_whole_rows_is_exact_too() {
     // A split of 128 (two rows of 64) after the fuse: two whole rows per outer step.
-    let mut g = ComputeGraph::new();
-    let b = g
-        .compute("B", &[64, 64], |x| {
-            x[0].clone() * Expr::Int(64) + x[1].clone()
-        })
-        .unwrap();
-    let c = g
-        .compute("C", &[64, 64], |x| b.at(x) + Expr::Int(1))
-        .unwrap();
-    let mut s = Schedule::new(&g, &[c]).unwrap();
-    let ax = s.axis(&c).unwrap();
-    let f = s.fuse(&c, &ax[0], &ax[1]).unwrap();
-    let (o, _i) = s.split(&c, &f, 128).unwrap();
-    s.compute_at(&b, &c, &o).unwrap();
+    let (g, c, s) = b_at_fused_c(
+        |x| x[0].clone() * Expr::Int(64) + x[1].clone(),
+        |b| b + Expr::Int(1),
+        |s, c, f| s.split(c, f, 128).unwrap().0,
+    );
     let stats = tir::check(&s, &g, &[c]);
     assert_eq!(stats.max_alloc["B"], 128);
     assert_eq!(stats.stores["B"], 4096);
@@ -63,12 +66,10 @@ fn c_fuse_then_split_by_whole_rows_is_exact_too() {
 
 #[test]
 fn a_split_tail_runs_four_iterations_not_sixteen() {
-    let mut g = ComputeGraph::new();
-    let a = g.placeholder("A", &[20]).unwrap();
+    let (mut g, a) = tir::graph_with_input(&[20]);
     let p = g.compute("P", &[20], |x| a.at(x) * Expr::Int(3)).unwrap();
     let d = g.compute("D", &[20], |x| p.at(x) + Expr::Int(1)).unwrap();
-    let mut s = Schedule::new(&g, &[d]).unwrap();
-    let ax = s.axis(&d).unwrap();
+    let (mut s, ax) = tir::schedule(&g, &d);
     let (o, _i) = s.split(&d, &ax[0], 16).unwrap();
     s.compute_at(&p, &d, &o).unwrap();
     let stats = tir::check(&s, &g, &[d]);
@@ -92,11 +93,9 @@ fn a_split_tail_runs_four_iterations_not_sixteen() {
 
 #[test]
 fn a_without_partitioning_the_tail_extent_is_a_min() {
-    let mut g = ComputeGraph::new();
-    let a = g.placeholder("A", &[20]).unwrap();
+    let (mut g, a) = tir::graph_with_input(&[20]);
     let d = g.compute("D", &[20], |x| a.at(x) * Expr::Int(2)).unwrap();
-    let mut s = Schedule::new(&g, &[d]).unwrap();
-    let ax = s.axis(&d).unwrap();
+    let (mut s, ax) = tir::schedule(&g, &d);
     s.split(&d, &ax[0], 16).unwrap();
     let ops = schedule_ops(&s).unwrap();
     let text = ops.to_text();
@@ -119,8 +118,7 @@ fn a_without_partitioning_the_tail_extent_is_a_min() {
 #[test]
 fn b_gather_bound_overcompute_is_reported() {
     // T is 4x4; consumer P needs T[0:2, 0:2], consumer Q needs T[2:4, 2:4].
-    let mut g = ComputeGraph::new();
-    let a = g.placeholder("A", &[4, 4]).unwrap();
+    let (mut g, a) = tir::graph_with_input(&[4, 4]);
     let t = g.compute("T", &[4, 4], |x| a.at(x) * Expr::Int(2)).unwrap();
     let p = g.compute("P", &[2, 2], |x| t.at(x)).unwrap();
     let q = g
@@ -145,18 +143,11 @@ fn b_gather_bound_overcompute_is_reported() {
 fn c_unaligned_split_after_fuse_falls_back_to_whole_rows() {
     // 48 neither divides nor is a multiple of the row length 64: each outer step needs
     // parts of at most two rows, realized at full width.
-    let mut g = ComputeGraph::new();
-    let b = g
-        .compute("B", &[64, 64], |x| x[0].clone() - x[1].clone())
-        .unwrap();
-    let c = g
-        .compute("C", &[64, 64], |x| b.at(x) * Expr::Int(2))
-        .unwrap();
-    let mut s = Schedule::new(&g, &[c]).unwrap();
-    let ax = s.axis(&c).unwrap();
-    let f = s.fuse(&c, &ax[0], &ax[1]).unwrap();
-    let (o, _) = s.split(&c, &f, 48).unwrap();
-    s.compute_at(&b, &c, &o).unwrap();
+    let (g, c, s) = b_at_fused_c(
+        |x| x[0].clone() - x[1].clone(),
+        |b| b * Expr::Int(2),
+        |s, c, f| s.split(c, f, 48).unwrap().0,
+    );
     let stats = tir::check(&s, &g, &[c]);
     assert_eq!(stats.max_alloc["B"], 128);
 }

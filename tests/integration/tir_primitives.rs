@@ -84,8 +84,7 @@ fn unroll_marks_the_loop_and_keeps_the_result() {
 #[test]
 fn tensorize_replaces_the_inner_block_by_a_kernel_call() {
     let (g, c) = tir::matmul(8, 8, 6);
-    let mut s = Schedule::new(&g, &[c]).unwrap();
-    let ax = s.axis(&c).unwrap();
+    let (mut s, ax) = tir::schedule(&g, &c);
     let k = s.reduce_axis(&c).unwrap()[0].clone();
     let [io, jo, ii, ji] = s.tile(&c, &ax[0], &ax[1], 4, 4).unwrap();
     s.reorder(&c, &[io, jo, k, ii.clone(), ji]).unwrap();
@@ -96,7 +95,7 @@ fn tensorize_replaces_the_inner_block_by_a_kernel_call() {
         text.contains("call gemm_update(C([(i.outer * 4), 4], [(j.outer * 4), 4]), A([(i.outer * 4), 4], [rk, 1]), B([rk, 1], [(j.outer * 4), 4]))"),
         "{text}"
     );
-    let interp = Interpreter::new().with_kernel("gemm_update", Box::new(tir::gemm_update_f64));
+    let interp = tir::gemm_interpreter();
     let stats = tir::check_with(&s, &g, &[c], &interp);
     assert_eq!(stats.kernel_calls["gemm_update"], 2 * 2 * 6);
     assert_eq!(
@@ -108,11 +107,10 @@ fn tensorize_replaces_the_inner_block_by_a_kernel_call() {
 #[test]
 fn tensorize_above_the_reduction_includes_its_init() {
     let (g, c) = tir::matmul(8, 8, 6);
-    let mut s = Schedule::new(&g, &[c]).unwrap();
-    let ax = s.axis(&c).unwrap();
+    let (mut s, ax) = tir::schedule(&g, &c);
     let [_, _, ii, _] = s.tile(&c, &ax[0], &ax[1], 4, 4).unwrap();
     s.tensorize(&c, &ii, "gemm_update").unwrap();
-    let interp = Interpreter::new().with_kernel("gemm_update", Box::new(tir::gemm_update_f64));
+    let interp = tir::gemm_interpreter();
     let stats = tir::check_with(&s, &g, &[c], &interp);
     assert_eq!(stats.kernel_calls["gemm_update"], 4);
 }
@@ -120,17 +118,13 @@ fn tensorize_above_the_reduction_includes_its_init() {
 #[test]
 fn tensorize_of_a_ragged_block_gets_a_smaller_tail_region() {
     // 6 rows split by 4: with tight tails the last call covers the remaining 2 rows.
-    let (g, c) = tir::matmul(6, 8, 4);
-    let mut s = Schedule::new(&g, &[c]).unwrap();
-    let ax = s.axis(&c).unwrap();
-    let (_, ii) = s.split(&c, &ax[0], 4).unwrap();
-    s.tensorize(&c, &ii, "gemm_update").unwrap();
+    let (g, c, s) = tir::tensorized_matmul(6, 8, 4, 4);
     let text = lower(&s, &LowerOptions::default()).unwrap().to_text();
     assert!(
         text.contains("call gemm_update(C([4, 2], [0, 8]), A([4, 2], [0, 4]), B([0, 4], [0, 8]))"),
         "{text}"
     );
-    let interp = Interpreter::new().with_kernel("gemm_update", Box::new(tir::gemm_update_f64));
+    let interp = tir::gemm_interpreter();
     let stats = tir::check_with(&s, &g, &[c], &interp);
     assert_eq!(stats.kernel_calls["gemm_update"], 2);
 }
@@ -140,8 +134,7 @@ fn tensorize_of_a_region_that_may_overshoot_is_refused() {
     // The inner part of the split is outside the outer one, so no tight tail: the block
     // under `i.outer` would reach past row 5.
     let (g, c) = tir::matmul(6, 8, 4);
-    let mut s = Schedule::new(&g, &[c]).unwrap();
-    let ax = s.axis(&c).unwrap();
+    let (mut s, ax) = tir::schedule(&g, &c);
     let (io, ii) = s.split(&c, &ax[0], 4).unwrap();
     s.reorder(&c, &[ii, io.clone()]).unwrap();
     s.tensorize(&c, &io, "gemm_update").unwrap();
@@ -154,8 +147,7 @@ fn tensorize_of_a_region_that_may_overshoot_is_refused() {
 
 #[test]
 fn cache_read_computed_at_a_row() {
-    let mut g = ComputeGraph::new();
-    let a = g.placeholder("A", &[8, 8]).unwrap();
+    let (mut g, a) = tir::graph_with_input(&[8, 8]);
     let d = g
         .compute("D", &[8, 8], |x| {
             let j1 = (x[1].clone() + 1).min(7);
@@ -191,12 +183,10 @@ fn cache_write_of_a_reduction_accumulates_in_a_local_row() {
 
 #[test]
 fn compute_root_undoes_compute_at() {
-    let mut g = ComputeGraph::new();
-    let a = g.placeholder("A", &[4, 4]).unwrap();
+    let (mut g, a) = tir::graph_with_input(&[4, 4]);
     let b = g.compute("B", &[4, 4], |x| a.at(x) + Expr::Int(1)).unwrap();
     let c = g.compute("C", &[4, 4], |x| b.at(x) * Expr::Int(3)).unwrap();
-    let mut s = Schedule::new(&g, &[c]).unwrap();
-    let cax = s.axis(&c).unwrap();
+    let (mut s, cax) = tir::schedule(&g, &c);
     s.compute_at(&b, &c, &cax[1]).unwrap();
     s.compute_root(&b).unwrap();
     let stats = tir::check(&s, &g, &[c]);
@@ -206,8 +196,7 @@ fn compute_root_undoes_compute_at() {
 #[test]
 fn blocked_layout_nchw16c_for_input_and_output() {
     let shape = [1, 20, 2, 3];
-    let mut g = ComputeGraph::new();
-    let a = g.placeholder("A", &shape).unwrap();
+    let (mut g, a) = tir::graph_with_input(&shape);
     let d = g
         .compute("D", &shape, |x| a.at(x) * Expr::Int(2) + Expr::Int(1))
         .unwrap();
@@ -251,8 +240,7 @@ fn blocked_layout_nchw16c_for_input_and_output() {
 
 #[test]
 fn user_errors_are_reported_not_panics() {
-    let mut g = ComputeGraph::new();
-    let a = g.placeholder("A", &[4, 4]).unwrap();
+    let (mut g, a) = tir::graph_with_input(&[4, 4]);
     let b = g.compute("B", &[4, 4], |x| a.at(x) + Expr::Int(1)).unwrap();
     let c = g.compute("C", &[4, 4], |x| b.at(x) * Expr::Int(3)).unwrap();
     let e = g.compute("E", &[4, 4], |x| c.at(x) * Expr::Int(2)).unwrap();
@@ -313,8 +301,7 @@ fn user_errors_are_reported_not_panics() {
 #[test]
 fn layout_of_an_intermediate_applies_to_its_realized_region() {
     // B (20 channels) is realized whole and stored blocked by 16: 2 blocks of 16 lanes.
-    let mut g = ComputeGraph::new();
-    let a = g.placeholder("A", &[3, 20]).unwrap();
+    let (mut g, a) = tir::graph_with_input(&[3, 20]);
     let b = g
         .compute("B", &[3, 20], |x| a.at(x) + Expr::Int(1))
         .unwrap();
@@ -368,8 +355,7 @@ fn conv2d_relu_with_producers_at_inner_loops() {
     let r = g
         .compute("R", &[1, 4, 10, 10], |x| o.at(x).max(Expr::Float(0.0)))
         .unwrap();
-    let mut s = Schedule::new(&g, &[r]).unwrap();
-    let ax = s.axis(&r).unwrap();
+    let (mut s, ax) = tir::schedule(&g, &r);
     let (yo, yi) = s.split(&r, &ax[2], 5).unwrap();
     let (xo, xi) = s.split(&r, &ax[3], 4).unwrap();
     s.reorder(&r, &[ax[1].clone(), yo.clone(), xo.clone(), yi, xi.clone()])

@@ -4,7 +4,7 @@
 //! definitions.
 
 use crate::support::tir;
-use crate::support::tir_gen::{pipeline, random_pipeline};
+use crate::support::tir_gen::{pipeline, pipeline_args, random_pipeline};
 use layoutopt::tir::schedule::Schedule;
 use proptest::prelude::*;
 
@@ -12,12 +12,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
     #[test]
-    fn random_schedules_match_the_unscheduled_result(
-        h in 2i64..7,
-        w in 2i64..8,
-        kinds in prop::collection::vec(0u8..3, 1..4),
-        choices in prop::collection::vec(any::<u32>(), 64),
-    ) {
+    fn random_schedules_match_the_unscheduled_result((h, w, kinds, choices) in pipeline_args(8)) {
         let (g, stages, s) = random_pipeline(h, w, &kinds, choices);
         tir::check(&s, &g, &[*stages.last().unwrap()]);
     }

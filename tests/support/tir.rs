@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use layoutopt::codegen::{CodegenStats, JitFunction, KernelTable};
-use layoutopt::tir::compute::{ComputeGraph, ReduceOp, Tensor};
+use layoutopt::tir::compute::{ComputeGraph, IterVar, ReduceOp, Tensor};
 use layoutopt::tir::interp::{Interpreter, KernelView, RunStats};
 use layoutopt::tir::lower::{lower, LowerOptions, LoweredFunc};
 use layoutopt::tir::schedule::Schedule;
@@ -61,6 +61,36 @@ pub fn check_with(
     stats
 }
 
+/// A new graph whose input is the placeholder `A` of `shape`.
+pub fn graph_with_input(shape: &[i64]) -> (ComputeGraph, Tensor) {
+    let mut g = ComputeGraph::new();
+    let a = g.placeholder("A", shape).unwrap();
+    (g, a)
+}
+
+/// An interpreter whose `gemm_update` micro-kernel is [`gemm_update_f64`].
+pub fn gemm_interpreter() -> Interpreter {
+    Interpreter::new().with_kernel("gemm_update", Box::new(gemm_update_f64))
+}
+
+/// `matmul(m, n, k)` with its rows split by `rows` and the inner part of the
+/// split tensorized as `gemm_update`.
+pub fn tensorized_matmul(m: i64, n: i64, k: i64, rows: i64) -> (ComputeGraph, Tensor, Schedule) {
+    let (g, c) = matmul(m, n, k);
+    let (mut s, ax) = schedule(&g, &c);
+    let (_, ii) = s.split(&c, &ax[0], rows).unwrap();
+    s.tensorize(&c, &ii, "gemm_update").unwrap();
+    (g, c, s)
+}
+
+/// The default schedule of `out` in `g`, and `out`'s axes: where a schedule
+/// test starts.
+pub fn schedule(g: &ComputeGraph, out: &Tensor) -> (Schedule, Vec<IterVar>) {
+    let s = Schedule::new(g, &[*out]).unwrap();
+    let axes = s.axis(out).unwrap();
+    (s, axes)
+}
+
 pub fn check(s: &Schedule, g: &ComputeGraph, outputs: &[Tensor]) -> RunStats {
     check_with(s, g, outputs, &Interpreter::new())
 }
@@ -78,6 +108,11 @@ pub fn check_jit(
 ) -> CodegenStats {
     let f = lower(s, &LowerOptions::default()).expect("lowering");
     check_jit_func(&f, g, interp, kernels)
+}
+
+/// [`check_jit`] with a plain interpreter and no micro-kernels.
+pub fn check_jit_plain(s: &Schedule, g: &ComputeGraph) -> CodegenStats {
+    check_jit(s, g, &Interpreter::new(), &KernelTable::new())
 }
 
 pub fn check_jit_func(

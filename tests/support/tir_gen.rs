@@ -4,6 +4,7 @@
 use layoutopt::tir::compute::{ComputeGraph, ReduceOp, Tensor};
 use layoutopt::tir::expr::Expr;
 use layoutopt::tir::schedule::Schedule;
+use proptest::prelude::*;
 
 /// Draws small numbers from a list of choices made by proptest.
 pub struct Choices(pub Vec<u32>, pub usize);
@@ -140,4 +141,15 @@ pub fn random_pipeline(
     let (g, stages) = pipeline(h, w, kinds);
     let s = random_schedule(&g, &stages, &mut Choices(choices, 0));
     (g, stages, s)
+}
+
+/// Arguments of `random_pipeline` for proptest: an input of 2 to 6 rows and 2
+/// to `max_w - 1` columns, 1 to 3 stages, 64 schedule choices.
+pub fn pipeline_args(max_w: i64) -> impl Strategy<Value = (i64, i64, Vec<u8>, Vec<u32>)> {
+    (
+        2i64..7,
+        2i64..max_w,
+        prop::collection::vec(0u8..3, 1..4),
+        prop::collection::vec(any::<u32>(), 64),
+    )
 }
