@@ -5,34 +5,9 @@
 use crate::support::bundled::load_test_data;
 use crate::support::compare::max_abs_err;
 use crate::support::process;
-use crate::support::process::scratch_dir;
+use crate::support::process::{layoutopt, layoutopt_json, layoutopt_ok, scratch_dir, CliOut};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn layoutopt(args: &[&str]) -> Out {
-    let o = Command::new(env!("CARGO_BIN_EXE_layoutopt"))
-        .args(args)
-        .env("RUST_BACKTRACE", "1")
-        .output()
-        .expect("the binary runs");
-    let out = Out {
-        code: o.status.code().expect("exited normally"),
-        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-    };
-    assert!(
-        !out.stderr.contains("panicked"),
-        "{args:?} panicked: {}",
-        out.stderr
-    );
-    out
-}
 
 fn model(name: &str, file: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -183,7 +158,7 @@ fn inspect_lists_ops_shapes_layouts_and_spans() {
 
 #[test]
 fn plan_prints_text_and_json() {
-    let o = layoutopt(&[
+    let text = layoutopt_ok(&[
         "plan",
         &resnet(),
         "--planner",
@@ -191,10 +166,9 @@ fn plan_prints_text_and_json() {
         "--target",
         "nchw16c",
     ]);
-    assert_eq!(o.code, 0, "{}", o.stderr);
-    assert!(o.stdout.starts_with("plan of "), "{}", o.stdout);
-    assert!(o.stdout.contains("'global' for NCHW16c"), "{}", o.stdout);
-    let j = layoutopt(&[
+    assert!(text.starts_with("plan of "), "{text}");
+    assert!(text.contains("'global' for NCHW16c"), "{text}");
+    let v = layoutopt_json(&[
         "plan",
         &resnet(),
         "--planner",
@@ -203,18 +177,12 @@ fn plan_prints_text_and_json() {
         "nhwc",
         "--json",
     ]);
-    assert_eq!(j.code, 0, "{}", j.stderr);
-    let v: serde_json::Value = serde_json::from_str(&j.stdout).unwrap();
     assert_eq!(v["planner"], "keep");
     assert_eq!(v["target"], "NHWC");
     assert_eq!(v["transform_count"], 0); // keep leaves every tensor row-major
-    let t = layoutopt(&["plan", &model("tflite_cnn", "model.tflite"), "--json"]);
-    assert_eq!(t.code, 0, "{}", t.stderr);
-    assert!(serde_json::from_str::<serde_json::Value>(&t.stdout).is_ok());
+    layoutopt_json(&["plan", &model("tflite_cnn", "model.tflite"), "--json"]);
     // Each convolution's algorithm, with the Winograd sizes' errors.
-    let w = layoutopt(&["plan", &resnet(), "--json", "--conv-algo", "winograd"]);
-    assert_eq!(w.code, 0, "{}", w.stderr);
-    let v: serde_json::Value = serde_json::from_str(&w.stdout).unwrap();
+    let v = layoutopt_json(&["plan", &resnet(), "--json", "--conv-algo", "winograd"]);
     let convs = v["timings"]["conv_algorithms"].as_array().unwrap();
     assert!(!convs.is_empty(), "{v}");
     let winograd = convs
@@ -284,7 +252,7 @@ fn run_starts_exactly_one_worker_pool() {
 
 #[test]
 fn bench_times_the_runs() {
-    let o = layoutopt(&[
+    let text = layoutopt_ok(&[
         "bench",
         &resnet(),
         "--iterations",
@@ -292,9 +260,8 @@ fn bench_times_the_runs() {
         "--planner",
         "greedy",
     ]);
-    assert_eq!(o.code, 0, "{}", o.stderr);
-    assert!(o.stdout.contains("latency over 2 runs"), "{}", o.stdout);
-    assert!(o.stdout.contains("p50"), "{}", o.stdout);
+    assert!(text.contains("latency over 2 runs"), "{text}");
+    assert!(text.contains("p50"), "{text}");
 }
 
 #[test]
@@ -612,7 +579,7 @@ fn check_finite_names_the_first_step_with_nan_or_inf() {
     use crate::support::onnx::{model as onnx_model, model_bytes, node, value_info};
     use layoutopt::frontend::npy::write_npy;
     use layoutopt::graph::Tensor;
-    let check_line = |o: &Out| -> String {
+    let check_line = |o: &CliOut| -> String {
         assert_eq!(o.code, 0, "{}", o.stderr);
         o.stdout
             .lines()
@@ -697,7 +664,7 @@ fn check_finite_names_the_first_step_with_nan_or_inf() {
 #[test]
 fn kernels_run_on_a_forced_instruction_set() {
     use layoutopt::runtime::Isa;
-    let json = |o: &Out| -> serde_json::Value {
+    let json = |o: &CliOut| -> serde_json::Value {
         assert_eq!(o.code, 0, "{}", o.stderr);
         serde_json::from_str(&o.stdout).unwrap()
     };

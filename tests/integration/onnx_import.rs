@@ -2,14 +2,13 @@
 //! errors every bad file must give (never a panic, always a non-zero exit).
 
 use crate::support::onnx::*;
-use crate::support::process::scratch_dir;
+use crate::support::process::{layoutopt, scratch_dir};
 use layoutopt::frontend::onnx::{
     import_onnx, load_onnx, tensor_to_proto, ImportError, ImportOptions,
 };
 use layoutopt::graph::{Op, Tensor};
 use layoutopt::ops::Reshape;
 use onnx_protobuf::StringStringEntryProto;
-use std::process::Command;
 
 const F32: i32 = 1;
 
@@ -133,6 +132,37 @@ fn initializers_decode_from_typed_fields_raw_data_and_external_files() {
     assert_eq!(constants, vec![w.to_f32(), w.to_f32()]);
 }
 
+/// A model from `nodes` (and `initializers`) between input x[4] and output
+/// y[4], at opset 13.
+fn vector_model(
+    nodes: Vec<onnx_protobuf::NodeProto>,
+    initializers: Vec<(&str, Tensor)>,
+) -> onnx_protobuf::ModelProto {
+    model(
+        nodes,
+        vec![value_info("x", F32, &[4])],
+        vec![value_info("y", F32, &[4])],
+        initializers,
+        13,
+    )
+}
+
+/// NonMaxSuppression (layer nms_7), which the importer does not support.
+fn unsupported_nms() -> onnx_protobuf::ModelProto {
+    vector_model(
+        vec![node("NonMaxSuppression", "nms_7", &["x"], &["y"])],
+        vec![],
+    )
+}
+
+/// An Add (layer add_1) whose second input no layer produces.
+fn dangling_add() -> onnx_protobuf::ModelProto {
+    vector_model(
+        vec![node("Add", "add_1", &["x", "nowhere"], &["y"])],
+        vec![],
+    )
+}
+
 fn expect_err(m: &onnx_protobuf::ModelProto, needles: &[&str]) {
     let msg = import(m).expect_err("must be refused").to_string();
     for n in needles {
@@ -142,51 +172,34 @@ fn expect_err(m: &onnx_protobuf::ModelProto, needles: &[&str]) {
 
 #[test]
 fn unsupported_operator_names_op_node_and_file() {
-    let m = model(
-        vec![node("NonMaxSuppression", "nms_7", &["x"], &["y"])],
-        vec![value_info("x", F32, &[4])],
-        vec![value_info("y", F32, &[4])],
-        vec![],
-        13,
+    expect_err(
+        &unsupported_nms(),
+        &["NonMaxSuppression", "nms_7", "test.onnx"],
     );
-    expect_err(&m, &["NonMaxSuppression", "nms_7", "test.onnx"]);
 }
 
 #[test]
 fn dangling_input_names_the_missing_value_and_layer() {
-    let m = model(
-        vec![node("Add", "add_1", &["x", "nowhere"], &["y"])],
-        vec![value_info("x", F32, &[4])],
-        vec![value_info("y", F32, &[4])],
-        vec![],
-        13,
-    );
-    expect_err(&m, &["'nowhere'", "add_1", "not produced"]);
+    expect_err(&dangling_add(), &["'nowhere'", "add_1", "not produced"]);
 }
 
 #[test]
 fn cycle_is_refused_with_the_layer() {
-    let m = model(
+    let m = vector_model(
         vec![
             node("Relu", "a", &["y"], &["z"]),
             node("Relu", "b", &["z"], &["y"]),
         ],
-        vec![value_info("x", F32, &[4])],
-        vec![value_info("y", F32, &[4])],
         vec![],
-        13,
     );
     expect_err(&m, &["cycle"]);
 }
 
 #[test]
 fn shape_mismatch_names_the_layer() {
-    let m = model(
+    let m = vector_model(
         vec![node("Add", "bad_add", &["x", "w"], &["y"])],
-        vec![value_info("x", F32, &[4])],
-        vec![value_info("y", F32, &[4])],
         vec![("w", Tensor::from_f32(vec![3], vec![0.0; 3]))],
-        13,
     );
     expect_err(&m, &["bad_add", "do not broadcast"]);
 }
@@ -251,20 +264,8 @@ fn model_files_stream_like_their_bytes() {
 fn cli_reports_bad_models_without_panicking() {
     let dir = scratch_dir("cli_bad_models");
     let good = model_bytes(&shape_chain_model());
-    let unsupported = model_bytes(&model(
-        vec![node("NonMaxSuppression", "nms_7", &["x"], &["y"])],
-        vec![value_info("x", F32, &[4])],
-        vec![value_info("y", F32, &[4])],
-        vec![],
-        13,
-    ));
-    let dangling = model_bytes(&model(
-        vec![node("Add", "add_1", &["x", "nowhere"], &["y"])],
-        vec![value_info("x", F32, &[4])],
-        vec![value_info("y", F32, &[4])],
-        vec![],
-        13,
-    ));
+    let unsupported = model_bytes(&unsupported_nms());
+    let dangling = model_bytes(&dangling_add());
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         (
             "truncated.onnx",
@@ -287,30 +288,18 @@ fn cli_reports_bad_models_without_panicking() {
         let path = dir.join(file);
         std::fs::write(&path, bytes).unwrap();
         for cmd in ["inspect", "run"] {
-            let out = Command::new(env!("CARGO_BIN_EXE_layoutopt"))
-                .arg(cmd)
-                .arg(&path)
-                .env("RUST_BACKTRACE", "1")
-                .output()
-                .expect("the CLI runs");
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            assert!(!out.status.success(), "{cmd} {file} must fail");
+            let out = layoutopt(&[cmd, path.to_str().unwrap()]);
+            assert_ne!(out.code, 0, "{cmd} {file} must fail");
             assert!(
-                stderr.contains(needle),
-                "{cmd} {file}: stderr {stderr:?} lacks {needle:?}"
-            );
-            assert!(
-                !stderr.contains("panicked"),
-                "{cmd} {file} panicked: {stderr}"
+                out.stderr.contains(needle),
+                "{cmd} {file}: stderr {:?} lacks {needle:?}",
+                out.stderr
             );
         }
     }
-    let missing = Command::new(env!("CARGO_BIN_EXE_layoutopt"))
-        .args(["run", "/nonexistent/model.onnx"])
-        .output()
-        .unwrap();
-    assert!(!missing.status.success());
-    assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot read"));
+    let missing = layoutopt(&["run", "/nonexistent/model.onnx"]);
+    assert_ne!(missing.code, 0);
+    assert!(missing.stderr.contains("cannot read"));
 }
 
 /// Every unsupported operator is reported at once: each type with its count and

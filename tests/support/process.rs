@@ -6,6 +6,47 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
+/// What one run of the `layoutopt` binary gave.
+pub struct CliOut {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs the `layoutopt` binary with `args` (with backtraces on) and asserts
+/// that it exited on its own and did not panic.
+pub fn layoutopt(args: &[&str]) -> CliOut {
+    let o = Command::new(env!("CARGO_BIN_EXE_layoutopt"))
+        .args(args)
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .expect("the binary runs");
+    let out = CliOut {
+        code: o.status.code().expect("exited normally"),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    };
+    assert!(
+        !out.stderr.contains("panicked"),
+        "{args:?} panicked: {}",
+        out.stderr
+    );
+    out
+}
+
+/// Runs [`layoutopt`], asserts that it succeeded, and gives its stdout.
+pub fn layoutopt_ok(args: &[&str]) -> String {
+    let out = layoutopt(args);
+    assert_eq!(out.code, 0, "{args:?}: {}", out.stderr);
+    out.stdout
+}
+
+/// Runs [`layoutopt`] as [`layoutopt_ok`] does and parses its stdout as JSON.
+pub fn layoutopt_json(args: &[&str]) -> serde_json::Value {
+    let stdout = layoutopt_ok(args);
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {stdout}"))
+}
+
 /// A scratch folder under the target dir, fresh for each test name.
 pub fn scratch_dir(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
