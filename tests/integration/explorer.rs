@@ -6,22 +6,42 @@
 
 use crate::support::plan::plan_builtin;
 use layoutopt::api::{load_model, PlannerKind, TargetFamily};
-use layoutopt::graph::Op;
+use layoutopt::graph::{Graph, Op};
+use layoutopt::layout::plan::Plan;
 use std::path::Path;
 
-fn page() -> (layoutopt::graph::Graph, String, [usize; 2], usize) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/resnet_small/model.onnx");
+/// The bundled model at `models/{model}` with its global and local NCHW16c plans.
+fn global_and_local(model: &str) -> (Graph, Plan, Plan) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("models")
+        .join(model);
     let g = load_model(&path).unwrap();
     let a = plan_builtin(&g, PlannerKind::Global, TargetFamily::Nchwc(16));
     let b = plan_builtin(&g, PlannerKind::Local, TargetFamily::Nchwc(16));
-    let drawn = |p: &layoutopt::layout::plan::Plan| {
+    (g, a, b)
+}
+
+/// The explorer page of `plans` of `g`.
+fn render(g: &Graph, plans: &[&Plan]) -> String {
+    layoutopt::explorer::render(
+        layoutopt::api::Machine::shared(),
+        g,
+        plans,
+        &Default::default(),
+    )
+    .unwrap()
+}
+
+fn page() -> (Graph, String, [usize; 2], usize) {
+    let (g, a, b) = global_and_local("resnet_small/model.onnx");
+    let drawn = |p: &Plan| {
         p.graph
             .node_ids()
             .iter()
             .filter(|&&id| !matches!(p.graph.node(id).op, Op::Constant(_)))
             .count()
     };
-    let transforms = |p: &layoutopt::layout::plan::Plan| {
+    let transforms = |p: &Plan| {
         p.graph
             .node_ids()
             .iter()
@@ -34,13 +54,7 @@ fn page() -> (layoutopt::graph::Graph, String, [usize; 2], usize) {
             .count()
     };
     let transforms = transforms(&a) + transforms(&b);
-    let html = layoutopt::explorer::render(
-        layoutopt::api::Machine::shared(),
-        &g,
-        &[&a, &b],
-        &Default::default(),
-    )
-    .unwrap();
+    let html = render(&g, &[&a, &b]);
     (g, html, [drawn(&a), drawn(&b)], transforms)
 }
 
@@ -222,18 +236,8 @@ fn regions_nest_by_source_layer_name() {
 /// is checked here on the largest committed model of that size.
 #[test]
 fn a_real_model_page_is_small() {
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("models/zoo/MobileNetV3Small_onnx/model.onnx");
-    let g = load_model(&path).unwrap();
-    let a = plan_builtin(&g, PlannerKind::Global, TargetFamily::Nchwc(16));
-    let b = plan_builtin(&g, PlannerKind::Local, TargetFamily::Nchwc(16));
-    let html = layoutopt::explorer::render(
-        layoutopt::api::Machine::shared(),
-        &g,
-        &[&a, &b],
-        &Default::default(),
-    )
-    .unwrap();
+    let (g, a, b) = global_and_local("zoo/MobileNetV3Small_onnx/model.onnx");
+    let html = render(&g, &[&a, &b]);
     let d = data(&html);
     let drawn = nodes(&d, 0).len() + nodes(&d, 1).len();
     assert!(drawn > 700, "{drawn}");
@@ -284,13 +288,7 @@ fn fused_groups_are_the_compiled_steps_and_shown_on_their_nodes() {
     let fused_steps = steps.iter().filter(|s| s.contains('+')).count();
     assert_eq!(fused_steps, groups.len(), "{steps:#?}");
 
-    let html = layoutopt::explorer::render(
-        layoutopt::api::Machine::shared(),
-        &g,
-        &[&plan],
-        &Default::default(),
-    )
-    .unwrap();
+    let html = render(&g, &[&plan]);
     let d = data(&html);
     let marked: Vec<&str> = nodes(&d, 0)
         .iter()

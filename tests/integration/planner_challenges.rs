@@ -78,6 +78,16 @@ fn op(g: &mut Graph, op: Op, inputs: &[ValueRef], name: &str) -> ValueRef {
     ValueRef::new(id, 0)
 }
 
+fn transpose(g: &mut Graph, x: ValueRef, perm: &[usize], name: &str) -> ValueRef {
+    let perm = perm.to_vec();
+    op(g, Op::Transpose(Transpose { perm }), &[x], name)
+}
+
+fn reshape(g: &mut Graph, x: ValueRef, shape: &[usize], name: &str) -> ValueRef {
+    let shape = shape.to_vec();
+    op(g, Op::Reshape(Reshape { shape }), &[x], name)
+}
+
 fn relu(g: &mut Graph, x: ValueRef, name: &str) -> ValueRef {
     op(g, Op::Unary(UnaryOp::Relu), &[x], name)
 }
@@ -200,12 +210,7 @@ fn a_transposed_times_b() {
     let mut g = Graph::new("atb");
     let a = g.add_input("a", ValueType::new(DType::F32, vec![64, 32]), vec![]);
     let b = g.add_input("b", ValueType::new(DType::F32, vec![64, 48]), vec![]);
-    let at = op(
-        &mut g,
-        Op::Transpose(Transpose { perm: vec![1, 0] }),
-        &[a],
-        "at",
-    );
+    let at = transpose(&mut g, a, &[1, 0], "at");
     let y = op(&mut g, Op::MatMul, &[at, b], "matmul");
     g.set_outputs(vec![y]);
     let keep = plan_checked(&g, "keep", TargetFamily::Nchw);
@@ -281,39 +286,11 @@ fn three_and_seventeen_channels() {
 fn transformer_head_split_and_merge() {
     let mut g = Graph::new("heads");
     let x = g.add_input("x", ValueType::new(DType::F32, vec![1, 16, 64]), vec![]);
-    let r = op(
-        &mut g,
-        Op::Reshape(Reshape {
-            shape: vec![1, 16, 4, 16],
-        }),
-        &[x],
-        "split_heads",
-    );
-    let t = op(
-        &mut g,
-        Op::Transpose(Transpose {
-            perm: vec![0, 2, 1, 3],
-        }),
-        &[r],
-        "to_heads",
-    );
+    let r = reshape(&mut g, x, &[1, 16, 4, 16], "split_heads");
+    let t = transpose(&mut g, r, &[0, 2, 1, 3], "to_heads");
     let s = op(&mut g, Op::Softmax(Softmax { axis: 3 }), &[t], "softmax");
-    let t2 = op(
-        &mut g,
-        Op::Transpose(Transpose {
-            perm: vec![0, 2, 1, 3],
-        }),
-        &[s],
-        "from_heads",
-    );
-    let y = op(
-        &mut g,
-        Op::Reshape(Reshape {
-            shape: vec![1, 16, 64],
-        }),
-        &[t2],
-        "merge_heads",
-    );
+    let t2 = transpose(&mut g, s, &[0, 2, 1, 3], "from_heads");
+    let y = reshape(&mut g, t2, &[1, 16, 64], "merge_heads");
     g.set_outputs(vec![y]);
     let keep = plan_checked(&g, "keep", TargetFamily::Nchw);
     let global = plan_checked(&g, "global", TargetFamily::Nchw);
@@ -340,13 +317,8 @@ fn transformer_head_split_and_merge() {
 fn one_tensor_read_through_two_relabels() {
     let mut g = Graph::new("two_relabels");
     let x = input(&mut g, &[1, 8, 8, 32]);
-    let to_nchw = || {
-        Op::Transpose(Transpose {
-            perm: vec![0, 3, 1, 2],
-        })
-    };
-    let a = op(&mut g, to_nchw(), &[x], "a");
-    let b = op(&mut g, to_nchw(), &[x], "b");
+    let a = transpose(&mut g, x, &[0, 3, 1, 2], "a");
+    let b = transpose(&mut g, x, &[0, 3, 1, 2], "b");
     let ca = conv(&mut g, a, 32, 3, 1, "conv_a");
     let cb = conv(&mut g, b, 32, 3, 1, "conv_b");
     let y = op(
@@ -362,21 +334,9 @@ fn one_tensor_read_through_two_relabels() {
 
 /// Splits a [1, 8, 32] tensor into 2 heads of 16: [1, 2, 8, 16], or with
 /// `perm` [0, 2, 3, 1] the keys' [1, 2, 16, 8].
-fn heads(g: &mut Graph, x: ValueRef, perm: Vec<usize>, name: &str) -> ValueRef {
-    let r = op(
-        g,
-        Op::Reshape(Reshape {
-            shape: vec![1, 8, 2, 16],
-        }),
-        &[x],
-        &format!("{name}.split"),
-    );
-    op(
-        g,
-        Op::Transpose(Transpose { perm }),
-        &[r],
-        &format!("{name}.heads"),
-    )
+fn heads(g: &mut Graph, x: ValueRef, perm: &[usize], name: &str) -> ValueRef {
+    let r = reshape(g, x, &[1, 8, 2, 16], &format!("{name}.split"));
+    transpose(g, r, perm, &format!("{name}.heads"))
 }
 
 fn project(g: &mut Graph, x: ValueRef, name: &str) -> ValueRef {
@@ -402,28 +362,14 @@ fn attention_block() {
     let q = project(&mut g, x, "q");
     let k = project(&mut g, x, "k");
     let v = project(&mut g, x, "v");
-    let qh = heads(&mut g, q, vec![0, 2, 1, 3], "q");
-    let kh = heads(&mut g, k, vec![0, 2, 3, 1], "k");
-    let vh = heads(&mut g, v, vec![0, 2, 1, 3], "v");
+    let qh = heads(&mut g, q, &[0, 2, 1, 3], "q");
+    let kh = heads(&mut g, k, &[0, 2, 3, 1], "k");
+    let vh = heads(&mut g, v, &[0, 2, 1, 3], "v");
     let s = op(&mut g, Op::MatMul, &[qh, kh], "scores");
     let p = op(&mut g, Op::Softmax(Softmax { axis: 3 }), &[s], "softmax");
     let o = op(&mut g, Op::MatMul, &[p, vh], "mix");
-    let t = op(
-        &mut g,
-        Op::Transpose(Transpose {
-            perm: vec![0, 2, 1, 3],
-        }),
-        &[o],
-        "merge",
-    );
-    let m = op(
-        &mut g,
-        Op::Reshape(Reshape {
-            shape: vec![1, 8, 32],
-        }),
-        &[t],
-        "merged",
-    );
+    let t = transpose(&mut g, o, &[0, 2, 1, 3], "merge");
+    let m = reshape(&mut g, t, &[1, 8, 32], "merged");
     let y = project(&mut g, m, "out");
     g.set_outputs(vec![y]);
     for family in [
