@@ -242,33 +242,31 @@ fn measured_conv_times_replace_the_estimate() {
 }
 
 /// Options for one thread measuring into an empty cache directory of its own
-/// (named after `what`), and that directory. What is cached is tested, not
+/// (named after `test`), that directory, and a machine caching into it. What is cached is tested, not
 /// the guard against load, so measurements are cached under load too: the
 /// switch is an environment variable, which is process-wide, so where this
 /// process lacks it `test` (a test of this module) runs again in a child copy
 /// of this binary that has it, and `None` is returned.
-fn one_thread_with_empty_cache(what: &str, test: &str) -> Option<(PathBuf, RuntimeOptions)> {
+fn one_thread_with_empty_cache(test: &str) -> Option<(PathBuf, RuntimeOptions, Machine)> {
     if !cache_under_load() {
         run_test_in_child(&format!("api::{test}"), &[(CACHE_UNDER_LOAD_ENV, "1")]);
         return None;
     }
-    let dir = std::env::temp_dir().join(format!("layoutopt-{what}-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("layoutopt-{test}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut options = RuntimeOptions::with_threads(1);
     options.conv_algo.cache = Some(dir.clone());
-    Some((dir, options))
+    let machine = Machine::with_cache(Some(dir.clone()));
+    Some((dir, options, machine))
 }
 
 #[test]
 fn the_measured_cost_model_is_cached_and_predicts_the_steps() {
     use layoutopt::runtime::profile::calibrate::{measured_cost_model, predicted_step_seconds};
-    let Some((dir, options)) = one_thread_with_empty_cache(
-        "costs",
-        "the_measured_cost_model_is_cached_and_predicts_the_steps",
-    ) else {
+    let test = "the_measured_cost_model_is_cached_and_predicts_the_steps";
+    let Some((dir, options, machine)) = one_thread_with_empty_cache(test) else {
         return;
     };
-    let machine = Machine::with_cache(Some(dir.clone()));
     let g = load_model(&bundled("resnet_small/model.onnx")).unwrap();
     let plan = |options: &RuntimeOptions| {
         PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
@@ -310,13 +308,10 @@ fn a_layout_transform_is_predicted_by_the_time_the_planner_measured_for_it() {
     use layoutopt::layout::{Layout, PadValue};
     use layoutopt::ops::LayoutTransform;
     use layoutopt::runtime::profile::calibrate::{measured_cost_model, predicted_step_seconds};
-    let Some((dir, options)) = one_thread_with_empty_cache(
-        "transforms",
-        "a_layout_transform_is_predicted_by_the_time_the_planner_measured_for_it",
-    ) else {
+    let test = "a_layout_transform_is_predicted_by_the_time_the_planner_measured_for_it";
+    let Some((dir, options, machine)) = one_thread_with_empty_cache(test) else {
         return;
     };
-    let machine = Machine::with_cache(Some(dir.clone()));
     let t = ValueType::new(DType::F32, vec![1, 17, 8, 8]);
     let (nchw, blocked) = (
         Layout::parse("NCHW").unwrap(),

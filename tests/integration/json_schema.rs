@@ -8,7 +8,6 @@
 use crate::support::process;
 use serde_json::Value;
 use std::path::Path;
-use std::process::Command;
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -129,18 +128,14 @@ fn check(root: &Value, schema: &Value, v: &Value, at: &str, errors: &mut Vec<Str
     }
 }
 
-/// Runs the command line with `args` and `--json`; its document, checked
-/// against the schema of `command`.
-fn document(command: &str, args: &[&str]) -> Value {
-    let o = Command::new(env!("CARGO_BIN_EXE_layoutopt"))
-        .arg(command)
-        .args(args)
-        .arg("--json")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8(o.stdout).unwrap();
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "{command} {args:?}: {stderr}");
+/// The document of `layoutopt {command} models/{model} {flags} --json`,
+/// checked against the schema of `command`.
+fn document(command: &str, model: &str, flags: &[&str]) -> Value {
+    let path = repo().join("models").join(model);
+    let mut args = vec![command, path.to_str().unwrap()];
+    args.extend(flags);
+    args.push("--json");
+    let stdout = process::layoutopt_ok(&args);
     // Nothing names where the repository sits on this machine.
     assert!(
         !stdout.contains(repo().to_str().unwrap()),
@@ -151,33 +146,20 @@ fn document(command: &str, args: &[&str]) -> Value {
     let root = schema();
     let mut errors = Vec::new();
     check(&root, &root["$defs"][command], &doc, command, &mut errors);
-    assert!(
-        errors.is_empty(),
-        "{command} {args:?}:\n{}",
-        errors.join("\n")
-    );
+    assert!(errors.is_empty(), "{args:?}:\n{}", errors.join("\n"));
     assert_eq!(doc["schema_version"], 2);
     assert_eq!(doc["command"], command);
     doc
 }
 
-fn model(name: &str, file: &str) -> String {
-    repo()
-        .join("models")
-        .join(name)
-        .join(file)
-        .display()
-        .to_string()
-}
-
 #[test]
 fn inspect_names_model_tensors() {
-    let doc = document("inspect", &[&model("resnet_small", "model.onnx")]);
+    let doc = document("inspect", "resnet_small/model.onnx", &[]);
     assert_eq!(doc["model_file"], "model.onnx");
     assert_eq!(doc["inputs"][0]["shape"], serde_json::json!([1, 3, 32, 32]));
     let spans = &doc["nodes"][0]["spans"][0];
     assert_eq!(spans["file"], "model.onnx");
-    let tflite = document("inspect", &[&model("tflite_cnn", "model.tflite")]);
+    let tflite = document("inspect", "tflite_cnn/model.tflite", &[]);
     assert_eq!(tflite["model_file"], "model.tflite");
 }
 
@@ -186,13 +168,8 @@ fn plan_lists_every_tensor_by_model_name() {
     for planner in ["keep", "local", "greedy", "global"] {
         let doc = document(
             "plan",
-            &[
-                &model("resnet_small", "model.onnx"),
-                "--planner",
-                planner,
-                "--target",
-                "nchw16c",
-            ],
+            "resnet_small/model.onnx",
+            &["--planner", planner, "--target", "nchw16c"],
         );
         assert_eq!(doc["planner"], planner);
         assert_eq!(doc["target"], "NCHW16c");
@@ -217,22 +194,15 @@ fn plan_lists_every_tensor_by_model_name() {
             doc["relabels"].as_array().unwrap().len()
         );
     }
-    document(
-        "plan",
-        &[&model("tflite_cnn", "model.tflite"), "--target", "nhwc"],
-    );
+    document("plan", "tflite_cnn/model.tflite", &["--target", "nhwc"]);
 }
 
 #[test]
 fn compare_measures_compile_apart_and_ten_runs() {
     let doc = document(
         "compare",
-        &[
-            &model("resnet_small", "model.onnx"),
-            "--target",
-            "nchw8c",
-            "--measure",
-        ],
+        "resnet_small/model.onnx",
+        &["--target", "nchw8c", "--measure"],
     );
     let rows = doc["planners"].as_array().unwrap();
     assert_eq!(rows.len(), 4);
@@ -242,7 +212,7 @@ fn compare_measures_compile_apart_and_ten_runs() {
         assert!(m["warmup_runs"].as_u64().unwrap() >= 1);
         assert!(m["compile_ms"].as_f64().unwrap() > 0.0);
     }
-    let unmeasured = document("compare", &[&model("resnet_small", "model.onnx")]);
+    let unmeasured = document("compare", "resnet_small/model.onnx", &[]);
     assert!(unmeasured["planners"][0]["measured"].is_null());
 }
 
@@ -250,15 +220,8 @@ fn compare_measures_compile_apart_and_ten_runs() {
 fn bench_keeps_every_run() {
     let doc = document(
         "bench",
-        &[
-            &model("resnet_small", "model.onnx"),
-            "--runs",
-            "12",
-            "--warmup",
-            "1",
-            "--threads",
-            "1",
-        ],
+        "resnet_small/model.onnx",
+        &["--runs", "12", "--warmup", "1", "--threads", "1"],
     );
     let runs: Vec<f64> = (doc["timing"]["runs_ms"].as_array().unwrap().iter())
         .map(|x| x.as_f64().unwrap())
@@ -271,10 +234,7 @@ fn bench_keeps_every_run() {
 
 #[test]
 fn run_reports_its_error_against_the_recorded_output() {
-    let doc = document(
-        "run",
-        &[&model("resnet_small", "model.onnx"), "--threads", "1"],
-    );
+    let doc = document("run", "resnet_small/model.onnx", &["--threads", "1"]);
     let out = &doc["outputs"][0];
     let magnitude = out["max"]
         .as_f64()
@@ -293,35 +253,24 @@ fn export_and_explore_name_their_files_only_in_documents_and_artefacts() {
     let onnx = dir.join("planned.onnx");
     let doc = document(
         "export",
-        &[
-            &model("mobilenet_small", "model.onnx"),
-            "-o",
-            onnx.to_str().unwrap(),
-        ],
+        "mobilenet_small/model.onnx",
+        &["-o", onnx.to_str().unwrap()],
     );
     assert_eq!(doc["output_file"], "planned.onnx");
     assert_eq!(doc["for"], "verification");
     assert!(onnx.exists());
     let doc = document(
         "export",
-        &[
-            &model("mobilenet_small", "model.onnx"),
-            "-o",
-            onnx.to_str().unwrap(),
-            "--for",
-            "onnxruntime",
-        ],
+        "mobilenet_small/model.onnx",
+        &["-o", onnx.to_str().unwrap(), "--for", "onnxruntime"],
     );
     assert_eq!(doc["for"], "onnxruntime");
     assert_eq!(doc["planner"], "keep");
     let html = dir.join("explorer.html");
     let doc = document(
         "explore",
-        &[
-            &model("resnet_small", "model.onnx"),
-            "-o",
-            html.to_str().unwrap(),
-        ],
+        "resnet_small/model.onnx",
+        &["-o", html.to_str().unwrap()],
     );
     assert_eq!(doc["planners"], serde_json::json!(["global", "local"]));
     // Neither artefact names a folder of this machine (spans name the file only).
