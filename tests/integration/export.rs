@@ -70,39 +70,23 @@ fn exported_plans_compute_the_recorded_outputs() {
 /// Transpose, Reshape [N, 32, H, W], Slice of channels 0..17.
 #[test]
 fn blocked_layouts_are_pad_reshape_transpose_and_back() {
-    use layoutopt::graph::{DType, Graph, ValueType};
+    use layoutopt::graph::{DType, Graph, ValueRef, ValueType};
     use layoutopt::layout::{Layout, PadValue};
     let mut g = Graph::new("t");
     let x = g.add_input("x", ValueType::new(DType::F32, vec![1, 17, 2, 3]), vec![]);
-    let to = g
-        .add_node(
-            Op::LayoutTransform(LayoutTransform {
-                from: Layout::parse("NCHW").unwrap(),
-                to: Layout::parse("NCHW16c").unwrap(),
-                logical: vec![1, 17, 2, 3],
-                pad: PadValue::Known(0.0),
-            }),
-            "to",
-            &[x],
-            &[],
-            vec![],
-        )
-        .unwrap();
-    let back = g
-        .add_node(
-            Op::LayoutTransform(LayoutTransform {
-                from: Layout::parse("NCHW16c").unwrap(),
-                to: Layout::parse("NCHW").unwrap(),
-                logical: vec![1, 17, 2, 3],
-                pad: PadValue::Undef,
-            }),
-            "back",
-            &[layoutopt::graph::ValueRef::new(to, 0)],
-            &[],
-            vec![],
-        )
-        .unwrap();
-    g.set_outputs(vec![layoutopt::graph::ValueRef::new(back, 0)]);
+    // A transform of `x` from layout `from` to `to`, padding with `pad`.
+    let mut transform = |x: ValueRef, from: &str, to: &str, pad: PadValue, name: &str| {
+        let op = Op::LayoutTransform(LayoutTransform {
+            from: Layout::parse(from).unwrap(),
+            to: Layout::parse(to).unwrap(),
+            logical: vec![1, 17, 2, 3],
+            pad,
+        });
+        ValueRef::new(g.add_node(op, name, &[x], &[], vec![]).unwrap(), 0)
+    };
+    let to = transform(x, "NCHW", "NCHW16c", PadValue::Known(0.0), "to");
+    let back = transform(to, "NCHW16c", "NCHW", PadValue::Undef, "back");
+    g.set_outputs(vec![back]);
     let m = export_model(&g, &ExportOptions::default()).unwrap();
     let graph = m.graph.as_ref().unwrap();
     let ops: Vec<&str> = graph.node.iter().map(|n| n.op_type.as_str()).collect();

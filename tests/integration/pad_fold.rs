@@ -115,60 +115,42 @@ fn check(g: &Graph, folded: bool, what: &str) {
     }
 }
 
+/// One case: `window` after a Pad of `pads` filled with `fill` (after a Relu
+/// where `relu`), whether the pad folds, and what the case is.
+type Case<'a> = (onnx_protobuf::NodeProto, bool, [i64; 8], f32, bool, &'a str);
+
+fn check_cases(cases: Vec<Case>) {
+    for (window, relu, pads, fill, folded, what) in cases {
+        check(&padded(window, relu, pads, fill), folded, what);
+    }
+}
+
 #[test]
 fn zero_pads_fold_into_convolutions() {
     // Asymmetric, as TensorFlow's "same" padding at stride 2 writes it.
-    check(
-        &padded(conv(&[2, 2]), false, [0, 0, 0, 1, 0, 0, 1, 2], 0.0),
-        true,
-        "conv",
-    );
-    check(
-        &padded(conv(&[1, 1]), false, [0, 0, 2, 2, 0, 0, 2, 2], 0.0),
-        true,
-        "conv",
-    );
-    // Another fill, or a pad of the batch, is not the conv's padding.
-    check(
-        &padded(conv(&[1, 1]), false, [0, 0, 1, 1, 0, 0, 1, 1], 1.5),
-        false,
-        "conv fill 1.5",
-    );
-    check(
-        &padded(conv(&[1, 1]), false, [1, 0, 0, 0, 0, 0, 0, 0], 0.0),
-        false,
-        "conv batch pad",
-    );
+    let same = [0, 0, 0, 1, 0, 0, 1, 2];
+    let (two, one) = ([0, 0, 2, 2, 0, 0, 2, 2], [0, 0, 1, 1, 0, 0, 1, 1]);
+    let batch = [1, 0, 0, 0, 0, 0, 0, 0];
+    check_cases(vec![
+        (conv(&[2, 2]), false, same, 0.0, true, "conv"),
+        (conv(&[1, 1]), false, two, 0.0, true, "conv"),
+        // Another fill, or a pad of the batch, is not the conv's padding.
+        (conv(&[1, 1]), false, one, 1.5, false, "conv fill 1.5"),
+        (conv(&[1, 1]), false, batch, 0.0, false, "conv batch pad"),
+    ]);
 }
 
 #[test]
 fn pads_fold_into_pools_only_where_no_maximum_or_mean_changes() {
     let pads = [0, 0, 1, 1, 0, 0, 1, 1];
-    check(
-        &padded(pool("MaxPool"), false, pads, f32::NEG_INFINITY),
-        true,
-        "max pool −∞",
-    );
-    // Zero below a relu's output changes no maximum; without the relu it would.
-    check(
-        &padded(pool("MaxPool"), true, pads, 0.0),
-        true,
-        "max pool after relu",
-    );
-    check(
-        &padded(pool("MaxPool"), false, pads, 0.0),
-        false,
-        "max pool fill 0",
-    );
-    // Zeros counted in every mean: the pool counts its pads.
-    check(
-        &padded(pool("AveragePool"), false, pads, 0.0),
-        true,
-        "average pool",
-    );
-    check(
-        &padded(pool("AveragePool"), false, pads, 2.0),
-        false,
-        "average pool fill 2",
-    );
+    let (max, mean) = (|| pool("MaxPool"), || pool("AveragePool"));
+    check_cases(vec![
+        (max(), false, pads, f32::NEG_INFINITY, true, "max pool −∞"),
+        // Zero below a relu's output changes no maximum; without the relu it would.
+        (max(), true, pads, 0.0, true, "max pool after relu"),
+        (max(), false, pads, 0.0, false, "max pool fill 0"),
+        // Zeros counted in every mean: the pool counts its pads.
+        (mean(), false, pads, 0.0, true, "average pool"),
+        (mean(), false, pads, 2.0, false, "average pool fill 2"),
+    ]);
 }

@@ -82,6 +82,14 @@ fn child() {
     }
 }
 
+/// Runs case `kind:n` and asserts it took under a minute and under
+/// `peak_limit_kb` of memory.
+fn runs_within_a_minute(kind: &str, n: usize, peak_limit_kb: u64) {
+    let c = run_case(kind, n);
+    assert!(c.seconds < 60.0, "{kind} x{n}: {:.1} s", c.seconds);
+    assert!(c.peak_kb < peak_limit_kb, "{kind} x{n}: {} kB", c.peak_kb);
+}
+
 /// Compiling a chain costs time and memory linear in its length: four times
 /// the nodes take well under sixteen times the memory (what a quadratic
 /// compiler took: 1,000 Relus needed 1.6 GB, 5,000 more than 24 GB).
@@ -101,9 +109,7 @@ fn long_relu_chains_grow_linearly() {
 /// 100,000 Relus import, plan, compile and run in seconds.
 #[test]
 fn a_chain_of_100k_relus_runs_in_seconds() {
-    let c = run_case("relu", 100_000);
-    assert!(c.seconds < 60.0, "{:.1} s", c.seconds);
-    assert!(c.peak_kb < 1 << 20, "{} kB", c.peak_kb);
+    runs_within_a_minute("relu", 100_000, 1 << 20);
 }
 
 /// Binary chains with an operand from outside the chain per node (which a
@@ -112,16 +118,12 @@ fn a_chain_of_100k_relus_runs_in_seconds() {
 #[test]
 fn add_and_conv_chains_of_20k_nodes_run() {
     for kind in ["add", "convadd"] {
-        let c = run_case(kind, 20_000);
-        assert!(c.seconds < 60.0, "{kind}: {:.1} s", c.seconds);
-        assert!(c.peak_kb < 512 << 10, "{kind}: {} kB", c.peak_kb);
+        runs_within_a_minute(kind, 20_000, 512 << 10);
     }
 }
 
 /// A Max of 20,000 inputs (a chain of 20,000 binary maxima) is handled.
 #[test]
 fn a_max_of_20k_inputs_runs() {
-    let c = run_case("max", 20_000);
-    assert!(c.seconds < 60.0, "{:.1} s", c.seconds);
-    assert!(c.peak_kb < 512 << 10, "{} kB", c.peak_kb);
+    runs_within_a_minute("max", 20_000, 512 << 10);
 }
