@@ -37,6 +37,27 @@ fn cli(dir: &Path, model_bytes: Vec<u8>, args: &[&str]) -> Child {
     c
 }
 
+/// Runs `model_bytes` under `--memory-limit {limit_mb}M` and asserts it ran
+/// and peaked under the limit and the program's own size (64 MiB).
+fn runs_under(dir: &Path, model_bytes: Vec<u8>, limit_mb: u64) {
+    let limit = format!("{limit_mb}M");
+    let c = cli(dir, model_bytes, &["--memory-limit", &limit, "run"]);
+    assert!(c.ok, "{}", c.stderr);
+    assert!(c.peak_kb < (limit_mb + 64) << 10, "{} kB", c.peak_kb);
+}
+
+/// Runs `model_bytes` under `--memory-limit {limit}` and asserts it was
+/// refused with an error naming each of `needles`, before allocating
+/// (its peak under 64 MiB).
+fn refused_under(dir: &Path, model_bytes: Vec<u8>, limit: &str, needles: &[&str]) {
+    let c = cli(dir, model_bytes, &["--memory-limit", limit, "run"]);
+    assert!(!c.ok);
+    for n in needles {
+        assert!(c.stderr.contains(n), "{n:?} not in {}", c.stderr);
+    }
+    assert!(c.peak_kb < 64 << 10, "{} kB", c.peak_kb);
+}
+
 fn int64s(v: &[i64]) -> Tensor {
     Tensor::new(
         vec![v.len()],
@@ -82,20 +103,8 @@ fn constant_of_shape_model(n: i64, adds: usize) -> Vec<u8> {
 fn a_pad_past_the_limit_is_refused_with_its_layer_and_bytes() {
     let dir = scratch_dir("budget_pad_refused");
     // 200 MB of output under a 64 MiB limit.
-    let c = cli(
-        &dir,
-        pad_model(50_000_000),
-        &["--memory-limit", "64M", "run"],
-    );
-    assert!(!c.ok);
-    assert!(
-        c.stderr.contains("big_pad")
-            && c.stderr.contains("200004000 bytes")
-            && c.stderr.contains("67108864 bytes"),
-        "{}",
-        c.stderr
-    );
-    assert!(c.peak_kb < 64 << 10, "{} kB", c.peak_kb);
+    let needles = ["big_pad", "200004000 bytes", "67108864 bytes"];
+    refused_under(&dir, pad_model(50_000_000), "64M", &needles);
 }
 
 /// Under the limit, a run's peak stays near its values: a 100 MB output
@@ -103,13 +112,7 @@ fn a_pad_past_the_limit_is_refused_with_its_layer_and_bytes() {
 #[test]
 fn a_pad_within_the_limit_runs_within_it() {
     let dir = scratch_dir("budget_pad_runs");
-    let c = cli(
-        &dir,
-        pad_model(25_000_000),
-        &["--memory-limit", "110M", "run"],
-    );
-    assert!(c.ok, "{}", c.stderr);
-    assert!(c.peak_kb < (110 + 64) << 10, "{} kB", c.peak_kb);
+    runs_under(&dir, pad_model(25_000_000), 110);
 }
 
 /// A 40 MB ConstantOfShape and five Adds after it under a 64 MiB limit:
@@ -118,26 +121,10 @@ fn a_pad_within_the_limit_runs_within_it() {
 #[test]
 fn folds_stay_under_the_fold_limit_and_the_run_is_refused() {
     let dir = scratch_dir("budget_fold_chain");
-    let c = cli(
-        &dir,
-        constant_of_shape_model(10_000_000, 5),
-        &["--memory-limit", "64M", "run"],
-    );
-    assert!(!c.ok);
-    assert!(
-        c.stderr.contains("memory limit of 67108864 bytes"),
-        "{}",
-        c.stderr
-    );
-    assert!(c.peak_kb < 64 << 10, "{} kB", c.peak_kb);
+    let model = || constant_of_shape_model(10_000_000, 5);
+    refused_under(&dir, model(), "64M", &["memory limit of 67108864 bytes"]);
     // With room for it, the same model runs, the fill computed at run time.
-    let c = cli(
-        &dir,
-        constant_of_shape_model(10_000_000, 5),
-        &["--memory-limit", "200M", "run"],
-    );
-    assert!(c.ok, "{}", c.stderr);
-    assert!(c.peak_kb < (200 + 64) << 10, "{} kB", c.peak_kb);
+    runs_under(&dir, model(), 200);
 }
 
 /// Three billion booleans are neither folded nor allocated.
@@ -161,14 +148,7 @@ fn a_constant_of_shape_of_3e9_bools_is_refused() {
         vec![("shape", int64s(&[3_000_000_000]))],
         13,
     );
-    let c = cli(&dir, model_bytes(&m), &["--memory-limit", "1G", "run"]);
-    assert!(!c.ok);
-    assert!(
-        c.stderr.contains("3000000000 bytes") && c.stderr.contains("bools"),
-        "{}",
-        c.stderr
-    );
-    assert!(c.peak_kb < 64 << 10, "{} kB", c.peak_kb);
+    refused_under(&dir, model_bytes(&m), "1G", &["3000000000 bytes", "bools"]);
 }
 
 /// A limit that is not a byte count is a usage error.

@@ -150,34 +150,30 @@ fn bundled(ext: &str) -> Vec<PathBuf> {
     out
 }
 
-#[test]
-fn mutated_onnx_models_never_panic() {
-    let seeds = bundled("onnx");
-    assert!(seeds.len() >= 3, "bundled ONNX models: {seeds:?}");
+/// Asserts there are at least three `seeds` (the bundled files of a kind) and
+/// that [`fuzz_seeds`] tried `per_seed` mutations of each.
+fn fuzz_each_of_three_or_more(target: Target, seeds: &[PathBuf], per_seed: usize, seed: u64) {
+    assert!(seeds.len() >= 3, "bundled seeds: {seeds:?}");
     assert_eq!(
-        fuzz_seeds(harness::onnx, &seeds, 60, 0x9e37_79b9),
-        60 * seeds.len()
+        fuzz_seeds(target, seeds, per_seed, seed),
+        per_seed * seeds.len()
     );
 }
 
 #[test]
+fn mutated_onnx_models_never_panic() {
+    fuzz_each_of_three_or_more(harness::onnx, &bundled("onnx"), 60, 0x9e37_79b9);
+}
+
+#[test]
 fn mutated_tflite_models_never_panic() {
-    let seeds = bundled("tflite");
-    assert!(seeds.len() >= 3, "bundled TFLite models: {seeds:?}");
-    assert_eq!(
-        fuzz_seeds(harness::tflite, &seeds, 100, 0x51ed_270b),
-        100 * seeds.len()
-    );
+    fuzz_each_of_three_or_more(harness::tflite, &bundled("tflite"), 100, 0x51ed_270b);
 }
 
 #[test]
 fn mutated_rule_files_never_panic() {
     let seeds = files_in(&root().join("rules"));
-    assert!(seeds.len() >= 3, "bundled rule files: {seeds:?}");
-    assert_eq!(
-        fuzz_seeds(harness::rules, &seeds, 300, 0x2545_f491),
-        300 * seeds.len()
-    );
+    fuzz_each_of_three_or_more(harness::rules, &seeds, 300, 0x2545_f491);
 }
 
 /// The stable-Rust fallback of `scripts/fuzz.sh` (cargo-fuzz needs nightly):

@@ -283,46 +283,33 @@ fn onnx_cases() -> Vec<Case> {
         case(
             "onnx cycle",
             "cycle.onnx",
-            model_bytes(&onnx(
-                vec![
-                    node("Relu", "a", &["y"], &["z"]),
-                    node("Relu", "b", &["z"], &["y"]),
-                ],
-                &[("x", &[4])],
-                ("y", &[4]),
-            )),
+            model_bytes(&relu_cycle()),
             &["the graph has a cycle"],
         ),
         case(
             "onnx dangling input name",
             "dangling.onnx",
-            model_bytes(&onnx(
-                vec![node("Add", "add_1", &["x", "nowhere"], &["y"])],
-                &[("x", &[4])],
-                ("y", &[4]),
-            )),
+            model_bytes(&dangling_add()),
             &["layer 'add_1'", "input 'nowhere' is not produced"],
         ),
         case(
             "onnx dangling graph output",
             "dangling_output.onnx",
-            model_bytes(&onnx(
+            model_bytes(&vector_model(
                 vec![node("Relu", "relu_1", &["x"], &["z"])],
-                &[("x", &[4])],
-                ("y", &[4]),
+                vec![],
             )),
             &["graph output 'y' is not produced"],
         ),
         case(
             "onnx value produced twice",
             "twice.onnx",
-            model_bytes(&onnx(
+            model_bytes(&vector_model(
                 vec![
                     node("Relu", "r1", &["x"], &["y"]),
                     node("Relu", "r2", &["x"], &["y"]),
                 ],
-                &[("x", &[4])],
-                ("y", &[4]),
+                vec![],
             )),
             &["layer 'r2'", "output 'y' is already produced"],
         ),

@@ -7,9 +7,8 @@
 //! same way (for `export --for onnxruntime`). Spatial means and maxima as global
 //! pools.
 
-use crate::support::compare::max_abs_err;
+use crate::support::compare::{assert_rewrite_keeps_outputs, max_abs_err};
 use crate::support::onnx::*;
-use layoutopt::frontend::onnx::{import_onnx, ImportOptions};
 use layoutopt::graph::{fold_conv_affine, fold_conv_batchnorm, Graph, Op, Tensor};
 use layoutopt::layout::cost::CostModel;
 use layoutopt::layout::plan::plan;
@@ -44,13 +43,7 @@ fn conv_then(tail: Vec<onnx_protobuf::NodeProto>, init: Vec<(&str, Tensor)>) -> 
         all,
         13,
     );
-    import_onnx(
-        &model_bytes(&m),
-        "affine.onnx",
-        None,
-        &ImportOptions::default(),
-    )
-    .expect("the model imports")
+    import_model(&m, "affine.onnx").expect("the model imports")
 }
 
 fn channels(shape: Vec<usize>, k: f32) -> Tensor {
@@ -182,10 +175,7 @@ fn batch_norms_after_a_conv_fold_into_it() {
             .map(|i| ((i * 53) % 23) as f32 / 11.0 - 1.0)
             .collect(),
     );
-    let expected = layoutopt::reference::run(&g, std::slice::from_ref(&x)).unwrap();
-    let got = layoutopt::reference::run(&folded, &[x]).unwrap();
-    let (err, mag) = max_abs_err(&expected[0], &got[0]);
-    assert!(err <= 1e-5 * mag.max(1.0), "error {err} at magnitude {mag}");
+    assert_rewrite_keeps_outputs(&g, &folded, &[x], 1e-5);
     // The conv output is also read by the Add: the batch norm stays.
     let tail = vec![bn("b0"), node("Add", "join", &["b0", "c"], &["y"])];
     let mut g = conv_then(tail, params());
@@ -264,13 +254,7 @@ fn spatial_means_and_maxima_become_global_pools() {
         vec![("sum_axes", Tensor::from_i64(vec![2], vec![2, 3]))],
         13,
     );
-    let g = import_onnx(
-        &model_bytes(&m),
-        "reduce.onnx",
-        None,
-        &ImportOptions::default(),
-    )
-    .expect("the model imports");
+    let g = import_model(&m, "reduce.onnx").expect("the model imports");
     let mut pooled = g.clone();
     assert_eq!(reductions_as_global_pools(&mut pooled).unwrap(), 4);
     let count = |g: &Graph, pred: fn(&Op) -> bool| {
@@ -288,11 +272,5 @@ fn spatial_means_and_maxima_become_global_pools() {
             .map(|i| ((i * 29) % 31) as f32 / 7.0 - 2.0)
             .collect(),
     );
-    let expected = layoutopt::reference::run(&g, std::slice::from_ref(&x)).unwrap();
-    let got = layoutopt::reference::run(&pooled, std::slice::from_ref(&x)).unwrap();
-    for (e, a) in expected.iter().zip(&got) {
-        assert_eq!(e.shape, a.shape);
-        let (err, mag) = max_abs_err(e, a);
-        assert!(err <= 1e-6 * mag.max(1.0), "error {err} at magnitude {mag}");
-    }
+    assert_rewrite_keeps_outputs(&g, &pooled, &[x], 1e-6);
 }

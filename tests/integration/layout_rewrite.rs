@@ -205,8 +205,7 @@ fn planned_models_rewrite_to_the_same_outputs() {
 /// graph computes the source's outputs.
 #[test]
 fn constants_packed_into_a_blocked_layout_rewrite() {
-    use crate::support::onnx::{int_attr, model, model_bytes, node, value_info};
-    use layoutopt::frontend::onnx::import_onnx;
+    use crate::support::onnx::{import_model, int_attr, model, node, value_info};
     use layoutopt::graph::Tensor;
     use layoutopt::layout::cost::CostModel;
     use layoutopt::layout::plan::plan;
@@ -240,13 +239,7 @@ fn constants_packed_into_a_blocked_layout_rewrite() {
         ],
         13,
     );
-    let g = import_onnx(
-        &model_bytes(&m),
-        "scale.onnx",
-        None,
-        &ImportOptions::default(),
-    )
-    .unwrap();
+    let g = import_model(&m, "scale.onnx").unwrap();
     let p = plan(
         &g,
         planner_by_name("global").unwrap().as_ref(),

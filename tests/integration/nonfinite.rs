@@ -12,7 +12,7 @@
 use crate::support::bundled::load_test_data;
 use crate::support::onnx::*;
 use crate::support::plan::plan_by_name;
-use layoutopt::frontend::onnx::{import_onnx, load_onnx, ImportOptions};
+use layoutopt::frontend::onnx::{load_onnx, ImportOptions};
 use layoutopt::graph::{DType, Tensor, TensorData};
 use layoutopt::layout::cost::CostModel;
 use layoutopt::layout::plan::plan;
@@ -142,13 +142,7 @@ fn elementwise_ops_follow_ieee_754() {
         vec![],
         13,
     );
-    let g = import_onnx(
-        &model_bytes(&m),
-        "ieee.onnx",
-        None,
-        &ImportOptions::default(),
-    )
-    .unwrap();
+    let g = import_model(&m, "ieee.onnx").unwrap();
     let x = [NAN, INF, -INF, 0.0, 1.0, -1.0, INF, 0.0];
     let y = [1.0, -INF, -INF, 0.0, 0.0, 0.0, 0.0, INF];
     let outs = layoutopt::reference::run(

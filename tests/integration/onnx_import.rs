@@ -39,12 +39,7 @@ fn shape_chain_model() -> onnx_protobuf::ModelProto {
 }
 
 fn import(m: &onnx_protobuf::ModelProto) -> Result<layoutopt::graph::Graph, ImportError> {
-    import_onnx(
-        &model_bytes(m),
-        "test.onnx",
-        None,
-        &ImportOptions::default(),
-    )
+    import_model(m, "test.onnx")
 }
 
 #[test]
@@ -132,33 +127,10 @@ fn initializers_decode_from_typed_fields_raw_data_and_external_files() {
     assert_eq!(constants, vec![w.to_f32(), w.to_f32()]);
 }
 
-/// A model from `nodes` (and `initializers`) between input x[4] and output
-/// y[4], at opset 13.
-fn vector_model(
-    nodes: Vec<onnx_protobuf::NodeProto>,
-    initializers: Vec<(&str, Tensor)>,
-) -> onnx_protobuf::ModelProto {
-    model(
-        nodes,
-        vec![value_info("x", F32, &[4])],
-        vec![value_info("y", F32, &[4])],
-        initializers,
-        13,
-    )
-}
-
 /// NonMaxSuppression (layer nms_7), which the importer does not support.
 fn unsupported_nms() -> onnx_protobuf::ModelProto {
     vector_model(
         vec![node("NonMaxSuppression", "nms_7", &["x"], &["y"])],
-        vec![],
-    )
-}
-
-/// An Add (layer add_1) whose second input no layer produces.
-fn dangling_add() -> onnx_protobuf::ModelProto {
-    vector_model(
-        vec![node("Add", "add_1", &["x", "nowhere"], &["y"])],
         vec![],
     )
 }
@@ -185,14 +157,7 @@ fn dangling_input_names_the_missing_value_and_layer() {
 
 #[test]
 fn cycle_is_refused_with_the_layer() {
-    let m = vector_model(
-        vec![
-            node("Relu", "a", &["y"], &["z"]),
-            node("Relu", "b", &["z"], &["y"]),
-        ],
-        vec![],
-    );
-    expect_err(&m, &["cycle"]);
+    expect_err(&relu_cycle(), &["cycle"]);
 }
 
 #[test]

@@ -6,7 +6,6 @@
 
 use crate::support::compare::max_abs_err;
 use crate::support::onnx::*;
-use layoutopt::frontend::onnx::{import_onnx, ImportOptions};
 use layoutopt::graph::{Graph, Tensor};
 use layoutopt::layout::cost::CostModel;
 use layoutopt::layout::plan::plan;
@@ -48,13 +47,7 @@ fn padded(window: onnx_protobuf::NodeProto, relu: bool, pads: [i64; 8], fill: f3
         init,
         13,
     );
-    import_onnx(
-        &model_bytes(&m),
-        "pad.onnx",
-        None,
-        &ImportOptions::default(),
-    )
-    .expect("the model imports")
+    import_model(&m, "pad.onnx").expect("the model imports")
 }
 
 fn conv(strides: &[i64]) -> onnx_protobuf::NodeProto {

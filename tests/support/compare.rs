@@ -23,6 +23,25 @@ pub fn assert_close(expected: &Tensor, actual: &Tensor, f32_tol: f64, what: &str
     (err, mag)
 }
 
+/// Asserts that the reference executor gives `rewritten` the outputs it gives
+/// `original` on `inputs`: the same shapes, and values within `tol` of
+/// max(1, largest expected magnitude).
+pub fn assert_rewrite_keeps_outputs(
+    original: &layoutopt::graph::Graph,
+    rewritten: &layoutopt::graph::Graph,
+    inputs: &[Tensor],
+    tol: f64,
+) {
+    let expected = layoutopt::reference::run(original, inputs).unwrap();
+    let got = layoutopt::reference::run(rewritten, inputs).unwrap();
+    assert_eq!(expected.len(), got.len());
+    for (e, a) in expected.iter().zip(&got) {
+        assert_eq!(e.shape, a.shape);
+        let (err, mag) = max_abs_err(e, a);
+        assert!(err <= tol * mag.max(1.0), "error {err} at magnitude {mag}");
+    }
+}
+
 /// Max abs difference, and the max magnitude of the expected values.
 pub fn max_abs_err(expected: &Tensor, actual: &Tensor) -> (f64, f64) {
     let (e, a) = (expected.data.to_f64(), actual.data.to_f64());

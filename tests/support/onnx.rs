@@ -1,8 +1,8 @@
 //! ONNX models built in Rust: value infos, nodes, attributes, whole models
 //! and their encoded bytes.
 
-use layoutopt::frontend::onnx::tensor_to_proto;
-use layoutopt::graph::Tensor;
+use layoutopt::frontend::onnx::{import_onnx, tensor_to_proto, ImportError, ImportOptions};
+use layoutopt::graph::{Graph, Tensor};
 use onnx_protobuf::{
     tensor_shape_proto, type_proto, AttributeProto, GraphProto, ModelProto, NodeProto,
     OperatorSetIdProto, TensorShapeProto, TypeProto, ValueInfoProto,
@@ -85,8 +85,38 @@ pub fn model(
     m
 }
 
+/// A model from `nodes` (and `initializers`) between the f32 input x[4] and
+/// output y[4], at opset 13.
+pub fn vector_model(nodes: Vec<NodeProto>, initializers: Vec<(&str, Tensor)>) -> ModelProto {
+    const F32: i32 = 1;
+    model(
+        nodes,
+        vec![value_info("x", F32, &[4])],
+        vec![value_info("y", F32, &[4])],
+        initializers,
+        13,
+    )
+}
+
+/// An Add (layer add_1) whose second input, 'nowhere', no layer produces.
+pub fn dangling_add() -> ModelProto {
+    let add = node("Add", "add_1", &["x", "nowhere"], &["y"]);
+    vector_model(vec![add], vec![])
+}
+
+/// Two Relus feeding each other: a reads y and writes z, b reads z and writes y.
+pub fn relu_cycle() -> ModelProto {
+    let a = node("Relu", "a", &["y"], &["z"]);
+    vector_model(vec![a, node("Relu", "b", &["z"], &["y"])], vec![])
+}
+
 pub fn model_bytes(m: &ModelProto) -> Vec<u8> {
     m.write_to_bytes().expect("a built model encodes")
+}
+
+/// `m` imported with the default options, as if read from file `file`.
+pub fn import_model(m: &ModelProto, file: &str) -> Result<Graph, ImportError> {
+    import_onnx(&model_bytes(m), file, None, &ImportOptions::default())
 }
 
 /// `vi` with dimension `axis` made symbolic, named `param`.
