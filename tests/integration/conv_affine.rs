@@ -9,6 +9,7 @@
 
 use crate::support::compare::{assert_rewrite_keeps_outputs, max_abs_err};
 use crate::support::onnx::*;
+use crate::support::values::sawtooth;
 use layoutopt::graph::{fold_conv_affine, fold_conv_batchnorm, Graph, Op, Tensor};
 use layoutopt::layout::cost::CostModel;
 use layoutopt::layout::plan::plan;
@@ -25,9 +26,7 @@ fn conv_then(tail: Vec<onnx_protobuf::NodeProto>, init: Vec<(&str, Tensor)>) -> 
     conv.attribute.push(ints_attr("pads", &[1, 1, 1, 1]));
     let mut nodes = vec![conv];
     nodes.extend(tail);
-    let w: Vec<f32> = (0..8 * 6 * 9)
-        .map(|i| ((i * 37) % 19) as f32 / 9.0 - 1.0)
-        .collect();
+    let w: Vec<f32> = sawtooth(8 * 6 * 9, 37, 19, 9.0, 1.0);
     let mut all = vec![
         ("w", Tensor::from_f32(vec![8, 6, 3, 3], w)),
         (
@@ -64,12 +63,7 @@ fn check(g: &Graph, folds: usize) {
     let mut folded = g.clone();
     assert_eq!(fold_conv_affine(&mut folded).unwrap(), folds);
     assert_eq!(convs(&folded), 1, "one conv remains");
-    let x = Tensor::from_f32(
-        vec![1, 6, 7, 7],
-        (0..294)
-            .map(|i| ((i * 53) % 23) as f32 / 11.0 - 1.0)
-            .collect(),
-    );
+    let x = Tensor::from_f32(vec![1, 6, 7, 7], sawtooth(294, 53, 23, 11.0, 1.0));
     let expected = layoutopt::reference::run(g, std::slice::from_ref(&x)).unwrap();
     let planner = planner_by_name("global").unwrap();
     let planned = plan(
@@ -169,12 +163,7 @@ fn batch_norms_after_a_conv_fold_into_it() {
         .map(|id| folded.node(id).op.kind_name())
         .collect();
     assert!(!ops.contains(&"BatchNormalization"), "{ops:?}");
-    let x = Tensor::from_f32(
-        vec![1, 6, 7, 7],
-        (0..294)
-            .map(|i| ((i * 53) % 23) as f32 / 11.0 - 1.0)
-            .collect(),
-    );
+    let x = Tensor::from_f32(vec![1, 6, 7, 7], sawtooth(294, 53, 23, 11.0, 1.0));
     assert_rewrite_keeps_outputs(&g, &folded, &[x], 1e-5);
     // The conv output is also read by the Add: the batch norm stays.
     let tail = vec![bn("b0"), node("Add", "join", &["b0", "c"], &["y"])];
@@ -266,11 +255,6 @@ fn spatial_means_and_maxima_become_global_pools() {
     assert_eq!(count(&pooled, |op| matches!(op, Op::GlobalPool(_))), 4);
     assert_eq!(count(&pooled, |op| matches!(op, Op::Transpose(_))), 2);
     assert_eq!(count(&pooled, |op| matches!(op, Op::Reduce(_))), 2);
-    let x = Tensor::from_f32(
-        vec![1, 6, 4, 5],
-        (0..120)
-            .map(|i| ((i * 29) % 31) as f32 / 7.0 - 2.0)
-            .collect(),
-    );
+    let x = Tensor::from_f32(vec![1, 6, 4, 5], sawtooth(120, 29, 31, 7.0, 2.0));
     assert_rewrite_keeps_outputs(&g, &pooled, &[x], 1e-6);
 }

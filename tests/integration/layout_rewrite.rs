@@ -7,6 +7,7 @@ use crate::support::bundled;
 use crate::support::bundled::load_test_data;
 use crate::support::compare::max_abs_err;
 use crate::support::plan::plan_by_name;
+use crate::support::values::sawtooth;
 use layoutopt::frontend::onnx::{load_onnx, ImportOptions};
 use layoutopt::graph::{DType, Graph, Op, ValueRef};
 use layoutopt::layout::extract::{graph_cost, rewrite_graph, Method, RewriteLimits};
@@ -213,12 +214,8 @@ fn constants_packed_into_a_blocked_layout_rewrite() {
     use layoutopt::layout::target::TargetFamily;
 
     let c = 32;
-    let w: Vec<f32> = (0..c * 3 * 9)
-        .map(|i| ((i * 7) % 11) as f32 / 5.0 - 1.0)
-        .collect();
-    let w2: Vec<f32> = (0..c * c)
-        .map(|i| ((i * 5) % 13) as f32 / 6.0 - 1.0)
-        .collect();
+    let w: Vec<f32> = sawtooth(c * 3 * 9, 7, 11, 5.0, 1.0);
+    let w2: Vec<f32> = sawtooth(c * c, 5, 13, 6.0, 1.0);
     let s: Vec<f32> = (0..c).map(|i| 0.5 + i as f32 / 16.0).collect();
     let mut conv = node("Conv", "conv", &["x", "w"], &["y"]);
     conv.attribute.push(int_attr("group", 1));
@@ -254,9 +251,7 @@ fn constants_packed_into_a_blocked_layout_rewrite() {
     );
     let rewrite = p.report.rewrite.as_ref().expect("rewriting ran");
     assert!(!rewrite.skipped, "rewriting skipped: {:?}", rewrite.note);
-    let x: Vec<f32> = (0..3 * 64)
-        .map(|i| ((i * 13) % 17) as f32 / 8.0 - 1.0)
-        .collect();
+    let x: Vec<f32> = sawtooth(3 * 64, 13, 17, 8.0, 1.0);
     let x = Tensor::from_f32(vec![1, 3, 8, 8], x);
     let want = layoutopt::reference::run(&g, std::slice::from_ref(&x)).unwrap();
     let got = layoutopt::reference::run(&p.graph, &[x]).unwrap();

@@ -6,6 +6,7 @@
 
 use crate::support::compare::max_abs_err;
 use crate::support::onnx::*;
+use crate::support::values::sawtooth;
 use layoutopt::graph::{Graph, Tensor};
 use layoutopt::layout::cost::CostModel;
 use layoutopt::layout::plan::plan;
@@ -30,9 +31,7 @@ fn padded(window: onnx_protobuf::NodeProto, relu: bool, pads: [i64; 8], fill: f3
         ("pads", Tensor::from_i64(vec![8], pads.to_vec())),
         ("fill", Tensor::scalar_f32(fill)),
     ];
-    let w: Vec<f32> = (0..7 * 5 * 9)
-        .map(|i| ((i * 37) % 19) as f32 / 9.0 - 1.0)
-        .collect();
+    let w: Vec<f32> = sawtooth(7 * 5 * 9, 37, 19, 9.0, 1.0);
     init.push(("w", Tensor::from_f32(vec![7, 5, 3, 3], w)));
     // The output's shape is left to shape inference.
     let mut y = value_info("y", F32, &[]);
@@ -65,9 +64,7 @@ fn pool(op: &str) -> onnx_protobuf::NodeProto {
 
 /// Plans `g`, checks which pads were folded, and runs it against the reference.
 fn check(g: &Graph, folded: bool, what: &str) {
-    let x: Vec<f32> = (0..5 * 81)
-        .map(|i| ((i * 53) % 29) as f32 / 7.0 - 2.0)
-        .collect();
+    let x: Vec<f32> = sawtooth(5 * 81, 53, 29, 7.0, 2.0);
     let x = Tensor::from_f32(vec![1, 5, 9, 9], x);
     let expected = layoutopt::reference::run(g, std::slice::from_ref(&x)).unwrap();
     for family in [TargetFamily::Nchwc(16), TargetFamily::Nhwc] {

@@ -125,15 +125,14 @@ fn cli_run_and_bench_use_the_native_runtime() {
         .unwrap_or_else(|| panic!("no error line in:\n{run}"));
     assert!(err < 1e-4, "{run}");
 
-    let bench = cli(&[
-        "bench",
-        "models/mobilenet_small/model.onnx",
-        "--threads",
-        "1",
-        "--runs",
-        "3",
-        "--profile",
-    ]);
+    // `bench --profile` of `model` with `flags`.
+    let profile = |model: &str, flags: &[&str]| {
+        let mut args = vec!["bench", model, "--profile"];
+        args.extend(flags);
+        cli(&args)
+    };
+    let mobilenet = "models/mobilenet_small/model.onnx";
+    let bench = profile(mobilenet, &["--threads", "1", "--runs", "3"]);
     assert!(bench.contains("latency over 3 runs: min"), "{bench}");
     // Every op of the small MobileNet has a native kernel; the profile says so.
     assert!(bench.contains(", 0 fallbacks; predicted "), "{bench}");
@@ -153,25 +152,11 @@ fn cli_run_and_bench_use_the_native_runtime() {
     ];
     assert!(shown.iter().any(|s| bench.contains(s)), "{bench}");
     assert!(bench.contains("GB/s  GFLOP/s  flop/B  % roof"), "{bench}");
-    let again = cli(&[
-        "bench",
-        "models/mobilenet_small/model.onnx",
-        "--threads",
-        "1",
-        "--runs",
-        "1",
-        "--profile",
-    ]);
+    let again = profile(mobilenet, &["--threads", "1", "--runs", "1"]);
     let cached = format!("(threads 1, cached in {})", cache_file.display());
     assert!(again.contains(&cached), "{again}");
 
     // Stored in float16, it still runs every step natively.
-    let half = cli(&[
-        "bench",
-        "models/mobilenet_small_f16/model.onnx",
-        "--runs",
-        "2",
-        "--profile",
-    ]);
+    let half = profile("models/mobilenet_small_f16/model.onnx", &["--runs", "2"]);
     assert!(half.contains(", 0 fallbacks; predicted "), "{half}");
 }

@@ -1,6 +1,7 @@
 //! TFLite import: structure, layouts, spans and attributes of imported graphs, and
 //! clear errors on bad files. Numerical checks are in tflite_reference.rs.
 
+use crate::support::text::assert_mentions;
 use crate::support::tflite::*;
 use layoutopt::frontend::tflite::{import_tflite, load_tflite, TfliteError};
 use layoutopt::graph::{
@@ -24,10 +25,7 @@ fn import_err(bytes: &[u8], needles: &[&str]) -> TfliteError {
         Ok(_) => panic!("import of a bad file succeeded"),
         Err(e) => e,
     };
-    let msg = e.to_string();
-    for n in needles {
-        assert!(msg.contains(n), "error {msg:?} should mention {n:?}");
-    }
+    assert_mentions(&e.to_string(), needles);
     e
 }
 
