@@ -10,6 +10,7 @@
 //! 1.0 blocked, times the padding waste of its input and output channels; a first
 //! layer with at most 4 input channels reads any layout at no penalty.
 
+use crate::support::compare::assert_rewrite_keeps_outputs;
 use layoutopt::graph::{
     Conv, DType, Graph, Op, Pool, PoolKind, Tensor, UnaryOp, ValueRef, ValueType, Window,
 };
@@ -107,20 +108,7 @@ fn plan_checked(g: &Graph, planner: &str, family: TargetFamily) -> PlanReport {
         .enumerate()
         .map(|(i, &id)| weights(&g.node(id).outputs[0].ty.shape, 100 + i as u64))
         .collect();
-    let want = layoutopt::reference::run(g, &inputs).unwrap();
-    let got = layoutopt::reference::run(&p.graph, &inputs).unwrap();
-    for (w, o) in want.iter().zip(&got) {
-        let (w, o) = (w.to_f32(), o.to_f32());
-        let mag = w.iter().fold(0f32, |m, x| m.max(x.abs()));
-        let err = w
-            .iter()
-            .zip(&o)
-            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-        assert!(
-            err <= 1e-5 * mag.max(1.0),
-            "{planner}: planned graph differs by {err}"
-        );
-    }
+    assert_rewrite_keeps_outputs(g, &p.graph, &inputs, 1e-5);
     p.report
 }
 
@@ -144,6 +132,15 @@ fn transforms(g: &Graph, planner: &str, family: TargetFamily) -> usize {
         }
     }
     r.transform_count
+}
+
+/// The transforms `global` and `local` keep in NCHW16c, in that order.
+fn global_and_local_in_nchw16c(g: &Graph) -> (usize, usize) {
+    let family = TargetFamily::Nchwc(16);
+    (
+        transforms(g, "global", family),
+        transforms(g, "local", family),
+    )
 }
 
 /// conv → max-pool → conv, 16 channels, NCHW16c.
@@ -175,8 +172,9 @@ fn conv_pool_conv() {
     );
     let c2 = conv(&mut g, p, 16, 3, 1, "conv2");
     g.set_outputs(vec![c2]);
-    assert_eq!(transforms(&g, "global", TargetFamily::Nchwc(16)), 2);
-    assert!(transforms(&g, "local", TargetFamily::Nchwc(16)) >= 2);
+    let (global, local) = global_and_local_in_nchw16c(&g);
+    assert_eq!(global, 2);
+    assert!(local >= 2);
 }
 
 /// A multi-input op that poisons its other operand: y = conv2(x + conv1(x)).
@@ -197,8 +195,7 @@ fn add_that_poisons_its_operand() {
     );
     let c2 = conv(&mut g, s, 16, 3, 1, "conv2");
     g.set_outputs(vec![c2]);
-    assert_eq!(transforms(&g, "local", TargetFamily::Nchwc(16)), 4);
-    assert_eq!(transforms(&g, "global", TargetFamily::Nchwc(16)), 2);
+    assert_eq!(global_and_local_in_nchw16c(&g), (2, 4));
 }
 
 /// A^T · B with A [64, 32], B [64, 48]. The transpose can be a relabelling (A^T in
@@ -273,8 +270,9 @@ fn three_and_seventeen_channels() {
     let r = relu(&mut g, c1, "relu");
     let c2 = conv(&mut g, r, 17, 3, 1, "conv2");
     g.set_outputs(vec![c2]);
-    assert_eq!(transforms(&g, "global", TargetFamily::Nchwc(16)), 0);
-    assert!(transforms(&g, "local", TargetFamily::Nchwc(16)) >= 1);
+    let (global, local) = global_and_local_in_nchw16c(&g);
+    assert_eq!(global, 0);
+    assert!(local >= 1);
 }
 
 /// A transformer head split: x [1,16,64] → reshape [1,16,4,16] → transpose
