@@ -10,6 +10,7 @@ use crate::layout::plan::plan;
 use crate::layout::planners::planner_by_name;
 use crate::layout::target::TargetFamily;
 use crate::ops::BatchNorm;
+use crate::runtime::kernels::conv::tile::Epilogue;
 use crate::runtime::{CompiledModel, Isa, RuntimeOptions};
 
 /// splitmix64: reproducible test data without a dependency.
@@ -98,6 +99,15 @@ pub(super) struct FusedTail<'a> {
 }
 
 impl FusedTail<'_> {
+    /// The kernels' epilogue that clamps as this tail does.
+    pub(super) fn epilogue(&self) -> Epilogue {
+        Epilogue {
+            min: self.lo,
+            max: self.hi,
+            act: None,
+        }
+    }
+
     /// `e`, the plain output that lands at offset `at`, with the tail applied.
     pub(super) fn apply(&self, e: f64, at: usize) -> f64 {
         let e = e + self.residual.map_or(0.0, |r| r[at] as f64);

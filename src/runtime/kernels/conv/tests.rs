@@ -124,18 +124,7 @@ fn tiled_conv_matches_a_naive_loop_for_every_isa_and_blocking() {
         };
         let expect = naive_conv(&g, &x, &wt, &bias);
         for &isa in &isas {
-            let conv = PackedConv::new(
-                g.clone(),
-                isa,
-                &wt,
-                &bias,
-                Epilogue {
-                    min: lo,
-                    max: hi,
-                    act: None,
-                },
-                Some(0.0),
-            );
+            let conv = PackedConv::new(g.clone(), isa, &wt, &bias, tail.epilogue(), Some(0.0));
             let mut y = vec![f32::NAN; g.y_len()];
             let mut scratch = vec![f32::NAN; conv.scratch_len()];
             conv.run(&xb, tail.residual, &mut y, &mut scratch);
@@ -234,18 +223,7 @@ fn depthwise_matches_a_naive_loop_for_every_isa_and_blocking() {
         };
         let expect = naive_depthwise(&g, &x, &wt, &bias);
         for &isa in &isas {
-            let d = Depthwise::new(
-                g.clone(),
-                isa,
-                &wt,
-                &bias,
-                Epilogue {
-                    min: lo,
-                    max: hi,
-                    act: None,
-                },
-                Some(0.0),
-            );
+            let d = Depthwise::new(g.clone(), isa, &wt, &bias, tail.epilogue(), Some(0.0));
             let mut y = vec![f32::NAN; g.y_len()];
             d.run(&xb, tail.residual, &mut y);
             let close = |got: f64, e: f64| (got - e).abs() <= 1e-5 * (1.0 + e.abs());
@@ -511,11 +489,7 @@ fn winograd_matches_a_naive_loop_for_every_isa_tile_and_blocking() {
             // cut between the threads.
             let threads = 1 + case % 3;
             let pool = crate::core::par::Pool::new(threads).unwrap();
-            let ep = Epilogue {
-                min: lo,
-                max: hi,
-                act: None,
-            };
+            let ep = tail.epilogue();
             let u = TransformedWeights::new(tile, isa, cin, cout, &wt);
             let conv = WinogradConv::new(g.clone(), isa, &u, &wt, &bias, ep, Some(0.0), threads);
             let mut y = vec![f32::NAN; g.y_len()];
