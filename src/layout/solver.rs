@@ -737,6 +737,14 @@ mod tests {
         }
     }
 
+    /// Options that send every region to the linear (and integer) program.
+    fn lp_only() -> SolveOptions {
+        SolveOptions {
+            max_elimination_table: 0,
+            ..SolveOptions::default()
+        }
+    }
+
     fn problem_strategy() -> impl Strategy<Value = Problem> {
         (2usize..7).prop_flat_map(|n| {
             let doms = proptest::collection::vec(1usize..4, n);
@@ -778,8 +786,7 @@ mod tests {
             let exact = solve(&p, &SolveOptions::default()).unwrap();
             prop_assert!((exact.objective - best).abs() < 1e-6, "elimination {} vs {}", exact.objective, best);
             prop_assert!(exact.lower_bound <= best + 1e-6);
-            let lp_only = SolveOptions { max_elimination_table: 0, ..SolveOptions::default() };
-            let via_lp = solve(&p, &lp_only).unwrap();
+            let via_lp = solve(&p, &lp_only()).unwrap();
             prop_assert!((via_lp.objective - best).abs() < 1e-6, "lp path {} vs {}", via_lp.objective, best);
             prop_assert!(via_lp.lower_bound <= best + 1e-6);
         }
@@ -823,14 +830,7 @@ mod tests {
         };
         let s = solve(&p, &SolveOptions::default()).unwrap();
         assert_eq!(s.choice, vec![1, 1]);
-        let lp = solve(
-            &p,
-            &SolveOptions {
-                max_elimination_table: 0,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let lp = solve(&p, &lp_only()).unwrap();
         assert_eq!(lp.choice, vec![1, 1]);
     }
 
@@ -860,14 +860,7 @@ mod tests {
                 },
             ],
         };
-        let s = solve(
-            &p,
-            &SolveOptions {
-                max_elimination_table: 0,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let s = solve(&p, &lp_only()).unwrap();
         assert_eq!(s.objective, 1.0);
         assert_eq!(s.regions[0].method, Method::Integer);
         assert!(s.lower_bound < 1e-9, "LP bound {}", s.lower_bound);

@@ -89,31 +89,27 @@ impl CompiledModel {
         // SAFETY (all views below): the memory plan never lets a step's output
         // overlap its inputs, and a step's inputs are only read.
         unsafe {
+            // The step's input `i`, where it has one (a residual, a parameter,
+            // an operand).
+            let optional = |i: usize| step.inputs.get(i).map(|&s| bufs.read(s));
             match &step.kernel {
-                Kernel::Conv(c) => {
-                    let residual = step.inputs.get(1).map(|&s| bufs.read(s));
-                    c.run(
-                        bufs.read(step.inputs[0]),
-                        residual,
-                        bufs.write(step.outputs[0]),
-                        step.scratch.map_or(&mut [], |s| bufs.write(s)),
-                    )
-                }
-                Kernel::Depthwise(d) => {
-                    let residual = step.inputs.get(1).map(|&s| bufs.read(s));
-                    d.run(
-                        bufs.read(step.inputs[0]),
-                        residual,
-                        bufs.write(step.outputs[0]),
-                    )
-                }
+                Kernel::Conv(c) => c.run(
+                    bufs.read(step.inputs[0]),
+                    optional(1),
+                    bufs.write(step.outputs[0]),
+                    step.scratch.map_or(&mut [], |s| bufs.write(s)),
+                ),
+                Kernel::Depthwise(d) => d.run(
+                    bufs.read(step.inputs[0]),
+                    optional(1),
+                    bufs.write(step.outputs[0]),
+                ),
                 Kernel::Pool(g) => {
                     pool::pool(g, bufs.read(step.inputs[0]), bufs.write(step.outputs[0]))
                 }
                 Kernel::Gather(g) => {
-                    let inputs: [&[f32]; gather::MAX_GATHER_INPUTS] = std::array::from_fn(|i| {
-                        step.inputs.get(i).map_or(&[][..], |&s| bufs.read(s))
-                    });
+                    let inputs: [&[f32]; gather::MAX_GATHER_INPUTS] =
+                        std::array::from_fn(|i| optional(i).unwrap_or(&[]));
                     g.run(&inputs[..step.inputs.len()], bufs.write(step.outputs[0]))
                         .map_err(kernel)?
                 }
@@ -137,9 +133,8 @@ impl CompiledModel {
                     .map_err(kernel)?
                 }
                 Kernel::Elementwise(k) => {
-                    let operands: [&[f32]; elementwise::MAX_OPERANDS] = std::array::from_fn(|i| {
-                        step.inputs.get(i).map_or(&[][..], |&s| bufs.read(s))
-                    });
+                    let operands: [&[f32]; elementwise::MAX_OPERANDS] =
+                        std::array::from_fn(|i| optional(i).unwrap_or(&[]));
                     k.run(&operands[..step.inputs.len()], bufs.write(step.outputs[0]))
                         .map_err(kernel)?
                 }
@@ -156,16 +151,14 @@ impl CompiledModel {
                     )
                     .map_err(kernel)?
                 }
-                Kernel::Normalize(k) => {
-                    let param = |i: usize| step.inputs.get(i).map(|&s| bufs.read(s));
-                    k.run(
+                Kernel::Normalize(k) => k
+                    .run(
                         bufs.read(step.inputs[0]),
-                        param(1),
-                        param(2),
+                        optional(1),
+                        optional(2),
                         bufs.write(step.outputs[0]),
                     )
-                    .map_err(kernel)?
-                }
+                    .map_err(kernel)?,
                 Kernel::ToF32 => {
                     let t = bufs.tensor(step.inputs[0], &step.input_types[0]);
                     bufs.write(step.outputs[0]).copy_from_slice(&t.f32s())

@@ -14,6 +14,7 @@ use super::kernels::simd::Isa;
 use super::measure::kernel_times::KernelTimes;
 use super::measure::load::{cache_under_load, metered, Load};
 use super::measure::roofline::{self, peaks_cached_in, probe, Roofline};
+use super::options::RuntimeOptions;
 use super::threads::max_threads;
 use super::RuntimeError;
 use crate::core::{budget, par};
@@ -159,6 +160,19 @@ impl Machine {
         known.retain(|r| r.peaks.threads != resolved);
         known.push(roofline.clone());
         Ok(roofline)
+    }
+
+    /// What kernels compiled or measured under `options` run with: the pool
+    /// of its thread count, its instruction set, and the kernel times of its
+    /// cache folder for that instruction set and pool.
+    pub(in crate::runtime) fn kernel_context(
+        &self,
+        options: &RuntimeOptions,
+    ) -> Result<(Arc<par::Pool>, Isa, SharedKernelTimes), RuntimeError> {
+        let pool = self.pool(options.threads)?;
+        let isa = self.kernel_isa(options.isa)?;
+        let times = self.kernel_times(options.conv_algo.cache.as_deref(), isa, pool.threads());
+        Ok((pool, isa, times))
     }
 
     /// The kernel times cached in `dir` for `isa` on `threads` worker

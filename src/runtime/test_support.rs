@@ -10,6 +10,7 @@ use crate::layout::plan::plan;
 use crate::layout::planners::planner_by_name;
 use crate::layout::target::TargetFamily;
 use crate::ops::BatchNorm;
+use crate::runtime::kernels::conv::tile::Epilogue;
 use crate::runtime::{CompiledModel, Isa, RuntimeOptions};
 
 /// splitmix64: reproducible test data without a dependency.
@@ -64,7 +65,7 @@ pub(super) fn planned_for(g: &Graph, family: TargetFamily) -> Graph {
 
 /// `g` compiled to run on 2 threads with each instruction set this CPU has.
 pub(super) fn compiled_per_isa(g: &Graph) -> impl Iterator<Item = (Isa, CompiledModel)> + '_ {
-    Isa::ALL.into_iter().filter(|i| i.available()).map(|isa| {
+    available_isas().into_iter().map(|isa| {
         let options = RuntimeOptions {
             threads: 2,
             isa: Some(isa),
@@ -72,6 +73,99 @@ pub(super) fn compiled_per_isa(g: &Graph) -> impl Iterator<Item = (Isa, Compiled
         };
         (isa, CompiledModel::compile(g, &options).unwrap())
     })
+}
+
+/// Every instruction set this CPU has, widest first.
+pub(super) fn available_isas() -> Vec<Isa> {
+    Isa::ALL.into_iter().filter(|i| i.available()).collect()
+}
+
+/// NCHW{cb}c storage of logical NCHW data: `channels` channels of `plane`
+/// pixels, in blocks of `cb` channels padded to whole blocks.
+#[derive(Clone, Copy)]
+pub(super) struct Blocked {
+    pub(super) channels: usize,
+    pub(super) plane: usize,
+    pub(super) cb: usize,
+}
+
+/// What a fused conv epilogue adds to the plain convolution: a residual at
+/// the output's own offset, then a clamp to `[lo, hi]`.
+#[derive(Clone, Copy)]
+pub(super) struct FusedTail<'a> {
+    pub(super) residual: Option<&'a [f32]>,
+    pub(super) lo: f32,
+    pub(super) hi: f32,
+}
+
+impl FusedTail<'_> {
+    /// The kernels' epilogue that clamps as this tail does.
+    pub(super) fn epilogue(&self) -> Epilogue {
+        Epilogue {
+            min: self.lo,
+            max: self.hi,
+            act: None,
+        }
+    }
+
+    /// `e`, the plain output that lands at offset `at`, with the tail applied.
+    pub(super) fn apply(&self, e: f64, at: usize) -> f64 {
+        let e = e + self.residual.map_or(0.0, |r| r[at] as f64);
+        e.clamp(self.lo as f64, self.hi as f64)
+    }
+}
+
+impl Blocked {
+    /// Offset of logical (n, c, yx).
+    pub(super) fn at(&self, n: usize, c: usize, yx: usize) -> usize {
+        let blocks = self.channels.div_ceil(self.cb);
+        ((n * blocks + c / self.cb) * self.plane + yx) * self.cb + c % self.cb
+    }
+
+    /// Logical NCHW `x` in this storage; padding channels hold NaN, so that
+    /// a kernel that reads them shows in its outputs.
+    pub(super) fn scatter(&self, x: &[f32]) -> Vec<f32> {
+        let image = self.channels * self.plane;
+        let batch = x.len() / image;
+        let padded = self.channels.div_ceil(self.cb) * self.cb;
+        let mut out = vec![f32::NAN; batch * padded * self.plane];
+        for (i, &v) in x.iter().enumerate() {
+            let (n, c, yx) = (i / image, i % image / self.plane, i % self.plane);
+            out[self.at(n, c, yx)] = v;
+        }
+        out
+    }
+
+    /// The blocked output `y` against the logical NCHW `expect` with `tail`
+    /// applied: every real channel passes `close(got, want)`, every padding
+    /// channel is 0 where `zero_padding` (a zero weight times NaN is not).
+    pub(super) fn check(
+        &self,
+        y: &[f32],
+        expect: &[f64],
+        tail: FusedTail,
+        zero_padding: bool,
+        close: impl Fn(f64, f64) -> bool,
+        what: &str,
+    ) {
+        let padded = self.channels.div_ceil(self.cb) * self.cb;
+        for n in 0..expect.len() / (self.channels * self.plane) {
+            for c in 0..padded {
+                for yx in 0..self.plane {
+                    let at = self.at(n, c, yx);
+                    if c >= self.channels {
+                        if zero_padding {
+                            assert_eq!(y[at], 0.0, "{what}: padding channel {c}");
+                        }
+                        continue;
+                    }
+                    let e = tail.apply(expect[(n * self.channels + c) * self.plane + yx], at);
+                    let got = y[at] as f64;
+                    assert!(close(got, e), "{what}: ({n},{c},{yx}) got {got} want {e}");
+                }
+            }
+        }
+    }
 }
 
 /// `got` equals the reference's `expected`: |got - expected| ≤ 1e-5 ·

@@ -1105,9 +1105,7 @@ impl CompiledModel {
         graph: &Graph,
         options: &RuntimeOptions,
     ) -> Result<CompiledModel, RuntimeError> {
-        let pool = machine.pool(options.threads)?;
-        let isa = machine.kernel_isa(options.isa)?;
-        let times = machine.kernel_times(options.conv_algo.cache.as_deref(), isa, pool.threads());
+        let (pool, isa, times) = machine.kernel_context(options)?;
         let Some(widened) = graph.widened_f16() else {
             return Compiler::new(graph, isa, options, times).finish(pool);
         };
@@ -1139,9 +1137,7 @@ impl CompiledModel {
         graph: &Graph,
         options: &RuntimeOptions,
     ) -> Result<Vec<conv_algo::LayerAlgo>, RuntimeError> {
-        let pool = machine.pool(options.threads)?;
-        let isa = machine.kernel_isa(options.isa)?;
-        let times = machine.kernel_times(options.conv_algo.cache.as_deref(), isa, pool.threads());
+        let (pool, isa, times) = machine.kernel_context(options)?;
         let widened = graph.widened_f16();
         let g = widened.as_ref().unwrap_or(graph);
         Compiler::new(g, isa, options, times).conv_algos(&pool)

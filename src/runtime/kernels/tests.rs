@@ -5,9 +5,9 @@ use crate::graph::{DType, Graph, Op, Tensor, TensorData, ValueRef, ValueType, Wi
 use crate::layout::Layout;
 use crate::runtime::kernels::gather::Gather;
 use crate::runtime::kernels::matmul::Dense;
-use crate::runtime::kernels::simd::Isa;
 use crate::runtime::test_support::{
-    after_pointwise_conv, assert_close, compile_on, compiled_per_isa, planned_for, Rng, FAMILIES,
+    after_pointwise_conv, assert_close, available_isas, compile_on, compiled_per_isa, planned_for,
+    Rng, FAMILIES,
 };
 use crate::runtime::{CompiledModel, RuntimeOptions};
 
@@ -147,7 +147,7 @@ fn pool_kernel_matches_the_reference_executor_in_every_layout() {
     use crate::runtime::kernels::pool::{pool, PoolGeom};
     use crate::runtime::kernels::simd::Lanes;
     let mut rng = Rng(23);
-    let isas: Vec<Isa> = Isa::ALL.into_iter().filter(|i| i.available()).collect();
+    let isas = available_isas();
     for case in 0..60 {
         let (n, c) = (rng.range(1, 2), rng.range(1, 21));
         let (h, w) = (rng.range(5, 9), [7, 9, 40, 57, 130][case % 5]);
@@ -244,10 +244,7 @@ fn pool_kernel_matches_the_reference_executor_in_every_layout() {
 
 #[test]
 fn dense_matches_a_naive_product_for_every_isa() {
-    let isas: Vec<Isa> = [Isa::Avx512, Isa::Avx2, Isa::Portable]
-        .into_iter()
-        .filter(|i| i.available())
-        .collect();
+    let isas = available_isas();
     let mut rng = Rng(9);
     for case in 0..40 {
         // Up to 9 rows (two full row tiles and a tail) and 150 columns (panel tails).

@@ -121,9 +121,7 @@ impl MeasuredKernels {
         machine: &Machine,
         options: &RuntimeOptions,
     ) -> Result<MeasuredKernels, RuntimeError> {
-        let pool = machine.pool(options.threads)?;
-        let isa = machine.kernel_isa(options.isa)?;
-        let times = machine.kernel_times(options.conv_algo.cache.as_deref(), isa, pool.threads());
+        let (pool, isa, times) = machine.kernel_context(options)?;
         Ok(MeasuredKernels {
             pool,
             isa,

@@ -4,14 +4,13 @@
 //! not divide), the epilogue activations against their scalar definitions,
 //! and Winograd against the paper's matrices and a naive loop.
 
-use crate::core::scalar::Scalar;
 use crate::fusion::Activation;
 use crate::graph::UnaryOp;
 use crate::runtime::kernels::conv::depthwise::Depthwise;
 use crate::runtime::kernels::conv::direct::{ConvGeom, PackedConv};
 use crate::runtime::kernels::conv::tile::Epilogue;
 use crate::runtime::kernels::simd::Isa;
-use crate::runtime::test_support::Rng;
+use crate::runtime::test_support::{available_isas, Blocked, FusedTail, Rng};
 
 /// The logical NCHW convolution (groups = 1) computed plainly in f64.
 fn naive_conv(g: &ConvGeom, x: &[f32], w: &[f32], b: &[f32]) -> Vec<f64> {
@@ -46,18 +45,9 @@ fn naive_conv(g: &ConvGeom, x: &[f32], w: &[f32], b: &[f32]) -> Vec<f64> {
     y
 }
 
-/// Offset of logical (n, c, y, x) in NCHW{cb}c storage of `channels` channels.
-fn blocked(n: usize, c: usize, yx: usize, channels: usize, plane: usize, cb: usize) -> usize {
-    let blocks = channels.div_ceil(cb);
-    ((n * blocks + c / cb) * plane + yx) * cb + c % cb
-}
-
 #[test]
 fn tiled_conv_matches_a_naive_loop_for_every_isa_and_blocking() {
-    let isas: Vec<Isa> = [Isa::Avx512, Isa::Avx2, Isa::Portable]
-        .into_iter()
-        .filter(|i| i.available())
-        .collect();
+    let isas = available_isas();
     let mut rng = Rng(7);
     for case in 0..60 {
         let (mut cin, mut cout) = (rng.range(1, 20), rng.range(1, 40));
@@ -116,66 +106,38 @@ fn tiled_conv_matches_a_naive_loop_for_every_isa_and_blocking() {
             (0.0, f32::INFINITY),
             (-0.5, 0.5),
         ][rng.below(3)];
-        let mut xb = vec![f32::NAN; g.x_len()];
-        for n in 0..g.n {
-            for c in 0..cin {
-                for yx in 0..h * w {
-                    xb[blocked(n, c, yx, cin, h * w, x_cb)] = x[(n * cin + c) * h * w + yx];
-                }
-            }
+        let xb = Blocked {
+            channels: cin,
+            plane: h * w,
+            cb: x_cb,
         }
+        .scatter(&x);
+        let y_blocks = Blocked {
+            channels: cout,
+            plane: g.oh * g.ow,
+            cb: y_cb,
+        };
+        let tail = FusedTail {
+            residual: with_residual.then_some(&residual[..]),
+            lo,
+            hi,
+        };
         let expect = naive_conv(&g, &x, &wt, &bias);
         for &isa in &isas {
-            let conv = PackedConv::new(
-                g.clone(),
-                isa,
-                &wt,
-                &bias,
-                Epilogue {
-                    min: lo,
-                    max: hi,
-                    act: None,
-                },
-                Some(0.0),
-            );
+            let conv = PackedConv::new(g.clone(), isa, &wt, &bias, tail.epilogue(), Some(0.0));
             let mut y = vec![f32::NAN; g.y_len()];
             let mut scratch = vec![f32::NAN; conv.scratch_len()];
-            conv.run(
-                &xb,
-                with_residual.then_some(&residual[..]),
-                &mut y,
-                &mut scratch,
-            );
-            let plane = g.oh * g.ow;
-            for n in 0..g.n {
-                for c in 0..cout.div_ceil(y_cb) * y_cb {
-                    for yx in 0..plane {
-                        let at = blocked(n, c, yx, cout, plane, y_cb);
-                        if c >= cout {
-                            // Zero weights times a NaN or inf input are NaN.
-                            if !nonfinite {
-                                assert_eq!(y[at], 0.0, "case {case} {isa:?}: padding channel {c}");
-                            }
-                            continue;
-                        }
-                        let mut e = expect[(n * cout + c) * plane + yx];
-                        if with_residual {
-                            e += residual[at] as f64;
-                        }
-                        let e = Scalar::min(Scalar::max(e, lo as f64), hi as f64);
-                        let got = y[at] as f64;
-                        let ok = if e.is_nan() || e.is_infinite() {
-                            got.to_bits() == e.to_bits() || (e.is_nan() && got.is_nan())
-                        } else {
-                            (got - e).abs() <= 1e-4 * (1.0 + e.abs())
-                        };
-                        assert!(
-                            ok,
-                            "case {case} {isa:?} {g:?}: ({n},{c},{yx}) got {got} want {e}"
-                        );
-                    }
+            conv.run(&xb, tail.residual, &mut y, &mut scratch);
+            let close = |got: f64, e: f64| {
+                if e.is_nan() || e.is_infinite() {
+                    got.to_bits() == e.to_bits() || (e.is_nan() && got.is_nan())
+                } else {
+                    (got - e).abs() <= 1e-4 * (1.0 + e.abs())
                 }
-            }
+            };
+            // Zero weights times a NaN or inf input are NaN.
+            let what = format!("case {case} {isa:?} {g:?}");
+            y_blocks.check(&y, &expect, tail, !nonfinite, close, &what);
         }
     }
 }
@@ -208,10 +170,7 @@ fn naive_depthwise(g: &ConvGeom, x: &[f32], w: &[f32], b: &[f32]) -> Vec<f64> {
 
 #[test]
 fn depthwise_matches_a_naive_loop_for_every_isa_and_blocking() {
-    let isas: Vec<Isa> = [Isa::Avx512, Isa::Avx2, Isa::Portable]
-        .into_iter()
-        .filter(|i| i.available())
-        .collect();
+    let isas = available_isas();
     let mut rng = Rng(5);
     for case in 0..80 {
         let c = rng.range(1, 40);
@@ -246,52 +205,30 @@ fn depthwise_matches_a_naive_loop_for_every_isa_and_blocking() {
         let residual = rng.f32s(g.y_len());
         let with_residual = rng.below(2) == 0;
         let (lo, hi) = [(f32::NEG_INFINITY, f32::INFINITY), (0.0, 6.0), (-0.5, 0.5)][rng.below(3)];
-        let mut xb = vec![f32::NAN; g.x_len()];
-        for n in 0..g.n {
-            for ch in 0..c {
-                for yx in 0..h * w {
-                    xb[blocked(n, ch, yx, c, h * w, cb)] = x[(n * c + ch) * h * w + yx];
-                }
-            }
+        let xb = Blocked {
+            channels: c,
+            plane: h * w,
+            cb,
         }
+        .scatter(&x);
+        let y_blocks = Blocked {
+            channels: c,
+            plane: g.oh * g.ow,
+            cb,
+        };
+        let tail = FusedTail {
+            residual: with_residual.then_some(&residual[..]),
+            lo,
+            hi,
+        };
         let expect = naive_depthwise(&g, &x, &wt, &bias);
         for &isa in &isas {
-            let d = Depthwise::new(
-                g.clone(),
-                isa,
-                &wt,
-                &bias,
-                Epilogue {
-                    min: lo,
-                    max: hi,
-                    act: None,
-                },
-                Some(0.0),
-            );
+            let d = Depthwise::new(g.clone(), isa, &wt, &bias, tail.epilogue(), Some(0.0));
             let mut y = vec![f32::NAN; g.y_len()];
-            d.run(&xb, with_residual.then_some(&residual[..]), &mut y);
-            let plane = g.oh * g.ow;
-            for n in 0..g.n {
-                for ch in 0..c.div_ceil(cb) * cb {
-                    for yx in 0..plane {
-                        let at = blocked(n, ch, yx, c, plane, cb);
-                        if ch >= c {
-                            assert_eq!(y[at], 0.0, "case {case} {isa:?}: padding channel {ch}");
-                            continue;
-                        }
-                        let mut e = expect[(n * c + ch) * plane + yx];
-                        if with_residual {
-                            e += residual[at] as f64;
-                        }
-                        let e = e.max(lo as f64).min(hi as f64);
-                        assert!(
-                            (y[at] as f64 - e).abs() <= 1e-5 * (1.0 + e.abs()),
-                            "case {case} {isa:?} {g:?}: ({n},{ch},{yx}) got {} want {e}",
-                            y[at]
-                        );
-                    }
-                }
-            }
+            d.run(&xb, tail.residual, &mut y);
+            let close = |got: f64, e: f64| (got - e).abs() <= 1e-5 * (1.0 + e.abs());
+            let what = format!("case {case} {isa:?} {g:?}");
+            y_blocks.check(&y, &expect, tail, true, close, &what);
         }
     }
 }
@@ -348,10 +285,7 @@ fn epilogue_activations_match_their_scalar_definitions_on_every_isa() {
         };
         assert!(ok, "{act:?} {isa:?} {what}: f({v}) = {got}, expected {e}");
     };
-    let isas: Vec<Isa> = [Isa::Avx512, Isa::Avx2, Isa::Portable]
-        .into_iter()
-        .filter(|i| i.available())
-        .collect();
+    let isas = available_isas();
     for act in acts {
         for &isa in &isas {
             let ep = Epilogue::of(Some(act));
@@ -390,7 +324,12 @@ fn epilogue_activations_match_their_scalar_definitions_on_every_isa() {
                 conv.run(&xf, None, &mut y, &mut vec![0.0; conv.scratch_len()]);
                 for (i, &v) in xf.iter().enumerate().take(finite) {
                     let (px, ch) = (i / c, i % c);
-                    let got = y[blocked(0, ch, px, c, pixels, cb)];
+                    let blocks = Blocked {
+                        channels: c,
+                        plane: pixels,
+                        cb,
+                    };
+                    let got = y[blocks.at(0, ch, px)];
                     assert_eq!(v, x[i]);
                     check(act, isa, &format!("pointwise, blocks of {cb}"), i, got);
                 }
@@ -457,10 +396,7 @@ fn winograd_line_transforms_are_the_papers_matrices() {
 #[test]
 fn winograd_matches_a_naive_loop_for_every_isa_tile_and_blocking() {
     use crate::runtime::kernels::conv::winograd::{TransformedWeights, WinogradConv, WinogradTile};
-    let isas: Vec<Isa> = [Isa::Avx512, Isa::Avx2, Isa::Portable]
-        .into_iter()
-        .filter(|i| i.available())
-        .collect();
+    let isas = available_isas();
     let mut rng = Rng(16);
     for case in 0..48 {
         // The first cases have enough tiles for several blocks per worker.
@@ -526,17 +462,25 @@ fn winograd_matches_a_naive_loop_for_every_isa_tile_and_blocking() {
             2 => (rng.below(h), 0),
             _ => (rng.below(h), w - 1),
         };
-        let mut xb = vec![f32::NAN; g.x_len()];
-        for n in 0..g.n {
-            for c in 0..cin {
-                for yx in 0..h * w {
-                    xb[blocked(n, c, yx, cin, h * w, x_cb)] = x[(n * cin + c) * h * w + yx];
-                }
-            }
-        }
+        let x_blocks = Blocked {
+            channels: cin,
+            plane: h * w,
+            cb: x_cb,
+        };
+        let xb = x_blocks.scatter(&x);
+        let plane = g.oh * g.ow;
+        let y_blocks = Blocked {
+            channels: cout,
+            plane,
+            cb: y_cb,
+        };
+        let tail = FusedTail {
+            residual: fused.then_some(&residual[..]),
+            lo,
+            hi,
+        };
         let expect = naive_conv(&g, &x, &wt, &bias);
         let tol = 1e-4 * (2.0 + expect.iter().fold(0f64, |m, e| m.max(e.abs())));
-        let plane = g.oh * g.ow;
         for (&isa, tile) in isas
             .iter()
             .flat_map(|i| [(i, WinogradTile::F2), (i, WinogradTile::F4)])
@@ -545,37 +489,15 @@ fn winograd_matches_a_naive_loop_for_every_isa_tile_and_blocking() {
             // cut between the threads.
             let threads = 1 + case % 3;
             let pool = crate::core::par::Pool::new(threads).unwrap();
-            let ep = Epilogue {
-                min: lo,
-                max: hi,
-                act: None,
-            };
+            let ep = tail.epilogue();
             let u = TransformedWeights::new(tile, isa, cin, cout, &wt);
             let conv = WinogradConv::new(g.clone(), isa, &u, &wt, &bias, ep, Some(0.0), threads);
             let mut y = vec![f32::NAN; g.y_len()];
             let mut scratch = vec![f32::NAN; conv.scratch_len()];
-            pool.install(|| conv.run(&xb, fused.then_some(&residual[..]), &mut y, &mut scratch));
-            for n in 0..g.n {
-                for c in 0..cout.div_ceil(y_cb) * y_cb {
-                    for yx in 0..plane {
-                        let at = blocked(n, c, yx, cout, plane, y_cb);
-                        if c >= cout {
-                            assert_eq!(y[at], 0.0, "case {case} {isa:?} {tile:?}: padding {c}");
-                            continue;
-                        }
-                        let mut e = expect[(n * cout + c) * plane + yx];
-                        if fused {
-                            e += residual[at] as f64;
-                        }
-                        let e = e.clamp(lo as f64, hi as f64);
-                        let got = y[at] as f64;
-                        assert!(
-                            (got - e).abs() <= tol,
-                            "case {case} {isa:?} {tile:?} {g:?}: ({n},{c},{yx}) got {got} want {e}"
-                        );
-                    }
-                }
-            }
+            pool.install(|| conv.run(&xb, tail.residual, &mut y, &mut scratch));
+            let close = |got: f64, e: f64| (got - e).abs() <= tol;
+            let what = format!("case {case} {isa:?} {tile:?} {g:?}");
+            y_blocks.check(&y, &expect, tail, true, close, &what);
             // NaN and ±inf at a body and at an edge pixel: exactly the
             // outputs the naive loop and the direct kernel make non-finite
             // are, with the same NaN or sign of infinity.
@@ -587,22 +509,17 @@ fn winograd_matches_a_naive_loop_for_every_isa_tile_and_blocking() {
                 for (v, (iy, ix)) in [(body, body_at), (edge, edge_at)] {
                     let yx = iy * w + ix;
                     xl[(nan_n * cin + nan_c) * h * w + yx] = v;
-                    xn[blocked(nan_n, nan_c, yx, cin, h * w, x_cb)] = v;
+                    xn[x_blocks.at(nan_n, nan_c, yx)] = v;
                 }
                 let expect = naive_conv(&g, &xl, &wt, &bias);
-                let res = fused.then_some(&residual[..]);
-                pool.install(|| conv.run(&xn, res, &mut y, &mut scratch));
-                direct.run(&xn, res, &mut yd, &mut scratch_d);
+                pool.install(|| conv.run(&xn, tail.residual, &mut y, &mut scratch));
+                direct.run(&xn, tail.residual, &mut yd, &mut scratch_d);
                 let class = |v: f64| (v.is_nan(), v.is_finite(), v > 0.0);
                 for n in 0..g.n {
                     for c in 0..cout {
                         for yx in 0..plane {
-                            let at = blocked(n, c, yx, cout, plane, y_cb);
-                            let mut e = expect[(n * cout + c) * plane + yx];
-                            if fused {
-                                e += residual[at] as f64;
-                            }
-                            let e = e.clamp(lo as f64, hi as f64);
+                            let at = y_blocks.at(n, c, yx);
+                            let e = tail.apply(expect[(n * cout + c) * plane + yx], at);
                             let (got, d) = (y[at] as f64, yd[at] as f64);
                             let what = format!("case {case} {isa:?} {tile:?} {body} body {body_at:?} {edge} edge {edge_at:?}: ({n},{c},{yx})");
                             assert_eq!(class(got), class(e), "{what}: got {got} want {e}");
