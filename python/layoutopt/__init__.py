@@ -30,21 +30,23 @@ def load(path, input_shapes=None):
     return Model(_native.load(str(path), shapes))
 
 
-class Model:
-    """An imported model: its interface, and ``plan`` to plan its layouts."""
+class _Wrapped:
+    """The Python face of an object of the native module."""
 
     def __init__(self, native):
         self._native = native
 
-    @property
-    def inputs(self):
-        """The graph inputs: a list of {"name", "dtype", "shape"}."""
-        return self._native.inputs
 
-    @property
-    def outputs(self):
-        """The graph outputs: a list of {"name", "dtype", "shape"}."""
-        return self._native.outputs
+def _native_property(name, doc):
+    """A read-only property that is the native object's ``name``."""
+    return property(lambda self: getattr(self._native, name), doc=doc)
+
+
+class Model(_Wrapped):
+    """An imported model: its interface, and ``plan`` to plan its layouts."""
+
+    inputs = _native_property("inputs", 'The graph inputs: a list of {"name", "dtype", "shape"}.')
+    outputs = _native_property("outputs", 'The graph outputs: a list of {"name", "dtype", "shape"}.')
 
     def plan(self, planner="global", target="nchwc", pinned=None):
         """Plans every tensor's layout.
@@ -58,7 +60,7 @@ class Model:
         return Plan(self._native.plan(planner, target, pinned))
 
 
-class Plan:
+class Plan(_Wrapped):
     """What a planner decided for a model.
 
     ``layouts`` maps every model tensor the planned graph keeps to its layout;
@@ -69,7 +71,7 @@ class Plan:
     """
 
     def __init__(self, native):
-        self._native = native
+        super().__init__(native)
         self.document = _json.loads(native.to_json())
         self.planner = self.document["planner"]
         self.target = self.document["target"]
@@ -109,16 +111,10 @@ class Plan:
         )
 
 
-class Compiled:
+class Compiled(_Wrapped):
     """A planned model compiled for this CPU."""
 
-    def __init__(self, native):
-        self._native = native
-
-    @property
-    def threads(self):
-        """Worker threads the model runs on."""
-        return self._native.threads
+    threads = _native_property("threads", "Worker threads the model runs on.")
 
     def run(self, inputs):
         """Runs the model on {input name: numpy array}; returns {output name: array}.

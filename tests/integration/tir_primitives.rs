@@ -5,6 +5,8 @@
 use crate::support::tir;
 use std::collections::HashMap;
 
+use layoutopt::layout::Layout;
+use layoutopt::lowering::buffer_layout;
 use layoutopt::tir::compute::{ComputeGraph, ReduceOp};
 use layoutopt::tir::expr::Expr;
 use layoutopt::tir::interp::Interpreter;
@@ -201,15 +203,8 @@ fn blocked_layout_nchw16c_for_input_and_output() {
         .compute("D", &shape, |x| a.at(x) * Expr::Int(2) + Expr::Int(1))
         .unwrap();
     let s = Schedule::new(&g, &[d]).unwrap();
-    let nchw16c = BufferLayout {
-        dims: vec![
-            PhysDim::Axis(0),
-            PhysDim::Outer(1, 16),
-            PhysDim::Axis(2),
-            PhysDim::Axis(3),
-            PhysDim::Inner(1, 16),
-        ],
-    };
+    // The planner's NCHW16c as the TIR sees it (the bridge of `lowering`).
+    let nchw16c = buffer_layout(&Layout::parse("NCHW16c").unwrap()).unwrap();
     let opts = LowerOptions {
         layouts: [
             ("A".to_string(), nchw16c.clone()),
