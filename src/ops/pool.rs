@@ -23,8 +23,7 @@ impl OpDef for Pool {
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         let p = self;
 
-        expect_inputs(inputs, 1, 1)?;
-        let x = inputs[0];
+        let x = sole_input(inputs)?;
         // Max pooling compares, so it also takes integers; averaging needs floats.
         if p.kind == PoolKind::Avg || x.dtype == DType::Bool {
             expect_float(x, "input")?;
@@ -157,8 +156,7 @@ impl OpDef for GlobalPool {
     }
 
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
-        expect_inputs(inputs, 1, 1)?;
-        let x = inputs[0];
+        let x = sole_input(inputs)?;
         expect_float(x, "input")?;
         check_rank_at_least(x, 3, "input")?;
         let mut shape = x.shape[..2].to_vec();
