@@ -48,16 +48,18 @@ pub struct ComputeCx<'a> {
     pub sfx: &'a str,
 }
 
+/// A [`ComputeCx`] taken apart: the graph, the placeholders, their types and
+/// the name suffix.
+pub type ComputeParts<'a> = (
+    &'a mut ComputeGraph,
+    &'a [TeTensor],
+    &'a [ValueType],
+    &'a str,
+);
+
 impl<'a> ComputeCx<'a> {
     /// The graph, the placeholders, their types and the name suffix.
-    pub fn parts(
-        self,
-    ) -> (
-        &'a mut ComputeGraph,
-        &'a [TeTensor],
-        &'a [ValueType],
-        &'a str,
-    ) {
+    pub fn parts(self) -> ComputeParts<'a> {
         (self.g, self.ph, self.types, self.sfx)
     }
 
@@ -68,15 +70,7 @@ impl<'a> ComputeCx<'a> {
         self,
         op: &str,
         arity: impl RangeBounds<usize>,
-    ) -> Result<
-        (
-            &'a mut ComputeGraph,
-            &'a [TeTensor],
-            &'a [ValueType],
-            &'a str,
-        ),
-        TirError,
-    > {
+    ) -> Result<ComputeParts<'a>, TirError> {
         if !arity.contains(&self.types.len()) || self.types[0].shape.len() != 4 {
             return Err(unsupported(op, "only 2-D NCHW is defined"));
         }
