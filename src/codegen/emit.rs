@@ -142,6 +142,21 @@ fn condition_codes(op: BinOp) -> (IntCC, FloatCC) {
     }
 }
 
+/// `x op y` for the operators that are one IEEE instruction, on f32 scalars and
+/// vectors alike; `None` for the others.
+fn float_arith(b: &mut FunctionBuilder, op: BinOp, x: Value, y: Value) -> Option<Value> {
+    let ins = b.ins();
+    Some(match op {
+        BinOp::Add => ins.fadd(x, y),
+        BinOp::Sub => ins.fsub(x, y),
+        BinOp::Mul => ins.fmul(x, y),
+        BinOp::Div => ins.fdiv(x, y),
+        BinOp::Min => ins.fmin(x, y),
+        BinOp::Max => ins.fmax(x, y),
+        _ => return None,
+    })
+}
+
 #[derive(Clone)]
 struct Buf {
     ptr: Variable,
@@ -214,6 +229,12 @@ impl FnEmitter<'_, '_, '_> {
         let callee = self.b.ins().iconst(I64, f as i64);
         let call = self.b.ins().call_indirect(sr, callee, args);
         self.b.inst_results(call).first().copied()
+    }
+
+    /// Calls a Rust helper whose parameters are all i64 (ids, indices, sizes and
+    /// pointers), one per argument.
+    fn call_rt_i64(&mut self, f: *const (), ret: Option<Type>, args: &[Value]) -> Option<Value> {
+        self.call_rt(f, &vec![I64; args.len()], ret, args)
     }
 
     // ---- expressions -------------------------------------------------------------
@@ -372,7 +393,7 @@ impl FnEmitter<'_, '_, '_> {
                 self.b.ins().brif(zero, bad, &[], done, &[]);
                 self.b.switch_to_block(bad);
                 let ctx = self.ctx;
-                self.call_rt(rt::div_zero as *const (), &[I64], None, &[ctx]);
+                self.call_rt_i64(rt::div_zero as *const (), None, &[ctx]);
                 self.b.ins().jump(done, &[]);
                 self.b.switch_to_block(done);
                 let m1 = self.b.ins().icmp_imm_s(IntCC::Equal, y, -1);
@@ -417,12 +438,11 @@ impl FnEmitter<'_, '_, '_> {
     fn float_bin(&mut self, op: BinOp, a: &Expr, b: &Expr) -> R<Value> {
         let x = self.float(a)?;
         let y = self.float(b)?;
+        if let Some(v) = float_arith(&mut self.b, op, x, y) {
+            return Ok(v);
+        }
         let ins = self.b.ins();
         Ok(match op {
-            BinOp::Add => ins.fadd(x, y),
-            BinOp::Sub => ins.fsub(x, y),
-            BinOp::Mul => ins.fmul(x, y),
-            BinOp::Div => ins.fdiv(x, y),
             BinOp::FloorDiv => {
                 let q = ins.fdiv(x, y);
                 self.b.ins().floor(q)
@@ -433,13 +453,12 @@ impl FnEmitter<'_, '_, '_> {
                 let m = self.b.ins().fmul(y, f);
                 self.b.ins().fsub(x, m)
             }
-            BinOp::Min => ins.fmin(x, y),
-            BinOp::Max => ins.fmax(x, y),
             BinOp::Lt | BinOp::Le | BinOp::Eq | BinOp::Ne => {
                 let c = ins.fcmp(condition_codes(op).1, x, y);
                 self.bool_to_int(c)
             }
             BinOp::And | BinOp::Or => unreachable!("handled before: logic"),
+            _ => unreachable!("float_arith emitted it"),
         })
     }
 
@@ -537,12 +556,7 @@ impl FnEmitter<'_, '_, '_> {
                 let id = self.b.ins().iconst(I64, t.0 as i64);
                 let st = self.b.ins().iconst(I64, store as i64);
                 let ctx = self.ctx;
-                self.call_rt(
-                    rt::oob as *const (),
-                    &[I64; 5],
-                    None,
-                    &[ctx, id, idx, size, st],
-                );
+                self.call_rt_i64(rt::oob as *const (), None, &[ctx, id, idx, size, st]);
                 self.b.ins().jump(done, &[]);
                 self.b.switch_to_block(good);
                 Ok(Some(done))
@@ -655,30 +669,20 @@ impl FnEmitter<'_, '_, '_> {
                 let (bad, done) = (self.b.create_block(), self.b.create_block());
                 self.b.ins().brif(neg, bad, &[], done, &[]);
                 self.b.switch_to_block(bad);
-                self.call_rt(
-                    rt::alloc_f32 as *const (),
-                    &[I64; 3],
-                    Some(I64),
-                    &[ctx, id, n],
-                );
+                self.call_rt_i64(rt::alloc_f32 as *const (), Some(I64), &[ctx, id, n]);
                 self.b.ins().jump(done, &[]);
                 self.b.switch_to_block(done);
             }
             self.b.ins().stack_addr(I64, slot, 0)
         } else {
             self.c.stats.heap_allocs += 1;
-            self.call_rt(
-                rt::alloc_f32 as *const (),
-                &[I64; 3],
-                Some(I64),
-                &[ctx, id, n],
-            )
-            .expect("alloc returns a pointer")
+            self.call_rt_i64(rt::alloc_f32 as *const (), Some(I64), &[ctx, id, n])
+                .expect("alloc returns a pointer")
         };
         let old = self.bind_buffer(t, ptr, n, size.clone());
         self.stmt(body)?;
         if !on_stack {
-            self.call_rt(rt::free_f32 as *const (), &[I64; 2], None, &[ptr, n]);
+            self.call_rt_i64(rt::free_f32 as *const (), None, &[ptr, n]);
         }
         self.restore_buffer(t, old);
         Ok(())
@@ -824,16 +828,8 @@ impl FnEmitter<'_, '_, '_> {
             Expr::Bin(op, a, b) => {
                 let x = self.vexpr(var, a)?;
                 let y = self.vexpr(var, b)?;
-                let ins = self.b.ins();
-                Ok(match op {
-                    BinOp::Add => ins.fadd(x, y),
-                    BinOp::Sub => ins.fsub(x, y),
-                    BinOp::Mul => ins.fmul(x, y),
-                    BinOp::Div => ins.fdiv(x, y),
-                    BinOp::Min => ins.fmin(x, y),
-                    BinOp::Max => ins.fmax(x, y),
-                    _ => unreachable!("analysis::vectorizable admits these operators only"),
-                })
+                Ok(float_arith(&mut self.b, *op, x, y)
+                    .expect("analysis::vectorizable admits these operators only"))
             }
             Expr::Call(f, args) => {
                 let x = self.vexpr(var, &args[0])?;
@@ -911,9 +907,8 @@ impl FnEmitter<'_, '_, '_> {
         let fptr = self.b.ins().func_addr(I64, fref);
         let envp = self.b.ins().stack_addr(I64, env, 0);
         let ctx = self.ctx;
-        self.call_rt(
+        self.call_rt_i64(
             rt::parallel_for as *const (),
-            &[I64; 5],
             None,
             &[fptr, envp, lo, n, ctx],
         );
@@ -1006,12 +1001,7 @@ impl FnEmitter<'_, '_, '_> {
                         self.b.ins().iconst(I64, a.tensor.0 as i64),
                         self.b.ins().iconst(I64, d as i64),
                     );
-                    self.call_rt(
-                        rt::region_oob as *const (),
-                        &[I64; 3],
-                        None,
-                        &[ctx, id, dim],
-                    );
+                    self.call_rt_i64(rt::region_oob as *const (), None, &[ctx, id, dim]);
                     self.b.ins().jump(skip, &[]);
                     self.b.switch_to_block(next);
                 }
@@ -1037,12 +1027,7 @@ impl FnEmitter<'_, '_, '_> {
         let rp = self.b.ins().stack_addr(I64, slot, 0);
         let nv = self.b.ins().iconst(I64, args.len() as i64);
         let ctx = self.ctx;
-        self.call_rt(
-            rt::call_kernel as *const (),
-            &[I64; 4],
-            None,
-            &[kp, rp, nv, ctx],
-        );
+        self.call_rt_i64(rt::call_kernel as *const (), None, &[kp, rp, nv, ctx]);
         self.b.ins().jump(skip, &[]);
         self.b.switch_to_block(skip);
         Ok(())

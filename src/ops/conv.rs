@@ -116,23 +116,17 @@ impl OpDef for Conv {
     }
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
-        let (g, ph, types, sfx) = cx.parts();
-        match self {
-            c if types.len() >= 2 && types[0].shape.len() == 4 => {
-                // The padded copy stays a stage of its own (computed once), so the
-                // convolution's inner loop reads it without guards and vectorizes.
-                Ok(Defined::output(conv_compute(
-                    g,
-                    sfx,
-                    c,
-                    ph,
-                    &operand_shape(types, 0),
-                    &operand_shape(types, 1),
-                )?))
-            }
-
-            _ => Err(unsupported(self.name(), "only 2-D NCHW is defined")),
-        }
+        let (g, ph, types, sfx) = cx.nchw_parts(self.name(), 2..)?;
+        // The padded copy stays a stage of its own (computed once), so the
+        // convolution's inner loop reads it without guards and vectorizes.
+        Ok(Defined::output(conv_compute(
+            g,
+            sfx,
+            self,
+            ph,
+            &operand_shape(types, 0),
+            &operand_shape(types, 1),
+        )?))
     }
 
     fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
@@ -221,10 +215,7 @@ impl OpDef for ConvTranspose {
     /// along each axis, tap k of input position i lands on o = i·s + k·d − pad,
     /// so i = (o + pad − k·d) / s where that divides exactly and lies inside.
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
-        let (g, ph, types, sfx) = cx.parts();
-        if types.len() < 2 || types[0].shape.len() != 4 {
-            return Err(unsupported(self.name(), "only 2-D NCHW is defined"));
-        }
+        let (g, ph, types, sfx) = cx.nchw_parts(self.name(), 2..)?;
         let refs: Vec<&ValueType> = types.iter().collect();
         let out = self.infer(&refs)?;
         let (xs, ws) = (operand_shape(types, 0), operand_shape(types, 1));

@@ -17,15 +17,15 @@ impl OpDef for UnaryOp {
     }
 
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
-        expect_inputs(inputs, 1, 1)?;
+        let x = sole_input(inputs)?;
         // These four are defined on integers too.
         if !matches!(
             self,
             UnaryOp::Abs | UnaryOp::Neg | UnaryOp::Relu | UnaryOp::Clip { .. }
         ) {
-            expect_float(inputs[0], "input")?;
+            expect_float(x, "input")?;
         }
-        Ok(vec![inputs[0].clone()])
+        Ok(vec![x.clone()])
     }
 
     fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, OpError> {

@@ -38,8 +38,7 @@ impl OpDef for Lrn {
     }
 
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
-        expect_inputs(inputs, 1, 1)?;
-        expect_float(inputs[0], "input")?;
+        expect_float(sole_input(inputs)?, "input")?;
         check_rank_at_least(inputs[0], 3, "input")?;
         if self.size == 0 {
             return Err(OpError::Attribute("size must be positive".into()));

@@ -19,8 +19,7 @@ impl OpDef for Reshape {
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         let Reshape { shape } = self;
 
-        expect_inputs(inputs, 1, 1)?;
-        let x = inputs[0];
+        let x = sole_input(inputs)?;
         if checked_numel(shape) != Some(x.numel()) {
             return Err(OpError::Shape(format!(
                 "cannot reshape {:?} ({} elements) to {:?}",
@@ -86,8 +85,7 @@ impl OpDef for Transpose {
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         let Transpose { perm } = self;
 
-        expect_inputs(inputs, 1, 1)?;
-        let x = inputs[0];
+        let x = sole_input(inputs)?;
         let mut seen = vec![false; x.shape.len()];
         if perm.len() != x.shape.len() || perm.iter().any(|&p| p >= seen.len()) {
             return Err(OpError::Attribute(format!(
@@ -268,8 +266,7 @@ impl OpDef for Split {
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         let Split { axis, sizes } = self;
 
-        expect_inputs(inputs, 1, 1)?;
-        let x = inputs[0];
+        let x = sole_input(inputs)?;
         if *axis >= x.shape.len() {
             return Err(OpError::Attribute(format!(
                 "axis {axis} out of range for shape {:?}",
@@ -340,8 +337,7 @@ impl OpDef for Slice {
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         let Slice { axes } = self;
 
-        expect_inputs(inputs, 1, 1)?;
-        let x = inputs[0];
+        let x = sole_input(inputs)?;
         let mut shape = x.shape.clone();
         for a in axes {
             if a.axis >= shape.len() || a.step == 0 {
@@ -501,8 +497,7 @@ impl OpDef for Pad {
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         let Pad { begins, ends, mode } = self;
 
-        expect_inputs(inputs, 1, 1)?;
-        let x = inputs[0];
+        let x = sole_input(inputs)?;
         if begins.len() != x.shape.len() || ends.len() != x.shape.len() {
             return Err(OpError::Attribute(format!(
                 "pads {begins:?}/{ends:?} do not match rank of {:?}",
@@ -637,8 +632,7 @@ impl OpDef for Cast {
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         let Cast { to, .. } = self;
 
-        expect_inputs(inputs, 1, 1)?;
-        Ok(vec![ValueType::new(*to, inputs[0].shape.clone())])
+        Ok(vec![ValueType::new(*to, sole_input(inputs)?.shape.clone())])
     }
 
     fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
@@ -691,8 +685,7 @@ impl OpDef for Expand {
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         let Expand { shape } = self;
 
-        expect_inputs(inputs, 1, 1)?;
-        let s = broadcast_shapes(&inputs[0].shape, shape)?;
+        let s = broadcast_shapes(&sole_input(inputs)?.shape, shape)?;
         if &s != shape {
             return Err(OpError::Shape(format!(
                 "cannot expand {:?} to {shape:?}",
@@ -744,8 +737,7 @@ impl OpDef for Tile {
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         let Tile { repeats } = self;
 
-        expect_inputs(inputs, 1, 1)?;
-        let x = inputs[0];
+        let x = sole_input(inputs)?;
         if repeats.len() != x.shape.len() {
             return Err(OpError::Attribute(format!(
                 "repeats {repeats:?} do not match rank of {:?}",
@@ -792,8 +784,7 @@ impl OpDef for Identity {
     }
 
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
-        expect_inputs(inputs, 1, 1)?;
-        Ok(vec![inputs[0].clone()])
+        Ok(vec![sole_input(inputs)?.clone()])
     }
 
     fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, OpError> {

@@ -92,8 +92,7 @@ impl OpDef for BatchNorm {
 
 /// Softmax and LogSoftmax along `axis`: both keep the shape.
 fn softmax_infer(axis: usize, inputs: &[&ValueType]) -> Res<Vec<ValueType>> {
-    expect_inputs(inputs, 1, 1)?;
-    let x = inputs[0];
+    let x = sole_input(inputs)?;
     expect_float(x, "input")?;
     if axis >= x.shape.len() {
         return Err(OpError::Attribute(format!(

@@ -12,19 +12,28 @@ use crate::core::{numel, strides, Tensor, TensorData, ValueType};
 use crate::ops::{MaxPoolIndices, Pool, PoolKind};
 use rayon::prelude::*;
 
+impl PoolKind {
+    /// The ONNX operator of this pooling over windows, or over whole images
+    /// (`global`).
+    fn onnx_op(self, global: bool) -> &'static str {
+        match (self, global) {
+            (PoolKind::Max, false) => "MaxPool",
+            (PoolKind::Avg, false) => "AveragePool",
+            (PoolKind::Max, true) => "GlobalMaxPool",
+            (PoolKind::Avg, true) => "GlobalAveragePool",
+        }
+    }
+}
+
 impl OpDef for Pool {
     fn name(&self) -> &'static str {
-        match self.kind {
-            PoolKind::Max => "MaxPool",
-            PoolKind::Avg => "AveragePool",
-        }
+        self.kind.onnx_op(false)
     }
 
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         let p = self;
 
-        expect_inputs(inputs, 1, 1)?;
-        let x = inputs[0];
+        let x = sole_input(inputs)?;
         // Max pooling compares, so it also takes integers; averaging needs floats.
         if p.kind == PoolKind::Avg || x.dtype == DType::Bool {
             expect_float(x, "input")?;
@@ -65,23 +74,17 @@ impl OpDef for Pool {
     }
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
-        let (g, ph, types, sfx) = cx.parts();
-        match self {
-            p if types.len() == 1 && types[0].shape.len() == 4 => {
-                let refs: Vec<&ValueType> = types.iter().collect();
-                let out = self.infer(&refs)?;
-                let hw = [out[0].shape[2], out[0].shape[3]];
-                let (output, pad) = pool_compute(g, sfx, p, ph[0], &operand_shape(types, 0), hw)?;
-                Ok(Defined {
-                    output,
-                    // The padded input is read in place, never stored.
-                    inline: pad.into_iter().collect(),
-                    per_row: vec![],
-                })
-            }
-
-            _ => Err(unsupported(self.name(), "only 2-D NCHW is defined")),
-        }
+        let (g, ph, types, sfx) = cx.nchw_parts(self.name(), 1..=1)?;
+        let refs: Vec<&ValueType> = types.iter().collect();
+        let out = self.infer(&refs)?;
+        let hw = [out[0].shape[2], out[0].shape[3]];
+        let (output, pad) = pool_compute(g, sfx, self, ph[0], &operand_shape(types, 0), hw)?;
+        Ok(Defined {
+            output,
+            // The padded input is read in place, never stored.
+            inline: pad.into_iter().collect(),
+            per_row: vec![],
+        })
     }
 
     fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
@@ -95,7 +98,7 @@ impl OpDef for Pool {
         if !is_max {
             a.push(("count_include_pad", Attr::Int(p.count_include_pad as i64)));
         }
-        cx.single(if is_max { "MaxPool" } else { "AveragePool" }, cx.inputs, a)
+        cx.single(self.name(), cx.inputs, a)
     }
 
     /// AveragePool has dilations from opset 19.
@@ -150,15 +153,11 @@ impl OpDef for MaxPoolIndices {
 
 impl OpDef for GlobalPool {
     fn name(&self) -> &'static str {
-        match self.kind {
-            PoolKind::Max => "GlobalMaxPool",
-            PoolKind::Avg => "GlobalAveragePool",
-        }
+        self.kind.onnx_op(true)
     }
 
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
-        expect_inputs(inputs, 1, 1)?;
-        let x = inputs[0];
+        let x = sole_input(inputs)?;
         expect_float(x, "input")?;
         check_rank_at_least(x, 3, "input")?;
         let mut shape = x.shape[..2].to_vec();
@@ -192,46 +191,32 @@ impl OpDef for GlobalPool {
     }
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
-        let (g, ph, types, sfx) = cx.parts();
-        match self {
-            GlobalPool { kind } if types.len() == 1 && types[0].shape.len() == 4 => {
-                Ok(Defined::output({
-                    let s = operand_shape(types, 0);
-                    let (h, w) = (s[2], s[3]);
-                    let x = ph[0];
-                    let rop = if *kind == PoolKind::Max {
-                        ReduceOp::Max
-                    } else {
-                        ReduceOp::Sum
-                    };
-                    let out = [e(s[0]), e(s[1]), 1, 1];
-                    let r = g.reduce(&format!("R{sfx}"), &out, &[e(h), e(w)], rop, |i, r| {
-                        x.at(&[i[0].clone(), i[1].clone(), r[0].clone(), r[1].clone()])
-                    })?;
-                    if *kind == PoolKind::Avg {
-                        g.compute(&format!("Y{sfx}"), &out, |i| {
-                            r.at(i) / Expr::Float((h * w) as f64)
-                        })?
-                    } else {
-                        r
-                    }
-                }))
-            }
-
-            _ => Err(unsupported(self.name(), "only 2-D NCHW is defined")),
-        }
+        let (g, ph, types, sfx) = cx.nchw_parts(self.name(), 1..=1)?;
+        let GlobalPool { kind } = self;
+        let s = operand_shape(types, 0);
+        let (h, w) = (s[2], s[3]);
+        let x = ph[0];
+        let rop = if *kind == PoolKind::Max {
+            ReduceOp::Max
+        } else {
+            ReduceOp::Sum
+        };
+        let out = [e(s[0]), e(s[1]), 1, 1];
+        let r = g.reduce(&format!("R{sfx}"), &out, &[e(h), e(w)], rop, |i, r| {
+            x.at(&[i[0].clone(), i[1].clone(), r[0].clone(), r[1].clone()])
+        })?;
+        let y = if *kind == PoolKind::Avg {
+            g.compute(&format!("Y{sfx}"), &out, |i| {
+                r.at(i) / Expr::Float((h * w) as f64)
+            })?
+        } else {
+            r
+        };
+        Ok(Defined::output(y))
     }
 
     fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
-        let GlobalPool { kind: k } = self;
-        cx.single(
-            match k {
-                PoolKind::Max => "GlobalMaxPool",
-                PoolKind::Avg => "GlobalAveragePool",
-            },
-            cx.inputs,
-            vec![],
-        )
+        cx.single(self.name(), cx.inputs, vec![])
     }
 }
 

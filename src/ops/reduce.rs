@@ -19,8 +19,7 @@ impl OpDef for Reduce {
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         let Reduce { axes, keepdims, .. } = self;
 
-        expect_inputs(inputs, 1, 1)?;
-        let x = inputs[0];
+        let x = sole_input(inputs)?;
         if axes.iter().any(|&a| a >= x.shape.len()) {
             return Err(OpError::Attribute(format!(
                 "axes {axes:?} out of range for shape {:?}",
@@ -283,8 +282,7 @@ impl OpDef for CumSum {
     }
 
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
-        expect_inputs(inputs, 1, 1)?;
-        let x = inputs[0];
+        let x = sole_input(inputs)?;
         if self.axis >= x.shape.len() {
             return Err(OpError::Attribute(format!(
                 "axis {} is out of range for shape {:?}",

@@ -32,8 +32,7 @@ impl OpDef for Resize {
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         let r = self;
 
-        expect_inputs(inputs, 1, 1)?;
-        let x = inputs[0];
+        let x = sole_input(inputs)?;
         if r.scales.len() != x.shape.len() || r.sizes.len() != x.shape.len() {
             return Err(OpError::Shape(format!(
                 "scales {:?} / sizes {:?} do not match shape {:?}",

@@ -99,8 +99,7 @@ impl OpDef for ArgReduce {
     }
 
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
-        expect_inputs(inputs, 1, 1)?;
-        let x = inputs[0];
+        let x = sole_input(inputs)?;
         check_axis(x, self.axis)?;
         check_numeric(x)?;
         if x.shape[self.axis] == 0 {
@@ -176,8 +175,7 @@ impl OpDef for TopK {
     }
 
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
-        expect_inputs(inputs, 1, 1)?;
-        let x = inputs[0];
+        let x = sole_input(inputs)?;
         check_axis(x, self.axis)?;
         check_numeric(x)?;
         if self.k > x.shape[self.axis] {

@@ -51,6 +51,12 @@ pub(super) fn expect_inputs(inputs: &[&ValueType], min: usize, max: usize) -> Re
     Ok(())
 }
 
+/// The one input of a single-input op, after checking there is exactly one.
+pub(super) fn sole_input<'a>(inputs: &[&'a ValueType]) -> Res<&'a ValueType> {
+    expect_inputs(inputs, 1, 1)?;
+    Ok(inputs[0])
+}
+
 pub(super) fn expect_float(t: &ValueType, what: &str) -> Res<()> {
     if !t.dtype.is_float() {
         return Err(OpError::DType(format!(

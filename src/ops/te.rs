@@ -7,6 +7,7 @@ use crate::core::ValueType;
 pub use crate::tir::compute::{ComputeGraph, ReduceOp, Tensor as TeTensor};
 pub use crate::tir::expr::{Expr, Intrinsic};
 pub use crate::tir::TirError;
+use std::ops::RangeBounds;
 
 pub(crate) fn e(v: usize) -> i64 {
     v as i64
@@ -47,17 +48,33 @@ pub struct ComputeCx<'a> {
     pub sfx: &'a str,
 }
 
+/// A [`ComputeCx`] taken apart: the graph, the placeholders, their types and
+/// the name suffix.
+pub type ComputeParts<'a> = (
+    &'a mut ComputeGraph,
+    &'a [TeTensor],
+    &'a [ValueType],
+    &'a str,
+);
+
 impl<'a> ComputeCx<'a> {
     /// The graph, the placeholders, their types and the name suffix.
-    pub fn parts(
-        self,
-    ) -> (
-        &'a mut ComputeGraph,
-        &'a [TeTensor],
-        &'a [ValueType],
-        &'a str,
-    ) {
+    pub fn parts(self) -> ComputeParts<'a> {
         (self.g, self.ph, self.types, self.sfx)
+    }
+
+    /// The parts (as [`ComputeCx::parts`]), once `op` is known to have a number
+    /// of operands in `arity` and a 4-D (NCHW) first one: the windowed ops
+    /// define their compute for 2-D images only.
+    pub fn nchw_parts(
+        self,
+        op: &str,
+        arity: impl RangeBounds<usize>,
+    ) -> Result<ComputeParts<'a>, TirError> {
+        if !arity.contains(&self.types.len()) || self.types[0].shape.len() != 4 {
+            return Err(unsupported(op, "only 2-D NCHW is defined"));
+        }
+        Ok(self.parts())
     }
 
     /// The placeholders and types of the operands, once `op` is known to have at

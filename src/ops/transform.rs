@@ -19,8 +19,7 @@ impl OpDef for LayoutTransform {
         let LayoutTransform {
             from, to, logical, ..
         } = self;
-        expect_inputs(inputs, 1, 1)?;
-        let x = inputs[0];
+        let x = sole_input(inputs)?;
         let want = from.physical_shape(logical)?;
         if x.shape != want {
             return Err(OpError::Shape(format!(
@@ -105,8 +104,7 @@ impl OpDef for PadWith {
     }
 
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
-        expect_inputs(inputs, 1, 1)?;
-        resized(inputs[0], &self.begins, &self.ends, true)
+        resized(sole_input(inputs)?, &self.begins, &self.ends, true)
     }
 
     fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
@@ -136,8 +134,7 @@ impl OpDef for Crop {
     }
 
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
-        expect_inputs(inputs, 1, 1)?;
-        resized(inputs[0], &self.begins, &self.ends, false)
+        resized(sole_input(inputs)?, &self.begins, &self.ends, false)
     }
 
     /// A crop checks the assumption it carries.

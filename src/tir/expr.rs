@@ -206,38 +206,40 @@ op_impl!(Sub, sub, BinOp::Sub);
 op_impl!(Mul, mul, BinOp::Mul);
 op_impl!(Div, div, BinOp::Div);
 
-impl Expr {
+/// Builder methods that apply a binary operator to `self` and `b`, in that order.
+macro_rules! bin_methods {
+    ($($(#[$doc:meta])* $name:ident => $op:ident;)*) => {
+        impl Expr {
+            $(
+                $(#[$doc])*
+                pub fn $name(self, b: impl Into<Expr>) -> Expr {
+                    bin(BinOp::$op, self, b)
+                }
+            )*
+        }
+    };
+}
+bin_methods! {
     /// `floordiv(self, b)`.
-    pub fn floordiv(self, b: impl Into<Expr>) -> Expr {
-        bin(BinOp::FloorDiv, self, b)
-    }
+    floordiv => FloorDiv;
     /// `floormod(self, b)`.
-    pub fn floormod(self, b: impl Into<Expr>) -> Expr {
-        bin(BinOp::FloorMod, self, b)
-    }
+    floormod => FloorMod;
     /// `min(self, b)`.
-    pub fn min(self, b: impl Into<Expr>) -> Expr {
-        bin(BinOp::Min, self, b)
-    }
+    min => Min;
     /// `max(self, b)`.
-    pub fn max(self, b: impl Into<Expr>) -> Expr {
-        bin(BinOp::Max, self, b)
-    }
+    max => Max;
     /// `self < b`.
-    pub fn lt(self, b: impl Into<Expr>) -> Expr {
-        bin(BinOp::Lt, self, b)
-    }
+    lt => Lt;
     /// `self <= b`.
-    pub fn le(self, b: impl Into<Expr>) -> Expr {
-        bin(BinOp::Le, self, b)
-    }
+    le => Le;
+    /// `self && b`.
+    and => And;
+}
+
+impl Expr {
     /// `self >= b`.
     pub fn ge(self, b: impl Into<Expr>) -> Expr {
         bin(BinOp::Le, b, self)
-    }
-    /// `self && b`.
-    pub fn and(self, b: impl Into<Expr>) -> Expr {
-        bin(BinOp::And, self, b)
     }
     /// `cond ? a : b`.
     pub fn select(cond: Expr, a: impl Into<Expr>, b: impl Into<Expr>) -> Expr {
