@@ -100,28 +100,14 @@ fn tiled_conv_matches_a_naive_loop_for_every_isa_and_blocking() {
         let wt = rng.f32s(cout * cin * k.0 * k.1);
         let bias = rng.f32s(cout);
         let residual = rng.f32s(g.y_len());
-        let with_residual = rng.below(2) == 0;
-        let (lo, hi) = [
+        let clamps = [
             (f32::NEG_INFINITY, f32::INFINITY),
             (0.0, f32::INFINITY),
             (-0.5, 0.5),
-        ][rng.below(3)];
-        let xb = Blocked {
-            channels: cin,
-            plane: h * w,
-            cb: x_cb,
-        }
-        .scatter(&x);
-        let y_blocks = Blocked {
-            channels: cout,
-            plane: g.oh * g.ow,
-            cb: y_cb,
-        };
-        let tail = FusedTail {
-            residual: with_residual.then_some(&residual[..]),
-            lo,
-            hi,
-        };
+        ];
+        let tail = FusedTail::random(&residual, &clamps, &mut rng);
+        let xb = Blocked::input_of(&g).scatter(&x);
+        let y_blocks = Blocked::output_of(&g);
         let expect = naive_conv(&g, &x, &wt, &bias);
         for &isa in &isas {
             let conv = PackedConv::new(g.clone(), isa, &wt, &bias, tail.epilogue(), Some(0.0));
@@ -203,24 +189,10 @@ fn depthwise_matches_a_naive_loop_for_every_isa_and_blocking() {
         let wt = rng.f32s(c * k.0 * k.1);
         let bias = rng.f32s(c);
         let residual = rng.f32s(g.y_len());
-        let with_residual = rng.below(2) == 0;
-        let (lo, hi) = [(f32::NEG_INFINITY, f32::INFINITY), (0.0, 6.0), (-0.5, 0.5)][rng.below(3)];
-        let xb = Blocked {
-            channels: c,
-            plane: h * w,
-            cb,
-        }
-        .scatter(&x);
-        let y_blocks = Blocked {
-            channels: c,
-            plane: g.oh * g.ow,
-            cb,
-        };
-        let tail = FusedTail {
-            residual: with_residual.then_some(&residual[..]),
-            lo,
-            hi,
-        };
+        let clamps = [(f32::NEG_INFINITY, f32::INFINITY), (0.0, 6.0), (-0.5, 0.5)];
+        let tail = FusedTail::random(&residual, &clamps, &mut rng);
+        let xb = Blocked::input_of(&g).scatter(&x);
+        let y_blocks = Blocked::output_of(&g);
         let expect = naive_depthwise(&g, &x, &wt, &bias);
         for &isa in &isas {
             let d = Depthwise::new(g.clone(), isa, &wt, &bias, tail.epilogue(), Some(0.0));
@@ -462,18 +434,10 @@ fn winograd_matches_a_naive_loop_for_every_isa_tile_and_blocking() {
             2 => (rng.below(h), 0),
             _ => (rng.below(h), w - 1),
         };
-        let x_blocks = Blocked {
-            channels: cin,
-            plane: h * w,
-            cb: x_cb,
-        };
+        let x_blocks = Blocked::input_of(&g);
         let xb = x_blocks.scatter(&x);
         let plane = g.oh * g.ow;
-        let y_blocks = Blocked {
-            channels: cout,
-            plane,
-            cb: y_cb,
-        };
+        let y_blocks = Blocked::output_of(&g);
         let tail = FusedTail {
             residual: fused.then_some(&residual[..]),
             lo,
