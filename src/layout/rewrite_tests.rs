@@ -40,6 +40,18 @@ fn add(g: &mut Graph, op: Op, name: &str, ins: &[ValueRef], index: usize) -> Val
     ValueRef::new(id, 0)
 }
 
+/// Adds a transform of a `SHAPE` tensor from layout `from` to `to`.
+fn add_xform(
+    g: &mut Graph,
+    (from, to): (&str, &str),
+    pad: PadValue,
+    name: &str,
+    input: ValueRef,
+    index: usize,
+) -> ValueRef {
+    add(g, lt(from, to, &SHAPE, pad), name, &[input], index)
+}
+
 /// A rule the bundle dropped once it paid on no model (the planner puts
 /// transforms after activations itself); its condition remains for rule files.
 const UNARY_HOIST: &str =
@@ -153,23 +165,11 @@ fn rule_file_errors_name_file_and_line() {
 fn inverse_pairs_cancel_and_keep_spans() {
     let mut g = Graph::new("t");
     let x = input_x(&mut g, &SHAPE);
-    let a = add(&mut g, lt("NCHW", "NCHW16c", &SHAPE, ZERO), "to1", &[x], 1);
-    let b = add(
-        &mut g,
-        lt("NCHW16c", "NCHW", &SHAPE, ZERO),
-        "back1",
-        &[a],
-        2,
-    );
+    let a = add_xform(&mut g, ("NCHW", "NCHW16c"), ZERO, "to1", x, 1);
+    let b = add_xform(&mut g, ("NCHW16c", "NCHW"), ZERO, "back1", a, 2);
     let r = add(&mut g, Op::Unary(UnaryOp::Relu), "relu", &[b], 3);
-    let c = add(&mut g, lt("NCHW", "NCHW16c", &SHAPE, ZERO), "to2", &[r], 4);
-    let d = add(
-        &mut g,
-        lt("NCHW16c", "NCHW", &SHAPE, ZERO),
-        "back2",
-        &[c],
-        5,
-    );
+    let c = add_xform(&mut g, ("NCHW", "NCHW16c"), ZERO, "to2", r, 4);
+    let d = add_xform(&mut g, ("NCHW16c", "NCHW"), ZERO, "back2", c, 5);
     g.set_outputs(vec![d]);
     let (out, report) = rewrite(&g);
     assert!(transforms(&out).is_empty(), "{:?}", transforms(&out));
@@ -207,9 +207,9 @@ fn inverse_pairs_cancel_and_keep_spans() {
 fn transform_hoists_above_relu() {
     let mut g = Graph::new("t");
     let x = input_x(&mut g, &SHAPE);
-    let a = add(&mut g, lt("NCHW", "NCHW16c", &SHAPE, ZERO), "to", &[x], 1);
+    let a = add_xform(&mut g, ("NCHW", "NCHW16c"), ZERO, "to", x, 1);
     let r = add(&mut g, Op::Unary(UnaryOp::Relu), "relu", &[a], 2);
-    let b = add(&mut g, lt("NCHW16c", "NCHW", &SHAPE, ZERO), "back", &[r], 3);
+    let b = add_xform(&mut g, ("NCHW16c", "NCHW"), ZERO, "back", r, 3);
     g.set_outputs(vec![b]);
     let (out, _) = rewrite(&g);
     assert!(transforms(&out).is_empty());
@@ -223,16 +223,10 @@ fn round_trip_cancels_only_under_known_padding() {
     let build = |first: PadValue, last: PadValue| {
         let mut g = Graph::new("t");
         let x = input_x(&mut g, &SHAPE);
-        let a = add(&mut g, lt("NCHW", "NCHW16c", &SHAPE, first), "to", &[x], 1);
+        let a = add_xform(&mut g, ("NCHW", "NCHW16c"), first, "to", x, 1);
         let e = add(&mut g, Op::Unary(UnaryOp::Exp), "exp", &[a], 2);
-        let b = add(&mut g, lt("NCHW16c", "NCHW", &SHAPE, ZERO), "back", &[e], 3);
-        let c = add(
-            &mut g,
-            lt("NCHW", "NCHW16c", &SHAPE, last),
-            "again",
-            &[b],
-            4,
-        );
+        let b = add_xform(&mut g, ("NCHW16c", "NCHW"), ZERO, "back", e, 3);
+        let c = add_xform(&mut g, ("NCHW", "NCHW16c"), last, "again", b, 4);
         g.set_outputs(vec![c]);
         g
     };

@@ -10,6 +10,7 @@ use crate::layout::plan::plan;
 use crate::layout::planners::planner_by_name;
 use crate::layout::target::TargetFamily;
 use crate::ops::BatchNorm;
+use crate::runtime::kernels::conv::direct::ConvGeom;
 use crate::runtime::kernels::conv::tile::Epilogue;
 use crate::runtime::{CompiledModel, Isa, RuntimeOptions};
 
@@ -98,7 +99,19 @@ pub(super) struct FusedTail<'a> {
     pub(super) hi: f32,
 }
 
-impl FusedTail<'_> {
+impl<'a> FusedTail<'a> {
+    /// A tail that adds `residual` or not, at random, then clamps to one of
+    /// `clamps`.
+    pub(super) fn random(residual: &'a [f32], clamps: &[(f32, f32)], rng: &mut Rng) -> Self {
+        let with_residual = rng.below(2) == 0;
+        let (lo, hi) = clamps[rng.below(clamps.len())];
+        FusedTail {
+            residual: with_residual.then_some(residual),
+            lo,
+            hi,
+        }
+    }
+
     /// The kernels' epilogue that clamps as this tail does.
     pub(super) fn epilogue(&self) -> Epilogue {
         Epilogue {
@@ -116,6 +129,24 @@ impl FusedTail<'_> {
 }
 
 impl Blocked {
+    /// The storage of `g`'s input.
+    pub(super) fn input_of(g: &ConvGeom) -> Self {
+        Blocked {
+            channels: g.cin,
+            plane: g.h * g.w,
+            cb: g.x_cb,
+        }
+    }
+
+    /// The storage of `g`'s output.
+    pub(super) fn output_of(g: &ConvGeom) -> Self {
+        Blocked {
+            channels: g.cout,
+            plane: g.oh * g.ow,
+            cb: g.y_cb,
+        }
+    }
+
     /// Offset of logical (n, c, yx).
     pub(super) fn at(&self, n: usize, c: usize, yx: usize) -> usize {
         let blocks = self.channels.div_ceil(self.cb);

@@ -75,12 +75,18 @@ fn axpy(h: i64, w: i64) -> (ComputeGraph, Tensor) {
     (g, c)
 }
 
+/// `axpy(h, w)` in its default schedule with `mark` on the column axis.
+fn axpy_marking_columns(h: i64, w: i64, mark: tir::Mark) -> (ComputeGraph, Schedule) {
+    let (g, c) = axpy(h, w);
+    let (mut s, ax) = tir::schedule(&g, &c);
+    mark(&mut s, &c, &ax[1]).unwrap();
+    (g, s)
+}
+
 #[test]
 fn vectorized_loop_with_a_tail() {
     // 11 columns: two 4-lane steps and a scalar tail of 3 per row.
-    let (g, c) = axpy(3, 11);
-    let (mut s, ax) = tir::schedule(&g, &c);
-    s.vectorize(&c, &ax[1]).unwrap();
+    let (g, s) = axpy_marking_columns(3, 11, Schedule::vectorize);
     let st = tir::check_jit_plain(&s, &g);
     assert_eq!(st.vector_loops, 1);
     assert_eq!(st.checked_accesses, 0);
@@ -89,19 +95,20 @@ fn vectorized_loop_with_a_tail() {
 #[test]
 fn vectorized_reduction_runs_scalar() {
     // The store does not move with the reduction variable: no vector path.
-    let (g, c) = tir::matmul(4, 3, 8);
-    let mut s = Schedule::new(&g, &[c]).unwrap();
-    let k = s.reduce_axis(&c).unwrap()[0].clone();
-    s.vectorize(&c, &k).unwrap();
+    let (g, _, s) = tir::matmul_marking_k(4, 3, 8, Schedule::vectorize);
     let st = tir::check_jit_plain(&s, &g);
     assert_eq!(st.vector_loops, 0);
 }
 
+/// Asserts that compiling `f` fails with an error that `expected` accepts.
+fn assert_compile_refuses(f: &LoweredFunc, expected: impl FnOnce(&CodegenError) -> bool) {
+    let err = JitFunction::compile(f, &KernelTable::new()).err().unwrap();
+    assert!(expected(&err), "{err}");
+}
+
 #[test]
 fn unrolled_loop() {
-    let (g, c) = axpy(5, 3);
-    let (mut s, ax) = tir::schedule(&g, &c);
-    s.unroll(&c, &ax[1]).unwrap();
+    let (g, s) = axpy_marking_columns(5, 3, Schedule::unroll);
     let st = tir::check_jit_plain(&s, &g);
     assert_eq!(st.unrolled_loops, 1);
 }
@@ -110,11 +117,8 @@ fn unrolled_loop() {
 fn parallel_loop_with_scratch_inside() {
     // B = A + 1 computed per row of C = B * B: B's row is scratch inside the parallel
     // loop, one per iteration.
-    let (mut g, a) = tir::graph_with_input(&[16, 9]);
-    let b = g
-        .compute("B", &[16, 9], |x| a.at(x) + Expr::Float(1.0))
-        .unwrap();
-    let c = g.compute("C", &[16, 9], |x| b.at(x) * b.at(x)).unwrap();
+    let (g, b, c) =
+        tir::producer_consumer(&[16, 9], |a| a + Expr::Float(1.0), |_, b| b.clone() * b);
     let mut s = Schedule::new(&g, &[c]).unwrap();
     let i = s.axis(&c).unwrap()[0].clone();
     s.compute_at(&b, &c, &i).unwrap();
@@ -132,9 +136,7 @@ fn parallel_loop_with_scratch_inside() {
 #[test]
 fn large_scratch_is_on_the_heap() {
     // B (2 x 3000, an intermediate at the root) is larger than a stack slot may be.
-    let (mut g, a) = tir::graph_with_input(&[2, 3000]);
-    let b = g.compute("B", &[2, 3000], |x| a.at(x) * a.at(x)).unwrap();
-    let c = g.compute("C", &[2, 3000], |x| b.at(x) - a.at(x)).unwrap();
+    let (g, _, c) = tir::producer_consumer(&[2, 3000], |a| a.clone() * a, |a, b| b - a);
     let s = Schedule::new(&g, &[c]).unwrap();
     let st = tir::check_jit_plain(&s, &g);
     assert_eq!((st.heap_allocs, st.stack_allocs), (1, 0));
@@ -143,10 +145,7 @@ fn large_scratch_is_on_the_heap() {
 #[test]
 fn parallel_reduction_axis_runs_serially() {
     // Iterations of k all update the same C elements: not independent.
-    let (g, c) = tir::matmul(4, 5, 6);
-    let mut s = Schedule::new(&g, &[c]).unwrap();
-    let k = s.reduce_axis(&c).unwrap()[0].clone();
-    s.parallel(&c, &k).unwrap();
+    let (g, _, s) = tir::matmul_marking_k(4, 5, 6, Schedule::parallel);
     let st = tir::check_jit_plain(&s, &g);
     assert_eq!((st.parallel_loops, st.serialized_parallel_loops), (0, 1));
 }
@@ -169,10 +168,9 @@ fn kernel_call_on_a_ragged_block_and_unknown_kernel() {
     let interp = tir::gemm_interpreter();
     check_jit(&s, &g, &interp, &KernelTable::standard());
     let f = lower(&s, &LowerOptions::default()).unwrap();
-    let err = JitFunction::compile(&f, &KernelTable::new()).err().unwrap();
-    assert!(
-        matches!(&err, CodegenError::Kernel(m) if m.contains("`gemm_update`") && m.contains("not registered")),
-        "{err}"
+    assert_compile_refuses(
+        &f,
+        |err| matches!(err, CodegenError::Kernel(m) if m.contains("`gemm_update`") && m.contains("not registered")),
     );
 }
 
@@ -244,10 +242,9 @@ fn with_store_index(index: impl Fn(&Var, &Var) -> Expr) -> (LoweredFunc, Compute
 fn out_of_bounds_accesses() {
     // Always outside: refused at compile time, naming the buffer.
     let (f, _) = with_store_index(|i, j| i.expr() * 6 + j.expr() + 100);
-    let err = JitFunction::compile(&f, &KernelTable::new()).err().unwrap();
-    assert!(
-        matches!(&err, CodegenError::OutOfBounds(m) if m.contains("store to `C`")),
-        "{err}"
+    assert_compile_refuses(
+        &f,
+        |err| matches!(err, CodegenError::OutOfBounds(m) if m.contains("store to `C`")),
     );
     // Outside for the last iteration only: checked, and the call reports it.
     let (f, g) = with_store_index(|i, j| i.expr() * 6 + j.expr() + 1);
@@ -315,9 +312,7 @@ fn divisors_that_may_be_zero_are_checked() {
 fn blocked_layouts() {
     // C in blocks of 4 columns (10 padded to 12), A in blocks of 3 rows.
     use layoutopt::tir::layout::{BufferLayout, PhysDim};
-    let (g, c) = axpy(5, 10);
-    let (mut s, ax) = tir::schedule(&g, &c);
-    s.vectorize(&c, &ax[1]).unwrap();
+    let (g, s) = axpy_marking_columns(5, 10, Schedule::vectorize);
     let mut opts = LowerOptions::default();
     let blocked = |axis, f| BufferLayout {
         dims: vec![
@@ -337,10 +332,9 @@ fn blocked_layouts() {
 #[test]
 fn float_index_is_refused() {
     let (f, _) = with_store_index(|i, _| i.expr() * Expr::Float(1.0));
-    let err = JitFunction::compile(&f, &KernelTable::new()).err().unwrap();
-    assert!(
-        matches!(&err, CodegenError::Type(m) if m.contains("index of `C`") && m.contains("float")),
-        "{err}"
+    assert_compile_refuses(
+        &f,
+        |err| matches!(err, CodegenError::Type(m) if m.contains("index of `C`") && m.contains("float")),
     );
 }
 
@@ -369,9 +363,7 @@ fn one_function_called_from_many_threads() {
     // As the runtime does: one compiled function, concurrent calls on their own buffers,
     // with a parallel loop and per-iteration scratch inside.
     fn shared<T: Send + Sync>(_: &T) {}
-    let (mut g, a) = tir::graph_with_input(&[8, 5]);
-    let b = g.compute("B", &[8, 5], |x| a.at(x) * a.at(x)).unwrap();
-    let c = g.compute("C", &[8, 5], |x| b.at(x) + a.at(x)).unwrap();
+    let (g, b, c) = tir::producer_consumer(&[8, 5], |a| a.clone() * a, |a, b| b + a);
     let mut s = Schedule::new(&g, &[c]).unwrap();
     let i = s.axis(&c).unwrap()[0].clone();
     s.compute_at(&b, &c, &i).unwrap();

@@ -135,6 +135,36 @@ fn transforms(g: &Graph, planner: &str, family: TargetFamily) -> usize {
     r.transform_count
 }
 
+/// x of `shape` → conv1 → `between(x, conv1)` → conv2, the output; both convs
+/// 3x3 with `cout` channels.
+fn convs_around(
+    name: &str,
+    shape: &[usize],
+    cout: usize,
+    between: impl FnOnce(&mut Graph, ValueRef, ValueRef) -> ValueRef,
+) -> Graph {
+    let mut g = Graph::new(name);
+    let x = input(&mut g, shape);
+    let c1 = conv(&mut g, x, cout, 3, 1, "conv1");
+    let mid = between(&mut g, x, c1);
+    let c2 = conv(&mut g, mid, cout, 3, 1, "conv2");
+    g.set_outputs(vec![c2]);
+    g
+}
+
+/// x [1, `c`, 8, 8] → conv_a (3x3) and conv_b (`kb` x `kb`), concatenated on
+/// channels → conv_c (3x3), the output; every conv keeps `c` channels.
+fn concat_branches(name: &str, c: usize, kb: usize) -> Graph {
+    let mut g = Graph::new(name);
+    let x = input(&mut g, &[1, c, 8, 8]);
+    let a = conv(&mut g, x, c, 3, 1, "conv_a");
+    let b = conv(&mut g, x, c, kb, 1, "conv_b");
+    let cat = op(&mut g, Op::Concat(Concat { axis: 1 }), &[a, b], "cat");
+    let y = conv(&mut g, cat, c, 3, 1, "conv_c");
+    g.set_outputs(vec![y]);
+    g
+}
+
 /// Asserts that in NCHW16c `global` keeps `global` transforms and `local` a
 /// number of them in `local`.
 fn assert_nchw16c_transforms(g: &Graph, global: usize, local: impl RangeBounds<usize>) {
@@ -151,28 +181,21 @@ fn assert_nchw16c_transforms(g: &Graph, global: usize, local: impl RangeBounds<u
 /// the result is transformed back once for the graph output.
 #[test]
 fn conv_pool_conv() {
-    let mut g = Graph::new("conv_pool_conv");
-    let x = input(&mut g, &[1, 16, 16, 16]);
-    let c1 = conv(&mut g, x, 16, 3, 1, "conv1");
-    let window = Window {
-        kernel: vec![2, 2],
-        strides: vec![2, 2],
-        dilations: vec![1, 1],
-        pads: vec![0; 4],
-    };
-    let p = op(
-        &mut g,
-        Op::Pool(Pool {
+    let g = convs_around("conv_pool_conv", &[1, 16, 16, 16], 16, |g, _, c1| {
+        let window = Window {
+            kernel: vec![2, 2],
+            strides: vec![2, 2],
+            dilations: vec![1, 1],
+            pads: vec![0; 4],
+        };
+        let pool = Op::Pool(Pool {
             kind: PoolKind::Max,
             window,
             ceil_mode: false,
             count_include_pad: false,
-        }),
-        &[c1],
-        "pool",
-    );
-    let c2 = conv(&mut g, p, 16, 3, 1, "conv2");
-    g.set_outputs(vec![c2]);
+        });
+        op(g, pool, &[c1], "pool")
+    });
     assert_nchw16c_transforms(&g, 2, 2..);
 }
 
@@ -183,17 +206,10 @@ fn conv_pool_conv() {
 /// blocked, the output is transformed back once.
 #[test]
 fn add_that_poisons_its_operand() {
-    let mut g = Graph::new("poison");
-    let x = input(&mut g, &[1, 16, 8, 8]);
-    let c1 = conv(&mut g, x, 16, 3, 1, "conv1");
-    let s = op(
-        &mut g,
-        Op::Binary(layoutopt::graph::BinaryOp::Add),
-        &[x, c1],
-        "add",
-    );
-    let c2 = conv(&mut g, s, 16, 3, 1, "conv2");
-    g.set_outputs(vec![c2]);
+    let g = convs_around("poison", &[1, 16, 8, 8], 16, |g, x, c1| {
+        let add = Op::Binary(layoutopt::graph::BinaryOp::Add);
+        op(g, add, &[x, c1], "add")
+    });
     assert_nchw16c_transforms(&g, 2, 4..=4);
 }
 
@@ -224,13 +240,7 @@ fn a_transposed_times_b() {
 /// joins whole 16-channel blocks, so it runs blocked with no transform.
 #[test]
 fn branches_joining_in_a_concat() {
-    let mut g = Graph::new("concat");
-    let x = input(&mut g, &[1, 16, 8, 8]);
-    let a = conv(&mut g, x, 16, 3, 1, "conv_a");
-    let b = conv(&mut g, x, 16, 1, 1, "conv_b");
-    let c = op(&mut g, Op::Concat(Concat { axis: 1 }), &[a, b], "cat");
-    let y = conv(&mut g, c, 16, 3, 1, "conv_c");
-    g.set_outputs(vec![y]);
+    let g = concat_branches("concat", 16, 1);
     assert_eq!(transforms(&g, "global", TargetFamily::Nchwc(16)), 2);
 }
 
@@ -241,13 +251,7 @@ fn branches_joining_in_a_concat() {
 /// NHWC, and the output goes back once (614 ns, against conv_c's penalty).
 #[test]
 fn concat_of_unaligned_channels() {
-    let mut g = Graph::new("concat12");
-    let x = input(&mut g, &[1, 12, 8, 8]);
-    let a = conv(&mut g, x, 12, 3, 1, "conv_a");
-    let b = conv(&mut g, x, 12, 3, 1, "conv_b");
-    let c = op(&mut g, Op::Concat(Concat { axis: 1 }), &[a, b], "cat");
-    let y = conv(&mut g, c, 12, 3, 1, "conv_c");
-    g.set_outputs(vec![y]);
+    let g = concat_branches("concat12", 12, 3);
     assert_eq!(transforms(&g, "global", TargetFamily::Nhwc), 2);
     // Blocked: every plan stays correct (checked inside), whatever it keeps.
     plan_checked(&g, "global", TargetFamily::Nchwc(16));
@@ -263,12 +267,7 @@ fn concat_of_unaligned_channels() {
 /// plan must still compute the right values through the zero padding (checked).
 #[test]
 fn three_and_seventeen_channels() {
-    let mut g = Graph::new("pad17");
-    let x = input(&mut g, &[1, 3, 16, 16]);
-    let c1 = conv(&mut g, x, 17, 3, 1, "conv1");
-    let r = relu(&mut g, c1, "relu");
-    let c2 = conv(&mut g, r, 17, 3, 1, "conv2");
-    g.set_outputs(vec![c2]);
+    let g = convs_around("pad17", &[1, 3, 16, 16], 17, |g, _, c1| relu(g, c1, "relu"));
     assert_nchw16c_transforms(&g, 0, 1..);
 }
 

@@ -28,6 +28,15 @@ fn add_c_d(g: &mut ComputeGraph, d_axes: [&str; 2]) -> (Tensor, Tensor) {
     (c, d)
 }
 
+/// [`c_d`] with C computed at D's axis `axis`, and the operations scheduled.
+fn c_at_d_axis(axis: usize) -> (ComputeGraph, Tensor, Tensor, Schedule, ScheduledOps) {
+    let (g, c, d) = c_d();
+    let (mut s, dax) = tir::schedule(&g, &d);
+    s.compute_at(&c, &d, &dax[axis]).unwrap();
+    let ops = schedule_ops(&s).unwrap();
+    (g, c, d, s, ops)
+}
+
 /// The ranges InferBound gave the axes of `t`, as text.
 fn ranges(ops: &ScheduledOps, s: &Schedule, t: &Tensor) -> Vec<String> {
     let axes = s.axis(t).unwrap();
@@ -54,10 +63,7 @@ fn ex1_no_compute_at_needs_all_of_c() {
 
 #[test]
 fn ex2_compute_at_j_needs_one_element() {
-    let (g, c, d) = c_d();
-    let (mut s, dax) = tir::schedule(&g, &d);
-    s.compute_at(&c, &d, &dax[1]).unwrap();
-    let ops = schedule_ops(&s).unwrap();
+    let (g, c, d, s, ops) = c_at_d_axis(1);
     assert_eq!(ranges(&ops, &s, &c), ["[i, 1]", "[j, 1]"]);
     assert_eq!(names(&ops.bounds.attach_path[&c.id]), ["j", "i"]);
     // The document: one element of C computed right before its use.
@@ -79,10 +85,7 @@ for (i, 0, 5) {
 
 #[test]
 fn ex3_compute_at_i_needs_a_row() {
-    let (g, c, d) = c_d();
-    let (mut s, dax) = tir::schedule(&g, &d);
-    s.compute_at(&c, &d, &dax[0]).unwrap();
-    let ops = schedule_ops(&s).unwrap();
+    let (g, c, d, s, ops) = c_at_d_axis(0);
     assert_eq!(ranges(&ops, &s, &c), ["[i, 1]", "[0, 16]"]);
     assert_eq!(names(&ops.bounds.attach_path[&c.id]), ["i"]);
     let text = ops.to_text();

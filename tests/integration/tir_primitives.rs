@@ -7,9 +7,9 @@ use std::collections::HashMap;
 
 use layoutopt::layout::Layout;
 use layoutopt::lowering::buffer_layout;
-use layoutopt::tir::compute::{ComputeGraph, ReduceOp};
+use layoutopt::tir::compute::{ComputeGraph, ReduceOp, Tensor};
 use layoutopt::tir::expr::Expr;
-use layoutopt::tir::interp::Interpreter;
+use layoutopt::tir::interp::{Interpreter, RunStats};
 use layoutopt::tir::layout::{BufferLayout, PhysDim};
 use layoutopt::tir::lower::{lower, LowerOptions};
 use layoutopt::tir::schedule::Schedule;
@@ -74,13 +74,18 @@ fn schedule_record_has_a_snapshot_per_primitive() {
 
 #[test]
 fn unroll_marks_the_loop_and_keeps_the_result() {
-    let (g, c) = tir::matmul(6, 5, 3);
-    let mut s = Schedule::new(&g, &[c]).unwrap();
-    let k = s.reduce_axis(&c).unwrap()[0].clone();
-    s.unroll(&c, &k).unwrap();
+    let (g, c, s) = tir::matmul_marking_k(6, 5, 3, Schedule::unroll);
     let text = lower(&s, &LowerOptions::default()).unwrap().to_text();
     assert!(text.contains("unrolled for (rk, 0, 3)"), "{text}");
     tir::check(&s, &g, &[c]);
+}
+
+/// Lowers `s` and asserts that its text holds `call`, then checks `s` with
+/// the gemm micro-kernel and returns what the run did.
+fn check_gemm_call(s: &Schedule, g: &ComputeGraph, c: Tensor, call: &str) -> RunStats {
+    let text = lower(s, &LowerOptions::default()).unwrap().to_text();
+    assert!(text.contains(call), "{text}");
+    tir::check_with(s, g, &[c], &tir::gemm_interpreter())
 }
 
 #[test]
@@ -91,14 +96,9 @@ fn tensorize_replaces_the_inner_block_by_a_kernel_call() {
     let [io, jo, ii, ji] = s.tile(&c, &ax[0], &ax[1], 4, 4).unwrap();
     s.reorder(&c, &[io, jo, k, ii.clone(), ji]).unwrap();
     s.tensorize(&c, &ii, "gemm_update").unwrap();
-    let text = lower(&s, &LowerOptions::default()).unwrap().to_text();
     // A rank-1 update of a 4x4 block per step of k; the init stays a loop nest.
-    assert!(
-        text.contains("call gemm_update(C([(i.outer * 4), 4], [(j.outer * 4), 4]), A([(i.outer * 4), 4], [rk, 1]), B([rk, 1], [(j.outer * 4), 4]))"),
-        "{text}"
-    );
-    let interp = tir::gemm_interpreter();
-    let stats = tir::check_with(&s, &g, &[c], &interp);
+    let call = "call gemm_update(C([(i.outer * 4), 4], [(j.outer * 4), 4]), A([(i.outer * 4), 4], [rk, 1]), B([rk, 1], [(j.outer * 4), 4]))";
+    let stats = check_gemm_call(&s, &g, c, call);
     assert_eq!(stats.kernel_calls["gemm_update"], 2 * 2 * 6);
     assert_eq!(
         stats.stores["C"], 64,
@@ -121,13 +121,12 @@ fn tensorize_above_the_reduction_includes_its_init() {
 fn tensorize_of_a_ragged_block_gets_a_smaller_tail_region() {
     // 6 rows split by 4: with tight tails the last call covers the remaining 2 rows.
     let (g, c, s) = tir::tensorized_matmul(6, 8, 4, 4);
-    let text = lower(&s, &LowerOptions::default()).unwrap().to_text();
-    assert!(
-        text.contains("call gemm_update(C([4, 2], [0, 8]), A([4, 2], [0, 4]), B([0, 4], [0, 8]))"),
-        "{text}"
+    let stats = check_gemm_call(
+        &s,
+        &g,
+        c,
+        "call gemm_update(C([4, 2], [0, 8]), A([4, 2], [0, 4]), B([0, 4], [0, 8]))",
     );
-    let interp = tir::gemm_interpreter();
-    let stats = tir::check_with(&s, &g, &[c], &interp);
     assert_eq!(stats.kernel_calls["gemm_update"], 2);
 }
 
@@ -185,9 +184,7 @@ fn cache_write_of_a_reduction_accumulates_in_a_local_row() {
 
 #[test]
 fn compute_root_undoes_compute_at() {
-    let (mut g, a) = tir::graph_with_input(&[4, 4]);
-    let b = g.compute("B", &[4, 4], |x| a.at(x) + Expr::Int(1)).unwrap();
-    let c = g.compute("C", &[4, 4], |x| b.at(x) * Expr::Int(3)).unwrap();
+    let (g, b, c) = tir::producer_consumer(&[4, 4], |a| a + Expr::Int(1), |_, b| b * Expr::Int(3));
     let (mut s, cax) = tir::schedule(&g, &c);
     s.compute_at(&b, &c, &cax[1]).unwrap();
     s.compute_root(&b).unwrap();
@@ -296,13 +293,7 @@ fn user_errors_are_reported_not_panics() {
 #[test]
 fn layout_of_an_intermediate_applies_to_its_realized_region() {
     // B (20 channels) is realized whole and stored blocked by 16: 2 blocks of 16 lanes.
-    let (mut g, a) = tir::graph_with_input(&[3, 20]);
-    let b = g
-        .compute("B", &[3, 20], |x| a.at(x) + Expr::Int(1))
-        .unwrap();
-    let c = g
-        .compute("C", &[3, 20], |x| b.at(x) * Expr::Int(2))
-        .unwrap();
+    let (g, _, c) = tir::producer_consumer(&[3, 20], |a| a + Expr::Int(1), |_, b| b * Expr::Int(2));
     let s = Schedule::new(&g, &[c]).unwrap();
     let blocked = BufferLayout {
         dims: vec![

@@ -5,10 +5,11 @@ use std::collections::HashMap;
 
 use layoutopt::codegen::{CodegenStats, JitFunction, KernelTable};
 use layoutopt::tir::compute::{ComputeGraph, IterVar, ReduceOp, Tensor};
+use layoutopt::tir::expr::Expr;
 use layoutopt::tir::interp::{Interpreter, KernelView, RunStats};
 use layoutopt::tir::lower::{lower, LowerOptions, LoweredFunc};
 use layoutopt::tir::schedule::Schedule;
-use layoutopt::tir::KernelError;
+use layoutopt::tir::{KernelError, TirError};
 
 /// Deterministic pseudo-random inputs for every placeholder of `g`.
 pub fn inputs(g: &ComputeGraph) -> HashMap<String, Vec<f64>> {
@@ -66,6 +67,34 @@ pub fn graph_with_input(shape: &[i64]) -> (ComputeGraph, Tensor) {
     let mut g = ComputeGraph::new();
     let a = g.placeholder("A", shape).unwrap();
     (g, a)
+}
+
+/// A schedule primitive that marks one loop: vectorize, parallel or unroll.
+pub type Mark = fn(&mut Schedule, &Tensor, &IterVar) -> Result<(), TirError>;
+
+/// `matmul(m, n, k)` in its default schedule with `mark` on the reduction axis.
+pub fn matmul_marking_k(m: i64, n: i64, k: i64, mark: Mark) -> (ComputeGraph, Tensor, Schedule) {
+    let (g, c) = matmul(m, n, k);
+    let mut s = Schedule::new(&g, &[c]).unwrap();
+    let rk = s.reduce_axis(&c).unwrap()[0].clone();
+    mark(&mut s, &c, &rk).unwrap();
+    (g, c, s)
+}
+
+/// On the input `A` of `shape`, `B = b(A[x])` and `C = c(A[x], B[x])`
+/// elementwise: a producer and its consumer, for the tests that place `B`
+/// against `C`'s loops.
+pub fn producer_consumer(
+    shape: &[i64],
+    b: impl FnOnce(Expr) -> Expr,
+    c: impl FnOnce(Expr, Expr) -> Expr,
+) -> (ComputeGraph, Tensor, Tensor) {
+    let (mut g, a) = graph_with_input(shape);
+    let producer = g.compute("B", shape, |x| b(a.at(x))).unwrap();
+    let consumer = g
+        .compute("C", shape, |x| c(a.at(x), producer.at(x)))
+        .unwrap();
+    (g, producer, consumer)
 }
 
 /// An interpreter whose `gemm_update` micro-kernel is [`gemm_update_f64`].

@@ -740,17 +740,17 @@ mod tests {
         add(g, op, &[v, weights])
     }
 
-    /// A graph with inputs x and r of `shape`, x through a 1x1 convolution
+    /// A graph with inputs x and r of [1, c, h, w], x through a 1x1 convolution
     /// and a 3x3 pool of `kind` (so that the planner may block what follows):
     /// the graph, r and the pool's output.
     fn conv_then_pool(
         name: &str,
-        shape: &[usize],
+        (c, h, w): (usize, usize, usize),
         kind: crate::graph::PoolKind,
         rng: &mut Rng,
     ) -> (Graph, ValueRef, ValueRef) {
         let mut g = Graph::new(name);
-        let ty = ValueType::new(DType::F32, shape.to_vec());
+        let ty = ValueType::new(DType::F32, vec![1, c, h, w]);
         let x = g.add_input("x", ty.clone(), vec![]);
         let r = g.add_input("r", ty, vec![]);
         let v = pointwise_conv(&mut g, x, rng);
@@ -882,8 +882,7 @@ mod tests {
         use crate::graph::PoolKind;
         let mut rng = Rng(32);
         let (c, h, w) = (32, 6, 9);
-        let shape = vec![1, c, h, w];
-        let (mut g, r, mut v) = conv_then_pool("blocked", &shape, PoolKind::Max, &mut rng);
+        let (mut g, r, mut v) = conv_then_pool("blocked", (c, h, w), PoolKind::Max, &mut rng);
         let per_channel = |rng: &mut Rng| Tensor::from_f32(vec![1, c, 1, 1], rng.f32s(c));
         let bias = g.add_constant("bias", per_channel(&mut rng), vec![]);
         let scale = g.add_constant("scale", Tensor::from_f32(vec![], vec![0.7]), vec![]);
@@ -897,7 +896,7 @@ mod tests {
         v = pointwise_conv(&mut g, v, &mut rng);
         g.set_outputs(vec![v]);
         let inputs: Vec<Tensor> = (0..2)
-            .map(|_| Tensor::from_f32(shape.clone(), rng.f32s(c * h * w)))
+            .map(|_| Tensor::from_f32(vec![1, c, h, w], rng.f32s(c * h * w)))
             .collect();
         for (family, block) in [
             (TargetFamily::Nchw, 1),
@@ -936,8 +935,7 @@ mod tests {
         use crate::ops::BatchNorm;
         let mut rng = Rng(33);
         let (c, h, w) = (32, 5, 7);
-        let shape = vec![1, c, h, w];
-        let (mut g, r, mut v) = conv_then_pool("batch norm", &shape, PoolKind::Avg, &mut rng);
+        let (mut g, r, mut v) = conv_then_pool("batch norm", (c, h, w), PoolKind::Avg, &mut rng);
         v = add(&mut g, Op::Binary(BinaryOp::Add), &[v, r]);
         let mut params = vec![v];
         for (k, lo) in [0.5f32, -0.5, -0.5, 0.1].into_iter().enumerate() {
@@ -957,8 +955,8 @@ mod tests {
             residual[k * 37] = *special;
         }
         let inputs = vec![
-            Tensor::from_f32(shape.clone(), rng.f32s(c * h * w)),
-            Tensor::from_f32(shape.clone(), residual),
+            Tensor::from_f32(vec![1, c, h, w], rng.f32s(c * h * w)),
+            Tensor::from_f32(vec![1, c, h, w], residual),
         ];
         let expected = crate::reference::run(&g, &inputs).unwrap()[0].to_f32();
         for family in FAMILIES {

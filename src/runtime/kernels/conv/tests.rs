@@ -69,23 +69,8 @@ fn tiled_conv_matches_a_naive_loop_for_every_isa_and_blocking() {
         let span = ((k.0 - 1) * dilation.0 + 1, (k.1 - 1) * dilation.1 + 1);
         let h = rng.range(span.0.saturating_sub(pad.0 + pad_end.0).max(1), 16);
         let w = rng.range(span.1.saturating_sub(pad.1 + pad_end.1).max(1), 30);
-        let pick = |rng: &mut Rng, c: usize| [1, 8, 16, c][rng.below(4)];
-        let (x_cb, y_cb) = (pick(&mut rng, cin), pick(&mut rng, cout));
-        let g = ConvGeom {
-            n: rng.range(1, 2),
-            cin,
-            h,
-            w,
-            cout,
-            oh: (h + pad.0 + pad_end.0 - span.0) / stride.0 + 1,
-            ow: (w + pad.1 + pad_end.1 - span.1) / stride.1 + 1,
-            k,
-            stride,
-            dilation,
-            pad,
-            x_cb,
-            y_cb,
-        };
+        let window = (k, stride, dilation);
+        let g = random_blocked_geom(&mut rng, (cin, cout), (h, w), window, (pad, pad_end));
         let mut x = rng.f32s(g.n * cin * h * w);
         // Every third case holds NaN and ±inf in the body and the tail of rows:
         // they must reach the outputs as IEEE arithmetic says (issue: a NaN
@@ -100,28 +85,14 @@ fn tiled_conv_matches_a_naive_loop_for_every_isa_and_blocking() {
         let wt = rng.f32s(cout * cin * k.0 * k.1);
         let bias = rng.f32s(cout);
         let residual = rng.f32s(g.y_len());
-        let with_residual = rng.below(2) == 0;
-        let (lo, hi) = [
+        let clamps = [
             (f32::NEG_INFINITY, f32::INFINITY),
             (0.0, f32::INFINITY),
             (-0.5, 0.5),
-        ][rng.below(3)];
-        let xb = Blocked {
-            channels: cin,
-            plane: h * w,
-            cb: x_cb,
-        }
-        .scatter(&x);
-        let y_blocks = Blocked {
-            channels: cout,
-            plane: g.oh * g.ow,
-            cb: y_cb,
-        };
-        let tail = FusedTail {
-            residual: with_residual.then_some(&residual[..]),
-            lo,
-            hi,
-        };
+        ];
+        let tail = FusedTail::random(&residual, &clamps, &mut rng);
+        let xb = Blocked::input_of(&g).scatter(&x);
+        let y_blocks = Blocked::output_of(&g);
         let expect = naive_conv(&g, &x, &wt, &bias);
         for &isa in &isas {
             let conv = PackedConv::new(g.clone(), isa, &wt, &bias, tail.epilogue(), Some(0.0));
@@ -139,6 +110,40 @@ fn tiled_conv_matches_a_naive_loop_for_every_isa_and_blocking() {
             let what = format!("case {case} {isa:?} {g:?}");
             y_blocks.check(&y, &expect, tail, !nonfinite, close, &what);
         }
+    }
+}
+
+/// (kernel, stride, dilation), each (rows, columns).
+type ConvWindow = ((usize, usize), (usize, usize), (usize, usize));
+
+/// A convolution of `cin` → `cout` channels over an `h` x `w` image with
+/// padding `pad` before and `pad_end` after, its output extents those of the
+/// window; the batch (1 or 2) and the channel blocks (1, 8, 16 or all
+/// channels) drawn from `rng`.
+fn random_blocked_geom(
+    rng: &mut Rng,
+    (cin, cout): (usize, usize),
+    (h, w): (usize, usize),
+    (k, stride, dilation): ConvWindow,
+    (pad, pad_end): ((usize, usize), (usize, usize)),
+) -> ConvGeom {
+    let pick = |rng: &mut Rng, c: usize| [1, 8, 16, c][rng.below(4)];
+    let (x_cb, y_cb) = (pick(rng, cin), pick(rng, cout));
+    let span = ((k.0 - 1) * dilation.0 + 1, (k.1 - 1) * dilation.1 + 1);
+    ConvGeom {
+        n: rng.range(1, 2),
+        cin,
+        h,
+        w,
+        cout,
+        oh: (h + pad.0 + pad_end.0 - span.0) / stride.0 + 1,
+        ow: (w + pad.1 + pad_end.1 - span.1) / stride.1 + 1,
+        k,
+        stride,
+        dilation,
+        pad,
+        x_cb,
+        y_cb,
     }
 }
 
@@ -203,24 +208,10 @@ fn depthwise_matches_a_naive_loop_for_every_isa_and_blocking() {
         let wt = rng.f32s(c * k.0 * k.1);
         let bias = rng.f32s(c);
         let residual = rng.f32s(g.y_len());
-        let with_residual = rng.below(2) == 0;
-        let (lo, hi) = [(f32::NEG_INFINITY, f32::INFINITY), (0.0, 6.0), (-0.5, 0.5)][rng.below(3)];
-        let xb = Blocked {
-            channels: c,
-            plane: h * w,
-            cb,
-        }
-        .scatter(&x);
-        let y_blocks = Blocked {
-            channels: c,
-            plane: g.oh * g.ow,
-            cb,
-        };
-        let tail = FusedTail {
-            residual: with_residual.then_some(&residual[..]),
-            lo,
-            hi,
-        };
+        let clamps = [(f32::NEG_INFINITY, f32::INFINITY), (0.0, 6.0), (-0.5, 0.5)];
+        let tail = FusedTail::random(&residual, &clamps, &mut rng);
+        let xb = Blocked::input_of(&g).scatter(&x);
+        let y_blocks = Blocked::output_of(&g);
         let expect = naive_depthwise(&g, &x, &wt, &bias);
         for &isa in &isas {
             let d = Depthwise::new(g.clone(), isa, &wt, &bias, tail.epilogue(), Some(0.0));
@@ -419,23 +410,8 @@ fn winograd_matches_a_naive_loop_for_every_isa_tile_and_blocking() {
         if h + pad.0 + pad_end.0 < 3 || w + pad.1 + pad_end.1 < 3 {
             continue;
         }
-        let pick = |rng: &mut Rng, c: usize| [1, 8, 16, c][rng.below(4)];
-        let (x_cb, y_cb) = (pick(&mut rng, cin), pick(&mut rng, cout));
-        let g = ConvGeom {
-            n: rng.range(1, 2),
-            cin,
-            h,
-            w,
-            cout,
-            oh: h + pad.0 + pad_end.0 - 2,
-            ow: w + pad.1 + pad_end.1 - 2,
-            k: (3, 3),
-            stride: (1, 1),
-            dilation: (1, 1),
-            pad,
-            x_cb,
-            y_cb,
-        };
+        let window = ((3, 3), (1, 1), (1, 1));
+        let g = random_blocked_geom(&mut rng, (cin, cout), (h, w), window, (pad, pad_end));
         let x = rng.f32s(g.n * cin * h * w);
         let wt = rng.f32s(cout * cin * 9);
         let fused = case % 2 == 0;
@@ -462,18 +438,10 @@ fn winograd_matches_a_naive_loop_for_every_isa_tile_and_blocking() {
             2 => (rng.below(h), 0),
             _ => (rng.below(h), w - 1),
         };
-        let x_blocks = Blocked {
-            channels: cin,
-            plane: h * w,
-            cb: x_cb,
-        };
+        let x_blocks = Blocked::input_of(&g);
         let xb = x_blocks.scatter(&x);
         let plane = g.oh * g.ow;
-        let y_blocks = Blocked {
-            channels: cout,
-            plane,
-            cb: y_cb,
-        };
+        let y_blocks = Blocked::output_of(&g);
         let tail = FusedTail {
             residual: fused.then_some(&residual[..]),
             lo,
