@@ -365,18 +365,25 @@ pub fn export_bytes(g: &Graph, opts: &ExportOptions) -> Result<Vec<u8>, ExportEr
 }
 
 fn value_info(name: &str, ty: &ValueType) -> ValueInfoProto {
+    let dims: Vec<i64> = ty.shape.iter().map(|&d| d as i64).collect();
+    tensor_value_info(name, ty.dtype.onnx_code(), &dims)
+}
+
+/// The ONNX value info of a tensor named `name` of element type code
+/// `elem_type` and static dimensions `dims` (as written, even where they make
+/// no tensor: builders of malformed test models use it too).
+pub fn tensor_value_info(name: &str, elem_type: i32, dims: &[i64]) -> ValueInfoProto {
     let mut shape = TensorShapeProto::new();
-    shape.dim = ty
-        .shape
+    shape.dim = dims
         .iter()
         .map(|&d| {
             let mut dim = tensor_shape_proto::Dimension::new();
-            dim.value = Some(tensor_shape_proto::dimension::Value::DimValue(d as i64));
+            dim.value = Some(tensor_shape_proto::dimension::Value::DimValue(d));
             dim
         })
         .collect();
     let mut tt = type_proto::Tensor::new();
-    tt.elem_type = ty.dtype.onnx_code();
+    tt.elem_type = elem_type;
     tt.shape = Some(shape).into();
     let mut tp = TypeProto::new();
     tp.value = Some(type_proto::Value::TensorType(tt));

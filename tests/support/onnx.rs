@@ -1,31 +1,14 @@
 //! ONNX models built in Rust: value infos, nodes, attributes, whole models
 //! and their encoded bytes.
 
+pub use layoutopt::export::tensor_value_info as value_info;
 use layoutopt::frontend::onnx::{import_onnx, tensor_to_proto, ImportError, ImportOptions};
 use layoutopt::graph::{Graph, Tensor};
 use onnx_protobuf::{
     tensor_shape_proto, type_proto, AttributeProto, GraphProto, ModelProto, NodeProto,
-    OperatorSetIdProto, TensorShapeProto, TypeProto, ValueInfoProto,
+    OperatorSetIdProto, ValueInfoProto,
 };
 use protobuf::Message;
-
-pub fn value_info(name: &str, elem_type: i32, dims: &[i64]) -> ValueInfoProto {
-    let mut shape = TensorShapeProto::new();
-    for &d in dims {
-        let mut dim = tensor_shape_proto::Dimension::new();
-        dim.value = Some(tensor_shape_proto::dimension::Value::DimValue(d));
-        shape.dim.push(dim);
-    }
-    let mut tt = type_proto::Tensor::new();
-    tt.elem_type = elem_type;
-    tt.shape = Some(shape).into();
-    let mut tp = TypeProto::new();
-    tp.value = Some(type_proto::Value::TensorType(tt));
-    let mut vi = ValueInfoProto::new();
-    vi.name = name.to_string();
-    vi.type_ = Some(tp).into();
-    vi
-}
 
 pub fn node(op: &str, name: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
     let mut n = NodeProto::new();
