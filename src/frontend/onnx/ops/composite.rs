@@ -12,12 +12,11 @@ pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "GroupNormalization", group_norm);
     reg.add(AI_ONNX, "Hardmax", hardmax);
     reg.add(AI_ONNX, "Einsum", einsum);
-    reg.add(AI_ONNX, "Shrink", shrink);
 }
 
 impl NodeCtx<'_> {
     /// A scalar constant of `dtype` for this layer.
-    fn scalar(&mut self, what: &str, dtype: DType, v: f64) -> ValueRef {
+    pub(super) fn scalar(&mut self, what: &str, dtype: DType, v: f64) -> ValueRef {
         let name = format!("{}/{what}", self.layer());
         let t = Tensor::new(vec![], TensorData::from_f64(dtype, vec![v]));
         self.g.add_constant(&name, t, vec![self.span.clone()])
@@ -198,28 +197,6 @@ fn hardmax(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     }
     let y2 = c.emit_inner(to, &[hit], "one_hot")?;
     c.emit(Op::Reshape(Reshape { shape: s }), &[y2])
-}
-
-/// Shrink: `x + bias` where `x < -lambd`, `x - bias` where `x > lambd`, else
-/// 0: two comparisons and two selections, as the specification's own
-/// function body (opset 18) defines it.
-fn shrink(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
-    let (bias, lambd) = (c.float("bias", 0.0)?, c.float("lambd", 0.5)?);
-    let x = c.input(0)?;
-    let dtype = c.ty(x).dtype;
-    let [low, high, bias, zero] = [
-        ("low", -lambd),
-        ("high", lambd),
-        ("bias", bias),
-        ("zero", 0.0),
-    ]
-    .map(|(what, v)| c.scalar(what, dtype, f64::from(v)));
-    let below = c.emit_inner(Op::Binary(BinaryOp::Less), &[x, low], "below")?;
-    let above = c.emit_inner(Op::Binary(BinaryOp::Greater), &[x, high], "above")?;
-    let raised = c.emit_inner(Op::Binary(BinaryOp::Add), &[x, bias], "raised")?;
-    let lowered = c.emit_inner(Op::Binary(BinaryOp::Sub), &[x, bias], "lowered")?;
-    let upper = c.emit_inner(Op::Where, &[above, lowered, zero], "upper")?;
-    c.emit(Op::Where, &[below, raised, upper])
 }
 
 /// One operand of an einsum: its value and the label of each axis.

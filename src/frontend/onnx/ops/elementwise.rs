@@ -18,6 +18,7 @@ pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "Softplus", |c| unary(c, UnaryOp::Softplus));
     reg.add(AI_ONNX, "Softsign", |c| unary(c, UnaryOp::Softsign));
     reg.add(AI_ONNX, "Mish", |c| unary(c, UnaryOp::Mish));
+    reg.add(AI_ONNX, "Shrink", shrink);
     reg.add(AI_ONNX, "Tanh", |c| unary(c, UnaryOp::Tanh));
     reg.add(AI_ONNX, "Erf", |c| unary(c, UnaryOp::Erf));
     reg.add(AI_ONNX, "Gelu", gelu);
@@ -85,6 +86,28 @@ fn celu(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
 fn thresholded_relu(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     let alpha = c.float("alpha", 1.0)?;
     unary(c, UnaryOp::ThresholdedRelu { alpha })
+}
+
+/// Shrink: `x + bias` where `x < -lambd`, `x - bias` where `x > lambd`, else
+/// 0: two comparisons and two selections, as the specification's own
+/// function body (opset 18) defines it (`NodeCtx::scalar` in `composite.rs`).
+fn shrink(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let (bias, lambd) = (c.float("bias", 0.0)?, c.float("lambd", 0.5)?);
+    let x = c.input(0)?;
+    let dtype = c.ty(x).dtype;
+    let [low, high, bias, zero] = [
+        ("low", -lambd),
+        ("high", lambd),
+        ("bias", bias),
+        ("zero", 0.0),
+    ]
+    .map(|(what, v)| c.scalar(what, dtype, f64::from(v)));
+    let below = c.emit_inner(Op::Binary(BinaryOp::Less), &[x, low], "below")?;
+    let above = c.emit_inner(Op::Binary(BinaryOp::Greater), &[x, high], "above")?;
+    let raised = c.emit_inner(Op::Binary(BinaryOp::Add), &[x, bias], "raised")?;
+    let lowered = c.emit_inner(Op::Binary(BinaryOp::Sub), &[x, bias], "lowered")?;
+    let upper = c.emit_inner(Op::Where, &[above, lowered, zero], "upper")?;
+    c.emit(Op::Where, &[below, raised, upper])
 }
 
 fn gelu(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
