@@ -51,6 +51,7 @@ fn conv_kernels(c: &mut Criterion) {
             stride: (stride, stride),
             dilation: (1, 1),
             pad: (k / 2, k / 2),
+            groups: 1,
             x_cb: 16,
             y_cb: 16,
         };

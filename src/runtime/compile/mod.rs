@@ -130,7 +130,8 @@ impl<'g> Compiler<'g> {
         self.g.value_type(v).dtype == DType::F32
     }
 
-    /// Geometry of a convolution with a native kernel, and whether it is depthwise.
+    /// Geometry of a convolution with a native kernel (dense, grouped or
+    /// depthwise), and whether it is depthwise.
     fn conv_geom(&self, id: NodeId) -> Option<(ConvGeom, bool)> {
         let Op::Conv(c) = inner(self.g, id).0 else {
             return None;
@@ -158,7 +159,7 @@ impl<'g> Compiler<'g> {
         if depthwise && x_cb != y_cb {
             return None;
         }
-        (c.group == 1 || depthwise).then_some((geom, depthwise))
+        Some((geom, depthwise))
     }
 
     /// The step of a convolution group: one native kernel with the batch norm folded

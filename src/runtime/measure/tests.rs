@@ -108,6 +108,7 @@ fn conv_algorithms_are_measured_once_then_read_from_the_cache() {
         stride: (1, 1),
         dilation: (1, 1),
         pad: (1, 1),
+        groups: 1,
         x_cb: 16,
         y_cb: 16,
     };

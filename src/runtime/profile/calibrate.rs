@@ -177,7 +177,7 @@ impl MeasuredCosts for MeasuredKernels {
         )?;
         let group = q.conv.group;
         let depthwise = group > 1 && group == geom.cin && group == geom.cout;
-        if (group > 1 && !depthwise) || (depthwise && geom.x_cb != geom.y_cb) {
+        if depthwise && geom.x_cb != geom.y_cb {
             return None; // no native kernel
         }
         let buffers = (geom.x_len() + geom.y_len() + q.weights.numel()) as f64 * 4.0;

@@ -33,6 +33,9 @@ pub struct ConvGeom {
     pub dilation: (usize, usize),
     /// Padding at the top and the left.
     pub pad: (usize, usize),
+    /// Convolution groups: output channel `o` reads the `cin / groups` input
+    /// channels of its group `o / (cout / groups)` (1: dense).
+    pub groups: usize,
     /// Channel block of the input and of the output storage.
     pub x_cb: usize,
     /// Channel block of the output storage.
@@ -41,7 +44,7 @@ pub struct ConvGeom {
 
 impl ConvGeom {
     /// The geometry as a cache key (the machine's kernel times): every extent,
-    /// the window, and the channel block of both operands.
+    /// the window, the channel block of both operands and the groups.
     pub fn key(&self) -> Vec<usize> {
         vec![
             self.n,
@@ -61,6 +64,7 @@ impl ConvGeom {
             self.pad.1,
             self.x_cb,
             self.y_cb,
+            self.groups,
         ]
     }
 
@@ -91,6 +95,7 @@ impl ConvGeom {
             stride: (w.strides[0], w.strides[1]),
             dilation: (w.dilations[0], w.dilations[1]),
             pad: (w.pad_begin(0), w.pad_begin(1)),
+            groups: c.group,
             x_cb,
             y_cb,
         })
@@ -139,21 +144,37 @@ pub struct PackedConv {
     /// Shapes and window.
     pub geom: ConvGeom,
     isa: Isa,
-    /// Output channels of one group: one or two vectors of lanes.
+    /// Output channels of one block: one or two vectors of lanes.
     width: usize,
-    /// [cout / width][kh][kw][cin][width], zero beyond `cout`.
+    /// The output channels each register tile computes, in the order their
+    /// weights are packed.
+    blocks: Vec<OutBlock>,
+    /// Per block, `[kh][kw][cin / groups][width]`, zero beyond its channels.
     w: PageBuf,
-    /// [cout / width][width].
+    /// [blocks][width].
     bias: Vec<f32>,
     /// The clamp applied to every output.
     pub epilogue: Epilogue,
-    /// Per output-channel group, the lane offsets when the output block is not
-    /// a multiple of the lanes.
-    chan_offsets: Option<Vec<Vec<isize>>>,
     /// What the output's padding channels must hold, if any are there.
     pad_fill: Option<f32>,
     /// Set when the input is first copied into scratch in another shape.
     staged: Option<Staging>,
+}
+
+/// Consecutive output channels of one convolution group that one register
+/// tile computes. A block never spans two groups: with zero weights for the
+/// other group's inputs, a NaN there would reach this group's outputs (and
+/// the zeros cost as many FMAs as lanes left empty do).
+struct OutBlock {
+    /// The first output channel.
+    first: usize,
+    /// Output channels (at most the kernel's width).
+    channels: usize,
+    /// The first input channel its group reads.
+    input: usize,
+    /// Per lane, the channel's output offset from the first's, when the
+    /// channels do not lie side by side in one block of the output storage.
+    lane_offsets: Option<Vec<isize>>,
 }
 
 /// How `run` copies its input into scratch before the kernel reads it.
@@ -219,43 +240,64 @@ impl PackedConv {
         may_stage: bool,
     ) -> PackedConv {
         let lanes = isa.lanes();
+        let (cin_g, cout_g) = (geom.cin / geom.groups, geom.cout / geom.groups);
         // Two vectors per tile halve the broadcasts per FMA; AVX-512 has the
-        // registers for it (2 x 12 accumulators), when vectors store whole.
-        let width = if isa == Isa::Avx512 && geom.y_cb.is_multiple_of(lanes) && geom.cout > lanes {
+        // registers for it (2 x 12 accumulators), when vectors store whole
+        // and a group's channels fill them.
+        let width = if isa == Isa::Avx512
+            && geom.y_cb.is_multiple_of(lanes)
+            && cout_g > lanes
+            && (geom.groups == 1 || cout_g.is_multiple_of(2 * lanes))
+        {
             2 * lanes
         } else {
             lanes
         };
-        let groups = geom.cout.div_ceil(width);
+        let blocks: Vec<OutBlock> = (0..geom.groups)
+            .flat_map(|grp| (0..cout_g).step_by(width).map(move |c| (grp, c)))
+            .map(|(grp, c)| {
+                let first = grp * cout_g + c;
+                let channels = width.min(cout_g - c);
+                // A vector stores whole when its channels lie side by side.
+                let side_by_side = (0..channels.div_ceil(lanes)).all(|v| {
+                    let start = first + v * lanes;
+                    start % geom.y_cb + lanes.min(first + channels - start) <= geom.y_cb
+                });
+                let lane_offsets = (!side_by_side).then(|| {
+                    let base = geom.y_chan(first) as isize;
+                    (first..first + channels)
+                        .map(|c| geom.y_chan(c) as isize - base)
+                        .collect()
+                });
+                OutBlock {
+                    first,
+                    channels,
+                    input: grp * cin_g,
+                    lane_offsets,
+                }
+            })
+            .collect();
         let (kh, kw) = geom.k;
-        let mut packed = PageBuf::zeroed(groups * kh * kw * geom.cin * width);
-        let mut packed_bias = vec![0f32; groups * width];
-        // Group g, lane l is output channel g * width + l. A group's packed
-        // rows are written whole, reading its channels' weights side by side
-        // (one output channel at a time scattered its writes over the group).
-        packed_bias[..geom.cout].copy_from_slice(&bias[..geom.cout]);
         let taps = kh * kw;
-        for g in 0..groups {
-            let lanes = width.min(geom.cout - g * width);
-            for i in 0..geom.cin {
+        let per_block = taps * cin_g * width;
+        let mut packed = PageBuf::zeroed(blocks.len() * per_block);
+        let mut packed_bias = vec![0f32; blocks.len() * width];
+        // Lane l of a block is output channel first + l. A block's packed
+        // rows are written whole, reading its channels' weights side by side
+        // (one output channel at a time scattered its writes over the block).
+        for (b, block) in blocks.iter().enumerate() {
+            packed_bias[b * width..][..block.channels]
+                .copy_from_slice(&bias[block.first..][..block.channels]);
+            for i in 0..cin_g {
                 for t in 0..taps {
-                    let row = &mut packed[((g * taps + t) * geom.cin + i) * width..][..lanes];
+                    let row =
+                        &mut packed[b * per_block + (t * cin_g + i) * width..][..block.channels];
                     for (l, p) in row.iter_mut().enumerate() {
-                        *p = w[((g * width + l) * geom.cin + i) * taps + t];
+                        *p = w[((block.first + l) * cin_g + i) * taps + t];
                     }
                 }
             }
         }
-        let chan_offsets = (!geom.y_cb.is_multiple_of(lanes)).then(|| {
-            (0..groups)
-                .map(|g| {
-                    let base = geom.y_chan(g * lanes) as isize;
-                    (g * lanes..((g + 1) * lanes).min(geom.cout))
-                        .map(|c| geom.y_chan(c) as isize - base)
-                        .collect()
-                })
-                .collect()
-        });
         let padded = !geom.cout.is_multiple_of(geom.y_cb);
         // A pointwise convolution reads and writes every pixel in order, so the
         // whole plane is one long row: full register tiles even on 7x7 maps.
@@ -299,10 +341,10 @@ impl PackedConv {
             geom,
             isa,
             width,
+            blocks,
             w: packed,
             bias: packed_bias,
             epilogue,
-            chan_offsets,
             pad_fill: pad_fill.filter(|_| padded),
             staged,
         }
@@ -385,18 +427,18 @@ impl PackedConv {
             }
             None => x,
         };
-        let groups = g.cout.div_ceil(self.width);
-        let rows = g.n * groups * g.oh;
+        let blocks = self.blocks.len();
+        let rows = g.n * blocks * g.oh;
         // Rows are cut into spans of whole tiles when there are too few of them
         // to give every thread several pieces of work.
         let threads = par::threads();
         let tiles = g.ow.div_ceil(TILE);
         // Small weights stay in L2 whatever the order, so one thread's
-        // consecutive pieces then cover all groups of the same pixels, which
-        // reuses the input from L1; large weights are shared within a group.
+        // consecutive pieces then cover all blocks of the same pixels, which
+        // reuses the input from L1; large weights are shared within a block.
         let pixels_outer = self.w.len() * 4 <= 64 * 1024;
         // A pointwise plane is one long row: cut it into spans whose input
-        // stays in L1 while every group reads it.
+        // stays in L1 while every block reads it.
         let input_cuts = match pixels_outer && g.k == (1, 1) {
             true => (tiles * TILE * g.cin * 4).div_ceil(L1_INPUT_BYTES),
             false => 1,
@@ -405,7 +447,7 @@ impl PackedConv {
         let span = tiles.div_ceil(cuts) * TILE;
         let cuts = g.ow.div_ceil(span);
         let items = rows * cuts;
-        // Raw addresses so pieces can be written in parallel: each (n, group,
+        // Raw addresses so pieces can be written in parallel: each (n, block,
         // oh, span) writes its own output pixels and channels only.
         let (xp, yp) = (x.as_ptr() as usize, y.as_mut_ptr() as usize);
         let rp = residual.map(|r| r.as_ptr() as usize);
@@ -413,9 +455,9 @@ impl PackedConv {
         par::for_each_grouped(items, chunk, |i| unsafe {
             let (r, cut) = match pixels_outer {
                 true => {
-                    let (px, grp) = (i / groups, i % groups);
+                    let (px, b) = (i / blocks, i % blocks);
                     let (n, oh) = (px / cuts / g.oh, px / cuts % g.oh);
-                    (((n * groups + grp) * g.oh + oh), px % cuts)
+                    (((n * blocks + b) * g.oh + oh), px % cuts)
                 }
                 false => (i / cuts, i % cuts),
             };
@@ -450,15 +492,15 @@ impl PackedConv {
     ) {
         debug_assert!(self.staged.is_none());
         let g = &self.geom;
-        let groups = g.cout.div_ceil(self.width);
-        for grp in 0..groups {
+        let blocks = self.blocks.len();
+        for b in 0..blocks {
             for oh in rows.clone() {
-                self.row((n * groups + grp) * g.oh + oh, cols.clone(), x, res, y);
+                self.row((n * blocks + b) * g.oh + oh, cols.clone(), x, res, y);
             }
         }
     }
 
-    /// Output columns `cols` of one output row of one channel group of one batch item.
+    /// Output columns `cols` of one output row of one block of one batch item.
     unsafe fn row(
         &self,
         r: usize,
@@ -470,9 +512,10 @@ impl PackedConv {
         let g = &self.geom;
         let lanes = self.isa.lanes();
         let width = self.width;
-        let groups = g.cout.div_ceil(width);
-        let (n, rest) = (r / (groups * g.oh), r % (groups * g.oh));
-        let (grp, oh) = (rest / g.oh, rest % g.oh);
+        let blocks = self.blocks.len();
+        let (n, rest) = (r / (blocks * g.oh), r % (blocks * g.oh));
+        let (b, oh) = (rest / g.oh, rest % g.oh);
+        let block = &self.blocks[b];
         let x_batch = (g.cin.div_ceil(g.x_cb) * g.x_cb * g.h * g.w) as isize;
         let y_batch = g.cout.div_ceil(g.y_cb) * g.y_cb * g.oh * g.ow;
         let (kh, kw) = g.k;
@@ -482,6 +525,7 @@ impl PackedConv {
         let ih0 = (oh * sh) as isize - ph as isize;
         let kh_range = valid_taps(ih0, dh, kh, g.h);
         let xcb = g.x_cb as isize;
+        let cin_g = g.cin / g.groups;
         let mut tile = Tile {
             pixels: 0,
             kh: kh_range,
@@ -490,20 +534,20 @@ impl PackedConv {
             x_pixel: sw as isize * xcb,
             x_kh: (dh * g.w) as isize * xcb,
             x_kw: dw as isize * xcb,
-            cin: g.cin,
+            c_first: block.input,
+            cin: cin_g,
             x_cb: g.x_cb,
             x_cblock: (g.h * g.w) as isize * xcb,
             kw_total: kw,
             w_width: width,
-            // The last group may need only one of its two vectors.
-            vectors: (g.cout - grp * width).div_ceil(lanes).min(width / lanes),
+            // A block may need only one of its two vectors.
+            vectors: block.channels.div_ceil(lanes).min(width / lanes),
         };
-        let w = self.w.as_ptr().add(grp * kh * kw * g.cin * width);
-        let bias = self.bias.as_ptr().add(grp * width);
-        let offsets = self.chan_offsets.as_ref().map(|o| o[grp].as_slice());
-        let c0 = grp * width;
+        let w = self.w.as_ptr().add(b * kh * kw * cin_g * width);
+        let bias = self.bias.as_ptr().add(b * width);
+        let c0 = block.first;
         let y_row = n * y_batch + g.y_chan(c0) + oh * g.ow * g.y_cb;
-        let vector = if width > lanes && c0 + lanes < g.cout {
+        let vector = if block.channels > lanes {
             g.y_chan(c0 + lanes) as isize - g.y_chan(c0) as isize
         } else {
             0
@@ -526,8 +570,8 @@ impl PackedConv {
                 residual: res.map(|p| p.offset(off)),
                 pixel: g.y_cb as isize,
                 vector,
-                lanes_used: (g.cout - c0).min(lanes),
-                chan_offsets: offsets,
+                lanes_used: block.channels,
+                chan_offsets: block.lane_offsets.as_deref(),
             };
             conv_tile(self.isa, x, w, bias, &tile, &store, self.epilogue);
             ow += pixels;

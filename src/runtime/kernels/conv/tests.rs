@@ -12,15 +12,17 @@ use crate::runtime::kernels::conv::tile::Epilogue;
 use crate::runtime::kernels::simd::Isa;
 use crate::runtime::test_support::{available_isas, Blocked, FusedTail, Rng};
 
-/// The logical NCHW convolution (groups = 1) computed plainly in f64.
+/// The logical NCHW convolution computed plainly in f64.
 fn naive_conv(g: &ConvGeom, x: &[f32], w: &[f32], b: &[f32]) -> Vec<f64> {
     let mut y = vec![0f64; g.n * g.cout * g.oh * g.ow];
+    let (cin_g, cout_g) = (g.cin / g.groups, g.cout / g.groups);
     for n in 0..g.n {
         for o in 0..g.cout {
             for oy in 0..g.oh {
                 for ox in 0..g.ow {
                     let mut s = b[o] as f64;
-                    for i in 0..g.cin {
+                    for j in 0..cin_g {
+                        let i = (o / cout_g) * cin_g + j;
                         for ky in 0..g.k.0 {
                             for kx in 0..g.k.1 {
                                 let iy = (oy * g.stride.0 + ky * g.dilation.0) as isize
@@ -32,7 +34,7 @@ fn naive_conv(g: &ConvGeom, x: &[f32], w: &[f32], b: &[f32]) -> Vec<f64> {
                                 }
                                 let xv =
                                     x[((n * g.cin + i) * g.h + iy as usize) * g.w + ix as usize];
-                                let wv = w[((o * g.cin + i) * g.k.0 + ky) * g.k.1 + kx];
+                                let wv = w[((o * cin_g + j) * g.k.0 + ky) * g.k.1 + kx];
                                 s += xv as f64 * wv as f64;
                             }
                         }
@@ -49,12 +51,21 @@ fn naive_conv(g: &ConvGeom, x: &[f32], w: &[f32], b: &[f32]) -> Vec<f64> {
 fn tiled_conv_matches_a_naive_loop_for_every_isa_and_blocking() {
     let isas = available_isas();
     let mut rng = Rng(7);
-    for case in 0..60 {
+    for case in 0..90 {
         let (mut cin, mut cout) = (rng.range(1, 20), rng.range(1, 40));
         let mut k = (rng.range(1, 3), rng.range(1, 3));
+        let mut groups = 1;
         if case < 4 {
-            // Packed weights over 64 KB: pieces of work ordered group by group.
+            // Packed weights over 64 KB: pieces of work ordered block by block.
             (cin, cout, k) = (40 + case, 50, (3, 3));
+        }
+        if case >= 60 {
+            // Grouped: groups narrower than a vector (ResNeXt's 4 channels),
+            // as wide as two (RegNet's 32 and more), and in between, their
+            // input channels at any offset in the input's channel blocks.
+            groups = rng.range(2, 6);
+            let cout_g = [1, 3, 4, 8, 16, 20, 32, 64][rng.below(8)];
+            (cin, cout) = (groups * rng.range(1, 6), groups * cout_g);
         }
         let dilation = (rng.range(1, 2), rng.range(1, 2));
         let mut pad = (rng.range(0, 2), rng.range(0, 2));
@@ -70,7 +81,10 @@ fn tiled_conv_matches_a_naive_loop_for_every_isa_and_blocking() {
         let h = rng.range(span.0.saturating_sub(pad.0 + pad_end.0).max(1), 16);
         let w = rng.range(span.1.saturating_sub(pad.1 + pad_end.1).max(1), 30);
         let window = (k, stride, dilation);
-        let g = random_blocked_geom(&mut rng, (cin, cout), (h, w), window, (pad, pad_end));
+        let g = ConvGeom {
+            groups,
+            ..random_blocked_geom(&mut rng, (cin, cout), (h, w), window, (pad, pad_end))
+        };
         let mut x = rng.f32s(g.n * cin * h * w);
         // Every third case holds NaN and ±inf in the body and the tail of rows:
         // they must reach the outputs as IEEE arithmetic says (issue: a NaN
@@ -82,7 +96,7 @@ fn tiled_conv_matches_a_naive_loop_for_every_isa_and_blocking() {
                 x[i] = specials[k % 3];
             }
         }
-        let wt = rng.f32s(cout * cin * k.0 * k.1);
+        let wt = rng.f32s(cout * (cin / groups) * k.0 * k.1);
         let bias = rng.f32s(cout);
         let residual = rng.f32s(g.y_len());
         let clamps = [
@@ -142,6 +156,7 @@ fn random_blocked_geom(
         stride,
         dilation,
         pad,
+        groups: 1,
         x_cb,
         y_cb,
     }
@@ -201,6 +216,7 @@ fn depthwise_matches_a_naive_loop_for_every_isa_and_blocking() {
             stride,
             dilation,
             pad,
+            groups: c,
             x_cb: cb,
             y_cb: cb,
         };
@@ -293,6 +309,7 @@ fn epilogue_activations_match_their_scalar_definitions_on_every_isa() {
                 stride: (1, 1),
                 dilation: (1, 1),
                 pad: (0, 0),
+                groups: if depthwise { c } else { 1 },
                 x_cb: if depthwise { cb } else { c },
                 y_cb: cb,
             };

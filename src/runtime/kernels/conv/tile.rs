@@ -10,7 +10,9 @@
 
 use crate::fusion::Activation;
 use crate::runtime::kernels::activation::activate;
-use crate::runtime::kernels::simd::{Isa, Portable, Scalar, Vector, MAX_LANES};
+use crate::runtime::kernels::simd::{
+    load_part, store_part, Isa, Portable, Scalar, Vector, MAX_LANES,
+};
 #[cfg(target_arch = "x86_64")]
 use crate::runtime::kernels::simd::{Ymm, Zmm};
 
@@ -37,7 +39,10 @@ pub struct Tile {
     pub x_kh: isize,
     /// (see `x_kh`) for a kernel column.
     pub x_kw: isize,
-    /// Input channels, and their split into blocks of `x_cb` that lie `x_cblock` apart.
+    /// The first input channel read (of its group; 0 for a dense convolution).
+    pub c_first: usize,
+    /// Input channels read from `c_first` on, and their split into blocks of
+    /// `x_cb` that lie `x_cblock` apart.
     pub cin: usize,
     /// Channels per input block.
     pub x_cb: usize,
@@ -107,7 +112,8 @@ pub struct Store<'a> {
     pub pixel: isize,
     /// Offset of the second vector's channels from the first's.
     pub vector: isize,
-    /// Lanes holding real channels (the others are not stored).
+    /// Channels the tile's vectors hold, all of them counted (the lanes past
+    /// them are not stored).
     pub lanes_used: usize,
     /// Per-lane channel offsets, when a vector's channels are not contiguous.
     pub chan_offsets: Option<&'a [isize]>,
@@ -168,10 +174,11 @@ unsafe fn tile_n<V: Vector, const N: usize, const M: usize, const XP: usize>(
         for kw in t.kw.0..t.kw.1 {
             let mut wp = w.add(((kh * t.kw_total + kw) * t.cin) * t.w_width);
             let base = x.offset(t.x_origin + kh as isize * t.x_kh + kw as isize * t.x_kw);
-            let mut c = 0;
-            while c < t.cin {
-                let block = base.offset((c / t.x_cb) as isize * t.x_cblock);
-                let inner = t.x_cb.min(t.cin - c);
+            let (mut c, end) = (t.c_first, t.c_first + t.cin);
+            while c < end {
+                let (block, within) = (c / t.x_cb, c % t.x_cb);
+                let block = base.offset(block as isize * t.x_cblock + within as isize);
+                let inner = (t.x_cb - within).min(end - c);
                 for ci in 0..inner {
                     let wv: [V; M] = std::array::from_fn(|m| V::load(wp.add(m * V::LANES)));
                     for m in 0..M {
@@ -197,20 +204,24 @@ unsafe fn tile_n<V: Vector, const N: usize, const M: usize, const XP: usize>(
     match st.chan_offsets {
         None => {
             let (lo, hi) = (V::splat(ep.min), V::splat(ep.max));
+            // The channels each vector holds: fewer than its lanes in the
+            // last block of a convolution group narrower than a vector.
+            let used: [usize; M] =
+                std::array::from_fn(|m| st.lanes_used.saturating_sub(m * V::LANES).min(V::LANES));
             for m in 0..M {
                 for p in 0..N {
                     let mut v = acc[m][p];
                     if let Some(r) = st.residual {
-                        v = V::add(v, V::load(r.offset(off(p, m))));
+                        v = V::add(v, load_part(r.offset(off(p, m)), used[m], 0.0));
                     }
-                    V::clamp(v, lo, hi).store(st.out.offset(off(p, m)));
+                    store_part(V::clamp(v, lo, hi), st.out.offset(off(p, m)), used[m]);
                 }
             }
             if let Some(a) = ep.act {
                 // On the stored tile, still in L1.
                 for i in 0..N * M {
-                    let q = st.out.offset(off(i / M, i % M));
-                    activate(a, V::load(q)).store(q);
+                    let (q, k) = (st.out.offset(off(i / M, i % M)), used[i % M]);
+                    store_part(activate(a, load_part::<V>(q, k, 0.0)), q, k);
                 }
             }
         }

@@ -153,9 +153,9 @@ impl Line<6, 4> for F4Output {
 /// together: half of a 1 MiB L2, so a block's three phases run in cache.
 const BLOCK_FLOATS: usize = 128 * 1024;
 
-/// Whether a convolution has a Winograd kernel: 3x3, stride 1, no dilation.
+/// Whether a convolution has a Winograd kernel: dense, 3x3, stride 1, no dilation.
 pub fn applies(g: &ConvGeom) -> bool {
-    g.k == (3, 3) && g.stride == (1, 1) && g.dilation == (1, 1)
+    g.k == (3, 3) && g.stride == (1, 1) && g.dilation == (1, 1) && g.groups == 1
 }
 
 /// A Winograd convolution ready to run: transformed weights, bias, epilogue.
@@ -446,6 +446,7 @@ impl WinogradConv {
             x_pixel: self.cin_r as isize,
             x_kh: 0,
             x_kw: 0,
+            c_first: 0,
             cin,
             x_cb: cin,
             x_cblock: 0,
@@ -460,7 +461,7 @@ impl WinogradConv {
             residual: None,
             pixel: self.cout_r as isize,
             vector: lanes as isize,
-            lanes_used: lanes,
+            lanes_used: tile.vectors * lanes,
             chan_offsets: None,
         };
         let u = self
