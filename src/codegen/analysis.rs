@@ -448,10 +448,12 @@ pub(crate) fn iterations_independent(
     })
 }
 
-/// The vector path's requirements on `for var { buffer[index] = value }`: the store and
-/// every load that depends on `var` are unit-stride in it, the value is float arithmetic
-/// (+ - * / min max, exp, erf, sqrt) of such loads and of loop-invariant scalars, and no load reads the
-/// stored buffer elsewhere than the element being stored.
+/// The vector path's requirements on `for var { buffer[index] = value }`: the store is
+/// unit-stride in `var`; the value is float arithmetic (+ - * / min max, exp, erf,
+/// sqrt) and float selects of loads and loop-invariant scalars, a select's condition
+/// made of float comparisons (with not, and, or) or invariant in `var`; and no load
+/// reads the stored buffer elsewhere than the element being stored. A load that is
+/// not unit-stride in `var` (a periodic or strided operand) is read lane by lane.
 pub(crate) fn vectorizable(
     var: &Var,
     buffer: TensorId,
@@ -460,22 +462,40 @@ pub(crate) fn vectorizable(
     vb: &VarBounds,
 ) -> bool {
     use crate::tir::expr::BinOp::*;
-    fn ok(e: &Expr, var: &Var, vb: &VarBounds) -> bool {
+    // A float operand of the vector path (an integer one only if invariant).
+    fn float_ok(x: &Expr, var: &Var) -> bool {
+        ok(x, var) && (!x.uses_var(var) || !x.is_int())
+    }
+    fn ok(e: &Expr, var: &Var) -> bool {
         if !e.uses_var(var) {
             return true;
         }
         match e {
-            Expr::Load { index, .. } => unit_stride(index, var, vb),
+            Expr::Load { .. } => true,
             // Functions the vector path computes lane-wise (exp and erf inline).
             Expr::Call(Intrinsic::Exp | Intrinsic::Erf | Intrinsic::Sqrt, args) => {
-                args.len() == 1 && !args[0].is_int() && ok(&args[0], var, vb)
+                args.len() == 1 && !args[0].is_int() && ok(&args[0], var)
             }
             Expr::Bin(Add | Sub | Mul | Div | Min | Max, a, b) => {
-                !e.is_int()
-                    && [a, b]
-                        .iter()
-                        .all(|x| ok(x, var, vb) && (!x.uses_var(var) || !x.is_int()))
+                !e.is_int() && float_ok(a, var) && float_ok(b, var)
             }
+            Expr::Select(c, a, b) => {
+                !e.is_int() && mask_ok(c, var) && float_ok(a, var) && float_ok(b, var)
+            }
+            _ => false,
+        }
+    }
+    // A condition computed as a lane mask.
+    fn mask_ok(c: &Expr, var: &Var) -> bool {
+        if !c.uses_var(var) {
+            return true;
+        }
+        match c {
+            Expr::Bin(Lt | Le | Eq | Ne, x, y) => {
+                !x.is_int() && !y.is_int() && ok(x, var) && ok(y, var)
+            }
+            Expr::Bin(And | Or, p, q) => mask_ok(p, var) && mask_ok(q, var),
+            Expr::Not(p) => mask_ok(p, var),
             _ => false,
         }
     }
@@ -491,7 +511,7 @@ pub(crate) fn vectorizable(
             }
         }
     });
-    self_reads_ok && unit_stride(index, var, vb) && ok(value, var, vb)
+    self_reads_ok && unit_stride(index, var, vb) && ok(value, var)
 }
 
 #[cfg(test)]

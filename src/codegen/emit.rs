@@ -5,15 +5,15 @@ use std::sync::Arc;
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
-    types, AbiParam, Block, Function, InstBuilder, MemFlagsData, Signature, StackSlotData,
-    StackSlotKind, Type, UserFuncName, Value,
+    types, AbiParam, Block, Endianness, Function, InstBuilder, MemFlagsData, Signature,
+    StackSlotData, StackSlotKind, Type, UserFuncName, Value,
 };
 use cranelift_codegen::Context;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use cranelift_jit::JITModule;
 use cranelift_module::{FuncId, Linkage, Module};
 
-use super::analysis::{iterations_independent, strides, vectorizable, LoopCtx, Proof};
+use super::analysis::{iterations_independent, strides, unit_stride, vectorizable, LoopCtx, Proof};
 use super::kernel::{layout as kl, Kernel, KernelTable, MAX_RANK};
 use super::rt;
 use super::vecmath as emitted;
@@ -774,12 +774,15 @@ impl FnEmitter<'_, '_, '_> {
                 value,
             } if main > 0 && vectorizable(var, *buffer, index, value, &self.lc.vb) => {
                 // Every access that moves with the loop must be proved: lanes are not
-                // checked one by one.
+                // checked one by one. Under a select every load is: the vector path
+                // computes both sides, where the scalar code reads only the chosen one.
                 let mut proved =
                     self.lc.prove_inside(index, &self.buf(*buffer)?.size_expr) == Proof::Inside;
+                let mut selects = false;
+                value.visit(&mut |e| selects |= matches!(e, Expr::Select(..)));
                 value.visit(&mut |e| {
                     if let Expr::Load { buffer, index } = e {
-                        if e.uses_var(var) {
+                        if selects || e.uses_var(var) {
                             proved &= self.bufs.get(buffer).is_some_and(|b| {
                                 self.lc.prove_inside(index, &b.size_expr) == Proof::Inside
                             });
@@ -816,7 +819,7 @@ impl FnEmitter<'_, '_, '_> {
             return Ok(self.b.ins().splat(types::F32X4, x));
         }
         match e {
-            Expr::Load { buffer, index } => {
+            Expr::Load { buffer, index } if unit_stride(index, var, &self.lc.vb) => {
                 let buf = self.buf(*buffer)?;
                 let idx = self.expr(index)?;
                 let addr = self.address(&buf, idx);
@@ -824,6 +827,18 @@ impl FnEmitter<'_, '_, '_> {
                     .b
                     .ins()
                     .load(types::F32X4, MemFlagsData::new().with_notrap(), addr, 0))
+            }
+            Expr::Load { .. } => self.lane_by_lane(var, e),
+            Expr::Select(c, a, b) => {
+                let mask = self.vmask(var, c)?;
+                let x = self.vexpr(var, a)?;
+                let y = self.vexpr(var, b)?;
+                let mask = self.b.ins().bitcast(
+                    types::F32X4,
+                    MemFlagsData::new().with_endianness(Endianness::Little),
+                    mask,
+                );
+                Ok(self.b.ins().bitselect(mask, x, y))
             }
             Expr::Bin(op, a, b) => {
                 let x = self.vexpr(var, a)?;
@@ -842,6 +857,52 @@ impl FnEmitter<'_, '_, '_> {
             }
             _ => unreachable!("analysis::vectorizable admits loads and arithmetic only"),
         }
+    }
+
+    /// The I32X4 mask (all ones where true) of condition `c` for the four lanes of
+    /// `var` (float comparisons, not, and, or; see `analysis::vectorizable`).
+    fn vmask(&mut self, var: &Var, c: &Expr) -> R<Value> {
+        if !c.uses_var(var) {
+            let t = self.truth(c)?;
+            let m = self.b.ins().bmask(types::I32, t);
+            return Ok(self.b.ins().splat(types::I32X4, m));
+        }
+        Ok(match c {
+            Expr::Bin(op @ (BinOp::Lt | BinOp::Le | BinOp::Eq | BinOp::Ne), x, y) => {
+                let (x, y) = (self.vexpr(var, x)?, self.vexpr(var, y)?);
+                self.b.ins().fcmp(condition_codes(*op).1, x, y)
+            }
+            Expr::Bin(op @ (BinOp::And | BinOp::Or), p, q) => {
+                let (p, q) = (self.vmask(var, p)?, self.vmask(var, q)?);
+                match op {
+                    BinOp::And => self.b.ins().band(p, q),
+                    _ => self.b.ins().bor(p, q),
+                }
+            }
+            Expr::Not(p) => {
+                let p = self.vmask(var, p)?;
+                self.b.ins().bnot(p)
+            }
+            _ => unreachable!("analysis::vectorizable admits float comparisons only"),
+        })
+    }
+
+    /// An F32X4 of the scalar expression `e` at lanes `var, var + 1, var + 2,
+    /// var + 3`: a load whose index is not unit-stride in `var` (a periodic or
+    /// strided operand), read one lane at a time.
+    fn lane_by_lane(&mut self, var: &Var, e: &Expr) -> R<Value> {
+        let v = self.var(var)?;
+        let base = self.b.use_var(v);
+        let zero = self.b.ins().f32const(0.0f32);
+        let mut lanes = self.b.ins().splat(types::F32X4, zero);
+        for k in 0..LANES {
+            let at = self.b.ins().iadd_imm_s(base, k);
+            self.b.def_var(v, at);
+            let x = self.float(e)?;
+            lanes = self.b.ins().insertlane(lanes, x, k as u8);
+        }
+        self.b.def_var(v, base);
+        Ok(lanes)
     }
 
     /// Outlines `body` as a function of (environment, iteration) and runs it through the

@@ -27,9 +27,13 @@
 //!   allocated through a Rust function and freed at the end of its scope.
 //! - Loop kinds: `Unrolled` with a constant extent of at most 16 is emitted as copies of
 //!   the body. `Vectorized` with a constant extent and a body `b[i] = value` that the
-//!   vector path accepts (unit-stride store and loads, float + - * / min max of them and
-//!   of loop-invariant scalars, every moving access proved) runs 4 lanes of F32X4 at a
-//!   time and a scalar tail; other vectorized loops run scalar. `Parallel` loops whose
+//!   vector path accepts (a unit-stride store; float + - * / min max, exp, erf, sqrt and
+//!   selects of loads and loop-invariant scalars, a select's condition made of float
+//!   comparisons as lane masks; every moving access proved, and every load under a
+//!   select, since both sides are computed) runs 4 lanes of F32X4 at a time and a
+//!   scalar tail. A load unit-stride in the loop is one vector load; a periodic or
+//!   strided one (a per-channel operand, every other column) is read lane by lane.
+//!   Other vectorized loops run scalar. `Parallel` loops whose
 //!   iterations touch disjoint memory (`analysis::iterations_independent`) are outlined
 //!   into a function of (environment, iteration) that captures every loop variable and
 //!   buffer in scope, and run by a Rust trampoline on the pool installed on the calling thread
