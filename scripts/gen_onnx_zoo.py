@@ -73,14 +73,14 @@ class Builder:
     def relu(self, x: str) -> str:
         return self.node("Relu", [x])
 
-    def head(self, x: str, channels: int, classes: int = 1000) -> str:
+    def head(self, x: str, channels: int, classes: int) -> str:
         x = self.node("GlobalAveragePool", [x])
         x = self.node("Flatten", [x], axis=1)
         w = self.rng.normal(0, np.sqrt(1.0 / channels), (classes, channels)).astype(np.float32)
         b = np.zeros(classes, np.float32)
         return self.node("Gemm", [x, self.const("fc_w", w), self.const("fc_b", b)], transB=1)
 
-    def model(self, name: str, x: str, y: str, side: int, classes: int = 1000):
+    def model(self, name: str, x: str, y: str, side: int, classes: int):
         graph = helper.make_graph(
             self.nodes,
             name,
@@ -99,7 +99,7 @@ def stem(b: Builder, x: str, cout: int) -> str:
     return b.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
 
 
-def resnext50_32x4d(seed: int):
+def resnext50_32x4d(seed: int, side: int, classes: int):
     b = Builder(seed)
     x = stem(b, "input", 64)
     cin = 64
@@ -114,10 +114,10 @@ def resnext50_32x4d(seed: int):
             shortcut = b.conv(x, cin, cout, 1, stride=stride) if i == 0 else x
             x = b.relu(b.node("Add", [y, shortcut]))
             cin = cout
-    return b.model("resnext50_32x4d", "input", b.head(x, cin), 224)
+    return b.model("resnext50_32x4d", "input", b.head(x, cin, classes), side, classes)
 
 
-def regnety_800mf(seed: int):
+def regnety_800mf(seed: int, side: int, classes: int):
     b = Builder(seed)
     x = b.relu(b.conv("input", 3, 32, 3, stride=2))
     cin = 32
@@ -136,14 +136,14 @@ def regnety_800mf(seed: int):
             shortcut = b.conv(x, cin, width, 1, stride=stride) if i == 0 else x
             x = b.relu(b.node("Add", [y, shortcut]))
             cin = width
-    return b.model("regnet_y_800mf", "input", b.head(x, cin), 224)
+    return b.model("regnet_y_800mf", "input", b.head(x, cin, classes), side, classes)
 
 
-def shufflenet_g3(seed: int):
+def shufflenet_g3(seed: int, side: int, classes: int):
     groups = 3
     b = Builder(seed)
     x = stem(b, "input", 24)
-    cin, side = 24, 56
+    cin, input_side, side = 24, side, side // 4
 
     def shuffle(v: str, channels: int, side: int) -> str:
         v = b.node("Reshape", [v, b.const("s", np.array([1, groups, channels // groups, side, side]))])
@@ -169,13 +169,16 @@ def shufflenet_g3(seed: int):
             else:
                 x = b.relu(b.node("Add", [y, x]))
             cin, side = cout, side_out
-    return b.model("shufflenet_g3", "input", b.head(x, cin), 224)
+    return b.model("shufflenet_g3", "input", b.head(x, cin, classes), input_side, classes)
 
 
+# name: (builder, input side, classes)
 MODELS = {
-    "ResNeXt50_32x4d": resnext50_32x4d,
-    "RegNetY_800MF": regnety_800mf,
-    "ShuffleNetG3": shufflenet_g3,
+    "ResNeXt50_32x4d": (resnext50_32x4d, 224, 1000),
+    "RegNetY_800MF": (regnety_800mf, 224, 1000),
+    "ShuffleNetG3": (shufflenet_g3, 224, 1000),
+    # The committed one (tests/integration/zoo_subset.rs): 3.5 MB.
+    "ShuffleNetG3_96": (shufflenet_g3, 96, 10),
 }
 
 
@@ -189,8 +192,9 @@ def main() -> int:
         if name not in MODELS:
             print(f"unknown model {name}; known: {', '.join(MODELS)}", file=sys.stderr)
             return 2
-        model = MODELS[name](args.seed)
-        x = np.random.default_rng(args.seed).uniform(-1, 1, (1, 3, 224, 224)).astype(np.float32)
+        build, side, classes = MODELS[name]
+        model = build(args.seed, side, classes)
+        x = np.random.default_rng(args.seed).uniform(-1, 1, (1, 3, side, side)).astype(np.float32)
         data = model.SerializeToString()
         sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
         y = sess.run(None, {"input": x})[0]
