@@ -11,6 +11,7 @@ mod error;
 mod eval;
 mod in_layout;
 mod index;
+mod integer;
 mod logical;
 mod lrn;
 mod matmul;
@@ -34,6 +35,7 @@ pub use crate::core::scalar::{BinaryOp, UnaryOp};
 use crate::core::{Assumption, DType, Layout, PadFlow, PadValue, Requirement, Tensor, ValueType};
 pub use error::OpError;
 pub use eval::eval_op;
+pub use integer::IntegerArith;
 pub use logical::Logical;
 pub use lrn::Lrn;
 use onnx::OnnxCx;
@@ -291,6 +293,8 @@ pub enum Op {
     Binary(BinaryOp),
     /// cond, x, y (broadcast)
     Where,
+    /// a, b (broadcast): Mod and BitShift
+    IntegerArith(IntegerArith),
     /// x
     Pool(Pool),
     /// x -> i64 position of each window's maximum (MaxPool's Indices output)
@@ -653,6 +657,7 @@ impl Op {
             Op::Unary(u) => u,
             Op::Binary(b) => b,
             Op::Where => &Where,
+            Op::IntegerArith(a) => a,
             Op::Pool(p) => p,
             Op::MaxPoolIndices(p) => p,
             Op::GlobalPool(p) => p,

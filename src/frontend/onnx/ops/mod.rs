@@ -7,6 +7,7 @@ mod composite;
 mod context;
 mod conv;
 mod elementwise;
+mod integer;
 mod logical;
 mod matmul;
 mod movement;
@@ -30,6 +31,7 @@ pub(super) fn registry() -> &'static Registry {
         composite::register(&mut reg);
         conv::register(&mut reg);
         elementwise::register(&mut reg);
+        integer::register(&mut reg);
         logical::register(&mut reg);
         matmul::register(&mut reg);
         movement::register(&mut reg);
@@ -62,6 +64,7 @@ mod tests {
         "ArgMin",
         "AveragePool",
         "BatchNormalization",
+        "BitShift",
         "Cast",
         "CastLike",
         "Celu",
@@ -109,6 +112,7 @@ mod tests {
         "Mean",
         "Min",
         "Mish",
+        "Mod",
         "Mul",
         "Neg",
         "Not",
@@ -156,7 +160,7 @@ mod tests {
         let mut want: Vec<(&str, &str)> = SUPPORTED.iter().map(|&op| (AI_ONNX, op)).collect();
         want.sort_unstable();
         let have = registry().op_types();
-        assert_eq!(have.len(), 94);
+        assert_eq!(have.len(), 96);
         assert_eq!(have, want);
     }
 
@@ -165,7 +169,7 @@ mod tests {
         assert!(registry().get("", "Conv").is_some());
         assert!(registry().get("ai.onnx", "Conv").is_some());
         assert!(registry().get("com.microsoft", "Conv").is_none());
-        assert!(registry().get("", "Mod").is_none());
+        assert!(registry().get("", "StringNormalizer").is_none());
     }
 
     /// Every import function, given a node without inputs or attributes,
