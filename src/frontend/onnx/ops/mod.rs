@@ -9,6 +9,7 @@ mod conv;
 mod elementwise;
 mod integer;
 mod logical;
+mod masked;
 mod matmul;
 mod movement;
 mod normalize;
@@ -33,6 +34,7 @@ pub(super) fn registry() -> &'static Registry {
         elementwise::register(&mut reg);
         integer::register(&mut reg);
         logical::register(&mut reg);
+        masked::register(&mut reg);
         matmul::register(&mut reg);
         movement::register(&mut reg);
         normalize::register(&mut reg);
@@ -116,6 +118,7 @@ mod tests {
         "Mul",
         "Neg",
         "Not",
+        "OneHot",
         "Or",
         "PRelu",
         "Pad",
@@ -149,6 +152,7 @@ mod tests {
         "Tile",
         "TopK",
         "Transpose",
+        "Trilu",
         "Unsqueeze",
         "Upsample",
         "Where",
@@ -160,7 +164,7 @@ mod tests {
         let mut want: Vec<(&str, &str)> = SUPPORTED.iter().map(|&op| (AI_ONNX, op)).collect();
         want.sort_unstable();
         let have = registry().op_types();
-        assert_eq!(have.len(), 96);
+        assert_eq!(have.len(), 98);
         assert_eq!(have, want);
     }
 
