@@ -23,6 +23,7 @@ mod pad_flow;
 mod pool;
 mod reduce;
 mod resize;
+mod scatter;
 mod select;
 mod shape;
 mod source;
@@ -41,6 +42,7 @@ pub use lrn::Lrn;
 use onnx::OnnxCx;
 pub use pad_flow::{binary_flow, pad_flow, unary_flow};
 pub use reduce::CumSum;
+pub use scatter::{GatherNd, ScatterElements, ScatterNd, ScatterReduction};
 pub use select::{ArgKind, ArgReduce, GatherElements, TopK};
 pub use shape::{broadcast_shapes, infer_outputs, window_output_extent};
 use te::{ComputeCx, Defined, TirError};
@@ -339,6 +341,12 @@ pub enum Op {
     TopK(TopK),
     /// data, indices (same rank)
     GatherElements(GatherElements),
+    /// data, indices (index tuples along the last axis)
+    GatherNd(GatherNd),
+    /// data, indices (index tuples along the last axis), updates
+    ScatterNd(ScatterNd),
+    /// data, indices, updates (indices' shape)
+    ScatterElements(ScatterElements),
     /// bool a, b (And, Or, Xor) or x (Not)
     Logical(Logical),
     /// x
@@ -680,6 +688,9 @@ impl Op {
             Op::ArgReduce(a) => a,
             Op::TopK(t) => t,
             Op::GatherElements(g) => g,
+            Op::GatherNd(g) => g,
+            Op::ScatterNd(s) => s,
+            Op::ScatterElements(s) => s,
             Op::Logical(l) => l,
             Op::Cast(c) => c,
             Op::Expand(e) => e,

@@ -17,6 +17,7 @@ mod pool;
 mod reduce;
 mod registry;
 mod resize;
+mod scatter;
 mod select;
 mod source;
 mod window;
@@ -41,6 +42,7 @@ pub(super) fn registry() -> &'static Registry {
         pool::register(&mut reg);
         reduce::register(&mut reg);
         resize::register(&mut reg);
+        scatter::register(&mut reg);
         select::register(&mut reg);
         source::register(&mut reg);
         reg
@@ -89,6 +91,7 @@ mod tests {
         "Flatten",
         "Gather",
         "GatherElements",
+        "GatherND",
         "Gelu",
         "Gemm",
         "GlobalAveragePool",
@@ -133,6 +136,8 @@ mod tests {
         "Relu",
         "Reshape",
         "Resize",
+        "ScatterElements",
+        "ScatterND",
         "Selu",
         "Shape",
         "Shrink",
@@ -164,7 +169,7 @@ mod tests {
         let mut want: Vec<(&str, &str)> = SUPPORTED.iter().map(|&op| (AI_ONNX, op)).collect();
         want.sort_unstable();
         let have = registry().op_types();
-        assert_eq!(have.len(), 98);
+        assert_eq!(have.len(), 101);
         assert_eq!(have, want);
     }
 
