@@ -334,7 +334,9 @@ fn one_hot_wraps_negative_indices_and_leaves_out_of_range_rows_off() {
     let i = Tensor::from_i64(vec![4], vec![-1, 0, 5, -4]);
     let y = layoutopt::reference::run(&g, &[i]).expect("runs");
     assert_eq!(y[0].shape, [4, 3]);
-    let want = [-1.0, -1.0, 2.0, 2.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0];
+    let want = [
+        -1.0, -1.0, 2.0, 2.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0,
+    ];
     assert_eq!(y[0].to_f32(), want);
 }
 
