@@ -11,6 +11,7 @@ mod error;
 mod eval;
 mod in_layout;
 mod index;
+mod integer;
 mod logical;
 mod lrn;
 mod matmul;
@@ -22,6 +23,7 @@ mod pad_flow;
 mod pool;
 mod reduce;
 mod resize;
+mod scatter;
 mod select;
 mod shape;
 mod source;
@@ -34,11 +36,13 @@ pub use crate::core::scalar::{BinaryOp, UnaryOp};
 use crate::core::{Assumption, DType, Layout, PadFlow, PadValue, Requirement, Tensor, ValueType};
 pub use error::OpError;
 pub use eval::eval_op;
+pub use integer::IntegerArith;
 pub use logical::Logical;
 pub use lrn::Lrn;
 use onnx::OnnxCx;
 pub use pad_flow::{binary_flow, pad_flow, unary_flow};
 pub use reduce::CumSum;
+pub use scatter::{GatherNd, ScatterElements, ScatterNd, ScatterReduction};
 pub use select::{ArgKind, ArgReduce, GatherElements, TopK};
 pub use shape::{broadcast_shapes, infer_outputs, window_output_extent};
 use te::{ComputeCx, Defined, TirError};
@@ -291,6 +295,8 @@ pub enum Op {
     Binary(BinaryOp),
     /// cond, x, y (broadcast)
     Where,
+    /// a, b (broadcast): Mod and BitShift
+    IntegerArith(IntegerArith),
     /// x
     Pool(Pool),
     /// x -> i64 position of each window's maximum (MaxPool's Indices output)
@@ -335,6 +341,12 @@ pub enum Op {
     TopK(TopK),
     /// data, indices (same rank)
     GatherElements(GatherElements),
+    /// data, indices (index tuples along the last axis)
+    GatherNd(GatherNd),
+    /// data, indices (index tuples along the last axis), updates
+    ScatterNd(ScatterNd),
+    /// data, indices, updates (indices' shape)
+    ScatterElements(ScatterElements),
     /// bool a, b (And, Or, Xor) or x (Not)
     Logical(Logical),
     /// x
@@ -653,6 +665,7 @@ impl Op {
             Op::Unary(u) => u,
             Op::Binary(b) => b,
             Op::Where => &Where,
+            Op::IntegerArith(a) => a,
             Op::Pool(p) => p,
             Op::MaxPoolIndices(p) => p,
             Op::GlobalPool(p) => p,
@@ -675,6 +688,9 @@ impl Op {
             Op::ArgReduce(a) => a,
             Op::TopK(t) => t,
             Op::GatherElements(g) => g,
+            Op::GatherNd(g) => g,
+            Op::ScatterNd(s) => s,
+            Op::ScatterElements(s) => s,
             Op::Logical(l) => l,
             Op::Cast(c) => c,
             Op::Expand(e) => e,

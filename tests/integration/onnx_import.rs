@@ -313,3 +313,49 @@ fn every_unsupported_operator_is_listed_at_once() {
     assert!(text.contains("'RoiAlign' ×1 (layer 'roi_align')"), "{text}");
     assert_eq!(text.matches("many.onnx").count(), 1, "{text}");
 }
+
+/// OneHot of indices -1, 0, 5, -4 at depth 3: a negative index counts from
+/// the end, one outside [-3, 3) gives a row of `off`. Expected values from
+/// onnxruntime 1.32 on the same model.
+#[test]
+fn one_hot_wraps_negative_indices_and_leaves_out_of_range_rows_off() {
+    const I64: i32 = 7;
+    let m = model(
+        vec![node("OneHot", "hot", &["i", "depth", "values"], &["y"])],
+        vec![value_info("i", I64, &[4])],
+        vec![value_info("y", F32, &[4, 3])],
+        vec![
+            ("depth", Tensor::from_i64(vec![], vec![3])),
+            ("values", Tensor::from_f32(vec![2], vec![-1.0, 2.0])),
+        ],
+        13,
+    );
+    let g = import(&m).expect("imports");
+    let i = Tensor::from_i64(vec![4], vec![-1, 0, 5, -4]);
+    let y = layoutopt::reference::run(&g, &[i]).expect("runs");
+    assert_eq!(y[0].shape, [4, 3]);
+    let want = [
+        -1.0, -1.0, 2.0, 2.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0,
+    ];
+    assert_eq!(y[0].to_f32(), want);
+}
+
+/// Integer Mod by zero, folded at import, is an error naming the node.
+#[test]
+fn integer_mod_by_zero_names_the_node() {
+    const I64: i32 = 7;
+    let m = model(
+        vec![
+            node("Mod", "wrap_index", &["a", "zero"], &["r"]),
+            node("Add", "add", &["x", "r"], &["y"]),
+        ],
+        vec![value_info("x", I64, &[2])],
+        vec![value_info("y", I64, &[2])],
+        vec![
+            ("a", Tensor::from_i64(vec![2], vec![5, -5])),
+            ("zero", Tensor::from_i64(vec![2], vec![2, 0])),
+        ],
+        13,
+    );
+    expect_err(&m, &["wrap_index", "modulo by zero"]);
+}

@@ -187,3 +187,46 @@ fn export_keeps_a_symbolic_batch_where_the_plan_allows() {
     let exported = m.write_to_bytes().unwrap();
     assert!(import_onnx(&exported, "fixed.onnx", None, &ImportOptions::default()).is_ok());
 }
+
+/// A dimension declared as -1, as some exporters write a free one (and
+/// onnxruntime reads it): unbound it is an error naming the input; bound by
+/// `--input-shape` the model runs at that shape.
+#[test]
+fn a_dimension_declared_minus_one_is_free() {
+    let m = model(
+        vec![node("Relu", "relu", &["x"], &["y"])],
+        vec![value_info("x", 1, &[-1, 3, 8, 8])],
+        vec![value_info("y", 1, &[-1, 3, 8, 8])],
+        vec![],
+        13,
+    );
+    let path = scratch_dir("sym_minus_one").join("free.onnx");
+    std::fs::write(&path, model_bytes(&m)).unwrap();
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_layoutopt"))
+            .arg("run")
+            .arg(&path)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let o = run(&[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    for needle in [
+        "graph input 'x'",
+        "dimension 0 has no value",
+        "--input-shape x=",
+    ] {
+        assert!(err.contains(needle), "{err}");
+    }
+    let o = run(&["--input-shape", "x=2,3,8,8"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.contains("[2, 3, 8, 8]"), "{out}");
+}

@@ -83,7 +83,7 @@ pub(super) enum Dim {
     Static(usize),
     /// A named symbolic dimension (`dim_param`).
     Symbolic(String),
-    /// Neither a value nor a name.
+    /// Neither a value nor a name (or the value -1).
     Unknown,
 }
 
@@ -103,6 +103,8 @@ pub(super) fn declared(
     for d in &shape.dim {
         use onnx_protobuf::tensor_shape_proto::dimension::Value;
         dims.push(match &d.value {
+            // onnxruntime reads -1 as a free dimension, as exporters write it.
+            Some(Value::DimValue(-1)) => Dim::Unknown,
             Some(Value::DimValue(v)) => {
                 Dim::Static(usize::try_from(*v).map_err(|_| DeclaredTypeError::NegativeDim(*v))?)
             }

@@ -7,7 +7,9 @@ mod composite;
 mod context;
 mod conv;
 mod elementwise;
+mod integer;
 mod logical;
+mod masked;
 mod matmul;
 mod movement;
 mod normalize;
@@ -15,6 +17,7 @@ mod pool;
 mod reduce;
 mod registry;
 mod resize;
+mod scatter;
 mod select;
 mod source;
 mod window;
@@ -30,13 +33,16 @@ pub(super) fn registry() -> &'static Registry {
         composite::register(&mut reg);
         conv::register(&mut reg);
         elementwise::register(&mut reg);
+        integer::register(&mut reg);
         logical::register(&mut reg);
+        masked::register(&mut reg);
         matmul::register(&mut reg);
         movement::register(&mut reg);
         normalize::register(&mut reg);
         pool::register(&mut reg);
         reduce::register(&mut reg);
         resize::register(&mut reg);
+        scatter::register(&mut reg);
         select::register(&mut reg);
         source::register(&mut reg);
         reg
@@ -62,6 +68,7 @@ mod tests {
         "ArgMin",
         "AveragePool",
         "BatchNormalization",
+        "BitShift",
         "Cast",
         "CastLike",
         "Celu",
@@ -84,6 +91,7 @@ mod tests {
         "Flatten",
         "Gather",
         "GatherElements",
+        "GatherND",
         "Gelu",
         "Gemm",
         "GlobalAveragePool",
@@ -109,9 +117,11 @@ mod tests {
         "Mean",
         "Min",
         "Mish",
+        "Mod",
         "Mul",
         "Neg",
         "Not",
+        "OneHot",
         "Or",
         "PRelu",
         "Pad",
@@ -126,6 +136,8 @@ mod tests {
         "Relu",
         "Reshape",
         "Resize",
+        "ScatterElements",
+        "ScatterND",
         "Selu",
         "Shape",
         "Shrink",
@@ -145,6 +157,7 @@ mod tests {
         "Tile",
         "TopK",
         "Transpose",
+        "Trilu",
         "Unsqueeze",
         "Upsample",
         "Where",
@@ -156,7 +169,7 @@ mod tests {
         let mut want: Vec<(&str, &str)> = SUPPORTED.iter().map(|&op| (AI_ONNX, op)).collect();
         want.sort_unstable();
         let have = registry().op_types();
-        assert_eq!(have.len(), 94);
+        assert_eq!(have.len(), 101);
         assert_eq!(have, want);
     }
 
@@ -165,7 +178,7 @@ mod tests {
         assert!(registry().get("", "Conv").is_some());
         assert!(registry().get("ai.onnx", "Conv").is_some());
         assert!(registry().get("com.microsoft", "Conv").is_none());
-        assert!(registry().get("", "Mod").is_none());
+        assert!(registry().get("", "StringNormalizer").is_none());
     }
 
     /// Every import function, given a node without inputs or attributes,

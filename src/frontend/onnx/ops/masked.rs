@@ -1,0 +1,121 @@
+//! Trilu and OneHot: a comparison of positions picks, with Where, between an
+//! input and a fill. They import as those ops, so a constant operand folds
+//! and the rest runs on the kernels Where and Equal have.
+
+use super::context::{NodeCtx, Res};
+use super::registry::{Registry, AI_ONNX};
+use crate::graph::{BinaryOp, DType, Op, Tensor, TensorData, ValueRef};
+use crate::ops::{Cast, Gather, Reshape};
+
+pub(super) fn register(reg: &mut Registry) {
+    reg.add(AI_ONNX, "Trilu", trilu);
+    reg.add(AI_ONNX, "OneHot", one_hot);
+}
+
+impl NodeCtx<'_> {
+    /// The single integer of constant input `i` (floats truncated), if given.
+    fn const_scalar_int(&self, i: usize, what: &str) -> Res<Option<i64>> {
+        match self.const_input(i)? {
+            None => Ok(None),
+            Some(t) if t.numel() == 1 => Ok(Some(t.data.to_i64()[0])),
+            Some(t) => Err(self.err(format!(
+                "{what} must hold one value, got shape {:?}",
+                t.shape
+            ))),
+        }
+    }
+
+    fn layer_constant(&mut self, what: &str, t: Tensor) -> ValueRef {
+        let name = format!("{}/{what}", self.layer());
+        self.g.add_constant(&name, t, vec![self.span.clone()])
+    }
+}
+
+/// Trilu: x where the column minus the row of the last two axes is at least
+/// k (upper) or at most k (lower), else 0.
+fn trilu(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let upper = c.bool_attr("upper", true)?;
+    let k = c.const_scalar_int(1, "Trilu k")?.unwrap_or(0);
+    let x = c.input(0)?;
+    let ty = c.ty(x);
+    let &[.., rows, cols] = &ty.shape[..] else {
+        return Err(c.err(format!(
+            "Trilu needs an input of rank 2 or more, got shape {:?}",
+            ty.shape
+        )));
+    };
+    c.check_size(DType::Bool, &[rows, cols])?;
+    let keep = (0..rows as i64)
+        .flat_map(|r| (0..cols as i64).map(move |col| (r, col)))
+        .map(|(r, col)| {
+            let d = col - r;
+            if upper {
+                d >= k
+            } else {
+                d <= k
+            }
+        })
+        .collect();
+    let keep = c.layer_constant(
+        "keep",
+        Tensor::new(vec![rows, cols], TensorData::Bool(keep)),
+    );
+    let zero = c.scalar("zero", ty.dtype, 0.0);
+    c.emit(Op::Where, &[keep, x, zero])
+}
+
+/// OneHot: `values[1]` where an index (negative ones count from `depth`)
+/// equals the position along the new axis, else `values[0]`.
+fn one_hot(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let depth = c
+        .const_scalar_int(1, "OneHot depth")?
+        .ok_or_else(|| c.err("OneHot needs input 1 (depth), which is missing"))?;
+    let depth = usize::try_from(depth)
+        .map_err(|_| c.err(format!("OneHot depth must not be negative, got {depth}")))?;
+    let (indices, values) = (c.input(0)?, c.input(2)?);
+    let values_ty = c.ty(values);
+    if values_ty.numel() != 2 || values_ty.shape.len() != 1 {
+        return Err(c.err(format!(
+            "OneHot values must be [off, on], got shape {:?}",
+            values_ty.shape
+        )));
+    }
+    let mut out_shape = c.ty(indices).shape;
+    let axis = c.axis(c.int("axis", -1)?, out_shape.len() + 1)?;
+    out_shape.insert(axis, depth);
+    c.check_size(values_ty.dtype, &out_shape)?;
+
+    // Indices of any numeric type compare as i64, as onnxruntime casts them.
+    let index = if c.ty(indices).dtype == DType::I64 {
+        indices
+    } else {
+        let to_i64 = Op::Cast(Cast {
+            to: DType::I64,
+            saturate: true,
+        });
+        c.emit_inner(to_i64, &[indices], "as_i64")?
+    };
+    let zero = c.scalar("zero", DType::I64, 0.0);
+    let depth_value = c.scalar("depth", DType::I64, depth as f64);
+    let negative = c.emit_inner(Op::Binary(BinaryOp::Less), &[index, zero], "negative")?;
+    let wrapped = c.emit_inner(Op::Binary(BinaryOp::Add), &[index, depth_value], "wrapped")?;
+    let index = c.emit_inner(Op::Where, &[negative, wrapped, index], "index")?;
+    let mut index_shape = out_shape.clone();
+    index_shape[axis] = 1;
+    let reshape = Op::Reshape(Reshape { shape: index_shape });
+    let index = c.emit_inner(reshape, &[index], "on_axis")?;
+
+    let mut positions_shape = vec![1; out_shape.len()];
+    positions_shape[axis] = depth;
+    let positions = Tensor::new(
+        positions_shape,
+        TensorData::I64((0..depth as i64).collect()),
+    );
+    let positions = c.layer_constant("positions", positions);
+    let hot = c.emit_inner(Op::Binary(BinaryOp::Equal), &[index, positions], "hot")?;
+    let [off, on] = [("off", 0), ("on", 1)].map(|(what, k)| {
+        let at = c.layer_constant(&format!("{what}_at"), Tensor::from_i64(vec![], vec![k]));
+        c.emit_inner(Op::Gather(Gather { axis: 0 }), &[values, at], what)
+    });
+    c.emit(Op::Where, &[hot, on?, off?])
+}
