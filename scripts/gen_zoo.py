@@ -34,6 +34,43 @@ import onnx.version_converter  # noqa: E402
 from onnx import numpy_helper  # noqa: E402
 
 APPS = tf.keras.applications
+L = tf.keras.layers
+
+
+def blaze_landmark(weights=None, input_shape=(128, 128, 3), classifier_activation=None):
+    """A small face-landmark network in MediaPipe's BlazeFace style: PReLU (one
+    slope per channel) after each convolution, residual blocks of a depthwise
+    and a 1x1 convolution, and at each downsampling a shortcut that max-pools
+    and then zero-pads its channels with tf.pad on C up to the block's width.
+    The slopes are drawn at random (Keras starts them at 0, a ReLU). `weights`
+    and `classifier_activation` are accepted for the Keras-applications
+    signature `build` calls with; there are no pretrained weights."""
+    assert weights is None and classifier_activation is None
+
+    def prelu(x):
+        slope = tf.keras.initializers.RandomUniform(0.05, 0.5)
+        return L.PReLU(alpha_initializer=slope, shared_axes=[1, 2])(x)
+
+    def block(x, width, stride=1):
+        y = L.DepthwiseConv2D(3, strides=stride, padding="same")(x)
+        y = L.Conv2D(width, 1)(y)
+        shortcut = x
+        if stride > 1:
+            shortcut = L.MaxPool2D(stride)(shortcut)
+        extra = width - x.shape[-1]
+        if extra > 0:
+            pad = [[0, 0], [0, 0], [0, 0], [0, extra]]
+            shortcut = L.Lambda(lambda t: tf.pad(t, pad))(shortcut)
+        return prelu(L.Add()([y, shortcut]))
+
+    inp = tf.keras.Input(input_shape)
+    x = prelu(L.Conv2D(16, 3, strides=2, padding="same")(inp))
+    for width, stride in [(16, 1), (32, 2), (32, 1), (64, 2), (64, 1), (128, 2), (128, 1)]:
+        x = block(x, width, stride)
+    x = L.GlobalAveragePooling2D()(x)
+    return tf.keras.Model(inp, L.Dense(136)(x), name="BlazeLandmark")
+
+
 # name: (constructor, input side)
 MODELS = {
     "ResNet50": (APPS.ResNet50, 224),
@@ -47,6 +84,7 @@ MODELS = {
     "NASNetMobile": (APPS.NASNetMobile, 224),
     "ConvNeXtTiny": (APPS.ConvNeXtTiny, 224),
     "VGG16": (APPS.VGG16, 224),
+    "BlazeLandmark": (blaze_landmark, 128),
 }
 
 

@@ -63,6 +63,25 @@ fn gather_or_copy(g: Gather, input_shape: Vec<usize>) -> Kernel {
     }
 }
 
+/// `values` of logical `shape` (each extent the output's or 1) laid out in the
+/// output `out`'s layout, zeros in its padding: their strides against the
+/// output (`broadcast_strides`) and the physical values. `None` when they do
+/// not line up (a broadcast axis the layout blocks).
+fn laid_out_like(
+    out: &Stored,
+    shape: &[usize],
+    values: Vec<f32>,
+) -> Option<(Vec<usize>, Vec<f32>)> {
+    let stored = Stored {
+        layout: out.layout,
+        shape,
+    };
+    let strides = broadcast_strides(out, &stored)?;
+    let t = Tensor::from_f32(shape.to_vec(), values);
+    let physical = out.layout.to_physical(&t, 0.0).ok()?.to_f32();
+    Some((strides, physical))
+}
+
 /// A 2-D pooling window: (height, width) pairs.
 struct PoolWindow {
     k: (usize, usize),
@@ -324,7 +343,6 @@ impl<'g> Compiler<'g> {
             return None;
         }
         match inner(self.g, id).0 {
-            Op::Unary(_) | Op::Binary(_) => Some(self.elementwise(&[id])?.0),
             Op::Pool(p) if p.window.spatial_rank() == 2 => {
                 let w = &p.window;
                 self.pool_geom(
@@ -664,11 +682,21 @@ impl<'g> Compiler<'g> {
                     args.push(Arg::Prev);
                     continue;
                 }
-                let (s, len) = self.lined_up(id, port, &out)?;
-                strides.push(s);
-                lens.push(len);
-                args.push(Arg::Operand(operands.len()));
-                operands.push(v);
+                match self.lined_up(id, port, &out) {
+                    Some((s, len)) => {
+                        strides.push(s);
+                        lens.push(len);
+                        args.push(Arg::Operand(operands.len()));
+                        operands.push(v);
+                    }
+                    // A constant of lower rank than the output (a PRelu's
+                    // [1, 1, C] slope) stays row-major in the plan; the kernel
+                    // holds it in the output's layout instead.
+                    None => {
+                        args.push(Arg::Packed(packed.len()));
+                        packed.push(self.broadcast_constant(id, port, &out)?);
+                    }
+                }
             }
             match (op, &args[..]) {
                 (Op::Unary(u), &[a]) => funcs.push(Func::Unary(*u, a)),
@@ -723,16 +751,27 @@ impl<'g> Compiler<'g> {
         }
         let mut shape = vec![1; out.shape.len()];
         shape[1] = channels;
-        let per_channel = Stored {
-            layout: out.layout,
-            shape: &shape,
-        };
-        let strides = broadcast_strides(out, &per_channel)?;
-        let laid = |v: Vec<f32>| -> Option<Vec<f32>> {
-            let t = Tensor::from_f32(shape.clone(), v);
-            Some(out.layout.to_physical(&t, 0.0).ok()?.to_f32())
-        };
-        Some((strides, laid(scale)?, laid(shift)?))
+        let (strides, scale) = laid_out_like(out, &shape, scale)?;
+        let (_, shift) = laid_out_like(out, &shape, shift)?;
+        Some((strides, scale, shift))
+    }
+
+    /// Constant input `port` of node `id`, broadcast from the right to the
+    /// output `out`'s rank and laid out in its layout, with zeros in any
+    /// padding (as the planner packs constants, so the pad values it
+    /// promised hold): its strides against the output and its values.
+    fn broadcast_constant(
+        &self,
+        id: NodeId,
+        port: usize,
+        out: &Stored,
+    ) -> Option<(Vec<usize>, Vec<f32>)> {
+        let values = self.const_input(id, port)?;
+        let (_, logical) = input_layout(self.g, id, port)?;
+        let lift = out.shape.len().checked_sub(logical.len())?;
+        let mut shape = vec![1; lift];
+        shape.extend(&logical);
+        laid_out_like(out, &shape, values)
     }
 
     /// How input `port` of node `id` lines up with the output `out` of an

@@ -924,6 +924,66 @@ mod tests {
         }
     }
 
+    /// The activations of MediaPipe-style models between a pool and a
+    /// convolution, as the TFLite importer writes them (on a transposed,
+    /// logical NHWC tensor; a PRelu's slope [1, 1, C], lower in rank than its
+    /// data) and as ONNX does (NCHW; slope [C, 1, 1]), 20 channels so that the
+    /// channel blocks pad: in every family's plan each runs as a native step,
+    /// equal to the reference.
+    #[test]
+    fn activations_run_natively_in_every_layout() {
+        use crate::graph::PoolKind;
+        use crate::ops::Transpose;
+        let (c, h, w) = (20, 5, 7);
+        let slope = |rng: &mut Rng, shape: Vec<usize>| {
+            let values = rng.f32s(c).iter().map(|v| 0.3 * v + 0.1).collect();
+            Tensor::from_f32(shape, values)
+        };
+        let unary = [
+            UnaryOp::LeakyRelu { alpha: 0.1 },
+            UnaryOp::HardSwish,
+            UnaryOp::HardSigmoid {
+                alpha: 0.2,
+                beta: 0.5,
+            },
+        ];
+        let ops = unary.into_iter().map(Some).chain([None]);
+        for (op, nhwc) in ops.flat_map(|op| [(op, true), (op, false)]) {
+            let mut rng = Rng(41);
+            let name = format!("{op:?} nhwc {nhwc}");
+            let (mut g, _, mut v) = conv_then_pool(&name, (c, h, w), PoolKind::Max, &mut rng);
+            let transpose = |perm: [usize; 4]| Op::Transpose(Transpose { perm: perm.into() });
+            if nhwc {
+                v = add(&mut g, transpose([0, 2, 3, 1]), &[v]);
+            }
+            v = match op {
+                Some(u) => add(&mut g, Op::Unary(u), &[v]),
+                None => {
+                    let shape = if nhwc { vec![1, 1, c] } else { vec![c, 1, 1] };
+                    let s = g.add_constant("slope", slope(&mut rng, shape), vec![]);
+                    add(&mut g, Op::Binary(BinaryOp::PRelu), &[v, s])
+                }
+            };
+            if nhwc {
+                v = add(&mut g, transpose([0, 3, 1, 2]), &[v]);
+            }
+            v = pointwise_conv(&mut g, v, &mut rng);
+            g.set_outputs(vec![v]);
+            let inputs: Vec<Tensor> = (0..2)
+                .map(|_| Tensor::from_f32(vec![1, c, h, w], rng.f32s(c * h * w)))
+                .collect();
+            for family in FAMILIES {
+                let steps = check(&g, &planned_for(&g, family), &inputs);
+                assert!(
+                    steps
+                        .iter()
+                        .all(|s| s.ends_with("] native") && !s.contains("(tir)")),
+                    "{name} {family}: {steps:?}"
+                );
+            }
+        }
+    }
+
     /// A batch norm in a chain (a residual add before it, a relu after),
     /// between a pool and a convolution, in the layouts the global plan picks
     /// and on every instruction set, the residual holding NaN and both
