@@ -99,6 +99,27 @@ def stem(b: Builder, x: str, cout: int) -> str:
     return b.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
 
 
+def bottleneck(
+    b: Builder, x: str, cin: int, width: int, cout: int, stride: int, groups: int, first: bool,
+    excite: bool = False,
+) -> str:
+    """A residual block: 1x1, grouped 3x3, squeeze-excite to a quarter of the input
+    channels (where `excite`), 1x1, plus the shortcut (a strided 1x1 on the `first`
+    block of a stage), relu."""
+    y = b.relu(b.conv(x, cin, width, 1))
+    y = b.relu(b.conv(y, width, width, 3, stride=stride, groups=groups))
+    if excite:
+        squeezed = max(1, cin // 4)
+        s = b.node("GlobalAveragePool", [y])
+        s = b.relu(b.conv(s, width, squeezed, 1))
+        s = b.node("Sigmoid", [b.conv(s, squeezed, width, 1)])
+        y = b.node("Mul", [y, s])
+    # The last conv of a residual branch starts small, as in a trained net.
+    y = b.conv(y, width, cout, 1, gain=0.3)
+    shortcut = b.conv(x, cin, cout, 1, stride=stride) if first else x
+    return b.relu(b.node("Add", [y, shortcut]))
+
+
 def resnext50_32x4d(seed: int, side: int, classes: int):
     b = Builder(seed)
     x = stem(b, "input", 64)
@@ -107,12 +128,7 @@ def resnext50_32x4d(seed: int, side: int, classes: int):
         width, cout = planes * 2, planes * 4  # 32 groups of 4 * planes / 64 channels
         for i in range(blocks):
             stride = 2 if stage > 0 and i == 0 else 1
-            y = b.relu(b.conv(x, cin, width, 1))
-            y = b.relu(b.conv(y, width, width, 3, stride=stride, groups=32))
-            # The last conv of a residual branch starts small, as in a trained net.
-            y = b.conv(y, width, cout, 1, gain=0.3)
-            shortcut = b.conv(x, cin, cout, 1, stride=stride) if i == 0 else x
-            x = b.relu(b.node("Add", [y, shortcut]))
+            x = bottleneck(b, x, cin, width, cout, stride, 32, i == 0)
             cin = cout
     return b.model("resnext50_32x4d", "input", b.head(x, cin, classes), side, classes)
 
@@ -124,17 +140,7 @@ def regnety_800mf(seed: int, side: int, classes: int):
     for depth, width in zip((1, 3, 8, 2), (64, 144, 320, 784)):
         for i in range(depth):
             stride = 2 if i == 0 else 1
-            y = b.relu(b.conv(x, cin, width, 1))
-            y = b.relu(b.conv(y, width, width, 3, stride=stride, groups=width // 16))
-            # Squeeze-excite to a quarter of the block's input channels.
-            squeezed = max(1, cin // 4)
-            s = b.node("GlobalAveragePool", [y])
-            s = b.relu(b.conv(s, width, squeezed, 1))
-            s = b.node("Sigmoid", [b.conv(s, squeezed, width, 1)])
-            y = b.node("Mul", [y, s])
-            y = b.conv(y, width, width, 1, gain=0.3)
-            shortcut = b.conv(x, cin, width, 1, stride=stride) if i == 0 else x
-            x = b.relu(b.node("Add", [y, shortcut]))
+            x = bottleneck(b, x, cin, width, width, stride, width // 16, i == 0, excite=True)
             cin = width
     return b.model("regnet_y_800mf", "input", b.head(x, cin, classes), side, classes)
 
