@@ -6,13 +6,12 @@
 use crate::support::compare::max_abs_err;
 use crate::support::onnx::*;
 use crate::support::plan::plan_builtin;
-use crate::support::process::scratch_dir;
+use crate::support::process::{layoutopt, layoutopt_ok, scratch_dir};
 use layoutopt::frontend::onnx::{load_onnx, ImportOptions};
 use layoutopt::graph::Tensor;
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::process::Command;
 
 /// y = relu(x . W) with x of shape [batch, 3].
 fn batch_model(dir: &str) -> PathBuf {
@@ -96,33 +95,18 @@ fn batch_four_runs_when_bound() {
 #[test]
 fn the_cli_refuses_unbound_dimensions_and_takes_input_shape() {
     let path = batch_model("sym_cli");
-    let run = |extra: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_layoutopt"))
-            .arg("run")
-            .arg(&path)
-            .args(extra)
-            .output()
-            .unwrap()
-    };
-    let o = run(&[]);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.contains("dimension 0 is symbolic ('batch')"), "{err}");
-    let o = run(&["--input-shape", "x=4,3"]);
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
+    let path = path.to_str().unwrap();
+    let o = layoutopt(&["run", path]);
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("dimension 0 is symbolic ('batch')"),
         "{}",
-        String::from_utf8_lossy(&o.stderr)
+        o.stderr
     );
+    let out = layoutopt_ok(&["run", path, "--input-shape", "x=4,3"]);
     assert!(out.contains("[4, 2]"), "{out}");
-    let o = run(&["--input-shape", "x=4;3"]);
-    assert_eq!(
-        o.status.code(),
-        Some(2),
-        "a malformed --input-shape is a usage error"
-    );
+    let o = layoutopt(&["run", path, "--input-shape", "x=4;3"]);
+    assert_eq!(o.code, 2, "a malformed --input-shape is a usage error");
 }
 
 /// The bundled ResNet with a symbolic batch 'N': planned at N=1 (blocked
@@ -202,31 +186,16 @@ fn a_dimension_declared_minus_one_is_free() {
     );
     let path = scratch_dir("sym_minus_one").join("free.onnx");
     std::fs::write(&path, model_bytes(&m)).unwrap();
-    let run = |extra: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_layoutopt"))
-            .arg("run")
-            .arg(&path)
-            .args(extra)
-            .output()
-            .unwrap()
-    };
-    let o = run(&[]);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{err}");
+    let path = path.to_str().unwrap();
+    let o = layoutopt(&["run", path]);
+    assert_eq!(o.code, 1, "{}", o.stderr);
     for needle in [
         "graph input 'x'",
         "dimension 0 has no value",
         "--input-shape x=",
     ] {
-        assert!(err.contains(needle), "{err}");
+        assert!(o.stderr.contains(needle), "{}", o.stderr);
     }
-    let o = run(&["--input-shape", "x=2,3,8,8"]);
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let out = layoutopt_ok(&["run", path, "--input-shape", "x=2,3,8,8"]);
     assert!(out.contains("[2, 3, 8, 8]"), "{out}");
 }
