@@ -258,12 +258,16 @@ impl PackedConv {
             .map(|(grp, c)| {
                 let first = grp * cout_g + c;
                 let channels = width.min(cout_g - c);
-                // A vector stores whole when its channels lie side by side.
-                let side_by_side = (0..channels.div_ceil(lanes)).all(|v| {
+                // A vector stores whole (all its lanes, a register store) when
+                // they fit in one block of the output storage, past the channels
+                // only into its padding: not past a group's channels into the
+                // next group's, nor, in NHWC, into the next pixel's.
+                let whole = (0..channels.div_ceil(lanes)).all(|v| {
                     let start = first + v * lanes;
-                    start % geom.y_cb + lanes.min(first + channels - start) <= geom.y_cb
+                    let past_group = geom.groups > 1 && first + channels - start < lanes;
+                    start % geom.y_cb + lanes <= geom.y_cb && !past_group
                 });
-                let lane_offsets = (!side_by_side).then(|| {
+                let lane_offsets = (!whole).then(|| {
                     let base = geom.y_chan(first) as isize;
                     (first..first + channels)
                         .map(|c| geom.y_chan(c) as isize - base)
@@ -570,7 +574,7 @@ impl PackedConv {
                 residual: res.map(|p| p.offset(off)),
                 pixel: g.y_cb as isize,
                 vector,
-                lanes_used: block.channels,
+                lanes_used: block.channels.min(lanes),
                 chan_offsets: block.lane_offsets.as_deref(),
             };
             conv_tile(self.isa, x, w, bias, &tile, &store, self.epilogue);

@@ -10,9 +10,7 @@
 
 use crate::fusion::Activation;
 use crate::runtime::kernels::activation::activate;
-use crate::runtime::kernels::simd::{
-    load_part, store_part, Isa, Portable, Scalar, Vector, MAX_LANES,
-};
+use crate::runtime::kernels::simd::{Isa, Portable, Scalar, Vector, MAX_LANES};
 #[cfg(target_arch = "x86_64")]
 use crate::runtime::kernels::simd::{Ymm, Zmm};
 
@@ -112,8 +110,7 @@ pub struct Store<'a> {
     pub pixel: isize,
     /// Offset of the second vector's channels from the first's.
     pub vector: isize,
-    /// Channels the tile's vectors hold, all of them counted (the lanes past
-    /// them are not stored).
+    /// Lanes holding real channels (the others are not stored).
     pub lanes_used: usize,
     /// Per-lane channel offsets, when a vector's channels are not contiguous.
     pub chan_offsets: Option<&'a [isize]>,
@@ -204,24 +201,20 @@ unsafe fn tile_n<V: Vector, const N: usize, const M: usize, const XP: usize>(
     match st.chan_offsets {
         None => {
             let (lo, hi) = (V::splat(ep.min), V::splat(ep.max));
-            // The channels each vector holds: fewer than its lanes in the
-            // last block of a convolution group narrower than a vector.
-            let used: [usize; M] =
-                std::array::from_fn(|m| st.lanes_used.saturating_sub(m * V::LANES).min(V::LANES));
             for m in 0..M {
                 for p in 0..N {
                     let mut v = acc[m][p];
                     if let Some(r) = st.residual {
-                        v = V::add(v, load_part(r.offset(off(p, m)), used[m], 0.0));
+                        v = V::add(v, V::load(r.offset(off(p, m))));
                     }
-                    store_part(V::clamp(v, lo, hi), st.out.offset(off(p, m)), used[m]);
+                    V::clamp(v, lo, hi).store(st.out.offset(off(p, m)));
                 }
             }
             if let Some(a) = ep.act {
                 // On the stored tile, still in L1.
                 for i in 0..N * M {
-                    let (q, k) = (st.out.offset(off(i / M, i % M)), used[i % M]);
-                    store_part(activate(a, load_part::<V>(q, k, 0.0)), q, k);
+                    let q = st.out.offset(off(i / M, i % M));
+                    activate(a, V::load(q)).store(q);
                 }
             }
         }

@@ -461,7 +461,7 @@ impl WinogradConv {
             residual: None,
             pixel: self.cout_r as isize,
             vector: lanes as isize,
-            lanes_used: tile.vectors * lanes,
+            lanes_used: lanes,
             chan_offsets: None,
         };
         let u = self
