@@ -50,10 +50,6 @@ pub struct CostModel {
     pub nchw_conv_penalty: f64,
     /// Slowdown of a convolution in NHWC against the blocked layout.
     pub nhwc_conv_penalty: f64,
-    /// Slowdown of a depthwise convolution whose input and output are laid out
-    /// differently: the kernels need one channel blocking for both, so it runs
-    /// as a generated loop nest (~25x slower, measured on EfficientNetB0).
-    pub split_depthwise_penalty: f64,
     /// Cost of a transform between layouts with the same bytes: it moves
     /// nothing, but is one more node between two ops (fusion stops at it), so
     /// between plans that move the same bytes the one with fewer wins instead
@@ -75,7 +71,6 @@ impl Default for CostModel {
             ns_per_flop: 0.02,
             nchw_conv_penalty: 2.0,
             nhwc_conv_penalty: 1.15,
-            split_depthwise_penalty: 25.0,
             relabel_ns: 0.5,
             measured: None,
             epilogue_fuses: |_| true,
@@ -225,10 +220,9 @@ fn conv_slowdown(
     } else {
         layout_penalty(x_layout)
     };
-    let mut penalty = layout_penalty(y_layout).max(input_penalty);
-    if depthwise && x_layout != y_layout {
-        penalty *= m.split_depthwise_penalty;
-    }
+    // A depthwise kernel between two layouts runs at the pace of the slower
+    // one (one lane at a time when either is NCHW).
+    let penalty = layout_penalty(y_layout).max(input_penalty);
     // Padded channels are computed too.
     let pad = |t: &ValueType, l: &Layout| {
         physical_bytes(t, l) as f64 / (numel(&t.shape).max(1) * t.dtype.size_bytes()) as f64

@@ -175,9 +175,6 @@ impl<'g> Compiler<'g> {
         let y_cb = yl.channel_block(&ylogical)?;
         let geom = ConvGeom::of(c, &xs, ws[0], x_cb, y_cb)?;
         let depthwise = c.group == geom.cin && c.group == geom.cout && c.group > 1;
-        if depthwise && x_cb != y_cb {
-            return None;
-        }
         Some((geom, depthwise))
     }
 

@@ -177,9 +177,6 @@ impl MeasuredCosts for MeasuredKernels {
         )?;
         let group = q.conv.group;
         let depthwise = group > 1 && group == geom.cin && group == geom.cout;
-        if depthwise && geom.x_cb != geom.y_cb {
-            return None; // no native kernel
-        }
         let buffers = (geom.x_len() + geom.y_len() + q.weights.numel()) as f64 * 4.0;
         let w_type = ValueType::new(DType::F32, q.weights.shape.clone());
         let flops = q.conv.flops(&[x, &w_type], &[y]);

@@ -36,7 +36,7 @@ pub struct ConvGeom {
     /// Convolution groups: output channel `o` reads the `cin / groups` input
     /// channels of its group `o / (cout / groups)` (1: dense).
     pub groups: usize,
-    /// Channel block of the input and of the output storage.
+    /// Channel block of the input storage.
     pub x_cb: usize,
     /// Channel block of the output storage.
     pub y_cb: usize,

@@ -91,10 +91,7 @@ fn tiled_conv_matches_a_naive_loop_for_every_isa_and_blocking() {
         // used to leave the epilogue's max as -inf or as the clamp bound).
         let nonfinite = case % 3 == 2;
         if nonfinite {
-            let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY];
-            for (k, i) in (0..x.len()).step_by(29).enumerate() {
-                x[i] = specials[k % 3];
-            }
+            sprinkle_nonfinite(&mut x);
         }
         let wt = rng.f32s(cout * (cin / groups) * k.0 * k.1);
         let bias = rng.f32s(cout);
@@ -113,17 +110,29 @@ fn tiled_conv_matches_a_naive_loop_for_every_isa_and_blocking() {
             let mut y = vec![f32::NAN; g.y_len()];
             let mut scratch = vec![f32::NAN; conv.scratch_len()];
             conv.run(&xb, tail.residual, &mut y, &mut scratch);
-            let close = |got: f64, e: f64| {
-                if e.is_nan() || e.is_infinite() {
-                    got.to_bits() == e.to_bits() || (e.is_nan() && got.is_nan())
-                } else {
-                    (got - e).abs() <= 1e-4 * (1.0 + e.abs())
-                }
-            };
+            let close = |got: f64, e: f64| close_or_same_nonfinite(got, e, 1e-4);
             // Zero weights times a NaN or inf input are NaN.
             let what = format!("case {case} {isa:?} {g:?}");
             y_blocks.check(&y, &expect, tail, !nonfinite, close, &what);
         }
+    }
+}
+
+/// NaN, +inf and -inf at every 29th element of `x`, in turn.
+fn sprinkle_nonfinite(x: &mut [f32]) {
+    let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY];
+    for (k, i) in (0..x.len()).step_by(29).enumerate() {
+        x[i] = specials[k % 3];
+    }
+}
+
+/// `got` within `tol` relative to a finite `e` (plus `tol` absolute), NaN
+/// where `e` is NaN and the same infinity where `e` is one.
+fn close_or_same_nonfinite(got: f64, e: f64, tol: f64) -> bool {
+    if e.is_nan() || e.is_infinite() {
+        got.to_bits() == e.to_bits() || (e.is_nan() && got.is_nan())
+    } else {
+        (got - e).abs() <= tol * (1.0 + e.abs())
     }
 }
 
@@ -188,11 +197,14 @@ fn naive_depthwise(g: &ConvGeom, x: &[f32], w: &[f32], b: &[f32]) -> Vec<f64> {
     y
 }
 
+/// Input and output channel blocks drawn independently (NCHW, NCHW8c,
+/// NCHW16c, NCHW32c, NHWC on either side), every third case with NaN and ±inf
+/// inputs.
 #[test]
 fn depthwise_matches_a_naive_loop_for_every_isa_and_blocking() {
     let isas = available_isas();
     let mut rng = Rng(5);
-    for case in 0..80 {
+    for case in 0..120 {
         let c = rng.range(1, 40);
         let k = [(3, 3), (3, 3), (1, 1), (5, 5), (2, 3)][rng.below(5)];
         let dilation = (rng.range(1, 2), rng.range(1, 2));
@@ -203,7 +215,8 @@ fn depthwise_matches_a_naive_loop_for_every_isa_and_blocking() {
         // Widths up to 30 give full tiles, tails and border columns.
         let h = rng.range(span.0.saturating_sub(pad.0 + pad_end.0).max(1), 12);
         let w = rng.range(span.1.saturating_sub(pad.1 + pad_end.1).max(1), 30);
-        let cb = [1, 8, 16, 32, c][rng.below(5)];
+        let mut pick_cb = || [1, 8, 16, 32, c][rng.below(5)];
+        let (x_cb, y_cb) = (pick_cb(), pick_cb());
         let g = ConvGeom {
             n: rng.range(1, 2),
             cin: c,
@@ -217,10 +230,13 @@ fn depthwise_matches_a_naive_loop_for_every_isa_and_blocking() {
             dilation,
             pad,
             groups: c,
-            x_cb: cb,
-            y_cb: cb,
+            x_cb,
+            y_cb,
         };
-        let x = rng.f32s(g.n * c * h * w);
+        let mut x = rng.f32s(g.n * c * h * w);
+        if case % 3 == 2 {
+            sprinkle_nonfinite(&mut x);
+        }
         let wt = rng.f32s(c * k.0 * k.1);
         let bias = rng.f32s(c);
         let residual = rng.f32s(g.y_len());
@@ -233,7 +249,7 @@ fn depthwise_matches_a_naive_loop_for_every_isa_and_blocking() {
             let d = Depthwise::new(g.clone(), isa, &wt, &bias, tail.epilogue(), Some(0.0));
             let mut y = vec![f32::NAN; g.y_len()];
             d.run(&xb, tail.residual, &mut y);
-            let close = |got: f64, e: f64| (got - e).abs() <= 1e-5 * (1.0 + e.abs());
+            let close = |got: f64, e: f64| close_or_same_nonfinite(got, e, 1e-5);
             let what = format!("case {case} {isa:?} {g:?}");
             y_blocks.check(&y, &expect, tail, true, close, &what);
         }
