@@ -558,9 +558,8 @@ impl OpDef for Pad {
                 && ends[a] >= 0
                 && extent.is_some_and(|n| blocks_divide(l, a, &[begins[a] as usize, n]))
         };
-        (0..begins.len()).all(|a| {
-            (begins[a] == 0 && ends[a] == 0) || unblocked(l, &[a]) || whole_blocks(a)
-        })
+        (0..begins.len())
+            .all(|a| (begins[a] == 0 && ends[a] == 0) || unblocked(l, &[a]) || whole_blocks(a))
     }
 
     /// The layout's padding on an axis this op leaves alone (channels, while the

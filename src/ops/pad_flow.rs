@@ -137,7 +137,10 @@ mod tests {
         assert!(runs(&pad(0, 16, zero), 16));
         assert!(runs(&pad(16, 8, zero), 32));
         assert!(!runs(&pad(8, 8, zero), 16), "a begin inside a block");
-        assert!(!runs(&pad(0, 8, zero), 24), "an input ending inside a block");
+        assert!(
+            !runs(&pad(0, 8, zero), 24),
+            "an input ending inside a block"
+        );
         assert!(!runs(&pad(0, -16, zero), 32), "a crop");
         assert!(!runs(&pad(0, 16, PadMode::Edge), 16));
         // Its input has no padding: the output's (channels 40..48) holds the constant.
