@@ -543,15 +543,30 @@ impl OpDef for Pad {
         LayoutRole::Agnostic
     }
 
-    fn runs_in(&self, l: &Layout, _: &[&ValueType]) -> bool {
-        let Pad { begins, ends, .. } = self;
+    /// Any axis the layout does not block; a blocked one too when a constant
+    /// is added there in whole blocks before the input, whose extent fills
+    /// whole blocks (a zero channel padding in NCHW16c: the input's blocks
+    /// keep their bytes, and the new channels are new blocks and the tail of
+    /// the last one).
+    fn runs_in(&self, l: &Layout, ins: &[&ValueType]) -> bool {
+        let Pad { begins, ends, mode } = self;
 
-        (0..begins.len()).all(|a| (begins[a] == 0 && ends[a] == 0) || unblocked(l, &[a]))
+        let whole_blocks = |a: usize| {
+            let extent = ins.first().map(|x| x.shape[a]);
+            matches!(mode, PadMode::Constant(_))
+                && begins[a] >= 0
+                && ends[a] >= 0
+                && extent.is_some_and(|n| blocks_divide(l, a, &[begins[a] as usize, n]))
+        };
+        (0..begins.len())
+            .all(|a| (begins[a] == 0 && ends[a] == 0) || unblocked(l, &[a]) || whole_blocks(a))
     }
 
     /// The layout's padding on an axis this op leaves alone (channels, while the
     /// op pads H and W) goes through: at the new border it holds what every mode
     /// writes there, the constant for `Constant` and the padding itself otherwise.
+    /// An input without layout padding leaves the op to write all of the
+    /// output's (the tail of the last block of an axis it pads): the constant.
     fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
         let touched = |a: usize| self.begins[a] != 0 || self.ends[a] != 0;
         if padded.iter().any(|&a| touched(a)) {
@@ -559,6 +574,7 @@ impl OpDef for Pad {
         }
         let flow = pass_through(inputs);
         let output = match self.mode {
+            PadMode::Constant(v) if padded.is_empty() => PadValue::Known(v),
             PadMode::Constant(v) if flow.output != PadValue::Known(v) => PadValue::Undef,
             _ => flow.output,
         };

@@ -118,6 +118,37 @@ mod tests {
         );
     }
 
+    /// A constant Pad of channels in NCHW16c (BlazeFace's zero-padded
+    /// shortcut): it runs there when it adds whole blocks before an input of
+    /// whole blocks, and then writes all of its output's padding itself.
+    #[test]
+    fn a_channel_pad_of_whole_blocks_runs_blocked() {
+        let pad = |begin: i64, end: i64, mode: PadMode| {
+            Op::Pad(Pad {
+                begins: vec![0, begin, 0, 0],
+                ends: vec![0, end, 0, 0],
+                mode,
+            })
+        };
+        let zero = PadMode::Constant(0.0);
+        let blocked = crate::core::Layout::parse("NCHW16c").unwrap();
+        let x = |c: usize| crate::core::ValueType::new(crate::core::DType::F32, vec![1, c, 4, 4]);
+        let runs = |op: &Op, c: usize| op.def().runs_in(&blocked, &[&x(c)]);
+        assert!(runs(&pad(0, 16, zero), 16));
+        assert!(runs(&pad(16, 8, zero), 32));
+        assert!(!runs(&pad(8, 8, zero), 16), "a begin inside a block");
+        assert!(
+            !runs(&pad(0, 8, zero), 24),
+            "an input ending inside a block"
+        );
+        assert!(!runs(&pad(0, -16, zero), 32), "a crop");
+        assert!(!runs(&pad(0, 16, PadMode::Edge), 16));
+        // Its input has no padding: the output's (channels 40..48) holds the constant.
+        let f = pad_flow(&pad(16, 8, PadMode::Constant(2.0)), &[PadValue::Undef], &[]);
+        assert_eq!(f.inputs, vec![Requirement::Any]);
+        assert_eq!(f.output, PadValue::Known(2.0));
+    }
+
     #[test]
     fn reductions_need_their_identity_on_padded_axes() {
         let sum = Op::Reduce(Reduce {

@@ -8,6 +8,7 @@ use crate::fusion;
 use crate::graph::{DType, Graph, GraphError, NodeId, Op, ValueRef};
 use crate::layout::Layout;
 use crate::ops::Concat;
+use crate::runtime::measure::roofline::StepWork;
 use crate::runtime::model::{Kernel, Slot, Step};
 use crate::runtime::storage::Storage;
 use crate::runtime::{CompiledModel, RuntimeError};
@@ -18,7 +19,10 @@ use std::sync::{Arc, Mutex};
 impl Compiler<'_> {
     /// Gives every value a slot: constants and non-f32 values their own, f32
     /// intermediates an arena range that no value alive at the same time shares.
-    pub(super) fn plan_memory(self, pool: Arc<par::Pool>) -> Result<CompiledModel, RuntimeError> {
+    pub(super) fn plan_memory(
+        mut self,
+        pool: Arc<par::Pool>,
+    ) -> Result<CompiledModel, RuntimeError> {
         let g = self.g;
         let end = self.steps.len();
         // Live range of every value: [defining step, last reading step].
@@ -64,8 +68,12 @@ impl Compiler<'_> {
                 slots.insert(*v, Slot::Output(k));
             }
         }
-        // Concats computed in place: their inputs live inside their output.
-        let (mut within, mut placed_steps) = self.placed_concats(&slots);
+        // Concats and pads computed in place: their inputs live inside their
+        // output; a pad step is left with its fill.
+        let (mut within, mut placed_steps, fills) = self.placed_in_outputs(&slots);
+        for i in fills {
+            self.keep_the_fill(i);
+        }
         self.place_views(&slots, &mut within, &mut placed_steps);
         for (member, (root, _)) in &within {
             let m = range[member];
@@ -260,27 +268,40 @@ impl Compiler<'_> {
         }))
     }
 
-    /// The concats whose inputs can be computed straight into their slice of
-    /// the output, so the concat itself moves nothing: each such input maps to
-    /// (the value whose buffer holds it, its element offset there), and the
-    /// concat steps (by index) are dropped. Nested concats (DenseNet's growing
-    /// feature map) resolve to the outermost one, taken first. An input with a
-    /// slot of its own (a graph input or output, a constant), an input used
-    /// twice, or an input already inside another concat keeps the copy.
-    fn placed_concats(
+    /// The concats and pads whose inputs can be computed straight into their
+    /// slice of the output, so the concat itself moves nothing and the pad
+    /// only writes its fill: each such input maps to (the value whose buffer
+    /// holds it, its element offset there); the concat steps (by index) are
+    /// dropped and the pad steps (the last set) keep their fill. Nested
+    /// placements (DenseNet's growing feature map) resolve to the outermost
+    /// one, taken first. An input with a slot of its own (a graph input or
+    /// output, a constant), an input used twice, or an input already inside
+    /// another placement keeps the copy.
+    #[allow(clippy::type_complexity)]
+    fn placed_in_outputs(
         &self,
         taken: &HashMap<ValueRef, Slot>,
-    ) -> (HashMap<ValueRef, (ValueRef, usize)>, HashSet<usize>) {
+    ) -> (
+        HashMap<ValueRef, (ValueRef, usize)>,
+        HashSet<usize>,
+        Vec<usize>,
+    ) {
         let g = self.g;
         let mut within: HashMap<ValueRef, (ValueRef, usize)> = HashMap::new();
-        let mut placed = HashSet::new();
+        let (mut placed, mut fills) = (HashSet::new(), vec![]);
         for (i, p) in self.steps.iter().enumerate().rev() {
             let [out] = p.outputs[..] else { continue };
             if p.inputs != g.node_inputs(out.node) {
                 continue;
             }
-            let Some(offsets) = concat_offsets(g, out.node) else {
-                continue;
+            let placed_input = match (&p.kernel, &p.inputs[..]) {
+                (Kernel::Gather(gather), [x]) => gather.placed_input(g.value_type(*x).numel()),
+                _ => None,
+            };
+            let (offsets, fill) = match (concat_offsets(g, out.node), placed_input) {
+                (Some(offsets), _) => (offsets, false),
+                (None, Some(k)) => (vec![k], true),
+                (None, None) => continue,
             };
             let (root, base) = within.get(&out).copied().unwrap_or((out, 0));
             let distinct: HashSet<&ValueRef> = p.inputs.iter().collect();
@@ -298,9 +319,30 @@ impl Compiler<'_> {
             for (u, offset) in p.inputs.iter().zip(offsets) {
                 within.insert(*u, (root, base + offset));
             }
-            placed.insert(i);
+            if fill {
+                fills.push(i);
+            } else {
+                placed.insert(i);
+            }
         }
-        (within, placed)
+        (within, placed, fills)
+    }
+
+    /// Step `i`, a gather whose input is now computed inside its output,
+    /// left to write the fill around it.
+    fn keep_the_fill(&mut self, i: usize) {
+        let p = &mut self.steps[i];
+        let Kernel::Gather(gather) = &p.kernel else {
+            unreachable!("only gathers keep their fill")
+        };
+        let fill = gather.fill_only();
+        p.work = StepWork {
+            bytes: 4 * fill.filled() as u64,
+            flops: 0.0,
+        };
+        p.kernel = Kernel::Gather(fill);
+        p.inputs.clear();
+        p.kind = format!("{} (fill)", self.g.node(p.outputs[0].node).op.kind_name());
     }
 }
 

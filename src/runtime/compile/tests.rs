@@ -293,6 +293,114 @@ fn constant_pads_gather_what_the_reference_pads() {
     }
 }
 
+/// BlazeFace's widening residual: x[1, 16, 32, 32] -> 3x3 Conv + Relu ->
+/// 2x2 MaxPool -> (a 3x3 Conv to the wider channels, plus the pooled map
+/// zero-padded on C by `begin` and `end`) -> Relu, the graph's output.
+fn padded_shortcut_graph(begin: usize, end: usize, rng: &mut Rng) -> (Graph, Tensor) {
+    use crate::ops::testutil::{pool_2x2, square_window};
+    use crate::ops::{Pad, PadMode, PoolKind};
+    let (c, wide) = (16, 16 + begin + end);
+    let ty = ValueType::new(DType::F32, vec![1, c, 32, 32]);
+    let x_in = Tensor::from_f32(ty.shape.clone(), rng.f32s(ty.numel()));
+    let mut g = Graph::new("padded_shortcut");
+    let x = g.add_input("x", ty, vec![]);
+    let node = |g: &mut Graph, op: Op, name: &str, ins: &[ValueRef]| {
+        ValueRef::new(g.add_node(op, name, ins, &[], vec![]).unwrap(), 0)
+    };
+    let conv = || {
+        Op::Conv(Conv {
+            window: square_window(3, 1, 1),
+            group: 1,
+        })
+    };
+    let w1 = Tensor::from_f32(vec![c, c, 3, 3], rng.f32s(c * c * 9));
+    let w1 = g.add_constant("w1", w1, vec![]);
+    let w2 = Tensor::from_f32(vec![wide, c, 3, 3], rng.f32s(wide * c * 9));
+    let w2 = g.add_constant("w2", w2, vec![]);
+    let a = node(&mut g, conv(), "expand", &[x, w1]);
+    let a = node(&mut g, Op::Unary(UnaryOp::Relu), "relu1", &[a]);
+    let pooled = node(&mut g, pool_2x2(PoolKind::Max), "pool", &[a]);
+    let pad = Op::Pad(Pad {
+        begins: vec![0, begin as i64, 0, 0],
+        ends: vec![0, end as i64, 0, 0],
+        mode: PadMode::Constant(0.0),
+    });
+    let shortcut = node(&mut g, pad, "pad", &[pooled]);
+    let main = node(&mut g, conv(), "project", &[pooled, w2]);
+    let sum = node(&mut g, Op::Binary(BinaryOp::Add), "add", &[main, shortcut]);
+    let y = node(&mut g, Op::Unary(UnaryOp::Relu), "relu2", &[sum]);
+    g.set_outputs(vec![y]);
+    (g, x_in)
+}
+
+/// A zero Pad of channels is a planner decision: where it adds whole channel
+/// blocks before an input of whole blocks it runs in the blocked layout, with
+/// no transform before or after it, and (batch 1) its input is computed in
+/// place inside its output, so the step only writes the zeros, as in NCHW.
+/// Other paddings (a begin inside a block) still run, through transforms.
+/// Outputs equal the reference executor's in every layout family.
+#[test]
+fn a_zero_channel_pad_runs_in_the_blocked_layout() {
+    use crate::runtime::test_support::FAMILIES;
+    let mut rng = Rng(44);
+    for (begin, end) in [(0, 16), (16, 8), (0, 8), (4, 12)] {
+        let (g, x) = padded_shortcut_graph(begin, end, &mut rng);
+        let expected = crate::reference::run(&g, std::slice::from_ref(&x)).unwrap()[0].to_f32();
+        for family in FAMILIES {
+            let planned = planned_for(&g, family);
+            let what = format!("{family} pad {begin}/{end}");
+            let m = compile_on(2, &planned);
+            // Two stacked 3x3 convolutions of 16 channels: sums of 144 terms
+            // in another order than the reference's.
+            let got = m.run(std::slice::from_ref(&x)).unwrap()[0].to_f32();
+            let mag = expected.iter().fold(0f32, |m, e| m.max(e.abs()));
+            let err = got
+                .iter()
+                .zip(&expected)
+                .fold(0f32, |m, (a, e)| m.max((a - e).abs()));
+            assert!(
+                err <= 1e-5 * mag.max(1.0),
+                "{what}: error {err} (max {mag})"
+            );
+            let block = match family {
+                TargetFamily::Nchwc(b) => b,
+                TargetFamily::Nchw => 1,
+                TargetFamily::Nhwc => continue,
+            };
+            if begin % block != 0 {
+                continue;
+            }
+            // The pooled map is computed inside the pad's output, which is
+            // left to write its zeros.
+            let steps = m.describe();
+            assert!(
+                steps.iter().any(|s| s.starts_with("pad [Pad (fill)]"))
+                    && !steps.iter().any(|s| s.contains("(gather)")),
+                "{what}: {steps:#?}"
+            );
+            if family == TargetFamily::Nchw {
+                continue;
+            }
+            let pad = planned
+                .node_ids()
+                .into_iter()
+                .find(|&id| planned.node(id).name == "pad")
+                .unwrap();
+            let Op::InLayout(laid_out) = &planned.node(pad).op else {
+                panic!("{what}: the pad runs row-major");
+            };
+            assert!(laid_out.inputs[0].0.is_blocked(), "{what}");
+            let transform = |id| matches!(planned.node(id).op, Op::LayoutTransform(_));
+            let producer = planned.node_inputs(pad)[0].node;
+            let consumers = planned.consumers(ValueRef::new(pad, 0));
+            assert!(
+                !transform(producer) && !consumers.iter().any(|&(id, _)| transform(id)),
+                "{what}: a transform next to the pad"
+            );
+        }
+    }
+}
+
 /// The one step of `model` whose kind starts with `kind`.
 fn step<'m>(model: &'m CompiledModel, kind: &str) -> &'m crate::runtime::model::Step {
     let mut found = model.steps.iter().filter(|s| s.kind.starts_with(kind));

@@ -236,26 +236,60 @@ impl Gather {
             }
             i = end;
         }
-        let mut tasks = vec![];
-        let mut covered = 0;
-        for (k, r) in runs.iter().enumerate() {
-            if k == 0 || r.dst as usize >= covered + ELEMENTS_PER_TASK {
-                tasks.push(k);
-                covered = r.dst as usize;
-            }
-        }
         let mut src_ends = vec![0; starts.len()];
         for r in &runs {
             let input = &mut src_ends[r.input as usize];
             *input = r.src_end().max(*input);
         }
         Gather {
+            tasks: tasks_of(&runs),
             runs,
-            tasks,
             len: src.len(),
             src_ends,
             fill,
         }
+    }
+
+    /// The output offset `k` when the one input, all `input_len` elements of
+    /// it, is output elements `k..k + input_len` and every other output
+    /// element is fill (a zero Pad of whole channel blocks, batch 1): the
+    /// input can be computed in place there, leaving the fill to write.
+    pub fn placed_input(&self, input_len: usize) -> Option<usize> {
+        (self.src_ends[..] == [input_len]).then_some(())?;
+        let mut sources = self.runs.iter().filter(|r| r.src != PAD).peekable();
+        let first = sources.peek()?;
+        let k = first.dst.checked_sub(first.src)?;
+        let mut covered = 0;
+        for r in sources {
+            if !r.is_contiguous() || r.dst.checked_sub(r.src) != Some(k) {
+                return None;
+            }
+            covered += r.elements();
+        }
+        // The runs write disjoint outputs, so they read disjoint inputs.
+        (covered == input_len).then_some(k as usize)
+    }
+
+    /// The fill alone, reading no input: what is left of the gather once its
+    /// input is computed in place (see `placed_input`).
+    pub fn fill_only(&self) -> Gather {
+        let runs: Vec<Run> = self.runs.iter().filter(|r| r.src == PAD).copied().collect();
+        Gather {
+            tasks: tasks_of(&runs),
+            runs,
+            len: self.len,
+            src_ends: vec![],
+            fill: self.fill,
+        }
+    }
+
+    /// Output elements the fill writes.
+    pub fn filled(&self) -> usize {
+        self.runs
+            .iter()
+            .filter(|r| r.src == PAD)
+            .map(Run::elements)
+            .sum()
     }
 
     /// Whether the gather moves nothing: the output is the input as it is.
@@ -304,6 +338,20 @@ impl Gather {
         });
         Ok(())
     }
+}
+
+/// The first run of each parallel task: tasks cover about
+/// `ELEMENTS_PER_TASK` output elements.
+fn tasks_of(runs: &[Run]) -> Vec<usize> {
+    let mut tasks = vec![];
+    let mut covered = 0;
+    for (k, r) in runs.iter().enumerate() {
+        if k == 0 || r.dst as usize >= covered + ELEMENTS_PER_TASK {
+            tasks.push(k);
+            covered = r.dst as usize;
+        }
+    }
+    tasks
 }
 
 /// The elements of run `r` (not padding) from `x` into `out`.

@@ -396,6 +396,41 @@ fn gathers_in_runs_copy_what_each_element_names() {
     }
 }
 
+/// A gather that copies its whole input, contiguous, among fill (a zero Pad
+/// of whole channel blocks) places the input at its offset in the output,
+/// and its fill alone writes every other element, reading no input; any
+/// other gather places nothing.
+#[test]
+fn a_padding_gather_places_its_input_and_keeps_its_fill() {
+    const PAD: u32 = u32::MAX;
+    let n = 40_000;
+    let (before, after) = (48_000, 70_000);
+    let mut src = vec![PAD; before];
+    src.extend(0..n as u32);
+    src.extend(std::iter::repeat_n(PAD, after));
+    let g = Gather::from_sources(src.clone(), 0.5);
+    assert_eq!(g.placed_input(n), Some(before));
+    assert_eq!(g.placed_input(n + 1), None, "the input is longer");
+    let x: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let mut want = vec![f32::NAN; src.len()];
+    g.run(&[&x], &mut want).unwrap();
+    // The input computed in place, then the fill around it.
+    let mut y = vec![f32::NAN; src.len()];
+    y[before..before + n].copy_from_slice(&x);
+    let fill = g.fill_only();
+    assert_eq!(fill.filled(), before + after);
+    fill.run(&[], &mut y).unwrap();
+    assert_eq!(y, want);
+    // Part of the input, or the input out of order, is no placement.
+    let last = n as u32 - 1;
+    let part = src.iter().map(|&s| if s == last { PAD } else { s });
+    let part = Gather::from_sources(part.collect(), 0.0);
+    assert_eq!(part.placed_input(n), None);
+    let mut swapped = src.clone();
+    swapped.swap(before, before + 1);
+    assert_eq!(Gather::from_sources(swapped, 0.0).placed_input(n), None);
+}
+
 /// Matrix products of two computed operands (attention's Q·Kᵀ and P·V) run as
 /// one native step: batch axes broadcast either way, vector operands, a
 /// constant right operand of rank 3, row-tile and panel tails, an empty
