@@ -201,6 +201,17 @@ impl Blocked {
 
 /// `got` equals the reference's `expected`: |got - expected| ≤ 1e-5 ·
 /// max(1, |expected|), NaN where it is NaN.
+/// The largest absolute difference between `got` and `expected`, and the
+/// largest magnitude in `expected` (to hold the first to a share of it).
+pub(super) fn max_error(got: &[f32], expected: &[f32]) -> (f32, f32) {
+    let mag = expected.iter().fold(0f32, |m, e| m.max(e.abs()));
+    let err = got
+        .iter()
+        .zip(expected)
+        .fold(0f32, |m, (a, e)| m.max((a - e).abs()));
+    (err, mag)
+}
+
 pub(super) fn assert_close(got: &[f32], expected: &[f32], what: &str) {
     assert_eq!(got.len(), expected.len(), "{what}");
     for (i, (&a, &e)) in got.iter().zip(expected).enumerate() {

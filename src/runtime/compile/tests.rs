@@ -10,7 +10,7 @@ use crate::layout::planners::planner_by_name;
 use crate::layout::target::TargetFamily;
 use crate::runtime::measure::roofline::StepWork;
 use crate::runtime::test_support::{
-    after_pointwise_conv, assert_close, compile_on, planned_for, random_conv_graph,
+    after_pointwise_conv, assert_close, compile_on, max_error, planned_for, random_conv_graph,
     strided_conv_graph, Rng,
 };
 use crate::runtime::{CompiledModel, RuntimeOptions};
@@ -40,12 +40,7 @@ fn compiled_random_convs_match_the_reference_executor() {
             .iter()
             .any(|l| l.contains("[Conv") && l.contains("Sigmoid+Mul") && l.ends_with("native"))
             as usize;
-        let (e, a) = (expected[0].to_f32(), got[0].to_f32());
-        let mag = e.iter().fold(0f32, |m, x| m.max(x.abs()));
-        let err = e
-            .iter()
-            .zip(&a)
-            .fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        let (err, mag) = max_error(&got[0].to_f32(), &expected[0].to_f32());
         assert!(
             err <= 1e-4 * mag.max(1.0),
             "case {case} {family}: error {err} (max {mag})\n{}",
@@ -353,11 +348,7 @@ fn a_zero_channel_pad_runs_in_the_blocked_layout() {
             // Two stacked 3x3 convolutions of 16 channels: sums of 144 terms
             // in another order than the reference's.
             let got = m.run(std::slice::from_ref(&x)).unwrap()[0].to_f32();
-            let mag = expected.iter().fold(0f32, |m, e| m.max(e.abs()));
-            let err = got
-                .iter()
-                .zip(&expected)
-                .fold(0f32, |m, (a, e)| m.max((a - e).abs()));
+            let (err, mag) = max_error(&got, &expected);
             assert!(
                 err <= 1e-5 * mag.max(1.0),
                 "{what}: error {err} (max {mag})"
