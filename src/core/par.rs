@@ -5,8 +5,10 @@
 //! before they park, so that the next step's loop finds them awake; tasks are
 //! handed out one at a time by one atomic counter; a loop allocates nothing.
 //!
-//! Kernels ask only [`threads`] and [`for_each`] (and its chunked forms). A
-//! loop runs inline, on the calling thread, when no pool is installed on it,
+//! Kernels ask only [`threads`] and [`for_each`] (and its chunked forms). The
+//! caller may cap the threads the loops of a piece of work take part on
+//! ([`with_threads`]): a step too small to pay for waking more threads runs
+//! on fewer, or inline, while the rest keep waiting. A loop runs inline, on the calling thread, when no pool is installed on it,
 //! inside another loop (a worker's task, or a task the caller runs), and when
 //! another thread is running a loop on the same pool (a model run from two
 //! threads at once): it is never queued behind another caller's loop.
@@ -53,6 +55,9 @@ struct Shared {
     body: AtomicUsize,
     /// Tasks of the current loop not finished yet.
     pending: AtomicUsize,
+    /// Threads that take part in the current loop: the caller and workers
+    /// `1..active` (written with the loop's body).
+    active: AtomicUsize,
     /// Set while a caller runs a loop on the pool.
     busy: AtomicBool,
     /// With one thread per CPU the process may use, those CPUs (else empty):
@@ -81,6 +86,9 @@ struct Shared {
 thread_local! {
     /// The pool installed on this thread, null if none.
     static CURRENT: Cell<*const Shared> = const { Cell::new(std::ptr::null()) };
+    /// The most threads a loop started on this thread takes part on
+    /// (`usize::MAX`: all of the pool's).
+    static CAP: Cell<usize> = const { Cell::new(usize::MAX) };
 }
 
 impl Pool {
@@ -94,6 +102,7 @@ impl Pool {
             call: AtomicUsize::new(0),
             body: AtomicUsize::new(0),
             pending: AtomicUsize::new(0),
+            active: AtomicUsize::new(threads),
             busy: AtomicBool::new(false),
             cpus: Some(affinity::allowed_cpus())
                 .filter(|cpus| threads > 1 && cpus.len() == threads)
@@ -160,11 +169,25 @@ impl Drop for Pool {
     }
 }
 
-/// Threads a loop started here runs on: the installed pool's, else 1.
+/// Threads a loop started here runs on: the installed pool's (at most the
+/// cap of [`with_threads`]), else 1.
 pub fn threads() -> usize {
     // SAFETY: an installed pool outlives its `install` call, which resets
     // `CURRENT` when it returns.
-    current().map_or(1, |s| s.threads)
+    current().map_or(1, |s| s.threads.min(CAP.with(Cell::get)).max(1))
+}
+
+/// Runs `f` with the loops it starts on this thread taking part on at most
+/// `threads` threads (at least one: the caller).
+pub fn with_threads<R>(threads: usize, f: impl FnOnce() -> R) -> R {
+    struct Restore(usize);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CAP.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(CAP.with(|c| c.replace(threads.max(1))));
+    f()
 }
 
 fn current() -> Option<&'static Shared> {
@@ -178,9 +201,10 @@ fn current() -> Option<&'static Shared> {
 /// and returns when all have finished. A panic of a task is raised here once
 /// every task has finished.
 pub fn for_each<F: Fn(usize) + Sync>(tasks: usize, f: F) {
-    if tasks > 1 && u32::try_from(tasks).is_ok() {
-        if let Some(shared) = current().filter(|s| s.threads > 1 && s.claim_pool()) {
-            return shared.run(tasks, &f);
+    let active = threads();
+    if tasks > 1 && active > 1 && u32::try_from(tasks).is_ok() {
+        if let Some(shared) = current().filter(|s| s.claim_pool()) {
+            return shared.run(tasks, active, &f);
         }
     }
     (0..tasks).for_each(f)
@@ -235,8 +259,9 @@ impl Shared {
             .is_ok()
     }
 
-    /// Runs a loop of `tasks` tasks with the pool taken by `claim_pool`.
-    fn run<F: Fn(usize) + Sync>(&self, tasks: usize, f: &F) {
+    /// Runs a loop of `tasks` tasks on `active` threads, the pool taken by
+    /// `claim_pool`.
+    fn run<F: Fn(usize) + Sync>(&self, tasks: usize, active: usize, f: &F) {
         struct Free<'a>(&'a AtomicBool);
         impl Drop for Free<'_> {
             fn drop(&mut self) {
@@ -249,6 +274,7 @@ impl Shared {
             .store(call::<F> as Call as usize, Ordering::Relaxed);
         self.body.store(f as *const F as usize, Ordering::Relaxed);
         self.pending.store(tasks, Ordering::Relaxed);
+        self.active.store(active, Ordering::Relaxed);
         let generation = (self.claims.load(Ordering::Relaxed) >> 32) as u32;
         let generation = generation.wrapping_add(1);
         // SeqCst with `sleepers`: a worker about to park either sees the new
@@ -324,6 +350,11 @@ impl Shared {
         let (mut seen, mut avoided) = (0, usize::MAX);
         while let Some(generation) = self.next_loop(seen) {
             seen = generation;
+            // The claims' SeqCst load in `next_loop` orders this read after
+            // the loop's `active` was written.
+            if k >= self.active.load(Ordering::Relaxed) {
+                continue;
+            }
             let caller = self.caller_cpu.load(Ordering::Relaxed);
             if !self.cpus.is_empty() && caller != avoided {
                 // Worker k takes the k-th CPU of those the caller is not on.
@@ -501,6 +532,27 @@ mod tests {
     fn loops_run_inline_without_a_pool() {
         let caller = std::thread::current().id();
         for_each(8, |_| assert_eq!(std::thread::current().id(), caller));
+    }
+
+    #[test]
+    fn a_capped_loop_takes_part_on_at_most_its_cap_of_threads() {
+        let pool = Pool::new(4).unwrap();
+        pool.install(|| {
+            for cap in [1, 2, 3] {
+                with_threads(cap, || {
+                    assert_eq!(threads(), cap);
+                    let seen = Mutex::new(std::collections::HashSet::new());
+                    for_each(256, |_| {
+                        seen.lock().unwrap().insert(std::thread::current().id());
+                        std::thread::sleep(Duration::from_micros(20));
+                    });
+                    let seen = seen.lock().unwrap().len();
+                    assert!((1..=cap).contains(&seen), "cap {cap}: {seen} threads");
+                });
+                assert_eq!(threads(), 4, "the cap ends with `with_threads`");
+                assert!(each_once(1000), "uncapped after a cap of {cap}");
+            }
+        });
     }
 
     #[test]

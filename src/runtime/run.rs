@@ -7,7 +7,9 @@ use super::exec::Buffers;
 use super::measure::roofline::StepWork;
 use super::model::{CompiledModel, Kernel, Slot};
 use super::scratch::{output_buffer, Scratch};
+use super::threads::threads_for;
 use super::RuntimeError;
+use crate::core::par;
 use crate::graph::{Tensor, TensorData, ValueType};
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -225,7 +227,7 @@ impl CompiledModel {
         self.pool.install(|| -> Result<(), RuntimeError> {
             for (i, step) in self.steps.iter().enumerate() {
                 let t0 = Instant::now();
-                self.exec(step, &mut bufs)?;
+                par::with_threads(threads_for(&step.work), || self.exec(step, &mut bufs))?;
                 if let Some(p) = profile.as_deref_mut() {
                     p[i].times.push(t0.elapsed());
                 }
