@@ -472,10 +472,17 @@ pub(crate) fn vectorizable(
         }
         match e {
             Expr::Load { .. } => true,
-            // Functions the vector path computes lane-wise (exp and erf inline).
-            Expr::Call(Intrinsic::Exp | Intrinsic::Erf | Intrinsic::Sqrt, args) => {
-                args.len() == 1 && !args[0].is_int() && ok(&args[0], var)
-            }
+            // Functions the vector path computes lane-wise (exp and erf inline,
+            // the rest one instruction each).
+            Expr::Call(
+                Intrinsic::Exp
+                | Intrinsic::Erf
+                | Intrinsic::Sqrt
+                | Intrinsic::Round
+                | Intrinsic::Floor
+                | Intrinsic::Ceil,
+                args,
+            ) => args.len() == 1 && !args[0].is_int() && ok(&args[0], var),
             Expr::Bin(Add | Sub | Mul | Div | Min | Max, a, b) => {
                 !e.is_int() && float_ok(a, var) && float_ok(b, var)
             }

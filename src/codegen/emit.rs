@@ -311,6 +311,9 @@ impl FnEmitter<'_, '_, '_> {
                 let x = self.float(x)?;
                 match f {
                     Intrinsic::Sqrt => self.b.ins().sqrt(x),
+                    Intrinsic::Round => self.b.ins().nearest(x),
+                    Intrinsic::Floor => self.b.ins().floor(x),
+                    Intrinsic::Ceil => self.b.ins().ceil(x),
                     Intrinsic::Exp => emitted::emit(&mut self.b, x, vecmath::exp),
                     Intrinsic::Log => self.call_f32(rt::logf as *const (), x),
                     Intrinsic::Tanh => emitted::emit(&mut self.b, x, vecmath::tanh),
@@ -850,9 +853,14 @@ impl FnEmitter<'_, '_, '_> {
                 let x = self.vexpr(var, &args[0])?;
                 Ok(match f {
                     Intrinsic::Sqrt => self.b.ins().sqrt(x),
+                    Intrinsic::Round => self.b.ins().nearest(x),
+                    Intrinsic::Floor => self.b.ins().floor(x),
+                    Intrinsic::Ceil => self.b.ins().ceil(x),
                     Intrinsic::Exp => emitted::emit(&mut self.b, x, vecmath::exp),
                     Intrinsic::Erf => emitted::emit(&mut self.b, x, vecmath::erf),
-                    _ => unreachable!("analysis::vectorizable admits exp, erf and sqrt only"),
+                    _ => unreachable!(
+                        "analysis::vectorizable admits exp, erf, sqrt and rounding only"
+                    ),
                 })
             }
             _ => unreachable!("analysis::vectorizable admits loads and arithmetic only"),

@@ -88,6 +88,12 @@ pub enum UnaryOp {
     Softsign,
     /// x · tanh(softplus(x)).
     Mish,
+    /// The nearest integer, halves to even (ONNX Round; what quantization rounds with).
+    Round,
+    /// The largest integer not above x.
+    Floor,
+    /// The smallest integer not below x.
+    Ceil,
 }
 
 /// Binary elementwise functions with numpy broadcasting.
@@ -144,6 +150,12 @@ pub trait Scalar:
     fn abs(self) -> Self {
         self.clone().max(-self)
     }
+    /// The nearest integer, halves to even.
+    fn round_even(self) -> Self;
+    /// The largest integer not above self.
+    fn floor(self) -> Self;
+    /// The smallest integer not below self.
+    fn ceil(self) -> Self;
 }
 
 /// `Scalar` for a float type; `$exp`, `$tanh` and `$erf` are its elementary
@@ -197,6 +209,15 @@ macro_rules! float_scalar {
             fn abs(self) -> $t {
                 <$t>::abs(self)
             }
+            fn round_even(self) -> $t {
+                self.round_ties_even()
+            }
+            fn floor(self) -> $t {
+                <$t>::floor(self)
+            }
+            fn ceil(self) -> $t {
+                <$t>::ceil(self)
+            }
         }
     };
 }
@@ -212,7 +233,7 @@ float_scalar!(f64, f64::exp, f64::tanh, erf);
 impl UnaryOp {
     /// Every variant, with typical parameters: what tests run through each
     /// path that evaluates elementwise functions.
-    pub const EVERY: [UnaryOp; 23] = [
+    pub const EVERY: [UnaryOp; 26] = [
         UnaryOp::Relu,
         UnaryOp::LeakyRelu { alpha: 0.1 },
         UnaryOp::Clip {
@@ -245,6 +266,9 @@ impl UnaryOp {
         UnaryOp::Softplus,
         UnaryOp::Softsign,
         UnaryOp::Mish,
+        UnaryOp::Round,
+        UnaryOp::Floor,
+        UnaryOp::Ceil,
     ];
 
     /// The bounds `(lo, hi)` when the op clamps its input (relu, clip): kernels
@@ -282,6 +306,9 @@ impl UnaryOp {
             UnaryOp::Softplus => "Softplus",
             UnaryOp::Softsign => "Softsign",
             UnaryOp::Mish => "Mish",
+            UnaryOp::Round => "Round",
+            UnaryOp::Floor => "Floor",
+            UnaryOp::Ceil => "Ceil",
         }
     }
 
@@ -327,6 +354,9 @@ impl UnaryOp {
             UnaryOp::Softplus => softplus(x),
             UnaryOp::Softsign => x.clone() / (c(1.0) + x.abs()),
             UnaryOp::Mish => x.clone() * softplus(x).tanh(),
+            UnaryOp::Round => x.round_even(),
+            UnaryOp::Floor => x.floor(),
+            UnaryOp::Ceil => x.ceil(),
         }
     }
 

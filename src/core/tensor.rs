@@ -81,6 +81,27 @@ impl DType {
             || float8::is_float8(self)
     }
 
+    /// The least and greatest value of an integer type (`None` for the others).
+    pub fn integer_range(self) -> Option<(f64, f64)> {
+        let bits = |signed: bool, b: i32| match signed {
+            true => (-(2f64.powi(b - 1)), 2f64.powi(b - 1) - 1.0),
+            false => (0.0, 2f64.powi(b) - 1.0),
+        };
+        Some(match self {
+            DType::I64 => bits(true, 64),
+            DType::I32 => bits(true, 32),
+            DType::I16 => bits(true, 16),
+            DType::I8 => bits(true, 8),
+            DType::I4 => bits(true, 4),
+            DType::U64 => bits(false, 64),
+            DType::U32 => bits(false, 32),
+            DType::U16 => bits(false, 16),
+            DType::U8 => bits(false, 8),
+            DType::U4 => bits(false, 4),
+            _ => return None,
+        })
+    }
+
     /// Bytes per element as stored in memory.
     pub fn size_bytes(self) -> usize {
         match self {

@@ -1,5 +1,7 @@
 //! Constant folding: a node whose inputs are all constants becomes constants;
-//! and strength reduction where a constant operand allows it (x^2 is x·x).
+//! strength reduction where a constant operand allows it (x^2 is x·x); and a
+//! float cast to an integer type and back, where the values are integers that
+//! type holds (a quantization round trip), is the float itself.
 //! A fold whose result would pass the memory budget's fold limit (64 MiB per
 //! value, `core::budget::fold_limit`) is not made: the node stays in the graph
 //! and computes its value when the model runs.
@@ -10,7 +12,8 @@
 //! whole graph after a pass has produced new constant-only nodes.
 
 use super::{
-    checked_size_bytes, BinaryOp, Graph, GraphError, NodeId, Op, Tensor, ValueRef, ValueType,
+    checked_size_bytes, BinaryOp, GlobalPool, Graph, GraphError, NodeId, Op, Pool, PoolKind,
+    Tensor, UnaryOp, ValueRef, ValueType,
 };
 use crate::core::budget;
 use crate::ops::eval_op;
@@ -23,6 +26,14 @@ pub fn fold_node(g: &mut Graph, id: NodeId) -> Result<Option<Vec<ValueRef>>, Gra
     }
     if let Some(square) = square_of_pow(g, id)? {
         return Ok(Some(square));
+    }
+    if let Some(x) = integer_round_trip(g, id) {
+        g.replace_uses(ValueRef::new(id, 0), x);
+        g.remove_node(id);
+        return Ok(Some(vec![x]));
+    }
+    if let Some(cast) = cast_sunk_below(g, id)? {
+        return Ok(Some(vec![cast]));
     }
     let inputs = g.node_inputs(id);
     let Some(tensors) = inputs
@@ -90,6 +101,135 @@ fn square_of_pow(g: &mut Graph, id: NodeId) -> Result<Option<Vec<ValueRef>>, Gra
     g.replace_uses(ValueRef::new(id, 0), square);
     g.remove_node(id);
     Ok(Some(vec![square]))
+}
+
+/// The float `x` when node `id` casts back to its type a cast of it to an
+/// integer type that holds every value `x` can have, each an integer: the two
+/// casts then change nothing.
+fn integer_round_trip(g: &Graph, id: NodeId) -> Option<ValueRef> {
+    let Op::Cast(back) = &g.node(id).op else {
+        return None;
+    };
+    let narrowed = g.node_inputs(id)[0];
+    let Op::Cast(to_int) = &g.node(narrowed.node).op else {
+        return None;
+    };
+    let x = g.node_inputs(narrowed.node)[0];
+    let (lo, hi) = to_int.to.integer_range()?;
+    let (x_lo, x_hi) = integer_values(g, x)?;
+    (g.value_type(x).dtype == back.to && lo <= x_lo && x_hi <= hi).then_some(x)
+}
+
+/// Whether every output value of `op` is a value of its first input (data
+/// movement, max pooling): a cast commutes with it, and it keeps integers.
+fn selects_values(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Reshape(_)
+            | Op::Transpose(_)
+            | Op::Identity
+            | Op::Slice(_)
+            | Op::Expand(_)
+            | Op::Tile(_)
+            | Op::Gather(_)
+            | Op::Pool(Pool {
+                kind: PoolKind::Max,
+                ..
+            })
+            | Op::GlobalPool(GlobalPool {
+                kind: PoolKind::Max
+            })
+    )
+}
+
+/// A value-selecting op (`selects_values`) of a float cast to an integer type
+/// that holds its values exactly, done on the float and cast after, so that
+/// the cast meets the next cast back to float (a quantized model's data
+/// movement between two quantized ops): the cast of its result.
+fn cast_sunk_below(g: &mut Graph, id: NodeId) -> Result<Option<ValueRef>, GraphError> {
+    let node = g.node(id);
+    let ins = g.node_inputs(id);
+    if !selects_values(&node.op) || node.outputs.len() != 1 {
+        return Ok(None);
+    }
+    let Op::Cast(cast) = g.node(ins[0].node).op.clone() else {
+        return Ok(None);
+    };
+    let x = g.node_inputs(ins[0].node)[0];
+    let Some((lo, hi)) = cast.to.integer_range() else {
+        return Ok(None);
+    };
+    if !integer_values(g, x).is_some_and(|(a, b)| lo <= a && b <= hi) {
+        return Ok(None);
+    }
+    let (op, name, spans) = (node.op.clone(), node.name.clone(), node.spans.clone());
+    let out_name = node.outputs[0].name.clone();
+    let mut inputs = ins.clone();
+    inputs[0] = x;
+    let float_name = format!("{out_name}/as_float");
+    let moved = g.add_node(op, &name, &inputs, &[float_name], spans.clone())?;
+    let cast = g.add_node(
+        Op::Cast(cast),
+        &format!("{name}/cast"),
+        &[ValueRef::new(moved, 0)],
+        &[out_name],
+        spans,
+    )?;
+    let cast = ValueRef::new(cast, 0);
+    g.replace_uses(ValueRef::new(id, 0), cast);
+    g.remove_node(id);
+    Ok(Some(cast))
+}
+
+/// Bounds `(lo, hi)` of the values of float `v` when each is an integer (or
+/// NaN, which every cast keeps or makes undefined): rounded values, clamped to
+/// integer bounds, sums and products of such, integer constants and integers
+/// converted to float. `None` where that is not known.
+fn integer_values(g: &Graph, v: ValueRef) -> Option<(f64, f64)> {
+    if !g.value_type(v).dtype.is_float() {
+        return None;
+    }
+    if let Some(t) = g.constant(v) {
+        let values = t.data.to_f64();
+        let integral = values.iter().all(|x| x.fract() == 0.0 || x.is_nan());
+        let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        return integral.then_some((lo, hi));
+    }
+    let ins = g.node_inputs(v.node);
+    let unbounded = (f64::NEG_INFINITY, f64::INFINITY);
+    match &g.node(v.node).op {
+        Op::Unary(UnaryOp::Round | UnaryOp::Floor | UnaryOp::Ceil) => Some(unbounded),
+        Op::Unary(UnaryOp::Clip { min, max }) => {
+            let (min, max) = (f64::from(*min), f64::from(*max));
+            let bound = |b: f64| b.fract() == 0.0 || b.is_infinite();
+            let (lo, hi) = integer_values(g, ins[0])?;
+            (bound(min) && bound(max)).then_some((lo.max(min), hi.min(max)))
+        }
+        Op::Cast(_) => g.value_type(ins[0]).dtype.integer_range(),
+        op if selects_values(op) => integer_values(g, ins[0]),
+        Op::Concat(_) => ins
+            .iter()
+            .try_fold((f64::INFINITY, f64::NEG_INFINITY), |r, &v| {
+                integer_values(g, v).map(|(lo, hi)| (r.0.min(lo), r.1.max(hi)))
+            }),
+        Op::Binary(op @ (BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul)) => {
+            let (a, b) = (integer_values(g, ins[0])?, integer_values(g, ins[1])?);
+            let corners = match op {
+                BinaryOp::Add => [a.0 + b.0, a.1 + b.1, a.0 + b.0, a.1 + b.1],
+                BinaryOp::Sub => [a.0 - b.1, a.1 - b.0, a.0 - b.1, a.1 - b.0],
+                _ => [a.0 * b.0, a.0 * b.1, a.1 * b.0, a.1 * b.1],
+            };
+            // 0 · inf is NaN: such a product is unbounded.
+            let lo = corners.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = corners.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            match lo.is_nan() || hi.is_nan() || corners.iter().any(|c| c.is_nan()) {
+                true => Some(unbounded),
+                false => Some((lo, hi)),
+            }
+        }
+        _ => None,
+    }
 }
 
 /// Folds every foldable node, in topological order; returns how many were folded.

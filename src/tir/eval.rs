@@ -135,6 +135,9 @@ pub fn eval_scalar(
                 Intrinsic::Tanh => x.tanh(),
                 Intrinsic::Erf => crate::core::scalar::erf(x),
                 Intrinsic::Pow => x.powf(arg(1)?),
+                Intrinsic::Round => x.round_ties_even(),
+                Intrinsic::Floor => x.floor(),
+                Intrinsic::Ceil => x.ceil(),
             })
         }
         Expr::Read { .. } => return Err(EvalError::Unflattened),

@@ -99,6 +99,12 @@ pub enum Intrinsic {
     Erf,
     /// `pow(base, exponent)`: the one intrinsic of two arguments.
     Pow,
+    /// The nearest integer, halves to even.
+    Round,
+    /// The largest integer not above x.
+    Floor,
+    /// The smallest integer not below x.
+    Ceil,
 }
 
 /// An expression of the tensor IR: index arithmetic and element values.
@@ -495,6 +501,15 @@ impl crate::core::scalar::Scalar for Expr {
     }
     fn pow(self, e: Expr) -> Expr {
         Expr::call(Intrinsic::Pow, vec![self, e])
+    }
+    fn round_even(self) -> Expr {
+        Expr::call(Intrinsic::Round, vec![self])
+    }
+    fn floor(self) -> Expr {
+        Expr::call(Intrinsic::Floor, vec![self])
+    }
+    fn ceil(self) -> Expr {
+        Expr::call(Intrinsic::Ceil, vec![self])
     }
 }
 

@@ -166,6 +166,17 @@ impl<V: Vector> Scalar for Lanewise<V> {
     fn erf(self) -> Self {
         vecmath::erf(&mut (), self)
     }
+    #[inline(always)]
+    fn round_even(self) -> Self {
+        unsafe { Lanewise(V::round(self.0)) }
+    }
+    // Floor and ceil are rare (index arithmetic of exporters): lane by lane.
+    fn floor(self) -> Self {
+        self.per_lane(f32::floor)
+    }
+    fn ceil(self) -> Self {
+        self.per_lane(f32::ceil)
+    }
     fn pow(self, e: Self) -> Self {
         let mut lanes = [0f32; 16];
         unsafe { e.0.store(lanes.as_mut_ptr()) };

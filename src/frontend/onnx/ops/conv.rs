@@ -12,15 +12,27 @@ pub(super) fn register(reg: &mut Registry) {
 
 /// What Conv and ConvTranspose read alike: their inputs (X, W and the optional
 /// bias), the input's shape, the window and the group count.
-struct ConvParts {
-    inputs: Vec<ValueRef>,
-    input_shape: Vec<usize>,
-    window: Window,
-    group: usize,
+pub(super) struct ConvParts {
+    pub inputs: Vec<ValueRef>,
+    pub input_shape: Vec<usize>,
+    pub window: Window,
+    pub group: usize,
 }
 
 fn conv_parts(c: &mut NodeCtx, transposed: bool) -> Res<ConvParts> {
     let (x, w) = (c.input(0)?, c.input(1)?);
+    conv_parts_of(c, x, w, c.opt_input(2), transposed)
+}
+
+/// The parts of a convolution of `x` by `w` (plus `bias`) with the node's
+/// attributes.
+pub(super) fn conv_parts_of(
+    c: &mut NodeCtx,
+    x: ValueRef,
+    w: ValueRef,
+    bias: Option<ValueRef>,
+    transposed: bool,
+) -> Res<ConvParts> {
     let (xs, ws) = (c.ty(x).shape, c.ty(w).shape);
     if xs.len() < 3 || ws.len() != xs.len() {
         return Err(c.err(format!(
@@ -31,7 +43,7 @@ fn conv_parts(c: &mut NodeCtx, transposed: bool) -> Res<ConvParts> {
     let window = window(c, &xs[2..], kernel, transposed)?;
     let group = usize::try_from(c.int("group", 1)?).map_err(|_| c.err("group must be positive"))?;
     let mut inputs = vec![x, w];
-    inputs.extend(c.opt_input(2));
+    inputs.extend(bias);
     Ok(ConvParts {
         inputs,
         input_shape: xs,

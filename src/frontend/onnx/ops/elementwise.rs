@@ -28,6 +28,9 @@ pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "Reciprocal", |c| unary(c, UnaryOp::Reciprocal));
     reg.add(AI_ONNX, "Neg", |c| unary(c, UnaryOp::Neg));
     reg.add(AI_ONNX, "Abs", |c| unary(c, UnaryOp::Abs));
+    reg.add(AI_ONNX, "Round", |c| unary(c, UnaryOp::Round));
+    reg.add(AI_ONNX, "Floor", |c| unary(c, UnaryOp::Floor));
+    reg.add(AI_ONNX, "Ceil", |c| unary(c, UnaryOp::Ceil));
     reg.add(AI_ONNX, "Clip", clip);
     reg.add(AI_ONNX, "Add", |c| binary(c, BinaryOp::Add));
     reg.add(AI_ONNX, "Sub", |c| binary(c, BinaryOp::Sub));

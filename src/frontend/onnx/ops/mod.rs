@@ -14,6 +14,7 @@ mod matmul;
 mod movement;
 mod normalize;
 mod pool;
+mod quantize;
 mod reduce;
 mod registry;
 mod resize;
@@ -40,6 +41,7 @@ pub(super) fn registry() -> &'static Registry {
         movement::register(&mut reg);
         normalize::register(&mut reg);
         pool::register(&mut reg);
+        quantize::register(&mut reg);
         reduce::register(&mut reg);
         resize::register(&mut reg);
         scatter::register(&mut reg);
@@ -128,6 +130,13 @@ mod tests {
         "Pow",
         "Range",
         "Reciprocal",
+        "QuantizeLinear",
+        "DequantizeLinear",
+        "QLinearConv",
+        "QLinearMatMul",
+        "Round",
+        "Floor",
+        "Ceil",
         "ReduceMax",
         "ReduceMean",
         "ReduceMin",
@@ -164,12 +173,25 @@ mod tests {
         "Xor",
     ];
 
+    /// The com.microsoft operators onnxruntime's quantizer emits.
+    const SUPPORTED_MICROSOFT: &[&str] = &[
+        "QGemm",
+        "QLinearAdd",
+        "QLinearAveragePool",
+        "QLinearConcat",
+        "QLinearGlobalAveragePool",
+        "QLinearLeakyRelu",
+        "QLinearMul",
+        "QLinearSigmoid",
+    ];
+
     #[test]
     fn the_registry_holds_exactly_the_supported_operators() {
         let mut want: Vec<(&str, &str)> = SUPPORTED.iter().map(|&op| (AI_ONNX, op)).collect();
+        want.extend(SUPPORTED_MICROSOFT.iter().map(|&op| ("com.microsoft", op)));
         want.sort_unstable();
         let have = registry().op_types();
-        assert_eq!(have.len(), 101);
+        assert_eq!(have.len(), 116);
         assert_eq!(have, want);
     }
 

@@ -1,0 +1,462 @@
+//! Quantized operators, imported as the float arithmetic their specifications
+//! define them by.
+//!
+//! - QuantizeLinear: `saturate(round(x / scale) + zero_point)`, halves to even;
+//!   DequantizeLinear: `(x - zero_point) * scale`; per tensor or per axis.
+//! - The QOperator forms (QLinearConv, QLinearMatMul, and the com.microsoft
+//!   QLinearAdd, QLinearMul, QLinearConcat, QLinear pools and activations,
+//!   QGemm): their quantized inputs dequantized, the float op, its result
+//!   quantized.
+//!
+//! Quantized tensors keep their integer type. Where a dequantization reads a
+//! quantization's output, the round trip through the integer type is the
+//! identity on the rounded, clamped values and folds away (`graph::fold`,
+//! which also moves a cast below the data movement between two quantized ops),
+//! and a dequantization of constant weights folds into float weights. The
+//! model then runs in float, every quantized activation on its quantization
+//! grid: onnxruntime's result up to float rounding where a value lies at half
+//! a step.
+
+use super::context::{NodeCtx, Res};
+use super::conv::conv_parts_of;
+use super::registry::{Registry, AI_ONNX};
+use super::window::{kernel_attr, window};
+use crate::graph::{
+    numel, BinaryOp, Concat, Conv, DType, Gemm, Op, Pool, PoolKind, ReduceKind, UnaryOp, ValueRef,
+};
+use crate::ops::{Cast, Reduce, Reshape};
+
+/// The domain of onnxruntime's contrib operators, which its quantizer emits.
+const MICROSOFT: &str = "com.microsoft";
+
+pub(super) fn register(reg: &mut Registry) {
+    reg.add(AI_ONNX, "QuantizeLinear", quantize_linear);
+    reg.add(AI_ONNX, "DequantizeLinear", dequantize_linear);
+    reg.add(AI_ONNX, "QLinearConv", qlinear_conv);
+    reg.add(AI_ONNX, "QLinearMatMul", qlinear_matmul);
+    reg.add(MICROSOFT, "QLinearAdd", |c| {
+        qlinear_binary(c, BinaryOp::Add)
+    });
+    reg.add(MICROSOFT, "QLinearMul", |c| {
+        qlinear_binary(c, BinaryOp::Mul)
+    });
+    reg.add(MICROSOFT, "QLinearSigmoid", |c| {
+        qlinear_unary(c, UnaryOp::Sigmoid)
+    });
+    reg.add(MICROSOFT, "QLinearLeakyRelu", |c| {
+        let alpha = c.float("alpha", 0.01)?;
+        qlinear_unary(c, UnaryOp::LeakyRelu { alpha })
+    });
+    reg.add(
+        MICROSOFT,
+        "QLinearGlobalAveragePool",
+        qlinear_global_average_pool,
+    );
+    reg.add(MICROSOFT, "QLinearAveragePool", qlinear_average_pool);
+    reg.add(MICROSOFT, "QLinearConcat", qlinear_concat);
+    reg.add(MICROSOFT, "QGemm", qgemm);
+}
+
+/// The integer types a quantized tensor may have here.
+const QUANTIZED: [DType; 5] = [DType::I8, DType::U8, DType::I16, DType::U16, DType::I32];
+
+/// Where a tensor's scale and zero point are among the node's inputs.
+#[derive(Clone, Copy)]
+struct Grid {
+    scale: usize,
+    zero_point: usize,
+}
+
+/// The usual places: the parameters of input 0 and of the output.
+const INPUT_0: Grid = Grid {
+    scale: 1,
+    zero_point: 2,
+};
+
+/// Where an op of a conversion goes: an intermediate value, or the node's output.
+#[derive(Clone, Copy)]
+enum Out {
+    Inner(&'static str),
+    Node,
+}
+
+impl Out {
+    /// What the values computed on the way to it are named after.
+    fn label(self) -> &'static str {
+        match self {
+            Out::Inner(what) => what,
+            Out::Node => "output",
+        }
+    }
+}
+
+/// `y = saturate(round(x / scale) + zero_point)`; the zero point's type (else
+/// `output_dtype`, else uint8) is the output's.
+fn quantize_linear(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let x = c.input(0)?;
+    let q = match c.opt_input(2) {
+        Some(zp) => c.ty(zp).dtype,
+        None => match c.int("output_dtype", 0)? {
+            0 => DType::U8,
+            code => crate::frontend::onnx::tensor::dtype_from_onnx(code as i32)
+                .map_err(|m| c.err(format!("output_dtype: {m}")))?,
+        },
+    };
+    let axis = c.int("axis", 1)?;
+    Ok(vec![Some(c.quantize(x, INPUT_0, axis, q, Out::Node)?)])
+}
+
+/// `y = (x - zero_point) * scale`, of the scale's float type.
+fn dequantize_linear(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let x = c.input(0)?;
+    let axis = c.int("axis", 1)?;
+    Ok(vec![Some(c.dequantize(x, INPUT_0, axis, Out::Node)?)])
+}
+
+/// QLinearConv: x (0-2), w (3-5, per output channel), y (6-7), int32 bias (8).
+fn qlinear_conv(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let x = c.dequantize(c.input(0)?, INPUT_0, 1, Out::Inner("x"))?;
+    let w_grid = Grid {
+        scale: 4,
+        zero_point: 5,
+    };
+    let w = c.dequantize(c.input(3)?, w_grid, 0, Out::Inner("w"))?;
+    let bias = match c.opt_input(8) {
+        Some(b) => Some(c.bias(b, 1, 4)?),
+        None => None,
+    };
+    let parts = conv_parts_of(c, x, w, bias, false)?;
+    let conv = Op::Conv(Conv {
+        window: parts.window,
+        group: parts.group,
+    });
+    let y = c.add(conv, &parts.inputs, Out::Inner("conv"))?;
+    c.quantize_output(y, 6, 1)
+}
+
+/// QLinearMatMul: a (0-2, per row or tensor), b (3-5, per column or tensor), y (6-7).
+fn qlinear_matmul(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let a = c.dequantize(c.input(0)?, INPUT_0, -2, Out::Inner("a"))?;
+    let b_grid = Grid {
+        scale: 4,
+        zero_point: 5,
+    };
+    let b = c.dequantize(c.input(3)?, b_grid, -1, Out::Inner("b"))?;
+    let y = c.add(Op::MatMul, &[a, b], Out::Inner("matmul"))?;
+    c.quantize_output(y, 6, -1)
+}
+
+/// QLinearAdd and QLinearMul: a (0-2), b (3-5), c (6-7).
+fn qlinear_binary(c: &mut NodeCtx, op: BinaryOp) -> Res<Vec<Option<ValueRef>>> {
+    let a = c.dequantize(c.input(0)?, INPUT_0, 1, Out::Inner("a"))?;
+    let b_grid = Grid {
+        scale: 4,
+        zero_point: 5,
+    };
+    let b = c.dequantize(c.input(3)?, b_grid, 1, Out::Inner("b"))?;
+    let y = c.add(Op::Binary(op), &[a, b], Out::Inner("float"))?;
+    c.quantize_output(y, 6, 1)
+}
+
+/// QLinearSigmoid, QLinearLeakyRelu: x (0-2), y (3-4).
+fn qlinear_unary(c: &mut NodeCtx, op: UnaryOp) -> Res<Vec<Option<ValueRef>>> {
+    let x = c.dequantize(c.input(0)?, INPUT_0, 1, Out::Inner("x"))?;
+    let y = c.add(Op::Unary(op), &[x], Out::Inner("float"))?;
+    c.quantize_output(y, 3, 1)
+}
+
+/// QLinearGlobalAveragePool: x (0-2), y (3-4); channels first or last.
+fn qlinear_global_average_pool(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let x = c.dequantize(c.input(0)?, INPUT_0, 1, Out::Inner("x"))?;
+    let rank = c.ty(x).shape.len();
+    if rank < 3 {
+        return Err(c.err(format!("input of rank {rank} has no spatial axes")));
+    }
+    let axes = match c.bool_attr("channels_last", false)? {
+        true => (1..rank - 1).collect(),
+        false => (2..rank).collect(),
+    };
+    let mean = Op::Reduce(Reduce {
+        kind: ReduceKind::Mean,
+        axes,
+        keepdims: true,
+    });
+    let y = c.add(mean, &[x], Out::Inner("mean"))?;
+    c.quantize_output(y, 3, 1)
+}
+
+/// QLinearAveragePool: x (0-2), y (3-4), the attributes of AveragePool.
+fn qlinear_average_pool(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    if c.bool_attr("channels_last", false)? {
+        return Err(c.err("QLinearAveragePool with channels_last is not supported"));
+    }
+    let x = c.dequantize(c.input(0)?, INPUT_0, 1, Out::Inner("x"))?;
+    let xs = c.ty(x).shape;
+    if xs.len() < 3 {
+        return Err(c.err(format!("input shape {xs:?} has no spatial axes")));
+    }
+    let kernel = kernel_attr(c, None)?;
+    let pool = Op::Pool(Pool {
+        kind: PoolKind::Avg,
+        window: window(c, &xs[2..], kernel, false)?,
+        ceil_mode: c.bool_attr("ceil_mode", false)?,
+        count_include_pad: c.bool_attr("count_include_pad", false)?,
+    });
+    let y = c.add(pool, &[x], Out::Inner("pool"))?;
+    c.quantize_output(y, 3, 1)
+}
+
+/// QLinearConcat: y (0-1), then each input with its scale and zero point.
+fn qlinear_concat(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let count = c.inputs.len().saturating_sub(2);
+    if count == 0 || count % 3 != 0 {
+        return Err(c.err(format!(
+            "{} inputs: expected the output's scale and zero point, then triples",
+            c.inputs.len()
+        )));
+    }
+    let mut parts = Vec::with_capacity(count / 3);
+    for k in 0..count / 3 {
+        let at = 2 + 3 * k;
+        let grid = Grid {
+            scale: at + 1,
+            zero_point: at + 2,
+        };
+        parts.push(c.dequantize(c.input(at)?, grid, 1, Out::Inner("part"))?);
+    }
+    let rank = c.ty(parts[0]).shape.len();
+    let axis = c.axis(c.int("axis", 0)?, rank)?;
+    let y = c.add(Op::Concat(Concat { axis }), &parts, Out::Inner("float"))?;
+    c.quantize_output(y, 0, 1)
+}
+
+/// QGemm: a (0-2), b (3-5, per column or tensor), an int32 bias (6), and the
+/// output's scale and zero point (7-8); without them the output is float.
+fn qgemm(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let alpha = c.float("alpha", 1.0)?;
+    let trans_b = c.bool_attr("transB", false)?;
+    let a = c.dequantize(c.input(0)?, INPUT_0, 1, Out::Inner("a"))?;
+    let b_grid = Grid {
+        scale: 4,
+        zero_point: 5,
+    };
+    let b = c.dequantize(
+        c.input(3)?,
+        b_grid,
+        if trans_b { 0 } else { 1 },
+        Out::Inner("b"),
+    )?;
+    let mut inputs = vec![a, b];
+    if let Some(bias) = c.opt_input(6) {
+        // The bias is quantized with the product's scale; a scaled product
+        // would leave it ambiguous.
+        if alpha != 1.0 {
+            return Err(c.err(format!(
+                "QGemm with alpha {alpha} and a bias is not supported"
+            )));
+        }
+        inputs.push(c.bias(bias, 1, 4)?);
+    }
+    let gemm = Op::Gemm(Gemm {
+        alpha,
+        beta: 1.0,
+        trans_a: c.bool_attr("transA", false)?,
+        trans_b,
+    });
+    if c.opt_input(7).is_none() {
+        return Ok(vec![Some(c.add(gemm, &inputs, Out::Node)?)]);
+    }
+    let y = c.add(gemm, &inputs, Out::Inner("gemm"))?;
+    c.quantize_output(y, 7, 1)
+}
+
+/// The range of quantized type `q`, or why it is not one here.
+fn quantized_range(c: &NodeCtx, q: DType) -> Res<(f64, f64)> {
+    match q.integer_range() {
+        Some(range) if QUANTIZED.contains(&q) => Ok(range),
+        _ => Err(c.err(format!(
+            "quantization to {} is not supported (int8, uint8, int16, uint16 and int32 are)",
+            q.name()
+        ))),
+    }
+}
+
+impl NodeCtx<'_> {
+    /// Adds `op` as an intermediate value or as the node's output.
+    fn add(&mut self, op: Op, inputs: &[ValueRef], out: Out) -> Res<ValueRef> {
+        match out {
+            Out::Inner(what) => self.emit_inner(op, inputs, what),
+            Out::Node => Ok(self.emit(op, inputs)?[0].expect("an op has an output")),
+        }
+    }
+
+    /// Float `x` quantized with the scale and zero point at `grid` into `q`.
+    fn quantize(
+        &mut self,
+        x: ValueRef,
+        grid: Grid,
+        axis: i64,
+        q: DType,
+        out: Out,
+    ) -> Res<ValueRef> {
+        let float = self.ty(x).dtype;
+        if !float.is_float() {
+            return Err(self.err(format!(
+                "input is {}, expected a float tensor",
+                float.name()
+            )));
+        }
+        let (lo, hi) = quantized_range(self, q)?;
+        let (scale, zero_point) = self.grid(grid, x, axis, float, out)?;
+        let at = |step: &str| format!("{}/{step}", out.label());
+        let scaled = self.emit_inner(Op::Binary(BinaryOp::Div), &[x, scale], &at("scaled"))?;
+        let mut y = self.emit_inner(Op::Unary(UnaryOp::Round), &[scaled], &at("rounded"))?;
+        if let Some(zp) = zero_point {
+            y = self.emit_inner(Op::Binary(BinaryOp::Add), &[y, zp], &at("shifted"))?;
+        }
+        let clip = UnaryOp::Clip {
+            min: lo as f32,
+            max: hi as f32,
+        };
+        let y = self.emit_inner(Op::Unary(clip), &[y], &at("saturated"))?;
+        let cast = Op::Cast(Cast {
+            to: q,
+            saturate: true,
+        });
+        self.add(cast, &[y], out)
+    }
+
+    /// The node's output: float `y` quantized with the scale at input `scale`
+    /// and the zero point after it, into the zero point's type (uint8 without one).
+    fn quantize_output(
+        &mut self,
+        y: ValueRef,
+        scale: usize,
+        axis: i64,
+    ) -> Res<Vec<Option<ValueRef>>> {
+        let zero_point = scale + 1;
+        let q = self
+            .opt_input(zero_point)
+            .map_or(DType::U8, |zp| self.ty(zp).dtype);
+        let grid = Grid { scale, zero_point };
+        Ok(vec![Some(self.quantize(y, grid, axis, q, Out::Node)?)])
+    }
+
+    /// Quantized `x` as float: `(x - zero_point) * scale`, the parameters at `grid`.
+    fn dequantize(&mut self, x: ValueRef, grid: Grid, axis: i64, out: Out) -> Res<ValueRef> {
+        let q = self.ty(x).dtype;
+        quantized_range(self, q)?;
+        if let Some(zp) = self.opt_input(grid.zero_point) {
+            if self.ty(zp).dtype != q {
+                return Err(self.err(format!(
+                    "zero point is {}, its tensor {}: they must be of one type",
+                    self.ty(zp).dtype.name(),
+                    q.name()
+                )));
+            }
+        }
+        let float = self.ty(self.input(grid.scale)?).dtype;
+        let (scale, zero_point) = self.grid(grid, x, axis, float, out)?;
+        let at = |step: &str| format!("{}/{step}", out.label());
+        let cast = Op::Cast(Cast {
+            to: float,
+            saturate: true,
+        });
+        let mut y = self.emit_inner(cast, &[x], &at("as_float"))?;
+        if let Some(zp) = zero_point {
+            y = self.emit_inner(Op::Binary(BinaryOp::Sub), &[y, zp], &at("centered"))?;
+        }
+        self.add(Op::Binary(BinaryOp::Mul), &[y, scale], out)
+    }
+
+    /// An int32 bias (zero point 0) as float, its scale the product of the
+    /// scales at inputs `a` and `b` (per tensor, or per output channel).
+    fn bias(&mut self, bias: ValueRef, a: usize, b: usize) -> Res<ValueRef> {
+        let (sa, sb) = (self.input(a)?, self.input(b)?);
+        let float = self.ty(sa).dtype;
+        let scale = self.emit_inner(Op::Binary(BinaryOp::Mul), &[sa, sb], "bias_scale")?;
+        let cast = Op::Cast(Cast {
+            to: float,
+            saturate: true,
+        });
+        let b = self.emit_inner(cast, &[bias], "bias_as_float")?;
+        self.emit_inner(Op::Binary(BinaryOp::Mul), &[b, scale], "bias")
+    }
+
+    /// The scale and the zero point (as `float`) at `grid`, shaped to
+    /// broadcast against `x`: one value, or one per index of axis `axis`.
+    fn grid(
+        &mut self,
+        grid: Grid,
+        x: ValueRef,
+        axis: i64,
+        float: DType,
+        out: Out,
+    ) -> Res<(ValueRef, Option<ValueRef>)> {
+        if self.int("block_size", 0)? != 0 {
+            return Err(self.err("blocked quantization (block_size) is not supported"));
+        }
+        let shape = self.ty(x).shape;
+        let scale = self.input(grid.scale)?;
+        let scale_ty = self.ty(scale);
+        if scale_ty.dtype != float {
+            return Err(self.err(format!(
+                "scale is {}, expected {}",
+                scale_ty.dtype.name(),
+                float.name()
+            )));
+        }
+        if let Some(t) = self.g.constant(scale) {
+            if let Some(bad) = t
+                .data
+                .to_f64()
+                .into_iter()
+                .find(|s| !(*s > 0.0 && s.is_finite()))
+            {
+                return Err(self.err(format!("scale {bad} is not a positive finite number")));
+            }
+        }
+        let zero_point = self.opt_input(grid.zero_point);
+        if let Some(zp) = zero_point {
+            if numel(&self.ty(zp).shape) != numel(&scale_ty.shape) {
+                return Err(self.err(format!(
+                    "zero point has shape {:?}, the scale {:?}",
+                    self.ty(zp).shape,
+                    scale_ty.shape
+                )));
+            }
+        }
+        // Per tensor: a scalar or one element broadcasts as it is.
+        let per_axis = numel(&scale_ty.shape) > 1;
+        let shaped = |c: &mut Self, v: ValueRef, what: &str| -> Res<ValueRef> {
+            if !per_axis {
+                return Ok(v);
+            }
+            let axis = c.axis(axis, shape.len())?;
+            if scale_ty.shape.len() != 1 || shape[axis] != scale_ty.shape[0] {
+                return Err(c.err(format!(
+                    "{what} of shape {:?} for the {} indices of axis {axis}",
+                    scale_ty.shape, shape[axis]
+                )));
+            }
+            let mut along = vec![1; shape.len()];
+            along[axis] = shape[axis];
+            let name = format!("{}/{what}", out.label());
+            c.emit_inner(Op::Reshape(Reshape { shape: along }), &[v], &name)
+        };
+        let scale = shaped(self, scale, "scale")?;
+        let zero_point = match zero_point {
+            Some(zp) => {
+                let cast = Op::Cast(Cast {
+                    to: float,
+                    saturate: true,
+                });
+                let name = format!("{}/zero_point_as_float", out.label());
+                let zp = self.emit_inner(cast, &[zp], &name)?;
+                Some(shaped(self, zp, "zero_point")?)
+            }
+            None => None,
+        };
+        Ok((scale, zero_point))
+    }
+}
