@@ -213,6 +213,20 @@ fn integer_values(g: &Graph, v: ValueRef) -> Option<(f64, f64)> {
             .try_fold((f64::INFINITY, f64::NEG_INFINITY), |r, &v| {
                 integer_values(g, v).map(|(lo, hi)| (r.0.min(lo), r.1.max(hi)))
             }),
+        // Sums of `terms` products of integers (dynamic quantization's
+        // integer convolutions and products).
+        Op::Conv(_) | Op::MatMul if ins.len() == 2 => {
+            let (a, b) = (integer_values(g, ins[0])?, integer_values(g, ins[1])?);
+            let w = &g.value_type(ins[1]).shape;
+            let terms = match g.node(v.node).op {
+                Op::Conv(_) => w[1..].iter().product::<usize>(),
+                _ => *g.value_type(ins[0]).shape.last()?,
+            } as f64;
+            let products = [a.0 * b.0, a.0 * b.1, a.1 * b.0, a.1 * b.1];
+            let lo = products.iter().copied().fold(0.0, f64::min);
+            let hi = products.iter().copied().fold(0.0, f64::max);
+            (!lo.is_nan() && !hi.is_nan()).then_some((lo * terms, hi * terms))
+        }
         Op::Binary(op @ (BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul)) => {
             let (a, b) = (integer_values(g, ins[0])?, integer_values(g, ins[1])?);
             let corners = match op {

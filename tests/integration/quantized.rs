@@ -1,6 +1,6 @@
 //! Quantized ONNX models (models/quant, from scripts/gen_quant.py:
-//! onnxruntime's `quantize_static` in the QDQ format, per-channel int8
-//! weights, int8 or uint8 activations) import, run every step natively and
+//! onnxruntime's `quantize_static`, per-channel int8 weights, in the QDQ
+//! format with int8 or uint8 activations and in the QOperator format) import, run every step natively and
 //! reproduce onnxruntime's recorded outputs to within one quantization step
 //! of the output, most elements exactly.
 //!
@@ -15,17 +15,20 @@ use layoutopt::graph::Graph;
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 use std::path::Path;
 
-const MODELS: [&str; 6] = [
+const MODELS: [&str; 9] = [
     "convnet_qdq_s8",
     "convnet_qdq_u8",
+    "convnet_qop_u8",
     "resnet_small_qdq_s8",
     "resnet_small_qdq_u8",
+    "resnet_small_qop_u8",
     "mobilenet_small_qdq_s8",
     "mobilenet_small_qdq_u8",
+    "mobilenet_small_qop_u8",
 ];
 
 #[test]
-fn qdq_models_run_natively_within_one_quantization_step_of_onnxruntime() {
+fn static_quantized_models_run_natively_within_one_step_of_onnxruntime() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/quant");
     for name in MODELS {
         let dir = root.join(name);

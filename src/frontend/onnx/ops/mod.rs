@@ -134,6 +134,9 @@ mod tests {
         "DequantizeLinear",
         "QLinearConv",
         "QLinearMatMul",
+        "DynamicQuantizeLinear",
+        "ConvInteger",
+        "MatMulInteger",
         "Round",
         "Floor",
         "Ceil",
@@ -191,7 +194,7 @@ mod tests {
         want.extend(SUPPORTED_MICROSOFT.iter().map(|&op| ("com.microsoft", op)));
         want.sort_unstable();
         let have = registry().op_types();
-        assert_eq!(have.len(), 116);
+        assert_eq!(have.len(), 119);
         assert_eq!(have, want);
     }
 

@@ -3,6 +3,8 @@
 //!
 //! - QuantizeLinear: `saturate(round(x / scale) + zero_point)`, halves to even;
 //!   DequantizeLinear: `(x - zero_point) * scale`; per tensor or per axis.
+//! - DynamicQuantizeLinear, ConvInteger and MatMulInteger (dynamic
+//!   quantization): the range, the integer products on floats that hold them.
 //! - The QOperator forms (QLinearConv, QLinearMatMul, and the com.microsoft
 //!   QLinearAdd, QLinearMul, QLinearConcat, QLinear pools and activations,
 //!   QGemm): their quantized inputs dequantized, the float op, its result
@@ -34,6 +36,9 @@ pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "DequantizeLinear", dequantize_linear);
     reg.add(AI_ONNX, "QLinearConv", qlinear_conv);
     reg.add(AI_ONNX, "QLinearMatMul", qlinear_matmul);
+    reg.add(AI_ONNX, "DynamicQuantizeLinear", dynamic_quantize_linear);
+    reg.add(AI_ONNX, "ConvInteger", conv_integer);
+    reg.add(AI_ONNX, "MatMulInteger", matmul_integer);
     reg.add(MICROSOFT, "QLinearAdd", |c| {
         qlinear_binary(c, BinaryOp::Add)
     });
@@ -270,6 +275,89 @@ fn qgemm(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     c.quantize_output(y, 7, 1)
 }
 
+/// DynamicQuantizeLinear: `x` quantized to uint8 on a grid made from its
+/// range widened to hold 0: scale `(max - min) / 255`, zero point
+/// `saturate(round(-min / scale))`. Outputs y, the scale and the zero point.
+fn dynamic_quantize_linear(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let x = c.input(0)?;
+    let ty = c.ty(x);
+    if ty.dtype != DType::F32 {
+        return Err(c.err(format!("input is {}, expected f32", ty.dtype.name())));
+    }
+    let all: Vec<usize> = (0..ty.shape.len()).collect();
+    let zero = c.scalar("zero", DType::F32, 0.0);
+    let extreme = |c: &mut NodeCtx, kind: ReduceKind, with_zero: BinaryOp, what| {
+        let r = Op::Reduce(Reduce {
+            kind,
+            axes: all.clone(),
+            keepdims: false,
+        });
+        let r = c.emit_inner(r, &[x], what)?;
+        c.emit_inner(
+            Op::Binary(with_zero),
+            &[r, zero],
+            &format!("{what}_with_zero"),
+        )
+    };
+    let lo = extreme(c, ReduceKind::Min, BinaryOp::Min, "min")?;
+    let hi = extreme(c, ReduceKind::Max, BinaryOp::Max, "max")?;
+    let range = c.emit_inner(Op::Binary(BinaryOp::Sub), &[hi, lo], "range")?;
+    let levels = c.scalar("levels", DType::F32, 255.0);
+    let scale = c.emit_inner(Op::Binary(BinaryOp::Div), &[range, levels], "scale")?;
+    let below = c.emit_inner(Op::Unary(UnaryOp::Neg), &[lo], "below_zero")?;
+    let zp = c.emit_inner(
+        Op::Binary(BinaryOp::Div),
+        &[below, scale],
+        "zero_point_exact",
+    )?;
+    let zp = c.emit_inner(Op::Unary(UnaryOp::Round), &[zp], "zero_point_rounded")?;
+    let byte = UnaryOp::Clip {
+        min: 0.0,
+        max: 255.0,
+    };
+    let zp = c.emit_inner(Op::Unary(byte), &[zp], "zero_point")?;
+    let y = c.emit_inner(Op::Binary(BinaryOp::Div), &[x, scale], "scaled")?;
+    let y = c.emit_inner(Op::Unary(UnaryOp::Round), &[y], "rounded")?;
+    let y = c.emit_inner(Op::Binary(BinaryOp::Add), &[y, zp], "shifted")?;
+    let y = c.emit_inner(Op::Unary(byte), &[y], "saturated")?;
+    let to_u8 = Op::Cast(Cast {
+        to: DType::U8,
+        saturate: true,
+    });
+    let y = c.emit_inner(to_u8.clone(), &[y], "quantized")?;
+    let zp = c.emit_inner(to_u8, &[zp], "zero_point_u8")?;
+    Ok(vec![Some(y), Some(scale), Some(zp)])
+}
+
+/// ConvInteger: the int32 convolution of x (zero point 2) by w (zero point 3,
+/// per output channel or tensor), computed on floats that hold the integers.
+fn conv_integer(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let (x, w) = (c.input(0)?, c.input(1)?);
+    let x_zp = c.zero_point(2, x, 1, DType::F32, Out::Inner("x"))?;
+    let x = c.centered(x, x_zp, DType::F32, Out::Inner("x"))?;
+    let w_zp = c.zero_point(3, w, 0, DType::F32, Out::Inner("w"))?;
+    let w = c.centered(w, w_zp, DType::F32, Out::Inner("w"))?;
+    let parts = conv_parts_of(c, x, w, None, false)?;
+    let conv = Op::Conv(Conv {
+        window: parts.window,
+        group: parts.group,
+    });
+    let y = c.emit_inner(conv, &parts.inputs, "conv")?;
+    c.integer_output(y)
+}
+
+/// MatMulInteger: the int32 product of a (zero point 2, per row or tensor) and
+/// b (zero point 3, per column or tensor), on floats that hold the integers.
+fn matmul_integer(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let (a, b) = (c.input(0)?, c.input(1)?);
+    let a_zp = c.zero_point(2, a, -2, DType::F32, Out::Inner("a"))?;
+    let a = c.centered(a, a_zp, DType::F32, Out::Inner("a"))?;
+    let b_zp = c.zero_point(3, b, -1, DType::F32, Out::Inner("b"))?;
+    let b = c.centered(b, b_zp, DType::F32, Out::Inner("b"))?;
+    let y = c.emit_inner(Op::MatMul, &[a, b], "matmul")?;
+    c.integer_output(y)
+}
+
 /// The range of quantized type `q`, or why it is not one here.
 fn quantized_range(c: &NodeCtx, q: DType) -> Res<(f64, f64)> {
     match q.integer_range() {
@@ -342,31 +430,43 @@ impl NodeCtx<'_> {
         Ok(vec![Some(self.quantize(y, grid, axis, q, Out::Node)?)])
     }
 
+    /// The node's int32 output: `y`, a sum of products of integers, which a
+    /// float holds exactly below 2^24 (above, to float rounding).
+    fn integer_output(&mut self, y: ValueRef) -> Res<Vec<Option<ValueRef>>> {
+        let cast = Op::Cast(Cast {
+            to: DType::I32,
+            saturate: true,
+        });
+        Ok(vec![Some(self.add(cast, &[y], Out::Node)?)])
+    }
+
     /// Quantized `x` as float: `(x - zero_point) * scale`, the parameters at `grid`.
     fn dequantize(&mut self, x: ValueRef, grid: Grid, axis: i64, out: Out) -> Res<ValueRef> {
-        let q = self.ty(x).dtype;
-        quantized_range(self, q)?;
-        if let Some(zp) = self.opt_input(grid.zero_point) {
-            if self.ty(zp).dtype != q {
-                return Err(self.err(format!(
-                    "zero point is {}, its tensor {}: they must be of one type",
-                    self.ty(zp).dtype.name(),
-                    q.name()
-                )));
-            }
-        }
         let float = self.ty(self.input(grid.scale)?).dtype;
         let (scale, zero_point) = self.grid(grid, x, axis, float, out)?;
+        let y = self.centered(x, zero_point, float, out)?;
+        self.add(Op::Binary(BinaryOp::Mul), &[y, scale], out)
+    }
+
+    /// Quantized `x` minus its zero point (already as `float`), as `float`.
+    fn centered(
+        &mut self,
+        x: ValueRef,
+        zero_point: Option<ValueRef>,
+        float: DType,
+        out: Out,
+    ) -> Res<ValueRef> {
+        quantized_range(self, self.ty(x).dtype)?;
         let at = |step: &str| format!("{}/{step}", out.label());
         let cast = Op::Cast(Cast {
             to: float,
             saturate: true,
         });
-        let mut y = self.emit_inner(cast, &[x], &at("as_float"))?;
-        if let Some(zp) = zero_point {
-            y = self.emit_inner(Op::Binary(BinaryOp::Sub), &[y, zp], &at("centered"))?;
+        let y = self.emit_inner(cast, &[x], &at("as_float"))?;
+        match zero_point {
+            Some(zp) => self.emit_inner(Op::Binary(BinaryOp::Sub), &[y, zp], &at("centered")),
+            None => Ok(y),
         }
-        self.add(Op::Binary(BinaryOp::Mul), &[y, scale], out)
     }
 
     /// An int32 bias (zero point 0) as float, its scale the product of the
@@ -396,13 +496,12 @@ impl NodeCtx<'_> {
         if self.int("block_size", 0)? != 0 {
             return Err(self.err("blocked quantization (block_size) is not supported"));
         }
-        let shape = self.ty(x).shape;
         let scale = self.input(grid.scale)?;
-        let scale_ty = self.ty(scale);
-        if scale_ty.dtype != float {
+        let scale_type = self.ty(scale).dtype;
+        if scale_type != float {
             return Err(self.err(format!(
                 "scale is {}, expected {}",
-                scale_ty.dtype.name(),
+                scale_type.name(),
                 float.name()
             )));
         }
@@ -416,47 +515,65 @@ impl NodeCtx<'_> {
                 return Err(self.err(format!("scale {bad} is not a positive finite number")));
             }
         }
-        let zero_point = self.opt_input(grid.zero_point);
-        if let Some(zp) = zero_point {
-            if numel(&self.ty(zp).shape) != numel(&scale_ty.shape) {
-                return Err(self.err(format!(
-                    "zero point has shape {:?}, the scale {:?}",
-                    self.ty(zp).shape,
-                    scale_ty.shape
-                )));
-            }
-        }
-        // Per tensor: a scalar or one element broadcasts as it is.
-        let per_axis = numel(&scale_ty.shape) > 1;
-        let shaped = |c: &mut Self, v: ValueRef, what: &str| -> Res<ValueRef> {
-            if !per_axis {
-                return Ok(v);
-            }
-            let axis = c.axis(axis, shape.len())?;
-            if scale_ty.shape.len() != 1 || shape[axis] != scale_ty.shape[0] {
-                return Err(c.err(format!(
-                    "{what} of shape {:?} for the {} indices of axis {axis}",
-                    scale_ty.shape, shape[axis]
-                )));
-            }
-            let mut along = vec![1; shape.len()];
-            along[axis] = shape[axis];
-            let name = format!("{}/{what}", out.label());
-            c.emit_inner(Op::Reshape(Reshape { shape: along }), &[v], &name)
-        };
-        let scale = shaped(self, scale, "scale")?;
-        let zero_point = match zero_point {
-            Some(zp) => {
-                let cast = Op::Cast(Cast {
-                    to: float,
-                    saturate: true,
-                });
-                let name = format!("{}/zero_point_as_float", out.label());
-                let zp = self.emit_inner(cast, &[zp], &name)?;
-                Some(shaped(self, zp, "zero_point")?)
-            }
-            None => None,
-        };
+        let scale = self.along_axis(scale, x, axis, "scale", out)?;
+        let zero_point = self.zero_point(grid.zero_point, x, axis, float, out)?;
         Ok((scale, zero_point))
+    }
+
+    /// The zero point at input `at` (if given) as `float`, shaped to broadcast
+    /// against `x`; of `x`'s type unless `x` is the float being quantized.
+    fn zero_point(
+        &mut self,
+        at: usize,
+        x: ValueRef,
+        axis: i64,
+        float: DType,
+        out: Out,
+    ) -> Res<Option<ValueRef>> {
+        let Some(zp) = self.opt_input(at) else {
+            return Ok(None);
+        };
+        let (q, zq) = (self.ty(x).dtype, self.ty(zp).dtype);
+        if !q.is_float() && zq != q {
+            return Err(self.err(format!(
+                "zero point is {}, its tensor {}: they must be of one type",
+                zq.name(),
+                q.name()
+            )));
+        }
+        let cast = Op::Cast(Cast {
+            to: float,
+            saturate: true,
+        });
+        let name = format!("{}/zero_point_as_float", out.label());
+        let zp = self.emit_inner(cast, &[zp], &name)?;
+        Ok(Some(self.along_axis(zp, x, axis, "zero_point", out)?))
+    }
+
+    /// Quantization parameter `v` shaped to broadcast against `x`: one value
+    /// as it is, else one per index of axis `axis`.
+    fn along_axis(
+        &mut self,
+        v: ValueRef,
+        x: ValueRef,
+        axis: i64,
+        what: &str,
+        out: Out,
+    ) -> Res<ValueRef> {
+        let (shape, vs) = (self.ty(x).shape, self.ty(v).shape);
+        if numel(&vs) == 1 {
+            return Ok(v);
+        }
+        let axis = self.axis(axis, shape.len())?;
+        if vs.len() != 1 || shape[axis] != vs[0] {
+            return Err(self.err(format!(
+                "{what} of shape {vs:?} for the {} indices of axis {axis}",
+                shape[axis]
+            )));
+        }
+        let mut along = vec![1; shape.len()];
+        along[axis] = shape[axis];
+        let name = format!("{}/{what}", out.label());
+        self.emit_inner(Op::Reshape(Reshape { shape: along }), &[v], &name)
     }
 }
