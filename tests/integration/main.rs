@@ -34,6 +34,7 @@ mod scaling;
 mod symbolic_shapes;
 mod tflite_import;
 mod tflite_reference;
+mod tflite_sparse;
 mod tir_infer_bound;
 mod tir_limitations;
 mod tir_primitives;

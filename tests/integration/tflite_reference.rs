@@ -87,6 +87,19 @@ fn f16_cnn_matches_the_tflite_interpreter() {
     check("tflite_cnn_f16");
 }
 
+/// Weights pruned to ~80% zeros and stored sparse by the converter: convolutions
+/// through DENSIFY, the dense layer in 1x4 blocks read by FULLY_CONNECTED directly.
+#[test]
+fn sparse_cnn_matches_the_tflite_interpreter() {
+    check("tflite_sparse");
+}
+
+/// Sparse float16 weights: DENSIFY then DEQUANTIZE, as MediaPipe's detectors ship them.
+#[test]
+fn sparse_f16_cnn_matches_the_tflite_interpreter() {
+    check("tflite_sparse_f16");
+}
+
 #[test]
 fn transformer_matches_the_tflite_interpreter() {
     check("tflite_transformer");

@@ -140,6 +140,7 @@ const PRELU: i32 = 54;
 const TRANSPOSE_CONV: i32 = 67;
 const UNPACK: i32 = 88;
 const SPLIT_V: i32 = 102;
+const DENSIFY: i32 = 124;
 
 /// The conversion of one operator.
 struct Cx<'i, 'a> {
@@ -240,6 +241,7 @@ impl<'a> Cx<'_, 'a> {
             GATHER => self.gather(),
             TRANSPOSE_CONV => self.transpose_conv(),
             DEQUANTIZE => self.dequantize(),
+            DENSIFY => self.densify(),
             _ => Err(self.unsupported(format!(
                 "TFLite operator {} (builtin code {code}) is not supported by the importer",
                 self.span.op_type
@@ -534,7 +536,7 @@ impl<'a> Cx<'_, 'a> {
         let t = self.tensor_input(i)?;
         match self.imp.values[t] {
             Some(v) => Ok(self.imp.graph.constant(v).cloned()),
-            None => self.imp.constant_data(t),
+            None => self.imp.constant_data(t, Some(&self.span)),
         }
     }
 
@@ -1170,6 +1172,18 @@ impl<'a> Cx<'_, 'a> {
             operands[v] = self.emit(Op::Transpose(Transpose { perm }), step, &[operands[v]])?;
         }
         self.emit(Op::MatMul, "matmul", &operands)
+    }
+
+    /// DENSIFY of a constant: the importer made it dense when it read it, so the
+    /// layer is that dense constant.
+    fn densify(&mut self) -> Res<ValueRef> {
+        let dense = self.constant(0, "the sparse tensor")?;
+        let v = self
+            .imp
+            .graph
+            .add_constant(&self.layer, dense, vec![self.span.clone()]);
+        self.emitted.push(v.node);
+        Ok(v)
     }
 
     /// DEQUANTIZE of float16 weights (models converted with float16 weights): a
