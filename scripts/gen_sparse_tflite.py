@@ -38,13 +38,15 @@ KEEP = 0.2  # fraction of weights left non-zero
 
 
 def pruned_cnn(seed=20, prune_dense=True):
-    """Conv 3x3 (ReLU), depthwise 3x3, conv 1x1, dense: weights pruned to ~80% zeros
-    (the dense layer's only if `prune_dense`)."""
+    """Conv 3x3 (ReLU), depthwise 3x3, conv 1x1, depth to space, dense: weights pruned
+    to ~80% zeros (the dense layer's only if `prune_dense`)."""
     keras.utils.set_random_seed(seed)
     x_in = keras.Input((8, 8, 8), batch_size=1, name="image")
     x = layers.Conv2D(16, 3, padding="same", activation="relu")(x_in)
     x = layers.DepthwiseConv2D(3, padding="same")(x)
     x = layers.Conv2D(16, 1, strides=2)(x)
+    # DEPTH_TO_SPACE, as MediaPipe's detectors upsample their heads.
+    x = layers.Lambda(lambda t: tf.nn.depth_to_space(t, 2))(x)
     x = layers.Flatten()(x)
     x = layers.Dense(32)(x)
     model = keras.Model(x_in, x, name="tflite_sparse")

@@ -32,6 +32,7 @@ mod relabel_roundtrip;
 mod runtime_models;
 mod scaling;
 mod symbolic_shapes;
+mod tflite_custom;
 mod tflite_import;
 mod tflite_reference;
 mod tflite_sparse;

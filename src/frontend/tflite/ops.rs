@@ -93,6 +93,7 @@ const AVERAGE_POOL_2D: i32 = 1;
 const CONCATENATION: i32 = 2;
 const CONV_2D: i32 = 3;
 const DEPTHWISE_CONV_2D: i32 = 4;
+const DEPTH_TO_SPACE: i32 = 5;
 const DEQUANTIZE: i32 = 6;
 const FULLY_CONNECTED: i32 = 9;
 const LOGISTIC: i32 = 14;
@@ -141,6 +142,8 @@ const TRANSPOSE_CONV: i32 = 67;
 const UNPACK: i32 = 88;
 const SPLIT_V: i32 = 102;
 const DENSIFY: i32 = 124;
+/// MediaPipe's transposed convolution with bias, a custom operator.
+const CONVOLUTION_2D_TRANSPOSE_BIAS: &str = "CUSTOM:Convolution2DTransposeBias";
 
 /// The conversion of one operator.
 struct Cx<'i, 'a> {
@@ -242,6 +245,10 @@ impl<'a> Cx<'_, 'a> {
             TRANSPOSE_CONV => self.transpose_conv(),
             DEQUANTIZE => self.dequantize(),
             DENSIFY => self.densify(),
+            DEPTH_TO_SPACE => self.depth_to_space(),
+            CUSTOM if *self.span.op_type == *CONVOLUTION_2D_TRANSPOSE_BIAS => {
+                self.transpose_conv_bias()
+            }
             _ => Err(self.unsupported(format!(
                 "TFLite operator {} (builtin code {code}) is not supported by the importer",
                 self.span.op_type
@@ -410,16 +417,76 @@ impl<'a> Cx<'_, 'a> {
         self.emit(Op::Gather(crate::ops::Gather { axis }), "gather", &[x, idx])
     }
 
-    /// TRANSPOSE_CONV (output_shape, weights OHWI, input NHWC, optional bias): a
-    /// ConvTranspose on NCHW whose pads give exactly the declared output extent.
-    /// SAME splits the excess as the forward convolution pads (the odd pixel at
-    /// the end); any extent the pads cannot reach becomes output padding.
+    /// TRANSPOSE_CONV (output_shape, weights OHWI, input NHWC, optional bias).
     fn transpose_conv(&mut self) -> Res<ValueRef> {
         let o: schema::TransposeConvOptions = self.required_options("TransposeConvOptions")?;
         let target = self.const_ints(0, "output_shape")?;
-        let x = self.nhwc_as_nchw(2)?;
-        let w = self.weights(1, &[3, 0, 1, 2])?; // OHWI -> IOHW
-        let bias = self.optional_input(3)?;
+        let stride = [o.stride_h(), o.stride_w()];
+        let y = self.conv_transpose_nhwc([2, 1, 3], o.padding() == 0, stride, &target)?;
+        self.activated_as_nhwc(y, o.fused_activation_function())
+    }
+
+    /// MediaPipe's Convolution2DTransposeBias (input NHWC, weights OHWI, bias [O]).
+    /// Its options are a TfLiteTransposeConvParams: padding (1 SAME, 2 VALID),
+    /// stride_w and stride_h, each a little-endian int32. The output extent is
+    /// `s * (in - 1) + k` less, for SAME, `max(0, k - (in - 1) % s - 1)` pixels trimmed
+    /// (the smaller half at the start).
+    fn transpose_conv_bias(&mut self) -> Res<ValueRef> {
+        let bytes = self.op.custom_options().map_or(&[][..], |v| v.bytes());
+        let [padding, stride_w, stride_h] = match bytes.get(..12) {
+            Some(b) => [0, 4, 8].map(|at| i32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])),
+            None => {
+                return Err(self.err(format!(
+                    "custom options are {} bytes, but Convolution2DTransposeBias needs 12 (padding, stride_w, stride_h as int32)",
+                    bytes.len()
+                )))
+            }
+        };
+        let same = match padding {
+            1 => true,
+            2 => false,
+            p => return Err(self.err(format!("padding {p} is neither SAME (1) nor VALID (2)"))),
+        };
+        let stride = [stride_h, stride_w];
+        if stride.iter().any(|&s| s <= 0) {
+            return Err(self.err(format!("strides {stride:?} must be positive")));
+        }
+        let x = self.input(0)?;
+        let xs = self.ty(x).shape.clone();
+        let ws = self.imp.value_type(self.tensor_input(1)?)?.shape;
+        if xs.len() != 4 || ws.len() != 4 || xs[1] == 0 || xs[2] == 0 {
+            return Err(self.err(format!(
+                "input {xs:?} (NHWC) and weights {ws:?} (OHWI) must be rank 4 with non-empty rows and columns"
+            )));
+        }
+        let extent = |a: usize| {
+            let (n, k, s) = (xs[a + 1] as i64, ws[a + 1] as i64, stride[a] as i64);
+            let trimmed = if same {
+                (k - (n - 1) % s - 1).max(0)
+            } else {
+                0
+            };
+            s * (n - 1) + k - trimmed
+        };
+        let target = [xs[0] as i64, extent(0), extent(1), ws[0] as i64];
+        let y = self.conv_transpose_nhwc([0, 1, 2], same, stride, &target)?;
+        self.activated_as_nhwc(y, 0)
+    }
+
+    /// A ConvTranspose on NCHW of NHWC input `at[0]`, OHWI weights `at[1]` and
+    /// optional bias `at[2]`, whose pads give exactly the `target` (NHWC) extents.
+    /// SAME splits the excess as the forward convolution pads (the odd pixel at the
+    /// end); any extent the pads cannot reach becomes output padding.
+    fn conv_transpose_nhwc(
+        &mut self,
+        at: [usize; 3],
+        same: bool,
+        stride: [i32; 2],
+        target: &[i64],
+    ) -> Res<ValueRef> {
+        let x = self.nhwc_as_nchw(at[0])?;
+        let w = self.weights(at[1], &[3, 0, 1, 2])?; // OHWI -> IOHW
+        let bias = self.optional_input(at[2])?;
         let (xs, ws) = (self.ty(x).shape.clone(), self.ty(w).shape.clone());
         if ws[0] != xs[1] || target.len() != 4 || target[3] as usize != ws[1] {
             return Err(self.err(format!(
@@ -427,17 +494,13 @@ impl<'a> Cx<'_, 'a> {
             )));
         }
         let kernel = [ws[2] as i64, ws[3] as i64];
-        let stride = [o.stride_h(), o.stride_w()];
         let mut window = self.window(1, [xs[2], xs[3]], kernel, stride, [1, 1])?;
         let mut output_padding = vec![0; 2];
         for a in 0..2 {
             let out = usize::try_from(target[a + 1])
                 .map_err(|_| self.err(format!("output_shape {target:?} is negative")))?;
             let full = (xs[a + 2] - 1) * window.strides[a] + window.kernel[a];
-            let total = match o.padding() {
-                0 => full.saturating_sub(out),
-                _ => 0,
-            };
+            let total = if same { full.saturating_sub(out) } else { 0 };
             window.pads[a] = total / 2;
             window.pads[a + 2] = total - total / 2;
             output_padding[a] = out
@@ -457,8 +520,7 @@ impl<'a> Cx<'_, 'a> {
             group: 1,
             output_padding,
         });
-        let y = self.emit(op, "conv_transpose", &ins)?;
-        self.activated_as_nhwc(y, o.fused_activation_function())
+        self.emit(op, "conv_transpose", &ins)
     }
 
     /// PACK: the inputs, each given a new axis of extent 1 at `axis`, concatenated
@@ -1172,6 +1234,38 @@ impl<'a> Cx<'_, 'a> {
             operands[v] = self.emit(Op::Transpose(Transpose { perm }), step, &[operands[v]])?;
         }
         self.emit(Op::MatMul, "matmul", &operands)
+    }
+
+    /// DEPTH_TO_SPACE of NHWC x with block b: channel (i * b + j) * C + c of pixel
+    /// (h, w) moves to channel c of pixel (h * b + i, w * b + j). As NHWC reshapes and a
+    /// transpose: [N, H, W, b, b, C] → [N, H, b, W, b, C].
+    fn depth_to_space(&mut self) -> Res<ValueRef> {
+        let o: schema::DepthToSpaceOptions = self.required_options("DepthToSpaceOptions")?;
+        let x = self.input(0)?;
+        let xs = self.ty(x).shape.clone();
+        let b = usize::try_from(o.block_size()).unwrap_or(0);
+        let [n, h, w, depth] = xs[..] else {
+            return Err(self.err(format!("input must be NHWC (rank 4), got {}", self.ty(x))));
+        };
+        if b == 0 || !depth.is_multiple_of(b * b) {
+            return Err(self.err(format!(
+                "block size {} must be positive with its square dividing the depth {depth}",
+                o.block_size()
+            )));
+        }
+        let c = depth / (b * b);
+        let split = Op::Reshape(Reshape {
+            shape: vec![n, h, w, b, b, c],
+        });
+        let y = self.emit(split, "split_depth", &[x])?;
+        let interleave = Op::Transpose(Transpose {
+            perm: vec![0, 1, 3, 2, 4, 5],
+        });
+        let y = self.emit(interleave, "interleave", &[y])?;
+        let merge = Op::Reshape(Reshape {
+            shape: vec![n, h * b, w * b, c],
+        });
+        self.emit(merge, "merge", &[y])
     }
 
     /// DENSIFY of a constant: the importer made it dense when it read it, so the

@@ -264,6 +264,9 @@ tables! {
     SplitOptions {
         num_splits(0): scalar i32 = 0,
     }
+    DepthToSpaceOptions {
+        block_size(0): scalar i32 = 0,
+    }
     TransposeConvOptions {
         padding(0): scalar i8 = 0,
         stride_w(1): scalar i32 = 0,
@@ -322,6 +325,7 @@ builtin_options! {
     // SplitOptions, SplitVOptions.
     SplitOptions = [35, 79],
     TransposeConvOptions = [49],
+    DepthToSpaceOptions = [94],
     LeakyReluOptions = [75],
     BatchMatMulOptions = [101],
     GeluOptions = [116],
