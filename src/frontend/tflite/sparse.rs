@@ -61,6 +61,8 @@ pub enum SparsityError {
     Unordered { level: usize, entry: usize },
     #[error("positions of level {level} overflow")]
     Positions { level: usize },
+    #[error("the buffer's {bytes} bytes are not whole {elem_size}-byte elements")]
+    PartialElement { bytes: usize, elem_size: usize },
     #[error("the buffer holds {values} values, but the sparse layout addresses {addressed}")]
     ValueCount { values: usize, addressed: String },
 }
@@ -293,15 +295,18 @@ impl Walk<'_, '_> {
     /// the stack) and copies each stored value to its dense place. Coordinates
     /// increase under each parent, so the walk visits at most `levels * numel` nodes.
     fn scatter(&self, elem_size: usize, values: &[u8]) -> Result<Vec<u8>, SparsityError> {
+        if elem_size == 0 || !values.len().is_multiple_of(elem_size) {
+            return Err(SparsityError::PartialElement {
+                bytes: values.len(),
+                elem_size,
+            });
+        }
         let numel: usize = self.shape.iter().product();
         let stored = values.len() / elem_size;
         let count_error = |addressed: String| SparsityError::ValueCount {
             values: stored,
             addressed,
         };
-        if values.len() % elem_size != 0 {
-            return Err(count_error("whole elements only".into()));
-        }
         let depth = self.levels.len();
         if depth == 0 {
             // A scalar: the one value.
