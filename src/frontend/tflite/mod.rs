@@ -7,7 +7,8 @@
 //! a TFLite operator, fused activations included, carries that operator's span:
 //! (file, output tensor name, TFLite op name, operator index).
 //!
-//! Only subgraph 0 is imported; quantized models are refused.
+//! Only subgraph 0 is imported; quantized models are refused. Sparse constants (a
+//! tensor's `sparsity` table) are made dense when read (see `sparse`).
 
 mod ops;
 pub mod schema;
