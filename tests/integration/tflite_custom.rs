@@ -2,8 +2,11 @@
 //! with bias; its output extent and trimming follow MediaPipe's kernel, checked here
 //! against a direct transcription of that kernel (each input pixel scatters the
 //! weights onto the output) where its SAME extent differs from TRANSPOSE_CONV's.
-//! A short or inconsistent option buffer is an error naming the layer. The committed
-//! model is compared with the TFLite interpreter in tflite_reference.rs.
+//! MaxPoolingWithArgmax2D and MaxUnpooling2D with non-overlapping windows import as
+//! window reshapes with a max, an argmax and a one-hot select, checked against a
+//! transcription of MediaPipe's kernels. A short or inconsistent option buffer is an
+//! error naming the layer. The committed model is compared with the TFLite
+//! interpreter in tflite_reference.rs.
 
 use crate::support::text::assert_mentions;
 use crate::support::tflite::*;
@@ -203,24 +206,130 @@ fn malformed_options_are_errors_naming_the_layer() {
     );
 }
 
+/// TfLitePoolParams bytes: padding (1 SAME), strides, filter, activation, and the
+/// computed padding the struct ends with.
+fn pool_options(stride: [i32; 2], filter: [i32; 2], activation: i32) -> Vec<u8> {
+    [
+        1, stride[1], stride[0], filter[1], filter[0], activation, 0, 0,
+    ]
+    .iter()
+    .flat_map(|v| v.to_le_bytes())
+    .collect()
+}
+
+/// x [1, 4, 6, 2] → MaxPoolingWithArgmax2D (2x2 windows) → pooled, indices →
+/// MaxUnpooling2D → unpooled; all three are outputs.
+fn pool_unpool(pool_opts: &[u8], unpool_opts: &[u8]) -> ModelSpec {
+    let tensors = vec![
+        TensorSpec::f32("x", &[1, 4, 6, 2]),
+        TensorSpec::f32("pooled", &[1, 2, 3, 2]),
+        TensorSpec::f32("indices", &[1, 2, 3, 2]),
+        TensorSpec::f32("unpooled", &[1, 4, 6, 2]),
+    ];
+    let ops = vec![
+        OpSpec::custom("MaxPoolingWithArgmax2D", pool_opts, &[0], &[1, 2]),
+        OpSpec::custom("MaxUnpooling2D", unpool_opts, &[1, 2], &[3]),
+    ];
+    ModelSpec::new(tensors, ops, &[0], &[1, 2, 3])
+}
+
+/// MediaPipe's kernels on [1, H, W, C] `x` with k x k windows of stride k: the first
+/// strict maximum of each window (a ReLU6 on it when `relu6`) and its window index
+/// plus 0.1; then each value written back where its index points.
+fn pool_unpool_oracle(x: &[f32], [h, w, c]: [usize; 3], k: usize, relu6: bool) -> [Vec<f32>; 3] {
+    let (oh, ow) = (h / k, w / k);
+    let (mut pooled, mut indices) = (vec![0.0; oh * ow * c], vec![0.0; oh * ow * c]);
+    let mut unpooled = vec![0.0; h * w * c];
+    for (oy, ox, ch) in
+        (0..oh).flat_map(|y| (0..ow).flat_map(move |x| (0..c).map(move |ch| (y, x, ch))))
+    {
+        let (mut max, mut at) = (f32::MIN, 0);
+        for (fy, fx) in (0..k).flat_map(|fy| (0..k).map(move |fx| (fy, fx))) {
+            let v = x[((oy * k + fy) * w + ox * k + fx) * c + ch];
+            if v > max {
+                (max, at) = (v, fy * k + fx);
+            }
+        }
+        let o = (oy * ow + ox) * c + ch;
+        pooled[o] = if relu6 { max.clamp(0.0, 6.0) } else { max };
+        indices[o] = at as f32 + 0.1;
+    }
+    for (iy, ix, ch) in
+        (0..oh).flat_map(|y| (0..ow).flat_map(move |x| (0..c).map(move |ch| (y, x, ch))))
+    {
+        let i = (iy * ow + ix) * c + ch;
+        let at = indices[i] as usize;
+        unpooled[((iy * k + at / k) * w + ix * k + at % k) * c + ch] = pooled[i];
+    }
+    [pooled, indices, unpooled]
+}
+
+#[test]
+fn max_pool_argmax_and_unpooling_follow_mediapipe() {
+    // Ties (1.5 at flat positions i and i + 14 of a window) and negative maxima.
+    let mut x: Vec<f32> = (0..48)
+        .map(|v| match v % 7 {
+            0 | 3 => 1.5,
+            k => (k as f32 - 4.0) * ((v / 7) as f32 - 3.0),
+        })
+        .collect();
+    // Window (0, 0) of channel 0 all equal and negative: index 0, ReLU6 gives 0.
+    for at in [0, 2, 12, 14] {
+        x[at] = -0.5;
+    }
+    for (activation, relu6) in [(0, false), (3, true)] {
+        let spec = pool_unpool(
+            &pool_options([2, 2], [2, 2], activation),
+            &pool_options([2, 2], [2, 2], 0),
+        );
+        let g = import_tflite(&spec.build(), "pool.tflite").unwrap_or_else(|e| panic!("{e}"));
+        let input = Tensor::from_f32(vec![1, 4, 6, 2], x.clone());
+        let got = layoutopt::reference::run(&g, &[input]).unwrap_or_else(|e| panic!("{e}"));
+        let expected = pool_unpool_oracle(&x, [4, 6, 2], 2, relu6);
+        for (i, (got, want)) in got.iter().zip(&expected).enumerate() {
+            assert_eq!(&got.to_f32(), want, "output {i}, activation {activation}");
+        }
+    }
+}
+
+#[test]
+fn overlapping_pool_windows_and_short_options_are_refused_naming_the_layer() {
+    let tiled = pool_options([2, 2], [2, 2], 0);
+    let overlapping = pool_options([2, 2], [3, 3], 0);
+    for (spec, layer, needle) in [
+        (
+            pool_unpool(&overlapping, &tiled),
+            "layer 'pooled' (CUSTOM:MaxPoolingWithArgmax2D #0)",
+            "only non-overlapping windows",
+        ),
+        (
+            pool_unpool(&tiled, &overlapping),
+            "layer 'unpooled' (CUSTOM:MaxUnpooling2D #1)",
+            "only non-overlapping windows",
+        ),
+        (
+            pool_unpool(&tiled[..20], &tiled),
+            "layer 'pooled'",
+            "custom options are 20 bytes, but MaxPoolingWithArgmax2D needs 24",
+        ),
+    ] {
+        let e = import_tflite(&spec.build(), "pool.tflite").unwrap_err();
+        assert_mentions(&e.to_string(), &[layer, needle]);
+    }
+}
+
 #[test]
 fn other_mediapipe_custom_ops_are_refused_by_name() {
-    for code in [
-        "MaxPoolingWithArgmax2D",
-        "MaxUnpooling2D",
-        "Landmarks2TransformMatrix",
-    ] {
-        let tensors = vec![
-            TensorSpec::f32("x", &[1, 4, 4, 2]),
-            TensorSpec::f32("pooled", &[1, 2, 2, 2]),
-        ];
-        let op = OpSpec::custom(code, &[], &[0], &[1]);
-        let spec = ModelSpec::new(tensors, vec![op], &[0], &[1]);
-        let e = import_tflite(&spec.build(), "custom.tflite").unwrap_err();
-        assert!(matches!(e, TfliteError::Unsupported { .. }), "{e}");
-        assert_mentions(
-            &e.to_string(),
-            &[&format!("CUSTOM:{code}"), "not supported"],
-        );
-    }
+    let tensors = vec![
+        TensorSpec::f32("x", &[1, 4, 4, 2]),
+        TensorSpec::f32("y", &[1, 4, 4, 2]),
+    ];
+    let op = OpSpec::custom("Landmarks2TransformMatrix", &[], &[0], &[1]);
+    let spec = ModelSpec::new(tensors, vec![op], &[0], &[1]);
+    let e = import_tflite(&spec.build(), "custom.tflite").unwrap_err();
+    assert!(matches!(e, TfliteError::Unsupported { .. }), "{e}");
+    assert_mentions(
+        &e.to_string(),
+        &["CUSTOM:Landmarks2TransformMatrix", "not supported"],
+    );
 }

@@ -16,6 +16,8 @@ const TO_NHWC: [usize; 4] = [0, 2, 3, 1];
 
 type Res<T> = Result<T, TfliteError>;
 
+mod mediapipe;
+
 /// Imports operator `index` of subgraph 0.
 pub(super) fn import_operator<'a>(
     imp: &mut Importer<'a>,
@@ -55,6 +57,9 @@ pub(super) fn import_operator<'a>(
     };
     let values = match code {
         SPLIT | SPLIT_V => cx.split(code == SPLIT_V)?,
+        CUSTOM if *cx.span.op_type == *mediapipe::MAX_POOLING_WITH_ARGMAX_2D => {
+            cx.max_pool_argmax()?
+        }
         UNPACK => cx.unpack()?,
         _ => vec![cx.convert(code)?],
     };
@@ -142,8 +147,6 @@ const TRANSPOSE_CONV: i32 = 67;
 const UNPACK: i32 = 88;
 const SPLIT_V: i32 = 102;
 const DENSIFY: i32 = 124;
-/// MediaPipe's transposed convolution with bias, a custom operator.
-const CONVOLUTION_2D_TRANSPOSE_BIAS: &str = "CUSTOM:Convolution2DTransposeBias";
 
 /// The conversion of one operator.
 struct Cx<'i, 'a> {
@@ -246,9 +249,10 @@ impl<'a> Cx<'_, 'a> {
             DEQUANTIZE => self.dequantize(),
             DENSIFY => self.densify(),
             DEPTH_TO_SPACE => self.depth_to_space(),
-            CUSTOM if *self.span.op_type == *CONVOLUTION_2D_TRANSPOSE_BIAS => {
+            CUSTOM if *self.span.op_type == *mediapipe::CONVOLUTION_2D_TRANSPOSE_BIAS => {
                 self.transpose_conv_bias()
             }
+            CUSTOM if *self.span.op_type == *mediapipe::MAX_UNPOOLING_2D => self.max_unpooling(),
             _ => Err(self.unsupported(format!(
                 "TFLite operator {} (builtin code {code}) is not supported by the importer",
                 self.span.op_type
@@ -424,53 +428,6 @@ impl<'a> Cx<'_, 'a> {
         let stride = [o.stride_h(), o.stride_w()];
         let y = self.conv_transpose_nhwc([2, 1, 3], o.padding() == 0, stride, &target)?;
         self.activated_as_nhwc(y, o.fused_activation_function())
-    }
-
-    /// MediaPipe's Convolution2DTransposeBias (input NHWC, weights OHWI, bias [O]).
-    /// Its options are a TfLiteTransposeConvParams: padding (1 SAME, 2 VALID),
-    /// stride_w and stride_h, each a little-endian int32. The output extent is
-    /// `s * (in - 1) + k` less, for SAME, `max(0, k - (in - 1) % s - 1)` pixels trimmed
-    /// (the smaller half at the start).
-    fn transpose_conv_bias(&mut self) -> Res<ValueRef> {
-        let bytes = self.op.custom_options().map_or(&[][..], |v| v.bytes());
-        let [padding, stride_w, stride_h] = match bytes.get(..12) {
-            Some(b) => [0, 4, 8].map(|at| i32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])),
-            None => {
-                return Err(self.err(format!(
-                    "custom options are {} bytes, but Convolution2DTransposeBias needs 12 (padding, stride_w, stride_h as int32)",
-                    bytes.len()
-                )))
-            }
-        };
-        let same = match padding {
-            1 => true,
-            2 => false,
-            p => return Err(self.err(format!("padding {p} is neither SAME (1) nor VALID (2)"))),
-        };
-        let stride = [stride_h, stride_w];
-        if stride.iter().any(|&s| s <= 0) {
-            return Err(self.err(format!("strides {stride:?} must be positive")));
-        }
-        let x = self.input(0)?;
-        let xs = self.ty(x).shape.clone();
-        let ws = self.imp.value_type(self.tensor_input(1)?)?.shape;
-        if xs.len() != 4 || ws.len() != 4 || xs[1] == 0 || xs[2] == 0 {
-            return Err(self.err(format!(
-                "input {xs:?} (NHWC) and weights {ws:?} (OHWI) must be rank 4 with non-empty rows and columns"
-            )));
-        }
-        let extent = |a: usize| {
-            let (n, k, s) = (xs[a + 1] as i64, ws[a + 1] as i64, stride[a] as i64);
-            let trimmed = if same {
-                (k - (n - 1) % s - 1).max(0)
-            } else {
-                0
-            };
-            s * (n - 1) + k - trimmed
-        };
-        let target = [xs[0] as i64, extent(0), extent(1), ws[0] as i64];
-        let y = self.conv_transpose_nhwc([0, 1, 2], same, stride, &target)?;
-        self.activated_as_nhwc(y, 0)
     }
 
     /// A ConvTranspose on NCHW of NHWC input `at[0]`, OHWI weights `at[1]` and
