@@ -732,8 +732,8 @@ fn quantized_tflite_is_refused() {
 }
 
 /// Sparse weights whose layout points outside the dense tensor, or whose dense form is
-/// far over the memory budget, and MediaPipe's Convolution2DTransposeBias with a
-/// malformed option buffer: each is a clear error naming the layer, within the time
+/// far over the memory budget, and MediaPipe's custom ops with malformed option
+/// buffers: each is a clear error naming the layer, within the time
 /// and memory bounds.
 #[test]
 fn hostile_sparse_weights_and_custom_options_are_errors() {
@@ -769,6 +769,16 @@ fn hostile_sparse_weights_and_custom_options_are_errors() {
         ];
         let op = OpSpec::custom("Convolution2DTransposeBias", options, &[0, 1, 2], &[3]);
         ModelSpec::new(tensors, vec![op], &[0], &[3])
+    };
+    // MaxPoolingWithArgmax2D reads six int32 options.
+    let pool = |options: &[u8]| {
+        let tensors = vec![
+            TensorSpec::f32("x", &[1, 4, 4, 1]),
+            TensorSpec::f32("pooled", &[1, 2, 2, 1]),
+            TensorSpec::f32("indices", &[1, 2, 2, 1]),
+        ];
+        let op = OpSpec::custom("MaxPoolingWithArgmax2D", options, &[0], &[1, 2]);
+        ModelSpec::new(tensors, vec![op], &[0], &[1, 2])
     };
     let huge_stride: Vec<u8> = [1, i32::MAX, i32::MAX]
         .iter()
@@ -828,6 +838,12 @@ fn hostile_sparse_weights_and_custom_options_are_errors() {
             "custom options are 0 bytes",
         ),
         (
+            "custom_pool_options_short",
+            pool(&[1, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0]),
+            "layer 'pooled' (CUSTOM:MaxPoolingWithArgmax2D #0)",
+            "custom options are 12 bytes, but MaxPoolingWithArgmax2D needs 24",
+        ),
+        (
             "custom_stride_huge",
             upsample(&huge_stride),
             custom_layer,
@@ -840,7 +856,7 @@ fn hostile_sparse_weights_and_custom_options_are_errors() {
         cases.push(Case::new(name, "hostile tflite", &args, 1, layer));
     }
     let n = run_cases(&cases, &dir);
-    assert!(n >= 14, "{n} cases");
+    assert!(n >= 16, "{n} cases");
 }
 
 /// `plan --json` is byte-identical across processes once `timings` is dropped
