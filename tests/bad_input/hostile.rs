@@ -731,6 +731,134 @@ fn quantized_tflite_is_refused() {
     assert!(n >= 4, "{n} cases");
 }
 
+/// Sparse weights whose layout points outside the dense tensor, or whose dense form is
+/// far over the memory budget, and MediaPipe's custom ops with malformed option
+/// buffers: each is a clear error naming the layer, within the time
+/// and memory bounds.
+#[test]
+fn hostile_sparse_weights_and_custom_options_are_errors() {
+    use crate::tflite::{
+        LevelSpec, ModelSpec, OpSpec, SparsitySpec, TensorSpec, DENSIFY, FULLY_CONNECTED,
+    };
+    let dir = workdir("hostile_tflite_sparse_custom");
+    // x [1, K] → FULLY_CONNECTED by the DENSIFY of sparse weights [N, K].
+    let densify = |[n, k]: [i32; 2], stored: &[f32], levels: Vec<LevelSpec>| {
+        let tensors = vec![
+            TensorSpec::f32("x", &[1, k]),
+            TensorSpec::f32_sparse("w_sparse", &[n, k], stored, SparsitySpec::new(levels)),
+            TensorSpec::f32("w_dense", &[n, k]),
+            TensorSpec::f32("y", &[1, n]),
+        ];
+        let ops = vec![
+            OpSpec::new(DENSIFY, &[1], &[2]),
+            OpSpec::new(FULLY_CONNECTED, &[0, 2], &[3]),
+        ];
+        ModelSpec::new(tensors, ops, &[0], &[3])
+    };
+    let csr = |segments: &[i32], indices: &[i32]| LevelSpec::Csr {
+        segments: segments.to_vec(),
+        indices: indices.to_vec(),
+    };
+    let rows = || LevelSpec::Dense(2);
+    let upsample = |options: &[u8]| {
+        let tensors = vec![
+            TensorSpec::f32("x", &[1, 2, 2, 1]),
+            TensorSpec::f32_const("w", &[1, 2, 2, 1], &[1.0; 4]),
+            TensorSpec::f32_const("b", &[1], &[0.0]),
+            TensorSpec::f32("upsampled", &[1, 4, 4, 1]),
+        ];
+        let op = OpSpec::custom("Convolution2DTransposeBias", options, &[0, 1, 2], &[3]);
+        ModelSpec::new(tensors, vec![op], &[0], &[3])
+    };
+    // MaxPoolingWithArgmax2D reads six int32 options.
+    let pool = |options: &[u8]| {
+        let tensors = vec![
+            TensorSpec::f32("x", &[1, 4, 4, 1]),
+            TensorSpec::f32("pooled", &[1, 2, 2, 1]),
+            TensorSpec::f32("indices", &[1, 2, 2, 1]),
+        ];
+        let op = OpSpec::custom("MaxPoolingWithArgmax2D", options, &[0], &[1, 2]);
+        ModelSpec::new(tensors, vec![op], &[0], &[1, 2])
+    };
+    let huge_stride: Vec<u8> = [1, i32::MAX, i32::MAX]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let densify_layer = "layer 'w_dense' (DENSIFY #0)";
+    let custom_layer = "layer 'upsampled' (CUSTOM:Convolution2DTransposeBias #0)";
+    let mut cases = Vec::new();
+    for (name, spec, layer, msg) in [
+        (
+            "sparse_index_outside",
+            densify(
+                [2, 4],
+                &[1.0, 2.0],
+                vec![rows(), csr(&[0, 1, 2], &[1, 1 << 30])],
+            ),
+            densify_layer,
+            "outside 0..4",
+        ),
+        (
+            "sparse_segment_outside",
+            densify(
+                [2, 4],
+                &[1.0, 2.0],
+                vec![rows(), csr(&[0, 1, i32::MAX], &[1, 2])],
+            ),
+            densify_layer,
+            "not non-decreasing",
+        ),
+        (
+            "sparse_negative_segment",
+            densify([2, 4], &[1.0, 2.0], vec![rows(), csr(&[0, -1, 2], &[1, 2])]),
+            densify_layer,
+            "not non-decreasing",
+        ),
+        (
+            // One stored value of a 2^21 x 2^21 matrix: 16 TiB dense.
+            "sparse_dense_form_huge",
+            densify(
+                [1 << 21, 1 << 21],
+                &[1.0],
+                vec![LevelSpec::Dense(1 << 21), csr(&[0, 1], &[0])],
+            ),
+            densify_layer,
+            "memory limit",
+        ),
+        (
+            "custom_options_short",
+            upsample(&[1, 0, 0, 0, 2]),
+            custom_layer,
+            "custom options are 5 bytes",
+        ),
+        (
+            "custom_options_missing",
+            upsample(&[]),
+            custom_layer,
+            "custom options are 0 bytes",
+        ),
+        (
+            "custom_pool_options_short",
+            pool(&[1, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0]),
+            "layer 'pooled' (CUSTOM:MaxPoolingWithArgmax2D #0)",
+            "custom options are 12 bytes, but MaxPoolingWithArgmax2D needs 24",
+        ),
+        (
+            "custom_stride_huge",
+            upsample(&huge_stride),
+            custom_layer,
+            "overflows",
+        ),
+    ] {
+        std::fs::write(dir.join(format!("{name}.tflite")), spec.build()).unwrap();
+        let args = ["run", &format!("{{dir}}/{name}.tflite")];
+        cases.push(Case::new(name, "hostile tflite", &args, 1, msg));
+        cases.push(Case::new(name, "hostile tflite", &args, 1, layer));
+    }
+    let n = run_cases(&cases, &dir);
+    assert!(n >= 16, "{n} cases");
+}
+
 /// `plan --json` is byte-identical across processes once `timings` is dropped
 /// (given the same measured kernel times).
 #[test]

@@ -60,8 +60,16 @@ fn planned(g: &Graph, planner: &str, family: TargetFamily) -> (Graph, PlanReport
 /// NHWC and for NCHW8c; planned for NHWC, the NHWC ↔ NCHW transposes the import
 /// made around every conv and pool all cancel: no transform remains.
 fn check(model: &str) {
+    let report = check_planned(model);
+    assert_eq!(report.transform_count, 0, "{}", report.to_text());
+}
+
+/// The model matches the interpreter as imported, and after global planning for
+/// NHWC and for NCHW8c; returns the NHWC plan's report.
+fn check_planned(model: &str) -> PlanReport {
     let (g, inputs, expected) = load(&model_dir(model));
     check_outputs(model, &g, &inputs, &expected);
+    let mut nhwc = None;
     for family in [TargetFamily::Nhwc, TargetFamily::Nchwc(8)] {
         let (pg, report) = planned(&g, "global", family);
         check_outputs(
@@ -72,9 +80,10 @@ fn check(model: &str) {
         );
         println!("{}", report.to_text().lines().next().unwrap_or_default());
         if family == TargetFamily::Nhwc {
-            assert_eq!(report.transform_count, 0, "{}", report.to_text());
+            nhwc = Some(report);
         }
     }
+    nhwc.expect("planned for NHWC")
 }
 
 #[test]
@@ -87,6 +96,30 @@ fn f16_cnn_matches_the_tflite_interpreter() {
     check("tflite_cnn_f16");
 }
 
+/// Weights pruned to ~80% zeros and stored sparse by the converter: convolutions
+/// through DENSIFY, the dense layer in 1x4 blocks read by FULLY_CONNECTED directly.
+#[test]
+fn sparse_cnn_matches_the_tflite_interpreter() {
+    check("tflite_sparse");
+}
+
+/// Sparse float16 weights: DENSIFY then DEQUANTIZE, as MediaPipe's detectors ship them.
+#[test]
+fn sparse_f16_cnn_matches_the_tflite_interpreter() {
+    check("tflite_sparse_f16");
+}
+
+/// MediaPipe's Convolution2DTransposeBias (SAME and VALID): the recorded output is
+/// the interpreter's on the same network with TRANSPOSE_CONV (see
+/// scripts/gen_custom_tflite.py, which checks a numpy transcription of MediaPipe's
+/// kernel against it).
+/// Under the default cost model the NHWC plan may keep a transform around a
+/// ConvTranspose (a planner matter, as for TRANSPOSE_CONV); the numbers must match.
+#[test]
+fn transpose_conv_bias_matches_the_tflite_interpreter() {
+    check_planned("tflite_transpose_conv_bias");
+}
+
 #[test]
 fn transformer_matches_the_tflite_interpreter() {
     check("tflite_transformer");
@@ -95,6 +128,23 @@ fn transformer_matches_the_tflite_interpreter() {
 #[test]
 fn standalone_ops_match_the_tflite_interpreter() {
     check("tflite_ops");
+}
+
+/// MediaPipe's published models: the face and pose detectors store their weights
+/// sparse (float16, DENSIFY then DEQUANTIZE), the selfie segmenter upsamples with
+/// Convolution2DTransposeBias. Record them first with
+/// `python3 scripts/gen_mediapipe_refs.py MEDIAPIPE_CHECKOUT/mediapipe/modules`.
+#[test]
+#[ignore = "needs models/full/mediapipe_* (scripts/gen_mediapipe_refs.py)"]
+fn mediapipe_models_match_the_tflite_interpreter() {
+    for name in [
+        "face_detection_full_range_sparse",
+        "pose_detection",
+        "selfie_segmentation",
+    ] {
+        let (g, inputs, expected) = load(&model_dir(&format!("full/mediapipe_{name}")));
+        check_outputs(name, &g, &inputs, &expected);
+    }
 }
 
 /// Keras MobileNetV2 (224x224, seeded weights) as TFLite: build it first with

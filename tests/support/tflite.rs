@@ -28,6 +28,38 @@ pub struct TensorSpec {
     pub scale: Option<Vec<f32>>,
     /// Overrides the buffer index the tensor refers to.
     pub buffer: Option<u32>,
+    /// The sparse layout of `data`, if it holds only the stored values.
+    pub sparsity: Option<SparsitySpec>,
+}
+
+/// A Tensor's `sparsity` table.
+#[derive(Clone, Debug)]
+pub struct SparsitySpec {
+    pub traversal_order: Vec<i32>,
+    pub block_map: Vec<i32>,
+    /// One per level, in traversal order.
+    pub levels: Vec<LevelSpec>,
+}
+
+/// A `DimensionMetadata`: DENSE of a size, or SPARSE_CSR with int32 arrays.
+#[derive(Clone, Debug)]
+pub enum LevelSpec {
+    Dense(i32),
+    Csr {
+        segments: Vec<i32>,
+        indices: Vec<i32>,
+    },
+}
+
+impl SparsitySpec {
+    /// Row-major traversal without blocks.
+    pub fn new(levels: Vec<LevelSpec>) -> SparsitySpec {
+        SparsitySpec {
+            traversal_order: (0..levels.len() as i32).collect(),
+            block_map: vec![],
+            levels,
+        }
+    }
 }
 
 impl TensorSpec {
@@ -39,6 +71,20 @@ impl TensorSpec {
             data: None,
             scale: None,
             buffer: None,
+            sparsity: None,
+        }
+    }
+
+    /// A constant stored sparse: `values` are the stored values only.
+    pub fn f32_sparse(
+        name: &str,
+        shape: &[i32],
+        values: &[f32],
+        sparsity: SparsitySpec,
+    ) -> TensorSpec {
+        TensorSpec {
+            sparsity: Some(sparsity),
+            ..TensorSpec::f32_const(name, shape, values)
         }
     }
 
@@ -67,6 +113,8 @@ pub struct OpSpec {
     pub options: Option<(u8, Vec<(u16, Field)>)>,
     /// Overrides the opcode index.
     pub opcode_index: Option<u32>,
+    /// For a CUSTOM operator: its custom_code and custom_options bytes.
+    pub custom: Option<(String, Vec<u8>)>,
 }
 
 impl OpSpec {
@@ -79,6 +127,15 @@ impl OpSpec {
             outputs: outputs.to_vec(),
             options: None,
             opcode_index: None,
+            custom: None,
+        }
+    }
+
+    /// A CUSTOM operator named `code` with raw `options`.
+    pub fn custom(code: &str, options: &[u8], inputs: &[i32], outputs: &[i32]) -> OpSpec {
+        OpSpec {
+            custom: Some((code.into(), options.to_vec())),
+            ..OpSpec::new(CUSTOM, inputs, outputs)
         }
     }
 
@@ -138,6 +195,7 @@ impl ModelSpec {
             };
             let shape = b.create_vector(&t.shape);
             let name = b.create_string(&t.name);
+            let sparsity = t.sparsity.as_ref().map(|sp| sparsity_table(&mut b, sp));
             let quant = t.scale.as_ref().map(|scale| {
                 let scale = b.create_vector(scale);
                 let zero = b.create_vector(&vec![0i64; t.scale.as_ref().unwrap().len()]);
@@ -154,16 +212,26 @@ impl ModelSpec {
             if let Some(q) = quant {
                 b.push_slot_always(12, q);
             }
+            if let Some(sp) = sparsity {
+                b.push_slot_always(16, sp);
+            }
             tensors.push(b.end_table(s));
         }
         let mut codes = Vec::new();
         let mut ops = Vec::new();
         for (i, op) in self.ops.iter().enumerate() {
+            let custom = op
+                .custom
+                .as_ref()
+                .map(|(code, options)| (b.create_string(code), b.create_vector(options)));
             let s = b.start_table();
             b.push_slot_always::<i8>(4, op.deprecated_code);
             b.push_slot_always::<i32>(8, 1);
             if let Some(code) = op.code {
                 b.push_slot_always::<i32>(10, code);
+            }
+            if let Some((code, _)) = custom {
+                b.push_slot_always(6, code);
             }
             codes.push(b.end_table(s));
             let inputs = b.create_vector(&op.inputs);
@@ -179,6 +247,9 @@ impl ModelSpec {
             if let Some((ty, table)) = options {
                 b.push_slot_always::<u8>(10, ty);
                 b.push_slot_always(12, table);
+            }
+            if let Some((_, options)) = custom {
+                b.push_slot_always(14, options);
             }
             ops.push(b.end_table(s));
         }
@@ -208,6 +279,52 @@ impl ModelSpec {
     }
 }
 
+/// A `SparsityParameters` table; index arrays are written as `Int32Vector`s.
+fn sparsity_table(
+    b: &mut FlatBufferBuilder,
+    sp: &SparsitySpec,
+) -> WIPOffset<flatbuffers::TableFinishedWIPOffset> {
+    let int32_vector = |b: &mut FlatBufferBuilder, values: &[i32]| {
+        let v = b.create_vector(values);
+        let s = b.start_table();
+        b.push_slot_always(4, v);
+        b.end_table(s)
+    };
+    let levels: Vec<_> = sp
+        .levels
+        .iter()
+        .map(|level| {
+            let arrays = match level {
+                LevelSpec::Dense(_) => None,
+                LevelSpec::Csr { segments, indices } => {
+                    Some((int32_vector(b, segments), int32_vector(b, indices)))
+                }
+            };
+            let s = b.start_table();
+            match (level, arrays) {
+                (LevelSpec::Dense(size), _) => b.push_slot_always::<i32>(6, *size),
+                (LevelSpec::Csr { .. }, Some((segments, indices))) => {
+                    b.push_slot_always::<i8>(4, 1);
+                    b.push_slot_always::<u8>(8, 1);
+                    b.push_slot_always(10, segments);
+                    b.push_slot_always::<u8>(12, 1);
+                    b.push_slot_always(14, indices);
+                }
+                (LevelSpec::Csr { .. }, None) => unreachable!("made above"),
+            }
+            b.end_table(s)
+        })
+        .collect();
+    let order = b.create_vector(&sp.traversal_order);
+    let block_map = b.create_vector(&sp.block_map);
+    let levels = b.create_vector(&levels);
+    let s = b.start_table();
+    b.push_slot_always(4, order);
+    b.push_slot_always(6, block_map);
+    b.push_slot_always(8, levels);
+    b.end_table(s)
+}
+
 fn options_table(b: &mut FlatBufferBuilder, fields: &[(u16, Field)]) -> WIPOffset<UnionWIPOffset> {
     let vectors: Vec<_> = fields
         .iter()
@@ -231,6 +348,8 @@ fn options_table(b: &mut FlatBufferBuilder, fields: &[(u16, Field)]) -> WIPOffse
 
 // BuiltinOperator codes and BuiltinOptions union types from TFLite's schema.fbs.
 pub const CONV_2D: i32 = 3;
+pub const CUSTOM: i32 = 32;
+pub const DENSIFY: i32 = 124;
 pub const DEPTHWISE_CONV_2D: i32 = 4;
 pub const FULLY_CONNECTED: i32 = 9;
 pub const LSTM: i32 = 16;

@@ -7,10 +7,12 @@
 //! a TFLite operator, fused activations included, carries that operator's span:
 //! (file, output tensor name, TFLite op name, operator index).
 //!
-//! Only subgraph 0 is imported; quantized models are refused.
+//! Only subgraph 0 is imported; quantized models are refused. Sparse constants (a
+//! tensor's `sparsity` table) are made dense when read (see `sparse`).
 
 mod ops;
 pub mod schema;
+mod sparse;
 
 use crate::graph::{
     check_value_size, checked_numel, memory_limit, DType, Graph, GraphError, Span, Tensor,
@@ -404,8 +406,13 @@ impl<'a> Importer<'a> {
         Ok(Some(shape))
     }
 
-    /// The constant data of a tensor, or `None` when it has no buffer contents.
-    fn constant_data(&self, t: usize) -> Result<Option<Tensor>, TfliteError> {
+    /// The constant data of a tensor, or `None` when it has no buffer contents. A
+    /// sparse tensor is made dense; `reader` names the operator reading it, if any.
+    fn constant_data(
+        &self,
+        t: usize,
+        reader: Option<&Span>,
+    ) -> Result<Option<Tensor>, TfliteError> {
         let name = self.tensor_name(t);
         let index = self.tensor(t).buffer() as usize;
         let count = self.buffers.map_or(0, |b| b.len());
@@ -437,6 +444,14 @@ impl<'a> Importer<'a> {
             _ => return Ok(None),
         };
         let ty = self.value_type(t)?;
+        let dense;
+        let bytes = match self.tensor(t).sparsity() {
+            Some(sparsity) => {
+                dense = self.densify(t, sparsity, &ty, bytes, reader)?;
+                &dense[..]
+            }
+            None => bytes,
+        };
         let expected = ty.numel().checked_mul(ty.dtype.size_bytes());
         if expected != Some(bytes.len()) {
             let needs = expected.map_or_else(|| "more than usize::MAX".into(), |n| n.to_string());
@@ -450,13 +465,38 @@ impl<'a> Importer<'a> {
         Ok(Some(Tensor::new(ty.shape, data)))
     }
 
+    /// The dense bytes of sparse tensor `t` of type `ty`, whose buffer holds `stored`.
+    fn densify(
+        &self,
+        t: usize,
+        sparsity: schema::SparsityParameters<'a>,
+        ty: &ValueType,
+        stored: &[u8],
+        reader: Option<&Span>,
+    ) -> Result<Vec<u8>, TfliteError> {
+        let error = |message: String| {
+            let message = format!("sparse tensor #{t} '{}': {message}", self.tensor_name(t));
+            match reader {
+                Some(span) => TfliteError::Layer {
+                    span: span.clone(),
+                    message,
+                },
+                None => self.invalid(message),
+            }
+        };
+        // The dense size is not bounded by the file's: check it before allocating.
+        check_value_size(ty, "its dense form", memory_limit()).map_err(|e| error(e.to_string()))?;
+        sparse::densify(sparsity, &ty.shape, ty.dtype.size_bytes(), stored)
+            .map_err(|e| error(e.to_string()))
+    }
+
     /// The IR value of tensor `t`: produced by an earlier operator, a graph input, or
     /// its constant data (loaded on first use). `span` names the reading operator.
     fn value(&mut self, t: usize, span: Option<&Span>) -> Result<ValueRef, TfliteError> {
         if let Some(v) = self.values[t] {
             return Ok(v);
         }
-        let Some(data) = self.constant_data(t)? else {
+        let Some(data) = self.constant_data(t, span)? else {
             let message = format!(
                 "tensor #{t} '{}' is read before any operator produces it and has no data",
                 self.tensor_name(t)

@@ -16,6 +16,8 @@ const TO_NHWC: [usize; 4] = [0, 2, 3, 1];
 
 type Res<T> = Result<T, TfliteError>;
 
+mod mediapipe;
+
 /// Imports operator `index` of subgraph 0.
 pub(super) fn import_operator<'a>(
     imp: &mut Importer<'a>,
@@ -55,6 +57,9 @@ pub(super) fn import_operator<'a>(
     };
     let values = match code {
         SPLIT | SPLIT_V => cx.split(code == SPLIT_V)?,
+        CUSTOM if *cx.span.op_type == *mediapipe::MAX_POOLING_WITH_ARGMAX_2D => {
+            cx.max_pool_argmax()?
+        }
         UNPACK => cx.unpack()?,
         _ => vec![cx.convert(code)?],
     };
@@ -93,6 +98,7 @@ const AVERAGE_POOL_2D: i32 = 1;
 const CONCATENATION: i32 = 2;
 const CONV_2D: i32 = 3;
 const DEPTHWISE_CONV_2D: i32 = 4;
+const DEPTH_TO_SPACE: i32 = 5;
 const DEQUANTIZE: i32 = 6;
 const FULLY_CONNECTED: i32 = 9;
 const LOGISTIC: i32 = 14;
@@ -140,6 +146,7 @@ const PRELU: i32 = 54;
 const TRANSPOSE_CONV: i32 = 67;
 const UNPACK: i32 = 88;
 const SPLIT_V: i32 = 102;
+const DENSIFY: i32 = 124;
 
 /// The conversion of one operator.
 struct Cx<'i, 'a> {
@@ -240,6 +247,12 @@ impl<'a> Cx<'_, 'a> {
             GATHER => self.gather(),
             TRANSPOSE_CONV => self.transpose_conv(),
             DEQUANTIZE => self.dequantize(),
+            DENSIFY => self.densify(),
+            DEPTH_TO_SPACE => self.depth_to_space(),
+            CUSTOM if *self.span.op_type == *mediapipe::CONVOLUTION_2D_TRANSPOSE_BIAS => {
+                self.transpose_conv_bias()
+            }
+            CUSTOM if *self.span.op_type == *mediapipe::MAX_UNPOOLING_2D => self.max_unpooling(),
             _ => Err(self.unsupported(format!(
                 "TFLite operator {} (builtin code {code}) is not supported by the importer",
                 self.span.op_type
@@ -408,16 +421,29 @@ impl<'a> Cx<'_, 'a> {
         self.emit(Op::Gather(crate::ops::Gather { axis }), "gather", &[x, idx])
     }
 
-    /// TRANSPOSE_CONV (output_shape, weights OHWI, input NHWC, optional bias): a
-    /// ConvTranspose on NCHW whose pads give exactly the declared output extent.
-    /// SAME splits the excess as the forward convolution pads (the odd pixel at
-    /// the end); any extent the pads cannot reach becomes output padding.
+    /// TRANSPOSE_CONV (output_shape, weights OHWI, input NHWC, optional bias).
     fn transpose_conv(&mut self) -> Res<ValueRef> {
         let o: schema::TransposeConvOptions = self.required_options("TransposeConvOptions")?;
         let target = self.const_ints(0, "output_shape")?;
-        let x = self.nhwc_as_nchw(2)?;
-        let w = self.weights(1, &[3, 0, 1, 2])?; // OHWI -> IOHW
-        let bias = self.optional_input(3)?;
+        let stride = [o.stride_h(), o.stride_w()];
+        let y = self.conv_transpose_nhwc([2, 1, 3], o.padding() == 0, stride, &target)?;
+        self.activated_as_nhwc(y, o.fused_activation_function())
+    }
+
+    /// A ConvTranspose on NCHW of NHWC input `at[0]`, OHWI weights `at[1]` and
+    /// optional bias `at[2]`, whose pads give exactly the `target` (NHWC) extents.
+    /// SAME splits the excess as the forward convolution pads (the odd pixel at the
+    /// end); any extent the pads cannot reach becomes output padding.
+    fn conv_transpose_nhwc(
+        &mut self,
+        at: [usize; 3],
+        same: bool,
+        stride: [i32; 2],
+        target: &[i64],
+    ) -> Res<ValueRef> {
+        let x = self.nhwc_as_nchw(at[0])?;
+        let w = self.weights(at[1], &[3, 0, 1, 2])?; // OHWI -> IOHW
+        let bias = self.optional_input(at[2])?;
         let (xs, ws) = (self.ty(x).shape.clone(), self.ty(w).shape.clone());
         if ws[0] != xs[1] || target.len() != 4 || target[3] as usize != ws[1] {
             return Err(self.err(format!(
@@ -425,17 +451,13 @@ impl<'a> Cx<'_, 'a> {
             )));
         }
         let kernel = [ws[2] as i64, ws[3] as i64];
-        let stride = [o.stride_h(), o.stride_w()];
         let mut window = self.window(1, [xs[2], xs[3]], kernel, stride, [1, 1])?;
         let mut output_padding = vec![0; 2];
         for a in 0..2 {
             let out = usize::try_from(target[a + 1])
                 .map_err(|_| self.err(format!("output_shape {target:?} is negative")))?;
             let full = (xs[a + 2] - 1) * window.strides[a] + window.kernel[a];
-            let total = match o.padding() {
-                0 => full.saturating_sub(out),
-                _ => 0,
-            };
+            let total = if same { full.saturating_sub(out) } else { 0 };
             window.pads[a] = total / 2;
             window.pads[a + 2] = total - total / 2;
             output_padding[a] = out
@@ -455,8 +477,7 @@ impl<'a> Cx<'_, 'a> {
             group: 1,
             output_padding,
         });
-        let y = self.emit(op, "conv_transpose", &ins)?;
-        self.activated_as_nhwc(y, o.fused_activation_function())
+        self.emit(op, "conv_transpose", &ins)
     }
 
     /// PACK: the inputs, each given a new axis of extent 1 at `axis`, concatenated
@@ -534,7 +555,7 @@ impl<'a> Cx<'_, 'a> {
         let t = self.tensor_input(i)?;
         match self.imp.values[t] {
             Some(v) => Ok(self.imp.graph.constant(v).cloned()),
-            None => self.imp.constant_data(t),
+            None => self.imp.constant_data(t, Some(&self.span)),
         }
     }
 
@@ -1170,6 +1191,50 @@ impl<'a> Cx<'_, 'a> {
             operands[v] = self.emit(Op::Transpose(Transpose { perm }), step, &[operands[v]])?;
         }
         self.emit(Op::MatMul, "matmul", &operands)
+    }
+
+    /// DEPTH_TO_SPACE of NHWC x with block b: channel (i * b + j) * C + c of pixel
+    /// (h, w) moves to channel c of pixel (h * b + i, w * b + j). As NHWC reshapes and a
+    /// transpose: [N, H, W, b, b, C] → [N, H, b, W, b, C].
+    fn depth_to_space(&mut self) -> Res<ValueRef> {
+        let o: schema::DepthToSpaceOptions = self.required_options("DepthToSpaceOptions")?;
+        let x = self.input(0)?;
+        let xs = self.ty(x).shape.clone();
+        let b = usize::try_from(o.block_size()).unwrap_or(0);
+        let [n, h, w, depth] = xs[..] else {
+            return Err(self.err(format!("input must be NHWC (rank 4), got {}", self.ty(x))));
+        };
+        if b == 0 || !depth.is_multiple_of(b * b) {
+            return Err(self.err(format!(
+                "block size {} must be positive with its square dividing the depth {depth}",
+                o.block_size()
+            )));
+        }
+        let c = depth / (b * b);
+        let split = Op::Reshape(Reshape {
+            shape: vec![n, h, w, b, b, c],
+        });
+        let y = self.emit(split, "split_depth", &[x])?;
+        let interleave = Op::Transpose(Transpose {
+            perm: vec![0, 1, 3, 2, 4, 5],
+        });
+        let y = self.emit(interleave, "interleave", &[y])?;
+        let merge = Op::Reshape(Reshape {
+            shape: vec![n, h * b, w * b, c],
+        });
+        self.emit(merge, "merge", &[y])
+    }
+
+    /// DENSIFY of a constant: the importer made it dense when it read it, so the
+    /// layer is that dense constant.
+    fn densify(&mut self) -> Res<ValueRef> {
+        let dense = self.constant(0, "the sparse tensor")?;
+        let v = self
+            .imp
+            .graph
+            .add_constant(&self.layer, dense, vec![self.span.clone()]);
+        self.emitted.push(v.node);
+        Ok(v)
     }
 
     /// DEQUANTIZE of float16 weights (models converted with float16 weights): a

@@ -18,8 +18,9 @@ const fn slot(id: u16) -> u16 {
 }
 
 /// Declares table wrappers: `field(id): scalar T = default`, `field(id): ptr T` (an offset
-/// to a string, vector or table) or `field(id): options T` (the value of the
-/// `BuiltinOptions` union, whose `_type` field has id `id - 1`).
+/// to a string, vector or table), `field(id): options T` (the value of the
+/// `BuiltinOptions` union, whose `_type` field has id `id - 1`) or `field(id): indices T`
+/// (the value of a `SparseIndexVector` union, its `_type` field likewise at `id - 1`).
 macro_rules! tables {
     ($( $(#[$doc:meta])* $name:ident { $( $field:ident ($id:literal): $kind:ident $ty:ty $(= $default:expr)? ),* $(,)? } )*) => { $(
         #[doc = concat!("The `", stringify!($name), "` table of the TFLite schema.")]
@@ -53,6 +54,16 @@ macro_rules! tables {
     };
     (@visit $tv:ident, $field:ident, $id:literal, ptr $ty:ty) => {
         $tv.visit_field::<ForwardsUOffset<$ty>>(stringify!($field), slot($id), false)
+    };
+    (@visit $tv:ident, $field:ident, $id:literal, indices $ty:ty) => {
+        $tv.visit_union::<u8, _>(
+            concat!(stringify!($field), "_type"),
+            slot($id - 1),
+            stringify!($field),
+            slot($id),
+            false,
+            verify_sparse_index_vector,
+        )
     };
     (@visit $tv:ident, $field:ident, $id:literal, options $ty:ty) => {
         $tv.visit_union::<u8, _>(
@@ -102,8 +113,35 @@ tables! {
         buffer(2): scalar u32 = 0,
         name(3): ptr &'a str,
         quantization(4): ptr QuantizationParameters<'a>,
+        // Set when `buffer` holds only the stored (non-zero) values of the dense `shape`.
+        sparsity(6): ptr SparsityParameters<'a>,
         // -1 where a dimension is only known at run time (`shape` is then a placeholder).
         shape_signature(7): ptr Vector<'a, i32>,
+    }
+    /// How a sparse tensor's stored values map onto its dense shape.
+    SparsityParameters {
+        traversal_order(0): ptr Vector<'a, i32>,
+        block_map(1): ptr Vector<'a, i32>,
+        dim_metadata(2): ptr Vector<'a, ForwardsUOffset<DimensionMetadata<'a>>>,
+    }
+    /// One level of a sparse tensor in traversal order: DENSE (0) of `dense_size`, or
+    /// SPARSE_CSR (1) with `array_segments` and `array_indices`.
+    DimensionMetadata {
+        format(0): scalar i8 = 0,
+        dense_size(1): scalar i32 = 0,
+        array_segments_type(2): scalar u8 = 0,
+        array_segments(3): indices Table<'a>,
+        array_indices_type(4): scalar u8 = 0,
+        array_indices(5): indices Table<'a>,
+    }
+    Int32Vector {
+        values(0): ptr Vector<'a, i32>,
+    }
+    Uint16Vector {
+        values(0): ptr Vector<'a, u16>,
+    }
+    Uint8Vector {
+        values(0): ptr Vector<'a, u8>,
     }
     QuantizationParameters {
         scale(2): ptr Vector<'a, f32>,
@@ -128,6 +166,8 @@ tables! {
         outputs(2): ptr Vector<'a, i32>,
         builtin_options_type(3): scalar u8 = 0,
         builtin_options(4): options Table<'a>,
+        // A custom operator's options, in a format of its own.
+        custom_options(5): ptr Vector<'a, u8>,
     }
     Conv2DOptions {
         padding(0): scalar i8 = 0,
@@ -224,6 +264,9 @@ tables! {
     SplitOptions {
         num_splits(0): scalar i32 = 0,
     }
+    DepthToSpaceOptions {
+        block_size(0): scalar i32 = 0,
+    }
     TransposeConvOptions {
         padding(0): scalar i8 = 0,
         stride_w(1): scalar i32 = 0,
@@ -282,9 +325,81 @@ builtin_options! {
     // SplitOptions, SplitVOptions.
     SplitOptions = [35, 79],
     TransposeConvOptions = [49],
+    DepthToSpaceOptions = [94],
     LeakyReluOptions = [75],
     BatchMatMulOptions = [101],
     GeluOptions = [116],
+}
+
+/// Verifies the value of a `SparseIndexVector` union.
+fn verify_sparse_index_vector(key: u8, v: &mut Verifier, pos: usize) -> VResult {
+    match key {
+        1 => v.verify_union_variant::<ForwardsUOffset<Int32Vector>>("Int32Vector", pos),
+        2 => v.verify_union_variant::<ForwardsUOffset<Uint16Vector>>("Uint16Vector", pos),
+        3 => v.verify_union_variant::<ForwardsUOffset<Uint8Vector>>("Uint8Vector", pos),
+        _ => Ok(()),
+    }
+}
+
+/// The index array of a `SparseIndexVector` union, whatever its element type.
+#[derive(Clone, Copy, Debug)]
+pub enum IndexVector<'a> {
+    /// `Int32Vector`.
+    I32(Vector<'a, i32>),
+    /// `Uint16Vector`.
+    U16(Vector<'a, u16>),
+    /// `Uint8Vector`.
+    U8(Vector<'a, u8>),
+}
+
+impl IndexVector<'_> {
+    /// The number of entries.
+    pub fn len(&self) -> usize {
+        match self {
+            IndexVector::I32(v) => v.len(),
+            IndexVector::U16(v) => v.len(),
+            IndexVector::U8(v) => v.len(),
+        }
+    }
+
+    /// Whether there are no entries.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Entry `i`; `None` when `i` is out of range or the entry is negative.
+    pub fn get(&self, i: usize) -> Option<usize> {
+        if i >= self.len() {
+            return None;
+        }
+        match self {
+            IndexVector::I32(v) => usize::try_from(v.get(i)).ok(),
+            IndexVector::U16(v) => Some(v.get(i) as usize),
+            IndexVector::U8(v) => Some(v.get(i) as usize),
+        }
+    }
+}
+
+impl<'a> DimensionMetadata<'a> {
+    /// Where each parent position's run of stored entries starts and ends.
+    pub fn segments(&self) -> Option<IndexVector<'a>> {
+        index_vector(self.array_segments_type(), self.array_segments()?)
+    }
+
+    /// The coordinate of each stored entry along this level.
+    pub fn indices(&self) -> Option<IndexVector<'a>> {
+        index_vector(self.array_indices_type(), self.array_indices()?)
+    }
+}
+
+/// The union value `t` of type `key` as an index array (`None` for NONE or an unknown type).
+fn index_vector(key: u8, t: Table<'_>) -> Option<IndexVector<'_>> {
+    Some(match key {
+        1 => IndexVector::I32(Int32Vector(t).values()?),
+        2 => IndexVector::U16(Uint16Vector(t).values()?),
+        3 => IndexVector::U8(Uint8Vector(t).values()?),
+        _ => return None,
+    })
 }
 
 impl<'a> Operator<'a> {
