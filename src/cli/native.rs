@@ -36,37 +36,12 @@ impl KernelArgs {
     }
 }
 
-/// Source operators of quantized models; they run in float here.
-const QUANTIZED_OPS: [&str; 15] = [
-    "QuantizeLinear",
-    "DequantizeLinear",
-    "QLinearConv",
-    "QLinearMatMul",
-    "QLinearAdd",
-    "QLinearMul",
-    "QLinearSigmoid",
-    "QLinearLeakyRelu",
-    "QLinearConcat",
-    "QLinearAveragePool",
-    "QLinearGlobalAveragePool",
-    "QGemm",
-    "DynamicQuantizeLinear",
-    "ConvInteger",
-    "MatMulInteger",
-];
-
 /// Compiles the planned graph, warning on stderr about every step that falls
 /// back to the (slow) reference executor, and saying when quantized layers
 /// run in float.
 pub fn compile(machine: &Machine, g: &Graph, options: &RuntimeOptions) -> CliResult<CompiledModel> {
     let model = api::compile(machine, g, options)?;
-    let quantized: std::collections::BTreeSet<_> = g
-        .node_ids()
-        .into_iter()
-        .flat_map(|id| g.node(id).spans.iter())
-        .filter(|s| QUANTIZED_OPS.contains(&&*s.op_type))
-        .map(|s| s.layer.clone())
-        .collect();
+    let quantized = g.quantized_layers();
     if !quantized.is_empty() {
         eprintln!(
             "note: the {} quantized layers run in float, each quantized value on its quantization grid (no int8 kernels yet)",

@@ -1,4 +1,5 @@
-//! Half precision as the runtime computes it: f16 values widen to f32.
+//! Half precision as the runtime computes it: f16 values widen to f32; and
+//! quantized layers, which compute in float on their quantization grid.
 //!
 //! The native kernels compute in f32. A model stored in f16 runs on them when
 //! every f16 value is widened: f16 constants become f32, casts to f16 become casts
@@ -7,9 +8,50 @@
 //! Intermediate values keep f32 precision, which is at least as accurate as
 //! rounding each to f16.
 
-use super::{DType, Graph, Op};
+use super::{DType, Graph, Op, UnaryOp};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// Source operators of quantized models (ONNX): their layers run in float.
+const QUANTIZED_OPS: [&str; 15] = [
+    "QuantizeLinear",
+    "DequantizeLinear",
+    "QLinearConv",
+    "QLinearMatMul",
+    "QLinearAdd",
+    "QLinearMul",
+    "QLinearSigmoid",
+    "QLinearLeakyRelu",
+    "QLinearConcat",
+    "QLinearAveragePool",
+    "QLinearGlobalAveragePool",
+    "QGemm",
+    "DynamicQuantizeLinear",
+    "ConvInteger",
+    "MatMulInteger",
+];
 
 impl Graph {
+    /// The source layers that are quantized and run in float here: the
+    /// quantized operators, and layers whose output a rounding no source
+    /// Round asked for puts on its grid (quantized TFLite tensors).
+    pub fn quantized_layers(&self) -> BTreeSet<Arc<str>> {
+        let mut layers = BTreeSet::new();
+        for id in self.node_ids() {
+            let node = self.node(id);
+            let grid = node.op == Op::Unary(UnaryOp::Round);
+            layers.extend(
+                node.spans
+                    .iter()
+                    .filter(|s| {
+                        QUANTIZED_OPS.contains(&&*s.op_type) || (grid && &*s.op_type != "Round")
+                    })
+                    .map(|s| s.layer.clone()),
+            );
+        }
+        layers
+    }
+
     /// A copy of the graph with every f16 value widened to f32, or `None` when
     /// the graph holds no f16 value.
     pub fn widened_f16(&self) -> Option<Graph> {

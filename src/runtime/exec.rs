@@ -163,6 +163,13 @@ impl CompiledModel {
                     let t = bufs.tensor(step.inputs[0], &step.input_types[0]);
                     bufs.write(step.outputs[0]).copy_from_slice(&t.f32s())
                 }
+                Kernel::FromF32(cast) => {
+                    let t = bufs.tensor(step.inputs[0], &step.input_types[0]);
+                    let Slot::Boxed(i) = step.outputs[0] else {
+                        unreachable!("non-f32 values are boxed")
+                    };
+                    bufs.boxes[i] = Some(t.cast_saturating(cast.to, cast.saturate));
+                }
                 Kernel::Rebox(shape) => {
                     let t = bufs.tensor(step.inputs[0], &step.input_types[0]);
                     let Slot::Boxed(i) = step.outputs[0] else {

@@ -57,6 +57,8 @@ pub(super) enum Kernel {
     Normalize(normalize::RowKernel),
     /// An integer or boolean tensor converted to f32.
     ToF32,
+    /// An f32 tensor converted to an integer type (the cast of the reference).
+    FromF32(crate::ops::Cast),
     /// A non-f32 tensor given a new shape (same elements).
     Rebox(Vec<usize>),
     Copy,

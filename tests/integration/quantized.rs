@@ -1,65 +1,81 @@
-//! Quantized ONNX models (models/quant, from scripts/gen_quant.py:
-//! onnxruntime's `quantize_static`, per-channel int8 weights, in the QDQ
-//! format with int8 or uint8 activations and in the QOperator format) import, run every step natively and
-//! reproduce onnxruntime's recorded outputs to within one quantization step
-//! of the output, most elements exactly.
+//! Quantized models (models/quant: scripts/gen_quant.py with onnxruntime's
+//! quantizer, scripts/gen_tflite_quant.py with the TFLite converter) import,
+//! run every step natively and reproduce their runtime's recorded outputs.
 //!
-//! They run in float on the quantization grid (see
-//! `frontend/onnx/ops/quantize.rs`); onnxruntime's int8 kernels round the same
-//! values, so the two differ only where a value lies at half a step and float
-//! rounding tips it the other way.
+//! They run in float with every quantized value on its quantization grid (see
+//! `frontend/onnx/ops/quantize.rs` and `frontend/tflite/ops/quant.rs`). The
+//! peers' integer kernels round the same values, so the two differ only where
+//! a value lies at half a step and float rounding tips it the other way:
+//! quantized outputs agree within one step, most elements exactly.
 
 use crate::support::bundled::load_test_data;
+use crate::support::compare::max_abs_err;
 use layoutopt::api::{load_model, Costs, PlanLayouts, PlannerKind, TargetFamily};
-use layoutopt::graph::Graph;
+use layoutopt::graph::{Graph, Tensor};
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 use std::path::Path;
 
-const MODELS: [&str; 9] = [
-    "convnet_qdq_s8",
-    "convnet_qdq_u8",
-    "convnet_qop_u8",
-    "resnet_small_qdq_s8",
-    "resnet_small_qdq_u8",
-    "resnet_small_qop_u8",
-    "mobilenet_small_qdq_s8",
-    "mobilenet_small_qdq_u8",
-    "mobilenet_small_qop_u8",
-];
+/// Imports, plans and runs `models/quant/<name>/<file>` with no reference
+/// fallback; returns the graph, the outputs and the recorded outputs.
+fn run(name: &str, file: &str) -> (Graph, Vec<Tensor>, Vec<Tensor>) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("models/quant")
+        .join(name);
+    let g = load_model(&dir.join(file)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let planned = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
+        .with_costs(Costs::BuiltIn)
+        .plan(&g)
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let m = CompiledModel::compile(&planned.graph, &RuntimeOptions::default())
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert_eq!(m.fallback_steps(), vec![], "{name}");
+    let (inputs, expected) = load_test_data(&dir);
+    let out = m.run(&inputs).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert_eq!(out.len(), expected.len(), "{name}");
+    assert_eq!(out[0].shape, expected[0].shape, "{name}");
+    (g, out, expected)
+}
+
+/// Checks that `got` is within one `step` of `want` everywhere and, where
+/// there are enough elements to count, exact in at least 99% of them.
+fn within_one_step(name: &str, got: &Tensor, want: &Tensor, step: f64) {
+    let off: Vec<f64> = got
+        .data
+        .to_f64()
+        .iter()
+        .zip(want.data.to_f64())
+        .map(|(g, w)| (g - w).abs())
+        .collect();
+    let worst = off.iter().copied().fold(0.0, f64::max);
+    let exact = off.iter().filter(|d| **d <= step * 1e-3).count();
+    assert!(
+        worst <= step * 1.001,
+        "{name}: off by {worst}, one step is {step}"
+    );
+    if off.len() >= 1000 {
+        assert!(
+            exact * 100 >= off.len() * 99,
+            "{name}: {exact} of {} elements exact",
+            off.len()
+        );
+    }
+}
 
 #[test]
-fn static_quantized_models_run_natively_within_one_step_of_onnxruntime() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/quant");
-    for name in MODELS {
-        let dir = root.join(name);
-        let g = load_model(&dir.join("model.onnx")).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let planned = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
-            .with_costs(Costs::BuiltIn)
-            .plan(&g)
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        let m = CompiledModel::compile(&planned.graph, &RuntimeOptions::default())
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(m.fallback_steps(), vec![], "{name}");
-        let (inputs, expected) = load_test_data(&dir);
-        let out = m.run(&inputs).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let (got, want) = (out[0].data.to_f64(), expected[0].data.to_f64());
-        assert_eq!(out[0].shape, expected[0].shape, "{name}");
-        let step = output_step(&g);
-        let off: Vec<f64> = got.iter().zip(&want).map(|(g, w)| (g - w).abs()).collect();
-        let worst = off.iter().copied().fold(0.0, f64::max);
-        let exact = off.iter().filter(|d| **d <= step * 1e-3).count();
-        assert!(
-            worst <= step * 1.001,
-            "{name}: off by {worst}, one step is {step}"
-        );
-        // Enough elements to count: at least 99% exact.
-        if want.len() >= 1000 {
-            assert!(
-                exact * 100 >= want.len() * 99,
-                "{name}: {exact} of {} elements exact",
-                want.len()
-            );
-        }
+fn static_quantized_onnx_models_are_within_one_step_of_onnxruntime() {
+    for name in [
+        "convnet_qdq_s8",
+        "convnet_qdq_u8",
+        "convnet_qop_u8",
+        "resnet_small_qdq_s8",
+        "resnet_small_qdq_u8",
+        "resnet_small_qop_u8",
+        "mobilenet_small_qdq_s8",
+        "mobilenet_small_qdq_u8",
+        "mobilenet_small_qop_u8",
+    ] {
+        let (g, out, expected) = run(name, "model.onnx");
+        within_one_step(name, &out[0], &expected[0], output_step(&g));
     }
 }
 
@@ -72,4 +88,32 @@ fn output_step(g: &Graph) -> f64 {
         .find_map(|&v| g.constant(v).filter(|t| t.numel() == 1))
         .map(|t| t.data.to_f64()[0])
         .expect("the output is a product by a constant scale")
+}
+
+#[test]
+fn full_integer_tflite_is_within_one_step_of_the_interpreter() {
+    // The output is int8: one step is 1.
+    let (_, out, expected) = run("tflite_int8", "model.tflite");
+    within_one_step("tflite_int8", &out[0], &expected[0], 1.0);
+}
+
+/// Dynamic-range models: int8 weights, float activations. onnxruntime
+/// quantizes the activations per run exactly as the model's own ops say, so
+/// its outputs are reproduced to float rounding; TFLite's hybrid kernels
+/// quantize each activation to int8 per run where here it stays float, which
+/// moves the outputs by under 1% of their magnitude.
+#[test]
+fn dynamic_range_models_match_their_runtimes() {
+    for (name, file, tolerance) in [
+        ("convnet_dynamic", "model.onnx", 1e-5),
+        ("resnet_small_dynamic", "model.onnx", 1e-5),
+        ("tflite_dynamic", "model.tflite", 1e-2),
+    ] {
+        let (_, out, expected) = run(name, file);
+        let (err, mag) = max_abs_err(&expected[0], &out[0]);
+        assert!(
+            err <= tolerance * mag,
+            "{name}: error {err} > {tolerance} * {mag}"
+        );
+    }
 }

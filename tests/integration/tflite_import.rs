@@ -534,16 +534,13 @@ fn unsupported_operator_is_an_error_naming_it() {
 }
 
 #[test]
-fn quantized_model_is_refused_naming_the_first_quantized_tensor() {
+fn int8_weights_without_a_scale_are_refused_naming_the_tensor() {
     let mut spec = conv_model([7, 7], 2, 3, [3, 3], [2, 2], SAME, [4, 4]);
-    for t in [1, 3] {
-        spec.tensors[t].ttype = INT8;
-        spec.tensors[t].scale = Some(vec![0.05]);
-    }
+    spec.tensors[1].ttype = INT8;
     spec.tensors[1].data = Some(vec![1u8; 54]);
-    let e = import_err(&spec.build(), &["INT8"]);
+    let e = import_err(&spec.build(), &["INT8", "no quantization scale"]);
     assert!(
-        matches!(&e, TfliteError::Quantized { index: 1, tensor, .. } if tensor == "w"),
+        matches!(&e, TfliteError::Unscaled { index: 1, tensor, .. } if tensor == "w"),
         "{e}"
     );
 }

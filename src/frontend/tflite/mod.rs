@@ -67,9 +67,10 @@ pub enum TfliteError {
         /// What is inconsistent.
         message: String,
     },
-    /// A tensor is quantized; only float models are imported.
-    #[error("{file}: tensor #{index} '{tensor}' is quantized ({dtype}); quantized TFLite models are not supported, convert the model to float32")]
-    Quantized {
+    /// A narrow integer tensor without a quantization scale is read by an
+    /// operator computing float: what its values mean is unknown.
+    #[error("{file}: tensor #{index} '{tensor}' ({dtype}) is read by an operator computing float but has no quantization scale")]
+    Unscaled {
         /// The file.
         file: String,
         /// The tensor's index in its subgraph.
@@ -246,7 +247,7 @@ impl<'a> Importer<'a> {
     }
 
     fn run(mut self) -> Result<Graph, TfliteError> {
-        self.refuse_quantized()?;
+        self.refuse_unscaled()?;
         for idx in self.subgraph.inputs().unwrap_or_default() {
             let t = self.tensor_index(idx, "subgraph input")?;
             let ty = self.value_type(t)?;
@@ -254,7 +255,10 @@ impl<'a> Importer<'a> {
             check_value_size(&ty, "has type", memory_limit())
                 .map_err(|m| self.invalid(format!("subgraph input #{t} '{name}' {m}")))?;
             let span = Span::new(&self.file, &name, "Input", 0);
-            let v = self.graph.add_input(&name, ty, vec![span]);
+            let mut v = self.graph.add_input(&name, ty, vec![span.clone()]);
+            if let Some(q) = self.quantization(t)? {
+                v = self.dequantized_input(v, &q, &span)?;
+            }
             self.values[t] = Some(v);
         }
         let operators = self.subgraph.operators().unwrap_or_default();
@@ -264,7 +268,13 @@ impl<'a> Importer<'a> {
         let mut outputs = Vec::new();
         for idx in self.subgraph.outputs().unwrap_or_default() {
             let t = self.tensor_index(idx, "subgraph output")?;
-            let v = self.value(t, None)?;
+            let mut v = self.value(t, None)?;
+            if let Some(q) = self.quantization(t)? {
+                let name = self.tensor_name(t);
+                let span = Span::new(&self.file, &name, "Output", 0);
+                v = self.onto_grid(v, &q, true, &span)?;
+                self.graph.node_mut(v.node).outputs[v.output].name = name;
+            }
             outputs.push(v);
         }
         self.graph.set_outputs(outputs);
@@ -273,63 +283,45 @@ impl<'a> Importer<'a> {
         Ok(self.graph)
     }
 
-    /// Refuses a quantized model: at the first tensor carrying integer
-    /// quantization parameters, or at the first operator that reads an 8- or
-    /// 4-bit integer tensor and writes a float one (dynamic-range and weight-only
-    /// quantization: int8 weights beside float activations, DEQUANTIZE of int8),
-    /// whether or not the file gives the weights' parameters.
-    fn refuse_quantized(&self) -> Result<(), TfliteError> {
+    /// Refuses, at the first operator that reads an 8- or 4-bit integer tensor
+    /// without a quantization scale and writes a float one, a model whose
+    /// integer data has no float meaning (a CAST of uint8 pixels excepted).
+    fn refuse_unscaled(&self) -> Result<(), TfliteError> {
         // UINT8, INT8, INT4 in TFLite's TensorType.
         let narrow_int = |t: &schema::Tensor| matches!(t.tensor_type(), 3 | 9 | 17);
+        let scaled = |t: &schema::Tensor| {
+            t.quantization()
+                .and_then(|q| q.scale())
+                .is_some_and(|s| !s.is_empty())
+        };
         let is_float = |t: &schema::Tensor| dtype_of(t.tensor_type()).is_some_and(DType::is_float);
         let tensor = |i: i32| usize::try_from(i).ok().filter(|&i| i < self.tensors.len());
-        // CAST (53) of uint8 pixels to float is no quantization.
         let code = |op: &schema::Operator| {
             let codes = self.codes?;
             let i = op.opcode_index() as usize;
             (i < codes.len()).then(|| codes.get(i).code())
         };
         for op in self.subgraph.operators().unwrap_or_default() {
+            // CAST (53) of uint8 pixels to float is no quantization.
             if code(&op) == Some(53) {
                 continue;
             }
             let ins = op.inputs().unwrap_or_default();
             let outs = op.outputs().unwrap_or_default();
-            let narrow = ins
-                .iter()
-                .filter_map(tensor)
-                .find(|&i| narrow_int(&self.tensor(i)));
+            let unscaled = ins.iter().filter_map(tensor).find(|&i| {
+                let t = self.tensor(i);
+                narrow_int(&t) && !scaled(&t)
+            });
             let float_out = outs
                 .iter()
                 .filter_map(tensor)
                 .any(|i| is_float(&self.tensor(i)));
-            if let (Some(index), true) = (narrow, float_out) {
-                return Err(TfliteError::Quantized {
+            if let (Some(index), true) = (unscaled, float_out) {
+                return Err(TfliteError::Unscaled {
                     file: self.file.to_string(),
                     index,
                     tensor: self.tensor_name(index),
-                    dtype: format!(
-                        "{} read by an operator computing float: dynamic-range quantization",
-                        tensor_type_name(self.tensor(index).tensor_type())
-                    ),
-                });
-            }
-        }
-        for (index, t) in self.tensors.iter().enumerate() {
-            let Some(q) = t.quantization() else { continue };
-            let has_params = q.scale().is_some_and(|s| !s.is_empty())
-                || q.zero_point().is_some_and(|z| !z.is_empty())
-                || q.details_type() != 0;
-            let is_float = dtype_of(t.tensor_type()).is_some_and(DType::is_float);
-            if has_params && !is_float {
-                return Err(TfliteError::Quantized {
-                    file: self.file.to_string(),
-                    index,
-                    tensor: self.tensor_name(index),
-                    dtype: format!(
-                        "{} with quantization parameters",
-                        tensor_type_name(t.tensor_type())
-                    ),
+                    dtype: tensor_type_name(self.tensor(index).tensor_type()).to_string(),
                 });
             }
         }
@@ -407,7 +399,8 @@ impl<'a> Importer<'a> {
     }
 
     /// The constant data of a tensor, or `None` when it has no buffer contents. A
-    /// sparse tensor is made dense; `reader` names the operator reading it, if any.
+    /// sparse tensor is made dense, a quantized one its float values; `reader`
+    /// names the operator reading it, if any.
     fn constant_data(
         &self,
         t: usize,
@@ -462,7 +455,12 @@ impl<'a> Importer<'a> {
         }
         let data =
             TensorData::from_le_bytes(ty.dtype, bytes).map_err(|e| self.invalid(e.to_string()))?;
-        Ok(Some(Tensor::new(ty.shape, data)))
+        let data = Tensor::new(ty.shape, data);
+        // A quantized constant is read as its float meaning.
+        Ok(Some(match self.quantization(t)? {
+            Some(q) => Importer::dequantized(&data, &q),
+            None => data,
+        }))
     }
 
     /// The dense bytes of sparse tensor `t` of type `ty`, whose buffer holds `stored`.

@@ -17,6 +17,7 @@ const TO_NHWC: [usize; 4] = [0, 2, 3, 1];
 type Res<T> = Result<T, TfliteError>;
 
 mod mediapipe;
+mod quant;
 
 /// Imports operator `index` of subgraph 0.
 pub(super) fn import_operator<'a>(
@@ -100,6 +101,7 @@ const CONV_2D: i32 = 3;
 const DEPTHWISE_CONV_2D: i32 = 4;
 const DEPTH_TO_SPACE: i32 = 5;
 const DEQUANTIZE: i32 = 6;
+const QUANTIZE: i32 = 114;
 const FULLY_CONNECTED: i32 = 9;
 const LOGISTIC: i32 = 14;
 const MAX_POOL_2D: i32 = 17;
@@ -247,6 +249,7 @@ impl<'a> Cx<'_, 'a> {
             GATHER => self.gather(),
             TRANSPOSE_CONV => self.transpose_conv(),
             DEQUANTIZE => self.dequantize(),
+            QUANTIZE => self.requantize(),
             DENSIFY => self.densify(),
             DEPTH_TO_SPACE => self.depth_to_space(),
             CUSTOM if *self.span.op_type == *mediapipe::CONVOLUTION_2D_TRANSPOSE_BIAS => {
@@ -270,10 +273,14 @@ impl<'a> Cx<'_, 'a> {
         );
         self.imp.graph.node_mut(last).name = self.layer.clone();
         for (&value, &out) in values.iter().zip(outs) {
+            let value = match self.imp.quantization(out)? {
+                Some(q) => self.imp.onto_grid(value, &q, false, &self.span)?,
+                None => value,
+            };
             let name = self.imp.tensor_name(out);
             self.imp.graph.node_mut(value.node).outputs[value.output].name = name.clone();
             let got = self.imp.graph.value_type(value).clone();
-            let declared = self.imp.value_type(out)?;
+            let declared = self.imp.logical_type(out)?;
             let shape_known = self.imp.declared_shape(out)?.is_some();
             if got.dtype != declared.dtype || (shape_known && got.shape != declared.shape) {
                 return Err(self.err(format!(
@@ -1242,6 +1249,10 @@ impl<'a> Cx<'_, 'a> {
     /// becomes a Cast.
     fn dequantize(&mut self) -> Res<ValueRef> {
         let x = self.input(0)?;
+        // A quantized integer input is already its float meaning here.
+        if self.ty(x).dtype == DType::F32 {
+            return self.requantize();
+        }
         if self.ty(x).dtype != DType::F16 {
             return Err(self.unsupported(format!(
                 "DEQUANTIZE of {} is not supported (only float16 weights)",

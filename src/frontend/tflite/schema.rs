@@ -147,6 +147,8 @@ tables! {
         scale(2): ptr Vector<'a, f32>,
         zero_point(3): ptr Vector<'a, i64>,
         details_type(4): scalar u8 = 0,
+        // The axis of per-channel scales and zero points.
+        quantized_dimension(6): scalar i32 = 0,
     }
     /// Constant data: inline (`data`), or for models over 2 GB at `offset`/`size` in the file.
     Buffer {

@@ -517,6 +517,10 @@ impl<'g> Compiler<'g> {
         };
         match op {
             Op::Cast(_) if out.dtype == DType::F32 && is_int(&ins[0]) => Some(Kernel::ToF32),
+            // Quantized outputs: f32 values rounded and clamped to the type.
+            Op::Cast(c) if self.is_f32(ins[0]) && out.dtype.integer_range().is_some() => {
+                Some(Kernel::FromF32(c.clone()))
+            }
             Op::Reshape(_) | Op::Identity if out.dtype != DType::F32 => {
                 Some(Kernel::Rebox(out.shape.clone()))
             }
