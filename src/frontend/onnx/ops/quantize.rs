@@ -214,7 +214,7 @@ fn qlinear_average_pool(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
 /// QLinearConcat: y (0-1), then each input with its scale and zero point.
 fn qlinear_concat(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     let count = c.inputs.len().saturating_sub(2);
-    if count == 0 || count % 3 != 0 {
+    if count == 0 || !count.is_multiple_of(3) {
         return Err(c.err(format!(
             "{} inputs: expected the output's scale and zero point, then triples",
             c.inputs.len()
