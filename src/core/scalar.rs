@@ -94,6 +94,19 @@ pub enum UnaryOp {
     Floor,
     /// The smallest integer not below x.
     Ceil,
+    /// x rounded onto a quantization grid and back (a QuantizeLinear and a
+    /// DequantizeLinear): `(clip(round(x / scale) + zero_point, min, max) -
+    /// zero_point) * scale`, halves to even.
+    QuantizeDequantize {
+        /// The grid's step.
+        scale: f32,
+        /// The integer that stands for 0.
+        zero_point: f32,
+        /// The least integer of the quantized type.
+        min: f32,
+        /// The greatest integer of the quantized type.
+        max: f32,
+    },
 }
 
 /// Binary elementwise functions with numpy broadcasting.
@@ -233,7 +246,7 @@ float_scalar!(f64, f64::exp, f64::tanh, erf);
 impl UnaryOp {
     /// Every variant, with typical parameters: what tests run through each
     /// path that evaluates elementwise functions.
-    pub const EVERY: [UnaryOp; 26] = [
+    pub const EVERY: [UnaryOp; 27] = [
         UnaryOp::Relu,
         UnaryOp::LeakyRelu { alpha: 0.1 },
         UnaryOp::Clip {
@@ -269,6 +282,12 @@ impl UnaryOp {
         UnaryOp::Round,
         UnaryOp::Floor,
         UnaryOp::Ceil,
+        UnaryOp::QuantizeDequantize {
+            scale: 0.05,
+            zero_point: -3.0,
+            min: -128.0,
+            max: 127.0,
+        },
     ];
 
     /// The bounds `(lo, hi)` when the op clamps its input (relu, clip): kernels
@@ -309,6 +328,7 @@ impl UnaryOp {
             UnaryOp::Round => "Round",
             UnaryOp::Floor => "Floor",
             UnaryOp::Ceil => "Ceil",
+            UnaryOp::QuantizeDequantize { .. } => "QuantizeDequantize",
         }
     }
 
@@ -357,6 +377,16 @@ impl UnaryOp {
             UnaryOp::Round => x.round_even(),
             UnaryOp::Floor => x.floor(),
             UnaryOp::Ceil => x.ceil(),
+            UnaryOp::QuantizeDequantize {
+                scale,
+                zero_point,
+                min,
+                max,
+            } => {
+                let (scale, zero_point) = (scale as f64, zero_point as f64);
+                let q = (x / c(scale)).round_even() + c(zero_point);
+                (clip(q, min as f64, max as f64) - c(zero_point)) * c(scale)
+            }
         }
     }
 

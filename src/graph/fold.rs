@@ -12,7 +12,7 @@
 //! whole graph after a pass has produced new constant-only nodes.
 
 use super::{
-    checked_size_bytes, BinaryOp, GlobalPool, Graph, GraphError, NodeId, Op, Pool, PoolKind,
+    checked_size_bytes, BinaryOp, DType, GlobalPool, Graph, GraphError, NodeId, Op, Pool, PoolKind,
     Tensor, UnaryOp, ValueRef, ValueType,
 };
 use crate::core::budget;
@@ -34,6 +34,9 @@ pub fn fold_node(g: &mut Graph, id: NodeId) -> Result<Option<Vec<ValueRef>>, Gra
     }
     if let Some(cast) = cast_sunk_below(g, id)? {
         return Ok(Some(vec![cast]));
+    }
+    if let Some(grid) = onto_quantization_grid(g, id)? {
+        return Ok(Some(vec![grid]));
     }
     let inputs = g.node_inputs(id);
     let Some(tensors) = inputs
@@ -118,6 +121,90 @@ fn integer_round_trip(g: &Graph, id: NodeId) -> Option<ValueRef> {
     let (lo, hi) = to_int.to.integer_range()?;
     let (x_lo, x_hi) = integer_values(g, x)?;
     (g.value_type(x).dtype == back.to && lo <= x_lo && x_hi <= hi).then_some(x)
+}
+
+/// The chain a quantization and its dequantization leave once their casts
+/// fold away, `(clip(round(x / s) + z, min, max) - z) * s` with scalar `s`
+/// and `z` (`z` absent: 0) and the clip a quantized type's range, as the one
+/// op it is: the elementwise kernels and the convolutions' epilogues then run
+/// it in one pass. The op replacing node `id` (the product), if it ends one.
+fn onto_quantization_grid(g: &mut Graph, id: NodeId) -> Result<Option<ValueRef>, GraphError> {
+    let scalar = |g: &Graph, v: ValueRef| {
+        g.constant(v)
+            .filter(|t| t.numel() == 1 && t.dtype() == DType::F32)
+            .map(|t| t.data.to_f64()[0])
+    };
+    // The node producing `v` when it is `op` of one use, and its inputs.
+    let producer = |g: &Graph, v: ValueRef, op: &dyn Fn(&Op) -> bool| {
+        let node = g.node(v.node);
+        (op(&node.op) && g.consumers(v).len() == 1).then(|| g.node_inputs(v.node))
+    };
+    let is = |want: Op| move |op: &Op| *op == want;
+    let binary = |b| is(Op::Binary(b));
+    if g.node(id).op != Op::Binary(BinaryOp::Mul) {
+        return Ok(None);
+    }
+    let [centered, s] = g.node_inputs(id)[..] else {
+        return Ok(None);
+    };
+    let Some(scale) = scalar(g, s) else {
+        return Ok(None);
+    };
+    // With a zero point: a Sub of it after the clip and an Add before.
+    let (clipped, zero_point) = match producer(g, centered, &binary(BinaryOp::Sub)) {
+        Some(ins) => match scalar(g, ins[1]) {
+            Some(z) => (ins[0], Some(z)),
+            None => return Ok(None),
+        },
+        None => (centered, None),
+    };
+    let Some(ins) = producer(g, clipped, &|op| {
+        matches!(op, Op::Unary(UnaryOp::Clip { .. }))
+    }) else {
+        return Ok(None);
+    };
+    let Op::Unary(UnaryOp::Clip { min, max }) = g.node(clipped.node).op else {
+        return Ok(None);
+    };
+    let quantized_type = [DType::I8, DType::U8, DType::I16, DType::U16, DType::I32]
+        .iter()
+        .any(|t| t.integer_range() == Some((f64::from(min), f64::from(max))));
+    if !quantized_type {
+        return Ok(None);
+    }
+    let mut rounded = ins[0];
+    if let Some(z) = zero_point {
+        match producer(g, rounded, &binary(BinaryOp::Add)) {
+            Some(ins) if scalar(g, ins[1]) == Some(z) => rounded = ins[0],
+            _ => return Ok(None),
+        }
+    }
+    let Some(ins) = producer(g, rounded, &is(Op::Unary(UnaryOp::Round))) else {
+        return Ok(None);
+    };
+    let Some(ins) = producer(g, ins[0], &binary(BinaryOp::Div)) else {
+        return Ok(None);
+    };
+    if scalar(g, ins[1]) != Some(scale) || g.value_type(ins[0]).dtype != DType::F32 {
+        return Ok(None);
+    }
+    let op = Op::Unary(UnaryOp::QuantizeDequantize {
+        scale: scale as f32,
+        zero_point: zero_point.unwrap_or(0.0) as f32,
+        min,
+        max,
+    });
+    let node = g.node(id);
+    let (name, spans, out) = (
+        node.name.clone(),
+        node.spans.clone(),
+        node.outputs[0].name.clone(),
+    );
+    let grid = g.add_node(op, &name, &[ins[0]], &[out], spans)?;
+    let grid = ValueRef::new(grid, 0);
+    g.replace_uses(ValueRef::new(id, 0), grid);
+    g.remove_node(id);
+    Ok(Some(grid))
 }
 
 /// Whether every output value of `op` is a value of its first input (data
@@ -261,6 +348,60 @@ pub fn fold_constants(g: &mut Graph) -> Result<usize, GraphError> {
 #[cfg(test)]
 mod tests {
     use crate::graph::*;
+
+    /// A quantization's arithmetic as the ONNX importer leaves it, one node at a
+    /// time through `fold_node`.
+    fn quantize_dequantize_chain(g: &mut Graph, x: ValueRef, zero_point: f32) -> ValueRef {
+        let s = g.add_constant("s", Tensor::scalar_f32(0.25), vec![]);
+        let z = g.add_constant("z", Tensor::scalar_f32(zero_point), vec![]);
+        let add = |g: &mut Graph, op: Op, ins: &[ValueRef]| {
+            let id = g.add_node(op, "q", ins, &[], vec![]).unwrap();
+            fold_node(g, id)
+                .unwrap()
+                .map_or(ValueRef::new(id, 0), |v| v[0])
+        };
+        let v = add(g, Op::Binary(BinaryOp::Div), &[x, s]);
+        let v = add(g, Op::Unary(UnaryOp::Round), &[v]);
+        let v = add(g, Op::Binary(BinaryOp::Add), &[v, z]);
+        let clip = UnaryOp::Clip {
+            min: -128.0,
+            max: 127.0,
+        };
+        let v = add(g, Op::Unary(clip), &[v]);
+        let v = add(g, Op::Binary(BinaryOp::Sub), &[v, z]);
+        add(g, Op::Binary(BinaryOp::Mul), &[v, s])
+    }
+
+    #[test]
+    fn a_quantization_round_trip_becomes_one_op_computing_the_same() {
+        let mut g = Graph::new("qdq");
+        let x = g.add_input("x", ValueType::new(DType::F32, vec![7]), vec![]);
+        let y = quantize_dequantize_chain(&mut g, x, 3.0);
+        let op = g.node(y.node).op.clone();
+        assert_eq!(
+            op,
+            Op::Unary(UnaryOp::QuantizeDequantize {
+                scale: 0.25,
+                zero_point: 3.0,
+                min: -128.0,
+                max: 127.0
+            })
+        );
+        assert_eq!(g.node_inputs(y.node), vec![x]);
+        let input = Tensor::new(
+            vec![7],
+            TensorData::F32(vec![0.125, 0.375, -0.6, 100.0, -100.0, f32::NAN, 1.1]),
+        );
+        let got = crate::ops::eval_op(&op, &[&input], &[g.value_type(y).clone()]).unwrap();
+        // round(x / 0.25) + 3 to even, clamped to [-128, 127], then back.
+        let want = [0.0, 0.5, -0.5, 31.0, -32.75, f32::NAN, 1.0];
+        for (g, w) in got[0].data.to_f64().iter().zip(want) {
+            assert!(
+                *g == f64::from(w) || (g.is_nan() && w.is_nan()),
+                "{g} vs {w}"
+            );
+        }
+    }
 
     #[test]
     fn pow_by_a_constant_two_becomes_a_product() {

@@ -70,6 +70,35 @@ impl OpDef for UnaryOp {
                 cx.single("Clip", &ins, vec![])
             }
 
+            UnaryOp::QuantizeDequantize {
+                scale,
+                zero_point,
+                min,
+                max,
+            } => {
+                // The quantized type is the one whose range the clip is.
+                let range = (f64::from(*min), f64::from(*max));
+                let q = [DType::I8, DType::U8, DType::I16, DType::U16, DType::I32]
+                    .into_iter()
+                    .find(|t| t.integer_range() == Some(range))
+                    .ok_or_else(|| {
+                        OpError::Unsupported(format!(
+                            "a quantization grid clipped to [{min}, {max}] is no ONNX quantized type"
+                        ))
+                    })?;
+                let float = cx.in_types[0].dtype;
+                let s = Tensor::new(vec![], scalar(float, f64::from(*scale)));
+                let s = cx.b.constant("scale", &s);
+                let zp = Tensor::new(vec![], scalar(q, f64::from(*zero_point)));
+                let zp = cx.b.constant("zero_point", &zp);
+                let quantized = cx.b.node(
+                    "QuantizeLinear",
+                    &[cx.input(0), s.clone(), zp.clone()],
+                    vec![],
+                    None,
+                );
+                cx.single("DequantizeLinear", &[quantized, s, zp], vec![])
+            }
             u => {
                 let (op_type, attrs) = (u.name(), unary_attrs(*u));
                 cx.single(op_type, cx.inputs, attrs)

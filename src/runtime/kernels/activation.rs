@@ -54,6 +54,8 @@ pub fn vectorizes(act: Activation) -> bool {
                 | UnaryOp::Elu { .. }
                 | UnaryOp::Selu { .. }
                 | UnaryOp::Celu { .. }
+                | UnaryOp::Round
+                | UnaryOp::QuantizeDequantize { .. }
         ),
     }
 }

@@ -495,6 +495,8 @@ impl VectorKernel for Blocks<'_> {
                             u @ UnaryOp::Selu { .. } => go!(u),
                             u @ UnaryOp::Celu { .. } => go!(u),
                             u @ UnaryOp::Reciprocal => go!(u),
+                            u @ UnaryOp::Round => go!(u),
+                            u @ UnaryOp::QuantizeDequantize { .. } => go!(u),
                             // Lane by lane or rare: one loop for all.
                             u => go!(u),
                         }

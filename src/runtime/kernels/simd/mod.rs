@@ -153,7 +153,7 @@ pub(in crate::runtime) trait Vector: Copy {
     unsafe fn select_negative(a: Self, neg: Self, pos: Self) -> Self;
     /// `a`, with NaN wherever `b` is NaN.
     unsafe fn nan_of(a: Self, b: Self) -> Self;
-    /// Rounded to the nearest integer.
+    /// Rounded to the nearest integer, halves to even.
     unsafe fn round(a: Self) -> Self;
     /// `a · 2^n` for integral `n` in [-150, 128] and `a` in [0.5, 2] (rounded
     /// once, so it over- or underflows only where the exact product does).

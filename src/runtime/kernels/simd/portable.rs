@@ -85,7 +85,7 @@ impl Vector for Scalar {
     }
     #[inline(always)]
     unsafe fn round(a: Self) -> Self {
-        Scalar(a.0.round())
+        Scalar(a.0.round_ties_even())
     }
     #[inline(always)]
     unsafe fn scale2(a: Self, n: Self) -> Self {
