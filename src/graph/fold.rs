@@ -134,10 +134,20 @@ fn onto_quantization_grid(g: &mut Graph, id: NodeId) -> Result<Option<ValueRef>,
             .filter(|t| t.numel() == 1 && t.dtype() == DType::F32)
             .map(|t| t.data.to_f64()[0])
     };
-    // The node producing `v` when it is `op` of one use, and its inputs.
+    // The node producing `v` when it is `op` of one use, and its inputs. A
+    // consumer whose result nobody reads (the quantization's cast, once the
+    // round trip folded) does not count.
     let producer = |g: &Graph, v: ValueRef, op: &dyn Fn(&Op) -> bool| {
         let node = g.node(v.node);
-        (op(&node.op) && g.consumers(v).len() == 1).then(|| g.node_inputs(v.node))
+        let read = |(n, _): &(NodeId, usize)| {
+            let outs = g.node(*n).outputs.len();
+            (0..outs).any(|k| {
+                let out = ValueRef::new(*n, k);
+                g.is_graph_output(out) || !g.consumers(out).is_empty()
+            })
+        };
+        let uses = g.consumers(v).iter().filter(|c| read(c)).count();
+        (op(&node.op) && uses == 1).then(|| g.node_inputs(v.node))
     };
     let is = |want: Op| move |op: &Op| *op == want;
     let binary = |b| is(Op::Binary(b));
