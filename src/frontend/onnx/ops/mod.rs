@@ -14,6 +14,7 @@ mod matmul;
 mod movement;
 mod normalize;
 mod pool;
+mod recurrent;
 mod reduce;
 mod registry;
 mod resize;
@@ -40,6 +41,7 @@ pub(super) fn registry() -> &'static Registry {
         movement::register(&mut reg);
         normalize::register(&mut reg);
         pool::register(&mut reg);
+        recurrent::register(&mut reg);
         reduce::register(&mut reg);
         resize::register(&mut reg);
         scatter::register(&mut reg);
@@ -89,6 +91,7 @@ mod tests {
         "Exp",
         "Expand",
         "Flatten",
+        "GRU",
         "Gather",
         "GatherElements",
         "GatherND",
@@ -105,6 +108,7 @@ mod tests {
         "Identity",
         "InstanceNormalization",
         "LRN",
+        "LSTM",
         "LayerNormalization",
         "LeakyRelu",
         "Less",
@@ -126,6 +130,7 @@ mod tests {
         "PRelu",
         "Pad",
         "Pow",
+        "RNN",
         "Range",
         "Reciprocal",
         "ReduceMax",
@@ -169,7 +174,7 @@ mod tests {
         let mut want: Vec<(&str, &str)> = SUPPORTED.iter().map(|&op| (AI_ONNX, op)).collect();
         want.sort_unstable();
         let have = registry().op_types();
-        assert_eq!(have.len(), 101);
+        assert_eq!(have.len(), 104);
         assert_eq!(have, want);
     }
 
