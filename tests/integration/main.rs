@@ -28,6 +28,7 @@ mod onnx_import;
 mod pad_fold;
 mod planner;
 mod planner_challenges;
+mod recurrent;
 mod relabel_roundtrip;
 mod runtime_models;
 mod scaling;

@@ -8,7 +8,7 @@
 use super::context::{NodeCtx, Res};
 use super::registry::{Registry, AI_ONNX};
 use crate::graph::{BinaryOp, DType, Op, Tensor, TensorData, UnaryOp, ValueRef};
-use crate::ops::{Concat, Reshape, Slice, SliceAxis, Transpose};
+use crate::ops::{Cast, Concat, Reshape, Slice, SliceAxis, Transpose};
 use std::ops::Range;
 
 pub(super) fn register(reg: &mut Registry) {
@@ -51,10 +51,16 @@ struct Recurrence {
     clip: Option<f32>,
     /// Each direction's activation functions, in the layer's order.
     activations: Vec<Vec<Activation>>,
-    /// Per step, which batch entries are still within their sequence (bool,
-    /// shaped like a state with one element per row); `None` when every
-    /// sequence runs all steps.
-    masks: Option<Vec<ValueRef>>,
+    /// Per step, which batch entries are still within their sequence; `None`
+    /// when every sequence runs all steps.
+    masks: Option<Vec<StepMask>>,
+}
+
+/// Which batch entries one step updates, as 1 and 0 shaped like a state with
+/// one element per row: `within` their sequence, and its complement `past` it.
+struct StepMask {
+    within: ValueRef,
+    past: ValueRef,
 }
 
 /// One direction's run: its output at every step (in time order) and its
@@ -178,9 +184,9 @@ impl Recurrence {
         s
     }
 
-    /// Per step, `t < sequence_lens` as a bool state; none when sequence_lens
-    /// is absent or a constant equal to the sequence length everywhere.
-    fn sequence_masks(&self, c: &mut NodeCtx) -> Res<Option<Vec<ValueRef>>> {
+    /// Per step, whether `t < sequence_lens`; none when sequence_lens is
+    /// absent or a constant equal to the sequence length everywhere.
+    fn sequence_masks(&self, c: &mut NodeCtx) -> Res<Option<Vec<StepMask>>> {
         let Some(lens) = c.opt_input(SEQUENCE_LENS) else {
             return Ok(None);
         };
@@ -206,15 +212,30 @@ impl Recurrence {
                 return Ok(None);
             }
         }
+        // Float arithmetic rather than a comparison and Where, so the masking
+        // fuses with the cell: `clamp(len - t, 0, 1)` is 1 within, 0 past the end.
+        let to = Op::Cast(Cast {
+            to: self.dtype,
+            saturate: false,
+        });
+        let lens = c.emit_inner(to, &[lens], "sequence_lens_float")?;
         let row = Op::Reshape(Reshape {
             shape: self.state_shape(1),
         });
         let rows = c.emit_inner(row, &[lens], "sequence_lens_rows")?;
+        let one = c.scalar("mask_one", self.dtype, 1.0);
         (0..self.steps)
             .map(|t| {
-                let step = c.scalar(&format!("t{t}/index"), ty.dtype, t as f64);
-                let within = Op::Binary(BinaryOp::Less);
-                c.emit_inner(within, &[step, rows], &format!("t{t}/within"))
+                let tag = format!("t{t}");
+                let step = c.scalar(&format!("{tag}/index"), self.dtype, t as f64);
+                let left = binary(c, BinaryOp::Sub, rows, step, &format!("{tag}/left"))?;
+                let within = c.emit_inner(
+                    Op::Unary(UnaryOp::Clip { min: 0.0, max: 1.0 }),
+                    &[left],
+                    &format!("{tag}/within"),
+                )?;
+                let past = binary(c, BinaryOp::Sub, one, within, &format!("{tag}/past"))?;
+                Ok(StepMask { within, past })
             })
             .collect::<Res<Vec<_>>>()
             .map(Some)
@@ -366,7 +387,6 @@ impl Recurrence {
             true => (0..self.steps).rev().collect(),
         };
         let mut outputs = vec![None; self.steps];
-        let zero = c.scalar(&format!("d{d}/zero"), self.dtype, 0.0);
         for t in order {
             let tag = format!("d{d}/t{t}");
             let xt = slice(
@@ -381,18 +401,20 @@ impl Recurrence {
                 states = next;
                 continue;
             };
-            let within = masks[t];
-            outputs[t] = Some(c.emit_inner(
-                Op::Where,
-                &[within, next[0], zero],
-                &format!("{tag}/output"),
-            )?);
+            let StepMask { within, past } = masks[t];
+            let mul = |c: &mut NodeCtx, a: ValueRef, m: ValueRef, what: &str| {
+                binary(c, BinaryOp::Mul, a, m, &format!("{tag}/{what}"))
+            };
+            outputs[t] = Some(mul(c, next[0], within, "output")?);
+            // new·within + old·past: exactly one of them, as the masks are 0 or 1.
             states = next
                 .iter()
                 .zip(&states)
                 .enumerate()
                 .map(|(k, (&new, &old))| {
-                    c.emit_inner(Op::Where, &[within, new, old], &format!("{tag}/kept{k}"))
+                    let new = mul(c, new, within, &format!("updated{k}"))?;
+                    let old = mul(c, old, past, &format!("held{k}"))?;
+                    binary(c, BinaryOp::Add, new, old, &format!("{tag}/kept{k}"))
                 })
                 .collect::<Res<Vec<_>>>()?;
         }
