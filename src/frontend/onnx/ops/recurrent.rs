@@ -110,7 +110,11 @@ impl Recurrence {
         if hidden == 0 {
             return Err(c.err("hidden_size is 0"));
         }
-        let gh = gates * hidden;
+        // B holds 2·G·H values: a hidden_size that overflows it fits no weights.
+        let gh = hidden
+            .checked_mul(2 * gates)
+            .map(|b| b / 2)
+            .ok_or_else(|| c.err(format!("hidden_size {hidden} is too large")))?;
         let expect = |c: &NodeCtx, i: usize, what: &str, want: Vec<usize>| -> Res<()> {
             let Some(v) = c.opt_input(i) else {
                 return Ok(());
@@ -427,14 +431,22 @@ impl Recurrence {
     /// The node's outputs from each direction's run: Y [T, D, B, H] (or
     /// [B, T, D, H] for layout 1), then each final state ([D, B, H] or
     /// [B, D, H]); only those the node asks for are built.
-    fn outputs(&self, c: &mut NodeCtx, runs: Vec<Run>) -> Res<Vec<Option<ValueRef>>> {
+    fn outputs(&self, c: &mut NodeCtx, mut runs: Vec<Run>) -> Res<Vec<Option<ValueRef>>> {
         let wanted = |i: usize| c.node.output.get(i).is_some_and(|n| !n.is_empty());
         let ta = self.time_axis;
         let mut out = Vec::new();
         if wanted(0) {
             let mut per_direction = Vec::with_capacity(runs.len());
-            for (d, run) in runs.iter().enumerate() {
+            for (d, run) in runs.iter_mut().enumerate() {
                 let steps = concat(c, &run.outputs, ta, &format!("d{d}/Y"))?;
+                // Unmasked, the last step's output is the final hidden state: read
+                // back from Y, it leaves the steps' outputs free to be computed in
+                // place inside Y (a part that is a graph output itself cannot).
+                if self.masks.is_none() && run.outputs.len() > 1 {
+                    let last = if self.reverse[d] { 0 } else { self.steps - 1 };
+                    let what = format!("d{d}/Y_last");
+                    run.finals[0] = slice(c, steps, &[(ta, last..last + 1)], &what)?;
+                }
                 let mut shape = c.ty(steps).shape;
                 shape.insert(ta + 1, 1);
                 per_direction.push(c.emit_inner(
