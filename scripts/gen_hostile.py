@@ -119,6 +119,12 @@ def panics():
             [h.make_node("Softmax", ["x"], ["y"], axis=1.5)], x, y, "axis")
     refused("unknown_operator", [h.make_node("NoSuchOp", ["x"], ["y"])], x, y,
             "unsupported operators: 'NoSuchOp'")
+    seq = [vi("x", [3, 2, 4])]
+    refused("lstm_weights_not_hidden_size",
+            [h.make_node("LSTM", ["x", "w", "r"], ["y"], hidden_size=5)], seq, y,
+            "W has shape [1, 16, 4], expected [1, 20, 4]",
+            [nh.from_array(np.ones((1, 16, 4), np.float32), "w"),
+             nh.from_array(np.ones((1, 16, 4), np.float32), "r")], opset=14)
     refused("cycle",
             [h.make_node("Relu", ["b"], ["a"]), h.make_node("Relu", ["a"], ["b"]),
              h.make_node("Relu", ["b"], ["y"])], x, y, "cycle")

@@ -29,6 +29,7 @@ mod pad_fold;
 mod planner;
 mod planner_challenges;
 mod quantized;
+mod recurrent;
 mod relabel_roundtrip;
 mod runtime_models;
 mod scaling;

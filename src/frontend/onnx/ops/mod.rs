@@ -15,6 +15,7 @@ mod movement;
 mod normalize;
 mod pool;
 mod quantize;
+mod recurrent;
 mod reduce;
 mod registry;
 mod resize;
@@ -42,6 +43,7 @@ pub(super) fn registry() -> &'static Registry {
         normalize::register(&mut reg);
         pool::register(&mut reg);
         quantize::register(&mut reg);
+        recurrent::register(&mut reg);
         reduce::register(&mut reg);
         resize::register(&mut reg);
         scatter::register(&mut reg);
@@ -91,6 +93,7 @@ mod tests {
         "Exp",
         "Expand",
         "Flatten",
+        "GRU",
         "Gather",
         "GatherElements",
         "GatherND",
@@ -107,6 +110,7 @@ mod tests {
         "Identity",
         "InstanceNormalization",
         "LRN",
+        "LSTM",
         "LayerNormalization",
         "LeakyRelu",
         "Less",
@@ -128,6 +132,7 @@ mod tests {
         "PRelu",
         "Pad",
         "Pow",
+        "RNN",
         "Range",
         "Reciprocal",
         "QuantizeLinear",
@@ -194,7 +199,7 @@ mod tests {
         want.extend(SUPPORTED_MICROSOFT.iter().map(|&op| ("com.microsoft", op)));
         want.sort_unstable();
         let have = registry().op_types();
-        assert_eq!(have.len(), 119);
+        assert_eq!(have.len(), 122);
         assert_eq!(have, want);
     }
 
