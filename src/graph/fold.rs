@@ -136,15 +136,16 @@ fn onto_quantization_grid(g: &mut Graph, id: NodeId) -> Result<Option<ValueRef>,
     };
     // The node producing `v` when it is `op` of one use, and its inputs. A
     // consumer whose result nobody reads (the quantization's cast, once the
-    // round trip folded) does not count.
+    // round trip folded) does not count; the product being added does.
     let producer = |g: &Graph, v: ValueRef, op: &dyn Fn(&Op) -> bool| {
         let node = g.node(v.node);
         let read = |(n, _): &(NodeId, usize)| {
             let outs = g.node(*n).outputs.len();
-            (0..outs).any(|k| {
-                let out = ValueRef::new(*n, k);
-                g.is_graph_output(out) || !g.consumers(out).is_empty()
-            })
+            *n == id
+                || (0..outs).any(|k| {
+                    let out = ValueRef::new(*n, k);
+                    g.is_graph_output(out) || !g.consumers(out).is_empty()
+                })
         };
         let uses = g.consumers(v).iter().filter(|c| read(c)).count();
         (op(&node.op) && uses == 1).then(|| g.node_inputs(v.node))
@@ -378,6 +379,10 @@ mod tests {
             max: 127.0,
         };
         let v = add(g, Op::Unary(clip), &[v]);
+        // The quantized integers and back: the round trip folds away.
+        let cast = |to| Op::Cast(crate::ops::Cast { to, saturate: true });
+        let q = add(g, cast(DType::I8), &[v]);
+        let v = add(g, cast(DType::F32), &[q]);
         let v = add(g, Op::Binary(BinaryOp::Sub), &[v, z]);
         add(g, Op::Binary(BinaryOp::Mul), &[v, s])
     }
