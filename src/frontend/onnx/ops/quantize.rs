@@ -26,7 +26,7 @@ use super::window::{kernel_attr, window};
 use crate::graph::{
     numel, BinaryOp, Concat, Conv, DType, Gemm, Op, Pool, PoolKind, ReduceKind, UnaryOp, ValueRef,
 };
-use crate::ops::{Cast, Reduce, Reshape};
+use crate::ops::{Cast, Expand, Reduce, Reshape, Slice, SliceAxis};
 
 /// The domain of onnxruntime's contrib operators, which its quantizer emits.
 const MICROSOFT: &str = "com.microsoft";
@@ -62,8 +62,16 @@ pub(super) fn register(reg: &mut Registry) {
     reg.add(MICROSOFT, "QGemm", qgemm);
 }
 
-/// The integer types a quantized tensor may have here.
-const QUANTIZED: [DType; 5] = [DType::I8, DType::U8, DType::I16, DType::U16, DType::I32];
+/// The integer types a quantized tensor may have here (float8 types too).
+const QUANTIZED: [DType; 7] = [
+    DType::I8,
+    DType::U8,
+    DType::I16,
+    DType::U16,
+    DType::I32,
+    DType::I4,
+    DType::U4,
+];
 
 /// Where a tensor's scale and zero point are among the node's inputs.
 #[derive(Clone, Copy)]
@@ -358,12 +366,14 @@ fn matmul_integer(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     c.integer_output(y)
 }
 
-/// The range of quantized type `q`, or why it is not one here.
-fn quantized_range(c: &NodeCtx, q: DType) -> Res<(f64, f64)> {
+/// The range of quantized integer type `q`; `None` for a float8 type, which
+/// rounds as a float; an error for any other type.
+fn quantized_range(c: &NodeCtx, q: DType) -> Res<Option<(f64, f64)>> {
     match q.integer_range() {
-        Some(range) if QUANTIZED.contains(&q) => Ok(range),
+        Some(range) if QUANTIZED.contains(&q) => Ok(Some(range)),
+        _ if crate::core::float8::is_float8(q) => Ok(None),
         _ => Err(c.err(format!(
-            "quantization to {} is not supported (int8, uint8, int16, uint16 and int32 are)",
+            "quantization to {} is not supported (8-, 16- and 32-bit and 4-bit integers and float8 are)",
             q.name()
         ))),
     }
@@ -394,11 +404,19 @@ impl NodeCtx<'_> {
                 float.name()
             )));
         }
-        let (lo, hi) = quantized_range(self, q)?;
+        let range = quantized_range(self, q)?;
         let (scale, zero_point) = self.grid(grid, x, axis, float, out)?;
         let at = |step: &str| format!("{}/{step}", out.label());
-        let scaled = self.emit_inner(Op::Binary(BinaryOp::Div), &[x, scale], &at("scaled"))?;
-        let mut y = self.emit_inner(Op::Unary(UnaryOp::Round), &[scaled], &at("rounded"))?;
+        let mut y = self.emit_inner(Op::Binary(BinaryOp::Div), &[x, scale], &at("scaled"))?;
+        let Some((lo, hi)) = range else {
+            // Float8: the cast rounds (halves to even) and saturates or not.
+            if let Some(zp) = zero_point {
+                y = self.emit_inner(Op::Binary(BinaryOp::Add), &[y, zp], &at("shifted"))?;
+            }
+            let saturate = self.bool_attr("saturate", true)?;
+            return self.add(Op::Cast(Cast { to: q, saturate }), &[y], out);
+        };
+        y = self.emit_inner(Op::Unary(UnaryOp::Round), &[y], &at("rounded"))?;
         if let Some(zp) = zero_point {
             y = self.emit_inner(Op::Binary(BinaryOp::Add), &[y, zp], &at("shifted"))?;
         }
@@ -493,9 +511,6 @@ impl NodeCtx<'_> {
         float: DType,
         out: Out,
     ) -> Res<(ValueRef, Option<ValueRef>)> {
-        if self.int("block_size", 0)? != 0 {
-            return Err(self.err("blocked quantization (block_size) is not supported"));
-        }
         let scale = self.input(grid.scale)?;
         let scale_type = self.ty(scale).dtype;
         if scale_type != float {
@@ -551,7 +566,8 @@ impl NodeCtx<'_> {
     }
 
     /// Quantization parameter `v` shaped to broadcast against `x`: one value
-    /// as it is, else one per index of axis `axis`.
+    /// as it is, one per index of axis `axis`, or with `block_size`, one per
+    /// block of that many indices along it.
     fn along_axis(
         &mut self,
         v: ValueRef,
@@ -561,6 +577,10 @@ impl NodeCtx<'_> {
         out: Out,
     ) -> Res<ValueRef> {
         let (shape, vs) = (self.ty(x).shape, self.ty(v).shape);
+        let block = self.int("block_size", 0)?;
+        if block != 0 {
+            return self.blocked(v, &shape, axis, block, what);
+        }
         if numel(&vs) == 1 {
             return Ok(v);
         }
@@ -575,5 +595,62 @@ impl NodeCtx<'_> {
         along[axis] = shape[axis];
         let name = format!("{}/{what}", out.label());
         self.emit_inner(Op::Reshape(Reshape { shape: along }), &[v], &name)
+    }
+
+    /// Blocked quantization: `v`, of `x_shape` but with axis `axis` cut into
+    /// blocks of `block`, repeated over each block's indices (a reshape, an
+    /// expand, a reshape and, for a short last block, a slice; folded when
+    /// `v` is a constant).
+    fn blocked(
+        &mut self,
+        v: ValueRef,
+        x_shape: &[usize],
+        axis: i64,
+        block: i64,
+        what: &str,
+    ) -> Res<ValueRef> {
+        let axis = self.axis(axis, x_shape.len())?;
+        let block = usize::try_from(block)
+            .ok()
+            .filter(|&b| b > 0)
+            .ok_or_else(|| self.err(format!("block_size {block} is not positive")))?;
+        let vs = self.ty(v).shape;
+        let blocks = x_shape[axis].div_ceil(block);
+        let mut want = x_shape.to_vec();
+        want[axis] = blocks;
+        if vs != want {
+            return Err(self.err(format!(
+                "blocked {what} has shape {vs:?}, expected {want:?} (blocks of {block} along axis {axis})"
+            )));
+        }
+        self.check_size(self.ty(v).dtype, x_shape)?;
+        let layer = self.layer();
+        let at = |step: &str| format!("{layer}/{what}_{step}");
+        let mut split = want.clone();
+        split.insert(axis + 1, 1);
+        let v = self.emit_inner(
+            Op::Reshape(Reshape {
+                shape: split.clone(),
+            }),
+            &[v],
+            &at("split"),
+        )?;
+        split[axis + 1] = block;
+        let v = self.emit_inner(Op::Expand(Expand { shape: split }), &[v], &at("repeated"))?;
+        let mut joined = want;
+        joined[axis] = blocks * block;
+        let v = self.emit_inner(Op::Reshape(Reshape { shape: joined }), &[v], &at("joined"))?;
+        if blocks * block == x_shape[axis] {
+            return Ok(v);
+        }
+        let cut = Op::Slice(Slice {
+            axes: vec![SliceAxis {
+                axis,
+                start: 0,
+                end: x_shape[axis] as i64,
+                step: 1,
+            }],
+        });
+        self.emit_inner(cut, &[v], &at("cut"))
     }
 }
