@@ -102,6 +102,13 @@ impl DType {
         })
     }
 
+    /// The quantized integer type (8, 16 or 32 bits) whose range is `[lo, hi]`.
+    pub fn quantized_with_range(lo: f64, hi: f64) -> Option<DType> {
+        [DType::I8, DType::U8, DType::I16, DType::U16, DType::I32]
+            .into_iter()
+            .find(|t| t.integer_range() == Some((lo, hi)))
+    }
+
     /// Bytes per element as stored in memory.
     pub fn size_bytes(self) -> usize {
         match self {

@@ -177,10 +177,7 @@ fn onto_quantization_grid(g: &mut Graph, id: NodeId) -> Result<Option<ValueRef>,
     let Op::Unary(UnaryOp::Clip { min, max }) = g.node(clipped.node).op else {
         return Ok(None);
     };
-    let quantized_type = [DType::I8, DType::U8, DType::I16, DType::U16, DType::I32]
-        .iter()
-        .any(|t| t.integer_range() == Some((f64::from(min), f64::from(max))));
-    if !quantized_type {
+    if DType::quantized_with_range(f64::from(min), f64::from(max)).is_none() {
         return Ok(None);
     }
     let mut rounded = ins[0];

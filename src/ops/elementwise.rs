@@ -77,10 +77,7 @@ impl OpDef for UnaryOp {
                 max,
             } => {
                 // The quantized type is the one whose range the clip is.
-                let range = (f64::from(*min), f64::from(*max));
-                let q = [DType::I8, DType::U8, DType::I16, DType::U16, DType::I32]
-                    .into_iter()
-                    .find(|t| t.integer_range() == Some(range))
+                let q = DType::quantized_with_range(f64::from(*min), f64::from(*max))
                     .ok_or_else(|| {
                         OpError::Unsupported(format!(
                             "a quantization grid clipped to [{min}, {max}] is no ONNX quantized type"

@@ -140,8 +140,21 @@ impl Importer<'_> {
         Ok(fold_node(&mut self.graph, id)?.map_or(ValueRef::new(id, 0), |c| c[0]))
     }
 
-    fn parameter(&mut self, name: &str, t: Tensor, span: &Span) -> ValueRef {
-        self.graph.add_constant(name, t, vec![span.clone()])
+    /// The zero point and the scale of `q` as constants that broadcast
+    /// against `v`, named after it.
+    fn parameters(&mut self, v: ValueRef, q: &Quantization, span: &Span) -> (ValueRef, ValueRef) {
+        let shape = self.graph.value_type(v).shape.clone();
+        let extent = shape.get(q.axis).copied().unwrap_or(1);
+        let name = self.graph.value(v).name.clone();
+        let mut constant = |what: &str, values: &[f64]| {
+            let t = q.broadcast(values, shape.len(), extent);
+            self.graph
+                .add_constant(&format!("{name}/{what}"), t, vec![span.clone()])
+        };
+        (
+            constant("zero_point", &q.zero_point),
+            constant("scale", &q.scale),
+        )
     }
 
     /// The float meaning of graph input `x`, stored quantized.
@@ -151,19 +164,8 @@ impl Importer<'_> {
         q: &Quantization,
         span: &Span,
     ) -> Res<ValueRef> {
-        let shape = self.graph.value_type(x).shape.clone();
-        let extent = shape.get(q.axis).copied().unwrap_or(1);
         let name = self.graph.value(x).name.clone();
-        let zp = self.parameter(
-            &format!("{name}/zero_point"),
-            q.broadcast(&q.zero_point, shape.len(), extent),
-            span,
-        );
-        let scale = self.parameter(
-            &format!("{name}/scale"),
-            q.broadcast(&q.scale, shape.len(), extent),
-            span,
-        );
+        let (zp, scale) = self.parameters(x, q, span);
         let cast = Op::Cast(Cast {
             to: DType::F32,
             saturate: true,
@@ -192,23 +194,12 @@ impl Importer<'_> {
         store: bool,
         span: &Span,
     ) -> Res<ValueRef> {
-        let shape = self.graph.value_type(y).shape.clone();
-        let extent = shape.get(q.axis).copied().unwrap_or(1);
         let name = self.graph.value(y).name.clone();
         let (lo, hi) = q
             .dtype
             .integer_range()
             .expect("a quantized type is an integer");
-        let zp = self.parameter(
-            &format!("{name}/zero_point"),
-            q.broadcast(&q.zero_point, shape.len(), extent),
-            span,
-        );
-        let scale = self.parameter(
-            &format!("{name}/scale"),
-            q.broadcast(&q.scale, shape.len(), extent),
-            span,
-        );
+        let (zp, scale) = self.parameters(y, q, span);
         let mut add = |op, step: &str, inputs: &[ValueRef]| {
             self.add_op(op, &format!("{name}/{step}"), inputs, span)
         };
