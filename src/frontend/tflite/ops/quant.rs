@@ -30,16 +30,19 @@ pub(in crate::frontend::tflite) struct Quantization {
 }
 
 impl Quantization {
-    /// `values` (one or one per index of the axis) as a constant that
-    /// broadcasts against a tensor of rank `rank`.
-    fn broadcast(&self, values: &[f64], rank: usize, extent: usize) -> Tensor {
-        let mut shape = vec![1; rank];
-        if values.len() > 1 {
-            shape[self.axis] = extent;
-        } else {
-            shape.clear();
+    /// `values` (one, or one per index of the axis) as a constant that
+    /// broadcasts against a tensor of shape `shape`; `None` when `shape` has
+    /// no such axis of that many indices.
+    fn broadcast(&self, values: &[f64], shape: &[usize]) -> Option<Tensor> {
+        let data = TensorData::from_f64(DType::F32, values.to_vec());
+        if values.len() == 1 {
+            return Some(Tensor::new(vec![], data));
         }
-        Tensor::new(shape, TensorData::from_f64(DType::F32, values.to_vec()))
+        let mut along = vec![1; shape.len()];
+        (shape.get(self.axis) == Some(&values.len())).then(|| {
+            along[self.axis] = values.len();
+            Tensor::new(along, data)
+        })
     }
 }
 
@@ -142,19 +145,32 @@ impl Importer<'_> {
 
     /// The zero point and the scale of `q` as constants that broadcast
     /// against `v`, named after it.
-    fn parameters(&mut self, v: ValueRef, q: &Quantization, span: &Span) -> (ValueRef, ValueRef) {
+    fn parameters(
+        &mut self,
+        v: ValueRef,
+        q: &Quantization,
+        span: &Span,
+    ) -> Res<(ValueRef, ValueRef)> {
         let shape = self.graph.value_type(v).shape.clone();
-        let extent = shape.get(q.axis).copied().unwrap_or(1);
         let name = self.graph.value(v).name.clone();
         let mut constant = |what: &str, values: &[f64]| {
-            let t = q.broadcast(values, shape.len(), extent);
-            self.graph
-                .add_constant(&format!("{name}/{what}"), t, vec![span.clone()])
+            let t = q
+                .broadcast(values, &shape)
+                .ok_or_else(|| TfliteError::Layer {
+                    span: span.clone(),
+                    message: format!(
+                    "{} quantization {what}s do not fit axis {} of '{name}', of shape {shape:?}",
+                    values.len(),
+                    q.axis
+                ),
+                })?;
+            let at = format!("{name}/{what}");
+            Res::Ok(self.graph.add_constant(&at, t, vec![span.clone()]))
         };
-        (
-            constant("zero_point", &q.zero_point),
-            constant("scale", &q.scale),
-        )
+        Ok((
+            constant("zero_point", &q.zero_point)?,
+            constant("scale", &q.scale)?,
+        ))
     }
 
     /// The float meaning of graph input `x`, stored quantized.
@@ -165,7 +181,7 @@ impl Importer<'_> {
         span: &Span,
     ) -> Res<ValueRef> {
         let name = self.graph.value(x).name.clone();
-        let (zp, scale) = self.parameters(x, q, span);
+        let (zp, scale) = self.parameters(x, q, span)?;
         let cast = Op::Cast(Cast {
             to: DType::F32,
             saturate: true,
@@ -199,7 +215,7 @@ impl Importer<'_> {
             .dtype
             .integer_range()
             .expect("a quantized type is an integer");
-        let (zp, scale) = self.parameters(y, q, span);
+        let (zp, scale) = self.parameters(y, q, span)?;
         let mut add = |op, step: &str, inputs: &[ValueRef]| {
             self.add_op(op, &format!("{name}/{step}"), inputs, span)
         };
