@@ -511,10 +511,10 @@ fn tflite_cases() -> Vec<Case> {
     opcode_oob.ops[0].opcode_index = Some(5);
     let mut version = tfl_conv(4, 3, 1);
     version.version = 2;
-    let mut quantized = tfl_conv(4, 3, 1);
-    quantized.tensors[1].ttype = INT8;
-    quantized.tensors[1].scale = Some(vec![0.05]);
-    quantized.tensors[1].data = Some(vec![1u8; 9]);
+    // Int8 weights without a scale, read by a float conv.
+    let mut unscaled = tfl_conv(4, 3, 1);
+    unscaled.tensors[1].ttype = INT8;
+    unscaled.tensors[1].data = Some(vec![1u8; 9]);
     let lstm = ModelSpec::new(
         vec![
             TensorSpec::f32("x", &[1, 4]),
@@ -598,10 +598,10 @@ fn tflite_cases() -> Vec<Case> {
             &["opcode index 5"],
         ),
         case(
-            "tflite quantized tensor",
-            "quantized.tflite",
-            quantized.build(),
-            &["'w'", "INT8"],
+            "tflite unscaled integer tensor",
+            "unscaled.tflite",
+            unscaled.build(),
+            &["'w'", "INT8", "no quantization scale"],
         ),
         case(
             "tflite unsupported operator",
