@@ -533,6 +533,31 @@ fn unsupported_operator_is_an_error_naming_it() {
     assert!(matches!(e, TfliteError::Unsupported { .. }), "{e}");
 }
 
+/// FLOOR, CEIL and ROUND (halves to even, as TFLite's kernel rounds) on the
+/// reference executor, against Rust's own rounding.
+#[test]
+fn floor_ceil_and_round_import_as_the_unary_ops() {
+    let tensors = ["x", "floor", "ceil", "round"]
+        .iter()
+        .map(|n| TensorSpec::f32(n, &[6]))
+        .collect();
+    let ops = vec![
+        OpSpec::new(FLOOR, &[0], &[1]),
+        OpSpec::new(CEIL, &[0], &[2]),
+        OpSpec::new(ROUND, &[0], &[3]),
+    ];
+    let g = import(&ModelSpec::new(tensors, ops, &[0], &[1, 2, 3]));
+    let x = [-2.5f32, -1.5, -0.2, 0.5, 1.5, 2.7];
+    let input =
+        layoutopt::graph::Tensor::new(vec![6], layoutopt::graph::TensorData::F32(x.to_vec()));
+    let out = layoutopt::reference::run(&g, &[input]).unwrap();
+    let fns: [fn(f32) -> f32; 3] = [f32::floor, f32::ceil, f32::round_ties_even];
+    for (t, f) in out.iter().zip(fns) {
+        let want: Vec<f64> = x.iter().map(|&v| f64::from(f(v))).collect();
+        assert_eq!(t.data.to_f64(), want);
+    }
+}
+
 #[test]
 fn int8_weights_without_a_scale_are_refused_naming_the_tensor() {
     let mut spec = conv_model([7, 7], 2, 3, [3, 3], [2, 2], SAME, [4, 4]);

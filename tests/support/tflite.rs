@@ -347,10 +347,12 @@ fn options_table(b: &mut FlatBufferBuilder, fields: &[(u16, Field)]) -> WIPOffse
 }
 
 // BuiltinOperator codes and BuiltinOptions union types from TFLite's schema.fbs.
+pub const CEIL: i32 = 104;
 pub const CONV_2D: i32 = 3;
 pub const CUSTOM: i32 = 32;
 pub const DENSIFY: i32 = 124;
 pub const DEPTHWISE_CONV_2D: i32 = 4;
+pub const FLOOR: i32 = 8;
 pub const FULLY_CONNECTED: i32 = 9;
 pub const LSTM: i32 = 16;
 pub const MAX_POOL_2D: i32 = 17;
@@ -361,6 +363,7 @@ pub const SQUEEZE: i32 = 43;
 pub const STRIDED_SLICE: i32 = 45;
 pub const PADV2: i32 = 60;
 pub const RESIZE_NEAREST_NEIGHBOR: i32 = 97;
+pub const ROUND: i32 = 116;
 pub const GELU: i32 = 150;
 pub const CONV_OPTIONS: u8 = 1;
 pub const DEPTHWISE_OPTIONS: u8 = 2;

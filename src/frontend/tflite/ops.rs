@@ -139,6 +139,9 @@ const RESIZE_NEAREST_NEIGHBOR: i32 = 97;
 const LEAKY_RELU: i32 = 98;
 const SQUARED_DIFFERENCE: i32 = 99;
 const ABS: i32 = 101;
+const FLOOR: i32 = 8;
+const CEIL: i32 = 104;
+const ROUND: i32 = 116;
 const HARD_SWISH: i32 = 117;
 const BATCH_MATMUL: i32 = 126;
 const GELU: i32 = 150;
@@ -208,6 +211,9 @@ impl<'a> Cx<'_, 'a> {
             SQRT => self.unary(UnaryOp::Sqrt),
             NEG => self.unary(UnaryOp::Neg),
             ABS => self.unary(UnaryOp::Abs),
+            FLOOR => self.unary(UnaryOp::Floor),
+            CEIL => self.unary(UnaryOp::Ceil),
+            ROUND => self.unary(UnaryOp::Round),
             RSQRT => {
                 let s = self.unary(UnaryOp::Sqrt)?;
                 self.emit(Op::Unary(UnaryOp::Reciprocal), "reciprocal", &[s])
