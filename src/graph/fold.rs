@@ -292,9 +292,10 @@ fn integer_values(g: &Graph, v: ValueRef) -> Option<(f64, f64)> {
         return integral.then_some((lo, hi));
     }
     let ins = g.node_inputs(v.node);
-    let unbounded = (f64::NEG_INFINITY, f64::INFINITY);
     match &g.node(v.node).op {
-        Op::Unary(UnaryOp::Round | UnaryOp::Floor | UnaryOp::Ceil) => Some(unbounded),
+        Op::Unary(UnaryOp::Round | UnaryOp::Floor | UnaryOp::Ceil) => {
+            Some((f64::NEG_INFINITY, f64::INFINITY))
+        }
         Op::Unary(UnaryOp::Clip { min, max }) => {
             let (min, max) = (f64::from(*min), f64::from(*max));
             let bound = |b: f64| b.fract() == 0.0 || b.is_infinite();
@@ -308,8 +309,8 @@ fn integer_values(g: &Graph, v: ValueRef) -> Option<(f64, f64)> {
             .try_fold((f64::INFINITY, f64::NEG_INFINITY), |r, &v| {
                 integer_values(g, v).map(|(lo, hi)| (r.0.min(lo), r.1.max(hi)))
             }),
-        // Sums of `terms` products of integers (dynamic quantization's
-        // integer convolutions and products).
+        // Sums of up to `terms` products of integers (dynamic quantization's
+        // integer convolutions and products; padding adds zeros).
         Op::Conv(_) | Op::MatMul if ins.len() == 2 => {
             let (a, b) = (integer_values(g, ins[0])?, integer_values(g, ins[1])?);
             let w = &g.value_type(ins[1]).shape;
@@ -317,28 +318,36 @@ fn integer_values(g: &Graph, v: ValueRef) -> Option<(f64, f64)> {
                 Op::Conv(_) => w[1..].iter().product::<usize>(),
                 _ => *g.value_type(ins[0]).shape.last()?,
             } as f64;
-            let products = [a.0 * b.0, a.0 * b.1, a.1 * b.0, a.1 * b.1];
-            let lo = products.iter().copied().fold(0.0, f64::min);
-            let hi = products.iter().copied().fold(0.0, f64::max);
-            (!lo.is_nan() && !hi.is_nan()).then_some((lo * terms, hi * terms))
+            let (lo, hi) = product_range(a, b);
+            Some((lo.min(0.0) * terms, hi.max(0.0) * terms))
         }
-        Op::Binary(op @ (BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul)) => {
+        Op::Binary(BinaryOp::Add) => {
             let (a, b) = (integer_values(g, ins[0])?, integer_values(g, ins[1])?);
-            let corners = match op {
-                BinaryOp::Add => [a.0 + b.0, a.1 + b.1, a.0 + b.0, a.1 + b.1],
-                BinaryOp::Sub => [a.0 - b.1, a.1 - b.0, a.0 - b.1, a.1 - b.0],
-                _ => [a.0 * b.0, a.0 * b.1, a.1 * b.0, a.1 * b.1],
-            };
-            // 0 · inf is NaN: such a product is unbounded.
-            let lo = corners.iter().copied().fold(f64::INFINITY, f64::min);
-            let hi = corners.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            match lo.is_nan() || hi.is_nan() || corners.iter().any(|c| c.is_nan()) {
-                true => Some(unbounded),
-                false => Some((lo, hi)),
-            }
+            Some((a.0 + b.0, a.1 + b.1))
         }
+        Op::Binary(BinaryOp::Sub) => {
+            let (a, b) = (integer_values(g, ins[0])?, integer_values(g, ins[1])?);
+            Some((a.0 - b.1, a.1 - b.0))
+        }
+        Op::Binary(BinaryOp::Mul) => Some(product_range(
+            integer_values(g, ins[0])?,
+            integer_values(g, ins[1])?,
+        )),
         _ => None,
     }
+}
+
+/// The bounds of `x · y` for `x` within `a` and `y` within `b`: the least and
+/// greatest product of their bounds, unbounded where a bound of 0 meets an
+/// infinite one (0 · inf is NaN).
+fn product_range(a: (f64, f64), b: (f64, f64)) -> (f64, f64) {
+    let corners = [a.0 * b.0, a.0 * b.1, a.1 * b.0, a.1 * b.1];
+    if corners.iter().any(|c| c.is_nan()) {
+        return (f64::NEG_INFINITY, f64::INFINITY);
+    }
+    let lo = corners.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = corners.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (lo, hi)
 }
 
 /// Folds every foldable node, in topological order; returns how many were folded.

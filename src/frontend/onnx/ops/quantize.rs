@@ -80,11 +80,18 @@ struct Grid {
     zero_point: usize,
 }
 
-/// The usual places: the parameters of input 0 and of the output.
-const INPUT_0: Grid = Grid {
-    scale: 1,
-    zero_point: 2,
-};
+impl Grid {
+    /// The scale at input `scale` and the zero point right after it.
+    const fn at(scale: usize) -> Grid {
+        Grid {
+            scale,
+            zero_point: scale + 1,
+        }
+    }
+}
+
+/// The parameters of input 0, which follow it.
+const INPUT_0: Grid = Grid::at(1);
 
 /// Where an op of a conversion goes: an intermediate value, or the node's output.
 #[derive(Clone, Copy)]
@@ -129,10 +136,7 @@ fn dequantize_linear(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
 /// QLinearConv: x (0-2), w (3-5, per output channel), y (6-7), int32 bias (8).
 fn qlinear_conv(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     let x = c.dequantize(c.input(0)?, INPUT_0, 1, Out::Inner("x"))?;
-    let w_grid = Grid {
-        scale: 4,
-        zero_point: 5,
-    };
+    let w_grid = Grid::at(4);
     let w = c.dequantize(c.input(3)?, w_grid, 0, Out::Inner("w"))?;
     let bias = match c.opt_input(8) {
         Some(b) => Some(c.bias(b, 1, 4)?),
@@ -150,10 +154,7 @@ fn qlinear_conv(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
 /// QLinearMatMul: a (0-2, per row or tensor), b (3-5, per column or tensor), y (6-7).
 fn qlinear_matmul(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     let a = c.dequantize(c.input(0)?, INPUT_0, -2, Out::Inner("a"))?;
-    let b_grid = Grid {
-        scale: 4,
-        zero_point: 5,
-    };
+    let b_grid = Grid::at(4);
     let b = c.dequantize(c.input(3)?, b_grid, -1, Out::Inner("b"))?;
     let y = c.add(Op::MatMul, &[a, b], Out::Inner("matmul"))?;
     c.quantize_output(y, 6, -1)
@@ -162,10 +163,7 @@ fn qlinear_matmul(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
 /// QLinearAdd and QLinearMul: a (0-2), b (3-5), c (6-7).
 fn qlinear_binary(c: &mut NodeCtx, op: BinaryOp) -> Res<Vec<Option<ValueRef>>> {
     let a = c.dequantize(c.input(0)?, INPUT_0, 1, Out::Inner("a"))?;
-    let b_grid = Grid {
-        scale: 4,
-        zero_point: 5,
-    };
+    let b_grid = Grid::at(4);
     let b = c.dequantize(c.input(3)?, b_grid, 1, Out::Inner("b"))?;
     let y = c.add(Op::Binary(op), &[a, b], Out::Inner("float"))?;
     c.quantize_output(y, 6, 1)
@@ -231,10 +229,7 @@ fn qlinear_concat(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     let mut parts = Vec::with_capacity(count / 3);
     for k in 0..count / 3 {
         let at = 2 + 3 * k;
-        let grid = Grid {
-            scale: at + 1,
-            zero_point: at + 2,
-        };
+        let grid = Grid::at(at + 1);
         parts.push(c.dequantize(c.input(at)?, grid, 1, Out::Inner("part"))?);
     }
     let rank = c.ty(parts[0]).shape.len();
@@ -249,10 +244,7 @@ fn qgemm(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     let alpha = c.float("alpha", 1.0)?;
     let trans_b = c.bool_attr("transB", false)?;
     let a = c.dequantize(c.input(0)?, INPUT_0, 1, Out::Inner("a"))?;
-    let b_grid = Grid {
-        scale: 4,
-        zero_point: 5,
-    };
+    let b_grid = Grid::at(4);
     let b = c.dequantize(
         c.input(3)?,
         b_grid,
@@ -440,11 +432,10 @@ impl NodeCtx<'_> {
         scale: usize,
         axis: i64,
     ) -> Res<Vec<Option<ValueRef>>> {
-        let zero_point = scale + 1;
+        let grid = Grid::at(scale);
         let q = self
-            .opt_input(zero_point)
+            .opt_input(grid.zero_point)
             .map_or(DType::U8, |zp| self.ty(zp).dtype);
-        let grid = Grid { scale, zero_point };
         Ok(vec![Some(self.quantize(y, grid, axis, q, Out::Node)?)])
     }
 
