@@ -717,23 +717,11 @@ fn unscaled_integer_tflite_is_refused() {
 /// and memory bounds.
 #[test]
 fn hostile_sparse_weights_and_custom_options_are_errors() {
-    use crate::tflite::{
-        LevelSpec, ModelSpec, OpSpec, SparsitySpec, TensorSpec, DENSIFY, FULLY_CONNECTED,
-    };
+    use crate::tflite::{densify_fc, LevelSpec, ModelSpec, OpSpec, SparsitySpec, TensorSpec};
     let dir = workdir("hostile_tflite_sparse_custom");
     // x [1, K] → FULLY_CONNECTED by the DENSIFY of sparse weights [N, K].
-    let densify = |[n, k]: [i32; 2], stored: &[f32], levels: Vec<LevelSpec>| {
-        let tensors = vec![
-            TensorSpec::f32("x", &[1, k]),
-            TensorSpec::f32_sparse("w_sparse", &[n, k], stored, SparsitySpec::new(levels)),
-            TensorSpec::f32("w_dense", &[n, k]),
-            TensorSpec::f32("y", &[1, n]),
-        ];
-        let ops = vec![
-            OpSpec::new(DENSIFY, &[1], &[2]),
-            OpSpec::new(FULLY_CONNECTED, &[0, 2], &[3]),
-        ];
-        ModelSpec::new(tensors, ops, &[0], &[3])
+    let densify = |shape: [i32; 2], stored: &[f32], levels: Vec<LevelSpec>| {
+        densify_fc(shape, stored, SparsitySpec::new(levels))
     };
     let csr = |segments: &[i32], indices: &[i32]| LevelSpec::Csr {
         segments: segments.to_vec(),

@@ -9,23 +9,6 @@ use crate::support::tflite::*;
 use layoutopt::frontend::tflite::{import_tflite, TfliteError};
 use layoutopt::graph::Op;
 
-/// x [1, K] → FULLY_CONNECTED with weights [N, K] that DENSIFY makes dense from
-/// `stored` values laid out by `sparsity`.
-fn densify_fc(shape: [i32; 2], stored: &[f32], sparsity: SparsitySpec) -> ModelSpec {
-    let [n, k] = shape;
-    let tensors = vec![
-        TensorSpec::f32("x", &[1, k]),
-        TensorSpec::f32_sparse("w_sparse", &[n, k], stored, sparsity),
-        TensorSpec::f32("w_dense", &[n, k]),
-        TensorSpec::f32("y", &[1, n]),
-    ];
-    let ops = vec![
-        OpSpec::new(DENSIFY, &[1], &[2]),
-        OpSpec::new(FULLY_CONNECTED, &[0, 2], &[3]),
-    ];
-    ModelSpec::new(tensors, ops, &[0], &[3])
-}
-
 /// The dense weights the imported FULLY_CONNECTED multiplies by.
 fn dense_weights(spec: &ModelSpec) -> Vec<f32> {
     let g = import_tflite(&spec.build(), "sparse.tflite").unwrap_or_else(|e| panic!("{e}"));

@@ -379,3 +379,20 @@ pub const SAME: i8 = 0;
 pub const VALID: i8 = 1;
 pub const ACT_RELU: i8 = 1;
 pub const ACT_RELU6: i8 = 3;
+
+/// x [1, K] → FULLY_CONNECTED with weights [N, K] that DENSIFY makes dense from
+/// `stored` values laid out by `sparsity`.
+pub fn densify_fc(shape: [i32; 2], stored: &[f32], sparsity: SparsitySpec) -> ModelSpec {
+    let [n, k] = shape;
+    let tensors = vec![
+        TensorSpec::f32("x", &[1, k]),
+        TensorSpec::f32_sparse("w_sparse", &[n, k], stored, sparsity),
+        TensorSpec::f32("w_dense", &[n, k]),
+        TensorSpec::f32("y", &[1, n]),
+    ];
+    let ops = vec![
+        OpSpec::new(DENSIFY, &[1], &[2]),
+        OpSpec::new(FULLY_CONNECTED, &[0, 2], &[3]),
+    ];
+    ModelSpec::new(tensors, ops, &[0], &[3])
+}
