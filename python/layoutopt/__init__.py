@@ -8,14 +8,37 @@
 
 A plan's data is the JSON document of ``layoutopt plan --json`` (schema in
 docs/json-schema.md of the repository), so the command line and Python agree.
+
+A script written for onnxruntime runs with its import changed:
+
+    import layoutopt as ort
+    sess = ort.InferenceSession("model.onnx")
+    outputs = sess.run(None, {"input": x})
+
+Its session compiles the model for each new combination of input shapes once
+(a model with free dimensions runs at any shape it declares).
 """
 
+import enum as _enum
 import json as _json
+import warnings as _warnings
 
 from . import _native
 from ._native import SCHEMA_VERSION, Error
 
-__all__ = ["load", "Model", "Plan", "Compiled", "Error", "SCHEMA_VERSION"]
+__all__ = [
+    "load",
+    "Model",
+    "Plan",
+    "Compiled",
+    "InferenceSession",
+    "SessionOptions",
+    "NodeArg",
+    "GraphOptimizationLevel",
+    "ExecutionMode",
+    "Error",
+    "SCHEMA_VERSION",
+]
 
 
 def load(path, input_shapes=None):
@@ -123,3 +146,175 @@ class Compiled(_Wrapped):
         arrays over the runtime's own buffers (no copies).
         """
         return self._native.run(inputs)
+
+
+# onnxruntime's names of the element types ("tensor(float)").
+_ONNX_TYPE_NAMES = {
+    "f32": "float",
+    "f16": "float16",
+    "bf16": "bfloat16",
+    "f64": "double",
+    "i64": "int64",
+    "i32": "int32",
+    "i16": "int16",
+    "i8": "int8",
+    "u64": "uint64",
+    "u32": "uint32",
+    "u16": "uint16",
+    "u8": "uint8",
+    "i4": "int4",
+    "u4": "uint4",
+    "bool": "bool",
+    "f8e4m3fn": "float8e4m3fn",
+    "f8e4m3fnuz": "float8e4m3fnuz",
+    "f8e5m2": "float8e5m2",
+    "f8e5m2fnuz": "float8e5m2fnuz",
+}
+
+
+class GraphOptimizationLevel(_enum.IntEnum):
+    """onnxruntime's optimization levels, accepted for its scripts; layoutopt
+    always plans and rewrites the whole graph."""
+
+    ORT_DISABLE_ALL = 0
+    ORT_ENABLE_BASIC = 1
+    ORT_ENABLE_EXTENDED = 2
+    ORT_ENABLE_LAYOUT = 3
+    ORT_ENABLE_ALL = 99
+
+
+class ExecutionMode(_enum.IntEnum):
+    """onnxruntime's execution modes, accepted for its scripts; layoutopt runs
+    its steps in order, each across the worker threads."""
+
+    ORT_SEQUENTIAL = 0
+    ORT_PARALLEL = 1
+
+
+class SessionOptions:
+    """The options of an :class:`InferenceSession`, as onnxruntime names them.
+
+    ``intra_op_num_threads`` is the number of worker threads (0: one per
+    core). The other attributes onnxruntime scripts set are kept so that such
+    a script runs unchanged, but have no effect on layoutopt.
+    """
+
+    def __init__(self):
+        self.intra_op_num_threads = 0
+        self.inter_op_num_threads = 0
+        self.graph_optimization_level = GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.execution_mode = ExecutionMode.ORT_SEQUENTIAL
+        self.log_severity_level = 2
+        self.enable_cpu_mem_arena = True
+        self.enable_mem_pattern = True
+        self.enable_profiling = False
+        self._config = {}
+
+    def add_session_config_entry(self, key, value):
+        self._config[str(key)] = str(value)
+
+    def get_session_config_entry(self, key):
+        return self._config[str(key)]
+
+
+class NodeArg:
+    """An input or output of a session: ``name``, ``shape`` (a symbolic
+    dimension as its name, a free one as None) and ``type``
+    (e.g. ``"tensor(float)"``), as onnxruntime's NodeArg."""
+
+    def __init__(self, declared):
+        self.name = declared["name"]
+        self.shape = declared["shape"]
+        dtype = declared["dtype"]
+        self.type = None if dtype is None else "tensor({})".format(_ONNX_TYPE_NAMES[dtype])
+
+    def __repr__(self):
+        return "NodeArg(name={!r}, type={!r}, shape={!r})".format(self.name, self.type, self.shape)
+
+
+class InferenceSession:
+    """A model ready to run, in the shape of onnxruntime's InferenceSession.
+
+    ``sess_options``: a :class:`SessionOptions` (its ``intra_op_num_threads``
+    sets the worker threads). ``providers``: accepted for onnxruntime
+    scripts; layoutopt runs on this CPU, and warns of any other provider
+    asked for. layoutopt's own options are keyword arguments: ``planner``
+    (keep, local, greedy, global), ``target`` (nchw, nhwc, nchwc, nchw<x>c),
+    ``isa`` (avx512, avx2, portable), ``memory_limit`` (bytes or e.g. "8G",
+    for this process) and ``max_shapes`` (compiled shapes kept).
+
+    A model whose inputs are all static is compiled here; one with free
+    dimensions is compiled at each new combination of input shapes, once.
+    """
+
+    def __init__(
+        self,
+        path_or_bytes,
+        sess_options=None,
+        providers=None,
+        provider_options=None,
+        planner="global",
+        target="nchwc",
+        isa=None,
+        memory_limit=None,
+        max_shapes=8,
+    ):
+        if isinstance(path_or_bytes, (bytes, bytearray)):
+            raise ValueError("InferenceSession: give the model's path (bytes are not read)")
+        for p in providers or []:
+            name = p[0] if isinstance(p, tuple) else p
+            if name != "CPUExecutionProvider":
+                _warnings.warn(
+                    "layoutopt runs on this CPU; provider {!r} is not used".format(name),
+                    stacklevel=2,
+                )
+        options = sess_options if sess_options is not None else SessionOptions()
+        if memory_limit is not None:
+            _native.set_memory_limit(str(memory_limit))
+        self._options = options
+        self._path = str(path_or_bytes)
+        self._native = _native.open_session(
+            self._path,
+            threads=int(options.intra_op_num_threads),
+            planner=planner,
+            target=target,
+            isa=isa,
+            max_shapes=int(max_shapes),
+        )
+        self._inputs = [NodeArg(d) for d in self._native.inputs]
+        self._outputs = [NodeArg(d) for d in self._native.outputs]
+        self.last_compile_seconds = 0.0
+
+    def get_inputs(self):
+        return list(self._inputs)
+
+    def get_outputs(self):
+        return list(self._outputs)
+
+    def get_providers(self):
+        return ["CPUExecutionProvider"]
+
+    def get_session_options(self):
+        return self._options
+
+    def run(self, output_names, input_feed, run_options=None):
+        """Runs the model on ``input_feed`` ({input name: numpy array}) and
+        returns the outputs named in ``output_names`` (None: all), in that
+        order. ``last_compile_seconds`` then tells how long this run spent
+        compiling for new input shapes (0.0 when they were seen before)."""
+        outputs, self.last_compile_seconds = self._native.run(dict(input_feed))
+        if output_names is None:
+            output_names = [o.name for o in self._outputs]
+        missing = [n for n in output_names if n not in outputs]
+        if missing:
+            raise ValueError(
+                "run: the model has no output {} (its outputs: {})".format(
+                    ", ".join(repr(n) for n in missing), [o.name for o in self._outputs]
+                )
+            )
+        return [outputs[n] for n in output_names]
+
+    @property
+    def compiled_shapes(self):
+        """The input shapes compiled and kept, the most recently used last."""
+        return self._native.compiled_shapes

@@ -8,9 +8,9 @@
 //! over the buffer the runtime wrote (kept alive by the array).
 
 use layoutopt::api::{
-    self, json, CompiledModel, DType, Graph, ImportOptions, Layout, Machine, ModelInput,
-    Plan as LayoutPlan, PlanLayouts, PlannerKind, RuntimeOptions, TargetFamily, Tensor, TensorData,
-    ValueType,
+    self, json, CompiledModel, DType, DeclaredValue, Dim, Graph, ImportOptions, Layout, Machine,
+    ModelInput, Plan as LayoutPlan, PlanLayouts, PlannerKind, RuntimeOptions, SessionOptions,
+    TargetFamily, Tensor, TensorData, ValueType,
 };
 use numpy::ndarray::{ArrayViewD, IxDyn};
 use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
@@ -129,6 +129,17 @@ impl Model {
     }
 }
 
+/// An error for more threads than the runtime allows.
+fn check_threads(threads: usize) -> PyResult<()> {
+    let max = api::max_threads();
+    match threads > max {
+        true => Err(PyValueError::new_err(format!(
+            "threads: {threads} is more than {max} (4 per core); give 0 for one per core"
+        ))),
+        false => Ok(()),
+    }
+}
+
 /// A plan of a model.
 #[pyclass(module = "layoutopt._native", frozen)]
 struct Plan {
@@ -152,12 +163,7 @@ impl Plan {
     /// Compiles the planned model for this CPU (threads: 0 = one per core).
     #[pyo3(signature = (threads = 0))]
     fn compile(&self, py: Python<'_>, threads: usize) -> PyResult<Compiled> {
-        let max = api::max_threads();
-        if threads > max {
-            return Err(PyValueError::new_err(format!(
-                "threads: {threads} is more than {max} (4 per core); give 0 for one per core"
-            )));
-        }
+        check_threads(threads)?;
         let model = py
             .allow_threads(|| {
                 api::compile(
@@ -249,10 +255,12 @@ enum Held<'py> {
     Owned(Tensor),
 }
 
-/// Reads `array` as the input `name` of type `ty`: a clear error for another
-/// dtype or shape.
-fn held_input<'py>(array: &Bound<'py, PyAny>, name: &str, ty: &ValueType) -> PyResult<Held<'py>> {
-    let array = array.downcast::<PyUntypedArray>().map_err(|_| {
+/// `array` as a NumPy array, or a clear error naming the input.
+fn ndarray<'a, 'py>(
+    array: &'a Bound<'py, PyAny>,
+    name: &str,
+) -> PyResult<&'a Bound<'py, PyUntypedArray>> {
+    array.downcast::<PyUntypedArray>().map_err(|_| {
         PyValueError::new_err(format!(
             "input '{name}': expected a numpy.ndarray, got {}",
             array
@@ -261,7 +269,13 @@ fn held_input<'py>(array: &Bound<'py, PyAny>, name: &str, ty: &ValueType) -> PyR
                 .map(|n| n.to_string())
                 .unwrap_or_default()
         ))
-    })?;
+    })
+}
+
+/// Reads `array` as the input `name` of type `ty`: a clear error for another
+/// dtype or shape.
+fn held_input<'py>(array: &Bound<'py, PyAny>, name: &str, ty: &ValueType) -> PyResult<Held<'py>> {
+    let array = ndarray(array, name)?;
     let dtype = array.dtype().str()?.to_string();
     if array.shape() != ty.shape.as_slice() {
         return Err(PyValueError::new_err(format!(
@@ -370,44 +384,213 @@ impl Compiled {
         inputs: &Bound<'py, PyDict>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let names: Vec<&str> = self.inputs.iter().map(|(n, _)| n.as_str()).collect();
-        for key in inputs.keys() {
-            let key: String = key.extract().map_err(|_| {
-                PyValueError::new_err("inputs: keys must be the model's input names (str)")
-            })?;
-            if !names.contains(&key.as_str()) {
-                return Err(PyValueError::new_err(format!(
-                    "inputs: the model has no input '{key}' (its inputs: {names:?})"
-                )));
-            }
+        let arrays = input_arrays(inputs, &names)?;
+        let types: Vec<&ValueType> = self.inputs.iter().map(|(_, ty)| ty).collect();
+        run_arrays(py, &self.model, &arrays, &names, &types, &self.outputs)
+    }
+}
+
+/// The arrays of `inputs` ({name: array}) in the order of `names`: an error
+/// for a missing input or a name the model lacks.
+fn input_arrays<'py>(
+    inputs: &Bound<'py, PyDict>,
+    names: &[&str],
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    for key in inputs.keys() {
+        let key: String = key.extract().map_err(|_| {
+            PyValueError::new_err("inputs: keys must be the model's input names (str)")
+        })?;
+        if !names.contains(&key.as_str()) {
+            return Err(PyValueError::new_err(format!(
+                "inputs: the model has no input '{key}' (its inputs: {names:?})"
+            )));
         }
-        let mut held = Vec::with_capacity(self.inputs.len());
-        for (name, ty) in &self.inputs {
-            let array = inputs.get_item(name)?.ok_or_else(|| {
+    }
+    names
+        .iter()
+        .map(|name| {
+            inputs.get_item(name)?.ok_or_else(|| {
                 PyValueError::new_err(format!(
                     "inputs: input '{name}' is not given (its inputs: {names:?})"
                 ))
-            })?;
-            held.push(held_input(&array, name, ty)?);
-        }
-        let views: Vec<ModelInput> = held
-            .iter()
-            .zip(&self.inputs)
-            .map(|(h, (_, ty))| match h {
-                Held::Borrowed(a) => ModelInput::F32 {
-                    shape: &ty.shape,
-                    data: a.as_slice().unwrap_or_default(),
-                },
-                Held::Owned(t) => ModelInput::Tensor(t),
             })
-            .collect();
-        let outputs = py
-            .allow_threads(|| self.model.run_inputs(&views))
-            .map_err(stage_error)?;
-        let out = PyDict::new(py);
-        for (name, t) in self.outputs.iter().zip(outputs) {
-            out.set_item(name, output_array(py, t)?)?;
-        }
-        Ok(out)
+        })
+        .collect()
+}
+
+/// Runs `model` on `arrays` (one per input, of the input's type); returns
+/// {output name: array}.
+fn run_arrays<'py>(
+    py: Python<'py>,
+    model: &CompiledModel,
+    arrays: &[Bound<'py, PyAny>],
+    names: &[&str],
+    types: &[&ValueType],
+    outputs: &[String],
+) -> PyResult<Bound<'py, PyDict>> {
+    let held = (arrays.iter().zip(names).zip(types))
+        .map(|((a, name), ty)| held_input(a, name, ty))
+        .collect::<PyResult<Vec<_>>>()?;
+    let views: Vec<ModelInput> = held
+        .iter()
+        .zip(types)
+        .map(|(h, ty)| match h {
+            Held::Borrowed(a) => ModelInput::F32 {
+                shape: &ty.shape,
+                data: a.as_slice().unwrap_or_default(),
+            },
+            Held::Owned(t) => ModelInput::Tensor(t),
+        })
+        .collect();
+    let results = py
+        .allow_threads(|| model.run_inputs(&views))
+        .map_err(stage_error)?;
+    let out = PyDict::new(py);
+    for (name, t) in outputs.iter().zip(results) {
+        out.set_item(name, output_array(py, t)?)?;
+    }
+    Ok(out)
+}
+
+/// A model opened for running at any input shape it declares: each new
+/// combination of shapes is planned and compiled once, then kept.
+#[pyclass(module = "layoutopt._native", frozen)]
+struct Session {
+    session: api::Session,
+    /// The output names, in the model's order.
+    outputs: Vec<String>,
+}
+
+/// A declared value as {"name", "dtype", "shape"}: dtype None where the file
+/// declares none, a symbolic dimension by its name, a free one as None.
+fn declared_dict<'py>(py: Python<'py>, v: &DeclaredValue) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("name", &v.name)?;
+    d.set_item("dtype", v.dtype.map(|t| t.to_string()))?;
+    let shape: Option<Vec<PyObject>> = v
+        .dims
+        .as_ref()
+        .map(|dims| {
+            dims.iter()
+                .map(|dim| match dim {
+                    Dim::Static(n) => n.into_pyobject(py).map(|o| o.into_any().unbind()),
+                    Dim::Symbolic(p) => p.into_pyobject(py).map(|o| o.into_any().unbind()),
+                    Dim::Unknown => Ok(py.None()),
+                })
+                .collect::<PyResult<_>>()
+        })
+        .transpose()?;
+    d.set_item("shape", shape)?;
+    Ok(d)
+}
+
+/// Sets this process's memory limit ("8G", "512MiB" or bytes): what import,
+/// planning and compilation may allocate.
+#[pyfunction]
+fn set_memory_limit(limit: &str) -> PyResult<()> {
+    let bytes = api::parse_bytes(limit).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "memory_limit: '{limit}' is not a size (bytes, or with a unit: 512M, 8G, 8GiB)"
+        ))
+    })?;
+    api::set_memory_limit(bytes);
+    Ok(())
+}
+
+/// Opens a model for running at any shape. `isa` narrows the kernels'
+/// instruction set; `max_shapes` bounds the compiled shapes kept.
+#[pyfunction]
+#[pyo3(signature = (path, threads = 0, planner = "global", target = "nchwc", isa = None, max_shapes = 8))]
+fn open_session(
+    py: Python<'_>,
+    path: PathBuf,
+    threads: usize,
+    planner: &str,
+    target: &str,
+    isa: Option<&str>,
+    max_shapes: usize,
+) -> PyResult<Session> {
+    check_threads(threads)?;
+    let mut options = SessionOptions::with_threads(threads);
+    options.planner = planner
+        .parse()
+        .map_err(|e| PyValueError::new_err(format!("planner: {e}")))?;
+    options.target = target
+        .parse()
+        .map_err(|e| PyValueError::new_err(format!("target: {e}")))?;
+    options.runtime.isa = isa
+        .map(|i| i.parse())
+        .transpose()
+        .map_err(|e| PyValueError::new_err(format!("isa: {e}")))?;
+    if max_shapes == 0 {
+        return Err(PyValueError::new_err(
+            "max_shapes: keep at least 1 compiled shape",
+        ));
+    }
+    options.max_shapes = max_shapes;
+    let session = py
+        .allow_threads(|| api::Session::open(&path, options))
+        .map_err(stage_error)?;
+    let outputs = (session.interface().outputs.iter())
+        .map(|v| v.name.clone())
+        .collect();
+    Ok(Session { session, outputs })
+}
+
+#[pymethods]
+impl Session {
+    /// The inputs as the model declares them.
+    #[getter]
+    fn inputs<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        (self.session.interface().inputs.iter())
+            .map(|v| declared_dict(py, v))
+            .collect()
+    }
+
+    /// The outputs as the model declares them.
+    #[getter]
+    fn outputs<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        (self.session.interface().outputs.iter())
+            .map(|v| declared_dict(py, v))
+            .collect()
+    }
+
+    /// The input shapes compiled and kept, the most recently used last.
+    #[getter]
+    fn compiled_shapes(&self) -> Vec<Vec<Vec<usize>>> {
+        self.session.compiled_shapes()
+    }
+
+    /// Runs the model on {input name: array}; returns {output name: array}
+    /// and the seconds spent compiling for these shapes (0 when they were
+    /// compiled before).
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        inputs: &Bound<'py, PyDict>,
+    ) -> PyResult<(Bound<'py, PyDict>, f64)> {
+        let declared = &self.session.interface().inputs;
+        let names: Vec<&str> = declared.iter().map(|v| v.name.as_str()).collect();
+        let arrays = input_arrays(inputs, &names)?;
+        let shapes = (arrays.iter().zip(&names))
+            .map(|(a, name)| Ok(ndarray(a, name)?.shape().to_vec()))
+            .collect::<PyResult<Vec<Vec<usize>>>>()?;
+        let (model, fresh) = py
+            .allow_threads(|| {
+                let shapes: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
+                self.session.model_for(&shapes)
+            })
+            .map_err(|e| match e {
+                api::Error::Input(message) => PyValueError::new_err(message),
+                e => stage_error(e),
+            })?;
+        let types: Vec<&ValueType> = model.inputs.iter().collect();
+        let out = run_arrays(py, &model.model, &arrays, &names, &types, &self.outputs)?;
+        let seconds = match fresh {
+            true => model.compile_time.as_secs_f64(),
+            false => 0.0,
+        };
+        Ok((out, seconds))
     }
 }
 
@@ -417,6 +600,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Model>()?;
     m.add_class::<Plan>()?;
     m.add_class::<Compiled>()?;
+    m.add_function(wrap_pyfunction!(open_session, m)?)?;
+    m.add_function(wrap_pyfunction!(set_memory_limit, m)?)?;
+    m.add_class::<Session>()?;
     m.add("Error", m.py().get_type::<Error>())?;
     m.add("SCHEMA_VERSION", json::SCHEMA_VERSION)?;
     Ok(())

@@ -70,6 +70,7 @@ mod artifacts;
 pub mod json;
 pub mod logical;
 pub mod native;
+mod session;
 
 use crate::export::ExportError;
 use crate::frontend::onnx::{load_onnx, ImportError};
@@ -86,7 +87,7 @@ pub use crate::core::budget::{parse_bytes, set_limit as set_memory_limit, MEMORY
 pub use crate::core::Layout;
 pub use crate::frontend::npy::{read_npy, read_npz, write_npy};
 pub use crate::frontend::onnx::{load_tensor_pb, ImportOptions};
-pub use crate::frontend::read_file;
+pub use crate::frontend::{read_file, DeclaredValue, Dim, Interface};
 pub use crate::graph::{format_spans, DType, Graph, Span, Tensor, TensorData, ValueType};
 pub use crate::layout::cost::{ConvQuery, CostModel, MeasuredCosts};
 pub use crate::layout::plan::Plan;
@@ -103,8 +104,9 @@ pub use crate::layout::LayoutError;
 pub use native::{
     bench, clear_measurements, compile, conv_algorithms, max_threads, measured_costs,
     not_cached_note, predicted_step_seconds, time_run, BenchReport, CompiledModel, ConvAlgoChoice,
-    Isa, Machine, ModelInput, Roofline, RuntimeError, RuntimeOptions,
+    Isa, KernelPath, Machine, ModelInput, Roofline, RuntimeError, RuntimeOptions,
 };
+pub use session::{Session, SessionOptions, ShapeModel};
 
 /// Any error of the pipeline, from the stage that raised it.
 #[derive(Debug, thiserror::Error)]
@@ -139,6 +141,9 @@ pub enum Error {
     /// An output file was refused or could not be written.
     #[error("{0}")]
     Output(String),
+    /// Inputs given to a run do not fit what the model declares.
+    #[error("{0}")]
+    Input(String),
     /// A pass of a pipeline failed.
     #[error("pass '{pass}': {message}")]
     Pass {
@@ -163,7 +168,11 @@ impl Error {
             Error::Runtime(e) => e.spans(),
             Error::Export(e) => e.spans(),
             Error::Explorer(crate::explorer::ExplorerError::Graph(e)) => e.spans(),
-            Error::Layout(_) | Error::Explorer(_) | Error::Output(_) | Error::Pass { .. } => {
+            Error::Layout(_)
+            | Error::Explorer(_)
+            | Error::Output(_)
+            | Error::Input(_)
+            | Error::Pass { .. } => {
                 vec![]
             }
         }

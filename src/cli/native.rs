@@ -3,7 +3,8 @@
 
 use layoutopt::api::json::Execution;
 use layoutopt::api::{
-    self, format_spans, CompiledModel, ConvAlgoChoice, Graph, Isa, Machine, RuntimeOptions, Tensor,
+    self, format_spans, CompiledModel, ConvAlgoChoice, Graph, Isa, KernelPath, Machine,
+    RuntimeOptions, Tensor,
 };
 use std::time::Instant;
 
@@ -23,6 +24,11 @@ pub struct KernelArgs {
     /// (default: the widest this CPU has), to compare or check the narrower paths.
     #[arg(long, value_name = "ISA", value_parser = str::parse::<Isa>)]
     pub isa: Option<Isa>,
+    /// Kernels: native (a hand-written kernel wherever one fits) or generic
+    /// (generated TIR code for every op that lowers to it), to measure and
+    /// test the generated code on its own.
+    #[arg(long, value_name = "PATH", default_value = "native", value_parser = str::parse::<KernelPath>)]
+    pub kernels: KernelPath,
 }
 
 impl KernelArgs {
@@ -32,6 +38,7 @@ impl KernelArgs {
         let mut options = RuntimeOptions::with_threads(threads);
         options.conv_algo.choice = self.conv_algo;
         options.isa = self.isa;
+        options.kernels = self.kernels;
         options
     }
 }

@@ -44,3 +44,139 @@ pub(crate) fn check_size(bytes: u64) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+/// One dimension of a shape a model file declares.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Dim {
+    /// A fixed extent.
+    Static(usize),
+    /// A named symbolic dimension (ONNX `dim_param`): every input that
+    /// names it takes the same extent.
+    Symbolic(String),
+    /// A free dimension with no name (ONNX: neither a value nor a name, or -1).
+    Unknown,
+}
+
+impl std::fmt::Display for Dim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Dim::Static(n) => write!(f, "{n}"),
+            Dim::Symbolic(p) => f.write_str(p),
+            Dim::Unknown => f.write_str("?"),
+        }
+    }
+}
+
+/// A graph input or output as the model file declares it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeclaredValue {
+    /// Its name.
+    pub name: String,
+    /// Its element type; `None` where the file declares none (an output
+    /// whose type only import computes).
+    pub dtype: Option<crate::graph::DType>,
+    /// Its dimensions; `None` where the file declares no shape.
+    pub dims: Option<Vec<Dim>>,
+}
+
+/// The inputs a model takes and the outputs it gives, as its file declares
+/// them (free dimensions unbound): what a session shows before any shape is
+/// compiled.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Interface {
+    /// The graph inputs, in the model's order (initializers and frozen
+    /// inputs excluded).
+    pub inputs: Vec<DeclaredValue>,
+    /// The graph outputs, in the model's order.
+    pub outputs: Vec<DeclaredValue>,
+}
+
+impl Interface {
+    /// The interface of an imported graph, every dimension static.
+    pub fn of_graph(g: &crate::graph::Graph) -> Interface {
+        let value = |name: &str, ty: &crate::graph::ValueType| DeclaredValue {
+            name: name.to_string(),
+            dtype: Some(ty.dtype),
+            dims: Some(ty.shape.iter().map(|&n| Dim::Static(n)).collect()),
+        };
+        Interface {
+            inputs: (g.inputs().iter())
+                .map(|&id| {
+                    let v = &g.node(id).outputs[0];
+                    value(&v.name, &v.ty)
+                })
+                .collect(),
+            outputs: (g.outputs().iter())
+                .map(|&v| value(&g.value(v).name, &g.value(v).ty))
+                .collect(),
+        }
+    }
+
+    /// Whether every input's shape is declared and static: the model then
+    /// takes one shape only.
+    pub fn is_static(&self) -> bool {
+        self.inputs.iter().all(|v| {
+            (v.dims.as_ref()).is_some_and(|d| d.iter().all(|d| matches!(d, Dim::Static(_))))
+        })
+    }
+
+    /// Checks the shapes of the inputs to be run (in the order of `inputs`)
+    /// against what the model declares: the rank, every static extent, and
+    /// one extent per symbolic name across all inputs. The error names the
+    /// input and the dimension.
+    pub fn check_shapes(&self, shapes: &[&[usize]]) -> Result<(), String> {
+        if shapes.len() != self.inputs.len() {
+            return Err(format!(
+                "{} inputs given, the model takes {}",
+                shapes.len(),
+                self.inputs.len()
+            ));
+        }
+        let mut bound: std::collections::HashMap<&str, (usize, &str)> = Default::default();
+        for (v, shape) in self.inputs.iter().zip(shapes) {
+            let Some(dims) = &v.dims else { continue };
+            if dims.len() != shape.len() {
+                return Err(format!(
+                    "input '{}': the array has rank {} (shape {shape:?}), the model declares rank {} [{}]",
+                    v.name,
+                    shape.len(),
+                    dims.len(),
+                    join_dims(dims)
+                ));
+            }
+            for (axis, (d, &n)) in dims.iter().zip(shape.iter()).enumerate() {
+                match d {
+                    Dim::Static(s) if *s != n => {
+                        return Err(format!(
+                            "input '{}': dimension {axis} is {n}, the model declares {s} [{}]",
+                            v.name,
+                            join_dims(dims)
+                        ))
+                    }
+                    Dim::Symbolic(p) => match bound.get(p.as_str()) {
+                        Some(&(m, first)) if m != n => {
+                            return Err(format!(
+                                "input '{}': dimension {axis} ('{p}') is {n}, but input '{first}' gave '{p}' the extent {m}",
+                                v.name
+                            ))
+                        }
+                        Some(_) => {}
+                        None => {
+                            bound.insert(p, (n, &v.name));
+                        }
+                    },
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Dimensions as a model declares them, e.g. "batch, 3, 224, 224".
+fn join_dims(dims: &[Dim]) -> String {
+    dims.iter()
+        .map(Dim::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -14,11 +14,12 @@ mod tensor;
 
 pub use tensor::{dtype_from_onnx, tensor_from_proto, tensor_to_proto, TensorProtoError};
 
+use crate::frontend::{DeclaredValue, Dim, Interface};
 use crate::graph::{
     check_value_size, fold_node, format_spans, memory_limit, Graph, GraphError, Span, Tensor,
     ValueRef,
 };
-use declared::{check_declared_type, declared, input_type, Dim};
+use declared::{check_declared_type, declared, input_type};
 use onnx_protobuf::{ModelProto, NodeProto, TensorProto};
 use protobuf::{CodedInputStream, Message};
 use std::collections::{HashMap, HashSet};
@@ -153,6 +154,52 @@ pub fn load_onnx(path: &Path, opts: &ImportOptions) -> Result<Graph, ImportError
     // External data lies beside the model: "model.onnx" has the parent "".
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
     import_model(model, &file, Some(dir.unwrap_or(Path::new("."))), opts)
+}
+
+/// The inputs and outputs an ONNX model file declares, free dimensions
+/// unbound, without importing its nodes.
+pub fn read_interface(path: &Path) -> Result<Interface, ImportError> {
+    let file = path.display().to_string();
+    let io = |source| ImportError::Io {
+        path: file.clone(),
+        source,
+    };
+    let f = crate::frontend::open_file(path).map_err(io)?;
+    let len = f.metadata().map_err(io)?.len();
+    let model = decode_model(&mut std::io::BufReader::new(f), len, &file)?;
+    let Some(graph) = model.graph.as_ref() else {
+        return Err(ImportError::Model {
+            path: file,
+            message: "not a valid ONNX model: it has no graph (is this an ONNX file?)".into(),
+        });
+    };
+    let weights: HashSet<&str> = graph.initializer.iter().map(|t| t.name.as_str()).collect();
+    let value = |vi: &onnx_protobuf::ValueInfoProto, kind: &str| match declared(vi) {
+        Ok((dtype, dims)) => Ok(DeclaredValue {
+            name: vi.name.clone(),
+            dtype: Some(dtype),
+            dims,
+        }),
+        // An output may leave its type to shape inference.
+        Err(_) if kind == "output" => Ok(DeclaredValue {
+            name: vi.name.clone(),
+            dtype: None,
+            dims: None,
+        }),
+        Err(e) => Err(ImportError::Model {
+            path: file.clone(),
+            message: format!("graph {kind} '{}': {e}", vi.name),
+        }),
+    };
+    Ok(Interface {
+        inputs: (graph.input.iter())
+            .filter(|vi| !weights.contains(vi.name.as_str()))
+            .map(|vi| value(vi, "input"))
+            .collect::<Result<_, _>>()?,
+        outputs: (graph.output.iter())
+            .map(|vi| value(vi, "output"))
+            .collect::<Result<_, _>>()?,
+    })
 }
 
 /// Decodes the model of `len` bytes that `source` holds, once a first pass

@@ -30,7 +30,7 @@ pub use kernels::conv::algo::{ConvAlgo, ConvAlgoChoice, ConvAlgoOptions, LayerAl
 pub use kernels::simd::Isa;
 pub use machine::Machine;
 pub use model::CompiledModel;
-pub use options::RuntimeOptions;
+pub use options::{KernelPath, RuntimeOptions};
 pub use run::{ModelInput, StepProfile};
 pub use threads::max_threads;
 

@@ -4,6 +4,7 @@
 use super::kernels::conv::algo::ConvAlgoOptions;
 use super::kernels::simd::Isa;
 use super::measure::roofline;
+use crate::core::{parse_choice, UnknownChoice};
 
 /// How to compile a model.
 #[derive(Clone, Debug, Default)]
@@ -16,6 +17,43 @@ pub struct RuntimeOptions {
     /// this CPU has. A narrower one runs the same model on the AVX2 or
     /// portable paths (to compare them, or to test them on a wider CPU).
     pub isa: Option<Isa>,
+    /// Which kernels the steps compile to.
+    pub kernels: KernelPath,
+}
+
+/// Which kernels a model's steps compile to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KernelPath {
+    /// A hand-written kernel wherever one fits, a TIR loop nest (generated
+    /// code) for every other op.
+    #[default]
+    Native,
+    /// A TIR loop nest for every op and elementwise chain that lowers to
+    /// one, hand-written kernels only for what TIR cannot express (ops on
+    /// integers or booleans, ops without a lowering): to measure and test the
+    /// generated code on its own.
+    Generic,
+}
+
+impl KernelPath {
+    /// Both paths.
+    pub const ALL: [KernelPath; 2] = [KernelPath::Native, KernelPath::Generic];
+
+    /// The path as `--kernels` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelPath::Native => "native",
+            KernelPath::Generic => "generic",
+        }
+    }
+}
+
+impl std::str::FromStr for KernelPath {
+    type Err = UnknownChoice;
+
+    fn from_str(s: &str) -> Result<KernelPath, UnknownChoice> {
+        parse_choice(s, "a kernel path", &KernelPath::ALL, KernelPath::name)
+    }
 }
 
 impl RuntimeOptions {
@@ -30,6 +68,7 @@ impl RuntimeOptions {
                 cache: roofline::cache_dir(),
             },
             isa: None,
+            kernels: KernelPath::Native,
         }
     }
 }

@@ -38,7 +38,8 @@ impl<'a> ModelInput<'a> {
         }
     }
 
-    fn shape(&self) -> &'a [usize] {
+    /// The extent of every axis.
+    pub fn shape(&self) -> &'a [usize] {
         match self {
             ModelInput::Tensor(t) => &t.shape,
             ModelInput::F32 { shape, .. } => shape,

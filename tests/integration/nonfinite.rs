@@ -19,7 +19,7 @@ use layoutopt::layout::plan::plan;
 use layoutopt::layout::planners::planner_by_name;
 use layoutopt::layout::target::TargetFamily;
 use layoutopt::runtime::Isa;
-use layoutopt::runtime::RuntimeOptions;
+use layoutopt::runtime::{KernelPath, RuntimeOptions};
 use std::path::Path;
 
 const F32: i32 = 1;
@@ -60,9 +60,10 @@ fn recorded_cases() -> Vec<(String, std::path::PathBuf)> {
 }
 
 /// Runtime options for each instruction set this CPU can run (AVX-512, AVX2,
-/// portable): every kernel path, not only the widest.
-fn kernel_paths() -> Vec<(Isa, RuntimeOptions)> {
-    let paths: Vec<_> = Isa::ALL
+/// portable), and for the generic path (generated code for every op that
+/// lowers to TIR): every kernel path, not only the widest.
+fn kernel_paths() -> Vec<(String, RuntimeOptions)> {
+    let mut paths: Vec<_> = Isa::ALL
         .into_iter()
         .filter(|isa| isa.available())
         .map(|isa| {
@@ -71,10 +72,16 @@ fn kernel_paths() -> Vec<(Isa, RuntimeOptions)> {
                 isa: Some(isa),
                 ..Default::default()
             };
-            (isa, options)
+            (isa.to_string(), options)
         })
         .collect();
-    assert!(paths.iter().any(|(isa, _)| *isa == Isa::Portable));
+    assert!(paths.iter().any(|(isa, _)| isa == "portable"));
+    let generic = RuntimeOptions {
+        threads: 2,
+        kernels: KernelPath::Generic,
+        ..Default::default()
+    };
+    paths.push(("generic".into(), generic));
     paths
 }
 

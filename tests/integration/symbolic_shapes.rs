@@ -199,3 +199,51 @@ fn a_dimension_declared_minus_one_is_free() {
     let out = layoutopt_ok(&["run", path, "--input-shape", "x=2,3,8,8"]);
     assert!(out.contains("[2, 3, 8, 8]"), "{out}");
 }
+
+/// A session runs the batch model at every batch it is given, each compiled
+/// once: outputs equal the reference executor's on the model imported at that
+/// batch; the cache keeps the most recent shapes; a shape the model does not
+/// declare is an error naming the input and dimension.
+#[test]
+fn a_session_runs_a_symbolic_batch_at_every_size() {
+    use layoutopt::api::{Costs, Dim, ModelInput, Session, SessionOptions};
+    let path = batch_model("sym_session");
+    let mut options = SessionOptions::with_threads(1);
+    options.costs = Some(Costs::BuiltIn);
+    options.max_shapes = 2;
+    let session = Session::open(&path, options).unwrap();
+    let declared = &session.interface().inputs[0];
+    assert_eq!(
+        declared.dims,
+        Some(vec![Dim::Symbolic("batch".into()), Dim::Static(3)])
+    );
+    assert!(
+        session.compiled_shapes().is_empty(),
+        "nothing to compile yet"
+    );
+    for batch in [1, 4, 7, 4] {
+        let x = Tensor::from_f32(
+            vec![batch, 3],
+            (0..3 * batch).map(|i| (i as f32 - 4.0) * 0.37).collect(),
+        );
+        let got = session.run(&[ModelInput::Tensor(&x)]).unwrap();
+        let g = load_onnx(&path, &with_shape("x", &[batch, 3])).unwrap();
+        let want = layoutopt::reference::run(&g, std::slice::from_ref(&x)).unwrap();
+        let (err, mag) = max_abs_err(&want[0], &got[0]);
+        assert!(err <= 1e-6 * mag.max(1.0), "batch {batch}: error {err}");
+    }
+    assert_eq!(
+        session.compiled_shapes(),
+        vec![vec![vec![7, 3]], vec![vec![4, 3]]],
+        "two shapes kept, the most recently used last"
+    );
+    let (_, compiled_now) = session.model_for(&[&[7, 3]]).unwrap();
+    assert!(!compiled_now, "a kept shape is not compiled again");
+    let e = session.model_for(&[&[2, 5]]).err().unwrap().to_string();
+    assert!(
+        e.contains("input 'x': dimension 1 is 5, the model declares 3"),
+        "{e}"
+    );
+    let e = session.model_for(&[&[2, 3, 1]]).err().unwrap().to_string();
+    assert!(e.contains("input 'x': the array has rank 3"), "{e}");
+}

@@ -3,6 +3,7 @@
 //! graph computes.
 
 use super::{dtype_from_onnx, ImportOptions, TensorProtoError};
+use crate::frontend::Dim;
 use crate::graph::{DType, ValueSizeError, ValueType};
 use onnx_protobuf::{type_proto, ValueInfoProto};
 
@@ -76,15 +77,6 @@ pub enum DeclaredTypeError {
     /// An input too large for the memory limit.
     #[error(transparent)]
     Size(#[from] ValueSizeError),
-}
-
-/// One dimension of a declared shape.
-pub(super) enum Dim {
-    Static(usize),
-    /// A named symbolic dimension (`dim_param`).
-    Symbolic(String),
-    /// Neither a value nor a name (or the value -1).
-    Unknown,
 }
 
 /// The element type and dimensions a value is declared with.
@@ -202,14 +194,7 @@ pub(super) fn check_declared_type(
             .zip(&inferred.shape)
             .all(|(d, &n)| !matches!(d, Dim::Static(s) if *s != n));
     if !static_dims_match {
-        let text: Vec<String> = dims
-            .iter()
-            .map(|d| match d {
-                Dim::Static(n) => n.to_string(),
-                Dim::Symbolic(p) => p.clone(),
-                Dim::Unknown => "?".into(),
-            })
-            .collect();
+        let text: Vec<String> = dims.iter().map(Dim::to_string).collect();
         return Err(DeclaredTypeError::ComputedShape {
             declared: text.join(", "),
             computed: inferred.shape.clone(),

@@ -22,7 +22,7 @@ use super::measure::conv_times;
 use super::measure::kernel_times::KernelTimes;
 use super::measure::roofline::StepWork;
 use super::model::Kernel;
-use super::{CompiledModel, Machine, RuntimeError, RuntimeOptions};
+use super::{CompiledModel, KernelPath, Machine, RuntimeError, RuntimeOptions};
 use crate::core::par;
 use crate::fusion::{
     self, inner, input_layout, output_layout, output_shape, Activation, FusedGroup, Pattern, Target,
@@ -103,6 +103,8 @@ pub(super) struct Compiler<'g> {
     times: SharedKernelTimes,
     /// The algorithm of every convolution step built so far.
     conv_algos: Vec<LayerAlgo>,
+    /// Every op that lowers to TIR runs as generated code (`KernelPath::Generic`).
+    generic: bool,
 }
 
 impl<'g> Compiler<'g> {
@@ -121,6 +123,7 @@ impl<'g> Compiler<'g> {
             const_of: HashMap::new(),
             conv_algo: options.conv_algo.clone(),
             conv_algos: vec![],
+            generic: options.kernels == KernelPath::Generic,
         }
     }
 
@@ -954,7 +957,10 @@ impl<'g> Compiler<'g> {
                     let step = self.conv_step(&pool, group, *bn, *residual, *activation)?;
                     self.steps.push(step);
                 }
-                Pattern::Elementwise => match self.elementwise(&group.nodes) {
+                Pattern::Elementwise => match (!self.generic)
+                    .then(|| self.elementwise(&group.nodes))
+                    .flatten()
+                {
                     Some((kernel, inputs)) => {
                         let step = self.group_pending(group, String::new(), kernel, inputs, &[]);
                         self.steps.push(step);
@@ -1027,6 +1033,25 @@ impl<'g> Compiler<'g> {
             _ => {}
         }
         let mut kind = node.op.kind_name().to_string();
+        let all_inputs = self.g.node_inputs(id);
+        let outputs: Vec<ValueRef> = (0..node.outputs.len())
+            .map(|i| ValueRef::new(id, i))
+            .collect();
+        if self.generic {
+            if let Some((k, _)) = self.tir(&[id])? {
+                self.steps.push(Pending {
+                    name: node.name.clone(),
+                    kind: format!("{kind} (tir)"),
+                    spans: node.spans.clone(),
+                    kernel: Kernel::Tir(Box::new(k)),
+                    work: self.work(&[id], &all_inputs, &outputs),
+                    inputs: all_inputs,
+                    outputs,
+                    measured_ms: None,
+                });
+                return Ok(());
+            }
+        }
         let (native, gathers) = match natives.remove(&id) {
             Some(Built::Kernel(k)) => (Some(*k), None),
             Some(Built::Gathers(g)) => (None, Some(g)),
@@ -1051,7 +1076,6 @@ impl<'g> Compiler<'g> {
             }
             return Ok(());
         }
-        let all_inputs = self.g.node_inputs(id);
         // A chain of one node may read fewer inputs than the node has (a batch
         // norm's parameters are held by the kernel).
         let (kernel, inputs) = match native.map(|k| (k, all_inputs.clone())) {
@@ -1073,9 +1097,6 @@ impl<'g> Compiler<'g> {
                 },
             },
         };
-        let outputs: Vec<ValueRef> = (0..node.outputs.len())
-            .map(|i| ValueRef::new(id, i))
-            .collect();
         self.steps.push(Pending {
             name: node.name.clone(),
             kind,
@@ -1104,13 +1125,15 @@ struct NativeKernels<'c, 'g> {
     built: HashMap<NodeId, Built>,
 }
 
+/// On the generic path no node is a hand kernel's: convolutions take no
+/// epilogue and every elementwise op may join a chain.
 impl Target for NativeKernels<'_, '_> {
     fn conv_kernel(&mut self, id: NodeId) -> bool {
-        self.c.conv_geom(id).is_some()
+        !self.c.generic && self.c.conv_geom(id).is_some()
     }
 
     fn epilogue(&mut self, act: Activation) -> bool {
-        activation::vectorizes(act)
+        !self.c.generic && activation::vectorizes(act)
     }
 
     fn chain_operands(&self) -> usize {
@@ -1118,6 +1141,9 @@ impl Target for NativeKernels<'_, '_> {
     }
 
     fn native_kernel(&mut self, id: NodeId) -> bool {
+        if self.c.generic {
+            return false;
+        }
         // A movement runs as a gather (or a view), better than fused into a
         // loop nest with the elementwise ops after it.
         let built = match self.c.native(id) {

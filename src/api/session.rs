@@ -1,0 +1,219 @@
+//! A session: one model file, run at whatever input shapes its callers bring.
+//!
+//! A model with free input dimensions (a dynamic batch, an image of any size)
+//! cannot be planned once for all shapes yet: each new combination of input
+//! shapes is imported with those shapes bound, planned and compiled, then kept
+//! in a bounded cache (least recently used first out), so a server that sees a
+//! few shapes compiles each once. A model whose inputs are all static is
+//! compiled when the session opens, as onnxruntime creates its session.
+//!
+//! ```
+//! use layoutopt::api::{ModelInput, Session, SessionOptions, Tensor};
+//! use std::path::Path;
+//!
+//! # fn main() -> Result<(), layoutopt::api::Error> {
+//! let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/resnet_small/model.onnx");
+//! let session = Session::open(&path, SessionOptions::with_threads(1))?;
+//! assert_eq!(session.interface().inputs[0].name, "input");
+//! let x = Tensor::from_f32(vec![1, 3, 32, 32], vec![0.5; 3 * 32 * 32]);
+//! let outputs = session.run(&[ModelInput::Tensor(&x)])?;
+//! assert_eq!(outputs[0].shape, vec![1, 10]);
+//! # Ok(())
+//! # }
+//! ```
+
+use super::{
+    compile, is_tflite, load_model_with, Costs, Error, ImportOptions, Machine, ModelInput,
+    PlanLayouts, PlannerKind, RuntimeOptions, TargetFamily,
+};
+use crate::frontend::Interface;
+use crate::graph::{Tensor, ValueType};
+use crate::runtime::CompiledModel;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How a session plans and compiles its model.
+#[derive(Clone, Debug)]
+pub struct SessionOptions {
+    /// Threads, kernels and instruction set of the compiled model.
+    pub runtime: RuntimeOptions,
+    /// The layout planner.
+    pub planner: PlannerKind,
+    /// The layout family planned for.
+    pub target: TargetFamily,
+    /// How many compiled shapes the session keeps (at least 1).
+    pub max_shapes: usize,
+    /// What plans are priced by; `None`: this machine's measured costs for
+    /// `runtime`.
+    pub costs: Option<Costs>,
+}
+
+impl SessionOptions {
+    /// The command line's defaults on `threads` workers (0: one per core):
+    /// the global planner, this CPU's blocked layouts, 8 shapes kept.
+    pub fn with_threads(threads: usize) -> SessionOptions {
+        SessionOptions {
+            runtime: RuntimeOptions::with_threads(threads),
+            planner: PlannerKind::Global,
+            target: TargetFamily::host_blocked(),
+            max_shapes: 8,
+            costs: None,
+        }
+    }
+}
+
+impl Default for SessionOptions {
+    fn default() -> SessionOptions {
+        SessionOptions::with_threads(0)
+    }
+}
+
+/// The model compiled for one combination of input shapes.
+pub struct ShapeModel {
+    /// The compiled model.
+    pub model: CompiledModel,
+    /// The type of each input, in the interface's order.
+    pub inputs: Vec<ValueType>,
+    /// How long import, planning and compilation took for these shapes.
+    pub compile_time: Duration,
+}
+
+/// A model file opened for running at any shape it declares.
+pub struct Session {
+    path: PathBuf,
+    options: SessionOptions,
+    interface: Interface,
+    /// Compiled shapes, the most recently used last.
+    compiled: Mutex<Vec<(Vec<Vec<usize>>, Arc<ShapeModel>)>>,
+}
+
+impl Session {
+    /// Opens the ONNX or TFLite model at `path`: reads what it declares and,
+    /// when every input is static, compiles it.
+    pub fn open(path: &Path, options: SessionOptions) -> Result<Session, Error> {
+        let mut head = Vec::with_capacity(8);
+        crate::frontend::open_file(path)
+            .and_then(|f| f.take(8).read_to_end(&mut head))
+            .map_err(|source| crate::frontend::onnx::ImportError::Io {
+                path: path.display().to_string(),
+                source,
+            })?;
+        let tflite = is_tflite(&head) || path.extension().is_some_and(|e| e == "tflite");
+        let session = |interface| Session {
+            path: path.to_path_buf(),
+            options: options.clone(),
+            interface,
+            compiled: Mutex::new(Vec::new()),
+        };
+        // A TFLite model runs at the shapes it stores.
+        if tflite {
+            let (graph, model) = Session::build(path, &options, &ImportOptions::default())?;
+            return Ok(session(Interface::of_graph(&graph)).holding(model));
+        }
+        let s = session(crate::frontend::onnx::read_interface(path)?);
+        match s.interface.is_static() {
+            true => {
+                let (_, model) = Session::build(path, &options, &ImportOptions::default())?;
+                Ok(s.holding(model))
+            }
+            false => Ok(s),
+        }
+    }
+
+    /// The session with `model` compiled for its shapes.
+    fn holding(self, model: ShapeModel) -> Session {
+        let shapes = model.inputs.iter().map(|t| t.shape.clone()).collect();
+        self.lock().push((shapes, Arc::new(model)));
+        self
+    }
+
+    /// What the model takes and gives, free dimensions unbound.
+    pub fn interface(&self) -> &Interface {
+        &self.interface
+    }
+
+    /// The options the session compiles with.
+    pub fn options(&self) -> &SessionOptions {
+        &self.options
+    }
+
+    /// The model compiled for these input shapes (in the interface's
+    /// order), and whether this call compiled it: from the cache, or
+    /// imported, planned and compiled now. A shape the model does not declare
+    /// is an error naming the input and dimension.
+    pub fn model_for(&self, shapes: &[&[usize]]) -> Result<(Arc<ShapeModel>, bool), Error> {
+        self.interface.check_shapes(shapes).map_err(Error::Input)?;
+        let key: Vec<Vec<usize>> = shapes.iter().map(|s| s.to_vec()).collect();
+        {
+            let mut cache = self.lock();
+            if let Some(at) = cache.iter().position(|(k, _)| *k == key) {
+                let hit = cache.remove(at);
+                let model = hit.1.clone();
+                cache.push(hit);
+                return Ok((model, false));
+            }
+        }
+        let opts = ImportOptions {
+            input_shapes: (self.interface.inputs.iter())
+                .zip(&key)
+                .map(|(v, s)| (v.name.clone(), s.clone()))
+                .collect(),
+            ..ImportOptions::default()
+        };
+        let (_, model) = Session::build(&self.path, &self.options, &opts)?;
+        let model = Arc::new(model);
+        let mut cache = self.lock();
+        cache.push((key, model.clone()));
+        let excess = cache.len().saturating_sub(self.options.max_shapes.max(1));
+        cache.drain(..excess);
+        Ok((model, true))
+    }
+
+    /// Runs the model on `inputs`, in the interface's order; returns the
+    /// outputs in the interface's order.
+    pub fn run(&self, inputs: &[ModelInput]) -> Result<Vec<Tensor>, Error> {
+        let shapes: Vec<&[usize]> = inputs.iter().map(ModelInput::shape).collect();
+        let (compiled, _) = self.model_for(&shapes)?;
+        Ok(compiled.model.run_inputs(inputs)?)
+    }
+
+    /// The input shapes compiled and kept, the most recently used last.
+    pub fn compiled_shapes(&self) -> Vec<Vec<Vec<usize>>> {
+        self.lock().iter().map(|(k, _)| k.clone()).collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(Vec<Vec<usize>>, Arc<ShapeModel>)>> {
+        // A panic while holding the lock leaves a valid cache behind.
+        self.compiled.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Imports `path` with `opts`, plans and compiles it.
+    fn build(
+        path: &Path,
+        options: &SessionOptions,
+        opts: &ImportOptions,
+    ) -> Result<(crate::graph::Graph, ShapeModel), Error> {
+        let start = Instant::now();
+        let graph = load_model_with(path, opts)?;
+        let plan = PlanLayouts::new(options.planner, options.target)
+            .with_costs(
+                (options.costs.clone()).unwrap_or_else(|| Costs::Measured(options.runtime.clone())),
+            )
+            .plan(&graph)?;
+        let model = compile(Machine::shared(), &plan.graph, &options.runtime)?;
+        let g = &plan.graph;
+        let inputs = (g.inputs().iter())
+            .map(|&id| g.node(id).outputs[0].ty.clone())
+            .collect();
+        Ok((
+            graph,
+            ShapeModel {
+                model,
+                inputs,
+                compile_time: start.elapsed(),
+            },
+        ))
+    }
+}
