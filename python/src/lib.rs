@@ -17,6 +17,7 @@ use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use pyo3::IntoPyObjectExt;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -473,8 +474,8 @@ fn declared_dict<'py>(py: Python<'py>, v: &DeclaredValue) -> PyResult<Bound<'py,
         .map(|dims| {
             dims.iter()
                 .map(|dim| match dim {
-                    Dim::Static(n) => n.into_pyobject(py).map(|o| o.into_any().unbind()),
-                    Dim::Symbolic(p) => p.into_pyobject(py).map(|o| o.into_any().unbind()),
+                    Dim::Static(n) => n.into_py_any(py),
+                    Dim::Symbolic(p) => p.into_py_any(py),
                     Dim::Unknown => Ok(py.None()),
                 })
                 .collect::<PyResult<_>>()
