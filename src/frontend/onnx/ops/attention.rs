@@ -122,6 +122,10 @@ fn split_heads(c: &mut NodeCtx, x: ValueRef, heads: usize, name: &str) -> Res<Va
 /// out with −inf where a boolean mask, causality, the sliding window (opset
 /// 25) or the padding of `nonpad_kv_seqlen` (opset 24) disallow a key; a
 /// query row that may attend no key gives zeros.
+///
+/// The chain Q·Kᵀ → bias → Softmax → ·V runs as separate native steps; one
+/// fused step (scores never stored whole) is left until a measurement against
+/// onnxruntime on a BERT-size shape shows it pays.
 fn attention(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     let (q, k, v) = (c.input(0)?, c.input(1)?, c.input(2)?);
     let dtype = c.ty(q).dtype;
@@ -413,11 +417,11 @@ fn attention_bias(c: &mut NodeCtx, f: &Frame, nonpad: Option<ValueRef>) -> Res<O
             None => inside,
         });
     }
-    let neg_inf = c.scalar("neg_inf", f.dtype, f64::NEG_INFINITY);
+    let neg_inf = c.scalar("bias_neg_inf", f.dtype, f64::NEG_INFINITY);
     Ok(match (allowed, mask) {
         (Some(a), Some(m)) => Some(c.emit_inner(Op::Where, &[a, m, neg_inf], "bias")?),
         (Some(a), None) => {
-            let zero = c.scalar("zero", f.dtype, 0.0);
+            let zero = c.scalar("bias_zero", f.dtype, 0.0);
             Some(c.emit_inner(Op::Where, &[a, zero, neg_inf], "bias")?)
         }
         (None, m) => m,
@@ -444,10 +448,10 @@ fn mask_bias(c: &mut NodeCtx, f: &Frame, m: ValueRef) -> Res<ValueRef> {
             "attn_mask of shape {s:?} does not broadcast to (batch, q_num_heads, q_sequence_length, total_sequence_length) = {full:?} (its last axis may be shorter)"
         )));
     }
-    let neg_inf = c.scalar("neg_inf", f.dtype, f64::NEG_INFINITY);
+    let neg_inf = c.scalar("mask_neg_inf", f.dtype, f64::NEG_INFINITY);
     let bias = match ty.dtype {
         DType::Bool => {
-            let zero = c.scalar("zero", f.dtype, 0.0);
+            let zero = c.scalar("mask_zero", f.dtype, 0.0);
             c.emit_inner(Op::Where, &[m, zero, neg_inf], "mask_bias")?
         }
         d if d == f.dtype => m,
@@ -563,14 +567,14 @@ fn zero_fully_masked_rows(
         keepdims: true,
     });
     let row_max = c.emit_inner(row_max, &[bias], "bias_row_max")?;
-    let neg_inf = c.scalar("neg_inf", c.ty(bias).dtype, f64::NEG_INFINITY);
+    let neg_inf = c.scalar("guard_neg_inf", c.ty(bias).dtype, f64::NEG_INFINITY);
     let masked = c.binary(BinaryOp::Equal, row_max, neg_inf, "row_fully_masked")?;
     if let Some(t) = c.g.constant(masked) {
         if !t.data.to_bool().contains(&true) {
             return Ok(probs);
         }
     }
-    let zero = c.scalar("zero", dtype, 0.0);
+    let zero = c.scalar("guard_zero", dtype, 0.0);
     c.emit_inner(Op::Where, &[masked, zero, probs], "softmax_guarded")
 }
 
