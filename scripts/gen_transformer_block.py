@@ -40,6 +40,10 @@ def build(rng: np.random.Generator) -> onnx.ModelProto:
     def weight(name, *shape, scale=0.1):
         return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
 
+    def rope(x, heads):
+        inputs = [x, "cos_cache", "sin_cache", "position_ids"]
+        return helper.make_node("RotaryEmbedding", inputs, [f"{x}_rot"], name=f"{x}_rope", num_heads=heads)
+
     angles = np.arange(MAX_POSITIONS)[:, None] / (10000.0 ** (np.arange(HEAD // 2) * 2.0 / HEAD))
     inits = [
         weight("norm1_scale", HIDDEN, scale=1.0),
@@ -58,12 +62,8 @@ def build(rng: np.random.Generator) -> onnx.ModelProto:
         helper.make_node("MatMul", ["h1", "wq"], ["q"], name="q_proj"),
         helper.make_node("MatMul", ["h1", "wk"], ["k"], name="k_proj"),
         helper.make_node("MatMul", ["h1", "wv"], ["v"], name="v_proj"),
-        helper.make_node(
-            "RotaryEmbedding", ["q", "cos_cache", "sin_cache", "position_ids"], ["q_rot"], name="q_rope", num_heads=Q_HEADS
-        ),
-        helper.make_node(
-            "RotaryEmbedding", ["k", "cos_cache", "sin_cache", "position_ids"], ["k_rot"], name="k_rope", num_heads=KV_HEADS
-        ),
+        rope("q", Q_HEADS),
+        rope("k", KV_HEADS),
         helper.make_node(
             "Attention",
             ["q_rot", "k_rot", "v"],
