@@ -15,13 +15,12 @@ and prints the counts. The cases come from onnx's own generator
 reference implementations, not onnxruntime.
 
 A case is exported when all its nodes are supported ops of the default domain without
-subgraphs, all its inputs/outputs are tensors of supported dtypes, and its default-domain
-opset is within 7..21. Cases generated at a newer opset (most ops were re-versioned
-in opsets 22-28 only to admit new element types) are converted down to opset 21 with
-onnx.version_converter (or restamped where it lacks an adapter), and kept only if
-onnxruntime or onnx.reference then reproduces the expected outputs, which shows the
-conversion kept the meaning. Every exported case is run through both oracles; cases.tsv
-records which of them reproduce it.
+subgraphs, and all its inputs/outputs are tensors of supported dtypes. A case keeps its
+own opset when the importer reads it (`MIN_OPSET`..`MAX_OPSET` in src/frontend/onnx.rs);
+one outside that range is converted to the nearest end with onnx.version_converter (or
+restamped where it lacks an adapter), and kept only if onnxruntime or onnx.reference then
+reproduces the expected outputs, which shows the conversion kept the meaning. Every
+exported case is run through both oracles; cases.tsv records which of them reproduce it.
 """
 
 from __future__ import annotations
@@ -79,7 +78,19 @@ SUPPORTED_DTYPES = frozenset(
         TensorProto.BOOL,
     ]
 )
-OPSET_MIN, OPSET_MAX = 7, 21
+
+
+def importer_opsets() -> tuple[int, int]:
+    """The importer's own opset range (`MIN_OPSET`, `MAX_OPSET` in src/frontend/onnx.rs)."""
+    path = REPO / "src" / "frontend" / "onnx.rs"
+    text = path.read_text()
+    found = [re.search(rf"pub const {name}: i64 = (\d+);", text) for name in ("MIN_OPSET", "MAX_OPSET")]
+    if None in found:
+        sys.exit(f"MIN_OPSET/MAX_OPSET not found in {path}")
+    return int(found[0].group(1)), int(found[1].group(1))
+
+
+OPSET_MIN, OPSET_MAX = importer_opsets()
 # Large enough for the 3-D pooling cases (1x3x32x32x32 in and out, 750 kB each).
 MAX_CASE_BYTES = 800_000
 MAX_TOTAL_BYTES = 8_000_000

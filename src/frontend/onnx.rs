@@ -1,5 +1,7 @@
-//! The ONNX importer: a `.onnx` file (opsets 7 to 21) into a `Graph`. Older
-//! versions of an operator are read into today's meaning where they are converted.
+//! The ONNX importer: a `.onnx` file (opsets 7 to 28) into a `Graph`. Older
+//! versions of an operator are read into today's meaning where they are converted;
+//! what a newer version added (an attribute, a meaning) is imported or refused by
+//! name in the op's import function.
 //!
 //! Every node gets a span (file, layer name, op type, node index); a node without a
 //! name is named `<OpType>_<index>`. Nodes whose inputs are all constants are folded
@@ -28,8 +30,11 @@ use std::path::{Path, PathBuf};
 
 /// The opsets of the default domain we import.
 pub const MIN_OPSET: i64 = 7;
-/// The newest opset of the default domain we import.
-pub const MAX_OPSET: i64 = 21;
+/// The newest opset of the default domain we import: the newest onnx 1.23.2
+/// defines. Most operators re-versioned from opset 22 on only admit new element
+/// types (bfloat16, float4, float8e8m0, 2-bit integers), refused by type as any
+/// unsupported type is; the import functions check what else changed.
+pub const MAX_OPSET: i64 = 28;
 
 /// An import error: which file, which layer, what is wrong.
 #[derive(Debug, thiserror::Error)]

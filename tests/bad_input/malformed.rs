@@ -252,7 +252,7 @@ fn onnx_cases() -> Vec<Case> {
             "onnx opset out of range",
             "opset6.onnx",
             model_bytes(&old_opset),
-            &["opset 6 is not supported (supported: 7 to 21)"],
+            &["opset 6 is not supported (supported: 7 to 28)"],
         ),
         case(
             "onnx input dims overflow",
@@ -479,7 +479,104 @@ fn onnx_cases() -> Vec<Case> {
     );
     big_input.memory_limit = Some(6 << 20);
     cases.push(big_input);
+    cases.extend(attention_cases());
     cases
+}
+
+/// An opset-23 Attention (layer attn_1) over f32 inputs of the given shapes
+/// (Q, K, V, then an optional attn_mask), with attributes.
+fn attention(
+    shapes: &[(&str, &[i64])],
+    y: &[i64],
+    attrs: Vec<onnx_protobuf::AttributeProto>,
+) -> Vec<u8> {
+    let names: Vec<&str> = shapes.iter().map(|(n, _)| *n).collect();
+    let n = node_with(node("Attention", "attn_1", &names, &["y"]), attrs);
+    model_bytes(&model(
+        vec![n],
+        shapes.iter().map(|(n, d)| value_info(n, F32, d)).collect(),
+        vec![value_info("y", F32, y)],
+        vec![],
+        23,
+    ))
+}
+
+/// Attention whose heads or mask do not fit: each refused naming the layer.
+fn attention_cases() -> Vec<Case> {
+    let heads = |q, kv| vec![int_attr("q_num_heads", q), int_attr("kv_num_heads", kv)];
+    vec![
+        case(
+            "onnx attention q heads not divisible by kv heads",
+            "attention_gqa.onnx",
+            attention(
+                &[("q", &[1, 4, 40]), ("k", &[1, 4, 24]), ("v", &[1, 4, 24])],
+                &[1, 4, 40],
+                heads(5, 3),
+            ),
+            &[
+                "attn_1",
+                "5 query heads do not divide into groups of the 3 key/value heads",
+            ],
+        ),
+        case(
+            "onnx attention mismatched head sizes",
+            "attention_head_size.onnx",
+            attention(
+                &[
+                    ("q", &[1, 2, 4, 8]),
+                    ("k", &[1, 2, 4, 6]),
+                    ("v", &[1, 2, 4, 8]),
+                ],
+                &[1, 2, 4, 8],
+                vec![],
+            ),
+            &["attn_1", "K's head size 6 differs from Q's 8"],
+        ),
+        case(
+            "onnx attention hidden size not a multiple of the heads",
+            "attention_hidden.onnx",
+            attention(
+                &[("q", &[1, 4, 30]), ("k", &[1, 4, 30]), ("v", &[1, 4, 30])],
+                &[1, 4, 30],
+                heads(4, 4),
+            ),
+            &["attn_1", "Q's hidden size 30 does not divide into 4 heads"],
+        ),
+        case(
+            "onnx attention mask of the wrong shape",
+            "attention_mask.onnx",
+            attention(
+                &[
+                    ("q", &[1, 2, 4, 8]),
+                    ("k", &[1, 2, 6, 8]),
+                    ("v", &[1, 2, 6, 8]),
+                    ("mask", &[3, 6]),
+                ],
+                &[1, 2, 4, 8],
+                vec![],
+            ),
+            &[
+                "attn_1",
+                "attn_mask of shape [3, 6] does not broadcast",
+                "[1, 2, 4, 6]",
+            ],
+        ),
+        case(
+            "onnx attention mask longer than the keys",
+            "attention_mask_long.onnx",
+            attention(
+                &[
+                    ("q", &[1, 2, 4, 8]),
+                    ("k", &[1, 2, 6, 8]),
+                    ("v", &[1, 2, 6, 8]),
+                    ("mask", &[4, 7]),
+                ],
+                &[1, 2, 4, 8],
+                vec![],
+            ),
+            &["attn_1", "attn_mask of shape [4, 7] does not broadcast"],
+        ),
+    ]
 }
 
 // -------------------------------------------------------------- TFLite models

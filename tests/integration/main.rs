@@ -42,4 +42,5 @@ mod tir_infer_bound;
 mod tir_limitations;
 mod tir_primitives;
 mod tir_property;
+mod transformer;
 mod zoo_subset;

@@ -3,6 +3,7 @@
 //! line in its `register`. Inputs that parameterise an op (shapes, axes, pads,
 //! bounds) must be constants here and become attributes.
 
+mod attention;
 mod composite;
 mod context;
 mod conv;
@@ -32,6 +33,7 @@ use std::sync::LazyLock;
 pub(super) fn registry() -> &'static Registry {
     static REGISTRY: LazyLock<Registry> = LazyLock::new(|| {
         let mut reg = Registry::default();
+        attention::register(&mut reg);
         composite::register(&mut reg);
         conv::register(&mut reg);
         elementwise::register(&mut reg);
@@ -70,6 +72,7 @@ mod tests {
         "And",
         "ArgMax",
         "ArgMin",
+        "Attention",
         "AveragePool",
         "BatchNormalization",
         "BitShift",
@@ -153,6 +156,8 @@ mod tests {
         "Relu",
         "Reshape",
         "Resize",
+        "RMSNormalization",
+        "RotaryEmbedding",
         "ScatterElements",
         "ScatterND",
         "Selu",
@@ -199,7 +204,7 @@ mod tests {
         want.extend(SUPPORTED_MICROSOFT.iter().map(|&op| ("com.microsoft", op)));
         want.sort_unstable();
         let have = registry().op_types();
-        assert_eq!(have.len(), 122);
+        assert_eq!(have.len(), 125);
         assert_eq!(have, want);
     }
 

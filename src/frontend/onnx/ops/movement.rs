@@ -376,8 +376,7 @@ fn pad(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
 }
 
 /// DepthToSpace (`to_space`) and SpaceToDepth as the Reshape, Transpose,
-/// Reshape their definitions are written in (DCR and CRD orders for
-/// DepthToSpace).
+/// Reshape their definitions are written in, in DCR or CRD order.
 fn depth_space(c: &mut NodeCtx, to_space: bool) -> Res<Vec<Option<ValueRef>>> {
     let x = c.input(0)?;
     let s = c.ty(x).shape;
@@ -415,9 +414,15 @@ fn depth_space(c: &mut NodeCtx, to_space: bool) -> Res<Vec<Option<ValueRef>>> {
                 "spatial extents {h}x{w} do not divide by blocksize {b}"
             )));
         }
+        // Opset 28 added CRD, the inverse of DepthToSpace's CRD.
+        let perm = match c.string("mode", "DCR")?.as_str() {
+            "DCR" => vec![0, 3, 5, 1, 2, 4],
+            "CRD" => vec![0, 1, 3, 5, 2, 4],
+            other => return Err(c.err(format!("SpaceToDepth mode '{other}' is not known"))),
+        };
         (
             vec![n, ch, h / b, b, w / b, b],
-            vec![0, 3, 5, 1, 2, 4],
+            perm,
             vec![n, ch * b * b, h / b, w / b],
         )
     };

@@ -23,6 +23,7 @@ use super::context::{NodeCtx, Res};
 use super::conv::conv_parts_of;
 use super::registry::{Registry, AI_ONNX};
 use super::window::{kernel_attr, window};
+use crate::frontend::onnx::dtype_from_onnx;
 use crate::graph::{
     numel, BinaryOp, Concat, Conv, DType, Gemm, Op, Pool, PoolKind, ReduceKind, UnaryOp, ValueRef,
 };
@@ -118,10 +119,24 @@ fn quantize_linear(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         Some(zp) => c.ty(zp).dtype,
         None => match c.int("output_dtype", 0)? {
             0 => DType::U8,
-            code => crate::frontend::onnx::tensor::dtype_from_onnx(code as i32)
-                .map_err(|m| c.err(format!("output_dtype: {m}")))?,
+            code => {
+                dtype_from_onnx(code as i32).map_err(|m| c.err(format!("output_dtype: {m}")))?
+            }
         },
     };
+    // Opset 23: `precision` names the type of the division, which must be x's
+    // here (the scale's type must be x's too).
+    let precision = c.int("precision", 0)?;
+    if precision != 0 {
+        let p = dtype_from_onnx(precision as i32).map_err(|m| c.err(format!("precision: {m}")))?;
+        if p != c.ty(x).dtype {
+            return Err(c.err(format!(
+                "precision {} differs from the input's {}: a division in another type is not supported",
+                p.name(),
+                c.ty(x).dtype.name()
+            )));
+        }
+    }
     let axis = c.int("axis", 1)?;
     Ok(vec![Some(c.quantize(x, INPUT_0, axis, q, Out::Node)?)])
 }
@@ -129,6 +144,21 @@ fn quantize_linear(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
 /// `y = (x - zero_point) * scale`, of the scale's float type.
 fn dequantize_linear(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     let x = c.input(0)?;
+    // Opset 23: `output_dtype` names the output's type, which must be the
+    // scale's here (the product is taken in it).
+    let output_dtype = c.int("output_dtype", 0)?;
+    if output_dtype != 0 {
+        let out = dtype_from_onnx(output_dtype as i32)
+            .map_err(|m| c.err(format!("output_dtype: {m}")))?;
+        let scale = c.ty(c.input(INPUT_0.scale)?).dtype;
+        if out != scale {
+            return Err(c.err(format!(
+                "output_dtype {} differs from the scale's {}: a product in another type is not supported",
+                out.name(),
+                scale.name()
+            )));
+        }
+    }
     let axis = c.int("axis", 1)?;
     Ok(vec![Some(c.dequantize(x, INPUT_0, axis, Out::Node)?)])
 }

@@ -81,6 +81,16 @@ fn range(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     };
     let (start, limit, delta) = (get(0)?, get(1)?, get(2)?);
     let dtype = start.dtype();
+    // Opset 27 admits float16 and bfloat16, accumulated in float (`stash_type`
+    // 1, the default), which the f64 positions rounded once to the type match
+    // up to float rounding; accumulating in the narrow type is not supported.
+    if matches!(dtype, DType::F16 | DType::BF16) && c.int("stash_type", 1)? != 1 {
+        return Err(c.err(format!(
+            "Range of {} with stash_type {} (accumulating in the narrow type) is not supported",
+            dtype.name(),
+            c.int("stash_type", 1)?
+        )));
+    }
     let t = if dtype.is_float() {
         let (s, l, d) = (
             start.data.to_f64()[0],
