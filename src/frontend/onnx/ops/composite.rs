@@ -343,11 +343,13 @@ fn diagonals(c: &mut NodeCtx, mut t: Term, operand: usize) -> Res<Term> {
             )));
         }
         let perm: Vec<usize> = kept.iter().chain(&repeated).copied().collect();
-        let moved = c.emit_inner(
-            Op::Transpose(Transpose { perm }),
-            &[t.value],
-            "diagonal_axes",
-        )?;
+        let moved = match perm.iter().enumerate().all(|(i, &p)| i == p) {
+            true => t.value,
+            false => {
+                let transpose = Op::Transpose(Transpose { perm });
+                c.emit_inner(transpose, &[t.value], "diagonal_axes")?
+            }
+        };
         let mut flat: Vec<usize> = kept.iter().map(|&a| shape[a]).collect();
         let (mut block, mut step) = (1usize, 0usize);
         for _ in &repeated {

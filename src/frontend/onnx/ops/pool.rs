@@ -36,7 +36,7 @@ fn lp_pool(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     } else {
         c.int("p", 2)? as f64
     };
-    if !(p > 0.0) {
+    if p.is_nan() || p <= 0.0 {
         return Err(c.err(format!("LpPool p must be positive, got {p}")));
     }
     let kernel = kernel_attr(c, None)?;
