@@ -316,6 +316,7 @@ impl FnEmitter<'_, '_, '_> {
                     Intrinsic::Ceil => self.b.ins().ceil(x),
                     Intrinsic::Exp => emitted::emit(&mut self.b, x, vecmath::exp),
                     Intrinsic::Log => self.call_f32(rt::logf as *const (), x),
+                    Intrinsic::Math(f) => self.call_f32(rt::math_fn(*f), x),
                     Intrinsic::Tanh => emitted::emit(&mut self.b, x, vecmath::tanh),
                     Intrinsic::Erf => emitted::emit(&mut self.b, x, vecmath::erf),
                     Intrinsic::Pow => {

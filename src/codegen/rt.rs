@@ -6,6 +6,7 @@ use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
 use std::sync::Mutex;
 
 use crate::core::par;
+use crate::core::scalar::MathFn;
 
 use super::kernel::{Kernel, KernelRegion};
 
@@ -73,6 +74,23 @@ pub(crate) extern "C" fn logf(x: f32) -> f32 {
 
 pub(crate) extern "C" fn powf(x: f32, y: f32) -> f32 {
     x.powf(y)
+}
+
+/// The helper generated code calls for `f`: one `extern "C"` function each.
+pub(crate) fn math_fn(f: MathFn) -> *const () {
+    macro_rules! helpers {
+        ($($name:ident),*) => {
+            match f {
+                $(MathFn::$name => {
+                    extern "C" fn helper(x: f32) -> f32 {
+                        MathFn::$name.f32(x)
+                    }
+                    helper as *const ()
+                })*
+            }
+        };
+    }
+    helpers!(Sin, Cos, Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh)
 }
 
 /// Aligned for 128-bit vector access.

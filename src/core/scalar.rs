@@ -94,6 +94,10 @@ pub enum UnaryOp {
     Floor,
     /// The smallest integer not below x.
     Ceil,
+    /// −1, 0 or 1 by the sign of x (NaN stays NaN).
+    Sign,
+    /// A trigonometric or hyperbolic function or its inverse.
+    Math(MathFn),
     /// x rounded onto a quantization grid and back (a QuantizeLinear and a
     /// DequantizeLinear): `(clip(round(x / scale) + zero_point, min, max) -
     /// zero_point) * scale`, halves to even.
@@ -107,6 +111,89 @@ pub enum UnaryOp {
         /// The greatest integer of the quantized type.
         max: f32,
     },
+}
+
+/// The trigonometric and hyperbolic functions and their inverses. No kernel
+/// has a vector form of them: every path computes them with the math
+/// library, in f64 in the reference and in f32 elsewhere (lane by lane in
+/// vectors, by a call from generated code).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum MathFn {
+    Sin,
+    Cos,
+    Tan,
+    Asin,
+    Acos,
+    Atan,
+    Sinh,
+    Cosh,
+    Asinh,
+    Acosh,
+    Atanh,
+}
+
+/// `$f` of `$x` for a float `$x` (f32 or f64): one definition for both.
+macro_rules! math_fn {
+    ($f:expr, $x:expr) => {
+        match $f {
+            MathFn::Sin => $x.sin(),
+            MathFn::Cos => $x.cos(),
+            MathFn::Tan => $x.tan(),
+            MathFn::Asin => $x.asin(),
+            MathFn::Acos => $x.acos(),
+            MathFn::Atan => $x.atan(),
+            MathFn::Sinh => $x.sinh(),
+            MathFn::Cosh => $x.cosh(),
+            MathFn::Asinh => $x.asinh(),
+            MathFn::Acosh => $x.acosh(),
+            MathFn::Atanh => $x.atanh(),
+        }
+    };
+}
+
+impl MathFn {
+    /// Every function.
+    pub const ALL: [MathFn; 11] = [
+        MathFn::Sin,
+        MathFn::Cos,
+        MathFn::Tan,
+        MathFn::Asin,
+        MathFn::Acos,
+        MathFn::Atan,
+        MathFn::Sinh,
+        MathFn::Cosh,
+        MathFn::Asinh,
+        MathFn::Acosh,
+        MathFn::Atanh,
+    ];
+
+    /// The ONNX operator type.
+    pub fn name(self) -> &'static str {
+        match self {
+            MathFn::Sin => "Sin",
+            MathFn::Cos => "Cos",
+            MathFn::Tan => "Tan",
+            MathFn::Asin => "Asin",
+            MathFn::Acos => "Acos",
+            MathFn::Atan => "Atan",
+            MathFn::Sinh => "Sinh",
+            MathFn::Cosh => "Cosh",
+            MathFn::Asinh => "Asinh",
+            MathFn::Acosh => "Acosh",
+            MathFn::Atanh => "Atanh",
+        }
+    }
+
+    /// The function in f64.
+    pub fn f64(self, x: f64) -> f64 {
+        math_fn!(self, x)
+    }
+
+    /// The function in f32.
+    pub fn f32(self, x: f32) -> f32 {
+        math_fn!(self, x)
+    }
 }
 
 /// Binary elementwise functions with numpy broadcasting.
@@ -169,6 +256,8 @@ pub trait Scalar:
     fn floor(self) -> Self;
     /// The smallest integer not below self.
     fn ceil(self) -> Self;
+    /// A trigonometric or hyperbolic function of self.
+    fn math(self, f: MathFn) -> Self;
 }
 
 /// `Scalar` for a float type; `$exp`, `$tanh` and `$erf` are its elementary
@@ -231,6 +320,9 @@ macro_rules! float_scalar {
             fn ceil(self) -> $t {
                 <$t>::ceil(self)
             }
+            fn math(self, f: MathFn) -> $t {
+                math_fn!(f, self)
+            }
         }
     };
 }
@@ -246,7 +338,7 @@ float_scalar!(f64, f64::exp, f64::tanh, erf);
 impl UnaryOp {
     /// Every variant, with typical parameters: what tests run through each
     /// path that evaluates elementwise functions.
-    pub const EVERY: [UnaryOp; 27] = [
+    pub const EVERY: [UnaryOp; 39] = [
         UnaryOp::Relu,
         UnaryOp::LeakyRelu { alpha: 0.1 },
         UnaryOp::Clip {
@@ -282,6 +374,18 @@ impl UnaryOp {
         UnaryOp::Round,
         UnaryOp::Floor,
         UnaryOp::Ceil,
+        UnaryOp::Sign,
+        UnaryOp::Math(MathFn::Sin),
+        UnaryOp::Math(MathFn::Cos),
+        UnaryOp::Math(MathFn::Tan),
+        UnaryOp::Math(MathFn::Asin),
+        UnaryOp::Math(MathFn::Acos),
+        UnaryOp::Math(MathFn::Atan),
+        UnaryOp::Math(MathFn::Sinh),
+        UnaryOp::Math(MathFn::Cosh),
+        UnaryOp::Math(MathFn::Asinh),
+        UnaryOp::Math(MathFn::Acosh),
+        UnaryOp::Math(MathFn::Atanh),
         UnaryOp::QuantizeDequantize {
             scale: 0.05,
             zero_point: -3.0,
@@ -328,6 +432,8 @@ impl UnaryOp {
             UnaryOp::Round => "Round",
             UnaryOp::Floor => "Floor",
             UnaryOp::Ceil => "Ceil",
+            UnaryOp::Sign => "Sign",
+            UnaryOp::Math(f) => f.name(),
             UnaryOp::QuantizeDequantize { .. } => "QuantizeDequantize",
         }
     }
@@ -377,6 +483,11 @@ impl UnaryOp {
             UnaryOp::Round => x.round_even(),
             UnaryOp::Floor => x.floor(),
             UnaryOp::Ceil => x.ceil(),
+            // x · 0 keeps a NaN (and the sign of a zero).
+            UnaryOp::Sign => {
+                (-x.clone()).if_negative(c(1.0), x.clone().if_negative(c(-1.0), x * c(0.0)))
+            }
+            UnaryOp::Math(f) => x.math(f),
             UnaryOp::QuantizeDequantize {
                 scale,
                 zero_point,
@@ -408,6 +519,7 @@ impl UnaryOp {
                 | UnaryOp::Celu { .. }
                 | UnaryOp::Softplus
                 | UnaryOp::Mish
+                | UnaryOp::Math(_)
         )
     }
 }

@@ -18,10 +18,10 @@ impl OpDef for UnaryOp {
 
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         let x = sole_input(inputs)?;
-        // These four are defined on integers too.
+        // These are defined on integers too.
         if !matches!(
             self,
-            UnaryOp::Abs | UnaryOp::Neg | UnaryOp::Relu | UnaryOp::Clip { .. }
+            UnaryOp::Abs | UnaryOp::Neg | UnaryOp::Relu | UnaryOp::Clip { .. } | UnaryOp::Sign
         ) {
             expect_float(x, "input")?;
         }
@@ -246,6 +246,7 @@ fn unary_int(u: UnaryOp, x: i128) -> Option<i128> {
             .min((max as f64).floor() as i128),
         UnaryOp::Neg => x.wrapping_neg(),
         UnaryOp::Abs => x.wrapping_abs(),
+        UnaryOp::Sign => x.signum(),
         _ => return None,
     })
 }

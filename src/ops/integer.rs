@@ -1,8 +1,10 @@
 //! Elementwise integer arithmetic of the index computations exporters write
 //! (PyTorch's ONNX export of windowed attention and patching): Mod, which
-//! covers floats too as C's fmod, and BitShift. Both broadcast like numpy and
-//! have no compiled kernel; the runtime evaluates them on the reference
-//! executor, and the importer folds them when their operands are constants.
+//! covers floats too as C's fmod, BitShift, and BitwiseAnd, BitwiseOr and
+//! BitwiseXor. All broadcast like numpy and have no compiled kernel (the
+//! native kernels compute on floats); the runtime evaluates them on the
+//! reference executor, and the importer folds them when their operands are
+//! constants.
 
 use super::index::broadcast_indices;
 use super::onnx::*;
@@ -26,6 +28,12 @@ pub enum IntegerArith {
         /// Towards the most significant bit (ONNX direction "LEFT").
         left: bool,
     },
+    /// The bits set in both.
+    BitwiseAnd,
+    /// The bits set in either.
+    BitwiseOr,
+    /// The bits set in exactly one.
+    BitwiseXor,
 }
 
 impl OpDef for IntegerArith {
@@ -33,6 +41,9 @@ impl OpDef for IntegerArith {
         match self {
             IntegerArith::Mod { .. } => "Mod",
             IntegerArith::BitShift { .. } => "BitShift",
+            IntegerArith::BitwiseAnd => "BitwiseAnd",
+            IntegerArith::BitwiseOr => "BitwiseOr",
+            IntegerArith::BitwiseXor => "BitwiseXor",
         }
     }
 
@@ -58,6 +69,14 @@ impl OpDef for IntegerArith {
             IntegerArith::BitShift { .. } if !is_unsigned(dtype) => {
                 return Err(OpError::DType(format!(
                     "BitShift is defined on unsigned integers, got {dtype}"
+                )))
+            }
+            IntegerArith::BitwiseAnd | IntegerArith::BitwiseOr | IntegerArith::BitwiseXor
+                if dtype.is_float() =>
+            {
+                return Err(OpError::DType(format!(
+                    "{} is defined on integers, got {dtype}",
+                    self.name()
                 )))
             }
             _ => {}
@@ -99,6 +118,9 @@ impl OpDef for IntegerArith {
             IntegerArith::BitShift { left } => {
                 vec![("direction", Attr::Str(if left { "LEFT" } else { "RIGHT" }))]
             }
+            IntegerArith::BitwiseAnd | IntegerArith::BitwiseOr | IntegerArith::BitwiseXor => {
+                vec![]
+            }
         };
         cx.single(self.name(), cx.inputs, attrs)
     }
@@ -121,6 +143,10 @@ impl IntegerArith {
             IntegerArith::BitShift { .. } if b >= bits => 0,
             IntegerArith::BitShift { left: true } => a << b,
             IntegerArith::BitShift { left: false } => a >> b,
+            // On the two's complement of i128, which wraps back to the type's.
+            IntegerArith::BitwiseAnd => a & b,
+            IntegerArith::BitwiseOr => a | b,
+            IntegerArith::BitwiseXor => a ^ b,
         })
     }
 }
@@ -203,6 +229,28 @@ mod tests {
             let err = try_eval(Op::IntegerArith(IntegerArith::Mod { fmod }), &[&a, &b]);
             assert!(err.unwrap_err().to_string().contains("modulo by zero"));
         }
+    }
+
+    #[test]
+    fn bitwise_ops_on_signed_and_unsigned_bits() {
+        let op = |o| Op::IntegerArith(o);
+        let (a, b) = (
+            ints(DType::I8, &[-1, -128, 12, 5]),
+            ints(DType::I8, &[7, 127, 10, -6]),
+        );
+        // -1 is all ones, -128 only the sign bit, -6 = 0b1111_1010.
+        let and = eval1(op(IntegerArith::BitwiseAnd), &[&a, &b]);
+        assert_eq!(and.data.to_i128(), vec![7, 0, 8, 0]);
+        let or = eval1(op(IntegerArith::BitwiseOr), &[&a, &b]);
+        assert_eq!(or.data.to_i128(), vec![-1, -1, 14, -1]);
+        let xor = eval1(op(IntegerArith::BitwiseXor), &[&a, &b]);
+        assert_eq!(xor.data.to_i128(), vec![-8, -1, 6, -1]);
+        let (a, b) = (ints(DType::U8, &[255, 240]), ints(DType::U8, &[15]));
+        let xor = eval1(op(IntegerArith::BitwiseXor), &[&a, &b]);
+        assert_eq!(xor.data.to_i128(), vec![240, 255]);
+        let floats = f32s(&[1], &[1.0]);
+        let refused = try_eval(op(IntegerArith::BitwiseAnd), &[&floats, &floats]);
+        assert!(refused.unwrap_err().to_string().contains("integers"));
     }
 
     #[test]

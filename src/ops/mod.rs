@@ -32,7 +32,7 @@ pub mod te;
 pub(crate) mod testutil;
 mod transform;
 
-pub use crate::core::scalar::{BinaryOp, UnaryOp};
+pub use crate::core::scalar::{BinaryOp, MathFn, UnaryOp};
 use crate::core::{Assumption, DType, Layout, PadFlow, PadValue, Requirement, Tensor, ValueType};
 pub use error::OpError;
 pub use eval::eval_op;

@@ -138,6 +138,7 @@ pub fn eval_scalar(
                 Intrinsic::Round => x.round_ties_even(),
                 Intrinsic::Floor => x.floor(),
                 Intrinsic::Ceil => x.ceil(),
+                Intrinsic::Math(f) => f.f64(x),
             })
         }
         Expr::Read { .. } => return Err(EvalError::Unflattened),

@@ -4,6 +4,7 @@
 //! buffer indices) and tensor values (floats). Integer semantics are floor division and
 //! floor modulo, as in TVM's `indexdiv`/`indexmod`, so that negative offsets behave.
 
+use crate::core::scalar::MathFn;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -105,6 +106,8 @@ pub enum Intrinsic {
     Floor,
     /// The smallest integer not below x.
     Ceil,
+    /// A trigonometric or hyperbolic function (the math library's).
+    Math(MathFn),
 }
 
 /// An expression of the tensor IR: index arithmetic and element values.
@@ -510,6 +513,9 @@ impl crate::core::scalar::Scalar for Expr {
     }
     fn ceil(self) -> Expr {
         Expr::call(Intrinsic::Ceil, vec![self])
+    }
+    fn math(self, f: MathFn) -> Expr {
+        Expr::call(Intrinsic::Math(f), vec![self])
     }
 }
 

@@ -166,6 +166,24 @@ fn onnx_cases() -> Vec<Case> {
         );
         model_bytes(&with_init(m, tp))
     };
+    let einsum = |equation: &str, a: &[i64], b: &[i64]| {
+        let n = node_with(
+            node("Einsum", "the_einsum", &["a", "b"], &["y"]),
+            vec![str_attr("equation", equation)],
+        );
+        let mut m = onnx(vec![n], &[("a", a), ("b", b)], ("y", &[]));
+        clear_output_shape(&mut m);
+        model_bytes(&m)
+    };
+    let one_hot = {
+        let depth = tensor_to_proto("depth", &Tensor::from_i64(vec![2], vec![3, 4]));
+        let values = tensor_to_proto("values", &Tensor::from_f32(vec![2], vec![0.0, 1.0]));
+        let n = node("OneHot", "the_one_hot", &["x", "depth", "values"], &["y"]);
+        let mut m = with_init(onnx(vec![n], &[("x", &[4])], ("y", &[])), depth);
+        m = with_init(m, values);
+        clear_output_shape(&mut m);
+        model_bytes(&m)
+    };
     let shape_const = tensor_to_proto("shape", &Tensor::from_i64(vec![2], vec![1 << 20, 1 << 20]));
     let mut huge = model(
         vec![node("ConstantOfShape", "fill_huge", &["shape"], &["y"])],
@@ -390,6 +408,45 @@ fn onnx_cases() -> Vec<Case> {
             "axis.onnx",
             single("Softmax", &[2, 3], vec![int_attr("axis", 5)]),
             &["layer 'the_op'", "axis 5"],
+        ),
+        case(
+            "onnx einsum equation with a character that is no label",
+            "einsum_parse.onnx",
+            einsum("ij,j;->i", &[2, 3], &[3]),
+            &["layer 'the_einsum'", "operand 1 ('j;')"],
+        ),
+        case(
+            "onnx einsum equation that does not match the ranks",
+            "einsum_rank.onnx",
+            einsum("ij,jk->ik", &[2, 3, 4], &[3, 5]),
+            &["layer 'the_einsum'", "does not label the 3 axes"],
+        ),
+        case(
+            "onnx einsum diagonal of axes of different extents",
+            "einsum_diagonal.onnx",
+            einsum("ii,i->i", &[2, 3], &[2]),
+            &[
+                "layer 'the_einsum'",
+                "label 'i' of operand 0 has extents 2 and 3",
+            ],
+        ),
+        case(
+            "onnx one-hot depth that is no scalar",
+            "one_hot_depth.onnx",
+            one_hot,
+            &["layer 'the_one_hot'", "depth"],
+        ),
+        case(
+            "onnx lp normalization of an unsupported order",
+            "lp_norm.onnx",
+            single("LpNormalization", &[2, 3], vec![int_attr("p", 3)]),
+            &["layer 'the_op'", "p must be 1 or 2, got 3"],
+        ),
+        case(
+            "onnx eye-like of a 3-d input",
+            "eye_like.onnx",
+            single("EyeLike", &[2, 3, 4], vec![]),
+            &["layer 'the_op'", "EyeLike input must be 2-D"],
         ),
         case(
             "onnx reshape to an impossible shape",

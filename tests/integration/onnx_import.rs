@@ -359,3 +359,75 @@ fn integer_mod_by_zero_names_the_node() {
     );
     expect_err(&m, &["wrap_index", "modulo by zero"]);
 }
+
+/// Einsum with labels repeated within an operand (diagonals, a trace),
+/// imported and run by the reference executor, against onnxruntime 1.31's
+/// outputs (recorded here; operand k holds 0.5·i − 1 + k at flat index i).
+#[test]
+fn einsum_diagonals_match_onnxruntime() {
+    // Equation, input shapes, output shape, output.
+    type Case = (
+        &'static str,
+        &'static [&'static [usize]],
+        &'static [i64],
+        &'static [f32],
+    );
+    let cases: [Case; 6] = [
+        (
+            "iij,jk->ik",
+            &[&[3, 3, 2], &[2, 4]],
+            &[3, 4],
+            &[
+                -1.0, -1.75, -2.5, -3.25, 7.0, 10.25, 13.5, 16.75, 15.0, 22.25, 29.5, 36.75,
+            ],
+        ),
+        ("iii->i", &[&[2, 2, 2]], &[2], &[-1.0, 2.5]),
+        ("ii", &[&[3, 3]], &[], &[3.0]),
+        ("iji->j", &[&[3, 2, 3]], &[2], &[7.5, 12.0]),
+        ("ii,i->i", &[&[3, 3], &[3]], &[3], &[0.0, 0.5, 3.0]),
+        (
+            "bii,bjj->bij",
+            &[&[2, 2, 2], &[2, 3, 3]],
+            &[2, 2, 3],
+            &[
+                0.0, -2.0, -4.0, 0.0, 1.0, 2.0, 4.5, 6.5, 8.5, 11.25, 16.25, 21.25,
+            ],
+        ),
+    ];
+    for (equation, shapes, out_shape, want) in cases {
+        let names: Vec<String> = (0..shapes.len()).map(|k| format!("x{k}")).collect();
+        let inputs: Vec<Tensor> = shapes
+            .iter()
+            .enumerate()
+            .map(|(k, s)| {
+                let n: usize = s.iter().product();
+                let v = (0..n).map(|i| 0.5 * i as f32 - 1.0 + k as f32).collect();
+                Tensor::from_f32(s.to_vec(), v)
+            })
+            .collect();
+        let ins: Vec<&str> = names.iter().map(String::as_str).collect();
+        let mut einsum = node("Einsum", "einsum", &ins, &["y"]);
+        einsum.attribute.push(str_attr("equation", equation));
+        let infos = names
+            .iter()
+            .zip(shapes)
+            .map(|(n, s)| value_info(n, F32, &s.iter().map(|&d| d as i64).collect::<Vec<_>>()))
+            .collect();
+        let m = model(
+            vec![einsum],
+            infos,
+            vec![value_info("y", F32, out_shape)],
+            vec![],
+            13,
+        );
+        let g = import(&m).unwrap_or_else(|e| panic!("{equation}: {e}"));
+        let y = layoutopt::reference::run(&g, &inputs).expect("runs")[0].to_f32();
+        assert_eq!(y.len(), want.len(), "{equation}");
+        for (got, want) in y.iter().zip(want) {
+            assert!(
+                (got - want).abs() <= 1e-5,
+                "{equation}: {y:?}, expected {want:?}"
+            );
+        }
+    }
+}

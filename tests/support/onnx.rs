@@ -35,6 +35,14 @@ pub fn float_attr(name: &str, v: f32) -> AttributeProto {
     a
 }
 
+pub fn str_attr(name: &str, v: &str) -> AttributeProto {
+    let mut a = AttributeProto::new();
+    a.name = name.to_string();
+    a.type_ = onnx_protobuf::attribute_proto::AttributeType::STRING.into();
+    a.s = v.as_bytes().to_vec();
+    a
+}
+
 pub fn ints_attr(name: &str, v: &[i64]) -> AttributeProto {
     let mut a = AttributeProto::new();
     a.name = name.to_string();

@@ -9,7 +9,7 @@
 //! (`vectorizes`).
 
 use super::simd::Vector;
-use crate::core::scalar::{Scalar, UnaryOp};
+use crate::core::scalar::{MathFn, Scalar, UnaryOp};
 use crate::core::vecmath::{self, LaneOps};
 use crate::fusion::Activation;
 use std::ops::{Add, Div, Mul, Neg, Sub};
@@ -178,6 +178,9 @@ impl<V: Vector> Scalar for Lanewise<V> {
     }
     fn ceil(self) -> Self {
         self.per_lane(f32::ceil)
+    }
+    fn math(self, f: MathFn) -> Self {
+        self.per_lane(|x| f.f32(x))
     }
     fn pow(self, e: Self) -> Self {
         let mut lanes = [0f32; 16];

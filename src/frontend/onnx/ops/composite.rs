@@ -5,7 +5,7 @@
 use super::context::{NodeCtx, Res};
 use super::registry::{Registry, AI_ONNX};
 use crate::graph::{numel, BinaryOp, DType, Op, ReduceKind, Tensor, TensorData, UnaryOp, ValueRef};
-use crate::ops::{ArgKind, ArgReduce, Cast, Reduce, Reshape, Transpose};
+use crate::ops::{ArgKind, ArgReduce, Cast, Reduce, Reshape, Slice, SliceAxis, Transpose};
 
 pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "InstanceNormalization", instance_norm);
@@ -23,7 +23,7 @@ impl NodeCtx<'_> {
     }
 
     /// The mean of `x` over `axes` (kept), `x - mean`, and `sqrt(var + epsilon)`.
-    fn statistics(
+    pub(super) fn statistics(
         &mut self,
         x: ValueRef,
         axes: Vec<usize>,
@@ -206,10 +206,10 @@ struct Term {
     labels: Vec<char>,
 }
 
-/// Einsum as Transpose, Reshape, ReduceSum and MatMul: operands combine left to
+/// Einsum as Transpose, Reshape, Slice, ReduceSum and MatMul: a label repeated
+/// within one operand takes its diagonal first; operands then combine left to
 /// right, each pair as one batched matrix product over the labels they share.
 /// Labels seen in one operand only and needed nowhere else are summed first.
-/// A label repeated within one operand (a diagonal) is not supported.
 fn einsum(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     let equation: String = c
         .string("equation", "")?
@@ -261,17 +261,10 @@ fn einsum(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         let value = c.input(i)?;
         let rank = c.ty(value).shape.len();
         let labels = expand(spec, Some(rank))?;
-        if labels.len() != rank || labels.iter().any(|l| !(l.is_ascii_alphanumeric())) {
+        let letters = spec.replacen("...", "", 1);
+        if labels.len() != rank || !letters.chars().all(|l| l.is_ascii_alphabetic()) {
             return Err(c.err(format!(
                 "operand {i} ('{spec}') does not label the {rank} axes of its input"
-            )));
-        }
-        if let Some(l) = labels
-            .iter()
-            .find(|l| labels.iter().filter(|m| m == l).count() > 1)
-        {
-            return Err(c.err(format!(
-                "label '{l}' repeats in operand {i} ('{spec}'): diagonals are not supported"
             )));
         }
         terms.push(Term { value, labels });
@@ -300,6 +293,17 @@ fn einsum(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     {
         return Err(c.err(format!("output label '{l}' is in no operand")));
     }
+    if let Some(l) = output
+        .iter()
+        .find(|l| output.iter().filter(|m| m == l).count() > 1)
+    {
+        return Err(c.err(format!("output label '{l}' repeats")));
+    }
+    let terms = terms
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| diagonals(c, t, i))
+        .collect::<Res<Vec<Term>>>()?;
 
     let mut terms = terms.into_iter();
     let first = terms.next().expect("the equation has an operand");
@@ -317,6 +321,57 @@ fn einsum(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         Some(perm) => c.emit(Op::Transpose(Transpose { perm }), &[acc.value]),
         None => c.emit(Op::Identity, &[acc.value]),
     }
+}
+
+/// `t` with each label that repeats in it reduced to its diagonal, one axis
+/// labelled once: the repeated axes moved last and flattened, the diagonal of
+/// k axes of extent n is every (1 + n + ... + n^(k-1))-th element of them.
+fn diagonals(c: &mut NodeCtx, mut t: Term, operand: usize) -> Res<Term> {
+    while let Some(&l) = t
+        .labels
+        .iter()
+        .find(|&&l| t.labels.iter().filter(|&&m| m == l).count() > 1)
+    {
+        let shape = c.ty(t.value).shape;
+        let (repeated, kept): (Vec<usize>, Vec<usize>) =
+            (0..t.labels.len()).partition(|&a| t.labels[a] == l);
+        let n = shape[repeated[0]];
+        if let Some(&a) = repeated.iter().find(|&&a| shape[a] != n) {
+            return Err(c.err(format!(
+                "label '{l}' of operand {operand} has extents {n} and {}",
+                shape[a]
+            )));
+        }
+        let perm: Vec<usize> = kept.iter().chain(&repeated).copied().collect();
+        let moved = match perm.iter().enumerate().all(|(i, &p)| i == p) {
+            true => t.value,
+            false => {
+                let transpose = Op::Transpose(Transpose { perm });
+                c.emit_inner(transpose, &[t.value], "diagonal_axes")?
+            }
+        };
+        let mut flat: Vec<usize> = kept.iter().map(|&a| shape[a]).collect();
+        let (mut block, mut step) = (1usize, 0usize);
+        for _ in &repeated {
+            step += block;
+            block *= n;
+        }
+        flat.push(block);
+        let flattened = reshaped(c, moved, flat, "diagonal_block")?;
+        let slice = Op::Slice(Slice {
+            axes: vec![SliceAxis {
+                axis: kept.len(),
+                start: 0,
+                end: block as i64,
+                step: step.max(1) as i64,
+            }],
+        });
+        let value = c.emit_inner(slice, &[flattened], "diagonal")?;
+        let mut labels: Vec<char> = kept.iter().map(|&a| t.labels[a]).collect();
+        labels.push(l);
+        t = Term { value, labels };
+    }
+    Ok(t)
 }
 
 /// Sums away the axes of `t` whose labels are not `needed`.

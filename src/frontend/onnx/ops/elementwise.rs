@@ -3,7 +3,8 @@
 
 use super::context::{NodeCtx, Res};
 use super::registry::{Registry, AI_ONNX};
-use crate::graph::{BinaryOp, Op, Tensor, TensorData, UnaryOp, ValueRef};
+use crate::graph::{BinaryOp, MathFn, Op, Tensor, TensorData, UnaryOp, ValueRef};
+use crate::ops::Logical;
 
 pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "Relu", |c| unary(c, UnaryOp::Relu));
@@ -31,6 +32,20 @@ pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "Round", |c| unary(c, UnaryOp::Round));
     reg.add(AI_ONNX, "Floor", |c| unary(c, UnaryOp::Floor));
     reg.add(AI_ONNX, "Ceil", |c| unary(c, UnaryOp::Ceil));
+    reg.add(AI_ONNX, "Sign", |c| unary(c, UnaryOp::Sign));
+    reg.add(AI_ONNX, "IsNaN", is_nan);
+    reg.add(AI_ONNX, "IsInf", is_inf);
+    reg.add(AI_ONNX, "Sin", |c| unary(c, UnaryOp::Math(MathFn::Sin)));
+    reg.add(AI_ONNX, "Cos", |c| unary(c, UnaryOp::Math(MathFn::Cos)));
+    reg.add(AI_ONNX, "Tan", |c| unary(c, UnaryOp::Math(MathFn::Tan)));
+    reg.add(AI_ONNX, "Asin", |c| unary(c, UnaryOp::Math(MathFn::Asin)));
+    reg.add(AI_ONNX, "Acos", |c| unary(c, UnaryOp::Math(MathFn::Acos)));
+    reg.add(AI_ONNX, "Atan", |c| unary(c, UnaryOp::Math(MathFn::Atan)));
+    reg.add(AI_ONNX, "Sinh", |c| unary(c, UnaryOp::Math(MathFn::Sinh)));
+    reg.add(AI_ONNX, "Cosh", |c| unary(c, UnaryOp::Math(MathFn::Cosh)));
+    reg.add(AI_ONNX, "Asinh", |c| unary(c, UnaryOp::Math(MathFn::Asinh)));
+    reg.add(AI_ONNX, "Acosh", |c| unary(c, UnaryOp::Math(MathFn::Acosh)));
+    reg.add(AI_ONNX, "Atanh", |c| unary(c, UnaryOp::Math(MathFn::Atanh)));
     reg.add(AI_ONNX, "Clip", clip);
     reg.add(AI_ONNX, "Add", |c| binary(c, BinaryOp::Add));
     reg.add(AI_ONNX, "Sub", |c| binary(c, BinaryOp::Sub));
@@ -58,6 +73,38 @@ fn unary(c: &mut NodeCtx, u: UnaryOp) -> Res<Vec<Option<ValueRef>>> {
 
 fn binary(c: &mut NodeCtx, b: BinaryOp) -> Res<Vec<Option<ValueRef>>> {
     c.emit_all(Op::Binary(b))
+}
+
+/// IsNaN: x ≠ x, which holds for NaN only.
+fn is_nan(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let x = c.input(0)?;
+    let same = c.emit_inner(Op::Binary(BinaryOp::Equal), &[x, x], "is_number")?;
+    c.emit(Op::Logical(Logical::Not), &[same])
+}
+
+/// IsInf: x, −x or |x| (by which infinities are detected) equal to +inf.
+fn is_inf(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let x = c.input(0)?;
+    let dtype = c.ty(x).dtype;
+    if !dtype.is_float() {
+        return Err(c.err(format!("IsInf is defined on floats, got {dtype}")));
+    }
+    let detect = (
+        c.bool_attr("detect_positive", true)?,
+        c.bool_attr("detect_negative", true)?,
+    );
+    let compared = match detect {
+        (true, true) => c.emit_inner(Op::Unary(UnaryOp::Abs), &[x], "abs")?,
+        (true, false) => x,
+        (false, true) => c.emit_inner(Op::Unary(UnaryOp::Neg), &[x], "negated")?,
+        // Nothing is detected: x < −inf, false for every x.
+        (false, false) => {
+            let below = c.scalar("negative_infinity", dtype, f64::NEG_INFINITY);
+            return c.emit(Op::Binary(BinaryOp::Less), &[x, below]);
+        }
+    };
+    let inf = c.scalar("infinity", dtype, f64::INFINITY);
+    c.emit(Op::Binary(BinaryOp::Equal), &[compared, inf])
 }
 
 fn leaky_relu(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {

@@ -3,8 +3,9 @@
 
 use super::composite::layer_norm_with_statistics;
 use super::context::{NodeCtx, Res};
+use super::reduce::Term;
 use super::registry::{Registry, AI_ONNX};
-use crate::graph::{numel, Op, ValueRef};
+use crate::graph::{numel, BinaryOp, Op, UnaryOp, ValueRef};
 use crate::ops::{BatchNorm, LayerNorm, LogSoftmax, Lrn, Reshape, Softmax};
 
 pub(super) fn register(reg: &mut Registry) {
@@ -13,6 +14,49 @@ pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "LRN", lrn);
     reg.add(AI_ONNX, "Softmax", |c| softmax(c, false));
     reg.add(AI_ONNX, "LogSoftmax", |c| softmax(c, true));
+    reg.add(AI_ONNX, "LpNormalization", lp_normalization);
+    reg.add(
+        AI_ONNX,
+        "MeanVarianceNormalization",
+        mean_variance_normalization,
+    );
+}
+
+/// LpNormalization: x divided by its L1 or L2 norm along `axis`. A zero norm
+/// (x all zeros there) divides by the least positive float instead, giving 0
+/// where the reference implementation gives 0, not 0 / 0.
+fn lp_normalization(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let x = c.input(0)?;
+    let axis = c.axis(c.int("axis", -1)?, c.ty(x).shape.len())?;
+    let over = (Some(vec![axis]), true);
+    let norm = match c.int("p", 2)? {
+        1 => c.sum_of(Term::Abs, x, over)?,
+        2 => {
+            let sum = c.sum_of(Term::Square, x, over)?;
+            c.emit_inner(Op::Unary(UnaryOp::Sqrt), &[sum], "l2")?
+        }
+        p => return Err(c.err(format!("LpNormalization p must be 1 or 2, got {p}"))),
+    };
+    let nonzero = UnaryOp::Clip {
+        min: f32::from_bits(1),
+        max: f32::INFINITY,
+    };
+    let norm = c.emit_inner(Op::Unary(nonzero), &[norm], "norm")?;
+    c.emit(Op::Binary(BinaryOp::Div), &[x, norm])
+}
+
+/// MeanVarianceNormalization: (x − mean) / (std + 1e-9) over `axes` (by
+/// default the batch and spatial axes of an NCHW tensor), as the
+/// specification's function body.
+fn mean_variance_normalization(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let x = c.input(0)?;
+    let rank = c.ty(x).shape.len();
+    let axes = c.ints("axes")?.unwrap_or_else(|| vec![0, 2, 3]);
+    let axes = c.axes(&axes, rank)?;
+    let (_, centered, std) = c.statistics(x, axes, 0.0)?;
+    let eps = c.scalar("epsilon", c.ty(x).dtype, 1e-9);
+    let std = c.emit_inner(Op::Binary(BinaryOp::Add), &[std, eps], "std_eps")?;
+    c.emit(Op::Binary(BinaryOp::Div), &[centered, std])
 }
 
 fn batch_norm(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {

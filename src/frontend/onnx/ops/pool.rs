@@ -1,15 +1,16 @@
-//! Pooling: MaxPool, AveragePool and the global pools.
+//! Pooling: MaxPool, AveragePool, LpPool and the global pools.
 
 use super::context::{NodeCtx, Res};
 use super::registry::{Registry, AI_ONNX};
 use super::window::{kernel_attr, window};
 use crate::frontend::onnx::add_and_fold;
-use crate::graph::{Op, Pool, PoolKind, ValueRef};
+use crate::graph::{BinaryOp, Op, Pool, PoolKind, UnaryOp, ValueRef};
 use crate::ops::{GlobalPool, MaxPoolIndices};
 
 pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "MaxPool", |c| pool(c, PoolKind::Max));
     reg.add(AI_ONNX, "AveragePool", |c| pool(c, PoolKind::Avg));
+    reg.add(AI_ONNX, "LpPool", lp_pool);
     reg.add(AI_ONNX, "GlobalMaxPool", |c| global_pool(c, PoolKind::Max));
     reg.add(AI_ONNX, "GlobalAveragePool", |c| {
         global_pool(c, PoolKind::Avg)
@@ -18,6 +19,57 @@ pub(super) fn register(reg: &mut Registry) {
 
 fn global_pool(c: &mut NodeCtx, kind: PoolKind) -> Res<Vec<Option<ValueRef>>> {
     c.emit_all(Op::GlobalPool(GlobalPool { kind }))
+}
+
+/// LpPool: (Σ |x|^p)^(1/p) over each window, the padding counting as zeros:
+/// the sum is an AveragePool of |x|^p that counts the padding, times the
+/// window's size.
+fn lp_pool(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let x = c.input(0)?;
+    let xs = c.ty(x).shape;
+    if xs.len() < 3 {
+        return Err(c.err(format!("input shape {xs:?} has no spatial axes")));
+    }
+    // p is a float attribute in opset 1, an int from opset 2.
+    let p = if c.opset < 2 {
+        f64::from(c.float("p", 2.0)?)
+    } else {
+        c.int("p", 2)? as f64
+    };
+    if p.is_nan() || p <= 0.0 {
+        return Err(c.err(format!("LpPool p must be positive, got {p}")));
+    }
+    let kernel = kernel_attr(c, None)?;
+    let size: usize = kernel.iter().product();
+    let window = window(c, &xs[2..], kernel, false)?;
+    let dtype = c.ty(x).dtype;
+    // The common p as exact arithmetic, any other as a power.
+    let powered = if p == 1.0 {
+        c.emit_inner(Op::Unary(UnaryOp::Abs), &[x], "abs")?
+    } else if p == 2.0 {
+        c.emit_inner(Op::Binary(BinaryOp::Mul), &[x, x], "squared")?
+    } else {
+        let abs = c.emit_inner(Op::Unary(UnaryOp::Abs), &[x], "abs")?;
+        let p = c.scalar("p", dtype, p);
+        c.emit_inner(Op::Binary(BinaryOp::Pow), &[abs, p], "powered")?
+    };
+    let pool = Pool {
+        kind: PoolKind::Avg,
+        window,
+        ceil_mode: c.bool_attr("ceil_mode", false)?,
+        count_include_pad: true,
+    };
+    let mean = c.emit_inner(Op::Pool(pool), &[powered], "mean")?;
+    let size = c.scalar("window_size", dtype, size as f64);
+    let sum = c.emit_inner(Op::Binary(BinaryOp::Mul), &[mean, size], "sum")?;
+    if p == 1.0 {
+        c.emit(Op::Identity, &[sum])
+    } else if p == 2.0 {
+        c.emit(Op::Unary(UnaryOp::Sqrt), &[sum])
+    } else {
+        let root = c.scalar("root", dtype, 1.0 / p);
+        c.emit(Op::Binary(BinaryOp::Pow), &[sum, root])
+    }
 }
 
 /// MaxPool (with its optional indices output) and AveragePool.

@@ -1,10 +1,10 @@
 //! Ops whose values are known at import and become constants: Constant,
-//! ConstantOfShape (an Expand of its value when too large to hold), Range and
-//! Shape.
+//! ConstantOfShape (an Expand of its value when too large to hold), Range,
+//! Shape, Size, and EyeLike (which reads only its input's shape).
 
 use super::context::{dims, NodeCtx, Res};
 use super::registry::{Registry, AI_ONNX};
-use crate::frontend::onnx::tensor_from_proto;
+use crate::frontend::onnx::{dtype_from_onnx, tensor_from_proto};
 use crate::graph::{numel, DType, Op, Tensor, TensorData, ValueRef};
 use crate::ops::Expand;
 
@@ -13,6 +13,8 @@ pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "ConstantOfShape", constant_of_shape);
     reg.add(AI_ONNX, "Range", range);
     reg.add(AI_ONNX, "Shape", shape_node);
+    reg.add(AI_ONNX, "Size", size_node);
+    reg.add(AI_ONNX, "EyeLike", eye_like);
 }
 
 fn constant_node(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
@@ -45,6 +47,37 @@ fn shape_node(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     let end = clamp(c.int("end", r)?);
     let dims: Vec<i64> = s[start..end.max(start)].iter().map(|&d| d as i64).collect();
     Ok(c.constant(Tensor::from_i64(vec![dims.len()], dims)))
+}
+
+fn size_node(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let n = numel(&c.ty(c.input(0)?).shape);
+    Ok(c.constant(Tensor::from_i64(vec![], vec![n as i64])))
+}
+
+/// EyeLike: ones on the `k`-th diagonal of a matrix shaped like the input
+/// (above the main one for positive `k`), zeros elsewhere, of type `dtype`
+/// (the input's when absent).
+fn eye_like(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let ty = c.ty(c.input(0)?);
+    let &[rows, cols] = &ty.shape[..] else {
+        return Err(c.err(format!(
+            "EyeLike input must be 2-D, got shape {:?}",
+            ty.shape
+        )));
+    };
+    let dtype = match c.attr("dtype") {
+        Some(_) => dtype_from_onnx(c.int("dtype", 0)? as i32)
+            .map_err(|m| c.err(format!("EyeLike dtype: {m}")))?,
+        None => ty.dtype,
+    };
+    let k = c.int("k", 0)?;
+    c.check_size(dtype, &ty.shape)?;
+    let on_diagonal = |i: usize| (i % cols) as i64 - (i / cols) as i64 == k;
+    let values = (0..rows * cols)
+        .map(|i| f64::from(u8::from(on_diagonal(i))))
+        .collect();
+    let t = Tensor::new(ty.shape, TensorData::from_f64(dtype, values));
+    Ok(c.constant(t))
 }
 
 fn constant_of_shape(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
