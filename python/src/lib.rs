@@ -582,7 +582,7 @@ impl Session {
                 self.session.model_for(&shapes)
             })
             .map_err(|e| match e {
-                api::Error::Input(message) => PyValueError::new_err(message),
+                api::Error::Input(mismatch) => PyValueError::new_err(mismatch.to_string()),
                 e => stage_error(e),
             })?;
         let types: Vec<&ValueType> = model.inputs.iter().collect();

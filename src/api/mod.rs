@@ -87,7 +87,7 @@ pub use crate::core::budget::{parse_bytes, set_limit as set_memory_limit, MEMORY
 pub use crate::core::Layout;
 pub use crate::frontend::npy::{read_npy, read_npz, write_npy};
 pub use crate::frontend::onnx::{load_tensor_pb, ImportOptions};
-pub use crate::frontend::{read_file, DeclaredValue, Dim, Interface};
+pub use crate::frontend::{read_file, DeclaredValue, Dim, Interface, ShapeMismatch};
 pub use crate::graph::{format_spans, DType, Graph, Span, Tensor, TensorData, ValueType};
 pub use crate::layout::cost::{ConvQuery, CostModel, MeasuredCosts};
 pub use crate::layout::plan::Plan;
@@ -142,8 +142,8 @@ pub enum Error {
     #[error("{0}")]
     Output(String),
     /// Inputs given to a run do not fit what the model declares.
-    #[error("{0}")]
-    Input(String),
+    #[error(transparent)]
+    Input(#[from] crate::frontend::ShapeMismatch),
     /// A pass of a pipeline failed.
     #[error("pass '{pass}': {message}")]
     Pass {

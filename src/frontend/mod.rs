@@ -122,47 +122,51 @@ impl Interface {
 
     /// Checks the shapes of the inputs to be run (in the order of `inputs`)
     /// against what the model declares: the rank, every static extent, and
-    /// one extent per symbolic name across all inputs. The error names the
-    /// input and the dimension.
-    pub fn check_shapes(&self, shapes: &[&[usize]]) -> Result<(), String> {
+    /// one extent per symbolic name across all inputs.
+    pub fn check_shapes(&self, shapes: &[&[usize]]) -> Result<(), ShapeMismatch> {
         if shapes.len() != self.inputs.len() {
-            return Err(format!(
-                "{} inputs given, the model takes {}",
-                shapes.len(),
-                self.inputs.len()
-            ));
+            return Err(ShapeMismatch::Count {
+                given: shapes.len(),
+                takes: self.inputs.len(),
+            });
         }
         let mut bound: std::collections::HashMap<&str, (usize, &str)> = Default::default();
         for (v, shape) in self.inputs.iter().zip(shapes) {
             let Some(dims) = &v.dims else { continue };
+            let input = || v.name.clone();
             if dims.len() != shape.len() {
-                return Err(format!(
-                    "input '{}': the array has rank {} (shape {shape:?}), the model declares rank {} [{}]",
-                    v.name,
-                    shape.len(),
-                    dims.len(),
-                    join_dims(dims)
-                ));
+                return Err(ShapeMismatch::Rank {
+                    input: input(),
+                    shape: shape.to_vec(),
+                    declared: join_dims(dims),
+                    declared_rank: dims.len(),
+                });
             }
-            for (axis, (d, &n)) in dims.iter().zip(shape.iter()).enumerate() {
+            for (axis, (d, &given)) in dims.iter().zip(shape.iter()).enumerate() {
                 match d {
-                    Dim::Static(s) if *s != n => {
-                        return Err(format!(
-                            "input '{}': dimension {axis} is {n}, the model declares {s} [{}]",
-                            v.name,
-                            join_dims(dims)
-                        ))
+                    Dim::Static(s) if *s != given => {
+                        return Err(ShapeMismatch::Static {
+                            input: input(),
+                            axis,
+                            given,
+                            declared: *s,
+                            dims: join_dims(dims),
+                        })
                     }
                     Dim::Symbolic(p) => match bound.get(p.as_str()) {
-                        Some(&(m, first)) if m != n => {
-                            return Err(format!(
-                                "input '{}': dimension {axis} ('{p}') is {n}, but input '{first}' gave '{p}' the extent {m}",
-                                v.name
-                            ))
+                        Some(&(extent, first)) if extent != given => {
+                            return Err(ShapeMismatch::Symbol {
+                                input: input(),
+                                axis,
+                                symbol: p.clone(),
+                                given,
+                                first: first.to_string(),
+                                extent,
+                            })
                         }
                         Some(_) => {}
                         None => {
-                            bound.insert(p, (n, &v.name));
+                            bound.insert(p, (given, &v.name));
                         }
                     },
                     _ => {}
@@ -171,6 +175,40 @@ impl Interface {
         }
         Ok(())
     }
+}
+
+/// Input shapes that do not fit what a model declares.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[allow(missing_docs)]
+pub enum ShapeMismatch {
+    #[error("{given} inputs given, the model takes {takes}")]
+    Count { given: usize, takes: usize },
+    #[error("input '{input}': the array has rank {} (shape {shape:?}), the model declares rank {declared_rank} [{declared}]", shape.len())]
+    Rank {
+        input: String,
+        shape: Vec<usize>,
+        declared: String,
+        declared_rank: usize,
+    },
+    #[error(
+        "input '{input}': dimension {axis} is {given}, the model declares {declared} [{dims}]"
+    )]
+    Static {
+        input: String,
+        axis: usize,
+        given: usize,
+        declared: usize,
+        dims: String,
+    },
+    #[error("input '{input}': dimension {axis} ('{symbol}') is {given}, but input '{first}' gave '{symbol}' the extent {extent}")]
+    Symbol {
+        input: String,
+        axis: usize,
+        symbol: String,
+        given: usize,
+        first: String,
+        extent: usize,
+    },
 }
 
 /// Dimensions as a model declares them, e.g. "batch, 3, 224, 224".
