@@ -148,22 +148,15 @@ pub struct ImportOptions {
 /// held three times (file, protobuf, tensors): a 500 MB model peaks near
 /// 500 MB plus its largest tensor.
 pub fn load_onnx(path: &Path, opts: &ImportOptions) -> Result<Graph, ImportError> {
-    let file = path.display().to_string();
-    let io = |source| ImportError::Io {
-        path: file.clone(),
-        source,
-    };
-    let f = crate::frontend::open_file(path).map_err(io)?;
-    let len = f.metadata().map_err(io)?.len();
-    let model = decode_model(&mut std::io::BufReader::new(f), len, &file)?;
+    let (model, file) = decode_file(path)?;
     // External data lies beside the model: "model.onnx" has the parent "".
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
     import_model(model, &file, Some(dir.unwrap_or(Path::new("."))), opts)
 }
 
-/// The inputs and outputs an ONNX model file declares, free dimensions
-/// unbound, without importing its nodes.
-pub fn read_interface(path: &Path) -> Result<Interface, ImportError> {
+/// Decodes the ONNX model file at `path`; also returns the path as spans and
+/// errors name it.
+fn decode_file(path: &Path) -> Result<(ModelProto, String), ImportError> {
     let file = path.display().to_string();
     let io = |source| ImportError::Io {
         path: file.clone(),
@@ -172,6 +165,13 @@ pub fn read_interface(path: &Path) -> Result<Interface, ImportError> {
     let f = crate::frontend::open_file(path).map_err(io)?;
     let len = f.metadata().map_err(io)?.len();
     let model = decode_model(&mut std::io::BufReader::new(f), len, &file)?;
+    Ok((model, file))
+}
+
+/// The inputs and outputs an ONNX model file declares, free dimensions
+/// unbound, without importing its nodes.
+pub fn read_interface(path: &Path) -> Result<Interface, ImportError> {
+    let (model, file) = decode_file(path)?;
     let Some(graph) = model.graph.as_ref() else {
         return Err(ImportError::Model {
             path: file,
