@@ -18,6 +18,15 @@ compiling and session creation are not timed; a timed run is one whole inference
 on inputs already in memory. The CPU time stolen by the hypervisor and used by other
 processes during the timed rounds comes from /proc/stat. --verbose adds layoutopt's
 per-step profile per plan.
+
+    python3 scripts/bench_ops.py --paths [--threads 1] [--ops maxpool,softmax]
+
+instead times every op through both of layoutopt's kernel paths (`--kernels native`,
+the hand-written kernels, and `--kernels generic`, generated TIR code for every op that
+lowers to it) for each target layout family (nchw, nhwc, nchw16c; the global planner
+decides whether the op runs in it), and prints each op step's time and its share of
+this machine's roofline (`bench --profile`'s `% roof` column), with how many ops reach
+60% on each path.
 """
 
 from __future__ import annotations
@@ -430,6 +439,56 @@ def report(names: list[str], results: dict, args, steal: float | None, others: f
                 print(f"\n== {n}, plan {p}: layoutopt bench --profile\n{results[n]['profile'][p]}")
 
 
+KERNEL_PATHS = ("native", "generic")
+FAMILIES = ("nchw", "nhwc", "nchw16c")
+ROOF_GOAL = 60.0  # percent of the roofline every memory-bound op should reach
+# One step row of `bench --profile`: ms, predicted ms, share, GB/s, GFLOP/s, flop/B,
+# % roof, then the kind (which may hold spaces) and the step name.
+STEP_ROW = re.compile(r"^\s*([\d.]+)\s+[\d.]+\s+[\d.]+%\s+\S+\s+\S+\s+\S+\s+([\d.]+)%\s+(.+?)\s+(\S+)$")
+
+
+def op_steps(exe: str, model: Path, family: str, path: str, args):
+    """The op's steps (layout transforms left out) in one `bench --profile`:
+    [(ms, % roof, kind)], or the error's first line."""
+    flags = f"--planner global --target {family} --kernels {path} --threads {args.threads} --runs {args.runs}"
+    r, err = layoutopt(exe, ["bench", str(model), *flags.split(), "--profile"])
+    if err:
+        return err
+    rows = [STEP_ROW.match(line) for line in r.stdout.splitlines()]
+    steps = [(float(m[1]), float(m[2]), m[3]) for m in rows if m]
+    return [s for s in steps if s[2] != "LayoutTransform"]
+
+
+def report_paths(names: list[str], args) -> int:
+    """--paths: every op through both kernel paths in every layout family."""
+    print(f"per op step: median ms and % of the roofline, {args.threads} threads, {args.runs} runs")
+    print(f"{'op':<15} {'family':<8} " + " ".join(f"{p + ' ms':>11} {'% roof':>7}" for p in KERNEL_PATHS) + "  kinds")
+    reached = {p: 0 for p in KERNEL_PATHS}
+    rows = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        out = args.out or Path(tmp)
+        for n in names:
+            path, _, _ = write_case(n, out, args.threads)
+            for family in FAMILIES:
+                cells, kinds = [], set()
+                for kp in KERNEL_PATHS:
+                    steps = op_steps(args.layoutopt, path, family, kp, args)
+                    if isinstance(steps, str) or not steps:
+                        cells.append(f"{'fail':>11} {'-':>7}")
+                        kinds.add(steps if isinstance(steps, str) else "no step")
+                        continue
+                    ms = sum(s[0] for s in steps)
+                    roof = min(s[1] for s in steps)
+                    reached[kp] += roof >= ROOF_GOAL
+                    kinds.update(s[2] for s in steps)
+                    cells.append(f"{ms:>11.3f} {roof:>6.1f}%")
+                rows += 1
+                print(f"{n:<15} {family:<8} " + " ".join(cells) + "  " + ", ".join(sorted(kinds)))
+    for kp in KERNEL_PATHS:
+        print(f"{kp}: {reached[kp]}/{rows} op/family rows at >= {ROOF_GOAL:.0f}% of the roofline")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layoutopt", default=str(REPO / "target/release/layoutopt"), help="the layoutopt binary")
@@ -441,6 +500,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="keep the models in DIR (default: a temporary directory)")
     ap.add_argument("--json", type=Path, help="also write the results to FILE")
     ap.add_argument("--verbose", action="store_true", help="print layoutopt's per-step profile of every op and plan")
+    ap.add_argument("--paths", action="store_true", help="compare the native and generic kernel paths instead")
     args = ap.parse_args()
     names = args.ops.split(",") if args.ops else list(OPS)
     unknown = [n for n in names if n not in OPS]
@@ -450,6 +510,8 @@ def main() -> int:
     if not Path(args.layoutopt).is_file():
         print(f"no layoutopt binary at {args.layoutopt}: cargo build --release first", file=sys.stderr)
         return 1
+    if args.paths:
+        return report_paths(names, args)
 
     with tempfile.TemporaryDirectory() as tmp:
         out = args.out or Path(tmp)

@@ -80,13 +80,15 @@ pub struct ShapeModel {
     pub compile_time: Duration,
 }
 
+/// Compiled models by their input shapes, the most recently used last.
+type CompiledShapes = Vec<(Vec<Vec<usize>>, Arc<ShapeModel>)>;
+
 /// A model file opened for running at any shape it declares.
 pub struct Session {
     path: PathBuf,
     options: SessionOptions,
     interface: Interface,
-    /// Compiled shapes, the most recently used last.
-    compiled: Mutex<Vec<(Vec<Vec<usize>>, Arc<ShapeModel>)>>,
+    compiled: Mutex<CompiledShapes>,
 }
 
 impl Session {
@@ -184,7 +186,7 @@ impl Session {
         self.lock().iter().map(|(k, _)| k.clone()).collect()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(Vec<Vec<usize>>, Arc<ShapeModel>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, CompiledShapes> {
         // A panic while holding the lock leaves a valid cache behind.
         self.compiled.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -8,7 +8,7 @@
 
 use std::collections::HashSet;
 
-use crate::tir::expr::{BinOp, Expr, Intrinsic, Range, TensorId, Var};
+use crate::tir::expr::{BinOp, Expr, Range, TensorId, Var};
 use crate::tir::intset::{eval_set_in_order, IntSet};
 use crate::tir::layout::{BufferLayout, PhysDim};
 use crate::tir::simplify::{
@@ -449,11 +449,11 @@ pub(crate) fn iterations_independent(
 }
 
 /// The vector path's requirements on `for var { buffer[index] = value }`: the store is
-/// unit-stride in `var`; the value is float arithmetic (+ - * / min max, exp, erf,
-/// sqrt) and float selects of loads and loop-invariant scalars, a select's condition
-/// made of float comparisons (with not, and, or) or invariant in `var`; and no load
-/// reads the stored buffer elsewhere than the element being stored. A load that is
-/// not unit-stride in `var` (a periodic or strided operand) is read lane by lane.
+/// unit-stride in `var`, the value is a float, and no load reads the stored buffer
+/// elsewhere than the element being stored. What the value computes is not limited:
+/// float arithmetic, the inline vector functions, selects and unit-stride loads run
+/// on vectors, and any other part that moves with `var` (a periodic or strided load,
+/// an integer condition, a call into Rust) is computed lane by lane.
 pub(crate) fn vectorizable(
     var: &Var,
     buffer: TensorId,
@@ -461,64 +461,22 @@ pub(crate) fn vectorizable(
     value: &Expr,
     vb: &VarBounds,
 ) -> bool {
-    use crate::tir::expr::BinOp::*;
-    // A float operand of the vector path (an integer one only if invariant).
-    fn float_ok(x: &Expr, var: &Var) -> bool {
-        ok(x, var) && (!x.uses_var(var) || !x.is_int())
-    }
-    fn ok(e: &Expr, var: &Var) -> bool {
-        if !e.uses_var(var) {
-            return true;
-        }
-        match e {
-            Expr::Load { .. } => true,
-            // Functions the vector path computes lane-wise (exp and erf inline,
-            // the rest one instruction each).
-            Expr::Call(
-                Intrinsic::Exp
-                | Intrinsic::Erf
-                | Intrinsic::Sqrt
-                | Intrinsic::Round
-                | Intrinsic::Floor
-                | Intrinsic::Ceil,
-                args,
-            ) => args.len() == 1 && !args[0].is_int() && ok(&args[0], var),
-            Expr::Bin(Add | Sub | Mul | Div | Min | Max, a, b) => {
-                !e.is_int() && float_ok(a, var) && float_ok(b, var)
-            }
-            Expr::Select(c, a, b) => {
-                !e.is_int() && mask_ok(c, var) && float_ok(a, var) && float_ok(b, var)
-            }
-            _ => false,
-        }
-    }
-    // A condition computed as a lane mask.
-    fn mask_ok(c: &Expr, var: &Var) -> bool {
-        if !c.uses_var(var) {
-            return true;
-        }
-        match c {
-            Expr::Bin(Lt | Le | Eq | Ne, x, y) => {
-                !x.is_int() && !y.is_int() && ok(x, var) && ok(y, var)
-            }
-            Expr::Bin(And | Or, p, q) => mask_ok(p, var) && mask_ok(q, var),
-            Expr::Not(p) => mask_ok(p, var),
-            _ => false,
-        }
-    }
-    let mut self_reads_ok = true;
+    !value.is_int() && !reads_elsewhere(value, buffer, index, vb) && unit_stride(index, var, vb)
+}
+
+/// Whether `value` loads `buffer` at an index not proved equal to `index`.
+fn reads_elsewhere(value: &Expr, buffer: TensorId, index: &Expr, vb: &VarBounds) -> bool {
+    let mut elsewhere = false;
     value.visit(&mut |e| {
         if let Expr::Load {
             buffer: b,
             index: i,
         } = e
         {
-            if *b == buffer && !prove_equal(i, index, vb) {
-                self_reads_ok = false;
-            }
+            elsewhere |= *b == buffer && !prove_equal(i, index, vb);
         }
     });
-    self_reads_ok && unit_stride(index, var, vb) && ok(value, var)
+    elsewhere
 }
 
 #[cfg(test)]

@@ -19,9 +19,11 @@ use super::rt;
 use super::vecmath as emitted;
 use super::{CodegenError, CodegenStats};
 use crate::core::vecmath;
+use crate::tir::compute::ReduceOp;
 use crate::tir::expr::{BinOp, Expr, Intrinsic, TensorId, Var};
 use crate::tir::lower::LoweredFunc;
 use crate::tir::schedule::ForKind;
+use crate::tir::simplify::prove_equal;
 use crate::tir::stmt::{KernelArg, Loop, Stmt};
 
 type R<T> = Result<T, CodegenError>;
@@ -31,6 +33,11 @@ pub(crate) const STACK_SCRATCH_ELEMS: i64 = 4096;
 /// Unrolled loops of at most this many iterations are emitted as copies of the body.
 const MAX_UNROLL: i64 = 16;
 const LANES: i64 = 4;
+/// Loops of at most this many iterations (vector steps for a vectorized loop) are
+/// emitted as copies of their body when it is small (`UNROLL_BUDGET`).
+const SHORT_LOOP: i64 = 4;
+/// The most statement and expression nodes a short serial loop's copies may add up to.
+const UNROLL_BUDGET: i64 = 400;
 
 const I64: Type = types::I64;
 const F32: Type = types::F32;
@@ -115,6 +122,7 @@ impl<'a> Compiler<'a> {
                 vars: HashMap::new(),
                 bufs: HashMap::new(),
                 lc: LoopCtx::default(),
+                hoisted: HashMap::new(),
             };
             body(&mut e)?;
             e.b.ins().return_(&[]);
@@ -157,6 +165,64 @@ fn float_arith(b: &mut FunctionBuilder, op: BinOp, x: Value, y: Value) -> Option
     })
 }
 
+/// `op`'s combination of an accumulator and a new value (`ReduceOp::combine`), on
+/// f32 scalars and F32X4 vectors alike.
+fn combine(b: &mut FunctionBuilder, op: ReduceOp, acc: Value, x: Value) -> Value {
+    match op {
+        ReduceOp::Sum => b.ins().fadd(acc, x),
+        ReduceOp::Max => b.ins().fmax(acc, x),
+        ReduceOp::Min => b.ins().fmin(acc, x),
+        ReduceOp::MaxNumber => {
+            // x is NaN or x <= acc ? acc : x
+            let nan = b.ins().fcmp(FloatCC::Unordered, x, x);
+            let le = b.ins().fcmp(FloatCC::LessThanOrEqual, x, acc);
+            let keep = b.ins().bor(nan, le);
+            if b.func.dfg.value_type(x).is_vector() {
+                let keep = b.ins().bitcast(
+                    types::F32X4,
+                    MemFlagsData::new().with_endianness(Endianness::Little),
+                    keep,
+                );
+                b.ins().bitselect(keep, acc, x)
+            } else {
+                b.ins().select(keep, acc, x)
+            }
+        }
+    }
+}
+
+/// The vector form of a vectorized loop's body (`FnEmitter::vector_form`).
+enum VectorForm<'e> {
+    /// `buffer[index] = value`, the index unit-stride in the loop.
+    Store(TensorId, &'e Expr, &'e Expr),
+    /// `buffer[index] = op(buffer[index], source)`, the index invariant.
+    Reduce(ReduceOp, TensorId, &'e Expr, &'e Expr),
+}
+
+/// The statement and expression nodes of `s`, a measure of the code it makes.
+fn size(s: &Stmt) -> i64 {
+    let mut n = 0;
+    s.rewrite(&mut |x| x, &mut |e| {
+        e.visit(&mut |_| n += 1);
+        e.clone()
+    });
+    s.visit(&mut |_| n += 1);
+    n
+}
+
+/// Whether `e` is a float in every lane of `var`: a float, or an integer that does
+/// not move with `var` (made a float once and splat).
+fn floats(e: &Expr, var: &Var) -> bool {
+    !e.is_int() || !e.uses_var(var)
+}
+
+/// Whether `e` loads from `buffer`.
+fn reads(e: &Expr, buffer: TensorId) -> bool {
+    let mut r = false;
+    e.visit(&mut |x| r |= matches!(x, Expr::Load { buffer: b, .. } if *b == buffer));
+    r
+}
+
 #[derive(Clone)]
 struct Buf {
     ptr: Variable,
@@ -174,6 +240,10 @@ pub(crate) struct FnEmitter<'c, 'a, 'f> {
     vars: HashMap<u64, Variable>,
     bufs: HashMap<TensorId, Buf>,
     lc: LoopCtx,
+    /// The vector loop being emitted: the splat of each of its value's parts that
+    /// do not move with the loop, computed once before it (by address in the
+    /// value's tree).
+    hoisted: HashMap<*const Expr, Value>,
 }
 
 impl FnEmitter<'_, '_, '_> {
@@ -586,6 +656,21 @@ impl FnEmitter<'_, '_, '_> {
         Ok(self.b.use_var(out))
     }
 
+    /// Stores the f32 `v` at `index` of buffer `t`, proved or checked inside.
+    fn store(&mut self, t: TensorId, index: &Expr, v: Value) -> R<()> {
+        let buf = self.buf(t)?;
+        let name = self.c.name(t);
+        let idx = self.int(index, &|| format!("the index of `{name}`"))?;
+        let done = self.guard_access(t, &buf, index, idx, true)?;
+        let addr = self.address(&buf, idx);
+        self.b.ins().store(MemFlagsData::trusted(), v, addr, 0);
+        if let Some(d) = done {
+            self.b.ins().jump(d, &[]);
+            self.b.switch_to_block(d);
+        }
+        Ok(())
+    }
+
     // ---- statements --------------------------------------------------------------
 
     fn stmt(&mut self, s: &Stmt) -> R<()> {
@@ -597,18 +682,8 @@ impl FnEmitter<'_, '_, '_> {
                 index,
                 value,
             } => {
-                let buf = self.buf(*buffer)?;
                 let v = self.float(value)?;
-                let name = self.c.name(*buffer);
-                let idx = self.int(index, &|| format!("the index of `{name}`"))?;
-                let done = self.guard_access(*buffer, &buf, index, idx, true)?;
-                let addr = self.address(&buf, idx);
-                self.b.ins().store(MemFlagsData::trusted(), v, addr, 0);
-                if let Some(d) = done {
-                    self.b.ins().jump(d, &[]);
-                    self.b.switch_to_block(d);
-                }
-                Ok(())
+                self.store(*buffer, index, v)
             }
             Stmt::Seq(v) => v.iter().try_for_each(|x| self.stmt(x)),
             Stmt::IfThenElse {
@@ -744,13 +819,16 @@ impl FnEmitter<'_, '_, '_> {
             let r = match (kind, const_n) {
                 (ForKind::Unrolled, Some(c)) if c <= MAX_UNROLL => {
                     self.c.stats.unrolled_loops += 1;
-                    (0..c).try_for_each(|k| {
-                        let x = self.b.ins().iadd_imm_s(lo, k);
-                        self.b.def_var(v, x);
-                        self.stmt(body)
-                    })
+                    self.repeat(v, lo, c, 1, MAX_UNROLL, &mut |s| s.stmt(body))
                 }
                 (ForKind::Vectorized, Some(c)) => self.vector_loop(var, v, lo, c, body),
+                // A short loop around a small body, a pooling or convolution window
+                // say: its copies let the indices fold to constants.
+                (ForKind::Serial, Some(c))
+                    if c <= SHORT_LOOP && c * size(body) <= UNROLL_BUDGET =>
+                {
+                    self.repeat(v, lo, c, 1, SHORT_LOOP, &mut |s| s.stmt(body))
+                }
                 _ => {
                     let hi = self.b.ins().iadd(lo, n);
                     self.counted(v, lo, hi, 1, &mut |s| s.stmt(body))
@@ -767,57 +845,212 @@ impl FnEmitter<'_, '_, '_> {
     }
 
     /// A vectorized loop of constant extent `n`: 4 lanes at a time while at least 4
-    /// remain, then the scalar body for the tail. Bodies the vector path does not handle
-    /// run as a scalar loop.
+    /// remain, then the scalar body for the tail. Two bodies have a vector form: a
+    /// store that moves with the loop (`analysis::vectorizable`), and a reduction, an
+    /// update of one element that does not (`ReduceOp::split`), accumulated in the
+    /// lanes of a vector that are combined once at the end (a sum is added up in
+    /// another order than the scalar loop's). Other bodies run as a scalar loop.
     fn vector_loop(&mut self, var: &Var, v: Variable, lo: Value, n: i64, body: &Stmt) -> R<()> {
         let main = n / LANES * LANES;
-        let vector = match body {
+        let hi = self.b.ins().iadd_imm_s(lo, n);
+        let form = match body {
             Stmt::Store {
                 buffer,
                 index,
                 value,
-            } if main > 0 && vectorizable(var, *buffer, index, value, &self.lc.vb) => {
-                // Every access that moves with the loop must be proved: lanes are not
-                // checked one by one. Under a select every load is: the vector path
-                // computes both sides, where the scalar code reads only the chosen one.
-                let mut proved =
-                    self.lc.prove_inside(index, &self.buf(*buffer)?.size_expr) == Proof::Inside;
-                let mut selects = false;
-                value.visit(&mut |e| selects |= matches!(e, Expr::Select(..)));
-                value.visit(&mut |e| {
-                    if let Expr::Load { buffer, index } = e {
-                        if selects || e.uses_var(var) {
-                            proved &= self.bufs.get(buffer).is_some_and(|b| {
-                                self.lc.prove_inside(index, &b.size_expr) == Proof::Inside
-                            });
-                        }
-                    }
-                });
-                proved.then_some((*buffer, index, value))
-            }
+            } if main > 0 => self.vector_form(var, *buffer, index, value)?,
             _ => None,
         };
-        let hi = self.b.ins().iadd_imm_s(lo, n);
-        let Some((buffer, index, value)) = vector else {
+        let Some(form) = form else {
             return self.counted(v, lo, hi, 1, &mut |s| s.stmt(body));
         };
         self.c.stats.vector_loops += 1;
         let split = self.b.ins().iadd_imm_s(lo, main);
-        self.counted(v, lo, split, LANES, &mut |s| {
-            let x = s.vexpr(var, value)?;
-            let buf = s.buf(buffer)?;
-            let idx = s.expr(index)?;
-            let addr = s.address(&buf, idx);
-            s.b.ins()
-                .store(MemFlagsData::new().with_notrap(), x, addr, 0);
-            Ok(())
-        })?;
-        self.counted(v, split, hi, 1, &mut |s| s.stmt(body))
+        let lanes = match form {
+            VectorForm::Store(_, _, value) => value,
+            VectorForm::Reduce(_, _, _, source) => source,
+        };
+        self.hoist(var, lanes)?;
+        match form {
+            VectorForm::Store(buffer, index, value) => {
+                self.repeat(v, lo, main / LANES, LANES, SHORT_LOOP, &mut |s| {
+                    let x = s.vexpr(var, value)?;
+                    let buf = s.buf(buffer)?;
+                    let idx = s.expr(index)?;
+                    let addr = s.address(&buf, idx);
+                    s.b.ins()
+                        .store(MemFlagsData::new().with_notrap(), x, addr, 0);
+                    Ok(())
+                })?;
+            }
+            VectorForm::Reduce(op, buffer, index, source) => {
+                // Two accumulators, so that consecutive steps do not wait on each
+                // other's result.
+                let identity = self.b.ins().f32const(op.identity() as f32);
+                let start = self.b.ins().splat(types::F32X4, identity);
+                let accs = [
+                    self.b.declare_var(types::F32X4),
+                    self.b.declare_var(types::F32X4),
+                ];
+                for acc in accs {
+                    self.b.def_var(acc, start);
+                }
+                let pairs = main / (2 * LANES);
+                let step = |s: &mut Self, acc: Variable, at: i64| -> R<()> {
+                    let base = s.b.use_var(v);
+                    let lane0 = s.b.ins().iadd_imm_s(base, at);
+                    s.b.def_var(v, lane0);
+                    let x = s.vexpr(var, source)?;
+                    s.b.def_var(v, base);
+                    let a = s.b.use_var(acc);
+                    let a = combine(&mut s.b, op, a, x);
+                    s.b.def_var(acc, a);
+                    Ok(())
+                };
+                self.repeat(v, lo, pairs, 2 * LANES, SHORT_LOOP, &mut |s| {
+                    step(s, accs[0], 0)?;
+                    step(s, accs[1], LANES)
+                })?;
+                if main % (2 * LANES) != 0 {
+                    let last = self.b.ins().iadd_imm_s(lo, main - LANES);
+                    self.b.def_var(v, last);
+                    step(self, accs[0], 0)?;
+                }
+                let (a0, a1) = (self.b.use_var(accs[0]), self.b.use_var(accs[1]));
+                let lanes = combine(&mut self.b, op, a0, a1);
+                let mut r = self.b.ins().extractlane(lanes, 0);
+                for k in 1..LANES {
+                    let x = self.b.ins().extractlane(lanes, k as u8);
+                    r = combine(&mut self.b, op, r, x);
+                }
+                let old = self.load(buffer, index)?;
+                let new = combine(&mut self.b, op, old, r);
+                self.store(buffer, index, new)?;
+            }
+        }
+        self.hoisted.clear();
+        self.repeat(v, split, n - main, 1, SHORT_LOOP, &mut |s| s.stmt(body))
     }
 
-    /// An F32X4 value of `e` for lanes `var, var + 1, var + 2, var + 3` (see
-    /// `analysis::vectorizable` for the shapes it accepts).
+    /// Computes the parts of `e` that do not move with `var` (a row's
+    /// normalization factor, a loaded scalar, an integer count) once, as float
+    /// splats for `vexpr`.
+    fn hoist(&mut self, var: &Var, e: &Expr) -> R<()> {
+        if !e.uses_var(var) {
+            if !matches!(e, Expr::Float(_) | Expr::Int(_)) {
+                let x = self.float(e)?;
+                let lanes = self.b.ins().splat(types::F32X4, x);
+                self.hoisted.insert(e as *const Expr, lanes);
+            }
+            return Ok(());
+        }
+        match e {
+            // A condition that does not move is a scalar test, not hoisted.
+            Expr::Bin(BinOp::And | BinOp::Or, p, q) => [p, q]
+                .into_iter()
+                .filter(|c| c.uses_var(var))
+                .try_for_each(|c| self.hoist(var, c)),
+            Expr::Bin(_, a, b) => {
+                self.hoist(var, a)?;
+                self.hoist(var, b)
+            }
+            Expr::Select(c, a, b) => {
+                if c.uses_var(var) {
+                    self.hoist(var, c)?;
+                }
+                self.hoist(var, a)?;
+                self.hoist(var, b)
+            }
+            Expr::Not(c) => self.hoist(var, c),
+            Expr::Call(_, args) => args.iter().try_for_each(|a| self.hoist(var, a)),
+            _ => Ok(()),
+        }
+    }
+
+    /// `body` for `var = lo, lo + step, ...`, `count` times: copies of it when the
+    /// count is at most `most_copies`, else a counted loop. The statistics count the
+    /// first copy only: they describe the function's statements.
+    fn repeat(
+        &mut self,
+        var: Variable,
+        lo: Value,
+        count: i64,
+        step: i64,
+        most_copies: i64,
+        body: &mut dyn FnMut(&mut Self) -> R<()>,
+    ) -> R<()> {
+        if count > most_copies {
+            let hi = self.b.ins().iadd_imm_s(lo, count * step);
+            return self.counted(var, lo, hi, step, body);
+        }
+        for k in 0..count {
+            let stats = (k > 0).then(|| self.c.stats.clone());
+            let x = self.b.ins().iadd_imm_s(lo, k * step);
+            self.b.def_var(var, x);
+            body(self)?;
+            if let Some(stats) = stats {
+                self.c.stats = stats;
+            }
+        }
+        Ok(())
+    }
+
+    /// The vector form of `buffer[index] = value` in a loop over `var`, if it has one
+    /// whose vector accesses are all proved: lanes are not checked one by one. Under
+    /// a select every load must be, since the vector path computes both sides where
+    /// the scalar code reads only the chosen one.
+    fn vector_form<'e>(
+        &self,
+        var: &Var,
+        buffer: TensorId,
+        index: &'e Expr,
+        value: &'e Expr,
+    ) -> R<Option<VectorForm<'e>>> {
+        let vb = &self.lc.vb;
+        let form = if vectorizable(var, buffer, index, value, vb) {
+            VectorForm::Store(buffer, index, value)
+        } else if index.uses_var(var) {
+            return Ok(None);
+        } else {
+            let is_acc = |e: &Expr| matches!(e, Expr::Load { buffer: b, index: i } if *b == buffer && prove_equal(i, index, vb));
+            match ReduceOp::split(value, is_acc) {
+                Some((op, source)) if !source.is_int() && !reads(source, buffer) => {
+                    VectorForm::Reduce(op, buffer, index, source)
+                }
+                _ => return Ok(None),
+            }
+        };
+        let lanes = match form {
+            VectorForm::Store(..) => {
+                if self.lc.prove_inside(index, &self.buf(buffer)?.size_expr) != Proof::Inside {
+                    return Ok(None);
+                }
+                value
+            }
+            VectorForm::Reduce(_, _, _, source) => source,
+        };
+        let mut selects = false;
+        lanes.visit(&mut |e| selects |= matches!(e, Expr::Select(..)));
+        let mut proved = true;
+        lanes.visit(&mut |e| {
+            if let Expr::Load { buffer, index } = e {
+                if selects || e.uses_var(var) {
+                    proved &= self.bufs.get(buffer).is_some_and(|b| {
+                        self.lc.prove_inside(index, &b.size_expr) == Proof::Inside
+                    });
+                }
+            }
+        });
+        Ok(proved.then_some(form))
+    }
+
+    /// An F32X4 value of `e` for lanes `var, var + 1, var + 2, var + 3`: float
+    /// arithmetic, selects, unit-stride loads and the inline functions as vector
+    /// operations, anything else that moves with `var` computed lane by lane.
     fn vexpr(&mut self, var: &Var, e: &Expr) -> R<Value> {
+        if let Some(&lanes) = self.hoisted.get(&(e as *const Expr)) {
+            return Ok(lanes);
+        }
         if !e.uses_var(var) {
             let x = self.float(e)?;
             return Ok(self.b.ins().splat(types::F32X4, x));
@@ -832,8 +1065,7 @@ impl FnEmitter<'_, '_, '_> {
                     .ins()
                     .load(types::F32X4, MemFlagsData::new().with_notrap(), addr, 0))
             }
-            Expr::Load { .. } => self.lane_by_lane(var, e),
-            Expr::Select(c, a, b) => {
+            Expr::Select(c, a, b) if !e.is_int() => {
                 let mask = self.vmask(var, c)?;
                 let x = self.vexpr(var, a)?;
                 let y = self.vexpr(var, b)?;
@@ -844,32 +1076,40 @@ impl FnEmitter<'_, '_, '_> {
                 );
                 Ok(self.b.ins().bitselect(mask, x, y))
             }
-            Expr::Bin(op, a, b) => {
+            Expr::Bin(op, a, b) if !e.is_int() && floats(a, var) && floats(b, var) => {
                 let x = self.vexpr(var, a)?;
                 let y = self.vexpr(var, b)?;
-                Ok(float_arith(&mut self.b, *op, x, y)
-                    .expect("analysis::vectorizable admits these operators only"))
+                match float_arith(&mut self.b, *op, x, y) {
+                    Some(v) => Ok(v),
+                    None => self.per_lane(var, types::F32X4, &mut |s| s.float(e)),
+                }
             }
-            Expr::Call(f, args) => {
-                let x = self.vexpr(var, &args[0])?;
-                Ok(match f {
-                    Intrinsic::Sqrt => self.b.ins().sqrt(x),
-                    Intrinsic::Round => self.b.ins().nearest(x),
-                    Intrinsic::Floor => self.b.ins().floor(x),
-                    Intrinsic::Ceil => self.b.ins().ceil(x),
-                    Intrinsic::Exp => emitted::emit(&mut self.b, x, vecmath::exp),
-                    Intrinsic::Erf => emitted::emit(&mut self.b, x, vecmath::erf),
-                    _ => unreachable!(
-                        "analysis::vectorizable admits exp, erf, sqrt and rounding only"
-                    ),
-                })
+            Expr::Call(f, args) if args.len() == 1 && !args[0].is_int() => {
+                let inline: Option<fn(&mut FunctionBuilder, Value) -> Value> = match f {
+                    Intrinsic::Sqrt => Some(|b, x| b.ins().sqrt(x)),
+                    Intrinsic::Round => Some(|b, x| b.ins().nearest(x)),
+                    Intrinsic::Floor => Some(|b, x| b.ins().floor(x)),
+                    Intrinsic::Ceil => Some(|b, x| b.ins().ceil(x)),
+                    Intrinsic::Exp => Some(|b, x| emitted::emit(b, x, vecmath::exp)),
+                    Intrinsic::Tanh => Some(|b, x| emitted::emit(b, x, vecmath::tanh)),
+                    Intrinsic::Erf => Some(|b, x| emitted::emit(b, x, vecmath::erf)),
+                    _ => None,
+                };
+                match inline {
+                    Some(f) => {
+                        let x = self.vexpr(var, &args[0])?;
+                        Ok(f(&mut self.b, x))
+                    }
+                    None => self.per_lane(var, types::F32X4, &mut |s| s.float(e)),
+                }
             }
-            _ => unreachable!("analysis::vectorizable admits loads and arithmetic only"),
+            _ => self.per_lane(var, types::F32X4, &mut |s| s.float(e)),
         }
     }
 
     /// The I32X4 mask (all ones where true) of condition `c` for the four lanes of
-    /// `var` (float comparisons, not, and, or; see `analysis::vectorizable`).
+    /// `var`: float comparisons, not, and, or as vector operations, any other
+    /// condition (an integer comparison of indices, say) lane by lane.
     fn vmask(&mut self, var: &Var, c: &Expr) -> R<Value> {
         if !c.uses_var(var) {
             let t = self.truth(c)?;
@@ -877,7 +1117,9 @@ impl FnEmitter<'_, '_, '_> {
             return Ok(self.b.ins().splat(types::I32X4, m));
         }
         Ok(match c {
-            Expr::Bin(op @ (BinOp::Lt | BinOp::Le | BinOp::Eq | BinOp::Ne), x, y) => {
+            Expr::Bin(op @ (BinOp::Lt | BinOp::Le | BinOp::Eq | BinOp::Ne), x, y)
+                if floats(x, var) && floats(y, var) && !(x.is_int() && y.is_int()) =>
+            {
                 let (x, y) = (self.vexpr(var, x)?, self.vexpr(var, y)?);
                 self.b.ins().fcmp(condition_codes(*op).1, x, y)
             }
@@ -892,22 +1134,31 @@ impl FnEmitter<'_, '_, '_> {
                 let p = self.vmask(var, p)?;
                 self.b.ins().bnot(p)
             }
-            _ => unreachable!("analysis::vectorizable admits float comparisons only"),
+            _ => self.per_lane(var, types::I32X4, &mut |s| {
+                let t = s.truth(c)?;
+                Ok(s.b.ins().bmask(types::I32, t))
+            })?,
         })
     }
 
-    /// An F32X4 of the scalar expression `e` at lanes `var, var + 1, var + 2,
-    /// var + 3`: a load whose index is not unit-stride in `var` (a periodic or
-    /// strided operand), read one lane at a time.
-    fn lane_by_lane(&mut self, var: &Var, e: &Expr) -> R<Value> {
+    /// A vector of type `ty` whose lane `k` is `scalar` computed at `var + k`.
+    fn per_lane(
+        &mut self,
+        var: &Var,
+        ty: Type,
+        scalar: &mut dyn FnMut(&mut Self) -> R<Value>,
+    ) -> R<Value> {
         let v = self.var(var)?;
         let base = self.b.use_var(v);
-        let zero = self.b.ins().f32const(0.0f32);
-        let mut lanes = self.b.ins().splat(types::F32X4, zero);
+        let zero = match ty.lane_type() {
+            F32 => self.b.ins().f32const(0.0f32),
+            t => self.b.ins().iconst(t, 0),
+        };
+        let mut lanes = self.b.ins().splat(ty, zero);
         for k in 0..LANES {
             let at = self.b.ins().iadd_imm_s(base, k);
             self.b.def_var(v, at);
-            let x = self.float(e)?;
+            let x = scalar(self)?;
             lanes = self.b.ins().insertlane(lanes, x, k as u8);
         }
         self.b.def_var(v, base);

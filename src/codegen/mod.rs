@@ -26,13 +26,23 @@
 //!   see fresh, undefined contents as the IR allows); larger or unbounded scratch is
 //!   allocated through a Rust function and freed at the end of its scope.
 //! - Loop kinds: `Unrolled` with a constant extent of at most 16 is emitted as copies of
-//!   the body. `Vectorized` with a constant extent and a body `b[i] = value` that the
-//!   vector path accepts (a unit-stride store; float + - * / min max, exp, erf, sqrt and
-//!   selects of loads and loop-invariant scalars, a select's condition made of float
-//!   comparisons as lane masks; every moving access proved, and every load under a
-//!   select, since both sides are computed) runs 4 lanes of F32X4 at a time and a
-//!   scalar tail. A load unit-stride in the loop is one vector load; a periodic or
-//!   strided one (a per-channel operand, every other column) is read lane by lane.
+//!   the body, and so is a serial loop of at most 4 iterations around a small body (a
+//!   pooling window), so that its indices fold to constants. `Vectorized` with a
+//!   constant extent runs 4 lanes of F32X4 at a time, then a scalar tail, when its
+//!   body has a vector form:
+//!   - a unit-stride store `b[i] = value` of a float value that reads `b` only at the
+//!     element stored;
+//!   - a reduction `b[k] = op(b[k], value)` (`tir::compute::ReduceOp::split`) whose
+//!     element does not move with the loop: two vector accumulators, combined lane by
+//!     lane at the end (a sum is added in another order than the scalar loop's).
+//!
+//!   In the value, float arithmetic (+ - * / min max), exp, tanh, erf, sqrt and
+//!   rounding, selects (a condition of float comparisons, with not, and, or, as lane
+//!   masks) and unit-stride loads are vector operations; parts that do not move with
+//!   the loop are computed once before it and splat; any other part that moves (a
+//!   periodic or strided load, an integer condition of the index, a call into Rust)
+//!   is computed lane by lane. Every vector access that moves must be proved, and
+//!   every load under a select (both sides are computed).
 //!   Other vectorized loops run scalar. `Parallel` loops whose
 //!   iterations touch disjoint memory (`analysis::iterations_independent`) are outlined
 //!   into a function of (environment, iteration) that captures every loop variable and
@@ -92,7 +102,8 @@ pub enum CodegenError {
     Run(String),
 }
 
-/// What the code generator did, for tests and reports.
+/// What the code generator did, for tests and reports, per statement of the lowered
+/// function: the copies of a statement that unrolling emits count once.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CodegenStats {
     /// Accesses (and kernel region axes) checked at run time, not proved.

@@ -191,26 +191,41 @@ fn reduces(g: &ComputeGraph, t: Tensor) -> bool {
         .is_some_and(|c| !c.reduce_axis.is_empty())
 }
 
+/// Vectorizes `lanes`, a loop of `t`, with `t`'s reductions (innermost until
+/// now) just outside it: each lane accumulates its own element.
+fn lanes_innermost(s: &mut Schedule, t: &Tensor, lanes: &IterVar) -> Result<(), TirError> {
+    let reduce = s.reduce_axis(t)?;
+    if !reduce.is_empty() {
+        let mut order = reduce;
+        order.push(lanes.clone());
+        s.reorder(t, &order)?;
+    }
+    s.vectorize(t, lanes)
+}
+
 /// The loops of an output visited in storage order.
 struct Ordered {
     /// The loop just outside the vector lanes (where element-wise producers go).
     outside_lanes: Option<IterVar>,
     /// The outermost loop of more than one iteration (the parallel one).
     outermost: Option<IterVar>,
+    /// The axis whose loop runs the vector lanes, if one does.
+    lane_axis: Option<usize>,
 }
 
 impl OpCompute {
     /// The default schedule, applied primitive by primitive: padding and chained
     /// elementwise stages inlined, row statistics computed at their row of the
-    /// output, the innermost axis split by 8 and vectorized (reductions inside the
-    /// spatial loops), producing reductions computed at the loop outside the vector
-    /// lanes, the outermost non-trivial axis parallel.
+    /// output, the output's loops in the order its storage layout keeps them (the
+    /// logical order for row-major storage), the innermost split by 8 and
+    /// vectorized with the reductions just outside it, producing reductions
+    /// computed at the loop outside the vector lanes, the outermost non-trivial
+    /// axis parallel. Every access of the lanes is then unit-stride where the
+    /// layouts allow it.
     ///
-    /// With the output's storage layout (`out`), an output without reductions is
-    /// visited in storage order instead: each blocked axis split by its block, the
-    /// loops ordered as the layout stores them, the innermost (a block of lanes,
-    /// else an axis split by 8) vectorized, so that every access is unit-stride
-    /// and the vector path applies.
+    /// A reduction whose output has no lanes to vectorize (a row statistic, a
+    /// global pool of row-major data) vectorizes its innermost reduction axis
+    /// instead, accumulating in vector lanes (`codegen`).
     pub fn default_schedule(&self, out: Option<&Layout>) -> Result<Schedule, TirError> {
         let y = self.output;
         let mut s = Schedule::new(&self.graph, &[y])?;
@@ -220,47 +235,70 @@ impl OpCompute {
         let axes = s.axis(&y)?;
         for (t, a) in &self.per_row {
             s.compute_at(t, &y, &axes[*a])?;
+            // Across the row: its reduction, or the row itself.
+            let lanes = match s.reduce_axis(t)?.last() {
+                Some(r) => Some(r.clone()),
+                None => s.axis(t)?.last().cloned(),
+            };
+            if let Some(l) = lanes {
+                s.vectorize(t, &l)?;
+            }
         }
         let shape = &self.graph.op(y.id).shape;
         let storage_order = match out {
-            Some(l) if !l.is_identity() && s.reduce_axis(&y)?.is_empty() => {
-                self.storage_order(&mut s, l)?
-            }
+            Some(l) if !l.is_identity() => self.storage_order(&mut s, l)?,
             _ => None,
         };
         // Where element-wise producers are computed: the innermost loop outside the
         // vector lanes.
         let mut element_loop = axes.last().cloned();
         let mut parallel = None;
+        let mut lane_axis = None;
         if let Some(ordered) = storage_order {
             element_loop = ordered.outside_lanes;
             parallel = ordered.outermost;
+            lane_axis = ordered.lane_axis;
         } else if let (Some(last), Some(&extent)) = (axes.last(), shape.last()) {
             if extent >= 8 {
                 let (outer, inner) = s.split(&y, last, 8)?;
                 element_loop = Some(outer);
-                if !s.reduce_axis(&y)?.is_empty() {
-                    // Reductions inside the spatial loops, the vector lane innermost.
-                    let mut order = s.leaves(&y)?;
-                    order.retain(|v| v.var != inner.var);
-                    order.push(inner.clone());
-                    s.reorder(&y, &order)?;
-                }
-                s.vectorize(&y, &inner)?;
+                lanes_innermost(&mut s, &y, &inner)?;
+                lane_axis = Some(axes.len() - 1);
+            } else if let Some(r) = s.reduce_axis(&y)?.last() {
+                s.vectorize(&y, r)?;
             }
         }
         if let Some(at) = element_loop {
             for t in &self.per_element {
                 s.compute_at(t, &y, &at)?;
-                // Its reduction outside its innermost axis, which is then a run of
-                // vector lanes.
+                // Its reductions outside the axis of the output's lanes, which is
+                // then a run of vector lanes; with no lanes (or another shape), its
+                // innermost axis is one, or else its innermost reduction axis.
                 let (axes, reduce) = (s.axis(t)?, s.reduce_axis(t)?);
-                if let Some((last, outer)) = axes.split_last() {
-                    let mut order = outer.to_vec();
-                    order.extend(reduce);
-                    order.push(last.clone());
-                    s.reorder(t, &order)?;
-                    s.vectorize(t, last)?;
+                let same_shape = self.graph.op(t.id).shape == *shape;
+                match lane_axis.filter(|_| same_shape) {
+                    Some(a) => {
+                        let mut order: Vec<IterVar> = (0..axes.len())
+                            .filter(|&k| k != a)
+                            .map(|k| axes[k].clone())
+                            .collect();
+                        order.extend(reduce);
+                        order.push(axes[a].clone());
+                        s.reorder(t, &order)?;
+                        s.vectorize(t, &axes[a])?;
+                    }
+                    None if lane_axis.is_none() && !reduce.is_empty() => {
+                        s.vectorize(t, reduce.last().expect("not empty"))?;
+                    }
+                    None => {
+                        if let Some((last, outer)) = axes.split_last() {
+                            let mut order = outer.to_vec();
+                            order.extend(reduce);
+                            order.push(last.clone());
+                            s.reorder(t, &order)?;
+                            s.vectorize(t, last)?;
+                        }
+                    }
                 }
             }
         }
@@ -317,27 +355,29 @@ impl OpCompute {
         let Some((innermost, extent)) = order.pop() else {
             return Ok(None);
         };
+        let lane = layout.order().last().map(|d| d.axis);
         let outermost = order.iter().find(|l| l.1 > 1).map(|l| l.0.clone());
         let outside = order.last().map(|l| l.0.clone());
         let is_block = levels
             .iter()
             .any(|l| l.len() == 2 && l[1].0.var == innermost.var);
-        let outside_lanes = match extent {
+        let (outside_lanes, lane_axis) = match extent {
             // A long axis: lanes of 8 (the runs of 4 the vector path takes, twice).
             8.. if !is_block => {
                 let (outer, inner) = s.split(&y, &innermost, 8)?;
-                s.vectorize(&y, &inner)?;
-                Some(outer)
+                lanes_innermost(s, &y, &inner)?;
+                (Some(outer), lane)
             }
             4.. => {
-                s.vectorize(&y, &innermost)?;
-                outside
+                lanes_innermost(s, &y, &innermost)?;
+                (outside, lane)
             }
-            _ => outside,
+            _ => (outside, None),
         };
         Ok(Some(Ordered {
             outside_lanes,
             outermost,
+            lane_axis,
         }))
     }
 

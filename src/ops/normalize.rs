@@ -324,21 +324,41 @@ fn softmax_compute(
     let mx = g.reduce(&format!("Max{sfx}"), &rows, &[n], ReduceOp::Max, |i, r| {
         x.at(&with_axis(i, axis, r[0].clone(), rank))
     })?;
+    let exp_of = |i: &[Expr], row: &[Expr]| Expr::call(Intrinsic::Exp, vec![x.at(i) - mx.at(row)]);
+    // Along the innermost axis the row of exponentials is kept, so that each is
+    // computed once; along another it is computed again rather than stored whole.
+    let per_row = axis + 1 == rank && rank >= 2 && !log;
+    let ex = if per_row {
+        Some(g.compute(&format!("Exp{sfx}"), &extents(s), |i| {
+            exp_of(i, &drop_axis(i, axis))
+        })?)
+    } else {
+        None
+    };
     let sum = g.reduce(&format!("Sum{sfx}"), &rows, &[n], ReduceOp::Sum, |i, r| {
         let idx = with_axis(i, axis, r[0].clone(), rank);
-        Expr::call(Intrinsic::Exp, vec![x.at(&idx) - mx.at(i)])
+        match ex {
+            Some(e) => e.at(&idx),
+            None => exp_of(&idx, i),
+        }
     })?;
     let y = g.compute(&format!("Y{sfx}"), &extents(s), |i| {
         let row = drop_axis(i, axis);
-        let shifted = x.at(i) - mx.at(&row);
         if log {
-            shifted - Expr::call(Intrinsic::Log, vec![sum.at(&row)])
+            x.at(i) - mx.at(&row) - Expr::call(Intrinsic::Log, vec![sum.at(&row)])
         } else {
-            Expr::call(Intrinsic::Exp, vec![shifted]) / sum.at(&row)
+            let e = match ex {
+                Some(e) => e.at(i),
+                None => exp_of(i, &row),
+            };
+            e / sum.at(&row)
         }
     })?;
     let attach = if axis + 1 == rank && rank >= 2 {
-        vec![(mx, axis - 1), (sum, axis - 1)]
+        let mut stages = vec![(mx, axis - 1)];
+        stages.extend(ex.map(|e| (e, axis - 1)));
+        stages.push((sum, axis - 1));
+        stages
     } else {
         vec![]
     };

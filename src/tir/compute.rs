@@ -92,6 +92,32 @@ impl ReduceOp {
             }
         }
     }
+    /// The reduction and the new value of an update `value` that `combine` built,
+    /// its accumulator being the expressions `is_acc` accepts (a read or, after
+    /// storage flattening, a load of the element being updated); `None` for any
+    /// other expression or where the new value reads the accumulator too.
+    pub fn split(value: &Expr, is_acc: impl Fn(&Expr) -> bool) -> Option<(ReduceOp, &Expr)> {
+        let (op, v) = match value {
+            Expr::Bin(BinOp::Add, a, v) if is_acc(a) => (ReduceOp::Sum, &**v),
+            Expr::Bin(BinOp::Max, a, v) if is_acc(a) => (ReduceOp::Max, &**v),
+            Expr::Bin(BinOp::Min, a, v) if is_acc(a) => (ReduceOp::Min, &**v),
+            Expr::Select(keep, a, v) if is_acc(a) => match &**keep {
+                Expr::Bin(BinOp::Or, nan, le) => match (&**nan, &**le) {
+                    (Expr::Bin(BinOp::Ne, x, y), Expr::Bin(BinOp::Le, z, b))
+                        if [x, y, z].iter().all(|e| ***e == **v) && is_acc(b) =>
+                    {
+                        (ReduceOp::MaxNumber, &**v)
+                    }
+                    _ => return None,
+                },
+                _ => return None,
+            },
+            _ => return None,
+        };
+        let mut reads_acc = false;
+        v.visit(&mut |e| reads_acc |= is_acc(e));
+        (!reads_acc).then_some((op, v))
+    }
     /// The combined value of an accumulator and a new value, on numbers.
     pub fn apply(self, acc: f64, v: f64) -> f64 {
         match self {
@@ -483,4 +509,32 @@ fn eval_value(
     super::eval::eval_scalar(&resolved, &|v| env.get(&v.id).copied(), &|_, _| None)
         .map(|v| v.as_f64())
         .map_err(TirError::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tir::expr::Var;
+
+    /// `split` takes apart every update `combine` builds, and nothing that reads the
+    /// accumulator twice.
+    #[test]
+    fn split_inverts_combine() {
+        let acc = Expr::Var(Var::new("acc"));
+        let v = Expr::Var(Var::new("x")) * Expr::Float(2.0);
+        let is_acc = |e: &Expr| *e == acc;
+        for op in [
+            ReduceOp::Sum,
+            ReduceOp::Max,
+            ReduceOp::Min,
+            ReduceOp::MaxNumber,
+        ] {
+            let update = op.combine(acc.clone(), v.clone());
+            assert_eq!(ReduceOp::split(&update, is_acc), Some((op, &v)), "{op:?}");
+            let twice = op.combine(acc.clone(), acc.clone() + v.clone());
+            assert_eq!(ReduceOp::split(&twice, is_acc), None, "{op:?}");
+        }
+        assert_eq!(ReduceOp::split(&(acc.clone() * v.clone()), is_acc), None);
+        assert_eq!(ReduceOp::split(&(v.clone() + acc.clone()), is_acc), None);
+    }
 }

@@ -13,7 +13,7 @@ use super::expr::{Expr, Range, TensorId};
 use super::flatten::storage_flatten;
 use super::intset::{eval_set_in_order, DomMap, IntSet};
 use super::layout::BufferLayout;
-use super::passes::{partition_loops, remove_trivial_loops, simplify_stmt};
+use super::passes::{partition_loops, peel_conditions, remove_trivial_loops, simplify_stmt};
 use super::schedule::{Attach, Relation, Schedule, ScheduleState, Split, Stage};
 use super::simplify::{prove_ge_zero, prove_le_zero, simplify_with, VarBounds};
 use super::stmt::{BufferView, KernelArg, Loop, Stmt};
@@ -24,7 +24,8 @@ pub struct LowerOptions {
     /// Buffer layouts by tensor name (row-major otherwise). For a tensor realized inside
     /// the function, the layout applies to the realized region.
     pub layouts: HashMap<String, BufferLayout>,
-    /// Partition loops whose last iteration is a split tail or needs a guard.
+    /// Partition loops whose last iteration is a split tail or needs a guard, and
+    /// peel the iterations of a loop where selects and clamps do not settle.
     pub partition_loops: bool,
     /// Keep loops of one iteration (TVM's `debug_keep_trivial_loop`, which the
     /// InferBound document's listings use); otherwise their variable is substituted.
@@ -181,7 +182,11 @@ pub fn lower(s: &Schedule, opts: &LowerOptions) -> Result<LoweredFunc, TirError>
         );
     }
     let flat = storage_flatten(&body, &layouts, &mut views)?;
-    let body = simplify_stmt(&flat, &mut ops.bounds.var_bounds.clone());
+    let mut vb = ops.bounds.var_bounds.clone();
+    let mut body = simplify_stmt(&flat, &mut vb);
+    if opts.partition_loops {
+        body = peel_conditions(&body, &mut vb);
+    }
     Ok(LoweredFunc {
         graph: st.graph.clone(),
         params,

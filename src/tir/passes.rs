@@ -2,6 +2,7 @@
 //! and loop partitioning of split tails.
 
 use super::expr::{BinOp, Expr, Var};
+use super::schedule::ForKind;
 use super::simplify::{const_bounds, simplify, simplify_with, VarBounds};
 use super::stmt::Stmt;
 
@@ -235,4 +236,102 @@ pub fn remove_trivial_loops(s: &Stmt) -> Stmt {
         },
         &mut |e| e.clone(),
     )
+}
+
+/// How many loops deep peeling nests: each level can triple the code of its body.
+const MAX_PEEL_DEPTH: usize = 3;
+
+/// Loop peeling by conditions (as TVM's LoopPartition does for conditions): a
+/// serial loop of constant range whose body holds selects, `min`/`max` or guards
+/// that settle once its variable is past the first or before the last iterations
+/// runs as up to three loops: the iterations before, the interior, simplified
+/// free of what settled there, and the iterations after. The windows of pools and
+/// convolutions that reach into padding, and pads, are the usual case: their
+/// interior reads the input without clamps or selects, unit-stride, on the
+/// vector path of code generation.
+pub fn peel_conditions(s: &Stmt, vb: &mut VarBounds) -> Stmt {
+    peel(s, vb, MAX_PEEL_DEPTH)
+}
+
+fn peel(s: &Stmt, vb: &mut VarBounds, depth: usize) -> Stmt {
+    let Stmt::For(l) = s else {
+        return s.map_children(&mut |c| peel(c, vb, depth));
+    };
+    let var = &l.var;
+    let (Some(lo), Some(n)) = (l.min.as_int(), l.extent.as_int()) else {
+        return with_bound(vb, var, None, |vb| {
+            s.map_children(&mut |c| peel(c, vb, depth))
+        });
+    };
+    let hi = lo + n - 1;
+    let whole = Some((lo, hi));
+    if l.kind != ForKind::Serial || depth == 0 || n < 2 || conditionals(&l.body, Some(var)) == 0 {
+        return with_bound(vb, var, whole, |vb| {
+            s.map_children(&mut |c| peel(c, vb, depth))
+        });
+    }
+    // What remains of the conditionals with the variable in [a, b].
+    let mut left = |a: i64, b: i64| {
+        with_bound(vb, var, Some((a, b)), |vb| {
+            conditionals(&simplify_stmt(&l.body, vb), None)
+        })
+    };
+    // The interior: around the middle iteration, where the fewest remain, as far as
+    // they stay that few (conditions affine in the variable settle monotonically).
+    let mid = lo + n / 2;
+    let fewest = left(mid, mid);
+    let first = partition_point(lo, mid, |x| left(x, x) != fewest);
+    let last = partition_point(mid, hi + 1, |x| left(x, x) == fewest) - 1;
+    let worth = (first > lo || last < hi) && fewest < left(lo, hi) && left(first, last) == fewest;
+    if !worth {
+        return with_bound(vb, var, whole, |vb| {
+            s.map_children(&mut |c| peel(c, vb, depth))
+        });
+    }
+    let parts = [(lo, first - 1), (first, last), (last + 1, hi)];
+    let loops = parts
+        .into_iter()
+        .filter(|(a, b)| a <= b)
+        .map(|(a, b)| {
+            with_bound(vb, var, Some((a, b)), |vb| {
+                let body = peel(&simplify_stmt(&l.body, vb), vb, depth - 1);
+                l.with(Expr::Int(a), Expr::Int(b - a + 1), body)
+            })
+        })
+        .collect();
+    Stmt::seq(loops)
+}
+
+/// The first `x` in `[lo, hi)` where `pred` is false, `pred` true before it and
+/// false after (`hi` when it never is).
+fn partition_point(mut lo: i64, mut hi: i64, mut pred: impl FnMut(i64) -> bool) -> i64 {
+    while lo < hi {
+        let m = lo + (hi - lo) / 2;
+        if pred(m) {
+            lo = m + 1;
+        } else {
+            hi = m;
+        }
+    }
+    lo
+}
+
+/// The selects, `min`s, `max`s and guards in `s` (those using `var`, if given).
+fn conditionals(s: &Stmt, var: Option<&Var>) -> usize {
+    let uses = |e: &Expr| var.is_none_or(|v| e.uses_var(v));
+    let mut n = 0;
+    s.rewrite(&mut |x| x, &mut |e| {
+        e.visit(&mut |x| {
+            let conditional =
+                matches!(x, Expr::Select(..) | Expr::Bin(BinOp::Min | BinOp::Max, ..));
+            n += (conditional && uses(x)) as usize;
+        });
+        e.clone()
+    });
+    s.visit(&mut |x| {
+        if let Stmt::IfThenElse { cond, .. } = x {
+            n += uses(cond) as usize;
+        }
+    });
+    n
 }

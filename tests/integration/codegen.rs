@@ -93,11 +93,68 @@ fn vectorized_loop_with_a_tail() {
 }
 
 #[test]
-fn vectorized_reduction_runs_scalar() {
-    // The store does not move with the reduction variable: no vector path.
-    let (g, _, s) = tir::matmul_marking_k(4, 3, 8, Schedule::vectorize);
+fn vectorized_reduction_accumulates_in_lanes() {
+    // The store does not move with the reduction variable: the lanes accumulate
+    // in a vector, combined at the end (11: two vector steps and a scalar tail).
+    let (g, _, s) = tir::matmul_marking_k(4, 3, 11, Schedule::vectorize);
     let st = tir::check_jit_plain(&s, &g);
-    assert_eq!(st.vector_loops, 0);
+    assert_eq!(st.vector_loops, 1);
+    assert_eq!(st.checked_accesses, 0);
+}
+
+/// Every kind of reduction, vectorized over its reduction axis, agrees with the
+/// interpreter; so does one whose value reads the accumulator twice, which keeps
+/// the scalar loop.
+#[test]
+fn vectorized_reductions_of_every_kind() {
+    use layoutopt::tir::compute::ReduceOp;
+    for op in [
+        ReduceOp::Sum,
+        ReduceOp::Max,
+        ReduceOp::Min,
+        ReduceOp::MaxNumber,
+    ] {
+        let (mut g, a) = tir::graph_with_input(&[3, 13]);
+        let c = g
+            .reduce("C", &[3], &[13], op, |i, r| {
+                a.at(&[i[0].clone(), r[0].clone()]) * Expr::Float(1.5)
+            })
+            .unwrap();
+        let mut s = Schedule::new(&g, &[c]).unwrap();
+        let rk = s.reduce_axis(&c).unwrap()[0].clone();
+        s.vectorize(&c, &rk).unwrap();
+        let st = tir::check_jit_plain(&s, &g);
+        assert_eq!(st.vector_loops, 1, "{op:?}");
+    }
+}
+
+/// A select on an integer condition of the lane index (a row padded by two on
+/// the left, its load clamped) runs on the vector path, the mask built lane by
+/// lane.
+#[test]
+fn vectorized_select_on_an_index_condition() {
+    let (mut g, a) = tir::graph_with_input(&[3, 11]);
+    let c = g
+        .compute("C", &[3, 13], |x| {
+            let col = (x[1].clone() - 2).max(0);
+            Expr::select(
+                Expr::Int(2).le(x[1].clone()),
+                a.at(&[x[0].clone(), col]),
+                Expr::Float(0.5),
+            )
+        })
+        .unwrap();
+    vectorizes_columns_proved(&g, &c);
+}
+
+/// Vectorizes the columns of `c`, a 2-D stage, and checks it against the
+/// interpreter: the loop takes the vector path, every access proved.
+fn vectorizes_columns_proved(g: &ComputeGraph, c: &Tensor) {
+    let (mut s, ax) = tir::schedule(g, c);
+    s.vectorize(c, &ax[1]).unwrap();
+    let st = tir::check_jit_plain(&s, g);
+    assert_eq!(st.vector_loops, 1);
+    assert_eq!(st.checked_accesses, 0);
 }
 
 /// Asserts that compiling `f` fails with an error that `expected` accepts.
@@ -396,10 +453,7 @@ fn vectorized_exp_erf_and_sqrt() {
                 + Expr::call(Intrinsic::Sqrt, vec![v.clone() * v])
         })
         .unwrap();
-    let (mut s, ax) = tir::schedule(&g, &c);
-    s.vectorize(&c, &ax[1]).unwrap();
-    let st = tir::check_jit_plain(&s, &g);
-    assert_eq!(st.vector_loops, 1);
+    vectorizes_columns_proved(&g, &c);
 }
 
 /// A PRelu with a slope per group of four columns (a periodic operand, read lane by
@@ -428,11 +482,7 @@ fn vectorized_selects_of_comparisons_and_periodic_operands() {
             Expr::select(either, prelu.clone() * Expr::Float(2.0), prelu)
         })
         .unwrap();
-    let (mut s, ax) = tir::schedule(&g, &c);
-    s.vectorize(&c, &ax[1]).unwrap();
-    let st = tir::check_jit_plain(&s, &g);
-    assert_eq!(st.vector_loops, 1);
-    assert_eq!(st.checked_accesses, 0);
+    vectorizes_columns_proved(&g, &c);
 }
 
 /// A strided operand (every other column of a wider input) is read lane by lane on
@@ -445,8 +495,5 @@ fn vectorized_strided_operand() {
             a.at(&[x[0].clone(), x[1].clone() * 2]) * Expr::Float(3.0)
         })
         .unwrap();
-    let (mut s, ax) = tir::schedule(&g, &c);
-    s.vectorize(&c, &ax[1]).unwrap();
-    let st = tir::check_jit_plain(&s, &g);
-    assert_eq!(st.vector_loops, 1);
+    vectorizes_columns_proved(&g, &c);
 }

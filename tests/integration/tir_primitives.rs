@@ -80,6 +80,38 @@ fn unroll_marks_the_loop_and_keeps_the_result() {
     tir::check(&s, &g, &[c]);
 }
 
+/// A 3-wide window over a row padded by one on each side (a pooling window's
+/// select and clamp) lowers with the loop over the row peeled: the first and last
+/// iterations keep the conditions, the interior has none. The result is the
+/// direct evaluation's, and the JIT's.
+#[test]
+fn peeling_frees_the_interior_of_padding_conditions() {
+    let (mut g, a) = tir::graph_with_input(&[4, 20]);
+    let c = g
+        .reduce("C", &[4, 20], &[3], ReduceOp::Sum, |i, r| {
+            let col = i[1].clone() + r[0].clone() - 1;
+            let inside = col.clone().ge(0).and(col.clone().lt(20));
+            let clamped = col.max(0).min(19);
+            Expr::select(inside, a.at(&[i[0].clone(), clamped]), Expr::Float(0.0))
+        })
+        .unwrap();
+    let s = Schedule::new(&g, &[c]).unwrap();
+    let f = lower(&s, &LowerOptions::default()).unwrap();
+    let text = f.to_text();
+    let interior = text
+        .split("for (j, 1, 18)")
+        .nth(1)
+        .and_then(|t| t.split("for (j, 19, 1)").next())
+        .unwrap_or_else(|| panic!("no interior loop over j in\n{text}"));
+    assert!(text.contains("for (j, 0, 1)"), "{text}");
+    assert!(
+        !interior.contains("select") && !interior.contains("max("),
+        "{text}"
+    );
+    tir::check(&s, &g, &[c]);
+    tir::check_jit_plain(&s, &g);
+}
+
 /// Lowers `s` and asserts that its text holds `call`, then checks `s` with
 /// the gemm micro-kernel and returns what the run did.
 fn check_gemm_call(s: &Schedule, g: &ComputeGraph, c: Tensor, call: &str) -> RunStats {
