@@ -6,7 +6,8 @@
 //! enclose the statement, and the constant bounds of those loops' variables (computed
 //! here from the loops themselves, so nothing outside the function is trusted).
 
-use std::collections::HashSet;
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
 
 use crate::tir::expr::{BinOp, Expr, Range, TensorId, Var};
 use crate::tir::intset::{eval_set_in_order, IntSet};
@@ -23,6 +24,10 @@ pub(crate) struct LoopCtx {
     pub loops: Vec<(Var, Range)>,
     pub vb: VarBounds,
     facts: Vec<Fact>,
+    /// The proofs made in this context, by access: the copies of an unrolled
+    /// statement and the lanes computed one by one ask the same question. Cleared
+    /// whenever the context changes.
+    proofs: RefCell<HashMap<String, Proof>>,
 }
 
 /// A bound on the variable of loop `depth` from a condition known to hold; it mentions
@@ -55,6 +60,7 @@ impl LoopCtx {
         }
         self.loops
             .push((var.clone(), Range::new(min.clone(), extent.clone())));
+        self.proofs.get_mut().clear();
         true
     }
 
@@ -62,6 +68,7 @@ impl LoopCtx {
         if let Some((v, _)) = self.loops.pop() {
             self.vb.remove(&v);
         }
+        self.proofs.get_mut().clear();
     }
 
     /// Records that `cond` holds (inside the `then` branch of an `if` on it, or the
@@ -80,6 +87,7 @@ impl LoopCtx {
         } else {
             conjuncts(cond, &mut conj);
         }
+        self.proofs.get_mut().clear();
         let before = self.facts.len();
         for (g, k) in conj {
             // g <= k
@@ -92,6 +100,7 @@ impl LoopCtx {
 
     pub fn forget(&mut self, n: usize) {
         self.facts.truncate(self.facts.len() - n);
+        self.proofs.get_mut().clear();
     }
 
     fn fact(&self, g: &Expr, k: i64) -> Option<Fact> {
@@ -127,6 +136,17 @@ impl LoopCtx {
 
     /// Whether `index` lies in `[0, size)` for every iteration of the enclosing loops.
     pub fn prove_inside(&self, index: &Expr, size: &Expr) -> Proof {
+        // Debug names variables by id: two variables of one name stay apart.
+        let key = format!("{index:?} < {size:?}");
+        if let Some(p) = self.proofs.borrow().get(&key) {
+            return *p;
+        }
+        let p = self.prove_inside_now(index, size);
+        self.proofs.borrow_mut().insert(key, p);
+        p
+    }
+
+    fn prove_inside_now(&self, index: &Expr, size: &Expr) -> Proof {
         let lo = self.relax(index);
         // One expression, so that terms of outer loops in the index and the size cancel.
         let over = self.relax(&(index.clone() - size.clone() + 1));
