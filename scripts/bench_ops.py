@@ -240,6 +240,42 @@ def _gap(rng):
     return build("gap", [node], {"x": normal(rng, NCHW)}, {"y": [1, 256, 1, 1]})
 
 
+def _conv(name: str, cin: int, cout: int, side: int, groups: int, k: int, stride: int):
+    """A biased convolution cin -> cout channels followed by Relu, as exporters fold
+    batch norm into it."""
+
+    def fn(rng):
+        out = (side + 2 * (k // 2) - k) // stride + 1
+        inits = {
+            "w": f32(normal(rng, [cout, cin // groups, k, k]) * math.sqrt(2.0 / (k * k * cin // groups))),
+            "b": f32(rng.uniform(-0.1, 0.1, cout)),
+        }
+        conv = helper.make_node(
+            "Conv", ["x", "w", "b"], ["t"], group=groups, kernel_shape=[k, k], strides=[stride] * 2, pads=[k // 2] * 4
+        )
+        nodes = [conv, helper.make_node("Relu", ["t"], ["y"])]
+        return build(name, nodes, {"x": normal(rng, [1, cin, side, side])}, {"y": [1, cout, out, out]}, inits)
+
+    return fn
+
+
+# Grouped convolutions of every width the real models have: ResNeXt50-32x4d's 4 and 8
+# channels per group, RegNetY's 16 (also strided, as each stage's first block), and
+# ShuffleNet's three 1x1 groups; a depthwise one beside them; and the stems of RGB
+# input every CNN starts with (ResNet's 7x7, MobileNet's 3x3).
+for _name, _desc, _shape in [
+    ("gconv_g4", "Conv 3x3 1x128x56x56, 32 groups of 4 + Relu", (128, 128, 56, 32, 3, 1)),
+    ("gconv_g8", "Conv 3x3 1x256x28x28, 32 groups of 8 + Relu", (256, 256, 28, 32, 3, 1)),
+    ("gconv_g16", "Conv 3x3 1x144x28x28, 9 groups of 16 + Relu", (144, 144, 28, 9, 3, 1)),
+    ("gconv_g16_s2", "Conv 3x3/2 1x320x28x28, 20 groups of 16 + Relu", (320, 320, 28, 20, 3, 2)),
+    ("gconv1x1_g3", "Conv 1x1 1x240x28x28, 3 groups of 80 + Relu", (240, 240, 28, 3, 1, 1)),
+    ("dwconv", "Conv 3x3 1x256x56x56 depthwise + Relu", (256, 256, 56, 256, 3, 1)),
+    ("stem7x7", "Conv 7x7/2 1x3x224x224 -> 64 + Relu", (3, 64, 224, 1, 7, 2)),
+    ("stem3x3", "Conv 3x3/2 1x3x224x224 -> 32 + Relu", (3, 32, 224, 1, 3, 2)),
+]:
+    op(_name, _desc)(_conv(_name, *_shape))
+
+
 def save_pb(path: Path, name: str, a: np.ndarray):
     path.write_bytes(numpy_helper.from_array(a, name).SerializeToString())
 

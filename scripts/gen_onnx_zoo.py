@@ -15,6 +15,7 @@ Models:
   groups, 4 to 32 channels each).
 - RegNetY_800MF: torchvision's regnet_y_800mf (grouped 3x3 convolutions of 16
   channels per group, squeeze-excite on each block).
+- ResNeXtSmall: a small ResNeXt of groups of 4, 8 and 16 channels.
 - ShuffleNetG3: a ShuffleNet (v1) of 3 groups: grouped 1x1 convolutions, a channel
   shuffle (Reshape, Transpose, Reshape), depthwise 3x3, and concatenated shortcuts
   through an average pool.
@@ -88,7 +89,10 @@ class Builder:
             [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, classes])],
             self.inits,
         )
-        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+        # The oldest IR version the opset allows: onnx's default follows its own
+        # release, which may be newer than the installed onnxruntime reads.
+        opsets = [helper.make_opsetid("", 13)]
+        m = helper.make_model(graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets))
         m.producer_name = "gen_onnx_zoo"
         onnx.checker.check_model(m)
         return m
@@ -145,6 +149,19 @@ def regnety_800mf(seed: int, side: int, classes: int):
     return b.model("regnet_y_800mf", "input", b.head(x, cin, classes), side, classes)
 
 
+def resnext_small(seed: int, side: int, classes: int):
+    """Three stages of two ResNeXt blocks, 8 groups of 4, 8 and 16 channels (the
+    widths ResNeXt and RegNet have), squeeze-excite in the last stage."""
+    b = Builder(seed)
+    x = b.relu(b.conv("input", 3, 32, 3, stride=2))
+    cin = 32
+    for stage, width in enumerate((32, 64, 128)):
+        for i in range(2):
+            x = bottleneck(b, x, cin, width, 2 * width, 2 if i == 0 else 1, 8, i == 0, excite=stage == 2)
+            cin = 2 * width
+    return b.model("resnext_small", "input", b.head(x, cin, classes), side, classes)
+
+
 def shufflenet_g3(seed: int, side: int, classes: int):
     groups = 3
     b = Builder(seed)
@@ -183,8 +200,9 @@ MODELS = {
     "ResNeXt50_32x4d": (resnext50_32x4d, 224, 1000),
     "RegNetY_800MF": (regnety_800mf, 224, 1000),
     "ShuffleNetG3": (shufflenet_g3, 224, 1000),
-    # The committed one (tests/integration/zoo_subset.rs): 3.5 MB.
+    # The committed ones (tests/integration/zoo_subset.rs): 3.5 MB and 1.1 MB.
     "ShuffleNetG3_96": (shufflenet_g3, 96, 10),
+    "ResNeXtSmall_64": (resnext_small, 64, 10),
 }
 
 

@@ -14,10 +14,11 @@ type CliResult<T> = Result<T, Box<dyn std::error::Error>>;
 /// and the instruction set (`--isa`).
 #[derive(Default, clap::Args, Clone)]
 pub struct KernelArgs {
-    /// Convolution algorithm: auto (per layer the fastest of direct and each
-    /// accurate Winograd size, measured at compile time and cached per CPU),
-    /// direct, or winograd (F(4x4,3x3) where accurate enough, else F(2x2,3x3),
-    /// on 3x3 stride-1 convolutions).
+    /// Convolution algorithm: auto (per layer the fastest of direct, each
+    /// accurate Winograd size and, for groups narrower than a vector, lane
+    /// groups, measured at compile time and cached per CPU), direct, or
+    /// winograd (F(4x4,3x3) where accurate enough, else F(2x2,3x3), on 3x3
+    /// stride-1 convolutions).
     #[arg(long = "conv-algo", value_name = "ALGO", default_value = "auto", value_parser = str::parse::<ConvAlgoChoice>)]
     pub conv_algo: ConvAlgoChoice,
     /// Instruction set of the hand-written kernels: avx512, avx2 or portable

@@ -1,5 +1,5 @@
 //! The committed subset of the real-model suite (models/zoo, from
-//! scripts/gen_zoo.py, scripts/gen_bert.py and scripts/gen_onnx_zoo.py; 27 MB): each model imports, runs
+//! scripts/gen_zoo.py, scripts/gen_bert.py and scripts/gen_onnx_zoo.py; 28 MB): each model imports, runs
 //! every step natively (no reference fallback) and reproduces the outputs its
 //! own runtime recorded (onnxruntime for ONNX, the TFLite interpreter for
 //! TFLite) within 1e-4 of the largest magnitude.
@@ -10,13 +10,15 @@ use layoutopt::api::{load_model, Costs, PlanLayouts, PlannerKind, TargetFamily};
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 use std::path::Path;
 
-const SUBSET: [(&str, &str); 5] = [
+const SUBSET: [(&str, &str); 6] = [
     ("BertEncoder_onnx", "model.onnx"),
     ("MobileNetV3Small_onnx", "model.onnx"),
     ("MobileNetV3Small_tflite", "model.tflite"),
     ("BlazeLandmark_tflite", "model.tflite"),
     // Grouped 1x1 convolutions, a channel shuffle, depthwise convolutions.
     ("ShuffleNetG3_96_onnx", "model.onnx"),
+    // Grouped 3x3 convolutions of 4, 8 and 16 channels per group, squeeze-excite.
+    ("ResNeXtSmall_64_onnx", "model.onnx"),
 ];
 
 #[test]

@@ -1,6 +1,8 @@
 //! Which algorithm computes each convolution: the direct register-tiled kernel
 //! (`direct.rs`; a 1x1 convolution runs there as one matrix product over the
-//! plane) or a Winograd transform (`winograd.rs`, 3x3 stride-1 only). Under
+//! plane), a Winograd transform (`winograd.rs`, 3x3 stride-1 only) or, for
+//! groups narrower than a vector, the depthwise kernel's lanes (`depthwise.rs`,
+//! every output channel in its own lane reading its group's). Under
 //! `auto`, each candidate runs a few times at the layer's shape on the model's
 //! threads, its weights flushed from the caches as a whole model leaves them,
 //! and the fastest wins; the times are cached per CPU model,
@@ -10,6 +12,7 @@
 //! A Winograd size whose error on the layer's own weights exceeds
 //! [`WINOGRAD_TOLERANCE`] is never chosen.
 
+use super::depthwise::Depthwise;
 use super::direct::{ConvGeom, PackedConv};
 use super::tile::Epilogue;
 use super::winograd::{self, TransformedWeights, WinogradConv, WinogradTile};
@@ -67,6 +70,9 @@ pub enum ConvAlgo {
     Pointwise,
     /// One filter per channel.
     Depthwise,
+    /// Narrow groups, each output channel in a lane of its own (the
+    /// depthwise kernel spreading its group's input channels over it).
+    LaneGroups,
     /// Winograd with this output tile.
     Winograd(WinogradTile),
 }
@@ -87,6 +93,7 @@ impl fmt::Display for ConvAlgo {
             ConvAlgo::Direct => "direct",
             ConvAlgo::Pointwise => "1x1-gemm",
             ConvAlgo::Depthwise => "depthwise",
+            ConvAlgo::LaneGroups => "lane-groups",
             ConvAlgo::Winograd(WinogradTile::F2) => "winograd-f2",
             ConvAlgo::Winograd(WinogradTile::F4) => "winograd-f4",
         })
@@ -178,6 +185,8 @@ pub enum ConvKernel {
     Direct(Box<PackedConv>),
     /// A Winograd transform.
     Winograd(Box<WinogradConv>),
+    /// Narrow groups in the lanes of the depthwise kernel.
+    LaneGroups(Box<Depthwise>),
 }
 
 impl ConvKernel {
@@ -186,6 +195,7 @@ impl ConvKernel {
         match self {
             ConvKernel::Direct(c) => c.scratch_len(),
             ConvKernel::Winograd(c) => c.scratch_len(),
+            ConvKernel::LaneGroups(_) => 0,
         }
     }
 
@@ -194,6 +204,7 @@ impl ConvKernel {
         match self {
             ConvKernel::Direct(c) => c.weights(),
             ConvKernel::Winograd(c) => c.weights(),
+            ConvKernel::LaneGroups(c) => c.weights(),
         }
     }
 
@@ -202,6 +213,7 @@ impl ConvKernel {
         match self {
             ConvKernel::Direct(c) => c.run(x, residual, y, scratch),
             ConvKernel::Winograd(c) => c.run(x, residual, y, scratch),
+            ConvKernel::LaneGroups(c) => c.run(x, residual, y),
         }
     }
 }
@@ -249,13 +261,21 @@ impl ConvSpec<'_> {
         )
     }
 
-    /// The kernel of `algo` (a Winograd tile, else the direct kernel), its
-    /// transformed weights taken from `shared`.
+    /// The kernel of `algo` (a Winograd tile, lane groups, else the direct
+    /// kernel), its transformed weights taken from `shared`.
     pub(in crate::runtime) fn kernel(&self, algo: ConvAlgo, shared: &SharedWeights) -> ConvKernel {
         match algo {
             ConvAlgo::Winograd(t) => {
                 ConvKernel::Winograd(Box::new(self.winograd(&shared.transformed(self, t))))
             }
+            ConvAlgo::LaneGroups => ConvKernel::LaneGroups(Box::new(Depthwise::new(
+                self.geom.clone(),
+                self.isa,
+                self.w,
+                self.bias,
+                self.epilogue,
+                self.pad_fill,
+            ))),
             _ => ConvKernel::Direct(Box::new(self.direct())),
         }
     }
@@ -312,12 +332,21 @@ pub(in crate::runtime) fn candidates(
     options: &ConvAlgoOptions,
     shared: &SharedWeights,
 ) -> (Vec<ConvAlgo>, Vec<(ConvAlgo, f64)>) {
-    if !winograd::applies(&spec.geom) || options.choice == ConvAlgoChoice::Direct {
-        let algo = match spec.geom.is_pointwise() {
-            true => ConvAlgo::Pointwise,
-            false => ConvAlgo::Direct,
-        };
-        return (vec![algo], vec![]);
+    let direct = match spec.geom.is_pointwise() {
+        true => ConvAlgo::Pointwise,
+        false => ConvAlgo::Direct,
+    };
+    if options.choice == ConvAlgoChoice::Direct {
+        return (vec![direct], vec![]);
+    }
+    if !winograd::applies(&spec.geom) {
+        // Narrow groups: the lanes measured against the direct kernel (with
+        // 16-channel groups either may win, by CPU and shape).
+        let lanes = (options.choice == ConvAlgoChoice::Auto
+            && spec.geom.groups > 1
+            && Depthwise::applies(&spec.geom, spec.isa))
+        .then_some(ConvAlgo::LaneGroups);
+        return (std::iter::once(direct).chain(lanes).collect(), vec![]);
     }
     let errors = shared.errors(spec);
     let accurate = errors

@@ -1,7 +1,7 @@
 //! Depthwise 2-D convolution (one filter per channel) from NCHW{x_cb}c data
 //! into NCHW{y_cb}c data, the two blocks equal or not, with the same fused
 //! epilogue as the dense convolution (bias with batch norm folded in, residual
-//! add, relu/clip).
+//! add, relu/clip); and its generalization to narrow groups.
 //!
 //! A depthwise convolution does few multiply-adds per byte it reads, so the
 //! kernel keeps a tile of output pixels of one row in registers and feeds every
@@ -14,8 +14,16 @@
 //! of 16 channels), one lane otherwise (NCHW on either side, as NCHW to NCHW
 //! runs too). Work is split by output rows of each slice, so both threads stay
 //! busy whatever the number of blocks.
+//!
+//! A grouped convolution whose groups are narrower than a vector (ResNeXt's 4
+//! and 8 channels per group, RegNet's 16) runs the same way: output channel
+//! `c` reads the `G` input channels of its group, which lie in the same vector
+//! as `c` does, so each input vector is loaded once per tap and lane `j` of
+//! every group spread over its group (`Vector::spread`) for the `j`-th FMA.
+//! Every lane does useful work, where the dense kernel would broadcast one
+//! input channel into a vector of mostly idle lanes.
 
-use super::direct::{fill_channel_pad, valid_taps, ConvGeom};
+use super::direct::{balanced_tile, fill_channel_pad, valid_taps, ConvGeom};
 use super::tile::Epilogue;
 use crate::core::par;
 use crate::runtime::kernels::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel};
@@ -23,14 +31,22 @@ use crate::runtime::kernels::simd::{run_vectorized, Isa, Lanes, Vector, VectorKe
 /// Output pixels one register tile holds.
 const DW_TILE: usize = 8;
 
-/// A depthwise convolution ready to run: weights packed per channel slice.
+/// Group widths the kernel is instantiated for.
+const GROUP_WIDTHS: [usize; 5] = [1, 2, 4, 8, 16];
+
+/// A depthwise (or narrow-group) convolution ready to run: weights packed per
+/// channel slice.
 pub struct Depthwise {
     /// Shapes and window.
     pub geom: ConvGeom,
+    /// Channels of each convolution group, in and out: 1 for depthwise.
+    group: usize,
     /// Channels of one slice: `gcd(x_cb, y_cb)`.
     slice: usize,
     lanes: Lanes,
-    /// [slices][kh][kw][slice], zero in padding channels.
+    /// [slices][kh][kw][group][slice]: lane `c` of row `j` is the weight
+    /// output channel `c` gives input channel `j` of its group; zero in
+    /// padding channels.
     w: Vec<f32>,
     /// [slices][slice].
     bias: Vec<f32>,
@@ -40,8 +56,21 @@ pub struct Depthwise {
 }
 
 impl Depthwise {
-    /// `w` is logical [C, 1, kh, kw]; the input is blocked by `geom.x_cb`,
-    /// the output by `geom.y_cb`.
+    /// Whether the kernel computes `geom` with `isa`: depthwise, or groups of
+    /// as many input as output channels, a power of two that divides the
+    /// vectors the channel blocks allow.
+    pub fn applies(geom: &ConvGeom, isa: Isa) -> bool {
+        let g = geom;
+        if g.groups == 0 || g.cin != g.cout || !g.cin.is_multiple_of(g.groups) {
+            return false;
+        }
+        let group = g.cin / g.groups;
+        let lanes = Lanes::for_block(isa, gcd(g.x_cb, g.y_cb)).count();
+        GROUP_WIDTHS.contains(&group) && lanes.is_multiple_of(group)
+    }
+
+    /// `w` is logical [C, C / groups, kh, kw]; the input is blocked by
+    /// `geom.x_cb`, the output by `geom.y_cb`. `applies` must hold.
     pub fn new(
         geom: ConvGeom,
         isa: Isa,
@@ -50,23 +79,28 @@ impl Depthwise {
         epilogue: Epilogue,
         pad_fill: Option<f32>,
     ) -> Depthwise {
+        debug_assert!(Self::applies(&geom, isa));
+        let group = geom.cin / geom.groups;
         let slice = gcd(geom.x_cb, geom.y_cb);
         let slices = geom.cin.div_ceil(slice);
         let (kh, kw) = geom.k;
-        let mut packed = vec![0f32; slices * kh * kw * slice];
+        let mut packed = vec![0f32; slices * kh * kw * group * slice];
         let mut b = vec![0f32; slices * slice];
         for c in 0..geom.cin {
             b[c] = bias[c];
-            for y in 0..kh {
-                for x in 0..kw {
-                    packed[(((c / slice) * kh + y) * kw + x) * slice + c % slice] =
-                        w[(c * kh + y) * kw + x];
+            for j in 0..group {
+                for y in 0..kh {
+                    for x in 0..kw {
+                        let row = (((c / slice) * kh + y) * kw + x) * group + j;
+                        packed[row * slice + c % slice] = w[((c * group + j) * kh + y) * kw + x];
+                    }
                 }
             }
         }
         let padded = !geom.cin.is_multiple_of(geom.y_cb);
         Depthwise {
             lanes: Lanes::for_block(isa, slice),
+            group,
             slice,
             geom,
             w: packed,
@@ -74,6 +108,11 @@ impl Depthwise {
             epilogue,
             pad_fill: pad_fill.filter(|_| padded),
         }
+    }
+
+    /// The packed weights every run reads.
+    pub(in crate::runtime) fn weights(&self) -> &[f32] {
+        &self.w
     }
 
     /// Computes `y` from `x` (and the residual, laid out like `y`, if fused).
@@ -96,8 +135,19 @@ impl Depthwise {
                 y: yp as *mut f32,
             };
             // SAFETY: `lanes` comes from `Lanes::for_block`; the row's
-            // reads and writes stay inside the buffers checked above.
-            unsafe { run_vectorized(self.lanes, &task) }
+            // reads and writes stay inside the buffers checked above. Each
+            // group width is its own kernel: one function holding them all
+            // took the compiler minutes to optimize.
+            unsafe {
+                match self.group {
+                    1 => run_vectorized(self.lanes, &InGroups::<1>(task)),
+                    2 => run_vectorized(self.lanes, &InGroups::<2>(task)),
+                    4 => run_vectorized(self.lanes, &InGroups::<4>(task)),
+                    8 => run_vectorized(self.lanes, &InGroups::<8>(task)),
+                    16 => run_vectorized(self.lanes, &InGroups::<16>(task)),
+                    _ => unreachable!("`applies` admits the GROUP_WIDTHS only"),
+                }
+            }
         });
         if let Some(v) = self.pad_fill {
             fill_channel_pad(y, g.n, g.cin, g.y_cb, g.oh * g.ow, v);
@@ -120,6 +170,8 @@ struct DwTile {
     x: *const f32,
     /// Packed weights of the slice, at this vector of channels.
     w: *const f32,
+    /// Weight stride of one input channel of the group (the slice).
+    w_j: usize,
     /// Kernel rows and columns inside the input for every pixel of the tile.
     kh: (usize, usize),
     kw: (usize, usize),
@@ -127,7 +179,8 @@ struct DwTile {
     x_kh: isize,
     x_kw: isize,
     x_pixel: isize,
-    /// Weight stride of a kernel row (kw * slice) and column (slice).
+    /// Weight stride of a kernel row (kw * group * slice) and column
+    /// (group * slice).
     w_kh: usize,
     w_kw: usize,
     out: *mut f32,
@@ -136,14 +189,22 @@ struct DwTile {
     y_pixel: usize,
 }
 
-impl VectorKernel for Row<'_> {
+/// The row of a convolution in groups of `G` channels.
+struct InGroups<'a, const G: usize>(Row<'a>);
+
+impl<const G: usize> VectorKernel for InGroups<'_, G> {
     #[inline(always)]
     unsafe fn run<V: Vector>(&self) {
-        let d = self.d;
+        // `applies` keeps a group within a vector: no wider group is compiled.
+        if G > V::LANES {
+            unreachable!("a group of {G} channels in vectors of {}", V::LANES);
+        }
+        let Self(row) = self;
+        let d = row.d;
         let g = &d.geom;
         let (x_cb, y_cb, slice) = (g.x_cb, g.y_cb, d.slice);
         let slices = g.cin.div_ceil(slice);
-        let (image, oh) = (self.row / g.oh, self.row % g.oh);
+        let (image, oh) = (row.row / g.oh, row.row % g.oh);
         let (n, s) = (image / slices, image % slices);
         // The slice's first channel, in its block of each operand.
         let c0 = s * slice;
@@ -159,7 +220,7 @@ impl VectorKernel for Row<'_> {
         let x_cbi = x_cb as isize;
         // Rows and columns before the image are only addressed, never read:
         // wrapping offsets until a tap lands inside.
-        let x_row = self
+        let x_row = row
             .x
             .add(plane_of(x_cb, g.h * g.w))
             .wrapping_offset(ih0 * g.w as isize * x_cbi);
@@ -172,7 +233,7 @@ impl VectorKernel for Row<'_> {
         } else {
             lo
         };
-        let w_slice = d.w.as_ptr().add(s * kh * kw * slice);
+        let w_slice = d.w.as_ptr().add(s * kh * kw * G * slice);
         let bias = d.bias.as_ptr().add(c0);
         for c in (0..slice).step_by(V::LANES) {
             let mut t = DwTile {
@@ -183,10 +244,11 @@ impl VectorKernel for Row<'_> {
                 x_kh: (dh * g.w * x_cb) as isize,
                 x_kw: (dw * x_cb) as isize,
                 x_pixel: (sw * x_cb) as isize,
-                w_kh: kw * slice,
-                w_kw: slice,
-                out: self.y,
-                res: self.res,
+                w_j: slice,
+                w_kh: kw * G * slice,
+                w_kw: G * slice,
+                out: row.y,
+                res: row.res,
                 y_pixel: y_cb,
             };
             let b = V::load(bias.add(c));
@@ -195,19 +257,19 @@ impl VectorKernel for Row<'_> {
                 let iw = (ow * sw) as isize - pw as isize;
                 let pixels = if ow >= lo && ow < hi {
                     t.kw = (0, kw);
-                    DW_TILE.min(hi - ow)
+                    balanced_tile(hi - ow, DW_TILE)
                 } else {
                     t.kw = valid_taps(iw, dw, kw, g.w);
                     1
                 };
                 t.x = x_row.wrapping_offset(iw * x_cbi + c as isize);
                 let at = y_off + ow * y_cb + c;
-                t.out = self.y.add(at);
-                t.res = self.res.map(|r| r.add(at));
+                t.out = row.y.add(at);
+                t.res = row.res.map(|r| r.add(at));
                 macro_rules! by_pixels {
                     ($($n:literal)*) => {
                         match pixels {
-                            $($n => dw_tile::<V, $n>(&t, b, d.epilogue),)*
+                            $($n => dw_tile::<V, $n, G>(&t, b, d.epilogue),)*
                             _ => unreachable!("a tile has 1..=DW_TILE pixels"),
                         }
                     };
@@ -219,18 +281,23 @@ impl VectorKernel for Row<'_> {
     }
 }
 
-/// `N` output pixels of one vector of channels: accumulators in registers, one
-/// weight vector per tap, each input vector loaded once into its FMA.
+/// `N` output pixels of one vector of channels in groups of `G`: accumulators
+/// in registers, one weight vector per tap and input channel of the group,
+/// each input vector loaded (and for groups, spread) into its FMA.
 #[inline(always)]
-unsafe fn dw_tile<V: Vector, const N: usize>(t: &DwTile, bias: V, ep: Epilogue) {
+unsafe fn dw_tile<V: Vector, const N: usize, const G: usize>(t: &DwTile, bias: V, ep: Epilogue) {
     let mut acc = [bias; N];
     for ky in t.kh.0..t.kh.1 {
         for kx in t.kw.0..t.kw.1 {
-            let wv = V::load(t.w.add(ky * t.w_kh + kx * t.w_kw));
+            let w = t.w.add(ky * t.w_kh + kx * t.w_kw);
             let x =
                 t.x.wrapping_offset(ky as isize * t.x_kh + kx as isize * t.x_kw);
-            for (p, a) in acc.iter_mut().enumerate() {
-                *a = V::fma(V::load(x.offset(p as isize * t.x_pixel)), wv, *a);
+            for j in 0..G {
+                let wv = V::load(w.add(j * t.w_j));
+                for (p, a) in acc.iter_mut().enumerate() {
+                    let xv = V::load(x.offset(p as isize * t.x_pixel));
+                    *a = V::fma(V::spread::<G>(xv, j), wv, *a);
+                }
             }
         }
     }

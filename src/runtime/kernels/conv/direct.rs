@@ -569,7 +569,7 @@ impl PackedConv {
         let mut ow = cols.start;
         while ow < cols.end {
             let (pixels, kw_range) = if ow >= lo && ow < hi {
-                (TILE.min(hi.min(cols.end) - ow), (0, kw))
+                (balanced_tile(hi.min(cols.end) - ow, TILE), (0, kw))
             } else {
                 (1, valid_taps((ow * sw) as isize - pw as isize, dw, kw, g.w))
             };
@@ -589,6 +589,14 @@ impl PackedConv {
             ow += pixels;
         }
     }
+}
+
+/// Pixels of the next register tile when `left` remain in a run of full
+/// windows: tiles of at most `most`, as even as they can be (49 pixels as
+/// 10+10+10+10+9, not 12+12+12+12+1: a tile of one or two pixels waits on
+/// its loads and on the latency of its few accumulators).
+pub(in crate::runtime) fn balanced_tile(left: usize, most: usize) -> usize {
+    left.div_ceil(left.div_ceil(most))
 }
 
 /// Bytes of input one span of a pointwise plane reads: half of a 32 KB L1,

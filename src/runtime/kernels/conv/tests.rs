@@ -171,41 +171,21 @@ fn random_blocked_geom(
     }
 }
 
-/// The logical NCHW depthwise convolution computed plainly in f64.
-fn naive_depthwise(g: &ConvGeom, x: &[f32], w: &[f32], b: &[f32]) -> Vec<f64> {
-    let mut y = vec![0f64; g.n * g.cin * g.oh * g.ow];
-    for (nc, out) in y.chunks_mut(g.oh * g.ow).enumerate() {
-        let c = nc % g.cin;
-        for oy in 0..g.oh {
-            for ox in 0..g.ow {
-                let mut s = b[c] as f64;
-                for ky in 0..g.k.0 {
-                    for kx in 0..g.k.1 {
-                        let iy = (oy * g.stride.0 + ky * g.dilation.0) as isize - g.pad.0 as isize;
-                        let ix = (ox * g.stride.1 + kx * g.dilation.1) as isize - g.pad.1 as isize;
-                        if iy < 0 || ix < 0 || iy >= g.h as isize || ix >= g.w as isize {
-                            continue;
-                        }
-                        let xv = x[(nc * g.h + iy as usize) * g.w + ix as usize];
-                        s += xv as f64 * w[(c * g.k.0 + ky) * g.k.1 + kx] as f64;
-                    }
-                }
-                out[oy * g.ow + ox] = s;
-            }
-        }
-    }
-    y
-}
-
 /// Input and output channel blocks drawn independently (NCHW, NCHW8c,
 /// NCHW16c, NCHW32c, NHWC on either side), every third case with NaN and ±inf
-/// inputs.
+/// inputs; a quarter of the cases narrow groups of 2 to 16 channels, on every
+/// instruction set whose vectors the blocks let hold them.
 #[test]
-fn depthwise_matches_a_naive_loop_for_every_isa_and_blocking() {
+fn depthwise_and_lane_groups_match_a_naive_loop_for_every_isa_and_blocking() {
     let isas = available_isas();
     let mut rng = Rng(5);
-    for case in 0..120 {
-        let c = rng.range(1, 40);
+    let mut lane_group_runs = 0;
+    for case in 0..160 {
+        let group = match case % 4 {
+            3 => [2, 4, 8, 16][rng.below(4)],
+            _ => 1,
+        };
+        let c = group * rng.range(1, 40 / group + 1);
         let k = [(3, 3), (3, 3), (1, 1), (5, 5), (2, 3)][rng.below(5)];
         let dilation = (rng.range(1, 2), rng.range(1, 2));
         let pad = (rng.range(0, 2), rng.range(0, 2));
@@ -215,7 +195,11 @@ fn depthwise_matches_a_naive_loop_for_every_isa_and_blocking() {
         // Widths up to 30 give full tiles, tails and border columns.
         let h = rng.range(span.0.saturating_sub(pad.0 + pad_end.0).max(1), 12);
         let w = rng.range(span.1.saturating_sub(pad.1 + pad_end.1).max(1), 30);
-        let mut pick_cb = || [1, 8, 16, 32, c][rng.below(5)];
+        // Blocks that split no group, for the lanes of a group to meet.
+        let mut pick_cb = || match group {
+            1 => [1, 8, 16, 32, c][rng.below(5)],
+            _ => [8, 16, 32][rng.below(3)],
+        };
         let (x_cb, y_cb) = (pick_cb(), pick_cb());
         let g = ConvGeom {
             n: rng.range(1, 2),
@@ -229,7 +213,7 @@ fn depthwise_matches_a_naive_loop_for_every_isa_and_blocking() {
             stride,
             dilation,
             pad,
-            groups: c,
+            groups: c / group,
             x_cb,
             y_cb,
         };
@@ -237,15 +221,16 @@ fn depthwise_matches_a_naive_loop_for_every_isa_and_blocking() {
         if case % 3 == 2 {
             sprinkle_nonfinite(&mut x);
         }
-        let wt = rng.f32s(c * k.0 * k.1);
+        let wt = rng.f32s(c * group * k.0 * k.1);
         let bias = rng.f32s(c);
         let residual = rng.f32s(g.y_len());
         let clamps = [(f32::NEG_INFINITY, f32::INFINITY), (0.0, 6.0), (-0.5, 0.5)];
         let tail = FusedTail::random(&residual, &clamps, &mut rng);
         let xb = Blocked::input_of(&g).scatter(&x);
         let y_blocks = Blocked::output_of(&g);
-        let expect = naive_depthwise(&g, &x, &wt, &bias);
-        for &isa in &isas {
+        let expect = naive_conv(&g, &x, &wt, &bias);
+        for &isa in isas.iter().filter(|&&i| Depthwise::applies(&g, i)) {
+            lane_group_runs += usize::from(group > 1);
             let d = Depthwise::new(g.clone(), isa, &wt, &bias, tail.epilogue(), Some(0.0));
             let mut y = vec![f32::NAN; g.y_len()];
             d.run(&xb, tail.residual, &mut y);
@@ -254,6 +239,7 @@ fn depthwise_matches_a_naive_loop_for_every_isa_and_blocking() {
             y_blocks.check(&y, &expect, tail, true, close, &what);
         }
     }
+    assert!(lane_group_runs > 20, "{lane_group_runs} narrow-group runs");
 }
 
 /// Every activation the conv epilogues apply, on every instruction set, against

@@ -140,7 +140,9 @@ fn prefetch(p: *const f32) {
 /// trip counts keep the `N * M` accumulators in registers. `XP`, when not 0, is
 /// the input's pixel stride (`t.x_pixel`) known at compile time: the pixels'
 /// loads then address from one register (12 pixel offsets held in registers
-/// spilled three of them to the stack in the inner loop).
+/// spilled three of them to the stack in the inner loop). 16 and 32 are
+/// NCHW16c at strides 1 and 2 (ResNet's 7x7 stride-2 stem, 3 to 64 channels
+/// at 224x224: 5.9 ms with the stride in a register, 3.6 ms as a constant).
 // Two-dimensional indexing of the accumulators reads clearest here.
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
@@ -167,15 +169,21 @@ unsafe fn tile_n<V: Vector, const N: usize, const M: usize, const XP: usize>(
         _ => XP as isize,
     };
     let mut acc: [[V; N]; M] = std::array::from_fn(|m| [V::load(bias.add(m * V::LANES)); N]);
+    // Where the channels start within the input's blocks is the same at every
+    // tap: divided out once (a division per tap and block took ResNet's 7x7
+    // stem from 5.9 to 8.8 ms, a grouped 1x1 from 0.43 to 0.62 ms).
+    let first_block = (t.c_first / t.x_cb) as isize * t.x_cblock;
+    let within = t.c_first % t.x_cb;
+    let first_run = (t.x_cb - within).min(t.cin);
     for kh in t.kh.0..t.kh.1 {
         for kw in t.kw.0..t.kw.1 {
             let mut wp = w.add(((kh * t.kw_total + kw) * t.cin) * t.w_width);
             let base = x.offset(t.x_origin + kh as isize * t.x_kh + kw as isize * t.x_kw);
-            let (mut c, end) = (t.c_first, t.c_first + t.cin);
-            while c < end {
-                let (block, within) = (c / t.x_cb, c % t.x_cb);
-                let block = base.offset(block as isize * t.x_cblock + within as isize);
-                let inner = (t.x_cb - within).min(end - c);
+            // Runs of channels within one input block: the first from the
+            // group's first channel, each next from the start of a block.
+            let mut block_start = base.offset(first_block);
+            let (mut block, mut inner, mut left) = (block_start.add(within), first_run, t.cin);
+            loop {
                 for ci in 0..inner {
                     let wv: [V; M] = std::array::from_fn(|m| V::load(wp.add(m * V::LANES)));
                     for m in 0..M {
@@ -190,7 +198,13 @@ unsafe fn tile_n<V: Vector, const N: usize, const M: usize, const XP: usize>(
                     }
                     wp = wp.add(t.w_width);
                 }
-                c += inner;
+                left -= inner;
+                if left == 0 {
+                    break;
+                }
+                block_start = block_start.offset(t.x_cblock);
+                block = block_start;
+                inner = t.x_cb.min(left);
             }
         }
     }
@@ -253,6 +267,7 @@ unsafe fn tile_generic<V: Vector>(
             match (t.pixels, t.vectors, t.x_pixel) {
                 $(($n, 1, _) => tile_n::<V, $n, 1, 0>(x, w, bias, t, st, ep),)*
                 $(($n, _, 16) => tile_n::<V, $n, 2, 16>(x, w, bias, t, st, ep),)*
+                $(($n, _, 32) => tile_n::<V, $n, 2, 32>(x, w, bias, t, st, ep),)*
                 $(($n, _, _) => tile_n::<V, $n, 2, 0>(x, w, bias, t, st, ep),)*
                 _ => unreachable!("a tile has 1..=TILE pixels"),
             }

@@ -160,6 +160,10 @@ pub(in crate::runtime) trait Vector: Copy {
     unsafe fn scale2(a: Self, n: Self) -> Self;
     /// Whether some lane of `a` is at most `x` (NaN is not).
     unsafe fn any_at_most(a: Self, x: f32) -> bool;
+    /// Lane `j` of each group of `G` consecutive lanes, copied to all lanes of
+    /// its group: lane `l` of the result is lane `l - l % G + j` of `a`. `G` is
+    /// a power of two dividing `LANES`, `j < G`.
+    unsafe fn spread<const G: usize>(a: Self, j: usize) -> Self;
 }
 
 /// A computation written once over the vector type, like the convolution tile

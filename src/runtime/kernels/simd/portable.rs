@@ -95,6 +95,11 @@ impl Vector for Scalar {
     unsafe fn any_at_most(a: Self, x: f32) -> bool {
         a.0 <= x
     }
+    #[inline(always)]
+    unsafe fn spread<const G: usize>(a: Self, _: usize) -> Self {
+        debug_assert_eq!(G, 1, "one lane holds a group of one");
+        a
+    }
 }
 
 /// The binary ops of `Portable`, each lane computed as `Scalar` computes it.
@@ -150,5 +155,9 @@ impl Vector for Portable {
     #[inline(always)]
     unsafe fn any_at_most(a: Self, x: f32) -> bool {
         a.0.iter().any(|&v| v <= x)
+    }
+    #[inline(always)]
+    unsafe fn spread<const G: usize>(a: Self, j: usize) -> Self {
+        Portable(std::array::from_fn(|l| a.0[(l - l % G + j) % 8]))
     }
 }

@@ -72,6 +72,16 @@ impl Vector for Zmm {
     unsafe fn any_at_most(a: Self, x: f32) -> bool {
         _mm512_cmp_ps_mask::<_CMP_LE_OQ>(a.0, _mm512_set1_ps(x)) != 0
     }
+    #[inline(always)]
+    unsafe fn spread<const G: usize>(a: Self, j: usize) -> Self {
+        if G == 1 {
+            return a;
+        }
+        let lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        let first = _mm512_andnot_si512(_mm512_set1_epi32(G as i32 - 1), lane);
+        let idx = _mm512_add_epi32(first, _mm512_set1_epi32(j as i32));
+        Zmm(_mm512_permutexvar_ps(idx, a.0))
+    }
 }
 
 impl Vector for Ymm {
@@ -119,5 +129,15 @@ impl Vector for Ymm {
     #[inline(always)]
     unsafe fn any_at_most(a: Self, x: f32) -> bool {
         _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_LE_OQ>(a.0, _mm256_set1_ps(x))) != 0
+    }
+    #[inline(always)]
+    unsafe fn spread<const G: usize>(a: Self, j: usize) -> Self {
+        if G == 1 {
+            return a;
+        }
+        let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let first = _mm256_andnot_si256(_mm256_set1_epi32(G as i32 - 1), lane);
+        let idx = _mm256_add_epi32(first, _mm256_set1_epi32(j as i32));
+        Ymm(_mm256_permutevar8x32_ps(a.0, idx))
     }
 }
