@@ -295,8 +295,15 @@ unsafe fn dw_tile<V: Vector, const N: usize, const G: usize>(t: &DwTile, bias: V
             for j in 0..G {
                 let wv = V::load(w.add(j * t.w_j));
                 for (p, a) in acc.iter_mut().enumerate() {
-                    let xv = V::load(x.offset(p as isize * t.x_pixel));
-                    *a = V::fma(V::spread::<G>(xv, j), wv, *a);
+                    let at = x.offset(p as isize * t.x_pixel);
+                    // A group as wide as the vector reads one input for all
+                    // lanes: a broadcast load, which leaves the shuffle unit
+                    // that `spread` would occupy to the FMAs' neighbours.
+                    let xv = match G == V::LANES {
+                        true => V::splat(*at.add(j)),
+                        false => V::spread::<G>(V::load(at), j),
+                    };
+                    *a = V::fma(xv, wv, *a);
                 }
             }
         }
