@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Thread scaling of layoutopt against onnxruntime: every model at every thread
-count, one or more layoutopt binaries and onnxruntime taking turns, each figure
-the median latency of its runs. Prints one table and, with --json, writes every
-figure.
+"""Thread scaling of layoutopt against its peer: every model at every thread
+count, one or more layoutopt binaries and the peer taking turns, each figure
+the median latency of its runs. The peer of an ONNX model is onnxruntime, of a
+TFLite model the TFLite interpreter with its default XNNPACK delegate. Prints
+one table and, with --json, writes every figure.
 
-    python3 scripts/bench_threads.py MODEL.onnx... --threads 1,4,8,16 \\
+    python3 scripts/bench_threads.py MODEL.onnx|MODEL.tflite... --threads 1,4,8,16 \\
         --layoutopt new=target/release/layoutopt [--layoutopt old=/tmp/old] \\
         [--only-at old=1,16] [--rounds 2] [--json out.json]
 
@@ -28,6 +29,40 @@ import onnxruntime as ort
 ORT_TYPES = {"tensor(float)": np.float32, "tensor(int64)": np.int64, "tensor(int32)": np.int32}
 
 
+def timed(run, runs: int) -> float:
+    """Median milliseconds of `runs` calls of `run`, after 3 untimed ones."""
+    for _ in range(3):
+        run()
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        run()
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+
+
+def tflite_ms(model: Path, threads: int, runs: int) -> float:
+    """The TFLite interpreter as its users run it: XNNPACK, `threads` threads."""
+    try:
+        from ai_edge_litert.interpreter import Interpreter
+    except ImportError:
+        from tensorflow.lite import Interpreter
+    interp = Interpreter(model_path=str(model), num_threads=threads)
+    interp.allocate_tensors()
+    rng = np.random.default_rng(0)
+    for d in interp.get_input_details():
+        shape = [max(int(n), 1) for n in d["shape"]]
+        value = rng.random(shape) * (1 if np.issubdtype(d["dtype"], np.floating) else 2)
+        interp.set_tensor(d["index"], value.astype(d["dtype"]))
+    return timed(interp.invoke, runs)
+
+
+def peer_ms(model: Path, threads: int, runs: int) -> float:
+    if model.suffix == ".tflite":
+        return tflite_ms(model, threads, runs)
+    return ort_ms(model, threads, runs)
+
+
 def ort_ms(model: Path, threads: int, runs: int) -> float:
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
@@ -39,14 +74,7 @@ def ort_ms(model: Path, threads: int, runs: int) -> float:
         shape = [d if isinstance(d, int) and d > 0 else 1 for d in i.shape]
         dtype = ORT_TYPES.get(i.type, np.float32)
         feed[i.name] = (rng.random(shape) * (2 if dtype != np.float32 else 1)).astype(dtype)
-    for _ in range(3):
-        sess.run(None, feed)
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        sess.run(None, feed)
-        times.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(times)
+    return timed(lambda: sess.run(None, feed), runs)
 
 
 def layoutopt_ms(exe: str, model: Path, threads: int, runs: int) -> float:
@@ -75,22 +103,23 @@ def main() -> int:
     only = {k: {int(t) for t in v.split(",")} for k, v in (o.split("=", 1) for o in args.only_at)}
     threads = [int(t) for t in args.threads.split(",")]
     results = []
-    print(f"cpu: {os.cpu_count()} logical; onnxruntime {ort.__version__}", flush=True)
+    print(f"cpu: {os.cpu_count()} logical; onnxruntime {ort.__version__}; "
+          "peer: onnxruntime for .onnx, the TFLite interpreter for .tflite", flush=True)
     head = f"{'model':<26} {'thr':>4} " + " ".join(f"{k:>10}" for k in engines) + \
-        f" {'ort':>10} " + " ".join(f"{k + '/ort':>9}" for k in engines)
+        f" {'peer':>10} " + " ".join(f"{k + '/peer':>9}" for k in engines)
     print(head)
     print("-" * len(head), flush=True)
     for model in args.models:
-        name = model.parent.name if model.name == "model.onnx" else model.stem
-        # Runs per figure from one quick onnxruntime timing at one thread.
+        name = model.parent.name if model.stem == "model" else model.stem
+        # Runs per figure from one quick timing of the peer at one thread.
         try:
-            one = ort_ms(model, 1, 3)
-        except Exception as e:  # a model onnxruntime refuses is reported, not fatal
-            print(f"{name:<26} onnxruntime: {e}", flush=True)
+            one = peer_ms(model, 1, 3)
+        except Exception as e:  # a model the peer refuses is reported, not fatal
+            print(f"{name:<26} peer: {e}", flush=True)
             continue
         runs = int(min(50, max(5, args.target_ms / max(one, 1e-3))))
         for t in threads:
-            figures = {k: [] for k in list(engines) + ["ort"]}
+            figures = {k: [] for k in list(engines) + ["peer"]}
             errors = {}
             for _ in range(args.rounds):
                 for label, exe in engines.items():
@@ -100,12 +129,12 @@ def main() -> int:
                         figures[label].append(layoutopt_ms(exe, model, t, runs))
                     except Exception as e:
                         errors[label] = str(e)
-                figures["ort"].append(ort_ms(model, t, runs))
+                figures["peer"].append(peer_ms(model, t, runs))
             med = {k: statistics.median(v) if v else None for k, v in figures.items()}
             cell = lambda v: f"{v:>7.2f} ms" if v is not None else f"{'-':>10}"
-            ratio = lambda v: f"{v / med['ort']:>8.2f}x" if v is not None else f"{'-':>9}"
+            ratio = lambda v: f"{v / med['peer']:>8.2f}x" if v is not None else f"{'-':>9}"
             print(f"{name:<26} {t:>4} " + " ".join(cell(med[k]) for k in engines) +
-                  f" {cell(med['ort'])} " + " ".join(ratio(med[k]) for k in engines), flush=True)
+                  f" {cell(med['peer'])} " + " ".join(ratio(med[k]) for k in engines), flush=True)
             for label, e in errors.items():
                 print(f"    {label}: {e[:200]}", flush=True)
             results.append({"model": name, "threads": t, "runs": runs, "median_ms": med,

@@ -50,6 +50,9 @@ pub enum Activation {
     Unary(UnaryOp),
     /// x · sigmoid(x) (SiLU), which converters write as `Mul(x, Sigmoid(x))`.
     Swish,
+    /// A PRelu whose slope (the node's second input, a constant) holds one
+    /// value per channel of the convolution, or one for all.
+    PRelu,
 }
 
 impl FusedGroup {
@@ -241,6 +244,8 @@ pub fn conv_epilogue_of(
     let mut reads = vec![];
     // The node that last set how the data is stored: the conv or a relabel.
     let mut like = id;
+    // The logical axis of the conv's output channels in `v` (relabels move it).
+    let mut channel_axis = 1;
     let mut v = ValueRef::new(id, 0);
     // The node may join: allowed by the caller, and of `like`'s type.
     let joins = |like: NodeId, next: NodeId| {
@@ -250,6 +255,9 @@ pub fn conv_epilogue_of(
     let mut stage = 0;
     while !g.is_graph_output(v) && activation.is_none() {
         if let Some(t) = relabel(v) {
+            if let Op::Transpose(Transpose { perm }) = inner(g, t).0 {
+                channel_axis = perm.iter().position(|&p| p == channel_axis).unwrap_or(0);
+            }
             reads.push((t, 0));
             like = t;
             v = ValueRef::new(t, 0);
@@ -294,6 +302,13 @@ pub fn conv_epilogue_of(
             Op::Unary(u) if fuses(Activation::Unary(*u)) => {
                 activation = Some(Activation::Unary(*u))
             }
+            Op::Binary(BinaryOp::PRelu)
+                if port == 0
+                    && slope_per_channel(g, next, channel_axis)
+                    && fuses(Activation::PRelu) =>
+            {
+                activation = Some(Activation::PRelu)
+            }
             _ => break,
         }
         reads.push((next, port));
@@ -307,6 +322,25 @@ pub fn conv_epilogue_of(
             activation,
         },
     }
+}
+
+/// Whether PRelu node `id`'s slope is an f32 constant that broadcasts over
+/// its data (logical shapes, aligned at the innermost axis) with one value
+/// per index of `channel_axis`, or one for all.
+fn slope_per_channel(g: &Graph, id: NodeId, channel_axis: usize) -> bool {
+    let ins = g.node_inputs(id);
+    let constant = g.constant(ins[1]).is_some_and(|t| t.dtype() == DType::F32);
+    let (Some((_, data)), Some((_, slope))) = (input_layout(g, id, 0), input_layout(g, id, 1))
+    else {
+        return false;
+    };
+    let Some(lead) = data.len().checked_sub(slope.len()) else {
+        return false;
+    };
+    let along_channels = |(i, &n): (usize, &usize)| {
+        n == 1 || (lead + i == channel_axis && data.get(channel_axis) == Some(&n))
+    };
+    constant && slope.iter().enumerate().all(along_channels)
 }
 
 /// The node after `v` when it only relabels `v`'s storage: `v`'s one reader is

@@ -11,7 +11,7 @@ use crate::layout::planners::planner_by_name;
 use crate::layout::target::TargetFamily;
 use crate::ops::BatchNorm;
 use crate::runtime::kernels::conv::direct::ConvGeom;
-use crate::runtime::kernels::conv::tile::Epilogue;
+use crate::runtime::kernels::conv::tile::{ChannelParams, Epilogue};
 use crate::runtime::{CompiledModel, Isa, RuntimeOptions};
 
 /// splitmix64: reproducible test data without a dependency.
@@ -91,24 +91,32 @@ pub(super) struct Blocked {
 }
 
 /// What a fused conv epilogue adds to the plain convolution: a residual at
-/// the output's own offset, then a clamp to `[lo, hi]`.
+/// the output's own offset, then a clamp to `[lo, hi]`, then a PRelu of one
+/// slope per channel.
 #[derive(Clone, Copy)]
 pub(super) struct FusedTail<'a> {
     pub(super) residual: Option<&'a [f32]>,
     pub(super) lo: f32,
     pub(super) hi: f32,
+    pub(super) slope: Option<&'a [f32]>,
 }
 
 impl<'a> FusedTail<'a> {
-    /// A tail that adds `residual` or not, at random, then clamps to one of
-    /// `clamps`.
-    pub(super) fn random(residual: &'a [f32], clamps: &[(f32, f32)], rng: &mut Rng) -> Self {
+    /// A tail that adds `residual` or not, clamps to one of `clamps`, and
+    /// ends in a PRelu of `slopes` or not, each at random.
+    pub(super) fn random(
+        residual: &'a [f32],
+        slopes: &'a [f32],
+        clamps: &[(f32, f32)],
+        rng: &mut Rng,
+    ) -> Self {
         let with_residual = rng.below(2) == 0;
         let (lo, hi) = clamps[rng.below(clamps.len())];
         FusedTail {
             residual: with_residual.then_some(residual),
             lo,
             hi,
+            slope: (rng.below(3) == 0).then_some(slopes),
         }
     }
 
@@ -118,13 +126,27 @@ impl<'a> FusedTail<'a> {
             min: self.lo,
             max: self.hi,
             act: None,
+            slope_at: None,
         }
     }
 
-    /// `e`, the plain output that lands at offset `at`, with the tail applied.
-    pub(super) fn apply(&self, e: f64, at: usize) -> f64 {
+    /// The kernels' per-channel values: `bias`, and the tail's slopes.
+    pub(super) fn params(&self, bias: &'a [f32]) -> ChannelParams<'a> {
+        ChannelParams {
+            bias,
+            slope: self.slope,
+        }
+    }
+
+    /// `e`, the plain output of channel `c` that lands at offset `at`, with
+    /// the tail applied.
+    pub(super) fn apply(&self, e: f64, at: usize, c: usize) -> f64 {
         let e = e + self.residual.map_or(0.0, |r| r[at] as f64);
-        e.clamp(self.lo as f64, self.hi as f64)
+        let e = e.clamp(self.lo as f64, self.hi as f64);
+        match self.slope {
+            Some(s) if e < 0.0 => e * s[c] as f64,
+            _ => e,
+        }
     }
 }
 
@@ -190,7 +212,7 @@ impl Blocked {
                         }
                         continue;
                     }
-                    let e = tail.apply(expect[(n * self.channels + c) * self.plane + yx], at);
+                    let e = tail.apply(expect[(n * self.channels + c) * self.plane + yx], at, c);
                     let got = y[at] as f64;
                     assert!(close(got, e), "{what}: ({n},{c},{yx}) got {got} want {e}");
                 }
@@ -308,7 +330,8 @@ pub(super) fn random_conv_graph(rng: &mut Rng) -> (Graph, Vec<Tensor>) {
         let add = Op::Binary(crate::graph::BinaryOp::Add);
         v = crate::graph::ValueRef::new(g.add_node(add, "add", &[v, r], &[], vec![]).unwrap(), 0);
     }
-    // The activation last: a clip, a swish (x · sigmoid(x)), another unary op, or none.
+    // The activation last: a clip, a swish (x · sigmoid(x)), another unary op,
+    // a PRelu (its slope per channel, one for all, or per column), or none.
     let unary = |g: &mut Graph, op: UnaryOp, x| {
         let id = g.add_node(Op::Unary(op), op.name(), &[x], &[], vec![]);
         crate::graph::ValueRef::new(id.unwrap(), 0)
@@ -319,7 +342,7 @@ pub(super) fn random_conv_graph(rng: &mut Rng) -> (Graph, Vec<Tensor>) {
         UnaryOp::LeakyRelu { alpha: 0.2 },
         UnaryOp::Tanh,
     ];
-    match rng.below(4) {
+    match rng.below(5) {
         0 => {
             v = unary(
                 &mut g,
@@ -337,6 +360,18 @@ pub(super) fn random_conv_graph(rng: &mut Rng) -> (Graph, Vec<Tensor>) {
             v = crate::graph::ValueRef::new(id, 0);
         }
         2 => v = unary(&mut g, others[rng.below(others.len())], v),
+        3 => {
+            let w_out = g.value_type(v).shape[3];
+            let shape = [vec![cout, 1, 1], vec![1, cout, 1, 1], vec![1], vec![w_out]];
+            let shape = shape[rng.below(shape.len())].clone();
+            let slope = rng.f32s(shape.iter().product());
+            let slope = g.add_constant("slope", Tensor::from_f32(shape, slope), vec![]);
+            let prelu = Op::Binary(crate::graph::BinaryOp::PRelu);
+            let id = g
+                .add_node(prelu, "prelu", &[v, slope], &[], vec![])
+                .unwrap();
+            v = crate::graph::ValueRef::new(id, 0);
+        }
         _ => {}
     }
     g.set_outputs(vec![v]);

@@ -8,7 +8,7 @@ mod arena;
 use super::kernels::conv::algo::{self as conv_algo, ConvAlgoOptions, ConvSpec, LayerAlgo};
 use super::kernels::conv::depthwise::Depthwise;
 use super::kernels::conv::direct::ConvGeom;
-use super::kernels::conv::tile::Epilogue;
+use super::kernels::conv::tile::{ChannelParams, Epilogue};
 use super::kernels::elementwise::{broadcast_strides, Arg, Elementwise, Func, Stored};
 use super::kernels::gather::{Gather, MAX_GATHER_INPUTS};
 use super::kernels::matmul::{BatchedMatMul, Dense};
@@ -227,18 +227,38 @@ impl<'g> Compiler<'g> {
                 bias[o] = (bias[o] - p[2][o]) * s + p[1][o];
             }
         }
+        // A PRelu is the group's last node; fusion checked its slope's shape.
+        let slope = match activation {
+            Some(Activation::PRelu) => {
+                let s = self
+                    .const_input(last, 1)
+                    .ok_or_else(|| self.at(last, "PRelu slope is not an f32 constant"))?;
+                Some(match s[..] {
+                    [one] => vec![one; geom.cout],
+                    _ => s,
+                })
+            }
+            _ => None,
+        };
+        if slope.as_ref().is_some_and(|s| s.len() != geom.cout) {
+            return Err(self.at(last, "PRelu slope does not match the channels"));
+        }
+        let params = ChannelParams {
+            bias: &bias,
+            slope: slope.as_deref(),
+        };
         let epilogue = Epilogue::of(activation);
         let pad_fill = output_layout(self.g, last).and_then(|(_, p)| p.known());
         let threads = pool.threads();
         let (kernel, mut decision) = if depthwise {
-            let k = Depthwise::new(geom.clone(), self.isa, &w, &bias, epilogue, pad_fill);
+            let k = Depthwise::new(geom.clone(), self.isa, &w, params, epilogue, pad_fill);
             (Kernel::Depthwise(k), conv_algo::ConvAlgo::Depthwise.into())
         } else {
             let spec = ConvSpec {
                 geom: geom.clone(),
                 isa: self.isa,
                 w: &w,
-                bias: &bias,
+                params,
                 epilogue,
                 pad_fill,
                 threads,

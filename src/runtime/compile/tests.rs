@@ -24,7 +24,7 @@ fn compiled_random_convs_match_the_reference_executor() {
         TargetFamily::Nhwc,
         TargetFamily::Nchw,
     ];
-    let (mut native, mut swish_fused) = (0, 0);
+    let (mut native, mut swish_fused, mut prelu_fused) = (0, 0, 0);
     for case in 0..40 {
         let (g, inputs) = random_conv_graph(&mut rng);
         let expected = crate::reference::run(&g, &inputs).unwrap();
@@ -40,6 +40,10 @@ fn compiled_random_convs_match_the_reference_executor() {
             .iter()
             .any(|l| l.contains("[Conv") && l.contains("Sigmoid+Mul") && l.ends_with("native"))
             as usize;
+        prelu_fused += steps
+            .iter()
+            .any(|l| l.contains("[Conv") && l.contains("+PRelu") && l.ends_with("native"))
+            as usize;
         let (err, mag) = max_error(&got[0].to_f32(), &expected[0].to_f32());
         assert!(
             err <= 1e-4 * mag.max(1.0),
@@ -53,26 +57,29 @@ fn compiled_random_convs_match_the_reference_executor() {
         swish_fused >= 2,
         "{swish_fused} swishes ran in a conv epilogue"
     );
+    assert!(
+        prelu_fused >= 2,
+        "{prelu_fused} PRelus ran in a conv epilogue"
+    );
 }
 
 /// A channels-last graph as the TFLite importer writes it: each conv between a
 /// transpose to NCHW and one back, the residual add and the activation on the
 /// NHWC side. The transpose after the conv only relabels its output, so the
-/// add and the swish or relu still run in the conv's epilogue, equal to the
-/// reference in every layout family.
+/// add and the swish, relu or PRelu (its slope per channel as TFLite writes it,
+/// [1, 1, C] or [C] along the NHWC channels) still run in the conv's epilogue,
+/// equal to the reference in every layout family.
 #[test]
 fn conv_epilogues_look_through_relabelling_transposes() {
     use crate::graph::Transpose;
     let mut rng = Rng(12);
-    for (case, family) in [
+    let families = [
         TargetFamily::Nchwc(16),
         TargetFamily::Nchwc(8),
         TargetFamily::Nhwc,
         TargetFamily::Nchw,
-    ]
-    .into_iter()
-    .enumerate()
-    {
+    ];
+    for (case, family) in (0..4).flat_map(|act| families.map(|f| (act, f))) {
         let (h, w, cin, cout) = (9, 7, 5, 24);
         let mut g = Graph::new("channels-last");
         let nhwc = |c: usize| ValueType::new(DType::F32, vec![1, h, w, c]);
@@ -103,12 +110,18 @@ fn conv_epilogues_look_through_relabelling_transposes() {
         let y = node(&mut g, conv, &[to_nchw, wt]);
         let back = node(&mut g, transpose([0, 2, 3, 1]), &[y]);
         let sum = node(&mut g, Op::Binary(BinaryOp::Add), &[back, r]);
-        let out = match case % 2 {
+        let out = match case {
             0 => {
                 let s = node(&mut g, Op::Unary(UnaryOp::Sigmoid), &[sum]);
                 node(&mut g, Op::Binary(BinaryOp::Mul), &[sum, s])
             }
-            _ => node(&mut g, Op::Unary(UnaryOp::Relu), &[sum]),
+            1 => node(&mut g, Op::Unary(UnaryOp::Relu), &[sum]),
+            _ => {
+                let shape = [vec![1, 1, cout], vec![cout]][case - 2].clone();
+                let slope = Tensor::from_f32(shape, rng.f32s(cout));
+                let slope = g.add_constant("slope", slope, vec![]);
+                node(&mut g, Op::Binary(BinaryOp::PRelu), &[sum, slope])
+            }
         };
         g.set_outputs(vec![out]);
         let expected = crate::reference::run(&g, &inputs).unwrap()[0].to_f32();
@@ -129,7 +142,7 @@ fn conv_epilogues_look_through_relabelling_transposes() {
         )
         .unwrap();
         let got = m.run(&inputs).unwrap()[0].to_f32();
-        assert_close(&got, &expected, &format!("{family}"));
+        assert_close(&got, &expected, &format!("{family} case {case}"));
         let steps = m.describe();
         assert!(
             steps.iter().any(|l| l.contains("[Conv+Transpose+Add+")),

@@ -9,7 +9,7 @@
 //! (`vectorizes`).
 
 use super::simd::Vector;
-use crate::core::scalar::{MathFn, Scalar, UnaryOp};
+use crate::core::scalar::{BinaryOp, MathFn, Scalar, UnaryOp};
 use crate::core::vecmath::{self, LaneOps};
 use crate::fusion::Activation;
 use std::ops::{Add, Div, Mul, Neg, Sub};
@@ -30,13 +30,29 @@ pub(super) unsafe fn activate<V: Vector>(act: Activation, v: V) -> V {
     match act {
         Activation::Unary(u) => u.apply(x).0,
         Activation::Swish => (x * UnaryOp::Sigmoid.apply(x)).0,
+        // Its slopes are per channel: `Epilogue` applies it with `prelu`.
+        Activation::PRelu => unreachable!("a PRelu needs its channels' slopes"),
     }
 }
 
-/// Whether `activate` evaluates `act` with vector arithmetic only.
+/// `v` through a PRelu of per-lane slopes `slope`, by `BinaryOp::PRelu`'s one
+/// definition.
+///
+/// # Safety
+/// `V`'s instruction set must be available (the caller holds a `V`).
+#[inline(always)]
+pub(super) unsafe fn prelu<V: Vector>(v: V, slope: V) -> V {
+    match BinaryOp::PRelu.apply(Lanewise(v), Lanewise(slope)) {
+        Some(y) => y.0,
+        None => unreachable!("PRelu is arithmetic"),
+    }
+}
+
+/// Whether a convolution's epilogue evaluates `act` with vector arithmetic
+/// only (`activate`, or `prelu` for a PRelu).
 pub fn vectorizes(act: Activation) -> bool {
     match act {
-        Activation::Swish => true,
+        Activation::Swish | Activation::PRelu => true,
         Activation::Unary(u) => matches!(
             u,
             UnaryOp::Relu

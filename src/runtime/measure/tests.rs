@@ -84,7 +84,7 @@ fn conv_algorithms_are_measured_once_then_read_from_the_cache() {
         ConvAlgo, ConvAlgoChoice, ConvAlgoOptions, ConvSpec, WINOGRAD_TOLERANCE,
     };
     use crate::runtime::kernels::conv::direct::ConvGeom;
-    use crate::runtime::kernels::conv::tile::Epilogue;
+    use crate::runtime::kernels::conv::tile::{ChannelParams, Epilogue};
     use crate::runtime::kernels::conv::winograd::WinogradTile;
     use crate::runtime::kernels::simd::Isa;
     use crate::runtime::measure::conv_times::build;
@@ -117,7 +117,7 @@ fn conv_algorithms_are_measured_once_then_read_from_the_cache() {
         geom,
         isa: Isa::detect(),
         w: &w,
-        bias: &bias,
+        params: ChannelParams::bias_only(&bias),
         epilogue: Epilogue::of(None),
         pad_fill: None,
         threads: 1,

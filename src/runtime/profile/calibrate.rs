@@ -13,7 +13,7 @@ use crate::ops::OpDef;
 use crate::runtime::kernels::conv::algo::{ConvAlgo, ConvAlgoOptions, ConvSpec, SharedWeights};
 use crate::runtime::kernels::conv::depthwise::Depthwise;
 use crate::runtime::kernels::conv::direct::ConvGeom;
-use crate::runtime::kernels::conv::tile::Epilogue;
+use crate::runtime::kernels::conv::tile::{ChannelParams, Epilogue};
 use crate::runtime::kernels::gather::Gather;
 use crate::runtime::kernels::simd::Isa;
 use crate::runtime::machine::SharedKernelTimes;
@@ -140,7 +140,8 @@ impl MeasuredKernels {
             return ms;
         }
         let bias = vec![0f32; geom.cout];
-        let k = Depthwise::new(geom.clone(), self.isa, w, &bias, Epilogue::of(None), None);
+        let params = ChannelParams::bias_only(&bias);
+        let k = Depthwise::new(geom.clone(), self.isa, w, params, Epilogue::of(None), None);
         let x = vec![0f32; geom.x_len()];
         let mut y = vec![0f32; geom.y_len()];
         let ms = self
@@ -194,7 +195,7 @@ impl MeasuredCosts for MeasuredKernels {
                 geom,
                 isa: self.isa,
                 w: &w,
-                bias: &bias,
+                params: ChannelParams::bias_only(&bias),
                 epilogue: Epilogue::of(None),
                 pad_fill: None,
                 threads: self.pool.threads(),

@@ -14,7 +14,7 @@
 
 use super::depthwise::Depthwise;
 use super::direct::{ConvGeom, PackedConv};
-use super::tile::Epilogue;
+use super::tile::{ChannelParams, Epilogue};
 use super::winograd::{self, TransformedWeights, WinogradConv, WinogradTile};
 use crate::core::{parse_choice, UnknownChoice};
 use crate::graph::Span;
@@ -226,8 +226,8 @@ pub struct ConvSpec<'a> {
     pub isa: Isa,
     /// Logical OIHW weights, batch norm folded in.
     pub w: &'a [f32],
-    /// Per-channel bias, batch norm folded in.
-    pub bias: &'a [f32],
+    /// Per-channel bias (batch norm folded in) and PRelu slopes.
+    pub params: ChannelParams<'a>,
     /// The clamp and activation of every output.
     pub epilogue: Epilogue,
     /// What the output's padding channels must hold, if anything.
@@ -242,7 +242,7 @@ impl ConvSpec<'_> {
             self.geom.clone(),
             self.isa,
             self.w,
-            self.bias,
+            self.params,
             self.epilogue,
             self.pad_fill,
         )
@@ -254,7 +254,7 @@ impl ConvSpec<'_> {
             self.isa,
             u,
             self.w,
-            self.bias,
+            self.params,
             self.epilogue,
             self.pad_fill,
             self.threads,
@@ -272,7 +272,7 @@ impl ConvSpec<'_> {
                 self.geom.clone(),
                 self.isa,
                 self.w,
-                self.bias,
+                self.params,
                 self.epilogue,
                 self.pad_fill,
             ))),
@@ -415,7 +415,7 @@ pub fn winograd_errors(spec: &ConvSpec, tiles: &[WinogradTile]) -> Vec<(ConvAlgo
     let check = ConvSpec {
         geom: geom.clone(),
         w: &w,
-        bias: &zero_bias,
+        params: ChannelParams::bias_only(&zero_bias),
         epilogue: Epilogue::of(None),
         pad_fill: None,
         threads: 1,

@@ -24,7 +24,7 @@
 //! input channel into a vector of mostly idle lanes.
 
 use super::direct::{balanced_tile, fill_channel_pad, valid_taps, ConvGeom};
-use super::tile::Epilogue;
+use super::tile::{ChannelParams, Epilogue};
 use crate::core::par;
 use crate::runtime::kernels::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel};
 
@@ -48,8 +48,9 @@ pub struct Depthwise {
     /// output channel `c` gives input channel `j` of its group; zero in
     /// padding channels.
     w: Vec<f32>,
-    /// [slices][slice].
-    bias: Vec<f32>,
+    /// [slices][slice] of biases, then as many of PRelu slopes if the epilogue
+    /// has them.
+    params: Vec<f32>,
     epilogue: Epilogue,
     /// What the output's padding channels must hold, if any are there.
     pad_fill: Option<f32>,
@@ -75,7 +76,7 @@ impl Depthwise {
         geom: ConvGeom,
         isa: Isa,
         w: &[f32],
-        bias: &[f32],
+        params: ChannelParams,
         epilogue: Epilogue,
         pad_fill: Option<f32>,
     ) -> Depthwise {
@@ -85,9 +86,12 @@ impl Depthwise {
         let slices = geom.cin.div_ceil(slice);
         let (kh, kw) = geom.k;
         let mut packed = vec![0f32; slices * kh * kw * group * slice];
-        let mut b = vec![0f32; slices * slice];
+        let (params, epilogue) = params.pack(epilogue, |per_channel| {
+            let mut sliced = vec![0f32; slices * slice];
+            sliced[..geom.cin].copy_from_slice(&per_channel[..geom.cin]);
+            sliced
+        });
         for c in 0..geom.cin {
-            b[c] = bias[c];
             for j in 0..group {
                 for y in 0..kh {
                     for x in 0..kw {
@@ -104,7 +108,7 @@ impl Depthwise {
             slice,
             geom,
             w: packed,
-            bias: b,
+            params,
             epilogue,
             pad_fill: pad_fill.filter(|_| padded),
         }
@@ -234,7 +238,7 @@ impl<const G: usize> VectorKernel for InGroups<'_, G> {
             lo
         };
         let w_slice = d.w.as_ptr().add(s * kh * kw * G * slice);
-        let bias = d.bias.as_ptr().add(c0);
+        let bias = d.params.as_ptr().add(c0);
         for c in (0..slice).step_by(V::LANES) {
             let mut t = DwTile {
                 x: x_row,
@@ -251,7 +255,7 @@ impl<const G: usize> VectorKernel for InGroups<'_, G> {
                 res: row.res,
                 y_pixel: y_cb,
             };
-            let b = V::load(bias.add(c));
+            let b = bias.add(c);
             let mut ow = 0;
             while ow < g.ow {
                 let iw = (ow * sw) as isize - pw as isize;
@@ -285,8 +289,12 @@ impl<const G: usize> VectorKernel for InGroups<'_, G> {
 /// in registers, one weight vector per tap and input channel of the group,
 /// each input vector loaded (and for groups, spread) into its FMA.
 #[inline(always)]
-unsafe fn dw_tile<V: Vector, const N: usize, const G: usize>(t: &DwTile, bias: V, ep: Epilogue) {
-    let mut acc = [bias; N];
+unsafe fn dw_tile<V: Vector, const N: usize, const G: usize>(
+    t: &DwTile,
+    bias: *const f32,
+    ep: Epilogue,
+) {
+    let mut acc = [V::load(bias); N];
     for ky in t.kh.0..t.kh.1 {
         for kx in t.kw.0..t.kw.1 {
             let w = t.w.add(ky * t.w_kh + kx * t.w_kw);
@@ -314,7 +322,7 @@ unsafe fn dw_tile<V: Vector, const N: usize, const G: usize>(t: &DwTile, bias: V
             Some(r) => V::add(a, V::load(r.add(at))),
             None => a,
         };
-        ep.apply(v).store(t.out.add(at));
+        ep.apply(v, bias).store(t.out.add(at));
     }
 }
 

@@ -1,9 +1,10 @@
 //! 2-D convolution on channel-blocked data: NCHW{cb}c covers NCHWxc (cb = x),
 //! NHWC (cb = C, one block) and NCHW (cb = 1). Weights are packed once, with
-//! batch norm folded in; bias, residual add and relu/clip run in the epilogue
-//! of the register tile, so a fused conv makes one pass over its output.
+//! batch norm folded in; bias, residual add, relu/clip, another activation or
+//! a per-channel PRelu run in the epilogue of the register tile, so a fused
+//! conv makes one pass over its output.
 
-use super::tile::{conv_tile, Epilogue, Store, Tile, TILE};
+use super::tile::{conv_tile, ChannelParams, Epilogue, Store, Tile, TILE};
 use crate::core::{par, PageBuf};
 use crate::ops::Conv;
 use crate::runtime::kernels::simd::Isa;
@@ -151,10 +152,11 @@ pub struct PackedConv {
     blocks: Vec<OutBlock>,
     /// Per block, `[kh][kw][cin / groups][width]`, zero beyond its channels.
     w: PageBuf,
-    /// [blocks][width].
-    bias: Vec<f32>,
-    /// The clamp applied to every output.
-    pub epilogue: Epilogue,
+    /// [blocks][width] of biases, then as many of PRelu slopes if the
+    /// epilogue has them.
+    params: Vec<f32>,
+    /// The clamp and activation applied to every output.
+    epilogue: Epilogue,
     /// What the output's padding channels must hold, if any are there.
     pad_fill: Option<f32>,
     /// Set when the input is first copied into scratch in another shape.
@@ -205,17 +207,17 @@ enum Staging {
 }
 
 impl PackedConv {
-    /// Packs logical OIHW weights `w` and per-channel `bias` (already folded with
-    /// any batch norm).
+    /// Packs logical OIHW weights `w` and the per-channel `params` (already
+    /// folded with any batch norm).
     pub fn new(
         geom: ConvGeom,
         isa: Isa,
         w: &[f32],
-        bias: &[f32],
+        params: ChannelParams,
         epilogue: Epilogue,
         pad_fill: Option<f32>,
     ) -> PackedConv {
-        Self::build(geom, isa, w, bias, epilogue, pad_fill, true)
+        Self::build(geom, isa, w, params, epilogue, pad_fill, true)
     }
 
     /// The kernel of `new` that reads its input as it is (never staged),
@@ -224,17 +226,17 @@ impl PackedConv {
         geom: ConvGeom,
         isa: Isa,
         w: &[f32],
-        bias: &[f32],
+        params: ChannelParams,
         epilogue: Epilogue,
     ) -> PackedConv {
-        Self::build(geom, isa, w, bias, epilogue, None, false)
+        Self::build(geom, isa, w, params, epilogue, None, false)
     }
 
     fn build(
         geom: ConvGeom,
         isa: Isa,
         w: &[f32],
-        bias: &[f32],
+        params: ChannelParams,
         epilogue: Epilogue,
         pad_fill: Option<f32>,
         may_stage: bool,
@@ -293,13 +295,19 @@ impl PackedConv {
         let taps = kh * kw;
         let per_block = taps * cin_g * width;
         let mut packed = PageBuf::zeroed(blocks.len() * per_block);
-        let mut packed_bias = vec![0f32; blocks.len() * width];
-        // Lane l of a block is output channel first + l. A block's packed
-        // rows are written whole, reading its channels' weights side by side
-        // (one output channel at a time scattered its writes over the block).
+        // Lane l of a block is output channel first + l.
+        let (packed_params, epilogue) = params.pack(epilogue, |per_channel| {
+            let mut lanes = vec![0f32; blocks.len() * width];
+            for (b, block) in blocks.iter().enumerate() {
+                lanes[b * width..][..block.channels]
+                    .copy_from_slice(&per_channel[block.first..][..block.channels]);
+            }
+            lanes
+        });
+        // A block's packed rows are written whole, reading its channels'
+        // weights side by side (one output channel at a time scattered its
+        // writes over the block).
         for (b, block) in blocks.iter().enumerate() {
-            packed_bias[b * width..][..block.channels]
-                .copy_from_slice(&bias[block.first..][..block.channels]);
             for i in 0..cin_g {
                 for t in 0..taps {
                     let row =
@@ -355,7 +363,7 @@ impl PackedConv {
             width,
             blocks,
             w: packed,
-            bias: packed_bias,
+            params: packed_params,
             epilogue,
             pad_fill: pad_fill.filter(|_| padded),
             staged,
@@ -556,7 +564,7 @@ impl PackedConv {
             vectors: block.channels.div_ceil(lanes).min(width / lanes),
         };
         let w = self.w.as_ptr().add(b * kh * kw * cin_g * width);
-        let bias = self.bias.as_ptr().add(b * width);
+        let bias = self.params.as_ptr().add(b * width);
         let c0 = block.first;
         let y_row = n * y_batch + g.y_chan(c0) + oh * g.ow * g.y_cb;
         let vector = if block.channels > lanes {

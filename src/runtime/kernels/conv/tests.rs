@@ -8,7 +8,7 @@ use crate::fusion::Activation;
 use crate::graph::UnaryOp;
 use crate::runtime::kernels::conv::depthwise::Depthwise;
 use crate::runtime::kernels::conv::direct::{ConvGeom, PackedConv};
-use crate::runtime::kernels::conv::tile::Epilogue;
+use crate::runtime::kernels::conv::tile::{ChannelParams, Epilogue};
 use crate::runtime::kernels::simd::Isa;
 use crate::runtime::test_support::{available_isas, Blocked, FusedTail, Rng};
 
@@ -101,12 +101,14 @@ fn tiled_conv_matches_a_naive_loop_for_every_isa_and_blocking() {
             (0.0, f32::INFINITY),
             (-0.5, 0.5),
         ];
-        let tail = FusedTail::random(&residual, &clamps, &mut rng);
+        let slopes = rng.f32s(cout);
+        let tail = FusedTail::random(&residual, &slopes, &clamps, &mut rng);
         let xb = Blocked::input_of(&g).scatter(&x);
         let y_blocks = Blocked::output_of(&g);
         let expect = naive_conv(&g, &x, &wt, &bias);
         for &isa in &isas {
-            let conv = PackedConv::new(g.clone(), isa, &wt, &bias, tail.epilogue(), Some(0.0));
+            let params = tail.params(&bias);
+            let conv = PackedConv::new(g.clone(), isa, &wt, params, tail.epilogue(), Some(0.0));
             let mut y = vec![f32::NAN; g.y_len()];
             let mut scratch = vec![f32::NAN; conv.scratch_len()];
             conv.run(&xb, tail.residual, &mut y, &mut scratch);
@@ -225,13 +227,15 @@ fn depthwise_and_lane_groups_match_a_naive_loop_for_every_isa_and_blocking() {
         let bias = rng.f32s(c);
         let residual = rng.f32s(g.y_len());
         let clamps = [(f32::NEG_INFINITY, f32::INFINITY), (0.0, 6.0), (-0.5, 0.5)];
-        let tail = FusedTail::random(&residual, &clamps, &mut rng);
+        let slopes = rng.f32s(c);
+        let tail = FusedTail::random(&residual, &slopes, &clamps, &mut rng);
         let xb = Blocked::input_of(&g).scatter(&x);
         let y_blocks = Blocked::output_of(&g);
         let expect = naive_conv(&g, &x, &wt, &bias);
         for &isa in isas.iter().filter(|&&i| Depthwise::applies(&g, i)) {
             lane_group_runs += usize::from(group > 1);
-            let d = Depthwise::new(g.clone(), isa, &wt, &bias, tail.epilogue(), Some(0.0));
+            let params = tail.params(&bias);
+            let d = Depthwise::new(g.clone(), isa, &wt, params, tail.epilogue(), Some(0.0));
             let mut y = vec![f32::NAN; g.y_len()];
             d.run(&xb, tail.residual, &mut y);
             let close = |got: f64, e: f64| close_or_same_nonfinite(got, e, 1e-5);
@@ -280,6 +284,8 @@ fn epilogue_activations_match_their_scalar_definitions_on_every_isa() {
         match act {
             Activation::Unary(u) => u.apply(v),
             Activation::Swish => v * UnaryOp::Sigmoid.apply(v),
+            // Its slopes are per channel: the kernels' tests draw it in their tails.
+            Activation::PRelu => unreachable!("not in `acts`"),
         }
     };
     let check = |act: Activation, isa: Isa, what: &str, i: usize, got: f32| {
@@ -315,7 +321,9 @@ fn epilogue_activations_match_their_scalar_definitions_on_every_isa() {
                 x_cb: if depthwise { cb } else { c },
                 y_cb: cb,
             };
-            let d = Depthwise::new(g(c, true), isa, &vec![1.0; c], &vec![0.0; c], ep, None);
+            let zeros = vec![0.0; c];
+            let params = ChannelParams::bias_only(&zeros);
+            let d = Depthwise::new(g(c, true), isa, &vec![1.0; c], params, ep, None);
             let mut y = vec![0f32; x.len()];
             d.run(&x, None, &mut y);
             for (i, &got) in y.iter().enumerate() {
@@ -329,7 +337,7 @@ fn epilogue_activations_match_their_scalar_definitions_on_every_isa() {
                 .collect();
             for cb in [16, 3] {
                 let geom = g(cb, false);
-                let conv = PackedConv::new(geom.clone(), isa, &identity, &vec![0.0; c], ep, None);
+                let conv = PackedConv::new(geom.clone(), isa, &identity, params, ep, None);
                 let mut y = vec![0f32; geom.y_len()];
                 conv.run(&xf, None, &mut y, &mut vec![0.0; conv.scratch_len()]);
                 for (i, &v) in xf.iter().enumerate().take(finite) {
@@ -461,10 +469,14 @@ fn winograd_matches_a_naive_loop_for_every_isa_tile_and_blocking() {
         let xb = x_blocks.scatter(&x);
         let plane = g.oh * g.ow;
         let y_blocks = Blocked::output_of(&g);
+        // Unfused cases end in a PRelu half the time (after the clamp of a
+        // fused one it would see no negative values).
+        let slopes = rng.f32s(cout);
         let tail = FusedTail {
             residual: fused.then_some(&residual[..]),
             lo,
             hi,
+            slope: (case % 4 == 1).then_some(&slopes[..]),
         };
         let expect = naive_conv(&g, &x, &wt, &bias);
         let tol = 1e-4 * (2.0 + expect.iter().fold(0f64, |m, e| m.max(e.abs())));
@@ -478,7 +490,8 @@ fn winograd_matches_a_naive_loop_for_every_isa_tile_and_blocking() {
             let pool = crate::core::par::Pool::new(threads).unwrap();
             let ep = tail.epilogue();
             let u = TransformedWeights::new(tile, isa, cin, cout, &wt);
-            let conv = WinogradConv::new(g.clone(), isa, &u, &wt, &bias, ep, Some(0.0), threads);
+            let params = tail.params(&bias);
+            let conv = WinogradConv::new(g.clone(), isa, &u, &wt, params, ep, Some(0.0), threads);
             let mut y = vec![f32::NAN; g.y_len()];
             let mut scratch = vec![f32::NAN; conv.scratch_len()];
             pool.install(|| conv.run(&xb, tail.residual, &mut y, &mut scratch));
@@ -488,7 +501,7 @@ fn winograd_matches_a_naive_loop_for_every_isa_tile_and_blocking() {
             // NaN and ±inf at a body and at an edge pixel: exactly the
             // outputs the naive loop and the direct kernel make non-finite
             // are, with the same NaN or sign of infinity.
-            let direct = PackedConv::new(g.clone(), isa, &wt, &bias, ep, Some(0.0));
+            let direct = PackedConv::new(g.clone(), isa, &wt, params, ep, Some(0.0));
             let mut yd = vec![f32::NAN; g.y_len()];
             let mut scratch_d = vec![f32::NAN; direct.scratch_len()];
             for (body, edge) in [(f32::NAN, f32::INFINITY), (f32::NEG_INFINITY, f32::NAN)] {
@@ -506,7 +519,7 @@ fn winograd_matches_a_naive_loop_for_every_isa_tile_and_blocking() {
                     for c in 0..cout {
                         for yx in 0..plane {
                             let at = y_blocks.at(n, c, yx);
-                            let e = tail.apply(expect[(n * cout + c) * plane + yx], at);
+                            let e = tail.apply(expect[(n * cout + c) * plane + yx], at, c);
                             let (got, d) = (y[at] as f64, yd[at] as f64);
                             let what = format!("case {case} {isa:?} {tile:?} {body} body {body_at:?} {edge} edge {edge_at:?}: ({n},{c},{yx})");
                             assert_eq!(class(got), class(e), "{what}: got {got} want {e}");

@@ -9,7 +9,7 @@
 //! step one weight-vector load, then a broadcast and an FMA per pixel.
 
 use crate::fusion::Activation;
-use crate::runtime::kernels::activation::activate;
+use crate::runtime::kernels::activation::{activate, prelu};
 use crate::runtime::kernels::simd::{Isa, Portable, Scalar, Vector, MAX_LANES};
 #[cfg(target_arch = "x86_64")]
 use crate::runtime::kernels::simd::{Ymm, Zmm};
@@ -64,35 +64,74 @@ pub struct Epilogue {
     pub max: f32,
     /// The activation after the clamp.
     pub act: Option<Activation>,
+    /// A PRelu last, its slope per channel: each channel's slope lies this
+    /// many floats after the channel's bias in the kernel's packed array
+    /// (`ChannelParams::pack` sets it).
+    pub slope_at: Option<usize>,
 }
 
 impl Epilogue {
     /// The epilogue applying `act`: a relu or clip as the clamp, anything else
-    /// after it.
+    /// after it. A PRelu's slopes come with the kernel's `ChannelParams`.
     pub fn of(act: Option<Activation>) -> Epilogue {
         let clamp = act.and_then(|a| match a {
             Activation::Unary(u) => u.clamp_bounds(),
-            Activation::Swish => None,
+            Activation::Swish | Activation::PRelu => None,
         });
         let (min, max) = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
         Epilogue {
             min,
             max,
-            act: act.filter(|_| clamp.is_none()),
+            act: act.filter(|a| clamp.is_none() && *a != Activation::PRelu),
+            slope_at: None,
         }
     }
 
-    /// Applies the epilogue to `v` (after the bias and residual).
+    /// Applies the epilogue to `v` (after the bias and residual), whose lanes'
+    /// biases `bias` points at.
     ///
     /// # Safety
-    /// `V`'s instruction set must be available.
+    /// `V`'s instruction set must be available; with `slope_at`, `bias` must
+    /// point into the packed array the kernel was built with.
     #[inline(always)]
-    pub(in crate::runtime) unsafe fn apply<V: Vector>(self, v: V) -> V {
+    pub(in crate::runtime) unsafe fn apply<V: Vector>(self, v: V, bias: *const f32) -> V {
         let v = V::clamp(v, V::splat(self.min), V::splat(self.max));
-        match self.act {
+        let v = match self.act {
             Some(a) => activate(a, v),
             None => v,
+        };
+        match self.slope_at {
+            Some(at) => prelu(v, V::load(bias.add(at))),
+            None => v,
         }
+    }
+}
+
+/// The per-channel values of a convolution's epilogue, in logical channel order.
+#[derive(Clone, Copy, Debug)]
+pub struct ChannelParams<'a> {
+    /// The bias (batch norm folded in).
+    pub bias: &'a [f32],
+    /// The slopes of a PRelu the epilogue ends in.
+    pub slope: Option<&'a [f32]>,
+}
+
+impl<'a> ChannelParams<'a> {
+    /// A bias and no PRelu.
+    pub fn bias_only(bias: &'a [f32]) -> Self {
+        ChannelParams { bias, slope: None }
+    }
+
+    /// The bias and then the slopes, each laid out by the kernel's `place`,
+    /// in one array, and `ep` told where the slopes lie.
+    pub fn pack(&self, ep: Epilogue, place: impl Fn(&[f32]) -> Vec<f32>) -> (Vec<f32>, Epilogue) {
+        let mut packed = place(self.bias);
+        let slope_at = self.slope.map(|s| {
+            let at = packed.len();
+            packed.extend(place(s));
+            at
+        });
+        (packed, Epilogue { slope_at, ..ep })
     }
 }
 
@@ -224,11 +263,19 @@ unsafe fn tile_n<V: Vector, const N: usize, const M: usize, const XP: usize>(
                     V::clamp(v, lo, hi).store(st.out.offset(off(p, m)));
                 }
             }
-            if let Some(a) = ep.act {
+            if ep.act.is_some() || ep.slope_at.is_some() {
                 // On the stored tile, still in L1.
                 for i in 0..N * M {
-                    let q = st.out.offset(off(i / M, i % M));
-                    activate(a, V::load(q)).store(q);
+                    let m = i % M;
+                    let q = st.out.offset(off(i / M, m));
+                    let mut v = V::load(q);
+                    if let Some(a) = ep.act {
+                        v = activate(a, v);
+                    }
+                    if let Some(at) = ep.slope_at {
+                        v = prelu(v, V::load(bias.add(at + m * V::LANES)));
+                    }
+                    v.store(q);
                 }
             }
         }
@@ -240,13 +287,15 @@ unsafe fn tile_n<V: Vector, const N: usize, const M: usize, const XP: usize>(
                 }
             }
             for (i, lanes) in lanes.iter().enumerate().take(N * M) {
-                let at = off(i % N, i / N);
+                let (p, m) = (i % N, i / N);
+                let at = off(p, m);
                 for (l, &co) in offs.iter().enumerate().take(st.lanes_used) {
                     let mut y = lanes[l];
                     if let Some(r) = st.residual {
                         y += *r.offset(at + co);
                     }
-                    *st.out.offset(at + co) = ep.apply(Scalar(y)).0;
+                    let lane_bias = bias.add(m * V::LANES + l);
+                    *st.out.offset(at + co) = ep.apply(Scalar(y), lane_bias).0;
                 }
             }
         }

@@ -21,7 +21,7 @@
 //! only.
 
 use super::direct::{fill_channel_pad, ConvGeom, PackedConv};
-use super::tile::{conv_tile, Epilogue, Store, Tile, TILE};
+use super::tile::{conv_tile, ChannelParams, Epilogue, Store, Tile, TILE};
 use crate::core::{par, PageBuf};
 use crate::runtime::kernels::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel};
 use std::ops::Range;
@@ -168,8 +168,9 @@ pub struct WinogradConv {
     width: usize,
     /// [α²][cout / width][cin][width], zero beyond `cout`.
     u: Arc<PageBuf>,
-    /// Bias per output channel, zero beyond `cout`, `cout_r` long.
-    bias: Vec<f32>,
+    /// Bias per output channel, zero beyond `cout`, `cout_r` long; then as
+    /// many PRelu slopes if the epilogue has them.
+    params: Vec<f32>,
     epilogue: Epilogue,
     /// What the output's padding channels must hold, if any are there.
     pad_fill: Option<f32>,
@@ -212,7 +213,8 @@ unsafe impl Sync for Block {}
 
 impl WinogradConv {
     /// The convolution of logical OIHW weights `w` (3x3), transformed as
-    /// `u`, and per-channel `bias` (both already folded with any batch norm);
+    /// `u`, and the per-channel `params` (both already folded with any batch
+    /// norm);
     /// `threads` is the number of workers `run` may be called on.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
@@ -220,7 +222,7 @@ impl WinogradConv {
         isa: Isa,
         u: &TransformedWeights,
         w: &[f32],
-        bias: &[f32],
+        params: ChannelParams,
         epilogue: Epilogue,
         pad_fill: Option<f32>,
         threads: usize,
@@ -239,8 +241,11 @@ impl WinogradConv {
         let cin_r = geom.cin.next_multiple_of(x_lanes.count());
         let cout_r = groups * width;
         let u = u.u.clone();
-        let mut padded_bias = vec![0f32; cout_r];
-        padded_bias[..geom.cout].copy_from_slice(&bias[..geom.cout]);
+        let (padded_params, padded_epilogue) = params.pack(epilogue, |per_channel| {
+            let mut padded = vec![0f32; cout_r];
+            padded[..geom.cout].copy_from_slice(&per_channel[..geom.cout]);
+            padded
+        });
         let m = tile.m();
         let tiles = (geom.oh.div_ceil(m), geom.ow.div_ceil(m));
         let count = geom.n * tiles.0 * tiles.1;
@@ -267,7 +272,7 @@ impl WinogradConv {
                 geom.clone(),
                 isa,
                 w,
-                bias,
+                params,
                 epilogue,
             )),
             geom,
@@ -275,8 +280,8 @@ impl WinogradConv {
             tile,
             width,
             u,
-            bias: padded_bias,
-            epilogue,
+            params: padded_params,
+            epilogue: padded_epilogue,
             tiles,
             block,
             whole,
@@ -576,7 +581,8 @@ impl Phase<'_> {
                     *p = V::load(mp.add(xi * c.block * c.cout_r));
                 }
                 let out = both_axes::<V, L, A, M>(&prods);
-                let bias = V::load(c.bias.as_ptr().add(o0));
+                let params = c.params.as_ptr().add(o0);
+                let bias = V::load(params);
                 let chan = n * batch + (o0 / ycb) * g.oh * g.ow * ycb + o0 % ycb;
                 for (i, row) in out.iter().enumerate().take(g.oh - oy) {
                     for (j, &e) in row.iter().enumerate().take(g.ow - ox) {
@@ -586,7 +592,7 @@ impl Phase<'_> {
                         if let Some(r) = res {
                             e = V::add(e, V::load(r.add(at)));
                         }
-                        c.epilogue.apply(e).store(y.add(at));
+                        c.epilogue.apply(e, params).store(y.add(at));
                     }
                 }
             }
