@@ -16,7 +16,8 @@ type CliResult<T> = Result<T, Box<dyn std::error::Error>>;
 pub struct KernelArgs {
     /// Convolution algorithm: auto (per layer the fastest of direct, each
     /// accurate Winograd size and, for groups narrower than a vector, lane
-    /// groups, measured at compile time and cached per CPU), direct, or
+    /// groups, for few output channels per group in NCHW, pixel lanes,
+    /// measured at compile time and cached per CPU), direct, or
     /// winograd (F(4x4,3x3) where accurate enough, else F(2x2,3x3), on 3x3
     /// stride-1 convolutions).
     #[arg(long = "conv-algo", value_name = "ALGO", default_value = "auto", value_parser = str::parse::<ConvAlgoChoice>)]

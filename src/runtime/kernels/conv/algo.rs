@@ -2,7 +2,9 @@
 //! (`direct.rs`; a 1x1 convolution runs there as one matrix product over the
 //! plane), a Winograd transform (`winograd.rs`, 3x3 stride-1 only) or, for
 //! groups narrower than a vector, the depthwise kernel's lanes (`depthwise.rs`,
-//! every output channel in its own lane reading its group's). Under
+//! every output channel in its own lane reading its group's) or, for few
+//! output channels per group in NCHW, output columns in the lanes
+//! (`pixel_lanes.rs`). Under
 //! `auto`, each candidate runs a few times at the layer's shape on the model's
 //! threads, its weights flushed from the caches as a whole model leaves them,
 //! and the fastest wins; the times are cached per CPU model,
@@ -14,6 +16,7 @@
 
 use super::depthwise::Depthwise;
 use super::direct::{ConvGeom, PackedConv};
+use super::pixel_lanes::PixelLanes;
 use super::tile::{ChannelParams, Epilogue};
 use super::winograd::{self, TransformedWeights, WinogradConv, WinogradTile};
 use crate::core::{parse_choice, UnknownChoice};
@@ -73,6 +76,8 @@ pub enum ConvAlgo {
     /// Narrow groups, each output channel in a lane of its own (the
     /// depthwise kernel spreading its group's input channels over it).
     LaneGroups,
+    /// Few output channels per group in NCHW, output columns in the lanes.
+    PixelLanes,
     /// Winograd with this output tile.
     Winograd(WinogradTile),
 }
@@ -94,6 +99,7 @@ impl fmt::Display for ConvAlgo {
             ConvAlgo::Pointwise => "1x1-gemm",
             ConvAlgo::Depthwise => "depthwise",
             ConvAlgo::LaneGroups => "lane-groups",
+            ConvAlgo::PixelLanes => "pixel-lanes",
             ConvAlgo::Winograd(WinogradTile::F2) => "winograd-f2",
             ConvAlgo::Winograd(WinogradTile::F4) => "winograd-f4",
         })
@@ -187,6 +193,8 @@ pub enum ConvKernel {
     Winograd(Box<WinogradConv>),
     /// Narrow groups in the lanes of the depthwise kernel.
     LaneGroups(Box<Depthwise>),
+    /// Output columns in the lanes.
+    PixelLanes(Box<PixelLanes>),
 }
 
 impl ConvKernel {
@@ -195,7 +203,7 @@ impl ConvKernel {
         match self {
             ConvKernel::Direct(c) => c.scratch_len(),
             ConvKernel::Winograd(c) => c.scratch_len(),
-            ConvKernel::LaneGroups(_) => 0,
+            ConvKernel::LaneGroups(_) | ConvKernel::PixelLanes(_) => 0,
         }
     }
 
@@ -205,6 +213,7 @@ impl ConvKernel {
             ConvKernel::Direct(c) => c.weights(),
             ConvKernel::Winograd(c) => c.weights(),
             ConvKernel::LaneGroups(c) => c.weights(),
+            ConvKernel::PixelLanes(c) => c.weights(),
         }
     }
 
@@ -214,6 +223,7 @@ impl ConvKernel {
             ConvKernel::Direct(c) => c.run(x, residual, y, scratch),
             ConvKernel::Winograd(c) => c.run(x, residual, y, scratch),
             ConvKernel::LaneGroups(c) => c.run(x, residual, y),
+            ConvKernel::PixelLanes(c) => c.run(x, residual, y),
         }
     }
 }
@@ -275,6 +285,13 @@ impl ConvSpec<'_> {
                 self.params,
                 self.epilogue,
                 self.pad_fill,
+            ))),
+            ConvAlgo::PixelLanes => ConvKernel::PixelLanes(Box::new(PixelLanes::new(
+                self.geom.clone(),
+                self.isa,
+                self.w,
+                self.params,
+                self.epilogue,
             ))),
             _ => ConvKernel::Direct(Box::new(self.direct())),
         }
@@ -339,13 +356,19 @@ pub(in crate::runtime) fn candidates(
     if options.choice == ConvAlgoChoice::Direct {
         return (vec![direct], vec![]);
     }
+    // Measured against the direct kernel where they apply: narrow groups in
+    // the channel lanes (with 16-channel groups either may win, by CPU and
+    // shape), few output channels with pixels in the lanes.
+    let auto = options.choice == ConvAlgoChoice::Auto;
+    let lanes = [
+        (spec.geom.groups > 1 && Depthwise::applies(&spec.geom, spec.isa))
+            .then_some(ConvAlgo::LaneGroups),
+        PixelLanes::applies(&spec.geom).then_some(ConvAlgo::PixelLanes),
+    ]
+    .into_iter()
+    .flatten()
+    .filter(|_| auto);
     if !winograd::applies(&spec.geom) {
-        // Narrow groups: the lanes measured against the direct kernel (with
-        // 16-channel groups either may win, by CPU and shape).
-        let lanes = (options.choice == ConvAlgoChoice::Auto
-            && spec.geom.groups > 1
-            && Depthwise::applies(&spec.geom, spec.isa))
-        .then_some(ConvAlgo::LaneGroups);
         return (std::iter::once(direct).chain(lanes).collect(), vec![]);
     }
     let errors = shared.errors(spec);
@@ -355,7 +378,10 @@ pub(in crate::runtime) fn candidates(
         .map(|&(a, _)| a);
     let candidates = match options.choice {
         ConvAlgoChoice::Winograd => vec![accurate.take(1).next().unwrap_or(ConvAlgo::Direct)],
-        _ => std::iter::once(ConvAlgo::Direct).chain(accurate).collect(),
+        _ => std::iter::once(ConvAlgo::Direct)
+            .chain(accurate)
+            .chain(lanes)
+            .collect(),
     };
     (candidates, errors)
 }

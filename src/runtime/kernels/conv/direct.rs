@@ -111,7 +111,7 @@ impl ConvGeom {
         self.n * self.cout.div_ceil(self.y_cb) * self.y_cb * self.oh * self.ow
     }
     /// The output columns `lo..hi` whose whole window row lies inside the input.
-    fn interior_columns(&self) -> (usize, usize) {
+    pub(super) fn interior_columns(&self) -> (usize, usize) {
         let (pw, sw) = (self.pad.1, self.stride.1);
         let lo = pw.div_ceil(sw).min(self.ow);
         let span = (self.k.1 - 1) * self.dilation.1;

@@ -8,6 +8,7 @@ use crate::fusion::Activation;
 use crate::graph::UnaryOp;
 use crate::runtime::kernels::conv::depthwise::Depthwise;
 use crate::runtime::kernels::conv::direct::{ConvGeom, PackedConv};
+use crate::runtime::kernels::conv::pixel_lanes::PixelLanes;
 use crate::runtime::kernels::conv::tile::{ChannelParams, Epilogue};
 use crate::runtime::kernels::simd::Isa;
 use crate::runtime::test_support::{available_isas, Blocked, FusedTail, Rng};
@@ -244,6 +245,67 @@ fn depthwise_and_lane_groups_match_a_naive_loop_for_every_isa_and_blocking() {
         }
     }
     assert!(lane_group_runs > 20, "{lane_group_runs} narrow-group runs");
+}
+
+/// Few output channels per group in NCHW (1 to 8, groups of 1 to 3), stride 1
+/// along the rows, rows up to 70 columns (full tiles of three vectors, single
+/// vectors, border and tail columns), every fused tail, every third case with
+/// NaN and ±inf inputs, on every instruction set.
+#[test]
+fn pixel_lanes_match_a_naive_loop_for_every_isa() {
+    let isas = available_isas();
+    let mut rng = Rng(17);
+    for case in 0..60 {
+        let groups = rng.range(1, 3);
+        let cout_g = rng.range(1, 8);
+        let cin = groups * rng.range(1, 6);
+        let k = [(3, 3), (1, 1), (5, 5), (2, 3), (7, 7)][rng.below(5)];
+        let dilation = (rng.range(1, 2), rng.range(1, 2));
+        let pad = (rng.range(0, 3), rng.range(0, 3));
+        let pad_end = (rng.range(0, 3), rng.range(0, 3));
+        let stride = (rng.range(1, 2), 1);
+        let span = ((k.0 - 1) * dilation.0 + 1, (k.1 - 1) * dilation.1 + 1);
+        let h = span.0.saturating_sub(pad.0 + pad_end.0).max(1) + rng.below(8);
+        let w = span.1.saturating_sub(pad.1 + pad_end.1).max(1) + rng.below(60);
+        let g = ConvGeom {
+            n: rng.range(1, 2),
+            cin,
+            h,
+            w,
+            cout: groups * cout_g,
+            oh: (h + pad.0 + pad_end.0 - span.0) / stride.0 + 1,
+            ow: w + pad.1 + pad_end.1 - span.1 + 1,
+            k,
+            stride,
+            dilation,
+            pad,
+            groups,
+            x_cb: 1,
+            y_cb: 1,
+        };
+        assert!(PixelLanes::applies(&g), "{g:?}");
+        let mut x = rng.f32s(g.n * cin * h * w);
+        let nonfinite = case % 3 == 2;
+        if nonfinite {
+            sprinkle_nonfinite(&mut x);
+        }
+        let wt = rng.f32s(g.cout * (cin / groups) * k.0 * k.1);
+        let bias = rng.f32s(g.cout);
+        let residual = rng.f32s(g.y_len());
+        let slopes = rng.f32s(g.cout);
+        let clamps = [(f32::NEG_INFINITY, f32::INFINITY), (0.0, 6.0), (-0.5, 0.5)];
+        let tail = FusedTail::random(&residual, &slopes, &clamps, &mut rng);
+        let expect = naive_conv(&g, &x, &wt, &bias);
+        for &isa in &isas {
+            let params = tail.params(&bias);
+            let k = PixelLanes::new(g.clone(), isa, &wt, params, tail.epilogue());
+            let mut y = vec![f32::NAN; g.y_len()];
+            k.run(&x, tail.residual, &mut y);
+            let close = |got: f64, e: f64| close_or_same_nonfinite(got, e, 1e-4);
+            let what = format!("case {case} {isa:?} {g:?}");
+            Blocked::output_of(&g).check(&y, &expect, tail, true, close, &what);
+        }
+    }
 }
 
 /// Every activation the conv epilogues apply, on every instruction set, against

@@ -95,13 +95,33 @@ impl Epilogue {
     /// point into the packed array the kernel was built with.
     #[inline(always)]
     pub(in crate::runtime) unsafe fn apply<V: Vector>(self, v: V, bias: *const f32) -> V {
+        self.finish(v, |at| V::load(bias.add(at)))
+    }
+
+    /// `apply` to lanes that are pixels of one channel, whose bias `bias`
+    /// points at.
+    ///
+    /// # Safety
+    /// As for `apply`.
+    #[inline(always)]
+    pub(in crate::runtime) unsafe fn apply_to_channel<V: Vector>(
+        self,
+        v: V,
+        bias: *const f32,
+    ) -> V {
+        self.finish(v, |at| V::splat(*bias.add(at)))
+    }
+
+    /// The clamp, the activation, then a PRelu of the slopes `slope(slope_at)`.
+    #[inline(always)]
+    unsafe fn finish<V: Vector>(self, v: V, slope: impl FnOnce(usize) -> V) -> V {
         let v = V::clamp(v, V::splat(self.min), V::splat(self.max));
         let v = match self.act {
             Some(a) => activate(a, v),
             None => v,
         };
         match self.slope_at {
-            Some(at) => prelu(v, V::load(bias.add(at))),
+            Some(at) => prelu(v, slope(at)),
             None => v,
         }
     }
