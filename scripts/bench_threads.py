@@ -46,7 +46,8 @@ def tflite_ms(model: Path, threads: int, runs: int) -> float:
     try:
         from ai_edge_litert.interpreter import Interpreter
     except ImportError:
-        from tensorflow.lite import Interpreter
+        import tensorflow as tf
+        Interpreter = tf.lite.Interpreter
     interp = Interpreter(model_path=str(model), num_threads=threads)
     interp.allocate_tensors()
     rng = np.random.default_rng(0)
