@@ -9,8 +9,10 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use layoutopt::core::par::Pool;
+use layoutopt::fusion::Activation;
+use layoutopt::graph::UnaryOp;
 use layoutopt::runtime::kernels::conv::direct::{ConvGeom, PackedConv};
-use layoutopt::runtime::kernels::conv::tile::Epilogue;
+use layoutopt::runtime::kernels::conv::tile::{ChannelParams, Epilogue};
 use layoutopt::runtime::kernels::conv::winograd::{TransformedWeights, WinogradConv, WinogradTile};
 use layoutopt::runtime::Isa;
 
@@ -59,11 +61,8 @@ fn conv_kernels(c: &mut Criterion) {
         let bias = values(cout, 2);
         let x = values(geom.x_len(), 3);
         let mut y = vec![0f32; geom.y_len()];
-        let relu = Epilogue {
-            min: 0.0,
-            max: f32::INFINITY,
-            act: None,
-        };
+        let relu = Epilogue::of(Some(Activation::Unary(UnaryOp::Relu)));
+        let params = ChannelParams::bias_only(&bias);
         let tiles: &[WinogradTile] = match k {
             3 => &[WinogradTile::F2, WinogradTile::F4],
             _ => &[],
@@ -71,7 +70,7 @@ fn conv_kernels(c: &mut Criterion) {
         let shape = format!("{cin}->{cout} {k}x{k}/{stride} at {side}x{side}");
         for threads in [1, 2] {
             let pool = Pool::new(threads).expect("worker threads start");
-            let direct = PackedConv::new(geom.clone(), isa, &w, &bias, relu, None);
+            let direct = PackedConv::new(geom.clone(), isa, &w, params, relu, None);
             let mut scratch = vec![0f32; direct.scratch_len()];
             let name = if k == 1 { "gemm" } else { "direct" };
             c.bench_function(&format!("{shape} {name} ({threads}t)"), |b| {
@@ -79,7 +78,8 @@ fn conv_kernels(c: &mut Criterion) {
             });
             for &tile in tiles {
                 let u = TransformedWeights::new(tile, isa, cin, cout, &w);
-                let wino = WinogradConv::new(geom.clone(), isa, &u, &w, &bias, relu, None, threads);
+                let wino =
+                    WinogradConv::new(geom.clone(), isa, &u, &w, params, relu, None, threads);
                 let mut scratch = vec![0f32; wino.scratch_len()];
                 c.bench_function(&format!("{shape} {tile:?} ({threads}t)"), |b| {
                     pool.install(|| b.iter(|| wino.run(&x, None, &mut y, &mut scratch)))
