@@ -679,8 +679,8 @@ fn resize_graph(resize: crate::ops::Resize, [c, h, w]: [usize; 3]) -> Graph {
 /// instruction set: the native kernel (a gather where nearest only copies, a
 /// copy where nothing is resized),
 /// equal to the reference executor's result, between the convolutions with
-/// no transform (in a blocked plan in the blocked layout, padding channels
-/// included).
+/// no transform (in a blocked plan the blocked layout, padding channels
+/// included, but for the smallest maps, which stay NCHW).
 #[test]
 fn compiled_resizes_match_the_reference_executor() {
     use crate::ops::{CoordTransform, NearestMode, Resize, ResizeFilter, ResizeMode};
@@ -758,9 +758,6 @@ fn compiled_resizes_match_the_reference_executor() {
                     .all(|&(n, _)| planned.node(n).name == "dw2"),
             "{what}: a transform next to the resize in {layout}"
         );
-        if let TargetFamily::Nchwc(_) = family {
-            assert!(layout.is_blocked(), "{what}: runs in {layout}");
-        }
         for (isa, m) in compiled_per_isa(&planned) {
             let resize = m.steps.iter().find(|s| s.kind.contains("Resize")).unwrap();
             let native = match resize.kernel {
@@ -786,7 +783,7 @@ fn resizes_of_other_axes_run_natively() {
     let mut rng = Rng(48);
     let cases = [
         (vec![1, 9, 7, 6], vec![1, 18, 5, 6], ResizeMode::Linear),
-        (vec![2, 9, 7, 3], vec![2, 4, 14, 3], ResizeMode::Nearest),
+        (vec![2, 9, 7, 3], vec![2, 4, 14, 3], ResizeMode::Cubic),
         (vec![2, 3, 10], vec![2, 3, 25], ResizeMode::Cubic),
         (vec![2, 3, 10, 4], vec![2, 3, 10, 9], ResizeMode::Linear),
     ];
