@@ -205,6 +205,26 @@ def _resize(rng):
     return build("resize", [node], {"x": normal(rng, NCHW)}, {"y": [1, 256, 112, 112]}, inits)
 
 
+def _resize_by(name: str, mode: str, side: int, scale: float):
+    """torch's F.interpolate(mode=..., align_corners=False) export: 1x256 x side x side
+    resized by `scale` with half_pixel coordinates."""
+
+    def fn(rng):
+        shape, out = [1, 256, side, side], [1, 256, int(side * scale), int(side * scale)]
+        node = helper.make_node(
+            "Resize", ["x", "", "scales"], ["y"], mode=mode, coordinate_transformation_mode="half_pixel"
+        )
+        inits = {"scales": f32([1, 1, scale, scale])}
+        return build(name, [node], {"x": normal(rng, shape)}, {"y": out}, inits)
+
+    return fn
+
+
+op("resize_linear", "Resize linear 2x 1x256x28x28 -> 56x56")(_resize_by("resize_linear", "linear", 28, 2.0))
+op("resize_linear_down", "Resize linear 0.5x -> 1x256x28x28")(_resize_by("resize_linear_down", "linear", 56, 0.5))
+op("resize_cubic", "Resize cubic 2x 1x256x28x28 -> 56x56")(_resize_by("resize_cubic", "cubic", 28, 2.0))
+
+
 @op("pad", "Pad constant 0, 1 each side -> 58x58")
 def _pad(rng):
     inits = {"pads": np.array([0, 0, 1, 1, 0, 0, 1, 1], dtype=np.int64)}

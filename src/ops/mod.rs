@@ -42,6 +42,7 @@ pub use lrn::Lrn;
 use onnx::OnnxCx;
 pub use pad_flow::{binary_flow, pad_flow, unary_flow};
 pub use reduce::CumSum;
+pub use resize::{is_identity, AxisTaps};
 pub use scatter::{GatherNd, ScatterElements, ScatterNd, ScatterReduction};
 pub use select::{ArgKind, ArgReduce, GatherElements, TopK};
 pub use shape::{broadcast_shapes, infer_outputs, window_output_extent};

@@ -58,10 +58,29 @@ impl OpDef for Resize {
         LayoutRole::Agnostic
     }
 
+    /// Axes it filters must be unblocked; a blocked axis must be left as it
+    /// is, each position read from itself, so its padding stays apart.
     fn runs_in(&self, l: &Layout, ins: &[&ValueType]) -> bool {
         let r = self;
+        let kept = |a: usize| {
+            let n = ins[0].shape[a];
+            r.sizes[a] == n && r.axis_taps(a, n, n).is_ok_and(|t| is_identity(&t))
+        };
+        (0..r.scales.len()).all(|a| unblocked(l, &[a]) || kept(a))
+    }
 
-        (0..r.scales.len()).all(|a| r.sizes[a] == ins[0].shape[a] || unblocked(l, &[a]))
+    /// Padding sits only on axes left as they are (`runs_in`), so each padding
+    /// element is computed from padding elements alone: nearest copies them,
+    /// a weighted sum of zeros is 0, and tf_crop_and_resize writes its
+    /// extrapolation value there too where it leaves the input.
+    fn pad_flow(&self, inputs: &[PadValue], _padded: &[usize]) -> PadFlow {
+        let mut flow = pass_through(inputs);
+        let kept = self.mode == ResizeMode::Nearest || flow.output.is(0.0);
+        let extrapolated = self.crop.as_ref().map(|c| PadValue::Known(c.1));
+        if !kept || extrapolated.is_some_and(|e| e != flow.output) {
+            flow.output = PadValue::Undef;
+        }
+        flow
     }
 
     fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
@@ -215,58 +234,86 @@ fn taps(r: &Resize, x: f64, n: usize, scale: f64) -> Vec<(usize, f64)> {
     taps
 }
 
-pub(super) fn resize(r: &Resize, x: &Tensor, out: &ValueType) -> Result<Tensor, OpError> {
-    for (ax, (&n, &scale)) in x.shape.iter().zip(&r.scales).enumerate() {
+/// Where the output positions along one axis read from: per position, its
+/// input positions with their non-zero weights (in nearest mode one of weight
+/// 1), or `None` where tf_crop_and_resize maps it outside the input (the output
+/// is then the extrapolation value). The reference and the compiled kernel
+/// share these tables, so both skip the same zero-weight taps (a NaN or an
+/// infinity there does not reach the output).
+pub type AxisTaps = Vec<Option<Vec<(usize, f64)>>>;
+
+impl Resize {
+    /// The taps of axis `ax`, resized from `n` to `m` positions.
+    pub fn axis_taps(&self, ax: usize, n: usize, m: usize) -> Result<AxisTaps, OpError> {
+        let r = self;
+        let scale = *r
+            .scales
+            .get(ax)
+            .ok_or_else(|| OpError::Attribute(format!("Resize has no scale for axis {ax}")))?;
         if !(scale > 0.0 && scale.is_finite()) {
             return Err(OpError::Attribute(format!(
                 "scale {scale} of axis {ax} is not a positive number"
             )));
         }
-        if n == 0 && out.shape[ax] > 0 {
+        if n == 0 && m > 0 {
             return Err(OpError::Shape(format!(
-                "cannot resize the empty axis {ax} to {}",
-                out.shape[ax]
+                "cannot resize the empty axis {ax} to {m}"
             )));
         }
+        let last = n.saturating_sub(1);
+        // Only tf_crop_and_resize extrapolates; the others clamp to the border.
+        let outside = |c: f64| r.crop.is_some() && (c < 0.0 || c > last as f64);
+        let taps_at = |o: usize| {
+            let c = source_coord(r, ax, o, n, m);
+            if outside(c) {
+                return None;
+            }
+            Some(match r.mode {
+                ResizeMode::Nearest => {
+                    let c = c.clamp(0.0, last as f64);
+                    vec![((round_nearest(r.nearest, c) as usize).min(last), 1.0)]
+                }
+                // An axis left as it is reads its own position.
+                _ if scale == 1.0 && n == m && r.crop.is_none() => vec![(o, 1.0)],
+                _ => {
+                    let mut t = taps(r, c, n, scale as f64);
+                    t.retain(|&(_, w)| w != 0.0);
+                    t
+                }
+            })
+        };
+        Ok((0..m).map(taps_at).collect())
     }
-    // Source coordinates per axis, and whether each lies outside the input
-    // (only tf_crop_and_resize extrapolates; the others clamp to the border).
-    let coords: Vec<Vec<f64>> = (0..x.rank())
-        .map(|ax| {
-            let (n, m) = (x.shape[ax], out.shape[ax]);
-            (0..m).map(|o| source_coord(r, ax, o, n, m)).collect()
-        })
-        .collect();
-    let outside = |ax: usize, c: f64| r.crop.is_some() && (c < 0.0 || c > x.shape[ax] as f64 - 1.0);
+}
+
+/// Whether taps read every position from itself alone, unweighted.
+pub fn is_identity(taps: &AxisTaps) -> bool {
+    taps.iter()
+        .enumerate()
+        .all(|(o, t)| t.as_deref() == Some(&[(o, 1.0)]))
+}
+
+pub(super) fn resize(r: &Resize, x: &Tensor, out: &ValueType) -> Result<Tensor, OpError> {
+    let axes: Vec<AxisTaps> = (0..x.rank())
+        .map(|ax| r.axis_taps(ax, x.shape[ax], out.shape[ax]))
+        .collect::<Result<_, _>>()?;
     let resized = match r.mode {
         ResizeMode::Nearest => {
-            let maps: Vec<Vec<Option<usize>>> = (0..x.rank())
-                .map(|ax| {
-                    let last = x.shape[ax].saturating_sub(1);
-                    coords[ax]
-                        .iter()
-                        .map(|&c| {
-                            let c = c.clamp(0.0, last as f64);
-                            Some((round_nearest(r.nearest, c) as usize).min(last))
-                        })
-                        .collect()
-                })
+            let maps: Vec<Vec<Option<usize>>> = axes
+                .iter()
+                .map(|a| a.iter().map(|t| t.as_ref().map(|t| t[0].0)).collect())
                 .collect();
             gather_axes(x, &maps, 0.0)?
         }
         ResizeMode::Linear | ResizeMode::Cubic => {
             let mut shape = x.shape.clone();
             let mut v = x.data.to_f64();
-            for ax in 0..x.rank() {
-                let (n, m) = (x.shape[ax], out.shape[ax]);
-                if r.scales[ax] == 1.0 && n == m && r.crop.is_none() {
+            for (ax, axis_taps) in axes.iter().enumerate() {
+                if is_identity(axis_taps) {
                     continue;
                 }
-                let scale = r.scales[ax] as f64;
-                let axis_taps: Vec<Vec<(usize, f64)>> =
-                    coords[ax].iter().map(|&c| taps(r, c, n, scale)).collect();
-                v = interpolate_axis(&v, &shape, ax, &axis_taps);
-                shape[ax] = m;
+                v = interpolate_axis(&v, &shape, ax, axis_taps);
+                shape[ax] = axis_taps.len();
             }
             Tensor::new(out.shape.clone(), TensorData::from_f64(out.dtype, v))
         }
@@ -274,13 +321,13 @@ pub(super) fn resize(r: &Resize, x: &Tensor, out: &ValueType) -> Result<Tensor, 
     let Some((_, value)) = &r.crop else {
         return Ok(resized);
     };
-    // Outputs whose coordinate on any axis falls outside the input take the
+    // Outputs whose position on any axis maps outside the input take the
     // extrapolation value.
     let mut v = resized.data.to_f64();
     let strides = crate::core::strides(&out.shape);
     for (i, e) in v.iter_mut().enumerate() {
         let out_of_range =
-            (0..x.rank()).any(|ax| outside(ax, coords[ax][(i / strides[ax]) % out.shape[ax]]));
+            (0..x.rank()).any(|ax| axes[ax][(i / strides[ax]) % out.shape[ax]].is_none());
         if out_of_range {
             *e = *value as f64;
         }
@@ -291,9 +338,10 @@ pub(super) fn resize(r: &Resize, x: &Tensor, out: &ValueType) -> Result<Tensor, 
     ))
 }
 
-/// Filtering along `ax`: output coordinate j along that axis is the weighted
-/// sum `Σ w · x[i]` over `taps[j]`.
-fn interpolate_axis(v: &[f64], shape: &[usize], ax: usize, taps: &[Vec<(usize, f64)>]) -> Vec<f64> {
+/// Filtering along `ax`: output position j along that axis is the weighted
+/// sum `Σ w · x[i]` over `taps[j]` (0 where it has none: the extrapolation
+/// value is written afterwards).
+fn interpolate_axis(v: &[f64], shape: &[usize], ax: usize, taps: &AxisTaps) -> Vec<f64> {
     let outer: usize = shape[..ax].iter().product();
     let inner: usize = shape[ax + 1..].iter().product();
     let n = shape[ax];
@@ -302,10 +350,7 @@ fn interpolate_axis(v: &[f64], shape: &[usize], ax: usize, taps: &[Vec<(usize, f
         for tap in taps {
             let row = out.len();
             out.resize(row + inner, 0.0);
-            for &(i, w) in tap {
-                if w == 0.0 {
-                    continue;
-                }
+            for &(i, w) in tap.iter().flatten() {
                 let src = &v[(o * n + i) * inner..][..inner];
                 for (d, &s) in out[row..].iter_mut().zip(src) {
                     *d += w * s;

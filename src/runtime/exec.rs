@@ -1,7 +1,7 @@
 //! One step of a run: its kernel called on views of the slots it reads and
 //! writes.
 
-use super::kernels::{elementwise, gather, pool, KernelError};
+use super::kernels::{elementwise, gather, pool, resize, KernelError};
 use super::model::{CompiledModel, Kernel, Slot, Step};
 use super::RuntimeError;
 use crate::graph::{Tensor, TensorData, ValueType};
@@ -106,6 +106,9 @@ impl CompiledModel {
                 ),
                 Kernel::Pool(g) => {
                     pool::pool(g, bufs.read(step.inputs[0]), bufs.write(step.outputs[0]))
+                }
+                Kernel::Resize(g) => {
+                    resize::resize(g, bufs.read(step.inputs[0]), bufs.write(step.outputs[0]))
                 }
                 Kernel::Gather(g) => {
                     let inputs: [&[f32]; gather::MAX_GATHER_INPUTS] =

@@ -11,6 +11,7 @@ use super::kernels::conv::depthwise::Depthwise;
 use super::kernels::gather::{Gather, Rows};
 use super::kernels::matmul::{BatchedMatMul, Dense};
 use super::kernels::pool::PoolGeom;
+use super::kernels::resize::ResizeGeom;
 use super::kernels::simd::Isa;
 use super::kernels::{elementwise, normalize, tir_step, where_select};
 use super::measure::roofline::StepWork;
@@ -42,6 +43,7 @@ pub(super) enum Kernel {
     Conv(ConvKernel),
     Depthwise(Depthwise),
     Pool(PoolGeom),
+    Resize(ResizeGeom),
     Dense(Dense),
     /// A matrix product of two computed operands, batched.
     MatMul(BatchedMatMul),

@@ -59,14 +59,14 @@ fn bundled_models_match_onnxruntime_on_the_native_runtime() {
                     },
                 )
                 .unwrap_or_else(|e| panic!("{} {family}: {e}", dir.display()));
-                // Every op but Resize (no compute definition yet) runs compiled.
+                // Every op runs compiled.
                 let fallbacks: Vec<String> = m
                     .describe()
                     .into_iter()
                     .filter(|d| d.ends_with("fallback (reference)"))
                     .collect();
                 assert!(
-                    fallbacks.iter().all(|d| d.contains("[Resize]")),
+                    fallbacks.is_empty(),
                     "{} {family}: {fallbacks:#?}",
                     dir.display()
                 );

@@ -14,6 +14,7 @@ use super::kernels::gather::{Gather, MAX_GATHER_INPUTS};
 use super::kernels::matmul::{BatchedMatMul, Dense};
 use super::kernels::normalize::{RowKernel, RowOp};
 use super::kernels::pool::PoolGeom;
+use super::kernels::resize::ResizeGeom;
 use super::kernels::simd::{Isa, Lanes};
 use super::kernels::where_select::Select;
 use super::kernels::{activation, gather, tir_step};
@@ -33,8 +34,8 @@ use crate::graph::{
 use crate::layout::cost::same_bytes;
 use crate::layout::Layout;
 use crate::ops::{
-    BatchNorm, Gemm, GlobalPool, LaidOut, LayerNorm, LayoutTransform, LogSoftmax, Pad, PadMode,
-    Reduce, ReduceKind, Reshape, Softmax,
+    is_identity, AxisTaps, BatchNorm, Gemm, GlobalPool, LaidOut, LayerNorm, LayoutTransform,
+    LogSoftmax, OpDef, Pad, PadMode, Reduce, ReduceKind, Reshape, Resize, Softmax,
 };
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
@@ -394,6 +395,9 @@ impl<'g> Compiler<'g> {
                     false,
                 )
             }
+            // A nearest resize that only copies runs as a gather (in runs of
+            // repeated elements), which measures faster than the tap tables.
+            Op::Resize(r) if !OpDef::moves_data(r) => self.resize(id, r),
             Op::LayoutTransform(LayoutTransform {
                 from,
                 to,
@@ -918,6 +922,45 @@ impl<'g> Compiler<'g> {
             }
             .for_isa(self.isa),
         ))
+    }
+
+    /// A Resize that filters one axis, or two adjacent in storage (the
+    /// spatial axes of NCHW, NHWC or NCHW{cb}c, or of the NHWC tensors TFLite
+    /// models resize), keeping the others: the axes stored before them make
+    /// the kernel's planes, those after them its channels. One that filters
+    /// nothing is a copy.
+    fn resize(&self, id: NodeId, r: &Resize) -> Option<Kernel> {
+        let (layout, xs) = input_layout(self.g, id, 0)?;
+        if output_layout(self.g, id)?.0 != layout {
+            return None;
+        }
+        let taps: Vec<AxisTaps> = (0..xs.len())
+            .map(|ax| r.axis_taps(ax, xs[ax], *r.sizes.get(ax)?).ok())
+            .collect::<Option<_>>()?;
+        let (kept, mut filtered): (Vec<usize>, Vec<usize>) =
+            (0..xs.len()).partition(|&ax| is_identity(&taps[ax]));
+        if kept.iter().any(|&ax| r.sizes[ax] != xs[ax]) {
+            return None;
+        }
+        // Where each axis is stored (`runs_in` leaves the filtered ones unblocked).
+        let at = |ax: usize| layout.order().iter().position(|d| d.axis == ax);
+        filtered.sort_by_key(|&ax| at(ax));
+        let (rows, cols) = match filtered[..] {
+            [] => return Some(Kernel::Copy),
+            [w] => (None, w),
+            [h, w] if at(w)? == at(h)? + 1 => (Some(h), w),
+            _ => return None,
+        };
+        let physical = layout.physical_shape(&xs).ok()?;
+        let first = at(rows.unwrap_or(cols))?;
+        let planes = physical[..first].iter().product();
+        let channels = physical[at(cols)? + 1..].iter().product();
+        // One axis filtered: planes of one row.
+        let one_row: AxisTaps = vec![Some(vec![(0, 1.0)])];
+        let (h, row_taps) = rows.map_or((1, &one_row), |h| (xs[h], &taps[h]));
+        let fill = r.crop.as_ref().map_or(0.0, |c| c.1);
+        let shape = (planes, channels, h, xs[cols]);
+        ResizeGeom::new(shape, row_taps, &taps[cols], fill, self.isa).map(Kernel::Resize)
     }
 
     /// The fusion pass's groups, with the native kernels built while asking.

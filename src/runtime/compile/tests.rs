@@ -662,3 +662,176 @@ fn a_classifier_on_a_blocked_feature_vector_runs_the_dense_kernel() {
     let got = m.run(&inputs).unwrap()[0].to_f32();
     assert_close(&got, &expected, "classifier");
 }
+
+/// x[1, c, h, w] -> `resize` between two depthwise 1x1 Convs of weight 1 (a
+/// reason for the planner to block the channels, passing NaN and infinities
+/// as they are).
+fn resize_graph(resize: crate::ops::Resize, [c, h, w]: [usize; 3]) -> Graph {
+    let mut g = Graph::new("resize");
+    let x = g.add_input("x", ValueType::new(DType::F32, vec![1, c, h, w]), vec![]);
+    let ones = Tensor::from_f32(vec![c, 1, 1, 1], vec![1.0; c]);
+    let ones = g.add_constant("ones", ones, vec![]);
+    let conv = Op::Conv(Conv {
+        window: crate::ops::testutil::square_window(1, 1, 0),
+        group: c,
+    });
+    let mut node = |op: Op, name: &str, ins: &[ValueRef]| {
+        ValueRef::new(g.add_node(op, name, ins, &[], vec![]).unwrap(), 0)
+    };
+    let y = node(conv.clone(), "dw", &[x, ones]);
+    let y = node(Op::Resize(resize), "resize", &[y]);
+    let y = node(conv, "dw2", &[y, ones]);
+    g.set_outputs(vec![y]);
+    g
+}
+
+/// Random resizes of the spatial axes (up and down, by 2, by 0.5 and by
+/// uneven ratios; every mode, coordinate transformation and rounding, with
+/// anti-aliasing, exclude_outside and extrapolation), some inputs NaN or
+/// infinite, planned in every layout family and compiled for every
+/// instruction set: the native kernel (a gather where nearest only copies, a
+/// copy where nothing is resized),
+/// equal to the reference executor's result, between the convolutions with
+/// no transform (in a blocked plan the blocked layout, padding channels
+/// included, but for the smallest maps, which stay NCHW).
+#[test]
+fn compiled_resizes_match_the_reference_executor() {
+    use crate::ops::{CoordTransform, NearestMode, Resize, ResizeFilter, ResizeMode};
+    use crate::runtime::model::Kernel;
+    use crate::runtime::test_support::{compiled_per_isa, FAMILIES};
+    let mut rng = Rng(47);
+    let coords = [
+        CoordTransform::HalfPixel,
+        CoordTransform::PytorchHalfPixel,
+        CoordTransform::AlignCorners,
+        CoordTransform::Asymmetric,
+        CoordTransform::HalfPixelSymmetric,
+        CoordTransform::TfCropAndResize,
+    ];
+    let modes = [ResizeMode::Nearest, ResizeMode::Linear, ResizeMode::Cubic];
+    let roundings = [
+        NearestMode::RoundPreferFloor,
+        NearestMode::RoundPreferCeil,
+        NearestMode::Floor,
+        NearestMode::Ceil,
+    ];
+    let extents = [(7, 12), (13, 5), (8, 16), (16, 8), (6, 6), (5, 3), (1, 4)];
+    for case in 0..72 {
+        let family = FAMILIES[case % FAMILIES.len()];
+        let (mode, coord) = (modes[case % 3], coords[case / 3 % 6]);
+        let c = [16, 24, 8, 5, 32][rng.below(5)];
+        let (h, oh) = extents[rng.below(extents.len())];
+        let (w, ow) = extents[rng.below(extents.len())];
+        let mut window = |n: f32| {
+            let start = rng.below(5) as f32 / 10.0 - 0.2;
+            (start, start + n / 10.0)
+        };
+        let crop = (coord == CoordTransform::TfCropAndResize).then(|| {
+            let roi = vec![(0.0, 1.0), (0.0, 1.0), window(9.0), window(12.0)];
+            (roi, [0.0, 0.5, -2.0][case % 3])
+        });
+        let resize = Resize {
+            mode,
+            coord,
+            nearest: roundings[rng.below(4)],
+            scales: vec![1.0, 1.0, oh as f32 / h as f32, ow as f32 / w as f32],
+            sizes: vec![1, c, oh, ow],
+            filter: ResizeFilter {
+                cubic_a: [-0.75, -0.5][rng.below(2)],
+                exclude_outside: rng.below(3) == 0,
+                antialias: rng.below(3) == 0,
+            },
+            crop,
+        };
+        let what = format!("case {case} {family} {c}x{h}x{w} -> {oh}x{ow} {resize:?}");
+        let copies = crate::ops::OpDef::moves_data(&resize);
+        let g = resize_graph(resize, [c, h, w]);
+        let mut x = rng.f32s(c * h * w);
+        if case % 3 == 1 {
+            for v in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+                let at = rng.below(x.len());
+                x[at] = v;
+            }
+        }
+        let inputs = [Tensor::from_f32(vec![1, c, h, w], x)];
+        let expected = crate::reference::run(&g, &inputs).unwrap()[0].to_f32();
+        let planned = planned_for(&g, family);
+        let id = planned
+            .node_ids()
+            .into_iter()
+            .find(|&id| planned.node(id).name == "resize")
+            .unwrap();
+        let (layout, _) = crate::fusion::input_layout(&planned, id, 0).unwrap();
+        let producer = planned.node_inputs(id)[0].node;
+        let consumers = planned.consumers(ValueRef::new(id, 0));
+        assert!(
+            planned.node(producer).name == "dw"
+                && consumers
+                    .iter()
+                    .all(|&(n, _)| planned.node(n).name == "dw2"),
+            "{what}: a transform next to the resize in {layout}"
+        );
+        for (isa, m) in compiled_per_isa(&planned) {
+            // A resize that changes no extent is an identity, which the
+            // graph passes may remove altogether.
+            let native = match m.steps.iter().find(|s| s.kind.contains("Resize")) {
+                Some(step) => match step.kernel {
+                    Kernel::Resize(_) => !copies,
+                    Kernel::Gather(_) => copies,
+                    Kernel::Copy => (h, w) == (oh, ow),
+                    _ => false,
+                },
+                None => (h, w) == (oh, ow),
+            };
+            assert!(native, "{what}: {:?}", m.describe());
+            let got = m.run(&inputs).unwrap()[0].to_f32();
+            assert_close(&got, &expected, &format!("{what} {isa}"));
+        }
+    }
+}
+
+/// The native kernel also resizes the H and W of a tensor stored NHWC as
+/// TFLite models give it (channels innermost of the logical shape), and one
+/// axis alone (planes of one row), equal to the reference executor.
+#[test]
+fn resizes_of_other_axes_run_natively() {
+    use crate::ops::{CoordTransform, NearestMode, Resize, ResizeMode};
+    use crate::runtime::model::Kernel;
+    let mut rng = Rng(48);
+    let cases = [
+        (vec![1, 9, 7, 6], vec![1, 18, 5, 6], ResizeMode::Linear),
+        (vec![2, 9, 7, 3], vec![2, 4, 14, 3], ResizeMode::Cubic),
+        (vec![2, 3, 10], vec![2, 3, 25], ResizeMode::Cubic),
+        (vec![2, 3, 10, 4], vec![2, 3, 10, 9], ResizeMode::Linear),
+    ];
+    for (shape, sizes, mode) in cases {
+        let resize = Resize {
+            mode,
+            coord: CoordTransform::HalfPixel,
+            nearest: NearestMode::RoundPreferFloor,
+            scales: shape
+                .iter()
+                .zip(&sizes)
+                .map(|(&n, &m)| m as f32 / n as f32)
+                .collect(),
+            sizes: sizes.clone(),
+            filter: Default::default(),
+            crop: None,
+        };
+        let mut g = Graph::new("resize");
+        let ty = ValueType::new(DType::F32, shape.clone());
+        let x = g.add_input("x", ty.clone(), vec![]);
+        let y = g.add_node(Op::Resize(resize), "resize", &[x], &[], vec![]);
+        g.set_outputs(vec![ValueRef::new(y.unwrap(), 0)]);
+        let inputs = [Tensor::from_f32(shape.clone(), rng.f32s(ty.numel()))];
+        let expected = crate::reference::run(&g, &inputs).unwrap()[0].to_f32();
+        let m = compile_on(2, &g);
+        assert!(
+            matches!(m.steps[0].kernel, Kernel::Resize(_)),
+            "{shape:?} -> {sizes:?}: {:?}",
+            m.describe()
+        );
+        let got = m.run(&inputs).unwrap()[0].to_f32();
+        assert_close(&got, &expected, &format!("{shape:?} -> {sizes:?}"));
+    }
+}

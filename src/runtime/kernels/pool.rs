@@ -274,7 +274,7 @@ impl VectorKernel for Task<'_> {
 
 /// The starts of vectors of `lanes` covering `n` elements (at least
 /// `lanes`): one after the other, the last overlapping the one before.
-fn starts(n: usize, lanes: usize) -> impl Iterator<Item = usize> {
+pub(super) fn starts(n: usize, lanes: usize) -> impl Iterator<Item = usize> {
     (0..n / lanes)
         .map(move |i| i * lanes)
         .chain((!n.is_multiple_of(lanes)).then(|| n - lanes))
