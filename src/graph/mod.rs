@@ -3,6 +3,7 @@
 
 mod canonical;
 mod conv_affine;
+mod conv_transpose;
 mod fold;
 mod memory;
 mod pad_fold;
@@ -15,6 +16,7 @@ pub use crate::core::{
 pub use crate::ops::*;
 pub use canonical::{movement_chains, reductions_as_global_pools};
 pub use conv_affine::{fold_conv_affine, fold_conv_batchnorm};
+pub use conv_transpose::conv_transposes_as_convs;
 pub use fold::{fold_constants, fold_node};
 pub use memory::{
     check_value_size, checked_size_bytes, format_bytes, machine_memory, memory_limit, parse_bytes,

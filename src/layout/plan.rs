@@ -23,7 +23,8 @@ use super::space::{Pins, PlanSpace};
 use super::target::TargetFamily;
 use super::{Layout, LayoutError, PlanError};
 use crate::graph::{
-    fold_conv_affine, fold_pads, movement_chains, reductions_as_global_pools, Graph, PadFold,
+    conv_transposes_as_convs, fold_conv_affine, fold_pads, movement_chains,
+    reductions_as_global_pools, Graph, PadFold,
 };
 use std::time::{Duration, Instant};
 
@@ -175,7 +176,8 @@ impl PassLog {
 }
 
 /// Brings a copy of `g` (which shares the weights) into the forms the planner
-/// expects: batch norms folded when asked, movement chains merged, explicit
+/// expects: batch norms folded when asked, transposed convolutions as
+/// convolutions, movement chains merged, explicit
 /// pads folded into the conv or pool after them, affine ops folded into
 /// convolutions, reductions over the spatial axes as global pools.
 fn canonicalize(g: &Graph, options: &PlanOptions) -> Result<(Graph, Vec<PadFold>), PlanError> {
@@ -183,6 +185,7 @@ fn canonicalize(g: &Graph, options: &PlanOptions) -> Result<(Graph, Vec<PadFold>
     if options.fold_batchnorms {
         crate::graph::fold_conv_batchnorm(&mut folded)?;
     }
+    conv_transposes_as_convs(&mut folded)?;
     movement_chains(&mut folded)?;
     let pad_folds = fold_pads(&mut folded)?;
     fold_conv_affine(&mut folded)?;

@@ -25,7 +25,6 @@
 
 use super::direct::{balanced_tile, fill_channel_pad, valid_taps, ConvGeom};
 use super::tile::{ChannelParams, Epilogue};
-use crate::core::par;
 use crate::runtime::kernels::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel};
 
 /// Output pixels one register tile holds.
@@ -125,18 +124,14 @@ impl Depthwise {
         assert!(x.len() >= g.x_len() && y.len() >= g.y_len());
         assert!(residual.is_none_or(|r| r.len() >= g.y_len()));
         let rows = g.n * g.cin.div_ceil(self.slice) * g.oh;
-        // Raw addresses so rows can be written in parallel: each row writes
-        // only its slice's channels of its own output pixels.
-        let (xp, yp) = (x.as_ptr() as usize, y.as_mut_ptr() as usize);
-        let rp = residual.map(|r| r.as_ptr() as usize);
-        let chunk = (rows / (par::threads() * 4)).max(1);
-        par::for_each_grouped(rows, chunk, |row| {
+        // Each row writes only its slice's channels of its own output pixels.
+        super::for_each_piece(rows, x, residual, y, |row, x, res, y| {
             let task = Row {
                 d: self,
                 row,
-                x: xp as *const f32,
-                res: rp.map(|p| p as *const f32),
-                y: yp as *mut f32,
+                x,
+                res,
+                y,
             };
             // SAFETY: `lanes` comes from `Lanes::for_block`; the row's
             // reads and writes stay inside the buffers checked above. Each

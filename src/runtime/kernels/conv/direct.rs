@@ -467,12 +467,8 @@ impl PackedConv {
         let span = tiles.div_ceil(cuts) * TILE;
         let cuts = g.ow.div_ceil(span);
         let items = rows * cuts;
-        // Raw addresses so pieces can be written in parallel: each (n, block,
-        // oh, span) writes its own output pixels and channels only.
-        let (xp, yp) = (x.as_ptr() as usize, y.as_mut_ptr() as usize);
-        let rp = residual.map(|r| r.as_ptr() as usize);
-        let chunk = (items / (threads * 4)).max(1);
-        par::for_each_grouped(items, chunk, |i| unsafe {
+        // Each (n, block, oh, span) writes its own output pixels and channels.
+        super::for_each_piece(items, x, residual, y, |i, x, res, y| {
             let (r, cut) = match pixels_outer {
                 true => {
                     let (px, b) = (i / blocks, i % blocks);
@@ -482,13 +478,9 @@ impl PackedConv {
                 false => (i / cuts, i % cuts),
             };
             let cols = cut * span..((cut + 1) * span).min(g.ow);
-            self.row(
-                r,
-                cols,
-                xp as *const f32,
-                rp.map(|p| p as *const f32),
-                yp as *mut f32,
-            )
+            // SAFETY: the buffers were checked to hold the whole input,
+            // residual and output.
+            unsafe { self.row(r, cols, x, res, y) }
         });
         if let Some(v) = self.pad_fill {
             fill_channel_pad(y, g.n, g.cout, g.y_cb, g.oh * g.ow, v);

@@ -17,7 +17,6 @@
 
 use super::direct::{valid_taps, ConvGeom};
 use super::tile::{ChannelParams, Epilogue};
-use crate::core::par;
 use crate::runtime::kernels::simd::{
     run_vectorized, Isa, Lanes, Scalar, Vector, VectorKernel, MAX_LANES,
 };
@@ -90,18 +89,14 @@ impl PixelLanes {
         assert!(residual.is_none_or(|r| r.len() >= g.y_len()));
         let chunks = (g.cout / g.groups).div_ceil(MAX_CHANNELS);
         let rows = g.n * g.groups * chunks * g.oh;
-        // Raw addresses so rows can be written in parallel: each writes only
-        // its own channels' output row.
-        let (xp, yp) = (x.as_ptr() as usize, y.as_mut_ptr() as usize);
-        let rp = residual.map(|r| r.as_ptr() as usize);
-        let chunk = (rows / (par::threads() * 4)).max(1);
-        par::for_each_grouped(rows, chunk, |row| {
+        // Each row writes only its own channels' output row.
+        super::for_each_piece(rows, x, residual, y, |row, x, res, y| {
             let task = Row {
                 k: self,
                 row,
-                x: xp as *const f32,
-                res: rp.map(|p| p as *const f32),
-                y: yp as *mut f32,
+                x,
+                res,
+                y,
             };
             // SAFETY: `lanes` comes from `Lanes::for_block`; the row's reads
             // and writes stay inside the buffers checked above.
