@@ -64,7 +64,7 @@ impl OpDef for Resize {
         let r = self;
         let kept = |a: usize| {
             let n = ins[0].shape[a];
-            r.sizes[a] == n && r.axis_taps(a, n, n).is_ok_and(|t| is_identity(&t))
+            r.sizes[a] == n && r.axis_taps(a, n, n).is_ok_and(|t| is_identity(&t, n))
         };
         (0..r.scales.len()).all(|a| unblocked(l, &[a]) || kept(a))
     }
@@ -286,11 +286,14 @@ impl Resize {
     }
 }
 
-/// Whether taps read every position from itself alone, unweighted.
-pub fn is_identity(taps: &AxisTaps) -> bool {
-    taps.iter()
-        .enumerate()
-        .all(|(o, t)| t.as_deref() == Some(&[(o, 1.0)]))
+/// Whether taps of an axis of `n` positions keep it: as many positions, each
+/// read from itself alone, unweighted.
+pub fn is_identity(taps: &AxisTaps, n: usize) -> bool {
+    taps.len() == n
+        && taps
+            .iter()
+            .enumerate()
+            .all(|(o, t)| t.as_deref() == Some(&[(o, 1.0)]))
 }
 
 pub(super) fn resize(r: &Resize, x: &Tensor, out: &ValueType) -> Result<Tensor, OpError> {
@@ -309,7 +312,7 @@ pub(super) fn resize(r: &Resize, x: &Tensor, out: &ValueType) -> Result<Tensor, 
             let mut shape = x.shape.clone();
             let mut v = x.data.to_f64();
             for (ax, axis_taps) in axes.iter().enumerate() {
-                if is_identity(axis_taps) {
+                if is_identity(axis_taps, shape[ax]) {
                     continue;
                 }
                 v = interpolate_axis(&v, &shape, ax, axis_taps);

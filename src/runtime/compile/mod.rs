@@ -937,11 +937,9 @@ impl<'g> Compiler<'g> {
         let taps: Vec<AxisTaps> = (0..xs.len())
             .map(|ax| r.axis_taps(ax, xs[ax], *r.sizes.get(ax)?).ok())
             .collect::<Option<_>>()?;
-        let (kept, mut filtered): (Vec<usize>, Vec<usize>) =
-            (0..xs.len()).partition(|&ax| is_identity(&taps[ax]));
-        if kept.iter().any(|&ax| r.sizes[ax] != xs[ax]) {
-            return None;
-        }
+        let mut filtered: Vec<usize> = (0..xs.len())
+            .filter(|&ax| !is_identity(&taps[ax], xs[ax]))
+            .collect();
         // Where each axis is stored (`runs_in` leaves the filtered ones unblocked).
         let at = |ax: usize| layout.order().iter().position(|d| d.axis == ax);
         filtered.sort_by_key(|&ax| at(ax));
