@@ -76,6 +76,11 @@ pub struct PlanOptions {
     /// Fold batch norms into the convolutions before them (the native compiler
     /// fuses them itself; an export for another runtime folds them).
     pub fold_batchnorms: bool,
+    /// Rewrite transposed convolutions as convolutions over their stride
+    /// phases (what the native kernels run fast; another runtime has its own
+    /// transposed convolution, and the rewrite's sub-pixel interleave needs
+    /// tensors of twice the rank).
+    pub conv_transposes_as_convs: bool,
 }
 
 impl Default for PlanOptions {
@@ -85,6 +90,7 @@ impl Default for PlanOptions {
             rewrite_limits: RewriteLimits::default(),
             pins: Pins::new(),
             fold_batchnorms: false,
+            conv_transposes_as_convs: true,
         }
     }
 }
@@ -185,7 +191,9 @@ fn canonicalize(g: &Graph, options: &PlanOptions) -> Result<(Graph, Vec<PadFold>
     if options.fold_batchnorms {
         crate::graph::fold_conv_batchnorm(&mut folded)?;
     }
-    conv_transposes_as_convs(&mut folded)?;
+    if options.conv_transposes_as_convs {
+        conv_transposes_as_convs(&mut folded)?;
+    }
     movement_chains(&mut folded)?;
     let pad_folds = fold_pads(&mut folded)?;
     fold_conv_affine(&mut folded)?;

@@ -309,7 +309,10 @@ fn conv_transpose_graph(x: &[usize], cout_g: usize, group: usize, axes: &[[usize
 #[test]
 fn transposed_convolutions_run_as_convolutions_over_stride_phases() {
     use layoutopt::graph::conv_transposes_as_convs;
-    let cases: [(&[usize], usize, usize, &[[usize; 5]]); 8] = [
+    /// Input shape, output channels per group, groups, and per spatial axis
+    /// (stride, kernel, pad begin, pad end, output padding).
+    type Case<'a> = (&'a [usize], usize, usize, &'a [[usize; 5]]);
+    let cases: [Case; 8] = [
         (&[1, 8, 9, 7], 4, 1, &[[2, 2, 0, 0, 0], [2, 2, 0, 0, 0]]),
         (&[1, 6, 5, 6], 3, 2, &[[2, 3, 1, 1, 1], [2, 3, 1, 0, 0]]),
         (&[2, 4, 6, 5], 5, 1, &[[3, 5, 4, 2, 2], [1, 3, 1, 1, 0]]),

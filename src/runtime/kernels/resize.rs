@@ -131,7 +131,7 @@ impl TapTable {
     #[inline(always)]
     fn copies(&self, o: usize) -> Option<usize> {
         match self.taps(o) {
-            (&[i], &[w]) if w == 1.0 => Some(i),
+            (&[i], &[1.0]) => Some(i),
             _ => None,
         }
     }
