@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 /// Runs subgraph `i` of a control-flow op on its inputs, returning its
 /// outputs: the reference executor, or a compiled model of the subgraph.
-pub type RunSubgraph<'a> = dyn FnMut(usize, &[Tensor]) -> Result<Vec<Tensor>, String> + 'a;
+pub type RunSubgraph<'a> = dyn FnMut(usize, &[Tensor]) -> Result<Vec<Tensor>, OpError> + 'a;
 
 /// An op that runs subgraphs. Its reference semantics (`OpDef::eval`) run
 /// them on the reference executor; `run` lets another executor run them.

@@ -159,7 +159,7 @@ fn eval_here(
     outputs: &[ValueType],
 ) -> Result<Vec<Tensor>, OpError> {
     op.run(x, outputs, &mut |i, ins| {
-        run(graphs[i], ins).map_err(|e| e.to_string())
+        run(graphs[i], ins).map_err(|e| OpError::Value(e.to_string()))
     })
 }
 

@@ -200,7 +200,8 @@ impl CompiledModel {
                     let refs: Vec<&Tensor> = args.iter().collect();
                     let results = (k.op.0)
                         .run(&refs, &k.outputs, &mut |i, ins| {
-                            k.subgraphs[i].run(ins).map_err(|e| e.to_string())
+                            (k.subgraphs[i].run(ins))
+                                .map_err(|e| crate::graph::OpError::Value(e.to_string()))
                         })
                         .map_err(|e| at_node(e.to_string()))?;
                     store(step, bufs, results)
