@@ -159,6 +159,11 @@ fn import_loop(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     if let Some(outputs) = unrolled(c, body, &initial)? {
         return Ok(outputs);
     }
+    let scanned = body.output.len() > 1 + carried;
+    if scanned {
+        // Asked before the body is imported: a value a caller can freeze.
+        known_trip_count(c)?;
+    }
     let env = c.env.nested(c.span)?;
     let captured = captures(c.span, c.g, c.scope, &[body])?;
     let mut formal = vec![
@@ -186,7 +191,7 @@ fn import_loop(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         }
     }
     let mut outputs = out[1..=carried].to_vec();
-    if out.len() > 1 + carried {
+    if scanned {
         let n = scan_length(c, &body_g)?;
         for element in &out[1 + carried..] {
             let mut shape = vec![n];
@@ -292,11 +297,9 @@ fn unrolled(
     Ok(Some(outputs))
 }
 
-/// How many iterations a Loop with scan outputs runs, which must be known
-/// here: its trip count is a constant, and neither the initial condition nor
-/// the body's ends it early (the body's condition output is a constant true,
-/// or its condition input passed on).
-fn scan_length(c: &NodeCtx, body: &Graph) -> Res<usize> {
+/// The trip count of a Loop with scan outputs, which must be a constant, and
+/// whether its initial condition (a constant too, where given) lets it run.
+fn known_trip_count(c: &NodeCtx) -> Res<(usize, bool)> {
     let Some(m) = c.const_ints(0)? else {
         return Err(c.err(
             "scan outputs need a trip count M: their length must be known at import (shapes are static here)",
@@ -304,10 +307,18 @@ fn scan_length(c: &NodeCtx, body: &Graph) -> Res<usize> {
     };
     let m = usize::try_from(m[0].max(0))
         .map_err(|_| c.err(format!("the trip count {} does not fit in memory", m[0])))?;
-    if let Some(cond) = c.const_input(1)? {
-        if !cond.data.to_bool()[0] {
-            return Ok(0);
-        }
+    let runs = c.const_input(1)?.is_none_or(|cond| cond.data.to_bool()[0]);
+    Ok((m, runs))
+}
+
+/// How many iterations a Loop with scan outputs runs, which must be known
+/// here: its trip count is a constant, and neither the initial condition nor
+/// the body's ends it early (the body's condition output is a constant true,
+/// or its condition input passed on).
+fn scan_length(c: &NodeCtx, body: &Graph) -> Res<usize> {
+    let (m, runs) = known_trip_count(c)?;
+    if !runs {
+        return Ok(0);
     }
     let mut v = body.outputs()[0];
     while let Op::Identity = body.node(v.node).op {
