@@ -325,7 +325,15 @@ def control_flow():
                  [vi("c_out", [], T.BOOL), vi("v_out", [4]), vi("row", [4])])
     refused("loop_trip_count_2pow62_scan_output",
             [h.make_node("Loop", ["M", "", "x"], ["y", "rows"], name="grow_forever", body=grows)],
-            x, [vi("y", None), vi("rows", None)], "grow_forever", [ints("M", 2**62)], opset=17)
+            x, [vi("y", None), vi("rows", None)],
+            "layer 'grow_forever' (Loop #0): output shape [4611686018427387904, 4] overflows",
+            [ints("M", 2**62)], opset=17)
+    # 2^32 rows of 16 bytes: countable, but past the memory budget.
+    refused("loop_trip_count_2pow32_scan_output",
+            [h.make_node("Loop", ["M", "", "x"], ["y", "rows"], name="grow_large", body=grows)],
+            x, [vi("y", None), vi("rows", None)],
+            "layer 'grow_large' (Loop #0): output 1 f32[4294967296, 4] would need 68719476736 bytes (64.0 GiB), more than the memory limit",
+            [ints("M", 2**32)], opset=17)
     # No trip count and a condition that stays true: stopped by the iteration limit.
     forever = body([h.make_node("Add", ["v_in", "v_in"], ["v_out"]),
                     h.make_node("Identity", ["c_in"], ["c_out"])],
