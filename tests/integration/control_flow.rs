@@ -8,9 +8,11 @@
 
 use crate::support::bundled::load_test_data;
 use crate::support::compare::max_abs_err;
+use crate::support::onnx::*;
 use layoutopt::api::{load_model, Costs, PlanLayouts, PlannerKind, TargetFamily};
 use layoutopt::graph::{Graph, Op, Tensor};
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
+use onnx_protobuf::{AttributeProto, GraphProto, NodeProto};
 use std::path::Path;
 
 fn assert_matches(what: &str, outputs: &[Tensor], expected: &[Tensor]) {
@@ -106,4 +108,77 @@ fn a_small_loop_of_known_trip_count_is_unrolled_under_its_name() {
         assert!(layers.iter().any(|l| *l == layer), "{layer} in {layers:?}");
     }
     assert!(!layers.iter().any(|l| l.contains("iteration3")), "{layers:?}");
+}
+
+const F32: i32 = 1;
+const BOOL: i32 = 9;
+
+fn graph_attr(name: &str, g: GraphProto) -> AttributeProto {
+    let mut a = AttributeProto::new();
+    a.name = name.to_string();
+    a.type_ = onnx_protobuf::attribute_proto::AttributeType::GRAPH.into();
+    a.g = protobuf::MessageField::some(g);
+    a
+}
+
+fn subgraph(nodes: Vec<NodeProto>, outputs: &[&str]) -> GraphProto {
+    let mut g = GraphProto::new();
+    g.name = "branch".into();
+    g.node = nodes;
+    g.output = outputs.iter().map(|o| value_info(o, F32, &[4])).collect();
+    g
+}
+
+/// An If 'pick' on input `c` over x [4] with these branches.
+fn if_model(then_branch: GraphProto, else_branch: GraphProto) -> onnx_protobuf::ModelProto {
+    let mut n = node("If", "pick", &["c"], &["y"]);
+    n.attribute = vec![
+        graph_attr("then_branch", then_branch),
+        graph_attr("else_branch", else_branch),
+    ];
+    model(
+        vec![n],
+        vec![value_info("c", BOOL, &[]), value_info("x", F32, &[4])],
+        vec![value_info("y", F32, &[4])],
+        vec![],
+        17,
+    )
+}
+
+#[test]
+fn a_branch_reading_an_undefined_value_is_refused_naming_the_if() {
+    let reads_nothing = subgraph(vec![node("Neg", "neg", &["ghost"], &["a"])], &["a"]);
+    let fine = subgraph(vec![node("Abs", "abs", &["x"], &["b"])], &["b"]);
+    let e = import_model(&if_model(reads_nothing, fine), "if.onnx")
+        .unwrap_err()
+        .to_string();
+    for needle in ["'pick'", "reads 'ghost', which no enclosing graph defines"] {
+        assert!(e.contains(needle), "{e}");
+    }
+}
+
+#[test]
+fn an_error_inside_a_branch_names_the_branch_layer() {
+    let mut bad = node("Transpose", "flip", &["x"], &["a"]);
+    bad.attribute = vec![ints_attr("perm", &[3])];
+    let fine = subgraph(vec![node("Abs", "abs", &["x"], &["b"])], &["b"]);
+    let e = import_model(&if_model(subgraph(vec![bad], &["a"]), fine), "if.onnx")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("'pick/then_branch/flip'"), "{e}");
+}
+
+#[test]
+fn branches_of_different_shapes_are_refused_naming_the_if() {
+    let mut wide = node("Concat", "twice", &["x", "x"], &["a"]);
+    wide.attribute = vec![int_attr("axis", 0)];
+    let mut then_branch = subgraph(vec![wide], &[]);
+    then_branch.output = vec![value_info("a", F32, &[8])];
+    let fine = subgraph(vec![node("Abs", "abs", &["x"], &["b"])], &["b"]);
+    let e = import_model(&if_model(then_branch, fine), "if.onnx")
+        .unwrap_err()
+        .to_string();
+    for needle in ["'pick'", "output 0 has shape [8] in then_branch ('a') but [4]"] {
+        assert!(e.contains(needle), "{e}");
+    }
 }
