@@ -571,7 +571,11 @@ fn collect_unsupported(
 fn free_names(g: &GraphProto) -> Vec<String> {
     let defined: HashSet<&str> = (g.input.iter().map(|v| v.name.as_str()))
         .chain(g.initializer.iter().map(|t| t.name.as_str()))
-        .chain(g.node.iter().flat_map(|n| n.output.iter().map(String::as_str)))
+        .chain(
+            g.node
+                .iter()
+                .flat_map(|n| n.output.iter().map(String::as_str)),
+        )
         .collect();
     let mut seen = HashSet::new();
     let mut free = vec![];
@@ -683,7 +687,9 @@ fn import_node(
         let v = values.get(name).copied().ok_or_else(|| {
             ImportError::layer(
                 &span,
-                format!("input '{name}' is produced by no earlier node, initializer or graph input"),
+                format!(
+                    "input '{name}' is produced by no earlier node, initializer or graph input"
+                ),
             )
         })?;
         inputs.push(Some(v));
@@ -806,7 +812,10 @@ impl Env {
         let mut values = HashMap::new();
         for (vi, ty) in proto.input.iter().zip(formal) {
             let span = Span::new(&self.file, &format!("{prefix}/{}", vi.name), "Input", 0);
-            values.insert(vi.name.clone(), g.add_input(&vi.name, ty.clone(), vec![span]));
+            values.insert(
+                vi.name.clone(),
+                g.add_input(&vi.name, ty.clone(), vec![span]),
+            );
         }
         for (name, _, c) in captured {
             let span = Span::new(&self.file, name, "Input", 0);

@@ -178,7 +178,10 @@ fn condition(t: &Tensor, what: &str) -> Result<bool, OpError> {
 /// (the parts in order; none gives the empty tensor).
 fn stack(parts: &[Tensor], at: ScanAxis, ty: &ValueType) -> Result<Tensor, OpError> {
     if parts.is_empty() {
-        return Ok(Tensor::new(ty.shape.clone(), TensorData::zeros(ty.dtype, 0)));
+        return Ok(Tensor::new(
+            ty.shape.clone(),
+            TensorData::zeros(ty.dtype, 0),
+        ));
     }
     let mut one = ty.shape.clone();
     one[at.axis] = 1;
@@ -257,15 +260,18 @@ impl ControlFlowOp for Loop {
         run: &mut RunSubgraph,
     ) -> Result<Vec<Tensor>, OpError> {
         let mut at = 0;
-        let trip_count = match self.has_trip_count {
-            true => {
-                at += 1;
-                Some(*x[0].data.to_i64().first().ok_or_else(|| {
-                    OpError::Value("the trip count M has no element".into())
-                })?)
-            }
-            false => None,
-        };
+        let trip_count =
+            match self.has_trip_count {
+                true => {
+                    at += 1;
+                    Some(
+                        *x[0].data.to_i64().first().ok_or_else(|| {
+                            OpError::Value("the trip count M has no element".into())
+                        })?,
+                    )
+                }
+                false => None,
+            };
         let mut go = match self.has_condition {
             true => {
                 at += 1;
@@ -392,4 +398,3 @@ fn element(seq: &Tensor, at: ScanAxis, t: usize, length: usize) -> Result<Tensor
     let mut out = Gather { axis: at.axis }.eval(&[seq, &index], std::slice::from_ref(&ty))?;
     Ok(out.remove(0))
 }
-

@@ -84,7 +84,9 @@ fn recorded_control_flow_models_match_onnxruntime() {
 
 /// The source layers of a case's imported graph.
 fn layers(case: &str) -> Vec<String> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/control_flow").join(case);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/control_flow")
+        .join(case);
     let g = load_model(&dir.join("model.onnx")).unwrap();
     (g.node_ids().into_iter())
         .flat_map(|id| g.node(id).spans.iter().map(|s| s.layer.to_string()))
@@ -97,7 +99,10 @@ fn an_if_on_a_folded_condition_is_inlined_under_its_name() {
     for layer in ["pick/then_branch/scale", "pick/then_branch/relu"] {
         assert!(layers.iter().any(|l| l == layer), "{layer} in {layers:?}");
     }
-    assert!(!layers.iter().any(|l| l.contains("else_branch")), "{layers:?}");
+    assert!(
+        !layers.iter().any(|l| l.contains("else_branch")),
+        "{layers:?}"
+    );
 }
 
 #[test]
@@ -107,7 +112,10 @@ fn a_small_loop_of_known_trip_count_is_unrolled_under_its_name() {
         let layer = format!("rows/iteration{i}/add");
         assert!(layers.iter().any(|l| *l == layer), "{layer} in {layers:?}");
     }
-    assert!(!layers.iter().any(|l| l.contains("iteration3")), "{layers:?}");
+    assert!(
+        !layers.iter().any(|l| l.contains("iteration3")),
+        "{layers:?}"
+    );
 }
 
 const F32: i32 = 1;
@@ -178,7 +186,10 @@ fn branches_of_different_shapes_are_refused_naming_the_if() {
     let e = import_model(&if_model(then_branch, fine), "if.onnx")
         .unwrap_err()
         .to_string();
-    for needle in ["'pick'", "output 0 has shape [8] in then_branch ('a') but [4]"] {
+    for needle in [
+        "'pick'",
+        "output 0 has shape [8] in then_branch ('a') but [4]",
+    ] {
         assert!(e.contains(needle), "{e}");
     }
 }

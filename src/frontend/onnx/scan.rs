@@ -150,7 +150,9 @@ impl Scanner {
                     }
                     if depth >= MAX_SUBGRAPH_DEPTH {
                         // The name precedes the attributes in every writer's order.
-                        let name = name.as_deref().map(|n| String::from_utf8_lossy(n).into_owned());
+                        let name = name
+                            .as_deref()
+                            .map(|n| String::from_utf8_lossy(n).into_owned());
                         scan.refused = Some(Refused::TooDeep {
                             index,
                             name: name.filter(|n| !n.is_empty()),

@@ -25,7 +25,6 @@ use super::measure::roofline::StepWork;
 use super::model::{ControlKernel, Kernel};
 use super::{CompiledModel, KernelPath, Machine, RuntimeError, RuntimeOptions};
 use crate::core::par;
-use crate::reference::control::subgraphs;
 use crate::fusion::{
     self, inner, input_layout, output_layout, output_shape, Activation, FusedGroup, Pattern, Target,
 };
@@ -38,6 +37,7 @@ use crate::ops::{
     is_identity, AxisTaps, BatchNorm, Gemm, GlobalPool, LaidOut, LayerNorm, LayoutTransform,
     LogSoftmax, OpDef, Pad, PadMode, Reduce, ReduceKind, Reshape, Resize, Softmax,
 };
+use crate::reference::control::subgraphs;
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -1054,7 +1054,13 @@ impl<'g> Compiler<'g> {
         let node = self.g.node(id);
         let subgraphs = (subgraphs(op).into_iter())
             .map(|sub| {
-                compile_graph(sub, self.isa, &self.options, self.times.clone(), pool.clone())
+                compile_graph(
+                    sub,
+                    self.isa,
+                    &self.options,
+                    self.times.clone(),
+                    pool.clone(),
+                )
             })
             .collect::<Result<Vec<_>, _>>()?;
         let inputs = self.g.node_inputs(id);

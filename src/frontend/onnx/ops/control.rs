@@ -70,7 +70,10 @@ fn types(c: &NodeCtx, values: &[ValueRef]) -> Vec<ValueType> {
 
 /// The types a subgraph computes.
 fn output_types(g: &Graph) -> Vec<ValueType> {
-    g.outputs().iter().map(|&v| g.value_type(v).clone()).collect()
+    g.outputs()
+        .iter()
+        .map(|&v| g.value_type(v).clone())
+        .collect()
 }
 
 /// The name of output `i` of subgraph `proto`, for errors.
@@ -99,8 +102,10 @@ fn import_if(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     }
     let captured = captures(c.span, c.g, c.scope, &[then_branch, else_branch])?;
     let layer = c.layer();
-    let then_g = env.import_subgraph(then_branch, &format!("{layer}/then_branch"), &[], &captured)?;
-    let else_g = env.import_subgraph(else_branch, &format!("{layer}/else_branch"), &[], &captured)?;
+    let then_g =
+        env.import_subgraph(then_branch, &format!("{layer}/then_branch"), &[], &captured)?;
+    let else_g =
+        env.import_subgraph(else_branch, &format!("{layer}/else_branch"), &[], &captured)?;
     let (then_out, else_out) = (output_types(&then_g), output_types(&else_g));
     if then_out.len() != else_out.len() {
         return Err(c.err(format!(
@@ -138,11 +143,15 @@ fn import_if(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
 fn import_loop(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     let body = graph_attr(c, "body")?;
     if c.inputs.len() < 2 {
-        return Err(c.err("Loop takes inputs M and cond (either may be empty) before its loop-carried values"));
+        return Err(c.err(
+            "Loop takes inputs M and cond (either may be empty) before its loop-carried values",
+        ));
     }
     let trip_count = scalar_input(c, 0, DType::I64, "the trip count M")?;
     let cond = scalar_input(c, 1, DType::Bool, "the condition")?;
-    let initial = (2..c.inputs.len()).map(|i| c.input(i)).collect::<Res<Vec<_>>>()?;
+    let initial = (2..c.inputs.len())
+        .map(|i| c.input(i))
+        .collect::<Res<Vec<_>>>()?;
     let carried = initial.len();
     if body.input.len() != 2 + carried {
         return Err(c.err(format!(
@@ -230,7 +239,11 @@ fn unrolled(
     body: &GraphProto,
     initial: &[ValueRef],
 ) -> Res<Option<Vec<Option<ValueRef>>>> {
-    let Some(m) = c.opt_input(0).and_then(|v| c.g.constant(v)).map(|t| t.data.to_i64()[0]) else {
+    let Some(m) = c
+        .opt_input(0)
+        .and_then(|v| c.g.constant(v))
+        .map(|t| t.data.to_i64()[0])
+    else {
         return Ok(None);
     };
     let nodes = (m.max(0) as usize).saturating_mul(body.node.len());
@@ -258,7 +271,10 @@ fn unrolled(
         ];
         for (vi, t) in body.input.iter().zip(bound) {
             let name = format!("{prefix}/{}", vi.name);
-            scope.insert(vi.name.clone(), c.g.add_constant(&name, t, vec![c.span.clone()]));
+            scope.insert(
+                vi.name.clone(),
+                c.g.add_constant(&name, t, vec![c.span.clone()]),
+            );
         }
         for (vi, &v) in body.input[2..].iter().zip(&carried) {
             scope.insert(vi.name.clone(), v);
@@ -345,7 +361,9 @@ fn import_scan(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         ));
     }
     let body = graph_attr(c, "body")?;
-    let inputs = (0..c.inputs.len()).map(|i| c.input(i)).collect::<Res<Vec<_>>>()?;
+    let inputs = (0..c.inputs.len())
+        .map(|i| c.input(i))
+        .collect::<Res<Vec<_>>>()?;
     let scanned = c.int("num_scan_inputs", 0)?;
     if scanned < 1 || scanned as usize > inputs.len() {
         return Err(c.err(format!(
