@@ -280,7 +280,10 @@ fn unrolled(
             scope.insert(vi.name.clone(), v);
         }
         let outs = env.inline_subgraph(body, &prefix, c.g, &scope)?;
-        let Some(cond) = c.g.constant(outs[0]).filter(|t| t.dtype() == DType::Bool) else {
+        let Some(cond) =
+            c.g.constant(outs[0])
+                .filter(|t| t.dtype() == DType::Bool && t.numel() == 1)
+        else {
             return Ok(None);
         };
         go = cond.data.to_bool()[0];
