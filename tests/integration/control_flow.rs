@@ -110,7 +110,7 @@ fn a_small_loop_of_known_trip_count_is_unrolled_under_its_name() {
     let layers = layers("loop_unrolled");
     for i in 0..3 {
         let layer = format!("rows/iteration{i}/add");
-        assert!(layers.iter().any(|l| *l == layer), "{layer} in {layers:?}");
+        assert!(layers.contains(&layer), "{layer} in {layers:?}");
     }
     assert!(
         !layers.iter().any(|l| l.contains("iteration3")),
