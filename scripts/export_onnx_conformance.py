@@ -14,8 +14,9 @@ and prints the counts. The cases come from onnx's own generator
 (onnx.backend.test.case.node.collect_testcases); their expected outputs are onnx's numpy
 reference implementations, not onnxruntime.
 
-A case is exported when all its nodes are supported ops of the default domain without
-subgraphs, and all its inputs/outputs are tensors of supported dtypes. A case keeps its
+A case is exported when all its nodes, those of its subgraphs included, are supported ops
+of the default domain, and all its inputs/outputs (a subgraph's too) are tensors of
+supported dtypes. A case keeps its
 own opset when the importer reads it (`MIN_OPSET`..`MAX_OPSET` in src/frontend/onnx.rs);
 one outside that range is converted to the nearest end with onnx.version_converter (or
 restamped where it lacks an adapter), and kept only if onnxruntime or onnx.reference then
@@ -126,24 +127,39 @@ def default_opset(model: onnx.ModelProto) -> int:
     return next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
 
 
-def check_graph(model: onnx.ModelProto) -> None:
-    """Raise Skip unless every node is a supported op we can run."""
-    if model.functions:
-        raise Skip("model-local functions")
-    unsupported = set()
-    for n in model.graph.node:
+def check_nodes(graph: onnx.GraphProto, unsupported: set[str]) -> None:
+    """Raise Skip for a node of `graph` or of its subgraphs (If, Loop and Scan
+    bodies) that we cannot run; collect unsupported op types."""
+    for n in graph.node:
         if n.domain not in ("", "ai.onnx"):
             raise Skip("op outside the default domain", f"{n.domain}.{n.op_type}")
         if n.op_type not in SUPPORTED_OPS:
             unsupported.add(n.op_type)
         for a in n.attribute:
-            if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
-                raise Skip("subgraph", f"{n.op_type}")
+            if a.type == onnx.AttributeProto.GRAPH:
+                check_subgraph_values(a.g)
+                check_nodes(a.g, unsupported)
             # Element types the graph creates internally must be supported too.
             if n.op_type == "Cast" and a.name == "to" and a.i not in SUPPORTED_DTYPES:
                 raise Skip("unsupported dtype", f"Cast to {dtype_name(a.i)}")
             if a.type == onnx.AttributeProto.TENSOR and a.t.data_type not in SUPPORTED_DTYPES:
                 raise Skip("unsupported dtype", f"{n.op_type} {a.name} of {dtype_name(a.t.data_type)}")
+
+
+def check_subgraph_values(graph: onnx.GraphProto) -> None:
+    """Subgraphs pass tensors only (no sequences or optionals)."""
+    for vi in [*graph.input, *graph.output]:
+        kind = vi.type.WhichOneof("value")
+        if kind not in (None, "tensor_type"):
+            raise Skip("non-tensor subgraph value", f"{vi.name} is a {kind.removesuffix('_type')}")
+
+
+def check_graph(model: onnx.ModelProto) -> None:
+    """Raise Skip unless every node is a supported op we can run."""
+    if model.functions:
+        raise Skip("model-local functions")
+    unsupported = set()
+    check_nodes(model.graph, unsupported)
     if unsupported:
         raise Skip("expansion uses unsupported ops", ", ".join(sorted(unsupported)))
 

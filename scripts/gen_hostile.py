@@ -274,6 +274,102 @@ def external(name, location, data=None):
         (path.parent / location).write_bytes(data)
 
 
+def wire(field, payload):
+    """A length-delimited protobuf field."""
+    def varint(n):
+        out = bytearray()
+        while True:
+            out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+            n >>= 7
+            if not n:
+                return bytes(out)
+    return varint(field << 3 | 2) + varint(len(payload)) + payload
+
+
+def nested_ifs(depth):
+    """A model whose If 'if<depth-1>' holds an If in its then_branch, and so on
+    `depth` levels down; every else_branch is a leaf."""
+    leaf = h.make_graph([h.make_node("Identity", ["x"], ["leaf"])], "leaf", [],
+                        [vi("leaf", [4])]).SerializeToString()
+    inner = h.make_graph([h.make_node("Identity", ["x"], ["out0"])], "level0", [],
+                         [vi("out0", [4])]).SerializeToString()
+    graph_attr = lambda name, g: wire(1, name.encode()) + b"\xa0\x01\x05" + wire(6, g)  # noqa: E731
+    for level in range(1, depth):
+        node = (wire(1, b"c") + wire(2, f"out{level}".encode()) + wire(3, f"if{level}".encode())
+                + wire(4, b"If") + wire(5, graph_attr("then_branch", inner))
+                + wire(5, graph_attr("else_branch", leaf)))
+        top = level == depth - 1
+        outputs = vi("y" if top else f"out{level}", [4]).SerializeToString()
+        if top:
+            node = node.replace(wire(2, f"out{level}".encode()), wire(2, b"y"))
+        inner = wire(1, node) + wire(2, f"level{level}".encode()) + wire(12, outputs)
+    inputs = b"".join(wire(11, v.SerializeToString()) for v in [vi("c", [], T.BOOL), vi("x", [4])])
+    opset = h.make_opsetid("", 13).SerializeToString()
+    return b"\x08\x08" + wire(8, opset) + wire(7, inner + inputs)
+
+
+def control_flow():
+    """Issue 43: If, Loop and Scan models that must be refused naming the node,
+    never hang, overflow the stack or exhaust memory."""
+    x = [vi("x", [4])]
+    y = [vi("y", None)]
+
+    def body(nodes, inputs, outputs):
+        return h.make_graph(nodes, "body", inputs, outputs)
+
+    # A scan output of 2^62 iterations is refused at import: its shape is static.
+    grows = body([h.make_node("Add", ["v_in", "v_in"], ["v_out"]),
+                  h.make_node("Identity", ["v_out"], ["row"]),
+                  h.make_node("Identity", ["c_in"], ["c_out"])],
+                 [vi("i", [], T.INT64), vi("c_in", [], T.BOOL), vi("v_in", [4])],
+                 [vi("c_out", [], T.BOOL), vi("v_out", [4]), vi("row", [4])])
+    refused("loop_trip_count_2pow62_scan_output",
+            [h.make_node("Loop", ["M", "", "x"], ["y", "rows"], name="grow_forever", body=grows)],
+            x, [vi("y", None), vi("rows", None)],
+            "layer 'grow_forever' (Loop #0): output shape [4611686018427387904, 4] overflows",
+            [ints("M", 2**62)], opset=17)
+    # 2^32 rows of 16 bytes: countable, but past the memory budget.
+    refused("loop_trip_count_2pow32_scan_output",
+            [h.make_node("Loop", ["M", "", "x"], ["y", "rows"], name="grow_large", body=grows)],
+            x, [vi("y", None), vi("rows", None)],
+            "layer 'grow_large' (Loop #0): output 1 f32[4294967296, 4] would need 68719476736 bytes (64.0 GiB), more than the memory limit",
+            [ints("M", 2**32)], opset=17)
+    # No trip count and a condition that stays true: stopped by the iteration limit.
+    forever = body([h.make_node("Add", ["v_in", "v_in"], ["v_out"]),
+                    h.make_node("Identity", ["c_in"], ["c_out"])],
+                   [vi("i", [], T.INT64), vi("c_in", [], T.BOOL), vi("v_in", [4])],
+                   [vi("c_out", [], T.BOOL), vi("v_out", [4])])
+    true = nh.from_array(np.array(True), "go")
+    save("loop_without_end", [h.make_node("Loop", ["", "go", "x"], ["y"], name="spin", body=forever)],
+         x, [vi("y", [4])], [true], opset=17)
+    case("loop_without_end", "no panic", ["run", "{dir}/loop_without_end.onnx"], 1,
+         stderr="the loop ran 100000 iterations without ending", bounds=RUN)
+    # If nested 2000 deep: refused by the depth limit before decoding. Written
+    # on the wire by hand: protobuf's Python library refuses to build it.
+    (OUT / "if_nested_2000_deep.onnx").write_bytes(nested_ifs(2000))
+    case("if_nested_2000_deep", "no panic", ["run", "{dir}/if_nested_2000_deep.onnx"], 1,
+         stderr="node #0 ('if1983') holds subgraphs nested deeper than 16 levels")
+    # Branches that disagree in output count, and in element type.
+    two = h.make_graph([h.make_node("Neg", ["x"], ["a"]), h.make_node("Abs", ["x"], ["b"])],
+                       "then", [], [vi("a", [4]), vi("b", [4])])
+    one = h.make_graph([h.make_node("Neg", ["x"], ["e"])], "else", [], [vi("e", [4])])
+    refused("if_branches_disagree_in_count",
+            [h.make_node("If", ["c"], ["y"], name="pick", then_branch=two, else_branch=one)],
+            [vi("c", [], T.BOOL), *x], y, "then_branch computes 2 outputs, else_branch 1")
+    ints_out = h.make_graph([h.make_node("Cast", ["x"], ["e"], to=T.INT64)], "else", [],
+                            [vi("e", [4], T.INT64)])
+    refused("if_branches_disagree_in_dtype",
+            [h.make_node("If", ["c"], ["y"], name="pick", then_branch=one, else_branch=ints_out)],
+            [vi("c", [], T.BOOL), *x], y, "in then_branch ('e') but i64 in else_branch")
+    # Scan inputs of 3 and 4 rows.
+    rows = body([h.make_node("Add", ["s_in", "a"], ["s_mid"]), h.make_node("Add", ["s_mid", "b"], ["s_out"])],
+                [vi("s_in", [2]), vi("a", [2]), vi("b", [2])], [vi("s_out", [2])])
+    refused("scan_lengths_disagree",
+            [h.make_node("Scan", ["s0", "p", "q"], ["y"], name="walk", body=rows, num_scan_inputs=2)],
+            [vi("s0", [2]), vi("p", [3, 2]), vi("q", [4, 2])], y,
+            "the scan inputs disagree in length: 'p' has 3", opset=17)
+
+
 def for_rust():
     """Models the Rust test puts hostile files beside."""
     save("tiny", [h.make_node("Relu", ["x"], ["y"])], [vi("x", [2, 4])], [vi("y", [2, 4])])
@@ -291,6 +387,7 @@ def main():
     panics()
     planners()
     recorded()
+    control_flow()
     for_rust()
     (OUT / "cases.json").write_text(json.dumps(CASES, indent=1) + "\n")
     print(f"{len(CASES)} cases in {OUT}")

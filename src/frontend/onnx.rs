@@ -19,10 +19,10 @@ pub use tensor::{dtype_from_onnx, tensor_from_proto, tensor_to_proto, TensorProt
 use crate::frontend::{DeclaredValue, Dim, Interface};
 use crate::graph::{
     check_value_size, fold_node, format_spans, memory_limit, Graph, GraphError, Span, Tensor,
-    ValueRef,
+    ValueRef, ValueType,
 };
 use declared::{check_declared_type, declared, input_type};
-use onnx_protobuf::{ModelProto, NodeProto, TensorProto};
+use onnx_protobuf::{GraphProto, ModelProto, NodeProto, TensorProto};
 use protobuf::{CodedInputStream, Message};
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, Seek};
@@ -224,8 +224,7 @@ fn decode_model<R: BufRead + Seek>(
     };
     let mut is = CodedInputStream::from_buf_read(source);
     is.push_limit(len).map_err(|e| decode_error(file, e))?;
-    let nodes = scan::count_nodes(&mut is)
-        .map_err(|why| refuse(format!("not a valid ONNX model: {why}")))?;
+    let nodes = scan::count_nodes(&mut is).map_err(|why| refuse(why.to_string()))?;
     drop(is);
     crate::core::budget::check(
         &format!("importing its {nodes} nodes"),
@@ -348,9 +347,12 @@ fn import_model(
     }
 
     let mut imp = Importer {
-        file: file.to_string(),
-        base_dir: base_dir.map(PathBuf::from),
-        opset,
+        env: Env {
+            file: file.to_string(),
+            base_dir: base_dir.map(PathBuf::from),
+            opset,
+            depth: 0,
+        },
         g: Graph::new(if graph.name.is_empty() {
             file
         } else {
@@ -358,7 +360,12 @@ fn import_model(
         }),
         values: HashMap::new(),
     };
-    imp.add_initializers(std::mem::take(&mut graph.initializer))?;
+    add_initializers(
+        &imp.env,
+        &mut imp.g,
+        &mut imp.values,
+        std::mem::take(&mut graph.initializer),
+    )?;
     for vi in &graph.input {
         if !imp.values.contains_key(&vi.name) {
             let ty = input_type(vi, opts)
@@ -407,27 +414,14 @@ fn import_model(
     }
     // Every operator the registry lacks is reported at once, before any is converted.
     let mut unsupported: Vec<(String, Vec<Span>)> = Vec::new();
-    for (i, n) in graph.node.iter().enumerate() {
-        if ops::registry().get(&n.domain, &n.op_type).is_some() {
-            continue;
-        }
-        let op = operator_name(n);
-        let span = node_span(file, n, i);
-        match unsupported.iter_mut().find(|(o, _)| *o == op) {
-            Some((_, spans)) => spans.push(span),
-            None => unsupported.push((op, vec![span])),
-        }
-    }
+    collect_unsupported(file, &graph.node, "", &mut unsupported);
     if !unsupported.is_empty() {
         return Err(ImportError::Unsupported {
             path: file.to_string(),
             ops: unsupported,
         });
     }
-    let order = node_order(&graph.node, &imp.values, file)?;
-    for i in order {
-        imp.import_node(&graph.node[i], i)?;
-    }
+    import_nodes(&imp.env, &mut imp.g, &mut imp.values, &graph.node, "")?;
     // A file cut short loses its outputs last (they follow the nodes).
     if graph.output.is_empty() {
         return Err(model_err(
@@ -459,13 +453,14 @@ fn node_order(
     nodes: &[NodeProto],
     known: &HashMap<String, ValueRef>,
     file: &str,
+    prefix: &str,
 ) -> Result<Vec<usize>, ImportError> {
     let mut producer: HashMap<&str, usize> = HashMap::new();
     for (i, n) in nodes.iter().enumerate() {
         for o in n.output.iter().filter(|o| !o.is_empty()) {
             if known.contains_key(o) || producer.insert(o, i).is_some() {
                 return Err(ImportError::layer(
-                    &node_span(file, n, i),
+                    &node_span(file, n, i, prefix),
                     format!("output '{o}' is already produced elsewhere in the graph"),
                 ));
             }
@@ -490,7 +485,7 @@ fn node_order(
                 }
                 let Some(&p) = producer.get(name.as_str()) else {
                     return Err(ImportError::layer(
-                        &node_span(file, &nodes[n], n),
+                        &node_span(file, &nodes[n], n, prefix),
                         format!(
                             "input '{name}' is not produced by any node, initializer or graph input"
                         ),
@@ -503,7 +498,7 @@ fn node_order(
                     }
                     1 => {
                         return Err(ImportError::layer(
-                            &node_span(file, &nodes[n], n),
+                            &node_span(file, &nodes[n], n, prefix),
                             format!("input '{name}' depends on this node's own output: the graph has a cycle"),
                         ))
                     }
@@ -528,107 +523,350 @@ fn operator_name(n: &NodeProto) -> String {
     }
 }
 
-fn node_span(file: &str, n: &NodeProto, index: usize) -> Span {
+/// The span of node `index` of a graph; a subgraph's layers are named under
+/// `prefix`, the path of control-flow layers and attributes that holds them
+/// (`loop_1/body/add`).
+fn node_span(file: &str, n: &NodeProto, index: usize, prefix: &str) -> Span {
     let layer = if n.name.is_empty() {
         Span::default_layer_name(&n.op_type, index)
     } else {
         n.name.clone()
     };
+    let layer = match prefix {
+        "" => layer,
+        _ => format!("{prefix}/{layer}"),
+    };
     Span::new(file, &layer, &n.op_type, index)
 }
 
-struct Importer {
+/// Adds every operator of `nodes` and of their subgraphs that the registry
+/// lacks to `unsupported`, with the layers that use it.
+fn collect_unsupported(
+    file: &str,
+    nodes: &[NodeProto],
+    prefix: &str,
+    unsupported: &mut Vec<(String, Vec<Span>)>,
+) {
+    for (i, n) in nodes.iter().enumerate() {
+        let span = node_span(file, n, i, prefix);
+        for a in &n.attribute {
+            for sub in a.g.as_ref().into_iter().chain(&a.graphs) {
+                let inner = format!("{}/{}", span.layer, a.name);
+                collect_unsupported(file, &sub.node, &inner, unsupported);
+            }
+        }
+        if ops::registry().get(&n.domain, &n.op_type).is_some() {
+            continue;
+        }
+        let op = operator_name(n);
+        match unsupported.iter_mut().find(|(o, _)| *o == op) {
+            Some((_, spans)) => spans.push(span),
+            None => unsupported.push((op, vec![span])),
+        }
+    }
+}
+
+/// The names a graph reads from the scopes around it: those its nodes (and
+/// their subgraphs) read that it does not define itself, in order of first use.
+fn free_names(g: &GraphProto) -> Vec<String> {
+    let defined: HashSet<&str> = (g.input.iter().map(|v| v.name.as_str()))
+        .chain(g.initializer.iter().map(|t| t.name.as_str()))
+        .chain(
+            g.node
+                .iter()
+                .flat_map(|n| n.output.iter().map(String::as_str)),
+        )
+        .collect();
+    let mut seen = HashSet::new();
+    let mut free = vec![];
+    for n in &g.node {
+        let nested = (n.attribute.iter())
+            .flat_map(|a| a.g.as_ref().into_iter().chain(&a.graphs))
+            .flat_map(free_names);
+        for name in n.input.iter().cloned().chain(nested) {
+            if !name.is_empty() && !defined.contains(name.as_str()) && seen.insert(name.clone()) {
+                free.push(name);
+            }
+        }
+    }
+    free.extend(
+        (g.output.iter())
+            .map(|o| &o.name)
+            .filter(|o| !defined.contains(o.as_str()) && seen.insert(o.to_string()))
+            .cloned(),
+    );
+    free
+}
+
+/// What every graph of a model is imported with.
+#[derive(Clone)]
+pub(in crate::frontend::onnx) struct Env {
     file: String,
     base_dir: Option<PathBuf>,
     opset: i64,
+    /// How many subgraphs deep the graph being imported lies.
+    depth: usize,
+}
+
+/// Subgraphs nested deeper than this are refused: each level is a recursion
+/// of the importer and of every run.
+pub const MAX_SUBGRAPH_DEPTH: usize = 16;
+
+struct Importer {
+    env: Env,
     g: Graph,
     /// Every named value seen so far.
     values: HashMap<String, ValueRef>,
 }
 
-impl Importer {
-    /// Converts the initializers, dropping each proto (and its bytes) once it
-    /// is a tensor.
-    fn add_initializers(&mut self, inits: Vec<TensorProto>) -> Result<(), ImportError> {
-        let mut seen = HashSet::new();
-        for tp in inits {
-            if !seen.insert(tp.name.clone()) {
-                return Err(ImportError::Model {
-                    path: self.file.clone(),
-                    message: format!("initializer '{}' is defined twice", tp.name),
-                });
-            }
-            let t = tensor_from_proto(&tp, self.base_dir.as_deref()).map_err(|m| {
-                ImportError::Model {
-                    path: self.file.clone(),
-                    message: format!("initializer '{}' {m}", tp.name),
-                }
-            })?;
-            let span = Span::new(&self.file, &tp.name, "Initializer", 0);
-            let v = self.g.add_constant(&tp.name, t, vec![span]);
-            self.values.insert(tp.name.clone(), v);
+/// Adds initializers as constants of `g`, named in `values`. Given by value,
+/// each proto (and its bytes) is dropped once it is a tensor.
+fn add_initializers<T: std::borrow::Borrow<TensorProto>>(
+    env: &Env,
+    g: &mut Graph,
+    values: &mut HashMap<String, ValueRef>,
+    inits: impl IntoIterator<Item = T>,
+) -> Result<(), ImportError> {
+    let mut seen = HashSet::new();
+    for tp in inits {
+        let tp = tp.borrow();
+        if !seen.insert(tp.name.clone()) {
+            return Err(ImportError::Model {
+                path: env.file.clone(),
+                message: format!("initializer '{}' is defined twice", tp.name),
+            });
         }
-        Ok(())
+        let t = tensor_from_proto(tp, env.base_dir.as_deref()).map_err(|m| ImportError::Model {
+            path: env.file.clone(),
+            message: format!("initializer '{}' {m}", tp.name),
+        })?;
+        let span = Span::new(&env.file, &tp.name, "Initializer", 0);
+        let v = g.add_constant(&tp.name, t, vec![span]);
+        values.insert(tp.name.clone(), v);
     }
+    Ok(())
+}
 
-    fn import_node(&mut self, n: &NodeProto, index: usize) -> Result<(), ImportError> {
-        let span = node_span(&self.file, n, index);
-        // `import_model` has refused every operator the registry lacks.
-        let Some(import) = ops::registry().get(&n.domain, &n.op_type) else {
-            return Err(ImportError::layer(
-                &span,
-                format!("unsupported operator '{}'", operator_name(n)),
-            ));
-        };
-        let mut inputs: Vec<Option<ValueRef>> = Vec::with_capacity(n.input.len());
-        for name in &n.input {
-            if name.is_empty() {
-                inputs.push(None);
-                continue;
-            }
-            let v = self.values.get(name).copied().ok_or_else(|| {
-                ImportError::layer(
-                    &span,
-                    format!(
-                        "input '{name}' is produced by no earlier node, initializer or graph input"
-                    ),
-                )
-            })?;
-            inputs.push(Some(v));
+/// Imports `nodes` into `g`, in dependency order, reading and naming values in
+/// `values`; their layers are named under `prefix` (empty for the main graph).
+fn import_nodes(
+    env: &Env,
+    g: &mut Graph,
+    values: &mut HashMap<String, ValueRef>,
+    nodes: &[NodeProto],
+    prefix: &str,
+) -> Result<(), ImportError> {
+    for i in node_order(nodes, values, &env.file, prefix)? {
+        import_node(env, g, values, &nodes[i], i, prefix)?;
+    }
+    Ok(())
+}
+
+fn import_node(
+    env: &Env,
+    g: &mut Graph,
+    values: &mut HashMap<String, ValueRef>,
+    n: &NodeProto,
+    index: usize,
+    prefix: &str,
+) -> Result<(), ImportError> {
+    let span = node_span(&env.file, n, index, prefix);
+    // `import_model` has refused every operator the registry lacks.
+    let Some(import) = ops::registry().get(&n.domain, &n.op_type) else {
+        return Err(ImportError::layer(
+            &span,
+            format!("unsupported operator '{}'", operator_name(n)),
+        ));
+    };
+    let mut inputs: Vec<Option<ValueRef>> = Vec::with_capacity(n.input.len());
+    for name in &n.input {
+        if name.is_empty() {
+            inputs.push(None);
+            continue;
         }
-        let mut ctx = ops::NodeCtx {
-            node: n,
-            span: &span,
-            opset: self.opset,
-            inputs: &inputs,
-            g: &mut self.g,
-        };
-        let outputs = import(&mut ctx)?;
-        if let Some(extra) = n.output.iter().skip(outputs.len()).find(|o| !o.is_empty()) {
-            return Err(ImportError::layer(
+        let v = values.get(name).copied().ok_or_else(|| {
+            ImportError::layer(
                 &span,
                 format!(
-                    "output '{extra}' is not produced: {} gives {} output(s) here",
-                    n.op_type,
-                    outputs.len()
+                    "input '{name}' is produced by no earlier node, initializer or graph input"
                 ),
+            )
+        })?;
+        inputs.push(Some(v));
+    }
+    let mut ctx = ops::NodeCtx {
+        node: n,
+        span: &span,
+        opset: env.opset,
+        inputs: &inputs,
+        g,
+        env,
+        scope: values,
+    };
+    let outputs = import(&mut ctx)?;
+    if let Some(extra) = n.output.iter().skip(outputs.len()).find(|o| !o.is_empty()) {
+        return Err(ImportError::layer(
+            &span,
+            format!(
+                "output '{extra}' is not produced: {} gives {} output(s) here",
+                n.op_type,
+                outputs.len()
+            ),
+        ));
+    }
+    for (name, v) in n.output.iter().zip(outputs) {
+        if !name.is_empty() {
+            let v = match v {
+                Some(v) => v,
+                None => {
+                    return Err(ImportError::layer(
+                        &span,
+                        format!("output '{name}' is not supported for inference"),
+                    ))
+                }
+            };
+            values.insert(name.clone(), v);
+        }
+    }
+    Ok(())
+}
+
+/// A value a subgraph reads from an enclosing graph.
+pub(in crate::frontend::onnx) enum Captured {
+    /// A constant there: a constant of the subgraph too.
+    Constant(Tensor),
+    /// Computed there: an input of the subgraph, fed by the control-flow node.
+    Value(ValueType),
+}
+
+/// The enclosing graph's side of the subgraphs of a control-flow node at
+/// `span`: the values they read from it, each with what it is there.
+pub(in crate::frontend::onnx) fn captures(
+    span: &Span,
+    g: &Graph,
+    scope: &HashMap<String, ValueRef>,
+    subgraphs: &[&GraphProto],
+) -> Result<Vec<(String, ValueRef, Captured)>, ImportError> {
+    let mut names: Vec<String> = vec![];
+    for name in subgraphs.iter().flat_map(|s| free_names(s)) {
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names
+        .into_iter()
+        .map(|name| {
+            let v = *scope.get(&name).ok_or_else(|| {
+                ImportError::layer(
+                    span,
+                    format!("a subgraph reads '{name}', which no enclosing graph defines"),
+                )
+            })?;
+            let captured = match g.constant(v) {
+                Some(t) => Captured::Constant(t.clone()),
+                None => Captured::Value(g.value_type(v).clone()),
+            };
+            Ok((name, v, captured))
+        })
+        .collect()
+}
+
+impl Env {
+    /// The environment of a main graph of `file`, for tests of import functions.
+    #[cfg(test)]
+    pub(in crate::frontend::onnx) fn for_tests(file: &str, opset: i64) -> Env {
+        Env {
+            file: file.to_string(),
+            base_dir: None,
+            opset,
+            depth: 0,
+        }
+    }
+
+    /// The environment of a subgraph of the node at `span`, one level deeper,
+    /// refused past [`MAX_SUBGRAPH_DEPTH`].
+    pub(in crate::frontend::onnx) fn nested(&self, span: &Span) -> Result<Env, ImportError> {
+        if self.depth >= MAX_SUBGRAPH_DEPTH {
+            return Err(ImportError::layer(
+                span,
+                format!("subgraphs nest deeper than {MAX_SUBGRAPH_DEPTH} levels here"),
             ));
         }
-        for (name, v) in n.output.iter().zip(outputs) {
-            if !name.is_empty() {
-                let v = match v {
-                    Some(v) => v,
-                    None => {
-                        return Err(ImportError::layer(
-                            &span,
-                            format!("output '{name}' is not supported for inference"),
-                        ))
-                    }
-                };
-                self.values.insert(name.clone(), v);
-            }
+        Ok(Env {
+            depth: self.depth + 1,
+            ..self.clone()
+        })
+    }
+
+    /// Imports subgraph `proto` as a graph of its own, named `prefix` (which
+    /// names its layers): its inputs are `formal` (one type per declared
+    /// input), then the captured values that are not constants.
+    pub(in crate::frontend::onnx) fn import_subgraph(
+        &self,
+        proto: &GraphProto,
+        prefix: &str,
+        formal: &[ValueType],
+        captured: &[(String, ValueRef, Captured)],
+    ) -> Result<Graph, ImportError> {
+        let mut g = Graph::new(prefix);
+        let mut values = HashMap::new();
+        for (vi, ty) in proto.input.iter().zip(formal) {
+            let span = Span::new(&self.file, &format!("{prefix}/{}", vi.name), "Input", 0);
+            values.insert(
+                vi.name.clone(),
+                g.add_input(&vi.name, ty.clone(), vec![span]),
+            );
         }
-        Ok(())
+        for (name, _, c) in captured {
+            let span = Span::new(&self.file, name, "Input", 0);
+            let v = match c {
+                Captured::Constant(t) => g.add_constant(name, t.clone(), vec![span]),
+                Captured::Value(ty) => g.add_input(name, ty.clone(), vec![span]),
+            };
+            values.insert(name.clone(), v);
+        }
+        add_initializers(self, &mut g, &mut values, &proto.initializer)?;
+        import_nodes(self, &mut g, &mut values, &proto.node, prefix)?;
+        let outputs = (proto.output.iter())
+            .map(|vi| {
+                values.get(&vi.name).copied().ok_or_else(|| ImportError::Model {
+                    path: self.file.clone(),
+                    message: format!(
+                        "{prefix}: subgraph output '{}' is not produced by any node, initializer or input",
+                        vi.name
+                    ),
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        g.set_outputs(outputs);
+        g.remove_dead_nodes();
+        Ok(g)
+    }
+
+    /// Imports the nodes and initializers of subgraph `proto` into `g` itself
+    /// (an If's branch taken at import), their layers named under `prefix`,
+    /// reading the enclosing values of `scope`; returns its outputs.
+    pub(in crate::frontend::onnx) fn inline_subgraph(
+        &self,
+        proto: &GraphProto,
+        prefix: &str,
+        g: &mut Graph,
+        scope: &HashMap<String, ValueRef>,
+    ) -> Result<Vec<ValueRef>, ImportError> {
+        let mut values = scope.clone();
+        add_initializers(self, g, &mut values, &proto.initializer)?;
+        import_nodes(self, g, &mut values, &proto.node, prefix)?;
+        (proto.output.iter())
+            .map(|vi| {
+                values.get(&vi.name).copied().ok_or_else(|| ImportError::Model {
+                    path: self.file.clone(),
+                    message: format!(
+                        "{prefix}: subgraph output '{}' is not produced by any node, initializer or input",
+                        vi.name
+                    ),
+                })
+            })
+            .collect()
     }
 }
 

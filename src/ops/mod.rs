@@ -5,6 +5,7 @@
 //! resolved at import and held here as typed attributes, so that every later stage
 //! sees static, checked parameters. Node inputs are data only.
 
+mod control;
 mod conv;
 mod elementwise;
 mod error;
@@ -34,6 +35,7 @@ mod transform;
 
 pub use crate::core::scalar::{BinaryOp, MathFn, UnaryOp};
 use crate::core::{Assumption, DType, Layout, PadFlow, PadValue, Requirement, Tensor, ValueType};
+pub use control::{ControlFlow, ControlFlowOp, RunSubgraph};
 pub use error::OpError;
 pub use eval::eval_op;
 pub use integer::IntegerArith;
@@ -364,6 +366,9 @@ pub enum Op {
     PadWith(PadWith),
     /// x -> x without elements on each axis.
     Crop(Crop),
+    /// If, Loop or Scan: the op runs subgraphs; its inputs are its ONNX inputs,
+    /// then the values its subgraphs read from the enclosing graph.
+    Control(ControlFlow),
     /// An op the planner placed in storage layouts: `inner` keeps its logical
     /// meaning; the inputs and outputs are physical tensors in the given layouts.
     InLayout(Box<LaidOut>),
@@ -701,6 +706,7 @@ impl Op {
             Op::PadWith(p) => p,
             Op::Crop(c) => c,
             Op::InLayout(l) => l.as_ref(),
+            Op::Control(c) => c.0.as_ref(),
         }
     }
 

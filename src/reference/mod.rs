@@ -8,6 +8,8 @@
 //! op implementation may rely on consistent shapes; what inference cannot know
 //! (index values, division by zero) the ops check themselves.
 
+pub mod control;
+
 pub use crate::ops::eval_op;
 
 use crate::graph::{

@@ -189,29 +189,49 @@ impl CompiledModel {
                         })?
                 }
                 Kernel::Fallback { op, outputs } => {
-                    let args: Vec<Tensor> = step
-                        .inputs
-                        .iter()
-                        .zip(&step.input_types)
-                        .map(|(s, ty)| bufs.tensor(*s, ty))
-                        .collect();
+                    let args = step_arguments(step, bufs);
                     let refs: Vec<&Tensor> = args.iter().collect();
                     let results = crate::reference::eval_op(op, &refs, outputs)
                         .map_err(|e| at_node(e.to_string()))?;
-                    for (t, s) in results.into_iter().zip(&step.outputs) {
-                        match *s {
-                            Slot::Arena { .. } | Slot::Output(_) => {
-                                bufs.write(*s).copy_from_slice(&t.f32s())
-                            }
-                            Slot::Boxed(i) => bufs.boxes[i] = Some(t),
-                            Slot::Const(_) | Slot::Input(_) => {
-                                unreachable!("outputs are never constants or inputs")
-                            }
-                        }
-                    }
+                    store(step, bufs, results)
+                }
+                Kernel::Control(k) => {
+                    let args = step_arguments(step, bufs);
+                    let refs: Vec<&Tensor> = args.iter().collect();
+                    let results = (k.op.0)
+                        .run(&refs, &k.outputs, &mut |i, ins| {
+                            (k.subgraphs[i].run(ins))
+                                .map_err(|e| crate::graph::OpError::Value(e.to_string()))
+                        })
+                        .map_err(|e| at_node(e.to_string()))?;
+                    store(step, bufs, results)
                 }
             }
         }
         Ok(())
+    }
+}
+
+/// The step's inputs as tensors, for the steps that run whole ops on them.
+fn step_arguments(step: &Step, bufs: &Buffers) -> Vec<Tensor> {
+    (step.inputs.iter())
+        .zip(&step.input_types)
+        .map(|(s, ty)| bufs.tensor(*s, ty))
+        .collect()
+}
+
+/// Writes a step's output tensors into its slots.
+///
+/// # Safety
+/// As `Buffers::write`: no other view of the output slots may be in use.
+unsafe fn store(step: &Step, bufs: &mut Buffers, results: Vec<Tensor>) {
+    for (t, s) in results.into_iter().zip(&step.outputs) {
+        match *s {
+            Slot::Arena { .. } | Slot::Output(_) => bufs.write(*s).copy_from_slice(&t.f32s()),
+            Slot::Boxed(i) => bufs.boxes[i] = Some(t),
+            Slot::Const(_) | Slot::Input(_) => {
+                unreachable!("outputs are never constants or inputs")
+            }
+        }
     }
 }

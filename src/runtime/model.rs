@@ -18,7 +18,7 @@ use super::measure::roofline::StepWork;
 use super::scratch::Scratch;
 use super::storage::Storage;
 use crate::core::par;
-use crate::graph::{Op, Span, Tensor, ValueType};
+use crate::graph::{ControlFlow, Op, Span, Tensor, ValueType};
 use std::sync::{Arc, Mutex};
 
 /// Where a value lives while the model runs.
@@ -71,6 +71,16 @@ pub(super) enum Kernel {
         op: Op,
         outputs: Vec<ValueType>,
     },
+    /// If, Loop or Scan: the op's iterations, each subgraph run as a compiled
+    /// model of its own.
+    Control(Box<ControlKernel>),
+}
+
+/// A control-flow op with its subgraphs compiled, in the order the op numbers them.
+pub(super) struct ControlKernel {
+    pub(super) op: ControlFlow,
+    pub(super) outputs: Vec<ValueType>,
+    pub(super) subgraphs: Vec<CompiledModel>,
 }
 
 impl Kernel {
@@ -158,13 +168,22 @@ impl CompiledModel {
         self.arena_len * 4
     }
     /// The steps that run on the reference executor (no native kernel, no loop
-    /// nest): their names, ops and source layers.
+    /// nest): their names, ops and source layers, those of the compiled
+    /// subgraphs of control flow included.
     pub fn fallback_steps(&self) -> Vec<(String, String, Vec<Span>)> {
-        self.steps
-            .iter()
-            .filter(|s| matches!(s.kernel, Kernel::Fallback { .. }))
-            .map(|s| (s.name.clone(), s.kind.clone(), s.spans.clone()))
-            .collect()
+        let mut found = vec![];
+        for s in &self.steps {
+            match &s.kernel {
+                Kernel::Fallback { .. } => {
+                    found.push((s.name.clone(), s.kind.clone(), s.spans.clone()))
+                }
+                Kernel::Control(k) => {
+                    found.extend(k.subgraphs.iter().flat_map(|m| m.fallback_steps()))
+                }
+                _ => {}
+            }
+        }
+        found
     }
 
     /// One line per step: what it does and whether it is native or a fallback.

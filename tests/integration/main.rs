@@ -12,6 +12,7 @@ mod support;
 mod api;
 mod cli_commands;
 mod codegen;
+mod control_flow;
 mod conv_affine;
 mod determinism;
 mod elementwise_agreement;

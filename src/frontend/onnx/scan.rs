@@ -1,10 +1,12 @@
 //! A pass over an ONNX file's wire format before it is decoded: it counts the
 //! nodes of the graph and of every subgraph, refusing a node without an op
-//! type and more nodes than the memory budget can hold. The decoder allocates
+//! type, subgraphs nested deeper than [`MAX_SUBGRAPH_DEPTH`] and more nodes
+//! than the memory budget can hold. The decoder allocates
 //! a few hundred bytes for each node, even for an empty one that takes two
 //! bytes of the file, so 20 MB of empty nodes would otherwise decode to gigabytes
 //! before any check could see them.
 
+use super::MAX_SUBGRAPH_DEPTH;
 use protobuf::CodedInputStream;
 
 // Field numbers of onnx.proto.
@@ -26,15 +28,12 @@ const WIRE_FIXED32: u32 = 5;
 /// peaks at 225 MB).
 pub const BYTES_PER_NODE: u64 = 2048;
 
-/// Subgraphs nested deeper than the decoder's own recursion limit are refused
-/// by it anyway; the scan stops there too.
-const MAX_DEPTH: u32 = 100;
-
 /// Counts every node of the model read from `is` (the caller has pushed the
-/// file's length as the limit), refusing a node with an empty op type. Bytes
+/// file's length as the limit), refusing a node with an empty op type or with
+/// subgraphs nested too deep. Bytes
 /// that are not protobuf are left to the decoder, which reads them next: the
 /// scan then returns what it counted up to there.
-pub fn count_nodes(is: &mut CodedInputStream) -> Result<u64, NodeWithoutOp> {
+pub fn count_nodes(is: &mut CodedInputStream) -> Result<u64, Refused> {
     let mut scan = Scanner::default();
     let _ = scan.fields(is, &mut |scan, is, field| {
         if field == MODEL_GRAPH {
@@ -48,20 +47,39 @@ pub fn count_nodes(is: &mut CodedInputStream) -> Result<u64, NodeWithoutOp> {
     }
 }
 
-/// A node the scan refused: one with an empty op type.
+/// A node the scan refused.
 #[derive(Debug, thiserror::Error)]
-#[error(
-    "node #{index} ({}) of {} has no op_type",
-    name.as_ref().map_or("unnamed".to_string(), |n| format!("'{n}'")),
-    if *in_subgraph { "a subgraph" } else { "the graph" }
-)]
-pub struct NodeWithoutOp {
-    /// Its index in its graph.
-    pub index: u64,
-    /// Its name, if it has one.
-    pub name: Option<String>,
-    /// Whether it lies in a subgraph, not the main graph.
-    pub in_subgraph: bool,
+pub enum Refused {
+    /// A node with an empty op type.
+    #[error(
+        "not a valid ONNX model: node #{index} ({}) of {} has no op_type",
+        quoted(name),
+        if *in_subgraph { "a subgraph" } else { "the graph" }
+    )]
+    NoOpType {
+        /// Its index in its graph.
+        index: u64,
+        /// Its name, if it has one.
+        name: Option<String>,
+        /// Whether it lies in a subgraph, not the main graph.
+        in_subgraph: bool,
+    },
+    /// A node whose subgraph lies deeper than [`MAX_SUBGRAPH_DEPTH`] levels.
+    #[error(
+        "node #{index} ({}) holds subgraphs nested deeper than {MAX_SUBGRAPH_DEPTH} levels, the limit",
+        quoted(name)
+    )]
+    TooDeep {
+        /// Its index in its graph.
+        index: u64,
+        /// Its name, if it has one.
+        name: Option<String>,
+    },
+}
+
+fn quoted(name: &Option<String>) -> String {
+    name.as_ref()
+        .map_or("unnamed".to_string(), |n| format!("'{n}'"))
 }
 
 /// Why a scan stopped early: the bytes end or are not protobuf, or a node was
@@ -79,7 +97,7 @@ type Visit<'a> = dyn FnMut(&mut Scanner, &mut CodedInputStream, u32) -> Result<(
 #[derive(Default)]
 struct Scanner {
     nodes: u64,
-    refused: Option<NodeWithoutOp>,
+    refused: Option<Refused>,
 }
 
 impl Scanner {
@@ -106,10 +124,7 @@ impl Scanner {
         Ok(())
     }
 
-    fn graph(&mut self, is: &mut CodedInputStream, depth: u32) -> Result<(), Stop> {
-        if depth > MAX_DEPTH {
-            return Err(Stop);
-        }
+    fn graph(&mut self, is: &mut CodedInputStream, depth: usize) -> Result<(), Stop> {
         let mut index = 0;
         self.fields(is, &mut |scan, is, field| {
             if field == GRAPH_NODE {
@@ -120,7 +135,7 @@ impl Scanner {
         })
     }
 
-    fn node(&mut self, is: &mut CodedInputStream, depth: u32, index: u64) -> Result<(), Stop> {
+    fn node(&mut self, is: &mut CodedInputStream, depth: usize, index: u64) -> Result<(), Stop> {
         self.nodes += 1;
         let (mut name, mut has_op_type) = (None, false);
         self.fields(is, &mut |scan, is, field| {
@@ -130,10 +145,21 @@ impl Scanner {
                 }
                 NODE_OP_TYPE => has_op_type |= is.bytes_until_limit() > 0,
                 NODE_ATTRIBUTE => scan.fields(is, &mut |scan, is, field| {
-                    if field == ATTRIBUTE_GRAPH || field == ATTRIBUTE_GRAPHS {
-                        scan.graph(is, depth + 1)?;
+                    if field != ATTRIBUTE_GRAPH && field != ATTRIBUTE_GRAPHS {
+                        return Ok(());
                     }
-                    Ok(())
+                    if depth >= MAX_SUBGRAPH_DEPTH {
+                        // The name precedes the attributes in every writer's order.
+                        let name = name
+                            .as_deref()
+                            .map(|n| String::from_utf8_lossy(n).into_owned());
+                        scan.refused = Some(Refused::TooDeep {
+                            index,
+                            name: name.filter(|n| !n.is_empty()),
+                        });
+                        return Err(Stop);
+                    }
+                    scan.graph(is, depth + 1)
                 })?,
                 _ => {}
             }
@@ -143,7 +169,7 @@ impl Scanner {
             return Ok(());
         }
         let name = name.map(|n| String::from_utf8_lossy(&n).into_owned());
-        self.refused = Some(NodeWithoutOp {
+        self.refused = Some(Refused::NoOpType {
             index,
             name: name.filter(|n| !n.is_empty()),
             in_subgraph: depth > 0,

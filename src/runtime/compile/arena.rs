@@ -227,7 +227,7 @@ impl Compiler<'_> {
         let fallback = self
             .steps
             .iter()
-            .filter(|p| matches!(p.kernel, Kernel::Fallback { .. }))
+            .filter(|p| matches!(p.kernel, Kernel::Fallback { .. } | Kernel::Control(_)))
             .map(|p| {
                 let elements = p.inputs.iter().chain(&p.outputs).map(|v| {
                     let ty = g.value_type(*v);

@@ -22,14 +22,14 @@ use super::machine::{lock, SharedKernelTimes};
 use super::measure::conv_times;
 use super::measure::kernel_times::KernelTimes;
 use super::measure::roofline::StepWork;
-use super::model::Kernel;
+use super::model::{ControlKernel, Kernel};
 use super::{CompiledModel, KernelPath, Machine, RuntimeError, RuntimeOptions};
 use crate::core::par;
 use crate::fusion::{
     self, inner, input_layout, output_layout, output_shape, Activation, FusedGroup, Pattern, Target,
 };
 use crate::graph::{
-    BinaryOp, DType, Graph, NodeId, Op, PoolKind, Span, Tensor, ValueRef, ValueType,
+    BinaryOp, ControlFlow, DType, Graph, NodeId, Op, PoolKind, Span, Tensor, ValueRef, ValueType,
 };
 use crate::layout::cost::same_bytes;
 use crate::layout::Layout;
@@ -37,6 +37,7 @@ use crate::ops::{
     is_identity, AxisTaps, BatchNorm, Gemm, GlobalPool, LaidOut, LayerNorm, LayoutTransform,
     LogSoftmax, OpDef, Pad, PadMode, Reduce, ReduceKind, Reshape, Resize, Softmax,
 };
+use crate::reference::control::subgraphs;
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -106,6 +107,8 @@ pub(super) struct Compiler<'g> {
     conv_algos: Vec<LayerAlgo>,
     /// Every op that lowers to TIR runs as generated code (`KernelPath::Generic`).
     generic: bool,
+    /// What the model is compiled with, which its subgraphs are compiled with too.
+    options: RuntimeOptions,
 }
 
 impl<'g> Compiler<'g> {
@@ -125,6 +128,7 @@ impl<'g> Compiler<'g> {
             conv_algo: options.conv_algo.clone(),
             conv_algos: vec![],
             generic: options.kernels == KernelPath::Generic,
+            options: options.clone(),
         }
     }
 
@@ -1003,7 +1007,10 @@ impl<'g> Compiler<'g> {
         // outside the group is surely computed.
         for &id in &order {
             let Some(group) = group_of.get(&id) else {
-                self.single_step(id, &mut natives)?;
+                match &g.node(id).op {
+                    Op::Control(op) => self.control_step(id, op, &pool)?,
+                    _ => self.single_step(id, &mut natives)?,
+                }
                 continue;
             };
             if group.last() != id {
@@ -1032,6 +1039,48 @@ impl<'g> Compiler<'g> {
         }
         self.add_measured_transforms();
         self.plan_memory(pool)
+    }
+
+    /// The step of an If, Loop or Scan: each of its subgraphs compiled as a
+    /// model of its own, on the same pool, run by the op's iterations.
+    fn control_step(
+        &mut self,
+        id: NodeId,
+        op: &ControlFlow,
+        pool: &Arc<par::Pool>,
+    ) -> Result<(), RuntimeError> {
+        let node = self.g.node(id);
+        let subgraphs = (subgraphs(op).into_iter())
+            .map(|sub| {
+                compile_graph(
+                    sub,
+                    self.isa,
+                    &self.options,
+                    self.times.clone(),
+                    pool.clone(),
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let inputs = self.g.node_inputs(id);
+        let outputs: Vec<ValueRef> = (0..node.outputs.len())
+            .map(|i| ValueRef::new(id, i))
+            .collect();
+        let kernel = ControlKernel {
+            op: op.clone(),
+            outputs: node.outputs.iter().map(|v| v.ty.clone()).collect(),
+            subgraphs,
+        };
+        self.steps.push(Pending {
+            name: node.name.clone(),
+            kind: node.op.kind_name().to_string(),
+            spans: node.spans.clone(),
+            kernel: Kernel::Control(Box::new(kernel)),
+            work: self.work(&[id], &inputs, &outputs),
+            inputs,
+            outputs,
+            measured_ms: None,
+        });
+        Ok(())
     }
 
     /// Gives each layout transform step the time the planner measured for it
@@ -1234,19 +1283,7 @@ impl CompiledModel {
         options: &RuntimeOptions,
     ) -> Result<CompiledModel, RuntimeError> {
         let (pool, isa, times) = machine.kernel_context(options)?;
-        let Some(widened) = graph.widened_f16() else {
-            return Compiler::new(graph, isa, options, times).finish(pool);
-        };
-        // f16 storage at the interface, f32 inside: inputs are converted as they
-        // are copied in, outputs rounded back to the model's types.
-        let mut model = Compiler::new(&widened, isa, options, times).finish(pool)?;
-        for ((_, ty, _), &id) in model.inputs.iter_mut().zip(graph.inputs()) {
-            *ty = graph.node(id).outputs[0].ty.clone();
-        }
-        for ((ty, _), &v) in model.outputs.iter_mut().zip(graph.outputs()) {
-            *ty = graph.value_type(v).clone();
-        }
-        Ok(model)
+        compile_graph(graph, isa, options, times, pool)
     }
 
     /// The fused groups the compiler makes of a planned graph on this machine (the
@@ -1270,6 +1307,29 @@ impl CompiledModel {
         let g = widened.as_ref().unwrap_or(graph);
         Compiler::new(g, isa, options, times).conv_algos(&pool)
     }
+}
+
+/// Compiles `graph` for these kernels, kernel times and pool.
+fn compile_graph(
+    graph: &Graph,
+    isa: Isa,
+    options: &RuntimeOptions,
+    times: SharedKernelTimes,
+    pool: Arc<par::Pool>,
+) -> Result<CompiledModel, RuntimeError> {
+    let Some(widened) = graph.widened_f16() else {
+        return Compiler::new(graph, isa, options, times).finish(pool);
+    };
+    // f16 storage at the interface, f32 inside: inputs are converted as they
+    // are copied in, outputs rounded back to the model's types.
+    let mut model = Compiler::new(&widened, isa, options, times).finish(pool)?;
+    for ((_, ty, _), &id) in model.inputs.iter_mut().zip(graph.inputs()) {
+        *ty = graph.node(id).outputs[0].ty.clone();
+    }
+    for ((ty, _), &v) in model.outputs.iter_mut().zip(graph.outputs()) {
+        *ty = graph.value_type(v).clone();
+    }
+    Ok(model)
 }
 
 #[cfg(test)]

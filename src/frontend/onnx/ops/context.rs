@@ -1,22 +1,26 @@
 //! What an import function is given: the node, its inputs, the opset and the
 //! graph, with the readers of attributes and constant inputs every family uses.
 
-use crate::frontend::onnx::{add_and_fold, ImportError};
+use crate::frontend::onnx::{add_and_fold, Env, ImportError};
 use crate::graph::{DType, Graph, Op, Span, Tensor, ValueRef, ValueType};
 use onnx_protobuf::{AttributeProto, NodeProto};
+use std::collections::HashMap;
 
 /// A step of an import: its result, or why the node cannot be imported,
 /// naming its layer.
 pub(in crate::frontend::onnx) type Res<T> = Result<T, ImportError>;
 
 /// One node being imported: the node, its inputs, the model's opset and the
-/// graph its ops are added to.
+/// graph its ops are added to; for the subgraphs of control flow, what the
+/// graph is imported with and every value named in its scope.
 pub(in crate::frontend::onnx) struct NodeCtx<'a> {
     pub node: &'a NodeProto,
     pub span: &'a Span,
     pub opset: i64,
     pub inputs: &'a [Option<ValueRef>],
     pub g: &'a mut Graph,
+    pub env: &'a Env,
+    pub scope: &'a HashMap<String, ValueRef>,
 }
 
 impl NodeCtx<'_> {

@@ -6,6 +6,7 @@
 mod attention;
 mod composite;
 mod context;
+mod control;
 mod conv;
 mod elementwise;
 mod integer;
@@ -35,6 +36,7 @@ pub(super) fn registry() -> &'static Registry {
         let mut reg = Registry::default();
         attention::register(&mut reg);
         composite::register(&mut reg);
+        control::register(&mut reg);
         conv::register(&mut reg);
         elementwise::register(&mut reg);
         integer::register(&mut reg);
@@ -60,6 +62,7 @@ pub(super) fn registry() -> &'static Registry {
 mod tests {
     use super::registry::AI_ONNX;
     use super::*;
+    use crate::frontend::onnx::Env;
     use crate::graph::{Graph, Span};
     use onnx_protobuf::NodeProto;
 
@@ -111,6 +114,7 @@ mod tests {
         "HardSwish",
         "Hardmax",
         "Identity",
+        "If",
         "InstanceNormalization",
         "LRN",
         "LSTM",
@@ -119,6 +123,7 @@ mod tests {
         "Less",
         "LessOrEqual",
         "Log",
+        "Loop",
         "LogSoftmax",
         "MatMul",
         "Max",
@@ -160,6 +165,7 @@ mod tests {
         "RotaryEmbedding",
         "ScatterElements",
         "ScatterND",
+        "Scan",
         "Selu",
         "Shape",
         "Shrink",
@@ -232,7 +238,7 @@ mod tests {
         want.extend(SUPPORTED_MICROSOFT.iter().map(|&op| ("com.microsoft", op)));
         want.sort_unstable();
         let have = registry().op_types();
-        assert_eq!(have.len(), 153);
+        assert_eq!(have.len(), 156);
         assert_eq!(have, want);
     }
 
@@ -255,12 +261,15 @@ mod tests {
             node.output = vec!["y".into()];
             let span = Span::new("t.onnx", "layer", op, 0);
             let mut g = Graph::new("t");
+            let env = Env::for_tests("t.onnx", 13);
             let mut c = NodeCtx {
                 node: &node,
                 span: &span,
                 opset: 13,
                 inputs: &[],
                 g: &mut g,
+                env: &env,
+                scope: &Default::default(),
             };
             let _ = import(&mut c);
         }
