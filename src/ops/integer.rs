@@ -1,6 +1,6 @@
 //! Elementwise integer arithmetic of the index computations exporters write
 //! (PyTorch's ONNX export of windowed attention and patching): Mod, which
-//! covers floats too as C's fmod, BitShift, and BitwiseAnd, BitwiseOr and
+//! covers floats too, BitShift, and BitwiseAnd, BitwiseOr and
 //! BitwiseXor. All broadcast like numpy and have no compiled kernel (the
 //! native kernels compute on floats); the runtime evaluates them on the
 //! reference executor, and the importer folds them when their operands are
@@ -16,14 +16,13 @@ use crate::core::{Tensor, TensorData, ValueType};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum IntegerArith {
     /// The remainder of a / b. `fmod`: truncated division, the result has the
-    /// sign of a (C's fmod, required for floats); else floored division, the
-    /// sign of b (Python's %).
+    /// sign of a (C's fmod); else floored division, the sign of b (Python's %).
     Mod {
         /// ONNX attribute fmod = 1.
         fmod: bool,
     },
-    /// a shifted by b bits, on unsigned types; bits shifted past the type's
-    /// width are lost.
+    /// a shifted by b bits; bits shifted past the type's width are lost, and a
+    /// right shift of a signed value keeps its sign.
     BitShift {
         /// Towards the most significant bit (ONNX direction "LEFT").
         left: bool,
@@ -61,17 +60,10 @@ impl OpDef for IntegerArith {
             _ if dtype == DType::Bool => {
                 return Err(OpError::DType("not defined on bool tensors".into()))
             }
-            IntegerArith::Mod { fmod: false } if dtype.is_float() => {
-                return Err(OpError::DType(format!(
-                    "Mod of {dtype} tensors needs attribute fmod=1 (the sign of the dividend)"
-                )))
-            }
-            IntegerArith::BitShift { .. } if !is_unsigned(dtype) => {
-                return Err(OpError::DType(format!(
-                    "BitShift is defined on unsigned integers, got {dtype}"
-                )))
-            }
-            IntegerArith::BitwiseAnd | IntegerArith::BitwiseOr | IntegerArith::BitwiseXor
+            IntegerArith::BitShift { .. }
+            | IntegerArith::BitwiseAnd
+            | IntegerArith::BitwiseOr
+            | IntegerArith::BitwiseXor
                 if dtype.is_float() =>
             {
                 return Err(OpError::DType(format!(
@@ -93,10 +85,11 @@ impl OpDef for IntegerArith {
         );
         let pairs = ai.iter().zip(&bi);
         let data = if out.dtype.is_float() {
-            // Only fmod reaches here (inference refuses the rest). The
-            // remainder is exact, so computing in f64 rounds nothing.
+            // Only Mod reaches here (inference refuses the rest).
             let (a, b) = (x[0].data.to_f64(), x[1].data.to_f64());
-            TensorData::from_f64(out.dtype, pairs.map(|(&i, &j)| a[i] % b[j]).collect())
+            let fmod = matches!(self, IntegerArith::Mod { fmod: true });
+            let v = pairs.map(|(&i, &j)| float_mod(a[i], b[j], fmod)).collect();
+            TensorData::from_f64(out.dtype, v)
         } else {
             let (a, b) = (x[0].data.to_i128(), x[1].data.to_i128());
             let bits = 8 * out.dtype.size_bytes() as i128;
@@ -140,8 +133,13 @@ impl IntegerArith {
                 r if r != 0 && (r < 0) != (b < 0) => r + b,
                 r => r,
             },
-            IntegerArith::BitShift { .. } if b >= bits => 0,
+            // A shift by a negative count or the whole width or more (defined
+            // for signed types since opset 28) shifts every bit out: left
+            // leaves 0, right the sign (0 or -1).
+            IntegerArith::BitShift { left: true } if !(0..bits).contains(&b) => 0,
+            IntegerArith::BitShift { left: false } if !(0..bits).contains(&b) => -((a < 0) as i128),
             IntegerArith::BitShift { left: true } => a << b,
+            // Arithmetic on signed values: the sign bit fills in.
             IntegerArith::BitShift { left: false } => a >> b,
             // On the two's complement of i128, which wraps back to the type's.
             IntegerArith::BitwiseAnd => a & b,
@@ -151,11 +149,18 @@ impl IntegerArith {
     }
 }
 
-fn is_unsigned(dtype: DType) -> bool {
-    matches!(
-        dtype,
-        DType::U8 | DType::U16 | DType::U32 | DType::U64 | DType::U4
-    )
+/// The remainder of a / b on floats. `fmod`: C's fmod, with the sign of a;
+/// else numpy's mod (opset 28's fmod=0), with the sign of b: a nonzero
+/// remainder of the other sign moves by b, and a zero one takes b's sign.
+/// Computed in f64, where the remainder of narrower floats is exact.
+fn float_mod(a: f64, b: f64, fmod: bool) -> f64 {
+    let r = a % b;
+    match r {
+        _ if fmod || r.is_nan() => r,
+        0.0 => 0f64.copysign(b),
+        _ if (r < 0.0) != (b < 0.0) => r + b,
+        _ => r,
+    }
 }
 
 #[cfg(test)]
@@ -207,19 +212,24 @@ mod tests {
     }
 
     #[test]
-    fn float_mod_is_fmod_and_needs_the_attribute() {
-        let a = f32s(&[4], &[5.5, -5.5, 5.5, -0.0]);
-        let b = f32s(&[4], &[2.0, 2.0, -2.0, 3.0]);
+    fn float_mod_takes_the_sign_of_the_dividend_or_without_fmod_of_the_divisor() {
+        let a = f32s(&[6], &[5.5, -5.5, 5.5, -0.0, -3.0, 1.0]);
+        let b = f32s(&[6], &[2.0, 2.0, -2.0, 3.0, f32::INFINITY, 0.0]);
         let got = eval1(
             Op::IntegerArith(IntegerArith::Mod { fmod: true }),
             &[&a, &b],
         );
-        assert_close(&got, &[4], &[1.5, -1.5, 1.5, 0.0], 0.0);
-        let refused = try_eval(
+        let v = got.data.to_f64();
+        assert_eq!(&v[..5], &[1.5, -1.5, 1.5, 0.0, -3.0]);
+        assert!(v[5].is_nan());
+        // numpy.mod: 5.5 % -2 = -0.5, -0.0 % 3 = +0.0, -3 % inf = inf.
+        let got = eval1(
             Op::IntegerArith(IntegerArith::Mod { fmod: false }),
             &[&a, &b],
         );
-        assert!(refused.unwrap_err().to_string().contains("fmod=1"));
+        let v = got.data.to_f64();
+        assert_eq!(&v[..5], &[1.5, 0.5, -0.5, 0.0, f64::INFINITY]);
+        assert!(v[3].is_sign_positive() && v[5].is_nan());
     }
 
     #[test]
@@ -267,11 +277,19 @@ mod tests {
             &[&a, &b],
         );
         assert_eq!(right.data.to_i128(), vec![8, 1, 0, 15]);
-        let signed = i64s(&[1], &[1]);
-        let refused = try_eval(
+        // Signed (opset 28): left wraps, right keeps the sign, and a count
+        // outside 0..8 shifts everything out.
+        let a = ints(DType::I8, &[64, -8, -128, -8, -1, -5]);
+        let b = ints(DType::I8, &[1, 1, 1, 8, -1, 127]);
+        let left = eval1(
             Op::IntegerArith(IntegerArith::BitShift { left: true }),
-            &[&signed, &signed],
+            &[&a, &b],
         );
-        assert!(refused.unwrap_err().to_string().contains("unsigned"));
+        assert_eq!(left.data.to_i128(), vec![-128, -16, 0, 0, 0, 0]);
+        let right = eval1(
+            Op::IntegerArith(IntegerArith::BitShift { left: false }),
+            &[&a, &b],
+        );
+        assert_eq!(right.data.to_i128(), vec![32, -4, -64, -1, -1, -1]);
     }
 }

@@ -14,6 +14,17 @@ pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "Einsum", einsum);
 }
 
+/// Statistics over some axes of a tensor, kept as axes of extent 1.
+pub(super) struct Statistics {
+    pub(super) mean: ValueRef,
+    /// `x - mean`.
+    pub(super) centered: ValueRef,
+    /// The population variance (divided by the count, not count - 1).
+    pub(super) var: ValueRef,
+    /// `sqrt(var + epsilon)`.
+    pub(super) std: ValueRef,
+}
+
 impl NodeCtx<'_> {
     /// A scalar constant of `dtype` for this layer.
     pub(super) fn scalar(&mut self, what: &str, dtype: DType, v: f64) -> ValueRef {
@@ -22,32 +33,41 @@ impl NodeCtx<'_> {
         self.g.add_constant(&name, t, vec![self.span.clone()])
     }
 
-    /// The mean of `x` over `axes` (kept), `x - mean`, and `sqrt(var + epsilon)`.
+    /// The statistics of `x` over `axes` (kept).
     pub(super) fn statistics(
         &mut self,
         x: ValueRef,
         axes: Vec<usize>,
         eps: f32,
-    ) -> Res<(ValueRef, ValueRef, ValueRef)> {
+    ) -> Res<Statistics> {
         let mean_over = Op::Reduce(Reduce {
             kind: ReduceKind::Mean,
             axes,
             keepdims: true,
         });
         let mean = self.emit_inner(mean_over.clone(), &[x], "mean")?;
-        let d = self.emit_inner(Op::Binary(BinaryOp::Sub), &[x, mean], "centered")?;
-        let d2 = self.emit_inner(Op::Binary(BinaryOp::Mul), &[d, d], "squared")?;
+        let centered = self.emit_inner(Op::Binary(BinaryOp::Sub), &[x, mean], "centered")?;
+        let d2 = self.emit_inner(Op::Binary(BinaryOp::Mul), &[centered, centered], "squared")?;
         let var = self.emit_inner(mean_over, &[d2], "var")?;
         let eps = self.scalar("epsilon", self.ty(x).dtype, eps as f64);
         let var_eps = self.emit_inner(Op::Binary(BinaryOp::Add), &[var, eps], "var_eps")?;
         let std = self.emit_inner(Op::Unary(UnaryOp::Sqrt), &[var_eps], "std")?;
-        Ok((mean, d, std))
+        Ok(Statistics {
+            mean,
+            centered,
+            var,
+            std,
+        })
     }
 
     /// `(x - mean) / sqrt(var + epsilon)`, the statistics taken over `axes`.
     fn standardize(&mut self, x: ValueRef, axes: Vec<usize>, eps: f32) -> Res<ValueRef> {
-        let (_, d, std) = self.statistics(x, axes, eps)?;
-        self.emit_inner(Op::Binary(BinaryOp::Div), &[d, std], "normalized")
+        let st = self.statistics(x, axes, eps)?;
+        self.emit_inner(
+            Op::Binary(BinaryOp::Div),
+            &[st.centered, st.std],
+            "normalized",
+        )
     }
 
     /// `y * scale + bias`, with scale and bias (of `extent` elements) along
@@ -111,14 +131,67 @@ pub(super) fn layer_norm_with_statistics(c: &mut NodeCtx) -> Res<Vec<Option<Valu
     let rank = c.ty(x).shape.len();
     let axis = c.axis(c.int("axis", -1)?, rank)?;
     let eps = c.float("epsilon", 1e-5)?;
-    let (mean, d, std) = c.statistics(x, (axis..rank).collect(), eps)?;
-    let inv = c.emit_inner(Op::Unary(UnaryOp::Reciprocal), &[std], "inv_std_dev")?;
-    let y = c.emit_inner(Op::Binary(BinaryOp::Mul), &[d, inv], "normalized")?;
+    let st = c.statistics(x, (axis..rank).collect(), eps)?;
+    let inv = c.emit_inner(Op::Unary(UnaryOp::Reciprocal), &[st.std], "inv_std_dev")?;
+    let y = c.emit_inner(Op::Binary(BinaryOp::Mul), &[st.centered, inv], "normalized")?;
     let mut y = c.emit_inner(Op::Binary(BinaryOp::Mul), &[y, scale], "scaled")?;
     if let Some(bias) = c.opt_input(2) {
         y = c.emit_inner(Op::Binary(BinaryOp::Add), &[y, bias], "biased")?;
     }
-    Ok(vec![Some(y), Some(mean), Some(inv)])
+    Ok(vec![Some(y), Some(st.mean), Some(inv)])
+}
+
+/// BatchNormalization in training mode (opset 14 on): normalized with the
+/// batch's own statistics, the mean and the population variance over every
+/// axis but the channels, and the running statistics given as inputs 3 and 4
+/// moved towards them: `running * momentum + batch * (1 - momentum)`.
+pub(super) fn batch_norm_training(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let x = c.input(0)?;
+    let s = c.ty(x).shape;
+    if s.len() < 2 {
+        return Err(c.err(format!("input shape {s:?} has no channel axis")));
+    }
+    let params = c.per(s[1], "channel")?;
+    let (eps, momentum) = (c.float("epsilon", 1e-5)?, c.float("momentum", 0.9)?);
+    let axes = std::iter::once(0).chain(2..s.len()).collect();
+    let st = c.statistics(x, axes, eps)?;
+    let normalized = c.emit_inner(
+        Op::Binary(BinaryOp::Div),
+        &[st.centered, st.std],
+        "normalized",
+    )?;
+    let mut outputs = c.affine(normalized, params, s.len(), false)?;
+    let dtype = c.ty(x).dtype;
+    let kept = c.scalar("momentum", dtype, momentum as f64);
+    let moved = c.scalar("one_minus_momentum", dtype, 1.0 - momentum as f64);
+    for (input, batch, name) in [(3, st.mean, "running_mean"), (4, st.var, "running_var")] {
+        let running = c.input(input)?;
+        if c.ty(running).shape != [s[1]] {
+            return Err(c.err(format!(
+                "{name} has shape {:?}, expected [{}] (one per channel)",
+                c.ty(running).shape,
+                s[1]
+            )));
+        }
+        let batch = c.emit_inner(Op::Reshape(Reshape { shape: vec![s[1]] }), &[batch], name)?;
+        let old = c.emit_inner(
+            Op::Binary(BinaryOp::Mul),
+            &[running, kept],
+            &format!("{name}_kept"),
+        )?;
+        let new = c.emit_inner(
+            Op::Binary(BinaryOp::Mul),
+            &[batch, moved],
+            &format!("{name}_moved"),
+        )?;
+        let updated = c.emit_inner(
+            Op::Binary(BinaryOp::Add),
+            &[old, new],
+            &format!("{name}_updated"),
+        )?;
+        outputs.push(Some(updated));
+    }
+    Ok(outputs)
 }
 
 /// GroupNormalization: the channels split into `num_groups` groups, each

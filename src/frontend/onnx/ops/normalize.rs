@@ -1,7 +1,7 @@
 //! Normalizations: BatchNormalization, LayerNormalization, LRN, Softmax and
 //! LogSoftmax.
 
-use super::composite::layer_norm_with_statistics;
+use super::composite::{batch_norm_training, layer_norm_with_statistics};
 use super::context::{NodeCtx, Res};
 use super::reduce::Term;
 use super::registry::{Registry, AI_ONNX};
@@ -53,15 +53,20 @@ fn mean_variance_normalization(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     let rank = c.ty(x).shape.len();
     let axes = c.ints("axes")?.unwrap_or_else(|| vec![0, 2, 3]);
     let axes = c.axes(&axes, rank)?;
-    let (_, centered, std) = c.statistics(x, axes, 0.0)?;
+    let st = c.statistics(x, axes, 0.0)?;
     let eps = c.scalar("epsilon", c.ty(x).dtype, 1e-9);
-    let std = c.emit_inner(Op::Binary(BinaryOp::Add), &[std, eps], "std_eps")?;
-    c.emit(Op::Binary(BinaryOp::Div), &[centered, std])
+    let std = c.emit_inner(Op::Binary(BinaryOp::Add), &[st.std, eps], "std_eps")?;
+    c.emit(Op::Binary(BinaryOp::Div), &[st.centered, std])
 }
 
 fn batch_norm(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
-    if c.bool_attr("training_mode", false)? || c.node.output.iter().skip(1).any(|o| !o.is_empty()) {
-        return Err(c.err("BatchNormalization in training mode is not supported"));
+    if c.bool_attr("training_mode", false)? {
+        return batch_norm_training(c);
+    }
+    if c.node.output.iter().skip(1).any(|o| !o.is_empty()) {
+        return Err(c.err(
+            "BatchNormalization's running mean and variance outputs are supported in training_mode=1 (opset 14 on)",
+        ));
     }
     // Opsets 7 and 8: `spatial` 0 normalises every element with its own statistics.
     if c.opset < 9 && !c.bool_attr("spatial", true)? {
