@@ -281,13 +281,13 @@ impl PlanLayouts {
     /// The plan an export for onnxruntime is made of: every tensor in its
     /// source layout (onnxruntime's kernels take plain NCHW and block channels
     /// themselves, so transforms would be extra work there), batch norms folded
-    /// into the convolutions before them, transposed convolutions kept (its own
-    /// kernel runs them), and layoutopt's other graph passes and rewrites.
+    /// into the convolutions before them, transposed and 1-D convolutions kept
+    /// (its own kernels run them), and layoutopt's other graph passes and rewrites.
     pub fn for_onnxruntime() -> PlanLayouts {
         let mut p =
             PlanLayouts::new(PlannerKind::Keep, TargetFamily::Nchw).with_costs(Costs::BuiltIn);
         p.options.fold_batchnorms = true;
-        p.options.conv_transposes_as_convs = false;
+        p.options.kernel_forms = false;
         p
     }
 

@@ -3,6 +3,7 @@
 
 mod canonical;
 mod conv_affine;
+mod conv_lift;
 mod conv_transpose;
 mod fold;
 mod memory;
@@ -16,6 +17,7 @@ pub use crate::core::{
 pub use crate::ops::*;
 pub use canonical::{movement_chains, reductions_as_global_pools};
 pub use conv_affine::{fold_conv_affine, fold_conv_batchnorm};
+pub use conv_lift::lift_1d_windows;
 pub use conv_transpose::conv_transposes_as_convs;
 pub use fold::{fold_constants, fold_node};
 pub use memory::{

@@ -23,7 +23,7 @@ use super::space::{Pins, PlanSpace};
 use super::target::TargetFamily;
 use super::{Layout, LayoutError, PlanError};
 use crate::graph::{
-    conv_transposes_as_convs, fold_conv_affine, fold_pads, movement_chains,
+    conv_transposes_as_convs, fold_conv_affine, fold_pads, lift_1d_windows, movement_chains,
     reductions_as_global_pools, Graph, PadFold,
 };
 use std::time::{Duration, Instant};
@@ -76,11 +76,11 @@ pub struct PlanOptions {
     /// Fold batch norms into the convolutions before them (the native compiler
     /// fuses them itself; an export for another runtime folds them).
     pub fold_batchnorms: bool,
-    /// Rewrite transposed convolutions as convolutions over their stride
-    /// phases (what the native kernels run fast; another runtime has its own
-    /// transposed convolution, and the rewrite's sub-pixel interleave needs
-    /// tensors of twice the rank).
-    pub conv_transposes_as_convs: bool,
+    /// Rewrite ops into the forms the native kernels run: transposed
+    /// convolutions as convolutions over their stride phases, 1-D
+    /// convolutions and pools as 2-D. Another runtime has kernels for the
+    /// source forms, and the rewrites add tensors of a higher rank.
+    pub kernel_forms: bool,
 }
 
 impl Default for PlanOptions {
@@ -90,7 +90,7 @@ impl Default for PlanOptions {
             rewrite_limits: RewriteLimits::default(),
             pins: Pins::new(),
             fold_batchnorms: false,
-            conv_transposes_as_convs: true,
+            kernel_forms: true,
         }
     }
 }
@@ -183,7 +183,7 @@ impl PassLog {
 
 /// Brings a copy of `g` (which shares the weights) into the forms the planner
 /// expects: batch norms folded when asked, transposed convolutions as
-/// convolutions, movement chains merged, explicit
+/// convolutions and 1-D windows as 2-D unless kept, movement chains merged, explicit
 /// pads folded into the conv or pool after them, affine ops folded into
 /// convolutions, reductions over the spatial axes as global pools.
 fn canonicalize(g: &Graph, options: &PlanOptions) -> Result<(Graph, Vec<PadFold>), PlanError> {
@@ -191,8 +191,9 @@ fn canonicalize(g: &Graph, options: &PlanOptions) -> Result<(Graph, Vec<PadFold>
     if options.fold_batchnorms {
         crate::graph::fold_conv_batchnorm(&mut folded)?;
     }
-    if options.conv_transposes_as_convs {
+    if options.kernel_forms {
         conv_transposes_as_convs(&mut folded)?;
+        lift_1d_windows(&mut folded)?;
     }
     movement_chains(&mut folded)?;
     let pad_folds = fold_pads(&mut folded)?;
