@@ -319,9 +319,10 @@ impl Cx<'_, '_> {
     /// Input `i`, which must be a float32 matrix of shape `want`; `why` names
     /// where its columns come from in the message.
     fn matrix(&mut self, i: usize, what: &str, want: [usize; 2], why: &str) -> Res<ValueRef> {
-        let v = self
-            .input(i)
-            .map_err(|_| self.err(format!("{what} (input {i}) is missing")))?;
+        if !self.has_input(i) {
+            return Err(self.err(format!("{what} (input {i}) is missing")));
+        }
+        let v = self.input(i)?;
         let ty = self.ty(v).clone();
         if ty.shape != want || ty.dtype != DType::F32 {
             return Err(self.err(format!(
@@ -397,9 +398,10 @@ impl Cx<'_, '_> {
         let tag = at.tag;
         let name = |kind: &str, gate: usize| format!("{tag}{kind}_to_{}_weights", GATES[gate]);
         let shape_of = |cx: &mut Self, i: usize, what: &str| -> Res<Vec<usize>> {
-            let v = cx
-                .input(i)
-                .map_err(|_| cx.err(format!("{what} (input {i}) is missing")))?;
+            if !cx.has_input(i) {
+                return Err(cx.err(format!("{what} (input {i}) is missing")));
+            }
+            let v = cx.input(i)?;
             Ok(cx.ty(v).shape.clone())
         };
         let io = at.input_weights[OUTPUT_GATE];
@@ -466,12 +468,12 @@ impl Cx<'_, '_> {
             *p = self.optional_vector(at.peepholes[k], &what, hidden)?;
         }
         let peepholes = match peephole {
-            [_, None, None] if cifg || peephole[0].is_none() => None,
-            [i, Some(_), Some(_)] if cifg || i.is_some() => Some(peephole),
+            [None, None, None] => None,
+            [i, Some(_), Some(_)] if i.is_some() != cifg => Some(peephole),
             _ => {
                 return Err(self.err(format!(
                     "{tag}cell_to_*_weights (inputs {:?}) must be all given (the input gate's \
-                     only without an input gate) or all omitted",
+                     only with an input gate) or all omitted",
                     at.peepholes
                 )))
             }
