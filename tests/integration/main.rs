@@ -37,6 +37,7 @@ mod scaling;
 mod symbolic_shapes;
 mod tflite_custom;
 mod tflite_import;
+mod tflite_recurrent;
 mod tflite_reference;
 mod tflite_sparse;
 mod tir_infer_bound;

@@ -18,6 +18,7 @@ type Res<T> = Result<T, TfliteError>;
 
 mod mediapipe;
 mod quant;
+mod recurrent;
 
 /// Imports operator `index` of subgraph 0.
 pub(super) fn import_operator<'a>(
@@ -62,6 +63,7 @@ pub(super) fn import_operator<'a>(
             cx.max_pool_argmax()?
         }
         UNPACK => cx.unpack()?,
+        BIDIRECTIONAL_SEQUENCE_LSTM => cx.bidirectional_lstm()?,
         _ => vec![cx.convert(code)?],
     };
     if outputs.len() != values.len() {
@@ -152,6 +154,10 @@ const TRANSPOSE_CONV: i32 = 67;
 const UNPACK: i32 = 88;
 const SPLIT_V: i32 = 102;
 const DENSIFY: i32 = 124;
+const UNIDIRECTIONAL_SEQUENCE_RNN: i32 = 35;
+const UNIDIRECTIONAL_SEQUENCE_LSTM: i32 = 44;
+const BIDIRECTIONAL_SEQUENCE_LSTM: i32 = 52;
+const REVERSE_V2: i32 = 105;
 
 /// The conversion of one operator.
 struct Cx<'i, 'a> {
@@ -258,6 +264,9 @@ impl<'a> Cx<'_, 'a> {
             QUANTIZE => self.requantize(),
             DENSIFY => self.densify(),
             DEPTH_TO_SPACE => self.depth_to_space(),
+            UNIDIRECTIONAL_SEQUENCE_LSTM => self.unidirectional_lstm(),
+            UNIDIRECTIONAL_SEQUENCE_RNN => self.unidirectional_rnn(),
+            REVERSE_V2 => self.reverse(),
             CUSTOM if *self.span.op_type == *mediapipe::CONVOLUTION_2D_TRANSPOSE_BIAS => {
                 self.transpose_conv_bias()
             }

@@ -275,6 +275,31 @@ tables! {
         stride_h(2): scalar i32 = 0,
         fused_activation_function(3): scalar i8 = 0,
     }
+    /// The cell and output activation is the fused activation function; a clip
+    /// of 0 is none.
+    UnidirectionalSequenceLSTMOptions {
+        fused_activation_function(0): scalar i8 = 0,
+        cell_clip(1): scalar f32 = 0.0,
+        proj_clip(2): scalar f32 = 0.0,
+        time_major(3): scalar bool = false,
+        asymmetric_quantize_inputs(4): scalar bool = false,
+        diagonal_recurrent_tensors(5): scalar bool = false,
+    }
+    /// As UnidirectionalSequenceLSTMOptions; time major unless it says otherwise.
+    BidirectionalSequenceLSTMOptions {
+        fused_activation_function(0): scalar i8 = 0,
+        cell_clip(1): scalar f32 = 0.0,
+        proj_clip(2): scalar f32 = 0.0,
+        merge_outputs(3): scalar bool = false,
+        time_major(4): scalar bool = true,
+        asymmetric_quantize_inputs(5): scalar bool = false,
+    }
+    /// UNIDIRECTIONAL_SEQUENCE_RNN's options.
+    SequenceRNNOptions {
+        time_major(0): scalar bool = false,
+        fused_activation_function(1): scalar i8 = 0,
+        asymmetric_quantize_inputs(2): scalar bool = false,
+    }
 }
 
 /// An options table that is a variant of the `BuiltinOptions` union.
@@ -331,6 +356,9 @@ builtin_options! {
     LeakyReluOptions = [75],
     BatchMatMulOptions = [101],
     GeluOptions = [116],
+    SequenceRNNOptions = [31],
+    BidirectionalSequenceLSTMOptions = [69],
+    UnidirectionalSequenceLSTMOptions = [71],
 }
 
 /// Verifies the value of a `SparseIndexVector` union.

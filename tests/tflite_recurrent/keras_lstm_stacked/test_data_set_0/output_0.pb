@@ -1,0 +1,1 @@
+BStatefulPartitionedCall:0J0ÅÞ<æsˆ¼uÕ†=¬Kã<U¶ =1âÂ¼®UØ½¤tË¼½¾ûýi½÷J¡½:“±¼
