@@ -106,6 +106,7 @@ pub fn movement_chains(g: &mut Graph) -> Result<usize, GraphError> {
         let gives_back_input = match &op {
             Op::Transpose(Transpose { perm }) => perm.iter().enumerate().all(|(i, &p)| i == p),
             Op::Reshape(Reshape { shape }) => *shape == g.value_type(source).shape,
+            Op::Identity => true,
             _ => false,
         };
         let replacement = if gives_back_input && !g.is_graph_output(out) {
@@ -127,7 +128,7 @@ pub fn movement_chains(g: &mut Graph) -> Result<usize, GraphError> {
 /// The value and the one op that node `id` with the movement before it
 /// amounts to: a transpose of a transpose, a reshape of a reshape, a slice
 /// cutting back exactly a constant pad (nothing: a same-shape reshape), or a
-/// transpose or reshape alone that gives its input back. `None` when the node
+/// transpose, reshape, cast or identity alone that gives its input back. `None` when the node
 /// is none of these.
 fn merged_step(g: &Graph, id: NodeId) -> Option<(ValueRef, Op)> {
     let x = *g.node_inputs(id).first()?;
@@ -156,6 +157,11 @@ fn merged_step(g: &Graph, id: NodeId) -> Option<(ValueRef, Op)> {
         (Op::Reshape(Reshape { shape }), _) if *shape == g.value_type(x).shape => {
             Some((x, g.node(id).op.clone()))
         }
+        // A cast to the type its input has (exporters write them around
+        // every type-generic helper) and an identity give their input back;
+        // an identity that holds a graph output's name stays.
+        (Op::Cast(c), _) if c.to == g.value_type(x).dtype => Some((x, Op::Identity)),
+        (Op::Identity, _) if !g.is_graph_output(ValueRef::new(id, 0)) => Some((x, Op::Identity)),
         _ => None,
     }
 }
