@@ -73,7 +73,7 @@ pub mod native;
 mod session;
 
 use crate::export::ExportError;
-use crate::frontend::onnx::{load_onnx, ImportError};
+use crate::frontend::onnx::load_onnx;
 use crate::frontend::tflite::{import_tflite, TfliteError};
 use crate::layout::plan::{plan_with, PlanOptions};
 use crate::layout::planners::Planner;
@@ -86,7 +86,7 @@ use std::path::Path;
 pub use crate::core::budget::{parse_bytes, set_limit as set_memory_limit, MEMORY_LIMIT_ENV};
 pub use crate::core::Layout;
 pub use crate::frontend::npy::{read_npy, read_npz, write_npy};
-pub use crate::frontend::onnx::{load_tensor_pb, ImportOptions};
+pub use crate::frontend::onnx::{load_tensor_pb, ImportError, ImportOptions};
 pub use crate::frontend::{read_file, DeclaredValue, Dim, Interface, ShapeMismatch};
 pub use crate::graph::{format_spans, DType, Graph, Span, Tensor, TensorData, ValueType};
 pub use crate::layout::cost::{ConvQuery, CostModel, MeasuredCosts};
@@ -206,6 +206,13 @@ pub fn load_model_with(path: &Path, opts: &ImportOptions) -> Result<Graph, Error
         .map_err(io_error)?;
     let tflite_ext = path.extension().is_some_and(|e| e == "tflite");
     if is_tflite(&head) || tflite_ext {
+        if !opts.constant_inputs.is_empty() {
+            return Err(ImportError::Model {
+                path: file,
+                message: "inputs can be frozen to a value in ONNX models only".into(),
+            }
+            .into());
+        }
         let bytes = crate::frontend::read_file(path).map_err(io_error)?;
         return Ok(import_tflite(&bytes, &file)?);
     }

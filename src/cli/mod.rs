@@ -26,8 +26,8 @@ pub mod progress;
 pub mod run;
 
 use layoutopt::api::{
-    self, CostModel, Graph, ImportOptions, Machine, Plan, PlanLayouts, PlannerKind, RuleSource,
-    RuntimeOptions, TargetFamily,
+    self, load_tensor_pb, read_file, read_npy, CostModel, Graph, ImportError, ImportOptions,
+    Machine, Plan, PlanLayouts, PlannerKind, RuleSource, RuntimeOptions, TargetFamily, Tensor,
 };
 use std::path::{Path, PathBuf};
 
@@ -68,6 +68,12 @@ pub enum ArgError {
     /// Not a graph input's name and whole shape.
     #[error("'{given}' is not NAME=D1,D2,... (e.g. input=1,3,224,224)")]
     InputShape {
+        /// The value given.
+        given: String,
+    },
+    /// Not `NAME=FILE`.
+    #[error("'{given}' is not NAME=FILE (e.g. sr=sr.npy)")]
+    Freeze {
         /// The value given.
         given: String,
     },
@@ -216,13 +222,44 @@ pub struct InputShapes {
     pub input_shapes: Vec<(String, Vec<usize>)>,
 }
 
-/// The model a command reads, and the shapes that bind its symbolic dimensions.
+/// The model a command reads, the shapes that bind its symbolic dimensions,
+/// and the inputs frozen to a value.
 #[derive(clap::Args, Clone)]
 pub struct ModelArgs {
     /// The model file (.onnx or .tflite).
     pub model: PathBuf,
     #[command(flatten)]
     pub shapes: InputShapes,
+    /// Freeze a graph input of an ONNX model to the tensor in FILE (.npy or a
+    /// serialized ONNX TensorProto .pb), of the input's type and shape: it
+    /// becomes a constant, so a configuration input (a sample rate, a mode
+    /// flag) folds the control flow and shapes it decides at import, e.g.
+    /// `--freeze sr=sr.npy`. The input is then no longer given at run time.
+    #[arg(long = "freeze", value_name = "NAME=FILE", value_parser = parse_freeze)]
+    pub freeze: Vec<(String, PathBuf)>,
+}
+
+/// Parses `NAME=FILE` of `--freeze`.
+fn parse_freeze(s: &str) -> Result<(String, PathBuf), ArgError> {
+    match s.split_once('=') {
+        Some((name, file)) if !name.is_empty() && !file.is_empty() => {
+            Ok((name.to_string(), file.into()))
+        }
+        _ => Err(ArgError::Freeze {
+            given: s.to_string(),
+        }),
+    }
+}
+
+/// A tensor file: `.npy` (NumPy) or a serialized ONNX TensorProto (`.pb`).
+fn read_tensor(path: &Path) -> Result<Tensor, Box<dyn std::error::Error>> {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("npy") => {
+            let bytes = read_file(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            Ok(read_npy(&bytes).map_err(|m| format!("{}: {m}", path.display()))?)
+        }
+        _ => Ok(load_tensor_pb(path)?.1),
+    }
 }
 
 impl ModelArgs {
@@ -233,8 +270,18 @@ impl ModelArgs {
 
     /// Imports the model under a spinner.
     pub fn load(&self) -> Result<Graph, api::Error> {
+        let constant_inputs = (self.freeze.iter())
+            .map(|(name, file)| match read_tensor(file) {
+                Ok(t) => Ok((name.clone(), t)),
+                Err(e) => Err(ImportError::Model {
+                    path: self.model.display().to_string(),
+                    message: format!("--freeze {name}: {e}"),
+                }),
+            })
+            .collect::<Result<_, _>>()?;
         let opts = ImportOptions {
             input_shapes: self.shapes.input_shapes.iter().cloned().collect(),
+            constant_inputs,
             ..ImportOptions::default()
         };
         progress::step(&format!("importing {}", self.model.display()), || {

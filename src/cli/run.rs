@@ -1,10 +1,9 @@
 //! `run` and `bench`: execute a planned model on the native runtime.
 
-use super::{native, progress, CliResult, ModelArgs, Planning};
+use super::{native, progress, read_tensor, CliResult, ModelArgs, Planning};
 use layoutopt::api::json::{document, BenchDoc, OutputSummary, RunDoc, Timing};
 use layoutopt::api::{
-    self, load_tensor_pb, read_file, read_npy, read_npz, write_npy, DType, Graph, Machine, Tensor,
-    TensorData, ValueType,
+    self, read_file, read_npz, write_npy, DType, Graph, Machine, Tensor, TensorData, ValueType,
 };
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -20,17 +19,6 @@ fn test_data(model: &Path, prefix: &str) -> Vec<PathBuf> {
 
 fn read_tensors(files: &[PathBuf]) -> Result<Vec<Tensor>, Box<dyn std::error::Error>> {
     files.iter().map(|p| read_tensor(p)).collect()
-}
-
-/// A tensor file: `.npy` (NumPy) or a serialized ONNX TensorProto (`.pb`).
-fn read_tensor(path: &Path) -> Result<Tensor, Box<dyn std::error::Error>> {
-    match path.extension().and_then(|e| e.to_str()) {
-        Some("npy") => {
-            let bytes = read_file(path).map_err(|e| format!("{}: {e}", path.display()))?;
-            Ok(read_npy(&bytes).map_err(|m| format!("{}: {m}", path.display()))?)
-        }
-        _ => Ok(load_tensor_pb(path)?.1),
-    }
 }
 
 /// A tensor and the graph input it is for (none: positional).

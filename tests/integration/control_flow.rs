@@ -193,3 +193,67 @@ fn branches_of_different_shapes_are_refused_naming_the_if() {
         assert!(e.contains(needle), "{e}");
     }
 }
+
+/// `--freeze y=FILE` makes graph input y a constant: in `if_runtime_else` the
+/// nested If on sum(y) > 0 then folds and is inlined, only the outer If (on x)
+/// stays, and the run gives what onnxruntime recorded. A frozen value of
+/// another shape is refused naming the input.
+#[test]
+fn a_frozen_input_folds_the_control_flow_it_decides() {
+    use crate::support::process::{layoutopt, layoutopt_ok, scratch_dir};
+    use layoutopt::api::{load_model_with, read_npy, ImportOptions};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/control_flow/if_runtime_else");
+    let (inputs, expected) = load_test_data(&dir);
+    let model = dir.join("model.onnx");
+    let opts = ImportOptions {
+        constant_inputs: [("y".to_string(), inputs[1].clone())].into(),
+        ..ImportOptions::default()
+    };
+    let g = load_model_with(&model, &opts).unwrap();
+    assert_eq!(g.inputs().len(), 1);
+    assert_eq!(control_ops(&g), ["If"]);
+    let outer = (g.node_ids().into_iter())
+        .find_map(|id| match &g.node(id).op {
+            Op::Control(c) => Some(c.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let branches = layoutopt::reference::control::subgraphs(&outer);
+    assert_eq!(branches.len(), 2);
+    for b in branches {
+        assert_eq!(
+            control_ops(b),
+            Vec::<&str>::new(),
+            "the nested If is inlined"
+        );
+    }
+
+    let out = scratch_dir("frozen_input");
+    let data = dir.join("test_data_set_0");
+    let (model, x, y) = (
+        model.display().to_string(),
+        data.join("input_0.pb").display().to_string(),
+        data.join("input_1.pb").display().to_string(),
+    );
+    let o = out.display().to_string();
+    layoutopt_ok(&[
+        "run",
+        &model,
+        "--freeze",
+        &format!("y={y}"),
+        "--input",
+        &format!("x={x}"),
+        "--output",
+        &o,
+    ]);
+    let got = read_npy(&std::fs::read(out.join("out.npy")).unwrap()).unwrap();
+    assert_matches("frozen y", &[got], &expected);
+
+    let row = Tensor::from_f32(vec![4], vec![1.0; 4]);
+    let row_file = out.join("row.npy");
+    std::fs::write(&row_file, layoutopt::api::write_npy(&row).unwrap()).unwrap();
+    let row_file = row_file.display().to_string();
+    let wrong = layoutopt(&["run", &model, "--freeze", &format!("y={row_file}")]);
+    assert_ne!(wrong.code, 0);
+    assert!(wrong.stderr.contains("graph input 'y'"), "{}", wrong.stderr);
+}
