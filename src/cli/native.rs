@@ -64,9 +64,9 @@ pub fn compile(machine: &Machine, g: &Graph, options: &RuntimeOptions) -> CliRes
             .map(|(name, kind, spans)| format!("'{name}' ({kind}; {})", format_spans(spans)))
             .collect();
         eprintln!(
-            "warning: {} of {} steps run on the reference executor, without a native kernel: {}",
+            "warning: {} of {} steps (control-flow subgraphs' included) run on the reference executor, without a native kernel: {}",
             fallbacks.len(),
-            model.describe().len(),
+            model.step_count(),
             named.join(", ")
         );
     }

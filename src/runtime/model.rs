@@ -186,6 +186,17 @@ impl CompiledModel {
         found
     }
 
+    /// How many steps there are, those of the compiled subgraphs of control
+    /// flow included (what [`Self::fallback_steps`] is counted against).
+    pub fn step_count(&self) -> usize {
+        (self.steps.iter())
+            .map(|s| match &s.kernel {
+                Kernel::Control(k) => 1 + k.subgraphs.iter().map(|m| m.step_count()).sum::<usize>(),
+                _ => 1,
+            })
+            .sum()
+    }
+
     /// One line per step: what it does and whether it is native or a fallback.
     pub fn describe(&self) -> Vec<String> {
         self.steps
