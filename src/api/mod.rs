@@ -103,8 +103,8 @@ pub use crate::layout::target::TargetFamily;
 pub use crate::layout::LayoutError;
 pub use native::{
     bench, clear_measurements, compile, conv_algorithms, max_threads, measured_costs,
-    not_cached_note, predicted_step_seconds, time_run, BenchReport, CompiledModel, ConvAlgoChoice,
-    Isa, KernelPath, Machine, ModelInput, Roofline, RuntimeError, RuntimeOptions,
+    not_cached_note, predicted_step_seconds, time_run, BenchReport, CompiledModel, ConvAlgo,
+    ConvAlgoChoice, Isa, KernelPath, Machine, ModelInput, Roofline, RuntimeError, RuntimeOptions,
 };
 pub use session::{Session, SessionOptions, ShapeModel};
 

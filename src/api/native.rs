@@ -28,8 +28,8 @@ use std::time::Duration;
 pub use crate::runtime::measure::roofline::{MachinePeaks, Roofline};
 pub use crate::runtime::profile::bench::{BenchReport, Profile};
 pub use crate::runtime::{
-    max_threads, CompiledModel, ConvAlgoChoice, Isa, KernelPath, LayerAlgo, Machine, ModelInput,
-    NonFinite, RuntimeError, RuntimeOptions, StepProfile,
+    max_threads, CompiledModel, ConvAlgo, ConvAlgoChoice, Isa, KernelPath, LayerAlgo, Machine,
+    ModelInput, NonFinite, RuntimeError, RuntimeOptions, StepProfile,
 };
 
 /// Compiles a planned graph for `machine` with `options` (threads, kernels).

@@ -3,7 +3,7 @@
 
 use layoutopt::api::json::Execution;
 use layoutopt::api::{
-    self, format_spans, CompiledModel, ConvAlgoChoice, Graph, Isa, KernelPath, Machine,
+    self, format_spans, CompiledModel, ConvAlgo, ConvAlgoChoice, Graph, Isa, KernelPath, Machine,
     RuntimeOptions, Tensor,
 };
 use std::time::Instant;
@@ -17,7 +17,8 @@ pub struct KernelArgs {
     /// Convolution algorithm: auto (per layer the fastest of direct, each
     /// accurate Winograd size and, for groups narrower than a vector, lane
     /// groups, for few output channels per group in NCHW, pixel lanes,
-    /// measured at compile time and cached per CPU), direct, or
+    /// measured at compile time and cached per CPU; a quantized
+    /// convolution sums its integers exactly instead), direct (float), or
     /// winograd (F(4x4,3x3) where accurate enough, else F(2x2,3x3), on 3x3
     /// stride-1 convolutions).
     #[arg(long = "conv-algo", value_name = "ALGO", default_value = "auto", value_parser = str::parse::<ConvAlgoChoice>)]
@@ -46,14 +47,19 @@ impl KernelArgs {
 }
 
 /// Compiles the planned graph, warning on stderr about every step that falls
-/// back to the (slow) reference executor, and saying when quantized layers
-/// run in float.
+/// back to the (slow) reference executor, and saying how many quantized
+/// layers run on integer kernels and how many in float.
 pub fn compile(machine: &Machine, g: &Graph, options: &RuntimeOptions) -> CliResult<CompiledModel> {
     let model = api::compile(machine, g, options)?;
     let quantized = g.quantized_layers();
     if !quantized.is_empty() {
+        let integer = model
+            .conv_steps()
+            .iter()
+            .filter(|c| c.decision.algo == ConvAlgo::Int8)
+            .count();
         eprintln!(
-            "note: the {} quantized layers run in float, each quantized value on its quantization grid (no int8 kernels yet)",
+            "note: {} quantized layers: {integer} convolutions sum their integers exactly (int8 kernels); the rest compute in float, each quantized value on its quantization grid",
             quantized.len()
         );
     }

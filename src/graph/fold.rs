@@ -215,6 +215,25 @@ fn onto_quantization_grid(g: &mut Graph, id: NodeId) -> Result<Option<ValueRef>,
     Ok(Some(grid))
 }
 
+/// The QuantizeDequantize whose grid every value of `v` lies on: `v`'s
+/// producer, or that of the value it selects from (through data movement,
+/// max pooling and layout transforms, in planned graphs too).
+pub fn grid_of(g: &Graph, mut v: ValueRef) -> Option<UnaryOp> {
+    loop {
+        let op = match &g.node(v.node).op {
+            Op::InLayout(l) => &l.inner,
+            op => op,
+        };
+        match op {
+            Op::Unary(u @ UnaryOp::QuantizeDequantize { .. }) => return Some(*u),
+            op if selects_values(op) || matches!(op, Op::LayoutTransform(_)) => {
+                v = *g.node_inputs(v.node).first()?
+            }
+            _ => return None,
+        }
+    }
+}
+
 /// Whether every output value of `op` is a value of its first input (data
 /// movement, max pooling): a cast commutes with it, and it keeps integers.
 fn selects_values(op: &Op) -> bool {

@@ -19,7 +19,7 @@ pub use canonical::{movement_chains, reductions_as_global_pools};
 pub use conv_affine::{fold_conv_affine, fold_conv_batchnorm};
 pub use conv_lift::lift_1d_windows;
 pub use conv_transpose::conv_transposes_as_convs;
-pub use fold::{fold_constants, fold_node};
+pub use fold::{fold_constants, fold_node, grid_of};
 pub use memory::{
     check_value_size, checked_size_bytes, format_bytes, machine_memory, memory_limit, parse_bytes,
     ValueSizeError, MEMORY_LIMIT_ENV,

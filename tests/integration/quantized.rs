@@ -2,22 +2,24 @@
 //! quantizer, scripts/gen_tflite_quant.py with the TFLite converter) import,
 //! run every step natively and reproduce their runtime's recorded outputs.
 //!
-//! They run in float with every quantized value on its quantization grid (see
-//! `frontend/onnx/ops/quantize.rs` and `frontend/tflite/ops/quant.rs`). The
-//! peers' integer kernels round the same values, so the two differ only where
-//! a value lies at half a step and float rounding tips it the other way:
-//! quantized outputs agree within one step, most elements exactly.
+//! Quantized values are their float meaning on their quantization grid (see
+//! `frontend/onnx/ops/quantize.rs` and `frontend/tflite/ops/quant.rs`).
+//! Convolutions sum their integers exactly, as the peers' integer kernels do;
+//! depthwise ones and the other ops compute in float, so the two differ only
+//! where a value lies at half a step and float rounding tips it the other
+//! way: quantized outputs agree within one step, most elements exactly.
 
 use crate::support::bundled::load_test_data;
 use crate::support::compare::max_abs_err;
 use layoutopt::api::{load_model, Costs, PlanLayouts, PlannerKind, TargetFamily};
 use layoutopt::graph::{Graph, Op, Tensor, UnaryOp};
-use layoutopt::runtime::{CompiledModel, RuntimeOptions};
+use layoutopt::runtime::{CompiledModel, ConvAlgo, RuntimeOptions};
 use std::path::Path;
 
 /// Imports, plans and runs `models/quant/<name>/<file>` with no reference
-/// fallback; returns the graph, the outputs and the recorded outputs.
-fn run(name: &str, file: &str) -> (Graph, Vec<Tensor>, Vec<Tensor>) {
+/// fallback; returns the graph, the outputs, the recorded outputs and the
+/// algorithm of every convolution.
+fn run(name: &str, file: &str) -> (Graph, Vec<Tensor>, Vec<Tensor>, Vec<ConvAlgo>) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("models/quant")
         .join(name);
@@ -33,7 +35,8 @@ fn run(name: &str, file: &str) -> (Graph, Vec<Tensor>, Vec<Tensor>) {
     let out = m.run(&inputs).unwrap_or_else(|e| panic!("{name}: {e}"));
     assert_eq!(out.len(), expected.len(), "{name}");
     assert_eq!(out[0].shape, expected[0].shape, "{name}");
-    (g, out, expected)
+    let algos = m.conv_steps().iter().map(|c| c.decision.algo).collect();
+    (g, out, expected, algos)
 }
 
 /// Checks that `got` is within one `step` of `want` everywhere and, where
@@ -74,8 +77,16 @@ fn static_quantized_onnx_models_are_within_one_step_of_onnxruntime() {
         "mobilenet_small_qdq_u8",
         "mobilenet_small_qop_u8",
     ] {
-        let (g, out, expected) = run(name, "model.onnx");
+        let (g, out, expected, algos) = run(name, "model.onnx");
         within_one_step(name, &out[0], &expected[0], output_step(&g));
+        // Every quantized convolution but the depthwise ones sums integers.
+        assert!(algos.contains(&ConvAlgo::Int8), "{name}: {algos:?}");
+        assert!(
+            algos
+                .iter()
+                .all(|a| matches!(a, ConvAlgo::Int8 | ConvAlgo::Depthwise)),
+            "{name}: {algos:?}"
+        );
     }
 }
 
@@ -97,7 +108,7 @@ fn output_step(g: &Graph) -> f64 {
 #[test]
 fn full_integer_tflite_is_within_one_step_of_the_interpreter() {
     // The output is int8: one step is 1.
-    let (_, out, expected) = run("tflite_int8", "model.tflite");
+    let (_, out, expected, _) = run("tflite_int8", "model.tflite");
     within_one_step("tflite_int8", &out[0], &expected[0], 1.0);
 }
 
@@ -113,7 +124,7 @@ fn dynamic_range_models_match_their_runtimes() {
         ("resnet_small_dynamic", "model.onnx", 1e-5),
         ("tflite_dynamic", "model.tflite", 1e-2),
     ] {
-        let (_, out, expected) = run(name, file);
+        let (_, out, expected, _) = run(name, file);
         let (err, mag) = max_abs_err(&expected[0], &out[0]);
         assert!(
             err <= tolerance * mag,

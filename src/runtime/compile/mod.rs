@@ -8,6 +8,7 @@ mod arena;
 use super::kernels::conv::algo::{self as conv_algo, ConvAlgoOptions, ConvSpec, LayerAlgo};
 use super::kernels::conv::depthwise::Depthwise;
 use super::kernels::conv::direct::ConvGeom;
+use super::kernels::conv::int8::InputGrid;
 use super::kernels::conv::tile::{ChannelParams, Epilogue};
 use super::kernels::elementwise::{broadcast_strides, Arg, Elementwise, Func, Stored};
 use super::kernels::gather::{Gather, MAX_GATHER_INPUTS};
@@ -29,7 +30,8 @@ use crate::fusion::{
     self, inner, input_layout, output_layout, output_shape, Activation, FusedGroup, Pattern, Target,
 };
 use crate::graph::{
-    BinaryOp, ControlFlow, DType, Graph, NodeId, Op, PoolKind, Span, Tensor, ValueRef, ValueType,
+    grid_of, BinaryOp, ControlFlow, DType, Graph, NodeId, Op, PoolKind, Span, Tensor, UnaryOp,
+    ValueRef, ValueType,
 };
 use crate::layout::cost::same_bytes;
 use crate::layout::Layout;
@@ -186,6 +188,24 @@ impl<'g> Compiler<'g> {
         Some((geom, depthwise))
     }
 
+    /// The quantization grid the input of convolution `id` lies on, if known.
+    fn input_grid(&self, id: NodeId) -> Option<InputGrid> {
+        match grid_of(self.g, self.g.node_inputs(id)[0])? {
+            UnaryOp::QuantizeDequantize {
+                scale,
+                zero_point,
+                min,
+                max,
+            } => Some(InputGrid {
+                scale,
+                zero_point,
+                min,
+                max,
+            }),
+            _ => None,
+        }
+    }
+
     /// The step of a convolution group: one native kernel with the batch norm folded
     /// into its weights and the residual add and activation in its epilogue,
     /// its algorithm chosen (and measured) on the threads of `pool`. The
@@ -267,6 +287,7 @@ impl<'g> Compiler<'g> {
                 epilogue,
                 pad_fill,
                 threads,
+                grid: self.input_grid(id),
             };
             let mut times = lock(&self.times);
             let (k, decision) =

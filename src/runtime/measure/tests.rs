@@ -121,6 +121,7 @@ fn conv_algorithms_are_measured_once_then_read_from_the_cache() {
         epilogue: Epilogue::of(None),
         pad_fill: None,
         threads: 1,
+        grid: None,
     };
     let options = |choice| ConvAlgoOptions {
         choice,

@@ -199,6 +199,7 @@ impl MeasuredCosts for MeasuredKernels {
                 epilogue: Epilogue::of(None),
                 pad_fill: None,
                 threads: self.pool.threads(),
+                grid: None,
             };
             let times: &mut KernelTimes = &mut times;
             self.pool

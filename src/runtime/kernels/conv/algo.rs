@@ -4,7 +4,9 @@
 //! groups narrower than a vector, the depthwise kernel's lanes (`depthwise.rs`,
 //! every output channel in its own lane reading its group's) or, for few
 //! output channels per group in NCHW, output columns in the lanes
-//! (`pixel_lanes.rs`). Under
+//! (`pixel_lanes.rs`). A convolution whose input lies on a quantization grid
+//! and whose weights on per-channel ones sums its integers exactly
+//! (`int8.rs`) under `auto`, as its quantized source layer specifies. Under
 //! `auto`, each candidate runs a few times at the layer's shape on the model's
 //! threads, its weights flushed from the caches as a whole model leaves them,
 //! and the fastest wins; the times are cached per CPU model,
@@ -16,6 +18,7 @@
 
 use super::depthwise::Depthwise;
 use super::direct::{ConvGeom, PackedConv};
+use super::int8::{sums_fit, InputGrid, IntegerWeights, QuantConv};
 use super::pixel_lanes::PixelLanes;
 use super::tile::{ChannelParams, Epilogue};
 use super::winograd::{self, TransformedWeights, WinogradConv, WinogradTile};
@@ -29,7 +32,8 @@ use std::sync::{Mutex, OnceLock};
 /// The algorithm `--conv-algo` asks for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ConvAlgoChoice {
-    /// Measure the candidates, run the fastest accurate one.
+    /// Measure the candidates, run the fastest accurate one; a quantized
+    /// convolution sums its integers exactly.
     #[default]
     Auto,
     /// The direct kernel everywhere.
@@ -80,6 +84,8 @@ pub enum ConvAlgo {
     PixelLanes,
     /// Winograd with this output tile.
     Winograd(WinogradTile),
+    /// Exact integer sums of a quantized input and weights.
+    Int8,
 }
 
 impl ConvAlgo {
@@ -100,6 +106,7 @@ impl fmt::Display for ConvAlgo {
             ConvAlgo::Depthwise => "depthwise",
             ConvAlgo::LaneGroups => "lane-groups",
             ConvAlgo::PixelLanes => "pixel-lanes",
+            ConvAlgo::Int8 => "int8",
             ConvAlgo::Winograd(WinogradTile::F2) => "winograd-f2",
             ConvAlgo::Winograd(WinogradTile::F4) => "winograd-f4",
         })
@@ -195,6 +202,8 @@ pub enum ConvKernel {
     LaneGroups(Box<Depthwise>),
     /// Output columns in the lanes.
     PixelLanes(Box<PixelLanes>),
+    /// Exact integer sums of quantized values.
+    Int8(Box<QuantConv>),
 }
 
 impl ConvKernel {
@@ -203,6 +212,7 @@ impl ConvKernel {
         match self {
             ConvKernel::Direct(c) => c.scratch_len(),
             ConvKernel::Winograd(c) => c.scratch_len(),
+            ConvKernel::Int8(c) => c.scratch_len(),
             ConvKernel::LaneGroups(_) | ConvKernel::PixelLanes(_) => 0,
         }
     }
@@ -214,6 +224,7 @@ impl ConvKernel {
             ConvKernel::Winograd(c) => c.weights(),
             ConvKernel::LaneGroups(c) => c.weights(),
             ConvKernel::PixelLanes(c) => c.weights(),
+            ConvKernel::Int8(c) => c.weights(),
         }
     }
 
@@ -224,6 +235,7 @@ impl ConvKernel {
             ConvKernel::Winograd(c) => c.run(x, residual, y, scratch),
             ConvKernel::LaneGroups(c) => c.run(x, residual, y),
             ConvKernel::PixelLanes(c) => c.run(x, residual, y),
+            ConvKernel::Int8(c) => c.run(x, residual, y, scratch),
         }
     }
 }
@@ -244,6 +256,8 @@ pub struct ConvSpec<'a> {
     pub pad_fill: Option<f32>,
     /// Worker threads the model runs on.
     pub threads: usize,
+    /// The quantization grid every input value lies on, if known.
+    pub grid: Option<InputGrid>,
 }
 
 impl ConvSpec<'_> {
@@ -293,8 +307,36 @@ impl ConvSpec<'_> {
                 self.params,
                 self.epilogue,
             ))),
+            ConvAlgo::Int8 => {
+                let k = self.quantized(shared).and_then(|(grid, w)| {
+                    QuantConv::new(
+                        self.geom.clone(),
+                        self.isa,
+                        grid,
+                        w,
+                        self.params,
+                        self.epilogue,
+                        self.pad_fill,
+                    )
+                });
+                match k {
+                    Some(k) => ConvKernel::Int8(Box::new(k)),
+                    // Never offered then (`candidates` asks `quantized` too).
+                    None => ConvKernel::Direct(Box::new(self.direct())),
+                }
+            }
             _ => ConvKernel::Direct(Box::new(self.direct())),
         }
+    }
+
+    /// The input's grid and the integer weights, when the input lies on a
+    /// grid of bytes, the weights on grids of signed bytes and their sums
+    /// fit in i32: what the integer kernel needs.
+    fn quantized<'s>(&self, shared: &'s SharedWeights) -> Option<(InputGrid, &'s IntegerWeights)> {
+        let grid = self
+            .grid
+            .filter(|g| g.fits_a_byte() && sums_fit(&self.geom))?;
+        Some((grid, shared.integer(self)?))
     }
 }
 
@@ -306,9 +348,17 @@ impl ConvSpec<'_> {
 pub(in crate::runtime) struct SharedWeights {
     errors: OnceLock<Vec<(ConvAlgo, f64)>>,
     transformed: Mutex<Vec<TransformedWeights>>,
+    integer: OnceLock<Option<IntegerWeights>>,
 }
 
 impl SharedWeights {
+    /// The spec's weights as integers, if they lie on grids of signed bytes.
+    fn integer(&self, spec: &ConvSpec) -> Option<&IntegerWeights> {
+        self.integer
+            .get_or_init(|| IntegerWeights::recover(spec.w, spec.geom.cout))
+            .as_ref()
+    }
+
     /// Each Winograd size's relative error on the spec's weights.
     fn errors(&self, spec: &ConvSpec) -> Vec<(ConvAlgo, f64)> {
         self.errors
@@ -356,10 +406,15 @@ pub(in crate::runtime) fn candidates(
     if options.choice == ConvAlgoChoice::Direct {
         return (vec![direct], vec![]);
     }
+    let auto = options.choice == ConvAlgoChoice::Auto;
+    // A quantized layer's outputs are exact sums of integers, not whatever
+    // is fastest (which `direct` and `winograd` still ask for).
+    if auto && spec.quantized(shared).is_some() {
+        return (vec![ConvAlgo::Int8], vec![]);
+    }
     // Measured against the direct kernel where they apply: narrow groups in
     // the channel lanes (with 16-channel groups either may win, by CPU and
     // shape), few output channels with pixels in the lanes.
-    let auto = options.choice == ConvAlgoChoice::Auto;
     let lanes = [
         (spec.geom.groups > 1 && Depthwise::applies(&spec.geom, spec.isa))
             .then_some(ConvAlgo::LaneGroups),

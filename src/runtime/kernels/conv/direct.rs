@@ -134,8 +134,21 @@ impl ConvGeom {
             && inside(self.ow, self.stride.1, self.w)
     }
 
+    /// A 1x1 window's geometry over the pixels it reads, as one row of
+    /// output pixels read one by one.
+    pub(super) fn as_plane(&self) -> ConvGeom {
+        ConvGeom {
+            h: 1,
+            w: self.oh * self.ow,
+            oh: 1,
+            ow: self.oh * self.ow,
+            stride: (1, 1),
+            ..self.clone()
+        }
+    }
+
     /// Offset of output channel `c` from the start of a batch item and pixel.
-    fn y_chan(&self, c: usize) -> usize {
+    pub(super) fn y_chan(&self, c: usize) -> usize {
         (c / self.y_cb) * self.oh * self.ow * self.y_cb + c % self.y_cb
     }
 }
@@ -323,14 +336,7 @@ impl PackedConv {
         // whole plane is one long row: full register tiles even on 7x7 maps.
         // With a stride, it reads the subsampled input staged so.
         let one_by_one = geom.is_pointwise();
-        let plane = ConvGeom {
-            h: 1,
-            w: geom.oh * geom.ow,
-            oh: 1,
-            ow: geom.oh * geom.ow,
-            stride: (1, 1),
-            ..geom.clone()
-        };
+        let plane = geom.as_plane();
         let (border_lo, border_hi) = geom.interior_columns();
         let (geom, staged) = if one_by_one && geom.stride == (1, 1) {
             (plane, None)

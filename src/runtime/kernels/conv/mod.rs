@@ -1,10 +1,11 @@
 //! Convolutions: the direct kernel over the register-tiled micro-kernel,
-//! Winograd, depthwise, pixels in the lanes for few output channels, and the
-//! choice among them per layer.
+//! Winograd, depthwise, pixels in the lanes for few output channels, exact
+//! integer sums for quantized ones, and the choice among them per layer.
 
 pub mod algo;
 pub mod depthwise;
 pub mod direct;
+pub mod int8;
 pub mod pixel_lanes;
 pub mod tile;
 pub mod winograd;

@@ -2,12 +2,14 @@
 //! register-tiled convolution and the depthwise one against a naive loop
 //! (every instruction set this CPU has, every channel blocking, tails that do
 //! not divide), the epilogue activations against their scalar definitions,
-//! and Winograd against the paper's matrices and a naive loop.
+//! Winograd against the paper's matrices and a naive loop, and the integer
+//! kernel against the exact sums of its integers.
 
 use crate::fusion::Activation;
 use crate::graph::UnaryOp;
 use crate::runtime::kernels::conv::depthwise::Depthwise;
 use crate::runtime::kernels::conv::direct::{ConvGeom, PackedConv};
+use crate::runtime::kernels::conv::int8::{InputGrid, IntegerWeights, QuantConv};
 use crate::runtime::kernels::conv::pixel_lanes::PixelLanes;
 use crate::runtime::kernels::conv::tile::{ChannelParams, Epilogue};
 use crate::runtime::kernels::simd::Isa;
@@ -596,4 +598,164 @@ fn winograd_matches_a_naive_loop_for_every_isa_tile_and_blocking() {
             }
         }
     }
+}
+
+/// Quantized convolutions against the f64 sum of their integers: u8 and s8
+/// input grids with any zero point, per-channel weight steps, grouped,
+/// padded, dilated and strided 1x1 windows, every channel blocking and
+/// instruction set, with a residual, clamp and PRelu. Where every step is 1
+/// and every added value an integer, the output is the exact sum: equal,
+/// not close.
+#[test]
+fn int8_conv_sums_quantized_values_exactly() {
+    let isas = available_isas();
+    let mut rng = Rng(11);
+    for case in 0..60 {
+        let groups = if case % 4 == 3 { rng.range(2, 4) } else { 1 };
+        let (cin, cout) = (groups * rng.range(1, 20), groups * rng.range(1, 40));
+        let mut k = (rng.range(1, 3), rng.range(1, 3));
+        let dilation = (rng.range(1, 2), rng.range(1, 2));
+        let mut pad = (rng.range(0, 2), rng.range(0, 2));
+        let mut pad_end = (rng.range(0, 2), rng.range(0, 2));
+        let mut stride = (rng.range(1, 2), rng.range(1, 2));
+        if case % 5 == 1 {
+            // A strided 1x1 window: staged as the subsampled plane.
+            (k, pad, pad_end) = ((1, 1), (0, 0), (0, 0));
+            stride = [(2, 2), (1, 1), (1, 2)][case % 3];
+        }
+        let span = ((k.0 - 1) * dilation.0 + 1, (k.1 - 1) * dilation.1 + 1);
+        let h = rng.range(span.0.saturating_sub(pad.0 + pad_end.0).max(1), 12);
+        let w = rng.range(span.1.saturating_sub(pad.1 + pad_end.1).max(1), 30);
+        let g = ConvGeom {
+            groups,
+            ..random_blocked_geom(
+                &mut rng,
+                (cin, cout),
+                (h, w),
+                (k, stride, dilation),
+                (pad, pad_end),
+            )
+        };
+        let exact = case % 3 == 0;
+        let min = if case % 2 == 0 { -128i32 } else { 0 };
+        let zero_point = min + rng.range(0, 255) as i32;
+        let scale = if exact {
+            1.0
+        } else {
+            0.01 + rng.below(100) as f32 / 1000.0
+        };
+        let grid = InputGrid {
+            scale,
+            zero_point: zero_point as f32,
+            min: min as f32,
+            max: (min + 255) as f32,
+        };
+        let xq: Vec<i32> = (0..g.n * cin * h * w)
+            .map(|_| min + rng.range(0, 255) as i32)
+            .collect();
+        let x: Vec<f32> = xq
+            .iter()
+            .map(|&q| (q - zero_point) as f32 * scale)
+            .collect();
+        let cin_g = cin / groups;
+        let per = cin_g * k.0 * k.1;
+        let steps: Vec<f32> = (0..cout)
+            .map(|_| {
+                if exact {
+                    1.0
+                } else {
+                    0.001 + rng.below(50) as f32 / 5000.0
+                }
+            })
+            .collect();
+        let wq: Vec<i32> = (0..cout * per)
+            .map(|_| rng.range(0, 254) as i32 - 127)
+            .collect();
+        let wt: Vec<f32> = wq
+            .iter()
+            .enumerate()
+            .map(|(i, &q)| q as f32 * steps[i / per])
+            .collect();
+        // The integers' sums (padding is the zero point: centered 0) in f64.
+        let centered: Vec<f32> = xq.iter().map(|&q| (q - zero_point) as f32).collect();
+        let wq_f: Vec<f32> = wq.iter().map(|&q| q as f32).collect();
+        let none = vec![0f32; cout];
+        let sums = naive_conv(&g, &centered, &wq_f, &none);
+        let integers = |n: usize, rng: &mut Rng| -> Vec<f32> {
+            (0..n).map(|_| rng.range(0, 40) as f32 - 20.0).collect()
+        };
+        let (bias, residual) = match exact {
+            true => (integers(cout, &mut rng), integers(g.y_len(), &mut rng)),
+            false => (rng.f32s(cout), rng.f32s(g.y_len())),
+        };
+        let plane = g.oh * g.ow;
+        let expect: Vec<f64> = sums
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let o = i / plane % cout;
+                s * scale as f64 * steps[o] as f64 + bias[o] as f64
+            })
+            .collect();
+        let clamps = [
+            (f32::NEG_INFINITY, f32::INFINITY),
+            (0.0, f32::INFINITY),
+            (-0.5, 0.5),
+        ];
+        let slopes = vec![0.5f32; cout];
+        let tail = FusedTail::random(&residual, &slopes, &clamps, &mut rng);
+        let weights = IntegerWeights::recover(&wt, cout).expect("weights on a grid");
+        let xb = Blocked::input_of(&g).scatter(&x);
+        let y_blocks = Blocked::output_of(&g);
+        for &isa in &isas {
+            let conv = QuantConv::new(
+                g.clone(),
+                isa,
+                grid,
+                &weights,
+                tail.params(&bias),
+                tail.epilogue(),
+                Some(0.0),
+            )
+            .expect("a grid of bytes");
+            let mut y = vec![f32::NAN; g.y_len()];
+            let mut scratch = vec![f32::NAN; conv.scratch_len()];
+            conv.run(&xb, tail.residual, &mut y, &mut scratch);
+            let close = |got: f64, e: f64| match exact {
+                true => got == e,
+                false => (got - e).abs() <= 1e-5 * (1.0 + e.abs()),
+            };
+            let what = format!("case {case} {isa:?} {g:?} {grid:?}");
+            y_blocks.check(&y, &expect, tail, true, close, &what);
+        }
+    }
+}
+
+/// Weights recover their integers and per-channel steps when they lie on a
+/// grid of signed bytes, whatever the largest integer; weights off every
+/// such grid are refused.
+#[test]
+fn integer_weights_are_recovered_only_from_a_grid() {
+    let steps = [0.013f32, 0.5, 1.0, 3.0e-4];
+    for largest in [127, 128, 100, 3] {
+        let q: Vec<i32> = (0..4 * 9)
+            .map(|i| ((i * 37 % (2 * largest + 1)) as i32 - largest as i32).min(127))
+            .collect();
+        let w: Vec<f32> = q
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| v as f32 * steps[i / 9])
+            .collect();
+        let got = IntegerWeights::recover(&w, 4).expect("on a grid");
+        for (i, &v) in w.iter().enumerate() {
+            let back = got.q[i] as f32 * got.scale[i / 9];
+            assert!(
+                (back - v).abs() <= v.abs() * 1e-6,
+                "largest {largest}: {back} vs {v}"
+            );
+        }
+    }
+    let off_grid: Vec<f32> = (0..18).map(|i| (i as f32 * 0.731).sin()).collect();
+    assert!(IntegerWeights::recover(&off_grid, 2).is_none());
+    assert!(IntegerWeights::recover(&[f32::NAN, 1.0], 1).is_none());
 }

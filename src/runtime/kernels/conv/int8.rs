@@ -1,0 +1,745 @@
+//! Quantized convolution with exact integer accumulation, as QLinearConv and
+//! TFLite's int8 CONV_2D define it: an input whose values lie on one
+//! quantization grid, weights on a grid per output channel, each output the
+//! exact integer sum of products, scaled once.
+//!
+//! The input is staged once per run as unsigned bytes, its padding
+//! materialized as the byte that stands for 0, so the tile reads no bounds.
+//! The weights are packed as signed bytes, four input channels per 32-bit
+//! lane, 32 output channels per block. A register tile of pixels times 16 or
+//! 32 output channels accumulates in i32: `vpdpbusd` on AVX-512 VNNI (64
+//! products per instruction, four times the multiply-adds of an f32 FMA),
+//! plain integer arithmetic elsewhere. The exact sums then go through the
+//! float kernels' bias, residual and epilogue, which rounds them onto the
+//! output's grid when a QuantizeDequantize follows.
+
+use super::direct::{balanced_tile, fill_channel_pad, ConvGeom};
+use super::tile::{ChannelParams, Epilogue, TILE};
+use crate::core::{par, PageBuf};
+use crate::runtime::kernels::simd::{load_part, store_part, Isa, Portable, Vector};
+#[cfg(target_arch = "x86_64")]
+use crate::runtime::kernels::simd::{Ymm, Zmm};
+
+/// Output channels of one packed block: two vectors of 16 i32 lanes.
+const WIDTH: usize = 32;
+/// Lanes of one i32 accumulator vector.
+const LANES: usize = 16;
+/// Weights off their grid by at most this share of the channel's largest
+/// are on it: a grid recovered from the float values may be off the
+/// quantizer's own scale by a few ulps.
+const GRID_TOLERANCE: f32 = 1.0 / (1 << 18) as f32;
+
+/// The quantization grid a convolution's input lies on: every value is
+/// `(q - zero_point) * scale` for an integer `q` in `min..=max`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct InputGrid {
+    /// The grid's step.
+    pub scale: f32,
+    /// The integer that stands for 0.
+    pub zero_point: f32,
+    /// The least integer of the quantized type.
+    pub min: f32,
+    /// The greatest integer of the quantized type.
+    pub max: f32,
+}
+
+impl InputGrid {
+    /// Whether the grid's integers, shifted by `min`, are bytes: a positive
+    /// finite step, integral bounds at most 255 apart and the zero point
+    /// between them (8-bit types, signed or not).
+    pub(in crate::runtime) fn fits_a_byte(&self) -> bool {
+        let integral = |v: f32| v.is_finite() && v.fract() == 0.0;
+        self.scale.is_finite()
+            && self.scale > 0.0
+            && [self.zero_point, self.min, self.max]
+                .into_iter()
+                .all(integral)
+            && self.max - self.min <= 255.0
+            && (self.min..=self.max).contains(&self.zero_point)
+    }
+
+    /// The byte that stands for 0 (the zero point shifted by `-min`).
+    fn zero_byte(&self) -> u8 {
+        (self.zero_point - self.min) as u8
+    }
+}
+
+/// Convolution weights as integers: output channel `o`'s weights are
+/// `q * scale[o]` for the signed bytes `q`.
+#[derive(Clone, Debug)]
+pub(in crate::runtime) struct IntegerWeights {
+    /// Logical OIHW, as the float weights.
+    pub(super) q: Vec<i8>,
+    /// Per output channel.
+    pub(super) scale: Vec<f32>,
+}
+
+impl IntegerWeights {
+    /// The float weights `w` of `cout` output channels as integers, when
+    /// every channel lies on a grid of signed bytes (how a per-channel or
+    /// per-tensor symmetric quantization, or any zero point whose centered
+    /// values fit, leaves them); `None` otherwise.
+    pub(in crate::runtime) fn recover(w: &[f32], cout: usize) -> Option<IntegerWeights> {
+        if cout == 0 || !w.len().is_multiple_of(cout) || !w.iter().all(|v| v.is_finite()) {
+            return None;
+        }
+        let per = w.len() / cout;
+        let mut q = vec![0i8; w.len()];
+        let mut scale = vec![1f32; cout];
+        for (o, channel) in w.chunks_exact(per).enumerate() {
+            let largest = channel.iter().fold(0f32, |m, v| m.max(v.abs()));
+            if largest == 0.0 {
+                continue;
+            }
+            // Symmetric quantizers map the largest weight to 127 (or -128);
+            // anything else is found by trying every step count, the
+            // coarsest grid first (integral steps stay integral).
+            let tolerance = largest * GRID_TOLERANCE;
+            let steps = [127, 128].into_iter().chain(1..127);
+            let step = steps
+                .map(|k| largest / k as f32)
+                .find(|&s| channel.iter().all(|&v| on_grid(v, s, tolerance).is_some()))?;
+            let ints = &mut q[o * per..][..per];
+            for (i, &v) in ints.iter_mut().zip(channel) {
+                *i = on_grid(v, step, tolerance)?;
+            }
+            // The step by least squares over the channel: the quantizer's
+            // own scale more closely than the largest weight over its count.
+            let (wq, qq) = ints
+                .iter()
+                .zip(channel)
+                .fold((0f64, 0f64), |(a, b), (&i, &v)| {
+                    (a + v as f64 * i as f64, b + i as f64 * i as f64)
+                });
+            scale[o] = (wq / qq) as f32;
+        }
+        Some(IntegerWeights { q, scale })
+    }
+}
+
+/// The signed byte `q` with `q * step` within `tolerance` of `v`, if any.
+fn on_grid(v: f32, step: f32, tolerance: f32) -> Option<i8> {
+    let q = (v / step).round();
+    ((-128.0..=127.0).contains(&q) && (q * step - v).abs() <= tolerance).then_some(q as i8)
+}
+
+/// Whether a convolution of this geometry may accumulate exactly in i32:
+/// every sum of products of bytes stays below 2^31.
+pub(in crate::runtime) fn sums_fit(g: &ConvGeom) -> bool {
+    let terms = g.k.0 * g.k.1 * (g.cin / g.groups).next_multiple_of(4);
+    terms * 255 * 128 < i32::MAX as usize
+}
+
+/// How the integer products are computed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dots {
+    /// `vpdpbusd` (AVX-512 VNNI).
+    Vnni,
+    /// Plain integer arithmetic, on the vectors of the instruction set.
+    Plain(Isa),
+}
+
+/// Consecutive output channels of one group that one block computes.
+struct OutBlock {
+    /// The first output channel.
+    first: usize,
+    /// Output channels (at most `WIDTH`).
+    channels: usize,
+    /// Byte offset of its group's input channels in a staged pixel.
+    input: usize,
+    /// Per lane, the channel's output offset from the first's; `None` when
+    /// they lie side by side.
+    lane_offsets: Option<Vec<isize>>,
+}
+
+/// How the staged input is laid out and filled: `rows` x `cols` pixels per
+/// batch item, `pixel` bytes each (every group's channels, each group's
+/// padded to whole lanes of four).
+struct Staging {
+    rows: usize,
+    cols: usize,
+    pixel: usize,
+    /// Where staged pixel (row, col) reads the input from.
+    source: Source,
+    /// The input channels in runs that lie side by side on both sides.
+    runs: Vec<Run>,
+    /// The input as the caller stores it: channels (padded to the block),
+    /// height, width, channel block.
+    input: (usize, usize, usize, usize),
+}
+
+/// Input channels whose values lie side by side in an input pixel's
+/// storage (within a channel block) and whose bytes lie side by side in a
+/// staged pixel (within a group).
+struct Run {
+    /// Offset of the first value from the pixel's first channel.
+    elem: usize,
+    /// Byte of the first channel in a staged pixel.
+    byte: usize,
+    len: usize,
+}
+
+impl Run {
+    /// The runs of `cin` channels in blocks of `cb` of `plane` pixels,
+    /// groups of `cin_g` channels staged `group_bytes` apart.
+    fn all(cin: usize, cb: usize, plane: usize, cin_g: usize, group_bytes: usize) -> Vec<Run> {
+        let mut runs: Vec<Run> = vec![];
+        for c in 0..cin {
+            let elem = (c / cb) * plane * cb + c % cb;
+            let byte = (c / cin_g) * group_bytes + c % cin_g;
+            match runs.last_mut() {
+                Some(r) if r.elem + r.len == elem && r.byte + r.len == byte => r.len += 1,
+                _ => runs.push(Run { elem, byte, len: 1 }),
+            }
+        }
+        runs
+    }
+}
+
+/// Where staged pixels come from.
+enum Source {
+    /// The input with `top` rows and `left` columns of padding before it,
+    /// and as many after as the window needs.
+    Padded { top: usize, left: usize },
+    /// A 1x1 window without padding: the pixels it reads (every `stride`-th),
+    /// side by side in one row of `out` = (rows, columns) of output.
+    Subsampled {
+        out: (usize, usize),
+        stride: (usize, usize),
+    },
+}
+
+/// A quantized convolution ready to run.
+pub struct QuantConv {
+    /// Shapes and window as the tile runs them (a 1x1 window: one row).
+    geom: ConvGeom,
+    /// The geometry as the caller stores input and output.
+    outer: ConvGeom,
+    dots: Dots,
+    grid: InputGrid,
+    staging: Staging,
+    blocks: Vec<OutBlock>,
+    /// Lanes of four input bytes per group.
+    quads: usize,
+    /// Byte offsets of the window's taps from a pixel's first.
+    taps: Vec<usize>,
+    /// Per block `[tap][quad][WIDTH][4]` signed bytes, held in f32 storage.
+    w: PageBuf,
+    /// Per block and lane: the zero byte times the channel's weight sum,
+    /// taken off each sum (the staged bytes are the integers plus it).
+    zero_sums: Vec<i32>,
+    /// Per block and lane: the input's step times the channel's.
+    scales: Vec<f32>,
+    /// Bias per block and lane, then as many PRelu slopes if any.
+    params: Vec<f32>,
+    epilogue: Epilogue,
+    pad_fill: Option<f32>,
+}
+
+impl QuantConv {
+    /// The kernel of a convolution of `geom` over an input on `grid`, its
+    /// integer weights `w`, float per-channel `params` and `epilogue`;
+    /// `None` when the grid is not of bytes or the sums may overflow.
+    pub(in crate::runtime) fn new(
+        geom: ConvGeom,
+        isa: Isa,
+        grid: InputGrid,
+        w: &IntegerWeights,
+        params: ChannelParams,
+        epilogue: Epilogue,
+        pad_fill: Option<f32>,
+    ) -> Option<QuantConv> {
+        if !grid.fits_a_byte() || !sums_fit(&geom) || w.scale.len() != geom.cout {
+            return None;
+        }
+        let outer = geom.clone();
+        let (cin_g, cout_g) = (geom.cin / geom.groups, geom.cout / geom.groups);
+        let quads = cin_g.div_ceil(4);
+        let pixel = geom.groups * quads * 4;
+        let runs = Run::all(geom.cin, geom.x_cb, geom.h * geom.w, cin_g, quads * 4);
+        let input = (
+            geom.cin.next_multiple_of(geom.x_cb),
+            geom.h,
+            geom.w,
+            geom.x_cb,
+        );
+        let (geom, rows, cols, source) = if geom.k == (1, 1) && geom.pad == (0, 0) {
+            let plane = geom.as_plane();
+            let out = (geom.oh, geom.ow);
+            let source = Source::Subsampled {
+                out,
+                stride: geom.stride,
+            };
+            (plane, 1, out.0 * out.1, source)
+        } else {
+            let span = |k: usize, d: usize| (k - 1) * d + 1;
+            let rows = (geom.h + geom.pad.0)
+                .max((geom.oh - 1) * geom.stride.0 + span(geom.k.0, geom.dilation.0));
+            let cols = (geom.w + geom.pad.1)
+                .max((geom.ow - 1) * geom.stride.1 + span(geom.k.1, geom.dilation.1));
+            let source = Source::Padded {
+                top: geom.pad.0,
+                left: geom.pad.1,
+            };
+            (geom, rows, cols, source)
+        };
+        let taps = (0..geom.k.0)
+            .flat_map(|ky| (0..geom.k.1).map(move |kx| (ky, kx)))
+            .map(|(ky, kx)| (ky * geom.dilation.0 * cols + kx * geom.dilation.1) * pixel)
+            .collect();
+        let blocks: Vec<OutBlock> = (0..geom.groups)
+            .flat_map(|grp| (0..cout_g).step_by(WIDTH).map(move |c| (grp, c)))
+            .map(|(grp, c)| {
+                let first = grp * cout_g + c;
+                let channels = WIDTH.min(cout_g - c);
+                let base = geom.y_chan(first) as isize;
+                let offsets: Vec<isize> = (first..first + channels)
+                    .map(|c| geom.y_chan(c) as isize - base)
+                    .collect();
+                let side_by_side = offsets.iter().enumerate().all(|(l, &o)| o == l as isize);
+                OutBlock {
+                    first,
+                    channels,
+                    input: grp * quads * 4,
+                    lane_offsets: (!side_by_side).then_some(offsets),
+                }
+            })
+            .collect();
+        let taps_n = geom.k.0 * geom.k.1;
+        let per_block = taps_n * quads * WIDTH * 4;
+        let mut packed = PageBuf::zeroed((blocks.len() * per_block).div_ceil(4));
+        let bytes = as_bytes_mut(&mut packed);
+        let mut zero_sums = vec![0i32; blocks.len() * WIDTH];
+        let mut scales = vec![0f32; blocks.len() * WIDTH];
+        let zero = i32::from(grid.zero_byte());
+        for (b, block) in blocks.iter().enumerate() {
+            for l in 0..block.channels {
+                let o = block.first + l;
+                let mut sum = 0i32;
+                for i in 0..cin_g {
+                    for t in 0..taps_n {
+                        let q = w.q[(o * cin_g + i) * taps_n + t];
+                        let at = b * per_block + ((t * quads + i / 4) * WIDTH + l) * 4 + i % 4;
+                        bytes[at] = q as u8;
+                        sum += i32::from(q);
+                    }
+                }
+                zero_sums[b * WIDTH + l] = zero * sum;
+                scales[b * WIDTH + l] = grid.scale * w.scale[o];
+            }
+        }
+        let (params, epilogue) = params.pack(epilogue, |per_channel| {
+            let mut lanes = vec![0f32; blocks.len() * WIDTH];
+            for (b, block) in blocks.iter().enumerate() {
+                lanes[b * WIDTH..][..block.channels]
+                    .copy_from_slice(&per_channel[block.first..][..block.channels]);
+            }
+            lanes
+        });
+        let padded = !outer.cout.is_multiple_of(outer.y_cb);
+        Some(QuantConv {
+            geom,
+            dots: Dots::of(isa),
+            grid,
+            staging: Staging {
+                rows,
+                cols,
+                pixel,
+                source,
+                runs,
+                input,
+            },
+            outer,
+            blocks,
+            quads,
+            taps,
+            w: packed,
+            zero_sums,
+            scales,
+            params,
+            epilogue,
+            pad_fill: pad_fill.filter(|_| padded),
+        })
+    }
+
+    /// The packed weights every run reads.
+    pub(in crate::runtime) fn weights(&self) -> &[f32] {
+        &self.w
+    }
+
+    /// Elements (f32) of working memory `run` needs: the staged bytes.
+    pub fn scratch_len(&self) -> usize {
+        self.staged_bytes().div_ceil(4)
+    }
+
+    fn staged_bytes(&self) -> usize {
+        let s = &self.staging;
+        self.geom.n * s.rows * s.cols * s.pixel
+    }
+
+    /// Computes `y` from `x` (and the residual, laid out like `y`, if fused);
+    /// `scratch` holds at least `scratch_len()` elements.
+    pub fn run(&self, x: &[f32], residual: Option<&[f32]>, y: &mut [f32], scratch: &mut [f32]) {
+        let g = &self.geom;
+        assert!(x.len() >= self.outer.x_len() && y.len() >= self.outer.y_len());
+        assert!(residual.is_none_or(|r| r.len() >= self.outer.y_len()));
+        assert!(scratch.len() >= self.scratch_len());
+        let staged = &mut as_bytes_mut(scratch)[..self.staged_bytes()];
+        self.stage(x, staged);
+        let staged = staged.as_ptr() as usize;
+        let blocks = self.blocks.len();
+        let rows = g.n * g.oh;
+        let tiles = g.ow.div_ceil(TILE);
+        let cuts = (par::threads() * 8)
+            .div_ceil(rows * blocks)
+            .clamp(1, tiles.max(1));
+        let span = tiles.div_ceil(cuts) * TILE;
+        let cuts = g.ow.div_ceil(span);
+        // Consecutive pieces cover every block of the same pixels, whose
+        // staged bytes then stay in L1 (the int8 weights are a quarter of
+        // the float ones, and stay in L2).
+        super::for_each_piece(rows * cuts * blocks, x, residual, y, |i, _, res, y| {
+            let (piece, b) = (i / blocks, i % blocks);
+            let (row, cut) = (piece / cuts, piece % cuts);
+            let cols = cut * span..((cut + 1) * span).min(g.ow);
+            // SAFETY: the staged bytes, residual and output were checked to
+            // hold the whole of their tensors.
+            unsafe { self.row(row, b, cols, staged as *const u8, res, y) }
+        });
+        if let Some(v) = self.pad_fill {
+            let o = &self.outer;
+            fill_channel_pad(y, o.n, o.cout, o.y_cb, o.oh * o.ow, v);
+        }
+    }
+
+    /// Writes the input as bytes (`q - min` for each value `(q - zero_point)
+    /// * scale`), padding and spare channels as the zero byte.
+    fn stage(&self, x: &[f32], staged: &mut [u8]) {
+        let s = &self.staging;
+        let (channels, h, w, cb) = s.input;
+        let image = channels * h * w;
+        let row_bytes = s.cols * s.pixel;
+        let (inverse, shift) = (1.0 / self.grid.scale, self.grid.zero_point - self.grid.min);
+        let zero = self.grid.zero_byte();
+        if row_bytes == 0 {
+            return;
+        }
+        par::for_each_chunk_mut(staged, row_bytes, |r, row| {
+            let (n, sr) = (r / s.rows, r % s.rows);
+            row.fill(zero);
+            for sc in 0..s.cols {
+                let Some((iy, ix)) = s.source.pixel(sr, sc, h, w) else {
+                    continue;
+                };
+                let from = &x[n * image + (iy * w + ix) * cb..];
+                let to = &mut row[sc * s.pixel..][..s.pixel];
+                for run in &s.runs {
+                    let values = &from[run.elem..][..run.len];
+                    for (b, &v) in to[run.byte..][..run.len].iter_mut().zip(values) {
+                        // On the grid, v / scale + shift is within rounding
+                        // of an integer in 0..=255: a half added and the
+                        // truncation round it (NaN, on no grid, becomes 0).
+                        *b = ((v * inverse + shift + 0.5) as i32).clamp(0, 255) as u8;
+                    }
+                }
+            }
+        });
+    }
+
+    /// Output columns `cols` of output row `r` (batch item and row) of block `b`.
+    ///
+    /// # Safety
+    /// `x` holds the staged input, `res` and `y` the whole residual and output.
+    unsafe fn row(
+        &self,
+        r: usize,
+        b: usize,
+        cols: std::ops::Range<usize>,
+        x: *const u8,
+        res: Option<*const f32>,
+        y: *mut f32,
+    ) {
+        let g = &self.geom;
+        let s = &self.staging;
+        let (n, oy) = (r / g.oh, r % g.oh);
+        let block = &self.blocks[b];
+        let x_row = (n * s.rows + oy * g.stride.0) * s.cols * s.pixel + block.input;
+        let x_pixel = g.stride.1 * s.pixel;
+        let y_batch = g.cout.div_ceil(g.y_cb) * g.y_cb * g.oh * g.ow;
+        let y_row = n * y_batch + g.y_chan(block.first) + oy * g.ow * g.y_cb;
+        let per_block = self.taps.len() * self.quads * WIDTH * 4;
+        let w = as_bytes(&self.w).as_ptr().add(b * per_block).cast::<i8>();
+        let mut ox = cols.start;
+        while ox < cols.end {
+            let pixels = balanced_tile(cols.end - ox, TILE);
+            let call = TileCall {
+                x: x.add(x_row + ox * x_pixel),
+                x_pixel,
+                taps: &self.taps,
+                quads: self.quads,
+                w,
+                pixels,
+                vectors: block.channels.div_ceil(LANES),
+            };
+            let out = Out {
+                y: y.add(y_row + ox * g.y_cb),
+                residual: res.map(|p| p.add(y_row + ox * g.y_cb)),
+                pixel: g.y_cb,
+                channels: block.channels,
+                lane_offsets: block.lane_offsets.as_deref(),
+                zero_sums: self.zero_sums.as_ptr().add(b * WIDTH),
+                scales: self.scales.as_ptr().add(b * WIDTH),
+                bias: self.params.as_ptr().add(b * WIDTH),
+                epilogue: self.epilogue,
+            };
+            self.dots.tile(&call, &out);
+            ox += pixels;
+        }
+    }
+}
+
+impl Source {
+    /// The input pixel staged pixel (`row`, `col`) holds, `None` for padding.
+    fn pixel(&self, row: usize, col: usize, h: usize, w: usize) -> Option<(usize, usize)> {
+        match *self {
+            Source::Padded { top, left } => {
+                let (iy, ix) = (row.checked_sub(top)?, col.checked_sub(left)?);
+                (iy < h && ix < w).then_some((iy, ix))
+            }
+            Source::Subsampled { out, stride } => {
+                let (oy, ox) = (col / out.1, col % out.1);
+                Some((oy * stride.0, ox * stride.1))
+            }
+        }
+    }
+}
+
+/// One register tile's reads: `pixels` output pixels `x_pixel` bytes apart
+/// in the staged input, each reading `quads` lanes of four bytes at every
+/// tap; `w` the block's packed weights.
+struct TileCall<'a> {
+    x: *const u8,
+    x_pixel: usize,
+    taps: &'a [usize],
+    quads: usize,
+    w: *const i8,
+    pixels: usize,
+    /// Accumulator vectors of 16 channels (1 or 2).
+    vectors: usize,
+}
+
+/// Where one tile's sums go, and what they pass through on the way.
+struct Out<'a> {
+    /// Pixel 0 of the block's first channel.
+    y: *mut f32,
+    residual: Option<*const f32>,
+    /// Elements between neighbouring pixels.
+    pixel: usize,
+    channels: usize,
+    lane_offsets: Option<&'a [isize]>,
+    /// Per lane (`WIDTH` of each).
+    zero_sums: *const i32,
+    scales: *const f32,
+    /// Per lane, with the PRelu slopes where the epilogue says.
+    bias: *const f32,
+    epilogue: Epilogue,
+}
+
+/// Each tile pixel's exact sums less their zero-byte parts, per lane, in f32.
+type Sums = [[f32; WIDTH]; TILE];
+
+impl Dots {
+    fn of(isa: Isa) -> Dots {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let vnni = std::arch::is_x86_feature_detected!("avx512bw")
+                && std::arch::is_x86_feature_detected!("avx512vnni");
+            if isa == Isa::Avx512 && vnni {
+                return Dots::Vnni;
+            }
+        }
+        Dots::Plain(isa)
+    }
+
+    /// Computes one tile and stores it through the epilogue.
+    ///
+    /// # Safety
+    /// As `QuantConv::row`: every address of `t` and `out` lies in its buffer.
+    unsafe fn tile(self, t: &TileCall, out: &Out) {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Dots::Vnni => tile_vnni(t, out),
+            #[cfg(target_arch = "x86_64")]
+            Dots::Plain(Isa::Avx512) => tile_avx512(t, out),
+            #[cfg(target_arch = "x86_64")]
+            Dots::Plain(Isa::Avx2) => tile_avx2(t, out),
+            _ => {
+                let mut sums = [[0f32; WIDTH]; TILE];
+                plain_dots(t, out.zero_sums, &mut sums);
+                finish::<Portable>(t.pixels, &sums, out);
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn tile_vnni(t: &TileCall, out: &Out) {
+    let mut sums = [[0f32; WIDTH]; TILE];
+    let z = out.zero_sums;
+    macro_rules! by_pixels {
+        ($($n:literal)*) => {
+            match (t.pixels, t.vectors) {
+                $(($n, 1) => vnni_dots::<$n, 1>(t, z, &mut sums),)*
+                $(($n, _) => vnni_dots::<$n, 2>(t, z, &mut sums),)*
+                _ => unreachable!("a tile has 1..=TILE pixels"),
+            }
+        };
+    }
+    by_pixels!(1 2 3 4 5 6 7 8 9 10 11 12);
+    finish::<Zmm>(t.pixels, &sums, out);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn tile_avx512(t: &TileCall, out: &Out) {
+    let mut sums = [[0f32; WIDTH]; TILE];
+    plain_dots(t, out.zero_sums, &mut sums);
+    finish::<Zmm>(t.pixels, &sums, out);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile_avx2(t: &TileCall, out: &Out) {
+    let mut sums = [[0f32; WIDTH]; TILE];
+    plain_dots(t, out.zero_sums, &mut sums);
+    finish::<Ymm>(t.pixels, &sums, out);
+}
+
+/// `N` pixels times `M` vectors of 16 channels by `vpdpbusd`: each step
+/// broadcasts a pixel's four input bytes against 16 channels' four weights.
+#[cfg(target_arch = "x86_64")]
+// Two-dimensional indexing of the accumulators reads clearest here.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+unsafe fn vnni_dots<const N: usize, const M: usize>(
+    t: &TileCall,
+    zero_sums: *const i32,
+    sums: &mut Sums,
+) {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm512_setzero_si512(); M]; N];
+    let mut wp = t.w;
+    for &tap in t.taps {
+        let xp = t.x.add(tap);
+        for q in 0..t.quads {
+            let wv: [__m512i; M] =
+                std::array::from_fn(|m| _mm512_loadu_si512(wp.add(m * 64).cast()));
+            for p in 0..N {
+                let four = xp.add(p * t.x_pixel + 4 * q).cast::<i32>().read_unaligned();
+                let xv = _mm512_set1_epi32(four);
+                for m in 0..M {
+                    acc[p][m] = _mm512_dpbusd_epi32(acc[p][m], xv, wv[m]);
+                }
+            }
+            wp = wp.add(WIDTH * 4);
+        }
+    }
+    let zero: [__m512i; M] =
+        std::array::from_fn(|m| _mm512_loadu_si512(zero_sums.add(m * LANES).cast()));
+    for p in 0..N {
+        for m in 0..M {
+            // Exact in i32; one rounding to f32.
+            let exact = _mm512_sub_epi32(acc[p][m], zero[m]);
+            _mm512_storeu_ps(sums[p][m * LANES..].as_mut_ptr(), _mm512_cvtepi32_ps(exact));
+        }
+    }
+}
+
+/// The tile's sums by plain integer arithmetic (the compiler vectorizes
+/// the lanes as the instruction set it is inlined into allows).
+#[inline(always)]
+unsafe fn plain_dots(t: &TileCall, zero_sums: *const i32, out: &mut Sums) {
+    let lanes = t.vectors * LANES;
+    let mut sums = [[0i32; WIDTH]; TILE];
+    let mut wp = t.w;
+    for &tap in t.taps {
+        for q in 0..t.quads {
+            let w = std::slice::from_raw_parts(wp, WIDTH * 4);
+            for (p, sum) in sums.iter_mut().enumerate().take(t.pixels) {
+                let x = std::slice::from_raw_parts(t.x.add(tap + p * t.x_pixel + 4 * q), 4);
+                for (l, s) in sum.iter_mut().enumerate().take(lanes) {
+                    let four = &w[l * 4..][..4];
+                    *s += (0..4)
+                        .map(|j| i32::from(x[j]) * i32::from(four[j]))
+                        .sum::<i32>();
+                }
+            }
+            wp = wp.add(WIDTH * 4);
+        }
+    }
+    for (to, from) in out.iter_mut().zip(&sums).take(t.pixels) {
+        for (l, (v, &s)) in to.iter_mut().zip(from).enumerate().take(lanes) {
+            *v = (s - *zero_sums.add(l)) as f32;
+        }
+    }
+}
+
+/// Scales each sum to f32, adds the bias and residual, applies the epilogue
+/// and stores the tile's channels.
+#[inline(always)]
+unsafe fn finish<V: Vector>(pixels: usize, sums: &Sums, out: &Out) {
+    for (p, sum) in sums.iter().enumerate().take(pixels) {
+        let at = p * out.pixel;
+        let scaled = |c: usize| {
+            let v = V::load(sum[c..].as_ptr());
+            V::fma(v, V::load(out.scales.add(c)), V::load(out.bias.add(c)))
+        };
+        match out.lane_offsets {
+            None => {
+                for c in (0..out.channels).step_by(V::LANES) {
+                    let k = (out.channels - c).min(V::LANES);
+                    let mut v = scaled(c);
+                    if let Some(r) = out.residual {
+                        v = V::add(v, load_part(r.add(at + c), k, 0.0));
+                    }
+                    store_part(out.epilogue.apply(v, out.bias.add(c)), out.y.add(at + c), k);
+                }
+            }
+            Some(offs) => {
+                // Channels scattered over the output's blocks: staged per lane.
+                let offset = |l: usize| at as isize + offs[l];
+                let mut lanes = [0f32; WIDTH];
+                if let Some(r) = out.residual {
+                    for (l, v) in lanes.iter_mut().enumerate().take(out.channels) {
+                        *v = *r.offset(offset(l));
+                    }
+                }
+                for c in (0..out.channels).step_by(V::LANES) {
+                    let mut v = scaled(c);
+                    if out.residual.is_some() {
+                        v = V::add(v, V::load(lanes[c..].as_ptr()));
+                    }
+                    out.epilogue
+                        .apply(v, out.bias.add(c))
+                        .store(lanes[c..].as_mut_ptr());
+                }
+                for (l, &v) in lanes.iter().enumerate().take(out.channels) {
+                    *out.y.offset(offset(l)) = v;
+                }
+            }
+        }
+    }
+}
+
+/// The bytes of f32 storage.
+fn as_bytes(v: &[f32]) -> &[u8] {
+    // SAFETY: u8 has no alignment or validity requirement; the length is in bytes.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), v.len() * 4) }
+}
+
+/// The bytes of f32 storage, to write.
+fn as_bytes_mut(v: &mut [f32]) -> &mut [u8] {
+    // SAFETY: as `as_bytes`; the borrow is exclusive.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast(), v.len() * 4) }
+}
