@@ -739,7 +739,7 @@ fn integer_weights_are_recovered_only_from_a_grid() {
     let steps = [0.013f32, 0.5, 1.0, 3.0e-4];
     for largest in [127, 128, 100, 3] {
         let q: Vec<i32> = (0..4 * 9)
-            .map(|i| ((i * 37 % (2 * largest + 1)) as i32 - largest as i32).min(127))
+            .map(|i| (i * 37 % (2 * largest + 1) - largest).min(127))
             .collect();
         let w: Vec<f32> = q
             .iter()
