@@ -169,6 +169,18 @@ fn onto_quantization_grid(g: &mut Graph, id: NodeId) -> Result<Option<ValueRef>,
         },
         None => (centered, None),
     };
+    // Value-selecting ops between the clip and the dequantization (a max pool
+    // of the quantized integers) commute with the affine dequantization when
+    // its scale is positive: the grid goes below them and they select from it.
+    let mut selections = Vec::new();
+    let mut clipped = clipped;
+    while let Some(ins) = producer(g, clipped, &selects_values) {
+        if scale <= 0.0 || g.node(clipped.node).outputs.len() != 1 {
+            return Ok(None);
+        }
+        selections.push(clipped.node);
+        clipped = ins[0];
+    }
     let Some(ins) = producer(g, clipped, &|op| {
         matches!(op, Op::Unary(UnaryOp::Clip { .. }))
     }) else {
@@ -208,11 +220,27 @@ fn onto_quantization_grid(g: &mut Graph, id: NodeId) -> Result<Option<ValueRef>,
         node.spans.clone(),
         node.outputs[0].name.clone(),
     );
-    let grid = g.add_node(op, &name, &[ins[0]], &[out], spans)?;
-    let grid = ValueRef::new(grid, 0);
-    g.replace_uses(ValueRef::new(id, 0), grid);
+    let grid_name = match selections.is_empty() {
+        true => out.clone(),
+        false => format!("{out}/on_grid"),
+    };
+    let grid = g.add_node(op, &name, &[ins[0]], &[grid_name], spans)?;
+    let mut result = ValueRef::new(grid, 0);
+    for (k, &sel) in selections.iter().rev().enumerate() {
+        let node = g.node(sel);
+        let (op, sel_name, sel_spans) = (node.op.clone(), node.name.clone(), node.spans.clone());
+        let out_name = match k + 1 == selections.len() {
+            true => out.clone(),
+            false => format!("{}/on_grid", node.outputs[0].name),
+        };
+        let mut inputs = g.node_inputs(sel);
+        inputs[0] = result;
+        let moved = g.add_node(op, &sel_name, &inputs, &[out_name], sel_spans)?;
+        result = ValueRef::new(moved, 0);
+    }
+    g.replace_uses(ValueRef::new(id, 0), result);
     g.remove_node(id);
-    Ok(Some(grid))
+    Ok(Some(result))
 }
 
 /// The QuantizeDequantize whose grid every value of `v` lies on: `v`'s
@@ -386,8 +414,15 @@ mod tests {
     use crate::graph::*;
 
     /// A quantization's arithmetic as the ONNX importer leaves it, one node at a
-    /// time through `fold_node`.
-    fn quantize_dequantize_chain(g: &mut Graph, x: ValueRef, zero_point: f32) -> ValueRef {
+    /// time through `fold_node`, with `between` (if any) applied to the
+    /// quantized integers (in float, as the importer runs a QOperator model's
+    /// max pool of bytes).
+    fn quantize_dequantize_chain(
+        g: &mut Graph,
+        x: ValueRef,
+        zero_point: f32,
+        between: Option<Op>,
+    ) -> ValueRef {
         let s = g.add_constant("s", Tensor::scalar_f32(0.25), vec![]);
         let z = g.add_constant("z", Tensor::scalar_f32(zero_point), vec![]);
         let add = |g: &mut Graph, op: Op, ins: &[ValueRef]| {
@@ -407,7 +442,10 @@ mod tests {
         // The quantized integers and back: the round trip folds away.
         let cast = |to| Op::Cast(crate::ops::Cast { to, saturate: true });
         let q = add(g, cast(DType::I8), &[v]);
-        let v = add(g, cast(DType::F32), &[q]);
+        let mut v = add(g, cast(DType::F32), &[q]);
+        if let Some(op) = between {
+            v = add(g, op, &[v]);
+        }
         let v = add(g, Op::Binary(BinaryOp::Sub), &[v, z]);
         add(g, Op::Binary(BinaryOp::Mul), &[v, s])
     }
@@ -416,7 +454,7 @@ mod tests {
     fn a_quantization_round_trip_becomes_one_op_computing_the_same() {
         let mut g = Graph::new("qdq");
         let x = g.add_input("x", ValueType::new(DType::F32, vec![7]), vec![]);
-        let y = quantize_dequantize_chain(&mut g, x, 3.0);
+        let y = quantize_dequantize_chain(&mut g, x, 3.0, None);
         let op = g.node(y.node).op.clone();
         assert_eq!(
             op,
@@ -441,6 +479,34 @@ mod tests {
                 "{g} vs {w}"
             );
         }
+    }
+
+    #[test]
+    fn a_max_pool_of_quantized_integers_selects_from_the_grid() {
+        let mut g = Graph::new("qdq_pool");
+        let x = g.add_input("x", ValueType::new(DType::F32, vec![1, 1, 5]), vec![]);
+        let pool = Op::GlobalPool(GlobalPool {
+            kind: PoolKind::Max,
+        });
+        let y = quantize_dequantize_chain(&mut g, x, -5.0, Some(pool.clone()));
+        assert_eq!(g.node(y.node).op, pool);
+        let grid = g.node_inputs(y.node)[0];
+        let grid_op = g.node(grid.node).op.clone();
+        assert!(matches!(
+            grid_op,
+            Op::Unary(UnaryOp::QuantizeDequantize { scale, zero_point, .. })
+                if scale == 0.25 && zero_point == -5.0
+        ));
+        assert_eq!(g.node_inputs(grid.node), vec![x]);
+        let input = Tensor::new(
+            vec![1, 1, 5],
+            TensorData::F32(vec![0.125, -0.6, 1.1, 0.3, -40.0]),
+        );
+        let ty = |v| vec![g.value_type(v).clone()];
+        let on_grid = crate::ops::eval_op(&grid_op, &[&input], &ty(grid)).unwrap();
+        let got = crate::ops::eval_op(&pool, &[&on_grid[0]], &ty(y)).unwrap();
+        // The largest value, 1.1, is 4.4 steps: 4 steps, 1.0.
+        assert_eq!(got[0].data.to_f64(), vec![1.0]);
     }
 
     #[test]

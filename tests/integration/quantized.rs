@@ -79,10 +79,16 @@ fn static_quantized_onnx_models_are_within_one_step_of_onnxruntime() {
     ] {
         let (g, out, expected, algos) = run(name, "model.onnx");
         within_one_step(name, &out[0], &expected[0], output_step(&g));
-        // Convolutions whose input is a QuantizeDequantize sum integers
-        // (one whose input is dequantized after a max pool, in QOperator
-        // models, still runs in float).
-        assert!(algos.contains(&ConvAlgo::Int8), "{name}: {algos:?}");
+        // Every convolution but the depthwise ones sums integers (its input
+        // is on a quantization grid, in QOperator models through a max pool
+        // of the quantized integers).
+        assert!(
+            algos.contains(&ConvAlgo::Int8)
+                && algos
+                    .iter()
+                    .all(|a| matches!(a, ConvAlgo::Int8 | ConvAlgo::Depthwise)),
+            "{name}: {algos:?}"
+        );
     }
 }
 

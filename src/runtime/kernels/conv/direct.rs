@@ -180,16 +180,29 @@ pub struct PackedConv {
 /// tile computes. A block never spans two groups: with zero weights for the
 /// other group's inputs, a NaN there would reach this group's outputs (and
 /// the zeros cost as many FMAs as lanes left empty do).
-struct OutBlock {
+pub(super) struct OutBlock {
     /// The first output channel.
-    first: usize,
+    pub(super) first: usize,
     /// Output channels (at most the kernel's width).
-    channels: usize,
+    pub(super) channels: usize,
     /// The first input channel its group reads.
-    input: usize,
+    pub(super) input: usize,
     /// Per lane, the channel's output offset from the first's, when the
     /// channels do not lie side by side in one block of the output storage.
-    lane_offsets: Option<Vec<isize>>,
+    pub(super) lane_offsets: Option<Vec<isize>>,
+}
+
+impl OutBlock {
+    /// `per_channel` values as the blocks' lanes, `width` per block: lane l
+    /// of a block holds its channel `first + l`, spare lanes 0.
+    pub(super) fn lanes_of(blocks: &[OutBlock], width: usize, per_channel: &[f32]) -> Vec<f32> {
+        let mut lanes = vec![0f32; blocks.len() * width];
+        for (b, block) in blocks.iter().enumerate() {
+            lanes[b * width..][..block.channels]
+                .copy_from_slice(&per_channel[block.first..][..block.channels]);
+        }
+        lanes
+    }
 }
 
 /// How `run` copies its input into scratch before the kernel reads it.
@@ -310,12 +323,7 @@ impl PackedConv {
         let mut packed = PageBuf::zeroed(blocks.len() * per_block);
         // Lane l of a block is output channel first + l.
         let (packed_params, epilogue) = params.pack(epilogue, |per_channel| {
-            let mut lanes = vec![0f32; blocks.len() * width];
-            for (b, block) in blocks.iter().enumerate() {
-                lanes[b * width..][..block.channels]
-                    .copy_from_slice(&per_channel[block.first..][..block.channels]);
-            }
-            lanes
+            OutBlock::lanes_of(&blocks, width, per_channel)
         });
         // A block's packed rows are written whole, reading its channels'
         // weights side by side (one output channel at a time scattered its

@@ -13,7 +13,7 @@
 //! float kernels' bias, residual and epilogue, which rounds them onto the
 //! output's grid when a QuantizeDequantize follows.
 
-use super::direct::{balanced_tile, fill_channel_pad, ConvGeom};
+use super::direct::{balanced_tile, fill_channel_pad, ConvGeom, OutBlock};
 use super::tile::{ChannelParams, Epilogue, TILE};
 use crate::core::{par, PageBuf};
 use crate::runtime::kernels::simd::{load_part, store_part, Isa, Portable, Vector};
@@ -139,19 +139,6 @@ enum Dots {
     Plain(Isa),
 }
 
-/// Consecutive output channels of one group that one block computes.
-struct OutBlock {
-    /// The first output channel.
-    first: usize,
-    /// Output channels (at most `WIDTH`).
-    channels: usize,
-    /// Byte offset of its group's input channels in a staged pixel.
-    input: usize,
-    /// Per lane, the channel's output offset from the first's; `None` when
-    /// they lie side by side.
-    lane_offsets: Option<Vec<isize>>,
-}
-
 /// How the staged input is laid out and filled: `rows` x `cols` pixels per
 /// batch item, `pixel` bytes each (every group's channels, each group's
 /// padded to whole lanes of four).
@@ -163,9 +150,6 @@ struct Staging {
     source: Source,
     /// The input channels in runs that lie side by side on both sides.
     runs: Vec<Run>,
-    /// The input as the caller stores it: channels (padded to the block),
-    /// height, width, channel block.
-    input: (usize, usize, usize, usize),
 }
 
 /// Input channels whose values lie side by side in an input pixel's
@@ -257,12 +241,6 @@ impl QuantConv {
         let quads = cin_g.div_ceil(4);
         let pixel = geom.groups * quads * 4;
         let runs = Run::all(geom.cin, geom.x_cb, geom.h * geom.w, cin_g, quads * 4);
-        let input = (
-            geom.cin.next_multiple_of(geom.x_cb),
-            geom.h,
-            geom.w,
-            geom.x_cb,
-        );
         let (geom, rows, cols, source) = if geom.k == (1, 1) && geom.pad == (0, 0) {
             let plane = geom.as_plane();
             let out = (geom.oh, geom.ow);
@@ -300,7 +278,7 @@ impl QuantConv {
                 OutBlock {
                     first,
                     channels,
-                    input: grp * quads * 4,
+                    input: grp * cin_g,
                     lane_offsets: (!side_by_side).then_some(offsets),
                 }
             })
@@ -329,12 +307,7 @@ impl QuantConv {
             }
         }
         let (params, epilogue) = params.pack(epilogue, |per_channel| {
-            let mut lanes = vec![0f32; blocks.len() * WIDTH];
-            for (b, block) in blocks.iter().enumerate() {
-                lanes[b * WIDTH..][..block.channels]
-                    .copy_from_slice(&per_channel[block.first..][..block.channels]);
-            }
-            lanes
+            OutBlock::lanes_of(&blocks, WIDTH, per_channel)
         });
         let padded = !outer.cout.is_multiple_of(outer.y_cb);
         Some(QuantConv {
@@ -347,7 +320,6 @@ impl QuantConv {
                 pixel,
                 source,
                 runs,
-                input,
             },
             outer,
             blocks,
@@ -416,8 +388,9 @@ impl QuantConv {
     /// * scale`), padding and spare channels as the zero byte.
     fn stage(&self, x: &[f32], staged: &mut [u8]) {
         let s = &self.staging;
-        let (channels, h, w, cb) = s.input;
-        let image = channels * h * w;
+        let o = &self.outer;
+        let (h, w, cb) = (o.h, o.w, o.x_cb);
+        let image = o.cin.next_multiple_of(cb) * h * w;
         let row_bytes = s.cols * s.pixel;
         let (inverse, shift) = (1.0 / self.grid.scale, self.grid.zero_point - self.grid.min);
         let zero = self.grid.zero_byte();
@@ -463,7 +436,9 @@ impl QuantConv {
         let s = &self.staging;
         let (n, oy) = (r / g.oh, r % g.oh);
         let block = &self.blocks[b];
-        let x_row = (n * s.rows + oy * g.stride.0) * s.cols * s.pixel + block.input;
+        // The group's bytes in a staged pixel: `quads` lanes of four per group.
+        let group_byte = block.input / (g.cin / g.groups) * self.quads * 4;
+        let x_row = (n * s.rows + oy * g.stride.0) * s.cols * s.pixel + group_byte;
         let x_pixel = g.stride.1 * s.pixel;
         let y_batch = g.cout.div_ceil(g.y_cb) * g.y_cb * g.oh * g.ow;
         let y_row = n * y_batch + g.y_chan(block.first) + oy * g.ow * g.y_cb;
