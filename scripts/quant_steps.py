@@ -79,7 +79,7 @@ def first_divergence(bin_path: Path, model: onnx.ModelProto, x: np.ndarray, args
             if n.op_type == "DequantizeLinear" and n.input[0] not in inits
             and n.input[1] in inits]
     scale = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
-    extractor = onnx.utils.Extractor(model)
+    extractor = onnx.utils.Extractor(onnx.shape_inference.infer_shapes(model))
     inputs = [i.name for i in model.graph.input if i.name not in inits]
 
     def exact_share(k: int) -> float:

@@ -288,6 +288,7 @@ impl<'g> Compiler<'g> {
                 pad_fill,
                 threads,
                 grid: self.input_grid(id),
+                residual: residual.is_some(),
             };
             let mut times = lock(&self.times);
             let (k, decision) =

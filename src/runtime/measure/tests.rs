@@ -122,6 +122,7 @@ fn conv_algorithms_are_measured_once_then_read_from_the_cache() {
         pad_fill: None,
         threads: 1,
         grid: None,
+        residual: false,
     };
     let options = |choice| ConvAlgoOptions {
         choice,

@@ -200,6 +200,7 @@ impl MeasuredCosts for MeasuredKernels {
                 pad_fill: None,
                 threads: self.pool.threads(),
                 grid: None,
+                residual: false,
             };
             let times: &mut KernelTimes = &mut times;
             self.pool

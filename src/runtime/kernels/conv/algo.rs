@@ -258,6 +258,8 @@ pub struct ConvSpec<'a> {
     pub threads: usize,
     /// The quantization grid every input value lies on, if known.
     pub grid: Option<InputGrid>,
+    /// Whether a residual is added to every output before the epilogue.
+    pub residual: bool,
 }
 
 impl ConvSpec<'_> {
@@ -308,17 +310,9 @@ impl ConvSpec<'_> {
                 self.epilogue,
             ))),
             ConvAlgo::Int8 => {
-                let k = self.quantized(shared).and_then(|(grid, w)| {
-                    QuantConv::new(
-                        self.geom.clone(),
-                        self.isa,
-                        grid,
-                        w,
-                        self.params,
-                        self.epilogue,
-                        self.pad_fill,
-                    )
-                });
+                let k = self
+                    .quantized(shared)
+                    .and_then(|(grid, w)| QuantConv::new(self, grid, w));
                 match k {
                     Some(k) => ConvKernel::Int8(Box::new(k)),
                     // Never offered then (`candidates` asks `quantized` too).

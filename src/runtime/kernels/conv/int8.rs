@@ -13,9 +13,12 @@
 //! float kernels' bias, residual and epilogue, which rounds them onto the
 //! output's grid when a QuantizeDequantize follows.
 
+use super::algo::ConvSpec;
 use super::direct::{balanced_tile, fill_channel_pad, ConvGeom, OutBlock};
 use super::tile::{ChannelParams, Epilogue, TILE};
 use crate::core::{par, PageBuf};
+use crate::fusion::Activation;
+use crate::graph::UnaryOp;
 use crate::runtime::kernels::simd::{load_part, store_part, Isa, Portable, Vector};
 #[cfg(target_arch = "x86_64")]
 use crate::runtime::kernels::simd::{Ymm, Zmm};
@@ -111,7 +114,20 @@ impl IntegerWeights {
                 .fold((0f64, 0f64), |(a, b), (&i, &v)| {
                     (a + v as f64 * i as f64, b + i as f64 * i as f64)
                 });
-            scale[o] = (wq / qq) as f32;
+            let fit = (wq / qq) as f32;
+            // The quantizer's own step reproduces every weight as its f32
+            // product (how dequantization computes them); the fit lies
+            // within a few ulps of it. Requantizing as the peers do needs
+            // that step, bit for bit.
+            let exact = (0..=8u32)
+                .flat_map(|k| [fit.to_bits() + k, fit.to_bits().saturating_sub(k)])
+                .map(f32::from_bits)
+                .find(|&s| {
+                    ints.iter()
+                        .zip(channel)
+                        .all(|(&i, &v)| f32::from(i) * s == v)
+                });
+            scale[o] = exact.unwrap_or(fit);
         }
         Some(IntegerWeights { q, scale })
     }
@@ -210,30 +226,105 @@ pub struct QuantConv {
     /// Per block `[tap][quad][WIDTH][4]` signed bytes, held in f32 storage.
     w: PageBuf,
     /// Per block and lane: the zero byte times the channel's weight sum,
-    /// taken off each sum (the staged bytes are the integers plus it).
+    /// taken off each sum (the staged bytes are the integers plus it), less
+    /// the bias where it is an integer of the sums (`Requantized`).
     zero_sums: Vec<i32>,
-    /// Per block and lane: the input's step times the channel's.
+    /// Per block and lane: the input's step times the channel's (over the
+    /// output's step where `Requantized`).
     scales: Vec<f32>,
     /// Bias per block and lane, then as many PRelu slopes if any.
     params: Vec<f32>,
     epilogue: Epilogue,
+    /// What every output is multiplied by after the epilogue: the output's
+    /// step where `Requantized`, else 1.
+    output_step: f32,
     pad_fill: Option<f32>,
 }
 
+/// How a channel's integer sums become outputs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Scaling {
+    /// `sum * in_step * w_step + bias`, then the epilogue, in float.
+    Float,
+    /// The epilogue rounds onto an output grid of step `step` and nothing
+    /// but the bias is added to the sums: requantized as onnxruntime's and
+    /// XNNPACK's integer kernels do (and so bit for bit as they are). The sum
+    /// with the bias, when that is an integer of the sum's grid, is
+    /// multiplied in f32 by `in_step * w_step / step`, clamped, rounded half
+    /// to even onto the grid's integers and scaled back by `step`.
+    Requantized { step: f32 },
+}
+
+impl Scaling {
+    /// The scaling of a kernel with `epilogue`, a residual or not.
+    fn of(epilogue: &Epilogue, residual: bool) -> Scaling {
+        match epilogue.act {
+            Some(Activation::Unary(UnaryOp::QuantizeDequantize { scale, .. }))
+                if !residual && epilogue.slope_at.is_none() && scale.is_finite() && scale > 0.0 =>
+            {
+                Scaling::Requantized { step: scale }
+            }
+            _ => Scaling::Float,
+        }
+    }
+
+    /// The epilogue on sums scaled by `1 / step`: the clamp's bounds scaled
+    /// alike and the grid's step 1 (its values then the integers less the
+    /// zero point, which `output_step` scales back).
+    fn epilogue(self, ep: Epilogue) -> Epilogue {
+        match (self, ep.act) {
+            (
+                Scaling::Requantized { step },
+                Some(Activation::Unary(UnaryOp::QuantizeDequantize {
+                    zero_point,
+                    min,
+                    max,
+                    ..
+                })),
+            ) => Epilogue {
+                min: ep.min / step,
+                max: ep.max / step,
+                act: Some(Activation::Unary(UnaryOp::QuantizeDequantize {
+                    scale: 1.0,
+                    zero_point,
+                    min,
+                    max,
+                })),
+                slope_at: None,
+            },
+            _ => ep,
+        }
+    }
+}
+
+/// `bias` as an integer of the grid of step `step` (how quantizers store a
+/// quantized convolution's bias: i32 at the input's step times the
+/// weights'), when it is one and small enough to add to any sum.
+fn integer_bias(bias: f32, step: f32) -> Option<i32> {
+    let q = (f64::from(bias) / f64::from(step)).round();
+    let on_grid = (q * f64::from(step) - f64::from(bias)).abs() <= f64::from(bias.abs()) * 1e-6;
+    (q.abs() < f64::from(1 << 24) && on_grid).then_some(q as i32)
+}
+
 impl QuantConv {
-    /// The kernel of a convolution of `geom` over an input on `grid`, its
-    /// integer weights `w`, float per-channel `params` and `epilogue`;
-    /// `None` when the grid is not of bytes or the sums may overflow.
+    /// The kernel of convolution `spec` over an input on `grid`, with its
+    /// weights as the integers `w`; `None` when the grid is not of bytes or
+    /// the sums may overflow.
     pub(in crate::runtime) fn new(
-        geom: ConvGeom,
-        isa: Isa,
+        spec: &ConvSpec,
         grid: InputGrid,
         w: &IntegerWeights,
-        params: ChannelParams,
-        epilogue: Epilogue,
-        pad_fill: Option<f32>,
     ) -> Option<QuantConv> {
-        if !grid.fits_a_byte() || !sums_fit(&geom) || w.scale.len() != geom.cout {
+        let ConvSpec {
+            ref geom,
+            isa,
+            params,
+            epilogue,
+            residual,
+            pad_fill,
+            ..
+        } = *spec;
+        if !grid.fits_a_byte() || !sums_fit(geom) || w.scale.len() != geom.cout {
             return None;
         }
         let outer = geom.clone();
@@ -241,7 +332,9 @@ impl QuantConv {
         let quads = cin_g.div_ceil(4);
         let pixel = geom.groups * quads * 4;
         let runs = Run::all(geom.cin, geom.x_cb, geom.h * geom.w, cin_g, quads * 4);
-        let (geom, rows, cols, source) = if geom.k == (1, 1) && geom.pad == (0, 0) {
+        // A 1x1 window reading no padding (at either end) reads the input's
+        // pixels; any other window, the padded input.
+        let (geom, rows, cols, source) = if geom.is_pointwise() {
             let plane = geom.as_plane();
             let out = (geom.oh, geom.ow);
             let source = Source::Subsampled {
@@ -259,7 +352,7 @@ impl QuantConv {
                 top: geom.pad.0,
                 left: geom.pad.1,
             };
-            (geom, rows, cols, source)
+            (geom.clone(), rows, cols, source)
         };
         let taps = (0..geom.k.0)
             .flat_map(|ky| (0..geom.k.1).map(move |kx| (ky, kx)))
@@ -290,6 +383,8 @@ impl QuantConv {
         let mut zero_sums = vec![0i32; blocks.len() * WIDTH];
         let mut scales = vec![0f32; blocks.len() * WIDTH];
         let zero = i32::from(grid.zero_byte());
+        let scaling = Scaling::of(&epilogue, residual);
+        let mut bias = params.bias.to_vec();
         for (b, block) in blocks.iter().enumerate() {
             for l in 0..block.channels {
                 let o = block.first + l;
@@ -302,13 +397,35 @@ impl QuantConv {
                         sum += i32::from(q);
                     }
                 }
-                zero_sums[b * WIDTH + l] = zero * sum;
-                scales[b * WIDTH + l] = grid.scale * w.scale[o];
+                let sum_step = grid.scale * w.scale[o];
+                let mut zero_sum = zero * sum;
+                scales[b * WIDTH + l] = match scaling {
+                    Scaling::Float => sum_step,
+                    Scaling::Requantized { step } => {
+                        match integer_bias(bias[o], sum_step) {
+                            Some(q) => {
+                                zero_sum -= q;
+                                bias[o] = 0.0;
+                            }
+                            None => bias[o] /= step,
+                        }
+                        sum_step / step
+                    }
+                };
+                zero_sums[b * WIDTH + l] = zero_sum;
             }
         }
-        let (params, epilogue) = params.pack(epilogue, |per_channel| {
+        let params = ChannelParams {
+            bias: &bias,
+            ..params
+        };
+        let (params, epilogue) = params.pack(scaling.epilogue(epilogue), |per_channel| {
             OutBlock::lanes_of(&blocks, WIDTH, per_channel)
         });
+        let output_step = match scaling {
+            Scaling::Float => 1.0,
+            Scaling::Requantized { step } => step,
+        };
         let padded = !outer.cout.is_multiple_of(outer.y_cb);
         Some(QuantConv {
             geom,
@@ -330,6 +447,7 @@ impl QuantConv {
             scales,
             params,
             epilogue,
+            output_step,
             pad_fill: pad_fill.filter(|_| padded),
         })
     }
@@ -466,6 +584,7 @@ impl QuantConv {
                 scales: self.scales.as_ptr().add(b * WIDTH),
                 bias: self.params.as_ptr().add(b * WIDTH),
                 epilogue: self.epilogue,
+                step: self.output_step,
             };
             self.dots.tile(&call, &out);
             ox += pixels;
@@ -518,6 +637,8 @@ struct Out<'a> {
     /// Per lane, with the PRelu slopes where the epilogue says.
     bias: *const f32,
     epilogue: Epilogue,
+    /// Multiplies every output after the epilogue.
+    step: f32,
 }
 
 /// Each tile pixel's exact sums less their zero-byte parts, per lane, in f32.
@@ -678,7 +799,8 @@ unsafe fn finish<V: Vector>(pixels: usize, sums: &Sums, out: &Out) {
                     if let Some(r) = out.residual {
                         v = V::add(v, load_part(r.add(at + c), k, 0.0));
                     }
-                    store_part(out.epilogue.apply(v, out.bias.add(c)), out.y.add(at + c), k);
+                    let v = V::mul(out.epilogue.apply(v, out.bias.add(c)), V::splat(out.step));
+                    store_part(v, out.y.add(at + c), k);
                 }
             }
             Some(offs) => {
@@ -695,8 +817,7 @@ unsafe fn finish<V: Vector>(pixels: usize, sums: &Sums, out: &Out) {
                     if out.residual.is_some() {
                         v = V::add(v, V::load(lanes[c..].as_ptr()));
                     }
-                    out.epilogue
-                        .apply(v, out.bias.add(c))
+                    V::mul(out.epilogue.apply(v, out.bias.add(c)), V::splat(out.step))
                         .store(lanes[c..].as_mut_ptr());
                 }
                 for (l, &v) in lanes.iter().enumerate().take(out.channels) {

@@ -7,6 +7,7 @@
 
 use crate::fusion::Activation;
 use crate::graph::UnaryOp;
+use crate::runtime::kernels::conv::algo::ConvSpec;
 use crate::runtime::kernels::conv::depthwise::Depthwise;
 use crate::runtime::kernels::conv::direct::{ConvGeom, PackedConv};
 use crate::runtime::kernels::conv::int8::{InputGrid, IntegerWeights, QuantConv};
@@ -600,6 +601,106 @@ fn winograd_matches_a_naive_loop_for_every_isa_tile_and_blocking() {
     }
 }
 
+/// A random quantized convolution: its geometry, input grid and values,
+/// per-channel weight steps and float weights, and the exact sums of the
+/// integers (logical NCHW). Where `exact`, every step is 1.
+struct QuantCase {
+    g: ConvGeom,
+    grid: InputGrid,
+    x: Vec<f32>,
+    steps: Vec<f32>,
+    wt: Vec<f32>,
+    sums: Vec<f64>,
+}
+
+/// Case `case` of the random quantized convolutions: u8 and s8 input grids
+/// with any zero point, grouped, padded, dilated and strided 1x1 windows,
+/// every channel blocking.
+fn quant_case(case: usize, exact: bool, rng: &mut Rng) -> QuantCase {
+    let groups = if case % 4 == 3 { rng.range(2, 4) } else { 1 };
+    let (cin, cout) = (groups * rng.range(1, 20), groups * rng.range(1, 40));
+    let mut k = (rng.range(1, 3), rng.range(1, 3));
+    let dilation = (rng.range(1, 2), rng.range(1, 2));
+    let mut pad = (rng.range(0, 2), rng.range(0, 2));
+    let mut pad_end = (rng.range(0, 2), rng.range(0, 2));
+    let mut stride = (rng.range(1, 2), rng.range(1, 2));
+    if case % 5 == 1 {
+        // A strided 1x1 window: staged as the subsampled plane.
+        (k, pad, pad_end) = ((1, 1), (0, 0), (0, 0));
+        stride = [(2, 2), (1, 1), (1, 2)][case % 3];
+    }
+    let span = ((k.0 - 1) * dilation.0 + 1, (k.1 - 1) * dilation.1 + 1);
+    let h = rng.range(span.0.saturating_sub(pad.0 + pad_end.0).max(1), 12);
+    let w = rng.range(span.1.saturating_sub(pad.1 + pad_end.1).max(1), 30);
+    let g = ConvGeom {
+        groups,
+        ..random_blocked_geom(
+            rng,
+            (cin, cout),
+            (h, w),
+            (k, stride, dilation),
+            (pad, pad_end),
+        )
+    };
+    let min = if case.is_multiple_of(2) { -128i32 } else { 0 };
+    let zero_point = min + rng.range(0, 255) as i32;
+    let scale = if exact {
+        1.0
+    } else {
+        0.01 + rng.below(100) as f32 / 1000.0
+    };
+    let grid = InputGrid {
+        scale,
+        zero_point: zero_point as f32,
+        min: min as f32,
+        max: (min + 255) as f32,
+    };
+    let xq: Vec<i32> = (0..g.n * cin * h * w)
+        .map(|_| min + rng.range(0, 255) as i32)
+        .collect();
+    let x: Vec<f32> = xq
+        .iter()
+        .map(|&q| (q - zero_point) as f32 * scale)
+        .collect();
+    let cin_g = cin / groups;
+    let per = cin_g * k.0 * k.1;
+    let steps: Vec<f32> = (0..cout)
+        .map(|_| {
+            if exact {
+                1.0
+            } else {
+                0.001 + rng.below(50) as f32 / 5000.0
+            }
+        })
+        .collect();
+    // A channel's first weight is its largest, 127 steps, as symmetric
+    // quantizers make it (a few weights alone may lie on coarser grids too).
+    let wq: Vec<i32> = (0..cout * per)
+        .map(|i| match i % per {
+            0 => 127,
+            _ => rng.range(0, 254) as i32 - 127,
+        })
+        .collect();
+    let wt: Vec<f32> = wq
+        .iter()
+        .enumerate()
+        .map(|(i, &q)| q as f32 * steps[i / per])
+        .collect();
+    // The integers' sums (padding is the zero point: centered 0) in f64.
+    let centered: Vec<f32> = xq.iter().map(|&q| (q - zero_point) as f32).collect();
+    let wq_f: Vec<f32> = wq.iter().map(|&q| q as f32).collect();
+    let none = vec![0f32; cout];
+    let sums = naive_conv(&g, &centered, &wq_f, &none);
+    QuantCase {
+        g,
+        grid,
+        x,
+        steps,
+        wt,
+        sums,
+    }
+}
+
 /// Quantized convolutions against the f64 sum of their integers: u8 and s8
 /// input grids with any zero point, per-channel weight steps, grouped,
 /// padded, dilated and strided 1x1 windows, every channel blocking and
@@ -611,76 +712,16 @@ fn int8_conv_sums_quantized_values_exactly() {
     let isas = available_isas();
     let mut rng = Rng(11);
     for case in 0..60 {
-        let groups = if case % 4 == 3 { rng.range(2, 4) } else { 1 };
-        let (cin, cout) = (groups * rng.range(1, 20), groups * rng.range(1, 40));
-        let mut k = (rng.range(1, 3), rng.range(1, 3));
-        let dilation = (rng.range(1, 2), rng.range(1, 2));
-        let mut pad = (rng.range(0, 2), rng.range(0, 2));
-        let mut pad_end = (rng.range(0, 2), rng.range(0, 2));
-        let mut stride = (rng.range(1, 2), rng.range(1, 2));
-        if case % 5 == 1 {
-            // A strided 1x1 window: staged as the subsampled plane.
-            (k, pad, pad_end) = ((1, 1), (0, 0), (0, 0));
-            stride = [(2, 2), (1, 1), (1, 2)][case % 3];
-        }
-        let span = ((k.0 - 1) * dilation.0 + 1, (k.1 - 1) * dilation.1 + 1);
-        let h = rng.range(span.0.saturating_sub(pad.0 + pad_end.0).max(1), 12);
-        let w = rng.range(span.1.saturating_sub(pad.1 + pad_end.1).max(1), 30);
-        let g = ConvGeom {
-            groups,
-            ..random_blocked_geom(
-                &mut rng,
-                (cin, cout),
-                (h, w),
-                (k, stride, dilation),
-                (pad, pad_end),
-            )
-        };
         let exact = case % 3 == 0;
-        let min = if case % 2 == 0 { -128i32 } else { 0 };
-        let zero_point = min + rng.range(0, 255) as i32;
-        let scale = if exact {
-            1.0
-        } else {
-            0.01 + rng.below(100) as f32 / 1000.0
-        };
-        let grid = InputGrid {
-            scale,
-            zero_point: zero_point as f32,
-            min: min as f32,
-            max: (min + 255) as f32,
-        };
-        let xq: Vec<i32> = (0..g.n * cin * h * w)
-            .map(|_| min + rng.range(0, 255) as i32)
-            .collect();
-        let x: Vec<f32> = xq
-            .iter()
-            .map(|&q| (q - zero_point) as f32 * scale)
-            .collect();
-        let cin_g = cin / groups;
-        let per = cin_g * k.0 * k.1;
-        let steps: Vec<f32> = (0..cout)
-            .map(|_| {
-                if exact {
-                    1.0
-                } else {
-                    0.001 + rng.below(50) as f32 / 5000.0
-                }
-            })
-            .collect();
-        let wq: Vec<i32> = (0..cout * per)
-            .map(|_| rng.range(0, 254) as i32 - 127)
-            .collect();
-        let wt: Vec<f32> = wq
-            .iter()
-            .enumerate()
-            .map(|(i, &q)| q as f32 * steps[i / per])
-            .collect();
-        // The integers' sums (padding is the zero point: centered 0) in f64.
-        let centered: Vec<f32> = xq.iter().map(|&q| (q - zero_point) as f32).collect();
-        let wq_f: Vec<f32> = wq.iter().map(|&q| q as f32).collect();
-        let none = vec![0f32; cout];
-        let sums = naive_conv(&g, &centered, &wq_f, &none);
+        let QuantCase {
+            g,
+            grid,
+            x,
+            steps,
+            wt,
+            sums,
+        } = quant_case(case, exact, &mut rng);
+        let (cout, scale) = (g.cout, grid.scale);
         let integers = |n: usize, rng: &mut Rng| -> Vec<f32> {
             (0..n).map(|_| rng.range(0, 40) as f32 - 20.0).collect()
         };
@@ -708,16 +749,18 @@ fn int8_conv_sums_quantized_values_exactly() {
         let xb = Blocked::input_of(&g).scatter(&x);
         let y_blocks = Blocked::output_of(&g);
         for &isa in &isas {
-            let conv = QuantConv::new(
-                g.clone(),
+            let spec = ConvSpec {
+                geom: g.clone(),
                 isa,
-                grid,
-                &weights,
-                tail.params(&bias),
-                tail.epilogue(),
-                Some(0.0),
-            )
-            .expect("a grid of bytes");
+                w: &wt,
+                params: tail.params(&bias),
+                epilogue: tail.epilogue(),
+                pad_fill: Some(0.0),
+                threads: 1,
+                grid: Some(grid),
+                residual: tail.residual.is_some(),
+            };
+            let conv = QuantConv::new(&spec, grid, &weights).expect("a grid of bytes");
             let mut y = vec![f32::NAN; g.y_len()];
             let mut scratch = vec![f32::NAN; conv.scratch_len()];
             conv.run(&xb, tail.residual, &mut y, &mut scratch);
@@ -727,6 +770,101 @@ fn int8_conv_sums_quantized_values_exactly() {
             };
             let what = format!("case {case} {isa:?} {g:?} {grid:?}");
             y_blocks.check(&y, &expect, tail, true, close, &what);
+        }
+    }
+}
+
+/// A quantized convolution whose output is rounded onto a grid is
+/// requantized as onnxruntime's and XNNPACK's integer kernels do it: the
+/// integer sum with the integer bias, times the f32 multiplier `in_step *
+/// w_step / out_step`, clamped (a relu), rounded half to even, plus the zero
+/// point and clamped to the type's range. Bit for bit, on every instruction
+/// set; a bias off the sums' grid is added in float instead.
+#[test]
+fn int8_conv_requantizes_onto_the_output_grid_as_integer_kernels_do() {
+    let isas = available_isas();
+    let mut rng = Rng(23);
+    for case in 0..40 {
+        let QuantCase {
+            g,
+            grid,
+            x,
+            steps,
+            wt,
+            sums,
+        } = quant_case(case, false, &mut rng);
+        let weights = IntegerWeights::recover(&wt, g.cout).expect("weights on a grid");
+        assert_eq!(
+            weights.scale, steps,
+            "case {case}: the steps recovered exactly"
+        );
+        let sum_steps: Vec<f32> = steps.iter().map(|s| grid.scale * s).collect();
+        let bias_q: Vec<i64> = (0..g.cout)
+            .map(|_| rng.range(0, 4000) as i64 - 2000)
+            .collect();
+        let bias: Vec<f32> = bias_q
+            .iter()
+            .zip(&sum_steps)
+            .map(|(&q, s)| q as f32 * s)
+            .collect();
+        let (qmin, qmax) = if case % 2 == 0 { (0, 255) } else { (-128, 127) };
+        let out = UnaryOp::QuantizeDequantize {
+            scale: 0.002 + rng.below(100) as f32 / 2000.0,
+            zero_point: (qmin + rng.range(0, 255) as i32) as f32,
+            min: qmin as f32,
+            max: qmax as f32,
+        };
+        let UnaryOp::QuantizeDequantize {
+            scale: out_step,
+            zero_point,
+            ..
+        } = out
+        else {
+            unreachable!()
+        };
+        let relu = case % 3 == 0;
+        let plane = g.oh * g.ow;
+        let expect: Vec<f64> = sums
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| {
+                let o = i / plane % g.cout;
+                let v = (s as i64 + bias_q[o]) as f32 * (sum_steps[o] / out_step);
+                let v = if relu { v.max(0.0) } else { v };
+                let q = (v.round_ties_even() + zero_point).clamp(qmin as f32, qmax as f32);
+                f64::from((q - zero_point) * out_step)
+            })
+            .collect();
+        let epilogue = Epilogue {
+            min: if relu { 0.0 } else { f32::NEG_INFINITY },
+            ..Epilogue::of(Some(Activation::Unary(out)))
+        };
+        let xb = Blocked::input_of(&g).scatter(&x);
+        let y_blocks = Blocked::output_of(&g);
+        let plain = FusedTail {
+            residual: None,
+            lo: f32::NEG_INFINITY,
+            hi: f32::INFINITY,
+            slope: None,
+        };
+        for &isa in &isas {
+            let spec = ConvSpec {
+                geom: g.clone(),
+                isa,
+                w: &wt,
+                params: ChannelParams::bias_only(&bias),
+                epilogue,
+                pad_fill: Some(0.0),
+                threads: 1,
+                grid: Some(grid),
+                residual: false,
+            };
+            let conv = QuantConv::new(&spec, grid, &weights).expect("a grid of bytes");
+            let mut y = vec![f32::NAN; g.y_len()];
+            let mut scratch = vec![f32::NAN; conv.scratch_len()];
+            conv.run(&xb, None, &mut y, &mut scratch);
+            let what = format!("case {case} {isa:?} {g:?} {grid:?} relu {relu}");
+            y_blocks.check(&y, &expect, plain, true, |got, e| got == e, &what);
         }
     }
 }
