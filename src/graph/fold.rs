@@ -12,8 +12,8 @@
 //! whole graph after a pass has produced new constant-only nodes.
 
 use super::{
-    checked_size_bytes, BinaryOp, DType, GlobalPool, Graph, GraphError, NodeId, Op, Pool, PoolKind,
-    Tensor, UnaryOp, ValueRef, ValueType,
+    checked_size_bytes, BinaryOp, DType, GlobalPool, Graph, GraphError, NodeId, Op, Pad, PadMode,
+    Pool, PoolKind, Tensor, UnaryOp, ValueRef, ValueType,
 };
 use crate::core::budget;
 use crate::ops::eval_op;
@@ -171,10 +171,12 @@ fn onto_quantization_grid(g: &mut Graph, id: NodeId) -> Result<Option<ValueRef>,
     };
     // Value-selecting ops between the clip and the dequantization (a max pool
     // of the quantized integers) commute with the affine dequantization when
-    // its scale is positive: the grid goes below them and they select from it.
+    // its scale is positive: the grid goes below them and they select from
+    // it. So does a constant pad, its value dequantized.
     let mut selections = Vec::new();
     let mut clipped = clipped;
-    while let Some(ins) = producer(g, clipped, &selects_values) {
+    let selects_or_pads = |op: &Op| selects_values(op) || padding_value(op).is_some();
+    while let Some(ins) = producer(g, clipped, &selects_or_pads) {
         if scale <= 0.0 || g.node(clipped.node).outputs.len() != 1 {
             return Ok(None);
         }
@@ -190,6 +192,13 @@ fn onto_quantization_grid(g: &mut Graph, id: NodeId) -> Result<Option<ValueRef>,
         return Ok(None);
     };
     if DType::quantized_with_range(f64::from(min), f64::from(max)).is_none() {
+        return Ok(None);
+    }
+    let on_range = |v: f32| v.fract() == 0.0 && (min..=max).contains(&v);
+    if selections
+        .iter()
+        .any(|&n| padding_value(&g.node(n).op).is_some_and(|v| !on_range(v)))
+    {
         return Ok(None);
     }
     let mut rounded = ins[0];
@@ -228,7 +237,16 @@ fn onto_quantization_grid(g: &mut Graph, id: NodeId) -> Result<Option<ValueRef>,
     let mut result = ValueRef::new(grid, 0);
     for (k, &sel) in selections.iter().rev().enumerate() {
         let node = g.node(sel);
-        let (op, sel_name, sel_spans) = (node.op.clone(), node.name.clone(), node.spans.clone());
+        let (mut op, sel_name, sel_spans) =
+            (node.op.clone(), node.name.clone(), node.spans.clone());
+        if let Op::Pad(Pad {
+            mode: PadMode::Constant(v),
+            ..
+        }) = &mut op
+        {
+            // The padding integer's value on the grid, as dequantized.
+            *v = (*v - zero_point.unwrap_or(0.0) as f32) * scale as f32;
+        }
         let out_name = match k + 1 == selections.len() {
             true => out.clone(),
             false => format!("{}/on_grid", node.outputs[0].name),
@@ -247,18 +265,49 @@ fn onto_quantization_grid(g: &mut Graph, id: NodeId) -> Result<Option<ValueRef>,
 /// producer, or that of the value it selects from (through data movement,
 /// max pooling and layout transforms, in planned graphs too).
 pub fn grid_of(g: &Graph, mut v: ValueRef) -> Option<UnaryOp> {
+    let mut pad_values = vec![];
     loop {
         let op = match &g.node(v.node).op {
             Op::InLayout(l) => &l.inner,
             op => op,
         };
         match op {
-            Op::Unary(u @ UnaryOp::QuantizeDequantize { .. }) => return Some(*u),
+            Op::Unary(
+                u @ UnaryOp::QuantizeDequantize {
+                    scale,
+                    zero_point,
+                    min,
+                    max,
+                },
+            ) => {
+                // A constant pad keeps the grid when its value is on it
+                // (within rounding: the kernels round onto the grid).
+                let on_grid = |v: f32| {
+                    let q = (v / scale + zero_point).round();
+                    (*min..=*max).contains(&q)
+                        && ((q - zero_point) * scale - v).abs() <= scale * 1e-3
+                };
+                return pad_values.into_iter().all(on_grid).then_some(*u);
+            }
             op if selects_values(op) || matches!(op, Op::LayoutTransform(_)) => {
                 v = *g.node_inputs(v.node).first()?
             }
-            _ => return None,
+            op => {
+                pad_values.push(padding_value(op)?);
+                v = *g.node_inputs(v.node).first()?
+            }
         }
+    }
+}
+
+/// The value a constant pad adds around its input's, if `op` is one.
+fn padding_value(op: &Op) -> Option<f32> {
+    match op {
+        Op::Pad(Pad {
+            mode: PadMode::Constant(v),
+            ..
+        }) => Some(*v),
+        _ => None,
     }
 }
 
@@ -281,17 +330,23 @@ fn selects_values(op: &Op) -> bool {
             | Op::GlobalPool(GlobalPool {
                 kind: PoolKind::Max
             })
+            | Op::Pad(Pad {
+                mode: PadMode::Reflect | PadMode::Edge | PadMode::Wrap,
+                ..
+            })
     )
 }
 
-/// A value-selecting op (`selects_values`) of a float cast to an integer type
-/// that holds its values exactly, done on the float and cast after, so that
+/// A value-selecting op (`selects_values`, or a constant pad) of a float cast
+/// to an integer type that holds its values exactly, done on the float and
+/// cast after, so that
 /// the cast meets the next cast back to float (a quantized model's data
 /// movement between two quantized ops): the cast of its result.
 fn cast_sunk_below(g: &mut Graph, id: NodeId) -> Result<Option<ValueRef>, GraphError> {
     let node = g.node(id);
     let ins = g.node_inputs(id);
-    if !selects_values(&node.op) || node.outputs.len() != 1 {
+    let pad = padding_value(&node.op).map(f64::from);
+    if !(selects_values(&node.op) || pad.is_some()) || node.outputs.len() != 1 {
         return Ok(None);
     }
     let Op::Cast(cast) = g.node(ins[0].node).op.clone() else {
@@ -301,6 +356,11 @@ fn cast_sunk_below(g: &mut Graph, id: NodeId) -> Result<Option<ValueRef>, GraphE
     let Some((lo, hi)) = cast.to.integer_range() else {
         return Ok(None);
     };
+    // A constant pad adds its value: an integer the type holds, the same
+    // before the cast as after.
+    if pad.is_some_and(|v| v.fract() != 0.0 || v < lo || v > hi) {
+        return Ok(None);
+    }
     if !integer_values(g, x).is_some_and(|(a, b)| lo <= a && b <= hi) {
         return Ok(None);
     }
@@ -351,6 +411,11 @@ fn integer_values(g: &Graph, v: ValueRef) -> Option<(f64, f64)> {
         }
         Op::Cast(_) => g.value_type(ins[0]).dtype.integer_range(),
         op if selects_values(op) => integer_values(g, ins[0]),
+        op if padding_value(op).is_some() => {
+            let v = f64::from(padding_value(op)?);
+            let (lo, hi) = integer_values(g, ins[0])?;
+            (v.fract() == 0.0).then_some((lo.min(v), hi.max(v)))
+        }
         Op::Concat(_) => ins
             .iter()
             .try_fold((f64::INFINITY, f64::NEG_INFINITY), |r, &v| {
@@ -507,6 +572,42 @@ mod tests {
         let got = crate::ops::eval_op(&pool, &[&on_grid[0]], &ty(y)).unwrap();
         // The largest value, 1.1, is 4.4 steps: 4 steps, 1.0.
         assert_eq!(got[0].data.to_f64(), vec![1.0]);
+    }
+
+    #[test]
+    fn a_constant_pad_of_quantized_integers_pads_the_grid_with_its_value() {
+        let pad = |v: f32| {
+            Op::Pad(Pad {
+                begins: vec![0, 0, 1],
+                ends: vec![0, 0, 1],
+                mode: PadMode::Constant(v),
+            })
+        };
+        let mut g = Graph::new("qdq_pad");
+        let x = g.add_input("x", ValueType::new(DType::F32, vec![1, 1, 5]), vec![]);
+        let y = quantize_dequantize_chain(&mut g, x, -5.0, Some(pad(2.0)));
+        // The integer 2 dequantized: (2 + 5) * 0.25.
+        assert_eq!(g.node(y.node).op, pad(1.75));
+        let grid = g.node_inputs(y.node)[0];
+        assert!(matches!(
+            g.node(grid.node).op,
+            Op::Unary(UnaryOp::QuantizeDequantize { .. })
+        ));
+        assert_eq!(g.node_inputs(grid.node), vec![x]);
+        assert_eq!(
+            grid_of(&g, y),
+            Some(UnaryOp::QuantizeDequantize {
+                scale: 0.25,
+                zero_point: -5.0,
+                min: -128.0,
+                max: 127.0,
+            })
+        );
+        // A pad value that is no integer of the type stays as it was.
+        let mut g = Graph::new("qdq_pad_off");
+        let x = g.add_input("x", ValueType::new(DType::F32, vec![1, 1, 5]), vec![]);
+        let y = quantize_dequantize_chain(&mut g, x, -5.0, Some(pad(0.5)));
+        assert_eq!(g.node(y.node).op, Op::Binary(BinaryOp::Mul));
     }
 
     #[test]

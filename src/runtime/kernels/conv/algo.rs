@@ -18,13 +18,14 @@
 
 use super::depthwise::Depthwise;
 use super::direct::{ConvGeom, PackedConv};
-use super::int8::{sums_fit, InputGrid, IntegerWeights, QuantConv};
+use super::int8::{sums_fit, IntegerWeights, QuantConv};
 use super::pixel_lanes::PixelLanes;
+pub use super::spec::ConvSpec;
+use super::spec::InputGrid;
 use super::tile::{ChannelParams, Epilogue};
 use super::winograd::{self, TransformedWeights, WinogradConv, WinogradTile};
 use crate::core::{parse_choice, UnknownChoice};
 use crate::graph::Span;
-use crate::runtime::kernels::simd::Isa;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
@@ -238,28 +239,6 @@ impl ConvKernel {
             ConvKernel::Int8(c) => c.run(x, residual, y, scratch),
         }
     }
-}
-
-/// What a dense convolution is built from.
-pub struct ConvSpec<'a> {
-    /// Shapes and window.
-    pub geom: ConvGeom,
-    /// The instruction set of the kernels.
-    pub isa: Isa,
-    /// Logical OIHW weights, batch norm folded in.
-    pub w: &'a [f32],
-    /// Per-channel bias (batch norm folded in) and PRelu slopes.
-    pub params: ChannelParams<'a>,
-    /// The clamp and activation of every output.
-    pub epilogue: Epilogue,
-    /// What the output's padding channels must hold, if anything.
-    pub pad_fill: Option<f32>,
-    /// Worker threads the model runs on.
-    pub threads: usize,
-    /// The quantization grid every input value lies on, if known.
-    pub grid: Option<InputGrid>,
-    /// Whether a residual is added to every output before the epilogue.
-    pub residual: bool,
 }
 
 impl ConvSpec<'_> {

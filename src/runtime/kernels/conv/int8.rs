@@ -13,8 +13,9 @@
 //! float kernels' bias, residual and epilogue, which rounds them onto the
 //! output's grid when a QuantizeDequantize follows.
 
-use super::algo::ConvSpec;
 use super::direct::{balanced_tile, fill_channel_pad, ConvGeom, OutBlock};
+use super::spec::ConvSpec;
+pub use super::spec::InputGrid;
 use super::tile::{ChannelParams, Epilogue, TILE};
 use crate::core::{par, PageBuf};
 use crate::fusion::Activation;
@@ -31,41 +32,6 @@ const LANES: usize = 16;
 /// are on it: a grid recovered from the float values may be off the
 /// quantizer's own scale by a few ulps.
 const GRID_TOLERANCE: f32 = 1.0 / (1 << 18) as f32;
-
-/// The quantization grid a convolution's input lies on: every value is
-/// `(q - zero_point) * scale` for an integer `q` in `min..=max`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct InputGrid {
-    /// The grid's step.
-    pub scale: f32,
-    /// The integer that stands for 0.
-    pub zero_point: f32,
-    /// The least integer of the quantized type.
-    pub min: f32,
-    /// The greatest integer of the quantized type.
-    pub max: f32,
-}
-
-impl InputGrid {
-    /// Whether the grid's integers, shifted by `min`, are bytes: a positive
-    /// finite step, integral bounds at most 255 apart and the zero point
-    /// between them (8-bit types, signed or not).
-    pub(in crate::runtime) fn fits_a_byte(&self) -> bool {
-        let integral = |v: f32| v.is_finite() && v.fract() == 0.0;
-        self.scale.is_finite()
-            && self.scale > 0.0
-            && [self.zero_point, self.min, self.max]
-                .into_iter()
-                .all(integral)
-            && self.max - self.min <= 255.0
-            && (self.min..=self.max).contains(&self.zero_point)
-    }
-
-    /// The byte that stands for 0 (the zero point shifted by `-min`).
-    fn zero_byte(&self) -> u8 {
-        (self.zero_point - self.min) as u8
-    }
-}
 
 /// Convolution weights as integers: output channel `o`'s weights are
 /// `q * scale[o]` for the signed bytes `q`.

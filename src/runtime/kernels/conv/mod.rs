@@ -7,6 +7,7 @@ pub mod depthwise;
 pub mod direct;
 pub mod int8;
 pub mod pixel_lanes;
+pub mod spec;
 pub mod tile;
 pub mod winograd;
 
