@@ -263,7 +263,8 @@ fn onto_quantization_grid(g: &mut Graph, id: NodeId) -> Result<Option<ValueRef>,
 
 /// The QuantizeDequantize whose grid every value of `v` lies on: `v`'s
 /// producer, or that of the value it selects from (through data movement,
-/// max pooling and layout transforms, in planned graphs too).
+/// max pooling, constant pads whose value is on the grid and layout
+/// transforms, in planned graphs too).
 pub fn grid_of(g: &Graph, mut v: ValueRef) -> Option<UnaryOp> {
     let mut pad_values = vec![];
     loop {
