@@ -125,6 +125,52 @@ pub fn movement_chains(g: &mut Graph) -> Result<usize, GraphError> {
     Ok(merged)
 }
 
+/// Merges the nodes that compute the same op on the same inputs into the
+/// first: its readers then read one value. Importers write such twins where a
+/// format repeats a computation per reader (a QOperator model dequantizes a
+/// tensor in every op that reads it): as twins, each reader's copy is a step
+/// of its own, and a value the twins' readers share (a quantization grid the
+/// kernels look for) is two values. Control flow and the nodes whose outputs
+/// the graph returns are kept. Returns how many nodes were merged away.
+pub fn common_subexpressions(g: &mut Graph) -> Result<usize, GraphError> {
+    let mut merged = 0;
+    // The nodes kept so far: a twin merges into the one before it.
+    let mut kept = std::collections::HashSet::new();
+    for id in g.topo_order()? {
+        kept.insert(id);
+        let node = g.node(id);
+        let outputs = node.outputs.len();
+        let returned = (0..outputs).any(|k| g.is_graph_output(ValueRef::new(id, k)));
+        if returned || matches!(node.op, Op::Input | Op::Constant(_) | Op::Control(_)) {
+            continue;
+        }
+        let ins = g.node_inputs(id);
+        let Some(&first) = ins.first() else { continue };
+        let twin = g.consumers(first).into_iter().map(|(n, _)| n).find(|&n| {
+            let other = g.node(n);
+            n != id
+                && kept.contains(&n)
+                && other.op == node.op
+                && other.outputs.len() == outputs
+                && other
+                    .outputs
+                    .iter()
+                    .zip(&node.outputs)
+                    .all(|(a, b)| a.ty == b.ty)
+                && g.node_inputs(n) == ins
+        });
+        if let Some(twin) = twin {
+            for k in 0..outputs {
+                g.replace_uses(ValueRef::new(id, k), ValueRef::new(twin, k));
+            }
+            g.remove_node(id);
+            kept.remove(&id);
+            merged += 1;
+        }
+    }
+    Ok(merged)
+}
+
 /// The value and the one op that node `id` with the movement before it
 /// amounts to: a transpose of a transpose, a reshape of a reshape, a slice
 /// cutting back exactly a constant pad (nothing: a same-shape reshape), or a
@@ -181,4 +227,46 @@ fn cuts_back(slice: &Slice, pad: &Pad, padded: &[usize]) -> bool {
             None => end_pad == 0,
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::{BinaryOp, DType, UnaryOp, ValueType};
+
+    /// Twins merge into one node whose value both readers read; nodes that
+    /// differ in their op or their inputs, and returned values, stay.
+    #[test]
+    fn twins_merge_and_different_nodes_stay() {
+        let mut g = Graph::new("twins");
+        let ty = ValueType::new(DType::F32, vec![4]);
+        let x = g.add_input("x", ty.clone(), vec![]);
+        let y = g.add_input("y", ty, vec![]);
+        let qdq = Op::Unary(UnaryOp::QuantizeDequantize {
+            scale: 0.5,
+            zero_point: 0.0,
+            min: -128.0,
+            max: 127.0,
+        });
+        let node = |g: &mut Graph, op: &Op, ins: &[ValueRef]| {
+            ValueRef::new(g.add_node(op.clone(), "n", ins, &[], vec![]).unwrap(), 0)
+        };
+        let first = node(&mut g, &qdq, &[x]);
+        let twin = node(&mut g, &qdq, &[x]);
+        let other_input = node(&mut g, &qdq, &[y]);
+        let other_op = node(&mut g, &Op::Unary(UnaryOp::Relu), &[x]);
+        let add = Op::Binary(BinaryOp::Add);
+        let sums = [
+            node(&mut g, &add, &[first, twin]),
+            node(&mut g, &add, &[other_input, other_op]),
+        ];
+        let returned = node(&mut g, &qdq, &[x]);
+        g.set_outputs(vec![sums[0], sums[1], returned]);
+
+        assert_eq!(common_subexpressions(&mut g).unwrap(), 1);
+        assert!(!g.contains(twin.node));
+        assert_eq!(g.node_inputs(sums[0].node), vec![first, first]);
+        assert_eq!(g.node_inputs(sums[1].node), vec![other_input, other_op]);
+        assert_eq!(g.outputs()[2], returned);
+    }
 }

@@ -15,7 +15,7 @@ pub use crate::core::{
     Tensor, TensorData, ValueType,
 };
 pub use crate::ops::*;
-pub use canonical::{movement_chains, reductions_as_global_pools};
+pub use canonical::{common_subexpressions, movement_chains, reductions_as_global_pools};
 pub use conv_affine::{fold_conv_affine, fold_conv_batchnorm};
 pub use conv_lift::lift_1d_windows;
 pub use conv_transpose::conv_transposes_as_convs;

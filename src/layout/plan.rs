@@ -23,8 +23,8 @@ use super::space::{Pins, PlanSpace};
 use super::target::TargetFamily;
 use super::{Layout, LayoutError, PlanError};
 use crate::graph::{
-    conv_transposes_as_convs, fold_conv_affine, fold_pads, lift_1d_windows, movement_chains,
-    reductions_as_global_pools, Graph, PadFold,
+    common_subexpressions, conv_transposes_as_convs, fold_conv_affine, fold_pads, lift_1d_windows,
+    movement_chains, reductions_as_global_pools, Graph, PadFold,
 };
 use std::time::{Duration, Instant};
 
@@ -183,8 +183,9 @@ impl PassLog {
 
 /// Brings a copy of `g` (which shares the weights) into the forms the planner
 /// expects: batch norms folded when asked, transposed convolutions as
-/// convolutions and 1-D windows as 2-D unless kept, movement chains merged, explicit
-/// pads folded into the conv or pool after them, affine ops folded into
+/// convolutions and 1-D windows as 2-D unless kept, movement chains merged,
+/// nodes computing the same op on the same inputs merged, explicit pads folded
+/// into the conv or pool after them, affine ops folded into
 /// convolutions, reductions over the spatial axes as global pools.
 fn canonicalize(g: &Graph, options: &PlanOptions) -> Result<(Graph, Vec<PadFold>), PlanError> {
     let mut folded = g.clone();
@@ -196,6 +197,7 @@ fn canonicalize(g: &Graph, options: &PlanOptions) -> Result<(Graph, Vec<PadFold>
         lift_1d_windows(&mut folded)?;
     }
     movement_chains(&mut folded)?;
+    common_subexpressions(&mut folded)?;
     let pad_folds = fold_pads(&mut folded)?;
     fold_conv_affine(&mut folded)?;
     reductions_as_global_pools(&mut folded)?;
