@@ -4,6 +4,10 @@ onnxruntime's outputs as their references.
 
     python3 scripts/gen_quant.py [SRC_DIR...] [--convnet] --out models/quant
 
+--adds writes OUT/qlinear_add_{u8,s8}: one com.microsoft QLinearAdd of every pair
+of integers of the type (two [1, 256, 16, 16] inputs quantized by QuantizeLinear,
+the sum dequantized), with onnxruntime's output: its rounding of each sum.
+
 --convnet adds a float conv net made here (convs with relu, a depthwise conv, a
 residual add, a max pool) whose output is a 16x16x16 feature map: enough
 elements to count how many quantized outputs match exactly. For each SRC_DIR (holding model.onnx and test_data_set_0/input_0.pb) it writes
@@ -98,14 +102,66 @@ def convnet(dst: Path) -> Path:
     return dst
 
 
+# (scale, zero point) of a, b and c: the u8 grids are those of a residual add
+# in ResNet50 quantized by gen_quant.py, the s8 ones made up.
+ADD_GRIDS = {
+    "u8": (np.uint8, [(0.0029654512, 130), (0.0012956475, 129), (0.0016087081, 0)]),
+    "s8": (np.int8, [(0.011, -3), (0.0047, 17), (0.013, -20)]),
+}
+
+
+def qlinear_adds(out: Path) -> None:
+    """QLinearAdd of every pair of integers, on onnxruntime."""
+    from onnx import TensorProto, helper
+    for form, (dtype, grids) in ADD_GRIDS.items():
+        info = np.iinfo(dtype)
+        ints = np.arange(info.min, info.max + 1)
+        qa, qb = np.meshgrid(ints, ints, indexing="ij")
+        elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+        inits = []
+        for k, (scale, zero) in zip("abc", grids):
+            inits.append(helper.make_tensor(f"{k}.scale", TensorProto.FLOAT, [], [scale]))
+            inits.append(helper.make_tensor(f"{k}.zero", elem, [], [zero]))
+        nodes = [
+            helper.make_node("QuantizeLinear", ["x", "a.scale", "a.zero"], ["qa"]),
+            helper.make_node("QuantizeLinear", ["y", "b.scale", "b.zero"], ["qb"]),
+            helper.make_node("QLinearAdd", ["qa", "a.scale", "a.zero", "qb", "b.scale", "b.zero",
+                                            "c.scale", "c.zero"], ["qc"], domain="com.microsoft"),
+            helper.make_node("DequantizeLinear", ["qc", "c.scale", "c.zero"], ["sum"]),
+        ]
+        shape = [1, 256, 16, 16]
+        graph = helper.make_graph(
+            nodes, f"qlinear_add_{form}",
+            [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in "xy"],
+            [helper.make_tensor_value_info("sum", TensorProto.FLOAT, shape)], inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                        helper.make_opsetid("com.microsoft", 1)])
+        dst = out / f"qlinear_add_{form}"
+        (dst / "test_data_set_0").mkdir(parents=True, exist_ok=True)
+        onnx.save(model, str(dst / "model.onnx"))
+        # Each input the float value of its integer: quantized back exactly.
+        (sa, za), (sb, zb) = grids[0], grids[1]
+        x = ((qa - za) * np.float32(sa)).astype(np.float32).reshape(shape)
+        y = ((qb - zb) * np.float32(sb)).astype(np.float32).reshape(shape)
+        sess = ort.InferenceSession(str(dst / "model.onnx"), providers=["CPUExecutionProvider"])
+        total = sess.run(None, {"x": x, "y": y})[0]
+        for k, v in enumerate([x, y]):
+            save_pb(v, dst / "test_data_set_0" / f"input_{k}.pb")
+        save_pb(total, dst / "test_data_set_0" / "output_0.pb")
+        print(f"{dst}", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("sources", nargs="*", type=Path)
     ap.add_argument("--convnet", action="store_true")
+    ap.add_argument("--adds", action="store_true")
     ap.add_argument("--out", type=Path, default=Path("models/quant"))
     ap.add_argument("--forms", default=",".join(list(FORMS) + ["dynamic"]))
     args = ap.parse_args()
+    if args.adds:
+        qlinear_adds(args.out)
     made = tempfile.TemporaryDirectory()
     if args.convnet:
         args.sources.append(convnet(Path(made.name) / "convnet"))

@@ -13,13 +13,22 @@ use crate::support::bundled::load_test_data;
 use crate::support::compare::max_abs_err;
 use layoutopt::api::{load_model, Costs, PlanLayouts, PlannerKind, TargetFamily};
 use layoutopt::graph::{Graph, Op, Tensor, UnaryOp};
-use layoutopt::runtime::{CompiledModel, ConvAlgo, RuntimeOptions};
+use layoutopt::runtime::{CompiledModel, ConvAlgo, Isa, RuntimeOptions};
 use std::path::Path;
 
 /// Imports, plans and runs `models/quant/<name>/<file>` with no reference
 /// fallback; returns the graph, the outputs, the recorded outputs and the
 /// algorithm of every convolution.
 fn run(name: &str, file: &str) -> (Graph, Vec<Tensor>, Vec<Tensor>, Vec<ConvAlgo>) {
+    run_with(name, file, &RuntimeOptions::default())
+}
+
+/// `run` with the runtime's `options`.
+fn run_with(
+    name: &str,
+    file: &str,
+    options: &RuntimeOptions,
+) -> (Graph, Vec<Tensor>, Vec<Tensor>, Vec<ConvAlgo>) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("models/quant")
         .join(name);
@@ -28,8 +37,8 @@ fn run(name: &str, file: &str) -> (Graph, Vec<Tensor>, Vec<Tensor>, Vec<ConvAlgo
         .with_costs(Costs::BuiltIn)
         .plan(&g)
         .unwrap_or_else(|e| panic!("{name}: {e}"));
-    let m = CompiledModel::compile(&planned.graph, &RuntimeOptions::default())
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let m =
+        CompiledModel::compile(&planned.graph, options).unwrap_or_else(|e| panic!("{name}: {e}"));
     assert_eq!(m.fallback_steps(), vec![], "{name}");
     let (inputs, expected) = load_test_data(&dir);
     let out = m.run(&inputs).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -105,6 +114,32 @@ fn output_step(g: &Graph) -> f64 {
         .find_map(|&v| g.constant(v).filter(|t| t.numel() == 1))
         .map(|t| t.data.to_f64()[0])
         .expect("the output is dequantized by a constant scale")
+}
+
+/// A quantized add rounds the sum of two grid values as onnxruntime's
+/// QLinearAdd does (from the integers, with its ratios of scales), on every
+/// instruction set: `qlinear_add_*` adds every pair of integers of the type,
+/// and every sum must be onnxruntime's, bit for bit (rounding the float sum
+/// instead, 1 of the u8 pairs and 149 of the s8 ones round the other way).
+#[test]
+fn quantized_adds_round_every_sum_as_onnxruntime_does() {
+    for name in ["qlinear_add_u8", "qlinear_add_s8"] {
+        for isa in Isa::ALL.into_iter().filter(|isa| isa.available()) {
+            let options = RuntimeOptions {
+                isa: Some(isa),
+                ..Default::default()
+            };
+            let (_, out, expected, _) = run_with(name, "model.onnx", &options);
+            let (got, want) = (out[0].data.to_f64(), expected[0].data.to_f64());
+            let differ = got.iter().zip(&want).filter(|(g, w)| g != w).count();
+            assert_eq!(
+                differ,
+                0,
+                "{name} on {isa}: {differ} of {} sums differ",
+                want.len()
+            );
+        }
+    }
 }
 
 #[test]

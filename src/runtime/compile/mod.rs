@@ -8,13 +8,13 @@ mod arena;
 use super::kernels::conv::algo::{self as conv_algo, ConvAlgoOptions, ConvSpec, LayerAlgo};
 use super::kernels::conv::depthwise::Depthwise;
 use super::kernels::conv::direct::ConvGeom;
-use super::kernels::conv::int8::InputGrid;
 use super::kernels::conv::tile::{ChannelParams, Epilogue};
 use super::kernels::elementwise::{broadcast_strides, Arg, Elementwise, Func, Stored};
 use super::kernels::gather::{Gather, MAX_GATHER_INPUTS};
 use super::kernels::matmul::{BatchedMatMul, Dense};
 use super::kernels::normalize::{RowKernel, RowOp};
 use super::kernels::pool::PoolGeom;
+use super::kernels::quantized::{Grid, QuantizedAdd};
 use super::kernels::resize::ResizeGeom;
 use super::kernels::simd::{Isa, Lanes};
 use super::kernels::where_select::Select;
@@ -189,21 +189,8 @@ impl<'g> Compiler<'g> {
     }
 
     /// The quantization grid the input of convolution `id` lies on, if known.
-    fn input_grid(&self, id: NodeId) -> Option<InputGrid> {
-        match grid_of(self.g, self.g.node_inputs(id)[0])? {
-            UnaryOp::QuantizeDequantize {
-                scale,
-                zero_point,
-                min,
-                max,
-            } => Some(InputGrid {
-                scale,
-                zero_point,
-                min,
-                max,
-            }),
-            _ => None,
-        }
+    fn input_grid(&self, id: NodeId) -> Option<Grid> {
+        Grid::of(grid_of(self.g, self.g.node_inputs(id)[0])?)
     }
 
     /// The step of a convolution group: one native kernel with the batch norm folded
@@ -752,10 +739,22 @@ impl<'g> Compiler<'g> {
                     }
                 }
             }
-            match (op, &args[..]) {
-                (Op::Unary(u), &[a]) => funcs.push(Func::Unary(*u, a)),
-                (Op::Binary(b), &[p, q]) => funcs.push(Func::Binary(*b, p, q)),
-                (Op::BatchNorm(BatchNorm { epsilon }), &[x]) => {
+            let add_before = match (op, funcs.last()) {
+                (Op::Unary(u), Some(&Func::Binary(BinaryOp::Add, p, q))) => {
+                    self.quantized_add(chain[k - 1], *u).map(|add| (add, p, q))
+                }
+                _ => None,
+            };
+            match (op, &args[..], add_before) {
+                // Rounding a sum of grid values onto a grid is one op, computed
+                // from the integers as the peers' quantized add does.
+                (Op::Unary(_), &[Arg::Prev], Some((add, p, q))) => {
+                    funcs.pop();
+                    funcs.push(Func::QuantizedAdd(add, p, q));
+                }
+                (Op::Unary(u), &[a], _) => funcs.push(Func::Unary(*u, a)),
+                (Op::Binary(b), &[p, q], _) => funcs.push(Func::Binary(*b, p, q)),
+                (Op::BatchNorm(BatchNorm { epsilon }), &[x], _) => {
                     let (per_channel, scale, shift) = self.batch_norm_affine(id, *epsilon, &out)?;
                     let (s, t) = (Arg::Packed(packed.len()), Arg::Packed(packed.len() + 1));
                     packed.extend([(per_channel.clone(), scale), (per_channel, shift)]);
@@ -773,6 +772,18 @@ impl<'g> Compiler<'g> {
         let packed = packed.into_iter().map(|(_, v)| v).collect();
         let kernel = Elementwise::new(funcs, &physical, strides, lens, packed, self.isa)?;
         Some((Kernel::Elementwise(kernel), operands))
+    }
+
+    /// Add node `add` followed by `qdq`, as one quantized add: when `qdq`
+    /// rounds onto a grid and both operands lie on grids.
+    fn quantized_add(&self, add: NodeId, qdq: UnaryOp) -> Option<QuantizedAdd> {
+        if *inner(self.g, add).0 != Op::Binary(BinaryOp::Add) {
+            return None;
+        }
+        let grid = |v: ValueRef| Grid::of(grid_of(self.g, v)?);
+        let ins = self.g.node_inputs(add);
+        let [a, b] = ins[..] else { return None };
+        QuantizedAdd::new(grid(a)?, grid(b)?, Grid::of(qdq)?)
     }
 
     /// A batch norm with constant parameters as `x * scale + shift` per

@@ -13,6 +13,7 @@
 //! element.
 
 use super::activation::Lanewise;
+use super::quantized::QuantizedAdd;
 use super::simd::{
     load_part, run_vectorized, store_part, Isa, Lanes, Vector, VectorKernel, ELEMENTS_PER_TASK,
     MAX_LANES,
@@ -49,13 +50,15 @@ pub enum Arg {
 pub enum Func {
     Unary(UnaryOp, Arg),
     Binary(BinaryOp, Arg, Arg),
+    /// An add of values on two quantization grids rounded onto a third.
+    QuantizedAdd(QuantizedAdd, Arg, Arg),
 }
 
 impl Func {
     /// Whether the op maps f32 to f32 (comparisons make booleans).
     pub fn supported(&self) -> bool {
         match self {
-            Func::Unary(..) => true,
+            Func::Unary(..) | Func::QuantizedAdd(..) => true,
             Func::Binary(b, ..) => !b.is_comparison(),
         }
     }
@@ -179,7 +182,9 @@ impl Elementwise {
                 f.supported()
                     && match f {
                         Func::Unary(_, a) => arg_ok(a, k),
-                        Func::Binary(_, a, b) => arg_ok(a, k) && arg_ok(b, k),
+                        Func::Binary(_, a, b) | Func::QuantizedAdd(_, a, b) => {
+                            arg_ok(a, k) && arg_ok(b, k)
+                        }
                     }
             });
         ok.then_some(())?;
@@ -192,7 +197,7 @@ impl Elementwise {
         for f in &mut funcs {
             match f {
                 Func::Unary(_, a) => unpack(a),
-                Func::Binary(_, a, b) => {
+                Func::Binary(_, a, b) | Func::QuantizedAdd(_, a, b) => {
                     unpack(a);
                     unpack(b);
                 }
@@ -530,6 +535,14 @@ impl VectorKernel for Blocks<'_> {
                             b => go!(b),
                         }
                     }
+                    Func::QuantizedAdd(add, p, q) => map::<V>(
+                        len,
+                        dest,
+                        source(p),
+                        source(q),
+                        #[inline(always)]
+                        |x, y| add.apply(x, y),
+                    ),
                 }
             }
         }

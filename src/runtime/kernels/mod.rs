@@ -9,6 +9,7 @@ pub mod gather;
 pub(super) mod matmul;
 pub(super) mod normalize;
 pub(super) mod pool;
+pub mod quantized;
 pub(super) mod resize;
 pub mod simd;
 pub mod tir_step;

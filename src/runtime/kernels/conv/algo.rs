@@ -21,11 +21,11 @@ use super::direct::{ConvGeom, PackedConv};
 use super::int8::{sums_fit, IntegerWeights, QuantConv};
 use super::pixel_lanes::PixelLanes;
 pub use super::spec::ConvSpec;
-use super::spec::InputGrid;
 use super::tile::{ChannelParams, Epilogue};
 use super::winograd::{self, TransformedWeights, WinogradConv, WinogradTile};
 use crate::core::{parse_choice, UnknownChoice};
 use crate::graph::Span;
+use crate::runtime::kernels::quantized::Grid;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
@@ -305,7 +305,7 @@ impl ConvSpec<'_> {
     /// The input's grid and the integer weights, when the input lies on a
     /// grid of bytes, the weights on grids of signed bytes and their sums
     /// fit in i32: what the integer kernel needs.
-    fn quantized<'s>(&self, shared: &'s SharedWeights) -> Option<(InputGrid, &'s IntegerWeights)> {
+    fn quantized<'s>(&self, shared: &'s SharedWeights) -> Option<(Grid, &'s IntegerWeights)> {
         let grid = self
             .grid
             .filter(|g| g.fits_a_byte() && sums_fit(&self.geom))?;

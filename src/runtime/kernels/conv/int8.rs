@@ -15,12 +15,15 @@
 
 use super::direct::{balanced_tile, fill_channel_pad, ConvGeom, OutBlock};
 use super::spec::ConvSpec;
-pub use super::spec::InputGrid;
 use super::tile::{ChannelParams, Epilogue, TILE};
 use crate::core::{par, PageBuf};
 use crate::fusion::Activation;
 use crate::graph::UnaryOp;
-use crate::runtime::kernels::simd::{load_part, store_part, Isa, Portable, Vector};
+use crate::runtime::kernels::quantized::Grid;
+use crate::runtime::kernels::simd::{
+    load_part, run_vectorized, store_bytes_part, store_part, Isa, Lanes, Portable, Vector,
+    VectorKernel, MAX_LANES,
+};
 #[cfg(target_arch = "x86_64")]
 use crate::runtime::kernels::simd::{Ymm, Zmm};
 
@@ -182,7 +185,9 @@ pub struct QuantConv {
     /// The geometry as the caller stores input and output.
     outer: ConvGeom,
     dots: Dots,
-    grid: InputGrid,
+    /// The vectors the input is staged with.
+    lanes: Lanes,
+    grid: Grid,
     staging: Staging,
     blocks: Vec<OutBlock>,
     /// Lanes of four input bytes per group.
@@ -201,9 +206,7 @@ pub struct QuantConv {
     /// Bias per block and lane, then as many PRelu slopes if any.
     params: Vec<f32>,
     epilogue: Epilogue,
-    /// What every output is multiplied by after the epilogue: the output's
-    /// step where `Requantized`, else 1.
-    output_step: f32,
+    scaling: Scaling,
     pad_fill: Option<f32>,
 }
 
@@ -216,49 +219,32 @@ enum Scaling {
     /// but the bias is added to the sums: requantized as onnxruntime's and
     /// XNNPACK's integer kernels do (and so bit for bit as they are). The sum
     /// with the bias, when that is an integer of the sum's grid, is
-    /// multiplied in f32 by `in_step * w_step / step`, clamped, rounded half
-    /// to even onto the grid's integers and scaled back by `step`.
-    Requantized { step: f32 },
+    /// multiplied in f32 by `in_step * w_step / step`, rounded half to even,
+    /// clamped to `lo..=hi` (the grid's integers less its zero point, within
+    /// the epilogue's clamp) and scaled back by `step`.
+    Requantized { step: f32, lo: f32, hi: f32 },
 }
 
 impl Scaling {
     /// The scaling of a kernel with `epilogue`, a residual or not.
     fn of(epilogue: &Epilogue, residual: bool) -> Scaling {
         match epilogue.act {
-            Some(Activation::Unary(UnaryOp::QuantizeDequantize { scale, .. }))
-                if !residual && epilogue.slope_at.is_none() && scale.is_finite() && scale > 0.0 =>
-            {
-                Scaling::Requantized { step: scale }
+            Some(Activation::Unary(UnaryOp::QuantizeDequantize {
+                scale,
+                zero_point,
+                min,
+                max,
+            })) if !residual && epilogue.slope_at.is_none() && scale.is_finite() && scale > 0.0 => {
+                // Rounding is monotonic, so the clamp before it is the
+                // rounded clamp after it.
+                let bound = |b: f32| (b / scale).round_ties_even();
+                Scaling::Requantized {
+                    step: scale,
+                    lo: bound(epilogue.min).max(min - zero_point),
+                    hi: bound(epilogue.max).min(max - zero_point),
+                }
             }
             _ => Scaling::Float,
-        }
-    }
-
-    /// The epilogue on sums scaled by `1 / step`: the clamp's bounds scaled
-    /// alike and the grid's step 1 (its values then the integers less the
-    /// zero point, which `output_step` scales back).
-    fn epilogue(self, ep: Epilogue) -> Epilogue {
-        match (self, ep.act) {
-            (
-                Scaling::Requantized { step },
-                Some(Activation::Unary(UnaryOp::QuantizeDequantize {
-                    zero_point,
-                    min,
-                    max,
-                    ..
-                })),
-            ) => Epilogue {
-                min: ep.min / step,
-                max: ep.max / step,
-                act: Some(Activation::Unary(UnaryOp::QuantizeDequantize {
-                    scale: 1.0,
-                    zero_point,
-                    min,
-                    max,
-                })),
-                slope_at: None,
-            },
-            _ => ep,
         }
     }
 }
@@ -278,7 +264,7 @@ impl QuantConv {
     /// the sums may overflow.
     pub(in crate::runtime) fn new(
         spec: &ConvSpec,
-        grid: InputGrid,
+        grid: Grid,
         w: &IntegerWeights,
     ) -> Option<QuantConv> {
         let ConvSpec {
@@ -367,7 +353,7 @@ impl QuantConv {
                 let mut zero_sum = zero * sum;
                 scales[b * WIDTH + l] = match scaling {
                     Scaling::Float => sum_step,
-                    Scaling::Requantized { step } => {
+                    Scaling::Requantized { step, .. } => {
                         match integer_bias(bias[o], sum_step) {
                             Some(q) => {
                                 zero_sum -= q;
@@ -385,17 +371,14 @@ impl QuantConv {
             bias: &bias,
             ..params
         };
-        let (params, epilogue) = params.pack(scaling.epilogue(epilogue), |per_channel| {
+        let (params, epilogue) = params.pack(epilogue, |per_channel| {
             OutBlock::lanes_of(&blocks, WIDTH, per_channel)
         });
-        let output_step = match scaling {
-            Scaling::Float => 1.0,
-            Scaling::Requantized { step } => step,
-        };
         let padded = !outer.cout.is_multiple_of(outer.y_cb);
         Some(QuantConv {
             geom,
             dots: Dots::of(isa),
+            lanes: Lanes::for_block(isa, MAX_LANES),
             grid,
             staging: Staging {
                 rows,
@@ -413,7 +396,7 @@ impl QuantConv {
             scales,
             params,
             epilogue,
-            output_step,
+            scaling,
             pad_fill: pad_fill.filter(|_| padded),
         })
     }
@@ -471,35 +454,21 @@ impl QuantConv {
     /// Writes the input as bytes (`q - min` for each value `(q - zero_point)
     /// * scale`), padding and spare channels as the zero byte.
     fn stage(&self, x: &[f32], staged: &mut [u8]) {
-        let s = &self.staging;
-        let o = &self.outer;
-        let (h, w, cb) = (o.h, o.w, o.x_cb);
-        let image = o.cin.next_multiple_of(cb) * h * w;
-        let row_bytes = s.cols * s.pixel;
-        let (inverse, shift) = (1.0 / self.grid.scale, self.grid.zero_point - self.grid.min);
-        let zero = self.grid.zero_byte();
+        let row_bytes = self.staging.cols * self.staging.pixel;
         if row_bytes == 0 {
             return;
         }
         par::for_each_chunk_mut(staged, row_bytes, |r, row| {
-            let (n, sr) = (r / s.rows, r % s.rows);
-            row.fill(zero);
-            for sc in 0..s.cols {
-                let Some((iy, ix)) = s.source.pixel(sr, sc, h, w) else {
-                    continue;
-                };
-                let from = &x[n * image + (iy * w + ix) * cb..];
-                let to = &mut row[sc * s.pixel..][..s.pixel];
-                for run in &s.runs {
-                    let values = &from[run.elem..][..run.len];
-                    for (b, &v) in to[run.byte..][..run.len].iter_mut().zip(values) {
-                        // On the grid, v / scale + shift is within rounding
-                        // of an integer in 0..=255: a half added and the
-                        // truncation round it (NaN, on no grid, becomes 0).
-                        *b = ((v * inverse + shift + 0.5) as i32).clamp(0, 255) as u8;
-                    }
-                }
-            }
+            row.fill(self.grid.zero_byte());
+            let kernel = StageRow {
+                conv: self,
+                x,
+                row: r,
+                bytes: row.as_mut_ptr(),
+            };
+            // SAFETY: `lanes` came from `Lanes::for_block`; `run` checked
+            // that `x` holds the whole input, and `bytes` is a staged row.
+            unsafe { run_vectorized(self.lanes, &kernel) }
         });
     }
 
@@ -550,10 +519,52 @@ impl QuantConv {
                 scales: self.scales.as_ptr().add(b * WIDTH),
                 bias: self.params.as_ptr().add(b * WIDTH),
                 epilogue: self.epilogue,
-                step: self.output_step,
+                scaling: self.scaling,
             };
             self.dots.tile(&call, &out);
             ox += pixels;
+        }
+    }
+}
+
+/// Staged row `row` (batch item and row) of a convolution's input, written
+/// to `bytes`.
+struct StageRow<'a> {
+    conv: &'a QuantConv,
+    x: &'a [f32],
+    row: usize,
+    bytes: *mut u8,
+}
+
+impl VectorKernel for StageRow<'_> {
+    #[inline(always)]
+    unsafe fn run<V: Vector>(&self) {
+        let s = &self.conv.staging;
+        let o = &self.conv.outer;
+        let grid = &self.conv.grid;
+        let (h, w, cb) = (o.h, o.w, o.x_cb);
+        let image = o.cin.next_multiple_of(cb) * h * w;
+        let (n, sr) = (self.row / s.rows, self.row % s.rows);
+        let inverse = V::splat(1.0 / grid.scale);
+        let shift = V::splat(grid.zero_point - grid.min);
+        let (zero, top) = (V::splat(0.0), V::splat(255.0));
+        for sc in 0..s.cols {
+            let Some((iy, ix)) = s.source.pixel(sr, sc, h, w) else {
+                continue;
+            };
+            let from = self.x[n * image + (iy * w + ix) * cb..].as_ptr();
+            let to = self.bytes.add(sc * s.pixel);
+            for run in &s.runs {
+                for i in (0..run.len).step_by(V::LANES) {
+                    let k = (run.len - i).min(V::LANES);
+                    let v = load_part::<V>(from.add(run.elem + i), k, 0.0);
+                    // On the grid, v / scale + shift is within rounding of an
+                    // integer in 0..=255; NaN (on no grid) becomes 0, as `max`
+                    // returns its second operand for it.
+                    let q = V::min(V::max(V::round(V::fma(v, inverse, shift)), zero), top);
+                    store_bytes_part(q, to.add(run.byte + i), k);
+                }
+            }
         }
     }
 }
@@ -602,9 +613,9 @@ struct Out<'a> {
     scales: *const f32,
     /// Per lane, with the PRelu slopes where the epilogue says.
     bias: *const f32,
+    /// Applied where the scaling is `Float`.
     epilogue: Epilogue,
-    /// Multiplies every output after the epilogue.
-    step: f32,
+    scaling: Scaling,
 }
 
 /// Each tile pixel's exact sums less their zero-byte parts, per lane, in f32.
@@ -747,26 +758,24 @@ unsafe fn plain_dots(t: &TileCall, zero_sums: *const i32, out: &mut Sums) {
     }
 }
 
-/// Scales each sum to f32, adds the bias and residual, applies the epilogue
-/// and stores the tile's channels.
+/// Scales each sum, adds the bias, then either requantizes it or adds the
+/// residual and applies the epilogue, and stores the tile's channels.
+// `match`, not `Option::map`: a closure is compiled without the vector
+// instructions, so the vector operations in it would be calls.
+#[allow(clippy::manual_map)]
 #[inline(always)]
 unsafe fn finish<V: Vector>(pixels: usize, sums: &Sums, out: &Out) {
     for (p, sum) in sums.iter().enumerate().take(pixels) {
         let at = p * out.pixel;
-        let scaled = |c: usize| {
-            let v = V::load(sum[c..].as_ptr());
-            V::fma(v, V::load(out.scales.add(c)), V::load(out.bias.add(c)))
-        };
         match out.lane_offsets {
             None => {
                 for c in (0..out.channels).step_by(V::LANES) {
                     let k = (out.channels - c).min(V::LANES);
-                    let mut v = scaled(c);
-                    if let Some(r) = out.residual {
-                        v = V::add(v, load_part(r.add(at + c), k, 0.0));
-                    }
-                    let v = V::mul(out.epilogue.apply(v, out.bias.add(c)), V::splat(out.step));
-                    store_part(v, out.y.add(at + c), k);
+                    let r = match out.residual {
+                        Some(r) => Some(load_part::<V>(r.add(at + c), k, 0.0)),
+                        None => None,
+                    };
+                    store_part(output(out, sum, c, r), out.y.add(at + c), k);
                 }
             }
             Some(offs) => {
@@ -779,17 +788,37 @@ unsafe fn finish<V: Vector>(pixels: usize, sums: &Sums, out: &Out) {
                     }
                 }
                 for c in (0..out.channels).step_by(V::LANES) {
-                    let mut v = scaled(c);
-                    if out.residual.is_some() {
-                        v = V::add(v, V::load(lanes[c..].as_ptr()));
-                    }
-                    V::mul(out.epilogue.apply(v, out.bias.add(c)), V::splat(out.step))
-                        .store(lanes[c..].as_mut_ptr());
+                    let r = match out.residual {
+                        Some(_) => Some(V::load(lanes[c..].as_ptr())),
+                        None => None,
+                    };
+                    output(out, sum, c, r).store(lanes[c..].as_mut_ptr());
                 }
                 for (l, &v) in lanes.iter().enumerate().take(out.channels) {
                     *out.y.offset(offset(l)) = v;
                 }
             }
+        }
+    }
+}
+
+/// The outputs of channels `c..` of a pixel's sums `sum`, with the residual
+/// `r` where the scaling is `Float`.
+#[inline(always)]
+unsafe fn output<V: Vector>(out: &Out, sum: &[f32; WIDTH], c: usize, r: Option<V>) -> V {
+    let v = V::load(sum[c..].as_ptr());
+    let v = V::fma(v, V::load(out.scales.add(c)), V::load(out.bias.add(c)));
+    match out.scaling {
+        Scaling::Requantized { step, lo, hi } => {
+            let q = V::min(V::max(V::round(v), V::splat(lo)), V::splat(hi));
+            V::mul(q, V::splat(step))
+        }
+        Scaling::Float => {
+            let v = match r {
+                Some(r) => V::add(v, r),
+                None => v,
+            };
+            out.epilogue.apply(v, out.bias.add(c))
         }
     }
 }

@@ -3,6 +3,7 @@
 
 use super::direct::ConvGeom;
 use super::tile::{ChannelParams, Epilogue};
+use crate::runtime::kernels::quantized::Grid;
 use crate::runtime::kernels::simd::Isa;
 
 /// What a dense convolution is built from.
@@ -22,42 +23,7 @@ pub struct ConvSpec<'a> {
     /// Worker threads the model runs on.
     pub threads: usize,
     /// The quantization grid every input value lies on, if known.
-    pub grid: Option<InputGrid>,
+    pub grid: Option<Grid>,
     /// Whether a residual is added to every output before the epilogue.
     pub residual: bool,
-}
-
-/// The quantization grid a convolution's input lies on: every value is
-/// `(q - zero_point) * scale` for an integer `q` in `min..=max`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct InputGrid {
-    /// The grid's step.
-    pub scale: f32,
-    /// The integer that stands for 0.
-    pub zero_point: f32,
-    /// The least integer of the quantized type.
-    pub min: f32,
-    /// The greatest integer of the quantized type.
-    pub max: f32,
-}
-
-impl InputGrid {
-    /// Whether the grid's integers, shifted by `min`, are bytes: a positive
-    /// finite step, integral bounds at most 255 apart and the zero point
-    /// between them (8-bit types, signed or not).
-    pub(in crate::runtime) fn fits_a_byte(&self) -> bool {
-        let integral = |v: f32| v.is_finite() && v.fract() == 0.0;
-        self.scale.is_finite()
-            && self.scale > 0.0
-            && [self.zero_point, self.min, self.max]
-                .into_iter()
-                .all(integral)
-            && self.max - self.min <= 255.0
-            && (self.min..=self.max).contains(&self.zero_point)
-    }
-
-    /// The byte that stands for 0 (the zero point shifted by `-min`).
-    pub(super) fn zero_byte(&self) -> u8 {
-        (self.zero_point - self.min) as u8
-    }
 }

@@ -10,9 +10,10 @@ use crate::graph::UnaryOp;
 use crate::runtime::kernels::conv::algo::ConvSpec;
 use crate::runtime::kernels::conv::depthwise::Depthwise;
 use crate::runtime::kernels::conv::direct::{ConvGeom, PackedConv};
-use crate::runtime::kernels::conv::int8::{InputGrid, IntegerWeights, QuantConv};
+use crate::runtime::kernels::conv::int8::{IntegerWeights, QuantConv};
 use crate::runtime::kernels::conv::pixel_lanes::PixelLanes;
 use crate::runtime::kernels::conv::tile::{ChannelParams, Epilogue};
+use crate::runtime::kernels::quantized::Grid;
 use crate::runtime::kernels::simd::Isa;
 use crate::runtime::test_support::{available_isas, Blocked, FusedTail, Rng};
 
@@ -606,7 +607,7 @@ fn winograd_matches_a_naive_loop_for_every_isa_tile_and_blocking() {
 /// integers (logical NCHW). Where `exact`, every step is 1.
 struct QuantCase {
     g: ConvGeom,
-    grid: InputGrid,
+    grid: Grid,
     x: Vec<f32>,
     steps: Vec<f32>,
     wt: Vec<f32>,
@@ -649,7 +650,7 @@ fn quant_case(case: usize, exact: bool, rng: &mut Rng) -> QuantCase {
     } else {
         0.01 + rng.below(100) as f32 / 1000.0
     };
-    let grid = InputGrid {
+    let grid = Grid {
         scale,
         zero_point: zero_point as f32,
         min: min as f32,

@@ -125,12 +125,39 @@ pub(in crate::runtime) unsafe fn store_part<V: Vector>(v: V, p: *mut f32, k: usi
     std::ptr::copy_nonoverlapping(staged.as_ptr(), p, k);
 }
 
+/// Stores the first `k` lanes of `v`, integers in `0..=255`, as bytes at `p`
+/// (the whole vector when `k` is `V::LANES`); nothing past them is written.
+#[inline(always)]
+pub(in crate::runtime) unsafe fn store_bytes_part<V: Vector>(v: V, p: *mut u8, k: usize) {
+    if k == V::LANES {
+        return v.store_bytes(p);
+    }
+    let mut staged = [0u8; MAX_LANES];
+    v.store_bytes(staged.as_mut_ptr());
+    std::ptr::copy_nonoverlapping(staged.as_ptr(), p, k);
+}
+
 /// Operations of one vector of `LANES` f32.
 pub(in crate::runtime) trait Vector: Copy {
     const LANES: usize;
     unsafe fn load(p: *const f32) -> Self;
     unsafe fn splat(x: f32) -> Self;
     unsafe fn fma(a: Self, b: Self, c: Self) -> Self;
+    /// `a * b + c` rounded once, on every instruction set (`fma` may round
+    /// twice where the vectors have no fused multiply-add): what arithmetic
+    /// that must match another engine's bit for bit needs.
+    #[inline(always)]
+    unsafe fn fused_mul_add(a: Self, b: Self, c: Self) -> Self {
+        let mut lanes = [[0f32; MAX_LANES]; 3];
+        for (v, to) in [a, b, c].into_iter().zip(&mut lanes) {
+            v.store(to.as_mut_ptr());
+        }
+        let [mut x, y, z] = lanes;
+        for i in 0..Self::LANES {
+            x[i] = x[i].mul_add(y[i], z[i]);
+        }
+        Self::load(x.as_ptr())
+    }
     unsafe fn add(a: Self, b: Self) -> Self;
     /// `a` clamped into `[lo, hi]`; NaN passes through (`max` and `min` return
     /// their second operand for it), as ONNX Relu and Clip want.
@@ -139,6 +166,15 @@ pub(in crate::runtime) trait Vector: Copy {
         Self::min(hi, Self::max(lo, a))
     }
     unsafe fn store(self, p: *mut f32);
+    /// Stores the lanes, integers in `0..=255`, as `LANES` bytes.
+    #[inline(always)]
+    unsafe fn store_bytes(self, p: *mut u8) {
+        let mut lanes = [0f32; MAX_LANES];
+        self.store(lanes.as_mut_ptr());
+        for (i, &v) in lanes[..Self::LANES].iter().enumerate() {
+            *p.add(i) = v as u8;
+        }
+    }
     unsafe fn sub(a: Self, b: Self) -> Self;
     unsafe fn mul(a: Self, b: Self) -> Self;
     unsafe fn div(a: Self, b: Self) -> Self;

@@ -44,6 +44,15 @@ impl Vector for Zmm {
         add _mm512_add_ps, sub _mm512_sub_ps, mul _mm512_mul_ps, div _mm512_div_ps,
         max _mm512_max_ps, min _mm512_min_ps);
     #[inline(always)]
+    unsafe fn fused_mul_add(a: Self, b: Self, c: Self) -> Self {
+        Self::fma(a, b, c)
+    }
+    #[inline(always)]
+    unsafe fn store_bytes(self, p: *mut u8) {
+        let ints = _mm512_cvtps_epi32(self.0);
+        _mm_storeu_si128(p.cast(), _mm512_cvtepi32_epi8(ints));
+    }
+    #[inline(always)]
     unsafe fn even(a: Self, b: Self) -> Self {
         let idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
         Zmm(_mm512_permutex2var_ps(a.0, idx, b.0))
@@ -89,6 +98,20 @@ impl Vector for Ymm {
     one_instruction_ops!(Ymm: _mm256_loadu_ps, _mm256_set1_ps, _mm256_storeu_ps, _mm256_fmadd_ps,
         add _mm256_add_ps, sub _mm256_sub_ps, mul _mm256_mul_ps, div _mm256_div_ps,
         max _mm256_max_ps, min _mm256_min_ps);
+    #[inline(always)]
+    unsafe fn fused_mul_add(a: Self, b: Self, c: Self) -> Self {
+        Self::fma(a, b, c)
+    }
+    #[inline(always)]
+    unsafe fn store_bytes(self, p: *mut u8) {
+        let ints = _mm256_cvtps_epi32(self.0);
+        let (low, high) = (
+            _mm256_castsi256_si128(ints),
+            _mm256_extracti128_si256::<1>(ints),
+        );
+        let words = _mm_packus_epi32(low, high);
+        _mm_storel_epi64(p.cast(), _mm_packus_epi16(words, words));
+    }
     #[inline(always)]
     unsafe fn even(a: Self, b: Self) -> Self {
         // a0 a2 b0 b2 | a4 a6 b4 b6, then the 64-bit pairs reordered.

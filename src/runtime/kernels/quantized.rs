@@ -1,0 +1,145 @@
+//! Quantization grids, and the integer arithmetic on them that the peers'
+//! quantized kernels define: a result rounds onto its grid from the integers
+//! of its operands exactly as onnxruntime computes it, so that a quantized
+//! model's values match it step for step rather than within a step.
+
+use super::simd::Vector;
+use crate::core::scalar::UnaryOp;
+
+/// A quantization grid: every value is `(q - zero_point) * scale` for an
+/// integer `q` in `min..=max`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Grid {
+    /// The grid's step.
+    pub scale: f32,
+    /// The integer that stands for 0.
+    pub zero_point: f32,
+    /// The least integer of the quantized type.
+    pub min: f32,
+    /// The greatest integer of the quantized type.
+    pub max: f32,
+}
+
+impl Grid {
+    /// The grid a QuantizeDequantize rounds onto; `None` for any other op.
+    pub fn of(op: UnaryOp) -> Option<Grid> {
+        match op {
+            UnaryOp::QuantizeDequantize {
+                scale,
+                zero_point,
+                min,
+                max,
+            } => Some(Grid {
+                scale,
+                zero_point,
+                min,
+                max,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Whether the grid's integers, shifted by `min`, are bytes: a positive
+    /// finite step, integral bounds at most 255 apart and the zero point
+    /// between them (8-bit types, signed or not).
+    pub(in crate::runtime) fn fits_a_byte(&self) -> bool {
+        self.is_integral() && self.max - self.min <= 255.0
+    }
+
+    /// A positive finite step, integral bounds and the zero point between them.
+    fn is_integral(&self) -> bool {
+        let integral = |v: f32| v.is_finite() && v.fract() == 0.0;
+        self.scale.is_finite()
+            && self.scale > 0.0
+            && [self.zero_point, self.min, self.max]
+                .into_iter()
+                .all(integral)
+            && (self.min..=self.max).contains(&self.zero_point)
+    }
+
+    /// The byte that stands for 0 (the zero point shifted by `-min`).
+    pub(in crate::runtime) fn zero_byte(&self) -> u8 {
+        (self.zero_point - self.min) as u8
+    }
+
+    /// The integer `q` of each value `v` of the grid (`v / scale` is within
+    /// rounding of an integer: the product `(q - zero_point) * scale` was
+    /// rounded once).
+    #[inline(always)]
+    unsafe fn integers<V: Vector>(&self, v: V, inverse: f32) -> V {
+        V::add(
+            V::round(V::mul(v, V::splat(inverse))),
+            V::splat(self.zero_point),
+        )
+    }
+}
+
+/// The sum of values on grids `a` and `b` rounded onto grid `c`, as
+/// onnxruntime's QLinearAdd computes it (and so its QDQ form, which it fuses
+/// into that kernel): from the operands' integers `qa` and `qb`,
+/// `round(qa * ra + (qb * rb + fixed))` with both multiply-adds fused, the
+/// ratios `ra = sa / sc`, `rb = sb / sc` and `fixed = zc - (ra * za + rb *
+/// zb)` in f32, rounded half to even and clamped to `c`'s integers. Computed
+/// from the dequantized values instead (`(a + b) / sc`), about one element
+/// in 10^5 rounds the other way, and a ResNet's residual adds pass that
+/// difference on to every later layer.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct QuantizedAdd {
+    a: Grid,
+    b: Grid,
+    c: Grid,
+    a_inverse: f32,
+    b_inverse: f32,
+    ra: f32,
+    rb: f32,
+    fixed: f32,
+}
+
+impl QuantizedAdd {
+    /// `None` unless every grid has a positive finite step and integral
+    /// bounds.
+    pub fn new(a: Grid, b: Grid, c: Grid) -> Option<QuantizedAdd> {
+        if ![a, b, c].iter().all(Grid::is_integral) {
+            return None;
+        }
+        let (ra, rb) = (a.scale / c.scale, b.scale / c.scale);
+        let ratios = [ra, rb, 1.0 / a.scale, 1.0 / b.scale];
+        ratios.iter().all(|r| r.is_finite()).then_some(())?;
+        Some(QuantizedAdd {
+            a,
+            b,
+            c,
+            a_inverse: 1.0 / a.scale,
+            b_inverse: 1.0 / b.scale,
+            ra,
+            rb,
+            fixed: c.zero_point - (ra * a.zero_point + rb * b.zero_point),
+        })
+    }
+
+    /// `x + y` for `x` on grid `a` and `y` on grid `b`, on grid `c`.
+    ///
+    /// # Safety
+    /// `V`'s instruction set must be available.
+    #[inline(always)]
+    pub(in crate::runtime) unsafe fn apply<V: Vector>(&self, x: V, y: V) -> V {
+        let qa = self.a.integers(x, self.a_inverse);
+        let qb = self.b.integers(y, self.b_inverse);
+        self.sum(qa, qb)
+    }
+
+    /// The sum of the integers `qa` and `qb` on grid `c`, dequantized.
+    #[inline(always)]
+    unsafe fn sum<V: Vector>(&self, qa: V, qb: V) -> V {
+        let rest = V::fused_mul_add(qb, V::splat(self.rb), V::splat(self.fixed));
+        let sum = V::fused_mul_add(qa, V::splat(self.ra), rest);
+        let q = V::min(
+            V::max(V::round(sum), V::splat(self.c.min)),
+            V::splat(self.c.max),
+        );
+        V::mul(
+            V::sub(q, V::splat(self.c.zero_point)),
+            V::splat(self.c.scale),
+        )
+    }
+}
