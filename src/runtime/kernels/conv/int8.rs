@@ -9,9 +9,10 @@
 //! lane, 32 output channels per block. A register tile of pixels times 16 or
 //! 32 output channels accumulates in i32: `vpdpbusd` on AVX-512 VNNI (64
 //! products per instruction, four times the multiply-adds of an f32 FMA),
-//! plain integer arithmetic elsewhere. The exact sums then go through the
-//! float kernels' bias, residual and epilogue, which rounds them onto the
-//! output's grid when a QuantizeDequantize follows.
+//! plain integer arithmetic elsewhere. Where a QuantizeDequantize follows
+//! (and no residual), the exact sums are requantized onto the output's grid
+//! as the peers' integer kernels do (`Scaling::Requantized`); otherwise they
+//! go through the float kernels' bias, residual and epilogue.
 
 use super::direct::{balanced_tile, fill_channel_pad, ConvGeom, OutBlock};
 use super::spec::ConvSpec;
