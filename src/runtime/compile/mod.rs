@@ -777,13 +777,15 @@ impl<'g> Compiler<'g> {
     /// Add node `add` followed by `qdq`, as one quantized add: when `qdq`
     /// rounds onto a grid and both operands lie on grids.
     fn quantized_add(&self, add: NodeId, qdq: UnaryOp) -> Option<QuantizedAdd> {
+        // The cheap checks first: the operands' grids walk the graph.
+        let c = Grid::of(qdq)?;
         if *inner(self.g, add).0 != Op::Binary(BinaryOp::Add) {
             return None;
         }
         let grid = |v: ValueRef| Grid::of(grid_of(self.g, v)?);
         let ins = self.g.node_inputs(add);
         let [a, b] = ins[..] else { return None };
-        QuantizedAdd::new(grid(a)?, grid(b)?, Grid::of(qdq)?)
+        QuantizedAdd::new(grid(a)?, grid(b)?, c)
     }
 
     /// A batch norm with constant parameters as `x * scale + shift` per

@@ -103,14 +103,15 @@ impl QuantizedAdd {
             return None;
         }
         let (ra, rb) = (a.scale / c.scale, b.scale / c.scale);
-        let ratios = [ra, rb, 1.0 / a.scale, 1.0 / b.scale];
+        let (a_inverse, b_inverse) = (1.0 / a.scale, 1.0 / b.scale);
+        let ratios = [ra, rb, a_inverse, b_inverse];
         ratios.iter().all(|r| r.is_finite()).then_some(())?;
         Some(QuantizedAdd {
             a,
             b,
             c,
-            a_inverse: 1.0 / a.scale,
-            b_inverse: 1.0 / b.scale,
+            a_inverse,
+            b_inverse,
             ra,
             rb,
             fixed: c.zero_point - (ra * a.zero_point + rb * b.zero_point),
