@@ -104,7 +104,7 @@ fn main() -> ExitCode {
         Command::Calibrate(args) => cli::native::calibrate(machine, args, json),
         Command::Explore(args) => cli::export::explore(machine, args, json),
     };
-    if let Some(note) = layoutopt::api::not_cached_note() {
+    if let Some(note) = layoutopt::api::measured_under_load_note() {
         eprintln!("note: {note}");
     }
     match result {

@@ -132,7 +132,7 @@ def test_the_command_line_and_python_make_the_same_plan(tmp_path):
     timings aside."""
     exe = pathlib.Path(__file__).resolve().parents[2] / "target" / "release" / "layoutopt"
     assert exe.exists(), f"{exe}: build it first (cargo build --release)"
-    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path), LAYOUTOPT_CACHE_UNDER_LOAD="1")
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path))
     path = str(model_path("resnet_small"))
     cli = subprocess.run(
         [str(exe), "plan", "--json", path], env=env, capture_output=True, text=True, check=True

@@ -452,6 +452,10 @@ pub struct BenchDoc {
     pub isa: String,
     /// The intermediate-value arena.
     pub arena_bytes: usize,
+    /// Importing the model.
+    pub import_ms: f64,
+    /// Planning it.
+    pub plan_ms: f64,
     /// Compile time and every timed run.
     pub timing: Timing,
     /// With `--profile`: every step, in run order.
@@ -459,9 +463,10 @@ pub struct BenchDoc {
 }
 
 impl BenchDoc {
-    /// The document of a bench report.
+    /// The document of a bench report, the model imported in `import_ms`.
     pub fn of(
         report: &PlanReport,
+        import_ms: f64,
         model: &crate::runtime::CompiledModel,
         bench: &crate::runtime::profile::bench::BenchReport,
         timing: Timing,
@@ -488,6 +493,8 @@ impl BenchDoc {
             target: report.family.clone(),
             isa: model.isa().to_string(),
             arena_bytes: model.arena_bytes(),
+            import_ms,
+            plan_ms: report.timings.plan_ms,
             timing,
             profile,
         }

@@ -89,7 +89,7 @@ pub use crate::frontend::npy::{read_npy, read_npz, write_npy};
 pub use crate::frontend::onnx::{load_tensor_pb, ImportError, ImportOptions};
 pub use crate::frontend::{read_file, DeclaredValue, Dim, Interface, ShapeMismatch};
 pub use crate::graph::{format_spans, DType, Graph, Span, Tensor, TensorData, ValueType};
-pub use crate::layout::cost::{ConvQuery, CostModel, MeasuredCosts};
+pub use crate::layout::cost::{ConvQuery, CostModel, MeasuredCosts, WithinMargin};
 pub use crate::layout::plan::Plan;
 /// The layout planners: `Keep`, `Local`, `Greedy`, `Global` (parsed from their
 /// command-line names); see [`crate::layout::planners`] for what each does.
@@ -103,8 +103,9 @@ pub use crate::layout::target::TargetFamily;
 pub use crate::layout::LayoutError;
 pub use native::{
     bench, clear_measurements, compile, conv_algorithms, max_threads, measured_costs,
-    not_cached_note, predicted_step_seconds, time_run, BenchReport, CompiledModel, ConvAlgo,
-    ConvAlgoChoice, Isa, KernelPath, Machine, ModelInput, Roofline, RuntimeError, RuntimeOptions,
+    measured_under_load_note, predicted_step_seconds, time_run, BenchReport, CompiledModel,
+    ConvAlgo, ConvAlgoChoice, Isa, KernelPath, Machine, ModelInput, Roofline, RuntimeError,
+    RuntimeOptions,
 };
 pub use session::{Session, SessionOptions, ShapeModel};
 

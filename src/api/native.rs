@@ -87,7 +87,7 @@ pub fn clear_measurements(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 }
 
 /// What to tell the user when this process measured under load: those
-/// measurements served this process only and were not cached.
-pub fn not_cached_note() -> Option<String> {
-    load::not_cached_note()
+/// measurements are cached, and plans follow them until measured again.
+pub fn measured_under_load_note() -> Option<String> {
+    load::measured_under_load_note()
 }

@@ -465,15 +465,18 @@ pub struct BenchArgs {
 pub fn bench(machine: &Machine, args: &BenchArgs, json: bool) -> CliResult {
     let path = args.source.path();
     let options = args.kernels.options(args.threads);
+    let t0 = Instant::now();
     let source = args.source.load()?;
+    let import_ms = ms(t0.elapsed());
     let planned = args.planning.plan(machine, &source, &options)?;
     let (inputs, _) = model_inputs(path, &planned.graph, &[], args.seed)?;
     if !json {
         outln!(
-            "{}: '{}' plan for {}",
+            "{}: imported in {import_ms:.1} ms, '{}' plan for {} in {:.1} ms",
             path.display(),
             planned.report.planner,
-            planned.report.family
+            planned.report.family,
+            planned.report.timings.plan_ms
         )?;
     }
     let t0 = Instant::now();
@@ -500,7 +503,7 @@ pub fn bench(machine: &Machine, args: &BenchArgs, json: bool) -> CliResult {
     )?;
     if json {
         let timing = Timing::of(&report, compile, model.threads(), args.warmup as usize);
-        let doc = BenchDoc::of(&planned.report, &model, &report, timing);
+        let doc = BenchDoc::of(&planned.report, import_ms, &model, &report, timing);
         println!("{}", document("bench", path, &doc));
     } else {
         print!("{report}");

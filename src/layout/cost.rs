@@ -12,7 +12,7 @@ use crate::graph::{numel, Graph, NodeId, Op, Tensor, ValueRef, ValueType};
 use crate::ops::Conv;
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// One convolution in storage layouts, as the planner asks its time.
 pub struct ConvQuery<'a> {
@@ -36,6 +36,78 @@ pub trait MeasuredCosts: Send + Sync + fmt::Debug {
     /// Nanoseconds of one transform of `t` from layout `from` to `to` as the
     /// runtime runs it; `None` when it was not measured.
     fn transform_ns(&self, t: &ValueType, from: &Layout, to: &Layout) -> Option<f64>;
+    /// Times within this fraction of each other that count as one (see
+    /// [`WithinMargin`]); 0 where every difference counts.
+    fn margin(&self) -> f64 {
+        0.0
+    }
+}
+
+/// Measured costs whose noise cannot flip the planner's choice between two
+/// alternatives that measure alike: a convolution's time in one pair of
+/// layouts that lies within `margin` of a time given earlier for another pair
+/// of the same convolution (same weights, same shapes) is given as that
+/// earlier time. The planner asks in a fixed order, so such alternatives tie
+/// in every process, and the tie is broken the same way in each, whichever of
+/// them happened to measure a hair faster there.
+pub struct WithinMargin {
+    measured: Arc<dyn MeasuredCosts>,
+    margin: f64,
+    /// The times given per convolution, with its weights held so that their
+    /// address, part of the key, is not reused by another tensor.
+    given: Mutex<HashMap<ConvKey, (Tensor, Vec<f64>)>>,
+}
+
+/// A convolution: the address of its weights, its input and output shapes.
+type ConvKey = (usize, Vec<usize>, Vec<usize>);
+
+impl WithinMargin {
+    /// `measured`, its convolution times within `margin` (a fraction) of
+    /// one given earlier for the same convolution given as that one.
+    pub fn new(measured: Arc<dyn MeasuredCosts>, margin: f64) -> WithinMargin {
+        WithinMargin {
+            measured,
+            margin,
+            given: Mutex::default(),
+        }
+    }
+}
+
+impl fmt::Debug for WithinMargin {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "WithinMargin({:?}, {})", self.measured, self.margin)
+    }
+}
+
+impl MeasuredCosts for WithinMargin {
+    fn conv_ns(&self, q: &ConvQuery) -> Option<f64> {
+        let ns = self.measured.conv_ns(q)?;
+        let key = (
+            Arc::as_ptr(&q.weights.data) as usize,
+            q.x.0.shape.clone(),
+            q.y.0.shape.clone(),
+        );
+        let mut given = self.given.lock().unwrap_or_else(|e| e.into_inner());
+        let (_, times) = given
+            .entry(key)
+            .or_insert_with(|| (q.weights.clone(), vec![]));
+        let alike = |t: f64| t.max(ns) <= t.min(ns) * (1.0 + self.margin);
+        match times.iter().copied().find(|&t| alike(t)) {
+            Some(earlier) => Some(earlier),
+            None => {
+                times.push(ns);
+                Some(ns)
+            }
+        }
+    }
+
+    fn transform_ns(&self, t: &ValueType, from: &Layout, to: &Layout) -> Option<f64> {
+        self.measured.transform_ns(t, from, to)
+    }
+
+    fn margin(&self) -> f64 {
+        self.margin
+    }
 }
 
 /// Unit costs of the cost model, and the measured kernel times that replace
@@ -79,6 +151,12 @@ impl Default for CostModel {
 }
 
 impl CostModel {
+    /// Measured times within this fraction of each other count as one
+    /// ([`MeasuredCosts::margin`]); 0 without measurements.
+    pub fn margin(&self) -> f64 {
+        self.measured.as_ref().map_or(0.0, |m| m.margin())
+    }
+
     /// Cost of moving `t` from layout `from` to `to`: its measured time, else
     /// reading one and writing the other at copy speed; `relabel_ns` when both
     /// put every element at the same offset.

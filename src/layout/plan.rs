@@ -141,6 +141,7 @@ pub fn plan_with(
             family,
             solver,
             pad_folds,
+            cost_margin: model.margin(),
         };
         report(g, best, planned, &options.pins)
     });
@@ -243,6 +244,7 @@ struct Planned {
     family: TargetFamily,
     solver: Option<SolverInfo>,
     pad_folds: Vec<PadFold>,
+    cost_margin: f64,
 }
 
 /// The plan of the finished assignment `best` of `g` (the canonical graph),
@@ -266,6 +268,7 @@ fn report(g: &Graph, best: Finished, planned: Planned, pins: &Pins) -> Plan {
         pad_folds: planned.pad_folds,
         estimated_cost: best.estimated_cost,
         rewritten_cost: best.rewritten_cost,
+        cost_margin: planned.cost_margin,
         solver: planned.solver,
         rewrite: best.rewrite,
         timings: PlanTimings::default(),

@@ -69,7 +69,7 @@ fn describe(name: &str, shape: &[usize]) -> String {
 }
 
 /// Where a model tensor lives in a planned graph.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TensorLayout {
     /// The layout its producer writes it in.
     pub layout: String,
@@ -118,6 +118,10 @@ pub struct PlanReport {
     /// (ns, estimated): what the planned graph costs under the cost model.
     #[serde(rename = "rewritten_cost_ns")]
     pub rewritten_cost: f64,
+    /// Measured times within this fraction of each other count as one, so
+    /// that noise cannot flip a choice between alternatives that measure
+    /// alike (`cost::WithinMargin`); 0 under an unmeasured cost model.
+    pub cost_margin: f64,
     /// The solver's account, for the global planner.
     pub solver: Option<SolverInfo>,
     /// The e-graph rewriting after materialisation, when it ran.

@@ -6,14 +6,12 @@
 use crate::support::bundled::load_test_data;
 use crate::support::compare::max_abs_err;
 use crate::support::plan::plan_builtin;
-use crate::support::process::run_test_in_child;
 use layoutopt::api::logical::LogicalView;
 use layoutopt::api::{
     load_model, ConvQuery, CostModel, Costs, Layout, Machine, MeasuredCosts, PlanLayouts,
-    PlannerKind, TargetFamily,
+    PlannerKind, TargetFamily, WithinMargin,
 };
 use layoutopt::graph::{Graph, Tensor, ValueType};
-use layoutopt::runtime::measure::load::{cache_under_load, CACHE_UNDER_LOAD_ENV};
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -241,32 +239,80 @@ fn measured_conv_times_replace_the_estimate() {
     assert!(fast_blocked.report.estimated_cost < 1e9);
 }
 
-/// Options for one thread measuring into an empty cache directory of its own
-/// (named after `test`), that directory, and a machine caching into it. What is cached is tested, not
-/// the guard against load, so measurements are cached under load too: the
-/// switch is an environment variable, which is process-wide, so where this
-/// process lacks it `test` (a test of this module) runs again in a child copy
-/// of this binary that has it, and `None` is returned.
-fn one_thread_with_empty_cache(test: &str) -> Option<(PathBuf, RuntimeOptions, Machine)> {
-    if !cache_under_load() {
-        run_test_in_child(&format!("api::{test}"), &[(CACHE_UNDER_LOAD_ENV, "1")]);
-        return None;
+/// Convolutions that take the same time in every pair of layouts, measured
+/// with up to 2% of noise drawn from `seed`: the noise alone tells the
+/// layouts apart.
+#[derive(Debug)]
+struct NoisyEqualConvTimes {
+    seed: u64,
+}
+
+impl MeasuredCosts for NoisyEqualConvTimes {
+    fn conv_ns(&self, q: &ConvQuery) -> Option<f64> {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (
+            self.seed,
+            q.x.1.to_string(),
+            q.y.1.to_string(),
+            &q.y.0.shape,
+        )
+            .hash(&mut h);
+        let noise = (h.finish() % 2001) as f64 / 1000.0 - 1.0;
+        Some(1e5 * (1.0 + 0.02 * noise))
     }
+    fn transform_ns(&self, _: &ValueType, _: &Layout, _: &Layout) -> Option<f64> {
+        None
+    }
+}
+
+#[test]
+fn measurement_noise_within_the_margin_never_changes_the_plan() {
+    let g = load_model(&bundled("resnet_small/model.onnx")).unwrap();
+    let plan = |seed: u64, margin: Option<f64>| {
+        let noisy = std::sync::Arc::new(NoisyEqualConvTimes { seed });
+        let measured: std::sync::Arc<dyn MeasuredCosts> = match margin {
+            Some(m) => std::sync::Arc::new(WithinMargin::new(noisy, m)),
+            None => noisy,
+        };
+        let cost = CostModel {
+            measured: Some(measured),
+            ..CostModel::default()
+        };
+        let report = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
+            .with_cost_model(cost)
+            .plan(&g)
+            .unwrap()
+            .report;
+        assert_eq!(report.cost_margin, margin.unwrap_or(0.0));
+        report.tensors
+    };
+    // Taken as measured, the noise decides some layouts: the plans differ.
+    let raw: Vec<_> = (0..8).map(|seed| plan(seed, None)).collect();
+    assert!(raw.iter().any(|p| p != &raw[0]), "the noise never mattered");
+    // Within a 5% margin, every process plans alike.
+    let first = plan(0, Some(0.05));
+    for seed in 1..8 {
+        assert_eq!(plan(seed, Some(0.05)), first, "seed {seed}");
+    }
+}
+
+/// Options for one thread measuring into an empty cache directory of its own
+/// (named after `test`), that directory, and a machine caching into it.
+fn one_thread_with_empty_cache(test: &str) -> (PathBuf, RuntimeOptions, Machine) {
     let dir = std::env::temp_dir().join(format!("layoutopt-{test}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut options = RuntimeOptions::with_threads(1);
     options.conv_algo.cache = Some(dir.clone());
     let machine = Machine::with_cache(Some(dir.clone()));
-    Some((dir, options, machine))
+    (dir, options, machine)
 }
 
 #[test]
 fn the_measured_cost_model_is_cached_and_predicts_the_steps() {
     use layoutopt::runtime::profile::calibrate::{measured_cost_model, predicted_step_seconds};
     let test = "the_measured_cost_model_is_cached_and_predicts_the_steps";
-    let Some((dir, options, machine)) = one_thread_with_empty_cache(test) else {
-        return;
-    };
+    let (dir, options, machine) = one_thread_with_empty_cache(test);
     let g = load_model(&bundled("resnet_small/model.onnx")).unwrap();
     let plan = |options: &RuntimeOptions| {
         PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
@@ -309,9 +355,7 @@ fn a_layout_transform_is_predicted_by_the_time_the_planner_measured_for_it() {
     use layoutopt::ops::LayoutTransform;
     use layoutopt::runtime::profile::calibrate::{measured_cost_model, predicted_step_seconds};
     let test = "a_layout_transform_is_predicted_by_the_time_the_planner_measured_for_it";
-    let Some((dir, options, machine)) = one_thread_with_empty_cache(test) else {
-        return;
-    };
+    let (dir, options, machine) = one_thread_with_empty_cache(test);
     let t = ValueType::new(DType::F32, vec![1, 17, 8, 8]);
     let (nchw, blocked) = (
         Layout::parse("NCHW").unwrap(),

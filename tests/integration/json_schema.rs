@@ -217,7 +217,7 @@ fn compare_measures_compile_apart_and_ten_runs() {
 }
 
 #[test]
-fn bench_keeps_every_run() {
+fn bench_keeps_every_run_and_times_each_stage() {
     let doc = document(
         "bench",
         "resnet_small/model.onnx",
@@ -230,6 +230,14 @@ fn bench_keeps_every_run() {
     let min = runs.iter().copied().fold(f64::INFINITY, f64::min);
     assert_eq!(doc["timing"]["min_ms"].as_f64().unwrap(), min);
     assert!(doc["profile"].is_null());
+    // Import, plan and compile are timed apart, none of them in the runs.
+    for stage in [
+        &doc["import_ms"],
+        &doc["plan_ms"],
+        &doc["timing"]["compile_ms"],
+    ] {
+        assert!(stage.as_f64().is_some_and(|ms| ms > 0.0), "{stage}");
+    }
 }
 
 #[test]

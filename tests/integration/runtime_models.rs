@@ -145,8 +145,6 @@ fn cli(args: &[&str], cache: &Path) -> String {
         .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .env("XDG_CACHE_HOME", cache)
-        // The caches are tested, not the guard against load.
-        .env("LAYOUTOPT_CACHE_UNDER_LOAD", "1")
         .output()
         .unwrap();
     assert!(

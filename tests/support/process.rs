@@ -63,23 +63,6 @@ pub fn test_in_child(name: &str) -> Command {
     command
 }
 
-/// Runs test `name` as [`test_in_child`] does with `env` set, and asserts
-/// that it ran and passed.
-pub fn run_test_in_child(name: &str, env: &[(&str, &str)]) {
-    let out = test_in_child(name)
-        .envs(env.iter().copied())
-        .output()
-        .expect("the child starts");
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    assert!(
-        out.status.success() && stdout.contains(&format!("test {name} ... ok")),
-        "{name} in a child with {env:?}:\n{stdout}\n{stderr}"
-    );
-}
-
 /// This process's peak RSS in kB (`VmHWM`), 0 where /proc does not tell.
 pub fn own_peak_kb() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();

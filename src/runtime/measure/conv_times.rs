@@ -3,7 +3,7 @@
 //! layer's shape on the calling pool's threads, and its milliseconds are
 //! cached in the machine's kernel times under the layer's geometry.
 
-use super::kernel_times::KernelTimes;
+use super::kernel_times::{KernelTimes, SAME_TIME};
 use crate::runtime::kernels::conv::algo::ConvAlgo;
 use crate::runtime::kernels::conv::algo::{
     candidates, ConvAlgoOptions, ConvDecision, ConvKernel, ConvSpec, SharedWeights,
@@ -28,9 +28,7 @@ pub(in crate::runtime) fn build(
         _ => {
             let millis = millis_in(times, spec, &candidates, &shared);
             times.save();
-            let best = (0..candidates.len())
-                .min_by(|&a, &b| millis[a].total_cmp(&millis[b]))
-                .unwrap_or(0);
+            let best = first_within_margin(&millis);
             ConvDecision {
                 algo: candidates[best],
                 millis: candidates.iter().copied().zip(millis).collect(),
@@ -41,27 +39,76 @@ pub(in crate::runtime) fn build(
     (spec.kernel(decision.algo, &shared), decision)
 }
 
+/// The first of `millis` within [`SAME_TIME`] of the fastest: candidates
+/// come in a fixed order (direct first), so two that measure alike are
+/// decided the same way in every process, whichever was a hair faster there.
+fn first_within_margin(millis: &[f64]) -> usize {
+    let fastest = millis.iter().copied().fold(f64::INFINITY, f64::min);
+    millis
+        .iter()
+        .position(|&ms| ms <= fastest * (1.0 + SAME_TIME))
+        .unwrap_or(0)
+}
+
 /// Each candidate's milliseconds at the spec's shape, those `times` lacks
-/// measured now and recorded there.
+/// measured now (on the spec's [`band`]) and recorded there.
 fn millis_in(
     times: &mut KernelTimes,
     spec: &ConvSpec,
     candidates: &[ConvAlgo],
     shared: &SharedWeights,
 ) -> Vec<f64> {
-    let g = &spec.geom;
-    let key = g.key();
+    let (band, scale) = band(&spec.geom, spec.threads);
+    let key = band.key();
+    let measured = ConvSpec {
+        geom: band,
+        ..spec.clone()
+    };
     candidates
         .iter()
         .map(|&a| {
             let name = a.to_string();
-            times.get(a.kernel(), &key, &name).unwrap_or_else(|| {
-                let ms = time_once(times, g, &spec.kernel(a, shared));
+            let ms = times.get(a.kernel(), &key, &name).unwrap_or_else(|| {
+                let ms = time_once(times, &measured.geom, &measured.kernel(a, shared));
                 times.record(a.kernel(), &key, &name, ms);
                 ms
-            })
+            });
+            ms * scale
         })
         .collect()
+}
+
+/// Flops of one measured run per worker thread, at most: a convolution with
+/// more is timed on a band of its output rows (a VGG or Inception layer at
+/// full size took seconds to measure in all its layouts and algorithms).
+const BAND_FLOPS_PER_THREAD: f64 = 50e6;
+/// A band's rows come in multiples of this, the rows of the tallest Winograd tile.
+const BAND_ROWS: usize = 4;
+
+/// The convolution a layer of geometry `g` is measured as, on `threads`
+/// threads, and what its time is multiplied by: the layer itself, or a band
+/// of its output rows from the middle of the image (every row's window
+/// inside the input, as most rows of a large layer are), its time scaled by
+/// the layer's rows. The band keeps every channel, the weights and the row
+/// width, so each row does the layer's work; what it leaves out is the cost
+/// of the padded top and bottom rows and any cost that does not grow with
+/// the rows, the same for every layout and algorithm the band is timed in.
+pub(in crate::runtime) fn band(g: &ConvGeom, threads: usize) -> (ConvGeom, f64) {
+    let row_flops =
+        2.0 * (g.n * g.cout * g.ow * (g.cin / g.groups.max(1)).max(1) * g.k.0 * g.k.1) as f64;
+    let wanted = (BAND_FLOPS_PER_THREAD * threads.max(1) as f64 / row_flops).ceil() as usize;
+    let rows = wanted.max(1).next_multiple_of(BAND_ROWS);
+    if rows >= g.oh {
+        return (g.clone(), 1.0);
+    }
+    let window = (g.k.0 - 1) * g.dilation.0 + 1;
+    let band = ConvGeom {
+        h: (rows - 1) * g.stride.0 + window,
+        oh: rows,
+        pad: (0, g.pad.1),
+        ..g.clone()
+    };
+    (band, g.oh as f64 / rows as f64)
 }
 
 /// The milliseconds of the algorithm `build` would run the spec with (under
@@ -85,7 +132,7 @@ pub(in crate::runtime) fn expected_millis(
 /// choice is timed only to be planned): the profile predicts the step by it.
 pub(in crate::runtime) fn add_cached_time(
     decision: &mut ConvDecision,
-    geom: &ConvGeom,
+    (geom, threads): (&ConvGeom, usize),
     options: &ConvAlgoOptions,
     times: &KernelTimes,
 ) {
@@ -93,8 +140,9 @@ pub(in crate::runtime) fn add_cached_time(
     if options.cache.is_none() || decision.millis.iter().any(|(a, _)| *a == algo) {
         return;
     }
-    if let Some(ms) = times.get(algo.kernel(), &geom.key(), &algo.to_string()) {
-        decision.millis.push((algo, ms));
+    let (band, scale) = band(geom, threads);
+    if let Some(ms) = times.get(algo.kernel(), &band.key(), &algo.to_string()) {
+        decision.millis.push((algo, ms * scale));
     }
 }
 
@@ -108,4 +156,61 @@ fn time_once(times: &mut KernelTimes, g: &ConvGeom, k: &ConvKernel) -> f64 {
             k.run(&x, None, y, scratch)
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{band, first_within_margin, BAND_ROWS};
+    use crate::runtime::kernels::conv::direct::ConvGeom;
+
+    fn geom(side: usize, channels: usize, k: usize, stride: usize) -> ConvGeom {
+        let pad = k / 2;
+        ConvGeom {
+            n: 1,
+            cin: channels,
+            h: side,
+            w: side,
+            cout: channels,
+            oh: (side + 2 * pad - k) / stride + 1,
+            ow: (side + 2 * pad - k) / stride + 1,
+            k: (k, k),
+            stride: (stride, stride),
+            dilation: (1, 1),
+            pad: (pad, pad),
+            groups: 1,
+            x_cb: 16,
+            y_cb: 16,
+        }
+    }
+
+    #[test]
+    fn a_large_convolution_is_measured_on_a_band_of_whole_rows() {
+        // VGG16's second layer: 3.7 GFLOP, measured on a few rows.
+        for (g, threads) in [(geom(224, 64, 3, 1), 1), (geom(224, 64, 3, 2), 4)] {
+            let (b, scale) = band(&g, threads);
+            assert!(b.oh < g.oh && b.oh % BAND_ROWS == 0, "{b:?}");
+            assert_eq!(scale, g.oh as f64 / b.oh as f64);
+            // Every row's window inside the band's input, no padding above or below.
+            assert_eq!(b.pad.0, 0);
+            assert_eq!((b.h - b.k.0) / b.stride.0 + 1, b.oh);
+            // The rest is the layer's.
+            let same = |g: &ConvGeom| (g.n, g.cin, g.cout, g.w, g.ow, g.k, g.stride, g.pad.1);
+            assert_eq!(same(&b), same(&g));
+        }
+        // More threads, a taller band.
+        assert!(band(&geom(224, 64, 3, 1), 4).0.oh > band(&geom(224, 64, 3, 1), 1).0.oh);
+        // A small layer is measured whole.
+        let small = geom(14, 64, 3, 1);
+        assert_eq!(band(&small, 1), (small, 1.0));
+    }
+
+    #[test]
+    fn a_candidate_within_the_margin_of_the_fastest_keeps_its_place() {
+        assert_eq!(first_within_margin(&[1.0, 0.5, 0.52]), 1);
+        assert_eq!(first_within_margin(&[1.0, 0.98, 0.5]), 2);
+        // Within 5%: the earlier one, in every process.
+        assert_eq!(first_within_margin(&[1.0, 0.97]), 0);
+        assert_eq!(first_within_margin(&[0.97, 1.0]), 0);
+        assert_eq!(first_within_margin(&[1.0, 0.9]), 1);
+    }
 }

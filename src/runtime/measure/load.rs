@@ -1,5 +1,8 @@
-//! How busy the rest of the machine was while something was measured, so that
-//! a measurement taken under load is not cached as this machine's speed.
+//! How busy the rest of the machine was while something was measured: a
+//! measurement taken under load is cached all the same (every process on the
+//! machine then plans from the same times, where measuring again in each one
+//! gave each its own plan), marked with the load and reported, so that a user
+//! can measure again on a quiet machine (`layoutopt calibrate --clear`).
 //!
 //! A window's load is read from `/proc/stat` (CPU time of the whole machine,
 //! steal included) less `/proc/self/stat` (this process's own threads) at both
@@ -14,15 +17,6 @@ use std::sync::Mutex;
 /// for the measurement still to count as quiet (a desktop's background
 /// daemons take a few percent).
 pub const QUIET_SHARE: f64 = 0.1;
-
-/// Set to 1, measurements are cached whatever the load: for a machine that is
-/// never quiet, and for tests of the caches themselves.
-pub const CACHE_UNDER_LOAD_ENV: &str = "LAYOUTOPT_CACHE_UNDER_LOAD";
-
-/// Whether [`CACHE_UNDER_LOAD_ENV`] is set to 1.
-pub fn cache_under_load() -> bool {
-    std::env::var_os(CACHE_UNDER_LOAD_ENV).is_some_and(|v| v == "1")
-}
 
 /// CPU time of the whole machine and of this process at one moment, in clock ticks.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -121,6 +115,13 @@ impl Load {
         };
     }
 
+    /// Takes in the windows of `other`, taken after this one's.
+    pub fn join(&mut self, other: Load) {
+        if let Some((a, b)) = other.span {
+            self.extend(a, b);
+        }
+    }
+
     /// Cores other processes kept busy on average.
     pub fn others_cores(&self) -> f64 {
         // A span shorter than a tick still shows a tick of others' work as load.
@@ -160,13 +161,12 @@ pub fn metered<T>(load: &mut Load, f: impl FnOnce() -> T) -> T {
     out
 }
 
-/// The heaviest load under which this process measured something it then
-/// kept out of the cache.
-static NOT_CACHED: Mutex<Option<Load>> = Mutex::new(None);
+/// The heaviest load under which this process measured something it cached.
+static MEASURED_UNDER_LOAD: Mutex<Option<Load>> = Mutex::new(None);
 
-/// Notes that measurements taken under `load` were used but not cached.
-pub(in crate::runtime) fn note_not_cached(load: Load) {
-    if let Ok(mut worst) = NOT_CACHED.lock() {
+/// Notes that measurements taken under `load` were cached.
+pub(in crate::runtime) fn note_measured_under_load(load: Load) {
+    if let Ok(mut worst) = MEASURED_UNDER_LOAD.lock() {
         if worst.is_none_or(|w| w.others_cores() < load.others_cores()) {
             *worst = Some(load);
         }
@@ -174,12 +174,13 @@ pub(in crate::runtime) fn note_not_cached(load: Load) {
 }
 
 /// What the command line tells the user when this process measured kernel
-/// times or peaks under load: they served this run only.
-pub fn not_cached_note() -> Option<String> {
-    let load = (*NOT_CACHED.lock().ok()?)?;
+/// times or peaks under load: they are cached, and every later plan on this
+/// machine follows them.
+pub fn measured_under_load_note() -> Option<String> {
+    let load = (*MEASURED_UNDER_LOAD.lock().ok()?)?;
     Some(format!(
-        "measurements taken while {} were used for this run only, not cached \
-         (plans made now may differ from those on a quiet machine)",
+        "kernel times measured while {} are cached and plans on this machine \
+         follow them; `layoutopt calibrate --clear` on a quiet machine measures again",
         load.describe()
     ))
 }

@@ -5,9 +5,9 @@
 //! The peaks are cached per CPU model, instruction set and thread count, so a
 //! profile costs no probe after the first and compares against the same roof.
 //! Peaks probed while other processes kept the cores busy (`load.rs`) are
-//! used for this run but not cached.
+//! cached too, marked as such.
 
-use super::load::{note_not_cached, Load};
+use super::load::{note_measured_under_load, Load};
 use crate::core::par;
 use crate::runtime::kernels::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel};
 use serde::de::DeserializeOwned;
@@ -184,8 +184,9 @@ pub enum PeaksSource {
     Cached(PathBuf),
     /// Probed now; written to this cache file when it could be.
     Probed(Option<PathBuf>),
-    /// Probed now while other processes took this much of the machine: not cached.
-    Busy(Load),
+    /// Probed now while other processes took this much of the machine;
+    /// written to this cache file when it could be.
+    ProbedUnderLoad(Option<PathBuf>, Load),
 }
 
 /// The peaks a profile is measured against, and where they come from.
@@ -211,8 +212,12 @@ impl fmt::Display for Roofline {
                 write!(f, "probed now, cached in {})", path.display())
             }
             PeaksSource::Probed(None) => write!(f, "probed now, no cache)"),
-            PeaksSource::Busy(load) => {
-                write!(f, "probed now while {}: not cached)", load.describe())
+            PeaksSource::ProbedUnderLoad(path, load) => {
+                write!(f, "probed now while {}", load.describe())?;
+                match path {
+                    Some(path) => write!(f, ", cached in {})", path.display()),
+                    None => write!(f, ", no cache)"),
+                }
             }
         }
     }
@@ -307,42 +312,72 @@ impl<E: Serialize + DeserializeOwned> CacheFile<E> {
 
 /// The peaks on the threads of `pool` (`Machine::peaks`): read from the
 /// cache file in `dir` when it holds them for this CPU model, instruction set
-/// and thread count and `reprobe` is false, else measured by `probe`, `probe` measuring the peaks and
-/// the load meanwhile; `always_cache` caches them whatever the load.
+/// and thread count and `reprobe` is false, else measured by `probe` (the
+/// peaks and the load meanwhile) and cached.
 pub(in crate::runtime) fn peaks_cached_in(
     pool: &par::Pool,
     dir: Option<&Path>,
-    (reprobe, always_cache): (bool, bool),
+    reprobe: bool,
     probe: impl FnOnce(&par::Pool) -> (MachinePeaks, Load),
 ) -> Roofline {
     let threads = pool.threads();
     let (cpu, isa) = (cpu_name(), format!("{:?}", Isa::detect()));
-    let mut cache: CacheFile<CacheEntry> = CacheFile::open(dir, CACHE_FILE);
-    cache.entries.retain(|e| e.peaks.plausible());
     let same = |e: &CacheEntry| e.cpu == cpu && e.isa == isa && e.peaks.threads == threads;
-    if let (Some(path), Some(hit), false) = (
-        cache.path(),
-        cache.entries.iter().find(|e| same(e)),
-        reprobe,
-    ) {
+    let cache: CacheFile<CacheEntry> = CacheFile::open(dir, CACHE_FILE);
+    let hit = cache
+        .entries
+        .iter()
+        .find(|e| same(e) && e.peaks.plausible());
+    if let (Some(path), Some(hit), false) = (cache.path(), hit, reprobe) {
         return Roofline {
             peaks: hit.peaks,
             source: PeaksSource::Cached(path.to_path_buf()),
         };
     }
     let (peaks, load) = probe(pool);
-    if !load.quiet_for(threads) && !always_cache {
-        note_not_cached(load);
-        return Roofline {
-            peaks,
-            source: PeaksSource::Busy(load),
-        };
-    }
-    cache.entries.retain(|e| !same(e));
+    // Read again under the lock: another process may have written meanwhile.
+    let _lock = FolderLock::take(dir);
+    let mut cache: CacheFile<CacheEntry> = CacheFile::open(dir, CACHE_FILE);
+    cache.entries.retain(|e| e.peaks.plausible() && !same(e));
     cache.entries.push(CacheEntry { cpu, isa, peaks });
-    Roofline {
-        peaks,
-        source: PeaksSource::Probed(cache.save()),
+    let saved = cache.save();
+    let source = match load.quiet_for(threads) {
+        true => PeaksSource::Probed(saved),
+        false => {
+            note_measured_under_load(load);
+            PeaksSource::ProbedUnderLoad(saved, load)
+        }
+    };
+    Roofline { peaks, source }
+}
+
+/// The lock file of a cache folder.
+const LOCK_FILE: &str = ".lock";
+
+/// An exclusive lock on a cache folder, across processes, held until
+/// dropped: processes that merge their entries into one file take turns, so
+/// none writes over the entries another just added. Where it cannot be taken
+/// (a read-only folder, a file system without locks) each write is still
+/// whole (`write_cache`); only a concurrent writer's new entries may be lost.
+pub(in crate::runtime) struct FolderLock {
+    _file: Option<std::fs::File>,
+}
+
+impl FolderLock {
+    /// Waits for the lock on `dir` (made if missing); none without a folder.
+    pub(in crate::runtime) fn take(dir: Option<&Path>) -> FolderLock {
+        let file = dir.and_then(|dir| {
+            std::fs::create_dir_all(dir).ok()?;
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(dir.join(LOCK_FILE))
+                .ok()?;
+            file.lock().ok()?;
+            Some(file)
+        });
+        FolderLock { _file: file }
     }
 }
 

@@ -11,7 +11,7 @@ fn peaks_are_probed_once_then_read_from_the_cache() {
         let pool = crate::runtime::Machine::with_cache(None)
             .pool(threads)
             .unwrap();
-        peaks_cached_in(&pool, Some(dir), (reprobe, false), |pool| {
+        peaks_cached_in(&pool, Some(dir), reprobe, |pool| {
             (crate::runtime::measure::roofline::probe(pool), load)
         })
     };
@@ -54,7 +54,8 @@ fn peaks_are_probed_once_then_read_from_the_cache() {
         machine_peaks(1, Some(&dir), false).unwrap().peaks,
         one.peaks
     );
-    // Probed while other processes kept both cores busy: used, not cached.
+    // Probed while other processes kept both cores busy: said so, and
+    // cached all the same (every later process reads the same peaks).
     let busy = Load {
         others: 150.0,
         elapsed: 100.0,
@@ -62,10 +63,14 @@ fn peaks_are_probed_once_then_read_from_the_cache() {
         span: None,
     };
     let loaded = probed_under(2, &dir, true, busy);
-    assert_eq!(loaded.source, PeaksSource::Busy(busy));
     assert_eq!(
-        machine_peaks(2, Some(&dir), false).unwrap().peaks,
-        reprobed.peaks
+        loaded.source,
+        PeaksSource::ProbedUnderLoad(Some(file.clone()), busy)
+    );
+    let cached = machine_peaks(2, Some(&dir), false).unwrap();
+    assert_eq!(
+        (cached.peaks, cached.source),
+        (loaded.peaks, PeaksSource::Cached(file.clone()))
     );
     // A folder that cannot be made (a file is in the way): probed, not cached.
     let blocked = machine_peaks(1, Some(&file), false).unwrap();
@@ -90,8 +95,6 @@ fn conv_algorithms_are_measured_once_then_read_from_the_cache() {
     use crate::runtime::measure::conv_times::build;
     use crate::runtime::measure::kernel_times::KernelTimes;
     use crate::runtime::test_support::Rng;
-    // What is cached is tested here, not the guard against load (`load.rs`).
-    std::env::set_var(crate::runtime::measure::load::CACHE_UNDER_LOAD_ENV, "1");
     let dir = std::env::temp_dir().join(format!("layoutopt-convalgo-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -138,8 +141,14 @@ fn conv_algorithms_are_measured_once_then_read_from_the_cache() {
         assert!(e.is_finite(), "{first}");
         assert_eq!(names.contains(algo), *e <= WINOGRAD_TOLERANCE, "{first}");
     }
-    let fastest = first.millis.iter().min_by(|a, b| a.1.total_cmp(&b.1));
-    assert_eq!(first.algo, fastest.unwrap().0, "{first}");
+    // The first within 5% of the fastest, in the candidates' order.
+    let fastest = first
+        .millis
+        .iter()
+        .map(|m| m.1)
+        .fold(f64::INFINITY, f64::min);
+    let taken = first.millis.iter().find(|m| m.1 <= fastest * 1.05);
+    assert_eq!(first.algo, taken.unwrap().0, "{first}");
     let (_, second) = build(&spec, &auto, &mut times());
     assert_eq!(second, first);
     // Make F(2x2) the fastest in the file: the next build takes it.

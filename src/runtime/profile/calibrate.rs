@@ -7,7 +7,7 @@
 
 use crate::core::par;
 use crate::graph::{numel, DType, Tensor, ValueType};
-use crate::layout::cost::{ConvQuery, CostModel, MeasuredCosts};
+use crate::layout::cost::{ConvQuery, CostModel, MeasuredCosts, WithinMargin};
 use crate::layout::Layout;
 use crate::ops::OpDef;
 use crate::runtime::kernels::conv::algo::{ConvAlgo, ConvAlgoOptions, ConvSpec, SharedWeights};
@@ -19,7 +19,7 @@ use crate::runtime::kernels::simd::Isa;
 use crate::runtime::machine::SharedKernelTimes;
 use crate::runtime::measure::conv_times;
 use crate::runtime::measure::kernel_times::{self, KernelTimes};
-use crate::runtime::measure::roofline::{self, MachinePeaks};
+use crate::runtime::measure::roofline::{self, FolderLock, MachinePeaks};
 use crate::runtime::{CompiledModel, Machine, RuntimeError, RuntimeOptions};
 use std::collections::HashMap;
 use std::fmt;
@@ -38,22 +38,28 @@ pub fn measured_cost_model(
 }
 
 /// The cost model with these peaks and measured kernels: a byte moved costs
-/// what the copy probe took per byte, a flop what the FMA probe took.
+/// what the copy probe took per byte, a flop what the FMA probe took, and
+/// convolution times that measure alike in two pairs of layouts tie.
 fn calibrated(peaks: &MachinePeaks, measured: Arc<dyn MeasuredCosts>) -> CostModel {
     CostModel {
         ns_per_byte: 1.0 / peaks.copy_gbps,
         ns_per_flop: 1.0 / peaks.fma_gflops,
-        measured: Some(measured),
+        measured: Some(Arc::new(WithinMargin::new(
+            measured,
+            kernel_times::SAME_TIME,
+        ))),
         epilogue_fuses: crate::runtime::kernels::activation::vectorizes,
         ..CostModel::default()
     }
 }
 
-/// A convolution whose buffers are larger than this keeps the estimate: it
-/// is not worth the memory to measure (nor are hostile models measured).
+/// A convolution whose measured band's buffers are larger than this keeps
+/// the estimate: it is not worth the memory to measure (nor are hostile
+/// models measured).
 const MAX_MEASURED_BYTES: f64 = (256 << 20) as f64;
-/// Nor one with more flops than this (tens of milliseconds per run at a
-/// desktop core's FMA rate): a cold plan stays within seconds.
+/// Nor one whose measured band (`conv_times::band`) has more flops than
+/// this (tens of milliseconds per run at a desktop core's FMA rate): a cold
+/// plan stays within seconds.
 const MAX_MEASURED_FLOPS: f64 = 5e9;
 
 /// Convolution and transform times measured on the worker threads a model will run on,
@@ -131,24 +137,25 @@ impl MeasuredKernels {
         })
     }
 
-    /// Milliseconds of a depthwise convolution, measured unless cached.
+    /// Milliseconds of a depthwise convolution, measured (on its band,
+    /// `conv_times::band`) unless cached.
     fn depthwise_millis(&self, geom: ConvGeom, w: &[f32], times: &mut KernelTimes) -> f64 {
         let algo = ConvAlgo::Depthwise;
         let (kernel, name) = (algo.kernel(), algo.to_string());
-        let key = geom.key();
+        let (band, scale) = conv_times::band(&geom, self.pool.threads());
+        let key = band.key();
         if let Some(ms) = times.get(kernel, &key, &name) {
-            return ms;
+            return ms * scale;
         }
-        let bias = vec![0f32; geom.cout];
+        let bias = vec![0f32; band.cout];
         let params = ChannelParams::bias_only(&bias);
-        let k = Depthwise::new(geom.clone(), self.isa, w, params, Epilogue::of(None), None);
-        let x = vec![0f32; geom.x_len()];
-        let mut y = vec![0f32; geom.y_len()];
+        let (x, mut y) = (vec![0f32; band.x_len()], vec![0f32; band.y_len()]);
+        let k = Depthwise::new(band, self.isa, w, params, Epilogue::of(None), None);
         let ms = self
             .pool
             .install(|| times.measure(w, &mut [&mut y], |out| k.run(&x, None, out[0])));
         times.record(kernel, &key, &name, ms);
-        ms
+        ms * scale
     }
 }
 
@@ -178,9 +185,11 @@ impl MeasuredCosts for MeasuredKernels {
         )?;
         let group = q.conv.group;
         let depthwise = group > 1 && group == geom.cin && group == geom.cout;
-        let buffers = (geom.x_len() + geom.y_len() + q.weights.numel()) as f64 * 4.0;
+        // What a measurement allocates and computes: the band it times.
+        let (band, scale) = conv_times::band(&geom, self.pool.threads());
+        let buffers = (band.x_len() + band.y_len() + q.weights.numel()) as f64 * 4.0;
         let w_type = ValueType::new(DType::F32, q.weights.shape.clone());
-        let flops = q.conv.flops(&[x, &w_type], &[y]);
+        let flops = q.conv.flops(&[x, &w_type], &[y]) / scale;
         if buffers > MAX_MEASURED_BYTES || flops > MAX_MEASURED_FLOPS {
             return None;
         }
@@ -264,7 +273,7 @@ pub fn predicted_step_seconds(model: &CompiledModel, peaks: &MachinePeaks) -> Ve
 /// the kernel times), so that the next plan and compile measure again; the
 /// files removed.
 pub fn clear_calibration(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let _lock = kernel_times::CACHE_LOCK.lock();
+    let _lock = FolderLock::take(Some(dir));
     let mut removed = vec![];
     for name in [roofline::CACHE_FILE, kernel_times::CACHE_FILE] {
         let path = dir.join(name);

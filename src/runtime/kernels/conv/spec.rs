@@ -7,6 +7,7 @@ use crate::runtime::kernels::quantized::Grid;
 use crate::runtime::kernels::simd::Isa;
 
 /// What a dense convolution is built from.
+#[derive(Clone)]
 pub struct ConvSpec<'a> {
     /// Shapes and window.
     pub geom: ConvGeom,
