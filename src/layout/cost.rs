@@ -41,6 +41,11 @@ pub trait MeasuredCosts: Send + Sync + fmt::Debug {
     fn margin(&self) -> f64 {
         0.0
     }
+    /// Convolutions asked for that could not be measured in some pair of
+    /// layouts, priced by the estimate there (counted by [`WithinMargin`]).
+    fn unmeasured_convs(&self) -> usize {
+        0
+    }
 }
 
 /// Measured costs whose noise cannot flip the planner's choice between two
@@ -54,9 +59,13 @@ pub struct WithinMargin {
     measured: Arc<dyn MeasuredCosts>,
     margin: f64,
     /// The times given per convolution, with its weights held so that their
-    /// address, part of the key, is not reused by another tensor.
-    given: Mutex<HashMap<ConvKey, (Tensor, Vec<f64>)>>,
+    /// address, part of the key, is not reused by another tensor; `None`
+    /// once a pair of its layouts could not be measured.
+    given: Mutex<HashMap<ConvKey, Given>>,
 }
+
+/// The times given for one convolution, and its weights.
+type Given = (Tensor, Option<Vec<f64>>);
 
 /// A convolution: the address of its weights, its input and output shapes.
 type ConvKey = (usize, Vec<usize>, Vec<usize>);
@@ -81,7 +90,7 @@ impl fmt::Debug for WithinMargin {
 
 impl MeasuredCosts for WithinMargin {
     fn conv_ns(&self, q: &ConvQuery) -> Option<f64> {
-        let ns = self.measured.conv_ns(q)?;
+        let measured = self.measured.conv_ns(q);
         let key = (
             Arc::as_ptr(&q.weights.data) as usize,
             q.x.0.shape.clone(),
@@ -90,7 +99,11 @@ impl MeasuredCosts for WithinMargin {
         let mut given = self.given.lock().unwrap_or_else(|e| e.into_inner());
         let (_, times) = given
             .entry(key)
-            .or_insert_with(|| (q.weights.clone(), vec![]));
+            .or_insert_with(|| (q.weights.clone(), Some(vec![])));
+        let (Some(ns), Some(times)) = (measured, times.as_mut()) else {
+            *times = None;
+            return measured;
+        };
         let alike = |t: f64| t.max(ns) <= t.min(ns) * (1.0 + self.margin);
         match times.iter().copied().find(|&t| alike(t)) {
             Some(earlier) => Some(earlier),
@@ -107,6 +120,11 @@ impl MeasuredCosts for WithinMargin {
 
     fn margin(&self) -> f64 {
         self.margin
+    }
+
+    fn unmeasured_convs(&self) -> usize {
+        let given = self.given.lock().unwrap_or_else(|e| e.into_inner());
+        given.values().filter(|(_, times)| times.is_none()).count()
     }
 }
 
@@ -155,6 +173,12 @@ impl CostModel {
     /// ([`MeasuredCosts::margin`]); 0 without measurements.
     pub fn margin(&self) -> f64 {
         self.measured.as_ref().map_or(0.0, |m| m.margin())
+    }
+
+    /// Convolutions the measured costs could not measure in some pair of
+    /// layouts ([`MeasuredCosts::unmeasured_convs`]); 0 without measurements.
+    pub fn unmeasured_convs(&self) -> usize {
+        self.measured.as_ref().map_or(0, |m| m.unmeasured_convs())
     }
 
     /// Cost of moving `t` from layout `from` to `to`: its measured time, else

@@ -142,6 +142,7 @@ pub fn plan_with(
             solver,
             pad_folds,
             cost_margin: model.margin(),
+            unmeasured_convs: model.unmeasured_convs(),
         };
         report(g, best, planned, &options.pins)
     });
@@ -245,6 +246,7 @@ struct Planned {
     solver: Option<SolverInfo>,
     pad_folds: Vec<PadFold>,
     cost_margin: f64,
+    unmeasured_convs: usize,
 }
 
 /// The plan of the finished assignment `best` of `g` (the canonical graph),
@@ -269,6 +271,7 @@ fn report(g: &Graph, best: Finished, planned: Planned, pins: &Pins) -> Plan {
         estimated_cost: best.estimated_cost,
         rewritten_cost: best.rewritten_cost,
         cost_margin: planned.cost_margin,
+        unmeasured_convs: planned.unmeasured_convs,
         solver: planned.solver,
         rewrite: best.rewrite,
         timings: PlanTimings::default(),

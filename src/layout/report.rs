@@ -122,6 +122,11 @@ pub struct PlanReport {
     /// that noise cannot flip a choice between alternatives that measure
     /// alike (`cost::WithinMargin`); 0 under an unmeasured cost model.
     pub cost_margin: f64,
+    /// Convolutions a measured cost model could not measure in some pair of
+    /// layouts (no native kernel for them, not f32, too large to measure),
+    /// priced there by the estimate: where the cost model guessed. 0 under
+    /// the unmeasured cost model, which estimates every one.
+    pub unmeasured_convs: usize,
     /// The solver's account, for the global planner.
     pub solver: Option<SolverInfo>,
     /// The e-graph rewriting after materialisation, when it ran.
@@ -183,6 +188,13 @@ impl PlanReport {
             self.estimated_cost / 1e3,
             self.timings.plan_ms
         );
+        if self.unmeasured_convs > 0 {
+            let _ = writeln!(
+                s,
+                "cost model: {} convolutions could not be measured in some layouts and are estimated there",
+                self.unmeasured_convs
+            );
+        }
         if let Some(sv) = &self.solver {
             let _ = writeln!(
                 s,

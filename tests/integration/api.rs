@@ -297,6 +297,51 @@ fn measurement_noise_within_the_margin_never_changes_the_plan() {
     }
 }
 
+/// Convolutions measured only where they write a row-major layout.
+#[derive(Debug)]
+struct RowMajorOutputsOnly;
+
+impl MeasuredCosts for RowMajorOutputsOnly {
+    fn conv_ns(&self, q: &ConvQuery) -> Option<f64> {
+        (!q.y.1.is_blocked()).then_some(1e5)
+    }
+    fn transform_ns(&self, _: &ValueType, _: &Layout, _: &Layout) -> Option<f64> {
+        None
+    }
+}
+
+#[test]
+fn the_plan_counts_the_convolutions_it_had_to_estimate() {
+    use layoutopt::graph::Op;
+    let g = load_model(&bundled("resnet_small/model.onnx")).unwrap();
+    let convs = (g.node_ids().iter())
+        .filter(|&&id| matches!(g.node(id).op, Op::Conv(_)))
+        .count();
+    let plan = |measured: std::sync::Arc<dyn MeasuredCosts>| {
+        let cost = CostModel {
+            measured: Some(std::sync::Arc::new(WithinMargin::new(measured, 0.05))),
+            ..CostModel::default()
+        };
+        PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
+            .with_cost_model(cost)
+            .plan(&g)
+            .unwrap()
+            .report
+    };
+    // Every convolution is asked for a blocked output too, which is not measured.
+    let partly = plan(std::sync::Arc::new(RowMajorOutputsOnly));
+    assert!(convs > 0);
+    assert_eq!(partly.unmeasured_convs, convs);
+    assert!(partly
+        .to_text()
+        .contains(&format!("{convs} convolutions could not be measured")));
+    let fully = plan(std::sync::Arc::new(FixedConvTimes {
+        blocked_ns: 1.0,
+        row_major_ns: 1.0,
+    }));
+    assert_eq!(fully.unmeasured_convs, 0);
+}
+
 /// Options for one thread measuring into an empty cache directory of its own
 /// (named after `test`), that directory, and a machine caching into it.
 fn one_thread_with_empty_cache(test: &str) -> (PathBuf, RuntimeOptions, Machine) {

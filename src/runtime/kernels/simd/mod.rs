@@ -14,7 +14,7 @@ pub(in crate::runtime) use portable::{Portable, Scalar};
 pub(in crate::runtime) use x86::{Ymm, Zmm};
 
 /// The instruction set a kernel runs with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Isa {
     /// AVX-512F: 16 lanes.
     Avx512,
