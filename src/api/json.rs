@@ -501,6 +501,31 @@ impl BenchDoc {
     }
 }
 
+/// One shape of `bench --shapes`.
+#[derive(Clone, Debug, Serialize)]
+pub struct ShapeTiming {
+    /// Every input's shape, in the model's input order.
+    pub shapes: Vec<Vec<usize>>,
+    /// Whether this shape was imported, planned and compiled for itself (not
+    /// before, for the same shape or when a static model's session opened).
+    pub compiled_now: bool,
+    /// Import, plan and compile of this shape.
+    pub compile_ms: f64,
+    /// Its timed runs (`compile_ms` repeated there).
+    pub timing: Timing,
+}
+
+/// The `bench_shapes` document: `bench --shapes`, one row per shape.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchShapesDoc {
+    /// The planner.
+    pub planner: String,
+    /// The target layout family.
+    pub target: String,
+    /// Every shape, in the order given.
+    pub shapes: Vec<ShapeTiming>,
+}
+
 /// The `explore` document: the plans shown and the page written.
 #[derive(Clone, Debug, Serialize)]
 pub struct Exploration {

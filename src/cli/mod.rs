@@ -71,6 +71,12 @@ pub enum ArgError {
         /// The value given.
         given: String,
     },
+    /// Not a shape of `--shapes`.
+    #[error("'{given}' is not a shape such as 1x3x224x224 (--shapes: shapes separated by commas, a model's inputs joined by ':')")]
+    ShapeSet {
+        /// The shape as given.
+        given: String,
+    },
     /// Not `NAME=FILE`.
     #[error("'{given}' is not NAME=FILE (e.g. sr=sr.npy)")]
     Freeze {

@@ -1,7 +1,9 @@
 //! `run` and `bench`: execute a planned model on the native runtime.
 
 use super::{native, progress, read_tensor, CliResult, ModelArgs, Planning};
-use layoutopt::api::json::{document, BenchDoc, OutputSummary, RunDoc, Timing};
+use layoutopt::api::json::{
+    document, BenchDoc, BenchShapesDoc, OutputSummary, RunDoc, ShapeTiming, Timing,
+};
 use layoutopt::api::{
     self, read_file, read_npz, write_npy, DType, Graph, Machine, Tensor, TensorData, ValueType,
 };
@@ -458,11 +460,112 @@ pub struct BenchArgs {
     pub seed: u64,
     #[command(flatten)]
     pub kernels: native::KernelArgs,
+    /// Time several input shapes in one process, each imported, planned and
+    /// compiled when first met: shapes `D1xD2x...` separated by commas, a
+    /// model's several inputs joined by `:` in its input order, e.g.
+    /// `--shapes 1x3x224x224,1x3x320x320,4x3x224x224`. Prints each shape's
+    /// compile time (import, plan and compile) and latency.
+    #[arg(long = "shapes", id = "shape_sets", value_name = "SHAPES", value_parser = parse_shape_sets)]
+    pub shape_sets: Option<ShapeSets>,
+}
+
+/// The shape sets of `bench --shapes`: each set every input's shape.
+#[derive(Clone)]
+pub struct ShapeSets(Vec<Vec<Vec<usize>>>);
+
+/// Parses `--shapes`: `D1xD2,...` per shape set, inputs joined by `:`.
+fn parse_shape_sets(s: &str) -> Result<ShapeSets, super::ArgError> {
+    let dims = |shape: &str| -> Result<Vec<usize>, super::ArgError> {
+        shape
+            .split('x')
+            .map(|d| d.trim().parse::<usize>())
+            .collect::<Result<_, _>>()
+            .map_err(|_| super::ArgError::ShapeSet {
+                given: shape.to_string(),
+            })
+    };
+    let sets = s.split(',').map(|set| set.split(':').map(dims).collect());
+    Ok(ShapeSets(sets.collect::<Result<_, _>>()?))
+}
+
+/// `layoutopt bench --shapes`: one session, each shape compiled when first
+/// met and timed.
+fn bench_shapes(args: &BenchArgs, sets: &[Vec<Vec<usize>>], json: bool) -> CliResult {
+    let path = args.source.path();
+    if !args.source.shapes.input_shapes.is_empty() || !args.source.freeze.is_empty() {
+        return Err(
+            "--shapes gives every input's shape: leave out --input-shape and --freeze".into(),
+        );
+    }
+    if args.planning.rules.is_some() || args.profile {
+        return Err("--shapes plans with the built-in rules and has no profile: leave out --rules and --profile".into());
+    }
+    let mut options = api::SessionOptions::with_threads(args.threads);
+    options.runtime = args.kernels.options(args.threads);
+    options.planner = args.planning.planner;
+    options.target = args.planning.target;
+    options.max_shapes = sets.len();
+    let session = api::Session::open(path, options)?;
+    let mut rows = vec![];
+    for set in sets {
+        let shapes: Vec<&[usize]> = set.iter().map(Vec::as_slice).collect();
+        let (compiled, now) = session.model_for(&shapes)?;
+        let inputs: Vec<Tensor> = (compiled.inputs.iter().enumerate())
+            .map(|(i, t)| random_tensor(&t.shape, t.dtype, args.seed + i as u64))
+            .collect();
+        let model = &compiled.model;
+        let runs = (args.warmup as usize, args.runs as usize);
+        let report = api::bench(model, &inputs, runs, None)?;
+        let compile = compiled.compile_time;
+        let timing = Timing::of(&report, compile, model.threads(), args.warmup as usize);
+        let name = set
+            .iter()
+            .map(|s| shape_text(s))
+            .collect::<Vec<_>>()
+            .join(":");
+        if !json {
+            outln!(
+                "{name}: compiled in {:.1} ms{} (import, plan and compile), latency p50 {:.3} ms, min {:.3} ms over {} runs",
+                timing.compile_ms,
+                if now { "" } else { ", earlier" },
+                timing.p50_ms,
+                timing.min_ms,
+                timing.runs_ms.len()
+            )?;
+        }
+        rows.push(ShapeTiming {
+            shapes: set.clone(),
+            compiled_now: now,
+            compile_ms: timing.compile_ms,
+            timing,
+        });
+    }
+    if json {
+        let doc = BenchShapesDoc {
+            planner: args.planning.planner.to_string(),
+            target: args.planning.target.to_string(),
+            shapes: rows,
+        };
+        outln!("{}", document("bench_shapes", path, &doc))?;
+    }
+    Ok(())
+}
+
+/// `1x3x224x224`.
+fn shape_text(shape: &[usize]) -> String {
+    shape
+        .iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join("x")
 }
 
 /// `layoutopt bench`: plan and compile, then print latency percentiles (and
 /// the profile), as text or as the `bench` document.
 pub fn bench(machine: &Machine, args: &BenchArgs, json: bool) -> CliResult {
+    if let Some(ShapeSets(sets)) = &args.shape_sets {
+        return bench_shapes(args, sets, json);
+    }
     let path = args.source.path();
     let options = args.kernels.options(args.threads);
     let t0 = Instant::now();

@@ -247,3 +247,52 @@ fn a_session_runs_a_symbolic_batch_at_every_size() {
     let e = session.model_for(&[&[2, 3, 1]]).err().unwrap().to_string();
     assert!(e.contains("input 'x': the array has rank 3"), "{e}");
 }
+
+#[test]
+fn bench_times_several_shapes_in_one_process() {
+    let path = batch_model("sym_bench_shapes");
+    let path = path.to_str().unwrap();
+    let args = [
+        "bench",
+        path,
+        "--runs",
+        "3",
+        "--warmup",
+        "1",
+        "--threads",
+        "1",
+    ];
+    let shapes = ["--shapes", "1x3,4x3,1x3"];
+    let json = layoutopt_ok(&[&args[..], &shapes[..], &["--json"]].concat());
+    let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(doc["command"], "bench_shapes");
+    let rows = doc["shapes"].as_array().unwrap();
+    let seen: Vec<(serde_json::Value, bool)> = (rows.iter())
+        .map(|r| (r["shapes"].clone(), r["compiled_now"].as_bool().unwrap()))
+        .collect();
+    // Each new shape compiled when first met; the first again from the session.
+    assert_eq!(
+        seen,
+        [
+            (serde_json::json!([[1, 3]]), true),
+            (serde_json::json!([[4, 3]]), true),
+            (serde_json::json!([[1, 3]]), false),
+        ]
+    );
+    for r in rows {
+        assert!(r["compile_ms"].as_f64().unwrap() > 0.0, "{r}");
+        assert_eq!(r["timing"]["runs_ms"].as_array().unwrap().len(), 3, "{r}");
+    }
+    let text = layoutopt_ok(&[&args[..], &shapes[..]].concat());
+    assert_eq!(
+        text.lines().filter(|l| l.contains("latency p50")).count(),
+        3,
+        "{text}"
+    );
+    // A shape the model does not declare names the input and dimension.
+    let o = layoutopt(&[&args[..], &["--shapes", "1x5"]].concat());
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert!(o.stderr.contains("dimension 1"), "{}", o.stderr);
+    let o = layoutopt(&[&args[..], &["--shapes", "1xx3"]].concat());
+    assert_eq!(o.code, 2, "a malformed --shapes is a usage error");
+}
