@@ -509,9 +509,7 @@ pub struct ShapeTiming {
     /// Whether this shape was imported, planned and compiled for itself (not
     /// before, for the same shape or when a static model's session opened).
     pub compiled_now: bool,
-    /// Import, plan and compile of this shape.
-    pub compile_ms: f64,
-    /// Its timed runs (`compile_ms` repeated there).
+    /// Import, plan and compile of this shape (`compile_ms`), and its timed runs.
     pub timing: Timing,
 }
 

@@ -536,7 +536,6 @@ fn bench_shapes(args: &BenchArgs, sets: &[Vec<Vec<usize>>], json: bool) -> CliRe
         rows.push(ShapeTiming {
             shapes: set.clone(),
             compiled_now: now,
-            compile_ms: timing.compile_ms,
             timing,
         });
     }

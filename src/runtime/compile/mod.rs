@@ -283,9 +283,8 @@ impl<'g> Compiler<'g> {
             (Kernel::Conv(k), decision)
         };
         // The time the planner measured for the kernel chosen, for the profile.
-        let times = lock(&self.times);
-        conv_times::add_cached_time(&mut decision, (&geom, threads), &self.conv_algo, &times);
-        drop(times);
+        let times = &lock(&self.times);
+        conv_times::add_cached_time(&mut decision, (&geom, threads), &self.conv_algo, times);
         // The weights and bias are packed into the kernel; the data comes through slots.
         let conv_inputs = self.g.node_inputs(id);
         let mut inputs = vec![conv_inputs[0]];

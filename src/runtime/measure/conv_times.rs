@@ -58,24 +58,37 @@ fn millis_in(
     candidates: &[ConvAlgo],
     shared: &SharedWeights,
 ) -> Vec<f64> {
-    let (band, scale) = band(&spec.geom, spec.threads);
-    let key = band.key();
     let measured = ConvSpec {
-        geom: band,
+        geom: band(&spec.geom, spec.threads).0,
         ..spec.clone()
     };
     candidates
         .iter()
         .map(|&a| {
-            let name = a.to_string();
-            let ms = times.get(a.kernel(), &key, &name).unwrap_or_else(|| {
-                let ms = time_once(times, &measured.geom, &measured.kernel(a, shared));
-                times.record(a.kernel(), &key, &name, ms);
-                ms
-            });
-            ms * scale
+            banded_millis(times, (&spec.geom, spec.threads), a, |times, band| {
+                time_once(times, band, &measured.kernel(a, shared))
+            })
         })
         .collect()
+}
+
+/// The milliseconds of `algo` on a layer of geometry `geom` on `threads`
+/// threads: its [`band`]'s time, cached or measured now by `time` and
+/// recorded, scaled by the layer's rows.
+pub(in crate::runtime) fn banded_millis(
+    times: &mut KernelTimes,
+    (geom, threads): (&ConvGeom, usize),
+    algo: ConvAlgo,
+    time: impl FnOnce(&mut KernelTimes, &ConvGeom) -> f64,
+) -> f64 {
+    let (band, scale) = band(geom, threads);
+    let (kernel, key, name) = (algo.kernel(), band.key(), algo.to_string());
+    let ms = times.get(kernel, &key, &name).unwrap_or_else(|| {
+        let ms = time(times, &band);
+        times.record(kernel, &key, &name, ms);
+        ms
+    });
+    ms * scale
 }
 
 /// Flops of one measured run per worker thread, at most: a convolution with

@@ -297,8 +297,9 @@ pub(in crate::runtime) const SAME_TIME: f64 = 0.05;
 
 /// Milliseconds of the fastest of up to [`RUNS`] calls of `run` on the
 /// buffers it writes (after one that maps the pages), stopping once two agree
-/// ([`settled`]) where `settle` (else [`RUNS_UNDER_LOAD`] calls), each with `weights` and the `written` buffers (output,
-/// working memory) flushed from the caches: in a model, a layer's weights were
+/// ([`settled`]) where `settle` (else [`RUNS_UNDER_LOAD`] calls), each with
+/// `weights` and the `written` buffers (output, working memory) flushed from
+/// the caches: in a model, a layer's weights were
 /// last read a whole run before, and a model's weights outgrow the caches
 /// (Winograd's transformed weights are 1.8x or 4x the direct ones, which on
 /// deep layers can cost more than the multiplies it saves); the arena ranges

@@ -179,8 +179,8 @@ pub(in crate::runtime) fn note_measured_under_load(load: Load) {
 pub fn measured_under_load_note() -> Option<String> {
     let load = (*MEASURED_UNDER_LOAD.lock().ok()?)?;
     Some(format!(
-        "kernel times measured while {} are cached and plans on this machine \
-         follow them; `layoutopt calibrate --clear` on a quiet machine measures again",
+        "kernel times or peaks measured while {} are cached and plans on this \
+         machine follow them; `layoutopt calibrate --clear` on a quiet machine measures again",
         load.describe()
     ))
 }

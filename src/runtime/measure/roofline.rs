@@ -5,7 +5,7 @@
 //! The peaks are cached per CPU model, instruction set and thread count, so a
 //! profile costs no probe after the first and compares against the same roof.
 //! Peaks probed while other processes kept the cores busy (`load.rs`) are
-//! cached too, marked as such.
+//! the best of two probes, cached too; the probe's `PeaksSource` says so.
 
 use super::load::{note_measured_under_load, Load};
 use crate::core::par;

@@ -140,22 +140,15 @@ impl MeasuredKernels {
     /// Milliseconds of a depthwise convolution, measured (on its band,
     /// `conv_times::band`) unless cached.
     fn depthwise_millis(&self, geom: ConvGeom, w: &[f32], times: &mut KernelTimes) -> f64 {
-        let algo = ConvAlgo::Depthwise;
-        let (kernel, name) = (algo.kernel(), algo.to_string());
-        let (band, scale) = conv_times::band(&geom, self.pool.threads());
-        let key = band.key();
-        if let Some(ms) = times.get(kernel, &key, &name) {
-            return ms * scale;
-        }
-        let bias = vec![0f32; band.cout];
-        let params = ChannelParams::bias_only(&bias);
-        let (x, mut y) = (vec![0f32; band.x_len()], vec![0f32; band.y_len()]);
-        let k = Depthwise::new(band, self.isa, w, params, Epilogue::of(None), None);
-        let ms = self
-            .pool
-            .install(|| times.measure(w, &mut [&mut y], |out| k.run(&x, None, out[0])));
-        times.record(kernel, &key, &name, ms);
-        ms * scale
+        let layer = (&geom, self.pool.threads());
+        conv_times::banded_millis(times, layer, ConvAlgo::Depthwise, |times, band| {
+            let bias = vec![0f32; band.cout];
+            let params = ChannelParams::bias_only(&bias);
+            let (x, mut y) = (vec![0f32; band.x_len()], vec![0f32; band.y_len()]);
+            let k = Depthwise::new(band.clone(), self.isa, w, params, Epilogue::of(None), None);
+            self.pool
+                .install(|| times.measure(w, &mut [&mut y], |out| k.run(&x, None, out[0])))
+        })
     }
 }
 
