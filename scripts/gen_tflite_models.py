@@ -13,7 +13,7 @@ Models: tflite_cnn (NHWC CNN with fused activations), tflite_cnn_f16 (the same
 network with float16 weights, i.e. DEQUANTIZE ops), tflite_transformer (one
 transformer encoder block), tflite_ops (standalone activations, resize and slice
 variants), tflite_decoder (TRANSPOSE_CONV, PRELU, SPLIT, SPLIT_V, UNPACK, PACK,
-GATHER). `--full` also builds Keras MobileNetV2 (weights=None,
+GATHER), tflite_logic (integer and boolean ops on ids and masks). `--full` also builds Keras MobileNetV2 (weights=None,
 seeded) into models/full/tflite_mobilenetv2/ (gitignored).
 
 Usage: python scripts/gen_tflite_models.py [--full] [--out models] [NAME ...]
@@ -117,6 +117,28 @@ def ops(seed=4):
     return keras.Model(x_in, s, name="tflite_ops")
 
 
+def logic(seed=6):
+    """Integer and boolean ops as language models use them on ids and masks
+    (CAST, comparisons, LOGICAL_*, SELECT_V2, TILE, EXPAND_DIMS, SLICE on int32),
+    and float POW, SQUARE, SIN, COS and BROADCAST_TO."""
+    keras.utils.set_random_seed(seed)
+    x_in = keras.Input((8, 6), batch_size=1, name="x")
+
+    def f(t):
+        ids = tf.cast(tf.round(t * 3.0), tf.int32)
+        m = tf.logical_or(tf.equal(ids, 0), tf.greater_equal(ids, 2))
+        m = tf.logical_and(m, tf.logical_not(tf.less_equal(ids, -3)))
+        m = tf.logical_or(m, tf.not_equal(ids, ids[:, :1, :]))
+        k = tf.where(m, ids * 2 - 1, tf.minimum(ids, 1))
+        k = tf.tile(tf.expand_dims(k, 1), [1, 2, 1, 1])
+        k = tf.slice(k, [0, 0, 1, 0], [1, 2, 6, -1])
+        z = tf.pow(t, 3.0) + tf.square(t) + tf.sin(t) * tf.cos(t)
+        z = tf.broadcast_to(tf.expand_dims(z[:, 1:7], 1), [1, 2, 6, 6])
+        return tf.cast(k, tf.float32) * z
+
+    return keras.Model(x_in, layers.Lambda(f)(x_in), name="tflite_logic")
+
+
 def decoder(seed=5):
     """An upsampling head: transposed convolutions (SAME and VALID) with PReLU, then
     channel splits (equal and by sizes), rows unpacked and packed in reverse, and a
@@ -218,8 +240,10 @@ def main():
         "tflite_transformer": lambda: convert(transformer()),
         "tflite_ops": lambda: convert(ops()),
         "tflite_decoder": lambda: convert(decoder()),
+        "tflite_logic": lambda: convert(logic()),
     }
-    seeds = {"tflite_cnn": 10, "tflite_cnn_f16": 11, "tflite_transformer": 12, "tflite_ops": 14, "tflite_decoder": 15}
+    seeds = {"tflite_cnn": 10, "tflite_cnn_f16": 11, "tflite_transformer": 12, "tflite_ops": 14, "tflite_decoder": 15,
+             "tflite_logic": 16}
     for name in args.names or builds:
         write_model(args.out, name, builds[name](), seed=seeds[name])
     if args.full:

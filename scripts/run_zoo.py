@@ -57,7 +57,7 @@ def layoutopt_run(exe: str, model: Path):
             err = float(np.max(np.abs(a - e)) / max(np.max(np.abs(e)), 1e-30)) if a.shape == e.shape else float("nan")
             rel = max(rel, err)
     kept = re.search(r"(\d+) transforms kept", r.stdout)
-    fallback = re.search(r"(\d+) of (\d+) steps run on the reference executor", r.stderr)
+    fallback = re.search(r"(\d+) of (\d+) steps .*?run on the reference executor", r.stderr)
     return {
         "rel": rel,
         "kept": int(kept.group(1)) if kept else -1,

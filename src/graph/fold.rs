@@ -24,8 +24,8 @@ pub fn fold_node(g: &mut Graph, id: NodeId) -> Result<Option<Vec<ValueRef>>, Gra
     if matches!(g.node(id).op, Op::Input | Op::Constant(_)) {
         return Ok(None);
     }
-    if let Some(square) = square_of_pow(g, id)? {
-        return Ok(Some(square));
+    if let Some(product) = power_as_products(g, id)? {
+        return Ok(Some(product));
     }
     if let Some(x) = integer_round_trip(g, id) {
         g.replace_uses(ValueRef::new(id, 0), x);
@@ -83,27 +83,50 @@ fn fold_fits<'t>(inputs: &[&Tensor], outputs: impl Iterator<Item = &'t ValueType
     outputs_fit && read <= budget::limit() / 4
 }
 
-/// Pow(x, 2) with a constant exponent, as the product x·x (the same correctly
-/// rounded value, without a call to pow): the Mul that replaces the node.
-fn square_of_pow(g: &mut Graph, id: NodeId) -> Result<Option<Vec<ValueRef>>, GraphError> {
+/// Pow(x, 2) and Pow(x, 3) with a constant exponent, as the products x·x and
+/// (x·x)·x, without a call to pow. The square is the same correctly rounded
+/// value; the cube rounds twice, as onnxruntime's Pow kernel computes it (the
+/// tanh form of GELU that converters write cubes its input). The Mul that
+/// replaces the node.
+fn power_as_products(g: &mut Graph, id: NodeId) -> Result<Option<Vec<ValueRef>>, GraphError> {
     let node = g.node(id);
     let ins = g.node_inputs(id);
     let (Op::Binary(BinaryOp::Pow), [x, e]) = (&node.op, &ins[..]) else {
         return Ok(None);
     };
-    let two = g
+    let exponent = g
         .constant(*e)
-        .is_some_and(|t| t.numel() == 1 && t.dtype().is_float() && t.data.to_f64()[0] == 2.0);
-    if !two || !g.value_type(*x).dtype.is_float() || g.value_type(*x) != &node.outputs[0].ty {
+        .filter(|t| t.numel() == 1 && t.dtype().is_float())
+        .map(|t| t.data.to_f64()[0]);
+    let cube = match exponent {
+        Some(2.0) => false,
+        Some(3.0) => true,
+        _ => return Ok(None),
+    };
+    if !g.value_type(*x).dtype.is_float() || g.value_type(*x) != &node.outputs[0].ty {
         return Ok(None);
     }
     let (name, spans, x) = (node.name.clone(), node.spans.clone(), *x);
     let out_names = vec![node.outputs[0].name.clone()];
-    let mul = g.add_node(Op::Binary(BinaryOp::Mul), &name, &[x, x], &out_names, spans)?;
-    let square = ValueRef::new(mul, 0);
-    g.replace_uses(ValueRef::new(id, 0), square);
+    let mul = Op::Binary(BinaryOp::Mul);
+    let product = match cube {
+        false => g.add_node(mul, &name, &[x, x], &out_names, spans)?,
+        true => {
+            let square_name = format!("{name}_square");
+            let square = g.add_node(mul.clone(), &square_name, &[x, x], &[], spans.clone())?;
+            g.add_node(
+                mul,
+                &name,
+                &[ValueRef::new(square, 0), x],
+                &out_names,
+                spans,
+            )?
+        }
+    };
+    let product = ValueRef::new(product, 0);
+    g.replace_uses(ValueRef::new(id, 0), product);
     g.remove_node(id);
-    Ok(Some(vec![square]))
+    Ok(Some(vec![product]))
 }
 
 /// The float `x` when node `id` casts back to its type a cast of it to an

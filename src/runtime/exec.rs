@@ -166,7 +166,9 @@ impl CompiledModel {
                     let t = bufs.tensor(step.inputs[0], &step.input_types[0]);
                     bufs.write(step.outputs[0]).copy_from_slice(&t.f32s())
                 }
-                Kernel::FromF32(cast) => {
+                Kernel::Typed(k) => on_tensors(step, bufs, |xs| k.run(xs)).map_err(kernel)?,
+                Kernel::Moved(k) => on_tensors(step, bufs, |xs| k.run(xs)).map_err(kernel)?,
+                Kernel::Cast(cast) => {
                     let t = bufs.tensor(step.inputs[0], &step.input_types[0]);
                     let Slot::Boxed(i) = step.outputs[0] else {
                         unreachable!("non-f32 values are boxed")
@@ -218,6 +220,22 @@ fn step_arguments(step: &Step, bufs: &Buffers) -> Vec<Tensor> {
         .zip(&step.input_types)
         .map(|(s, ty)| bufs.tensor(*s, ty))
         .collect()
+}
+
+/// Runs a kernel of whole tensors on the step's inputs and stores its output.
+///
+/// # Safety
+/// As `store`.
+unsafe fn on_tensors(
+    step: &Step,
+    bufs: &mut Buffers,
+    kernel: impl FnOnce(&[&Tensor]) -> Result<Tensor, KernelError>,
+) -> Result<(), KernelError> {
+    let args = step_arguments(step, bufs);
+    let refs: Vec<&Tensor> = args.iter().collect();
+    let y = kernel(&refs)?;
+    store(step, bufs, vec![y]);
+    Ok(())
 }
 
 /// Writes a step's output tensors into its slots.

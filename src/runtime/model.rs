@@ -13,7 +13,7 @@ use super::kernels::matmul::{BatchedMatMul, Dense};
 use super::kernels::pool::PoolGeom;
 use super::kernels::resize::ResizeGeom;
 use super::kernels::simd::Isa;
-use super::kernels::{elementwise, normalize, tir_step, where_select};
+use super::kernels::{elementwise, normalize, tir_step, typed, where_select};
 use super::measure::roofline::StepWork;
 use super::scratch::Scratch;
 use super::storage::Storage;
@@ -59,8 +59,13 @@ pub(super) enum Kernel {
     Normalize(normalize::RowKernel),
     /// An integer or boolean tensor converted to f32.
     ToF32,
-    /// An f32 tensor converted to an integer type (the cast of the reference).
-    FromF32(crate::ops::Cast),
+    /// An f32, integer or boolean tensor converted to an integer or boolean
+    /// type (the cast of the reference).
+    Cast(crate::ops::Cast),
+    /// An elementwise op on integers or booleans, or a comparison.
+    Typed(typed::Typed),
+    /// A data movement of integers or booleans.
+    Moved(typed::Moved),
     /// A non-f32 tensor given a new shape (same elements).
     Rebox(Vec<usize>),
     Copy,

@@ -130,6 +130,13 @@ fn standalone_ops_match_the_tflite_interpreter() {
     check("tflite_ops");
 }
 
+/// Comparisons, logic, SELECT, TILE and SLICE on int32 ids and masks; POW,
+/// SQUARE, SIN and COS.
+#[test]
+fn integer_and_boolean_ops_match_the_tflite_interpreter() {
+    check("tflite_logic");
+}
+
 /// MediaPipe's published models: the face and pose detectors store their weights
 /// sparse (float16, DENSIFY then DEQUANTIZE), the selfie segmenter upsamples with
 /// Convolution2DTransposeBias. Record them first with

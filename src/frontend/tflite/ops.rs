@@ -3,12 +3,15 @@
 
 use super::schema::{self, BuiltinOptions};
 use super::{Importer, TfliteError};
+use crate::core::scalar::MathFn;
 use crate::graph::{
     fold_node, numel, BinaryOp, Conv, CoordTransform, DType, NearestMode, NodeId, Op, PadMode,
     Pool, PoolKind, ReduceKind, Resize, ResizeMode, SliceAxis, Span, Tensor, TensorData, UnaryOp,
     ValueRef, ValueType, Window,
 };
-use crate::ops::{Cast, Concat, Gemm, Pad, Reduce, Reshape, Slice, Softmax, Transpose};
+use crate::ops::{
+    Cast, Concat, Expand, Gemm, Logical, Pad, Reduce, Reshape, Slice, Softmax, Tile, Transpose,
+};
 
 /// NHWC → NCHW and back, for ops the IR defines on NCHW tensors.
 const TO_NCHW: [usize; 4] = [0, 3, 1, 2];
@@ -55,6 +58,7 @@ pub(super) fn import_operator<'a>(
         span,
         layer,
         inputs,
+        outputs: outputs.clone(),
         emitted: Vec::new(),
     };
     let values = match code {
@@ -158,6 +162,26 @@ const UNIDIRECTIONAL_SEQUENCE_RNN: i32 = 35;
 const UNIDIRECTIONAL_SEQUENCE_LSTM: i32 = 44;
 const BIDIRECTIONAL_SEQUENCE_LSTM: i32 = 52;
 const REVERSE_V2: i32 = 105;
+const CAST: i32 = 53;
+const LESS: i32 = 58;
+const GREATER: i32 = 61;
+const GREATER_EQUAL: i32 = 62;
+const LESS_EQUAL: i32 = 63;
+const SELECT: i32 = 64;
+const SLICE: i32 = 65;
+const SIN: i32 = 66;
+const TILE: i32 = 69;
+const EXPAND_DIMS: i32 = 70;
+const EQUAL: i32 = 71;
+const NOT_EQUAL: i32 = 72;
+const POW: i32 = 78;
+const LOGICAL_OR: i32 = 84;
+const LOGICAL_AND: i32 = 86;
+const LOGICAL_NOT: i32 = 87;
+const SQUARE: i32 = 92;
+const COS: i32 = 108;
+const SELECT_V2: i32 = 123;
+const BROADCAST_TO: i32 = 130;
 
 /// The conversion of one operator.
 struct Cx<'i, 'a> {
@@ -167,6 +191,8 @@ struct Cx<'i, 'a> {
     layer: String,
     /// Tensor index of each input; `None` for an omitted optional input.
     inputs: Vec<Option<usize>>,
+    /// Tensor index of each output.
+    outputs: Vec<usize>,
     /// Nodes made so far for this operator, in order.
     emitted: Vec<NodeId>,
 }
@@ -267,6 +293,56 @@ impl<'a> Cx<'_, 'a> {
             UNIDIRECTIONAL_SEQUENCE_LSTM => self.unidirectional_lstm(),
             UNIDIRECTIONAL_SEQUENCE_RNN => self.unidirectional_rnn(),
             REVERSE_V2 => self.reverse(),
+            CAST => self.cast(),
+            LESS => self.plain(Op::Binary(BinaryOp::Less)),
+            LESS_EQUAL => self.plain(Op::Binary(BinaryOp::LessOrEqual)),
+            GREATER => self.plain(Op::Binary(BinaryOp::Greater)),
+            GREATER_EQUAL => self.plain(Op::Binary(BinaryOp::GreaterOrEqual)),
+            EQUAL => self.plain(Op::Binary(BinaryOp::Equal)),
+            NOT_EQUAL => {
+                let same = self.plain(Op::Binary(BinaryOp::Equal))?;
+                self.emit(Op::Logical(Logical::Not), "not", &[same])
+            }
+            LOGICAL_AND => self.plain(Op::Logical(Logical::And)),
+            LOGICAL_OR => self.plain(Op::Logical(Logical::Or)),
+            LOGICAL_NOT => self.plain(Op::Logical(Logical::Not)),
+            POW => self.plain(Op::Binary(BinaryOp::Pow)),
+            SQUARE => {
+                let x = self.input(0)?;
+                self.emit(Op::Binary(BinaryOp::Mul), "square", &[x, x])
+            }
+            SIN => self.unary(UnaryOp::Math(MathFn::Sin)),
+            COS => self.unary(UnaryOp::Math(MathFn::Cos)),
+            SELECT | SELECT_V2 => self.select(code == SELECT),
+            TILE => {
+                let x = self.input(0)?;
+                let repeats = self.const_ints(1, "multiples")?;
+                let repeats = (repeats.iter().map(|&r| usize::try_from(r).ok()))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| {
+                        self.err(format!("multiples {repeats:?} must not be negative"))
+                    })?;
+                self.emit(Op::Tile(Tile { repeats }), "tile", &[x])
+            }
+            EXPAND_DIMS => {
+                let x = self.input(0)?;
+                let mut shape = self.ty(x).shape.clone();
+                let axis = match self.const_ints(1, "axis")?[..] {
+                    [a] => self.axis(a, shape.len() + 1)?,
+                    _ => return Err(self.err("the axis must be one integer")),
+                };
+                shape.insert(axis, 1);
+                self.emit(Op::Reshape(Reshape { shape }), "expand_dims", &[x])
+            }
+            BROADCAST_TO => {
+                let x = self.input(0)?;
+                let dims = self.const_ints(1, "shape")?;
+                let shape = (dims.iter().map(|&d| usize::try_from(d).ok()))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| self.err(format!("shape {dims:?} must not be negative")))?;
+                self.emit(Op::Expand(Expand { shape }), "broadcast_to", &[x])
+            }
+            SLICE => self.slice(),
             CUSTOM if *self.span.op_type == *mediapipe::CONVOLUTION_2D_TRANSPOSE_BIAS => {
                 self.transpose_conv_bias()
             }
@@ -639,6 +715,65 @@ impl<'a> Cx<'_, 'a> {
         let x = self.input(0)?;
         let step = Op::Unary(u).kind_name().to_lowercase();
         self.emit(Op::Unary(u), &step, &[x])
+    }
+
+    /// An op of the operator's inputs as they are, with no options.
+    fn plain(&mut self, op: Op) -> Res<ValueRef> {
+        let inputs = (0..self.inputs.len())
+            .map(|i| self.input(i))
+            .collect::<Res<Vec<_>>>()?;
+        let step = op.kind_name().to_lowercase();
+        self.emit(op, &step, &inputs)
+    }
+
+    /// CAST to the type the output tensor declares.
+    fn cast(&mut self) -> Res<ValueRef> {
+        let x = self.input(0)?;
+        let to = self.imp.logical_type(self.outputs[0])?.dtype;
+        self.emit(Op::Cast(Cast { to, saturate: true }), "cast", &[x])
+    }
+
+    /// SELECT_V2 broadcasts like Where. SELECT also takes a condition of rank 1
+    /// that picks whole rows of higher-rank operands.
+    fn select(&mut self, rows: bool) -> Res<ValueRef> {
+        let (mut cond, x, y) = (self.input(0)?, self.input(1)?, self.input(2)?);
+        let xs = self.ty(x).shape.clone();
+        if rows && self.rank(cond) == 1 && xs.len() > 1 && self.ty(cond).shape[0] == xs[0] {
+            let mut shape = vec![1; xs.len()];
+            shape[0] = xs[0];
+            cond = self.emit(Op::Reshape(Reshape { shape }), "rows", &[cond])?;
+        }
+        self.emit(Op::Where, "select", &[cond, x, y])
+    }
+
+    /// SLICE by constant begin and size (-1: to the end).
+    fn slice(&mut self) -> Res<ValueRef> {
+        let x = self.input(0)?;
+        let xs = self.ty(x).shape.clone();
+        let begin = self.const_ints(1, "begin")?;
+        let size = self.const_ints(2, "size")?;
+        if begin.len() != xs.len() || size.len() != xs.len() {
+            return Err(self.err(format!(
+                "begin {begin:?} and size {size:?} do not fit shape {xs:?}"
+            )));
+        }
+        let mut axes = Vec::new();
+        for (axis, (&d, (&b, &n))) in xs.iter().zip(begin.iter().zip(&size)).enumerate() {
+            let d = d as i64;
+            let end = if n == -1 { d } else { b.saturating_add(n) };
+            if b < 0 || n < -1 || end > d {
+                return Err(self.err(format!(
+                    "begin {b} and size {n} do not fit axis {axis} of extent {d}"
+                )));
+            }
+            axes.push(SliceAxis {
+                axis,
+                start: b,
+                end,
+                step: 1,
+            });
+        }
+        self.emit(Op::Slice(Slice { axes }), "slice", &[x])
     }
 
     fn binary(&mut self, b: BinaryOp) -> Res<ValueRef> {

@@ -17,6 +17,7 @@ use super::kernels::pool::PoolGeom;
 use super::kernels::quantized::{Grid, QuantizedAdd};
 use super::kernels::resize::ResizeGeom;
 use super::kernels::simd::{Isa, Lanes};
+use super::kernels::typed::{Moved, Typed, TypedOp};
 use super::kernels::where_select::Select;
 use super::kernels::{activation, gather, tir_step};
 use super::machine::{lock, SharedKernelTimes};
@@ -370,6 +371,9 @@ impl<'g> Compiler<'g> {
         if let Some(k) = self.index_kernel(id) {
             return Some(k);
         }
+        if let Some(k) = self.typed(id) {
+            return Some(k);
+        }
         // The one op with a boolean operand among f32 ones.
         if let Op::Where = inner(self.g, id).0 {
             return self.select(id);
@@ -393,6 +397,11 @@ impl<'g> Compiler<'g> {
                     p.count_include_pad,
                 )
             }
+            // Of any other rank, the spatial axes are each row-major (n, c)
+            // row: its mean (converters write a LayerNorm's moments so).
+            Op::GlobalPool(GlobalPool {
+                kind: PoolKind::Avg,
+            }) if input_layout(self.g, id, 0)?.1.len() != 4 => self.rows(id, 2, RowOp::Mean),
             Op::GlobalPool(GlobalPool { kind }) => {
                 let (_, xs) = input_layout(self.g, id, 0)?;
                 (xs.len() == 4).then_some(())?;
@@ -558,9 +567,13 @@ impl<'g> Compiler<'g> {
         };
         match op {
             Op::Cast(_) if out.dtype == DType::F32 && is_int(&ins[0]) => Some(Kernel::ToF32),
-            // Quantized outputs: f32 values rounded and clamped to the type.
-            Op::Cast(c) if self.is_f32(ins[0]) && out.dtype.integer_range().is_some() => {
-                Some(Kernel::FromF32(c.clone()))
+            // Quantized outputs (f32 values rounded and clamped to the type),
+            // and masks and ids between integer and boolean types.
+            Op::Cast(c)
+                if (self.is_f32(ins[0]) || is_int(&ins[0]))
+                    && (out.dtype.integer_range().is_some() || out.dtype == DType::Bool) =>
+            {
+                Some(Kernel::Cast(c.clone()))
             }
             Op::Reshape(_) | Op::Identity if out.dtype != DType::F32 => {
                 Some(Kernel::Rebox(out.shape.clone()))
@@ -579,6 +592,29 @@ impl<'g> Compiler<'g> {
         }
     }
 
+    /// Elementwise ops on row-major integers and booleans, and comparisons.
+    fn typed(&self, id: NodeId) -> Option<Kernel> {
+        let (op, laid_out) = inner(self.g, id);
+        if laid_out.is_some() {
+            return None;
+        }
+        let ins = self.g.node_inputs(id);
+        let op = match op {
+            Op::Binary(b) => TypedOp::of_binary(*b, self.g.value_type(*ins.first()?).dtype)?,
+            Op::Logical(l) => TypedOp::Logical(*l),
+            Op::Where => TypedOp::Where,
+            _ => return None,
+        };
+        let operands: Vec<(DType, &[usize])> = (ins.iter())
+            .map(|&v| {
+                let t = self.g.value_type(v);
+                (t.dtype, &t.shape[..])
+            })
+            .collect();
+        let out = &self.g.node(id).outputs.first()?.ty;
+        Typed::new(op, &operands, &out.shape).map(Kernel::Typed)
+    }
+
     /// The inputs of a data-movement node its elements come from (see
     /// `OpDef::moved_inputs`), the first ones; the rest pick them.
     fn moved_inputs(&self, id: NodeId) -> usize {
@@ -592,20 +628,22 @@ impl<'g> Compiler<'g> {
     /// output, the position every element comes from; a position the op did
     /// not fill is padding of the output's layout, or of a constant Pad (which
     /// pads the positions with 0, no source, and fills its value; `None` when
-    /// the layout's padding would need another value).
-    fn movement(&self, id: NodeId) -> Option<Vec<Gather>> {
+    /// the layout's padding would need another value). Integer and boolean
+    /// values (row-major, boxed) move by the same sources.
+    fn movement(&self, id: NodeId) -> Option<Vec<Kernel>> {
         let node = self.g.node(id);
         let ins = self.g.node_inputs(id);
         let (moved, params) = ins.split_at(self.moved_inputs(id));
         let xs: Vec<&ValueType> = moved.iter().map(|&v| self.g.value_type(v)).collect();
-        let f32_only = node.outputs.iter().all(|v| v.ty.dtype == DType::F32);
+        let dtype = node.outputs.first()?.ty.dtype;
+        let one_type = node.outputs.iter().all(|v| v.ty.dtype == dtype);
         let params: Option<Vec<&Tensor>> = params.iter().map(|&v| self.g.constant(v)).collect();
         let inputs_ok =
-            (1..=MAX_GATHER_INPUTS).contains(&xs.len()) && xs.iter().all(|x| x.dtype == DType::F32);
-        if !f32_only || !inputs_ok {
+            (1..=MAX_GATHER_INPUTS).contains(&xs.len()) && xs.iter().all(|x| x.dtype == dtype);
+        let (op, laid_out) = inner(self.g, id);
+        if !one_type || !inputs_ok || (dtype != DType::F32 && laid_out.is_some()) {
             return None;
         }
-        let (op, laid_out) = inner(self.g, id);
         let (positions_op, constant) = match op {
             Op::Pad(
                 p @ Pad {
@@ -675,14 +713,17 @@ impl<'g> Compiler<'g> {
             .map(|v| crate::graph::ValueType::new(DType::I64, v.ty.shape.clone()))
             .collect();
         let sources = positions_op.def().eval(&args, &types).ok()?;
-        let gather = |(t, &fill): (&Tensor, &f32)| {
+        let kernel = |(t, &fill): (&Tensor, &f32)| {
             let src = t.data.to_i64().into_iter().map(|p| match p {
                 1.. if p <= n as i64 => (p - 1) as u32,
                 _ => u32::MAX,
             });
-            Gather::from_inputs(src.collect(), &starts, fill)
+            match dtype {
+                DType::F32 => Kernel::Gather(Gather::from_inputs(src.collect(), &starts, fill)),
+                _ => Kernel::Moved(Moved::new(src.collect(), fill, t.shape.clone())),
+            }
         };
-        Some(sources.iter().zip(&fills).map(gather).collect())
+        Some(sources.iter().zip(&fills).map(kernel).collect())
     }
 
     /// The vector kernel of an elementwise chain (each node the only reader of
@@ -1198,22 +1239,22 @@ impl<'g> Compiler<'g> {
                 return Ok(());
             }
         }
-        let (native, gathers) = match natives.remove(&id) {
+        let (native, moves) = match natives.remove(&id) {
             Some(Built::Kernel(k)) => (Some(*k), None),
-            Some(Built::Gathers(g)) => (None, Some(g)),
+            Some(Built::Moves(g)) => (None, Some(g)),
             None => (self.native(id), None),
         };
         // A data movement without a native kernel: one gather step per output.
-        let gathers = gathers.or_else(|| native.is_none().then(|| self.movement(id)).flatten());
-        if let Some(gathers) = gathers {
+        let moves = moves.or_else(|| native.is_none().then(|| self.movement(id)).flatten());
+        if let Some(moves) = moves {
             let inputs = &self.g.node_inputs(id)[..self.moved_inputs(id)];
-            for (k, g) in gathers.into_iter().enumerate() {
+            for (k, kernel) in moves.into_iter().enumerate() {
                 let outputs = vec![ValueRef::new(id, k)];
                 self.steps.push(Pending {
                     name: node.name.clone(),
                     kind: format!("{kind} (gather)"),
                     spans: node.spans.clone(),
-                    kernel: Kernel::Gather(g),
+                    kernel,
                     work: self.work(&[id], inputs, &outputs),
                     inputs: inputs.to_vec(),
                     outputs,
@@ -1261,7 +1302,7 @@ impl<'g> Compiler<'g> {
 enum Built {
     Kernel(Box<Kernel>),
     /// A data movement: one gather per output.
-    Gathers(Vec<Gather>),
+    Moves(Vec<Kernel>),
 }
 
 /// The compiler's kernels as the fusion pass sees them; native kernels built
@@ -1295,7 +1336,7 @@ impl Target for NativeKernels<'_, '_> {
         let built = match self.c.native(id) {
             Some(k) => Built::Kernel(Box::new(k)),
             None => match self.c.movement(id) {
-                Some(gathers) => Built::Gathers(gathers),
+                Some(moves) => Built::Moves(moves),
                 None => return false,
             },
         };

@@ -13,6 +13,7 @@ pub mod quantized;
 pub(super) mod resize;
 pub mod simd;
 pub mod tir_step;
+pub(super) mod typed;
 pub(super) mod where_select;
 
 pub use error::KernelError;

@@ -1,0 +1,420 @@
+//! Elementwise ops on integer and boolean tensors, and comparisons of any
+//! numbers: the masks, position ids and index arithmetic of language models
+//! (a padding mask compared, negated, cast and multiplied before it reaches
+//! the attention scores). Each runs one typed loop over the output, operands
+//! broadcast by strides fixed when the kernel is built.
+//!
+//! The values are the boxed tensors of the runtime's non-f32 world (f32
+//! operands of a comparison are read row-major); the semantics are the
+//! reference's: integer arithmetic wraps, comparisons of NaN are false.
+
+use super::KernelError;
+use crate::core::{DType, Tensor, TensorData};
+use crate::graph::BinaryOp;
+use crate::ops::Logical;
+
+/// What a typed kernel computes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum TypedOp {
+    /// Add, Sub, Mul, Min or Max of two integers of one type.
+    Arith(BinaryOp),
+    /// Equal, Less, Greater, LessOrEqual or GreaterOrEqual: booleans.
+    Compare(BinaryOp),
+    /// And, Or, Xor or Not of booleans.
+    Logical(Logical),
+    /// A boolean mask picks operand 1 or 2 (integers or booleans).
+    Where,
+}
+
+/// One typed elementwise op, its operands broadcast to `shape`.
+#[derive(Clone, Debug)]
+pub struct Typed {
+    op: TypedOp,
+    shape: Vec<usize>,
+    /// Per operand, the element stride of each output axis (0 where broadcast).
+    strides: Vec<Vec<usize>>,
+    /// Per operand, its element count.
+    lens: Vec<usize>,
+}
+
+/// The integer types the arithmetic runs on.
+fn integer(d: DType) -> bool {
+    matches!(d, DType::I32 | DType::I64)
+}
+
+/// The types a comparison reads.
+fn comparable(d: DType) -> bool {
+    matches!(d, DType::F32 | DType::I32 | DType::I64 | DType::Bool)
+}
+
+impl TypedOp {
+    /// The op a node computes here, when its operand types have a typed loop.
+    pub fn of_binary(b: BinaryOp, operand: DType) -> Option<TypedOp> {
+        use BinaryOp::*;
+        match b {
+            Add | Sub | Mul | Min | Max if integer(operand) => Some(TypedOp::Arith(b)),
+            Equal | Less | Greater | LessOrEqual | GreaterOrEqual if comparable(operand) => {
+                Some(TypedOp::Compare(b))
+            }
+            _ => None,
+        }
+    }
+}
+
+impl Typed {
+    /// The kernel for `op` on operands of these types and shapes, giving `out`
+    /// (row-major); none when the types have no typed loop.
+    pub fn new(op: TypedOp, operands: &[(DType, &[usize])], out: &[usize]) -> Option<Typed> {
+        let types: Vec<DType> = operands.iter().map(|o| o.0).collect();
+        let fits = match (op, &types[..]) {
+            (TypedOp::Arith(_) | TypedOp::Compare(_), [a, b]) => a == b,
+            (TypedOp::Logical(Logical::Not), [DType::Bool]) => true,
+            (TypedOp::Logical(_), [DType::Bool, DType::Bool]) => true,
+            (TypedOp::Where, [DType::Bool, x, y]) => x == y && (integer(*x) || *x == DType::Bool),
+            _ => false,
+        };
+        if !fits {
+            return None;
+        }
+        let strides = (operands.iter())
+            .map(|(_, shape)| broadcast(shape, out))
+            .collect::<Option<Vec<_>>>()?;
+        Some(Typed {
+            op,
+            shape: out.to_vec(),
+            strides,
+            lens: operands.iter().map(|o| o.1.iter().product()).collect(),
+        })
+    }
+
+    /// The output of the op on `xs` (the types and shapes it was built for).
+    pub fn run(&self, xs: &[&Tensor]) -> Result<Tensor, KernelError> {
+        if xs.len() != self.lens.len() || xs.iter().zip(&self.lens).any(|(x, &n)| x.numel() != n) {
+            return Err(KernelError::Buffers {
+                kernel: "typed elementwise",
+                given: xs.iter().map(|x| x.numel()).collect(),
+                expected: self.lens.clone(),
+            });
+        }
+        let data = match self.op {
+            TypedOp::Arith(b) => self.arith(b, &xs[0].data, &xs[1].data),
+            TypedOp::Compare(b) => self.compare(b, &xs[0].data, &xs[1].data),
+            TypedOp::Logical(l) => self.logical(l, xs),
+            TypedOp::Where => self.select(xs),
+        };
+        data.map(|d| Tensor::new(self.shape.clone(), d))
+            .ok_or_else(|| KernelError::Buffers {
+                kernel: "typed elementwise (operand types)",
+                given: xs.iter().map(|x| x.numel()).collect(),
+                expected: self.lens.clone(),
+            })
+    }
+
+    fn arith(&self, b: BinaryOp, x: &TensorData, y: &TensorData) -> Option<TensorData> {
+        macro_rules! wrapping {
+            ($x:expr, $y:expr) => {
+                self.map2($x, $y, |a, c| match b {
+                    BinaryOp::Add => a.wrapping_add(c),
+                    BinaryOp::Sub => a.wrapping_sub(c),
+                    BinaryOp::Mul => a.wrapping_mul(c),
+                    BinaryOp::Min => a.min(c),
+                    _ => a.max(c),
+                })
+            };
+        }
+        Some(match (x, y) {
+            (TensorData::I32(x), TensorData::I32(y)) => TensorData::I32(wrapping!(x, y)),
+            (TensorData::I64(x), TensorData::I64(y)) => TensorData::I64(wrapping!(x, y)),
+            _ => return None,
+        })
+    }
+
+    fn compare(&self, b: BinaryOp, x: &TensorData, y: &TensorData) -> Option<TensorData> {
+        // PartialOrd: every comparison with NaN is false, as in the reference.
+        fn holds<T: PartialOrd>(b: BinaryOp, a: T, c: T) -> bool {
+            match b {
+                BinaryOp::Equal => a == c,
+                BinaryOp::Less => a < c,
+                BinaryOp::Greater => a > c,
+                BinaryOp::LessOrEqual => a <= c,
+                _ => a >= c,
+            }
+        }
+        Some(TensorData::Bool(match (x, y) {
+            (TensorData::F32(x), TensorData::F32(y)) => self.map2(x, y, |a, c| holds(b, a, c)),
+            (TensorData::I32(x), TensorData::I32(y)) => self.map2(x, y, |a, c| holds(b, a, c)),
+            (TensorData::I64(x), TensorData::I64(y)) => self.map2(x, y, |a, c| holds(b, a, c)),
+            (TensorData::Bool(x), TensorData::Bool(y)) => self.map2(x, y, |a, c| holds(b, a, c)),
+            _ => return None,
+        }))
+    }
+
+    fn logical(&self, l: Logical, xs: &[&Tensor]) -> Option<TensorData> {
+        let TensorData::Bool(x) = &*xs[0].data else {
+            return None;
+        };
+        if l == Logical::Not {
+            return Some(TensorData::Bool(self.map2(x, x, |a, _| !a)));
+        }
+        let TensorData::Bool(y) = &*xs[1].data else {
+            return None;
+        };
+        Some(TensorData::Bool(self.map2(x, y, |a, c| match l {
+            Logical::And => a & c,
+            Logical::Or => a | c,
+            _ => a ^ c,
+        })))
+    }
+
+    fn select(&self, xs: &[&Tensor]) -> Option<TensorData> {
+        let TensorData::Bool(mask) = &*xs[0].data else {
+            return None;
+        };
+        // The mask's stride walks beside the chosen operand's.
+        let pick = |x: &TensorData, y: &TensorData| -> Option<TensorData> {
+            Some(match (x, y) {
+                (TensorData::I32(x), TensorData::I32(y)) => TensorData::I32(self.pick(mask, x, y)),
+                (TensorData::I64(x), TensorData::I64(y)) => TensorData::I64(self.pick(mask, x, y)),
+                (TensorData::Bool(x), TensorData::Bool(y)) => {
+                    TensorData::Bool(self.pick(mask, x, y))
+                }
+                _ => return None,
+            })
+        };
+        pick(&xs[1].data, &xs[2].data)
+    }
+
+    /// `f` of operands 0 and 1 at each output position (a unary op passes its
+    /// operand twice).
+    fn map2<T: Copy, U>(&self, x: &[T], y: &[T], f: impl Fn(T, T) -> U) -> Vec<U> {
+        let last = self.strides.len().min(2) - 1;
+        let (sx, sy) = (&self.strides[0], &self.strides[last]);
+        let mut out = Vec::with_capacity(self.shape.iter().product());
+        self.rows(&[sx, sy], |at, n, step| {
+            for k in 0..n {
+                out.push(f(x[at[0] + k * step[0]], y[at[1] + k * step[1]]));
+            }
+        });
+        out
+    }
+
+    fn pick<T: Copy>(&self, mask: &[bool], x: &[T], y: &[T]) -> Vec<T> {
+        let s = &self.strides;
+        let mut out = Vec::with_capacity(self.shape.iter().product());
+        self.rows(&[&s[0], &s[1], &s[2]], |at, n, step| {
+            for k in 0..n {
+                out.push(match mask[at[0] + k * step[0]] {
+                    true => x[at[1] + k * step[1]],
+                    false => y[at[2] + k * step[2]],
+                });
+            }
+        });
+        out
+    }
+
+    /// Calls `row(offsets, n, steps)` for each row of the output's last axis,
+    /// in order: each operand's offset of the row's first element, the row's
+    /// length and each operand's step along it.
+    fn rows<const N: usize>(
+        &self,
+        strides: &[&Vec<usize>; N],
+        mut row: impl FnMut(&[usize; N], usize, &[usize; N]),
+    ) {
+        let rank = self.shape.len();
+        if self.shape.contains(&0) {
+            return;
+        }
+        let (n, step) = match rank {
+            0 => (1, [0; N]),
+            _ => (self.shape[rank - 1], strides.map(|s| s[rank - 1])),
+        };
+        let outer = rank.saturating_sub(1);
+        let mut index = vec![0usize; outer];
+        let mut at = [0usize; N];
+        loop {
+            row(&at, n, &step);
+            // The odometer over the outer axes, offsets kept in step.
+            let mut axis = outer;
+            loop {
+                if axis == 0 {
+                    return;
+                }
+                axis -= 1;
+                index[axis] += 1;
+                for (o, s) in at.iter_mut().zip(strides) {
+                    *o += s[axis];
+                }
+                if index[axis] < self.shape[axis] {
+                    break;
+                }
+                for (o, s) in at.iter_mut().zip(strides) {
+                    *o -= s[axis] * self.shape[axis];
+                }
+                index[axis] = 0;
+            }
+        }
+    }
+}
+
+/// A data movement of integers or booleans: each output element is an element
+/// of the moved inputs (joined end to end), or the fill (a constant pad).
+#[derive(Clone, Debug)]
+pub struct Moved {
+    /// Per output element, its source; `u32::MAX` for the fill.
+    sources: Vec<u32>,
+    fill: f32,
+    shape: Vec<usize>,
+}
+
+impl Moved {
+    /// The movement of these sources into an output of `shape`.
+    pub fn new(sources: Vec<u32>, fill: f32, shape: Vec<usize>) -> Moved {
+        Moved {
+            sources,
+            fill,
+            shape,
+        }
+    }
+
+    /// The output, from the moved inputs `xs` (of one type).
+    pub fn run(&self, xs: &[&Tensor]) -> Result<Tensor, KernelError> {
+        let dtype = xs.first().map_or(DType::F32, |x| x.dtype());
+        let fill = TensorData::from_f64(dtype, vec![self.fill as f64]);
+        let mut parts: Vec<&TensorData> = xs.iter().map(|x| &*x.data).collect();
+        parts.push(&fill);
+        let joined = TensorData::concat(&parts).map_err(|_| KernelError::Buffers {
+            kernel: "data movement (operand types)",
+            given: xs.iter().map(|x| x.numel()).collect(),
+            expected: vec![],
+        })?;
+        let last = joined.len() - 1;
+        if let Some(&s) = self
+            .sources
+            .iter()
+            .find(|&&s| s != u32::MAX && s as usize >= last)
+        {
+            return Err(KernelError::Index {
+                index: s as i64,
+                extent: last,
+            });
+        }
+        let at = self.sources.iter().map(|&s| match s {
+            u32::MAX => last,
+            s => s as usize,
+        });
+        Ok(Tensor::new(self.shape.clone(), joined.gather(at)))
+    }
+}
+
+/// The element strides of an operand of `shape` broadcast (numpy rules) to
+/// `out`: 0 along axes it repeats.
+fn broadcast(shape: &[usize], out: &[usize]) -> Option<Vec<usize>> {
+    let lead = out.len().checked_sub(shape.len())?;
+    let mut strides = vec![0; out.len()];
+    let mut stride = 1;
+    for (a, &d) in shape.iter().enumerate().rev() {
+        let o = out[lead + a];
+        if d != o && d != 1 {
+            return None;
+        }
+        strides[lead + a] = if d == 1 { 0 } else { stride };
+        stride *= d;
+    }
+    Some(strides)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::ValueType;
+    use crate::ops::{eval_op, Op};
+
+    fn i64s(shape: &[usize], v: &[i64]) -> Tensor {
+        Tensor::new(shape.to_vec(), TensorData::I64(v.to_vec()))
+    }
+
+    fn bools(shape: &[usize], v: &[bool]) -> Tensor {
+        Tensor::new(shape.to_vec(), TensorData::Bool(v.to_vec()))
+    }
+
+    /// The typed kernel and the reference give the same tensor.
+    fn agree(op: Op, typed: TypedOp, xs: &[Tensor], out: ValueType) {
+        let refs: Vec<&Tensor> = xs.iter().collect();
+        let want = eval_op(&op, &refs, std::slice::from_ref(&out))
+            .unwrap()
+            .remove(0);
+        let operands: Vec<(DType, &[usize])> =
+            xs.iter().map(|x| (x.dtype(), &x.shape[..])).collect();
+        let k = Typed::new(typed, &operands, &out.shape).expect("a typed loop");
+        let got = k.run(&refs).unwrap();
+        assert_eq!(got.shape, want.shape, "{op:?}");
+        assert_eq!(*got.data, *want.data, "{op:?}");
+    }
+
+    #[test]
+    fn typed_ops_broadcast_as_the_reference_does() {
+        let a = i64s(&[2, 1, 3], &[i64::MAX, -4, 0, 7, 1, -1]);
+        let b = i64s(&[4, 1], &[1, -2, 3, i64::MIN]);
+        let out = |d| ValueType::new(d, vec![2, 4, 3]);
+        for bin in [
+            BinaryOp::Add,
+            BinaryOp::Sub,
+            BinaryOp::Mul,
+            BinaryOp::Min,
+            BinaryOp::Max,
+        ] {
+            let t = TypedOp::of_binary(bin, DType::I64).unwrap();
+            agree(Op::Binary(bin), t, &[a.clone(), b.clone()], out(DType::I64));
+        }
+        let cmp = [
+            BinaryOp::Equal,
+            BinaryOp::Less,
+            BinaryOp::Greater,
+            BinaryOp::LessOrEqual,
+            BinaryOp::GreaterOrEqual,
+        ];
+        let fa = Tensor::from_f32(vec![3], vec![f32::NAN, 1.0, -0.0]);
+        let fb = Tensor::from_f32(vec![2, 1], vec![0.0, f32::NAN]);
+        for bin in cmp {
+            let t = TypedOp::of_binary(bin, DType::I64).unwrap();
+            agree(
+                Op::Binary(bin),
+                t,
+                &[a.clone(), b.clone()],
+                out(DType::Bool),
+            );
+            let f = ValueType::new(DType::Bool, vec![2, 3]);
+            agree(Op::Binary(bin), t, &[fa.clone(), fb.clone()], f);
+        }
+        let m = bools(&[2, 1, 1], &[true, false]);
+        let n = bools(&[3], &[true, false, true]);
+        let vb = ValueType::new(DType::Bool, vec![2, 1, 3]);
+        for l in [Logical::And, Logical::Or, Logical::Xor] {
+            let t = TypedOp::Logical(l);
+            agree(Op::Logical(l), t, &[m.clone(), n.clone()], vb.clone());
+        }
+        let not = ValueType::new(DType::Bool, vec![3]);
+        agree(
+            Op::Logical(Logical::Not),
+            TypedOp::Logical(Logical::Not),
+            &[n.clone()],
+            not,
+        );
+        agree(Op::Where, TypedOp::Where, &[m, a, b], out(DType::I64));
+        // A scalar operand and a rank-0 output.
+        let s = i64s(&[], &[5]);
+        let r0 = ValueType::new(DType::I64, vec![]);
+        let add = TypedOp::Arith(BinaryOp::Add);
+        agree(Op::Binary(BinaryOp::Add), add, &[s.clone(), s], r0);
+    }
+
+    #[test]
+    fn operands_the_loops_do_not_cover_get_no_kernel() {
+        let i = [(DType::I32, &[2usize][..]), (DType::I64, &[2][..])];
+        assert!(Typed::new(TypedOp::Arith(BinaryOp::Add), &i, &[2]).is_none());
+        assert!(TypedOp::of_binary(BinaryOp::Div, DType::I64).is_none());
+        assert!(TypedOp::of_binary(BinaryOp::Add, DType::U8).is_none());
+        let mismatch = [(DType::I64, &[3usize][..]), (DType::I64, &[2][..])];
+        assert!(Typed::new(TypedOp::Arith(BinaryOp::Add), &mismatch, &[3]).is_none());
+    }
+}
