@@ -4,7 +4,7 @@ random weights (no downloads), as ONNX (tf2onnx) and as TFLite (TFLiteConverter)
 each with its inputs and the reference outputs.
 
     python3 -m venv .venv-zoo && .venv-zoo/bin/pip install -r scripts/requirements-zoo.txt
-    .venv-zoo/bin/python scripts/gen_transformers.py [--out models/zoo] [MODEL ...]
+    .venv-zoo/bin/python scripts/gen_transformers.py [--out models/zoo] [--size tiny|small] [MODEL ...]
 
 Writes `<out>/<model>_onnx/model.onnx` and `<out>/<model>_tflite/model.tflite`, each
 with `test_data_set_0/{input_K,output_K}.pb` in the order of the model's own inputs
@@ -39,17 +39,32 @@ import keras  # noqa: E402
 import keras_hub  # noqa: E402
 from onnx import numpy_helper  # noqa: E402
 
-SEQ, VOCAB = 16, 500
-# Small enough to commit, wide enough that every head has several lanes of work.
-TEXT = dict(vocabulary_size=VOCAB, num_layers=2, hidden_dim=64, intermediate_dim=128)
+# `tiny` is small enough to commit, wide enough that every head has several
+# lanes of work; `small` (--size small) is the size to time them at, about
+# BERT-mini's, with 128 tokens or a 224x224 image in 16x16 patches.
+SIZES = {
+    "tiny": dict(seq=16, vocab=500, layers=2, hidden=64, mlp=128, image=32, patch=8),
+    "small": dict(seq=128, vocab=8000, layers=4, hidden=256, mlp=1024, image=224, patch=16),
+}
+SEQ, VOCAB, TEXT, IMAGE = 0, 0, {}, {}
+
+
+def configure(size: str):
+    global SEQ, VOCAB, TEXT, IMAGE
+    c = SIZES[size]
+    SEQ, VOCAB = c["seq"], c["vocab"]
+    TEXT = dict(vocabulary_size=VOCAB, num_layers=c["layers"], hidden_dim=c["hidden"],
+                intermediate_dim=c["mlp"])
+    IMAGE = dict(image_shape=(c["image"], c["image"], 3), patch_size=c["patch"],
+                 num_layers=c["layers"], hidden_dim=c["hidden"], mlp_dim=c["mlp"])
 
 
 def bert():
-    return keras_hub.models.BertBackbone(num_heads=4, max_sequence_length=64, **TEXT)
+    return keras_hub.models.BertBackbone(num_heads=4, max_sequence_length=4 * SEQ, **TEXT)
 
 
 def gpt2():
-    return keras_hub.models.GPT2Backbone(num_heads=4, max_sequence_length=64, **TEXT)
+    return keras_hub.models.GPT2Backbone(num_heads=4, max_sequence_length=4 * SEQ, **TEXT)
 
 
 def llama():
@@ -57,9 +72,7 @@ def llama():
 
 
 def vit():
-    return keras_hub.models.ViTBackbone(
-        image_shape=(32, 32, 3), patch_size=8, num_layers=2, num_heads=4, hidden_dim=64, mlp_dim=128
-    )
+    return keras_hub.models.ViTBackbone(num_heads=4, **IMAGE)
 
 
 def text_inputs(model, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -204,7 +217,9 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("models/zoo"))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--opset", type=int, default=17)
+    ap.add_argument("--size", choices=list(SIZES), default="tiny")
     args = ap.parse_args()
+    configure(args.size)
     failed = 0
     for name in args.models:
         if name not in MODELS:
@@ -218,14 +233,16 @@ def main() -> int:
         else:
             model = MODELS[name]()
             if name == "ViTTiny":
-                feeds = {"images": rng.uniform(-1, 1, (1, 32, 32, 3)).astype(np.float32)}
+                side = IMAGE["image_shape"][0]
+                feeds = {"images": rng.uniform(-1, 1, (1, side, side, 3)).astype(np.float32)}
             else:
                 feeds = text_inputs(model, rng)
             f = backbone_function(model, feeds)
         whole = model if name == "ViTTiny" else None
         for fmt, write in (("onnx", lambda d: write_onnx(d, f, feeds, args.opset, whole)),
                            ("tflite", lambda d: write_tflite(d, f, feeds))):
-            label = f"{name}_{fmt}"
+            sized = name if args.size == "tiny" else name.replace("Tiny", "") + args.size.title()
+            label = f"{sized}_{fmt}"
             try:
                 write(args.out / label)
                 print(f"{label}: written")

@@ -635,21 +635,30 @@ mod tests {
     }
 
     #[test]
-    fn pow_by_a_constant_two_becomes_a_product() {
-        let mut g = Graph::new("square");
+    fn pow_by_a_constant_two_or_three_becomes_products() {
+        let mut g = Graph::new("powers");
         let x = g.add_input("x", ValueType::new(DType::F32, vec![3]), vec![]);
-        let two = g.add_constant("two", Tensor::scalar_f32(2.0), vec![]);
-        let three = g.add_constant("three", Tensor::scalar_f32(3.0), vec![]);
+        let constant = |g: &mut Graph, e: f32| g.add_constant("e", Tensor::scalar_f32(e), vec![]);
         let pow = |g: &mut Graph, e| {
             let id = g
                 .add_node(Op::Binary(BinaryOp::Pow), "pow", &[x, e], &[], vec![])
                 .unwrap();
             fold_node(g, id).unwrap()
         };
+        let two = constant(&mut g, 2.0);
         let square = pow(&mut g, two).expect("x^2 is rewritten")[0];
         assert_eq!(g.node(square.node).op, Op::Binary(BinaryOp::Mul));
         assert_eq!(g.node_inputs(square.node), vec![x, x]);
+        let three = constant(&mut g, 3.0);
+        let cube = pow(&mut g, three).expect("x^3 is rewritten")[0];
+        assert_eq!(g.node(cube.node).op, Op::Binary(BinaryOp::Mul));
+        let [sq, last] = g.node_inputs(cube.node)[..] else {
+            panic!("a product of two")
+        };
+        assert_eq!(last, x);
+        assert_eq!(g.node_inputs(sq.node), vec![x, x]);
         // Another exponent stays a Pow.
-        assert!(pow(&mut g, three).is_none());
+        let half = constant(&mut g, 0.5);
+        assert!(pow(&mut g, half).is_none());
     }
 }
