@@ -123,7 +123,7 @@ impl IntegerArith {
     /// The op on two integers of a type `bits` wide, exact in i128 (the
     /// caller wraps the result to the type). A zero divisor is an error:
     /// onnxruntime divides regardless, which traps on x86.
-    fn apply_int(self, a: i128, b: i128, bits: i128) -> Result<i128, OpError> {
+    pub fn apply_int(self, a: i128, b: i128, bits: i128) -> Result<i128, OpError> {
         Ok(match self {
             IntegerArith::Mod { .. } if b == 0 => {
                 return Err(OpError::Value("integer modulo by zero".into()))

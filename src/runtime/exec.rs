@@ -168,6 +168,10 @@ impl CompiledModel {
                 }
                 Kernel::Typed(k) => on_tensors(step, bufs, |xs| k.run(xs)).map_err(kernel)?,
                 Kernel::Moved(k) => on_tensors(step, bufs, |xs| k.run(xs)).map_err(kernel)?,
+                Kernel::Arg(k) => {
+                    let y = k.run(bufs.read(step.inputs[0])).map_err(kernel)?;
+                    store(step, bufs, vec![y])
+                }
                 Kernel::Cast(cast) => {
                     let t = bufs.tensor(step.inputs[0], &step.input_types[0]);
                     let Slot::Boxed(i) = step.outputs[0] else {

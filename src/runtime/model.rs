@@ -57,15 +57,16 @@ pub(super) enum Kernel {
     Select(where_select::Select),
     /// Softmax, layer normalization or mean over contiguous rows.
     Normalize(normalize::RowKernel),
-    /// An integer or boolean tensor converted to f32.
+    /// A tensor of another type converted to f32.
     ToF32,
-    /// An f32, integer or boolean tensor converted to an integer or boolean
-    /// type (the cast of the reference).
+    /// A tensor converted to a type other than f32 (the cast of the reference).
     Cast(crate::ops::Cast),
     /// An elementwise op on integers or booleans, or a comparison.
     Typed(typed::Typed),
     /// A data movement of integers or booleans.
     Moved(typed::Moved),
+    /// ArgMax or ArgMin of f32 values.
+    Arg(typed::ArgBest),
     /// A non-f32 tensor given a new shape (same elements).
     Rebox(Vec<usize>),
     Copy,

@@ -17,7 +17,7 @@ use super::kernels::pool::PoolGeom;
 use super::kernels::quantized::{Grid, QuantizedAdd};
 use super::kernels::resize::ResizeGeom;
 use super::kernels::simd::{Isa, Lanes};
-use super::kernels::typed::{Moved, Typed, TypedOp};
+use super::kernels::typed::{ArgBest, Moved, Typed, TypedOp};
 use super::kernels::where_select::Select;
 use super::kernels::{activation, gather, tir_step};
 use super::machine::{lock, SharedKernelTimes};
@@ -566,15 +566,10 @@ impl<'g> Compiler<'g> {
             )
         };
         match op {
-            Op::Cast(_) if out.dtype == DType::F32 && is_int(&ins[0]) => Some(Kernel::ToF32),
+            Op::Cast(_) if out.dtype == DType::F32 && !self.is_f32(ins[0]) => Some(Kernel::ToF32),
             // Quantized outputs (f32 values rounded and clamped to the type),
-            // and masks and ids between integer and boolean types.
-            Op::Cast(c)
-                if (self.is_f32(ins[0]) || is_int(&ins[0]))
-                    && (out.dtype.integer_range().is_some() || out.dtype == DType::Bool) =>
-            {
-                Some(Kernel::Cast(c.clone()))
-            }
+            // masks and ids between integer and boolean types, other floats.
+            Op::Cast(c) if out.dtype != DType::F32 => Some(Kernel::Cast(c.clone())),
             Op::Reshape(_) | Op::Identity if out.dtype != DType::F32 => {
                 Some(Kernel::Rebox(out.shape.clone()))
             }
@@ -601,6 +596,11 @@ impl<'g> Compiler<'g> {
         let ins = self.g.node_inputs(id);
         let op = match op {
             Op::Binary(b) => TypedOp::of_binary(*b, self.g.value_type(*ins.first()?).dtype)?,
+            Op::IntegerArith(a) => TypedOp::Integer(*a),
+            Op::ArgReduce(r) if self.is_f32(*ins.first()?) => {
+                let (x, out) = (self.g.value_type(ins[0]), &self.g.node(id).outputs[0].ty);
+                return ArgBest::new(r, &x.shape, &out.shape).map(Kernel::Arg);
+            }
             Op::Logical(l) => TypedOp::Logical(*l),
             Op::Where => TypedOp::Where,
             _ => return None,

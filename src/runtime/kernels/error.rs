@@ -38,6 +38,9 @@ pub enum KernelError {
         /// Its stored elements, padding included.
         elements: usize,
     },
+    /// A value the op is not defined on (an integer modulo by zero).
+    #[error("{0}")]
+    Value(String),
     /// A layout does not fit a tensor's shape.
     #[error(transparent)]
     Layout(#[from] AlgebraError),

@@ -11,13 +11,15 @@
 use super::KernelError;
 use crate::core::{DType, Tensor, TensorData};
 use crate::graph::BinaryOp;
-use crate::ops::Logical;
+use crate::ops::{ArgKind, ArgReduce, IntegerArith, Logical};
 
 /// What a typed kernel computes.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum TypedOp {
     /// Add, Sub, Mul, Min or Max of two integers of one type.
     Arith(BinaryOp),
+    /// Mod, BitShift and the bitwise ops of two integers of one type.
+    Integer(IntegerArith),
     /// Equal, Less, Greater, LessOrEqual or GreaterOrEqual: booleans.
     Compare(BinaryOp),
     /// And, Or, Xor or Not of booleans.
@@ -37,14 +39,68 @@ pub struct Typed {
     lens: Vec<usize>,
 }
 
-/// The integer types the arithmetic runs on.
+/// The integer types the arithmetic runs on: every one stored a value a
+/// machine word (the 4-bit types are packed bits).
 fn integer(d: DType) -> bool {
-    matches!(d, DType::I32 | DType::I64)
+    matches!(
+        d,
+        DType::I8
+            | DType::I16
+            | DType::I32
+            | DType::I64
+            | DType::U8
+            | DType::U16
+            | DType::U32
+            | DType::U64
+    )
 }
 
 /// The types a comparison reads.
 fn comparable(d: DType) -> bool {
-    matches!(d, DType::F32 | DType::I32 | DType::I64 | DType::Bool)
+    integer(d) || matches!(d, DType::F32 | DType::F64 | DType::Bool)
+}
+
+/// `$body` with `$x` and `$y` bound to the two operands' vectors and `$v`
+/// to the constructor of their variant, for every integer variant; `None`
+/// for others.
+macro_rules! each_integer {
+    ($a:expr, $b:expr, |$x:ident, $y:ident, $v:ident| $body:expr) => {
+        match ($a, $b) {
+            (TensorData::I8($x), TensorData::I8($y)) => {
+                let $v = TensorData::I8;
+                Some($body)
+            }
+            (TensorData::I16($x), TensorData::I16($y)) => {
+                let $v = TensorData::I16;
+                Some($body)
+            }
+            (TensorData::I32($x), TensorData::I32($y)) => {
+                let $v = TensorData::I32;
+                Some($body)
+            }
+            (TensorData::I64($x), TensorData::I64($y)) => {
+                let $v = TensorData::I64;
+                Some($body)
+            }
+            (TensorData::U8($x), TensorData::U8($y)) => {
+                let $v = TensorData::U8;
+                Some($body)
+            }
+            (TensorData::U16($x), TensorData::U16($y)) => {
+                let $v = TensorData::U16;
+                Some($body)
+            }
+            (TensorData::U32($x), TensorData::U32($y)) => {
+                let $v = TensorData::U32;
+                Some($body)
+            }
+            (TensorData::U64($x), TensorData::U64($y)) => {
+                let $v = TensorData::U64;
+                Some($body)
+            }
+            _ => None,
+        }
+    };
 }
 
 impl TypedOp {
@@ -68,6 +124,7 @@ impl Typed {
         let types: Vec<DType> = operands.iter().map(|o| o.0).collect();
         let fits = match (op, &types[..]) {
             (TypedOp::Arith(_) | TypedOp::Compare(_), [a, b]) => a == b,
+            (TypedOp::Integer(_), [a, b]) => a == b && integer(*a),
             (TypedOp::Logical(Logical::Not), [DType::Bool]) => true,
             (TypedOp::Logical(_), [DType::Bool, DType::Bool]) => true,
             (TypedOp::Where, [DType::Bool, x, y]) => x == y && (integer(*x) || *x == DType::Bool),
@@ -98,6 +155,7 @@ impl Typed {
         }
         let data = match self.op {
             TypedOp::Arith(b) => self.arith(b, &xs[0].data, &xs[1].data),
+            TypedOp::Integer(op) => return self.integer(op, xs[0], xs[1]),
             TypedOp::Compare(b) => self.compare(b, &xs[0].data, &xs[1].data),
             TypedOp::Logical(l) => self.logical(l, xs),
             TypedOp::Where => self.select(xs),
@@ -111,22 +169,39 @@ impl Typed {
     }
 
     fn arith(&self, b: BinaryOp, x: &TensorData, y: &TensorData) -> Option<TensorData> {
-        macro_rules! wrapping {
-            ($x:expr, $y:expr) => {
-                self.map2($x, $y, |a, c| match b {
-                    BinaryOp::Add => a.wrapping_add(c),
-                    BinaryOp::Sub => a.wrapping_sub(c),
-                    BinaryOp::Mul => a.wrapping_mul(c),
-                    BinaryOp::Min => a.min(c),
-                    _ => a.max(c),
-                })
-            };
+        each_integer!(x, y, |x, y, variant| variant(self.map2(
+            x,
+            y,
+            |a, c| match b {
+                BinaryOp::Add => a.wrapping_add(c),
+                BinaryOp::Sub => a.wrapping_sub(c),
+                BinaryOp::Mul => a.wrapping_mul(c),
+                BinaryOp::Min => a.min(c),
+                _ => a.max(c),
+            }
+        )))
+    }
+
+    /// The op's own definition on each pair, exact in i128 and wrapped back
+    /// to the type; a zero divisor of Mod is an error naming it.
+    fn integer(&self, op: IntegerArith, x: &Tensor, y: &Tensor) -> Result<Tensor, KernelError> {
+        let dtype = x.dtype();
+        let bits = 8 * dtype.size_bytes() as i128;
+        let (a, b) = (x.data.to_i128(), y.data.to_i128());
+        let mut failed = None;
+        let v = self.map2(&a, &b, |a, b| {
+            op.apply_int(a, b, bits).unwrap_or_else(|e| {
+                failed = Some(e);
+                0
+            })
+        });
+        if let Some(e) = failed {
+            return Err(KernelError::Value(e.to_string()));
         }
-        Some(match (x, y) {
-            (TensorData::I32(x), TensorData::I32(y)) => TensorData::I32(wrapping!(x, y)),
-            (TensorData::I64(x), TensorData::I64(y)) => TensorData::I64(wrapping!(x, y)),
-            _ => return None,
-        })
+        Ok(Tensor::new(
+            self.shape.clone(),
+            TensorData::from_i128(dtype, v),
+        ))
     }
 
     fn compare(&self, b: BinaryOp, x: &TensorData, y: &TensorData) -> Option<TensorData> {
@@ -140,13 +215,21 @@ impl Typed {
                 _ => a >= c,
             }
         }
-        Some(TensorData::Bool(match (x, y) {
-            (TensorData::F32(x), TensorData::F32(y)) => self.map2(x, y, |a, c| holds(b, a, c)),
-            (TensorData::I32(x), TensorData::I32(y)) => self.map2(x, y, |a, c| holds(b, a, c)),
-            (TensorData::I64(x), TensorData::I64(y)) => self.map2(x, y, |a, c| holds(b, a, c)),
-            (TensorData::Bool(x), TensorData::Bool(y)) => self.map2(x, y, |a, c| holds(b, a, c)),
-            _ => return None,
-        }))
+        let float = match (x, y) {
+            (TensorData::F32(x), TensorData::F32(y)) => {
+                Some(self.map2(x, y, |a, c| holds(b, a, c)))
+            }
+            (TensorData::F64(x), TensorData::F64(y)) => {
+                Some(self.map2(x, y, |a, c| holds(b, a, c)))
+            }
+            (TensorData::Bool(x), TensorData::Bool(y)) => {
+                Some(self.map2(x, y, |a, c| holds(b, a, c)))
+            }
+            _ => None,
+        };
+        let v = float
+            .or_else(|| each_integer!(x, y, |x, y, _v| self.map2(x, y, |a, c| holds(b, a, c))))?;
+        Some(TensorData::Bool(v))
     }
 
     fn logical(&self, l: Logical, xs: &[&Tensor]) -> Option<TensorData> {
@@ -186,7 +269,7 @@ impl Typed {
 
     /// `f` of operands 0 and 1 at each output position (a unary op passes its
     /// operand twice).
-    fn map2<T: Copy, U>(&self, x: &[T], y: &[T], f: impl Fn(T, T) -> U) -> Vec<U> {
+    fn map2<T: Copy, U>(&self, x: &[T], y: &[T], mut f: impl FnMut(T, T) -> U) -> Vec<U> {
         let last = self.strides.len().min(2) - 1;
         let (sx, sy) = (&self.strides[0], &self.strides[last]);
         let mut out = Vec::with_capacity(self.shape.iter().product());
@@ -252,6 +335,76 @@ impl Typed {
                 }
                 index[axis] = 0;
             }
+        }
+    }
+}
+
+/// ArgMax or ArgMin of row-major f32 values along one axis: i64 indices.
+/// NaN wins either, as ReduceMax/ReduceMin propagate it; ties go to the first
+/// index, or the last when asked (the reference's order).
+#[derive(Clone, Debug)]
+pub struct ArgBest {
+    largest: bool,
+    last: bool,
+    /// The extents before, of and after the axis.
+    outer: usize,
+    n: usize,
+    inner: usize,
+    shape: Vec<usize>,
+}
+
+impl ArgBest {
+    /// The kernel for `op` on f32 input of `shape`, giving `out`.
+    pub fn new(op: &ArgReduce, shape: &[usize], out: &[usize]) -> Option<ArgBest> {
+        let n = *shape.get(op.axis)?;
+        (n > 0).then(|| ArgBest {
+            largest: op.kind == ArgKind::Max,
+            last: op.select_last_index,
+            outer: shape[..op.axis].iter().product(),
+            n,
+            inner: shape[op.axis + 1..].iter().product(),
+            shape: out.to_vec(),
+        })
+    }
+
+    /// The indices for `x`. Each line is scanned along the axis with the
+    /// best value of every inner position kept beside its index, so the
+    /// loops run over contiguous rows.
+    pub fn run(&self, x: &[f32]) -> Result<Tensor, KernelError> {
+        let (n, inner) = (self.n, self.inner);
+        if x.len() != self.outer * n * inner {
+            return Err(KernelError::Buffers {
+                kernel: "ArgMax/ArgMin",
+                given: vec![x.len()],
+                expected: vec![self.outer * n * inner],
+            });
+        }
+        let mut out = Vec::with_capacity(self.outer * inner);
+        let mut best = vec![0f32; inner];
+        let mut at = vec![0i64; inner];
+        for block in x.chunks_exact(n * inner) {
+            best.copy_from_slice(&block[..inner]);
+            at.fill(0);
+            for (k, row) in block.chunks_exact(inner).enumerate().skip(1) {
+                for ((b, i), &v) in best.iter_mut().zip(at.iter_mut()).zip(row) {
+                    if self.better(v, *b) {
+                        (*b, *i) = (v, k as i64);
+                    }
+                }
+            }
+            out.extend_from_slice(&at);
+        }
+        Ok(Tensor::from_i64(self.shape.clone(), out))
+    }
+
+    #[inline(always)]
+    fn better(&self, v: f32, b: f32) -> bool {
+        match (v.is_nan(), b.is_nan()) {
+            (true, true) => self.last,
+            (true, false) => true,
+            (false, true) => false,
+            _ if v == b => self.last,
+            _ => (v > b) == self.largest,
         }
     }
 }
@@ -409,11 +562,103 @@ mod tests {
     }
 
     #[test]
+    fn integer_ops_of_every_width_agree_with_the_reference() {
+        let ints = |d: DType, shape: &[usize], v: &[i128]| {
+            Tensor::new(shape.to_vec(), TensorData::from_i128(d, v.to_vec()))
+        };
+        let ops = [
+            IntegerArith::Mod { fmod: false },
+            IntegerArith::Mod { fmod: true },
+            IntegerArith::BitShift { left: true },
+            IntegerArith::BitShift { left: false },
+            IntegerArith::BitwiseAnd,
+            IntegerArith::BitwiseOr,
+            IntegerArith::BitwiseXor,
+        ];
+        for d in [DType::I8, DType::U8, DType::I16, DType::U32, DType::I64] {
+            let signed = d.integer_range().unwrap().0 < 0.0;
+            let a = ints(
+                d,
+                &[2, 3],
+                &[7, if signed { -7 } else { 250 }, 0, 5, 100, 1],
+            );
+            let b = ints(d, &[3], &[3, if signed { -2 } else { 9 }, 1]);
+            let out = ValueType::new(d, vec![2, 3]);
+            for op in ops {
+                let t = TypedOp::Integer(op);
+                agree(
+                    Op::IntegerArith(op),
+                    t,
+                    &[a.clone(), b.clone()],
+                    out.clone(),
+                );
+            }
+            for bin in [BinaryOp::Add, BinaryOp::Mul, BinaryOp::Max, BinaryOp::Less] {
+                let t = TypedOp::of_binary(bin, d).unwrap();
+                let ty = if bin == BinaryOp::Less {
+                    DType::Bool
+                } else {
+                    d
+                };
+                let out = ValueType::new(ty, vec![2, 3]);
+                agree(Op::Binary(bin), t, &[a.clone(), b.clone()], out);
+            }
+        }
+        // Mod by zero is an error, never a panic.
+        let a = ints(DType::I32, &[2], &[1, 2]);
+        let z = ints(DType::I32, &[1], &[0]);
+        let operands = [(DType::I32, &[2usize][..]), (DType::I32, &[1][..])];
+        let k = Typed::new(TypedOp::Integer(ops[0]), &operands, &[2]).unwrap();
+        assert!(matches!(k.run(&[&a, &z]), Err(KernelError::Value(_))));
+    }
+
+    #[test]
+    fn arg_max_and_min_agree_with_the_reference_on_nan_and_ties() {
+        let v = [
+            1.0,
+            f32::NAN,
+            3.0,
+            3.0,
+            -1.0,
+            2.0,
+            2.0,
+            0.0,
+            f32::NAN,
+            -1.0,
+            3.0,
+            0.5,
+        ];
+        let x = Tensor::from_f32(vec![2, 3, 2], v.to_vec());
+        for (kind, axis, keepdims, last) in [
+            (ArgKind::Max, 1, true, false),
+            (ArgKind::Max, 1, false, true),
+            (ArgKind::Min, 0, false, false),
+            (ArgKind::Min, 2, true, true),
+            (ArgKind::Max, 2, false, false),
+        ] {
+            let op = ArgReduce {
+                kind,
+                axis,
+                keepdims,
+                select_last_index: last,
+            };
+            let ty = ValueType::new(DType::F32, x.shape.clone());
+            let out = Op::ArgReduce(op.clone()).def().infer(&[&ty]).unwrap();
+            let want = eval_op(&Op::ArgReduce(op.clone()), &[&x], &out)
+                .unwrap()
+                .remove(0);
+            let k = ArgBest::new(&op, &x.shape, &out[0].shape).unwrap();
+            let got = k.run(&x.to_f32()).unwrap();
+            assert_eq!((got.shape, &*got.data), (want.shape, &*want.data), "{op:?}");
+        }
+    }
+
+    #[test]
     fn operands_the_loops_do_not_cover_get_no_kernel() {
         let i = [(DType::I32, &[2usize][..]), (DType::I64, &[2][..])];
         assert!(Typed::new(TypedOp::Arith(BinaryOp::Add), &i, &[2]).is_none());
         assert!(TypedOp::of_binary(BinaryOp::Div, DType::I64).is_none());
-        assert!(TypedOp::of_binary(BinaryOp::Add, DType::U8).is_none());
+        assert!(TypedOp::of_binary(BinaryOp::Add, DType::F16).is_none());
         let mismatch = [(DType::I64, &[3usize][..]), (DType::I64, &[2][..])];
         assert!(Typed::new(TypedOp::Arith(BinaryOp::Add), &mismatch, &[3]).is_none());
     }
