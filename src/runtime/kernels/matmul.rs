@@ -5,6 +5,7 @@
 //! `DENSE_ROWS` rows of the left operand times one panel of
 //! `PANEL_VECTORS` vectors of columns.
 
+use super::normalize::dot;
 use super::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel};
 use crate::core::{par, PageBuf};
 
@@ -47,15 +48,27 @@ impl Extents {
             .chunks_exact_mut(k * nb)
             .enumerate()
         {
+            // The panel's columns of b; the rest of its width is zero.
+            let j0 = p * nb;
+            let width = nb.min(n - j0);
             for (i, row) in panel.chunks_exact_mut(nb).enumerate() {
-                for (jj, x) in row.iter_mut().enumerate() {
-                    let j = p * nb + jj;
-                    *x = match (j < n, trans_b) {
-                        (false, _) => 0.0,
-                        (true, false) => alpha * b[i * n + j],
-                        (true, true) => alpha * b[j * k + i],
-                    };
+                let (cols, rest) = row.split_at_mut(width);
+                match trans_b {
+                    // A run of a row of b: copied whole, at memory speed
+                    // (batched products pack at every run).
+                    false if alpha == 1.0 => cols.copy_from_slice(&b[i * n + j0..][..width]),
+                    false => {
+                        for (x, &v) in cols.iter_mut().zip(&b[i * n + j0..]) {
+                            *x = alpha * v;
+                        }
+                    }
+                    true => {
+                        for (jj, x) in cols.iter_mut().enumerate() {
+                            *x = alpha * b[(j0 + jj) * k + i];
+                        }
+                    }
                 }
+                rest.fill(0.0);
             }
         }
     }
@@ -242,6 +255,9 @@ impl BatchedMatMul {
         let a_matrices = self.pairs.iter().map(|p| p.0 + 1).max().unwrap_or(0);
         assert!(a.len() >= a_matrices * a_len && b.len() >= self.b_matrices * b_len);
         assert!(y.len() >= self.pairs.len() * y_len && scratch.len() >= self.scratch_len());
+        if e.n < e.lanes.count() {
+            return self.narrow(a, b, y, scratch);
+        }
         if b_len > 0 {
             let packed = e.packed_len().max(1);
             par::for_each_chunk_mut(&mut scratch[..self.scratch_len()], packed, |i, out| {
@@ -266,6 +282,80 @@ impl BatchedMatMul {
         // SAFETY: every offset is inside the lengths checked above, and the
         // output matrices are disjoint.
         unsafe { e.tiles(self.pairs.len(), at) }
+    }
+}
+
+impl BatchedMatMul {
+    /// A right operand of fewer columns than a vector (attention scores of one
+    /// query, a matrix times a vector): a panel would leave most lanes idle,
+    /// so each output is the dot product of a row of `a` with a column of
+    /// `b`, transposed into `scratch` (`n * k` of it per matrix of `b`).
+    fn narrow(&self, a: &[f32], b: &[f32], y: &mut [f32], scratch: &mut [f32]) {
+        let e = &self.e;
+        let (k, n) = (e.k, e.n);
+        let (a_len, b_len, y_len) = (e.m * k, k * n, e.m * n);
+        if b_len == 0 {
+            y[..self.pairs.len() * y_len].fill(0.0);
+            return;
+        }
+        for (bt, b) in scratch
+            .chunks_exact_mut(b_len)
+            .zip(b.chunks_exact(b_len))
+            .take(self.b_matrices)
+        {
+            for (j, column) in bt.chunks_exact_mut(k).enumerate() {
+                for (kk, x) in column.iter_mut().enumerate() {
+                    *x = b[kk * n + j];
+                }
+            }
+        }
+        let chunks = e.m.div_ceil(NARROW_ROWS);
+        let (ap, bp, yp) = (
+            a.as_ptr() as usize,
+            scratch.as_ptr() as usize,
+            y.as_mut_ptr() as usize,
+        );
+        let f = std::mem::size_of::<f32>();
+        par::for_each(self.pairs.len() * chunks, |i| {
+            let ((ia, ib), row0) = (self.pairs[i / chunks], (i % chunks) * NARROW_ROWS);
+            let task = NarrowRows {
+                k,
+                n,
+                rows: NARROW_ROWS.min(e.m - row0),
+                a: (ap + (ia * a_len + row0 * k) * f) as *const f32,
+                bt: (bp + ib * b_len * f) as *const f32,
+                y: (yp + ((i / chunks) * y_len + row0 * n) * f) as *mut f32,
+            };
+            // SAFETY: the offsets lie inside the lengths `run` checked; each
+            // task writes its own rows of its own product.
+            unsafe { run_vectorized(e.lanes, &task) }
+        });
+    }
+}
+
+/// Output rows per task of a narrow product.
+const NARROW_ROWS: usize = 64;
+
+/// `rows` rows of a narrow product: row `i`, column `j` is the dot product of
+/// row `i` of `a` and row `j` of `bt` (`b` transposed), `k` long.
+struct NarrowRows {
+    k: usize,
+    n: usize,
+    rows: usize,
+    a: *const f32,
+    bt: *const f32,
+    y: *mut f32,
+}
+
+impl VectorKernel for NarrowRows {
+    #[inline(always)]
+    unsafe fn run<V: Vector>(&self) {
+        for i in 0..self.rows {
+            for j in 0..self.n {
+                let (a, bt) = (self.a.add(i * self.k), self.bt.add(j * self.k));
+                *self.y.add(i * self.n + j) = dot::<V>(a, bt, self.k);
+            }
+        }
     }
 }
 

@@ -236,6 +236,26 @@ unsafe fn row_sum<V: Vector>(x: *const f32, n: usize) -> f32 {
     horizontal_sum(sum)
 }
 
+/// The dot product of the `n` floats at `x` and at `y`.
+#[inline(always)]
+pub(super) unsafe fn dot<V: Vector>(x: *const f32, y: *const f32, n: usize) -> f32 {
+    let sum = fold::<V, V>(
+        n,
+        V::splat(0.0),
+        #[inline(always)]
+        |a, at, k| {
+            V::fma(
+                load_part(x.add(at), k, 0.0),
+                load_part(y.add(at), k, 0.0),
+                a,
+            )
+        },
+        #[inline(always)]
+        |a, b| V::add(a, b),
+    );
+    horizontal_sum(sum)
+}
+
 /// The largest of the `n` floats at `x`, NaN aside (`V::max` may drop it; a
 /// softmax row with NaN is NaN through its sum anyway).
 #[inline(always)]

@@ -434,10 +434,12 @@ fn a_padding_gather_places_its_input_and_keeps_its_fill() {
 /// Matrix products of two computed operands (attention's Q·Kᵀ and P·V) run as
 /// one native step: batch axes broadcast either way, vector operands, a
 /// constant right operand of rank 3, row-tile and panel tails, an empty
-/// contraction; each against the reference executor.
+/// contraction, right operands narrower than a vector (dot products, over
+/// several tasks of rows); each against the reference executor.
 #[test]
 fn batched_matmuls_match_the_reference_executor() {
-    let cases: [(&[usize], &[usize], bool); 8] = [
+    let cases: [(&[usize], &[usize], bool); 9] = [
+        (&[2, 130, 70], &[2, 70, 1], false),
         (&[2, 3, 5, 7], &[2, 3, 7, 9], false),
         (&[1, 4, 9, 16], &[4, 16, 70], false),
         (&[3, 1, 6, 5], &[1, 2, 5, 4], false),

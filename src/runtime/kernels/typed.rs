@@ -16,7 +16,7 @@ use crate::ops::{ArgKind, ArgReduce, IntegerArith, Logical};
 /// What a typed kernel computes.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum TypedOp {
-    /// Add, Sub, Mul, Min or Max of two integers of one type.
+    /// Add, Sub, Mul, Div, Min or Max of two integers of one type.
     Arith(BinaryOp),
     /// Mod, BitShift and the bitwise ops of two integers of one type.
     Integer(IntegerArith),
@@ -108,7 +108,7 @@ impl TypedOp {
     pub fn of_binary(b: BinaryOp, operand: DType) -> Option<TypedOp> {
         use BinaryOp::*;
         match b {
-            Add | Sub | Mul | Min | Max if integer(operand) => Some(TypedOp::Arith(b)),
+            Add | Sub | Mul | Div | Min | Max if integer(operand) => Some(TypedOp::Arith(b)),
             Equal | Less | Greater | LessOrEqual | GreaterOrEqual if comparable(operand) => {
                 Some(TypedOp::Compare(b))
             }
@@ -154,32 +154,50 @@ impl Typed {
             });
         }
         let data = match self.op {
-            TypedOp::Arith(b) => self.arith(b, &xs[0].data, &xs[1].data),
+            TypedOp::Arith(b) => self.arith(b, &xs[0].data, &xs[1].data)?,
             TypedOp::Integer(op) => return self.integer(op, xs[0], xs[1]),
             TypedOp::Compare(b) => self.compare(b, &xs[0].data, &xs[1].data),
             TypedOp::Logical(l) => self.logical(l, xs),
             TypedOp::Where => self.select(xs),
         };
         data.map(|d| Tensor::new(self.shape.clone(), d))
-            .ok_or_else(|| KernelError::Buffers {
-                kernel: "typed elementwise (operand types)",
-                given: xs.iter().map(|x| x.numel()).collect(),
-                expected: self.lens.clone(),
+            .ok_or_else(|| {
+                let types: Vec<String> = xs.iter().map(|x| x.dtype().to_string()).collect();
+                KernelError::Value(format!(
+                    "{:?} has no loop for operands of {types:?}",
+                    self.op
+                ))
             })
     }
 
-    fn arith(&self, b: BinaryOp, x: &TensorData, y: &TensorData) -> Option<TensorData> {
-        each_integer!(x, y, |x, y, variant| variant(self.map2(
+    /// Division truncates, as in C; a zero divisor is an error naming it.
+    fn arith(
+        &self,
+        b: BinaryOp,
+        x: &TensorData,
+        y: &TensorData,
+    ) -> Result<Option<TensorData>, KernelError> {
+        let mut by_zero = false;
+        let v = each_integer!(x, y, |x, y, variant| variant(self.map2(
             x,
             y,
             |a, c| match b {
                 BinaryOp::Add => a.wrapping_add(c),
                 BinaryOp::Sub => a.wrapping_sub(c),
                 BinaryOp::Mul => a.wrapping_mul(c),
+                BinaryOp::Div if c == 0 => {
+                    by_zero = true;
+                    a
+                }
+                BinaryOp::Div => a.wrapping_div(c),
                 BinaryOp::Min => a.min(c),
                 _ => a.max(c),
             }
-        )))
+        )));
+        match by_zero {
+            true => Err(KernelError::Value("integer division by zero".into())),
+            false => Ok(v),
+        }
     }
 
     /// The op's own definition on each pair, exact in i128 and wrapped back
@@ -253,18 +271,12 @@ impl Typed {
         let TensorData::Bool(mask) = &*xs[0].data else {
             return None;
         };
-        // The mask's stride walks beside the chosen operand's.
-        let pick = |x: &TensorData, y: &TensorData| -> Option<TensorData> {
-            Some(match (x, y) {
-                (TensorData::I32(x), TensorData::I32(y)) => TensorData::I32(self.pick(mask, x, y)),
-                (TensorData::I64(x), TensorData::I64(y)) => TensorData::I64(self.pick(mask, x, y)),
-                (TensorData::Bool(x), TensorData::Bool(y)) => {
-                    TensorData::Bool(self.pick(mask, x, y))
-                }
-                _ => return None,
-            })
-        };
-        pick(&xs[1].data, &xs[2].data)
+        match (&*xs[1].data, &*xs[2].data) {
+            (TensorData::Bool(x), TensorData::Bool(y)) => {
+                Some(TensorData::Bool(self.pick(mask, x, y)))
+            }
+            (x, y) => each_integer!(x, y, |x, y, variant| variant(self.pick(mask, x, y))),
+        }
     }
 
     /// `f` of operands 0 and 1 at each output position (a unary op passes its
@@ -435,11 +447,7 @@ impl Moved {
         let fill = TensorData::from_f64(dtype, vec![self.fill as f64]);
         let mut parts: Vec<&TensorData> = xs.iter().map(|x| &*x.data).collect();
         parts.push(&fill);
-        let joined = TensorData::concat(&parts).map_err(|_| KernelError::Buffers {
-            kernel: "data movement (operand types)",
-            given: xs.iter().map(|x| x.numel()).collect(),
-            expected: vec![],
-        })?;
+        let joined = TensorData::concat(&parts).map_err(|e| KernelError::Value(e.to_string()))?;
         let last = joined.len() - 1;
         if let Some(&s) = self
             .sources
@@ -484,6 +492,10 @@ mod tests {
 
     fn i64s(shape: &[usize], v: &[i64]) -> Tensor {
         Tensor::new(shape.to_vec(), TensorData::I64(v.to_vec()))
+    }
+
+    fn i8s(shape: &[usize], v: &[i8]) -> Tensor {
+        Tensor::new(shape.to_vec(), TensorData::I8(v.to_vec()))
     }
 
     fn bools(shape: &[usize], v: &[bool]) -> Tensor {
@@ -553,7 +565,20 @@ mod tests {
             &[n.clone()],
             not,
         );
-        agree(Op::Where, TypedOp::Where, &[m, a, b], out(DType::I64));
+        agree(
+            Op::Where,
+            TypedOp::Where,
+            &[m.clone(), a, b],
+            out(DType::I64),
+        );
+        let (p, q) = (i8s(&[1, 1, 3], &[-128, 0, 127]), i8s(&[2, 1, 1], &[5, -5]));
+        let w = ValueType::new(DType::I8, vec![2, 2, 3]);
+        agree(
+            Op::Where,
+            TypedOp::Where,
+            &[bools(&[2, 1], &[false, true]), p, q],
+            w,
+        );
         // A scalar operand and a rank-0 output.
         let s = i64s(&[], &[5]);
         let r0 = ValueType::new(DType::I64, vec![]);
@@ -593,7 +618,13 @@ mod tests {
                     out.clone(),
                 );
             }
-            for bin in [BinaryOp::Add, BinaryOp::Mul, BinaryOp::Max, BinaryOp::Less] {
+            for bin in [
+                BinaryOp::Add,
+                BinaryOp::Mul,
+                BinaryOp::Div,
+                BinaryOp::Max,
+                BinaryOp::Less,
+            ] {
                 let t = TypedOp::of_binary(bin, d).unwrap();
                 let ty = if bin == BinaryOp::Less {
                     DType::Bool
@@ -609,6 +640,9 @@ mod tests {
         let z = ints(DType::I32, &[1], &[0]);
         let operands = [(DType::I32, &[2usize][..]), (DType::I32, &[1][..])];
         let k = Typed::new(TypedOp::Integer(ops[0]), &operands, &[2]).unwrap();
+        assert!(matches!(k.run(&[&a, &z]), Err(KernelError::Value(_))));
+        let div = TypedOp::Arith(BinaryOp::Div);
+        let k = Typed::new(div, &operands, &[2]).unwrap();
         assert!(matches!(k.run(&[&a, &z]), Err(KernelError::Value(_))));
     }
 
@@ -657,7 +691,7 @@ mod tests {
     fn operands_the_loops_do_not_cover_get_no_kernel() {
         let i = [(DType::I32, &[2usize][..]), (DType::I64, &[2][..])];
         assert!(Typed::new(TypedOp::Arith(BinaryOp::Add), &i, &[2]).is_none());
-        assert!(TypedOp::of_binary(BinaryOp::Div, DType::I64).is_none());
+        assert!(TypedOp::of_binary(BinaryOp::Pow, DType::I64).is_none());
         assert!(TypedOp::of_binary(BinaryOp::Add, DType::F16).is_none());
         let mismatch = [(DType::I64, &[3usize][..]), (DType::I64, &[2][..])];
         assert!(Typed::new(TypedOp::Arith(BinaryOp::Add), &mismatch, &[3]).is_none());
