@@ -562,7 +562,7 @@ mod tests {
         agree(
             Op::Logical(Logical::Not),
             TypedOp::Logical(Logical::Not),
-            &[n.clone()],
+            std::slice::from_ref(&n),
             not,
         );
         agree(
