@@ -168,6 +168,9 @@ impl CompiledModel {
                 }
                 Kernel::Typed(k) => on_tensors(step, bufs, |xs| k.run(xs)).map_err(kernel)?,
                 Kernel::Moved(k) => on_tensors(step, bufs, |xs| k.run(xs)).map_err(kernel)?,
+                Kernel::GatheredRows(k) => {
+                    on_tensors(step, bufs, |xs| k.run(xs[0], xs[1])).map_err(kernel)?
+                }
                 Kernel::Arg(k) => {
                     let y = k.run(bufs.read(step.inputs[0])).map_err(kernel)?;
                     store(step, bufs, vec![y])

@@ -67,6 +67,8 @@ pub(super) enum Kernel {
     Moved(typed::Moved),
     /// ArgMax or ArgMin of f32 values.
     Arg(typed::ArgBest),
+    /// Rows of a tensor that is not f32 picked by run-time indices.
+    GatheredRows(typed::GatheredRows),
     /// A non-f32 tensor given a new shape (same elements).
     Rebox(Vec<usize>),
     Copy,

@@ -17,7 +17,7 @@ use super::kernels::pool::PoolGeom;
 use super::kernels::quantized::{Grid, QuantizedAdd};
 use super::kernels::resize::ResizeGeom;
 use super::kernels::simd::{Isa, Lanes};
-use super::kernels::typed::{ArgBest, Moved, Typed, TypedOp};
+use super::kernels::typed::{ArgBest, GatheredRows, Moved, Typed, TypedOp};
 use super::kernels::where_select::Select;
 use super::kernels::{activation, gather, tir_step};
 use super::machine::{lock, SharedKernelTimes};
@@ -573,15 +573,17 @@ impl<'g> Compiler<'g> {
             Op::Reshape(_) | Op::Identity if out.dtype != DType::F32 => {
                 Some(Kernel::Rebox(out.shape.clone()))
             }
-            Op::Gather(crate::ops::Gather { axis })
-                if out.dtype == DType::F32 && self.is_f32(ins[0]) && is_int(&ins[1]) =>
-            {
+            Op::Gather(crate::ops::Gather { axis }) if is_int(&ins[1]) => {
                 let xs = &self.g.value_type(ins[0]).shape;
-                Some(Kernel::Rows(gather::Rows {
+                let rows = gather::Rows {
                     outer: xs[..*axis].iter().product(),
                     extent: xs[*axis],
                     inner: xs[axis + 1..].iter().product(),
-                }))
+                };
+                match out.dtype {
+                    DType::F32 => self.is_f32(ins[0]).then_some(Kernel::Rows(rows)),
+                    d => GatheredRows::new(rows, d, out.shape.clone()).map(Kernel::GatheredRows),
+                }
             }
             _ => None,
         }

@@ -476,6 +476,7 @@ unsafe fn tile_avx512(x: *const f32, stride: isize, y: *mut f32, pitch: usize) {
 
 /// Gather along one axis by run-time indices: data viewed as
 /// `[outer][extent][inner]`, each index picks an `inner`-long row.
+#[derive(Clone, Debug)]
 pub struct Rows {
     /// Product of the extents before the axis.
     pub outer: usize,
@@ -490,7 +491,12 @@ impl Rows {
     /// pieces of the output (a long row is cut, short ones are grouped); an
     /// index outside the axis (after negative indices count from the end) is
     /// an error.
-    pub fn run(&self, x: &[f32], indices: &[i64], y: &mut [f32]) -> Result<(), KernelError> {
+    pub fn run<T: Copy + Send + Sync>(
+        &self,
+        x: &[T],
+        indices: &[i64],
+        y: &mut [T],
+    ) -> Result<(), KernelError> {
         let (extent, inner) = (self.extent as i64, self.inner);
         if let Some(&index) = indices.iter().find(|i| !(-extent..extent).contains(i)) {
             return Err(KernelError::Index {

@@ -8,6 +8,7 @@
 //! operands of a comparison are read row-major); the semantics are the
 //! reference's: integer arithmetic wraps, comparisons of NaN are false.
 
+use super::gather::Rows;
 use super::KernelError;
 use crate::core::{DType, Tensor, TensorData};
 use crate::graph::BinaryOp;
@@ -421,6 +422,58 @@ impl ArgBest {
     }
 }
 
+/// Rows of a tensor that is not f32 picked by run-time indices (ids looked up
+/// in a table of ids or positions): the f32 row gather on its own elements.
+#[derive(Clone, Debug)]
+pub struct GatheredRows {
+    rows: Rows,
+    shape: Vec<usize>,
+}
+
+impl GatheredRows {
+    /// The gather of `rows` of `dtype` into an output of `shape`; none for
+    /// the types stored as packed bits (float8, 4-bit integers).
+    pub fn new(rows: Rows, dtype: DType, shape: Vec<usize>) -> Option<GatheredRows> {
+        let packed =
+            crate::core::float8::is_float8(dtype) || matches!(dtype, DType::I4 | DType::U4);
+        (!packed).then_some(GatheredRows { rows, shape })
+    }
+
+    /// The rows of `x` that `indices` pick.
+    pub fn run(&self, x: &Tensor, indices: &Tensor) -> Result<Tensor, KernelError> {
+        let indices = indices.data.to_i64();
+        let n = self.shape.iter().product();
+        macro_rules! pick {
+            ($v:expr, $variant:path, $zero:expr) => {{
+                let mut y = vec![$zero; n];
+                self.rows.run($v, &indices, &mut y)?;
+                $variant(y)
+            }};
+        }
+        let data = match &*x.data {
+            TensorData::I8(v) => pick!(v, TensorData::I8, 0),
+            TensorData::I16(v) => pick!(v, TensorData::I16, 0),
+            TensorData::I32(v) => pick!(v, TensorData::I32, 0),
+            TensorData::I64(v) => pick!(v, TensorData::I64, 0),
+            TensorData::U8(v) => pick!(v, TensorData::U8, 0),
+            TensorData::U16(v) => pick!(v, TensorData::U16, 0),
+            TensorData::U32(v) => pick!(v, TensorData::U32, 0),
+            TensorData::U64(v) => pick!(v, TensorData::U64, 0),
+            TensorData::Bool(v) => pick!(v, TensorData::Bool, false),
+            TensorData::F64(v) => pick!(v, TensorData::F64, 0.0),
+            TensorData::F16(v) => pick!(v, TensorData::F16, Default::default()),
+            TensorData::BF16(v) => pick!(v, TensorData::BF16, Default::default()),
+            other => {
+                return Err(KernelError::Value(format!(
+                    "no row gather of {} values",
+                    other.dtype()
+                )))
+            }
+        };
+        Ok(Tensor::new(self.shape.clone(), data))
+    }
+}
+
 /// A data movement of integers or booleans: each output element is an element
 /// of the moved inputs (joined end to end), or the fill (a constant pad).
 #[derive(Clone, Debug)]
@@ -685,6 +738,47 @@ mod tests {
             let got = k.run(&x.to_f32()).unwrap();
             assert_eq!((got.shape, &*got.data), (want.shape, &*want.data), "{op:?}");
         }
+    }
+
+    #[test]
+    fn rows_of_integers_and_booleans_gather_as_the_reference_does() {
+        let table = i64s(&[2, 3, 2], &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
+        let flags = bools(&[3, 2], &[true, false, false, false, true, true]);
+        let ids = i64s(&[2, 2], &[1, -2, 0, 1]);
+        for (x, axis) in [(&table, 1), (&table, 0), (&flags, 0)] {
+            let op = Op::Gather(crate::ops::Gather { axis });
+            let types = [
+                ValueType::new(x.dtype(), x.shape.clone()),
+                ValueType::new(DType::I64, ids.shape.clone()),
+            ];
+            let ins: Vec<&ValueType> = types.iter().collect();
+            let out = op.def().infer(&ins).unwrap();
+            let want = eval_op(&op, &[x, &ids], &out).unwrap().remove(0);
+            let rows = Rows {
+                outer: x.shape[..axis].iter().product(),
+                extent: x.shape[axis],
+                inner: x.shape[axis + 1..].iter().product(),
+            };
+            let k = GatheredRows::new(rows, x.dtype(), out[0].shape.clone()).unwrap();
+            let got = k.run(x, &ids).unwrap();
+            assert_eq!(
+                (got.shape, &*got.data),
+                (want.shape, &*want.data),
+                "axis {axis}"
+            );
+        }
+        // An index outside the axis is an error, never a read past it.
+        let rows = Rows {
+            outer: 1,
+            extent: 3,
+            inner: 2,
+        };
+        let k = GatheredRows::new(rows, DType::Bool, vec![1, 2]).unwrap();
+        let bad = i64s(&[1], &[3]);
+        assert!(matches!(
+            k.run(&flags, &bad),
+            Err(KernelError::Index { .. })
+        ));
     }
 
     #[test]
