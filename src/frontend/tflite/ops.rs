@@ -316,12 +316,7 @@ impl<'a> Cx<'_, 'a> {
             SELECT | SELECT_V2 => self.select(code == SELECT),
             TILE => {
                 let x = self.input(0)?;
-                let repeats = self.const_ints(1, "multiples")?;
-                let repeats = (repeats.iter().map(|&r| usize::try_from(r).ok()))
-                    .collect::<Option<Vec<_>>>()
-                    .ok_or_else(|| {
-                        self.err(format!("multiples {repeats:?} must not be negative"))
-                    })?;
+                let repeats = self.const_extents(1, "multiples")?;
                 self.emit(Op::Tile(Tile { repeats }), "tile", &[x])
             }
             EXPAND_DIMS => {
@@ -336,10 +331,7 @@ impl<'a> Cx<'_, 'a> {
             }
             BROADCAST_TO => {
                 let x = self.input(0)?;
-                let dims = self.const_ints(1, "shape")?;
-                let shape = (dims.iter().map(|&d| usize::try_from(d).ok()))
-                    .collect::<Option<Vec<_>>>()
-                    .ok_or_else(|| self.err(format!("shape {dims:?} must not be negative")))?;
+                let shape = self.const_extents(1, "shape")?;
                 self.emit(Op::Expand(Expand { shape }), "broadcast_to", &[x])
             }
             SLICE => self.slice(),
@@ -672,6 +664,14 @@ impl<'a> Cx<'_, 'a> {
             )));
         }
         Ok(t.data.to_i64())
+    }
+
+    /// Extents or counts given by constant input `i`: none may be negative.
+    fn const_extents(&mut self, i: usize, what: &str) -> Res<Vec<usize>> {
+        let v = self.const_ints(i, what)?;
+        (v.iter().map(|&d| usize::try_from(d).ok()))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| self.err(format!("{what} {v:?} must not be negative")))
     }
 
     /// Axes given by constant input `i`, negative values counted from the end.

@@ -589,7 +589,8 @@ impl<'g> Compiler<'g> {
         }
     }
 
-    /// Elementwise ops on row-major integers and booleans, and comparisons.
+    /// Elementwise ops on row-major integers and booleans, comparisons, and
+    /// ArgMax/ArgMin of f32.
     fn typed(&self, id: NodeId) -> Option<Kernel> {
         let (op, laid_out) = inner(self.g, id);
         if laid_out.is_some() {

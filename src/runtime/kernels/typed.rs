@@ -66,39 +66,14 @@ fn comparable(d: DType) -> bool {
 /// for others.
 macro_rules! each_integer {
     ($a:expr, $b:expr, |$x:ident, $y:ident, $v:ident| $body:expr) => {
-        match ($a, $b) {
-            (TensorData::I8($x), TensorData::I8($y)) => {
-                let $v = TensorData::I8;
+        each_integer!(@ ($a, $b), $x, $y, $v, $body, I8 I16 I32 I64 U8 U16 U32 U64)
+    };
+    (@ $pair:expr, $x:ident, $y:ident, $v:ident, $body:expr, $($t:ident)*) => {
+        match $pair {
+            $((TensorData::$t($x), TensorData::$t($y)) => {
+                let $v = TensorData::$t;
                 Some($body)
-            }
-            (TensorData::I16($x), TensorData::I16($y)) => {
-                let $v = TensorData::I16;
-                Some($body)
-            }
-            (TensorData::I32($x), TensorData::I32($y)) => {
-                let $v = TensorData::I32;
-                Some($body)
-            }
-            (TensorData::I64($x), TensorData::I64($y)) => {
-                let $v = TensorData::I64;
-                Some($body)
-            }
-            (TensorData::U8($x), TensorData::U8($y)) => {
-                let $v = TensorData::U8;
-                Some($body)
-            }
-            (TensorData::U16($x), TensorData::U16($y)) => {
-                let $v = TensorData::U16;
-                Some($body)
-            }
-            (TensorData::U32($x), TensorData::U32($y)) => {
-                let $v = TensorData::U32;
-                Some($body)
-            }
-            (TensorData::U64($x), TensorData::U64($y)) => {
-                let $v = TensorData::U64;
-                Some($body)
-            }
+            })*
             _ => None,
         }
     };
