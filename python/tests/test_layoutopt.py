@@ -119,7 +119,7 @@ def test_plan_object_names_model_tensors():
 def test_plan_document_is_the_command_lines():
     plan = layoutopt.load(model_path("resnet_small")).plan(planner="greedy", target="nhwc")
     doc = json.loads(plan.to_json())
-    assert doc["schema_version"] == layoutopt.SCHEMA_VERSION == 2
+    assert doc["schema_version"] == layoutopt.SCHEMA_VERSION == 3
     assert doc["command"] == "plan"
     assert doc["model_file"] == "model.onnx"
     assert doc == plan.document

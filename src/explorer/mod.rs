@@ -467,7 +467,7 @@ fn summary_table(reports: &[&PlanReport]) -> String {
         let _ = write!(s, "<th>{}</th>", esc(&r.planner));
     }
     s.push_str("</tr>");
-    let rows: [SummaryRow; 6] = [
+    let rows: [SummaryRow; 7] = [
         ("target", |r| r.family.clone()),
         ("transforms kept (data moved)", |r| {
             r.transform_count.to_string()
@@ -478,6 +478,7 @@ fn summary_table(reports: &[&PlanReport]) -> String {
         ("estimated cost (us)", |r| {
             format!("{:.1}", r.estimated_cost / 1e3)
         }),
+        ("rules kept (graph, then layout stage)", rules_kept),
     ];
     for (name, f) in rows {
         let _ = write!(s, "<tr><td>{name}</td>");
@@ -488,6 +489,23 @@ fn summary_table(reports: &[&PlanReport]) -> String {
     }
     s.push_str("</table>");
     s
+}
+
+/// The rules whose rewrites a plan keeps, counted by name, graph stage first.
+fn rules_kept(r: &PlanReport) -> String {
+    let mut counts: Vec<(String, usize)> = vec![];
+    let fired = [&r.graph_rewrite, &r.rewrite].into_iter().flatten();
+    for f in fired.flat_map(|w| &w.fired) {
+        match counts.iter_mut().find(|(n, _)| *n == f.rule) {
+            Some((_, k)) => *k += 1,
+            None => counts.push((f.rule.clone(), 1)),
+        }
+    }
+    let kept: Vec<String> = counts.iter().map(|(n, k)| format!("{n} ×{k}")).collect();
+    match kept.is_empty() {
+        true => "none".to_string(),
+        false => kept.join(", "),
+    }
 }
 
 /// JSON for embedding in a `<script>` element: `<` escaped so no string in it

@@ -11,8 +11,8 @@
 //! stored channel-blocked.
 
 use super::{
-    DType, GlobalPool, Graph, GraphError, NodeId, Op, Pad, PadMode, PoolKind, Reduce, ReduceKind,
-    Reshape, Slice, Transpose, ValueRef,
+    DType, GlobalPool, Graph, GraphError, Op, PoolKind, Reduce, ReduceKind, Reshape, Transpose,
+    ValueRef,
 };
 
 /// Rewrites every mean or max of an f32 rank-4 tensor over all axes but the
@@ -86,43 +86,48 @@ pub fn reductions_as_global_pools(g: &mut Graph) -> Result<usize, GraphError> {
     Ok(rewritten)
 }
 
-/// Rewrites every chain of transposes, reshapes (squeezes and unsqueezes are
-/// reshapes) and a constant Pad cut back by a Slice into the one op the chain
-/// amounts to, or into nothing when it gives its input back. Converters and
-/// exported plans fill models with such chains (NHWC to NCHW and back, a
-/// blocked layout spelled out as Pad, Reshape and Transpose); what is left is
-/// a single transpose or reshape, which the planner makes a relabelling where
-/// the layouts allow. A chain's intermediate values stay while other nodes
-/// read them. Returns how many ops were merged away.
-pub fn movement_chains(g: &mut Graph) -> Result<usize, GraphError> {
-    let mut merged = 0;
+/// Drops the ops that give their input back: a Cast to the type its input
+/// has (exporters write them around every type-generic helper) and an
+/// Identity; a graph output keeps its name (a Cast there becomes an
+/// Identity). The e-graph language has no node kind for these, and a rule over
+/// its generic `op` node would bring the whole graph into every rewriting.
+/// Chains of transposes and reshapes, and a slice of a pad, are rules
+/// (`rules/transposes.rules`, `rules/movement.rules`). Returns how many ops
+/// were dropped.
+pub fn drop_identities(g: &mut Graph) -> Result<usize, GraphError> {
+    let mut dropped = 0;
     for id in g.topo_order()? {
-        let Some((source, op)) = merged_step(g, id) else {
+        let Some(&x) = g.node_inputs(id).first() else {
             continue;
         };
-        let node = g.node(id);
-        let (name, spans) = (node.name.clone(), node.spans.clone());
         let out = ValueRef::new(id, 0);
-        let gives_back_input = match &op {
-            Op::Transpose(Transpose { perm }) => perm.iter().enumerate().all(|(i, &p)| i == p),
-            Op::Reshape(Reshape { shape }) => *shape == g.value_type(source).shape,
-            Op::Identity => true,
+        let returned = g.is_graph_output(out);
+        let gives_back = match &g.node(id).op {
+            Op::Cast(c) => c.to == g.value_type(x).dtype,
+            Op::Identity => !returned,
             _ => false,
         };
-        let replacement = if gives_back_input && !g.is_graph_output(out) {
-            source
-        } else {
-            // A graph output keeps its name: an Identity when nothing is left.
-            let op = if gives_back_input { Op::Identity } else { op };
-            let out_name = node.outputs[0].name.clone();
-            ValueRef::new(g.add_node(op, &name, &[source], &[out_name], spans)?, 0)
+        if !gives_back {
+            continue;
+        }
+        let replacement = match returned {
+            false => x,
+            true => {
+                let node = g.node(id);
+                let (name, spans) = (node.name.clone(), node.spans.clone());
+                let out_name = node.outputs[0].name.clone();
+                ValueRef::new(
+                    g.add_node(Op::Identity, &name, &[x], &[out_name], spans)?,
+                    0,
+                )
+            }
         };
         g.replace_uses(out, replacement);
         g.remove_node(id);
-        merged += 1;
+        dropped += 1;
     }
     g.remove_dead_nodes();
-    Ok(merged)
+    Ok(dropped)
 }
 
 /// Merges the nodes that compute the same op on the same inputs into the
@@ -169,64 +174,6 @@ pub fn common_subexpressions(g: &mut Graph) -> Result<usize, GraphError> {
         }
     }
     Ok(merged)
-}
-
-/// The value and the one op that node `id` with the movement before it
-/// amounts to: a transpose of a transpose, a reshape of a reshape, a slice
-/// cutting back exactly a constant pad (nothing: a same-shape reshape), or a
-/// transpose, reshape, cast or identity alone that gives its input back. `None` when the node
-/// is none of these.
-fn merged_step(g: &Graph, id: NodeId) -> Option<(ValueRef, Op)> {
-    let x = *g.node_inputs(id).first()?;
-    let before = &g.node(x.node).op;
-    let before_input = || g.node_inputs(x.node).first().copied();
-    match (&g.node(id).op, before) {
-        (Op::Transpose(Transpose { perm: second }), Op::Transpose(Transpose { perm: first })) => {
-            // Output axis k of the second is axis second[k] of the first's output.
-            let perm = second.iter().map(|&k| first[k]).collect();
-            Some((before_input()?, Op::Transpose(Transpose { perm })))
-        }
-        (Op::Reshape(Reshape { shape }), Op::Reshape(_)) => Some((
-            before_input()?,
-            Op::Reshape(Reshape {
-                shape: shape.clone(),
-            }),
-        )),
-        (Op::Slice(slice), Op::Pad(pad)) if cuts_back(slice, pad, &g.value_type(x).shape) => {
-            let source = before_input()?;
-            let shape = g.value_type(source).shape.clone();
-            Some((source, Op::Reshape(Reshape { shape })))
-        }
-        (Op::Transpose(Transpose { perm }), _) if perm.iter().enumerate().all(|(i, &p)| i == p) => {
-            Some((x, g.node(id).op.clone()))
-        }
-        (Op::Reshape(Reshape { shape }), _) if *shape == g.value_type(x).shape => {
-            Some((x, g.node(id).op.clone()))
-        }
-        // A cast to the type its input has (exporters write them around
-        // every type-generic helper) and an identity give their input back;
-        // an identity that holds a graph output's name stays.
-        (Op::Cast(c), _) if c.to == g.value_type(x).dtype => Some((x, Op::Identity)),
-        (Op::Identity, _) if !g.is_graph_output(ValueRef::new(id, 0)) => Some((x, Op::Identity)),
-        _ => None,
-    }
-}
-
-/// Whether `slice` of the output (of shape `padded`) of `pad` keeps exactly
-/// the pad's input: a constant pad at the ends only, and a slice from 0 in
-/// steps of 1 up to each padded axis's original extent.
-fn cuts_back(slice: &Slice, pad: &Pad, padded: &[usize]) -> bool {
-    if !matches!(pad.mode, PadMode::Constant(_)) || pad.begins.iter().any(|&b| b != 0) {
-        return false;
-    }
-    (0..padded.len()).all(|a| {
-        let end_pad = pad.ends.get(a).copied().unwrap_or(0);
-        let original = padded[a] as i64 - end_pad;
-        match slice.axes.iter().find(|s| s.axis == a) {
-            Some(s) => s.start == 0 && s.step == 1 && s.end == original && end_pad >= 0,
-            None => end_pad == 0,
-        }
-    })
 }
 
 #[cfg(test)]

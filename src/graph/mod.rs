@@ -7,7 +7,7 @@ mod conv_lift;
 mod conv_transpose;
 mod fold;
 mod memory;
-mod pad_fold;
+
 mod precision;
 
 pub use crate::core::{
@@ -15,8 +15,8 @@ pub use crate::core::{
     Tensor, TensorData, ValueType,
 };
 pub use crate::ops::*;
-pub use canonical::{common_subexpressions, movement_chains, reductions_as_global_pools};
-pub use conv_affine::{fold_conv_affine, fold_conv_batchnorm};
+pub use canonical::{common_subexpressions, drop_identities, reductions_as_global_pools};
+pub use conv_affine::fold_conv_batchnorm;
 pub use conv_lift::lift_1d_windows;
 pub use conv_transpose::conv_transposes_as_convs;
 pub use fold::{fold_constants, fold_node, grid_of};
@@ -24,7 +24,6 @@ pub use memory::{
     check_value_size, checked_size_bytes, format_bytes, machine_memory, memory_limit, parse_bytes,
     ValueSizeError, MEMORY_LIMIT_ENV,
 };
-pub use pad_fold::{fold_pads, PadFold};
 
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 use petgraph::visit::EdgeRef;

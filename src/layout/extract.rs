@@ -11,11 +11,13 @@
 //! use nodes on cycles, which the exact one leaves out) or the exact one fails,
 //! and the report says which ran.
 
-use super::egraph::{region_to_egraph, rewrite_region, Info, LEGraph, Lang, LayoutAnalysis};
-use super::rules::RuleSource;
+use super::egraph::{
+    entry_of, region_to_egraph, rewrite_region, Info, LEGraph, Lang, LayoutAnalysis,
+};
+use super::rules::{RuleSource, Stage};
 use super::solver::{solve, Pair, Problem, SolveError, SolveOptions};
 use super::LayoutError;
-use crate::graph::Graph;
+use crate::graph::{Graph, ValueType};
 use egg::{Id, Language, Rewrite, Runner};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeSet;
@@ -38,7 +40,52 @@ fn is_const(eg: &LEGraph, id: Id) -> bool {
     }
 }
 
-/// The cost of one node, not counting its children. Invalid nodes cost infinity.
+/// A flop in bytes moved: the unmeasured cost model's ns per flop over its ns
+/// per byte. Without it, computing a convolution twice (once more for a
+/// second reader) would cost only the bytes it reads and writes.
+const BYTES_PER_FLOP: f64 = 0.2;
+
+/// The arithmetic of an op node in flops: 0 for transforms and atoms.
+fn node_flops(eg: &LEGraph, class: Id, node: &Lang) -> f64 {
+    let (k, xs) = match node {
+        Lang::Unary([k, x]) | Lang::Pool([k, x]) | Lang::Padding([k, x]) => (*k, vec![*x]),
+        Lang::Binary([k, a, b]) => (*k, vec![*a, *b]),
+        Lang::Conv(ch) | Lang::Other(ch) => match ch.split_first() {
+            Some((k, xs)) => (*k, xs.to_vec()),
+            None => return 0.0,
+        },
+        _ => return 0.0,
+    };
+    let Ok(entry) = entry_of(eg, k) else {
+        return 0.0;
+    };
+    let types = |ids: &[Id]| -> Option<Vec<ValueType>> {
+        ids.iter()
+            .map(|&i| match &eg[i].data.info {
+                Info::Tensor(t) => Some(t.value_type()),
+                _ => None,
+            })
+            .collect()
+    };
+    let ins = types(&xs);
+    let outs: Option<Vec<ValueType>> = match &eg[class].data.info {
+        Info::Tensor(t) => Some(vec![t.value_type()]),
+        Info::Tuple(ts) => Some(ts.iter().map(|t| t.value_type()).collect()),
+        _ => None,
+    };
+    match (ins, outs) {
+        (Some(ins), Some(outs)) => {
+            let (ins, outs): (Vec<&ValueType>, Vec<&ValueType>) =
+                (ins.iter().collect(), outs.iter().collect());
+            entry.op.def().flops(&ins, &outs)
+        }
+        _ => 0.0,
+    }
+}
+
+/// The cost of one node, not counting its children, in bytes moved: the
+/// bytes of its tensor inputs and outputs, and its arithmetic. Invalid nodes
+/// cost infinity.
 pub fn node_cost(eg: &LEGraph, class: Id, node: &Lang) -> f64 {
     if matches!(eg[class].data.info, Info::Invalid(_)) {
         return f64::INFINITY;
@@ -51,7 +98,9 @@ pub fn node_cost(eg: &LEGraph, class: Id, node: &Lang) -> f64 {
                 .children()
                 .iter()
                 .filter(|&&c| !matches!(eg[c].data.info, Info::Atom(_)));
-            bytes_of(eg, class) + tensors.map(|&c| bytes_of(eg, c)).sum::<f64>()
+            bytes_of(eg, class)
+                + tensors.map(|&c| bytes_of(eg, c)).sum::<f64>()
+                + node_flops(eg, class, node) * BYTES_PER_FLOP
         }
     }
 }
@@ -474,6 +523,84 @@ pub struct RewriteReport {
     pub egraph_nodes: usize,
     /// Rule conditions that failed to evaluate (bugs, reported, never hidden).
     pub failures: Vec<String>,
+    /// How many rules it rewrote with.
+    pub rules: usize,
+    /// The rules whose rewrites the extracted graph keeps, with the source
+    /// layers each covered, in the order they fired.
+    pub fired: Vec<FiredRule>,
+}
+
+/// A rule whose rewrite the extracted graph keeps.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct FiredRule {
+    /// The rule's name.
+    pub rule: String,
+    /// The source layers its match covered.
+    pub spans: Vec<crate::graph::Span>,
+}
+
+/// The firings of `eg` that the extracted `choice` keeps: those whose right
+/// side computes a class of the extracted graph (the class no longer computed
+/// by the node the left side matched but by the one the right side built, or
+/// for a right side that is a variable, by another node of the class it
+/// joined), and those whose right side built a node that a kept firing's left
+/// side matched (a fold of a fold).
+fn kept_firings(eg: &LEGraph, roots: &[Id], choice: &FxHashMap<Id, Lang>) -> Vec<FiredRule> {
+    let mut used: FxHashSet<Id> = FxHashSet::default();
+    let mut stack: Vec<Id> = roots.iter().map(|&r| eg.find(r)).collect();
+    while let Some(c) = stack.pop() {
+        if used.insert(c) {
+            if let Some(n) = choice.get(&c) {
+                stack.extend(n.children().iter().map(|&ch| eg.find(ch)));
+            }
+        }
+    }
+    let canonical = |n: &Lang| n.clone().map_children(|c| eg.find(c));
+    let firings = &eg.analysis.firings;
+    let mut kept: Vec<bool> = firings
+        .iter()
+        .map(|f| {
+            let class = eg.find(f.class);
+            let Some(chosen) = choice.get(&class).filter(|_| used.contains(&class)) else {
+                return false;
+            };
+            let chosen = canonical(chosen);
+            let replaced = f.lhs.last().is_none_or(|l| canonical(l) != chosen);
+            let built = f.rhs.as_ref().is_none_or(|r| canonical(r) == chosen);
+            replaced && built
+        })
+        .collect();
+    // The nodes the kept firings' left sides matched, grown to a fixpoint.
+    let mut matched: FxHashSet<Lang> = FxHashSet::default();
+    loop {
+        for (f, _) in firings.iter().zip(&kept).filter(|(_, &k)| k) {
+            matched.extend(f.lhs.iter().map(&canonical));
+        }
+        let mut grew = false;
+        for (f, k) in firings.iter().zip(kept.iter_mut()) {
+            if !*k
+                && f.rhs
+                    .as_ref()
+                    .is_some_and(|r| matched.contains(&canonical(r)))
+            {
+                *k = true;
+                grew = true;
+            }
+        }
+        if !grew {
+            break;
+        }
+    }
+    let mut seen: FxHashSet<(String, Id)> = FxHashSet::default();
+    firings
+        .iter()
+        .zip(&kept)
+        .filter(|(f, &k)| k && seen.insert((f.rule.clone(), eg.find(f.class))))
+        .map(|(f, _)| FiredRule {
+            rule: f.rule.clone(),
+            spans: f.spans.clone(),
+        })
+        .collect()
 }
 
 /// Why a rewriting run stopped.
@@ -555,6 +682,7 @@ pub fn rewrite_graph(
     ge.egraph = runner.egraph;
     let failures = ge.egraph.analysis.failures.clone();
     let egraph_nodes = ge.egraph.total_number_of_nodes();
+    let mut fired = vec![];
     let (mut out, extract) = match unchanged {
         // Solving for the one choice there is would take a third of the time
         // of rewriting a graph without transforms.
@@ -569,6 +697,7 @@ pub fn rewrite_graph(
         }
         false => {
             let (choice, report) = extract(&ge.egraph, &ge.roots);
+            fired = kept_firings(&ge.egraph, &ge.roots, &choice);
             (ge.splice(g, &choice)?, report)
         }
     };
@@ -583,6 +712,8 @@ pub fn rewrite_graph(
             stop_reason,
             egraph_nodes,
             failures,
+            rules: rules.len(),
+            fired,
         },
     ))
 }
@@ -595,12 +726,13 @@ pub fn graph_cost(g: &Graph) -> Result<f64, LayoutError> {
     Ok(choice_cost(&ge.egraph, &ge.roots, &choice))
 }
 
-/// `rewrite_graph` with the rules of `source`.
+/// `rewrite_graph` with the rules of `source` for `stage`.
 pub fn rewrite_graph_with(
     g: &Graph,
     source: &RuleSource,
+    stage: Stage,
     limits: &RewriteLimits,
 ) -> Result<(Graph, RewriteReport), LayoutError> {
     let rules = source.load()?;
-    rewrite_graph(g, &rules, limits)
+    rewrite_graph(g, rules.stage(stage), limits)
 }

@@ -18,13 +18,13 @@ use super::report::{
     holds_model_tensors, kept_transforms, stored_layout, tensor_layouts, PassTiming, PlanReport,
     PlanTimings, RewriteInfo, SolverInfo,
 };
-use super::rules::RuleSource;
+use super::rules::{RuleSource, Stage};
 use super::space::{Pins, PlanSpace};
 use super::target::TargetFamily;
 use super::{Layout, LayoutError, PlanError};
 use crate::graph::{
-    common_subexpressions, conv_transposes_as_convs, fold_conv_affine, fold_pads, lift_1d_windows,
-    movement_chains, reductions_as_global_pools, Graph, PadFold,
+    common_subexpressions, conv_transposes_as_convs, drop_identities, lift_1d_windows,
+    reductions_as_global_pools, Graph,
 };
 use std::time::{Duration, Instant};
 
@@ -100,12 +100,13 @@ impl Default for PlanOptions {
 fn rewrite_deep(
     g: &Graph,
     rules: &RuleSource,
+    stage: Stage,
     limits: &RewriteLimits,
 ) -> Result<(Graph, super::extract::RewriteReport), LayoutError> {
     std::thread::scope(|s| {
         std::thread::Builder::new()
             .stack_size(512 << 20)
-            .spawn_scoped(s, || rewrite_graph_with(g, rules, limits))
+            .spawn_scoped(s, || rewrite_graph_with(g, rules, stage, limits))
             .map_err(|e| LayoutError::Invalid(format!("cannot start the rewriting thread: {e}")))?
             .join()
             .map_err(|_| LayoutError::Invalid("the rewriting thread panicked".into()))?
@@ -124,7 +125,7 @@ pub fn plan_with(
 ) -> Result<Plan, PlanError> {
     let t0 = Instant::now();
     let mut passes = PassLog::default();
-    let (folded, pad_folds) = passes.run("canonicalize", || canonicalize(g, options))?;
+    let (folded, graph_rewrite) = passes.run("canonicalize", || canonicalize(g, options, model))?;
     let g = &folded;
     let space = passes.run("candidates", || {
         PlanSpace::build_pinned(g, family, model, &options.pins)
@@ -140,7 +141,7 @@ pub fn plan_with(
             planner: planner.name(),
             family,
             solver,
-            pad_folds,
+            graph_rewrite,
             cost_margin: model.margin(),
             unmeasured_convs: model.unmeasured_convs(),
         };
@@ -184,12 +185,25 @@ impl PassLog {
 }
 
 /// Brings a copy of `g` (which shares the weights) into the forms the planner
-/// expects: batch norms folded when asked, transposed convolutions as
-/// convolutions and 1-D windows as 2-D unless kept, movement chains merged,
-/// nodes computing the same op on the same inputs merged, explicit pads folded
-/// into the conv or pool after them, affine ops folded into
-/// convolutions, reductions over the spatial axes as global pools.
-fn canonicalize(g: &Graph, options: &PlanOptions) -> Result<(Graph, Vec<PadFold>), PlanError> {
+/// expects, and returns what the graph rules did, when there were any. The
+/// graph-stage rules (`rules/`: pads into windows, affine ops into
+/// convolutions, transpose and reshape chains) do most of it; the passes that
+/// stay in Rust, and why:
+/// - `fold_conv_batchnorm`, asked for by an export only (rules run on every plan);
+/// - `conv_transposes_as_convs` and `lift_1d_windows`, the kernel forms another
+///   runtime is spared: they split weights into stride phases, arithmetic the
+///   rule language has no word for;
+/// - `drop_identities` (casts to their own type, identities) and
+///   `common_subexpressions`: ops without a node kind of their own, which a
+///   rule over the generic `op` node would bring, with the whole graph, into
+///   every rewriting;
+/// - `reductions_as_global_pools`: a global pool pays only through the layouts
+///   it can run in, which the graph stage's extraction does not see.
+fn canonicalize(
+    g: &Graph,
+    options: &PlanOptions,
+    model: &CostModel,
+) -> Result<(Graph, Option<RewriteInfo>), PlanError> {
     let mut folded = g.clone();
     if options.fold_batchnorms {
         crate::graph::fold_conv_batchnorm(&mut folded)?;
@@ -198,12 +212,27 @@ fn canonicalize(g: &Graph, options: &PlanOptions) -> Result<(Graph, Vec<PadFold>
         conv_transposes_as_convs(&mut folded)?;
         lift_1d_windows(&mut folded)?;
     }
-    movement_chains(&mut folded)?;
+    drop_identities(&mut folded)?;
     common_subexpressions(&mut folded)?;
-    let pad_folds = fold_pads(&mut folded)?;
-    fold_conv_affine(&mut folded)?;
+    let rewrite = options.rules.as_ref().and_then(|rules| {
+        let limits = &options.rewrite_limits;
+        match rewrite_deep(&folded, rules, Stage::Graph, limits) {
+            // A stage without rules has nothing to report.
+            Ok((_, r)) if r.rules == 0 => None,
+            Ok((rewritten, r)) => {
+                folded = rewritten;
+                Some(RewriteInfo::ran(
+                    &r,
+                    true,
+                    r.failures.clone(),
+                    model.ns_per_byte,
+                ))
+            }
+            Err(e) => Some(RewriteInfo::skipped(e.to_string())),
+        }
+    });
     reductions_as_global_pools(&mut folded)?;
-    Ok((folded, pad_folds))
+    Ok((folded, rewrite))
 }
 
 /// Rewriting may improve another assignment beyond the planner's own choice:
@@ -244,7 +273,7 @@ struct Planned {
     planner: &'static str,
     family: TargetFamily,
     solver: Option<SolverInfo>,
-    pad_folds: Vec<PadFold>,
+    graph_rewrite: Option<RewriteInfo>,
     cost_margin: f64,
     unmeasured_convs: usize,
 }
@@ -267,7 +296,7 @@ fn report(g: &Graph, best: Finished, planned: Planned, pins: &Pins) -> Plan {
         relabels,
         packed_constants: best.packed_constants,
         refills: best.refills,
-        pad_folds: planned.pad_folds,
+        graph_rewrite: planned.graph_rewrite,
         estimated_cost: best.estimated_cost,
         rewritten_cost: best.rewritten_cost,
         cost_margin: planned.cost_margin,
@@ -309,7 +338,7 @@ fn finish(m: Materialised, model: &CostModel, options: &PlanOptions) -> Finished
         cost: estimated,
     } = m;
     let rewrite = options.rules.as_ref().map(|rules| {
-        match rewrite_deep(&graph, rules, &options.rewrite_limits) {
+        match rewrite_deep(&graph, rules, Stage::Layout, &options.rewrite_limits) {
             Ok((rewritten, r)) => {
                 let better = transforms_cost(&rewritten, model) <= materialised;
                 if better {
@@ -319,15 +348,7 @@ fn finish(m: Materialised, model: &CostModel, options: &PlanOptions) -> Finished
                 if !better {
                     notes.push("the rewritten graph's transforms cost more".to_string());
                 }
-                RewriteInfo {
-                    applied: better,
-                    skipped: false,
-                    note: (!notes.is_empty()).then(|| notes.join("; ")),
-                    iterations: r.iterations,
-                    extraction: Some(r.extract.method),
-                    cost_before: r.cost_before * model.ns_per_byte,
-                    cost_after: r.extract.cost * model.ns_per_byte,
-                }
+                RewriteInfo::ran(&r, better, notes, model.ns_per_byte)
             }
             Err(e) => RewriteInfo::skipped(e.to_string()),
         }

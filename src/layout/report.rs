@@ -2,14 +2,14 @@
 //! lives, what the solver and the rewriting did, and how long it took.
 
 use super::cost::{physical_bytes, same_bytes};
-use super::extract::Method;
+use super::extract::{FiredRule, Method, RewriteReport, StopReason};
 use super::space::Pins;
 use super::Layout;
-use crate::graph::{format_spans, Graph, Node, Op, PadFold, Span, ValueType};
+use crate::graph::{format_spans, Graph, Node, Op, Span, ValueType};
 use crate::ops::LayoutTransform;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 
 /// What the solver did.
 #[derive(Clone, Debug, Serialize)]
@@ -109,8 +109,9 @@ pub struct PlanReport {
     pub packed_constants: usize,
     /// Padding refills inserted where an op needed a known padding value.
     pub refills: usize,
-    /// Explicit pads folded into the padding of the conv or pool after them.
-    pub pad_folds: Vec<PadFold>,
+    /// The rewriting of the op graph by the graph-stage rules, before the
+    /// layouts were chosen, when there were such rules.
+    pub graph_rewrite: Option<RewriteInfo>,
     /// The planner's objective under the cost model (ns, estimated).
     #[serde(rename = "estimated_cost_ns")]
     pub estimated_cost: f64,
@@ -208,33 +209,17 @@ impl PlanReport {
                 if sv.fallback_used { ", FALLBACK used" } else { "" }
             );
         }
+        if let Some(r) = &self.graph_rewrite {
+            r.describe("graph rules", &mut s);
+        }
         if let Some(r) = &self.rewrite {
-            let _ = writeln!(
-                s,
-                "rewrite: {} ({} iterations, {} extraction, cost {:.1} -> {:.1} us){}",
-                if r.applied { "applied" } else { "not applied" },
-                r.iterations,
-                r.extraction.map(|m| m.to_string()).unwrap_or_default(),
-                r.cost_before / 1e3,
-                r.cost_after / 1e3,
-                r.note
-                    .as_ref()
-                    .map(|n| format!(": {n}"))
-                    .unwrap_or_default()
-            );
+            r.describe("rewrite", &mut s);
         }
         let _ = writeln!(
             s,
             "constants re-packed: {}, padding refills: {}",
             self.packed_constants, self.refills
         );
-        for f in &self.pad_folds {
-            let _ = writeln!(
-                s,
-                "  pad {} folded into {} (fill {})",
-                f.pad, f.into, f.fill
-            );
-        }
         for t in &self.transforms {
             let _ = writeln!(
                 s,
@@ -285,6 +270,11 @@ pub struct RewriteInfo {
     /// Estimated cost after rewriting (ns), the same way.
     #[serde(rename = "cost_after_ns")]
     pub cost_after: f64,
+    /// Why rewriting stopped (`Saturated` when no rule could change more).
+    #[serde(serialize_with = "display_text")]
+    pub stop_reason: Option<StopReason>,
+    /// The rules whose rewrites the result keeps, with the layers each covered.
+    pub fired: Vec<FiredRule>,
 }
 
 impl RewriteInfo {
@@ -297,8 +287,68 @@ impl RewriteInfo {
             extraction: None,
             cost_before: 0.0,
             cost_after: 0.0,
+            stop_reason: None,
+            fired: vec![],
         }
     }
+
+    /// The account of a rewriting run `r`, its result `applied` or not, with
+    /// `notes`; costs at `ns_per_byte`.
+    pub(super) fn ran(
+        r: &RewriteReport,
+        applied: bool,
+        notes: Vec<String>,
+        ns_per_byte: f64,
+    ) -> RewriteInfo {
+        RewriteInfo {
+            applied,
+            skipped: false,
+            note: (!notes.is_empty()).then(|| notes.join("; ")),
+            iterations: r.iterations,
+            extraction: Some(r.extract.method),
+            cost_before: r.cost_before * ns_per_byte,
+            cost_after: r.extract.cost * ns_per_byte,
+            stop_reason: Some(r.stop_reason.clone()),
+            fired: if applied { r.fired.clone() } else { vec![] },
+        }
+    }
+
+    /// One line of the text report, `what` naming the stage, then a line per
+    /// rule that fired.
+    fn describe(&self, what: &str, s: &mut String) {
+        let _ = writeln!(
+            s,
+            "{what}: {} ({} iterations, {}, {} extraction, cost {:.1} -> {:.1} us){}",
+            if self.applied {
+                "applied"
+            } else {
+                "not applied"
+            },
+            self.iterations,
+            self.stop_reason
+                .as_ref()
+                .map(|r| r.to_string())
+                .unwrap_or_default(),
+            self.extraction.map(|m| m.to_string()).unwrap_or_default(),
+            self.cost_before / 1e3,
+            self.cost_after / 1e3,
+            self.note
+                .as_ref()
+                .map(|n| format!(": {n}"))
+                .unwrap_or_default()
+        );
+        for f in &self.fired {
+            let _ = writeln!(s, "  rule {} at {}", f.rule, format_spans(&f.spans));
+        }
+    }
+}
+
+/// A value's text, empty when there is none.
+fn display_text<T: fmt::Display, S: serde::Serializer>(
+    v: &Option<T>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&v.as_ref().map(|v| v.to_string()).unwrap_or_default())
 }
 
 /// The extractor's name, empty when none ran.

@@ -59,8 +59,8 @@ const UNARY_HOIST: &str =
 
 /// The bundled rules and `UNARY_HOIST`.
 fn rewrite(g: &Graph) -> (Graph, super::extract::RewriteReport) {
-    let mut rules = RuleSource::Bundled.load().unwrap();
-    rules.extend(parse_rules(UNARY_HOIST, "hoist.rules").unwrap());
+    let mut rules = RuleSource::Bundled.load().unwrap().layout;
+    rules.extend(parse_rules(UNARY_HOIST, "hoist.rules").unwrap().layout);
     rewrite_graph(g, &rules, &RewriteLimits::default()).unwrap()
 }
 
@@ -112,7 +112,10 @@ const SHAPE: [usize; 4] = [1, 17, 3, 3];
 #[test]
 fn bundled_rules_load() {
     let rules = RuleSource::Bundled.load().unwrap();
-    let names: Vec<String> = rules.iter().map(|r| r.name.to_string()).collect();
+    let names = |rules: &[egg::Rewrite<_, _>]| -> Vec<String> {
+        rules.iter().map(|r| r.name.to_string()).collect()
+    };
+    let (graph, layout) = (names(&rules.graph), names(&rules.layout));
     for want in [
         "compose",
         "same-layout",
@@ -121,9 +124,36 @@ fn bundled_rules_load() {
         "transpose-identity",
     ] {
         assert!(
-            names.iter().any(|n| n == want),
-            "missing rule {want}: {names:?}"
+            layout.iter().any(|n| n == want),
+            "missing layout rule {want}: {layout:?}"
         );
+    }
+    for want in ["pad-into-conv", "pad-into-pool", "pad-after-transpose"] {
+        assert!(
+            graph.iter().any(|n| n == want),
+            "missing graph rule {want}: {graph:?}"
+        );
+    }
+}
+
+/// A `stage:` line puts a file's rules in the stages it names, and must come
+/// before the first rule.
+#[test]
+fn stage_lines_place_rules() {
+    let rule = "t: (transpose ?p ?x) => ?x if identity-perm";
+    let both = parse_rules(&format!("stage: graph, layout\n{rule}\n"), "b.rules").unwrap();
+    assert_eq!((both.graph.len(), both.layout.len()), (1, 1));
+    let plain = parse_rules(rule, "p.rules").unwrap();
+    assert_eq!((plain.graph.len(), plain.layout.len()), (0, 1));
+    for (bad, what) in [
+        (
+            format!("{rule}\nstage: graph\n"),
+            "before the file's first rule",
+        ),
+        ("stage: later\n".to_string(), "unknown stage 'later'"),
+    ] {
+        let e = parse_rules(&bad, "s.rules").unwrap_err().to_string();
+        assert!(e.contains(what), "{e}");
     }
 }
 

@@ -9,14 +9,16 @@
 //! binds; loading checks both, so a rule file cannot use a variable nobody binds.
 
 use super::egraph::{
-    entry_of, layout_of, pad_fact, pad_of, tensor_of, Atom, LEGraph, Lang, LayoutAnalysis,
+    entry_of, layout_of, pad_fact, pad_of, tensor_of, Atom, Firing, LEGraph, Lang, LayoutAnalysis,
     NodeError, OpEntry, TensorInfo,
 };
 use super::{unary_flow, Digit, Layout, PadValue};
-use crate::graph::{merge_spans, Op, Span};
+use crate::graph::{merge_spans, Op};
 use crate::ops::{Reshape, Transpose};
 use egg::{Applier, ENodeOrVar, Id, Language, Pattern, PatternAst, Rewrite, Subst, Symbol, Var};
 use std::path::{Path, PathBuf};
+
+mod graph_conditions;
 
 /// A rule file that cannot be loaded, naming the file and line.
 #[derive(Debug, thiserror::Error)]
@@ -80,11 +82,11 @@ fn v(name: &str) -> Var {
     name.parse().expect("condition variable names are valid")
 }
 
-fn get(s: &Subst, name: &str) -> Id {
+pub(super) fn get(s: &Subst, name: &str) -> Id {
     s[v(name)]
 }
 
-fn bind_atom(eg: &mut LEGraph, s: &mut Subst, name: &str, a: Atom) {
+pub(super) fn bind_atom(eg: &mut LEGraph, s: &mut Subst, name: &str, a: Atom) {
     let id = eg.add(Lang::Atom(a));
     s.insert(v(name), id);
 }
@@ -104,7 +106,7 @@ fn no_match(why: &str) -> Refusal {
     Refusal::NoMatch
 }
 
-fn refuse<T>(why: &str) -> Result<T, Refusal> {
+pub(super) fn refuse<T>(why: &str) -> Result<T, Refusal> {
     Err(no_match(why))
 }
 
@@ -285,11 +287,66 @@ pub const CONDITIONS: &[Condition] = &[
         binds: &[],
         check: identity_perm,
     },
+    Condition {
+        name: "window-absorbs-pad",
+        reads: &["?w", "?p", "?x"],
+        binds: &["?w2"],
+        check: graph_conditions::window_absorbs_pad,
+    },
+    Condition {
+        name: "pad-through-transpose",
+        reads: &["?t", "?p", "?x"],
+        binds: &["?t2", "?p2"],
+        check: graph_conditions::pad_through_transpose,
+    },
+    Condition {
+        name: "channel-scale",
+        reads: &["?m", "?c", "?s"],
+        binds: &["?rb", "?rw"],
+        check: graph_conditions::channel_scale,
+    },
+    Condition {
+        name: "channel-shift",
+        reads: &["?a", "?c", "?s"],
+        binds: &["?rb", "?rw"],
+        check: graph_conditions::channel_shift,
+    },
+    Condition {
+        name: "adds",
+        reads: &["?a"],
+        binds: &[],
+        check: graph_conditions::adds,
+    },
+    Condition {
+        name: "constant-commutes",
+        reads: &["?m", "?k", "?y"],
+        binds: &[],
+        check: graph_conditions::constant_commutes,
+    },
+    Condition {
+        name: "constant-through-transpose",
+        reads: &["?t", "?s"],
+        binds: &["?rs", "?ti"],
+        check: graph_conditions::constant_through_transpose,
+    },
+    Condition {
+        name: "slice-cuts-back",
+        reads: &["?s", "?p", "?x"],
+        binds: &[],
+        check: graph_conditions::slice_cuts_back,
+    },
+    Condition {
+        name: "keeps-shape",
+        reads: &["?k", "?x"],
+        binds: &[],
+        check: graph_conditions::keeps_shape,
+    },
 ];
 
 /// The right side of a rule, applied after its conditions. Classes it creates
 /// carry the spans of every class the left side matched, so a node built from
 /// several source nodes keeps all their spans.
+#[derive(Clone)]
 struct RuleApplier {
     lhs: PatternAst<Lang>,
     rhs: PatternAst<Lang>,
@@ -297,10 +354,12 @@ struct RuleApplier {
     needs: Vec<Var>,
 }
 
-/// The classes a pattern's nodes matched, under `subst`.
-fn matched_classes(eg: &LEGraph, pat: &PatternAst<Lang>, subst: &Subst) -> Vec<Id> {
+/// The classes a pattern's nodes matched, under `subst`, and the nodes (its
+/// root's last).
+fn matched_classes(eg: &LEGraph, pat: &PatternAst<Lang>, subst: &Subst) -> (Vec<Id>, Vec<Lang>) {
     let mut ids: Vec<Option<Id>> = Vec::with_capacity(pat.as_ref().len());
     let mut out = Vec::new();
+    let mut nodes = Vec::new();
     for n in pat.as_ref() {
         let id = match n {
             ENodeOrVar::Var(v) => subst.get(*v).copied(),
@@ -312,7 +371,10 @@ fn matched_classes(eg: &LEGraph, pat: &PatternAst<Lang>, subst: &Subst) -> Vec<I
                         c
                     })
                 });
-                let found = if ok { eg.lookup(node) } else { None };
+                let found = if ok { eg.lookup(node.clone()) } else { None };
+                if found.is_some() && !matches!(e, Lang::Atom(_)) {
+                    nodes.push(node);
+                }
                 // A graph input or constant is not built by the rewrite: its
                 // class lends no spans (else every op would name the inputs).
                 let is_source = |id: Id| {
@@ -331,7 +393,7 @@ fn matched_classes(eg: &LEGraph, pat: &PatternAst<Lang>, subst: &Subst) -> Vec<I
         };
         ids.push(id);
     }
-    out
+    (out, nodes)
 }
 
 impl Applier<Lang, LayoutAnalysis> for RuleApplier {
@@ -358,10 +420,8 @@ impl Applier<Lang, LayoutAnalysis> for RuleApplier {
                 }
             }
         }
-        let spans: Vec<Span> = {
-            let classes = matched_classes(eg, &self.lhs, &subst);
-            merge_spans(classes.iter().map(|&c| eg[c].data.spans.as_slice()))
-        };
+        let (classes, lhs) = matched_classes(eg, &self.lhs, &subst);
+        let spans = merge_spans(classes.iter().map(|&c| eg[c].data.spans.as_slice()));
         let name = eg[eclass].data.name.clone();
         let mut ids: Vec<Id> = Vec::with_capacity(self.rhs.as_ref().len());
         for n in self.rhs.as_ref() {
@@ -382,6 +442,10 @@ impl Applier<Lang, LayoutAnalysis> for RuleApplier {
             ids.push(id);
         }
         let root = *ids.last().expect("a pattern has a root");
+        let rhs = match self.rhs.as_ref().last() {
+            Some(ENodeOrVar::ENode(e)) => Some(e.clone().map_children(|c| ids[usize::from(c)])),
+            _ => None,
+        };
         // A condition that let an ill-typed right side through is a bug in
         // it; never let such a node join a class the extractor may pick from.
         if let super::egraph::Info::Invalid(_) = eg[root].data.info {
@@ -397,6 +461,13 @@ impl Applier<Lang, LayoutAnalysis> for RuleApplier {
             data.spans = merge_spans([data.spans.as_slice(), spans.as_slice()]);
         }
         if changed {
+            eg.analysis.firings.push(Firing {
+                rule: rule_name.to_string(),
+                class: eclass,
+                lhs,
+                rhs,
+                spans,
+            });
             vec![eclass]
         } else {
             vec![]
@@ -438,12 +509,12 @@ fn split_top(text: &str, sep: &str) -> Option<(String, String)> {
     None
 }
 
-/// Parses the rules of one file's text; `file` names it in errors.
-pub fn parse_rules(
-    text: &str,
-    file: &str,
-) -> Result<Vec<Rewrite<Lang, LayoutAnalysis>>, RuleError> {
+/// Parses the rules of one file's text; `file` names it in errors. A line
+/// `stage: graph`, `stage: layout` or `stage: graph, layout` before the first
+/// rule says when the file's rules rewrite; `layout` when there is none.
+pub fn parse_rules(text: &str, file: &str) -> Result<RuleSet, RuleError> {
     let mut rules = Vec::new();
+    let mut stages = vec![Stage::Layout];
     for (i, raw) in text.lines().enumerate() {
         let err = |message: String| RuleError::Syntax {
             file: file.to_string(),
@@ -458,6 +529,22 @@ pub fn parse_rules(
             .split_once(':')
             .ok_or_else(|| err("expected 'name: (lhs) => (rhs) [if cond, ...]'".into()))?;
         let name = name.trim();
+        if name == "stage" && !body.contains("=>") {
+            if !rules.is_empty() {
+                return Err(err("'stage:' must come before the file's first rule".into()));
+            }
+            stages = body
+                .split(',')
+                .map(|t| match t.trim() {
+                    "graph" => Ok(Stage::Graph),
+                    "layout" => Ok(Stage::Layout),
+                    other => Err(err(format!(
+                        "unknown stage '{other}' (expected graph or layout)"
+                    ))),
+                })
+                .collect::<Result<_, _>>()?;
+            continue;
+        }
         if name.is_empty()
             || !name
                 .chars()
@@ -518,14 +605,27 @@ pub fn parse_rules(
             conditions,
             needs,
         };
-        let rw = Rewrite::new(name.to_string(), lhs, applier).map_err(err)?;
-        rules.push(rw);
+        rules.push((name.to_string(), lhs, applier, i + 1));
     }
-    Ok(rules)
+    // A rewrite is built per stage (egg's rewrites are not `Clone`).
+    let mut set = RuleSet::default();
+    for stage in stages {
+        for (name, lhs, applier, line) in &rules {
+            let rw = Rewrite::new(name.clone(), lhs.clone(), applier.clone()).map_err(|m| {
+                RuleError::Syntax {
+                    file: file.to_string(),
+                    line: *line,
+                    message: m,
+                }
+            })?;
+            set.stage_mut(stage).push(rw);
+        }
+    }
+    Ok(set)
 }
 
 /// Loads every `*.rules` file of a directory, in name order.
-pub fn load_rules(dir: &Path) -> Result<Vec<Rewrite<Lang, LayoutAnalysis>>, RuleError> {
+pub fn load_rules(dir: &Path) -> Result<RuleSet, RuleError> {
     let io = |e: std::io::Error| RuleError::Io {
         path: dir.display().to_string(),
         message: e.to_string(),
@@ -538,7 +638,7 @@ pub fn load_rules(dir: &Path) -> Result<Vec<Rewrite<Lang, LayoutAnalysis>>, Rule
         .filter(|p| p.is_file())
         .collect();
     files.sort();
-    let mut rules = Vec::new();
+    let mut rules = RuleSet::default();
     for f in files {
         let text = std::fs::read_to_string(&f).map_err(|e| RuleError::Io {
             path: f.display().to_string(),
@@ -553,6 +653,11 @@ pub fn load_rules(dir: &Path) -> Result<Vec<Rewrite<Lang, LayoutAnalysis>>, Rule
 /// that a copied binary plans exactly as the one built here.
 const BUNDLED: &[(&str, &str)] = &[
     (
+        "conv_affine.rules",
+        include_str!("../../rules/conv_affine.rules"),
+    ),
+    ("movement.rules", include_str!("../../rules/movement.rules")),
+    (
         "structure.rules",
         include_str!("../../rules/structure.rules"),
     ),
@@ -560,7 +665,65 @@ const BUNDLED: &[(&str, &str)] = &[
         "transforms.rules",
         include_str!("../../rules/transforms.rules"),
     ),
+    (
+        "transposes.rules",
+        include_str!("../../rules/transposes.rules"),
+    ),
+    ("windows.rules", include_str!("../../rules/windows.rules")),
 ];
+
+/// When a rule rewrites.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stage {
+    /// The op graph before layouts are chosen: the forms the planner expects
+    /// (pads folded into windows, movement chains merged).
+    Graph,
+    /// The planned graph, whose layout transforms rules cancel and move.
+    Layout,
+}
+
+/// Rules by the stage they rewrite in.
+#[derive(Debug, Default)]
+pub struct RuleSet {
+    /// Rules of the op graph, before planning.
+    pub graph: Vec<Rewrite<Lang, LayoutAnalysis>>,
+    /// Rules of the planned graph.
+    pub layout: Vec<Rewrite<Lang, LayoutAnalysis>>,
+}
+
+impl RuleSet {
+    /// The rules of `stage`.
+    pub fn stage(&self, stage: Stage) -> &[Rewrite<Lang, LayoutAnalysis>] {
+        match stage {
+            Stage::Graph => &self.graph,
+            Stage::Layout => &self.layout,
+        }
+    }
+
+    fn stage_mut(&mut self, stage: Stage) -> &mut Vec<Rewrite<Lang, LayoutAnalysis>> {
+        match stage {
+            Stage::Graph => &mut self.graph,
+            Stage::Layout => &mut self.layout,
+        }
+    }
+
+    /// Adds the rules of `other`, stage by stage.
+    pub fn extend(&mut self, other: RuleSet) {
+        self.graph.extend(other.graph);
+        self.layout.extend(other.layout);
+    }
+
+    /// How many rules, over both stages.
+    pub fn len(&self) -> usize {
+        self.graph.len() + self.layout.len()
+    }
+
+    /// Whether there is no rule at all.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
 
 /// The environment variable naming a folder of `*.rules` files to use instead
 /// of the bundled ones (`--rules` on the command line wins over it).
@@ -585,10 +748,10 @@ impl RuleSource {
     }
 
     /// Parses the rules.
-    pub fn load(&self) -> Result<Vec<Rewrite<Lang, LayoutAnalysis>>, RuleError> {
+    pub fn load(&self) -> Result<RuleSet, RuleError> {
         match self {
             RuleSource::Bundled => {
-                let mut rules = Vec::new();
+                let mut rules = RuleSet::default();
                 for (file, text) in BUNDLED {
                     rules.extend(parse_rules(text, &format!("rules/{file}"))?);
                 }

@@ -1,5 +1,5 @@
 //! Graph rewrites before planning. Per-channel Mul/Add/Sub after a convolution
-//! folded into its weights and bias:
+//! folded into its weights and bias by the graph rules (`rules/conv_affine.rules`):
 //! exactly the foldable ones fold (per-channel or scalar constants, a conv output
 //! with no other reader, Sub only as `conv - c`), and the folded graph, planned
 //! and compiled, gives the reference executor's outputs on the unfolded source
@@ -10,10 +10,12 @@
 use crate::support::compare::{assert_rewrite_keeps_outputs, max_abs_err};
 use crate::support::onnx::*;
 use crate::support::values::sawtooth;
-use layoutopt::graph::{fold_conv_affine, fold_conv_batchnorm, Graph, Op, Tensor};
+use layoutopt::graph::{fold_conv_batchnorm, Graph, Op, Tensor};
 use layoutopt::layout::cost::CostModel;
+use layoutopt::layout::extract::{rewrite_graph, RewriteLimits};
 use layoutopt::layout::plan::plan;
 use layoutopt::layout::planners::planner_by_name;
+use layoutopt::layout::rules::RuleSource;
 use layoutopt::layout::target::TargetFamily;
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 
@@ -57,11 +59,24 @@ fn convs(g: &Graph) -> usize {
         .count()
 }
 
+/// `g` rewritten by the bundled graph rules, and how many folds of a scale or
+/// shift into a convolution the result keeps.
+fn fold_by_rules(g: &Graph) -> (Graph, usize) {
+    let rules = RuleSource::Bundled.load().unwrap();
+    let (out, report) = rewrite_graph(g, &rules.graph, &RewriteLimits::default()).unwrap();
+    let folds = report
+        .fired
+        .iter()
+        .filter(|f| f.rule.contains("-into-conv"))
+        .count();
+    (out, folds)
+}
+
 /// Folds `g`, checks the fold count and that the folded graph (plain, and
 /// planned NCHW16c and compiled) computes what `g` computes.
 fn check(g: &Graph, folds: usize) {
-    let mut folded = g.clone();
-    assert_eq!(fold_conv_affine(&mut folded).unwrap(), folds);
+    let (folded, folded_count) = fold_by_rules(g);
+    assert_eq!(folded_count, folds);
     assert_eq!(convs(&folded), 1, "one conv remains");
     let x = Tensor::from_f32(vec![1, 6, 7, 7], sawtooth(294, 53, 23, 11.0, 1.0));
     let expected = layoutopt::reference::run(g, std::slice::from_ref(&x)).unwrap();
@@ -131,8 +146,7 @@ fn per_channel_ops_after_a_transpose_fold_into_the_conv() {
     to_nchw.attribute.push(ints_attr("perm", &[0, 3, 1, 2]));
     let tail = vec![to_nhwc, node("Mul", "scale", &["h", "s"], &["m"]), to_nchw];
     let g = conv_then(tail, vec![("s", channels(vec![7, 1], 0.1))]);
-    let mut folded = g.clone();
-    assert_eq!(fold_conv_affine(&mut folded).unwrap(), 0);
+    assert_eq!(fold_by_rules(&g).1, 0);
 }
 
 /// A batch norm folds into the conv before it (the folded graph computes the
@@ -179,8 +193,8 @@ fn other_readers_spatial_constants_and_reversed_sub_keep_their_nodes() {
         node("Add", "join", &["m", "c"], &["y"]),
     ];
     let g = conv_then(tail, vec![("s", channels(vec![8, 1, 1], 0.25))]);
-    let mut folded = g.clone();
-    assert_eq!(fold_conv_affine(&mut folded).unwrap(), 0);
+    let (folded, folds) = fold_by_rules(&g);
+    assert_eq!((folds, convs(&folded)), (0, 1));
     // A constant varying along W is not per channel; `c - conv` is not a shift.
     for (tail, init) in [
         (
@@ -193,9 +207,8 @@ fn other_readers_spatial_constants_and_reversed_sub_keep_their_nodes() {
         ),
     ] {
         let g = conv_then(tail, init);
-        let mut folded = g.clone();
-        assert_eq!(fold_conv_affine(&mut folded).unwrap(), 0);
-        assert_eq!(convs(&folded), 1);
+        let (folded, folds) = fold_by_rules(&g);
+        assert_eq!((folds, convs(&folded)), (0, 1));
     }
 }
 

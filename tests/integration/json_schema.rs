@@ -147,7 +147,7 @@ fn document(command: &str, model: &str, flags: &[&str]) -> Value {
     let mut errors = Vec::new();
     check(&root, &root["$defs"][command], &doc, command, &mut errors);
     assert!(errors.is_empty(), "{args:?}:\n{}", errors.join("\n"));
-    assert_eq!(doc["schema_version"], 2);
+    assert_eq!(doc["schema_version"], 3);
     assert_eq!(doc["command"], command);
     doc
 }

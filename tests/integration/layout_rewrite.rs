@@ -106,7 +106,7 @@ fn is_transform(op: &Op) -> bool {
 #[test]
 fn round_trips_at_every_boundary_cancel_on_the_bundled_models() {
     let dirs = bundled::bundled_onnx_dirs();
-    let rules = RuleSource::Bundled.load().unwrap();
+    let rules = RuleSource::Bundled.load().unwrap().layout;
     for dir in dirs {
         let g = load_onnx(&dir.join("model.onnx"), &ImportOptions::default()).unwrap();
         let (inputs, _) = load_test_data(&dir);
@@ -166,7 +166,7 @@ fn round_trips_at_every_boundary_cancel_on_the_bundled_models() {
 #[test]
 fn planned_models_rewrite_to_the_same_outputs() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
-    let rules = RuleSource::Bundled.load().unwrap();
+    let rules = RuleSource::Bundled.load().unwrap().layout;
     for name in ["resnet_small", "mobilenet_small", "transformer_block"] {
         let dir = root.join(name);
         let g = load_onnx(&dir.join("model.onnx"), &ImportOptions::default()).unwrap();
@@ -306,12 +306,13 @@ fn rules_pay_on_their_models() {
     use layoutopt::layout::target::TargetFamily;
 
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let rules = RuleSource::Bundled.load().unwrap();
+    let rules = RuleSource::Bundled.load().unwrap().layout;
     let paying: Vec<String> = rules.iter().map(|r| r.name.to_string()).collect();
     let without = |name: &str| -> Vec<_> {
         let rest: Vec<_> = RuleSource::Bundled
             .load()
             .unwrap()
+            .layout
             .into_iter()
             .filter(|r| r.name.as_str() != name)
             .collect();
@@ -364,7 +365,7 @@ fn the_rewritten_region_matches_the_whole_graph() {
     use layoutopt::layout::target::TargetFamily;
 
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let rules = RuleSource::Bundled.load().unwrap();
+    let rules = RuleSource::Bundled.load().unwrap().layout;
     let whole = RewriteLimits {
         whole_graph: true,
         ..RewriteLimits::default()

@@ -1,5 +1,6 @@
-//! Explicit pads folded into the conv or pool after them: the plan report lists
-//! exactly the folds that keep the meaning (fill 0 into a conv, −∞ or a fill below
+//! Explicit pads folded into the conv or pool after them by the graph-stage
+//! rules (`rules/windows.rules`): the plan report lists exactly the folds that
+//! keep the meaning (fill 0 into a conv, −∞ or a fill below
 //! a relu's output into a max pool, 0 into an average pool), and the planned,
 //! compiled graph gives the reference executor's outputs on the unfolded source
 //! within 1e-4 of their magnitude, in row-major and in blocked layouts.
@@ -70,19 +71,24 @@ fn check(g: &Graph, folded: bool, what: &str) {
     for family in [TargetFamily::Nchwc(16), TargetFamily::Nhwc] {
         let planner = planner_by_name("global").unwrap();
         let p = plan(g, planner.as_ref(), family, &CostModel::default()).unwrap();
-        let folds: Vec<(String, String)> = p
+        // Each fold the graph rules made: the rule and the layers it covered.
+        let folds: Vec<(String, Vec<String>)> = p
             .report
-            .pad_folds
+            .graph_rewrite
             .iter()
-            .map(|f| (f.pad.clone(), f.into.clone()))
+            .flat_map(|r| &r.fired)
+            .map(|f| {
+                let layers = f.spans.iter().map(|s| s.layer.to_string()).collect();
+                (f.rule.clone(), layers)
+            })
             .collect();
         let want = if folded {
-            let into = if what.contains("conv") {
-                "conv"
+            let (rule, into) = if what.contains("conv") {
+                ("pad-into-conv", "conv")
             } else {
-                "pool"
+                ("pad-into-pool", "pool")
             };
-            vec![("pad".to_string(), into.to_string())]
+            vec![(rule.to_string(), vec!["pad".to_string(), into.to_string()])]
         } else {
             vec![]
         };

@@ -375,6 +375,9 @@ pub fn region_to_egraph(
                     Op::Reshape(_) => Lang::Reshape([k, ins[0]]),
                     Op::Transpose(_) => Lang::Transpose([k, ins[0]]),
                     Op::Concat(_) => Lang::Concat(children.into()),
+                    Op::Conv(_) => Lang::Conv(children.into()),
+                    Op::Pad(_) => Lang::Padding([k, ins[0]]),
+                    Op::Slice(_) => Lang::Slice([k, ins[0]]),
                     _ => Lang::Other(children.into()),
                 }
             }
@@ -604,9 +607,11 @@ impl GraphBuilder<'_> {
             Lang::Unary([k, x])
             | Lang::Pool([k, x])
             | Lang::Reshape([k, x])
-            | Lang::Transpose([k, x]) => (entry_of(eg, *k).map_err(e)?.op.clone(), vec![*x]),
+            | Lang::Transpose([k, x])
+            | Lang::Padding([k, x])
+            | Lang::Slice([k, x]) => (entry_of(eg, *k).map_err(e)?.op.clone(), vec![*x]),
             Lang::Binary([k, a, b]) => (entry_of(eg, *k).map_err(e)?.op.clone(), vec![*a, *b]),
-            Lang::Concat(ch) | Lang::Other(ch) => {
+            Lang::Concat(ch) | Lang::Conv(ch) | Lang::Other(ch) => {
                 let (k, xs) = ch
                     .split_first()
                     .ok_or_else(|| e(NodeError::Mismatch("empty op node".into())))?;

@@ -131,6 +131,12 @@ mod lang {
             "reshape" = Reshape([Id; 2]),
             "transpose" = Transpose([Id; 2]),
             "concat" = Concat(Box<[Id]>),
+            // op, x, weights, [bias]
+            "conv" = Conv(Box<[Id]>),
+            // op, x: an explicit pad of the graph (ONNX Pad, TFLite PAD)
+            "padding" = Padding([Id; 2]),
+            // op, x
+            "slice" = Slice([Id; 2]),
             "op" = Other(Box<[Id]>),
             // index, tuple
             "get" = Get([Id; 2]),
@@ -297,6 +303,24 @@ pub struct LayoutAnalysis {
     pub assumptions: Vec<Assumption>,
     /// Rule conditions that failed (not merely refused) during rewriting.
     pub failures: Vec<String>,
+    /// Every rule application that changed the e-graph, for the report.
+    pub firings: Vec<Firing>,
+}
+
+/// One rule application that joined its right side to the matched class.
+#[derive(Clone, Debug)]
+pub struct Firing {
+    /// The rule.
+    pub rule: String,
+    /// The class it matched.
+    pub class: Id,
+    /// The nodes its left side matched, its root (the node of `class`) last.
+    pub lhs: Vec<Lang>,
+    /// The node its right side built there; `None` when the right side is a
+    /// variable (the class became an existing one).
+    pub rhs: Option<Lang>,
+    /// The source layers the match covered.
+    pub spans: Vec<Span>,
 }
 
 /// The e-graph of a planned graph with its layout analysis.
@@ -580,10 +604,12 @@ fn infer(eg: &LEGraph, node: &Lang) -> Result<Info, NodeError> {
                 is_const: a.is_const && b.is_const,
             }))
         }
-        Lang::Pool([k, x]) | Lang::Reshape([k, x]) | Lang::Transpose([k, x]) => {
-            entry_outputs(eg, *k, &[*x])
-        }
-        Lang::Concat(ch) | Lang::Other(ch) => match ch.split_first() {
+        Lang::Pool([k, x])
+        | Lang::Reshape([k, x])
+        | Lang::Transpose([k, x])
+        | Lang::Padding([k, x])
+        | Lang::Slice([k, x]) => entry_outputs(eg, *k, &[*x]),
+        Lang::Concat(ch) | Lang::Conv(ch) | Lang::Other(ch) => match ch.split_first() {
             Some((k, xs)) => entry_outputs(eg, *k, xs),
             None => Err(NodeError::Mismatch("an op node without its op".into())),
         },

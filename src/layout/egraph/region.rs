@@ -29,6 +29,9 @@ pub fn lang_name(op: &Op) -> Option<&'static str> {
         Op::Reshape(_) => "reshape",
         Op::Transpose(_) => "transpose",
         Op::Concat(_) => "concat",
+        Op::Conv(_) => "conv",
+        Op::Pad(_) => "padding",
+        Op::Slice(_) => "slice",
         _ => "op",
     })
 }
