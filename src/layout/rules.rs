@@ -301,13 +301,13 @@ pub const CONDITIONS: &[Condition] = &[
     },
     Condition {
         name: "channel-scale",
-        reads: &["?m", "?c", "?s"],
+        reads: &["?m", "?c", "?s", "?w"],
         binds: &["?rb", "?rw"],
         check: graph_conditions::channel_scale,
     },
     Condition {
         name: "channel-shift",
-        reads: &["?a", "?c", "?s"],
+        reads: &["?a", "?c", "?s", "?w"],
         binds: &["?rb", "?rw"],
         check: graph_conditions::channel_shift,
     },

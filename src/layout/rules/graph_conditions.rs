@@ -181,12 +181,35 @@ fn reshape_to(eg: &mut LEGraph, shape: Vec<usize>) -> Result<Atom, Refusal> {
     Ok(Atom::Op(k))
 }
 
-/// How many values the constant class ?s holds per output channel of the
-/// convolution ?c (1 or its channel count), when it is an f32 constant that
-/// broadcasts against the conv's output along the channels only and leaves
-/// its shape as it is. Binds ?rb, ?s reshaped to one value per channel (or
-/// one for all), and ?rw, the same with the rank of the conv's weights.
+/// Whether class `id` is an f32 constant of the graph, or one that an
+/// earlier fold computed from it (a product, a sum, a reshape of constants):
+/// not a dequantized tensor, whose grid the int8 kernels read.
+fn f32_constant(eg: &LEGraph, id: Id, depth: usize) -> bool {
+    let constant = |x: &Id| matches!(tensor_of(eg, *x), Ok(t) if t.is_const);
+    depth > 0
+        && eg[id].nodes.iter().any(|n| match n {
+            Lang::Atom(Atom::Source(k)) => {
+                let info = &eg.analysis.sources[*k].info;
+                info.is_const && info.dtype == DType::F32
+            }
+            Lang::Binary([_, a, b]) => f32_constant(eg, *a, depth - 1) && constant(b),
+            Lang::Reshape([_, x]) => f32_constant(eg, *x, depth - 1),
+            _ => false,
+        })
+}
+
+/// Whether the constant class ?s holds one value per output channel of the
+/// convolution ?c (or one for all): an f32 constant that broadcasts against
+/// the conv's output along the channels only and leaves its shape as it is,
+/// after a conv whose weights ?w are f32 constants of the graph (dequantized
+/// weights stay on their grid for the int8 kernels). Binds ?rb, ?s reshaped
+/// to one value per channel (or one for all), and ?rw, the same with the
+/// rank of the conv's weights.
 fn channel_constant(eg: &mut LEGraph, s: &mut Subst) -> Result<(), Refusal> {
+    // A few folds deep: a chain of scales and shifts is that long.
+    if !f32_constant(eg, get(s, "?w"), 8) {
+        return refuse("the weights are computed (dequantized), not f32 constants");
+    }
     let conv = entry_of(eg, get(s, "?c"))?;
     let (Op::Conv(_), [(y, _)]) = (&conv.op, &conv.outputs[..]) else {
         return refuse("not a convolution");
