@@ -188,15 +188,20 @@ impl Planning {
             .with_rules(Some(self.rule_source()))
             .with_cost_model(costs.clone())
             .plan(g)?;
-        if let Some(r) = &plan.report.rewrite {
+        let stages = [
+            ("graph rules", &plan.report.graph_rewrite),
+            ("e-graph rewriting", &plan.report.rewrite),
+        ];
+        for (stage, r) in stages {
+            let Some(r) = r else { continue };
             if r.skipped || !r.applied {
                 let what = if r.skipped { "skipped" } else { "not applied" };
                 eprintln!(
-                    "warning: e-graph rewriting {what}: {}",
+                    "warning: {stage} {what}: {}",
                     r.note.as_deref().unwrap_or("no reason given")
                 );
             } else if let Some(note) = &r.note {
-                eprintln!("warning: e-graph rewriting: {note}");
+                eprintln!("warning: {stage}: {note}");
             }
         }
         Ok(plan)

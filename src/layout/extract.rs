@@ -14,7 +14,6 @@
 use super::egraph::{
     entry_of, region_to_egraph, rewrite_region, Info, LEGraph, Lang, LayoutAnalysis,
 };
-use super::rules::{RuleSource, Stage};
 use super::solver::{solve, Pair, Problem, SolveError, SolveOptions};
 use super::LayoutError;
 use crate::graph::{Graph, ValueType};
@@ -422,19 +421,28 @@ fn exact(
 
 /// Cost of a choice, each reachable class counted once.
 fn choice_cost(eg: &LEGraph, roots: &[Id], choice: &FxHashMap<Id, Lang>) -> f64 {
+    chosen_classes(eg, roots, choice)
+        .into_iter()
+        .filter_map(|c| choice.get(&c).map(|n| node_cost(eg, c, n)))
+        .sum()
+}
+
+/// The classes the roots need under `choice`, each once, in the order of a
+/// depth-first walk (a fixed order, so that costs summed over them agree to
+/// the last bit between runs).
+fn chosen_classes(eg: &LEGraph, roots: &[Id], choice: &FxHashMap<Id, Lang>) -> Vec<Id> {
     let mut seen = FxHashSet::default();
+    let mut order = Vec::new();
     let mut stack: Vec<Id> = roots.iter().map(|&r| eg.find(r)).collect();
-    let mut total = 0.0;
     while let Some(c) = stack.pop() {
-        if !seen.insert(c) {
-            continue;
-        }
-        if let Some(n) = choice.get(&c) {
-            total += node_cost(eg, c, n);
-            stack.extend(n.children().iter().map(|&ch| eg.find(ch)));
+        if seen.insert(c) {
+            order.push(c);
+            if let Some(n) = choice.get(&c) {
+                stack.extend(n.children().iter().map(|&ch| eg.find(ch)));
+            }
         }
     }
-    total
+    order
 }
 
 /// Extracts one node per class needed by the roots.
@@ -523,8 +531,6 @@ pub struct RewriteReport {
     pub egraph_nodes: usize,
     /// Rule conditions that failed to evaluate (bugs, reported, never hidden).
     pub failures: Vec<String>,
-    /// How many rules it rewrote with.
-    pub rules: usize,
     /// The rules whose rewrites the extracted graph keeps, with the source
     /// layers each covered, in the order they fired.
     pub fired: Vec<FiredRule>,
@@ -546,15 +552,7 @@ pub struct FiredRule {
 /// joined), and those whose right side built a node that a kept firing's left
 /// side matched (a fold of a fold).
 fn kept_firings(eg: &LEGraph, roots: &[Id], choice: &FxHashMap<Id, Lang>) -> Vec<FiredRule> {
-    let mut used: FxHashSet<Id> = FxHashSet::default();
-    let mut stack: Vec<Id> = roots.iter().map(|&r| eg.find(r)).collect();
-    while let Some(c) = stack.pop() {
-        if used.insert(c) {
-            if let Some(n) = choice.get(&c) {
-                stack.extend(n.children().iter().map(|&ch| eg.find(ch)));
-            }
-        }
-    }
+    let used: FxHashSet<Id> = chosen_classes(eg, roots, choice).into_iter().collect();
     let canonical = |n: &Lang| n.clone().map_children(|c| eg.find(c));
     let firings = &eg.analysis.firings;
     let mut kept: Vec<bool> = firings
@@ -570,25 +568,23 @@ fn kept_firings(eg: &LEGraph, roots: &[Id], choice: &FxHashMap<Id, Lang>) -> Vec
             replaced && built
         })
         .collect();
-    // The nodes the kept firings' left sides matched, grown to a fixpoint.
+    // The nodes the kept firings' left sides matched: a firing that built one
+    // is kept too, and its own left side's nodes join them.
     let mut matched: FxHashSet<Lang> = FxHashSet::default();
-    loop {
-        for (f, _) in firings.iter().zip(&kept).filter(|(_, &k)| k) {
-            matched.extend(f.lhs.iter().map(&canonical));
+    let mut fresh: Vec<usize> = (0..firings.len()).filter(|&i| kept[i]).collect();
+    while !fresh.is_empty() {
+        for i in fresh.drain(..) {
+            matched.extend(firings[i].lhs.iter().map(&canonical));
         }
-        let mut grew = false;
-        for (f, k) in firings.iter().zip(kept.iter_mut()) {
-            if !*k
-                && f.rhs
-                    .as_ref()
-                    .is_some_and(|r| matched.contains(&canonical(r)))
-            {
-                *k = true;
-                grew = true;
+        for (i, f) in firings.iter().enumerate() {
+            let built = f
+                .rhs
+                .as_ref()
+                .is_some_and(|r| matched.contains(&canonical(r)));
+            if !kept[i] && built {
+                kept[i] = true;
+                fresh.push(i);
             }
-        }
-        if !grew {
-            break;
         }
     }
     let mut seen: FxHashSet<(String, Id)> = FxHashSet::default();
@@ -712,7 +708,6 @@ pub fn rewrite_graph(
             stop_reason,
             egraph_nodes,
             failures,
-            rules: rules.len(),
             fired,
         },
     ))
@@ -724,15 +719,4 @@ pub fn graph_cost(g: &Graph) -> Result<f64, LayoutError> {
     let ge = super::egraph::graph_to_egraph(g)?;
     let choice = greedy(&ge.egraph, &ge.roots);
     Ok(choice_cost(&ge.egraph, &ge.roots, &choice))
-}
-
-/// `rewrite_graph` with the rules of `source` for `stage`.
-pub fn rewrite_graph_with(
-    g: &Graph,
-    source: &RuleSource,
-    stage: Stage,
-    limits: &RewriteLimits,
-) -> Result<(Graph, RewriteReport), LayoutError> {
-    let rules = source.load()?;
-    rewrite_graph(g, rules.stage(stage), limits)
 }

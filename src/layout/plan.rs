@@ -11,14 +11,15 @@
 //! 7. `report`: what the plan kept, and where every tensor lives.
 
 use super::cost::CostModel;
-use super::extract::{rewrite_graph_with, RewriteLimits};
+use super::egraph::{Lang, LayoutAnalysis};
+use super::extract::{rewrite_graph, RewriteLimits};
 use super::materialize::{materialise, transforms_cost, Materialised};
 use super::planners::{Assignment, Planner};
 use super::report::{
     holds_model_tensors, kept_transforms, stored_layout, tensor_layouts, PassTiming, PlanReport,
     PlanTimings, RewriteInfo, SolverInfo,
 };
-use super::rules::{RuleSource, Stage};
+use super::rules::{RuleError, RuleSet, RuleSource};
 use super::space::{Pins, PlanSpace};
 use super::target::TargetFamily;
 use super::{Layout, LayoutError, PlanError};
@@ -26,6 +27,7 @@ use crate::graph::{
     common_subexpressions, conv_transposes_as_convs, drop_identities, lift_1d_windows,
     reductions_as_global_pools, Graph,
 };
+use egg::Rewrite;
 use std::time::{Duration, Instant};
 
 /// A planned graph and its report.
@@ -99,19 +101,23 @@ impl Default for PlanOptions {
 /// e-graph recurses as deep as the graph is long.
 fn rewrite_deep(
     g: &Graph,
-    rules: &RuleSource,
-    stage: Stage,
+    rules: &[Rewrite<Lang, LayoutAnalysis>],
     limits: &RewriteLimits,
 ) -> Result<(Graph, super::extract::RewriteReport), LayoutError> {
     std::thread::scope(|s| {
         std::thread::Builder::new()
             .stack_size(512 << 20)
-            .spawn_scoped(s, || rewrite_graph_with(g, rules, stage, limits))
+            .spawn_scoped(s, || rewrite_graph(g, rules, limits))
             .map_err(|e| LayoutError::Invalid(format!("cannot start the rewriting thread: {e}")))?
             .join()
             .map_err(|_| LayoutError::Invalid("the rewriting thread panicked".into()))?
     })
 }
+
+/// The rules of a plan, loaded once for every stage and alternative: `None`
+/// when rewriting is off, the load error when they do not load (each stage
+/// then reports itself skipped).
+type LoadedRules = Option<Result<RuleSet, RuleError>>;
 
 /// Plans `g` with `planner` for `family`, materialises the choice, and rewrites
 /// the result with the e-graph rules (keeping it only when it moves no more
@@ -125,16 +131,18 @@ pub fn plan_with(
 ) -> Result<Plan, PlanError> {
     let t0 = Instant::now();
     let mut passes = PassLog::default();
-    let (folded, graph_rewrite) = passes.run("canonicalize", || canonicalize(g, options, model))?;
+    let rules: LoadedRules = options.rules.as_ref().map(RuleSource::load);
+    let (folded, graph_rewrite) =
+        passes.run("canonicalize", || canonicalize(g, options, &rules, model))?;
     let g = &folded;
     let space = passes.run("candidates", || {
         PlanSpace::build_pinned(g, family, model, &options.pins)
     })?;
     let Assignment { choice, solver } = passes.run("solve", || planner.assign(g, &space))?;
     let own = passes.run("materialize", || materialise(g, &space, choice, model))?;
-    let own = passes.run("rewrite", || finish(own, model, options));
+    let own = passes.run("rewrite", || finish(own, model, options, &rules));
     let (best, alternatives_rewrite_ms) = passes.run("alternatives", || {
-        cheapest_alternative(g, &space, planner, own, model, options)
+        cheapest_alternative(g, &space, planner, own, model, (options, &rules))
     })?;
     let mut plan = passes.run("report", || {
         let planned = Planned {
@@ -202,6 +210,7 @@ impl PassLog {
 fn canonicalize(
     g: &Graph,
     options: &PlanOptions,
+    rules: &LoadedRules,
     model: &CostModel,
 ) -> Result<(Graph, Option<RewriteInfo>), PlanError> {
     let mut folded = g.clone();
@@ -214,23 +223,20 @@ fn canonicalize(
     }
     drop_identities(&mut folded)?;
     common_subexpressions(&mut folded)?;
-    let rewrite = options.rules.as_ref().and_then(|rules| {
-        let limits = &options.rewrite_limits;
-        match rewrite_deep(&folded, rules, Stage::Graph, limits) {
-            // A stage without rules has nothing to report.
-            Ok((_, r)) if r.rules == 0 => None,
-            Ok((rewritten, r)) => {
+    let rewrite = match rules {
+        None => None,
+        Some(Err(e)) => Some(RewriteInfo::skipped(e.to_string())),
+        // A stage without rules has nothing to report.
+        Some(Ok(r)) if r.graph.is_empty() => None,
+        Some(Ok(r)) => match rewrite_deep(&folded, &r.graph, &options.rewrite_limits) {
+            Ok((rewritten, report)) => {
                 folded = rewritten;
-                Some(RewriteInfo::ran(
-                    &r,
-                    true,
-                    r.failures.clone(),
-                    model.ns_per_byte,
-                ))
+                let notes = report.failures.clone();
+                Some(RewriteInfo::ran(&report, true, notes, model.ns_per_byte))
             }
             Err(e) => Some(RewriteInfo::skipped(e.to_string())),
-        }
-    });
+        },
+    };
     reductions_as_global_pools(&mut folded)?;
     Ok((folded, rewrite))
 }
@@ -244,7 +250,7 @@ fn cheapest_alternative(
     planner: &dyn Planner,
     mut best: Finished,
     model: &CostModel,
-    options: &PlanOptions,
+    (options, rules): (&PlanOptions, &LoadedRules),
 ) -> Result<(Finished, f64), PlanError> {
     let mut rewrite_ms = 0.0;
     for choice in planner.alternatives(g, space) {
@@ -259,7 +265,7 @@ fn cheapest_alternative(
             continue;
         }
         let t_rewrite = Instant::now();
-        let other = finish(other, model, options);
+        let other = finish(other, model, options, rules);
         rewrite_ms += ms(t_rewrite.elapsed());
         if other.rewritten_cost < beat {
             best = other;
@@ -328,7 +334,12 @@ struct Finished {
 
 /// Rewrites a materialised assignment with the e-graph rules (keeping the
 /// result only when its transforms cost no more).
-fn finish(m: Materialised, model: &CostModel, options: &PlanOptions) -> Finished {
+fn finish(
+    m: Materialised,
+    model: &CostModel,
+    options: &PlanOptions,
+    rules: &LoadedRules,
+) -> Finished {
     let Materialised {
         choice,
         mut graph,
@@ -337,8 +348,12 @@ fn finish(m: Materialised, model: &CostModel, options: &PlanOptions) -> Finished
         transforms_cost: materialised,
         cost: estimated,
     } = m;
-    let rewrite = options.rules.as_ref().map(|rules| {
-        match rewrite_deep(&graph, rules, Stage::Layout, &options.rewrite_limits) {
+    let rewrite = rules.as_ref().map(|loaded| {
+        let rules = match loaded {
+            Ok(r) => &r.layout,
+            Err(e) => return RewriteInfo::skipped(e.to_string()),
+        };
+        match rewrite_deep(&graph, rules, &options.rewrite_limits) {
             Ok((rewritten, r)) => {
                 let better = transforms_cost(&rewritten, model) <= materialised;
                 if better {

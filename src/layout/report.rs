@@ -260,7 +260,7 @@ pub struct RewriteInfo {
     /// Rewriting iterations run.
     pub iterations: usize,
     /// The extractor used (none when skipped).
-    #[serde(serialize_with = "extractor_name")]
+    #[serde(serialize_with = "display_text")]
     pub extraction: Option<Method>,
     /// Estimated cost before rewriting (ns): the bytes the e-graph's cost
     /// counts (every op's and transform's inputs and outputs) at the cost
@@ -343,17 +343,13 @@ impl RewriteInfo {
     }
 }
 
-/// A value's text, empty when there is none.
+/// A value's text (the extractor's name, why rewriting stopped), empty when
+/// there is none.
 fn display_text<T: fmt::Display, S: serde::Serializer>(
     v: &Option<T>,
     s: S,
 ) -> Result<S::Ok, S::Error> {
     s.serialize_str(&v.as_ref().map(|v| v.to_string()).unwrap_or_default())
-}
-
-/// The extractor's name, empty when none ran.
-fn extractor_name<S: serde::Serializer>(m: &Option<Method>, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&m.map(|m| m.to_string()).unwrap_or_default())
 }
 
 /// Every layout transform of a planned graph, in topological order.

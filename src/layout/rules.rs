@@ -82,11 +82,11 @@ fn v(name: &str) -> Var {
     name.parse().expect("condition variable names are valid")
 }
 
-pub(super) fn get(s: &Subst, name: &str) -> Id {
+fn get(s: &Subst, name: &str) -> Id {
     s[v(name)]
 }
 
-pub(super) fn bind_atom(eg: &mut LEGraph, s: &mut Subst, name: &str, a: Atom) {
+fn bind_atom(eg: &mut LEGraph, s: &mut Subst, name: &str, a: Atom) {
     let id = eg.add(Lang::Atom(a));
     s.insert(v(name), id);
 }
@@ -106,7 +106,7 @@ fn no_match(why: &str) -> Refusal {
     Refusal::NoMatch
 }
 
-pub(super) fn refuse<T>(why: &str) -> Result<T, Refusal> {
+fn refuse<T>(why: &str) -> Result<T, Refusal> {
     Err(no_match(why))
 }
 

@@ -126,11 +126,7 @@ pub(super) fn pad_through_transpose(eg: &mut LEGraph, s: &mut Subst) -> Result<(
         )));
     }
     let shape: Vec<usize> = perm.iter().map(|&a| x.logical[a]).collect();
-    let layout = Layout::identity(rank).map_err(|e| e.to_string())?;
-    let t2 = eg.analysis.intern(OpEntry {
-        op: outer.op.clone(),
-        outputs: vec![(shape, layout)],
-    });
+    let t2 = row_major_op(eg, outer.op.clone(), shape)?;
     let Op::Pad(Pad { mode, .. }) = pad.op else {
         return refuse("not a pad");
     };
@@ -142,7 +138,7 @@ pub(super) fn pad_through_transpose(eg: &mut LEGraph, s: &mut Subst) -> Result<(
         }),
         outputs: outer.outputs,
     });
-    bind_atom(eg, s, "?t2", Atom::Op(t2));
+    bind_atom(eg, s, "?t2", t2);
     bind_atom(eg, s, "?p2", Atom::Op(p2));
     Ok(())
 }
@@ -169,16 +165,22 @@ fn binary_op(eg: &LEGraph, id: Id) -> Result<BinaryOp, Refusal> {
     }
 }
 
-/// A reshape of a tensor to `shape` (row-major), as an op atom.
-fn reshape_to(eg: &mut LEGraph, shape: Vec<usize>) -> Result<Atom, Refusal> {
+/// `op` writing one row-major output of `shape`, as an op atom.
+fn row_major_op(eg: &mut LEGraph, op: Op, shape: Vec<usize>) -> Result<Atom, Refusal> {
     let layout = Layout::identity(shape.len()).map_err(|e| e.to_string())?;
     let k = eg.analysis.intern(OpEntry {
-        op: Op::Reshape(Reshape {
-            shape: shape.clone(),
-        }),
+        op,
         outputs: vec![(shape, layout)],
     });
     Ok(Atom::Op(k))
+}
+
+/// A reshape of a tensor to `shape`, as an op atom.
+fn reshape_to(eg: &mut LEGraph, shape: Vec<usize>) -> Result<Atom, Refusal> {
+    let op = Op::Reshape(Reshape {
+        shape: shape.clone(),
+    });
+    row_major_op(eg, op, shape)
 }
 
 /// Whether class `id` is an f32 constant of the graph, or one that an
@@ -297,13 +299,9 @@ pub(super) fn constant_through_transpose(eg: &mut LEGraph, s: &mut Subst) -> Res
         back[p] = full[i];
     }
     let rs = reshape_to(eg, full)?;
-    let layout = Layout::identity(perm.len()).map_err(|e| e.to_string())?;
-    let ti = eg.analysis.intern(OpEntry {
-        op: Op::Transpose(Transpose { perm: inverse }),
-        outputs: vec![(back, layout)],
-    });
+    let ti = row_major_op(eg, Op::Transpose(Transpose { perm: inverse }), back)?;
     bind_atom(eg, s, "?rs", rs);
-    bind_atom(eg, s, "?ti", Atom::Op(ti));
+    bind_atom(eg, s, "?ti", ti);
     Ok(())
 }
 
