@@ -16,7 +16,8 @@ A script written for onnxruntime runs with its import changed:
     outputs = sess.run(None, {"input": x})
 
 Its session compiles the model for each new combination of input shapes once
-(a model with free dimensions runs at any shape it declares).
+(a model with free dimensions runs at any shape it declares); the layouts planned
+at the first shape serve every later one, so those compile without planning.
 """
 
 import enum as _enum
@@ -244,7 +245,8 @@ class InferenceSession:
     for this process) and ``max_shapes`` (compiled shapes kept).
 
     A model whose inputs are all static is compiled here; one with free
-    dimensions is compiled at each new combination of input shapes, once.
+    dimensions is compiled at each new combination of input shapes, once,
+    with the layouts planned at the first.
     """
 
     def __init__(

@@ -453,8 +453,9 @@ fn run_arrays<'py>(
     Ok(out)
 }
 
-/// A model opened for running at any input shape it declares: each new
-/// combination of shapes is planned and compiled once, then kept.
+/// A model opened for running at any input shape it declares: planned at the
+/// first combination of shapes, each new one compiled once with that plan's
+/// layouts, then kept.
 #[pyclass(module = "layoutopt._native", frozen)]
 struct Session {
     session: api::Session,

@@ -509,6 +509,10 @@ pub struct ShapeTiming {
     /// Whether this shape was imported, planned and compiled for itself (not
     /// before, for the same shape or when a static model's session opened).
     pub compiled_now: bool,
+    /// Whether the layouts and convolution algorithms decided at the
+    /// session's first shape were made again for this one (nothing planned
+    /// or measured) rather than planned for it.
+    pub replayed: bool,
     /// Import, plan and compile of this shape (`compile_ms`), and its timed runs.
     pub timing: Timing,
 }

@@ -85,6 +85,7 @@ use std::path::Path;
 
 pub use crate::core::budget::{parse_bytes, set_limit as set_memory_limit, MEMORY_LIMIT_ENV};
 pub use crate::core::Layout;
+pub use crate::frontend::bounds::{DimRange, ShapeBounds};
 pub use crate::frontend::npy::{read_npy, read_npz, write_npy};
 pub use crate::frontend::onnx::{load_tensor_pb, ImportError, ImportOptions};
 pub use crate::frontend::{read_file, DeclaredValue, Dim, Interface, ShapeMismatch};
@@ -282,6 +283,22 @@ impl PlanLayouts {
             planner: planner.build(),
             family: target,
             costs: Costs::default(),
+            options: PlanOptions::default(),
+        }
+    }
+
+    /// The layouts `decisions` recorded (a plan of the same model at
+    /// another input shape, [`Plan::decisions`]) made again for `target`:
+    /// nothing is measured or solved, and planning fails where the graph is
+    /// not the one decided for.
+    pub fn replaying(
+        decisions: std::sync::Arc<crate::layout::replay::LayoutDecisions>,
+        target: TargetFamily,
+    ) -> PlanLayouts {
+        PlanLayouts {
+            planner: Box::new(crate::layout::replay::Replay { decisions }),
+            family: target,
+            costs: Costs::BuiltIn,
             options: PlanOptions::default(),
         }
     }

@@ -1,11 +1,16 @@
 //! A session: one model file, run at whatever input shapes its callers bring.
 //!
-//! A model with free input dimensions (a dynamic batch, an image of any size)
-//! cannot be planned once for all shapes yet: each new combination of input
-//! shapes is imported with those shapes bound, planned and compiled, then kept
-//! in a bounded cache (least recently used first out), so a server that sees a
-//! few shapes compiles each once. A model whose inputs are all static is
-//! compiled when the session opens, as onnxruntime creates its session.
+//! The layouts and convolution algorithms a model runs with do not depend on
+//! the extent of a free dimension (a dynamic batch, an image of any size), so
+//! a session decides them once: the first shape it meets is imported, planned
+//! with this machine's measured costs and compiled, and every later shape is
+//! imported and compiled with the same decisions made again
+//! ([`crate::layout::replay`]), nothing planned or measured. A shape whose
+//! graph differs from the first one's (an import that folded a shape into the
+//! graph) is planned afresh. Each shape's compiled model is kept in a bounded
+//! cache (least recently used first out), so a server that sees a few shapes
+//! compiles each once. A model whose inputs are all static is compiled when
+//! the session opens, as onnxruntime creates its session.
 //!
 //! ```
 //! use layoutopt::api::{ModelInput, Session, SessionOptions, Tensor};
@@ -26,9 +31,11 @@ use super::{
     compile, is_tflite, load_model_with, Costs, Error, ImportOptions, Machine, ModelInput,
     PlanLayouts, PlannerKind, RuntimeOptions, TargetFamily,
 };
-use crate::frontend::Interface;
+use crate::frontend::bounds::ShapeBounds;
+use crate::frontend::{Dim, Interface};
 use crate::graph::{Tensor, ValueType};
-use crate::runtime::CompiledModel;
+use crate::layout::replay::LayoutDecisions;
+use crate::runtime::{CompiledModel, DecidedAlgos};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -48,6 +55,10 @@ pub struct SessionOptions {
     /// What plans are priced by; `None`: this machine's measured costs for
     /// `runtime`.
     pub costs: Option<Costs>,
+    /// Bounds on the input shapes the session will see: a shape outside them
+    /// is refused, and when they bound every free dimension the session
+    /// plans and compiles ahead at the largest shape they allow.
+    pub bounds: ShapeBounds,
 }
 
 impl SessionOptions {
@@ -60,6 +71,7 @@ impl SessionOptions {
             target: TargetFamily::host_blocked(),
             max_shapes: 8,
             costs: None,
+            bounds: ShapeBounds::default(),
         }
     }
 }
@@ -78,6 +90,18 @@ pub struct ShapeModel {
     pub inputs: Vec<ValueType>,
     /// How long import, planning and compilation took for these shapes.
     pub compile_time: Duration,
+    /// Whether the layouts and convolution algorithms decided at the
+    /// session's first shape were made again (nothing planned or measured);
+    /// `false`: planned and measured for these shapes.
+    pub replayed: bool,
+}
+
+/// What a session decided at the first shape it planned, made again at every
+/// later one.
+#[derive(Clone)]
+struct Decided {
+    layouts: Arc<LayoutDecisions>,
+    conv_algos: Arc<DecidedAlgos>,
 }
 
 /// Compiled models by their input shapes, the most recently used last.
@@ -89,6 +113,7 @@ pub struct Session {
     options: SessionOptions,
     interface: Interface,
     compiled: Mutex<CompiledShapes>,
+    decided: Mutex<Option<Decided>>,
 }
 
 impl Session {
@@ -108,26 +133,55 @@ impl Session {
             options: options.clone(),
             interface,
             compiled: Mutex::new(Vec::new()),
+            decided: Mutex::new(None),
         };
         // A TFLite model runs at the shapes it stores.
         if tflite {
-            let (graph, model) = Session::build(path, &options, &ImportOptions::default())?;
-            return Ok(session(Interface::of_graph(&graph)).holding(model));
+            let (graph, model, decided) =
+                Session::build(path, &options, &ImportOptions::default(), None)?;
+            return Ok(session(Interface::of_graph(&graph)).holding(model, decided));
         }
         let s = session(crate::frontend::onnx::read_interface(path)?);
-        match s.interface.is_static() {
-            true => {
-                let (_, model) = Session::build(path, &options, &ImportOptions::default())?;
-                Ok(s.holding(model))
-            }
-            false => Ok(s),
+        options
+            .bounds
+            .check_against(&s.interface)
+            .map_err(Error::Input)?;
+        if s.interface.is_static() {
+            let (_, model, decided) =
+                Session::build(path, &options, &ImportOptions::default(), None)?;
+            return Ok(s.holding(model, decided));
         }
+        if let Some(largest) = s.largest_shapes() {
+            let shapes: Vec<&[usize]> = largest.iter().map(Vec::as_slice).collect();
+            s.model_for(&shapes)?;
+        }
+        Ok(s)
     }
 
-    /// The session with `model` compiled for its shapes.
-    fn holding(self, model: ShapeModel) -> Session {
+    /// The largest shape of every input the bounds allow, when they bound
+    /// every free dimension.
+    fn largest_shapes(&self) -> Option<Vec<Vec<usize>>> {
+        let upper = self.options.bounds.upper();
+        (self.interface.inputs.iter())
+            .map(|v| match (upper.get(&v.name), &v.dims) {
+                (Some(shape), _) => Some(shape.clone()),
+                (None, Some(dims)) => (dims.iter())
+                    .map(|d| match d {
+                        Dim::Static(n) => Some(*n),
+                        _ => None,
+                    })
+                    .collect(),
+                (None, None) => None,
+            })
+            .collect()
+    }
+
+    /// The session with `model` compiled for its shapes, and what was
+    /// decided for it.
+    fn holding(self, model: ShapeModel, decided: Decided) -> Session {
         let shapes = model.inputs.iter().map(|t| t.shape.clone()).collect();
         self.lock().push((shapes, Arc::new(model)));
+        *lock(&self.decided) = Some(decided);
         self
     }
 
@@ -143,10 +197,12 @@ impl Session {
 
     /// The model compiled for these input shapes (in the interface's
     /// order), and whether this call compiled it: from the cache, or
-    /// imported, planned and compiled now. A shape the model does not declare
+    /// imported, planned (or its first shape's plan made again) and compiled
+    /// now. A shape the model does not declare
     /// is an error naming the input and dimension.
     pub fn model_for(&self, shapes: &[&[usize]]) -> Result<(Arc<ShapeModel>, bool), Error> {
         self.interface.check_shapes(shapes).map_err(Error::Input)?;
+        (self.options.bounds.check(&self.interface, shapes)).map_err(Error::Input)?;
         let key: Vec<Vec<usize>> = shapes.iter().map(|s| s.to_vec()).collect();
         {
             let mut cache = self.lock();
@@ -164,7 +220,10 @@ impl Session {
                 .collect(),
             ..ImportOptions::default()
         };
-        let (_, model) = Session::build(&self.path, &self.options, &opts)?;
+        let earlier = lock(&self.decided).clone();
+        let (_, model, decided) =
+            Session::build(&self.path, &self.options, &opts, earlier.as_ref())?;
+        lock(&self.decided).get_or_insert(decided);
         let model = Arc::new(model);
         let mut cache = self.lock();
         cache.push((key, model.clone()));
@@ -187,35 +246,63 @@ impl Session {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, CompiledShapes> {
-        // A panic while holding the lock leaves a valid cache behind.
-        self.compiled.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.compiled)
     }
 
-    /// Imports `path` with `opts`, plans and compiles it.
+    /// Imports `path` with `opts`, plans and compiles it: with `decided`'s
+    /// layouts and algorithms where they fit the graph, else planned with
+    /// measured costs. Also returns what the model was compiled with.
     fn build(
         path: &Path,
         options: &SessionOptions,
         opts: &ImportOptions,
-    ) -> Result<(crate::graph::Graph, ShapeModel), Error> {
+        decided: Option<&Decided>,
+    ) -> Result<(crate::graph::Graph, ShapeModel, Decided), Error> {
         let start = Instant::now();
         let graph = load_model_with(path, opts)?;
-        let plan = PlanLayouts::new(options.planner, options.target)
-            .with_costs(
-                (options.costs.clone()).unwrap_or_else(|| Costs::Measured(options.runtime.clone())),
-            )
-            .plan(&graph)?;
-        let model = compile(Machine::shared(), &plan.graph, &options.runtime)?;
+        // A graph the decisions do not fit is planned afresh, which reports
+        // any real fault of it.
+        let replayed = decided.and_then(|d| {
+            let plan = PlanLayouts::replaying(d.layouts.clone(), options.target)
+                .plan(&graph)
+                .ok()?;
+            Some((plan, d.clone()))
+        });
+        let (plan, runtime, replayed) = match replayed {
+            Some((plan, d)) => {
+                let mut runtime = options.runtime.clone();
+                runtime.conv_algo.decided = Some(d.conv_algos);
+                (plan, runtime, true)
+            }
+            None => {
+                let costs = (options.costs.clone())
+                    .unwrap_or_else(|| Costs::Measured(options.runtime.clone()));
+                let plan = PlanLayouts::new(options.planner, options.target)
+                    .with_costs(costs)
+                    .plan(&graph)?;
+                (plan, options.runtime.clone(), false)
+            }
+        };
+        let model = compile(Machine::shared(), &plan.graph, &runtime)?;
+        let decided = Decided {
+            conv_algos: Arc::new(DecidedAlgos::of(model.conv_steps())),
+            layouts: Arc::new(plan.decisions),
+        };
         let g = &plan.graph;
         let inputs = (g.inputs().iter())
             .map(|&id| g.node(id).outputs[0].ty.clone())
             .collect();
-        Ok((
-            graph,
-            ShapeModel {
-                model,
-                inputs,
-                compile_time: start.elapsed(),
-            },
-        ))
+        let model = ShapeModel {
+            model,
+            inputs,
+            compile_time: start.elapsed(),
+            replayed,
+        };
+        Ok((graph, model, decided))
     }
+}
+
+/// The value behind `m`: a panic while holding the lock leaves a valid value.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -26,9 +26,11 @@ pub mod progress;
 pub mod run;
 
 use layoutopt::api::{
-    self, load_tensor_pb, read_file, read_npy, CostModel, Graph, ImportError, ImportOptions,
-    Machine, Plan, PlanLayouts, PlannerKind, RuleSource, RuntimeOptions, TargetFamily, Tensor,
+    self, load_tensor_pb, read_file, read_npy, CostModel, DimRange, Graph, ImportError,
+    ImportOptions, Machine, Plan, PlanLayouts, PlannerKind, RuleSource, RuntimeOptions,
+    ShapeBounds, TargetFamily, Tensor,
 };
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// What a command returns: any stage's error, printed on stderr by `main`.
@@ -66,7 +68,7 @@ pub enum ArgError {
         from_env: Option<&'static str>,
     },
     /// Not a graph input's name and whole shape.
-    #[error("'{given}' is not NAME=D1,D2,... (e.g. input=1,3,224,224)")]
+    #[error("'{given}' is not NAME=D1,D2,... with each D an extent or a range LO..HI (e.g. input=1,3,224,224 or input=1,3,32..1024,32..1024)")]
     InputShape {
         /// The value given.
         given: String,
@@ -208,8 +210,9 @@ impl Planning {
     }
 }
 
-/// Parses `NAME=D1,D2,...` (a graph input and its whole shape).
-pub fn parse_input_shape(s: &str) -> Result<(String, Vec<usize>), ArgError> {
+/// Parses `NAME=D1,D2,...` (a graph input and its whole shape), each
+/// dimension an extent or a range `LO..HI`.
+pub fn parse_input_shape(s: &str) -> Result<(String, Vec<DimRange>), ArgError> {
     let bad = || ArgError::InputShape {
         given: s.to_string(),
     };
@@ -219,7 +222,7 @@ pub fn parse_input_shape(s: &str) -> Result<(String, Vec<usize>), ArgError> {
     }
     let dims = dims
         .split(',')
-        .map(|d| d.trim().parse::<usize>().map_err(|_| bad()))
+        .map(|d| d.parse::<DimRange>().map_err(|_| bad()))
         .collect::<Result<Vec<_>, _>>()?;
     Ok((name.to_string(), dims))
 }
@@ -228,9 +231,20 @@ pub fn parse_input_shape(s: &str) -> Result<(String, Vec<usize>), ArgError> {
 #[derive(clap::Args, Clone, Default)]
 pub struct InputShapes {
     /// The shape of a graph input, binding its symbolic dimensions (repeat for
-    /// several inputs), e.g. `--input-shape input=4,3,224,224`.
+    /// several inputs), e.g. `--input-shape input=4,3,224,224`. A dimension
+    /// may be a range `LO..HI` (both included), e.g. `input=1,3,32..1024,32..1024`:
+    /// `bench --shapes` refuses shapes outside it and plans ahead at its
+    /// largest; `run` takes the extent from the `--input` file, else the
+    /// largest, as other commands do.
     #[arg(long = "input-shape", value_name = "NAME=D1,D2,...", value_parser = parse_input_shape)]
-    pub input_shapes: Vec<(String, Vec<usize>)>,
+    pub input_shapes: Vec<(String, Vec<DimRange>)>,
+}
+
+impl InputShapes {
+    /// The bounds the shapes give.
+    pub fn bounds(&self) -> ShapeBounds {
+        ShapeBounds(self.input_shapes.iter().cloned().collect())
+    }
 }
 
 /// The model a command reads, the shapes that bind its symbolic dimensions,
@@ -279,8 +293,14 @@ impl ModelArgs {
         &self.model
     }
 
-    /// Imports the model under a spinner.
+    /// Imports the model under a spinner, each input bounded by a range at
+    /// its largest shape.
     pub fn load(&self) -> Result<Graph, api::Error> {
+        self.load_at(HashMap::new())
+    }
+
+    /// [`Self::load`] with the inputs of `shapes` at those shapes instead.
+    pub fn load_at(&self, shapes: HashMap<String, Vec<usize>>) -> Result<Graph, api::Error> {
         let constant_inputs = (self.freeze.iter())
             .map(|(name, file)| match read_tensor(file) {
                 Ok(t) => Ok((name.clone(), t)),
@@ -291,7 +311,13 @@ impl ModelArgs {
             })
             .collect::<Result<_, _>>()?;
         let opts = ImportOptions {
-            input_shapes: self.shapes.input_shapes.iter().cloned().collect(),
+            input_shapes: self
+                .shapes
+                .bounds()
+                .upper()
+                .into_iter()
+                .chain(shapes)
+                .collect(),
             constant_inputs,
             ..ImportOptions::default()
         };

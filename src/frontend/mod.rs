@@ -1,4 +1,5 @@
 //! Model importers: each turns a file into a `Graph` with per-layer spans.
+pub mod bounds;
 pub mod npy;
 pub mod onnx;
 pub mod tflite;
@@ -208,6 +209,34 @@ pub enum ShapeMismatch {
         given: usize,
         first: String,
         extent: usize,
+    },
+    #[error(
+        "input '{input}': dimension {axis} is {given}, outside the bounds {range} given for it"
+    )]
+    OutOfBounds {
+        input: String,
+        axis: usize,
+        given: usize,
+        range: String,
+    },
+    #[error(
+        "bounds are given for '{input}', which is no input of the model (its inputs: {inputs:?})"
+    )]
+    NoInput { input: String, inputs: Vec<String> },
+    #[error(
+        "input '{input}': bounds are given for {given} dimensions, its shape has rank {declared}"
+    )]
+    BoundsRank {
+        input: String,
+        given: usize,
+        declared: usize,
+    },
+    #[error("input '{input}': dimension {axis} is bounded by {range}, but the model declares it static, {declared}")]
+    StaticBounded {
+        input: String,
+        axis: usize,
+        range: String,
+        declared: usize,
     },
 }
 

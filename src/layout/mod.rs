@@ -10,6 +10,7 @@ pub mod materialize;
 pub mod plan;
 pub mod planners;
 pub mod relabel;
+pub mod replay;
 pub mod report;
 pub mod rules;
 pub mod solver;

@@ -15,6 +15,7 @@ use super::egraph::{Lang, LayoutAnalysis};
 use super::extract::{rewrite_graph, RewriteLimits};
 use super::materialize::{materialise, transforms_cost, Materialised};
 use super::planners::{Assignment, Planner};
+use super::replay::LayoutDecisions;
 use super::report::{
     holds_model_tensors, kept_transforms, stored_layout, tensor_layouts, PassTiming, PlanReport,
     PlanTimings, RewriteInfo, SolverInfo,
@@ -38,6 +39,9 @@ pub struct Plan {
     pub report: PlanReport,
     /// The layouts pinned for graph inputs and outputs.
     pub pins: Pins,
+    /// The layouts chosen for each planned node, to plan the same model at
+    /// another input shape by ([`super::replay::Replay`]).
+    pub decisions: LayoutDecisions,
 }
 
 impl Plan {
@@ -153,7 +157,8 @@ pub fn plan_with(
             cost_margin: model.margin(),
             unmeasured_convs: model.unmeasured_convs(),
         };
-        report(g, best, planned, &options.pins)
+        let decisions = LayoutDecisions::record(g, &space, &best.choice);
+        report(g, best, planned, &options.pins, decisions)
     });
     plan.report.timings = PlanTimings {
         plan_ms: ms(t0.elapsed()),
@@ -286,7 +291,13 @@ struct Planned {
 
 /// The plan of the finished assignment `best` of `g` (the canonical graph),
 /// with its report (timings left for the caller).
-fn report(g: &Graph, best: Finished, planned: Planned, pins: &Pins) -> Plan {
+fn report(
+    g: &Graph,
+    best: Finished,
+    planned: Planned,
+    pins: &Pins,
+    decisions: LayoutDecisions,
+) -> Plan {
     let (relabels, transforms): (Vec<_>, Vec<_>) = kept_transforms(&best.graph)
         .into_iter()
         .partition(|t| t.relabel);
@@ -315,6 +326,7 @@ fn report(g: &Graph, best: Finished, planned: Planned, pins: &Pins) -> Plan {
         graph: best.graph,
         report,
         pins: pins.clone(),
+        decisions,
     }
 }
 

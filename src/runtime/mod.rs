@@ -26,7 +26,7 @@ mod threads;
 
 pub use check::NonFinite;
 pub use error::RuntimeError;
-pub use kernels::conv::algo::{ConvAlgo, ConvAlgoChoice, ConvAlgoOptions, LayerAlgo};
+pub use kernels::conv::algo::{ConvAlgo, ConvAlgoChoice, ConvAlgoOptions, DecidedAlgos, LayerAlgo};
 pub use kernels::simd::Isa;
 pub use machine::Machine;
 pub use model::CompiledModel;

@@ -66,6 +66,7 @@ impl RuntimeOptions {
             conv_algo: ConvAlgoOptions {
                 choice: Default::default(),
                 cache: roofline::cache_dir(),
+                decided: None,
             },
             isa: None,
             kernels: KernelPath::Native,

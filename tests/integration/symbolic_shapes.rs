@@ -296,3 +296,206 @@ fn bench_times_several_shapes_in_one_process() {
     let o = layoutopt(&[&args[..], &["--shapes", "1xx3"]].concat());
     assert_eq!(o.code, 2, "a malformed --shapes is a usage error");
 }
+
+/// A small CNN over x[batch, 3, height, width]: a padded 3x3 conv to 16
+/// channels, relu, a stride-2 3x3 conv, a max pool, a residual add of a 1x1
+/// conv, a global average pool and a Gemm to 5 classes.
+fn free_image_model(dir: &str) -> PathBuf {
+    let weights = |shape: Vec<usize>, seed: f32| {
+        let n: usize = shape.iter().product();
+        let v = (0..n)
+            .map(|i| ((i as f32 * 0.37 + seed).sin()) * 0.3)
+            .collect();
+        Tensor::from_f32(shape, v)
+    };
+    let conv = |name: &str, ins: &[&str], out: &str, k: i64, stride: i64| {
+        let mut c = node("Conv", name, ins, &[out]);
+        let p = k / 2;
+        c.attribute = vec![
+            ints_attr("kernel_shape", &[k, k]),
+            ints_attr("strides", &[stride, stride]),
+            ints_attr("pads", &[p, p, p, p]),
+        ];
+        c
+    };
+    let mut pool = node("MaxPool", "pool", &["h2"], &["h3"]);
+    pool.attribute = vec![
+        ints_attr("kernel_shape", &[2, 2]),
+        ints_attr("strides", &[1, 1]),
+        ints_attr("pads", &[0, 0, 1, 1]),
+    ];
+    let mut flat = node("Flatten", "flat", &["g"], &["f"]);
+    flat.attribute = vec![int_attr("axis", 1)];
+    let mut gemm = node("Gemm", "fc", &["f", "wf", "bf"], &["y"]);
+    gemm.attribute = vec![int_attr("transB", 1)];
+    let free = |vi| symbolic(symbolic(symbolic(vi, 0, "batch"), 2, "height"), 3, "width");
+    let m = model(
+        vec![
+            conv("c1", &["x", "w1", "b1"], "h1", 3, 1),
+            node("Relu", "r1", &["h1"], &["a1"]),
+            conv("c2", &["a1", "w2", "b2"], "h2", 3, 2),
+            pool,
+            conv("c3", &["h3", "w3"], "h4", 1, 1),
+            node("Add", "add", &["h3", "h4"], &["s"]),
+            node("GlobalAveragePool", "gap", &["s"], &["g"]),
+            flat,
+            gemm,
+        ],
+        vec![free(value_info("x", 1, &[1, 3, 8, 8]))],
+        vec![symbolic(value_info("y", 1, &[1, 5]), 0, "batch")],
+        vec![
+            ("w1", weights(vec![16, 3, 3, 3], 0.1)),
+            ("b1", weights(vec![16], 0.2)),
+            ("w2", weights(vec![16, 16, 3, 3], 0.3)),
+            ("b2", weights(vec![16], 0.4)),
+            ("w3", weights(vec![16, 16, 1, 1], 0.5)),
+            ("wf", weights(vec![5, 16], 0.6)),
+            ("bf", weights(vec![5], 0.7)),
+        ],
+        13,
+    );
+    let path = scratch_dir(dir).join("free_image.onnx");
+    std::fs::write(&path, model_bytes(&m)).unwrap();
+    path
+}
+
+/// A session plans the first shape of a model with a free batch and image
+/// size, and makes the same layout decisions again at every later shape
+/// (nothing planned or measured): each output equals the reference
+/// executor's on the model imported at that shape.
+#[test]
+fn a_session_plans_the_first_shape_and_replays_its_layouts_at_the_others() {
+    use layoutopt::api::{ModelInput, Session, SessionOptions, TargetFamily};
+    let path = free_image_model("sym_replay");
+    let mut options = SessionOptions::with_threads(1);
+    options.target = TargetFamily::Nchwc(8);
+    let session = Session::open(&path, options).unwrap();
+    let shapes: [[usize; 4]; 4] = [
+        [1, 3, 20, 24],
+        [2, 3, 17, 31],
+        [1, 3, 32, 9],
+        [3, 3, 11, 11],
+    ];
+    for (i, shape) in shapes.iter().enumerate() {
+        let n: usize = shape.iter().product();
+        let x = Tensor::from_f32(
+            shape.to_vec(),
+            (0..n)
+                .map(|k| ((k * 7919 % 113) as f32 - 56.0) * 0.02)
+                .collect(),
+        );
+        let (compiled, now) = session.model_for(&[&shape[..]]).unwrap();
+        assert!(now, "{shape:?} is new");
+        assert_eq!(
+            compiled.replayed,
+            i > 0,
+            "only the first shape is planned: {shape:?}"
+        );
+        let got = compiled
+            .model
+            .run_inputs(&[ModelInput::Tensor(&x)])
+            .unwrap();
+        let g = load_onnx(&path, &with_shape("x", shape)).unwrap();
+        let want = layoutopt::reference::run(&g, std::slice::from_ref(&x)).unwrap();
+        assert_eq!(got[0].shape, vec![shape[0], 5]);
+        let (err, mag) = max_abs_err(&want[0], &got[0]);
+        assert!(
+            err <= 1e-4 * mag.max(1.0),
+            "{shape:?}: error {err} of {mag}"
+        );
+    }
+}
+
+/// `--input-shape` ranges: `bench --shapes` plans ahead at the largest shape
+/// they allow and makes that plan again for each shape inside them, refusing
+/// one outside naming the input and dimension; `run` takes a ranged extent
+/// from its `--input` file and matches the reference executor there.
+#[test]
+fn input_shape_ranges_bound_the_shapes_run() {
+    use layoutopt::frontend::npy::{read_npy, write_npy};
+    let path = free_image_model("sym_ranges");
+    let model = path.to_str().unwrap();
+    let bench = [
+        "bench",
+        model,
+        "--runs",
+        "2",
+        "--warmup",
+        "0",
+        "--threads",
+        "1",
+    ];
+    let bounds = ["--input-shape", "x=1..2,3,8..40,8..40"];
+    let shapes = ["--shapes", "1x3x20x24,2x3x9x40", "--json"];
+    let json = layoutopt_ok(&[&bench[..], &bounds[..], &shapes[..]].concat());
+    let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let rows = doc["shapes"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{json}");
+    for r in rows {
+        assert_eq!(
+            r["replayed"], true,
+            "the largest shape was planned ahead: {r}"
+        );
+    }
+    let text = layoutopt_ok(&[&bench[..], &bounds[..], &["--shapes", "1x3x20x24"]].concat());
+    assert!(
+        text.contains("2x3x40x40: planned and compiled ahead"),
+        "{text}"
+    );
+    let o = layoutopt(&[&bench[..], &bounds[..], &["--shapes", "1x3x41x8"]].concat());
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert!(
+        o.stderr
+            .contains("input 'x': dimension 2 is 41, outside the bounds 8..40"),
+        "{}",
+        o.stderr
+    );
+    // A range may not loosen a static dimension.
+    let loose = ["--input-shape", "x=1,2..3,8,8"];
+    let o = layoutopt(&[&bench[..], &loose[..], &["--shapes", "1x3x8x8"]].concat());
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("dimension 1 is bounded by 2..3"),
+        "{}",
+        o.stderr
+    );
+
+    let dir = path.parent().unwrap();
+    let x = Tensor::from_f32(
+        vec![1, 3, 13, 17],
+        (0..3 * 13 * 17)
+            .map(|k| (k % 29) as f32 * 0.05 - 0.7)
+            .collect(),
+    );
+    let input = dir.join("x.npy");
+    std::fs::write(&input, write_npy(&x).unwrap()).unwrap();
+    let out = dir.join("out");
+    let run = [
+        "run",
+        model,
+        "--threads",
+        "1",
+        "--input-shape",
+        "x=1,3,8..40,8..40",
+        "--input",
+        input.to_str().unwrap(),
+        "--output",
+        out.to_str().unwrap(),
+    ];
+    layoutopt_ok(&run);
+    let got = read_npy(&std::fs::read(out.join("y.npy")).unwrap()).unwrap();
+    let g = load_onnx(&path, &with_shape("x", &[1, 3, 13, 17])).unwrap();
+    let want = layoutopt::reference::run(&g, std::slice::from_ref(&x)).unwrap();
+    let (err, mag) = max_abs_err(&want[0], &got);
+    assert!(err <= 1e-4 * mag.max(1.0), "error {err} of {mag}");
+    let mut small = run.to_vec();
+    small[5] = "x=1,3,14..40,8..40";
+    let o = layoutopt(&small);
+    assert_ne!(o.code, 0);
+    assert!(
+        o.stderr
+            .contains("dimension 2 is 13, outside the bounds 14..40"),
+        "{}",
+        o.stderr
+    );
+}

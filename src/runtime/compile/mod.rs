@@ -59,6 +59,13 @@ struct Pending {
     measured_ms: Option<f64>,
 }
 
+/// The source layers of a fused group: those of each of its nodes.
+fn group_spans(g: &Graph, group: &FusedGroup) -> Vec<Span> {
+    (group.nodes.iter())
+        .flat_map(|&n| g.node(n).spans.clone())
+        .collect()
+}
+
 /// A gather, or a plain copy when it moves nothing (e.g. NCHW16c of a 1x1
 /// map to NC16c).
 fn gather_or_copy(g: Gather, input_shape: Vec<usize>) -> Kernel {
@@ -279,8 +286,9 @@ impl<'g> Compiler<'g> {
                 residual: residual.is_some(),
             };
             let mut times = lock(&self.times);
+            let layer = group_spans(self.g, group);
             let (k, decision) =
-                pool.install(|| conv_times::build(&spec, &self.conv_algo, &mut times));
+                pool.install(|| conv_times::build(&spec, &self.conv_algo, &mut times, &layer));
             (Kernel::Conv(k), decision)
         };
         // The time the planner measured for the kernel chosen, for the profile.
@@ -318,11 +326,7 @@ impl<'g> Compiler<'g> {
             work: self.work(&group.nodes, inputs.iter().chain(packed), &outputs),
             name: self.g.node(last).name.clone(),
             kind: group.kinds(self.g) + &suffix,
-            spans: group
-                .nodes
-                .iter()
-                .flat_map(|&n| self.g.node(n).spans.clone())
-                .collect(),
+            spans: group_spans(self.g, group),
             kernel,
             inputs,
             outputs,

@@ -131,6 +131,7 @@ fn conv_epilogues_look_through_relabelling_transposes() {
         let direct = crate::runtime::kernels::conv::algo::ConvAlgoOptions {
             choice: crate::runtime::kernels::conv::algo::ConvAlgoChoice::Direct,
             cache: None,
+            decided: None,
         };
         let m = CompiledModel::compile(
             &planned,

@@ -4,26 +4,32 @@
 //! cached in the machine's kernel times under the layer's geometry.
 
 use super::kernel_times::{KernelTimes, SAME_TIME};
+use crate::graph::Span;
 use crate::runtime::kernels::conv::algo::ConvAlgo;
 use crate::runtime::kernels::conv::algo::{
     candidates, ConvAlgoOptions, ConvDecision, ConvKernel, ConvSpec, SharedWeights,
 };
 use crate::runtime::kernels::conv::direct::ConvGeom;
 
-/// Builds the kernel of a dense convolution with the algorithm `options`
-/// asks for (measured under auto, on the calling thread pool's threads, and
-/// recorded in `times`).
+/// Builds the kernel of the dense convolution step of source layers `layer`
+/// with the algorithm `options` asks for: one decided for the layer before,
+/// when still a candidate, else (under auto) the fastest measured, on the
+/// calling thread pool's threads, and recorded in `times`.
 pub(in crate::runtime) fn build(
     spec: &ConvSpec,
     options: &ConvAlgoOptions,
     times: &mut KernelTimes,
+    layer: &[Span],
 ) -> (ConvKernel, ConvDecision) {
     let shared = SharedWeights::default();
     let (candidates, errors) = candidates(spec, options, &shared);
-    let decision = match candidates.as_slice() {
-        [only] => ConvDecision {
+    let decided = (options.decided.as_ref())
+        .and_then(|d| d.get(layer))
+        .filter(|a| candidates.contains(a));
+    let decision = match (decided, candidates.as_slice()) {
+        (Some(algo), _) | (None, &[algo]) => ConvDecision {
             errors,
-            ..ConvDecision::from(*only)
+            ..ConvDecision::from(algo)
         },
         _ => {
             let millis = millis_in(times, spec, &candidates, &shared);

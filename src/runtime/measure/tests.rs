@@ -130,11 +130,12 @@ fn conv_algorithms_are_measured_once_then_read_from_the_cache() {
     let options = |choice| ConvAlgoOptions {
         choice,
         cache: Some(dir.clone()),
+        decided: None,
     };
     let auto = options(ConvAlgoChoice::Auto);
     // Each build reads the cache file afresh, as a new process would.
     let times = || KernelTimes::open(Some(&dir), spec.isa, 1);
-    let (_, first) = build(&spec, &auto, &mut times());
+    let (_, first) = build(&spec, &auto, &mut times(), &[]);
     let names: Vec<ConvAlgo> = first.millis.iter().map(|m| m.0).collect();
     assert_eq!(names[0], ConvAlgo::Direct, "{first}");
     for (algo, e) in &first.errors {
@@ -149,7 +150,7 @@ fn conv_algorithms_are_measured_once_then_read_from_the_cache() {
         .fold(f64::INFINITY, f64::min);
     let taken = first.millis.iter().find(|m| m.1 <= fastest * 1.05);
     assert_eq!(first.algo, taken.unwrap().0, "{first}");
-    let (_, second) = build(&spec, &auto, &mut times());
+    let (_, second) = build(&spec, &auto, &mut times(), &[]);
     assert_eq!(second, first);
     // Make F(2x2) the fastest in the file: the next build takes it.
     assert!(
@@ -163,7 +164,7 @@ fn conv_algorithms_are_measured_once_then_read_from_the_cache() {
         m[1] = serde_json::json!(if m[0] == "winograd-f2" { 0.5 } else { 1.0 });
     }
     std::fs::write(&file, json.to_string()).unwrap();
-    let (kernel, edited) = build(&spec, &auto, &mut times());
+    let (kernel, edited) = build(&spec, &auto, &mut times(), &[]);
     assert_eq!(
         edited.algo,
         ConvAlgo::Winograd(WinogradTile::F2),
@@ -174,9 +175,9 @@ fn conv_algorithms_are_measured_once_then_read_from_the_cache() {
         crate::runtime::kernels::conv::algo::ConvKernel::Winograd(_)
     ));
     // The forced choices measure nothing.
-    let (_, direct) = build(&spec, &options(ConvAlgoChoice::Direct), &mut times());
+    let (_, direct) = build(&spec, &options(ConvAlgoChoice::Direct), &mut times(), &[]);
     assert_eq!((direct.algo, direct.millis.len()), (ConvAlgo::Direct, 0));
-    let (_, wino) = build(&spec, &options(ConvAlgoChoice::Winograd), &mut times());
+    let (_, wino) = build(&spec, &options(ConvAlgoChoice::Winograd), &mut times(), &[]);
     assert_eq!(wino.millis.len(), 0);
     assert_eq!(wino.algo, ConvAlgo::Winograd(WinogradTile::F4), "{wino}");
     std::fs::remove_dir_all(&dir).unwrap();

@@ -30,7 +30,7 @@ use crate::runtime::kernels::simd::Isa;
 use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::{LazyLock, Mutex, OnceLock};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 
 /// The algorithm `--conv-algo` asks for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -128,6 +128,33 @@ pub struct ConvAlgoOptions {
     pub choice: ConvAlgoChoice,
     /// The cache folder (`roofline::cache_dir`); `None`: measure every time.
     pub cache: Option<PathBuf>,
+    /// Algorithms already decided for these layers (at another input shape of
+    /// the same model): each is run again wherever it is still a candidate,
+    /// without measuring.
+    pub decided: Option<Arc<DecidedAlgos>>,
+}
+
+/// The algorithm of each convolution step of a compiled model, by the step's
+/// source layers: what a compile of the same model at another input shape
+/// runs again. A layer's best algorithm depends on its extents, but less than
+/// it costs to measure every layer at every shape.
+#[derive(Clone, Debug, Default)]
+pub struct DecidedAlgos(HashMap<Vec<Span>, ConvAlgo>);
+
+impl DecidedAlgos {
+    /// The algorithms `layers` run.
+    pub fn of(layers: &[LayerAlgo]) -> DecidedAlgos {
+        DecidedAlgos(
+            (layers.iter())
+                .map(|l| (l.spans.clone(), l.decision.algo))
+                .collect(),
+        )
+    }
+
+    /// The algorithm decided for the step of these source layers.
+    pub fn get(&self, layer: &[Span]) -> Option<ConvAlgo> {
+        self.0.get(layer).copied()
+    }
 }
 
 /// How one convolution's algorithm was chosen, for `plan` and the profile.
