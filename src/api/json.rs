@@ -513,6 +513,13 @@ pub struct ShapeTiming {
     /// session's first shape were made again for this one (nothing planned
     /// or measured) rather than planned for it.
     pub replayed: bool,
+    /// Of the shape's `compile_ms`: the import, the plan and the compile of
+    /// the planned graph.
+    pub import_ms: f64,
+    #[allow(missing_docs)]
+    pub plan_ms: f64,
+    #[allow(missing_docs)]
+    pub build_ms: f64,
     /// Import, plan and compile of this shape (`compile_ms`), and its timed runs.
     pub timing: Timing,
 }

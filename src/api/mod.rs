@@ -108,7 +108,7 @@ pub use native::{
     ConvAlgo, ConvAlgoChoice, Isa, KernelPath, Machine, ModelInput, Roofline, RuntimeError,
     RuntimeOptions,
 };
-pub use session::{Session, SessionOptions, ShapeModel};
+pub use session::{CompileStages, Session, SessionOptions, ShapeModel};
 
 /// Any error of the pipeline, from the stage that raised it.
 #[derive(Debug, thiserror::Error)]

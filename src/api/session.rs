@@ -90,10 +90,23 @@ pub struct ShapeModel {
     pub inputs: Vec<ValueType>,
     /// How long import, planning and compilation took for these shapes.
     pub compile_time: Duration,
+    /// Each of them apart.
+    pub stages: CompileStages,
     /// Whether the layouts and convolution algorithms decided at the
     /// session's first shape were made again (nothing planned or measured);
     /// `false`: planned and measured for these shapes.
     pub replayed: bool,
+}
+
+/// How long each stage of making a [`ShapeModel`] took.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CompileStages {
+    /// Importing the model at the shapes.
+    pub import: Duration,
+    /// Planning it (or making the first shape's plan again).
+    pub plan: Duration,
+    /// Compiling the planned graph.
+    pub compile: Duration,
 }
 
 /// What a session decided at the first shape it planned, made again at every
@@ -260,6 +273,7 @@ impl Session {
     ) -> Result<(crate::graph::Graph, ShapeModel, Decided), Error> {
         let start = Instant::now();
         let graph = load_model_with(path, opts)?;
+        let imported = Instant::now();
         // A graph the decisions do not fit is planned afresh, which reports
         // any real fault of it.
         let replayed = decided.and_then(|d| {
@@ -283,9 +297,15 @@ impl Session {
                 (plan, options.runtime.clone(), false)
             }
         };
+        let planned = Instant::now();
         let model = compile(Machine::shared(), &plan.graph, &runtime)?;
+        let stages = CompileStages {
+            import: imported - start,
+            plan: planned - imported,
+            compile: planned.elapsed(),
+        };
         let decided = Decided {
-            conv_algos: Arc::new(DecidedAlgos::of(model.conv_steps())),
+            conv_algos: Arc::new(model.decided_algos()),
             layouts: Arc::new(plan.decisions),
         };
         let g = &plan.graph;
@@ -296,6 +316,7 @@ impl Session {
             model,
             inputs,
             compile_time: start.elapsed(),
+            stages,
             replayed,
         };
         Ok((graph, model, decided))

@@ -571,13 +571,16 @@ fn bench_shapes(args: &BenchArgs, sets: &[Vec<Vec<usize>>], json: bool) -> CliRe
             .join(":");
         if !json {
             outln!(
-                "{name}: compiled in {:.1} ms{} (import, {} and compile), latency p50 {:.3} ms, min {:.3} ms over {} runs",
+                "{name}: compiled in {:.1} ms{} (import {:.1}, {} {:.1}, compile {:.1}), latency p50 {:.3} ms, min {:.3} ms over {} runs",
                 timing.compile_ms,
                 if now { "" } else { ", earlier" },
+                ms(compiled.stages.import),
                 match compiled.replayed {
                     true => "the first shape's plan made again",
                     false => "plan",
                 },
+                ms(compiled.stages.plan),
+                ms(compiled.stages.compile),
                 timing.p50_ms,
                 timing.min_ms,
                 timing.runs_ms.len()
@@ -587,6 +590,9 @@ fn bench_shapes(args: &BenchArgs, sets: &[Vec<Vec<usize>>], json: bool) -> CliRe
             shapes: set.clone(),
             compiled_now: now,
             replayed: compiled.replayed,
+            import_ms: ms(compiled.stages.import),
+            plan_ms: ms(compiled.stages.plan),
+            build_ms: ms(compiled.stages.compile),
             timing,
         });
     }

@@ -6,7 +6,7 @@
 //! `compile/`, which fills them, and `run.rs`, `exec.rs` and `check.rs`, which
 //! read them; the rest of the runtime asks the accessors.
 
-use super::kernels::conv::algo::{ConvKernel, LayerAlgo};
+use super::kernels::conv::algo::{ConvKernel, DecidedAlgos, KeptWeights, LayerAlgo};
 use super::kernels::conv::depthwise::Depthwise;
 use super::kernels::gather::{Gather, Rows};
 use super::kernels::matmul::{BatchedMatMul, Dense};
@@ -147,6 +147,8 @@ pub struct CompiledModel {
     pub(super) scratch: Mutex<Scratch>,
     pub(super) isa: Isa,
     pub(super) conv_algos: Vec<LayerAlgo>,
+    /// The transformed weights of its Winograd steps.
+    pub(super) kept_weights: Vec<KeptWeights>,
 }
 
 impl CompiledModel {
@@ -159,6 +161,12 @@ impl CompiledModel {
     /// The algorithm of every convolution step, in the order the steps run.
     pub fn conv_steps(&self) -> &[LayerAlgo] {
         &self.conv_algos
+    }
+
+    /// What a compile of the same model at another input shape takes from
+    /// this one: each convolution step's algorithm and transformed weights.
+    pub fn decided_algos(&self) -> DecidedAlgos {
+        DecidedAlgos::new(&self.conv_algos, &self.kept_weights)
     }
 
     /// The instruction set the kernels use.

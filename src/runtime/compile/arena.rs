@@ -190,6 +190,7 @@ impl Compiler<'_> {
             scratch: Mutex::default(),
             isa: self.isa,
             conv_algos: self.conv_algos,
+            kept_weights: self.kept_weights,
         })
     }
 

@@ -5,7 +5,9 @@
 
 mod arena;
 
-use super::kernels::conv::algo::{self as conv_algo, ConvAlgoOptions, ConvSpec, LayerAlgo};
+use super::kernels::conv::algo::{
+    self as conv_algo, ConvAlgoOptions, ConvSpec, KeptWeights, LayerAlgo,
+};
 use super::kernels::conv::depthwise::Depthwise;
 use super::kernels::conv::direct::ConvGeom;
 use super::kernels::conv::tile::{ChannelParams, Epilogue};
@@ -115,6 +117,8 @@ pub(super) struct Compiler<'g> {
     times: SharedKernelTimes,
     /// The algorithm of every convolution step built so far.
     conv_algos: Vec<LayerAlgo>,
+    /// The transformed weights of every Winograd step built so far.
+    kept_weights: Vec<KeptWeights>,
     /// Every op that lowers to TIR runs as generated code (`KernelPath::Generic`).
     generic: bool,
     /// What the model is compiled with, which its subgraphs are compiled with too.
@@ -137,6 +141,7 @@ impl<'g> Compiler<'g> {
             const_of: HashMap::new(),
             conv_algo: options.conv_algo.clone(),
             conv_algos: vec![],
+            kept_weights: vec![],
             generic: options.kernels == KernelPath::Generic,
             options: options.clone(),
         }
@@ -289,6 +294,13 @@ impl<'g> Compiler<'g> {
             let layer = group_spans(self.g, group);
             let (k, decision) =
                 pool.install(|| conv_times::build(&spec, &self.conv_algo, &mut times, &layer));
+            if let conv_algo::ConvKernel::Winograd(k) = &k {
+                self.kept_weights.push(KeptWeights {
+                    print: conv_algo::weights_print(&w),
+                    u: k.transformed(),
+                    layer,
+                });
+            }
             (Kernel::Conv(k), decision)
         };
         // The time the planner measured for the kernel chosen, for the profile.

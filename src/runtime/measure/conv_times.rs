@@ -42,6 +42,11 @@ pub(in crate::runtime) fn build(
             }
         }
     };
+    if let (ConvAlgo::Winograd(tile), Some(d)) = (decision.algo, &options.decided) {
+        if let Some(u) = d.transformed(layer, spec, tile) {
+            shared.seed(u);
+        }
+    }
     (spec.kernel(decision.algo, &shared), decision)
 }
 

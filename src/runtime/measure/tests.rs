@@ -180,5 +180,60 @@ fn conv_algorithms_are_measured_once_then_read_from_the_cache() {
     let (_, wino) = build(&spec, &options(ConvAlgoChoice::Winograd), &mut times(), &[]);
     assert_eq!(wino.millis.len(), 0);
     assert_eq!(wino.algo, ConvAlgo::Winograd(WinogradTile::F4), "{wino}");
+
+    // A compile at another shape runs the algorithm decided for the layer
+    // without measuring, and takes its transformed weights when they come
+    // from the same weights.
+    use crate::graph::Span;
+    use crate::runtime::kernels::conv::algo::{ConvKernel, DecidedAlgos, KeptWeights, LayerAlgo};
+    let layer = vec![Span::new("m.onnx", "conv", "Conv", 3)];
+    let ConvKernel::Winograd(k) = &kernel else {
+        unreachable!()
+    };
+    let kept = KeptWeights {
+        layer: layer.clone(),
+        print: crate::runtime::kernels::conv::algo::weights_print(&w),
+        u: k.transformed(),
+    };
+    let decided = DecidedAlgos::new(
+        &[LayerAlgo {
+            name: "conv".into(),
+            spans: layer.clone(),
+            decision: edited.clone(),
+        }],
+        std::slice::from_ref(&kept),
+    );
+    let replaying = ConvAlgoOptions {
+        decided: Some(std::sync::Arc::new(decided)),
+        ..options(ConvAlgoChoice::Auto)
+    };
+    let taller = ConvSpec {
+        geom: ConvGeom {
+            h: 20,
+            oh: 20,
+            ..spec.geom.clone()
+        },
+        ..spec.clone()
+    };
+    let transformed = |k: &ConvKernel| match k {
+        ConvKernel::Winograd(k) => k.transformed(),
+        _ => panic!("not Winograd"),
+    };
+    let (again, d) = build(&taller, &replaying, &mut times(), &layer);
+    assert_eq!((d.algo, d.millis.len()), (edited.algo, 0), "{d}");
+    assert!(transformed(&again).shares_with(&kept.u));
+    let w2: Vec<f32> = w.iter().map(|v| v * 0.5).collect();
+    let other = ConvSpec {
+        w: &w2,
+        ..taller.clone()
+    };
+    let (fresh, d) = build(&other, &replaying, &mut times(), &layer);
+    assert_eq!(d.algo, edited.algo, "{d}");
+    assert!(
+        !transformed(&fresh).shares_with(&kept.u),
+        "other weights are transformed anew"
+    );
+    let (_, d) = build(&taller, &replaying, &mut times(), &[]);
+    assert!(!d.millis.is_empty(), "another layer is measured: {d}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -134,27 +134,87 @@ pub struct ConvAlgoOptions {
     pub decided: Option<Arc<DecidedAlgos>>,
 }
 
-/// The algorithm of each convolution step of a compiled model, by the step's
-/// source layers: what a compile of the same model at another input shape
-/// runs again. A layer's best algorithm depends on its extents, but less than
-/// it costs to measure every layer at every shape.
-#[derive(Clone, Debug, Default)]
-pub struct DecidedAlgos(HashMap<Vec<Span>, ConvAlgo>);
+/// What a compile of the same model at another input shape takes from one
+/// compiled before: the algorithm of each convolution step, by the step's
+/// source layers, and the transformed Winograd weights, which do not depend
+/// on the extents (the weights are checked to be the same by a fingerprint).
+/// A layer's best algorithm depends on its extents, but less than it costs
+/// to measure every layer at every shape.
+#[derive(Clone, Default)]
+pub struct DecidedAlgos {
+    algos: HashMap<Vec<Span>, ConvAlgo>,
+    weights: HashMap<Vec<Span>, KeptWeights>,
+}
+
+/// Transformed Winograd weights of one convolution step, and the fingerprint
+/// ([`weights_print`]) of the weights they were made from.
+#[derive(Clone)]
+pub(in crate::runtime) struct KeptWeights {
+    pub layer: Vec<Span>,
+    pub print: u64,
+    pub u: TransformedWeights,
+}
 
 impl DecidedAlgos {
-    /// The algorithms `layers` run.
-    pub fn of(layers: &[LayerAlgo]) -> DecidedAlgos {
-        DecidedAlgos(
-            (layers.iter())
+    /// What `layers` run, with the transformed weights `kept`.
+    pub(in crate::runtime) fn new(layers: &[LayerAlgo], kept: &[KeptWeights]) -> DecidedAlgos {
+        DecidedAlgos {
+            algos: (layers.iter())
                 .map(|l| (l.spans.clone(), l.decision.algo))
                 .collect(),
-        )
+            weights: kept.iter().map(|k| (k.layer.clone(), k.clone())).collect(),
+        }
     }
 
     /// The algorithm decided for the step of these source layers.
     pub fn get(&self, layer: &[Span]) -> Option<ConvAlgo> {
-        self.0.get(layer).copied()
+        self.algos.get(layer).copied()
     }
+
+    /// The weights of the spec, transformed for `tile` before, if they are
+    /// the same weights.
+    pub(in crate::runtime) fn transformed(
+        &self,
+        layer: &[Span],
+        spec: &ConvSpec,
+        tile: WinogradTile,
+    ) -> Option<TransformedWeights> {
+        let kept = self.weights.get(layer)?;
+        let g = &spec.geom;
+        (kept.u.fits(tile, spec.isa, g.cin, g.cout) && kept.print == weights_print(spec.w))
+            .then(|| kept.u.clone())
+    }
+}
+
+impl fmt::Debug for DecidedAlgos {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "DecidedAlgos({} layers, {} with transformed weights)",
+            self.algos.len(),
+            self.weights.len()
+        )
+    }
+}
+
+/// A fingerprint of weights (length and every bit), to know the same weights
+/// again: four independent FNV-style lanes, so it runs near memory speed.
+pub(in crate::runtime) fn weights_print(w: &[f32]) -> u64 {
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut lanes = [0xcbf2_9ce4_8422_2325u64 ^ w.len() as u64; 4];
+    let chunks = w.chunks_exact(4);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (h, x) in lanes.iter_mut().zip(c) {
+            *h = (*h ^ x.to_bits() as u64).wrapping_mul(PRIME);
+        }
+    }
+    for (h, x) in lanes.iter_mut().zip(tail) {
+        *h = (*h ^ x.to_bits() as u64).wrapping_mul(PRIME);
+    }
+    lanes
+        .iter()
+        .fold(0, |a, &h| (a ^ h).wrapping_mul(PRIME).rotate_left(29))
 }
 
 /// How one convolution's algorithm was chosen, for `plan` and the profile.
@@ -378,6 +438,15 @@ impl SharedWeights {
         let u = TransformedWeights::new(tile, spec.isa, g.cin, g.cout, spec.w);
         done.push(u.clone());
         u
+    }
+
+    /// Takes `u` as the spec's weights transformed for its tile, when a
+    /// compile at another shape made them.
+    pub(in crate::runtime) fn seed(&self, u: TransformedWeights) {
+        let mut done = self.transformed.lock().unwrap_or_else(|e| e.into_inner());
+        if done.iter().all(|t| t.tile() != u.tile()) {
+            done.push(u);
+        }
     }
 
     /// Drops the transformed weights (1.8x or 4x the weights), keeping the

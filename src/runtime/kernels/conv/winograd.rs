@@ -212,6 +212,18 @@ unsafe impl Send for Block {}
 unsafe impl Sync for Block {}
 
 impl WinogradConv {
+    /// Its transformed weights (shared with it, not copied).
+    pub fn transformed(&self) -> TransformedWeights {
+        TransformedWeights {
+            tile: self.tile,
+            isa: self.isa,
+            cin: self.geom.cin,
+            cout: self.geom.cout,
+            width: self.width,
+            u: self.u.clone(),
+        }
+    }
+
     /// The convolution of logical OIHW weights `w` (3x3), transformed as
     /// `u`, and the per-channel `params` (both already folded with any batch
     /// norm);
@@ -680,6 +692,17 @@ impl TransformedWeights {
     /// The Winograd size.
     pub fn tile(&self) -> WinogradTile {
         self.tile
+    }
+
+    /// Whether `other` holds the very same transformed weights (not a copy).
+    pub fn shares_with(&self, other: &TransformedWeights) -> bool {
+        Arc::ptr_eq(&self.u, &other.u)
+    }
+
+    /// Whether these are weights of `cin` to `cout` channels transformed for
+    /// `tile` on `isa`.
+    pub fn fits(&self, tile: WinogradTile, isa: Isa, cin: usize, cout: usize) -> bool {
+        (self.tile, self.isa, self.cin, self.cout) == (tile, isa, cin, cout)
     }
 }
 
