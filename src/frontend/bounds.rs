@@ -38,19 +38,35 @@ impl fmt::Display for DimRange {
     }
 }
 
+/// Why a dimension's bounds do not parse.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DimRangeError {
+    /// Not a whole number.
+    #[error("'{0}' is not a dimension's extent")]
+    NotAnExtent(String),
+    /// `lo..hi` with `lo > hi`.
+    #[error("the range {lo}..{hi} is empty")]
+    Empty {
+        /// The lower end given.
+        lo: usize,
+        /// The upper end given.
+        hi: usize,
+    },
+}
+
 impl std::str::FromStr for DimRange {
-    type Err = String;
+    type Err = DimRangeError;
     /// `n` or `lo..hi` (both ends included, `lo <= hi`).
-    fn from_str(s: &str) -> Result<DimRange, String> {
+    fn from_str(s: &str) -> Result<DimRange, DimRangeError> {
         let extent = |t: &str| {
-            (t.trim().parse::<usize>()).map_err(|_| format!("'{t}' is not a dimension's extent"))
+            (t.trim().parse::<usize>()).map_err(|_| DimRangeError::NotAnExtent(t.to_string()))
         };
         match s.split_once("..") {
             None => Ok(DimRange::exactly(extent(s)?)),
             Some((lo, hi)) => {
                 let (lo, hi) = (extent(lo)?, extent(hi)?);
                 if lo > hi {
-                    return Err(format!("the range {lo}..{hi} is empty"));
+                    return Err(DimRangeError::Empty { lo, hi });
                 }
                 Ok(DimRange { lo, hi })
             }
@@ -181,7 +197,8 @@ mod tests {
         assert_eq!("7".parse(), Ok(DimRange::exactly(7)));
         assert_eq!("32..1024".parse(), Ok(DimRange { lo: 32, hi: 1024 }));
         assert_eq!(DimRange { lo: 32, hi: 1024 }.to_string(), "32..1024");
-        assert!("9..3".parse::<DimRange>().unwrap_err().contains("empty"));
+        let empty = "9..3".parse::<DimRange>().unwrap_err();
+        assert_eq!(empty.to_string(), "the range 9..3 is empty");
         assert!("3..".parse::<DimRange>().is_err());
         assert!("x".parse::<DimRange>().is_err());
     }

@@ -147,7 +147,7 @@ pub struct CompiledModel {
     pub(super) scratch: Mutex<Scratch>,
     pub(super) isa: Isa,
     pub(super) conv_algos: Vec<LayerAlgo>,
-    /// The transformed weights of its Winograd steps.
+    /// What was made from the weights of its convolution steps.
     pub(super) kept_weights: Vec<KeptWeights>,
 }
 
@@ -164,7 +164,7 @@ impl CompiledModel {
     }
 
     /// What a compile of the same model at another input shape takes from
-    /// this one: each convolution step's algorithm and transformed weights.
+    /// this one: each convolution step's algorithm and packed weights.
     pub fn decided_algos(&self) -> DecidedAlgos {
         DecidedAlgos::new(&self.conv_algos, &self.kept_weights)
     }

@@ -117,7 +117,7 @@ pub(super) struct Compiler<'g> {
     times: SharedKernelTimes,
     /// The algorithm of every convolution step built so far.
     conv_algos: Vec<LayerAlgo>,
-    /// The transformed weights of every Winograd step built so far.
+    /// What was made from the weights of every convolution step built so far.
     kept_weights: Vec<KeptWeights>,
     /// Every op that lowers to TIR runs as generated code (`KernelPath::Generic`).
     generic: bool,
@@ -292,15 +292,14 @@ impl<'g> Compiler<'g> {
             };
             let mut times = lock(&self.times);
             let layer = group_spans(self.g, group);
-            let (k, decision) =
-                pool.install(|| conv_times::build(&spec, &self.conv_algo, &mut times, &layer));
-            if let conv_algo::ConvKernel::Winograd(k) = &k {
-                self.kept_weights.push(KeptWeights {
-                    print: conv_algo::weights_print(&w),
-                    u: k.transformed(),
-                    layer,
-                });
-            }
+            let print = conv_algo::weights_print(&w);
+            let (k, decision, shared) = pool
+                .install(|| conv_times::build(&spec, &self.conv_algo, &mut times, &layer, print));
+            self.kept_weights.push(KeptWeights {
+                layer,
+                print,
+                shared,
+            });
             (Kernel::Conv(k), decision)
         };
         // The time the planner measured for the kernel chosen, for the profile.

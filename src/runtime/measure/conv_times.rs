@@ -10,22 +10,25 @@ use crate::runtime::kernels::conv::algo::{
     candidates, ConvAlgoOptions, ConvDecision, ConvKernel, ConvSpec, SharedWeights,
 };
 use crate::runtime::kernels::conv::direct::ConvGeom;
+use std::sync::Arc;
 
 /// Builds the kernel of the dense convolution step of source layers `layer`
-/// with the algorithm `options` asks for: one decided for the layer before,
-/// when still a candidate, else (under auto) the fastest measured, on the
-/// calling thread pool's threads, and recorded in `times`.
+/// (weights of fingerprint `print`) with the algorithm `options` asks for:
+/// one decided for the layer before, when still a candidate, else (under
+/// auto) the fastest measured, on the calling thread pool's threads, and
+/// recorded in `times`. Also returns what was made from the weights, which
+/// a compile at another shape takes when its weights are the same.
 pub(in crate::runtime) fn build(
     spec: &ConvSpec,
     options: &ConvAlgoOptions,
     times: &mut KernelTimes,
     layer: &[Span],
-) -> (ConvKernel, ConvDecision) {
-    let shared = SharedWeights::default();
+    print: u64,
+) -> (ConvKernel, ConvDecision, Arc<SharedWeights>) {
+    let decided = options.decided.as_ref();
+    let shared = (decided.and_then(|d| d.shared(layer, print))).unwrap_or_default();
     let (candidates, errors) = candidates(spec, options, &shared);
-    let decided = (options.decided.as_ref())
-        .and_then(|d| d.get(layer))
-        .filter(|a| candidates.contains(a));
+    let decided = (decided.and_then(|d| d.get(layer))).filter(|a| candidates.contains(a));
     let decision = match (decided, candidates.as_slice()) {
         (Some(algo), _) | (None, &[algo]) => ConvDecision {
             errors,
@@ -42,12 +45,9 @@ pub(in crate::runtime) fn build(
             }
         }
     };
-    if let (ConvAlgo::Winograd(tile), Some(d)) = (decision.algo, &options.decided) {
-        if let Some(u) = d.transformed(layer, spec, tile) {
-            shared.seed(u);
-        }
-    }
-    (spec.kernel(decision.algo, &shared), decision)
+    let kernel = spec.kernel(decision.algo, &shared);
+    shared.keep_for(decision.algo);
+    (kernel, decision, shared)
 }
 
 /// The first of `millis` within [`SAME_TIME`] of the fastest: candidates

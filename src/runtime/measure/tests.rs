@@ -135,7 +135,7 @@ fn conv_algorithms_are_measured_once_then_read_from_the_cache() {
     let auto = options(ConvAlgoChoice::Auto);
     // Each build reads the cache file afresh, as a new process would.
     let times = || KernelTimes::open(Some(&dir), spec.isa, 1);
-    let (_, first) = build(&spec, &auto, &mut times(), &[]);
+    let (_, first, _) = build(&spec, &auto, &mut times(), &[], 0);
     let names: Vec<ConvAlgo> = first.millis.iter().map(|m| m.0).collect();
     assert_eq!(names[0], ConvAlgo::Direct, "{first}");
     for (algo, e) in &first.errors {
@@ -150,7 +150,7 @@ fn conv_algorithms_are_measured_once_then_read_from_the_cache() {
         .fold(f64::INFINITY, f64::min);
     let taken = first.millis.iter().find(|m| m.1 <= fastest * 1.05);
     assert_eq!(first.algo, taken.unwrap().0, "{first}");
-    let (_, second) = build(&spec, &auto, &mut times(), &[]);
+    let (_, second, _) = build(&spec, &auto, &mut times(), &[], 0);
     assert_eq!(second, first);
     // Make F(2x2) the fastest in the file: the next build takes it.
     assert!(
@@ -164,7 +164,7 @@ fn conv_algorithms_are_measured_once_then_read_from_the_cache() {
         m[1] = serde_json::json!(if m[0] == "winograd-f2" { 0.5 } else { 1.0 });
     }
     std::fs::write(&file, json.to_string()).unwrap();
-    let (kernel, edited) = build(&spec, &auto, &mut times(), &[]);
+    let (kernel, edited, shared) = build(&spec, &auto, &mut times(), &[], 0);
     assert_eq!(
         edited.algo,
         ConvAlgo::Winograd(WinogradTile::F2),
@@ -175,33 +175,48 @@ fn conv_algorithms_are_measured_once_then_read_from_the_cache() {
         crate::runtime::kernels::conv::algo::ConvKernel::Winograd(_)
     ));
     // The forced choices measure nothing.
-    let (_, direct) = build(&spec, &options(ConvAlgoChoice::Direct), &mut times(), &[]);
+    let (_, direct, _) = build(
+        &spec,
+        &options(ConvAlgoChoice::Direct),
+        &mut times(),
+        &[],
+        0,
+    );
     assert_eq!((direct.algo, direct.millis.len()), (ConvAlgo::Direct, 0));
-    let (_, wino) = build(&spec, &options(ConvAlgoChoice::Winograd), &mut times(), &[]);
+    let (_, wino, _) = build(
+        &spec,
+        &options(ConvAlgoChoice::Winograd),
+        &mut times(),
+        &[],
+        0,
+    );
     assert_eq!(wino.millis.len(), 0);
     assert_eq!(wino.algo, ConvAlgo::Winograd(WinogradTile::F4), "{wino}");
 
     // A compile at another shape runs the algorithm decided for the layer
-    // without measuring, and takes its transformed weights when they come
-    // from the same weights.
+    // without measuring, and takes what was made from its weights when they
+    // are the same weights.
     use crate::graph::Span;
-    use crate::runtime::kernels::conv::algo::{ConvKernel, DecidedAlgos, KeptWeights, LayerAlgo};
+    use crate::runtime::kernels::conv::algo::{
+        weights_print, ConvKernel, DecidedAlgos, KeptWeights, LayerAlgo,
+    };
     let layer = vec![Span::new("m.onnx", "conv", "Conv", 3)];
-    let ConvKernel::Winograd(k) = &kernel else {
-        unreachable!()
+    let transformed = |k: &ConvKernel| match k {
+        ConvKernel::Winograd(k) => k.transformed(),
+        _ => panic!("not Winograd"),
     };
-    let kept = KeptWeights {
-        layer: layer.clone(),
-        print: crate::runtime::kernels::conv::algo::weights_print(&w),
-        u: k.transformed(),
-    };
+    let print = weights_print(&w);
     let decided = DecidedAlgos::new(
         &[LayerAlgo {
             name: "conv".into(),
             spans: layer.clone(),
             decision: edited.clone(),
         }],
-        std::slice::from_ref(&kept),
+        &[KeptWeights {
+            layer: layer.clone(),
+            print,
+            shared,
+        }],
     );
     let replaying = ConvAlgoOptions {
         decided: Some(std::sync::Arc::new(decided)),
@@ -215,25 +230,21 @@ fn conv_algorithms_are_measured_once_then_read_from_the_cache() {
         },
         ..spec.clone()
     };
-    let transformed = |k: &ConvKernel| match k {
-        ConvKernel::Winograd(k) => k.transformed(),
-        _ => panic!("not Winograd"),
-    };
-    let (again, d) = build(&taller, &replaying, &mut times(), &layer);
+    let (again, d, _) = build(&taller, &replaying, &mut times(), &layer, print);
     assert_eq!((d.algo, d.millis.len()), (edited.algo, 0), "{d}");
-    assert!(transformed(&again).shares_with(&kept.u));
+    assert!(transformed(&again).shares_with(&transformed(&kernel)));
     let w2: Vec<f32> = w.iter().map(|v| v * 0.5).collect();
     let other = ConvSpec {
         w: &w2,
         ..taller.clone()
     };
-    let (fresh, d) = build(&other, &replaying, &mut times(), &layer);
+    let (fresh, d, _) = build(&other, &replaying, &mut times(), &layer, weights_print(&w2));
     assert_eq!(d.algo, edited.algo, "{d}");
     assert!(
-        !transformed(&fresh).shares_with(&kept.u),
+        !transformed(&fresh).shares_with(&transformed(&kernel)),
         "other weights are transformed anew"
     );
-    let (_, d) = build(&taller, &replaying, &mut times(), &[]);
+    let (_, d, _) = build(&taller, &replaying, &mut times(), &[], print);
     assert!(!d.millis.is_empty(), "another layer is measured: {d}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -97,7 +97,7 @@ impl SharedByWeights {
         let key = (w.as_ptr() as usize, layout_free.key());
         if self.latest.as_ref() != Some(&key) {
             if let Some((_, previous)) = self.latest.take().and_then(|k| self.entries.get(&k)) {
-                previous.release_transformed();
+                previous.release_made();
             }
             self.latest = Some(key.clone());
         }

@@ -17,7 +17,7 @@
 //! [`WINOGRAD_TOLERANCE`] is never chosen.
 
 use super::depthwise::Depthwise;
-use super::direct::{ConvGeom, PackedConv};
+use super::direct::{ConvGeom, PackedConv, Packs};
 use super::int8::{sums_fit, IntegerWeights, QuantConv};
 use super::pixel_lanes::PixelLanes;
 pub use super::spec::ConvSpec;
@@ -136,27 +136,28 @@ pub struct ConvAlgoOptions {
 
 /// What a compile of the same model at another input shape takes from one
 /// compiled before: the algorithm of each convolution step, by the step's
-/// source layers, and the transformed Winograd weights, which do not depend
-/// on the extents (the weights are checked to be the same by a fingerprint).
-/// A layer's best algorithm depends on its extents, but less than it costs
-/// to measure every layer at every shape.
+/// source layers, and what was made from each step's weights (packed and
+/// transformed weights), which does not depend on the extents. The weights
+/// are checked to be the same by a fingerprint. A layer's best algorithm
+/// depends on its extents, but less than it costs to measure every layer at
+/// every shape.
 #[derive(Clone, Default)]
 pub struct DecidedAlgos {
     algos: HashMap<Vec<Span>, ConvAlgo>,
     weights: HashMap<Vec<Span>, KeptWeights>,
 }
 
-/// Transformed Winograd weights of one convolution step, and the fingerprint
-/// ([`weights_print`]) of the weights they were made from.
+/// What was made from one convolution step's weights, and the fingerprint
+/// ([`weights_print`]) of those weights.
 #[derive(Clone)]
 pub(in crate::runtime) struct KeptWeights {
     pub layer: Vec<Span>,
     pub print: u64,
-    pub u: TransformedWeights,
+    pub shared: Arc<SharedWeights>,
 }
 
 impl DecidedAlgos {
-    /// What `layers` run, with the transformed weights `kept`.
+    /// What `layers` run, with what `kept` made from their weights.
     pub(in crate::runtime) fn new(layers: &[LayerAlgo], kept: &[KeptWeights]) -> DecidedAlgos {
         DecidedAlgos {
             algos: (layers.iter())
@@ -171,18 +172,15 @@ impl DecidedAlgos {
         self.algos.get(layer).copied()
     }
 
-    /// The weights of the spec, transformed for `tile` before, if they are
-    /// the same weights.
-    pub(in crate::runtime) fn transformed(
+    /// What was made from the weights of the step of these source layers,
+    /// if the spec has the same weights (`print`, its [`weights_print`]).
+    pub(in crate::runtime) fn shared(
         &self,
         layer: &[Span],
-        spec: &ConvSpec,
-        tile: WinogradTile,
-    ) -> Option<TransformedWeights> {
+        print: u64,
+    ) -> Option<Arc<SharedWeights>> {
         let kept = self.weights.get(layer)?;
-        let g = &spec.geom;
-        (kept.u.fits(tile, spec.isa, g.cin, g.cout) && kept.print == weights_print(spec.w))
-            .then(|| kept.u.clone())
+        (kept.print == print).then(|| kept.shared.clone())
     }
 }
 
@@ -331,23 +329,29 @@ impl ConvKernel {
 }
 
 impl ConvSpec<'_> {
-    fn direct(&self) -> PackedConv {
-        PackedConv::new(
-            self.geom.clone(),
+    fn direct(&self, shared: &SharedWeights) -> PackedConv {
+        let (g, w) = (self.geom.clone(), self.w);
+        let staged = (self.pad_fill, true);
+        PackedConv::build(
+            g,
             self.isa,
-            self.w,
+            w,
             self.params,
             self.epilogue,
-            self.pad_fill,
+            staged,
+            &shared.packs,
         )
     }
 
-    fn winograd(&self, u: &TransformedWeights) -> WinogradConv {
-        WinogradConv::new(
+    fn winograd(&self, u: &TransformedWeights, shared: &SharedWeights) -> WinogradConv {
+        let (g, w) = (self.geom.clone(), self.w);
+        let border =
+            PackedConv::for_regions(&shared.packs, g, self.isa, w, self.params, self.epilogue);
+        WinogradConv::with_border(
             self.geom.clone(),
             self.isa,
             u,
-            self.w,
+            border,
             self.params,
             self.epilogue,
             self.pad_fill,
@@ -359,9 +363,9 @@ impl ConvSpec<'_> {
     /// kernel), its transformed weights taken from `shared`.
     pub(in crate::runtime) fn kernel(&self, algo: ConvAlgo, shared: &SharedWeights) -> ConvKernel {
         match algo {
-            ConvAlgo::Winograd(t) => {
-                ConvKernel::Winograd(Box::new(self.winograd(&shared.transformed(self, t))))
-            }
+            ConvAlgo::Winograd(t) => ConvKernel::Winograd(Box::new(
+                self.winograd(&shared.transformed(self, t), shared),
+            )),
             ConvAlgo::LaneGroups => ConvKernel::LaneGroups(Box::new(Depthwise::new(
                 self.geom.clone(),
                 self.isa,
@@ -384,10 +388,10 @@ impl ConvSpec<'_> {
                 match k {
                     Some(k) => ConvKernel::Int8(Box::new(k)),
                     // Never offered then (`candidates` asks `quantized` too).
-                    None => ConvKernel::Direct(Box::new(self.direct())),
+                    None => ConvKernel::Direct(Box::new(self.direct(shared))),
                 }
             }
-            _ => ConvKernel::Direct(Box::new(self.direct())),
+            _ => ConvKernel::Direct(Box::new(self.direct(shared))),
         }
     }
 
@@ -411,6 +415,7 @@ pub(in crate::runtime) struct SharedWeights {
     errors: OnceLock<Vec<(ConvAlgo, f64)>>,
     transformed: Mutex<Vec<TransformedWeights>>,
     integer: OnceLock<Option<IntegerWeights>>,
+    packs: Packs,
 }
 
 impl SharedWeights {
@@ -440,22 +445,22 @@ impl SharedWeights {
         u
     }
 
-    /// Takes `u` as the spec's weights transformed for its tile, when a
-    /// compile at another shape made them.
-    pub(in crate::runtime) fn seed(&self, u: TransformedWeights) {
+    /// Drops what `algo`'s kernel does not use: what measuring the other
+    /// candidates made, kept from one compile to the next.
+    pub(in crate::runtime) fn keep_for(&self, algo: ConvAlgo) {
         let mut done = self.transformed.lock().unwrap_or_else(|e| e.into_inner());
-        if done.iter().all(|t| t.tile() != u.tile()) {
-            done.push(u);
-        }
+        done.retain(|u| algo == ConvAlgo::Winograd(u.tile()));
     }
 
-    /// Drops the transformed weights (1.8x or 4x the weights), keeping the
-    /// errors: once the planner has measured a convolution in every layout.
-    pub(in crate::runtime) fn release_transformed(&self) {
+    /// Drops the transformed weights (1.8x or 4x the weights) and packed
+    /// ones, keeping the errors: once the planner has measured a
+    /// convolution in every layout.
+    pub(in crate::runtime) fn release_made(&self) {
         self.transformed
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
+        self.packs.clear();
     }
 }
 
@@ -624,7 +629,7 @@ fn patch_errors(
         .iter()
         .map(|&tile| {
             let u = TransformedWeights::new(tile, check.isa, cin, channels, w);
-            let k = check.winograd(&u);
+            let k = check.winograd(&u, &SharedWeights::default());
             let mut y = vec![0f32; geom.y_len()];
             let mut scratch = vec![0f32; k.scratch_len()];
             k.run(&x, None, &mut y, &mut scratch);

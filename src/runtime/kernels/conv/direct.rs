@@ -8,6 +8,42 @@ use super::tile::{conv_tile, ChannelParams, Epilogue, Store, Tile, TILE};
 use crate::core::{par, PageBuf};
 use crate::ops::Conv;
 use crate::runtime::kernels::simd::Isa;
+use std::sync::{Arc, Mutex};
+
+/// Packed weights of one convolution, by what they were packed for. Weights
+/// pack the same way at every input shape, so the kernels a session builds
+/// for several shapes (and a Winograd kernel's direct border) share one copy.
+#[derive(Default)]
+pub(in crate::runtime) struct Packs(Mutex<Vec<(PackKey, Arc<PageBuf>)>>);
+
+/// What a packing depends on besides the weights: the instruction set, the
+/// block width, a group's input channels, the taps and the output blocks.
+#[derive(PartialEq)]
+struct PackKey {
+    isa: Isa,
+    width: usize,
+    cin_g: usize,
+    taps: usize,
+    blocks: Vec<(usize, usize)>,
+}
+
+impl Packs {
+    /// Drops every packing.
+    pub(in crate::runtime) fn clear(&self) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
+    /// The weights packed for `key`, packed by `pack` when not yet.
+    fn get_or_pack(&self, key: PackKey, pack: impl FnOnce() -> PageBuf) -> Arc<PageBuf> {
+        let mut done = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, p)) = done.iter().find(|(k, _)| *k == key) {
+            return p.clone();
+        }
+        let p = Arc::new(pack());
+        done.push((key, p.clone()));
+        p
+    }
+}
 
 /// Shapes and window of one convolution (logical extents).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -164,7 +200,7 @@ pub struct PackedConv {
     /// weights are packed.
     blocks: Vec<OutBlock>,
     /// Per block, `[kh][kw][cin / groups][width]`, zero beyond its channels.
-    w: PageBuf,
+    w: Arc<PageBuf>,
     /// [blocks][width] of biases, then as many of PRelu slopes if the
     /// epilogue has them.
     params: Vec<f32>,
@@ -243,29 +279,33 @@ impl PackedConv {
         epilogue: Epilogue,
         pad_fill: Option<f32>,
     ) -> PackedConv {
-        Self::build(geom, isa, w, params, epilogue, pad_fill, true)
+        let packs = &Packs::default();
+        Self::build(geom, isa, w, params, epilogue, (pad_fill, true), packs)
     }
 
     /// The kernel of `new` that reads its input as it is (never staged),
     /// for computing pieces of the output with `region`.
     pub(in crate::runtime) fn for_regions(
+        packs: &Packs,
         geom: ConvGeom,
         isa: Isa,
         w: &[f32],
         params: ChannelParams,
         epilogue: Epilogue,
     ) -> PackedConv {
-        Self::build(geom, isa, w, params, epilogue, None, false)
+        Self::build(geom, isa, w, params, epilogue, (None, false), packs)
     }
 
-    fn build(
+    /// The kernel of `new` (staging its input when `may_stage`), its packed
+    /// weights taken from `packs` or added there.
+    pub(super) fn build(
         geom: ConvGeom,
         isa: Isa,
         w: &[f32],
         params: ChannelParams,
         epilogue: Epilogue,
-        pad_fill: Option<f32>,
-        may_stage: bool,
+        (pad_fill, may_stage): (Option<f32>, bool),
+        packs: &Packs,
     ) -> PackedConv {
         let (cin_g, cout_g) = (geom.cin / geom.groups, geom.cout / geom.groups);
         // Lanes past a group's channels do no work: groups of up to 8 channels
@@ -320,7 +360,6 @@ impl PackedConv {
         let (kh, kw) = geom.k;
         let taps = kh * kw;
         let per_block = taps * cin_g * width;
-        let mut packed = PageBuf::zeroed(blocks.len() * per_block);
         // Lane l of a block is output channel first + l.
         let (packed_params, epilogue) = params.pack(epilogue, |per_channel| {
             OutBlock::lanes_of(&blocks, width, per_channel)
@@ -329,16 +368,27 @@ impl PackedConv {
         // weights side by side (one output channel at a time scattered its
         // writes over the block); the blocks on the calling pool's threads
         // (packing was a tenth of a warm compile).
-        par::for_each_chunk_mut(&mut packed[..], per_block.max(1), |b, packed| {
-            let block = &blocks[b];
-            for i in 0..cin_g {
-                for t in 0..taps {
-                    let row = &mut packed[(t * cin_g + i) * width..][..block.channels];
-                    for (l, p) in row.iter_mut().enumerate() {
-                        *p = w[((block.first + l) * cin_g + i) * taps + t];
+        let key = PackKey {
+            isa,
+            width,
+            cin_g,
+            taps,
+            blocks: blocks.iter().map(|b| (b.first, b.channels)).collect(),
+        };
+        let packed = packs.get_or_pack(key, || {
+            let mut packed = PageBuf::zeroed(blocks.len() * per_block);
+            par::for_each_chunk_mut(&mut packed[..], per_block.max(1), |b, packed| {
+                let block = &blocks[b];
+                for i in 0..cin_g {
+                    for t in 0..taps {
+                        let row = &mut packed[(t * cin_g + i) * width..][..block.channels];
+                        for (l, p) in row.iter_mut().enumerate() {
+                            *p = w[((block.first + l) * cin_g + i) * taps + t];
+                        }
                     }
                 }
-            }
+            });
+            packed
         });
         let padded = !geom.cout.is_multiple_of(geom.y_cb);
         // A pointwise convolution reads and writes every pixel in order, so the

@@ -20,7 +20,7 @@
 //! kernel, which gives IEEE propagation exactly: finite data pays the check
 //! only.
 
-use super::direct::{fill_channel_pad, ConvGeom, PackedConv};
+use super::direct::{fill_channel_pad, ConvGeom, PackedConv, Packs};
 use super::tile::{conv_tile, ChannelParams, Epilogue, Store, Tile, TILE};
 use crate::core::{par, PageBuf};
 use crate::runtime::kernels::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel};
@@ -239,6 +239,24 @@ impl WinogradConv {
         pad_fill: Option<f32>,
         threads: usize,
     ) -> WinogradConv {
+        let direct =
+            PackedConv::for_regions(&Packs::default(), geom.clone(), isa, w, params, epilogue);
+        WinogradConv::with_border(geom, isa, u, direct, params, epilogue, pad_fill, threads)
+    }
+
+    /// [`Self::new`], with `direct` (a `PackedConv::for_regions` of the same
+    /// weights) for the tiles at the border and those to recompute.
+    #[allow(clippy::too_many_arguments)]
+    pub(in crate::runtime) fn with_border(
+        geom: ConvGeom,
+        isa: Isa,
+        u: &TransformedWeights,
+        direct: PackedConv,
+        params: ChannelParams,
+        epilogue: Epilogue,
+        pad_fill: Option<f32>,
+        threads: usize,
+    ) -> WinogradConv {
         debug_assert!(applies(&geom));
         assert!(
             (u.isa, u.cin, u.cout) == (isa, geom.cin, geom.cout),
@@ -280,13 +298,7 @@ impl WinogradConv {
         }
         WinogradConv {
             pad_fill: pad_fill.filter(|_| !geom.cout.is_multiple_of(geom.y_cb)),
-            direct: Box::new(PackedConv::for_regions(
-                geom.clone(),
-                isa,
-                w,
-                params,
-                epilogue,
-            )),
+            direct: Box::new(direct),
             geom,
             isa,
             tile,
