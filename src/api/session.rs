@@ -152,13 +152,12 @@ impl Session {
         if tflite {
             let (graph, model, decided) =
                 Session::build(path, &options, &ImportOptions::default(), None)?;
-            return Ok(session(Interface::of_graph(&graph)).holding(model, decided));
+            let s = session(Interface::of_graph(&graph));
+            (options.bounds.check_against(&s.interface)).map_err(Error::Input)?;
+            return Ok(s.holding(model, decided));
         }
         let s = session(crate::frontend::onnx::read_interface(path)?);
-        options
-            .bounds
-            .check_against(&s.interface)
-            .map_err(Error::Input)?;
+        (options.bounds.check_against(&s.interface)).map_err(Error::Input)?;
         if s.interface.is_static() {
             let (_, model, decided) =
                 Session::build(path, &options, &ImportOptions::default(), None)?;

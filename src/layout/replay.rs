@@ -14,7 +14,7 @@
 //! folded a shape into the graph, a rule that fired at one shape only). The
 //! caller then plans that shape afresh.
 
-use super::candidates::Impl;
+use super::candidates::LayoutId;
 use super::planners::{Assignment, Planner};
 use super::space::PlanSpace;
 use super::target::TargetFamily;
@@ -68,16 +68,6 @@ impl LayoutDecisions {
         }
     }
 
-    /// How many planned nodes were decided.
-    pub fn len(&self) -> usize {
-        self.nodes.len()
-    }
-
-    /// Whether no node was decided.
-    pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty()
-    }
-
     /// The variant of each variable of `space` (the space of `g`) that makes
     /// the recorded decisions, or why the graph is not the one decided for.
     fn choice_in(&self, g: &Graph, space: &PlanSpace) -> Result<Vec<usize>, PlanError> {
@@ -104,17 +94,25 @@ impl LayoutDecisions {
                     let why = format!("a {op} node stands where a {} was", decided.op);
                     return Err(refuse(spans, why));
                 }
-                let same = |imp: &Impl| {
-                    layouts_of(space, &imp.inputs) == decided.inputs
-                        && layouts_of(space, &imp.outputs) == decided.outputs
+                // The recorded layouts as this space interns them: one it
+                // never interned is among no impl of it.
+                let ids = |ls: &[Layout]| -> Option<Vec<LayoutId>> {
+                    ls.iter().map(|l| space.layouts.find(l)).collect()
                 };
-                let shared = |s: Option<_>| s.map(|l| space.layouts.get(l));
-                (space.variants[var].iter())
-                    .position(|v| {
-                        same(&space.impls[var][v.imp])
-                            && shared(v.shared) == decided.shared.as_ref()
-                    })
-                    .ok_or_else(|| refuse(spans, "its layouts are not among its impls".into()))
+                let wanted = (ids(&decided.inputs), ids(&decided.outputs));
+                let shared = match &decided.shared {
+                    Some(l) => space.layouts.find(l).map(Some),
+                    None => Some(None),
+                };
+                let found = match (wanted, shared) {
+                    ((Some(inputs), Some(outputs)), Some(shared)) => (space.variants[var].iter())
+                        .position(|v| {
+                            let imp = &space.impls[var][v.imp];
+                            (imp.inputs == inputs && imp.outputs == outputs) && v.shared == shared
+                        }),
+                    _ => None,
+                };
+                found.ok_or_else(|| refuse(spans, "its layouts are not among its impls".into()))
             })
             .collect()
     }
@@ -126,7 +124,7 @@ fn identity(g: &Graph, id: NodeId) -> (&'static str, Vec<Span>) {
     (n.op.kind_name(), n.spans.clone())
 }
 
-fn layouts_of(space: &PlanSpace, ids: &[super::candidates::LayoutId]) -> Vec<Layout> {
+fn layouts_of(space: &PlanSpace, ids: &[LayoutId]) -> Vec<Layout> {
     ids.iter().map(|&l| space.layouts.get(l).clone()).collect()
 }
 

@@ -188,7 +188,7 @@ impl fmt::Debug for DecidedAlgos {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         write!(
             f,
-            "DecidedAlgos({} layers, {} with transformed weights)",
+            "DecidedAlgos({} layers, {} with their weights' packings)",
             self.algos.len(),
             self.weights.len()
         )
@@ -446,10 +446,18 @@ impl SharedWeights {
     }
 
     /// Drops what `algo`'s kernel does not use: what measuring the other
-    /// candidates made, kept from one compile to the next.
+    /// candidates made, kept from one compile to the next. The direct
+    /// packing serves the direct kernels and Winograd's border.
     pub(in crate::runtime) fn keep_for(&self, algo: ConvAlgo) {
         let mut done = self.transformed.lock().unwrap_or_else(|e| e.into_inner());
         done.retain(|u| algo == ConvAlgo::Winograd(u.tile()));
+        let packed = matches!(
+            algo,
+            ConvAlgo::Direct | ConvAlgo::Pointwise | ConvAlgo::Winograd(_)
+        );
+        if !packed {
+            self.packs.clear();
+        }
     }
 
     /// Drops the transformed weights (1.8x or 4x the weights) and packed
