@@ -4,13 +4,16 @@
 //! Winograd F(2x2,3x3) and F(4x4,3x3)), on 1 and 2 threads. Inputs, weights
 //! and scratch stay in the caches between iterations, so these are the
 //! kernels' compute-bound times; in a model a layer's weights come from
-//! memory (`layoutopt bench --profile` times the steps in place).
+//! memory (`layoutopt bench --profile` times the steps in place). The
+//! depthwise kernel runs at the shapes of MobileNet's and EfficientNet's
+//! layers (3x3 and 5x5, stride 1 and 2, planes of 7x7 to 112x112).
 //! Run with `cargo bench --bench conv_kernels [-- FILTER]`.
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use layoutopt::core::par::Pool;
 use layoutopt::fusion::Activation;
 use layoutopt::graph::UnaryOp;
+use layoutopt::runtime::kernels::conv::depthwise::Depthwise;
 use layoutopt::runtime::kernels::conv::direct::{ConvGeom, PackedConv};
 use layoutopt::runtime::kernels::conv::tile::{ChannelParams, Epilogue};
 use layoutopt::runtime::kernels::conv::winograd::{TransformedWeights, WinogradConv, WinogradTile};
@@ -89,12 +92,57 @@ fn conv_kernels(c: &mut Criterion) {
     }
 }
 
+/// Channels, input side, kernel side, stride of depthwise layers.
+const DEPTHWISE: [(usize, usize, usize, usize); 6] = [
+    (32, 112, 3, 1),
+    (144, 56, 3, 2),
+    (96, 28, 5, 2),
+    (240, 14, 5, 1),
+    (672, 14, 5, 1),
+    (576, 7, 5, 1),
+];
+
+fn depthwise_kernels(c: &mut Criterion) {
+    let isa = Isa::detect();
+    for (ch, side, k, stride) in DEPTHWISE {
+        let out = (side + 2 * (k / 2) - k) / stride + 1;
+        let geom = ConvGeom {
+            n: 1,
+            cin: ch,
+            h: side,
+            w: side,
+            cout: ch,
+            oh: out,
+            ow: out,
+            k: (k, k),
+            stride: (stride, stride),
+            dilation: (1, 1),
+            pad: (k / 2, k / 2),
+            groups: ch,
+            x_cb: 16,
+            y_cb: 16,
+        };
+        let w = values(ch * k * k, 1);
+        let bias = values(ch, 2);
+        let x = values(geom.x_len(), 3);
+        let mut y = vec![0f32; geom.y_len()];
+        let relu = Epilogue::of(Some(Activation::Unary(UnaryOp::Relu)));
+        let params = ChannelParams::bias_only(&bias);
+        let dw = Depthwise::new(geom, isa, &w, params, relu, None);
+        let pool = Pool::new(1).expect("worker threads start");
+        let shape = format!("depthwise {ch} {k}x{k}/{stride} at {side}x{side}");
+        c.bench_function(&format!("{shape} (1t)"), |b| {
+            pool.install(|| b.iter(|| dw.run(&x, None, &mut y)))
+        });
+    }
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .sample_size(20)
         .warm_up_time(std::time::Duration::from_millis(500))
         .measurement_time(std::time::Duration::from_secs(1));
-    targets = conv_kernels
+    targets = conv_kernels, depthwise_kernels
 }
 criterion_main!(benches);

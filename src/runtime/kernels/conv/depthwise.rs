@@ -12,8 +12,9 @@
 //! it. Vectors are as wide as the slice allows: full width when both blocks are
 //! multiples of the lanes (NCHW8c to NCHW16c, NHWC to NCHW16c for a multiple
 //! of 16 channels), one lane otherwise (NCHW on either side, as NCHW to NCHW
-//! runs too). Work is split by output rows of each slice, so both threads stay
-//! busy whatever the number of blocks.
+//! runs too). Work is split by bands of output rows of each slice, so every
+//! thread stays busy whatever the number of blocks; a band's border columns
+//! run as tiles down the column.
 //!
 //! A grouped convolution whose groups are narrower than a vector (ResNeXt's 4
 //! and 8 channels per group, RegNet's 16) runs the same way: output channel
@@ -25,6 +26,7 @@
 
 use super::direct::{balanced_tile, fill_channel_pad, valid_taps, ConvGeom};
 use super::tile::{ChannelParams, Epilogue};
+use crate::core::par;
 use crate::runtime::kernels::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel};
 
 /// Output pixels one register tile holds.
@@ -123,12 +125,19 @@ impl Depthwise {
         let g = &self.geom;
         assert!(x.len() >= g.x_len() && y.len() >= g.y_len());
         assert!(residual.is_none_or(|r| r.len() >= g.y_len()));
-        let rows = g.n * g.cin.div_ceil(self.slice) * g.oh;
-        // Each row writes only its slice's channels of its own output pixels.
-        super::for_each_piece(rows, x, residual, y, |row, x, res, y| {
-            let task = Row {
+        let images = g.n * g.cin.div_ceil(self.slice);
+        // Bands of up to a tile's rows, fewer when that leaves too few tasks
+        // to keep every thread busy.
+        let band =
+            g.oh.div_ceil((par::threads() * 4).div_ceil(images))
+                .clamp(1, DW_TILE);
+        let bands = g.oh.div_ceil(band);
+        // Each band writes only its slice's channels of its own output rows.
+        super::for_each_piece(images * bands, x, residual, y, |task, x, res, y| {
+            let task = Band {
                 d: self,
-                row,
+                image: task / bands,
+                rows: task % bands * band..((task % bands + 1) * band).min(g.oh),
                 x,
                 res,
                 y,
@@ -154,10 +163,12 @@ impl Depthwise {
     }
 }
 
-/// One output row of one channel slice of one batch item.
-struct Row<'a> {
+/// Output rows of one channel slice of one batch item.
+struct Band<'a> {
     d: &'a Depthwise,
-    row: usize,
+    /// Batch item times slices plus slice.
+    image: usize,
+    rows: std::ops::Range<usize>,
     x: *const f32,
     res: Option<*const f32>,
     y: *mut f32,
@@ -165,7 +176,8 @@ struct Row<'a> {
 
 /// Where one tile reads and writes, all offsets in f32 elements.
 struct DwTile {
-    /// Input row of kernel row 0 at output pixel 0's column `ow * stride - pad`.
+    /// Input at kernel tap (0, 0) of the tile's first pixel (perhaps outside
+    /// the input: only taps inside it are read).
     x: *const f32,
     /// Packed weights of the slice, at this vector of channels.
     w: *const f32,
@@ -174,7 +186,8 @@ struct DwTile {
     /// Kernel rows and columns inside the input for every pixel of the tile.
     kh: (usize, usize),
     kw: (usize, usize),
-    /// Input strides: kernel row, kernel column, output pixel.
+    /// Input strides: kernel row, kernel column, next pixel of the tile (the
+    /// next column, or the next row for a tile down a column).
     x_kh: isize,
     x_kw: isize,
     x_pixel: isize,
@@ -184,27 +197,32 @@ struct DwTile {
     w_kw: usize,
     out: *mut f32,
     res: Option<*const f32>,
-    /// Output pixel stride (y_cb).
+    /// Output stride of the next pixel of the tile.
     y_pixel: usize,
 }
 
-/// The row of a convolution in groups of `G` channels.
-struct InGroups<'a, const G: usize>(Row<'a>);
+/// The band of a convolution in groups of `G` channels.
+struct InGroups<'a, const G: usize>(Band<'a>);
 
 impl<const G: usize> VectorKernel for InGroups<'_, G> {
+    /// Rows of tiles across the columns whose windows lie inside the input;
+    /// the border columns, whose windows reach into the padding, in tiles
+    /// down the column over the rows whose windows lie inside vertically (a
+    /// tile of one pixel waits on the latency of its one accumulator: on a
+    /// 14x14 plane with a 5x5 window, 4 of 14 columns are border); pixels
+    /// on both borders alone.
     #[inline(always)]
     unsafe fn run<V: Vector>(&self) {
         // `applies` keeps a group within a vector: no wider group is compiled.
         if G > V::LANES {
             unreachable!("a group of {G} channels in vectors of {}", V::LANES);
         }
-        let Self(row) = self;
-        let d = row.d;
+        let Self(band) = self;
+        let d = band.d;
         let g = &d.geom;
         let (x_cb, y_cb, slice) = (g.x_cb, g.y_cb, d.slice);
         let slices = g.cin.div_ceil(slice);
-        let (image, oh) = (row.row / g.oh, row.row % g.oh);
-        let (n, s) = (image / slices, image % slices);
+        let (n, s) = (band.image / slices, band.image % slices);
         // The slice's first channel, in its block of each operand.
         let c0 = s * slice;
         let plane_of = |cb: usize, pixels: usize| {
@@ -215,69 +233,126 @@ impl<const G: usize> VectorKernel for InGroups<'_, G> {
         let (sh, sw) = g.stride;
         let (dh, dw) = g.dilation;
         let (ph, pw) = g.pad;
-        let ih0 = (oh * sh) as isize - ph as isize;
-        let x_cbi = x_cb as isize;
         // Rows and columns before the image are only addressed, never read:
         // wrapping offsets until a tap lands inside.
-        let x_row = row
-            .x
-            .add(plane_of(x_cb, g.h * g.w))
-            .wrapping_offset(ih0 * g.w as isize * x_cbi);
-        let y_off = plane_of(y_cb, g.oh * g.ow) + oh * g.ow * y_cb;
-        // Output columns whose whole window row lies inside the input.
-        let lo = pw.div_ceil(sw).min(g.ow);
-        let span = (kw - 1) * dw;
-        let hi = if g.w + pw > span {
-            ((g.w + pw - span - 1) / sw + 1).clamp(lo, g.ow)
-        } else {
-            lo
+        let x_plane = band.x.add(plane_of(x_cb, g.h * g.w));
+        let y_plane = plane_of(y_cb, g.oh * g.ow);
+        let (x_row, x_col) = ((g.w * x_cb) as isize, x_cb as isize);
+        let at_input = |oh: usize, ow: usize| {
+            let (ih, iw) = (
+                (oh * sh) as isize - ph as isize,
+                (ow * sw) as isize - pw as isize,
+            );
+            x_plane.wrapping_offset(ih * x_row + iw * x_col)
         };
+        let (cols_inside, rows_inside) = (
+            inside(g.ow, g.w, kw, sw, dw, pw),
+            inside(g.oh, g.h, kh, sh, dh, ph),
+        );
+        let border_cols = (0..cols_inside.start).chain(cols_inside.end..g.ow);
         let w_slice = d.w.as_ptr().add(s * kh * kw * G * slice);
         let bias = d.params.as_ptr().add(c0);
+        let mut t = DwTile {
+            x: x_plane,
+            w: w_slice,
+            kh: (0, kh),
+            kw: (0, kw),
+            x_kh: (dh * g.w * x_cb) as isize,
+            x_kw: (dw * x_cb) as isize,
+            x_pixel: 0,
+            w_j: slice,
+            w_kh: kw * G * slice,
+            w_kw: G * slice,
+            out: band.y,
+            res: band.res,
+            y_pixel: 0,
+        };
         for c in (0..slice).step_by(V::LANES) {
-            let mut t = DwTile {
-                x: x_row,
-                w: w_slice.add(c),
-                kh: valid_taps(ih0, dh, kh, g.h),
-                kw: (0, kw),
-                x_kh: (dh * g.w * x_cb) as isize,
-                x_kw: (dw * x_cb) as isize,
-                x_pixel: (sw * x_cb) as isize,
-                w_j: slice,
-                w_kh: kw * G * slice,
-                w_kw: G * slice,
-                out: row.y,
-                res: row.res,
-                y_pixel: y_cb,
-            };
             let b = bias.add(c);
-            let mut ow = 0;
-            while ow < g.ow {
-                let iw = (ow * sw) as isize - pw as isize;
-                let pixels = if ow >= lo && ow < hi {
-                    t.kw = (0, kw);
-                    balanced_tile(hi - ow, DW_TILE)
-                } else {
-                    t.kw = valid_taps(iw, dw, kw, g.w);
-                    1
-                };
-                t.x = x_row.wrapping_offset(iw * x_cbi + c as isize);
-                let at = y_off + ow * y_cb + c;
-                t.out = row.y.add(at);
-                t.res = row.res.map(|r| r.add(at));
-                macro_rules! by_pixels {
-                    ($($n:literal)*) => {
-                        match pixels {
-                            $($n => dw_tile::<V, $n, G>(&t, b, d.epilogue),)*
-                            _ => unreachable!("a tile has 1..=DW_TILE pixels"),
-                        }
-                    };
+            t.w = w_slice.add(c);
+            // Points the tile at output pixel (oh, ow). A closure of address
+            // arithmetic only: one calling vector intrinsics is compiled
+            // without the instruction set's features and calls each.
+            let place = |t: &mut DwTile, oh: usize, ow: usize| {
+                t.x = at_input(oh, ow).add(c);
+                let at = y_plane + (oh * g.ow + ow) * y_cb + c;
+                t.out = band.y.add(at);
+                t.res = band.res.map(|r| r.add(at));
+            };
+            // Along each row: pixels a column apart.
+            (t.x_pixel, t.y_pixel) = ((sw * x_cb) as isize, y_cb);
+            for oh in band.rows.clone() {
+                t.kh = valid_taps((oh * sh) as isize - ph as isize, dh, kh, g.h);
+                t.kw = (0, kw);
+                let mut ow = cols_inside.start;
+                while ow < cols_inside.end {
+                    let pixels = balanced_tile(cols_inside.end - ow, DW_TILE);
+                    place(&mut t, oh, ow);
+                    dw_tile_of::<V, G>(&t, pixels, b, d.epilogue);
+                    ow += pixels;
                 }
-                by_pixels!(1 2 3 4 5 6 7 8);
-                ow += pixels;
+                if !rows_inside.contains(&oh) {
+                    for ow in border_cols.clone() {
+                        t.kw = valid_taps((ow * sw) as isize - pw as isize, dw, kw, g.w);
+                        place(&mut t, oh, ow);
+                        dw_tile::<V, 1, G>(&t, b, d.epilogue);
+                    }
+                }
+            }
+            // Down each border column: pixels a row apart.
+            let rows = band.rows.start.max(rows_inside.start)..band.rows.end.min(rows_inside.end);
+            if rows.is_empty() {
+                continue;
+            }
+            (t.x_pixel, t.y_pixel) = (sh as isize * x_row, g.ow * y_cb);
+            t.kh = (0, kh);
+            for ow in border_cols.clone() {
+                t.kw = valid_taps((ow * sw) as isize - pw as isize, dw, kw, g.w);
+                place(&mut t, rows.start, ow);
+                dw_tile_of::<V, G>(&t, rows.len(), b, d.epilogue);
             }
         }
     }
+}
+
+/// The outputs (along one axis of `outputs`) whose whole window lies inside
+/// an input of `extent`, for a window of `taps` with the stride, dilation and
+/// padding before given.
+fn inside(
+    outputs: usize,
+    extent: usize,
+    taps: usize,
+    stride: usize,
+    dilation: usize,
+    pad: usize,
+) -> std::ops::Range<usize> {
+    let lo = pad.div_ceil(stride).min(outputs);
+    let span = (taps - 1) * dilation;
+    let hi = if extent + pad > span {
+        ((extent + pad - span - 1) / stride + 1).clamp(lo, outputs)
+    } else {
+        lo
+    };
+    lo..hi
+}
+
+/// `dw_tile` of `pixels` (1 to `DW_TILE`) pixels.
+#[inline(always)]
+unsafe fn dw_tile_of<V: Vector, const G: usize>(
+    t: &DwTile,
+    pixels: usize,
+    bias: *const f32,
+    ep: Epilogue,
+) {
+    macro_rules! by_pixels {
+        ($($n:literal)*) => {
+            match pixels {
+                $($n => dw_tile::<V, $n, G>(t, bias, ep),)*
+                _ => unreachable!("a tile has 1..=DW_TILE pixels"),
+            }
+        };
+    }
+    by_pixels!(1 2 3 4 5 6 7 8);
 }
 
 /// `N` output pixels of one vector of channels in groups of `G`: accumulators
