@@ -531,6 +531,10 @@ pub struct BenchShapesDoc {
     pub planner: String,
     /// The target layout family.
     pub target: String,
+    /// Milliseconds opening the session took: the file read and decoded
+    /// once (and a static model compiled, or bounds' largest shape planned
+    /// and compiled ahead).
+    pub open_ms: f64,
     /// Every shape, in the order given.
     pub shapes: Vec<ShapeTiming>,
 }

@@ -5,7 +5,8 @@
 //! a session decides them once: the first shape it meets is imported, planned
 //! with this machine's measured costs and compiled, and every later shape is
 //! imported and compiled with the same decisions made again
-//! ([`crate::layout::replay`]), nothing planned or measured. A shape whose
+//! ([`crate::layout::replay`]), nothing planned or measured. The file is read
+//! once: every import shares its decoded nodes and converted weights. A shape whose
 //! graph differs from the first one's (an import that folded a shape into the
 //! graph) is planned afresh. Each shape's compiled model is kept in a bounded
 //! cache (least recently used first out), so a server that sees a few shapes
@@ -32,6 +33,7 @@ use super::{
     PlanLayouts, PlannerKind, RuntimeOptions, TargetFamily,
 };
 use crate::frontend::bounds::ShapeBounds;
+use crate::frontend::onnx::DecodedModel;
 use crate::frontend::{Dim, Interface};
 use crate::graph::{Tensor, ValueType};
 use crate::layout::replay::LayoutDecisions;
@@ -120,9 +122,20 @@ struct Decided {
 /// Compiled models by their input shapes, the most recently used last.
 type CompiledShapes = Vec<(Vec<Vec<usize>>, Arc<ShapeModel>)>;
 
+/// What a session imports its model from at a new input shape.
+enum Source {
+    /// The file: a TFLite model (its shapes are static), or an ONNX model
+    /// whose inputs are all static, compiled when the session opened.
+    File,
+    /// An ONNX model with free dimensions, decoded once: each new shape
+    /// imports its nodes again and shares its weights.
+    Decoded(DecodedModel),
+}
+
 /// A model file opened for running at any shape it declares.
 pub struct Session {
     path: PathBuf,
+    source: Source,
     options: SessionOptions,
     interface: Interface,
     compiled: Mutex<CompiledShapes>,
@@ -141,28 +154,34 @@ impl Session {
                 source,
             })?;
         let tflite = is_tflite(&head) || path.extension().is_some_and(|e| e == "tflite");
-        let session = |interface| Session {
+        let session = |interface, source| Session {
             path: path.to_path_buf(),
+            source,
             options: options.clone(),
             interface,
             compiled: Mutex::new(Vec::new()),
             decided: Mutex::new(None),
         };
         // A TFLite model runs at the shapes it stores.
+        let whole = ImportOptions::default();
         if tflite {
             let (graph, model, decided) =
-                Session::build(path, &options, &ImportOptions::default(), None)?;
-            let s = session(Interface::of_graph(&graph));
+                Session::build(path, &Source::File, &options, &whole, None)?;
+            let s = session(Interface::of_graph(&graph), Source::File);
             (options.bounds.check_against(&s.interface)).map_err(Error::Input)?;
             return Ok(s.holding(model, decided));
         }
-        let s = session(crate::frontend::onnx::read_interface(path)?);
-        (options.bounds.check_against(&s.interface)).map_err(Error::Input)?;
-        if s.interface.is_static() {
-            let (_, model, decided) =
-                Session::build(path, &options, &ImportOptions::default(), None)?;
-            return Ok(s.holding(model, decided));
+        let decoded = DecodedModel::read(path)?;
+        let interface = decoded.interface()?;
+        if interface.is_static() {
+            (options.bounds.check_against(&interface)).map_err(Error::Input)?;
+            let source = Source::Decoded(decoded);
+            let (_, model, decided) = Session::build(path, &source, &options, &whole, None)?;
+            // Its one shape is compiled: the weights need not be kept twice.
+            return Ok(session(interface, Source::File).holding(model, decided));
         }
+        let s = session(interface, Source::Decoded(decoded));
+        (options.bounds.check_against(&s.interface)).map_err(Error::Input)?;
         if let Some(largest) = s.largest_shapes() {
             let shapes: Vec<&[usize]> = largest.iter().map(Vec::as_slice).collect();
             s.model_for(&shapes)?;
@@ -233,8 +252,13 @@ impl Session {
             ..ImportOptions::default()
         };
         let earlier = lock(&self.decided).clone();
-        let (_, model, decided) =
-            Session::build(&self.path, &self.options, &opts, earlier.as_ref())?;
+        let (_, model, decided) = Session::build(
+            &self.path,
+            &self.source,
+            &self.options,
+            &opts,
+            earlier.as_ref(),
+        )?;
         lock(&self.decided).get_or_insert(decided);
         let model = Arc::new(model);
         let mut cache = self.lock();
@@ -261,17 +285,22 @@ impl Session {
         lock(&self.compiled)
     }
 
-    /// Imports `path` with `opts`, plans and compiles it: with `decided`'s
-    /// layouts and algorithms where they fit the graph, else planned with
-    /// measured costs. Also returns what the model was compiled with.
+    /// Imports the model from `source` (or the file at `path`) with `opts`,
+    /// plans and compiles it: with `decided`'s layouts and algorithms where
+    /// they fit the graph, else planned with measured costs. Also returns
+    /// what the model was compiled with.
     fn build(
         path: &Path,
+        source: &Source,
         options: &SessionOptions,
         opts: &ImportOptions,
         decided: Option<&Decided>,
     ) -> Result<(crate::graph::Graph, ShapeModel, Decided), Error> {
         let start = Instant::now();
-        let graph = load_model_with(path, opts)?;
+        let graph = match source {
+            Source::File => load_model_with(path, opts)?,
+            Source::Decoded(model) => model.import(opts)?,
+        };
         let imported = Instant::now();
         // A graph the decisions do not fit is planned afresh, which reports
         // any real fault of it.

@@ -534,7 +534,15 @@ fn bench_shapes(args: &BenchArgs, sets: &[Vec<Vec<usize>>], json: bool) -> CliRe
     options.target = args.planning.target;
     options.max_shapes = sets.len() + 1;
     options.bounds = args.source.shapes.bounds();
+    let opening = Instant::now();
     let session = api::Session::open(path, options)?;
+    let open_ms = ms(opening.elapsed());
+    if !json {
+        outln!(
+            "{}: session opened in {open_ms:.1} ms (the file read and decoded once)",
+            path.display()
+        )?;
+    }
     // Bounds on every free dimension plan the largest shape when the session
     // opens; the shapes timed then make that plan again.
     if let (false, [ahead]) = (
@@ -600,6 +608,7 @@ fn bench_shapes(args: &BenchArgs, sets: &[Vec<Vec<usize>>], json: bool) -> CliRe
         let doc = BenchShapesDoc {
             planner: args.planning.planner.to_string(),
             target: args.planning.target.to_string(),
+            open_ms,
             shapes: rows,
         };
         outln!("{}", document("bench_shapes", path, &doc))?;

@@ -148,10 +148,96 @@ pub struct ImportOptions {
 /// held three times (file, protobuf, tensors): a 500 MB model peaks near
 /// 500 MB plus its largest tensor.
 pub fn load_onnx(path: &Path, opts: &ImportOptions) -> Result<Graph, ImportError> {
-    let (model, file) = decode_file(path)?;
-    // External data lies beside the model: "model.onnx" has the parent "".
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-    import_model(model, &file, Some(dir.unwrap_or(Path::new("."))), opts)
+    DecodedModel::read(path)?.import(opts)
+}
+
+/// An ONNX model decoded once, to be imported at any number of input shapes:
+/// its nodes, and its initializers already converted to tensors that every
+/// import shares. Reading and converting a file is most of an import (ResNet50:
+/// about 100 of 110 ms, the kernel's file copies and page faults), and a
+/// session imports its model again at every new input shape.
+pub struct DecodedModel {
+    /// The model without its main graph's initializers.
+    model: ModelProto,
+    initializers: Vec<(String, Tensor)>,
+    /// The file, as spans and errors name it.
+    file: String,
+    /// Where external data files lie.
+    base_dir: Option<PathBuf>,
+}
+
+impl DecodedModel {
+    /// Reads and decodes the ONNX model file at `path`.
+    pub fn read(path: &Path) -> Result<DecodedModel, ImportError> {
+        let (model, file) = decode_file(path)?;
+        // External data lies beside the model: "model.onnx" has the parent "".
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+        DecodedModel::new(model, &file, Some(dir.unwrap_or(Path::new("."))))
+    }
+
+    /// Converts the initializers of a decoded model, freeing each one's bytes
+    /// as it becomes a tensor.
+    fn new(
+        mut model: ModelProto,
+        file: &str,
+        base_dir: Option<&Path>,
+    ) -> Result<DecodedModel, ImportError> {
+        opset_of(&model, file)?;
+        let graph = model.graph.as_mut().expect("`opset_of` requires a graph");
+        let initializers =
+            convert_initializers(file, base_dir, std::mem::take(&mut graph.initializer))?;
+        Ok(DecodedModel {
+            model,
+            initializers,
+            file: file.to_string(),
+            base_dir: base_dir.map(Path::to_path_buf),
+        })
+    }
+
+    /// Imports the model with `opts` (its input shapes bound, inputs frozen).
+    pub fn import(&self, opts: &ImportOptions) -> Result<Graph, ImportError> {
+        let base_dir = self.base_dir.as_deref();
+        import_model(
+            self.model.clone(),
+            &self.file,
+            base_dir,
+            &self.initializers,
+            opts,
+        )
+    }
+
+    /// The inputs and outputs the model declares, free dimensions unbound.
+    pub fn interface(&self) -> Result<Interface, ImportError> {
+        let graph = self.model.graph.as_ref().expect("`new` checked the graph");
+        let weights: HashSet<&str> = self.initializers.iter().map(|(n, _)| n.as_str()).collect();
+        let file = &self.file;
+        let value = |vi: &onnx_protobuf::ValueInfoProto, kind: &str| match declared(vi) {
+            Ok((dtype, dims)) => Ok(DeclaredValue {
+                name: vi.name.clone(),
+                dtype: Some(dtype),
+                dims,
+            }),
+            // An output may leave its type to shape inference.
+            Err(_) if kind == "output" => Ok(DeclaredValue {
+                name: vi.name.clone(),
+                dtype: None,
+                dims: None,
+            }),
+            Err(e) => Err(ImportError::Model {
+                path: file.clone(),
+                message: format!("graph {kind} '{}': {e}", vi.name),
+            }),
+        };
+        Ok(Interface {
+            inputs: (graph.input.iter())
+                .filter(|vi| !weights.contains(vi.name.as_str()))
+                .map(|vi| value(vi, "input"))
+                .collect::<Result<_, _>>()?,
+            outputs: (graph.output.iter())
+                .map(|vi| value(vi, "output"))
+                .collect::<Result<_, _>>()?,
+        })
+    }
 }
 
 /// Decodes the ONNX model file at `path`; also returns the path as spans and
@@ -166,45 +252,6 @@ fn decode_file(path: &Path) -> Result<(ModelProto, String), ImportError> {
     let len = f.metadata().map_err(io)?.len();
     let model = decode_model(&mut std::io::BufReader::new(f), len, &file)?;
     Ok((model, file))
-}
-
-/// The inputs and outputs an ONNX model file declares, free dimensions
-/// unbound, without importing its nodes.
-pub fn read_interface(path: &Path) -> Result<Interface, ImportError> {
-    let (model, file) = decode_file(path)?;
-    let Some(graph) = model.graph.as_ref() else {
-        return Err(ImportError::Model {
-            path: file,
-            message: "not a valid ONNX model: it has no graph (is this an ONNX file?)".into(),
-        });
-    };
-    let weights: HashSet<&str> = graph.initializer.iter().map(|t| t.name.as_str()).collect();
-    let value = |vi: &onnx_protobuf::ValueInfoProto, kind: &str| match declared(vi) {
-        Ok((dtype, dims)) => Ok(DeclaredValue {
-            name: vi.name.clone(),
-            dtype: Some(dtype),
-            dims,
-        }),
-        // An output may leave its type to shape inference.
-        Err(_) if kind == "output" => Ok(DeclaredValue {
-            name: vi.name.clone(),
-            dtype: None,
-            dims: None,
-        }),
-        Err(e) => Err(ImportError::Model {
-            path: file.clone(),
-            message: format!("graph {kind} '{}': {e}", vi.name),
-        }),
-    };
-    Ok(Interface {
-        inputs: (graph.input.iter())
-            .filter(|vi| !weights.contains(vi.name.as_str()))
-            .map(|vi| value(vi, "input"))
-            .collect::<Result<_, _>>()?,
-        outputs: (graph.output.iter())
-            .map(|vi| value(vi, "output"))
-            .collect::<Result<_, _>>()?,
-    })
 }
 
 /// Decodes the model of `len` bytes that `source` holds, once a first pass
@@ -308,26 +355,21 @@ pub fn import_onnx(
     opts: &ImportOptions,
 ) -> Result<Graph, ImportError> {
     let model = decode_model(&mut std::io::Cursor::new(bytes), bytes.len() as u64, file)?;
-    import_model(model, file, base_dir, opts)
+    DecodedModel::new(model, file, base_dir)?.import(opts)
 }
 
-/// Imports a decoded model, consuming it (initializer bytes are freed as they
-/// become tensors).
-fn import_model(
-    mut model: ModelProto,
-    file: &str,
-    base_dir: Option<&Path>,
-    opts: &ImportOptions,
-) -> Result<Graph, ImportError> {
+/// Checks what every ONNX model must have (a graph, an IR version, an opset
+/// of the default domain this importer supports); returns that opset.
+fn opset_of(model: &ModelProto, file: &str) -> Result<i64, ImportError> {
     let model_err = |message: String| ImportError::Model {
         path: file.to_string(),
         message,
     };
-    let Some(mut graph) = model.graph.take() else {
+    if model.graph.is_none() {
         return Err(model_err(
             "not a valid ONNX model: it has no graph (is this an ONNX file?)".into(),
         ));
-    };
+    }
     if model.ir_version <= 0 {
         return Err(model_err(format!(
             "not a valid ONNX model: ir_version is {} (is this an ONNX file?)",
@@ -345,6 +387,24 @@ fn import_model(
             "opset {opset} is not supported (supported: {MIN_OPSET} to {MAX_OPSET})"
         )));
     }
+    Ok(opset)
+}
+
+/// Imports a decoded model whose main graph's initializers are
+/// `initializers`, consuming the model.
+fn import_model(
+    mut model: ModelProto,
+    file: &str,
+    base_dir: Option<&Path>,
+    initializers: &[(String, Tensor)],
+    opts: &ImportOptions,
+) -> Result<Graph, ImportError> {
+    let model_err = |message: String| ImportError::Model {
+        path: file.to_string(),
+        message,
+    };
+    let opset = opset_of(&model, file)?;
+    let graph = model.graph.take().expect("`opset_of` checked the graph");
 
     let mut imp = Importer {
         env: Env {
@@ -360,12 +420,7 @@ fn import_model(
         }),
         values: HashMap::new(),
     };
-    add_initializers(
-        &imp.env,
-        &mut imp.g,
-        &mut imp.values,
-        std::mem::take(&mut graph.initializer),
-    )?;
+    add_constants(&imp.env, &mut imp.g, &mut imp.values, initializers);
     for vi in &graph.input {
         if !imp.values.contains_key(&vi.name) {
             let ty = input_type(vi, opts)
@@ -621,30 +676,55 @@ struct Importer {
 
 /// Adds initializers as constants of `g`, named in `values`. Given by value,
 /// each proto (and its bytes) is dropped once it is a tensor.
-fn add_initializers<T: std::borrow::Borrow<TensorProto>>(
-    env: &Env,
-    g: &mut Graph,
-    values: &mut HashMap<String, ValueRef>,
+/// `inits` as tensors, by name; a name defined twice is an error.
+fn convert_initializers<T: std::borrow::Borrow<TensorProto>>(
+    file: &str,
+    base_dir: Option<&Path>,
     inits: impl IntoIterator<Item = T>,
-) -> Result<(), ImportError> {
+) -> Result<Vec<(String, Tensor)>, ImportError> {
     let mut seen = HashSet::new();
+    let mut tensors = Vec::new();
     for tp in inits {
         let tp = tp.borrow();
         if !seen.insert(tp.name.clone()) {
             return Err(ImportError::Model {
-                path: env.file.clone(),
+                path: file.to_string(),
                 message: format!("initializer '{}' is defined twice", tp.name),
             });
         }
-        let t = tensor_from_proto(tp, env.base_dir.as_deref()).map_err(|m| ImportError::Model {
-            path: env.file.clone(),
+        let t = tensor_from_proto(tp, base_dir).map_err(|m| ImportError::Model {
+            path: file.to_string(),
             message: format!("initializer '{}' {m}", tp.name),
         })?;
-        let span = Span::new(&env.file, &tp.name, "Initializer", 0);
-        let v = g.add_constant(&tp.name, t, vec![span]);
-        values.insert(tp.name.clone(), v);
+        tensors.push((tp.name.clone(), t));
     }
+    Ok(tensors)
+}
+
+/// Adds a subgraph's initializers `inits` to `g` as constants, named in `values`.
+fn add_initializers(
+    env: &Env,
+    g: &mut Graph,
+    values: &mut HashMap<String, ValueRef>,
+    inits: &[TensorProto],
+) -> Result<(), ImportError> {
+    let tensors = convert_initializers(&env.file, env.base_dir.as_deref(), inits)?;
+    add_constants(env, g, values, &tensors);
     Ok(())
+}
+
+/// Adds `tensors` to `g` as constants (sharing their data), named in `values`.
+fn add_constants(
+    env: &Env,
+    g: &mut Graph,
+    values: &mut HashMap<String, ValueRef>,
+    tensors: &[(String, Tensor)],
+) {
+    for (name, t) in tensors {
+        let span = Span::new(&env.file, name, "Initializer", 0);
+        let v = g.add_constant(name, t.clone(), vec![span]);
+        values.insert(name.clone(), v);
+    }
 }
 
 /// Imports `nodes` into `g`, in dependency order, reading and naming values in
