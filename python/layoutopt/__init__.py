@@ -233,6 +233,21 @@ class NodeArg:
         return "NodeArg(name={!r}, type={!r}, shape={!r})".format(self.name, self.type, self.shape)
 
 
+def _bounds_text(input_shapes):
+    """``{"x": [1, 3, (32, 1024)]}`` as ``{"x": "1,3,32..1024"}``, the
+    ``--input-shape`` form; None stays None."""
+    if input_shapes is None:
+        return None
+
+    def dim(d):
+        if isinstance(d, (tuple, list)):
+            lo, hi = d
+            return "{}..{}".format(int(lo), int(hi))
+        return str(int(d))
+
+    return {str(name): ",".join(dim(d) for d in dims) for name, dims in input_shapes.items()}
+
+
 class InferenceSession:
     """A model ready to run, in the shape of onnxruntime's InferenceSession.
 
@@ -242,7 +257,11 @@ class InferenceSession:
     asked for. layoutopt's own options are keyword arguments: ``planner``
     (keep, local, greedy, global), ``target`` (nchw, nhwc, nchwc, nchw<x>c),
     ``isa`` (avx512, avx2, portable), ``memory_limit`` (bytes or e.g. "8G",
-    for this process) and ``max_shapes`` (compiled shapes kept).
+    for this process), ``max_shapes`` (compiled shapes kept) and
+    ``input_shapes``: bounds on input shapes, by input name, each dimension an
+    int or an inclusive range ``(lo, hi)``, e.g. ``{"x": [1, 3, (32, 1024),
+    (32, 1024)]}``. A shape outside them is refused; when they bound every
+    free dimension, the session plans and compiles ahead at the largest.
 
     A model whose inputs are all static is compiled here; one with free
     dimensions is compiled at each new combination of input shapes, once,
@@ -260,6 +279,7 @@ class InferenceSession:
         isa=None,
         memory_limit=None,
         max_shapes=8,
+        input_shapes=None,
     ):
         if isinstance(path_or_bytes, (bytes, bytearray)):
             raise ValueError("InferenceSession: give the model's path (bytes are not read)")
@@ -282,6 +302,7 @@ class InferenceSession:
             target=target,
             isa=isa,
             max_shapes=int(max_shapes),
+            input_shapes=_bounds_text(input_shapes),
         )
         self._inputs = [NodeArg(d) for d in self._native.inputs]
         self._outputs = [NodeArg(d) for d in self._native.outputs]

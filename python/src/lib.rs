@@ -8,9 +8,9 @@
 //! over the buffer the runtime wrote (kept alive by the array).
 
 use layoutopt::api::{
-    self, json, CompiledModel, DType, DeclaredValue, Dim, Graph, ImportOptions, Layout, Machine,
-    ModelInput, Plan as LayoutPlan, PlanLayouts, PlannerKind, RuntimeOptions, SessionOptions,
-    TargetFamily, Tensor, TensorData, ValueType,
+    self, json, CompiledModel, DType, DeclaredValue, Dim, DimRange, Graph, ImportOptions, Layout,
+    Machine, ModelInput, Plan as LayoutPlan, PlanLayouts, PlannerKind, RuntimeOptions,
+    SessionOptions, TargetFamily, Tensor, TensorData, ValueType,
 };
 use numpy::ndarray::{ArrayViewD, IxDyn};
 use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
@@ -500,9 +500,12 @@ fn set_memory_limit(limit: &str) -> PyResult<()> {
 }
 
 /// Opens a model for running at any shape. `isa` narrows the kernels'
-/// instruction set; `max_shapes` bounds the compiled shapes kept.
+/// instruction set; `max_shapes` bounds the compiled shapes kept;
+/// `input_shapes` bounds the shapes of inputs, by name, each dimension `n`
+/// or `lo..hi` separated by commas (as `--input-shape`).
 #[pyfunction]
-#[pyo3(signature = (path, threads = 0, planner = "global", target = "nchwc", isa = None, max_shapes = 8))]
+#[pyo3(signature = (path, threads = 0, planner = "global", target = "nchwc", isa = None, max_shapes = 8, input_shapes = None))]
+#[allow(clippy::too_many_arguments)]
 fn open_session(
     py: Python<'_>,
     path: PathBuf,
@@ -511,6 +514,7 @@ fn open_session(
     target: &str,
     isa: Option<&str>,
     max_shapes: usize,
+    input_shapes: Option<HashMap<String, String>>,
 ) -> PyResult<Session> {
     check_threads(threads)?;
     let mut options = SessionOptions::with_threads(threads);
@@ -530,6 +534,13 @@ fn open_session(
         ));
     }
     options.max_shapes = max_shapes;
+    for (name, dims) in input_shapes.unwrap_or_default() {
+        let ranges = (dims.split(','))
+            .map(|d| d.trim().parse::<DimRange>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| PyValueError::new_err(format!("input_shapes: input '{name}': {e}")))?;
+        options.bounds.0.insert(name, ranges);
+    }
     let session = py
         .allow_threads(|| api::Session::open(&path, options))
         .map_err(stage_error)?;

@@ -144,3 +144,20 @@ def test_shapes_the_model_does_not_declare_are_clear_errors(tmp_path):
         layoutopt.InferenceSession(path, providers=["CUDAExecutionProvider"])
     with pytest.raises(TypeError):
         layoutopt.InferenceSession(path, no_such_option=1)
+
+
+def test_input_shape_bounds_plan_ahead_and_refuse_shapes_outside_them(tmp_path):
+    path = dynamic_model(tmp_path / "dynamic.onnx")
+    bounds = {"x": [(1, 4), 3, (16, 48), (16, 48)]}
+    sess = layoutopt.InferenceSession(path, input_shapes=bounds)
+    # Every free dimension bounded: planned and compiled ahead at the largest.
+    assert sess.compiled_shapes == [[[4, 3, 48, 48]]]
+    x = np.random.default_rng(3).standard_normal((2, 3, 24, 40)).astype(np.float32)
+    names = [o.name for o in sess.get_outputs()]
+    got = dict(zip(names, sess.run(None, {"x": x}), strict=True))
+    ort = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert_close(got, dict(zip(names, ort.run(None, {"x": x}), strict=True)))
+    with pytest.raises(ValueError, match=r"input 'x': dimension 2 is 64, outside the bounds 16\.\.48"):
+        sess.run(None, {"x": np.zeros((1, 3, 64, 16), np.float32)})
+    with pytest.raises(ValueError, match=r"input_shapes: input 'x': the range 9\.\.2 is empty"):
+        layoutopt.InferenceSession(path, input_shapes={"x": [(9, 2), 3, 16, 16]})
