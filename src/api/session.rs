@@ -129,7 +129,7 @@ enum Source {
     File,
     /// An ONNX model with free dimensions, decoded once: each new shape
     /// imports its nodes again and shares its weights.
-    Decoded(DecodedModel),
+    Decoded(Box<DecodedModel>),
 }
 
 /// A model file opened for running at any shape it declares.
@@ -175,12 +175,12 @@ impl Session {
         let interface = decoded.interface()?;
         if interface.is_static() {
             (options.bounds.check_against(&interface)).map_err(Error::Input)?;
-            let source = Source::Decoded(decoded);
+            let source = Source::Decoded(Box::new(decoded));
             let (_, model, decided) = Session::build(path, &source, &options, &whole, None)?;
             // Its one shape is compiled: the weights need not be kept twice.
             return Ok(session(interface, Source::File).holding(model, decided));
         }
-        let s = session(interface, Source::Decoded(decoded));
+        let s = session(interface, Source::Decoded(Box::new(decoded)));
         (options.bounds.check_against(&s.interface)).map_err(Error::Input)?;
         if let Some(largest) = s.largest_shapes() {
             let shapes: Vec<&[usize]> = largest.iter().map(Vec::as_slice).collect();
