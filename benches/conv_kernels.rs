@@ -40,26 +40,39 @@ fn values(n: usize, seed: usize) -> Vec<f32> {
         .collect()
 }
 
+/// A convolution of batch 1 over a square input, a square window padded by
+/// half its side, NCHW16c in and out.
+fn square(
+    cin: usize,
+    cout: usize,
+    side: usize,
+    k: usize,
+    stride: usize,
+    groups: usize,
+) -> ConvGeom {
+    let out = (side + 2 * (k / 2) - k) / stride + 1;
+    ConvGeom {
+        n: 1,
+        cin,
+        h: side,
+        w: side,
+        cout,
+        oh: out,
+        ow: out,
+        k: (k, k),
+        stride: (stride, stride),
+        dilation: (1, 1),
+        pad: (k / 2, k / 2),
+        groups,
+        x_cb: 16,
+        y_cb: 16,
+    }
+}
+
 fn conv_kernels(c: &mut Criterion) {
     let isa = Isa::detect();
     for (cin, cout, side, k, stride) in LAYERS {
-        let out = (side + 2 * (k / 2) - k) / stride + 1;
-        let geom = ConvGeom {
-            n: 1,
-            cin,
-            h: side,
-            w: side,
-            cout,
-            oh: out,
-            ow: out,
-            k: (k, k),
-            stride: (stride, stride),
-            dilation: (1, 1),
-            pad: (k / 2, k / 2),
-            groups: 1,
-            x_cb: 16,
-            y_cb: 16,
-        };
+        let geom = square(cin, cout, side, k, stride, 1);
         let w = values(cout * cin * k * k, 1);
         let bias = values(cout, 2);
         let x = values(geom.x_len(), 3);
@@ -105,23 +118,7 @@ const DEPTHWISE: [(usize, usize, usize, usize); 6] = [
 fn depthwise_kernels(c: &mut Criterion) {
     let isa = Isa::detect();
     for (ch, side, k, stride) in DEPTHWISE {
-        let out = (side + 2 * (k / 2) - k) / stride + 1;
-        let geom = ConvGeom {
-            n: 1,
-            cin: ch,
-            h: side,
-            w: side,
-            cout: ch,
-            oh: out,
-            ow: out,
-            k: (k, k),
-            stride: (stride, stride),
-            dilation: (1, 1),
-            pad: (k / 2, k / 2),
-            groups: ch,
-            x_cb: 16,
-            y_cb: 16,
-        };
+        let geom = square(ch, ch, side, k, stride, ch);
         let w = values(ch * k * k, 1);
         let bias = values(ch, 2);
         let x = values(geom.x_len(), 3);

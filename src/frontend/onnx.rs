@@ -197,13 +197,7 @@ impl DecodedModel {
     /// Imports the model with `opts` (its input shapes bound, inputs frozen).
     pub fn import(&self, opts: &ImportOptions) -> Result<Graph, ImportError> {
         let base_dir = self.base_dir.as_deref();
-        import_model(
-            self.model.clone(),
-            &self.file,
-            base_dir,
-            &self.initializers,
-            opts,
-        )
+        import_model(&self.model, &self.file, base_dir, &self.initializers, opts)
     }
 
     /// The inputs and outputs the model declares, free dimensions unbound.
@@ -391,9 +385,9 @@ fn opset_of(model: &ModelProto, file: &str) -> Result<i64, ImportError> {
 }
 
 /// Imports a decoded model whose main graph's initializers are
-/// `initializers`, consuming the model.
+/// `initializers`.
 fn import_model(
-    mut model: ModelProto,
+    model: &ModelProto,
     file: &str,
     base_dir: Option<&Path>,
     initializers: &[(String, Tensor)],
@@ -403,8 +397,8 @@ fn import_model(
         path: file.to_string(),
         message,
     };
-    let opset = opset_of(&model, file)?;
-    let graph = model.graph.take().expect("`opset_of` checked the graph");
+    let opset = opset_of(model, file)?;
+    let graph = model.graph.as_ref().expect("`opset_of` checked the graph");
 
     let mut imp = Importer {
         env: Env {

@@ -245,10 +245,8 @@ impl<const G: usize> VectorKernel for InGroups<'_, G> {
             );
             x_plane.wrapping_offset(ih * x_row + iw * x_col)
         };
-        let (cols_inside, rows_inside) = (
-            inside(g.ow, g.w, kw, sw, dw, pw),
-            inside(g.oh, g.h, kh, sh, dh, ph),
-        );
+        let range = |(lo, hi)| lo..hi;
+        let (cols_inside, rows_inside) = (range(g.interior_columns()), range(g.interior_rows()));
         let border_cols = (0..cols_inside.start).chain(cols_inside.end..g.ow);
         let w_slice = d.w.as_ptr().add(s * kh * kw * G * slice);
         let bias = d.params.as_ptr().add(c0);
@@ -313,27 +311,6 @@ impl<const G: usize> VectorKernel for InGroups<'_, G> {
             }
         }
     }
-}
-
-/// The outputs (along one axis of `outputs`) whose whole window lies inside
-/// an input of `extent`, for a window of `taps` with the stride, dilation and
-/// padding before given.
-fn inside(
-    outputs: usize,
-    extent: usize,
-    taps: usize,
-    stride: usize,
-    dilation: usize,
-    pad: usize,
-) -> std::ops::Range<usize> {
-    let lo = pad.div_ceil(stride).min(outputs);
-    let span = (taps - 1) * dilation;
-    let hi = if extent + pad > span {
-        ((extent + pad - span - 1) / stride + 1).clamp(lo, outputs)
-    } else {
-        lo
-    };
-    lo..hi
 }
 
 /// `dw_tile` of `pixels` (1 to `DW_TILE`) pixels.

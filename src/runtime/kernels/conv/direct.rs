@@ -148,15 +148,28 @@ impl ConvGeom {
     }
     /// The output columns `lo..hi` whose whole window row lies inside the input.
     pub(super) fn interior_columns(&self) -> (usize, usize) {
-        let (pw, sw) = (self.pad.1, self.stride.1);
-        let lo = pw.div_ceil(sw).min(self.ow);
-        let span = (self.k.1 - 1) * self.dilation.1;
-        let hi = if self.w + pw > span {
-            ((self.w + pw - span - 1) / sw + 1).clamp(lo, self.ow)
-        } else {
-            lo
-        };
-        (lo, hi)
+        let (ow, w, k, s, d, p) = (
+            self.ow,
+            self.w,
+            self.k.1,
+            self.stride.1,
+            self.dilation.1,
+            self.pad.1,
+        );
+        interior(ow, w, k, s, d, p)
+    }
+
+    /// The output rows `lo..hi` whose whole window column lies inside the input.
+    pub(super) fn interior_rows(&self) -> (usize, usize) {
+        let (oh, h, k, s, d, p) = (
+            self.oh,
+            self.h,
+            self.k.0,
+            self.stride.0,
+            self.dilation.0,
+            self.pad.0,
+        );
+        interior(oh, h, k, s, d, p)
     }
 
     /// Whether this is a 1x1 window every output pixel of which reads an
@@ -667,6 +680,27 @@ pub(in crate::runtime) fn balanced_tile(left: usize, most: usize) -> usize {
 /// Bytes of input one span of a pointwise plane reads: half of a 32 KB L1,
 /// the rest left to the weights of the group running over it.
 const L1_INPUT_BYTES: usize = 16 * 1024;
+
+/// Along one axis, the outputs `lo..hi` of `outputs` whose whole window of
+/// `taps` (with the stride, dilation and padding before given) lies inside
+/// an input of `extent`.
+fn interior(
+    outputs: usize,
+    extent: usize,
+    taps: usize,
+    stride: usize,
+    dilation: usize,
+    pad: usize,
+) -> (usize, usize) {
+    let lo = pad.div_ceil(stride).min(outputs);
+    let span = (taps - 1) * dilation;
+    let hi = if extent + pad > span {
+        ((extent + pad - span - 1) / stride + 1).clamp(lo, outputs)
+    } else {
+        lo
+    };
+    (lo, hi)
+}
 
 /// Kernel taps `k` with `0 <= start + k * dilation < extent`, as a range.
 pub(in crate::runtime) fn valid_taps(
