@@ -18,6 +18,7 @@ use crate::ops::{Reshape, Transpose};
 use egg::{Applier, ENodeOrVar, Id, Language, Pattern, PatternAst, Rewrite, Subst, Symbol, Var};
 use std::path::{Path, PathBuf};
 
+mod activation_conditions;
 mod graph_conditions;
 
 /// A rule file that cannot be loaded, naming the file and line.
@@ -336,6 +337,41 @@ pub const CONDITIONS: &[Condition] = &[
         check: graph_conditions::slice_cuts_back,
     },
     Condition {
+        name: "hard-sigmoid-form",
+        reads: &["?m", "?c", "?a", "?k", "?s", "?x"],
+        binds: &["?h"],
+        check: activation_conditions::hard_sigmoid_form,
+    },
+    Condition {
+        name: "hard-swish-form",
+        reads: &["?m", "?h", "?x"],
+        binds: &["?hs"],
+        check: activation_conditions::hard_swish_form,
+    },
+    Condition {
+        name: "gelu-erf-form",
+        reads: &["?m1", "?m2", "?a", "?e", "?d", "?k", "?one", "?half", "?x"],
+        binds: &["?g"],
+        check: activation_conditions::gelu_erf_form,
+    },
+    Condition {
+        name: "gelu-erfc-form",
+        reads: &[
+            "?m1", "?m2", "?s", "?e", "?d", "?n", "?k", "?one", "?half", "?x",
+        ],
+        binds: &["?g"],
+        check: activation_conditions::gelu_erfc_form,
+    },
+    Condition {
+        name: "gelu-tanh-form",
+        reads: &[
+            "?m1", "?m2", "?m3", "?m4", "?a1", "?a2", "?t", "?p1", "?p2", "?c", "?k", "?one",
+            "?half", "?x",
+        ],
+        binds: &["?g"],
+        check: activation_conditions::gelu_tanh_form,
+    },
+    Condition {
         name: "keeps-shape",
         reads: &["?k", "?x"],
         binds: &[],
@@ -652,6 +688,10 @@ pub fn load_rules(dir: &Path) -> Result<RuleSet, RuleError> {
 /// The rule files shipped in the binary (the `rules/` folder at build time), so
 /// that a copied binary plans exactly as the one built here.
 const BUNDLED: &[(&str, &str)] = &[
+    (
+        "activations.rules",
+        include_str!("../../rules/activations.rules"),
+    ),
     (
         "conv_affine.rules",
         include_str!("../../rules/conv_affine.rules"),

@@ -26,7 +26,7 @@ use good_lp::{
     constraint, microlp, variable, Expression, ResolutionError, Solution as _, SolverModel,
     Variable, WithTimeLimit,
 };
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::time::{Duration, Instant};
 
 /// A pairwise cost term between variables `a` and `b`:
@@ -684,21 +684,30 @@ fn min_out(v: usize, scope: &[usize], parts: &[Factor], dom: &[usize]) -> (Vec<f
     let size: usize = scope.iter().map(|&u| dom[u]).product();
     let mut table = vec![f64::INFINITY; size];
     let mut argmin = vec![0usize; size];
-    let mut assign: HashMap<usize, usize> = scope.iter().map(|&u| (u, 0)).collect();
-    assign.insert(v, 0);
+    // The choices of scope ++ [v], by position; each part reads its own
+    // variables at positions found once (a map from variable to choice,
+    // looked up per entry, took most of an elimination's time).
+    let local = |u: usize| scope.iter().position(|&s| s == u).unwrap_or(scope.len());
+    let at: Vec<Vec<usize>> = parts
+        .iter()
+        .map(|f| f.scope.iter().map(|&u| local(u)).collect())
+        .collect();
+    let mut assign = vec![0usize; scope.len() + 1];
     for idx in 0..size {
         // Decode idx into the scope's choices (last scope variable fastest).
         let mut rest = idx;
-        for &u in scope.iter().rev() {
-            assign.insert(u, rest % dom[u]);
+        for (k, &u) in scope.iter().enumerate().rev() {
+            assign[k] = rest % dom[u];
             rest /= dom[u];
         }
         for kv in 0..dom[v] {
-            assign.insert(v, kv);
+            assign[scope.len()] = kv;
             let total: f64 = parts
                 .iter()
-                .map(|f| {
-                    let i = f.scope.iter().fold(0, |acc, u| acc * dom[*u] + assign[u]);
+                .zip(&at)
+                .map(|(f, at)| {
+                    let i =
+                        (f.scope.iter().zip(at)).fold(0, |acc, (&u, &k)| acc * dom[u] + assign[k]);
                     f.table[i]
                 })
                 .sum();

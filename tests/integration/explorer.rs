@@ -233,14 +233,16 @@ fn regions_nest_by_source_layer_name() {
 /// The page stays small on real models: loop nests are stored once per
 /// distinct lowering and as edits, and the SVG is drawn by the page's script.
 /// DenseNet-121 (743 drawn nodes) was 6.7 MB and is 0.8 MB; the bound of 3 MB
-/// is checked here on the largest committed model of that size.
+/// is checked here on the largest committed model of that size
+/// (MobileNetV3Small: 627 nodes drawn for both plans, its hard swishes each
+/// one node once recognized).
 #[test]
 fn a_real_model_page_is_small() {
     let (g, a, b) = global_and_local("zoo/MobileNetV3Small_onnx/model.onnx");
     let html = render(&g, &[&a, &b]);
     let d = data(&html);
     let drawn = nodes(&d, 0).len() + nodes(&d, 1).len();
-    assert!(drawn > 700, "{drawn}");
+    assert!(drawn > 600, "{drawn}");
     assert!(html.len() < 3 << 20, "{} bytes", html.len());
     assert!(
         html.len() < drawn * 2048,

@@ -9,6 +9,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod activations;
 mod api;
 mod cli_commands;
 mod codegen;

@@ -180,7 +180,7 @@ fn source_node(g: &Graph, id: NodeId) -> Result<Source, NodeError> {
             is_const: constant.is_some(),
         },
         scalar: constant
-            .filter(|t| t.shape.is_empty() && t.dtype().is_float())
+            .filter(|t| t.shape.iter().product::<usize>() == 1 && t.dtype().is_float())
             .map(|t| t.to_f32()[0]),
     })
 }

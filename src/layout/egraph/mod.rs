@@ -205,7 +205,7 @@ pub struct Source {
     pub value: ValueRef,
     /// Its tensor: shape, layout, padding and whether it is constant.
     pub info: TensorInfo,
-    /// Its value when it is a scalar float constant.
+    /// Its value when it is a float constant of one element (of any rank).
     pub scalar: Option<f32>,
 }
 
@@ -450,7 +450,7 @@ fn identity_input<'a>(eg: &'a LEGraph, id: Id, what: &str) -> Result<&'a TensorI
     Ok(t)
 }
 
-/// The value of a scalar constant class, if it is one.
+/// The value of a float constant class of one element, if it is one.
 pub fn scalar_value(eg: &LEGraph, id: Id) -> Option<f32> {
     eg[id].nodes.iter().find_map(|n| match n {
         Lang::Atom(Atom::Source(k)) => eg.analysis.sources[*k].scalar,

@@ -166,7 +166,7 @@ fn binary_op(eg: &LEGraph, id: Id) -> Result<BinaryOp, Refusal> {
 }
 
 /// `op` writing one row-major output of `shape`, as an op atom.
-fn row_major_op(eg: &mut LEGraph, op: Op, shape: Vec<usize>) -> Result<Atom, Refusal> {
+pub(super) fn row_major_op(eg: &mut LEGraph, op: Op, shape: Vec<usize>) -> Result<Atom, Refusal> {
     let layout = Layout::identity(shape.len()).map_err(|e| e.to_string())?;
     let k = eg.analysis.intern(OpEntry {
         op,
