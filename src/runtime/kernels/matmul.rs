@@ -6,7 +6,7 @@
 //! `PANEL_VECTORS` vectors of columns.
 
 use super::normalize::dot;
-use super::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel};
+use super::simd::{array_of, run_vectorized, Isa, Lanes, Vector, VectorKernel};
 use crate::core::{par, PageBuf};
 
 /// Vectors of output columns, and rows of `a`, one register tile covers.
@@ -394,7 +394,7 @@ impl DenseTile<'_> {
         let mut wp = self.b.add(self.panel * e.k * e.nb);
         let mut acc = [[V::splat(0.0); PANEL_VECTORS]; R];
         for kk in 0..e.k {
-            let w: [V; PANEL_VECTORS] = std::array::from_fn(|v| V::load(wp.add(v * V::LANES)));
+            let w: [V; PANEL_VECTORS] = array_of(V::splat(0.0), |v| V::load(wp.add(v * V::LANES)));
             for (r, row) in acc.iter_mut().enumerate() {
                 let s = V::splat(*a.add(r * e.k + kk));
                 for (x, &wv) in row.iter_mut().zip(&w) {

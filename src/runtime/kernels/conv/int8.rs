@@ -22,8 +22,8 @@ use crate::fusion::Activation;
 use crate::graph::UnaryOp;
 use crate::runtime::kernels::quantized::Grid;
 use crate::runtime::kernels::simd::{
-    load_part, run_vectorized, store_bytes_part, store_part, Isa, Lanes, Portable, Vector,
-    VectorKernel, MAX_LANES,
+    array_of, load_part, run_vectorized, store_bytes_part, store_part, Isa, Lanes, Portable,
+    Vector, VectorKernel, MAX_LANES,
 };
 #[cfg(target_arch = "x86_64")]
 use crate::runtime::kernels::simd::{Ymm, Zmm};
@@ -707,8 +707,9 @@ unsafe fn vnni_dots<const N: usize, const M: usize>(
     for &tap in t.taps {
         let xp = t.x.add(tap);
         for q in 0..t.quads {
-            let wv: [__m512i; M] =
-                std::array::from_fn(|m| _mm512_loadu_si512(wp.add(m * 64).cast()));
+            let wv: [__m512i; M] = array_of(_mm512_setzero_si512(), |m| {
+                _mm512_loadu_si512(wp.add(m * 64).cast())
+            });
             for p in 0..N {
                 let four = xp.add(p * t.x_pixel + 4 * q).cast::<i32>().read_unaligned();
                 let xv = _mm512_set1_epi32(four);
@@ -719,8 +720,9 @@ unsafe fn vnni_dots<const N: usize, const M: usize>(
             wp = wp.add(WIDTH * 4);
         }
     }
-    let zero: [__m512i; M] =
-        std::array::from_fn(|m| _mm512_loadu_si512(zero_sums.add(m * LANES).cast()));
+    let zero: [__m512i; M] = array_of(_mm512_setzero_si512(), |m| {
+        _mm512_loadu_si512(zero_sums.add(m * LANES).cast())
+    });
     for p in 0..N {
         for m in 0..M {
             // Exact in i32; one rounding to f32.

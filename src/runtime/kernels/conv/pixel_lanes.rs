@@ -18,7 +18,7 @@
 use super::direct::{valid_taps, ConvGeom};
 use super::tile::{ChannelParams, Epilogue};
 use crate::runtime::kernels::simd::{
-    run_vectorized, Isa, Lanes, Scalar, Vector, VectorKernel, MAX_LANES,
+    array_of, run_vectorized, Isa, Lanes, Scalar, Vector, VectorKernel, MAX_LANES,
 };
 
 /// Output channels a tile computes at once: with `VECTORS` vectors of
@@ -245,14 +245,14 @@ unsafe fn by_channels<V: Vector>(t: &PxTile, vectors: usize, channels: usize, ep
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
 unsafe fn px_tile<V: Vector, const N: usize, const M: usize>(t: &PxTile, ep: Epilogue) {
-    let mut acc: [[V; N]; M] = std::array::from_fn(|m| [V::splat(*t.params.add(m)); N]);
+    let mut acc: [[V; N]; M] = array_of([V::splat(0.0); N], |m| [V::splat(*t.params.add(m)); N]);
     for ci in 0..t.cin {
         let x_chan = t.x.wrapping_add(ci * t.x_chan);
         let w_chan = t.w.add(ci * t.w_in);
         for ky in t.kh.0..t.kh.1 {
             for kx in t.kw.0..t.kw.1 {
                 let xp = x_chan.wrapping_add(ky * t.x_kh + kx * t.x_kw);
-                let xv: [V; N] = std::array::from_fn(|v| V::load(xp.add(v * V::LANES)));
+                let xv: [V; N] = array_of(V::splat(0.0), |v| V::load(xp.add(v * V::LANES)));
                 let tap = ky * t.k_w + kx;
                 for m in 0..M {
                     let wv = V::splat(*w_chan.add(m * t.w_out + tap));
