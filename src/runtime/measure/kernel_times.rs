@@ -14,6 +14,7 @@ use super::roofline::{cpu_name, CacheFile, FolderLock};
 use crate::layout::Layout;
 use crate::runtime::kernels::simd::Isa;
 use serde::{Deserialize, Serialize};
+use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
@@ -61,6 +62,60 @@ impl Entry {
     }
 }
 
+/// What an entry is looked up by, hashed.
+fn key_hash(key: (&str, &str, usize, &str, &[usize], &str)) -> u64 {
+    let mut h = rustc_hash::FxHasher::default();
+    key.hash(&mut h);
+    h.finish()
+}
+
+/// The cache file's entries, indexed by their keys: a compile looks a time
+/// up per convolution and layout pair, and scanning a file of thousands of
+/// entries for each was a fifth of compiling a new input shape.
+#[derive(Default)]
+struct Entries {
+    /// The entries, each key once (`merge` keeps them so).
+    list: Vec<Entry>,
+    /// The positions in `list` of the entries whose key has each hash.
+    index: rustc_hash::FxHashMap<u64, Vec<usize>>,
+}
+
+impl Entries {
+    fn new(list: Vec<Entry>) -> Entries {
+        let mut index: rustc_hash::FxHashMap<u64, Vec<usize>> = Default::default();
+        for (i, e) in list.iter().enumerate() {
+            index.entry(key_hash(e.key())).or_default().push(i);
+        }
+        Entries { list, index }
+    }
+
+    /// The entry of `key`, if there is one.
+    fn find(&self, key: (&str, &str, usize, &str, &[usize], &str)) -> Option<&Entry> {
+        let at = self.index.get(&key_hash(key))?;
+        at.iter().map(|&i| &self.list[i]).find(|e| e.key() == key)
+    }
+
+    /// Adds `new` entries, a new time of an algorithm replacing the old.
+    fn merge(&mut self, new: impl IntoIterator<Item = Entry>) {
+        for new in new {
+            let hash = key_hash(new.key());
+            let at = self.index.entry(hash).or_default();
+            match at.iter().find(|&&i| self.list[i].key() == new.key()) {
+                Some(&i) => {
+                    let e = &mut self.list[i];
+                    e.millis
+                        .retain(|(name, _)| !new.millis.iter().any(|m| &m.0 == name));
+                    e.millis.extend(new.millis);
+                }
+                None => {
+                    at.push(self.list.len());
+                    self.list.push(new);
+                }
+            }
+        }
+    }
+}
+
 /// The kernel name transforms are cached under.
 const TRANSFORM_KERNEL: &str = "transform";
 
@@ -76,7 +131,7 @@ pub(in crate::runtime) struct KernelTimes {
     /// The cache file, if there is a folder.
     path: Option<PathBuf>,
     /// Its entries as read.
-    entries: Arc<Vec<Entry>>,
+    entries: Arc<Entries>,
     cpu: String,
     isa: String,
     threads: usize,
@@ -102,17 +157,23 @@ impl KernelTimes {
         }
     }
 
-    fn matches(&self, e: &Entry, kernel: &str, geom: &[usize]) -> bool {
-        e.key() == (&self.cpu, &self.isa, self.threads, kernel, geom, TIMING)
+    /// The key of this machine's entry of `kernel` at geometry `geom`.
+    fn key<'a>(
+        &'a self,
+        kernel: &'a str,
+        geom: &'a [usize],
+    ) -> (&'a str, &'a str, usize, &'a str, &'a [usize], &'a str) {
+        (&self.cpu, &self.isa, self.threads, kernel, geom, TIMING)
     }
 
     /// The cached milliseconds of `algo` on `kernel` at geometry `geom` (for
     /// a convolution, its `ConvGeom::key`).
     pub(in crate::runtime) fn get(&self, kernel: &str, geom: &[usize], algo: &str) -> Option<f64> {
+        let key = self.key(kernel, geom);
         self.added
             .iter()
-            .chain(self.entries.iter())
-            .filter(|e| self.matches(e, kernel, geom))
+            .filter(|e| e.key() == key)
+            .chain(self.entries.find(key))
             .flat_map(|e| &e.millis)
             .find(|(name, ms)| name == algo && ms.is_finite() && *ms >= 0.0)
             .map(|m| m.1)
@@ -146,7 +207,7 @@ impl KernelTimes {
         let at = self
             .added
             .iter()
-            .position(|e| self.matches(e, kernel, geom));
+            .position(|e| e.key() == self.key(kernel, geom));
         let entry = match at {
             Some(i) => &mut self.added[i],
             None => {
@@ -209,9 +270,12 @@ impl KernelTimes {
         let dir = self.path.as_deref().and_then(Path::parent);
         let _lock = FolderLock::take(dir);
         let mut current: CacheFile<Entry> = CacheFile::open(dir, CACHE_FILE);
-        merge(&mut current.entries, self.added.drain(..));
+        let mut entries = Entries::new(std::mem::take(&mut current.entries));
+        entries.merge(self.added.drain(..));
+        current.entries = std::mem::take(&mut entries.list);
         current.save();
-        let entries = Arc::new(current.entries);
+        entries.list = std::mem::take(&mut current.entries);
+        let entries = Arc::new(entries);
         if let Some(path) = &self.path {
             remember(path, &entries);
         }
@@ -226,7 +290,7 @@ impl KernelTimes {
 struct Snapshot {
     path: PathBuf,
     stamp: (u64, SystemTime),
-    entries: Arc<Vec<Entry>>,
+    entries: Arc<Entries>,
 }
 
 static LAST_READ: Mutex<Option<Snapshot>> = Mutex::new(None);
@@ -239,7 +303,7 @@ fn stamp(path: &Path) -> Option<(u64, SystemTime)> {
 
 /// The entries of the cache file at `path` (none without one), parsed again
 /// only when the file changed since this process last read it.
-fn read_entries(path: Option<&Path>) -> Arc<Vec<Entry>> {
+fn read_entries(path: Option<&Path>) -> Arc<Entries> {
     let Some(path) = path else {
         return Arc::default();
     };
@@ -250,7 +314,9 @@ fn read_entries(path: Option<&Path>) -> Arc<Vec<Entry>> {
             return snap.entries.clone();
         }
     }
-    let entries = Arc::new(CacheFile::open(path.parent(), CACHE_FILE).entries);
+    let entries = Arc::new(Entries::new(
+        CacheFile::open(path.parent(), CACHE_FILE).entries,
+    ));
     *last = now.map(|stamp| Snapshot {
         path: path.to_path_buf(),
         stamp,
@@ -260,27 +326,13 @@ fn read_entries(path: Option<&Path>) -> Arc<Vec<Entry>> {
 }
 
 /// Records `entries` as the contents of the file at `path`, just written.
-fn remember(path: &Path, entries: &Arc<Vec<Entry>>) {
+fn remember(path: &Path, entries: &Arc<Entries>) {
     let mut last = LAST_READ.lock().unwrap_or_else(|e| e.into_inner());
     *last = stamp(path).map(|stamp| Snapshot {
         path: path.to_path_buf(),
         stamp,
         entries: entries.clone(),
     });
-}
-
-/// Adds `new` entries to `entries`, a new time of an algorithm replacing the old.
-fn merge(entries: &mut Vec<Entry>, new: impl IntoIterator<Item = Entry>) {
-    for new in new {
-        match entries.iter_mut().find(|e| e.key() == new.key()) {
-            Some(e) => {
-                e.millis
-                    .retain(|(name, _)| !new.millis.iter().any(|m| &m.0 == name));
-                e.millis.extend(new.millis);
-            }
-            None => entries.push(new),
-        }
-    }
 }
 
 /// Timed runs of a kernel at most; the fastest counts.
@@ -404,6 +456,7 @@ mod tests {
         assert_eq!(reread.get("conv", &quiet, "direct"), Some(1.0));
         let loads: Vec<_> = reread
             .entries
+            .list
             .iter()
             .map(|e| (e.geom.clone(), e.others_cores))
             .collect();
