@@ -123,8 +123,9 @@ fn restores_padding(eg: &mut LEGraph, s: &mut Subst) -> Result<(), Refusal> {
     }
 }
 
-fn unary_fn(eg: &LEGraph, s: &Subst) -> Result<crate::graph::UnaryOp, Refusal> {
-    match entry_of(eg, get(s, "?f"))?.op {
+/// The unary op of entry `id`.
+fn unary_op(eg: &LEGraph, id: Id) -> Result<crate::graph::UnaryOp, Refusal> {
+    match entry_of(eg, id)?.op {
         Op::Unary(u) => Ok(u),
         _ => refuse("not a unary op"),
     }
@@ -132,7 +133,7 @@ fn unary_fn(eg: &LEGraph, s: &Subst) -> Result<crate::graph::UnaryOp, Refusal> {
 
 /// xform(a -> b, q, f(x)) = f(xform(a -> b, p, x)) for a p with f(p) = q.
 fn pad_before_unary(eg: &mut LEGraph, s: &mut Subst) -> Result<(), Refusal> {
-    let u = unary_fn(eg, s)?;
+    let u = unary_op(eg, get(s, "?f"))?;
     let (b, q, x) = (
         layout_of(eg, get(s, "?b"))?,
         pad_of(eg, get(s, "?q"))?,

@@ -2,10 +2,10 @@
 //! several elementwise ops (`rules/activations.rules`): each checks the ops
 //! and constants of its spellings and binds the one op they compute.
 
-use super::graph_conditions::row_major_op;
-use super::{bind_atom, get, refuse, Refusal};
+use super::graph_conditions::{binary_op, row_major_op};
+use super::{bind_atom, get, refuse, unary_op, Refusal};
 use crate::graph::{BinaryOp, DType, Op, UnaryOp};
-use crate::layout::egraph::{entry_of, scalar_value, tensor_of, LEGraph};
+use crate::layout::egraph::{scalar_value, tensor_of, LEGraph};
 use egg::Subst;
 
 /// How far a spelling's constant may lie from the exact one, relative:
@@ -14,18 +14,12 @@ const TOLERANCE: f64 = 1e-5;
 
 /// The binary op of the op atom bound to `var`.
 fn binary(eg: &LEGraph, s: &Subst, var: &str) -> Result<BinaryOp, Refusal> {
-    match entry_of(eg, get(s, var))?.op {
-        Op::Binary(b) => Ok(b),
-        _ => refuse("not a binary op"),
-    }
+    binary_op(eg, get(s, var))
 }
 
 /// The unary op of the op atom bound to `var`.
 fn unary(eg: &LEGraph, s: &Subst, var: &str) -> Result<UnaryOp, Refusal> {
-    match entry_of(eg, get(s, var))?.op {
-        Op::Unary(u) => Ok(u),
-        _ => refuse("not a unary op"),
-    }
+    unary_op(eg, get(s, var))
 }
 
 /// Whether every op atom bound to `vars` is the binary op `op`.

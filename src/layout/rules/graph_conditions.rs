@@ -158,7 +158,7 @@ pub(super) fn keeps_shape(eg: &mut LEGraph, s: &mut Subst) -> Result<(), Refusal
 }
 
 /// The binary op of entry `id`.
-fn binary_op(eg: &LEGraph, id: Id) -> Result<BinaryOp, Refusal> {
+pub(super) fn binary_op(eg: &LEGraph, id: Id) -> Result<BinaryOp, Refusal> {
     match entry_of(eg, id)?.op {
         Op::Binary(b) => Ok(b),
         _ => refuse("not a binary op"),
