@@ -625,7 +625,7 @@ impl Layout {
 
     /// For each logical axis, the physical element offset of each coordinate; the
     /// offset of a logical index is the sum over axes.
-    fn offset_tables(&self, logical: &[usize]) -> Result<Vec<Vec<usize>>, AlgebraError> {
+    pub fn offset_tables(&self, logical: &[usize]) -> Result<Vec<Vec<usize>>, AlgebraError> {
         let pshape = self.physical_shape(logical)?;
         let pstrides = strides(&pshape);
         let mut tables = Vec::with_capacity(self.rank());

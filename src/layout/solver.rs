@@ -684,37 +684,49 @@ fn min_out(v: usize, scope: &[usize], parts: &[Factor], dom: &[usize]) -> (Vec<f
     let size: usize = scope.iter().map(|&u| dom[u]).product();
     let mut table = vec![f64::INFINITY; size];
     let mut argmin = vec![0usize; size];
-    // The choices of scope ++ [v], by position; each part reads its own
-    // variables at positions found once (a map from variable to choice,
-    // looked up per entry, took most of an elimination's time).
-    let local = |u: usize| scope.iter().position(|&s| s == u).unwrap_or(scope.len());
-    let at: Vec<Vec<usize>> = parts
+    // A part's entry is at the sum over its variables of choice times
+    // stride: per part, the stride of each scope position (0 where the part
+    // does not read it), then of `v`. The scope's choices then step as an
+    // odometer that moves each part's base entry, with no division per
+    // entry (decoding each entry's choices took most of an elimination).
+    let n = scope.len();
+    let local = |u: usize| scope.iter().position(|&s| s == u).unwrap_or(n);
+    let strides: Vec<Vec<usize>> = parts
         .iter()
-        .map(|f| f.scope.iter().map(|&u| local(u)).collect())
+        .map(|f| {
+            let mut s = vec![0usize; n + 1];
+            let mut stride = 1;
+            for &u in f.scope.iter().rev() {
+                s[local(u)] += stride;
+                stride *= dom[u];
+            }
+            s
+        })
         .collect();
-    let mut assign = vec![0usize; scope.len() + 1];
+    let mut base = vec![0usize; parts.len()];
+    let mut assign = vec![0usize; n];
     for idx in 0..size {
-        // Decode idx into the scope's choices (last scope variable fastest).
-        let mut rest = idx;
-        for (k, &u) in scope.iter().enumerate().rev() {
-            assign[k] = rest % dom[u];
-            rest /= dom[u];
-        }
         for kv in 0..dom[v] {
-            assign[scope.len()] = kv;
-            let total: f64 = parts
-                .iter()
-                .zip(&at)
-                .map(|(f, at)| {
-                    let i =
-                        (f.scope.iter().zip(at)).fold(0, |acc, (&u, &k)| acc * dom[u] + assign[k]);
-                    f.table[i]
-                })
+            let total: f64 = (parts.iter().zip(&strides).zip(&base))
+                .map(|((f, s), &b)| f.table[b + kv * s[n]])
                 .sum();
             if total < table[idx] {
                 table[idx] = total;
                 argmin[idx] = kv;
             }
+        }
+        // The next entry: the last scope variable fastest.
+        for k in (0..n).rev() {
+            assign[k] += 1;
+            if assign[k] < dom[scope[k]] {
+                base.iter_mut().zip(&strides).for_each(|(b, s)| *b += s[k]);
+                break;
+            }
+            let back = dom[scope[k]] - 1;
+            base.iter_mut()
+                .zip(&strides)
+                .for_each(|(b, s)| *b -= back * s[k]);
+            assign[k] = 0;
         }
     }
     (table, argmin)

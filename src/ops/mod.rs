@@ -584,6 +584,20 @@ pub trait OpDef {
         1
     }
 
+    /// A data movement from its moved inputs (of shapes `xs`) to one output
+    /// of shape `out` as reads per output axis ([`AxisRead`]), one list per
+    /// input, when its index map splits so: the output element at index `i`
+    /// is, for the input whose reads all give an index there, its element
+    /// whose index on each walked axis is `reads[a].index[i[a]]` (0 on axes
+    /// no output axis walks, which have extent 1); no input's where one of
+    /// its entries is `None`. The runtime then finds the sources from the
+    /// layouts' offset tables; `None` (the default) leaves it to evaluate
+    /// the op on positions.
+    fn axis_reads(&self, xs: &[&[usize]], out: &[usize]) -> Option<Vec<Vec<AxisRead>>> {
+        let _ = (xs, out);
+        None
+    }
+
     /// Floating-point operations for inputs and outputs of these types (the
     /// cost model adds data movement apart). Ops that only move data do none.
     fn flops(&self, ins: &[&ValueType], outs: &[&ValueType]) -> f64 {
@@ -718,6 +732,29 @@ impl Op {
     /// Number of outputs the op produces.
     pub fn num_outputs(&self) -> usize {
         self.def().num_outputs()
+    }
+}
+
+/// How one output axis of a data movement reads its input (see
+/// [`OpDef::axis_reads`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct AxisRead {
+    /// The input axis the output axis walks; `None` for an output axis that
+    /// walks none (an inserted or broadcast leading axis).
+    pub axis: Option<usize>,
+    /// Per output index, the input index read on `axis` (0 when there is no
+    /// axis), `None` where the op writes no input element.
+    pub index: Vec<Option<usize>>,
+}
+
+impl AxisRead {
+    /// Output axis of extent `n` reading input axis `axis` index by index
+    /// through `index`.
+    pub fn along(axis: usize, n: usize, index: impl Fn(usize) -> Option<usize>) -> AxisRead {
+        AxisRead {
+            axis: Some(axis),
+            index: (0..n).map(index).collect(),
+        }
     }
 }
 

@@ -110,6 +110,13 @@ impl OpDef for Transpose {
         Ok(vec![transpose(&self.perm, x[0])])
     }
 
+    fn axis_reads(&self, _: &[&[usize]], out: &[usize]) -> Option<Vec<Vec<AxisRead>>> {
+        let reads = self.perm.iter().zip(out);
+        Some(vec![reads
+            .map(|(&p, &n)| AxisRead::along(p, n, Some))
+            .collect()])
+    }
+
     fn pad_flow(&self, inputs: &[PadValue], _: &[usize]) -> PadFlow {
         // A transpose moves the padding with its axis.
         pass_through(inputs)
@@ -190,6 +197,21 @@ impl OpDef for Concat {
         let out = &outputs[0];
         let Concat { axis } = self;
         Ok(vec![concat(*axis, x, out)?])
+    }
+
+    /// Each input reads its own stretch of the joined axis.
+    fn axis_reads(&self, xs: &[&[usize]], out: &[usize]) -> Option<Vec<Vec<AxisRead>>> {
+        let mut first = 0;
+        let reads = |x: &&[usize]| {
+            let (lo, n) = (first, *x.get(self.axis)?);
+            first += n;
+            let read = |(a, &extent): (usize, &usize)| match a == self.axis {
+                true => AxisRead::along(a, extent, |i| (lo..lo + n).contains(&i).then(|| i - lo)),
+                false => AxisRead::along(a, extent, Some),
+            };
+            Some(out.iter().enumerate().map(read).collect())
+        };
+        xs.iter().map(reads).collect()
     }
 
     fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
@@ -355,6 +377,26 @@ impl OpDef for Slice {
         let out = &outputs[0];
         let Slice { axes } = self;
         Ok(vec![slice(axes, x[0], out)?])
+    }
+
+    fn axis_reads(&self, xs: &[&[usize]], out: &[usize]) -> Option<Vec<Vec<AxisRead>>> {
+        let [x] = xs else { return None };
+        let mut reads: Vec<AxisRead> = (out.iter().enumerate())
+            .map(|(a, &n)| AxisRead::along(a, n, Some))
+            .collect();
+        for s in &self.axes {
+            let read = AxisRead::along(s.axis, out[s.axis], |i| {
+                let j = s.start + i as i64 * s.step;
+                usize::try_from(j).ok().filter(|&j| j < x[s.axis])
+            });
+            // A slice reads inside its input; anything else is left to
+            // evaluation.
+            if read.index.contains(&None) {
+                return None;
+            }
+            reads[s.axis] = read;
+        }
+        Some(vec![reads])
     }
 
     fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {
@@ -539,6 +581,28 @@ impl OpDef for Pad {
         Ok(vec![pad(begins, *mode, x[0], out)?])
     }
 
+    /// Constant padding reads nothing at the border; edge padding reads the
+    /// nearest input index.
+    fn axis_reads(&self, xs: &[&[usize]], out: &[usize]) -> Option<Vec<Vec<AxisRead>>> {
+        let [x] = xs else { return None };
+        let edge = match self.mode {
+            PadMode::Constant(_) => false,
+            PadMode::Edge => true,
+            _ => return None,
+        };
+        let read = |a: usize| {
+            AxisRead::along(a, out[a], |i| {
+                let j = i as i64 - self.begins[a];
+                match usize::try_from(j) {
+                    Ok(j) if j < x[a] => Some(j),
+                    _ if !edge || x[a] == 0 => None,
+                    _ => Some(j.clamp(0, x[a] as i64 - 1) as usize),
+                }
+            })
+        };
+        Some(vec![(0..out.len()).map(read).collect()])
+    }
+
     fn layout_role(&self) -> LayoutRole {
         LayoutRole::Agnostic
     }
@@ -716,6 +780,22 @@ impl OpDef for Expand {
         Ok(vec![expand(x[0], out)])
     }
 
+    /// Numpy broadcasting: a unit input axis reads index 0, and the leading
+    /// output axes walk none.
+    fn axis_reads(&self, xs: &[&[usize]], out: &[usize]) -> Option<Vec<Vec<AxisRead>>> {
+        let [x] = xs else { return None };
+        let lead = out.len().checked_sub(x.len())?;
+        let read = |(a, &n): (usize, &usize)| match a.checked_sub(lead) {
+            None => AxisRead {
+                axis: None,
+                index: vec![Some(0); n],
+            },
+            Some(b) if x[b] == 1 => AxisRead::along(b, n, |_| Some(0)),
+            Some(b) => AxisRead::along(b, n, Some),
+        };
+        Some(vec![out.iter().enumerate().map(read).collect()])
+    }
+
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
         let Expand { shape } = self;
 
@@ -767,6 +847,13 @@ impl OpDef for Tile {
     fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         let out = &outputs[0];
         Ok(vec![tile(x[0], out)?])
+    }
+
+    fn axis_reads(&self, xs: &[&[usize]], out: &[usize]) -> Option<Vec<Vec<AxisRead>>> {
+        let [x] = xs else { return None };
+        let read = |(a, &n): (usize, &usize)| AxisRead::along(a, n, |i| Some(i % x[a]));
+        (x.len() == out.len() && !x.contains(&0))
+            .then(|| vec![out.iter().enumerate().map(read).collect()])
     }
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {

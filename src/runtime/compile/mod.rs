@@ -4,6 +4,7 @@
 //! then `arena` gives every value its memory.
 
 mod arena;
+mod axis_sources;
 
 use super::kernels::conv::algo::{
     self as conv_algo, ConvAlgoOptions, ConvSpec, KeptWeights, LayerAlgo,
@@ -647,7 +648,9 @@ impl<'g> Compiler<'g> {
     /// not fill is padding of the output's layout, or of a constant Pad (which
     /// pads the positions with 0, no source, and fills its value; `None` when
     /// the layout's padding would need another value). Integer and boolean
-    /// values (row-major, boxed) move by the same sources.
+    /// values (row-major, boxed) move by the same sources. An op whose index
+    /// map splits by axis gets the same sources from the layouts' offset
+    /// tables instead (`axis_sources`), without evaluating anything.
     fn movement(&self, id: NodeId) -> Option<Vec<Kernel>> {
         let node = self.g.node(id);
         let ins = self.g.node_inputs(id);
@@ -713,35 +716,97 @@ impl<'g> Compiler<'g> {
         if elements.saturating_mul(40) > crate::core::budget::limit() / 4 {
             return None;
         }
-        let positions: Vec<Tensor> = xs
-            .iter()
-            .zip(&starts)
-            .map(|(x, &s)| {
-                Tensor::from_i64(
-                    x.shape.clone(),
-                    (s + 1..=s + x.numel()).map(|p| p as i64).collect(),
-                )
-            })
-            .collect();
-        let mut args: Vec<&Tensor> = positions.iter().collect();
-        args.extend(params?);
-        let types: Vec<_> = node
-            .outputs
-            .iter()
-            .map(|v| crate::graph::ValueType::new(DType::I64, v.ty.shape.clone()))
-            .collect();
-        let sources = positions_op.def().eval(&args, &types).ok()?;
-        let kernel = |(t, &fill): (&Tensor, &f32)| {
-            let src = t.data.to_i64().into_iter().map(|p| match p {
-                1.. if p <= n as i64 => (p - 1) as u32,
-                _ => u32::MAX,
-            });
-            match dtype {
-                DType::F32 => Kernel::Gather(Gather::from_inputs(src.collect(), &starts, fill)),
-                _ => Kernel::Moved(Moved::new(src.collect(), fill, t.shape.clone())),
+        let sources = match self.axis_sources(id, &starts) {
+            Some(src) => vec![src],
+            None => {
+                let positions: Vec<Tensor> = xs
+                    .iter()
+                    .zip(&starts)
+                    .map(|(x, &s)| {
+                        Tensor::from_i64(
+                            x.shape.clone(),
+                            (s + 1..=s + x.numel()).map(|p| p as i64).collect(),
+                        )
+                    })
+                    .collect();
+                let mut args: Vec<&Tensor> = positions.iter().collect();
+                args.extend(params?);
+                let types: Vec<_> = node
+                    .outputs
+                    .iter()
+                    .map(|v| crate::graph::ValueType::new(DType::I64, v.ty.shape.clone()))
+                    .collect();
+                let positions = positions_op.def().eval(&args, &types).ok()?;
+                let source = |p: i64| match p {
+                    1.. if p <= n as i64 => (p - 1) as u32,
+                    _ => u32::MAX,
+                };
+                (positions.iter())
+                    .map(|t| t.data.to_i64().into_iter().map(source).collect())
+                    .collect()
             }
         };
-        Some(sources.iter().zip(&fills).map(kernel).collect())
+        let kernel = |((src, v), &fill): ((Vec<u32>, &crate::graph::Value), &f32)| match dtype {
+            DType::F32 => Kernel::Gather(Gather::from_inputs(src, &starts, fill)),
+            _ => Kernel::Moved(Moved::new(src, fill, v.ty.shape.clone())),
+        };
+        Some(
+            sources
+                .into_iter()
+                .zip(&node.outputs)
+                .zip(&fills)
+                .map(kernel)
+                .collect(),
+        )
+    }
+
+    /// The sources of a one-output data movement whose index map splits by
+    /// axis (`OpDef::axis_reads`), from its layouts' offset tables: input
+    /// `k`'s positions start at `starts[k]`.
+    fn axis_sources(&self, id: NodeId, starts: &[usize]) -> Option<Vec<u32>> {
+        let node = self.g.node(id);
+        let moved = &self.g.node_inputs(id)[..self.moved_inputs(id)];
+        let [y] = &node.outputs[..] else { return None };
+        let (op, laid_out) = inner(self.g, id);
+        let (xs, y_layout, y_shape): (Vec<(Cow<Layout>, Vec<usize>)>, _, _) = match laid_out {
+            Some(l) => {
+                let [(y_layout, _)] = &l.outputs[..] else {
+                    return None;
+                };
+                let xs: Vec<_> = (l.inputs.iter().take(moved.len()))
+                    .map(|(layout, shape)| (Cow::Borrowed(layout), shape.clone()))
+                    .collect();
+                let types: Vec<ValueType> = (xs.iter())
+                    .map(|(_, shape)| ValueType::new(y.ty.dtype, shape.clone()))
+                    .collect();
+                let refs: Vec<&ValueType> = types.iter().collect();
+                let [y_type] = &op.def().infer(&refs).ok()?[..] else {
+                    return None;
+                };
+                (xs, Cow::Borrowed(y_layout), y_type.shape.clone())
+            }
+            None => {
+                let identity =
+                    |shape: &[usize]| Some(Cow::Owned(Layout::identity(shape.len()).ok()?));
+                let xs = (moved.iter())
+                    .map(|&x| {
+                        let shape = self.g.value_type(x).shape.clone();
+                        Some((identity(&shape)?, shape))
+                    })
+                    .collect::<Option<_>>()?;
+                (xs, identity(&y.ty.shape)?, y.ty.shape.clone())
+            }
+        };
+        let shapes: Vec<&[usize]> = xs.iter().map(|(_, s)| &s[..]).collect();
+        let reads = op.def().axis_reads(&shapes, &y_shape)?;
+        let placed: Vec<axis_sources::Placed> = (xs.iter())
+            .map(|(layout, shape)| axis_sources::Placed { layout, shape })
+            .collect();
+        let y = axis_sources::Placed {
+            layout: &y_layout,
+            shape: &y_shape,
+        };
+        axis_sources::axis_sources(&reads, &placed, starts, y)
     }
 
     /// The vector kernel of an elementwise chain (each node the only reader of

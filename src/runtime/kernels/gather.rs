@@ -96,32 +96,6 @@ fn next_index(idx: &mut [usize], shape: &[usize]) {
     }
 }
 
-/// Per logical axis of `shape` stored in `layout` (physical shape `phys`),
-/// the physical offset each index along it contributes: every physical axis
-/// is a digit of one logical axis, so an element's offset is the sum of its
-/// indices' contributions. Tabulated once, a gather of millions of elements
-/// adds a few numbers per element instead of decomposing every index.
-fn axis_offsets(
-    layout: &Layout,
-    shape: &[usize],
-    phys: &[usize],
-) -> Result<Vec<Vec<usize>>, KernelError> {
-    let strides = crate::graph::strides(phys);
-    let mut idx = vec![0usize; shape.len()];
-    (0..shape.len())
-        .map(|a| {
-            (0..shape[a])
-                .map(|i| {
-                    idx[a] = i;
-                    let p = layout.to_physical_index(&idx);
-                    idx[a] = 0;
-                    Ok(p?.iter().zip(&strides).map(|(d, s)| d * s).sum())
-                })
-                .collect()
-        })
-        .collect()
-}
-
 impl Gather {
     /// The input offset `k` when output element `e` is input element `e + k`
     /// for every `e`: the movement is a contiguous piece of its input.
@@ -168,10 +142,8 @@ impl Gather {
         if elements >= PAD as usize {
             return Err(KernelError::TooLarge { elements });
         }
-        let (from_offsets, to_offsets) = (
-            axis_offsets(from, from_shape, &phys_from)?,
-            axis_offsets(to, to_shape, &phys_to)?,
-        );
+        let (from_offsets, to_offsets) =
+            (from.offset_tables(from_shape)?, to.offset_tables(to_shape)?);
         let offset = |tables: &[Vec<usize>], idx: &[usize]| -> usize {
             tables.iter().zip(idx).map(|(t, &i)| t[i]).sum()
         };
@@ -201,10 +173,11 @@ impl Gather {
         };
         // A stride joins two sources of one input that fit an i32 step;
         // padding joins padding.
+        let several = starts.len() > 1;
         let step = |a: u32, b: u32| match (a, b) {
             (PAD, PAD) => Some(0),
             (PAD, _) | (_, PAD) => None,
-            _ if input_of(a) != input_of(b) => None,
+            _ if several && input_of(a) != input_of(b) => None,
             _ => i32::try_from(b as i64 - a as i64).ok(),
         };
         let mut runs: Vec<Run> = vec![];

@@ -1,0 +1,250 @@
+//! The sources of a data movement whose index map splits by axis
+//! ([`OpDef::axis_reads`]: transposes, slices, pads, broadcasts, tiles),
+//! worked out from the layouts' offset tables: two table lookups per output
+//! element and one per axis, where evaluating the op on position tensors
+//! took several passes over tensors of i64 (on MobileNetV3Large, the blocked
+//! transposes were most of the compile time of each new input shape).
+//!
+//! [`OpDef::axis_reads`]: crate::ops::OpDef::axis_reads
+
+use crate::core::numel;
+use crate::layout::Layout;
+use crate::ops::AxisRead;
+
+/// What marks an output element no input element goes to.
+const NONE: u32 = u32::MAX;
+
+/// A tensor as a data movement sees it: its layout and logical shape.
+#[derive(Clone, Copy)]
+pub(super) struct Placed<'a> {
+    pub layout: &'a Layout,
+    pub shape: &'a [usize],
+}
+
+/// For each physical element of `out`, the position of the element it
+/// holds: input `k`'s physical offset plus `starts[k]` (`u32::MAX` for
+/// padding and elements the op writes no input to), when the output axes
+/// read input `k` by `reads[k]`. `None` when the reads do not fit the
+/// shapes, or a position would not fit a u32.
+pub(super) fn axis_sources(
+    reads: &[Vec<AxisRead>],
+    xs: &[Placed],
+    starts: &[usize],
+    out: Placed,
+) -> Option<Vec<u32>> {
+    let len = out.layout.physical_numel(out.shape).ok()?;
+    let out_tables = out.layout.offset_tables(out.shape).ok()?;
+    if u32::try_from(len).ok()? == NONE || reads.len() != xs.len() || out.shape.is_empty() {
+        return None;
+    }
+    let mut sources = vec![NONE; len];
+    for ((reads, x), &start) in reads.iter().zip(xs).zip(starts) {
+        let end = start.checked_add(x.layout.physical_numel(x.shape).ok()?)?;
+        let start = u32::try_from(start).ok().filter(|_| end < NONE as usize)?;
+        let tables = read_tables(reads, x, out.shape)?;
+        fill(&mut sources, &tables, &out_tables, out.shape, start);
+    }
+    Some(sources)
+}
+
+/// Per output axis and index, the physical offset in `x` it reads (`None`
+/// where it reads nothing), when `reads` fit the shapes.
+fn read_tables(reads: &[AxisRead], x: &Placed, out: &[usize]) -> Option<Vec<Vec<Option<u32>>>> {
+    let fits = reads.len() == out.len()
+        && reads.iter().zip(out).all(|(r, &n)| r.index.len() == n)
+        // An input axis no output axis walks is read at index 0 only.
+        && (0..x.shape.len()).all(|b| x.shape[b] == 1 || reads.iter().any(|r| r.axis == Some(b)));
+    if !fits {
+        return None;
+    }
+    let x_tables = x.layout.offset_tables(x.shape).ok()?;
+    reads
+        .iter()
+        .map(|r| {
+            (r.index.iter())
+                .map(|&j| match (j, r.axis) {
+                    (None, _) => Some(None),
+                    (Some(0), None) => Some(Some(0)),
+                    (Some(_), None) => None,
+                    (Some(j), Some(b)) => Some(Some(*x_tables.get(b)?.get(j)? as u32)),
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Writes `start` plus the input offset of every output element `read`
+/// gives one for into `sources`, at the element's physical offset.
+fn fill(
+    sources: &mut [u32],
+    read: &[Vec<Option<u32>>],
+    out_tables: &[Vec<usize>],
+    out_shape: &[usize],
+    start: u32,
+) {
+    let (Some((inner_out, outer_out)), Some((inner_read, outer_read))) =
+        (out_tables.split_last(), read.split_last())
+    else {
+        return;
+    };
+    let outer_shape = &out_shape[..outer_out.len()];
+    let mut idx = vec![0usize; outer_shape.len()];
+    for _ in 0..numel(outer_shape) {
+        let dst: usize = idx.iter().zip(outer_out).map(|(&i, t)| t[i]).sum();
+        let src: Option<u32> = idx.iter().zip(outer_read).map(|(&i, t)| t[i]).sum();
+        if let Some(src) = src {
+            for (&d, s) in inner_out.iter().zip(inner_read) {
+                if let Some(s) = s {
+                    sources[dst + d] = start + src + s;
+                }
+            }
+        }
+        // Odometer step of the outer axes in row-major order.
+        for a in (0..idx.len()).rev() {
+            idx[a] += 1;
+            if idx[a] < outer_shape[a] {
+                break;
+            }
+            idx[a] = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{DType, PadValue, Tensor, ValueType};
+    use crate::ops::{
+        Concat, Expand, LaidOut, Op, Pad, PadMode, Slice, SliceAxis, Tile, Transpose,
+    };
+
+    /// The sources the compiler finds for any data movement: the laid-out op
+    /// evaluated on the positions 1, 2, ... of the inputs' physical elements,
+    /// one input's after another's (a constant pad pads with position 0, no
+    /// source).
+    fn evaluated(op: &Op, xs: &[Placed], out: &Placed) -> Vec<u32> {
+        let positions_op = match op {
+            Op::Pad(
+                p @ Pad {
+                    mode: PadMode::Constant(_),
+                    ..
+                },
+            ) => Op::Pad(Pad {
+                mode: PadMode::Constant(0.0),
+                ..p.clone()
+            }),
+            op => op.clone(),
+        };
+        let mut first = 1;
+        let positions: Vec<Tensor> = (xs.iter())
+            .map(|x| {
+                let n = x.layout.physical_numel(x.shape).unwrap() as i64;
+                first += n;
+                let shape = x.layout.physical_shape(x.shape).unwrap();
+                Tensor::from_i64(shape, (first - n..first).collect())
+            })
+            .collect();
+        let laid = Op::InLayout(Box::new(LaidOut {
+            inner: positions_op,
+            inputs: xs
+                .iter()
+                .map(|x| (x.layout.clone(), x.shape.to_vec()))
+                .collect(),
+            outputs: vec![(out.layout.clone(), PadValue::Known(0.0))],
+        }));
+        let ty = ValueType::new(DType::I64, out.layout.physical_shape(out.shape).unwrap());
+        let args: Vec<&Tensor> = positions.iter().collect();
+        let got = laid.def().eval(&args, &[ty]).unwrap();
+        let source = |p: i64| if p >= 1 { (p - 1) as u32 } else { NONE };
+        got[0].data.to_i64().into_iter().map(source).collect()
+    }
+
+    /// Every op that reads by axis, between plain, channels-last and
+    /// channel-blocked layouts (channels padded to the block), finds the
+    /// sources evaluation finds.
+    #[test]
+    fn axis_reads_find_the_sources_evaluation_finds() {
+        let shape = vec![2, 20, 5, 6];
+        let slice = |axis, start, end, step| SliceAxis {
+            axis,
+            start,
+            end,
+            step,
+        };
+        let one = |op| (op, vec![shape.clone()]);
+        let cases = [
+            one(Op::Transpose(Transpose {
+                perm: vec![0, 2, 3, 1],
+            })),
+            one(Op::Transpose(Transpose {
+                perm: vec![1, 0, 3, 2],
+            })),
+            one(Op::Slice(Slice {
+                axes: vec![slice(1, 3, 19, 2), slice(3, 5, -1, -2)],
+            })),
+            one(Op::Pad(Pad {
+                begins: vec![0, 3, 1, -2],
+                ends: vec![0, 0, 2, 1],
+                mode: PadMode::Constant(1.5),
+            })),
+            one(Op::Pad(Pad {
+                begins: vec![0, 0, 2, 1],
+                ends: vec![1, 0, 3, 0],
+                mode: PadMode::Edge,
+            })),
+            one(Op::Expand(Expand {
+                shape: vec![3, 2, 20, 5, 6],
+            })),
+            one(Op::Tile(Tile {
+                repeats: vec![1, 2, 1, 3],
+            })),
+            (
+                Op::Concat(Concat { axis: 1 }),
+                vec![vec![2, 5, 5, 6], shape.clone(), vec![2, 16, 5, 6]],
+            ),
+            (
+                Op::Concat(Concat { axis: 3 }),
+                vec![vec![2, 20, 5, 1], shape.clone()],
+            ),
+        ];
+        let layout = |name: &str| Layout::parse(name).unwrap();
+        let rank5 = Layout::identity(5).unwrap();
+        for (op, x_shapes) in &cases {
+            let x_types: Vec<ValueType> = (x_shapes.iter())
+                .map(|s| ValueType::new(DType::F32, s.clone()))
+                .collect();
+            let refs: Vec<&ValueType> = x_types.iter().collect();
+            let out_shape = op.def().infer(&refs).unwrap()[0].shape.clone();
+            let shape_refs: Vec<&[usize]> = x_shapes.iter().map(|s| &s[..]).collect();
+            let reads = op.def().axis_reads(&shape_refs, &out_shape).unwrap();
+            for x_name in ["NCHW", "NHWC", "NCHW16c", "NCHW8c"] {
+                for out_name in ["NCHW", "NHWC", "NCHW16c"] {
+                    let x_layout = layout(x_name);
+                    let out_layout = match out_shape.len() {
+                        5 => rank5.clone(),
+                        _ => layout(out_name),
+                    };
+                    let xs: Vec<Placed> = (x_shapes.iter())
+                        .map(|s| Placed {
+                            layout: &x_layout,
+                            shape: s,
+                        })
+                        .collect();
+                    let out = Placed {
+                        layout: &out_layout,
+                        shape: &out_shape,
+                    };
+                    let mut starts = vec![0];
+                    for x in &xs {
+                        starts.push(
+                            starts.last().unwrap() + x.layout.physical_numel(x.shape).unwrap(),
+                        );
+                    }
+                    let expected = evaluated(op, &xs, &out);
+                    let got = axis_sources(&reads, &xs, &starts, out);
+                    assert_eq!(got, Some(expected), "{op:?} {x_name} -> {out_name}");
+                }
+            }
+        }
+    }
+}
