@@ -171,27 +171,32 @@ impl Gather {
             PAD => 0,
             _ => starts.partition_point(|&b| b <= s as usize) - 1,
         };
-        // A stride joins two sources of one input that fit an i32 step;
-        // padding joins padding.
-        let several = starts.len() > 1;
-        let step = |a: u32, b: u32| match (a, b) {
+        // A stride joins two sources of one input (the sources `within` a
+        // run's first) that fit an i32 step; padding joins padding.
+        let step = |a: u32, b: u32, within: &std::ops::Range<u32>| match (a, b) {
             (PAD, PAD) => Some(0),
             (PAD, _) | (_, PAD) => None,
-            _ if several && input_of(a) != input_of(b) => None,
+            _ if !within.contains(&b) => None,
             _ => i32::try_from(b as i64 - a as i64).ok(),
         };
         let mut runs: Vec<Run> = vec![];
         let mut i = 0;
         while i < src.len() {
-            let stride = src.get(i + 1).and_then(|&b| step(src[i], b)).unwrap_or(1);
+            let input = input_of(src[i]);
+            let within = match starts.get(input + 1) {
+                Some(&end) => starts[input] as u32..end as u32,
+                None => starts[input] as u32..PAD,
+            };
+            let stride = (src.get(i + 1))
+                .and_then(|&b| step(src[i], b, &within))
+                .unwrap_or(1);
             let mut end = i + 1;
             while end < src.len()
                 && end - i < ELEMENTS_PER_TASK
-                && step(src[end - 1], src[end]) == Some(stride)
+                && step(src[end - 1], src[end], &within) == Some(stride)
             {
                 end += 1;
             }
-            let input = input_of(src[i]);
             let run = Run {
                 dst: i as u32,
                 src: match src[i] {
