@@ -19,7 +19,7 @@
 //! with the default letters of its rank. Every name parses back to its layout,
 //! so two different layouts never print the same.
 
-use super::tensor::{numel, strides, Tensor, TensorData};
+use super::tensor::{next_index, numel, strides, Tensor, TensorData};
 use std::cmp::Ordering;
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -667,14 +667,7 @@ impl Layout {
         for _ in 0..numel(outer_shape) {
             let base: usize = idx.iter().zip(outer).map(|(&i, t)| t[i]).sum();
             out.extend(inner.iter().map(|&off| base + off));
-            // Odometer step of the outer axes in row-major order.
-            for a in (0..idx.len()).rev() {
-                idx[a] += 1;
-                if idx[a] < outer_shape[a] {
-                    break;
-                }
-                idx[a] = 0;
-            }
+            next_index(&mut idx, outer_shape);
         }
         Ok(out)
     }

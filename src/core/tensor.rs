@@ -240,6 +240,18 @@ pub fn numel(shape: &[usize]) -> usize {
     shape.iter().product()
 }
 
+/// Steps a row-major multi-index of `shape` to the next element (the last
+/// axis fastest; past the last element, back to the first).
+pub fn next_index(idx: &mut [usize], shape: &[usize]) {
+    for a in (0..idx.len()).rev() {
+        idx[a] += 1;
+        if idx[a] < shape[a] {
+            return;
+        }
+        idx[a] = 0;
+    }
+}
+
 /// Row-major strides of a shape.
 pub fn strides(shape: &[usize]) -> Vec<usize> {
     let mut s = vec![1; shape.len()];

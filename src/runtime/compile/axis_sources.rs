@@ -7,7 +7,7 @@
 //!
 //! [`OpDef::axis_reads`]: crate::ops::OpDef::axis_reads
 
-use crate::core::numel;
+use crate::core::{next_index, numel};
 use crate::layout::Layout;
 use crate::ops::AxisRead;
 
@@ -99,14 +99,7 @@ fn fill(
                 }
             }
         }
-        // Odometer step of the outer axes in row-major order.
-        for a in (0..idx.len()).rev() {
-            idx[a] += 1;
-            if idx[a] < outer_shape[a] {
-                break;
-            }
-            idx[a] = 0;
-        }
+        next_index(&mut idx, outer_shape);
     }
 }
 

@@ -3,7 +3,7 @@
 
 use super::simd::ELEMENTS_PER_TASK;
 use super::KernelError;
-use crate::core::par;
+use crate::core::{next_index, par};
 use crate::layout::Layout;
 
 /// A data movement (layout transform, transpose, slice, pad, concat, ...) as
@@ -84,17 +84,6 @@ impl Run {
 }
 
 const PAD: u32 = u32::MAX;
-
-/// Steps a row-major multi-index of `shape` to the next element.
-fn next_index(idx: &mut [usize], shape: &[usize]) {
-    for a in (0..idx.len()).rev() {
-        idx[a] += 1;
-        if idx[a] < shape[a] {
-            return;
-        }
-        idx[a] = 0;
-    }
-}
 
 impl Gather {
     /// The input offset `k` when output element `e` is input element `e + k`
