@@ -768,37 +768,45 @@ unsafe fn plain_dots(t: &TileCall, zero_sums: *const i32, out: &mut Sums) {
 #[allow(clippy::manual_map)]
 #[inline(always)]
 unsafe fn finish<V: Vector>(pixels: usize, sums: &Sums, out: &Out) {
+    // Each vector's channels, from its first lane's offset when they lie
+    // side by side in the output (a 32-channel block over two blocks of
+    // NCHW16c is two such vectors); `None` where they are scattered (NCHW,
+    // a block across a group's end) and go lane by lane.
+    let offs = out.lane_offsets.unwrap_or(&[]);
+    let mut starts = [None; WIDTH];
+    for c in (0..out.channels).step_by(V::LANES) {
+        let k = (out.channels - c).min(V::LANES);
+        let side_by_side = offs.is_empty() || (1..k).all(|j| offs[c + j] == offs[c] + j as isize);
+        starts[c / V::LANES] = side_by_side.then(|| offs.get(c).copied().unwrap_or(c as isize));
+    }
     for (p, sum) in sums.iter().enumerate().take(pixels) {
-        let at = p * out.pixel;
-        match out.lane_offsets {
-            None => {
-                for c in (0..out.channels).step_by(V::LANES) {
-                    let k = (out.channels - c).min(V::LANES);
+        let at = (p * out.pixel) as isize;
+        for c in (0..out.channels).step_by(V::LANES) {
+            let k = (out.channels - c).min(V::LANES);
+            match starts[c / V::LANES] {
+                Some(start) => {
                     let r = match out.residual {
-                        Some(r) => Some(load_part::<V>(r.add(at + c), k, 0.0)),
+                        Some(r) => Some(load_part::<V>(r.offset(at + start), k, 0.0)),
                         None => None,
                     };
-                    store_part(output(out, sum, c, r), out.y.add(at + c), k);
+                    store_part(output(out, sum, c, r), out.y.offset(at + start), k);
                 }
-            }
-            Some(offs) => {
-                // Channels scattered over the output's blocks: staged per lane.
-                let offset = |l: usize| at as isize + offs[l];
-                let mut lanes = [0f32; WIDTH];
-                if let Some(r) = out.residual {
-                    for (l, v) in lanes.iter_mut().enumerate().take(out.channels) {
-                        *v = *r.offset(offset(l));
+                None => {
+                    let offset = |l: usize| at + offs[c + l];
+                    let mut lanes = [0f32; MAX_LANES];
+                    let r = match out.residual {
+                        Some(r) => {
+                            for (l, v) in lanes.iter_mut().enumerate().take(k) {
+                                *v = *r.offset(offset(l));
+                            }
+                            Some(V::load(lanes.as_ptr()))
+                        }
+                        None => None,
+                    };
+                    output(out, sum, c, r).store(lanes.as_mut_ptr());
+                    for (l, &v) in lanes.iter().enumerate().take(k) {
+                        *out.y.offset(offset(l)) = v;
                     }
-                }
-                for c in (0..out.channels).step_by(V::LANES) {
-                    let r = match out.residual {
-                        Some(_) => Some(V::load(lanes[c..].as_ptr())),
-                        None => None,
-                    };
-                    output(out, sum, c, r).store(lanes[c..].as_mut_ptr());
-                }
-                for (l, &v) in lanes.iter().enumerate().take(out.channels) {
-                    *out.y.offset(offset(l)) = v;
                 }
             }
         }
