@@ -61,7 +61,7 @@ pub(super) fn first_non_finite(
         let values = unsafe { bufs.read(*slot) };
         let found = match stored {
             Storage::RowMajor => NonFinite::of_step(step, values),
-            Storage::Padded => None,
+            Storage::Padded | Storage::Bytes => None,
             Storage::Laid(layout, logical) => {
                 let to = Layout::identity(logical.len())?;
                 let gather = Gather::new(layout, &to, logical, 0.0)?;

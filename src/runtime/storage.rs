@@ -15,6 +15,8 @@ pub(super) enum Storage {
     /// Beside padding the check cannot tell apart (a PadWith's output, whose
     /// logical elements its input's step already showed).
     Padded,
+    /// As the bytes of a quantization grid, which are all finite.
+    Bytes,
 }
 
 impl Storage {

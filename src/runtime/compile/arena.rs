@@ -18,10 +18,12 @@ use std::sync::{Arc, Mutex};
 
 impl Compiler<'_> {
     /// Gives every value a slot: constants and non-f32 values their own, f32
-    /// intermediates an arena range that no value alive at the same time shares.
+    /// intermediates an arena range that no value alive at the same time
+    /// shares, of `bytes[v]` elements for the values held as bytes.
     pub(super) fn plan_memory(
         mut self,
         pool: Arc<par::Pool>,
+        bytes: &HashMap<ValueRef, usize>,
     ) -> Result<CompiledModel, RuntimeError> {
         let g = self.g;
         let end = self.steps.len();
@@ -97,7 +99,8 @@ impl Compiler<'_> {
                 continue;
             }
             let (first, last) = range[&v];
-            requests.push((Some(v), ty.numel(), first, last));
+            let len = bytes.get(&v).copied().unwrap_or(ty.numel());
+            requests.push((Some(v), len, first, last));
         }
         for (i, p) in self.steps.iter().enumerate() {
             if let len @ 1.. = p.kernel.scratch_len() {
@@ -156,7 +159,12 @@ impl Compiler<'_> {
                     input_types: p.inputs.iter().map(|v| g.value_type(*v).clone()).collect(),
                     inputs: p.inputs.iter().map(slot).collect::<Result<_, _>>()?,
                     outputs: p.outputs.iter().map(slot).collect::<Result<_, _>>()?,
-                    storage: p.outputs.iter().map(|&v| Storage::of(g, v)).collect(),
+                    storage: (p.outputs.iter())
+                        .map(|&v| match bytes.contains_key(&v) {
+                            true => Storage::Bytes,
+                            false => Storage::of(g, v),
+                        })
+                        .collect(),
                     name: p.name,
                     kind: p.kind,
                     spans: p.spans,

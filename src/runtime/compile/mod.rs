@@ -5,6 +5,7 @@
 
 mod arena;
 mod axis_sources;
+mod byte_handoff;
 
 use super::kernels::conv::algo::{
     self as conv_algo, ConvAlgoOptions, ConvSpec, KeptWeights, LayerAlgo,
@@ -1198,7 +1199,8 @@ impl<'g> Compiler<'g> {
             }
         }
         self.add_measured_transforms();
-        self.plan_memory(pool)
+        let bytes = self.hand_off_bytes();
+        self.plan_memory(pool, &bytes)
     }
 
     /// The step of an If, Loop or Scan: each of its subgraphs compiled as a

@@ -12,7 +12,10 @@
 //! plain integer arithmetic elsewhere. Where a QuantizeDequantize follows
 //! (and no residual), the exact sums are requantized onto the output's grid
 //! as the peers' integer kernels do (`Scaling::Requantized`); otherwise they
-//! go through the float kernels' bias, residual and epilogue.
+//! go through the float kernels' bias, residual and epilogue. Requantized
+//! outputs that only the next integer convolution reads are written as its
+//! staged input, bytes with their padding (`write_staged`), which it then
+//! reads without staging (`read_staged`).
 
 use super::direct::{balanced_tile, fill_channel_pad, ConvGeom, OutBlock};
 use super::spec::ConvSpec;
@@ -32,6 +35,10 @@ use crate::runtime::kernels::simd::{Ymm, Zmm};
 const WIDTH: usize = 32;
 /// Lanes of one i32 accumulator vector.
 const LANES: usize = 16;
+/// Packed weights up to this size are read for every output row; larger
+/// ones once per block of output channels (ResNet50's 3x3 convolutions of
+/// 7x7 and 14x14 pixels, 0.6-2.4 MB, were read from L3 once per row).
+const PIXELS_OUTER_WEIGHT_BYTES: usize = 64 * 1024;
 /// Weights off their grid by at most this share of the channel's largest
 /// are on it: a grid recovered from the float values may be off the
 /// quantizer's own scale by a few ulps.
@@ -209,6 +216,67 @@ pub struct QuantConv {
     epilogue: Epilogue,
     scaling: Scaling,
     pad_fill: Option<f32>,
+    /// The input slot holds the staged bytes, written by the convolution
+    /// before (`write_staged`): nothing to stage.
+    input_staged: bool,
+    /// Where the outputs go.
+    output: Output,
+}
+
+/// Where a quantized convolution's outputs go.
+#[derive(Clone, Debug, PartialEq)]
+enum Output {
+    /// Floats in the output's layout.
+    Floats,
+    /// The grid's bytes, as the next convolution stages its input.
+    Staged(StagedInput),
+}
+
+/// A convolution's staged input as the convolution before it can write it
+/// (the bytes `stage` would write from the floats): channel `c` of pixel
+/// (`n`, `y`, `x`) at byte `((n * rows + top + y) * cols + left + x) *
+/// pixel + c`, the `q - min` of its integer `q` on `grid`; every other byte
+/// (padding rows and columns, spare channels) the grid's zero byte.
+#[derive(Clone, Debug, PartialEq)]
+pub(in crate::runtime) struct StagedInput {
+    grid: Grid,
+    /// The input's batch, channels, height and width.
+    shape: [usize; 4],
+    rows: usize,
+    cols: usize,
+    top: usize,
+    left: usize,
+    pixel: usize,
+}
+
+impl StagedInput {
+    fn bytes(&self) -> usize {
+        self.shape[0] * self.rows * self.cols * self.pixel
+    }
+
+    /// Where pixel (`n`, `y`, `x`) starts.
+    fn at(&self, n: usize, y: usize, x: usize) -> usize {
+        ((n * self.rows + self.top + y) * self.cols + self.left + x) * self.pixel
+    }
+
+    /// Writes the zero byte everywhere but the pixels' channels.
+    fn fill_padding(&self, bytes: &mut [u8]) {
+        let [n, c, h, w] = self.shape;
+        let zero = self.grid.zero_byte();
+        if self.pixel > c {
+            return bytes.fill(zero);
+        }
+        let row = self.cols * self.pixel;
+        for (r, staged) in bytes.chunks_exact_mut(row).enumerate().take(n * self.rows) {
+            match (r % self.rows).checked_sub(self.top) {
+                Some(y) if y < h => {
+                    staged[..self.left * self.pixel].fill(zero);
+                    staged[(self.left + w) * self.pixel..].fill(zero);
+                }
+                _ => staged.fill(zero),
+            }
+        }
+    }
 }
 
 /// How a channel's integer sums become outputs.
@@ -222,8 +290,9 @@ enum Scaling {
     /// with the bias, when that is an integer of the sum's grid, is
     /// multiplied in f32 by `in_step * w_step / step`, rounded half to even,
     /// clamped to `lo..=hi` (the grid's integers less its zero point, within
-    /// the epilogue's clamp) and scaled back by `step`.
-    Requantized { step: f32, lo: f32, hi: f32 },
+    /// the epilogue's clamp) and scaled back by `step` (or, written as the
+    /// next convolution's staged input, shifted onto its bytes).
+    Requantized { grid: Grid, lo: f32, hi: f32 },
 }
 
 impl Scaling {
@@ -240,7 +309,12 @@ impl Scaling {
                 // rounded clamp after it.
                 let bound = |b: f32| (b / scale).round_ties_even();
                 Scaling::Requantized {
-                    step: scale,
+                    grid: Grid {
+                        scale,
+                        zero_point,
+                        min,
+                        max,
+                    },
                     lo: bound(epilogue.min).max(min - zero_point),
                     hi: bound(epilogue.max).min(max - zero_point),
                 }
@@ -354,15 +428,15 @@ impl QuantConv {
                 let mut zero_sum = zero * sum;
                 scales[b * WIDTH + l] = match scaling {
                     Scaling::Float => sum_step,
-                    Scaling::Requantized { step, .. } => {
+                    Scaling::Requantized { grid: out, .. } => {
                         match integer_bias(bias[o], sum_step) {
                             Some(q) => {
                                 zero_sum -= q;
                                 bias[o] = 0.0;
                             }
-                            None => bias[o] /= step,
+                            None => bias[o] /= out.scale,
                         }
-                        sum_step / step
+                        sum_step / out.scale
                     }
                 };
                 zero_sums[b * WIDTH + l] = zero_sum;
@@ -399,7 +473,64 @@ impl QuantConv {
             epilogue,
             scaling,
             pad_fill: pad_fill.filter(|_| padded),
+            input_staged: false,
+            output: Output::Floats,
         })
+    }
+
+    /// How this convolution stages its input, for the convolution before it
+    /// to write: `None` where its staged pixels are not the input's pixels
+    /// in order (a strided 1x1 window) or its channels not the bytes in
+    /// order (groups of channels padded to lanes of four).
+    pub(in crate::runtime) fn staged_input(&self) -> Option<StagedInput> {
+        let (o, s) = (&self.outer, &self.staging);
+        let channels_in_order = o.groups == 1 || (o.cin / o.groups).is_multiple_of(4);
+        let (rows, cols, top, left) = match s.source {
+            Source::Padded { top, left } => (s.rows, s.cols, top, left),
+            Source::Subsampled { stride: (1, 1), .. } => (o.h, o.w, 0, 0),
+            Source::Subsampled { .. } => return None,
+        };
+        channels_in_order.then_some(StagedInput {
+            grid: self.grid,
+            shape: [o.n, o.cin, o.h, o.w],
+            rows,
+            cols,
+            top,
+            left,
+            pixel: s.pixel,
+        })
+    }
+
+    /// Writes the outputs as `to`, the next convolution's staged input,
+    /// when they are rounded onto its grid and are its input's shape;
+    /// whether it will.
+    pub(in crate::runtime) fn write_staged(&mut self, to: StagedInput) -> bool {
+        let o = &self.outer;
+        let fits = match self.scaling {
+            Scaling::Requantized { grid, .. } => {
+                grid == to.grid && to.shape == [o.n, o.cout, o.oh, o.ow]
+            }
+            Scaling::Float => false,
+        };
+        if fits {
+            self.output = Output::Staged(to);
+            self.pad_fill = None;
+        }
+        fits
+    }
+
+    /// Reads the input as the staged bytes the convolution before writes.
+    pub(in crate::runtime) fn read_staged(&mut self) {
+        self.input_staged = true;
+    }
+
+    /// Elements (f32) of the output slot where the outputs are the next
+    /// convolution's staged bytes.
+    pub(in crate::runtime) fn output_len(&self) -> Option<usize> {
+        match &self.output {
+            Output::Staged(to) => Some(to.bytes().div_ceil(4)),
+            Output::Floats => None,
+        }
     }
 
     /// The packed weights every run reads.
@@ -407,9 +538,13 @@ impl QuantConv {
         &self.w
     }
 
-    /// Elements (f32) of working memory `run` needs: the staged bytes.
+    /// Elements (f32) of working memory `run` needs: the staged bytes,
+    /// unless the input holds them.
     pub fn scratch_len(&self) -> usize {
-        self.staged_bytes().div_ceil(4)
+        match self.input_staged {
+            true => 0,
+            false => self.staged_bytes().div_ceil(4),
+        }
     }
 
     fn staged_bytes(&self) -> usize {
@@ -421,11 +556,21 @@ impl QuantConv {
     /// `scratch` holds at least `scratch_len()` elements.
     pub fn run(&self, x: &[f32], residual: Option<&[f32]>, y: &mut [f32], scratch: &mut [f32]) {
         let g = &self.geom;
-        assert!(x.len() >= self.outer.x_len() && y.len() >= self.outer.y_len());
+        let y_len = self.output_len().unwrap_or(self.outer.y_len());
+        assert!(y.len() >= y_len && scratch.len() >= self.scratch_len());
         assert!(residual.is_none_or(|r| r.len() >= self.outer.y_len()));
-        assert!(scratch.len() >= self.scratch_len());
-        let staged = &mut as_bytes_mut(scratch)[..self.staged_bytes()];
-        self.stage(x, staged);
+        let staged = match self.input_staged {
+            true => &as_bytes(x)[..self.staged_bytes()],
+            false => {
+                assert!(x.len() >= self.outer.x_len());
+                let staged = &mut as_bytes_mut(scratch)[..self.staged_bytes()];
+                self.stage(x, staged);
+                staged
+            }
+        };
+        if let Output::Staged(to) = &self.output {
+            to.fill_padding(as_bytes_mut(y));
+        }
         let staged = staged.as_ptr() as usize;
         let blocks = self.blocks.len();
         let rows = g.n * g.oh;
@@ -435,11 +580,17 @@ impl QuantConv {
             .clamp(1, tiles.max(1));
         let span = tiles.div_ceil(cuts) * TILE;
         let cuts = g.ow.div_ceil(span);
-        // Consecutive pieces cover every block of the same pixels, whose
-        // staged bytes then stay in L1 (the int8 weights are a quarter of
-        // the float ones, and stay in L2).
-        super::for_each_piece(rows * cuts * blocks, x, residual, y, |i, _, res, y| {
-            let (piece, b) = (i / blocks, i % blocks);
+        // Small weights stay in L2 whatever the order: consecutive pieces
+        // then cover every block of the same pixels, whose staged bytes stay
+        // in L1. Larger weights would be read from L3 for every row; there
+        // consecutive pieces cover every pixel of one block instead.
+        let pixels_outer = self.w.len() * 4 <= PIXELS_OUTER_WEIGHT_BYTES;
+        let pieces = rows * cuts;
+        super::for_each_piece(pieces * blocks, x, residual, y, |i, _, res, y| {
+            let (piece, b) = match pixels_outer {
+                true => (i / blocks, i % blocks),
+                false => (i % pieces, i / pieces),
+            };
             let (row, cut) = (piece / cuts, piece % cuts);
             let cols = cut * span..((cut + 1) * span).min(g.ow);
             // SAFETY: the staged bytes, residual and output were checked to
@@ -510,12 +661,35 @@ impl QuantConv {
                 pixels,
                 vectors: block.channels.div_ceil(LANES),
             };
+            let mut pixel_at = [0isize; TILE];
+            let (y, lane_offsets) = match &self.output {
+                Output::Floats => {
+                    for (p, at) in pixel_at.iter_mut().enumerate() {
+                        *at = (p * g.y_cb) as isize;
+                    }
+                    let y = y.add(y_row + ox * g.y_cb);
+                    (Dest::Floats(y), block.lane_offsets.as_deref())
+                }
+                Output::Staged(to) => {
+                    // The tile's pixels as the outer geometry's rows and
+                    // columns: a 1x1 window runs as one row, and the staged
+                    // rows may have padding between them.
+                    let ow = self.outer.ow;
+                    let pixel = |p: usize| to.at(n, p / ow, p % ow);
+                    let first = oy * g.ow + ox;
+                    for (p, at) in pixel_at.iter_mut().enumerate().take(pixels) {
+                        *at = (pixel(first + p) - pixel(first)) as isize;
+                    }
+                    let y = y.cast::<u8>().add(pixel(first) + block.first);
+                    (Dest::Bytes(y), None)
+                }
+            };
             let out = Out {
-                y: y.add(y_row + ox * g.y_cb),
+                y,
                 residual: res.map(|p| p.add(y_row + ox * g.y_cb)),
-                pixel: g.y_cb,
+                pixel_at,
                 channels: block.channels,
-                lane_offsets: block.lane_offsets.as_deref(),
+                lane_offsets,
                 zero_sums: self.zero_sums.as_ptr().add(b * WIDTH),
                 scales: self.scales.as_ptr().add(b * WIDTH),
                 bias: self.params.as_ptr().add(b * WIDTH),
@@ -600,13 +774,22 @@ struct TileCall<'a> {
     vectors: usize,
 }
 
+/// Pixel 0 of a tile's first output channel.
+#[derive(Clone, Copy)]
+enum Dest {
+    /// In the output's float layout.
+    Floats(*mut f32),
+    /// In the next convolution's staged bytes.
+    Bytes(*mut u8),
+}
+
 /// Where one tile's sums go, and what they pass through on the way.
 struct Out<'a> {
-    /// Pixel 0 of the block's first channel.
-    y: *mut f32,
+    y: Dest,
+    /// Laid out like the float output.
     residual: Option<*const f32>,
-    /// Elements between neighbouring pixels.
-    pixel: usize,
+    /// Each pixel's offset (elements or bytes) from the first's.
+    pixel_at: [isize; TILE],
     channels: usize,
     lane_offsets: Option<&'a [isize]>,
     /// Per lane (`WIDTH` of each).
@@ -780,7 +963,7 @@ unsafe fn finish<V: Vector>(pixels: usize, sums: &Sums, out: &Out) {
         starts[c / V::LANES] = side_by_side.then(|| offs.get(c).copied().unwrap_or(c as isize));
     }
     for (p, sum) in sums.iter().enumerate().take(pixels) {
-        let at = (p * out.pixel) as isize;
+        let at = out.pixel_at[p];
         for c in (0..out.channels).step_by(V::LANES) {
             let k = (out.channels - c).min(V::LANES);
             match starts[c / V::LANES] {
@@ -789,7 +972,11 @@ unsafe fn finish<V: Vector>(pixels: usize, sums: &Sums, out: &Out) {
                         Some(r) => Some(load_part::<V>(r.offset(at + start), k, 0.0)),
                         None => None,
                     };
-                    store_part(output(out, sum, c, r), out.y.offset(at + start), k);
+                    let v = output(out, sum, c, r);
+                    match out.y {
+                        Dest::Floats(y) => store_part(v, y.offset(at + start), k),
+                        Dest::Bytes(y) => store_bytes_part(v, y.offset(at + start), k),
+                    }
                 }
                 None => {
                     let offset = |l: usize| at + offs[c + l];
@@ -805,7 +992,10 @@ unsafe fn finish<V: Vector>(pixels: usize, sums: &Sums, out: &Out) {
                     };
                     output(out, sum, c, r).store(lanes.as_mut_ptr());
                     for (l, &v) in lanes.iter().enumerate().take(k) {
-                        *out.y.offset(offset(l)) = v;
+                        match out.y {
+                            Dest::Floats(y) => *y.offset(offset(l)) = v,
+                            Dest::Bytes(y) => *y.offset(offset(l)) = v as u8,
+                        }
                     }
                 }
             }
@@ -813,16 +1003,21 @@ unsafe fn finish<V: Vector>(pixels: usize, sums: &Sums, out: &Out) {
     }
 }
 
-/// The outputs of channels `c..` of a pixel's sums `sum`, with the residual
-/// `r` where the scaling is `Float`.
+/// The outputs of channels `c..` of a pixel's sums `sum` (floats, or the
+/// bytes of the next convolution's staged input), with the residual `r`
+/// where the scaling is `Float`.
 #[inline(always)]
 unsafe fn output<V: Vector>(out: &Out, sum: &[f32; WIDTH], c: usize, r: Option<V>) -> V {
     let v = V::load(sum[c..].as_ptr());
     let v = V::fma(v, V::load(out.scales.add(c)), V::load(out.bias.add(c)));
     match out.scaling {
-        Scaling::Requantized { step, lo, hi } => {
+        Scaling::Requantized { grid, lo, hi } => {
             let q = V::min(V::max(V::round(v), V::splat(lo)), V::splat(hi));
-            V::mul(q, V::splat(step))
+            match out.y {
+                Dest::Floats(_) => V::mul(q, V::splat(grid.scale)),
+                // The byte of `q + zero_point` is its distance from `min`.
+                Dest::Bytes(_) => V::add(q, V::splat(grid.zero_point - grid.min)),
+            }
         }
         Scaling::Float => {
             let v = match r {

@@ -870,6 +870,136 @@ fn int8_conv_requantizes_onto_the_output_grid_as_integer_kernels_do() {
     }
 }
 
+/// A requantized convolution that writes the next convolution's staged
+/// input as bytes gives that convolution the outputs it computes from the
+/// floats, bit for bit: padded 3x3 and 1x1 windows after it (a 1x1 before
+/// it runs as one row across the padded rows), grouped and not, every
+/// channel blocking and instruction set. The byte slot starts as garbage,
+/// so unfilled padding would show. A strided 1x1 window (its staged pixels
+/// not the input's) and a float output are refused.
+#[test]
+fn int8_conv_hands_its_output_to_the_next_as_staged_bytes() {
+    let isas = available_isas();
+    let mut rng = Rng(31);
+    let mut handed = 0;
+    for case in 0..48 {
+        let QuantCase {
+            g: ga,
+            grid,
+            x,
+            wt: wa,
+            ..
+        } = quant_case(case, false, &mut rng);
+        let weights_a = IntegerWeights::recover(&wa, ga.cout).expect("weights on a grid");
+        let (qmin, qmax) = if case % 2 == 0 { (0, 255) } else { (-128, 127) };
+        let between = Grid {
+            scale: 0.02 + rng.below(100) as f32 / 500.0,
+            zero_point: (qmin + rng.range(0, 255) as i32) as f32,
+            min: qmin as f32,
+            max: qmax as f32,
+        };
+        let requantize = Epilogue::of(Some(Activation::Unary(UnaryOp::QuantizeDequantize {
+            scale: between.scale,
+            zero_point: between.zero_point,
+            min: between.min,
+            max: between.max,
+        })));
+        // The next convolution reads the first's output as it is laid out.
+        let (k, pad, stride) = match case % 4 {
+            0 => ((3, 3), (1, 1), (1, 1)),
+            1 => ((1, 1), (0, 0), (1, 1)),
+            2 => ((3, 3), (1, 1), (2, 2)),
+            _ => ((1, 1), (0, 0), (2, 2)),
+        };
+        let groups = if case % 3 == 2 && ga.cout % 2 == 0 {
+            2
+        } else {
+            1
+        };
+        let cout = groups * rng.range(1, 24);
+        let gb = ConvGeom {
+            n: ga.n,
+            groups,
+            x_cb: ga.y_cb,
+            ..random_blocked_geom(
+                &mut rng,
+                (ga.cout, cout),
+                (ga.oh, ga.ow),
+                (k, stride, (1, 1)),
+                (pad, pad),
+            )
+        };
+        let per = ga.cout / groups * k.0 * k.1;
+        let wb: Vec<f32> = (0..cout * per)
+            .map(|i| (rng.range(0, 254) as f32 - 127.0) * (0.01 + (i / per) as f32 / 64.0))
+            .collect();
+        let weights_b = IntegerWeights::recover(&wb, cout).expect("weights on a grid");
+        let bias_a = rng.f32s(ga.cout);
+        let bias_b = vec![0f32; cout];
+        let xa = Blocked::input_of(&ga).scatter(&x);
+        for &isa in &isas {
+            let spec_a = ConvSpec {
+                geom: ga.clone(),
+                isa,
+                w: &wa,
+                params: ChannelParams::bias_only(&bias_a),
+                epilogue: requantize,
+                pad_fill: Some(0.0),
+                threads: 1,
+                grid: Some(grid),
+                residual: false,
+            };
+            let spec_b = ConvSpec {
+                geom: gb.clone(),
+                w: &wb,
+                params: ChannelParams::bias_only(&bias_b),
+                epilogue: Epilogue::of(None),
+                grid: Some(between),
+                ..spec_a
+            };
+            let build = |spec: &ConvSpec, grid, w| QuantConv::new(spec, grid, w).expect("bytes");
+            let run = |conv: &QuantConv, x: &[f32], y_len: usize| {
+                let mut y = vec![f32::NAN; y_len];
+                let mut scratch = vec![f32::NAN; conv.scratch_len()];
+                conv.run(x, None, &mut y, &mut scratch);
+                y
+            };
+            let (a, b) = (
+                build(&spec_a, grid, &weights_a),
+                build(&spec_b, between, &weights_b),
+            );
+            let floats = run(&b, &run(&a, &xa, ga.y_len()), gb.y_len());
+            let (mut a, mut b) = (a, b);
+            let what = format!("case {case} {isa:?} {ga:?} then {gb:?}");
+            let Some(to) = b.staged_input() else {
+                assert!(
+                    stride == (2, 2) && k == (1, 1) || !(gb.cin / groups).is_multiple_of(4),
+                    "{what}"
+                );
+                continue;
+            };
+            let mut off_grid = build(
+                &ConvSpec {
+                    epilogue: Epilogue::of(None),
+                    ..spec_a
+                },
+                grid,
+                &weights_a,
+            );
+            assert!(!off_grid.write_staged(to.clone()), "{what}: float outputs");
+            assert!(a.write_staged(to), "{what}");
+            b.read_staged();
+            let slot = a.output_len().expect("bytes");
+            let bytes = run(&a, &xa, slot);
+            let handed_over = run(&b, &bytes, gb.y_len());
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&handed_over), bits(&floats), "{what}");
+            handed += 1;
+        }
+    }
+    assert!(handed >= 40, "only {handed} handed over");
+}
+
 /// Weights recover their integers and per-channel steps when they lie on a
 /// grid of signed bytes, whatever the largest integer; weights off every
 /// such grid are refused.
