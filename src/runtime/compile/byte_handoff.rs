@@ -8,7 +8,7 @@
 //! and the value's slot holds those bytes: a quarter of the memory traffic
 //! and no staging pass.
 
-use super::Compiler;
+use super::{dataflow, Compiler};
 use crate::graph::ValueRef;
 use crate::runtime::kernels::conv::algo::ConvKernel;
 use crate::runtime::model::Kernel;
@@ -19,18 +19,7 @@ impl Compiler<'_> {
     /// convolution alone over as that convolution's staged bytes; the
     /// values now held as bytes, with their slots' lengths in f32 elements.
     pub(super) fn hand_off_bytes(&mut self) -> HashMap<ValueRef, usize> {
-        let mut readers: HashMap<ValueRef, usize> = HashMap::new();
-        for v in self
-            .steps
-            .iter()
-            .flat_map(|s| &s.inputs)
-            .chain(self.g.outputs())
-        {
-            *readers.entry(*v).or_default() += 1;
-        }
-        let producer: HashMap<ValueRef, usize> = (self.steps.iter().enumerate())
-            .flat_map(|(i, s)| s.outputs.iter().map(move |&v| (v, i)))
-            .collect();
+        let (readers, producer) = dataflow(self.g, &self.steps);
         let mut held = HashMap::new();
         for reader in 0..self.steps.len() {
             let step = &self.steps[reader];

@@ -3,6 +3,7 @@
 //! for the op or elementwise chain, or the reference executor as a fallback —
 //! then `arena` gives every value its memory.
 
+mod add_fusion;
 mod arena;
 mod axis_sources;
 mod byte_handoff;
@@ -61,6 +62,19 @@ struct Pending {
     /// The milliseconds the cost model measured for the step's kernel, if it
     /// did: the profile predicts the step by them.
     measured_ms: Option<f64>,
+}
+
+/// How many steps (and graph outputs) read each value, and which step
+/// computes it: what the passes over built steps check before joining two.
+fn dataflow(g: &Graph, steps: &[Pending]) -> (HashMap<ValueRef, usize>, HashMap<ValueRef, usize>) {
+    let mut readers: HashMap<ValueRef, usize> = HashMap::new();
+    for v in steps.iter().flat_map(|s| &s.inputs).chain(g.outputs()) {
+        *readers.entry(*v).or_default() += 1;
+    }
+    let producer = (steps.iter().enumerate())
+        .flat_map(|(i, s)| s.outputs.iter().map(move |&v| (v, i)))
+        .collect();
+    (readers, producer)
 }
 
 /// The source layers of a fused group: those of each of its nodes.
@@ -1199,6 +1213,7 @@ impl<'g> Compiler<'g> {
             }
         }
         self.add_measured_transforms();
+        self.fuse_quantized_adds();
         let bytes = self.hand_off_bytes();
         self.plan_memory(pool, &bytes)
     }

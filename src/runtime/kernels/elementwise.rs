@@ -221,6 +221,27 @@ impl Elementwise {
         })
     }
 
+    /// The quantized add this kernel is, with the operands it reads as `a`
+    /// and `b`, when it computes nothing else and reads both as its output
+    /// is stored (element `k` of each for output element `k`).
+    pub(in crate::runtime) fn as_quantized_add(&self) -> Option<(QuantizedAdd, usize, usize)> {
+        let [Func::QuantizedAdd(add, Arg::Operand(a), Arg::Operand(b))] = self.funcs[..] else {
+            return None;
+        };
+        let out_len: usize = self.extents.iter().product();
+        let mut contiguous = vec![0; self.extents.len()];
+        let mut step = 1;
+        for (s, &e) in contiguous.iter_mut().zip(&self.extents).rev() {
+            *s = step;
+            step *= e;
+        }
+        let like_output = |i: usize| {
+            self.strides[i] == contiguous && self.lens[i] == out_len && self.reads[i] == Read::Walk
+        };
+        (self.packed.is_empty() && a != b && like_output(a) && like_output(b))
+            .then_some((add, a, b))
+    }
+
     /// Runs the chain over `operands` (in the order of the strides) into `y`.
     pub fn run(&self, operands: &[&[f32]], y: &mut [f32]) -> Result<(), KernelError> {
         let lens_ok = operands.len() + self.packed.len() == self.lens.len()

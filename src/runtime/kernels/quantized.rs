@@ -129,6 +129,32 @@ impl QuantizedAdd {
         self.sum(qa, qb)
     }
 
+    /// The grid of operand `a` where `first`, else of `b`.
+    pub(in crate::runtime) fn operand_grid(&self, first: bool) -> Grid {
+        match first {
+            true => self.a,
+            false => self.b,
+        }
+    }
+
+    /// `x + y` on grid `c` for `x` given by its integers `qx`: operand `a`
+    /// where `x_first`, else `b`; `y` the other operand's value.
+    ///
+    /// # Safety
+    /// `V`'s instruction set must be available.
+    #[inline(always)]
+    pub(in crate::runtime) unsafe fn add_to_integers<V: Vector>(
+        &self,
+        qx: V,
+        y: V,
+        x_first: bool,
+    ) -> V {
+        match x_first {
+            true => self.sum(qx, self.b.integers(y, self.b_inverse)),
+            false => self.sum(self.a.integers(y, self.a_inverse), qx),
+        }
+    }
+
     /// The sum of the integers `qa` and `qb` on grid `c`, dequantized.
     #[inline(always)]
     unsafe fn sum<V: Vector>(&self, qa: V, qb: V) -> V {

@@ -23,7 +23,7 @@ use super::tile::{ChannelParams, Epilogue, TILE};
 use crate::core::{par, PageBuf};
 use crate::fusion::Activation;
 use crate::graph::UnaryOp;
-use crate::runtime::kernels::quantized::Grid;
+use crate::runtime::kernels::quantized::{Grid, QuantizedAdd};
 use crate::runtime::kernels::simd::{
     array_of, load_part, run_vectorized, store_bytes_part, store_part, Isa, Lanes, Portable,
     Vector, VectorKernel, MAX_LANES,
@@ -293,6 +293,16 @@ enum Scaling {
     /// the epilogue's clamp) and scaled back by `step` (or, written as the
     /// next convolution's staged input, shifted onto its bytes).
     Requantized { grid: Grid, lo: f32, hi: f32 },
+    /// As `Requantized`, then added to the residual, the other operand of a
+    /// quantized add (on its own grid), as `QuantizedAdd` computes it from
+    /// the integers; `first` where the convolution is the add's operand `a`.
+    RequantizedAdd {
+        grid: Grid,
+        lo: f32,
+        hi: f32,
+        add: QuantizedAdd,
+        first: bool,
+    },
 }
 
 impl Scaling {
@@ -428,7 +438,8 @@ impl QuantConv {
                 let mut zero_sum = zero * sum;
                 scales[b * WIDTH + l] = match scaling {
                     Scaling::Float => sum_step,
-                    Scaling::Requantized { grid: out, .. } => {
+                    Scaling::Requantized { grid: out, .. }
+                    | Scaling::RequantizedAdd { grid: out, .. } => {
                         match integer_bias(bias[o], sum_step) {
                             Some(q) => {
                                 zero_sum -= q;
@@ -510,13 +521,40 @@ impl QuantConv {
             Scaling::Requantized { grid, .. } => {
                 grid == to.grid && to.shape == [o.n, o.cout, o.oh, o.ow]
             }
-            Scaling::Float => false,
+            Scaling::Float | Scaling::RequantizedAdd { .. } => false,
         };
         if fits {
             self.output = Output::Staged(to);
             self.pad_fill = None;
         }
         fits
+    }
+
+    /// Adds the requantized outputs to the other operand of `add` (read as
+    /// the residual) when they are its operand `a` (where `first`, else
+    /// `b`): when they lie on that operand's grid, go out as floats and
+    /// fill whole channel blocks (no padding channels to fill); whether
+    /// they will.
+    pub(in crate::runtime) fn fuse_add(&mut self, add: QuantizedAdd, first: bool) -> bool {
+        let o = &self.outer;
+        let whole_blocks = o.cout.is_multiple_of(o.y_cb);
+        match self.scaling {
+            Scaling::Requantized { grid, lo, hi }
+                if grid == add.operand_grid(first)
+                    && whole_blocks
+                    && self.output == Output::Floats =>
+            {
+                self.scaling = Scaling::RequantizedAdd {
+                    grid,
+                    lo,
+                    hi,
+                    add,
+                    first,
+                };
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Reads the input as the staged bytes the convolution before writes.
@@ -559,6 +597,8 @@ impl QuantConv {
         let y_len = self.output_len().unwrap_or(self.outer.y_len());
         assert!(y.len() >= y_len && scratch.len() >= self.scratch_len());
         assert!(residual.is_none_or(|r| r.len() >= self.outer.y_len()));
+        let adds = matches!(self.scaling, Scaling::RequantizedAdd { .. });
+        assert!(residual.is_some() || !adds, "a fused add reads its operand");
         let staged = match self.input_staged {
             true => &as_bytes(x)[..self.staged_bytes()],
             false => {
@@ -1017,6 +1057,21 @@ unsafe fn output<V: Vector>(out: &Out, sum: &[f32; WIDTH], c: usize, r: Option<V
                 Dest::Floats(_) => V::mul(q, V::splat(grid.scale)),
                 // The byte of `q + zero_point` is its distance from `min`.
                 Dest::Bytes(_) => V::add(q, V::splat(grid.zero_point - grid.min)),
+            }
+        }
+        Scaling::RequantizedAdd {
+            grid,
+            lo,
+            hi,
+            add,
+            first,
+        } => {
+            let q = V::min(V::max(V::round(v), V::splat(lo)), V::splat(hi));
+            let integers = V::add(q, V::splat(grid.zero_point));
+            match r {
+                Some(r) => add.add_to_integers(integers, r, first),
+                // `run` checked that the add's operand is there.
+                None => V::mul(q, V::splat(grid.scale)),
             }
         }
         Scaling::Float => {

@@ -13,8 +13,8 @@ use crate::runtime::kernels::conv::direct::{ConvGeom, PackedConv};
 use crate::runtime::kernels::conv::int8::{IntegerWeights, QuantConv};
 use crate::runtime::kernels::conv::pixel_lanes::PixelLanes;
 use crate::runtime::kernels::conv::tile::{ChannelParams, Epilogue};
-use crate::runtime::kernels::quantized::Grid;
-use crate::runtime::kernels::simd::Isa;
+use crate::runtime::kernels::quantized::{Grid, QuantizedAdd};
+use crate::runtime::kernels::simd::{Isa, Scalar, Vector};
 use crate::runtime::test_support::{available_isas, Blocked, FusedTail, Rng};
 
 /// The logical NCHW convolution computed plainly in f64.
@@ -870,6 +870,50 @@ fn int8_conv_requantizes_onto_the_output_grid_as_integer_kernels_do() {
     }
 }
 
+/// A random grid of case `case`'s 8-bit type: u8 on even cases, else s8.
+fn random_grid(case: usize, rng: &mut Rng) -> Grid {
+    let min = if case.is_multiple_of(2) { 0 } else { -128 };
+    Grid {
+        scale: 0.02 + rng.below(100) as f32 / 500.0,
+        zero_point: (min + rng.range(0, 255) as i32) as f32,
+        min: min as f32,
+        max: (min + 255) as f32,
+    }
+}
+
+/// A one-thread convolution over an input on `grid`, with `bias` and
+/// `epilogue` and no residual.
+fn quant_spec<'a>(
+    g: &ConvGeom,
+    isa: Isa,
+    w: &'a [f32],
+    bias: &'a [f32],
+    epilogue: Epilogue,
+    grid: Grid,
+) -> ConvSpec<'a> {
+    ConvSpec {
+        geom: g.clone(),
+        isa,
+        w,
+        params: ChannelParams::bias_only(bias),
+        epilogue,
+        pad_fill: Some(0.0),
+        threads: 1,
+        grid: Some(grid),
+        residual: false,
+    }
+}
+
+/// The epilogue that rounds onto `grid`.
+fn rounding_onto(grid: Grid) -> Epilogue {
+    Epilogue::of(Some(Activation::Unary(UnaryOp::QuantizeDequantize {
+        scale: grid.scale,
+        zero_point: grid.zero_point,
+        min: grid.min,
+        max: grid.max,
+    })))
+}
+
 /// A requantized convolution that writes the next convolution's staged
 /// input as bytes gives that convolution the outputs it computes from the
 /// floats, bit for bit: padded 3x3 and 1x1 windows after it (a 1x1 before
@@ -891,19 +935,8 @@ fn int8_conv_hands_its_output_to_the_next_as_staged_bytes() {
             ..
         } = quant_case(case, false, &mut rng);
         let weights_a = IntegerWeights::recover(&wa, ga.cout).expect("weights on a grid");
-        let (qmin, qmax) = if case % 2 == 0 { (0, 255) } else { (-128, 127) };
-        let between = Grid {
-            scale: 0.02 + rng.below(100) as f32 / 500.0,
-            zero_point: (qmin + rng.range(0, 255) as i32) as f32,
-            min: qmin as f32,
-            max: qmax as f32,
-        };
-        let requantize = Epilogue::of(Some(Activation::Unary(UnaryOp::QuantizeDequantize {
-            scale: between.scale,
-            zero_point: between.zero_point,
-            min: between.min,
-            max: between.max,
-        })));
+        let between = random_grid(case, &mut rng);
+        let requantize = rounding_onto(between);
         // The next convolution reads the first's output as it is laid out.
         let (k, pad, stride) = match case % 4 {
             0 => ((3, 3), (1, 1), (1, 1)),
@@ -938,17 +971,7 @@ fn int8_conv_hands_its_output_to_the_next_as_staged_bytes() {
         let bias_b = vec![0f32; cout];
         let xa = Blocked::input_of(&ga).scatter(&x);
         for &isa in &isas {
-            let spec_a = ConvSpec {
-                geom: ga.clone(),
-                isa,
-                w: &wa,
-                params: ChannelParams::bias_only(&bias_a),
-                epilogue: requantize,
-                pad_fill: Some(0.0),
-                threads: 1,
-                grid: Some(grid),
-                residual: false,
-            };
+            let spec_a = quant_spec(&ga, isa, &wa, &bias_a, requantize, grid);
             let spec_b = ConvSpec {
                 geom: gb.clone(),
                 w: &wb,
@@ -998,6 +1021,84 @@ fn int8_conv_hands_its_output_to_the_next_as_staged_bytes() {
         }
     }
     assert!(handed >= 40, "only {handed} handed over");
+}
+
+/// A requantized convolution that computes the quantized add after it (of
+/// its output and a shortcut on another grid) gives what the add's own step
+/// gives from the convolution's float output, bit for bit, as either
+/// operand of the add, on every channel blocking and instruction set. An
+/// output with padding channels, or on a grid other than the add's
+/// operand's, is refused.
+#[test]
+fn int8_conv_computes_the_quantized_add_after_it_as_the_add_does() {
+    let isas = available_isas();
+    let mut rng = Rng(37);
+    let mut fused = 0;
+    for case in 0..40 {
+        let QuantCase { g, grid, x, wt, .. } = quant_case(case, false, &mut rng);
+        let weights = IntegerWeights::recover(&wt, g.cout).expect("weights on a grid");
+        let mut new_grid = || random_grid(case, &mut rng);
+        let (rounded, shortcut, sum) = (new_grid(), new_grid(), new_grid());
+        let requantize = rounding_onto(rounded);
+        let first = case % 3 != 0;
+        let add = match first {
+            true => QuantizedAdd::new(rounded, shortcut, sum),
+            false => QuantizedAdd::new(shortcut, rounded, sum),
+        }
+        .expect("integral grids");
+        // The shortcut on its grid, laid out like the output.
+        let s: Vec<f32> = (0..g.y_len())
+            .map(|_| {
+                (rng.range(0, 255) as f32 + shortcut.min - shortcut.zero_point) * shortcut.scale
+            })
+            .collect();
+        let bias = rng.f32s(g.cout);
+        let xb = Blocked::input_of(&g).scatter(&x);
+        for &isa in &isas {
+            let spec = quant_spec(&g, isa, &wt, &bias, requantize, grid);
+            let build = || QuantConv::new(&spec, grid, &weights).expect("a grid of bytes");
+            let run = |conv: &QuantConv, residual: Option<&[f32]>| {
+                let mut y = vec![f32::NAN; g.y_len()];
+                let mut scratch = vec![f32::NAN; conv.scratch_len()];
+                conv.run(&xb, residual, &mut y, &mut scratch);
+                y
+            };
+            let conv_out = run(&build(), None);
+            let expect: Vec<u32> = (conv_out.iter().zip(&s))
+                .map(|(&c, &s)| {
+                    let (a, b) = if first { (c, s) } else { (s, c) };
+                    let mut sum = [0f32];
+                    // SAFETY: one lane of plain f32 arithmetic.
+                    unsafe {
+                        add.apply(Scalar::splat(a), Scalar::splat(b))
+                            .store(sum.as_mut_ptr())
+                    };
+                    sum[0].to_bits()
+                })
+                .collect();
+            let what = format!("case {case} {isa:?} {g:?} first {first}");
+            let mut conv = build();
+            let mut off_grid = build();
+            let other = match first {
+                true => QuantizedAdd::new(sum, shortcut, sum),
+                false => QuantizedAdd::new(shortcut, sum, sum),
+            };
+            assert!(
+                !off_grid.fuse_add(other.expect("integral"), first),
+                "{what}"
+            );
+            if !conv.fuse_add(add, first) {
+                assert!(!g.cout.is_multiple_of(g.y_cb), "{what}");
+                continue;
+            }
+            let got: Vec<u32> = run(&conv, Some(&s)).iter().map(|v| v.to_bits()).collect();
+            for (i, (got, want)) in got.iter().zip(&expect).enumerate() {
+                assert_eq!(got, want, "{what}: element {i}");
+            }
+            fused += 1;
+        }
+    }
+    assert!(fused >= 30, "only {fused} fused");
 }
 
 /// Weights recover their integers and per-channel steps when they lie on a
