@@ -292,16 +292,16 @@ enum Scaling {
     /// clamped to `lo..=hi` (the grid's integers less its zero point, within
     /// the epilogue's clamp) and scaled back by `step` (or, written as the
     /// next convolution's staged input, shifted onto its bytes).
-    Requantized { grid: Grid, lo: f32, hi: f32 },
-    /// As `Requantized`, then added to the residual, the other operand of a
-    /// quantized add (on its own grid), as `QuantizedAdd` computes it from
-    /// the integers; `first` where the convolution is the add's operand `a`.
-    RequantizedAdd {
+    ///
+    /// With `add`, the requantized integers are then added to the residual,
+    /// the other operand of a quantized add (on its own grid), as
+    /// `QuantizedAdd` computes it from the integers; the flag says whether
+    /// the convolution is the add's operand `a`.
+    Requantized {
         grid: Grid,
         lo: f32,
         hi: f32,
-        add: QuantizedAdd,
-        first: bool,
+        add: Option<(QuantizedAdd, bool)>,
     },
 }
 
@@ -327,6 +327,7 @@ impl Scaling {
                     },
                     lo: bound(epilogue.min).max(min - zero_point),
                     hi: bound(epilogue.max).min(max - zero_point),
+                    add: None,
                 }
             }
             _ => Scaling::Float,
@@ -438,8 +439,7 @@ impl QuantConv {
                 let mut zero_sum = zero * sum;
                 scales[b * WIDTH + l] = match scaling {
                     Scaling::Float => sum_step,
-                    Scaling::Requantized { grid: out, .. }
-                    | Scaling::RequantizedAdd { grid: out, .. } => {
+                    Scaling::Requantized { grid: out, .. } => {
                         match integer_bias(bias[o], sum_step) {
                             Some(q) => {
                                 zero_sum -= q;
@@ -518,10 +518,10 @@ impl QuantConv {
     pub(in crate::runtime) fn write_staged(&mut self, to: StagedInput) -> bool {
         let o = &self.outer;
         let fits = match self.scaling {
-            Scaling::Requantized { grid, .. } => {
-                grid == to.grid && to.shape == [o.n, o.cout, o.oh, o.ow]
-            }
-            Scaling::Float | Scaling::RequantizedAdd { .. } => false,
+            Scaling::Requantized {
+                grid, add: None, ..
+            } => grid == to.grid && to.shape == [o.n, o.cout, o.oh, o.ow],
+            Scaling::Float | Scaling::Requantized { .. } => false,
         };
         if fits {
             self.output = Output::Staged(to);
@@ -538,19 +538,12 @@ impl QuantConv {
     pub(in crate::runtime) fn fuse_add(&mut self, add: QuantizedAdd, first: bool) -> bool {
         let o = &self.outer;
         let whole_blocks = o.cout.is_multiple_of(o.y_cb);
-        match self.scaling {
-            Scaling::Requantized { grid, lo, hi }
-                if grid == add.operand_grid(first)
-                    && whole_blocks
-                    && self.output == Output::Floats =>
-            {
-                self.scaling = Scaling::RequantizedAdd {
-                    grid,
-                    lo,
-                    hi,
-                    add,
-                    first,
-                };
+        let floats = self.output == Output::Floats;
+        match &mut self.scaling {
+            Scaling::Requantized {
+                grid, add: fused, ..
+            } if fused.is_none() && *grid == add.operand_grid(first) && whole_blocks && floats => {
+                *fused = Some((add, first));
                 true
             }
             _ => false,
@@ -597,7 +590,7 @@ impl QuantConv {
         let y_len = self.output_len().unwrap_or(self.outer.y_len());
         assert!(y.len() >= y_len && scratch.len() >= self.scratch_len());
         assert!(residual.is_none_or(|r| r.len() >= self.outer.y_len()));
-        let adds = matches!(self.scaling, Scaling::RequantizedAdd { .. });
+        let adds = matches!(self.scaling, Scaling::Requantized { add: Some(_), .. });
         assert!(residual.is_some() || !adds, "a fused add reads its operand");
         let staged = match self.input_staged {
             true => &as_bytes(x)[..self.staged_bytes()],
@@ -715,12 +708,17 @@ impl QuantConv {
                     // columns: a 1x1 window runs as one row, and the staged
                     // rows may have padding between them.
                     let ow = self.outer.ow;
-                    let pixel = |p: usize| to.at(n, p / ow, p % ow);
                     let first = oy * g.ow + ox;
-                    for (p, at) in pixel_at.iter_mut().enumerate().take(pixels) {
-                        *at = (pixel(first + p) - pixel(first)) as isize;
+                    let (mut py, mut px) = (first / ow, first % ow);
+                    let origin = to.at(n, py, px);
+                    for at in pixel_at.iter_mut().take(pixels) {
+                        *at = (to.at(n, py, px) - origin) as isize;
+                        px += 1;
+                        if px == ow {
+                            (py, px) = (py + 1, 0);
+                        }
                     }
-                    let y = y.cast::<u8>().add(pixel(first) + block.first);
+                    let y = y.cast::<u8>().add(origin + block.first);
                     (Dest::Bytes(y), None)
                 }
             };
@@ -1045,33 +1043,22 @@ unsafe fn finish<V: Vector>(pixels: usize, sums: &Sums, out: &Out) {
 
 /// The outputs of channels `c..` of a pixel's sums `sum` (floats, or the
 /// bytes of the next convolution's staged input), with the residual `r`
-/// where the scaling is `Float`.
+/// where the scaling is `Float` or adds it.
 #[inline(always)]
 unsafe fn output<V: Vector>(out: &Out, sum: &[f32; WIDTH], c: usize, r: Option<V>) -> V {
     let v = V::load(sum[c..].as_ptr());
     let v = V::fma(v, V::load(out.scales.add(c)), V::load(out.bias.add(c)));
     match out.scaling {
-        Scaling::Requantized { grid, lo, hi } => {
+        Scaling::Requantized { grid, lo, hi, add } => {
             let q = V::min(V::max(V::round(v), V::splat(lo)), V::splat(hi));
-            match out.y {
-                Dest::Floats(_) => V::mul(q, V::splat(grid.scale)),
-                // The byte of `q + zero_point` is its distance from `min`.
-                Dest::Bytes(_) => V::add(q, V::splat(grid.zero_point - grid.min)),
-            }
-        }
-        Scaling::RequantizedAdd {
-            grid,
-            lo,
-            hi,
-            add,
-            first,
-        } => {
-            let q = V::min(V::max(V::round(v), V::splat(lo)), V::splat(hi));
-            let integers = V::add(q, V::splat(grid.zero_point));
-            match r {
-                Some(r) => add.add_to_integers(integers, r, first),
+            match (add, r, out.y) {
                 // `run` checked that the add's operand is there.
-                None => V::mul(q, V::splat(grid.scale)),
+                (Some((add, first)), Some(r), _) => {
+                    add.add_to_integers(V::add(q, V::splat(grid.zero_point)), r, first)
+                }
+                // The byte of `q + zero_point` is its distance from `min`.
+                (_, _, Dest::Bytes(_)) => V::add(q, V::splat(grid.zero_point - grid.min)),
+                _ => V::mul(q, V::splat(grid.scale)),
             }
         }
         Scaling::Float => {
