@@ -9,6 +9,10 @@ average pool, a dense layer) with seeded weights, converted with
 `Optimize.DEFAULT`:
   tflite_int8      full-integer (representative dataset; int8 input and output)
   tflite_dynamic   dynamic-range (int8 weights, float activations)
+With --keras NAME..., the same two forms of Keras applications (e.g.
+MobileNetV2 ResNet50) at 224x224, seeded random weights (there is no download
+here) and logits out (no softmax: random weights would flatten it to one
+value), as OUT/<NAME>_tflite_int8 and OUT/<NAME>_tflite_dynamic.
 Each OUT/<name>/ holds model.tflite and test_data_set_0/{input_0,output_0}.pb
 (the interpreter's output on input_0, in the model's own input/output types).
 Needs tensorflow-cpu and onnx (for the .pb files).
@@ -41,14 +45,17 @@ def save_pb(array: np.ndarray, path: Path) -> None:
     path.write_bytes(onnx.numpy_helper.from_array(array).SerializeToString())
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=Path("models/quant"))
-    args = ap.parse_args()
-    m = model()
+def keras_application(name: str) -> tf.keras.Model:
+    tf.keras.utils.set_random_seed(3)
+    make = getattr(tf.keras.applications, name)
+    return make(weights=None, input_shape=(224, 224, 3), classifier_activation=None)
+
+
+def write_forms(m: tf.keras.Model, prefix: str, out_dir: Path) -> None:
+    """The full-integer and dynamic-range forms of `m`, with references."""
     rng = np.random.default_rng(0)
-    samples = [rng.uniform(0, 1, (1, 24, 24, 3)).astype(np.float32) for _ in range(16)]
+    shape = (1, *m.input_shape[1:])
+    samples = [rng.uniform(0, 1, shape).astype(np.float32) for _ in range(16)]
     for form in ["tflite_int8", "tflite_dynamic"]:
         conv = tf.lite.TFLiteConverter.from_keras_model(m)
         conv.optimizations = [tf.lite.Optimize.DEFAULT]
@@ -58,7 +65,7 @@ def main() -> int:
             conv.inference_input_type = tf.int8
             conv.inference_output_type = tf.int8
         blob = conv.convert()
-        dst = args.out / form
+        dst = out_dir / f"{prefix}{form}"
         (dst / "test_data_set_0").mkdir(parents=True, exist_ok=True)
         (dst / "model.tflite").write_bytes(blob)
         interp = tf.lite.Interpreter(model_content=blob)
@@ -73,6 +80,19 @@ def main() -> int:
         save_pb(x, dst / "test_data_set_0" / "input_0.pb")
         save_pb(interp.get_tensor(out["index"]), dst / "test_data_set_0" / "output_0.pb")
         print(f"{dst}: {len(blob) >> 10} KiB, output quantization {out['quantization']}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=Path("models/quant"))
+    ap.add_argument("--keras", nargs="*", default=[], metavar="NAME",
+                    help="Keras applications to convert instead of the small CNN")
+    args = ap.parse_args()
+    if not args.keras:
+        write_forms(model(), "", args.out)
+    for name in args.keras:
+        write_forms(keras_application(name), f"{name}_", args.out)
     return 0
 
 
