@@ -31,6 +31,12 @@ impl OpDef for LayoutTransform {
         Ok(vec![ValueType::new(x.dtype, shape)])
     }
 
+    /// The runtime's native kernel moves f32 data; other types (the bytes
+    /// of a quantized input) move by the gathers found from `eval`.
+    fn moves_data(&self) -> bool {
+        true
+    }
+
     fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         let t = self
             .from

@@ -31,7 +31,7 @@ use super::measure::kernel_times::KernelTimes;
 use super::measure::roofline::StepWork;
 use super::model::{ControlKernel, Kernel};
 use super::{CompiledModel, KernelPath, Machine, RuntimeError, RuntimeOptions};
-use crate::core::par;
+use crate::core::{par, PadValue};
 use crate::fusion::{
     self, inner, input_layout, output_layout, output_shape, Activation, FusedGroup, Pattern, Target,
 };
@@ -585,7 +585,11 @@ impl<'g> Compiler<'g> {
     /// integer tensors reshaped on the way.
     fn index_kernel(&self, id: NodeId) -> Option<Kernel> {
         let (op, laid_out) = inner(self.g, id);
-        if laid_out.is_some() {
+        // A cast keeps every element where it is: in one layout without
+        // padding (a quantized input transposed as bytes), it converts the
+        // storage in order.
+        let in_place = |l: &LaidOut| matches!(op, Op::Cast(_)) && one_unpadded_layout(l);
+        if laid_out.is_some_and(|l| !in_place(l)) {
             return None;
         }
         let ins = self.g.node_inputs(id);
@@ -699,6 +703,14 @@ impl<'g> Compiler<'g> {
                     None => zero,
                 };
                 (Cow::Owned(op), Some(*value))
+            }
+            // Its padding, like a constant pad's, has no source and its fill.
+            Op::LayoutTransform(t) => {
+                let unfilled = Op::LayoutTransform(LayoutTransform {
+                    pad: PadValue::Known(0.0),
+                    ..t.clone()
+                });
+                (Cow::Owned(unfilled), t.pad.known())
             }
             op if op.def().moves_data() => (Cow::Borrowed(&node.op), None),
             _ => return None,
@@ -1507,6 +1519,19 @@ fn compile_graph(
         *ty = graph.value_type(v).clone();
     }
     Ok(model)
+}
+
+/// Whether every input and output of a laid-out op is in one layout that
+/// pads nothing: their elements then lie in the same order in storage.
+fn one_unpadded_layout(l: &LaidOut) -> bool {
+    let Some((layout, logical)) = l.inputs.first() else {
+        return false;
+    };
+    let unpadded = (layout.physical_shape(logical))
+        .is_ok_and(|p| p.iter().product::<usize>() == logical.iter().product::<usize>());
+    unpadded
+        && l.inputs.iter().all(|(x, _)| x == layout)
+        && l.outputs.iter().all(|(y, _)| y == layout)
 }
 
 #[cfg(test)]

@@ -836,3 +836,79 @@ fn resizes_of_other_axes_run_natively() {
         assert_close(&got, &expected, &format!("{shape:?} -> {sizes:?}"));
     }
 }
+
+/// A quantized input moved into another layout as bytes, as the planner
+/// places the transpose of a full-integer TFLite model's input (before its
+/// cast to float: a quarter of the bytes), and cast to f32 there: both run
+/// natively, a permutation and a channel-blocked layout whose padding the
+/// transform fills, equal to the reference executor.
+#[test]
+fn quantized_inputs_move_and_cast_natively_in_any_layout() {
+    use crate::core::{Layout, PadValue, TensorData};
+    use crate::ops::{Cast, LaidOut, LayoutTransform};
+    let logical = vec![1, 3, 4, 5];
+    let identity = Layout::identity(4).unwrap();
+    let transform = |from: &Layout, to: &Layout, pad: PadValue| {
+        Op::LayoutTransform(LayoutTransform {
+            from: from.clone(),
+            to: to.clone(),
+            logical: logical.clone(),
+            pad,
+        })
+    };
+    let node = |g: &mut Graph, op: Op, name: &str, x: ValueRef| {
+        ValueRef::new(g.add_node(op, name, &[x], &[], vec![]).unwrap(), 0)
+    };
+    let nhwc = Layout::permutation(&[0, 2, 3, 1]).unwrap();
+    let blocked = Layout::parse("NCHW2c").unwrap();
+    let mut g = Graph::new("moved bytes");
+    let x = g.add_input("x", ValueType::new(DType::I8, logical.clone()), vec![]);
+    // Bytes to NHWC, cast to f32 there, back to NCHW as floats.
+    let moved = node(
+        &mut g,
+        transform(&identity, &nhwc, PadValue::Undef),
+        "to_nhwc",
+        x,
+    );
+    let cast = Op::InLayout(Box::new(LaidOut {
+        inner: Op::Cast(Cast {
+            to: DType::F32,
+            saturate: true,
+        }),
+        inputs: vec![(nhwc.clone(), logical.clone())],
+        outputs: vec![(nhwc.clone(), PadValue::Undef)],
+    }));
+    let floats = node(&mut g, cast, "cast", moved);
+    let back = node(
+        &mut g,
+        transform(&nhwc, &identity, PadValue::Undef),
+        "back",
+        floats,
+    );
+    // Bytes to a blocked layout padded with 5 (3 channels in blocks of 2), and back.
+    let padded = node(
+        &mut g,
+        transform(&identity, &blocked, PadValue::Known(5.0)),
+        "pad",
+        x,
+    );
+    let unpadded = node(
+        &mut g,
+        transform(&blocked, &identity, PadValue::Undef),
+        "crop",
+        padded,
+    );
+    g.set_outputs(vec![back, padded, unpadded]);
+    let mut rng = Rng(5);
+    let bytes: Vec<i8> = (0..60).map(|_| rng.range(0, 255) as i8).collect();
+    let input = Tensor::new(logical.clone(), TensorData::I8(bytes));
+    let expected = crate::reference::run(&g, std::slice::from_ref(&input)).unwrap();
+    let m = compile_on(1, &g);
+    assert!(m.fallback_steps().is_empty(), "{}", m.describe().join("\n"));
+    let got = m.run(std::slice::from_ref(&input)).unwrap();
+    assert_eq!(got.len(), 3);
+    for (k, (a, e)) in got.iter().zip(&expected).enumerate() {
+        assert_eq!((&a.shape, a.dtype()), (&e.shape, e.dtype()), "output {k}");
+        assert_eq!(a.data.to_f64(), e.data.to_f64(), "output {k}");
+    }
+}
