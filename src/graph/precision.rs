@@ -39,7 +39,16 @@ impl Graph {
         let mut layers = BTreeSet::new();
         for id in self.node_ids() {
             let node = self.node(id);
-            let grid = node.op == Op::Unary(UnaryOp::Round);
+            // Planning folds a rounding onto a grid into one QuantizeDequantize,
+            // and may lay it out.
+            let op = match &node.op {
+                Op::InLayout(l) => &l.inner,
+                op => op,
+            };
+            let grid = matches!(
+                op,
+                Op::Unary(UnaryOp::Round | UnaryOp::QuantizeDequantize { .. })
+            );
             layers.extend(
                 node.spans
                     .iter()

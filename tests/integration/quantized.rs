@@ -149,6 +149,24 @@ fn full_integer_tflite_is_within_one_step_of_the_interpreter() {
     within_one_step("tflite_int8", &out[0], &expected[0], 1.0);
 }
 
+/// The layers of a full-integer model whose outputs are rounded onto a grid
+/// are its quantized layers, as imported and as planned (where each
+/// rounding is folded into a QuantizeDequantize): what `run` reports as
+/// computed in float or by integer kernels.
+#[test]
+fn planning_keeps_the_quantized_layers_of_a_tflite_model() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/quant/tflite_int8/model.tflite");
+    let g = load_model(&path).unwrap();
+    let planned = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
+        .with_costs(Costs::BuiltIn)
+        .plan(&g)
+        .unwrap();
+    let imported = g.quantized_layers();
+    // Three convolutions, the depthwise one, the add, the pool and the dense layer.
+    assert!(imported.len() >= 7, "{imported:?}");
+    assert_eq!(planned.graph.quantized_layers(), imported);
+}
+
 /// Dynamic-range models: int8 weights, float activations. onnxruntime
 /// quantizes the activations per run exactly as the model's own ops say, so
 /// its outputs are reproduced to float rounding; TFLite's hybrid kernels
