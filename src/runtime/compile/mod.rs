@@ -1527,8 +1527,7 @@ fn one_unpadded_layout(l: &LaidOut) -> bool {
     let Some((layout, logical)) = l.inputs.first() else {
         return false;
     };
-    let unpadded = (layout.physical_shape(logical))
-        .is_ok_and(|p| p.iter().product::<usize>() == logical.iter().product::<usize>());
+    let unpadded = layout.padded_axes(logical).is_ok_and(|a| a.is_empty());
     unpadded
         && l.inputs.iter().all(|(x, _)| x == layout)
         && l.outputs.iter().all(|(y, _)| y == layout)

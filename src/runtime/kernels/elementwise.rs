@@ -229,12 +229,7 @@ impl Elementwise {
             return None;
         };
         let out_len: usize = self.extents.iter().product();
-        let mut contiguous = vec![0; self.extents.len()];
-        let mut step = 1;
-        for (s, &e) in contiguous.iter_mut().zip(&self.extents).rev() {
-            *s = step;
-            step *= e;
-        }
+        let contiguous = crate::core::strides(&self.extents);
         let like_output = |i: usize| {
             self.strides[i] == contiguous && self.lens[i] == out_len && self.reads[i] == Read::Walk
         };
