@@ -25,7 +25,7 @@ use crate::fusion::Activation;
 use crate::graph::UnaryOp;
 use crate::runtime::kernels::quantized::{Grid, QuantizedAdd};
 use crate::runtime::kernels::simd::{
-    array_of, load_part, run_vectorized, store_bytes_part, store_part, Isa, Lanes, Portable,
+    amx, array_of, load_part, run_vectorized, store_bytes_part, store_part, Isa, Lanes, Portable,
     Vector, VectorKernel, MAX_LANES,
 };
 #[cfg(target_arch = "x86_64")]
@@ -126,6 +126,10 @@ pub(in crate::runtime) fn sums_fit(g: &ConvGeom) -> bool {
 /// How the integer products are computed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Dots {
+    /// AMX tiles: 16 or 32 pixels times 16 or 32 channels per call, 64
+    /// input bytes (16 lanes of four) per step, the packed weights' lanes
+    /// padded to whole steps with zero weights.
+    Amx,
     /// `vpdpbusd` (AVX-512 VNNI).
     Vnni,
     /// Plain integer arithmetic, on the vectors of the instruction set.
@@ -200,6 +204,8 @@ pub struct QuantConv {
     blocks: Vec<OutBlock>,
     /// Lanes of four input bytes per group.
     quads: usize,
+    /// Lanes of four weight bytes per tap: `quads`, padded for AMX.
+    packed_quads: usize,
     /// Byte offsets of the window's taps from a pixel's first.
     taps: Vec<usize>,
     /// Per block `[tap][quad][WIDTH][4]` signed bytes, held in f32 storage.
@@ -247,11 +253,14 @@ pub(in crate::runtime) struct StagedInput {
     top: usize,
     left: usize,
     pixel: usize,
+    /// Bytes after the pixels that the reader's tiles may read (into
+    /// pixels whose sums they drop), of any value.
+    slack: usize,
 }
 
 impl StagedInput {
     fn bytes(&self) -> usize {
-        self.shape[0] * self.rows * self.cols * self.pixel
+        self.shape[0] * self.rows * self.cols * self.pixel + self.slack
     }
 
     /// Where pixel (`n`, `y`, `x`) starts.
@@ -353,6 +362,16 @@ impl QuantConv {
         grid: Grid,
         w: &IntegerWeights,
     ) -> Option<QuantConv> {
+        QuantConv::with_tiles(spec, grid, w, amx::available())
+    }
+
+    /// As `new`, with AMX tiles used where `tiles` and worthwhile.
+    pub(super) fn with_tiles(
+        spec: &ConvSpec,
+        grid: Grid,
+        w: &IntegerWeights,
+        tiles: bool,
+    ) -> Option<QuantConv> {
         let ConvSpec {
             ref geom,
             isa,
@@ -368,6 +387,11 @@ impl QuantConv {
         let outer = geom.clone();
         let (cin_g, cout_g) = (geom.cin / geom.groups, geom.cout / geom.groups);
         let quads = cin_g.div_ceil(4);
+        let dots = Dots::of(isa, tiles, quads);
+        let packed_quads = match dots {
+            Dots::Amx => quads.next_multiple_of(AMX_QUADS),
+            Dots::Vnni | Dots::Plain(_) => quads,
+        };
         let pixel = geom.groups * quads * 4;
         let runs = Run::all(geom.cin, geom.x_cb, geom.h * geom.w, cin_g, quads * 4);
         // A 1x1 window reading no padding (at either end) reads the input's
@@ -415,7 +439,7 @@ impl QuantConv {
             })
             .collect();
         let taps_n = geom.k.0 * geom.k.1;
-        let per_block = taps_n * quads * WIDTH * 4;
+        let per_block = taps_n * packed_quads * WIDTH * 4;
         let mut packed = PageBuf::zeroed((blocks.len() * per_block).div_ceil(4));
         let bytes = as_bytes_mut(&mut packed);
         let mut zero_sums = vec![0i32; blocks.len() * WIDTH];
@@ -430,7 +454,8 @@ impl QuantConv {
                 for i in 0..cin_g {
                     for t in 0..taps_n {
                         let q = w.q[(o * cin_g + i) * taps_n + t];
-                        let at = b * per_block + ((t * quads + i / 4) * WIDTH + l) * 4 + i % 4;
+                        let at =
+                            b * per_block + ((t * packed_quads + i / 4) * WIDTH + l) * 4 + i % 4;
                         bytes[at] = q as u8;
                         sum += i32::from(q);
                     }
@@ -463,7 +488,7 @@ impl QuantConv {
         let padded = !outer.cout.is_multiple_of(outer.y_cb);
         Some(QuantConv {
             geom,
-            dots: Dots::of(isa),
+            dots,
             lanes: Lanes::for_block(isa, MAX_LANES),
             grid,
             staging: Staging {
@@ -476,6 +501,7 @@ impl QuantConv {
             outer,
             blocks,
             quads,
+            packed_quads,
             taps,
             w: packed,
             zero_sums,
@@ -509,6 +535,7 @@ impl QuantConv {
             top,
             left,
             pixel: s.pixel,
+            slack: self.read_past_pixels(),
         })
     }
 
@@ -578,9 +605,23 @@ impl QuantConv {
         }
     }
 
+    /// Bytes of the staged input, with what the tiles read past its pixels.
     fn staged_bytes(&self) -> usize {
+        self.pixel_bytes() + self.read_past_pixels()
+    }
+
+    fn pixel_bytes(&self) -> usize {
         let s = &self.staging;
         self.geom.n * s.rows * s.cols * s.pixel
+    }
+
+    /// Bytes the tiles may read past the last staged pixel: AMX reads 32
+    /// pixels where fewer are left in a row, and whole steps of 16 lanes.
+    fn read_past_pixels(&self) -> usize {
+        match self.dots {
+            Dots::Amx => AMX_PIXELS * self.geom.stride.1 * self.staging.pixel + AMX_QUADS * 4,
+            Dots::Vnni | Dots::Plain(_) => 0,
+        }
     }
 
     /// Computes `y` from `x` (and the residual, laid out like `y`, if fused);
@@ -597,7 +638,7 @@ impl QuantConv {
             false => {
                 assert!(x.len() >= self.outer.x_len());
                 let staged = &mut as_bytes_mut(scratch)[..self.staged_bytes()];
-                self.stage(x, staged);
+                self.stage(x, &mut staged[..self.pixel_bytes()]);
                 staged
             }
         };
@@ -678,64 +719,90 @@ impl QuantConv {
         let group_byte = block.input / (g.cin / g.groups) * self.quads * 4;
         let x_row = (n * s.rows + oy * g.stride.0) * s.cols * s.pixel + group_byte;
         let x_pixel = g.stride.1 * s.pixel;
-        let y_batch = g.cout.div_ceil(g.y_cb) * g.y_cb * g.oh * g.ow;
-        let y_row = n * y_batch + g.y_chan(block.first) + oy * g.ow * g.y_cb;
-        let per_block = self.taps.len() * self.quads * WIDTH * 4;
+        let per_block = self.taps.len() * self.packed_quads * WIDTH * 4;
         let w = as_bytes(&self.w).as_ptr().add(b * per_block).cast::<i8>();
+        #[cfg(target_arch = "x86_64")]
+        let _tiles = (self.dots == Dots::Amx).then(|| amx::Tiles::configure());
         let mut ox = cols.start;
         while ox < cols.end {
-            let pixels = balanced_tile(cols.end - ox, TILE);
+            let pixels = match self.dots {
+                Dots::Amx => (cols.end - ox).min(AMX_PIXELS),
+                Dots::Vnni | Dots::Plain(_) => balanced_tile(cols.end - ox, TILE),
+            };
             let call = TileCall {
                 x: x.add(x_row + ox * x_pixel),
                 x_pixel,
                 taps: &self.taps,
-                quads: self.quads,
+                quads: self.packed_quads,
                 w,
                 pixels,
                 vectors: block.channels.div_ceil(LANES),
             };
-            let mut pixel_at = [0isize; TILE];
-            let (y, lane_offsets) = match &self.output {
-                Output::Floats => {
-                    for (p, at) in pixel_at.iter_mut().enumerate() {
-                        *at = (p * g.y_cb) as isize;
-                    }
-                    let y = y.add(y_row + ox * g.y_cb);
-                    (Dest::Floats(y), block.lane_offsets.as_deref())
-                }
-                Output::Staged(to) => {
-                    // The tile's pixels as the outer geometry's rows and
-                    // columns: a 1x1 window runs as one row, and the staged
-                    // rows may have padding between them.
-                    let ow = self.outer.ow;
-                    let first = oy * g.ow + ox;
-                    let (mut py, mut px) = (first / ow, first % ow);
-                    let origin = to.at(n, py, px);
-                    for at in pixel_at.iter_mut().take(pixels) {
-                        *at = (to.at(n, py, px) - origin) as isize;
-                        px += 1;
-                        if px == ow {
-                            (py, px) = (py + 1, 0);
-                        }
-                    }
-                    let y = y.cast::<u8>().add(origin + block.first);
-                    (Dest::Bytes(y), None)
-                }
-            };
-            let out = Out {
-                y,
-                residual: res.map(|p| p.add(y_row + ox * g.y_cb)),
-                pixel_at,
-                channels: block.channels,
-                lane_offsets,
-                zero_sums: self.zero_sums.as_ptr().add(b * WIDTH),
-                scales: self.scales.as_ptr().add(b * WIDTH),
-                bias: self.params.as_ptr().add(b * WIDTH),
-                epilogue: self.epilogue,
-                scaling: self.scaling,
-            };
-            self.dots.tile(&call, &out);
+            let out = |first: usize, pixels: usize| self.out(n, oy, b, ox + first, pixels, res, y);
+            self.dots.tile(&call, out);
             ox += pixels;
+        }
+    }
+
+    /// Where the sums of `pixels` output pixels from column `ox` of output
+    /// row `oy` of batch item `n`, block `b`, go.
+    ///
+    /// # Safety
+    /// As `row`.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn out(
+        &self,
+        n: usize,
+        oy: usize,
+        b: usize,
+        ox: usize,
+        pixels: usize,
+        res: Option<*const f32>,
+        y: *mut f32,
+    ) -> Out<'_> {
+        let g = &self.geom;
+        let block = &self.blocks[b];
+        let y_batch = g.cout.div_ceil(g.y_cb) * g.y_cb * g.oh * g.ow;
+        let y_row = n * y_batch + g.y_chan(block.first) + oy * g.ow * g.y_cb;
+        let mut pixel_at = [0isize; TILE];
+        let (y, lane_offsets) = match &self.output {
+            Output::Floats => {
+                for (p, at) in pixel_at.iter_mut().enumerate() {
+                    *at = (p * g.y_cb) as isize;
+                }
+                let y = y.add(y_row + ox * g.y_cb);
+                (Dest::Floats(y), block.lane_offsets.as_deref())
+            }
+            Output::Staged(to) => {
+                // The tile's pixels as the outer geometry's rows and
+                // columns: a 1x1 window runs as one row, and the staged
+                // rows may have padding between them.
+                let ow = self.outer.ow;
+                let first = oy * g.ow + ox;
+                let (mut py, mut px) = (first / ow, first % ow);
+                let origin = to.at(n, py, px);
+                for at in pixel_at.iter_mut().take(pixels) {
+                    *at = (to.at(n, py, px) - origin) as isize;
+                    px += 1;
+                    if px == ow {
+                        (py, px) = (py + 1, 0);
+                    }
+                }
+                let y = y.cast::<u8>().add(origin + block.first);
+                (Dest::Bytes(y), None)
+            }
+        };
+        Out {
+            y,
+            residual: res.map(|p| p.add(y_row + ox * g.y_cb)),
+            pixel_at,
+            channels: block.channels,
+            lane_offsets,
+            zero_sums: self.zero_sums.as_ptr().add(b * WIDTH),
+            scales: self.scales.as_ptr().add(b * WIDTH),
+            bias: self.params.as_ptr().add(b * WIDTH),
+            epilogue: self.epilogue,
+            scaling: self.scaling,
         }
     }
 }
@@ -946,34 +1013,160 @@ struct Out<'a> {
 type Sums = [[f32; WIDTH]; TILE];
 
 impl Dots {
-    fn of(isa: Isa) -> Dots {
+    /// The dots of `isa`, with AMX `tiles` where allowed and no more than
+    /// half the products of a convolution of `quads` lanes per tap would be
+    /// on the lanes padding it to whole tile steps.
+    fn of(isa: Isa, tiles: bool, quads: usize) -> Dots {
         #[cfg(target_arch = "x86_64")]
         {
             let vnni = std::arch::is_x86_feature_detected!("avx512bw")
                 && std::arch::is_x86_feature_detected!("avx512vnni");
             if isa == Isa::Avx512 && vnni {
-                return Dots::Vnni;
+                let few_padded = quads.next_multiple_of(AMX_QUADS) <= 2 * quads;
+                return match tiles && few_padded {
+                    true => Dots::Amx,
+                    false => Dots::Vnni,
+                };
             }
         }
+        let _ = (tiles, quads);
         Dots::Plain(isa)
     }
 
-    /// Computes one tile and stores it through the epilogue.
+    /// Computes one call's pixels and stores them through the epilogue;
+    /// `out(first, pixels)` says where the call's pixels from `first` go
+    /// (at most `TILE` of them).
     ///
     /// # Safety
-    /// As `QuantConv::row`: every address of `t` and `out` lies in its buffer.
-    unsafe fn tile(self, t: &TileCall, out: &Out) {
+    /// As `QuantConv::row`: every address of `t` and `out` lies in its
+    /// buffer; AMX tiles are configured where the dots are `Amx`.
+    unsafe fn tile<'a>(self, t: &TileCall, out: impl Fn(usize, usize) -> Out<'a>) {
         match self {
             #[cfg(target_arch = "x86_64")]
-            Dots::Vnni => tile_vnni(t, out),
+            Dots::Amx => tile_amx(t, out),
             #[cfg(target_arch = "x86_64")]
-            Dots::Plain(Isa::Avx512) => tile_avx512(t, out),
+            Dots::Vnni => tile_vnni(t, &out(0, t.pixels)),
             #[cfg(target_arch = "x86_64")]
-            Dots::Plain(Isa::Avx2) => tile_avx2(t, out),
+            Dots::Plain(Isa::Avx512) => tile_avx512(t, &out(0, t.pixels)),
+            #[cfg(target_arch = "x86_64")]
+            Dots::Plain(Isa::Avx2) => tile_avx2(t, &out(0, t.pixels)),
             _ => {
                 let mut sums = [[0f32; WIDTH]; TILE];
-                plain_dots(t, out.zero_sums, &mut sums);
-                finish::<Portable>(t.pixels, &sums, out);
+                plain_dots(t, out(0, t.pixels).zero_sums, &mut sums);
+                finish::<Portable>(t.pixels, &sums, &out(0, t.pixels));
+            }
+        }
+    }
+}
+
+/// Input lanes of four bytes per AMX tile row.
+const AMX_QUADS: usize = amx::ROW_BYTES / 4;
+/// Pixels of one AMX call: two tiles of rows.
+const AMX_PIXELS: usize = 2 * amx::ROWS;
+
+/// Up to 32 pixels times 32 channels by AMX, stored `TILE` pixels at a time.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn tile_amx<'a>(t: &TileCall, out: impl Fn(usize, usize) -> Out<'a>) {
+    let mut sums = [[0f32; WIDTH]; AMX_PIXELS];
+    let z = out(0, 0).zero_sums;
+    match (t.pixels > amx::ROWS, t.vectors) {
+        (false, 1) => amx_dots::<1, 1>(t, z, &mut sums),
+        (false, _) => amx_dots::<1, 2>(t, z, &mut sums),
+        (true, 1) => amx_dots::<2, 1>(t, z, &mut sums),
+        (true, _) => amx_dots::<2, 2>(t, z, &mut sums),
+    }
+    for first in (0..t.pixels).step_by(TILE) {
+        let pixels = TILE.min(t.pixels - first);
+        finish::<Zmm>(pixels, &sums[first..], &out(first, pixels));
+    }
+}
+
+/// `A` tiles of 16 pixels times `B` tiles of 16 channels by `tdpbusd`: each
+/// step loads 16 pixels' next 64 input bytes at a tap (one tile row per
+/// pixel, `x_pixel` apart) and 16 lanes of four weights for each of 16
+/// channels, and accumulates in tiles 0-3 (pixels 16-31 in 2 and 3).
+/// Pixels past the call's (to fill a tile) are computed and dropped.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+unsafe fn amx_dots<const A: usize, const B: usize>(
+    t: &TileCall,
+    zero_sums: *const i32,
+    sums: &mut [[f32; WIDTH]; AMX_PIXELS],
+) {
+    use std::arch::asm;
+    use std::arch::x86_64::*;
+    asm!(
+        "tilezero tmm0",
+        "tilezero tmm1",
+        "tilezero tmm2",
+        "tilezero tmm3",
+        options(nostack, nomem)
+    );
+    // A row of packed weights holds all `WIDTH` channels' lane: channels
+    // 16-31 start 64 bytes in.
+    let w_row = WIDTH * 4;
+    let next_pixels = amx::ROWS * t.x_pixel;
+    let mut wp = t.w;
+    for &tap in t.taps {
+        for q in (0..t.quads).step_by(AMX_QUADS) {
+            let xp = t.x.add(tap + 4 * q);
+            asm!(
+                "tileloadd tmm4, [{x} + {x_pixel}]",
+                "tileloadd tmm6, [{w} + {w_row}]",
+                "tdpbusd tmm0, tmm4, tmm6",
+                x = in(reg) xp,
+                x_pixel = in(reg) t.x_pixel,
+                w = in(reg) wp,
+                w_row = in(reg) w_row,
+                options(nostack)
+            );
+            if B == 2 {
+                asm!(
+                    "tileloadd tmm7, [{w} + {w_row}]",
+                    "tdpbusd tmm1, tmm4, tmm7",
+                    w = in(reg) wp.add(amx::ROW_BYTES),
+                    w_row = in(reg) w_row,
+                    options(nostack)
+                );
+            }
+            if A == 2 {
+                asm!(
+                    "tileloadd tmm5, [{x} + {x_pixel}]",
+                    "tdpbusd tmm2, tmm5, tmm6",
+                    x = in(reg) xp.add(next_pixels),
+                    x_pixel = in(reg) t.x_pixel,
+                    options(nostack)
+                );
+                if B == 2 {
+                    asm!("tdpbusd tmm3, tmm5, tmm7", options(nostack, nomem));
+                }
+            }
+            wp = wp.add(AMX_QUADS * w_row);
+        }
+    }
+    let mut c = [[[0i32; LANES]; amx::ROWS]; 4];
+    let row = amx::ROW_BYTES;
+    asm!("tilestored [{c} + {row}], tmm0", c = in(reg) c[0].as_mut_ptr(), row = in(reg) row, options(nostack));
+    if B == 2 {
+        asm!("tilestored [{c} + {row}], tmm1", c = in(reg) c[1].as_mut_ptr(), row = in(reg) row, options(nostack));
+    }
+    if A == 2 {
+        asm!("tilestored [{c} + {row}], tmm2", c = in(reg) c[2].as_mut_ptr(), row = in(reg) row, options(nostack));
+        if B == 2 {
+            asm!("tilestored [{c} + {row}], tmm3", c = in(reg) c[3].as_mut_ptr(), row = in(reg) row, options(nostack));
+        }
+    }
+    for m in 0..B {
+        let zero = _mm512_loadu_si512(zero_sums.add(m * LANES).cast());
+        for a in 0..A {
+            for p in 0..amx::ROWS {
+                // Exact in i32; one rounding to f32.
+                let exact =
+                    _mm512_sub_epi32(_mm512_loadu_si512(c[a * 2 + m][p].as_ptr().cast()), zero);
+                let to = sums[a * amx::ROWS + p][m * LANES..].as_mut_ptr();
+                _mm512_storeu_ps(to, _mm512_cvtepi32_ps(exact));
             }
         }
     }
@@ -1090,7 +1283,7 @@ unsafe fn plain_dots(t: &TileCall, zero_sums: *const i32, out: &mut Sums) {
 // instructions, so the vector operations in it would be calls.
 #[allow(clippy::manual_map)]
 #[inline(always)]
-unsafe fn finish<V: Vector>(pixels: usize, sums: &Sums, out: &Out) {
+unsafe fn finish<V: Vector>(pixels: usize, sums: &[[f32; WIDTH]], out: &Out) {
     // Each vector's channels, from its first lane's offset when they lie
     // side by side in the output (a 32-channel block over two blocks of
     // NCHW16c is two such vectors); `None` where they are scattered (NCHW,

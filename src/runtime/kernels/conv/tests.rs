@@ -14,7 +14,7 @@ use crate::runtime::kernels::conv::int8::{IntegerWeights, QuantConv};
 use crate::runtime::kernels::conv::pixel_lanes::PixelLanes;
 use crate::runtime::kernels::conv::tile::{ChannelParams, Epilogue};
 use crate::runtime::kernels::quantized::{Grid, QuantizedAdd};
-use crate::runtime::kernels::simd::{Isa, Scalar, Vector};
+use crate::runtime::kernels::simd::{amx, Isa, Scalar, Vector};
 use crate::runtime::test_support::{available_isas, Blocked, FusedTail, Rng};
 
 /// The logical NCHW convolution computed plainly in f64.
@@ -616,10 +616,15 @@ struct QuantCase {
 
 /// Case `case` of the random quantized convolutions: u8 and s8 input grids
 /// with any zero point, grouped, padded, dilated and strided 1x1 windows,
-/// every channel blocking.
+/// every channel blocking; every seventh with 30-150 input channels per
+/// group (enough for AMX tiles).
 fn quant_case(case: usize, exact: bool, rng: &mut Rng) -> QuantCase {
     let groups = if case % 4 == 3 { rng.range(2, 4) } else { 1 };
-    let (cin, cout) = (groups * rng.range(1, 20), groups * rng.range(1, 40));
+    let cin_g = match case % 7 {
+        6 => rng.range(30, 150),
+        _ => rng.range(1, 20),
+    };
+    let (cin, cout) = (groups * cin_g, groups * rng.range(1, 40));
     let mut k = (rng.range(1, 3), rng.range(1, 3));
     let dilation = (rng.range(1, 2), rng.range(1, 2));
     let mut pad = (rng.range(0, 2), rng.range(0, 2));
@@ -705,7 +710,8 @@ fn quant_case(case: usize, exact: bool, rng: &mut Rng) -> QuantCase {
 /// Quantized convolutions against the f64 sum of their integers: u8 and s8
 /// input grids with any zero point, per-channel weight steps, grouped,
 /// padded, dilated and strided 1x1 windows, every channel blocking and
-/// instruction set, with a residual, clamp and PRelu. Where every step is 1
+/// instruction set (AMX tiles and `vpdpbusd` both, where the CPU has them),
+/// with a residual, clamp and PRelu. Where every step is 1
 /// and every added value an integer, the output is the exact sum: equal,
 /// not close.
 #[test]
@@ -749,7 +755,9 @@ fn int8_conv_sums_quantized_values_exactly() {
         let weights = IntegerWeights::recover(&wt, cout).expect("weights on a grid");
         let xb = Blocked::input_of(&g).scatter(&x);
         let y_blocks = Blocked::output_of(&g);
-        for &isa in &isas {
+        let variants = isas.iter().flat_map(|&isa| [(isa, false), (isa, true)]);
+        let tiled = |&(isa, tiles): &(Isa, bool)| !tiles || isa == Isa::Avx512 && amx::available();
+        for (isa, tiles) in variants.filter(tiled) {
             let spec = ConvSpec {
                 geom: g.clone(),
                 isa,
@@ -761,7 +769,7 @@ fn int8_conv_sums_quantized_values_exactly() {
                 grid: Some(grid),
                 residual: tail.residual.is_some(),
             };
-            let conv = QuantConv::new(&spec, grid, &weights).expect("a grid of bytes");
+            let conv = QuantConv::with_tiles(&spec, grid, &weights, tiles).expect("bytes");
             let mut y = vec![f32::NAN; g.y_len()];
             let mut scratch = vec![f32::NAN; conv.scratch_len()];
             conv.run(&xb, tail.residual, &mut y, &mut scratch);
@@ -769,7 +777,7 @@ fn int8_conv_sums_quantized_values_exactly() {
                 true => got == e,
                 false => (got - e).abs() <= 1e-5 * (1.0 + e.abs()),
             };
-            let what = format!("case {case} {isa:?} {g:?} {grid:?}");
+            let what = format!("case {case} {isa:?} tiles {tiles} {g:?} {grid:?}");
             y_blocks.check(&y, &expect, tail, true, close, &what);
         }
     }

@@ -3,6 +3,7 @@
 //! `Vector` runs as AVX-512 (16 lanes), AVX2+FMA (8 lanes), a portable 8 lanes
 //! of plain f32 the compiler may vectorize, or one lane (`run_vectorized`).
 
+pub(in crate::runtime) mod amx;
 mod portable;
 #[cfg(target_arch = "x86_64")]
 mod x86;
