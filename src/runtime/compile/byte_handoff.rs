@@ -3,36 +3,65 @@
 //! A requantized convolution output is a value on a grid of bytes, but the
 //! float steps keep it as f32: four bytes written per value, then read
 //! again by the next integer convolution to stage its input as bytes. Where
-//! that convolution alone reads the value, on the grid it was rounded to,
-//! the first writes the second's staged input directly (padding included)
-//! and the value's slot holds those bytes: a quarter of the memory traffic
-//! and no staging pass.
+//! integer convolutions alone read the value, on the grid it was rounded
+//! to, the first writes their staged input directly (padding included) and
+//! the value's slot holds those bytes: a quarter of the memory traffic and
+//! no staging pass. Its readers are convolutions that stage it the same
+//! way, and convolutions whose fused quantized add reads it as the other
+//! operand (a residual block's shortcut, read by the next block's first
+//! convolution and by its last, which adds it).
 
-use super::{dataflow, Compiler};
+use super::Compiler;
 use crate::graph::ValueRef;
 use crate::runtime::kernels::conv::algo::ConvKernel;
+use crate::runtime::kernels::conv::int8::StagedInput;
 use crate::runtime::model::Kernel;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+
+/// How a step reads a value.
+#[derive(Clone, Copy, PartialEq)]
+enum Read {
+    /// As an integer convolution's input (the bytes it stages).
+    Staged,
+    /// As the other operand of an integer convolution's fused add.
+    Residual,
+}
 
 impl Compiler<'_> {
-    /// Hands every value an integer convolution computes for one integer
-    /// convolution alone over as that convolution's staged bytes; the
-    /// values now held as bytes, with their slots' lengths in f32 elements.
+    /// Hands every value an integer convolution computes for integer
+    /// convolutions alone over as their staged bytes; the values now held
+    /// as bytes, with their slots' lengths in f32 elements.
     pub(super) fn hand_off_bytes(&mut self) -> HashMap<ValueRef, usize> {
-        let (readers, producer) = dataflow(self.g, &self.steps);
+        // Each value's producing step and readers (step, how), in step order.
+        let mut reads: BTreeMap<(usize, usize), (ValueRef, Vec<(usize, Option<Read>)>)> =
+            BTreeMap::new();
+        for (step, s) in self.steps.iter().enumerate() {
+            for (k, &v) in s.outputs.iter().enumerate() {
+                reads.insert((step, k), (v, vec![]));
+            }
+        }
+        let writer_of: HashMap<ValueRef, (usize, usize)> =
+            reads.iter().map(|(&w, (v, _))| (*v, w)).collect();
+        for (step, s) in self.steps.iter().enumerate() {
+            for (port, v) in s.inputs.iter().enumerate() {
+                let Some(w) = writer_of.get(v) else { continue };
+                let how = match (&s.kernel, port) {
+                    (Kernel::Conv(ConvKernel::Int8(_)), 0) => Some(Read::Staged),
+                    (Kernel::Conv(ConvKernel::Int8(_)), 1) => Some(Read::Residual),
+                    _ => None,
+                };
+                reads.get_mut(w).expect("a writer").1.push((step, how));
+            }
+        }
         let mut held = HashMap::new();
-        for reader in 0..self.steps.len() {
-            let step = &self.steps[reader];
-            let (Kernel::Conv(ConvKernel::Int8(conv)), Some(&v)) =
-                (&step.kernel, step.inputs.first())
-            else {
+        // In step order: a fused add has decided how it reads its operand
+        // (written before it) when its own output is handed off, which
+        // needs the operand as bytes (`write_staged`).
+        for ((writer, _), (v, readers)) in reads {
+            if self.g.outputs().contains(&v) {
                 continue;
-            };
-            let (Some(to), Some(&writer), Some(1)) = (
-                conv.staged_input(),
-                producer.get(&v),
-                readers.get(&v).copied(),
-            ) else {
+            }
+            let Some(to) = self.shared_staging(writer, &readers) else {
                 continue;
             };
             let Kernel::Conv(ConvKernel::Int8(before)) = &mut self.steps[writer].kernel else {
@@ -43,11 +72,53 @@ impl Compiler<'_> {
             }
             let len = before.output_len().expect("the output is the staged bytes");
             self.steps[writer].kind.push_str(" -> u8");
-            if let Kernel::Conv(ConvKernel::Int8(conv)) = &mut self.steps[reader].kernel {
-                conv.read_staged();
+            for (reader, how) in readers {
+                let Kernel::Conv(ConvKernel::Int8(conv)) = &mut self.steps[reader].kernel else {
+                    unreachable!("every reader is an integer convolution")
+                };
+                match how {
+                    Some(Read::Staged) => conv.read_staged(),
+                    _ => assert!(conv.read_residual_staged(to), "checked to fit"),
+                }
             }
             held.insert(v, len);
         }
         held
+    }
+
+    /// The staged bytes every reader of the value `writer` computes can
+    /// read: the staged input of those that read it as input (one, the same
+    /// for all), else compact bytes, which those adding it fit; `None`
+    /// where any reader reads floats.
+    fn shared_staging(
+        &self,
+        writer: usize,
+        readers: &[(usize, Option<Read>)],
+    ) -> Option<StagedInput> {
+        if readers.is_empty() {
+            return None;
+        }
+        let conv = |step: usize| match &self.steps[step].kernel {
+            Kernel::Conv(ConvKernel::Int8(c)) => Some(c),
+            _ => None,
+        };
+        let mut to: Option<StagedInput> = None;
+        for &(step, how) in readers {
+            if how? == Read::Staged {
+                let staged = conv(step)?.staged_input()?;
+                to = Some(match to {
+                    Some(t) => t.shared_with(&staged)?,
+                    None => staged,
+                });
+            }
+        }
+        let to = match to {
+            Some(to) => to,
+            None => conv(writer)?.compact_output()?,
+        };
+        let fits = |&(step, how): &(usize, Option<Read>)| {
+            how != Some(Read::Residual) || conv(step).is_some_and(|c| c.residual_fits(&to))
+        };
+        readers.iter().all(fits).then_some(to)
     }
 }

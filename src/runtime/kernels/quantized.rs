@@ -137,36 +137,68 @@ impl QuantizedAdd {
         }
     }
 
-    /// `x + y` on grid `c` for `x` given by its integers `qx`: operand `a`
-    /// where `x_first`, else `b`; `y` the other operand's value.
+    /// The grid of the sum.
+    pub(in crate::runtime) fn output_grid(&self) -> Grid {
+        self.c
+    }
+
+    /// The integers of `y`, a value of operand `a` where `first`, else of `b`.
     ///
     /// # Safety
     /// `V`'s instruction set must be available.
     #[inline(always)]
-    pub(in crate::runtime) unsafe fn add_to_integers<V: Vector>(
+    pub(in crate::runtime) unsafe fn operand_integers<V: Vector>(&self, y: V, first: bool) -> V {
+        match first {
+            true => self.a.integers(y, self.a_inverse),
+            false => self.b.integers(y, self.b_inverse),
+        }
+    }
+
+    /// The integers on grid `c` of the sum of operands given by their
+    /// integers: `qx` of operand `a` where `x_first` (else `b`), `qy` of
+    /// the other.
+    ///
+    /// # Safety
+    /// `V`'s instruction set must be available.
+    #[inline(always)]
+    pub(in crate::runtime) unsafe fn add_integers<V: Vector>(
         &self,
         qx: V,
-        y: V,
+        qy: V,
         x_first: bool,
     ) -> V {
         match x_first {
-            true => self.sum(qx, self.b.integers(y, self.b_inverse)),
-            false => self.sum(self.a.integers(y, self.a_inverse), qx),
+            true => self.sum_integers(qx, qy),
+            false => self.sum_integers(qy, qx),
         }
+    }
+
+    /// The dequantized value of `q`, an integer of grid `c`.
+    ///
+    /// # Safety
+    /// `V`'s instruction set must be available.
+    #[inline(always)]
+    pub(in crate::runtime) unsafe fn dequantize<V: Vector>(&self, q: V) -> V {
+        V::mul(
+            V::sub(q, V::splat(self.c.zero_point)),
+            V::splat(self.c.scale),
+        )
     }
 
     /// The sum of the integers `qa` and `qb` on grid `c`, dequantized.
     #[inline(always)]
     unsafe fn sum<V: Vector>(&self, qa: V, qb: V) -> V {
+        self.dequantize(self.sum_integers(qa, qb))
+    }
+
+    /// The sum of the integers `qa` and `qb` as an integer of grid `c`.
+    #[inline(always)]
+    unsafe fn sum_integers<V: Vector>(&self, qa: V, qb: V) -> V {
         let rest = V::fused_mul_add(qb, V::splat(self.rb), V::splat(self.fixed));
         let sum = V::fused_mul_add(qa, V::splat(self.ra), rest);
-        let q = V::min(
+        V::min(
             V::max(V::round(sum), V::splat(self.c.min)),
             V::splat(self.c.max),
-        );
-        V::mul(
-            V::sub(q, V::splat(self.c.zero_point)),
-            V::splat(self.c.scale),
         )
     }
 }

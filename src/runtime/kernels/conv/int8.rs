@@ -25,8 +25,8 @@ use crate::fusion::Activation;
 use crate::graph::UnaryOp;
 use crate::runtime::kernels::quantized::{Grid, QuantizedAdd};
 use crate::runtime::kernels::simd::{
-    amx, array_of, load_part, run_vectorized, store_bytes_part, store_part, Isa, Lanes, Portable,
-    Vector, VectorKernel, MAX_LANES,
+    amx, array_of, load_bytes_part, load_part, run_vectorized, store_bytes_part, store_part, Isa,
+    Lanes, Portable, Vector, VectorKernel, MAX_LANES,
 };
 #[cfg(target_arch = "x86_64")]
 use crate::runtime::kernels::simd::{Ymm, Zmm};
@@ -39,6 +39,9 @@ const LANES: usize = 16;
 /// ones once per block of output channels (ResNet50's 3x3 convolutions of
 /// 7x7 and 14x14 pixels, 0.6-2.4 MB, were read from L3 once per row).
 const PIXELS_OUTER_WEIGHT_BYTES: usize = 64 * 1024;
+/// Bytes of input, output and fused operand a piece of pixels passes to
+/// every block of output channels in turn (`QuantConv::run`).
+const PIECE_BYTES: usize = 32 * 1024;
 /// Weights off their grid by at most this share of the channel's largest
 /// are on it: a grid recovered from the float values may be off the
 /// quantizer's own scale by a few ulps.
@@ -225,6 +228,10 @@ pub struct QuantConv {
     /// The input slot holds the staged bytes, written by the convolution
     /// before (`write_staged`): nothing to stage.
     input_staged: bool,
+    /// The fused add's other operand, read as the staged bytes of another
+    /// convolution's input (`read_residual_staged`) instead of floats laid
+    /// out like the output.
+    residual_staged: Option<StagedInput>,
     /// Where the outputs go.
     output: Output,
 }
@@ -243,7 +250,7 @@ enum Output {
 /// (`n`, `y`, `x`) at byte `((n * rows + top + y) * cols + left + x) *
 /// pixel + c`, the `q - min` of its integer `q` on `grid`; every other byte
 /// (padding rows and columns, spare channels) the grid's zero byte.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub(in crate::runtime) struct StagedInput {
     grid: Grid,
     /// The input's batch, channels, height and width.
@@ -259,6 +266,33 @@ pub(in crate::runtime) struct StagedInput {
 }
 
 impl StagedInput {
+    /// Values of `shape` (batch, channels, height, width) on `grid` as
+    /// bytes with nothing around them: pixel after pixel, each pixel's
+    /// channels side by side.
+    pub(in crate::runtime) fn compact(grid: Grid, shape: [usize; 4]) -> StagedInput {
+        StagedInput {
+            grid,
+            shape,
+            rows: shape[2],
+            cols: shape[3],
+            top: 0,
+            left: 0,
+            pixel: shape[1],
+            slack: 0,
+        }
+    }
+
+    /// The staged input both `self` and `other` read, when they stage the
+    /// same bytes: the larger slack.
+    pub(in crate::runtime) fn shared_with(&self, other: &StagedInput) -> Option<StagedInput> {
+        let slack = self.slack.max(other.slack);
+        let (a, b) = (
+            StagedInput { slack, ..*self },
+            StagedInput { slack, ..*other },
+        );
+        (a == b).then_some(a)
+    }
+
     fn bytes(&self) -> usize {
         self.shape[0] * self.rows * self.cols * self.pixel + self.slack
     }
@@ -511,6 +545,7 @@ impl QuantConv {
             scaling,
             pad_fill: pad_fill.filter(|_| padded),
             input_staged: false,
+            residual_staged: None,
             output: Output::Floats,
         })
     }
@@ -540,15 +575,20 @@ impl QuantConv {
     }
 
     /// Writes the outputs as `to`, the next convolution's staged input,
-    /// when they are rounded onto its grid and are its input's shape;
+    /// when they are rounded onto its grid and are its input's shape (and
+    /// a fused add reads its operand as bytes, `read_residual_staged`);
     /// whether it will.
     pub(in crate::runtime) fn write_staged(&mut self, to: StagedInput) -> bool {
         let o = &self.outer;
         let fits = match self.scaling {
-            Scaling::Requantized {
-                grid, add: None, ..
-            } => grid == to.grid && to.shape == [o.n, o.cout, o.oh, o.ow],
-            Scaling::Float | Scaling::Requantized { .. } => false,
+            // A fused add's operand is read as floats laid out like the
+            // output, or as bytes: only the second go with byte outputs.
+            Scaling::Requantized { add: Some(_), .. } if self.residual_staged.is_none() => false,
+            Scaling::Requantized { grid, add, .. } => {
+                let out_grid = add.map_or(grid, |(add, _)| add.output_grid());
+                out_grid == to.grid && to.shape == [o.n, o.cout, o.oh, o.ow]
+            }
+            Scaling::Float => false,
         };
         if fits {
             self.output = Output::Staged(to);
@@ -577,9 +617,46 @@ impl QuantConv {
         }
     }
 
+    /// Its outputs as compact bytes (`StagedInput::compact`), for readers
+    /// that take any staging of them (fused adds); `None` where they are
+    /// not rounded onto a grid.
+    pub(in crate::runtime) fn compact_output(&self) -> Option<StagedInput> {
+        let o = &self.outer;
+        let grid = match self.scaling {
+            Scaling::Requantized { grid, add, .. } => {
+                add.map_or(grid, |(add, _)| add.output_grid())
+            }
+            Scaling::Float => return None,
+        };
+        Some(StagedInput::compact(grid, [o.n, o.cout, o.oh, o.ow]))
+    }
+
     /// Reads the input as the staged bytes the convolution before writes.
     pub(in crate::runtime) fn read_staged(&mut self) {
         self.input_staged = true;
+    }
+
+    /// Reads the fused add's other operand as `from`, the staged input of
+    /// another convolution, when it is on the add's grid for it and of the
+    /// output's shape; whether it will.
+    pub(in crate::runtime) fn read_residual_staged(&mut self, from: StagedInput) -> bool {
+        let fits = self.residual_fits(&from);
+        if fits {
+            self.residual_staged = Some(from);
+        }
+        fits
+    }
+
+    /// Whether `read_residual_staged(from)` would.
+    pub(in crate::runtime) fn residual_fits(&self, from: &StagedInput) -> bool {
+        let o = &self.outer;
+        match self.scaling {
+            Scaling::Requantized {
+                add: Some((add, first)),
+                ..
+            } => from.grid == add.operand_grid(!first) && from.shape == [o.n, o.cout, o.oh, o.ow],
+            Scaling::Requantized { add: None, .. } | Scaling::Float => false,
+        }
     }
 
     /// Elements (f32) of the output slot where the outputs are the next
@@ -630,7 +707,11 @@ impl QuantConv {
         let g = &self.geom;
         let y_len = self.output_len().unwrap_or(self.outer.y_len());
         assert!(y.len() >= y_len && scratch.len() >= self.scratch_len());
-        assert!(residual.is_none_or(|r| r.len() >= self.outer.y_len()));
+        let residual_len = match &self.residual_staged {
+            Some(from) => from.bytes().div_ceil(4),
+            None => self.outer.y_len(),
+        };
+        assert!(residual.is_none_or(|r| r.len() >= residual_len));
         let adds = matches!(self.scaling, Scaling::Requantized { add: Some(_), .. });
         assert!(residual.is_some() || !adds, "a fused add reads its operand");
         let staged = match self.input_staged {
@@ -648,17 +729,33 @@ impl QuantConv {
         let staged = staged.as_ptr() as usize;
         let blocks = self.blocks.len();
         let rows = g.n * g.oh;
-        let tiles = g.ow.div_ceil(TILE);
+        let step = match self.dots {
+            Dots::Amx => AMX_PIXELS,
+            Dots::Vnni | Dots::Plain(_) => TILE,
+        };
+        let tiles = g.ow.div_ceil(step);
         let cuts = (par::threads() * 8)
             .div_ceil(rows * blocks)
             .clamp(1, tiles.max(1));
-        let span = tiles.div_ceil(cuts) * TILE;
-        let cuts = g.ow.div_ceil(span);
+        let mut span = tiles.div_ceil(cuts) * step;
         // Small weights stay in L2 whatever the order: consecutive pieces
         // then cover every block of the same pixels, whose staged bytes stay
         // in L1. Larger weights would be read from L3 for every row; there
         // consecutive pieces cover every pixel of one block instead.
         let pixels_outer = self.w.len() * 4 <= PIXELS_OUTER_WEIGHT_BYTES;
+        if pixels_outer {
+            // A piece's staged bytes (input, and outputs and fused operand
+            // where bytes) stay in L1 while every block reads and writes
+            // them: they keep a pixel's channels side by side, so each block
+            // reads and writes a few bytes of every pixel's line (a 1x1
+            // window runs its whole plane as one row: 3136 pixels). Float
+            // outputs lie block after block.
+            let output = usize::from(self.output != Output::Floats);
+            let operand = usize::from(residual.is_some() && self.residual_staged.is_some());
+            let per_pixel = self.staging.pixel + g.cout * (output + operand);
+            span = span.min((PIECE_BYTES / per_pixel).max(step) / step * step);
+        }
+        let cuts = g.ow.div_ceil(span);
         let pieces = rows * cuts;
         super::for_each_piece(pieces * blocks, x, residual, y, |i, _, res, y| {
             let (piece, b) = match pixels_outer {
@@ -765,6 +862,14 @@ impl QuantConv {
         let y_batch = g.cout.div_ceil(g.y_cb) * g.y_cb * g.oh * g.ow;
         let y_row = n * y_batch + g.y_chan(block.first) + oy * g.ow * g.y_cb;
         let mut pixel_at = [0isize; TILE];
+        let residual = match &self.residual_staged {
+            Some(from) => res.map(|r| {
+                let (at, origin) = staged_offsets(from, &self.outer, n, oy * g.ow + ox, pixels);
+                let min = from.grid.min;
+                Residual::Bytes(r.cast::<u8>().add(origin + block.first), at, min)
+            }),
+            None => res.map(|r| Residual::Floats(r.add(y_row + ox * g.y_cb))),
+        };
         let (y, lane_offsets) = match &self.output {
             Output::Floats => {
                 for (p, at) in pixel_at.iter_mut().enumerate() {
@@ -774,27 +879,15 @@ impl QuantConv {
                 (Dest::Floats(y), block.lane_offsets.as_deref())
             }
             Output::Staged(to) => {
-                // The tile's pixels as the outer geometry's rows and
-                // columns: a 1x1 window runs as one row, and the staged
-                // rows may have padding between them.
-                let ow = self.outer.ow;
-                let first = oy * g.ow + ox;
-                let (mut py, mut px) = (first / ow, first % ow);
-                let origin = to.at(n, py, px);
-                for at in pixel_at.iter_mut().take(pixels) {
-                    *at = (to.at(n, py, px) - origin) as isize;
-                    px += 1;
-                    if px == ow {
-                        (py, px) = (py + 1, 0);
-                    }
-                }
+                let origin;
+                (pixel_at, origin) = staged_offsets(to, &self.outer, n, oy * g.ow + ox, pixels);
                 let y = y.cast::<u8>().add(origin + block.first);
                 (Dest::Bytes(y), None)
             }
         };
         Out {
             y,
-            residual: res.map(|p| p.add(y_row + ox * g.y_cb)),
+            residual,
             pixel_at,
             channels: block.channels,
             lane_offsets,
@@ -805,6 +898,31 @@ impl QuantConv {
             scaling: self.scaling,
         }
     }
+}
+
+/// The offsets in staged bytes `to` of `pixels` output pixels from pixel
+/// `first` of batch item `n` (counted along the rows of `outer`'s output:
+/// a 1x1 window runs as one row, and staged rows may have padding between
+/// them) from the first's, and where the first starts.
+fn staged_offsets(
+    to: &StagedInput,
+    outer: &ConvGeom,
+    n: usize,
+    first: usize,
+    pixels: usize,
+) -> ([isize; TILE], usize) {
+    let ow = outer.ow;
+    let (mut py, mut px) = (first / ow, first % ow);
+    let origin = to.at(n, py, px);
+    let mut offsets = [0isize; TILE];
+    for at in offsets.iter_mut().take(pixels) {
+        *at = (to.at(n, py, px) - origin) as isize;
+        px += 1;
+        if px == ow {
+            (py, px) = (py + 1, 0);
+        }
+    }
+    (offsets, origin)
 }
 
 /// Staged row `row` (batch item and row) of a convolution's input, written
@@ -990,11 +1108,20 @@ enum Dest {
     Bytes(*mut u8),
 }
 
+/// Where a tile's fused-add operand lies: pixel 0 of its first channel.
+#[derive(Clone, Copy)]
+enum Residual {
+    /// Laid out like the float output.
+    Floats(*const f32),
+    /// Bytes of a staged input, each pixel's channels side by side at the
+    /// given offsets from the first's, the integers less `min`.
+    Bytes(*const u8, [isize; TILE], f32),
+}
+
 /// Where one tile's sums go, and what they pass through on the way.
 struct Out<'a> {
     y: Dest,
-    /// Laid out like the float output.
-    residual: Option<*const f32>,
+    residual: Option<Residual>,
     /// Each pixel's offset (elements or bytes) from the first's.
     pixel_at: [isize; TILE],
     channels: usize,
@@ -1301,8 +1428,13 @@ unsafe fn finish<V: Vector>(pixels: usize, sums: &[[f32; WIDTH]], out: &Out) {
             let k = (out.channels - c).min(V::LANES);
             match starts[c / V::LANES] {
                 Some(start) => {
-                    let r = match out.residual {
-                        Some(r) => Some(load_part::<V>(r.offset(at + start), k, 0.0)),
+                    let r = match &out.residual {
+                        Some(Residual::Floats(r)) => {
+                            Some(load_part::<V>(r.offset(at + start), k, 0.0))
+                        }
+                        Some(Residual::Bytes(r, pixel_at, min)) => {
+                            Some(staged_integers(r.offset(pixel_at[p] + c as isize), k, *min))
+                        }
                         None => None,
                     };
                     let v = output(out, sum, c, r);
@@ -1314,12 +1446,15 @@ unsafe fn finish<V: Vector>(pixels: usize, sums: &[[f32; WIDTH]], out: &Out) {
                 None => {
                     let offset = |l: usize| at + offs[c + l];
                     let mut lanes = [0f32; MAX_LANES];
-                    let r = match out.residual {
-                        Some(r) => {
+                    let r = match &out.residual {
+                        Some(Residual::Floats(r)) => {
                             for (l, v) in lanes.iter_mut().enumerate().take(k) {
                                 *v = *r.offset(offset(l));
                             }
                             Some(V::load(lanes.as_ptr()))
+                        }
+                        Some(Residual::Bytes(r, pixel_at, min)) => {
+                            Some(staged_integers(r.offset(pixel_at[p] + c as isize), k, *min))
                         }
                         None => None,
                     };
@@ -1336,9 +1471,17 @@ unsafe fn finish<V: Vector>(pixels: usize, sums: &[[f32; WIDTH]], out: &Out) {
     }
 }
 
+/// The integers of the `k` staged bytes at `p`, whose grid's least
+/// integer is `min`.
+#[inline(always)]
+unsafe fn staged_integers<V: Vector>(p: *const u8, k: usize, min: f32) -> V {
+    V::add(load_bytes_part::<V>(p, k), V::splat(min))
+}
+
 /// The outputs of channels `c..` of a pixel's sums `sum` (floats, or the
 /// bytes of the next convolution's staged input), with the residual `r`
-/// where the scaling is `Float` or adds it.
+/// where the scaling is `Float` or adds it: its values, or its integers
+/// where read as staged bytes.
 #[inline(always)]
 unsafe fn output<V: Vector>(out: &Out, sum: &[f32; WIDTH], c: usize, r: Option<V>) -> V {
     let v = V::load(sum[c..].as_ptr());
@@ -1346,14 +1489,24 @@ unsafe fn output<V: Vector>(out: &Out, sum: &[f32; WIDTH], c: usize, r: Option<V
     match out.scaling {
         Scaling::Requantized { grid, lo, hi, add } => {
             let q = V::min(V::max(V::round(v), V::splat(lo)), V::splat(hi));
-            match (add, r, out.y) {
+            let (q, grid) = match (add, r) {
                 // `run` checked that the add's operand is there.
-                (Some((add, first)), Some(r), _) => {
-                    add.add_to_integers(V::add(q, V::splat(grid.zero_point)), r, first)
+                (Some((add, first)), Some(r)) => {
+                    let r = match &out.residual {
+                        Some(Residual::Bytes(..)) => r,
+                        _ => add.operand_integers(r, !first),
+                    };
+                    let q = V::add(q, V::splat(grid.zero_point));
+                    let sum = add.add_integers(q, r, first);
+                    let c = add.output_grid();
+                    (V::sub(sum, V::splat(c.zero_point)), c)
                 }
+                _ => (q, grid),
+            };
+            match out.y {
                 // The byte of `q + zero_point` is its distance from `min`.
-                (_, _, Dest::Bytes(_)) => V::add(q, V::splat(grid.zero_point - grid.min)),
-                _ => V::mul(q, V::splat(grid.scale)),
+                Dest::Bytes(_) => V::add(q, V::splat(grid.zero_point - grid.min)),
+                Dest::Floats(_) => V::mul(q, V::splat(grid.scale)),
             }
         }
         Scaling::Float => {

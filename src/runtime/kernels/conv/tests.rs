@@ -10,7 +10,7 @@ use crate::graph::UnaryOp;
 use crate::runtime::kernels::conv::algo::ConvSpec;
 use crate::runtime::kernels::conv::depthwise::Depthwise;
 use crate::runtime::kernels::conv::direct::{ConvGeom, PackedConv};
-use crate::runtime::kernels::conv::int8::{IntegerWeights, QuantConv};
+use crate::runtime::kernels::conv::int8::{IntegerWeights, QuantConv, StagedInput};
 use crate::runtime::kernels::conv::pixel_lanes::PixelLanes;
 use crate::runtime::kernels::conv::tile::{ChannelParams, Epilogue};
 use crate::runtime::kernels::quantized::{Grid, QuantizedAdd};
@@ -1034,9 +1034,10 @@ fn int8_conv_hands_its_output_to_the_next_as_staged_bytes() {
 /// A requantized convolution that computes the quantized add after it (of
 /// its output and a shortcut on another grid) gives what the add's own step
 /// gives from the convolution's float output, bit for bit, as either
-/// operand of the add, on every channel blocking and instruction set. An
-/// output with padding channels, or on a grid other than the add's
-/// operand's, is refused.
+/// operand of the add, on every channel blocking and instruction set, with
+/// the shortcut read as floats or as compact bytes, and the sums written as
+/// floats or (from a byte shortcut only) as bytes. An output with padding
+/// channels, or on a grid other than the add's operand's, is refused.
 #[test]
 fn int8_conv_computes_the_quantized_add_after_it_as_the_add_does() {
     let isas = available_isas();
@@ -1104,6 +1105,59 @@ fn int8_conv_computes_the_quantized_add_after_it_as_the_add_does() {
                 assert_eq!(got, want, "{what}: element {i}");
             }
             fused += 1;
+            // The shortcut as compact bytes, and the sums written as bytes.
+            let out = Blocked::output_of(&g);
+            let shape = [g.n, g.cout, g.oh, g.ow];
+            let (from, to) = (
+                StagedInput::compact(shortcut, shape),
+                StagedInput::compact(sum, shape),
+            );
+            let byte = |v: f32, grid: Grid| (v / grid.scale + grid.zero_point - grid.min).round();
+            let pixels = g.oh * g.ow;
+            let compact = |n: usize, c: usize, yx: usize| (n * pixels + yx) * g.cout + c;
+            let mut s_bytes = vec![0u8; (g.n * pixels * g.cout).next_multiple_of(4)];
+            for (n, c, yx) in (0..g.n * g.cout * pixels)
+                .map(|i| (i / pixels / g.cout, i / pixels % g.cout, i % pixels))
+            {
+                s_bytes[compact(n, c, yx)] = byte(s[out.at(n, c, yx)], shortcut) as u8;
+            }
+            let s_bytes: Vec<f32> = s_bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            let mut reads_bytes = build();
+            assert!(reads_bytes.fuse_add(add, first), "{what}");
+            assert!(
+                !reads_bytes.read_residual_staged(to),
+                "{what}: the sum's grid"
+            );
+            assert!(reads_bytes.read_residual_staged(from), "{what}");
+            let got: Vec<u32> = (run(&reads_bytes, Some(&s_bytes)).iter())
+                .map(|v| v.to_bits())
+                .collect();
+            for (i, (got, want)) in got.iter().zip(&expect).enumerate() {
+                assert_eq!(got, want, "{what}: element {i} from bytes");
+            }
+            assert!(
+                !conv.write_staged(to),
+                "{what}: a float operand, byte outputs"
+            );
+            assert!(reads_bytes.write_staged(to), "{what}");
+            let len = reads_bytes.output_len().expect("bytes");
+            let mut y = vec![f32::NAN; len];
+            let mut scratch = vec![f32::NAN; reads_bytes.scratch_len()];
+            reads_bytes.run(&xb, Some(&s_bytes), &mut y, &mut scratch);
+            let y: Vec<u8> = y.iter().flat_map(|v| v.to_ne_bytes()).collect();
+            for (n, c, yx) in (0..g.n * g.cout * pixels)
+                .map(|i| (i / pixels / g.cout, i / pixels % g.cout, i % pixels))
+            {
+                let want = byte(f32::from_bits(expect[out.at(n, c, yx)]), sum);
+                assert_eq!(
+                    f32::from(y[compact(n, c, yx)]),
+                    want,
+                    "{what}: ({n},{c},{yx}) as bytes"
+                );
+            }
         }
     }
     assert!(fused >= 30, "only {fused} fused");

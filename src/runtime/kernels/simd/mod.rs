@@ -154,6 +154,18 @@ pub(in crate::runtime) unsafe fn store_bytes_part<V: Vector>(v: V, p: *mut u8, k
     std::ptr::copy_nonoverlapping(staged.as_ptr(), p, k);
 }
 
+/// The `k` bytes at `p` as integers (the whole vector when `k` is
+/// `V::LANES`), 0 in the lanes after them; nothing past them is read.
+#[inline(always)]
+pub(in crate::runtime) unsafe fn load_bytes_part<V: Vector>(p: *const u8, k: usize) -> V {
+    if k == V::LANES {
+        return V::load_bytes(p);
+    }
+    let mut staged = [0u8; MAX_LANES];
+    std::ptr::copy_nonoverlapping(p, staged.as_mut_ptr(), k);
+    V::load_bytes(staged.as_ptr())
+}
+
 /// Operations of one vector of `LANES` f32.
 pub(in crate::runtime) trait Vector: Copy {
     const LANES: usize;
@@ -191,6 +203,15 @@ pub(in crate::runtime) trait Vector: Copy {
         for (i, &v) in lanes[..Self::LANES].iter().enumerate() {
             *p.add(i) = v as u8;
         }
+    }
+    /// The `LANES` bytes at `p` as integers in `0..=255`.
+    #[inline(always)]
+    unsafe fn load_bytes(p: *const u8) -> Self {
+        let mut lanes = [0f32; MAX_LANES];
+        for (i, v) in lanes[..Self::LANES].iter_mut().enumerate() {
+            *v = f32::from(*p.add(i));
+        }
+        Self::load(lanes.as_ptr())
     }
     unsafe fn sub(a: Self, b: Self) -> Self;
     unsafe fn mul(a: Self, b: Self) -> Self;

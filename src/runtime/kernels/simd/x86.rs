@@ -53,6 +53,12 @@ impl Vector for Zmm {
         _mm_storeu_si128(p.cast(), _mm512_cvtepi32_epi8(ints));
     }
     #[inline(always)]
+    unsafe fn load_bytes(p: *const u8) -> Self {
+        Zmm(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(
+            p.cast(),
+        ))))
+    }
+    #[inline(always)]
     unsafe fn even(a: Self, b: Self) -> Self {
         let idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
         Zmm(_mm512_permutex2var_ps(a.0, idx, b.0))
@@ -111,6 +117,12 @@ impl Vector for Ymm {
         );
         let words = _mm_packus_epi32(low, high);
         _mm_storel_epi64(p.cast(), _mm_packus_epi16(words, words));
+    }
+    #[inline(always)]
+    unsafe fn load_bytes(p: *const u8) -> Self {
+        Ymm(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+            p.cast(),
+        ))))
     }
     #[inline(always)]
     unsafe fn even(a: Self, b: Self) -> Self {
