@@ -18,6 +18,10 @@ use crate::runtime::kernels::conv::int8::StagedInput;
 use crate::runtime::model::Kernel;
 use std::collections::{BTreeMap, HashMap};
 
+/// A value, and each step reading it with how it reads it (`None`: not
+/// as an integer convolution).
+type Readers = (ValueRef, Vec<(usize, Option<Read>)>);
+
 /// How a step reads a value.
 #[derive(Clone, Copy, PartialEq)]
 enum Read {
@@ -33,8 +37,7 @@ impl Compiler<'_> {
     /// as bytes, with their slots' lengths in f32 elements.
     pub(super) fn hand_off_bytes(&mut self) -> HashMap<ValueRef, usize> {
         // Each value's producing step and readers (step, how), in step order.
-        let mut reads: BTreeMap<(usize, usize), (ValueRef, Vec<(usize, Option<Read>)>)> =
-            BTreeMap::new();
+        let mut reads: BTreeMap<(usize, usize), Readers> = BTreeMap::new();
         for (step, s) in self.steps.iter().enumerate() {
             for (k, &v) in s.outputs.iter().enumerate() {
                 reads.insert((step, k), (v, vec![]));

@@ -1017,7 +1017,7 @@ fn int8_conv_hands_its_output_to_the_next_as_staged_bytes() {
                 grid,
                 &weights_a,
             );
-            assert!(!off_grid.write_staged(to.clone()), "{what}: float outputs");
+            assert!(!off_grid.write_staged(to), "{what}: float outputs");
             assert!(a.write_staged(to), "{what}");
             b.read_staged();
             let slot = a.output_len().expect("bytes");
