@@ -178,7 +178,7 @@ impl QuantizedAdd {
     /// # Safety
     /// `V`'s instruction set must be available.
     #[inline(always)]
-    pub(in crate::runtime) unsafe fn dequantize<V: Vector>(&self, q: V) -> V {
+    unsafe fn dequantize<V: Vector>(&self, q: V) -> V {
         V::mul(
             V::sub(q, V::splat(self.c.zero_point)),
             V::splat(self.c.scale),

@@ -349,6 +349,17 @@ enum Scaling {
 }
 
 impl Scaling {
+    /// The grid the outputs are rounded onto: the fused add's sum's where
+    /// there is one; `None` for float outputs.
+    fn grid(&self) -> Option<Grid> {
+        match *self {
+            Scaling::Requantized { grid, add, .. } => {
+                Some(add.map_or(grid, |(add, _)| add.output_grid()))
+            }
+            Scaling::Float => None,
+        }
+    }
+
     /// The scaling of a kernel with `epilogue`, a residual or not.
     fn of(epilogue: &Epilogue, residual: bool) -> Scaling {
         match epilogue.act {
@@ -584,9 +595,8 @@ impl QuantConv {
             // A fused add's operand is read as floats laid out like the
             // output, or as bytes: only the second go with byte outputs.
             Scaling::Requantized { add: Some(_), .. } if self.residual_staged.is_none() => false,
-            Scaling::Requantized { grid, add, .. } => {
-                let out_grid = add.map_or(grid, |(add, _)| add.output_grid());
-                out_grid == to.grid && to.shape == [o.n, o.cout, o.oh, o.ow]
+            Scaling::Requantized { .. } => {
+                self.scaling.grid() == Some(to.grid) && to.shape == [o.n, o.cout, o.oh, o.ow]
             }
             Scaling::Float => false,
         };
@@ -622,12 +632,7 @@ impl QuantConv {
     /// not rounded onto a grid.
     pub(in crate::runtime) fn compact_output(&self) -> Option<StagedInput> {
         let o = &self.outer;
-        let grid = match self.scaling {
-            Scaling::Requantized { grid, add, .. } => {
-                add.map_or(grid, |(add, _)| add.output_grid())
-            }
-            Scaling::Float => return None,
-        };
+        let grid = self.scaling.grid()?;
         Some(StagedInput::compact(grid, [o.n, o.cout, o.oh, o.ow]))
     }
 
@@ -751,7 +756,7 @@ impl QuantConv {
             // window runs its whole plane as one row: 3136 pixels). Float
             // outputs lie block after block.
             let output = usize::from(self.output != Output::Floats);
-            let operand = usize::from(residual.is_some() && self.residual_staged.is_some());
+            let operand = usize::from(self.residual_staged.is_some());
             let per_pixel = self.staging.pixel + g.cout * (output + operand);
             span = span.min((PIECE_BYTES / per_pixel).max(step) / step * step);
         }
@@ -832,6 +837,7 @@ impl QuantConv {
                 taps: &self.taps,
                 quads: self.packed_quads,
                 w,
+                zero_sums: self.zero_sums.as_ptr().add(b * WIDTH),
                 pixels,
                 vectors: block.channels.div_ceil(LANES),
             };
@@ -891,7 +897,6 @@ impl QuantConv {
             pixel_at,
             channels: block.channels,
             lane_offsets,
-            zero_sums: self.zero_sums.as_ptr().add(b * WIDTH),
             scales: self.scales.as_ptr().add(b * WIDTH),
             bias: self.params.as_ptr().add(b * WIDTH),
             epilogue: self.epilogue,
@@ -1094,6 +1099,8 @@ struct TileCall<'a> {
     taps: &'a [usize],
     quads: usize,
     w: *const i8,
+    /// The block's zero-byte parts of each lane's sums.
+    zero_sums: *const i32,
     pixels: usize,
     /// Accumulator vectors of 16 channels (1 or 2).
     vectors: usize,
@@ -1127,7 +1134,6 @@ struct Out<'a> {
     channels: usize,
     lane_offsets: Option<&'a [isize]>,
     /// Per lane (`WIDTH` of each).
-    zero_sums: *const i32,
     scales: *const f32,
     /// Per lane, with the PRelu slopes where the epilogue says.
     bias: *const f32,
@@ -1181,7 +1187,7 @@ impl Dots {
             Dots::Plain(Isa::Avx2) => tile_avx2(t, &out(0, t.pixels)),
             _ => {
                 let mut sums = [[0f32; WIDTH]; TILE];
-                plain_dots(t, out(0, t.pixels).zero_sums, &mut sums);
+                plain_dots(t, &mut sums);
                 finish::<Portable>(t.pixels, &sums, &out(0, t.pixels));
             }
         }
@@ -1205,12 +1211,11 @@ const AMX_PIXELS: usize = 2 * amx::ROWS;
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn tile_amx<'a>(t: &TileCall, out: impl Fn(usize, usize) -> Out<'a>) {
     let mut sums = [[0f32; WIDTH]; AMX_PIXELS];
-    let z = out(0, 0).zero_sums;
     match (t.pixels > amx::ROWS, t.vectors) {
-        (false, 1) => amx_dots::<1, 1>(t, z, &mut sums),
-        (false, _) => amx_dots::<1, 2>(t, z, &mut sums),
-        (true, 1) => amx_dots::<2, 1>(t, z, &mut sums),
-        (true, _) => amx_dots::<2, 2>(t, z, &mut sums),
+        (false, 1) => amx_dots::<1, 1>(t, &mut sums),
+        (false, _) => amx_dots::<1, 2>(t, &mut sums),
+        (true, 1) => amx_dots::<2, 1>(t, &mut sums),
+        (true, _) => amx_dots::<2, 2>(t, &mut sums),
     }
     for first in (0..t.pixels).step_by(TILE) {
         let pixels = TILE.min(t.pixels - first);
@@ -1228,7 +1233,6 @@ unsafe fn tile_amx<'a>(t: &TileCall, out: impl Fn(usize, usize) -> Out<'a>) {
 #[inline(always)]
 unsafe fn amx_dots<const A: usize, const B: usize>(
     t: &TileCall,
-    zero_sums: *const i32,
     sums: &mut [[f32; WIDTH]; AMX_PIXELS],
 ) {
     use std::arch::asm;
@@ -1295,7 +1299,7 @@ unsafe fn amx_dots<const A: usize, const B: usize>(
         }
     }
     for m in 0..B {
-        let zero = _mm512_loadu_si512(zero_sums.add(m * LANES).cast());
+        let zero = _mm512_loadu_si512(t.zero_sums.add(m * LANES).cast());
         for a in 0..A {
             for p in 0..amx::ROWS {
                 // Exact in i32; one rounding to f32.
@@ -1312,12 +1316,11 @@ unsafe fn amx_dots<const A: usize, const B: usize>(
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn tile_vnni(t: &TileCall, out: &Out) {
     let mut sums = [[0f32; WIDTH]; TILE];
-    let z = out.zero_sums;
     macro_rules! by_pixels {
         ($($n:literal)*) => {
             match (t.pixels, t.vectors) {
-                $(($n, 1) => vnni_dots::<$n, 1>(t, z, &mut sums),)*
-                $(($n, _) => vnni_dots::<$n, 2>(t, z, &mut sums),)*
+                $(($n, 1) => vnni_dots::<$n, 1>(t, &mut sums),)*
+                $(($n, _) => vnni_dots::<$n, 2>(t, &mut sums),)*
                 _ => unreachable!("a tile has 1..=TILE pixels"),
             }
         };
@@ -1330,7 +1333,7 @@ unsafe fn tile_vnni(t: &TileCall, out: &Out) {
 #[target_feature(enable = "avx512f")]
 unsafe fn tile_avx512(t: &TileCall, out: &Out) {
     let mut sums = [[0f32; WIDTH]; TILE];
-    plain_dots(t, out.zero_sums, &mut sums);
+    plain_dots(t, &mut sums);
     finish::<Zmm>(t.pixels, &sums, out);
 }
 
@@ -1338,7 +1341,7 @@ unsafe fn tile_avx512(t: &TileCall, out: &Out) {
 #[target_feature(enable = "avx2,fma")]
 unsafe fn tile_avx2(t: &TileCall, out: &Out) {
     let mut sums = [[0f32; WIDTH]; TILE];
-    plain_dots(t, out.zero_sums, &mut sums);
+    plain_dots(t, &mut sums);
     finish::<Ymm>(t.pixels, &sums, out);
 }
 
@@ -1348,11 +1351,7 @@ unsafe fn tile_avx2(t: &TileCall, out: &Out) {
 // Two-dimensional indexing of the accumulators reads clearest here.
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
-unsafe fn vnni_dots<const N: usize, const M: usize>(
-    t: &TileCall,
-    zero_sums: *const i32,
-    sums: &mut Sums,
-) {
+unsafe fn vnni_dots<const N: usize, const M: usize>(t: &TileCall, sums: &mut Sums) {
     use std::arch::x86_64::*;
     let mut acc = [[_mm512_setzero_si512(); M]; N];
     let mut wp = t.w;
@@ -1373,7 +1372,7 @@ unsafe fn vnni_dots<const N: usize, const M: usize>(
         }
     }
     let zero: [__m512i; M] = array_of(_mm512_setzero_si512(), |m| {
-        _mm512_loadu_si512(zero_sums.add(m * LANES).cast())
+        _mm512_loadu_si512(t.zero_sums.add(m * LANES).cast())
     });
     for p in 0..N {
         for m in 0..M {
@@ -1387,7 +1386,7 @@ unsafe fn vnni_dots<const N: usize, const M: usize>(
 /// The tile's sums by plain integer arithmetic (the compiler vectorizes
 /// the lanes as the instruction set it is inlined into allows).
 #[inline(always)]
-unsafe fn plain_dots(t: &TileCall, zero_sums: *const i32, out: &mut Sums) {
+unsafe fn plain_dots(t: &TileCall, out: &mut Sums) {
     let lanes = t.vectors * LANES;
     let mut sums = [[0i32; WIDTH]; TILE];
     let mut wp = t.w;
@@ -1408,7 +1407,7 @@ unsafe fn plain_dots(t: &TileCall, zero_sums: *const i32, out: &mut Sums) {
     }
     for (to, from) in out.iter_mut().zip(&sums).take(t.pixels) {
         for (l, (v, &s)) in to.iter_mut().zip(from).enumerate().take(lanes) {
-            *v = (s - *zero_sums.add(l)) as f32;
+            *v = (s - *t.zero_sums.add(l)) as f32;
         }
     }
 }

@@ -27,10 +27,15 @@ pub fn available() -> bool {
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 fn request_tiles() -> bool {
-    // CPUID leaf 7: EDX bit 24 is AMX-TILE, bit 25 AMX-INT8.
-    // SAFETY: leaf 7 exists on every CPU with AVX-512, and reads nothing else.
+    use std::arch::x86_64::{__cpuid_count, __get_cpuid_max};
+    // CPUID leaf 7: EDX bit 24 is AMX-TILE, bit 25 AMX-INT8; a CPU without
+    // that leaf has neither.
+    // SAFETY: CPUID reads no memory, and every x86-64 CPU has it.
     #[allow(unused_unsafe)]
-    let leaf = unsafe { std::arch::x86_64::__cpuid_count(7, 0) };
+    let (max_leaf, leaf) = unsafe { (__get_cpuid_max(0).0, __cpuid_count(7, 0)) };
+    if max_leaf < 7 {
+        return false;
+    }
     let (tile, int8) = (leaf.edx >> 24 & 1 == 1, leaf.edx >> 25 & 1 == 1);
     // ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA (Linux's asm/prctl.h and
     // asm/fpu/xstate.h): without it a tile instruction raises SIGILL.
