@@ -53,6 +53,35 @@ pub enum Activation {
     /// A PRelu whose slope (the node's second input, a constant) holds one
     /// value per channel of the convolution, or one for all.
     PRelu,
+    /// A clamp (relu or clip) and the elementwise op after it: a quantized
+    /// model's relu before the rounding onto its output grid.
+    Clamped {
+        /// A relu or clip.
+        clamp: UnaryOp,
+        /// The op after it, which is no clamp.
+        then: UnaryOp,
+    },
+}
+
+impl Activation {
+    /// Whether another op may follow this one in the epilogue: a clamp.
+    fn is_clamp(self) -> bool {
+        matches!(self, Activation::Unary(u) if u.clamp_bounds().is_some())
+    }
+
+    /// `act` after the one before it in the epilogue, when the two make one
+    /// activation: a clamp, then an op that is no clamp.
+    fn after(before: Option<Activation>, act: Activation) -> Option<Activation> {
+        match (before, act) {
+            (None, act) => Some(act),
+            (Some(before @ Activation::Unary(clamp)), Activation::Unary(then))
+                if before.is_clamp() && !act.is_clamp() =>
+            {
+                Some(Activation::Clamped { clamp, then })
+            }
+            _ => None,
+        }
+    }
 }
 
 impl FusedGroup {
@@ -251,9 +280,10 @@ pub fn conv_epilogue_of(
     let joins = |like: NodeId, next: NodeId| {
         may_join(like, next) && g.node(next).outputs[0].ty == g.node(like).outputs[0].ty
     };
-    // 0: after the conv, 1: after a batch norm, 2: after the add.
+    // 0: after the conv, 1: after a batch norm, 2: after the add, 3: after
+    // an activation that another may follow (a clamp).
     let mut stage = 0;
-    while !g.is_graph_output(v) && activation.is_none() {
+    while !g.is_graph_output(v) && activation.is_none_or(Activation::is_clamp) {
         if let Some(t) = relabel(v) {
             if let Op::Transpose(Transpose { perm }) = inner(g, t).0 {
                 channel_axis = perm.iter().position(|&p| p == channel_axis).unwrap_or(0);
@@ -263,7 +293,9 @@ pub fn conv_epilogue_of(
             v = ValueRef::new(t, 0);
             continue;
         }
-        if let Some(swish) = swish_of(g, v).filter(|s| s.iter().all(|&n| joins(like, n))) {
+        let swish =
+            swish_of(g, v).filter(|s| activation.is_none() && s.iter().all(|&n| joins(like, n)));
+        if let Some(swish) = swish {
             if fuses(Activation::Swish) {
                 for n in swish {
                     let port = g.node_inputs(n).iter().position(|&i| i == v);
@@ -299,11 +331,16 @@ pub fn conv_epilogue_of(
                 residual = Some(other);
                 stage = 2;
             }
-            Op::Unary(u) if fuses(Activation::Unary(*u)) => {
-                activation = Some(Activation::Unary(*u))
-            }
+            Op::Unary(u) => match Activation::after(activation, Activation::Unary(*u)) {
+                Some(act) if fuses(act) => {
+                    activation = Some(act);
+                    stage = 3;
+                }
+                _ => break,
+            },
             Op::Binary(BinaryOp::PRelu)
                 if port == 0
+                    && activation.is_none()
                     && slope_per_channel(g, next, channel_axis)
                     && fuses(Activation::PRelu) =>
             {

@@ -149,6 +149,28 @@ fn full_integer_tflite_is_within_one_step_of_the_interpreter() {
     within_one_step("tflite_int8", &out[0], &expected[0], 1.0);
 }
 
+/// A TFLite convolution's fused relu comes before the rounding onto its
+/// output grid, with a transpose back to channels-last between them: the
+/// relu, the transpose (a relabel once planned) and the rounding all run in
+/// the integer kernel's requantizing epilogue.
+#[test]
+fn tflite_relus_before_the_output_grid_run_in_the_integer_epilogue() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/quant/tflite_int8/model.tflite");
+    let g = load_model(&path).unwrap();
+    let planned = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
+        .with_costs(Costs::BuiltIn)
+        .plan(&g)
+        .unwrap();
+    let m = CompiledModel::compile(&planned.graph, &RuntimeOptions::default()).unwrap();
+    let steps = m.describe();
+    assert!(
+        steps
+            .iter()
+            .any(|s| s.contains("[Conv+Relu+Transpose+QuantizeDequantize (int8)")),
+        "{steps:#?}"
+    );
+}
+
 /// The layers of a full-integer model whose outputs are rounded onto a grid
 /// are its quantized layers, as imported and as planned (where each
 /// rounding is folded into a QuantizeDequantize): what `run` reports as

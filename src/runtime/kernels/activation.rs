@@ -30,6 +30,11 @@ pub(super) unsafe fn activate<V: Vector>(act: Activation, v: V) -> V {
     match act {
         Activation::Unary(u) => u.apply(x).0,
         Activation::Swish => (x * UnaryOp::Sigmoid.apply(x)).0,
+        // `Epilogue::of` splits it (two more inlined `UnaryOp::apply` in
+        // every kernel's epilogue tripled the build time).
+        Activation::Clamped { .. } => {
+            unreachable!("an epilogue splits a clamp from the op after it")
+        }
         // Its slopes are per channel: `Epilogue` applies it with `prelu`.
         Activation::PRelu => unreachable!("a PRelu needs its channels' slopes"),
     }
@@ -53,6 +58,9 @@ pub(super) unsafe fn prelu<V: Vector>(v: V, slope: V) -> V {
 pub fn vectorizes(act: Activation) -> bool {
     match act {
         Activation::Swish | Activation::PRelu => true,
+        Activation::Clamped { clamp, then } => {
+            vectorizes(Activation::Unary(clamp)) && vectorizes(Activation::Unary(then))
+        }
         Activation::Unary(u) => matches!(
             u,
             UnaryOp::Relu

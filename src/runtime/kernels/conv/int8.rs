@@ -1412,13 +1412,76 @@ unsafe fn plain_dots(t: &TileCall, out: &mut Sums) {
     }
 }
 
+/// What a tile's epilogue does with its sums, one compiled loop per kind
+/// (`finish_as`): where the loop matched on the scaling, residual and
+/// destination per vector of outputs, those branches and the constants
+/// they kept spilled took two thirds of `tile_vnni`'s time.
+mod kind {
+    /// `Scaling::Float`.
+    pub const FLOAT: u8 = 0;
+    /// `Scaling::Requantized` without an add.
+    pub const REQUANTIZED: u8 = 1;
+    /// `Scaling::Requantized` with a fused add.
+    pub const ADDED: u8 = 2;
+    /// No residual.
+    pub const NONE: u8 = 0;
+    /// `Residual::Floats`.
+    pub const FLOATS: u8 = 1;
+    /// `Residual::Bytes`.
+    pub const BYTES: u8 = 2;
+    /// `Residual::Floats` or none, decided per vector.
+    pub const FLOATS_IF_ANY: u8 = 3;
+}
+
 /// Scales each sum, adds the bias, then either requantizes it or adds the
 /// residual and applies the epilogue, and stores the tile's channels.
+#[inline(always)]
+unsafe fn finish<V: Vector>(pixels: usize, sums: &[[f32; WIDTH]], out: &Out) {
+    use kind::*;
+    use Scaling::Requantized as Rq;
+    // Direct calls: each is inlined with the caller's instruction set.
+    match (out.scaling, out.residual, out.y) {
+        // One loop with or without the residual: each inlines the whole
+        // epilogue (every activation).
+        (Scaling::Float, None | Some(Residual::Floats(_)), Dest::Floats(_)) => {
+            finish_as::<V, FLOAT, FLOATS_IF_ANY, false>(pixels, sums, out)
+        }
+        (Rq { add: None, .. }, None, Dest::Floats(_)) => {
+            finish_as::<V, REQUANTIZED, NONE, false>(pixels, sums, out)
+        }
+        (Rq { add: None, .. }, None, Dest::Bytes(_)) => {
+            finish_as::<V, REQUANTIZED, NONE, true>(pixels, sums, out)
+        }
+        (Rq { add: Some(_), .. }, Some(Residual::Floats(_)), Dest::Floats(_)) => {
+            finish_as::<V, ADDED, FLOATS, false>(pixels, sums, out)
+        }
+        (Rq { add: Some(_), .. }, Some(Residual::Bytes(..)), Dest::Floats(_)) => {
+            finish_as::<V, ADDED, BYTES, false>(pixels, sums, out)
+        }
+        (Rq { add: Some(_), .. }, Some(Residual::Bytes(..)), Dest::Bytes(_)) => {
+            finish_as::<V, ADDED, BYTES, true>(pixels, sums, out)
+        }
+        _ => unreachable!(
+            "only requantized outputs are bytes; a fused add reads its operand, \
+             as bytes where it writes bytes; a residual without one is float"
+        ),
+    }
+}
+
+/// `finish` for one kind of scaling (`kind::FLOAT`, `REQUANTIZED`,
+/// `ADDED`), of residual (`kind::NONE`, `FLOATS`, `BYTES`,
+/// `FLOATS_IF_ANY`) and of
+/// destination (bytes or floats), which `out` must be.
 // `match`, not `Option::map`: a closure is compiled without the vector
 // instructions, so the vector operations in it would be calls.
 #[allow(clippy::manual_map)]
 #[inline(always)]
-unsafe fn finish<V: Vector>(pixels: usize, sums: &[[f32; WIDTH]], out: &Out) {
+unsafe fn finish_as<V: Vector, const SCALING: u8, const RESIDUAL: u8, const TO_BYTES: bool>(
+    pixels: usize,
+    sums: &[[f32; WIDTH]],
+    out: &Out,
+) {
+    use kind::*;
     // Each vector's channels, from its first lane's offset when they lie
     // side by side in the output (a 32-channel block over two blocks of
     // NCHW16c is two such vectors); `None` where they are scattered (NCHW,
@@ -1430,47 +1493,70 @@ unsafe fn finish<V: Vector>(pixels: usize, sums: &[[f32; WIDTH]], out: &Out) {
         let side_by_side = offs.is_empty() || (1..k).all(|j| offs[c + j] == offs[c] + j as isize);
         starts[c / V::LANES] = side_by_side.then(|| offs.get(c).copied().unwrap_or(c as isize));
     }
+    // Everything the loop reads of `out`, as locals: the stores through the
+    // output pointer could alias `out`, so its fields would be read again
+    // for every vector.
+    let (y_floats, y_bytes) = match out.y {
+        Dest::Floats(y) => (y, std::ptr::null_mut()),
+        Dest::Bytes(y) => (std::ptr::null_mut(), y),
+    };
+    let (r_floats, r_bytes, r_at, r_min) = match out.residual {
+        Some(Residual::Floats(r)) => (r, std::ptr::null(), [0; TILE], 0.0),
+        Some(Residual::Bytes(r, at, min)) => (std::ptr::null(), r, at, min),
+        None => (std::ptr::null(), std::ptr::null(), [0; TILE], 0.0),
+    };
+    let ends = Ends::<V>::of(out.scaling, TO_BYTES);
+    let (scales, bias, epilogue) = (out.scales, out.bias, out.epilogue);
+    let pixel_at = out.pixel_at;
     for (p, sum) in sums.iter().enumerate().take(pixels) {
-        let at = out.pixel_at[p];
+        let at = pixel_at[p];
         for c in (0..out.channels).step_by(V::LANES) {
             let k = (out.channels - c).min(V::LANES);
             match starts[c / V::LANES] {
                 Some(start) => {
-                    let r = match &out.residual {
-                        Some(Residual::Floats(r)) => {
-                            Some(load_part::<V>(r.offset(at + start), k, 0.0))
+                    let r = match RESIDUAL {
+                        FLOATS => Some(load_part::<V>(r_floats.offset(at + start), k, 0.0)),
+                        FLOATS_IF_ANY if !r_floats.is_null() => {
+                            Some(load_part::<V>(r_floats.offset(at + start), k, 0.0))
                         }
-                        Some(Residual::Bytes(r, pixel_at, min)) => {
-                            Some(staged_integers(r.offset(pixel_at[p] + c as isize), k, *min))
-                        }
-                        None => None,
+                        BYTES => Some(staged_integers(
+                            r_bytes.offset(r_at[p] + c as isize),
+                            k,
+                            r_min,
+                        )),
+                        _ => None,
                     };
-                    let v = output(out, sum, c, r);
-                    match out.y {
-                        Dest::Floats(y) => store_part(v, y.offset(at + start), k),
-                        Dest::Bytes(y) => store_bytes_part(v, y.offset(at + start), k),
+                    let v = ends
+                        .output::<SCALING, RESIDUAL, TO_BYTES>(sum, c, scales, bias, epilogue, r);
+                    match TO_BYTES {
+                        true => store_bytes_part(v, y_bytes.offset(at + start), k),
+                        false => store_part(v, y_floats.offset(at + start), k),
                     }
                 }
                 None => {
                     let offset = |l: usize| at + offs[c + l];
                     let mut lanes = [0f32; MAX_LANES];
-                    let r = match &out.residual {
-                        Some(Residual::Floats(r)) => {
+                    let r = match RESIDUAL {
+                        FLOATS | FLOATS_IF_ANY if !r_floats.is_null() => {
                             for (l, v) in lanes.iter_mut().enumerate().take(k) {
-                                *v = *r.offset(offset(l));
+                                *v = *r_floats.offset(offset(l));
                             }
                             Some(V::load(lanes.as_ptr()))
                         }
-                        Some(Residual::Bytes(r, pixel_at, min)) => {
-                            Some(staged_integers(r.offset(pixel_at[p] + c as isize), k, *min))
-                        }
-                        None => None,
+                        BYTES => Some(staged_integers(
+                            r_bytes.offset(r_at[p] + c as isize),
+                            k,
+                            r_min,
+                        )),
+                        _ => None,
                     };
-                    output(out, sum, c, r).store(lanes.as_mut_ptr());
+                    let v = ends
+                        .output::<SCALING, RESIDUAL, TO_BYTES>(sum, c, scales, bias, epilogue, r);
+                    v.store(lanes.as_mut_ptr());
                     for (l, &v) in lanes.iter().enumerate().take(k) {
-                        match out.y {
-                            Dest::Floats(y) => *y.offset(offset(l)) = v,
-                            Dest::Bytes(y) => *y.offset(offset(l)) = v as u8,
+                        match TO_BYTES {
+                            true => *y_bytes.offset(offset(l)) = v as u8,
+                            false => *y_floats.offset(offset(l)) = v,
                         }
                     }
                 }
@@ -1486,43 +1572,91 @@ unsafe fn staged_integers<V: Vector>(p: *const u8, k: usize, min: f32) -> V {
     V::add(load_bytes_part::<V>(p, k), V::splat(min))
 }
 
-/// The outputs of channels `c..` of a pixel's sums `sum` (floats, or the
-/// bytes of the next convolution's staged input), with the residual `r`
-/// where the scaling is `Float` or adds it: its values, or its integers
-/// where read as staged bytes.
-#[inline(always)]
-unsafe fn output<V: Vector>(out: &Out, sum: &[f32; WIDTH], c: usize, r: Option<V>) -> V {
-    let v = V::load(sum[c..].as_ptr());
-    let v = V::fma(v, V::load(out.scales.add(c)), V::load(out.bias.add(c)));
-    match out.scaling {
-        Scaling::Requantized { grid, lo, hi, add } => {
-            let q = V::min(V::max(V::round(v), V::splat(lo)), V::splat(hi));
-            let (q, grid) = match (add, r) {
-                // `run` checked that the add's operand is there.
-                (Some((add, first)), Some(r)) => {
-                    let r = match &out.residual {
-                        Some(Residual::Bytes(..)) => r,
-                        _ => add.operand_integers(r, !first),
-                    };
-                    let q = V::add(q, V::splat(grid.zero_point));
-                    let sum = add.add_integers(q, r, first);
-                    let c = add.output_grid();
-                    (V::sub(sum, V::splat(c.zero_point)), c)
-                }
-                _ => (q, grid),
+/// A requantizing epilogue's constants, as vectors made once per tile.
+struct Ends<V> {
+    /// The integers' clamp, less the zero point.
+    lo: V,
+    hi: V,
+    /// The convolution's grid's zero point.
+    zero_point: V,
+    /// The fused add's sum's zero point.
+    sum_zero_point: V,
+    /// What the integers less the final grid's zero point become: plus
+    /// `zero_point - min` as bytes, times `scale` as floats.
+    to_output: V,
+    add: Option<(QuantizedAdd, bool)>,
+}
+
+impl<V: Vector> Ends<V> {
+    /// The constants of `scaling` (unused for `Scaling::Float`), writing
+    /// bytes or floats.
+    #[inline(always)]
+    unsafe fn of(scaling: Scaling, bytes: bool) -> Ends<V> {
+        let Scaling::Requantized { grid, lo, hi, add } = scaling else {
+            let zero = V::splat(0.0);
+            return Ends {
+                lo: zero,
+                hi: zero,
+                zero_point: zero,
+                sum_zero_point: zero,
+                to_output: zero,
+                add: None,
             };
-            match out.y {
-                // The byte of `q + zero_point` is its distance from `min`.
-                Dest::Bytes(_) => V::add(q, V::splat(grid.zero_point - grid.min)),
-                Dest::Floats(_) => V::mul(q, V::splat(grid.scale)),
-            }
+        };
+        let last = add.map_or(grid, |(add, _)| add.output_grid());
+        Ends {
+            lo: V::splat(lo),
+            hi: V::splat(hi),
+            zero_point: V::splat(grid.zero_point),
+            sum_zero_point: V::splat(last.zero_point),
+            to_output: V::splat(match bytes {
+                true => last.zero_point - last.min,
+                false => last.scale,
+            }),
+            add,
         }
-        Scaling::Float => {
+    }
+
+    /// The outputs of channels `c..` of a pixel's sums `sum`, scaled by
+    /// `scales` plus `bias` (per lane), as `finish_as` computes them: with
+    /// the residual `r` where there is one, its values, or its integers
+    /// where read as staged bytes.
+    #[inline(always)]
+    unsafe fn output<const SCALING: u8, const RESIDUAL: u8, const TO_BYTES: bool>(
+        &self,
+        sum: &[f32; WIDTH],
+        c: usize,
+        scales: *const f32,
+        bias: *const f32,
+        epilogue: Epilogue,
+        r: Option<V>,
+    ) -> V {
+        let v = V::load(sum[c..].as_ptr());
+        let v = V::fma(v, V::load(scales.add(c)), V::load(bias.add(c)));
+        if SCALING == kind::FLOAT {
             let v = match r {
                 Some(r) => V::add(v, r),
                 None => v,
             };
-            out.epilogue.apply(v, out.bias.add(c))
+            return epilogue.apply(v, bias.add(c));
+        }
+        let q = V::min(V::max(V::round(v), self.lo), self.hi);
+        let q = match (SCALING == kind::ADDED, self.add, r) {
+            // `run` checked that the add's operand is there.
+            (true, Some((add, first)), Some(r)) => {
+                let r = match RESIDUAL == kind::BYTES {
+                    true => r,
+                    false => add.operand_integers(r, !first),
+                };
+                let sum = add.add_integers(V::add(q, self.zero_point), r, first);
+                V::sub(sum, self.sum_zero_point)
+            }
+            _ => q,
+        };
+        // The byte of `q + zero_point` is its distance from `min`.
+        match TO_BYTES {
+            true => V::add(q, self.to_output),
+            false => V::mul(q, self.to_output),
         }
     }
 }

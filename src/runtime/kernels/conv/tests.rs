@@ -334,6 +334,20 @@ fn epilogue_activations_match_their_scalar_definitions_on_every_isa() {
         Activation::Unary(UnaryOp::Elu { alpha: 1.0 }),
         Activation::Unary(UnaryOp::Exp),
         Activation::Unary(UnaryOp::Relu),
+        // A quantized model's relu6 and its output grid (no ties at these values).
+        Activation::Clamped {
+            clamp: UnaryOp::Clip { min: 0.0, max: 6.0 },
+            then: UnaryOp::QuantizeDequantize {
+                scale: 0.03,
+                zero_point: -3.0,
+                min: -128.0,
+                max: 127.0,
+            },
+        },
+        Activation::Clamped {
+            clamp: UnaryOp::Relu,
+            then: UnaryOp::Sigmoid,
+        },
     ];
     let c = 16;
     // Values over the whole range where each function bends, saturates or overflows.
@@ -350,6 +364,7 @@ fn epilogue_activations_match_their_scalar_definitions_on_every_isa() {
         match act {
             Activation::Unary(u) => u.apply(v),
             Activation::Swish => v * UnaryOp::Sigmoid.apply(v),
+            Activation::Clamped { clamp, then } => then.apply(clamp.apply(v)),
             // Its slopes are per channel: the kernels' tests draw it in their tails.
             Activation::PRelu => unreachable!("not in `acts`"),
         }
@@ -844,10 +859,14 @@ fn int8_conv_requantizes_onto_the_output_grid_as_integer_kernels_do() {
                 f64::from((q - zero_point) * out_step)
             })
             .collect();
-        let epilogue = Epilogue {
-            min: if relu { 0.0 } else { f32::NEG_INFINITY },
-            ..Epilogue::of(Some(Activation::Unary(out)))
-        };
+        // A relu before the rounding, fused as TFLite models write it.
+        let epilogue = Epilogue::of(Some(match relu {
+            true => Activation::Clamped {
+                clamp: UnaryOp::Relu,
+                then: out,
+            },
+            false => Activation::Unary(out),
+        }));
         let xb = Blocked::input_of(&g).scatter(&x);
         let y_blocks = Blocked::output_of(&g);
         let plain = FusedTail {

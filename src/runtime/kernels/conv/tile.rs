@@ -74,9 +74,15 @@ impl Epilogue {
     /// The epilogue applying `act`: a relu or clip as the clamp, anything else
     /// after it. A PRelu's slopes come with the kernel's `ChannelParams`.
     pub fn of(act: Option<Activation>) -> Epilogue {
+        if let Some(Activation::Clamped { clamp, then }) = act {
+            return Epilogue {
+                act: Some(Activation::Unary(then)),
+                ..Epilogue::of(Some(Activation::Unary(clamp)))
+            };
+        }
         let clamp = act.and_then(|a| match a {
             Activation::Unary(u) => u.clamp_bounds(),
-            Activation::Swish | Activation::PRelu => None,
+            Activation::Swish | Activation::PRelu | Activation::Clamped { .. } => None,
         });
         let (min, max) = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
         Epilogue {
