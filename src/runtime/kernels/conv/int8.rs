@@ -234,6 +234,9 @@ pub struct QuantConv {
     residual_staged: Option<StagedInput>,
     /// Where the outputs go.
     output: Output,
+    /// Staged pixels per row where the tiles run each batch item's output
+    /// rows as one flat row over the staged rows (`flat_rows`).
+    flat_cols: Option<usize>,
 }
 
 /// Where a quantized convolution's outputs go.
@@ -531,6 +534,7 @@ impl QuantConv {
             OutBlock::lanes_of(&blocks, WIDTH, per_channel)
         });
         let padded = !outer.cout.is_multiple_of(outer.y_cb);
+        let flat_cols = flat_rows(&geom, dots).then_some(cols);
         Some(QuantConv {
             geom,
             dots,
@@ -558,6 +562,7 @@ impl QuantConv {
             input_staged: false,
             residual_staged: None,
             output: Output::Floats,
+            flat_cols,
         })
     }
 
@@ -706,6 +711,22 @@ impl QuantConv {
         }
     }
 
+    /// Whether the tiles run flat rows (`flat_rows`).
+    #[cfg(test)]
+    pub(super) fn runs_flat(&self) -> bool {
+        self.flat_cols.is_some()
+    }
+
+    /// The rows the tiles run and their width: each output row, or each
+    /// batch item's rows as one flat row (`flat_cols`).
+    fn tile_rows(&self) -> (usize, usize) {
+        let g = &self.geom;
+        match self.flat_cols {
+            Some(cols) => (g.n, (g.oh - 1) * cols + g.ow),
+            None => (g.n * g.oh, g.ow),
+        }
+    }
+
     /// Computes `y` from `x` (and the residual, laid out like `y`, if fused);
     /// `scratch` holds at least `scratch_len()` elements.
     pub fn run(&self, x: &[f32], residual: Option<&[f32]>, y: &mut [f32], scratch: &mut [f32]) {
@@ -733,12 +754,12 @@ impl QuantConv {
         }
         let staged = staged.as_ptr() as usize;
         let blocks = self.blocks.len();
-        let rows = g.n * g.oh;
+        let (rows, width) = self.tile_rows();
         let step = match self.dots {
             Dots::Amx => AMX_PIXELS,
             Dots::Vnni | Dots::Plain(_) => TILE,
         };
-        let tiles = g.ow.div_ceil(step);
+        let tiles = width.div_ceil(step);
         let cuts = (par::threads() * 8)
             .div_ceil(rows * blocks)
             .clamp(1, tiles.max(1));
@@ -760,7 +781,7 @@ impl QuantConv {
             let per_pixel = self.staging.pixel + g.cout * (output + operand);
             span = span.min((PIECE_BYTES / per_pixel).max(step) / step * step);
         }
-        let cuts = g.ow.div_ceil(span);
+        let cuts = width.div_ceil(span);
         let pieces = rows * cuts;
         super::for_each_piece(pieces * blocks, x, residual, y, |i, _, res, y| {
             let (piece, b) = match pixels_outer {
@@ -768,7 +789,7 @@ impl QuantConv {
                 false => (i % pieces, i / pieces),
             };
             let (row, cut) = (piece / cuts, piece % cuts);
-            let cols = cut * span..((cut + 1) * span).min(g.ow);
+            let cols = cut * span..((cut + 1) * span).min(width);
             // SAFETY: the staged bytes, residual and output were checked to
             // hold the whole of their tensors.
             unsafe { self.row(row, b, cols, staged as *const u8, res, y) }
@@ -815,7 +836,12 @@ impl QuantConv {
     ) {
         let g = &self.geom;
         let s = &self.staging;
-        let (n, oy) = (r / g.oh, r % g.oh);
+        // A flat row's position `j` is output pixel (`j / period`, `j %
+        // period`), valid where that column is within the row.
+        let (n, oy, period) = match self.flat_cols {
+            Some(cols) => (r, 0, cols),
+            None => (r / g.oh, r % g.oh, usize::MAX),
+        };
         let block = &self.blocks[b];
         // The group's bytes in a staged pixel: `quads` lanes of four per group.
         let group_byte = block.input / (g.cin / g.groups) * self.quads * 4;
@@ -840,8 +866,14 @@ impl QuantConv {
                 zero_sums: self.zero_sums.as_ptr().add(b * WIDTH),
                 pixels,
                 vectors: block.channels.div_ceil(LANES),
+                start: ox,
+                period,
+                valid: g.ow,
             };
-            let out = |first: usize, pixels: usize| self.out(n, oy, b, ox + first, pixels, res, y);
+            let out = |first: usize, pixels: usize| {
+                let j = ox + first;
+                self.out(n, oy + j / period, b, j % period, pixels, res, y)
+            };
             self.dots.tile(&call, out);
             ox += pixels;
         }
@@ -1104,6 +1136,13 @@ struct TileCall<'a> {
     pixels: usize,
     /// Accumulator vectors of 16 channels (1 or 2).
     vectors: usize,
+    /// The call's first position in its row, the positions per output
+    /// row, and how many of each row's are output pixels (the rest are
+    /// computed and dropped): a flat row's (`QuantConv::flat_cols`), or a
+    /// row's own (`usize::MAX` positions per row).
+    start: usize,
+    period: usize,
+    valid: usize,
 }
 
 /// Pixel 0 of a tile's first output channel.
@@ -1206,6 +1245,17 @@ const AMX_MIN_STEPS: usize = 3;
 /// Pixels of one AMX call: two tiles of rows.
 const AMX_PIXELS: usize = 2 * amx::ROWS;
 
+/// Whether the tiles run each batch item's output rows of `geom` as one
+/// flat row: the padded staged rows lie end to end, so with a stride of 1
+/// output pixel (`y`, `x`) reads staged pixel `y * cols + x` at each tap,
+/// and consecutive positions `j = y * cols + x` are a constant stride apart
+/// across rows. The `cols - ow` positions past each row's end are computed
+/// and dropped. AMX only: a 7x7 image's rows fill 7 of a tile's 16 rows;
+/// flat, 49 pixels of 63 positions fill four tiles.
+fn flat_rows(geom: &ConvGeom, dots: Dots) -> bool {
+    dots == Dots::Amx && !geom.is_pointwise() && geom.stride == (1, 1)
+}
+
 /// Up to 32 pixels times 32 channels by AMX, stored `TILE` pixels at a time.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw")]
@@ -1217,9 +1267,16 @@ unsafe fn tile_amx<'a>(t: &TileCall, out: impl Fn(usize, usize) -> Out<'a>) {
         (true, 1) => amx_dots::<2, 1>(t, &mut sums),
         (true, _) => amx_dots::<2, 2>(t, &mut sums),
     }
-    for first in (0..t.pixels).step_by(TILE) {
-        let pixels = TILE.min(t.pixels - first);
+    let mut first = 0;
+    while first < t.pixels {
+        let col = (t.start + first) % t.period;
+        if col >= t.valid {
+            first += t.period - col;
+            continue;
+        }
+        let pixels = TILE.min(t.pixels - first).min(t.valid - col);
         finish::<Zmm>(pixels, &sums[first..], &out(first, pixels));
+        first += pixels;
     }
 }
 
