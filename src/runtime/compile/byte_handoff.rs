@@ -9,18 +9,21 @@
 //! no staging pass. Its readers are convolutions that stage it the same
 //! way, and convolutions whose fused quantized add reads it as the other
 //! operand (a residual block's shortcut, read by the next block's first
-//! convolution and by its last, which adds it).
+//! convolution and by its last, which adds it). Steps that only relabel a
+//! value (a transpose the plan made free, as TFLite's channels-last graphs
+//! put around every convolution) are looked through: their readers read the
+//! value itself, and a relabel left without readers is dropped.
 
 use super::Compiler;
 use crate::graph::ValueRef;
 use crate::runtime::kernels::conv::algo::ConvKernel;
 use crate::runtime::kernels::conv::int8::StagedInput;
 use crate::runtime::model::Kernel;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// A value, and each step reading it with how it reads it (`None`: not
-/// as an integer convolution).
-type Readers = (ValueRef, Vec<(usize, Option<Read>)>);
+/// as an integer convolution) and on which input port.
+type Readers = (ValueRef, Vec<(usize, Option<Read>, usize)>);
 
 /// How a step reads a value.
 #[derive(Clone, Copy, PartialEq)]
@@ -45,15 +48,24 @@ impl Compiler<'_> {
         }
         let writer_of: HashMap<ValueRef, (usize, usize)> =
             reads.iter().map(|(&w, (v, _))| (*v, w)).collect();
+        let (relabels, root_of) = self.relabels();
         for (step, s) in self.steps.iter().enumerate() {
+            if relabels.contains(&step) {
+                continue;
+            }
             for (port, v) in s.inputs.iter().enumerate() {
+                let v = root_of.get(v).unwrap_or(v);
                 let Some(w) = writer_of.get(v) else { continue };
                 let how = match (&s.kernel, port) {
                     (Kernel::Conv(ConvKernel::Int8(_)), 0) => Some(Read::Staged),
                     (Kernel::Conv(ConvKernel::Int8(_)), 1) => Some(Read::Residual),
                     _ => None,
                 };
-                reads.get_mut(w).expect("a writer").1.push((step, how));
+                reads
+                    .get_mut(w)
+                    .expect("a writer")
+                    .1
+                    .push((step, how, port));
             }
         }
         let mut held = HashMap::new();
@@ -75,7 +87,9 @@ impl Compiler<'_> {
             }
             let len = before.output_len().expect("the output is the staged bytes");
             self.steps[writer].kind.push_str(" -> u8");
-            for (reader, how) in readers {
+            for (reader, how, port) in readers {
+                // It reads the bytes where they are, not through a relabel.
+                self.steps[reader].inputs[port] = v;
                 let Kernel::Conv(ConvKernel::Int8(conv)) = &mut self.steps[reader].kernel else {
                     unreachable!("every reader is an integer convolution")
                 };
@@ -86,7 +100,43 @@ impl Compiler<'_> {
             }
             held.insert(v, len);
         }
+        // Relabels whose output no kept step reads, last to first (a
+        // relabel of a relabel).
+        let mut read: HashSet<ValueRef> = self.g.outputs().iter().copied().collect();
+        let mut kept = vec![true; self.steps.len()];
+        for (step, s) in self.steps.iter().enumerate().rev() {
+            kept[step] = !relabels.contains(&step) || read.contains(&s.outputs[0]);
+            if kept[step] {
+                read.extend(s.inputs.iter().copied());
+            }
+        }
+        let mut kept = kept.into_iter();
+        self.steps
+            .retain(|_| kept.next().expect("one flag per step"));
         held
+    }
+
+    /// The steps that only relabel a value computed by a step: one input,
+    /// their output the input's elements as they are (no graph output);
+    /// and each such output's value before every relabel.
+    fn relabels(&self) -> (HashSet<usize>, HashMap<ValueRef, ValueRef>) {
+        let computed: HashSet<ValueRef> =
+            self.steps.iter().flat_map(|s| s.outputs.clone()).collect();
+        let mut relabels = HashSet::new();
+        let mut root_of: HashMap<ValueRef, ValueRef> = HashMap::new();
+        for (step, s) in self.steps.iter().enumerate() {
+            let ([x], [y]) = (&s.inputs[..], &s.outputs[..]) else {
+                continue;
+            };
+            let numel = |v: &ValueRef| self.g.value_type(*v).numel();
+            let same = s.kernel.view_offset() == Some(0) && numel(x) == numel(y);
+            if same && computed.contains(x) && !self.g.outputs().contains(y) {
+                let root = root_of.get(x).copied().unwrap_or(*x);
+                root_of.insert(*y, root);
+                relabels.insert(step);
+            }
+        }
+        (relabels, root_of)
     }
 
     /// The staged bytes every reader of the value `writer` computes can
@@ -96,7 +146,7 @@ impl Compiler<'_> {
     fn shared_staging(
         &self,
         writer: usize,
-        readers: &[(usize, Option<Read>)],
+        readers: &[(usize, Option<Read>, usize)],
     ) -> Option<StagedInput> {
         if readers.is_empty() {
             return None;
@@ -106,7 +156,7 @@ impl Compiler<'_> {
             _ => None,
         };
         let mut to: Option<StagedInput> = None;
-        for &(step, how) in readers {
+        for &(step, how, _) in readers {
             if how? == Read::Staged {
                 let staged = conv(step)?.staged_input()?;
                 to = Some(match to {
@@ -119,7 +169,7 @@ impl Compiler<'_> {
             Some(to) => to,
             None => conv(writer)?.compact_output()?,
         };
-        let fits = |&(step, how): &(usize, Option<Read>)| {
+        let fits = |&(step, how, _): &(usize, Option<Read>, usize)| {
             how != Some(Read::Residual) || conv(step).is_some_and(|c| c.residual_fits(&to))
         };
         readers.iter().all(fits).then_some(to)

@@ -912,3 +912,73 @@ fn quantized_inputs_move_and_cast_natively_in_any_layout() {
         assert_eq!(a.data.to_f64(), e.data.to_f64(), "output {k}");
     }
 }
+
+/// Two quantized convolutions of a channels-last graph as the TFLite
+/// importer writes it: each between a transpose to NCHW and one back, its
+/// relu before the rounding onto its output grid. Planned, the transposes
+/// only relabel: the relu and the rounding run in the first convolution's
+/// integer epilogue, and it hands its output to the second as that one's
+/// staged bytes, through the relabels. Every scale is a power of two, so
+/// the float reference is exact too and the outputs are equal.
+#[test]
+fn quantized_convs_hand_over_bytes_through_relabelling_transposes() {
+    use crate::graph::Transpose;
+    let (h, w, c) = (6, 7, 32);
+    let grid = |scale: f32, zero_point: f32| {
+        Op::Unary(UnaryOp::QuantizeDequantize {
+            scale,
+            zero_point,
+            min: -128.0,
+            max: 127.0,
+        })
+    };
+    let node = |g: &mut Graph, op: Op, ins: &[ValueRef]| {
+        let name = format!("n{}", g.node_count());
+        ValueRef::new(g.add_node(op, &name, ins, &[], vec![]).unwrap(), 0)
+    };
+    let transpose = |perm: [usize; 4]| {
+        Op::Transpose(Transpose {
+            perm: perm.to_vec(),
+        })
+    };
+    let mut rng = Rng(7);
+    let mut g = Graph::new("channels-last int8");
+    let x = g.add_input("x", ValueType::new(DType::F32, vec![1, h, w, c]), vec![]);
+    let mut v = node(&mut g, grid(1.0 / 16.0, 3.0), &[x]);
+    for layer in 0..2 {
+        // Per output channel a step of 2^-6..2^-8, its largest weight 127 steps.
+        let per_out = c * 9;
+        let wt: Vec<f32> = (0..c * per_out)
+            .map(|i| {
+                let q = match i % per_out {
+                    0 => 127.0,
+                    _ => rng.range(0, 254) as f32 - 127.0,
+                };
+                q / (64 << (i / per_out % 3)) as f32
+            })
+            .collect();
+        let wt = g.add_constant("w", Tensor::from_f32(vec![c, c, 3, 3], wt), vec![]);
+        let conv = Op::Conv(Conv {
+            window: crate::ops::testutil::square_window(3, 1, 1),
+            group: 1,
+        });
+        let to_nchw = node(&mut g, transpose([0, 3, 1, 2]), &[v]);
+        let y = node(&mut g, conv, &[to_nchw, wt]);
+        let y = node(&mut g, Op::Unary(UnaryOp::Relu), &[y]);
+        let back = node(&mut g, transpose([0, 2, 3, 1]), &[y]);
+        v = node(&mut g, grid(1.0 / (4 << layer) as f32, -5.0), &[back]);
+    }
+    g.set_outputs(vec![v]);
+    let input = Tensor::from_f32(vec![1, h, w, c], rng.f32s(h * w * c));
+    let inputs = std::slice::from_ref(&input);
+    let expected = crate::reference::run(&g, inputs).unwrap()[0].to_f32();
+    let m = compile_on(1, &planned_for(&g, TargetFamily::Nchwc(16)));
+    let steps = m.describe();
+    let int8 = "Relu+Transpose+QuantizeDequantize (int8)";
+    assert!(
+        steps.iter().filter(|s| s.contains(int8)).count() == 2
+            && steps.iter().any(|s| s.contains(&format!("{int8} -> u8"))),
+        "{steps:#?}"
+    );
+    assert_eq!(m.run(inputs).unwrap()[0].to_f32(), expected);
+}
