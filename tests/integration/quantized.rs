@@ -155,13 +155,8 @@ fn full_integer_tflite_is_within_one_step_of_the_interpreter() {
 /// the integer kernel's requantizing epilogue.
 #[test]
 fn tflite_relus_before_the_output_grid_run_in_the_integer_epilogue() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/quant/tflite_int8/model.tflite");
-    let g = load_model(&path).unwrap();
-    let planned = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
-        .with_costs(Costs::BuiltIn)
-        .plan(&g)
-        .unwrap();
-    let m = CompiledModel::compile(&planned.graph, &RuntimeOptions::default()).unwrap();
+    let (_, planned) = bundled_tflite_int8();
+    let m = CompiledModel::compile(&planned, &RuntimeOptions::default()).unwrap();
     let steps = m.describe();
     assert!(
         steps
@@ -177,16 +172,23 @@ fn tflite_relus_before_the_output_grid_run_in_the_integer_epilogue() {
 /// computed in float or by integer kernels.
 #[test]
 fn planning_keeps_the_quantized_layers_of_a_tflite_model() {
+    let (g, planned) = bundled_tflite_int8();
+    let imported = g.quantized_layers();
+    // Three convolutions, the depthwise one, the add, the pool and the dense layer.
+    assert!(imported.len() >= 7, "{imported:?}");
+    assert_eq!(planned.quantized_layers(), imported);
+}
+
+/// The bundled full-integer TFLite model as imported, and planned as `run`
+/// plans it.
+fn bundled_tflite_int8() -> (Graph, Graph) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/quant/tflite_int8/model.tflite");
     let g = load_model(&path).unwrap();
     let planned = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
         .with_costs(Costs::BuiltIn)
         .plan(&g)
         .unwrap();
-    let imported = g.quantized_layers();
-    // Three convolutions, the depthwise one, the add, the pool and the dense layer.
-    assert!(imported.len() >= 7, "{imported:?}");
-    assert_eq!(planned.graph.quantized_layers(), imported);
+    (g, planned.graph)
 }
 
 /// Dynamic-range models: int8 weights, float activations. onnxruntime

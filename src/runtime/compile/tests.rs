@@ -71,7 +71,6 @@ fn compiled_random_convs_match_the_reference_executor() {
 /// equal to the reference in every layout family.
 #[test]
 fn conv_epilogues_look_through_relabelling_transposes() {
-    use crate::graph::Transpose;
     let mut rng = Rng(12);
     let families = [
         TargetFamily::Nchwc(16),
@@ -87,15 +86,6 @@ fn conv_epilogues_look_through_relabelling_transposes() {
         let r = g.add_input("r", nhwc(cout), vec![]);
         let inputs =
             [nhwc(cin), nhwc(cout)].map(|t| Tensor::from_f32(t.shape.clone(), rng.f32s(t.numel())));
-        let node = |g: &mut Graph, op: Op, ins: &[ValueRef]| {
-            let name = format!("n{}", g.node_count());
-            ValueRef::new(g.add_node(op, &name, ins, &[], vec![]).unwrap(), 0)
-        };
-        let transpose = |perm: [usize; 4]| {
-            Op::Transpose(Transpose {
-                perm: perm.to_vec(),
-            })
-        };
         let wshape = vec![cout, cin, 3, 3];
         let wt = g.add_constant(
             "w",
@@ -151,6 +141,19 @@ fn conv_epilogues_look_through_relabelling_transposes() {
             steps.join("\n")
         );
     }
+}
+
+/// A node of `op` reading `ins`, named by its position, and its output.
+fn node(g: &mut Graph, op: Op, ins: &[ValueRef]) -> ValueRef {
+    let name = format!("n{}", g.node_count());
+    ValueRef::new(g.add_node(op, &name, ins, &[], vec![]).unwrap(), 0)
+}
+
+/// A transpose of a 4-d tensor by `perm`.
+fn transpose(perm: [usize; 4]) -> Op {
+    Op::Transpose(crate::graph::Transpose {
+        perm: perm.to_vec(),
+    })
 }
 
 /// Concats along the outer axis are placements: their inputs are computed in
@@ -617,10 +620,6 @@ fn a_classifier_on_a_blocked_feature_vector_runs_the_dense_kernel() {
     };
     let w = constant(&mut g, "w", vec![c, cin, 3, 3]);
     let dense = constant(&mut g, "dense", vec![c, classes]);
-    let node = |g: &mut Graph, op: Op, ins: &[ValueRef]| {
-        let name = format!("n{}", g.node_count());
-        ValueRef::new(g.add_node(op, &name, ins, &[], vec![]).unwrap(), 0)
-    };
     let conv = Op::Conv(Conv {
         window: crate::ops::testutil::square_window(3, 1, 1),
         group: 1,
@@ -922,7 +921,6 @@ fn quantized_inputs_move_and_cast_natively_in_any_layout() {
 /// the float reference is exact too and the outputs are equal.
 #[test]
 fn quantized_convs_hand_over_bytes_through_relabelling_transposes() {
-    use crate::graph::Transpose;
     let (h, w, c) = (6, 7, 32);
     let grid = |scale: f32, zero_point: f32| {
         Op::Unary(UnaryOp::QuantizeDequantize {
@@ -930,15 +928,6 @@ fn quantized_convs_hand_over_bytes_through_relabelling_transposes() {
             zero_point,
             min: -128.0,
             max: 127.0,
-        })
-    };
-    let node = |g: &mut Graph, op: Op, ins: &[ValueRef]| {
-        let name = format!("n{}", g.node_count());
-        ValueRef::new(g.add_node(op, &name, ins, &[], vec![]).unwrap(), 0)
-    };
-    let transpose = |perm: [usize; 4]| {
-        Op::Transpose(Transpose {
-            perm: perm.to_vec(),
         })
     };
     let mut rng = Rng(7);

@@ -234,9 +234,6 @@ pub struct QuantConv {
     residual_staged: Option<StagedInput>,
     /// Where the outputs go.
     output: Output,
-    /// Staged pixels per row where the tiles run each batch item's output
-    /// rows as one flat row over the staged rows (`flat_rows`).
-    flat_cols: Option<usize>,
 }
 
 /// Where a quantized convolution's outputs go.
@@ -534,7 +531,6 @@ impl QuantConv {
             OutBlock::lanes_of(&blocks, WIDTH, per_channel)
         });
         let padded = !outer.cout.is_multiple_of(outer.y_cb);
-        let flat_cols = flat_rows(&geom, dots).then_some(cols);
         Some(QuantConv {
             geom,
             dots,
@@ -562,7 +558,6 @@ impl QuantConv {
             input_staged: false,
             residual_staged: None,
             output: Output::Floats,
-            flat_cols,
         })
     }
 
@@ -714,14 +709,20 @@ impl QuantConv {
     /// Whether the tiles run flat rows (`flat_rows`).
     #[cfg(test)]
     pub(super) fn runs_flat(&self) -> bool {
-        self.flat_cols.is_some()
+        self.flat_cols().is_some()
+    }
+
+    /// Staged pixels per row where the tiles run each batch item's output
+    /// rows as one flat row over the staged rows (`flat_rows`).
+    fn flat_cols(&self) -> Option<usize> {
+        flat_rows(&self.geom, self.dots).then_some(self.staging.cols)
     }
 
     /// The rows the tiles run and their width: each output row, or each
     /// batch item's rows as one flat row (`flat_cols`).
     fn tile_rows(&self) -> (usize, usize) {
         let g = &self.geom;
-        match self.flat_cols {
+        match self.flat_cols() {
             Some(cols) => (g.n, (g.oh - 1) * cols + g.ow),
             None => (g.n * g.oh, g.ow),
         }
@@ -838,7 +839,7 @@ impl QuantConv {
         let s = &self.staging;
         // A flat row's position `j` is output pixel (`j / period`, `j %
         // period`), valid where that column is within the row.
-        let (n, oy, period) = match self.flat_cols {
+        let (n, oy, period) = match self.flat_cols() {
             Some(cols) => (r, 0, cols),
             None => (r / g.oh, r % g.oh, usize::MAX),
         };
@@ -1569,46 +1570,32 @@ unsafe fn finish_as<V: Vector, const SCALING: u8, const RESIDUAL: u8, const TO_B
         let at = pixel_at[p];
         for c in (0..out.channels).step_by(V::LANES) {
             let k = (out.channels - c).min(V::LANES);
-            match starts[c / V::LANES] {
-                Some(start) => {
-                    let r = match RESIDUAL {
-                        FLOATS => Some(load_part::<V>(r_floats.offset(at + start), k, 0.0)),
-                        FLOATS_IF_ANY if !r_floats.is_null() => {
-                            Some(load_part::<V>(r_floats.offset(at + start), k, 0.0))
+            let start = starts[c / V::LANES];
+            // Lane `l`'s offset where the channels are scattered.
+            let offset = |l: usize| at + offs[c + l];
+            let mut lanes = [0f32; MAX_LANES];
+            let r = match RESIDUAL {
+                FLOATS | FLOATS_IF_ANY if !r_floats.is_null() => Some(match start {
+                    Some(start) => load_part::<V>(r_floats.offset(at + start), k, 0.0),
+                    None => {
+                        for (l, v) in lanes.iter_mut().enumerate().take(k) {
+                            *v = *r_floats.offset(offset(l));
                         }
-                        BYTES => Some(staged_integers(
-                            r_bytes.offset(r_at[p] + c as isize),
-                            k,
-                            r_min,
-                        )),
-                        _ => None,
-                    };
-                    let v = ends
-                        .output::<SCALING, RESIDUAL, TO_BYTES>(sum, c, scales, bias, epilogue, r);
-                    match TO_BYTES {
-                        true => store_bytes_part(v, y_bytes.offset(at + start), k),
-                        false => store_part(v, y_floats.offset(at + start), k),
+                        V::load(lanes.as_ptr())
                     }
-                }
-                None => {
-                    let offset = |l: usize| at + offs[c + l];
-                    let mut lanes = [0f32; MAX_LANES];
-                    let r = match RESIDUAL {
-                        FLOATS | FLOATS_IF_ANY if !r_floats.is_null() => {
-                            for (l, v) in lanes.iter_mut().enumerate().take(k) {
-                                *v = *r_floats.offset(offset(l));
-                            }
-                            Some(V::load(lanes.as_ptr()))
-                        }
-                        BYTES => Some(staged_integers(
-                            r_bytes.offset(r_at[p] + c as isize),
-                            k,
-                            r_min,
-                        )),
-                        _ => None,
-                    };
-                    let v = ends
-                        .output::<SCALING, RESIDUAL, TO_BYTES>(sum, c, scales, bias, epilogue, r);
+                }),
+                BYTES => Some(staged_integers(
+                    r_bytes.offset(r_at[p] + c as isize),
+                    k,
+                    r_min,
+                )),
+                _ => None,
+            };
+            let v = ends.output::<SCALING, RESIDUAL, TO_BYTES>(sum, c, scales, bias, epilogue, r);
+            match (start, TO_BYTES) {
+                (Some(start), true) => store_bytes_part(v, y_bytes.offset(at + start), k),
+                (Some(start), false) => store_part(v, y_floats.offset(at + start), k),
+                (None, _) => {
                     v.store(lanes.as_mut_ptr());
                     for (l, &v) in lanes.iter().enumerate().take(k) {
                         match TO_BYTES {
