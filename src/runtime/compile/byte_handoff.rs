@@ -9,7 +9,9 @@
 //! no staging pass. Its readers are convolutions that stage it the same
 //! way, and convolutions whose fused quantized add reads it as the other
 //! operand (a residual block's shortcut, read by the next block's first
-//! convolution and by its last, which adds it). Steps that only relabel a
+//! convolution and by its last, which adds it). Depthwise convolutions
+//! write bytes too: their outputs rounded onto the next convolution's
+//! (a MobileNet block's depthwise convolution to its project one). Steps that only relabel a
 //! value (a transpose the plan made free, as TFLite's channels-last graphs
 //! put around every convolution) are looked through: their readers read the
 //! value itself, and a relabel left without readers is dropped.
@@ -79,23 +81,30 @@ impl Compiler<'_> {
             let Some(to) = self.shared_staging(writer, &readers) else {
                 continue;
             };
-            let Kernel::Conv(ConvKernel::Int8(before)) = &mut self.steps[writer].kernel else {
-                continue;
-            };
-            if !before.write_staged(to) {
+            // A depthwise convolution's fused residual is laid out like
+            // float outputs.
+            let before = &mut self.steps[writer];
+            let residual = matches!(before.kernel, Kernel::Depthwise(_)) && before.inputs.len() > 1;
+            if residual || !before.kernel.write_staged(to) {
                 continue;
             }
-            let len = before.output_len().expect("the output is the staged bytes");
-            self.steps[writer].kind.push_str(" -> u8");
+            let len = before
+                .kernel
+                .output_len()
+                .expect("the output is the staged bytes");
+            before.kind.push_str(" -> u8");
             for (reader, how, port) in readers {
                 // It reads the bytes where they are, not through a relabel.
                 self.steps[reader].inputs[port] = v;
-                let Kernel::Conv(ConvKernel::Int8(conv)) = &mut self.steps[reader].kernel else {
-                    unreachable!("every reader is an integer convolution")
-                };
-                match how {
-                    Some(Read::Staged) => conv.read_staged(),
-                    _ => assert!(conv.read_residual_staged(to), "checked to fit"),
+                let kernel = &mut self.steps[reader].kernel;
+                match (how, kernel) {
+                    (Some(Read::Staged), Kernel::Conv(ConvKernel::Int8(conv))) => {
+                        conv.read_staged()
+                    }
+                    (_, Kernel::Conv(ConvKernel::Int8(conv))) => {
+                        assert!(conv.read_residual_staged(to), "checked to fit")
+                    }
+                    _ => unreachable!("every reader is an integer convolution"),
                 }
             }
             held.insert(v, len);
@@ -173,5 +182,25 @@ impl Compiler<'_> {
             how != Some(Read::Residual) || conv(step).is_some_and(|c| c.residual_fits(&to))
         };
         readers.iter().all(fits).then_some(to)
+    }
+}
+
+impl Kernel {
+    /// Writes the outputs as `to`, where the kernel can; whether it will.
+    fn write_staged(&mut self, to: StagedInput) -> bool {
+        match self {
+            Kernel::Conv(ConvKernel::Int8(c)) => c.write_staged(to),
+            Kernel::Depthwise(d) => d.write_staged(to),
+            _ => false,
+        }
+    }
+
+    /// Elements (f32) of the output slot where the outputs are bytes.
+    fn output_len(&self) -> Option<usize> {
+        match self {
+            Kernel::Conv(ConvKernel::Int8(c)) => c.output_len(),
+            Kernel::Depthwise(d) => d.output_len(),
+            _ => None,
+        }
     }
 }

@@ -971,3 +971,73 @@ fn quantized_convs_hand_over_bytes_through_relabelling_transposes() {
     );
     assert_eq!(m.run(inputs).unwrap()[0].to_f32(), expected);
 }
+
+/// A MobileNet block in int8: a 1x1 expand convolution with relu, a 3x3
+/// depthwise one with relu6 (stride 1 and 2), a 1x1 project one, each
+/// rounded onto a grid. The depthwise convolution hands its outputs to the
+/// project one as bytes; 40 expanded channels leave a partial vector. With
+/// power-of-two scales every sum is exact in f32, so the outputs equal the
+/// reference's.
+#[test]
+fn depthwise_convolutions_hand_bytes_to_integer_ones() {
+    let (h, w, c, wide) = (9, 11, 12, 40);
+    let grid = |scale: f32, zero_point: f32| {
+        Op::Unary(UnaryOp::QuantizeDequantize {
+            scale,
+            zero_point,
+            min: -128.0,
+            max: 127.0,
+        })
+    };
+    let mut rng = Rng(11);
+    // Weights of `cin` inputs per output: 127 steps of 2^-6 once each,
+    // any other byte after.
+    let weights = |g: &mut Graph, rng: &mut Rng, cout: usize, cin: usize, k: usize| {
+        let per_out = cin * k * k;
+        let wt: Vec<f32> = (0..cout * per_out)
+            .map(|i| match i % per_out {
+                0 => 127.0 / 64.0,
+                _ => (rng.range(0, 254) as f32 - 127.0) / 64.0,
+            })
+            .collect();
+        g.add_constant("w", Tensor::from_f32(vec![cout, cin, k, k], wt), vec![])
+    };
+    for stride in [1, 2] {
+        let mut g = Graph::new("int8 inverted residual");
+        let x = g.add_input("x", ValueType::new(DType::F32, vec![1, c, h, w]), vec![]);
+        let v = node(&mut g, grid(1.0 / 16.0, 3.0), &[x]);
+        let conv = |k: usize, stride: usize, group: usize| {
+            Op::Conv(Conv {
+                window: crate::ops::testutil::square_window(k, stride, k / 2),
+                group,
+            })
+        };
+        let expand = weights(&mut g, &mut rng, wide, c, 1);
+        let v = node(&mut g, conv(1, 1, 1), &[v, expand]);
+        let v = node(&mut g, Op::Unary(UnaryOp::Relu), &[v]);
+        let v = node(&mut g, grid(1.0 / 4.0, -128.0), &[v]);
+        let depthwise = weights(&mut g, &mut rng, wide, 1, 3);
+        let v = node(&mut g, conv(3, stride, wide), &[v, depthwise]);
+        let relu6 = UnaryOp::Clip { min: 0.0, max: 6.0 };
+        let v = node(&mut g, Op::Unary(relu6), &[v]);
+        let v = node(&mut g, grid(1.0 / 32.0, -128.0), &[v]);
+        let project = weights(&mut g, &mut rng, c, wide, 1);
+        let v = node(&mut g, conv(1, 1, 1), &[v, project]);
+        let v = node(&mut g, grid(1.0 / 2.0, 1.0), &[v]);
+        g.set_outputs(vec![v]);
+        let input = Tensor::from_f32(vec![1, c, h, w], rng.f32s(c * h * w));
+        let inputs = std::slice::from_ref(&input);
+        let expected = crate::reference::run(&g, inputs).unwrap()[0].to_f32();
+        for threads in [1, 2] {
+            let m = compile_on(threads, &planned_for(&g, TargetFamily::Nchwc(16)));
+            let steps = m.describe();
+            let handed = steps.iter().any(|s| s.contains("(depthwise) -> u8"));
+            assert!(handed, "{steps:#?}");
+            assert_eq!(
+                m.run(inputs).unwrap()[0].to_f32(),
+                expected,
+                "stride {stride}"
+            );
+        }
+    }
+}

@@ -23,11 +23,23 @@
 //! every group spread over its group (`Vector::spread`) for the `j`-th FMA.
 //! Every lane does useful work, where the dense kernel would broadcast one
 //! input channel into a vector of mostly idle lanes.
+//!
+//! Outputs rounded onto a grid of bytes last may go out as the next integer
+//! convolution's staged input (`write_staged`), rounded as its staging
+//! would round the floats: a quarter of the bytes written, and the reader
+//! skips its staging pass. (Reading bytes too, widened into floats a band
+//! of rows at a time, was tried: on MobileNetV2 it paid at 2 threads and
+//! lost more at 1, the widening costing more than the float reads it saved.)
 
 use super::direct::{balanced_tile, fill_channel_pad, valid_taps, ConvGeom};
+use super::int8::{as_bytes_mut, StagedInput};
 use super::tile::{ChannelParams, Epilogue};
 use crate::core::par;
-use crate::runtime::kernels::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel};
+use crate::fusion::Activation;
+use crate::runtime::kernels::quantized::Grid;
+use crate::runtime::kernels::simd::{
+    run_vectorized, store_bytes_part, Isa, Lanes, Vector, VectorKernel,
+};
 
 /// Output pixels one register tile holds.
 const DW_TILE: usize = 8;
@@ -55,6 +67,8 @@ pub struct Depthwise {
     epilogue: Epilogue,
     /// What the output's padding channels must hold, if any are there.
     pad_fill: Option<f32>,
+    /// The outputs as the next convolution's staged bytes (`write_staged`).
+    output_bytes: Option<StagedInput>,
 }
 
 impl Depthwise {
@@ -112,7 +126,36 @@ impl Depthwise {
             params,
             epilogue,
             pad_fill: pad_fill.filter(|_| padded),
+            output_bytes: None,
         }
+    }
+
+    /// Writes the outputs as `to`, the next convolution's staged input,
+    /// when the epilogue rounds them onto its grid last and they are its
+    /// input's shape; whether it will.
+    pub(in crate::runtime) fn write_staged(&mut self, to: StagedInput) -> bool {
+        let g = &self.geom;
+        let fits = self.output_grid() == Some(to.grid()) && to.shape() == [g.n, g.cout, g.oh, g.ow];
+        if fits {
+            self.output_bytes = Some(to);
+            self.pad_fill = None;
+        }
+        fits
+    }
+
+    /// The grid the epilogue rounds the outputs onto last, if it does.
+    fn output_grid(&self) -> Option<Grid> {
+        match self.epilogue.act {
+            Some(Activation::Unary(u)) if self.epilogue.slope_at.is_none() => {
+                Grid::of(u).filter(Grid::fits_a_byte)
+            }
+            _ => None,
+        }
+    }
+
+    /// Elements (f32) of the output slot where the outputs are bytes.
+    pub(in crate::runtime) fn output_len(&self) -> Option<usize> {
+        self.output_bytes.map(|to| to.bytes().div_ceil(4))
     }
 
     /// The packed weights every run reads.
@@ -120,40 +163,56 @@ impl Depthwise {
         &self.w
     }
 
-    /// Computes `y` from `x` (and the residual, laid out like `y`, if fused).
+    /// Computes `y` from `x` (and the residual, laid out like `y`, if fused):
+    /// floats in their layouts, or `y` the bytes `write_staged` set.
     pub fn run(&self, x: &[f32], residual: Option<&[f32]>, y: &mut [f32]) {
         let g = &self.geom;
-        assert!(x.len() >= g.x_len() && y.len() >= g.y_len());
+        assert!(x.len() >= g.x_len() && y.len() >= self.output_len().unwrap_or(g.y_len()));
         assert!(residual.is_none_or(|r| r.len() >= g.y_len()));
-        let images = g.n * g.cin.div_ceil(self.slice);
+        assert!(residual.is_none() || self.output_bytes.is_none());
+        if let Some(to) = self.output_bytes {
+            to.fill_padding(as_bytes_mut(y));
+        }
+        // Bytes lie each pixel's channels side by side, every slice a few
+        // of a line's: a band runs all slices of its rows, so that one
+        // thread writes each line whole.
+        let slices = g.cin.div_ceil(self.slice);
+        let together = match self.output_bytes {
+            None => 1,
+            Some(_) => slices,
+        };
+        let images = g.n * slices / together;
         // Bands of up to a tile's rows, fewer when that leaves too few tasks
         // to keep every thread busy.
         let band =
             g.oh.div_ceil((par::threads() * 4).div_ceil(images))
                 .clamp(1, DW_TILE);
         let bands = g.oh.div_ceil(band);
-        // Each band writes only its slice's channels of its own output rows.
+        // Each band writes only its slices' channels of its own output rows.
         super::for_each_piece(images * bands, x, residual, y, |task, x, res, y| {
-            let task = Band {
-                d: self,
-                image: task / bands,
-                rows: task % bands * band..((task % bands + 1) * band).min(g.oh),
-                x,
-                res,
-                y,
-            };
-            // SAFETY: `lanes` comes from `Lanes::for_block`; the row's
-            // reads and writes stay inside the buffers checked above. Each
-            // group width is its own kernel: one function holding them all
-            // took the compiler minutes to optimize.
-            unsafe {
-                match self.group {
-                    1 => run_vectorized(self.lanes, &InGroups::<1>(task)),
-                    2 => run_vectorized(self.lanes, &InGroups::<2>(task)),
-                    4 => run_vectorized(self.lanes, &InGroups::<4>(task)),
-                    8 => run_vectorized(self.lanes, &InGroups::<8>(task)),
-                    16 => run_vectorized(self.lanes, &InGroups::<16>(task)),
-                    _ => unreachable!("`applies` admits the GROUP_WIDTHS only"),
+            let image = task / bands * together;
+            for image in image..image + together {
+                let band = Band {
+                    d: self,
+                    image,
+                    rows: task % bands * band..((task % bands + 1) * band).min(g.oh),
+                    x,
+                    res,
+                    y,
+                };
+                // SAFETY: `lanes` comes from `Lanes::for_block`; the row's
+                // reads and writes stay inside the buffers checked above.
+                // Each group width is its own kernel: one function holding
+                // them all took the compiler minutes to optimize.
+                unsafe {
+                    match self.group {
+                        1 => run_vectorized(self.lanes, &InGroups::<1>(band)),
+                        2 => run_vectorized(self.lanes, &InGroups::<2>(band)),
+                        4 => run_vectorized(self.lanes, &InGroups::<4>(band)),
+                        8 => run_vectorized(self.lanes, &InGroups::<8>(band)),
+                        16 => run_vectorized(self.lanes, &InGroups::<16>(band)),
+                        _ => unreachable!("`applies` admits the GROUP_WIDTHS only"),
+                    }
                 }
             }
         });
@@ -174,7 +233,8 @@ struct Band<'a> {
     y: *mut f32,
 }
 
-/// Where one tile reads and writes, all offsets in f32 elements.
+/// Where one tile reads and writes, all offsets in elements (f32, or bytes
+/// for byte outputs).
 struct DwTile {
     /// Input at kernel tap (0, 0) of the tile's first pixel (perhaps outside
     /// the input: only taps inside it are read).
@@ -195,10 +255,57 @@ struct DwTile {
     /// (group * slice).
     w_kh: usize,
     w_kw: usize,
-    out: *mut f32,
+    out: Dest,
     res: Option<*const f32>,
     /// Output stride of the next pixel of the tile.
     y_pixel: usize,
+}
+
+/// Pixel 0 of a tile's vector of output channels.
+#[derive(Clone, Copy)]
+enum Dest {
+    /// In the output's float layout.
+    Floats(*mut f32),
+    /// In the next convolution's staged bytes: the first `valid` lanes
+    /// (the channels that exist) rounded onto `grid`.
+    Bytes {
+        at: *mut u8,
+        valid: usize,
+        onto: Onto,
+    },
+}
+
+/// A grid's constants for rounding floats onto its bytes.
+#[derive(Clone, Copy)]
+struct Onto {
+    scale: f32,
+    /// `zero_point - min`: the byte of 0.
+    shift: f32,
+    /// `max - min`: the largest byte.
+    top: f32,
+}
+
+impl Onto {
+    fn of(grid: Grid) -> Onto {
+        Onto {
+            scale: grid.scale,
+            shift: grid.zero_point - grid.min,
+            top: grid.max - grid.min,
+        }
+    }
+
+    /// The bytes of `v` (after the epilogue's clamp) on the grid: the
+    /// QuantizeDequantize's `round(v / scale) + zero_point`, clamped, less
+    /// `min`. NaN becomes byte 0, as the next convolution's staging makes it
+    /// (`max` returns its second operand for it).
+    #[inline(always)]
+    unsafe fn bytes<V: Vector>(self, v: V) -> V {
+        let q = V::add(
+            V::round(V::div(v, V::splat(self.scale))),
+            V::splat(self.shift),
+        );
+        V::min(V::max(q, V::splat(0.0)), V::splat(self.top))
+    }
 }
 
 /// The band of a convolution in groups of `G` channels.
@@ -236,7 +343,6 @@ impl<const G: usize> VectorKernel for InGroups<'_, G> {
         // Rows and columns before the image are only addressed, never read:
         // wrapping offsets until a tap lands inside.
         let x_plane = band.x.add(plane_of(x_cb, g.h * g.w));
-        let y_plane = plane_of(y_cb, g.oh * g.ow);
         let (x_row, x_col) = ((g.w * x_cb) as isize, x_cb as isize);
         let at_input = |oh: usize, ow: usize| {
             let (ih, iw) = (
@@ -244,6 +350,12 @@ impl<const G: usize> VectorKernel for InGroups<'_, G> {
                 (ow * sw) as isize - pw as isize,
             );
             x_plane.wrapping_offset(ih * x_row + iw * x_col)
+        };
+        // The slice's output pixel (0, 0), and the strides of a column and
+        // a row.
+        let (y_first, y_col, y_row) = match d.output_bytes {
+            None => (plane_of(y_cb, g.oh * g.ow), y_cb, g.ow * y_cb),
+            Some(to) => (to.at(n, 0, 0) + c0, to.pixel(), to.cols() * to.pixel()),
         };
         let range = |(lo, hi)| lo..hi;
         let (cols_inside, rows_inside) = (range(g.interior_columns()), range(g.interior_rows()));
@@ -255,30 +367,39 @@ impl<const G: usize> VectorKernel for InGroups<'_, G> {
             w: w_slice,
             kh: (0, kh),
             kw: (0, kw),
-            x_kh: (dh * g.w * x_cb) as isize,
-            x_kw: (dw * x_cb) as isize,
+            x_kh: dh as isize * x_row,
+            x_kw: dw as isize * x_col,
             x_pixel: 0,
             w_j: slice,
             w_kh: kw * G * slice,
             w_kw: G * slice,
-            out: band.y,
+            out: Dest::Floats(band.y),
             res: band.res,
             y_pixel: 0,
         };
         for c in (0..slice).step_by(V::LANES) {
             let b = bias.add(c);
             t.w = w_slice.add(c);
+            // The channels of the vector that exist (the rest are padding).
+            let valid = g.cin.saturating_sub(c0 + c).min(V::LANES);
             // Points the tile at output pixel (oh, ow). A closure of address
             // arithmetic only: one calling vector intrinsics is compiled
             // without the instruction set's features and calls each.
             let place = |t: &mut DwTile, oh: usize, ow: usize| {
                 t.x = at_input(oh, ow).add(c);
-                let at = y_plane + (oh * g.ow + ow) * y_cb + c;
-                t.out = band.y.add(at);
+                let at = y_first + oh * y_row + ow * y_col + c;
+                t.out = match d.output_bytes {
+                    None => Dest::Floats(band.y.add(at)),
+                    Some(to) => Dest::Bytes {
+                        at: band.y.cast::<u8>().add(at),
+                        valid,
+                        onto: Onto::of(to.grid()),
+                    },
+                };
                 t.res = band.res.map(|r| r.add(at));
             };
             // Along each row: pixels a column apart.
-            (t.x_pixel, t.y_pixel) = ((sw * x_cb) as isize, y_cb);
+            (t.x_pixel, t.y_pixel) = (sw as isize * x_col, y_col);
             for oh in band.rows.clone() {
                 t.kh = valid_taps((oh * sh) as isize - ph as isize, dh, kh, g.h);
                 t.kw = (0, kw);
@@ -302,7 +423,7 @@ impl<const G: usize> VectorKernel for InGroups<'_, G> {
             if rows.is_empty() {
                 continue;
             }
-            (t.x_pixel, t.y_pixel) = (sh as isize * x_row, g.ow * y_cb);
+            (t.x_pixel, t.y_pixel) = (sh as isize * x_row, y_row);
             t.kh = (0, kh);
             for ow in border_cols.clone() {
                 t.kw = valid_taps((ow * sw) as isize - pw as isize, dw, kw, g.w);
@@ -369,7 +490,19 @@ unsafe fn dw_tile<V: Vector, const N: usize, const G: usize>(
             Some(r) => V::add(a, V::load(r.add(at))),
             None => a,
         };
-        ep.apply(v, bias).store(t.out.add(at));
+        match t.out {
+            Dest::Floats(out) => ep.apply(v, bias).store(out.add(at)),
+            // `write_staged` took the epilogue's last step, the rounding,
+            // for these bytes; only its clamp is left before it.
+            Dest::Bytes {
+                at: out,
+                valid,
+                onto,
+            } => {
+                let v = V::clamp(v, V::splat(ep.min), V::splat(ep.max));
+                store_bytes_part(onto.bytes(v), out.add(at), valid);
+            }
+        }
     }
 }
 

@@ -293,17 +293,38 @@ impl StagedInput {
         (a == b).then_some(a)
     }
 
-    fn bytes(&self) -> usize {
+    /// The bytes, with what the reader may read past the pixels.
+    pub(super) fn bytes(&self) -> usize {
         self.shape[0] * self.rows * self.cols * self.pixel + self.slack
     }
 
+    /// The grid the bytes are the integers of, less its `min`.
+    pub(super) fn grid(&self) -> Grid {
+        self.grid
+    }
+
+    /// The values' batch, channels, height and width.
+    pub(super) fn shape(&self) -> [usize; 4] {
+        self.shape
+    }
+
+    /// Bytes from one pixel to the next in a row.
+    pub(super) fn pixel(&self) -> usize {
+        self.pixel
+    }
+
+    /// Pixels from one row to the next, padding included.
+    pub(super) fn cols(&self) -> usize {
+        self.cols
+    }
+
     /// Where pixel (`n`, `y`, `x`) starts.
-    fn at(&self, n: usize, y: usize, x: usize) -> usize {
+    pub(super) fn at(&self, n: usize, y: usize, x: usize) -> usize {
         ((n * self.rows + self.top + y) * self.cols + self.left + x) * self.pixel
     }
 
     /// Writes the zero byte everywhere but the pixels' channels.
-    fn fill_padding(&self, bytes: &mut [u8]) {
+    pub(super) fn fill_padding(&self, bytes: &mut [u8]) {
         let [n, c, h, w] = self.shape;
         let zero = self.grid.zero_byte();
         if self.pixel > c {
@@ -1712,7 +1733,7 @@ fn as_bytes(v: &[f32]) -> &[u8] {
 }
 
 /// The bytes of f32 storage, to write.
-fn as_bytes_mut(v: &mut [f32]) -> &mut [u8] {
+pub(super) fn as_bytes_mut(v: &mut [f32]) -> &mut [u8] {
     // SAFETY: as `as_bytes`; the borrow is exclusive.
     unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast(), v.len() * 4) }
 }
