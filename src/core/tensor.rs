@@ -328,6 +328,32 @@ impl TensorData {
         }
     }
 
+    /// Every element converted to f32 into `out`, of the same length: the
+    /// f64 of `to_f64` rounded to f32. Types that f64 holds exactly convert
+    /// straight to f32, which rounds the same, with no f64 copy between (a
+    /// quantized model's integer input is cast on every run).
+    pub fn write_f32s(&self, out: &mut [f32]) {
+        assert_eq!(out.len(), self.len(), "one f32 per element");
+        fn each<T: Copy>(v: &[T], out: &mut [f32], f: impl Fn(T) -> f32) {
+            for (o, &x) in out.iter_mut().zip(v) {
+                *o = f(x);
+            }
+        }
+        match self {
+            TensorData::F32(v) => out.copy_from_slice(v),
+            TensorData::F64(v) => each(v, out, |x| x as f32),
+            TensorData::I32(v) => each(v, out, |x| x as f32),
+            TensorData::I16(v) => each(v, out, f32::from),
+            TensorData::I8(v) => each(v, out, f32::from),
+            TensorData::U32(v) => each(v, out, |x| x as f32),
+            TensorData::U16(v) => each(v, out, f32::from),
+            TensorData::U8(v) => each(v, out, f32::from),
+            TensorData::Bool(v) => each(v, out, |x| f32::from(u8::from(x))),
+            // Through f64, which may round a 64-bit integer before f32 does.
+            _ => each(&self.to_f64(), out, |x| x as f32),
+        }
+    }
+
     /// The elements `range` converted to f64, as [`TensorData::to_f64`] does,
     /// without converting the others (a large tensor read piece by piece).
     pub fn slice_f64(&self, range: std::ops::Range<usize>) -> Vec<f64> {
@@ -612,7 +638,11 @@ impl Tensor {
     pub fn f32s(&self) -> Cow<'_, [f32]> {
         match &*self.data {
             TensorData::F32(v) => Cow::Borrowed(v),
-            other => Cow::Owned(other.to_f64().into_iter().map(|x| x as f32).collect()),
+            other => {
+                let mut out = vec![0.0; other.len()];
+                other.write_f32s(&mut out);
+                Cow::Owned(out)
+            }
         }
     }
 

@@ -164,7 +164,7 @@ impl CompiledModel {
                     .map_err(kernel)?,
                 Kernel::ToF32 => {
                     let t = bufs.tensor(step.inputs[0], &step.input_types[0]);
-                    bufs.write(step.outputs[0]).copy_from_slice(&t.f32s())
+                    t.data.write_f32s(bufs.write(step.outputs[0]))
                 }
                 Kernel::Typed(k) => on_tensors(step, bufs, |xs| k.run(xs)).map_err(kernel)?,
                 Kernel::Moved(k) => on_tensors(step, bufs, |xs| k.run(xs)).map_err(kernel)?,

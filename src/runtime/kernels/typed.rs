@@ -455,6 +455,9 @@ impl GatheredRows {
 pub struct Moved {
     /// Per output element, its source; `u32::MAX` for the fill.
     sources: Vec<u32>,
+    /// The largest source but the fill's, found once: the inputs must hold
+    /// it (scanning the sources on every run took as long as moving them).
+    highest: Option<u32>,
     fill: f32,
     shape: Vec<usize>,
 }
@@ -462,8 +465,10 @@ pub struct Moved {
 impl Moved {
     /// The movement of these sources into an output of `shape`.
     pub fn new(sources: Vec<u32>, fill: f32, shape: Vec<usize>) -> Moved {
+        let highest = sources.iter().copied().filter(|&s| s != u32::MAX).max();
         Moved {
             sources,
+            highest,
             fill,
             shape,
         }
@@ -477,11 +482,7 @@ impl Moved {
         parts.push(&fill);
         let joined = TensorData::concat(&parts).map_err(|e| KernelError::Value(e.to_string()))?;
         let last = joined.len() - 1;
-        if let Some(&s) = self
-            .sources
-            .iter()
-            .find(|&&s| s != u32::MAX && s as usize >= last)
-        {
+        if let Some(s) = self.highest.filter(|&s| s as usize >= last) {
             return Err(KernelError::Index {
                 index: s as i64,
                 extent: last,
