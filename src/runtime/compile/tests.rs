@@ -912,6 +912,38 @@ fn quantized_inputs_move_and_cast_natively_in_any_layout() {
     }
 }
 
+/// A QuantizeDequantize onto a grid of signed bytes.
+fn grid(scale: f32, zero_point: f32) -> Op {
+    Op::Unary(UnaryOp::QuantizeDequantize {
+        scale,
+        zero_point,
+        min: -128.0,
+        max: 127.0,
+    })
+}
+
+/// Convolution weights of `shape` (OIHW) on a grid of signed bytes of step
+/// `step(o)` per output channel `o`: each channel's first weight 127 steps,
+/// the others any byte.
+fn int8_weights(
+    g: &mut Graph,
+    rng: &mut Rng,
+    shape: [usize; 4],
+    step: impl Fn(usize) -> f32,
+) -> ValueRef {
+    let per_out = shape[1] * shape[2] * shape[3];
+    let wt: Vec<f32> = (0..shape[0] * per_out)
+        .map(|i| {
+            let q = match i % per_out {
+                0 => 127.0,
+                _ => rng.range(0, 254) as f32 - 127.0,
+            };
+            q * step(i / per_out)
+        })
+        .collect();
+    g.add_constant("w", Tensor::from_f32(shape.to_vec(), wt), vec![])
+}
+
 /// Two quantized convolutions of a channels-last graph as the TFLite
 /// importer writes it: each between a transpose to NCHW and one back, its
 /// relu before the rounding onto its output grid. Planned, the transposes
@@ -922,31 +954,14 @@ fn quantized_inputs_move_and_cast_natively_in_any_layout() {
 #[test]
 fn quantized_convs_hand_over_bytes_through_relabelling_transposes() {
     let (h, w, c) = (6, 7, 32);
-    let grid = |scale: f32, zero_point: f32| {
-        Op::Unary(UnaryOp::QuantizeDequantize {
-            scale,
-            zero_point,
-            min: -128.0,
-            max: 127.0,
-        })
-    };
     let mut rng = Rng(7);
     let mut g = Graph::new("channels-last int8");
     let x = g.add_input("x", ValueType::new(DType::F32, vec![1, h, w, c]), vec![]);
     let mut v = node(&mut g, grid(1.0 / 16.0, 3.0), &[x]);
     for layer in 0..2 {
-        // Per output channel a step of 2^-6..2^-8, its largest weight 127 steps.
-        let per_out = c * 9;
-        let wt: Vec<f32> = (0..c * per_out)
-            .map(|i| {
-                let q = match i % per_out {
-                    0 => 127.0,
-                    _ => rng.range(0, 254) as f32 - 127.0,
-                };
-                q / (64 << (i / per_out % 3)) as f32
-            })
-            .collect();
-        let wt = g.add_constant("w", Tensor::from_f32(vec![c, c, 3, 3], wt), vec![]);
+        // Per output channel a step of 2^-6..2^-8.
+        let step = |o: usize| 1.0 / (64 << (o % 3)) as f32;
+        let wt = int8_weights(&mut g, &mut rng, [c, c, 3, 3], step);
         let conv = Op::Conv(Conv {
             window: crate::ops::testutil::square_window(3, 1, 1),
             group: 1,
@@ -981,27 +996,7 @@ fn quantized_convs_hand_over_bytes_through_relabelling_transposes() {
 #[test]
 fn depthwise_convolutions_hand_bytes_to_integer_ones() {
     let (h, w, c, wide) = (9, 11, 12, 40);
-    let grid = |scale: f32, zero_point: f32| {
-        Op::Unary(UnaryOp::QuantizeDequantize {
-            scale,
-            zero_point,
-            min: -128.0,
-            max: 127.0,
-        })
-    };
     let mut rng = Rng(11);
-    // Weights of `cin` inputs per output: 127 steps of 2^-6 once each,
-    // any other byte after.
-    let weights = |g: &mut Graph, rng: &mut Rng, cout: usize, cin: usize, k: usize| {
-        let per_out = cin * k * k;
-        let wt: Vec<f32> = (0..cout * per_out)
-            .map(|i| match i % per_out {
-                0 => 127.0 / 64.0,
-                _ => (rng.range(0, 254) as f32 - 127.0) / 64.0,
-            })
-            .collect();
-        g.add_constant("w", Tensor::from_f32(vec![cout, cin, k, k], wt), vec![])
-    };
     for stride in [1, 2] {
         let mut g = Graph::new("int8 inverted residual");
         let x = g.add_input("x", ValueType::new(DType::F32, vec![1, c, h, w]), vec![]);
@@ -1012,16 +1007,16 @@ fn depthwise_convolutions_hand_bytes_to_integer_ones() {
                 group,
             })
         };
-        let expand = weights(&mut g, &mut rng, wide, c, 1);
+        let expand = int8_weights(&mut g, &mut rng, [wide, c, 1, 1], |_| 1.0 / 64.0);
         let v = node(&mut g, conv(1, 1, 1), &[v, expand]);
         let v = node(&mut g, Op::Unary(UnaryOp::Relu), &[v]);
         let v = node(&mut g, grid(1.0 / 4.0, -128.0), &[v]);
-        let depthwise = weights(&mut g, &mut rng, wide, 1, 3);
+        let depthwise = int8_weights(&mut g, &mut rng, [wide, 1, 3, 3], |_| 1.0 / 64.0);
         let v = node(&mut g, conv(3, stride, wide), &[v, depthwise]);
         let relu6 = UnaryOp::Clip { min: 0.0, max: 6.0 };
         let v = node(&mut g, Op::Unary(relu6), &[v]);
         let v = node(&mut g, grid(1.0 / 32.0, -128.0), &[v]);
-        let project = weights(&mut g, &mut rng, c, wide, 1);
+        let project = int8_weights(&mut g, &mut rng, [c, wide, 1, 1], |_| 1.0 / 64.0);
         let v = node(&mut g, conv(1, 1, 1), &[v, project]);
         let v = node(&mut g, grid(1.0 / 2.0, 1.0), &[v]);
         g.set_outputs(vec![v]);

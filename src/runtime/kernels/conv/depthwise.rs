@@ -357,6 +357,7 @@ impl<const G: usize> VectorKernel for InGroups<'_, G> {
             None => (plane_of(y_cb, g.oh * g.ow), y_cb, g.ow * y_cb),
             Some(to) => (to.at(n, 0, 0) + c0, to.pixel(), to.cols() * to.pixel()),
         };
+        let onto = d.output_bytes.map(|to| Onto::of(to.grid()));
         let range = |(lo, hi)| lo..hi;
         let (cols_inside, rows_inside) = (range(g.interior_columns()), range(g.interior_rows()));
         let border_cols = (0..cols_inside.start).chain(cols_inside.end..g.ow);
@@ -388,12 +389,12 @@ impl<const G: usize> VectorKernel for InGroups<'_, G> {
             let place = |t: &mut DwTile, oh: usize, ow: usize| {
                 t.x = at_input(oh, ow).add(c);
                 let at = y_first + oh * y_row + ow * y_col + c;
-                t.out = match d.output_bytes {
+                t.out = match onto {
                     None => Dest::Floats(band.y.add(at)),
-                    Some(to) => Dest::Bytes {
+                    Some(onto) => Dest::Bytes {
                         at: band.y.cast::<u8>().add(at),
                         valid,
-                        onto: Onto::of(to.grid()),
+                        onto,
                     },
                 };
                 t.res = band.res.map(|r| r.add(at));
