@@ -170,6 +170,7 @@ fn float_arith(b: &mut FunctionBuilder, op: BinOp, x: Value, y: Value) -> Option
 fn combine(b: &mut FunctionBuilder, op: ReduceOp, acc: Value, x: Value) -> Value {
     match op {
         ReduceOp::Sum => b.ins().fadd(acc, x),
+        ReduceOp::Prod => b.ins().fmul(acc, x),
         ReduceOp::Max => b.ins().fmax(acc, x),
         ReduceOp::Min => b.ins().fmin(acc, x),
         ReduceOp::MaxNumber => {

@@ -233,17 +233,6 @@ impl OpCompute {
             s.compute_inline(p)?;
         }
         let axes = s.axis(&y)?;
-        for (t, a) in &self.per_row {
-            s.compute_at(t, &y, &axes[*a])?;
-            // Across the row: its reduction, or the row itself.
-            let lanes = match s.reduce_axis(t)?.last() {
-                Some(r) => Some(r.clone()),
-                None => s.axis(t)?.last().cloned(),
-            };
-            if let Some(l) = lanes {
-                s.vectorize(t, &l)?;
-            }
-        }
         let shape = &self.graph.op(y.id).shape;
         let storage_order = match out {
             Some(l) if !l.is_identity() => self.storage_order(&mut s, l)?,
@@ -266,6 +255,30 @@ impl OpCompute {
                 lane_axis = Some(axes.len() - 1);
             } else if let Some(r) = s.reduce_axis(&y)?.last() {
                 s.vectorize(&y, r)?;
+            }
+        }
+        for (t, a) in &self.per_row {
+            // Computed once per row: inside the output's loops that come before
+            // any loop over the row's own axes (those after `a`), however the
+            // storage order arranged them; at the root when a row axis is outermost.
+            let row_axes = &axes[a + 1..];
+            let mut at = None;
+            for leaf in s.leaves(&y)? {
+                if s.derives_from(&y, &leaf, row_axes)? {
+                    break;
+                }
+                at = Some(leaf);
+            }
+            if let Some(at) = at {
+                s.compute_at(t, &y, &at)?;
+            }
+            // Across the row: its reduction, or the row itself.
+            let lanes = match s.reduce_axis(t)?.last() {
+                Some(r) => Some(r.clone()),
+                None => s.axis(t)?.last().cloned(),
+            };
+            if let Some(l) = lanes {
+                s.vectorize(t, &l)?;
             }
         }
         if let Some(at) = element_loop {

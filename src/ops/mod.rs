@@ -43,7 +43,7 @@ pub use logical::Logical;
 pub use lrn::Lrn;
 use onnx::OnnxCx;
 pub use pad_flow::{binary_flow, pad_flow, unary_flow};
-pub use reduce::CumSum;
+pub use reduce::{Cumulative, Running};
 pub use resize::{is_identity, AxisTaps};
 pub use scatter::{GatherNd, ScatterElements, ScatterNd, ScatterReduction};
 pub use select::{ArgKind, ArgReduce, GatherElements, TopK};
@@ -336,8 +336,8 @@ pub enum Op {
     LayerNorm(LayerNorm),
     /// x: local response normalization across channels
     Lrn(Lrn),
-    /// x -> running sums along an axis
-    CumSum(CumSum),
+    /// x -> running sums or products along an axis
+    Cumulative(Cumulative),
     /// x -> i64 index of the extreme along an axis
     ArgReduce(ArgReduce),
     /// x -> (values, i64 indices) of the k extremes along an axis
@@ -704,7 +704,7 @@ impl Op {
             Op::Reduce(r) => r,
             Op::LayerNorm(l) => l,
             Op::Lrn(l) => l,
-            Op::CumSum(c) => c,
+            Op::Cumulative(c) => c,
             Op::ArgReduce(a) => a,
             Op::TopK(t) => t,
             Op::GatherElements(g) => g,

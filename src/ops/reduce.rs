@@ -242,12 +242,7 @@ fn reduce_compute(
         ReduceKind::Mean => (ReduceOp::Sum, Some(1.0 / n as f64)),
         ReduceKind::Max => (ReduceOp::Max, None),
         ReduceKind::Min => (ReduceOp::Min, None),
-        ReduceKind::Prod => {
-            return Err(unsupported(
-                "ReduceProd",
-                "products are not a TIR reduction",
-            ))
-        }
+        ReduceKind::Prod => (ReduceOp::Prod, None),
     };
     g.reduce(&format!("Y{sfx}"), &extents(&out), &rshape, rop, |i, r| {
         let mut idx = vec![Expr::Int(0); s.len()];
@@ -264,21 +259,35 @@ fn reduce_compute(
     })
 }
 
-/// CumSum: x -> the running sum along `axis` (inclusive unless `exclusive`,
-/// from the end when `reverse`).
+/// What a running reduction (`Cumulative`) accumulates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Running {
+    /// CumSum.
+    Sum,
+    /// CumProd.
+    Prod,
+}
+
+/// CumSum and CumProd: x -> the running sum or product along `axis`
+/// (inclusive unless `exclusive`, from the end when `reverse`).
 #[derive(Clone, Debug, PartialEq)]
-pub struct CumSum {
-    /// The summed axis.
+pub struct Cumulative {
+    /// What is accumulated.
+    pub op: Running,
+    /// The accumulated axis.
     pub axis: usize,
-    /// Each sum leaves out its own element.
+    /// Each result leaves out its own element.
     pub exclusive: bool,
-    /// Sums run from the end of the axis.
+    /// The accumulation runs from the end of the axis.
     pub reverse: bool,
 }
 
-impl OpDef for CumSum {
+impl OpDef for Cumulative {
     fn name(&self) -> &'static str {
-        "CumSum"
+        match self.op {
+            Running::Sum => "CumSum",
+            Running::Prod => "CumProd",
+        }
     }
 
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
@@ -302,26 +311,26 @@ impl OpDef for CumSum {
             shape[self.axis],
             numel(&shape[self.axis + 1..]),
         );
-        // Visit each line in summing order; the running sum before or after
-        // adding the element is the exclusive or inclusive result.
+        // Visit each line in accumulating order; the running value before or
+        // after taking the element in is the exclusive or inclusive result.
         let order: Vec<usize> = match self.reverse {
             false => (0..n).collect(),
             true => (0..n).rev().collect(),
         };
-        fn scan<T: Copy + std::ops::Add<Output = T>>(
+        fn scan<T: Copy>(
             v: &[T],
-            zero: T,
+            (identity, take): (T, impl Fn(T, T) -> T),
             (outer, n, inner): (usize, usize, usize),
             order: &[usize],
             exclusive: bool,
         ) -> Vec<T> {
-            let mut out = vec![zero; v.len()];
+            let mut out = vec![identity; v.len()];
             for o in 0..outer {
                 for i in 0..inner {
-                    let mut acc = zero;
+                    let mut acc = identity;
                     for &k in order {
                         let at = (o * n + k) * inner + i;
-                        let with = acc + v[at];
+                        let with = take(acc, v[at]);
                         out[at] = if exclusive { acc } else { with };
                         acc = with;
                     }
@@ -331,50 +340,52 @@ impl OpDef for CumSum {
         }
         let dims = (outer, n, inner);
         let data = match x[0].dtype() {
-            d if d.is_float() => TensorData::from_f64(
-                d,
-                scan(&x[0].data.to_f64(), 0.0, dims, &order, self.exclusive),
-            ),
+            d if d.is_float() => {
+                let op: (f64, fn(f64, f64) -> f64) = match self.op {
+                    Running::Sum => (0.0, |a, b| a + b),
+                    Running::Prod => (1.0, |a, b| a * b),
+                };
+                let v = x[0].data.to_f64();
+                TensorData::from_f64(d, scan(&v, op, dims, &order, self.exclusive))
+            }
+            // Integers wrap at any width: computed in i128, then narrowed.
             d => {
-                let v: Vec<std::num::Wrapping<i128>> = x[0]
-                    .data
-                    .to_i128()
-                    .into_iter()
-                    .map(std::num::Wrapping)
-                    .collect();
-                let sums = scan(&v, std::num::Wrapping(0), dims, &order, self.exclusive);
-                TensorData::from_i128(d, sums.into_iter().map(|w| w.0).collect())
+                let op: (i128, fn(i128, i128) -> i128) = match self.op {
+                    Running::Sum => (0, i128::wrapping_add),
+                    Running::Prod => (1, i128::wrapping_mul),
+                };
+                let v = x[0].data.to_i128();
+                let wrapped = scan(&v, op, dims, &order, self.exclusive);
+                TensorData::from_i128(d, wrapped)
             }
         };
         Ok(vec![Tensor::new(outputs[0].shape.clone(), data)])
     }
 
-    /// A sum over the whole axis, each term guarded by whether it is in the
-    /// running sum of the output position.
+    /// A reduction over the whole axis, each term guarded by whether it is in
+    /// the running value of the output position.
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
         let (g, ph, types, sfx) = cx.parts();
         check_arity(self.name(), types, 1)?;
         let shape = extents(&operand_shape(types, 0));
         let (x, axis) = (ph[0], self.axis);
         let (reverse, exclusive) = (self.reverse, self.exclusive);
-        let y = g.reduce(
-            &format!("Y{sfx}"),
-            &shape,
-            &[shape[axis]],
-            ReduceOp::Sum,
-            |i, r| {
-                let (pos, k) = (i[axis].clone(), r[0].clone());
-                let inside = match (reverse, exclusive) {
-                    (false, false) => k.clone().le(pos),
-                    (false, true) => k.clone().lt(pos),
-                    (true, false) => pos.le(k.clone()),
-                    (true, true) => pos.lt(k.clone()),
-                };
-                let mut at = i.to_vec();
-                at[axis] = k;
-                Expr::select(inside, x.at(&at), 0.0)
-            },
-        )?;
+        let rop = match self.op {
+            Running::Sum => ReduceOp::Sum,
+            Running::Prod => ReduceOp::Prod,
+        };
+        let y = g.reduce(&format!("Y{sfx}"), &shape, &[shape[axis]], rop, |i, r| {
+            let (pos, k) = (i[axis].clone(), r[0].clone());
+            let inside = match (reverse, exclusive) {
+                (false, false) => k.clone().le(pos),
+                (false, true) => k.clone().lt(pos),
+                (true, false) => pos.le(k.clone()),
+                (true, true) => pos.lt(k.clone()),
+            };
+            let mut at = i.to_vec();
+            at[axis] = k;
+            Expr::select(inside, x.at(&at), rop.identity())
+        })?;
         Ok(Defined::output(y))
     }
 
@@ -384,11 +395,14 @@ impl OpDef for CumSum {
             ("exclusive", Attr::Int(self.exclusive as i64)),
             ("reverse", Attr::Int(self.reverse as i64)),
         ];
-        cx.single("CumSum", &[cx.input(0), axis], attrs)
+        cx.single(self.name(), &[cx.input(0), axis], attrs)
     }
 
     fn min_onnx_opset(&self) -> i64 {
-        11
+        match self.op {
+            Running::Sum => 11,
+            Running::Prod => 26,
+        }
     }
 }
 
@@ -407,22 +421,29 @@ mod tests {
     }
 
     #[test]
-    fn cumsum_in_every_direction() {
+    fn running_sums_and_products_in_every_direction() {
         let x = f32s(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
-        let cum = |exclusive, reverse| {
-            let op = Op::CumSum(CumSum {
+        let cum = |op, exclusive, reverse| {
+            let op = Op::Cumulative(Cumulative {
+                op,
                 axis: 1,
                 exclusive,
                 reverse,
             });
             eval1(op, &[&x]).to_f32()
         };
-        assert_eq!(cum(false, false), [1.0, 3.0, 6.0, 4.0, 9.0, 15.0]);
-        assert_eq!(cum(true, false), [0.0, 1.0, 3.0, 0.0, 4.0, 9.0]);
-        assert_eq!(cum(false, true), [6.0, 5.0, 3.0, 15.0, 11.0, 6.0]);
-        assert_eq!(cum(true, true), [5.0, 3.0, 0.0, 11.0, 6.0, 0.0]);
+        use Running::{Prod, Sum};
+        assert_eq!(cum(Sum, false, false), [1.0, 3.0, 6.0, 4.0, 9.0, 15.0]);
+        assert_eq!(cum(Sum, true, false), [0.0, 1.0, 3.0, 0.0, 4.0, 9.0]);
+        assert_eq!(cum(Sum, false, true), [6.0, 5.0, 3.0, 15.0, 11.0, 6.0]);
+        assert_eq!(cum(Sum, true, true), [5.0, 3.0, 0.0, 11.0, 6.0, 0.0]);
+        assert_eq!(cum(Prod, false, false), [1.0, 2.0, 6.0, 4.0, 20.0, 120.0]);
+        assert_eq!(cum(Prod, true, false), [1.0, 1.0, 2.0, 1.0, 4.0, 20.0]);
+        assert_eq!(cum(Prod, false, true), [6.0, 6.0, 3.0, 120.0, 30.0, 6.0]);
+        assert_eq!(cum(Prod, true, true), [6.0, 3.0, 1.0, 30.0, 6.0, 1.0]);
         let ints = i64s(&[3], &[i64::MAX, 1, 2]);
-        let op = Op::CumSum(CumSum {
+        let op = Op::Cumulative(Cumulative {
+            op: Sum,
             axis: 0,
             exclusive: false,
             reverse: false,

@@ -126,7 +126,7 @@ impl CompiledModel {
                 Kernel::Copy => bufs
                     .write(step.outputs[0])
                     .copy_from_slice(bufs.read(step.inputs[0])),
-                Kernel::Rows(r) => {
+                Kernel::Picked(r) => {
                     let indices = bufs.tensor(step.inputs[1], &step.input_types[1]);
                     r.run(
                         bufs.read(step.inputs[0]),
@@ -168,7 +168,7 @@ impl CompiledModel {
                 }
                 Kernel::Typed(k) => on_tensors(step, bufs, |xs| k.run(xs)).map_err(kernel)?,
                 Kernel::Moved(k) => on_tensors(step, bufs, |xs| k.run(xs)).map_err(kernel)?,
-                Kernel::GatheredRows(k) => {
+                Kernel::Gathered(k) => {
                     on_tensors(step, bufs, |xs| k.run(xs[0], xs[1])).map_err(kernel)?
                 }
                 Kernel::Arg(k) => {

@@ -8,7 +8,7 @@
 
 use super::kernels::conv::algo::{ConvKernel, DecidedAlgos, KeptWeights, LayerAlgo};
 use super::kernels::conv::depthwise::Depthwise;
-use super::kernels::gather::{Gather, Rows};
+use super::kernels::gather::{Gather, Picking};
 use super::kernels::matmul::{BatchedMatMul, Dense};
 use super::kernels::pool::PoolGeom;
 use super::kernels::resize::ResizeGeom;
@@ -48,9 +48,9 @@ pub(super) enum Kernel {
     /// A matrix product of two computed operands, batched.
     MatMul(BatchedMatMul),
     Gather(Gather),
-    /// Rows of f32 data (input 0) picked by run-time integer indices (input 1):
-    /// an embedding lookup.
-    Rows(Rows),
+    /// Rows or elements of f32 data (input 0) picked by run-time integer
+    /// indices (input 1): an embedding lookup, a GatherElements.
+    Picked(Picking),
     /// A chain of unary and binary ops in one pass, operands broadcast.
     Elementwise(elementwise::Elementwise),
     /// Where: a boolean mask (input 0) picks input 1 or 2, broadcast.
@@ -67,8 +67,8 @@ pub(super) enum Kernel {
     Moved(typed::Moved),
     /// ArgMax or ArgMin of f32 values.
     Arg(typed::ArgBest),
-    /// Rows of a tensor that is not f32 picked by run-time indices.
-    GatheredRows(typed::GatheredRows),
+    /// Rows or elements of a tensor that is not f32 picked by run-time indices.
+    Gathered(typed::Gathered),
     /// A non-f32 tensor given a new shape (same elements).
     Rebox(Vec<usize>),
     Copy,

@@ -52,6 +52,8 @@ impl IterVar {
 pub enum ReduceOp {
     /// Their sum.
     Sum,
+    /// Their product.
+    Prod,
     /// Their maximum; NaN if any is NaN.
     Max,
     /// Their minimum; NaN if any is NaN.
@@ -67,6 +69,7 @@ impl ReduceOp {
     pub fn identity(self) -> f64 {
         match self {
             ReduceOp::Sum => 0.0,
+            ReduceOp::Prod => 1.0,
             ReduceOp::Max => f64::NEG_INFINITY,
             ReduceOp::Min => f64::INFINITY,
             // Not -inf: a window of NaN only must give NaN, not -inf.
@@ -77,6 +80,7 @@ impl ReduceOp {
     pub fn combine(self, acc: Expr, v: Expr) -> Expr {
         match self {
             ReduceOp::Sum => acc + v,
+            ReduceOp::Prod => acc * v,
             ReduceOp::Max => Scalar::max(acc, v),
             ReduceOp::Min => Scalar::min(acc, v),
             // v is NaN ? acc : (v <= acc ? acc : v); a NaN acc (nothing seen yet)
@@ -99,6 +103,7 @@ impl ReduceOp {
     pub fn split(value: &Expr, is_acc: impl Fn(&Expr) -> bool) -> Option<(ReduceOp, &Expr)> {
         let (op, v) = match value {
             Expr::Bin(BinOp::Add, a, v) if is_acc(a) => (ReduceOp::Sum, &**v),
+            Expr::Bin(BinOp::Mul, a, v) if is_acc(a) => (ReduceOp::Prod, &**v),
             Expr::Bin(BinOp::Max, a, v) if is_acc(a) => (ReduceOp::Max, &**v),
             Expr::Bin(BinOp::Min, a, v) if is_acc(a) => (ReduceOp::Min, &**v),
             Expr::Select(keep, a, v) if is_acc(a) => match &**keep {
@@ -122,6 +127,7 @@ impl ReduceOp {
     pub fn apply(self, acc: f64, v: f64) -> f64 {
         match self {
             ReduceOp::Sum => acc + v,
+            ReduceOp::Prod => acc * v,
             ReduceOp::Max => Scalar::max(acc, v),
             ReduceOp::Min => Scalar::min(acc, v),
             // f64::max is maximumNumber.
@@ -525,6 +531,7 @@ mod tests {
         let is_acc = |e: &Expr| *e == acc;
         for op in [
             ReduceOp::Sum,
+            ReduceOp::Prod,
             ReduceOp::Max,
             ReduceOp::Min,
             ReduceOp::MaxNumber,
@@ -534,7 +541,7 @@ mod tests {
             let twice = op.combine(acc.clone(), acc.clone() + v.clone());
             assert_eq!(ReduceOp::split(&twice, is_acc), None, "{op:?}");
         }
-        assert_eq!(ReduceOp::split(&(acc.clone() * v.clone()), is_acc), None);
+        assert_eq!(ReduceOp::split(&(acc.clone() - v.clone()), is_acc), None);
         assert_eq!(ReduceOp::split(&(v.clone() + acc.clone()), is_acc), None);
     }
 }

@@ -313,6 +313,32 @@ impl Schedule {
         Ok(self.stage(t)?.leaf_iter_vars.clone())
     }
 
+    /// Whether leaf `leaf` of `t` derives from any of the variables `sources`
+    /// through the stage's splits, fuses and rebases.
+    pub fn derives_from(
+        &self,
+        t: &Tensor,
+        leaf: &IterVar,
+        sources: &[IterVar],
+    ) -> Result<bool, TirError> {
+        let mut reached = vec![leaf.var.id];
+        for r in self.stage(t)?.relations.iter().rev() {
+            let (from, made): (Vec<&IterVar>, Vec<&IterVar>) = match r {
+                Relation::Split(s) => (vec![&s.parent], vec![&s.outer, &s.inner]),
+                Relation::Fuse {
+                    outer,
+                    inner,
+                    fused,
+                } => (vec![outer, inner], vec![fused]),
+                Relation::Rebase { parent, rebased } => (vec![parent], vec![rebased]),
+            };
+            if made.iter().any(|m| reached.contains(&m.var.id)) {
+                reached.extend(from.iter().map(|f| f.var.id));
+            }
+        }
+        Ok(sources.iter().any(|s| reached.contains(&s.var.id)))
+    }
+
     /// The axes of a compute definition.
     pub fn axis(&self, t: &Tensor) -> Result<Vec<IterVar>, TirError> {
         self.op_compute(t).map(|c| c.axis.clone())

@@ -22,7 +22,7 @@ use super::kernels::pool::PoolGeom;
 use super::kernels::quantized::{Grid, QuantizedAdd};
 use super::kernels::resize::ResizeGeom;
 use super::kernels::simd::{Isa, Lanes};
-use super::kernels::typed::{ArgBest, GatheredRows, Moved, Typed, TypedOp};
+use super::kernels::typed::{ArgBest, Gathered, Moved, Typed, TypedOp};
 use super::kernels::where_select::Select;
 use super::kernels::{activation, gather, tir_step};
 use super::machine::{lock, SharedKernelTimes};
@@ -615,12 +615,26 @@ impl<'g> Compiler<'g> {
                     extent: xs[*axis],
                     inner: xs[axis + 1..].iter().product(),
                 };
-                match out.dtype {
-                    DType::F32 => self.is_f32(ins[0]).then_some(Kernel::Rows(rows)),
-                    d => GatheredRows::new(rows, d, out.shape.clone()).map(Kernel::GatheredRows),
-                }
+                self.picked(gather::Picking::Rows(rows), ins[0], out)
+            }
+            Op::GatherElements(crate::ops::GatherElements { axis }) if is_int(&ins[1]) => {
+                let elements = gather::Elements {
+                    data: self.g.value_type(ins[0]).shape.clone(),
+                    indices: self.g.value_type(ins[1]).shape.clone(),
+                    axis: *axis,
+                };
+                self.picked(gather::Picking::Elements(elements), ins[0], out)
             }
             _ => None,
+        }
+    }
+
+    /// The kernel of a gather from `data` by run-time indices: on f32 slots,
+    /// or on tensors of any other type.
+    fn picked(&self, picking: gather::Picking, data: ValueRef, out: &ValueType) -> Option<Kernel> {
+        match out.dtype {
+            DType::F32 => self.is_f32(data).then_some(Kernel::Picked(picking)),
+            d => Gathered::new(picking, d, out.shape.clone()).map(Kernel::Gathered),
         }
     }
 

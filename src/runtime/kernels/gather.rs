@@ -498,3 +498,87 @@ impl Rows {
         Ok(())
     }
 }
+
+/// GatherElements by run-time indices: each output element is the element of
+/// the data at the same position but along `axis`, where the index tensor (of
+/// the output's shape, no larger than the data's on the other axes) says.
+#[derive(Clone, Debug)]
+pub struct Elements {
+    /// The data's shape.
+    pub data: Vec<usize>,
+    /// The indices' shape, which is the output's.
+    pub indices: Vec<usize>,
+    /// The indexed axis.
+    pub axis: usize,
+}
+
+impl Elements {
+    /// Fills `y` with the picked elements of `x`; an index outside the axis
+    /// (after negative indices count from the end) is an error.
+    pub fn run<T: Copy>(&self, x: &[T], indices: &[i64], y: &mut [T]) -> Result<(), KernelError> {
+        let extent = self.data[self.axis];
+        let n = crate::core::numel(&self.indices);
+        if x.len() != crate::core::numel(&self.data) || indices.len() != n || y.len() != n {
+            return Err(KernelError::Buffers {
+                kernel: "element gather",
+                given: vec![x.len(), indices.len(), y.len()],
+                expected: vec![crate::core::numel(&self.data), n, n],
+            });
+        }
+        if let Some(&index) = indices
+            .iter()
+            .find(|&&i| !(-(extent as i64)..extent as i64).contains(&i))
+        {
+            return Err(KernelError::Index { index, extent });
+        }
+        let strides = crate::core::strides(&self.data);
+        let step = strides[self.axis];
+        // The data offset of the current position with 0 along the axis.
+        let (mut at, mut base) = (vec![0; self.indices.len()], 0usize);
+        for (k, (out, &i)) in y.iter_mut().zip(indices).enumerate() {
+            *out = x[base + (i.rem_euclid(extent as i64) as usize) * step];
+            if k + 1 == n {
+                break;
+            }
+            // The next position: the last axis that does not wrap moves on.
+            for a in (0..at.len()).rev() {
+                at[a] += 1;
+                if a != self.axis {
+                    base += strides[a];
+                }
+                if at[a] < self.indices[a] {
+                    break;
+                }
+                if a != self.axis {
+                    base -= strides[a] * at[a];
+                }
+                at[a] = 0;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A gather by run-time indices: whole rows along an axis, or single elements.
+#[derive(Clone, Debug)]
+pub enum Picking {
+    /// Gather: each index picks a row.
+    Rows(Rows),
+    /// GatherElements: each index picks one element.
+    Elements(Elements),
+}
+
+impl Picking {
+    /// Fills `y` with what `indices` pick from `x`.
+    pub fn run<T: Copy + Send + Sync>(
+        &self,
+        x: &[T],
+        indices: &[i64],
+        y: &mut [T],
+    ) -> Result<(), KernelError> {
+        match self {
+            Picking::Rows(r) => r.run(x, indices, y),
+            Picking::Elements(e) => e.run(x, indices, y),
+        }
+    }
+}

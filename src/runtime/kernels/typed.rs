@@ -8,7 +8,7 @@
 //! operands of a comparison are read row-major); the semantics are the
 //! reference's: integer arithmetic wraps, comparisons of NaN are false.
 
-use super::gather::Rows;
+use super::gather::Picking;
 use super::KernelError;
 use crate::core::{DType, Tensor, TensorData};
 use crate::graph::BinaryOp;
@@ -397,31 +397,32 @@ impl ArgBest {
     }
 }
 
-/// Rows of a tensor that is not f32 picked by run-time indices (ids looked up
-/// in a table of ids or positions): the f32 row gather on its own elements.
+/// Rows or elements of a tensor that is not f32 picked by run-time indices
+/// (ids looked up in a table of ids or positions): the f32 gathers on its own
+/// elements.
 #[derive(Clone, Debug)]
-pub struct GatheredRows {
-    rows: Rows,
+pub struct Gathered {
+    picking: Picking,
     shape: Vec<usize>,
 }
 
-impl GatheredRows {
-    /// The gather of `rows` of `dtype` into an output of `shape`; none for
-    /// the types stored as packed bits (float8, 4-bit integers).
-    pub fn new(rows: Rows, dtype: DType, shape: Vec<usize>) -> Option<GatheredRows> {
+impl Gathered {
+    /// The gather `picking` from `dtype` values into an output of `shape`;
+    /// none for the types stored as packed bits (float8, 4-bit integers).
+    pub fn new(picking: Picking, dtype: DType, shape: Vec<usize>) -> Option<Gathered> {
         let packed =
             crate::core::float8::is_float8(dtype) || matches!(dtype, DType::I4 | DType::U4);
-        (!packed).then_some(GatheredRows { rows, shape })
+        (!packed).then_some(Gathered { picking, shape })
     }
 
-    /// The rows of `x` that `indices` pick.
+    /// What `indices` pick from `x`.
     pub fn run(&self, x: &Tensor, indices: &Tensor) -> Result<Tensor, KernelError> {
         let indices = indices.data.to_i64();
         let n = self.shape.iter().product();
         macro_rules! pick {
             ($v:expr, $variant:path, $zero:expr) => {{
                 let mut y = vec![$zero; n];
-                self.rows.run($v, &indices, &mut y)?;
+                self.picking.run($v, &indices, &mut y)?;
                 $variant(y)
             }};
         }
@@ -440,7 +441,7 @@ impl GatheredRows {
             TensorData::BF16(v) => pick!(v, TensorData::BF16, Default::default()),
             other => {
                 return Err(KernelError::Value(format!(
-                    "no row gather of {} values",
+                    "no gather of {} values",
                     other.dtype()
                 )))
             }
@@ -515,6 +516,7 @@ fn broadcast(shape: &[usize], out: &[usize]) -> Option<Vec<usize>> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::gather::{Elements, Rows};
     use super::*;
     use crate::core::ValueType;
     use crate::ops::{eval_op, Op};
@@ -717,6 +719,51 @@ mod tests {
     }
 
     #[test]
+    fn elements_gather_as_the_reference_does() {
+        let table = i64s(&[2, 3, 2], &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
+        let floats = Tensor::new(
+            vec![2, 3, 2],
+            TensorData::F64((1..=12).map(|v| v as f64 / 4.0).collect()),
+        );
+        // Indices smaller than the data on the other axes, negative ones too.
+        let ids = i64s(&[2, 3, 1], &[1, -1, 0, 2, -3, 1]);
+        let along_2 = i64s(&[1, 3, 2], &[1, 0, 0, 1, -1, -2]);
+        for (x, axis, ids) in [(&table, 1, &ids), (&floats, 1, &ids), (&table, 2, &along_2)] {
+            let op = Op::GatherElements(crate::ops::GatherElements { axis });
+            let types = [
+                ValueType::new(x.dtype(), x.shape.clone()),
+                ValueType::new(DType::I64, ids.shape.clone()),
+            ];
+            let ins: Vec<&ValueType> = types.iter().collect();
+            let out = op.def().infer(&ins).unwrap();
+            let want = eval_op(&op, &[x, ids], &out).unwrap().remove(0);
+            let elements = Elements {
+                data: x.shape.clone(),
+                indices: ids.shape.clone(),
+                axis,
+            };
+            let k = Gathered::new(Picking::Elements(elements), x.dtype(), out[0].shape.clone())
+                .unwrap();
+            let got = k.run(x, ids).unwrap();
+            assert_eq!(
+                (got.shape, &*got.data),
+                (want.shape, &*want.data),
+                "axis {axis}"
+            );
+        }
+        let elements = Elements {
+            data: vec![2, 3, 2],
+            indices: vec![1, 1, 1],
+            axis: 1,
+        };
+        let k = Gathered::new(Picking::Elements(elements), DType::I64, vec![1, 1, 1]).unwrap();
+        assert!(matches!(
+            k.run(&table, &i64s(&[1, 1, 1], &[3])),
+            Err(KernelError::Index { .. })
+        ));
+    }
+
+    #[test]
     fn rows_of_integers_and_booleans_gather_as_the_reference_does() {
         let table = i64s(&[2, 3, 2], &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
         let flags = bools(&[3, 2], &[true, false, false, false, true, true]);
@@ -735,7 +782,7 @@ mod tests {
                 extent: x.shape[axis],
                 inner: x.shape[axis + 1..].iter().product(),
             };
-            let k = GatheredRows::new(rows, x.dtype(), out[0].shape.clone()).unwrap();
+            let k = Gathered::new(Picking::Rows(rows), x.dtype(), out[0].shape.clone()).unwrap();
             let got = k.run(x, &ids).unwrap();
             assert_eq!(
                 (got.shape, &*got.data),
@@ -749,7 +796,7 @@ mod tests {
             extent: 3,
             inner: 2,
         };
-        let k = GatheredRows::new(rows, DType::Bool, vec![1, 2]).unwrap();
+        let k = Gathered::new(Picking::Rows(rows), DType::Bool, vec![1, 2]).unwrap();
         let bad = i64s(&[1], &[3]);
         assert!(matches!(
             k.run(&flags, &bad),

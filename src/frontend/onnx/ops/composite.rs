@@ -2,7 +2,7 @@
 //! import as those ops, so every later stage (planning, kernels, export) sees
 //! only ops it knows.
 
-use super::context::{NodeCtx, Res};
+use super::context::{dims, NodeCtx, Res};
 use super::registry::{Registry, AI_ONNX};
 use crate::graph::{numel, BinaryOp, DType, Op, ReduceKind, Tensor, TensorData, UnaryOp, ValueRef};
 use crate::ops::{ArgKind, ArgReduce, Cast, Reduce, Reshape, Slice, SliceAxis, Transpose};
@@ -12,6 +12,61 @@ pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "GroupNormalization", group_norm);
     reg.add(AI_ONNX, "Hardmax", hardmax);
     reg.add(AI_ONNX, "Einsum", einsum);
+    reg.add(AI_ONNX, "AffineGrid", affine_grid);
+}
+
+/// AffineGrid: the sampling grid of `size` (input 1, a constant N, C, then 2 or
+/// 3 spatial extents) moved by each batch's affine matrix `theta` (N, k, k + 1):
+/// the constant homogeneous positions `(x, y[, z], 1)`, evenly spaced in
+/// [-1, 1] with x along the last axis, times the transposed matrices.
+fn affine_grid(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let theta = c.input(0)?;
+    let size = c
+        .const_ints(1)?
+        .ok_or_else(|| c.err("AffineGrid needs its size input"))?;
+    let size = dims(c, &size, "size")?;
+    let ty = c.ty(theta);
+    let k = size.len().saturating_sub(2);
+    if !(k == 2 || k == 3) || ty.shape != [size[0], k, k + 1] {
+        return Err(c.err(format!(
+            "theta of shape {:?} does not fit size {size:?}: expected size N, C and 2 or 3 extents, and theta [N, k, k + 1]",
+            ty.shape
+        )));
+    }
+    let spatial = &size[2..];
+    c.check_size(ty.dtype, &[numel(spatial), k + 1])?;
+    let align_corners = c.bool_attr("align_corners", false)?;
+    let coordinate = |i: usize, extent: usize| match (align_corners, extent) {
+        (true, 1) => -1.0,
+        (true, _) => -1.0 + 2.0 * i as f64 / (extent - 1) as f64,
+        (false, _) => -1.0 + (2 * i + 1) as f64 / extent as f64,
+    };
+    let mut positions = Vec::with_capacity(numel(spatial) * (k + 1));
+    let mut at = vec![0; k];
+    for _ in 0..numel(spatial) {
+        // x is the last spatial axis, then y (and z).
+        positions.extend((0..k).rev().map(|a| coordinate(at[a], spatial[a])));
+        positions.push(1.0);
+        crate::core::next_index(&mut at, spatial);
+    }
+    let base = Tensor::new(
+        vec![numel(spatial), k + 1],
+        TensorData::from_f64(ty.dtype, positions),
+    );
+    let name = format!("{}/positions", c.layer());
+    let base = c.g.add_constant(&name, base, vec![c.span.clone()]);
+    let transposed = c.emit_inner(
+        Op::Transpose(Transpose {
+            perm: vec![0, 2, 1],
+        }),
+        &[theta],
+        "theta_t",
+    )?;
+    let moved = c.emit_inner(Op::MatMul, &[base, transposed], "moved")?;
+    let mut shape = vec![size[0]];
+    shape.extend_from_slice(spatial);
+    shape.push(k);
+    c.emit(Op::Reshape(Reshape { shape }), &[moved])
 }
 
 /// Statistics over some axes of a tensor, kept as axes of extent 1.

@@ -19,6 +19,8 @@ pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "Softplus", |c| unary(c, UnaryOp::Softplus));
     reg.add(AI_ONNX, "Softsign", |c| unary(c, UnaryOp::Softsign));
     reg.add(AI_ONNX, "Mish", |c| unary(c, UnaryOp::Mish));
+    reg.add(AI_ONNX, "Swish", |c| swish(c, false));
+    reg.add(AI_ONNX, "SwiGLU", |c| swish(c, true));
     reg.add(AI_ONNX, "Shrink", shrink);
     reg.add(AI_ONNX, "Tanh", |c| unary(c, UnaryOp::Tanh));
     reg.add(AI_ONNX, "Erf", |c| unary(c, UnaryOp::Erf));
@@ -167,6 +169,33 @@ fn gelu(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         other => return Err(c.err(format!("Gelu approximate '{other}' is not known"))),
     };
     unary(c, UnaryOp::Gelu { tanh_approx })
+}
+
+/// Swish, `x * sigmoid(alpha * x)`, and SwiGLU, `swish(a) * b` with `a` and
+/// `b` of one shape, as their specifications define them.
+fn swish(c: &mut NodeCtx, gated: bool) -> Res<Vec<Option<ValueRef>>> {
+    let alpha = c.float("alpha", 1.0)?;
+    let x = c.input(0)?;
+    let dtype = c.ty(x).dtype;
+    let scaled = if alpha == 1.0 {
+        x
+    } else {
+        let alpha = c.scalar("alpha", dtype, f64::from(alpha));
+        c.emit_inner(Op::Binary(BinaryOp::Mul), &[x, alpha], "scaled")?
+    };
+    let gate = c.emit_inner(Op::Unary(UnaryOp::Sigmoid), &[scaled], "sigmoid")?;
+    if !gated {
+        return c.emit(Op::Binary(BinaryOp::Mul), &[x, gate]);
+    }
+    let value = c.input(1)?;
+    let (a, b) = (c.ty(x).shape, c.ty(value).shape);
+    if a != b {
+        return Err(c.err(format!(
+            "the gate's shape {a:?} differs from the value's {b:?}; SwiGLU does not broadcast"
+        )));
+    }
+    let swished = c.emit_inner(Op::Binary(BinaryOp::Mul), &[x, gate], "swish")?;
+    c.emit(Op::Binary(BinaryOp::Mul), &[swished, value])
 }
 
 /// Clip's bounds are attributes before opset 11 and constant inputs from it.

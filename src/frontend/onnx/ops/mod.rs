@@ -11,6 +11,7 @@ mod conv;
 mod elementwise;
 mod integer;
 mod logical;
+mod loss;
 mod masked;
 mod matmul;
 mod movement;
@@ -24,6 +25,7 @@ mod resize;
 mod scatter;
 mod select;
 mod source;
+mod spectral;
 mod window;
 
 pub(super) use context::NodeCtx;
@@ -41,6 +43,7 @@ pub(super) fn registry() -> &'static Registry {
         elementwise::register(&mut reg);
         integer::register(&mut reg);
         logical::register(&mut reg);
+        loss::register(&mut reg);
         masked::register(&mut reg);
         matmul::register(&mut reg);
         movement::register(&mut reg);
@@ -53,6 +56,7 @@ pub(super) fn registry() -> &'static Registry {
         scatter::register(&mut reg);
         select::register(&mut reg);
         source::register(&mut reg);
+        spectral::register(&mut reg);
         reg
     });
     &REGISTRY
@@ -89,10 +93,14 @@ mod tests {
         "Conv",
         "ConvTranspose",
         "CumSum",
+        "CumProd",
         "DepthToSpace",
+        "DFT",
+        "STFT",
         "Div",
         "Dropout",
         "Einsum",
+        "AffineGrid",
         "Elu",
         "Equal",
         "Erf",
@@ -131,6 +139,10 @@ mod tests {
         "Mean",
         "Min",
         "Mish",
+        "NegativeLogLikelihoodLoss",
+        "SoftmaxCrossEntropyLoss",
+        "Swish",
+        "SwiGLU",
         "Mod",
         "Mul",
         "Neg",
@@ -139,6 +151,7 @@ mod tests {
         "Or",
         "PRelu",
         "Pad",
+        "CenterCropPad",
         "Pow",
         "RNN",
         "Range",
@@ -211,6 +224,9 @@ mod tests {
         "ReduceLogSumExp",
         "Size",
         "EyeLike",
+        "HannWindow",
+        "HammingWindow",
+        "BlackmanWindow",
         "LpNormalization",
         "MeanVarianceNormalization",
         "LpPool",
@@ -238,7 +254,7 @@ mod tests {
         want.extend(SUPPORTED_MICROSOFT.iter().map(|&op| ("com.microsoft", op)));
         want.sort_unstable();
         let have = registry().op_types();
-        assert_eq!(have.len(), 156);
+        assert_eq!(have.len(), 168);
         assert_eq!(have, want);
     }
 

@@ -1,5 +1,5 @@
 //! Data movement: Reshape and its kin (Flatten, Squeeze, Unsqueeze), Transpose,
-//! Concat, Split, Slice, Gather, Pad, Expand, Tile, DepthToSpace and
+//! Concat, Split, Slice, Gather, Pad, CenterCropPad, Expand, Tile, DepthToSpace and
 //! SpaceToDepth, and the ops that pass their input on (Identity, Dropout, Cast,
 //! CastLike).
 
@@ -22,6 +22,7 @@ pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "Slice", slice);
     reg.add(AI_ONNX, "Gather", gather);
     reg.add(AI_ONNX, "Pad", pad);
+    reg.add(AI_ONNX, "CenterCropPad", center_crop_pad);
     reg.add(AI_ONNX, "Expand", expand);
     reg.add(AI_ONNX, "Tile", tile);
     reg.add(AI_ONNX, "DepthToSpace", |c| depth_space(c, true));
@@ -373,6 +374,48 @@ fn pad(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         other => return Err(c.err(format!("Pad mode '{other}' is not supported"))),
     };
     c.emit(Op::Pad(Pad { begins, ends, mode }), &[x])
+}
+
+/// CenterCropPad: each listed axis cropped or zero-padded to its target extent
+/// around the centre (an odd remainder goes to the end), as one Pad whose
+/// negative amounts crop.
+fn center_crop_pad(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let x = c.input(0)?;
+    let s = c.ty(x).shape;
+    let target = c
+        .const_ints(1)?
+        .ok_or_else(|| c.err("CenterCropPad needs its shape input"))?;
+    let axes = match c.ints("axes")? {
+        Some(a) => c.axes(&a, s.len())?,
+        None => (0..s.len()).collect(),
+    };
+    if target.len() != axes.len() {
+        return Err(c.err(format!(
+            "shape {target:?} has {} entries for {} axes",
+            target.len(),
+            axes.len()
+        )));
+    }
+    let target = dims(c, &target, "shape")?;
+    let (mut begins, mut ends) = (vec![0; s.len()], vec![0; s.len()]);
+    for (&a, &t) in axes.iter().zip(&target) {
+        let change = t as i64 - s[a] as i64;
+        // A crop starts half the excess in, rounded down; a pad puts the
+        // larger half after the data. Both leave the odd element at the end.
+        let before = if change < 0 {
+            -(-change / 2)
+        } else {
+            change / 2
+        };
+        begins[a] = before;
+        ends[a] = change - before;
+    }
+    let pad = Pad {
+        begins,
+        ends,
+        mode: PadMode::Constant(0.0),
+    };
+    c.emit(Op::Pad(pad), &[x])
 }
 
 /// DepthToSpace (`to_space`) and SpaceToDepth as the Reshape, Transpose,

@@ -1,11 +1,11 @@
 //! Reductions over axes: ReduceSum, ReduceMean, ReduceMax, ReduceMin,
 //! ReduceProd; the norms and log-sums defined by them (ReduceL1, ReduceL2,
-//! ReduceSumSquare, ReduceLogSum, ReduceLogSumExp); and the running sum CumSum.
+//! ReduceSumSquare, ReduceLogSum, ReduceLogSumExp); and the running sums and products CumSum and CumProd.
 
 use super::context::{NodeCtx, Res};
 use super::registry::{Registry, AI_ONNX};
 use crate::graph::{BinaryOp, Op, ReduceKind, UnaryOp, ValueRef};
-use crate::ops::{CumSum, Reduce, Reshape};
+use crate::ops::{Cumulative, Reduce, Reshape, Running};
 
 pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "ReduceSum", |c| reduce(c, ReduceKind::Sum));
@@ -24,7 +24,8 @@ pub(super) fn register(reg: &mut Registry) {
         summed(c, Term::Value, Some(UnaryOp::Log))
     });
     reg.add(AI_ONNX, "ReduceLogSumExp", log_sum_exp);
-    reg.add(AI_ONNX, "CumSum", cum_sum);
+    reg.add(AI_ONNX, "CumSum", |c| cumulative(c, Running::Sum));
+    reg.add(AI_ONNX, "CumProd", |c| cumulative(c, Running::Prod));
 }
 
 /// The axes a reduction node reduces, `None` when it reduces none
@@ -146,14 +147,15 @@ fn log_sum_exp(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     c.emit(Op::Binary(BinaryOp::Add), &[log, shift])
 }
 
-fn cum_sum(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+fn cumulative(c: &mut NodeCtx, op: Running) -> Res<Vec<Option<ValueRef>>> {
     let x = c.input(0)?;
     let rank = c.ty(x).shape.len();
     let axis = match c.const_ints(1)?.as_deref() {
         Some([a]) => c.axis(*a, rank)?,
-        _ => return Err(c.err("CumSum needs its axis input: one integer")),
+        _ => return Err(c.err("the axis input must be one integer")),
     };
-    let op = Op::CumSum(CumSum {
+    let op = Op::Cumulative(Cumulative {
+        op,
         axis,
         exclusive: c.bool_attr("exclusive", false)?,
         reverse: c.bool_attr("reverse", false)?,

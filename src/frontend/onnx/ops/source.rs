@@ -1,6 +1,7 @@
 //! Ops whose values are known at import and become constants: Constant,
 //! ConstantOfShape (an Expand of its value when too large to hold), Range,
-//! Shape, Size, and EyeLike (which reads only its input's shape).
+//! Shape, Size, EyeLike (which reads only its input's shape), and the window
+//! functions HannWindow, HammingWindow and BlackmanWindow.
 
 use super::context::{dims, NodeCtx, Res};
 use super::registry::{Registry, AI_ONNX};
@@ -15,6 +16,43 @@ pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "Shape", shape_node);
     reg.add(AI_ONNX, "Size", size_node);
     reg.add(AI_ONNX, "EyeLike", eye_like);
+    reg.add(AI_ONNX, "HannWindow", |c| window(c, &[0.5, -0.5]));
+    // The specification's Hamming coefficients are 25/46 and 21/46, not 0.54 and 0.46.
+    reg.add(AI_ONNX, "HammingWindow", |c| {
+        window(c, &[25.0 / 46.0, -21.0 / 46.0])
+    });
+    reg.add(AI_ONNX, "BlackmanWindow", |c| {
+        window(c, &[0.42, -0.5, 0.08])
+    });
+}
+
+/// A generalized cosine window of `size` points (input 0, a constant):
+/// `sum_k a[k] cos(2 pi k n / N)`, where N is the size when `periodic` (the
+/// default) and the size - 1 when symmetric; in `output_datatype` (float by
+/// default).
+fn window(c: &mut NodeCtx, a: &[f64]) -> Res<Vec<Option<ValueRef>>> {
+    let size = match c.const_ints(0)?.as_deref() {
+        Some(&[n]) => n,
+        _ => return Err(c.err("size must be one integer")),
+    };
+    let size = usize::try_from(size).map_err(|_| c.err(format!("size {size} is negative")))?;
+    let dtype = dtype_from_onnx(c.int("output_datatype", 1)? as i32)
+        .map_err(|m| c.err(format!("output_datatype: {m}")))?;
+    c.check_size(dtype, &[size])?;
+    let period = match c.bool_attr("periodic", true)? {
+        true => size as f64,
+        false => size as f64 - 1.0,
+    };
+    let values = (0..size)
+        .map(|n| {
+            let phase = 2.0 * std::f64::consts::PI * n as f64 / period;
+            a.iter()
+                .enumerate()
+                .map(|(k, ak)| ak * (k as f64 * phase).cos())
+                .sum()
+        })
+        .collect();
+    Ok(c.constant(Tensor::new(vec![size], TensorData::from_f64(dtype, values))))
 }
 
 fn constant_node(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
