@@ -109,6 +109,8 @@ mod tests {
         "Flatten",
         "GRU",
         "Gather",
+        "Compress",
+        "ReverseSequence",
         "GatherElements",
         "GatherND",
         "Gelu",
@@ -254,7 +256,7 @@ mod tests {
         want.extend(SUPPORTED_MICROSOFT.iter().map(|&op| ("com.microsoft", op)));
         want.sort_unstable();
         let have = registry().op_types();
-        assert_eq!(have.len(), 168);
+        assert_eq!(have.len(), 170);
         assert_eq!(have, want);
     }
 

@@ -1,6 +1,6 @@
 //! Data movement: Reshape and its kin (Flatten, Squeeze, Unsqueeze), Transpose,
-//! Concat, Split, Slice, Gather, Pad, CenterCropPad, Expand, Tile, DepthToSpace and
-//! SpaceToDepth, and the ops that pass their input on (Identity, Dropout, Cast,
+//! Concat, Split, Slice, Gather, Compress, ReverseSequence, Pad, CenterCropPad,
+//! Expand, Tile, DepthToSpace and SpaceToDepth, and the ops that pass their input on (Identity, Dropout, Cast,
 //! CastLike).
 
 use super::context::{dims, NodeCtx, Res};
@@ -21,6 +21,8 @@ pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "Split", split);
     reg.add(AI_ONNX, "Slice", slice);
     reg.add(AI_ONNX, "Gather", gather);
+    reg.add(AI_ONNX, "Compress", compress);
+    reg.add(AI_ONNX, "ReverseSequence", reverse_sequence);
     reg.add(AI_ONNX, "Pad", pad);
     reg.add(AI_ONNX, "CenterCropPad", center_crop_pad);
     reg.add(AI_ONNX, "Expand", expand);
@@ -123,6 +125,103 @@ fn gather(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     let x = c.input(0)?;
     let axis = c.axis(c.int("axis", 0)?, c.ty(x).shape.len())?;
     c.emit_all(Op::Gather(Gather { axis }))
+}
+
+impl NodeCtx<'_> {
+    /// The rows of `x` along `axis` at constant `positions`, as the node's output
+    /// (reshaped to `shape` when given).
+    fn rows_at(
+        &mut self,
+        x: ValueRef,
+        axis: usize,
+        positions: Vec<i64>,
+        shape: Option<Vec<usize>>,
+    ) -> Res<Vec<Option<ValueRef>>> {
+        let name = format!("{}/positions", self.layer());
+        let at = Tensor::from_i64(vec![positions.len()], positions);
+        let at = self.g.add_constant(&name, at, vec![self.span.clone()]);
+        let gather = Op::Gather(Gather { axis });
+        match shape {
+            None => self.emit(gather, &[x, at]),
+            Some(shape) => {
+                let rows = self.emit_inner(gather, &[x, at], "rows")?;
+                self.emit(Op::Reshape(Reshape { shape }), &[rows])
+            }
+        }
+    }
+}
+
+/// Compress: the slices along `axis` (of the flattened input without one) whose
+/// entry of the condition (input 1, a constant) holds; entries past its end
+/// count as false.
+fn compress(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let x = c.input(0)?;
+    let s = c.ty(x).shape;
+    let keep = c
+        .const_input(1)?
+        .ok_or_else(|| c.err("Compress needs its condition input"))?
+        .data
+        .to_f64();
+    let (x, axis, extent) = match c.attr("axis") {
+        Some(_) => {
+            let axis = c.axis(c.int("axis", 0)?, s.len())?;
+            (x, axis, s[axis])
+        }
+        None => {
+            let flat = vec![numel(&s)];
+            let x = c.emit_inner(Op::Reshape(Reshape { shape: flat }), &[x], "flat")?;
+            (x, 0, numel(&s))
+        }
+    };
+    if keep.len() > extent {
+        return Err(c.err(format!(
+            "the condition holds {} entries for an axis of {extent}",
+            keep.len()
+        )));
+    }
+    let positions = (0..keep.len() as i64)
+        .filter(|&i| keep[i as usize] != 0.0)
+        .collect();
+    c.rows_at(x, axis, positions, None)
+}
+
+/// ReverseSequence: along `time_axis`, the first `sequence_lens[b]` steps of
+/// each batch entry `b` (input 1, a constant) reversed and the rest kept; as a
+/// gather of (time, batch) rows of the two axes flattened.
+fn reverse_sequence(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let x = c.input(0)?;
+    let s = c.ty(x).shape;
+    let (time, batch) = (c.int("time_axis", 0)?, c.int("batch_axis", 1)?);
+    if s.len() < 2 || !matches!((time, batch), (0, 1) | (1, 0)) {
+        return Err(c.err(format!(
+            "time_axis {time} and batch_axis {batch} must be 0 and 1, in either order, of an input of rank 2 or more (shape {s:?})"
+        )));
+    }
+    let lens = c
+        .const_ints(1)?
+        .ok_or_else(|| c.err("ReverseSequence needs its sequence_lens input"))?;
+    let (steps, entries) = (s[time as usize], s[batch as usize]);
+    if lens.len() != entries || lens.iter().any(|&l| !(0..=steps as i64).contains(&l)) {
+        return Err(c.err(format!(
+            "sequence_lens {lens:?} must hold one length in 0..={steps} per batch entry ({entries})"
+        )));
+    }
+    // Row of (step t, entry b) in the flattened axes.
+    let row = |t: i64, b: usize| match time {
+        0 => t * entries as i64 + b as i64,
+        _ => b as i64 * steps as i64 + t,
+    };
+    let mut positions = vec![0; steps * entries];
+    for (b, &len) in lens.iter().enumerate() {
+        for t in 0..steps as i64 {
+            let from = if t < len { len - 1 - t } else { t };
+            positions[row(t, b) as usize] = row(from, b);
+        }
+    }
+    let mut flat = vec![steps * entries];
+    flat.extend_from_slice(&s[2..]);
+    let rows = c.emit_inner(Op::Reshape(Reshape { shape: flat }), &[x], "flat")?;
+    c.rows_at(rows, 0, positions, Some(s))
 }
 
 fn expand(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
