@@ -431,3 +431,42 @@ fn einsum_diagonals_match_onnxruntime() {
         }
     }
 }
+
+/// Transforms whose constant matrix or filters could not be held, or whose
+/// window does not fit their frames, are refused at import naming the layer,
+/// before anything of their size is allocated.
+#[test]
+fn fourier_transforms_that_do_not_fit_are_refused_naming_their_layer() {
+    let huge = Tensor::from_i64(vec![], vec![1 << 40]);
+    let dft = node("DFT", "spectrum", &["x", "length", "axis"], &["y"]);
+    let m = model(
+        vec![dft],
+        vec![value_info("x", F32, &[1, 8, 1])],
+        vec![value_info("y", F32, &[1, 8, 2])],
+        vec![
+            ("length", huge),
+            ("axis", Tensor::from_i64(vec![], vec![-2])),
+        ],
+        20,
+    );
+    let e = import_model(&m, "dft.onnx").expect_err("a 2^40-point matrix is refused");
+    assert_mentions(&e.to_string(), &["spectrum", "memory limit"]);
+
+    let stft = node("STFT", "frames", &["x", "step", "window", "frame"], &["y"]);
+    let m = model(
+        vec![stft],
+        vec![value_info("x", F32, &[1, 64, 1])],
+        vec![value_info("y", F32, &[1, 16, 3, 2])],
+        vec![
+            ("step", Tensor::from_i64(vec![], vec![4])),
+            ("window", Tensor::from_f32(vec![5], vec![1.0; 5])),
+            ("frame", Tensor::from_i64(vec![], vec![4])),
+        ],
+        17,
+    );
+    let e = import_model(&m, "stft.onnx").expect_err("a window longer than its frames is refused");
+    assert_mentions(
+        &e.to_string(),
+        &["frames", "window holds 5 values for frames of 4"],
+    );
+}

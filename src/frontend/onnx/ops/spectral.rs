@@ -168,10 +168,12 @@ fn dft(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         outputs,
         parts_out,
     };
-    let mut m = transform.matrix(None);
+    // Refused before it is built (each extent apart, so that no product
+    // overflows): the matrix grows with the square of the length.
+    c.check_size(c.ty(x).dtype, &[inputs, parts_in, outputs, parts_out])?;
     let cols = outputs * parts_out;
+    let mut m = transform.matrix(None);
     m[used * parts_in * cols..].fill(0.0);
-    c.check_size(c.ty(x).dtype, &[inputs * parts_in, cols])?;
     let matrix = c.matrix_constant("dft_matrix", vec![inputs * parts_in, cols], m, x);
     // The signal axis next to the parts, as rows of (position, part).
     let perm: Vec<usize> = (0..rank - 1)
@@ -260,10 +262,10 @@ fn stft(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         outputs,
         parts_out: 2,
     };
+    c.check_size(c.ty(x).dtype, &[outputs, 2, parts_in, length])?;
+    let cols = outputs * 2;
     let m = transform.matrix(window.as_deref());
     // Filters [outputs * 2][parts][length] from the matrix's rows (t, part).
-    let cols = outputs * 2;
-    c.check_size(c.ty(x).dtype, &[cols, parts_in, length])?;
     let mut filters = vec![0.0; cols * parts_in * length];
     for t in 0..length {
         for p in 0..parts_in {
