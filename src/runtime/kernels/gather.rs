@@ -441,6 +441,16 @@ unsafe fn tile_avx512(x: *const f32, stride: isize, y: *mut f32, pitch: usize) {
     }
 }
 
+/// Checks run-time indices against the extent of the axis they pick along,
+/// negative ones counting from its end.
+fn within_axis(indices: &[i64], extent: usize) -> Result<(), KernelError> {
+    let range = -(extent as i64)..extent as i64;
+    match indices.iter().find(|i| !range.contains(i)) {
+        Some(&index) => Err(KernelError::Index { index, extent }),
+        None => Ok(()),
+    }
+}
+
 /// Gather along one axis by run-time indices: data viewed as
 /// `[outer][extent][inner]`, each index picks an `inner`-long row.
 #[derive(Clone, Debug)]
@@ -464,13 +474,8 @@ impl Rows {
         indices: &[i64],
         y: &mut [T],
     ) -> Result<(), KernelError> {
+        within_axis(indices, self.extent)?;
         let (extent, inner) = (self.extent as i64, self.inner);
-        if let Some(&index) = indices.iter().find(|i| !(-extent..extent).contains(i)) {
-            return Err(KernelError::Index {
-                index,
-                extent: self.extent,
-            });
-        }
         let rows = self.outer * indices.len();
         if y.len() != rows * inner || x.len() < self.outer * self.extent * inner {
             return Err(KernelError::Buffers {
@@ -525,12 +530,7 @@ impl Elements {
                 expected: vec![crate::core::numel(&self.data), n, n],
             });
         }
-        if let Some(&index) = indices
-            .iter()
-            .find(|&&i| !(-(extent as i64)..extent as i64).contains(&i))
-        {
-            return Err(KernelError::Index { index, extent });
-        }
+        within_axis(indices, extent)?;
         let strides = crate::core::strides(&self.data);
         let step = strides[self.axis];
         // The data offset of the current position with 0 along the axis.

@@ -26,12 +26,6 @@ const SWAP_LAST: [usize; 4] = [0, 1, 3, 2];
 const SWAP_MIDDLE: [usize; 4] = [0, 2, 1, 3];
 
 impl NodeCtx<'_> {
-    /// A constant of this layer, named `what`.
-    fn inner_constant(&mut self, what: &str, t: Tensor) -> ValueRef {
-        let name = format!("{}/{what}", self.layer());
-        self.g.add_constant(&name, t, vec![self.span.clone()])
-    }
-
     fn reshape_to(&mut self, x: ValueRef, shape: Vec<usize>, what: &str) -> Res<ValueRef> {
         if self.ty(x).shape == shape {
             return Ok(x);

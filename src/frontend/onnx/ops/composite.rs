@@ -53,8 +53,7 @@ fn affine_grid(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         vec![numel(spatial), k + 1],
         TensorData::from_f64(ty.dtype, positions),
     );
-    let name = format!("{}/positions", c.layer());
-    let base = c.g.add_constant(&name, base, vec![c.span.clone()]);
+    let base = c.inner_constant("positions", base);
     let transposed = c.emit_inner(
         Op::Transpose(Transpose {
             perm: vec![0, 2, 1],
@@ -83,9 +82,10 @@ pub(super) struct Statistics {
 impl NodeCtx<'_> {
     /// A scalar constant of `dtype` for this layer.
     pub(super) fn scalar(&mut self, what: &str, dtype: DType, v: f64) -> ValueRef {
-        let name = format!("{}/{what}", self.layer());
-        let t = Tensor::new(vec![], TensorData::from_f64(dtype, vec![v]));
-        self.g.add_constant(&name, t, vec![self.span.clone()])
+        self.inner_constant(
+            what,
+            Tensor::new(vec![], TensorData::from_f64(dtype, vec![v])),
+        )
     }
 
     /// The statistics of `x` over `axes` (kept).
@@ -313,8 +313,7 @@ fn hardmax(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     let mut along = vec![1; shape.len()];
     along[axis] = shape[axis];
     let positions = Tensor::from_i64(along, (0..shape[axis] as i64).collect());
-    let name = format!("{}/positions", c.layer());
-    let positions = c.g.add_constant(&name, positions, vec![c.span.clone()]);
+    let positions = c.inner_constant("positions", positions);
     let hit = c.emit_inner(Op::Binary(BinaryOp::Equal), &[positions, best], "hit")?;
     let to = Op::Cast(Cast {
         to: ty.dtype,

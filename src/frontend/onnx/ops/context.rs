@@ -183,6 +183,13 @@ impl NodeCtx<'_> {
             .map_err(|e| self.err(e.to_string()))
     }
 
+    /// A constant of this layer, named `what` after it: a value one of the
+    /// layer's ops reads.
+    pub(super) fn inner_constant(&mut self, what: &str, t: Tensor) -> ValueRef {
+        let name = format!("{}/{what}", self.layer());
+        self.g.add_constant(&name, t, vec![self.span.clone()])
+    }
+
     pub(super) fn constant(&mut self, t: Tensor) -> Vec<Option<ValueRef>> {
         let name = self
             .node

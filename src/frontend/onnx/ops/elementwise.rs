@@ -251,7 +251,6 @@ fn variadic(c: &mut NodeCtx, b: BinaryOp, mean: bool) -> Res<Vec<Option<ValueRef
         vec![],
         TensorData::from_f64(dtype, vec![inputs.len() as f64]),
     );
-    let name = format!("{}/count", c.layer());
-    let n = c.g.add_constant(&name, n, vec![c.span.clone()]);
+    let n = c.inner_constant("count", n);
     c.emit(Op::Binary(BinaryOp::Div), &[sum, n])
 }

@@ -75,8 +75,7 @@ impl NodeCtx<'_> {
                     vec![],
                     TensorData::from_i128(self.ty(target).dtype, vec![index.into()]),
                 );
-                let name = format!("{}/ignore_index", self.layer());
-                let index = self.g.add_constant(&name, t, vec![self.span.clone()]);
+                let index = self.inner_constant("ignore_index", t);
                 let zero = self.scalar("class_0", self.ty(target).dtype, 0.0);
                 let ignored =
                     self.emit_inner(Op::Binary(BinaryOp::Equal), &[target, index], "ignored")?;

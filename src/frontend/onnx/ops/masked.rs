@@ -24,11 +24,6 @@ impl NodeCtx<'_> {
             ))),
         }
     }
-
-    fn layer_constant(&mut self, what: &str, t: Tensor) -> ValueRef {
-        let name = format!("{}/{what}", self.layer());
-        self.g.add_constant(&name, t, vec![self.span.clone()])
-    }
 }
 
 /// Trilu: x where the column minus the row of the last two axes is at least
@@ -56,7 +51,7 @@ fn trilu(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
             }
         })
         .collect();
-    let keep = c.layer_constant(
+    let keep = c.inner_constant(
         "keep",
         Tensor::new(vec![rows, cols], TensorData::Bool(keep)),
     );
@@ -111,10 +106,10 @@ fn one_hot(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         positions_shape,
         TensorData::I64((0..depth as i64).collect()),
     );
-    let positions = c.layer_constant("positions", positions);
+    let positions = c.inner_constant("positions", positions);
     let hot = c.emit_inner(Op::Binary(BinaryOp::Equal), &[index, positions], "hot")?;
     let [off, on] = [("off", 0), ("on", 1)].map(|(what, k)| {
-        let at = c.layer_constant(&format!("{what}_at"), Tensor::from_i64(vec![], vec![k]));
+        let at = c.inner_constant(&format!("{what}_at"), Tensor::from_i64(vec![], vec![k]));
         c.emit_inner(Op::Gather(Gather { axis: 0 }), &[values, at], what)
     });
     c.emit(Op::Where, &[hot, on?, off?])

@@ -1,7 +1,7 @@
 //! Data movement: Reshape and its kin (Flatten, Squeeze, Unsqueeze), Transpose,
 //! Concat, Split, Slice, Gather, Compress, ReverseSequence, Pad, CenterCropPad,
-//! Expand, Tile, DepthToSpace and SpaceToDepth, and the ops that pass their input on (Identity, Dropout, Cast,
-//! CastLike).
+//! Expand, Tile, DepthToSpace and SpaceToDepth, and the ops that pass their
+//! input on (Identity, Dropout, Cast, CastLike).
 
 use super::context::{dims, NodeCtx, Res};
 use super::registry::{Registry, AI_ONNX};
@@ -137,9 +137,8 @@ impl NodeCtx<'_> {
         positions: Vec<i64>,
         shape: Option<Vec<usize>>,
     ) -> Res<Vec<Option<ValueRef>>> {
-        let name = format!("{}/positions", self.layer());
         let at = Tensor::from_i64(vec![positions.len()], positions);
-        let at = self.g.add_constant(&name, at, vec![self.span.clone()]);
+        let at = self.inner_constant("positions", at);
         let gather = Op::Gather(Gather { axis });
         match shape {
             None => self.emit(gather, &[x, at]),
@@ -499,13 +498,10 @@ fn center_crop_pad(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     let (mut begins, mut ends) = (vec![0; s.len()], vec![0; s.len()]);
     for (&a, &t) in axes.iter().zip(&target) {
         let change = t as i64 - s[a] as i64;
-        // A crop starts half the excess in, rounded down; a pad puts the
-        // larger half after the data. Both leave the odd element at the end.
-        let before = if change < 0 {
-            -(-change / 2)
-        } else {
-            change / 2
-        };
+        // Half the change, rounded toward zero, before the data: a crop starts
+        // half the excess in, rounded down, and a pad puts the larger half
+        // after. Either way the odd element is at the end.
+        let before = change / 2;
         begins[a] = before;
         ends[a] = change - before;
     }

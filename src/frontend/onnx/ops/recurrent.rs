@@ -274,8 +274,7 @@ impl Recurrence {
         let mut rb = slice(c, b, &[(1, gh..2 * gh)], "Rb")?;
         if let Some(keep) = folded_rb {
             let keep = Tensor::new(vec![gh], TensorData::from_f64(self.dtype, keep));
-            let name = format!("{}/Rb_folded", c.layer());
-            let keep = c.g.add_constant(&name, keep, vec![c.span.clone()]);
+            let keep = c.inner_constant("Rb_folded", keep);
             rb = c.emit_inner(Op::Binary(BinaryOp::Mul), &[rb, keep], "Rb_folded")?;
         }
         let bias = c.emit_inner(Op::Binary(BinaryOp::Add), &[wb, rb], "bias")?;
@@ -333,8 +332,7 @@ impl Recurrence {
             let shape = self.state_shape(self.hidden);
             let n = shape.iter().product();
             let zeros = Tensor::new(shape, TensorData::zeros(self.dtype, n));
-            let name = format!("{}/d{d}/{what}_zero", c.layer());
-            return Ok(c.g.add_constant(&name, zeros, vec![c.span.clone()]));
+            return Ok(c.inner_constant(&format!("d{d}/{what}_zero"), zeros));
         };
         slice(c, v, &[(self.time_axis, d..d + 1)], &format!("d{d}/{what}"))
     }

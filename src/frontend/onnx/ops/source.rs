@@ -134,10 +134,8 @@ fn constant_of_shape(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     let bytes = (numel(&shape) as u64).saturating_mul(value.dtype().size_bytes() as u64);
     if bytes > crate::core::budget::fold_limit() {
         // Too big to hold as a constant: the value expanded when the model runs.
-        let name = format!("{}/value", c.layer());
-        let rank = shape.len();
-        let one = value.reshaped(vec![1; rank]);
-        let one = c.g.add_constant(&name, one, vec![c.span.clone()]);
+        let one = value.reshaped(vec![1; shape.len()]);
+        let one = c.inner_constant("value", one);
         return c.emit(Op::Expand(Expand { shape }), &[one]);
     }
     let data = value.data.gather(std::iter::repeat_n(0, numel(&shape)));

@@ -97,18 +97,6 @@ impl NodeCtx<'_> {
             ))),
         }
     }
-
-    fn matrix_constant(
-        &mut self,
-        what: &str,
-        shape: Vec<usize>,
-        m: Vec<f64>,
-        x: ValueRef,
-    ) -> ValueRef {
-        let t = Tensor::new(shape, TensorData::from_f64(self.ty(x).dtype, m));
-        let name = format!("{}/{what}", self.layer());
-        self.g.add_constant(&name, t, vec![self.span.clone()])
-    }
 }
 
 /// DFT of opset 17 (axis an attribute, default 1) and 20 (axis input 2,
@@ -174,7 +162,11 @@ fn dft(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     let cols = outputs * parts_out;
     let mut m = transform.matrix(None);
     m[used * parts_in * cols..].fill(0.0);
-    let matrix = c.matrix_constant("dft_matrix", vec![inputs * parts_in, cols], m, x);
+    let m = Tensor::new(
+        vec![inputs * parts_in, cols],
+        TensorData::from_f64(c.ty(x).dtype, m),
+    );
+    let matrix = c.inner_constant("dft_matrix", m);
     // The signal axis next to the parts, as rows of (position, part).
     let perm: Vec<usize> = (0..rank - 1)
         .filter(|&a| a != axis)
@@ -274,7 +266,11 @@ fn stft(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
             }
         }
     }
-    let filters = c.matrix_constant("filters", vec![cols, parts_in, length], filters, x);
+    let filters = Tensor::new(
+        vec![cols, parts_in, length],
+        TensorData::from_f64(c.ty(x).dtype, filters),
+    );
+    let filters = c.inner_constant("filters", filters);
     // [batch, samples, parts] and [batch, filters, frames] swap their last axes.
     let swapped = Op::Transpose(Transpose {
         perm: vec![0, 2, 1],
