@@ -10,6 +10,7 @@ mod conv;
 mod elementwise;
 mod error;
 mod eval;
+mod grid_sample;
 mod in_layout;
 mod index;
 mod integer;
@@ -38,6 +39,7 @@ use crate::core::{Assumption, DType, Layout, PadFlow, PadValue, Requirement, Ten
 pub use control::{ControlFlow, ControlFlowOp, RunSubgraph};
 pub use error::OpError;
 pub use eval::eval_op;
+pub use grid_sample::{GridPadding, GridSample, Sampling};
 pub use integer::IntegerArith;
 pub use logical::Logical;
 pub use lrn::Lrn;
@@ -326,6 +328,8 @@ pub enum Op {
     Pad(Pad),
     /// x
     Resize(Resize),
+    /// x, grid: x sampled at the grid's points
+    GridSample(GridSample),
     /// x
     Softmax(Softmax),
     /// x
@@ -699,6 +703,7 @@ impl Op {
             Op::Gather(g) => g,
             Op::Pad(p) => p,
             Op::Resize(r) => r,
+            Op::GridSample(s) => s,
             Op::Softmax(s) => s,
             Op::LogSoftmax(s) => s,
             Op::Reduce(r) => r,

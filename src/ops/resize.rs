@@ -191,7 +191,7 @@ fn round_nearest(mode: NearestMode, x: f64) -> f64 {
 }
 
 /// The keys cubic kernel with coefficient `a` at distance `d` ≥ 0.
-fn cubic(a: f64, d: f64) -> f64 {
+pub(super) fn cubic(a: f64, d: f64) -> f64 {
     if d < 1.0 {
         ((a + 2.0) * d - (a + 3.0)) * d * d + 1.0
     } else if d < 2.0 {

@@ -136,6 +136,56 @@ fn tuple_offsets(indices: &[i64], k: usize, data_shape: &[usize]) -> Result<Vec<
         .collect()
 }
 
+impl ScatterNd {
+    /// The flat data offset each update element lands on, in the order of
+    /// the updates, for data of shape `data` and indices of shape `indices`
+    /// holding `values`; an index out of range is an error.
+    pub fn destinations(
+        &self,
+        data: &[usize],
+        indices: &[usize],
+        values: &[i64],
+    ) -> Result<Vec<usize>, OpError> {
+        let k = indices.last().copied().unwrap_or(0);
+        let slice = numel(&data[k.min(data.len())..]);
+        let offsets = tuple_offsets(values, k, data)?;
+        Ok(offsets.into_iter().flat_map(|d| d..d + slice).collect())
+    }
+}
+
+impl ScatterElements {
+    /// The flat data offset each update element lands on, in the order of
+    /// the updates (as [`ScatterNd::destinations`]).
+    pub fn destinations(
+        &self,
+        data: &[usize],
+        indices: &[usize],
+        values: &[i64],
+    ) -> Result<Vec<usize>, OpError> {
+        let (data_st, index_st) = (strides(data), strides(indices));
+        let extent = data[self.axis];
+        (values.iter().enumerate())
+            .map(|(u, &i)| {
+                let mut dest = 0;
+                for (a, (&ds, &is)) in data_st.iter().zip(&index_st).enumerate() {
+                    let coordinate = (u / is) % indices[a];
+                    let coordinate = if a == self.axis {
+                        position(i, extent)?
+                    } else if coordinate < data[a] {
+                        coordinate
+                    } else {
+                        return Err(OpError::Shape(format!(
+                            "indices {indices:?} exceed data {data:?} on axis {a}"
+                        )));
+                    };
+                    dest += coordinate * ds;
+                }
+                Ok(dest)
+            })
+            .collect()
+    }
+}
+
 impl OpDef for GatherNd {
     fn name(&self) -> &'static str {
         "GatherND"
@@ -214,17 +264,11 @@ impl OpDef for ScatterNd {
 
     fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         let (data, indices, updates) = (x[0], x[1], x[2]);
-        let k = indices.shape.last().copied().unwrap_or(0);
-        let slice = numel(&data.shape[k..]);
-        let offsets = tuple_offsets(&indices.data.to_i64(), k, &data.shape)?;
-        let pairs = offsets
-            .iter()
-            .enumerate()
-            .flat_map(|(t, &d)| (0..slice).map(move |s| (d + s, t * slice + s)));
+        let dests = self.destinations(&data.shape, &indices.shape, &indices.data.to_i64())?;
         Ok(vec![scatter(
             data,
             updates,
-            pairs,
+            &dests,
             self.reduction,
             &outputs[0],
         )?])
@@ -262,39 +306,13 @@ impl OpDef for ScatterElements {
 
     fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         let (data, indices, updates) = (x[0], x[1], x[2]);
-        let (data_st, index_st) = (strides(&data.shape), strides(&indices.shape));
-        let extent = data.shape[self.axis];
-        let pairs = indices
-            .data
-            .to_i64()
-            .into_iter()
-            .enumerate()
-            .map(|(u, i)| {
-                let mut dest = 0;
-                for (a, (&ds, &is)) in data_st.iter().zip(&index_st).enumerate() {
-                    let coordinate = (u / is) % indices.shape[a];
-                    let coordinate = if a == self.axis {
-                        position(i, extent)?
-                    } else if coordinate < data.shape[a] {
-                        coordinate
-                    } else {
-                        return Err(OpError::Shape(format!(
-                            "indices {:?} exceed data {:?} on axis {a}",
-                            indices.shape, data.shape
-                        )));
-                    };
-                    dest += coordinate * ds;
-                }
-                Ok((dest, u))
-            })
-            .collect::<Result<Vec<_>, OpError>>()?;
-        let out = &outputs[0];
+        let dests = self.destinations(&data.shape, &indices.shape, &indices.data.to_i64())?;
         Ok(vec![scatter(
             data,
             updates,
-            pairs.into_iter(),
+            &dests,
             self.reduction,
-            out,
+            &outputs[0],
         )?])
     }
 
@@ -311,15 +329,16 @@ impl OpDef for ScatterElements {
     }
 }
 
-/// `data` with element `d` combined with update `u` for each pair `(d, u)`,
-/// in order (a later update to the same element sees the earlier ones).
+/// `data` with the element at `dests[u]` combined with update `u`, in order
+/// (a later update to the same element sees the earlier ones).
 fn scatter(
     data: &Tensor,
     updates: &Tensor,
-    pairs: impl Iterator<Item = (usize, usize)>,
+    dests: &[usize],
     reduction: ScatterReduction,
     out: &ValueType,
 ) -> Result<Tensor, OpError> {
+    let pairs = dests.iter().copied().enumerate().map(|(u, d)| (d, u));
     let n = data.numel();
     let result = match reduction {
         ScatterReduction::None => {

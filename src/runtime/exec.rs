@@ -110,6 +110,11 @@ impl CompiledModel {
                 Kernel::Resize(g) => {
                     resize::resize(g, bufs.read(step.inputs[0]), bufs.write(step.outputs[0]))
                 }
+                Kernel::Sampled(s) => s.run(
+                    bufs.read(step.inputs[0]),
+                    bufs.read(step.inputs[1]),
+                    bufs.write(step.outputs[0]),
+                ),
                 Kernel::Gather(g) => {
                     let inputs: [&[f32]; gather::MAX_GATHER_INPUTS] =
                         std::array::from_fn(|i| optional(i).unwrap_or(&[]));
@@ -134,6 +139,20 @@ impl CompiledModel {
                         bufs.write(step.outputs[0]),
                     )
                     .map_err(kernel)?
+                }
+                Kernel::Scatter(k) => {
+                    let indices = bufs.tensor(step.inputs[1], &step.input_types[1]);
+                    k.run_f32(
+                        bufs.read(step.inputs[0]),
+                        &indices.data.to_i64(),
+                        bufs.read(step.inputs[2]),
+                        bufs.write(step.outputs[0]),
+                    )
+                    .map_err(kernel)?
+                }
+                Kernel::Scattered(k) => {
+                    on_tensors(step, bufs, |xs| k.run_tensors(xs[0], xs[1], xs[2]))
+                        .map_err(kernel)?
                 }
                 Kernel::Elementwise(k) => {
                     let operands: [&[f32]; elementwise::MAX_OPERANDS] =

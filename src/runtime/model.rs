@@ -9,9 +9,11 @@
 use super::kernels::conv::algo::{ConvKernel, DecidedAlgos, KeptWeights, LayerAlgo};
 use super::kernels::conv::depthwise::Depthwise;
 use super::kernels::gather::{Gather, Picking};
+use super::kernels::grid_sample::GridSampler;
 use super::kernels::matmul::{BatchedMatMul, Dense};
 use super::kernels::pool::PoolGeom;
 use super::kernels::resize::ResizeGeom;
+use super::kernels::scatter::Scatter;
 use super::kernels::simd::Isa;
 use super::kernels::{elementwise, normalize, tir_step, typed, where_select};
 use super::measure::roofline::StepWork;
@@ -44,6 +46,8 @@ pub(super) enum Kernel {
     Depthwise(Depthwise),
     Pool(PoolGeom),
     Resize(ResizeGeom),
+    /// GridSample: x (input 0) sampled at the points of a grid (input 1).
+    Sampled(GridSampler),
     Dense(Dense),
     /// A matrix product of two computed operands, batched.
     MatMul(BatchedMatMul),
@@ -69,6 +73,11 @@ pub(super) enum Kernel {
     Arg(typed::ArgBest),
     /// Rows or elements of a tensor that is not f32 picked by run-time indices.
     Gathered(typed::Gathered),
+    /// ScatterND or ScatterElements of f32 data (input 0) and updates (input
+    /// 2) at run-time indices (input 1).
+    Scatter(Scatter),
+    /// The same on tensors of another type.
+    Scattered(Scatter),
     /// A non-f32 tensor given a new shape (same elements).
     Rebox(Vec<usize>),
     Copy,

@@ -20,6 +20,7 @@ mod elementwise_agreement;
 mod explorer;
 mod export;
 mod export_conformance;
+mod indexed_ops;
 mod json_schema;
 mod layering;
 mod layout_rewrite;

@@ -16,11 +16,13 @@ use super::kernels::conv::direct::ConvGeom;
 use super::kernels::conv::tile::{ChannelParams, Epilogue};
 use super::kernels::elementwise::{broadcast_strides, Arg, Elementwise, Func, Stored};
 use super::kernels::gather::{Gather, MAX_GATHER_INPUTS};
+use super::kernels::grid_sample::GridSampler;
 use super::kernels::matmul::{BatchedMatMul, Dense};
 use super::kernels::normalize::{RowKernel, RowOp};
 use super::kernels::pool::PoolGeom;
 use super::kernels::quantized::{Grid, QuantizedAdd};
 use super::kernels::resize::ResizeGeom;
+use super::kernels::scatter::{Placing, Scatter};
 use super::kernels::simd::{Isa, Lanes};
 use super::kernels::typed::{ArgBest, Gathered, Moved, Typed, TypedOp};
 use super::kernels::where_select::Select;
@@ -452,6 +454,10 @@ impl<'g> Compiler<'g> {
             // A nearest resize that only copies runs as a gather (in runs of
             // repeated elements), which measures faster than the tap tables.
             Op::Resize(r) if !OpDef::moves_data(r) => self.resize(id, r),
+            Op::GridSample(s) if inner(self.g, id).1.is_none() => {
+                let x = &self.g.value_type(ins[0]).shape;
+                Some(Kernel::Sampled(GridSampler::new(s, x, &out.shape)))
+            }
             Op::LayoutTransform(LayoutTransform {
                 from,
                 to,
@@ -625,6 +631,10 @@ impl<'g> Compiler<'g> {
                 };
                 self.picked(gather::Picking::Elements(elements), ins[0], out)
             }
+            Op::ScatterNd(s) if is_int(&ins[1]) => self.scattered(Placing::Nd(s.clone()), &ins),
+            Op::ScatterElements(s) if is_int(&ins[1]) => {
+                self.scattered(Placing::Elements(s.clone()), &ins)
+            }
             _ => None,
         }
     }
@@ -635,6 +645,18 @@ impl<'g> Compiler<'g> {
         match out.dtype {
             DType::F32 => self.is_f32(data).then_some(Kernel::Picked(picking)),
             d => Gathered::new(picking, d, out.shape.clone()).map(Kernel::Gathered),
+        }
+    }
+
+    /// The kernel of a scatter into data (`ins[0]`) at run-time indices
+    /// (`ins[1]`) of updates (`ins[2]`): on f32 slots, or on tensors of
+    /// another type.
+    fn scattered(&self, placing: Placing, ins: &[ValueRef]) -> Option<Kernel> {
+        let (data, indices) = (self.g.value_type(ins[0]), self.g.value_type(ins[1]));
+        let k = Scatter::new(placing, data.shape.clone(), indices.shape.clone());
+        match data.dtype {
+            DType::F32 => Some(Kernel::Scatter(k)),
+            d => k.takes(d).then_some(Kernel::Scattered(k)),
         }
     }
 

@@ -1,13 +1,110 @@
-//! Convolutions: Conv and ConvTranspose.
+//! Convolutions: Conv, ConvTranspose, and Col2Im as a transposed convolution.
 
 use super::context::{dims, NodeCtx, Res};
 use super::registry::{Registry, AI_ONNX};
 use super::window::{kernel_attr, window};
-use crate::graph::{Conv, ConvTranspose, Op, ValueRef, Window};
+use crate::core::TensorData;
+use crate::graph::{Conv, ConvTranspose, Op, Reshape, Tensor, ValueRef, Window};
 
 pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "Conv", conv);
     reg.add(AI_ONNX, "ConvTranspose", conv_transpose);
+    reg.add(AI_ONNX, "Col2Im", col2im);
+}
+
+/// Col2Im: input (N, C·∏block, L) holds the blocks of an image of
+/// `image_shape` (input 1) one column each; the output sums every block
+/// element onto the image position it came from. That is a transposed
+/// convolution of the blocks (reshaped to their grid, L = ∏ L_d) with C groups
+/// whose kernel of block size takes input channel `c·K + k` to position `k` of
+/// the window of output channel `c`, weight one. Where the stride leaves some
+/// image positions after the last block, output_padding adds them (they sum
+/// nothing).
+fn col2im(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let x = c.input(0)?;
+    let xs = c.ty(x).shape;
+    let constant = |c: &NodeCtx, i: usize, what: &str| -> Res<Vec<usize>> {
+        let v = c
+            .const_ints(i)?
+            .ok_or_else(|| c.err(format!("Col2Im needs a constant {what}")))?;
+        dims(c, &v, what)
+    };
+    let image = constant(c, 1, "image_shape")?;
+    let block = constant(c, 2, "block_shape")?;
+    let r = image.len();
+    let attr = |c: &NodeCtx, name: &str, n: usize, default: usize| -> Res<Vec<usize>> {
+        let v = match c.ints(name)? {
+            Some(v) => dims(c, &v, name)?,
+            None => vec![default; n],
+        };
+        match v.len() == n {
+            true => Ok(v),
+            false => Err(c.err(format!("{name} {v:?} does not fit {r} image axes"))),
+        }
+    };
+    let strides = attr(c, "strides", r, 1)?;
+    let dilations = attr(c, "dilations", r, 1)?;
+    let pads = attr(c, "pads", 2 * r, 0)?;
+    let per_block: usize = block.iter().product();
+    let fits =
+        xs.len() == 3 && block.len() == r && per_block > 0 && xs[1].is_multiple_of(per_block);
+    if !fits || strides.contains(&0) || dilations.contains(&0) {
+        return Err(c.err(format!(
+            "input {xs:?} does not hold blocks {block:?} of an image {image:?} \
+             (strides {strides:?}, dilations {dilations:?})"
+        )));
+    }
+    let channels = xs[1] / per_block;
+    // Blocks along each axis, and the image positions after the last one.
+    let mut grid = vec![];
+    let mut output_padding = vec![];
+    for a in 0..r {
+        let span = dilations[a] * (block[a] - 1) + 1;
+        let room = (image[a] + pads[a] + pads[r + a]).checked_sub(span);
+        let Some(room) = room.filter(|_| block[a] > 0) else {
+            return Err(c.err(format!(
+                "block {block:?} (dilations {dilations:?}) does not fit image {image:?} padded by {pads:?}"
+            )));
+        };
+        grid.push(room / strides[a] + 1);
+        output_padding.push(room % strides[a]);
+    }
+    if grid.iter().product::<usize>() != xs[2] {
+        return Err(c.err(format!(
+            "input {xs:?} holds {} blocks, but image {image:?} has {grid:?} of them",
+            xs[2]
+        )));
+    }
+    let weight_shape = [&[xs[1], 1][..], &block].concat();
+    let dtype = c.ty(x).dtype;
+    c.check_size(dtype, &weight_shape)?;
+    let mut weight = vec![0.0; xs[1] * per_block];
+    for ch in 0..channels {
+        for k in 0..per_block {
+            weight[(ch * per_block + k) * per_block + k] = 1.0;
+        }
+    }
+    let weight = Tensor::new(weight_shape, TensorData::from_f64(dtype, weight));
+    let weight = c.inner_constant("weight", weight);
+    let blocks_shape = [&xs[..2], &grid[..]].concat();
+    let blocks = c.emit_inner(
+        Op::Reshape(Reshape {
+            shape: blocks_shape,
+        }),
+        &[x],
+        "blocks",
+    )?;
+    let op = Op::ConvTranspose(ConvTranspose {
+        window: Window {
+            kernel: block,
+            strides,
+            dilations,
+            pads,
+        },
+        group: channels,
+        output_padding,
+    });
+    c.emit(op, &[blocks, weight])
 }
 
 /// What Conv and ConvTranspose read alike: their inputs (X, W and the optional

@@ -110,6 +110,7 @@ mod tests {
         "GRU",
         "Gather",
         "Compress",
+        "Col2Im",
         "ReverseSequence",
         "GatherElements",
         "GatherND",
@@ -119,6 +120,7 @@ mod tests {
         "GlobalMaxPool",
         "Greater",
         "GreaterOrEqual",
+        "GridSample",
         "GroupNormalization",
         "HardSigmoid",
         "HardSwish",
@@ -138,6 +140,8 @@ mod tests {
         "MatMul",
         "Max",
         "MaxPool",
+        "MaxUnpool",
+        "MelWeightMatrix",
         "Mean",
         "Min",
         "Mish",
@@ -179,6 +183,7 @@ mod tests {
         "RMSNormalization",
         "RotaryEmbedding",
         "ScatterElements",
+        "Scatter",
         "ScatterND",
         "Scan",
         "Selu",
@@ -196,6 +201,7 @@ mod tests {
         "Sub",
         "Sum",
         "Tanh",
+        "TensorScatter",
         "ThresholdedRelu",
         "Tile",
         "TopK",
@@ -256,7 +262,7 @@ mod tests {
         want.extend(SUPPORTED_MICROSOFT.iter().map(|&op| ("com.microsoft", op)));
         want.sort_unstable();
         let have = registry().op_types();
-        assert_eq!(have.len(), 170);
+        assert_eq!(have.len(), 176);
         assert_eq!(have, want);
     }
 

@@ -1,11 +1,13 @@
-//! Pooling: MaxPool, AveragePool, LpPool and the global pools.
+//! Pooling: MaxPool, AveragePool, LpPool, the global pools, and MaxUnpool
+//! as a scatter.
 
+use super::context::dims;
 use super::context::{NodeCtx, Res};
 use super::registry::{Registry, AI_ONNX};
 use super::window::{kernel_attr, window};
 use crate::frontend::onnx::add_and_fold;
-use crate::graph::{BinaryOp, Op, Pool, PoolKind, UnaryOp, ValueRef};
-use crate::ops::{GlobalPool, MaxPoolIndices};
+use crate::graph::{BinaryOp, Op, Pool, PoolKind, Reshape, Tensor, TensorData, UnaryOp, ValueRef};
+use crate::ops::{GlobalPool, MaxPoolIndices, Pad, PadMode, ScatterElements, ScatterReduction};
 
 pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "MaxPool", |c| pool(c, PoolKind::Max));
@@ -15,6 +17,83 @@ pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "GlobalAveragePool", |c| {
         global_pool(c, PoolKind::Avg)
     });
+    reg.add(AI_ONNX, "MaxUnpool", max_unpool);
+}
+
+/// MaxUnpool: the values X (input 0) placed at the positions I (input 1)
+/// that MaxPool's Indices output gave them, flat over the whole tensor the
+/// pool came from (N and C included), zeros elsewhere. That is a
+/// ScatterElements of the flattened values into flattened zeros of that
+/// tensor, whose extents are (in - 1) · stride - pads + kernel. An
+/// output_shape (input 2, a constant) at least as large pads the result
+/// with zeros at the end of each axis, as the specification's reference does.
+fn max_unpool(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let (x, indices) = (c.input(0)?, c.input(1)?);
+    let xt = c.ty(x);
+    let xs = xt.shape;
+    if xs.len() < 3 || c.ty(indices).shape != xs {
+        return Err(c.err(format!(
+            "values {xs:?} and indices {:?} are not one pooled tensor",
+            c.ty(indices).shape
+        )));
+    }
+    let w = window(c, &xs[2..], kernel_attr(c, None)?, true)?;
+    let r = xs.len() - 2;
+    let mut unpooled = xs[..2].to_vec();
+    for a in 0..r {
+        let extent = xs[a + 2]
+            .saturating_sub(1)
+            .checked_mul(w.strides[a])
+            .and_then(|e| e.checked_add(w.kernel[a]))
+            .and_then(|e| e.checked_sub(w.pads[a].checked_add(w.pads[a + r])?));
+        let unfit = || c.err(format!("{w:?} does not unpool values {xs:?}"));
+        unpooled.push(extent.ok_or_else(unfit)?);
+    }
+    let out = match c.const_ints(2)? {
+        Some(shape) => dims(c, &shape, "output_shape")?,
+        None => unpooled.clone(),
+    };
+    let fits = out.len() == xs.len() && out.iter().zip(&unpooled).all(|(o, u)| o >= u);
+    if !fits || out[..2] != xs[..2] {
+        return Err(c.err(format!(
+            "output_shape {out:?} does not hold the unpooled {unpooled:?}"
+        )));
+    }
+    let total: usize = unpooled.iter().product();
+    c.check_size(xt.dtype, &[total])?;
+    c.check_size(xt.dtype, &out)?;
+    let zeros = Tensor::new(
+        vec![total],
+        TensorData::from_f64(xt.dtype, vec![0.0; total]),
+    );
+    let zeros = c.inner_constant("zeros", zeros);
+    let flat = |c: &mut NodeCtx, v: ValueRef, what: &str| {
+        let shape = vec![xs.iter().product()];
+        c.emit_inner(Op::Reshape(Reshape { shape }), &[v], what)
+    };
+    let (values, at) = (flat(c, x, "values")?, flat(c, indices, "positions")?);
+    let scatter = Op::ScatterElements(ScatterElements {
+        axis: 0,
+        reduction: ScatterReduction::None,
+    });
+    let placed = c.emit_inner(scatter, &[zeros, at, values], "placed")?;
+    if out == unpooled {
+        return c.emit(Op::Reshape(Reshape { shape: out }), &[placed]);
+    }
+    let reshape = Op::Reshape(Reshape {
+        shape: unpooled.clone(),
+    });
+    let placed = c.emit_inner(reshape, &[placed], "unpooled")?;
+    let pad = Op::Pad(Pad {
+        begins: vec![0; out.len()],
+        ends: out
+            .iter()
+            .zip(&unpooled)
+            .map(|(o, u)| (o - u) as i64)
+            .collect(),
+        mode: PadMode::Constant(0.0),
+    });
+    c.emit(pad, &[placed])
 }
 
 fn global_pool(c: &mut NodeCtx, kind: PoolKind) -> Res<Vec<Option<ValueRef>>> {

@@ -1,12 +1,43 @@
-//! Resizing: Resize, and Upsample, its older form.
+//! Resampling: Resize, Upsample (its older form), and GridSample.
 
 use super::context::{dims, NodeCtx, Res};
 use super::registry::{Registry, AI_ONNX};
-use crate::graph::{CoordTransform, NearestMode, Op, Resize, ResizeFilter, ResizeMode, ValueRef};
+use crate::graph::{
+    CoordTransform, GridPadding, GridSample, NearestMode, Op, Resize, ResizeFilter, ResizeMode,
+    Sampling, ValueRef,
+};
 
 pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "Resize", |c| resize(c, false));
     reg.add(AI_ONNX, "Upsample", |c| resize(c, true));
+    reg.add(AI_ONNX, "GridSample", grid_sample);
+}
+
+/// GridSample: opset 16's mode names (bilinear, bicubic) and opset 20's
+/// (linear, cubic) are both taken, whatever the opset.
+fn grid_sample(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let x = c.input(0)?;
+    let rank = c.ty(x).shape.len();
+    let default_mode = if c.opset >= 20 { "linear" } else { "bilinear" };
+    let mode = match c.string("mode", default_mode)?.as_str() {
+        "nearest" => Sampling::Nearest,
+        "linear" | "bilinear" => Sampling::Linear,
+        "cubic" | "bicubic" => Sampling::Cubic,
+        other => return Err(c.err(format!("GridSample mode '{other}' is not known"))),
+    };
+    let padding = match c.string("padding_mode", "zeros")?.as_str() {
+        "zeros" => GridPadding::Zeros,
+        "border" => GridPadding::Border,
+        "reflection" => GridPadding::Reflection,
+        other => return Err(c.err(format!("GridSample padding_mode '{other}' is not known"))),
+    };
+    let op = Op::GridSample(GridSample {
+        mode,
+        padding,
+        align_corners: c.bool_attr("align_corners", false)?,
+        spatial: rank.saturating_sub(2),
+    });
+    c.emit_all(op)
 }
 
 /// Resize, and Upsample (`upsample`), its older form.

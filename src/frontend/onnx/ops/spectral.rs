@@ -3,7 +3,8 @@
 //! strided 1-D convolution whose filters are that matrix times the window.
 //! Both run on the dense kernels; a length-n transform costs n² multiply-adds
 //! per signal, which the lengths models use (frames of a few hundred samples)
-//! afford.
+//! afford. MelWeightMatrix, the filter bank that maps a spectrum onto mel
+//! bins, is a constant.
 
 use super::context::{NodeCtx, Res};
 use super::registry::{Registry, AI_ONNX};
@@ -13,6 +14,71 @@ use crate::ops::{Conv, Reshape, Transpose};
 pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "DFT", dft);
     reg.add(AI_ONNX, "STFT", stft);
+    reg.add(AI_ONNX, "MelWeightMatrix", mel_weight_matrix);
+}
+
+/// MelWeightMatrix: (dft_length / 2 + 1, num_mel_bins) triangular filters
+/// between the mel scale points of the band [lower, upper] hertz, each
+/// rising from its left point to its centre and falling to its right one,
+/// the points snapped down to spectrum bins. The specification spaces the
+/// points by the band over num_mel_bins + 2 (not + 1), so the last point
+/// stops short of `upper`; its reference does so too.
+fn mel_weight_matrix(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let scalar = |c: &NodeCtx, i: usize, what: &str| -> Res<f64> {
+        match c.const_input(i)?.map(|t| t.data.to_f64()).as_deref() {
+            Some(&[v]) => Ok(v),
+            _ => Err(c.err(format!(
+                "MelWeightMatrix needs {what} as one constant value"
+            ))),
+        }
+    };
+    let bins = scalar(c, 0, "num_mel_bins")?;
+    let length = scalar(c, 1, "dft_length")?;
+    let rate = scalar(c, 2, "sample_rate")?;
+    let (lower, upper) = (
+        scalar(c, 3, "lower_edge_hertz")?,
+        scalar(c, 4, "upper_edge_hertz")?,
+    );
+    if bins < 1.0 || length < 1.0 || rate <= 0.0 || !(0.0..=upper).contains(&lower) {
+        return Err(c.err(format!(
+            "{bins} mel bins of a {length}-point spectrum at {rate} Hz between {lower} and {upper} Hz do not form a filter bank"
+        )));
+    }
+    let (bins, length) = (bins as usize, length as usize);
+    let spectrum = length / 2 + 1;
+    let dtype = crate::frontend::onnx::dtype_from_onnx(c.int("output_datatype", 1)? as i32)
+        .map_err(|m| c.err(format!("output_datatype: {m}")))?;
+    c.check_size(dtype, &[spectrum, bins])?;
+    let mel = |hz: f64| 2595.0 * (hz / 700.0).ln_1p() / std::f64::consts::LN_10;
+    let step = (mel(upper) - mel(lower)) / (bins + 2) as f64;
+    let points: Vec<usize> = (0..bins + 2)
+        .map(|k| {
+            let hz = 700.0
+                * ((k as f64 * step + mel(lower)) / 2595.0 * std::f64::consts::LN_10).exp_m1();
+            ((length + 1) as f64 * hz / rate).floor() as usize
+        })
+        .collect();
+    if let Some(&beyond) = points.iter().find(|&&p| p >= spectrum) {
+        return Err(c.err(format!(
+            "a mel point falls on bin {beyond}, past the {spectrum} bins of the spectrum"
+        )));
+    }
+    let mut matrix = vec![0.0; spectrum * bins];
+    for (i, p) in points.windows(3).enumerate() {
+        let (left, centre, right) = (p[0], p[1], p[2]);
+        if centre == left {
+            matrix[centre * bins + i] = 1.0;
+        } else {
+            for j in left..=centre {
+                matrix[j * bins + i] = (j - left) as f64 / (centre - left) as f64;
+            }
+        }
+        for j in centre..right {
+            matrix[j * bins + i] = (right - j) as f64 / (right - centre) as f64;
+        }
+    }
+    let t = Tensor::new(vec![spectrum, bins], TensorData::from_f64(dtype, matrix));
+    Ok(c.constant(t))
 }
 
 /// Which transform a coefficient matrix computes.
