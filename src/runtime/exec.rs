@@ -110,11 +110,13 @@ impl CompiledModel {
                 Kernel::Resize(g) => {
                     resize::resize(g, bufs.read(step.inputs[0]), bufs.write(step.outputs[0]))
                 }
-                Kernel::Sampled(s) => s.run(
-                    bufs.read(step.inputs[0]),
-                    bufs.read(step.inputs[1]),
-                    bufs.write(step.outputs[0]),
-                ),
+                Kernel::Sampled(s) => s
+                    .run(
+                        bufs.read(step.inputs[0]),
+                        bufs.read(step.inputs[1]),
+                        bufs.write(step.outputs[0]),
+                    )
+                    .map_err(kernel)?,
                 Kernel::Gather(g) => {
                     let inputs: [&[f32]; gather::MAX_GATHER_INPUTS] =
                         std::array::from_fn(|i| optional(i).unwrap_or(&[]));

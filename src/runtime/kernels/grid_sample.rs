@@ -5,6 +5,7 @@
 //! paid once per position, not once per output element. Blocks of one image
 //! run in parallel.
 
+use super::KernelError;
 use crate::core::par;
 use crate::ops::GridSample;
 
@@ -37,11 +38,19 @@ impl GridSampler {
     }
 
     /// Samples `x` at the points of `grid` (N, output spatial…, spatial) into `out`.
-    pub fn run(&self, x: &[f32], grid: &[f32], out: &mut [f32]) {
+    pub fn run(&self, x: &[f32], grid: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
         let (r, positions, channels) = (self.extents.len(), self.positions, self.channels);
         let image: usize = self.extents.iter().product();
         let blocks = positions.div_ceil(BLOCK);
-        assert!(out.len() >= self.images * channels * positions);
+        let expected =
+            [image * channels, positions * r, positions * channels].map(|n| n * self.images);
+        if [x.len(), grid.len(), out.len()] != expected {
+            return Err(KernelError::Buffers {
+                kernel: "grid sample",
+                given: vec![x.len(), grid.len(), out.len()],
+                expected: expected.to_vec(),
+            });
+        }
         let at = out.as_mut_ptr() as usize;
         par::for_each(self.images * blocks, |task| {
             let (n, block) = (task / blocks, task % blocks);
@@ -58,7 +67,7 @@ impl GridSampler {
                 let plane = &x[(n * channels + c) * image..][..image];
                 let row = (n * channels + c) * positions + start;
                 // SAFETY: the tasks write disjoint runs (one image's block of
-                // positions per channel) inside `out`, checked above, which
+                // positions per channel) inside `out`, whose length is checked above, which
                 // the loop borrows mutably until every task has finished.
                 let dst = unsafe { std::slice::from_raw_parts_mut((at as *mut f32).add(row), len) };
                 for (k, d) in dst.iter_mut().enumerate() {
@@ -67,6 +76,7 @@ impl GridSampler {
                 }
             }
         });
+        Ok(())
     }
 }
 
@@ -113,11 +123,9 @@ mod tests {
                         let out_ty = op.infer(&[&types[0], &types[1]]).unwrap();
                         let want = op.eval(&[&x, &g], &out_ty).unwrap()[0].to_f32();
                         let mut got = vec![f32::NAN; want.len()];
-                        GridSampler::new(&op, &x_shape, &out_ty[0].shape).run(
-                            &x.f32s(),
-                            &g.f32s(),
-                            &mut got,
-                        );
+                        GridSampler::new(&op, &x_shape, &out_ty[0].shape)
+                            .run(&x.f32s(), &g.f32s(), &mut got)
+                            .unwrap();
                         for (i, (a, b)) in got.iter().zip(&want).enumerate() {
                             assert!(
                                 (a - b).abs() <= 1e-5 * (1.0 + b.abs()),

@@ -32,26 +32,12 @@ fn col2im(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     let image = constant(c, 1, "image_shape")?;
     let block = constant(c, 2, "block_shape")?;
     let r = image.len();
-    let attr = |c: &NodeCtx, name: &str, n: usize, default: usize| -> Res<Vec<usize>> {
-        let v = match c.ints(name)? {
-            Some(v) => dims(c, &v, name)?,
-            None => vec![default; n],
-        };
-        match v.len() == n {
-            true => Ok(v),
-            false => Err(c.err(format!("{name} {v:?} does not fit {r} image axes"))),
-        }
-    };
-    let strides = attr(c, "strides", r, 1)?;
-    let dilations = attr(c, "dilations", r, 1)?;
-    let pads = attr(c, "pads", 2 * r, 0)?;
+    // Strides, dilations and pads as every window reads them, checked alike.
+    let w = window(c, &image, block.clone(), true)?;
     let per_block: usize = block.iter().product();
-    let fits =
-        xs.len() == 3 && block.len() == r && per_block > 0 && xs[1].is_multiple_of(per_block);
-    if !fits || strides.contains(&0) || dilations.contains(&0) {
+    if xs.len() != 3 || !xs[1].is_multiple_of(per_block) {
         return Err(c.err(format!(
-            "input {xs:?} does not hold blocks {block:?} of an image {image:?} \
-             (strides {strides:?}, dilations {dilations:?})"
+            "input {xs:?} does not hold blocks {block:?} of an image {image:?}"
         )));
     }
     let channels = xs[1] / per_block;
@@ -59,15 +45,20 @@ fn col2im(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     let mut grid = vec![];
     let mut output_padding = vec![];
     for a in 0..r {
-        let span = dilations[a] * (block[a] - 1) + 1;
-        let room = (image[a] + pads[a] + pads[r + a]).checked_sub(span);
-        let Some(room) = room.filter(|_| block[a] > 0) else {
+        let span = w.dilations[a]
+            .checked_mul(block[a] - 1)
+            .and_then(|e| e.checked_add(1));
+        let padded = image[a]
+            .checked_add(w.pads[a])
+            .and_then(|e| e.checked_add(w.pads[r + a]));
+        let Some(room) = padded.zip(span).and_then(|(p, s)| p.checked_sub(s)) else {
             return Err(c.err(format!(
-                "block {block:?} (dilations {dilations:?}) does not fit image {image:?} padded by {pads:?}"
+                "block {block:?} (dilations {:?}) does not fit image {image:?} padded by {:?}",
+                w.dilations, w.pads
             )));
         };
-        grid.push(room / strides[a] + 1);
-        output_padding.push(room % strides[a]);
+        grid.push(room / w.strides[a] + 1);
+        output_padding.push(room % w.strides[a]);
     }
     if grid.iter().product::<usize>() != xs[2] {
         return Err(c.err(format!(
@@ -95,12 +86,7 @@ fn col2im(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         "blocks",
     )?;
     let op = Op::ConvTranspose(ConvTranspose {
-        window: Window {
-            kernel: block,
-            strides,
-            dilations,
-            pads,
-        },
+        window: w,
         group: channels,
         output_padding,
     });
