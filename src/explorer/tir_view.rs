@@ -116,7 +116,7 @@ pub fn lower_node(
     layouts: Option<(&[Layout], &Layout)>,
 ) -> Result<TirView, NoTirView> {
     let c = op_compute(op, types)?;
-    let s = c.default_schedule(layouts.map(|l| l.1))?;
+    let s = c.default_schedule(layouts)?;
     let mut opts = LowerOptions::default();
     let mut shown = Vec::new();
     if let Some((ins, out)) = layouts {
@@ -193,18 +193,26 @@ mod tests {
         ];
         let v = lower_node(&conv, &types, None).unwrap();
         let prims: Vec<&str> = v.steps.iter().map(|s| s.primitive.as_str()).collect();
-        assert_eq!(prims.len(), 5, "{prims:?}");
-        assert!(prims[0].starts_with("create_schedule"));
-        assert!(prims[1].starts_with("split"));
-        assert!(prims[2].starts_with("reorder"));
-        assert!(prims[3].starts_with("vectorize"));
-        assert!(prims[4].starts_with("parallel"));
-        let last = &v.steps[4].loop_nest;
-        assert!(
-            last.contains("vectorized") || last.contains("vector"),
-            "{last}"
-        );
-        assert!(last.contains("parallel"), "{last}");
+        // Lanes along the row, then four output channels side by side inside
+        // the reductions, then the outer channel loop in parallel.
+        let expected = [
+            "create_schedule",
+            "split",
+            "reorder",
+            "vectorize",
+            "split",
+            "reorder",
+            "unroll",
+            "parallel",
+        ];
+        assert_eq!(prims.len(), expected.len(), "{prims:?}");
+        for (p, e) in prims.iter().zip(expected) {
+            assert!(p.starts_with(e), "{prims:?}");
+        }
+        let last = &v.steps[expected.len() - 1].loop_nest;
+        for kind in ["vectorized", "unrolled", "parallel"] {
+            assert!(last.contains(kind), "{last}");
+        }
     }
 
     #[test]

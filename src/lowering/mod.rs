@@ -191,6 +191,11 @@ fn reduces(g: &ComputeGraph, t: Tensor) -> bool {
         .is_some_and(|c| !c.reduce_axis.is_empty())
 }
 
+/// Rows of output vectors a reduction accumulates side by side
+/// (`OpCompute::accumulator_rows`): four rows of two 4-lane vectors keep eight
+/// multiply-adds in flight, enough to cover their latency.
+const ACCUMULATOR_ROWS: i64 = 4;
+
 /// Vectorizes `lanes`, a loop of `t`, with `t`'s reductions (innermost until
 /// now) just outside it: each lane accumulates its own element.
 fn lanes_innermost(s: &mut Schedule, t: &Tensor, lanes: &IterVar) -> Result<(), TirError> {
@@ -226,7 +231,11 @@ impl OpCompute {
     /// A reduction whose output has no lanes to vectorize (a row statistic, a
     /// global pool of row-major data) vectorizes its innermost reduction axis
     /// instead, accumulating in vector lanes (`codegen`).
-    pub fn default_schedule(&self, out: Option<&Layout>) -> Result<Schedule, TirError> {
+    pub fn default_schedule(
+        &self,
+        layouts: Option<(&[Layout], &Layout)>,
+    ) -> Result<Schedule, TirError> {
+        let out = layouts.map(|l| l.1);
         let y = self.output;
         let mut s = Schedule::new(&self.graph, &[y])?;
         for p in &self.inline {
@@ -281,6 +290,39 @@ impl OpCompute {
                 s.vectorize(t, &l)?;
             }
         }
+        let mut parallel = parallel.or_else(|| {
+            axes.iter()
+                .zip(shape)
+                .find(|(_, &d)| d > 1)
+                .map(|(a, _)| a.clone())
+        });
+        let mut rows = None;
+        if let (Some(_), Some(a)) = (&element_loop, lane_axis) {
+            if let Some((outer, axis, reducer)) = self.accumulator_rows(&mut s, a)? {
+                if reducer.id != y.id {
+                    // Its rows of lanes stored one after the other, lanes contiguous.
+                    let mut dims: Vec<PhysDim> = (0..axes.len())
+                        .filter(|&k| k != axis && k != a)
+                        .map(PhysDim::Axis)
+                        .collect();
+                    dims.extend([PhysDim::Axis(axis), PhysDim::Axis(a)]);
+                    s.storage_layout(&reducer, BufferLayout { dims })?;
+                }
+                if element_loop
+                    .as_ref()
+                    .is_some_and(|l| l.var == axes[axis].var)
+                {
+                    element_loop = Some(outer.clone());
+                }
+                if parallel.as_ref().is_some_and(|p| p.var == axes[axis].var) {
+                    parallel = Some(outer);
+                }
+                rows = Some(axis);
+            }
+        }
+        if let (Some(a), Some(r)) = (lane_axis, self.reducer()) {
+            self.lanes_contiguous(&mut s, r, a, layouts)?;
+        }
         if let Some(at) = element_loop {
             for t in &self.per_element {
                 s.compute_at(t, &y, &at)?;
@@ -291,11 +333,16 @@ impl OpCompute {
                 let same_shape = self.graph.op(t.id).shape == *shape;
                 match lane_axis.filter(|_| same_shape) {
                     Some(a) => {
+                        let inner = [rows, Some(a)];
                         let mut order: Vec<IterVar> = (0..axes.len())
-                            .filter(|&k| k != a)
+                            .filter(|&k| !inner.contains(&Some(k)))
                             .map(|k| axes[k].clone())
                             .collect();
                         order.extend(reduce);
+                        if let Some(r) = rows {
+                            order.push(axes[r].clone());
+                            s.unroll(t, &axes[r])?;
+                        }
                         order.push(axes[a].clone());
                         s.reorder(t, &order)?;
                         s.vectorize(t, &axes[a])?;
@@ -315,18 +362,140 @@ impl OpCompute {
                 }
             }
         }
-        let outer = parallel.or_else(|| {
-            axes.iter()
-                .zip(shape)
-                .find(|(_, &d)| d > 1)
-                .map(|(a, _)| a.clone())
-        });
-        if let Some(a) = outer {
+        if let Some(a) = parallel {
             if s.leaves(&y)?.iter().any(|l| l.var == a.var) {
                 s.parallel(&y, &a)?;
             }
         }
         Ok(s)
+    }
+
+    /// Gives the stage that reduces (the output, or a reduction it reads element
+    /// for element) [`ACCUMULATOR_ROWS`] rows of vector lanes per step of its
+    /// reduction loops: one more output axis is split and its inner loop unrolled
+    /// inside the reductions, just outside the lanes (`lane_axis`'s loop, the
+    /// output's last leaf). The rows' multiply-adds do not wait on each other's
+    /// results, where one row's steps each wait on the one before. The axis is
+    /// the one whose rows share the most loads: a read that moves with the axis is
+    /// loaded once per row, twice as costly when it is a vector (it moves with the
+    /// lanes too); a convolution takes its output channels (only the weights move,
+    /// the input's vectors serve every row), a matrix product its rows. Returns the
+    /// outer loop of the split, the axis and the stage that reduces; `None` when
+    /// nothing reduces or no axis has a multiple of the rows.
+    fn accumulator_rows(
+        &self,
+        s: &mut Schedule,
+        lane_axis: usize,
+    ) -> Result<Option<(IterVar, usize, Tensor)>, TirError> {
+        let y = self.output;
+        let g = &self.graph;
+        let shape = &g.op(y.id).shape;
+        let Some((reducer, c)) = self
+            .reducer()
+            .and_then(|t| Some((t, g.op(t.id).compute()?)))
+        else {
+            return Ok(None);
+        };
+        let (leaves, axes) = (s.leaves(&y)?, s.axis(&y)?);
+        let lane_var = &c.axis[lane_axis].var;
+        let cost = |a: usize| {
+            let mut cost = 0;
+            c.body.expr().visit(&mut |e| {
+                if let crate::tir::expr::Expr::Read { indices, .. } = e {
+                    let uses = |v| indices.iter().any(|i| i.uses_var(v));
+                    if uses(&c.axis[a].var) {
+                        cost += if uses(lane_var) { 2 } else { 1 };
+                    }
+                }
+            });
+            cost
+        };
+        // Ties go to the axis stored innermost (the later leaf).
+        let Some(axis) = (0..shape.len())
+            .filter(|&a| {
+                a != lane_axis
+                    && shape[a] >= ACCUMULATOR_ROWS
+                    && shape[a] % ACCUMULATOR_ROWS == 0
+                    && leaves.iter().any(|l| l.var == axes[a].var)
+            })
+            .min_by_key(|&a| {
+                let pos = leaves.iter().position(|l| l.var == axes[a].var);
+                (cost(a), std::cmp::Reverse(pos))
+            })
+        else {
+            return Ok(None);
+        };
+        let (outer, row) = s.split(&y, &axes[axis], ACCUMULATOR_ROWS)?;
+        let mut order: Vec<IterVar> = s
+            .leaves(&y)?
+            .into_iter()
+            .filter(|l| l.var != row.var)
+            .collect();
+        order.insert(order.len() - 1, row.clone());
+        s.reorder(&y, &order)?;
+        s.unroll(&y, &row)?;
+        Ok(Some((outer, axis, reducer)))
+    }
+
+    /// The stage that reduces to the output's elements: the output, or a
+    /// reduction of its shape that it reads element for element.
+    fn reducer(&self) -> Option<Tensor> {
+        let g = &self.graph;
+        let shape = &g.op(self.output.id).shape;
+        std::iter::once(&self.output)
+            .chain(&self.per_element)
+            .find(|t| reduces(g, **t) && g.op(t.id).shape == *shape)
+            .copied()
+    }
+
+    /// Copies every tensor that `reducer` reads along its lanes (`lane_axis`) but
+    /// that is not stored with that axis innermost (a convolution's weights, read
+    /// along the output channels) into a scratch that is, once per run: its reads
+    /// then load whole vectors instead of one lane at a time. The copy is one pass
+    /// over the tensor; the reduction reads each element once per output pixel.
+    fn lanes_contiguous(
+        &self,
+        s: &mut Schedule,
+        reducer: Tensor,
+        lane_axis: usize,
+        layouts: Option<(&[Layout], &Layout)>,
+    ) -> Result<(), TirError> {
+        let g = &self.graph;
+        let Some(c) = g.op(reducer.id).compute() else {
+            return Ok(());
+        };
+        let stored: Vec<(String, Layout, Option<BufferLayout>)> = layouts
+            .map(|(ins, out)| self.storage(ins, out))
+            .unwrap_or_default();
+        let innermost = |t: TensorId, rank: usize| {
+            let name = &g.op(t).name;
+            match stored.iter().find(|(n, ..)| n == name) {
+                Some((_, l, _)) => l.order().last().map(|d| d.axis),
+                None => rank.checked_sub(1),
+            }
+        };
+        let lane_var = &c.axis[lane_axis].var;
+        let mut strided: Vec<(TensorId, usize)> = vec![];
+        c.body.expr().visit(&mut |e| {
+            if let crate::tir::expr::Expr::Read { tensor, indices } = e {
+                let lanes = indices.iter().position(|i| i.uses_var(lane_var));
+                if let Some(d) = lanes {
+                    if innermost(*tensor, indices.len()) != Some(d)
+                        && !strided.iter().any(|(t, _)| t == tensor)
+                    {
+                        strided.push((*tensor, d));
+                    }
+                }
+            }
+        });
+        for (t, d) in strided {
+            let rank = g.op(t).shape.len();
+            let cache = s.cache_read(&g.tensor(t), &[reducer])?;
+            let mut dims: Vec<PhysDim> = (0..rank).filter(|&k| k != d).map(PhysDim::Axis).collect();
+            dims.push(PhysDim::Axis(d));
+            s.storage_layout(&cache, BufferLayout { dims })?;
+        }
+        Ok(())
     }
 
     /// Orders the output's loops as `layout` stores it (see `default_schedule`)
@@ -435,7 +604,7 @@ pub fn lower_chain(
     layouts: Option<(&[Layout], &Layout)>,
 ) -> Result<LoweredOp, TirError> {
     let c = chain_compute(links)?;
-    let s = c.default_schedule(layouts.map(|l| l.1))?;
+    let s = c.default_schedule(layouts)?;
     let mut opts = LowerOptions::default();
     if let Some((ins, out)) = layouts {
         for (name, l, bl) in c.storage(ins, out) {
@@ -592,6 +761,43 @@ mod tests {
             .collect();
         bn.push(var);
         agrees_on(Op::BatchNorm(BatchNorm { epsilon: 1e-5 }), bn, None);
+    }
+
+    #[test]
+    fn reductions_keep_rows_of_lanes_and_read_strided_weights_from_a_copy() {
+        // A grouped convolution with bias: channels 8 = 2 groups of 4, so the
+        // output channel is a lane axis in NHWC and NCHW4c and a row axis in NCHW.
+        let op = Op::Conv(Conv {
+            window: window(3, 1, 1, [1, 1, 1, 1]),
+            group: 2,
+        });
+        let shapes: [&[usize]; 3] = [&[1, 8, 5, 8], &[8, 4, 3, 3], &[8]];
+        let inputs: Vec<GraphTensor> = shapes
+            .iter()
+            .enumerate()
+            .map(|(k, s)| tensor(s, k as u64 + 7))
+            .collect();
+        let types: Vec<ValueType> = shapes
+            .iter()
+            .map(|s| ValueType::new(DType::F32, s.to_vec()))
+            .collect();
+        for (name, weights_copied) in [("NCHW", false), ("NHWC", true), ("NCHW4c", true)] {
+            let l = Layout::parse(name).unwrap();
+            let ins = vec![
+                l.clone(),
+                Layout::parse("OIHW").unwrap(),
+                Layout::parse("C").unwrap(),
+            ];
+            agrees_on(op.clone(), inputs.clone(), Some((ins.clone(), l.clone())));
+            let f = lower_op(&op, &types, Some((&ins, &l))).unwrap().func;
+            let text = f.body.display(&|t| f.graph.op(t).name.clone()).to_string();
+            assert!(text.contains("unrolled for"), "{name}: {text}");
+            assert_eq!(
+                f.graph.find("W.cache").is_some(),
+                weights_copied,
+                "{name}: {text}"
+            );
+        }
     }
 
     #[test]

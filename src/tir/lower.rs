@@ -151,6 +151,11 @@ pub fn lower(s: &Schedule, opts: &LowerOptions) -> Result<LoweredFunc, TirError>
         layout.validate(t.ndim, name)?;
         layouts.insert(t.id, layout.clone());
     }
+    for stage in &st.stages {
+        if let Some(l) = &stage.storage {
+            layouts.entry(stage.op).or_insert_with(|| l.clone());
+        }
+    }
     for (i, op) in st.graph.ops.iter().enumerate() {
         layouts
             .entry(TensorId(i))

@@ -8,6 +8,7 @@ use std::fmt;
 use super::compute::{Body, ComputeGraph, ComputeOp, IterKind, IterVar, OpKind, Operation, Tensor};
 use super::error::TirError;
 use super::expr::{Expr, Range, TensorId, Var};
+use super::layout::BufferLayout;
 pub use super::stmt::ForKind;
 
 /// What fixes the extents of a split.
@@ -98,6 +99,9 @@ pub struct Stage {
     pub for_kinds: HashMap<u64, ForKind>,
     /// The loop nest from this leaf inwards is replaced by a call to the named micro-kernel.
     pub tensorize: Option<(IterVar, String)>,
+    /// How the region the stage realizes inside the function is stored (row-major
+    /// when `None`).
+    pub storage: Option<BufferLayout>,
 }
 
 impl Stage {
@@ -111,6 +115,7 @@ impl Stage {
             attach: Attach::Root,
             for_kinds: HashMap::new(),
             tensorize: None,
+            storage: None,
         }
     }
 
@@ -579,6 +584,24 @@ impl Schedule {
         self.stage_mut(t)?.tensorize = Some((iv.clone(), kernel.to_string()));
         let name = self.state.name(t.id).to_string();
         self.record(format!("tensorize({name}, {}, {kernel})", iv.name()));
+        Ok(())
+    }
+
+    /// Stores the region `t` realizes as `layout` (TVM's `transform_layout` on a
+    /// scratch buffer): a stage computed at a loop of its consumer keeps its vector
+    /// lanes contiguous, whatever the order of its logical axes. An output keeps
+    /// the storage its caller gives it.
+    pub fn storage_layout(&mut self, t: &Tensor, layout: BufferLayout) -> Result<(), TirError> {
+        let name = self.state.name(t.id).to_string();
+        if self.state.outputs.contains(&t.id) {
+            return Err(TirError::Schedule(format!(
+                "output `{name}` is stored as its caller lays it out"
+            )));
+        }
+        layout.validate(self.op_compute(t)?.axis.len(), &name)?;
+        let dims = format!("{:?}", layout.dims);
+        self.stage_mut(t)?.storage = Some(layout);
+        self.record(format!("storage_layout({name}, {dims})"));
         Ok(())
     }
 
