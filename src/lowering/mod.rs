@@ -453,6 +453,8 @@ impl OpCompute {
     /// along the output channels) into a scratch that is, once per run: its reads
     /// then load whole vectors instead of one lane at a time. The copy is one pass
     /// over the tensor; the reduction reads each element once per output pixel.
+    /// Only a tensor smaller than the output is copied: a depthwise convolution's
+    /// padded input copied again cost more than its lanes' loads saved.
     fn lanes_contiguous(
         &self,
         s: &mut Schedule,
@@ -488,7 +490,11 @@ impl OpCompute {
                 }
             }
         });
-        for (t, d) in strided {
+        let size = |t: TensorId| g.op(t).shape.iter().product::<i64>();
+        for (t, d) in strided
+            .into_iter()
+            .filter(|(t, _)| size(*t) < size(reducer.id))
+        {
             let rank = g.op(t).shape.len();
             let cache = s.cache_read(&g.tensor(t), &[reducer])?;
             let mut dims: Vec<PhysDim> = (0..rank).filter(|&k| k != d).map(PhysDim::Axis).collect();
