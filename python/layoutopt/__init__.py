@@ -324,7 +324,9 @@ class InferenceSession:
         """Runs the model on ``input_feed`` ({input name: numpy array}) and
         returns the outputs named in ``output_names`` (None: all), in that
         order. ``last_compile_seconds`` then tells how long this run spent
-        compiling for new input shapes (0.0 when they were seen before)."""
+        compiling for new input shapes (0.0 when they were seen before; NaN
+        for a model run in stages, cut before an op whose output shape
+        depends on values, whose later stages compile as extents come)."""
         outputs, self.last_compile_seconds = self._native.run(dict(input_feed))
         if output_names is None:
             output_names = [o.name for o in self._outputs]

@@ -387,7 +387,8 @@ impl Compiled {
         let names: Vec<&str> = self.inputs.iter().map(|(n, _)| n.as_str()).collect();
         let arrays = input_arrays(inputs, &names)?;
         let types: Vec<&ValueType> = self.inputs.iter().map(|(_, ty)| ty).collect();
-        run_arrays(py, &self.model, &arrays, &names, &types, &self.outputs)
+        let run = |views: &[ModelInput]| self.model.run_inputs(views);
+        run_arrays(py, run, &arrays, &names, &types, &self.outputs)
     }
 }
 
@@ -421,9 +422,9 @@ fn input_arrays<'py>(
 
 /// Runs `model` on `arrays` (one per input, of the input's type); returns
 /// {output name: array}.
-fn run_arrays<'py>(
+fn run_arrays<'py, E: std::fmt::Display + Send>(
     py: Python<'py>,
-    model: &CompiledModel,
+    run: impl FnOnce(&[ModelInput]) -> Result<Vec<Tensor>, E> + Send,
     arrays: &[Bound<'py, PyAny>],
     names: &[&str],
     types: &[&ValueType],
@@ -443,9 +444,7 @@ fn run_arrays<'py>(
             Held::Owned(t) => ModelInput::Tensor(t),
         })
         .collect();
-    let results = py
-        .allow_threads(|| model.run_inputs(&views))
-        .map_err(stage_error)?;
+    let results = py.allow_threads(|| run(&views)).map_err(stage_error)?;
     let out = PyDict::new(py);
     for (name, t) in outputs.iter().zip(results) {
         out.set_item(name, output_array(py, t)?)?;
@@ -588,6 +587,23 @@ impl Session {
         let shapes = (arrays.iter().zip(&names))
             .map(|(a, name)| Ok(ndarray(a, name)?.shape().to_vec()))
             .collect::<PyResult<Vec<Vec<usize>>>>()?;
+        // A model cut before an op whose output shape depends on values runs
+        // stage by stage; what its run spent compiling is not known (NaN).
+        if self.session.cut().is_some() {
+            let types = (declared.iter().zip(shapes))
+                .map(|(v, shape)| match v.dtype {
+                    Some(dtype) => Ok(ValueType::new(dtype, shape)),
+                    None => Err(Error::new_err(format!(
+                        "input '{}' declares no type",
+                        v.name
+                    ))),
+                })
+                .collect::<PyResult<Vec<ValueType>>>()?;
+            let types: Vec<&ValueType> = types.iter().collect();
+            let run = |views: &[ModelInput]| self.session.run(views);
+            let out = run_arrays(py, run, &arrays, &names, &types, &self.outputs)?;
+            return Ok((out, f64::NAN));
+        }
         let (model, fresh) = py
             .allow_threads(|| {
                 let shapes: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
@@ -598,7 +614,8 @@ impl Session {
                 e => stage_error(e),
             })?;
         let types: Vec<&ValueType> = model.inputs.iter().collect();
-        let out = run_arrays(py, &model.model, &arrays, &names, &types, &self.outputs)?;
+        let run = |views: &[ModelInput]| model.model.run_inputs(views);
+        let out = run_arrays(py, run, &arrays, &names, &types, &self.outputs)?;
         let seconds = match fresh {
             true => model.compile_time.as_secs_f64(),
             false => 0.0,

@@ -161,3 +161,26 @@ def test_input_shape_bounds_plan_ahead_and_refuse_shapes_outside_them(tmp_path):
         sess.run(None, {"x": np.zeros((1, 3, 64, 16), np.float32)})
     with pytest.raises(ValueError, match=r"input_shapes: input 'x': the range 9\.\.2 is empty"):
         layoutopt.InferenceSession(path, input_shapes={"x": [(9, 2), 3, 16, 16]})
+
+
+def test_a_model_cut_at_nonzero_runs_in_stages_as_onnxruntime_does():
+    """NonZero of a mask computed at run time: its output's extent depends on
+    the values, so the session runs the model in stages. At two batch sizes
+    and an input with nothing above the threshold, every output equals
+    onnxruntime's (integers exactly)."""
+    path = pathlib.Path(__file__).resolve().parents[2] / "tests" / "data_dependent" / "nonzero_mask" / "model.onnx"
+    rng = np.random.default_rng(3)
+    feeds = [rng.standard_normal((n, 6)).astype(np.float32) for n in (2, 4)]
+    feeds.append(np.full((3, 6), -1.0, np.float32))
+    ours = layoutopt.InferenceSession(str(path))
+    theirs = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for x in feeds:
+        got = ours.run(None, {"x": x})
+        want = theirs.run(None, {"x": x})
+        assert np.isnan(ours.last_compile_seconds)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and g.dtype == w.dtype
+            if w.dtype.kind == "f":
+                assert np.abs(g - w).max(initial=0.0) <= 1e-4 * max(1.0, np.abs(w).max(initial=0.0))
+            else:
+                assert np.array_equal(g, w)

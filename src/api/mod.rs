@@ -143,6 +143,15 @@ pub enum Error {
     /// An output file was refused or could not be written.
     #[error("{0}")]
     Output(String),
+    /// A model run in stages ([`Session`]) failed at the op it is cut at, or
+    /// was asked for what only a model compiled whole has.
+    #[error("{}: {message}", format_spans(spans))]
+    DataDependent {
+        /// The layer of the cut.
+        spans: Vec<Span>,
+        /// What is wrong.
+        message: String,
+    },
     /// Inputs given to a run do not fit what the model declares.
     #[error(transparent)]
     Input(#[from] crate::frontend::ShapeMismatch),
@@ -169,6 +178,7 @@ impl Error {
             Error::Exec(e) => e.spans(),
             Error::Runtime(e) => e.spans(),
             Error::Export(e) => e.spans(),
+            Error::DataDependent { spans, .. } => spans.clone(),
             Error::Explorer(crate::explorer::ExplorerError::Graph(e)) => e.spans(),
             Error::Layout(_)
             | Error::Explorer(_)

@@ -43,6 +43,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+mod staged;
+use staged::Staged;
+
 /// How a session plans and compiles its model.
 #[derive(Clone, Debug)]
 pub struct SessionOptions {
@@ -130,6 +133,8 @@ enum Source {
     /// An ONNX model with free dimensions, decoded once: each new shape
     /// imports its nodes again and shares its weights.
     Decoded(Box<DecodedModel>),
+    /// An ONNX model cut before an op whose output shape depends on values.
+    Staged(Box<Staged>),
 }
 
 /// A model file opened for running at any shape it declares.
@@ -154,34 +159,56 @@ impl Session {
                 source,
             })?;
         let tflite = is_tflite(&head) || path.extension().is_some_and(|e| e == "tflite");
-        let session = |interface, source| Session {
+        // A TFLite model runs at the shapes it stores.
+        if tflite {
+            let whole = ImportOptions::default();
+            let (graph, model, decided) =
+                Session::build(path, &Source::File, &options, &whole, None)?;
+            let interface = Interface::of_graph(&graph);
+            (options.bounds.check_against(&interface)).map_err(Error::Input)?;
+            let s = Session {
+                path: path.to_path_buf(),
+                source: Source::File,
+                options,
+                interface,
+                compiled: Mutex::new(Vec::new()),
+                decided: Mutex::new(None),
+            };
+            return Ok(s.holding(model, decided));
+        }
+        Session::of_decoded(path, DecodedModel::read(path)?, options)
+    }
+
+    /// A session over the decoded ONNX model read from `path`: compiled now
+    /// when its inputs are static, run in stages when an op's output shape
+    /// depends on values computed at run time.
+    pub(super) fn of_decoded(
+        path: &Path,
+        decoded: DecodedModel,
+        options: SessionOptions,
+    ) -> Result<Session, Error> {
+        let interface = decoded.interface()?;
+        (options.bounds.check_against(&interface)).map_err(Error::Input)?;
+        let whole = ImportOptions::default();
+        let session = |source| Session {
             path: path.to_path_buf(),
             source,
             options: options.clone(),
-            interface,
+            interface: interface.clone(),
             compiled: Mutex::new(Vec::new()),
             decided: Mutex::new(None),
         };
-        // A TFLite model runs at the shapes it stores.
-        let whole = ImportOptions::default();
-        if tflite {
-            let (graph, model, decided) =
-                Session::build(path, &Source::File, &options, &whole, None)?;
-            let s = session(Interface::of_graph(&graph), Source::File);
-            (options.bounds.check_against(&s.interface)).map_err(Error::Input)?;
-            return Ok(s.holding(model, decided));
+        if let Some(stages) = decoded.stages()? {
+            let staged = Staged::open(path, stages, &options)?;
+            return Ok(session(Source::Staged(Box::new(staged))));
         }
-        let decoded = DecodedModel::read(path)?;
-        let interface = decoded.interface()?;
         if interface.is_static() {
-            (options.bounds.check_against(&interface)).map_err(Error::Input)?;
             let source = Source::Decoded(Box::new(decoded));
             let (_, model, decided) = Session::build(path, &source, &options, &whole, None)?;
             // Its one shape is compiled: the weights need not be kept twice.
-            return Ok(session(interface, Source::File).holding(model, decided));
+            return Ok(session(Source::File).holding(model, decided));
         }
-        let s = session(interface, Source::Decoded(Box::new(decoded)));
-        (options.bounds.check_against(&s.interface)).map_err(Error::Input)?;
+        let s = session(Source::Decoded(Box::new(decoded)));
         if let Some(largest) = s.largest_shapes() {
             let shapes: Vec<&[usize]> = largest.iter().map(Vec::as_slice).collect();
             s.model_for(&shapes)?;
@@ -232,8 +259,10 @@ impl Session {
     /// now. A shape the model does not declare
     /// is an error naming the input and dimension.
     pub fn model_for(&self, shapes: &[&[usize]]) -> Result<(Arc<ShapeModel>, bool), Error> {
-        self.interface.check_shapes(shapes).map_err(Error::Input)?;
-        (self.options.bounds.check(&self.interface, shapes)).map_err(Error::Input)?;
+        self.check_shapes(shapes)?;
+        if let Source::Staged(staged) = &self.source {
+            return Err(staged.no_single_model());
+        }
         let key: Vec<Vec<usize>> = shapes.iter().map(|s| s.to_vec()).collect();
         {
             let mut cache = self.lock();
@@ -272,8 +301,34 @@ impl Session {
     /// outputs in the interface's order.
     pub fn run(&self, inputs: &[ModelInput]) -> Result<Vec<Tensor>, Error> {
         let shapes: Vec<&[usize]> = inputs.iter().map(ModelInput::shape).collect();
+        if let Source::Staged(staged) = &self.source {
+            self.check_shapes(&shapes)?;
+            let names: Vec<&str> = self
+                .interface
+                .inputs
+                .iter()
+                .map(|v| v.name.as_str())
+                .collect();
+            return staged.run(&names, inputs);
+        }
         let (compiled, _) = self.model_for(&shapes)?;
         Ok(compiled.model.run_inputs(inputs)?)
+    }
+
+    /// The layer the model is cut at when it runs in stages (the first op
+    /// whose output shape depends on values computed at run time): it then
+    /// has no one compiled model ([`Session::model_for`]).
+    pub fn cut(&self) -> Option<&crate::graph::Span> {
+        match &self.source {
+            Source::Staged(staged) => Some(staged.cut()),
+            _ => None,
+        }
+    }
+
+    /// Checks `shapes` against what the model declares and the bounds.
+    fn check_shapes(&self, shapes: &[&[usize]]) -> Result<(), Error> {
+        self.interface.check_shapes(shapes).map_err(Error::Input)?;
+        (self.options.bounds.check(&self.interface, shapes)).map_err(Error::Input)
     }
 
     /// The input shapes compiled and kept, the most recently used last.
@@ -300,6 +355,7 @@ impl Session {
         let graph = match source {
             Source::File => load_model_with(path, opts)?,
             Source::Decoded(model) => model.import(opts)?,
+            Source::Staged(staged) => return Err(staged.no_single_model()),
         };
         let imported = Instant::now();
         // A graph the decisions do not fit is planned afresh, which reports

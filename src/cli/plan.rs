@@ -1,6 +1,6 @@
 //! `plan` and `compare`: the planners' decisions and what they cost.
 
-use super::run::model_inputs;
+use super::run::{graph_inputs, model_inputs};
 use super::{native, progress, CliResult, ModelArgs, Planning};
 use layoutopt::api::json::{document, plan_document, CompareRow, Comparison, Timing};
 use layoutopt::api::{
@@ -159,7 +159,7 @@ fn measure_plans(
     plans: &[Plan],
     runtime: &RuntimeOptions,
 ) -> Result<Vec<Timing>, Box<dyn std::error::Error>> {
-    let inputs = model_inputs(model, g, &[], 0)?.0;
+    let inputs = model_inputs(model, &graph_inputs(g), &[], 0)?.0;
     let peaks = machine.peaks(runtime.threads, false)?.peaks;
     let mut compiled = Vec::new();
     for p in plans {

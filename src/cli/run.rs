@@ -95,16 +95,11 @@ pub fn parse_input(s: &str) -> Result<InputArg, super::ArgError> {
 /// The tensors of `--input` arguments in the graph's input order: every input
 /// named once (a bare file only for a model with one input), each of the type
 /// the model declares.
-fn named_inputs(g: &Graph, args: &[InputArg]) -> Result<Vec<Tensor>, Box<dyn std::error::Error>> {
-    let inputs: Vec<(&str, &ValueType)> = g
-        .inputs()
-        .iter()
-        .map(|&id| {
-            let v = &g.node(id).outputs[0];
-            (v.name.as_str(), &v.ty)
-        })
-        .collect();
-    let names: Vec<&str> = inputs.iter().map(|i| i.0).collect();
+fn named_inputs(
+    inputs: &[(String, ValueType)],
+    args: &[InputArg],
+) -> Result<Vec<Tensor>, Box<dyn std::error::Error>> {
+    let names: Vec<&str> = inputs.iter().map(|i| i.0.as_str()).collect();
     let mut given: Vec<Option<Tensor>> = vec![None; inputs.len()];
     let mut tensors = vec![];
     for a in args {
@@ -129,7 +124,7 @@ fn named_inputs(g: &Graph, args: &[InputArg]) -> Result<Vec<Tensor>, Box<dyn std
                 .into())
             }
         };
-        let (name, ty) = inputs[k];
+        let (name, ty) = (&inputs[k].0, &inputs[k].1);
         if t.dtype() != ty.dtype || t.shape != ty.shape {
             return Err(format!(
                 "--input {name}={}: the file holds {}{:?}, the model's input '{name}' is {ty}",
@@ -172,30 +167,80 @@ fn random_tensor(shape: &[usize], dtype: DType, seed: u64) -> Tensor {
 /// Inputs to run a model on, and the outputs recorded for them if any.
 pub type Inputs = (Vec<Tensor>, Option<Vec<Tensor>>);
 
-/// The inputs to run `g` on: `--input` files, else the model's
-/// `test_data_set_0/` (with its recorded outputs), else seeded random tensors.
+/// The inputs and outputs recorded beside the model
+/// (`test_data_set_0/`), if there are.
+fn recorded_inputs(model: &Path) -> Result<Option<Inputs>, Box<dyn std::error::Error>> {
+    let recorded = test_data(model, "input");
+    if recorded.is_empty() {
+        return Ok(None);
+    }
+    let expected = read_tensors(&test_data(model, "output"))?;
+    Ok(Some((read_tensors(&recorded)?, Some(expected))))
+}
+
+/// The name and type of each input of `g`, in order.
+pub fn graph_inputs(g: &Graph) -> Vec<(String, ValueType)> {
+    (g.inputs().iter())
+        .map(|&id| {
+            let v = &g.node(id).outputs[0];
+            (v.name.clone(), v.ty.clone())
+        })
+        .collect()
+}
+
+/// The name and type of each input a model declares, its free dimensions
+/// bound by `shapes` (`--input-shape`); a free dimension left unbound is an
+/// error naming the input and axis.
+fn declared_inputs(
+    interface: &api::Interface,
+    shapes: &HashMap<String, Vec<usize>>,
+) -> Result<Vec<(String, ValueType)>, Box<dyn std::error::Error>> {
+    let mut inputs = vec![];
+    for v in &interface.inputs {
+        let dtype = v
+            .dtype
+            .ok_or_else(|| format!("input '{}' declares no type", v.name))?;
+        let shape = match (shapes.get(&v.name), &v.dims) {
+            (Some(shape), _) => shape.clone(),
+            (None, Some(dims)) => (dims.iter().enumerate())
+                .map(|(axis, d)| match d {
+                    api::Dim::Static(n) => Ok(*n),
+                    _ => Err(format!(
+                        "input '{}': axis {axis} is free ({d}); give its shape with --input-shape {}=...",
+                        v.name, v.name
+                    )),
+                })
+                .collect::<Result<_, _>>()?,
+            (None, None) => {
+                return Err(format!(
+                    "input '{}' declares no shape; give it with --input-shape {}=...",
+                    v.name, v.name
+                )
+                .into())
+            }
+        };
+        inputs.push((v.name.clone(), ValueType::new(dtype, shape)));
+    }
+    Ok(inputs)
+}
+
+/// The inputs to run a model taking `declared` on: `--input` files, else the
+/// model's `test_data_set_0/` (with its recorded outputs), else seeded
+/// random tensors.
 pub fn model_inputs(
     model: &Path,
-    g: &Graph,
+    declared: &[(String, ValueType)],
     files: &[InputArg],
     seed: u64,
 ) -> Result<Inputs, Box<dyn std::error::Error>> {
     if !files.is_empty() {
-        return Ok((named_inputs(g, files)?, None));
+        return Ok((named_inputs(declared, files)?, None));
     }
-    let recorded = test_data(model, "input");
-    if !recorded.is_empty() {
-        let expected = read_tensors(&test_data(model, "output"))?;
-        return Ok((read_tensors(&recorded)?, Some(expected)));
+    if let Some(recorded) = recorded_inputs(model)? {
+        return Ok(recorded);
     }
-    let inputs = g
-        .inputs()
-        .iter()
-        .enumerate()
-        .map(|(i, &id)| {
-            let ty = &g.node(id).outputs[0].ty;
-            random_tensor(&ty.shape, ty.dtype, seed + i as u64)
-        })
+    let inputs = (declared.iter().enumerate())
+        .map(|(i, (_, ty))| random_tensor(&ty.shape, ty.dtype, seed + i as u64))
         .collect();
     Ok((inputs, None))
 }
@@ -267,11 +312,16 @@ pub fn run(machine: &Machine, args: &RunArgs, json: bool) -> CliResult {
     let (model, check_finite) = (args.source.path(), args.check_finite);
     let options = &args.kernels.options(args.threads);
     let t0 = Instant::now();
-    let source = args.source.load_at(ranged_shapes(args)?)?;
+    let source = match args.source.load_at(ranged_shapes(args)?) {
+        Err(api::Error::Onnx(api::ImportError::DataDependent { .. })) => {
+            return run_staged(args, json)
+        }
+        loaded => loaded?,
+    };
     let import_time = t0.elapsed();
     let planned = args.planning.plan(machine, &source, options)?;
     let g = planned.graph;
-    let (inputs, expected) = model_inputs(model, &source, &args.inputs, args.seed)?;
+    let (inputs, expected) = model_inputs(model, &graph_inputs(&source), &args.inputs, args.seed)?;
     let (outputs, execution) = progress::step("compiling and running", || {
         native::run_native(machine, &g, &inputs, options, check_finite)
     })?;
@@ -281,25 +331,7 @@ pub fn run(machine: &Machine, args: &RunArgs, json: bool) -> CliResult {
         .iter()
         .map(|&v| source.value(v).name.clone())
         .collect();
-    if let Some(dir) = &args.output_dir {
-        write_outputs(dir, &names, &outputs)?;
-    }
-    if let Some(exp) = &expected {
-        if exp.len() != outputs.len() {
-            return Err(format!(
-                "{} recorded outputs for a model with {} outputs",
-                exp.len(),
-                outputs.len()
-            )
-            .into());
-        }
-    }
-    let summaries = outputs
-        .iter()
-        .zip(&names)
-        .enumerate()
-        .map(|(i, (out, name))| summarize(name, out, expected.as_ref().map(|e| (i, &e[i]))))
-        .collect::<Result<Vec<_>, _>>()?;
+    let summaries = output_summaries(args, &names, &outputs, expected.as_deref())?;
     if json {
         let doc = RunDoc {
             planner: planned.report.planner.clone(),
@@ -324,7 +356,93 @@ pub fn run(machine: &Machine, args: &RunArgs, json: bool) -> CliResult {
         planned.report.transform_count,
         native::execution_text(&execution, check_finite)
     )?;
-    for (out, s) in outputs.iter().zip(&summaries) {
+    print_outputs(&outputs, &summaries)
+}
+
+/// `run` of a model cut into stages before an op whose output shape depends
+/// on values: through a session, which plans and compiles each stage with
+/// every shape known; the first run compiles the stages after the cut, the
+/// second shows the latency of one run.
+fn run_staged(args: &RunArgs, json: bool) -> CliResult {
+    let model = args.source.path();
+    if json || !args.source.freeze.is_empty() || args.check_finite {
+        return Err("a model run in stages (an op's output shape depends on values) takes no --json, --freeze or --check-finite yet".into());
+    }
+    let mut options = api::SessionOptions::with_threads(args.threads);
+    options.runtime = args.kernels.options(args.threads);
+    options.planner = args.planning.planner;
+    options.target = args.planning.target;
+    options.bounds = args.source.shapes.bounds();
+    let t0 = Instant::now();
+    let session = progress::step(&format!("opening {}", model.display()), || {
+        api::Session::open(model, options)
+    })?;
+    let open_time = t0.elapsed();
+    let (inputs, expected) = match recorded_inputs(model)? {
+        Some(recorded) if args.inputs.is_empty() => recorded,
+        _ => {
+            let mut shapes = args.source.shapes.bounds().upper();
+            shapes.extend(ranged_shapes(args)?);
+            let declared = declared_inputs(session.interface(), &shapes)?;
+            model_inputs(model, &declared, &args.inputs, args.seed)?
+        }
+    };
+    let given: Vec<api::ModelInput> = inputs.iter().map(api::ModelInput::Tensor).collect();
+    let t1 = Instant::now();
+    let outputs = progress::step("compiling the later stages and running", || {
+        session.run(&given)
+    })?;
+    let first_run = t1.elapsed();
+    let t2 = Instant::now();
+    session.run(&given)?;
+    let second_run = t2.elapsed();
+    let names: Vec<String> = (session.interface().outputs.iter())
+        .map(|v| v.name.clone())
+        .collect();
+    let summaries = output_summaries(args, &names, &outputs, expected.as_deref())?;
+    let cut = session
+        .cut()
+        .map(|s| format!("'{}' ({})", s.layer, s.op_type));
+    outln!(
+        "{}: run in stages cut before layer {}, whose output shape depends on values; opened (first stage planned and compiled) in {:.1} ms, first run (later stages compiled) {:.1} ms, second run {:.3} ms",
+        model.display(),
+        cut.unwrap_or_default(),
+        ms(open_time),
+        ms(first_run),
+        ms(second_run)
+    )?;
+    print_outputs(&outputs, &summaries)
+}
+
+/// Each output's statistics, against the recorded outputs when there are;
+/// also writes the outputs to `--output-dir`.
+fn output_summaries(
+    args: &RunArgs,
+    names: &[String],
+    outputs: &[Tensor],
+    expected: Option<&[Tensor]>,
+) -> Result<Vec<OutputSummary>, Box<dyn std::error::Error>> {
+    if let Some(dir) = &args.output_dir {
+        write_outputs(dir, names, outputs)?;
+    }
+    if let Some(exp) = expected {
+        if exp.len() != outputs.len() {
+            return Err(format!(
+                "{} recorded outputs for a model with {} outputs",
+                exp.len(),
+                outputs.len()
+            )
+            .into());
+        }
+    }
+    (outputs.iter().zip(names).enumerate())
+        .map(|(i, (out, name))| summarize(name, out, expected.map(|e| (i, &e[i]))))
+        .collect()
+}
+
+/// Prints each output's statistics and its first elements.
+fn print_outputs(outputs: &[Tensor], summaries: &[OutputSummary]) -> CliResult {
+    for (out, s) in outputs.iter().zip(summaries) {
         let head = out.data.slice_f64(0..out.numel().min(5));
         let head: Vec<String> = head.iter().map(|x| format!("{x:.5}")).collect();
         outln!(
@@ -637,7 +755,7 @@ pub fn bench(machine: &Machine, args: &BenchArgs, json: bool) -> CliResult {
     let source = args.source.load()?;
     let import_ms = ms(t0.elapsed());
     let planned = args.planning.plan(machine, &source, &options)?;
-    let (inputs, _) = model_inputs(path, &planned.graph, &[], args.seed)?;
+    let (inputs, _) = model_inputs(path, &graph_inputs(&planned.graph), &[], args.seed)?;
     if !json {
         outln!(
             "{}: imported in {import_ms:.1} ms, '{}' plan for {} in {:.1} ms",

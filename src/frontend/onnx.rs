@@ -12,8 +12,10 @@
 mod declared;
 mod ops;
 mod scan;
+mod stages;
 mod tensor;
 
+pub use stages::{Cut, Rest, Stages};
 pub use tensor::{dtype_from_onnx, tensor_from_proto, tensor_to_proto, TensorProtoError};
 
 use crate::frontend::{DeclaredValue, Dim, Interface};
@@ -73,6 +75,17 @@ pub enum ImportError {
         /// What is wrong.
         message: String,
     },
+    /// An op whose output shape depends on values computed at run time
+    /// (NonZero, NonMaxSuppression, Unique): the graph cannot be imported
+    /// whole, but a session runs it in stages cut before the op
+    /// ([`DecodedModel::stages`]).
+    #[error("{}: {message}", format_spans(spans))]
+    DataDependent {
+        /// The layer, as spans into the source.
+        spans: Vec<Span>,
+        /// What is wrong.
+        message: String,
+    },
     /// Operators the importer does not know: each with the layers that use it.
     #[error("{path}: unsupported operators: {}", list_unsupported(ops))]
     Unsupported {
@@ -92,9 +105,9 @@ impl ImportError {
     /// for the file as a whole.
     pub fn spans(&self) -> Vec<Span> {
         match self {
-            ImportError::Layer { spans, .. } | ImportError::NotConstant { spans, .. } => {
-                spans.clone()
-            }
+            ImportError::Layer { spans, .. }
+            | ImportError::NotConstant { spans, .. }
+            | ImportError::DataDependent { spans, .. } => spans.clone(),
             ImportError::Unsupported { ops, .. } => {
                 ops.iter().flat_map(|(_, s)| s.iter().cloned()).collect()
             }
@@ -498,9 +511,9 @@ fn import_model(
 
 /// Orders nodes so each comes after the producers of its inputs (most files are
 /// already sorted; some exporters are not). Errors name the layer at fault.
-fn node_order(
+fn node_order<V>(
     nodes: &[NodeProto],
-    known: &HashMap<String, ValueRef>,
+    known: &HashMap<String, V>,
     file: &str,
     prefix: &str,
 ) -> Result<Vec<usize>, ImportError> {

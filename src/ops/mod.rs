@@ -7,6 +7,7 @@
 
 mod control;
 mod conv;
+mod data_dependent;
 mod elementwise;
 mod error;
 mod eval;
@@ -37,6 +38,7 @@ mod transform;
 pub use crate::core::scalar::{BinaryOp, MathFn, UnaryOp};
 use crate::core::{Assumption, DType, Layout, PadFlow, PadValue, Requirement, Tensor, ValueType};
 pub use control::{ControlFlow, ControlFlowOp, RunSubgraph};
+pub use data_dependent::DataDependent;
 pub use error::OpError;
 pub use eval::eval_op;
 pub use grid_sample::{GridPadding, GridSample, Sampling};

@@ -15,6 +15,7 @@ mod cli_commands;
 mod codegen;
 mod control_flow;
 mod conv_affine;
+mod data_dependent;
 mod determinism;
 mod elementwise_agreement;
 mod explorer;

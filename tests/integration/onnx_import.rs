@@ -128,12 +128,9 @@ fn initializers_decode_from_typed_fields_raw_data_and_external_files() {
     assert_eq!(constants, vec![w.to_f32(), w.to_f32()]);
 }
 
-/// NonMaxSuppression (layer nms_7), which the importer does not support.
-fn unsupported_nms() -> onnx_protobuf::ModelProto {
-    vector_model(
-        vec![node("NonMaxSuppression", "nms_7", &["x"], &["y"])],
-        vec![],
-    )
+/// DeformConv (layer deform_7), which the importer does not support.
+fn unsupported_deform_conv() -> onnx_protobuf::ModelProto {
+    vector_model(vec![node("DeformConv", "deform_7", &["x"], &["y"])], vec![])
 }
 
 fn expect_err(m: &onnx_protobuf::ModelProto, needles: &[&str]) {
@@ -146,8 +143,8 @@ fn expect_err(m: &onnx_protobuf::ModelProto, needles: &[&str]) {
 #[test]
 fn unsupported_operator_names_op_node_and_file() {
     expect_err(
-        &unsupported_nms(),
-        &["NonMaxSuppression", "nms_7", "test.onnx"],
+        &unsupported_deform_conv(),
+        &["DeformConv", "deform_7", "test.onnx"],
     );
 }
 
@@ -227,7 +224,7 @@ fn model_files_stream_like_their_bytes() {
 fn cli_reports_bad_models_without_panicking() {
     let dir = scratch_dir("cli_bad_models");
     let good = model_bytes(&shape_chain_model());
-    let unsupported = model_bytes(&unsupported_nms());
+    let unsupported = model_bytes(&unsupported_deform_conv());
     let dangling = model_bytes(&dangling_add());
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         (
@@ -243,7 +240,7 @@ fn cli_reports_bad_models_without_panicking() {
         (
             "unsupported.onnx",
             unsupported,
-            "unsupported operators: 'NonMaxSuppression' ×1",
+            "unsupported operators: 'DeformConv' ×1",
         ),
         ("dangling.onnx", dangling, "input 'nowhere'"),
     ];

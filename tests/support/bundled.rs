@@ -7,7 +7,15 @@ use std::path::{Path, PathBuf};
 
 /// The input and expected output tensors stored in `<dir>/test_data_set_0/`.
 pub fn load_test_data(dir: &Path) -> (Vec<Tensor>, Vec<Tensor>) {
-    let data = dir.join("test_data_set_0");
+    load_test_data_set(dir, 0).unwrap_or_default()
+}
+
+/// The inputs and outputs of `test_data_set_<k>` beside a model, if it exists.
+pub fn load_test_data_set(dir: &Path, k: usize) -> Option<(Vec<Tensor>, Vec<Tensor>)> {
+    let data = dir.join(format!("test_data_set_{k}"));
+    if !data.is_dir() {
+        return None;
+    }
     let load = |prefix: &str| -> Vec<Tensor> {
         (0..)
             .map(|i| data.join(format!("{prefix}_{i}.pb")))
@@ -15,7 +23,7 @@ pub fn load_test_data(dir: &Path) -> (Vec<Tensor>, Vec<Tensor>) {
             .map(|p| load_tensor_pb(&p).expect("test data tensor loads").1)
             .collect()
     };
-    (load("input"), load("output"))
+    Some((load("input"), load("output")))
 }
 
 /// The bundled model files, `models/*/model.onnx` (and `model.tflite` with

@@ -8,6 +8,7 @@ mod composite;
 mod context;
 mod control;
 mod conv;
+mod data_dependent;
 mod elementwise;
 mod integer;
 mod logical;
@@ -29,6 +30,7 @@ mod spectral;
 mod window;
 
 pub(super) use context::NodeCtx;
+pub(super) use data_dependent::data_dependent_op;
 use registry::Registry;
 use std::sync::LazyLock;
 
@@ -39,6 +41,7 @@ pub(super) fn registry() -> &'static Registry {
         attention::register(&mut reg);
         composite::register(&mut reg);
         control::register(&mut reg);
+        data_dependent::register(&mut reg);
         conv::register(&mut reg);
         elementwise::register(&mut reg);
         integer::register(&mut reg);
@@ -75,6 +78,9 @@ mod tests {
     /// purpose (scripts/export_onnx_conformance.py reads this list too).
     const SUPPORTED: &[&str] = &[
         "Abs",
+        "Unique",
+        "NonMaxSuppression",
+        "NonZero",
         "Add",
         "And",
         "ArgMax",
@@ -262,7 +268,7 @@ mod tests {
         want.extend(SUPPORTED_MICROSOFT.iter().map(|&op| ("com.microsoft", op)));
         want.sort_unstable();
         let have = registry().op_types();
-        assert_eq!(have.len(), 176);
+        assert_eq!(have.len(), 179);
         assert_eq!(have, want);
     }
 

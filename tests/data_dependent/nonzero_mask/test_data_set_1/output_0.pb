@@ -1,0 +1,1 @@
+BtotalJoôA

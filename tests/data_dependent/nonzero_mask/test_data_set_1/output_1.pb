@@ -1,0 +1,1 @@
+Bmean_squareJê}?

@@ -1,0 +1,1 @@
+BscoresJfff?
