@@ -301,12 +301,7 @@ impl OpCompute {
             if let Some((outer, axis, reducer)) = self.accumulator_rows(&mut s, a)? {
                 if reducer.id != y.id {
                     // Its rows of lanes stored one after the other, lanes contiguous.
-                    let mut dims: Vec<PhysDim> = (0..axes.len())
-                        .filter(|&k| k != axis && k != a)
-                        .map(PhysDim::Axis)
-                        .collect();
-                    dims.extend([PhysDim::Axis(axis), PhysDim::Axis(a)]);
-                    s.storage_layout(&reducer, BufferLayout { dims })?;
+                    s.storage_layout(&reducer, axes_innermost(axes.len(), &[axis, a]))?;
                 }
                 if element_loop
                     .as_ref()
@@ -497,9 +492,7 @@ impl OpCompute {
         {
             let rank = g.op(t).shape.len();
             let cache = s.cache_read(&g.tensor(t), &[reducer])?;
-            let mut dims: Vec<PhysDim> = (0..rank).filter(|&k| k != d).map(PhysDim::Axis).collect();
-            dims.push(PhysDim::Axis(d));
-            s.storage_layout(&cache, BufferLayout { dims })?;
+            s.storage_layout(&cache, axes_innermost(rank, &[d]))?;
         }
         Ok(())
     }
@@ -585,6 +578,16 @@ impl OpCompute {
             .filter(|(_, l)| !l.is_identity())
             .map(|(t, l)| (g.op(t.id).name.clone(), l.clone(), buffer_layout(l)))
             .collect()
+    }
+}
+
+/// The buffer layout of a tensor of `rank` axes stored in their order, except
+/// that the axes of `innermost` come last, in that order.
+fn axes_innermost(rank: usize, innermost: &[usize]) -> BufferLayout {
+    let outer = (0..rank).filter(|k| !innermost.contains(k));
+    let dims = outer.chain(innermost.iter().copied()).map(PhysDim::Axis);
+    BufferLayout {
+        dims: dims.collect(),
     }
 }
 
