@@ -368,16 +368,8 @@ fn run_staged(args: &RunArgs, json: bool) -> CliResult {
     if json || !args.source.freeze.is_empty() || args.check_finite {
         return Err("a model run in stages (an op's output shape depends on values) takes no --json, --freeze or --check-finite yet".into());
     }
-    let mut options = api::SessionOptions::with_threads(args.threads);
-    options.runtime = args.kernels.options(args.threads);
-    options.planner = args.planning.planner;
-    options.target = args.planning.target;
-    options.bounds = args.source.shapes.bounds();
-    let t0 = Instant::now();
-    let session = progress::step(&format!("opening {}", model.display()), || {
-        api::Session::open(model, options)
-    })?;
-    let open_time = t0.elapsed();
+    let (session, open_time) =
+        open_session(&args.source, &args.planning, &args.kernels, args.threads)?;
     let (inputs, expected) = match recorded_inputs(model)? {
         Some(recorded) if args.inputs.is_empty() => recorded,
         _ => {
@@ -400,18 +392,88 @@ fn run_staged(args: &RunArgs, json: bool) -> CliResult {
         .map(|v| v.name.clone())
         .collect();
     let summaries = output_summaries(args, &names, &outputs, expected.as_deref())?;
-    let cut = session
-        .cut()
-        .map(|s| format!("'{}' ({})", s.layer, s.op_type));
     outln!(
         "{}: run in stages cut before layer {}, whose output shape depends on values; opened (first stage planned and compiled) in {:.1} ms, first run (later stages compiled) {:.1} ms, second run {:.3} ms",
         model.display(),
-        cut.unwrap_or_default(),
+        cut_text(&session),
         ms(open_time),
         ms(first_run),
         ms(second_run)
     )?;
     print_outputs(&outputs, &summaries)
+}
+
+/// Opens `source` as a session with the command line's planning, kernels
+/// and threads; also returns how long opening took (the first stage planned
+/// and compiled).
+fn open_session(
+    source: &ModelArgs,
+    planning: &Planning,
+    kernels: &native::KernelArgs,
+    threads: usize,
+) -> Result<(api::Session, Duration), api::Error> {
+    let mut options = api::SessionOptions::with_threads(threads);
+    options.runtime = kernels.options(threads);
+    options.planner = planning.planner;
+    options.target = planning.target;
+    options.bounds = source.shapes.bounds();
+    let model = source.path();
+    let t0 = Instant::now();
+    let session = progress::step(&format!("opening {}", model.display()), || {
+        api::Session::open(model, options)
+    })?;
+    Ok((session, t0.elapsed()))
+}
+
+/// The layer a staged session is cut at, as `'name' (OpType)`.
+fn cut_text(session: &api::Session) -> String {
+    (session.cut())
+        .map(|s| format!("'{}' ({})", s.layer, s.op_type))
+        .unwrap_or_default()
+}
+
+/// `bench` of a model cut into stages: every run through its session, the
+/// first (which compiles the stages after the cut) timed apart.
+fn bench_staged(args: &BenchArgs, json: bool) -> CliResult {
+    let model = args.source.path();
+    if json || args.profile || !args.source.freeze.is_empty() {
+        return Err("a model run in stages (an op's output shape depends on values) takes no --json, --profile or --freeze yet".into());
+    }
+    let (session, open_time) =
+        open_session(&args.source, &args.planning, &args.kernels, args.threads)?;
+    let (inputs, _) = match recorded_inputs(model)? {
+        Some(recorded) => recorded,
+        None => {
+            let shapes = args.source.shapes.bounds().upper();
+            let declared = declared_inputs(session.interface(), &shapes)?;
+            model_inputs(model, &declared, &[], args.seed)?
+        }
+    };
+    let given: Vec<api::ModelInput> = inputs.iter().map(api::ModelInput::Tensor).collect();
+    let t0 = Instant::now();
+    session.run(&given)?;
+    let first_run = t0.elapsed();
+    for _ in 0..args.warmup {
+        session.run(&given)?;
+    }
+    let mut times = Vec::with_capacity(args.runs as usize);
+    for _ in 0..args.runs {
+        let t = Instant::now();
+        session.run(&given)?;
+        times.push(ms(t.elapsed()));
+    }
+    times.sort_by(f64::total_cmp);
+    outln!(
+        "{}: run in stages cut before layer {}; opened (first stage planned and compiled) in {:.1} ms, first run (later stages compiled) {:.1} ms; latency p50 {:.3} ms, min {:.3} ms over {} runs",
+        model.display(),
+        cut_text(&session),
+        ms(open_time),
+        ms(first_run),
+        times[times.len() / 2],
+        times[0],
+        times.len()
+    )?;
+    Ok(())
 }
 
 /// Each output's statistics, against the recorded outputs when there are;
@@ -752,7 +814,12 @@ pub fn bench(machine: &Machine, args: &BenchArgs, json: bool) -> CliResult {
     let path = args.source.path();
     let options = args.kernels.options(args.threads);
     let t0 = Instant::now();
-    let source = args.source.load()?;
+    let source = match args.source.load() {
+        Err(api::Error::Onnx(api::ImportError::DataDependent { .. })) => {
+            return bench_staged(args, json)
+        }
+        loaded => loaded?,
+    };
     let import_ms = ms(t0.elapsed());
     let planned = args.planning.plan(machine, &source, &options)?;
     let (inputs, _) = model_inputs(path, &graph_inputs(&planned.graph), &[], args.seed)?;

@@ -99,7 +99,7 @@ fn models_cut_at_data_dependent_ops_match_onnxruntime() {
 }
 
 /// The command line runs a staged model on the inputs recorded beside it and
-/// compares its outputs with the recorded ones.
+/// compares its outputs with the recorded ones; `bench` times its runs.
 #[test]
 fn the_command_line_runs_a_model_in_stages() {
     let model = case("detection_nms").join("model.onnx");
@@ -115,4 +115,15 @@ fn the_command_line_runs_a_model_in_stages() {
         .collect();
     assert_eq!(errors.len(), 5, "{text}");
     assert!(errors.iter().all(|&e| e <= 1e-5), "{text}");
+    let model = case("tf_combined").join("model.onnx");
+    let args = [
+        "bench",
+        model.to_str().unwrap(),
+        "--threads",
+        "1",
+        "--runs",
+        "5",
+    ];
+    let text = layoutopt_ok(&args);
+    assert!(text.contains("over 5 runs"), "{text}");
 }

@@ -211,11 +211,12 @@ impl DecodedModel {
                     if from_shapes.contains(x.as_str()) && !shape_read
                         || constants.contains(x.as_str()) =>
                 {
-                    if copied.insert(p) {
-                        let n = &nodes[p];
-                        let only_shape = matches!(n.op_type.as_str(), "Shape" | "Size");
-                        wanted.extend(n.input.iter().rev().map(|i| (i.clone(), only_shape)));
+                    if !copied.insert(p) {
+                        continue;
                     }
+                    let n = &nodes[p];
+                    let only_shape = matches!(n.op_type.as_str(), "Shape" | "Size");
+                    wanted.extend(n.input.iter().rev().map(|i| (i.clone(), only_shape)));
                 }
                 _ if !rest_inputs.contains(&x) => rest_inputs.push(x),
                 _ => {}
