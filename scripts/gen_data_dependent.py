@@ -16,7 +16,7 @@ tried. The cases:
                   Unique (a second cut). The scores themselves are an output of the
                   stage before the cut. Sets: two images, the second dimmer (fewer boxes kept).
   nonzero_mask    x [n, 6] (n free): the elements above 0.2 found by NonZero,
-                  gathered, summed and averaged; Relu(x) is an output of the first
+                  gathered and summed, and their squares summed; Relu(x) is an output of the first
                   stage. Sets: n = 2, n = 5, and an input with no element above 0.2
                   (the later stages see an extent of 0).
 
@@ -151,11 +151,12 @@ def nonzero_mask(rng):
         helper.make_node("Transpose", ["where"], ["positions"], name="positions", perm=[1, 0]),
         helper.make_node("GatherND", ["x", "positions"], ["picked"], name="picked"),
         helper.make_node("ReduceSum", ["picked"], ["total"], name="total", keepdims=0),
-        helper.make_node("Mul", ["picked", "picked"], ["squares"], name="square"),
-        helper.make_node("ReduceMean", ["squares"], ["mean_square"], name="mean_square", keepdims=1),
+        helper.make_node("Abs", ["picked"], ["magnitudes"], name="magnitude"),
+        helper.make_node("ReduceSumSquare", ["magnitudes"], ["sum_square"], name="sum_square",
+                         keepdims=1),
     ]
     m = model(nodes, [vi("x", F, ["n", 6])],
-              [vi("total", F, []), vi("mean_square", F, [1]), vi("relu", F, ["n", 6]),
+              [vi("total", F, []), vi("sum_square", F, [1]), vi("relu", F, ["n", 6]),
                vi("where", I64, [2, "k"])])
     sets = [{"x": rng.standard_normal((n, 6)).astype(np.float32)} for n in (2, 5)]
     sets.append({"x": np.full((3, 6), -1.0, np.float32)})

@@ -59,7 +59,7 @@ impl DataDependent {
         match self {
             DataDependent::NonZero => {
                 check_count(inputs, 1)?;
-                Ok(vec![non_zero(required(inputs, 0, "X")?)])
+                Ok(vec![non_zero(required(inputs, 0, "X")?)?])
             }
             DataDependent::NonMaxSuppression { center_point_box } => {
                 Ok(vec![non_max_suppression(inputs, *center_point_box)?])
@@ -117,16 +117,21 @@ fn optional_scalar<'a>(
 /// non-zero and -0 is zero, as in numpy. A scalar has no axes, so it gives
 /// [0, count]: the spec says so, where old numpy gave [1, count] (and
 /// current numpy refuses).
-fn non_zero(x: &Tensor) -> Tensor {
+/// Its output (8 bytes per axis per element, of an input of perhaps one
+/// byte each) is checked against the memory budget before it is made.
+fn non_zero(x: &Tensor) -> Result<Tensor, OpError> {
     let positions: Vec<usize> = (x.data.to_bool().into_iter().enumerate())
         .filter_map(|(i, non_zero)| non_zero.then_some(i))
         .collect();
+    let bytes = (x.rank() as u64).saturating_mul(positions.len() as u64 * 8);
+    crate::core::budget::check("the output", bytes)
+        .map_err(|e| OpError::TooLarge(e.to_string()))?;
     let mut indices = Vec::with_capacity(x.rank() * positions.len());
     // With any position, every extent and stride is at least 1.
     for (&extent, stride) in x.shape.iter().zip(strides(&x.shape)) {
         indices.extend(positions.iter().map(|&p| (p / stride % extent) as i64));
     }
-    Tensor::from_i64(vec![x.rank(), positions.len()], indices)
+    Ok(Tensor::from_i64(vec![x.rank(), positions.len()], indices))
 }
 
 /// Greedy NMS per batch and class, as the reference runs it: boxes whose

@@ -463,8 +463,8 @@ fn onnx_cases() -> Vec<Case> {
         case(
             "onnx unsupported operator",
             "unsupported.onnx",
-            single("DeformConv", &[4], vec![]),
-            &["unsupported operators: 'DeformConv' ×1", "layer 'the_op'"],
+            single("NoSuchOp", &[4], vec![]),
+            &["unsupported operators: 'NoSuchOp' ×1", "layer 'the_op'"],
         ),
         case(
             "onnx tensor larger than any machine",

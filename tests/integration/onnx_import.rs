@@ -128,9 +128,9 @@ fn initializers_decode_from_typed_fields_raw_data_and_external_files() {
     assert_eq!(constants, vec![w.to_f32(), w.to_f32()]);
 }
 
-/// DeformConv (layer deform_7), which the importer does not support.
-fn unsupported_deform_conv() -> onnx_protobuf::ModelProto {
-    vector_model(vec![node("DeformConv", "deform_7", &["x"], &["y"])], vec![])
+/// NoSuchOp (layer custom_7), an operator no opset defines.
+fn unsupported_op() -> onnx_protobuf::ModelProto {
+    vector_model(vec![node("NoSuchOp", "custom_7", &["x"], &["y"])], vec![])
 }
 
 fn expect_err(m: &onnx_protobuf::ModelProto, needles: &[&str]) {
@@ -142,10 +142,7 @@ fn expect_err(m: &onnx_protobuf::ModelProto, needles: &[&str]) {
 
 #[test]
 fn unsupported_operator_names_op_node_and_file() {
-    expect_err(
-        &unsupported_deform_conv(),
-        &["DeformConv", "deform_7", "test.onnx"],
-    );
+    expect_err(&unsupported_op(), &["NoSuchOp", "custom_7", "test.onnx"]);
 }
 
 #[test]
@@ -224,7 +221,7 @@ fn model_files_stream_like_their_bytes() {
 fn cli_reports_bad_models_without_panicking() {
     let dir = scratch_dir("cli_bad_models");
     let good = model_bytes(&shape_chain_model());
-    let unsupported = model_bytes(&unsupported_deform_conv());
+    let unsupported = model_bytes(&unsupported_op());
     let dangling = model_bytes(&dangling_add());
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         (
@@ -240,7 +237,7 @@ fn cli_reports_bad_models_without_panicking() {
         (
             "unsupported.onnx",
             unsupported,
-            "unsupported operators: 'DeformConv' ×1",
+            "unsupported operators: 'NoSuchOp' ×1",
         ),
         ("dangling.onnx", dangling, "input 'nowhere'"),
     ];

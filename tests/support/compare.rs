@@ -52,6 +52,10 @@ pub fn max_abs_err(expected: &Tensor, actual: &Tensor) -> (f64, f64) {
         .map(|(x, y)| {
             if x == y || (x.is_nan() && y.is_nan()) {
                 0.0
+            } else if x.is_nan() || y.is_nan() {
+                // A NaN on one side only is as wrong as can be (`f64::max`
+                // would drop its NaN difference).
+                f64::INFINITY
             } else {
                 (x - y).abs()
             }

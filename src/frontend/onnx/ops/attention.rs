@@ -10,9 +10,7 @@ use crate::frontend::onnx::dtype_from_onnx;
 use crate::graph::{
     broadcast_shapes, BinaryOp, DType, Op, ReduceKind, Tensor, TensorData, UnaryOp, ValueRef,
 };
-use crate::ops::{
-    Cast, Concat, Gather, Logical, Reduce, Reshape, Slice, SliceAxis, Softmax, Transpose,
-};
+use crate::ops::{Cast, Concat, Gather, Logical, Reduce, Slice, SliceAxis, Softmax, Transpose};
 
 pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "Attention", attention);
@@ -26,17 +24,6 @@ const SWAP_LAST: [usize; 4] = [0, 1, 3, 2];
 const SWAP_MIDDLE: [usize; 4] = [0, 2, 1, 3];
 
 impl NodeCtx<'_> {
-    fn reshape_to(&mut self, x: ValueRef, shape: Vec<usize>, what: &str) -> Res<ValueRef> {
-        if self.ty(x).shape == shape {
-            return Ok(x);
-        }
-        self.emit_inner(Op::Reshape(Reshape { shape }), &[x], what)
-    }
-
-    fn binary(&mut self, op: BinaryOp, a: ValueRef, b: ValueRef, what: &str) -> Res<ValueRef> {
-        self.emit_inner(Op::Binary(op), &[a, b], what)
-    }
-
     /// `x[..., start..end]` along the last axis.
     fn last_axis_range(
         &mut self,

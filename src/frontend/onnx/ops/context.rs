@@ -2,7 +2,7 @@
 //! graph, with the readers of attributes and constant inputs every family uses.
 
 use crate::frontend::onnx::{add_and_fold, Env, ImportError};
-use crate::graph::{DType, Graph, Op, Span, Tensor, ValueRef, ValueType};
+use crate::graph::{BinaryOp, DType, Graph, Op, Reshape, Span, Tensor, ValueRef, ValueType};
 use onnx_protobuf::{AttributeProto, NodeProto};
 use std::collections::HashMap;
 
@@ -174,6 +174,30 @@ impl NodeCtx<'_> {
             std::slice::from_ref(&name),
             self.span,
         )?[0])
+    }
+
+    /// `x` reshaped to `shape` (itself when it has that shape already).
+    pub(super) fn reshape_to(
+        &mut self,
+        x: ValueRef,
+        shape: Vec<usize>,
+        what: &str,
+    ) -> Res<ValueRef> {
+        if self.ty(x).shape == shape {
+            return Ok(x);
+        }
+        self.emit_inner(Op::Reshape(Reshape { shape }), &[x], what)
+    }
+
+    /// `op` applied to `a` and `b`, an intermediate node named after `what`.
+    pub(super) fn binary(
+        &mut self,
+        op: BinaryOp,
+        a: ValueRef,
+        b: ValueRef,
+        what: &str,
+    ) -> Res<ValueRef> {
+        self.emit_inner(Op::Binary(op), &[a, b], what)
     }
 
     /// Refuses a tensor this conversion is about to allocate when it could not fit.

@@ -1,15 +1,149 @@
-//! Convolutions: Conv, ConvTranspose, and Col2Im as a transposed convolution.
+//! Convolutions: Conv, ConvTranspose, Col2Im as a transposed convolution, and
+//! DeformConv as bilinear samples gathered into columns for a 1x1 convolution.
 
 use super::context::{dims, NodeCtx, Res};
 use super::registry::{Registry, AI_ONNX};
 use super::window::{kernel_attr, window};
 use crate::core::TensorData;
-use crate::graph::{Conv, ConvTranspose, Op, Reshape, Tensor, ValueRef, Window};
+use crate::graph::{
+    BinaryOp, Conv, ConvTranspose, GridPadding, GridSample, Op, Reshape, Sampling, Tensor,
+    ValueRef, Window,
+};
+use crate::ops::{Gather, Transpose};
 
 pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "Conv", conv);
     reg.add(AI_ONNX, "ConvTranspose", conv_transpose);
     reg.add(AI_ONNX, "Col2Im", col2im);
+    reg.add(AI_ONNX, "DeformConv", deform_conv);
+}
+
+/// DeformConv (2-D): each tap of the window reads the input at its place
+/// moved by a learned offset (input 2: per offset group, tap and output
+/// position, a (y, x) pair), bilinearly with zeros outside, times an optional
+/// mask (input 4). As the specification's reference computes it: per offset
+/// group, a GridSample (align_corners, zeros) of the input at every tap's
+/// places gives the taps as columns [N, C·kh·kw, oH, oW], which a 1x1
+/// convolution of `group` groups, its weights [oC, C/group·kh·kw], sums, plus
+/// the bias (input 3). The samples run on the GridSample kernel, the sums on
+/// the convolution kernels.
+fn deform_conv(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let (x, w, offset) = (c.input(0)?, c.input(1)?, c.input(2)?);
+    let ConvParts {
+        input_shape: xs,
+        window: win,
+        group,
+        ..
+    } = conv_parts_of(c, x, w, None, false)?;
+    let (ws, os) = (c.ty(w).shape, c.ty(offset).shape);
+    if xs.len() != 4 {
+        return Err(c.err(format!(
+            "only 2-D DeformConv is supported; the input is {xs:?}"
+        )));
+    }
+    let (n, ic, ih, iw) = (xs[0], xs[1], xs[2], xs[3]);
+    if group == 0 || ws[1].checked_mul(group) != Some(ic) || ws[0] % group != 0 {
+        return Err(c.err(format!(
+            "weight {ws:?} does not fit {ic} input channels in {group} groups"
+        )));
+    }
+    let og = usize::try_from(c.int("offset_group", 1)?)
+        .ok()
+        .filter(|&g| g > 0 && ic % g == 0)
+        .ok_or_else(|| {
+            c.err(format!(
+                "offset_group must be a positive divisor of the {ic} input channels"
+            ))
+        })?;
+    // The output's extent along spatial axis `a`, as a convolution's.
+    let extent = |a: usize| -> Option<usize> {
+        let span = (win.dilations[a].checked_mul(win.kernel[a].checked_sub(1)?))?.checked_add(1)?;
+        let padded = xs[2 + a]
+            .checked_add(win.pads[a])?
+            .checked_add(win.pads[2 + a])?;
+        Some(padded.checked_sub(span)? / win.strides[a] + 1)
+    };
+    let (Some(oh), Some(ow)) = (extent(0), extent(1)) else {
+        return Err(c.err(format!(
+            "kernel {:?} (dilations {:?}) does not fit input {xs:?} padded by {:?}",
+            win.kernel, win.dilations, win.pads
+        )));
+    };
+    let taps = win.kernel[0] * win.kernel[1];
+    let want = [n, og * taps * 2, oh, ow];
+    if os != want {
+        return Err(c.err(format!("offset is {os:?}, expected {want:?}")));
+    }
+    // GridSample's coordinates put -1 and 1 on the first and last pixel.
+    if ih < 2 || iw < 2 {
+        return Err(c.err(format!(
+            "input {xs:?}: a height or width of 1 has no sampling coordinates (the specification divides by it minus 1)"
+        )));
+    }
+    let dtype = c.ty(x).dtype;
+    c.check_size(dtype, &[n, ic, taps, oh, ow])?;
+    // Each tap's place in the window at every output position, in input
+    // pixels, (y, x): [1, 1, taps, 2, oH, oW].
+    let mut places = Vec::with_capacity(taps * 2 * oh * ow);
+    for ky in 0..win.kernel[0] {
+        for kx in 0..win.kernel[1] {
+            for axis in 0..2 {
+                let (k, pad) = ([ky, kx][axis], win.pads[axis] as f64);
+                let (stride, dilation) = (win.strides[axis], win.dilations[axis]);
+                for i in 0..oh {
+                    for j in 0..ow {
+                        let at = [i, j][axis] * stride + k * dilation;
+                        places.push(at as f64 - pad);
+                    }
+                }
+            }
+        }
+    }
+    let constant = |c: &mut NodeCtx, what: &str, shape: Vec<usize>, v: Vec<f64>| {
+        c.inner_constant(what, Tensor::new(shape, TensorData::from_f64(dtype, v)))
+    };
+    let places = constant(c, "window_places", vec![1, 1, taps, 2, oh, ow], places);
+    let offsets = c.reshape_to(offset, vec![n, og, taps, 2, oh, ow], "offsets")?;
+    let moved = c.binary(BinaryOp::Add, offsets, places, "moved")?;
+    let to_grid = vec![2.0 / (ih - 1) as f64, 2.0 / (iw - 1) as f64];
+    let to_grid = constant(c, "to_grid", vec![1, 1, 1, 2, 1, 1], to_grid);
+    let one = constant(c, "one", vec![], vec![1.0]);
+    let scaled = c.binary(BinaryOp::Mul, moved, to_grid, "scaled")?;
+    let grid = c.binary(BinaryOp::Sub, scaled, one, "grid_yx")?;
+    // GridSample takes (x, y) last, one image per offset group.
+    let perm = vec![0, 1, 2, 4, 5, 3];
+    let grid = c.emit_inner(Op::Transpose(Transpose { perm }), &[grid], "grid_points")?;
+    let xy = c.inner_constant("xy", Tensor::from_i64(vec![2], vec![1, 0]));
+    let grid = c.emit_inner(Op::Gather(Gather { axis: 5 }), &[grid, xy], "grid_xy")?;
+    let grid = c.reshape_to(grid, vec![n * og, taps * oh, ow, 2], "grid")?;
+    let groups = c.reshape_to(x, vec![n * og, ic / og, ih, iw], "offset_groups")?;
+    let sample = Op::GridSample(GridSample {
+        mode: Sampling::Linear,
+        padding: GridPadding::Zeros,
+        align_corners: true,
+        spatial: 2,
+    });
+    let samples = c.emit_inner(sample, &[groups, grid], "samples")?;
+    let mut columns = c.reshape_to(samples, vec![n, og, ic / og, taps, oh, ow], "taps")?;
+    if let Some(mask) = c.opt_input(4) {
+        let (ms, want) = (c.ty(mask).shape, [n, og * taps, oh, ow]);
+        if ms != want {
+            return Err(c.err(format!("mask is {ms:?}, expected {want:?}")));
+        }
+        let mask = c.reshape_to(mask, vec![n, og, 1, taps, oh, ow], "mask")?;
+        columns = c.binary(BinaryOp::Mul, columns, mask, "masked")?;
+    }
+    let columns = c.reshape_to(columns, vec![n, ic * taps, oh, ow], "columns")?;
+    let weights = c.reshape_to(w, vec![ws[0], ws[1] * taps, 1, 1], "weights")?;
+    let mut inputs = vec![columns, weights];
+    inputs.extend(c.opt_input(3));
+    let window = Window {
+        kernel: vec![1, 1],
+        strides: vec![1, 1],
+        dilations: vec![1, 1],
+        pads: vec![0; 4],
+    };
+    c.emit(Op::Conv(Conv { window, group }), &inputs)
 }
 
 /// Col2Im: input (N, C·∏block, L) holds the blocks of an image of

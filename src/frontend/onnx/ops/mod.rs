@@ -78,6 +78,7 @@ mod tests {
     /// purpose (scripts/export_onnx_conformance.py reads this list too).
     const SUPPORTED: &[&str] = &[
         "Abs",
+        "DeformConv",
         "Unique",
         "NonMaxSuppression",
         "NonZero",
@@ -268,7 +269,7 @@ mod tests {
         want.extend(SUPPORTED_MICROSOFT.iter().map(|&op| ("com.microsoft", op)));
         want.sort_unstable();
         let have = registry().op_types();
-        assert_eq!(have.len(), 179);
+        assert_eq!(have.len(), 180);
         assert_eq!(have, want);
     }
 

@@ -232,13 +232,13 @@ impl Recurrence {
             .map(|t| {
                 let tag = format!("t{t}");
                 let step = c.scalar(&format!("{tag}/index"), self.dtype, t as f64);
-                let left = binary(c, BinaryOp::Sub, rows, step, &format!("{tag}/left"))?;
+                let left = c.binary(BinaryOp::Sub, rows, step, &format!("{tag}/left"))?;
                 let within = c.emit_inner(
                     Op::Unary(UnaryOp::Clip { min: 0.0, max: 1.0 }),
                     &[left],
                     &format!("{tag}/within"),
                 )?;
-                let past = binary(c, BinaryOp::Sub, one, within, &format!("{tag}/past"))?;
+                let past = c.binary(BinaryOp::Sub, one, within, &format!("{tag}/past"))?;
                 Ok(StepMask { within, past })
             })
             .collect::<Res<Vec<_>>>()
@@ -405,7 +405,7 @@ impl Recurrence {
             };
             let StepMask { within, past } = masks[t];
             let mul = |c: &mut NodeCtx, a: ValueRef, m: ValueRef, what: &str| {
-                binary(c, BinaryOp::Mul, a, m, &format!("{tag}/{what}"))
+                c.binary(BinaryOp::Mul, a, m, &format!("{tag}/{what}"))
             };
             outputs[t] = Some(mul(c, next[0], within, "output")?);
             // new·within + old·past: exactly one of them, as the masks are 0 or 1.
@@ -416,7 +416,7 @@ impl Recurrence {
                 .map(|(k, (&new, &old))| {
                     let new = mul(c, new, within, &format!("updated{k}"))?;
                     let old = mul(c, old, past, &format!("held{k}"))?;
-                    binary(c, BinaryOp::Add, new, old, &format!("{tag}/kept{k}"))
+                    c.binary(BinaryOp::Add, new, old, &format!("{tag}/kept{k}"))
                 })
                 .collect::<Res<Vec<_>>>()?;
         }
@@ -564,10 +564,6 @@ fn concat(c: &mut NodeCtx, parts: &[ValueRef], axis: usize, what: &str) -> Res<V
     }
 }
 
-fn binary(c: &mut NodeCtx, op: BinaryOp, a: ValueRef, b: ValueRef, what: &str) -> Res<ValueRef> {
-    c.emit_inner(Op::Binary(op), &[a, b], what)
-}
-
 /// LSTM: gates i, o, f, c with activations f, g, h (default Sigmoid, Tanh,
 /// Tanh); optional peepholes P (i, o, f), initial cell state and input_forget
 /// (f = 1 - i). Outputs Y, Y_h, Y_c.
@@ -610,19 +606,14 @@ fn lstm(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
             let (hp, cp) = (s[0], s[1]);
             let name = |what: &str| format!("{tag}/{what}");
             let hr = c.emit_inner(Op::MatMul, &[hp, rt], &name("recurrent"))?;
-            let pre = binary(c, BinaryOp::Add, xt, hr, &name("gates"))?;
+            let pre = c.binary(BinaryOp::Add, xt, hr, &name("gates"))?;
             // P's rows are i, o, f; peep adds P_k ⊙ state to gate k's input.
             let peep = |c: &mut NodeCtx, x: ValueRef, k: usize, state: ValueRef, what: &str| {
                 match &peepholes {
                     Some(p) => {
-                        let ps = binary(
-                            c,
-                            BinaryOp::Mul,
-                            p[k],
-                            state,
-                            &name(&format!("{what}_peep")),
-                        )?;
-                        binary(c, BinaryOp::Add, x, ps, &name(&format!("{what}_peeped")))
+                        let ps =
+                            c.binary(BinaryOp::Mul, p[k], state, &name(&format!("{what}_peep")))?;
+                        c.binary(BinaryOp::Add, x, ps, &name(&format!("{what}_peeped")))
                     }
                     None => Ok(x),
                 }
@@ -631,7 +622,7 @@ fn lstm(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
             let i = peep(c, i, 0, cp, "i")?;
             let i = r.activate(c, f, i, &name("i"))?;
             let fg = if input_forget {
-                binary(c, BinaryOp::Sub, one, i, &name("f"))?
+                c.binary(BinaryOp::Sub, one, i, &name("f"))?
             } else {
                 let fg = r.gate(c, pre, 2, &name("f_in"))?;
                 let fg = peep(c, fg, 2, cp, "f")?;
@@ -639,14 +630,14 @@ fn lstm(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
             };
             let cand = r.gate(c, pre, 3, &name("c_in"))?;
             let cand = r.activate(c, g, cand, &name("c"))?;
-            let kept = binary(c, BinaryOp::Mul, fg, cp, &name("c_kept"))?;
-            let added = binary(c, BinaryOp::Mul, i, cand, &name("c_added"))?;
-            let cn = binary(c, BinaryOp::Add, kept, added, &name("C"))?;
+            let kept = c.binary(BinaryOp::Mul, fg, cp, &name("c_kept"))?;
+            let added = c.binary(BinaryOp::Mul, i, cand, &name("c_added"))?;
+            let cn = c.binary(BinaryOp::Add, kept, added, &name("C"))?;
             let o = r.gate(c, pre, 1, &name("o_in"))?;
             let o = peep(c, o, 1, cn, "o")?;
             let o = r.activate(c, f, o, &name("o"))?;
             let hc = r.activate(c, act_h, cn, &name("h_C"))?;
-            let hn = binary(c, BinaryOp::Mul, o, hc, &name("H"))?;
+            let hn = c.binary(BinaryOp::Mul, o, hc, &name("H"))?;
             Ok(vec![hn, cn])
         };
         runs.push(r.run(c, projection, d, states, cell)?);
@@ -694,32 +685,32 @@ fn gru(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
             let gate = |c: &mut NodeCtx, k: usize, act: Activation, what: &str| {
                 let x = r.gate(c, xt, k, &name(&format!("{what}_x")))?;
                 let hk = r.gate(c, hr, k, &name(&format!("{what}_h")))?;
-                let pre = binary(c, BinaryOp::Add, x, hk, &name(&format!("{what}_in")))?;
+                let pre = c.binary(BinaryOp::Add, x, hk, &name(&format!("{what}_in")))?;
                 r.activate(c, act, pre, &name(what))
             };
             let z = gate(c, 0, f, "z")?;
             let reset = gate(c, 1, f, "r")?;
             let recurrent_h = match rt_h {
                 Some(rt_h) => {
-                    let scaled = binary(c, BinaryOp::Mul, reset, hp, &name("reset_state"))?;
+                    let scaled = c.binary(BinaryOp::Mul, reset, hp, &name("reset_state"))?;
                     c.emit_inner(Op::MatMul, &[scaled, rt_h], &name("h_recurrent"))?
                 }
                 None => {
                     let hh = r.gate(c, hr, 2, &name("h_h"))?;
                     let hh = match rbh {
-                        Some(b) => binary(c, BinaryOp::Add, hh, b, &name("h_biased"))?,
+                        Some(b) => c.binary(BinaryOp::Add, hh, b, &name("h_biased"))?,
                         None => hh,
                     };
-                    binary(c, BinaryOp::Mul, reset, hh, &name("h_reset"))?
+                    c.binary(BinaryOp::Mul, reset, hh, &name("h_reset"))?
                 }
             };
             let x = r.gate(c, xt, 2, &name("h_x"))?;
-            let pre = binary(c, BinaryOp::Add, x, recurrent_h, &name("h_in"))?;
+            let pre = c.binary(BinaryOp::Add, x, recurrent_h, &name("h_in"))?;
             let cand = r.activate(c, g, pre, &name("h"))?;
             // (1 - z) ⊙ candidate + z ⊙ state, as candidate + z ⊙ (state - candidate).
-            let diff = binary(c, BinaryOp::Sub, hp, cand, &name("state_delta"))?;
-            let kept = binary(c, BinaryOp::Mul, z, diff, &name("state_kept"))?;
-            Ok(vec![binary(c, BinaryOp::Add, cand, kept, &name("H"))?])
+            let diff = c.binary(BinaryOp::Sub, hp, cand, &name("state_delta"))?;
+            let kept = c.binary(BinaryOp::Mul, z, diff, &name("state_kept"))?;
+            Ok(vec![c.binary(BinaryOp::Add, cand, kept, &name("H"))?])
         };
         runs.push(r.run(c, projection, d, states, cell)?);
     }
@@ -737,7 +728,7 @@ fn rnn(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         let states = vec![r.initial(c, INITIAL_H, "initial_h", d)?];
         let cell = |c: &mut NodeCtx, xt: ValueRef, s: &[ValueRef], tag: &str| {
             let hr = c.emit_inner(Op::MatMul, &[s[0], rt], &format!("{tag}/recurrent"))?;
-            let pre = binary(c, BinaryOp::Add, xt, hr, &format!("{tag}/in"))?;
+            let pre = c.binary(BinaryOp::Add, xt, hr, &format!("{tag}/in"))?;
             Ok(vec![r.activate(c, f, pre, &format!("{tag}/H"))?])
         };
         runs.push(r.run(c, projection, d, states, cell)?);

@@ -1,1 +1,2 @@
-Bmean_squareJ…Εκ?
+B
+sum_squareJ„A

@@ -1,1 +1,2 @@
-Bmean_squareJê}?
+B
+sum_squareJòyA
