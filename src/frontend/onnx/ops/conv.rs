@@ -83,11 +83,11 @@ fn deform_conv(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     let dtype = c.ty(x).dtype;
     c.check_size(dtype, &[n, ic, taps, oh, ow])?;
     // Each tap's place in the window at every output position, in input
-    // pixels, (y, x): [1, 1, taps, 2, oH, oW].
+    // pixels, (x, y) as GridSample takes them: [1, 1, taps, 2, oH, oW].
     let mut places = Vec::with_capacity(taps * 2 * oh * ow);
     for ky in 0..win.kernel[0] {
         for kx in 0..win.kernel[1] {
-            for axis in 0..2 {
+            for axis in [1, 0] {
                 let (k, pad) = ([ky, kx][axis], win.pads[axis] as f64);
                 let (stride, dilation) = (win.strides[axis], win.dilations[axis]);
                 for i in 0..oh {
@@ -103,18 +103,20 @@ fn deform_conv(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         c.inner_constant(what, Tensor::new(shape, TensorData::from_f64(dtype, v)))
     };
     let places = constant(c, "window_places", vec![1, 1, taps, 2, oh, ow], places);
+    // The offsets come (y, x): swapped as whole planes, before they are
+    // moved last.
     let offsets = c.reshape_to(offset, vec![n, og, taps, 2, oh, ow], "offsets")?;
+    let xy = c.inner_constant("xy", Tensor::from_i64(vec![2], vec![1, 0]));
+    let offsets = c.emit_inner(Op::Gather(Gather { axis: 3 }), &[offsets, xy], "offsets_xy")?;
     let moved = c.binary(BinaryOp::Add, offsets, places, "moved")?;
-    let to_grid = vec![2.0 / (ih - 1) as f64, 2.0 / (iw - 1) as f64];
+    let to_grid = vec![2.0 / (iw - 1) as f64, 2.0 / (ih - 1) as f64];
     let to_grid = constant(c, "to_grid", vec![1, 1, 1, 2, 1, 1], to_grid);
     let one = constant(c, "one", vec![], vec![1.0]);
     let scaled = c.binary(BinaryOp::Mul, moved, to_grid, "scaled")?;
-    let grid = c.binary(BinaryOp::Sub, scaled, one, "grid_yx")?;
-    // GridSample takes (x, y) last, one image per offset group.
+    let grid = c.binary(BinaryOp::Sub, scaled, one, "grid_planes")?;
+    // GridSample takes the pair last, one image per offset group.
     let perm = vec![0, 1, 2, 4, 5, 3];
     let grid = c.emit_inner(Op::Transpose(Transpose { perm }), &[grid], "grid_points")?;
-    let xy = c.inner_constant("xy", Tensor::from_i64(vec![2], vec![1, 0]));
-    let grid = c.emit_inner(Op::Gather(Gather { axis: 5 }), &[grid, xy], "grid_xy")?;
     let grid = c.reshape_to(grid, vec![n * og, taps * oh, ow, 2], "grid")?;
     let groups = c.reshape_to(x, vec![n * og, ic / og, ih, iw], "offset_groups")?;
     let sample = Op::GridSample(GridSample {
