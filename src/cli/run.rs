@@ -178,6 +178,25 @@ fn recorded_inputs(model: &Path) -> Result<Option<Inputs>, Box<dyn std::error::E
     Ok(Some((read_tensors(&recorded)?, Some(expected))))
 }
 
+/// [`model_inputs`] for a session, whose inputs may have free dimensions:
+/// the recorded inputs need no shapes, so `shapes` bind the declared ones
+/// only when `files` or random tensors are used.
+fn session_inputs(
+    model: &Path,
+    session: &api::Session,
+    shapes: &HashMap<String, Vec<usize>>,
+    files: &[InputArg],
+    seed: u64,
+) -> Result<Inputs, Box<dyn std::error::Error>> {
+    match recorded_inputs(model)? {
+        Some(recorded) if files.is_empty() => Ok(recorded),
+        _ => {
+            let declared = declared_inputs(session.interface(), shapes)?;
+            model_inputs(model, &declared, files, seed)
+        }
+    }
+}
+
 /// The name and type of each input of `g`, in order.
 pub fn graph_inputs(g: &Graph) -> Vec<(String, ValueType)> {
     (g.inputs().iter())
@@ -370,15 +389,9 @@ fn run_staged(args: &RunArgs, json: bool) -> CliResult {
     }
     let (session, open_time) =
         open_session(&args.source, &args.planning, &args.kernels, args.threads)?;
-    let (inputs, expected) = match recorded_inputs(model)? {
-        Some(recorded) if args.inputs.is_empty() => recorded,
-        _ => {
-            let mut shapes = args.source.shapes.bounds().upper();
-            shapes.extend(ranged_shapes(args)?);
-            let declared = declared_inputs(session.interface(), &shapes)?;
-            model_inputs(model, &declared, &args.inputs, args.seed)?
-        }
-    };
+    let mut shapes = args.source.shapes.bounds().upper();
+    shapes.extend(ranged_shapes(args)?);
+    let (inputs, expected) = session_inputs(model, &session, &shapes, &args.inputs, args.seed)?;
     let given: Vec<api::ModelInput> = inputs.iter().map(api::ModelInput::Tensor).collect();
     let t1 = Instant::now();
     let outputs = progress::step("compiling the later stages and running", || {
@@ -403,6 +416,22 @@ fn run_staged(args: &RunArgs, json: bool) -> CliResult {
     print_outputs(&outputs, &summaries)
 }
 
+/// A session's options from the command line's planning, kernels, threads
+/// and `--input-shape` bounds.
+fn session_options(
+    source: &ModelArgs,
+    planning: &Planning,
+    kernels: &native::KernelArgs,
+    threads: usize,
+) -> api::SessionOptions {
+    let mut options = api::SessionOptions::with_threads(threads);
+    options.runtime = kernels.options(threads);
+    options.planner = planning.planner;
+    options.target = planning.target;
+    options.bounds = source.shapes.bounds();
+    options
+}
+
 /// Opens `source` as a session with the command line's planning, kernels
 /// and threads; also returns how long opening took (the first stage planned
 /// and compiled).
@@ -412,11 +441,7 @@ fn open_session(
     kernels: &native::KernelArgs,
     threads: usize,
 ) -> Result<(api::Session, Duration), api::Error> {
-    let mut options = api::SessionOptions::with_threads(threads);
-    options.runtime = kernels.options(threads);
-    options.planner = planning.planner;
-    options.target = planning.target;
-    options.bounds = source.shapes.bounds();
+    let options = session_options(source, planning, kernels, threads);
     let model = source.path();
     let t0 = Instant::now();
     let session = progress::step(&format!("opening {}", model.display()), || {
@@ -441,14 +466,8 @@ fn bench_staged(args: &BenchArgs, json: bool) -> CliResult {
     }
     let (session, open_time) =
         open_session(&args.source, &args.planning, &args.kernels, args.threads)?;
-    let (inputs, _) = match recorded_inputs(model)? {
-        Some(recorded) => recorded,
-        None => {
-            let shapes = args.source.shapes.bounds().upper();
-            let declared = declared_inputs(session.interface(), &shapes)?;
-            model_inputs(model, &declared, &[], args.seed)?
-        }
-    };
+    let shapes = args.source.shapes.bounds().upper();
+    let (inputs, _) = session_inputs(model, &session, &shapes, &[], args.seed)?;
     let given: Vec<api::ModelInput> = inputs.iter().map(api::ModelInput::Tensor).collect();
     let t0 = Instant::now();
     session.run(&given)?;
@@ -708,12 +727,8 @@ fn bench_shapes(args: &BenchArgs, sets: &[Vec<Vec<usize>>], json: bool) -> CliRe
     if args.planning.rules.is_some() || args.profile {
         return Err("--shapes plans with the built-in rules and has no profile: leave out --rules and --profile".into());
     }
-    let mut options = api::SessionOptions::with_threads(args.threads);
-    options.runtime = args.kernels.options(args.threads);
-    options.planner = args.planning.planner;
-    options.target = args.planning.target;
+    let mut options = session_options(&args.source, &args.planning, &args.kernels, args.threads);
     options.max_shapes = sets.len() + 1;
-    options.bounds = args.source.shapes.bounds();
     let opening = Instant::now();
     let session = api::Session::open(path, options)?;
     let open_ms = ms(opening.elapsed());

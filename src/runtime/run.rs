@@ -61,7 +61,7 @@ impl<'a> ModelInput<'a> {
     }
 
     /// An owned tensor, for the slots that hold one (a copy of borrowed elements).
-    fn to_tensor(self) -> Tensor {
+    pub fn to_tensor(self) -> Tensor {
         match self {
             ModelInput::Tensor(t) => t.clone(),
             ModelInput::F32 { shape, data } => Tensor::from_f32(shape.to_vec(), data.to_vec()),

@@ -14,7 +14,7 @@ use super::{Session, SessionOptions};
 use crate::api::{Error, ModelInput};
 use crate::frontend::bounds::ShapeBounds;
 use crate::frontend::onnx::{Rest, Stages};
-use crate::graph::{Tensor, TensorData};
+use crate::graph::Tensor;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -71,7 +71,7 @@ impl Staged {
     pub(super) fn run(&self, names: &[&str], inputs: &[ModelInput]) -> Result<Vec<Tensor>, Error> {
         let mut values: HashMap<String, Tensor> = (names.iter())
             .zip(inputs)
-            .map(|(name, x)| (name.to_string(), owned(x)))
+            .map(|(name, x)| (name.to_string(), x.to_tensor()))
             .collect();
         if let Some(first) = &self.first {
             let outputs = first.run(inputs)?;
@@ -140,15 +140,5 @@ impl Staged {
         )?);
         *opened = Some(session.clone());
         Ok(session)
-    }
-}
-
-/// An input as a tensor of its own.
-fn owned(x: &ModelInput) -> Tensor {
-    match x {
-        ModelInput::Tensor(t) => (*t).clone(),
-        ModelInput::F32 { shape, data } => {
-            Tensor::new(shape.to_vec(), TensorData::F32(data.to_vec()))
-        }
     }
 }
