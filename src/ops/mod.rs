@@ -8,6 +8,7 @@
 mod control;
 mod conv;
 mod data_dependent;
+mod detection;
 mod elementwise;
 mod error;
 mod eval;
@@ -39,6 +40,7 @@ pub use crate::core::scalar::{BinaryOp, MathFn, UnaryOp};
 use crate::core::{Assumption, DType, Layout, PadFlow, PadValue, Requirement, Tensor, ValueType};
 pub use control::{ControlFlow, ControlFlowOp, RunSubgraph};
 pub use data_dependent::DataDependent;
+pub use detection::{Detection, DetectionPostProcess, NmsPadded};
 pub use error::OpError;
 pub use eval::eval_op;
 pub use grid_sample::{GridPadding, GridSample, Sampling};
@@ -348,6 +350,9 @@ pub enum Op {
     ArgReduce(ArgReduce),
     /// x -> (values, i64 indices) of the k extremes along an axis
     TopK(TopK),
+    /// boxes, scores (NMS) or box encodings, class scores, anchors (SSD
+    /// post-processing) -> outputs padded to their most detections
+    Detection(Detection),
     /// data, indices (same rank)
     GatherElements(GatherElements),
     /// data, indices (index tuples along the last axis)
@@ -714,6 +719,7 @@ impl Op {
             Op::Cumulative(c) => c,
             Op::ArgReduce(a) => a,
             Op::TopK(t) => t,
+            Op::Detection(d) => d,
             Op::GatherElements(g) => g,
             Op::GatherNd(g) => g,
             Op::ScatterNd(s) => s,

@@ -218,6 +218,13 @@ impl CompiledModel {
                             source,
                         })?
                 }
+                Kernel::Detection(op) => {
+                    let x: Vec<&[f32]> = step.inputs.iter().map(|&s| bufs.read(s)).collect();
+                    let shapes: Vec<&[usize]> =
+                        step.input_types.iter().map(|t| &t.shape[..]).collect();
+                    let results = op.run(&x, &shapes).map_err(|e| at_node(e.to_string()))?;
+                    store(step, bufs, results)
+                }
                 Kernel::Fallback { op, outputs } => {
                     let args = step_arguments(step, bufs);
                     let refs: Vec<&Tensor> = args.iter().collect();

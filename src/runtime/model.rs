@@ -71,6 +71,9 @@ pub(super) enum Kernel {
     Moved(typed::Moved),
     /// ArgMax or ArgMin of f32 values.
     Arg(typed::ArgBest),
+    /// NMS or SSD post-processing: a sequential selection over row-major f32
+    /// inputs, run by the op's own host function (`ops::Detection::run`).
+    Detection(crate::ops::Detection),
     /// Rows or elements of a tensor that is not f32 picked by run-time indices.
     Gathered(typed::Gathered),
     /// ScatterND or ScatterElements of f32 data (input 0) and updates (input

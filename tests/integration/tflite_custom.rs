@@ -333,3 +333,99 @@ fn other_mediapipe_custom_ops_are_refused_by_name() {
         &["CUSTOM:Landmarks2TransformMatrix", "not supported"],
     );
 }
+
+/// TFLite_Detection_PostProcess's options as the TFLite converter wrote them
+/// (a FlexBuffers map) into models/tflite_ssd_fast.
+fn converted_post_process_options() -> Vec<u8> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("models/tflite_ssd_fast/model.tflite");
+    let bytes = std::fs::read(path).unwrap();
+    let model = layoutopt::frontend::tflite::schema::root(&bytes).unwrap();
+    let ops = model.subgraphs().unwrap().get(0).operators().unwrap();
+    let options = ops.iter().find_map(|op| op.custom_options()).unwrap();
+    options.bytes().to_vec()
+}
+
+/// Three anchors' encodings and scores (4 classes and the background) into
+/// the post-process with `options`.
+fn post_process(options: &[u8]) -> ModelSpec {
+    let anchors: Vec<f32> = (0..3)
+        .flat_map(|i| [0.5, 0.2 * i as f32, 0.3, 0.3])
+        .collect();
+    let tensors = vec![
+        TensorSpec::f32("encodings", &[1, 3, 4]),
+        TensorSpec::f32("scores", &[1, 3, 5]),
+        TensorSpec::f32_const("anchors", &[3, 4], &anchors),
+        TensorSpec::f32("boxes", &[]),
+        TensorSpec::f32("classes", &[]),
+        TensorSpec::f32("detection_scores", &[]),
+        TensorSpec::f32("count", &[]),
+    ];
+    let op = OpSpec::custom(
+        "TFLite_Detection_PostProcess",
+        options,
+        &[0, 1, 2],
+        &[3, 4, 5, 6],
+    );
+    ModelSpec::new(tensors, vec![op], &[0, 1], &[3, 4, 5, 6])
+}
+
+#[test]
+fn malformed_detection_post_process_options_are_errors_naming_the_layer() {
+    let good = converted_post_process_options();
+    let g = import_tflite(&post_process(&good).build(), "ssd.tflite").unwrap();
+    let outputs: Vec<_> = g
+        .outputs()
+        .iter()
+        .map(|&v| g.value_type(v).shape.clone())
+        .collect();
+    // 10 detections of 2 classes each.
+    assert_eq!(outputs, [vec![1, 20, 4], vec![1, 20], vec![1, 20], vec![1]]);
+    let layer = "layer 'boxes' (CUSTOM:TFLite_Detection_PostProcess #0)";
+    // A key renamed: "num_classes" is missing.
+    let at = good.windows(11).position(|w| w == b"num_classes").unwrap();
+    let mut renamed = good.clone();
+    renamed[at + 4] = b'k';
+    for (options, needle) in [
+        (&[][..], "malformed custom options"),
+        (&good[..good.len() - 1], "malformed custom options"),
+        (&renamed[..], "the custom options have no 'num_classes'"),
+    ] {
+        let e = import_tflite(&post_process(options).build(), "ssd.tflite").unwrap_err();
+        assert_mentions(&e.to_string(), &[layer, needle]);
+    }
+    // Every cut of the options, and every byte set to 0xff: an error naming
+    // the layer, or (where the cut byte was not read) a model.
+    for n in 0..good.len() {
+        let mut flipped = good.clone();
+        flipped[n] = 0xff;
+        for options in [&good[..n], &flipped[..]] {
+            if let Err(e) = import_tflite(&post_process(options).build(), "ssd.tflite") {
+                assert_mentions(&e.to_string(), &[layer]);
+            }
+        }
+    }
+}
+
+#[test]
+fn nms_thresholds_must_be_constant_float_scalars() {
+    let tensors = vec![
+        TensorSpec::f32("boxes", &[6, 4]),
+        TensorSpec::f32("scores", &[6]),
+        TensorSpec::i32_const("max_output_size", &[], &[4]),
+        TensorSpec::f32_const("iou_threshold", &[], &[0.5]),
+        TensorSpec::i32_const("score_threshold", &[], &[0]),
+        TensorSpec::i32_const("selected", &[4], &[0; 4]),
+        TensorSpec::i32_const("count", &[], &[0]),
+    ];
+    let op = OpSpec::new(120, &[0, 1, 2, 3, 4], &[5, 6]);
+    let spec = ModelSpec::new(tensors, vec![op], &[0, 1], &[5, 6]);
+    let e = import_tflite(&spec.build(), "nms.tflite").unwrap_err();
+    assert_mentions(
+        &e.to_string(),
+        &[
+            "NON_MAX_SUPPRESSION_V4",
+            "score_threshold (input 4) must be one float32",
+        ],
+    );
+}

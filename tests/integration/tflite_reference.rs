@@ -120,6 +120,16 @@ fn transpose_conv_bias_matches_the_tflite_interpreter() {
     check_planned("tflite_transpose_conv_bias");
 }
 
+/// SSD post-processing (the custom TFLite_Detection_PostProcess, fast and
+/// regular NMS) and NON_MAX_SUPPRESSION_V4/V5 with padded outputs: the kept
+/// boxes, classes, indices and counts equal the interpreter's.
+#[test]
+fn detection_post_processing_matches_the_tflite_interpreter() {
+    for model in ["tflite_ssd_fast", "tflite_ssd_regular", "tflite_nms_padded"] {
+        check_planned(model);
+    }
+}
+
 #[test]
 fn transformer_matches_the_tflite_interpreter() {
     check("tflite_transformer");

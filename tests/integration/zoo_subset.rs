@@ -1,7 +1,8 @@
 //! The committed subset of the real-model suite (models/zoo, from
 //! scripts/gen_zoo.py, scripts/gen_bert.py, scripts/gen_onnx_zoo.py and
-//! scripts/gen_transformers.py; 33 MB), and the bundled model of integer and
-//! boolean TFLite ops: each model imports, runs every step natively (no
+//! scripts/gen_transformers.py; 33 MB), and the bundled models of integer and
+//! boolean TFLite ops and of detection post-processing
+//! (scripts/gen_tflite_detection.py): each model imports, runs every step natively (no
 //! reference fallback) and reproduces the outputs its own runtime recorded
 //! (onnxruntime for ONNX, the TFLite interpreter for TFLite) within 1e-4 of
 //! the largest magnitude.
@@ -13,7 +14,7 @@ use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 use std::path::Path;
 
 /// Directories under models/ and their model files.
-const SUBSET: [(&str, &str); 17] = [
+const SUBSET: [(&str, &str); 20] = [
     ("zoo/BertEncoder_onnx", "model.onnx"),
     ("zoo/MobileNetV3Small_onnx", "model.onnx"),
     ("zoo/MobileNetV3Small_tflite", "model.tflite"),
@@ -36,6 +37,11 @@ const SUBSET: [(&str, &str); 17] = [
     ("zoo/ViTTiny_onnx", "model.onnx"),
     ("zoo/ViTTiny_tflite", "model.tflite"),
     ("tflite_logic", "model.tflite"),
+    // Detection post-processing: SSD's TFLite_Detection_PostProcess (fast and
+    // regular NMS), NON_MAX_SUPPRESSION_V4/V5 with padded outputs.
+    ("tflite_ssd_fast", "model.tflite"),
+    ("tflite_ssd_regular", "model.tflite"),
+    ("tflite_nms_padded", "model.tflite"),
 ];
 
 #[test]

@@ -10,6 +10,7 @@
 //! Only subgraph 0 is imported; quantized models are refused. Sparse constants (a
 //! tensor's `sparsity` table) are made dense when read (see `sparse`).
 
+mod flexbuffer;
 mod ops;
 pub mod schema;
 mod sparse;

@@ -19,6 +19,7 @@ const TO_NHWC: [usize; 4] = [0, 2, 3, 1];
 
 type Res<T> = Result<T, TfliteError>;
 
+mod detection;
 mod mediapipe;
 mod quant;
 mod recurrent;
@@ -65,6 +66,12 @@ pub(super) fn import_operator<'a>(
         SPLIT | SPLIT_V => cx.split(code == SPLIT_V)?,
         CUSTOM if *cx.span.op_type == *mediapipe::MAX_POOLING_WITH_ARGMAX_2D => {
             cx.max_pool_argmax()?
+        }
+        CUSTOM if *cx.span.op_type == *detection::DETECTION_POST_PROCESS => {
+            cx.detection_post_process()?
+        }
+        NON_MAX_SUPPRESSION_V4 | NON_MAX_SUPPRESSION_V5 => {
+            cx.nms_padded(code == NON_MAX_SUPPRESSION_V5)?
         }
         UNPACK => cx.unpack()?,
         BIDIRECTIONAL_SEQUENCE_LSTM => cx.bidirectional_lstm()?,
@@ -182,6 +189,8 @@ const SQUARE: i32 = 92;
 const COS: i32 = 108;
 const SELECT_V2: i32 = 123;
 const BROADCAST_TO: i32 = 130;
+const NON_MAX_SUPPRESSION_V4: i32 = 120;
+const NON_MAX_SUPPRESSION_V5: i32 = 121;
 
 /// The conversion of one operator.
 struct Cx<'i, 'a> {
@@ -364,7 +373,11 @@ impl<'a> Cx<'_, 'a> {
             self.imp.graph.node_mut(value.node).outputs[value.output].name = name.clone();
             let got = self.imp.graph.value_type(value).clone();
             let declared = self.imp.logical_type(out)?;
-            let shape_known = self.imp.declared_shape(out)?.is_some();
+            // A custom operator's kernel sizes its outputs when the model is
+            // prepared; the converter declares what it knew, often a scalar
+            // placeholder (TFLite_Detection_PostProcess), so only the type holds.
+            let custom = self.span.op_type.starts_with("CUSTOM:");
+            let shape_known = !custom && self.imp.declared_shape(out)?.is_some();
             if got.dtype != declared.dtype || (shape_known && got.shape != declared.shape) {
                 return Err(self.err(format!(
                     "imports as {got}, but the file declares output tensor '{name}' as {declared}"

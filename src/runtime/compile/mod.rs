@@ -411,6 +411,14 @@ impl<'g> Compiler<'g> {
         if let Op::Where = inner(self.g, id).0 {
             return self.select(id);
         }
+        // Detection post-processing reads row-major f32 and writes outputs of
+        // any type.
+        if let (Op::Detection(d), None) = inner(self.g, id) {
+            return ins
+                .iter()
+                .all(|&v| self.is_f32(v))
+                .then(|| Kernel::Detection(d.clone()));
+        }
         if out.dtype != DType::F32 || !ins.iter().all(|&v| self.is_f32(v)) {
             return None;
         }
