@@ -19,7 +19,10 @@ options) and the interpreter runs with its own kernel. The box encodings are
 scaled so that boxes overlap and the thresholds matter; every output is
 recorded from the interpreter (builtin kernels, no XNNPACK delegate).
 
-Usage: python scripts/gen_tflite_detection.py [--out models]
+They live in models/detection/, apart from the bundled models that the export
+tests write back to ONNX: these ops have no ONNX form with padded outputs.
+
+Usage: python scripts/gen_tflite_detection.py [--out models/detection]
 Requirements: scripts/requirements-tflite.txt
 """
 
@@ -126,7 +129,7 @@ def nms_padded():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "models"))
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "models", "detection"))
     args = ap.parse_args()
     write_model(args.out, "tflite_ssd_fast", ssd(False, 11), 12)
     write_model(args.out, "tflite_ssd_regular", ssd(True, 13), 14)

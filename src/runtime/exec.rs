@@ -196,6 +196,10 @@ impl CompiledModel {
                     let y = k.run(bufs.read(step.inputs[0])).map_err(kernel)?;
                     store(step, bufs, vec![y])
                 }
+                Kernel::TopK(k) => {
+                    let ys = k.run(bufs.read(step.inputs[0])).map_err(kernel)?;
+                    store(step, bufs, ys)
+                }
                 Kernel::Cast(cast) => {
                     let t = bufs.tensor(step.inputs[0], &step.input_types[0]);
                     let Slot::Boxed(i) = step.outputs[0] else {

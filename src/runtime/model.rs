@@ -71,6 +71,7 @@ pub(super) enum Kernel {
     Moved(typed::Moved),
     /// ArgMax or ArgMin of f32 values.
     Arg(typed::ArgBest),
+    TopK(typed::TopKBest),
     /// NMS or SSD post-processing: a sequential selection over row-major f32
     /// inputs, run by the op's own host function (`ops::Detection::run`).
     Detection(crate::ops::Detection),

@@ -335,10 +335,10 @@ fn other_mediapipe_custom_ops_are_refused_by_name() {
 }
 
 /// TFLite_Detection_PostProcess's options as the TFLite converter wrote them
-/// (a FlexBuffers map) into models/tflite_ssd_fast.
+/// (a FlexBuffers map) into models/detection/tflite_ssd_fast.
 fn converted_post_process_options() -> Vec<u8> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("models/tflite_ssd_fast/model.tflite");
+        .join("models/detection/tflite_ssd_fast/model.tflite");
     let bytes = std::fs::read(path).unwrap();
     let model = layoutopt::frontend::tflite::schema::root(&bytes).unwrap();
     let ops = model.subgraphs().unwrap().get(0).operators().unwrap();

@@ -126,6 +126,7 @@ fn transpose_conv_bias_matches_the_tflite_interpreter() {
 #[test]
 fn detection_post_processing_matches_the_tflite_interpreter() {
     for model in ["tflite_ssd_fast", "tflite_ssd_regular", "tflite_nms_padded"] {
+        let model = &format!("detection/{model}");
         check_planned(model);
     }
 }

@@ -39,9 +39,9 @@ const SUBSET: [(&str, &str); 20] = [
     ("tflite_logic", "model.tflite"),
     // Detection post-processing: SSD's TFLite_Detection_PostProcess (fast and
     // regular NMS), NON_MAX_SUPPRESSION_V4/V5 with padded outputs.
-    ("tflite_ssd_fast", "model.tflite"),
-    ("tflite_ssd_regular", "model.tflite"),
-    ("tflite_nms_padded", "model.tflite"),
+    ("detection/tflite_ssd_fast", "model.tflite"),
+    ("detection/tflite_ssd_regular", "model.tflite"),
+    ("detection/tflite_nms_padded", "model.tflite"),
 ];
 
 #[test]

@@ -64,17 +64,34 @@ const INDIRECT_FLOAT: u8 = 8;
 const MAP: u8 = 9;
 const BOOL: u8 = 26;
 
-type Res<T> = Result<T, String>;
+/// What is wrong with a buffer.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(super) struct Malformed(String);
+
+impl From<String> for Malformed {
+    fn from(why: String) -> Malformed {
+        Malformed(why)
+    }
+}
+
+impl From<&str> for Malformed {
+    fn from(why: &str) -> Malformed {
+        Malformed(why.to_string())
+    }
+}
+
+type Res<T> = Result<T, Malformed>;
 
 /// Bytes `[at, at + n)` of `buf`.
 fn bytes(buf: &[u8], at: usize, n: usize) -> Res<&[u8]> {
     at.checked_add(n)
         .and_then(|end| buf.get(at..end))
         .ok_or_else(|| {
-            format!(
+            Malformed(format!(
                 "reads {n} bytes at {at}, past the end of its {} bytes",
                 buf.len()
-            )
+            ))
         })
 }
 
@@ -96,7 +113,7 @@ fn float(buf: &[u8], at: usize, width: usize) -> Res<f64> {
     match width {
         4 => Ok(f32::from_bits(uint(buf, at, 4)? as u32) as f64),
         8 => Ok(f64::from_bits(uint(buf, at, 8)?)),
-        w => Err(format!("a float of {w} bytes")),
+        w => Err(format!("a float of {w} bytes").into()),
     }
 }
 
@@ -104,7 +121,7 @@ fn float(buf: &[u8], at: usize, width: usize) -> Res<f64> {
 fn width(w: u64) -> Res<usize> {
     match w {
         1 | 2 | 4 | 8 => Ok(w as usize),
-        w => Err(format!("a byte width of {w}")),
+        w => Err(format!("a byte width of {w}").into()),
     }
 }
 
@@ -114,7 +131,7 @@ fn target(buf: &[u8], at: usize, width: usize) -> Res<usize> {
     usize::try_from(offset)
         .ok()
         .and_then(|o| at.checked_sub(o))
-        .ok_or_else(|| format!("an offset of {offset} at {at} points before the buffer"))
+        .ok_or_else(|| format!("an offset of {offset} at {at} points before the buffer").into())
 }
 
 /// The value of packed type `packed` stored at `at` in a field of
@@ -139,12 +156,12 @@ impl<'a> FlexMap<'a> {
     pub(super) fn root(buf: &'a [u8]) -> Res<FlexMap<'a>> {
         let n = buf.len();
         if n < 3 {
-            return Err(format!("{n} bytes are too short for a FlexBuffers root"));
+            return Err(format!("{n} bytes are too short for a FlexBuffers root").into());
         }
         let root_width = width(buf[n - 1] as u64)?;
         let packed = buf[n - 2];
         if packed >> 2 != MAP {
-            return Err(format!("the root is of type {}, not a map", packed >> 2));
+            return Err(format!("the root is of type {}, not a map", packed >> 2).into());
         }
         let at = (n - 2)
             .checked_sub(root_width)
@@ -159,7 +176,7 @@ impl<'a> FlexMap<'a> {
         let len = uint(buf, field(1)?, w)?;
         let key_width = width(uint(buf, field(2)?, w)?)?;
         let keys = target(buf, field(3)?, w)?;
-        let len = usize::try_from(len).map_err(|_| format!("a map of {len} entries"))?;
+        let len = usize::try_from(len).map_err(|_| Malformed(format!("a map of {len} entries")))?;
         // The values, their type bytes and the keys must all lie in the buffer.
         bytes(buf, values, len.checked_mul(w + 1).ok_or("a map too long")?)?;
         bytes(
@@ -184,7 +201,7 @@ impl<'a> FlexMap<'a> {
         let end = rest
             .iter()
             .position(|&b| b == 0)
-            .ok_or_else(|| format!("key {i} has no terminating zero"))?;
+            .ok_or_else(|| Malformed(format!("key {i} has no terminating zero")))?;
         Ok(&rest[..end])
     }
 
@@ -256,7 +273,7 @@ mod tests {
     }
 
     /// The options the TFLite converter wrote for a TFLite_Detection_PostProcess
-    /// (models/tflite_ssd_fast): 4-byte values, the boolean stored as an int.
+    /// (models/detection/tflite_ssd_fast): 4-byte values, the boolean stored as an int.
     const CONVERTED: &[u8] = b"max_detections\x00max_classes_per_detection\x00num_classes\x00\
         nms_score_threshold\x00nms_iou_threshold\x00y_scale\x00x_scale\x00h_scale\x00w_scale\x00\
         use_regular_nms\x00\x0a\x21\x7e\x8eF\x5bh\x17\x201\x3a\x00\x00\x0c\x00\x00\x00\x01\x00\

@@ -24,7 +24,7 @@ use super::kernels::quantized::{Grid, QuantizedAdd};
 use super::kernels::resize::ResizeGeom;
 use super::kernels::scatter::{Placing, Scatter};
 use super::kernels::simd::{Isa, Lanes};
-use super::kernels::typed::{ArgBest, Gathered, Moved, Typed, TypedOp};
+use super::kernels::typed::{ArgBest, Gathered, Moved, TopKBest, Typed, TypedOp};
 use super::kernels::where_select::Select;
 use super::kernels::{activation, gather, tir_step};
 use super::machine::{lock, SharedKernelTimes};
@@ -669,7 +669,7 @@ impl<'g> Compiler<'g> {
     }
 
     /// Elementwise ops on row-major integers and booleans, comparisons, and
-    /// ArgMax/ArgMin of f32.
+    /// ArgMax/ArgMin and TopK of f32.
     fn typed(&self, id: NodeId) -> Option<Kernel> {
         let (op, laid_out) = inner(self.g, id);
         if laid_out.is_some() {
@@ -682,6 +682,10 @@ impl<'g> Compiler<'g> {
             Op::ArgReduce(r) if self.is_f32(*ins.first()?) => {
                 let (x, out) = (self.g.value_type(ins[0]), &self.g.node(id).outputs[0].ty);
                 return ArgBest::new(r, &x.shape, &out.shape).map(Kernel::Arg);
+            }
+            Op::TopK(t) if self.is_f32(*ins.first()?) => {
+                let x = self.g.value_type(ins[0]);
+                return TopKBest::new(t, &x.shape).map(Kernel::TopK);
             }
             Op::Logical(l) => TypedOp::Logical(*l),
             Op::Where => TypedOp::Where,

@@ -12,7 +12,8 @@ use super::gather::Picking;
 use super::KernelError;
 use crate::core::{DType, Tensor, TensorData};
 use crate::graph::BinaryOp;
-use crate::ops::{ArgKind, ArgReduce, IntegerArith, Logical};
+use crate::ops::{ArgKind, ArgReduce, IntegerArith, Logical, TopK};
+use std::collections::BinaryHeap;
 
 /// What a typed kernel computes.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -397,6 +398,112 @@ impl ArgBest {
     }
 }
 
+/// TopK of row-major f32 values along one axis: the `k` best values in order
+/// and their i64 indices, ranked as the reference ranks them (NaN above every
+/// number, ties to the lower index). Each line is gathered once as integer
+/// keys, the best `k` found by selection and only they sorted: O(n + k log k)
+/// per line, where sorting whole lines was O(n log n).
+#[derive(Clone, Debug)]
+pub struct TopKBest {
+    op: TopK,
+    /// The extents before, of and after the axis.
+    outer: usize,
+    n: usize,
+    inner: usize,
+    /// The outputs' shape.
+    shape: Vec<usize>,
+}
+
+impl TopKBest {
+    /// The kernel for `op` on f32 input of `shape`.
+    pub fn new(op: &TopK, shape: &[usize]) -> Option<TopKBest> {
+        let n = *shape.get(op.axis)?;
+        // An index must fit the key's low 32 bits.
+        (op.k <= n && n <= u32::MAX as usize).then(|| TopKBest {
+            op: op.clone(),
+            outer: shape[..op.axis].iter().product(),
+            n,
+            inner: shape[op.axis + 1..].iter().product(),
+            shape: [&shape[..op.axis], &[op.k], &shape[op.axis + 1..]].concat(),
+        })
+    }
+
+    /// The values and indices for `x`.
+    pub fn run(&self, x: &[f32]) -> Result<Vec<Tensor>, KernelError> {
+        let (n, inner, k) = (self.n, self.inner, self.op.k);
+        if x.len() != self.outer * n * inner {
+            return Err(KernelError::Buffers {
+                kernel: "TopK",
+                given: vec![x.len()],
+                expected: vec![self.outer * n * inner],
+            });
+        }
+        let largest = self.op.largest;
+        let mut values = vec![0f32; self.outer * k * inner];
+        let mut indices = vec![0i64; self.outer * k * inner];
+        // Each element as one integer that orders as the reference ranks:
+        // its rank key above, its index below (ties to the lower index).
+        let mut line: Vec<u64> = Vec::with_capacity(n);
+        for o in 0..self.outer {
+            let block = &x[o * n * inner..(o + 1) * n * inner];
+            for i in 0..inner {
+                let keys =
+                    (0..n).map(|j| (rank_key(block[j * inner + i], largest) << 32) | j as u64);
+                line.clear();
+                if k * HEAP_BELOW <= n {
+                    // A few best of many: a heap of the k best so far, which
+                    // most elements pass by one comparison with its worst.
+                    let mut heap = BinaryHeap::from(std::mem::take(&mut line));
+                    for key in keys {
+                        if heap.len() < k {
+                            heap.push(key);
+                        } else if let Some(mut worst) = heap.peek_mut().filter(|w| key < **w) {
+                            *worst = key;
+                        }
+                    }
+                    line = heap.into_vec();
+                } else {
+                    line.extend(keys);
+                    if k > 0 && k < n {
+                        line.select_nth_unstable(k - 1);
+                    }
+                    line.truncate(k);
+                }
+                line.sort_unstable();
+                for (r, &e) in line.iter().enumerate() {
+                    let j = (e & 0xffff_ffff) as usize;
+                    let at = (o * k + r) * inner + i;
+                    (values[at], indices[at]) = (block[j * inner + i], j as i64);
+                }
+            }
+        }
+        Ok(vec![
+            Tensor::from_f32(self.shape.clone(), values),
+            Tensor::from_i64(self.shape.clone(), indices),
+        ])
+    }
+}
+
+/// TopK keeps a heap of its best elements where it takes at most one in this
+/// many (a detector's 100 best of 8400 boxes); otherwise it selects.
+const HEAP_BELOW: usize = 8;
+
+/// `v`'s place in TopK's order as an unsigned integer, lowest first: the
+/// float's bits mapped to an order that compares as the numbers do, -0 as 0,
+/// every NaN above every number (the reference's `rank`), reversed for the
+/// largest.
+fn rank_key(v: f32, largest: bool) -> u64 {
+    let key = if v.is_nan() {
+        u32::MAX
+    } else {
+        // Negative numbers flip every bit, others the sign bit: without a
+        // branch, which random signs would mispredict half the time.
+        let bits = (v + 0.0).to_bits();
+        bits ^ (((bits as i32 >> 31) as u32) | 1 << 31)
+    };
+    (if largest { !key } else { key }) as u64
+}
+
 /// Rows or elements of a tensor that is not f32 picked by run-time indices
 /// (ids looked up in a table of ids or positions): the f32 gathers on its own
 /// elements.
@@ -715,6 +822,43 @@ mod tests {
             let k = ArgBest::new(&op, &x.shape, &out[0].shape).unwrap();
             let got = k.run(&x.to_f32()).unwrap();
             assert_eq!((got.shape, &*got.data), (want.shape, &*want.data), "{op:?}");
+        }
+    }
+
+    #[test]
+    fn top_k_agrees_with_the_reference_on_nan_and_ties() {
+        // Ties (3.0 twice, 2.0 three times), a NaN, a -0.0 beside 0.0, along
+        // each axis of a [3, 4, 5] tensor.
+        let v: Vec<f32> = (0..60)
+            .map(|i| match i % 13 {
+                0 => f32::NAN,
+                1 | 7 => 3.0,
+                2 | 5 | 11 => 2.0,
+                3 => -0.0,
+                4 => 0.0,
+                r => (r as f32 * 0.37).sin(),
+            })
+            .collect();
+        let x = Tensor::from_f32(vec![3, 4, 5], v);
+        let ty = ValueType::new(DType::F32, x.shape.clone());
+        for (axis, k, largest) in [
+            (0, 2, true),
+            (1, 4, false),
+            (2, 3, true),
+            (2, 0, false),
+            (1, 1, true),
+        ] {
+            let op = TopK { axis, k, largest };
+            let out = Op::TopK(op.clone()).def().infer(&[&ty]).unwrap();
+            let want = eval_op(&Op::TopK(op.clone()), &[&x], &out).unwrap();
+            let got = TopKBest::new(&op, &x.shape)
+                .unwrap()
+                .run(&x.to_f32())
+                .unwrap();
+            assert_eq!(got[1], want[1], "indices, {op:?}");
+            assert_eq!(got[0].shape, want[0].shape, "{op:?}");
+            let bits = |t: &Tensor| t.to_f32().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got[0]), bits(&want[0]), "values, {op:?}");
         }
     }
 
