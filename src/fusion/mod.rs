@@ -41,6 +41,10 @@ pub enum Pattern {
     },
     /// Elementwise nodes computed in one loop nest with the node before them.
     Elementwise,
+    /// A softmax and the rounding onto a quantization grid that alone reads
+    /// its output, directly or through reshapes: a quantized attention's
+    /// probabilities, which the peers compute from the integers.
+    QuantizedSoftmax,
 }
 
 /// The activation a convolution's epilogue applies last.
@@ -109,6 +113,11 @@ pub trait Target {
     fn native_kernel(&mut self, id: NodeId) -> bool;
     /// Whether the convolution kernels apply `act` in their epilogue.
     fn epilogue(&mut self, act: Activation) -> bool;
+    /// Whether softmax `softmax`, rounded by node `rounding` (through the
+    /// reshapes between them), runs as one quantized softmax.
+    fn quantized_softmax(&mut self, _softmax: NodeId, _rounding: NodeId) -> bool {
+        false
+    }
     /// The most operands an elementwise chain may read from outside itself
     /// (every input of its nodes but the value the node before produces), so
     /// that the target's chain kernel can run it.
@@ -184,6 +193,18 @@ pub fn plan(g: &Graph, target: &mut dyn Target) -> Result<Vec<FusedGroup>, Graph
             let group = conv_epilogue(g, id, &claimed, target);
             claimed.extend(group.nodes.iter().copied());
             groups.push(group);
+        }
+    }
+    for &id in &order {
+        let Some(nodes) = rounded_softmax(g, id, &claimed) else {
+            continue;
+        };
+        if target.quantized_softmax(id, *nodes.last().expect("not empty")) {
+            claimed.extend(nodes.iter().copied());
+            groups.push(FusedGroup {
+                nodes,
+                pattern: Pattern::QuantizedSoftmax,
+            });
         }
     }
     for &id in &order {
@@ -421,6 +442,31 @@ fn chains(g: &Graph, id: NodeId, port: usize) -> bool {
         Op::Unary(_) | Op::Binary(_) => true,
         Op::BatchNorm(_) => port == 0,
         _ => false,
+    }
+}
+
+/// Softmax `id`, the reshapes its output alone goes through, and the rounding
+/// onto a quantization grid that alone reads the last of them; `None` where
+/// there is no such chain, or a value on it is a graph output or claimed.
+fn rounded_softmax(g: &Graph, id: NodeId, claimed: &HashSet<NodeId>) -> Option<Vec<NodeId>> {
+    if claimed.contains(&id) || !matches!(inner(g, id).0, Op::Softmax(_)) {
+        return None;
+    }
+    let mut nodes = vec![id];
+    loop {
+        let v = ValueRef::new(*nodes.last().expect("not empty"), 0);
+        let [(next, 0)] = g.consumers(v)[..] else {
+            return None;
+        };
+        if g.is_graph_output(v) || claimed.contains(&next) {
+            return None;
+        }
+        nodes.push(next);
+        match inner(g, next).0 {
+            Op::Reshape(_) => {}
+            Op::Unary(UnaryOp::QuantizeDequantize { .. }) => return Some(nodes),
+            _ => return None,
+        }
     }
 }
 

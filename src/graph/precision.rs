@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 /// Source operators of quantized models (ONNX): their layers run in float.
-const QUANTIZED_OPS: [&str; 15] = [
+const QUANTIZED_OPS: [&str; 18] = [
     "QuantizeLinear",
     "DequantizeLinear",
     "QLinearConv",
@@ -22,6 +22,8 @@ const QUANTIZED_OPS: [&str; 15] = [
     "QLinearMul",
     "QLinearSigmoid",
     "QLinearLeakyRelu",
+    "QLinearSoftmax",
+    "QLinearWhere",
     "QLinearConcat",
     "QLinearAveragePool",
     "QLinearGlobalAveragePool",
@@ -29,6 +31,7 @@ const QUANTIZED_OPS: [&str; 15] = [
     "DynamicQuantizeLinear",
     "ConvInteger",
     "MatMulInteger",
+    "DynamicQuantizeLSTM",
 ];
 
 impl Graph {

@@ -183,6 +183,9 @@ impl CompiledModel {
                         bufs.write(step.outputs[0]),
                     )
                     .map_err(kernel)?,
+                Kernel::QuantizedSoftmax(k) => k
+                    .run(bufs.read(step.inputs[0]), bufs.write(step.outputs[0]))
+                    .map_err(kernel)?,
                 Kernel::ToF32 => {
                     let t = bufs.tensor(step.inputs[0], &step.input_types[0]);
                     t.data.write_f32s(bufs.write(step.outputs[0]))

@@ -15,7 +15,7 @@ use super::kernels::pool::PoolGeom;
 use super::kernels::resize::ResizeGeom;
 use super::kernels::scatter::Scatter;
 use super::kernels::simd::Isa;
-use super::kernels::{elementwise, normalize, tir_step, typed, where_select};
+use super::kernels::{elementwise, normalize, quantized, tir_step, typed, where_select};
 use super::measure::roofline::StepWork;
 use super::scratch::Scratch;
 use super::storage::Storage;
@@ -61,6 +61,8 @@ pub(super) enum Kernel {
     Select(where_select::Select),
     /// Softmax, layer normalization or mean over contiguous rows.
     Normalize(normalize::RowKernel),
+    /// A softmax over rows of values on a byte grid, rounded onto another.
+    QuantizedSoftmax(quantized::QuantizedSoftmax),
     /// A tensor of another type converted to f32.
     ToF32,
     /// A tensor converted to a type other than f32 (the cast of the reference).

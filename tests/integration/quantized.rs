@@ -9,12 +9,12 @@
 //! where a value lies at half a step and float rounding tips it the other
 //! way: quantized outputs agree within one step, most elements exactly.
 
-use crate::support::bundled::load_test_data;
+use crate::support::bundled::{load_test_data, load_test_data_set};
 use crate::support::compare::max_abs_err;
 use layoutopt::api::{load_model, Costs, PlanLayouts, PlannerKind, TargetFamily};
 use layoutopt::graph::{Graph, Op, Tensor, UnaryOp};
 use layoutopt::runtime::{CompiledModel, ConvAlgo, Isa, RuntimeOptions};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Imports, plans and runs `models/quant/<name>/<file>` with no reference
 /// fallback; returns the graph, the outputs, the recorded outputs and the
@@ -29,10 +29,26 @@ fn run_with(
     file: &str,
     options: &RuntimeOptions,
 ) -> (Graph, Vec<Tensor>, Vec<Tensor>, Vec<ConvAlgo>) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+    let (g, m) = compile(name, file, options);
+    let (inputs, expected) = load_test_data(&quant_dir(name));
+    let out = m.run(&inputs).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert_eq!(out.len(), expected.len(), "{name}");
+    assert_eq!(out[0].shape, expected[0].shape, "{name}");
+    let algos = m.conv_steps().iter().map(|c| c.decision.algo).collect();
+    (g, out, expected, algos)
+}
+
+/// The folder of bundled quantized model `name`.
+fn quant_dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("models/quant")
-        .join(name);
-    let g = load_model(&dir.join(file)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        .join(name)
+}
+
+/// `models/quant/<name>/<file>` imported, planned and compiled with
+/// `options`, with no step on the reference executor.
+fn compile(name: &str, file: &str, options: &RuntimeOptions) -> (Graph, CompiledModel) {
+    let g = load_model(&quant_dir(name).join(file)).unwrap_or_else(|e| panic!("{name}: {e}"));
     let planned = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
         .with_costs(Costs::BuiltIn)
         .plan(&g)
@@ -40,12 +56,7 @@ fn run_with(
     let m =
         CompiledModel::compile(&planned.graph, options).unwrap_or_else(|e| panic!("{name}: {e}"));
     assert_eq!(m.fallback_steps(), vec![], "{name}");
-    let (inputs, expected) = load_test_data(&dir);
-    let out = m.run(&inputs).unwrap_or_else(|e| panic!("{name}: {e}"));
-    assert_eq!(out.len(), expected.len(), "{name}");
-    assert_eq!(out[0].shape, expected[0].shape, "{name}");
-    let algos = m.conv_steps().iter().map(|c| c.decision.algo).collect();
-    (g, out, expected, algos)
+    (g, m)
 }
 
 /// Checks that `got` is within one `step` of `want` everywhere and, where
@@ -116,27 +127,97 @@ fn output_step(g: &Graph) -> f64 {
         .expect("the output is dequantized by a constant scale")
 }
 
-/// A quantized add rounds the sum of two grid values as onnxruntime's
-/// QLinearAdd does (from the integers, with its ratios of scales), on every
-/// instruction set: `qlinear_add_*` adds every pair of integers of the type,
-/// and every sum must be onnxruntime's, bit for bit (rounding the float sum
-/// instead, 1 of the u8 pairs and 149 of the s8 ones round the other way).
+/// A quantized add and a quantized multiply round the sum and the product
+/// of two grid values as onnxruntime's QLinearAdd and QLinearMul do (from the
+/// integers, with their ratios of scales), on every instruction set:
+/// `qlinear_pairs_*` adds and multiplies every pair of integers of the type,
+/// and every result must be onnxruntime's, bit for bit. Rounding the float
+/// sum instead, 1 of the u8 pairs and 149 of the s8 ones round the other way;
+/// the float product rounds the same on these grids, but not always (2 of
+/// 2.6 million products over 40 random s8 grids).
 #[test]
-fn quantized_adds_round_every_sum_as_onnxruntime_does() {
-    for name in ["qlinear_add_u8", "qlinear_add_s8"] {
+fn quantized_adds_and_products_round_as_onnxruntime_does() {
+    for name in ["qlinear_pairs_u8", "qlinear_pairs_s8"] {
         for isa in Isa::ALL.into_iter().filter(|isa| isa.available()) {
             let options = RuntimeOptions {
                 isa: Some(isa),
                 ..Default::default()
             };
             let (_, out, expected, _) = run_with(name, "model.onnx", &options);
-            let (got, want) = (out[0].data.to_f64(), expected[0].data.to_f64());
+            assert_eq!(out.len(), 2, "{name}: the sum and the product");
+            for (what, got, want) in [
+                ("sums", &out[0], &expected[0]),
+                ("products", &out[1], &expected[1]),
+            ] {
+                let (got, want) = (got.data.to_f64(), want.data.to_f64());
+                let differ = got.iter().zip(&want).filter(|(g, w)| g != w).count();
+                assert_eq!(
+                    differ,
+                    0,
+                    "{name} on {isa}: {differ} of {} {what} differ",
+                    want.len()
+                );
+            }
+        }
+    }
+}
+
+/// A quantized softmax is onnxruntime's, bit for bit: its com.microsoft
+/// QLinearSoftmax of opset 13 (rows of 197) and of opset 12 (axis 1 of
+/// [60, 2, 197]: rows of 394), and the QDQ form it fuses into that kernel,
+/// over random values on u8 and s8 grids. Each runs as one step. A float
+/// softmax rounded onto the grid instead puts 30-135 of the 23,640 elements
+/// of each output a step away. The fourth output, a com.microsoft
+/// QLinearWhere, is also onnxruntime's.
+#[test]
+fn quantized_softmaxes_match_onnxruntime_exactly() {
+    for name in ["qlinear_softmax_u8", "qlinear_softmax_s8"] {
+        let (_, m) = compile(name, "model.onnx", &RuntimeOptions::default());
+        // The opset-12 form reshapes its rows back before the rounding.
+        let fused = (m.describe().iter())
+            .filter(|s| {
+                s.contains("[Softmax+QuantizeDequantize]")
+                    || s.contains("[Softmax+Reshape+QuantizeDequantize]")
+            })
+            .count();
+        assert_eq!(fused, 3, "{name}: {:#?}", m.describe());
+        let (inputs, expected) = load_test_data(&quant_dir(name));
+        let out = m.run(&inputs).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(out.len(), 4, "{name}");
+        for (k, (got, want)) in out.iter().zip(&expected).enumerate() {
+            assert_eq!(got.shape, want.shape, "{name} output {k}");
+            let (got, want) = (got.data.to_f64(), want.data.to_f64());
             let differ = got.iter().zip(&want).filter(|(g, w)| g != w).count();
-            assert_eq!(
-                differ,
-                0,
-                "{name} on {isa}: {differ} of {} sums differ",
-                want.len()
+            assert_eq!(differ, 0, "{name} output {k}: {differ} elements differ");
+        }
+    }
+}
+
+/// A dynamically quantized LSTM (onnxruntime's com.microsoft
+/// DynamicQuantizeLSTM, weights int8 per direction or per gate row) runs as
+/// a float LSTM on its dequantized weights: within 1e-5 of onnxruntime's float
+/// LSTM on those weights (`test_data_set_1`), and within 0.02 of onnxruntime's
+/// own kernel (`test_data_set_0`), which also rounds X and the hidden state to
+/// 8 bits at every step (0.011 apart at most, on outputs up to 1.1).
+#[test]
+fn dynamically_quantized_lstms_run_on_their_dequantized_weights() {
+    for name in ["lstm_dynamic", "lstm_dynamic_per_channel"] {
+        let (_, m) = compile(name, "model.onnx", &RuntimeOptions::default());
+        let dir = quant_dir(name);
+        let (inputs, quantized) = load_test_data(&dir);
+        let (_, float) = load_test_data_set(&dir, 1).expect("the float LSTM's outputs");
+        let out = m.run(&inputs).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(out.len(), 3, "{name}: Y, Y_h and Y_c");
+        for (k, got) in out.iter().enumerate() {
+            let (to_float, _) = max_abs_err(&float[k], got);
+            let (to_quantized, _) = max_abs_err(&quantized[k], got);
+            assert!(
+                to_float <= 1e-5,
+                "{name} output {k}: {to_float} from the float LSTM"
+            );
+            assert!(
+                to_quantized <= 0.02,
+                "{name} output {k}: {to_quantized} from onnxruntime"
             );
         }
     }

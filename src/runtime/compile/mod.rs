@@ -20,7 +20,7 @@ use super::kernels::grid_sample::GridSampler;
 use super::kernels::matmul::{BatchedMatMul, Dense};
 use super::kernels::normalize::{RowKernel, RowOp};
 use super::kernels::pool::PoolGeom;
-use super::kernels::quantized::{Grid, QuantizedAdd};
+use super::kernels::quantized::{Grid, QuantizedAdd, QuantizedMul, QuantizedSoftmax};
 use super::kernels::resize::ResizeGeom;
 use super::kernels::scatter::{Placing, Scatter};
 use super::kernels::simd::{Isa, Lanes};
@@ -537,6 +537,25 @@ impl<'g> Compiler<'g> {
         }
     }
 
+    /// Softmax `softmax` rounded onto the grid of QuantizeDequantize
+    /// `rounding` (the nodes between them reshapes), as one quantized softmax:
+    /// when the softmax runs over contiguous rows of values on a byte grid
+    /// and the rounding writes them in the same order.
+    fn quantized_softmax(&self, softmax: NodeId, rounding: NodeId) -> Option<Kernel> {
+        let Some(Kernel::Normalize(rows)) = self.native(softmax) else {
+            return None;
+        };
+        let row_major = |(l, _): (Layout, PadValue)| l.is_identity();
+        if !output_layout(self.g, rounding).is_some_and(row_major) {
+            return None;
+        }
+        let (Op::Unary(qdq), _) = inner(self.g, rounding) else {
+            return None;
+        };
+        let (input, output) = (self.input_grid(softmax)?, Grid::of(*qdq)?);
+        QuantizedSoftmax::new(input, output, rows.len()).map(Kernel::QuantizedSoftmax)
+    }
+
     /// A row kernel for `op` over the axes from `axis` on, when they are the
     /// innermost of row-major storage in and out (each row contiguous) and
     /// LayerNorm's scale and bias hold one row-major value per row element.
@@ -939,18 +958,18 @@ impl<'g> Compiler<'g> {
                     }
                 }
             }
-            let add_before = match (op, funcs.last()) {
-                (Op::Unary(u), Some(&Func::Binary(BinaryOp::Add, p, q))) => {
-                    self.quantized_add(chain[k - 1], *u).map(|add| (add, p, q))
+            let rounded = match (op, funcs.last()) {
+                (Op::Unary(u), Some(&Func::Binary(b, p, q))) => {
+                    self.quantized_binary(chain[k - 1], b, *u, p, q)
                 }
                 _ => None,
             };
-            match (op, &args[..], add_before) {
-                // Rounding a sum of grid values onto a grid is one op, computed
-                // from the integers as the peers' quantized add does.
-                (Op::Unary(_), &[Arg::Prev], Some((add, p, q))) => {
+            match (op, &args[..], rounded) {
+                // Rounding a sum or product of grid values onto a grid is one
+                // op, computed from the integers as the peers' quantized ops do.
+                (Op::Unary(_), &[Arg::Prev], Some(func)) => {
                     funcs.pop();
-                    funcs.push(Func::QuantizedAdd(add, p, q));
+                    funcs.push(func);
                 }
                 (Op::Unary(u), &[a], _) => funcs.push(Func::Unary(*u, a)),
                 (Op::Binary(b), &[p, q], _) => funcs.push(Func::Binary(*b, p, q)),
@@ -974,18 +993,31 @@ impl<'g> Compiler<'g> {
         Some((Kernel::Elementwise(kernel), operands))
     }
 
-    /// Add node `add` followed by `qdq`, as one quantized add: when `qdq`
-    /// rounds onto a grid and both operands lie on grids.
-    fn quantized_add(&self, add: NodeId, qdq: UnaryOp) -> Option<QuantizedAdd> {
+    /// Node `node`, an add or a multiply `op` of operands `p` and `q`,
+    /// followed by `qdq`, as one quantized op: when `qdq` rounds onto a grid
+    /// and both operands lie on grids.
+    fn quantized_binary(
+        &self,
+        node: NodeId,
+        op: BinaryOp,
+        qdq: UnaryOp,
+        p: Arg,
+        q: Arg,
+    ) -> Option<Func> {
         // The cheap checks first: the operands' grids walk the graph.
         let c = Grid::of(qdq)?;
-        if *inner(self.g, add).0 != Op::Binary(BinaryOp::Add) {
+        if !matches!(op, BinaryOp::Add | BinaryOp::Mul) || *inner(self.g, node).0 != Op::Binary(op)
+        {
             return None;
         }
         let grid = |v: ValueRef| Grid::of(grid_of(self.g, v)?);
-        let ins = self.g.node_inputs(add);
+        let ins = self.g.node_inputs(node);
         let [a, b] = ins[..] else { return None };
-        QuantizedAdd::new(grid(a)?, grid(b)?, c)
+        let (a, b) = (grid(a)?, grid(b)?);
+        match op {
+            BinaryOp::Add => QuantizedAdd::new(a, b, c).map(|add| Func::QuantizedAdd(add, p, q)),
+            _ => QuantizedMul::new(a, b, c).map(|mul| Func::QuantizedMul(mul, p, q)),
+        }
     }
 
     /// A batch norm with constant parameters as `x * scale + shift` per
@@ -1270,6 +1302,19 @@ impl<'g> Compiler<'g> {
                     }
                     None => self.tir_group(group, &mut natives)?,
                 },
+                // The fusion pass built the kernel when it formed the group.
+                Pattern::QuantizedSoftmax => match natives.remove(&id) {
+                    Some(Built::Kernel(kernel)) => {
+                        let x = self.g.node_inputs(group.nodes[0])[0];
+                        let step = self.group_pending(group, String::new(), *kernel, vec![x], &[]);
+                        self.steps.push(step);
+                    }
+                    _ => {
+                        for &n in &group.nodes {
+                            self.single_step(n, &mut natives)?;
+                        }
+                    }
+                },
             }
         }
         self.add_measured_transforms();
@@ -1485,6 +1530,15 @@ impl Target for NativeKernels<'_, '_> {
 
     fn chain_operands(&self) -> usize {
         super::kernels::elementwise::MAX_OPERANDS
+    }
+
+    fn quantized_softmax(&mut self, softmax: NodeId, rounding: NodeId) -> bool {
+        let kernel = (!self.c.generic)
+            .then(|| self.c.quantized_softmax(softmax, rounding))
+            .flatten();
+        kernel
+            .map(|k| self.built.insert(rounding, Built::Kernel(Box::new(k))))
+            .is_some()
     }
 
     fn native_kernel(&mut self, id: NodeId) -> bool {

@@ -13,7 +13,7 @@
 //! element.
 
 use super::activation::Lanewise;
-use super::quantized::QuantizedAdd;
+use super::quantized::{QuantizedAdd, QuantizedMul};
 use super::simd::{
     load_part, run_vectorized, store_part, Isa, Lanes, Vector, VectorKernel, ELEMENTS_PER_TASK,
     MAX_LANES,
@@ -52,13 +52,15 @@ pub enum Func {
     Binary(BinaryOp, Arg, Arg),
     /// An add of values on two quantization grids rounded onto a third.
     QuantizedAdd(QuantizedAdd, Arg, Arg),
+    /// A product of values on two quantization grids rounded onto a third.
+    QuantizedMul(QuantizedMul, Arg, Arg),
 }
 
 impl Func {
     /// Whether the op maps f32 to f32 (comparisons make booleans).
     pub fn supported(&self) -> bool {
         match self {
-            Func::Unary(..) | Func::QuantizedAdd(..) => true,
+            Func::Unary(..) | Func::QuantizedAdd(..) | Func::QuantizedMul(..) => true,
             Func::Binary(b, ..) => !b.is_comparison(),
         }
     }
@@ -182,9 +184,9 @@ impl Elementwise {
                 f.supported()
                     && match f {
                         Func::Unary(_, a) => arg_ok(a, k),
-                        Func::Binary(_, a, b) | Func::QuantizedAdd(_, a, b) => {
-                            arg_ok(a, k) && arg_ok(b, k)
-                        }
+                        Func::Binary(_, a, b)
+                        | Func::QuantizedAdd(_, a, b)
+                        | Func::QuantizedMul(_, a, b) => arg_ok(a, k) && arg_ok(b, k),
                     }
             });
         ok.then_some(())?;
@@ -197,7 +199,9 @@ impl Elementwise {
         for f in &mut funcs {
             match f {
                 Func::Unary(_, a) => unpack(a),
-                Func::Binary(_, a, b) | Func::QuantizedAdd(_, a, b) => {
+                Func::Binary(_, a, b)
+                | Func::QuantizedAdd(_, a, b)
+                | Func::QuantizedMul(_, a, b) => {
                     unpack(a);
                     unpack(b);
                 }
@@ -228,13 +232,16 @@ impl Elementwise {
         let [Func::QuantizedAdd(add, Arg::Operand(a), Arg::Operand(b))] = self.funcs[..] else {
             return None;
         };
-        let out_len: usize = self.extents.iter().product();
-        let contiguous = crate::core::strides(&self.extents);
-        let like_output = |i: usize| {
-            self.strides[i] == contiguous && self.lens[i] == out_len && self.reads[i] == Read::Walk
-        };
-        (self.packed.is_empty() && a != b && like_output(a) && like_output(b))
+        (self.packed.is_empty() && a != b && self.reads_like_output(a) && self.reads_like_output(b))
             .then_some((add, a, b))
+    }
+
+    /// Whether operand `i` holds element `k` of the output's order at `k`.
+    fn reads_like_output(&self, i: usize) -> bool {
+        let out_len: usize = self.extents.iter().product();
+        self.strides[i] == crate::core::strides(&self.extents)
+            && self.lens[i] == out_len
+            && self.reads[i] == Read::Walk
     }
 
     /// Runs the chain over `operands` (in the order of the strides) into `y`.
@@ -558,6 +565,14 @@ impl VectorKernel for Blocks<'_> {
                         source(q),
                         #[inline(always)]
                         |x, y| add.apply(x, y),
+                    ),
+                    Func::QuantizedMul(mul, p, q) => map::<V>(
+                        len,
+                        dest,
+                        source(p),
+                        source(q),
+                        #[inline(always)]
+                        |x, y| mul.apply(x, y),
                     ),
                 }
             }

@@ -48,6 +48,11 @@ impl RowKernel {
         })
     }
 
+    /// The elements of a row.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
     /// Runs over all rows of `x` into `y`. `scale` and `bias` are LayerNorm's
     /// (a missing bias adds nothing); the other ops take neither.
     pub fn run(

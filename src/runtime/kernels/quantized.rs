@@ -3,7 +3,9 @@
 //! of its operands exactly as onnxruntime computes it, so that a quantized
 //! model's values match it step for step rather than within a step.
 
-use super::simd::Vector;
+use super::simd::{Vector, ELEMENTS_PER_TASK};
+use super::KernelError;
+use crate::core::par;
 use crate::core::scalar::UnaryOp;
 
 /// A quantization grid: every value is `(q - zero_point) * scale` for an
@@ -201,4 +203,158 @@ impl QuantizedAdd {
             V::splat(self.c.max),
         )
     }
+}
+
+/// The product of values on grids `a` and `b` rounded onto grid `c`, as
+/// onnxruntime's QLinearMul computes it on x86 (and so its QDQ form, which it
+/// fuses into that kernel): the integer product `p = (qa - za) * (qb - zb)`,
+/// then `round(p * ratio + zc)` with `ratio = sa * sb / sc` in f32, the
+/// multiply and the add rounded apart, halves to even, clamped to `c`'s
+/// integers. Computed from the dequantized values instead, a masked
+/// attention's products (probabilities times a 0/1 mask) land a step away in
+/// about one element in 250.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct QuantizedMul {
+    a_inverse: f32,
+    b_inverse: f32,
+    ratio: f32,
+    c: Grid,
+}
+
+impl QuantizedMul {
+    /// `None` unless every grid has a positive finite step and integral
+    /// bounds.
+    pub fn new(a: Grid, b: Grid, c: Grid) -> Option<QuantizedMul> {
+        if ![a, b, c].iter().all(Grid::is_integral) {
+            return None;
+        }
+        let ratio = a.scale * b.scale / c.scale;
+        let (a_inverse, b_inverse) = (1.0 / a.scale, 1.0 / b.scale);
+        [ratio, a_inverse, b_inverse]
+            .iter()
+            .all(|r| r.is_finite())
+            .then_some(QuantizedMul {
+                a_inverse,
+                b_inverse,
+                ratio,
+                c,
+            })
+    }
+
+    /// `x * y` for `x` on grid `a` and `y` on grid `b`, on grid `c`.
+    ///
+    /// # Safety
+    /// `V`'s instruction set must be available.
+    #[inline(always)]
+    pub(in crate::runtime) unsafe fn apply<V: Vector>(&self, x: V, y: V) -> V {
+        // Each value is (q - zero point) * scale, rounded once: the quotient
+        // is within rounding of its integer.
+        let pa = V::round(V::mul(x, V::splat(self.a_inverse)));
+        let pb = V::round(V::mul(y, V::splat(self.b_inverse)));
+        let scaled = V::mul(V::mul(pa, pb), V::splat(self.ratio));
+        let q = V::round(V::add(scaled, V::splat(self.c.zero_point)));
+        let q = V::min(V::max(q, V::splat(self.c.min)), V::splat(self.c.max));
+        V::mul(
+            V::sub(q, V::splat(self.c.zero_point)),
+            V::splat(self.c.scale),
+        )
+    }
+}
+
+/// Softmax over rows of values on byte grid `input`, rounded onto byte grid
+/// `output`, as onnxruntime's QLinearSoftmax computes it (and so its QDQ
+/// form, which it fuses into that kernel). Each element's exponential comes
+/// from a table of the 256 integer distances to its row's largest element,
+/// scaled up so that a row's f32 sum keeps its small terms without
+/// overflowing; the sum is taken in row order in f32; each element rounds
+/// `e * floor(1 / output step) / sum`, halves to even, plus the zero point.
+/// The whole number of output steps in 1, `floor(1 / step)`, is the peer's
+/// choice. Computed as a float softmax rounded onto the grid instead, about
+/// one element in 200 lands a step away from it (measured on attention
+/// rows of 197).
+#[derive(Clone, Debug)]
+pub struct QuantizedSoftmax {
+    input_inverse: f32,
+    output: Grid,
+    /// `floor(1 / output step)`.
+    steps: f32,
+    len: usize,
+    /// `exponential[d]`: the scaled exponential of an element `d` input
+    /// steps below its row's largest.
+    exponential: Box<[f32; 256]>,
+}
+
+impl QuantizedSoftmax {
+    /// The kernel for rows of `len` elements; `None` unless both grids fit a
+    /// byte and the row is not empty.
+    pub fn new(input: Grid, output: Grid, len: usize) -> Option<QuantizedSoftmax> {
+        if !input.fits_a_byte() || !output.fits_a_byte() || len == 0 {
+            return None;
+        }
+        // The peer's scaling: the largest term e^shift with
+        // shift = ln(f32::MAX / len) - 5, so that `len` terms sum below
+        // f32::MAX with room to spare (the f32 quotient, then ln in f64).
+        let room = f64::from(f32::MAX / len as f32).ln();
+        let shift = (room - 5.0).max(0.0) / f64::from(input.scale);
+        let step = f64::from(input.scale);
+        let exponential = Box::new(std::array::from_fn(|d| {
+            ((shift - d as f64) * step).exp() as f32
+        }));
+        Some(QuantizedSoftmax {
+            input_inverse: 1.0 / input.scale,
+            output,
+            steps: (1.0 / output.scale).floor(),
+            len,
+            exponential,
+        })
+    }
+
+    /// Runs over all rows of `x` into `y`, both `len`-element rows.
+    pub fn run(&self, x: &[f32], y: &mut [f32]) -> Result<(), KernelError> {
+        let len = self.len;
+        if !x.len().is_multiple_of(len) || y.len() != x.len() {
+            return Err(KernelError::Buffers {
+                kernel: "quantized softmax",
+                given: vec![x.len(), y.len()],
+                expected: vec![x.len() / len * len, x.len() / len * len],
+            });
+        }
+        let rows_per_task = (ELEMENTS_PER_TASK / len).max(1);
+        par::for_each_chunk_mut(y, rows_per_task * len, |i, y| {
+            let x = &x[i * rows_per_task * len..][..y.len()];
+            for (x, y) in x.chunks_exact(len).zip(y.chunks_exact_mut(len)) {
+                self.row(x, y);
+            }
+        });
+        Ok(())
+    }
+
+    /// One row: the exponentials go to `y`, then become the outputs. The
+    /// inputs lie on the input grid, so each is a whole number of steps below
+    /// the row's largest; the distance is clamped into the table all the same
+    /// (a NaN to 0).
+    fn row(&self, x: &[f32], y: &mut [f32]) {
+        let top = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+        let mut sum = 0.0f32;
+        for (&v, e) in x.iter().zip(y.iter_mut()) {
+            let steps = round_small((top - v) * self.input_inverse);
+            *e = self.exponential[steps.max(0.0).min(255.0) as usize];
+            sum += *e;
+        }
+        let out = self.output;
+        for y in y.iter_mut() {
+            let q = round_small((*y * self.steps) / sum) + out.zero_point;
+            *y = (q.max(out.min).min(out.max) - out.zero_point) * out.scale;
+        }
+    }
+}
+
+/// `x` rounded to the nearest integer, halves to even, for `|x| <= 2^22`
+/// (larger values stay large, and the callers clamp them): adding 1.5 * 2^23
+/// leaves no fraction bits, so the sum rounds `x` as the FPU rounds (to
+/// nearest, ties to even) without a call into libm.
+#[inline(always)]
+fn round_small(x: f32) -> f32 {
+    const SHIFT: f32 = 12_582_912.0;
+    (x + SHIFT) - SHIFT
 }

@@ -23,7 +23,46 @@ pub(in crate::frontend::onnx) struct NodeCtx<'a> {
     pub scope: &'a HashMap<String, ValueRef>,
 }
 
+/// Where an op of an import goes: an intermediate value, or the node's output.
+#[derive(Clone, Copy)]
+pub(super) enum Out {
+    Inner(&'static str),
+    Node,
+}
+
+impl Out {
+    /// What the values computed on the way to it are named after.
+    pub(super) fn label(self) -> &'static str {
+        match self {
+            Out::Inner(what) => what,
+            Out::Node => "output",
+        }
+    }
+}
+
 impl NodeCtx<'_> {
+    /// Adds `op` as an intermediate value or as the node's output.
+    pub(super) fn add(&mut self, op: Op, inputs: &[ValueRef], out: Out) -> Res<ValueRef> {
+        match out {
+            Out::Inner(what) => self.emit_inner(op, inputs, what),
+            Out::Node => Ok(self.emit(op, inputs)?[0].expect("an op has an output")),
+        }
+    }
+
+    /// The same node reading `inputs` instead: for an import that rewrites
+    /// some inputs (dequantized weights) before the op's own import.
+    pub(super) fn with_inputs<'b>(&'b mut self, inputs: &'b [Option<ValueRef>]) -> NodeCtx<'b> {
+        NodeCtx {
+            node: self.node,
+            span: self.span,
+            opset: self.opset,
+            inputs,
+            g: self.g,
+            env: self.env,
+            scope: self.scope,
+        }
+    }
+
     pub(super) fn err(&self, message: impl Into<String>) -> ImportError {
         ImportError::layer(self.span, message)
     }

@@ -253,6 +253,7 @@ mod tests {
 
     /// The com.microsoft operators onnxruntime's quantizer emits.
     const SUPPORTED_MICROSOFT: &[&str] = &[
+        "DynamicQuantizeLSTM",
         "QGemm",
         "QLinearAdd",
         "QLinearAveragePool",
@@ -261,6 +262,8 @@ mod tests {
         "QLinearLeakyRelu",
         "QLinearMul",
         "QLinearSigmoid",
+        "QLinearSoftmax",
+        "QLinearWhere",
     ];
 
     #[test]
@@ -269,7 +272,7 @@ mod tests {
         want.extend(SUPPORTED_MICROSOFT.iter().map(|&op| ("com.microsoft", op)));
         want.sort_unstable();
         let have = registry().op_types();
-        assert_eq!(have.len(), 180);
+        assert_eq!(have.len(), 183);
         assert_eq!(have, want);
     }
 

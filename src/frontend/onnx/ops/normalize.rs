@@ -2,7 +2,7 @@
 //! LogSoftmax.
 
 use super::composite::{batch_norm_training, layer_norm_with_statistics};
-use super::context::{NodeCtx, Res};
+use super::context::{NodeCtx, Out, Res};
 use super::reduce::Term;
 use super::registry::{Registry, AI_ONNX};
 use crate::graph::{numel, BinaryOp, Op, UnaryOp, ValueRef};
@@ -104,6 +104,18 @@ fn lrn(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
 /// Softmax, or LogSoftmax when `log`.
 fn softmax(c: &mut NodeCtx, log: bool) -> Res<Vec<Option<ValueRef>>> {
     let x = c.input(0)?;
+    Ok(vec![Some(softmax_of(c, x, c.opset, log, Out::Node)?)])
+}
+
+/// Softmax (LogSoftmax when `log`) of `x` along the node's `axis`, as the
+/// operator of `opset` defines it, added as `out`.
+pub(super) fn softmax_of(
+    c: &mut NodeCtx,
+    x: ValueRef,
+    opset: i64,
+    log: bool,
+    out: Out,
+) -> Res<ValueRef> {
     let s = c.ty(x).shape;
     let make = |axis| {
         if log {
@@ -112,17 +124,17 @@ fn softmax(c: &mut NodeCtx, log: bool) -> Res<Vec<Option<ValueRef>>> {
             Op::Softmax(Softmax { axis })
         }
     };
-    if c.opset >= 13 {
+    if opset >= 13 {
         let axis = c.axis(c.int("axis", -1)?, s.len())?;
-        return c.emit(make(axis), &[x]);
+        return c.add(make(axis), &[x], out);
     }
     // Before opset 13 the input is coerced to 2-D at `axis` and normalised per row.
     let axis = c.axis(c.int("axis", 1)?, s.len())?;
     if axis + 1 == s.len() {
-        return c.emit(make(axis), &[x]);
+        return c.add(make(axis), &[x], out);
     }
     let flat = vec![numel(&s[..axis]), numel(&s[axis..])];
     let x2 = c.emit_inner(Op::Reshape(Reshape { shape: flat }), &[x], "flatten")?;
-    let y2 = c.emit_inner(make(1), &[x2], "softmax")?;
-    c.emit(Op::Reshape(Reshape { shape: s }), &[y2])
+    let y2 = c.emit_inner(make(1), &[x2], "rows")?;
+    c.add(Op::Reshape(Reshape { shape: s }), &[y2], out)
 }

@@ -7,8 +7,9 @@
 //!   quantization): the range, the integer products on floats that hold them.
 //! - The QOperator forms (QLinearConv, QLinearMatMul, and the com.microsoft
 //!   QLinearAdd, QLinearMul, QLinearConcat, QLinear pools and activations,
-//!   QGemm): their quantized inputs dequantized, the float op, its result
-//!   quantized.
+//!   QLinearSoftmax, QLinearWhere, QGemm): their quantized inputs dequantized, the float op,
+//!   its result quantized. The runtime computes some of these patterns from
+//!   the integers, as onnxruntime's kernels do (adds, multiplies, softmaxes).
 //!
 //! Quantized tensors keep their integer type. Where a dequantization reads a
 //! quantization's output, the round trip through the integer type is the
@@ -19,8 +20,9 @@
 //! grid: onnxruntime's result up to float rounding where a value lies at half
 //! a step.
 
-use super::context::{NodeCtx, Res};
+use super::context::{NodeCtx, Out, Res};
 use super::conv::conv_parts_of;
+use super::normalize::softmax_of;
 use super::registry::{Registry, AI_ONNX};
 use super::window::{kernel_attr, window};
 use crate::frontend::onnx::dtype_from_onnx;
@@ -61,6 +63,8 @@ pub(super) fn register(reg: &mut Registry) {
     reg.add(MICROSOFT, "QLinearAveragePool", qlinear_average_pool);
     reg.add(MICROSOFT, "QLinearConcat", qlinear_concat);
     reg.add(MICROSOFT, "QGemm", qgemm);
+    reg.add(MICROSOFT, "QLinearSoftmax", qlinear_softmax);
+    reg.add(MICROSOFT, "QLinearWhere", qlinear_where);
 }
 
 /// The integer types a quantized tensor may have here (float8 types too).
@@ -93,23 +97,6 @@ impl Grid {
 
 /// The parameters of input 0, which follow it.
 const INPUT_0: Grid = Grid::at(1);
-
-/// Where an op of a conversion goes: an intermediate value, or the node's output.
-#[derive(Clone, Copy)]
-enum Out {
-    Inner(&'static str),
-    Node,
-}
-
-impl Out {
-    /// What the values computed on the way to it are named after.
-    fn label(self) -> &'static str {
-        match self {
-            Out::Inner(what) => what,
-            Out::Node => "output",
-        }
-    }
-}
 
 /// `y = saturate(round(x / scale) + zero_point)`; the zero point's type (else
 /// `output_dtype`, else uint8) is the output's.
@@ -204,6 +191,26 @@ fn qlinear_unary(c: &mut NodeCtx, op: UnaryOp) -> Res<Vec<Option<ValueRef>>> {
     let x = c.dequantize(c.input(0)?, INPUT_0, 1, Out::Inner("x"))?;
     let y = c.add(Op::Unary(op), &[x], Out::Inner("float"))?;
     c.quantize_output(y, 3, 1)
+}
+
+/// QLinearSoftmax: x (0-2), y (3-4); `axis`, and the `opset` of the Softmax it
+/// stands for (which decides what `axis` means), which onnxruntime requires.
+fn qlinear_softmax(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let Some(opset) = c.typed_attr("opset", 2, "an int")?.map(|a| a.i) else {
+        return Err(c.err("QLinearSoftmax needs its `opset` attribute"));
+    };
+    let x = c.dequantize(c.input(0)?, INPUT_0, 1, Out::Inner("x"))?;
+    let y = softmax_of(c, x, opset, false, Out::Inner("softmax"))?;
+    c.quantize_output(y, 3, 1)
+}
+
+/// QLinearWhere: condition (0), x (1-3), y (4-6), z (7-8).
+fn qlinear_where(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let condition = c.input(0)?;
+    let x = c.dequantize(c.input(1)?, Grid::at(2), 1, Out::Inner("x"))?;
+    let y = c.dequantize(c.input(4)?, Grid::at(5), 1, Out::Inner("y"))?;
+    let z = c.add(Op::Where, &[condition, x, y], Out::Inner("where"))?;
+    c.quantize_output(z, 7, 1)
 }
 
 /// QLinearGlobalAveragePool: x (0-2), y (3-4); channels first or last.
@@ -402,14 +409,6 @@ fn quantized_range(c: &NodeCtx, q: DType) -> Res<Option<(f64, f64)>> {
 }
 
 impl NodeCtx<'_> {
-    /// Adds `op` as an intermediate value or as the node's output.
-    fn add(&mut self, op: Op, inputs: &[ValueRef], out: Out) -> Res<ValueRef> {
-        match out {
-            Out::Inner(what) => self.emit_inner(op, inputs, what),
-            Out::Node => Ok(self.emit(op, inputs)?[0].expect("an op has an output")),
-        }
-    }
-
     /// Float `x` quantized with the scale and zero point at `grid` into `q`.
     fn quantize(
         &mut self,

@@ -15,6 +15,11 @@ pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "LSTM", lstm);
     reg.add(AI_ONNX, "GRU", gru);
     reg.add(AI_ONNX, "RNN", rnn);
+    reg.add(
+        "com.microsoft",
+        "DynamicQuantizeLSTM",
+        dynamic_quantize_lstm,
+    );
 }
 
 /// The inputs every recurrent layer shares, by position.
@@ -643,6 +648,82 @@ fn lstm(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         runs.push(r.run(c, projection, d, states, cell)?);
     }
     r.outputs(c, runs)
+}
+
+/// com.microsoft DynamicQuantizeLSTM, which onnxruntime's `quantize_dynamic`
+/// makes of an LSTM: W and R are 8-bit integers stored transposed
+/// (`[directions, rows, 4 * hidden_size]`) with scales and zero points per
+/// direction or per column (inputs 8-11). They are dequantized and transposed
+/// into the LSTM's own layout at import (the constants fold), and the layer
+/// runs as a float LSTM with those weights. Onnxruntime also quantizes X and
+/// the hidden state at every step, so its outputs differ from this float
+/// result by that rounding.
+fn dynamic_quantize_lstm(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    const W_SCALE: usize = 8;
+    const R_SCALE: usize = 10;
+    let w = dequantized_weights(c, W, W_SCALE, "W")?;
+    let r = dequantized_weights(c, R, R_SCALE, "R")?;
+    let mut inputs: Vec<Option<ValueRef>> = c.inputs.iter().take(W_SCALE).copied().collect();
+    inputs[W] = Some(w);
+    inputs[R] = Some(r);
+    lstm(&mut c.with_inputs(&inputs))
+}
+
+/// Quantized weights `[directions, rows, columns]` at input `at`, with the
+/// scale and zero point at `scale_at` and after it (`[directions]` or
+/// `[directions, columns]`), as float `[directions, columns, rows]`.
+fn dequantized_weights(c: &mut NodeCtx, at: usize, scale_at: usize, what: &str) -> Res<ValueRef> {
+    let q = c.input(at)?;
+    let shape = c.ty(q).shape;
+    let [dirs, _, cols] = shape[..] else {
+        return Err(c.err(format!(
+            "{what} has shape {shape:?}, expected [directions, rows, 4 * hidden_size]"
+        )));
+    };
+    if c.ty(q).dtype.is_float() {
+        return Err(c.err(format!(
+            "{what} is {}, expected 8-bit integers",
+            c.ty(q).dtype
+        )));
+    }
+    let as_float = |c: &mut NodeCtx, v: ValueRef, name: &str| {
+        let cast = Op::Cast(Cast {
+            to: DType::F32,
+            saturate: true,
+        });
+        c.emit_inner(cast, &[v], &format!("{what}/{name}"))
+    };
+    // A scale or zero point per direction, or per direction and column.
+    let broadcast = |c: &mut NodeCtx, v: ValueRef, name: &str| {
+        let have = c.ty(v).shape;
+        let to = match have[..] {
+            [d] if d == dirs => vec![dirs, 1, 1],
+            [d, k] if d == dirs && k == cols => vec![dirs, 1, cols],
+            _ => {
+                return Err(c.err(format!(
+                    "{what}'s {name} has shape {have:?}, expected [{dirs}] or [{dirs}, {cols}]"
+                )))
+            }
+        };
+        c.reshape_to(v, to, &format!("{what}/{name}"))
+    };
+    let scale = c.input(scale_at)?;
+    let scale = broadcast(c, scale, "scale")?;
+    let zero_point = c.input(scale_at + 1)?;
+    let zero_point = broadcast(c, zero_point, "zero_point")?;
+    let zero_point = as_float(c, zero_point, "zero_point_as_float")?;
+    let x = as_float(c, q, "as_float")?;
+    let centered = c.binary(BinaryOp::Sub, x, zero_point, &format!("{what}/centered"))?;
+    let w = c.binary(
+        BinaryOp::Mul,
+        centered,
+        scale,
+        &format!("{what}/dequantized"),
+    )?;
+    let transpose = Op::Transpose(Transpose {
+        perm: vec![0, 2, 1],
+    });
+    c.emit_inner(transpose, &[w], &format!("{what}/transposed"))
 }
 
 /// GRU: gates z, r, h with activations f, g (default Sigmoid, Tanh). With
