@@ -338,7 +338,7 @@ impl QuantizedSoftmax {
         let mut sum = 0.0f32;
         for (&v, e) in x.iter().zip(y.iter_mut()) {
             let steps = round_small((top - v) * self.input_inverse);
-            *e = self.exponential[steps.max(0.0).min(255.0) as usize];
+            *e = self.exponential[steps.clamp(0.0, 255.0) as usize];
             sum += *e;
         }
         let out = self.output;
