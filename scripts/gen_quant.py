@@ -22,15 +22,17 @@ row), with onnxruntime's outputs.
 
 --convnet adds a float conv net made here (convs with relu, a depthwise conv, a
 residual add, a max pool) whose output is a 16x16x16 feature map: enough
-elements to count how many quantized outputs match exactly. For each SRC_DIR (holding model.onnx and test_data_set_0/input_0.pb) it writes
-OUT/<name>_<form>/model.onnx and test_data_set_0/{input_0,output_0}.pb, where
+elements to count how many quantized outputs match exactly. For each SRC_DIR (holding
+model.onnx and test_data_set_0/input_<k>.pb) it writes OUT/<name>_<form>/model.onnx and
+test_data_set_0/{input,output}_<k>.pb, where
 <form> is one of:
   qdq_s8   quantize_static, QDQ, per-channel int8 weights, int8 activations
   qdq_u8   quantize_static, QDQ, per-channel int8 weights, uint8 activations
   qop_u8   quantize_static, QOperator (QLinearConv ...), uint8 activations
   dynamic  quantize_dynamic (int8 weights, activations quantized per run)
-Calibration reads seeded uniform inputs of the model's input shape; the
-reference output is onnxruntime's on test_data_set_0/input_0.pb.
+Calibration reads seeded uniform inputs of the float inputs' shapes (other
+inputs, such as token ids, as recorded); the reference outputs are
+onnxruntime's on the recorded inputs.
 """
 
 import argparse
@@ -55,13 +57,19 @@ FORMS = {
 
 
 class Noise(CalibrationDataReader):
-    """Seeded inputs like the reference input: its shape, values in its range."""
+    """Seeded inputs like the reference inputs: each float one of the same
+    shape with values in its range, the others (token ids, masks) as recorded."""
 
-    def __init__(self, name: str, like: np.ndarray, count: int = 8):
+    def __init__(self, like: dict, count: int = 8):
         rng = np.random.default_rng(0)
-        lo, hi = float(like.min()), float(like.max())
-        self.feeds = iter([{name: rng.uniform(lo, hi, like.shape).astype(np.float32)}
-                           for _ in range(count)] + [{name: like}])
+
+        def noisy(x: np.ndarray) -> np.ndarray:
+            if x.dtype != np.float32:
+                return x
+            return rng.uniform(float(x.min()), float(x.max()), x.shape).astype(np.float32)
+
+        self.feeds = iter([{name: noisy(x) for name, x in like.items()} for _ in range(count)]
+                          + [like])
 
     def get_next(self):
         return next(self.feeds, None)
@@ -355,8 +363,11 @@ def main() -> int:
     if args.convnet:
         args.sources.append(convnet(Path(made.name) / "convnet"))
     for src in args.sources:
-        x = load_pb(src / "test_data_set_0" / "input_0.pb")
-        name = onnx.load(str(src / "model.onnx")).graph.input[0].name
+        graph = onnx.load(str(src / "model.onnx")).graph
+        weights = {i.name for i in graph.initializer}
+        names = [i.name for i in graph.input if i.name not in weights]
+        feeds = {name: load_pb(src / "test_data_set_0" / f"input_{k}.pb")
+                 for k, name in enumerate(names)}
         with tempfile.TemporaryDirectory() as tmp:
             pre = Path(tmp) / "pre.onnx"
             quant_pre_process(str(src / "model.onnx"), str(pre), skip_symbolic_shape=True)
@@ -367,12 +378,13 @@ def main() -> int:
                 if form == "dynamic":
                     quantize_dynamic(str(pre), str(model), weight_type=QuantType.QInt8)
                 else:
-                    quantize_static(str(pre), str(model), Noise(name, x), per_channel=True,
+                    quantize_static(str(pre), str(model), Noise(feeds), per_channel=True,
                                     weight_type=QuantType.QInt8, **FORMS[form])
                 sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
-                y = sess.run(None, {name: x})[0]
-                save_pb(x, dst / "test_data_set_0" / "input_0.pb")
-                save_pb(y, dst / "test_data_set_0" / "output_0.pb")
+                for k, name in enumerate(names):
+                    save_pb(feeds[name], dst / "test_data_set_0" / f"input_{k}.pb")
+                for k, y in enumerate(sess.run(None, feeds)):
+                    save_pb(y, dst / "test_data_set_0" / f"output_{k}.pb")
                 print(f"{dst}: {model.stat().st_size >> 10} KiB", flush=True)
     return 0
 
