@@ -125,6 +125,26 @@ def panics():
             "W has shape [1, 16, 4], expected [1, 20, 4]",
             [nh.from_array(np.ones((1, 16, 4), np.float32), "w"),
              nh.from_array(np.ones((1, 16, 4), np.float32), "r")], opset=14)
+    # Quantized operators whose parameters do not fit (onnxruntime's
+    # com.microsoft domain).
+    quantized = [nh.from_array(np.ones((1, 3, 8), np.int8), "w"),
+                 nh.from_array(np.ones((1, 2, 8), np.int8), "r"),
+                 nh.from_array(np.ones(3, np.float32), "w_scale"),
+                 nh.from_array(np.zeros(3, np.int8), "w_zero"),
+                 nh.from_array(np.ones(1, np.float32), "r_scale"),
+                 nh.from_array(np.zeros(1, np.int8), "r_zero")]
+    refused("dynamic_quantize_lstm_scale_fits_nothing",
+            [h.make_node("DynamicQuantizeLSTM", ["x", "w", "r", "", "", "", "", "", "w_scale",
+                                                 "w_zero", "r_scale", "r_zero"], ["y"],
+                         domain="com.microsoft", hidden_size=2)],
+            [vi("x", [4, 2, 3])], y, "W's scale has shape [3], expected [1] or [1, 8]",
+            quantized, opset=14)
+    refused("qlinear_softmax_without_opset",
+            [h.make_node("QLinearSoftmax", ["x", "s", "z", "s", "z"], ["y"],
+                         domain="com.microsoft")],
+            [vi("x", [2, 4], T.UINT8)], y, "needs its `opset` attribute",
+            [nh.from_array(np.array(0.1, np.float32), "s"),
+             nh.from_array(np.array(0, np.uint8), "z")])
     refused("cycle",
             [h.make_node("Relu", ["b"], ["a"]), h.make_node("Relu", ["a"], ["b"]),
              h.make_node("Relu", ["b"], ["y"])], x, y, "cycle")
