@@ -2,7 +2,7 @@
 """Quantized forms of float ONNX models, made the way users make them, with
 onnxruntime's outputs as their references.
 
-    python3 scripts/gen_quant.py [SRC_DIR...] [--convnet] [--pairs] [--softmaxes] [--lstms]
+    python3 scripts/gen_quant.py [SRC_DIR...] [--convnet] [--pairs] [--softmaxes] [--lstms] [--pools]
         --out models/quant
 
 --pairs writes OUT/qlinear_pairs_{u8,s8}: a com.microsoft QLinearAdd and a
@@ -19,6 +19,10 @@ into that kernel), and a QLinearWhere, with onnxruntime's outputs.
 bidirectional LSTM through quantize_dynamic (a com.microsoft
 DynamicQuantizeLSTM, its weights int8 with a scale per direction or per gate
 row), with onnxruntime's outputs.
+
+--pools writes OUT/qdq_average_pool_u8: a QDQ AveragePool (which onnxruntime
+fuses into QLinearAveragePool) of random values on a u8 grid, with
+onnxruntime's output.
 
 --convnet adds a float conv net made here (convs with relu, a depthwise conv, a
 residual add, a max pool) whose output is a 16x16x16 feature map: enough
@@ -277,6 +281,36 @@ def qlinear_softmaxes(out: Path) -> None:
         print(f"{dst}", flush=True)
 
 
+def average_pools(out: Path) -> None:
+    """OUT/qdq_average_pool_u8: a QDQ AveragePool (3x3, stride 2, padding 1,
+    padding not counted; onnxruntime fuses it into QLinearAveragePool) of a
+    [1, 32, 24, 24] input of random values on the u8 grid of a relu's output
+    (zero point 0), rounded onto the same grid (as onnxruntime's quantizer
+    leaves an average pool), with onnxruntime's output, dequantized."""
+    from onnx import TensorProto, helper
+    rng = np.random.default_rng(4)
+    inits = [helper.make_tensor(f"{k}.scale", TensorProto.FLOAT, [], [0.0127]) for k in "xy"]
+    inits += [helper.make_tensor(f"{k}.zero", TensorProto.UINT8, [], [0]) for k in "xy"]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "x.scale", "x.zero"], ["qx"]),
+        helper.make_node("DequantizeLinear", ["qx", "x.scale", "x.zero"], ["dx"]),
+        helper.make_node("AveragePool", ["dx"], ["pooled"], kernel_shape=[3, 3], strides=[2, 2],
+                         pads=[1, 1, 1, 1]),
+        helper.make_node("QuantizeLinear", ["pooled", "y.scale", "y.zero"], ["qy"]),
+        helper.make_node("DequantizeLinear", ["qy", "y.scale", "y.zero"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "qdq_average_pool_u8",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 24, 24])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 12, 12])], inits)
+    dst = save_with_contrib_ops(graph, out / "qdq_average_pool_u8")
+    x = (rng.integers(0, 256, (1, 32, 24, 24)) * np.float32(0.0127)).astype(np.float32)
+    sess = ort.InferenceSession(str(dst / "model.onnx"), providers=["CPUExecutionProvider"])
+    save_pb(x, dst / "test_data_set_0" / "input_0.pb")
+    save_pb(sess.run(None, {"x": x})[0], dst / "test_data_set_0" / "output_0.pb")
+    print(f"{dst}", flush=True)
+
+
 def lstms(out: Path) -> None:
     """A float bidirectional LSTM (X [10, 2, 8], hidden 16, biases) through
     quantize_dynamic, which makes it a com.microsoft
@@ -350,6 +384,7 @@ def main() -> int:
     ap.add_argument("--pairs", action="store_true")
     ap.add_argument("--softmaxes", action="store_true")
     ap.add_argument("--lstms", action="store_true")
+    ap.add_argument("--pools", action="store_true")
     ap.add_argument("--out", type=Path, default=Path("models/quant"))
     ap.add_argument("--forms", default=",".join(list(FORMS) + ["dynamic"]))
     args = ap.parse_args()
@@ -359,6 +394,8 @@ def main() -> int:
         qlinear_softmaxes(args.out)
     if args.lstms:
         lstms(args.out)
+    if args.pools:
+        average_pools(args.out)
     made = tempfile.TemporaryDirectory()
     if args.convnet:
         args.sources.append(convnet(Path(made.name) / "convnet"))

@@ -193,6 +193,42 @@ fn quantized_softmaxes_match_onnxruntime_exactly() {
     }
 }
 
+/// A QDQ average pool on the grid of a relu's output (zero point 0) rounds
+/// every average as onnxruntime's QLinearAveragePool does where the pool
+/// runs with channels innermost (NCHW16c here, which the local planner
+/// picks): the window's f32 sum in row order divided by its count.
+/// Multiplying by the inverse counts instead, 11 of the 4,608 outputs land a
+/// step away (ties of border windows of 4 and 6). In NCHW the kernel sums a
+/// window column by column, and 14 outputs are a step away.
+#[test]
+fn quantized_average_pools_round_as_onnxruntime_does() {
+    let name = "qdq_average_pool_u8";
+    let g = load_model(&quant_dir(name).join("model.onnx")).expect("loads");
+    let (inputs, expected) = load_test_data(&quant_dir(name));
+    let want = expected[0].data.to_f64();
+    for (planner, most_off) in [(PlannerKind::Local, 0), (PlannerKind::Keep, 20)] {
+        let planned = PlanLayouts::new(planner, TargetFamily::Nchwc(16))
+            .with_costs(Costs::BuiltIn)
+            .plan(&g)
+            .expect("plans");
+        let m =
+            CompiledModel::compile(&planned.graph, &RuntimeOptions::default()).expect("compiles");
+        let got = m.run(&inputs).expect("runs")[0].data.to_f64();
+        let differ = got.iter().zip(&want).filter(|(g, w)| g != w).count();
+        assert!(
+            differ <= most_off,
+            "{planner:?}: {differ} of {} averages differ",
+            want.len()
+        );
+        within_one_step(
+            name,
+            &m.run(&inputs).expect("runs")[0],
+            &expected[0],
+            0.0127,
+        );
+    }
+}
+
 /// Quantized transformers (the zoo's ViTTiny and GPT2Tiny through
 /// `quantize_static`: QDQ with u8 and s8 activations, QOperator with u8) run
 /// with every step native within 1e-4 of onnxruntime's outputs' magnitude

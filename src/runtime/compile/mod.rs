@@ -1189,7 +1189,7 @@ impl<'g> Compiler<'g> {
                 lanes: Lanes::One,
                 rows: vec![],
                 cols: vec![],
-                inv: (vec![], vec![]),
+                counts: (vec![], vec![]),
             }
             .for_isa(self.isa),
         ))

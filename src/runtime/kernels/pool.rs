@@ -96,9 +96,9 @@ pub struct PoolGeom {
     pub rows: Vec<Taps>,
     /// Per output column, its window columns inside the input.
     pub cols: Vec<Taps>,
-    /// Per output row and per output column, 1 / the window positions an
+    /// Per output row and per output column, the window positions an
     /// average counts along that axis.
-    pub inv: (Vec<f32>, Vec<f32>),
+    pub counts: (Vec<f32>, Vec<f32>),
 }
 
 /// The taps of one output position's window along one axis that lie inside
@@ -130,10 +130,10 @@ impl PoolGeom {
                 first: (start + (lo * d) as isize).max(0) as usize,
                 n: hi - lo,
             };
-            (taps, 1.0 / (c_hi - c_lo) as f32)
+            (taps, (c_hi - c_lo) as f32)
         };
-        (self.rows, self.inv.0) = (0..self.oh).map(|o| taps(o, 0)).unzip();
-        (self.cols, self.inv.1) = (0..self.ow).map(|o| taps(o, 1)).unzip();
+        (self.rows, self.counts.0) = (0..self.oh).map(|o| taps(o, 0)).unzip();
+        (self.cols, self.counts.1) = (0..self.ow).map(|o| taps(o, 1)).unzip();
         self.lanes = Lanes::for_block(isa, MAX_LANES);
         self
     }
@@ -212,8 +212,8 @@ struct Row {
     y: *mut f32,
     /// Window rows inside the image, and the input elements between them.
     taps: (usize, usize),
-    /// 1 / the window rows an average counts.
-    inv: f32,
+    /// The window rows an average counts.
+    count: f32,
 }
 
 impl Task<'_> {
@@ -227,7 +227,7 @@ impl Task<'_> {
             x: self.x.wrapping_add((plane * g.h + t.first) * row_len),
             y: self.y.add(r * g.ow * g.cb),
             taps: (t.n, g.dilation.0 * row_len),
-            inv: g.inv.0[oh],
+            count: g.counts.0[oh],
         }
     }
 
@@ -367,7 +367,7 @@ unsafe fn horizontal<V: Vector, const MAX: bool>(g: &PoolGeom, row: &Row, staged
     if lanes > 1 && (s > 2 || g.ow < lanes) {
         return horizontal::<One, MAX>(g, row, staged);
     }
-    let inv = |o: usize| move || V::load(g.inv.1.as_ptr().add(o));
+    let count = |o: usize| move || V::load(g.counts.1.as_ptr().add(o));
     unrolled(
         g.k.1,
         #[inline(always)]
@@ -378,20 +378,20 @@ unsafe fn horizontal<V: Vector, const MAX: bool>(g: &PoolGeom, row: &Row, staged
                 1 => {
                     for o in starts(g.ow, lanes) {
                         let [v] = reduce::<V, MAX, 1>(staged.add(o), [0], taps, (1, 0));
-                        emit::<V, MAX>(g, row, o, v, inv(o));
+                        emit::<V, MAX>(g, row, o, v, count(o));
                     }
                 }
                 2 if lanes > 1 => {
                     for o in starts(g.ow, lanes) {
                         let at = [0, lanes];
                         let [a, b] = reduce::<V, MAX, 2>(staged.add(2 * o), at, taps, (1, 0));
-                        emit::<V, MAX>(g, row, o, V::even(a, b), inv(o));
+                        emit::<V, MAX>(g, row, o, V::even(a, b), count(o));
                     }
                 }
                 _ => {
                     for o in 0..g.ow {
                         let [v] = reduce::<V, MAX, 1>(staged.add(o * s), [0], taps, (1, 0));
-                        emit::<V, MAX>(g, row, o, v, inv(o));
+                        emit::<V, MAX>(g, row, o, v, count(o));
                     }
                 }
             }
@@ -434,7 +434,7 @@ unsafe fn pixel_windows<V: Vector, const MAX: bool>(
     // Window columns and the input elements between them.
     let apart = g.dilation.1 * cb;
     let whole = |o: usize| g.cols[o].n == cols;
-    let inv = |o: usize| move || V::splat(g.inv.1[o]);
+    let count = |o: usize| move || V::splat(g.counts.1[o]);
     let mut o = 0;
     while o < g.ow {
         let t = g.cols[o];
@@ -446,11 +446,11 @@ unsafe fn pixel_windows<V: Vector, const MAX: bool>(
                 let at = std::array::from_fn(|i| i * s * cb);
                 let acc = reduce::<V, MAX, 4>(x.add(c), at, rows, (cols, apart));
                 for (i, v) in acc.into_iter().enumerate() {
-                    emit::<V, MAX>(g, row, (o + i) * cb + c, v, inv(o + i));
+                    emit::<V, MAX>(g, row, (o + i) * cb + c, v, count(o + i));
                 }
             } else {
                 let [v] = reduce::<V, MAX, 1>(x.wrapping_add(c), [0], rows, (t.n, apart));
-                emit::<V, MAX>(g, row, o * cb + c, v, inv(o));
+                emit::<V, MAX>(g, row, o * cb + c, v, count(o));
             }
         }
         o += if four { 4 } else { 1 };
@@ -471,7 +471,10 @@ fn unrolled<R>(n: usize, f: impl Fn(usize) -> R) -> R {
 }
 
 /// Stores the output vector `v` at element `e` of `row`: an average's sums
-/// times the row's and `col_inv`'s 1 / counts; a maximum whose lanes ended
+/// divided by the positions it counts, the row's times `col_count`'s (one
+/// division, as onnxruntime's pools divide: their quantized average pools
+/// then round the same quotients onto the grid; two products by inverses
+/// moved one quantized output in 300 a step); a maximum whose lanes ended
 /// at -inf (windows of NaN and -inf only, or none inside the input)
 /// computed again exactly.
 #[inline(always)]
@@ -480,11 +483,11 @@ unsafe fn emit<V: Vector, const MAX: bool>(
     row: &Row,
     e: usize,
     v: V,
-    col_inv: impl FnOnce() -> V,
+    col_count: impl FnOnce() -> V,
 ) {
     let y = row.y.add(e);
     if !MAX {
-        return V::mul(V::mul(v, V::splat(row.inv)), col_inv()).store(y);
+        return V::div(v, V::mul(V::splat(row.count), col_count())).store(y);
     }
     v.store(y);
     if V::any_at_most(v, f32::NEG_INFINITY) {

@@ -226,7 +226,7 @@ fn pool_kernel_matches_the_reference_executor_in_every_layout() {
                     lanes: Lanes::One,
                     rows: vec![],
                     cols: vec![],
-                    inv: (vec![], vec![]),
+                    counts: (vec![], vec![]),
                 }
                 .for_isa(isa);
                 let mut py = vec![f32::INFINITY; geom.planes * geom.oh * geom.ow * cb];
