@@ -210,9 +210,9 @@ impl QuantizedAdd {
 /// fuses into that kernel): the integer product `p = (qa - za) * (qb - zb)`,
 /// then `round(p * ratio + zc)` with `ratio = sa * sb / sc` in f32, the
 /// multiply and the add rounded apart, halves to even, clamped to `c`'s
-/// integers. Computed from the dequantized values instead, a masked
-/// attention's products (probabilities times a 0/1 mask) land a step away in
-/// about one element in 250.
+/// integers. Computed from the dequantized values instead, a product at half
+/// a step can round the other way (2 of 2.6 million products over 40 random
+/// s8 grids).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct QuantizedMul {
     a_inverse: f32,
@@ -294,9 +294,9 @@ impl QuantizedSoftmax {
         // The peer's scaling: the largest term e^shift with
         // shift = ln(f32::MAX / len) - 5, so that `len` terms sum below
         // f32::MAX with room to spare (the f32 quotient, then ln in f64).
-        let room = f64::from(f32::MAX / len as f32).ln();
-        let shift = (room - 5.0).max(0.0) / f64::from(input.scale);
         let step = f64::from(input.scale);
+        let room = f64::from(f32::MAX / len as f32).ln();
+        let shift = (room - 5.0).max(0.0) / step;
         let exponential = Box::new(std::array::from_fn(|d| {
             ((shift - d as f64) * step).exp() as f32
         }));
