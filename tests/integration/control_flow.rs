@@ -7,26 +7,13 @@
 //! subgraphs are compiled models.
 
 use crate::support::bundled::load_test_data;
-use crate::support::compare::max_abs_err;
+use crate::support::compare::assert_outputs_match;
 use crate::support::onnx::*;
 use layoutopt::api::{load_model, Costs, PlanLayouts, PlannerKind, TargetFamily};
 use layoutopt::graph::{Graph, Op, Tensor};
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 use onnx_protobuf::{AttributeProto, GraphProto, NodeProto};
 use std::path::Path;
-
-fn assert_matches(what: &str, outputs: &[Tensor], expected: &[Tensor]) {
-    assert_eq!(outputs.len(), expected.len(), "{what}");
-    for (i, (out, exp)) in outputs.iter().zip(expected).enumerate() {
-        assert_eq!(out.shape, exp.shape, "{what} output {i}");
-        assert_eq!(out.dtype(), exp.dtype(), "{what} output {i}");
-        let (err, mag) = max_abs_err(exp, out);
-        assert!(
-            err <= 1e-5 * mag.max(1.0),
-            "{what} output {i}: error {err} against magnitude {mag}"
-        );
-    }
-}
 
 fn control_ops(g: &Graph) -> Vec<&'static str> {
     (g.node_ids().into_iter())
@@ -50,7 +37,7 @@ fn recorded_control_flow_models_match_onnxruntime() {
         let (inputs, expected) = load_test_data(&dir);
         let reference = layoutopt::reference::run(&g, &inputs)
             .unwrap_or_else(|e| panic!("{what} (reference): {e}"));
-        assert_matches(&format!("{what} (reference)"), &reference, &expected);
+        assert_outputs_match(&format!("{what} (reference)"), &reference, &expected, 1e-5);
 
         let want: &[&str] = match what.as_str() {
             "if_constant_condition" | "loop_unrolled" => &[],
@@ -78,7 +65,7 @@ fn recorded_control_flow_models_match_onnxruntime() {
         assert_eq!(native.len(), want.len(), "{what}: {native:?}");
         assert!(native.iter().all(|d| d.ends_with(" native")), "{native:?}");
         let outputs = m.run(&inputs).unwrap_or_else(|e| panic!("{what}: {e}"));
-        assert_matches(&format!("{what} (compiled)"), &outputs, &expected);
+        assert_outputs_match(&format!("{what} (compiled)"), &outputs, &expected, 1e-5);
     }
 }
 
@@ -247,7 +234,7 @@ fn a_frozen_input_folds_the_control_flow_it_decides() {
         &o,
     ]);
     let got = read_npy(&std::fs::read(out.join("out.npy")).unwrap()).unwrap();
-    assert_matches("frozen y", &[got], &expected);
+    assert_outputs_match("frozen y", &[got], &expected, 1e-5);
 
     let row = Tensor::from_f32(vec![4], vec![1.0; 4]);
     let row_file = out.join("row.npy");

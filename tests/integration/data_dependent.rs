@@ -7,11 +7,11 @@
 //! compiled per extent the cut gives, an extent of 0 included.
 
 use crate::support::bundled::load_test_data_set;
-use crate::support::compare::max_abs_err;
+use crate::support::compare::assert_outputs_match;
 use crate::support::process::layoutopt_ok;
 use layoutopt::api::{
     load_model_with, Costs, Error, ImportError, ImportOptions, ModelInput, Session, SessionOptions,
-    TargetFamily, Tensor,
+    TargetFamily,
 };
 use std::path::{Path, PathBuf};
 
@@ -26,23 +26,6 @@ fn session(dir: &Path) -> Session {
     options.costs = Some(Costs::BuiltIn);
     options.target = TargetFamily::Nchwc(8);
     Session::open(&dir.join("model.onnx"), options).unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn assert_matches(what: &str, outputs: &[Tensor], expected: &[Tensor]) {
-    assert_eq!(outputs.len(), expected.len(), "{what}");
-    for (i, (out, exp)) in outputs.iter().zip(expected).enumerate() {
-        assert_eq!(out.shape, exp.shape, "{what} output {i}");
-        assert_eq!(out.dtype(), exp.dtype(), "{what} output {i}");
-        if !exp.dtype().is_float() {
-            assert_eq!(out.data, exp.data, "{what} output {i}");
-            continue;
-        }
-        let (err, mag) = max_abs_err(exp, out);
-        assert!(
-            err <= 1e-5 * mag.max(1.0),
-            "{what} output {i}: error {err} against magnitude {mag}"
-        );
-    }
 }
 
 #[test]
@@ -67,7 +50,7 @@ fn models_cut_at_data_dependent_ops_match_onnxruntime() {
             let outputs = s
                 .run(&given)
                 .unwrap_or_else(|e| panic!("{name} set {k}: {e}"));
-            assert_matches(&format!("{name} set {k}"), &outputs, &expected);
+            assert_outputs_match(&format!("{name} set {k}"), &outputs, &expected, 1e-5);
         }
         assert!(
             load_test_data_set(&dir, sets).is_none(),

@@ -10,7 +10,7 @@
 //! way: quantized outputs agree within one step, most elements exactly.
 
 use crate::support::bundled::{load_test_data, load_test_data_set};
-use crate::support::compare::max_abs_err;
+use crate::support::compare::{assert_outputs_match, max_abs_err};
 use layoutopt::api::{load_model, Costs, PlanLayouts, PlannerKind, TargetFamily};
 use layoutopt::graph::{Graph, Op, Tensor, UnaryOp};
 use layoutopt::runtime::{CompiledModel, ConvAlgo, Isa, RuntimeOptions};
@@ -246,14 +246,7 @@ fn quantized_transformers_match_onnxruntime() {
         let (_, m) = compile(name, "model.onnx", &RuntimeOptions::default());
         let (inputs, expected) = load_test_data(&quant_dir(name));
         let out = m.run(&inputs).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(out.len(), expected.len(), "{name}");
-        for (got, want) in out.iter().zip(&expected) {
-            let (err, magnitude) = max_abs_err(want, got);
-            assert!(
-                err <= 1e-4 * magnitude.max(1.0),
-                "{name}: {err} from onnxruntime, on outputs up to {magnitude}"
-            );
-        }
+        assert_outputs_match(name, &out, &expected, 1e-4);
     }
 }
 

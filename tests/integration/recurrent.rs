@@ -7,7 +7,7 @@
 //! the layer.
 
 use crate::support::bundled::load_test_data;
-use crate::support::compare::max_abs_err;
+use crate::support::compare::assert_outputs_match;
 use crate::support::onnx::*;
 use layoutopt::api::{load_model, Costs, PlanLayouts, PlannerKind, TargetFamily};
 use layoutopt::frontend::onnx::ImportOptions;
@@ -16,18 +16,6 @@ use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 use onnx_protobuf::AttributeProto;
 use std::collections::HashMap;
 use std::path::Path;
-
-fn assert_matches(what: &str, outputs: &[Tensor], expected: &[Tensor]) {
-    assert_eq!(outputs.len(), expected.len(), "{what}");
-    for (i, (out, exp)) in outputs.iter().zip(expected).enumerate() {
-        assert_eq!(out.shape, exp.shape, "{what} output {i}");
-        let (err, mag) = max_abs_err(exp, out);
-        assert!(
-            err <= 1e-4 * mag.max(1.0),
-            "{what} output {i}: error {err} against magnitude {mag}"
-        );
-    }
-}
 
 #[test]
 fn recorded_recurrent_layers_run_natively_and_match_onnxruntime() {
@@ -48,7 +36,7 @@ fn recorded_recurrent_layers_run_natively_and_match_onnxruntime() {
         let (inputs, expected) = load_test_data(&dir);
         let reference = layoutopt::reference::run(&g, &inputs)
             .unwrap_or_else(|e| panic!("{what} (reference): {e}"));
-        assert_matches(&format!("{what} (reference)"), &reference, &expected);
+        assert_outputs_match(&format!("{what} (reference)"), &reference, &expected, 1e-4);
 
         let planned = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(8))
             .with_costs(Costs::BuiltIn)
@@ -64,7 +52,7 @@ fn recorded_recurrent_layers_run_natively_and_match_onnxruntime() {
         .unwrap_or_else(|e| panic!("{what}: {e}"));
         assert_eq!(m.fallback_steps(), vec![], "{what}");
         let outputs = m.run(&inputs).unwrap_or_else(|e| panic!("{what}: {e}"));
-        assert_matches(&format!("{what} (compiled)"), &outputs, &expected);
+        assert_outputs_match(&format!("{what} (compiled)"), &outputs, &expected, 1e-4);
     }
 }
 

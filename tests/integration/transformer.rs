@@ -7,23 +7,10 @@
 //! sums in another order; the recording agrees with onnx.reference within 5e-7).
 
 use crate::support::bundled::load_test_data;
-use crate::support::compare::max_abs_err;
+use crate::support::compare::assert_outputs_match;
 use layoutopt::api::{load_model, Costs, PlanLayouts, PlannerKind, TargetFamily};
-use layoutopt::graph::Tensor;
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 use std::path::Path;
-
-fn assert_matches(what: &str, outputs: &[Tensor], expected: &[Tensor]) {
-    assert_eq!(outputs.len(), expected.len(), "{what}");
-    for (i, (out, exp)) in outputs.iter().zip(expected).enumerate() {
-        assert_eq!(out.shape, exp.shape, "{what} output {i}");
-        let (err, mag) = max_abs_err(exp, out);
-        assert!(
-            err <= 1e-4 * mag.max(1.0),
-            "{what} output {i}: error {err} against magnitude {mag}"
-        );
-    }
-}
 
 #[test]
 fn a_decoder_block_at_opset_23_runs_natively_and_matches_onnxruntime() {
@@ -31,7 +18,7 @@ fn a_decoder_block_at_opset_23_runs_natively_and_matches_onnxruntime() {
     let g = load_model(&dir.join("model.onnx")).unwrap_or_else(|e| panic!("{e}"));
     let (inputs, expected) = load_test_data(&dir);
     let reference = layoutopt::reference::run(&g, &inputs).unwrap_or_else(|e| panic!("{e}"));
-    assert_matches("reference", &reference, &expected);
+    assert_outputs_match("reference", &reference, &expected, 1e-4);
 
     let planned = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(8))
         .with_costs(Costs::BuiltIn)
@@ -47,5 +34,5 @@ fn a_decoder_block_at_opset_23_runs_natively_and_matches_onnxruntime() {
     .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(m.fallback_steps(), vec![]);
     let outputs = m.run(&inputs).unwrap_or_else(|e| panic!("{e}"));
-    assert_matches("compiled", &outputs, &expected);
+    assert_outputs_match("compiled", &outputs, &expected, 1e-4);
 }

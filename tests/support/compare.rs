@@ -42,6 +42,26 @@ pub fn assert_rewrite_keeps_outputs(
     }
 }
 
+/// Asserts that a model's `outputs` are the `expected` ones: as many, each of
+/// the same shape and type, integers equal, floats within `tol` of max(1,
+/// the largest expected magnitude); `what` names the case when they are not.
+pub fn assert_outputs_match(what: &str, outputs: &[Tensor], expected: &[Tensor], tol: f64) {
+    assert_eq!(outputs.len(), expected.len(), "{what}");
+    for (i, (out, exp)) in outputs.iter().zip(expected).enumerate() {
+        assert_eq!(out.shape, exp.shape, "{what} output {i}");
+        assert_eq!(out.dtype(), exp.dtype(), "{what} output {i}");
+        if !exp.dtype().is_float() {
+            assert_eq!(out.data, exp.data, "{what} output {i}");
+            continue;
+        }
+        let (err, mag) = max_abs_err(exp, out);
+        assert!(
+            err <= tol * mag.max(1.0),
+            "{what} output {i}: error {err} against magnitude {mag}"
+        );
+    }
+}
+
 /// Max abs difference, and the max magnitude of the expected values.
 pub fn max_abs_err(expected: &Tensor, actual: &Tensor) -> (f64, f64) {
     let (e, a) = (expected.data.to_f64(), actual.data.to_f64());
