@@ -3,7 +3,7 @@
 
 use super::simd::ELEMENTS_PER_TASK;
 use super::KernelError;
-use crate::core::{next_index, par};
+use crate::core::par;
 use crate::layout::Layout;
 
 /// A data movement (layout transform, transpose, slice, pad, concat, ...) as
@@ -131,17 +131,12 @@ impl Gather {
         if elements >= PAD as usize {
             return Err(KernelError::TooLarge { elements });
         }
-        let (from_offsets, to_offsets) =
-            (from.offset_tables(from_shape)?, to.offset_tables(to_shape)?);
-        let offset = |tables: &[Vec<usize>], idx: &[usize]| -> usize {
-            tables.iter().zip(idx).map(|(t, &i)| t[i]).sum()
-        };
         let mut src = vec![PAD; phys_to.iter().product()];
-        let (mut i_from, mut i_to) = (vec![0usize; from_shape.len()], vec![0usize; to_shape.len()]);
-        for _ in 0..numel {
-            src[offset(&to_offsets, &i_to)] = offset(&from_offsets, &i_from) as u32;
-            next_index(&mut i_from, from_shape);
-            next_index(&mut i_to, to_shape);
+        let pairs = to
+            .row_major_offsets(to_shape)?
+            .zip(from.row_major_offsets(from_shape)?);
+        for (to_offset, from_offset) in pairs {
+            src[to_offset] = from_offset as u32;
         }
         Ok(Gather::from_sources(src, fill))
     }

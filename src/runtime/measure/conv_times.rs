@@ -173,9 +173,7 @@ pub(in crate::runtime) fn add_cached_time(
 /// The fastest of a few runs of `k` on zeros (`KernelTimes::measure`).
 fn time_once(times: &mut KernelTimes, g: &ConvGeom, k: &ConvKernel) -> f64 {
     let x = vec![0f32; g.x_len()];
-    let mut y = vec![0f32; g.y_len()];
-    let mut scratch = vec![0f32; k.scratch_len()];
-    times.measure(k.weights(), &mut [&mut y, &mut scratch], |written| {
+    times.measure(k.weights(), &[g.y_len(), k.scratch_len()], |written| {
         if let [y, scratch] = written {
             k.run(&x, None, y, scratch)
         }
