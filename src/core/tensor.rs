@@ -598,6 +598,19 @@ impl Tensor {
         }
     }
 
+    /// The same bytes read as elements of `to`, little-endian (ONNX BitCast):
+    /// `to` must be as wide as the tensor's type.
+    pub fn bitcast(&self, to: DType) -> Result<Tensor, TensorError> {
+        let data = TensorData::from_le_bytes(to, &self.data.to_le_bytes())?;
+        if data.len() != self.numel() {
+            return Err(TensorError::PartialElement {
+                bytes: self.data.len() * self.dtype().size_bytes(),
+                dtype: to,
+            });
+        }
+        Ok(Tensor::new(self.shape.clone(), data))
+    }
+
     /// An f32 tensor.
     pub fn from_f32(shape: Vec<usize>, v: Vec<f32>) -> Tensor {
         Tensor::new(shape, TensorData::F32(v))

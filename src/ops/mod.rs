@@ -19,6 +19,7 @@ mod integer;
 mod logical;
 mod lrn;
 mod matmul;
+pub use matmul::determinants;
 mod movement;
 pub use movement::transpose;
 mod normalize;
@@ -316,6 +317,8 @@ pub enum Op {
     Gemm(Gemm),
     /// a, b (numpy matmul semantics)
     MatMul,
+    /// x: [..., M, M] -> [...], the determinant of each matrix
+    Det,
     /// x: same elements, new shape (also Flatten, Squeeze, Unsqueeze).
     Reshape(Reshape),
     /// x
@@ -365,6 +368,8 @@ pub enum Op {
     Logical(Logical),
     /// x
     Cast(Cast),
+    /// x: each element's bits read as another type of the same width
+    BitCast(BitCast),
     /// x -> broadcast to `shape` (the full output shape)
     Expand(Expand),
     /// x
@@ -394,6 +399,10 @@ pub struct Where;
 /// MatMul: a, b.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MatMul;
+
+/// Det: the determinant of each square matrix in the last two axes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Det;
 /// Identity: x.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Identity;
@@ -500,6 +509,14 @@ pub struct Cast {
     /// To a float8 format: whether values beyond its range saturate to its
     /// largest finite value (else they become infinity or NaN).
     pub saturate: bool,
+}
+
+/// The bits of each element read as another element type of the same width
+/// (ONNX BitCast).
+#[derive(Clone, Debug, PartialEq)]
+pub struct BitCast {
+    /// The element type read.
+    pub to: DType,
 }
 
 /// The full output shape to broadcast to.
@@ -702,6 +719,7 @@ impl Op {
             Op::GlobalPool(p) => p,
             Op::Gemm(g) => g,
             Op::MatMul => &MatMul,
+            Op::Det => &Det,
             Op::Reshape(r) => r,
             Op::Transpose(t) => t,
             Op::Concat(c) => c,
@@ -726,6 +744,7 @@ impl Op {
             Op::ScatterElements(s) => s,
             Op::Logical(l) => l,
             Op::Cast(c) => c,
+            Op::BitCast(b) => b,
             Op::Expand(e) => e,
             Op::Tile(t) => t,
             Op::Identity => &Identity,

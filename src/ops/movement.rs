@@ -753,6 +753,48 @@ impl OpDef for Cast {
     }
 }
 
+impl OpDef for BitCast {
+    fn name(&self) -> &'static str {
+        "BitCast"
+    }
+
+    fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
+        let x = sole_input(inputs)?;
+        // 4-bit integers are stored a byte each here, but are half as wide.
+        let bits = |d: DType| match d {
+            DType::I4 | DType::U4 => 4,
+            d => 8 * d.size_bytes(),
+        };
+        if bits(x.dtype) != bits(self.to) {
+            return Err(OpError::DType(format!(
+                "BitCast reads each element's bits as another type of the same width: {} is {} bits, {} is {}",
+                x.dtype.name(),
+                bits(x.dtype),
+                self.to.name(),
+                bits(self.to)
+            )));
+        }
+        Ok(vec![ValueType::new(self.to, x.shape.clone())])
+    }
+
+    fn eval(&self, x: &[&Tensor], _: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
+        let y = x[0]
+            .bitcast(self.to)
+            .map_err(|e| OpError::DType(e.to_string()))?;
+        Ok(vec![y])
+    }
+
+    fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
+        let to = ("to", Attr::Int(self.to.onnx_code() as i64));
+        cx.single("BitCast", cx.inputs, vec![to])
+    }
+
+    /// BitCast came in opset 26.
+    fn min_onnx_opset(&self) -> i64 {
+        26
+    }
+}
+
 impl OpDef for Expand {
     fn name(&self) -> &'static str {
         "Expand"
@@ -1128,9 +1170,32 @@ fn pieces_pad_flow(axis: usize, inputs: &[PadValue], padded: &[usize]) -> PadFlo
 #[cfg(test)]
 mod tests {
     use super::super::testutil::*;
-    use crate::core::{DType, Tensor, TensorData};
+    use crate::core::{DType, Tensor, TensorData, ValueType};
     use crate::ops::*;
     use crate::ops::{Op, PadMode, SliceAxis};
+
+    #[test]
+    fn bitcast_reads_the_same_bytes_as_another_type() {
+        // 1.0f32 is 0x3f800000; -2.0 is 0xc0000000.
+        let x = f32s(&[2], &[1.0, -2.0]);
+        let to_i32 = Op::BitCast(BitCast { to: DType::I32 });
+        let y = eval1(to_i32, &[&x]);
+        assert_eq!(
+            *y.data,
+            TensorData::I32(vec![0x3f80_0000, 0xc000_0000u32 as i32])
+        );
+        let back = eval1(Op::BitCast(BitCast { to: DType::F32 }), &[&y]);
+        assert_eq!(back, x);
+        let flags = Tensor::new(vec![2], TensorData::Bool(vec![true, false]));
+        let bytes = eval1(Op::BitCast(BitCast { to: DType::U8 }), &[&flags]);
+        assert_eq!(*bytes.data, TensorData::U8(vec![1, 0]));
+        // Types of different widths are refused, naming both.
+        let wide = ValueType::new(DType::F64, vec![2]);
+        let err = Op::BitCast(BitCast { to: DType::I32 })
+            .def()
+            .infer(&[&wide]);
+        assert!(err.is_err_and(|e| e.to_string().contains("f64 is 64 bits, i32 is 32")));
+    }
 
     #[test]
     fn transpose_matches_explicit_loops() {

@@ -210,6 +210,23 @@ impl CompiledModel {
                     };
                     bufs.boxes[i] = Some(t.cast_saturating(cast.to, cast.saturate));
                 }
+                Kernel::BitCast(to) => {
+                    let t = bufs.tensor(step.inputs[0], &step.input_types[0]);
+                    let y = t.bitcast(*to).map_err(|e| at_node(e.to_string()))?;
+                    store(step, bufs, vec![y])
+                }
+                Kernel::Det(m) => {
+                    let mut x: Vec<f64> = bufs
+                        .read(step.inputs[0])
+                        .iter()
+                        .map(|&v| v as f64)
+                        .collect();
+                    let y = bufs.write(step.outputs[0]);
+                    let dets = crate::ops::determinants(&mut x, *m, y.len());
+                    for (y, d) in y.iter_mut().zip(dets) {
+                        *y = d as f32;
+                    }
+                }
                 Kernel::Rebox(shape) => {
                     let t = bufs.tensor(step.inputs[0], &step.input_types[0]);
                     let Slot::Boxed(i) = step.outputs[0] else {

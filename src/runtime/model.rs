@@ -20,7 +20,7 @@ use super::measure::roofline::StepWork;
 use super::scratch::Scratch;
 use super::storage::Storage;
 use crate::core::par;
-use crate::graph::{ControlFlow, Op, Span, Tensor, ValueType};
+use crate::graph::{ControlFlow, DType, Op, Span, Tensor, ValueType};
 use std::sync::{Arc, Mutex};
 
 /// Where a value lives while the model runs.
@@ -67,6 +67,10 @@ pub(super) enum Kernel {
     ToF32,
     /// A tensor converted to a type other than f32 (the cast of the reference).
     Cast(crate::ops::Cast),
+    /// A tensor's bytes read as elements of another type of the same width.
+    BitCast(DType),
+    /// The determinant of each row-major f32 matrix of this many rows.
+    Det(usize),
     /// An elementwise op on integers or booleans, or a comparison.
     Typed(typed::Typed),
     /// A data movement of integers or booleans.

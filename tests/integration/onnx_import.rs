@@ -266,10 +266,10 @@ fn every_unsupported_operator_is_listed_at_once() {
     let mut custom = node("Frobnicate", "custom_1", &["x"], &["c"]);
     custom.domain = "com.example".into();
     let nodes = vec![
-        node("Det", "det_a", &["x"], &["a"]),
+        node("LinearAttention", "attn_a", &["x"], &["a"]),
         node("Relu", "relu", &["a"], &["r"]),
         node("RoiAlign", "roi_align", &["r"], &["h"]),
-        node("Det", "det_b", &["h"], &["b"]),
+        node("LinearAttention", "attn_b", &["h"], &["b"]),
         custom,
         node("Add", "add", &["b", "c"], &["y"]),
     ];
@@ -294,14 +294,14 @@ fn every_unsupported_operator_is_listed_at_once() {
     assert_eq!(
         listed,
         vec![
-            ("Det", vec!["det_a", "det_b"]),
+            ("LinearAttention", vec!["attn_a", "attn_b"]),
             ("RoiAlign", vec!["roi_align"]),
             ("com.example::Frobnicate", vec!["custom_1"]),
         ]
     );
     let text = err.to_string();
     assert!(
-        text.contains("'Det' ×2 (layers 'det_a', 'det_b')"),
+        text.contains("'LinearAttention' ×2 (layers 'attn_a', 'attn_b')"),
         "{text}"
     );
     assert!(text.contains("'RoiAlign' ×1 (layer 'roi_align')"), "{text}");

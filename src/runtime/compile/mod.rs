@@ -499,6 +499,7 @@ impl<'g> Compiler<'g> {
                 Dense::new((a.shape[0], k, n), self.isa, *alpha, &w, *trans_b, c).map(Kernel::Dense)
             }
             Op::MatMul => self.matmul(id),
+            Op::Det => Some(Kernel::Det(*self.g.value_type(ins[0]).shape.last()?)),
             // Softmax normalizes its one axis: rows only when it is the last.
             Op::Softmax(Softmax { axis }) if axis + 1 == self.g.value_type(ins[0]).shape.len() => {
                 self.rows(id, *axis, RowOp::Softmax)
@@ -638,6 +639,7 @@ impl<'g> Compiler<'g> {
             // Quantized outputs (f32 values rounded and clamped to the type),
             // masks and ids between integer and boolean types, other floats.
             Op::Cast(c) if out.dtype != DType::F32 => Some(Kernel::Cast(c.clone())),
+            Op::BitCast(b) => Some(Kernel::BitCast(b.to)),
             Op::Reshape(_) | Op::Identity if out.dtype != DType::F32 => {
                 Some(Kernel::Rebox(out.shape.clone()))
             }

@@ -1,4 +1,4 @@
-//! Matrix products: MatMul and Gemm.
+//! Matrix products, MatMul and Gemm, and the determinant, Det.
 
 use super::context::{NodeCtx, Res};
 use super::registry::{Registry, AI_ONNX};
@@ -7,6 +7,7 @@ use crate::ops::Gemm;
 
 pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "MatMul", |c| c.emit_all(Op::MatMul));
+    reg.add(AI_ONNX, "Det", |c| c.emit_all(Op::Det));
     reg.add(AI_ONNX, "Gemm", gemm);
 }
 

@@ -1,7 +1,7 @@
 //! Data movement: Reshape and its kin (Flatten, Squeeze, Unsqueeze), Transpose,
 //! Concat, Split, Slice, Gather, Compress, ReverseSequence, Pad, CenterCropPad,
 //! Expand, Tile, DepthToSpace and SpaceToDepth, and the ops that pass their
-//! input on (Identity, Dropout, Cast, CastLike).
+//! input on (Identity, Dropout, Cast, CastLike, BitCast).
 
 use super::context::{dims, NodeCtx, Res};
 use super::registry::{Registry, AI_ONNX};
@@ -9,7 +9,9 @@ use crate::frontend::onnx::dtype_from_onnx;
 use crate::graph::{
     broadcast_shapes, numel, DType, Op, PadMode, SliceAxis, Tensor, TensorData, ValueRef,
 };
-use crate::ops::{Cast, Concat, Expand, Gather, Pad, Reshape, Slice, Split, Tile, Transpose};
+use crate::ops::{
+    BitCast, Cast, Concat, Expand, Gather, Pad, Reshape, Slice, Split, Tile, Transpose,
+};
 
 pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "Reshape", reshape);
@@ -33,6 +35,7 @@ pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "Dropout", dropout);
     reg.add(AI_ONNX, "Cast", cast);
     reg.add(AI_ONNX, "CastLike", cast_like);
+    reg.add(AI_ONNX, "BitCast", bitcast);
 }
 
 fn reshape(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
@@ -248,6 +251,11 @@ fn cast(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         saturate: c.bool_attr("saturate", true)?,
     });
     c.emit_all(op)
+}
+
+fn bitcast(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let to = dtype_from_onnx(c.int("to", 0)? as i32).map_err(|m| c.err(format!("BitCast: {m}")))?;
+    c.emit_all(Op::BitCast(BitCast { to }))
 }
 
 /// CastLike casts to the element type of its second input. Types are static
