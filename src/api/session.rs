@@ -331,6 +331,28 @@ impl Session {
         (self.options.bounds.check(&self.interface, shapes)).map_err(Error::Input)
     }
 
+    /// The steps that run on the reference executor, without a native
+    /// kernel, in every model compiled so far (each stage's of a model run in
+    /// stages): their names, kinds and source layers, each step once.
+    pub fn fallback_steps(&self) -> Vec<(String, String, Vec<crate::graph::Span>)> {
+        let mut found: Vec<(String, String, Vec<crate::graph::Span>)> = vec![];
+        let compiled = self
+            .lock()
+            .iter()
+            .flat_map(|(_, m)| m.model.fallback_steps())
+            .collect::<Vec<_>>();
+        let staged = match &self.source {
+            Source::Staged(staged) => staged.fallback_steps(),
+            _ => vec![],
+        };
+        for step in compiled.into_iter().chain(staged) {
+            if !found.iter().any(|f| f.0 == step.0) {
+                found.push(step);
+            }
+        }
+        found
+    }
+
     /// The input shapes compiled and kept, the most recently used last.
     pub fn compiled_shapes(&self) -> Vec<Vec<Vec<usize>>> {
         self.lock().iter().map(|(k, _)| k.clone()).collect()

@@ -4,7 +4,7 @@
 use layoutopt::api::json::Execution;
 use layoutopt::api::{
     self, format_spans, CompiledModel, ConvAlgo, ConvAlgoChoice, Graph, Isa, KernelPath, Machine,
-    RuntimeOptions, Tensor,
+    RuntimeOptions, Span, Tensor,
 };
 use std::time::Instant;
 
@@ -63,20 +63,27 @@ pub fn compile(machine: &Machine, g: &Graph, options: &RuntimeOptions) -> CliRes
             quantized.len()
         );
     }
-    let fallbacks = model.fallback_steps();
-    if !fallbacks.is_empty() {
-        let named: Vec<String> = fallbacks
-            .iter()
-            .map(|(name, kind, spans)| format!("'{name}' ({kind}; {})", format_spans(spans)))
-            .collect();
-        eprintln!(
-            "warning: {} of {} steps (control-flow subgraphs' included) run on the reference executor, without a native kernel: {}",
-            fallbacks.len(),
-            model.step_count(),
-            named.join(", ")
-        );
-    }
+    warn_of_fallbacks(&model.fallback_steps(), Some(model.step_count()));
     Ok(model)
+}
+
+/// Warns on stderr about every step that falls back to the (slow) reference
+/// executor: its name, kind and source layers (`of_steps`: how many steps
+/// there are in all, where one model holds them).
+pub fn warn_of_fallbacks(fallbacks: &[(String, String, Vec<Span>)], of_steps: Option<usize>) {
+    if fallbacks.is_empty() {
+        return;
+    }
+    let named: Vec<String> = fallbacks
+        .iter()
+        .map(|(name, kind, spans)| format!("'{name}' ({kind}; {})", format_spans(spans)))
+        .collect();
+    let of = of_steps.map_or(String::new(), |n| format!(" of {n}"));
+    eprintln!(
+        "warning: {}{of} steps (control-flow subgraphs' included) run on the reference executor, without a native kernel: {}",
+        fallbacks.len(),
+        named.join(", ")
+    );
 }
 
 /// Compiles the planned graph and runs it once; returns the outputs and how

@@ -398,6 +398,7 @@ fn run_staged(args: &RunArgs, json: bool) -> CliResult {
         session.run(&given)
     })?;
     let first_run = t1.elapsed();
+    native::warn_of_fallbacks(&session.fallback_steps(), None);
     let t2 = Instant::now();
     session.run(&given)?;
     let second_run = t2.elapsed();
@@ -472,6 +473,7 @@ fn bench_staged(args: &BenchArgs, json: bool) -> CliResult {
     let t0 = Instant::now();
     session.run(&given)?;
     let first_run = t0.elapsed();
+    native::warn_of_fallbacks(&session.fallback_steps(), None);
     for _ in 0..args.warmup {
         session.run(&given)?;
     }

@@ -110,3 +110,53 @@ fn the_command_line_runs_a_model_in_stages() {
     let text = layoutopt_ok(&args);
     assert!(text.contains("over 5 runs"), "{text}");
 }
+
+/// A staged run warns of the steps that fall back to the reference executor,
+/// in whichever stage they are, as a whole model's run does: here a
+/// determinant of f64 values (native only on f32), beside a NonZero cut.
+#[test]
+fn a_staged_run_names_its_fallback_steps() {
+    use crate::support::onnx::{int_attr, model, model_bytes, node, value_info};
+    use crate::support::process::{layoutopt, scratch_dir};
+    let (f32_code, f64_code, i64_code) = (1, 11, 7);
+    let mut to_f64 = node("Cast", "to_f64", &["m"], &["m64"]);
+    to_f64.attribute.push(int_attr("to", f64_code));
+    let mut to_f32 = node("Cast", "to_f32", &["d64"], &["d"]);
+    to_f32.attribute.push(int_attr("to", f32_code));
+    let mut count = node("ReduceSum", "count", &["nz"], &["s"]);
+    count.attribute.push(int_attr("keepdims", 0));
+    let nodes = vec![
+        node("NonZero", "nz", &["x"], &["nz"]),
+        count,
+        to_f64,
+        node("Det", "det", &["m64"], &["d64"]),
+        to_f32,
+    ];
+    let m = model(
+        nodes,
+        vec![
+            value_info("x", f32_code as i32, &[6]),
+            value_info("m", f32_code as i32, &[2, 2]),
+        ],
+        vec![
+            value_info("s", i64_code, &[]),
+            value_info("d", f32_code as i32, &[]),
+        ],
+        vec![],
+        13,
+    );
+    let path = scratch_dir("staged_fallbacks").join("model.onnx");
+    std::fs::write(&path, model_bytes(&m)).unwrap();
+    let out = layoutopt(&["run", path.to_str().unwrap(), "--threads", "1"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout.contains("run in stages cut before layer 'nz'"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stderr.contains("run on the reference executor") && out.stderr.contains("'det'"),
+        "{}",
+        out.stderr
+    );
+}

@@ -106,6 +106,15 @@ impl Staged {
             .collect()
     }
 
+    /// The steps of the stages compiled so far that run on the reference
+    /// executor (`Session::fallback_steps`).
+    pub(super) fn fallback_steps(&self) -> Vec<(String, String, Vec<crate::graph::Span>)> {
+        let rest = self.rest.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        (self.first.iter().flat_map(Session::fallback_steps))
+            .chain(rest.iter().flat_map(|r| r.fallback_steps()))
+            .collect()
+    }
+
     /// The value named `name`: computed by a stage, given, or a weight.
     fn value<'a>(
         &'a self,
