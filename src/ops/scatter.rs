@@ -136,6 +136,31 @@ fn tuple_offsets(indices: &[i64], k: usize, data_shape: &[usize]) -> Result<Vec<
         .collect()
 }
 
+impl GatherNd {
+    /// Where each slice the index tuples pick starts in data of shape `data`
+    /// (flat offsets, in output order), and the slices' length, for indices
+    /// of shape `indices` holding `values`; an index out of range is an error.
+    pub fn slices(
+        &self,
+        data: &[usize],
+        indices: &[usize],
+        values: &[i64],
+    ) -> Result<(Vec<usize>, usize), OpError> {
+        let b = self.batch_dims;
+        let k = indices.last().copied().unwrap_or(0);
+        let per_batch = numel(&data[b..]);
+        let slice = numel(&data[(b + k).min(data.len())..]);
+        let batches = numel(&data[..b]).max(1);
+        let per_batch_values = values.len() / batches;
+        let mut starts = Vec::with_capacity(values.len() / k.max(1));
+        for (batch, values) in values.chunks(per_batch_values.max(1)).enumerate() {
+            let offsets = tuple_offsets(values, k, &data[b..])?;
+            starts.extend(offsets.into_iter().map(|o| batch * per_batch + o));
+        }
+        Ok((starts, slice))
+    }
+}
+
 impl ScatterNd {
     /// The flat data offset each update element lands on, in the order of
     /// the updates, for data of shape `data` and indices of shape `indices`
@@ -210,20 +235,8 @@ impl OpDef for GatherNd {
 
     fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         let (data, indices) = (x[0], x[1]);
-        let b = self.batch_dims;
-        let k = indices.shape.last().copied().unwrap_or(0);
-        let per_batch = numel(&data.shape[b..]);
-        let slice = numel(&data.shape[b + k..]);
-        let batches = numel(&data.shape[..b]).max(1);
-        let index_values = indices.data.to_i64();
-        let per_batch_values = index_values.len() / batches;
-        let mut src = Vec::with_capacity(outputs[0].numel());
-        for (batch, values) in index_values.chunks(per_batch_values.max(1)).enumerate() {
-            for offset in tuple_offsets(values, k, &data.shape[b..])? {
-                let start = batch * per_batch + offset;
-                src.extend(start..start + slice);
-            }
-        }
+        let (starts, slice) = self.slices(&data.shape, &indices.shape, &indices.data.to_i64())?;
+        let src = starts.into_iter().flat_map(|s| s..s + slice);
         let out = &outputs[0];
         Ok(vec![Tensor::new(
             out.shape.clone(),

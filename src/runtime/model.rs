@@ -73,6 +73,8 @@ pub(super) enum Kernel {
     Det(usize),
     /// An elementwise op on integers or booleans, or a comparison.
     Typed(typed::Typed),
+    /// ReduceSum, Max, ... of integers, or Max/Min of booleans.
+    Reduced(typed::Reduced),
     /// A data movement of integers or booleans.
     Moved(typed::Moved),
     /// ArgMax or ArgMin of f32 values.

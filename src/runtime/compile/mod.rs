@@ -24,7 +24,7 @@ use super::kernels::quantized::{Grid, QuantizedAdd, QuantizedMul, QuantizedSoftm
 use super::kernels::resize::ResizeGeom;
 use super::kernels::scatter::{Placing, Scatter};
 use super::kernels::simd::{Isa, Lanes};
-use super::kernels::typed::{ArgBest, Gathered, Moved, TopKBest, Typed, TypedOp};
+use super::kernels::typed::{ArgBest, Gathered, Moved, Reduced, TopKBest, Typed, TypedOp};
 use super::kernels::where_select::Select;
 use super::kernels::{activation, gather, tir_step};
 use super::machine::{lock, SharedKernelTimes};
@@ -660,6 +660,14 @@ impl<'g> Compiler<'g> {
                 };
                 self.picked(gather::Picking::Elements(elements), ins[0], out)
             }
+            Op::GatherNd(op) if is_int(&ins[1]) => {
+                let tuples = gather::Tuples {
+                    op: op.clone(),
+                    data: self.g.value_type(ins[0]).shape.clone(),
+                    indices: self.g.value_type(ins[1]).shape.clone(),
+                };
+                self.picked(gather::Picking::Tuples(tuples), ins[0], out)
+            }
             Op::ScatterNd(s) if is_int(&ins[1]) => self.scattered(Placing::Nd(s.clone()), &ins),
             Op::ScatterElements(s) if is_int(&ins[1]) => {
                 self.scattered(Placing::Elements(s.clone()), &ins)
@@ -689,8 +697,8 @@ impl<'g> Compiler<'g> {
         }
     }
 
-    /// Elementwise ops on row-major integers and booleans, comparisons, and
-    /// ArgMax/ArgMin and TopK of f32.
+    /// Elementwise ops and reductions on row-major integers and booleans,
+    /// comparisons, and ArgMax/ArgMin and TopK of f32.
     fn typed(&self, id: NodeId) -> Option<Kernel> {
         let (op, laid_out) = inner(self.g, id);
         if laid_out.is_some() {
@@ -703,6 +711,10 @@ impl<'g> Compiler<'g> {
             Op::ArgReduce(r) if self.is_f32(*ins.first()?) => {
                 let (x, out) = (self.g.value_type(ins[0]), &self.g.node(id).outputs[0].ty);
                 return ArgBest::new(r, &x.shape, &out.shape).map(Kernel::Arg);
+            }
+            Op::Reduce(r) if !self.is_f32(*ins.first()?) => {
+                let (x, out) = (self.g.value_type(ins[0]), &self.g.node(id).outputs[0].ty);
+                return Reduced::new(r, x.dtype, &x.shape, &out.shape).map(Kernel::Reduced);
             }
             Op::TopK(t) if self.is_f32(*ins.first()?) => {
                 let x = self.g.value_type(ins[0]);

@@ -554,13 +554,55 @@ impl Elements {
     }
 }
 
-/// A gather by run-time indices: whole rows along an axis, or single elements.
+/// GatherND by run-time indices: each index tuple picks a slice of data.
+#[derive(Clone, Debug)]
+pub struct Tuples {
+    /// The op (its batch axes).
+    pub op: crate::ops::GatherNd,
+    /// The data's shape.
+    pub data: Vec<usize>,
+    /// The indices' shape, the tuples along its last axis.
+    pub indices: Vec<usize>,
+}
+
+impl Tuples {
+    /// Fills `y` with the slices of `x` the tuples pick; an index outside its
+    /// axis (after negative indices count from the end) is an error.
+    pub fn run<T: Copy>(&self, x: &[T], indices: &[i64], y: &mut [T]) -> Result<(), KernelError> {
+        let (data_len, index_len) = (
+            crate::core::numel(&self.data),
+            crate::core::numel(&self.indices),
+        );
+        let mismatch = |out_len| KernelError::Buffers {
+            kernel: "tuple gather",
+            given: vec![x.len(), indices.len(), y.len()],
+            expected: vec![data_len, index_len, out_len],
+        };
+        if x.len() != data_len || indices.len() != index_len {
+            return Err(mismatch(y.len()));
+        }
+        let (starts, slice) = (self.op.slices(&self.data, &self.indices, indices))
+            .map_err(|e| KernelError::Value(e.to_string()))?;
+        if y.len() != starts.len() * slice {
+            return Err(mismatch(starts.len() * slice));
+        }
+        for (out, &s) in y.chunks_exact_mut(slice.max(1)).zip(&starts) {
+            out.copy_from_slice(&x[s..s + slice]);
+        }
+        Ok(())
+    }
+}
+
+/// A gather by run-time indices: whole rows along an axis, single elements,
+/// or the slices index tuples name.
 #[derive(Clone, Debug)]
 pub enum Picking {
     /// Gather: each index picks a row.
     Rows(Rows),
     /// GatherElements: each index picks one element.
     Elements(Elements),
+    /// GatherND: each index tuple picks a slice.
+    Tuples(Tuples),
 }
 
 impl Picking {
@@ -574,6 +616,7 @@ impl Picking {
         match self {
             Picking::Rows(r) => r.run(x, indices, y),
             Picking::Elements(e) => e.run(x, indices, y),
+            Picking::Tuples(t) => t.run(x, indices, y),
         }
     }
 }

@@ -479,6 +479,55 @@ fn batched_matmuls_match_the_reference_executor() {
     }
 }
 
+/// GatherND by run-time int32 tuples, with and without batch axes, whole
+/// slices and single elements, negative indices among them, against the
+/// reference executor; a tuple outside the data is an error naming the node.
+#[test]
+fn tuple_gathers_by_runtime_indices_match_the_reference_executor() {
+    let cases: [(&[usize], &[usize], usize); 4] = [
+        (&[5, 4, 3], &[6, 2], 0),
+        (&[5, 4, 3], &[2, 3, 3], 0),
+        (&[2, 6, 3], &[2, 4, 1], 1),
+        (&[7], &[3, 1], 0),
+    ];
+    let mut rng = Rng(31);
+    for (shape, index_shape, batch_dims) in cases {
+        let what = format!("{shape:?} by {index_shape:?}, batch_dims {batch_dims}");
+        let mut g = Graph::new("gather_nd");
+        let x_ty = ValueType::new(DType::F32, shape.to_vec());
+        let x = g.add_input("x", x_ty.clone(), vec![]);
+        let i_ty = ValueType::new(DType::I32, index_shape.to_vec());
+        let i = g.add_input("i", i_ty.clone(), vec![]);
+        let op = Op::GatherNd(crate::ops::GatherNd { batch_dims });
+        let span = vec![crate::core::Span::new("g.onnx", "pick", "GatherND", 0)];
+        let y = g.add_node(op, "pick", &[x, i], &[], span).unwrap();
+        g.set_outputs(vec![ValueRef::new(y, 0)]);
+        let m = compile_on(2, &g);
+        // Each tuple element indexes the data axis after the batch axes.
+        let k = index_shape[index_shape.len() - 1];
+        let extent = |n: usize| shape[batch_dims + n % k] as i64;
+        let indices: Vec<i32> = (0..i_ty.numel())
+            .map(|n| (rng.below(2 * extent(n) as usize) as i64 - extent(n)) as i32)
+            .collect();
+        let inputs = [
+            Tensor::from_f32(shape.to_vec(), rng.f32s(x_ty.numel())),
+            Tensor::new(index_shape.to_vec(), TensorData::I32(indices)),
+        ];
+        let expected = crate::reference::run(&g, &inputs).unwrap();
+        let got = m.run(&inputs).unwrap();
+        assert_eq!(got[0].shape, expected[0].shape, "{what}");
+        assert_close(&got[0].f32s(), &expected[0].f32s(), &what);
+        let mut bad = inputs.clone();
+        let too_far = vec![shape[batch_dims] as i32; i_ty.numel()];
+        bad[1] = Tensor::new(index_shape.to_vec(), TensorData::I32(too_far));
+        let e = m.run(&bad).unwrap_err().to_string();
+        assert!(
+            e.contains("pick") && e.contains("out of range"),
+            "{what}: {e}"
+        );
+    }
+}
+
 /// Gathers by run-time indices, with rows long enough to be cut between
 /// threads and short enough to be grouped, negative indices among them,
 /// against the reference executor; an index outside the axis is an error

@@ -10,9 +10,9 @@
 
 use super::gather::Picking;
 use super::KernelError;
-use crate::core::{DType, Tensor, TensorData};
+use crate::core::{strides, DType, Tensor, TensorData};
 use crate::graph::BinaryOp;
-use crate::ops::{ArgKind, ArgReduce, IntegerArith, Logical, TopK};
+use crate::ops::{ArgKind, ArgReduce, IntegerArith, Logical, Reduce, ReduceKind, TopK};
 use std::collections::BinaryHeap;
 
 /// What a typed kernel computes.
@@ -262,7 +262,7 @@ impl Typed {
         let last = self.strides.len().min(2) - 1;
         let (sx, sy) = (&self.strides[0], &self.strides[last]);
         let mut out = Vec::with_capacity(self.shape.iter().product());
-        self.rows(&[sx, sy], |at, n, step| {
+        for_each_row(&self.shape, &[sx, sy], |at, n, step| {
             for k in 0..n {
                 out.push(f(x[at[0] + k * step[0]], y[at[1] + k * step[1]]));
             }
@@ -273,7 +273,7 @@ impl Typed {
     fn pick<T: Copy>(&self, mask: &[bool], x: &[T], y: &[T]) -> Vec<T> {
         let s = &self.strides;
         let mut out = Vec::with_capacity(self.shape.iter().product());
-        self.rows(&[&s[0], &s[1], &s[2]], |at, n, step| {
+        for_each_row(&self.shape, &[&s[0], &s[1], &s[2]], |at, n, step| {
             for k in 0..n {
                 out.push(match mask[at[0] + k * step[0]] {
                     true => x[at[1] + k * step[1]],
@@ -283,48 +283,145 @@ impl Typed {
         });
         out
     }
+}
 
-    /// Calls `row(offsets, n, steps)` for each row of the output's last axis,
-    /// in order: each operand's offset of the row's first element, the row's
-    /// length and each operand's step along it.
-    fn rows<const N: usize>(
-        &self,
-        strides: &[&Vec<usize>; N],
-        mut row: impl FnMut(&[usize; N], usize, &[usize; N]),
-    ) {
-        let rank = self.shape.len();
-        if self.shape.contains(&0) {
-            return;
-        }
-        let (n, step) = match rank {
-            0 => (1, [0; N]),
-            _ => (self.shape[rank - 1], strides.map(|s| s[rank - 1])),
-        };
-        let outer = rank.saturating_sub(1);
-        let mut index = vec![0usize; outer];
-        let mut at = [0usize; N];
+/// Calls `row(offsets, n, steps)` for each row of `shape`'s last axis, in
+/// order: each operand's offset of the row's first element, the row's length
+/// and each operand's step along it (operand strides per axis of `shape`).
+fn for_each_row<const N: usize>(
+    shape: &[usize],
+    strides: &[&Vec<usize>; N],
+    mut row: impl FnMut(&[usize; N], usize, &[usize; N]),
+) {
+    let rank = shape.len();
+    if shape.contains(&0) {
+        return;
+    }
+    let (n, step) = match rank {
+        0 => (1, [0; N]),
+        _ => (shape[rank - 1], strides.map(|s| s[rank - 1])),
+    };
+    let outer = rank.saturating_sub(1);
+    let mut index = vec![0usize; outer];
+    let mut at = [0usize; N];
+    loop {
+        row(&at, n, &step);
+        // The odometer over the outer axes, offsets kept in step.
+        let mut axis = outer;
         loop {
-            row(&at, n, &step);
-            // The odometer over the outer axes, offsets kept in step.
-            let mut axis = outer;
-            loop {
-                if axis == 0 {
-                    return;
-                }
-                axis -= 1;
-                index[axis] += 1;
-                for (o, s) in at.iter_mut().zip(strides) {
-                    *o += s[axis];
-                }
-                if index[axis] < self.shape[axis] {
-                    break;
-                }
-                for (o, s) in at.iter_mut().zip(strides) {
-                    *o -= s[axis] * self.shape[axis];
-                }
-                index[axis] = 0;
+            if axis == 0 {
+                return;
             }
+            axis -= 1;
+            index[axis] += 1;
+            for (o, s) in at.iter_mut().zip(strides) {
+                *o += s[axis];
+            }
+            if index[axis] < shape[axis] {
+                break;
+            }
+            for (o, s) in at.iter_mut().zip(strides) {
+                *o -= s[axis] * shape[axis];
+            }
+            index[axis] = 0;
         }
+    }
+}
+
+/// ReduceSum, ReduceMean, ReduceMax, ReduceMin or ReduceProd of row-major
+/// integers over any axes, exact in i128 and wrapped back to the type (an
+/// integer mean truncates), or ReduceMax/ReduceMin of booleans (any, all):
+/// the reference's semantics, in one pass over the input.
+#[derive(Clone, Debug)]
+pub struct Reduced {
+    kind: ReduceKind,
+    shape: Vec<usize>,
+    /// The input's row-major strides, and per input axis the output's stride
+    /// (0 on a reduced axis).
+    strides: [Vec<usize>; 2],
+    out: Vec<usize>,
+}
+
+impl Reduced {
+    /// The kernel for `op` on `dtype` input of `shape`, giving `out`; none
+    /// for types without an exact loop here.
+    pub fn new(op: &Reduce, dtype: DType, shape: &[usize], out: &[usize]) -> Option<Reduced> {
+        let boolean = matches!(op.kind, ReduceKind::Max | ReduceKind::Min) && dtype == DType::Bool;
+        if !(integer(dtype) || boolean) || op.axes.iter().any(|&a| a >= shape.len()) {
+            return None;
+        }
+        let kept: Vec<usize> = (0..shape.len())
+            .map(|a| if op.axes.contains(&a) { 1 } else { shape[a] })
+            .collect();
+        let mut to_out = strides(&kept);
+        op.axes.iter().for_each(|&a| to_out[a] = 0);
+        Some(Reduced {
+            kind: op.kind,
+            shape: shape.to_vec(),
+            strides: [strides(shape), to_out],
+            out: out.to_vec(),
+        })
+    }
+
+    /// The reduction of `x` (the type and shape it was built for).
+    pub fn run(&self, x: &Tensor) -> Result<Tensor, KernelError> {
+        let n: usize = self.shape.iter().product();
+        if x.numel() != n {
+            return Err(KernelError::Buffers {
+                kernel: "integer reduction",
+                given: vec![x.numel()],
+                expected: vec![n],
+            });
+        }
+        let n_out: usize = self.out.iter().product();
+        let data = match &*x.data {
+            TensorData::Bool(v) => {
+                let all = self.kind == ReduceKind::Min;
+                let mut acc = vec![all; n_out];
+                self.fold(v, &mut acc, |a, v| if all { a && v } else { a || v });
+                TensorData::Bool(acc)
+            }
+            data => {
+                let init = match self.kind {
+                    ReduceKind::Max => i128::MIN,
+                    ReduceKind::Min => i128::MAX,
+                    ReduceKind::Prod => 1,
+                    ReduceKind::Sum | ReduceKind::Mean => 0,
+                };
+                let mut acc = vec![init; n_out];
+                let kind = self.kind;
+                let step = |a: i128, v: i128| match kind {
+                    ReduceKind::Max => a.max(v),
+                    ReduceKind::Min => a.min(v),
+                    ReduceKind::Prod => a.wrapping_mul(v),
+                    ReduceKind::Sum | ReduceKind::Mean => a.wrapping_add(v),
+                };
+                each_integer!(data, data, |v, _same, _variant| {
+                    self.fold(v, &mut acc, |a, v| step(a, i128::from(v)))
+                })
+                .ok_or_else(|| KernelError::Value(format!("no reduction of {}", x.dtype())))?;
+                if self.kind == ReduceKind::Mean {
+                    let count = (n / n_out.max(1)) as i128;
+                    if count == 0 {
+                        return Err(KernelError::Value("integer mean over no elements".into()));
+                    }
+                    acc.iter_mut().for_each(|a| *a /= count);
+                }
+                TensorData::from_i128(x.dtype(), acc)
+            }
+        };
+        Ok(Tensor::new(self.out.clone(), data))
+    }
+
+    /// Folds every input element into its output's accumulator.
+    fn fold<T: Copy, A: Copy>(&self, x: &[T], acc: &mut [A], f: impl Fn(A, T) -> A) {
+        let [sx, so] = &self.strides;
+        for_each_row(&self.shape, &[sx, so], |at, n, step| {
+            for k in 0..n {
+                let o = at[1] + k * step[1];
+                acc[o] = f(acc[o], x[at[0] + k * step[0]]);
+            }
+        });
     }
 }
 
@@ -782,6 +879,55 @@ mod tests {
         let div = TypedOp::Arith(BinaryOp::Div);
         let k = Typed::new(div, &operands, &[2]).unwrap();
         assert!(matches!(k.run(&[&a, &z]), Err(KernelError::Value(_))));
+    }
+
+    #[test]
+    fn integer_and_boolean_reductions_agree_with_the_reference() {
+        // Values near each type's ends, so that sums and products wrap.
+        let v: Vec<i128> = (0..24)
+            .map(|i| (i * 37 % 11 - 5) * (1 << (i % 5 * 15)))
+            .collect();
+        let flags: Vec<bool> = (0..24).map(|i| i % 3 == 0 || i % 7 == 1).collect();
+        let kinds = [
+            ReduceKind::Sum,
+            ReduceKind::Mean,
+            ReduceKind::Max,
+            ReduceKind::Min,
+            ReduceKind::Prod,
+        ];
+        for dtype in [
+            DType::I8,
+            DType::I32,
+            DType::I64,
+            DType::U16,
+            DType::U64,
+            DType::Bool,
+        ] {
+            let x = match dtype {
+                DType::Bool => bools(&[2, 3, 4], &flags),
+                d => Tensor::new(vec![2, 3, 4], TensorData::from_i128(d, v.clone())),
+            };
+            let ty = ValueType::new(dtype, x.shape.clone());
+            for axes in [vec![0], vec![1], vec![2], vec![0, 2], vec![0, 1, 2]] {
+                for (kind, keepdims) in kinds.iter().flat_map(|&k| [(k, false), (k, true)]) {
+                    let op = Reduce {
+                        kind,
+                        axes: axes.clone(),
+                        keepdims,
+                    };
+                    let node = Op::Reduce(op.clone());
+                    let out = node.def().infer(&[&ty]).unwrap();
+                    let Ok(want) = eval_op(&node, &[&x], &out) else {
+                        // Not defined on this type (a sum of booleans).
+                        assert!(Reduced::new(&op, dtype, &x.shape, &out[0].shape).is_none());
+                        continue;
+                    };
+                    let k = Reduced::new(&op, dtype, &x.shape, &out[0].shape).expect("a loop");
+                    let got = k.run(&x).unwrap();
+                    assert_eq!((&got.shape, &*got.data), (&want[0].shape, &*want[0].data));
+                }
+            }
+        }
     }
 
     #[test]
