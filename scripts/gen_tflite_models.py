@@ -13,7 +13,9 @@ Models: tflite_cnn (NHWC CNN with fused activations), tflite_cnn_f16 (the same
 network with float16 weights, i.e. DEQUANTIZE ops), tflite_transformer (one
 transformer encoder block), tflite_ops (standalone activations, resize and slice
 variants), tflite_decoder (TRANSPOSE_CONV, PRELU, SPLIT, SPLIT_V, UNPACK, PACK,
-GATHER), tflite_logic (integer and boolean ops on ids and masks). `--full` also builds Keras MobileNetV2 (weights=None,
+GATHER), tflite_logic (integer and boolean ops on ids and masks), tflite_tf_ops
+(TensorFlow ops kept as builtins: space/depth/batch rearrangements, mirror pads,
+normalizations, index selection, bitwise ops). `--full` also builds Keras MobileNetV2 (weights=None,
 seeded) into models/full/tflite_mobilenetv2/ (gitignored).
 
 Usage: python scripts/gen_tflite_models.py [--full] [--out models] [NAME ...]
@@ -139,6 +141,52 @@ def logic(seed=6):
     return keras.Model(x_in, layers.Lambda(f)(x_in), name="tflite_logic")
 
 
+def tf_ops(seed=7):
+    """TensorFlow ops the converter keeps as builtins of their own: space, depth
+    and batch rearrangements (SPACE_TO_DEPTH, DEPTH_TO_SPACE, SPACE_TO_BATCH_ND,
+    BATCH_TO_SPACE_ND), MIRROR_PAD both ways, LOCAL_RESPONSE_NORMALIZATION,
+    L2_NORMALIZATION, LOG_SOFTMAX, ELU, SIGN, FLOOR_DIV, FLOOR_MOD, ADD_N, CUMSUM,
+    ARG_MAX, ARG_MIN, TOPK_V2, GATHER_ND, SCATTER_ND, REDUCE_ANY, and on int32
+    BITWISE_XOR, RIGHT_SHIFT, FLOOR_MOD, FLOOR_DIV and BITCAST."""
+    del seed  # no weights
+
+    def space(t):
+        d = tf.nn.depth_to_space(tf.nn.space_to_depth(t, 2) * 1.5, 2)
+        b = tf.space_to_batch_nd(t, [2, 2], [[1, 1], [0, 2]])
+        b = tf.batch_to_space(tf.nn.elu(b) + 0.5, [2, 2], [[1, 1], [0, 2]])
+        r = tf.pad(t, [[0, 0], [1, 2], [2, 1], [0, 0]], mode="REFLECT")
+        s = tf.pad(t, [[0, 0], [2, 1], [1, 3], [0, 0]], mode="SYMMETRIC")
+        lrn = tf.nn.local_response_normalization(t, depth_radius=1, bias=1.5, alpha=0.3, beta=0.75)
+        l2 = tf.math.l2_normalize(t, axis=-1)
+        m = tf.math.floormod(t, 0.7) + tf.math.floordiv(t, 0.45) + tf.sign(t)
+        c = tf.math.cumsum(t, axis=2, exclusive=True, reverse=True)
+        y = tf.add_n([d, b, lrn, l2 * 2.0, m, c, tf.nn.log_softmax(t)])
+        return tf.concat([y, r[:, 1:9, 2:10, :] - s[:, :8, :8, :]], axis=3)
+
+    def index(t):
+        flat = tf.reshape(t, (1, 256))
+        values, at = tf.math.top_k(flat, k=5)
+        best = tf.concat([tf.cast(tf.argmax(t, axis=3), tf.float32),
+                          tf.cast(tf.argmin(t, axis=1, output_type=tf.int32), tf.float32)], axis=2)
+        picked = tf.gather_nd(t[0], [[1, 2], [3, 4], [7, 0]])
+        spread = tf.scatter_nd([[2], [5], [2]], picked, (8, 4))
+        any_pos = tf.cast(tf.reduce_any(t > 1.0, axis=[1, 3]), tf.float32)
+        ids = tf.cast(tf.round(t * 40.0), tf.int32)
+        bits = tf.bitwise.right_shift(tf.bitwise.bitwise_xor(ids, 0x5A), 2)
+        as_float = tf.bitcast(tf.math.floormod(ids, 256) * 4096 + 0x3F800000, tf.float32)
+        ints = tf.cast(bits + tf.math.floordiv(ids, -3), tf.float32) + as_float
+        return tf.concat([
+            tf.reshape(values, (5,)), tf.cast(tf.reshape(at, (5,)), tf.float32), tf.reshape(best, (-1,)),
+            tf.reshape(spread, (-1,)), tf.reshape(any_pos, (-1,)), tf.reshape(ints, (-1,)),
+        ], axis=0)
+
+    @tf.function(input_signature=[tf.TensorSpec((1, 8, 8, 4), tf.float32, name="x")])
+    def model(x):
+        return {"space": space(x), "index": index(x)}
+
+    return model
+
+
 def decoder(seed=5):
     """An upsampling head: transposed convolutions (SAME and VALID) with PReLU, then
     channel splits (equal and by sizes), rows unpacked and packed in reverse, and a
@@ -181,8 +229,12 @@ def calibrate_batchnorm(model, seed):
 
 
 def convert(model, float16=False):
-    """Converts a Keras model to TFLite flatbuffer bytes (float32 unless `float16`)."""
-    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    """Converts a Keras model or a tf.function to TFLite flatbuffer bytes (float32
+    unless `float16`)."""
+    if isinstance(model, keras.Model):
+        converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    else:
+        converter = tf.lite.TFLiteConverter.from_concrete_functions([model.get_concrete_function()], model)
     if float16:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.target_spec.supported_types = [tf.float16]
@@ -241,9 +293,10 @@ def main():
         "tflite_ops": lambda: convert(ops()),
         "tflite_decoder": lambda: convert(decoder()),
         "tflite_logic": lambda: convert(logic()),
+        "tflite_tf_ops": lambda: convert(tf_ops()),
     }
     seeds = {"tflite_cnn": 10, "tflite_cnn_f16": 11, "tflite_transformer": 12, "tflite_ops": 14, "tflite_decoder": 15,
-             "tflite_logic": 16}
+             "tflite_logic": 16, "tflite_tf_ops": 17}
     for name in args.names or builds:
         write_model(args.out, name, builds[name](), seed=seeds[name])
     if args.full:

@@ -37,7 +37,8 @@ const QUANTIZED_OPS: [&str; 18] = [
 impl Graph {
     /// The source layers that are quantized and run in float here: the
     /// quantized operators, and layers whose output a rounding no source
-    /// Round asked for puts on its grid (quantized TFLite tensors).
+    /// Round (or TFLite ROUND) asked for puts on its grid (quantized TFLite
+    /// tensors).
     pub fn quantized_layers(&self) -> BTreeSet<Arc<str>> {
         let mut layers = BTreeSet::new();
         for id in self.node_ids() {
@@ -56,7 +57,8 @@ impl Graph {
                 node.spans
                     .iter()
                     .filter(|s| {
-                        QUANTIZED_OPS.contains(&&*s.op_type) || (grid && &*s.op_type != "Round")
+                        QUANTIZED_OPS.contains(&&*s.op_type)
+                            || (grid && !s.op_type.eq_ignore_ascii_case("round"))
                     })
                     .map(|s| s.layer.clone()),
             );

@@ -558,6 +558,83 @@ fn floor_ceil_and_round_import_as_the_unary_ops() {
     }
 }
 
+/// Rearrangements and pads whose constants do not fit the input, and a
+/// BITCAST that changes the element width, are errors naming the layer.
+#[test]
+fn rearrangements_that_do_not_fit_are_errors_naming_the_layer() {
+    let x = || TensorSpec::f32("x", &[1, 6, 6, 2]);
+    let one_op = |consts: Vec<TensorSpec>, out: TensorSpec, op: OpSpec| {
+        let mut tensors = vec![x()];
+        tensors.extend(consts);
+        tensors.push(out);
+        let last = tensors.len() as i32 - 1;
+        ModelSpec::new(tensors, vec![op], &[0], &[last]).build()
+    };
+    let cases = [
+        (
+            one_op(
+                vec![
+                    TensorSpec::i32_const("block", &[2], &[4, 2]),
+                    TensorSpec::i32_const("pads", &[2, 2], &[0, 0, 0, 0]),
+                ],
+                TensorSpec::f32("s2b", &[8, 2, 3, 2]),
+                OpSpec::new(SPACE_TO_BATCH_ND, &[0, 1, 2], &[3]),
+            ),
+            vec![
+                "'s2b'",
+                "extent 6 of axis 1 is not a multiple of its block 4",
+            ],
+        ),
+        (
+            one_op(
+                vec![
+                    TensorSpec::i32_const("block", &[2], &[2, 2]),
+                    TensorSpec::i32_const("crops", &[2, 2], &[0, 0, 9, 9]),
+                ],
+                TensorSpec::f32("b2s", &[1, 1, 1, 2]),
+                OpSpec::new(BATCH_TO_SPACE_ND, &[0, 1, 2], &[3]),
+            ),
+            vec!["'b2s'", "batch 1 a multiple of 4"],
+        ),
+        (
+            one_op(
+                vec![TensorSpec::i32_const(
+                    "pads",
+                    &[4, 2],
+                    &[0, 0, 6, 0, 0, 0, 0, 0],
+                )],
+                TensorSpec::f32("mirror", &[1, 12, 6, 2]),
+                OpSpec::new(MIRROR_PAD, &[0, 1], &[2])
+                    .options(MIRROR_PAD_OPTIONS, &[(0, Field::I8(0))]),
+            ),
+            vec!["'mirror'", "one less than the extent"],
+        ),
+        (
+            one_op(
+                vec![],
+                TensorSpec::f32("s2d", &[1, 2, 2, 18]),
+                OpSpec::new(SPACE_TO_DEPTH, &[0], &[1])
+                    .options(SPACE_TO_DEPTH_OPTIONS, &[(0, Field::I32(4))]),
+            ),
+            vec!["'s2d'", "block size 4", "height 6"],
+        ),
+        (
+            one_op(
+                vec![],
+                TensorSpec {
+                    ttype: INT8,
+                    ..TensorSpec::f32("bits", &[1, 6, 6, 2])
+                },
+                OpSpec::new(BITCAST, &[0], &[1]),
+            ),
+            vec!["'bits'", "BITCAST from f32 to i8"],
+        ),
+    ];
+    for (bytes, needles) in cases {
+        import_err(&bytes, &needles);
+    }
+}
+
 #[test]
 fn int8_weights_without_a_scale_are_refused_naming_the_tensor() {
     let mut spec = conv_model([7, 7], 2, 3, [3, 3], [2, 2], SAME, [4, 4]);

@@ -148,6 +148,16 @@ fn integer_and_boolean_ops_match_the_tflite_interpreter() {
     check("tflite_logic");
 }
 
+/// TensorFlow ops the converter keeps as builtins: SPACE_TO_DEPTH and back,
+/// SPACE_TO_BATCH_ND and back, MIRROR_PAD (REFLECT, SYMMETRIC), LRN,
+/// L2_NORMALIZATION, LOG_SOFTMAX, ELU, SIGN, FLOOR_DIV, FLOOR_MOD, ADD_N,
+/// CUMSUM, ARG_MAX, ARG_MIN, TOPK_V2, GATHER_ND, SCATTER_ND, REDUCE_ANY,
+/// BITWISE_XOR, RIGHT_SHIFT and BITCAST.
+#[test]
+fn tensorflow_builtin_ops_match_the_tflite_interpreter() {
+    check("tflite_tf_ops");
+}
+
 /// MediaPipe's published models: the face and pose detectors store their weights
 /// sparse (float16, DENSIFY then DEQUANTIZE), the selfie segmenter upsamples with
 /// Convolution2DTransposeBias. Record them first with

@@ -10,7 +10,8 @@ use crate::graph::{
     ValueRef, ValueType, Window,
 };
 use crate::ops::{
-    Cast, Concat, Expand, Gemm, Logical, Pad, Reduce, Reshape, Slice, Softmax, Tile, Transpose,
+    ArgKind, BitCast, Cast, Concat, Expand, Gemm, IntegerArith, Logical, Pad, Reduce, Reshape,
+    Slice, Softmax, Tile, Transpose,
 };
 
 /// NHWC → NCHW and back, for ops the IR defines on NCHW tensors.
@@ -23,6 +24,8 @@ mod detection;
 mod mediapipe;
 mod quant;
 mod recurrent;
+mod spatial;
+mod tensorflow;
 
 /// Imports operator `index` of subgraph 0.
 pub(super) fn import_operator<'a>(
@@ -74,6 +77,7 @@ pub(super) fn import_operator<'a>(
             cx.nms_padded(code == NON_MAX_SUPPRESSION_V5)?
         }
         UNPACK => cx.unpack()?,
+        TOPK_V2 => cx.top_k()?,
         BIDIRECTIONAL_SEQUENCE_LSTM => cx.bidirectional_lstm()?,
         _ => vec![cx.convert(code)?],
     };
@@ -189,6 +193,33 @@ const SQUARE: i32 = 92;
 const COS: i32 = 108;
 const SELECT_V2: i32 = 123;
 const BROADCAST_TO: i32 = 130;
+const EMBEDDING_LOOKUP: i32 = 7;
+const L2_NORMALIZATION: i32 = 11;
+const LOCAL_RESPONSE_NORMALIZATION: i32 = 13;
+const SPACE_TO_DEPTH: i32 = 26;
+const BATCH_TO_SPACE_ND: i32 = 37;
+const SPACE_TO_BATCH_ND: i32 = 38;
+const TOPK_V2: i32 = 48;
+const LOG_SOFTMAX: i32 = 50;
+const ARG_MAX: i32 = 56;
+const ARG_MIN: i32 = 79;
+const FLOOR_DIV: i32 = 90;
+const REDUCE_ANY: i32 = 91;
+const ZEROS_LIKE: i32 = 93;
+const FILL: i32 = 94;
+const FLOOR_MOD: i32 = 95;
+const MIRROR_PAD: i32 = 100;
+const ADD_N: i32 = 106;
+const GATHER_ND: i32 = 107;
+const ELU: i32 = 111;
+const SCATTER_ND: i32 = 122;
+const CUMSUM: i32 = 128;
+const REDUCE_ALL: i32 = 140;
+const ONES_LIKE: i32 = 146;
+const SIGN: i32 = 158;
+const BITCAST: i32 = 159;
+const BITWISE_XOR: i32 = 160;
+const RIGHT_SHIFT: i32 = 161;
 const NON_MAX_SUPPRESSION_V4: i32 = 120;
 const NON_MAX_SUPPRESSION_V5: i32 = 121;
 
@@ -298,7 +329,34 @@ impl<'a> Cx<'_, 'a> {
             DEQUANTIZE => self.dequantize(),
             QUANTIZE => self.requantize(),
             DENSIFY => self.densify(),
-            DEPTH_TO_SPACE => self.depth_to_space(),
+            DEPTH_TO_SPACE => self.depth_space(true),
+            SPACE_TO_DEPTH => self.depth_space(false),
+            SPACE_TO_BATCH_ND => self.space_to_batch(),
+            BATCH_TO_SPACE_ND => self.batch_to_space(),
+            MIRROR_PAD => self.mirror_pad(),
+            ARG_MAX => self.arg(ArgKind::Max),
+            ARG_MIN => self.arg(ArgKind::Min),
+            GATHER_ND => self.gather_nd(),
+            SCATTER_ND => self.scatter_nd(),
+            EMBEDDING_LOOKUP => self.embedding_lookup(),
+            FILL => self.fill(),
+            ZEROS_LIKE => self.filled_like(0.0),
+            ONES_LIKE => self.filled_like(1.0),
+            CUMSUM => self.cumsum(),
+            FLOOR_DIV => self.floored(false),
+            FLOOR_MOD => self.floored(true),
+            ADD_N => self.add_n(),
+            L2_NORMALIZATION => self.l2_normalization(),
+            LOCAL_RESPONSE_NORMALIZATION => self.local_response_normalization(),
+            LOG_SOFTMAX => self.log_softmax(),
+            ELU => self.unary(UnaryOp::Elu { alpha: 1.0 }),
+            SIGN => self.unary(UnaryOp::Sign),
+            // The maximum of booleans is any, the minimum all.
+            REDUCE_ANY => self.reduce(ReduceKind::Max),
+            REDUCE_ALL => self.reduce(ReduceKind::Min),
+            BITWISE_XOR => self.plain(Op::IntegerArith(IntegerArith::BitwiseXor)),
+            RIGHT_SHIFT => self.plain(Op::IntegerArith(IntegerArith::BitShift { left: false })),
+            BITCAST => self.bitcast(),
             UNIDIRECTIONAL_SEQUENCE_LSTM => self.unidirectional_lstm(),
             UNIDIRECTIONAL_SEQUENCE_RNN => self.unidirectional_rnn(),
             REVERSE_V2 => self.reverse(),
@@ -744,6 +802,23 @@ impl<'a> Cx<'_, 'a> {
         let x = self.input(0)?;
         let to = self.imp.logical_type(self.outputs[0])?.dtype;
         self.emit(Op::Cast(Cast { to, saturate: true }), "cast", &[x])
+    }
+
+    /// BITCAST to the type the output tensor declares, of the same width
+    /// (TensorFlow's bitcast to a narrower or wider type reshapes the last
+    /// axis, which is not supported).
+    fn bitcast(&mut self) -> Res<ValueRef> {
+        let x = self.input(0)?;
+        let (from, to) = (
+            self.ty(x).dtype,
+            self.imp.logical_type(self.outputs[0])?.dtype,
+        );
+        if from.size_bytes() != to.size_bytes() {
+            return Err(self.unsupported(format!(
+                "BITCAST from {from} to {to} changes the element width, which is not supported"
+            )));
+        }
+        self.emit(Op::BitCast(BitCast { to }), "bitcast", &[x])
     }
 
     /// SELECT_V2 broadcasts like Where. SELECT also takes a condition of rank 1
@@ -1361,38 +1436,6 @@ impl<'a> Cx<'_, 'a> {
             operands[v] = self.emit(Op::Transpose(Transpose { perm }), step, &[operands[v]])?;
         }
         self.emit(Op::MatMul, "matmul", &operands)
-    }
-
-    /// DEPTH_TO_SPACE of NHWC x with block b: channel (i * b + j) * C + c of pixel
-    /// (h, w) moves to channel c of pixel (h * b + i, w * b + j). As NHWC reshapes and a
-    /// transpose: [N, H, W, b, b, C] → [N, H, b, W, b, C].
-    fn depth_to_space(&mut self) -> Res<ValueRef> {
-        let o: schema::DepthToSpaceOptions = self.required_options("DepthToSpaceOptions")?;
-        let x = self.input(0)?;
-        let xs = self.ty(x).shape.clone();
-        let b = usize::try_from(o.block_size()).unwrap_or(0);
-        let [n, h, w, depth] = xs[..] else {
-            return Err(self.err(format!("input must be NHWC (rank 4), got {}", self.ty(x))));
-        };
-        if b == 0 || !depth.is_multiple_of(b * b) {
-            return Err(self.err(format!(
-                "block size {} must be positive with its square dividing the depth {depth}",
-                o.block_size()
-            )));
-        }
-        let c = depth / (b * b);
-        let split = Op::Reshape(Reshape {
-            shape: vec![n, h, w, b, b, c],
-        });
-        let y = self.emit(split, "split_depth", &[x])?;
-        let interleave = Op::Transpose(Transpose {
-            perm: vec![0, 1, 3, 2, 4, 5],
-        });
-        let y = self.emit(interleave, "interleave", &[y])?;
-        let merge = Op::Reshape(Reshape {
-            shape: vec![n, h * b, w * b, c],
-        });
-        self.emit(merge, "merge", &[y])
     }
 
     /// DENSIFY of a constant: the importer made it dense when it read it, so the

@@ -266,8 +266,27 @@ tables! {
     SplitOptions {
         num_splits(0): scalar i32 = 0,
     }
+    /// DepthToSpaceOptions and SpaceToDepthOptions.
     DepthToSpaceOptions {
         block_size(0): scalar i32 = 0,
+    }
+    /// REFLECT (0) leaves the edge out of the mirror image, SYMMETRIC (1)
+    /// repeats it.
+    MirrorPadOptions {
+        mode(0): scalar i8 = 0,
+    }
+    CumsumOptions {
+        exclusive(0): scalar bool = false,
+        reverse(1): scalar bool = false,
+    }
+    LocalResponseNormalizationOptions {
+        radius(0): scalar i32 = 0,
+        bias(1): scalar f32 = 0.0,
+        alpha(2): scalar f32 = 0.0,
+        beta(3): scalar f32 = 0.0,
+    }
+    L2NormOptions {
+        fused_activation_function(0): scalar i8 = 0,
     }
     TransposeConvOptions {
         padding(0): scalar i8 = 0,
@@ -352,7 +371,12 @@ builtin_options! {
     // SplitOptions, SplitVOptions.
     SplitOptions = [35, 79],
     TransposeConvOptions = [49],
-    DepthToSpaceOptions = [94],
+    // DepthToSpaceOptions, SpaceToDepthOptions.
+    DepthToSpaceOptions = [94, 19],
+    MirrorPadOptions = [77],
+    CumsumOptions = [102],
+    LocalResponseNormalizationOptions = [13],
+    L2NormOptions = [12],
     LeakyReluOptions = [75],
     BatchMatMulOptions = [101],
     GeluOptions = [116],
