@@ -1,21 +1,104 @@
-//! Convolutions: Conv, ConvTranspose, Col2Im as a transposed convolution, and
-//! DeformConv as bilinear samples gathered into columns for a 1x1 convolution.
+//! Convolutions: Conv, ConvTranspose, Col2Im as a transposed convolution,
+//! DeformConv as bilinear samples gathered into columns for a 1x1 convolution,
+//! and CausalConvWithState as a depthwise convolution over state and input.
 
 use super::context::{dims, NodeCtx, Res};
 use super::registry::{Registry, AI_ONNX};
 use super::window::{kernel_attr, window};
 use crate::core::TensorData;
 use crate::graph::{
-    BinaryOp, Conv, ConvTranspose, GridPadding, GridSample, Op, Reshape, Sampling, Tensor,
-    ValueRef, Window,
+    BinaryOp, Conv, ConvTranspose, GridPadding, GridSample, Op, PadMode, Reshape, Sampling,
+    SliceAxis, Tensor, UnaryOp, ValueRef, Window,
 };
-use crate::ops::{Gather, Transpose};
+use crate::ops::{Concat, Gather, Pad, Slice, Transpose};
 
 pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "Conv", conv);
     reg.add(AI_ONNX, "ConvTranspose", conv_transpose);
     reg.add(AI_ONNX, "Col2Im", col2im);
     reg.add(AI_ONNX, "DeformConv", deform_conv);
+    reg.add(AI_ONNX, "CausalConvWithState", causal_conv_with_state);
+}
+
+/// CausalConvWithState (opset 27, the short convolution of Mamba and Gated
+/// DeltaNet decoders): a depthwise 1-D convolution, kernel k, over the past
+/// state (k − 1 positions, zeros when absent) followed by the input, so that
+/// each output position sees itself and the k − 1 before it; optionally
+/// followed by SiLU. The present state is the last k − 1 positions of that
+/// joined sequence. As a concatenation (or a pad), a convolution without
+/// padding, and a slice.
+fn causal_conv_with_state(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let (x, w) = (c.input(0)?, c.input(1)?);
+    let (xs, ws) = (c.ty(x).shape, c.ty(w).shape);
+    let [batch, channels, length] = xs[..] else {
+        return Err(c.err(format!(
+            "the input must be (batch, channels, length), got shape {xs:?}"
+        )));
+    };
+    let k = match ws[..] {
+        [m, 1, k] if m == channels && k > 0 => k,
+        _ => {
+            return Err(c.err(format!(
+                "the weight must be ({channels}, 1, k) with k > 0 for {channels} channels, got shape {ws:?}"
+            )))
+        }
+    };
+    let silu = match c.string("activation", "none")?.as_str() {
+        "none" => false,
+        "silu" | "swish" => true,
+        other => {
+            return Err(c.err(format!(
+                "activation '{other}' is not one of 'silu', 'swish', 'none'"
+            )))
+        }
+    };
+    let state = vec![batch, channels, k - 1];
+    let joined = match c.opt_input(3) {
+        _ if k == 1 => x,
+        Some(past) if c.ty(past).shape == state => {
+            c.emit_inner(Op::Concat(Concat { axis: 2 }), &[past, x], "joined")?
+        }
+        Some(past) => {
+            return Err(c.err(format!(
+                "past_state must have shape {state:?}, got {:?}",
+                c.ty(past).shape
+            )))
+        }
+        None => {
+            let pad = Op::Pad(Pad {
+                begins: vec![0, 0, k as i64 - 1],
+                ends: vec![0; 3],
+                mode: PadMode::Constant(0.0),
+            });
+            c.emit_inner(pad, &[x], "joined")?
+        }
+    };
+    let mut inputs = vec![joined, w];
+    inputs.extend(c.opt_input(2));
+    let conv = Op::Conv(Conv {
+        window: Window {
+            kernel: vec![k],
+            strides: vec![1],
+            dilations: vec![1],
+            pads: vec![0, 0],
+        },
+        group: channels,
+    });
+    let mut y = c.emit_inner(conv, &inputs, "conv")?;
+    if silu {
+        let gate = c.emit_inner(Op::Unary(UnaryOp::Sigmoid), &[y], "sigmoid")?;
+        y = c.binary(BinaryOp::Mul, y, gate, "silu")?;
+    }
+    let present = Op::Slice(Slice {
+        axes: vec![SliceAxis {
+            axis: 2,
+            start: length as i64,
+            end: (length + k - 1) as i64,
+            step: 1,
+        }],
+    });
+    let present = c.emit_inner(present, &[joined], "present_state")?;
+    Ok(vec![Some(y), Some(present)])
 }
 
 /// DeformConv (2-D): each tap of the window reads the input at its place

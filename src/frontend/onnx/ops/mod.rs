@@ -93,6 +93,7 @@ mod tests {
         "BitShift",
         "Cast",
         "CastLike",
+        "CausalConvWithState",
         "Celu",
         "Clip",
         "Concat",
