@@ -275,7 +275,7 @@ mod tests {
         want.extend(SUPPORTED_MICROSOFT.iter().map(|&op| ("com.microsoft", op)));
         want.sort_unstable();
         let have = registry().op_types();
-        assert_eq!(have.len(), 185);
+        assert_eq!(have.len(), 186);
         assert_eq!(have, want);
     }
 
