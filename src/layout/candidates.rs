@@ -304,6 +304,13 @@ pub fn impls(
         }
         _ => {}
     }
+    // Integers and booleans are boxed row-major tensors at run time: the
+    // kernels producing them (typed loops, gathers, reboxes) write row-major
+    // only, and one in another layout would run on the reference executor. A
+    // cast from a laid-out float converts in place, so it keeps its options.
+    if !matches!(n.op, Op::Cast(_)) && outs.iter().any(|t| !t.dtype.is_float()) {
+        options.truncate(1);
+    }
     let mut out: Vec<Impl> = Vec::with_capacity(options.len());
     for (inputs, outputs) in options {
         if out

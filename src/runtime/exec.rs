@@ -191,6 +191,7 @@ impl CompiledModel {
                     t.data.write_f32s(bufs.write(step.outputs[0]))
                 }
                 Kernel::Typed(k) => on_tensors(step, bufs, |xs| k.run(xs)).map_err(kernel)?,
+                Kernel::Scanned(k) => on_tensors(step, bufs, |xs| k.run(xs[0])).map_err(kernel)?,
                 Kernel::Reduced(k) => on_tensors(step, bufs, |xs| k.run(xs[0])).map_err(kernel)?,
                 Kernel::Moved(k) => on_tensors(step, bufs, |xs| k.run(xs)).map_err(kernel)?,
                 Kernel::Gathered(k) => {

@@ -75,6 +75,8 @@ pub(super) enum Kernel {
     Typed(typed::Typed),
     /// ReduceSum, Max, ... of integers, or Max/Min of booleans.
     Reduced(typed::Reduced),
+    /// CumSum or CumProd of integers.
+    Scanned(typed::Scanned),
     /// A data movement of integers or booleans.
     Moved(typed::Moved),
     /// ArgMax or ArgMin of f32 values.

@@ -24,7 +24,7 @@ use super::kernels::quantized::{Grid, QuantizedAdd, QuantizedMul, QuantizedSoftm
 use super::kernels::resize::ResizeGeom;
 use super::kernels::scatter::{Placing, Scatter};
 use super::kernels::simd::{Isa, Lanes};
-use super::kernels::typed::{ArgBest, Gathered, Moved, Reduced, TopKBest, Typed, TypedOp};
+use super::kernels::typed::{ArgBest, Gathered, Moved, Reduced, Scanned, TopKBest, Typed, TypedOp};
 use super::kernels::where_select::Select;
 use super::kernels::{activation, gather, tir_step};
 use super::machine::{lock, SharedKernelTimes};
@@ -697,8 +697,8 @@ impl<'g> Compiler<'g> {
         }
     }
 
-    /// Elementwise ops and reductions on row-major integers and booleans,
-    /// comparisons, and ArgMax/ArgMin and TopK of f32.
+    /// Elementwise ops, reductions and running sums on row-major integers and
+    /// booleans, comparisons, and ArgMax/ArgMin and TopK of f32.
     fn typed(&self, id: NodeId) -> Option<Kernel> {
         let (op, laid_out) = inner(self.g, id);
         if laid_out.is_some() {
@@ -715,6 +715,10 @@ impl<'g> Compiler<'g> {
             Op::Reduce(r) if !self.is_f32(*ins.first()?) => {
                 let (x, out) = (self.g.value_type(ins[0]), &self.g.node(id).outputs[0].ty);
                 return Reduced::new(r, x.dtype, &x.shape, &out.shape).map(Kernel::Reduced);
+            }
+            Op::Cumulative(c) if !self.is_f32(*ins.first()?) => {
+                let x = self.g.value_type(ins[0]);
+                return Scanned::new(c, x.dtype, &x.shape).map(Kernel::Scanned);
             }
             Op::TopK(t) if self.is_f32(*ins.first()?) => {
                 let x = self.g.value_type(ins[0]);

@@ -11,7 +11,7 @@ use crate::layout::target::TargetFamily;
 use crate::runtime::measure::roofline::StepWork;
 use crate::runtime::test_support::{
     after_pointwise_conv, assert_close, compile_on, max_error, planned_for, random_conv_graph,
-    strided_conv_graph, Rng,
+    strided_conv_graph, Rng, FAMILIES,
 };
 use crate::runtime::{CompiledModel, RuntimeOptions};
 
@@ -353,7 +353,6 @@ fn padded_shortcut_graph(begin: usize, end: usize, rng: &mut Rng) -> (Graph, Ten
 /// Outputs equal the reference executor's in every layout family.
 #[test]
 fn a_zero_channel_pad_runs_in_the_blocked_layout() {
-    use crate::runtime::test_support::FAMILIES;
     let mut rng = Rng(44);
     for (begin, end) in [(0, 16), (16, 8), (0, 8), (4, 12)] {
         let (g, x) = padded_shortcut_graph(begin, end, &mut rng);
@@ -1034,5 +1033,38 @@ fn depthwise_convolutions_hand_bytes_to_integer_ones() {
                 "stride {stride}"
             );
         }
+    }
+}
+
+/// Integers are boxed row-major at run time, so the planner keeps their
+/// transposes and reshapes row-major (a transpose relabelled as a layout
+/// would leave both steps on the reference executor): in every family the
+/// index arithmetic of a position table runs natively, equal to the
+/// reference executor.
+#[test]
+fn integer_transposes_and_reshapes_stay_row_major_and_native() {
+    let mut g = Graph::new("positions");
+    let x = g.add_input("x", ValueType::new(DType::I64, vec![2, 3]), vec![]);
+    let span = |name: &str| vec![crate::core::Span::new("p.onnx", name, name, 0)];
+    let swap = Op::Transpose(crate::ops::Transpose { perm: vec![1, 0] });
+    let t = g.add_node(swap, "swap", &[x], &[], span("swap")).unwrap();
+    let flat = Op::Reshape(crate::ops::Reshape { shape: vec![6] });
+    let t = ValueRef::new(t, 0);
+    let r = g.add_node(flat, "flat", &[t], &[], span("flat")).unwrap();
+    g.set_outputs(vec![ValueRef::new(r, 0)]);
+    let input = Tensor::new(
+        vec![2, 3],
+        crate::graph::TensorData::I64(vec![1, 2, 3, 4, 5, 6]),
+    );
+    let expected = crate::reference::run(&g, std::slice::from_ref(&input)).unwrap();
+    for family in FAMILIES {
+        let m = compile_on(1, &planned_for(&g, family));
+        assert!(
+            m.fallback_steps().is_empty(),
+            "{family}: {}",
+            m.describe().join("\n")
+        );
+        let got = m.run(std::slice::from_ref(&input)).unwrap();
+        assert_eq!(*got[0].data, *expected[0].data, "{family}");
     }
 }

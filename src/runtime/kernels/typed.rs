@@ -12,7 +12,9 @@ use super::gather::Picking;
 use super::KernelError;
 use crate::core::{strides, DType, Tensor, TensorData};
 use crate::graph::BinaryOp;
-use crate::ops::{ArgKind, ArgReduce, IntegerArith, Logical, Reduce, ReduceKind, TopK};
+use crate::ops::{
+    ArgKind, ArgReduce, Cumulative, IntegerArith, Logical, Reduce, ReduceKind, Running, TopK,
+};
 use std::collections::BinaryHeap;
 
 /// What a typed kernel computes.
@@ -422,6 +424,76 @@ impl Reduced {
                 acc[o] = f(acc[o], x[at[0] + k * step[0]]);
             }
         });
+    }
+}
+
+/// CumSum or CumProd of row-major integers along one axis, wrapping in the
+/// type (the reference's exact i128 result narrowed is the same value): each
+/// line accumulated a row of the inner axes at a time.
+#[derive(Clone, Debug)]
+pub struct Scanned {
+    op: Cumulative,
+    /// The extents before, of and after the axis.
+    outer: usize,
+    n: usize,
+    inner: usize,
+    shape: Vec<usize>,
+}
+
+impl Scanned {
+    /// The kernel for `op` on `dtype` input of `shape`; none for types other
+    /// than integers.
+    pub fn new(op: &Cumulative, dtype: DType, shape: &[usize]) -> Option<Scanned> {
+        (integer(dtype) && op.axis < shape.len()).then(|| Scanned {
+            op: op.clone(),
+            outer: shape[..op.axis].iter().product(),
+            n: shape[op.axis],
+            inner: shape[op.axis + 1..].iter().product(),
+            shape: shape.to_vec(),
+        })
+    }
+
+    /// The running sums or products of `x` (the type and shape it was built for).
+    pub fn run(&self, x: &Tensor) -> Result<Tensor, KernelError> {
+        let n = self.outer * self.n * self.inner;
+        if x.numel() != n {
+            return Err(KernelError::Buffers {
+                kernel: "integer running sum",
+                given: vec![x.numel()],
+                expected: vec![n],
+            });
+        }
+        let data = each_integer!(&*x.data, &*x.data, |v, _same, variant| variant(
+            match self.op.op {
+                Running::Sum => self.scan(v, 0, |a, b| a.wrapping_add(b)),
+                Running::Prod => self.scan(v, 1, |a, b| a.wrapping_mul(b)),
+            }
+        ))
+        .ok_or_else(|| KernelError::Value(format!("no running sum of {}", x.dtype())))?;
+        Ok(Tensor::new(self.shape.clone(), data))
+    }
+
+    /// Each line along the axis visited in accumulating order; the running
+    /// value before or after taking an element in is its exclusive or
+    /// inclusive result.
+    fn scan<T: Copy>(&self, v: &[T], identity: T, take: impl Fn(T, T) -> T) -> Vec<T> {
+        let (n, inner) = (self.n, self.inner);
+        let mut out = vec![identity; v.len()];
+        let mut acc = vec![identity; inner];
+        for o in 0..self.outer {
+            acc.fill(identity);
+            for step in 0..n {
+                let k = if self.op.reverse { n - 1 - step } else { step };
+                let at = (o * n + k) * inner;
+                let (row, done) = (&v[at..at + inner], &mut out[at..at + inner]);
+                for ((a, &x), y) in acc.iter_mut().zip(row).zip(done) {
+                    let with = take(*a, x);
+                    *y = if self.op.exclusive { *a } else { with };
+                    *a = with;
+                }
+            }
+        }
+        out
     }
 }
 
@@ -928,6 +1000,47 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn integer_running_sums_and_products_agree_with_the_reference() {
+        let v: Vec<i128> = (0..30)
+            .map(|i| (i * 53 % 17 - 8) * (1 << (i % 4 * 20)))
+            .collect();
+        for dtype in [DType::I8, DType::I32, DType::I64, DType::U8, DType::U64] {
+            let x = Tensor::new(vec![2, 3, 5], TensorData::from_i128(dtype, v.clone()));
+            for (axis, op, exclusive, reverse) in [
+                (0, Running::Sum, false, false),
+                (1, Running::Sum, true, false),
+                (2, Running::Sum, false, true),
+                (2, Running::Prod, true, true),
+                (1, Running::Prod, false, false),
+            ] {
+                let op = Cumulative {
+                    op,
+                    axis,
+                    exclusive,
+                    reverse,
+                };
+                let node = Op::Cumulative(op.clone());
+                let ty = ValueType::new(dtype, x.shape.clone());
+                let out = node.def().infer(&[&ty]).unwrap();
+                let want = eval_op(&node, &[&x], &out).unwrap();
+                let got = Scanned::new(&op, dtype, &x.shape).unwrap().run(&x).unwrap();
+                assert_eq!(
+                    (&got.shape, &*got.data),
+                    (&want[0].shape, &*want[0].data),
+                    "{op:?}"
+                );
+            }
+        }
+        let op = Cumulative {
+            op: Running::Sum,
+            axis: 0,
+            exclusive: false,
+            reverse: false,
+        };
+        assert!(Scanned::new(&op, DType::F64, &[3]).is_none());
     }
 
     #[test]
