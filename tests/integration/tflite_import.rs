@@ -558,6 +558,58 @@ fn floor_ceil_and_round_import_as_the_unary_ops() {
     }
 }
 
+/// The builtins the converter folds away when shapes are static, so that the
+/// interpreter-recorded models never hold them: EMBEDDING_LOOKUP (ids, then
+/// the table), FILL, ZEROS_LIKE, ONES_LIKE and REDUCE_ALL, on the reference
+/// executor against values worked out by hand.
+#[test]
+fn lookups_fills_and_reduce_all_import_as_their_compositions() {
+    use layoutopt::graph::{Tensor, TensorData};
+    let table: Vec<f32> = (0..12).map(|v| v as f32).collect();
+    let tensors = vec![
+        TensorSpec::f32("x", &[2, 3]),
+        TensorSpec::i32_const("ids", &[3], &[2, 0, 2]),
+        TensorSpec::f32_const("table", &[4, 3], &table),
+        TensorSpec::f32("rows", &[3, 3]),
+        TensorSpec::i32_const("dims", &[2], &[2, 2]),
+        TensorSpec::f32("filled", &[2, 2]),
+        TensorSpec::f32("zeros", &[2, 3]),
+        TensorSpec::f32("ones", &[2, 3]),
+        TensorSpec::i32_const("axis", &[1], &[1]),
+        TensorSpec {
+            ttype: BOOL,
+            ..TensorSpec::f32("positive", &[2, 3])
+        },
+        TensorSpec {
+            ttype: BOOL,
+            ..TensorSpec::f32("all", &[2])
+        },
+        TensorSpec::f32_const("value", &[], &[2.5]),
+        TensorSpec::f32_const("zero", &[], &[0.0]),
+    ];
+    let ops = vec![
+        OpSpec::new(EMBEDDING_LOOKUP, &[1, 2], &[3]),
+        OpSpec::new(FILL, &[4, 11], &[5]),
+        OpSpec::new(ZEROS_LIKE, &[0], &[6]),
+        OpSpec::new(ONES_LIKE, &[0], &[7]),
+        OpSpec::new(GREATER, &[0, 12], &[9]),
+        OpSpec::new(REDUCE_ALL, &[9, 8], &[10])
+            .options(REDUCER_OPTIONS, &[(0, Field::Bool(false))]),
+    ];
+    let g = import(&ModelSpec::new(tensors, ops, &[0], &[3, 5, 6, 7, 10]));
+    let x = Tensor::new(
+        vec![2, 3],
+        TensorData::F32(vec![1.0, 2.0, 3.0, 4.0, -5.0, 6.0]),
+    );
+    let out = layoutopt::reference::run(&g, &[x]).unwrap();
+    let f32s = |t: &Tensor| t.data.to_f64();
+    assert_eq!(f32s(&out[0]), [6., 7., 8., 0., 1., 2., 6., 7., 8.]);
+    assert_eq!(f32s(&out[1]), [2.5; 4]);
+    assert_eq!(f32s(&out[2]), [0.0; 6]);
+    assert_eq!(f32s(&out[3]), [1.0; 6]);
+    assert_eq!(*out[4].data, TensorData::Bool(vec![true, false]));
+}
+
 /// Rearrangements and pads whose constants do not fit the input, and a
 /// BITCAST that changes the element width, are errors naming the layer.
 #[test]
