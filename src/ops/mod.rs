@@ -92,6 +92,17 @@ impl ReduceKind {
             ReduceKind::Prod => "ReduceProd",
         }
     }
+
+    /// The exact integer reduction: its starting value and how it takes an
+    /// element in (wrapping; a mean sums, then divides).
+    pub fn integer_fold(self) -> (i128, fn(i128, i128) -> i128) {
+        match self {
+            ReduceKind::Max => (i128::MIN, i128::max),
+            ReduceKind::Min => (i128::MAX, i128::min),
+            ReduceKind::Prod => (1, i128::wrapping_mul),
+            ReduceKind::Sum | ReduceKind::Mean => (0, i128::wrapping_add),
+        }
+    }
 }
 
 /// Spatial window parameters shared by convolution and pooling.

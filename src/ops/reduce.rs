@@ -184,20 +184,10 @@ pub(super) fn reduce(
             TensorData::from_f64(out.dtype, acc)
         }
         _ => {
-            let init = match kind {
-                ReduceKind::Max => i128::MIN,
-                ReduceKind::Min => i128::MAX,
-                ReduceKind::Prod => 1,
-                ReduceKind::Sum | ReduceKind::Mean => 0,
-            };
+            let (init, take) = kind.integer_fold();
             let mut acc = vec![init; n_out];
             for (&o, v) in dst.iter().zip(x.data.to_i128()) {
-                acc[o] = match kind {
-                    ReduceKind::Max => acc[o].max(v),
-                    ReduceKind::Min => acc[o].min(v),
-                    ReduceKind::Prod => acc[o].wrapping_mul(v),
-                    ReduceKind::Sum | ReduceKind::Mean => acc[o].wrapping_add(v),
-                };
+                acc[o] = take(acc[o], v);
             }
             if kind == ReduceKind::Mean {
                 if count == 0 {
@@ -282,6 +272,42 @@ pub struct Cumulative {
     pub reverse: bool,
 }
 
+impl Cumulative {
+    /// The running values of `v` (row-major, of `shape`) with the identity
+    /// and the step given: each line along the axis visited in accumulating
+    /// order, a row of the inner axes at a time; the running value before or
+    /// after taking an element in is its exclusive or inclusive result. The
+    /// reference and the native integer kernel both run this.
+    pub fn scan<T: Copy>(
+        &self,
+        v: &[T],
+        shape: &[usize],
+        (identity, take): (T, impl Fn(T, T) -> T),
+    ) -> Vec<T> {
+        let (outer, n, inner) = (
+            numel(&shape[..self.axis]),
+            shape[self.axis],
+            numel(&shape[self.axis + 1..]),
+        );
+        let mut out = vec![identity; v.len()];
+        let mut acc = vec![identity; inner];
+        for o in 0..outer {
+            acc.fill(identity);
+            for step in 0..n {
+                let k = if self.reverse { n - 1 - step } else { step };
+                let at = (o * n + k) * inner;
+                let (row, done) = (&v[at..at + inner], &mut out[at..at + inner]);
+                for ((a, &x), y) in acc.iter_mut().zip(row).zip(done) {
+                    let with = take(*a, x);
+                    *y = if self.exclusive { *a } else { with };
+                    *a = with;
+                }
+            }
+        }
+        out
+    }
+}
+
 impl OpDef for Cumulative {
     fn name(&self) -> &'static str {
         match self.op {
@@ -306,47 +332,13 @@ impl OpDef for Cumulative {
 
     fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
         let shape = &x[0].shape;
-        let (outer, n, inner) = (
-            numel(&shape[..self.axis]),
-            shape[self.axis],
-            numel(&shape[self.axis + 1..]),
-        );
-        // Visit each line in accumulating order; the running value before or
-        // after taking the element in is the exclusive or inclusive result.
-        let order: Vec<usize> = match self.reverse {
-            false => (0..n).collect(),
-            true => (0..n).rev().collect(),
-        };
-        fn scan<T: Copy>(
-            v: &[T],
-            (identity, take): (T, impl Fn(T, T) -> T),
-            (outer, n, inner): (usize, usize, usize),
-            order: &[usize],
-            exclusive: bool,
-        ) -> Vec<T> {
-            let mut out = vec![identity; v.len()];
-            for o in 0..outer {
-                for i in 0..inner {
-                    let mut acc = identity;
-                    for &k in order {
-                        let at = (o * n + k) * inner + i;
-                        let with = take(acc, v[at]);
-                        out[at] = if exclusive { acc } else { with };
-                        acc = with;
-                    }
-                }
-            }
-            out
-        }
-        let dims = (outer, n, inner);
         let data = match x[0].dtype() {
             d if d.is_float() => {
                 let op: (f64, fn(f64, f64) -> f64) = match self.op {
                     Running::Sum => (0.0, |a, b| a + b),
                     Running::Prod => (1.0, |a, b| a * b),
                 };
-                let v = x[0].data.to_f64();
-                TensorData::from_f64(d, scan(&v, op, dims, &order, self.exclusive))
+                TensorData::from_f64(d, self.scan(&x[0].data.to_f64(), shape, op))
             }
             // Integers wrap at any width: computed in i128, then narrowed.
             d => {
@@ -354,9 +346,7 @@ impl OpDef for Cumulative {
                     Running::Sum => (0, i128::wrapping_add),
                     Running::Prod => (1, i128::wrapping_mul),
                 };
-                let v = x[0].data.to_i128();
-                let wrapped = scan(&v, op, dims, &order, self.exclusive);
-                TensorData::from_i128(d, wrapped)
+                TensorData::from_i128(d, self.scan(&x[0].data.to_i128(), shape, op))
             }
         };
         Ok(vec![Tensor::new(outputs[0].shape.clone(), data)])

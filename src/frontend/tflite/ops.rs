@@ -782,6 +782,14 @@ impl<'a> Cx<'_, 'a> {
         self.emit(Op::Unary(u), step, &[v])
     }
 
+    /// A constant named within the layer.
+    fn constant_value(&mut self, step: &str, t: Tensor) -> ValueRef {
+        let name = format!("{}/{step}", self.layer);
+        self.imp
+            .graph
+            .add_constant(&name, t, vec![self.span.clone()])
+    }
+
     fn unary(&mut self, u: UnaryOp) -> Res<ValueRef> {
         let x = self.input(0)?;
         let step = Op::Unary(u).kind_name().to_lowercase();

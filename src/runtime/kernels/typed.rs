@@ -384,22 +384,10 @@ impl Reduced {
                 TensorData::Bool(acc)
             }
             data => {
-                let init = match self.kind {
-                    ReduceKind::Max => i128::MIN,
-                    ReduceKind::Min => i128::MAX,
-                    ReduceKind::Prod => 1,
-                    ReduceKind::Sum | ReduceKind::Mean => 0,
-                };
+                let (init, take) = self.kind.integer_fold();
                 let mut acc = vec![init; n_out];
-                let kind = self.kind;
-                let step = |a: i128, v: i128| match kind {
-                    ReduceKind::Max => a.max(v),
-                    ReduceKind::Min => a.min(v),
-                    ReduceKind::Prod => a.wrapping_mul(v),
-                    ReduceKind::Sum | ReduceKind::Mean => a.wrapping_add(v),
-                };
                 each_integer!(data, data, |v, _same, _variant| {
-                    self.fold(v, &mut acc, |a, v| step(a, i128::from(v)))
+                    self.fold(v, &mut acc, |a, v| take(a, i128::from(v)))
                 })
                 .ok_or_else(|| KernelError::Value(format!("no reduction of {}", x.dtype())))?;
                 if self.kind == ReduceKind::Mean {
@@ -428,15 +416,11 @@ impl Reduced {
 }
 
 /// CumSum or CumProd of row-major integers along one axis, wrapping in the
-/// type (the reference's exact i128 result narrowed is the same value): each
-/// line accumulated a row of the inner axes at a time.
+/// type (the reference's exact i128 result narrowed is the same value), by
+/// the op's own scan.
 #[derive(Clone, Debug)]
 pub struct Scanned {
     op: Cumulative,
-    /// The extents before, of and after the axis.
-    outer: usize,
-    n: usize,
-    inner: usize,
     shape: Vec<usize>,
 }
 
@@ -446,16 +430,13 @@ impl Scanned {
     pub fn new(op: &Cumulative, dtype: DType, shape: &[usize]) -> Option<Scanned> {
         (integer(dtype) && op.axis < shape.len()).then(|| Scanned {
             op: op.clone(),
-            outer: shape[..op.axis].iter().product(),
-            n: shape[op.axis],
-            inner: shape[op.axis + 1..].iter().product(),
             shape: shape.to_vec(),
         })
     }
 
     /// The running sums or products of `x` (the type and shape it was built for).
     pub fn run(&self, x: &Tensor) -> Result<Tensor, KernelError> {
-        let n = self.outer * self.n * self.inner;
+        let n: usize = self.shape.iter().product();
         if x.numel() != n {
             return Err(KernelError::Buffers {
                 kernel: "integer running sum",
@@ -463,37 +444,15 @@ impl Scanned {
                 expected: vec![n],
             });
         }
+        let shape = &self.shape;
         let data = each_integer!(&*x.data, &*x.data, |v, _same, variant| variant(
             match self.op.op {
-                Running::Sum => self.scan(v, 0, |a, b| a.wrapping_add(b)),
-                Running::Prod => self.scan(v, 1, |a, b| a.wrapping_mul(b)),
+                Running::Sum => self.op.scan(v, shape, (0, |a, b| a.wrapping_add(b))),
+                Running::Prod => self.op.scan(v, shape, (1, |a, b| a.wrapping_mul(b))),
             }
         ))
         .ok_or_else(|| KernelError::Value(format!("no running sum of {}", x.dtype())))?;
         Ok(Tensor::new(self.shape.clone(), data))
-    }
-
-    /// Each line along the axis visited in accumulating order; the running
-    /// value before or after taking an element in is its exclusive or
-    /// inclusive result.
-    fn scan<T: Copy>(&self, v: &[T], identity: T, take: impl Fn(T, T) -> T) -> Vec<T> {
-        let (n, inner) = (self.n, self.inner);
-        let mut out = vec![identity; v.len()];
-        let mut acc = vec![identity; inner];
-        for o in 0..self.outer {
-            acc.fill(identity);
-            for step in 0..n {
-                let k = if self.op.reverse { n - 1 - step } else { step };
-                let at = (o * n + k) * inner;
-                let (row, done) = (&v[at..at + inner], &mut out[at..at + inner]);
-                for ((a, &x), y) in acc.iter_mut().zip(row).zip(done) {
-                    let with = take(*a, x);
-                    *y = if self.op.exclusive { *a } else { with };
-                    *a = with;
-                }
-            }
-        }
-        out
     }
 }
 

@@ -221,12 +221,4 @@ impl Cx<'_, '_> {
         // MediaPipe's kernel does not apply the activation its options carry.
         self.emit(merge, "unpool", &[placed])
     }
-
-    /// A constant named within the layer.
-    fn constant_value(&mut self, step: &str, t: Tensor) -> ValueRef {
-        let name = format!("{}/{step}", self.layer);
-        self.imp
-            .graph
-            .add_constant(&name, t, vec![self.span.clone()])
-    }
 }

@@ -43,10 +43,7 @@ impl Cx<'_, '_> {
     /// A scalar constant of `dtype`.
     fn scalar(&mut self, what: &str, dtype: DType, v: f64) -> ValueRef {
         let t = Tensor::new(vec![], TensorData::from_f64(dtype, vec![v]));
-        let name = format!("{}/{what}", self.layer);
-        self.imp
-            .graph
-            .add_constant(&name, t, vec![self.span.clone()])
+        self.constant_value(what, t)
     }
 
     /// ARG_MAX or ARG_MIN along a constant axis, which goes; ties go to the
