@@ -225,7 +225,7 @@ pub fn load_model_with(path: &Path, opts: &ImportOptions) -> Result<Graph, Error
             }
             .into());
         }
-        let bytes = crate::frontend::read_file(path).map_err(io_error)?;
+        let bytes = crate::frontend::map_file(path).map_err(io_error)?;
         return Ok(import_tflite(&bytes, &file)?);
     }
     Ok(load_onnx(path, opts)?)

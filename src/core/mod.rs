@@ -23,5 +23,6 @@ pub use pad::{Assumption, NotAPadValue, PadFlow, PadValue, Requirement};
 pub use pages::PageBuf;
 pub use span::{format_spans, format_spans_portable, merge_spans, Span};
 pub use tensor::{
-    checked_numel, next_index, numel, strides, DType, Tensor, TensorData, TensorError, ValueType,
+    checked_numel, next_index, numel, strides, DType, Rearrange, Tensor, TensorData, TensorError,
+    ValueType,
 };

@@ -455,24 +455,32 @@ impl TensorData {
 
     /// Picks the elements at `indices` (in order), keeping the element type.
     pub fn gather(&self, indices: impl Iterator<Item = usize>) -> TensorData {
-        fn pick<T: Copy>(v: &[T], idx: impl Iterator<Item = usize>) -> Vec<T> {
-            idx.map(|i| v[i]).collect()
+        struct Pick<I>(I);
+        impl<I: Iterator<Item = usize>> Rearrange for Pick<I> {
+            fn apply<T: Copy>(self, v: &[T]) -> Vec<T> {
+                self.0.map(|i| v[i]).collect()
+            }
         }
+        self.rearrange(Pick(indices))
+    }
+
+    /// The elements `r` makes of these, keeping the element type.
+    pub fn rearrange(&self, r: impl Rearrange) -> TensorData {
         match self {
-            TensorData::F32(v) => TensorData::F32(pick(v, indices)),
-            TensorData::F16(v) => TensorData::F16(pick(v, indices)),
-            TensorData::BF16(v) => TensorData::BF16(pick(v, indices)),
-            TensorData::Bits(d, v) => TensorData::Bits(*d, pick(v, indices)),
-            TensorData::F64(v) => TensorData::F64(pick(v, indices)),
-            TensorData::I64(v) => TensorData::I64(pick(v, indices)),
-            TensorData::I32(v) => TensorData::I32(pick(v, indices)),
-            TensorData::I16(v) => TensorData::I16(pick(v, indices)),
-            TensorData::I8(v) => TensorData::I8(pick(v, indices)),
-            TensorData::U64(v) => TensorData::U64(pick(v, indices)),
-            TensorData::U32(v) => TensorData::U32(pick(v, indices)),
-            TensorData::U16(v) => TensorData::U16(pick(v, indices)),
-            TensorData::U8(v) => TensorData::U8(pick(v, indices)),
-            TensorData::Bool(v) => TensorData::Bool(pick(v, indices)),
+            TensorData::F32(v) => TensorData::F32(r.apply(v)),
+            TensorData::F16(v) => TensorData::F16(r.apply(v)),
+            TensorData::BF16(v) => TensorData::BF16(r.apply(v)),
+            TensorData::Bits(d, v) => TensorData::Bits(*d, r.apply(v)),
+            TensorData::F64(v) => TensorData::F64(r.apply(v)),
+            TensorData::I64(v) => TensorData::I64(r.apply(v)),
+            TensorData::I32(v) => TensorData::I32(r.apply(v)),
+            TensorData::I16(v) => TensorData::I16(r.apply(v)),
+            TensorData::I8(v) => TensorData::I8(r.apply(v)),
+            TensorData::U64(v) => TensorData::U64(r.apply(v)),
+            TensorData::U32(v) => TensorData::U32(r.apply(v)),
+            TensorData::U16(v) => TensorData::U16(r.apply(v)),
+            TensorData::U8(v) => TensorData::U8(r.apply(v)),
+            TensorData::Bool(v) => TensorData::Bool(r.apply(v)),
         }
     }
 
@@ -586,6 +594,13 @@ impl TensorData {
     pub fn zeros(dtype: DType, len: usize) -> TensorData {
         TensorData::from_i128(dtype, vec![0; len])
     }
+}
+
+/// A way of making a vector from the elements of another, whatever their
+/// type: [`TensorData::rearrange`] applies it to the data of every type.
+pub trait Rearrange {
+    /// The new elements, made from `v`.
+    fn apply<T: Copy>(self, v: &[T]) -> Vec<T>;
 }
 
 impl Tensor {

@@ -10,12 +10,14 @@
 //! caller gives in [`ImportOptions`], or 1.
 
 mod declared;
+mod lift;
 mod ops;
 mod scan;
 mod stages;
 mod tensor;
 
 pub use stages::{Cut, Rest, Stages};
+use tensor::tensor_with_raw_data;
 pub use tensor::{dtype_from_onnx, tensor_from_proto, tensor_to_proto, TensorProtoError};
 
 use crate::frontend::{DeclaredValue, Dim, Interface};
@@ -27,7 +29,7 @@ use declared::{check_declared_type, declared, input_type};
 use onnx_protobuf::{GraphProto, ModelProto, NodeProto, TensorProto};
 use protobuf::{CodedInputStream, Message};
 use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, Seek};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 /// The opsets of the default domain we import.
@@ -156,10 +158,10 @@ pub struct ImportOptions {
     pub constant_inputs: HashMap<String, Tensor>,
 }
 
-/// Reads and imports an ONNX model file. The file is decoded as it is read, and
-/// each initializer's bytes are freed once converted, so the weights are never
-/// held three times (file, protobuf, tensors): a 500 MB model peaks near
-/// 500 MB plus its largest tensor.
+/// Reads and imports an ONNX model file. The file is mapped and its weights'
+/// bytes lifted out before the rest is decoded, so each weight is copied once,
+/// from the file into its tensor: a 500 MB model peaks near 500 MB of tensors
+/// plus the file in the page cache.
 pub fn load_onnx(path: &Path, opts: &ImportOptions) -> Result<Graph, ImportError> {
     DecodedModel::read(path)?.import(opts)
 }
@@ -167,7 +169,7 @@ pub fn load_onnx(path: &Path, opts: &ImportOptions) -> Result<Graph, ImportError
 /// An ONNX model decoded once, to be imported at any number of input shapes:
 /// its nodes, and its initializers already converted to tensors that every
 /// import shares. Reading and converting a file is most of an import (ResNet50:
-/// about 100 of 110 ms, the kernel's file copies and page faults), and a
+/// the weights' copies and the page faults of their fresh memory), and a
 /// session imports its model again at every new input shape.
 pub struct DecodedModel {
     /// The model without its main graph's initializers.
@@ -182,23 +184,31 @@ pub struct DecodedModel {
 impl DecodedModel {
     /// Reads and decodes the ONNX model file at `path`.
     pub fn read(path: &Path) -> Result<DecodedModel, ImportError> {
-        let (model, file) = decode_file(path)?;
+        let file = path.display().to_string();
+        let bytes = crate::frontend::map_file(path).map_err(|source| ImportError::Io {
+            path: file.clone(),
+            source,
+        })?;
         // External data lies beside the model: "model.onnx" has the parent "".
         let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-        DecodedModel::new(model, &file, Some(dir.unwrap_or(Path::new("."))))
+        DecodedModel::decode(&bytes, &file, Some(dir.unwrap_or(Path::new("."))))
     }
 
-    /// Converts the initializers of a decoded model, freeing each one's bytes
-    /// as it becomes a tensor.
-    fn new(
-        mut model: ModelProto,
+    /// Decodes the model `bytes` hold and converts its initializers.
+    fn decode(
+        bytes: &[u8],
         file: &str,
         base_dir: Option<&Path>,
     ) -> Result<DecodedModel, ImportError> {
+        let (mut model, raw_data) = decode_model(bytes, file)?;
         opset_of(&model, file)?;
         let graph = model.graph.as_mut().expect("`opset_of` requires a graph");
-        let initializers =
-            convert_initializers(file, base_dir, std::mem::take(&mut graph.initializer))?;
+        let inits = std::mem::take(&mut graph.initializer);
+        let lifted = raw_data.into_iter().map(|r| r.map(|r| &bytes[r]));
+        // Without lifted data (`decode_model` read the file as it is), each
+        // initializer holds its own.
+        let lifted = lifted.chain(std::iter::repeat(None));
+        let initializers = convert_initializers(file, base_dir, inits.iter().zip(lifted))?;
         Ok(DecodedModel {
             model,
             initializers,
@@ -247,47 +257,40 @@ impl DecodedModel {
     }
 }
 
-/// Decodes the ONNX model file at `path`; also returns the path as spans and
-/// errors name it.
-fn decode_file(path: &Path) -> Result<(ModelProto, String), ImportError> {
-    let file = path.display().to_string();
-    let io = |source| ImportError::Io {
-        path: file.clone(),
-        source,
-    };
-    let f = crate::frontend::open_file(path).map_err(io)?;
-    let len = f.metadata().map_err(io)?.len();
-    let model = decode_model(&mut std::io::BufReader::new(f), len, &file)?;
-    Ok((model, file))
-}
-
-/// Decodes the model of `len` bytes that `source` holds, once a first pass
-/// over it has found that its nodes have op types and fit the memory budget.
-fn decode_model<R: BufRead + Seek>(
-    source: &mut R,
-    len: u64,
+/// Decodes the model `bytes` hold, once a first pass over them has found that
+/// its nodes have op types and fit the memory budget. The main graph's
+/// initializers come back without their raw data, whose places in `bytes` are
+/// returned beside them, one per initializer (none when the file could not be
+/// taken apart and was decoded as it is).
+fn decode_model(
+    bytes: &[u8],
     file: &str,
-) -> Result<ModelProto, ImportError> {
+) -> Result<(ModelProto, Vec<Option<Range<usize>>>), ImportError> {
     let refuse = |message: String| ImportError::Model {
         path: file.to_string(),
         message,
     };
-    let io = |source| ImportError::Io {
-        path: file.to_string(),
-        source,
-    };
-    let mut is = CodedInputStream::from_buf_read(source);
+    let len = bytes.len() as u64;
+    let mut is = CodedInputStream::from_bytes(bytes);
     is.push_limit(len).map_err(|e| decode_error(file, e))?;
     let nodes = scan::count_nodes(&mut is).map_err(|why| refuse(why.to_string()))?;
-    drop(is);
     crate::core::budget::check(
         &format!("importing its {nodes} nodes"),
         nodes.saturating_mul(scan::BYTES_PER_NODE),
     )
     .map_err(|e| refuse(e.to_string()))?;
-    source.rewind().map_err(io)?;
-    parse_whole::<ModelProto>(CodedInputStream::from_buf_read(source), len)
-        .map_err(|e| decode_error(file, e))
+    let decode = |wire: &[u8]| {
+        parse_whole::<ModelProto>(CodedInputStream::from_bytes(wire), wire.len() as u64)
+            .map_err(|e| decode_error(file, e))
+    };
+    if let Some(lifted) = lift::lift_initializer_data(bytes) {
+        let model = decode(&lifted.model)?;
+        let count = model.graph.as_ref().map_or(0, |g| g.initializer.len());
+        if count == lifted.raw_data.len() {
+            return Ok((model, lifted.raw_data));
+        }
+    }
+    Ok((decode(bytes)?, Vec::new()))
 }
 
 /// Decodes a message of `len` bytes. The decoder alone takes the end of the
@@ -361,8 +364,7 @@ pub fn import_onnx(
     base_dir: Option<&Path>,
     opts: &ImportOptions,
 ) -> Result<Graph, ImportError> {
-    let model = decode_model(&mut std::io::Cursor::new(bytes), bytes.len() as u64, file)?;
-    DecodedModel::new(model, file, base_dir)?.import(opts)
+    DecodedModel::decode(bytes, file, base_dir)?.import(opts)
 }
 
 /// Checks what every ONNX model must have (a graph, an IR version, an opset
@@ -684,22 +686,22 @@ struct Importer {
 /// Adds initializers as constants of `g`, named in `values`. Given by value,
 /// each proto (and its bytes) is dropped once it is a tensor.
 /// `inits` as tensors, by name; a name defined twice is an error.
-fn convert_initializers<T: std::borrow::Borrow<TensorProto>>(
+fn convert_initializers<'a>(
     file: &str,
     base_dir: Option<&Path>,
-    inits: impl IntoIterator<Item = T>,
+    inits: impl IntoIterator<Item = (&'a TensorProto, Option<&'a [u8]>)>,
 ) -> Result<Vec<(String, Tensor)>, ImportError> {
     let mut seen = HashSet::new();
     let mut tensors = Vec::new();
-    for tp in inits {
-        let tp = tp.borrow();
+    for (tp, lifted) in inits {
         if !seen.insert(tp.name.clone()) {
             return Err(ImportError::Model {
                 path: file.to_string(),
                 message: format!("initializer '{}' is defined twice", tp.name),
             });
         }
-        let t = tensor_from_proto(tp, base_dir).map_err(|m| ImportError::Model {
+        let raw_data = lifted.unwrap_or(&tp.raw_data);
+        let t = tensor_with_raw_data(tp, raw_data, base_dir).map_err(|m| ImportError::Model {
             path: file.to_string(),
             message: format!("initializer '{}' {m}", tp.name),
         })?;
@@ -715,6 +717,7 @@ fn add_initializers(
     values: &mut HashMap<String, ValueRef>,
     inits: &[TensorProto],
 ) -> Result<(), ImportError> {
+    let inits = inits.iter().map(|tp| (tp, None));
     let tensors = convert_initializers(&env.file, env.base_dir.as_deref(), inits)?;
     add_constants(env, g, values, &tensors);
     Ok(())

@@ -1,14 +1,14 @@
 //! Data movement on any dtype: each op computes the source index of every output
 //! element and gathers (see `index`).
 
-use super::index::{affine_indices, broadcast_indices, gather_axes};
+use super::index::{broadcast_indices, gather_axes, PermuteAxes};
 use super::onnx::*;
 use super::pad_flow::*;
 use super::shape::*;
 use super::te::*;
 use super::*;
 use crate::core::float8::is_float8;
-use crate::core::{strides, Tensor, TensorData, ValueType};
+use crate::core::{Tensor, TensorData, ValueType};
 use crate::ops::{PadMode, SliceAxis};
 
 impl OpDef for Reshape {
@@ -957,11 +957,12 @@ impl OpDef for Identity {
 
 /// `x` with its axes permuted: output axis k is input axis `perm[k]`.
 pub fn transpose(perm: &[usize], x: &Tensor) -> Tensor {
-    let in_strides = strides(&x.shape);
     let shape: Vec<usize> = perm.iter().map(|&p| x.shape[p]).collect();
-    let steps: Vec<isize> = perm.iter().map(|&p| in_strides[p] as isize).collect();
-    let src = affine_indices(&shape, 0, &steps);
-    Tensor::new(shape, x.data.gather(src.into_iter()))
+    let data = x.data.rearrange(PermuteAxes {
+        shape: &x.shape,
+        perm,
+    });
+    Tensor::new(shape, data)
 }
 
 pub(super) fn expand(x: &Tensor, out: &ValueType) -> Tensor {

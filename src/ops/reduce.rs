@@ -155,7 +155,7 @@ pub(super) fn reduce(
         DType::Bool if matches!(kind, ReduceKind::Max | ReduceKind::Min) => {
             let all = kind == ReduceKind::Min;
             let mut acc = vec![all; n_out];
-            for (&o, v) in dst.iter().zip(x.data.to_bool()) {
+            for (o, v) in dst.zip(x.data.to_bool()) {
                 acc[o] = if all { acc[o] && v } else { acc[o] || v };
             }
             TensorData::Bool(acc)
@@ -169,7 +169,7 @@ pub(super) fn reduce(
                 ReduceKind::Sum | ReduceKind::Mean => 0.0,
             };
             let mut acc = vec![init; n_out];
-            for (&o, v) in dst.iter().zip(x.data.to_f64()) {
+            for (o, v) in dst.zip(x.data.to_f64()) {
                 acc[o] = match kind {
                     // NaN propagates, as in numpy.max.
                     ReduceKind::Max => Scalar::max(acc[o], v),
@@ -186,7 +186,7 @@ pub(super) fn reduce(
         _ => {
             let (init, take) = kind.integer_fold();
             let mut acc = vec![init; n_out];
-            for (&o, v) in dst.iter().zip(x.data.to_i128()) {
+            for (o, v) in dst.zip(x.data.to_i128()) {
                 acc[o] = take(acc[o], v);
             }
             if kind == ReduceKind::Mean {

@@ -203,6 +203,16 @@ pub fn tensor_from_proto(
     tp: &TensorProto,
     base_dir: Option<&Path>,
 ) -> Result<Tensor, TensorProtoError> {
+    tensor_with_raw_data(tp, &tp.raw_data, base_dir)
+}
+
+/// Decodes a tensor proto whose `raw_data` is `raw_data` (lifted out of the
+/// file before decoding, or the proto's own).
+pub(crate) fn tensor_with_raw_data(
+    tp: &TensorProto,
+    raw_data: &[u8],
+    base_dir: Option<&Path>,
+) -> Result<Tensor, TensorProtoError> {
     use TensorProtoError::Malformed;
     let dtype = dtype_from_onnx(tp.data_type)?;
     let mut shape = Vec::with_capacity(tp.dims.len());
@@ -229,8 +239,8 @@ pub fn tensor_from_proto(
     };
     let data = if external {
         raw(&read_external(tp, base_dir)?)?
-    } else if !tp.raw_data.is_empty() {
-        raw(&tp.raw_data)?
+    } else if !raw_data.is_empty() {
+        raw(raw_data)?
     } else if packed(dtype) {
         // Typed 4-bit data is packed the same way, a byte per int32_data entry.
         raw(&tp.int32_data.iter().map(|&x| x as u8).collect::<Vec<_>>())?

@@ -118,7 +118,7 @@ impl TfliteError {
 /// Imports the TFLite model at `path`.
 pub fn load_tflite(path: &Path) -> Result<Graph, TfliteError> {
     let file = path.display().to_string();
-    let bytes = crate::frontend::read_file(path).map_err(|source| TfliteError::Io {
+    let bytes = crate::frontend::map_file(path).map_err(|source| TfliteError::Io {
         file: file.clone(),
         source,
     })?;
