@@ -27,7 +27,7 @@ pub(in crate::runtime) fn build(
 ) -> (ConvKernel, ConvDecision, Arc<SharedWeights>) {
     let decided = options.decided.as_ref();
     let shared = (decided.and_then(|d| d.shared(layer, print))).unwrap_or_default();
-    let (candidates, errors) = candidates(spec, options, &shared);
+    let (candidates, errors) = candidates(spec, options, &shared, times);
     let decided = (decided.and_then(|d| d.get(layer))).filter(|a| candidates.contains(a));
     let decision = match (decided, candidates.as_slice()) {
         (Some(algo), _) | (None, &[algo]) => ConvDecision {
@@ -36,7 +36,6 @@ pub(in crate::runtime) fn build(
         },
         _ => {
             let millis = millis_in(times, spec, &candidates, &shared);
-            times.save();
             let best = first_within_margin(&millis);
             ConvDecision {
                 algo: candidates[best],
@@ -45,6 +44,8 @@ pub(in crate::runtime) fn build(
             }
         }
     };
+    // The times measured and the errors computed, for the next process.
+    times.save();
     let kernel = spec.kernel(decision.algo, &shared);
     shared.keep_for(decision.algo);
     (kernel, decision, shared)
@@ -145,7 +146,7 @@ pub(in crate::runtime) fn expected_millis(
     times: &mut KernelTimes,
     shared: &SharedWeights,
 ) -> f64 {
-    let (candidates, _) = candidates(spec, options, shared);
+    let (candidates, _) = candidates(spec, options, shared, times);
     millis_in(times, spec, &candidates, shared)
         .into_iter()
         .fold(f64::INFINITY, f64::min)

@@ -12,6 +12,7 @@
 use super::load::{metered, note_measured_under_load, Load};
 use super::roofline::{cpu_name, CacheFile, FolderLock};
 use crate::layout::Layout;
+use crate::runtime::kernels::conv::algo::{ConvAlgo, ErrorsStore};
 use crate::runtime::kernels::simd::Isa;
 use serde::{Deserialize, Serialize};
 use std::hash::{Hash, Hasher};
@@ -34,7 +35,8 @@ struct Entry {
     cpu: String,
     isa: String,
     threads: usize,
-    /// "conv", "depthwise" or "transform".
+    /// "conv", "depthwise" or "transform"; "winograd-errors" for the
+    /// relative errors of Winograd sizes (in `millis`) on a layer's weights.
     kernel: String,
     /// `ConvGeom::key` for convolutions.
     geom: Vec<usize>,
@@ -118,6 +120,20 @@ impl Entries {
 
 /// The kernel name transforms are cached under.
 const TRANSFORM_KERNEL: &str = "transform";
+/// The kind of the entries that keep Winograd errors, not times.
+const WINOGRAD_ERRORS: &str = "winograd-errors";
+
+/// Winograd errors are kept beside the times: computed once per layer's
+/// weights on this machine, as a kernel is timed once per geometry.
+impl ErrorsStore for KernelTimes {
+    fn error(&self, key: &[usize], algo: ConvAlgo) -> Option<f64> {
+        self.get(WINOGRAD_ERRORS, key, &algo.to_string())
+    }
+
+    fn keep_error(&mut self, key: &[usize], algo: ConvAlgo, error: f64) {
+        self.record(WINOGRAD_ERRORS, key, &algo.to_string(), error);
+    }
+}
 
 /// The name a transform's time is cached under, beside its logical shape
 /// (layout names are unambiguous).

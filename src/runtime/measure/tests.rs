@@ -78,6 +78,32 @@ fn peaks_are_probed_once_then_read_from_the_cache() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Winograd errors kept in the kernel times are read back by the next
+/// process that opens them, under the same key only.
+#[test]
+fn winograd_errors_are_kept_with_the_kernel_times() {
+    use crate::runtime::kernels::conv::algo::{ConvAlgo, ErrorsStore};
+    use crate::runtime::kernels::conv::winograd::WinogradTile;
+    use crate::runtime::kernels::simd::Isa;
+    use crate::runtime::measure::kernel_times::KernelTimes;
+    let dir = std::env::temp_dir().join(format!("layoutopt-errors-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (f4, f2) = (
+        ConvAlgo::Winograd(WinogradTile::F4),
+        ConvAlgo::Winograd(WinogradTile::F2),
+    );
+    let mut times = KernelTimes::open(Some(&dir), Isa::detect(), 1);
+    times.keep_error(&[7, 8, 9], f4, 3.25e-6);
+    times.keep_error(&[7, 8, 9], f2, 0.0);
+    times.save();
+    let next = KernelTimes::open(Some(&dir), Isa::detect(), 1);
+    assert_eq!(next.error(&[7, 8, 9], f4), Some(3.25e-6));
+    assert_eq!(next.error(&[7, 8, 9], f2), Some(0.0));
+    assert_eq!(next.error(&[7, 8, 10], f4), None);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// `auto` measures direct and each accurate Winograd size once per machine
 /// and shape: a second build reads the times from `conv_algos.json` (edited
 /// times decide the next choice, so nothing is measured again); `direct` and
@@ -160,7 +186,17 @@ fn conv_algorithms_are_measured_once_then_read_from_the_cache() {
     let file = dir.join("kernel_times.json");
     let mut json: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
-    for m in json[0]["millis"].as_array_mut().unwrap() {
+    let entries = json.as_array_mut().unwrap();
+    // The Winograd errors are kept beside the times, for the next process.
+    let kept = |e: &&mut serde_json::Value| e["kernel"] == "winograd-errors";
+    let errors = entries.iter_mut().find(kept).expect("the errors' entry");
+    let kept_errors: Vec<(String, f64)> = serde_json::from_value(errors["millis"].clone()).unwrap();
+    let computed: Vec<(String, f64)> = (first.errors.iter())
+        .map(|(a, e)| (a.to_string(), *e))
+        .collect();
+    assert_eq!(kept_errors, computed);
+    let conv = entries.iter_mut().find(|e| e["kernel"] == "conv").unwrap();
+    for m in conv["millis"].as_array_mut().unwrap() {
         m[1] = serde_json::json!(if m[0] == "winograd-f2" { 0.5 } else { 1.0 });
     }
     std::fs::write(&file, json.to_string()).unwrap();

@@ -427,9 +427,9 @@ impl SharedWeights {
     }
 
     /// Each Winograd size's relative error on the spec's weights.
-    fn errors(&self, spec: &ConvSpec) -> Vec<(ConvAlgo, f64)> {
+    fn errors(&self, spec: &ConvSpec, store: &mut dyn ErrorsStore) -> Vec<(ConvAlgo, f64)> {
         self.errors
-            .get_or_init(|| winograd_errors(spec, &TILES))
+            .get_or_init(|| winograd_errors(spec, &TILES, store))
             .clone()
     }
 
@@ -482,6 +482,7 @@ pub(in crate::runtime) fn candidates(
     spec: &ConvSpec,
     options: &ConvAlgoOptions,
     shared: &SharedWeights,
+    store: &mut dyn ErrorsStore,
 ) -> (Vec<ConvAlgo>, Vec<(ConvAlgo, f64)>) {
     let direct = match spec.geom.is_pointwise() {
         true => ConvAlgo::Pointwise,
@@ -510,7 +511,7 @@ pub(in crate::runtime) fn candidates(
     if !winograd::applies(&spec.geom) {
         return (std::iter::once(direct).chain(lanes).collect(), vec![]);
     }
-    let errors = shared.errors(spec);
+    let errors = shared.errors(spec, store);
     let accurate = errors
         .iter()
         .filter(|(_, e)| *e <= WINOGRAD_TOLERANCE)
@@ -532,11 +533,28 @@ const CHECKED_CHANNELS: usize = 8;
 /// size, with the layer's padding on both sides.
 const CHECKED_SIDE: usize = 10;
 
+/// Where the errors of [`winograd_errors`] are kept from one process to the
+/// next (the machine's measured kernel times), by a key of what they are
+/// computed from: each costs about a millisecond on 512 channels, and
+/// computing them again was most of a warm plan of ResNet50.
+pub(in crate::runtime) trait ErrorsStore {
+    /// The error of `algo` kept under `key`.
+    fn error(&self, key: &[usize], algo: ConvAlgo) -> Option<f64>;
+    /// Keeps the error of `algo` under `key`.
+    fn keep_error(&mut self, key: &[usize], algo: ConvAlgo, error: f64);
+}
+
 /// The relative error of each Winograd size in `tiles` on the layer's
 /// weights: max abs error over max magnitude, against an f64 direct
 /// convolution, on a patch of reproducible input in [-1, 1) and a few output
-/// channels. The f64 convolution is computed once for all sizes.
-pub fn winograd_errors(spec: &ConvSpec, tiles: &[WinogradTile]) -> Vec<(ConvAlgo, f64)> {
+/// channels. The f64 convolution is computed once for all sizes. Errors
+/// computed before, in this process or one whose `store` this is, are taken
+/// from there.
+pub(in crate::runtime) fn winograd_errors(
+    spec: &ConvSpec,
+    tiles: &[WinogradTile],
+    store: &mut dyn ErrorsStore,
+) -> Vec<(ConvAlgo, f64)> {
     let g = &spec.geom;
     let (cin, channels) = (g.cin, g.cout.min(CHECKED_CHANNELS));
     let picked: Vec<usize> = (0..channels).map(|i| i * g.cout / channels).collect();
@@ -575,7 +593,23 @@ pub fn winograd_errors(spec: &ConvSpec, tiles: &[WinogradTile]) -> Vec<(ConvAlgo
     if let Some(errors) = known.get(&key) {
         return errors.clone();
     }
-    let errors = patch_errors(spec, &geom, &w, tiles);
+    // The weights by their fingerprint, with the patch and the ISA.
+    let print = weights_print(&w);
+    let mut stored_key = vec![(print >> 32) as usize, print as u32 as usize];
+    stored_key.extend(key.patch);
+    stored_key.push(key.isa as usize);
+    let stored: Option<Vec<_>> = (tiles.iter())
+        .map(|&t| {
+            (store.error(&stored_key, ConvAlgo::Winograd(t))).map(|e| (ConvAlgo::Winograd(t), e))
+        })
+        .collect();
+    let errors = stored.unwrap_or_else(|| {
+        let errors = patch_errors(spec, &geom, &w, tiles);
+        for &(algo, e) in &errors {
+            store.keep_error(&stored_key, algo, e);
+        }
+        errors
+    });
     if known.len() >= MAX_KNOWN_ERRORS {
         known.clear();
     }

@@ -1219,3 +1219,79 @@ fn integer_weights_are_recovered_only_from_a_grid() {
     assert!(IntegerWeights::recover(&off_grid, 2).is_none());
     assert!(IntegerWeights::recover(&[f32::NAN, 1.0], 1).is_none());
 }
+
+/// Winograd errors a store holds (a process before computed them) are taken
+/// as they are; errors computed are kept there, one per size.
+#[test]
+fn winograd_errors_come_from_the_store_when_it_has_them() {
+    use crate::runtime::kernels::conv::algo::{winograd_errors, ConvAlgo, ErrorsStore};
+    use crate::runtime::kernels::conv::winograd::WinogradTile;
+    struct Store {
+        answer: Option<f64>,
+        kept: Vec<(Vec<usize>, ConvAlgo, f64)>,
+    }
+    impl ErrorsStore for Store {
+        fn error(&self, _: &[usize], _: ConvAlgo) -> Option<f64> {
+            self.answer
+        }
+        fn keep_error(&mut self, key: &[usize], algo: ConvAlgo, error: f64) {
+            self.kept.push((key.to_vec(), algo, error));
+        }
+    }
+    let g = ConvGeom {
+        n: 1,
+        cin: 8,
+        h: 9,
+        w: 9,
+        cout: 8,
+        oh: 9,
+        ow: 9,
+        k: (3, 3),
+        stride: (1, 1),
+        dilation: (1, 1),
+        pad: (1, 1),
+        groups: 1,
+        x_cb: 8,
+        y_cb: 8,
+    };
+    let tiles = [WinogradTile::F4, WinogradTile::F2];
+    let mut rng = Rng(0x5eed_e770);
+    let bias = vec![0f32; 8];
+    for answer in [None, Some(0.125)] {
+        // Weights no test has given before, so this process has not seen them.
+        let w = rng.f32s(8 * 8 * 9);
+        let spec = ConvSpec {
+            geom: g.clone(),
+            isa: Isa::detect(),
+            w: &w,
+            params: ChannelParams::bias_only(&bias),
+            epilogue: Epilogue::of(None),
+            pad_fill: None,
+            threads: 1,
+            grid: None,
+            residual: false,
+        };
+        let mut store = Store {
+            answer,
+            kept: vec![],
+        };
+        let errors = winograd_errors(&spec, &tiles, &mut store);
+        let algos: Vec<ConvAlgo> = tiles.iter().map(|&t| ConvAlgo::Winograd(t)).collect();
+        assert_eq!(errors.iter().map(|e| e.0).collect::<Vec<_>>(), algos);
+        match answer {
+            Some(e) => {
+                assert!(errors.iter().all(|&(_, got)| got == e), "{errors:?}");
+                assert!(store.kept.is_empty());
+            }
+            None => {
+                assert!(
+                    errors.iter().all(|&(_, e)| e.is_finite() && e < 1e-3),
+                    "{errors:?}"
+                );
+                let kept: Vec<(ConvAlgo, f64)> = store.kept.iter().map(|k| (k.1, k.2)).collect();
+                assert_eq!(kept, errors);
+                assert!(store.kept.iter().all(|k| k.0 == store.kept[0].0));
+            }
+        }
+    }
+}
