@@ -4,7 +4,7 @@
 use super::kernels::{elementwise, gather, pool, resize, KernelError};
 use super::model::{CompiledModel, Kernel, Slot, Step};
 use super::RuntimeError;
-use crate::graph::{Tensor, TensorData, ValueType};
+use crate::graph::{DType, Tensor, TensorData, ValueType};
 
 /// Fills a slot of the arena from a slice, for the safe paths.
 pub(super) struct Buffers<'a> {
@@ -197,9 +197,12 @@ impl CompiledModel {
                 Kernel::Gathered(k) => {
                     on_tensors(step, bufs, |xs| k.run(xs[0], xs[1])).map_err(kernel)?
                 }
-                Kernel::Arg(k) => {
+                Kernel::Arg(k) if step.input_types[0].dtype == DType::F32 => {
                     let y = k.run(bufs.read(step.inputs[0])).map_err(kernel)?;
                     store(step, bufs, vec![y])
+                }
+                Kernel::Arg(k) => {
+                    on_tensors(step, bufs, |xs| k.run_integers(xs[0])).map_err(kernel)?
                 }
                 Kernel::TopK(k) => {
                     let ys = k.run(bufs.read(step.inputs[0])).map_err(kernel)?;

@@ -698,7 +698,7 @@ impl<'g> Compiler<'g> {
     }
 
     /// Elementwise ops, reductions and running sums on row-major integers and
-    /// booleans, comparisons, and ArgMax/ArgMin and TopK of f32.
+    /// booleans, comparisons, ArgMax/ArgMin of f32 and integers, and TopK of f32.
     fn typed(&self, id: NodeId) -> Option<Kernel> {
         let (op, laid_out) = inner(self.g, id);
         if laid_out.is_some() {
@@ -708,7 +708,7 @@ impl<'g> Compiler<'g> {
         let op = match op {
             Op::Binary(b) => TypedOp::of_binary(*b, self.g.value_type(*ins.first()?).dtype)?,
             Op::IntegerArith(a) => TypedOp::Integer(*a),
-            Op::ArgReduce(r) if self.is_f32(*ins.first()?) => {
+            Op::ArgReduce(r) if ArgBest::takes(self.g.value_type(*ins.first()?).dtype) => {
                 let (x, out) = (self.g.value_type(ins[0]), &self.g.node(id).outputs[0].ty);
                 return ArgBest::new(r, &x.shape, &out.shape).map(Kernel::Arg);
             }

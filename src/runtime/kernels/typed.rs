@@ -456,9 +456,9 @@ impl Scanned {
     }
 }
 
-/// ArgMax or ArgMin of row-major f32 values along one axis: i64 indices.
-/// NaN wins either, as ReduceMax/ReduceMin propagate it; ties go to the first
-/// index, or the last when asked (the reference's order).
+/// ArgMax or ArgMin of row-major f32 or integer values along one axis: i64
+/// indices. NaN wins either, as ReduceMax/ReduceMin propagate it; ties go to
+/// the first index, or the last when asked (the reference's order).
 #[derive(Clone, Debug)]
 pub struct ArgBest {
     largest: bool,
@@ -471,7 +471,7 @@ pub struct ArgBest {
 }
 
 impl ArgBest {
-    /// The kernel for `op` on f32 input of `shape`, giving `out`.
+    /// The kernel for `op` on f32 or integer input of `shape`, giving `out`.
     pub fn new(op: &ArgReduce, shape: &[usize], out: &[usize]) -> Option<ArgBest> {
         let n = *shape.get(op.axis)?;
         (n > 0).then(|| ArgBest {
@@ -484,45 +484,75 @@ impl ArgBest {
         })
     }
 
-    /// The indices for `x`. Each line is scanned along the axis with the
+    /// Whether the kernel takes values of `dtype`.
+    pub fn takes(dtype: DType) -> bool {
+        dtype == DType::F32 || integer(dtype)
+    }
+
+    /// The indices for f32 `x`.
+    pub fn run(&self, x: &[f32]) -> Result<Tensor, KernelError> {
+        self.check(x.len())?;
+        Ok(self.indices(x, |v, b| match (v.is_nan(), b.is_nan()) {
+            (true, true) => self.last,
+            (true, false) => true,
+            (false, true) => false,
+            _ => self.better(v, b),
+        }))
+    }
+
+    /// The indices for integer `x`.
+    pub fn run_integers(&self, x: &Tensor) -> Result<Tensor, KernelError> {
+        self.check(x.numel())?;
+        each_integer!(&*x.data, &*x.data, |v, _same, _variant| {
+            self.indices(v, |a, b| self.better(a, b))
+        })
+        .ok_or_else(|| KernelError::Value(format!("no ArgMax/ArgMin of {}", x.dtype())))
+    }
+
+    fn check(&self, len: usize) -> Result<(), KernelError> {
+        let expected = self.outer * self.n * self.inner;
+        match len == expected {
+            true => Ok(()),
+            false => Err(KernelError::Buffers {
+                kernel: "ArgMax/ArgMin",
+                given: vec![len],
+                expected: vec![expected],
+            }),
+        }
+    }
+
+    /// Whether `v` takes the place of `b` (neither NaN).
+    #[inline(always)]
+    fn better<T: PartialOrd>(&self, v: T, b: T) -> bool {
+        match v == b {
+            true => self.last,
+            false => (v > b) == self.largest,
+        }
+    }
+
+    /// The indices for `x`, `better(v, b)` saying when `v` takes the place
+    /// of the best so far. Each line is scanned along the axis with the
     /// best value of every inner position kept beside its index, so the
     /// loops run over contiguous rows.
-    pub fn run(&self, x: &[f32]) -> Result<Tensor, KernelError> {
+    fn indices<T: Copy>(&self, x: &[T], better: impl Fn(T, T) -> bool) -> Tensor {
         let (n, inner) = (self.n, self.inner);
-        if x.len() != self.outer * n * inner {
-            return Err(KernelError::Buffers {
-                kernel: "ArgMax/ArgMin",
-                given: vec![x.len()],
-                expected: vec![self.outer * n * inner],
-            });
-        }
         let mut out = Vec::with_capacity(self.outer * inner);
-        let mut best = vec![0f32; inner];
+        let mut best = Vec::with_capacity(inner);
         let mut at = vec![0i64; inner];
         for block in x.chunks_exact(n * inner) {
-            best.copy_from_slice(&block[..inner]);
+            best.clear();
+            best.extend_from_slice(&block[..inner]);
             at.fill(0);
             for (k, row) in block.chunks_exact(inner).enumerate().skip(1) {
                 for ((b, i), &v) in best.iter_mut().zip(at.iter_mut()).zip(row) {
-                    if self.better(v, *b) {
+                    if better(v, *b) {
                         (*b, *i) = (v, k as i64);
                     }
                 }
             }
             out.extend_from_slice(&at);
         }
-        Ok(Tensor::from_i64(self.shape.clone(), out))
-    }
-
-    #[inline(always)]
-    fn better(&self, v: f32, b: f32) -> bool {
-        match (v.is_nan(), b.is_nan()) {
-            (true, true) => self.last,
-            (true, false) => true,
-            (false, true) => false,
-            _ if v == b => self.last,
-            _ => (v > b) == self.largest,
-        }
+        Tensor::from_i64(self.shape.clone(), out)
     }
 }
 
@@ -1040,6 +1070,27 @@ mod tests {
             let k = ArgBest::new(&op, &x.shape, &out[0].shape).unwrap();
             let got = k.run(&x.to_f32()).unwrap();
             assert_eq!((got.shape, &*got.data), (want.shape, &*want.data), "{op:?}");
+            // Integers, with ties, of each width and sign.
+            let ints: Vec<i128> = vec![3, -7, 3, 120, -7, 0, 5, 5, 127, -128, 0, 2];
+            for dtype in [DType::I8, DType::U8, DType::I32, DType::I64, DType::U16] {
+                let fit = ints.iter().map(|&v| {
+                    if dtype.name().starts_with('u') {
+                        v.abs()
+                    } else {
+                        v
+                    }
+                });
+                let xi = Tensor::new(vec![2, 3, 2], TensorData::from_i128(dtype, fit.collect()));
+                let want = eval_op(&Op::ArgReduce(op.clone()), &[&xi], &out)
+                    .unwrap()
+                    .remove(0);
+                let got = k.run_integers(&xi).unwrap();
+                assert_eq!(
+                    (got.shape, &*got.data),
+                    (want.shape, &*want.data),
+                    "{op:?} {dtype:?}"
+                );
+            }
         }
     }
 
