@@ -29,7 +29,6 @@ use declared::{check_declared_type, declared, input_type};
 use onnx_protobuf::{GraphProto, ModelProto, NodeProto, TensorProto};
 use protobuf::{CodedInputStream, Message};
 use std::collections::{HashMap, HashSet};
-use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 /// The opsets of the default domain we import.
@@ -265,7 +264,7 @@ impl DecodedModel {
 fn decode_model(
     bytes: &[u8],
     file: &str,
-) -> Result<(ModelProto, Vec<Option<Range<usize>>>), ImportError> {
+) -> Result<(ModelProto, lift::RawDataPlaces), ImportError> {
     let refuse = |message: String| ImportError::Model {
         path: file.to_string(),
         message,

@@ -341,7 +341,7 @@ mod tests {
         // Three axes, one broadcast and one reversed.
         let want: Vec<usize> = (0..2usize)
             .flat_map(|a| (0..3usize).flat_map(move |b| (0..4usize).map(move |c| (a, b, c))))
-            .map(|(a, b, c)| (20 + a * 7 - c * 2) + 0 * b)
+            .map(|(a, _, c)| 20 + a * 7 - c * 2)
             .collect();
         assert_eq!(all(&[2, 3, 4], 20, &[7, 0, -2]), want);
     }

@@ -18,14 +18,17 @@ const WIRE_FIXED64: u64 = 1;
 const WIRE_LENGTH_DELIMITED: u64 = 2;
 const WIRE_FIXED32: u64 = 5;
 
+/// Where each initializer's `raw_data` lies in the file, in order (`None`:
+/// it has none, its data is typed or external).
+pub type RawDataPlaces = Vec<Option<Range<usize>>>;
+
 /// A model's wire format with the main graph's initializer data lifted out.
 pub struct Lifted {
     /// The model, encoded as if every main-graph initializer's `raw_data`
     /// were empty.
     pub model: Vec<u8>,
-    /// For each initializer of the main graph, in order, where its `raw_data`
-    /// lies in the file (`None`: it has none, its data is typed or external).
-    pub raw_data: Vec<Option<Range<usize>>>,
+    /// For each initializer of the main graph, where its `raw_data` lies.
+    pub raw_data: RawDataPlaces,
 }
 
 /// Lifts the initializer data out of `file`; `None` when `file` is not
@@ -57,7 +60,7 @@ fn lift_graph(
     file: &[u8],
     range: Range<usize>,
     out: &mut Vec<u8>,
-    raw_data: &mut Vec<Option<Range<usize>>>,
+    raw_data: &mut RawDataPlaces,
 ) -> Option<()> {
     let mut tensor = Vec::new();
     each_field(file, range, &mut |field| {
