@@ -2,6 +2,7 @@
 //! compiled on some threads, closeness to the reference, and the graphs
 //! several rooms' tests compile.
 
+use crate::fusion::Activation;
 use crate::graph::{
     BinaryOp, Conv, DType, Graph, Op, Tensor, UnaryOp, ValueRef, ValueType, Window,
 };
@@ -90,14 +91,42 @@ pub(super) struct Blocked {
     pub(super) cb: usize,
 }
 
+/// A dense `k` x `k` convolution of a `side` x `side` plane padded by `k / 2`
+/// on every side, `channels` in and out, both blocked by `cb`.
+pub(super) fn square_conv(
+    channels: usize,
+    side: usize,
+    (k, stride): (usize, usize),
+    cb: usize,
+) -> ConvGeom {
+    let (pad, out) = (k / 2, (side + 2 * (k / 2) - k) / stride + 1);
+    ConvGeom {
+        n: 1,
+        cin: channels,
+        h: side,
+        w: side,
+        cout: channels,
+        oh: out,
+        ow: out,
+        k: (k, k),
+        stride: (stride, stride),
+        dilation: (1, 1),
+        pad: (pad, pad),
+        groups: 1,
+        x_cb: cb,
+        y_cb: cb,
+    }
+}
+
 /// What a fused conv epilogue adds to the plain convolution: a residual at
-/// the output's own offset, then a clamp to `[lo, hi]`, then a PRelu of one
-/// slope per channel.
+/// the output's own offset, then a clamp to `[lo, hi]`, then an activation,
+/// then a PRelu of one slope per channel.
 #[derive(Clone, Copy)]
 pub(super) struct FusedTail<'a> {
     pub(super) residual: Option<&'a [f32]>,
     pub(super) lo: f32,
     pub(super) hi: f32,
+    pub(super) act: Option<UnaryOp>,
     pub(super) slope: Option<&'a [f32]>,
 }
 
@@ -116,16 +145,17 @@ impl<'a> FusedTail<'a> {
             residual: with_residual.then_some(residual),
             lo,
             hi,
+            act: None,
             slope: (rng.below(3) == 0).then_some(slopes),
         }
     }
 
-    /// The kernels' epilogue that clamps as this tail does.
+    /// The kernels' epilogue that clamps and activates as this tail does.
     pub(super) fn epilogue(&self) -> Epilogue {
         Epilogue {
             min: self.lo,
             max: self.hi,
-            act: None,
+            act: self.act.map(Activation::Unary),
             slope_at: None,
         }
     }
@@ -143,6 +173,7 @@ impl<'a> FusedTail<'a> {
     pub(super) fn apply(&self, e: f64, at: usize, c: usize) -> f64 {
         let e = e + self.residual.map_or(0.0, |r| r[at] as f64);
         let e = e.clamp(self.lo as f64, self.hi as f64);
+        let e = self.act.map_or(e, |u| u.apply(e));
         match self.slope {
             Some(s) if e < 0.0 => e * s[c] as f64,
             _ => e,

@@ -45,3 +45,18 @@ pub enum KernelError {
     #[error(transparent)]
     Layout(#[from] AlgebraError),
 }
+
+impl KernelError {
+    /// `Ok` when the one buffer `kernel` is given holds the `expected`
+    /// elements it was built for, else a [`KernelError::Buffers`].
+    pub fn check_len(kernel: &'static str, given: usize, expected: usize) -> Result<(), Self> {
+        match given == expected {
+            true => Ok(()),
+            false => Err(KernelError::Buffers {
+                kernel,
+                given: vec![given],
+                expected: vec![expected],
+            }),
+        }
+    }
+}

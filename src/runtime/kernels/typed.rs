@@ -368,13 +368,7 @@ impl Reduced {
     /// The reduction of `x` (the type and shape it was built for).
     pub fn run(&self, x: &Tensor) -> Result<Tensor, KernelError> {
         let n: usize = self.shape.iter().product();
-        if x.numel() != n {
-            return Err(KernelError::Buffers {
-                kernel: "integer reduction",
-                given: vec![x.numel()],
-                expected: vec![n],
-            });
-        }
+        KernelError::check_len("integer reduction", x.numel(), n)?;
         let n_out: usize = self.out.iter().product();
         let data = match &*x.data {
             TensorData::Bool(v) => {
@@ -436,14 +430,11 @@ impl Scanned {
 
     /// The running sums or products of `x` (the type and shape it was built for).
     pub fn run(&self, x: &Tensor) -> Result<Tensor, KernelError> {
-        let n: usize = self.shape.iter().product();
-        if x.numel() != n {
-            return Err(KernelError::Buffers {
-                kernel: "integer running sum",
-                given: vec![x.numel()],
-                expected: vec![n],
-            });
-        }
+        KernelError::check_len(
+            "integer running sum",
+            x.numel(),
+            self.shape.iter().product(),
+        )?;
         let shape = &self.shape;
         let data = each_integer!(&*x.data, &*x.data, |v, _same, variant| variant(
             match self.op.op {
@@ -510,15 +501,7 @@ impl ArgBest {
     }
 
     fn check(&self, len: usize) -> Result<(), KernelError> {
-        let expected = self.outer * self.n * self.inner;
-        match len == expected {
-            true => Ok(()),
-            false => Err(KernelError::Buffers {
-                kernel: "ArgMax/ArgMin",
-                given: vec![len],
-                expected: vec![expected],
-            }),
-        }
+        KernelError::check_len("ArgMax/ArgMin", len, self.outer * self.n * self.inner)
     }
 
     /// Whether `v` takes the place of `b` (neither NaN).
@@ -589,13 +572,7 @@ impl TopKBest {
     /// The values and indices for `x`.
     pub fn run(&self, x: &[f32]) -> Result<Vec<Tensor>, KernelError> {
         let (n, inner, k) = (self.n, self.inner, self.op.k);
-        if x.len() != self.outer * n * inner {
-            return Err(KernelError::Buffers {
-                kernel: "TopK",
-                given: vec![x.len()],
-                expected: vec![self.outer * n * inner],
-            });
-        }
+        KernelError::check_len("TopK", x.len(), self.outer * n * inner)?;
         let largest = self.op.largest;
         let mut values = vec![0f32; self.outer * k * inner];
         let mut indices = vec![0i64; self.outer * k * inner];

@@ -185,25 +185,10 @@ fn time_once(times: &mut KernelTimes, g: &ConvGeom, k: &ConvKernel) -> f64 {
 mod tests {
     use super::{band, first_within_margin, BAND_ROWS};
     use crate::runtime::kernels::conv::direct::ConvGeom;
+    use crate::runtime::test_support::square_conv;
 
     fn geom(side: usize, channels: usize, k: usize, stride: usize) -> ConvGeom {
-        let pad = k / 2;
-        ConvGeom {
-            n: 1,
-            cin: channels,
-            h: side,
-            w: side,
-            cout: channels,
-            oh: (side + 2 * pad - k) / stride + 1,
-            ow: (side + 2 * pad - k) / stride + 1,
-            k: (k, k),
-            stride: (stride, stride),
-            dilation: (1, 1),
-            pad: (pad, pad),
-            groups: 1,
-            x_cb: 16,
-            y_cb: 16,
-        }
+        square_conv(channels, side, (k, stride), 16)
     }
 
     #[test]

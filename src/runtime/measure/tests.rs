@@ -120,27 +120,12 @@ fn conv_algorithms_are_measured_once_then_read_from_the_cache() {
     use crate::runtime::kernels::simd::Isa;
     use crate::runtime::measure::conv_times::build;
     use crate::runtime::measure::kernel_times::KernelTimes;
-    use crate::runtime::test_support::Rng;
+    use crate::runtime::test_support::{square_conv, Rng};
     let dir = std::env::temp_dir().join(format!("layoutopt-convalgo-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let mut rng = Rng(23);
-    let geom = ConvGeom {
-        n: 1,
-        cin: 32,
-        h: 12,
-        w: 12,
-        cout: 32,
-        oh: 12,
-        ow: 12,
-        k: (3, 3),
-        stride: (1, 1),
-        dilation: (1, 1),
-        pad: (1, 1),
-        groups: 1,
-        x_cb: 16,
-        y_cb: 16,
-    };
+    let geom = square_conv(32, 12, (3, 1), 16);
     let (w, bias) = (rng.f32s(32 * 32 * 9), rng.f32s(32));
     let spec = ConvSpec {
         geom,

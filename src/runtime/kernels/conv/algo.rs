@@ -26,7 +26,6 @@ use super::winograd::{self, TransformedWeights, WinogradConv, WinogradTile};
 use crate::core::{parse_choice, UnknownChoice};
 use crate::graph::Span;
 use crate::runtime::kernels::quantized::Grid;
-use crate::runtime::kernels::simd::Isa;
 use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
@@ -583,58 +582,47 @@ pub(in crate::runtime) fn winograd_errors(
         y_cb: 1,
         ..g.clone()
     };
-    let key = ErrorsKey {
-        weights: w.iter().map(|v| v.to_bits()).collect(),
-        patch: [cin, channels, h, wd, oh, ow, g.pad.0, g.pad.1],
-        isa: spec.isa,
-        tiles: tiles.to_vec(),
-    };
+    // What the errors are computed from: the checked weights by their
+    // fingerprint, the patch and the instruction set.
+    let print = weights_print(&w);
+    let mut key = vec![(print >> 32) as usize, print as u32 as usize];
+    key.extend([cin, channels, h, wd, oh, ow, g.pad.0, g.pad.1]);
+    key.push(spec.isa as usize);
     let mut known = KNOWN_ERRORS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(errors) = known.get(&key) {
+    let known_key = (key, tiles.to_vec());
+    if let Some(errors) = known.get(&known_key) {
         return errors.clone();
     }
-    // The weights by their fingerprint, with the patch and the ISA.
-    let print = weights_print(&w);
-    let mut stored_key = vec![(print >> 32) as usize, print as u32 as usize];
-    stored_key.extend(key.patch);
-    stored_key.push(key.isa as usize);
+    let key = &known_key.0;
     let stored: Option<Vec<_>> = (tiles.iter())
-        .map(|&t| {
-            (store.error(&stored_key, ConvAlgo::Winograd(t))).map(|e| (ConvAlgo::Winograd(t), e))
-        })
+        .map(|&t| (store.error(key, ConvAlgo::Winograd(t))).map(|e| (ConvAlgo::Winograd(t), e)))
         .collect();
     let errors = stored.unwrap_or_else(|| {
         let errors = patch_errors(spec, &geom, &w, tiles);
         for &(algo, e) in &errors {
-            store.keep_error(&stored_key, algo, e);
+            store.keep_error(key, algo, e);
         }
         errors
     });
     if known.len() >= MAX_KNOWN_ERRORS {
         known.clear();
     }
-    known.insert(key, errors.clone());
+    known.insert(known_key, errors.clone());
     errors
 }
 
-/// What [`winograd_errors`] computes the errors from: the checked channels'
-/// weights (bit for bit), the patch and the instruction set.
-#[derive(PartialEq, Eq, Hash)]
-struct ErrorsKey {
-    weights: Vec<u32>,
-    patch: [usize; 8],
-    isa: Isa,
-    tiles: Vec<WinogradTile>,
-}
+/// Errors computed in this process, by the key they are kept under and the
+/// sizes asked for: the planner asks for a layer's in every pair of layouts
+/// it measures, and the compiler again for its kernel (about a millisecond
+/// each on 512 channels, a tenth of a warm DenseNet121 compile).
+static KNOWN_ERRORS: LazyLock<Mutex<HashMap<KnownKey, Errors>>> = LazyLock::new(Mutex::default);
 
-/// Errors computed in this process: the planner asks for a layer's in every
-/// pair of layouts it measures, and the compiler again for its kernel (about
-/// a millisecond each on 512 channels, a tenth of a warm DenseNet121 compile).
-static KNOWN_ERRORS: LazyLock<Mutex<HashMap<ErrorsKey, Errors>>> = LazyLock::new(Mutex::default);
+/// The key errors are kept under, and the Winograd sizes asked for.
+type KnownKey = (Vec<usize>, Vec<WinogradTile>);
 
 /// Each Winograd size's relative error.
 type Errors = Vec<(ConvAlgo, f64)>;
-/// Entries kept at most (a few megabytes of weights).
+/// Entries kept at most.
 const MAX_KNOWN_ERRORS: usize = 1024;
 
 /// The errors of [`winograd_errors`] on the patch `geom` of the checked

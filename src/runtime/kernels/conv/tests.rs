@@ -15,7 +15,7 @@ use crate::runtime::kernels::conv::pixel_lanes::PixelLanes;
 use crate::runtime::kernels::conv::tile::{ChannelParams, Epilogue};
 use crate::runtime::kernels::quantized::{Grid, QuantizedAdd};
 use crate::runtime::kernels::simd::{amx, Isa, Scalar, Vector};
-use crate::runtime::test_support::{available_isas, Blocked, FusedTail, Rng};
+use crate::runtime::test_support::{available_isas, square_conv, Blocked, FusedTail, Rng};
 
 /// The logical NCHW convolution computed plainly in f64.
 fn naive_conv(g: &ConvGeom, x: &[f32], w: &[f32], b: &[f32]) -> Vec<f64> {
@@ -233,7 +233,14 @@ fn depthwise_and_lane_groups_match_a_naive_loop_for_every_isa_and_blocking() {
         let residual = rng.f32s(g.y_len());
         let clamps = [(f32::NEG_INFINITY, f32::INFINITY), (0.0, 6.0), (-0.5, 0.5)];
         let slopes = rng.f32s(c);
-        let tail = FusedTail::random(&residual, &slopes, &clamps, &mut rng);
+        let mut tail = FusedTail::random(&residual, &slopes, &clamps, &mut rng);
+        // An activation after the clamp in a third of the cases.
+        let acts = [
+            UnaryOp::HardSwish,
+            UnaryOp::Sigmoid,
+            UnaryOp::LeakyRelu { alpha: 0.1 },
+        ];
+        tail.act = (case % 3 == 1).then(|| acts[rng.below(acts.len())]);
         let xb = Blocked::input_of(&g).scatter(&x);
         let y_blocks = Blocked::output_of(&g);
         let expect = naive_conv(&g, &x, &wt, &bias);
@@ -557,6 +564,7 @@ fn winograd_matches_a_naive_loop_for_every_isa_tile_and_blocking() {
             residual: fused.then_some(&residual[..]),
             lo,
             hi,
+            act: None,
             slope: (case % 4 == 1).then_some(&slopes[..]),
         };
         let expect = naive_conv(&g, &x, &wt, &bias);
@@ -882,6 +890,7 @@ fn int8_conv_requantizes_onto_the_output_grid_as_integer_kernels_do() {
             residual: None,
             lo: f32::NEG_INFINITY,
             hi: f32::INFINITY,
+            act: None,
             slope: None,
         };
         for &isa in &isas {
@@ -1238,22 +1247,7 @@ fn winograd_errors_come_from_the_store_when_it_has_them() {
             self.kept.push((key.to_vec(), algo, error));
         }
     }
-    let g = ConvGeom {
-        n: 1,
-        cin: 8,
-        h: 9,
-        w: 9,
-        cout: 8,
-        oh: 9,
-        ow: 9,
-        k: (3, 3),
-        stride: (1, 1),
-        dilation: (1, 1),
-        pad: (1, 1),
-        groups: 1,
-        x_cb: 8,
-        y_cb: 8,
-    };
+    let g = square_conv(8, 9, (3, 1), 8);
     let tiles = [WinogradTile::F4, WinogradTile::F2];
     let mut rng = Rng(0x5eed_e770);
     let bias = vec![0f32; 8];
