@@ -206,12 +206,17 @@ impl Depthwise {
                 // them all took the compiler minutes to optimize.
                 unsafe {
                     match self.group {
-                        1 => run_vectorized(self.lanes, &InGroups::<1>(band)),
-                        2 => run_vectorized(self.lanes, &InGroups::<2>(band)),
-                        4 => run_vectorized(self.lanes, &InGroups::<4>(band)),
-                        8 => run_vectorized(self.lanes, &InGroups::<8>(band)),
-                        16 => run_vectorized(self.lanes, &InGroups::<16>(band)),
+                        1 => run_vectorized(self.lanes, &InGroups::<1>(&band)),
+                        2 => run_vectorized(self.lanes, &InGroups::<2>(&band)),
+                        4 => run_vectorized(self.lanes, &InGroups::<4>(&band)),
+                        8 => run_vectorized(self.lanes, &InGroups::<8>(&band)),
+                        16 => run_vectorized(self.lanes, &InGroups::<16>(&band)),
                         _ => unreachable!("`applies` admits the GROUP_WIDTHS only"),
+                    }
+                    // The tiles stored floats clamped; the rest of the
+                    // epilogue goes over them while they are in L1.
+                    if self.output_bytes.is_none() && self.epilogue.activates() {
+                        run_vectorized(self.lanes, &Activated(&band));
                     }
                 }
             }
@@ -309,7 +314,7 @@ impl Onto {
 }
 
 /// The band of a convolution in groups of `G` channels.
-struct InGroups<'a, const G: usize>(Band<'a>);
+struct InGroups<'a, const G: usize>(&'a Band<'a>);
 
 impl<const G: usize> VectorKernel for InGroups<'_, G> {
     /// Rows of tiles across the columns whose windows lie inside the input;
@@ -363,6 +368,9 @@ impl<const G: usize> VectorKernel for InGroups<'_, G> {
         let border_cols = (0..cols_inside.start).chain(cols_inside.end..g.ow);
         let w_slice = d.w.as_ptr().add(s * kh * kw * G * slice);
         let bias = d.params.as_ptr().add(c0);
+        // Bytes take only the clamp (the rounding is their activation);
+        // floats get the rest from `Activated`.
+        let ep = d.epilogue.clamp_only();
         let mut t = DwTile {
             x: x_plane,
             w: w_slice,
@@ -408,14 +416,14 @@ impl<const G: usize> VectorKernel for InGroups<'_, G> {
                 while ow < cols_inside.end {
                     let pixels = balanced_tile(cols_inside.end - ow, DW_TILE);
                     place(&mut t, oh, ow);
-                    dw_tile_of::<V, G>(&t, pixels, b, d.epilogue);
+                    dw_tile_of::<V, G>(&t, pixels, b, ep);
                     ow += pixels;
                 }
                 if !rows_inside.contains(&oh) {
                     for ow in border_cols.clone() {
                         t.kw = valid_taps((ow * sw) as isize - pw as isize, dw, kw, g.w);
                         place(&mut t, oh, ow);
-                        dw_tile::<V, 1, G>(&t, b, d.epilogue);
+                        dw_tile::<V, 1, G>(&t, b, ep);
                     }
                 }
             }
@@ -429,8 +437,34 @@ impl<const G: usize> VectorKernel for InGroups<'_, G> {
             for ow in border_cols.clone() {
                 t.kw = valid_taps((ow * sw) as isize - pw as isize, dw, kw, g.w);
                 place(&mut t, rows.start, ow);
-                dw_tile_of::<V, G>(&t, rows.len(), b, d.epilogue);
+                dw_tile_of::<V, G>(&t, rows.len(), b, ep);
             }
+        }
+    }
+}
+
+/// The epilogue after its clamp over the output rows of a band, which its
+/// tiles stored as floats: each vector of the slice's channels, the rows'
+/// pixels one after the other.
+struct Activated<'a>(&'a Band<'a>);
+
+impl VectorKernel for Activated<'_> {
+    #[inline(always)]
+    unsafe fn run<V: Vector>(&self) {
+        let Self(band) = self;
+        let d = band.d;
+        let g = &d.geom;
+        let slices = g.cin.div_ceil(d.slice);
+        let (n, s) = (band.image / slices, band.image % slices);
+        let c0 = s * d.slice;
+        let blocks = g.cin.div_ceil(g.y_cb);
+        let plane = (n * blocks + c0 / g.y_cb) * g.oh * g.ow * g.y_cb + c0 % g.y_cb;
+        let first = plane + band.rows.start * g.ow * g.y_cb;
+        let pixels = band.rows.len() * g.ow;
+        for c in (0..d.slice).step_by(V::LANES) {
+            let bias = d.params.as_ptr().add(c0 + c);
+            d.epilogue
+                .activate_run::<V>(band.y.add(first + c), pixels, g.y_cb, bias);
         }
     }
 }

@@ -169,6 +169,8 @@ pub(in crate::runtime) unsafe fn load_bytes_part<V: Vector>(p: *const u8, k: usi
 /// Operations of one vector of `LANES` f32.
 pub(in crate::runtime) trait Vector: Copy {
     const LANES: usize;
+    /// The lanes `run_vectorized` runs a kernel with this vector type for.
+    const KIND: Lanes;
     unsafe fn load(p: *const f32) -> Self;
     unsafe fn splat(x: f32) -> Self;
     unsafe fn fma(a: Self, b: Self, c: Self) -> Self;

@@ -1,7 +1,7 @@
 //! The vector types of plain Rust: `Portable`, 8 lanes the compiler may
 //! vectorize, and `Scalar`, one lane.
 
-use super::Vector;
+use super::{Isa, Lanes, Vector};
 
 /// `a · 2^n` of one lane, for integral `n` in [-150, 128]: 2^n as two
 /// factors built from their exponent bits, each in range where 2^n may not be.
@@ -30,6 +30,7 @@ impl Scalar {
 
 impl Vector for Scalar {
     const LANES: usize = 1;
+    const KIND: Lanes = Lanes::One;
     #[inline(always)]
     unsafe fn load(p: *const f32) -> Self {
         Scalar(*p)
@@ -116,6 +117,7 @@ macro_rules! lane_by_lane {
 /// kernels agree bit for bit.
 impl Vector for Portable {
     const LANES: usize = 8;
+    const KIND: Lanes = Lanes::Isa(Isa::Portable);
     lane_by_lane!(add, sub, mul, div, max, min, nan_of, scale2);
     #[inline(always)]
     unsafe fn load(p: *const f32) -> Self {

@@ -1,6 +1,6 @@
 //! The AVX-512 (`Zmm`, 16 lanes) and AVX2+FMA (`Ymm`, 8 lanes) vector types.
 
-use super::Vector;
+use super::{Isa, Lanes, Vector};
 use std::arch::x86_64::*;
 
 #[derive(Clone, Copy)]
@@ -40,6 +40,7 @@ macro_rules! one_instruction_ops {
 
 impl Vector for Zmm {
     const LANES: usize = 16;
+    const KIND: Lanes = Lanes::Isa(Isa::Avx512);
     one_instruction_ops!(Zmm: _mm512_loadu_ps, _mm512_set1_ps, _mm512_storeu_ps, _mm512_fmadd_ps,
         add _mm512_add_ps, sub _mm512_sub_ps, mul _mm512_mul_ps, div _mm512_div_ps,
         max _mm512_max_ps, min _mm512_min_ps);
@@ -101,6 +102,7 @@ impl Vector for Zmm {
 
 impl Vector for Ymm {
     const LANES: usize = 8;
+    const KIND: Lanes = Lanes::Isa(Isa::Avx2);
     one_instruction_ops!(Ymm: _mm256_loadu_ps, _mm256_set1_ps, _mm256_storeu_ps, _mm256_fmadd_ps,
         add _mm256_add_ps, sub _mm256_sub_ps, mul _mm256_mul_ps, div _mm256_div_ps,
         max _mm256_max_ps, min _mm256_min_ps);
