@@ -260,9 +260,9 @@ def _gap(rng):
     return build("gap", [node], {"x": normal(rng, NCHW)}, {"y": [1, 256, 1, 1]})
 
 
-def _conv(name: str, cin: int, cout: int, side: int, groups: int, k: int, stride: int):
-    """A biased convolution cin -> cout channels followed by Relu, as exporters fold
-    batch norm into it."""
+def _conv(name: str, cin: int, cout: int, side: int, groups: int, k: int, stride: int, act: str = "Relu"):
+    """A biased convolution cin -> cout channels followed by `act` (an ONNX unary op),
+    as exporters fold batch norm into it."""
 
     def fn(rng):
         out = (side + 2 * (k // 2) - k) // stride + 1
@@ -273,7 +273,7 @@ def _conv(name: str, cin: int, cout: int, side: int, groups: int, k: int, stride
         conv = helper.make_node(
             "Conv", ["x", "w", "b"], ["t"], group=groups, kernel_shape=[k, k], strides=[stride] * 2, pads=[k // 2] * 4
         )
-        nodes = [conv, helper.make_node("Relu", ["t"], ["y"])]
+        nodes = [conv, helper.make_node(act, ["t"], ["y"])]
         return build(name, nodes, {"x": normal(rng, [1, cin, side, side])}, {"y": [1, cout, out, out]}, inits)
 
     return fn
@@ -282,7 +282,8 @@ def _conv(name: str, cin: int, cout: int, side: int, groups: int, k: int, stride
 # Grouped convolutions of every width the real models have: ResNeXt50-32x4d's 4 and 8
 # channels per group, RegNetY's 16 (also strided, as each stage's first block), and
 # ShuffleNet's three 1x1 groups; a depthwise one beside them; and the stems of RGB
-# input every CNN starts with (ResNet's 7x7, MobileNet's 3x3).
+# input every CNN starts with (ResNet's 7x7, MobileNet's 3x3); MobileNetV3's blocks end
+# in HardSwish, which the epilogue applies after the clamp.
 for _name, _desc, _shape in [
     ("gconv_g4", "Conv 3x3 1x128x56x56, 32 groups of 4 + Relu", (128, 128, 56, 32, 3, 1)),
     ("gconv_g8", "Conv 3x3 1x256x28x28, 32 groups of 8 + Relu", (256, 256, 28, 32, 3, 1)),
@@ -292,6 +293,8 @@ for _name, _desc, _shape in [
     ("dwconv", "Conv 3x3 1x256x56x56 depthwise + Relu", (256, 256, 56, 256, 3, 1)),
     ("stem7x7", "Conv 7x7/2 1x3x224x224 -> 64 + Relu", (3, 64, 224, 1, 7, 2)),
     ("stem3x3", "Conv 3x3/2 1x3x224x224 -> 32 + Relu", (3, 32, 224, 1, 3, 2)),
+    ("dwconv_hswish", "Conv 5x5 1x240x14x14 depthwise + HardSwish", (240, 240, 14, 240, 5, 1, "HardSwish")),
+    ("stem3x3_hswish", "Conv 3x3/2 1x3x224x224 -> 16 + HardSwish", (3, 16, 224, 1, 3, 2, "HardSwish")),
 ]:
     op(_name, _desc)(_conv(_name, *_shape))
 
