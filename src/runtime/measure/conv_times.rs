@@ -187,14 +187,13 @@ mod tests {
     use crate::runtime::kernels::conv::direct::ConvGeom;
     use crate::runtime::test_support::square_conv;
 
-    fn geom(side: usize, channels: usize, k: usize, stride: usize) -> ConvGeom {
-        square_conv(channels, side, (k, stride), 16)
-    }
-
     #[test]
     fn a_large_convolution_is_measured_on_a_band_of_whole_rows() {
         // VGG16's second layer: 3.7 GFLOP, measured on a few rows.
-        for (g, threads) in [(geom(224, 64, 3, 1), 1), (geom(224, 64, 3, 2), 4)] {
+        for (g, threads) in [
+            (square_conv(64, 224, (3, 1), 16), 1),
+            (square_conv(64, 224, (3, 2), 16), 4),
+        ] {
             let (b, scale) = band(&g, threads);
             assert!(b.oh < g.oh && b.oh % BAND_ROWS == 0, "{b:?}");
             assert_eq!(scale, g.oh as f64 / b.oh as f64);
@@ -206,9 +205,12 @@ mod tests {
             assert_eq!(same(&b), same(&g));
         }
         // More threads, a taller band.
-        assert!(band(&geom(224, 64, 3, 1), 4).0.oh > band(&geom(224, 64, 3, 1), 1).0.oh);
+        assert!(
+            band(&square_conv(64, 224, (3, 1), 16), 4).0.oh
+                > band(&square_conv(64, 224, (3, 1), 16), 1).0.oh
+        );
         // A small layer is measured whole.
-        let small = geom(14, 64, 3, 1);
+        let small = square_conv(64, 14, (3, 1), 16);
         assert_eq!(band(&small, 1), (small, 1.0));
     }
 

@@ -33,7 +33,7 @@
 
 use super::direct::{balanced_tile, fill_channel_pad, valid_taps, ConvGeom};
 use super::int8::{as_bytes_mut, StagedInput};
-use super::tile::{ChannelParams, Epilogue};
+use super::tile::{Activate, ChannelParams, Epilogue};
 use crate::core::par;
 use crate::fusion::Activation;
 use crate::runtime::kernels::quantized::Grid;
@@ -214,9 +214,23 @@ impl Depthwise {
                         _ => unreachable!("`applies` admits the GROUP_WIDTHS only"),
                     }
                     // The tiles stored floats clamped; the rest of the
-                    // epilogue goes over them while they are in L1.
+                    // epilogue goes over them while they are in L1: each
+                    // vector of the slice's channels, the band's pixels one
+                    // after the other.
                     if self.output_bytes.is_none() && self.epilogue.activates() {
-                        run_vectorized(self.lanes, &Activated(&band));
+                        let first =
+                            band.plane(g.y_cb, g.oh * g.ow) + band.rows.start * g.ow * g.y_cb;
+                        let c0 = band.item_and_channel().1;
+                        for c in (0..self.slice).step_by(self.lanes.count()) {
+                            let pass = Activate {
+                                ep: self.epilogue,
+                                at: y.add(first + c),
+                                count: band.rows.len() * g.ow,
+                                stride: g.y_cb,
+                                bias: self.params.as_ptr().add(c0 + c),
+                            };
+                            run_vectorized(self.lanes, &pass);
+                        }
                     }
                 }
             }
@@ -236,6 +250,22 @@ struct Band<'a> {
     x: *const f32,
     res: Option<*const f32>,
     y: *mut f32,
+}
+
+impl Band<'_> {
+    /// The batch item and the slice's first channel.
+    fn item_and_channel(&self) -> (usize, usize) {
+        let slices = self.d.geom.cin.div_ceil(self.d.slice);
+        (self.image / slices, self.image % slices * self.d.slice)
+    }
+
+    /// Offset of the slice's first channel at pixel 0 in a plane of `pixels`
+    /// pixels stored in channel blocks of `cb`.
+    fn plane(&self, cb: usize, pixels: usize) -> usize {
+        let (n, c0) = self.item_and_channel();
+        let blocks = self.d.geom.cin.div_ceil(cb);
+        (n * blocks + c0 / cb) * pixels * cb + c0 % cb
+    }
 }
 
 /// Where one tile reads and writes, all offsets in elements (f32, or bytes
@@ -333,21 +363,15 @@ impl<const G: usize> VectorKernel for InGroups<'_, G> {
         let d = band.d;
         let g = &d.geom;
         let (x_cb, y_cb, slice) = (g.x_cb, g.y_cb, d.slice);
-        let slices = g.cin.div_ceil(slice);
-        let (n, s) = (band.image / slices, band.image % slices);
         // The slice's first channel, in its block of each operand.
-        let c0 = s * slice;
-        let plane_of = |cb: usize, pixels: usize| {
-            let blocks = g.cin.div_ceil(cb);
-            (n * blocks + c0 / cb) * pixels * cb + c0 % cb
-        };
+        let (n, c0) = band.item_and_channel();
         let (kh, kw) = g.k;
         let (sh, sw) = g.stride;
         let (dh, dw) = g.dilation;
         let (ph, pw) = g.pad;
         // Rows and columns before the image are only addressed, never read:
         // wrapping offsets until a tap lands inside.
-        let x_plane = band.x.add(plane_of(x_cb, g.h * g.w));
+        let x_plane = band.x.add(band.plane(x_cb, g.h * g.w));
         let (x_row, x_col) = ((g.w * x_cb) as isize, x_cb as isize);
         let at_input = |oh: usize, ow: usize| {
             let (ih, iw) = (
@@ -359,17 +383,17 @@ impl<const G: usize> VectorKernel for InGroups<'_, G> {
         // The slice's output pixel (0, 0), and the strides of a column and
         // a row.
         let (y_first, y_col, y_row) = match d.output_bytes {
-            None => (plane_of(y_cb, g.oh * g.ow), y_cb, g.ow * y_cb),
+            None => (band.plane(y_cb, g.oh * g.ow), y_cb, g.ow * y_cb),
             Some(to) => (to.at(n, 0, 0) + c0, to.pixel(), to.cols() * to.pixel()),
         };
         let onto = d.output_bytes.map(|to| Onto::of(to.grid()));
         let range = |(lo, hi)| lo..hi;
         let (cols_inside, rows_inside) = (range(g.interior_columns()), range(g.interior_rows()));
         let border_cols = (0..cols_inside.start).chain(cols_inside.end..g.ow);
-        let w_slice = d.w.as_ptr().add(s * kh * kw * G * slice);
+        let w_slice = d.w.as_ptr().add(c0 * kh * kw * G);
         let bias = d.params.as_ptr().add(c0);
         // Bytes take only the clamp (the rounding is their activation);
-        // floats get the rest from `Activated`.
+        // floats get the rest from `Activate`, after the band.
         let ep = d.epilogue.clamp_only();
         let mut t = DwTile {
             x: x_plane,
@@ -439,32 +463,6 @@ impl<const G: usize> VectorKernel for InGroups<'_, G> {
                 place(&mut t, rows.start, ow);
                 dw_tile_of::<V, G>(&t, rows.len(), b, ep);
             }
-        }
-    }
-}
-
-/// The epilogue after its clamp over the output rows of a band, which its
-/// tiles stored as floats: each vector of the slice's channels, the rows'
-/// pixels one after the other.
-struct Activated<'a>(&'a Band<'a>);
-
-impl VectorKernel for Activated<'_> {
-    #[inline(always)]
-    unsafe fn run<V: Vector>(&self) {
-        let Self(band) = self;
-        let d = band.d;
-        let g = &d.geom;
-        let slices = g.cin.div_ceil(d.slice);
-        let (n, s) = (band.image / slices, band.image % slices);
-        let c0 = s * d.slice;
-        let blocks = g.cin.div_ceil(g.y_cb);
-        let plane = (n * blocks + c0 / g.y_cb) * g.oh * g.ow * g.y_cb + c0 % g.y_cb;
-        let first = plane + band.rows.start * g.ow * g.y_cb;
-        let pixels = band.rows.len() * g.ow;
-        for c in (0..d.slice).step_by(V::LANES) {
-            let bias = d.params.as_ptr().add(c0 + c);
-            d.epilogue
-                .activate_run::<V>(band.y.add(first + c), pixels, g.y_cb, bias);
         }
     }
 }

@@ -236,13 +236,13 @@ impl<'a> ChannelParams<'a> {
     }
 }
 
-/// `Epilogue::activate_run` on a tile's stored vectors.
-struct Activate {
-    ep: Epilogue,
-    at: *mut f32,
-    count: usize,
-    stride: usize,
-    bias: *const f32,
+/// `Epilogue::activate_run` on stored vectors: a tile's, a depthwise band's.
+pub(in crate::runtime) struct Activate {
+    pub ep: Epilogue,
+    pub at: *mut f32,
+    pub count: usize,
+    pub stride: usize,
+    pub bias: *const f32,
 }
 
 impl VectorKernel for Activate {
