@@ -288,8 +288,13 @@ fn conjuncts(c: &Expr, out: &mut Vec<(Expr, i64)>) {
 
 /// Whether `index` advances by exactly one when `var` does.
 pub(crate) fn unit_stride(index: &Expr, var: &Var, vb: &VarBounds) -> bool {
+    has_stride(index, var, 1, vb)
+}
+
+/// Whether `index` advances by exactly `stride` when `var` advances by one.
+pub(crate) fn has_stride(index: &Expr, var: &Var, stride: i64, vb: &VarBounds) -> bool {
     let next = index.substitute(&|v| (v == var).then(|| var.expr() + 1));
-    prove_equal(&next, &(index.clone() + 1), vb)
+    prove_equal(&next, &(index.clone() + stride), vb)
 }
 
 /// Element strides of each logical axis of a buffer with logical extents `extents`, when

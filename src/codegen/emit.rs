@@ -1,19 +1,20 @@
 //! Translation of the flattened statement IR into Cranelift IR, one function at a time.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
-    types, AbiParam, Block, Endianness, Function, InstBuilder, MemFlagsData, Signature,
-    StackSlotData, StackSlotKind, Type, UserFuncName, Value,
+    types, AbiParam, Block, ConstantData, Endianness, Function, InstBuilder, InstructionData,
+    MemFlagsData, Opcode, Signature, StackSlotData, StackSlotKind, Type, UserFuncName, Value,
+    ValueDef,
 };
 use cranelift_codegen::Context;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use cranelift_jit::JITModule;
 use cranelift_module::{FuncId, Linkage, Module};
 
-use super::analysis::{iterations_independent, strides, unit_stride, vectorizable, LoopCtx, Proof};
+use super::analysis::{has_stride, iterations_independent, strides, vectorizable, LoopCtx, Proof};
 use super::kernel::{layout as kl, Kernel, KernelTable, MAX_RANK};
 use super::rt;
 use super::vecmath as emitted;
@@ -23,7 +24,7 @@ use crate::tir::compute::ReduceOp;
 use crate::tir::expr::{BinOp, Expr, Intrinsic, TensorId, Var};
 use crate::tir::lower::LoweredFunc;
 use crate::tir::schedule::ForKind;
-use crate::tir::simplify::prove_equal;
+use crate::tir::simplify::{prove_equal, Linear};
 use crate::tir::stmt::{KernelArg, Loop, Stmt};
 
 type R<T> = Result<T, CodegenError>;
@@ -38,6 +39,9 @@ const LANES: i64 = 4;
 const SHORT_LOOP: i64 = 4;
 /// The most statement and expression nodes a short serial loop's copies may add up to.
 const UNROLL_BUDGET: i64 = 400;
+/// Scratch of at most this many elements (16 vectors, the SSE register file) lives in
+/// registers when every access to it has a constant index (`registers_hold`).
+const REGISTER_SCRATCH_ELEMS: i64 = 64;
 
 const I64: Type = types::I64;
 const F32: Type = types::F32;
@@ -51,6 +55,9 @@ pub(crate) struct Compiler<'a> {
     /// compiled function.
     pub used_kernels: Vec<Arc<(String, Kernel)>>,
     pub stats: CodegenStats,
+    /// The buffers the function stores to (its outputs and scratch); the others are
+    /// read-only while it runs.
+    written: HashSet<TensorId>,
     sig: Signature,
     n_funcs: usize,
 }
@@ -66,6 +73,7 @@ impl<'a> Compiler<'a> {
             kernels,
             used_kernels: Vec::new(),
             stats: CodegenStats::default(),
+            written: written_buffers(&func.body),
             sig,
             n_funcs: 0,
         }
@@ -123,6 +131,9 @@ impl<'a> Compiler<'a> {
                 bufs: HashMap::new(),
                 lc: LoopCtx::default(),
                 hoisted: HashMap::new(),
+                vloads: Vec::new(),
+                regs: HashMap::new(),
+                known: HashMap::new(),
             };
             body(&mut e)?;
             e.b.ins().return_(&[]);
@@ -200,6 +211,89 @@ enum VectorForm<'e> {
     Reduce(ReduceOp, TensorId, &'e Expr, &'e Expr),
 }
 
+/// Whether a loop of `kind` over `extent` iterations (when constant) around `body` is
+/// emitted as copies of its body (`FnEmitter::for_loop`, vector steps and tail
+/// included), its variable a constant in each copy when the loop starts at one.
+fn emitted_as_copies(kind: ForKind, extent: Option<i64>, body: &Stmt) -> bool {
+    match (kind, extent) {
+        (ForKind::Unrolled, Some(c)) => c <= MAX_UNROLL,
+        (ForKind::Vectorized, Some(c)) => c / LANES <= SHORT_LOOP,
+        (ForKind::Serial, Some(c)) => c <= SHORT_LOOP && c * size(body) <= UNROLL_BUDGET,
+        _ => false,
+    }
+}
+
+/// Whether scratch `t` can live in registers in `body` (its allocation's scope): every
+/// access has an index whose variables are all of loops inside `body` emitted as copies
+/// from a constant start (`copied`), so each access is to a known element; no parallel
+/// loop (outlined into another function) or kernel call sees it. A reduction's
+/// accumulators (`lowering`) are such scratch: rows unrolled, lanes vectorized.
+fn registers_hold(t: TensorId, s: &Stmt, copied: &mut Vec<u64>, in_parallel: bool) -> bool {
+    let constant = |index: &Expr, copied: &[u64]| {
+        let mut ok = !in_parallel;
+        index.visit(&mut |x| ok &= !matches!(x, Expr::Var(v) if !copied.contains(&v.id)));
+        ok
+    };
+    let loads_ok = |e: &Expr, copied: &[u64]| {
+        let mut ok = true;
+        e.visit(&mut |x| {
+            if let Expr::Load { buffer, index } = x {
+                ok &= *buffer != t || constant(index, copied);
+            }
+        });
+        ok
+    };
+    match s {
+        Stmt::For(l) => {
+            if !loads_ok(&l.min, copied) || !loads_ok(&l.extent, copied) {
+                return false;
+            }
+            let extent = crate::tir::simplify::simplify(&l.extent).as_int();
+            let from_constant = crate::tir::simplify::simplify(&l.min).as_int().is_some();
+            let copies = from_constant && emitted_as_copies(l.kind, extent, &l.body);
+            if copies {
+                copied.push(l.var.id);
+            }
+            let parallel = in_parallel || l.kind == ForKind::Parallel;
+            let ok = registers_hold(t, &l.body, copied, parallel);
+            if copies {
+                copied.pop();
+            }
+            ok
+        }
+        Stmt::Store {
+            buffer,
+            index,
+            value,
+        } => {
+            (*buffer != t || constant(index, copied))
+                && loads_ok(index, copied)
+                && loads_ok(value, copied)
+        }
+        Stmt::Allocate { size, body, .. } => {
+            loads_ok(size, copied) && registers_hold(t, body, copied, in_parallel)
+        }
+        Stmt::Seq(v) => v.iter().all(|x| registers_hold(t, x, copied, in_parallel)),
+        Stmt::IfThenElse {
+            cond,
+            then_case,
+            else_case,
+            ..
+        } => {
+            loads_ok(cond, copied)
+                && registers_hold(t, then_case, copied, in_parallel)
+                && else_case
+                    .as_ref()
+                    .is_none_or(|e| registers_hold(t, e, copied, in_parallel))
+        }
+        Stmt::Assume { cond, body } => {
+            loads_ok(cond, copied) && registers_hold(t, body, copied, in_parallel)
+        }
+        Stmt::KernelCall { args, .. } => args.iter().all(|a| a.tensor != t),
+        Stmt::Realize { .. } | Stmt::Provide { .. } => false,
+    }
+}
+
 /// The statement and expression nodes of `s`, a measure of the code it makes.
 fn size(s: &Stmt) -> i64 {
     let mut n = 0;
@@ -217,6 +311,36 @@ fn floats(e: &Expr, var: &Var) -> bool {
     !e.is_int() || !e.uses_var(var)
 }
 
+/// The buffers `s` stores to or hands a kernel as its output (the first region).
+fn written_buffers(s: &Stmt) -> HashSet<TensorId> {
+    let mut out = HashSet::new();
+    s.visit(&mut |x| match x {
+        Stmt::Store { buffer, .. } | Stmt::Allocate { buffer, .. } => {
+            out.insert(*buffer);
+        }
+        Stmt::KernelCall { args, .. } => out.extend(args.first().map(|a| a.tensor)),
+        _ => {}
+    });
+    out
+}
+
+/// Whether `s` loads or stores `buffer` anywhere.
+fn mentions(s: &Stmt, buffer: TensorId) -> bool {
+    let mut found = false;
+    s.visit(&mut |x| {
+        found |= match x {
+            Stmt::Store { buffer: b, .. } => *b == buffer,
+            Stmt::KernelCall { args, .. } => args.iter().any(|a| a.tensor == buffer),
+            _ => false,
+        };
+    });
+    s.rewrite(&mut |x| x, &mut |e| {
+        found |= reads(e, buffer);
+        e.clone()
+    });
+    found
+}
+
 /// Whether `e` loads from `buffer`.
 fn reads(e: &Expr, buffer: TensorId) -> bool {
     let mut r = false;
@@ -229,6 +353,12 @@ struct Buf {
     ptr: Variable,
     size: Variable,
     size_expr: Expr,
+}
+
+/// Scratch kept in registers: element `k` is lane `k % 4` of vector `k / 4`.
+struct Regs {
+    vectors: Vec<Variable>,
+    size: i64,
 }
 
 /// Emits one function.
@@ -245,6 +375,13 @@ pub(crate) struct FnEmitter<'c, 'a, 'f> {
     /// do not move with the loop, computed once before it (by address in the
     /// value's tree).
     hoisted: HashMap<*const Expr, Value>,
+    /// The loads of the vector step being emitted, with their lanes (`vvalue`).
+    vloads: Vec<(Expr, Value)>,
+    /// Scratch held in registers (`registers_hold`).
+    regs: HashMap<TensorId, Regs>,
+    /// The loop variables (by Cranelift variable number) that are constants where the
+    /// code is being emitted (in a copy of an unrolled body), with their values.
+    known: HashMap<u32, i64>,
 }
 
 impl FnEmitter<'_, '_, '_> {
@@ -274,6 +411,107 @@ impl FnEmitter<'_, '_, '_> {
             Some(o) => self.bufs.insert(t, o),
             None => self.bufs.remove(&t),
         };
+    }
+
+    /// `e` with the loop variables known here (`known`) replaced by their values.
+    fn with_known(&self, e: &Expr) -> Expr {
+        e.substitute(&|w: &Var| {
+            let v = self.vars.get(&w.id)?;
+            self.known.get(&v.as_u32()).map(|&c| Expr::Int(c))
+        })
+    }
+
+    /// The number of elements of buffer `t`, in memory or in registers.
+    fn size_expr(&self, t: TensorId) -> R<Expr> {
+        match self.regs.get(&t) {
+            Some(r) => Ok(Expr::Int(r.size)),
+            None => Ok(self.buf(t)?.size_expr),
+        }
+    }
+
+    /// The element of register scratch `t` that `index` names where the code is
+    /// emitted: every variable in it is a known constant (`registers_hold`).
+    fn register_index(&self, t: TensorId, index: &Expr) -> R<i64> {
+        crate::tir::simplify::simplify(&self.with_known(index))
+            .as_int()
+            .ok_or_else(|| {
+                CodegenError::Backend(format!(
+                    "`{}` is kept in registers but indexed by {index}",
+                    self.c.name(t)
+                ))
+            })
+    }
+
+    /// The vector holding element `k` of register scratch `t`, if `k` is inside it.
+    fn register_of(&self, t: TensorId, k: i64) -> Option<Variable> {
+        let r = self.regs.get(&t)?;
+        (0..r.size)
+            .contains(&k)
+            .then(|| r.vectors[(k / LANES) as usize])
+    }
+
+    /// Reports an access of register scratch `t` outside it, as a failed run-time
+    /// check of memory is reported (the call returns the error; a load gives 0).
+    fn register_outside(&mut self, t: TensorId, k: i64, store: bool) {
+        self.c.stats.checked_accesses += 1;
+        let size = self.regs.get(&t).map_or(0, |r| r.size);
+        let ctx = self.ctx;
+        let args = [t.0 as i64, k, size, store as i64].map(|x| self.b.ins().iconst(I64, x));
+        self.call_rt_i64(
+            rt::oob as *const (),
+            None,
+            &[ctx, args[0], args[1], args[2], args[3]],
+        );
+    }
+
+    /// Element `k` of register scratch `t`.
+    fn register_get(&mut self, t: TensorId, k: i64) -> Value {
+        match self.register_of(t, k) {
+            Some(v) => {
+                let lanes = self.b.use_var(v);
+                self.b.ins().extractlane(lanes, (k % LANES) as u8)
+            }
+            None => {
+                self.register_outside(t, k, false);
+                self.b.ins().f32const(0.0f32)
+            }
+        }
+    }
+
+    fn register_set(&mut self, t: TensorId, k: i64, x: Value) {
+        match self.register_of(t, k) {
+            Some(v) => {
+                let lanes = self.b.use_var(v);
+                let lanes = self.b.ins().insertlane(lanes, x, (k % LANES) as u8);
+                self.b.def_var(v, lanes);
+            }
+            None => self.register_outside(t, k, true),
+        }
+    }
+
+    /// Elements `k..k + 4` of register scratch `t`: one vector when `k` is aligned.
+    fn register_vector(&mut self, t: TensorId, k: i64) -> Value {
+        if let (0, Some(v)) = (k % LANES, self.register_of(t, k + LANES - 1)) {
+            return self.b.use_var(v);
+        }
+        let zero = self.b.ins().f32const(0.0f32);
+        let mut lanes = self.b.ins().splat(types::F32X4, zero);
+        for j in 0..LANES {
+            let x = self.register_get(t, k + j);
+            lanes = self.b.ins().insertlane(lanes, x, j as u8);
+        }
+        lanes
+    }
+
+    fn register_set_vector(&mut self, t: TensorId, k: i64, x: Value) {
+        if let (0, Some(v)) = (k % LANES, self.register_of(t, k + LANES - 1)) {
+            self.b.def_var(v, x);
+            return;
+        }
+        for j in 0..LANES {
+            let lane = self.b.ins().extractlane(x, j as u8);
+            self.register_set(t, k + j, lane);
+        }
     }
 
     fn buf(&self, t: TensorId) -> R<Buf> {
@@ -599,6 +837,46 @@ impl FnEmitter<'_, '_, '_> {
         self.b.ins().iadd(base, off)
     }
 
+    /// The address of element `index` of `buf` (an access proved inside) as a pointer
+    /// and a byte offset: the index's constant part, with the known constants of the
+    /// copy being emitted put in, is the offset, so that the copies of an unrolled
+    /// body share the arithmetic of the part that varies (one value after GVN).
+    fn address_of(&mut self, buf: &Buf, index: &Expr) -> R<(Value, i32)> {
+        if !index.is_int() {
+            return Err(CodegenError::Type(format!(
+                "an index is a float expression: {index}"
+            )));
+        }
+        let mut linear = Linear::of(&self.with_known(index));
+        let offset = linear
+            .c
+            .checked_mul(4)
+            .and_then(|b| i32::try_from(b).ok())
+            .filter(|b| b.checked_add(16).is_some());
+        let (index, offset) = match offset {
+            Some(offset) => {
+                linear.c = 0;
+                (linear.to_expr(), offset)
+            }
+            None => (index.clone(), 0),
+        };
+        let idx = self.expr(&index)?;
+        Ok((self.address(buf, idx), offset))
+    }
+
+    /// The flags of a load of `t` proved inside it: `base`, and when the function
+    /// never writes `t` (an operand), read-only and movable, so that Cranelift places
+    /// the load where its value is first used instead of where it was emitted (with
+    /// every load of an unrolled window first and their values spilled, as a body
+    /// whose accumulators are in registers has no store to keep them in order).
+    fn load_flags(&self, t: TensorId, base: MemFlagsData) -> MemFlagsData {
+        if self.c.written.contains(&t) {
+            base
+        } else {
+            base.with_readonly().with_can_move()
+        }
+    }
+
     /// Proves the access inside its buffer, or emits a check that reports and skips it.
     /// Returns the block to continue in after the access when it is checked.
     fn guard_access(
@@ -640,7 +918,16 @@ impl FnEmitter<'_, '_, '_> {
     }
 
     fn load(&mut self, t: TensorId, index: &Expr) -> R<Value> {
+        if self.regs.contains_key(&t) {
+            let k = self.register_index(t, index)?;
+            return Ok(self.register_get(t, k));
+        }
         let buf = self.buf(t)?;
+        if index.is_int() && self.lc.prove_inside(index, &buf.size_expr) == Proof::Inside {
+            let (addr, offset) = self.address_of(&buf, index)?;
+            let flags = self.load_flags(t, MemFlagsData::trusted());
+            return Ok(self.b.ins().load(F32, flags, addr, offset));
+        }
         let name = self.c.name(t);
         let idx = self.int(index, &|| format!("the index of `{name}`"))?;
         let out = self.b.declare_var(F32);
@@ -659,7 +946,17 @@ impl FnEmitter<'_, '_, '_> {
 
     /// Stores the f32 `v` at `index` of buffer `t`, proved or checked inside.
     fn store(&mut self, t: TensorId, index: &Expr, v: Value) -> R<()> {
+        if self.regs.contains_key(&t) {
+            let k = self.register_index(t, index)?;
+            self.register_set(t, k, v);
+            return Ok(());
+        }
         let buf = self.buf(t)?;
+        if index.is_int() && self.lc.prove_inside(index, &buf.size_expr) == Proof::Inside {
+            let (addr, offset) = self.address_of(&buf, index)?;
+            self.b.ins().store(MemFlagsData::trusted(), v, addr, offset);
+            return Ok(());
+        }
         let name = self.c.name(t);
         let idx = self.int(index, &|| format!("the index of `{name}`"))?;
         let done = self.guard_access(t, &buf, index, idx, true)?;
@@ -723,6 +1020,30 @@ impl FnEmitter<'_, '_, '_> {
     }
 
     fn allocate(&mut self, t: TensorId, size: &Expr, body: &Stmt) -> R<()> {
+        if let Some(n) = crate::tir::simplify::simplify(size).as_int() {
+            if (1..=REGISTER_SCRATCH_ELEMS).contains(&n)
+                && registers_hold(t, body, &mut vec![], false)
+            {
+                self.c.stats.register_allocs += 1;
+                // Undefined contents, as the IR allows; zeros keep every use defined.
+                let zero = self.b.ins().f32const(0.0f32);
+                let zeros = self.b.ins().splat(types::F32X4, zero);
+                let vectors = (0..(n + LANES - 1) / LANES)
+                    .map(|_| {
+                        let v = self.b.declare_var(types::F32X4);
+                        self.b.def_var(v, zeros);
+                        v
+                    })
+                    .collect();
+                let old = self.regs.insert(t, Regs { vectors, size: n });
+                let r = self.stmt(body);
+                match old {
+                    Some(o) => self.regs.insert(t, o),
+                    None => self.regs.remove(&t),
+                };
+                return r;
+            }
+        }
         let name = self.c.name(t);
         let n = self.int(size, &|| format!("the size of `{name}`"))?;
         let ctx = self.ctx;
@@ -817,17 +1138,16 @@ impl FnEmitter<'_, '_, '_> {
             let v = self.b.declare_var(I64);
             let old = self.vars.insert(var.id, v);
             let const_n = crate::tir::simplify::simplify(extent).as_int();
+            let copies = emitted_as_copies(kind, const_n, body);
             let r = match (kind, const_n) {
-                (ForKind::Unrolled, Some(c)) if c <= MAX_UNROLL => {
+                (ForKind::Vectorized, Some(c)) => self.vector_loop(var, v, lo, c, body),
+                (ForKind::Unrolled, Some(c)) if copies => {
                     self.c.stats.unrolled_loops += 1;
                     self.repeat(v, lo, c, 1, MAX_UNROLL, &mut |s| s.stmt(body))
                 }
-                (ForKind::Vectorized, Some(c)) => self.vector_loop(var, v, lo, c, body),
                 // A short loop around a small body, a pooling or convolution window
                 // say: its copies let the indices fold to constants.
-                (ForKind::Serial, Some(c))
-                    if c <= SHORT_LOOP && c * size(body) <= UNROLL_BUDGET =>
-                {
+                (ForKind::Serial, Some(c)) if copies => {
                     self.repeat(v, lo, c, 1, SHORT_LOOP, &mut |s| s.stmt(body))
                 }
                 _ => {
@@ -863,24 +1183,35 @@ impl FnEmitter<'_, '_, '_> {
             _ => None,
         };
         let Some(form) = form else {
+            if self.regs.keys().any(|t| mentions(body, *t)) {
+                // Its copies keep the indices of register scratch constants
+                // (`registers_hold` counted on them).
+                return self.repeat(v, lo, n, 1, n, &mut |s| s.stmt(body));
+            }
             return self.counted(v, lo, hi, 1, &mut |s| s.stmt(body));
         };
         self.c.stats.vector_loops += 1;
-        let split = self.b.ins().iadd_imm_s(lo, main);
+        let split = self.offset(lo, main);
         let lanes = match form {
             VectorForm::Store(_, _, value) => value,
             VectorForm::Reduce(_, _, _, source) => source,
         };
-        self.hoist(var, lanes)?;
+        // A loop, not copies: what is hoisted must stay before it.
+        let anchor = main / LANES > SHORT_LOOP;
+        self.hoist(var, lanes, anchor)?;
         match form {
             VectorForm::Store(buffer, index, value) => {
                 self.repeat(v, lo, main / LANES, LANES, SHORT_LOOP, &mut |s| {
-                    let x = s.vexpr(var, value)?;
+                    let x = s.vvalue(var, value)?;
+                    if s.regs.contains_key(&buffer) {
+                        let k = s.register_index(buffer, index)?;
+                        s.register_set_vector(buffer, k, x);
+                        return Ok(());
+                    }
                     let buf = s.buf(buffer)?;
-                    let idx = s.expr(index)?;
-                    let addr = s.address(&buf, idx);
+                    let (addr, offset) = s.address_of(&buf, index)?;
                     s.b.ins()
-                        .store(MemFlagsData::new().with_notrap(), x, addr, 0);
+                        .store(MemFlagsData::new().with_notrap(), x, addr, offset);
                     Ok(())
                 })?;
             }
@@ -898,11 +1229,7 @@ impl FnEmitter<'_, '_, '_> {
                 }
                 let pairs = main / (2 * LANES);
                 let step = |s: &mut Self, acc: Variable, at: i64| -> R<()> {
-                    let base = s.b.use_var(v);
-                    let lane0 = s.b.ins().iadd_imm_s(base, at);
-                    s.b.def_var(v, lane0);
-                    let x = s.vexpr(var, source)?;
-                    s.b.def_var(v, base);
+                    let x = s.shifted(v, at, &mut |s| s.vvalue(var, source))?;
                     let a = s.b.use_var(acc);
                     let a = combine(&mut s.b, op, a, x);
                     s.b.def_var(acc, a);
@@ -913,9 +1240,8 @@ impl FnEmitter<'_, '_, '_> {
                     step(s, accs[1], LANES)
                 })?;
                 if main % (2 * LANES) != 0 {
-                    let last = self.b.ins().iadd_imm_s(lo, main - LANES);
-                    self.b.def_var(v, last);
-                    step(self, accs[0], 0)?;
+                    let last = self.offset(lo, main - LANES);
+                    self.repeat(v, last, 1, LANES, 1, &mut |s| step(s, accs[0], 0))?;
                 }
                 let (a0, a1) = (self.b.use_var(accs[0]), self.b.use_var(accs[1]));
                 let lanes = combine(&mut self.b, op, a0, a1);
@@ -926,6 +1252,8 @@ impl FnEmitter<'_, '_, '_> {
                 }
                 let old = self.load(buffer, index)?;
                 let new = combine(&mut self.b, op, old, r);
+                // Combined here once, whatever reads the result later.
+                let new = self.anchored(new);
                 self.store(buffer, index, new)?;
             }
         }
@@ -935,12 +1263,15 @@ impl FnEmitter<'_, '_, '_> {
 
     /// Computes the parts of `e` that do not move with `var` (a row's
     /// normalization factor, a loaded scalar, an integer count) once, as float
-    /// splats for `vexpr`.
-    fn hoist(&mut self, var: &Var, e: &Expr) -> R<()> {
+    /// splats for `vexpr`; with `anchor` (before a loop), each is `anchored` there.
+    fn hoist(&mut self, var: &Var, e: &Expr, anchor: bool) -> R<()> {
         if !e.uses_var(var) {
             if !matches!(e, Expr::Float(_) | Expr::Int(_)) {
                 let x = self.float(e)?;
-                let lanes = self.b.ins().splat(types::F32X4, x);
+                let mut lanes = self.b.ins().splat(types::F32X4, x);
+                if anchor {
+                    lanes = self.anchored(lanes);
+                }
                 self.hoisted.insert(e as *const Expr, lanes);
             }
             return Ok(());
@@ -950,22 +1281,38 @@ impl FnEmitter<'_, '_, '_> {
             Expr::Bin(BinOp::And | BinOp::Or, p, q) => [p, q]
                 .into_iter()
                 .filter(|c| c.uses_var(var))
-                .try_for_each(|c| self.hoist(var, c)),
+                .try_for_each(|c| self.hoist(var, c, anchor)),
             Expr::Bin(_, a, b) => {
-                self.hoist(var, a)?;
-                self.hoist(var, b)
+                self.hoist(var, a, anchor)?;
+                self.hoist(var, b, anchor)
             }
             Expr::Select(c, a, b) => {
                 if c.uses_var(var) {
-                    self.hoist(var, c)?;
+                    self.hoist(var, c, anchor)?;
                 }
-                self.hoist(var, a)?;
-                self.hoist(var, b)
+                self.hoist(var, a, anchor)?;
+                self.hoist(var, b, anchor)
             }
-            Expr::Not(c) => self.hoist(var, c),
-            Expr::Call(_, args) => args.iter().try_for_each(|a| self.hoist(var, a)),
+            Expr::Not(c) => self.hoist(var, c, anchor),
+            Expr::Call(_, args) => args.iter().try_for_each(|a| self.hoist(var, a, anchor)),
             _ => Ok(()),
         }
+    }
+
+    /// `x` stored to a stack slot and loaded back: the load is a side effect, which
+    /// Cranelift keeps where it is emitted. Its e-graph pass places a pure value
+    /// where it is first used instead, and so moved the combination of a row
+    /// maximum held in registers into the loop after it, computed again in every
+    /// iteration (softmax 1.4 -> 2.3 ms).
+    fn anchored(&mut self, x: Value) -> Value {
+        let ty = self.b.func.dfg.value_type(x);
+        let slot = self.b.create_sized_stack_slot(StackSlotData::new(
+            StackSlotKind::ExplicitSlot,
+            ty.bytes(),
+            4,
+        ));
+        self.b.ins().stack_store(I64, x, slot, 0);
+        self.b.ins().stack_load(I64, ty, slot, 0)
     }
 
     /// `body` for `var = lo, lo + step, ...`, `count` times: copies of it when the
@@ -984,16 +1331,63 @@ impl FnEmitter<'_, '_, '_> {
             let hi = self.b.ins().iadd_imm_s(lo, count * step);
             return self.counted(var, lo, hi, step, body);
         }
+        let start = self.constant(lo);
         for k in 0..count {
             let stats = (k > 0).then(|| self.c.stats.clone());
-            let x = self.b.ins().iadd_imm_s(lo, k * step);
+            let x = self.offset(lo, k * step);
             self.b.def_var(var, x);
-            body(self)?;
+            if let Some(c) = start {
+                self.known.insert(var.as_u32(), c + k * step);
+            }
+            let r = body(self);
+            self.known.remove(&var.as_u32());
+            r?;
             if let Some(stats) = stats {
                 self.c.stats = stats;
             }
         }
         Ok(())
+    }
+
+    /// The value of `v` if it is an integer constant.
+    fn constant(&self, v: Value) -> Option<i64> {
+        let dfg = &self.b.func.dfg;
+        match dfg.value_def(v) {
+            ValueDef::Result(inst, _) => match dfg.insts[inst] {
+                InstructionData::UnaryImm {
+                    opcode: Opcode::Iconst,
+                    imm,
+                } => Some(imm.bits()),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// `v + k`, a constant when `v` is one.
+    fn offset(&mut self, v: Value, k: i64) -> Value {
+        match self.constant(v) {
+            Some(c) => self.b.ins().iconst(I64, c + k),
+            None => self.b.ins().iadd_imm_s(v, k),
+        }
+    }
+
+    /// Runs `f` with loop variable `v` moved on by `by` (a later lane), then puts it
+    /// back; a known constant moves with it.
+    fn shifted<T>(&mut self, v: Variable, by: i64, f: &mut dyn FnMut(&mut Self) -> R<T>) -> R<T> {
+        let base = self.b.use_var(v);
+        let at = self.b.ins().iadd_imm_s(base, by);
+        self.b.def_var(v, at);
+        let known = self.known.get(&v.as_u32()).copied();
+        if let Some(c) = known {
+            self.known.insert(v.as_u32(), c + by);
+        }
+        let r = f(self);
+        self.b.def_var(v, base);
+        if let Some(c) = known {
+            self.known.insert(v.as_u32(), c);
+        }
+        r
     }
 
     /// The vector form of `buffer[index] = value` in a loop over `var`, if it has one
@@ -1023,7 +1417,7 @@ impl FnEmitter<'_, '_, '_> {
         };
         let lanes = match form {
             VectorForm::Store(..) => {
-                if self.lc.prove_inside(index, &self.buf(buffer)?.size_expr) != Proof::Inside {
+                if self.lc.prove_inside(index, &self.size_expr(buffer)?) != Proof::Inside {
                     return Ok(None);
                 }
                 value
@@ -1036,18 +1430,28 @@ impl FnEmitter<'_, '_, '_> {
         lanes.visit(&mut |e| {
             if let Expr::Load { buffer, index } = e {
                 if selects || e.uses_var(var) {
-                    proved &= self.bufs.get(buffer).is_some_and(|b| {
-                        self.lc.prove_inside(index, &b.size_expr) == Proof::Inside
-                    });
+                    proved &= self
+                        .size_expr(*buffer)
+                        .is_ok_and(|size| self.lc.prove_inside(index, &size) == Proof::Inside);
                 }
             }
         });
         Ok(proved.then_some(form))
     }
 
+    /// The F32X4 value of a vector step (`vexpr`), each distinct load in it emitted
+    /// once: a maximum with the NaN rules, say, reads its operand three times.
+    fn vvalue(&mut self, var: &Var, e: &Expr) -> R<Value> {
+        self.vloads.clear();
+        let r = self.vexpr(var, e);
+        self.vloads.clear();
+        r
+    }
+
     /// An F32X4 value of `e` for lanes `var, var + 1, var + 2, var + 3`: float
-    /// arithmetic, selects, unit-stride loads and the inline functions as vector
-    /// operations, anything else that moves with `var` computed lane by lane.
+    /// arithmetic, selects, unit-stride and stride-2 loads and the inline functions
+    /// as vector operations, anything else that moves with `var` computed lane by
+    /// lane.
     fn vexpr(&mut self, var: &Var, e: &Expr) -> R<Value> {
         if let Some(&lanes) = self.hoisted.get(&(e as *const Expr)) {
             return Ok(lanes);
@@ -1056,16 +1460,17 @@ impl FnEmitter<'_, '_, '_> {
             let x = self.float(e)?;
             return Ok(self.b.ins().splat(types::F32X4, x));
         }
-        match e {
-            Expr::Load { buffer, index } if unit_stride(index, var, &self.lc.vb) => {
-                let buf = self.buf(*buffer)?;
-                let idx = self.expr(index)?;
-                let addr = self.address(&buf, idx);
-                Ok(self
-                    .b
-                    .ins()
-                    .load(types::F32X4, MemFlagsData::new().with_notrap(), addr, 0))
+        if let Expr::Load { .. } = e {
+            // Values are emitted in the block the step continues in, so an earlier
+            // one dominates every later use.
+            if let Some((_, lanes)) = self.vloads.iter().find(|(l, _)| l == e) {
+                return Ok(*lanes);
             }
+            let lanes = self.vload(var, e)?;
+            self.vloads.push((e.clone(), lanes));
+            return Ok(lanes);
+        }
+        match e {
             Expr::Select(c, a, b) if !e.is_int() => {
                 let mask = self.vmask(var, c)?;
                 let x = self.vexpr(var, a)?;
@@ -1106,6 +1511,58 @@ impl FnEmitter<'_, '_, '_> {
             }
             _ => self.per_lane(var, types::F32X4, &mut |s| s.float(e)),
         }
+    }
+
+    /// The lanes of load `e` (which moves with `var`): one vector load when
+    /// unit-stride; two, their even lanes taken, at stride 2 (a window stepping by
+    /// 2) when the odd element after the last is proved inside the buffer too;
+    /// else lane by lane.
+    fn vload(&mut self, var: &Var, e: &Expr) -> R<Value> {
+        let Expr::Load { buffer, index } = e else {
+            return self.per_lane(var, types::F32X4, &mut |s| s.float(e));
+        };
+        let vb = &self.lc.vb;
+        if has_stride(index, var, 1, vb) {
+            if self.regs.contains_key(buffer) {
+                let k = self.register_index(*buffer, index)?;
+                return Ok(self.register_vector(*buffer, k));
+            }
+            let buf = self.buf(*buffer)?;
+            let (addr, offset) = self.address_of(&buf, index)?;
+            let flags = self.load_flags(*buffer, MemFlagsData::new().with_notrap());
+            return Ok(self.b.ins().load(types::F32X4, flags, addr, offset));
+        }
+        let pairs = has_stride(index, var, 2, vb)
+            && !self.regs.contains_key(buffer)
+            && self.bufs.get(buffer).is_some_and(|b| {
+                self.lc.prove_inside(&((**index).clone() + 1), &b.size_expr) == Proof::Inside
+            });
+        if !pairs {
+            return self.per_lane(var, types::F32X4, &mut |s| s.float(e));
+        }
+        let buf = self.buf(*buffer)?;
+        let (addr, offset) = self.address_of(&buf, index)?;
+        let flags = self.load_flags(*buffer, MemFlagsData::new().with_notrap());
+        let little = MemFlagsData::new().with_endianness(Endianness::Little);
+        let mut bytes = [0u8; 16];
+        for (lane, chunk) in bytes.chunks_mut(4).enumerate() {
+            for (k, b) in chunk.iter_mut().enumerate() {
+                // Lane `lane` takes element 2 * lane of the 8 loaded (bytes of both).
+                *b = (8 * lane + k) as u8;
+            }
+        }
+        let (lo, hi) = (
+            self.b.ins().load(types::I8X16, flags, addr, offset),
+            self.b.ins().load(types::I8X16, flags, addr, offset + 16),
+        );
+        let mask = self
+            .b
+            .func
+            .dfg
+            .immediates
+            .push(ConstantData::from(&bytes[..]));
+        let even = self.b.ins().shuffle(lo, hi, mask);
+        Ok(self.b.ins().bitcast(types::F32X4, little, even))
     }
 
     /// The I32X4 mask (all ones where true) of condition `c` for the four lanes of
@@ -1150,19 +1607,15 @@ impl FnEmitter<'_, '_, '_> {
         scalar: &mut dyn FnMut(&mut Self) -> R<Value>,
     ) -> R<Value> {
         let v = self.var(var)?;
-        let base = self.b.use_var(v);
         let zero = match ty.lane_type() {
             F32 => self.b.ins().f32const(0.0f32),
             t => self.b.ins().iconst(t, 0),
         };
         let mut lanes = self.b.ins().splat(ty, zero);
         for k in 0..LANES {
-            let at = self.b.ins().iadd_imm_s(base, k);
-            self.b.def_var(v, at);
-            let x = scalar(self)?;
+            let x = self.shifted(v, k, scalar)?;
             lanes = self.b.ins().insertlane(lanes, x, k as u8);
         }
-        self.b.def_var(v, base);
         Ok(lanes)
     }
 

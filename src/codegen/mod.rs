@@ -21,7 +21,11 @@
 //!   index. [`CodegenStats::checked_accesses`] counts such accesses. Integer divisors
 //!   that may be 0 or -1 (`sdiv` traps on both) are checked the same way. Kernel regions
 //!   are proved or checked axis by axis before the call.
-//! - `Allocate`: scratch whose size has a constant bound of at most
+//! - `Allocate`: scratch of at most 64 elements whose every access has an index that
+//!   is a constant where it is emitted (its variables are all of loops emitted as
+//!   copies: unrolled rows, vector lanes) lives in registers, as 4-lane SSA variables
+//!   (a reduction's accumulators across its reduction loops, `lowering`); other
+//!   scratch whose size has a constant bound of at most
 //!   4096 elements is a stack slot (reused by every iteration of enclosing loops, which
 //!   see fresh, undefined contents as the IR allows); larger or unbounded scratch is
 //!   allocated through a Rust function and freed at the end of its scope.
@@ -38,10 +42,16 @@
 //!
 //!   In the value, float arithmetic (+ - * / min max), exp, tanh, erf, sqrt and
 //!   rounding, selects (a condition of float comparisons, with not, and, or, as lane
-//!   masks) and unit-stride loads are vector operations; parts that do not move with
-//!   the loop are computed once before it and splat; any other part that moves (a
-//!   periodic or strided load, an integer condition of the index, a call into Rust)
-//!   is computed lane by lane. Every vector access that moves must be proved, and
+//!   masks) and unit-stride loads are vector operations, a stride-2 load two vector
+//!   loads and a shuffle (each distinct load once per vector step); parts that do not
+//!   move with the loop are computed once before it and splat (through the stack
+//!   before a loop, which keeps them there); any other part that moves (a periodic or
+//!   other strided load, an integer condition of the index, a call into Rust) is
+//!   computed lane by lane.
+//! - Addresses: an index's constant part, with the loop constants of the copy being
+//!   emitted put in, is the access's byte offset, so that copies share the rest. A
+//!   proved load of a buffer the function never writes is read-only and movable:
+//!   Cranelift's e-graph pass places it where its value is first used. Every vector access that moves must be proved, and
 //!   every load under a select (both sides are computed).
 //!   Other vectorized loops run scalar. `Parallel` loops whose
 //!   iterations touch disjoint memory (`analysis::iterations_independent`) are outlined
@@ -120,6 +130,9 @@ pub struct CodegenStats {
     pub stack_allocs: usize,
     /// Buffers allocated on the heap (too large for the stack).
     pub heap_allocs: usize,
+    /// Buffers held in registers (small scratch indexed by constants, e.g. a
+    /// reduction's accumulators).
+    pub register_allocs: usize,
     /// Calls of external kernels.
     pub kernel_calls: usize,
 }

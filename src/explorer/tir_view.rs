@@ -193,16 +193,22 @@ mod tests {
         ];
         let v = lower_node(&conv, &types, None).unwrap();
         let prims: Vec<&str> = v.steps.iter().map(|s| s.primitive.as_str()).collect();
-        // Lanes along the row, then four output channels side by side inside
-        // the reductions, then the outer channel loop in parallel.
+        // Lanes along the row and four output channels side by side; the
+        // accumulators (`Y.acc`) stored rows-then-lanes and computed at the loop
+        // outside the lanes, their reductions outside the rows and lanes; then
+        // the outer channel loop in parallel.
         let expected = [
             "create_schedule",
             "split",
-            "reorder",
             "vectorize",
             "split",
             "reorder",
             "unroll",
+            "storage_layout",
+            "compute_at",
+            "unroll",
+            "reorder",
+            "vectorize",
             "parallel",
         ];
         assert_eq!(prims.len(), expected.len(), "{prims:?}");

@@ -15,7 +15,7 @@ use crate::core::{Layout, ValueType};
 use crate::ops::te::{extents, ComputeCx, ComputeGraph, TeTensor as Tensor, TirError};
 use crate::ops::Op;
 use crate::tir::compute::IterVar;
-use crate::tir::expr::TensorId;
+use crate::tir::expr::{Expr, TensorId};
 use crate::tir::layout::{BufferLayout, PhysDim};
 use crate::tir::lower::{lower, LowerOptions, LoweredFunc};
 use crate::tir::schedule::Schedule;
@@ -174,10 +174,26 @@ pub fn chain_compute(links: &[Link]) -> Result<OpCompute, TirError> {
         per_row.extend(d.per_row);
         prev = Some(d.output);
     }
+    let mut output = prev.ok_or_else(|| TirError::Definition("an empty chain".into()))?;
+    if reduces(&g, output) {
+        // The result is copied from a reduction stage computed where the output
+        // needs it (like a reduction an epilogue reads): its accumulators are then
+        // a small scratch that codegen keeps in registers, not elements of the output
+        // read and written again at every step of the reduction.
+        let name = std::mem::take(&mut g.ops[output.id.0].name);
+        g.ops[output.id.0].name = format!("{name}.acc");
+        let shape = g.op(output.id).shape.clone();
+        let acc = output.id;
+        per_element.push(output);
+        output = g.compute(&name, &shape, |i| Expr::Read {
+            tensor: acc,
+            indices: i.to_vec(),
+        })?;
+    }
     Ok(OpCompute {
         graph: g,
         inputs,
-        output: prev.ok_or_else(|| TirError::Definition("an empty chain".into()))?,
+        output,
         inline,
         per_row,
         per_element,
@@ -396,7 +412,7 @@ impl OpCompute {
         let cost = |a: usize| {
             let mut cost = 0;
             c.body.expr().visit(&mut |e| {
-                if let crate::tir::expr::Expr::Read { indices, .. } = e {
+                if let Expr::Read { indices, .. } = e {
                     let uses = |v| indices.iter().any(|i| i.uses_var(v));
                     if uses(&c.axis[a].var) {
                         cost += if uses(lane_var) { 2 } else { 1 };
@@ -427,7 +443,10 @@ impl OpCompute {
             .filter(|l| l.var != row.var)
             .collect();
         order.insert(order.len() - 1, row.clone());
-        s.reorder(&y, &order)?;
+        let leaves = s.leaves(&y)?;
+        if order.iter().zip(&leaves).any(|(a, b)| a.var != b.var) {
+            s.reorder(&y, &order)?;
+        }
         s.unroll(&y, &row)?;
         Ok(Some((outer, axis, reducer)))
     }
@@ -474,7 +493,7 @@ impl OpCompute {
         let lane_var = &c.axis[lane_axis].var;
         let mut strided: Vec<(TensorId, usize)> = vec![];
         c.body.expr().visit(&mut |e| {
-            if let crate::tir::expr::Expr::Read { tensor, indices } = e {
+            if let Expr::Read { tensor, indices } = e {
                 let lanes = indices.iter().position(|i| i.uses_var(lane_var));
                 if let Some(d) = lanes {
                     if innermost(*tensor, indices.len()) != Some(d)

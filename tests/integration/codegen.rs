@@ -485,8 +485,8 @@ fn vectorized_selects_of_comparisons_and_periodic_operands() {
     vectorizes_columns_proved(&g, &c);
 }
 
-/// A strided operand (every other column of a wider input) is read lane by lane on
-/// the vector path.
+/// A strided operand (every other column of a wider input) is read on the vector
+/// path as two vector loads whose even lanes are taken.
 #[test]
 fn vectorized_strided_operand() {
     let (mut g, a) = tir::graph_with_input(&[2, 22]);
@@ -496,4 +496,42 @@ fn vectorized_strided_operand() {
         })
         .unwrap();
     vectorizes_columns_proved(&g, &c);
+}
+
+/// Pooling windows through the op's default schedule (`lowering`), in row-major and
+/// in blocked storage: the accumulators of each tile of output vectors are scratch
+/// held in registers across the window's loops, the window's stride-2 reads are
+/// vector loads, and the results agree with the interpreter.
+#[test]
+fn pooling_accumulates_in_registers() {
+    use layoutopt::core::{DType, Layout, ValueType};
+    use layoutopt::lowering::lower_op;
+    use layoutopt::ops::{Op, Pool, PoolKind, Window};
+    for (kind, layout) in [
+        (PoolKind::Max, "NCHW"),
+        (PoolKind::Avg, "NCHW"),
+        (PoolKind::Max, "NCHW8c"),
+        (PoolKind::Avg, "NHWC"),
+    ] {
+        let op = Op::Pool(Pool {
+            kind,
+            window: Window {
+                kernel: vec![3, 3],
+                strides: vec![2, 2],
+                dilations: vec![1, 1],
+                pads: vec![1, 1, 1, 1],
+            },
+            ceil_mode: false,
+            count_include_pad: false,
+        });
+        let types = [ValueType::new(DType::F32, vec![1, 16, 18, 34])];
+        let l = Layout::parse(layout).unwrap();
+        let ins = [l.clone()];
+        let f = lower_op(&op, &types, Some((&ins, &l))).unwrap().func;
+        let st = check_jit_func(&f, &f.graph, &Interpreter::new(), &KernelTable::new());
+        let what = format!("{kind:?} in {layout}: {st:?}");
+        assert!(st.register_allocs >= 1, "{what}");
+        assert!(st.vector_loops >= 1, "{what}");
+        assert_eq!(st.checked_accesses, 0, "{what}");
+    }
 }
