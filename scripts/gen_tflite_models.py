@@ -146,8 +146,9 @@ def tf_ops(seed=7):
     and batch rearrangements (SPACE_TO_DEPTH, DEPTH_TO_SPACE, SPACE_TO_BATCH_ND,
     BATCH_TO_SPACE_ND), MIRROR_PAD both ways, LOCAL_RESPONSE_NORMALIZATION,
     L2_NORMALIZATION, LOG_SOFTMAX, ELU, SIGN, FLOOR_DIV, FLOOR_MOD, ADD_N, CUMSUM,
-    ARG_MAX, ARG_MIN, TOPK_V2, GATHER_ND, SCATTER_ND, REDUCE_ANY, and on int32
-    BITWISE_XOR, RIGHT_SHIFT, FLOOR_MOD, FLOOR_DIV and BITCAST."""
+    ATAN2, ARG_MAX, ARG_MIN, TOPK_V2, GATHER_ND, SCATTER_ND, REDUCE_ANY, ONE_HOT
+    (indices out of range included), and on int32 BITWISE_XOR, RIGHT_SHIFT,
+    FLOOR_MOD, FLOOR_DIV and BITCAST."""
     del seed  # no weights
 
     def space(t):
@@ -160,7 +161,8 @@ def tf_ops(seed=7):
         l2 = tf.math.l2_normalize(t, axis=-1)
         m = tf.math.floormod(t, 0.7) + tf.math.floordiv(t, 0.45) + tf.sign(t)
         c = tf.math.cumsum(t, axis=2, exclusive=True, reverse=True)
-        y = tf.add_n([d, b, lrn, l2 * 2.0, m, c, tf.nn.log_softmax(t)])
+        angle = tf.math.atan2(t, tf.reverse(t, [1]) - 0.3)
+        y = tf.add_n([d, b, lrn, l2 * 2.0, m, c, tf.nn.log_softmax(t), angle])
         return tf.concat([y, r[:, 1:9, 2:10, :] - s[:, :8, :8, :]], axis=3)
 
     def index(t):
@@ -175,9 +177,11 @@ def tf_ops(seed=7):
         bits = tf.bitwise.right_shift(tf.bitwise.bitwise_xor(ids, 0x5A), 2)
         as_float = tf.bitcast(tf.math.floormod(ids, 256) * 4096 + 0x3F800000, tf.float32)
         ints = tf.cast(bits + tf.math.floordiv(ids, -3), tf.float32) + as_float
+        hot = tf.one_hot(tf.math.floormod(ids[0, :, 0, 0], 6) - 1, 4, on_value=2.5, off_value=-0.5, axis=0)
         return tf.concat([
             tf.reshape(values, (5,)), tf.cast(tf.reshape(at, (5,)), tf.float32), tf.reshape(best, (-1,)),
             tf.reshape(spread, (-1,)), tf.reshape(any_pos, (-1,)), tf.reshape(ints, (-1,)),
+            tf.reshape(hot, (-1,)),
         ], axis=0)
 
     @tf.function(input_signature=[tf.TensorSpec((1, 8, 8, 4), tf.float32, name="x")])

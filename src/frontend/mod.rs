@@ -1,5 +1,6 @@
 //! Model importers: each turns a file into a `Graph` with per-layer spans.
 pub mod bounds;
+mod compose;
 pub mod npy;
 pub mod onnx;
 pub mod tflite;

@@ -610,6 +610,67 @@ fn lookups_fills_and_reduce_all_import_as_their_compositions() {
     assert_eq!(*out[4].data, TensorData::Bool(vec![true, false]));
 }
 
+/// ONE_HOT (indices outside `[0, depth)` hot nowhere, as in TensorFlow; on
+/// the first axis), RANGE of constant scalars (int and float, counting down)
+/// and ATAN2 in every quadrant, on its axes and at the origin, on the
+/// reference executor against values worked out by hand and `f32::atan2`.
+#[test]
+fn one_hot_range_and_atan2_import_as_their_compositions() {
+    use layoutopt::graph::{Tensor, TensorData};
+    let i32_input = |name: &str, shape: &[i32]| TensorSpec {
+        ttype: INT32,
+        ..TensorSpec::f32(name, shape)
+    };
+    let tensors = vec![
+        i32_input("ids", &[4]),
+        TensorSpec::i32_const("depth", &[], &[3]),
+        TensorSpec::f32_const("on", &[], &[2.5]),
+        TensorSpec::f32_const("off", &[], &[-1.0]),
+        TensorSpec::f32("hot", &[3, 4]),
+        TensorSpec::i32_const("start", &[], &[7]),
+        TensorSpec::i32_const("limit", &[], &[0]),
+        TensorSpec::i32_const("delta", &[], &[-3]),
+        i32_input("count_down", &[3]),
+        TensorSpec::f32_const("from", &[], &[0.5]),
+        TensorSpec::f32_const("to", &[], &[1.6]),
+        TensorSpec::f32_const("by", &[], &[0.25]),
+        TensorSpec::f32("steps", &[5]),
+        TensorSpec::f32("y", &[9]),
+        TensorSpec::f32("x", &[9]),
+        TensorSpec::f32("angle", &[9]),
+    ];
+    let ops = vec![
+        OpSpec::new(ONE_HOT, &[0, 1, 2, 3], &[4]).options(ONE_HOT_OPTIONS, &[(0, Field::I32(0))]),
+        OpSpec::new(RANGE, &[5, 6, 7], &[8]),
+        OpSpec::new(RANGE, &[9, 10, 11], &[12]),
+        OpSpec::new(ATAN2, &[13, 14], &[15]),
+    ];
+    let g = import(&ModelSpec::new(tensors, ops, &[0, 13, 14], &[4, 8, 12, 15]));
+    let ids = Tensor::new(vec![4], TensorData::I32(vec![2, -1, 0, 3]));
+    let y = [1.0f32, 1.0, -1.0, -1.0, 0.0, 0.0, 2.0, -2.0, 0.0];
+    let x = [1.0f32, -1.0, -1.0, 1.0, 3.0, -3.0, 0.0, 0.0, 0.0];
+    let f32s = |v: &[f32]| Tensor::new(vec![v.len()], TensorData::F32(v.to_vec()));
+    let out = layoutopt::reference::run(&g, &[ids, f32s(&y), f32s(&x)]).unwrap();
+    let (on, off) = (2.5, -1.0);
+    #[rustfmt::skip]
+    let hot = [
+        off, off, on, off,
+        off, off, off, off,
+        on, off, off, off,
+    ];
+    assert_eq!(out[0].data.to_f64(), hot);
+    assert_eq!(*out[1].data, TensorData::I32(vec![7, 4, 1]));
+    assert_eq!(out[2].data.to_f64(), [0.5, 0.75, 1.0, 1.25, 1.5]);
+    let angles = out[3].data.to_f64();
+    for ((&a, &y), &x) in angles.iter().zip(&y).zip(&x) {
+        let want = f64::from(y.atan2(x));
+        assert!(
+            (a - want).abs() <= 1e-6,
+            "atan2({y}, {x}) = {a}, want {want}"
+        );
+    }
+}
+
 /// Rearrangements and pads whose constants do not fit the input, and a
 /// BITCAST that changes the element width, are errors naming the layer.
 #[test]

@@ -151,8 +151,8 @@ fn integer_and_boolean_ops_match_the_tflite_interpreter() {
 /// TensorFlow ops the converter keeps as builtins: SPACE_TO_DEPTH and back,
 /// SPACE_TO_BATCH_ND and back, MIRROR_PAD (REFLECT, SYMMETRIC), LRN,
 /// L2_NORMALIZATION, LOG_SOFTMAX, ELU, SIGN, FLOOR_DIV, FLOOR_MOD, ADD_N,
-/// CUMSUM, ARG_MAX, ARG_MIN, TOPK_V2, GATHER_ND, SCATTER_ND, REDUCE_ANY,
-/// BITWISE_XOR, RIGHT_SHIFT and BITCAST.
+/// CUMSUM, ATAN2, ARG_MAX, ARG_MIN, TOPK_V2, GATHER_ND, SCATTER_ND,
+/// REDUCE_ANY, ONE_HOT, BITWISE_XOR, RIGHT_SHIFT and BITCAST.
 #[test]
 fn tensorflow_builtin_ops_match_the_tflite_interpreter() {
     check("tflite_tf_ops");

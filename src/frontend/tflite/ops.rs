@@ -214,6 +214,9 @@ const GATHER_ND: i32 = 107;
 const ELU: i32 = 111;
 const SCATTER_ND: i32 = 122;
 const CUMSUM: i32 = 128;
+const ONE_HOT: i32 = 85;
+const RANGE: i32 = 96;
+const ATAN2: i32 = 156;
 const REDUCE_ALL: i32 = 140;
 const ONES_LIKE: i32 = 146;
 const SIGN: i32 = 158;
@@ -343,6 +346,9 @@ impl<'a> Cx<'_, 'a> {
             ZEROS_LIKE => self.filled_like(0.0),
             ONES_LIKE => self.filled_like(1.0),
             CUMSUM => self.cumsum(),
+            ONE_HOT => self.one_hot(),
+            RANGE => self.range(),
+            ATAN2 => self.atan2(),
             FLOOR_DIV => self.floored(false),
             FLOOR_MOD => self.floored(true),
             ADD_N => self.add_n(),
@@ -486,12 +492,17 @@ impl<'a> Cx<'_, 'a> {
             4 => Tensor::from_i64(n, dims),
             other => return Err(self.err(format!("SHAPE out_type {other} is not int32 or int64"))),
         };
+        Ok(self.layer_output_constant(t))
+    }
+
+    /// A constant that is the operator's result, named after the layer.
+    fn layer_output_constant(&mut self, t: Tensor) -> ValueRef {
         let v = self
             .imp
             .graph
             .add_constant(&self.layer, t, vec![self.span.clone()]);
         self.emitted.push(v.node);
-        Ok(v)
+        v
     }
 
     /// SPLIT (axis, input; `num_splits` equal parts) and SPLIT_V (input,

@@ -275,6 +275,9 @@ tables! {
     MirrorPadOptions {
         mode(0): scalar i8 = 0,
     }
+    OneHotOptions {
+        axis(0): scalar i32 = 0,
+    }
     CumsumOptions {
         exclusive(0): scalar bool = false,
         reverse(1): scalar bool = false,
@@ -375,6 +378,7 @@ builtin_options! {
     DepthToSpaceOptions = [94, 19],
     MirrorPadOptions = [77],
     CumsumOptions = [102],
+    OneHotOptions = [61],
     LocalResponseNormalizationOptions = [13],
     L2NormOptions = [12],
     LeakyReluOptions = [75],

@@ -272,3 +272,19 @@ pub(super) fn dims(c: &NodeCtx, v: &[i64], what: &str) -> Res<Vec<usize>> {
         })
         .collect()
 }
+
+impl crate::frontend::compose::LayerBuilder for NodeCtx<'_> {
+    type Error = ImportError;
+    fn step(&mut self, op: Op, inputs: &[ValueRef], what: &str) -> Res<ValueRef> {
+        self.emit_inner(op, inputs, what)
+    }
+    fn layer_constant(&mut self, what: &str, t: Tensor) -> ValueRef {
+        self.inner_constant(what, t)
+    }
+    fn value_type(&self, v: ValueRef) -> ValueType {
+        self.ty(v)
+    }
+    fn layer_error(&self, message: String) -> ImportError {
+        self.err(message)
+    }
+}

@@ -4,8 +4,9 @@
 
 use super::context::{NodeCtx, Res};
 use super::registry::{Registry, AI_ONNX};
-use crate::graph::{BinaryOp, DType, Op, Tensor, TensorData, ValueRef};
-use crate::ops::{Cast, Gather, Reshape};
+use crate::frontend::compose::{one_hot_mask, NegativeIndices};
+use crate::graph::{DType, Op, Tensor, TensorData, ValueRef};
+use crate::ops::Gather;
 
 pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "Trilu", trilu);
@@ -75,39 +76,9 @@ fn one_hot(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
             values_ty.shape
         )));
     }
-    let mut out_shape = c.ty(indices).shape;
-    let axis = c.axis(c.int("axis", -1)?, out_shape.len() + 1)?;
-    out_shape.insert(axis, depth);
-    c.check_size(values_ty.dtype, &out_shape)?;
+    let axis = c.axis(c.int("axis", -1)?, c.ty(indices).shape.len() + 1)?;
 
-    // Indices of any numeric type compare as i64, as onnxruntime casts them.
-    let index = if c.ty(indices).dtype == DType::I64 {
-        indices
-    } else {
-        let to_i64 = Op::Cast(Cast {
-            to: DType::I64,
-            saturate: true,
-        });
-        c.emit_inner(to_i64, &[indices], "as_i64")?
-    };
-    let zero = c.scalar("zero", DType::I64, 0.0);
-    let depth_value = c.scalar("depth", DType::I64, depth as f64);
-    let negative = c.emit_inner(Op::Binary(BinaryOp::Less), &[index, zero], "negative")?;
-    let wrapped = c.emit_inner(Op::Binary(BinaryOp::Add), &[index, depth_value], "wrapped")?;
-    let index = c.emit_inner(Op::Where, &[negative, wrapped, index], "index")?;
-    let mut index_shape = out_shape.clone();
-    index_shape[axis] = 1;
-    let reshape = Op::Reshape(Reshape { shape: index_shape });
-    let index = c.emit_inner(reshape, &[index], "on_axis")?;
-
-    let mut positions_shape = vec![1; out_shape.len()];
-    positions_shape[axis] = depth;
-    let positions = Tensor::new(
-        positions_shape,
-        TensorData::I64((0..depth as i64).collect()),
-    );
-    let positions = c.inner_constant("positions", positions);
-    let hot = c.emit_inner(Op::Binary(BinaryOp::Equal), &[index, positions], "hot")?;
+    let hot = one_hot_mask(c, indices, depth, axis, NegativeIndices::FromEnd)?;
     let [off, on] = [("off", 0), ("on", 1)].map(|(what, k)| {
         let at = c.inner_constant(&format!("{what}_at"), Tensor::from_i64(vec![], vec![k]));
         c.emit_inner(Op::Gather(Gather { axis: 0 }), &[values, at], what)

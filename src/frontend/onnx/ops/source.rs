@@ -5,6 +5,7 @@
 
 use super::context::{dims, NodeCtx, Res};
 use super::registry::{Registry, AI_ONNX};
+use crate::frontend::compose::range_values;
 use crate::frontend::onnx::{dtype_from_onnx, tensor_from_proto};
 use crate::graph::{numel, DType, Op, Tensor, TensorData, ValueRef};
 use crate::ops::Expand;
@@ -160,39 +161,6 @@ fn range(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
             c.int("stash_type", 1)?
         )));
     }
-    let t = if dtype.is_float() {
-        let (s, l, d) = (
-            start.data.to_f64()[0],
-            limit.data.to_f64()[0],
-            delta.data.to_f64()[0],
-        );
-        let n = range_len(c, (l - s) / d, d == 0.0)?;
-        // Computed in the element type, as the spec's loop accumulates it.
-        let vals: Vec<f64> = (0..n).map(|i| s + i as f64 * d).collect();
-        Tensor::new(vec![n], TensorData::from_f64(dtype, vals))
-    } else {
-        let (s, l, d) = (
-            start.data.to_i64()[0],
-            limit.data.to_i64()[0],
-            delta.data.to_i64()[0],
-        );
-        let n = range_len(c, (l - s) as f64 / d as f64, d == 0)?;
-        Tensor::new(
-            vec![n],
-            TensorData::from_i128(dtype, (0..n as i64).map(|i| (s + i * d).into()).collect()),
-        )
-    };
+    let t = range_values(&*c, &start, &limit, &delta)?;
     Ok(c.constant(t))
-}
-
-fn range_len(c: &NodeCtx, steps: f64, zero_delta: bool) -> Res<usize> {
-    if zero_delta {
-        return Err(c.err("Range delta must not be zero"));
-    }
-    let n = steps.ceil().max(0.0);
-    if n > 1e9 {
-        return Err(c.err(format!("Range would produce {n} elements")));
-    }
-    c.check_size(DType::I64, &[n as usize])?;
-    Ok(n as usize)
 }

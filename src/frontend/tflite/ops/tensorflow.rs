@@ -3,9 +3,13 @@
 //! SCATTER_ND, EMBEDDING_LOOKUP), filled tensors (FILL, ZEROS_LIKE,
 //! ONES_LIKE), running sums, floored division, and the normalizations over
 //! the last axis or the channels (L2_NORMALIZATION,
-//! LOCAL_RESPONSE_NORMALIZATION, LOG_SOFTMAX).
+//! LOCAL_RESPONSE_NORMALIZATION, LOG_SOFTMAX), encodings and sequences
+//! (ONE_HOT, RANGE) and ATAN2.
 
 use super::{schema, Cx, Res};
+use crate::core::scalar::MathFn;
+use crate::frontend::compose::{one_hot_mask, range_values, LayerBuilder, NegativeIndices};
+use crate::frontend::tflite::TfliteError;
 use crate::graph::{
     BinaryOp, DType, Op, ReduceKind, Tensor, TensorData, UnaryOp, ValueRef, ValueType,
 };
@@ -218,5 +222,73 @@ impl Cx<'_, '_> {
         let x = self.input(0)?;
         let axis = (self.rank(x).checked_sub(1)).ok_or_else(|| self.err("input is a scalar"))?;
         self.emit(Op::LogSoftmax(LogSoftmax { axis }), "log_softmax", &[x])
+    }
+
+    /// ONE_HOT(indices, depth, on, off): `on` where an index equals the
+    /// position along the new axis, else `off`; an index outside
+    /// `[0, depth)` is hot nowhere, as in TensorFlow.
+    pub(super) fn one_hot(&mut self) -> Res<ValueRef> {
+        let indices = self.input(0)?;
+        let depth = match self.const_extents(1, "depth")?[..] {
+            [d] => d,
+            ref v => return Err(self.err(format!("depth must be one count, got {v:?}"))),
+        };
+        let (on, off) = (self.input(2)?, self.input(3)?);
+        let rank = self.rank(indices) + 1;
+        let axis = match self
+            .options::<schema::OneHotOptions>()
+            .map_or(-1, |o| o.axis())
+        {
+            -1 => rank - 1,
+            a => self.axis(a.into(), rank)?,
+        };
+        let hot = one_hot_mask(self, indices, depth, axis, NegativeIndices::Nowhere)?;
+        self.emit(Op::Where, "one_hot", &[hot, on, off])
+    }
+
+    /// RANGE(start, limit, delta) of constant scalars: a constant.
+    pub(super) fn range(&mut self) -> Res<ValueRef> {
+        let [start, limit, delta] =
+            [(0, "start"), (1, "limit"), (2, "delta")].map(|(i, what)| self.constant(i, what));
+        let t = range_values(&*self, &start?, &limit?, &delta?)?;
+        Ok(self.layer_output_constant(t))
+    }
+
+    /// ATAN2(y, x), the angle of the point (x, y), as atan(y / x) moved by ±π
+    /// where x < 0 (+π where y ≥ 0). A zero y counts as a zero quotient, so the
+    /// origin gives 0; the signs of zeros and two infinite operands are not
+    /// told apart (atan2(−0, −1) gives π, atan2(∞, ∞) NaN).
+    pub(super) fn atan2(&mut self) -> Res<ValueRef> {
+        let (y, x) = (self.input(0)?, self.input(1)?);
+        let dtype = self.ty(y).dtype;
+        let [zero, pi, minus_pi] = [0.0, std::f64::consts::PI, -std::f64::consts::PI]
+            .map(|v| self.scalar("constant", dtype, v));
+        let binary = |b| Op::Binary(b);
+        let quotient = self.emit(binary(BinaryOp::Div), "quotient", &[y, x])?;
+        let y_zero = self.emit(binary(BinaryOp::Equal), "y_zero", &[y, zero])?;
+        let quotient = self.emit(Op::Where, "quotient_at_zero", &[y_zero, zero, quotient])?;
+        let atan = Op::Unary(UnaryOp::Math(MathFn::Atan));
+        let angle = self.emit(atan, "atan", &[quotient])?;
+        let upper = self.emit(binary(BinaryOp::GreaterOrEqual), "upper", &[y, zero])?;
+        let turn = self.emit(Op::Where, "half_turn", &[upper, pi, minus_pi])?;
+        let turned = self.emit(binary(BinaryOp::Add), "turned", &[angle, turn])?;
+        let left = self.emit(binary(BinaryOp::Less), "left", &[x, zero])?;
+        self.emit(Op::Where, "atan2", &[left, turned, angle])
+    }
+}
+
+impl LayerBuilder for Cx<'_, '_> {
+    type Error = TfliteError;
+    fn step(&mut self, op: Op, inputs: &[ValueRef], what: &str) -> Res<ValueRef> {
+        self.emit(op, what, inputs)
+    }
+    fn layer_constant(&mut self, what: &str, t: Tensor) -> ValueRef {
+        self.constant_value(what, t)
+    }
+    fn value_type(&self, v: ValueRef) -> ValueType {
+        self.ty(v).clone()
+    }
+    fn layer_error(&self, message: String) -> TfliteError {
+        self.err(message)
     }
 }
