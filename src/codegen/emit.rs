@@ -877,70 +877,82 @@ impl FnEmitter<'_, '_, '_> {
         }
     }
 
-    /// Proves the access inside its buffer, or emits a check that reports and skips it.
-    /// Returns the block to continue in after the access when it is checked.
-    fn guard_access(
+    /// Emits `access` of `index` in buffer `t`: at an address with the index's
+    /// constant part as the offset when the index is proved inside the buffer,
+    /// else behind a run-time check that reports an index outside it (the
+    /// access then gets `checked` true and offset 0). An index proved outside
+    /// is an error.
+    fn access(
         &mut self,
         t: TensorId,
-        buf: &Buf,
         index: &Expr,
-        idx: Value,
         store: bool,
-    ) -> R<Option<Block>> {
-        match self.lc.prove_inside(index, &buf.size_expr) {
-            Proof::Inside => Ok(None),
-            Proof::Outside => Err(CodegenError::OutOfBounds(format!(
-                "{} `{}` at index {index} is outside its {} elements",
-                if store { "store to" } else { "load of" },
-                self.c.name(t),
-                buf.size_expr
-            ))),
-            Proof::Unknown => {
-                self.c.stats.checked_accesses += 1;
-                let size = self.b.use_var(buf.size);
-                let ge = self
-                    .b
-                    .ins()
-                    .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, idx, 0);
-                let lt = self.b.ins().icmp(IntCC::SignedLessThan, idx, size);
-                let ok = self.b.ins().band(ge, lt);
-                let (good, bad, done) = self.branch(ok);
-                self.b.switch_to_block(bad);
-                let id = self.b.ins().iconst(I64, t.0 as i64);
-                let st = self.b.ins().iconst(I64, store as i64);
-                let ctx = self.ctx;
-                self.call_rt_i64(rt::oob as *const (), None, &[ctx, id, idx, size, st]);
-                self.b.ins().jump(done, &[]);
-                self.b.switch_to_block(good);
-                Ok(Some(done))
+        access: &mut dyn FnMut(&mut Self, Value, i32, bool),
+    ) -> R<()> {
+        let buf = self.buf(t)?;
+        let proof = match index.is_int() {
+            true => self.lc.prove_inside(index, &buf.size_expr),
+            false => Proof::Unknown,
+        };
+        match proof {
+            Proof::Inside => {
+                let (addr, offset) = self.address_of(&buf, index)?;
+                access(self, addr, offset, false);
+                return Ok(());
             }
+            Proof::Outside => {
+                return Err(CodegenError::OutOfBounds(format!(
+                    "{} `{}` at index {index} is outside its {} elements",
+                    if store { "store to" } else { "load of" },
+                    self.c.name(t),
+                    buf.size_expr
+                )))
+            }
+            Proof::Unknown => {}
         }
+        let name = self.c.name(t);
+        let idx = self.int(index, &|| format!("the index of `{name}`"))?;
+        self.c.stats.checked_accesses += 1;
+        let size = self.b.use_var(buf.size);
+        let ge = self
+            .b
+            .ins()
+            .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, idx, 0);
+        let lt = self.b.ins().icmp(IntCC::SignedLessThan, idx, size);
+        let ok = self.b.ins().band(ge, lt);
+        let (good, bad, done) = self.branch(ok);
+        self.b.switch_to_block(bad);
+        let id = self.b.ins().iconst(I64, t.0 as i64);
+        let st = self.b.ins().iconst(I64, store as i64);
+        let ctx = self.ctx;
+        self.call_rt_i64(rt::oob as *const (), None, &[ctx, id, idx, size, st]);
+        self.b.ins().jump(done, &[]);
+        self.b.switch_to_block(good);
+        let addr = self.address(&buf, idx);
+        access(self, addr, 0, true);
+        self.b.ins().jump(done, &[]);
+        self.b.switch_to_block(done);
+        Ok(())
     }
 
+    /// Loads the f32 at `index` of buffer `t` (0 where a checked index is outside).
     fn load(&mut self, t: TensorId, index: &Expr) -> R<Value> {
         if self.regs.contains_key(&t) {
             let k = self.register_index(t, index)?;
             return Ok(self.register_get(t, k));
         }
-        let buf = self.buf(t)?;
-        if index.is_int() && self.lc.prove_inside(index, &buf.size_expr) == Proof::Inside {
-            let (addr, offset) = self.address_of(&buf, index)?;
-            let flags = self.load_flags(t, MemFlagsData::trusted());
-            return Ok(self.b.ins().load(F32, flags, addr, offset));
-        }
-        let name = self.c.name(t);
-        let idx = self.int(index, &|| format!("the index of `{name}`"))?;
         let out = self.b.declare_var(F32);
         let zero = self.b.ins().f32const(0.0f32);
         self.b.def_var(out, zero);
-        let done = self.guard_access(t, &buf, index, idx, false)?;
-        let addr = self.address(&buf, idx);
-        let v = self.b.ins().load(F32, MemFlagsData::trusted(), addr, 0);
-        self.b.def_var(out, v);
-        if let Some(d) = done {
-            self.b.ins().jump(d, &[]);
-            self.b.switch_to_block(d);
-        }
+        self.access(t, index, false, &mut |s, addr, offset, checked| {
+            // A checked load must stay behind its check.
+            let flags = match checked {
+                true => MemFlagsData::trusted(),
+                false => s.load_flags(t, MemFlagsData::trusted()),
+            };
+            let v = s.b.ins().load(F32, flags, addr, offset);
+            s.b.def_var(out, v);
+        })?;
         Ok(self.b.use_var(out))
     }
 
@@ -951,22 +963,9 @@ impl FnEmitter<'_, '_, '_> {
             self.register_set(t, k, v);
             return Ok(());
         }
-        let buf = self.buf(t)?;
-        if index.is_int() && self.lc.prove_inside(index, &buf.size_expr) == Proof::Inside {
-            let (addr, offset) = self.address_of(&buf, index)?;
-            self.b.ins().store(MemFlagsData::trusted(), v, addr, offset);
-            return Ok(());
-        }
-        let name = self.c.name(t);
-        let idx = self.int(index, &|| format!("the index of `{name}`"))?;
-        let done = self.guard_access(t, &buf, index, idx, true)?;
-        let addr = self.address(&buf, idx);
-        self.b.ins().store(MemFlagsData::trusted(), v, addr, 0);
-        if let Some(d) = done {
-            self.b.ins().jump(d, &[]);
-            self.b.switch_to_block(d);
-        }
-        Ok(())
+        self.access(t, index, true, &mut |s, addr, offset, _| {
+            s.b.ins().store(MemFlagsData::trusted(), v, addr, offset);
+        })
     }
 
     // ---- statements --------------------------------------------------------------
@@ -1140,7 +1139,7 @@ impl FnEmitter<'_, '_, '_> {
             let const_n = crate::tir::simplify::simplify(extent).as_int();
             let copies = emitted_as_copies(kind, const_n, body);
             let r = match (kind, const_n) {
-                (ForKind::Vectorized, Some(c)) => self.vector_loop(var, v, lo, c, body),
+                (ForKind::Vectorized, Some(c)) => self.vector_loop(var, min, v, lo, c, body),
                 (ForKind::Unrolled, Some(c)) if copies => {
                     self.c.stats.unrolled_loops += 1;
                     self.repeat(v, lo, c, 1, MAX_UNROLL, &mut |s| s.stmt(body))
@@ -1171,7 +1170,15 @@ impl FnEmitter<'_, '_, '_> {
     /// update of one element that does not (`ReduceOp::split`), accumulated in the
     /// lanes of a vector that are combined once at the end (a sum is added up in
     /// another order than the scalar loop's). Other bodies run as a scalar loop.
-    fn vector_loop(&mut self, var: &Var, v: Variable, lo: Value, n: i64, body: &Stmt) -> R<()> {
+    fn vector_loop(
+        &mut self,
+        var: &Var,
+        min: &Expr,
+        v: Variable,
+        lo: Value,
+        n: i64,
+        body: &Stmt,
+    ) -> R<()> {
         let main = n / LANES * LANES;
         let hi = self.b.ins().iadd_imm_s(lo, n);
         let form = match body {
@@ -1191,6 +1198,11 @@ impl FnEmitter<'_, '_, '_> {
             return self.counted(v, lo, hi, 1, &mut |s| s.stmt(body));
         };
         self.c.stats.vector_loops += 1;
+        // The vector steps cover the first `main` iterations: bounded to them, the
+        // element after a stride-2 pair's last lane is proved inside its buffer
+        // where the loop's last iteration would put it outside.
+        self.lc.pop();
+        self.lc.push(var, min, &Expr::Int(main));
         let split = self.offset(lo, main);
         let lanes = match form {
             VectorForm::Store(_, _, value) => value,
@@ -1258,6 +1270,8 @@ impl FnEmitter<'_, '_, '_> {
             }
         }
         self.hoisted.clear();
+        self.lc.pop();
+        self.lc.push(var, min, &Expr::Int(n));
         self.repeat(v, split, n - main, 1, SHORT_LOOP, &mut |s| s.stmt(body))
     }
 

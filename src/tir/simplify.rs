@@ -506,6 +506,11 @@ fn simplify_div(a: &Expr, b: &Expr, vb: &VarBounds) -> Option<Expr> {
         let inner = scaled_down(&la, g).to_expr();
         return Some(simplify_div(&inner, &Expr::Int(c / g), vb).unwrap_or(inner.floordiv(c / g)));
     }
+    // floordiv(g*x + r, g*k) = floordiv(x + floordiv(r, g), k)
+    if let Some((x, g, _)) = small_remainder(&la, c, vb) {
+        let inner = x.to_expr();
+        return Some(simplify_div(&inner, &Expr::Int(c / g), vb).unwrap_or(inner.floordiv(c / g)));
+    }
     // floordiv(floordiv(x, c1), c2) = floordiv(x, c1*c2) for positive constants
     if let Expr::Bin(BinOp::FloorDiv, x, c1) = a {
         if let Some(c1) = c1.as_int().filter(|v| *v > 0) {
@@ -517,6 +522,32 @@ fn simplify_div(a: &Expr, b: &Expr, vb: &VarBounds) -> Option<Expr> {
         sum.add_scaled(Linear::of(&r.to_expr().floordiv(c)), 1);
         sum.to_expr()
     })
+}
+
+/// `l` as g*x + r for a divisor g of `c` (1 < g < c) that divides the coefficients
+/// of x, where floordiv(r, g) is one constant over the bounds: returns x with that
+/// constant added, g, and r less g times it (in [0, g)). A loop split by 4 and
+/// read per group of 16 (floordiv(j + 4*j.outer, 16), j < 4) divides as
+/// floordiv(j.outer, 4): the rows share one group.
+fn small_remainder(l: &Linear, c: i64, vb: &VarBounds) -> Option<(Linear, i64, Linear)> {
+    let mut divisors: Vec<i64> = l.terms.iter().map(|(_, k)| gcd(*k, c)).collect();
+    divisors.sort_unstable_by(|a, b| b.cmp(a));
+    divisors.dedup();
+    divisors
+        .into_iter()
+        .filter(|&g| g > 1 && g < c)
+        .find_map(|g| {
+            let (mut x, mut r) = split_multiples(l, g);
+            let (Some(lo), Some(hi)) = const_bounds(&r.to_expr(), vb) else {
+                return None;
+            };
+            let whole = floor_div(lo, g);
+            (whole == floor_div(hi, g)).then(|| {
+                x.c += whole;
+                r.c -= whole * g;
+                (x, g, r)
+            })
+        })
 }
 
 fn scaled_down(l: &Linear, g: i64) -> Linear {
@@ -549,6 +580,12 @@ fn simplify_mod(a: &Expr, b: &Expr, vb: &VarBounds) -> Option<Expr> {
         let inner = scaled_down(&r, g).to_expr();
         let m = simplify_mod(&inner, &Expr::Int(c / g), vb).unwrap_or(inner.floormod(c / g));
         return Some(Linear::of(&(m * g)).to_expr());
+    }
+    // floormod(g*x + r, g*k) = g * floormod(x + floordiv(r, g), k) + floormod(r, g)
+    if let Some((x, g, rest)) = small_remainder(&r, c, vb) {
+        let inner = x.to_expr();
+        let m = simplify_mod(&inner, &Expr::Int(c / g), vb).unwrap_or(inner.floormod(c / g));
+        return Some(Linear::of(&(m * g + rest.to_expr())).to_expr());
     }
     let re = r.to_expr();
     (re != *a).then(|| re.floormod(c))
@@ -587,6 +624,57 @@ mod tests {
             o.expr().floormod(8) * 8
         );
         assert_eq!(simplify(&Expr::Int(-7).floordiv(2)), Expr::Int(-4));
+    }
+
+    /// g*x + r with r inside one multiple of g divides by g*k as x by k, and
+    /// every rewrite gives the value of the expression it replaces.
+    #[test]
+    fn div_mod_of_a_multiple_plus_a_small_remainder() {
+        let (j, o) = (Var::new("j"), Var::new("o"));
+        let mut vb = VarBounds::new();
+        vb.set(&j, 0, 3);
+        vb.set(&o, 0, 79);
+        let e = j.expr() + o.expr() * 4;
+        assert_eq!(
+            simplify_with(&e.clone().floordiv(16), &vb),
+            o.expr().floordiv(4)
+        );
+        assert_eq!(
+            simplify_with(&e.clone().floormod(16), &vb),
+            o.expr().floormod(4) * 4 + j.expr()
+        );
+        // A constant remainder: the unrolled row j = 1.
+        let one = o.expr() * 4 + 1;
+        assert_eq!(simplify(&one.clone().floordiv(16)), o.expr().floordiv(4));
+        for (e, c) in [
+            (e.clone(), 16),
+            (e.clone() + 6, 16),
+            (e * 3 + 2, 24),
+            (one, 8),
+        ] {
+            for div in [true, false] {
+                let whole = match div {
+                    true => e.clone().floordiv(c),
+                    false => e.clone().floormod(c),
+                };
+                let simple = simplify_with(&whole, &vb);
+                for (jv, ov) in (0..4).flat_map(|a| (0..80).map(move |b| (a, b))) {
+                    let at = |x: &Expr| {
+                        let v = x.substitute(&|v| {
+                            (*v == j)
+                                .then_some(Expr::Int(jv))
+                                .or((*v == o).then_some(Expr::Int(ov)))
+                        });
+                        simplify(&v).as_int()
+                    };
+                    assert_eq!(
+                        at(&whole),
+                        at(&simple),
+                        "{whole} -> {simple} at j={jv}, o={ov}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
