@@ -297,10 +297,7 @@ fn registers_hold(t: TensorId, s: &Stmt, copied: &mut Vec<u64>, in_parallel: boo
 /// The statement and expression nodes of `s`, a measure of the code it makes.
 fn size(s: &Stmt) -> i64 {
     let mut n = 0;
-    s.rewrite(&mut |x| x, &mut |e| {
-        e.visit(&mut |_| n += 1);
-        e.clone()
-    });
+    s.visit_exprs(&mut |e| e.visit(&mut |_| n += 1));
     s.visit(&mut |_| n += 1);
     n
 }
@@ -334,10 +331,7 @@ fn mentions(s: &Stmt, buffer: TensorId) -> bool {
             _ => false,
         };
     });
-    s.rewrite(&mut |x| x, &mut |e| {
-        found |= reads(e, buffer);
-        e.clone()
-    });
+    s.visit_exprs(&mut |e| found |= reads(e, buffer));
     found
 }
 

@@ -468,7 +468,9 @@ impl OpCompute {
     /// then load whole vectors instead of one lane at a time. The copy is one pass
     /// over the tensor; the reduction reads each element once per output pixel.
     /// Only a tensor smaller than the output is copied: a depthwise convolution's
-    /// padded input copied again cost more than its lanes' loads saved.
+    /// padded input copied again cost more than its lanes' loads saved. A larger
+    /// one that is a stage of the op (that padded input) is stored lanes-innermost
+    /// itself instead.
     fn lanes_contiguous(
         &self,
         s: &mut Schedule,
@@ -505,13 +507,25 @@ impl OpCompute {
             }
         });
         let size = |t: TensorId| g.op(t).shape.iter().product::<i64>();
-        for (t, d) in strided
-            .into_iter()
-            .filter(|(t, _)| size(*t) < size(reducer.id))
-        {
+        for (t, d) in strided {
             let rank = g.op(t).shape.len();
-            let cache = s.cache_read(&g.tensor(t), &[reducer])?;
-            s.storage_layout(&cache, axes_innermost(rank, &[d]))?;
+            let tensor = g.tensor(t);
+            if size(t) < size(reducer.id) {
+                let cache = s.cache_read(&tensor, &[reducer])?;
+                s.storage_layout(&cache, axes_innermost(rank, &[d]))?;
+            } else if g.op(t).compute().is_some() && !self.inline.contains(&tensor) {
+                // A stage of the op (a padded input): stored with the lanes'
+                // axis innermost and computed in that order, its lanes vectorized.
+                s.storage_layout(&tensor, axes_innermost(rank, &[d]))?;
+                let lane_var = &s.axis(&tensor)?[d].var.clone();
+                let mut order = s.leaves(&tensor)?;
+                if let Some(k) = order.iter().position(|l| l.var == *lane_var) {
+                    let lane = order.remove(k);
+                    order.push(lane.clone());
+                    s.reorder(&tensor, &order)?;
+                    s.vectorize(&tensor, &lane)?;
+                }
+            }
         }
         Ok(())
     }

@@ -320,13 +320,12 @@ fn partition_point(mut lo: i64, mut hi: i64, mut pred: impl FnMut(i64) -> bool) 
 fn conditionals(s: &Stmt, var: Option<&Var>) -> usize {
     let uses = |e: &Expr| var.is_none_or(|v| e.uses_var(v));
     let mut n = 0;
-    s.rewrite(&mut |x| x, &mut |e| {
+    s.visit_exprs(&mut |e| {
         e.visit(&mut |x| {
             let conditional =
                 matches!(x, Expr::Select(..) | Expr::Bin(BinOp::Min | BinOp::Max, ..));
             n += (conditional && uses(x)) as usize;
-        });
-        e.clone()
+        })
     });
     s.visit(&mut |x| {
         if let Stmt::IfThenElse { cond, .. } = x {

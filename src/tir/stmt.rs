@@ -268,6 +268,43 @@ impl Stmt {
         self
     }
 
+    /// Calls `f` on every expression of the statement and of its children, parents
+    /// first, without rebuilding them (as `rewrite` would).
+    pub fn visit_exprs(&self, f: &mut dyn FnMut(&Expr)) {
+        self.visit(&mut |s| match s {
+            Stmt::For(l) => {
+                f(&l.min);
+                f(&l.extent);
+            }
+            Stmt::Realize { bounds, .. } => bounds.iter().for_each(|r| {
+                f(&r.min);
+                f(&r.extent);
+            }),
+            Stmt::Allocate { size, .. } => f(size),
+            Stmt::Provide { indices, value, .. } => {
+                indices.iter().for_each(&mut *f);
+                f(value);
+            }
+            Stmt::Store { index, value, .. } => {
+                f(index);
+                f(value);
+            }
+            Stmt::IfThenElse { cond, .. } | Stmt::Assume { cond, .. } => f(cond),
+            Stmt::KernelCall { args, .. } => {
+                for a in args {
+                    a.region.iter().for_each(|r| {
+                        f(&r.min);
+                        f(&r.extent);
+                    });
+                    if let Some(b) = &a.buffer {
+                        b.origin.iter().chain(&b.extents).for_each(&mut *f);
+                    }
+                }
+            }
+            Stmt::Seq(_) => {}
+        });
+    }
+
     /// Calls `f` on every statement, parents first.
     pub fn visit(&self, f: &mut dyn FnMut(&Stmt)) {
         f(self);

@@ -502,6 +502,51 @@ fn vectorized_strided_operand() {
 /// in blocked storage: the accumulators of each tile of output vectors are scratch
 /// held in registers across the window's loops, the window's stride-2 reads are
 /// vector loads, and the results agree with the interpreter.
+/// A depthwise convolution with padding, planned in layouts whose lanes are the
+/// channels: the padded input (a stage of the op, larger than its output, so not
+/// copied again) is stored channels-innermost and computed in that order, so the
+/// convolution loads its lanes as vectors; JIT against the interpreter.
+#[test]
+fn padded_input_of_a_channel_lane_reduction_is_stored_lanes_innermost() {
+    use layoutopt::core::{DType, Layout, ValueType};
+    use layoutopt::lowering::lower_op;
+    use layoutopt::ops::{Conv, Op, Window};
+    use layoutopt::tir::layout::PhysDim;
+    let op = Op::Conv(Conv {
+        window: Window {
+            kernel: vec![3, 3],
+            strides: vec![1, 1],
+            dilations: vec![1, 1],
+            pads: vec![1, 1, 1, 1],
+        },
+        group: 16,
+    });
+    let types = [
+        ValueType::new(DType::F32, vec![1, 16, 9, 12]),
+        ValueType::new(DType::F32, vec![16, 1, 3, 3]),
+        ValueType::new(DType::F32, vec![16]),
+    ];
+    for layout in ["NHWC", "NCHW8c"] {
+        let l = Layout::parse(layout).unwrap();
+        let ins = [
+            l.clone(),
+            Layout::parse("OIHW").unwrap(),
+            Layout::parse("C").unwrap(),
+        ];
+        let f = lower_op(&op, &types, Some((&ins, &l))).unwrap().func;
+        let text = f.body.display(&|t| f.graph.op(t).name.clone()).to_string();
+        let padded = (f.graph.ops.iter().enumerate())
+            .find(|(_, o)| o.name.ends_with("pad"))
+            .map(|(k, _)| layoutopt::tir::expr::TensorId(k))
+            .unwrap_or_else(|| panic!("{layout}: no padded stage in {text}"));
+        let stored = f.layouts.get(&padded).map(|b| b.dims.last().cloned());
+        assert_eq!(stored, Some(Some(PhysDim::Axis(1))), "{layout}: {text}");
+        let st = check_jit_func(&f, &f.graph, &Interpreter::new(), &KernelTable::new());
+        assert!(st.vector_loops >= 2, "{layout}: {st:?}");
+        assert_eq!(st.checked_accesses, 0, "{layout}: {st:?}");
+    }
+}
+
 #[test]
 fn pooling_accumulates_in_registers() {
     use layoutopt::core::{DType, Layout, ValueType};
