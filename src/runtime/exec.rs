@@ -204,8 +204,13 @@ impl CompiledModel {
                 Kernel::Arg(k) => {
                     on_tensors(step, bufs, |xs| k.run_integers(xs[0])).map_err(kernel)?
                 }
-                Kernel::TopK(k) => {
+                Kernel::TopK(k) if step.input_types[0].dtype == DType::F32 => {
                     let ys = k.run(bufs.read(step.inputs[0])).map_err(kernel)?;
+                    store(step, bufs, ys)
+                }
+                Kernel::TopK(k) => {
+                    let x = step_arguments(step, bufs).remove(0);
+                    let ys = k.run_integers(&x).map_err(kernel)?;
                     store(step, bufs, ys)
                 }
                 Kernel::Cast(cast) => {

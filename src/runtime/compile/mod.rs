@@ -24,7 +24,9 @@ use super::kernels::quantized::{Grid, QuantizedAdd, QuantizedMul, QuantizedSoftm
 use super::kernels::resize::ResizeGeom;
 use super::kernels::scatter::{Placing, Scatter};
 use super::kernels::simd::{Isa, Lanes};
-use super::kernels::typed::{ArgBest, Gathered, Moved, Reduced, Scanned, TopKBest, Typed, TypedOp};
+use super::kernels::typed::{
+    ranked, ArgBest, Gathered, Moved, Reduced, Scanned, TopKBest, Typed, TypedOp,
+};
 use super::kernels::where_select::Select;
 use super::kernels::{activation, gather, tir_step};
 use super::machine::{lock, SharedKernelTimes};
@@ -698,7 +700,7 @@ impl<'g> Compiler<'g> {
     }
 
     /// Elementwise ops, reductions and running sums on row-major integers and
-    /// booleans, comparisons, ArgMax/ArgMin of f32 and integers, and TopK of f32.
+    /// booleans, comparisons, ArgMax/ArgMin and TopK of f32 and integers.
     fn typed(&self, id: NodeId) -> Option<Kernel> {
         let (op, laid_out) = inner(self.g, id);
         if laid_out.is_some() {
@@ -708,7 +710,7 @@ impl<'g> Compiler<'g> {
         let op = match op {
             Op::Binary(b) => TypedOp::of_binary(*b, self.g.value_type(*ins.first()?).dtype)?,
             Op::IntegerArith(a) => TypedOp::Integer(*a),
-            Op::ArgReduce(r) if ArgBest::takes(self.g.value_type(*ins.first()?).dtype) => {
+            Op::ArgReduce(r) if ranked(self.g.value_type(*ins.first()?).dtype) => {
                 let (x, out) = (self.g.value_type(ins[0]), &self.g.node(id).outputs[0].ty);
                 return ArgBest::new(r, &x.shape, &out.shape).map(Kernel::Arg);
             }
@@ -720,7 +722,7 @@ impl<'g> Compiler<'g> {
                 let x = self.g.value_type(ins[0]);
                 return Scanned::new(c, x.dtype, &x.shape).map(Kernel::Scanned);
             }
-            Op::TopK(t) if self.is_f32(*ins.first()?) => {
+            Op::TopK(t) if ranked(self.g.value_type(*ins.first()?).dtype) => {
                 let x = self.g.value_type(ins[0]);
                 return TopKBest::new(t, &x.shape).map(Kernel::TopK);
             }

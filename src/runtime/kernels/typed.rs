@@ -447,6 +447,11 @@ impl Scanned {
     }
 }
 
+/// Whether ArgBest and TopKBest rank values of `dtype`: f32 and integers.
+pub fn ranked(dtype: DType) -> bool {
+    dtype == DType::F32 || integer(dtype)
+}
+
 /// ArgMax or ArgMin of row-major f32 or integer values along one axis: i64
 /// indices. NaN wins either, as ReduceMax/ReduceMin propagate it; ties go to
 /// the first index, or the last when asked (the reference's order).
@@ -473,11 +478,6 @@ impl ArgBest {
             inner: shape[op.axis + 1..].iter().product(),
             shape: out.to_vec(),
         })
-    }
-
-    /// Whether the kernel takes values of `dtype`.
-    pub fn takes(dtype: DType) -> bool {
-        dtype == DType::F32 || integer(dtype)
     }
 
     /// The indices for f32 `x`.
@@ -539,7 +539,7 @@ impl ArgBest {
     }
 }
 
-/// TopK of row-major f32 values along one axis: the `k` best values in order
+/// TopK of row-major f32 or integer values along one axis: the `k` best values in order
 /// and their i64 indices, ranked as the reference ranks them (NaN above every
 /// number, ties to the lower index). Each line is gathered once as integer
 /// keys, the best `k` found by selection and only they sorted: O(n + k log k)
@@ -556,7 +556,7 @@ pub struct TopKBest {
 }
 
 impl TopKBest {
-    /// The kernel for `op` on f32 input of `shape`.
+    /// The kernel for `op` on f32 or integer input of `shape`.
     pub fn new(op: &TopK, shape: &[usize]) -> Option<TopKBest> {
         let n = *shape.get(op.axis)?;
         // An index must fit the key's low 32 bits.
@@ -569,21 +569,64 @@ impl TopKBest {
         })
     }
 
-    /// The values and indices for `x`.
+    /// The values and indices for f32 `x`.
     pub fn run(&self, x: &[f32]) -> Result<Vec<Tensor>, KernelError> {
-        let (n, inner, k) = (self.n, self.inner, self.op.k);
-        KernelError::check_len("TopK", x.len(), self.outer * n * inner)?;
+        KernelError::check_len("TopK", x.len(), self.outer * self.n * self.inner)?;
         let largest = self.op.largest;
-        let mut values = vec![0f32; self.outer * k * inner];
-        let mut indices = vec![0i64; self.outer * k * inner];
         // Each element as one integer that orders as the reference ranks:
         // its rank key above, its index below (ties to the lower index).
-        let mut line: Vec<u64> = Vec::with_capacity(n);
+        let (values, indices) = self.select(
+            x,
+            |v, j| (rank_key(v, largest) << 32) | j as u64,
+            |key| (key & 0xffff_ffff) as usize,
+        );
+        Ok(vec![
+            Tensor::from_f32(self.shape.clone(), values),
+            Tensor::from_i64(self.shape.clone(), indices),
+        ])
+    }
+
+    /// The values and indices for integer `x`: ranked by value (negated for
+    /// the largest), ties to the lower index.
+    pub fn run_integers(&self, x: &Tensor) -> Result<Vec<Tensor>, KernelError> {
+        KernelError::check_len("TopK", x.numel(), self.outer * self.n * self.inner)?;
+        let largest = self.op.largest;
+        let (values, indices) = each_integer!(&*x.data, &*x.data, |v, _same, variant| {
+            let (values, indices) = self.select(
+                v,
+                |v, j| {
+                    let v = i128::from(v);
+                    (if largest { -v } else { v }, j as u32)
+                },
+                |(_, j)| j as usize,
+            );
+            (variant(values), indices)
+        })
+        .ok_or_else(|| KernelError::Value(format!("no TopK of {}", x.dtype())))?;
+        Ok(vec![
+            Tensor::new(self.shape.clone(), values),
+            Tensor::from_i64(self.shape.clone(), indices),
+        ])
+    }
+
+    /// The `k` best of every line of `x` in order, with their indices: each
+    /// element gets a key (`key(value, index)`, lowest best, unique per line,
+    /// `index_of` reading the index back); the best `k` are found by selection
+    /// and only they sorted.
+    fn select<T: Copy, K: Ord + Copy>(
+        &self,
+        x: &[T],
+        key: impl Fn(T, usize) -> K,
+        index_of: impl Fn(K) -> usize,
+    ) -> (Vec<T>, Vec<i64>) {
+        let (n, inner, k) = (self.n, self.inner, self.op.k);
+        let mut values = Vec::with_capacity(self.outer * k * inner);
+        let mut indices = vec![0i64; self.outer * k * inner];
+        let mut line: Vec<K> = Vec::with_capacity(n);
         for o in 0..self.outer {
             let block = &x[o * n * inner..(o + 1) * n * inner];
             for i in 0..inner {
-                let keys =
-                    (0..n).map(|j| (rank_key(block[j * inner + i], largest) << 32) | j as u64);
+                let keys = (0..n).map(|j| key(block[j * inner + i], j));
                 line.clear();
                 if k * HEAP_BELOW <= n {
                     // A few best of many: a heap of the k best so far, which
@@ -606,16 +649,17 @@ impl TopKBest {
                 }
                 line.sort_unstable();
                 for (r, &e) in line.iter().enumerate() {
-                    let j = (e & 0xffff_ffff) as usize;
-                    let at = (o * k + r) * inner + i;
-                    (values[at], indices[at]) = (block[j * inner + i], j as i64);
+                    let j = index_of(e);
+                    indices[(o * k + r) * inner + i] = j as i64;
                 }
             }
         }
-        Ok(vec![
-            Tensor::from_f32(self.shape.clone(), values),
-            Tensor::from_i64(self.shape.clone(), indices),
-        ])
+        // The values in output order: row-major over (outer, rank, inner).
+        for (at, &j) in indices.iter().enumerate() {
+            let (o, i) = (at / (k * inner), at % inner);
+            values.push(x[(o * n + j as usize) * inner + i]);
+        }
+        (values, indices)
     }
 }
 
@@ -1105,6 +1149,21 @@ mod tests {
             assert_eq!(got[0].shape, want[0].shape, "{op:?}");
             let bits = |t: &Tensor| t.to_f32().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&got[0]), bits(&want[0]), "values, {op:?}");
+        }
+        // Integers of each width and sign, with ties; a few of many (the heap).
+        let ints: Vec<i128> = (0..80).map(|i| (i * 37 % 23) as i128 - 11).collect();
+        for dtype in [DType::I8, DType::U8, DType::I32, DType::I64, DType::U64] {
+            let unsigned = dtype.name().starts_with('u');
+            let fit = ints.iter().map(|&v| if unsigned { v.abs() } else { v });
+            let x = Tensor::new(vec![2, 40], TensorData::from_i128(dtype, fit.collect()));
+            let ty = ValueType::new(dtype, x.shape.clone());
+            for (axis, k, largest) in [(1, 3, true), (1, 3, false), (0, 2, true), (1, 17, false)] {
+                let op = TopK { axis, k, largest };
+                let out = Op::TopK(op.clone()).def().infer(&[&ty]).unwrap();
+                let want = eval_op(&Op::TopK(op.clone()), &[&x], &out).unwrap();
+                let k = TopKBest::new(&op, &x.shape).unwrap();
+                assert_eq!(k.run_integers(&x).unwrap(), want, "{op:?} {dtype:?}");
+            }
         }
     }
 
