@@ -286,11 +286,6 @@ fn conjuncts(c: &Expr, out: &mut Vec<(Expr, i64)>) {
     }
 }
 
-/// Whether `index` advances by exactly one when `var` does.
-pub(crate) fn unit_stride(index: &Expr, var: &Var, vb: &VarBounds) -> bool {
-    has_stride(index, var, 1, vb)
-}
-
 /// Whether `index` advances by exactly `stride` when `var` advances by one.
 pub(crate) fn has_stride(index: &Expr, var: &Var, stride: i64, vb: &VarBounds) -> bool {
     let next = index.substitute(&|v| (v == var).then(|| var.expr() + 1));
@@ -486,7 +481,7 @@ pub(crate) fn vectorizable(
     value: &Expr,
     vb: &VarBounds,
 ) -> bool {
-    !value.is_int() && !reads_elsewhere(value, buffer, index, vb) && unit_stride(index, var, vb)
+    !value.is_int() && !reads_elsewhere(value, buffer, index, vb) && has_stride(index, var, 1, vb)
 }
 
 /// Whether `value` loads `buffer` at an index not proved equal to `index`.

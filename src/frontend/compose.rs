@@ -47,12 +47,7 @@ pub(crate) fn one_hot_mask<B: LayerBuilder>(
         )));
     }
     out_shape.insert(axis, depth);
-    check_value_size(
-        &ValueType::new(DType::Bool, out_shape.clone()),
-        "the encoding",
-        memory_limit(),
-    )
-    .map_err(|e| b.layer_error(e.to_string()))?;
+    fits(b, DType::Bool, &out_shape, "the encoding")?;
     // Indices of any numeric type compare as i64, as onnxruntime casts them.
     let mut index = indices;
     if ty.dtype != DType::I64 {
@@ -134,7 +129,13 @@ fn range_len<B: LayerBuilder>(
     if n > 1e9 {
         return Err(b.layer_error(format!("the range would hold {n} values")));
     }
-    let ty = ValueType::new(dtype, vec![n as usize]);
-    check_value_size(&ty, "the range", memory_limit()).map_err(|e| b.layer_error(e.to_string()))?;
+    fits(b, dtype, &[n as usize], "the range")?;
     Ok(n as usize)
+}
+
+/// Refuses a tensor the composition is about to build when it could not fit
+/// the memory budget.
+fn fits<B: LayerBuilder>(b: &B, dtype: DType, shape: &[usize], what: &str) -> Result<(), B::Error> {
+    let ty = ValueType::new(dtype, shape.to_vec());
+    check_value_size(&ty, what, memory_limit()).map_err(|e| b.layer_error(e.to_string()))
 }

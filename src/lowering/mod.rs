@@ -517,9 +517,9 @@ impl OpCompute {
                 // A stage of the op (a padded input): stored with the lanes'
                 // axis innermost and computed in that order, its lanes vectorized.
                 s.storage_layout(&tensor, axes_innermost(rank, &[d]))?;
-                let lane_var = &s.axis(&tensor)?[d].var.clone();
+                let lane_var = s.axis(&tensor)?[d].var.clone();
                 let mut order = s.leaves(&tensor)?;
-                if let Some(k) = order.iter().position(|l| l.var == *lane_var) {
+                if let Some(k) = order.iter().position(|l| l.var == lane_var) {
                     let lane = order.remove(k);
                     order.push(lane.clone());
                     s.reorder(&tensor, &order)?;
