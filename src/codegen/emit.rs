@@ -176,6 +176,49 @@ fn float_arith(b: &mut FunctionBuilder, op: BinOp, x: Value, y: Value) -> Option
     })
 }
 
+/// Whether `e` is a float constant other than NaN: a maximum or minimum with it
+/// needs a NaN rule for its other operand only.
+fn never_nan(e: &Expr) -> bool {
+    matches!(e, Expr::Float(v) if !v.is_nan())
+}
+
+/// `max(x, c)` or `min(x, c)` (`op`) on f32 scalars or F32X4 vectors, where `c` is
+/// never NaN: written `x < c ? c : x` (`c < x ? c : x`), which Cranelift emits as one
+/// `maxps`/`minps` (`maxss`/`minss`) that gives its second operand, `x`, when either
+/// is NaN, so a NaN of `x` is kept. `fmax`/`fmin` spend eight instructions on NaN
+/// rules for both sides and on the sign of zero; here a zero result may keep `x`'s
+/// sign (max(-0, +0) gives -0).
+fn max_min_with_number(b: &mut FunctionBuilder, op: BinOp, x: Value, c: Value) -> Value {
+    let less = match op {
+        BinOp::Max => b.ins().fcmp(FloatCC::LessThan, x, c),
+        _ => b.ins().fcmp(FloatCC::LessThan, c, x),
+    };
+    let ty = b.func.dfg.value_type(x);
+    if ty.is_vector() {
+        let little = MemFlagsData::new().with_endianness(Endianness::Little);
+        let mask = b.ins().bitcast(ty, little, less);
+        b.ins().bitselect(mask, c, x)
+    } else {
+        b.ins().select(less, c, x)
+    }
+}
+
+/// `a op b` on the values `x` of `a` and `y` of `b` where `op` is one IEEE
+/// instruction ([`float_arith`]), a maximum or minimum with a constant taking the
+/// short form of [`max_min_with_number`].
+fn float_arith_of(
+    b: &mut FunctionBuilder,
+    op: BinOp,
+    (a, x): (&Expr, Value),
+    (c, y): (&Expr, Value),
+) -> Option<Value> {
+    match op {
+        BinOp::Max | BinOp::Min if never_nan(c) => Some(max_min_with_number(b, op, x, y)),
+        BinOp::Max | BinOp::Min if never_nan(a) => Some(max_min_with_number(b, op, y, x)),
+        _ => float_arith(b, op, x, y),
+    }
+}
+
 /// `op`'s combination of an accumulator and a new value (`ReduceOp::combine`), on
 /// f32 scalars and F32X4 vectors alike.
 fn combine(b: &mut FunctionBuilder, op: ReduceOp, acc: Value, x: Value) -> Value {
@@ -201,6 +244,17 @@ fn combine(b: &mut FunctionBuilder, op: ReduceOp, acc: Value, x: Value) -> Value
             }
         }
     }
+}
+
+/// `seen` with the lanes of `x` that are NaN set to all ones: a vector maximum or
+/// minimum over values keeps its accumulator a number (`max_min_with_number`, the
+/// value as the operand kept on NaN, gives the accumulator back) and sets the lanes
+/// that read a NaN to NaN at the end.
+fn seen_nan(b: &mut FunctionBuilder, seen: Value, x: Value) -> Value {
+    let nan = b.ins().fcmp(FloatCC::Unordered, x, x);
+    let little = MemFlagsData::new().with_endianness(Endianness::Little);
+    let nan = b.ins().bitcast(types::F32X4, little, nan);
+    b.ins().bor(seen, nan)
 }
 
 /// The vector form of a vectorized loop's body (`FnEmitter::vector_form`).
@@ -745,7 +799,7 @@ impl FnEmitter<'_, '_, '_> {
     fn float_bin(&mut self, op: BinOp, a: &Expr, b: &Expr) -> R<Value> {
         let x = self.float(a)?;
         let y = self.float(b)?;
-        if let Some(v) = float_arith(&mut self.b, op, x, y) {
+        if let Some(v) = float_arith_of(&mut self.b, op, (a, x), (b, y)) {
             return Ok(v);
         }
         let ins = self.b.ins();
@@ -1233,23 +1287,53 @@ impl FnEmitter<'_, '_, '_> {
                 for acc in accs {
                     self.b.def_var(acc, start);
                 }
+                // A maximum or minimum keeps the lanes that read a NaN apart (`seen_nan`) and
+                // takes the values with one instruction each.
+                let seen = matches!(op, ReduceOp::Max | ReduceOp::Min).then(|| {
+                    let zero = self.b.ins().f32const(0.0f32);
+                    let none = self.b.ins().splat(types::F32X4, zero);
+                    [0; 2].map(|_| {
+                        let seen = self.b.declare_var(types::F32X4);
+                        self.b.def_var(seen, none);
+                        seen
+                    })
+                });
                 let pairs = main / (2 * LANES);
-                let step = |s: &mut Self, acc: Variable, at: i64| -> R<()> {
+                let step = |s: &mut Self, k: usize, at: i64| -> R<()> {
                     let x = s.shifted(v, at, &mut |s| s.vvalue(var, source))?;
-                    let a = s.b.use_var(acc);
-                    let a = combine(&mut s.b, op, a, x);
-                    s.b.def_var(acc, a);
+                    let a = s.b.use_var(accs[k]);
+                    let a = match seen {
+                        Some(seen) => {
+                            let nan = s.b.use_var(seen[k]);
+                            let nan = seen_nan(&mut s.b, nan, x);
+                            s.b.def_var(seen[k], nan);
+                            let bin = if op == ReduceOp::Max {
+                                BinOp::Max
+                            } else {
+                                BinOp::Min
+                            };
+                            max_min_with_number(&mut s.b, bin, a, x)
+                        }
+                        None => combine(&mut s.b, op, a, x),
+                    };
+                    s.b.def_var(accs[k], a);
                     Ok(())
                 };
                 self.repeat(v, lo, pairs, 2 * LANES, SHORT_LOOP, &mut |s| {
-                    step(s, accs[0], 0)?;
-                    step(s, accs[1], LANES)
+                    step(s, 0, 0)?;
+                    step(s, 1, LANES)
                 })?;
                 if main % (2 * LANES) != 0 {
                     let last = self.offset(lo, main - LANES);
-                    self.repeat(v, last, 1, LANES, 1, &mut |s| step(s, accs[0], 0))?;
+                    self.repeat(v, last, 1, LANES, 1, &mut |s| step(s, 0, 0))?;
                 }
-                let (a0, a1) = (self.b.use_var(accs[0]), self.b.use_var(accs[1]));
+                let (mut a0, mut a1) = (self.b.use_var(accs[0]), self.b.use_var(accs[1]));
+                if let Some(seen) = seen {
+                    // A lane that read a NaN becomes NaN (all bits set).
+                    let (n0, n1) = (self.b.use_var(seen[0]), self.b.use_var(seen[1]));
+                    a0 = self.b.ins().bor(a0, n0);
+                    a1 = self.b.ins().bor(a1, n1);
+                }
                 let lanes = combine(&mut self.b, op, a0, a1);
                 let mut r = self.b.ins().extractlane(lanes, 0);
                 for k in 1..LANES {
@@ -1493,7 +1577,7 @@ impl FnEmitter<'_, '_, '_> {
             Expr::Bin(op, a, b) if !e.is_int() && floats(a, var) && floats(b, var) => {
                 let x = self.vexpr(var, a)?;
                 let y = self.vexpr(var, b)?;
-                match float_arith(&mut self.b, *op, x, y) {
+                match float_arith_of(&mut self.b, *op, (a, x), (b, y)) {
                     Some(v) => Ok(v),
                     None => self.per_lane(var, types::F32X4, &mut |s| s.float(e)),
                 }

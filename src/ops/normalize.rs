@@ -68,11 +68,20 @@ impl OpDef for BatchNorm {
                 let s = extents(&types[0].shape);
                 let (x, sc, b, m, v) = (ph[0], ph[1], ph[2], ph[3], ph[4]);
                 let eps = *epsilon as f64;
+                // An affine map per channel, as the native kernel computes it: its
+                // factor and offset are stages of one element per channel, computed
+                // once, so that each element costs a multiply and an add rather than
+                // a square root and a division.
+                let channels = [s[1]];
+                let scale = g.compute(&format!("Scale{sfx}"), &channels, |c| {
+                    sc.at(c) / Expr::call(Intrinsic::Sqrt, vec![v.at(c) + Expr::Float(eps)])
+                })?;
+                let shift = g.compute(&format!("Shift{sfx}"), &channels, |c| {
+                    b.at(c) - m.at(c) * scale.at(c)
+                })?;
                 Ok(Defined::output(g.compute(&format!("Y{sfx}"), &s, |i| {
                     let c = [i[1].clone()];
-                    (x.at(i) - m.at(&c)) * sc.at(&c)
-                        / Expr::call(Intrinsic::Sqrt, vec![v.at(&c) + Expr::Float(eps)])
-                        + b.at(&c)
+                    x.at(i) * scale.at(&c) + shift.at(&c)
                 })?))
             }
 
