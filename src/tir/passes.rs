@@ -248,7 +248,10 @@ const MAX_PEEL_DEPTH: usize = 3;
 /// free of what settled there, and the iterations after. The windows of pools and
 /// convolutions that reach into padding, and pads, are the usual case: their
 /// interior reads the input without clamps or selects, unit-stride, on the
-/// vector path of code generation.
+/// vector path of code generation. A serial or parallel loop whose conditionals
+/// change at points inside it rather than settle in an interior (a concatenation:
+/// `select(c < 128, X[c], W[c - 128])`) runs as the segments between those points
+/// ([`segments`]), each reading one input.
 pub fn peel_conditions(s: &Stmt, vb: &mut VarBounds) -> Stmt {
     peel(s, vb, MAX_PEEL_DEPTH)
 }
@@ -265,7 +268,8 @@ fn peel(s: &Stmt, vb: &mut VarBounds, depth: usize) -> Stmt {
     };
     let hi = lo + n - 1;
     let whole = Some((lo, hi));
-    if l.kind != ForKind::Serial || depth == 0 || n < 2 || conditionals(&l.body, Some(var)) == 0 {
+    let splits = matches!(l.kind, ForKind::Serial | ForKind::Parallel);
+    if !splits || depth == 0 || n < 2 || conditionals(&l.body, Some(var)) == 0 {
         return with_bound(vb, var, whole, |vb| {
             s.map_children(&mut |c| peel(c, vb, depth))
         });
@@ -276,19 +280,20 @@ fn peel(s: &Stmt, vb: &mut VarBounds, depth: usize) -> Stmt {
             conditionals(&simplify_stmt(&l.body, vb), None)
         })
     };
-    // The interior: around the middle iteration, where the fewest remain, as far as
-    // they stay that few (conditions affine in the variable settle monotonically).
-    let mid = lo + n / 2;
-    let fewest = left(mid, mid);
-    let first = partition_point(lo, mid, |x| left(x, x) != fewest);
-    let last = partition_point(mid, hi + 1, |x| left(x, x) == fewest) - 1;
-    let worth = (first > lo || last < hi) && fewest < left(lo, hi) && left(first, last) == fewest;
-    if !worth {
+    let all = left(lo, hi);
+    let parts = match l.kind {
+        ForKind::Serial => interior(lo, hi, all, &mut left),
+        _ => None,
+    }
+    .or_else(|| segments(lo, hi, all, &mut left))
+    // A parallel loop is not cut into pieces of one iteration: each piece is a
+    // dispatch to the threads.
+    .filter(|p| l.kind == ForKind::Serial || p.iter().all(|(a, b)| b > a));
+    let Some(parts) = parts else {
         return with_bound(vb, var, whole, |vb| {
             s.map_children(&mut |c| peel(c, vb, depth))
         });
-    }
-    let parts = [(lo, first - 1), (first, last), (last + 1, hi)];
+    };
     let loops = parts
         .into_iter()
         .filter(|(a, b)| a <= b)
@@ -300,6 +305,52 @@ fn peel(s: &Stmt, vb: &mut VarBounds, depth: usize) -> Stmt {
         })
         .collect();
     Stmt::seq(loops)
+}
+
+/// The iterations before, in and after the interior of `[lo, hi]`: around the
+/// middle iteration, where the fewest conditionals remain (`left`), as far as they
+/// stay that few (conditions affine in the variable settle monotonically); `None`
+/// when no iteration is left out of it or it keeps all `all` of them.
+fn interior(
+    lo: i64,
+    hi: i64,
+    all: usize,
+    left: &mut impl FnMut(i64, i64) -> usize,
+) -> Option<Vec<(i64, i64)>> {
+    let mid = lo + (hi - lo + 1) / 2;
+    let fewest = left(mid, mid);
+    let first = partition_point(lo, mid, |x| left(x, x) != fewest);
+    let last = partition_point(mid, hi + 1, |x| left(x, x) == fewest) - 1;
+    let worth = (first > lo || last < hi) && fewest < all && left(first, last) == fewest;
+    worth.then(|| vec![(lo, first - 1), (first, last), (last + 1, hi)])
+}
+
+/// Most pieces [`segments`] cuts a loop into: each is a copy of its body.
+const MAX_SEGMENTS: usize = 4;
+
+/// `[lo, hi]` cut where its conditionals change (`left`): each segment runs as far
+/// as it keeps no more of them than its first iteration does. The inputs of a
+/// concatenation side by side are the usual case: every iteration reads one input
+/// without a select, but the loop as a whole selects and clamps. `None` unless
+/// it cuts into 2 to [`MAX_SEGMENTS`] segments that each keep fewer than `all`.
+fn segments(
+    lo: i64,
+    hi: i64,
+    all: usize,
+    left: &mut impl FnMut(i64, i64) -> usize,
+) -> Option<Vec<(i64, i64)>> {
+    let mut parts = vec![];
+    let mut start = lo;
+    while start <= hi && parts.len() < MAX_SEGMENTS {
+        let at = left(start, start);
+        if at >= all {
+            return None;
+        }
+        let end = partition_point(start, hi + 1, |x| left(start, x) == at);
+        parts.push((start, end - 1));
+        start = end;
+    }
+    (start > hi && parts.len() > 1).then_some(parts)
 }
 
 /// The first `x` in `[lo, hi)` where `pred` is false, `pred` true before it and

@@ -112,6 +112,36 @@ fn peeling_frees_the_interior_of_padding_conditions() {
     tir::check_jit_plain(&s, &g);
 }
 
+/// Two inputs side by side (a concatenation along rows: a select on the row and
+/// clamped reads of both) lower as one loop over each input's rows, with no select
+/// or clamp left, the outer loop parallel as it was. The result is the direct
+/// evaluation's, and the JIT's.
+#[test]
+fn segments_of_a_concatenation_read_one_input_each() {
+    let (mut g, a) = tir::graph_with_input(&[3, 8]);
+    let b = g.placeholder("B", &[5, 8]).unwrap();
+    let c = g
+        .compute("C", &[8, 8], |i| {
+            let (row, col) = (i[0].clone(), i[1].clone());
+            let from_a = a.at(&[row.clone().min(2), col.clone()]);
+            let from_b = b.at(&[(row.clone() - 3).max(0), col]);
+            Expr::select(row.lt(3), from_a, from_b)
+        })
+        .unwrap();
+    let mut s = Schedule::new(&g, &[c]).unwrap();
+    let rows = s.axis(&c).unwrap()[0].clone();
+    s.parallel(&c, &rows).unwrap();
+    let text = lower(&s, &LowerOptions::default()).unwrap().to_text();
+    assert!(text.contains("parallel for (i, 0, 3)"), "{text}");
+    assert!(text.contains("parallel for (i, 3, 5)"), "{text}");
+    assert!(
+        !text.contains("select") && !text.contains("min(") && !text.contains("max("),
+        "{text}"
+    );
+    tir::check(&s, &g, &[c]);
+    tir::check_jit_plain(&s, &g);
+}
+
 /// Lowers `s` and asserts that its text holds `call`, then checks `s` with
 /// the gemm micro-kernel and returns what the run did.
 fn check_gemm_call(s: &Schedule, g: &ComputeGraph, c: Tensor, call: &str) -> RunStats {
