@@ -176,6 +176,11 @@ fn float_arith(b: &mut FunctionBuilder, op: BinOp, x: Value, y: Value) -> Option
     })
 }
 
+/// Vector accumulators of a vectorized reduction: an add has 3-4 cycles of
+/// latency and two issue per cycle, so two chains left the adder idle (a global
+/// average pool of 1x256x56x56 at 58% of the copy bandwidth).
+const ACCUMULATORS: usize = 4;
+
 /// Whether `e` is a float constant other than NaN: a maximum or minimum with it
 /// needs a NaN rule for its other operand only.
 fn never_nan(e: &Expr) -> bool {
@@ -227,22 +232,47 @@ fn combine(b: &mut FunctionBuilder, op: ReduceOp, acc: Value, x: Value) -> Value
         ReduceOp::Prod => b.ins().fmul(acc, x),
         ReduceOp::Max => b.ins().fmax(acc, x),
         ReduceOp::Min => b.ins().fmin(acc, x),
-        ReduceOp::MaxNumber => {
-            // x is NaN or x <= acc ? acc : x
-            let nan = b.ins().fcmp(FloatCC::Unordered, x, x);
-            let le = b.ins().fcmp(FloatCC::LessThanOrEqual, x, acc);
-            let keep = b.ins().bor(nan, le);
-            if b.func.dfg.value_type(x).is_vector() {
-                let keep = b.ins().bitcast(
-                    types::F32X4,
-                    MemFlagsData::new().with_endianness(Endianness::Little),
-                    keep,
-                );
-                b.ins().bitselect(keep, acc, x)
-            } else {
-                b.ins().select(keep, acc, x)
-            }
+        ReduceOp::MaxNumber => max_number(b, acc, x),
+    }
+}
+
+/// IEEE maximumNumber of `acc` and `x` (f32 scalars or F32X4 vectors): `maxps`
+/// with `acc` as the operand kept on NaN (so a NaN `x` is skipped), then `x` where
+/// `acc` is NaN (nothing seen yet). Three instructions; the select that
+/// `ReduceOp::MaxNumber` writes takes five or six.
+fn max_number(b: &mut FunctionBuilder, acc: Value, x: Value) -> Value {
+    let ty = b.func.dfg.value_type(x);
+    let bigger = b.ins().fcmp(FloatCC::LessThan, acc, x);
+    let none = b.ins().fcmp(FloatCC::Unordered, acc, acc);
+    if ty.is_vector() {
+        let little = MemFlagsData::new().with_endianness(Endianness::Little);
+        let bigger = b.ins().bitcast(ty, little, bigger);
+        let max = b.ins().bitselect(bigger, x, acc);
+        let none = b.ins().bitcast(ty, little, none);
+        b.ins().bitselect(none, x, max)
+    } else {
+        let max = b.ins().select(bigger, x, acc);
+        b.ins().select(none, x, max)
+    }
+}
+
+/// The accumulator and the new value of a maximumNumber written as
+/// `ReduceOp::MaxNumber` combines them, `select(v != v || v <= acc, acc, v)`
+/// (a max pool's window held in registers); `None` for anything else.
+fn max_number_parts(e: &Expr) -> Option<(&Expr, &Expr)> {
+    let Expr::Select(keep, acc, v) = e else {
+        return None;
+    };
+    let Expr::Bin(BinOp::Or, nan, le) = &**keep else {
+        return None;
+    };
+    match (&**nan, &**le) {
+        (Expr::Bin(BinOp::Ne, x, y), Expr::Bin(BinOp::Le, z, a))
+            if [x, y, z].iter().all(|t| ***t == **v) && **a == **acc =>
+        {
+            Some((acc, v))
         }
+        _ => None,
     }
 }
 
@@ -1276,29 +1306,26 @@ impl FnEmitter<'_, '_, '_> {
                 })?;
             }
             VectorForm::Reduce(op, buffer, index, source) => {
-                // Two accumulators, so that consecutive steps do not wait on each
-                // other's result.
+                // Several accumulators, so that consecutive steps do not wait on
+                // each other's result.
                 let identity = self.b.ins().f32const(op.identity() as f32);
                 let start = self.b.ins().splat(types::F32X4, identity);
-                let accs = [
-                    self.b.declare_var(types::F32X4),
-                    self.b.declare_var(types::F32X4),
-                ];
-                for acc in accs {
+                let accs = [0; ACCUMULATORS].map(|_| {
+                    let acc = self.b.declare_var(types::F32X4);
                     self.b.def_var(acc, start);
-                }
-                // A maximum or minimum keeps the lanes that read a NaN apart (`seen_nan`) and
-                // takes the values with one instruction each.
+                    acc
+                });
+                // A maximum or minimum keeps the lanes that read a NaN apart
+                // (`seen_nan`) and takes the values with one instruction each.
                 let seen = matches!(op, ReduceOp::Max | ReduceOp::Min).then(|| {
                     let zero = self.b.ins().f32const(0.0f32);
                     let none = self.b.ins().splat(types::F32X4, zero);
-                    [0; 2].map(|_| {
+                    [0; ACCUMULATORS].map(|_| {
                         let seen = self.b.declare_var(types::F32X4);
                         self.b.def_var(seen, none);
                         seen
                     })
                 });
-                let pairs = main / (2 * LANES);
                 let step = |s: &mut Self, k: usize, at: i64| -> R<()> {
                     let x = s.shifted(v, at, &mut |s| s.vvalue(var, source))?;
                     let a = s.b.use_var(accs[k]);
@@ -1319,22 +1346,31 @@ impl FnEmitter<'_, '_, '_> {
                     s.b.def_var(accs[k], a);
                     Ok(())
                 };
-                self.repeat(v, lo, pairs, 2 * LANES, SHORT_LOOP, &mut |s| {
-                    step(s, 0, 0)?;
-                    step(s, 1, LANES)
+                let width = ACCUMULATORS as i64 * LANES;
+                let steps = |s: &mut Self, count: i64| -> R<()> {
+                    (0..count).try_for_each(|k| step(s, k as usize, k * LANES))
+                };
+                self.repeat(v, lo, main / width, width, SHORT_LOOP, &mut |s| {
+                    steps(s, ACCUMULATORS as i64)
                 })?;
-                if main % (2 * LANES) != 0 {
-                    let last = self.offset(lo, main - LANES);
-                    self.repeat(v, last, 1, LANES, 1, &mut |s| step(s, 0, 0))?;
+                if main % width != 0 {
+                    let rest = self.offset(lo, main - main % width);
+                    self.repeat(v, rest, 1, LANES, 1, &mut |s| {
+                        steps(s, main % width / LANES)
+                    })?;
                 }
-                let (mut a0, mut a1) = (self.b.use_var(accs[0]), self.b.use_var(accs[1]));
+                let mut lanes = accs.map(|acc| self.b.use_var(acc));
                 if let Some(seen) = seen {
                     // A lane that read a NaN becomes NaN (all bits set).
-                    let (n0, n1) = (self.b.use_var(seen[0]), self.b.use_var(seen[1]));
-                    a0 = self.b.ins().bor(a0, n0);
-                    a1 = self.b.ins().bor(a1, n1);
+                    for (a, seen) in lanes.iter_mut().zip(seen) {
+                        let nan = self.b.use_var(seen);
+                        *a = self.b.ins().bor(*a, nan);
+                    }
                 }
-                let lanes = combine(&mut self.b, op, a0, a1);
+                let lanes = lanes
+                    .into_iter()
+                    .reduce(|a, b| combine(&mut self.b, op, a, b))
+                    .expect("accumulators");
                 let mut r = self.b.ins().extractlane(lanes, 0);
                 for k in 1..LANES {
                     let x = self.b.ins().extractlane(lanes, k as u8);
@@ -1561,6 +1597,11 @@ impl FnEmitter<'_, '_, '_> {
             let lanes = self.vload(var, e)?;
             self.vloads.push((e.clone(), lanes));
             return Ok(lanes);
+        }
+        if let Some((acc, v)) = max_number_parts(e) {
+            let acc = self.vexpr(var, acc)?;
+            let v = self.vexpr(var, v)?;
+            return Ok(max_number(&mut self.b, acc, v));
         }
         match e {
             Expr::Select(c, a, b) if !e.is_int() => {
