@@ -187,30 +187,44 @@ fn never_nan(e: &Expr) -> bool {
     matches!(e, Expr::Float(v) if !v.is_nan())
 }
 
-/// `max(x, c)` or `min(x, c)` (`op`) on f32 scalars or F32X4 vectors, where `c` is
-/// never NaN: written `x < c ? c : x` (`c < x ? c : x`), which Cranelift emits as one
-/// `maxps`/`minps` (`maxss`/`minss`) that gives its second operand, `x`, when either
-/// is NaN, so a NaN of `x` is kept. `fmax`/`fmin` spend eight instructions on NaN
-/// rules for both sides and on the sign of zero; here a zero result may keep `x`'s
-/// sign (max(-0, +0) gives -0).
-fn max_min_with_number(b: &mut FunctionBuilder, op: BinOp, x: Value, c: Value) -> Value {
-    let less = match op {
-        BinOp::Max => b.ins().fcmp(FloatCC::LessThan, x, c),
-        _ => b.ins().fcmp(FloatCC::LessThan, c, x),
-    };
-    let ty = b.func.dfg.value_type(x);
-    if ty.is_vector() {
-        let little = MemFlagsData::new().with_endianness(Endianness::Little);
-        let mask = b.ins().bitcast(ty, little, less);
-        b.ins().bitselect(mask, c, x)
+/// The lanes of a vector comparison's mask as F32X4, for `bitselect` and `bor` with
+/// float vectors.
+fn float_lanes(b: &mut FunctionBuilder, mask: Value) -> Value {
+    let little = MemFlagsData::new().with_endianness(Endianness::Little);
+    b.ins().bitcast(types::F32X4, little, mask)
+}
+
+/// `cond ? x : y` on f32 scalars (`cond` a scalar comparison) or F32X4 vectors
+/// (`cond` a vector comparison, lane by lane).
+fn choose(b: &mut FunctionBuilder, cond: Value, x: Value, y: Value) -> Value {
+    if b.func.dfg.value_type(x).is_vector() {
+        let mask = float_lanes(b, cond);
+        b.ins().bitselect(mask, x, y)
     } else {
-        b.ins().select(less, c, x)
+        b.ins().select(cond, x, y)
     }
+}
+
+/// `max(kept, other)` or `min(kept, other)` (`op`) on f32 scalars or F32X4 vectors,
+/// giving `kept` when either is NaN: written `kept < other ? other : kept`
+/// (`other < kept ? other : kept`), which Cranelift emits as one `maxps`/`minps`
+/// (`maxss`/`minss`), whose NaN rule returns that operand. With a constant other
+/// than NaN as `other` this is the maximum with the NaN rule (a NaN `kept`
+/// stays); with an accumulator as `kept` it skips a NaN value (`seen_nan` keeps
+/// track of those). `fmax`/`fmin` spend eight instructions on NaN rules for both
+/// sides and on the sign of zero; here a zero result may keep `kept`'s sign
+/// (max(-0, +0) gives -0).
+fn max_min_keeping(b: &mut FunctionBuilder, op: BinOp, kept: Value, other: Value) -> Value {
+    let take_other = match op {
+        BinOp::Max => b.ins().fcmp(FloatCC::LessThan, kept, other),
+        _ => b.ins().fcmp(FloatCC::LessThan, other, kept),
+    };
+    choose(b, take_other, other, kept)
 }
 
 /// `a op b` on the values `x` of `a` and `y` of `b` where `op` is one IEEE
 /// instruction ([`float_arith`]), a maximum or minimum with a constant taking the
-/// short form of [`max_min_with_number`].
+/// short form of [`max_min_keeping`].
 fn float_arith_of(
     b: &mut FunctionBuilder,
     op: BinOp,
@@ -218,8 +232,8 @@ fn float_arith_of(
     (c, y): (&Expr, Value),
 ) -> Option<Value> {
     match op {
-        BinOp::Max | BinOp::Min if never_nan(c) => Some(max_min_with_number(b, op, x, y)),
-        BinOp::Max | BinOp::Min if never_nan(a) => Some(max_min_with_number(b, op, y, x)),
+        BinOp::Max | BinOp::Min if never_nan(c) => Some(max_min_keeping(b, op, x, y)),
+        BinOp::Max | BinOp::Min if never_nan(a) => Some(max_min_keeping(b, op, y, x)),
         _ => float_arith(b, op, x, y),
     }
 }
@@ -241,19 +255,9 @@ fn combine(b: &mut FunctionBuilder, op: ReduceOp, acc: Value, x: Value) -> Value
 /// `acc` is NaN (nothing seen yet). Three instructions; the select that
 /// `ReduceOp::MaxNumber` writes takes five or six.
 fn max_number(b: &mut FunctionBuilder, acc: Value, x: Value) -> Value {
-    let ty = b.func.dfg.value_type(x);
-    let bigger = b.ins().fcmp(FloatCC::LessThan, acc, x);
+    let max = max_min_keeping(b, BinOp::Max, acc, x);
     let none = b.ins().fcmp(FloatCC::Unordered, acc, acc);
-    if ty.is_vector() {
-        let little = MemFlagsData::new().with_endianness(Endianness::Little);
-        let bigger = b.ins().bitcast(ty, little, bigger);
-        let max = b.ins().bitselect(bigger, x, acc);
-        let none = b.ins().bitcast(ty, little, none);
-        b.ins().bitselect(none, x, max)
-    } else {
-        let max = b.ins().select(bigger, x, acc);
-        b.ins().select(none, x, max)
-    }
+    choose(b, none, x, max)
 }
 
 /// The accumulator and the new value of a maximumNumber written as
@@ -277,13 +281,11 @@ fn max_number_parts(e: &Expr) -> Option<(&Expr, &Expr)> {
 }
 
 /// `seen` with the lanes of `x` that are NaN set to all ones: a vector maximum or
-/// minimum over values keeps its accumulator a number (`max_min_with_number`, the
-/// value as the operand kept on NaN, gives the accumulator back) and sets the lanes
-/// that read a NaN to NaN at the end.
+/// minimum over values keeps its accumulator a number (`max_min_keeping` with the
+/// accumulator kept) and sets the lanes that read a NaN to NaN at the end.
 fn seen_nan(b: &mut FunctionBuilder, seen: Value, x: Value) -> Value {
     let nan = b.ins().fcmp(FloatCC::Unordered, x, x);
-    let little = MemFlagsData::new().with_endianness(Endianness::Little);
-    let nan = b.ins().bitcast(types::F32X4, little, nan);
+    let nan = float_lanes(b, nan);
     b.ins().bor(seen, nan)
 }
 
@@ -1317,6 +1319,11 @@ impl FnEmitter<'_, '_, '_> {
                 });
                 // A maximum or minimum keeps the lanes that read a NaN apart
                 // (`seen_nan`) and takes the values with one instruction each.
+                let bin = if op == ReduceOp::Max {
+                    BinOp::Max
+                } else {
+                    BinOp::Min
+                };
                 let seen = matches!(op, ReduceOp::Max | ReduceOp::Min).then(|| {
                     let zero = self.b.ins().f32const(0.0f32);
                     let none = self.b.ins().splat(types::F32X4, zero);
@@ -1334,12 +1341,7 @@ impl FnEmitter<'_, '_, '_> {
                             let nan = s.b.use_var(seen[k]);
                             let nan = seen_nan(&mut s.b, nan, x);
                             s.b.def_var(seen[k], nan);
-                            let bin = if op == ReduceOp::Max {
-                                BinOp::Max
-                            } else {
-                                BinOp::Min
-                            };
-                            max_min_with_number(&mut s.b, bin, a, x)
+                            max_min_keeping(&mut s.b, bin, a, x)
                         }
                         None => combine(&mut s.b, op, a, x),
                     };
@@ -1608,12 +1610,7 @@ impl FnEmitter<'_, '_, '_> {
                 let mask = self.vmask(var, c)?;
                 let x = self.vexpr(var, a)?;
                 let y = self.vexpr(var, b)?;
-                let mask = self.b.ins().bitcast(
-                    types::F32X4,
-                    MemFlagsData::new().with_endianness(Endianness::Little),
-                    mask,
-                );
-                Ok(self.b.ins().bitselect(mask, x, y))
+                Ok(choose(&mut self.b, mask, x, y))
             }
             Expr::Bin(op, a, b) if !e.is_int() && floats(a, var) && floats(b, var) => {
                 let x = self.vexpr(var, a)?;
