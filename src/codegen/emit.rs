@@ -6,8 +6,8 @@ use std::sync::Arc;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
     types, AbiParam, Block, ConstantData, Endianness, Function, InstBuilder, InstructionData,
-    MemFlagsData, Opcode, Signature, StackSlotData, StackSlotKind, Type, UserFuncName, Value,
-    ValueDef,
+    MemFlagsData, Opcode, Signature, StackSlot, StackSlotData, StackSlotKind, Type, UserFuncName,
+    Value, ValueDef,
 };
 use cranelift_codegen::Context;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
@@ -24,7 +24,7 @@ use crate::tir::compute::ReduceOp;
 use crate::tir::expr::{BinOp, Expr, Intrinsic, TensorId, Var};
 use crate::tir::lower::LoweredFunc;
 use crate::tir::schedule::ForKind;
-use crate::tir::simplify::{prove_equal, Linear};
+use crate::tir::simplify::{prove_equal, simplify, Linear};
 use crate::tir::stmt::{KernelArg, Loop, Stmt};
 
 type R<T> = Result<T, CodegenError>;
@@ -1820,6 +1820,27 @@ impl FnEmitter<'_, '_, '_> {
         Ok(())
     }
 
+    /// Axis `d` of the kernel argument at `base` in `slot`: its extent and stride.
+    fn kernel_axis(
+        &mut self,
+        slot: StackSlot,
+        base: i32,
+        d: usize,
+        extent: &Expr,
+        stride: &Expr,
+        what: &dyn Fn() -> String,
+    ) -> R<()> {
+        let ext = self.int(extent, what)?;
+        self.b
+            .ins()
+            .stack_store(I64, ext, slot, base + kl::EXTENTS + 8 * d as i32);
+        let sv = self.int(&simplify(stride), what)?;
+        self.b
+            .ins()
+            .stack_store(I64, sv, slot, base + kl::STRIDES + 8 * d as i32);
+        Ok(())
+    }
+
     fn kernel_call(&mut self, name: &str, args: &[KernelArg]) -> R<()> {
         let kerr = |m: String| CodegenError::Kernel(format!("micro-kernel `{name}`: {m}"));
         let kernel = self
@@ -1858,6 +1879,12 @@ impl FnEmitter<'_, '_, '_> {
                 return Err(kerr(format!(
                     "argument `{tname}` has a region of rank {rank} on a {}-d buffer (at most {MAX_RANK})",
                     view.extents.len()
+                )));
+            }
+            if a.walk.len() > MAX_RANK || a.walk.iter().any(|w| w.moves.len() != rank) {
+                return Err(kerr(format!(
+                    "argument `{tname}` walks {} loops of {rank}-d moves (at most {MAX_RANK} loops)",
+                    a.walk.len()
                 )));
             }
             let st = strides(&view.layout, &view.extents).ok_or_else(|| {
@@ -1910,18 +1937,28 @@ impl FnEmitter<'_, '_, '_> {
                     self.b.ins().jump(skip, &[]);
                     self.b.switch_to_block(next);
                 }
-                let ext = self.int(&r.extent, &what)?;
-                self.b
-                    .ins()
-                    .stack_store(I64, ext, slot, base + kl::EXTENTS + 8 * d as i32);
-                let sv = self.int(&st[d], &what)?;
-                self.b
-                    .ins()
-                    .stack_store(I64, sv, slot, base + kl::STRIDES + 8 * d as i32);
+                if a.walk.is_empty() {
+                    self.kernel_axis(slot, base, d, &r.extent, &st[d], &what)?;
+                }
+            }
+            // A walk's view: per loop, its extent and the buffer stride of its moves.
+            for (l, w) in a.walk.iter().enumerate() {
+                let stride = w
+                    .moves
+                    .iter()
+                    .zip(&st)
+                    .fold(Expr::Int(0), |acc, (m, s)| acc + s.clone() * *m);
+                let what = || format!("the walk of `{tname}` in micro-kernel `{name}`");
+                self.kernel_axis(slot, base, l, &Expr::Int(w.extent), &stride, &what)?;
             }
             let off = self.int(&offset, &|| format!("the region of `{tname}`"))?;
             let ptr = self.b.use_var(buf.ptr);
-            let rk = self.b.ins().iconst(I64, rank as i64);
+            let axes = if a.walk.is_empty() {
+                rank
+            } else {
+                a.walk.len()
+            };
+            let rk = self.b.ins().iconst(I64, axes as i64);
             self.b.ins().stack_store(I64, ptr, slot, base + kl::BASE);
             self.b.ins().stack_store(I64, off, slot, base + kl::OFFSET);
             self.b.ins().stack_store(I64, rk, slot, base + kl::RANK);

@@ -85,6 +85,21 @@ impl KernelRegion {
         self.element(idx).map(|p| unsafe { *p = v })
     }
 
+    /// A view of `base` with the given extents and strides, for tests of kernels.
+    #[cfg(test)]
+    pub(crate) fn view(base: *mut f32, extents: &[i64], strides: &[i64]) -> KernelRegion {
+        let mut r = KernelRegion {
+            base,
+            offset: 0,
+            rank: extents.len() as i64,
+            extents: [0; MAX_RANK],
+            strides: [0; MAX_RANK],
+        };
+        r.extents[..extents.len()].copy_from_slice(extents);
+        r.strides[..strides.len()].copy_from_slice(strides);
+        r
+    }
+
     /// Pointer to the region's origin, for kernels that do their own indexing with
     /// [`Self::strides`] inside [`Self::extents`].
     pub fn origin_ptr(&self) -> *mut f32 {

@@ -72,6 +72,7 @@ pub fn storage_flatten(
                         tensor: a.tensor,
                         region: a.region.clone(),
                         buffer: Some(view.clone()),
+                        walk: a.walk.clone(),
                     })
                 })
                 .collect::<Result<_, TirError>>()?,

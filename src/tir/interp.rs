@@ -8,6 +8,7 @@ use super::eval::{eval_scalar, Value};
 use super::expr::{Expr, TensorId};
 use super::lower::LoweredFunc;
 use super::stmt::{KernelArg, Loop, Stmt};
+use super::CONTRACT;
 
 /// What a run did, for tests that check iteration counts and buffer sizes.
 #[derive(Clone, Debug, Default)]
@@ -25,9 +26,11 @@ pub struct RunStats {
 /// A region of a buffer handed to a micro-kernel: logical coordinates relative to the
 /// region's origin.
 pub struct KernelView<'a> {
-    /// The region's extents.
+    /// The region's extents (for a walk, the extents of its loops).
     pub extents: Vec<i64>,
     origin: Vec<i64>,
+    /// For a walk: per loop, how the tensor's indices move along it.
+    moves: Vec<Vec<i64>>,
     layout: &'a super::layout::BufferLayout,
     buf_extents: Vec<i64>,
     data: &'a mut Vec<f64>,
@@ -43,7 +46,21 @@ impl KernelView<'_> {
                 self.extents
             )));
         }
-        let abs: Vec<i64> = idx.iter().zip(&self.origin).map(|(i, o)| i + o).collect();
+        let abs: Vec<i64> = match self.moves.is_empty() {
+            true => idx.iter().zip(&self.origin).map(|(i, o)| i + o).collect(),
+            false => self
+                .origin
+                .iter()
+                .enumerate()
+                .map(|(d, o)| {
+                    o + idx
+                        .iter()
+                        .zip(&self.moves)
+                        .map(|(i, m)| i * m[d])
+                        .sum::<i64>()
+                })
+                .collect(),
+        };
         let f = self.layout.flatten_const(&abs, &self.buf_extents);
         usize::try_from(f)
             .ok()
@@ -72,9 +89,9 @@ pub struct Interpreter {
 }
 
 impl Interpreter {
-    /// An interpreter without micro-kernels.
+    /// An interpreter with the one micro-kernel the IR defines, [`CONTRACT`].
     pub fn new() -> Interpreter {
-        Interpreter::default()
+        Interpreter::default().with_kernel(CONTRACT, Box::new(contract))
     }
 
     /// The interpreter with micro-kernel `k` registered as `name`.
@@ -283,11 +300,15 @@ impl Machine<'_> {
                 .zip(&view.origin)
                 .map(|(r, o)| Ok(self.int(&r.min)? - self.int(o)?))
                 .collect::<Result<_, TirError>>()?;
-            let extents: Vec<i64> = a
-                .region
-                .iter()
-                .map(|r| self.int(&r.extent))
-                .collect::<Result<_, _>>()?;
+            let extents: Vec<i64> = match a.walk.is_empty() {
+                true => a
+                    .region
+                    .iter()
+                    .map(|r| self.int(&r.extent))
+                    .collect::<Result<_, _>>()?,
+                false => a.walk.iter().map(|w| w.extent).collect(),
+            };
+            let moves: Vec<Vec<i64>> = a.walk.iter().map(|w| w.moves.clone()).collect();
             let buf_extents: Vec<i64> = view
                 .extents
                 .iter()
@@ -299,7 +320,7 @@ impl Machine<'_> {
                     self.f.graph.op(a.tensor).name
                 )));
             }
-            specs.push((origin, extents, buf_extents, &view.layout));
+            specs.push((origin, extents, moves, buf_extents, &view.layout));
         }
         // Take the buffers out so that each view borrows its own mutably.
         let mut taken: Vec<Vec<f64>> = args
@@ -311,9 +332,10 @@ impl Machine<'_> {
                 .iter_mut()
                 .zip(specs)
                 .map(
-                    |(data, (origin, extents, buf_extents, layout))| KernelView {
+                    |(data, (origin, extents, moves, buf_extents, layout))| KernelView {
                         extents,
                         origin,
+                        moves,
                         layout,
                         buf_extents,
                         data,
@@ -327,4 +349,26 @@ impl Machine<'_> {
         }
         result.map_err(|e| TirError::Eval(format!("micro-kernel `{name}`: {e}")))
     }
+}
+
+/// [`CONTRACT`] on the interpreter's views: `out[p] += a[p] * b[p]` at every point
+/// of the walk.
+fn contract(v: &mut [KernelView]) -> Result<(), KernelError> {
+    let [out, a, b] = v else {
+        return Err(KernelError(format!(
+            "contract takes 3 views, got {}",
+            v.len()
+        )));
+    };
+    let extents = out.extents.clone();
+    if a.extents != extents || b.extents != extents {
+        return Err(KernelError("contract's views walk different loops".into()));
+    }
+    let points: i64 = extents.iter().product();
+    for p in 0..points {
+        let idx = super::expr::unflatten(p, &extents);
+        let sum = out.get(&idx)? + a.get(&idx)? * b.get(&idx)?;
+        out.set(&idx, sum)?;
+    }
+    Ok(())
 }

@@ -7,16 +7,17 @@
 use std::collections::HashMap;
 
 use super::bound::{infer_bound, Bounds};
-use super::compute::{Body, ComputeGraph, ComputeOp, IterKind, IterVar, OpKind};
+use super::compute::{Body, ComputeGraph, ComputeOp, IterKind, IterVar, OpKind, ReduceOp};
 use super::error::TirError;
-use super::expr::{Expr, Range, TensorId};
+use super::expr::{BinOp, Expr, Range, TensorId};
 use super::flatten::storage_flatten;
 use super::intset::{eval_set_in_order, DomMap, IntSet};
 use super::layout::BufferLayout;
 use super::passes::{partition_loops, peel_conditions, remove_trivial_loops, simplify_stmt};
 use super::schedule::{Attach, Relation, Schedule, ScheduleState, Split, Stage};
 use super::simplify::{prove_ge_zero, prove_le_zero, simplify_with, VarBounds};
-use super::stmt::{BufferView, KernelArg, Loop, Stmt};
+use super::stmt::{BufferView, KernelArg, Loop, Stmt, WalkStep};
+use super::CONTRACT;
 
 /// How to lower a schedule.
 #[derive(Clone, Debug)]
@@ -405,10 +406,32 @@ impl Ctx<'_> {
                 .collect()
         };
         let out_idx: Vec<Expr> = c.axis.iter().map(IterVar::expr).collect();
+        if name == CONTRACT {
+            let leaves = &s.leaf_iter_vars[pos..];
+            let walk = |t: TensorId, idx: &[Expr]| -> Result<KernelArg, TirError> {
+                Ok(KernelArg {
+                    tensor: t,
+                    region: region(t, idx)?,
+                    buffer: None,
+                    walk: self.walk(leaves, idx, values, stage_name)?,
+                })
+            };
+            let (a, b) = contracted(c).ok_or_else(|| {
+                TirError::Lower(format!(
+                    "micro-kernel `{CONTRACT}` needs a sum of products of two tensors, \
+                     `{stage_name}` computes another expression"
+                ))
+            })?;
+            return Ok(Stmt::KernelCall {
+                name: name.to_string(),
+                args: vec![walk(s.op, &out_idx)?, walk(a.0, a.1)?, walk(b.0, b.1)?],
+            });
+        }
         let mut args = vec![KernelArg {
             tensor: s.op,
             region: region(s.op, &out_idx)?,
             buffer: None,
+            walk: vec![],
         }];
         let mut err = None;
         c.body.expr().visit(&mut |e| {
@@ -429,6 +452,7 @@ impl Ctx<'_> {
                                 tensor: *tensor,
                                 region: r,
                                 buffer: None,
+                                walk: vec![],
                             }),
                         }
                     }
@@ -443,6 +467,79 @@ impl Ctx<'_> {
             name: name.to_string(),
             args,
         })
+    }
+}
+
+impl Ctx<'_> {
+    /// The walk of a tensor read at `idx` over the tensorized loops `leaves`: each
+    /// loop's extent, which must be constant, and the constant step each index
+    /// takes along it, which must not be negative (the region's origin is then
+    /// the point where every loop starts).
+    fn walk(
+        &self,
+        leaves: &[IterVar],
+        idx: &[Expr],
+        values: &HashMap<u64, Expr>,
+        stage: &str,
+    ) -> Result<Vec<WalkStep>, TirError> {
+        let vb = &self.b.var_bounds;
+        // Simplified under the loops' bounds first: a group's `floordiv` of a loop
+        // that stays in one multiple goes, where it would not at the next step.
+        let idx: Vec<Expr> = idx
+            .iter()
+            .map(|e| simplify_with(&e.substitute(&|v| values.get(&v.id).cloned()), vb))
+            .collect();
+        let fail =
+            |m: String| TirError::Lower(format!("micro-kernel `{CONTRACT}` of `{stage}`: {m}"));
+        leaves
+            .iter()
+            .map(|iv| {
+                let r = self.b.range(iv)?;
+                let extent = simplify_with(&r.extent, vb)
+                    .as_int()
+                    .ok_or_else(|| fail(format!("loop `{}` has no constant extent", iv.name())))?;
+                let moves = idx
+                    .iter()
+                    .map(|e| {
+                        let next = e.substitute(&|v| (v.id == iv.var.id).then(|| v.expr() + 1));
+                        simplify_with(&(next - e.clone()), vb)
+                            .as_int()
+                            .filter(|m| *m >= 0)
+                            .ok_or_else(|| {
+                                fail(format!(
+                                    "index `{e}` does not move by a constant step along `{}`",
+                                    iv.name()
+                                ))
+                            })
+                    })
+                    .collect::<Result<_, _>>()?;
+                Ok(WalkStep { extent, moves })
+            })
+            .collect()
+    }
+}
+
+/// The two reads a contraction multiplies: `sum(a[..] * b[..])` of two tensors.
+pub fn contracted(c: &ComputeOp) -> Option<((TensorId, &[Expr]), (TensorId, &[Expr]))> {
+    let Body::Reduce {
+        op: ReduceOp::Sum,
+        source: Expr::Bin(BinOp::Mul, x, y),
+    } = &c.body
+    else {
+        return None;
+    };
+    match (&**x, &**y) {
+        (
+            Expr::Read {
+                tensor: a,
+                indices: ia,
+            },
+            Expr::Read {
+                tensor: b,
+                indices: ib,
+            },
+        ) if a != b => Some(((*a, ia.as_slice()), (*b, ib.as_slice()))),
+        _ => None,
     }
 }
 

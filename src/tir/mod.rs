@@ -100,3 +100,11 @@ pub mod simplify;
 pub mod stmt;
 
 pub use error::{KernelError, TirError};
+
+/// The walk micro-kernel of contractions: tensorized at a leaf of a stage whose
+/// body is `sum(a[..] * b[..])` over two tensors, with every index moving by a
+/// constant step along each tensorized loop, it computes `out[p] += a[p] * b[p]`
+/// at every point `p` of those loops (each argument a view over them, see
+/// [`stmt::WalkStep`]). The one kernel whose meaning the IR knows: lowering checks
+/// the body, and the interpreter runs it without being given it.
+pub const CONTRACT: &str = "contract";

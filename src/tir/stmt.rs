@@ -30,6 +30,19 @@ pub struct KernelArg {
     /// Filled by storage flattening: the logical origin of the buffer holding the tensor
     /// (its realize bounds' mins), its logical extents and its layout.
     pub buffer: Option<BufferView>,
+    /// For a walk kernel ([`super::CONTRACT`]): the tensorized loops, outermost first,
+    /// and how the tensor's indices move along each; the kernel then sees the tensor
+    /// as a view over those loops from the region's origin. Empty for a region kernel.
+    pub walk: Vec<WalkStep>,
+}
+
+/// One loop of a walk kernel's call, as one argument moves along it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WalkStep {
+    /// The loop's number of iterations.
+    pub extent: i64,
+    /// How far each index of the tensor moves per iteration (never backwards).
+    pub moves: Vec<i64>,
 }
 
 /// How logical coordinates of a tensor map into its flat buffer.
@@ -441,7 +454,18 @@ fn write_stmt(
         Stmt::KernelCall { name, args } => {
             let a: Vec<String> = args
                 .iter()
-                .map(|a| format!("{}({})", n(a.tensor), ranges(&a.region)))
+                .map(|a| {
+                    let walk: Vec<String> = a
+                        .walk
+                        .iter()
+                        .map(|w| format!("{}x{:?}", w.extent, w.moves))
+                        .collect();
+                    let walk = match walk.is_empty() {
+                        true => String::new(),
+                        false => format!(" walk {}", walk.join(" ")),
+                    };
+                    format!("{}({}{walk})", n(a.tensor), ranges(&a.region))
+                })
                 .collect();
             writeln!(f, "{pad}call {name}({})", a.join(", "))
         }

@@ -226,7 +226,7 @@ mod tests {
         load_part, run_vectorized, store_part, Isa, Lanes, Vector, VectorKernel,
     };
     use super::activate;
-    use crate::codegen::{JitFunction, KernelTable};
+    use crate::codegen::JitFunction;
     use crate::core::scalar::UnaryOp;
     use crate::core::vecmath::tests::{samples, ulps, FUNCTIONS};
     use crate::core::{DType, ValueType};
@@ -271,7 +271,11 @@ mod tests {
     fn compiled(op: UnaryOp, x: &[f32], n: usize) -> (Vec<f32>, bool) {
         let types = [ValueType::new(DType::F32, vec![n])];
         let lowered = lower_op(&Op::Unary(op), &types, None).unwrap();
-        let jit = JitFunction::compile(&lowered.func, &KernelTable::standard()).unwrap();
+        let jit = JitFunction::compile(
+            &lowered.func,
+            &crate::runtime::kernels::contract::kernel_table(),
+        )
+        .unwrap();
         let input = lowered.inputs[0].expect("the op reads its operand");
         let mut y = Vec::with_capacity(x.len() + n);
         for chunk in x.chunks(n) {

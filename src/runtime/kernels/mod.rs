@@ -2,6 +2,7 @@
 //! types of `simd`, and the TIR steps compiled through codegen.
 
 pub(super) mod activation;
+pub mod contract;
 pub mod conv;
 pub(super) mod elementwise;
 mod error;

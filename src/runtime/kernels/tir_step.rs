@@ -2,7 +2,7 @@
 //! default schedule (`lowering`), lowered in the storage layouts the planner chose
 //! and compiled to native code (`codegen`).
 
-use crate::codegen::{CodegenError, JitFunction, KernelTable};
+use crate::codegen::{CodegenError, JitFunction};
 use crate::core::AlgebraError;
 use crate::graph::{LaidOut, Op, ValueType};
 use crate::layout::{Layout, PadValue};
@@ -151,7 +151,7 @@ impl TirKernel {
             Err(TirError::Unsupported(_)) => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        let jit = JitFunction::compile(&lowered.func, &KernelTable::standard())?;
+        let jit = JitFunction::compile(&lowered.func, &super::contract::kernel_table())?;
         let mut params = vec![None; lowered.func.params.len()];
         for (k, p) in lowered.inputs.iter().enumerate() {
             if let Some(p) = p {

@@ -125,9 +125,7 @@ pub(in crate::runtime) unsafe fn load_part<V: Vector>(p: *const f32, k: usize, f
     if k == V::LANES {
         return V::load(p);
     }
-    let mut staged = [fill; MAX_LANES];
-    std::ptr::copy_nonoverlapping(p, staged.as_mut_ptr(), k);
-    V::load(staged.as_ptr())
+    V::load_first(p, k, fill)
 }
 
 /// Stores the first `k` lanes of `v` at `p` (the whole vector when `k` is
@@ -137,9 +135,7 @@ pub(in crate::runtime) unsafe fn store_part<V: Vector>(v: V, p: *mut f32, k: usi
     if k == V::LANES {
         return v.store(p);
     }
-    let mut staged = [0f32; MAX_LANES];
-    v.store(staged.as_mut_ptr());
-    std::ptr::copy_nonoverlapping(staged.as_ptr(), p, k);
+    v.store_first(p, k)
 }
 
 /// Stores the first `k` lanes of `v`, integers in `0..=255`, as bytes at `p`
@@ -197,6 +193,21 @@ pub(in crate::runtime) trait Vector: Copy {
         Self::min(hi, Self::max(lo, a))
     }
     unsafe fn store(self, p: *mut f32);
+    /// The first `k < LANES` floats at `p`, `fill` in the other lanes; nothing
+    /// past them is read (staged through the stack unless the vectors have masks).
+    #[inline(always)]
+    unsafe fn load_first(p: *const f32, k: usize, fill: f32) -> Self {
+        let mut staged = [fill; MAX_LANES];
+        std::ptr::copy_nonoverlapping(p, staged.as_mut_ptr(), k);
+        Self::load(staged.as_ptr())
+    }
+    /// Stores the first `k < LANES` lanes at `p`; nothing past them is written.
+    #[inline(always)]
+    unsafe fn store_first(self, p: *mut f32, k: usize) {
+        let mut staged = [0f32; MAX_LANES];
+        self.store(staged.as_mut_ptr());
+        std::ptr::copy_nonoverlapping(staged.as_ptr(), p, k);
+    }
     /// Stores the lanes, integers in `0..=255`, as `LANES` bytes.
     #[inline(always)]
     unsafe fn store_bytes(self, p: *mut u8) {

@@ -38,6 +38,12 @@ macro_rules! one_instruction_ops {
     };
 }
 
+/// The mask of lanes `0..k` (`k < 16`).
+#[inline(always)]
+fn first_lanes(k: usize) -> __mmask16 {
+    ((1u32 << k) - 1) as __mmask16
+}
+
 impl Vector for Zmm {
     const LANES: usize = 16;
     const KIND: Lanes = Lanes::Isa(Isa::Avx512);
@@ -47,6 +53,19 @@ impl Vector for Zmm {
     #[inline(always)]
     unsafe fn fused_mul_add(a: Self, b: Self, c: Self) -> Self {
         Self::fma(a, b, c)
+    }
+    // Masked lanes are neither read nor written (nor fault).
+    #[inline(always)]
+    unsafe fn load_first(p: *const f32, k: usize, fill: f32) -> Self {
+        Zmm(_mm512_mask_loadu_ps(
+            _mm512_set1_ps(fill),
+            first_lanes(k),
+            p,
+        ))
+    }
+    #[inline(always)]
+    unsafe fn store_first(self, p: *mut f32, k: usize) {
+        _mm512_mask_storeu_ps(p, first_lanes(k), self.0)
     }
     #[inline(always)]
     unsafe fn store_bytes(self, p: *mut u8) {
