@@ -14,11 +14,12 @@
 use crate::core::{Layout, ValueType};
 use crate::ops::te::{extents, ComputeCx, ComputeGraph, TeTensor as Tensor, TirError};
 use crate::ops::Op;
-use crate::tir::compute::IterVar;
-use crate::tir::expr::{Expr, TensorId};
+use crate::tir::compute::{ComputeOp, IterVar};
+use crate::tir::expr::{BinOp, Expr, TensorId};
 use crate::tir::layout::{BufferLayout, PhysDim};
-use crate::tir::lower::{lower, LowerOptions, LoweredFunc};
-use crate::tir::schedule::Schedule;
+use crate::tir::lower::{contracted, lower, LowerOptions, LoweredFunc};
+use crate::tir::schedule::{Attach, Schedule};
+use crate::tir::CONTRACT;
 
 /// An op as a compute graph, with what its default schedule needs to know.
 pub struct OpCompute {
@@ -211,6 +212,54 @@ fn reduces(g: &ComputeGraph, t: Tensor) -> bool {
 /// (`OpCompute::accumulator_rows`): four rows of two 4-lane vectors keep eight
 /// multiply-adds in flight, enough to cover their latency.
 const ACCUMULATOR_ROWS: i64 = 4;
+
+/// What rows of accumulators along `axis` of `c`'s output cost in loads: a read
+/// that moves with the axis is loaded once per row, twice as costly when it is a
+/// vector (it moves with the lanes, along `lane_axis`, too).
+/// An index that picks a group of the axis (`floordiv(axis, k)`, see
+/// [`group_factor`]) does not move along rows of one group.
+fn row_loads(c: &ComputeOp, axis: usize, lane_axis: usize) -> usize {
+    let (var, lane_var) = (&c.axis[axis].var, &c.axis[lane_axis].var);
+    let group = group_factor(c, axis);
+    let within_group = |i: &Expr| {
+        i.rewrite(&mut |e| match e {
+            Expr::Bin(BinOp::FloorDiv, x, k)
+                if matches!(&**x, Expr::Var(v) if v == var) && k.as_int() == group =>
+            {
+                Some(Expr::Int(0))
+            }
+            _ => None,
+        })
+    };
+    let mut cost = 0;
+    c.body.expr().visit(&mut |e| {
+        if let Expr::Read { indices, .. } = e {
+            let uses = |v| indices.iter().any(|i| within_group(i).uses_var(v));
+            if uses(var) {
+                cost += if uses(lane_var) { 2 } else { 1 };
+            }
+        }
+    });
+    cost
+}
+
+/// The factor `k` of a `floordiv(axis, k)` in an index `c` reads with (a
+/// grouped convolution's group of output channels): a walk along the axis stays
+/// inside one multiple of `k`, where the index moves by constant steps.
+fn group_factor(c: &ComputeOp, axis: usize) -> Option<i64> {
+    let var = &c.axis[axis].var;
+    let mut factor = None;
+    c.body.expr().visit(&mut |e| {
+        if let Expr::Bin(BinOp::FloorDiv, x, k) = e {
+            if let (Expr::Var(v), Expr::Int(k)) = (&**x, &**k) {
+                if v == var && *k > 1 {
+                    factor = Some(*k);
+                }
+            }
+        }
+    });
+    factor
+}
 
 /// Vectorizes `lanes`, a loop of `t`, with `t`'s reductions (innermost until
 /// now) just outside it: each lane accumulates its own element.
@@ -408,19 +457,7 @@ impl OpCompute {
             return Ok(None);
         };
         let (leaves, axes) = (s.leaves(&y)?, s.axis(&y)?);
-        let lane_var = &c.axis[lane_axis].var;
-        let cost = |a: usize| {
-            let mut cost = 0;
-            c.body.expr().visit(&mut |e| {
-                if let Expr::Read { indices, .. } = e {
-                    let uses = |v| indices.iter().any(|i| i.uses_var(v));
-                    if uses(&c.axis[a].var) {
-                        cost += if uses(lane_var) { 2 } else { 1 };
-                    }
-                }
-            });
-            cost
-        };
+        let cost = |a: usize| row_loads(c, a, lane_axis);
         // Ties go to the axis stored innermost (the later leaf).
         let Some(axis) = (0..shape.len())
             .filter(|&a| {
@@ -449,6 +486,160 @@ impl OpCompute {
         }
         s.unroll(&y, &row)?;
         Ok(Some((outer, axis, reducer)))
+    }
+
+    /// The schedule of a contraction: the output an epilogue of one stage that
+    /// sums products of two tensors (a convolution of any groups, a matrix
+    /// product), in strided layouts. The output's loops run in storage order;
+    /// inside the outer ones, one call of the walk micro-kernel [`CONTRACT`]
+    /// computes a block of the sums, a run of the output's innermost axis (the
+    /// lanes) by a run of the axis that shares the most loads (the rows, chosen as
+    /// [`Self::accumulator_rows`] does), and the epilogue then passes over the
+    /// block. An axis that picks a group (`floordiv(axis, k)`) is walked one group
+    /// at a time. `None` when the op is not such a contraction.
+    ///
+    /// The kernel is `std::arch` code in the widest vectors, with fused
+    /// multiply-adds, where Cranelift's code has 128-bit vectors and none.
+    pub fn contraction_schedule(
+        &self,
+        layouts: Option<(&[Layout], &Layout)>,
+    ) -> Result<Option<Schedule>, TirError> {
+        let g = &self.graph;
+        let y = self.output;
+        let Some(acc) = self
+            .reducer()
+            .filter(|t| self.per_row.is_empty() && self.per_element == [*t])
+        else {
+            return Ok(None);
+        };
+        let Some(c) = g.op(acc.id).compute().filter(|c| contracted(c).is_some()) else {
+            return Ok(None);
+        };
+        let strided = |b: &Option<BufferLayout>| {
+            b.as_ref()
+                .is_some_and(|b| b.dims.iter().all(|d| matches!(d, PhysDim::Axis(_))))
+        };
+        let stored = layouts.map(|(ins, out)| self.storage(ins, out));
+        if !stored.iter().flatten().all(|(_, _, b)| strided(b)) {
+            return Ok(None);
+        }
+        let shape = g.op(y.id).shape.clone();
+        let order: Vec<usize> = match layouts {
+            Some((_, l)) if !l.is_identity() => l.order().iter().map(|d| d.axis).collect(),
+            _ => (0..shape.len()).collect(),
+        };
+        let Some(&lane) = order.last() else {
+            return Ok(None);
+        };
+        // Ties go to the axis stored innermost.
+        let row = order
+            .iter()
+            .copied()
+            .enumerate()
+            .filter(|&(_, a)| a != lane && shape[a] > 1)
+            .min_by_key(|&(pos, a)| (row_loads(c, a, lane), std::cmp::Reverse(pos)))
+            .map(|(_, a)| a);
+        let mut s = Schedule::new(g, &[y])?;
+        for p in &self.inline {
+            s.compute_inline(p)?;
+        }
+        let axes = s.axis(&y)?;
+        // Each loop of the output with its number of iterations (splits divide).
+        // The output's loops outside the kernel, each with its axis when whole.
+        let mut outer: Vec<(Option<usize>, IterVar, i64)> = vec![];
+        // Those of the kernel's block: (axis, loop, iterations), in storage order.
+        let mut block: Vec<(usize, IterVar, i64)> = vec![];
+        for &a in &order {
+            if Some(a) != row && a != lane {
+                outer.push((Some(a), axes[a].clone(), shape[a]));
+                continue;
+            }
+            let mut inner = (axes[a].clone(), shape[a]);
+            if let Some(k) = group_factor(c, a).filter(|k| shape[a] % k == 0) {
+                let (o, i) = s.split(&y, &inner.0, k)?;
+                outer.push((None, o, shape[a] / k));
+                inner = (i, k);
+            }
+            block.push((a, inner.0, inner.1));
+        }
+        let position = |a: usize| order.iter().position(|&x| x == a);
+        // A block of few rows (a group of 4 channels) also walks the innermost
+        // whole loop outside it, so that a call does enough work to pay for itself.
+        let rows = block.iter().find(|b| Some(b.0) == row).map(|b| b.2);
+        if rows.is_some_and(|r| r < 8) {
+            if let Some(k) = outer.iter().rposition(|o| o.0.is_some() && o.2 > 1) {
+                let (a, iv, n) = outer.remove(k);
+                block.push((a.expect("a whole axis"), iv, n));
+                block.sort_by_key(|b| position(b.0));
+            }
+        }
+        // Parallel work: with few blocks, the rows are cut into parts.
+        let blocks: i64 = outer.iter().map(|l| l.2).product();
+        if let Some(b) = block.iter_mut().find(|b| Some(b.0) == row) {
+            if blocks < 4 && b.2 >= 16 {
+                if let Some(d) = (4..=b.2 / 4).rev().find(|d| b.2 % d == 0) {
+                    let (o, i) = s.split(&y, &b.1, d)?;
+                    outer.push((None, o, b.2 / d));
+                    (b.1, b.2) = (i, d);
+                }
+            }
+        }
+        let loops: Vec<IterVar> = outer
+            .iter()
+            .map(|l| l.1.clone())
+            .chain(block.iter().map(|b| b.1.clone()))
+            .collect();
+        s.reorder(&y, &loops)?;
+        let Some((_, lane_loop, lanes)) = block.last().cloned() else {
+            return Ok(None);
+        };
+        // One vector loop over the run (a split would widen the block the sums are
+        // computed for to whole vectors, past the output's end).
+        if lanes >= 4 {
+            s.vectorize(&y, &lane_loop)?;
+        }
+        if let Some(at) = outer.iter().rev().find(|l| l.2 > 1) {
+            s.compute_at(&acc, &y, &at.1)?;
+        }
+        let rank = shape.len();
+        let block_axes: Vec<usize> = block.iter().map(|b| b.0).collect();
+        s.storage_layout(&acc, axes_innermost(rank, &block_axes))?;
+        let acc_axes = s.axis(&acc)?;
+        let mut acc_order: Vec<IterVar> = (0..rank)
+            .filter(|a| !block_axes.contains(a))
+            .map(|a| acc_axes[a].clone())
+            .collect();
+        let first = acc_order.len();
+        let (lane_axis, walked) = block_axes.split_last().expect("the lanes");
+        acc_order.extend(walked.iter().map(|&a| acc_axes[a].clone()));
+        acc_order.extend(s.reduce_axis(&acc)?);
+        acc_order.push(acc_axes[*lane_axis].clone());
+        s.reorder(&acc, &acc_order)?;
+        s.tensorize(&acc, &acc_order[first], CONTRACT)?;
+        self.lanes_contiguous(&mut s, acc, lane, layouts)?;
+        // The stages computed before it (a padded input) in parallel, along their
+        // outermost loop of more than one iteration outside the innermost.
+        for t in (0..g.ops.len()).map(|k| g.tensor(TensorId(k))) {
+            let computed = g.op(t.id).compute().is_some() && !self.inline.contains(&t);
+            if !computed || t.id == acc.id || t.id == y.id || s.stage(&t)?.attach != Attach::Root {
+                continue;
+            }
+            let (t_shape, t_axes) = (&g.op(t.id).shape, s.axis(&t)?);
+            let leaves = s.leaves(&t)?;
+            let wide = leaves.split_last().and_then(|(_, outer)| {
+                outer.iter().find(|l| {
+                    let a = t_axes.iter().position(|x| x.var == l.var);
+                    a.is_some_and(|a| t_shape[a] > 1)
+                })
+            });
+            if let Some(l) = wide.cloned() {
+                s.parallel(&t, &l)?;
+            }
+        }
+        if let Some(p) = outer.iter().find(|l| l.2 > 1) {
+            s.parallel(&y, &p.1)?;
+        }
+        Ok(Some(s))
     }
 
     /// The stage that reduces to the output's elements: the output, or a
@@ -646,7 +837,6 @@ pub fn lower_chain(
     layouts: Option<(&[Layout], &Layout)>,
 ) -> Result<LoweredOp, TirError> {
     let c = chain_compute(links)?;
-    let s = c.default_schedule(layouts)?;
     let mut opts = LowerOptions::default();
     if let Some((ins, out)) = layouts {
         for (name, l, bl) in c.storage(ins, out) {
@@ -658,7 +848,16 @@ pub fn lower_chain(
             opts.layouts.insert(name, bl);
         }
     }
-    let func = lower(&s, &opts)?;
+    // A contraction whose indices do not move by constant steps along the
+    // kernel's loops takes the default schedule.
+    let tensorized = match c.contraction_schedule(layouts)? {
+        Some(s) => lower(&s, &opts).ok(),
+        None => None,
+    };
+    let func = match tensorized {
+        Some(f) => f,
+        None => lower(&c.default_schedule(layouts)?, &opts)?,
+    };
     let position = |t: &Tensor| func.params.iter().position(|p| *p == t.id);
     let inputs = c.inputs.iter().map(position).collect();
     let output = position(&c.output)
@@ -809,6 +1008,8 @@ mod tests {
     fn reductions_keep_rows_of_lanes_and_read_strided_weights_from_a_copy() {
         // A grouped convolution with bias: channels 8 = 2 groups of 4, so the
         // output channel is a lane axis in NHWC and NCHW4c and a row axis in NCHW.
+        // In the strided layouts the sums are walks of the contraction kernel; the
+        // blocked one keeps rows of vector lanes in generated code.
         let op = Op::Conv(Conv {
             window: window(3, 1, 1, [1, 1, 1, 1]),
             group: 2,
@@ -823,7 +1024,11 @@ mod tests {
             .iter()
             .map(|s| ValueType::new(DType::F32, s.to_vec()))
             .collect();
-        for (name, weights_copied) in [("NCHW", false), ("NHWC", true), ("NCHW4c", true)] {
+        for (name, weights_copied, walked) in [
+            ("NCHW", false, true),
+            ("NHWC", true, true),
+            ("NCHW4c", true, false),
+        ] {
             let l = Layout::parse(name).unwrap();
             let ins = vec![
                 l.clone(),
@@ -833,12 +1038,50 @@ mod tests {
             agrees_on(op.clone(), inputs.clone(), Some((ins.clone(), l.clone())));
             let f = lower_op(&op, &types, Some((&ins, &l))).unwrap().func;
             let text = f.body.display(&|t| f.graph.op(t).name.clone()).to_string();
-            assert!(text.contains("unrolled for"), "{name}: {text}");
+            let expected = if walked {
+                "call contract"
+            } else {
+                "unrolled for"
+            };
+            assert!(text.contains(expected), "{name}: {text}");
             assert_eq!(
                 f.graph.find("W.cache").is_some(),
                 weights_copied,
                 "{name}: {text}"
             );
+        }
+    }
+
+    #[test]
+    fn contractions_walk_one_group_of_channels_per_call() {
+        // Depthwise, grouped and dense convolutions and a matrix product: each sum
+        // a walk of the contraction kernel, whose steps the group fixes.
+        let conv = |group, s| {
+            Op::Conv(Conv {
+                window: window(3, s, 1, [1, 1, 1, 1]),
+                group,
+            })
+        };
+        let cases: [(Op, Vec<&[usize]>); 4] = [
+            (conv(6, 1), vec![&[1, 6, 6, 9], &[6, 1, 3, 3]]),
+            (conv(3, 2), vec![&[2, 6, 7, 8], &[9, 2, 3, 3], &[9]]),
+            (conv(1, 1), vec![&[1, 5, 4, 20], &[8, 5, 3, 3]]),
+            (Op::MatMul, vec![&[2, 17, 12], &[12, 19]]),
+        ];
+        for (op, shapes) in cases {
+            agrees_with_reference(op.clone(), &shapes);
+            let types: Vec<ValueType> = shapes
+                .iter()
+                .map(|s| ValueType::new(DType::F32, s.to_vec()))
+                .collect();
+            let c = op_compute(&op, &types).unwrap();
+            let s = c
+                .contraction_schedule(None)
+                .unwrap()
+                .expect("a contraction");
+            let f = lower(&s, &LowerOptions::default()).unwrap();
+            let text = f.body.display(&|t| f.graph.op(t).name.clone()).to_string();
+            assert!(text.contains("call contract"), "{op:?}: {text}");
         }
     }
 
@@ -1042,8 +1285,9 @@ mod tests {
 
     #[test]
     fn chains_fuse_elementwise_epilogues_into_one_loop_nest() {
-        // MatMul, bias, Gelu: one function, the product computed per 8 columns inside
-        // the output's loop nest (an 8-element scratch), the epilogue inlined.
+        // MatMul, bias, Gelu: one function, the product (5 rows a batch, too few
+        // for a call of their own) computed by one walk of the contraction kernel
+        // into a 2x5x16 scratch, the epilogue inlined.
         let l = chain_agrees(vec![
             (
                 Op::MatMul,
@@ -1062,7 +1306,7 @@ mod tests {
             .map(|(n, len)| (n.to_string(), vec![0.5; *len]))
             .collect();
         let (_, stats) = Interpreter::new().run(&l.func, &x).unwrap();
-        assert_eq!(stats.max_alloc["Y"], 8, "{}", l.func.to_text());
+        assert_eq!(stats.max_alloc["Y"], 160, "{}", l.func.to_text());
         assert_eq!(stats.stores["Y2"], 2 * 5 * 16, "{}", l.func.to_text());
         assert!(!stats.stores.contains_key("Y1"), "{}", l.func.to_text());
         // Softmax then a scale, the chained value on the right.

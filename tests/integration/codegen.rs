@@ -498,14 +498,10 @@ fn vectorized_strided_operand() {
     vectorizes_columns_proved(&g, &c);
 }
 
-/// Pooling windows through the op's default schedule (`lowering`), in row-major and
-/// in blocked storage: the accumulators of each tile of output vectors are scratch
-/// held in registers across the window's loops, the window's stride-2 reads are
-/// vector loads, and the results agree with the interpreter.
 /// A depthwise convolution with padding, planned in layouts whose lanes are the
 /// channels: the padded input (a stage of the op, larger than its output, so not
 /// copied again) is stored channels-innermost and computed in that order, so the
-/// convolution loads its lanes as vectors; JIT against the interpreter.
+/// contraction kernel loads its lanes as vectors; JIT against the interpreter.
 #[test]
 fn padded_input_of_a_channel_lane_reduction_is_stored_lanes_innermost() {
     use layoutopt::core::{DType, Layout, ValueType};
@@ -541,12 +537,17 @@ fn padded_input_of_a_channel_lane_reduction_is_stored_lanes_innermost() {
             .unwrap_or_else(|| panic!("{layout}: no padded stage in {text}"));
         let stored = f.layouts.get(&padded).map(|b| b.dims.last().cloned());
         assert_eq!(stored, Some(Some(PhysDim::Axis(1))), "{layout}: {text}");
-        let st = check_jit_func(&f, &f.graph, &Interpreter::new(), &KernelTable::new());
+        let kernels = layoutopt::runtime::kernels::contract::kernel_table();
+        let st = check_jit_func(&f, &f.graph, &Interpreter::new(), &kernels);
         assert!(st.vector_loops >= 2, "{layout}: {st:?}");
         assert_eq!(st.checked_accesses, 0, "{layout}: {st:?}");
     }
 }
 
+/// Pooling windows through the op's default schedule (`lowering`), in row-major and
+/// in blocked storage: the accumulators of each tile of output vectors are scratch
+/// held in registers across the window's loops, the window's stride-2 reads are
+/// vector loads, and the results agree with the interpreter.
 #[test]
 fn pooling_accumulates_in_registers() {
     use layoutopt::core::{DType, Layout, ValueType};
