@@ -86,7 +86,7 @@ use cranelift_module::default_libcall_names;
 use thiserror::Error;
 
 use crate::tir::lower::LoweredFunc;
-pub use kernel::{gemm_update, KernelRegion, KernelTable};
+pub use kernel::{gemm_update, KernelRegion, KernelTable, MAX_RANK};
 
 /// Errors of compiling or calling generated code. Messages name the buffer (tensor),
 /// loop variable or kernel involved.

@@ -618,22 +618,27 @@ impl OpCompute {
         s.tensorize(&acc, &acc_order[first], CONTRACT)?;
         self.lanes_contiguous(&mut s, acc, lane, layouts)?;
         // The stages computed before it (a padded input) in parallel, along their
-        // outermost loop of more than one iteration outside the innermost.
+        // outermost loop of more than one iteration outside the innermost, which
+        // is vectorized (its pieces inside and outside the padding are peeled).
         for t in (0..g.ops.len()).map(|k| g.tensor(TensorId(k))) {
             let computed = g.op(t.id).compute().is_some() && !self.inline.contains(&t);
             if !computed || t.id == acc.id || t.id == y.id || s.stage(&t)?.attach != Attach::Root {
                 continue;
             }
             let (t_shape, t_axes) = (&g.op(t.id).shape, s.axis(&t)?);
+            let extent = |l: &IterVar| {
+                let a = t_axes.iter().position(|x| x.var == l.var);
+                a.map_or(1, |a| t_shape[a])
+            };
             let leaves = s.leaves(&t)?;
-            let wide = leaves.split_last().and_then(|(_, outer)| {
-                outer.iter().find(|l| {
-                    let a = t_axes.iter().position(|x| x.var == l.var);
-                    a.is_some_and(|a| t_shape[a] > 1)
-                })
-            });
-            if let Some(l) = wide.cloned() {
-                s.parallel(&t, &l)?;
+            let Some((innermost, outer)) = leaves.split_last() else {
+                continue;
+            };
+            if let Some(l) = outer.iter().find(|l| extent(l) > 1) {
+                s.parallel(&t, l)?;
+            }
+            if extent(innermost) >= 4 {
+                s.vectorize(&t, innermost)?;
             }
         }
         if let Some(p) = outer.iter().find(|l| l.2 > 1) {

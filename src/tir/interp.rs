@@ -8,7 +8,7 @@ use super::eval::{eval_scalar, Value};
 use super::expr::{Expr, TensorId};
 use super::lower::LoweredFunc;
 use super::stmt::{KernelArg, Loop, Stmt};
-use super::CONTRACT;
+use super::{CONTRACT, CONTRACT_INTO};
 
 /// What a run did, for tests that check iteration counts and buffer sizes.
 #[derive(Clone, Debug, Default)]
@@ -89,9 +89,12 @@ pub struct Interpreter {
 }
 
 impl Interpreter {
-    /// An interpreter with the one micro-kernel the IR defines, [`CONTRACT`].
+    /// An interpreter with the micro-kernels the IR defines, [`CONTRACT`] and
+    /// [`CONTRACT_INTO`].
     pub fn new() -> Interpreter {
-        Interpreter::default().with_kernel(CONTRACT, Box::new(contract))
+        Interpreter::default()
+            .with_kernel(CONTRACT, Box::new(|v| contract(v, false)))
+            .with_kernel(CONTRACT_INTO, Box::new(|v| contract(v, true)))
     }
 
     /// The interpreter with micro-kernel `k` registered as `name`.
@@ -352,8 +355,8 @@ impl Machine<'_> {
 }
 
 /// [`CONTRACT`] on the interpreter's views: `out[p] += a[p] * b[p]` at every point
-/// of the walk.
-fn contract(v: &mut [KernelView]) -> Result<(), KernelError> {
+/// of the walk, the output first set to zero when `into` ([`CONTRACT_INTO`]).
+fn contract(v: &mut [KernelView], into: bool) -> Result<(), KernelError> {
     let [out, a, b] = v else {
         return Err(KernelError(format!(
             "contract takes 3 views, got {}",
@@ -365,6 +368,11 @@ fn contract(v: &mut [KernelView]) -> Result<(), KernelError> {
         return Err(KernelError("contract's views walk different loops".into()));
     }
     let points: i64 = extents.iter().product();
+    if into {
+        for p in 0..points {
+            out.set(&super::expr::unflatten(p, &extents), 0.0)?;
+        }
+    }
     for p in 0..points {
         let idx = super::expr::unflatten(p, &extents);
         let sum = out.get(&idx)? + a.get(&idx)? * b.get(&idx)?;

@@ -17,7 +17,7 @@ use super::passes::{partition_loops, peel_conditions, remove_trivial_loops, simp
 use super::schedule::{Attach, Relation, Schedule, ScheduleState, Split, Stage};
 use super::simplify::{prove_ge_zero, prove_le_zero, simplify_with, VarBounds};
 use super::stmt::{BufferView, KernelArg, Loop, Stmt, WalkStep};
-use super::CONTRACT;
+use super::{CONTRACT, CONTRACT_INTO};
 
 /// How to lower a schedule.
 #[derive(Clone, Debug)]
@@ -406,7 +406,7 @@ impl Ctx<'_> {
                 .collect()
         };
         let out_idx: Vec<Expr> = c.axis.iter().map(IterVar::expr).collect();
-        if name == CONTRACT {
+        if name == CONTRACT || name == CONTRACT_INTO {
             let leaves = &s.leaf_iter_vars[pos..];
             let walk = |t: TensorId, idx: &[Expr]| -> Result<KernelArg, TirError> {
                 Ok(KernelArg {
@@ -585,8 +585,17 @@ impl NestBuilder<'_> {
         let n = self.s.leaf_iter_vars.len();
         if let Some((pos, name)) = &self.tz {
             if k == *pos {
+                let whole_reduction = self.init_pos >= k;
+                // A contraction over the whole reduction with an unguarded init
+                // starts its sums at zero itself.
+                if name == CONTRACT
+                    && whole_reduction
+                    && matches!(self.init, Some(Stmt::Provide { .. }))
+                {
+                    return self.ctx.kernel_call(self.s, k, CONTRACT_INTO, self.values);
+                }
                 let call = self.ctx.kernel_call(self.s, k, name, self.values)?;
-                let init = if self.init_pos >= k {
+                let init = if whole_reduction {
                     self.init_nest(k)?
                 } else {
                     None

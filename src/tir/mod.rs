@@ -108,3 +108,9 @@ pub use error::{KernelError, TirError};
 /// [`stmt::WalkStep`]). The one kernel whose meaning the IR knows: lowering checks
 /// the body, and the interpreter runs it without being given it.
 pub const CONTRACT: &str = "contract";
+
+/// [`CONTRACT`] whose sums start at zero: the walk's output points are set to 0
+/// before the products are added. Lowering calls it in place of an init loop
+/// nest and [`CONTRACT`] where the call computes the whole reduction, so the
+/// kernel keeps its first sums in registers instead of reading zeros back.
+pub const CONTRACT_INTO: &str = "contract_into";

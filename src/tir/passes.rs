@@ -242,13 +242,15 @@ pub fn remove_trivial_loops(s: &Stmt) -> Stmt {
 const MAX_PEEL_DEPTH: usize = 3;
 
 /// Loop peeling by conditions (as TVM's LoopPartition does for conditions): a
-/// serial loop of constant range whose body holds selects, `min`/`max` or guards
+/// serial or vectorized loop of constant range whose body holds selects,
+/// `min`/`max` or guards
 /// that settle once its variable is past the first or before the last iterations
 /// runs as up to three loops: the iterations before, the interior, simplified
 /// free of what settled there, and the iterations after. The windows of pools and
 /// convolutions that reach into padding, and pads, are the usual case: their
 /// interior reads the input without clamps or selects, unit-stride, on the
-/// vector path of code generation. A serial or parallel loop whose conditionals
+/// vector path of code generation (a vectorized loop's pieces stay vectorized,
+/// each with its own tail). A loop whose conditionals
 /// change at points inside it rather than settle in an interior (a concatenation:
 /// `select(c < 128, X[c], W[c - 128])`) runs as the segments between those points
 /// ([`segments`]), each reading one input.
@@ -268,7 +270,10 @@ fn peel(s: &Stmt, vb: &mut VarBounds, depth: usize) -> Stmt {
     };
     let hi = lo + n - 1;
     let whole = Some((lo, hi));
-    let splits = matches!(l.kind, ForKind::Serial | ForKind::Parallel);
+    let splits = matches!(
+        l.kind,
+        ForKind::Serial | ForKind::Parallel | ForKind::Vectorized
+    );
     if !splits || depth == 0 || n < 2 || conditionals(&l.body, Some(var)) == 0 {
         return with_bound(vb, var, whole, |vb| {
             s.map_children(&mut |c| peel(c, vb, depth))
@@ -282,13 +287,13 @@ fn peel(s: &Stmt, vb: &mut VarBounds, depth: usize) -> Stmt {
     };
     let all = left(lo, hi);
     let parts = match l.kind {
-        ForKind::Serial => interior(lo, hi, all, &mut left),
-        _ => None,
+        ForKind::Parallel => None,
+        _ => interior(lo, hi, all, &mut left),
     }
     .or_else(|| segments(lo, hi, all, &mut left))
     // A parallel loop is not cut into pieces of one iteration: each piece is a
     // dispatch to the threads.
-    .filter(|p| l.kind == ForKind::Serial || p.iter().all(|(a, b)| b > a));
+    .filter(|p| l.kind != ForKind::Parallel || p.iter().all(|(a, b)| b > a));
     let Some(parts) = parts else {
         return with_bound(vb, var, whole, |vb| {
             s.map_children(&mut |c| peel(c, vb, depth))

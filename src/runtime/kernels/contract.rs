@@ -9,10 +9,11 @@
 //! does not move), whose operand offsets are listed once per call so that the
 //! inner loop is one pass over that list however many loops it came from.
 
+use std::cell::Cell;
 use std::sync::Arc;
 
-use crate::codegen::{KernelRegion, KernelTable};
-use crate::tir::{KernelError, CONTRACT};
+use crate::codegen::{KernelRegion, KernelTable, MAX_RANK};
+use crate::tir::{KernelError, CONTRACT, CONTRACT_INTO};
 
 use super::simd::{load_part, run_vectorized, store_part, Isa, Lanes, Vector, VectorKernel};
 
@@ -70,20 +71,27 @@ struct Walk {
     b: *const f32,
     lane: Axis,
     row: Axis,
-    /// The other loops the output moves along, outermost first.
-    outer: Vec<Axis>,
+    /// The other loops the output moves along, outermost first: the first
+    /// `outer_len`.
+    outer: [Axis; MAX_RANK],
+    outer_len: usize,
     /// Offsets of `a` and `b` at every point of the reduction loops.
     reduction: Vec<(isize, isize)>,
+    /// Whether the sums start at zero rather than at the output's values.
+    into: bool,
 }
 
-/// The micro-kernels a model's generated code may call: codegen's own and
-/// [`CONTRACT`].
+/// The micro-kernels a model's generated code may call: codegen's own,
+/// [`CONTRACT`] and [`CONTRACT_INTO`].
 pub fn kernel_table() -> KernelTable {
-    KernelTable::standard().with(CONTRACT, Arc::new(contract))
+    KernelTable::standard()
+        .with(CONTRACT, Arc::new(|r| contract(r, false)))
+        .with(CONTRACT_INTO, Arc::new(|r| contract(r, true)))
 }
 
-/// `out[p] += a[p] * b[p]` over the walk of three views of equal extents.
-pub fn contract(r: &mut [KernelRegion]) -> Result<(), KernelError> {
+/// `out[p] += a[p] * b[p]` over the walk of three views of equal extents, the
+/// sums started at zero when `into` (the output's values are not read).
+pub fn contract(r: &mut [KernelRegion], into: bool) -> Result<(), KernelError> {
     let [out, a, b] = r else {
         return Err(KernelError(format!(
             "contract takes 3 views, got {}",
@@ -101,15 +109,31 @@ pub fn contract(r: &mut [KernelRegion]) -> Result<(), KernelError> {
     if out.extents().iter().any(|&e| e <= 0) {
         return Ok(());
     }
-    let axes: Vec<Axis> = (0..out.rank())
-        .map(|d| Axis {
+    if out.rank() > MAX_RANK {
+        return Err(KernelError(format!(
+            "contract walks at most {MAX_RANK} loops, got {}",
+            out.rank()
+        )));
+    }
+    let mut axes = [Axis::default(); MAX_RANK];
+    for (d, ax) in axes[..out.rank()].iter_mut().enumerate() {
+        *ax = Axis {
             extent: out.extents()[d],
             out: out.strides()[d],
             a: a.strides()[d],
             b: b.strides()[d],
-        })
-        .collect();
-    let walk = Walk::new(&axes, out.origin_ptr(), a.origin_ptr(), b.origin_ptr());
+        };
+    }
+    // The offset table's storage is kept from call to call (a call is short:
+    // one allocation took a tenth of a grouped convolution's time).
+    let mut walk = Walk::new(
+        &axes[..out.rank()],
+        out.origin_ptr(),
+        a.origin_ptr(),
+        b.origin_ptr(),
+        STEPS.take(),
+    );
+    walk.into = into;
     let lanes = match walk.lane.out {
         1 => Lanes::for_block(Isa::detect(), 16),
         _ => Lanes::One,
@@ -117,45 +141,57 @@ pub fn contract(r: &mut [KernelRegion]) -> Result<(), KernelError> {
     // SAFETY: generated code proved (or checked) every view inside its buffer, and
     // `lanes` comes from `Lanes::for_block`.
     unsafe { run_vectorized(lanes, &walk) };
+    STEPS.set(walk.reduction);
     Ok(())
 }
 
+thread_local! {
+    /// [`Walk::reduction`]'s storage between calls on this thread.
+    static STEPS: Cell<Vec<(isize, isize)>> = const { Cell::new(Vec::new()) };
+}
+
 impl Walk {
-    fn new(axes: &[Axis], out: *mut f32, a: *const f32, b: *const f32) -> Walk {
+    /// The walk over `axes`, its offset table written into `steps`.
+    fn new(
+        axes: &[Axis],
+        out: *mut f32,
+        a: *const f32,
+        b: *const f32,
+        mut steps: Vec<(isize, isize)>,
+    ) -> Walk {
         let unit = Axis {
             extent: 1,
             ..Axis::default()
         };
         // Loops of one step change nothing.
         let moving = |d: &usize| axes[*d].extent > 1;
-        let data: Vec<usize> = (0..axes.len())
-            .filter(moving)
-            .filter(|&d| axes[d].out != 0)
-            .collect();
+        let data = || (0..axes.len()).filter(moving).filter(|&d| axes[d].out != 0);
         // The lanes: the innermost loop along which the output is contiguous.
-        let lane = data.iter().rev().copied().find(|&d| axes[d].out == 1);
+        let lane = data().rev().find(|&d| axes[d].out == 1);
         // The rows: the loop one operand does not move along (its loads serve every
         // row), the longest such; else the longest other one.
-        let row = data
-            .iter()
-            .copied()
+        let row = data()
             .filter(|&d| Some(d) != lane)
             .max_by_key(|&d| ((axes[d].a == 0 || axes[d].b == 0), axes[d].extent));
-        let outer = data
-            .iter()
-            .filter(|&&d| Some(d) != lane && Some(d) != row)
-            .map(|&d| axes[d])
-            .collect();
-        let mut reduction = vec![(0isize, 0isize)];
-        for d in (0..axes.len()).filter(moving).filter(|&d| axes[d].out == 0) {
-            let ax = axes[d];
-            reduction = reduction
-                .iter()
-                .flat_map(|&(oa, ob)| {
-                    (0..ax.extent)
-                        .map(move |k| (oa + (k * ax.a) as isize, ob + (k * ax.b) as isize))
-                })
-                .collect();
+        let mut outer = [unit; MAX_RANK];
+        let mut outer_len = 0;
+        for d in data().filter(|&d| Some(d) != lane && Some(d) != row) {
+            outer[outer_len] = axes[d];
+            outer_len += 1;
+        }
+        // Every point of the reduction loops, the innermost moving fastest.
+        let reduction_axes = || (0..axes.len()).filter(moving).filter(|&d| axes[d].out == 0);
+        let points: i64 = reduction_axes().map(|d| axes[d].extent).product();
+        steps.clear();
+        for p in 0..points {
+            let (mut oa, mut ob, mut rest) = (0isize, 0isize, p);
+            for d in reduction_axes().rev() {
+                let k = rest % axes[d].extent;
+                rest /= axes[d].extent;
+                oa += (k * axes[d].a) as isize;
+                ob += (k * axes[d].b) as isize;
+            }
+            steps.push((oa, ob));
         }
         let mut walk = Walk {
             out,
@@ -164,14 +200,16 @@ impl Walk {
             lane: lane.map_or(unit, |d| axes[d]),
             row: row.map_or(unit, |d| axes[d]),
             outer,
-            reduction,
+            outer_len,
+            reduction: steps,
+            into: false,
         };
         // The operand that stays put along the rows is `b` (loaded once per step).
         if walk.row.a == 0 && walk.row.b != 0 {
             std::mem::swap(&mut walk.a, &mut walk.b);
             for ax in [&mut walk.lane, &mut walk.row]
                 .into_iter()
-                .chain(walk.outer.iter_mut())
+                .chain(walk.outer[..outer_len].iter_mut())
             {
                 std::mem::swap(&mut ax.a, &mut ax.b);
             }
@@ -199,11 +237,12 @@ impl Walk {
                 .map(|(p, &(oa, _))| (oa, (p * V::LANES) as isize))
                 .collect();
         }
-        let points: i64 = self.outer.iter().map(|a| a.extent).product();
+        let outer = &self.outer[..self.outer_len];
+        let points: i64 = outer.iter().map(|a| a.extent).product();
         for p in 0..points {
             let (mut o, mut a, mut b) = (0isize, 0isize, 0isize);
             let mut rest = p;
-            for ax in self.outer.iter().rev() {
+            for ax in outer.iter().rev() {
                 let k = rest % ax.extent;
                 rest /= ax.extent;
                 o += (k * ax.out) as isize;
@@ -232,18 +271,22 @@ impl Walk {
                     let a = self
                         .a
                         .offset(a + ro * self.row.a as isize + lo * self.lane.a as isize);
+                    let full = lanes == V::LANES;
                     if pack {
-                        self.tile::<V, A, Contiguous, MR>(
-                            out,
-                            a,
-                            packed.as_ptr(),
-                            &packed_steps,
-                            rows,
-                            lanes,
-                        );
+                        let (b, steps) = (packed.as_ptr(), &packed_steps);
+                        match full {
+                            true => self
+                                .tile::<V, A, Contiguous, MR, true>(out, a, b, steps, rows, lanes),
+                            false => self
+                                .tile::<V, A, Contiguous, MR, false>(out, a, b, steps, rows, lanes),
+                        }
                     } else {
-                        let b = b_lanes.offset(ro * self.row.b as isize);
-                        self.tile::<V, A, B, MR>(out, a, b, &self.reduction, rows, lanes);
+                        let (b, steps) =
+                            (b_lanes.offset(ro * self.row.b as isize), &self.reduction);
+                        match full {
+                            true => self.tile::<V, A, B, MR, true>(out, a, b, steps, rows, lanes),
+                            false => self.tile::<V, A, B, MR, false>(out, a, b, steps, rows, lanes),
+                        }
                     }
                     r0 += MR as i64;
                 }
@@ -254,9 +297,10 @@ impl Walk {
 
     /// `MR` rows of one vector, summed over the reduction's `steps` (offsets of
     /// `a` and `b`): the rows past `rows` repeat the last one (their stores write
-    /// the same values again), so every block runs the same code.
+    /// the same values again), so every block runs the same code. `FULL` when
+    /// `lanes` is a whole vector: the tail's masks stay out of its loop.
     #[inline(always)]
-    unsafe fn tile<V: Vector, A: LaneLoad, B: LaneLoad, const MR: usize>(
+    unsafe fn tile<V: Vector, A: LaneLoad, B: LaneLoad, const MR: usize, const FULL: bool>(
         &self,
         out: *mut f32,
         a: *const f32,
@@ -265,10 +309,13 @@ impl Walk {
         rows: usize,
         lanes: usize,
     ) {
+        let lanes = if FULL { V::LANES } else { lanes };
         let row_of = |r: usize| r.min(rows - 1) as isize;
         let mut acc = [V::splat(0.0); MR];
-        for (r, acc) in acc.iter_mut().enumerate() {
-            *acc = load_part(out.offset(row_of(r) * self.row.out as isize), lanes, 0.0);
+        if !self.into {
+            for (r, acc) in acc.iter_mut().enumerate() {
+                *acc = load_part(out.offset(row_of(r) * self.row.out as isize), lanes, 0.0);
+            }
         }
         let (ra, rb) = (self.row.a as isize, self.row.b as isize);
         let (la, lb) = (self.lane.a, self.lane.b);
@@ -336,7 +383,8 @@ mod tests {
     /// A 3x3 convolution of 2 input channels into 11 output channels (NCHW, at
     /// stride 1 and 2, 19 output columns: a vector and a masked tail, a block
     /// of 8 rows and one of 3), as the walk [oc, ic, kh, kw, ow] of output row
-    /// `oh` views it, against the loops written out.
+    /// `oh` views it, adding to the output and into it, against the loops
+    /// written out.
     #[test]
     fn walks_a_convolution_row_like_its_loops() {
         let (oc, ic, h, ow) = (11i64, 2i64, 5i64, 19i64);
@@ -348,7 +396,7 @@ mod tests {
             let wt: Vec<f32> = (0..oc * ic * 9)
                 .map(|i| ((i * 5) % 11) as f32 * 0.5)
                 .collect();
-            for oh in 0..h - 2 {
+            for (oh, into) in (0..h - 2).flat_map(|oh| [(oh, false), (oh, true)]) {
                 let mut y = vec![1.0f32; (oc * ow) as usize];
                 let extents = [oc, ic, 3, 3, ow];
                 let mut views = [
@@ -360,10 +408,10 @@ mod tests {
                         &[0, h * w, w, 1, s],
                     ),
                 ];
-                contract(&mut views).unwrap();
+                contract(&mut views, into).unwrap();
                 for o in 0..oc {
                     for j in 0..ow {
-                        let mut want = 1.0f32;
+                        let mut want = if into { 0.0f32 } else { 1.0 };
                         for c in 0..ic {
                             for kh in 0..3 {
                                 for kw in 0..3 {
@@ -375,7 +423,7 @@ mod tests {
                         let got = y[(o * ow + j) as usize];
                         assert!(
                             (got - want).abs() <= 1e-4 * want.abs().max(1.0),
-                            "stride {s}, row {oh}, channel {o}, column {j}: {got}, want {want}"
+                            "stride {s}, row {oh}, into {into}, channel {o}, column {j}: {got}, want {want}"
                         );
                     }
                 }

@@ -314,3 +314,41 @@ pub(in crate::runtime) unsafe fn run_vectorized<K: VectorKernel>(lanes: Lanes, k
         _ => k.run::<Portable>(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Loads and stores of the first `k` lanes, in every instruction set this CPU
+    /// runs: the vector holds the `k` values then the fill, and a store writes the
+    /// `k` values and nothing after them.
+    #[test]
+    fn partial_loads_and_stores_touch_only_their_lanes() {
+        struct Parts;
+        impl VectorKernel for Parts {
+            unsafe fn run<V: Vector>(&self) {
+                for k in 1..=V::LANES {
+                    let src: Vec<f32> = (0..k).map(|l| l as f32 + 1.0).collect();
+                    let v: V = load_part(src.as_ptr(), k, -7.0);
+                    let mut all = [0f32; MAX_LANES];
+                    v.store(all.as_mut_ptr());
+                    let want = |l: usize| if l < k { src[l] } else { -7.0 };
+                    for (l, &x) in all[..V::LANES].iter().enumerate() {
+                        assert_eq!(x, want(l), "{} lanes, load of {k}, lane {l}", V::LANES);
+                    }
+                    let mut dst = vec![99f32; V::LANES];
+                    store_part(v, dst.as_mut_ptr(), k);
+                    for (l, &x) in dst.iter().enumerate() {
+                        let want = if l < k { src[l] } else { 99.0 };
+                        assert_eq!(x, want, "{} lanes, store of {k}, lane {l}", V::LANES);
+                    }
+                }
+            }
+        }
+        for isa in Isa::ALL.into_iter().filter(|i| i.available()) {
+            // SAFETY: the instruction set is available.
+            unsafe { run_vectorized(Lanes::Isa(isa), &Parts) };
+        }
+        unsafe { run_vectorized(Lanes::One, &Parts) };
+    }
+}

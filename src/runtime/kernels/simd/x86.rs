@@ -119,6 +119,15 @@ impl Vector for Zmm {
     }
 }
 
+/// The mask of lanes `0..k` (`k < 8`): all ones where the lane is below `k`.
+#[inline(always)]
+unsafe fn first_lanes_avx2(k: usize) -> __m256i {
+    _mm256_cmpgt_epi32(
+        _mm256_set1_epi32(k as i32),
+        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+    )
+}
+
 impl Vector for Ymm {
     const LANES: usize = 8;
     const KIND: Lanes = Lanes::Isa(Isa::Avx2);
@@ -128,6 +137,22 @@ impl Vector for Ymm {
     #[inline(always)]
     unsafe fn fused_mul_add(a: Self, b: Self, c: Self) -> Self {
         Self::fma(a, b, c)
+    }
+    // Masked lanes are neither read nor written (nor fault); a staged copy
+    // through the stack cost a call to memcpy per vector.
+    #[inline(always)]
+    unsafe fn load_first(p: *const f32, k: usize, fill: f32) -> Self {
+        let mask = first_lanes_avx2(k);
+        let loaded = _mm256_maskload_ps(p, mask);
+        Ymm(_mm256_blendv_ps(
+            _mm256_set1_ps(fill),
+            loaded,
+            _mm256_castsi256_ps(mask),
+        ))
+    }
+    #[inline(always)]
+    unsafe fn store_first(self, p: *mut f32, k: usize) {
+        _mm256_maskstore_ps(p, first_lanes_avx2(k), self.0)
     }
     #[inline(always)]
     unsafe fn store_bytes(self, p: *mut u8) {
