@@ -519,8 +519,11 @@ impl Ctx<'_> {
     }
 }
 
+/// A tensor read at its indices.
+pub type TensorRead<'a> = (TensorId, &'a [Expr]);
+
 /// The two reads a contraction multiplies: `sum(a[..] * b[..])` of two tensors.
-pub fn contracted(c: &ComputeOp) -> Option<((TensorId, &[Expr]), (TensorId, &[Expr]))> {
+pub fn contracted(c: &ComputeOp) -> Option<(TensorRead<'_>, TensorRead<'_>)> {
     let Body::Reduce {
         op: ReduceOp::Sum,
         source: Expr::Bin(BinOp::Mul, x, y),
