@@ -418,7 +418,7 @@ impl Ctx<'_> {
             };
             let (a, b) = contracted(c).ok_or_else(|| {
                 TirError::Lower(format!(
-                    "micro-kernel `{CONTRACT}` needs a sum of products of two tensors, \
+                    "micro-kernel `{name}` needs a sum of products of two tensors, \
                      `{stage_name}` computes another expression"
                 ))
             })?;

@@ -271,22 +271,12 @@ impl Walk {
                     let a = self
                         .a
                         .offset(a + ro * self.row.a as isize + lo * self.lane.a as isize);
-                    let full = lanes == V::LANES;
                     if pack {
-                        let (b, steps) = (packed.as_ptr(), &packed_steps);
-                        match full {
-                            true => self
-                                .tile::<V, A, Contiguous, MR, true>(out, a, b, steps, rows, lanes),
-                            false => self
-                                .tile::<V, A, Contiguous, MR, false>(out, a, b, steps, rows, lanes),
-                        }
+                        let b = packed.as_ptr();
+                        self.tile::<V, A, Contiguous, MR>(out, a, b, &packed_steps, rows, lanes);
                     } else {
-                        let (b, steps) =
-                            (b_lanes.offset(ro * self.row.b as isize), &self.reduction);
-                        match full {
-                            true => self.tile::<V, A, B, MR, true>(out, a, b, steps, rows, lanes),
-                            false => self.tile::<V, A, B, MR, false>(out, a, b, steps, rows, lanes),
-                        }
+                        let b = b_lanes.offset(ro * self.row.b as isize);
+                        self.tile::<V, A, B, MR>(out, a, b, &self.reduction, rows, lanes);
                     }
                     r0 += MR as i64;
                 }
@@ -295,12 +285,30 @@ impl Walk {
         }
     }
 
+    /// [`Self::sums`] of a whole vector or of a tail: the tail's masks stay out
+    /// of the whole vectors' loop.
+    #[inline(always)]
+    unsafe fn tile<V: Vector, A: LaneLoad, B: LaneLoad, const MR: usize>(
+        &self,
+        out: *mut f32,
+        a: *const f32,
+        b: *const f32,
+        steps: &[(isize, isize)],
+        rows: usize,
+        lanes: usize,
+    ) {
+        match lanes == V::LANES {
+            true => self.sums::<V, A, B, MR, true>(out, a, b, steps, rows, lanes),
+            false => self.sums::<V, A, B, MR, false>(out, a, b, steps, rows, lanes),
+        }
+    }
+
     /// `MR` rows of one vector, summed over the reduction's `steps` (offsets of
     /// `a` and `b`): the rows past `rows` repeat the last one (their stores write
     /// the same values again), so every block runs the same code. `FULL` when
-    /// `lanes` is a whole vector: the tail's masks stay out of its loop.
+    /// `lanes` is a whole vector.
     #[inline(always)]
-    unsafe fn tile<V: Vector, A: LaneLoad, B: LaneLoad, const MR: usize, const FULL: bool>(
+    unsafe fn sums<V: Vector, A: LaneLoad, B: LaneLoad, const MR: usize, const FULL: bool>(
         &self,
         out: *mut f32,
         a: *const f32,
