@@ -17,9 +17,16 @@ use crate::runtime::kernels::simd::{
 #[cfg(target_arch = "x86_64")]
 use crate::runtime::kernels::simd::{Ymm, Zmm};
 
-/// Pixels per register tile: 12 accumulators leave room for the weight vector
-/// and broadcasts in 16 (AVX2) or 32 (AVX-512) registers.
+/// The most pixels of a register tile: 12 accumulators of one vector leave
+/// room for the weight vector and broadcasts in 16 (AVX2) registers.
 pub const TILE: usize = 12;
+
+/// The most pixels a tile of `vectors` output-channel vectors keeps in
+/// registers on `isa`: `vectors` accumulators per pixel, besides the weight
+/// vectors and one broadcast.
+pub fn tile_pixels(isa: Isa, vectors: usize) -> usize {
+    ((isa.registers() - vectors - 1) / vectors).min(TILE)
+}
 
 /// The geometry of one tile call. Offsets and strides are in f32 elements.
 #[derive(Clone, Copy, Debug)]
@@ -433,6 +440,7 @@ unsafe fn tile_generic<V: Vector>(
         ($($n:literal)*) => {
             match (t.pixels, t.vectors, t.x_pixel) {
                 $(($n, 1, _) => tile_n::<V, $n, 1, 0>(x, w, bias, t, st, ep),)*
+                $(($n, _, 8) => tile_n::<V, $n, 2, 8>(x, w, bias, t, st, ep),)*
                 $(($n, _, 16) => tile_n::<V, $n, 2, 16>(x, w, bias, t, st, ep),)*
                 $(($n, _, 32) => tile_n::<V, $n, 2, 32>(x, w, bias, t, st, ep),)*
                 $(($n, _, _) => tile_n::<V, $n, 2, 0>(x, w, bias, t, st, ep),)*

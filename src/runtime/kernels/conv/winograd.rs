@@ -21,7 +21,7 @@
 //! only.
 
 use super::direct::{fill_channel_pad, ConvGeom, PackedConv, Packs};
-use super::tile::{conv_tile, ChannelParams, Epilogue, Store, Tile, TILE};
+use super::tile::{conv_tile, tile_pixels, ChannelParams, Epilogue, Store, Tile};
 use crate::core::{par, PageBuf};
 use crate::runtime::kernels::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel};
 use std::ops::Range;
@@ -166,6 +166,8 @@ pub struct WinogradConv {
     tile: WinogradTile,
     /// Output channels of one product's register tile: one or two vectors.
     width: usize,
+    /// The most rows of one product's register tile.
+    tile_rows: usize,
     /// [α²][cout / width][cin][width], zero beyond `cout`.
     u: Arc<PageBuf>,
     /// Bias per output channel, zero beyond `cout`, `cout_r` long; then as
@@ -280,9 +282,10 @@ impl WinogradConv {
         let tiles = (geom.oh.div_ceil(m), geom.ow.div_ceil(m));
         let count = geom.n * tiles.0 * tiles.1;
         let per_tile = tile.alpha().pow(2) * (cin_r + cout_r);
+        let tile_rows = tile_pixels(isa, width / isa.lanes());
         let mut block = (BLOCK_FLOATS / per_tile).max(1);
-        if block > TILE {
-            block -= block % TILE;
+        if block > tile_rows {
+            block -= block % tile_rows;
         }
         let workers = threads.max(1);
         let blocks = count.div_ceil(block);
@@ -303,6 +306,7 @@ impl WinogradConv {
             isa,
             tile,
             width,
+            tile_rows,
             u,
             params: padded_params,
             epilogue: padded_epilogue,
@@ -372,9 +376,9 @@ impl WinogradConv {
             // 0.34-0.39 ms on 2 threads, 0.31 ms so). Rows are cut only when
             // there are too few slices to share out.
             let slices = self.tile.alpha().pow(2) * self.groups();
-            let row_tiles = count.div_ceil(TILE);
+            let row_tiles = count.div_ceil(self.tile_rows);
             let cuts = (par::threads() * 8).div_ceil(slices).clamp(1, row_tiles);
-            let rows = row_tiles.div_ceil(cuts) * TILE;
+            let rows = row_tiles.div_ceil(cuts) * self.tile_rows;
             let cuts = count.div_ceil(rows);
             par::for_each(slices * cuts, |i| unsafe {
                 let (xi, grp) = (i / cuts / self.groups(), i / cuts % self.groups());
@@ -457,12 +461,13 @@ impl WinogradConv {
     /// Rows `rows` of product `xi` for output-channel group `grp`: a 1x1
     /// convolution of the transformed tiles, one register tile at a time.
     unsafe fn product(&self, b: &Block, xi: usize, grp: usize, rows: Range<usize>) {
-        for r0 in rows.clone().step_by(TILE) {
-            self.product_tile(b, xi, grp, r0..(r0 + TILE).min(rows.end));
+        for r0 in rows.clone().step_by(self.tile_rows) {
+            let end = (r0 + self.tile_rows).min(rows.end);
+            self.product_tile(b, xi, grp, r0..end);
         }
     }
 
-    /// `product` of at most `TILE` rows: one register tile.
+    /// `product` of at most `tile_rows` rows: one register tile.
     unsafe fn product_tile(&self, b: &Block, xi: usize, grp: usize, rows: Range<usize>) {
         let lanes = self.isa.lanes();
         let cin = self.geom.cin;
@@ -682,7 +687,8 @@ impl TransformedWeights {
     /// `cin` input channels, in f64.
     pub fn new(tile: WinogradTile, isa: Isa, cin: usize, cout: usize, w: &[f32]) -> Self {
         let lanes = isa.lanes();
-        let width = if isa == Isa::Avx512 && cout > lanes {
+        // Two vectors per register tile as in the direct kernel (`direct.rs`).
+        let width = if isa != Isa::Portable && cout > lanes {
             2 * lanes
         } else {
             lanes

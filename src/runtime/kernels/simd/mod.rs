@@ -84,6 +84,14 @@ impl Isa {
         }
     }
 
+    /// Vector registers the instruction set has.
+    pub fn registers(self) -> usize {
+        match self {
+            Isa::Avx512 => 32,
+            Isa::Avx2 | Isa::Portable => 16,
+        }
+    }
+
     /// Output channels one kernel call computes.
     pub fn lanes(self) -> usize {
         match self {
