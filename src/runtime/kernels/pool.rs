@@ -554,8 +554,20 @@ multiversion!(global_pool(g: &PoolGeom, x: &[f32], y: &mut [f32]) {
             let tail = chunks.remainder().iter().fold(init, |a, &b| combine(a, b));
             out[0] = acc.iter().fold(tail, |a, &b| combine(a, b));
         } else {
+            // Four pixels combined in a tree per pass over `out`: one chain
+            // per channel made the adds wait on each other (7.5 GB/s on the
+            // 7x7 and 14x14 planes of MobileNetV3).
             out.fill(init);
-            for px in x.chunks_exact(cb) {
+            let mut quads = x.chunks_exact(4 * cb);
+            for q in &mut quads {
+                let (p01, p23) = q.split_at(2 * cb);
+                let ((p0, p1), (p2, p3)) = (p01.split_at(cb), p23.split_at(cb));
+                let pixels = p0.iter().zip(p1).zip(p2.iter().zip(p3));
+                for (a, ((&v0, &v1), (&v2, &v3))) in out.iter_mut().zip(pixels) {
+                    *a = combine(*a, combine(combine(v0, v1), combine(v2, v3)));
+                }
+            }
+            for px in quads.remainder().chunks_exact(cb) {
                 out.iter_mut()
                     .zip(px)
                     .for_each(|(a, &b)| *a = combine(*a, b));
