@@ -8,7 +8,7 @@
 //! powers go lane by lane, so ops that need them stay out of epilogues
 //! (`vectorizes`).
 
-use super::simd::Vector;
+use super::simd::{Vector, MAX_LANES};
 use crate::core::scalar::{BinaryOp, MathFn, Scalar, UnaryOp};
 use crate::core::vecmath::{self, LaneOps};
 use crate::fusion::Activation;
@@ -93,7 +93,7 @@ impl<V: Vector> Lanewise<V> {
     /// `f` on each lane (for the functions without a vector form here).
     #[inline(always)]
     fn per_lane(self, mut f: impl FnMut(f32) -> f32) -> Self {
-        let mut lanes = [0f32; 16];
+        let mut lanes = [0f32; 2 * MAX_LANES];
         unsafe {
             self.0.store(lanes.as_mut_ptr());
             for x in &mut lanes[..V::LANES] {
@@ -207,7 +207,7 @@ impl<V: Vector> Scalar for Lanewise<V> {
         self.per_lane(|x| f.f32(x))
     }
     fn pow(self, e: Self) -> Self {
-        let mut lanes = [0f32; 16];
+        let mut lanes = [0f32; 2 * MAX_LANES];
         unsafe { e.0.store(lanes.as_mut_ptr()) };
         let mut i = 0;
         self.per_lane(|x| {

@@ -15,8 +15,8 @@
 use super::activation::Lanewise;
 use super::quantized::{QuantizedAdd, QuantizedMul};
 use super::simd::{
-    load_part, run_vectorized, store_part, Isa, Lanes, Vector, VectorKernel, ELEMENTS_PER_TASK,
-    MAX_LANES,
+    load_part, run_vectorized, store_part, Isa, Lanes, Pair, Vector, VectorKernel,
+    ELEMENTS_PER_TASK, MAX_LANES,
 };
 use super::KernelError;
 use crate::core::par;
@@ -428,7 +428,7 @@ impl VectorKernel for Blocks<'_> {
         // as long as a tenth of a Relu's pass): each is read only where it
         // was written before, by the previous op or when its tile was filled.
         let mut registers = [[MaybeUninit::<f32>::uninit(); BLOCK]; 2];
-        let mut repeated = [[0f32; MAX_LANES]; MAX_OPERANDS];
+        let mut repeated = [[0f32; 2 * MAX_LANES]; MAX_OPERANDS];
         // A periodic operand's values laid out past a block's end, so any block
         // reads them contiguously from its phase; refilled when its run moves.
         let mut tiles = [[MaybeUninit::<f32>::uninit(); 2 * BLOCK]; MAX_OPERANDS];
@@ -447,7 +447,7 @@ impl VectorKernel for Blocks<'_> {
             for (k, o) in self.operands.iter().enumerate() {
                 operands[k] = match chain.reads[k] {
                     Read::Repeat => {
-                        repeated[k] = [o[at[k]]; MAX_LANES];
+                        repeated[k] = [o[at[k]]; 2 * MAX_LANES];
                         Source {
                             at: repeated[k].as_ptr(),
                             step: 0,
@@ -492,7 +492,7 @@ impl VectorKernel for Blocks<'_> {
                         // Each arm knows its op, so `apply` is resolved out of the loop.
                         macro_rules! go {
                             ($u:ident) => {
-                                map::<V>(
+                                map::<Pair<V>>(
                                     len,
                                     dest,
                                     a,
@@ -529,7 +529,7 @@ impl VectorKernel for Blocks<'_> {
                         let (p, q) = (source(p), source(q));
                         macro_rules! go {
                             ($b:ident) => {
-                                map::<V>(
+                                map::<Pair<V>>(
                                     len,
                                     dest,
                                     p,
@@ -554,7 +554,7 @@ impl VectorKernel for Blocks<'_> {
                             b => go!(b),
                         }
                     }
-                    Func::QuantizedAdd(add, p, q) => map::<V>(
+                    Func::QuantizedAdd(add, p, q) => map::<Pair<V>>(
                         len,
                         dest,
                         source(p),
@@ -562,7 +562,7 @@ impl VectorKernel for Blocks<'_> {
                         #[inline(always)]
                         |x, y| add.apply(x, y),
                     ),
-                    Func::QuantizedMul(mul, p, q) => map::<V>(
+                    Func::QuantizedMul(mul, p, q) => map::<Pair<V>>(
                         len,
                         dest,
                         source(p),

@@ -12,7 +12,7 @@ use crate::core::scalar::UnaryOp;
 use crate::fusion::Activation;
 use crate::runtime::kernels::activation::{activate, prelu, Lanewise};
 use crate::runtime::kernels::simd::{
-    array_of, run_vectorized, Isa, Portable, Scalar, Vector, VectorKernel, MAX_LANES,
+    array_of, run_vectorized, Isa, Pair, Portable, Scalar, Vector, VectorKernel, MAX_LANES,
 };
 #[cfg(target_arch = "x86_64")]
 use crate::runtime::kernels::simd::{Ymm, Zmm};
@@ -161,13 +161,20 @@ impl Epilogue {
         bias: *const f32,
     ) {
         // A loop, not a closure: a closure is compiled without the vector
-        // instructions, so the vector operations in it would be calls.
+        // instructions, so the vector operations in it would be calls. Two
+        // vectors at a time, as a `Pair`: a sigmoid or tanh of one vector is
+        // bound by its latency. An odd last vector is computed twice.
         macro_rules! each {
             ($v:ident => $f:expr) => {
-                for p in 0..count {
-                    let q = at.add(p * stride);
-                    let $v = V::load(q);
-                    $f.store(q);
+                for p in (0..count).step_by(2) {
+                    let (q, r) = (at.add(p * stride), at.add((p + 1).min(count - 1) * stride));
+                    let $v = Pair {
+                        lo: V::load(q),
+                        hi: V::load(r),
+                    };
+                    let y = $f;
+                    y.lo.store(q);
+                    y.hi.store(r);
                 }
             };
         }
@@ -196,6 +203,10 @@ impl Epilogue {
         }
         if let Some(s) = self.slope_at {
             let slope = V::load(bias.add(s));
+            let slope = Pair {
+                lo: slope,
+                hi: slope,
+            };
             each!(v => prelu(v, slope));
         }
     }

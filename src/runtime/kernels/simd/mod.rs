@@ -4,12 +4,14 @@
 //! of plain f32 the compiler may vectorize, or one lane (`run_vectorized`).
 
 pub(in crate::runtime) mod amx;
+mod pair;
 mod portable;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
 use crate::core::{parse_choice, UnknownChoice};
 
+pub(in crate::runtime) use pair::Pair;
 pub(in crate::runtime) use portable::{Portable, Scalar};
 #[cfg(target_arch = "x86_64")]
 pub(in crate::runtime) use x86::{Ymm, Zmm};
