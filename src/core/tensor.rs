@@ -683,7 +683,9 @@ impl Tensor {
     /// format's largest finite value saturates to it (the ONNX default) or
     /// becomes infinity or NaN (see core::float8).
     pub fn cast_saturating(&self, to: DType, saturate: bool) -> Tensor {
-        let data = if to.is_float() || self.dtype().is_float() {
+        let data = if let Some(data) = f32_to_integer(&self.data, to) {
+            data
+        } else if to.is_float() || self.dtype().is_float() {
             if float8::is_float8(to) {
                 TensorData::Bits(to, float8::encode(to, &self.data.to_f64(), saturate))
             } else if to.is_float() || to == DType::Bool {
@@ -706,6 +708,34 @@ impl Tensor {
             data: self.data.clone(),
         }
     }
+}
+
+/// f32 elements cast to an integer type or bool as `Tensor::cast` defines it
+/// (truncated toward zero, wrapped from i128, i64 saturated; bool: nonzero), without the f64
+/// and i128 copies of the general path (a Cast of 200k elements took 1.2 ms).
+/// A value of magnitude under 2^63 truncates in i64, whose low bits are the
+/// i128's. `None` for other element types.
+fn f32_to_integer(data: &TensorData, to: DType) -> Option<TensorData> {
+    let TensorData::F32(v) = data else {
+        return None;
+    };
+    let wide = |x: f32| match x.abs() < 9.2e18 {
+        true => x as i64,
+        // NaN too: 0, as `as i128` gives it.
+        false => x as i128 as i64,
+    };
+    macro_rules! each {
+        ($($t:ident $ty:ty),*) => {
+            match to {
+                $(DType::$t => TensorData::$t(v.iter().map(|&x| wide(x) as $ty).collect()),)*
+                // As `TensorData::from_f64` makes i64: saturated, not wrapped.
+                DType::I64 => TensorData::I64(v.iter().map(|&x| x as i64).collect()),
+                DType::Bool => TensorData::Bool(v.iter().map(|&x| x != 0.0).collect()),
+                _ => return None,
+            }
+        };
+    }
+    Some(each!(I32 i32, I16 i16, I8 i8, U64 u64, U32 u32, U16 u16, U8 u8))
 }
 
 /// Element type and static shape of a value.
@@ -761,6 +791,60 @@ mod tests {
         assert!(bf16_from_f64(f64::NAN).is_nan());
         let t = Tensor::from_f32(vec![2], vec![1.0 + 2f32.powi(-7), -2.5]);
         assert_eq!(t.cast(DType::BF16).cast(DType::F32), t);
+    }
+
+    /// The f32-to-integer fast path gives what the general path through f64
+    /// and i128 gives, at the edges of every type and past them.
+    #[test]
+    fn floats_cast_to_integers_as_through_i128() {
+        let v = vec![
+            0.0,
+            -0.0,
+            0.9,
+            -0.9,
+            1.5,
+            -1.5,
+            127.9,
+            128.0,
+            -129.0,
+            255.0,
+            256.7,
+            65535.0,
+            -32769.5,
+            2147483647.0,
+            2147483648.0,
+            -2147483649.0,
+            4294967296.0,
+            9.2e18,
+            9.3e18,
+            -9.3e18,
+            1.8e19,
+            1e30,
+            -1e30,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+        ];
+        let t = Tensor::from_f32(vec![v.len()], v.clone());
+        for to in [
+            DType::I64,
+            DType::I32,
+            DType::I16,
+            DType::I8,
+            DType::U64,
+            DType::U32,
+            DType::U16,
+            DType::U8,
+            DType::Bool,
+        ] {
+            let general = match to {
+                DType::Bool => TensorData::from_f64(to, t.data.to_f64()),
+                _ => {
+                    TensorData::from_f64(to, t.data.to_f64().into_iter().map(f64::trunc).collect())
+                }
+            };
+            assert_eq!(*t.cast(to).data, general, "to {to}");
+        }
     }
 
     /// 4-bit integers wrap like any other integer cast, and i4 is signed.
