@@ -171,8 +171,13 @@ impl Run {
         for c in 0..cin {
             let elem = (c / cb) * plane * cb + c % cb;
             let byte = (c / cin_g) * group_bytes + c % cin_g;
+            // A run never crosses a channel block, even where a plane of one
+            // pixel puts the next block right after it.
+            let same_block = c % cb != 0;
             match runs.last_mut() {
-                Some(r) if r.elem + r.len == elem && r.byte + r.len == byte => r.len += 1,
+                Some(r) if same_block && r.elem + r.len == elem && r.byte + r.len == byte => {
+                    r.len += 1
+                }
                 _ => runs.push(Run { elem, byte, len: 1 }),
             }
         }
@@ -1084,6 +1089,10 @@ impl StageRow<'_> {
             for first in (0..len).step_by(chunk) {
                 let pixels = chunk.min(len - first);
                 let to = self.bytes.add((sc + first) * s.pixel);
+                // The runs are in channel order, each within one block: the
+                // block's are the next ones up to its end (one pass over
+                // them, not one per block: 240 planar channels took 1.2 ms).
+                let mut next = 0;
                 for b in 0..o.cin.div_ceil(cb) {
                     let at = n * image + b * block + (iy * w + ix + first) * cb;
                     let from = self.x[at..at + pixels * cb].as_ptr();
@@ -1091,7 +1100,11 @@ impl StageRow<'_> {
                         let k = (pixels * cb - i).min(V::LANES);
                         to_bytes.part(from.add(i), quantized.as_mut_ptr().add(i), k);
                     }
-                    for run in s.runs.iter().filter(|r| r.elem / block == b) {
+                    let first_run = next;
+                    while next < s.runs.len() && s.runs[next].elem < (b + 1) * block {
+                        next += 1;
+                    }
+                    for run in &s.runs[first_run..next] {
                         let from = quantized.as_ptr().add(run.elem % block);
                         for p in 0..pixels {
                             copy_short(from.add(p * cb), to.add(p * s.pixel + run.byte), run.len);

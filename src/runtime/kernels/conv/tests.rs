@@ -663,9 +663,16 @@ fn quant_case(case: usize, exact: bool, rng: &mut Rng) -> QuantCase {
         // each image's rows as one flat row.
         (k, pad, pad_end, stride) = ((3, 3), (1, 1), (1, 1), (1, 1));
     }
+    // A 1x1 window over one pixel (a convolution after a global pool): each
+    // channel block follows the one before without a gap.
+    let one_pixel = case % 9 == 4;
+    if one_pixel {
+        (k, pad, pad_end, stride) = ((1, 1), (0, 0), (0, 0), (1, 1));
+    }
     let span = ((k.0 - 1) * dilation.0 + 1, (k.1 - 1) * dilation.1 + 1);
     let h = rng.range(span.0.saturating_sub(pad.0 + pad_end.0).max(1), 12);
     let w = rng.range(span.1.saturating_sub(pad.1 + pad_end.1).max(1), 30);
+    let (h, w) = if one_pixel { (1, 1) } else { (h, w) };
     let g = ConvGeom {
         groups,
         ..random_blocked_geom(
