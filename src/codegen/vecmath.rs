@@ -97,12 +97,6 @@ impl<'b, 'f> LaneOps for Lane<'b, 'f> {
         Lane(cx.select(c, a.0, b.0), PhantomData)
     }
     #[inline(always)]
-    fn select_negative(cx: &mut Emitter<'b, 'f>, a: Self, neg: Self, pos: Self) -> Self {
-        let zero = Self::splat(cx, 0.0);
-        let c = cx.b.ins().fcmp(FloatCC::LessThan, a.0, zero.0);
-        Lane(cx.select(c, neg.0, pos.0), PhantomData)
-    }
-    #[inline(always)]
     fn round(cx: &mut Emitter<'b, 'f>, a: Self) -> Self {
         Lane(cx.b.ins().nearest(a.0), PhantomData)
     }

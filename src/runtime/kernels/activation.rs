@@ -151,7 +151,6 @@ impl<V: Vector> LaneOps for Lanewise<V> {
     lane_op!(mul_add(a, b, c) => fma);
     lane_op!(max(a, b) => max);
     lane_op!(min(a, b) => min);
-    lane_op!(select_negative(a, neg, pos) => select_negative);
     lane_op!(round(a) => round);
     lane_op!(mul_pow2(a, n) => scale2);
 }
