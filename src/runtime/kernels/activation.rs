@@ -180,8 +180,9 @@ impl<V: Vector> Scalar for Lanewise<V> {
     fn ln(self) -> Self {
         self.per_lane(f32::ln)
     }
+    #[inline(always)]
     fn sqrt(self) -> Self {
-        self.per_lane(f32::sqrt)
+        unsafe { Lanewise(V::sqrt(self.0)) }
     }
     #[inline(always)]
     fn tanh(self) -> Self {

@@ -252,6 +252,9 @@ pub(in crate::runtime) trait Vector: Copy {
     unsafe fn nan_of(a: Self, b: Self) -> Self;
     /// Rounded to the nearest integer, halves to even.
     unsafe fn round(a: Self) -> Self;
+    /// The square root, correctly rounded as IEEE 754 asks (so bit for bit
+    /// `f32::sqrt`): NaN for a negative lane, −0 for −0.
+    unsafe fn sqrt(a: Self) -> Self;
     /// `a · 2^n` for integral `n` in [-150, 128] and `a` in [0.5, 2] (rounded
     /// once, so it over- or underflows only where the exact product does).
     unsafe fn scale2(a: Self, n: Self) -> Self;

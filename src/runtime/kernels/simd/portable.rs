@@ -89,6 +89,10 @@ impl Vector for Scalar {
         Scalar(a.0.round_ties_even())
     }
     #[inline(always)]
+    unsafe fn sqrt(a: Self) -> Self {
+        Scalar(a.0.sqrt())
+    }
+    #[inline(always)]
     unsafe fn scale2(a: Self, n: Self) -> Self {
         Scalar(scale2_lane(a.0, n.0))
     }
@@ -153,6 +157,10 @@ impl Vector for Portable {
     #[inline(always)]
     unsafe fn round(a: Self) -> Self {
         Portable(a.0.map(|x| Scalar::round(Scalar(x)).0))
+    }
+    #[inline(always)]
+    unsafe fn sqrt(a: Self) -> Self {
+        Portable(a.0.map(f32::sqrt))
     }
     #[inline(always)]
     unsafe fn any_at_most(a: Self, x: f32) -> bool {

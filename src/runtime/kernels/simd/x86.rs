@@ -94,6 +94,10 @@ impl Vector for Zmm {
         Zmm(_mm512_mask_blend_ps(m, a.0, b.0))
     }
     #[inline(always)]
+    unsafe fn sqrt(a: Self) -> Self {
+        Zmm(_mm512_sqrt_ps(a.0))
+    }
+    #[inline(always)]
     unsafe fn round(a: Self) -> Self {
         Zmm(_mm512_roundscale_ps::<
             { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
@@ -186,6 +190,10 @@ impl Vector for Ymm {
     unsafe fn nan_of(a: Self, b: Self) -> Self {
         let m = _mm256_cmp_ps::<_CMP_UNORD_Q>(b.0, b.0);
         Ymm(_mm256_blendv_ps(a.0, b.0, m))
+    }
+    #[inline(always)]
+    unsafe fn sqrt(a: Self) -> Self {
+        Ymm(_mm256_sqrt_ps(a.0))
     }
     #[inline(always)]
     unsafe fn round(a: Self) -> Self {
