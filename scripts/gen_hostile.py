@@ -125,6 +125,17 @@ def panics():
             "W has shape [1, 16, 4], expected [1, 20, 4]",
             [nh.from_array(np.ones((1, 16, 4), np.float32), "w"),
              nh.from_array(np.ones((1, 16, 4), np.float32), "r")], opset=14)
+    # RoiAlign regions read at run time: one whose adaptive sampling grid has
+    # no bound, one of an image outside the batch.
+    roi_align = [h.make_node("RoiAlign", ["x", "rois", "batch"], ["y"], output_height=2,
+                             output_width=2)]
+    for name, box, image, needle in [
+            ("roi_align_region_without_bound", [0, 0, 1e30, 1], 0, "more than 4194304 bilinear samples"),
+            ("roi_align_image_outside_the_batch", [0, 0, 4, 4], 3,
+             "names image 3, outside the batch of 1")]:
+        refused(name, roi_align, [vi("x", [1, 2, 8, 8])], y, needle,
+                [nh.from_array(np.array([box], np.float32), "rois"), ints("batch", [image])],
+                opset=16)
     # Quantized operators whose parameters do not fit (onnxruntime's
     # com.microsoft domain).
     quantized = [nh.from_array(np.ones((1, 3, 8), np.int8), "w"),

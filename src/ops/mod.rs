@@ -28,6 +28,7 @@ mod pad_flow;
 mod pool;
 mod reduce;
 mod resize;
+mod roi_align;
 mod scatter;
 mod select;
 mod shape;
@@ -52,6 +53,7 @@ use onnx::OnnxCx;
 pub use pad_flow::{binary_flow, pad_flow, unary_flow};
 pub use reduce::{Cumulative, Running};
 pub use resize::{is_identity, AxisTaps};
+pub use roi_align::{Corners, RegionSamples, RoiAlign, RoiPool};
 pub use scatter::{GatherNd, ScatterElements, ScatterNd, ScatterReduction};
 pub use select::{ArgKind, ArgReduce, GatherElements, TopK};
 pub use shape::{broadcast_shapes, infer_outputs, window_output_extent};
@@ -348,6 +350,8 @@ pub enum Op {
     Resize(Resize),
     /// x, grid: x sampled at the grid's points
     GridSample(GridSample),
+    /// x, rois, batch_indices: each region's bins pooled from bilinear samples
+    RoiAlign(RoiAlign),
     /// x
     Softmax(Softmax),
     /// x
@@ -740,6 +744,7 @@ impl Op {
             Op::Pad(p) => p,
             Op::Resize(r) => r,
             Op::GridSample(s) => s,
+            Op::RoiAlign(r) => r,
             Op::Softmax(s) => s,
             Op::LogSoftmax(s) => s,
             Op::Reduce(r) => r,

@@ -117,6 +117,16 @@ impl CompiledModel {
                         bufs.write(step.outputs[0]),
                     )
                     .map_err(kernel)?,
+                Kernel::RoiAligned(k) => {
+                    let batch = bufs.tensor(step.inputs[2], &step.input_types[2]);
+                    k.run(
+                        bufs.read(step.inputs[0]),
+                        bufs.read(step.inputs[1]),
+                        &batch.data.to_i64(),
+                        bufs.write(step.outputs[0]),
+                    )
+                    .map_err(kernel)?
+                }
                 Kernel::Gather(g) => {
                     let inputs: [&[f32]; gather::MAX_GATHER_INPUTS] =
                         std::array::from_fn(|i| optional(i).unwrap_or(&[]));

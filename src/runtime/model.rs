@@ -13,6 +13,7 @@ use super::kernels::grid_sample::GridSampler;
 use super::kernels::matmul::{BatchedMatMul, Dense};
 use super::kernels::pool::PoolGeom;
 use super::kernels::resize::ResizeGeom;
+use super::kernels::roi_align::RoiAligner;
 use super::kernels::scatter::Scatter;
 use super::kernels::simd::Isa;
 use super::kernels::{elementwise, normalize, quantized, tir_step, typed, where_select};
@@ -48,6 +49,9 @@ pub(super) enum Kernel {
     Resize(ResizeGeom),
     /// GridSample: x (input 0) sampled at the points of a grid (input 1).
     Sampled(GridSampler),
+    /// RoiAlign: regions (input 1) of the images (integer input 2) of a
+    /// feature map (input 0) pooled into bins.
+    RoiAligned(RoiAligner),
     Dense(Dense),
     /// A matrix product of two computed operands, batched.
     MatMul(BatchedMatMul),

@@ -22,6 +22,7 @@ use super::kernels::normalize::{RowKernel, RowOp};
 use super::kernels::pool::PoolGeom;
 use super::kernels::quantized::{Grid, QuantizedAdd, QuantizedMul, QuantizedSoftmax};
 use super::kernels::resize::ResizeGeom;
+use super::kernels::roi_align::RoiAligner;
 use super::kernels::scatter::{Placing, Scatter};
 use super::kernels::simd::{Isa, Lanes};
 use super::kernels::typed::{
@@ -420,6 +421,12 @@ impl<'g> Compiler<'g> {
                 .iter()
                 .all(|&v| self.is_f32(v))
                 .then(|| Kernel::Detection(d.clone()));
+        }
+        // RoiAlign: an f32 map and regions, integer image indices.
+        if let (Op::RoiAlign(r), None) = inner(self.g, id) {
+            let x = &self.g.value_type(ins[0]).shape;
+            let floats = out.dtype == DType::F32 && self.is_f32(ins[0]) && self.is_f32(ins[1]);
+            return floats.then(|| Kernel::RoiAligned(RoiAligner::new(r, x, out.shape[0])));
         }
         if out.dtype != DType::F32 || !ins.iter().all(|&v| self.is_f32(v)) {
             return None;

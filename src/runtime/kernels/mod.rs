@@ -13,6 +13,7 @@ pub(super) mod normalize;
 pub(super) mod pool;
 pub mod quantized;
 pub(super) mod resize;
+pub(super) mod roi_align;
 pub(super) mod scatter;
 pub mod simd;
 pub mod tir_step;

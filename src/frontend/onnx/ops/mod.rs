@@ -122,6 +122,7 @@ mod tests {
         "Compress",
         "Col2Im",
         "ReverseSequence",
+        "RoiAlign",
         "GatherElements",
         "GatherND",
         "Gelu",
@@ -275,7 +276,7 @@ mod tests {
         want.extend(SUPPORTED_MICROSOFT.iter().map(|&op| ("com.microsoft", op)));
         want.sort_unstable();
         let have = registry().op_types();
-        assert_eq!(have.len(), 186);
+        assert_eq!(have.len(), 187);
         assert_eq!(have, want);
     }
 

@@ -1,5 +1,5 @@
-//! Pooling: MaxPool, AveragePool, LpPool, the global pools, and MaxUnpool
-//! as a scatter.
+//! Pooling: MaxPool, AveragePool, LpPool, the global pools, RoiAlign, and
+//! MaxUnpool as a scatter.
 
 use super::context::dims;
 use super::context::{NodeCtx, Res};
@@ -7,7 +7,9 @@ use super::registry::{Registry, AI_ONNX};
 use super::window::{kernel_attr, window};
 use crate::frontend::onnx::add_and_fold;
 use crate::graph::{BinaryOp, Op, Pool, PoolKind, Reshape, Tensor, TensorData, UnaryOp, ValueRef};
-use crate::ops::{GlobalPool, MaxPoolIndices, Pad, PadMode, ScatterElements, ScatterReduction};
+use crate::ops::{
+    GlobalPool, MaxPoolIndices, Pad, PadMode, RoiAlign, RoiPool, ScatterElements, ScatterReduction,
+};
 
 pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "MaxPool", |c| pool(c, PoolKind::Max));
@@ -18,6 +20,60 @@ pub(super) fn register(reg: &mut Registry) {
         global_pool(c, PoolKind::Avg)
     });
     reg.add(AI_ONNX, "MaxUnpool", max_unpool);
+    reg.add(AI_ONNX, "RoiAlign", roi_align);
+}
+
+/// RoiAlign: before opset 16 pixel centres lie at integers (what opset 16
+/// calls `output_half_pixel`); from 16 on `half_pixel` is the default.
+fn roi_align(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let mode = match c.string("mode", "avg")?.as_str() {
+        "avg" => RoiPool::Avg,
+        "max" => RoiPool::Max,
+        other => return Err(c.err(format!("RoiAlign mode '{other}' is not known"))),
+    };
+    let default_transform = if c.opset >= 16 {
+        "half_pixel"
+    } else {
+        "output_half_pixel"
+    };
+    let half_pixel = match c
+        .string("coordinate_transformation_mode", default_transform)?
+        .as_str()
+    {
+        "half_pixel" => true,
+        "output_half_pixel" => false,
+        other => {
+            return Err(c.err(format!(
+                "RoiAlign coordinate_transformation_mode '{other}' is not known"
+            )))
+        }
+    };
+    // Each attribute with the least value it may take.
+    let at_least = |name: &str, default: i64, least: i64| -> Res<usize> {
+        match c.int(name, default)? {
+            v if v >= least => Ok(v as usize),
+            v => Err(c.err(format!("RoiAlign {name} must be at least {least}, got {v}"))),
+        }
+    };
+    let output = (
+        at_least("output_height", 1, 1)?,
+        at_least("output_width", 1, 1)?,
+    );
+    let sampling_ratio = at_least("sampling_ratio", 0, 0)?;
+    let spatial_scale = c.float("spatial_scale", 1.0)?;
+    if !spatial_scale.is_finite() {
+        return Err(c.err(format!(
+            "RoiAlign spatial_scale {spatial_scale} is not finite"
+        )));
+    }
+    let op = Op::RoiAlign(RoiAlign {
+        mode,
+        output,
+        sampling_ratio,
+        spatial_scale,
+        half_pixel,
+    });
+    c.emit_all(op)
 }
 
 /// MaxUnpool: the values X (input 0) placed at the positions I (input 1)
