@@ -69,8 +69,8 @@ pub struct RegionSamples {
 
 impl RoiAlign {
     /// The samples of region `roi` (x1, y1, x2, y2) over an image of
-    /// `height` × `width` pixels into `into`, or why the region cannot be
-    /// sampled (a coordinate that is not finite, a grid past
+    /// `height` × `width` pixels into `into`; an error where the region
+    /// cannot be sampled (a coordinate that is not finite, a grid past
     /// [`MAX_REGION_SAMPLES`]).
     pub fn region_samples(
         &self,
@@ -78,11 +78,11 @@ impl RoiAlign {
         height: usize,
         width: usize,
         into: &mut RegionSamples,
-    ) -> Result<(), String> {
+    ) -> Result<(), OpError> {
         if let Some(v) = roi.iter().find(|v| !v.is_finite()) {
-            return Err(format!(
+            return Err(OpError::Value(format!(
                 "region {roi:?} has a coordinate {v} that is not finite"
-            ));
+            )));
         }
         let (out_h, out_w) = self.output;
         let offset = if self.half_pixel { 0.5 } else { 0.0 };
@@ -104,10 +104,10 @@ impl RoiAlign {
         let bins = (out_h * out_w) as i64;
         let total = points_h.saturating_mul(points_w).saturating_mul(bins);
         if total > MAX_REGION_SAMPLES {
-            return Err(format!(
+            return Err(OpError::TooLarge(format!(
                 "region {roi:?} takes more than {MAX_REGION_SAMPLES} bilinear samples \
                  ({out_h}x{out_w} bins of {bin_h} x {bin_w} pixels)"
-            ));
+            )));
         }
         into.samples.clear();
         into.per_bin = (points_h * points_w) as usize;
@@ -161,12 +161,14 @@ impl RoiAlign {
     }
 
     /// The image each region reads, checked against the batch of `images`.
-    pub fn image_of(region: usize, index: i64, images: usize) -> Result<usize, String> {
+    pub fn image_of(region: usize, index: i64, images: usize) -> Result<usize, OpError> {
         usize::try_from(index)
             .ok()
             .filter(|&n| n < images)
             .ok_or_else(|| {
-                format!("region {region} names image {index}, outside the batch of {images}")
+                OpError::Value(format!(
+                    "region {region} names image {index}, outside the batch of {images}"
+                ))
             })
     }
 }
@@ -264,10 +266,9 @@ impl OpDef for RoiAlign {
         let mut out = vec![0.0; outputs[0].numel()];
         let mut region = RegionSamples::default();
         for (r, &index) in batch.iter().enumerate() {
-            let n = RoiAlign::image_of(r, index, images).map_err(OpError::Value)?;
+            let n = RoiAlign::image_of(r, index, images)?;
             let roi: Vec<f32> = rois[r * 4..][..4].iter().map(|&v| v as f32).collect();
-            self.region_samples(&roi, height, width, &mut region)
-                .map_err(OpError::Value)?;
+            self.region_samples(&roi, height, width, &mut region)?;
             for c in 0..channels {
                 let image = &xs[(n * channels + c) * plane..][..plane];
                 for bin in 0..bins {
@@ -361,12 +362,11 @@ mod tests {
             .unwrap();
         assert_eq!((s.per_bin, s.count), (0, 9.0));
         let err = align.region_samples(&[0.0, 0.0, 1e30, 1.0], 8, 8, &mut s);
-        assert!(err.unwrap_err().contains("samples"));
+        assert!(err.unwrap_err().to_string().contains("samples"));
         let err = align.region_samples(&[f32::NAN, 0.0, 1.0, 1.0], 8, 8, &mut s);
-        assert!(err.unwrap_err().contains("not finite"));
-        assert!(RoiAlign::image_of(3, 2, 2)
-            .unwrap_err()
-            .contains("region 3"));
+        assert!(err.unwrap_err().to_string().contains("not finite"));
+        let err = RoiAlign::image_of(3, 2, 2).unwrap_err();
+        assert!(err.to_string().contains("region 3"));
     }
 
     #[test]

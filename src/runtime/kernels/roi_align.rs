@@ -63,13 +63,13 @@ impl RoiAligner {
             .enumerate()
             .map(|(r, &index)| RoiAlign::image_of(r, index, self.images))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(KernelError::Value)?;
+            .map_err(|e| KernelError::Value(e.to_string()))?;
         let mut tables = vec![RegionSamples::default(); self.regions];
         for (r, table) in tables.iter_mut().enumerate() {
             let roi = &rois[r * 4..][..4];
             self.op
                 .region_samples(roi, self.height, self.width, table)
-                .map_err(KernelError::Value)?;
+                .map_err(|e| KernelError::Value(e.to_string()))?;
         }
         let at = out.as_mut_ptr() as usize;
         par::for_each(self.regions, |r| {
