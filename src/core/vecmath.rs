@@ -64,6 +64,20 @@ fn clamp<L: LaneOps>(cx: &mut L::Ctx, x: L, lo: f32, hi: f32) -> L {
     L::min(cx, hi, x)
 }
 
+/// x·P(x²)/Q(x²) with x clamped to ±`saturates` and the result to [−1, 1]:
+/// the form of the odd functions here that round to ±1 past the clamp (erf,
+/// tanh), one divide and no exponential.
+#[inline(always)]
+fn odd_rational<L: LaneOps>(cx: &mut L::Ctx, x: L, saturates: f32, p: &[f32], q: &[f32]) -> L {
+    let x = clamp(cx, x, -saturates, saturates);
+    let t = L::mul(cx, x, x);
+    let p = horner(cx, t, p);
+    let q = horner(cx, t, q);
+    let xp = L::mul(cx, x, p);
+    let y = L::div(cx, xp, q);
+    clamp(cx, y, -1.0, 1.0)
+}
+
 /// Below this e^x rounds to 0 in f32 (e^−104 < 2^−150).
 pub const EXP_LO: f32 = -104.0;
 /// Above this e^x overflows to +inf (e^88.73 > f32::MAX).
@@ -125,13 +139,7 @@ pub fn erf<L: LaneOps>(cx: &mut L::Ctx, x: L) -> L {
         0.498_698_03,
         1.0,
     ];
-    let x = clamp(cx, x, -ERF_SATURATES, ERF_SATURATES);
-    let t = L::mul(cx, x, x);
-    let p = horner(cx, t, &P);
-    let q = horner(cx, t, &Q);
-    let xp = L::mul(cx, x, p);
-    let y = L::div(cx, xp, q);
-    clamp(cx, y, -1.0, 1.0)
+    odd_rational(cx, x, ERF_SATURATES, &P, &Q)
 }
 
 /// Past this |x|, tanh(x) rounds to ±1 in f32 (1 − tanh(9.02) < 2^−25).
@@ -159,13 +167,7 @@ pub fn tanh<L: LaneOps>(cx: &mut L::Ctx, x: L) -> L {
         0.467_108_5,
         1.0,
     ];
-    let x = clamp(cx, x, -TANH_SATURATES, TANH_SATURATES);
-    let t = L::mul(cx, x, x);
-    let p = horner(cx, t, &P);
-    let q = horner(cx, t, &Q);
-    let xp = L::mul(cx, x, p);
-    let y = L::div(cx, xp, q);
-    clamp(cx, y, -1.0, 1.0)
+    odd_rational(cx, x, TANH_SATURATES, &P, &Q)
 }
 
 /// The scalar definition: one lane.
