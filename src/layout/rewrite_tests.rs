@@ -3,7 +3,7 @@
 
 use super::egraph::graph_to_egraph;
 use super::extract::{extract, rewrite_graph, Method, RewriteLimits};
-use super::rules::{load_rules, parse_rules, RuleError, RuleSource};
+use super::rules::{load_rules, parse_rules, RuleError, RuleSet, RuleSource, Stage};
 use super::{Layout, PadValue};
 use crate::graph::{DType, Graph, Op, Span, Tensor, UnaryOp, ValueRef, ValueType};
 use crate::ops::testutil::conv_3x3;
@@ -171,6 +171,12 @@ fn rule_file_errors_name_file_and_line() {
         ("r: (xform ?a ?b ?p ?x) => ?y", "?y"),
         ("r: (unary ?f ?x) => ?x if pad-before-unary", "reads"),
         ("no rule here", "expected"),
+        (
+            "r: (unary ?f $undefined) => ?x",
+            "'$undefined' is not defined",
+        ),
+        ("$ = (unary ?f ?x)", "definition's name"),
+        ("$m = (unary ?f", "bad pattern for '$m'"),
     ] {
         let e = parse_rules(bad, "x.rules").unwrap_err().to_string();
         assert!(e.starts_with("x.rules:1:") && e.contains(what), "{e}");
@@ -187,6 +193,45 @@ fn rule_file_errors_name_file_and_line() {
     let e = load_rules(&dir).unwrap_err().to_string();
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(e.contains("b.rules:3:"), "{e}");
+}
+
+/// A definition stands for its pattern in the lines below it, and may use
+/// the definitions above it.
+#[test]
+fn definitions_expand_into_later_lines() {
+    let text =
+        "$inner = (unary ?f ?x)\n$outer = (unary ?g $inner)\nr: (binary ?m $outer $inner) => ?x\n";
+    let spelled_out = "r: (binary ?m (unary ?g (unary ?f ?x)) (unary ?f ?x)) => ?x\n";
+    let (a, b) = (
+        parse_rules(text, "d.rules"),
+        parse_rules(spelled_out, "e.rules"),
+    );
+    let lhs = |set: RuleSet| {
+        set.stage(Stage::Layout)[0]
+            .searcher
+            .get_pattern_ast()
+            .cloned()
+    };
+    assert_eq!(lhs(a.unwrap()), lhs(b.unwrap()));
+}
+
+/// A typed variable matches only an op of its kind: of sigmoid(relu(x)),
+/// a rule that drops `?Relu` drops the relu alone.
+#[test]
+fn typed_variables_match_their_op_kind_only() {
+    let mut g = Graph::new("t");
+    let x = input_x(&mut g, &[2, 3]);
+    let r = add(&mut g, Op::Unary(UnaryOp::Relu), "relu", &[x], 1);
+    let y = add(&mut g, Op::Unary(UnaryOp::Sigmoid), "sigmoid", &[r], 2);
+    g.set_outputs(vec![y]);
+    let rules = parse_rules("drop-relu: (unary ?Relu ?x) => ?x", "t.rules").unwrap();
+    let (out, report) =
+        rewrite_graph(&g, rules.stage(Stage::Layout), &RewriteLimits::default()).unwrap();
+    let kinds: Vec<&str> = (out.node_ids().into_iter())
+        .map(|id| out.node(id).op.kind_name())
+        .collect();
+    assert_eq!(kinds, ["Input", "Sigmoid"]);
+    assert_eq!(report.fired.len(), 1);
 }
 
 /// x -> to NCHW16c -> back -> relu -> to NCHW16c -> back: every pair cancels,

@@ -16,10 +16,12 @@ use super::{unary_flow, Digit, Layout, PadValue};
 use crate::graph::{merge_spans, Op};
 use crate::ops::{Reshape, Transpose};
 use egg::{Applier, ENodeOrVar, Id, Language, Pattern, PatternAst, Rewrite, Subst, Symbol, Var};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 mod activation_conditions;
 mod graph_conditions;
+mod normalization_conditions;
 
 /// A rule file that cannot be loaded, naming the file and line.
 #[derive(Debug, thiserror::Error)]
@@ -373,6 +375,30 @@ pub const CONDITIONS: &[Condition] = &[
         check: activation_conditions::gelu_tanh_form,
     },
     Condition {
+        name: "layer-norm-form",
+        reads: &["?ReduceMean", "?eps", "?x"],
+        binds: &["?ln"],
+        check: normalization_conditions::layer_norm_form,
+    },
+    Condition {
+        name: "rms-norm-form",
+        reads: &["?ReduceMean", "?eps", "?x"],
+        binds: &["?ln"],
+        check: normalization_conditions::rms_norm_form,
+    },
+    Condition {
+        name: "normalization-scale",
+        reads: &["?gamma", "?ln"],
+        binds: &["?rg"],
+        check: normalization_conditions::normalization_scale,
+    },
+    Condition {
+        name: "normalization-shift",
+        reads: &["?beta", "?ln"],
+        binds: &["?rb"],
+        check: normalization_conditions::normalization_shift,
+    },
+    Condition {
         name: "keeps-shape",
         reads: &["?k", "?x"],
         binds: &[],
@@ -389,6 +415,27 @@ struct RuleApplier {
     rhs: PatternAst<Lang>,
     conditions: Vec<&'static Condition>,
     needs: Vec<Var>,
+    /// The left side's typed variables, each with the op kind it matches.
+    op_kinds: Vec<(Var, String)>,
+}
+
+/// The op kind a typed variable names: `?Mul` and `?Mul_2` match only a Mul
+/// (an uppercase first letter makes a variable typed; what follows an
+/// underscore tells several of one kind apart).
+fn op_kind(var: &Var) -> Option<String> {
+    let name = var.to_string();
+    let name = name.strip_prefix('?')?;
+    name.starts_with(|c: char| c.is_ascii_uppercase())
+        .then(|| name.split('_').next().unwrap_or(name).to_string())
+}
+
+/// Whether every typed variable of `kinds` is bound to an op of its kind.
+fn kinds_match(eg: &LEGraph, kinds: &[(Var, String)], subst: &Subst) -> bool {
+    kinds.iter().all(|(var, kind)| {
+        subst
+            .get(*var)
+            .is_some_and(|&id| entry_of(eg, id).is_ok_and(|e| e.op.kind_name() == kind))
+    })
 }
 
 /// The classes a pattern's nodes matched, under `subst`, and the nodes (its
@@ -442,6 +489,9 @@ impl Applier<Lang, LayoutAnalysis> for RuleApplier {
         _searcher_ast: Option<&PatternAst<Lang>>,
         rule_name: Symbol,
     ) -> Vec<Id> {
+        if !kinds_match(eg, &self.op_kinds, subst) {
+            return vec![];
+        }
         let mut subst = subst.clone();
         for c in &self.conditions {
             match (c.check)(eg, &mut subst) {
@@ -546,12 +596,44 @@ fn split_top(text: &str, sep: &str) -> Option<(String, String)> {
     None
 }
 
+/// Whether `name` can name a rule or a definition.
+fn is_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+/// `line` with every `$name` replaced by the pattern defined for it.
+fn expand(line: &str, definitions: &HashMap<String, String>) -> Result<String, String> {
+    let mut out = String::with_capacity(line.len());
+    let mut rest = line;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let end = after
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+            .unwrap_or(after.len());
+        let name = &after[..end];
+        let pattern = definitions.get(name).ok_or_else(|| {
+            format!("'${name}' is not defined (define it first: '${name} = (pattern)')")
+        })?;
+        out.push_str(pattern);
+        rest = &after[end..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
 /// Parses the rules of one file's text; `file` names it in errors. A line
 /// `stage: graph`, `stage: layout` or `stage: graph, layout` before the first
-/// rule says when the file's rules rewrite; `layout` when there is none.
+/// rule says when the file's rules rewrite; `layout` when there is none. A
+/// line `$name = (pattern)` defines a pattern that later lines of the file
+/// write as `$name` (a subterm that a spelling repeats).
 pub fn parse_rules(text: &str, file: &str) -> Result<RuleSet, RuleError> {
     let mut rules = Vec::new();
     let mut stages = vec![Stage::Layout];
+    let mut definitions = HashMap::new();
     for (i, raw) in text.lines().enumerate() {
         let err = |message: String| RuleError::Syntax {
             file: file.to_string(),
@@ -562,6 +644,25 @@ pub fn parse_rules(text: &str, file: &str) -> Result<RuleSet, RuleError> {
         if line.is_empty() {
             continue;
         }
+        if let Some(definition) = line.strip_prefix('$') {
+            let (name, pattern) = definition
+                .split_once('=')
+                .ok_or_else(|| err("expected '$name = (pattern)'".into()))?;
+            let name = name.trim();
+            if !is_name(name) {
+                return Err(err(format!(
+                    "'{name}' is not a definition's name (letters, digits, '-', '_')"
+                )));
+            }
+            // Expanded now, so that a later definition may use this one.
+            let pattern = expand(pattern.trim(), &definitions).map_err(err)?;
+            pattern
+                .parse::<Pattern<Lang>>()
+                .map_err(|e| err(format!("bad pattern for '${name}': {e}")))?;
+            definitions.insert(name.to_string(), pattern);
+            continue;
+        }
+        let line = expand(line, &definitions).map_err(err)?;
         let (name, body) = line
             .split_once(':')
             .ok_or_else(|| err("expected 'name: (lhs) => (rhs) [if cond, ...]'".into()))?;
@@ -582,11 +683,7 @@ pub fn parse_rules(text: &str, file: &str) -> Result<RuleSet, RuleError> {
                 .collect::<Result<_, _>>()?;
             continue;
         }
-        if name.is_empty()
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        {
+        if !is_name(name) {
             return Err(err(format!(
                 "'{name}' is not a rule name (letters, digits, '-', '_')"
             )));
@@ -636,11 +733,15 @@ pub fn parse_rules(text: &str, file: &str) -> Result<RuleSet, RuleError> {
             )));
         }
         let needs: Vec<Var> = pattern_vars(&lhs.ast);
+        let op_kinds = (needs.iter())
+            .filter_map(|var| op_kind(var).map(|kind| (*var, kind)))
+            .collect();
         let applier = RuleApplier {
             lhs: lhs.ast.clone(),
             rhs: rhs.ast.clone(),
             conditions,
             needs,
+            op_kinds,
         };
         rules.push((name.to_string(), lhs, applier, i + 1));
     }
@@ -698,6 +799,10 @@ const BUNDLED: &[(&str, &str)] = &[
         include_str!("../../rules/conv_affine.rules"),
     ),
     ("movement.rules", include_str!("../../rules/movement.rules")),
+    (
+        "normalizations.rules",
+        include_str!("../../rules/normalizations.rules"),
+    ),
     (
         "structure.rules",
         include_str!("../../rules/structure.rules"),

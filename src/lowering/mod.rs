@@ -1207,6 +1207,7 @@ mod tests {
             Op::LayerNorm(LayerNorm {
                 axis: 2,
                 epsilon: 1e-5,
+                centered: true,
             }),
             &[&[2, 3, 12], &[12], &[12]],
         );
@@ -1214,6 +1215,7 @@ mod tests {
             Op::LayerNorm(LayerNorm {
                 axis: 1,
                 epsilon: 1e-3,
+                centered: true,
             }),
             &[&[2, 3, 4], &[3, 4]],
         );
@@ -1221,8 +1223,25 @@ mod tests {
             Op::LayerNorm(LayerNorm {
                 axis: 0,
                 epsilon: 1e-5,
+                centered: true,
             }),
             &[&[3, 4], &[4], &[3, 4]],
+        );
+        agrees_with_reference(
+            Op::LayerNorm(LayerNorm {
+                axis: 1,
+                epsilon: 1e-6,
+                centered: false,
+            }),
+            &[&[2, 3, 4], &[3, 4]],
+        );
+        agrees_with_reference(
+            Op::LayerNorm(LayerNorm {
+                axis: 2,
+                epsilon: 1e-6,
+                centered: false,
+            }),
+            &[&[2, 3, 4]],
         );
         for kind in [ReduceKind::Sum, ReduceKind::Mean, ReduceKind::Max] {
             for keepdims in [false, true] {

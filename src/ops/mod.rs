@@ -509,11 +509,16 @@ pub struct Reduce {
     pub keepdims: bool,
 }
 
+/// LayerNormalization over the axes from `axis` on: (x - mean) / sqrt(var +
+/// epsilon) · scale + bias; or, not `centered`, RMSNormalization: x /
+/// sqrt(mean(x²) + epsilon) · scale (+ bias), the mean not subtracted. The
+/// inputs are x, then optionally the scale (1 without), then the bias.
 #[derive(Clone, Debug, PartialEq)]
 #[allow(missing_docs)]
 pub struct LayerNorm {
     pub axis: usize,
     pub epsilon: f32,
+    pub centered: bool,
 }
 
 /// Conversion to another element type (ONNX Cast).

@@ -185,13 +185,16 @@ softmax_op!(LogSoftmax, "LogSoftmax", log: true, pad: f32::NEG_INFINITY);
 
 impl OpDef for LayerNorm {
     fn name(&self) -> &'static str {
-        "LayerNormalization"
+        match self.centered {
+            true => "LayerNormalization",
+            false => "RMSNormalization",
+        }
     }
 
     fn infer(&self, inputs: &[&ValueType]) -> Result<Vec<ValueType>, OpError> {
         let LayerNorm { axis, .. } = self;
 
-        expect_inputs(inputs, 2, 3)?;
+        expect_inputs(inputs, 1, 3)?;
         let x = inputs[0];
         expect_float(x, "input")?;
         if *axis >= x.shape.len() {
@@ -213,17 +216,13 @@ impl OpDef for LayerNorm {
     }
 
     fn eval(&self, x: &[&Tensor], outputs: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
-        let out = &outputs[0];
-        let LayerNorm { axis, epsilon } = self;
-
-        Ok(vec![layer_norm(*axis, *epsilon, x, out)])
+        Ok(vec![layer_norm(self, x, &outputs[0])])
     }
 
     fn compute(&self, cx: ComputeCx) -> Result<Defined, TirError> {
         let (g, ph, types, sfx) = cx.parts();
-        check_arity(self.name(), types, 2)?;
-        let (output, per_row) =
-            layer_norm_compute(g, sfx, ph, types, self.axis, self.epsilon as f64)?;
+        check_arity(self.name(), types, 1)?;
+        let (output, per_row) = layer_norm_compute(g, sfx, ph, types, self)?;
         Ok(Defined {
             output,
             inline: vec![],
@@ -232,15 +231,32 @@ impl OpDef for LayerNorm {
     }
 
     fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
-        let LayerNorm { axis, epsilon } = self;
+        let LayerNorm { axis, epsilon, .. } = self;
+        let mut inputs = cx.inputs.to_vec();
+        // ONNX asks for the scale: ones when there is none.
+        if inputs.len() == 1 {
+            let norm = cx.in_types[0].shape[*axis..].to_vec();
+            let ones = vec![1.0; norm.iter().product()];
+            let dtype = cx.in_types[0].dtype;
+            let ones = Tensor::new(norm, TensorData::from_f64(dtype, ones));
+            inputs.push(cx.b.constant("scale", &ones));
+        }
         cx.single(
-            "LayerNormalization",
-            cx.inputs,
+            self.name(),
+            &inputs,
             vec![
                 ("axis", Attr::Int(*axis as i64)),
                 ("epsilon", Attr::Float(*epsilon)),
             ],
         )
+    }
+
+    fn min_onnx_opset(&self) -> i64 {
+        // RMSNormalization is new in opset 23.
+        match self.centered {
+            true => 17,
+            false => 23,
+        }
     }
 }
 
@@ -284,9 +300,9 @@ pub(super) fn softmax(axis: usize, log: bool, x: &Tensor) -> Tensor {
 
 /// Normalises over axes `axis..rank` (population variance), then applies scale and
 /// optional bias, both broadcast to the normalised shape.
-pub(super) fn layer_norm(axis: usize, epsilon: f32, inputs: &[&Tensor], out: &ValueType) -> Tensor {
+pub(super) fn layer_norm(op: &LayerNorm, inputs: &[&Tensor], out: &ValueType) -> Tensor {
     let x = inputs[0];
-    let norm_shape = &x.shape[axis..];
+    let norm_shape = &x.shape[op.axis..];
     let inner = numel(norm_shape);
     // Scale and bias expanded to the normalised shape.
     let expand = |t: &Tensor| {
@@ -296,14 +312,20 @@ pub(super) fn layer_norm(axis: usize, epsilon: f32, inputs: &[&Tensor], out: &Va
             .map(|i| v[i])
             .collect::<Vec<f64>>()
     };
-    let scale = expand(inputs[1]);
+    let scale = match inputs.get(1) {
+        Some(s) => expand(s),
+        None => vec![1.0; inner],
+    };
     let bias = inputs.get(2).map(|b| expand(b));
     let mut v = x.data.to_f64();
     if inner > 0 {
         for row in v.chunks_mut(inner) {
-            let mean = row.iter().sum::<f64>() / inner as f64;
+            let mean = match op.centered {
+                true => row.iter().sum::<f64>() / inner as f64,
+                false => 0.0,
+            };
             let var = row.iter().map(|a| (a - mean) * (a - mean)).sum::<f64>() / inner as f64;
-            let inv = 1.0 / (var + epsilon as f64).sqrt();
+            let inv = 1.0 / (var + op.epsilon as f64).sqrt();
             for (j, a) in row.iter_mut().enumerate() {
                 *a = (*a - mean) * inv * scale[j] + bias.as_ref().map_or(0.0, |b| b[j]);
             }
@@ -374,16 +396,16 @@ fn softmax_compute(
     Ok((y, attach))
 }
 
-/// Layer normalization over the axes from `axis` on: row mean and variance as
-/// stages computed per row.
+/// Layer (or RMS) normalization over the axes from `axis` on: row mean and
+/// variance (or mean square) as stages computed per row.
 fn layer_norm_compute(
     g: &mut ComputeGraph,
     sfx: &str,
     ph: &[TeTensor],
     types: &[ValueType],
-    axis: usize,
-    eps: f64,
+    op: &LayerNorm,
 ) -> Result<(TeTensor, Vec<(TeTensor, usize)>), TirError> {
+    let (axis, eps) = (op.axis, op.epsilon as f64);
     let s = extents(&types[0].shape);
     if axis >= s.len() {
         return Err(TirError::Definition(format!(
@@ -412,15 +434,22 @@ fn layer_norm_compute(
         idx
     };
     let inv_n = 1.0 / n as f64;
-    let mean = g.reduce(
-        &format!("Mean{sfx}"),
-        &rows,
-        &norm,
-        ReduceOp::Sum,
-        |i, r| x.at(&full(i, r)) * inv_n,
-    )?;
+    let mean = match op.centered {
+        true => Some(g.reduce(
+            &format!("Mean{sfx}"),
+            &rows,
+            &norm,
+            ReduceOp::Sum,
+            |i, r| x.at(&full(i, r)) * inv_n,
+        )?),
+        false => None,
+    };
+    let deviation = |at: Expr, row: &[Expr]| match &mean {
+        Some(mean) => at - mean.at(row),
+        None => at,
+    };
     let var = g.reduce(&format!("Var{sfx}"), &rows, &norm, ReduceOp::Sum, |i, r| {
-        let d = x.at(&full(i, r)) - mean.at(i);
+        let d = deviation(x.at(&full(i, r)), i);
         d.clone() * d * inv_n
     })?;
     // Scale and bias broadcast to the normalized axes.
@@ -434,7 +463,10 @@ fn layer_norm_compute(
         }
         Ok((ph[k], s.iter().map(|&d| d as usize).collect()))
     };
-    let (sc, sc_shape) = operand(1)?;
+    let scale = match ph.len() {
+        1 => None,
+        _ => Some(operand(1)?),
+    };
     let bias = match ph.len() {
         3 => Some(operand(2)?),
         _ => None,
@@ -443,16 +475,23 @@ fn layer_norm_compute(
         let row = row_of(i);
         let tail = &i[axis..];
         let inv = Expr::Float(1.0) / Expr::call(Intrinsic::Sqrt, vec![var.at(&row) + eps]);
-        let v = (x.at(i) - mean.at(&row)) * inv * sc.at(&broadcast_index(tail, &sc_shape));
+        let v = deviation(x.at(i), &row) * inv;
+        let v = match &scale {
+            Some((sc, ss)) => v * sc.at(&broadcast_index(tail, ss)),
+            None => v,
+        };
         match &bias {
             Some((b, bs)) => v + b.at(&broadcast_index(tail, bs)),
             None => v,
         }
     })?;
-    let attach = if axis >= 1 {
-        vec![(mean, axis - 1), (var, axis - 1)]
-    } else {
-        vec![]
+    let attach = match axis {
+        0 => vec![],
+        _ => mean
+            .into_iter()
+            .chain([var])
+            .map(|t| (t, axis - 1))
+            .collect(),
     };
     Ok((y, attach))
 }
@@ -503,6 +542,7 @@ mod tests {
         let op = Op::LayerNorm(LayerNorm {
             axis: 1,
             epsilon: 1e-5,
+            centered: true,
         });
         let y = eval1(op.clone(), &[&x, &scale, &bias]);
         let k1 = 1.22473569;
@@ -514,9 +554,19 @@ mod tests {
             Op::LayerNorm(LayerNorm {
                 axis: 0,
                 epsilon: 0.0,
+                centered: true,
             }),
             &[&f32s(&[2, 2], &[1., 3., 1., 3.]), &f32s(&[], &[2.0])],
         );
         assert_close(&y, &[2, 2], &[-2., 2., -2., 2.], 1e-6);
+        // RMSNormalization: [1, 2, 3] over sqrt(14/3), mean not subtracted.
+        let rms = Op::LayerNorm(LayerNorm {
+            axis: 1,
+            epsilon: 0.0,
+            centered: false,
+        });
+        let y = eval1(rms, &[&f32s(&[1, 3], &[1., 2., 3.]), &scale]);
+        let k = 1.0 / (14.0f64 / 3.0).sqrt();
+        assert_close(&y, &[1, 3], &[k, 4.0 * k, 9.0 * k], 1e-6);
     }
 }

@@ -8,17 +8,10 @@
 
 use crate::support::compare::assert_rewrite_keeps_outputs;
 use crate::support::onnx::*;
+use crate::support::plan::{graph_rules_fired, steps_per_target};
 use crate::support::values::sawtooth;
 use layoutopt::graph::{Graph, Op, Tensor, UnaryOp};
-use layoutopt::layout::cost::CostModel;
-use layoutopt::layout::extract::{rewrite_graph, RewriteLimits};
-use layoutopt::layout::plan::plan;
-use layoutopt::layout::planners::planner_by_name;
-use layoutopt::layout::rules::RuleSource;
-use layoutopt::layout::target::TargetFamily;
-use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 
-const F32: i32 = 1;
 const SHAPE: [usize; 4] = [1, 8, 5, 5];
 const DIMS: [i64; 4] = [1, 8, 5, 5];
 
@@ -36,14 +29,7 @@ fn spelled(conv: bool, nodes: Vec<onnx_protobuf::NodeProto>, constants: &[(&str,
         init.push(("w", Tensor::from_f32(vec![8, 8, 1, 1], w)));
     }
     all.extend(nodes);
-    let m = model(
-        all,
-        vec![value_info("x", F32, &DIMS)],
-        vec![value_info("y", F32, &DIMS)],
-        init,
-        13,
-    );
-    import_model(&m, "activation.onnx").expect("the model imports")
+    elementwise_graph(all, &DIMS, init, 13, "activation.onnx")
 }
 
 /// Values from -6 to 6, past both ends of the hard sigmoid's ramp.
@@ -54,10 +40,7 @@ fn input() -> Tensor {
 /// `g` rewritten by the bundled graph rules: the rules kept, and the unary
 /// ops of the result.
 fn recognize(g: &Graph) -> (Graph, Vec<String>, Vec<UnaryOp>) {
-    let rules = RuleSource::Bundled.load().unwrap();
-    let (out, report) = rewrite_graph(g, &rules.graph, &RewriteLimits::default()).unwrap();
-    let mut fired: Vec<String> = report.fired.iter().map(|f| f.rule.clone()).collect();
-    fired.retain(|r| r != "constant-second");
+    let (out, fired) = graph_rules_fired(g, |r| r != "constant-second");
     let unary = (out.node_ids().into_iter())
         .filter_map(|id| match out.node(id).op {
             Op::Unary(u) => Some(u),
@@ -202,21 +185,12 @@ fn a_recognized_hard_swish_joins_the_convolution() {
         ("sixth", 1.0 / 6.0),
     ];
     let g = spelled(true, nodes, &k);
-    let x = input();
-    let expected = layoutopt::reference::run(&g, std::slice::from_ref(&x)).unwrap();
-    let planner = planner_by_name("global").unwrap();
-    for family in [TargetFamily::Nchwc(16), TargetFamily::Nhwc] {
-        let p = plan(&g, planner.as_ref(), family, &CostModel::default()).unwrap();
-        let m = CompiledModel::compile(&p.graph, &RuntimeOptions::default()).unwrap();
-        let steps = m.describe();
+    for (family, steps) in steps_per_target(&g, &input(), 1e-5) {
         let conv: Vec<&String> = steps.iter().filter(|s| s.contains("Conv")).collect();
         assert!(
             conv.len() == 1 && conv[0].contains("HardSwish"),
             "{family}: {steps:?}"
         );
         assert!(!steps.iter().any(|s| s.contains("Clip")), "{steps:?}");
-        let got = m.run(std::slice::from_ref(&x)).unwrap();
-        let (err, mag) = crate::support::compare::max_abs_err(&expected[0], &got[0]);
-        assert!(err <= 1e-5 * mag.max(1.0), "{family}: error {err} at {mag}");
     }
 }

@@ -27,6 +27,7 @@ mod layering;
 mod layout_rewrite;
 mod models;
 mod nonfinite;
+mod normalizations;
 mod onnx_conformance;
 mod onnx_import;
 mod pad_fold;

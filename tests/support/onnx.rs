@@ -121,3 +121,23 @@ pub fn symbolic(mut vi: ValueInfoProto, axis: usize, param: &str) -> ValueInfoPr
     }
     vi
 }
+
+/// The f32 graph x → `nodes` → y, x and y of shape `dims`, with the
+/// initializers `init`, at `opset`, imported as the file `file`.
+pub fn elementwise_graph(
+    nodes: Vec<NodeProto>,
+    dims: &[i64],
+    init: Vec<(&str, Tensor)>,
+    opset: i64,
+    file: &str,
+) -> Graph {
+    const F32: i32 = 1;
+    let m = model(
+        nodes,
+        vec![value_info("x", F32, dims)],
+        vec![value_info("y", F32, dims)],
+        init,
+        opset,
+    );
+    import_model(&m, file).expect("the model imports")
+}

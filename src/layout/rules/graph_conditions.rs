@@ -176,7 +176,7 @@ pub(super) fn row_major_op(eg: &mut LEGraph, op: Op, shape: Vec<usize>) -> Resul
 }
 
 /// A reshape of a tensor to `shape`, as an op atom.
-fn reshape_to(eg: &mut LEGraph, shape: Vec<usize>) -> Result<Atom, Refusal> {
+pub(super) fn reshape_to(eg: &mut LEGraph, shape: Vec<usize>) -> Result<Atom, Refusal> {
     let op = Op::Reshape(Reshape {
         shape: shape.clone(),
     });

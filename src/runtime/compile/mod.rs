@@ -518,9 +518,13 @@ impl<'g> Compiler<'g> {
             {
                 self.rows(id, *axis, RowOp::LogSoftmax)
             }
-            Op::LayerNorm(LayerNorm { axis, epsilon }) => {
-                let epsilon = *epsilon;
-                self.rows(id, *axis, RowOp::LayerNorm { epsilon })
+            Op::LayerNorm(LayerNorm {
+                axis,
+                epsilon,
+                centered,
+            }) => {
+                let (epsilon, centered) = (*epsilon, *centered);
+                self.rows(id, *axis, RowOp::LayerNorm { epsilon, centered })
             }
             Op::Reduce(Reduce {
                 kind: ReduceKind::Mean,

@@ -21,10 +21,13 @@ pub enum RowOp {
     /// x - max - ln(sum(exp(x - max))).
     LogSoftmax,
     /// (x - mean) / sqrt(var + epsilon) · scale + bias, with the population
-    /// variance; scale and bias hold one value per row element.
+    /// variance; scale and bias (either may be missing) hold one value per
+    /// row element. Not `centered`, the mean is taken as 0 (RMSNormalization).
     LayerNorm {
         /// Added to the variance.
         epsilon: f32,
+        /// Whether the row's mean is subtracted.
+        centered: bool,
     },
     /// The row's mean: one output per row.
     Mean,
@@ -54,7 +57,8 @@ impl RowKernel {
     }
 
     /// Runs over all rows of `x` into `y`. `scale` and `bias` are LayerNorm's
-    /// (a missing bias adds nothing); the other ops take neither.
+    /// (a missing scale multiplies by 1, a missing bias adds nothing); the
+    /// other ops take neither.
     pub fn run(
         &self,
         x: &[f32],
@@ -76,13 +80,11 @@ impl RowKernel {
             });
         }
         if let RowOp::LayerNorm { .. } = self.op {
-            if scale.map(<[f32]>::len) != Some(len) || bias.is_some_and(|b| b.len() != len) {
+            let per_element = |p: Option<&[f32]>| p.map_or(len, <[f32]>::len);
+            if per_element(scale) != len || per_element(bias) != len {
                 return Err(KernelError::Buffers {
                     kernel: "LayerNormalization's scale and bias",
-                    given: vec![
-                        scale.map_or(0, <[f32]>::len),
-                        bias.map_or(len, <[f32]>::len),
-                    ],
+                    given: vec![per_element(scale), per_element(bias)],
                     expected: vec![len, len],
                 });
             }
@@ -125,11 +127,11 @@ impl VectorKernel for Rows<'_> {
             match self.op {
                 RowOp::Softmax => softmax::<V>(x, n, false, self.y.add(r * n)),
                 RowOp::LogSoftmax => softmax::<V>(x, n, true, self.y.add(r * n)),
-                RowOp::LayerNorm { epsilon } => {
-                    // `RowKernel::run` checked that LayerNorm has a scale.
-                    let scale = self.scale.unwrap_or_default().as_ptr();
+                RowOp::LayerNorm { epsilon, centered } => {
+                    let scale = self.scale.map(<[f32]>::as_ptr);
                     let bias = self.bias.map(<[f32]>::as_ptr);
-                    layer_norm::<V>(x, n, epsilon, scale, bias, self.y.add(r * n))
+                    let y = self.y.add(r * n);
+                    layer_norm::<V>(x, n, (epsilon, centered), scale, bias, y)
                 }
                 RowOp::Mean => *self.y.add(r) = row_sum::<V>(x, n) / n as f32,
             }
@@ -183,17 +185,22 @@ unsafe fn softmax<V: Vector>(x: *const f32, n: usize, log: bool, y: *mut f32) {
 /// One row of layer normalization. The variance is taken around a first
 /// estimate of the mean, and the sum of the deviations from it corrects both
 /// (the corrected two-pass algorithm), so a large offset costs no accuracy.
+/// Not `centered` (RMS normalization), the mean is 0: no estimate, and the
+/// mean square is the sum of squares alone.
 #[inline(always)]
 unsafe fn layer_norm<V: Vector>(
     x: *const f32,
     n: usize,
-    epsilon: f32,
-    scale: *const f32,
+    (epsilon, centered): (f32, bool),
+    scale: Option<*const f32>,
     bias: Option<*const f32>,
     y: *mut f32,
 ) {
     let zero = V::splat(0.0);
-    let estimate = row_sum::<V>(x, n) / n as f32;
+    let estimate = match centered {
+        true => row_sum::<V>(x, n) / n as f32,
+        false => 0.0,
+    };
     let center = V::splat(estimate);
     // Tails are padded with the estimate: they deviate by nothing.
     let (dev, sq) = fold::<V, (V, V)>(
@@ -207,9 +214,16 @@ unsafe fn layer_norm<V: Vector>(
         #[inline(always)]
         |a, b| (V::add(a.0, b.0), V::add(a.1, b.1)),
     );
-    let dev = horizontal_sum(dev) / n as f32;
     let sq = horizontal_sum(sq) / n as f32;
-    let var = (sq - dev * dev).max(0.0);
+    // The mean square of an RMS row is its variance as is (a NaN stays NaN,
+    // where `max` would drop it).
+    let (dev, var) = match centered {
+        true => {
+            let dev = horizontal_sum(dev) / n as f32;
+            (dev, (sq - dev * dev).max(0.0))
+        }
+        false => (0.0, sq),
+    };
     let mean = V::splat(estimate + dev);
     let inv = V::splat(1.0 / (var + epsilon).sqrt());
     map::<V>(
@@ -222,7 +236,10 @@ unsafe fn layer_norm<V: Vector>(
                 Some(b) => load_part(b.add(at), k, 0.0),
                 None => zero,
             };
-            V::fma(v, load_part(scale.add(at), k, 0.0), b)
+            match scale {
+                Some(s) => V::fma(v, load_part(s.add(at), k, 0.0), b),
+                None => V::add(v, b),
+            }
         },
     );
 }
@@ -461,6 +478,8 @@ mod tests {
         assert!(steps.iter().all(|s| s.contains("(tir)")), "{steps:?}");
     }
 
+    /// Layer and RMS normalization, with and without a bias, and once
+    /// without a scale.
     #[test]
     fn layer_norm_matches_the_reference() {
         let mut rng = Rng(5);
@@ -475,13 +494,17 @@ mod tests {
                 .iter()
                 .map(|v| v + 10.0)
                 .collect();
+            // Without a scale (x / std alone) once.
             let mut params = vec![Tensor::from_f32(norm.to_vec(), rng.f32s(n))];
-            if k % 2 == 0 {
-                params.push(Tensor::from_f32(norm.to_vec(), rng.f32s(n)));
+            match k {
+                3 => params.clear(),
+                _ if k % 2 == 0 => params.push(Tensor::from_f32(norm.to_vec(), rng.f32s(n))),
+                _ => {}
             }
             let op = Op::LayerNorm(LayerNorm {
                 axis,
                 epsilon: 1e-5,
+                centered: k % 4 < 2,
             });
             let steps = check(op, shape, x, params);
             assert!(native(&steps), "{steps:?}");
@@ -493,12 +516,15 @@ mod tests {
         let (inf, nan) = (f32::INFINITY, f32::NAN);
         let x = [[1.0, nan, 2.0], [1.0, inf, 2.0], [3.0, 3.0, 3.0]].concat();
         let scale = Tensor::from_f32(vec![3], vec![1.0, 2.0, 3.0]);
-        let op = Op::LayerNorm(LayerNorm {
-            axis: 1,
-            epsilon: 1e-5,
-        });
-        let steps = check(op, &[3, 3], x, vec![scale]);
-        assert!(native(&steps), "{steps:?}");
+        for centered in [true, false] {
+            let op = Op::LayerNorm(LayerNorm {
+                axis: 1,
+                epsilon: 1e-5,
+                centered,
+            });
+            let steps = check(op, &[3, 3], x.clone(), vec![scale.clone()]);
+            assert!(native(&steps), "{steps:?}");
+        }
     }
 
     #[test]

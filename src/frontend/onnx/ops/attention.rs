@@ -10,7 +10,9 @@ use crate::frontend::onnx::dtype_from_onnx;
 use crate::graph::{
     broadcast_shapes, BinaryOp, DType, Op, ReduceKind, Tensor, TensorData, UnaryOp, ValueRef,
 };
-use crate::ops::{Cast, Concat, Gather, Logical, Reduce, Slice, SliceAxis, Softmax, Transpose};
+use crate::ops::{
+    Cast, Concat, Gather, LayerNorm, Logical, Reduce, Slice, SliceAxis, Softmax, Transpose,
+};
 
 pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "Attention", attention);
@@ -561,7 +563,9 @@ fn zero_fully_masked_rows(
 
 /// RMSNormalization (opset 23): `x / sqrt(mean(x²) + epsilon) · scale`, the
 /// mean over the axes from `axis` on; float16 and bfloat16 computed in float
-/// (`stash_type` 1, the only one defined).
+/// (`stash_type` 1, the only one defined). One op (a LayerNorm that does not
+/// subtract the mean), unless the scale varies along an axis before `axis`:
+/// then the ops it is defined by.
 fn rms_norm(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     let (x, scale) = (c.input(0)?, c.input(1)?);
     let ty = c.ty(x);
@@ -598,20 +602,34 @@ fn rms_norm(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         d => d,
     };
     let xc = c.cast_to(x, compute, "x_float")?;
-    let squared = c.binary(BinaryOp::Mul, xc, xc, "squared")?;
-    let mean = Op::Reduce(Reduce {
-        kind: ReduceKind::Mean,
-        axes: (axis..rank).collect(),
-        keepdims: true,
-    });
-    let mean = c.emit_inner(mean, &[squared], "mean_square")?;
-    let eps = c.scalar("epsilon", compute, epsilon as f64);
-    let mean_eps = c.binary(BinaryOp::Add, mean, eps, "mean_square_eps")?;
-    let rms = c.emit_inner(Op::Unary(UnaryOp::Sqrt), &[mean_eps], "rms")?;
-    let inv = c.emit_inner(Op::Unary(UnaryOp::Reciprocal), &[rms], "inv_rms")?;
-    let normalized = c.binary(BinaryOp::Mul, xc, inv, "normalized")?;
     let scale = c.cast_to(scale, compute, "scale_float")?;
-    let y = c.binary(BinaryOp::Mul, normalized, scale, "scaled")?;
+    // The scale's axes before `axis` (when it has them) must all be 1.
+    let norm_rank = rank - axis;
+    let lead = scale_ty.shape.len().saturating_sub(norm_rank);
+    let y = if scale_ty.shape[..lead].iter().all(|&d| d == 1) {
+        let per_element = scale_ty.shape[lead..].to_vec();
+        let scale = c.reshape_to(scale, per_element, "scale_per_element")?;
+        let norm = Op::LayerNorm(LayerNorm {
+            axis,
+            epsilon,
+            centered: false,
+        });
+        c.emit_inner(norm, &[xc, scale], "normalized")?
+    } else {
+        let squared = c.binary(BinaryOp::Mul, xc, xc, "squared")?;
+        let mean = Op::Reduce(Reduce {
+            kind: ReduceKind::Mean,
+            axes: (axis..rank).collect(),
+            keepdims: true,
+        });
+        let mean = c.emit_inner(mean, &[squared], "mean_square")?;
+        let eps = c.scalar("epsilon", compute, epsilon as f64);
+        let mean_eps = c.binary(BinaryOp::Add, mean, eps, "mean_square_eps")?;
+        let rms = c.emit_inner(Op::Unary(UnaryOp::Sqrt), &[mean_eps], "rms")?;
+        let inv = c.emit_inner(Op::Unary(UnaryOp::Reciprocal), &[rms], "inv_rms")?;
+        let normalized = c.binary(BinaryOp::Mul, xc, inv, "normalized")?;
+        c.binary(BinaryOp::Mul, normalized, scale, "scaled")?
+    };
     Ok(vec![Some(c.cast_to(y, ty.dtype, "y")?)])
 }
 

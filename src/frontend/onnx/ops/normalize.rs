@@ -87,6 +87,7 @@ fn layer_norm(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     let op = Op::LayerNorm(LayerNorm {
         axis: c.axis(c.int("axis", -1)?, c.ty(x).shape.len())?,
         epsilon: c.float("epsilon", 1e-5)?,
+        centered: true,
     });
     c.emit_all(op)
 }

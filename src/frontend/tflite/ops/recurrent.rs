@@ -670,6 +670,7 @@ impl Cx<'_, '_> {
                     let norm = Op::LayerNorm(LayerNorm {
                         axis: 1,
                         epsilon: LAYER_NORM_EPSILON,
+                        centered: true,
                     });
                     v = cx.emit(
                         norm,
