@@ -604,8 +604,9 @@ fn is_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
-/// `line` with every `$name` replaced by the pattern defined for it.
-fn expand(line: &str, definitions: &HashMap<String, String>) -> Result<String, String> {
+/// `line` with every `$name` replaced by the pattern defined for it; the
+/// first name without a definition is the error.
+fn expand<'a>(line: &'a str, definitions: &HashMap<String, String>) -> Result<String, &'a str> {
     let mut out = String::with_capacity(line.len());
     let mut rest = line;
     while let Some(at) = rest.find('$') {
@@ -615,9 +616,7 @@ fn expand(line: &str, definitions: &HashMap<String, String>) -> Result<String, S
             .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
             .unwrap_or(after.len());
         let name = &after[..end];
-        let pattern = definitions.get(name).ok_or_else(|| {
-            format!("'${name}' is not defined (define it first: '${name} = (pattern)')")
-        })?;
+        let pattern = definitions.get(name).ok_or(name)?;
         out.push_str(pattern);
         rest = &after[end..];
     }
@@ -640,6 +639,11 @@ pub fn parse_rules(text: &str, file: &str) -> Result<RuleSet, RuleError> {
             line: i + 1,
             message,
         };
+        let undefined = |name: &str| {
+            err(format!(
+                "'${name}' is not defined (define it first: '${name} = (pattern)')"
+            ))
+        };
         let line = raw.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
             continue;
@@ -655,14 +659,14 @@ pub fn parse_rules(text: &str, file: &str) -> Result<RuleSet, RuleError> {
                 )));
             }
             // Expanded now, so that a later definition may use this one.
-            let pattern = expand(pattern.trim(), &definitions).map_err(err)?;
+            let pattern = expand(pattern.trim(), &definitions).map_err(undefined)?;
             pattern
                 .parse::<Pattern<Lang>>()
                 .map_err(|e| err(format!("bad pattern for '${name}': {e}")))?;
             definitions.insert(name.to_string(), pattern);
             continue;
         }
-        let line = expand(line, &definitions).map_err(err)?;
+        let line = expand(line, &definitions).map_err(undefined)?;
         let (name, body) = line
             .split_once(':')
             .ok_or_else(|| err("expected 'name: (lhs) => (rhs) [if cond, ...]'".into()))?;
