@@ -596,12 +596,14 @@ fn split_top(text: &str, sep: &str) -> Option<(String, String)> {
     None
 }
 
+/// Whether `c` may stand in the name of a rule or a definition.
+fn is_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '-' || c == '_'
+}
+
 /// Whether `name` can name a rule or a definition.
 fn is_name(name: &str) -> bool {
-    !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    !name.is_empty() && name.chars().all(is_name_char)
 }
 
 /// `line` with every `$name` replaced by the pattern defined for it; the
@@ -613,7 +615,7 @@ fn expand<'a>(line: &'a str, definitions: &HashMap<String, String>) -> Result<St
         out.push_str(&rest[..at]);
         let after = &rest[at + 1..];
         let end = after
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+            .find(|c: char| !is_name_char(c))
             .unwrap_or(after.len());
         let name = &after[..end];
         let pattern = definitions.get(name).ok_or(name)?;
