@@ -2,16 +2,22 @@
 //! (`Dense`: Gemm and MatMul against weights), or both operands computed by the
 //! model (`BatchedMatMul`: attention's Q·Kᵀ and P·V), whose right operand is
 //! packed into step scratch at every run. Both run the same register tile:
-//! `DENSE_ROWS` rows of the left operand times one panel of
-//! `PANEL_VECTORS` vectors of columns.
+//! rows of the left operand times one panel of one to `PANEL_VECTORS` vectors
+//! of columns, the panel no wider than the product needs and the tile taller
+//! where it is narrower, so that a product of few columns (an attention head
+//! of 16 or 32) keeps as many independent sums as a wide one.
 
 use super::normalize::dot;
 use super::simd::{array_of, run_vectorized, Isa, Lanes, Vector, VectorKernel};
 use crate::core::{par, PageBuf};
 
-/// Vectors of output columns, and rows of `a`, one register tile covers.
+/// The most vectors of output columns one panel covers.
 const PANEL_VECTORS: usize = 4;
-const DENSE_ROWS: usize = 4;
+/// Sums one register tile keeps (rows times panel vectors): enough
+/// independent multiply-adds to hide their latency on two FMA ports.
+const TILE_SUMS: usize = 16;
+/// The most rows of `a` one register tile covers (a one-vector panel).
+const MAX_TILE_ROWS: usize = 8;
 
 /// The extents of one `[m][k] · [k][n]` product and its panel width.
 #[derive(Clone, Copy, Debug)]
@@ -20,15 +26,33 @@ struct Extents {
     k: usize,
     n: usize,
     lanes: Lanes,
-    /// Columns of one panel: `PANEL_VECTORS` vectors.
+    /// Vectors of one panel: as few as cover `n`, at most `PANEL_VECTORS`.
+    vectors: usize,
+    /// Columns of one panel: `vectors` vectors.
     nb: usize,
+    /// Rows of `a` one register tile covers.
+    tile_rows: usize,
 }
 
 impl Extents {
     fn new((m, k, n): (usize, usize, usize), isa: Isa) -> Extents {
         let lanes = Lanes::for_block(isa, isa.lanes());
-        let nb = PANEL_VECTORS * lanes.count();
-        Extents { m, k, n, lanes, nb }
+        // 1, 2 or 4 vectors: the tile kernels are compiled for those.
+        let vectors = n
+            .div_ceil(lanes.count())
+            .clamp(1, PANEL_VECTORS)
+            .next_power_of_two();
+        let nb = vectors * lanes.count();
+        let tile_rows = (TILE_SUMS / vectors).min(MAX_TILE_ROWS);
+        Extents {
+            m,
+            k,
+            n,
+            lanes,
+            vectors,
+            nb,
+            tile_rows,
+        }
     }
 
     fn panels(&self) -> usize {
@@ -81,7 +105,7 @@ impl Extents {
     /// (and `c`, if given) `m * n`; no two products write the same `y`, and
     /// nothing else writes them meanwhile.
     unsafe fn tiles(&self, matrices: usize, at: impl Fn(usize) -> Operands + Sync) {
-        let row_tiles = self.m.div_ceil(DENSE_ROWS);
+        let row_tiles = self.m.div_ceil(self.tile_rows);
         let per_matrix = self.panels() * row_tiles;
         // Panel-major order: a thread's consecutive tiles share one panel of b.
         par::for_each(matrices * per_matrix, |i| {
@@ -90,7 +114,7 @@ impl Extents {
             let tile = DenseTile {
                 e: self,
                 panel: i / row_tiles,
-                row0: (i % row_tiles) * DENSE_ROWS,
+                row0: (i % row_tiles) * self.tile_rows,
                 a: ops.a as *const f32,
                 b: ops.b as *const f32,
                 c: ops.c.map(|c| c as *const f32),
@@ -359,7 +383,7 @@ impl VectorKernel for NarrowRows {
     }
 }
 
-/// Rows `row0..row0 + DENSE_ROWS` (or fewer at the end) times one panel of columns.
+/// Rows `row0..row0 + tile_rows` (or fewer at the end) times one panel of columns.
 struct DenseTile<'a> {
     e: &'a Extents,
     panel: usize,
@@ -377,24 +401,40 @@ struct DenseTile<'a> {
 impl VectorKernel for DenseTile<'_> {
     #[inline(always)]
     unsafe fn run<V: Vector>(&self) {
-        match (self.e.m - self.row0).min(DENSE_ROWS) {
-            1 => self.rows::<V, 1>(),
-            2 => self.rows::<V, 2>(),
-            3 => self.rows::<V, 3>(),
-            _ => self.rows::<V, DENSE_ROWS>(),
+        match self.e.vectors {
+            1 => self.tile::<V, 1>(),
+            2 => self.tile::<V, 2>(),
+            _ => self.tile::<V, PANEL_VECTORS>(),
         }
     }
 }
 
 impl DenseTile<'_> {
+    /// The tile's rows in runs of 8, 4, 2 and 1 (as many as are left), each
+    /// run one register block of `P` vectors per row.
     #[inline(always)]
-    unsafe fn rows<V: Vector, const R: usize>(&self) {
+    unsafe fn tile<V: Vector, const P: usize>(&self) {
+        let end = self.e.m.min(self.row0 + self.e.tile_rows);
+        let mut row = self.row0;
+        while row < end {
+            row += match end - row {
+                8.. => self.rows::<V, P, 8>(row),
+                4.. => self.rows::<V, P, 4>(row),
+                2.. => self.rows::<V, P, 2>(row),
+                _ => self.rows::<V, P, 1>(row),
+            };
+        }
+    }
+
+    /// Rows `row0..row0 + R` times the panel; returns `R`.
+    #[inline(always)]
+    unsafe fn rows<V: Vector, const P: usize, const R: usize>(&self, row0: usize) -> usize {
         let e = self.e;
-        let a = self.a.add(self.row0 * e.k);
+        let a = self.a.add(row0 * e.k);
         let mut wp = self.b.add(self.panel * e.k * e.nb);
-        let mut acc = [[V::splat(0.0); PANEL_VECTORS]; R];
+        let mut acc = [[V::splat(0.0); P]; R];
         for kk in 0..e.k {
-            let w: [V; PANEL_VECTORS] = array_of(V::splat(0.0), |v| V::load(wp.add(v * V::LANES)));
+            let w: [V; P] = array_of(V::splat(0.0), |v| V::load(wp.add(v * V::LANES)));
             for (r, row) in acc.iter_mut().enumerate() {
                 let s = V::splat(*a.add(r * e.k + kk));
                 for (x, &wv) in row.iter_mut().zip(&w) {
@@ -406,7 +446,7 @@ impl DenseTile<'_> {
         let j0 = self.panel * e.nb;
         let cols = (e.n - j0).min(e.nb);
         for (r, row) in acc.iter().enumerate() {
-            let at = (self.row0 + r) * e.n + j0;
+            let at = (row0 + r) * e.n + j0;
             let out = self.y.add(at);
             let c = self.c.map(|c| c.add(at));
             if cols == e.nb {
@@ -429,5 +469,6 @@ impl DenseTile<'_> {
                 }
             }
         }
+        R
     }
 }

@@ -246,9 +246,10 @@ fn pool_kernel_matches_the_reference_executor_in_every_layout() {
 fn dense_matches_a_naive_product_for_every_isa() {
     let isas = available_isas();
     let mut rng = Rng(9);
-    for case in 0..40 {
-        // Up to 9 rows (two full row tiles and a tail) and 150 columns (panel tails).
-        let (m, k, n) = (rng.range(1, 9), rng.range(1, 50), rng.range(1, 150));
+    for case in 0..80 {
+        // Up to 20 rows (full row tiles of 4 and 8, tails of every length
+        // below) and 150 columns (panels of 1, 2 and 4 vectors, panel tails).
+        let (m, k, n) = (rng.range(1, 20), rng.range(1, 50), rng.range(1, 150));
         let trans_b = rng.below(2) == 0;
         let alpha = [1.0, 0.5, -2.0][rng.below(3)];
         let a = rng.f32s(m * k);
@@ -438,8 +439,11 @@ fn a_padding_gather_places_its_input_and_keeps_its_fill() {
 /// several tasks of rows); each against the reference executor.
 #[test]
 fn batched_matmuls_match_the_reference_executor() {
-    let cases: [(&[usize], &[usize], bool); 9] = [
+    let cases: [(&[usize], &[usize], bool); 11] = [
         (&[2, 130, 70], &[2, 70, 1], false),
+        // Attention heads of 16 and 24: one- and two-vector panels.
+        (&[1, 4, 16, 16], &[1, 4, 16, 16], false),
+        (&[3, 13, 24], &[3, 24, 24], false),
         (&[2, 3, 5, 7], &[2, 3, 7, 9], false),
         (&[1, 4, 9, 16], &[4, 16, 70], false),
         (&[3, 1, 6, 5], &[1, 2, 5, 4], false),
