@@ -67,11 +67,16 @@ fn recognize(g: &Graph) -> (Graph, Vec<String>, Vec<LayerNorm>) {
     (out, fired, norms)
 }
 
-/// Checks that `g` rewrites with exactly `rule` to one normalization over
-/// the last axis (`centered` or not), and computes what it computed.
-fn check(g: &Graph, rule: &str, centered: bool) {
-    let (out, fired, norms) = recognize(g);
-    assert_eq!(fired, [rule]);
+/// Checks that `g` rewrites with exactly `rules` (in any order) to one
+/// normalization over the last axis (`centered` or not), and computes what
+/// it computed.
+fn check(g: &Graph, rules: &[&str], centered: bool) {
+    let rule = rules.join(", ");
+    let (out, mut fired, norms) = recognize(g);
+    fired.sort();
+    let mut want_fired = rules.to_vec();
+    want_fired.sort();
+    assert_eq!(fired, want_fired);
     let want = LayerNorm {
         axis: 2,
         epsilon: 1e-3,
@@ -119,12 +124,12 @@ fn layer_norm_spellings_of_each_exporter_are_recognized() {
     let params = [16];
     check(
         &spelled(keras(&[-1], true), &params),
-        "layer-norm-keras",
+        &["layer-norm-keras"],
         true,
     );
     check(
         &spelled(keras(&[2], false), &params),
-        "layer-norm-keras-without-shift",
+        &["layer-norm-keras-without-shift"],
         true,
     );
     // tf.keras 2: x·k + (beta − mean·k), the scale a constant of rank 3.
@@ -137,16 +142,26 @@ fn layer_norm_spellings_of_each_exporter_are_recognized() {
         node("Mul", "mul", &["x", "k"], &["xk"]),
         node("Add", "out", &["xk", "b"], &["y"]),
     ]);
-    check(&spelled(keras2, &[1, 1, 16]), "layer-norm-keras2", true);
-    // PyTorch before opset 17: (x − mean) / std · gamma + beta, the square a Pow.
+    check(&spelled(keras2, &[1, 1, 16]), &["layer-norm-keras2"], true);
+    // PyTorch before opset 17: (x − mean) / std · gamma + beta, the square a
+    // Pow; the scale and the shift join the normalization.
     let mut torch = moments(&[-1]);
     torch[2] = node("Pow", "square", &["d", "two"], &["d2"]);
-    torch.extend([
-        node("Div", "normalized", &["d", "s"], &["n"]),
+    torch.push(node("Div", "normalized", &["d", "s"], &["n"]));
+    let mut affine = torch.clone();
+    affine.extend([
         node("Mul", "scaled", &["n", "gamma"], &["ng"]),
         node("Add", "out", &["ng", "beta"], &["y"]),
     ]);
-    check(&spelled(torch, &params), "layer-norm-torch", true);
+    let joined = [
+        "layer-norm-divided",
+        "scale-into-normalization",
+        "shift-into-normalization",
+    ];
+    check(&spelled(affine, &params), &joined, true);
+    // Without `elementwise_affine`: the normalization alone.
+    torch.last_mut().unwrap().output[0] = "y".into();
+    check(&spelled(torch, &params), &["layer-norm-divided"], true);
 }
 
 #[test]
@@ -165,14 +180,18 @@ fn rms_norm_spellings_are_recognized() {
         node("Reciprocal", "inv", &["r"], &["i"]),
         node("Mul", "out", &["x", "i"], &["y"]),
     ]);
-    check(&spelled(llama, &[16]), "rms-norm", false);
+    check(&spelled(llama, &[16]), &["rms-norm"], false);
     // PyTorch: x / rms · gamma.
     let mut torch = square();
     torch.extend([
         node("Div", "normalized", &["x", "r"], &["n"]),
         node("Mul", "out", &["n", "gamma"], &["y"]),
     ]);
-    check(&spelled(torch, &[16]), "rms-norm-divided-scaled", false);
+    check(
+        &spelled(torch, &[16]),
+        &["rms-norm-divided", "scale-into-normalization"],
+        false,
+    );
 }
 
 #[test]
@@ -183,6 +202,16 @@ fn spellings_that_are_not_normalizations_stay() {
     // A scale with one value per row (6x1) is not a per-element scale.
     let g = spelled(keras(&[-1], true), &[6, 1]);
     assert_eq!(recognize(&g).1, Vec::<String>::new());
+    // After a normalization, such a scale stays a Mul of its own.
+    let mut torch = moments(&[-1]);
+    torch.extend([
+        node("Div", "normalized", &["d", "s"], &["n"]),
+        node("Mul", "out", &["n", "gamma"], &["y"]),
+    ]);
+    let g = spelled(torch, &[6, 1]);
+    let (out, fired, _) = recognize(&g);
+    assert_eq!(fired, ["layer-norm-divided"]);
+    assert_rewrite_keeps_outputs(&g, &out, &[input()], 1e-5);
 }
 
 /// The recognized normalization runs as one row kernel, which gives the
