@@ -387,6 +387,12 @@ pub const CONDITIONS: &[Condition] = &[
         check: normalization_conditions::rms_norm_form,
     },
     Condition {
+        name: "global-pool-row-mean",
+        reads: &["?x"],
+        binds: &["?mean"],
+        check: normalization_conditions::global_pool_row_mean,
+    },
+    Condition {
         name: "normalization-scale",
         reads: &["?gamma", "?ln"],
         binds: &["?rg"],

@@ -143,6 +143,13 @@ fn layer_norm_spellings_of_each_exporter_are_recognized() {
         node("Add", "out", &["xk", "b"], &["y"]),
     ]);
     check(&spelled(keras2, &[1, 1, 16]), &["layer-norm-keras2"], true);
+    // tf2onnx: Keras 3's spelling with each mean a GlobalAveragePool.
+    let mut tf2onnx = keras(&[-1], true);
+    for n in tf2onnx.iter_mut().filter(|n| n.op_type == "ReduceMean") {
+        n.op_type = "GlobalAveragePool".into();
+        n.attribute.clear();
+    }
+    check(&spelled(tf2onnx, &params), &["layer-norm-keras"], true);
     // PyTorch before opset 17: (x − mean) / std · gamma + beta, the square a
     // Pow; the scale and the shift join the normalization.
     let mut torch = moments(&[-1]);

@@ -65,6 +65,26 @@ pub(super) fn rms_norm_form(eg: &mut LEGraph, s: &mut Subst) -> Result<(), Refus
     normalization(eg, s, false)
 }
 
+/// ?GlobalAveragePool averages the computed f32 tensor ?x of rank 3 over its
+/// last axis (tf2onnx writes a row's mean so): binds ?mean to that mean as a
+/// ReduceMean keeping the axis, the form the normalization spellings read.
+pub(super) fn global_pool_row_mean(eg: &mut LEGraph, s: &mut Subst) -> Result<(), Refusal> {
+    let x = tensor_of(eg, get(s, "?x"))?;
+    if x.dtype != DType::F32 || x.is_const || x.logical.len() != 3 {
+        return refuse("not a computed f32 tensor of rank 3");
+    }
+    let mut shape = x.logical.clone();
+    shape[2] = 1;
+    let op = Op::Reduce(Reduce {
+        kind: ReduceKind::Mean,
+        axes: vec![2],
+        keepdims: true,
+    });
+    let atom = row_major_op(eg, op, shape)?;
+    bind_atom(eg, s, "?mean", atom);
+    Ok(())
+}
+
 /// The f32 constant bound to `var`, which varies along the normalized axes
 /// of ?ln only, reshaped to their rank (to one value per row element when it
 /// has as many, the form the row kernel reads), bound to `to`.
