@@ -187,7 +187,12 @@ fn rms_norm_spellings_are_recognized() {
         node("Reciprocal", "inv", &["r"], &["i"]),
         node("Mul", "out", &["x", "i"], &["y"]),
     ]);
-    check(&spelled(llama, &[16]), &["rms-norm"], false);
+    check(&spelled(llama.clone(), &[16]), &["rms-norm"], false);
+    // The same through tf2onnx: the scale inside, x · (1/rms · gamma).
+    let last = llama.len() - 1;
+    llama[last] = node("Mul", "scaled", &["i", "gamma"], &["k"]);
+    llama.push(node("Mul", "out", &["x", "k"], &["y"]));
+    check(&spelled(llama, &[16]), &["rms-norm-keras"], false);
     // PyTorch: x / rms · gamma.
     let mut torch = square();
     torch.extend([
