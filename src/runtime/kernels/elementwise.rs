@@ -7,10 +7,13 @@
 //! output, 0 along the axes it is repeated over. Adjacent axes that every
 //! buffer walks alike are merged, so the innermost axis is the longest run in
 //! which each operand is either contiguous or one repeated value. The output is
-//! cut into blocks of at most `BLOCK` elements of that run; every op of the
+//! cut into blocks of at most `BLOCK` elements of that run; every pass of the
 //! chain runs over a whole block before the next (its result in a block-sized
 //! register on the stack), so each op is dispatched once per block, not per
-//! element.
+//! element. A pass is one op, or an arithmetic op with the Relu or Clip after
+//! it, or a product and the sum after it (a batch norm's `x * scale +
+//! shift`): each pass stores its block, which costs as much as the
+//! arithmetic, so a batch norm and relu take one pass instead of three.
 
 use super::activation::Lanewise;
 use super::quantized::{QuantizedAdd, QuantizedMul};
@@ -66,10 +69,86 @@ impl Func {
     }
 }
 
+/// What one pass over a block computes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Pass {
+    /// One op.
+    Op(Func),
+    /// An arithmetic op, then clamped as `UnaryOp::Clip` clamps.
+    Clamped(BinaryOp, Arg, Arg, Bounds),
+    /// `a * b + c`, rounded after the product and after the sum as the two
+    /// ops are, then clamped.
+    Affine(Arg, Arg, Arg, Bounds),
+}
+
+/// A clamp's bounds, `UnaryOp::Clip`'s: a Relu is `[0, inf]`, no clamp
+/// `[-inf, inf]` (NaN passes through every clamp).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Bounds(f32, f32);
+
+impl Bounds {
+    const NONE: Bounds = Bounds(f32::NEG_INFINITY, f32::INFINITY);
+
+    #[inline(always)]
+    fn apply<V: Vector>(self, v: V) -> V {
+        UnaryOp::Clip {
+            min: self.0,
+            max: self.1,
+        }
+        .apply(Lanewise(v))
+        .0
+    }
+}
+
+/// The chain `funcs` as passes: a product with the sum that reads it, and an
+/// arithmetic op (or that pair) with the clamp that reads it, joined.
+fn passes(funcs: &[Func]) -> Vec<Pass> {
+    let mut passes = vec![];
+    let mut rest = funcs;
+    while let Some((&f, after)) = rest.split_first() {
+        rest = after;
+        let mut pass = match (f, rest.first()) {
+            (
+                Func::Binary(BinaryOp::Mul, a, b),
+                Some(
+                    &Func::Binary(BinaryOp::Add, Arg::Prev, c)
+                    | &Func::Binary(BinaryOp::Add, c, Arg::Prev),
+                ),
+            ) if c != Arg::Prev => {
+                rest = &rest[1..];
+                Pass::Affine(a, b, c, Bounds::NONE)
+            }
+            (Func::Binary(b, p, q), _) => Pass::Clamped(b, p, q, Bounds::NONE),
+            (f, _) => Pass::Op(f),
+        };
+        let clamp = match rest.first() {
+            Some(Func::Unary(u, Arg::Prev)) => u.clamp_bounds(),
+            _ => None,
+        };
+        pass = match (pass, clamp) {
+            (Pass::Clamped(b, p, q, _), Some((lo, hi))) => {
+                rest = &rest[1..];
+                Pass::Clamped(b, p, q, Bounds(lo, hi))
+            }
+            (Pass::Affine(a, b, c, _), Some((lo, hi))) => {
+                rest = &rest[1..];
+                Pass::Affine(a, b, c, Bounds(lo, hi))
+            }
+            // Nothing joined: the op's own pass, without a clamp to apply.
+            (Pass::Clamped(b, p, q, _), None) => Pass::Op(Func::Binary(b, p, q)),
+            (pass, _) => pass,
+        };
+        passes.push(pass);
+    }
+    passes
+}
+
 /// A compiled chain: the ops and how each operand lines up with the output.
 #[derive(Clone, Debug)]
 pub struct Elementwise {
     funcs: Vec<Func>,
+    /// `funcs` as the passes that compute them.
+    passes: Vec<Pass>,
     /// Extents of the merged output axes, outermost first; the last is the run.
     extents: Vec<usize>,
     /// Per operand, its element stride along each merged axis.
@@ -215,6 +294,7 @@ impl Elementwise {
             .then_some(())?;
         let (extents, strides, reads) = periodic_runs(extents, strides);
         Some(Elementwise {
+            passes: passes(&funcs),
             funcs,
             extents,
             strides,
@@ -469,8 +549,8 @@ impl VectorKernel for Blocks<'_> {
                     }
                 };
             }
-            let last = chain.funcs.len() - 1;
-            for (n, f) in chain.funcs.iter().enumerate() {
+            let last = chain.passes.len() - 1;
+            for (n, pass) in chain.passes.iter().enumerate() {
                 let [into, from] = registers
                     .get_disjoint_mut([n % 2, (n + 1) % 2])
                     .expect("two registers");
@@ -486,7 +566,42 @@ impl VectorKernel for Blocks<'_> {
                     true => self.y.add(r * run + start),
                     false => into.as_mut_ptr().cast(),
                 };
-                match *f {
+                let f = match *pass {
+                    Pass::Op(f) => f,
+                    Pass::Clamped(b, p, q, bounds) => {
+                        let (p, q) = (source(p), source(q));
+                        macro_rules! go {
+                            ($b:ident) => {
+                                map::<Pair<V>>(
+                                    len,
+                                    dest,
+                                    p,
+                                    q,
+                                    #[inline(always)]
+                                    |x, y| {
+                                        let v = $b
+                                            .apply(Lanewise(x), Lanewise(y))
+                                            .expect("only arithmetic ops are compiled");
+                                        bounds.apply(v.0)
+                                    },
+                                )
+                            };
+                        }
+                        match b {
+                            b @ BinaryOp::Add => go!(b),
+                            b @ BinaryOp::Sub => go!(b),
+                            b @ BinaryOp::Mul => go!(b),
+                            b => go!(b),
+                        }
+                        continue;
+                    }
+                    Pass::Affine(a, b, c, bounds) => {
+                        let (a, b, c) = (source(a), source(b), source(c));
+                        affine::<Pair<V>>(len, dest, [a, b, c], bounds);
+                        continue;
+                    }
+                };
+                match f {
                     Func::Unary(u, a) => {
                         let a = source(a);
                         // Each arm knows its op, so `apply` is resolved out of the loop.
@@ -611,6 +726,32 @@ unsafe fn map<V: Vector>(len: usize, dest: *mut f32, p: Source, q: Source, f: im
     }
 }
 
+/// `a * b + c`, clamped, over the `len` elements of the three sources into
+/// `dest`, as `map`.
+#[inline(always)]
+unsafe fn affine<V: Vector>(len: usize, dest: *mut f32, [a, b, c]: [Source; 3], bounds: Bounds) {
+    let full = len - len % V::LANES;
+    let mut i = 0;
+    while i < full {
+        let (x, y, z) = (
+            V::load(a.at.add(i & a.step)),
+            V::load(b.at.add(i & b.step)),
+            V::load(c.at.add(i & c.step)),
+        );
+        bounds.apply(V::add(V::mul(x, y), z)).store(dest.add(i));
+        i += V::LANES;
+    }
+    if i < len {
+        let k = len - i;
+        let (x, y, z) = (
+            load_tail::<V>(a, i, k),
+            load_tail::<V>(b, i, k),
+            load_tail::<V>(c, i, k),
+        );
+        store_part(bounds.apply(V::add(V::mul(x, y), z)), dest.add(i), k);
+    }
+}
+
 /// The last `k` (fewer than a vector) elements of `s` from `i` on.
 #[inline(always)]
 unsafe fn load_tail<V: Vector>(s: Source, i: usize, k: usize) -> V {
@@ -716,6 +857,79 @@ mod tests {
                                 "{b:?} {isa:?} len {len}: f({p}, {q}) = {got}, expected {e}"
                             );
                         }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A product and the sum reading it, and an arithmetic op and the Relu
+    /// or Clip after it, run as one pass each; a sum of the product with
+    /// itself or a clamp of anything else does not join. The joined passes
+    /// equal the ops one after the other on every instruction set, at
+    /// lengths with tails, NaN and the infinities among the inputs.
+    #[test]
+    fn joined_passes_match_the_ops_one_after_the_other() {
+        let (op, prev) = (Arg::Operand, Arg::Prev);
+        let clip = UnaryOp::Clip {
+            min: -0.5,
+            max: 0.5,
+        };
+        let bn_relu = vec![
+            Func::Binary(BinaryOp::Mul, op(0), op(1)),
+            Func::Binary(BinaryOp::Add, op(2), prev),
+            Func::Unary(UnaryOp::Relu, prev),
+        ];
+        let sub_clip = vec![
+            Func::Binary(BinaryOp::Sub, op(0), op(1)),
+            Func::Unary(clip, prev),
+            Func::Binary(BinaryOp::Mul, prev, op(2)),
+        ];
+        let unjoined = vec![
+            Func::Binary(BinaryOp::Mul, op(0), op(1)),
+            Func::Binary(BinaryOp::Add, prev, prev),
+            Func::Unary(UnaryOp::Tanh, prev),
+            Func::Unary(UnaryOp::Relu, prev),
+        ];
+        assert_eq!(passes(&bn_relu).len(), 1);
+        assert_eq!(passes(&sub_clip).len(), 2);
+        assert_eq!(passes(&unjoined).len(), 4);
+        let f64s = |fs: &[Func], x: [f64; 3]| {
+            fs.iter().fold(f64::NAN, |v, f| {
+                let at = |a: Arg| match a {
+                    Arg::Operand(k) => x[k],
+                    _ => v,
+                };
+                match *f {
+                    Func::Unary(u, a) => u.apply(at(a)),
+                    Func::Binary(b, p, q) => b.apply(at(p), at(q)).unwrap(),
+                    _ => unreachable!("no quantized ops here"),
+                }
+            })
+        };
+        let mut rng = Rng(41);
+        for len in [1, 15, 16, 17, 300, 531] {
+            let mut x: Vec<Vec<f32>> = (0..3).map(|_| rng.f32s(len)).collect();
+            for (k, special) in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY]
+                .iter()
+                .enumerate()
+            {
+                x[k][len - 1] = *special;
+            }
+            for fs in [&bn_relu, &sub_clip, &unjoined] {
+                for isa in Isa::ALL.into_iter().filter(|i| i.available()) {
+                    let strides = vec![vec![1]; 3];
+                    let k =
+                        Elementwise::new(fs.clone(), &[len], strides, vec![len; 3], vec![], isa)
+                            .unwrap();
+                    let mut y = vec![0f32; len];
+                    k.run(&[&x[0], &x[1], &x[2]], &mut y).unwrap();
+                    for (i, &got) in y.iter().enumerate() {
+                        let e = f64s(fs, [0, 1, 2].map(|k| x[k][i] as f64));
+                        assert!(
+                            close(got, e),
+                            "{fs:?} {isa:?} len {len}: element {i} = {got}, expected {e}"
+                        );
                     }
                 }
             }

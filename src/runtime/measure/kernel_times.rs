@@ -27,7 +27,9 @@ pub(in crate::runtime) const CACHE_FILE: &str = "kernel_times.json";
 /// the timed kernels; entries timed otherwise, or of older kernels, are not
 /// used. Revision 2: the Winograd transforms written out per tile size.
 /// Revision 3: weights prefetched ahead in the tiles and on huge pages.
-const TIMING: &str = "weights, output and scratch flushed, best of 2 settled or 4; kernels r3";
+/// Revision 4: depthwise convolutions in NCHW with output columns in the
+/// lanes.
+const TIMING: &str = "weights, output and scratch flushed, best of 2 settled or 4; kernels r4";
 
 /// The measured times of one kernel geometry on one machine.
 #[derive(Clone, Serialize, Deserialize)]

@@ -24,6 +24,10 @@
 //! Every lane does useful work, where the dense kernel would broadcast one
 //! input channel into a vector of mostly idle lanes.
 //!
+//! With both operands in NCHW a slice is one channel, one lane: such a
+//! convolution runs with output columns in the lanes instead
+//! (`pixel_lanes.rs`), where its stride along the rows lets it.
+//!
 //! Outputs rounded onto a grid of bytes last may go out as the next integer
 //! convolution's staged input (`write_staged`), rounded as its staging
 //! would round the floats: a quarter of the bytes written, and the reader
@@ -33,6 +37,7 @@
 
 use super::direct::{balanced_tile, fill_channel_pad, valid_taps, ConvGeom};
 use super::int8::{as_bytes_mut, StagedInput};
+use super::pixel_lanes::PixelLanes;
 use super::tile::{Activate, ChannelParams, Epilogue};
 use crate::core::par;
 use crate::fusion::Activation;
@@ -69,6 +74,8 @@ pub struct Depthwise {
     pad_fill: Option<f32>,
     /// The outputs as the next convolution's staged bytes (`write_staged`).
     output_bytes: Option<StagedInput>,
+    /// The kernel that runs it instead, in NCHW: output columns in the lanes.
+    planar: Option<Box<PixelLanes>>,
 }
 
 impl Depthwise {
@@ -96,17 +103,23 @@ impl Depthwise {
         pad_fill: Option<f32>,
     ) -> Depthwise {
         debug_assert!(Self::applies(&geom, isa));
+        let planar = PixelLanes::applies(&geom)
+            .then(|| Box::new(PixelLanes::new(geom.clone(), isa, w, params, epilogue)));
         let group = geom.cin / geom.groups;
         let slice = gcd(geom.x_cb, geom.y_cb);
         let slices = geom.cin.div_ceil(slice);
         let (kh, kw) = geom.k;
-        let mut packed = vec![0f32; slices * kh * kw * group * slice];
+        let packed_len = match planar {
+            Some(_) => 0,
+            None => slices * kh * kw * group * slice,
+        };
+        let mut packed = vec![0f32; packed_len];
         let (params, epilogue) = params.pack(epilogue, |per_channel| {
             let mut sliced = vec![0f32; slices * slice];
             sliced[..geom.cin].copy_from_slice(&per_channel[..geom.cin]);
             sliced
         });
-        for c in 0..geom.cin {
+        for c in (0..geom.cin).filter(|_| planar.is_none()) {
             for j in 0..group {
                 for y in 0..kh {
                     for x in 0..kw {
@@ -127,6 +140,7 @@ impl Depthwise {
             epilogue,
             pad_fill: pad_fill.filter(|_| padded),
             output_bytes: None,
+            planar,
         }
     }
 
@@ -135,7 +149,9 @@ impl Depthwise {
     /// input's shape; whether it will.
     pub(in crate::runtime) fn write_staged(&mut self, to: StagedInput) -> bool {
         let g = &self.geom;
-        let fits = self.output_grid() == Some(to.grid()) && to.shape() == [g.n, g.cout, g.oh, g.ow];
+        let fits = self.planar.is_none()
+            && self.output_grid() == Some(to.grid())
+            && to.shape() == [g.n, g.cout, g.oh, g.ow];
         if fits {
             self.output_bytes = Some(to);
             self.pad_fill = None;
@@ -160,7 +176,10 @@ impl Depthwise {
 
     /// The packed weights every run reads.
     pub(in crate::runtime) fn weights(&self) -> &[f32] {
-        &self.w
+        match &self.planar {
+            Some(p) => p.weights(),
+            None => &self.w,
+        }
     }
 
     /// Computes `y` from `x` (and the residual, laid out like `y`, if fused):
@@ -170,6 +189,9 @@ impl Depthwise {
         assert!(x.len() >= g.x_len() && y.len() >= self.output_len().unwrap_or(g.y_len()));
         assert!(residual.is_none_or(|r| r.len() >= g.y_len()));
         assert!(residual.is_none() || self.output_bytes.is_none());
+        if let Some(planar) = &self.planar {
+            return planar.run(x, residual, y);
+        }
         if let Some(to) = self.output_bytes {
             to.fill_padding(as_bytes_mut(y));
         }

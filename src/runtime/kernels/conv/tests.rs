@@ -258,25 +258,39 @@ fn depthwise_and_lane_groups_match_a_naive_loop_for_every_isa_and_blocking() {
     assert!(lane_group_runs > 20, "{lane_group_runs} narrow-group runs");
 }
 
-/// Few output channels per group in NCHW (1 to 8, groups of 1 to 3), stride 1
+/// Few output channels per group in NCHW (1 to 8, groups of 1 to 3; every
+/// third case depthwise, whose tiles take four rows; some of 48 input
+/// channels per group, whose border columns run lane by lane), stride 1 or 2
 /// along the rows, rows up to 70 columns (full tiles of three vectors, single
-/// vectors, border and tail columns), every fused tail, every third case with
-/// NaN and ±inf inputs, on every instruction set.
+/// vectors, patched border and tail columns), every fused tail, every third
+/// case with NaN and ±inf inputs, on every instruction set.
 #[test]
 fn pixel_lanes_match_a_naive_loop_for_every_isa() {
     let isas = available_isas();
     let mut rng = Rng(17);
-    for case in 0..60 {
-        let groups = rng.range(1, 3);
-        let cout_g = rng.range(1, 8);
-        let cin = groups * rng.range(1, 6);
+    for case in 0..90 {
+        let depthwise = case % 3 == 0;
+        let groups = match depthwise {
+            true => rng.range(1, 6),
+            false => rng.range(1, 3),
+        };
+        let cout_g = match depthwise {
+            true => 1,
+            false => rng.range(1, 8),
+        };
+        // Some groups too wide for a patch of their border columns.
+        let cin = match (depthwise, case % 10) {
+            (true, _) => groups,
+            (false, 1) => groups * 48,
+            (false, _) => groups * rng.range(1, 6),
+        };
         let k = [(3, 3), (1, 1), (5, 5), (2, 3), (7, 7)][rng.below(5)];
         let dilation = (rng.range(1, 2), rng.range(1, 2));
         let pad = (rng.range(0, 3), rng.range(0, 3));
         let pad_end = (rng.range(0, 3), rng.range(0, 3));
-        let stride = (rng.range(1, 2), 1);
+        let stride = (rng.range(1, 2), rng.range(1, 2));
         let span = ((k.0 - 1) * dilation.0 + 1, (k.1 - 1) * dilation.1 + 1);
-        let h = span.0.saturating_sub(pad.0 + pad_end.0).max(1) + rng.below(8);
+        let h = span.0.saturating_sub(pad.0 + pad_end.0).max(1) + rng.below(12);
         let w = span.1.saturating_sub(pad.1 + pad_end.1).max(1) + rng.below(60);
         let g = ConvGeom {
             n: rng.range(1, 2),
@@ -285,7 +299,7 @@ fn pixel_lanes_match_a_naive_loop_for_every_isa() {
             w,
             cout: groups * cout_g,
             oh: (h + pad.0 + pad_end.0 - span.0) / stride.0 + 1,
-            ow: w + pad.1 + pad_end.1 - span.1 + 1,
+            ow: (w + pad.1 + pad_end.1 - span.1) / stride.1 + 1,
             k,
             stride,
             dilation,
