@@ -26,7 +26,8 @@
 //!
 //! With both operands in NCHW a slice is one channel, one lane: such a
 //! convolution runs with output columns in the lanes instead
-//! (`pixel_lanes.rs`), where its stride along the rows lets it.
+//! (`pixel_lanes.rs`), where its stride along the rows lets it, unless its
+//! outputs go out as bytes.
 //!
 //! Outputs rounded onto a grid of bytes last may go out as the next integer
 //! convolution's staged input (`write_staged`), rounded as its staging
@@ -74,7 +75,8 @@ pub struct Depthwise {
     pad_fill: Option<f32>,
     /// The outputs as the next convolution's staged bytes (`write_staged`).
     output_bytes: Option<StagedInput>,
-    /// The kernel that runs it instead, in NCHW: output columns in the lanes.
+    /// The kernel that runs it instead, in NCHW: output columns in the lanes
+    /// (`w` kept for `write_staged`, which only the channel lanes serve).
     planar: Option<Box<PixelLanes>>,
 }
 
@@ -109,17 +111,13 @@ impl Depthwise {
         let slice = gcd(geom.x_cb, geom.y_cb);
         let slices = geom.cin.div_ceil(slice);
         let (kh, kw) = geom.k;
-        let packed_len = match planar {
-            Some(_) => 0,
-            None => slices * kh * kw * group * slice,
-        };
-        let mut packed = vec![0f32; packed_len];
+        let mut packed = vec![0f32; slices * kh * kw * group * slice];
         let (params, epilogue) = params.pack(epilogue, |per_channel| {
             let mut sliced = vec![0f32; slices * slice];
             sliced[..geom.cin].copy_from_slice(&per_channel[..geom.cin]);
             sliced
         });
-        for c in (0..geom.cin).filter(|_| planar.is_none()) {
+        for c in 0..geom.cin {
             for j in 0..group {
                 for y in 0..kh {
                     for x in 0..kw {
@@ -149,10 +147,10 @@ impl Depthwise {
     /// input's shape; whether it will.
     pub(in crate::runtime) fn write_staged(&mut self, to: StagedInput) -> bool {
         let g = &self.geom;
-        let fits = self.planar.is_none()
-            && self.output_grid() == Some(to.grid())
-            && to.shape() == [g.n, g.cout, g.oh, g.ow];
+        let fits = self.output_grid() == Some(to.grid()) && to.shape() == [g.n, g.cout, g.oh, g.ow];
         if fits {
+            // Only the channel lanes write bytes.
+            self.planar = None;
             self.output_bytes = Some(to);
             self.pad_fill = None;
         }
