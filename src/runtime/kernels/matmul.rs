@@ -28,10 +28,6 @@ struct Extents {
     lanes: Lanes,
     /// Vectors of one panel: as few as cover `n`, at most `PANEL_VECTORS`.
     vectors: usize,
-    /// Columns of one panel: `vectors` vectors.
-    nb: usize,
-    /// Rows of `a` one register tile covers.
-    tile_rows: usize,
 }
 
 impl Extents {
@@ -42,32 +38,38 @@ impl Extents {
             .div_ceil(lanes.count())
             .clamp(1, PANEL_VECTORS)
             .next_power_of_two();
-        let nb = vectors * lanes.count();
-        let tile_rows = (TILE_SUMS / vectors).min(MAX_TILE_ROWS);
         Extents {
             m,
             k,
             n,
             lanes,
             vectors,
-            nb,
-            tile_rows,
         }
     }
 
+    /// Columns of one panel: `vectors` vectors.
+    fn nb(&self) -> usize {
+        self.vectors * self.lanes.count()
+    }
+
+    /// Rows of `a` one register tile covers.
+    fn tile_rows(&self) -> usize {
+        (TILE_SUMS / self.vectors).min(MAX_TILE_ROWS)
+    }
+
     fn panels(&self) -> usize {
-        self.n.div_ceil(self.nb)
+        self.n.div_ceil(self.nb())
     }
 
     /// Elements of the packed right operand: `[n / nb][k][nb]`.
     fn packed_len(&self) -> usize {
-        self.panels() * self.k * self.nb
+        self.panels() * self.k * self.nb()
     }
 
     /// Packs `alpha * b` (logical `[k][n]`, or `[n][k]` when `trans_b`) into
     /// `out` in panels, zero beyond `n` (every element written).
     fn pack(&self, alpha: f32, b: &[f32], trans_b: bool, out: &mut [f32]) {
-        let (k, n, nb) = (self.k, self.n, self.nb);
+        let (k, n, nb) = (self.k, self.n, self.nb());
         for (p, panel) in out[..self.packed_len()]
             .chunks_exact_mut(k * nb)
             .enumerate()
@@ -105,7 +107,7 @@ impl Extents {
     /// (and `c`, if given) `m * n`; no two products write the same `y`, and
     /// nothing else writes them meanwhile.
     unsafe fn tiles(&self, matrices: usize, at: impl Fn(usize) -> Operands + Sync) {
-        let row_tiles = self.m.div_ceil(self.tile_rows);
+        let row_tiles = self.m.div_ceil(self.tile_rows());
         let per_matrix = self.panels() * row_tiles;
         // Panel-major order: a thread's consecutive tiles share one panel of b.
         par::for_each(matrices * per_matrix, |i| {
@@ -114,7 +116,7 @@ impl Extents {
             let tile = DenseTile {
                 e: self,
                 panel: i / row_tiles,
-                row0: (i % row_tiles) * self.tile_rows,
+                row0: (i % row_tiles) * self.tile_rows(),
                 a: ops.a as *const f32,
                 b: ops.b as *const f32,
                 c: ops.c.map(|c| c as *const f32),
@@ -414,7 +416,7 @@ impl DenseTile<'_> {
     /// run one register block of `P` vectors per row.
     #[inline(always)]
     unsafe fn tile<V: Vector, const P: usize>(&self) {
-        let end = self.e.m.min(self.row0 + self.e.tile_rows);
+        let end = self.e.m.min(self.row0 + self.e.tile_rows());
         let mut row = self.row0;
         while row < end {
             row += match end - row {
@@ -429,9 +431,9 @@ impl DenseTile<'_> {
     /// Rows `row0..row0 + R` times the panel; returns `R`.
     #[inline(always)]
     unsafe fn rows<V: Vector, const P: usize, const R: usize>(&self, row0: usize) -> usize {
-        let e = self.e;
+        let (e, nb) = (self.e, self.e.nb());
         let a = self.a.add(row0 * e.k);
-        let mut wp = self.b.add(self.panel * e.k * e.nb);
+        let mut wp = self.b.add(self.panel * e.k * nb);
         let mut acc = [[V::splat(0.0); P]; R];
         for kk in 0..e.k {
             let w: [V; P] = array_of(V::splat(0.0), |v| V::load(wp.add(v * V::LANES)));
@@ -441,15 +443,15 @@ impl DenseTile<'_> {
                     *x = V::fma(s, wv, *x);
                 }
             }
-            wp = wp.add(e.nb);
+            wp = wp.add(nb);
         }
-        let j0 = self.panel * e.nb;
-        let cols = (e.n - j0).min(e.nb);
+        let j0 = self.panel * nb;
+        let cols = (e.n - j0).min(nb);
         for (r, row) in acc.iter().enumerate() {
             let at = (row0 + r) * e.n + j0;
             let out = self.y.add(at);
             let c = self.c.map(|c| c.add(at));
-            if cols == e.nb {
+            if cols == nb {
                 for (v, &x) in row.iter().enumerate() {
                     let o = v * V::LANES;
                     let x = match c {
