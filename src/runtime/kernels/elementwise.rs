@@ -103,11 +103,20 @@ impl Bounds {
 /// The chain `funcs` as passes: a product with the sum that reads it, and an
 /// arithmetic op (or that pair) with the clamp that reads it, joined.
 fn passes(funcs: &[Func]) -> Vec<Pass> {
+    // The bounds of a Relu or Clip reading the op before it, taken from `rest`.
+    let take_clamp = |rest: &mut &[Func]| {
+        let Some(Func::Unary(u, Arg::Prev)) = rest.first() else {
+            return None;
+        };
+        let (lo, hi) = u.clamp_bounds()?;
+        *rest = &rest[1..];
+        Some(Bounds(lo, hi))
+    };
     let mut passes = vec![];
     let mut rest = funcs;
     while let Some((&f, after)) = rest.split_first() {
         rest = after;
-        let mut pass = match (f, rest.first()) {
+        passes.push(match (f, rest.first()) {
             (
                 Func::Binary(BinaryOp::Mul, a, b),
                 Some(
@@ -116,29 +125,14 @@ fn passes(funcs: &[Func]) -> Vec<Pass> {
                 ),
             ) if c != Arg::Prev => {
                 rest = &rest[1..];
-                Pass::Affine(a, b, c, Bounds::NONE)
+                Pass::Affine(a, b, c, take_clamp(&mut rest).unwrap_or(Bounds::NONE))
             }
-            (Func::Binary(b, p, q), _) => Pass::Clamped(b, p, q, Bounds::NONE),
+            (Func::Binary(b, p, q), _) => match take_clamp(&mut rest) {
+                Some(bounds) => Pass::Clamped(b, p, q, bounds),
+                None => Pass::Op(f),
+            },
             (f, _) => Pass::Op(f),
-        };
-        let clamp = match rest.first() {
-            Some(Func::Unary(u, Arg::Prev)) => u.clamp_bounds(),
-            _ => None,
-        };
-        pass = match (pass, clamp) {
-            (Pass::Clamped(b, p, q, _), Some((lo, hi))) => {
-                rest = &rest[1..];
-                Pass::Clamped(b, p, q, Bounds(lo, hi))
-            }
-            (Pass::Affine(a, b, c, _), Some((lo, hi))) => {
-                rest = &rest[1..];
-                Pass::Affine(a, b, c, Bounds(lo, hi))
-            }
-            // Nothing joined: the op's own pass, without a clamp to apply.
-            (Pass::Clamped(b, p, q, _), None) => Pass::Op(Func::Binary(b, p, q)),
-            (pass, _) => pass,
-        };
-        passes.push(pass);
+        });
     }
     passes
 }
@@ -498,6 +492,40 @@ struct Source {
     step: usize,
 }
 
+/// `map` of the arithmetic op `$b` over two sources, each result `$v` then
+/// `$finish`ed; each arm knows its op, so `apply` is resolved out of the loop.
+/// Expanded where `V` and `map` are in scope.
+macro_rules! map_binary {
+    ($len:expr, $dest:expr, $b:expr, $p:expr, $q:expr, |$v:ident| $finish:expr) => {
+        match $b {
+            b @ BinaryOp::Add => map_binary!(@op b, $len, $dest, $p, $q, |$v| $finish),
+            b @ BinaryOp::Sub => map_binary!(@op b, $len, $dest, $p, $q, |$v| $finish),
+            b @ BinaryOp::Mul => map_binary!(@op b, $len, $dest, $p, $q, |$v| $finish),
+            b @ BinaryOp::Div => map_binary!(@op b, $len, $dest, $p, $q, |$v| $finish),
+            b @ BinaryOp::Max => map_binary!(@op b, $len, $dest, $p, $q, |$v| $finish),
+            b @ BinaryOp::Min => map_binary!(@op b, $len, $dest, $p, $q, |$v| $finish),
+            b @ BinaryOp::PRelu => map_binary!(@op b, $len, $dest, $p, $q, |$v| $finish),
+            b => map_binary!(@op b, $len, $dest, $p, $q, |$v| $finish),
+        }
+    };
+    (@op $b:ident, $len:expr, $dest:expr, $p:expr, $q:expr, |$v:ident| $finish:expr) => {
+        map::<Pair<V>>(
+            $len,
+            $dest,
+            $p,
+            $q,
+            #[inline(always)]
+            |x, y| {
+                let $v = $b
+                    .apply(Lanewise(x), Lanewise(y))
+                    .expect("only arithmetic ops are compiled")
+                    .0;
+                $finish
+            },
+        )
+    };
+}
+
 impl VectorKernel for Blocks<'_> {
     #[inline(always)]
     unsafe fn run<V: Vector>(&self) {
@@ -569,30 +597,7 @@ impl VectorKernel for Blocks<'_> {
                 let f = match *pass {
                     Pass::Op(f) => f,
                     Pass::Clamped(b, p, q, bounds) => {
-                        let (p, q) = (source(p), source(q));
-                        macro_rules! go {
-                            ($b:ident) => {
-                                map::<Pair<V>>(
-                                    len,
-                                    dest,
-                                    p,
-                                    q,
-                                    #[inline(always)]
-                                    |x, y| {
-                                        let v = $b
-                                            .apply(Lanewise(x), Lanewise(y))
-                                            .expect("only arithmetic ops are compiled");
-                                        bounds.apply(v.0)
-                                    },
-                                )
-                            };
-                        }
-                        match b {
-                            b @ BinaryOp::Add => go!(b),
-                            b @ BinaryOp::Sub => go!(b),
-                            b @ BinaryOp::Mul => go!(b),
-                            b => go!(b),
-                        }
+                        map_binary!(len, dest, b, source(p), source(q), |v| bounds.apply(v));
                         continue;
                     }
                     Pass::Affine(a, b, c, bounds) => {
@@ -641,33 +646,7 @@ impl VectorKernel for Blocks<'_> {
                         }
                     }
                     Func::Binary(b, p, q) => {
-                        let (p, q) = (source(p), source(q));
-                        macro_rules! go {
-                            ($b:ident) => {
-                                map::<Pair<V>>(
-                                    len,
-                                    dest,
-                                    p,
-                                    q,
-                                    #[inline(always)]
-                                    |x, y| {
-                                        $b.apply(Lanewise(x), Lanewise(y))
-                                            .expect("only arithmetic ops are compiled")
-                                            .0
-                                    },
-                                )
-                            };
-                        }
-                        match b {
-                            b @ BinaryOp::Add => go!(b),
-                            b @ BinaryOp::Sub => go!(b),
-                            b @ BinaryOp::Mul => go!(b),
-                            b @ BinaryOp::Div => go!(b),
-                            b @ BinaryOp::Max => go!(b),
-                            b @ BinaryOp::Min => go!(b),
-                            b @ BinaryOp::PRelu => go!(b),
-                            b => go!(b),
-                        }
+                        map_binary!(len, dest, b, source(p), source(q), |v| v)
                     }
                     Func::QuantizedAdd(add, p, q) => map::<Pair<V>>(
                         len,
