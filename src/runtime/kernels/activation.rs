@@ -323,4 +323,44 @@ mod tests {
             assert_same(&format!("{op:?} JIT"), &x, &want, &got, 0.0);
         }
     }
+
+    /// A rounding onto a grid on vectors gives the scalar definition's
+    /// integer bit for bit: at every half step and the floats beside it,
+    /// on steps that are no power of two, and on NaN, infinities, zeros,
+    /// subnormals and values far off the grid.
+    #[test]
+    fn grid_rounding_by_the_reciprocal_matches_the_quotient() {
+        for (scale, zero_point) in [
+            (0.0235f32, 3.0),
+            (1.0 / 3.0, -128.0),
+            (7.3e-5, 0.0),
+            (3.1, 17.0),
+        ] {
+            let op = UnaryOp::QuantizeDequantize {
+                scale,
+                zero_point,
+                min: -128.0,
+                max: 255.0,
+            };
+            let mut x = vec![
+                f32::NAN,
+                f32::INFINITY,
+                f32::NEG_INFINITY,
+                0.0,
+                -0.0,
+                1e-40,
+                -3e38,
+            ];
+            for k in -400..400 {
+                let half = (k as f32 + 0.5) * scale;
+                x.extend([half, half.next_up(), half.next_down(), k as f32 * scale]);
+                x.push(half.next_up().next_up());
+            }
+            let want: Vec<f32> = x.iter().map(|&v| op.apply(v)).collect();
+            for isa in Isa::ALL.into_iter().filter(|i| i.available()) {
+                let got = on_vectors(Lanes::Isa(isa), op, &x);
+                assert_same(&format!("{op:?} {isa}"), &x, &want, &got, 0.0);
+            }
+        }
+    }
 }

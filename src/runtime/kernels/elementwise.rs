@@ -10,10 +10,11 @@
 //! cut into blocks of at most `BLOCK` elements of that run; every pass of the
 //! chain runs over a whole block before the next (its result in a block-sized
 //! register on the stack), so each op is dispatched once per block, not per
-//! element. A pass is one op, or an arithmetic op with the Relu or Clip after
-//! it, or a product and the sum after it (a batch norm's `x * scale +
-//! shift`): each pass stores its block, which costs as much as the
-//! arithmetic, so a batch norm and relu take one pass instead of three.
+//! element. A pass is one op, or an arithmetic op with the Relu, Clip or
+//! rounding onto a quantization grid after it, or a product and the sum after
+//! it (a batch norm's `x * scale + shift`): each pass stores its block, which
+//! costs as much as the arithmetic, so a batch norm and relu take one pass
+//! instead of three, and a QDQ model's op and rounding one instead of two.
 
 use super::activation::Lanewise;
 use super::quantized::{QuantizedAdd, QuantizedMul};
@@ -74,44 +75,107 @@ impl Func {
 enum Pass {
     /// One op.
     Op(Func),
-    /// An arithmetic op, then clamped as `UnaryOp::Clip` clamps.
-    Clamped(BinaryOp, Arg, Arg, Bounds),
+    /// An arithmetic op, then finished.
+    Finished(BinaryOp, Arg, Arg, Finish),
     /// `a * b + c`, rounded after the product and after the sum as the two
-    /// ops are, then clamped.
-    Affine(Arg, Arg, Arg, Bounds),
+    /// ops are, then finished.
+    Affine(Arg, Arg, Arg, Finish),
 }
 
-/// A clamp's bounds, `UnaryOp::Clip`'s: a Relu is `[0, inf]`, no clamp
-/// `[-inf, inf]` (NaN passes through every clamp).
+/// What a pass does to each result before storing it: the unary op that
+/// reads it, when that op is cheap beside a store (a clamp, a rounding onto
+/// a quantization grid, which QDQ models put after every op).
 #[derive(Clone, Copy, Debug, PartialEq)]
-struct Bounds(f32, f32);
+enum Finish {
+    Nothing,
+    /// `UnaryOp::Clip`'s clamp to `[lo, hi]`: a Relu is `[0, inf]` (NaN
+    /// passes through).
+    Clamp(f32, f32),
+    /// `UnaryOp::QuantizeDequantize` with these parameters.
+    Grid(UnaryOp),
+}
 
-impl Bounds {
-    const NONE: Bounds = Bounds(f32::NEG_INFINITY, f32::INFINITY);
-
-    #[inline(always)]
-    fn apply<V: Vector>(self, v: V) -> V {
-        UnaryOp::Clip {
-            min: self.0,
-            max: self.1,
-        }
-        .apply(Lanewise(v))
-        .0
+impl Finish {
+    /// The finish that the first of `rest` makes, when it is a unary op
+    /// reading the op before it; taken from `rest`.
+    fn take(rest: &mut &[Func]) -> Finish {
+        let finish = match rest.first() {
+            Some(&Func::Unary(u @ UnaryOp::QuantizeDequantize { .. }, Arg::Prev)) => {
+                Finish::Grid(u)
+            }
+            Some(&Func::Unary(u, Arg::Prev)) => match u.clamp_bounds() {
+                Some((lo, hi)) => Finish::Clamp(lo, hi),
+                None => return Finish::Nothing,
+            },
+            _ => return Finish::Nothing,
+        };
+        *rest = &rest[1..];
+        finish
     }
 }
 
-/// The chain `funcs` as passes: a product with the sum that reads it, and an
-/// arithmetic op (or that pair) with the clamp that reads it, joined.
-fn passes(funcs: &[Func]) -> Vec<Pass> {
-    // The bounds of a Relu or Clip reading the op before it, taken from `rest`.
-    let take_clamp = |rest: &mut &[Func]| {
-        let Some(Func::Unary(u, Arg::Prev)) = rest.first() else {
-            return None;
-        };
-        let (lo, hi) = u.clamp_bounds()?;
-        *rest = &rest[1..];
-        Some(Bounds(lo, hi))
+/// A `Finish` of one kind, applied to vectors: one type per kind, so a
+/// loop generic over it holds no branch on the kind.
+trait Finisher: Copy {
+    fn apply<V: Vector>(self, v: V) -> V;
+}
+
+#[derive(Clone, Copy)]
+struct Unfinished;
+
+impl Finisher for Unfinished {
+    #[inline(always)]
+    fn apply<V: Vector>(self, v: V) -> V {
+        v
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Clamped(f32, f32);
+
+impl Finisher for Clamped {
+    #[inline(always)]
+    fn apply<V: Vector>(self, v: V) -> V {
+        let Clamped(min, max) = self;
+        UnaryOp::Clip { min, max }.apply(Lanewise(v)).0
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Gridded(UnaryOp);
+
+impl Finisher for Gridded {
+    #[inline(always)]
+    fn apply<V: Vector>(self, v: V) -> V {
+        self.0.apply(Lanewise(v)).0
+    }
+}
+
+/// Expands `$body` with `$f` bound to `$finish` as its `Finisher`, once
+/// per kind of finish.
+macro_rules! with_finish {
+    ($finish:expr, |$f:ident| $body:expr) => {
+        match $finish {
+            Finish::Nothing => {
+                let $f = Unfinished;
+                $body
+            }
+            Finish::Clamp(min, max) => {
+                let $f = Clamped(min, max);
+                $body
+            }
+            Finish::Grid(u) => {
+                let $f = Gridded(u);
+                $body
+            }
+        }
     };
+}
+
+/// The chain `funcs` as passes: a product with the sum that reads it, and an
+/// arithmetic op (or that pair) with the clamp or rounding that reads it,
+/// joined.
+fn passes(funcs: &[Func]) -> Vec<Pass> {
     let mut passes = vec![];
     let mut rest = funcs;
     while let Some((&f, after)) = rest.split_first() {
@@ -125,11 +189,11 @@ fn passes(funcs: &[Func]) -> Vec<Pass> {
                 ),
             ) if c != Arg::Prev => {
                 rest = &rest[1..];
-                Pass::Affine(a, b, c, take_clamp(&mut rest).unwrap_or(Bounds::NONE))
+                Pass::Affine(a, b, c, Finish::take(&mut rest))
             }
-            (Func::Binary(b, p, q), _) => match take_clamp(&mut rest) {
-                Some(bounds) => Pass::Clamped(b, p, q, bounds),
-                None => Pass::Op(f),
+            (Func::Binary(b, p, q), _) => match Finish::take(&mut rest) {
+                Finish::Nothing => Pass::Op(f),
+                finish => Pass::Finished(b, p, q, finish),
             },
             (f, _) => Pass::Op(f),
         });
@@ -596,13 +660,14 @@ impl VectorKernel for Blocks<'_> {
                 };
                 let f = match *pass {
                     Pass::Op(f) => f,
-                    Pass::Clamped(b, p, q, bounds) => {
-                        map_binary!(len, dest, b, source(p), source(q), |v| bounds.apply(v));
+                    Pass::Finished(b, p, q, finish) => {
+                        let (p, q) = (source(p), source(q));
+                        with_finish!(finish, |f| map_binary!(len, dest, b, p, q, |v| f.apply(v)));
                         continue;
                     }
-                    Pass::Affine(a, b, c, bounds) => {
-                        let (a, b, c) = (source(a), source(b), source(c));
-                        affine::<Pair<V>>(len, dest, [a, b, c], bounds);
+                    Pass::Affine(a, b, c, finish) => {
+                        let sources = [source(a), source(b), source(c)];
+                        with_finish!(finish, |f| affine::<Pair<V>>(len, dest, sources, f));
                         continue;
                     }
                 };
@@ -705,10 +770,10 @@ unsafe fn map<V: Vector>(len: usize, dest: *mut f32, p: Source, q: Source, f: im
     }
 }
 
-/// `a * b + c`, clamped, over the `len` elements of the three sources into
-/// `dest`, as `map`.
+/// `a * b + c`, finished by `f`, over the `len` elements of the three
+/// sources into `dest`, as `map`.
 #[inline(always)]
-unsafe fn affine<V: Vector>(len: usize, dest: *mut f32, [a, b, c]: [Source; 3], bounds: Bounds) {
+unsafe fn affine<V: Vector>(len: usize, dest: *mut f32, [a, b, c]: [Source; 3], f: impl Finisher) {
     let full = len - len % V::LANES;
     let mut i = 0;
     while i < full {
@@ -717,7 +782,7 @@ unsafe fn affine<V: Vector>(len: usize, dest: *mut f32, [a, b, c]: [Source; 3], 
             V::load(b.at.add(i & b.step)),
             V::load(c.at.add(i & c.step)),
         );
-        bounds.apply(V::add(V::mul(x, y), z)).store(dest.add(i));
+        f.apply(V::add(V::mul(x, y), z)).store(dest.add(i));
         i += V::LANES;
     }
     if i < len {
@@ -727,7 +792,7 @@ unsafe fn affine<V: Vector>(len: usize, dest: *mut f32, [a, b, c]: [Source; 3], 
             load_tail::<V>(b, i, k),
             load_tail::<V>(c, i, k),
         );
-        store_part(bounds.apply(V::add(V::mul(x, y), z)), dest.add(i), k);
+        store_part(f.apply(V::add(V::mul(x, y), z)), dest.add(i), k);
     }
 }
 
@@ -870,14 +935,31 @@ mod tests {
             Func::Unary(UnaryOp::Tanh, prev),
             Func::Unary(UnaryOp::Relu, prev),
         ];
+        // A QDQ model's hard swish and rescaling: each op rounded onto a grid.
+        let grid = UnaryOp::QuantizeDequantize {
+            scale: 0.0235,
+            zero_point: 3.0,
+            min: 0.0,
+            max: 255.0,
+        };
+        let rounded = vec![
+            Func::Binary(BinaryOp::Add, op(0), op(1)),
+            Func::Unary(grid, prev),
+            Func::Binary(BinaryOp::Mul, prev, op(2)),
+            Func::Unary(grid, prev),
+            Func::Binary(BinaryOp::Mul, prev, op(1)),
+            Func::Binary(BinaryOp::Add, prev, op(2)),
+            Func::Unary(grid, prev),
+        ];
         assert_eq!(passes(&bn_relu).len(), 1);
         assert_eq!(passes(&sub_clip).len(), 2);
         assert_eq!(passes(&unjoined).len(), 4);
-        let f64s = |fs: &[Func], x: [f64; 3]| {
-            fs.iter().fold(f64::NAN, |v, f| {
+        assert_eq!(passes(&rounded).len(), 3);
+        fn fold<T: crate::core::scalar::Scalar>(fs: &[Func], x: [T; 3]) -> T {
+            fs.iter().fold(x[0].clone(), |v, f| {
                 let at = |a: Arg| match a {
-                    Arg::Operand(k) => x[k],
-                    _ => v,
+                    Arg::Operand(k) => x[k].clone(),
+                    _ => v.clone(),
                 };
                 match *f {
                     Func::Unary(u, a) => u.apply(at(a)),
@@ -885,7 +967,7 @@ mod tests {
                     _ => unreachable!("no quantized ops here"),
                 }
             })
-        };
+        }
         let mut rng = Rng(41);
         for len in [1, 15, 16, 17, 300, 531] {
             let mut x: Vec<Vec<f32>> = (0..3).map(|_| rng.f32s(len)).collect();
@@ -895,7 +977,7 @@ mod tests {
             {
                 x[k][len - 1] = *special;
             }
-            for fs in [&bn_relu, &sub_clip, &unjoined] {
+            for fs in [&bn_relu, &sub_clip, &unjoined, &rounded] {
                 for isa in Isa::ALL.into_iter().filter(|i| i.available()) {
                     let strides = vec![vec![1]; 3];
                     let k =
@@ -904,9 +986,23 @@ mod tests {
                     let mut y = vec![0f32; len];
                     k.run(&[&x[0], &x[1], &x[2]], &mut y).unwrap();
                     for (i, &got) in y.iter().enumerate() {
-                        let e = f64s(fs, [0, 1, 2].map(|k| x[k][i] as f64));
+                        // A rounding onto a grid is exact in f32 (one step
+                        // apart from f64's at ties); the rest within `close`.
+                        let (e, ok) = match fs == &rounded {
+                            true => {
+                                let e = fold(fs, [0, 1, 2].map(|k| x[k][i]));
+                                (
+                                    e as f64,
+                                    got.to_bits() == e.to_bits() || got.is_nan() && e.is_nan(),
+                                )
+                            }
+                            false => {
+                                let e = fold(fs, [0, 1, 2].map(|k| x[k][i] as f64));
+                                (e, close(got, e))
+                            }
+                        };
                         assert!(
-                            close(got, e),
+                            ok,
                             "{fs:?} {isa:?} len {len}: element {i} = {got}, expected {e}"
                         );
                     }
