@@ -287,32 +287,14 @@ fn onto_quantization_grid(g: &mut Graph, id: NodeId) -> Result<Option<ValueRef>,
 /// The QuantizeDequantize whose grid every value of `v` lies on: `v`'s
 /// producer, or that of the value it selects from (through data movement,
 /// max pooling, constant pads whose value is on the grid and layout
-/// transforms, in planned graphs too).
+/// transforms, in planned graphs too); or the grid of the integers `v`
+/// dequantizes.
 pub fn grid_of(g: &Graph, mut v: ValueRef) -> Option<UnaryOp> {
     let mut pad_values = vec![];
-    loop {
-        let op = match &g.node(v.node).op {
-            Op::InLayout(l) => &l.inner,
-            op => op,
-        };
-        match op {
-            Op::Unary(
-                u @ UnaryOp::QuantizeDequantize {
-                    scale,
-                    zero_point,
-                    min,
-                    max,
-                },
-            ) => {
-                // A constant pad keeps the grid when its value is on it
-                // (within rounding: the kernels round onto the grid).
-                let on_grid = |v: f32| {
-                    let q = (v / scale + zero_point).round();
-                    (*min..=*max).contains(&q)
-                        && ((q - zero_point) * scale - v).abs() <= scale * 1e-3
-                };
-                return pad_values.into_iter().all(on_grid).then_some(*u);
-            }
+    let grid = loop {
+        match inner(&g.node(v.node).op) {
+            u @ Op::Unary(UnaryOp::QuantizeDequantize { .. }) => break u.clone(),
+            Op::Binary(BinaryOp::Mul) => break Op::Unary(dequantized_grid(g, v.node)?),
             op if selects_values(op) || matches!(op, Op::LayoutTransform(_)) => {
                 v = *g.node_inputs(v.node).first()?
             }
@@ -321,7 +303,71 @@ pub fn grid_of(g: &Graph, mut v: ValueRef) -> Option<UnaryOp> {
                 v = *g.node_inputs(v.node).first()?
             }
         }
+    };
+    let Op::Unary(
+        u @ UnaryOp::QuantizeDequantize {
+            scale,
+            zero_point,
+            min,
+            max,
+        },
+    ) = grid
+    else {
+        unreachable!("the loop breaks with a grid")
+    };
+    // A constant pad keeps the grid when its value is on it (within
+    // rounding: the kernels round onto the grid).
+    let on_grid = |v: f32| {
+        let q = (v / scale + zero_point).round();
+        (min..=max).contains(&q) && ((q - zero_point) * scale - v).abs() <= scale * 1e-3
+    };
+    pad_values.into_iter().all(on_grid).then_some(u)
+}
+
+/// The op a planned graph's node wraps, or the node's own.
+fn inner(op: &Op) -> &Op {
+    match op {
+        Op::InLayout(l) => &l.inner,
+        op => op,
     }
+}
+
+/// The grid of a dequantization as the importers write one per tensor: an
+/// integer of at most 16 bits cast to f32, less a constant zero point or
+/// not, times a constant scale. Its values are `(q - zero_point) * scale`,
+/// computed as a QuantizeDequantize computes them.
+fn dequantized_grid(g: &Graph, mul: NodeId) -> Option<UnaryOp> {
+    let scalar = |v: ValueRef| {
+        let t = g.constant(v)?;
+        (t.numel() == 1 && t.dtype() == DType::F32).then(|| t.to_f32()[0])
+    };
+    let [centered, scale] = g.node_inputs(mul)[..] else {
+        return None;
+    };
+    let scale = scalar(scale).filter(|s| s.is_finite() && *s > 0.0)?;
+    let (cast, zero_point) = match inner(&g.node(centered.node).op) {
+        Op::Binary(BinaryOp::Sub) => match g.node_inputs(centered.node)[..] {
+            [cast, zero_point] => (cast, scalar(zero_point)?),
+            _ => return None,
+        },
+        _ => (centered, 0.0),
+    };
+    if !matches!(inner(&g.node(cast.node).op), Op::Cast(_))
+        || g.value_type(cast).dtype != DType::F32
+    {
+        return None;
+    }
+    let q = g.value_type(*g.node_inputs(cast.node).first()?).dtype;
+    let (min, max) = q.integer_range().filter(|_| q.size_bytes() <= 2)?;
+    let (min, max) = (min as f32, max as f32);
+    (zero_point.fract() == 0.0 && (min..=max).contains(&zero_point)).then_some(
+        UnaryOp::QuantizeDequantize {
+            scale,
+            zero_point,
+            min,
+            max,
+        },
+    )
 }
 
 /// The value a constant pad adds around its input's, if `op` is one.
@@ -632,6 +678,56 @@ mod tests {
         let x = g.add_input("x", ValueType::new(DType::F32, vec![1, 1, 5]), vec![]);
         let y = quantize_dequantize_chain(&mut g, x, -5.0, Some(pad(0.5)));
         assert_eq!(g.node(y.node).op, Op::Binary(BinaryOp::Mul));
+    }
+
+    #[test]
+    fn a_dequantized_integer_input_lies_on_its_grid() {
+        // `(q - zero_point) * scale` of an integer input, as the importers
+        // write a quantized model input: the grid of the input's type.
+        let dequantized = |dtype: DType, zero_point: Option<f32>, scale: Tensor| {
+            let mut g = Graph::new("dequantized");
+            let q = g.add_input("q", ValueType::new(dtype, vec![1, 4]), vec![]);
+            let cast = Op::Cast(crate::ops::Cast {
+                to: DType::F32,
+                saturate: true,
+            });
+            let add = |g: &mut Graph, op: Op, ins: &[ValueRef]| {
+                ValueRef::new(g.add_node(op, "d", ins, &[], vec![]).unwrap(), 0)
+            };
+            let mut v = add(&mut g, cast, &[q]);
+            if let Some(z) = zero_point {
+                let z = g.add_constant("z", Tensor::scalar_f32(z), vec![]);
+                v = add(&mut g, Op::Binary(BinaryOp::Sub), &[v, z]);
+            }
+            let s = g.add_constant("s", scale, vec![]);
+            let y = add(&mut g, Op::Binary(BinaryOp::Mul), &[v, s]);
+            grid_of(&g, y)
+        };
+        let grid = |scale, zero_point, min, max| {
+            Some(UnaryOp::QuantizeDequantize {
+                scale,
+                zero_point,
+                min,
+                max,
+            })
+        };
+        let scalar = Tensor::scalar_f32;
+        assert_eq!(
+            dequantized(DType::I8, Some(-3.0), scalar(0.5)),
+            grid(0.5, -3.0, -128.0, 127.0)
+        );
+        assert_eq!(
+            dequantized(DType::U8, None, scalar(0.02)),
+            grid(0.02, 0.0, 0.0, 255.0)
+        );
+        // A scale per channel, a zero point off the integers or out of the
+        // type, a non-positive scale, integers a float may not hold: no grid.
+        let per_channel = Tensor::from_f32(vec![1, 4], vec![0.5; 4]);
+        assert_eq!(dequantized(DType::I8, Some(1.0), per_channel), None);
+        assert_eq!(dequantized(DType::I8, Some(0.5), scalar(0.5)), None);
+        assert_eq!(dequantized(DType::U8, Some(-1.0), scalar(0.5)), None);
+        assert_eq!(dequantized(DType::I8, None, scalar(0.0)), None);
+        assert_eq!(dequantized(DType::I32, None, scalar(0.5)), None);
     }
 
     #[test]
