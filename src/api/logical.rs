@@ -47,10 +47,7 @@ impl<'g> LogicalView<'g> {
 
     /// The logical op of node `id`: the op inside an `InLayout`, else the node's.
     pub fn op(&self, id: NodeId) -> &'g Op {
-        match &self.graph.node(id).op {
-            Op::InLayout(l) => &l.inner,
-            op => op,
-        }
+        self.graph.node(id).op.logical()
     }
 
     /// The storage layouts of node `id`'s inputs and outputs; `None` when it

@@ -152,11 +152,7 @@ fn integer_round_trip(g: &Graph, id: NodeId) -> Option<ValueRef> {
 /// op it is: the elementwise kernels and the convolutions' epilogues then run
 /// it in one pass. The op replacing node `id` (the product), if it ends one.
 fn onto_quantization_grid(g: &mut Graph, id: NodeId) -> Result<Option<ValueRef>, GraphError> {
-    let scalar = |g: &Graph, v: ValueRef| {
-        g.constant(v)
-            .filter(|t| t.numel() == 1 && t.dtype() == DType::F32)
-            .map(|t| t.data.to_f64()[0])
-    };
+    let scalar = |g: &Graph, v| scalar_constant(g, v).map(f64::from);
     // The node producing `v` when it is `op` of one use, and its inputs. A
     // consumer whose result nobody reads (the quantization's cast, once the
     // round trip folded) does not count; the product being added does.
@@ -292,9 +288,9 @@ fn onto_quantization_grid(g: &mut Graph, id: NodeId) -> Result<Option<ValueRef>,
 pub fn grid_of(g: &Graph, mut v: ValueRef) -> Option<UnaryOp> {
     let mut pad_values = vec![];
     let grid = loop {
-        match inner(&g.node(v.node).op) {
-            u @ Op::Unary(UnaryOp::QuantizeDequantize { .. }) => break u.clone(),
-            Op::Binary(BinaryOp::Mul) => break Op::Unary(dequantized_grid(g, v.node)?),
+        match g.node(v.node).op.logical() {
+            Op::Unary(u @ UnaryOp::QuantizeDequantize { .. }) => break *u,
+            Op::Binary(BinaryOp::Mul) => break dequantized_grid(g, v.node)?,
             op if selects_values(op) || matches!(op, Op::LayoutTransform(_)) => {
                 v = *g.node_inputs(v.node).first()?
             }
@@ -304,14 +300,12 @@ pub fn grid_of(g: &Graph, mut v: ValueRef) -> Option<UnaryOp> {
             }
         }
     };
-    let Op::Unary(
-        u @ UnaryOp::QuantizeDequantize {
-            scale,
-            zero_point,
-            min,
-            max,
-        },
-    ) = grid
+    let UnaryOp::QuantizeDequantize {
+        scale,
+        zero_point,
+        min,
+        max,
+    } = grid
     else {
         unreachable!("the loop breaks with a grid")
     };
@@ -321,15 +315,13 @@ pub fn grid_of(g: &Graph, mut v: ValueRef) -> Option<UnaryOp> {
         let q = (v / scale + zero_point).round();
         (min..=max).contains(&q) && ((q - zero_point) * scale - v).abs() <= scale * 1e-3
     };
-    pad_values.into_iter().all(on_grid).then_some(u)
+    pad_values.into_iter().all(on_grid).then_some(grid)
 }
 
-/// The op a planned graph's node wraps, or the node's own.
-fn inner(op: &Op) -> &Op {
-    match op {
-        Op::InLayout(l) => &l.inner,
-        op => op,
-    }
+/// The value of `v` when it is a constant of one f32.
+fn scalar_constant(g: &Graph, v: ValueRef) -> Option<f32> {
+    let t = g.constant(v)?;
+    (t.numel() == 1 && t.dtype() == DType::F32).then(|| t.to_f32()[0])
 }
 
 /// The grid of a dequantization as the importers write one per tensor: an
@@ -337,22 +329,19 @@ fn inner(op: &Op) -> &Op {
 /// not, times a constant scale. Its values are `(q - zero_point) * scale`,
 /// computed as a QuantizeDequantize computes them.
 fn dequantized_grid(g: &Graph, mul: NodeId) -> Option<UnaryOp> {
-    let scalar = |v: ValueRef| {
-        let t = g.constant(v)?;
-        (t.numel() == 1 && t.dtype() == DType::F32).then(|| t.to_f32()[0])
-    };
+    let scalar = |v| scalar_constant(g, v);
     let [centered, scale] = g.node_inputs(mul)[..] else {
         return None;
     };
     let scale = scalar(scale).filter(|s| s.is_finite() && *s > 0.0)?;
-    let (cast, zero_point) = match inner(&g.node(centered.node).op) {
+    let (cast, zero_point) = match g.node(centered.node).op.logical() {
         Op::Binary(BinaryOp::Sub) => match g.node_inputs(centered.node)[..] {
             [cast, zero_point] => (cast, scalar(zero_point)?),
             _ => return None,
         },
         _ => (centered, 0.0),
     };
-    if !matches!(inner(&g.node(cast.node).op), Op::Cast(_))
+    if !matches!(g.node(cast.node).op.logical(), Op::Cast(_))
         || g.value_type(cast).dtype != DType::F32
     {
         return None;

@@ -45,12 +45,8 @@ impl Graph {
             let node = self.node(id);
             // Planning folds a rounding onto a grid into one QuantizeDequantize,
             // and may lay it out.
-            let op = match &node.op {
-                Op::InLayout(l) => &l.inner,
-                op => op,
-            };
             let grid = matches!(
-                op,
+                node.op.logical(),
                 Op::Unary(UnaryOp::Round | UnaryOp::QuantizeDequantize { .. })
             );
             layers.extend(

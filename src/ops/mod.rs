@@ -786,6 +786,15 @@ impl Op {
     pub fn num_outputs(&self) -> usize {
         self.def().num_outputs()
     }
+
+    /// What the op computes: the op a planned graph's `InLayout` wraps, else
+    /// the op itself.
+    pub fn logical(&self) -> &Op {
+        match self {
+            Op::InLayout(l) => &l.inner,
+            op => op,
+        }
+    }
 }
 
 /// How one output axis of a data movement reads its input (see
