@@ -32,9 +32,15 @@
 //! Outputs rounded onto a grid of bytes last may go out as the next integer
 //! convolution's staged input (`write_staged`), rounded as its staging
 //! would round the floats: a quarter of the bytes written, and the reader
-//! skips its staging pass. (Reading bytes too, widened into floats a band
-//! of rows at a time, was tried: on MobileNetV2 it paid at 2 threads and
-//! lost more at 1, the widening costing more than the float reads it saved.)
+//! skips its staging pass. (Reading bytes too was tried three ways, each
+//! paying at 2 threads and losing at 1 on MobileNetV2: widened into floats
+//! a band of rows at a time; widened in the tile as each tap is read (a
+//! 112x112x96 stride-2 depthwise step 0.137 -> 0.153-0.175 ms, the whole
+//! model 4.39 -> 4.51 ms at 1 thread, 2.64 -> 2.55 ms at 2); and each
+//! kernel row widened once into L1 per tile (0.135 -> 0.275 ms). The
+//! integer convolution before gains nothing from writing bytes: its
+//! epilogue, not its stores, bounds it (0.52 ms writing floats, 0.57 ms
+//! writing bytes).)
 
 use super::direct::{balanced_tile, fill_channel_pad, valid_taps, ConvGeom};
 use super::int8::{as_bytes_mut, StagedInput};

@@ -878,6 +878,7 @@ impl QuantConv {
         let w = as_bytes(&self.w).as_ptr().add(b * per_block).cast::<i8>();
         #[cfg(target_arch = "x86_64")]
         let _tiles = (self.dots == Dots::Amx).then(|| amx::Tiles::configure());
+        let mut sums = [[0f32; WIDTH]; AMX_PIXELS];
         let mut ox = cols.start;
         while ox < cols.end {
             let pixels = match self.dots {
@@ -901,7 +902,7 @@ impl QuantConv {
                 let j = ox + first;
                 self.out(n, oy + j / period, b, j % period, pixels, res, y)
             };
-            self.dots.tile(&call, out);
+            self.dots.tile(&call, &mut sums, out);
             ox += pixels;
         }
     }
@@ -1216,8 +1217,11 @@ struct Out<'a> {
     scaling: Scaling,
 }
 
-/// Each tile pixel's exact sums less their zero-byte parts, per lane, in f32.
-type Sums = [[f32; WIDTH]; TILE];
+/// Each tile pixel's exact sums less their zero-byte parts, per lane, in
+/// f32: one buffer for every tile of a row (`QuantConv::row`), each tile
+/// writing the pixels and lanes its epilogue reads (zeroing it per tile
+/// took 5% of a MobileNetV2 block's time in `memset`).
+type Sums = [[f32; WIDTH]; AMX_PIXELS];
 
 impl Dots {
     /// The dots of `isa`, with AMX `tiles` where allowed, no more than half
@@ -1249,20 +1253,19 @@ impl Dots {
     /// # Safety
     /// As `QuantConv::row`: every address of `t` and `out` lies in its
     /// buffer; AMX tiles are configured where the dots are `Amx`.
-    unsafe fn tile<'a>(self, t: &TileCall, out: impl Fn(usize, usize) -> Out<'a>) {
+    unsafe fn tile<'a>(self, t: &TileCall, sums: &mut Sums, out: impl Fn(usize, usize) -> Out<'a>) {
         match self {
             #[cfg(target_arch = "x86_64")]
-            Dots::Amx => tile_amx(t, out),
+            Dots::Amx => tile_amx(t, sums, out),
             #[cfg(target_arch = "x86_64")]
-            Dots::Vnni => tile_vnni(t, &out(0, t.pixels)),
+            Dots::Vnni => tile_vnni(t, sums, &out(0, t.pixels)),
             #[cfg(target_arch = "x86_64")]
-            Dots::Plain(Isa::Avx512) => tile_avx512(t, &out(0, t.pixels)),
+            Dots::Plain(Isa::Avx512) => tile_avx512(t, sums, &out(0, t.pixels)),
             #[cfg(target_arch = "x86_64")]
-            Dots::Plain(Isa::Avx2) => tile_avx2(t, &out(0, t.pixels)),
+            Dots::Plain(Isa::Avx2) => tile_avx2(t, sums, &out(0, t.pixels)),
             _ => {
-                let mut sums = [[0f32; WIDTH]; TILE];
-                plain_dots(t, &mut sums);
-                finish::<Portable>(t.pixels, &sums, &out(0, t.pixels));
+                plain_dots(t, sums);
+                finish::<Portable>(t.pixels, sums, &out(0, t.pixels));
             }
         }
     }
@@ -1294,13 +1297,12 @@ fn flat_rows(geom: &ConvGeom, dots: Dots) -> bool {
 /// Up to 32 pixels times 32 channels by AMX, stored `TILE` pixels at a time.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn tile_amx<'a>(t: &TileCall, out: impl Fn(usize, usize) -> Out<'a>) {
-    let mut sums = [[0f32; WIDTH]; AMX_PIXELS];
+unsafe fn tile_amx<'a>(t: &TileCall, sums: &mut Sums, out: impl Fn(usize, usize) -> Out<'a>) {
     match (t.pixels > amx::ROWS, t.vectors) {
-        (false, 1) => amx_dots::<1, 1>(t, &mut sums),
-        (false, _) => amx_dots::<1, 2>(t, &mut sums),
-        (true, 1) => amx_dots::<2, 1>(t, &mut sums),
-        (true, _) => amx_dots::<2, 2>(t, &mut sums),
+        (false, 1) => amx_dots::<1, 1>(t, sums),
+        (false, _) => amx_dots::<1, 2>(t, sums),
+        (true, 1) => amx_dots::<2, 1>(t, sums),
+        (true, _) => amx_dots::<2, 2>(t, sums),
     }
     let mut first = 0;
     while first < t.pixels {
@@ -1323,10 +1325,7 @@ unsafe fn tile_amx<'a>(t: &TileCall, out: impl Fn(usize, usize) -> Out<'a>) {
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
-unsafe fn amx_dots<const A: usize, const B: usize>(
-    t: &TileCall,
-    sums: &mut [[f32; WIDTH]; AMX_PIXELS],
-) {
+unsafe fn amx_dots<const A: usize, const B: usize>(t: &TileCall, sums: &mut Sums) {
     use std::arch::asm;
     use std::arch::x86_64::*;
     asm!(
@@ -1406,35 +1405,32 @@ unsafe fn amx_dots<const A: usize, const B: usize>(
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn tile_vnni(t: &TileCall, out: &Out) {
-    let mut sums = [[0f32; WIDTH]; TILE];
+unsafe fn tile_vnni(t: &TileCall, sums: &mut Sums, out: &Out) {
     macro_rules! by_pixels {
         ($($n:literal)*) => {
             match (t.pixels, t.vectors) {
-                $(($n, 1) => vnni_dots::<$n, 1>(t, &mut sums),)*
-                $(($n, _) => vnni_dots::<$n, 2>(t, &mut sums),)*
+                $(($n, 1) => vnni_dots::<$n, 1>(t, sums),)*
+                $(($n, _) => vnni_dots::<$n, 2>(t, sums),)*
                 _ => unreachable!("a tile has 1..=TILE pixels"),
             }
         };
     }
     by_pixels!(1 2 3 4 5 6 7 8 9 10 11 12);
-    finish::<Zmm>(t.pixels, &sums, out);
+    finish::<Zmm>(t.pixels, sums, out);
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn tile_avx512(t: &TileCall, out: &Out) {
-    let mut sums = [[0f32; WIDTH]; TILE];
-    plain_dots(t, &mut sums);
-    finish::<Zmm>(t.pixels, &sums, out);
+unsafe fn tile_avx512(t: &TileCall, sums: &mut Sums, out: &Out) {
+    plain_dots(t, sums);
+    finish::<Zmm>(t.pixels, sums, out);
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn tile_avx2(t: &TileCall, out: &Out) {
-    let mut sums = [[0f32; WIDTH]; TILE];
-    plain_dots(t, &mut sums);
-    finish::<Ymm>(t.pixels, &sums, out);
+unsafe fn tile_avx2(t: &TileCall, sums: &mut Sums, out: &Out) {
+    plain_dots(t, sums);
+    finish::<Ymm>(t.pixels, sums, out);
 }
 
 /// `N` pixels times `M` vectors of 16 channels by `vpdpbusd`: each step
