@@ -878,7 +878,7 @@ impl QuantConv {
         let w = as_bytes(&self.w).as_ptr().add(b * per_block).cast::<i8>();
         #[cfg(target_arch = "x86_64")]
         let _tiles = (self.dots == Dots::Amx).then(|| amx::Tiles::configure());
-        let mut sums = [[0f32; WIDTH]; AMX_PIXELS];
+        let mut sums: Sums = [[0.0; WIDTH]; AMX_PIXELS];
         let mut ox = cols.start;
         while ox < cols.end {
             let pixels = match self.dots {
