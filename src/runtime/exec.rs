@@ -134,6 +134,12 @@ impl CompiledModel {
                         .map_err(kernel)?
                 }
                 Kernel::Dense(d) => d.run(bufs.read(step.inputs[0]), bufs.write(step.outputs[0])),
+                Kernel::IntegerDense(c) => c.run(
+                    bufs.read(step.inputs[0]),
+                    None,
+                    bufs.write(step.outputs[0]),
+                    step.scratch.map_or(&mut [], |s| bufs.write(s)),
+                ),
                 Kernel::MatMul(m) => m.run(
                     bufs.read(step.inputs[0]),
                     bufs.read(step.inputs[1]),

@@ -8,6 +8,7 @@
 
 use super::kernels::conv::algo::{ConvKernel, DecidedAlgos, KeptWeights, LayerAlgo};
 use super::kernels::conv::depthwise::Depthwise;
+use super::kernels::conv::int8::QuantConv;
 use super::kernels::gather::{Gather, Picking};
 use super::kernels::grid_sample::GridSampler;
 use super::kernels::matmul::{BatchedMatMul, Dense};
@@ -53,6 +54,9 @@ pub(super) enum Kernel {
     /// feature map (input 0) pooled into bins.
     RoiAligned(RoiAligner),
     Dense(Dense),
+    /// A product by a constant matrix summed in integers: the integer
+    /// convolution of a 1x1 window over the rows as pixels (input 0 only).
+    IntegerDense(Box<QuantConv>),
     /// A matrix product of two computed operands, batched.
     MatMul(BatchedMatMul),
     Gather(Gather),
@@ -123,6 +127,7 @@ impl Kernel {
     pub(super) fn scratch_len(&self) -> usize {
         match self {
             Kernel::Conv(c) => c.scratch_len(),
+            Kernel::IntegerDense(c) => c.scratch_len(),
             Kernel::MatMul(m) => m.scratch_len(),
             _ => 0,
         }
@@ -188,6 +193,12 @@ impl CompiledModel {
     /// The algorithm of every convolution step, in the order the steps run.
     pub fn conv_steps(&self) -> &[LayerAlgo] {
         &self.conv_algos
+    }
+
+    /// How many steps are matrix products summed in integers.
+    pub fn integer_dense_steps(&self) -> usize {
+        let integer = |s: &&Step| matches!(s.kernel, Kernel::IntegerDense(_));
+        self.steps.iter().filter(integer).count()
     }
 
     /// What a compile of the same model at another input shape takes from

@@ -9,10 +9,11 @@ mod axis_sources;
 mod byte_handoff;
 
 use super::kernels::conv::algo::{
-    self as conv_algo, ConvAlgoOptions, ConvSpec, KeptWeights, LayerAlgo,
+    self as conv_algo, ConvAlgoChoice, ConvAlgoOptions, ConvSpec, KeptWeights, LayerAlgo,
 };
 use super::kernels::conv::depthwise::Depthwise;
 use super::kernels::conv::direct::ConvGeom;
+use super::kernels::conv::int8::{IntegerWeights, QuantConv};
 use super::kernels::conv::tile::{ChannelParams, Epilogue};
 use super::kernels::elementwise::{broadcast_strides, Arg, Elementwise, Func, Stored};
 use super::kernels::gather::{Gather, MAX_GATHER_INPUTS};
@@ -505,7 +506,11 @@ impl<'g> Compiler<'g> {
                 };
                 let c = bias.as_ref().map(|(v, s)| (v.as_slice(), s.as_slice()));
                 let w = self.g.constant(ins[1])?.f32s();
-                Dense::new((a.shape[0], k, n), self.isa, *alpha, &w, *trans_b, c).map(Kernel::Dense)
+                let shape = (a.shape[0], k, n);
+                self.integer_dense(id, shape, *alpha, &w, *trans_b, c)
+                    .or_else(|| {
+                        Dense::new(shape, self.isa, *alpha, &w, *trans_b, c).map(Kernel::Dense)
+                    })
             }
             Op::MatMul => self.matmul(id),
             Op::Det => Some(Kernel::Det(*self.g.value_type(ins[0]).shape.last()?)),
@@ -620,11 +625,85 @@ impl<'g> Compiler<'g> {
         }
         if let (Some(w), 2) = (self.g.constant(ins[1]), b.len()) {
             let rows = a.iter().product::<usize>() / k.max(1);
-            return Dense::new((rows, k, n), self.isa, 1.0, &w.f32s(), false, None)
-                .map(Kernel::Dense);
+            let (shape, w) = ((rows, k, n), w.f32s());
+            return self
+                .integer_dense(id, shape, 1.0, &w, false, None)
+                .or_else(|| Dense::new(shape, self.isa, 1.0, &w, false, None).map(Kernel::Dense));
         }
         let (a_batch, b_batch) = (&a_shape[..a_shape.len() - 2], &b_shape[..b_shape.len() - 2]);
         BatchedMatMul::new(a_batch, b_batch, (m, k, n), self.isa).map(Kernel::MatMul)
+    }
+
+    /// The product of node `id`'s input (`rows x k`, row-major) by the
+    /// constant `w` (`k x n`, or `n x k` where `transposed`) times `alpha`,
+    /// plus `bias` broadcast from `shape`, summed exactly in integers where
+    /// the input lies on a grid of bytes, `alpha * w` on grids of signed
+    /// bytes per column and the bias holds one value per column or one in
+    /// all: as the integer convolution of a 1x1 window over `rows` pixels
+    /// of `k` channels in NHWC, which is the row-major matrix. A quantized
+    /// model's fully connected layers and a transformer's projections read
+    /// a quarter of the weight bytes of the float product this way.
+    fn integer_dense(
+        &self,
+        id: NodeId,
+        (rows, k, n): (usize, usize, usize),
+        alpha: f32,
+        w: &[f32],
+        transposed: bool,
+        bias: Option<(&[f32], &[usize])>,
+    ) -> Option<Kernel> {
+        if self.conv_algo.choice == ConvAlgoChoice::Direct {
+            return None;
+        }
+        let grid = self.input_grid(id).filter(Grid::fits_a_byte)?;
+        let bias = match bias {
+            None => vec![0.0; n],
+            Some((b, shape)) => match (b.len(), shape.last()) {
+                (1, _) => vec![b[0]; n],
+                (len, Some(&last)) if len == n && last == n => b.to_vec(),
+                _ => return None,
+            },
+        };
+        // Output channel `o` of the convolution is column `o` of the product.
+        let oi: Vec<f32> = (0..n * k)
+            .map(|at| {
+                let (o, i) = (at / k, at % k);
+                alpha
+                    * match transposed {
+                        true => w[o * k + i],
+                        false => w[i * n + o],
+                    }
+            })
+            .collect();
+        let weights = IntegerWeights::recover(&oi, n)?;
+        let geom = ConvGeom {
+            n: 1,
+            cin: k,
+            h: 1,
+            w: rows,
+            cout: n,
+            oh: 1,
+            ow: rows,
+            k: (1, 1),
+            stride: (1, 1),
+            dilation: (1, 1),
+            pad: (0, 0),
+            groups: 1,
+            x_cb: k,
+            y_cb: n,
+        };
+        let spec = ConvSpec {
+            geom,
+            isa: self.isa,
+            w: &oi,
+            params: ChannelParams::bias_only(&bias),
+            epilogue: Epilogue::of(None),
+            pad_fill: None,
+            threads: par::threads(),
+            grid: Some(grid),
+            residual: false,
+        };
+        QuantConv::new(&spec, grid, &weights).map(|c| Kernel::IntegerDense(Box::new(c)))
     }
 
     /// Kernels at the edge of the f32 world, for the integer inputs of language
@@ -1520,6 +1599,9 @@ impl<'g> Compiler<'g> {
                 },
             },
         };
+        if let Kernel::IntegerDense(_) = kernel {
+            kind.push_str(" (int8)");
+        }
         self.steps.push(Pending {
             name: node.name.clone(),
             kind,

@@ -1068,3 +1068,77 @@ fn integer_transposes_and_reshapes_stay_row_major_and_native() {
         assert_eq!(*got[0].data, *expected[0].data, "{family}");
     }
 }
+
+/// Products by constant matrices on per-column grids of signed bytes, of
+/// inputs on a grid of bytes: a MatMul of a batch of rows (rank 3) and a
+/// Gemm with its matrix transposed, a scale and a bias per column. Each
+/// runs as integer sums (the 1x1 integer convolution over the rows) on
+/// every instruction set; with power-of-two steps every float sum is exact
+/// too, so the outputs equal the reference executor's.
+#[test]
+fn products_by_constant_matrices_on_grids_sum_integers() {
+    use crate::graph::Gemm;
+    use crate::runtime::model::Kernel;
+    use crate::runtime::test_support::compiled_per_isa;
+    let (rows, k, n) = (10, 40, 24);
+    let mut rng = Rng(31);
+    // Column `o`'s step: 2^-6..2^-8; any byte but the first of each column.
+    let on_grid = |rng: &mut Rng, at: usize, o: usize| {
+        let q = match at < n {
+            true => 127.0,
+            false => rng.range(0, 254) as f32 - 127.0,
+        };
+        q / (64 << (o % 3)) as f32
+    };
+    for gemm in [false, true] {
+        let mut g = Graph::new("integer products");
+        let shape = match gemm {
+            false => vec![2, rows / 2, k],
+            true => vec![rows, k],
+        };
+        let x = g.add_input("x", ValueType::new(DType::F32, shape.clone()), vec![]);
+        let q = node(&mut g, grid(1.0 / 16.0, 3.0), &[x]);
+        let y = match gemm {
+            false => {
+                // k x n: column `at % n`.
+                let w: Vec<f32> = (0..k * n).map(|at| on_grid(&mut rng, at, at % n)).collect();
+                let w = g.add_constant("w", Tensor::from_f32(vec![k, n], w), vec![]);
+                node(&mut g, Op::MatMul, &[q, w])
+            }
+            true => {
+                // n x k, transposed: column `at / k`.
+                let w: Vec<f32> = (0..n * k)
+                    .map(|at| on_grid(&mut rng, (at % k) * n + at / k, at / k))
+                    .collect();
+                let w = g.add_constant("w", Tensor::from_f32(vec![n, k], w), vec![]);
+                let bias: Vec<f32> = (0..n).map(|o| o as f32 / 8.0 - 1.0).collect();
+                let bias = g.add_constant("b", Tensor::from_f32(vec![n], bias), vec![]);
+                let op = Op::Gemm(Gemm {
+                    alpha: 0.5,
+                    beta: 2.0,
+                    trans_a: false,
+                    trans_b: true,
+                });
+                node(&mut g, op, &[q, w, bias])
+            }
+        };
+        g.set_outputs(vec![y]);
+        let input = Tensor::from_f32(shape.clone(), rng.f32s(rows * k));
+        let inputs = std::slice::from_ref(&input);
+        let expected = crate::reference::run(&g, inputs).unwrap()[0].to_f32();
+        let planned = planned_for(&g, TargetFamily::Nchwc(16));
+        for (isa, m) in compiled_per_isa(&planned) {
+            let integer = m
+                .steps
+                .iter()
+                .any(|s| matches!(s.kernel, Kernel::IntegerDense(_)) && s.kind.ends_with("(int8)"));
+            assert!(integer, "{isa:?}: {:#?}", m.describe());
+            assert_eq!(m.integer_dense_steps(), 1, "{isa:?}");
+            assert_eq!(
+                m.run(inputs).unwrap()[0].to_f32(),
+                expected,
+                "{isa:?} gemm {gemm}"
+            );
+        }
+    }
+}
