@@ -324,10 +324,12 @@ fn scalar_constant(g: &Graph, v: ValueRef) -> Option<f32> {
     (t.numel() == 1 && t.dtype() == DType::F32).then(|| t.to_f32()[0])
 }
 
-/// The grid of a dequantization as the importers write one per tensor: an
-/// integer of at most 16 bits cast to f32, less a constant zero point or
-/// not, times a constant scale. Its values are `(q - zero_point) * scale`,
-/// computed as a QuantizeDequantize computes them.
+/// The grid of a dequantization as the importers write one per tensor:
+/// integers of at most 16 bits as f32 (cast from an integer type, or a
+/// quantization's clamped rounding whose cast folded away, as where a
+/// QOperator model's readers each dequantize one quantized tensor), less a
+/// constant zero point or not, times a constant scale. Its values are `(q -
+/// zero_point) * scale`, computed as a QuantizeDequantize computes them.
 fn dequantized_grid(g: &Graph, mul: NodeId) -> Option<UnaryOp> {
     let scalar = |v| scalar_constant(g, v);
     let [centered, scale] = g.node_inputs(mul)[..] else {
@@ -341,13 +343,10 @@ fn dequantized_grid(g: &Graph, mul: NodeId) -> Option<UnaryOp> {
         },
         _ => (centered, 0.0),
     };
-    if !matches!(g.node(cast.node).op.logical(), Op::Cast(_))
-        || g.value_type(cast).dtype != DType::F32
-    {
+    if g.value_type(cast).dtype != DType::F32 {
         return None;
     }
-    let q = g.value_type(*g.node_inputs(cast.node).first()?).dtype;
-    let (min, max) = q.integer_range().filter(|_| q.size_bytes() <= 2)?;
+    let (min, max) = integer_values(g, cast).filter(|(lo, hi)| hi - lo <= 65535.0)?;
     let (min, max) = (min as f32, max as f32);
     (zero_point.fract() == 0.0 && (min..=max).contains(&zero_point)).then_some(
         UnaryOp::QuantizeDequantize {
@@ -458,7 +457,10 @@ fn integer_values(g: &Graph, v: ValueRef) -> Option<(f64, f64)> {
         return integral.then_some((lo, hi));
     }
     let ins = g.node_inputs(v.node);
-    match &g.node(v.node).op {
+    // A planned graph's ops run in layouts (`logical`); a layout transform
+    // moves values.
+    match g.node(v.node).op.logical() {
+        Op::LayoutTransform(_) => integer_values(g, ins[0]),
         Op::Unary(UnaryOp::Round | UnaryOp::Floor | UnaryOp::Ceil) => {
             Some((f64::NEG_INFINITY, f64::INFINITY))
         }
@@ -485,7 +487,7 @@ fn integer_values(g: &Graph, v: ValueRef) -> Option<(f64, f64)> {
         Op::Conv(_) | Op::MatMul if ins.len() == 2 => {
             let (a, b) = (integer_values(g, ins[0])?, integer_values(g, ins[1])?);
             let w = &g.value_type(ins[1]).shape;
-            let terms = match g.node(v.node).op {
+            let terms = match g.node(v.node).op.logical() {
                 Op::Conv(_) => w[1..].iter().product::<usize>(),
                 _ => *g.value_type(ins[0]).shape.last()?,
             } as f64;
@@ -717,6 +719,58 @@ mod tests {
         assert_eq!(dequantized(DType::U8, Some(-1.0), scalar(0.5)), None);
         assert_eq!(dequantized(DType::I8, None, scalar(0.0)), None);
         assert_eq!(dequantized(DType::I32, None, scalar(0.5)), None);
+    }
+
+    #[test]
+    fn quantized_integers_dequantized_by_two_readers_lie_on_the_grid() {
+        // A QOperator model's quantized output read by two ops, each
+        // dequantizing it (one through a reshape): the clamped rounding has
+        // two readers, so no QuantizeDequantize replaces the chain, and each
+        // reader's dequantization is still on the grid of the clamp.
+        let mut g = Graph::new("shared quantized tensor");
+        let x = g.add_input("x", ValueType::new(DType::F32, vec![2, 3]), vec![]);
+        let (s, z) = (0.25, 3.0);
+        let constant = |g: &mut Graph, v: f32| g.add_constant("c", Tensor::scalar_f32(v), vec![]);
+        let (sv, zv) = (constant(&mut g, s), constant(&mut g, z));
+        let add = |g: &mut Graph, op: Op, ins: &[ValueRef]| {
+            ValueRef::new(g.add_node(op, "q", ins, &[], vec![]).unwrap(), 0)
+        };
+        let v = add(&mut g, Op::Binary(BinaryOp::Div), &[x, sv]);
+        let v = add(&mut g, Op::Unary(UnaryOp::Round), &[v]);
+        let v = add(&mut g, Op::Binary(BinaryOp::Add), &[v, zv]);
+        let clip = UnaryOp::Clip {
+            min: 0.0,
+            max: 255.0,
+        };
+        let q = add(&mut g, Op::Unary(clip), &[v]);
+        let reshape = Op::Reshape(Reshape { shape: vec![6] });
+        let want = Some(UnaryOp::QuantizeDequantize {
+            scale: s,
+            zero_point: z,
+            min: 0.0,
+            max: 255.0,
+        });
+        for reshaped in [false, true] {
+            let v = match reshaped {
+                true => add(&mut g, reshape.clone(), &[q]),
+                false => q,
+            };
+            let v = add(&mut g, Op::Binary(BinaryOp::Sub), &[v, zv]);
+            let y = add(&mut g, Op::Binary(BinaryOp::Mul), &[v, sv]);
+            assert_eq!(grid_of(&g, y), want, "reshaped {reshaped}");
+        }
+        // A clamp to bounds off the integers is no grid.
+        let off = add(
+            &mut g,
+            Op::Unary(UnaryOp::Clip {
+                min: 0.5,
+                max: 255.0,
+            }),
+            &[v],
+        );
+        let v = add(&mut g, Op::Binary(BinaryOp::Sub), &[off, zv]);
+        let y = add(&mut g, Op::Binary(BinaryOp::Mul), &[v, sv]);
+        assert_eq!(grid_of(&g, y), None);
     }
 
     #[test]
