@@ -572,7 +572,7 @@ impl<'g> Compiler<'g> {
             return None;
         };
         let (input, output) = (self.input_grid(softmax)?, Grid::of(*qdq)?);
-        QuantizedSoftmax::new(input, output, rows.len()).map(Kernel::QuantizedSoftmax)
+        QuantizedSoftmax::new(input, output, rows.len(), self.isa).map(Kernel::QuantizedSoftmax)
     }
 
     /// A row kernel for `op` over the axes from `axis` on, when they are the

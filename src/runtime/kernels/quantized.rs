@@ -3,7 +3,10 @@
 //! of its operands exactly as onnxruntime computes it, so that a quantized
 //! model's values match it step for step rather than within a step.
 
-use super::simd::{Vector, ELEMENTS_PER_TASK};
+use super::simd::{
+    load_part, run_vectorized, store_part, Isa, Lanes, Vector, VectorKernel, ELEMENTS_PER_TASK,
+    MAX_LANES,
+};
 use super::KernelError;
 use crate::core::par;
 use crate::core::scalar::UnaryOp;
@@ -261,6 +264,9 @@ impl QuantizedMul {
     }
 }
 
+/// Rows whose sums a quantized softmax takes side by side.
+const INTERLEAVED_ROWS: usize = 8;
+
 /// Softmax over rows of values on byte grid `input`, rounded onto byte grid
 /// `output`, as onnxruntime's QLinearSoftmax computes it (and so its QDQ
 /// form, which it fuses into that kernel). Each element's exponential comes
@@ -282,12 +288,13 @@ pub struct QuantizedSoftmax {
     /// `exponential[d]`: the scaled exponential of an element `d` input
     /// steps below its row's largest.
     exponential: Box<[f32; 256]>,
+    lanes: Lanes,
 }
 
 impl QuantizedSoftmax {
     /// The kernel for rows of `len` elements; `None` unless both grids fit a
     /// byte and the row is not empty.
-    pub fn new(input: Grid, output: Grid, len: usize) -> Option<QuantizedSoftmax> {
+    pub fn new(input: Grid, output: Grid, len: usize, isa: Isa) -> Option<QuantizedSoftmax> {
         if !input.fits_a_byte() || !output.fits_a_byte() || len == 0 {
             return None;
         }
@@ -306,6 +313,7 @@ impl QuantizedSoftmax {
             steps: (1.0 / output.scale).floor(),
             len,
             exponential,
+            lanes: Lanes::for_block(isa, isa.lanes()),
         })
     }
 
@@ -321,40 +329,102 @@ impl QuantizedSoftmax {
         }
         let rows_per_task = (ELEMENTS_PER_TASK / len).max(1);
         par::for_each_chunk_mut(y, rows_per_task * len, |i, y| {
-            let x = &x[i * rows_per_task * len..][..y.len()];
-            for (x, y) in x.chunks_exact(len).zip(y.chunks_exact_mut(len)) {
-                self.row(x, y);
-            }
+            let task = SoftmaxRows {
+                k: self,
+                x: &x[i * rows_per_task * len..][..y.len()],
+                y: y.as_mut_ptr(),
+            };
+            // SAFETY: `lanes` comes from `Lanes::for_block`; the task writes
+            // as many elements of `y` as it reads of `x`, whole rows.
+            unsafe { run_vectorized(self.lanes, &task) }
         });
         Ok(())
     }
 
-    /// One row: the exponentials go to `y`, then become the outputs. The
-    /// inputs lie on the input grid, so each is a whole number of steps below
-    /// the row's largest; the distance is clamped into the table all the same
-    /// (a NaN to 0).
-    fn row(&self, x: &[f32], y: &mut [f32]) {
-        let top = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-        let mut sum = 0.0f32;
-        for (&v, e) in x.iter().zip(y.iter_mut()) {
-            let steps = round_small((top - v) * self.input_inverse);
-            *e = self.exponential[steps.clamp(0.0, 255.0) as usize];
-            sum += *e;
+    /// `R` rows at `x`, into `y`: each row's exponentials go to `y`, then
+    /// the rows' sums are taken side by side (each in row order, a chain of
+    /// dependent adds that alone would hold the kernel back), then the
+    /// exponentials become the outputs.
+    #[inline(always)]
+    unsafe fn rows<V: Vector, const R: usize>(&self, x: *const f32, y: *mut f32) {
+        let len = self.len;
+        for r in 0..R {
+            self.exponentials::<V>(x.add(r * len), y.add(r * len));
         }
+        let mut sums = [0f32; R];
+        for j in 0..len {
+            for (r, sum) in sums.iter_mut().enumerate() {
+                *sum += *y.add(r * len + j);
+            }
+        }
+        for (r, sum) in sums.into_iter().enumerate() {
+            self.outputs::<V>(y.add(r * len), sum);
+        }
+    }
+
+    /// The exponentials of the row at `x`, by their distance in input steps
+    /// to the row's largest element, into `y`. The inputs lie on the input
+    /// grid, so each distance is a whole number; it is clamped into the
+    /// table all the same, a NaN's to 0 (as the largest is taken past NaN).
+    #[inline(always)]
+    unsafe fn exponentials<V: Vector>(&self, x: *const f32, y: *mut f32) {
+        let len = self.len;
+        let neg_inf = f32::NEG_INFINITY;
+        let mut top = V::splat(neg_inf);
+        for at in (0..len).step_by(V::LANES) {
+            // `max` keeps its second operand where the first is NaN.
+            top = V::max(load_part(x.add(at), (len - at).min(V::LANES), neg_inf), top);
+        }
+        let mut lanes = [neg_inf; MAX_LANES];
+        top.store(lanes.as_mut_ptr());
+        let top = V::splat(lanes[..V::LANES].iter().fold(neg_inf, |m, &v| m.max(v)));
+        let (inverse, last) = (V::splat(self.input_inverse), V::splat(255.0));
+        let table = self.exponential.as_ptr();
+        for at in (0..len).step_by(V::LANES) {
+            let k = (len - at).min(V::LANES);
+            let steps = V::round(V::mul(V::sub(top, load_part(x.add(at), k, 0.0)), inverse));
+            let index = V::min(V::max(steps, V::splat(0.0)), last);
+            store_part(V::lookup(table, index), y.add(at), k);
+        }
+    }
+
+    /// The exponentials at `y`, of sum `sum`, rounded onto the output grid.
+    #[inline(always)]
+    unsafe fn outputs<V: Vector>(&self, y: *mut f32, sum: f32) {
         let out = self.output;
-        for y in y.iter_mut() {
-            let q = round_small((*y * self.steps) / sum) + out.zero_point;
-            *y = (q.max(out.min).min(out.max) - out.zero_point) * out.scale;
+        let (steps, sum) = (V::splat(self.steps), V::splat(sum));
+        let zero_point = V::splat(out.zero_point);
+        let (min, max, scale) = (V::splat(out.min), V::splat(out.max), V::splat(out.scale));
+        for at in (0..self.len).step_by(V::LANES) {
+            let k = (self.len - at).min(V::LANES);
+            let e = load_part::<V>(y.add(at), k, 0.0);
+            let q = V::add(V::round(V::div(V::mul(e, steps), sum)), zero_point);
+            let q = V::min(V::max(q, min), max);
+            store_part(V::mul(V::sub(q, zero_point), scale), y.add(at), k);
         }
     }
 }
 
-/// `x` rounded to the nearest integer, halves to even, for `|x| <= 2^22`
-/// (larger values stay large, and the callers clamp them): adding 1.5 * 2^23
-/// leaves no fraction bits, so the sum rounds `x` as the FPU rounds (to
-/// nearest, ties to even) without a call into libm.
-#[inline(always)]
-fn round_small(x: f32) -> f32 {
-    const SHIFT: f32 = 12_582_912.0;
-    (x + SHIFT) - SHIFT
+/// The rows of one task of a quantized softmax, written through `y` (the
+/// task's exclusive chunk, as long as `x`).
+struct SoftmaxRows<'a> {
+    k: &'a QuantizedSoftmax,
+    x: &'a [f32],
+    y: *mut f32,
+}
+
+impl VectorKernel for SoftmaxRows<'_> {
+    #[inline(always)]
+    unsafe fn run<V: Vector>(&self) {
+        let (k, len) = (self.k, self.k.len);
+        let (x, y) = (self.x.as_ptr(), self.y);
+        let rows = self.x.len() / len;
+        let grouped = rows - rows % INTERLEAVED_ROWS;
+        for r in (0..grouped).step_by(INTERLEAVED_ROWS) {
+            k.rows::<V, INTERLEAVED_ROWS>(x.add(r * len), y.add(r * len));
+        }
+        for r in grouped..rows {
+            k.rows::<V, 1>(x.add(r * len), y.add(r * len));
+        }
+    }
 }

@@ -236,6 +236,18 @@ pub(in crate::runtime) trait Vector: Copy {
         }
         Self::load(lanes.as_ptr())
     }
+    /// `table[i]` in each lane, for the lanes of `index` holding whole
+    /// numbers `i` at which `table` can be read (a gather where the vectors
+    /// have one).
+    #[inline(always)]
+    unsafe fn lookup(table: *const f32, index: Self) -> Self {
+        let mut lanes = [0f32; MAX_LANES];
+        index.store(lanes.as_mut_ptr());
+        for v in &mut lanes[..Self::LANES] {
+            *v = *table.add(*v as usize);
+        }
+        Self::load(lanes.as_ptr())
+    }
     unsafe fn sub(a: Self, b: Self) -> Self;
     unsafe fn mul(a: Self, b: Self) -> Self;
     unsafe fn div(a: Self, b: Self) -> Self;

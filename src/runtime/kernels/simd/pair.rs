@@ -110,6 +110,10 @@ impl<V: Vector> Vector for Pair<V> {
         Pair::both(V::even(a.lo, a.hi), V::even(b.lo, b.hi))
     }
     #[inline(always)]
+    unsafe fn lookup(table: *const f32, index: Self) -> Self {
+        Pair::both(V::lookup(table, index.lo), V::lookup(table, index.hi))
+    }
+    #[inline(always)]
     unsafe fn any_at_most(a: Self, x: f32) -> bool {
         V::any_at_most(a.lo, x) || V::any_at_most(a.hi, x)
     }

@@ -79,6 +79,13 @@ impl Vector for Zmm {
         ))))
     }
     #[inline(always)]
+    unsafe fn lookup(table: *const f32, index: Self) -> Self {
+        Zmm(_mm512_i32gather_ps::<4>(
+            _mm512_cvttps_epi32(index.0),
+            table,
+        ))
+    }
+    #[inline(always)]
     unsafe fn even(a: Self, b: Self) -> Self {
         let idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
         Zmm(_mm512_permutex2var_ps(a.0, idx, b.0))
@@ -173,6 +180,13 @@ impl Vector for Ymm {
         Ymm(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
             p.cast(),
         ))))
+    }
+    #[inline(always)]
+    unsafe fn lookup(table: *const f32, index: Self) -> Self {
+        Ymm(_mm256_i32gather_ps::<4>(
+            table,
+            _mm256_cvttps_epi32(index.0),
+        ))
     }
     #[inline(always)]
     unsafe fn even(a: Self, b: Self) -> Self {
