@@ -2,7 +2,8 @@
 """Quantized forms of float ONNX models, made the way users make them, with
 onnxruntime's outputs as their references.
 
-    python3 scripts/gen_quant.py [SRC_DIR...] [--convnet] [--pairs] [--softmaxes] [--lstms] [--pools]
+    python3 scripts/gen_quant.py [SRC_DIR...] [--convnet] [--pairs] [--softmaxes] [--matmuls]
+        [--lstms] [--pools]
         --out models/quant
 
 --pairs writes OUT/qlinear_pairs_{u8,s8}: a com.microsoft QLinearAdd and a
@@ -14,6 +15,12 @@ onnxruntime's outputs: its rounding of each sum and product.
 random integers in the forms onnxruntime runs with its own arithmetic
 (com.microsoft QLinearSoftmax of opsets 13 and 12, and the QDQ form it fuses
 into that kernel), and a QLinearWhere, with onnxruntime's outputs.
+
+--matmuls writes OUT/qlinear_matmul_{u8,s8}: products of two quantized
+activations (a QLinearMatMul, and the QDQ form onnxruntime fuses into it),
+batched and broadcast, one with fewer columns than a vector, on grids whose
+ratio `sa * sb / sy` is a half in exact arithmetic (so the f32 rounding of the
+ratio decides every tie), with onnxruntime's outputs.
 
 --lstms writes OUT/lstm_dynamic and OUT/lstm_dynamic_per_channel: a float
 bidirectional LSTM through quantize_dynamic (a com.microsoft
@@ -207,6 +214,71 @@ SOFTMAX_GRIDS = {
 WHERE_GRID = {"u8": (0.05, 100), "s8": (0.05, -10)}
 
 
+# (scale, zero point) of a, b and the product of each matmul form: the first
+# two forms' ratio sa * sb / sy is 1/2 in exact arithmetic (every odd sum a
+# tie that the f32 ratio decides), the third's made up.
+MATMUL_GRIDS = {
+    "u8": (np.uint8, [(0.1, 128), (0.3, 120), (0.06, 130)]),
+    "s8": (np.int8, [(0.1, 3), (0.3, -5), (0.06, -2)]),
+}
+
+
+def qlinear_matmuls(out: Path) -> None:
+    """Products of two quantized activations on onnxruntime: x [2, 3, 40, 24]
+    by y [3, 24, 17] (batch broadcast) as a QLinearMatMul, u by v of the same
+    shapes in the QDQ form DequantizeLinear x2 -> MatMul -> QuantizeLinear
+    (operands of their own, so that no product is computed twice), and x by
+    z [24, 5] (fewer columns than a vector) as a QLinearMatMul; each
+    dequantized. The inputs are integers of their grids, so quantizing them
+    is exact."""
+    from onnx import TensorProto, helper
+    rng = np.random.default_rng(3)
+    shapes = {"x": [2, 3, 40, 24], "y": [3, 24, 17], "u": [2, 3, 40, 24], "v": [3, 24, 17],
+              "z": [24, 5]}
+    for form, (dtype, grids) in MATMUL_GRIDS.items():
+        info = np.iinfo(dtype)
+        elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+        inits = []
+        for k, (scale, zero) in zip("aby", grids):
+            inits.append(helper.make_tensor(f"{k}.scale", TensorProto.FLOAT, [], [scale]))
+            inits.append(helper.make_tensor(f"{k}.zero", elem, [], [zero]))
+        a, b, y = (["a.scale", "a.zero"], ["b.scale", "b.zero"], ["y.scale", "y.zero"])
+        nodes = []
+        # Each form quantizes its inputs itself: onnxruntime fuses a QDQ
+        # product only where each quantized input has one reader.
+        for k, (name, grid) in enumerate([("x", a), ("y", b), ("u", a), ("v", b), ("x", a),
+                                          ("z", b)]):
+            nodes.append(helper.make_node("QuantizeLinear", [name, *grid], [f"q{k}"]))
+        nodes += [
+            helper.make_node("QLinearMatMul", ["q0", *a, "q1", *b, *y], ["p0"]),
+            helper.make_node("DequantizeLinear", ["p0", *y], ["out0"]),
+            helper.make_node("DequantizeLinear", ["q2", *a], ["d2"]),
+            helper.make_node("DequantizeLinear", ["q3", *b], ["d3"]),
+            helper.make_node("MatMul", ["d2", "d3"], ["m1"]),
+            helper.make_node("QuantizeLinear", ["m1", *y], ["p1"]),
+            helper.make_node("DequantizeLinear", ["p1", *y], ["out1"]),
+            helper.make_node("QLinearMatMul", ["q4", *a, "q5", *b, *y], ["p2"]),
+            helper.make_node("DequantizeLinear", ["p2", *y], ["out2"]),
+        ]
+        graph = helper.make_graph(
+            nodes, f"qlinear_matmul_{form}",
+            [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in shapes.items()],
+            [helper.make_tensor_value_info(f"out{k}", TensorProto.FLOAT, None)
+             for k in range(3)], inits)
+        dst = save_with_contrib_ops(graph, out / f"qlinear_matmul_{form}")
+        feeds = {}
+        operand_grids = [grids[0], grids[1], grids[0], grids[1], grids[1]]
+        for (name, shape), (scale, zero) in zip(shapes.items(), operand_grids):
+            q = rng.integers(info.min, info.max + 1, shape)
+            feeds[name] = ((q - zero) * np.float32(scale)).astype(np.float32)
+        sess = ort.InferenceSession(str(dst / "model.onnx"), providers=["CPUExecutionProvider"])
+        for k, v in enumerate(feeds.values()):
+            save_pb(v, dst / "test_data_set_0" / f"input_{k}.pb")
+        for k, v in enumerate(sess.run(None, feeds)):
+            save_pb(v, dst / "test_data_set_0" / f"output_{k}.pb")
+        print(f"{dst}", flush=True)
+
+
 def qlinear_softmaxes(out: Path) -> None:
     """Quantized softmaxes on onnxruntime: x [3, 40, 197] of random values
     (one row constant, one spanning two steps) quantized and put through a
@@ -383,6 +455,7 @@ def main() -> int:
     ap.add_argument("--convnet", action="store_true")
     ap.add_argument("--pairs", action="store_true")
     ap.add_argument("--softmaxes", action="store_true")
+    ap.add_argument("--matmuls", action="store_true")
     ap.add_argument("--lstms", action="store_true")
     ap.add_argument("--pools", action="store_true")
     ap.add_argument("--out", type=Path, default=Path("models/quant"))
@@ -392,6 +465,8 @@ def main() -> int:
         qlinear_pairs(args.out)
     if args.softmaxes:
         qlinear_softmaxes(args.out)
+    if args.matmuls:
+        qlinear_matmuls(args.out)
     if args.lstms:
         lstms(args.out)
     if args.pools:

@@ -5,8 +5,9 @@ counted in quantization steps of each output.
     python3 scripts/quant_steps.py BIN MODEL_DIR... [--threads N] [--conv-algo A]
         [--first-divergence [--exact PCT]]
 
-Each MODEL_DIR holds model.onnx and test_data_set_0/input_0.pb (as
-scripts/gen_quant.py writes them). Both engines run that input; an output made
+Each MODEL_DIR holds model.onnx and test_data_set_0/input_K.pb, one per graph
+input in order (as scripts/gen_quant.py writes them). Both engines run those
+inputs; an output made
 by a DequantizeLinear is compared in steps of its scale, any other output in
 absolute terms. Prints, per output, the share of elements off by 0, 1, 2 and
 more steps, and the largest difference. With --first-divergence it instead
@@ -51,26 +52,37 @@ def steps_apart(got: np.ndarray, want: np.ndarray, step: float) -> np.ndarray:
     return np.rint(diff / step).astype(np.int64)
 
 
-def run_both(bin_path: Path, model: onnx.ModelProto, x: np.ndarray, args) -> tuple:
-    """onnxruntime's and layoutopt's outputs of `model` on input `x`, by name."""
-    name = model.graph.input[0].name
+def load_inputs(d: Path, model: onnx.ModelProto) -> dict:
+    """The recorded inputs of the model in `d`, by the graph's input names."""
+    inits = {i.name for i in model.graph.initializer}
+    names = [i.name for i in model.graph.input if i.name not in inits]
+    return {n: load_pb(d / "test_data_set_0" / f"input_{k}.pb") for k, n in enumerate(names)}
+
+
+def run_both(bin_path: Path, model: onnx.ModelProto, feeds: dict, args) -> tuple:
+    """onnxruntime's and layoutopt's outputs of `model` on the inputs of
+    `feeds` it reads, by name."""
+    feeds = {i.name: feeds[i.name] for i in model.graph.input if i.name in feeds}
     so = ort.SessionOptions()
     so.intra_op_num_threads = args.threads
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.onnx"
         onnx.save(model, str(path))
         sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-        want = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {name: x})))
-        np.save(Path(tmp) / "x.npy", x)
+        want = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+        given = []
+        for k, (name, x) in enumerate(feeds.items()):
+            np.save(Path(tmp) / f"input_{k}.npy", x)
+            given += ["--input", f"{name}={tmp}/input_{k}.npy"]
         out = Path(tmp) / "out"
-        subprocess.run([str(bin_path), "run", str(path), "--input", f"{name}={tmp}/x.npy",
+        subprocess.run([str(bin_path), "run", str(path), *given,
                         "--output", str(out), "--threads", str(args.threads),
                         "--conv-algo", args.conv_algo], check=True, capture_output=True)
         got = {p.stem: np.load(p) for p in out.glob("*.npy")}
     return got, want
 
 
-def first_divergence(bin_path: Path, model: onnx.ModelProto, x: np.ndarray, args) -> None:
+def first_divergence(bin_path: Path, model: onnx.ModelProto, feeds: dict, args) -> None:
     """Bisects the activations' DequantizeLinear outputs, in graph order, for
     the first whose exact share falls below --exact: the model cut after it
     (its only output) is run on both engines."""
@@ -86,7 +98,7 @@ def first_divergence(bin_path: Path, model: onnx.ModelProto, x: np.ndarray, args
         node = taps[k]
         cut = extractor.extract_model(inputs, [node.output[0]])
         # The output's file name is its tensor name with odd characters replaced.
-        got, want = run_both(bin_path, cut, x, args)
+        got, want = run_both(bin_path, cut, feeds, args)
         g = next(iter(got.values()))
         k_steps = steps_apart(g, want[node.output[0]], float(scale[node.input[1]].reshape(-1)[0]))
         share = float(np.mean(k_steps == 0) * 100)
@@ -116,12 +128,12 @@ def main() -> int:
     args = ap.parse_args()
     for d in args.models:
         model = onnx.load(str(d / "model.onnx"))
-        x = load_pb(d / "test_data_set_0" / "input_0.pb")
+        feeds = load_inputs(d, model)
         if args.first_divergence:
             print(d.name)
-            first_divergence(args.bin, model, x, args)
+            first_divergence(args.bin, model, feeds, args)
             continue
-        got, want = run_both(args.bin, model, x, args)
+        got, want = run_both(args.bin, model, feeds, args)
         for o, step in output_steps(model).items():
             g, w = got[o].astype(np.float64), want[o].astype(np.float64)
             diff = np.abs(g - w)

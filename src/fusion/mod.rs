@@ -41,10 +41,11 @@ pub enum Pattern {
     },
     /// Elementwise nodes computed in one loop nest with the node before them.
     Elementwise,
-    /// A softmax and the rounding onto a quantization grid that alone reads
-    /// its output, directly or through reshapes: a quantized attention's
-    /// probabilities, which the peers compute from the integers.
-    QuantizedSoftmax,
+    /// A softmax or a matrix product and the rounding onto a quantization
+    /// grid that alone reads its output, directly or through reshapes: a
+    /// quantized attention's probabilities and its products of two
+    /// activations, which the peers compute from the integers.
+    Requantized,
 }
 
 /// The activation a convolution's epilogue applies last.
@@ -113,9 +114,9 @@ pub trait Target {
     fn native_kernel(&mut self, id: NodeId) -> bool;
     /// Whether the convolution kernels apply `act` in their epilogue.
     fn epilogue(&mut self, act: Activation) -> bool;
-    /// Whether softmax `softmax`, rounded by node `rounding` (through the
-    /// reshapes between them), runs as one quantized softmax.
-    fn quantized_softmax(&mut self, _softmax: NodeId, _rounding: NodeId) -> bool {
+    /// Whether softmax or matrix product `head`, rounded by node `rounding`
+    /// (through the reshapes between them), runs as one quantized kernel.
+    fn requantized(&mut self, _head: NodeId, _rounding: NodeId) -> bool {
         false
     }
     /// The most operands an elementwise chain may read from outside itself
@@ -196,14 +197,14 @@ pub fn plan(g: &Graph, target: &mut dyn Target) -> Result<Vec<FusedGroup>, Graph
         }
     }
     for &id in &order {
-        let Some(nodes) = rounded_softmax(g, id, &claimed) else {
+        let Some(nodes) = rounded(g, id, &claimed) else {
             continue;
         };
-        if target.quantized_softmax(id, *nodes.last().expect("not empty")) {
+        if target.requantized(id, *nodes.last().expect("not empty")) {
             claimed.extend(nodes.iter().copied());
             groups.push(FusedGroup {
                 nodes,
-                pattern: Pattern::QuantizedSoftmax,
+                pattern: Pattern::Requantized,
             });
         }
     }
@@ -445,11 +446,12 @@ fn chains(g: &Graph, id: NodeId, port: usize) -> bool {
     }
 }
 
-/// Softmax `id`, the reshapes its output alone goes through, and the rounding
-/// onto a quantization grid that alone reads the last of them; `None` where
-/// there is no such chain, or a value on it is a graph output or claimed.
-fn rounded_softmax(g: &Graph, id: NodeId, claimed: &HashSet<NodeId>) -> Option<Vec<NodeId>> {
-    if claimed.contains(&id) || !matches!(inner(g, id).0, Op::Softmax(_)) {
+/// Softmax or matrix product `id`, the reshapes its output alone goes
+/// through, and the rounding onto a quantization grid that alone reads the
+/// last of them; `None` where there is no such chain, or a value on it is a
+/// graph output or claimed.
+fn rounded(g: &Graph, id: NodeId, claimed: &HashSet<NodeId>) -> Option<Vec<NodeId>> {
+    if claimed.contains(&id) || !matches!(inner(g, id).0, Op::Softmax(_) | Op::MatMul) {
         return None;
     }
     let mut nodes = vec![id];

@@ -146,6 +146,14 @@ impl CompiledModel {
                     bufs.write(step.outputs[0]),
                     step.scratch.map_or(&mut [], |s| bufs.write(s)),
                 ),
+                Kernel::QuantizedMatMul(m) => m
+                    .run(
+                        bufs.read(step.inputs[0]),
+                        bufs.read(step.inputs[1]),
+                        bufs.write(step.outputs[0]),
+                        step.scratch.map_or(&mut [], |s| bufs.write(s)),
+                    )
+                    .map_err(kernel)?,
                 Kernel::Copy => bufs
                     .write(step.outputs[0])
                     .copy_from_slice(bufs.read(step.inputs[0])),

@@ -59,6 +59,9 @@ pub(super) enum Kernel {
     IntegerDense(Box<QuantConv>),
     /// A matrix product of two computed operands, batched.
     MatMul(BatchedMatMul),
+    /// A matrix product of two computed operands on grids, summed in
+    /// integers and rounded onto the output's grid.
+    QuantizedMatMul(Box<quantized::QuantizedMatMul>),
     Gather(Gather),
     /// Rows or elements of f32 data (input 0) picked by run-time integer
     /// indices (input 1): an embedding lookup, a GatherElements.
@@ -129,6 +132,7 @@ impl Kernel {
             Kernel::Conv(c) => c.scratch_len(),
             Kernel::IntegerDense(c) => c.scratch_len(),
             Kernel::MatMul(m) => m.scratch_len(),
+            Kernel::QuantizedMatMul(m) => m.scratch_len(),
             _ => 0,
         }
     }
@@ -197,7 +201,12 @@ impl CompiledModel {
 
     /// How many steps are matrix products summed in integers.
     pub fn integer_dense_steps(&self) -> usize {
-        let integer = |s: &&Step| matches!(s.kernel, Kernel::IntegerDense(_));
+        let integer = |s: &&Step| {
+            matches!(
+                s.kernel,
+                Kernel::IntegerDense(_) | Kernel::QuantizedMatMul(_)
+            )
+        };
         self.steps.iter().filter(integer).count()
     }
 

@@ -193,6 +193,33 @@ fn quantized_softmaxes_match_onnxruntime_exactly() {
     }
 }
 
+/// Products of two quantized activations sum their integers and round the
+/// sum as onnxruntime's QLinearMatMul does, in both forms (the QDQ one fused
+/// into that kernel), batched, broadcast and with fewer columns than a
+/// vector. The grids make every odd sum a tie in exact arithmetic: from the
+/// dequantized values, 2-12 of the outputs of each product were a step away.
+#[test]
+fn quantized_matmuls_match_onnxruntime_exactly() {
+    for name in ["qlinear_matmul_u8", "qlinear_matmul_s8"] {
+        let (_, m) = compile(name, "model.onnx", &RuntimeOptions::default());
+        let integer = m
+            .describe()
+            .iter()
+            .filter(|s| s.contains("(integers)"))
+            .count();
+        assert_eq!(integer, 3, "{name}: {:#?}", m.describe());
+        let (inputs, expected) = load_test_data(&quant_dir(name));
+        let out = m.run(&inputs).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(out.len(), 3, "{name}");
+        for (k, (got, want)) in out.iter().zip(&expected).enumerate() {
+            assert_eq!(got.shape, want.shape, "{name} output {k}");
+            let (got, want) = (got.data.to_f64(), want.data.to_f64());
+            let differ = got.iter().zip(&want).filter(|(g, w)| g != w).count();
+            assert_eq!(differ, 0, "{name} output {k}: {differ} elements differ");
+        }
+    }
+}
+
 /// A QDQ average pool on the grid of a relu's output (zero point 0) rounds
 /// every average as onnxruntime's QLinearAveragePool does where the pool
 /// runs with channels innermost (NCHW16c here, which the local planner

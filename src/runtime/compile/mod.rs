@@ -21,7 +21,9 @@ use super::kernels::grid_sample::GridSampler;
 use super::kernels::matmul::{BatchedMatMul, Dense};
 use super::kernels::normalize::{RowKernel, RowOp};
 use super::kernels::pool::PoolGeom;
-use super::kernels::quantized::{Grid, QuantizedAdd, QuantizedMul, QuantizedSoftmax};
+use super::kernels::quantized::{
+    Grid, QuantizedAdd, QuantizedMatMul, QuantizedMul, QuantizedSoftmax,
+};
 use super::kernels::resize::ResizeGeom;
 use super::kernels::roi_align::RoiAligner;
 use super::kernels::scatter::{Placing, Scatter};
@@ -556,14 +558,13 @@ impl<'g> Compiler<'g> {
         }
     }
 
-    /// Softmax `softmax` rounded onto the grid of QuantizeDequantize
-    /// `rounding` (the nodes between them reshapes), as one quantized softmax:
-    /// when the softmax runs over contiguous rows of values on a byte grid
-    /// and the rounding writes them in the same order.
-    fn quantized_softmax(&self, softmax: NodeId, rounding: NodeId) -> Option<Kernel> {
-        let Some(Kernel::Normalize(rows)) = self.native(softmax) else {
-            return None;
-        };
+    /// Softmax or matrix product `head` rounded onto the grid of
+    /// QuantizeDequantize `rounding` (the nodes between them reshapes), as
+    /// one quantized kernel: when `head`'s native kernel runs over rows of
+    /// values on byte grids (a softmax), or over two operands on grids (a
+    /// product of activations; one by a constant is an integer dense
+    /// product already), and the rounding writes its outputs in their order.
+    fn requantized(&self, head: NodeId, rounding: NodeId) -> Option<Kernel> {
         let row_major = |(l, _): (Layout, PadValue)| l.is_identity();
         if !output_layout(self.g, rounding).is_some_and(row_major) {
             return None;
@@ -571,8 +572,19 @@ impl<'g> Compiler<'g> {
         let (Op::Unary(qdq), _) = inner(self.g, rounding) else {
             return None;
         };
-        let (input, output) = (self.input_grid(softmax)?, Grid::of(*qdq)?);
-        QuantizedSoftmax::new(input, output, rows.len(), self.isa).map(Kernel::QuantizedSoftmax)
+        let output = Grid::of(*qdq)?;
+        let grid = |port: usize| Grid::of(grid_of(self.g, self.g.node_inputs(head)[port])?);
+        match self.native(head)? {
+            Kernel::Normalize(rows) => {
+                QuantizedSoftmax::new(grid(0)?, output, rows.len(), self.isa)
+                    .map(Kernel::QuantizedSoftmax)
+            }
+            Kernel::MatMul(product) => {
+                QuantizedMatMul::new(product, [grid(0)?, grid(1)?, output], self.isa)
+                    .map(|m| Kernel::QuantizedMatMul(Box::new(m)))
+            }
+            _ => None,
+        }
     }
 
     /// A row kernel for `op` over the axes from `axis` on, when they are the
@@ -1413,10 +1425,15 @@ impl<'g> Compiler<'g> {
                     None => self.tir_group(group, &mut natives)?,
                 },
                 // The fusion pass built the kernel when it formed the group.
-                Pattern::QuantizedSoftmax => match natives.remove(&id) {
+                Pattern::Requantized => match natives.remove(&id) {
                     Some(Built::Kernel(kernel)) => {
-                        let x = self.g.node_inputs(group.nodes[0])[0];
-                        let step = self.group_pending(group, String::new(), *kernel, vec![x], &[]);
+                        let xs = self.g.node_inputs(group.nodes[0]).to_vec();
+                        // A product summed in integers through f32 says so.
+                        let suffix = match *kernel {
+                            Kernel::QuantizedMatMul(_) => " (integers)",
+                            _ => "",
+                        };
+                        let step = self.group_pending(group, suffix.to_string(), *kernel, xs, &[]);
                         self.steps.push(step);
                     }
                     _ => {
@@ -1645,9 +1662,9 @@ impl Target for NativeKernels<'_, '_> {
         super::kernels::elementwise::MAX_OPERANDS
     }
 
-    fn quantized_softmax(&mut self, softmax: NodeId, rounding: NodeId) -> bool {
+    fn requantized(&mut self, head: NodeId, rounding: NodeId) -> bool {
         let kernel = (!self.c.generic)
-            .then(|| self.c.quantized_softmax(softmax, rounding))
+            .then(|| self.c.requantized(head, rounding))
             .flatten();
         kernel
             .map(|k| self.built.insert(rounding, Built::Kernel(Box::new(k))))

@@ -269,6 +269,18 @@ impl BatchedMatMul {
         })
     }
 
+    /// The extent each output sums over.
+    pub fn inner(&self) -> usize {
+        self.e.k
+    }
+
+    /// Elements of `a` and of `b` that `run` reads.
+    pub fn operand_lens(&self) -> (usize, usize) {
+        let a_matrices = self.pairs.iter().map(|p| p.0 + 1).max().unwrap_or(0);
+        let e = &self.e;
+        (a_matrices * e.m * e.k, self.b_matrices * e.k * e.n)
+    }
+
     /// Elements of working memory `run` needs: every matrix of `b`, packed.
     pub fn scratch_len(&self) -> usize {
         self.b_matrices * self.e.packed_len()
@@ -278,8 +290,8 @@ impl BatchedMatMul {
     pub fn run(&self, a: &[f32], b: &[f32], y: &mut [f32], scratch: &mut [f32]) {
         let e = &self.e;
         let (a_len, b_len, y_len) = (e.m * e.k, e.k * e.n, e.m * e.n);
-        let a_matrices = self.pairs.iter().map(|p| p.0 + 1).max().unwrap_or(0);
-        assert!(a.len() >= a_matrices * a_len && b.len() >= self.b_matrices * b_len);
+        let (a_read, b_read) = self.operand_lens();
+        assert!(a.len() >= a_read && b.len() >= b_read);
         assert!(y.len() >= self.pairs.len() * y_len && scratch.len() >= self.scratch_len());
         if e.n < e.lanes.count() {
             return self.narrow(a, b, y, scratch);

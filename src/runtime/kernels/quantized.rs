@@ -3,6 +3,7 @@
 //! of its operands exactly as onnxruntime computes it, so that a quantized
 //! model's values match it step for step rather than within a step.
 
+use super::matmul::BatchedMatMul;
 use super::simd::{
     load_part, run_vectorized, store_part, Isa, Lanes, Vector, VectorKernel, ELEMENTS_PER_TASK,
     MAX_LANES,
@@ -425,6 +426,149 @@ impl VectorKernel for SoftmaxRows<'_> {
         }
         for r in grouped..rows {
             k.rows::<V, 1>(x.add(r * len), y.add(r * len));
+        }
+    }
+}
+
+/// A matrix product of two operands on grids, rounded onto grid `y`, as
+/// onnxruntime's QLinearMatMul computes it (and so its QDQ form with two
+/// quantized activations, which it fuses into that kernel): each product's
+/// exact integer sum `s = Σ (qa - za)(qb - zb)`, then `round(s * ratio)`
+/// with `ratio = sa * sb / sy` in f32, halves to even, clamped to `y`'s
+/// integers. The integers go through the float product: where every sum
+/// stays below 2^24 (checked at build), f32 adds them exactly. Computed on
+/// the dequantized values instead, a sum at half a step rounds the other
+/// way: a u8 BERT's attention had whole columns a step off.
+pub struct QuantizedMatMul {
+    product: BatchedMatMul,
+    a_inverse: f32,
+    b_inverse: f32,
+    ratio: f32,
+    y: Grid,
+    /// Elements of `a` and of `b` the product reads.
+    lens: (usize, usize),
+    lanes: Lanes,
+}
+
+impl QuantizedMatMul {
+    /// `product` on operands on grids `a` and `b`, rounded onto `y`; `None`
+    /// unless the grids are integral and the sums exact in f32.
+    pub(in crate::runtime) fn new(
+        product: BatchedMatMul,
+        [a, b, y]: [Grid; 3],
+        isa: Isa,
+    ) -> Option<QuantizedMatMul> {
+        if ![a, b, y].iter().all(Grid::is_integral) {
+            return None;
+        }
+        let reach = |g: Grid| f64::from((g.zero_point - g.min).max(g.max - g.zero_point));
+        if product.inner() as f64 * reach(a) * reach(b) >= f64::from(1u32 << 24) {
+            return None;
+        }
+        let ratio = a.scale * b.scale / y.scale;
+        let (a_inverse, b_inverse) = (1.0 / a.scale, 1.0 / b.scale);
+        [ratio, a_inverse, b_inverse]
+            .iter()
+            .all(|r| r.is_finite())
+            .then_some(QuantizedMatMul {
+                a_inverse,
+                b_inverse,
+                ratio,
+                y,
+                lens: product.operand_lens(),
+                product,
+                lanes: Lanes::for_block(isa, isa.lanes()),
+            })
+    }
+
+    /// Elements of working memory `run` needs: the operands' integers, then
+    /// the product's own.
+    pub fn scratch_len(&self) -> usize {
+        self.lens.0 + self.lens.1 + self.product.scratch_len()
+    }
+
+    /// `y = a · b` rounded onto the output grid; `scratch` holds at least
+    /// `scratch_len()` elements.
+    pub fn run(
+        &self,
+        a: &[f32],
+        b: &[f32],
+        y: &mut [f32],
+        scratch: &mut [f32],
+    ) -> Result<(), KernelError> {
+        let (a_len, b_len) = self.lens;
+        if a.len() < a_len || b.len() < b_len || scratch.len() < self.scratch_len() {
+            return Err(KernelError::Buffers {
+                kernel: "quantized matrix product",
+                given: vec![a.len(), b.len(), scratch.len()],
+                expected: vec![a_len, b_len, self.scratch_len()],
+            });
+        }
+        let (qa, rest) = scratch.split_at_mut(a_len);
+        let (qb, rest) = rest.split_at_mut(b_len);
+        self.pass(Some(&a[..a_len]), qa, Pass::Integers(self.a_inverse));
+        self.pass(Some(&b[..b_len]), qb, Pass::Integers(self.b_inverse));
+        self.product.run(qa, qb, y, rest);
+        self.pass(None, y, Pass::Requantize);
+        Ok(())
+    }
+
+    /// `pass` from `x` into `y`, or over `y` in place.
+    fn pass(&self, x: Option<&[f32]>, y: &mut [f32], pass: Pass) {
+        par::for_each_chunk_mut(y, ELEMENTS_PER_TASK, |i, y| {
+            let task = PassTask {
+                k: self,
+                pass,
+                x: x.map_or(y.as_ptr(), |x| x[i * ELEMENTS_PER_TASK..].as_ptr()),
+                y: y.as_mut_ptr(),
+                n: y.len(),
+            };
+            // SAFETY: `lanes` comes from `Lanes::for_block`; the task reads
+            // `n` elements of `x` (at least as long as `y`, or `y` itself)
+            // and writes them to `y`.
+            unsafe { run_vectorized(self.lanes, &task) }
+        });
+    }
+}
+
+/// An elementwise pass of a quantized matrix product.
+#[derive(Clone, Copy, Debug)]
+enum Pass {
+    /// Values of a grid of this inverse step to their integers less the
+    /// grid's zero point (within rounding of `value * inverse`).
+    Integers(f32),
+    /// Integer sums to the output grid's values.
+    Requantize,
+}
+
+/// One task of a pass: `n` elements from `x` to `y` (which may be `x`).
+struct PassTask<'a> {
+    k: &'a QuantizedMatMul,
+    pass: Pass,
+    x: *const f32,
+    y: *mut f32,
+    n: usize,
+}
+
+impl VectorKernel for PassTask<'_> {
+    #[inline(always)]
+    unsafe fn run<V: Vector>(&self) {
+        let y = self.k.y;
+        // The peer clamps before rounding; the bounds are integers, so the
+        // order does not matter.
+        let (lo, hi) = (
+            V::splat(y.min - y.zero_point),
+            V::splat(y.max - y.zero_point),
+        );
+        let (ratio, scale) = (V::splat(self.k.ratio), V::splat(y.scale));
+        for at in (0..self.n).step_by(V::LANES) {
+            let k = (self.n - at).min(V::LANES);
+            let v = load_part::<V>(self.x.add(at), k, 0.0);
+            let v = match self.pass {
+                Pass::Integers(inverse) => V::round(V::mul(v, V::splat(inverse))),
+                Pass::Requantize => V::mul(V::round(V::clamp(V::mul(v, ratio), lo, hi)), scale),
+            };
+            store_part(v, self.y.add(at), k);
         }
     }
 }
