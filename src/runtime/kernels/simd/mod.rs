@@ -376,4 +376,29 @@ mod tests {
         }
         unsafe { run_vectorized(Lanes::One, &Parts) };
     }
+
+    /// A lookup reads each lane's table entry, in every instruction set this
+    /// CPU runs (the gathers included), at both ends of the table.
+    #[test]
+    fn lookups_read_each_lanes_entry() {
+        struct Lookups;
+        impl VectorKernel for Lookups {
+            unsafe fn run<V: Vector>(&self) {
+                let table: Vec<f32> = (0..256).map(|i| (i * i) as f32 - 0.5).collect();
+                for first in [0, 7, 256 - V::LANES] {
+                    let index: Vec<f32> = (0..V::LANES).rev().map(|l| (first + l) as f32).collect();
+                    let mut got = [0f32; MAX_LANES];
+                    V::lookup(table.as_ptr(), V::load(index.as_ptr())).store(got.as_mut_ptr());
+                    for (l, &i) in index.iter().enumerate() {
+                        assert_eq!(got[l], table[i as usize], "{} lanes, lane {l}", V::LANES);
+                    }
+                }
+            }
+        }
+        for isa in Isa::ALL.into_iter().filter(|i| i.available()) {
+            // SAFETY: the instruction set is available.
+            unsafe { run_vectorized(Lanes::Isa(isa), &Lookups) };
+        }
+        unsafe { run_vectorized(Lanes::One, &Lookups) };
+    }
 }
