@@ -129,6 +129,14 @@ struct PoolWindow {
     pad_end: (usize, usize),
 }
 
+/// How a MatMul multiplies its operands.
+enum MatMulOperands<'g> {
+    /// By a constant matrix (`rows x k` by `k x n`), packed once.
+    ByConstant((usize, usize, usize), &'g Tensor),
+    /// Batched, `b` packed at every run.
+    Batched(BatchedMatMul),
+}
+
 pub(super) struct Compiler<'g> {
     g: &'g Graph,
     isa: Isa,
@@ -574,14 +582,18 @@ impl<'g> Compiler<'g> {
         };
         let output = Grid::of(*qdq)?;
         let grid = |port: usize| Grid::of(grid_of(self.g, self.g.node_inputs(head)[port])?);
+        if matches!(inner(self.g, head).0, Op::MatMul) {
+            // A product by a constant matrix is an integer dense one already.
+            let MatMulOperands::Batched(product) = self.matmul_operands(head)? else {
+                return None;
+            };
+            return QuantizedMatMul::new(product, [grid(0)?, grid(1)?, output], self.isa)
+                .map(|m| Kernel::QuantizedMatMul(Box::new(m)));
+        }
         match self.native(head)? {
             Kernel::Normalize(rows) => {
                 QuantizedSoftmax::new(grid(0)?, output, rows.len(), self.isa)
                     .map(Kernel::QuantizedSoftmax)
-            }
-            Kernel::MatMul(product) => {
-                QuantizedMatMul::new(product, [grid(0)?, grid(1)?, output], self.isa)
-                    .map(|m| Kernel::QuantizedMatMul(Box::new(m)))
             }
             _ => None,
         }
@@ -611,6 +623,21 @@ impl<'g> Compiler<'g> {
     /// constant matrix, packed once (`Dense`, over every row of `a` at once);
     /// otherwise batched, the leading axes broadcast and `b` packed at every run.
     fn matmul(&self, id: NodeId) -> Option<Kernel> {
+        match self.matmul_operands(id)? {
+            MatMulOperands::ByConstant(shape, w) => {
+                let w = w.f32s();
+                self.integer_dense(id, shape, 1.0, &w, false, None)
+                    .or_else(|| {
+                        Dense::new(shape, self.isa, 1.0, &w, false, None).map(Kernel::Dense)
+                    })
+            }
+            MatMulOperands::Batched(product) => Some(Kernel::MatMul(product)),
+        }
+    }
+
+    /// How MatMul `id` multiplies its operands, when both and its output
+    /// are stored row-major (or in a layout with the same bytes).
+    fn matmul_operands(&self, id: NodeId) -> Option<MatMulOperands<'g>> {
         let row_major = |l: &Layout, shape: &[usize]| {
             Layout::identity(shape.len()).is_ok_and(|r| same_bytes(l, &r, shape))
         };
@@ -637,13 +664,10 @@ impl<'g> Compiler<'g> {
         }
         if let (Some(w), 2) = (self.g.constant(ins[1]), b.len()) {
             let rows = a.iter().product::<usize>() / k.max(1);
-            let (shape, w) = ((rows, k, n), w.f32s());
-            return self
-                .integer_dense(id, shape, 1.0, &w, false, None)
-                .or_else(|| Dense::new(shape, self.isa, 1.0, &w, false, None).map(Kernel::Dense));
+            return Some(MatMulOperands::ByConstant((rows, k, n), w));
         }
         let (a_batch, b_batch) = (&a_shape[..a_shape.len() - 2], &b_shape[..b_shape.len() - 2]);
-        BatchedMatMul::new(a_batch, b_batch, (m, k, n), self.isa).map(Kernel::MatMul)
+        BatchedMatMul::new(a_batch, b_batch, (m, k, n), self.isa).map(MatMulOperands::Batched)
     }
 
     /// The product of node `id`'s input (`rows x k`, row-major) by the

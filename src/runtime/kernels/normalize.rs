@@ -278,21 +278,23 @@ pub(super) unsafe fn dot<V: Vector>(x: *const f32, y: *const f32, n: usize) -> f
     horizontal_sum(sum)
 }
 
-/// The largest of the `n` floats at `x`, NaN aside (`V::max` may drop it; a
-/// softmax row with NaN is NaN through its sum anyway).
+/// The largest of the `n` floats at `x`, taken past NaN (a row of NaN
+/// alone gives negative infinity): a softmax row with NaN is NaN through its
+/// sum anyway, and a quantized softmax reads NaN as the largest value's grid
+/// point.
 #[inline(always)]
-unsafe fn row_max<V: Vector>(x: *const f32, n: usize) -> f32 {
+pub(super) unsafe fn row_max<V: Vector>(x: *const f32, n: usize) -> f32 {
     let neg_inf = f32::NEG_INFINITY;
     let max = fold::<V, V>(
         n,
         V::splat(neg_inf),
+        // `max` keeps its second operand where the first is NaN.
         #[inline(always)]
-        |a, at, k| V::max(a, load_part(x.add(at), k, neg_inf)),
+        |a, at, k| V::max(load_part(x.add(at), k, neg_inf), a),
         #[inline(always)]
         |a, b| V::max(a, b),
     );
-    // Lanes joined as `vmaxss` does (no NaN test): NaN aside, as above.
-    horizontal::<V>(max, |a, b| if a > b { a } else { b })
+    horizontal::<V>(max, f32::max)
 }
 
 /// The sum of the lanes of `v`.

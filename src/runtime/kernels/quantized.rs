@@ -4,9 +4,9 @@
 //! model's values match it step for step rather than within a step.
 
 use super::matmul::BatchedMatMul;
+use super::normalize::row_max;
 use super::simd::{
     load_part, run_vectorized, store_part, Isa, Lanes, Vector, VectorKernel, ELEMENTS_PER_TASK,
-    MAX_LANES,
 };
 use super::KernelError;
 use crate::core::par;
@@ -370,15 +370,7 @@ impl QuantizedSoftmax {
     #[inline(always)]
     unsafe fn exponentials<V: Vector>(&self, x: *const f32, y: *mut f32) {
         let len = self.len;
-        let neg_inf = f32::NEG_INFINITY;
-        let mut top = V::splat(neg_inf);
-        for at in (0..len).step_by(V::LANES) {
-            // `max` keeps its second operand where the first is NaN.
-            top = V::max(load_part(x.add(at), (len - at).min(V::LANES), neg_inf), top);
-        }
-        let mut lanes = [neg_inf; MAX_LANES];
-        top.store(lanes.as_mut_ptr());
-        let top = V::splat(lanes[..V::LANES].iter().fold(neg_inf, |m, &v| m.max(v)));
+        let top = V::splat(row_max::<V>(x, len));
         let (inverse, last) = (V::splat(self.input_inverse), V::splat(255.0));
         let table = self.exponential.as_ptr();
         for at in (0..len).step_by(V::LANES) {
@@ -445,8 +437,6 @@ pub struct QuantizedMatMul {
     b_inverse: f32,
     ratio: f32,
     y: Grid,
-    /// Elements of `a` and of `b` the product reads.
-    lens: (usize, usize),
     lanes: Lanes,
 }
 
@@ -475,7 +465,6 @@ impl QuantizedMatMul {
                 b_inverse,
                 ratio,
                 y,
-                lens: product.operand_lens(),
                 product,
                 lanes: Lanes::for_block(isa, isa.lanes()),
             })
@@ -484,7 +473,8 @@ impl QuantizedMatMul {
     /// Elements of working memory `run` needs: the operands' integers, then
     /// the product's own.
     pub fn scratch_len(&self) -> usize {
-        self.lens.0 + self.lens.1 + self.product.scratch_len()
+        let (a_len, b_len) = self.product.operand_lens();
+        a_len + b_len + self.product.scratch_len()
     }
 
     /// `y = a · b` rounded onto the output grid; `scratch` holds at least
@@ -496,7 +486,7 @@ impl QuantizedMatMul {
         y: &mut [f32],
         scratch: &mut [f32],
     ) -> Result<(), KernelError> {
-        let (a_len, b_len) = self.lens;
+        let (a_len, b_len) = self.product.operand_lens();
         if a.len() < a_len || b.len() < b_len || scratch.len() < self.scratch_len() {
             return Err(KernelError::Buffers {
                 kernel: "quantized matrix product",
