@@ -11,6 +11,20 @@
 use super::vecmath;
 use std::ops::{Add, Div, Mul, Neg, Sub};
 
+/// Whose integer arithmetic a quantized model's ops follow where the peers'
+/// differ: the engine the model's format is run on. A quantized add, for
+/// one, rounds by onnxruntime's f32 ratios of scales in an ONNX model and
+/// by XNNPACK's fixed-point multipliers in a TFLite one; a value a step
+/// away from the peer's is passed on to every later layer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum QuantizedArithmetic {
+    /// onnxruntime's (MLAS) kernels.
+    #[default]
+    Onnxruntime,
+    /// The TFLite interpreter's default delegate, XNNPACK.
+    Tflite,
+}
+
 /// Unary elementwise functions (with their parameters).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum UnaryOp {

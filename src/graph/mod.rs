@@ -10,6 +10,7 @@ mod memory;
 
 mod precision;
 
+pub use crate::core::scalar::QuantizedArithmetic;
 pub use crate::core::{
     checked_numel, format_spans, format_spans_portable, merge_spans, numel, strides, DType, Span,
     Tensor, TensorData, ValueType,
@@ -121,6 +122,8 @@ pub struct Port {
 pub struct Graph {
     /// The model's name.
     pub name: String,
+    /// The integer arithmetic of the model's quantized ops.
+    pub quantized_arithmetic: QuantizedArithmetic,
     /// The name of a symbolic dimension that is axis 0 of every graph input
     /// (an ONNX `dim_param` bound to a value at import): the batch, which export
     /// keeps symbolic where the plan allows.
@@ -136,6 +139,15 @@ impl Graph {
         Graph {
             name: name.into(),
             ..Graph::default()
+        }
+    }
+
+    /// An empty graph with `self`'s name and quantized arithmetic: what a
+    /// pass that rebuilds the graph node by node starts from.
+    pub fn empty_like(&self) -> Graph {
+        Graph {
+            quantized_arithmetic: self.quantized_arithmetic,
+            ..Graph::new(self.name.clone())
         }
     }
 

@@ -83,7 +83,7 @@ impl<'a> Materializer<'a> {
         Materializer {
             src,
             layouts,
-            out: Graph::new(src.name.clone()),
+            out: src.empty_like(),
             placed: HashMap::new(),
             converted: HashMap::new(),
             packed_constants: 0,

@@ -16,8 +16,8 @@ pub mod schema;
 mod sparse;
 
 use crate::graph::{
-    check_value_size, checked_numel, memory_limit, DType, Graph, GraphError, Span, Tensor,
-    TensorData, ValueRef, ValueType,
+    check_value_size, checked_numel, memory_limit, DType, Graph, GraphError, QuantizedArithmetic,
+    Span, Tensor, TensorData, ValueRef, ValueType,
 };
 use flatbuffers::{ForwardsUOffset, Vector};
 use std::path::Path;
@@ -227,6 +227,9 @@ impl<'a> Importer<'a> {
             .ok_or_else(|| invalid("the model has no subgraph".into()))?
             .get(0);
         let tensors = subgraph.tensors().unwrap_or_default();
+        // Converters name subgraph 0 "main", so the file names the graph.
+        let mut graph = Graph::new(graph_name(file));
+        graph.quantized_arithmetic = QuantizedArithmetic::Tflite;
         Ok(Importer {
             bytes,
             file: file.into(),
@@ -234,8 +237,7 @@ impl<'a> Importer<'a> {
             buffers: model.buffers(),
             codes: model.operator_codes(),
             subgraph,
-            // Converters name subgraph 0 "main", so the file names the graph.
-            graph: Graph::new(graph_name(file)),
+            graph,
             values: vec![None; tensors.len()],
         })
     }

@@ -1104,17 +1104,15 @@ impl<'g> Compiler<'g> {
                     }
                 }
             }
-            let rounded = match (op, funcs.last()) {
-                (Op::Unary(u), Some(&Func::Binary(b, p, q))) => {
-                    self.quantized_binary(chain[k - 1], b, *u, p, q)
-                }
+            let rounded = match op {
+                Op::Unary(u) => self.quantized_tail(&chain[..k], &funcs, *u),
                 _ => None,
             };
             match (op, &args[..], rounded) {
                 // Rounding a sum or product of grid values onto a grid is one
                 // op, computed from the integers as the peers' quantized ops do.
-                (Op::Unary(_), &[Arg::Prev], Some(func)) => {
-                    funcs.pop();
+                (Op::Unary(_), &[Arg::Prev], Some((func, replaced))) => {
+                    funcs.truncate(funcs.len() - replaced);
                     funcs.push(func);
                 }
                 (Op::Unary(u), &[a], _) => funcs.push(Func::Unary(*u, a)),
@@ -1139,6 +1137,36 @@ impl<'g> Compiler<'g> {
         Some((Kernel::Elementwise(kernel), operands))
     }
 
+    /// The last of `funcs` (computing the nodes `before`) and the rounding
+    /// `qdq` after them as one quantized op, with how many of `funcs` it
+    /// replaces: an add or a multiply, or an add then a Relu or Clip (a
+    /// TFLite op's fused activation), rounded onto a grid.
+    fn quantized_tail(
+        &self,
+        before: &[NodeId],
+        funcs: &[Func],
+        qdq: UnaryOp,
+    ) -> Option<(Func, usize)> {
+        match (funcs, before) {
+            ([.., Func::Binary(b, p, q)], [.., node]) => {
+                Some((self.quantized_binary(*node, *b, qdq, *p, *q)?, 1))
+            }
+            (
+                [.., Func::Binary(BinaryOp::Add, p, q), Func::Unary(clamp, Arg::Prev)],
+                [.., node, _],
+            ) => {
+                let (lo, hi) = clamp.clamp_bounds()?;
+                match self.quantized_binary(*node, BinaryOp::Add, qdq, *p, *q)? {
+                    Func::QuantizedAdd(add, p, q) => {
+                        Some((Func::QuantizedAdd(add.clamped(lo, hi), p, q), 2))
+                    }
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
+    }
+
     /// Node `node`, an add or a multiply `op` of operands `p` and `q`,
     /// followed by `qdq`, as one quantized op: when `qdq` rounds onto a grid
     /// and both operands lie on grids.
@@ -1161,7 +1189,8 @@ impl<'g> Compiler<'g> {
         let [a, b] = ins[..] else { return None };
         let (a, b) = (grid(a)?, grid(b)?);
         match op {
-            BinaryOp::Add => QuantizedAdd::new(a, b, c).map(|add| Func::QuantizedAdd(add, p, q)),
+            BinaryOp::Add => QuantizedAdd::new(a, b, c, self.g.quantized_arithmetic)
+                .map(|add| Func::QuantizedAdd(add, p, q)),
             _ => QuantizedMul::new(a, b, c).map(|mul| Func::QuantizedMul(mul, p, q)),
         }
     }

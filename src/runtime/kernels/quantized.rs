@@ -10,7 +10,7 @@ use super::simd::{
 };
 use super::KernelError;
 use crate::core::par;
-use crate::core::scalar::UnaryOp;
+use crate::core::scalar::{QuantizedArithmetic, UnaryOp};
 
 /// A quantization grid: every value is `(q - zero_point) * scale` for an
 /// integer `q` in `min..=max`.
@@ -80,15 +80,13 @@ impl Grid {
     }
 }
 
-/// The sum of values on grids `a` and `b` rounded onto grid `c`, as
-/// onnxruntime's QLinearAdd computes it (and so its QDQ form, which it fuses
-/// into that kernel): from the operands' integers `qa` and `qb`,
-/// `round(qa * ra + (qb * rb + fixed))` with both multiply-adds fused, the
-/// ratios `ra = sa / sc`, `rb = sb / sc` and `fixed = zc - (ra * za + rb *
-/// zb)` in f32, rounded half to even and clamped to `c`'s integers. Computed
-/// from the dequantized values instead (`(a + b) / sc`), about one element
-/// in 10^5 rounds the other way, and a ResNet's residual adds pass that
-/// difference on to every later layer.
+/// The sum of values on grids `a` and `b` rounded onto grid `c` (through a
+/// clamp, where a Relu or Clip comes between), from the operands' integers
+/// `qa` and `qb` as the peer whose arithmetic the model follows computes it
+/// (`AddSum`), clamped to `c`'s integers. Computed from the dequantized
+/// values instead (`(a + b) / sc`), about one element in 10^5 rounds the
+/// other way, and a ResNet's residual adds pass that difference on to every
+/// later layer.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct QuantizedAdd {
     a: Grid,
@@ -96,15 +94,81 @@ pub struct QuantizedAdd {
     c: Grid,
     a_inverse: f32,
     b_inverse: f32,
-    ra: f32,
-    rb: f32,
-    fixed: f32,
+    sum: AddSum,
+    /// The least and greatest integer of `c` the sum takes: `c`'s bounds,
+    /// or a clamp's rounded onto `c`.
+    lo: f32,
+    hi: f32,
+}
+
+/// How a quantized add rounds the sum of its operands' integers.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum AddSum {
+    /// onnxruntime's QLinearAdd (and so its QDQ form, which it fuses into
+    /// that kernel): `round(qa * ra + (qb * rb + fixed))` with both
+    /// multiply-adds fused, the ratios `ra = sa / sc`, `rb = sb / sc` and
+    /// `fixed = zc - (ra * za + rb * zb)` in f32, halves to even.
+    Ratios { ra: f32, rb: f32, fixed: f32 },
+    /// XNNPACK's (the TFLite interpreter's) on bytes: each ratio as an
+    /// integer multiplier `m = round(r * 2^shift)`, the shift putting the
+    /// larger under 2^21, and `floor((ma (qa - za) + mb (qb - zb)) / 2^shift
+    /// + 1/2) + zc`. The int32 sum has up to 30 bits, so it is taken apart:
+    /// each multiplier as `high * 2^11 + low`, both partial sums exact in
+    /// f32, the low one's whole multiples of 2^11 carried into the high one
+    /// and its remainder dropped, which leaves the floor unchanged.
+    FixedPoint(FixedPointAdd),
+}
+
+/// The parts of XNNPACK's add multipliers (see `AddSum::FixedPoint`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct FixedPointAdd {
+    a_high: f32,
+    a_low: f32,
+    b_high: f32,
+    b_low: f32,
+    /// The rounding half of 2^shift, in units of 2^11: 2^(shift - 12).
+    half: f32,
+    /// 2^(11 - shift).
+    down: f32,
+}
+
+/// The split of the fixed-point multipliers: `m = high * 2^LOW_BITS + low`.
+const LOW_BITS: i32 = 11;
+
+impl FixedPointAdd {
+    /// XNNPACK's multipliers of ratios `ra` and `rb`; `None` where it
+    /// refuses the ratios (the larger outside [2^-10, 2^8)).
+    fn new(ra: f32, rb: f32) -> Option<FixedPointAdd> {
+        let larger = ra.max(rb);
+        if !(2f32.powi(-10)..2f32.powi(8)).contains(&larger) {
+            return None;
+        }
+        // The exponent of the larger ratio, from its bits as XNNPACK takes it.
+        let exponent = (larger.to_bits() >> 23) as i32 - 127;
+        let shift = 20 - exponent;
+        let parts = |r: f32| {
+            // Exact: a power of two times an f32, then rounded once.
+            let m = (r * 2f32.powi(shift)).round_ties_even();
+            let high = (m / 2f32.powi(LOW_BITS)).floor();
+            (high, m - high * 2f32.powi(LOW_BITS))
+        };
+        let ((a_high, a_low), (b_high, b_low)) = (parts(ra), parts(rb));
+        Some(FixedPointAdd {
+            a_high,
+            a_low,
+            b_high,
+            b_low,
+            half: 2f32.powi(shift - 1 - LOW_BITS),
+            down: 2f32.powi(LOW_BITS - shift),
+        })
+    }
 }
 
 impl QuantizedAdd {
     /// `None` unless every grid has a positive finite step and integral
-    /// bounds.
-    pub fn new(a: Grid, b: Grid, c: Grid) -> Option<QuantizedAdd> {
+    /// bounds. Under `QuantizedArithmetic::Tflite`, operands on grids wider
+    /// than a byte, or ratios XNNPACK refuses, round by the ratios.
+    pub fn new(a: Grid, b: Grid, c: Grid, arithmetic: QuantizedArithmetic) -> Option<QuantizedAdd> {
         if ![a, b, c].iter().all(Grid::is_integral) {
             return None;
         }
@@ -112,16 +176,42 @@ impl QuantizedAdd {
         let (a_inverse, b_inverse) = (1.0 / a.scale, 1.0 / b.scale);
         let ratios = [ra, rb, a_inverse, b_inverse];
         ratios.iter().all(|r| r.is_finite()).then_some(())?;
+        let fixed_point =
+            (arithmetic == QuantizedArithmetic::Tflite && a.fits_a_byte() && b.fits_a_byte())
+                .then(|| FixedPointAdd::new(ra, rb))
+                .flatten();
+        let sum = match fixed_point {
+            Some(f) => AddSum::FixedPoint(f),
+            None => AddSum::Ratios {
+                ra,
+                rb,
+                fixed: c.zero_point - (ra * a.zero_point + rb * b.zero_point),
+            },
+        };
         Some(QuantizedAdd {
             a,
             b,
             c,
             a_inverse,
             b_inverse,
-            ra,
-            rb,
-            fixed: c.zero_point - (ra * a.zero_point + rb * b.zero_point),
+            sum,
+            lo: c.min,
+            hi: c.max,
         })
+    }
+
+    /// The add with its sum clamped to `[lo, hi]` before the rounding (a
+    /// Relu or Clip between them): rounding is monotonic, so that is the
+    /// rounded sum clamped to the bounds rounded onto `c`, as XNNPACK
+    /// applies a TFLite op's fused activation.
+    pub fn clamped(self, lo: f32, hi: f32) -> QuantizedAdd {
+        let c = self.c;
+        let on_grid = |bound: f32| (bound / c.scale).round_ties_even() + c.zero_point;
+        QuantizedAdd {
+            lo: self.lo.max(on_grid(lo)),
+            hi: self.hi.min(on_grid(hi)),
+            ..self
+        }
     }
 
     /// `x + y` for `x` on grid `a` and `y` on grid `b`, on grid `c`.
@@ -200,12 +290,27 @@ impl QuantizedAdd {
     /// The sum of the integers `qa` and `qb` as an integer of grid `c`.
     #[inline(always)]
     unsafe fn sum_integers<V: Vector>(&self, qa: V, qb: V) -> V {
-        let rest = V::fused_mul_add(qb, V::splat(self.rb), V::splat(self.fixed));
-        let sum = V::fused_mul_add(qa, V::splat(self.ra), rest);
-        V::min(
-            V::max(V::round(sum), V::splat(self.c.min)),
-            V::splat(self.c.max),
-        )
+        let q = match self.sum {
+            AddSum::Ratios { ra, rb, fixed } => {
+                let rest = V::fused_mul_add(qb, V::splat(rb), V::splat(fixed));
+                V::round(V::fused_mul_add(qa, V::splat(ra), rest))
+            }
+            AddSum::FixedPoint(f) => {
+                let da = V::sub(qa, V::splat(self.a.zero_point));
+                let db = V::sub(qb, V::splat(self.b.zero_point));
+                // Every product and sum below is an integer under 2^21.
+                let times = |d: V, m: f32| V::mul(d, V::splat(m));
+                let high = V::add(times(da, f.a_high), times(db, f.b_high));
+                let low = V::add(times(da, f.a_low), times(db, f.b_low));
+                let carried = V::floor(V::mul(low, V::splat(2f32.powi(-LOW_BITS))));
+                let units = V::add(V::add(high, carried), V::splat(f.half));
+                V::add(
+                    V::floor(V::mul(units, V::splat(f.down))),
+                    V::splat(self.c.zero_point),
+                )
+            }
+        };
+        V::min(V::max(q, V::splat(self.lo)), V::splat(self.hi))
     }
 }
 
@@ -559,6 +664,84 @@ impl VectorKernel for PassTask<'_> {
                 Pass::Requantize => V::mul(V::round(V::clamp(V::mul(v, ratio), lo, hi)), scale),
             };
             store_part(v, self.y.add(at), k);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::kernels::simd::Scalar;
+
+    /// XNNPACK's qs8/qu8 add in integers, as its scalar kernel writes it:
+    /// multipliers `round(r * 2^shift)` with the larger ratio's exponent
+    /// putting it under 2^21, `(bias + ma qa + mb qb) >> shift` with the
+    /// rounding half in the bias, plus the output zero point, clamped.
+    fn xnnpack_add(qa: i64, qb: i64, [a, b, c]: [Grid; 3], (lo, hi): (i64, i64)) -> i64 {
+        let (ra, rb) = (a.scale / c.scale, b.scale / c.scale);
+        let shift = 20 - ((ra.max(rb).to_bits() >> 23) as i64 - 127);
+        let m = |r: f32| (f64::from(r) * 2f64.powi(shift as i32)).round_ties_even() as i64;
+        let (ma, mb) = (m(ra), m(rb));
+        let bias = (1 << (shift - 1)) - ma * a.zero_point as i64 - mb * b.zero_point as i64;
+        (((bias + ma * qa + mb * qb) >> shift) + c.zero_point as i64).clamp(lo, hi)
+    }
+
+    #[test]
+    fn tflite_adds_round_every_pair_of_bytes_as_xnnpack() {
+        let grid = |scale: f32, zero_point: f32, signed: bool| Grid {
+            scale,
+            zero_point,
+            min: if signed { -128.0 } else { 0.0 },
+            max: if signed { 127.0 } else { 255.0 },
+        };
+        // Grids of ResNet50's adds as the TFLite converter quantized them,
+        // unsigned ones, and ratios far apart.
+        let cases = [
+            [
+                grid(0.003459586, -13.0, true),
+                grid(0.001652409, -12.0, true),
+                grid(0.00189911, -128.0, true),
+            ],
+            [
+                grid(0.003815526, -15.0, true),
+                grid(0.001592887, -13.0, true),
+                grid(0.001941683, -128.0, true),
+            ],
+            [
+                grid(0.02, 128.0, false),
+                grid(0.0031, 3.0, false),
+                grid(0.017, 100.0, false),
+            ],
+            [
+                grid(0.5, 0.0, true),
+                grid(0.0007, 5.0, true),
+                grid(0.004, -20.0, true),
+            ],
+        ];
+        for grids in cases {
+            let [a, b, c] = grids;
+            for (clamp, bounds) in [
+                (None, (c.min, c.max)),
+                (Some((0.0, f32::INFINITY)), (c.zero_point, c.max)),
+            ] {
+                let mut add = QuantizedAdd::new(a, b, c, QuantizedArithmetic::Tflite).unwrap();
+                assert!(matches!(add.sum, AddSum::FixedPoint(_)), "{grids:?}");
+                if let Some((lo, hi)) = clamp {
+                    add = add.clamped(lo, hi);
+                }
+                let bounds = (bounds.0 as i64, bounds.1 as i64);
+                for qa in a.min as i64..=a.max as i64 {
+                    for qb in b.min as i64..=b.max as i64 {
+                        let x = (qa as f32 - a.zero_point) * a.scale;
+                        let y = (qb as f32 - b.zero_point) * b.scale;
+                        // SAFETY: the scalar type needs no instruction set.
+                        let sum = unsafe { add.apply(Scalar(x), Scalar(y)).0 };
+                        let q = (sum / c.scale).round_ties_even() as i64 + c.zero_point as i64;
+                        let want = xnnpack_add(qa, qb, grids, bounds);
+                        assert_eq!(q, want, "{qa} + {qb} on {grids:?}, clamp {clamp:?}");
+                    }
+                }
+            }
         }
     }
 }

@@ -5,6 +5,7 @@
 //! Winograd against the paper's matrices and a naive loop, and the integer
 //! kernel against the exact sums of its integers.
 
+use crate::core::scalar::QuantizedArithmetic::Onnxruntime;
 use crate::fusion::Activation;
 use crate::graph::UnaryOp;
 use crate::runtime::kernels::conv::algo::ConvSpec;
@@ -1109,8 +1110,8 @@ fn int8_conv_computes_the_quantized_add_after_it_as_the_add_does() {
         let requantize = rounding_onto(rounded);
         let first = case % 3 != 0;
         let add = match first {
-            true => QuantizedAdd::new(rounded, shortcut, sum),
-            false => QuantizedAdd::new(shortcut, rounded, sum),
+            true => QuantizedAdd::new(rounded, shortcut, sum, Onnxruntime),
+            false => QuantizedAdd::new(shortcut, rounded, sum, Onnxruntime),
         }
         .expect("integral grids");
         // The shortcut on its grid, laid out like the output.
@@ -1147,8 +1148,8 @@ fn int8_conv_computes_the_quantized_add_after_it_as_the_add_does() {
             let mut conv = build();
             let mut off_grid = build();
             let other = match first {
-                true => QuantizedAdd::new(sum, shortcut, sum),
-                false => QuantizedAdd::new(shortcut, sum, sum),
+                true => QuantizedAdd::new(sum, shortcut, sum, Onnxruntime),
+                false => QuantizedAdd::new(shortcut, sum, sum, Onnxruntime),
             };
             assert!(
                 !off_grid.fuse_add(other.expect("integral"), first),

@@ -264,6 +264,8 @@ pub(in crate::runtime) trait Vector: Copy {
     unsafe fn nan_of(a: Self, b: Self) -> Self;
     /// Rounded to the nearest integer, halves to even.
     unsafe fn round(a: Self) -> Self;
+    /// The largest integer not above `a`.
+    unsafe fn floor(a: Self) -> Self;
     /// The square root, correctly rounded as IEEE 754 asks (so bit for bit
     /// `f32::sqrt`): NaN for a negative lane, −0 for −0.
     unsafe fn sqrt(a: Self) -> Self;

@@ -59,6 +59,7 @@ impl<V: Vector> Vector for Pair<V> {
         select_negative(a, neg, pos),
         nan_of(a, b),
         round(a),
+        floor(a),
         sqrt(a),
         scale2(a, n)
     );

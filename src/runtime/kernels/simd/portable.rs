@@ -89,6 +89,10 @@ impl Vector for Scalar {
         Scalar(a.0.round_ties_even())
     }
     #[inline(always)]
+    unsafe fn floor(a: Self) -> Self {
+        Scalar(a.0.floor())
+    }
+    #[inline(always)]
     unsafe fn sqrt(a: Self) -> Self {
         Scalar(a.0.sqrt())
     }
@@ -157,6 +161,10 @@ impl Vector for Portable {
     #[inline(always)]
     unsafe fn round(a: Self) -> Self {
         Portable(a.0.map(|x| Scalar::round(Scalar(x)).0))
+    }
+    #[inline(always)]
+    unsafe fn floor(a: Self) -> Self {
+        Portable(a.0.map(f32::floor))
     }
     #[inline(always)]
     unsafe fn sqrt(a: Self) -> Self {

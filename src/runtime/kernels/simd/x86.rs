@@ -111,6 +111,12 @@ impl Vector for Zmm {
         >(a.0))
     }
     #[inline(always)]
+    unsafe fn floor(a: Self) -> Self {
+        Zmm(_mm512_roundscale_ps::<
+            { _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC },
+        >(a.0))
+    }
+    #[inline(always)]
     unsafe fn scale2(a: Self, n: Self) -> Self {
         Zmm(_mm512_scalef_ps(a.0, n.0))
     }
@@ -214,6 +220,10 @@ impl Vector for Ymm {
         Ymm(_mm256_round_ps::<
             { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
         >(a.0))
+    }
+    #[inline(always)]
+    unsafe fn floor(a: Self) -> Self {
+        Ymm(_mm256_floor_ps(a.0))
     }
     #[inline(always)]
     unsafe fn scale2(a: Self, n: Self) -> Self {
