@@ -63,6 +63,14 @@ impl Grid {
             && (self.min..=self.max).contains(&self.zero_point)
     }
 
+    /// The integers of the grid that a clamp to `[lo, hi]` before rounding
+    /// leaves: rounding is monotonic, so the clamp is the rounded bounds'
+    /// after it, within the grid's own.
+    pub(in crate::runtime) fn rounded_clamp(&self, lo: f32, hi: f32) -> (f32, f32) {
+        let on_grid = |bound: f32| (bound / self.scale).round_ties_even() + self.zero_point;
+        (on_grid(lo).max(self.min), on_grid(hi).min(self.max))
+    }
+
     /// The byte that stands for 0 (the zero point shifted by `-min`).
     pub(in crate::runtime) fn zero_byte(&self) -> u8 {
         (self.zero_point - self.min) as u8
@@ -132,8 +140,9 @@ struct FixedPointAdd {
     down: f32,
 }
 
-/// The split of the fixed-point multipliers: `m = high * 2^LOW_BITS + low`.
+/// The split of the fixed-point multipliers: `m = high * LOW_STEP + low`.
 const LOW_BITS: i32 = 11;
+const LOW_STEP: f32 = (1u32 << LOW_BITS) as f32;
 
 impl FixedPointAdd {
     /// XNNPACK's multipliers of ratios `ra` and `rb`; `None` where it
@@ -149,8 +158,8 @@ impl FixedPointAdd {
         let parts = |r: f32| {
             // Exact: a power of two times an f32, then rounded once.
             let m = (r * 2f32.powi(shift)).round_ties_even();
-            let high = (m / 2f32.powi(LOW_BITS)).floor();
-            (high, m - high * 2f32.powi(LOW_BITS))
+            let high = (m / LOW_STEP).floor();
+            (high, m - high * LOW_STEP)
         };
         let ((a_high, a_low), (b_high, b_low)) = (parts(ra), parts(rb));
         Some(FixedPointAdd {
@@ -205,11 +214,10 @@ impl QuantizedAdd {
     /// rounded sum clamped to the bounds rounded onto `c`, as XNNPACK
     /// applies a TFLite op's fused activation.
     pub fn clamped(self, lo: f32, hi: f32) -> QuantizedAdd {
-        let c = self.c;
-        let on_grid = |bound: f32| (bound / c.scale).round_ties_even() + c.zero_point;
+        let (lo, hi) = self.c.rounded_clamp(lo, hi);
         QuantizedAdd {
-            lo: self.lo.max(on_grid(lo)),
-            hi: self.hi.min(on_grid(hi)),
+            lo: self.lo.max(lo),
+            hi: self.hi.min(hi),
             ..self
         }
     }
@@ -302,7 +310,7 @@ impl QuantizedAdd {
                 let times = |d: V, m: f32| V::mul(d, V::splat(m));
                 let high = V::add(times(da, f.a_high), times(db, f.b_high));
                 let low = V::add(times(da, f.a_low), times(db, f.b_low));
-                let carried = V::floor(V::mul(low, V::splat(2f32.powi(-LOW_BITS))));
+                let carried = V::floor(V::mul(low, V::splat(1.0 / LOW_STEP)));
                 let units = V::add(V::add(high, carried), V::splat(f.half));
                 V::add(
                     V::floor(V::mul(units, V::splat(f.down))),

@@ -397,18 +397,17 @@ impl Scaling {
                 min,
                 max,
             })) if !residual && epilogue.slope_at.is_none() && scale.is_finite() && scale > 0.0 => {
-                // Rounding is monotonic, so the clamp before it is the
-                // rounded clamp after it.
-                let bound = |b: f32| (b / scale).round_ties_even();
+                let grid = Grid {
+                    scale,
+                    zero_point,
+                    min,
+                    max,
+                };
+                let (lo, hi) = grid.rounded_clamp(epilogue.min, epilogue.max);
                 Scaling::Requantized {
-                    grid: Grid {
-                        scale,
-                        zero_point,
-                        min,
-                        max,
-                    },
-                    lo: bound(epilogue.min).max(min - zero_point),
-                    hi: bound(epilogue.max).min(max - zero_point),
+                    grid,
+                    lo: lo - zero_point,
+                    hi: hi - zero_point,
                     add: None,
                 }
             }
