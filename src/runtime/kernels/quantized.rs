@@ -119,8 +119,9 @@ enum AddSum {
     Ratios { ra: f32, rb: f32, fixed: f32 },
     /// XNNPACK's (the TFLite interpreter's) on bytes: each ratio as an
     /// integer multiplier `m = round(r * 2^shift)`, the shift putting the
-    /// larger under 2^21, and `floor((ma (qa - za) + mb (qb - zb)) / 2^shift
-    /// + 1/2) + zc`. The int32 sum has up to 30 bits, so it is taken apart:
+    /// larger under 2^21, and
+    /// `floor((ma (qa - za) + mb (qb - zb)) / 2^shift + 1/2) + zc`.
+    /// The int32 sum has up to 30 bits, so it is taken apart:
     /// each multiplier as `high * 2^11 + low`, both partial sums exact in
     /// f32, the low one's whole multiples of 2^11 carried into the high one
     /// and its remainder dropped, which leaves the floor unchanged.
