@@ -20,7 +20,7 @@ use super::kernels::gather::{Gather, MAX_GATHER_INPUTS};
 use super::kernels::grid_sample::GridSampler;
 use super::kernels::matmul::{BatchedMatMul, Dense};
 use super::kernels::normalize::{RowKernel, RowOp};
-use super::kernels::pool::PoolGeom;
+use super::kernels::pool::{IntegerAverage, PoolGeom};
 use super::kernels::quantized::{
     Grid, QuantizedAdd, QuantizedMatMul, QuantizedMul, QuantizedSoftmax,
 };
@@ -44,8 +44,8 @@ use crate::fusion::{
     self, inner, input_layout, output_layout, output_shape, Activation, FusedGroup, Pattern, Target,
 };
 use crate::graph::{
-    grid_of, BinaryOp, ControlFlow, DType, Graph, NodeId, Op, PoolKind, Span, Tensor, UnaryOp,
-    ValueRef, ValueType,
+    grid_of, BinaryOp, ControlFlow, DType, Graph, NodeId, Op, PoolKind, QuantizedArithmetic, Span,
+    Tensor, UnaryOp, ValueRef, ValueType,
 };
 use crate::layout::cost::same_bytes;
 use crate::layout::Layout;
@@ -1365,9 +1365,66 @@ impl<'g> Compiler<'g> {
                 rows: vec![],
                 cols: vec![],
                 counts: (vec![], vec![]),
+                integer_average: self.integer_average(id, k.0 * k.1),
             }
             .for_isa(self.isa),
         ))
+    }
+
+    /// TFLite's integer average for average pool `id` over windows of
+    /// `positions`: in a TFLite model, where the pool's input lies on a grid
+    /// and every reader rounds its output onto that grid (TFLite's pools keep
+    /// their input's grid), through data movement alone. The readers'
+    /// roundings then leave the pool's values as they are. Onnxruntime's
+    /// quantized pools round the float mean, as the pool and the rounding
+    /// steps do.
+    fn integer_average(&self, id: NodeId, positions: usize) -> Option<IntegerAverage> {
+        let (Op::Pool(p), _) = inner(self.g, id) else {
+            return None;
+        };
+        if p.kind != PoolKind::Avg || self.g.quantized_arithmetic != QuantizedArithmetic::Tflite {
+            return None;
+        }
+        // Padding the plan promises a value in keeps it only at 0, on every grid.
+        if output_layout(self.g, id)?
+            .1
+            .known()
+            .is_some_and(|v| v != 0.0)
+        {
+            return None;
+        }
+        let grid = Grid::of(grid_of(self.g, self.g.node_inputs(id)[0])?)?;
+        (self.rounded_by_readers(id)? == grid).then_some(())?;
+        IntegerAverage::new(grid, positions)
+    }
+
+    /// The grid every reader of node `id`'s output rounds it onto, through
+    /// data movement alone (each moved value read by such readers only, and
+    /// no graph output); `None` where a reader computes anything else or the
+    /// grids differ.
+    fn rounded_by_readers(&self, id: NodeId) -> Option<Grid> {
+        let mut grid = None;
+        let mut values = vec![ValueRef::new(id, 0)];
+        while let Some(v) = values.pop() {
+            let readers = self.g.consumers(v);
+            if self.g.is_graph_output(v) || readers.is_empty() {
+                return None;
+            }
+            for (reader, port) in readers {
+                match inner(self.g, reader).0 {
+                    Op::Unary(qdq) => {
+                        let rounds_onto = Grid::of(*qdq)?;
+                        (*grid.get_or_insert(rounds_onto) == rounds_onto).then_some(())?;
+                    }
+                    op if op.def().moves_data() && port < self.moved_inputs(reader) => {
+                        let outputs = self.g.node(reader).outputs.len();
+                        values.extend((0..outputs).map(|k| ValueRef::new(reader, k)));
+                    }
+                    _ => return None,
+                }
+            }
+        }
+        grid
     }
 
     /// A Resize that filters one axis, or two adjacent in storage (the
@@ -1669,8 +1726,10 @@ impl<'g> Compiler<'g> {
                 },
             },
         };
-        if let Kernel::IntegerDense(_) = kernel {
-            kind.push_str(" (int8)");
+        match &kernel {
+            Kernel::IntegerDense(_) => kind.push_str(" (int8)"),
+            Kernel::Pool(g) if g.integer_average.is_some() => kind.push_str(" (integers)"),
+            _ => {}
         }
         self.steps.push(Pending {
             name: node.name.clone(),

@@ -1142,3 +1142,75 @@ fn products_by_constant_matrices_on_grids_sum_integers() {
         }
     }
 }
+
+/// A TFLite model's average pool between transposes, as its importer writes
+/// it: a 2x2 window of values on a grid, rounded back onto that grid. The
+/// pool sums the window's integers and rounds halves away from zero (TFLite's
+/// integer kernel) where every reader rounds onto its input's grid, through
+/// data movement alone: not in an ONNX model (onnxruntime rounds the float
+/// mean, as the reference does), not where the mean itself is an output.
+#[test]
+fn tflite_average_pools_round_their_integers_where_every_reader_rounds() {
+    use crate::graph::{PoolKind, QuantizedArithmetic};
+    let (h, w, c) = (6, 8, 20);
+    let (scale, zero_point) = (0.25, -3.0);
+    let mut rng = Rng(5);
+    let q: Vec<i64> = (0..h * w * c)
+        .map(|_| rng.range(0, 255) as i64 - 128)
+        .collect();
+    let x: Vec<f32> = q.iter().map(|&v| (v as f32 - zero_point) * scale).collect();
+    let input = Tensor::from_f32(vec![1, h, w, c], x);
+    // TFLite's integer average of each 2x2 window, NHWC.
+    let mut tflite = vec![];
+    for (y, x, ch) in
+        (0..h / 2).flat_map(|y| (0..w / 2).flat_map(move |x| (0..c).map(move |ch| (y, x, ch))))
+    {
+        let sum: i64 = [(0, 0), (0, 1), (1, 0), (1, 1)]
+            .iter()
+            .map(|(dy, dx)| q[((2 * y + dy) * w + 2 * x + dx) * c + ch])
+            .sum();
+        let rounded = if sum > 0 {
+            (sum + 2) / 4
+        } else {
+            (sum - 2) / 4
+        };
+        tflite.push((rounded as f32 - zero_point) * scale);
+    }
+    for (arithmetic, mean_is_output) in [
+        (QuantizedArithmetic::Tflite, false),
+        (QuantizedArithmetic::Onnxruntime, false),
+        (QuantizedArithmetic::Tflite, true),
+    ] {
+        let mut g = Graph::new("tflite average pool");
+        g.quantized_arithmetic = arithmetic;
+        let x = g.add_input("x", ValueType::new(DType::F32, vec![1, h, w, c]), vec![]);
+        let v = node(&mut g, grid(scale, zero_point), &[x]);
+        let v = node(&mut g, transpose([0, 3, 1, 2]), &[v]);
+        let mean = node(&mut g, crate::ops::testutil::pool_2x2(PoolKind::Avg), &[v]);
+        let v = node(&mut g, transpose([0, 2, 3, 1]), &[mean]);
+        let v = node(&mut g, grid(scale, zero_point), &[v]);
+        g.set_outputs(if mean_is_output {
+            vec![v, mean]
+        } else {
+            vec![v]
+        });
+        let inputs = std::slice::from_ref(&input);
+        let reference = crate::reference::run(&g, inputs).unwrap()[0].to_f32();
+        let m = compile_on(1, &planned_for(&g, TargetFamily::Nchwc(16)));
+        let integers = m.steps.iter().any(|s| s.kind == "AveragePool (integers)");
+        let what = format!("{arithmetic:?}, mean an output: {mean_is_output}");
+        let got = m.run(inputs).unwrap()[0].to_f32();
+        let want = match integers {
+            true => &tflite,
+            false => &reference,
+        };
+        assert_eq!(
+            integers,
+            !mean_is_output && arithmetic == QuantizedArithmetic::Tflite,
+            "{what}"
+        );
+        assert_eq!(&got, want, "{what}");
+        // Ties are common: the two roundings differ.
+        assert_ne!(tflite, reference);
+    }
+}

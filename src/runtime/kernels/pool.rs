@@ -21,6 +21,7 @@
 //! around the vectors is inlined into that code (a closure left out of line
 //! would lose the instruction set and call each vector instruction).
 
+use super::quantized::Grid;
 use super::simd::{run_vectorized, Isa, Lanes, Scalar as One, Vector, VectorKernel, MAX_LANES};
 use crate::core::par;
 use crate::core::scalar::Scalar;
@@ -99,6 +100,58 @@ pub struct PoolGeom {
     /// Per output row and per output column, the window positions an
     /// average counts along that axis.
     pub counts: (Vec<f32>, Vec<f32>),
+    /// An average of values on a grid rounded back onto it from their
+    /// integers (TFLite's integer kernel); `None` for a float average.
+    pub integer_average: Option<IntegerAverage>,
+}
+
+/// TFLite's integer average pool on values of a byte grid, rounded onto the
+/// same grid: the window's integers `q` summed, divided by the positions
+/// counted, halves away from zero (its reference kernel's
+/// `(sum ± count / 2) / count`; a float mean rounded halves to even puts a
+/// tie a step away).
+///
+/// The window's integers are recovered from the float sum of its values:
+/// `sum / scale` is within `n² · max|q - zero_point| · 2^-24` of their
+/// integer sum over `n` positions, under a quarter step while `n ≤ 128`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct IntegerAverage {
+    grid: Grid,
+}
+
+impl IntegerAverage {
+    /// The most window positions whose integers the float sum recovers.
+    const MAX_POSITIONS: usize = 128;
+
+    /// The average over windows of at most `positions` of values on `grid`,
+    /// rounded onto `grid`; `None` when the grid is no byte grid or the
+    /// windows too large to recover their integers.
+    pub fn new(grid: Grid, positions: usize) -> Option<IntegerAverage> {
+        (grid.fits_a_byte() && positions <= Self::MAX_POSITIONS).then_some(IntegerAverage { grid })
+    }
+
+    /// The window averages of sums `sum` over `count` positions, as values
+    /// of the grid.
+    #[inline(always)]
+    unsafe fn of<V: Vector>(&self, sum: V, count: V) -> V {
+        let Grid {
+            scale,
+            zero_point,
+            min,
+            max,
+        } = self.grid;
+        let centered = V::round(V::div(sum, V::splat(scale)));
+        let raw = V::fma(count, V::splat(zero_point), centered);
+        let t = V::div(raw, count);
+        let half = V::splat(0.5);
+        let away = V::select_negative(
+            t,
+            V::sub(V::splat(0.0), V::floor(V::sub(half, t))),
+            V::floor(V::add(t, half)),
+        );
+        let q = V::clamp(away, V::splat(min), V::splat(max));
+        V::mul(V::sub(q, V::splat(zero_point)), V::splat(scale))
+    }
 }
 
 /// The taps of one output position's window along one axis that lie inside
@@ -487,7 +540,12 @@ unsafe fn emit<V: Vector, const MAX: bool>(
 ) {
     let y = row.y.add(e);
     if !MAX {
-        return V::div(v, V::mul(V::splat(row.count), col_count())).store(y);
+        let count = V::mul(V::splat(row.count), col_count());
+        return match &g.integer_average {
+            Some(average) => average.of(v, count),
+            None => V::div(v, count),
+        }
+        .store(y);
     }
     v.store(y);
     if V::any_at_most(v, f32::NEG_INFINITY) {
@@ -574,8 +632,15 @@ multiversion!(global_pool(g: &PoolGeom, x: &[f32], y: &mut [f32]) {
             }
         }
     });
-    if g.kind == PoolKind::Avg {
-        let inv = 1.0 / n.max(1) as f32;
-        out.iter_mut().for_each(|a| *a *= inv);
+    match (g.kind, &g.integer_average) {
+        // SAFETY: a one-lane vector touches no memory.
+        (PoolKind::Avg, Some(average)) => out.iter_mut().for_each(|a| {
+            *a = unsafe { average.of(One(*a), One(n as f32)) }.0;
+        }),
+        (PoolKind::Avg, None) => {
+            let inv = 1.0 / n.max(1) as f32;
+            out.iter_mut().for_each(|a| *a *= inv);
+        }
+        (PoolKind::Max, _) => {}
     }
 });

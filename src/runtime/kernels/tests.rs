@@ -227,6 +227,7 @@ fn pool_kernel_matches_the_reference_executor_in_every_layout() {
                     rows: vec![],
                     cols: vec![],
                     counts: (vec![], vec![]),
+                    integer_average: None,
                 }
                 .for_isa(isa);
                 let mut py = vec![f32::INFINITY; geom.planes * geom.oh * geom.ow * cb];
@@ -236,6 +237,122 @@ fn pool_kernel_matches_the_reference_executor_in_every_layout() {
                 for (i, (&a, &e)) in got.iter().zip(&expected).enumerate() {
                     let ok = (a.is_nan() && e.is_nan()) || a == e || (a - e).abs() <= tolerance;
                     assert!(ok, "{what}: element {i} is {a}, expected {e}");
+                }
+            }
+        }
+    }
+}
+
+/// TFLite's integer average pool (its reference kernel, in i64: the window's
+/// integers summed, `(sum ± count / 2) / count` truncated, clamped) against
+/// the pool kernel rounding onto the grid, exactly: windows of 2x2 and 3x3 at
+/// strides 1 and 2 with uncounted padding, and global ones; channels
+/// innermost and not; signed and unsigned grids, every ISA. Windows of four
+/// integers tie one time in four, and a half-to-even mean misses half of
+/// those.
+#[test]
+fn integer_average_pools_round_halves_away_from_zero_as_tflite() {
+    use crate::graph::PoolKind;
+    use crate::runtime::kernels::pool::{pool, IntegerAverage, PoolGeom};
+    use crate::runtime::kernels::quantized::Grid;
+    use crate::runtime::kernels::simd::Lanes;
+    let mut rng = Rng(41);
+    let grids = [
+        (0.05, -3.0, -128.0, 127.0),
+        (0.0235, 131.0, 0.0, 255.0),
+        (0.5, 0.0, -128.0, 127.0),
+    ];
+    for case in 0..48 {
+        let (scale, zero_point, min, max) = grids[case % 3];
+        let grid = Grid {
+            scale,
+            zero_point,
+            min,
+            max,
+        };
+        let (h, w) = (rng.range(4, 9), rng.range(4, 11));
+        let global = case % 8 == 7;
+        let (k, stride, pad) = match global {
+            true => ((h, w), 1, 0),
+            false => (
+                [(2, 2), (3, 3)][rng.below(2)],
+                rng.range(1, 2),
+                rng.below(2),
+            ),
+        };
+        let (oh, ow) = (
+            (h + 2 * pad - k.0) / stride + 1,
+            (w + 2 * pad - k.1) / stride + 1,
+        );
+        let c = [1, 3, 16, 19][rng.below(4)];
+        let q: Vec<i64> = (0..c * h * w)
+            .map(|_| min as i64 + rng.below((max - min) as usize + 1) as i64)
+            .collect();
+        // q in NCHW order, element (channel, row, column).
+        let at = |ch: usize, r: usize, col: usize| q[(ch * h + r) * w + col];
+        let mut want = vec![0f32; c * oh * ow];
+        for ch in 0..c {
+            for (y, x) in (0..oh).flat_map(|y| (0..ow).map(move |x| (y, x))) {
+                let taps = |o: usize, k: usize, extent: usize| {
+                    let start = (o * stride) as isize - pad as isize;
+                    (start.max(0) as usize)..((start + k as isize) as usize).min(extent)
+                };
+                let (rows, cols) = (taps(y, k.0, h), taps(x, k.1, w));
+                let count = (rows.len() * cols.len()) as i64;
+                let sum: i64 = rows
+                    .flat_map(|r| cols.clone().map(move |col| (r, col)))
+                    .map(|(r, col)| at(ch, r, col))
+                    .sum();
+                let rounded = match sum > 0 {
+                    true => (sum + count / 2) / count,
+                    false => (sum - count / 2) / count,
+                };
+                let clamped = rounded.clamp(min as i64, max as i64) as f32;
+                want[(ch * oh + y) * ow + x] = (clamped - zero_point) * scale;
+            }
+        }
+        let value = |v: i64| (v as f32 - zero_point) * scale;
+        for (cb, channels_last) in [(1, false), (c, true)] {
+            let x: Vec<f32> = match channels_last {
+                false => q.iter().map(|&v| value(v)).collect(),
+                true => (0..h * w * c)
+                    .map(|i| value(at(i % c, i / c / w, i / c % w)))
+                    .collect(),
+            };
+            for &isa in &available_isas() {
+                let geom = PoolGeom {
+                    kind: PoolKind::Avg,
+                    skip_nan: true,
+                    planes: c / cb,
+                    cb,
+                    h,
+                    w,
+                    oh,
+                    ow,
+                    k,
+                    stride: (stride, stride),
+                    dilation: (1, 1),
+                    pad: (pad, pad),
+                    pad_end: (pad, pad),
+                    count_include_pad: false,
+                    lanes: Lanes::One,
+                    rows: vec![],
+                    cols: vec![],
+                    counts: (vec![], vec![]),
+                    integer_average: IntegerAverage::new(grid, k.0 * k.1),
+                }
+                .for_isa(isa);
+                assert!(geom.integer_average.is_some());
+                let mut y = vec![f32::NAN; c * oh * ow];
+                pool(&geom, &x, &mut y);
+                for (i, &e) in want.iter().enumerate() {
+                    let (ch, p) = (i / (oh * ow), i % (oh * ow));
+                    let got = match channels_last {
+                        false => y[i],
+                        true => y[p * c + ch],
+                    };
+                    let what = format!("case {case} {grid:?} {h}x{w}x{c} k {k:?} {isa} {cb}");
+                    assert_eq!(got, e, "{what}: channel {ch} pixel {p}");
                 }
             }
         }
