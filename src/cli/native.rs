@@ -58,9 +58,10 @@ pub fn compile(machine: &Machine, g: &Graph, options: &RuntimeOptions) -> CliRes
             .iter()
             .filter(|c| c.decision.algo == ConvAlgo::Int8)
             .count();
+        let depthwise = model.integer_depthwise_steps();
         let dense = model.integer_dense_steps();
         eprintln!(
-            "note: {} quantized layers: {integer} convolutions and {dense} matrix products sum their integers exactly (int8 kernels); the rest compute in float, each quantized value on its quantization grid",
+            "note: {} quantized layers: {integer} convolutions, {depthwise} depthwise ones and {dense} matrix products sum their integers exactly (int8 kernels); the rest compute in float, each quantized value on its quantization grid",
             quantized.len()
         );
     }

@@ -210,6 +210,13 @@ impl CompiledModel {
         self.steps.iter().filter(integer).count()
     }
 
+    /// How many steps are depthwise (or narrow-group) convolutions summed in
+    /// integers.
+    pub fn integer_depthwise_steps(&self) -> usize {
+        let integer = |s: &&Step| matches!(&s.kernel, Kernel::Depthwise(d) if d.sums_integers());
+        self.steps.iter().filter(integer).count()
+    }
+
     /// What a compile of the same model at another input shape takes from
     /// this one: each convolution step's algorithm and packed weights.
     pub fn decided_algos(&self) -> DecidedAlgos {

@@ -308,7 +308,24 @@ impl<'g> Compiler<'g> {
         let pad_fill = output_layout(self.g, last).and_then(|(_, p)| p.known());
         let threads = pool.threads();
         let (kernel, mut decision) = if depthwise {
-            let k = Depthwise::new(geom.clone(), self.isa, &w, params, epilogue, pad_fill);
+            // Integer sums need the rounding to come last: no residual after it.
+            let integers = self
+                .input_grid(id)
+                .filter(|_| residual.is_none())
+                .and_then(|grid| {
+                    Depthwise::integer_sums(
+                        geom.clone(),
+                        self.isa,
+                        grid,
+                        &w,
+                        &bias,
+                        epilogue,
+                        pad_fill,
+                    )
+                });
+            let k = integers.unwrap_or_else(|| {
+                Depthwise::new(geom.clone(), self.isa, &w, params, epilogue, pad_fill)
+            });
             (Kernel::Depthwise(k), conv_algo::ConvAlgo::Depthwise.into())
         } else {
             let spec = ConvSpec {
@@ -341,7 +358,10 @@ impl<'g> Compiler<'g> {
         let conv_inputs = self.g.node_inputs(id);
         let mut inputs = vec![conv_inputs[0]];
         inputs.extend(residual);
-        let suffix = format!(" ({})", decision.algo);
+        let suffix = match &kernel {
+            Kernel::Depthwise(d) if d.sums_integers() => format!(" ({}, integers)", decision.algo),
+            _ => format!(" ({})", decision.algo),
+        };
         let mut step = self.group_pending(group, suffix, kernel, inputs, &conv_inputs[1..]);
         step.measured_ms = decision.measured_ms();
         self.conv_algos.push(LayerAlgo {

@@ -988,8 +988,9 @@ fn quantized_convs_hand_over_bytes_through_relabelling_transposes() {
 
 /// A MobileNet block in int8: a 1x1 expand convolution with relu, a 3x3
 /// depthwise one with relu6 (stride 1 and 2), a 1x1 project one, each
-/// rounded onto a grid. The depthwise convolution hands its outputs to the
-/// project one as bytes; 40 expanded channels leave a partial vector. With
+/// rounded onto a grid. The depthwise convolution sums its integers and
+/// hands its outputs to the project one as bytes; 40 expanded channels
+/// leave a partial vector. With
 /// power-of-two scales every sum is exact in f32, so the outputs equal the
 /// reference's.
 #[test]
@@ -1025,7 +1026,9 @@ fn depthwise_convolutions_hand_bytes_to_integer_ones() {
         for threads in [1, 2] {
             let m = compile_on(threads, &planned_for(&g, TargetFamily::Nchwc(16)));
             let steps = m.describe();
-            let handed = steps.iter().any(|s| s.contains("(depthwise) -> u8"));
+            let handed = steps
+                .iter()
+                .any(|s| s.contains("(depthwise, integers) -> u8"));
             assert!(handed, "{steps:#?}");
             assert_eq!(
                 m.run(inputs).unwrap()[0].to_f32(),

@@ -29,6 +29,16 @@
 //! (`pixel_lanes.rs`), where its stride along the rows lets it, unless its
 //! outputs go out as bytes.
 //!
+//! Where the input lies on a grid of bytes, the weights on per-channel grids
+//! of signed bytes and the outputs are rounded onto a grid of bytes last, the
+//! sums are those of the integers, requantized as onnxruntime's and
+//! XNNPACK's integer kernels requantize them (`integer_sums`): the float sum
+//! of the input values times the integer weights is within a quarter of the
+//! input's step of a whole number of steps, which rounding recovers; the
+//! float product of the values put a tie or a near one a step away (a few
+//! outputs in 10^5 of a full-integer MobileNetV2's depthwise layers, which
+//! every later layer spreads).
+//!
 //! Outputs rounded onto a grid of bytes last may go out as the next integer
 //! convolution's staged input (`write_staged`), rounded as its staging
 //! would round the floats: a quarter of the bytes written, and the reader
@@ -43,7 +53,7 @@
 //! writing bytes).)
 
 use super::direct::{balanced_tile, fill_channel_pad, valid_taps, ConvGeom};
-use super::int8::{as_bytes_mut, StagedInput};
+use super::int8::{as_bytes_mut, integer_bias, IntegerWeights, StagedInput};
 use super::pixel_lanes::PixelLanes;
 use super::tile::{Activate, ChannelParams, Epilogue};
 use crate::core::par;
@@ -84,6 +94,51 @@ pub struct Depthwise {
     /// The kernel that runs it instead, in NCHW: output columns in the lanes
     /// (`w` kept for `write_staged`, which only the channel lanes serve).
     planar: Option<Box<PixelLanes>>,
+    /// The sums of integers requantized, where `integer_sums` made them so.
+    integers: Option<IntegerSums>,
+}
+
+/// A depthwise convolution's integer sums and their requantization: `w`
+/// holds the weights' integers and the biases are 0, so that a tile's sum
+/// is its input values times the integers.
+#[derive(Clone, Debug)]
+struct IntegerSums {
+    /// 1 / the input's step: a sum times it is within a quarter of the
+    /// integer sum.
+    inverse_step: f32,
+    /// [slices][slice] of each channel's bias, an integer of its sums'
+    /// grid, then as many of its multiplier: the input's step times the
+    /// weights' over the output's, in f32 as the integer convolution's.
+    params: Vec<f32>,
+    /// The output's clamp, integers less the zero point.
+    lo: f32,
+    hi: f32,
+    /// The output's step.
+    step: f32,
+}
+
+/// Where a tile finds its channels' requantization (`IntegerSums`).
+#[derive(Clone, Copy)]
+struct Requantize {
+    inverse_step: f32,
+    bias: *const f32,
+    multiplier: *const f32,
+    lo: f32,
+    hi: f32,
+    step: f32,
+}
+
+impl Requantize {
+    /// The sums `acc` as their integers with the bias, multiplied, rounded
+    /// half to even and clamped, as values of the output grid: the epilogue's
+    /// clamp and rounding after it leave them as they are.
+    #[inline(always)]
+    unsafe fn on_grid<V: Vector>(self, acc: V) -> V {
+        let sum = V::round(V::mul(acc, V::splat(self.inverse_step)));
+        let v = V::mul(V::add(sum, V::load(self.bias)), V::load(self.multiplier));
+        let q = V::clamp(V::round(v), V::splat(self.lo), V::splat(self.hi));
+        V::mul(q, V::splat(self.step))
+    }
 }
 
 impl Depthwise {
@@ -145,7 +200,82 @@ impl Depthwise {
             pad_fill: pad_fill.filter(|_| padded),
             output_bytes: None,
             planar,
+            integers: None,
         }
+    }
+
+    /// The convolution `new` makes (with `bias` and no PRelu), its sums computed as integers
+    /// (`IntegerSums`) where its input lies on `grid`, its weights `w`
+    /// (logical, as `new`'s) on per-channel grids of signed bytes and
+    /// `bias` on their sums' grids, `epilogue` ends in a rounding onto a
+    /// grid of bytes, and every sum's float error stays under a quarter
+    /// step: `(taps + 2) * 2^-24` of its largest magnitude, the input's
+    /// largest integer times the channel's weights' absolute sum. `None`
+    /// otherwise.
+    pub fn integer_sums(
+        geom: ConvGeom,
+        isa: Isa,
+        grid: Grid,
+        w: &[f32],
+        bias: &[f32],
+        epilogue: Epilogue,
+        pad_fill: Option<f32>,
+    ) -> Option<Depthwise> {
+        let weights = IntegerWeights::recover(w, geom.cout)?;
+        let Some(Activation::Unary(rounding)) = epilogue.act else {
+            return None;
+        };
+        let out = Grid::of(rounding).filter(|g| g.fits_a_byte() && epilogue.slope_at.is_none())?;
+        if !grid.fits_a_byte() || bias.len() != geom.cout {
+            return None;
+        }
+        let per = w.len() / geom.cout;
+        let largest_input = (grid.zero_point - grid.min).max(grid.max - grid.zero_point);
+        let mut channels = vec![(0f32, 0f32); geom.cout];
+        for (o, (q, channel)) in weights.q.chunks_exact(per).zip(&mut channels).enumerate() {
+            let l1: f32 = q.iter().map(|&v| f32::from(v).abs()).sum();
+            if (per + 2) as f32 * largest_input * l1 > (1 << 22) as f32 {
+                return None;
+            }
+            let sum_step = grid.scale * weights.scale[o];
+            *channel = (
+                integer_bias(bias[o], sum_step)? as f32,
+                sum_step / out.scale,
+            );
+        }
+        let integers: Vec<f32> = weights.q.iter().map(|&v| f32::from(v)).collect();
+        let zero = vec![0f32; geom.cout];
+        let mut d = Depthwise::new(
+            geom,
+            isa,
+            &integers,
+            ChannelParams::bias_only(&zero),
+            epilogue,
+            pad_fill,
+        );
+        let sliced = |per_channel: &mut dyn Iterator<Item = f32>| {
+            let mut v = vec![0f32; d.geom.cin.div_ceil(d.slice) * d.slice];
+            v.iter_mut().zip(per_channel).for_each(|(v, c)| *v = c);
+            v
+        };
+        let mut params = sliced(&mut channels.iter().map(|c| c.0));
+        params.extend(sliced(&mut channels.iter().map(|c| c.1)));
+        let (lo, hi) = out.rounded_clamp(epilogue.min, epilogue.max);
+        // Only the channel lanes requantize.
+        d.planar = None;
+        d.integers = Some(IntegerSums {
+            inverse_step: 1.0 / grid.scale,
+            params,
+            lo: lo - out.zero_point,
+            hi: hi - out.zero_point,
+            step: out.scale,
+        });
+        Some(d)
+    }
+
+    /// Whether the sums are of integers (`integer_sums`).
+    pub(in crate::runtime) fn sums_integers(&self) -> bool {
+        self.integers.is_some()
     }
 
     /// Writes the outputs as `to`, the next convolution's staged input,
@@ -320,6 +450,8 @@ struct DwTile {
     res: Option<*const f32>,
     /// Output stride of the next pixel of the tile.
     y_pixel: usize,
+    /// The vector's channels' requantization, where the sums are integers.
+    integers: Option<Requantize>,
 }
 
 /// Pixel 0 of a tile's vector of output channels.
@@ -435,10 +567,22 @@ impl<const G: usize> VectorKernel for InGroups<'_, G> {
             out: Dest::Floats(band.y),
             res: band.res,
             y_pixel: 0,
+            integers: None,
         };
         for c in (0..slice).step_by(V::LANES) {
             let b = bias.add(c);
             t.w = w_slice.add(c);
+            t.integers = d.integers.as_ref().map(|i| {
+                let at = c0 + c;
+                Requantize {
+                    inverse_step: i.inverse_step,
+                    bias: i.params.as_ptr().add(at),
+                    multiplier: i.params.as_ptr().add(i.params.len() / 2 + at),
+                    lo: i.lo,
+                    hi: i.hi,
+                    step: i.step,
+                }
+            });
             // The channels of the vector that exist (the rest are padding).
             let valid = g.cin.saturating_sub(c0 + c).min(V::LANES);
             // Points the tile at output pixel (oh, ow). A closure of address
@@ -545,9 +689,10 @@ unsafe fn dw_tile<V: Vector, const N: usize, const G: usize>(
     }
     for (p, a) in acc.into_iter().enumerate() {
         let at = p * t.y_pixel;
-        let v = match t.res {
-            Some(r) => V::add(a, V::load(r.add(at))),
-            None => a,
+        let v = match (t.res, t.integers) {
+            (Some(r), _) => V::add(a, V::load(r.add(at))),
+            (None, Some(requantize)) => requantize.on_grid(a),
+            (None, None) => a,
         };
         match t.out {
             Dest::Floats(out) => ep.apply(v, bias).store(out.add(at)),

@@ -419,7 +419,7 @@ impl Scaling {
 /// `bias` as an integer of the grid of step `step` (how quantizers store a
 /// quantized convolution's bias: i32 at the input's step times the
 /// weights'), when it is one and small enough to add to any sum.
-fn integer_bias(bias: f32, step: f32) -> Option<i32> {
+pub(super) fn integer_bias(bias: f32, step: f32) -> Option<i32> {
     let q = (f64::from(bias) / f64::from(step)).round();
     let on_grid = (q * f64::from(step) - f64::from(bias)).abs() <= f64::from(bias.abs()) * 1e-6;
     (q.abs() < f64::from(1 << 24) && on_grid).then_some(q as i32)

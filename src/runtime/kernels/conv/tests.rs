@@ -1311,3 +1311,123 @@ fn winograd_errors_come_from_the_store_when_it_has_them() {
         }
     }
 }
+
+/// A depthwise convolution of byte-grid values by per-channel int8 weights,
+/// rounded onto a byte grid after a clip to [0, 6] (a MobileNet block's),
+/// sums its integers: equal to onnxruntime's and XNNPACK's requantization
+/// computed in i64 (the integer sum with the integer bias, times the f32
+/// multiplier, rounded half to even, clamped), on every instruction set,
+/// channel blocking (a partial vector of 24 channels), stride and padding.
+/// Input and weight steps are no powers of two, so the float sums of the
+/// values are not exact. 5x5 windows whose weights' sums could err by a
+/// quarter step stay in float.
+#[test]
+fn integer_depthwise_convolutions_requantize_as_the_peers() {
+    let mut rng = Rng(29);
+    let input = Grid {
+        scale: 0.0237,
+        zero_point: -7.0,
+        min: -128.0,
+        max: 127.0,
+    };
+    let output = Grid {
+        scale: 0.0311,
+        zero_point: -128.0,
+        min: -128.0,
+        max: 127.0,
+    };
+    let (lo, hi) = output.rounded_clamp(0.0, 6.0);
+    for case in 0..24 {
+        let c = [24, 32, 16][case % 3];
+        let k = [3, 3, 5][rng.below(3)];
+        let stride = rng.range(1, 2);
+        let cb = [16, 8, c][rng.below(3)];
+        let mut g = square_conv(c, rng.range(5, 13), (k, stride), cb);
+        g.groups = c;
+        g.cin = c;
+        // Small weights let 5x5 windows sum exactly; any byte does not.
+        let largest = match (k, case % 4) {
+            (5, 0) => 127,
+            (5, _) => 20,
+            _ => 127,
+        };
+        // Each channel's first weight its largest, as symmetric quantizers make it.
+        let q: Vec<i64> = (0..c * k * k)
+            .map(|i| match i % (k * k) {
+                0 => largest as i64,
+                _ => rng.range(0, 2 * largest) as i64 - largest as i64,
+            })
+            .collect();
+        let w_step: Vec<f32> = (0..c).map(|o| 0.0013 * (1.0 + o as f32 * 0.37)).collect();
+        let w: Vec<f32> = q
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| v as f32 * w_step[i / (k * k)])
+            .collect();
+        let bias_q: Vec<i64> = (0..c).map(|_| rng.range(0, 4000) as i64 - 2000).collect();
+        let bias: Vec<f32> = (0..c)
+            .map(|o| bias_q[o] as f32 * (input.scale * w_step[o]))
+            .collect();
+        let xq: Vec<i64> = (0..g.n * c * g.h * g.w)
+            .map(|_| rng.range(0, 255) as i64 - 128)
+            .collect();
+        let x: Vec<f32> = xq
+            .iter()
+            .map(|&v| (v as f32 - input.zero_point) * input.scale)
+            .collect();
+        let mut want = vec![0f32; g.n * c * g.oh * g.ow];
+        for o in 0..c {
+            let multiplier = input.scale * w_step[o] / output.scale;
+            for (oy, ox) in (0..g.oh).flat_map(|y| (0..g.ow).map(move |x| (y, x))) {
+                let mut sum = bias_q[o];
+                for (ky, kx) in (0..k).flat_map(|y| (0..k).map(move |x| (y, x))) {
+                    let iy = (oy * stride + ky) as isize - g.pad.0 as isize;
+                    let ix = (ox * stride + kx) as isize - g.pad.1 as isize;
+                    if iy < 0 || ix < 0 || iy >= g.h as isize || ix >= g.w as isize {
+                        continue;
+                    }
+                    let xv =
+                        xq[(o * g.h + iy as usize) * g.w + ix as usize] - input.zero_point as i64;
+                    sum += xv * q[o * k * k + ky * k + kx];
+                }
+                let r =
+                    ((sum as f32 * multiplier).round_ties_even() + output.zero_point).clamp(lo, hi);
+                want[(o * g.oh + oy) * g.ow + ox] = (r - output.zero_point) * output.scale;
+            }
+        }
+        let rounding = UnaryOp::QuantizeDequantize {
+            scale: output.scale,
+            zero_point: output.zero_point,
+            min: output.min,
+            max: output.max,
+        };
+        let epilogue = Epilogue::of(Some(Activation::Clamped {
+            clamp: UnaryOp::Clip { min: 0.0, max: 6.0 },
+            then: rounding,
+        }));
+        let xb = Blocked::input_of(&g).scatter(&x);
+        let out = Blocked::output_of(&g);
+        for &isa in available_isas()
+            .iter()
+            .filter(|&&i| Depthwise::applies(&g, i))
+        {
+            let what = format!("case {case} {isa:?} {g:?}");
+            let d = Depthwise::integer_sums(g.clone(), isa, input, &w, &bias, epilogue, Some(0.0));
+            let Some(d) = d else {
+                assert_eq!((k, largest), (5, 127), "{what}: not summed in integers");
+                continue;
+            };
+            assert_ne!(
+                (k, largest),
+                (5, 127),
+                "{what}: sums may err by a quarter step"
+            );
+            let mut y = vec![f32::NAN; g.y_len()];
+            d.run(&xb, None, &mut y);
+            for (i, &e) in want.iter().enumerate() {
+                let (o, p) = (i / (g.oh * g.ow), i % (g.oh * g.ow));
+                assert_eq!(y[out.at(0, o, p)], e, "{what}: channel {o} pixel {p}");
+            }
+        }
+    }
+}
