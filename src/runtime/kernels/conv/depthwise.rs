@@ -53,7 +53,7 @@
 //! writing bytes).)
 
 use super::direct::{balanced_tile, fill_channel_pad, valid_taps, ConvGeom};
-use super::int8::{as_bytes_mut, integer_bias, IntegerWeights, StagedInput};
+use super::int8::{as_bytes_mut, integer_bias, IntegerWeights, Scaling, StagedInput};
 use super::pixel_lanes::PixelLanes;
 use super::tile::{Activate, ChannelParams, Epilogue};
 use crate::core::par;
@@ -100,16 +100,19 @@ pub struct Depthwise {
 
 /// A depthwise convolution's integer sums and their requantization: `w`
 /// holds the weights' integers and the biases are 0, so that a tile's sum
-/// is its input values times the integers.
+/// is its input values times the integers. The requantized integers are
+/// the outputs, rounded and clamped already: the epilogue's clamp and
+/// rounding are not applied again.
 #[derive(Clone, Debug)]
 struct IntegerSums {
     /// 1 / the input's step: a sum times it is within a quarter of the
     /// integer sum.
     inverse_step: f32,
-    /// [slices][slice] of each channel's bias, an integer of its sums'
-    /// grid, then as many of its multiplier: the input's step times the
-    /// weights' over the output's, in f32 as the integer convolution's.
-    params: Vec<f32>,
+    /// [slices][slice]: each channel's bias, an integer of its sums' grid.
+    biases: Vec<f32>,
+    /// [slices][slice]: each channel's multiplier, the input's step times
+    /// the weights' over the output's, in f32 as the integer convolution's.
+    multipliers: Vec<f32>,
     /// The output's clamp, integers less the zero point.
     lo: f32,
     hi: f32,
@@ -117,28 +120,60 @@ struct IntegerSums {
     step: f32,
 }
 
-/// Where a tile finds its channels' requantization (`IntegerSums`).
+/// Where a tile finds its vector of channels' requantization.
 #[derive(Clone, Copy)]
-struct Requantize {
-    inverse_step: f32,
-    bias: *const f32,
-    multiplier: *const f32,
-    lo: f32,
-    hi: f32,
-    step: f32,
+struct Requantize<'a> {
+    sums: &'a IntegerSums,
+    /// The vector's first channel in the slice-packed arrays.
+    at: usize,
 }
 
-impl Requantize {
-    /// The sums `acc` as their integers with the bias, multiplied, rounded
-    /// half to even and clamped, as values of the output grid: the epilogue's
-    /// clamp and rounding after it leave them as they are.
+impl Requantize<'_> {
+    /// The requantization's constants as vectors, made once per tile: the
+    /// stores through the output pointer could alias its arrays, so loads
+    /// in the pixel loop would be made again for every pixel.
     #[inline(always)]
-    unsafe fn on_grid<V: Vector>(self, acc: V) -> V {
-        let sum = V::round(V::mul(acc, V::splat(self.inverse_step)));
-        let v = V::mul(V::add(sum, V::load(self.bias)), V::load(self.multiplier));
-        let q = V::clamp(V::round(v), V::splat(self.lo), V::splat(self.hi));
-        V::mul(q, V::splat(self.step))
+    unsafe fn vectors<V: Vector>(self) -> Requantizing<V> {
+        let s = self.sums;
+        Requantizing {
+            inverse_step: V::splat(s.inverse_step),
+            bias: V::load(s.biases.as_ptr().add(self.at)),
+            multiplier: V::load(s.multipliers.as_ptr().add(self.at)),
+            lo: V::splat(s.lo),
+            hi: V::splat(s.hi),
+            step: V::splat(s.step),
+        }
     }
+}
+
+/// `Requantize`'s constants for one vector of channels.
+#[derive(Clone, Copy)]
+struct Requantizing<V> {
+    inverse_step: V,
+    bias: V,
+    multiplier: V,
+    lo: V,
+    hi: V,
+    step: V,
+}
+
+impl<V: Vector> Requantizing<V> {
+    /// The sums `acc` as their integers with the bias, multiplied, rounded
+    /// half to even and clamped: the output's integers less its zero point.
+    #[inline(always)]
+    unsafe fn integers(self, acc: V) -> V {
+        let sum = V::round(V::mul(acc, self.inverse_step));
+        let v = V::mul(V::add(sum, self.bias), self.multiplier);
+        V::clamp(V::round(v), self.lo, self.hi)
+    }
+}
+
+/// Per-channel values `per_channel` (the first `cin`) laid out as the
+/// kernel's slices: `slices * slice` of them, padding channels 0.
+fn sliced(per_channel: &[f32], cin: usize, slice: usize) -> Vec<f32> {
+    let mut v = vec![0f32; cin.div_ceil(slice) * slice];
+    v[..cin].copy_from_slice(&per_channel[..cin]);
+    v
 }
 
 impl Depthwise {
@@ -173,11 +208,8 @@ impl Depthwise {
         let slices = geom.cin.div_ceil(slice);
         let (kh, kw) = geom.k;
         let mut packed = vec![0f32; slices * kh * kw * group * slice];
-        let (params, epilogue) = params.pack(epilogue, |per_channel| {
-            let mut sliced = vec![0f32; slices * slice];
-            sliced[..geom.cin].copy_from_slice(&per_channel[..geom.cin]);
-            sliced
-        });
+        let (params, epilogue) =
+            params.pack(epilogue, |per_channel| sliced(per_channel, geom.cin, slice));
         for c in 0..geom.cin {
             for j in 0..group {
                 for y in 0..kh {
@@ -222,26 +254,26 @@ impl Depthwise {
         pad_fill: Option<f32>,
     ) -> Option<Depthwise> {
         let weights = IntegerWeights::recover(w, geom.cout)?;
-        let Some(Activation::Unary(rounding)) = epilogue.act else {
+        let Scaling::Requantized {
+            grid: out, lo, hi, ..
+        } = Scaling::of(&epilogue, false)
+        else {
             return None;
         };
-        let out = Grid::of(rounding).filter(|g| g.fits_a_byte() && epilogue.slope_at.is_none())?;
-        if !grid.fits_a_byte() || bias.len() != geom.cout {
+        if !out.fits_a_byte() || !grid.fits_a_byte() || bias.len() != geom.cout {
             return None;
         }
         let per = w.len() / geom.cout;
         let largest_input = (grid.zero_point - grid.min).max(grid.max - grid.zero_point);
-        let mut channels = vec![(0f32, 0f32); geom.cout];
-        for (o, (q, channel)) in weights.q.chunks_exact(per).zip(&mut channels).enumerate() {
+        let (mut biases, mut multipliers) = (vec![0f32; geom.cout], vec![0f32; geom.cout]);
+        for (o, q) in weights.q.chunks_exact(per).enumerate() {
             let l1: f32 = q.iter().map(|&v| f32::from(v).abs()).sum();
             if (per + 2) as f32 * largest_input * l1 > (1 << 22) as f32 {
                 return None;
             }
             let sum_step = grid.scale * weights.scale[o];
-            *channel = (
-                integer_bias(bias[o], sum_step)? as f32,
-                sum_step / out.scale,
-            );
+            biases[o] = integer_bias(bias[o], sum_step)? as f32;
+            multipliers[o] = sum_step / out.scale;
         }
         let integers: Vec<f32> = weights.q.iter().map(|&v| f32::from(v)).collect();
         let zero = vec![0f32; geom.cout];
@@ -253,21 +285,15 @@ impl Depthwise {
             epilogue,
             pad_fill,
         );
-        let sliced = |per_channel: &mut dyn Iterator<Item = f32>| {
-            let mut v = vec![0f32; d.geom.cin.div_ceil(d.slice) * d.slice];
-            v.iter_mut().zip(per_channel).for_each(|(v, c)| *v = c);
-            v
-        };
-        let mut params = sliced(&mut channels.iter().map(|c| c.0));
-        params.extend(sliced(&mut channels.iter().map(|c| c.1)));
-        let (lo, hi) = out.rounded_clamp(epilogue.min, epilogue.max);
+        let (cin, slice) = (d.geom.cin, d.slice);
         // Only the channel lanes requantize.
         d.planar = None;
         d.integers = Some(IntegerSums {
             inverse_step: 1.0 / grid.scale,
-            params,
-            lo: lo - out.zero_point,
-            hi: hi - out.zero_point,
+            biases: sliced(&biases, cin, slice),
+            multipliers: sliced(&multipliers, cin, slice),
+            lo,
+            hi,
             step: out.scale,
         });
         Some(d)
@@ -322,7 +348,7 @@ impl Depthwise {
         let g = &self.geom;
         assert!(x.len() >= g.x_len() && y.len() >= self.output_len().unwrap_or(g.y_len()));
         assert!(residual.is_none_or(|r| r.len() >= g.y_len()));
-        assert!(residual.is_none() || self.output_bytes.is_none());
+        assert!(residual.is_none() || (self.output_bytes.is_none() && self.integers.is_none()));
         if let Some(planar) = &self.planar {
             return planar.run(x, residual, y);
         }
@@ -369,11 +395,15 @@ impl Depthwise {
                         16 => run_vectorized(self.lanes, &InGroups::<16>(&band)),
                         _ => unreachable!("`applies` admits the GROUP_WIDTHS only"),
                     }
-                    // The tiles stored floats clamped; the rest of the
-                    // epilogue goes over them while they are in L1: each
+                    // The tiles stored floats clamped (integer sums: their
+                    // outputs whole); the rest of the epilogue goes over
+                    // them while they are in L1: each
                     // vector of the slice's channels, the band's pixels one
                     // after the other.
-                    if self.output_bytes.is_none() && self.epilogue.activates() {
+                    if self.output_bytes.is_none()
+                        && self.integers.is_none()
+                        && self.epilogue.activates()
+                    {
                         let first =
                             band.plane(g.y_cb, g.oh * g.ow) + band.rows.start * g.ow * g.y_cb;
                         let c0 = band.item_and_channel().1;
@@ -426,7 +456,7 @@ impl Band<'_> {
 
 /// Where one tile reads and writes, all offsets in elements (f32, or bytes
 /// for byte outputs).
-struct DwTile {
+struct DwTile<'a> {
     /// Input at kernel tap (0, 0) of the tile's first pixel (perhaps outside
     /// the input: only taps inside it are read).
     x: *const f32,
@@ -451,7 +481,7 @@ struct DwTile {
     /// Output stride of the next pixel of the tile.
     y_pixel: usize,
     /// The vector's channels' requantization, where the sums are integers.
-    integers: Option<Requantize>,
+    integers: Option<Requantize<'a>>,
 }
 
 /// Pixel 0 of a tile's vector of output channels.
@@ -572,23 +602,16 @@ impl<const G: usize> VectorKernel for InGroups<'_, G> {
         for c in (0..slice).step_by(V::LANES) {
             let b = bias.add(c);
             t.w = w_slice.add(c);
-            t.integers = d.integers.as_ref().map(|i| {
-                let at = c0 + c;
-                Requantize {
-                    inverse_step: i.inverse_step,
-                    bias: i.params.as_ptr().add(at),
-                    multiplier: i.params.as_ptr().add(i.params.len() / 2 + at),
-                    lo: i.lo,
-                    hi: i.hi,
-                    step: i.step,
-                }
-            });
+            t.integers = d
+                .integers
+                .as_ref()
+                .map(|sums| Requantize { sums, at: c0 + c });
             // The channels of the vector that exist (the rest are padding).
             let valid = g.cin.saturating_sub(c0 + c).min(V::LANES);
             // Points the tile at output pixel (oh, ow). A closure of address
             // arithmetic only: one calling vector intrinsics is compiled
             // without the instruction set's features and calls each.
-            let place = |t: &mut DwTile, oh: usize, ow: usize| {
+            let place = |t: &mut DwTile<'_>, oh: usize, ow: usize| {
                 t.x = at_input(oh, ow).add(c);
                 let at = y_first + oh * y_row + ow * y_col + c;
                 t.out = match onto {
@@ -640,7 +663,7 @@ impl<const G: usize> VectorKernel for InGroups<'_, G> {
 /// `dw_tile` of `pixels` (1 to `DW_TILE`) pixels.
 #[inline(always)]
 unsafe fn dw_tile_of<V: Vector, const G: usize>(
-    t: &DwTile,
+    t: &DwTile<'_>,
     pixels: usize,
     bias: *const f32,
     ep: Epilogue,
@@ -656,15 +679,67 @@ unsafe fn dw_tile_of<V: Vector, const G: usize>(
     by_pixels!(1 2 3 4 5 6 7 8);
 }
 
-/// `N` output pixels of one vector of channels in groups of `G`: accumulators
-/// in registers, one weight vector per tap and input channel of the group,
-/// each input vector loaded (and for groups, spread) into its FMA.
+/// `N` output pixels of one vector of channels in groups of `G`, stored as
+/// floats or bytes, or requantized where the sums are integers. The choice
+/// is made once per tile, each way with its own copy of the sums' loop: one
+/// loop serving both keeps its accumulators in registers less well (the
+/// float kernel ran 7-14% slower so).
 #[inline(always)]
 unsafe fn dw_tile<V: Vector, const N: usize, const G: usize>(
-    t: &DwTile,
+    t: &DwTile<'_>,
     bias: *const f32,
     ep: Epilogue,
 ) {
+    if let Some(requantize) = t.integers {
+        let acc = dw_sums::<V, N, G>(t, bias);
+        let r = requantize.vectors::<V>();
+        for (p, a) in acc.into_iter().enumerate() {
+            let at = p * t.y_pixel;
+            // Integers whole: no residual, clamp or rounding after them.
+            let q = r.integers(a);
+            match t.out {
+                Dest::Floats(out) => V::mul(q, r.step).store(out.add(at)),
+                Dest::Bytes {
+                    at: out,
+                    valid,
+                    onto,
+                } => store_bytes_part(V::add(q, V::splat(onto.shift)), out.add(at), valid),
+            }
+        }
+        return;
+    }
+    let acc = dw_sums::<V, N, G>(t, bias);
+    for (p, a) in acc.into_iter().enumerate() {
+        let at = p * t.y_pixel;
+        let v = match t.res {
+            Some(r) => V::add(a, V::load(r.add(at))),
+            None => a,
+        };
+        match t.out {
+            Dest::Floats(out) => ep.apply(v, bias).store(out.add(at)),
+            // `write_staged` took the epilogue's last step, the rounding,
+            // for these bytes; only its clamp is left before it.
+            Dest::Bytes {
+                at: out,
+                valid,
+                onto,
+            } => {
+                let v = V::clamp(v, V::splat(ep.min), V::splat(ep.max));
+                store_bytes_part(onto.bytes(v), out.add(at), valid);
+            }
+        }
+    }
+}
+
+/// The sums of `N` output pixels of one vector of channels in groups of
+/// `G`: accumulators in registers, one weight vector per tap and input
+/// channel of the group, each input vector loaded (and for groups, spread)
+/// into its FMA.
+#[inline(always)]
+unsafe fn dw_sums<V: Vector, const N: usize, const G: usize>(
+    t: &DwTile<'_>,
+    bias: *const f32,
+) -> [V; N] {
     let mut acc = [V::load(bias); N];
     for ky in t.kh.0..t.kh.1 {
         for kx in t.kw.0..t.kw.1 {
@@ -687,27 +762,7 @@ unsafe fn dw_tile<V: Vector, const N: usize, const G: usize>(
             }
         }
     }
-    for (p, a) in acc.into_iter().enumerate() {
-        let at = p * t.y_pixel;
-        let v = match (t.res, t.integers) {
-            (Some(r), _) => V::add(a, V::load(r.add(at))),
-            (None, Some(requantize)) => requantize.on_grid(a),
-            (None, None) => a,
-        };
-        match t.out {
-            Dest::Floats(out) => ep.apply(v, bias).store(out.add(at)),
-            // `write_staged` took the epilogue's last step, the rounding,
-            // for these bytes; only its clamp is left before it.
-            Dest::Bytes {
-                at: out,
-                valid,
-                onto,
-            } => {
-                let v = V::clamp(v, V::splat(ep.min), V::splat(ep.max));
-                store_bytes_part(onto.bytes(v), out.add(at), valid);
-            }
-        }
-    }
+    acc
 }
 
 /// Greatest common divisor: the widest slice of channels that both channel

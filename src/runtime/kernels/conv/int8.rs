@@ -352,7 +352,7 @@ impl StagedInput {
 
 /// How a channel's integer sums become outputs.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Scaling {
+pub(super) enum Scaling {
     /// `sum * in_step * w_step + bias`, then the epilogue, in float.
     Float,
     /// The epilogue rounds onto an output grid of step `step` and nothing
@@ -389,7 +389,7 @@ impl Scaling {
     }
 
     /// The scaling of a kernel with `epilogue`, a residual or not.
-    fn of(epilogue: &Epilogue, residual: bool) -> Scaling {
+    pub(super) fn of(epilogue: &Epilogue, residual: bool) -> Scaling {
         match epilogue.act {
             Some(Activation::Unary(UnaryOp::QuantizeDequantize {
                 scale,
