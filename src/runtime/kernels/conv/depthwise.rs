@@ -37,7 +37,11 @@
 //! input's step of a whole number of steps, which rounding recovers; the
 //! float product of the values put a tie or a near one a step away (a few
 //! outputs in 10^5 of a full-integer MobileNetV2's depthwise layers, which
-//! every later layer spreads).
+//! every later layer spreads). Where the float sum's error could reach a
+//! quarter step (5x5 windows of full-range weights), each input value is
+//! rounded to its integer before its multiply-add instead, and the sum is
+//! exact (a full-integer EfficientNetB0's 5x5 layers were 96% exact in
+//! float).
 //!
 //! Outputs rounded onto a grid of bytes last may go out as the next integer
 //! convolution's staged input (`write_staged`), rounded as its staging
@@ -105,9 +109,14 @@ pub struct Depthwise {
 /// rounding are not applied again.
 #[derive(Clone, Debug)]
 struct IntegerSums {
-    /// 1 / the input's step: a sum times it is within a quarter of the
-    /// integer sum.
+    /// 1 / the input's step: a value, or a sum of values times integers,
+    /// times it is within a quarter of its integer.
     inverse_step: f32,
+    /// Whether each input value is rounded to its integer before its
+    /// multiply-add (the sum then exact), not the sum after: where the
+    /// sum's float error could reach a quarter step (5x5 windows of
+    /// full-range weights, as EfficientNet's and MobileNetV3's are).
+    taps_rounded: bool,
     /// [slices][slice]: each channel's bias, an integer of its sums' grid.
     biases: Vec<f32>,
     /// [slices][slice]: each channel's multiplier, the input's step times
@@ -158,11 +167,10 @@ struct Requantizing<V> {
 }
 
 impl<V: Vector> Requantizing<V> {
-    /// The sums `acc` as their integers with the bias, multiplied, rounded
-    /// half to even and clamped: the output's integers less its zero point.
+    /// The integer sums `sum` with the bias, multiplied, rounded half to
+    /// even and clamped: the output's integers less its zero point.
     #[inline(always)]
-    unsafe fn integers(self, acc: V) -> V {
-        let sum = V::round(V::mul(acc, self.inverse_step));
+    unsafe fn integers(self, sum: V) -> V {
         let v = V::mul(V::add(sum, self.bias), self.multiplier);
         V::clamp(V::round(v), self.lo, self.hi)
     }
@@ -239,11 +247,12 @@ impl Depthwise {
     /// The convolution `new` makes (with `bias` and no PRelu), its sums computed as integers
     /// (`IntegerSums`) where its input lies on `grid`, its weights `w`
     /// (logical, as `new`'s) on per-channel grids of signed bytes and
-    /// `bias` on their sums' grids, `epilogue` ends in a rounding onto a
-    /// grid of bytes, and every sum's float error stays under a quarter
-    /// step: `(taps + 2) * 2^-24` of its largest magnitude, the input's
-    /// largest integer times the channel's weights' absolute sum. `None`
-    /// otherwise.
+    /// `bias` on their sums' grids, and `epilogue` ends in a rounding onto
+    /// a grid of bytes. A sum's largest magnitude is the input's largest
+    /// integer times the channel's weights' absolute sum; where `(taps + 2)
+    /// * 2^-24` of it, the float sum's error, stays under a quarter step
+    /// for every channel, the sums are rounded, else (up to 2^24, every
+    /// window of up to 16x16 taps) each input value is. `None` otherwise.
     pub fn integer_sums(
         geom: ConvGeom,
         isa: Isa,
@@ -266,11 +275,13 @@ impl Depthwise {
         let per = w.len() / geom.cout;
         let largest_input = (grid.zero_point - grid.min).max(grid.max - grid.zero_point);
         let (mut biases, mut multipliers) = (vec![0f32; geom.cout], vec![0f32; geom.cout]);
+        let mut taps_rounded = false;
         for (o, q) in weights.q.chunks_exact(per).enumerate() {
-            let l1: f32 = q.iter().map(|&v| f32::from(v).abs()).sum();
-            if (per + 2) as f32 * largest_input * l1 > (1 << 22) as f32 {
+            let largest_sum = largest_input * q.iter().map(|&v| f32::from(v).abs()).sum::<f32>();
+            if largest_sum > (1 << 24) as f32 {
                 return None;
             }
+            taps_rounded |= (per + 2) as f32 * largest_sum > (1 << 22) as f32;
             let sum_step = grid.scale * weights.scale[o];
             biases[o] = integer_bias(bias[o], sum_step)? as f32;
             multipliers[o] = sum_step / out.scale;
@@ -290,6 +301,7 @@ impl Depthwise {
         d.planar = None;
         d.integers = Some(IntegerSums {
             inverse_step: 1.0 / grid.scale,
+            taps_rounded,
             biases: sliced(&biases, cin, slice),
             multipliers: sliced(&multipliers, cin, slice),
             lo,
@@ -691,12 +703,20 @@ unsafe fn dw_tile<V: Vector, const N: usize, const G: usize>(
     ep: Epilogue,
 ) {
     if let Some(requantize) = t.integers {
-        let acc = dw_sums::<V, N, G>(t, bias);
         let r = requantize.vectors::<V>();
-        for (p, a) in acc.into_iter().enumerate() {
+        let mut sums = match requantize.sums.taps_rounded {
+            true => dw_sums::<V, N, G, true>(t, bias, r.inverse_step),
+            false => dw_sums::<V, N, G, false>(t, bias, r.inverse_step),
+        };
+        if !requantize.sums.taps_rounded {
+            for s in &mut sums {
+                *s = V::round(V::mul(*s, r.inverse_step));
+            }
+        }
+        for (p, sum) in sums.into_iter().enumerate() {
             let at = p * t.y_pixel;
             // Integers whole: no residual, clamp or rounding after them.
-            let q = r.integers(a);
+            let q = r.integers(sum);
             match t.out {
                 Dest::Floats(out) => V::mul(q, r.step).store(out.add(at)),
                 Dest::Bytes {
@@ -708,7 +728,7 @@ unsafe fn dw_tile<V: Vector, const N: usize, const G: usize>(
         }
         return;
     }
-    let acc = dw_sums::<V, N, G>(t, bias);
+    let acc = dw_sums::<V, N, G, false>(t, bias, V::splat(1.0));
     for (p, a) in acc.into_iter().enumerate() {
         let at = p * t.y_pixel;
         let v = match t.res {
@@ -734,11 +754,13 @@ unsafe fn dw_tile<V: Vector, const N: usize, const G: usize>(
 /// The sums of `N` output pixels of one vector of channels in groups of
 /// `G`: accumulators in registers, one weight vector per tap and input
 /// channel of the group, each input vector loaded (and for groups, spread)
-/// into its FMA.
+/// into its FMA; with `ROUND`, first rounded to its integer, the value
+/// times `inverse_step`.
 #[inline(always)]
-unsafe fn dw_sums<V: Vector, const N: usize, const G: usize>(
+unsafe fn dw_sums<V: Vector, const N: usize, const G: usize, const ROUND: bool>(
     t: &DwTile<'_>,
     bias: *const f32,
+    inverse_step: V,
 ) -> [V; N] {
     let mut acc = [V::load(bias); N];
     for ky in t.kh.0..t.kh.1 {
@@ -756,6 +778,10 @@ unsafe fn dw_sums<V: Vector, const N: usize, const G: usize>(
                     let xv = match G == V::LANES {
                         true => V::splat(*at.add(j)),
                         false => V::spread::<G>(V::load(at), j),
+                    };
+                    let xv = match ROUND {
+                        true => V::round(V::mul(xv, inverse_step)),
+                        false => xv,
                     };
                     *a = V::fma(xv, wv, *a);
                 }
