@@ -137,6 +137,15 @@ impl Kernel {
         }
     }
 
+    /// What a step's kind says of the kernel: " (table)" for an elementwise
+    /// chain looked up by its operand's byte.
+    pub(super) fn table_suffix(&self) -> &'static str {
+        match self {
+            Kernel::Elementwise(e) if e.is_table() => " (table)",
+            _ => "",
+        }
+    }
+
     /// The element offset at which the kernel's output is a contiguous copy of
     /// its input, if it is one.
     pub(super) fn view_offset(&self) -> Option<usize> {

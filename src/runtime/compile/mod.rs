@@ -1109,12 +1109,19 @@ impl<'g> Compiler<'g> {
                     continue;
                 }
                 match self.lined_up(id, port, &out) {
-                    Some((s, len)) => {
-                        strides.push(s);
-                        lens.push(len);
-                        args.push(Arg::Operand(operands.len()));
-                        operands.push(v);
-                    }
+                    // A value read twice alike (a swish's input) is one
+                    // operand.
+                    Some((s, len)) => match (operands.iter().zip(&strides))
+                        .position(|(&o, read)| o == v && *read == s)
+                    {
+                        Some(k) => args.push(Arg::Operand(k)),
+                        None => {
+                            strides.push(s);
+                            lens.push(len);
+                            args.push(Arg::Operand(operands.len()));
+                            operands.push(v);
+                        }
+                    },
                     // A constant of lower rank than the output (a PRelu's
                     // [1, 1, C] slope) stays row-major in the plan; the kernel
                     // holds it in the output's layout instead.
@@ -1153,7 +1160,13 @@ impl<'g> Compiler<'g> {
             lens.push(values.len());
         }
         let packed = packed.into_iter().map(|(_, v)| v).collect();
-        let kernel = Elementwise::new(funcs, &physical, strides, lens, packed, self.isa)?;
+        let mut kernel = Elementwise::new(funcs, &physical, strides, lens, packed, self.isa)?;
+        // A chain of one quantized value is a function of its byte.
+        if let [x] = operands[..] {
+            if let Some(grid) = grid_of(self.g, x).and_then(Grid::of) {
+                kernel.tabulate(grid, self.isa);
+            }
+        }
         Some((Kernel::Elementwise(kernel), operands))
     }
 
@@ -1549,7 +1562,8 @@ impl<'g> Compiler<'g> {
                     .flatten()
                 {
                     Some((kernel, inputs)) => {
-                        let step = self.group_pending(group, String::new(), kernel, inputs, &[]);
+                        let suffix = kernel.table_suffix().to_string();
+                        let step = self.group_pending(group, suffix, kernel, inputs, &[]);
                         self.steps.push(step);
                     }
                     None => self.tir_group(group, &mut natives)?,
@@ -1730,7 +1744,10 @@ impl<'g> Compiler<'g> {
         let (kernel, inputs) = match native.map(|k| (k, all_inputs.clone())) {
             Some(native) => native,
             None => match self.elementwise(&[id]) {
-                Some(chain) => chain,
+                Some(chain) => {
+                    kind.push_str(chain.0.table_suffix());
+                    chain
+                }
                 None => match self.tir(&[id])? {
                     Some((k, _)) => {
                         kind.push_str(" (tir)");

@@ -15,9 +15,13 @@
 //! it (a batch norm's `x * scale + shift`): each pass stores its block, which
 //! costs as much as the arithmetic, so a batch norm and relu take one pass
 //! instead of three, and a QDQ model's op and rounding one instead of two.
+//!
+//! A chain that reads one operand whose values lie on a grid of bytes is a
+//! function of the byte: it is computed once, by the chain itself, at each
+//! of the grid's values, and runs as a lookup per element (`tabulate`).
 
 use super::activation::Lanewise;
-use super::quantized::{QuantizedAdd, QuantizedMul};
+use super::quantized::{Grid, QuantizedAdd, QuantizedMul};
 use super::simd::{
     load_part, run_vectorized, store_part, Isa, Lanes, Pair, Vector, VectorKernel,
     ELEMENTS_PER_TASK, MAX_LANES,
@@ -218,6 +222,22 @@ pub struct Elementwise {
     /// The constants the kernel holds: the last operands.
     packed: Vec<Vec<f32>>,
     lanes: Lanes,
+    /// The chain's results at every value its operand may hold, looked up
+    /// instead of running the passes (`tabulate`).
+    table: Option<Table>,
+}
+
+/// A chain's results at each value of its operand's grid of bytes.
+#[derive(Clone, Debug)]
+struct Table {
+    /// 1 / the grid's step.
+    inverse_step: f32,
+    /// The index of the grid's 0 (`zero_point - min`) and its last
+    /// (`max - min`).
+    zero: f32,
+    last: f32,
+    /// The chain's result at each of the grid's values, from its least.
+    results: Vec<f32>,
 }
 
 /// How an operand is read along the run.
@@ -360,7 +380,52 @@ impl Elementwise {
             lens,
             packed,
             lanes: Lanes::for_block(isa, isa.lanes()),
+            table: None,
         })
+    }
+
+    /// Runs the chain as a lookup of its results at the values of `grid`,
+    /// when it reads one operand, which lies on `grid` (of bytes), and its
+    /// result for NaN is NaN (which the lookup passes through); whether it
+    /// will. The results are the chain's own, computed with `isa` as the
+    /// passes compute them, so each element is what the passes would give:
+    /// a swish (sigmoid, rounding, product, rounding) of a quantized
+    /// EfficientNet ran its passes at half the copy bandwidth.
+    pub(in crate::runtime) fn tabulate(&mut self, grid: Grid, isa: Isa) -> bool {
+        if self.lens.len() != 1 || !grid.fits_a_byte() {
+            return false;
+        }
+        let count = (grid.max - grid.min) as usize + 1;
+        let mut values: Vec<f32> = (0..count)
+            .map(|i| (grid.min + i as f32 - grid.zero_point) * grid.scale)
+            .collect();
+        values.push(f32::NAN);
+        let at_values = Elementwise::new(
+            self.funcs.clone(),
+            &[count + 1],
+            vec![vec![1]],
+            vec![count + 1],
+            vec![],
+            isa,
+        );
+        let mut results = vec![0f32; count + 1];
+        let computed = at_values.is_some_and(|k| k.run(&[&values], &mut results).is_ok());
+        if !computed || !results[count].is_nan() {
+            return false;
+        }
+        results.truncate(count);
+        self.table = Some(Table {
+            inverse_step: 1.0 / grid.scale,
+            zero: grid.zero_point - grid.min,
+            last: grid.max - grid.min,
+            results,
+        });
+        true
+    }
+
+    /// Whether the chain runs as a lookup (`tabulate`).
+    pub(in crate::runtime) fn is_table(&self) -> bool {
+        self.table.is_some()
     }
 
     /// The quantized add this kernel is, with the operands it reads as `a`
@@ -641,6 +706,10 @@ impl VectorKernel for Blocks<'_> {
                     }
                 };
             }
+            if let Some(table) = &chain.table {
+                look_up::<Pair<V>>(len, self.y.add(r * run + start), operands[0], table);
+                continue;
+            }
             let last = chain.passes.len() - 1;
             for (n, pass) in chain.passes.iter().enumerate() {
                 let [into, from] = registers
@@ -770,6 +839,31 @@ unsafe fn map<V: Vector>(len: usize, dest: *mut f32, p: Source, q: Source, f: im
     }
 }
 
+/// The table's result at each of the `len` elements of `x` into `dest`,
+/// as `map`: the element's index on the grid, NaN's made 0 before the
+/// lookup (`max` returns its second operand for it) and its result NaN.
+#[inline(always)]
+unsafe fn look_up<V: Vector>(len: usize, dest: *mut f32, x: Source, table: &Table) {
+    let (inverse_step, zero, last) = (
+        V::splat(table.inverse_step),
+        V::splat(table.zero),
+        V::splat(table.last),
+    );
+    let results = table.results.as_ptr();
+    map::<V>(
+        len,
+        dest,
+        x,
+        x,
+        #[inline(always)]
+        |v, _| {
+            let index = V::add(V::round(V::mul(v, inverse_step)), zero);
+            let index = V::min(V::max(index, V::splat(0.0)), last);
+            V::nan_of(V::lookup(results, index), v)
+        },
+    )
+}
+
 /// `a * b + c`, finished by `f`, over the `len` elements of the three
 /// sources into `dest`, as `map`.
 #[inline(always)]
@@ -825,6 +919,98 @@ mod tests {
             got.is_infinite() && got.signum() == e.signum()
         } else {
             (got - e).abs() <= 2e-6 * e.abs().max(1.0)
+        }
+    }
+
+    /// A chain of one operand on a grid of bytes, looked up by the byte,
+    /// gives what its passes give, bit for bit (NaN for NaN): a swish of
+    /// signed bytes and a sigmoid of unsigned ones, on every instruction
+    /// set, at lengths with tails and over several blocks. A chain of two
+    /// operands is not a table.
+    #[test]
+    fn chains_of_one_quantized_operand_look_up_what_their_passes_compute() {
+        let qdq = |scale, zero_point, min, max| UnaryOp::QuantizeDequantize {
+            scale,
+            zero_point,
+            min,
+            max,
+        };
+        let signed = (0.047, -9.0, -128.0, 127.0);
+        let unsigned = (0.0213, 131.0, 0.0, 255.0);
+        let swish = vec![
+            Func::Unary(UnaryOp::Sigmoid, Arg::Operand(0)),
+            Func::Unary(qdq(1.0 / 256.0, -128.0, -128.0, 127.0), Arg::Prev),
+            Func::Binary(BinaryOp::Mul, Arg::Operand(0), Arg::Prev),
+            Func::Unary(qdq(0.031, -3.0, -128.0, 127.0), Arg::Prev),
+        ];
+        let sigmoid = vec![
+            Func::Unary(UnaryOp::Sigmoid, Arg::Operand(0)),
+            Func::Unary(qdq(1.0 / 256.0, 0.0, 0.0, 255.0), Arg::Prev),
+        ];
+        let mut rng = Rng(41);
+        let isas = [Isa::Avx512, Isa::Avx2, Isa::Portable]
+            .into_iter()
+            .filter(|i| i.available());
+        for isa in isas {
+            for (funcs, (scale, zero_point, min, max)) in [(&swish, signed), (&sigmoid, unsigned)] {
+                let grid = Grid {
+                    scale,
+                    zero_point,
+                    min,
+                    max,
+                };
+                for len in [1, 13, 300, 1000] {
+                    let mut x: Vec<f32> = (0..len)
+                        .map(|_| (min + rng.below(256) as f32 - zero_point) * scale)
+                        .collect();
+                    x[len / 2] = f32::NAN;
+                    let chain = || {
+                        let k = Elementwise::new(
+                            funcs.clone(),
+                            &[len],
+                            vec![vec![1]],
+                            vec![len],
+                            vec![],
+                            isa,
+                        );
+                        k.expect("an elementwise chain")
+                    };
+                    let mut table = chain();
+                    assert!(table.tabulate(grid, isa), "{isa:?}: a table");
+                    let (mut want, mut got) = (vec![0f32; len], vec![0f32; len]);
+                    chain().run(&[&x], &mut want).unwrap();
+                    table.run(&[&x], &mut got).unwrap();
+                    for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+                        assert!(
+                            w.to_bits() == g.to_bits() || (w.is_nan() && g.is_nan()),
+                            "{isa:?} len {len}: f({}) = {g}, passes give {w}",
+                            x[i]
+                        );
+                    }
+                }
+            }
+            let product = vec![Func::Binary(
+                BinaryOp::Mul,
+                Arg::Operand(0),
+                Arg::Operand(1),
+            )];
+            let mut two = Elementwise::new(
+                product,
+                &[8],
+                vec![vec![1], vec![1]],
+                vec![8, 8],
+                vec![],
+                isa,
+            )
+            .unwrap();
+            let (scale, zero_point, min, max) = signed;
+            let grid = Grid {
+                scale,
+                zero_point,
+                min,
+                max,
+            };
+            assert!(!two.tabulate(grid, isa), "{isa:?}: two operands");
         }
     }
 
