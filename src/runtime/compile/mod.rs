@@ -3,10 +3,10 @@
 //! for the op or elementwise chain, or the reference executor as a fallback —
 //! then `arena` gives every value its memory.
 
-mod add_fusion;
 mod arena;
 mod axis_sources;
 mod byte_handoff;
+mod epilogue_fusion;
 
 use super::kernels::conv::algo::{
     self as conv_algo, ConvAlgoChoice, ConvAlgoOptions, ConvSpec, KeptWeights, LayerAlgo,
@@ -22,7 +22,7 @@ use super::kernels::matmul::{BatchedMatMul, Dense};
 use super::kernels::normalize::{RowKernel, RowOp};
 use super::kernels::pool::{IntegerAverage, PoolGeom};
 use super::kernels::quantized::{
-    Grid, QuantizedAdd, QuantizedMatMul, QuantizedMul, QuantizedSoftmax,
+    Grid, QuantizedAdd, QuantizedHardSwish, QuantizedMatMul, QuantizedMul, QuantizedSoftmax,
 };
 use super::kernels::resize::ResizeGeom;
 use super::kernels::roi_align::RoiAligner;
@@ -1173,7 +1173,8 @@ impl<'g> Compiler<'g> {
     /// The last of `funcs` (computing the nodes `before`) and the rounding
     /// `qdq` after them as one quantized op, with how many of `funcs` it
     /// replaces: an add or a multiply, or an add then a Relu or Clip (a
-    /// TFLite op's fused activation), rounded onto a grid.
+    /// TFLite op's fused activation), rounded onto a grid; in a TFLite
+    /// model, a hard-swish of a value on a grid.
     fn quantized_tail(
         &self,
         before: &[NodeId],
@@ -1183,6 +1184,13 @@ impl<'g> Compiler<'g> {
         match (funcs, before) {
             ([.., Func::Binary(b, p, q)], [.., node]) => {
                 Some((self.quantized_binary(*node, *b, qdq, *p, *q)?, 1))
+            }
+            ([.., Func::Unary(UnaryOp::HardSwish, a)], [.., node])
+                if self.g.quantized_arithmetic == QuantizedArithmetic::Tflite =>
+            {
+                let input = Grid::of(grid_of(self.g, self.g.node_inputs(*node)[0])?)?;
+                let hard_swish = QuantizedHardSwish::new(input, Grid::of(qdq)?)?;
+                Some((Func::QuantizedHardSwish(hard_swish, *a), 1))
             }
             (
                 [.., Func::Binary(BinaryOp::Add, p, q), Func::Unary(clamp, Arg::Prev)],
@@ -1590,6 +1598,7 @@ impl<'g> Compiler<'g> {
         }
         self.add_measured_transforms();
         self.fuse_quantized_adds();
+        self.fuse_tables();
         let bytes = self.hand_off_bytes();
         self.plan_memory(pool, &bytes)
     }

@@ -1039,6 +1039,55 @@ fn depthwise_convolutions_hand_bytes_to_integer_ones() {
     }
 }
 
+/// An elementwise chain of one quantized value that an integer convolution
+/// alone computes (a square rounded onto a grid, then the sum of it and the
+/// value, rounded again) runs as a table looked up in that convolution's
+/// epilogue, after a 1x1 convolution and after a depthwise one: no step of
+/// its own. Power-of-two scales keep every product, sum and rounding exact
+/// (no square lands on half a step), so the outputs equal the reference's.
+#[test]
+fn tables_of_integer_convolution_outputs_run_in_their_epilogues() {
+    let (h, w, c, wide) = (7, 9, 8, 24);
+    let mut rng = Rng(5);
+    let mut g = Graph::new("int8 tables");
+    let x = g.add_input("x", ValueType::new(DType::F32, vec![1, c, h, w]), vec![]);
+    let v = node(&mut g, grid(1.0 / 16.0, 3.0), &[x]);
+    let conv = |k: usize, group: usize| {
+        Op::Conv(Conv {
+            window: crate::ops::testutil::square_window(k, 1, k / 2),
+            group,
+        })
+    };
+    let table = |g: &mut Graph, v: ValueRef, squares: Op, sums: Op| {
+        let square = node(g, Op::Binary(BinaryOp::Mul), &[v, v]);
+        let square = node(g, squares, &[square]);
+        let sum = node(g, Op::Binary(BinaryOp::Add), &[square, v]);
+        node(g, sums, &[sum])
+    };
+    let expand = int8_weights(&mut g, &mut rng, [wide, c, 1, 1], |_| 1.0 / 64.0);
+    let v = node(&mut g, conv(1, 1), &[v, expand]);
+    let v = node(&mut g, grid(1.0 / 4.0, -10.0), &[v]);
+    let v = table(&mut g, v, grid(1.0 / 2.0, -128.0), grid(1.0, -100.0));
+    let depthwise = int8_weights(&mut g, &mut rng, [wide, 1, 3, 3], |_| 1.0 / 64.0);
+    let v = node(&mut g, conv(3, wide), &[v, depthwise]);
+    let v = node(&mut g, grid(1.0 / 8.0, 4.0), &[v]);
+    let v = table(&mut g, v, grid(1.0 / 4.0, -128.0), grid(1.0 / 2.0, -20.0));
+    g.set_outputs(vec![v]);
+    let input = Tensor::from_f32(vec![1, c, h, w], rng.f32s(c * h * w));
+    let inputs = std::slice::from_ref(&input);
+    let expected = crate::reference::run(&g, inputs).unwrap()[0].to_f32();
+    for threads in [1, 2] {
+        let m = compile_on(threads, &planned_for(&g, TargetFamily::Nchwc(16)));
+        let steps = m.describe();
+        let chain = "+Mul+QuantizeDequantize+Add+QuantizeDequantize (table)";
+        for conv in ["(int8)", "(depthwise, integers)"] {
+            let joined = format!("{conv}{chain}");
+            assert!(steps.iter().any(|s| s.contains(&joined)), "{steps:#?}");
+        }
+        assert_eq!(m.run(inputs).unwrap()[0].to_f32(), expected);
+    }
+}
+
 /// Integers are boxed row-major at run time, so the planner keeps their
 /// transposes and reshapes row-major (a transpose relabelled as a layout
 /// would leave both steps on the reference executor): in every family the

@@ -21,7 +21,7 @@
 //! of the grid's values, and runs as a lookup per element (`tabulate`).
 
 use super::activation::Lanewise;
-use super::quantized::{Grid, QuantizedAdd, QuantizedMul};
+use super::quantized::{Grid, QuantizedAdd, QuantizedHardSwish, QuantizedMul};
 use super::simd::{
     load_part, run_vectorized, store_part, Isa, Lanes, Pair, Vector, VectorKernel,
     ELEMENTS_PER_TASK, MAX_LANES,
@@ -62,13 +62,18 @@ pub enum Func {
     QuantizedAdd(QuantizedAdd, Arg, Arg),
     /// A product of values on two quantization grids rounded onto a third.
     QuantizedMul(QuantizedMul, Arg, Arg),
+    /// A hard-swish of values on one grid rounded onto another.
+    QuantizedHardSwish(QuantizedHardSwish, Arg),
 }
 
 impl Func {
     /// Whether the op maps f32 to f32 (comparisons make booleans).
     pub fn supported(&self) -> bool {
         match self {
-            Func::Unary(..) | Func::QuantizedAdd(..) | Func::QuantizedMul(..) => true,
+            Func::Unary(..)
+            | Func::QuantizedAdd(..)
+            | Func::QuantizedMul(..)
+            | Func::QuantizedHardSwish(..) => true,
             Func::Binary(b, ..) => !b.is_comparison(),
         }
     }
@@ -230,13 +235,16 @@ pub struct Elementwise {
 /// A chain's results at each value of its operand's grid of bytes.
 #[derive(Clone, Debug)]
 struct Table {
+    /// The grid of the operand.
+    grid: Grid,
     /// 1 / the grid's step.
     inverse_step: f32,
     /// The index of the grid's 0 (`zero_point - min`) and its last
     /// (`max - min`).
     zero: f32,
     last: f32,
-    /// The chain's result at each of the grid's values, from its least.
+    /// The chain's result at each of the grid's values, from its least,
+    /// then at NaN.
     results: Vec<f32>,
 }
 
@@ -340,7 +348,7 @@ impl Elementwise {
             && funcs.iter().enumerate().all(|(k, f)| {
                 f.supported()
                     && match f {
-                        Func::Unary(_, a) => arg_ok(a, k),
+                        Func::Unary(_, a) | Func::QuantizedHardSwish(_, a) => arg_ok(a, k),
                         Func::Binary(_, a, b)
                         | Func::QuantizedAdd(_, a, b)
                         | Func::QuantizedMul(_, a, b) => arg_ok(a, k) && arg_ok(b, k),
@@ -355,7 +363,7 @@ impl Elementwise {
         };
         for f in &mut funcs {
             match f {
-                Func::Unary(_, a) => unpack(a),
+                Func::Unary(_, a) | Func::QuantizedHardSwish(_, a) => unpack(a),
                 Func::Binary(_, a, b)
                 | Func::QuantizedAdd(_, a, b)
                 | Func::QuantizedMul(_, a, b) => {
@@ -384,13 +392,13 @@ impl Elementwise {
         })
     }
 
-    /// Runs the chain as a lookup of its results at the values of `grid`,
-    /// when it reads one operand, which lies on `grid` (of bytes), and its
-    /// result for NaN is NaN (which the lookup passes through); whether it
-    /// will. The results are the chain's own, computed with `isa` as the
-    /// passes compute them, so each element is what the passes would give:
-    /// a swish (sigmoid, rounding, product, rounding) of a quantized
-    /// EfficientNet ran its passes at half the copy bandwidth.
+    /// Runs the chain as a lookup of its results at the values of `grid`
+    /// and at NaN (which a rounding onto a grid passes through), when it
+    /// reads one operand, which lies on `grid` (of bytes); whether it will.
+    /// The results are the chain's own, computed with `isa` as the passes
+    /// compute them, so each element is what the passes would give: a swish
+    /// (sigmoid, rounding, product, rounding) of a quantized EfficientNet
+    /// ran its passes at half the copy bandwidth.
     pub(in crate::runtime) fn tabulate(&mut self, grid: Grid, isa: Isa) -> bool {
         if self.lens.len() != 1 || !grid.fits_a_byte() {
             return false;
@@ -409,12 +417,11 @@ impl Elementwise {
             isa,
         );
         let mut results = vec![0f32; count + 1];
-        let computed = at_values.is_some_and(|k| k.run(&[&values], &mut results).is_ok());
-        if !computed || !results[count].is_nan() {
+        if at_values.is_none_or(|k| k.run(&[&values], &mut results).is_err()) {
             return false;
         }
-        results.truncate(count);
         self.table = Some(Table {
+            grid,
             inverse_step: 1.0 / grid.scale,
             zero: grid.zero_point - grid.min,
             last: grid.max - grid.min,
@@ -426,6 +433,16 @@ impl Elementwise {
     /// Whether the chain runs as a lookup (`tabulate`).
     pub(in crate::runtime) fn is_table(&self) -> bool {
         self.table.is_some()
+    }
+
+    /// The grid of the operand and the results looked up at each of its
+    /// integers from the least (then at NaN), when the chain runs as a
+    /// lookup and reads its operand as its output is stored: what the
+    /// integer convolution computing the operand can look up instead.
+    pub(in crate::runtime) fn as_table(&self) -> Option<(Grid, &[f32])> {
+        let table = self.table.as_ref()?;
+        self.reads_like_output(0)
+            .then_some((table.grid, &table.results[..]))
     }
 
     /// The quantized add this kernel is, with the operands it reads as `a`
@@ -798,6 +815,17 @@ impl VectorKernel for Blocks<'_> {
                         #[inline(always)]
                         |x, y| mul.apply(x, y),
                     ),
+                    Func::QuantizedHardSwish(hard_swish, a) => {
+                        let a = source(a);
+                        map::<Pair<V>>(
+                            len,
+                            dest,
+                            a,
+                            a,
+                            #[inline(always)]
+                            |x, _| hard_swish.apply(x),
+                        )
+                    }
                 }
             }
         }
@@ -840,14 +868,16 @@ unsafe fn map<V: Vector>(len: usize, dest: *mut f32, p: Source, q: Source, f: im
 }
 
 /// The table's result at each of the `len` elements of `x` into `dest`,
-/// as `map`: the element's index on the grid, NaN's made 0 before the
-/// lookup (`max` returns its second operand for it) and its result NaN.
+/// as `map`: the element's index on the grid, the entry after the grid's
+/// for NaN (the clamp passes NaN, the `min` after it returns its second
+/// operand for it).
 #[inline(always)]
 unsafe fn look_up<V: Vector>(len: usize, dest: *mut f32, x: Source, table: &Table) {
-    let (inverse_step, zero, last) = (
+    let (inverse_step, zero, last, at_nan) = (
         V::splat(table.inverse_step),
         V::splat(table.zero),
         V::splat(table.last),
+        V::splat(table.last + 1.0),
     );
     let results = table.results.as_ptr();
     map::<V>(
@@ -858,8 +888,8 @@ unsafe fn look_up<V: Vector>(len: usize, dest: *mut f32, x: Source, table: &Tabl
         #[inline(always)]
         |v, _| {
             let index = V::add(V::round(V::mul(v, inverse_step)), zero);
-            let index = V::min(V::max(index, V::splat(0.0)), last);
-            V::nan_of(V::lookup(results, index), v)
+            let index = V::min(V::clamp(index, V::splat(0.0), last), at_nan);
+            V::lookup(results, index)
         },
     )
 }
@@ -923,10 +953,13 @@ mod tests {
     }
 
     /// A chain of one operand on a grid of bytes, looked up by the byte,
-    /// gives what its passes give, bit for bit (NaN for NaN): a swish of
-    /// signed bytes and a sigmoid of unsigned ones, on every instruction
-    /// set, at lengths with tails and over several blocks. A chain of two
-    /// operands is not a table.
+    /// gives what its passes give, bit for bit, NaN included: a swish of
+    /// signed bytes (its product rounded in float, and computed from the
+    /// integers as the compiler makes it, which gives no NaN for NaN), a
+    /// TFLite hard-swish of them (computed lane by lane) and a sigmoid of
+    /// unsigned ones, on every instruction set, at lengths with
+    /// tails and over several blocks. A chain of two operands is not a
+    /// table.
     #[test]
     fn chains_of_one_quantized_operand_look_up_what_their_passes_compute() {
         let qdq = |scale, zero_point, min, max| UnaryOp::QuantizeDequantize {
@@ -947,18 +980,40 @@ mod tests {
             Func::Unary(UnaryOp::Sigmoid, Arg::Operand(0)),
             Func::Unary(qdq(1.0 / 256.0, 0.0, 0.0, 255.0), Arg::Prev),
         ];
+        let grid = |(scale, zero_point, min, max)| Grid {
+            scale,
+            zero_point,
+            min,
+            max,
+        };
+        let integer_product = QuantizedMul::new(
+            grid(signed),
+            grid((1.0 / 256.0, -128.0, -128.0, 127.0)),
+            grid((0.031, -3.0, -128.0, 127.0)),
+        );
+        let integer_swish = vec![
+            swish[0],
+            swish[1],
+            Func::QuantizedMul(integer_product.unwrap(), Arg::Operand(0), Arg::Prev),
+        ];
+        let hard_swish = QuantizedHardSwish::new(grid(signed), grid((0.02, -100.0, -128.0, 127.0)));
+        let hard_swish = vec![Func::QuantizedHardSwish(
+            hard_swish.unwrap(),
+            Arg::Operand(0),
+        )];
         let mut rng = Rng(41);
         let isas = [Isa::Avx512, Isa::Avx2, Isa::Portable]
             .into_iter()
             .filter(|i| i.available());
         for isa in isas {
-            for (funcs, (scale, zero_point, min, max)) in [(&swish, signed), (&sigmoid, unsigned)] {
-                let grid = Grid {
-                    scale,
-                    zero_point,
-                    min,
-                    max,
-                };
+            let chains = [
+                (&swish, signed),
+                (&integer_swish, signed),
+                (&hard_swish, signed),
+                (&sigmoid, unsigned),
+            ];
+            for (funcs, on) in chains {
+                let (scale, zero_point, min, _) = on;
                 for len in [1, 13, 300, 1000] {
                     let mut x: Vec<f32> = (0..len)
                         .map(|_| (min + rng.below(256) as f32 - zero_point) * scale)
@@ -976,7 +1031,7 @@ mod tests {
                         k.expect("an elementwise chain")
                     };
                     let mut table = chain();
-                    assert!(table.tabulate(grid, isa), "{isa:?}: a table");
+                    assert!(table.tabulate(grid(on), isa), "{isa:?}: a table");
                     let (mut want, mut got) = (vec![0f32; len], vec![0f32; len]);
                     chain().run(&[&x], &mut want).unwrap();
                     table.run(&[&x], &mut got).unwrap();
@@ -1003,14 +1058,7 @@ mod tests {
                 isa,
             )
             .unwrap();
-            let (scale, zero_point, min, max) = signed;
-            let grid = Grid {
-                scale,
-                zero_point,
-                min,
-                max,
-            };
-            assert!(!two.tabulate(grid, isa), "{isa:?}: two operands");
+            assert!(!two.tabulate(grid(signed), isa), "{isa:?}: two operands");
         }
     }
 

@@ -7,6 +7,7 @@ use super::matmul::BatchedMatMul;
 use super::normalize::row_max;
 use super::simd::{
     load_part, run_vectorized, store_part, Isa, Lanes, Vector, VectorKernel, ELEMENTS_PER_TASK,
+    MAX_LANES,
 };
 use super::KernelError;
 use crate::core::par;
@@ -69,6 +70,22 @@ impl Grid {
     pub(in crate::runtime) fn rounded_clamp(&self, lo: f32, hi: f32) -> (f32, f32) {
         let on_grid = |bound: f32| (bound / self.scale).round_ties_even() + self.zero_point;
         (on_grid(lo).max(self.min), on_grid(hi).min(self.max))
+    }
+
+    /// Whether `results` hold one value per integer of the grid (of bytes)
+    /// and one for NaN: a table a lookup by the grid's values reads.
+    pub(in crate::runtime) fn tabulates(&self, results: &[f32]) -> bool {
+        self.fits_a_byte() && results.len() == (self.max - self.min) as usize + 2
+    }
+
+    /// The entry of table `results` (`tabulates`) a lookup of value `v`
+    /// reads: its integer's, clamped to the grid, or NaN's.
+    pub(in crate::runtime) fn looked_up(&self, results: &[f32], v: f32) -> f32 {
+        let q = (v * (1.0 / self.scale)).round_ties_even() + self.zero_point;
+        match v.is_nan() {
+            true => results[results.len() - 1],
+            false => results[(q.clamp(self.min, self.max) - self.min) as usize],
+        }
     }
 
     /// The byte that stands for 0 (the zero point shifted by `-min`).
@@ -379,6 +396,167 @@ impl QuantizedMul {
     }
 }
 
+/// A hard-swish of values on grid `input` rounded onto grid `output`, both
+/// of bytes, as TFLite's integer kernel computes it (the interpreter's
+/// XNNPACK delegate gives the same bytes): the input integer, less its zero
+/// point, is scaled up by 2^7, then multiplied in 16-bit fixed point by the
+/// output's scale ratio and, apart, by the slope of `relu6(x + 3) / 6`, the
+/// two products multiplied and shifted down onto the output grid. Computed
+/// in float, a product near half a step lands on the other side of it (2 of
+/// the 77 integers a full-integer MobileNetV3Small's first hard-swish meets),
+/// and every later layer carries that step on.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct QuantizedHardSwish {
+    input: Grid,
+    output: Grid,
+    input_inverse: f32,
+    /// The output's multiplier of the input's integers times 2^7, and its
+    /// (non-positive) exponent.
+    output_multiplier: i32,
+    output_exponent: i32,
+    /// The multiplier taking them to the slope's scale of 3 / 2^15, and its
+    /// exponent.
+    slope_multiplier: i32,
+    slope_exponent: i32,
+}
+
+impl QuantizedHardSwish {
+    /// `None` unless both grids fit a byte and the output's ratio of scales
+    /// is below 1 in TFLite's fixed point, which TFLite requires.
+    pub fn new(input: Grid, output: Grid) -> Option<QuantizedHardSwish> {
+        if !input.fits_a_byte() || !output.fits_a_byte() {
+            return None;
+        }
+        // TFLite's f32 ratios: the input's scale over 2^7, divided by each
+        // scale the products land on.
+        let fine = input.scale / 128.0;
+        let (output_multiplier, output_exponent) = q15_multiplier(fine / output.scale)?;
+        let (slope_multiplier, slope_exponent) = q15_multiplier(fine / (3.0 / 32768.0))?;
+        (output_exponent <= 0).then_some(QuantizedHardSwish {
+            input,
+            output,
+            input_inverse: 1.0 / input.scale,
+            output_multiplier,
+            output_exponent,
+            slope_multiplier,
+            slope_exponent,
+        })
+    }
+
+    /// The output integer of input integer `q`.
+    fn integer(&self, q: i32) -> i32 {
+        let fine = (q - self.input.zero_point as i32) * 128;
+        let on_output_scale = rounding_doubling_high_mul(fine, self.output_multiplier);
+        // The slope of relu6(x + 3) / 6 on a scale of 2^-15, shifted up in
+        // two parts around the product where its exponent is positive.
+        let mut slope = fine;
+        if self.slope_exponent > 0 {
+            slope = saturating_shift_left(slope, self.slope_exponent - 1);
+        }
+        slope = rounding_doubling_high_mul(slope, self.slope_multiplier);
+        if self.slope_exponent > 0 {
+            slope = saturating_shift_left(slope, 1);
+        } else {
+            slope = rounding_shift_right(slope, -self.slope_exponent);
+        }
+        let slope = (slope + (1 << 15)) >> 1;
+        let product = doubling_high_mul(slope, on_output_scale);
+        let q =
+            rounding_shift_right(product, -self.output_exponent) + self.output.zero_point as i32;
+        q.clamp(self.output.min as i32, self.output.max as i32)
+    }
+
+    /// The result for `x`, a value of the input grid (NaN for NaN).
+    fn value(&self, x: f32) -> f32 {
+        if x.is_nan() {
+            return x;
+        }
+        let q = (x * self.input_inverse).round_ties_even() + self.input.zero_point;
+        let q = q.clamp(self.input.min, self.input.max) as i32;
+        (self.integer(q) as f32 - self.output.zero_point) * self.output.scale
+    }
+
+    /// The result in each lane, lane by lane: a chain of one operand on a
+    /// grid of bytes runs as a table of these (`Elementwise::tabulate`).
+    ///
+    /// # Safety
+    /// `V`'s instruction set must be available.
+    #[inline(always)]
+    pub(in crate::runtime) unsafe fn apply<V: Vector>(&self, x: V) -> V {
+        // Pairs of vectors hold twice the lanes of the widest.
+        let mut lanes = [0f32; 2 * MAX_LANES];
+        x.store(lanes.as_mut_ptr());
+        for v in &mut lanes[..V::LANES] {
+            *v = self.value(*v);
+        }
+        V::load(lanes.as_ptr())
+    }
+}
+
+/// `ratio` as TFLite's 16-bit fixed-point multiplier and exponent: its
+/// Q31 mantissa (rounded, halves away from 0) rounded to its top 16 bits.
+/// `None` for a ratio that is not positive and finite.
+fn q15_multiplier(ratio: f32) -> Option<(i32, i32)> {
+    let ratio = f64::from(ratio);
+    if !(ratio.is_finite() && ratio > 0.0) {
+        return None;
+    }
+    // ratio = mantissa * 2^exponent with mantissa in [0.5, 1) (an f32's
+    // ratio is a normal f64).
+    let mut exponent = ((ratio.to_bits() >> 52) & 0x7ff) as i32 - 1022;
+    let mut q31 = (ratio * 2f64.powi(31 - exponent)).round() as i64;
+    if q31 == 1 << 31 {
+        q31 /= 2;
+        exponent += 1;
+    }
+    if exponent < -31 {
+        return None;
+    }
+    let q15 = if q31 >= i64::from(i32::MAX) - (1 << 15) {
+        i64::from(i16::MAX)
+    } else {
+        (q31 + (1 << 15)) >> 16
+    };
+    Some((q15 as i32, exponent))
+}
+
+/// `a * b * 2 / 2^16` of 16-bit `a` and `b`, rounded to nearest (halves
+/// away from 0), saturated where both are -2^15.
+fn rounding_doubling_high_mul(a: i32, b: i32) -> i32 {
+    if a == b && a == i32::from(i16::MIN) {
+        return i32::from(i16::MAX);
+    }
+    let product = a * b;
+    let nudge = if product >= 0 { 1 << 14 } else { 1 - (1 << 14) };
+    // Division truncates toward 0.
+    (product + nudge) / (1 << 15)
+}
+
+/// `a * b * 2 / 2^16`, truncated toward 0, saturated where both are -2^15.
+fn doubling_high_mul(a: i32, b: i32) -> i32 {
+    if a == b && a == i32::from(i16::MIN) {
+        return i32::from(i16::MAX);
+    }
+    a * b / (1 << 15)
+}
+
+/// `x / 2^shift` of 16-bit `x` rounded to nearest, halves away from 0, as
+/// TFLite computes it in 16 bits: a shift of 16 bits or more keeps a mask
+/// of 16 ones, and gives -1 for a negative `x` and 1 for any other (the
+/// hard-swishes of tiny scales deep in a full-integer MobileNetV3Small
+/// meet it: 10% of one's outputs were a step off without it).
+fn rounding_shift_right(x: i32, shift: i32) -> i32 {
+    let mask = i32::from(((1i64 << shift) - 1) as u16 as i16);
+    let threshold = (mask >> 1) + i32::from(x < 0);
+    (x >> shift.min(31)) + i32::from((x & mask) > threshold)
+}
+
+/// `x * 2^shift` of 16-bit `x` saturated to 16 bits.
+fn saturating_shift_left(x: i32, shift: i32) -> i32 {
+    let shifted = i64::from(x) << shift.min(32);
+    shifted.clamp(i16::MIN.into(), i16::MAX.into()) as i32
+}
+
 /// Rows whose sums a quantized softmax takes side by side.
 const INTERLEAVED_ROWS: usize = 8;
 
@@ -681,6 +859,60 @@ impl VectorKernel for PassTask<'_> {
 mod tests {
     use super::*;
     use crate::runtime::kernels::simd::Scalar;
+
+    /// TFLite's integer hard-swish gives the interpreter's bytes at every
+    /// input byte, on the grids of 11 full-integer models, 3 of them of
+    /// steps so small that TFLite's 16-bit shifts pass 15 bits (recorded by
+    /// `scripts/record_tflite_hard_swish.py`; the float formula rounded
+    /// onto the output grid misses 267 of those 2816 bytes, 256 of them on
+    /// one grid).
+    #[test]
+    fn hard_swish_gives_the_tflite_interpreters_bytes() {
+        let recorded = include_str!("../../../tests/quantized/tflite_hard_swish.txt");
+        let mut models = 0;
+        for line in recorded.lines() {
+            let (head, outputs) = line.split_once(':').expect("grids: outputs");
+            let head: Vec<f32> = head
+                .split_whitespace()
+                .map(|v| v.parse().unwrap())
+                .collect();
+            let [input_scale, input_zero, output_scale, output_zero] = head[..] else {
+                panic!("four numbers before the outputs: {line}");
+            };
+            let input = grid_of_bytes(input_scale, input_zero);
+            let output = grid_of_bytes(output_scale, output_zero);
+            let hard_swish = QuantizedHardSwish::new(input, output).expect("TFLite's grids");
+            let outputs: Vec<f32> = outputs
+                .split_whitespace()
+                .map(|v| v.parse().unwrap())
+                .collect();
+            assert_eq!(outputs.len(), 256);
+            for (q, want) in (-128..128).zip(outputs) {
+                let x = (q as f32 - input_zero) * input_scale;
+                let got = unsafe { hard_swish.apply(Scalar(x)) }.0;
+                let want = (want - output_zero) * output_scale;
+                assert_eq!(got.to_bits(), want.to_bits(), "{line:.60}: byte {q}");
+            }
+            models += 1;
+        }
+        assert_eq!(models, 11);
+        let (input, output) = (grid_of_bytes(0.05, 3.0), grid_of_bytes(0.02, -100.0));
+        let nan = unsafe {
+            QuantizedHardSwish::new(input, output)
+                .unwrap()
+                .apply(Scalar(f32::NAN))
+        };
+        assert!(nan.0.is_nan());
+    }
+
+    fn grid_of_bytes(scale: f32, zero_point: f32) -> Grid {
+        Grid {
+            scale,
+            zero_point,
+            min: -128.0,
+            max: 127.0,
+        }
+    }
 
     /// XNNPACK's qs8/qu8 add in integers, as its scalar kernel writes it:
     /// multipliers `round(r * 2^shift)` with the larger ratio's exponent

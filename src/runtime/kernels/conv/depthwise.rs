@@ -127,6 +127,11 @@ struct IntegerSums {
     hi: f32,
     /// The output's step.
     step: f32,
+    /// What is stored for each output instead of its value: a table's
+    /// result at its integer less the grid's least (`fuse_table`), with
+    /// the grid's zero point less its least, which takes an integer less
+    /// the zero point there.
+    table: Option<(Box<[f32]>, f32)>,
 }
 
 /// Where a tile finds its vector of channels' requantization.
@@ -144,6 +149,10 @@ impl Requantize<'_> {
     #[inline(always)]
     unsafe fn vectors<V: Vector>(self) -> Requantizing<V> {
         let s = self.sums;
+        let (table, zero_byte) = match &s.table {
+            Some((results, zero_byte)) => (results.as_ptr(), *zero_byte),
+            None => (std::ptr::null(), 0.0),
+        };
         Requantizing {
             inverse_step: V::splat(s.inverse_step),
             bias: V::load(s.biases.as_ptr().add(self.at)),
@@ -151,6 +160,8 @@ impl Requantize<'_> {
             lo: V::splat(s.lo),
             hi: V::splat(s.hi),
             step: V::splat(s.step),
+            table,
+            zero_byte: V::splat(zero_byte),
         }
     }
 }
@@ -164,6 +175,10 @@ struct Requantizing<V> {
     lo: V,
     hi: V,
     step: V,
+    /// `IntegerSums::table`'s results (null where there are none) and
+    /// zero point less least.
+    table: *const f32,
+    zero_byte: V,
 }
 
 impl<V: Vector> Requantizing<V> {
@@ -173,6 +188,16 @@ impl<V: Vector> Requantizing<V> {
     unsafe fn integers(self, sum: V) -> V {
         let v = V::mul(V::add(sum, self.bias), self.multiplier);
         V::clamp(V::round(v), self.lo, self.hi)
+    }
+
+    /// The floats stored for `integers` (less the zero point): their
+    /// values, or the table's results at them.
+    #[inline(always)]
+    unsafe fn floats(self, integers: V) -> V {
+        match self.table.is_null() {
+            true => V::mul(integers, self.step),
+            false => V::lookup(self.table, V::add(integers, self.zero_byte)),
+        }
     }
 }
 
@@ -307,6 +332,7 @@ impl Depthwise {
             lo,
             hi,
             step: out.scale,
+            table: None,
         });
         Some(d)
     }
@@ -321,7 +347,10 @@ impl Depthwise {
     /// input's shape; whether it will.
     pub(in crate::runtime) fn write_staged(&mut self, to: StagedInput) -> bool {
         let g = &self.geom;
-        let fits = self.output_grid() == Some(to.grid()) && to.shape() == [g.n, g.cout, g.oh, g.ow];
+        let looks_up = self.integers.as_ref().is_some_and(|s| s.table.is_some());
+        let fits = !looks_up
+            && self.output_grid() == Some(to.grid())
+            && to.shape() == [g.n, g.cout, g.oh, g.ow];
         if fits {
             // Only the channel lanes write bytes.
             self.planar = None;
@@ -329,6 +358,23 @@ impl Depthwise {
             self.pad_fill = None;
         }
         fits
+    }
+
+    /// Stores, for each output of integer sums requantized onto `grid`,
+    /// `results` at its integer less the grid's least, as floats: an
+    /// elementwise chain of the outputs alone, looked up
+    /// (`Elementwise::as_table`); whether it will. The padding gets the
+    /// result at the value it held.
+    pub(in crate::runtime) fn fuse_table(&mut self, grid: Grid, results: &[f32]) -> bool {
+        let fits = self.output_bytes.is_none()
+            && self.output_grid() == Some(grid)
+            && grid.tabulates(results);
+        let Some(sums) = self.integers.as_mut().filter(|s| fits && s.table.is_none()) else {
+            return false;
+        };
+        sums.table = Some((results.into(), grid.zero_point - grid.min));
+        self.pad_fill = self.pad_fill.map(|v| grid.looked_up(results, v));
+        true
     }
 
     /// The grid the epilogue rounds the outputs onto last, if it does.
@@ -718,7 +764,7 @@ unsafe fn dw_tile<V: Vector, const N: usize, const G: usize>(
             // Integers whole: no residual, clamp or rounding after them.
             let q = r.integers(sum);
             match t.out {
-                Dest::Floats(out) => V::mul(q, r.step).store(out.add(at)),
+                Dest::Floats(out) => r.floats(q).store(out.add(at)),
                 Dest::Bytes {
                     at: out,
                     valid,

@@ -241,6 +241,9 @@ pub struct QuantConv {
     residual_staged: Option<StagedInput>,
     /// Where the outputs go.
     output: Output,
+    /// What is stored for each requantized output instead of its value: a
+    /// table's result at its integer less the grid's least (`fuse_table`).
+    table: Option<Box<[f32]>>,
 }
 
 /// Where a quantized convolution's outputs go.
@@ -590,6 +593,7 @@ impl QuantConv {
             input_staged: false,
             residual_staged: None,
             output: Output::Floats,
+            table: None,
         })
     }
 
@@ -623,15 +627,18 @@ impl QuantConv {
     /// whether it will.
     pub(in crate::runtime) fn write_staged(&mut self, to: StagedInput) -> bool {
         let o = &self.outer;
-        let fits = match self.scaling {
-            // A fused add's operand is read as floats laid out like the
-            // output, or as bytes: only the second go with byte outputs.
-            Scaling::Requantized { add: Some(_), .. } if self.residual_staged.is_none() => false,
-            Scaling::Requantized { .. } => {
-                self.scaling.grid() == Some(to.grid) && to.shape == [o.n, o.cout, o.oh, o.ow]
-            }
-            Scaling::Float => false,
-        };
+        let fits = self.table.is_none()
+            && match self.scaling {
+                // A fused add's operand is read as floats laid out like the
+                // output, or as bytes: only the second go with byte outputs.
+                Scaling::Requantized { add: Some(_), .. } if self.residual_staged.is_none() => {
+                    false
+                }
+                Scaling::Requantized { .. } => {
+                    self.scaling.grid() == Some(to.grid) && to.shape == [o.n, o.cout, o.oh, o.ow]
+                }
+                Scaling::Float => false,
+            };
         if fits {
             self.output = Output::Staged(to);
             self.pad_fill = None;
@@ -647,7 +654,7 @@ impl QuantConv {
     pub(in crate::runtime) fn fuse_add(&mut self, add: QuantizedAdd, first: bool) -> bool {
         let o = &self.outer;
         let whole_blocks = o.cout.is_multiple_of(o.y_cb);
-        let floats = self.output == Output::Floats;
+        let floats = self.output == Output::Floats && self.table.is_none();
         match &mut self.scaling {
             Scaling::Requantized {
                 grid, add: fused, ..
@@ -664,8 +671,26 @@ impl QuantConv {
     /// not rounded onto a grid.
     pub(in crate::runtime) fn compact_output(&self) -> Option<StagedInput> {
         let o = &self.outer;
-        let grid = self.scaling.grid()?;
+        let grid = self.scaling.grid().filter(|_| self.table.is_none())?;
         Some(StagedInput::compact(grid, [o.n, o.cout, o.oh, o.ow]))
+    }
+
+    /// Stores, for each output requantized onto `grid` (with no fused add),
+    /// `results` at its integer less the grid's least, as floats in the
+    /// output's layout: an elementwise chain of the outputs alone, looked
+    /// up (`Elementwise::as_table`); whether it will. The padding gets the
+    /// result at the value it held.
+    pub(in crate::runtime) fn fuse_table(&mut self, grid: Grid, results: &[f32]) -> bool {
+        let fits = match self.scaling {
+            Scaling::Requantized { grid: g, add, .. } => g == grid && add.is_none(),
+            Scaling::Float => false,
+        };
+        if !fits || self.output != Output::Floats || !grid.tabulates(results) {
+            return false;
+        }
+        self.pad_fill = self.pad_fill.map(|v| grid.looked_up(results, v));
+        self.table = Some(results.into());
+        true
     }
 
     /// Reads the input as the staged bytes the convolution before writes.
@@ -949,7 +974,11 @@ impl QuantConv {
                 }
                 let y = y.add(y_row + ox * g.y_cb);
                 let runs = &self.lane_runs[b];
-                (Dest::Floats(y), block.lane_offsets.as_deref(), runs)
+                let y = match &self.table {
+                    Some(table) => Dest::Table(y, table.as_ptr()),
+                    None => Dest::Floats(y),
+                };
+                (y, block.lane_offsets.as_deref(), runs)
             }
             Output::Staged(to) => {
                 let origin;
@@ -1213,6 +1242,9 @@ enum Dest {
     Floats(*mut f32),
     /// In the next convolution's staged bytes.
     Bytes(*mut u8),
+    /// In the output's float layout, each a table's result at the output's
+    /// integer less the grid's least.
+    Table(*mut f32, *const f32),
 }
 
 /// Where a tile's fused-add operand lies: pixel 0 of its first channel.
@@ -1559,39 +1591,48 @@ unsafe fn finish<V: Vector>(pixels: usize, sums: &[[f32; WIDTH]], out: &Out) {
         // One loop with or without the residual: each inlines the whole
         // epilogue (every activation).
         (Scaling::Float, None | Some(Residual::Floats(_)), Dest::Floats(_)) => {
-            finish_as::<V, FLOAT, FLOATS_IF_ANY, false>(pixels, sums, out)
+            finish_as::<V, FLOAT, FLOATS_IF_ANY, false, false>(pixels, sums, out)
         }
         (Rq { add: None, .. }, None, Dest::Floats(_)) => {
-            finish_as::<V, REQUANTIZED, NONE, false>(pixels, sums, out)
+            finish_as::<V, REQUANTIZED, NONE, false, false>(pixels, sums, out)
         }
         (Rq { add: None, .. }, None, Dest::Bytes(_)) => {
-            finish_as::<V, REQUANTIZED, NONE, true>(pixels, sums, out)
+            finish_as::<V, REQUANTIZED, NONE, true, false>(pixels, sums, out)
+        }
+        (Rq { add: None, .. }, None, Dest::Table(..)) => {
+            finish_as::<V, REQUANTIZED, NONE, true, true>(pixels, sums, out)
         }
         (Rq { add: Some(_), .. }, Some(Residual::Floats(_)), Dest::Floats(_)) => {
-            finish_as::<V, ADDED, FLOATS, false>(pixels, sums, out)
+            finish_as::<V, ADDED, FLOATS, false, false>(pixels, sums, out)
         }
         (Rq { add: Some(_), .. }, Some(Residual::Bytes(..)), Dest::Floats(_)) => {
-            finish_as::<V, ADDED, BYTES, false>(pixels, sums, out)
+            finish_as::<V, ADDED, BYTES, false, false>(pixels, sums, out)
         }
         (Rq { add: Some(_), .. }, Some(Residual::Bytes(..)), Dest::Bytes(_)) => {
-            finish_as::<V, ADDED, BYTES, true>(pixels, sums, out)
+            finish_as::<V, ADDED, BYTES, true, false>(pixels, sums, out)
         }
         _ => unreachable!(
-            "only requantized outputs are bytes; a fused add reads its operand, \
-             as bytes where it writes bytes; a residual without one is float"
+            "only requantized outputs are bytes or looked up; a fused add reads its \
+             operand, as bytes where it writes bytes; a residual without one is float"
         ),
     }
 }
 
 /// `finish` for one kind of scaling (`kind::FLOAT`, `REQUANTIZED`,
 /// `ADDED`), of residual (`kind::NONE`, `FLOATS`, `BYTES`,
-/// `FLOATS_IF_ANY`) and of
-/// destination (bytes or floats), which `out` must be.
+/// `FLOATS_IF_ANY`) and of destination (bytes, floats, or with `LOOK_UP`
+/// a table's floats at the bytes), which `out` must be.
 // `match`, not `Option::map`: a closure is compiled without the vector
 // instructions, so the vector operations in it would be calls.
 #[allow(clippy::manual_map)]
 #[inline(always)]
-unsafe fn finish_as<V: Vector, const SCALING: u8, const RESIDUAL: u8, const TO_BYTES: bool>(
+unsafe fn finish_as<
+    V: Vector,
+    const SCALING: u8,
+    const RESIDUAL: u8,
+    const TO_BYTES: bool,
+    const LOOK_UP: bool,
+>(
     pixels: usize,
     sums: &[[f32; WIDTH]],
     out: &Out,
@@ -1611,10 +1652,12 @@ unsafe fn finish_as<V: Vector, const SCALING: u8, const RESIDUAL: u8, const TO_B
     // Everything the loop reads of `out`, as locals: the stores through the
     // output pointer could alias `out`, so its fields would be read again
     // for every vector.
-    let (y_floats, y_bytes) = match out.y {
-        Dest::Floats(y) => (y, std::ptr::null_mut()),
-        Dest::Bytes(y) => (std::ptr::null_mut(), y),
+    let (y_floats, y_bytes, table) = match out.y {
+        Dest::Floats(y) => (y, std::ptr::null_mut(), std::ptr::null()),
+        Dest::Bytes(y) => (std::ptr::null_mut(), y, std::ptr::null()),
+        Dest::Table(y, table) => (y, std::ptr::null_mut(), table),
     };
+    let store_bytes = TO_BYTES && !LOOK_UP;
     let (r_floats, r_bytes, r_at, r_min) = match out.residual {
         Some(Residual::Floats(r)) => (r, std::ptr::null(), [0; TILE], 0.0),
         Some(Residual::Bytes(r, at, min)) => (std::ptr::null(), r, at, min),
@@ -1653,13 +1696,17 @@ unsafe fn finish_as<V: Vector, const SCALING: u8, const RESIDUAL: u8, const TO_B
             };
             let v = V::fma(V::load(sum[c..].as_ptr()), scale, add);
             let v = ends.output::<SCALING, RESIDUAL, TO_BYTES>(v, bias.add(c), epilogue, r);
-            match (start, TO_BYTES) {
+            let v = match LOOK_UP {
+                true => V::lookup(table, v),
+                false => v,
+            };
+            match (start, store_bytes) {
                 (Some(start), true) => store_bytes_part(v, y_bytes.offset(at + start), k),
                 (Some(start), false) => store_part(v, y_floats.offset(at + start), k),
                 (None, _) => {
                     v.store(lanes.as_mut_ptr());
                     for (l, &v) in lanes.iter().enumerate().take(k) {
-                        match TO_BYTES {
+                        match store_bytes {
                             true => *y_bytes.offset(offset(l)) = v as u8,
                             false => *y_floats.offset(offset(l)) = v,
                         }
