@@ -18,10 +18,24 @@ use super::{dataflow, Compiler, Pending};
 use crate::graph::ValueRef;
 use crate::runtime::kernels::conv::algo::ConvKernel;
 use crate::runtime::model::Kernel;
+use std::collections::HashMap;
 
 /// A step joined to the convolution before it: (convolution step, joined
 /// step, the joined step's other operand).
 type Joined = (usize, usize, Option<ValueRef>);
+
+/// The step computing `v`, when `v` has no other reader (nor is a graph
+/// output) and the step reads one input (no residual): a step that may
+/// take in the one reading `v`.
+fn joinable_producer(
+    steps: &[Pending],
+    readers: &HashMap<ValueRef, usize>,
+    producer: &HashMap<ValueRef, usize>,
+    v: ValueRef,
+) -> Option<usize> {
+    let &step = producer.get(&v)?;
+    (readers.get(&v) == Some(&1) && steps[step].inputs.len() == 1).then_some(step)
+}
 
 impl Compiler<'_> {
     /// Folds every quantized add whose operand an integer convolution alone
@@ -40,12 +54,9 @@ impl Compiler<'_> {
             };
             let (va, vb) = (step.inputs[a], step.inputs[b]);
             for (v, other, first) in [(va, vb, true), (vb, va, false)] {
-                let Some(&conv_step) = producer.get(&v) else {
+                let Some(conv_step) = joinable_producer(&self.steps, &readers, &producer, v) else {
                     continue;
                 };
-                if readers.get(&v) != Some(&1) || self.steps[conv_step].inputs.len() != 1 {
-                    continue;
-                }
                 let Kernel::Conv(ConvKernel::Int8(conv)) = &mut self.steps[conv_step].kernel else {
                     continue;
                 };
@@ -72,12 +83,9 @@ impl Compiler<'_> {
             let (Some((grid, results)), &[v]) = (e.as_table(), &step.inputs[..]) else {
                 continue;
             };
-            let Some(&conv_step) = producer.get(&v) else {
+            let Some(conv_step) = joinable_producer(&self.steps, &readers, &producer, v) else {
                 continue;
             };
-            if readers.get(&v) != Some(&1) || self.steps[conv_step].inputs.len() != 1 {
-                continue;
-            }
             let results = results.to_vec();
             let fused = match &mut self.steps[conv_step].kernel {
                 Kernel::Conv(ConvKernel::Int8(conv)) => conv.fuse_table(grid, &results),

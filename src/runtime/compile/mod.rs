@@ -233,7 +233,7 @@ impl<'g> Compiler<'g> {
         Some((geom, depthwise))
     }
 
-    /// The quantization grid the input of convolution `id` lies on, if known.
+    /// The quantization grid the (first) input of node `id` lies on, if known.
     fn input_grid(&self, id: NodeId) -> Option<Grid> {
         Grid::of(grid_of(self.g, self.g.node_inputs(id)[0])?)
     }
@@ -1188,8 +1188,7 @@ impl<'g> Compiler<'g> {
             ([.., Func::Unary(UnaryOp::HardSwish, a)], [.., node])
                 if self.g.quantized_arithmetic == QuantizedArithmetic::Tflite =>
             {
-                let input = Grid::of(grid_of(self.g, self.g.node_inputs(*node)[0])?)?;
-                let hard_swish = QuantizedHardSwish::new(input, Grid::of(qdq)?)?;
+                let hard_swish = QuantizedHardSwish::new(self.input_grid(*node)?, Grid::of(qdq)?)?;
                 Some((Func::QuantizedHardSwish(hard_swish, *a), 1))
             }
             (
@@ -1434,7 +1433,7 @@ impl<'g> Compiler<'g> {
         {
             return None;
         }
-        let grid = Grid::of(grid_of(self.g, self.g.node_inputs(id)[0])?)?;
+        let grid = self.input_grid(id)?;
         (self.rounded_by_readers(id)? == grid).then_some(())?;
         IntegerAverage::new(grid, positions)
     }

@@ -237,12 +237,6 @@ pub struct Elementwise {
 struct Table {
     /// The grid of the operand.
     grid: Grid,
-    /// 1 / the grid's step.
-    inverse_step: f32,
-    /// The index of the grid's 0 (`zero_point - min`) and its last
-    /// (`max - min`).
-    zero: f32,
-    last: f32,
     /// The chain's result at each of the grid's values, from its least,
     /// then at NaN.
     results: Vec<f32>,
@@ -420,13 +414,7 @@ impl Elementwise {
         if at_values.is_none_or(|k| k.run(&[&values], &mut results).is_err()) {
             return false;
         }
-        self.table = Some(Table {
-            grid,
-            inverse_step: 1.0 / grid.scale,
-            zero: grid.zero_point - grid.min,
-            last: grid.max - grid.min,
-            results,
-        });
+        self.table = Some(Table { grid, results });
         true
     }
 
@@ -873,12 +861,14 @@ unsafe fn map<V: Vector>(len: usize, dest: *mut f32, p: Source, q: Source, f: im
 /// operand for it).
 #[inline(always)]
 unsafe fn look_up<V: Vector>(len: usize, dest: *mut f32, x: Source, table: &Table) {
-    let (inverse_step, zero, last, at_nan) = (
-        V::splat(table.inverse_step),
-        V::splat(table.zero),
-        V::splat(table.last),
-        V::splat(table.last + 1.0),
+    let grid = table.grid;
+    let last = grid.max - grid.min;
+    let (inverse_step, zero, at_nan) = (
+        V::splat(1.0 / grid.scale),
+        V::splat(grid.zero_point - grid.min),
+        V::splat(last + 1.0),
     );
+    let last = V::splat(last);
     let results = table.results.as_ptr();
     map::<V>(
         len,

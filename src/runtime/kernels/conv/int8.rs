@@ -685,7 +685,8 @@ impl QuantConv {
             Scaling::Requantized { grid: g, add, .. } => g == grid && add.is_none(),
             Scaling::Float => false,
         };
-        if !fits || self.output != Output::Floats || !grid.tabulates(results) {
+        let free = self.output == Output::Floats && self.table.is_none();
+        if !fits || !free || !grid.tabulates(results) {
             return false;
         }
         self.pad_fill = self.pad_fill.map(|v| grid.looked_up(results, v));
