@@ -86,7 +86,7 @@ impl Compiler<'_> {
             let Some(conv_step) = joinable_producer(&self.steps, &readers, &producer, v) else {
                 continue;
             };
-            let results = results.to_vec();
+            let results = results.clone();
             let fused = match &mut self.steps[conv_step].kernel {
                 Kernel::Conv(ConvKernel::Int8(conv)) => conv.fuse_table(grid, &results),
                 Kernel::Depthwise(d) => d.fuse_table(grid, &results),

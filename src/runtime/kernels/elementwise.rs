@@ -23,7 +23,7 @@
 use super::activation::Lanewise;
 use super::quantized::{Grid, QuantizedAdd, QuantizedHardSwish, QuantizedMul};
 use super::simd::{
-    load_part, run_vectorized, store_part, Isa, Lanes, Pair, Vector, VectorKernel,
+    load_part, run_vectorized, store_part, Isa, Lanes, LookUpTable, Pair, Vector, VectorKernel,
     ELEMENTS_PER_TASK, MAX_LANES,
 };
 use super::KernelError;
@@ -67,6 +67,17 @@ pub enum Func {
 }
 
 impl Func {
+    /// The grid the op rounds its results onto, where it ends on one.
+    fn result_grid(&self) -> Option<Grid> {
+        match *self {
+            Func::Unary(u, _) => Grid::of(u),
+            Func::QuantizedAdd(add, ..) => Some(add.output_grid()),
+            Func::QuantizedMul(mul, ..) => Some(mul.output_grid()),
+            Func::QuantizedHardSwish(hard_swish, _) => Some(hard_swish.output_grid()),
+            Func::Binary(..) => None,
+        }
+    }
+
     /// Whether the op maps f32 to f32 (comparisons make booleans).
     pub fn supported(&self) -> bool {
         match self {
@@ -239,7 +250,7 @@ struct Table {
     grid: Grid,
     /// The chain's result at each of the grid's values, from its least,
     /// then at NaN.
-    results: Vec<f32>,
+    results: LookUpTable,
 }
 
 /// How an operand is read along the run.
@@ -414,6 +425,8 @@ impl Elementwise {
         if at_values.is_none_or(|k| k.run(&[&values], &mut results).is_err()) {
             return false;
         }
+        let onto = self.funcs.last().and_then(Func::result_grid);
+        let results = LookUpTable::new(results, onto.map(|g| (g.zero_point - g.min, g.scale)));
         self.table = Some(Table { grid, results });
         true
     }
@@ -427,10 +440,10 @@ impl Elementwise {
     /// integers from the least (then at NaN), when the chain runs as a
     /// lookup and reads its operand as its output is stored: what the
     /// integer convolution computing the operand can look up instead.
-    pub(in crate::runtime) fn as_table(&self) -> Option<(Grid, &[f32])> {
+    pub(in crate::runtime) fn as_table(&self) -> Option<(Grid, &LookUpTable)> {
         let table = self.table.as_ref()?;
         self.reads_like_output(0)
-            .then_some((table.grid, &table.results[..]))
+            .then_some((table.grid, &table.results))
     }
 
     /// The quantized add this kernel is, with the operands it reads as `a`
@@ -869,7 +882,7 @@ unsafe fn look_up<V: Vector>(len: usize, dest: *mut f32, x: Source, table: &Tabl
         V::splat(last + 1.0),
     );
     let last = V::splat(last);
-    let results = table.results.as_ptr();
+    let results = V::hold(&table.results);
     map::<V>(
         len,
         dest,
@@ -879,7 +892,7 @@ unsafe fn look_up<V: Vector>(len: usize, dest: *mut f32, x: Source, table: &Tabl
         |v, _| {
             let index = V::add(V::round(V::mul(v, inverse_step)), zero);
             let index = V::min(V::clamp(index, V::splat(0.0), last), at_nan);
-            V::lookup(results, index)
+            V::look_up_held(results, index)
         },
     )
 }
@@ -948,8 +961,8 @@ mod tests {
     /// integers as the compiler makes it, which gives no NaN for NaN), a
     /// TFLite hard-swish of them (computed lane by lane) and a sigmoid of
     /// unsigned ones, on every instruction set, at lengths with
-    /// tails and over several blocks. A chain of two operands is not a
-    /// table.
+    /// tails and over several blocks, the results packed as bytes (each
+    /// chain ends on a grid). A chain of two operands is not a table.
     #[test]
     fn chains_of_one_quantized_operand_look_up_what_their_passes_compute() {
         let qdq = |scale, zero_point, min, max| UnaryOp::QuantizeDequantize {
@@ -1022,6 +1035,11 @@ mod tests {
                     };
                     let mut table = chain();
                     assert!(table.tabulate(grid(on), isa), "{isa:?}: a table");
+                    let packed = table
+                        .table
+                        .as_ref()
+                        .is_some_and(|t| t.results.packs_bytes());
+                    assert!(packed, "{isa:?}: results on a grid are packed as bytes");
                     let (mut want, mut got) = (vec![0f32; len], vec![0f32; len]);
                     chain().run(&[&x], &mut want).unwrap();
                     table.run(&[&x], &mut got).unwrap();

@@ -376,6 +376,11 @@ impl QuantizedMul {
             })
     }
 
+    /// The grid of the product.
+    pub(in crate::runtime) fn output_grid(&self) -> Grid {
+        self.c
+    }
+
     /// `x * y` for `x` on grid `a` and `y` on grid `b`, on grid `c`.
     ///
     /// # Safety
@@ -441,6 +446,11 @@ impl QuantizedHardSwish {
             slope_multiplier,
             slope_exponent,
         })
+    }
+
+    /// The grid of the results.
+    pub(in crate::runtime) fn output_grid(&self) -> Grid {
+        self.output
     }
 
     /// The output integer of input integer `q`.

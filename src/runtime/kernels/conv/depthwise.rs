@@ -64,7 +64,7 @@ use crate::core::par;
 use crate::fusion::Activation;
 use crate::runtime::kernels::quantized::Grid;
 use crate::runtime::kernels::simd::{
-    run_vectorized, store_bytes_part, Isa, Lanes, Vector, VectorKernel,
+    run_vectorized, store_bytes_part, Isa, Lanes, LookUpTable, Vector, VectorKernel,
 };
 
 /// Output pixels one register tile holds.
@@ -131,7 +131,7 @@ struct IntegerSums {
     /// result at its integer less the grid's least (`fuse_table`), with
     /// the grid's zero point less its least, which takes an integer less
     /// the zero point there.
-    table: Option<(Box<[f32]>, f32)>,
+    table: Option<(LookUpTable, f32)>,
 }
 
 /// Where a tile finds its vector of channels' requantization.
@@ -150,8 +150,8 @@ impl Requantize<'_> {
     unsafe fn vectors<V: Vector>(self) -> Requantizing<V> {
         let s = self.sums;
         let (table, zero_byte) = match &s.table {
-            Some((results, zero_byte)) => (results.as_ptr(), *zero_byte),
-            None => (std::ptr::null(), 0.0),
+            Some((results, zero_byte)) => (Some(V::hold(results)), *zero_byte),
+            None => (None, 0.0),
         };
         Requantizing {
             inverse_step: V::splat(s.inverse_step),
@@ -168,16 +168,15 @@ impl Requantize<'_> {
 
 /// `Requantize`'s constants for one vector of channels.
 #[derive(Clone, Copy)]
-struct Requantizing<V> {
+struct Requantizing<V: Vector> {
     inverse_step: V,
     bias: V,
     multiplier: V,
     lo: V,
     hi: V,
     step: V,
-    /// `IntegerSums::table`'s results (null where there are none) and
-    /// zero point less least.
-    table: *const f32,
+    /// `IntegerSums::table`'s results, held, and zero point less least.
+    table: Option<V::Held>,
     zero_byte: V,
 }
 
@@ -194,9 +193,9 @@ impl<V: Vector> Requantizing<V> {
     /// values, or the table's results at them.
     #[inline(always)]
     unsafe fn floats(self, integers: V) -> V {
-        match self.table.is_null() {
-            true => V::mul(integers, self.step),
-            false => V::lookup(self.table, V::add(integers, self.zero_byte)),
+        match self.table {
+            None => V::mul(integers, self.step),
+            Some(held) => V::look_up_held(held, V::add(integers, self.zero_byte)),
         }
     }
 }
@@ -365,15 +364,15 @@ impl Depthwise {
     /// elementwise chain of the outputs alone, looked up
     /// (`Elementwise::as_table`); whether it will. The padding gets the
     /// result at the value it held.
-    pub(in crate::runtime) fn fuse_table(&mut self, grid: Grid, results: &[f32]) -> bool {
+    pub(in crate::runtime) fn fuse_table(&mut self, grid: Grid, results: &LookUpTable) -> bool {
         let fits = self.output_bytes.is_none()
             && self.output_grid() == Some(grid)
-            && grid.tabulates(results);
+            && grid.tabulates(results.results());
         let Some(sums) = self.integers.as_mut().filter(|s| fits && s.table.is_none()) else {
             return false;
         };
-        sums.table = Some((results.into(), grid.zero_point - grid.min));
-        self.pad_fill = self.pad_fill.map(|v| grid.looked_up(results, v));
+        sums.table = Some((results.clone(), grid.zero_point - grid.min));
+        self.pad_fill = self.pad_fill.map(|v| grid.looked_up(results.results(), v));
         true
     }
 

@@ -26,7 +26,7 @@ use crate::graph::UnaryOp;
 use crate::runtime::kernels::quantized::{Grid, QuantizedAdd};
 use crate::runtime::kernels::simd::{
     amx, array_of, load_bytes_part, load_part, run_vectorized, store_bytes_part, store_part, Isa,
-    Lanes, Portable, Vector, VectorKernel, MAX_LANES,
+    Lanes, LookUpTable, Portable, Vector, VectorKernel, MAX_LANES,
 };
 #[cfg(target_arch = "x86_64")]
 use crate::runtime::kernels::simd::{Ymm, Zmm};
@@ -243,7 +243,7 @@ pub struct QuantConv {
     output: Output,
     /// What is stored for each requantized output instead of its value: a
     /// table's result at its integer less the grid's least (`fuse_table`).
-    table: Option<Box<[f32]>>,
+    table: Option<LookUpTable>,
 }
 
 /// Where a quantized convolution's outputs go.
@@ -680,17 +680,17 @@ impl QuantConv {
     /// output's layout: an elementwise chain of the outputs alone, looked
     /// up (`Elementwise::as_table`); whether it will. The padding gets the
     /// result at the value it held.
-    pub(in crate::runtime) fn fuse_table(&mut self, grid: Grid, results: &[f32]) -> bool {
+    pub(in crate::runtime) fn fuse_table(&mut self, grid: Grid, results: &LookUpTable) -> bool {
         let fits = match self.scaling {
             Scaling::Requantized { grid: g, add, .. } => g == grid && add.is_none(),
             Scaling::Float => false,
         };
         let free = self.output == Output::Floats && self.table.is_none();
-        if !fits || !free || !grid.tabulates(results) {
+        if !fits || !free || !grid.tabulates(results.results()) {
             return false;
         }
-        self.pad_fill = self.pad_fill.map(|v| grid.looked_up(results, v));
-        self.table = Some(results.into());
+        self.pad_fill = self.pad_fill.map(|v| grid.looked_up(results.results(), v));
+        self.table = Some(results.clone());
         true
     }
 
@@ -976,7 +976,7 @@ impl QuantConv {
                 let y = y.add(y_row + ox * g.y_cb);
                 let runs = &self.lane_runs[b];
                 let y = match &self.table {
-                    Some(table) => Dest::Table(y, table.as_ptr()),
+                    Some(table) => Dest::Table(y, table),
                     None => Dest::Floats(y),
                 };
                 (y, block.lane_offsets.as_deref(), runs)
@@ -1245,7 +1245,7 @@ enum Dest {
     Bytes(*mut u8),
     /// In the output's float layout, each a table's result at the output's
     /// integer less the grid's least.
-    Table(*mut f32, *const f32),
+    Table(*mut f32, *const LookUpTable),
 }
 
 /// Where a tile's fused-add operand lies: pixel 0 of its first channel.
@@ -1658,6 +1658,10 @@ unsafe fn finish_as<
         Dest::Bytes(y) => (std::ptr::null_mut(), y, std::ptr::null()),
         Dest::Table(y, table) => (y, std::ptr::null_mut(), table),
     };
+    let held = match LOOK_UP {
+        true => Some(V::hold(&*table)),
+        false => None,
+    };
     let store_bytes = TO_BYTES && !LOOK_UP;
     let (r_floats, r_bytes, r_at, r_min) = match out.residual {
         Some(Residual::Floats(r)) => (r, std::ptr::null(), [0; TILE], 0.0),
@@ -1697,9 +1701,9 @@ unsafe fn finish_as<
             };
             let v = V::fma(V::load(sum[c..].as_ptr()), scale, add);
             let v = ends.output::<SCALING, RESIDUAL, TO_BYTES>(v, bias.add(c), epilogue, r);
-            let v = match LOOK_UP {
-                true => V::lookup(table, v),
-                false => v,
+            let v = match held {
+                Some(held) => V::look_up_held(held, v),
+                None => v,
             };
             match (start, store_bytes) {
                 (Some(start), true) => store_bytes_part(v, y_bytes.offset(at + start), k),

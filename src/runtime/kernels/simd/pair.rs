@@ -8,7 +8,7 @@
 //! a `Pair`, the same function has two independent chains interleaved in
 //! program order.
 
-use super::{Lanes, Vector, MAX_LANES};
+use super::{Lanes, LookUpTable, Vector, MAX_LANES};
 
 #[derive(Clone, Copy)]
 pub(in crate::runtime) struct Pair<V> {
@@ -109,6 +109,18 @@ impl<V: Vector> Vector for Pair<V> {
     #[inline(always)]
     unsafe fn even(a: Self, b: Self) -> Self {
         Pair::both(V::even(a.lo, a.hi), V::even(b.lo, b.hi))
+    }
+    type Held = V::Held;
+    #[inline(always)]
+    unsafe fn hold(table: &LookUpTable) -> V::Held {
+        V::hold(table)
+    }
+    #[inline(always)]
+    unsafe fn look_up_held(held: V::Held, index: Self) -> Self {
+        Pair::both(
+            V::look_up_held(held, index.lo),
+            V::look_up_held(held, index.hi),
+        )
     }
     #[inline(always)]
     unsafe fn lookup(table: *const f32, index: Self) -> Self {

@@ -1,6 +1,6 @@
 //! The AVX-512 (`Zmm`, 16 lanes) and AVX2+FMA (`Ymm`, 8 lanes) vector types.
 
-use super::{Isa, Lanes, Vector};
+use super::{array_of, Isa, Lanes, LookUpTable, Vector};
 use std::arch::x86_64::*;
 
 #[derive(Clone, Copy)]
@@ -36,6 +36,19 @@ macro_rules! one_instruction_ops {
             }
         )*
     };
+}
+
+/// A `LookUpTable` held in registers (`Zmm::hold`): its packed bytes, their
+/// grid, its last index and result; else its results, gathered.
+#[derive(Clone, Copy)]
+pub struct HeldTable {
+    words: [__m512i; 4],
+    zero: __m512,
+    step: __m512,
+    last: __m512,
+    at_last: __m512,
+    results: *const f32,
+    packed: bool,
 }
 
 /// The mask of lanes `0..k` (`k < 16`).
@@ -77,6 +90,48 @@ impl Vector for Zmm {
         Zmm(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(
             p.cast(),
         ))))
+    }
+    type Held = HeldTable;
+    #[inline(always)]
+    unsafe fn hold(table: &LookUpTable) -> HeldTable {
+        let last = table.results.len() - 1;
+        let (words, zero, step) = match &table.bytes {
+            Some(b) => (&b.words, b.zero, b.step),
+            None => (&[0; 64], 0.0, 0.0),
+        };
+        HeldTable {
+            words: array_of(_mm512_setzero_si512(), |k| {
+                _mm512_loadu_si512(words[16 * k..].as_ptr().cast())
+            }),
+            zero: _mm512_set1_ps(zero),
+            step: _mm512_set1_ps(step),
+            last: _mm512_set1_ps(last as f32),
+            at_last: _mm512_set1_ps(table.results[last]),
+            results: table.results.as_ptr(),
+            packed: table.bytes.is_some(),
+        }
+    }
+    #[inline(always)]
+    unsafe fn look_up_held(held: HeldTable, index: Self) -> Self {
+        if !held.packed {
+            return Self::lookup(held.results, index);
+        }
+        let i = _mm512_cvttps_epi32(index.0);
+        // Word `i / 4` from the first two registers (`i < 128`) or the
+        // other two, then its byte `i % 4`.
+        let word = _mm512_srli_epi32::<2>(i);
+        let low = _mm512_permutex2var_epi32(held.words[0], word, held.words[1]);
+        let high = _mm512_permutex2var_epi32(held.words[2], word, held.words[3]);
+        let upper = _mm512_test_epi32_mask(i, _mm512_set1_epi32(128));
+        let word = _mm512_mask_blend_epi32(upper, low, high);
+        let shift = _mm512_slli_epi32::<3>(_mm512_and_si512(i, _mm512_set1_epi32(3)));
+        let byte = _mm512_and_si512(_mm512_srlv_epi32(word, shift), _mm512_set1_epi32(255));
+        let v = _mm512_mul_ps(
+            _mm512_sub_ps(_mm512_cvtepi32_ps(byte), held.zero),
+            held.step,
+        );
+        let at_last = _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(index.0, held.last);
+        Zmm(_mm512_mask_blend_ps(at_last, v, held.at_last))
     }
     #[inline(always)]
     unsafe fn lookup(table: *const f32, index: Self) -> Self {
@@ -186,6 +241,15 @@ impl Vector for Ymm {
         Ymm(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
             p.cast(),
         ))))
+    }
+    type Held = *const f32;
+    #[inline(always)]
+    unsafe fn hold(table: &LookUpTable) -> *const f32 {
+        table.results().as_ptr()
+    }
+    #[inline(always)]
+    unsafe fn look_up_held(held: *const f32, index: Self) -> Self {
+        Self::lookup(held, index)
     }
     #[inline(always)]
     unsafe fn lookup(table: *const f32, index: Self) -> Self {
