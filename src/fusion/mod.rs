@@ -473,8 +473,9 @@ fn rounded(g: &Graph, id: NodeId, claimed: &HashSet<NodeId>) -> Option<Vec<NodeI
 }
 
 /// `head` and the elementwise nodes that can follow it in one loop nest: each
-/// the only reader of the value before it, which is no graph output; at most
-/// [`MAX_CHAIN_NODES`] nodes reading at most `max_operands` operands.
+/// the only reader of the value before it, which is no graph output and not
+/// broadcast by it; at most [`MAX_CHAIN_NODES`] nodes reading at most
+/// `max_operands` operands.
 fn elementwise_chain(
     g: &Graph,
     head: NodeId,
@@ -497,7 +498,13 @@ fn elementwise_chain(
         // neither, the reader taking it in the layout it is written in.
         let same_storage = inner(g, v.node).1.is_some() == inner(g, next).1.is_some()
             && output_layout(g, v.node).map(|l| l.0) == input_layout(g, next, port).map(|l| l.0);
-        if claimed.contains(&next) || !elementwise || !same_storage {
+        // A value the next node broadcasts (a squeeze-excite's factor per
+        // channel) ends the chain: joined, the nodes before would run once
+        // per element of the larger output, a sigmoid per pixel and channel
+        // where one per channel does.
+        let elements = |v: ValueRef| g.value_type(v).shape.iter().product::<usize>();
+        let broadcast = elements(ValueRef::new(next, 0)) > elements(v);
+        if claimed.contains(&next) || !elementwise || !same_storage || broadcast {
             return chain;
         }
         // Every input but the one value from the chain is an operand.
