@@ -525,6 +525,40 @@ fn elementwise_and_dense_steps_count_their_operands_and_products() {
     assert_eq!(dense.intensity(), Some(420.0 / 456.0));
 }
 
+/// A value the next op broadcasts ends its chain: a squeeze-excite's
+/// sigmoid of one factor per channel is its own step, not computed again
+/// for every pixel of the product, in every layout, equal to the reference.
+#[test]
+fn a_value_the_next_op_broadcasts_ends_its_chain() {
+    let mut rng = Rng(9);
+    let (c, h, w) = (24, 5, 6);
+    let mut g = Graph::new("squeeze-excite");
+    let x = g.add_input("x", ValueType::new(DType::F32, vec![1, c, h, w]), vec![]);
+    let s = g.add_input("s", ValueType::new(DType::F32, vec![1, c, 1, 1]), vec![]);
+    let factor = node(&mut g, Op::Unary(UnaryOp::Sigmoid), &[s]);
+    let factor = node(&mut g, Op::Unary(UnaryOp::Neg), &[factor]);
+    let excited = node(&mut g, Op::Binary(BinaryOp::Mul), &[x, factor]);
+    let y = node(&mut g, Op::Unary(UnaryOp::Relu), &[excited]);
+    g.set_outputs(vec![y]);
+    let inputs = [
+        Tensor::from_f32(vec![1, c, h, w], rng.f32s(c * h * w)),
+        Tensor::from_f32(vec![1, c, 1, 1], rng.f32s(c)),
+    ];
+    let expected = crate::reference::run(&g, &inputs).unwrap()[0].to_f32();
+    for family in FAMILIES {
+        let m = compile_on(1, &planned_for(&g, family));
+        let steps = m.describe();
+        let kinds: Vec<&str> = m.steps.iter().map(|s| s.kind.as_str()).collect();
+        assert!(
+            kinds.contains(&"Sigmoid+Neg") && kinds.contains(&"Mul+Relu"),
+            "{family}: {steps:#?}"
+        );
+        assert!(m.fallback_steps().is_empty(), "{family}: {steps:#?}");
+        let got = m.run(&inputs).unwrap()[0].to_f32();
+        assert_close(&got, &expected, &format!("{family}"));
+    }
+}
+
 /// Reshapes, slices and splits along the outermost axis read a contiguous piece
 /// of their input: they become views (no step) and compute what the reference
 /// computes; one whose input is a graph input or whose output is a graph
