@@ -181,7 +181,7 @@ pub(in crate::runtime) unsafe fn load_bytes_part<V: Vector>(p: *const u8, k: usi
 #[derive(Clone, Debug, PartialEq)]
 pub(in crate::runtime) struct LookUpTable {
     results: Box<[f32]>,
-    bytes: Option<PackedBytes>,
+    bytes: Option<Box<PackedBytes>>,
 }
 
 /// `LookUpTable`'s results before the last as bytes: result `i` is
@@ -210,7 +210,7 @@ impl LookUpTable {
                 }
                 words[i / 4] |= (byte as u32) << (8 * (i % 4));
             }
-            Some(PackedBytes { words, zero, step })
+            Some(Box::new(PackedBytes { words, zero, step }))
         });
         LookUpTable {
             results: results.into(),
