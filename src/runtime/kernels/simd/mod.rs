@@ -198,8 +198,8 @@ impl LookUpTable {
     /// grid of `step` whose byte `zero` stands for 0: they are packed as
     /// bytes where each is, bit for bit, `(byte - zero) * step`.
     pub(in crate::runtime) fn new(results: Vec<f32>, grid: Option<(f32, f32)>) -> LookUpTable {
-        let on_grid = results.len() <= 257;
-        let bytes = grid.filter(|_| on_grid).and_then(|(zero, step)| {
+        let fits = results.len() <= 257;
+        let bytes = grid.filter(|_| fits).and_then(|(zero, step)| {
             let mut words = [0u32; 64];
             for (i, &r) in results[..results.len() - 1].iter().enumerate() {
                 let byte = (r / step).round_ties_even() + zero;
@@ -228,6 +228,23 @@ impl LookUpTable {
         self.bytes.is_some()
     }
 }
+
+/// `Vector::hold` and `look_up_held` for vectors without a faster form:
+/// the held table is its results, read by `lookup`.
+macro_rules! held_as_results {
+    () => {
+        type Held = *const f32;
+        #[inline(always)]
+        unsafe fn hold(table: &LookUpTable) -> *const f32 {
+            table.results().as_ptr()
+        }
+        #[inline(always)]
+        unsafe fn look_up_held(held: *const f32, index: Self) -> Self {
+            Self::lookup(held, index)
+        }
+    };
+}
+use held_as_results;
 
 /// Operations of one vector of `LANES` f32.
 pub(in crate::runtime) trait Vector: Copy {

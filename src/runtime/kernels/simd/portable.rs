@@ -1,7 +1,7 @@
 //! The vector types of plain Rust: `Portable`, 8 lanes the compiler may
 //! vectorize, and `Scalar`, one lane.
 
-use super::{Isa, Lanes, LookUpTable, Vector};
+use super::{held_as_results, Isa, Lanes, LookUpTable, Vector};
 
 /// `a · 2^n` of one lane, for integral `n` in [-150, 128]: 2^n as two
 /// factors built from their exponent bits, each in range where 2^n may not be.
@@ -31,15 +31,7 @@ impl Scalar {
 impl Vector for Scalar {
     const LANES: usize = 1;
     const KIND: Lanes = Lanes::One;
-    type Held = *const f32;
-    #[inline(always)]
-    unsafe fn hold(table: &LookUpTable) -> *const f32 {
-        table.results().as_ptr()
-    }
-    #[inline(always)]
-    unsafe fn look_up_held(held: *const f32, index: Self) -> Self {
-        Self::lookup(held, index)
-    }
+    held_as_results!();
     #[inline(always)]
     unsafe fn load(p: *const f32) -> Self {
         Scalar(*p)
@@ -135,15 +127,7 @@ macro_rules! lane_by_lane {
 impl Vector for Portable {
     const LANES: usize = 8;
     const KIND: Lanes = Lanes::Isa(Isa::Portable);
-    type Held = *const f32;
-    #[inline(always)]
-    unsafe fn hold(table: &LookUpTable) -> *const f32 {
-        table.results().as_ptr()
-    }
-    #[inline(always)]
-    unsafe fn look_up_held(held: *const f32, index: Self) -> Self {
-        Self::lookup(held, index)
-    }
+    held_as_results!();
     lane_by_lane!(add, sub, mul, div, max, min, nan_of, scale2);
     #[inline(always)]
     unsafe fn load(p: *const f32) -> Self {

@@ -1,6 +1,6 @@
 //! The AVX-512 (`Zmm`, 16 lanes) and AVX2+FMA (`Ymm`, 8 lanes) vector types.
 
-use super::{array_of, Isa, Lanes, LookUpTable, Vector};
+use super::{array_of, held_as_results, Isa, Lanes, LookUpTable, Vector};
 use std::arch::x86_64::*;
 
 #[derive(Clone, Copy)]
@@ -242,15 +242,7 @@ impl Vector for Ymm {
             p.cast(),
         ))))
     }
-    type Held = *const f32;
-    #[inline(always)]
-    unsafe fn hold(table: &LookUpTable) -> *const f32 {
-        table.results().as_ptr()
-    }
-    #[inline(always)]
-    unsafe fn look_up_held(held: *const f32, index: Self) -> Self {
-        Self::lookup(held, index)
-    }
+    held_as_results!();
     #[inline(always)]
     unsafe fn lookup(table: *const f32, index: Self) -> Self {
         Ymm(_mm256_i32gather_ps::<4>(
