@@ -9,6 +9,7 @@ mod control;
 mod conv;
 mod data_dependent;
 mod detection;
+mod dynamic_quantize;
 mod elementwise;
 mod error;
 mod eval;
@@ -43,6 +44,7 @@ use crate::core::{Assumption, DType, Layout, PadFlow, PadValue, Requirement, Ten
 pub use control::{ControlFlow, ControlFlowOp, RunSubgraph};
 pub use data_dependent::DataDependent;
 pub use detection::{Detection, DetectionPostProcess, NmsPadded};
+pub use dynamic_quantize::{DynamicQuantize, FittedGrid};
 pub use error::OpError;
 pub use eval::eval_op;
 pub use grid_sample::{GridPadding, GridSample, Sampling};
@@ -383,6 +385,8 @@ pub enum Op {
     Logical(Logical),
     /// x
     Cast(Cast),
+    /// x (f32) -> x rounded onto a grid of bytes fitted to its range at run time
+    DynamicQuantize(DynamicQuantize),
     /// x: each element's bits read as another type of the same width
     BitCast(BitCast),
     /// x -> broadcast to `shape` (the full output shape)
@@ -765,6 +769,7 @@ impl Op {
             Op::ScatterElements(s) => s,
             Op::Logical(l) => l,
             Op::Cast(c) => c,
+            Op::DynamicQuantize(q) => q,
             Op::BitCast(b) => b,
             Op::Expand(e) => e,
             Op::Tile(t) => t,

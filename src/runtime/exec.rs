@@ -249,6 +249,11 @@ impl CompiledModel {
                     let y = t.bitcast(*to).map_err(|e| at_node(e.to_string()))?;
                     store(step, bufs, vec![y])
                 }
+                Kernel::DynamicQuantize(k) => {
+                    let y = bufs.write(step.outputs[0]);
+                    let x = bufs.read(step.inputs[0]);
+                    k.run(&x[..y.len()], y)
+                }
                 Kernel::Det(m) => {
                     let mut x: Vec<f64> = bufs
                         .read(step.inputs[0])

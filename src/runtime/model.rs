@@ -82,6 +82,8 @@ pub(super) enum Kernel {
     BitCast(DType),
     /// The determinant of each row-major f32 matrix of this many rows.
     Det(usize),
+    /// Values rounded onto grids fitted to their ranges (`ops::DynamicQuantize`).
+    DynamicQuantize(quantized::DynamicQuantizer),
     /// An elementwise op on integers or booleans, or a comparison.
     Typed(typed::Typed),
     /// ReduceSum, Max, ... of integers, or Max/Min of booleans.

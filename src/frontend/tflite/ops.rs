@@ -10,8 +10,8 @@ use crate::graph::{
     ValueRef, ValueType, Window,
 };
 use crate::ops::{
-    ArgKind, BitCast, Cast, Concat, Expand, Gemm, IntegerArith, Logical, Pad, Reduce, Reshape,
-    Slice, Softmax, Tile, Transpose,
+    ArgKind, BitCast, Cast, Concat, DynamicQuantize, Expand, Gemm, IntegerArith, Logical, Pad,
+    Reduce, Reshape, Slice, Softmax, Tile, Transpose,
 };
 
 /// NHWC → NCHW and back, for ops the IR defines on NCHW tensors.
@@ -953,6 +953,26 @@ impl<'a> Cx<'_, 'a> {
             .add_constant(&name, c, vec![self.span.clone()]))
     }
 
+    /// The number of scales of the weights (input 1) where the operator is
+    /// a hybrid one: float input 0, weights quantized to 8 bits. TFLite's
+    /// hybrid kernels quantize their input at every run.
+    fn hybrid_weights(&self) -> Res<Option<usize>> {
+        let (x, w) = (self.tensor_input(0)?, self.tensor_input(1)?);
+        let float_input = self.imp.quantization(x)?.is_none()
+            && super::dtype_of(self.imp.tensor(x).tensor_type()) == Some(DType::F32);
+        Ok(match self.imp.quantization(w)? {
+            Some(q) if float_input && q.is_bytes() => Some(q.scales()),
+            _ => None,
+        })
+    }
+
+    /// `x` rounded onto a grid fitted to its values at every run, one per
+    /// index of the axes before `axis` (`ops::DynamicQuantize`).
+    fn quantized_per_run(&mut self, x: ValueRef, axis: usize, symmetric: bool) -> Res<ValueRef> {
+        let op = Op::DynamicQuantize(DynamicQuantize { axis, symmetric });
+        self.emit(op, "quantized_per_run", &[x])
+    }
+
     /// A 2-D window from TFLite padding, filter size, strides and dilations over the
     /// spatial extents `hw`. SAME pads so that out = ceil(in / stride), putting the odd
     /// pixel at the end; VALID does not pad.
@@ -1005,6 +1025,12 @@ impl<'a> Cx<'_, 'a> {
         act: i8,
     ) -> Res<ValueRef> {
         let x = self.nhwc_input_as_nchw()?;
+        // Per-channel weights: each batch item quantized on a grid of its
+        // own range; one scale: symmetric (TFLite's conv kernels).
+        let x = match self.hybrid_weights()? {
+            Some(scales) => self.quantized_per_run(x, 1, scales == 1)?,
+            None => x,
+        };
         let w = self.weights(1, w_perm)?;
         let bias = self.optional_input(2)?;
         let (xs, ws) = (self.ty(x).shape.clone(), self.ty(w).shape.clone());
@@ -1083,8 +1109,12 @@ impl<'a> Cx<'_, 'a> {
     /// into rows, and kept when `keep_num_dims`.
     fn fully_connected(&mut self) -> Res<ValueRef> {
         let o: Option<schema::FullyConnectedOptions> = self.options();
-        let (act, keep) = o.map_or((0, false), |o| {
-            (o.fused_activation_function(), o.keep_num_dims())
+        let (act, keep, asymmetric) = o.map_or((0, false, false), |o| {
+            (
+                o.fused_activation_function(),
+                o.keep_num_dims(),
+                o.asymmetric_quantize_inputs(),
+            )
         });
         if o.is_some_and(|o| o.weights_format() != 0) {
             return Err(self.unsupported("shuffled FULLY_CONNECTED weights are not supported"));
@@ -1110,6 +1140,11 @@ impl<'a> Cx<'_, 'a> {
                 "flatten",
                 &[x],
             )?
+        };
+        // Each row quantized on a grid of its own range.
+        let x2 = match self.hybrid_weights()? {
+            Some(_) => self.quantized_per_run(x2, 1, !asymmetric)?,
+            None => x2,
         };
         let mut ins = vec![x2, w];
         ins.extend(bias);

@@ -200,6 +200,7 @@ tables! {
         fused_activation_function(0): scalar i8 = 0,
         weights_format(1): scalar i8 = 0,
         keep_num_dims(2): scalar bool = false,
+        asymmetric_quantize_inputs(3): scalar bool = false,
     }
     SoftmaxOptions {
         beta(0): scalar f32 = 0.0,

@@ -9,7 +9,8 @@ mod byte_handoff;
 mod epilogue_fusion;
 
 use super::kernels::conv::algo::{
-    self as conv_algo, ConvAlgoChoice, ConvAlgoOptions, ConvSpec, KeptWeights, LayerAlgo,
+    self as conv_algo, ConvAlgoChoice, ConvAlgoOptions, ConvKernel, ConvSpec, KeptWeights,
+    LayerAlgo,
 };
 use super::kernels::conv::depthwise::Depthwise;
 use super::kernels::conv::direct::ConvGeom;
@@ -22,12 +23,13 @@ use super::kernels::matmul::{BatchedMatMul, Dense};
 use super::kernels::normalize::{RowKernel, RowOp};
 use super::kernels::pool::{IntegerAverage, PoolGeom};
 use super::kernels::quantized::{
-    Grid, QuantizedAdd, QuantizedHardSwish, QuantizedMatMul, QuantizedMul, QuantizedSoftmax,
+    DynamicQuantizer, Grid, QuantizedAdd, QuantizedHardSwish, QuantizedMatMul, QuantizedMul,
+    QuantizedSoftmax,
 };
 use super::kernels::resize::ResizeGeom;
 use super::kernels::roi_align::RoiAligner;
 use super::kernels::scatter::{Placing, Scatter};
-use super::kernels::simd::{Isa, Lanes};
+use super::kernels::simd::{Isa, Lanes, MAX_LANES};
 use super::kernels::typed::{
     ranked, ArgBest, Gathered, Moved, Reduced, Scanned, TopKBest, Typed, TypedOp,
 };
@@ -44,8 +46,8 @@ use crate::fusion::{
     self, inner, input_layout, output_layout, output_shape, Activation, FusedGroup, Pattern, Target,
 };
 use crate::graph::{
-    grid_of, BinaryOp, ControlFlow, DType, Graph, NodeId, Op, PoolKind, QuantizedArithmetic, Span,
-    Tensor, UnaryOp, ValueRef, ValueType,
+    grid_of, numel, BinaryOp, ControlFlow, DType, DynamicQuantize, Graph, NodeId, Op, PoolKind,
+    QuantizedArithmetic, Span, Tensor, UnaryOp, ValueRef, ValueType,
 };
 use crate::layout::cost::same_bytes;
 use crate::layout::Layout;
@@ -233,6 +235,20 @@ impl<'g> Compiler<'g> {
         Some((geom, depthwise))
     }
 
+    /// Where input 0 of node `id` is a `DynamicQuantize` of one grid stored
+    /// as its own input is: the op, and that input, which an integer kernel
+    /// quantizing its input itself reads instead.
+    fn quantized_per_run(&self, id: NodeId) -> Option<(DynamicQuantize, ValueRef)> {
+        let v = self.g.node_inputs(id)[0];
+        let (Op::DynamicQuantize(op), _) = inner(self.g, v.node) else {
+            return None;
+        };
+        let (from, shape) = input_layout(self.g, v.node, 0)?;
+        let (to, _) = output_layout(self.g, v.node)?;
+        let one_grid = numel(&shape[..op.axis.min(shape.len())]) == 1;
+        (one_grid && from == to).then(|| (*op, self.g.node_inputs(v.node)[0]))
+    }
+
     /// The quantization grid the (first) input of node `id` lies on, if known.
     fn input_grid(&self, id: NodeId) -> Option<Grid> {
         Grid::of(grid_of(self.g, self.g.node_inputs(id)[0])?)
@@ -307,6 +323,7 @@ impl<'g> Compiler<'g> {
         let epilogue = Epilogue::of(activation);
         let pad_fill = output_layout(self.g, last).and_then(|(_, p)| p.known());
         let threads = pool.threads();
+        let per_run = self.quantized_per_run(id);
         let (kernel, mut decision) = if depthwise {
             // Integer sums need the rounding to come last: no residual after it.
             let integers = self
@@ -338,6 +355,7 @@ impl<'g> Compiler<'g> {
                 threads,
                 grid: self.input_grid(id),
                 residual: residual.is_some(),
+                dynamic: per_run.map(|(op, _)| op),
             };
             let mut times = lock(&self.times);
             let layer = group_spans(self.g, group);
@@ -356,10 +374,17 @@ impl<'g> Compiler<'g> {
         conv_times::add_cached_time(&mut decision, (&geom, threads), &self.conv_algo, times);
         // The weights and bias are packed into the kernel; the data comes through slots.
         let conv_inputs = self.g.node_inputs(id);
-        let mut inputs = vec![conv_inputs[0]];
+        // The integer kernel quantizes the input itself, from the values
+        // before their quantization.
+        let quantizes = matches!(&kernel, Kernel::Conv(ConvKernel::Int8(c)) if c.quantizes_input());
+        let mut inputs = match (quantizes, per_run) {
+            (true, Some((_, unquantized))) => vec![unquantized],
+            _ => vec![conv_inputs[0]],
+        };
         inputs.extend(residual);
         let suffix = match &kernel {
             Kernel::Depthwise(d) if d.sums_integers() => format!(" ({}, integers)", decision.algo),
+            _ if quantizes => format!(" ({}, quantized per run)", decision.algo),
             _ => format!(" ({})", decision.algo),
         };
         let mut step = self.group_pending(group, suffix, kernel, inputs, &conv_inputs[1..]);
@@ -544,6 +569,14 @@ impl<'g> Compiler<'g> {
             }
             Op::MatMul => self.matmul(id),
             Op::Det => Some(Kernel::Det(*self.g.value_type(ins[0]).shape.last()?)),
+            Op::DynamicQuantize(op) => {
+                let (_, shape) = input_layout(self.g, id, 0)?;
+                Some(Kernel::DynamicQuantize(DynamicQuantizer {
+                    op: *op,
+                    group_len: op.group_len(&shape),
+                    lanes: Lanes::for_block(self.isa, MAX_LANES),
+                }))
+            }
             // Softmax normalizes its one axis: rows only when it is the last.
             Op::Softmax(Softmax { axis }) if axis + 1 == self.g.value_type(ins[0]).shape.len() => {
                 self.rows(id, *axis, RowOp::Softmax)
@@ -711,7 +744,12 @@ impl<'g> Compiler<'g> {
         if self.conv_algo.choice == ConvAlgoChoice::Direct {
             return None;
         }
-        let grid = self.input_grid(id).filter(Grid::fits_a_byte)?;
+        let per_run = self.quantized_per_run(id);
+        let grid = match per_run {
+            // Any grid of bytes: each run fits its own.
+            Some((op, _)) => Grid::fitted(op.grid(-1.0, 1.0)),
+            None => self.input_grid(id).filter(Grid::fits_a_byte)?,
+        };
         let bias = match bias {
             None => vec![0.0; n],
             Some((b, shape)) => match (b.len(), shape.last()) {
@@ -756,8 +794,9 @@ impl<'g> Compiler<'g> {
             epilogue: Epilogue::of(None),
             pad_fill: None,
             threads: par::threads(),
-            grid: Some(grid),
+            grid: per_run.is_none().then_some(grid),
             residual: false,
+            dynamic: per_run.map(|(op, _)| op),
         };
         QuantConv::new(&spec, grid, &weights).map(|c| Kernel::IntegerDense(Box::new(c)))
     }
@@ -1598,8 +1637,32 @@ impl<'g> Compiler<'g> {
         self.add_measured_transforms();
         self.fuse_quantized_adds();
         self.fuse_tables();
+        self.drop_unread_steps();
         let bytes = self.hand_off_bytes();
         self.plan_memory(pool, &bytes)
+    }
+
+    /// Drops the steps whose outputs no step reads and the graph does not
+    /// output: a per-run quantization whose readers all quantize their
+    /// input themselves.
+    fn drop_unread_steps(&mut self) {
+        let (mut readers, _) = dataflow(self.g, &self.steps);
+        let mut keep = vec![true; self.steps.len()];
+        for (i, step) in self.steps.iter().enumerate().rev() {
+            if step.outputs.iter().all(|v| !readers.contains_key(v)) {
+                keep[i] = false;
+                for v in &step.inputs {
+                    if let Some(n) = readers.get_mut(v) {
+                        *n -= 1;
+                        if *n == 0 {
+                            readers.remove(v);
+                        }
+                    }
+                }
+            }
+        }
+        let mut kept = keep.into_iter();
+        self.steps.retain(|_| kept.next().unwrap_or(true));
     }
 
     /// The step of an If, Loop or Scan: each of its subgraphs compiled as a
@@ -1771,7 +1834,14 @@ impl<'g> Compiler<'g> {
                 },
             },
         };
+        let mut inputs = inputs;
         match &kernel {
+            Kernel::IntegerDense(c) if c.quantizes_input() => {
+                kind.push_str(" (int8, quantized per run)");
+                if let Some((_, unquantized)) = self.quantized_per_run(id) {
+                    inputs[0] = unquantized;
+                }
+            }
             Kernel::IntegerDense(_) => kind.push_str(" (int8)"),
             Kernel::Pool(g) if g.integer_average.is_some() => kind.push_str(" (integers)"),
             _ => {}

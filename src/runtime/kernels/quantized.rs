@@ -12,6 +12,7 @@ use super::simd::{
 use super::KernelError;
 use crate::core::par;
 use crate::core::scalar::{QuantizedArithmetic, UnaryOp};
+use crate::ops::{DynamicQuantize, FittedGrid};
 
 /// A quantization grid: every value is `(q - zero_point) * scale` for an
 /// integer `q` in `min..=max`.
@@ -865,6 +866,149 @@ impl VectorKernel for PassTask<'_> {
     }
 }
 
+impl Grid {
+    /// The grid `ops::DynamicQuantize` fitted to a group's values.
+    pub(in crate::runtime) fn fitted(f: FittedGrid) -> Grid {
+        Grid {
+            scale: f.scale,
+            zero_point: f.zero_point,
+            min: f.min,
+            max: f.max,
+        }
+    }
+}
+
+/// `ops::DynamicQuantize` of a stored tensor: each group's range, then each
+/// value rounded onto the grid fitted to it, bit for bit as the op's
+/// reference computes them. One group may be stored in any layout (its
+/// padding holds 0, which widens no range and stays 0); several lie one
+/// after the other (the planner keeps such tensors row-major).
+pub(in crate::runtime) struct DynamicQuantizer {
+    pub op: DynamicQuantize,
+    /// Elements per group.
+    pub group_len: usize,
+    pub lanes: Lanes,
+}
+
+impl DynamicQuantizer {
+    pub(in crate::runtime) fn run(&self, x: &[f32], y: &mut [f32]) {
+        let len = self.group_len.max(1);
+        for (x, y) in x.chunks(len).zip(y.chunks_mut(len)) {
+            let grid = fitted_grid(&self.op, x, self.lanes);
+            let k = OntoGrid {
+                x,
+                y: y.as_mut_ptr(),
+                grid,
+            };
+            // SAFETY: `y` holds as many elements as `x`.
+            unsafe { run_vectorized(self.lanes, &k) }
+        }
+    }
+}
+
+/// The grid `op` fits to the values `x` (one group), their range found with
+/// vectors of `lanes`.
+pub(in crate::runtime) fn fitted_grid(op: &DynamicQuantize, x: &[f32], lanes: Lanes) -> Grid {
+    let k = RangeOf {
+        x,
+        found: std::cell::Cell::new((f32::INFINITY, f32::NEG_INFINITY)),
+    };
+    // SAFETY: the kernel reads `x` alone.
+    unsafe { run_vectorized(lanes, &k) };
+    let (lo, hi) = match k.found.get() {
+        (lo, hi) if lo.is_finite() && hi.is_finite() => (lo, hi),
+        // Infinities (or no value but NaN): the op's own rule.
+        _ => DynamicQuantize::range(x),
+    };
+    Grid::fitted(op.grid(lo, hi))
+}
+
+/// The least and greatest non-NaN value of `x`.
+struct RangeOf<'a> {
+    x: &'a [f32],
+    found: std::cell::Cell<(f32, f32)>,
+}
+
+impl VectorKernel for RangeOf<'_> {
+    #[inline(always)]
+    unsafe fn run<V: Vector>(&self) {
+        let x = self.x;
+        let Some(&first) = x.first() else {
+            return;
+        };
+        // `min(v, acc)` keeps `acc` where `v` is NaN.
+        let (mut lo, mut hi) = (V::splat(first), V::splat(first));
+        let whole = x.len() / V::LANES * V::LANES;
+        for at in (0..whole).step_by(V::LANES) {
+            let v = V::load(x.as_ptr().add(at));
+            (lo, hi) = (V::min(v, lo), V::max(v, hi));
+        }
+        if whole < x.len() {
+            let v = V::load_first(x.as_ptr().add(whole), x.len() - whole, first);
+            (lo, hi) = (V::min(v, lo), V::max(v, hi));
+        }
+        let (mut los, mut his) = ([0f32; MAX_LANES], [0f32; MAX_LANES]);
+        lo.store(los.as_mut_ptr());
+        hi.store(his.as_mut_ptr());
+        let found = (los[..V::LANES].iter().zip(&his[..V::LANES]))
+            .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), (&l, &h)| {
+                (if l < lo { l } else { lo }, if h > hi { h } else { hi })
+            });
+        self.found.set(found);
+    }
+}
+
+/// `x` rounded onto `grid` as `FittedGrid::dequantized` rounds it, into `y`.
+struct OntoGrid<'a> {
+    x: &'a [f32],
+    y: *mut f32,
+    grid: Grid,
+}
+
+impl VectorKernel for OntoGrid<'_> {
+    #[inline(always)]
+    unsafe fn run<V: Vector>(&self) {
+        let to_bytes = ToBytes::<V>::of(&self.grid);
+        let step = V::splat(self.grid.scale);
+        for at in (0..self.x.len()).step_by(V::LANES) {
+            let k = (self.x.len() - at).min(V::LANES);
+            let b = to_bytes.byte(load_part::<V>(self.x.as_ptr().add(at), k, 0.0));
+            let v = V::mul(V::sub(b, to_bytes.shift), step);
+            store_part(v, self.y.add(at), k);
+        }
+    }
+}
+
+/// Rounds values onto a grid's bytes (its integers less its least): `v *
+/// (1 / scale) + (zero_point - min)`, each operation rounded to f32, then
+/// rounded half to even and clamped to the bytes, NaN to 0 (as
+/// `FittedGrid::byte`). For values on the grid, their bytes.
+#[derive(Clone, Copy)]
+pub(in crate::runtime) struct ToBytes<V> {
+    inverse: V,
+    shift: V,
+    top: V,
+}
+
+impl<V: Vector> ToBytes<V> {
+    #[inline(always)]
+    pub(in crate::runtime) unsafe fn of(grid: &Grid) -> Self {
+        ToBytes {
+            inverse: V::splat(1.0 / grid.scale),
+            shift: V::splat(grid.zero_point - grid.min),
+            top: V::splat(grid.max - grid.min),
+        }
+    }
+
+    /// The bytes of the values `v`, as floats.
+    #[inline(always)]
+    pub(in crate::runtime) unsafe fn byte(self, v: V) -> V {
+        let q = V::round(V::add(V::mul(v, self.inverse), self.shift));
+        // `max` returns its second operand for NaN.
+        V::min(V::max(q, V::splat(0.0)), self.top)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -992,6 +1136,49 @@ mod tests {
                         assert_eq!(q, want, "{qa} + {qb} on {grids:?}, clamp {clamp:?}");
                     }
                 }
+            }
+        }
+    }
+
+    /// The per-run quantization of a stored tensor gives the op's reference
+    /// bit for bit on every instruction set: groups of any length (vector
+    /// tails), one and several groups, asymmetric and symmetric grids, NaN,
+    /// infinities and a group of zeros.
+    #[test]
+    fn per_run_quantization_matches_the_ops_reference() {
+        let mut rng = crate::runtime::test_support::Rng(5);
+        for case in 0..24 {
+            let op = DynamicQuantize {
+                axis: usize::from(case % 3 == 0),
+                symmetric: case % 2 == 1,
+            };
+            let group_len = 1 + rng.range(0, 70);
+            let groups = if op.axis == 0 { 1 } else { rng.range(1, 4) };
+            let shift = rng.f32s(1)[0] * 3.0;
+            let mut x: Vec<f32> = (rng.f32s(groups * group_len).iter())
+                .map(|v| v * 5.0 + shift)
+                .collect();
+            match case % 8 {
+                2 => x[group_len / 2] = f32::NAN,
+                4 => x[0] = f32::INFINITY,
+                6 => x[..group_len].fill(0.0),
+                _ => {}
+            }
+            let mut expect = vec![0f32; x.len()];
+            op.apply(&x, group_len, &mut expect);
+            for isa in crate::runtime::test_support::available_isas() {
+                let k = DynamicQuantizer {
+                    op,
+                    group_len,
+                    lanes: Lanes::for_block(isa, MAX_LANES),
+                };
+                let mut y = vec![f32::NAN; x.len()];
+                k.run(&x, &mut y);
+                let same = y
+                    .iter()
+                    .zip(&expect)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "case {case} {isa:?} {op:?}: {y:?} != {expect:?}");
             }
         }
     }

@@ -137,6 +137,7 @@ fn conv_algorithms_are_measured_once_then_read_from_the_cache() {
         threads: 1,
         grid: None,
         residual: false,
+        dynamic: None,
     };
     let options = |choice| ConvAlgoOptions {
         choice,

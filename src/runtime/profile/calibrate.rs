@@ -203,6 +203,7 @@ impl MeasuredCosts for MeasuredKernels {
                 threads: self.pool.threads(),
                 grid: None,
                 residual: false,
+                dynamic: None,
             };
             let times: &mut KernelTimes = &mut times;
             self.pool

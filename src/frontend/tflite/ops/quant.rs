@@ -30,6 +30,16 @@ pub(in crate::frontend::tflite) struct Quantization {
 }
 
 impl Quantization {
+    /// Whether the stored integers are 8-bit.
+    pub(in crate::frontend::tflite) fn is_bytes(&self) -> bool {
+        matches!(self.dtype, DType::I8 | DType::U8)
+    }
+
+    /// How many scales there are (one per tensor, or one per index of the axis).
+    pub(in crate::frontend::tflite) fn scales(&self) -> usize {
+        self.scale.len()
+    }
+
     /// `values` (one, or one per index of the axis) as a constant that
     /// broadcasts against a tensor of shape `shape`; `None` when `shape` has
     /// no such axis of that many indices.

@@ -398,9 +398,12 @@ impl ConvSpec<'_> {
     /// grid of bytes, the weights on grids of signed bytes and their sums
     /// fit in i32: what the integer kernel needs.
     fn quantized<'s>(&self, shared: &'s SharedWeights) -> Option<(Grid, &'s IntegerWeights)> {
-        let grid = self
-            .grid
-            .filter(|g| g.fits_a_byte() && sums_fit(&self.geom))?;
+        let grid = match self.dynamic {
+            // Any grid of bytes: each run fits its own.
+            Some(op) => Grid::fitted(op.grid(-1.0, 1.0)),
+            None => self.grid.filter(Grid::fits_a_byte)?,
+        };
+        sums_fit(&self.geom).then_some(())?;
         Some((grid, shared.integer(self)?))
     }
 }
@@ -493,16 +496,20 @@ pub(in crate::runtime) fn candidates(
     let auto = options.choice == ConvAlgoChoice::Auto;
     // A quantized layer's outputs are exact sums of integers, not whatever
     // is fastest (which `direct` and `winograd` still ask for).
-    if auto && spec.quantized(shared).is_some() {
+    let integers = spec.quantized(shared).is_some();
+    if auto && integers && spec.dynamic.is_none() {
         return (vec![ConvAlgo::Int8], vec![]);
     }
     // Measured against the direct kernel where they apply: narrow groups in
     // the channel lanes (with 16-channel groups either may win, by CPU and
-    // shape), few output channels with pixels in the lanes.
+    // shape), few output channels with pixels in the lanes, and integer
+    // sums where the input is quantized at every run (the float kernels then
+    // read the quantized values; few input channels are faster that way).
     let lanes = [
         (spec.geom.groups > 1 && Depthwise::applies(&spec.geom, spec.isa))
             .then_some(ConvAlgo::LaneGroups),
         PixelLanes::applies(&spec.geom).then_some(ConvAlgo::PixelLanes),
+        integers.then_some(ConvAlgo::Int8),
     ]
     .into_iter()
     .flatten()

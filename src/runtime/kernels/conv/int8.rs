@@ -23,7 +23,8 @@ use super::tile::{ChannelParams, Epilogue, TILE};
 use crate::core::{par, PageBuf};
 use crate::fusion::Activation;
 use crate::graph::UnaryOp;
-use crate::runtime::kernels::quantized::{Grid, QuantizedAdd};
+use crate::ops::DynamicQuantize;
+use crate::runtime::kernels::quantized::{fitted_grid, Grid, QuantizedAdd, ToBytes};
 use crate::runtime::kernels::simd::{
     amx, array_of, load_bytes_part, load_part, run_vectorized, store_bytes_part, store_part, Isa,
     Lanes, LookUpTable, Portable, Vector, VectorKernel, MAX_LANES,
@@ -244,6 +245,27 @@ pub struct QuantConv {
     /// What is stored for each requantized output instead of its value: a
     /// table's result at its integer less the grid's least (`fuse_table`).
     table: Option<LookUpTable>,
+    /// Where the input is quantized at every run (`ConvSpec::dynamic`):
+    /// `grid`, `zero_sums` and `scales` are then made by each run.
+    dynamic: Option<Box<DynamicInput>>,
+}
+
+/// What a convolution quantizing its own input makes its grid's constants
+/// from, per block and lane.
+struct DynamicInput {
+    op: DynamicQuantize,
+    /// The channel's weights' sum.
+    weight_sums: Vec<i32>,
+    /// The channel's weights' step.
+    weight_steps: Vec<f32>,
+}
+
+/// The input's grid and what depends on it, per block and lane: the zero
+/// byte times the weights' sum, and the grid's step times the weights'.
+struct Constants<'a> {
+    grid: Grid,
+    zero_sums: &'a [i32],
+    scales: &'a [f32],
 }
 
 /// Where a quantized convolution's outputs go.
@@ -456,7 +478,14 @@ impl QuantConv {
             pad_fill,
             ..
         } = *spec;
-        if !grid.fits_a_byte() || !sums_fit(geom) || w.scale.len() != geom.cout {
+        let scaling = Scaling::of(&epilogue, residual);
+        // A grid fitted per run leaves no integer bias to requantize with.
+        let requantized = scaling != Scaling::Float;
+        if !grid.fits_a_byte()
+            || !sums_fit(geom)
+            || w.scale.len() != geom.cout
+            || (spec.dynamic.is_some() && requantized)
+        {
             return None;
         }
         let outer = geom.clone();
@@ -520,7 +549,8 @@ impl QuantConv {
         let mut zero_sums = vec![0i32; blocks.len() * WIDTH];
         let mut scales = vec![0f32; blocks.len() * WIDTH];
         let zero = i32::from(grid.zero_byte());
-        let scaling = Scaling::of(&epilogue, residual);
+        let mut weight_sums = vec![0i32; blocks.len() * WIDTH];
+        let mut weight_steps = vec![0f32; blocks.len() * WIDTH];
         let mut bias = params.bias.to_vec();
         for (b, block) in blocks.iter().enumerate() {
             for l in 0..block.channels {
@@ -551,8 +581,17 @@ impl QuantConv {
                     }
                 };
                 zero_sums[b * WIDTH + l] = zero_sum;
+                weight_sums[b * WIDTH + l] = sum;
+                weight_steps[b * WIDTH + l] = w.scale[o];
             }
         }
+        let dynamic = spec.dynamic.map(|op| {
+            Box::new(DynamicInput {
+                op,
+                weight_sums,
+                weight_steps,
+            })
+        });
         let params = ChannelParams {
             bias: &bias,
             ..params
@@ -594,6 +633,7 @@ impl QuantConv {
             residual_staged: None,
             output: Output::Floats,
             table: None,
+            dynamic,
         })
     }
 
@@ -604,6 +644,9 @@ impl QuantConv {
     pub(in crate::runtime) fn staged_input(&self) -> Option<StagedInput> {
         let (o, s) = (&self.outer, &self.staging);
         let channels_in_order = o.groups == 1 || (o.cin / o.groups).is_multiple_of(4);
+        if self.dynamic.is_some() {
+            return None;
+        }
         let (rows, cols, top, left) = match s.source {
             Source::Padded { top, left } => (s.rows, s.cols, top, left),
             Source::Subsampled { stride: (1, 1), .. } => (o.h, o.w, 0, 0),
@@ -694,6 +737,13 @@ impl QuantConv {
         true
     }
 
+    /// Whether it quantizes its input itself, onto a grid fitted at every
+    /// run (`ConvSpec::dynamic`): it then reads the values before that
+    /// quantization.
+    pub(in crate::runtime) fn quantizes_input(&self) -> bool {
+        self.dynamic.is_some()
+    }
+
     /// Reads the input as the staged bytes the convolution before writes.
     pub(in crate::runtime) fn read_staged(&mut self) {
         self.input_staged = true;
@@ -739,9 +789,51 @@ impl QuantConv {
     /// Elements (f32) of working memory `run` needs: the staged bytes,
     /// unless the input holds them.
     pub fn scratch_len(&self) -> usize {
-        match self.input_staged {
+        let staged = match self.input_staged {
             true => 0,
             false => self.staged_bytes().div_ceil(4),
+        };
+        self.constants_len() + staged
+    }
+
+    /// Elements of working memory for the grid's constants, where each run
+    /// makes them (`zero_sums` then `scales`).
+    fn constants_len(&self) -> usize {
+        match self.dynamic {
+            Some(_) => 2 * self.zero_sums.len(),
+            None => 0,
+        }
+    }
+
+    /// The input's grid and its constants: those made at compile time, or,
+    /// where the convolution quantizes its input, those of the grid fitted
+    /// to `x`, made in `scratch` (`constants_len` elements).
+    fn constants<'a>(&'a self, x: &[f32], scratch: &'a mut [f32]) -> Constants<'a> {
+        let Some(d) = &self.dynamic else {
+            return Constants {
+                grid: self.grid,
+                zero_sums: &self.zero_sums,
+                scales: &self.scales,
+            };
+        };
+        let grid = fitted_grid(&d.op, &x[..self.outer.x_len()], self.lanes);
+        let zero = i32::from(grid.zero_byte());
+        let (zero_sums, scales) = scratch.split_at_mut(self.zero_sums.len());
+        for (to, &sum) in zero_sums.iter_mut().zip(&d.weight_sums) {
+            *to = f32::from_bits((zero * sum) as u32);
+        }
+        for (to, &step) in scales.iter_mut().zip(&d.weight_steps) {
+            *to = grid.scale * step;
+        }
+        // SAFETY: i32 and f32 have the same size and alignment, and every
+        // bit pattern is an i32.
+        let zero_sums = unsafe {
+            std::slice::from_raw_parts(zero_sums.as_ptr().cast::<i32>(), zero_sums.len())
+        };
+        Constants {
+            grid,
+            zero_sums,
+            scales,
         }
     }
 
@@ -799,12 +891,14 @@ impl QuantConv {
         assert!(residual.is_none_or(|r| r.len() >= residual_len));
         let adds = matches!(self.scaling, Scaling::Requantized { add: Some(_), .. });
         assert!(residual.is_some() || !adds, "a fused add reads its operand");
+        let (constants, scratch) = scratch.split_at_mut(self.constants_len());
+        let constants = self.constants(x, constants);
         let staged = match self.input_staged {
             true => &as_bytes(x)[..self.staged_bytes()],
             false => {
                 assert!(x.len() >= self.outer.x_len());
                 let staged = &mut as_bytes_mut(scratch)[..self.staged_bytes()];
-                self.stage(x, &mut staged[..self.pixel_bytes()]);
+                self.stage(x, &constants.grid, &mut staged[..self.pixel_bytes()]);
                 staged
             }
         };
@@ -851,7 +945,7 @@ impl QuantConv {
             let cols = cut * span..((cut + 1) * span).min(width);
             // SAFETY: the staged bytes, residual and output were checked to
             // hold the whole of their tensors.
-            unsafe { self.row(row, b, cols, staged as *const u8, res, y) }
+            unsafe { self.row(row, b, cols, staged as *const u8, res, y, &constants) }
         });
         if let Some(v) = self.pad_fill {
             let o = &self.outer;
@@ -859,17 +953,18 @@ impl QuantConv {
         }
     }
 
-    /// Writes the input as bytes (`q - min` for each value `(q - zero_point)
-    /// * scale`), padding and spare channels as the zero byte.
-    fn stage(&self, x: &[f32], staged: &mut [u8]) {
+    /// Writes the input as bytes on `grid` (`q - min` for each value `(q -
+    /// zero_point) * scale`), padding and spare channels as the zero byte.
+    fn stage(&self, x: &[f32], grid: &Grid, staged: &mut [u8]) {
         let row_bytes = self.staging.cols * self.staging.pixel;
         if row_bytes == 0 {
             return;
         }
         par::for_each_chunk_mut(staged, row_bytes, |r, row| {
-            row.fill(self.grid.zero_byte());
+            row.fill(grid.zero_byte());
             let kernel = StageRow {
                 conv: self,
+                grid,
                 x,
                 row: r,
                 bytes: row.as_mut_ptr(),
@@ -880,10 +975,12 @@ impl QuantConv {
         });
     }
 
-    /// Output columns `cols` of output row `r` (batch item and row) of block `b`.
+    /// Output columns `cols` of output row `r` (batch item and row) of block
+    /// `b`, with the input grid's `constants`.
     ///
     /// # Safety
     /// `x` holds the staged input, `res` and `y` the whole residual and output.
+    #[allow(clippy::too_many_arguments)]
     unsafe fn row(
         &self,
         r: usize,
@@ -892,6 +989,7 @@ impl QuantConv {
         x: *const u8,
         res: Option<*const f32>,
         y: *mut f32,
+        constants: &Constants,
     ) {
         let g = &self.geom;
         let s = &self.staging;
@@ -923,7 +1021,7 @@ impl QuantConv {
                 taps: &self.taps,
                 quads: self.packed_quads,
                 w,
-                zero_sums: self.zero_sums.as_ptr().add(b * WIDTH),
+                zero_sums: constants.zero_sums.as_ptr().add(b * WIDTH),
                 pixels,
                 vectors: block.channels.div_ceil(LANES),
                 start: ox,
@@ -932,7 +1030,8 @@ impl QuantConv {
             };
             let out = |first: usize, pixels: usize| {
                 let j = ox + first;
-                self.out(n, oy + j / period, b, j % period, pixels, res, y)
+                let scales = constants.scales.as_ptr().add(b * WIDTH);
+                self.out(n, oy + j / period, b, j % period, pixels, res, y, scales)
             };
             self.dots.tile(&call, &mut sums, out);
             ox += pixels;
@@ -940,7 +1039,7 @@ impl QuantConv {
     }
 
     /// Where the sums of `pixels` output pixels from column `ox` of output
-    /// row `oy` of batch item `n`, block `b`, go.
+    /// row `oy` of batch item `n`, block `b`, go, scaled by `scales`.
     ///
     /// # Safety
     /// As `row`.
@@ -954,6 +1053,7 @@ impl QuantConv {
         pixels: usize,
         res: Option<*const f32>,
         y: *mut f32,
+        scales: *const f32,
     ) -> Out<'_> {
         let g = &self.geom;
         let block = &self.blocks[b];
@@ -995,7 +1095,7 @@ impl QuantConv {
             channels: block.channels,
             lane_offsets,
             lane_runs,
-            scales: self.scales.as_ptr().add(b * WIDTH),
+            scales,
             bias: self.params.as_ptr().add(b * WIDTH),
             epilogue: self.epilogue,
             scaling: self.scaling,
@@ -1049,6 +1149,7 @@ fn staged_offsets(
 /// to `bytes`.
 struct StageRow<'a> {
     conv: &'a QuantConv,
+    grid: &'a Grid,
     x: &'a [f32],
     row: usize,
     bytes: *mut u8,
@@ -1058,33 +1159,10 @@ struct StageRow<'a> {
 /// through at a time.
 const SEGMENT_BYTES: usize = 4096;
 
-/// Rounds input values onto the grid's bytes.
-#[derive(Clone, Copy)]
-struct ToBytes<V> {
-    inverse: V,
-    shift: V,
-}
-
-impl<V: Vector> ToBytes<V> {
-    #[inline(always)]
-    unsafe fn of(grid: &Grid) -> Self {
-        ToBytes {
-            inverse: V::splat(1.0 / grid.scale),
-            shift: V::splat(grid.zero_point - grid.min),
-        }
-    }
-
-    /// Quantizes the `k` floats at `from` to the bytes at `to`.
-    #[inline(always)]
-    unsafe fn part(self, from: *const f32, to: *mut u8, k: usize) {
-        let v = load_part::<V>(from, k, 0.0);
-        // On the grid, v / scale + shift is within rounding of an integer
-        // in 0..=255; NaN (on no grid) becomes 0, as `max` returns its
-        // second operand for it.
-        let q = V::round(V::fma(v, self.inverse, self.shift));
-        let q = V::min(V::max(q, V::splat(0.0)), V::splat(255.0));
-        store_bytes_part(q, to, k);
-    }
+/// Quantizes the `k` floats at `from` to the bytes at `to`.
+#[inline(always)]
+unsafe fn stage_part<V: Vector>(to_bytes: ToBytes<V>, from: *const f32, to: *mut u8, k: usize) {
+    store_bytes_part(to_bytes.byte(load_part::<V>(from, k, 0.0)), to, k);
 }
 
 impl VectorKernel for StageRow<'_> {
@@ -1092,7 +1170,7 @@ impl VectorKernel for StageRow<'_> {
     unsafe fn run<V: Vector>(&self) {
         let s = &self.conv.staging;
         let o = &self.conv.outer;
-        let to_bytes = ToBytes::<V>::of(&self.conv.grid);
+        let to_bytes = ToBytes::<V>::of(self.grid);
         if o.x_cb <= SEGMENT_BYTES && s.runs.iter().all(|r| r.len < V::LANES) {
             return self.by_segments(to_bytes);
         }
@@ -1108,7 +1186,7 @@ impl VectorKernel for StageRow<'_> {
             for run in &s.runs {
                 for i in (0..run.len).step_by(V::LANES) {
                     let k = (run.len - i).min(V::LANES);
-                    to_bytes.part(from.add(run.elem + i), to.add(run.byte + i), k);
+                    stage_part(to_bytes, from.add(run.elem + i), to.add(run.byte + i), k);
                 }
             }
         }
@@ -1154,7 +1232,7 @@ impl StageRow<'_> {
                     let from = self.x[at..at + pixels * cb].as_ptr();
                     for i in (0..pixels * cb).step_by(V::LANES) {
                         let k = (pixels * cb - i).min(V::LANES);
-                        to_bytes.part(from.add(i), quantized.as_mut_ptr().add(i), k);
+                        stage_part(to_bytes, from.add(i), quantized.as_mut_ptr().add(i), k);
                     }
                     let first_run = next;
                     while next < s.runs.len() && s.runs[next].elem < (b + 1) * block {

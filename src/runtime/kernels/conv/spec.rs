@@ -3,6 +3,7 @@
 
 use super::direct::ConvGeom;
 use super::tile::{ChannelParams, Epilogue};
+use crate::ops::DynamicQuantize;
 use crate::runtime::kernels::quantized::Grid;
 use crate::runtime::kernels::simd::Isa;
 
@@ -27,4 +28,7 @@ pub struct ConvSpec<'a> {
     pub grid: Option<Grid>,
     /// Whether a residual is added to every output before the epilogue.
     pub residual: bool,
+    /// The input is rounded at every run onto one grid fitted to its values
+    /// (`ops::DynamicQuantize`), which the integer kernel may do itself.
+    pub dynamic: Option<DynamicQuantize>,
 }

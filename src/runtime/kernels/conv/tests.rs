@@ -7,7 +7,7 @@
 
 use crate::core::scalar::QuantizedArithmetic::Onnxruntime;
 use crate::fusion::Activation;
-use crate::graph::UnaryOp;
+use crate::graph::{DynamicQuantize, UnaryOp};
 use crate::runtime::kernels::conv::algo::ConvSpec;
 use crate::runtime::kernels::conv::depthwise::Depthwise;
 use crate::runtime::kernels::conv::direct::{ConvGeom, PackedConv};
@@ -819,6 +819,7 @@ fn int8_conv_sums_quantized_values_exactly() {
                 threads: 1,
                 grid: Some(grid),
                 residual: tail.residual.is_some(),
+                dynamic: None,
             };
             let conv = QuantConv::with_tiles(&spec, grid, &weights, tiles).expect("bytes");
             flat += usize::from(conv.runs_flat());
@@ -835,6 +836,64 @@ fn int8_conv_sums_quantized_values_exactly() {
     }
     // Cases 6, 20, 34 and 48 run flat where the CPU has AMX.
     assert!(flat >= 4 || !amx::available(), "{flat} cases ran flat rows");
+}
+
+/// A quantized convolution that quantizes its float input itself, onto the
+/// grid `DynamicQuantize` fits to it at every run (TFLite's hybrid
+/// kernels), computes the float convolution of the op's reference output:
+/// asymmetric and symmetric grids, the quantization cases' geometries and
+/// weights on every instruction set, with a bias and a relu. The input's
+/// padding channels hold 0, as the op's padding requirement makes the
+/// planner keep them.
+#[test]
+fn int8_conv_quantizing_its_input_per_run_matches_the_ops_reference() {
+    let isas = available_isas();
+    let mut rng = Rng(41);
+    for case in 0..28 {
+        let QuantCase {
+            g, steps: _, wt, ..
+        } = quant_case(case, false, &mut rng);
+        let op = DynamicQuantize {
+            axis: 0,
+            symmetric: case % 2 == 1,
+        };
+        let offset = rng.f32s(1)[0] * 2.0;
+        let x: Vec<f32> = (rng.f32s(g.n * g.cin * g.h * g.w).iter())
+            .map(|v| v * 3.0 + offset)
+            .collect();
+        let mut on_grid = vec![0f32; x.len()];
+        op.apply(&x, x.len(), &mut on_grid);
+        let bias = rng.f32s(g.cout);
+        let expect = naive_conv(&g, &on_grid, &wt, &bias);
+        let weights = IntegerWeights::recover(&wt, g.cout).expect("weights on a grid");
+        let mut xb = Blocked::input_of(&g).scatter(&x);
+        xb.iter_mut().filter(|v| v.is_nan()).for_each(|v| *v = 0.0);
+        let y_blocks = Blocked::output_of(&g);
+        let relu = FusedTail {
+            residual: None,
+            lo: 0.0,
+            hi: f32::INFINITY,
+            act: None,
+            slope: None,
+        };
+        // Any grid of bytes: each run fits its own.
+        let any = Grid::fitted(op.grid(-1.0, 1.0));
+        for &isa in &isas {
+            let spec = ConvSpec {
+                grid: None,
+                dynamic: Some(op),
+                ..quant_spec(&g, isa, &wt, &bias, relu.epilogue(), any)
+            };
+            let conv = QuantConv::new(&spec, any, &weights).expect("a grid of bytes");
+            assert!(conv.quantizes_input());
+            let mut y = vec![f32::NAN; g.y_len()];
+            let mut scratch = vec![f32::NAN; conv.scratch_len()];
+            conv.run(&xb, None, &mut y, &mut scratch);
+            let close = |got: f64, e: f64| (got - e).abs() <= 1e-5 * (1.0 + e.abs());
+            let what = format!("case {case} {isa:?} {g:?} {op:?}");
+            y_blocks.check(&y, &expect, relu, true, close, &what);
+        }
+    }
 }
 
 /// A quantized convolution whose output is rounded onto a grid is
@@ -926,6 +985,7 @@ fn int8_conv_requantizes_onto_the_output_grid_as_integer_kernels_do() {
                 threads: 1,
                 grid: Some(grid),
                 residual: false,
+                dynamic: None,
             };
             let conv = QuantConv::new(&spec, grid, &weights).expect("a grid of bytes");
             let mut y = vec![f32::NAN; g.y_len()];
@@ -968,6 +1028,7 @@ fn quant_spec<'a>(
         threads: 1,
         grid: Some(grid),
         residual: false,
+        dynamic: None,
     }
 }
 
@@ -1286,6 +1347,7 @@ fn winograd_errors_come_from_the_store_when_it_has_them() {
             threads: 1,
             grid: None,
             residual: false,
+            dynamic: None,
         };
         let mut store = Store {
             answer,
