@@ -891,34 +891,44 @@ pub(in crate::runtime) struct DynamicQuantizer {
 }
 
 impl DynamicQuantizer {
+    /// Each group of `x` onto its grid, into `y`; a group's range and its
+    /// values are split over the threads.
     pub(in crate::runtime) fn run(&self, x: &[f32], y: &mut [f32]) {
         let len = self.group_len.max(1);
         for (x, y) in x.chunks(len).zip(y.chunks_mut(len)) {
             let grid = fitted_grid(&self.op, x, self.lanes);
-            let k = OntoGrid {
-                x,
-                y: y.as_mut_ptr(),
-                grid,
-            };
-            // SAFETY: `y` holds as many elements as `x`.
-            unsafe { run_vectorized(self.lanes, &k) }
+            par::for_each_chunk_mut(y, ELEMENTS_PER_TASK, |i, y| {
+                let k = OntoGrid {
+                    x: &x[i * ELEMENTS_PER_TASK..][..y.len()],
+                    y: y.as_mut_ptr(),
+                    grid,
+                };
+                // SAFETY: `y` holds as many elements as the part of `x`.
+                unsafe { run_vectorized(self.lanes, &k) }
+            });
         }
     }
 }
 
 /// The grid `op` fits to the values `x` (one group), their range found with
-/// vectors of `lanes`.
+/// vectors of `lanes`, in parts over the threads.
 pub(in crate::runtime) fn fitted_grid(op: &DynamicQuantize, x: &[f32], lanes: Lanes) -> Grid {
-    let k = RangeOf {
-        x,
-        found: std::cell::Cell::new((f32::INFINITY, f32::NEG_INFINITY)),
-    };
-    // SAFETY: the kernel reads `x` alone.
-    unsafe { run_vectorized(lanes, &k) };
-    let (lo, hi) = match k.found.get() {
-        (lo, hi) if lo.is_finite() && hi.is_finite() => (lo, hi),
+    let none = (f32::INFINITY, f32::NEG_INFINITY);
+    let mut parts = vec![none; x.len().div_ceil(ELEMENTS_PER_TASK)];
+    par::for_each_chunk_mut(&mut parts, 1, |i, found| {
+        let k = RangeOf {
+            x: &x[i * ELEMENTS_PER_TASK..((i + 1) * ELEMENTS_PER_TASK).min(x.len())],
+            found: std::cell::Cell::new(none),
+        };
+        // SAFETY: the kernel reads its part of `x` alone.
+        unsafe { run_vectorized(lanes, &k) };
+        found[0] = k.found.get();
+    });
+    let (lo, hi) = (parts.iter()).fold(none, |(lo, hi), &(l, h)| (lo.min(l), hi.max(h)));
+    let (lo, hi) = match lo.is_finite() && hi.is_finite() {
+        true => (lo, hi),
         // Infinities (or no value but NaN): the op's own rule.
-        _ => DynamicQuantize::range(x),
+        false => DynamicQuantize::range(x),
     };
     Grid::fitted(op.grid(lo, hi))
 }
@@ -933,18 +943,15 @@ impl VectorKernel for RangeOf<'_> {
     #[inline(always)]
     unsafe fn run<V: Vector>(&self) {
         let x = self.x;
-        let Some(&first) = x.first() else {
-            return;
-        };
-        // `min(v, acc)` keeps `acc` where `v` is NaN.
-        let (mut lo, mut hi) = (V::splat(first), V::splat(first));
+        // `min(v, acc)` keeps `acc` where `v` is NaN, so NaN fills the tail.
+        let (mut lo, mut hi) = (V::splat(f32::INFINITY), V::splat(f32::NEG_INFINITY));
         let whole = x.len() / V::LANES * V::LANES;
         for at in (0..whole).step_by(V::LANES) {
             let v = V::load(x.as_ptr().add(at));
             (lo, hi) = (V::min(v, lo), V::max(v, hi));
         }
         if whole < x.len() {
-            let v = V::load_first(x.as_ptr().add(whole), x.len() - whole, first);
+            let v = V::load_first(x.as_ptr().add(whole), x.len() - whole, f32::NAN);
             (lo, hi) = (V::min(v, lo), V::max(v, hi));
         }
         let (mut los, mut his) = ([0f32; MAX_LANES], [0f32; MAX_LANES]);
