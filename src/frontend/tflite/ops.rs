@@ -953,15 +953,15 @@ impl<'a> Cx<'_, 'a> {
             .add_constant(&name, c, vec![self.span.clone()]))
     }
 
-    /// The number of scales of the weights (input 1) where the operator is
-    /// a hybrid one: float input 0, weights quantized to 8 bits. TFLite's
+    /// Where the operator is a hybrid one (float input 0, weights quantized
+    /// to 8 bits), whether the weights' scales differ per channel. TFLite's
     /// hybrid kernels quantize their input at every run.
-    fn hybrid_weights(&self) -> Res<Option<usize>> {
+    fn hybrid_weights(&self) -> Res<Option<bool>> {
         let (x, w) = (self.tensor_input(0)?, self.tensor_input(1)?);
         let float_input = self.imp.quantization(x)?.is_none()
             && super::dtype_of(self.imp.tensor(x).tensor_type()) == Some(DType::F32);
         Ok(match self.imp.quantization(w)? {
-            Some(q) if float_input && q.is_bytes() => Some(q.scales()),
+            Some(q) if float_input && q.is_bytes() => Some(q.per_channel()),
             _ => None,
         })
     }
@@ -1025,10 +1025,11 @@ impl<'a> Cx<'_, 'a> {
         act: i8,
     ) -> Res<ValueRef> {
         let x = self.nhwc_input_as_nchw()?;
-        // Per-channel weights: each batch item quantized on a grid of its
-        // own range; one scale: symmetric (TFLite's conv kernels).
+        // Each batch item quantized on a grid of its own range: asymmetric
+        // where the weights' scales differ per channel, else symmetric
+        // (TFLite's conv kernels).
         let x = match self.hybrid_weights()? {
-            Some(scales) => self.quantized_per_run(x, 1, scales == 1)?,
+            Some(per_channel) => self.quantized_per_run(x, 1, !per_channel)?,
             None => x,
         };
         let w = self.weights(1, w_perm)?;

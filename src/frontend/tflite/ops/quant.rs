@@ -35,9 +35,10 @@ impl Quantization {
         matches!(self.dtype, DType::I8 | DType::U8)
     }
 
-    /// How many scales there are (one per tensor, or one per index of the axis).
-    pub(in crate::frontend::tflite) fn scales(&self) -> usize {
-        self.scale.len()
+    /// Whether the scales differ along the axis (equal ones are one
+    /// per-tensor scale, as TFLite's kernels read them).
+    pub(in crate::frontend::tflite) fn per_channel(&self) -> bool {
+        self.scale.iter().any(|&s| s != self.scale[0])
     }
 
     /// `values` (one, or one per index of the axis) as a constant that
