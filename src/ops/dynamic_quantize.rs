@@ -23,6 +23,7 @@
 //! DynamicQuantizeLinear divides by the step instead: a value within an ulp
 //! of a half step may round the other way).
 
+use super::onnx::*;
 use super::shape::*;
 use super::*;
 use crate::core::{numel, Tensor, TensorData, ValueType};
@@ -177,6 +178,77 @@ impl OpDef for DynamicQuantize {
     fn runs_in(&self, l: &Layout, ins: &[&ValueType]) -> bool {
         let groups = numel(&ins[0].shape[..self.axis.min(ins[0].shape.len())]);
         groups == 1 || l.is_identity()
+    }
+
+    /// The arithmetic above as ONNX ops: each group's range by ReduceMin
+    /// and ReduceMax, the step (1 where its reciprocal is infinite), the
+    /// zero point, the bytes and their values. (ONNX's DynamicQuantizeLinear
+    /// divides by the step, and takes one grid, asymmetric.)
+    fn to_onnx(&self, cx: OnnxCx) -> Result<Vec<String>, OpError> {
+        let (b, inputs, types, outputs) = cx.parts();
+        let x = inputs[0].clone();
+        let rank = types[0].shape.len();
+        let axes: Vec<i64> = (self.axis.min(rank)..rank).map(|a| a as i64).collect();
+        let f =
+            |b: &mut dyn OnnxWriter, what: &str, v: f32| b.constant(what, &Tensor::scalar_f32(v));
+        let zero = f(b, "zero", 0.0);
+        let reduce = |b: &mut dyn OnnxWriter, op: &str, with_zero: &str| {
+            let mut attrs = vec![("keepdims", Attr::Int(1))];
+            let mut ins = vec![x.clone()];
+            match b.opset() >= 18 {
+                true => ins.push(b.ints("axes", &axes)),
+                false => attrs.push(("axes", Attr::Ints(axes.clone()))),
+            }
+            let r = b.node(op, &ins, attrs, None);
+            b.node(with_zero, &[r, zero.clone()], vec![], None)
+        };
+        let lo = reduce(b, "ReduceMin", "Min");
+        let hi = reduce(b, "ReduceMax", "Max");
+        let (min, max) = match self.symmetric {
+            true => (-127.0, 127.0),
+            false => (0.0, 255.0),
+        };
+        let spread = match self.symmetric {
+            true => {
+                let below = b.node("Neg", std::slice::from_ref(&lo), vec![], None);
+                b.node("Max", &[below, hi], vec![], None)
+            }
+            false => b.node("Sub", &[hi, lo.clone()], vec![], None),
+        };
+        let levels = f(b, "levels", if self.symmetric { 127.0 } else { 255.0 });
+        let step = b.node("Div", &[spread, levels], vec![], None);
+        let inverse = b.node("Reciprocal", std::slice::from_ref(&step), vec![], None);
+        let degenerate = b.node("IsInf", std::slice::from_ref(&inverse), vec![], None);
+        let one = f(b, "one", 1.0);
+        let step = b.node(
+            "Where",
+            &[degenerate.clone(), one.clone(), step],
+            vec![],
+            None,
+        );
+        let inverse = b.node("Where", &[degenerate, one, inverse], vec![], None);
+        let shift = match self.symmetric {
+            true => f(b, "shift", -min),
+            false => {
+                let below = b.node("Neg", &[lo], vec![], None);
+                let at = b.node("Div", &[below, step.clone()], vec![], None);
+                let at = b.node("Round", &[at], vec![], None);
+                let (lo_c, hi_c) = (f(b, "least", min), f(b, "greatest", max));
+                b.node("Clip", &[at, lo_c, hi_c], vec![], None)
+            }
+        };
+        let scaled = b.node("Mul", &[x.clone(), inverse], vec![], None);
+        let shifted = b.node("Add", &[scaled, shift.clone()], vec![], None);
+        let rounded = b.node("Round", &[shifted], vec![], None);
+        let top = f(b, "top", max - min);
+        let byte = b.node("Clip", &[rounded, zero, top], vec![], None);
+        let centered = b.node("Sub", &[byte, shift], vec![], None);
+        Ok(single(b, outputs, "Mul", &[centered, step], vec![]))
+    }
+
+    fn min_onnx_opset(&self) -> i64 {
+        // Clip's bounds as inputs.
+        11
     }
 
     fn pad_flow(&self, inputs: &[PadValue], padded: &[usize]) -> PadFlow {

@@ -12,6 +12,8 @@
 use crate::support::bundled::{load_test_data, load_test_data_set};
 use crate::support::compare::{assert_outputs_match, max_abs_err};
 use layoutopt::api::{load_model, Costs, PlanLayouts, PlannerKind, TargetFamily};
+use layoutopt::export::{export_bytes, ExportOptions};
+use layoutopt::frontend::onnx::{import_onnx, ImportOptions};
 use layoutopt::graph::{Graph, Op, Tensor, UnaryOp};
 use layoutopt::runtime::{CompiledModel, ConvAlgo, Isa, RuntimeOptions};
 use std::path::{Path, PathBuf};
@@ -398,4 +400,22 @@ fn hybrid_tflite_layers_quantize_their_input_in_their_own_step() {
         "{steps:#?}"
     );
     assert_eq!(in_kernels + apart, 2, "{steps:#?}");
+}
+
+/// A dynamic-range model's per-run quantizations export as the ONNX ops of
+/// their arithmetic: the exported plan, read back and run by the reference
+/// executor, gives the interpreter's recorded outputs as the model does.
+#[test]
+fn per_run_quantizations_export_to_onnx() {
+    let g = load_model(&quant_dir("tflite_dynamic").join("model.tflite")).unwrap();
+    let planned = PlanLayouts::new(PlannerKind::Global, TargetFamily::Nchwc(16))
+        .with_costs(Costs::BuiltIn)
+        .plan(&g)
+        .unwrap();
+    let bytes = export_bytes(&planned.graph, &ExportOptions::default()).unwrap();
+    let back = import_onnx(&bytes, "exported.onnx", None, &ImportOptions::default()).unwrap();
+    let (inputs, expected) = load_test_data(&quant_dir("tflite_dynamic"));
+    let out = layoutopt::reference::run(&back, &inputs).unwrap();
+    let (err, mag) = max_abs_err(&expected[0], &out[0]);
+    assert!(err <= 1e-5 * mag, "error {err} against {mag}");
 }
