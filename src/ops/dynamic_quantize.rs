@@ -71,14 +71,19 @@ impl FittedGrid {
 }
 
 impl DynamicQuantize {
+    /// The least and greatest integer of its grids.
+    fn integers(&self) -> (f32, f32) {
+        match self.symmetric {
+            true => (-127.0, 127.0),
+            false => (0.0, 255.0),
+        }
+    }
+
     /// The grid of a group whose least and greatest non-NaN values are `lo`
     /// and `hi` (`lo > hi` for a group of NaN alone).
     pub fn grid(&self, lo: f32, hi: f32) -> FittedGrid {
         let (lo, hi) = (lo.min(0.0), hi.max(0.0));
-        let (min, max) = match self.symmetric {
-            true => (-127.0, 127.0),
-            false => (0.0, 255.0),
-        };
+        let (min, max) = self.integers();
         let scale = match self.symmetric {
             true => (-lo).max(hi) / 127.0,
             false => (hi - lo) / 255.0,
@@ -204,10 +209,7 @@ impl OpDef for DynamicQuantize {
         };
         let lo = reduce(b, "ReduceMin", "Min");
         let hi = reduce(b, "ReduceMax", "Max");
-        let (min, max) = match self.symmetric {
-            true => (-127.0, 127.0),
-            false => (0.0, 255.0),
-        };
+        let (min, max) = self.integers();
         let spread = match self.symmetric {
             true => {
                 let below = b.node("Neg", std::slice::from_ref(&lo), vec![], None);

@@ -746,8 +746,7 @@ impl<'g> Compiler<'g> {
         }
         let per_run = self.quantized_per_run(id);
         let grid = match per_run {
-            // Any grid of bytes: each run fits its own.
-            Some((op, _)) => Grid::fitted(op.grid(-1.0, 1.0)),
+            Some((op, _)) => Grid::any_fitted(&op),
             None => self.input_grid(id).filter(Grid::fits_a_byte)?,
         };
         let bias = match bias {

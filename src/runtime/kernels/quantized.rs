@@ -876,6 +876,12 @@ impl Grid {
             max: f.max,
         }
     }
+
+    /// A grid of bytes `op` may fit: what a kernel quantizing its input per
+    /// run is built with, each run fitting its own.
+    pub(in crate::runtime) fn any_fitted(op: &DynamicQuantize) -> Grid {
+        Grid::fitted(op.grid(-1.0, 1.0))
+    }
 }
 
 /// `ops::DynamicQuantize` of a stored tensor: each group's range, then each

@@ -399,8 +399,7 @@ impl ConvSpec<'_> {
     /// fit in i32: what the integer kernel needs.
     fn quantized<'s>(&self, shared: &'s SharedWeights) -> Option<(Grid, &'s IntegerWeights)> {
         let grid = match self.dynamic {
-            // Any grid of bytes: each run fits its own.
-            Some(op) => Grid::fitted(op.grid(-1.0, 1.0)),
+            Some(op) => Grid::any_fitted(&op),
             None => self.grid.filter(Grid::fits_a_byte)?,
         };
         sums_fit(&self.geom).then_some(())?;

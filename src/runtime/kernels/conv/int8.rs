@@ -642,11 +642,12 @@ impl QuantConv {
     /// in order (a strided 1x1 window) or its channels not the bytes in
     /// order (groups of channels padded to lanes of four).
     pub(in crate::runtime) fn staged_input(&self) -> Option<StagedInput> {
-        let (o, s) = (&self.outer, &self.staging);
-        let channels_in_order = o.groups == 1 || (o.cin / o.groups).is_multiple_of(4);
+        // Nothing before writes bytes on a grid fitted per run.
         if self.dynamic.is_some() {
             return None;
         }
+        let (o, s) = (&self.outer, &self.staging);
+        let channels_in_order = o.groups == 1 || (o.cin / o.groups).is_multiple_of(4);
         let (rows, cols, top, left) = match s.source {
             Source::Padded { top, left } => (s.rows, s.cols, top, left),
             Source::Subsampled { stride: (1, 1), .. } => (o.h, o.w, 0, 0),
