@@ -22,6 +22,11 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+/// Large buffers (decoded weights, packed kernels) on huge pages, as in the
+/// command line.
+#[global_allocator]
+static ALLOCATOR: layoutopt::core::HugePageAdvice = layoutopt::core::HugePageAdvice;
+
 pyo3::create_exception!(
     _native,
     Error,

@@ -20,7 +20,7 @@ pub use choice::{parse_choice, UnknownChoice};
 pub(crate) use layout::tests;
 pub use layout::{with_fill, AlgebraError, Digit, Layout};
 pub use pad::{Assumption, NotAPadValue, PadFlow, PadValue, Requirement};
-pub use pages::PageBuf;
+pub use pages::{HugePageAdvice, PageBuf};
 pub use span::{format_spans, format_spans_portable, merge_spans, Span};
 pub use tensor::{
     checked_numel, next_index, numel, strides, DType, Rearrange, Tensor, TensorData, TensorError,

@@ -189,7 +189,10 @@ impl<'g> Compiler<'g> {
     }
 
     /// The logical f32 values of constant input `i` of a node.
-    fn const_input(&self, id: NodeId, i: usize) -> Option<Vec<f32>> {
+    /// Constant f32 input `i` of node `id` in its logical layout: borrowed
+    /// from the graph where it is stored so (a copy of a large model's
+    /// weights was a sixth of its warm compile).
+    fn const_input(&self, id: NodeId, i: usize) -> Option<Cow<'g, [f32]>> {
         let v = *self.g.node_inputs(id).get(i)?;
         let t = self.g.constant(v)?;
         if t.dtype() != DType::F32 {
@@ -197,9 +200,9 @@ impl<'g> Compiler<'g> {
         }
         let (layout, logical) = input_layout(self.g, id, i)?;
         if layout.is_identity() {
-            return Some(t.to_f32());
+            return Some(t.f32s());
         }
-        Some(layout.from_physical(t, &logical).ok()?.to_f32())
+        Some(Cow::Owned(layout.from_physical(t, &logical).ok()?.to_f32()))
     }
 
     fn is_f32(&self, v: ValueRef) -> bool {
@@ -277,15 +280,17 @@ impl<'g> Compiler<'g> {
         let mut bias = match self.g.node_inputs(id).len() {
             3 => self
                 .const_input(id, 2)
-                .ok_or_else(|| self.at(id, "conv bias is not a constant"))?,
+                .ok_or_else(|| self.at(id, "conv bias is not a constant"))?
+                .into_owned(),
             _ => vec![0.0; geom.cout],
         };
         let mut w = w;
         if let Some(bn) = bn {
+            let w = w.to_mut();
             let Op::BatchNorm(BatchNorm { epsilon }) = inner(self.g, bn).0 else {
                 unreachable!("fusion only takes batch norms")
             };
-            let p: Vec<Vec<f32>> = (1..5)
+            let p: Vec<Cow<[f32]>> = (1..5)
                 .map(|i| self.const_input(bn, i).unwrap_or_default())
                 .collect();
             if p.iter().any(|v| v.len() != geom.cout) {
@@ -308,7 +313,7 @@ impl<'g> Compiler<'g> {
                     .ok_or_else(|| self.at(last, "PRelu slope is not an f32 constant"))?;
                 Some(match s[..] {
                     [one] => vec![one; geom.cout],
-                    _ => s,
+                    _ => s.into_owned(),
                 })
             }
             _ => None,
@@ -1288,14 +1293,19 @@ impl<'g> Compiler<'g> {
         if !out.layout.padded_axes(out.shape).ok()?.is_empty() {
             return None;
         }
-        let p: Vec<Vec<f32>> = (1..5)
+        let p: Vec<Cow<[f32]>> = (1..5)
             .map(|i| self.const_input(id, i))
             .collect::<Option<_>>()?;
         if p.iter().any(|v| v.len() != channels) {
             return None;
         }
         let (mut scale, mut shift) = (vec![], vec![]);
-        for (((&g, &b), &m), &v) in p[0].iter().zip(&p[1]).zip(&p[2]).zip(&p[3]) {
+        for (((&g, &b), &m), &v) in p[0]
+            .iter()
+            .zip(p[1].iter())
+            .zip(p[2].iter())
+            .zip(p[3].iter())
+        {
             let [g, b, m, v] = [g, b, m, v].map(f64::from);
             let s = g / (v + epsilon as f64).sqrt();
             scale.push(s as f32);
@@ -1318,7 +1328,7 @@ impl<'g> Compiler<'g> {
         port: usize,
         out: &Stored,
     ) -> Option<(Vec<usize>, Vec<f32>)> {
-        let values = self.const_input(id, port)?;
+        let values = self.const_input(id, port)?.into_owned();
         let (_, logical) = input_layout(self.g, id, port)?;
         let lift = out.shape.len().checked_sub(logical.len())?;
         let mut shape = vec![1; lift];
