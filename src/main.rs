@@ -12,7 +12,7 @@ use std::process::ExitCode;
 /// Large buffers (decoded weights, packed kernels, measured kernels' outputs)
 /// on huge pages: fewer page faults in import, plan and compile.
 #[global_allocator]
-static ALLOCATOR: layoutopt::core::HugePageAdvice = layoutopt::core::HugePageAdvice;
+static ALLOCATOR: layoutopt::api::HugePageAdvice = layoutopt::api::HugePageAdvice;
 
 #[derive(Parser)]
 #[command(

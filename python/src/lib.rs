@@ -25,7 +25,7 @@ use std::sync::Arc;
 /// Large buffers (decoded weights, packed kernels) on huge pages, as in the
 /// command line.
 #[global_allocator]
-static ALLOCATOR: layoutopt::core::HugePageAdvice = layoutopt::core::HugePageAdvice;
+static ALLOCATOR: layoutopt::api::HugePageAdvice = layoutopt::api::HugePageAdvice;
 
 pyo3::create_exception!(
     _native,

@@ -84,7 +84,7 @@ use std::io::Read;
 use std::path::Path;
 
 pub use crate::core::budget::{parse_bytes, set_limit as set_memory_limit, MEMORY_LIMIT_ENV};
-pub use crate::core::Layout;
+pub use crate::core::{HugePageAdvice, Layout};
 pub use crate::frontend::bounds::{DimRange, ShapeBounds};
 pub use crate::frontend::npy::{read_npy, read_npz, write_npy};
 pub use crate::frontend::onnx::{load_tensor_pb, ImportError, ImportOptions};
