@@ -153,8 +153,8 @@ impl Default for PageBuf {
 /// copied once). The advice covers the allocation's aligned interior only,
 /// so no byte outside it is mapped; smaller allocations are left as they
 /// are, and so is everything where the kernel gives no advice. Installed by
-/// the command line (`#[global_allocator]`); a program embedding the library
-/// may install it too.
+/// the command line and the Python package (`#[global_allocator]`); a
+/// program embedding the library may install it too.
 pub struct HugePageAdvice;
 
 /// Allocations of at least this many bytes are advised.

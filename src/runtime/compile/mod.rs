@@ -188,8 +188,7 @@ impl<'g> Compiler<'g> {
         }
     }
 
-    /// The logical f32 values of constant input `i` of a node.
-    /// Constant f32 input `i` of node `id` in its logical layout: borrowed
+    /// The logical f32 values of constant input `i` of node `id`: borrowed
     /// from the graph where it is stored so (a copy of a large model's
     /// weights was a sixth of its warm compile).
     fn const_input(&self, id: NodeId, i: usize) -> Option<Cow<'g, [f32]>> {
