@@ -708,6 +708,7 @@ impl FnEmitter<'_, '_, '_> {
                     Intrinsic::Math(f) => self.call_f32(rt::math_fn(*f), x),
                     Intrinsic::Tanh => emitted::emit(&mut self.b, x, vecmath::tanh),
                     Intrinsic::Erf => emitted::emit(&mut self.b, x, vecmath::erf),
+                    Intrinsic::Sigmoid => emitted::emit(&mut self.b, x, vecmath::sigmoid),
                     Intrinsic::Pow => {
                         let y = args.get(1).ok_or_else(|| {
                             CodegenError::Type(format!("pow without exponent: {e}"))
@@ -1629,6 +1630,7 @@ impl FnEmitter<'_, '_, '_> {
                     Intrinsic::Exp => Some(|b, x| emitted::emit(b, x, vecmath::exp)),
                     Intrinsic::Tanh => Some(|b, x| emitted::emit(b, x, vecmath::tanh)),
                     Intrinsic::Erf => Some(|b, x| emitted::emit(b, x, vecmath::erf)),
+                    Intrinsic::Sigmoid => Some(|b, x| emitted::emit(b, x, vecmath::sigmoid)),
                     _ => None,
                 };
                 match inline {

@@ -1,6 +1,6 @@
 //! `core::vecmath` emitted as Cranelift IR: the lane operations of `LaneOps` on
 //! the values of the function being built, one f32 or four lanes of F32X4, so
-//! generated code computes exp, tanh and erf with the very operations of the
+//! generated code computes exp, tanh, erf and sigmoid with the very operations of the
 //! scalar definition and the SIMD kernels.
 
 use std::marker::PhantomData;
@@ -117,5 +117,17 @@ impl<'b, 'f> LaneOps for Lane<'b, 'f> {
             y = cx.b.ins().fmul(y, power);
         }
         Lane(y, PhantomData)
+    }
+    #[inline(always)]
+    fn mul_pow2_normal(cx: &mut Emitter<'b, 'f>, a: Self, n: Self) -> Self {
+        // (2a) · 2^(n − 1), one normal power of two in the exponent bits.
+        let int = cx.ty.as_int();
+        let n = cx.b.ins().fcvt_to_sint_sat(int, n.0);
+        let bias = cx.int_splat(126);
+        let e = cx.b.ins().iadd(n, bias);
+        let bits = cx.b.ins().ishl_imm_u(e, 23);
+        let power = cx.b.ins().bitcast(cx.ty, MemFlagsData::new(), bits);
+        let twice = cx.b.ins().fadd(a.0, a.0);
+        Lane(cx.b.ins().fmul(twice, power), PhantomData)
     }
 }

@@ -257,6 +257,8 @@ pub trait Scalar:
     fn tanh(self) -> Self;
     /// The error function.
     fn erf(self) -> Self;
+    /// The logistic function 1 / (1 + e^−self).
+    fn sigmoid(self) -> Self;
     /// self^e.
     fn pow(self, e: Self) -> Self;
     /// |self| (NaN stays NaN).
@@ -274,11 +276,12 @@ pub trait Scalar:
     fn math(self, f: MathFn) -> Self;
 }
 
-/// `Scalar` for a float type; `$exp`, `$tanh` and `$erf` are its elementary
-/// functions: for f64 (the reference) the library's and the series below, for
-/// f32 those of `vecmath`, which the compiled code and the SIMD kernels run too.
+/// `Scalar` for a float type; `$exp`, `$tanh`, `$erf` and `$sigmoid` are its
+/// elementary functions: for f64 (the reference) the library's, the series
+/// below and 1/(1 + e^−x), for f32 those of `vecmath`, which the compiled code
+/// and the SIMD kernels run too.
 macro_rules! float_scalar {
-    ($t:ty, $exp:expr, $tanh:expr, $erf:expr) => {
+    ($t:ty, $exp:expr, $tanh:expr, $erf:expr, $sigmoid:expr) => {
         impl Scalar for $t {
             fn lit(v: f64) -> $t {
                 v as $t
@@ -319,6 +322,9 @@ macro_rules! float_scalar {
             fn erf(self) -> $t {
                 $erf(self)
             }
+            fn sigmoid(self) -> $t {
+                $sigmoid(self)
+            }
             fn pow(self, e: $t) -> $t {
                 self.powf(e)
             }
@@ -345,9 +351,10 @@ float_scalar!(
     f32,
     |x| vecmath::exp(&mut (), x),
     |x| vecmath::tanh(&mut (), x),
-    |x| vecmath::erf(&mut (), x)
+    |x| vecmath::erf(&mut (), x),
+    |x| vecmath::sigmoid(&mut (), x)
 );
-float_scalar!(f64, f64::exp, f64::tanh, erf);
+float_scalar!(f64, f64::exp, f64::tanh, erf, sigmoid);
 
 impl UnaryOp {
     /// Every variant, with typical parameters: what tests run through each
@@ -460,7 +467,7 @@ impl UnaryOp {
             UnaryOp::Relu => x.max(c(0.0)),
             UnaryOp::LeakyRelu { alpha } => x.clone().if_negative(x.clone() * c(alpha as f64), x),
             UnaryOp::Clip { min, max } => clip(x, min as f64, max as f64),
-            UnaryOp::Sigmoid => c(1.0) / (c(1.0) + (-x).exp()),
+            UnaryOp::Sigmoid => x.sigmoid(),
             UnaryOp::HardSigmoid { alpha, beta } => {
                 clip(x * c(alpha as f64) + c(beta as f64), 0.0, 1.0)
             }
@@ -663,4 +670,9 @@ pub fn erf(x: f64) -> f64 {
         }
     }
     (2.0 / std::f64::consts::PI.sqrt()) * (-a2).exp() * sum * x.signum()
+}
+
+/// The logistic function 1 / (1 + e^−x) in f64: the reference's.
+pub fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
 }

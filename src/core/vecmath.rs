@@ -43,6 +43,12 @@ pub trait LaneOps: Copy {
     /// (so subnormal and infinite results come out where the exact product
     /// has them).
     fn mul_pow2(cx: &mut Self::Ctx, a: Self, n: Self) -> Self;
+    /// `mul_pow2` (the same result) for n in [−125, 128] only, where it can
+    /// be (2a) · 2^(n−1) with 2^(n−1) one normal power of two built in the
+    /// exponent bits: fewer operations where `mul_pow2` builds two factors.
+    fn mul_pow2_normal(cx: &mut Self::Ctx, a: Self, n: Self) -> Self {
+        Self::mul_pow2(cx, a, n)
+    }
 }
 
 /// `c[0]·t^k + c[1]·t^(k−1) + … + c[k]` by Horner's rule.
@@ -90,6 +96,15 @@ pub const EXP_HI: f32 = 89.0;
 /// e^−inf = 0, e^+inf = +inf, subnormal results rounded once.
 #[inline(always)]
 pub fn exp<L: LaneOps>(cx: &mut L::Ctx, x: L) -> L {
+    let x = clamp(cx, x, EXP_LO, EXP_HI);
+    exp_clamped::<L, false>(cx, x)
+}
+
+/// e^x for x already clamped to [`EXP_LO`], [`EXP_HI`] (`NORMAL`: to
+/// [[`SIGMOID_EXP_LO`], `EXP_HI`], where n ≥ −125 and `mul_pow2_normal`
+/// serves).
+#[inline(always)]
+fn exp_clamped<L: LaneOps, const NORMAL: bool>(cx: &mut L::Ctx, x: L) -> L {
     const P: [f32; 6] = [
         1.987_569_1e-4,
         1.398_199_9e-3,
@@ -98,7 +113,6 @@ pub fn exp<L: LaneOps>(cx: &mut L::Ctx, x: L) -> L {
         0.166_666_65,
         0.5,
     ];
-    let x = clamp(cx, x, EXP_LO, EXP_HI);
     let log2e = L::splat(cx, std::f32::consts::LOG2_E);
     let t = L::mul(cx, x, log2e);
     let n = L::round(cx, t);
@@ -111,7 +125,31 @@ pub fn exp<L: LaneOps>(cx: &mut L::Ctx, x: L) -> L {
     let one = L::splat(cx, 1.0);
     let r1 = L::add(cx, r, one);
     let y = L::mul_add(cx, pr, r, r1);
-    L::mul_pow2(cx, y, n)
+    match NORMAL {
+        true => L::mul_pow2_normal(cx, y, n),
+        false => L::mul_pow2(cx, y, n),
+    }
+}
+
+/// Below this, e^x no longer changes 1 + e^x: sigmoid's e^−x is clamped
+/// here (n = −125), not at [`EXP_LO`].
+pub const SIGMOID_EXP_LO: f32 = -86.5;
+
+/// The logistic function 1 / (1 + e^−x), with e^−x as `exp` computes it where
+/// that changes the result: −x is clamped to [[`SIGMOID_EXP_LO`], [`EXP_HI`]],
+/// where `mul_pow2_normal` serves, so the result is the same as with `exp`'s
+/// e^−x (sigmoid(x) for x ≥ 86.5 is 1 either way) in fewer operations on
+/// AVX2, whose `mul_pow2` builds two factors: every epilogue with a sigmoid
+/// or swish.
+#[inline(always)]
+pub fn sigmoid<L: LaneOps>(cx: &mut L::Ctx, x: L) -> L {
+    let zero = L::splat(cx, 0.0);
+    let minus_x = L::sub(cx, zero, x);
+    let minus_x = clamp(cx, minus_x, SIGMOID_EXP_LO, EXP_HI);
+    let e = exp_clamped::<L, true>(cx, minus_x);
+    let one = L::splat(cx, 1.0);
+    let d = L::add(cx, one, e);
+    L::div(cx, one, d)
 }
 
 /// Past this |x|, erf(x) rounds to ±1 in f32.
@@ -226,13 +264,17 @@ impl LaneOps for f32 {
         let half = n >> 1;
         a * power(half) * power(n - half)
     }
+    #[inline(always)]
+    fn mul_pow2_normal(_: &mut (), a: f32, n: f32) -> f32 {
+        (a * 2.0) * f32::from_bits(((n as i32 + 126) << 23) as u32)
+    }
 }
 
 /// What the tests of every path share: the functions with their error bounds,
 /// the sample inputs, and the error measure.
 #[cfg(test)]
 pub(crate) mod tests {
-    use super::{ERF_SATURATES, EXP_HI, EXP_LO, TANH_SATURATES};
+    use super::{ERF_SATURATES, EXP_HI, EXP_LO, SIGMOID_EXP_LO, TANH_SATURATES};
     use crate::core::scalar::UnaryOp;
 
     /// The ops whose f32 definition is this module's (Sigmoid by its e^−x),
@@ -258,6 +300,9 @@ pub(crate) mod tests {
         let edges = [
             EXP_LO,
             EXP_HI,
+            SIGMOID_EXP_LO,
+            // n = 128 from here (e^88.38 is finite, 2^128 is not).
+            -88.376_26,
             ERF_SATURATES,
             TANH_SATURATES,
             9.02,

@@ -134,6 +134,7 @@ pub fn eval_scalar(
                 Intrinsic::Sqrt => x.sqrt(),
                 Intrinsic::Tanh => x.tanh(),
                 Intrinsic::Erf => crate::core::scalar::erf(x),
+                Intrinsic::Sigmoid => crate::core::scalar::sigmoid(x),
                 Intrinsic::Pow => x.powf(arg(1)?),
                 Intrinsic::Round => x.round_ties_even(),
                 Intrinsic::Floor => x.floor(),

@@ -98,6 +98,8 @@ pub enum Intrinsic {
     Tanh,
     /// The error function.
     Erf,
+    /// The logistic function 1 / (1 + e^−x).
+    Sigmoid,
     /// `pow(base, exponent)`: the one intrinsic of two arguments.
     Pow,
     /// The nearest integer, halves to even.
@@ -501,6 +503,9 @@ impl crate::core::scalar::Scalar for Expr {
     }
     fn erf(self) -> Expr {
         Expr::call(Intrinsic::Erf, vec![self])
+    }
+    fn sigmoid(self) -> Expr {
+        Expr::call(Intrinsic::Sigmoid, vec![self])
     }
     fn pow(self, e: Expr) -> Expr {
         Expr::call(Intrinsic::Pow, vec![self, e])

@@ -153,6 +153,7 @@ impl<V: Vector> LaneOps for Lanewise<V> {
     lane_op!(min(a, b) => min);
     lane_op!(round(a) => round);
     lane_op!(mul_pow2(a, n) => scale2);
+    lane_op!(mul_pow2_normal(a, n) => scale2_normal);
 }
 
 impl<V: Vector> Scalar for Lanewise<V> {
@@ -191,6 +192,10 @@ impl<V: Vector> Scalar for Lanewise<V> {
     #[inline(always)]
     fn erf(self) -> Self {
         vecmath::erf(&mut (), self)
+    }
+    #[inline(always)]
+    fn sigmoid(self) -> Self {
+        vecmath::sigmoid(&mut (), self)
     }
     #[inline(always)]
     fn round_even(self) -> Self {

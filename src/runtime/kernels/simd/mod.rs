@@ -353,6 +353,12 @@ pub(in crate::runtime) trait Vector: Copy {
     /// `a · 2^n` for integral `n` in [-150, 128] and `a` in [0.5, 2] (rounded
     /// once, so it over- or underflows only where the exact product does).
     unsafe fn scale2(a: Self, n: Self) -> Self;
+    /// `scale2` (the same result) for `n` in [-125, 128] only, where it can
+    /// be (2a) · 2^(n-1), one normal power of two.
+    #[inline(always)]
+    unsafe fn scale2_normal(a: Self, n: Self) -> Self {
+        Self::scale2(a, n)
+    }
     /// Whether some lane of `a` is at most `x` (NaN is not).
     unsafe fn any_at_most(a: Self, x: f32) -> bool;
     /// Lane `j` of each group of `G` consecutive lanes, copied to all lanes of

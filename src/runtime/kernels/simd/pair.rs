@@ -61,7 +61,8 @@ impl<V: Vector> Vector for Pair<V> {
         round(a),
         floor(a),
         sqrt(a),
-        scale2(a, n)
+        scale2(a, n),
+        scale2_normal(a, n)
     );
     #[inline(always)]
     unsafe fn load(p: *const f32) -> Self {

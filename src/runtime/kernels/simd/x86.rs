@@ -296,6 +296,14 @@ impl Vector for Ymm {
         Ymm(_mm256_mul_ps(_mm256_mul_ps(a.0, power(half)), power(rest)))
     }
     #[inline(always)]
+    unsafe fn scale2_normal(a: Self, n: Self) -> Self {
+        // (2a) · 2^(n-1): one power of two, normal for every n here.
+        let biased = _mm256_add_epi32(_mm256_cvtps_epi32(n.0), _mm256_set1_epi32(126));
+        let power = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(biased));
+        let twice = _mm256_add_ps(a.0, a.0);
+        Ymm(_mm256_mul_ps(twice, power))
+    }
+    #[inline(always)]
     unsafe fn any_at_most(a: Self, x: f32) -> bool {
         _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_LE_OQ>(a.0, _mm256_set1_ps(x))) != 0
     }
