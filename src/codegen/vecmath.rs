@@ -53,6 +53,15 @@ impl Emitter<'_, '_> {
             k
         }
     }
+
+    /// 2^(k + bias − 127) for the integers `k`: the biased exponent shifted
+    /// into place (a normal power of two for k + bias in [1, 254]).
+    fn power_of_two(&mut self, k: Value, bias: i64) -> Value {
+        let bias = self.int_splat(bias);
+        let e = self.b.ins().iadd(k, bias);
+        let bits = self.b.ins().ishl_imm_u(e, 23);
+        self.b.ins().bitcast(self.ty, MemFlagsData::new(), bits)
+    }
 }
 
 macro_rules! binary {
@@ -108,12 +117,9 @@ impl<'b, 'f> LaneOps for Lane<'b, 'f> {
         let n = cx.b.ins().fcvt_to_sint_sat(int, n.0);
         let n1 = cx.b.ins().sshr_imm_u(n, 1);
         let n2 = cx.b.ins().isub(n, n1);
-        let bias = cx.int_splat(127);
         let mut y = a.0;
         for half in [n1, n2] {
-            let e = cx.b.ins().iadd(half, bias);
-            let bits = cx.b.ins().ishl_imm_u(e, 23);
-            let power = cx.b.ins().bitcast(cx.ty, MemFlagsData::new(), bits);
+            let power = cx.power_of_two(half, 127);
             y = cx.b.ins().fmul(y, power);
         }
         Lane(y, PhantomData)
@@ -123,10 +129,7 @@ impl<'b, 'f> LaneOps for Lane<'b, 'f> {
         // (2a) · 2^(n − 1), one normal power of two in the exponent bits.
         let int = cx.ty.as_int();
         let n = cx.b.ins().fcvt_to_sint_sat(int, n.0);
-        let bias = cx.int_splat(126);
-        let e = cx.b.ins().iadd(n, bias);
-        let bits = cx.b.ins().ishl_imm_u(e, 23);
-        let power = cx.b.ins().bitcast(cx.ty, MemFlagsData::new(), bits);
+        let power = cx.power_of_two(n, 126);
         let twice = cx.b.ins().fadd(a.0, a.0);
         Lane(cx.b.ins().fmul(twice, power), PhantomData)
     }

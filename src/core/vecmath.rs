@@ -259,15 +259,21 @@ impl LaneOps for f32 {
     fn mul_pow2(_: &mut (), a: f32, n: f32) -> f32 {
         // 2^n as two factors built from their exponent bits, each a normal
         // number where 2^n may not be; the first product is exact.
-        let power = |k: i32| f32::from_bits(((k + 127) << 23) as u32);
         let n = n as i32;
         let half = n >> 1;
-        a * power(half) * power(n - half)
+        a * power_of_two(half, 127) * power_of_two(n - half, 127)
     }
     #[inline(always)]
     fn mul_pow2_normal(_: &mut (), a: f32, n: f32) -> f32 {
-        (a * 2.0) * f32::from_bits(((n as i32 + 126) << 23) as u32)
+        (a * 2.0) * power_of_two(n as i32, 126)
     }
+}
+
+/// 2^(k + bias − 127): the biased exponent shifted into place (a normal power
+/// of two for k + bias in [1, 254]).
+#[inline(always)]
+fn power_of_two(k: i32, bias: i32) -> f32 {
+    f32::from_bits(((k + bias) << 23) as u32)
 }
 
 /// What the tests of every path share: the functions with their error bounds,

@@ -200,6 +200,16 @@ unsafe fn first_lanes_avx2(k: usize) -> __m256i {
     )
 }
 
+/// 2^(k + bias − 127) in each lane of the integers `k`: the biased exponent
+/// shifted into place (a normal power of two for k + bias in [1, 254]).
+#[inline(always)]
+unsafe fn power_of_two(k: __m256i, bias: i32) -> __m256 {
+    _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
+        k,
+        _mm256_set1_epi32(bias),
+    )))
+}
+
 impl Vector for Ymm {
     const LANES: usize = 8;
     const KIND: Lanes = Lanes::Isa(Isa::Avx2);
@@ -284,22 +294,16 @@ impl Vector for Ymm {
     #[inline(always)]
     unsafe fn scale2(a: Self, n: Self) -> Self {
         // 2^n as two factors from their exponent bits (as `scale2_lane`).
-        let power = |k: __m256i| {
-            _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
-                k,
-                _mm256_set1_epi32(127),
-            )))
-        };
         let n = _mm256_cvtps_epi32(n.0);
         let half = _mm256_srai_epi32::<1>(n);
         let rest = _mm256_sub_epi32(n, half);
+        let power = |k| power_of_two(k, 127);
         Ymm(_mm256_mul_ps(_mm256_mul_ps(a.0, power(half)), power(rest)))
     }
     #[inline(always)]
     unsafe fn scale2_normal(a: Self, n: Self) -> Self {
         // (2a) · 2^(n-1): one power of two, normal for every n here.
-        let biased = _mm256_add_epi32(_mm256_cvtps_epi32(n.0), _mm256_set1_epi32(126));
-        let power = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(biased));
+        let power = power_of_two(_mm256_cvtps_epi32(n.0), 126);
         let twice = _mm256_add_ps(a.0, a.0);
         Ymm(_mm256_mul_ps(twice, power))
     }
