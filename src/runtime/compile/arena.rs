@@ -76,7 +76,7 @@ impl Compiler<'_> {
         for i in fills {
             self.keep_the_fill(i);
         }
-        self.place_views(&slots, &mut within, &mut placed_steps);
+        self.place_views(bytes, &slots, &mut within, &mut placed_steps);
         for (member, (root, _)) in &within {
             let m = range[member];
             let r = range
@@ -303,8 +303,11 @@ impl Compiler<'_> {
             if p.inputs != g.node_inputs(out.node) {
                 continue;
             }
+            // A gather with nothing to fill is a copy: `place_views` takes it.
             let placed_input = match (&p.kernel, &p.inputs[..]) {
-                (Kernel::Gather(gather), [x]) => gather.placed_input(g.value_type(*x).numel()),
+                (Kernel::Gather(gather), [x]) if gather.filled() > 0 => {
+                    gather.placed_input(g.value_type(*x).numel())
+                }
                 _ => None,
             };
             let (offsets, fill) = match (concat_offsets(g, out.node), placed_input) {
@@ -360,10 +363,15 @@ impl Compiler<'_> {
     /// reshape, a transpose the plan made a relabelling, a slice or split
     /// along the outermost stored axis) move nothing: the output becomes a view
     /// into the input's buffer (its root's, when the input is itself placed
-    /// inside another value) and the step is dropped. A graph input, output
-    /// or constant on either side keeps the copy.
+    /// inside another value) and the step is dropped. When the output already
+    /// lives inside another value (a concat's or a pad's) and is the whole
+    /// input as it is, the input goes there instead (and what was placed in
+    /// it with it): a TFLite model's transpose between a convolution and a
+    /// concat moves nothing. A graph input, output or constant on either side
+    /// keeps the copy. `bytes` are the lengths of the values held as bytes.
     fn place_views(
         &self,
+        bytes: &HashMap<ValueRef, usize>,
         taken: &HashMap<ValueRef, Slot>,
         within: &mut HashMap<ValueRef, (ValueRef, usize)>,
         placed: &mut HashSet<usize>,
@@ -379,7 +387,21 @@ impl Compiler<'_> {
             let f32s = [src, out]
                 .iter()
                 .all(|v| g.value_type(**v).dtype == DType::F32);
-            if !f32s || placed.contains(&i) || taken.contains_key(out) || within.contains_key(out) {
+            if !f32s || placed.contains(&i) || taken.contains_key(out) {
+                continue;
+            }
+            if let Some(&(root, base)) = within.get(out) {
+                // Only a copy of the whole input fits where the output lives.
+                let len = |v: &ValueRef| bytes.get(v).copied().unwrap_or(g.value_type(*v).numel());
+                let whole = offset == 0 && len(src) == len(out);
+                let free = !taken.contains_key(src) && !within.contains_key(src);
+                if whole && free {
+                    for at in within.values_mut().filter(|at| at.0 == *src) {
+                        *at = (root, base + at.1);
+                    }
+                    within.insert(*src, (root, base));
+                    placed.insert(i);
+                }
                 continue;
             }
             let (root, base) = match within.get(src) {
