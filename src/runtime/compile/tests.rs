@@ -209,6 +209,54 @@ fn concats_along_the_outer_axis_are_computed_in_place() {
     }
 }
 
+/// A reshape of a value into a concat's part moves nothing either way round:
+/// the concat places the reshape's output, and the reshape, a copy of its
+/// whole input, puts its input there too, so the values are computed inside
+/// the concat's output and neither a Reshape nor a Concat step runs.
+#[test]
+fn a_copy_into_a_concat_places_its_input_there() {
+    use crate::ops::{Concat, Reshape};
+    let ty = ValueType::new(DType::F32, vec![1, 16, 9, 9]);
+    let mut g = Graph::new("reshaped parts");
+    let x = g.add_input("x", ty.clone(), vec![]);
+    let add = |g: &mut Graph, op: Op, name: &str, ins: &[ValueRef]| {
+        ValueRef::new(g.add_node(op, name, ins, &[], vec![]).unwrap(), 0)
+    };
+    let flat = || {
+        Op::Reshape(Reshape {
+            shape: vec![1, 16, 81],
+        })
+    };
+    let a = add(&mut g, Op::Unary(UnaryOp::Relu), "a", &[x]);
+    let b = add(&mut g, Op::Unary(UnaryOp::Neg), "b", &[x]);
+    let ra = add(&mut g, flat(), "ra", &[a]);
+    let rb = add(&mut g, flat(), "rb", &[b]);
+    let c = add(&mut g, Op::Concat(Concat { axis: 1 }), "c", &[ra, rb]);
+    // Two readers each, so that no elementwise chain takes them in.
+    let y = add(&mut g, Op::Unary(UnaryOp::Sigmoid), "y", &[c]);
+    let z = add(&mut g, Op::Unary(UnaryOp::Relu), "z", &[c]);
+    let t = add(&mut g, Op::Unary(UnaryOp::Tanh), "t", &[a]);
+    g.set_outputs(vec![y, z, t]);
+    let m = compile_on(2, &g);
+    let kinds: Vec<&str> = m.steps.iter().map(|s| s.kind.as_str()).collect();
+    assert!(
+        !kinds
+            .iter()
+            .any(|k| k.starts_with("Reshape") || k.starts_with("Concat")),
+        "{kinds:?}"
+    );
+    let mut rng = Rng(8);
+    let inputs = vec![Tensor::from_f32(ty.shape.clone(), rng.f32s(ty.numel()))];
+    let expected = crate::reference::run(&g, &inputs).unwrap();
+    for _ in 0..2 {
+        let got = m.run(&inputs).unwrap();
+        for (k, (a, e)) in got.iter().zip(&expected).enumerate() {
+            assert_eq!(a.shape, e.shape, "output {k}");
+            assert_close(&a.to_f32(), &e.to_f32(), &format!("output {k}"));
+        }
+    }
+}
+
 /// Concats that are not placements (parts that do not fill whole channel
 /// blocks, an inner axis, a graph input among the parts) run as one gather
 /// from all their inputs, unplanned and in each layout family: exactly the
