@@ -99,7 +99,7 @@ impl Compiler<'_> {
                 continue;
             }
             let (first, last) = range[&v];
-            let len = bytes.get(&v).copied().unwrap_or(ty.numel());
+            let len = arena_elements(g, bytes, v);
             requests.push((Some(v), len, first, last));
         }
         for (i, p) in self.steps.iter().enumerate() {
@@ -129,7 +129,7 @@ impl Compiler<'_> {
             let Some(&Slot::Arena { offset: base, .. }) = slots.get(root) else {
                 unreachable!("a concat placed in place has an arena output")
             };
-            let len = g.value_type(*member).numel();
+            let len = arena_elements(g, bytes, *member);
             slots.insert(
                 *member,
                 Slot::Arena {
@@ -392,8 +392,8 @@ impl Compiler<'_> {
             }
             if let Some(&(root, base)) = within.get(out) {
                 // Only a copy of the whole input fits where the output lives.
-                let len = |v: &ValueRef| bytes.get(v).copied().unwrap_or(g.value_type(*v).numel());
-                let whole = offset == 0 && len(src) == len(out);
+                let whole =
+                    offset == 0 && arena_elements(g, bytes, *src) == arena_elements(g, bytes, *out);
                 let free = !taken.contains_key(src) && !within.contains_key(src);
                 if whole && free {
                     for at in within.values_mut().filter(|at| at.0 == *src) {
@@ -413,6 +413,15 @@ impl Compiler<'_> {
             placed.insert(i);
         }
     }
+}
+
+/// How many arena elements value `v` takes: its `bytes` length where it is
+/// held as bytes, else one per element.
+fn arena_elements(g: &Graph, bytes: &HashMap<ValueRef, usize>, v: ValueRef) -> usize {
+    bytes
+        .get(&v)
+        .copied()
+        .unwrap_or_else(|| g.value_type(v).numel())
 }
 
 /// The element offset of each input of a concat inside its output, when the

@@ -2,15 +2,7 @@
 //! vectorize, and `Scalar`, one lane.
 
 use super::{held_as_results, Isa, Lanes, LookUpTable, Vector};
-
-/// `a · 2^n` of one lane, for integral `n` in [-150, 128]: 2^n as two
-/// factors built from their exponent bits, each in range where 2^n may not be.
-#[inline(always)]
-fn scale2_lane(a: f32, n: f32) -> f32 {
-    let power = |k: i32| f32::from_bits(((k + 127) << 23) as u32);
-    let half = n as i32 >> 1;
-    a * power(half) * power(n as i32 - half)
-}
+use crate::core::vecmath::LaneOps;
 
 #[derive(Clone, Copy)]
 pub(in crate::runtime) struct Portable([f32; 8]);
@@ -99,7 +91,8 @@ impl Vector for Scalar {
     }
     #[inline(always)]
     unsafe fn scale2(a: Self, n: Self) -> Self {
-        Scalar(scale2_lane(a.0, n.0))
+        // One lane computes as the scalar definition of the vector math does.
+        Scalar(<f32 as LaneOps>::mul_pow2(&mut (), a.0, n.0))
     }
     #[inline(always)]
     unsafe fn any_at_most(a: Self, x: f32) -> bool {

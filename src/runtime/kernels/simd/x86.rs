@@ -293,7 +293,7 @@ impl Vector for Ymm {
     }
     #[inline(always)]
     unsafe fn scale2(a: Self, n: Self) -> Self {
-        // 2^n as two factors from their exponent bits (as `scale2_lane`).
+        // 2^n as two factors from their exponent bits (as `LaneOps::mul_pow2` of f32).
         let n = _mm256_cvtps_epi32(n.0);
         let half = _mm256_srai_epi32::<1>(n);
         let rest = _mm256_sub_epi32(n, half);
