@@ -15,6 +15,7 @@
 //!   full-integer EfficientNetB0's time.
 
 use super::{dataflow, Compiler, Pending};
+use crate::core::merge_spans;
 use crate::graph::ValueRef;
 use crate::runtime::kernels::conv::algo::ConvKernel;
 use crate::runtime::model::Kernel;
@@ -114,7 +115,7 @@ impl Compiler<'_> {
             conv.inputs.extend(other);
             conv.outputs = later.outputs;
             conv.kind = format!("{}+{}", conv.kind, later.kind);
-            conv.spans.extend(later.spans);
+            conv.spans = merge_spans([&conv.spans[..], &later.spans[..]]);
             steps[later_step] = Some(conv);
         }
         self.steps = steps.into_iter().flatten().collect();

@@ -41,7 +41,7 @@ use super::measure::kernel_times::KernelTimes;
 use super::measure::roofline::StepWork;
 use super::model::{ControlKernel, Kernel};
 use super::{CompiledModel, KernelPath, Machine, RuntimeError, RuntimeOptions};
-use crate::core::{par, PadValue};
+use crate::core::{merge_spans, par, PadValue};
 use crate::fusion::{
     self, inner, input_layout, output_layout, output_shape, Activation, FusedGroup, Pattern, Target,
 };
@@ -87,11 +87,10 @@ fn dataflow(g: &Graph, steps: &[Pending]) -> (HashMap<ValueRef, usize>, HashMap<
     (readers, producer)
 }
 
-/// The source layers of a fused group: those of each of its nodes.
+/// The source layers of a fused group: those of each of its nodes, each
+/// once (rewrites leave a source layer's span on several nodes).
 fn group_spans(g: &Graph, group: &FusedGroup) -> Vec<Span> {
-    (group.nodes.iter())
-        .flat_map(|&n| g.node(n).spans.clone())
-        .collect()
+    merge_spans(group.nodes.iter().map(|&n| &g.node(n).spans[..]))
 }
 
 /// A gather, or a plain copy when it moves nothing (e.g. NCHW16c of a 1x1

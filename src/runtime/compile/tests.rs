@@ -213,6 +213,42 @@ fn concats_along_the_outer_axis_are_computed_in_place() {
 /// the concat places the reshape's output, and the reshape, a copy of its
 /// whole input, puts its input there too, so the values are computed inside
 /// the concat's output and neither a Reshape nor a Concat step runs.
+/// A rewrite leaves a source layer's span on several nodes (a folded affine
+/// op on the convolution and on the transpose it was moved through); the
+/// fused step names each layer once, in source order.
+#[test]
+fn a_fused_step_names_each_source_layer_once() {
+    use crate::graph::Span;
+    let span = |i: usize| Span::new("m.onnx", &format!("layer{i}"), "Relu", i);
+    let ty = ValueType::new(DType::F32, vec![1, 8]);
+    let mut g = Graph::new("shared spans");
+    let x = g.add_input("x", ty, vec![]);
+    let a = g
+        .add_node(
+            Op::Unary(UnaryOp::Relu),
+            "a",
+            &[x],
+            &[],
+            vec![span(1), span(2)],
+        )
+        .unwrap();
+    let b = g
+        .add_node(
+            Op::Unary(UnaryOp::Neg),
+            "b",
+            &[ValueRef::new(a, 0)],
+            &[],
+            vec![span(2), span(1), span(3)],
+        )
+        .unwrap();
+    g.set_outputs(vec![ValueRef::new(b, 0)]);
+    let m = compile_on(1, &g);
+    let [step] = &m.steps[..] else {
+        panic!("one fused step: {:?}", m.describe())
+    };
+    assert_eq!(step.spans, vec![span(1), span(2), span(3)]);
+}
+
 #[test]
 fn a_copy_into_a_concat_places_its_input_there() {
     use crate::ops::{Concat, Reshape};
