@@ -47,6 +47,36 @@ pub(super) fn axis_sources(
     Some(sources)
 }
 
+/// The input offset `k` when the output of a one-input movement is that
+/// input's elements `k, k + 1, ...` in order, a view of it (a transpose or
+/// a layout transform that only relabels, a slice of outermost rows): the
+/// output has no padding, and along every output axis the input offset read
+/// moves exactly as the output offset does. Found from the offset tables in
+/// time linear in the extents, where the sources take a pass over every
+/// element. `None` also when `k` plus the output's length would not fit a
+/// u32.
+pub(super) fn shift(reads: &[Vec<AxisRead>], xs: &[Placed], out: Placed) -> Option<u32> {
+    let ([reads], [x]) = (reads, xs) else {
+        return None;
+    };
+    let len = numel(out.shape);
+    if out.shape.is_empty() || out.layout.physical_numel(out.shape).ok()? != len {
+        return None;
+    }
+    let out_tables = out.layout.offset_tables(out.shape).ok()?;
+    let mut k: i64 = 0;
+    for (read, placed) in read_tables(reads, x, out.shape)?.iter().zip(&out_tables) {
+        let mut gaps = (read.iter().zip(placed)).map(|(r, &p)| Some(i64::from((*r)?) - p as i64));
+        let first = gaps.next()??;
+        if !gaps.all(|g| g == Some(first)) {
+            return None;
+        }
+        k += first;
+    }
+    let k = u32::try_from(k).ok()?;
+    (u64::from(k) + len as u64 <= u64::from(NONE)).then_some(k)
+}
+
 /// Per output axis and index, the physical offset in `x` it reads (`None`
 /// where it reads nothing), when `reads` fit the shapes.
 fn read_tables(reads: &[AxisRead], x: &Placed, out: &[usize]) -> Option<Vec<Vec<Option<u32>>>> {
@@ -202,6 +232,7 @@ mod tests {
         ];
         let layout = |name: &str| Layout::parse(name).unwrap();
         let rank5 = Layout::identity(5).unwrap();
+        let mut shifts = 0;
         for (op, x_shapes) in &cases {
             let x_types: Vec<ValueType> = (x_shapes.iter())
                 .map(|s| ValueType::new(DType::F32, s.clone()))
@@ -234,10 +265,18 @@ mod tests {
                         );
                     }
                     let expected = evaluated(op, &xs, &out);
+                    // A shift claims a view only where the sources are one.
+                    if let Some(k) = shift(&reads, &xs, out) {
+                        let shifted: Vec<u32> = (k..k + expected.len() as u32).collect();
+                        assert_eq!(shifted, expected, "shift {op:?} {x_name} -> {out_name}");
+                        shifts += 1;
+                    }
                     let got = axis_sources(&reads, &xs, &starts, out);
                     assert_eq!(got, Some(expected), "{op:?} {x_name} -> {out_name}");
                 }
             }
         }
+        // NHWC data transposed to channels last, row-major: a view.
+        assert!(shifts >= 1, "{shifts} shifts found");
     }
 }

@@ -87,6 +87,25 @@ fn dataflow(g: &Graph, steps: &[Pending]) -> (HashMap<ValueRef, usize>, HashMap<
     (readers, producer)
 }
 
+/// Where the elements of a data movement's output come from.
+enum Sources {
+    /// Its one input's elements from this offset on, in order: a view.
+    Shifted(u32),
+    /// Per output element, its position among the inputs' elements, one
+    /// input's after another's (`u32::MAX`: none, the fill).
+    Table(Vec<u32>),
+}
+
+impl Sources {
+    /// The position of each of `len` output elements.
+    fn table(self, len: usize) -> Vec<u32> {
+        match self {
+            Sources::Shifted(k) => (0..len as u32).map(|i| k + i).collect(),
+            Sources::Table(t) => t,
+        }
+    }
+}
+
 /// The source layers of a fused group: those of each of its nodes, each
 /// once (rewrites leave a source layer's span on several nodes).
 fn group_spans(g: &Graph, group: &FusedGroup) -> Vec<Span> {
@@ -1043,13 +1062,20 @@ impl<'g> Compiler<'g> {
                     _ => u32::MAX,
                 };
                 (positions.iter())
-                    .map(|t| t.data.to_i64().into_iter().map(source).collect())
+                    .map(|t| Sources::Table(t.data.to_i64().into_iter().map(source).collect()))
                     .collect()
             }
         };
-        let kernel = |((src, v), &fill): ((Vec<u32>, &crate::graph::Value), &f32)| match dtype {
-            DType::F32 => Kernel::Gather(Gather::from_inputs(src, &starts, fill)),
-            _ => Kernel::Moved(Moved::new(src, fill, v.ty.shape.clone())),
+        let kernel = |((src, v), &fill): ((Sources, &crate::graph::Value), &f32)| {
+            // The planned value has the physical shape.
+            let len = v.ty.numel();
+            match (dtype, src) {
+                (DType::F32, Sources::Shifted(k)) => Kernel::Gather(Gather::shifted(len, k, fill)),
+                (DType::F32, Sources::Table(src)) => {
+                    Kernel::Gather(Gather::from_inputs(src, &starts, fill))
+                }
+                (_, src) => Kernel::Moved(Moved::new(src.table(len), fill, v.ty.shape.clone())),
+            }
         };
         Some(
             sources
@@ -1064,7 +1090,7 @@ impl<'g> Compiler<'g> {
     /// The sources of a one-output data movement whose index map splits by
     /// axis (`OpDef::axis_reads`), from its layouts' offset tables: input
     /// `k`'s positions start at `starts[k]`.
-    fn axis_sources(&self, id: NodeId, starts: &[usize]) -> Option<Vec<u32>> {
+    fn axis_sources(&self, id: NodeId, starts: &[usize]) -> Option<Sources> {
         let node = self.g.node(id);
         let moved = &self.g.node_inputs(id)[..self.moved_inputs(id)];
         let [y] = &node.outputs[..] else { return None };
@@ -1107,7 +1133,10 @@ impl<'g> Compiler<'g> {
             layout: &y_layout,
             shape: &y_shape,
         };
-        axis_sources::axis_sources(&reads, &placed, starts, y)
+        match axis_sources::shift(&reads, &placed, y) {
+            Some(k) => Some(Sources::Shifted(k)),
+            None => axis_sources::axis_sources(&reads, &placed, starts, y).map(Sources::Table),
+        }
     }
 
     /// The vector kernel of an elementwise chain (each node the only reader of

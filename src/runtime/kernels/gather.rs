@@ -4,6 +4,7 @@
 use super::simd::ELEMENTS_PER_TASK;
 use super::KernelError;
 use crate::core::par;
+use crate::layout::cost::same_bytes;
 use crate::layout::Layout;
 
 /// A data movement (layout transform, transpose, slice, pad, concat, ...) as
@@ -131,6 +132,15 @@ impl Gather {
         if elements >= PAD as usize {
             return Err(KernelError::TooLarge { elements });
         }
+        // Layouts that put every element at the same offset (a relabelling),
+        // or row-major data reshaped: the identity, with no table to build.
+        let identity = match from_shape == to_shape {
+            true => same_bytes(from, to, from_shape),
+            false => from.is_identity() && to.is_identity(),
+        };
+        if identity {
+            return Ok(Gather::shifted(elements, 0, fill));
+        }
         let mut src = vec![PAD; phys_to.iter().product()];
         let pairs = to
             .row_major_offsets(to_shape)?
@@ -151,6 +161,23 @@ impl Gather {
     /// input after another, input `k`'s first element at `starts[k]`
     /// (`starts[0]` is 0, at most [`MAX_GATHER_INPUTS`] of them).
     pub fn from_inputs(src: Vec<u32>, starts: &[usize], fill: f32) -> Gather {
+        Gather::from_source_fn(src.len(), |i| src[i], starts, fill)
+    }
+
+    /// The gather whose output element `i` is element `offset + i` of its
+    /// one input (`view_offset` is `offset`), built without a table of
+    /// sources. `offset + len` fits a u32.
+    pub fn shifted(len: usize, offset: u32, fill: f32) -> Gather {
+        Gather::from_source_fn(len, |i| offset + i as u32, &[0], fill)
+    }
+
+    /// `from_inputs` of the sources `src(0), .., src(len - 1)`.
+    fn from_source_fn(
+        len: usize,
+        src: impl Fn(usize) -> u32,
+        starts: &[usize],
+        fill: f32,
+    ) -> Gather {
         let input_of = |s: u32| match s {
             PAD => 0,
             _ => starts.partition_point(|&b| b <= s as usize) - 1,
@@ -165,25 +192,30 @@ impl Gather {
         };
         let mut runs: Vec<Run> = vec![];
         let mut i = 0;
-        while i < src.len() {
-            let input = input_of(src[i]);
+        while i < len {
+            let first = src(i);
+            let input = input_of(first);
             let within = match starts.get(input + 1) {
                 Some(&end) => starts[input] as u32..end as u32,
                 None => starts[input] as u32..PAD,
             };
-            let stride = (src.get(i + 1))
-                .and_then(|&b| step(src[i], b, &within))
+            let stride = (i + 1 < len)
+                .then(|| step(first, src(i + 1), &within))
+                .flatten()
                 .unwrap_or(1);
             let mut end = i + 1;
-            while end < src.len()
-                && end - i < ELEMENTS_PER_TASK
-                && step(src[end - 1], src[end], &within) == Some(stride)
-            {
+            let mut last = first;
+            while end < len && end - i < ELEMENTS_PER_TASK {
+                let next = src(end);
+                if step(last, next, &within) != Some(stride) {
+                    break;
+                }
+                last = next;
                 end += 1;
             }
             let run = Run {
                 dst: i as u32,
-                src: match src[i] {
+                src: match first {
                     PAD => PAD,
                     s => s - starts[input] as u32,
                 },
@@ -206,7 +238,7 @@ impl Gather {
         Gather {
             tasks: tasks_of(&runs),
             runs,
-            len: src.len(),
+            len,
             src_ends,
             fill,
         }

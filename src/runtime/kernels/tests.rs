@@ -416,6 +416,10 @@ fn reshape_gathers_between_layouts_like_the_layout_algebra() {
         ("NCHW16c", vec![1, 20, 1, 1], "NC16c", vec![1, 20], false),
         ("NCHW8c", vec![1, 12, 2, 3], "NC", vec![1, 72], false),
         ("NHWC", vec![2, 5, 3, 1], "NC8c", vec![2, 15], false),
+        // A relabelling (NCHW and NHWC of a 1x1 map) and a reshape of
+        // row-major data: the identity.
+        ("NCHW", vec![2, 24, 1, 1], "NHWC", vec![2, 24, 1, 1], true),
+        ("NCHW", vec![2, 3, 4, 5], "NC", vec![2, 60], true),
     ];
     let mut rng = Rng(13);
     for (from, from_shape, to, to_shape, copy) in cases {
