@@ -161,23 +161,7 @@ impl Gather {
     /// input after another, input `k`'s first element at `starts[k]`
     /// (`starts[0]` is 0, at most [`MAX_GATHER_INPUTS`] of them).
     pub fn from_inputs(src: Vec<u32>, starts: &[usize], fill: f32) -> Gather {
-        Gather::from_source_fn(src.len(), |i| src[i], starts, fill)
-    }
-
-    /// The gather whose output element `i` is element `offset + i` of its
-    /// one input (`view_offset` is `offset`), built without a table of
-    /// sources. `offset + len` fits a u32.
-    pub fn shifted(len: usize, offset: u32, fill: f32) -> Gather {
-        Gather::from_source_fn(len, |i| offset + i as u32, &[0], fill)
-    }
-
-    /// `from_inputs` of the sources `src(0), .., src(len - 1)`.
-    fn from_source_fn(
-        len: usize,
-        src: impl Fn(usize) -> u32,
-        starts: &[usize],
-        fill: f32,
-    ) -> Gather {
+        let (len, source) = (src.len(), |i: usize| src[i]);
         let input_of = |s: u32| match s {
             PAD => 0,
             _ => starts.partition_point(|&b| b <= s as usize) - 1,
@@ -193,20 +177,20 @@ impl Gather {
         let mut runs: Vec<Run> = vec![];
         let mut i = 0;
         while i < len {
-            let first = src(i);
+            let first = source(i);
             let input = input_of(first);
             let within = match starts.get(input + 1) {
                 Some(&end) => starts[input] as u32..end as u32,
                 None => starts[input] as u32..PAD,
             };
             let stride = (i + 1 < len)
-                .then(|| step(first, src(i + 1), &within))
+                .then(|| step(first, source(i + 1), &within))
                 .flatten()
                 .unwrap_or(1);
             let mut end = i + 1;
             let mut last = first;
             while end < len && end - i < ELEMENTS_PER_TASK {
-                let next = src(end);
+                let next = source(end);
                 if step(last, next, &within) != Some(stride) {
                     break;
                 }
@@ -240,6 +224,33 @@ impl Gather {
             runs,
             len,
             src_ends,
+            fill,
+        }
+    }
+
+    /// The gather whose output element `i` is element `offset + i` of its
+    /// one input (`view_offset` is `offset`), built without a table of
+    /// sources. `offset + len` fits a u32.
+    pub fn shifted(len: usize, offset: u32, fill: f32) -> Gather {
+        // The runs `from_inputs` finds for these sources, in closed form: a
+        // contiguous run per task's worth of elements, none joining the next.
+        let runs: Vec<Run> = (0..len)
+            .step_by(ELEMENTS_PER_TASK)
+            .map(|i| Run {
+                dst: i as u32,
+                src: offset + i as u32,
+                len: (len - i).min(ELEMENTS_PER_TASK) as u32,
+                stride: 1,
+                input: 0,
+                count: 1,
+                step: 0,
+            })
+            .collect();
+        Gather {
+            tasks: tasks_of(&runs),
+            src_ends: vec![runs.iter().map(Run::src_end).max().unwrap_or(0)],
+            runs,
+            len,
             fill,
         }
     }
@@ -649,6 +660,33 @@ impl Picking {
             Picking::Rows(r) => r.run(x, indices, y),
             Picking::Elements(e) => e.run(x, indices, y),
             Picking::Tuples(t) => t.run(x, indices, y),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A shifted gather is the one its sources give, run for run.
+    #[test]
+    fn a_shift_has_the_runs_of_its_sources() {
+        for len in [0, 1, 7, ELEMENTS_PER_TASK, 3 * ELEMENTS_PER_TASK + 5] {
+            for offset in [0, 3, 1000] {
+                let shifted = Gather::shifted(len, offset, 0.0);
+                let sources: Vec<u32> = (0..len as u32).map(|i| offset + i).collect();
+                let table = Gather::from_inputs(sources, &[0], 0.0);
+                let at = format!("len {len} offset {offset}");
+                assert_eq!(
+                    format!("{:?}", shifted.runs),
+                    format!("{:?}", table.runs),
+                    "{at}"
+                );
+                assert_eq!(shifted.tasks, table.tasks, "{at}");
+                assert_eq!(shifted.src_ends, table.src_ends, "{at}");
+                let view = (len > 0).then_some(offset as usize);
+                assert_eq!(shifted.view_offset(), view, "{at}");
+            }
         }
     }
 }
