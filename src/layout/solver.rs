@@ -319,12 +319,26 @@ fn undominated(problem: &Problem) -> Vec<Vec<usize>> {
                         .all(|&ko| cost(i, v, k, ko) <= cost(i, v, j, ko))
             })
     };
-    // A variable is looked at again when a neighbour loses a choice.
+    // A variable is looked at again when a neighbour loses a choice. Each
+    // look costs its choices squared times its pair tables; a hub read by
+    // thousands that a long chain of losses keeps sending back would cost
+    // their product, so the looks stop at a budget linear in the problem
+    // (dropping fewer choices is still exact).
+    let tables: usize = problem.pairs.iter().map(|p| p.cost.len()).sum();
+    let mut budget = 16 * (n + tables);
     let mut queue: VecDeque<usize> = (0..n).collect();
     let mut queued = vec![true; n];
     while let Some(v) = queue.pop_front() {
         queued[v] = false;
         let choices = &kept[v];
+        let look: usize = (incident[v].iter())
+            .map(|&i| kept[other(i, v)].len())
+            .sum::<usize>()
+            .saturating_mul(choices.len() * choices.len());
+        budget = match budget.checked_sub(look) {
+            Some(left) => left,
+            None => break,
+        };
         let left: Vec<usize> = (choices.iter().copied())
             .filter(|&j| {
                 !choices.iter().any(|&k| {
