@@ -1089,7 +1089,8 @@ impl<'g> Compiler<'g> {
 
     /// The sources of a one-output data movement whose index map splits by
     /// axis (`OpDef::axis_reads`), from its layouts' offset tables: input
-    /// `k`'s positions start at `starts[k]`.
+    /// `k`'s positions start at `starts[k]`; a shift, with no table, where
+    /// the movement is a view of its one input.
     fn axis_sources(&self, id: NodeId, starts: &[usize]) -> Option<Sources> {
         let node = self.g.node(id);
         let moved = &self.g.node_inputs(id)[..self.moved_inputs(id)];
