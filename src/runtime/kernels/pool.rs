@@ -22,36 +22,13 @@
 //! would lose the instruction set and call each vector instruction).
 
 use super::quantized::Grid;
-use super::simd::{run_vectorized, Isa, Lanes, Scalar as One, Vector, VectorKernel, MAX_LANES};
+use super::simd::{
+    multiversion, run_vectorized, Isa, Lanes, Scalar as One, Vector, VectorKernel, MAX_LANES,
+};
 use crate::core::par;
 use crate::core::scalar::Scalar;
 use crate::graph::PoolKind;
 use crate::runtime::kernels::conv::direct::valid_taps;
-
-/// Compiles `$body` (a generic `#[inline(always)]` function call) three times:
-/// with AVX-512, with AVX2+FMA, and for the baseline, and runs the best one.
-macro_rules! multiversion {
-    ($name:ident ( $($arg:ident : $ty:ty),* ) $body:block) => {
-        fn $name($($arg: $ty),*) {
-            #[cfg(target_arch = "x86_64")]
-            {
-                #[target_feature(enable = "avx512f")]
-                unsafe fn wide($($arg: $ty),*) $body
-                #[target_feature(enable = "avx2,fma")]
-                unsafe fn narrow($($arg: $ty),*) $body
-                if std::arch::is_x86_feature_detected!("avx512f") {
-                    return unsafe { wide($($arg),*) };
-                }
-                if std::arch::is_x86_feature_detected!("avx2")
-                    && std::arch::is_x86_feature_detected!("fma")
-                {
-                    return unsafe { narrow($($arg),*) };
-                }
-            }
-            $body
-        }
-    };
-}
 
 /// A pool over the spatial axes of `planes` planes of `h * w` pixels of `cb`
 /// channels each: NCHW (`cb` 1), NHWC (`cb` the channels) or NCHW{cb}c
@@ -594,7 +571,7 @@ macro_rules! with_combine {
 
 // A pool over the whole plane: a sum or maximum of every position, kept in 16
 // independent lanes when a position is one channel so that it vectorizes.
-multiversion!(global_pool(g: &PoolGeom, x: &[f32], y: &mut [f32]) {
+multiversion!(fn global_pool(g: &PoolGeom, x: &[f32], y: &mut [f32]) {
     const LANES: usize = 16;
     let (cb, n) = (g.cb, g.h * g.w);
     let x = &x[..n * cb];

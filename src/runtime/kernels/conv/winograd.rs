@@ -23,7 +23,9 @@
 use super::direct::{fill_channel_pad, ConvGeom, PackedConv, Packs};
 use super::tile::{conv_tile, tile_pixels, ChannelParams, Epilogue, Store, Tile};
 use crate::core::{par, PageBuf};
-use crate::runtime::kernels::simd::{run_vectorized, Isa, Lanes, Vector, VectorKernel};
+use crate::runtime::kernels::simd::{
+    multiversion, run_vectorized, Isa, Lanes, Vector, VectorKernel,
+};
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -726,10 +728,7 @@ impl TransformedWeights {
 
 /// G g Gᵀ of every (output, input) channel pair, in f64, packed as
 /// `[α²][cout / width][cin][width]` with zeros beyond `cout`, the groups of
-/// output channels spread over the threads. The output channels of a group
-/// go through the arithmetic side by side, so it runs across vector lanes
-/// and each packed row is written whole (one output channel at a time wrote
-/// α² scattered floats per pair).
+/// output channels spread over the threads.
 fn transform_weights<const A: usize>(
     g: &WeightTransform<A>,
     cin: usize,
@@ -740,44 +739,77 @@ fn transform_weights<const A: usize>(
     let groups = cout.div_ceil(width);
     let mut u = PageBuf::zeroed(A * A * groups * cin * width);
     let at = u.as_mut_ptr() as usize;
+    let stride = groups * cin * width;
     par::for_each(groups, |grp| {
-        // k[s][l]: tap s of lane l; gk[r][c][l]: (G g)[r][c] of lane l.
-        let mut k = vec![0f64; 9 * width];
-        let mut gk = vec![0f64; A * 3 * width];
-        let lanes = width.min(cout - grp * width);
-        for i in 0..cin {
-            for l in 0..lanes {
-                let taps = &w[((grp * width + l) * cin + i) * 9..][..9];
-                for (s, &t) in taps.iter().enumerate() {
-                    k[s * width + l] = t as f64;
-                }
-            }
-            for r in 0..A {
-                for c in 0..3 {
-                    let out = &mut gk[(r * 3 + c) * width..][..width];
-                    let taps = |s: usize| &k[(s * 3 + c) * width..][..width];
-                    let (k0, k1, k2) = (taps(0), taps(1), taps(2));
-                    for l in 0..lanes {
-                        out[l] = g[r][0] * k0[l] + g[r][1] * k1[l] + g[r][2] * k2[l];
-                    }
-                }
-            }
-            for r in 0..A {
-                let row = |c: usize| &gk[(r * 3 + c) * width..][..width];
-                let (g0, g1, g2) = (row(0), row(1), row(2));
-                for (c, gc) in g.iter().enumerate() {
-                    let start = (((r * A + c) * groups + grp) * cin + i) * width;
-                    // SAFETY: the row lies inside `u`, and only this task
-                    // (its group) writes it.
-                    let out = unsafe {
-                        std::slice::from_raw_parts_mut((at as *mut f32).add(start), lanes)
-                    };
-                    for (l, o) in out.iter_mut().enumerate() {
-                        *o = (g0[l] * gc[0] + g1[l] * gc[1] + g2[l] * gc[2]) as f32;
-                    }
-                }
-            }
-        }
+        let first = grp * width;
+        let lanes = width.min(cout - first);
+        let group_at = at + first * cin * size_of::<f32>();
+        // SAFETY: the group's rows lie inside `u` (`stride` apart, `width`
+        // floats per input channel), and only this task writes them.
+        unsafe { transform_group(g, &w[first * cin * 9..], cin, lanes, width, group_at, stride) };
     });
     u
 }
+
+/// Output channels transformed side by side: a fixed count, so that the f64
+/// arithmetic over them compiles to whole vectors.
+const SIDE: usize = 8;
+
+/// The largest α of the Winograd sizes (F(4x4, 3x3)).
+const MAX_ALPHA: usize = 6;
+
+// The `lanes` output channels of one packed group (OIHW weights `w` from
+// its first), against every input channel: row (r, c) of the transform for
+// input channel i goes to `at` (a `*mut f32`) + (r α + c) `stride` + i
+// `width` floats. The arithmetic is the same (G g) Gᵀ sequence on every
+// instruction set (no fused multiply-adds), so every CPU packs the same bits.
+//
+// Safety: those rows, for `lanes` floats each, lie inside one live buffer
+// that nothing else touches meanwhile.
+multiversion!(unsafe fn transform_group(
+    g: &[[f64; 3]],
+    w: &[f32],
+    cin: usize,
+    lanes: usize,
+    width: usize,
+    at: usize,
+    stride: usize
+) {
+    let alpha = g.len();
+    for i in 0..cin {
+        for side in 0..lanes.div_ceil(SIDE) {
+            let n = (lanes - side * SIDE).min(SIDE);
+            // k[s][l]: tap s of lane l.
+            let mut k = [[0f64; SIDE]; 9];
+            for l in 0..n {
+                let taps = &w[((side * SIDE + l) * cin + i) * 9..][..9];
+                for (s, &t) in taps.iter().enumerate() {
+                    k[s][l] = t as f64;
+                }
+            }
+            // gk[r][c][l]: (G g)[r][c] of lane l.
+            let mut gk = [[[0f64; SIDE]; 3]; MAX_ALPHA];
+            for (gr, row) in g.iter().zip(&mut gk) {
+                for (c, out) in row.iter_mut().enumerate() {
+                    for (l, o) in out.iter_mut().enumerate() {
+                        *o = gr[0] * k[c][l] + gr[1] * k[3 + c][l] + gr[2] * k[6 + c][l];
+                    }
+                }
+            }
+            for (r, row) in gk.iter().take(alpha).enumerate() {
+                for (c, gc) in g.iter().enumerate() {
+                    let mut v = [0f32; SIDE];
+                    for (l, v) in v.iter_mut().enumerate() {
+                        *v = (row[0][l] * gc[0] + row[1][l] * gc[1] + row[2][l] * gc[2]) as f32;
+                    }
+                    let start = (r * alpha + c) * stride + i * width + side * SIDE;
+                    // SAFETY: the caller's rows.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(v.as_ptr(), (at as *mut f32).add(start), n)
+                    };
+                }
+            }
+        }
+    }
+});
+

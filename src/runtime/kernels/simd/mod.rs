@@ -402,6 +402,39 @@ impl Lanes {
     }
 }
 
+/// Compiles `$body` three times: with AVX-512, with AVX2+FMA, and for the
+/// baseline, and runs the best one, so that its loops vectorize for the CPU.
+/// `fn name(args) { body }`, or `unsafe fn` for a body with a contract.
+macro_rules! multiversion {
+    (fn $name:ident ( $($arg:ident : $ty:ty),* ) $body:block) => {
+        multiversion!(@ [] $name ($($arg: $ty),*) $body);
+    };
+    (unsafe fn $name:ident ( $($arg:ident : $ty:ty),* ) $body:block) => {
+        multiversion!(@ [unsafe] $name ($($arg: $ty),*) $body);
+    };
+    (@ [$($unsafety:tt)?] $name:ident ( $($arg:ident : $ty:ty),* ) $body:block) => {
+        $($unsafety)? fn $name($($arg: $ty),*) {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f")]
+                unsafe fn wide($($arg: $ty),*) $body
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn narrow($($arg: $ty),*) $body
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    return unsafe { wide($($arg),*) };
+                }
+                if std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+                {
+                    return unsafe { narrow($($arg),*) };
+                }
+            }
+            $body
+        }
+    };
+}
+pub(in crate::runtime) use multiversion;
+
 /// Runs `k` with the vector type of `lanes`, in code compiled for its instruction set.
 ///
 /// # Safety
