@@ -1,18 +1,19 @@
 //! The sources of a data movement whose index map splits by axis
-//! ([`OpDef::axis_reads`]: transposes, slices, pads, broadcasts, tiles),
-//! worked out from the layouts' offset tables: two table lookups per output
-//! element and one per axis, where evaluating the op on position tensors
-//! took several passes over tensors of i64 (on MobileNetV3Large, the blocked
-//! transposes were most of the compile time of each new input shape).
+//! ([`OpDef::axis_reads`]: transposes, slices, pads, broadcasts, tiles,
+//! concatenations), worked out from the layouts' offset tables as rows of
+//! consecutive output elements (`gather::rows_of_axes`): a few table
+//! lookups per row, where evaluating the op on position tensors took
+//! several passes over tensors of i64 (on MobileNetV3Large, the blocked
+//! transposes were most of the compile time of each new input shape), and
+//! a table of per-element sources still took a pass to write and one to
+//! cut into runs (DenseNet121's concatenations).
 //!
 //! [`OpDef::axis_reads`]: crate::ops::OpDef::axis_reads
 
-use crate::core::{next_index, numel};
+use crate::core::numel;
 use crate::layout::Layout;
 use crate::ops::AxisRead;
-
-/// What marks an output element no input element goes to.
-const NONE: u32 = u32::MAX;
+use crate::runtime::kernels::gather::{rows_of_axes, Row};
 
 /// A tensor as a data movement sees it: its layout and logical shape.
 #[derive(Clone, Copy)]
@@ -21,30 +22,20 @@ pub(super) struct Placed<'a> {
     pub shape: &'a [usize],
 }
 
-/// For each physical element of `out`, the position of the element it
-/// holds: input `k`'s physical offset plus `starts[k]` (`u32::MAX` for
-/// padding and elements the op writes no input to), when the output axes
-/// read input `k` by `reads[k]`. `None` when the reads do not fit the
-/// shapes, or a position would not fit a u32.
-pub(super) fn axis_sources(
-    reads: &[Vec<AxisRead>],
-    xs: &[Placed],
-    starts: &[usize],
-    out: Placed,
-) -> Option<Vec<u32>> {
-    let len = out.layout.physical_numel(out.shape).ok()?;
+/// The rows of every input: output elements at their physical offsets,
+/// each from input `k`'s physical elements, when the output axes read input
+/// `k` by `reads[k]`. `None` when the reads do not fit the shapes.
+pub(super) fn rows(reads: &[Vec<AxisRead>], xs: &[Placed], out: Placed) -> Option<Vec<Row>> {
     let out_tables = out.layout.offset_tables(out.shape).ok()?;
-    if u32::try_from(len).ok()? == NONE || reads.len() != xs.len() || out.shape.is_empty() {
+    if reads.len() != xs.len() || out.shape.is_empty() {
         return None;
     }
-    let mut sources = vec![NONE; len];
-    for ((reads, x), &start) in reads.iter().zip(xs).zip(starts) {
-        let end = start.checked_add(x.layout.physical_numel(x.shape).ok()?)?;
-        let start = u32::try_from(start).ok().filter(|_| end < NONE as usize)?;
+    let mut rows = vec![];
+    for (input, (reads, x)) in reads.iter().zip(xs).enumerate() {
         let tables = read_tables(reads, x, out.shape)?;
-        fill(&mut sources, &tables, &out_tables, out.shape, start);
+        rows.extend(rows_of_axes(&out_tables, &tables, input));
     }
-    Some(sources)
+    Some(rows)
 }
 
 /// The input offset `k` when the output of a one-input movement is that
@@ -74,7 +65,7 @@ pub(super) fn shift(reads: &[Vec<AxisRead>], xs: &[Placed], out: Placed) -> Opti
         k += first;
     }
     let k = u32::try_from(k).ok()?;
-    (u64::from(k) + len as u64 <= u64::from(NONE)).then_some(k)
+    (u64::from(k) + len as u64 <= u64::from(u32::MAX)).then_some(k)
 }
 
 /// Per output axis and index, the physical offset in `x` it reads (`None`
@@ -103,36 +94,6 @@ fn read_tables(reads: &[AxisRead], x: &Placed, out: &[usize]) -> Option<Vec<Vec<
         .collect()
 }
 
-/// Writes `start` plus the input offset of every output element `read`
-/// gives one for into `sources`, at the element's physical offset.
-fn fill(
-    sources: &mut [u32],
-    read: &[Vec<Option<u32>>],
-    out_tables: &[Vec<usize>],
-    out_shape: &[usize],
-    start: u32,
-) {
-    let (Some((inner_out, outer_out)), Some((inner_read, outer_read))) =
-        (out_tables.split_last(), read.split_last())
-    else {
-        return;
-    };
-    let outer_shape = &out_shape[..outer_out.len()];
-    let mut idx = vec![0usize; outer_shape.len()];
-    for _ in 0..numel(outer_shape) {
-        let dst: usize = idx.iter().zip(outer_out).map(|(&i, t)| t[i]).sum();
-        let src: Option<u32> = idx.iter().zip(outer_read).map(|(&i, t)| t[i]).sum();
-        if let Some(src) = src {
-            for (&d, s) in inner_out.iter().zip(inner_read) {
-                if let Some(s) = s {
-                    sources[dst + d] = start + src + s;
-                }
-            }
-        }
-        next_index(&mut idx, outer_shape);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,6 +101,7 @@ mod tests {
     use crate::ops::{
         Concat, Expand, LaidOut, Op, Pad, PadMode, Slice, SliceAxis, Tile, Transpose,
     };
+    use crate::runtime::compile::Sources;
 
     /// The sources the compiler finds for any data movement: the laid-out op
     /// evaluated on the positions 1, 2, ... of the inputs' physical elements,
@@ -178,7 +140,7 @@ mod tests {
         let ty = ValueType::new(DType::I64, out.layout.physical_shape(out.shape).unwrap());
         let args: Vec<&Tensor> = positions.iter().collect();
         let got = laid.def().eval(&args, &[ty]).unwrap();
-        let source = |p: i64| if p >= 1 { (p - 1) as u32 } else { NONE };
+        let source = |p: i64| if p >= 1 { (p - 1) as u32 } else { u32::MAX };
         got[0].data.to_i64().into_iter().map(source).collect()
     }
 
@@ -271,8 +233,9 @@ mod tests {
                         assert_eq!(shifted, expected, "shift {op:?} {x_name} -> {out_name}");
                         shifts += 1;
                     }
-                    let got = axis_sources(&reads, &xs, &starts, out);
-                    assert_eq!(got, Some(expected), "{op:?} {x_name} -> {out_name}");
+                    let rows = rows(&reads, &xs, out).unwrap();
+                    let got = Sources::Rows(rows).table(expected.len(), &starts);
+                    assert_eq!(got, expected, "{op:?} {x_name} -> {out_name}");
                 }
             }
         }

@@ -17,7 +17,7 @@ use super::kernels::conv::direct::ConvGeom;
 use super::kernels::conv::int8::{IntegerWeights, QuantConv};
 use super::kernels::conv::tile::{ChannelParams, Epilogue};
 use super::kernels::elementwise::{broadcast_strides, Arg, Elementwise, Func, Stored};
-use super::kernels::gather::{Gather, MAX_GATHER_INPUTS};
+use super::kernels::gather::{Gather, Row, MAX_GATHER_INPUTS};
 use super::kernels::grid_sample::GridSampler;
 use super::kernels::matmul::{BatchedMatMul, Dense};
 use super::kernels::normalize::{RowKernel, RowOp};
@@ -89,18 +89,28 @@ fn dataflow(g: &Graph, steps: &[Pending]) -> (HashMap<ValueRef, usize>, HashMap<
 
 /// Where the elements of a data movement's output come from.
 enum Sources {
-    /// Its one input's elements from this offset on, in order: a view.
-    Shifted(u32),
+    /// Pieces of the inputs, by output offset.
+    Rows(Vec<Row>),
     /// Per output element, its position among the inputs' elements, one
     /// input's after another's (`u32::MAX`: none, the fill).
     Table(Vec<u32>),
 }
 
 impl Sources {
-    /// The position of each of `len` output elements.
-    fn table(self, len: usize) -> Vec<u32> {
+    /// The position of each of `len` output elements among the inputs'
+    /// elements, input `k`'s from `starts[k]` on (which the caller checked
+    /// to fit below `u32::MAX`).
+    fn table(self, len: usize, starts: &[usize]) -> Vec<u32> {
         match self {
-            Sources::Shifted(k) => (0..len as u32).map(|i| k + i).collect(),
+            Sources::Rows(rows) => {
+                let mut table = vec![u32::MAX; len];
+                for r in rows {
+                    for (j, t) in table[r.dst..r.dst + r.len].iter_mut().enumerate() {
+                        *t = (starts[r.input] + r.source(j)) as u32;
+                    }
+                }
+                table
+            }
             Sources::Table(t) => t,
         }
     }
@@ -1036,7 +1046,7 @@ impl<'g> Compiler<'g> {
         if elements.saturating_mul(40) > crate::core::budget::limit() / 4 {
             return None;
         }
-        let sources = match self.axis_sources(id, &starts) {
+        let sources = match self.axis_sources(id) {
             Some(src) => vec![src],
             None => {
                 let positions: Vec<Tensor> = xs
@@ -1069,29 +1079,31 @@ impl<'g> Compiler<'g> {
         let kernel = |((src, v), &fill): ((Sources, &crate::graph::Value), &f32)| {
             // The planned value has the physical shape.
             let len = v.ty.numel();
-            match (dtype, src) {
-                (DType::F32, Sources::Shifted(k)) => Kernel::Gather(Gather::shifted(len, k, fill)),
-                (DType::F32, Sources::Table(src)) => {
-                    Kernel::Gather(Gather::from_inputs(src, &starts, fill))
+            let gather = match (dtype, src) {
+                (DType::F32, Sources::Rows(rows)) => {
+                    Gather::from_rows(rows, starts.len(), len, fill)
                 }
-                (_, src) => Kernel::Moved(Moved::new(src.table(len), fill, v.ty.shape.clone())),
-            }
+                (DType::F32, Sources::Table(src)) => Gather::from_inputs(src, &starts, fill),
+                (_, src) => {
+                    let table = src.table(len, &starts);
+                    return Some(Kernel::Moved(Moved::new(table, fill, v.ty.shape.clone())));
+                }
+            };
+            gather.map(Kernel::Gather)
         };
-        Some(
-            sources
-                .into_iter()
-                .zip(&node.outputs)
-                .zip(&fills)
-                .map(kernel)
-                .collect(),
-        )
+        sources
+            .into_iter()
+            .zip(&node.outputs)
+            .zip(&fills)
+            .map(kernel)
+            .collect()
     }
 
-    /// The sources of a one-output data movement whose index map splits by
-    /// axis (`OpDef::axis_reads`), from its layouts' offset tables: input
-    /// `k`'s positions start at `starts[k]`; a shift, with no table, where
-    /// the movement is a view of its one input.
-    fn axis_sources(&self, id: NodeId, starts: &[usize]) -> Option<Sources> {
+    /// The rows of a one-output data movement whose index map splits by
+    /// axis (`OpDef::axis_reads`), from its layouts' offset tables: one row,
+    /// found without a pass over the elements, where the movement is a view
+    /// of its one input.
+    fn axis_sources(&self, id: NodeId) -> Option<Sources> {
         let node = self.g.node(id);
         let moved = &self.g.node_inputs(id)[..self.moved_inputs(id)];
         let [y] = &node.outputs[..] else { return None };
@@ -1134,10 +1146,17 @@ impl<'g> Compiler<'g> {
             layout: &y_layout,
             shape: &y_shape,
         };
-        match axis_sources::shift(&reads, &placed, y) {
-            Some(k) => Some(Sources::Shifted(k)),
-            None => axis_sources::axis_sources(&reads, &placed, starts, y).map(Sources::Table),
-        }
+        let rows = match axis_sources::shift(&reads, &placed, y) {
+            Some(k) => vec![Row {
+                dst: 0,
+                input: 0,
+                src: k as usize,
+                len: numel(&y_shape),
+                stride: 1,
+            }],
+            None => axis_sources::rows(&reads, &placed, y)?,
+        };
+        Some(Sources::Rows(rows))
     }
 
     /// The vector kernel of an elementwise chain (each node the only reader of

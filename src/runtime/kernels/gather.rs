@@ -82,6 +82,147 @@ impl Run {
         self.count += 1;
         true
     }
+
+    /// `self` made longer by `next`, when `next` goes on from where it ends
+    /// (the next sources at its stride, or more fill) within a task's worth
+    /// of elements.
+    fn lengthen(&mut self, next: &Run) -> bool {
+        let single = self.count == 1 && next.count == 1 && self.input == next.input;
+        let fits = self.elements() + next.elements() <= ELEMENTS_PER_TASK;
+        let goes_on = match (self.src, next.src) {
+            (PAD, PAD) => true,
+            (PAD, _) | (_, PAD) => false,
+            (a, b) => {
+                self.stride == next.stride
+                    && b as i64 == a as i64 + self.len as i64 * self.stride as i64
+            }
+        };
+        if !(single && fits && goes_on) {
+            return false;
+        }
+        self.len += next.len;
+        true
+    }
+}
+
+/// Output elements `dst..dst + len` are elements `src + j * stride` (`j` in
+/// `0..len`) of input `input`: a piece of a data movement, as the compiler
+/// finds it (`Gather::from_rows`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Row {
+    /// The first output element.
+    pub dst: usize,
+    /// Which input it reads.
+    pub input: usize,
+    /// The input element of the first output element.
+    pub src: usize,
+    /// Output elements.
+    pub len: usize,
+    /// Input elements from one output element to the next.
+    pub stride: isize,
+}
+
+impl Row {
+    /// The input element the row's `j`-th output element holds.
+    pub fn source(&self, j: usize) -> usize {
+        (self.src as isize + j as isize * self.stride) as usize
+    }
+}
+
+/// The rows input `input` gives an output whose element at index tuple `i`
+/// lies at the sum over the axes `a` of `out[a][i_a]`, and holds input
+/// offset the sum of `read[a][i_a]` when every one of those is `Some`: one
+/// per stretch of the axis whose output offsets step by one (the physically
+/// innermost: a blocked layout's channels within a block) along which the
+/// input offsets keep one stride, per index of the other axes. A plain copy
+/// or transpose is one row per line, where a table of sources took a look
+/// per element.
+pub fn rows_of_axes(out: &[Vec<usize>], read: &[Vec<Option<u32>>], input: usize) -> Vec<Row> {
+    let rank = out.len();
+    let Some(along) = (0..rank)
+        .rev()
+        .find(|&a| out[a].len() >= 2 && out[a][1] == out[a][0] + 1)
+        .or(rank.checked_sub(1))
+    else {
+        // A scalar: its one element.
+        return vec![Row {
+            dst: 0,
+            input,
+            src: 0,
+            len: 1,
+            stride: 1,
+        }];
+    };
+    let (o, r) = (&out[along], &read[along]);
+    // The stretches along the axis: (output offset, input offset, length,
+    // stride).
+    let step = |k: usize| match (r[k], r.get(k + 1)) {
+        (Some(a), Some(&Some(b))) if o[k + 1] == o[k] + 1 => Some(b as isize - a as isize),
+        _ => None,
+    };
+    let mut stretches = vec![];
+    let mut j = 0;
+    while j < o.len() {
+        let Some(first) = r[j] else {
+            j += 1;
+            continue;
+        };
+        let stride = step(j).unwrap_or(1);
+        let mut end = j + 1;
+        while end < o.len() && step(end - 1) == Some(stride) {
+            end += 1;
+        }
+        stretches.push((o[j], first as usize, end - j, stride));
+        j = end;
+    }
+    let others: Vec<usize> = (0..rank).filter(|&a| a != along).collect();
+    let extents: Vec<usize> = others.iter().map(|&a| out[a].len()).collect();
+    let mut idx = vec![0; others.len()];
+    let mut rows = vec![];
+    for _ in 0..crate::core::numel(&extents) {
+        let dst: usize = others.iter().zip(&idx).map(|(&a, &i)| out[a][i]).sum();
+        let src: Option<usize> = (others.iter().zip(&idx))
+            .map(|(&a, &i)| read[a][i].map(|o| o as usize))
+            .sum();
+        if let Some(src) = src {
+            rows.extend(stretches.iter().map(|&(d, s, len, stride)| Row {
+                dst: dst + d,
+                input,
+                src: src + s,
+                len,
+                stride,
+            }));
+        }
+        crate::core::next_index(&mut idx, &extents);
+    }
+    rows
+}
+
+/// Appends output elements `dst..dst + len`, taken as `row` says from its
+/// start (the fill where `row` is `None`), to `runs` (which end at `dst`):
+/// runs of at most `ELEMENTS_PER_TASK` elements, each merged into the one
+/// before where it goes on from it or repeats it.
+fn push_row(runs: &mut Vec<Run>, dst: usize, len: usize, row: Option<&Row>) {
+    let mut done = 0;
+    while done < len {
+        let n = (len - done).min(ELEMENTS_PER_TASK);
+        let run = Run {
+            dst: (dst + done) as u32,
+            src: row.map_or(PAD, |r| r.source(done) as u32),
+            len: n as u32,
+            stride: row.map_or(0, |r| r.stride as i32),
+            input: row.map_or(0, |r| r.input as u32),
+            count: 1,
+            step: 0,
+        };
+        let merged = runs
+            .last_mut()
+            .is_some_and(|last| last.lengthen(&run) || last.extend(&run));
+        if !merged {
+            runs.push(run);
+        }
+        done += n;
+    }
 }
 
 const PAD: u32 = u32::MAX;
@@ -138,121 +279,138 @@ impl Gather {
             true => same_bytes(from, to, from_shape),
             false => from.is_identity() && to.is_identity(),
         };
+        let too_large = KernelError::TooLarge { elements };
         if identity {
-            return Ok(Gather::shifted(elements, 0, fill));
+            return Gather::shifted(elements, 0, fill).ok_or(too_large);
         }
-        let mut src = vec![PAD; phys_to.iter().product()];
+        let len = phys_to.iter().product();
+        // A layout transform: the rows of its axes' offset tables.
+        if from_shape == to_shape {
+            let read: Vec<Vec<Option<u32>>> = (from.offset_tables(from_shape)?.iter())
+                .map(|t| t.iter().map(|&o| Some(o as u32)).collect())
+                .collect();
+            let rows = rows_of_axes(&to.offset_tables(to_shape)?, &read, 0);
+            return Gather::from_rows(rows, 1, len, fill).ok_or(too_large);
+        }
+        let mut src = vec![PAD; len];
         let pairs = to
             .row_major_offsets(to_shape)?
             .zip(from.row_major_offsets(from_shape)?);
         for (to_offset, from_offset) in pairs {
             src[to_offset] = from_offset as u32;
         }
-        Ok(Gather::from_sources(src, fill))
+        Gather::from_sources(src, fill).ok_or(too_large)
     }
 
     /// The gather taking output element `i` from input element `src[i]`, or
-    /// `fill` where `src[i]` is `u32::MAX`.
-    pub fn from_sources(src: Vec<u32>, fill: f32) -> Gather {
+    /// `fill` where `src[i]` is `u32::MAX`; `None` if it has `u32::MAX`
+    /// elements or more.
+    pub fn from_sources(src: Vec<u32>, fill: f32) -> Option<Gather> {
         Gather::from_inputs(src, &[0], fill)
     }
 
     /// The gather from several inputs: `src[i]` indexes their elements one
     /// input after another, input `k`'s first element at `starts[k]`
-    /// (`starts[0]` is 0, at most [`MAX_GATHER_INPUTS`] of them).
-    pub fn from_inputs(src: Vec<u32>, starts: &[usize], fill: f32) -> Gather {
-        let (len, source) = (src.len(), |i: usize| src[i]);
-        let input_of = |s: u32| match s {
-            PAD => 0,
-            _ => starts.partition_point(|&b| b <= s as usize) - 1,
+    /// (`starts[0]` is 0, at most [`MAX_GATHER_INPUTS`] of them). The
+    /// sources are cut into rows where their stride changes.
+    pub fn from_inputs(src: Vec<u32>, starts: &[usize], fill: f32) -> Option<Gather> {
+        let len = src.len();
+        // A stride joins two sources of one input (`within` its positions)
+        // that fit an i32 step.
+        let step = |a: u32, b: u32, within: &std::ops::Range<u32>| {
+            (within.contains(&b))
+                .then(|| i32::try_from(b as i64 - a as i64).ok())
+                .flatten()
         };
-        // A stride joins two sources of one input (the sources `within` a
-        // run's first) that fit an i32 step; padding joins padding.
-        let step = |a: u32, b: u32, within: &std::ops::Range<u32>| match (a, b) {
-            (PAD, PAD) => Some(0),
-            (PAD, _) | (_, PAD) => None,
-            _ if !within.contains(&b) => None,
-            _ => i32::try_from(b as i64 - a as i64).ok(),
-        };
-        let mut runs: Vec<Run> = vec![];
+        let mut rows = vec![];
         let mut i = 0;
         while i < len {
-            let first = source(i);
-            let input = input_of(first);
+            let first = src[i];
+            if first == PAD {
+                i += 1;
+                continue;
+            }
+            let input = starts.partition_point(|&b| b <= first as usize) - 1;
             let within = match starts.get(input + 1) {
                 Some(&end) => starts[input] as u32..end as u32,
                 None => starts[input] as u32..PAD,
             };
-            let stride = (i + 1 < len)
-                .then(|| step(first, source(i + 1), &within))
-                .flatten()
+            let stride = (src.get(i + 1))
+                .and_then(|&next| step(first, next, &within))
                 .unwrap_or(1);
-            let mut end = i + 1;
-            let mut last = first;
-            while end < len && end - i < ELEMENTS_PER_TASK {
-                let next = source(end);
-                if step(last, next, &within) != Some(stride) {
-                    break;
-                }
-                last = next;
+            let (mut end, mut last) = (i + 1, first);
+            while end < len && step(last, src[end], &within) == Some(stride) {
+                last = src[end];
                 end += 1;
             }
-            let run = Run {
-                dst: i as u32,
-                src: match first {
-                    PAD => PAD,
-                    s => s - starts[input] as u32,
-                },
-                len: (end - i) as u32,
-                stride,
-                input: input as u32,
-                count: 1,
-                step: 0,
-            };
-            if !runs.last_mut().is_some_and(|last| last.extend(&run)) {
-                runs.push(run);
-            }
+            rows.push(Row {
+                dst: i,
+                input,
+                src: first as usize - starts[input],
+                len: end - i,
+                stride: stride as isize,
+            });
             i = end;
         }
-        let mut src_ends = vec![0; starts.len()];
+        Gather::from_rows(rows, starts.len(), len, fill)
+    }
+
+    /// The gather writing `rows` (disjoint, in any order) into an output of
+    /// `len` elements, the fill wherever no row writes, from `inputs`
+    /// inputs. `None` when rows overlap or pass `len`, or an offset or
+    /// length does not fit below `u32::MAX` (or a stride an i32).
+    pub fn from_rows(mut rows: Vec<Row>, inputs: usize, len: usize, fill: f32) -> Option<Gather> {
+        if len >= PAD as usize {
+            return None;
+        }
+        rows.retain(|r| r.len > 0);
+        rows.sort_unstable_by_key(|r| r.dst);
+        let mut runs: Vec<Run> = vec![];
+        let mut at = 0;
+        for r in &rows {
+            let last = r.src as i64 + (r.len as i64 - 1) * r.stride as i64;
+            let fits = r.dst >= at
+                && r.input < inputs
+                && r.src < PAD as usize
+                && (0..PAD as i64).contains(&last)
+                && i32::try_from(r.stride).is_ok();
+            if !fits {
+                return None;
+            }
+            push_row(&mut runs, at, r.dst - at, None);
+            push_row(&mut runs, r.dst, r.len, Some(r));
+            at = r.dst + r.len;
+        }
+        if at > len {
+            return None;
+        }
+        push_row(&mut runs, at, len - at, None);
+        let mut src_ends = vec![0; inputs];
         for r in &runs {
             let input = &mut src_ends[r.input as usize];
             *input = r.src_end().max(*input);
         }
-        Gather {
+        Some(Gather {
             tasks: tasks_of(&runs),
             runs,
             len,
             src_ends,
             fill,
-        }
+        })
     }
 
     /// The gather whose output element `i` is element `offset + i` of its
-    /// one input (`view_offset` is `offset`), built without a table of
-    /// sources. `offset + len` fits a u32.
-    pub fn shifted(len: usize, offset: u32, fill: f32) -> Gather {
-        // The runs `from_inputs` finds for these sources, in closed form: a
-        // contiguous run per task's worth of elements, none joining the next.
-        let runs: Vec<Run> = (0..len)
-            .step_by(ELEMENTS_PER_TASK)
-            .map(|i| Run {
-                dst: i as u32,
-                src: offset + i as u32,
-                len: (len - i).min(ELEMENTS_PER_TASK) as u32,
-                stride: 1,
-                input: 0,
-                count: 1,
-                step: 0,
-            })
-            .collect();
-        Gather {
-            tasks: tasks_of(&runs),
-            src_ends: vec![runs.iter().map(Run::src_end).max().unwrap_or(0)],
-            runs,
+    /// one input (`view_offset` is `offset`); `None` unless `offset + len`
+    /// fits below `u32::MAX`.
+    pub fn shifted(len: usize, offset: u32, fill: f32) -> Option<Gather> {
+        let row = Row {
+            dst: 0,
+            input: 0,
+            src: offset as usize,
             len,
-            fill,
-        }
+            stride: 1,
+        };
+        Gather::from_rows(vec![row], 1, len, fill)
     }
 
     /// The output offset `k` when the one input, all `input_len` elements of
@@ -668,14 +826,14 @@ impl Picking {
 mod tests {
     use super::*;
 
-    /// A shifted gather is the one its sources give, run for run.
+    /// A shifted gather (one row) is the one its sources give, run for run.
     #[test]
     fn a_shift_has_the_runs_of_its_sources() {
         for len in [0, 1, 7, ELEMENTS_PER_TASK, 3 * ELEMENTS_PER_TASK + 5] {
             for offset in [0, 3, 1000] {
-                let shifted = Gather::shifted(len, offset, 0.0);
+                let shifted = Gather::shifted(len, offset, 0.0).unwrap();
                 let sources: Vec<u32> = (0..len as u32).map(|i| offset + i).collect();
-                let table = Gather::from_inputs(sources, &[0], 0.0);
+                let table = Gather::from_inputs(sources, &[0], 0.0).unwrap();
                 let at = format!("len {len} offset {offset}");
                 assert_eq!(
                     format!("{:?}", shifted.runs),

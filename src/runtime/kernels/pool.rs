@@ -571,53 +571,55 @@ macro_rules! with_combine {
 
 // A pool over the whole plane: a sum or maximum of every position, kept in 16
 // independent lanes when a position is one channel so that it vectorizes.
-multiversion!(fn global_pool(g: &PoolGeom, x: &[f32], y: &mut [f32]) {
-    const LANES: usize = 16;
-    let (cb, n) = (g.cb, g.h * g.w);
-    let x = &x[..n * cb];
-    let init = g.init();
-    let out = &mut y[..cb];
-    with_combine!(g, |combine| {
-        if cb == 1 {
-            let mut acc = [init; LANES];
-            let mut chunks = x.chunks_exact(LANES);
-            for c in &mut chunks {
-                acc.iter_mut()
-                    .zip(c)
-                    .for_each(|(a, &b)| *a = combine(*a, b));
-            }
-            let tail = chunks.remainder().iter().fold(init, |a, &b| combine(a, b));
-            out[0] = acc.iter().fold(tail, |a, &b| combine(a, b));
-        } else {
-            // Four pixels combined in a tree per pass over `out`: one chain
-            // per channel made the adds wait on each other (7.5 GB/s on the
-            // 7x7 and 14x14 planes of MobileNetV3).
-            out.fill(init);
-            let mut quads = x.chunks_exact(4 * cb);
-            for q in &mut quads {
-                let (p01, p23) = q.split_at(2 * cb);
-                let ((p0, p1), (p2, p3)) = (p01.split_at(cb), p23.split_at(cb));
-                let pixels = p0.iter().zip(p1).zip(p2.iter().zip(p3));
-                for (a, ((&v0, &v1), (&v2, &v3))) in out.iter_mut().zip(pixels) {
-                    *a = combine(*a, combine(combine(v0, v1), combine(v2, v3)));
+multiversion!(
+    fn global_pool(g: &PoolGeom, x: &[f32], y: &mut [f32]) {
+        const LANES: usize = 16;
+        let (cb, n) = (g.cb, g.h * g.w);
+        let x = &x[..n * cb];
+        let init = g.init();
+        let out = &mut y[..cb];
+        with_combine!(g, |combine| {
+            if cb == 1 {
+                let mut acc = [init; LANES];
+                let mut chunks = x.chunks_exact(LANES);
+                for c in &mut chunks {
+                    acc.iter_mut()
+                        .zip(c)
+                        .for_each(|(a, &b)| *a = combine(*a, b));
+                }
+                let tail = chunks.remainder().iter().fold(init, |a, &b| combine(a, b));
+                out[0] = acc.iter().fold(tail, |a, &b| combine(a, b));
+            } else {
+                // Four pixels combined in a tree per pass over `out`: one chain
+                // per channel made the adds wait on each other (7.5 GB/s on the
+                // 7x7 and 14x14 planes of MobileNetV3).
+                out.fill(init);
+                let mut quads = x.chunks_exact(4 * cb);
+                for q in &mut quads {
+                    let (p01, p23) = q.split_at(2 * cb);
+                    let ((p0, p1), (p2, p3)) = (p01.split_at(cb), p23.split_at(cb));
+                    let pixels = p0.iter().zip(p1).zip(p2.iter().zip(p3));
+                    for (a, ((&v0, &v1), (&v2, &v3))) in out.iter_mut().zip(pixels) {
+                        *a = combine(*a, combine(combine(v0, v1), combine(v2, v3)));
+                    }
+                }
+                for px in quads.remainder().chunks_exact(cb) {
+                    out.iter_mut()
+                        .zip(px)
+                        .for_each(|(a, &b)| *a = combine(*a, b));
                 }
             }
-            for px in quads.remainder().chunks_exact(cb) {
-                out.iter_mut()
-                    .zip(px)
-                    .for_each(|(a, &b)| *a = combine(*a, b));
+        });
+        match (g.kind, &g.integer_average) {
+            // SAFETY: a one-lane vector touches no memory.
+            (PoolKind::Avg, Some(average)) => out.iter_mut().for_each(|a| {
+                *a = unsafe { average.of(One(*a), One(n as f32)) }.0;
+            }),
+            (PoolKind::Avg, None) => {
+                let inv = 1.0 / n.max(1) as f32;
+                out.iter_mut().for_each(|a| *a *= inv);
             }
+            (PoolKind::Max, _) => {}
         }
-    });
-    match (g.kind, &g.integer_average) {
-        // SAFETY: a one-lane vector touches no memory.
-        (PoolKind::Avg, Some(average)) => out.iter_mut().for_each(|a| {
-            *a = unsafe { average.of(One(*a), One(n as f32)) }.0;
-        }),
-        (PoolKind::Avg, None) => {
-            let inv = 1.0 / n.max(1) as f32;
-            out.iter_mut().for_each(|a| *a *= inv);
-        }
-        (PoolKind::Max, _) => {}
     }
-});
+);

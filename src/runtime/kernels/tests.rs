@@ -406,6 +406,30 @@ fn dense_matches_a_naive_product_for_every_isa() {
     }
 }
 
+/// Layout transforms between plain, channels-last and channel-blocked
+/// layouts (channels padded to the block or not), built from rows of the
+/// layouts' offset tables: each output is the layout algebra's physical form
+/// of the tensor, its padding the fill.
+#[test]
+fn layout_transforms_gather_like_the_layout_algebra() {
+    let names = ["NCHW", "NHWC", "NCHW8c", "NCHW16c"];
+    let mut rng = Rng(29);
+    for shape in [vec![2, 20, 3, 5], vec![1, 3, 7, 1], vec![1, 16, 1, 9]] {
+        let x = Tensor::from_f32(shape.clone(), rng.f32s(shape.iter().product()));
+        for from in names {
+            for to in names {
+                let (lf, lt) = (Layout::parse(from).unwrap(), Layout::parse(to).unwrap());
+                let xp = lf.to_physical(&x, 0.0).unwrap().to_f32();
+                let g = Gather::new(&lf, &lt, &shape, -1.0).unwrap();
+                let want = lt.to_physical(&x, -1.0).unwrap().to_f32();
+                let mut y = vec![f32::NAN; want.len()];
+                g.run(&[&xp], &mut y).unwrap();
+                assert_eq!(y, want, "{from} -> {to} {shape:?}");
+            }
+        }
+    }
+}
+
 #[test]
 fn reshape_gathers_between_layouts_like_the_layout_algebra() {
     let cases = [
@@ -482,7 +506,7 @@ fn gathers_in_runs_copy_what_each_element_names() {
             .iter()
             .map(|&s| if s == u32::MAX { -2.0 } else { x[s as usize] })
             .collect();
-        let g = Gather::from_sources(src.clone(), -2.0);
+        let g = Gather::from_sources(src.clone(), -2.0).unwrap();
         let mut y = vec![f32::NAN; src.len()];
         g.run(&[&x], &mut y).unwrap();
         assert_eq!(y, want, "case {case}");
@@ -507,7 +531,7 @@ fn gathers_in_runs_copy_what_each_element_names() {
             .map(|(&a, &b)| x[a..b].to_vec())
             .collect();
         let inputs: Vec<&[f32]> = parts.iter().map(|p| &p[..]).collect();
-        let g = Gather::from_inputs(src.clone(), &starts, -2.0);
+        let g = Gather::from_inputs(src.clone(), &starts, -2.0).unwrap();
         y.fill(f32::NAN);
         g.run(&inputs, &mut y).unwrap();
         assert_eq!(y, want, "case {case}, inputs from {starts:?}");
@@ -530,7 +554,7 @@ fn a_padding_gather_places_its_input_and_keeps_its_fill() {
     let mut src = vec![PAD; before];
     src.extend(0..n as u32);
     src.extend(std::iter::repeat_n(PAD, after));
-    let g = Gather::from_sources(src.clone(), 0.5);
+    let g = Gather::from_sources(src.clone(), 0.5).unwrap();
     assert_eq!(g.placed_input(n), Some(before));
     assert_eq!(g.placed_input(n + 1), None, "the input is longer");
     let x: Vec<f32> = (0..n).map(|i| i as f32).collect();
@@ -546,11 +570,14 @@ fn a_padding_gather_places_its_input_and_keeps_its_fill() {
     // Part of the input, or the input out of order, is no placement.
     let last = n as u32 - 1;
     let part = src.iter().map(|&s| if s == last { PAD } else { s });
-    let part = Gather::from_sources(part.collect(), 0.0);
+    let part = Gather::from_sources(part.collect(), 0.0).unwrap();
     assert_eq!(part.placed_input(n), None);
     let mut swapped = src.clone();
     swapped.swap(before, before + 1);
-    assert_eq!(Gather::from_sources(swapped, 0.0).placed_input(n), None);
+    assert_eq!(
+        Gather::from_sources(swapped, 0.0).unwrap().placed_input(n),
+        None
+    );
 }
 
 /// Matrix products of two computed operands (attention's Q·Kᵀ and P·V) run as

@@ -746,7 +746,17 @@ fn transform_weights<const A: usize>(
         let group_at = at + first * cin * size_of::<f32>();
         // SAFETY: the group's rows lie inside `u` (`stride` apart, `width`
         // floats per input channel), and only this task writes them.
-        unsafe { transform_group(g, &w[first * cin * 9..], cin, lanes, width, group_at, stride) };
+        unsafe {
+            transform_group(
+                g,
+                &w[first * cin * 9..],
+                cin,
+                lanes,
+                width,
+                group_at,
+                stride,
+            )
+        };
     });
     u
 }
@@ -766,50 +776,55 @@ const MAX_ALPHA: usize = 6;
 //
 // Safety: those rows, for `lanes` floats each, lie inside one live buffer
 // that nothing else touches meanwhile.
-multiversion!(unsafe fn transform_group(
-    g: &[[f64; 3]],
-    w: &[f32],
-    cin: usize,
-    lanes: usize,
-    width: usize,
-    at: usize,
-    stride: usize
-) {
-    let alpha = g.len();
-    for i in 0..cin {
-        for side in 0..lanes.div_ceil(SIDE) {
-            let n = (lanes - side * SIDE).min(SIDE);
-            // k[s][l]: tap s of lane l.
-            let mut k = [[0f64; SIDE]; 9];
-            for l in 0..n {
-                let taps = &w[((side * SIDE + l) * cin + i) * 9..][..9];
-                for (s, &t) in taps.iter().enumerate() {
-                    k[s][l] = t as f64;
-                }
-            }
-            // gk[r][c][l]: (G g)[r][c] of lane l.
-            let mut gk = [[[0f64; SIDE]; 3]; MAX_ALPHA];
-            for (gr, row) in g.iter().zip(&mut gk) {
-                for (c, out) in row.iter_mut().enumerate() {
-                    for (l, o) in out.iter_mut().enumerate() {
-                        *o = gr[0] * k[c][l] + gr[1] * k[3 + c][l] + gr[2] * k[6 + c][l];
+multiversion!(
+    unsafe fn transform_group(
+        g: &[[f64; 3]],
+        w: &[f32],
+        cin: usize,
+        lanes: usize,
+        width: usize,
+        at: usize,
+        stride: usize,
+    ) {
+        let alpha = g.len();
+        for i in 0..cin {
+            for side in 0..lanes.div_ceil(SIDE) {
+                let n = (lanes - side * SIDE).min(SIDE);
+                // k[s][l]: tap s of lane l.
+                let mut k = [[0f64; SIDE]; 9];
+                for l in 0..n {
+                    let taps = &w[((side * SIDE + l) * cin + i) * 9..][..9];
+                    for (s, &t) in taps.iter().enumerate() {
+                        k[s][l] = t as f64;
                     }
                 }
-            }
-            for (r, row) in gk.iter().take(alpha).enumerate() {
-                for (c, gc) in g.iter().enumerate() {
-                    let mut v = [0f32; SIDE];
-                    for (l, v) in v.iter_mut().enumerate() {
-                        *v = (row[0][l] * gc[0] + row[1][l] * gc[1] + row[2][l] * gc[2]) as f32;
+                // gk[r][c][l]: (G g)[r][c] of lane l.
+                let mut gk = [[[0f64; SIDE]; 3]; MAX_ALPHA];
+                for (gr, row) in g.iter().zip(&mut gk) {
+                    for (c, out) in row.iter_mut().enumerate() {
+                        for (l, o) in out.iter_mut().enumerate() {
+                            *o = gr[0] * k[c][l] + gr[1] * k[3 + c][l] + gr[2] * k[6 + c][l];
+                        }
                     }
-                    let start = (r * alpha + c) * stride + i * width + side * SIDE;
-                    // SAFETY: the caller's rows.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(v.as_ptr(), (at as *mut f32).add(start), n)
-                    };
+                }
+                for (r, row) in gk.iter().take(alpha).enumerate() {
+                    for (c, gc) in g.iter().enumerate() {
+                        let mut v = [0f32; SIDE];
+                        for (l, v) in v.iter_mut().enumerate() {
+                            *v = (row[0][l] * gc[0] + row[1][l] * gc[1] + row[2][l] * gc[2]) as f32;
+                        }
+                        let start = (r * alpha + c) * stride + i * width + side * SIDE;
+                        // SAFETY: the caller's rows.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                v.as_ptr(),
+                                (at as *mut f32).add(start),
+                                n,
+                            )
+                        };
+                    }
                 }
             }
         }
     }
-});
-
+);

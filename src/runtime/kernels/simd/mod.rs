@@ -406,10 +406,10 @@ impl Lanes {
 /// baseline, and runs the best one, so that its loops vectorize for the CPU.
 /// `fn name(args) { body }`, or `unsafe fn` for a body with a contract.
 macro_rules! multiversion {
-    (fn $name:ident ( $($arg:ident : $ty:ty),* ) $body:block) => {
+    (fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) $body:block) => {
         multiversion!(@ [] $name ($($arg: $ty),*) $body);
     };
-    (unsafe fn $name:ident ( $($arg:ident : $ty:ty),* ) $body:block) => {
+    (unsafe fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) $body:block) => {
         multiversion!(@ [unsafe] $name ($($arg: $ty),*) $body);
     };
     (@ [$($unsafety:tt)?] $name:ident ( $($arg:ident : $ty:ty),* ) $body:block) => {
