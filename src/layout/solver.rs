@@ -193,8 +193,7 @@ pub fn solve(problem: &Problem, opts: &SolveOptions) -> Result<Solution, SolveEr
 
     // Fix variables with a single allowed choice.
     for (i, c) in unary.iter().enumerate() {
-        let allowed: Vec<usize> = (0..c.len()).filter(|&k| c[k].is_finite()).collect();
-        match allowed.as_slice() {
+        match allowed_choices(c).as_slice() {
             [] => return Err(SolveError::Infeasible(i)),
             [k] => choice[i] = *k,
             _ => {}
@@ -267,6 +266,11 @@ pub fn solve(problem: &Problem, opts: &SolveOptions) -> Result<Solution, SolveEr
     })
 }
 
+/// The choices of a variable whose cost alone is finite (not forbidden).
+fn allowed_choices(unary: &[f64]) -> Vec<usize> {
+    (0..unary.len()).filter(|&k| unary[k].is_finite()).collect()
+}
+
 /// Per variable, in order, the choices some optimum may need: the allowed
 /// (finite) ones, less each that another choice of the same variable
 /// dominates, being no dearer alone and no dearer against every choice left
@@ -280,9 +284,7 @@ pub fn solve(problem: &Problem, opts: &SolveOptions) -> Result<Solution, SolveEr
 /// a 2^19-entry table; 223 and 72 entries without the dominated choices).
 fn undominated(problem: &Problem) -> Vec<Vec<usize>> {
     let n = problem.unary.len();
-    let mut kept: Vec<Vec<usize>> = (problem.unary.iter())
-        .map(|c| (0..c.len()).filter(|&k| c[k].is_finite()).collect())
-        .collect();
+    let mut kept: Vec<Vec<usize>> = problem.unary.iter().map(|c| allowed_choices(c)).collect();
     let mut incident: Vec<Vec<usize>> = vec![vec![]; n];
     for (i, p) in problem.pairs.iter().enumerate() {
         incident[p.a].push(i);
@@ -486,9 +488,7 @@ impl Region {
     /// original numbering: elimination's tables and the LP shrink by every
     /// choice no optimum takes.
     fn allowed(&self) -> (Region, Vec<Vec<usize>>) {
-        let kept: Vec<Vec<usize>> = (self.unary.iter())
-            .map(|c| (0..c.len()).filter(|&k| c[k].is_finite()).collect())
-            .collect();
+        let kept: Vec<Vec<usize>> = self.unary.iter().map(|c| allowed_choices(c)).collect();
         let unary = (self.unary.iter().zip(&kept))
             .map(|(c, ks)| ks.iter().map(|&k| c[k]).collect())
             .collect();
