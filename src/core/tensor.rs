@@ -261,6 +261,25 @@ pub fn strides(shape: &[usize]) -> Vec<usize> {
     s
 }
 
+/// Types every bit pattern of whose size is a value (numbers, not `bool`):
+/// their vectors may be filled by copying bytes.
+///
+/// # Safety
+/// Only for types with no invalid bit pattern and no padding.
+unsafe trait AnyBits: Copy {}
+// SAFETY: plain numbers of their size, every bit pattern a value.
+unsafe impl AnyBits for f32 {}
+unsafe impl AnyBits for f64 {}
+unsafe impl AnyBits for f16 {}
+unsafe impl AnyBits for bf16 {}
+unsafe impl AnyBits for i64 {}
+unsafe impl AnyBits for i32 {}
+unsafe impl AnyBits for i16 {}
+unsafe impl AnyBits for i8 {}
+unsafe impl AnyBits for u64 {}
+unsafe impl AnyBits for u32 {}
+unsafe impl AnyBits for u16 {}
+
 impl TensorData {
     /// The element type.
     pub fn dtype(&self) -> DType {
@@ -558,7 +577,21 @@ impl TensorData {
     /// Elements of `dtype` from little-endian bytes (the inverse of
     /// `to_le_bytes`; any non-zero byte is true).
     pub fn from_le_bytes(dtype: DType, raw: &[u8]) -> Result<TensorData, TensorError> {
-        fn le<const N: usize, T>(raw: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
+        fn le<const N: usize, T: AnyBits>(raw: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
+            // On a little-endian machine the bytes are the values: one copy,
+            // where converting element by element ran at a fifth of that
+            // (most of the import of a 100 MB model).
+            if cfg!(target_endian = "little") && size_of::<T>() == N {
+                let n = raw.len() / N;
+                let mut v = Vec::<T>::with_capacity(n);
+                // SAFETY: `v` has room for `n` values of N bytes, and any N
+                // bytes are a valid `T` (`AnyBits`), the one `f` would make.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(raw.as_ptr(), v.as_mut_ptr().cast(), n * N);
+                    v.set_len(n);
+                }
+                return v;
+            }
             raw.chunks_exact(N)
                 .map(|c| f(c.try_into().expect("chunks_exact yields N bytes")))
                 .collect()
@@ -780,6 +813,41 @@ impl std::fmt::Display for ValueType {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Little-endian bytes read as the numbers they encode, for every type
+    /// copied as bytes: the values written with `to_le_bytes`, NaN payloads
+    /// and negative zero kept; a partial element is an error.
+    #[test]
+    fn little_endian_bytes_read_as_their_values() {
+        let f = [
+            1.5f32,
+            -0.0,
+            f32::from_bits(0x7FC0_1234),
+            f32::MIN_POSITIVE / 2.0,
+        ];
+        let raw: Vec<u8> = f.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let got = TensorData::from_le_bytes(DType::F32, &raw).unwrap();
+        let TensorData::F32(got) = got else {
+            panic!("F32 data")
+        };
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&got), bits(&f));
+        let i = [i64::MIN, -2, 0, 7, i64::MAX];
+        let raw: Vec<u8> = i.iter().flat_map(|x| x.to_le_bytes()).collect();
+        assert_eq!(
+            TensorData::from_le_bytes(DType::I64, &raw)
+                .unwrap()
+                .to_i64(),
+            i
+        );
+        let h = [0x3C00u16, 0x8000, 0x7E01];
+        let raw: Vec<u8> = h.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let TensorData::F16(got) = TensorData::from_le_bytes(DType::F16, &raw).unwrap() else {
+            panic!("F16 data")
+        };
+        assert_eq!(got.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), h);
+        assert!(TensorData::from_le_bytes(DType::I32, &raw[..5]).is_err());
+    }
 
     /// bf16 rounds to nearest, ties to even, from f64 in one rounding.
     #[test]
