@@ -127,6 +127,27 @@ impl Row {
     pub fn source(&self, j: usize) -> usize {
         (self.src as isize + j as isize * self.stride) as usize
     }
+
+    /// `self` made longer by `next`, when `next` goes on from where it ends
+    /// at one stride (a row of one element takes the other's, or the step
+    /// between them) that fits an i32.
+    fn join(&mut self, next: &Row) -> bool {
+        let stride = match (self.len, next.len) {
+            (1, 1) => next.src as isize - self.src as isize,
+            (1, _) => next.stride,
+            _ => self.stride,
+        };
+        let goes_on = self.input == next.input
+            && self.dst + self.len == next.dst
+            && (next.len == 1 || next.stride == stride)
+            && self.src as isize + self.len as isize * stride == next.src as isize
+            && i32::try_from(stride).is_ok();
+        if goes_on {
+            self.len += next.len;
+            self.stride = stride;
+        }
+        goes_on
+    }
 }
 
 /// The rows input `input` gives an output whose element at index tuple `i`
@@ -134,9 +155,9 @@ impl Row {
 /// offset the sum of `read[a][i_a]` when every one of those is `Some`: one
 /// per stretch of the axis whose output offsets step by one (the physically
 /// innermost: a blocked layout's channels within a block) along which the
-/// input offsets keep one stride, per index of the other axes. A plain copy
-/// or transpose is one row per line, where a table of sources took a look
-/// per element.
+/// input offsets keep one stride, per index of the other axes, joined where
+/// they go on. A plain copy or transpose is at most one row per line, where
+/// a table of sources took a look per element.
 pub fn rows_of_axes(out: &[Vec<usize>], read: &[Vec<Option<u32>>], input: usize) -> Vec<Row> {
     let rank = out.len();
     let Some(along) = (0..rank)
@@ -177,23 +198,38 @@ pub fn rows_of_axes(out: &[Vec<usize>], read: &[Vec<Option<u32>>], input: usize)
     }
     let others: Vec<usize> = (0..rank).filter(|&a| a != along).collect();
     let extents: Vec<usize> = others.iter().map(|&a| out[a].len()).collect();
+    // Per index of the other axes that reads the input: output and input
+    // offsets.
+    let mut bases = vec![];
     let mut idx = vec![0; others.len()];
-    let mut rows = vec![];
     for _ in 0..crate::core::numel(&extents) {
         let dst: usize = others.iter().zip(&idx).map(|(&a, &i)| out[a][i]).sum();
         let src: Option<usize> = (others.iter().zip(&idx))
             .map(|(&a, &i)| read[a][i].map(|o| o as usize))
             .sum();
         if let Some(src) = src {
-            rows.extend(stretches.iter().map(|&(d, s, len, stride)| Row {
+            bases.push((dst, src));
+        }
+        crate::core::next_index(&mut idx, &extents);
+    }
+    // Stretch by stretch, so that a stretch's rows at consecutive indices of
+    // the other axes join where both offsets go on (a channel block over
+    // its pixels, in blocked layouts on both sides): few rows, and in
+    // output order when there is one input.
+    let mut rows: Vec<Row> = vec![];
+    for &(d, s, len, stride) in &stretches {
+        for &(dst, src) in &bases {
+            let row = Row {
                 dst: dst + d,
                 input,
                 src: src + s,
                 len,
                 stride,
-            }));
+            };
+            if !rows.last_mut().is_some_and(|last| last.join(&row)) {
+                rows.push(row);
+            }
         }
-        crate::core::next_index(&mut idx, &extents);
     }
     rows
 }
