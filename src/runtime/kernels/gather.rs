@@ -214,8 +214,9 @@ pub fn rows_of_axes(out: &[Vec<usize>], read: &[Vec<Option<u32>>], input: usize)
     }
     // Stretch by stretch, so that a stretch's rows at consecutive indices of
     // the other axes join where both offsets go on (a channel block over
-    // its pixels, in blocked layouts on both sides): few rows, and in
-    // output order when there is one input.
+    // its pixels, in blocked layouts on both sides): few rows. They come in
+    // output order where the stretches lie further apart than the other
+    // axes reach (a blocked output); else `Gather::from_rows` sorts them.
     let mut rows: Vec<Row> = vec![];
     for &(d, s, len, stride) in &stretches {
         for &(dst, src) in &bases {
