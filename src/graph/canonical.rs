@@ -11,9 +11,10 @@
 //! stored channel-blocked.
 
 use super::{
-    DType, GlobalPool, Graph, GraphError, Op, PoolKind, Reduce, ReduceKind, Reshape, Transpose,
-    ValueRef,
+    DType, GlobalPool, Graph, GraphError, NodeId, Op, PoolKind, Reduce, ReduceKind, Reshape,
+    Transpose, ValueRef,
 };
+use std::collections::{HashMap, HashSet};
 
 /// Rewrites every mean or max of an f32 rank-4 tensor over all axes but the
 /// batch and one other (the channels: axis 1, or 3 when channels-last) as a
@@ -138,42 +139,43 @@ pub fn drop_identities(g: &mut Graph) -> Result<usize, GraphError> {
 /// kernels look for) is two values. Control flow and the nodes whose outputs
 /// the graph returns are kept. Returns how many nodes were merged away.
 pub fn common_subexpressions(g: &mut Graph) -> Result<usize, GraphError> {
-    let mut merged = 0;
-    // The nodes kept so far: a twin merges into the one before it.
-    let mut kept = std::collections::HashSet::new();
+    // The nodes kept so far, by their inputs: a twin merges into the one
+    // before it. Looked up by inputs, not among the readers of an input, so
+    // that a value read by thousands costs no scan of them per reader.
+    let mut kept: HashMap<Vec<ValueRef>, Vec<NodeId>> = HashMap::new();
+    let mut merged = HashSet::new();
     for id in g.topo_order()? {
-        kept.insert(id);
         let node = g.node(id);
-        let outputs = node.outputs.len();
-        let returned = (0..outputs).any(|k| g.is_graph_output(ValueRef::new(id, k)));
-        if returned || matches!(node.op, Op::Input | Op::Constant(_) | Op::Control(_)) {
+        if matches!(node.op, Op::Input | Op::Constant(_) | Op::Control(_)) {
             continue;
         }
         let ins = g.node_inputs(id);
-        let Some(&first) = ins.first() else { continue };
-        let twin = g.consumers(first).into_iter().map(|(n, _)| n).find(|&n| {
+        if ins.is_empty() {
+            continue;
+        }
+        let outputs = node.outputs.len();
+        let returned = (0..outputs).any(|k| g.is_graph_output(ValueRef::new(id, k)));
+        let alike = kept.entry(ins).or_default();
+        let twin = alike.iter().copied().find(|&n| {
             let other = g.node(n);
-            n != id
-                && kept.contains(&n)
+            !returned
                 && other.op == node.op
                 && other.outputs.len() == outputs
-                && other
-                    .outputs
-                    .iter()
-                    .zip(&node.outputs)
-                    .all(|(a, b)| a.ty == b.ty)
-                && g.node_inputs(n) == ins
+                && (other.outputs.iter().zip(&node.outputs)).all(|(a, b)| a.ty == b.ty)
         });
-        if let Some(twin) = twin {
-            for k in 0..outputs {
-                g.replace_uses(ValueRef::new(id, k), ValueRef::new(twin, k));
+        match twin {
+            Some(twin) => {
+                for k in 0..outputs {
+                    g.replace_uses(ValueRef::new(id, k), ValueRef::new(twin, k));
+                }
+                merged.insert(id);
             }
-            g.remove_node(id);
-            kept.remove(&id);
-            merged += 1;
+            None => alike.push(id),
         }
     }
-    Ok(merged)
+    // Removed at once: the twins of a hub's readers are removed in linear time.
+    g.remove_nodes(&merged);
+    Ok(merged.len())
 }
 
 #[cfg(test)]
