@@ -234,7 +234,7 @@ mod tests {
                         shifts += 1;
                     }
                     let rows = rows(&reads, &xs, out).unwrap();
-                    let got = Sources::Rows(rows).table(expected.len(), &starts);
+                    let got = Sources::Rows(rows).table(expected.len(), &starts).unwrap();
                     assert_eq!(got, expected, "{op:?} {x_name} -> {out_name}");
                 }
             }

@@ -99,19 +99,22 @@ enum Sources {
 impl Sources {
     /// The position of each of `len` output elements among the inputs'
     /// elements, input `k`'s from `starts[k]` on (which the caller checked
-    /// to fit below `u32::MAX`).
-    fn table(self, len: usize, starts: &[usize]) -> Vec<u32> {
+    /// to fit below `u32::MAX`); `None` when a row lies outside the output
+    /// or reads an input there is none of (as `Gather::from_rows` refuses).
+    fn table(self, len: usize, starts: &[usize]) -> Option<Vec<u32>> {
         match self {
             Sources::Rows(rows) => {
                 let mut table = vec![u32::MAX; len];
                 for r in rows {
-                    for (j, t) in table[r.dst..r.dst + r.len].iter_mut().enumerate() {
-                        *t = (starts[r.input] + r.source(j)) as u32;
+                    let start = *starts.get(r.input)?;
+                    let out = table.get_mut(r.dst..r.dst.checked_add(r.len)?)?;
+                    for (j, t) in out.iter_mut().enumerate() {
+                        *t = (start + r.source(j)) as u32;
                     }
                 }
-                table
+                Some(table)
             }
-            Sources::Table(t) => t,
+            Sources::Table(t) => Some(t),
         }
     }
 }
@@ -1085,7 +1088,7 @@ impl<'g> Compiler<'g> {
                 }
                 (DType::F32, Sources::Table(src)) => Gather::from_inputs(src, &starts, fill),
                 (_, src) => {
-                    let table = src.table(len, &starts);
+                    let table = src.table(len, &starts)?;
                     return Some(Kernel::Moved(Moved::new(table, fill, v.ty.shape.clone())));
                 }
             };
@@ -1147,13 +1150,7 @@ impl<'g> Compiler<'g> {
             shape: &y_shape,
         };
         let rows = match axis_sources::shift(&reads, &placed, y) {
-            Some(k) => vec![Row {
-                dst: 0,
-                input: 0,
-                src: k as usize,
-                len: numel(&y_shape),
-                stride: 1,
-            }],
+            Some(k) => vec![Row::view(numel(&y_shape), k as usize)],
             None => axis_sources::rows(&reads, &placed, y)?,
         };
         Some(Sources::Rows(rows))

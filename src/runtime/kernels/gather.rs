@@ -123,6 +123,18 @@ pub struct Row {
 }
 
 impl Row {
+    /// Output elements `0..len` are the elements from `offset` on of input
+    /// 0: all of a movement that is a view of its one input.
+    pub fn view(len: usize, offset: usize) -> Row {
+        Row {
+            dst: 0,
+            input: 0,
+            src: offset,
+            len,
+            stride: 1,
+        }
+    }
+
     /// The input element the row's `j`-th output element holds.
     pub fn source(&self, j: usize) -> usize {
         (self.src as isize + j as isize * self.stride) as usize
@@ -167,11 +179,8 @@ pub fn rows_of_axes(out: &[Vec<usize>], read: &[Vec<Option<u32>>], input: usize)
     else {
         // A scalar: its one element.
         return vec![Row {
-            dst: 0,
             input,
-            src: 0,
-            len: 1,
-            stride: 1,
+            ..Row::view(1, 0)
         }];
     };
     let (o, r) = (&out[along], &read[along]);
@@ -214,25 +223,50 @@ pub fn rows_of_axes(out: &[Vec<usize>], read: &[Vec<Option<u32>>], input: usize)
     }
     // Stretch by stretch, so that a stretch's rows at consecutive indices of
     // the other axes join where both offsets go on (a channel block over
-    // its pixels, in blocked layouts on both sides): few rows. They come in
-    // output order where the stretches lie further apart than the other
-    // axes reach (a blocked output); else `Gather::from_rows` sorts them.
+    // its pixels, in blocked layouts on both sides): few rows, in output
+    // order where the stretches lie further apart than the other axes reach
+    // (a blocked output). Index by index where that is the output order
+    // instead (a blocked input read into a channels-last output: the
+    // stretches are one pixel's blocks). Else `Gather::from_rows` sorts them.
+    let stretch_span = match (stretches.first(), stretches.last()) {
+        (Some(first), Some(last)) => last.0 + last.2 - first.0,
+        _ => 0,
+    };
+    let index_major = apart(stretches.iter().map(|s| (s.0, s.2)))
+        && apart(bases.iter().map(|b| (b.0, stretch_span)));
+    let row = |&(d, s, len, stride): &(usize, usize, usize, isize),
+               &(dst, src): &(usize, usize)| Row {
+        dst: dst + d,
+        input,
+        src: src + s,
+        len,
+        stride,
+    };
+    let ordered: Box<dyn Iterator<Item = Row>> = if index_major {
+        Box::new((bases.iter()).flat_map(|b| stretches.iter().map(move |s| row(s, b))))
+    } else {
+        Box::new((stretches.iter()).flat_map(|s| bases.iter().map(move |b| row(s, b))))
+    };
     let mut rows: Vec<Row> = vec![];
-    for &(d, s, len, stride) in &stretches {
-        for &(dst, src) in &bases {
-            let row = Row {
-                dst: dst + d,
-                input,
-                src: src + s,
-                len,
-                stride,
-            };
-            if !rows.last_mut().is_some_and(|last| last.join(&row)) {
-                rows.push(row);
-            }
+    for row in ordered {
+        if !rows.last_mut().is_some_and(|last| last.join(&row)) {
+            rows.push(row);
         }
     }
     rows
+}
+
+/// Whether each of the pieces `(start, length)` starts where the one before
+/// ends or after it.
+fn apart(mut pieces: impl Iterator<Item = (usize, usize)>) -> bool {
+    let Some(mut end) = pieces.next().map(|(start, len)| start + len) else {
+        return true;
+    };
+    pieces.all(|(start, len)| {
+        let after = start >= end;
+        end = start + len;
+        after
+    })
 }
 
 /// Appends output elements `dst..dst + len`, taken as `row` says from its
@@ -440,14 +474,7 @@ impl Gather {
     /// one input (`view_offset` is `offset`); `None` unless `offset + len`
     /// fits below `u32::MAX`.
     pub fn shifted(len: usize, offset: u32, fill: f32) -> Option<Gather> {
-        let row = Row {
-            dst: 0,
-            input: 0,
-            src: offset as usize,
-            len,
-            stride: 1,
-        };
-        Gather::from_rows(vec![row], 1, len, fill)
+        Gather::from_rows(vec![Row::view(len, offset as usize)], 1, len, fill)
     }
 
     /// The output offset `k` when the one input, all `input_len` elements of
@@ -883,5 +910,30 @@ mod tests {
                 assert_eq!(shifted.view_offset(), view, "{at}");
             }
         }
+    }
+
+    /// A layout transform's rows come in output order, joined where they go
+    /// on: block by block into a blocked output (a copy is one row), pixel by
+    /// pixel into a channels-last one.
+    #[test]
+    fn transform_rows_come_in_output_order() {
+        let shape = [1, 16, 3, 5];
+        let rows = |from: &str, to: &str| {
+            let tables = |l: &str| Layout::parse(l).unwrap().offset_tables(&shape).unwrap();
+            let read: Vec<Vec<Option<u32>>> = (tables(from).iter())
+                .map(|t| t.iter().map(|&o| Some(o as u32)).collect())
+                .collect();
+            rows_of_axes(&tables(to), &read, 0)
+        };
+        let in_order = |rows: &[Row]| apart(rows.iter().map(|r| (r.dst, r.len)));
+        assert_eq!(rows("NCHW8c", "NCHW8c"), [Row::view(16 * 15, 0)]);
+        let blocked = rows("NCHW", "NCHW8c");
+        assert_eq!(blocked.len(), 2 * 15, "{blocked:?}");
+        assert!(in_order(&blocked), "{blocked:?}");
+        let channels_last = rows("NCHW8c", "NHWC");
+        assert_eq!(channels_last.len(), 2 * 15, "{channels_last:?}");
+        assert!(in_order(&channels_last), "{channels_last:?}");
+        assert!(apart([(0, 2), (2, 1), (5, 0)].into_iter()));
+        assert!(!apart([(0, 2), (1, 1)].into_iter()));
     }
 }
