@@ -173,10 +173,10 @@ pub(in crate::runtime) fn add_cached_time(
 
 /// The fastest of a few runs of `k` on zeros (`KernelTimes::measure`).
 fn time_once(times: &mut KernelTimes, g: &ConvGeom, k: &ConvKernel) -> f64 {
-    let x = vec![0f32; g.x_len()];
-    times.measure(k.weights(), &[g.y_len(), k.scratch_len()], |written| {
+    let written = [g.y_len(), k.scratch_len()];
+    times.measure(k.weights(), g.x_len(), &written, |x, written| {
         if let [y, scratch] = written {
-            k.run(&x, None, y, scratch)
+            k.run(x, None, y, scratch)
         }
     })
 }

@@ -28,8 +28,10 @@ pub(in crate::runtime) const CACHE_FILE: &str = "kernel_times.json";
 /// used. Revision 2: the Winograd transforms written out per tile size.
 /// Revision 3: weights prefetched ahead in the tiles and on huge pages.
 /// Revision 4: depthwise convolutions in NCHW with output columns in the
-/// lanes.
-const TIMING: &str = "weights, output and scratch flushed, best of 2 settled or 4; kernels r4";
+/// lanes. Revision 5: inputs read from memory of their own (a fresh zeroed
+/// allocation read as the one zero page the system maps everywhere, so every
+/// input below the huge-page threshold looked cached).
+const TIMING: &str = "weights, output and scratch flushed, best of 2 settled or 4; kernels r5";
 
 /// The measured times of one kernel geometry on one machine.
 #[derive(Clone, Serialize, Deserialize)]
@@ -162,6 +164,10 @@ pub(in crate::runtime) struct KernelTimes {
     /// plan measures hundreds of kernels, and mapping fresh pages for each
     /// was a tenth of it.
     written: Vec<Vec<f32>>,
+    /// The zeros measured kernels read as their input, grown as needed and
+    /// kept until the times are saved: allocated per measurement, the pages
+    /// were mapped again each time.
+    zeros: Vec<f32>,
 }
 
 impl KernelTimes {
@@ -178,6 +184,7 @@ impl KernelTimes {
             added: vec![],
             load: Load::default(),
             written: vec![],
+            zeros: vec![],
         }
     }
 
@@ -203,16 +210,23 @@ impl KernelTimes {
             .map(|m| m.1)
     }
 
-    /// Milliseconds of `run` on buffers of `written_lens` elements it writes
-    /// ([`time_kernel`]; their contents are whatever the last kernel left,
-    /// zeros where the kernels read zeros), noting how busy the machine was
-    /// meanwhile.
+    /// Milliseconds of `run` on an input of `input_len` zeros and on buffers
+    /// of `written_lens` elements it writes ([`time_kernel`]; their contents
+    /// are whatever the last kernel left, zeros where the kernels read
+    /// zeros), noting how busy the machine was meanwhile.
     pub(in crate::runtime) fn measure(
         &mut self,
         weights: &[f32],
+        input_len: usize,
         written_lens: &[usize],
-        mut run: impl FnMut(&mut [&mut [f32]]),
+        mut run: impl FnMut(&[f32], &mut [&mut [f32]]),
     ) -> f64 {
+        let mut zeros = std::mem::take(&mut self.zeros);
+        if zeros.len() < input_len {
+            zeros.resize(input_len, 0.0);
+        }
+        let input = &zeros[..input_len];
+        let mut run = |written: &mut [&mut [f32]]| run(input, written);
         let mut buffers = std::mem::take(&mut self.written);
         if buffers.len() < written_lens.len() {
             buffers.resize_with(written_lens.len(), Vec::new);
@@ -241,6 +255,7 @@ impl KernelTimes {
         }
         self.load.join(window);
         self.written = buffers;
+        self.zeros = zeros;
         ms
     }
 
@@ -298,6 +313,7 @@ impl KernelTimes {
     /// for now: the buffers it wrote are let go.
     pub(in crate::runtime) fn save(&mut self) {
         self.written = vec![];
+        self.zeros = vec![];
         if self.added.is_empty() {
             return;
         }

@@ -144,10 +144,12 @@ impl MeasuredKernels {
         conv_times::banded_millis(times, layer, ConvAlgo::Depthwise, |times, band| {
             let bias = vec![0f32; band.cout];
             let params = ChannelParams::bias_only(&bias);
-            let x = vec![0f32; band.x_len()];
             let k = Depthwise::new(band.clone(), self.isa, w, params, Epilogue::of(None), None);
-            self.pool
-                .install(|| times.measure(w, &[band.y_len()], |out| k.run(&x, None, out[0])))
+            self.pool.install(|| {
+                times.measure(w, band.x_len(), &[band.y_len()], |x, out| {
+                    k.run(x, None, out[0])
+                })
+            })
         })
     }
 }
@@ -230,11 +232,10 @@ impl MeasuredCosts for MeasuredKernels {
             return Some(ms * 1e6);
         }
         let gather = Gather::new(from, to, &t.shape, 0.0).ok()?;
-        let x = vec![0f32; src];
         let mut ok = true;
         let ms = self.pool.install(|| {
-            times.measure(&[], &[dst], |out| {
-                ok &= gather.run(&[x.as_slice()], out[0]).is_ok()
+            times.measure(&[], src, &[dst], |x, out| {
+                ok &= gather.run(&[x], out[0]).is_ok()
             })
         });
         if !ok {
