@@ -300,15 +300,35 @@ impl CompiledModel {
                     let refs: Vec<&Tensor> = args.iter().collect();
                     let results = (k.op.0)
                         .run(&refs, &k.outputs, &mut |i, ins| {
-                            (k.subgraphs[i].run(ins))
+                            let model = &k.subgraphs[i];
+                            let declared = model.inputs.iter().map(|(_, ty, _)| ty.dtype);
+                            let ins: Vec<Tensor> = (ins.iter().zip(declared))
+                                .map(|(t, dtype)| at_interface(t, dtype))
+                                .collect();
+                            (model.run(&ins))
                                 .map_err(|e| crate::graph::OpError::Value(e.to_string()))
                         })
                         .map_err(|e| at_node(e.to_string()))?;
+                    let results = (results.iter().zip(&k.outputs))
+                        .map(|(t, ty)| at_interface(t, ty.dtype))
+                        .collect();
                     store(step, bufs, results)
                 }
             }
         }
         Ok(())
+    }
+}
+
+/// `t` as a value of `dtype` crossing between a graph and the compiled model
+/// of one of its subgraphs: a graph stored in f16 computes in f32 inside
+/// (`Graph::widened_f16`), and each model rounds to f16 at its own
+/// interface, so an f16 value crosses as f32 one way and f16 the other.
+/// Every other value crosses as it is.
+fn at_interface(t: &Tensor, dtype: DType) -> Tensor {
+    match (t.dtype(), dtype) {
+        (DType::F32, DType::F16) | (DType::F16, DType::F32) => t.cast(dtype),
+        _ => t.clone(),
     }
 }
 
