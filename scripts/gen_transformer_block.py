@@ -21,7 +21,6 @@ also checked against onnx.reference (the specification's own implementation).
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +28,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
+from test_data import write_case
 
 OUT = Path(__file__).resolve().parent.parent / "tests" / "transformer"
 BATCH, SEQ, HIDDEN, Q_HEADS, KV_HEADS, MLP = 2, 12, 64, 8, 2, 128
@@ -120,14 +120,7 @@ def main() -> None:
         raise SystemExit(f"onnxruntime and onnx.reference differ by {err}")
 
     case = OUT / "decoder_block"
-    if case.exists():
-        shutil.rmtree(case)
-    data = case / "test_data_set_0"
-    data.mkdir(parents=True)
-    (case / "model.onnx").write_bytes(model.SerializeToString())
-    for i, (name, value) in enumerate(feeds.items()):
-        (data / f"input_{i}.pb").write_bytes(numpy_helper.from_array(value, name).SerializeToString())
-    (data / "output_0.pb").write_bytes(numpy_helper.from_array(y, "y").SerializeToString())
+    write_case(case, model, feeds, {"y": y})
     print(f"wrote {case} (onnxruntime vs onnx.reference: max error {err:.2e})")
 
 

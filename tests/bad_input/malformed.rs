@@ -534,7 +534,29 @@ fn onnx_cases() -> Vec<Case> {
     big_input.memory_limit = Some(6 << 20);
     cases.push(big_input);
     cases.extend(attention_cases());
+    cases.extend(linear_attention_cases());
     cases
+}
+
+/// A model of one `op` node (layer `layer`) at `opset` over f32 inputs of the
+/// given shapes, in order (an empty name leaves an optional input out), with
+/// attributes; its one output `y`.
+fn one_node(
+    (op, layer, opset): (&str, &str, i64),
+    inputs: &[(&str, &[i64])],
+    y: &[i64],
+    attrs: Vec<onnx_protobuf::AttributeProto>,
+) -> Vec<u8> {
+    let names: Vec<&str> = inputs.iter().map(|(n, _)| *n).collect();
+    let n = node_with(node(op, layer, &names, &["y"]), attrs);
+    let given = inputs.iter().filter(|(n, _)| !n.is_empty());
+    model_bytes(&model(
+        vec![n],
+        given.map(|(n, d)| value_info(n, F32, d)).collect(),
+        vec![value_info("y", F32, y)],
+        vec![],
+        opset,
+    ))
 }
 
 /// An opset-23 Attention (layer attn_1) over f32 inputs of the given shapes
@@ -544,15 +566,7 @@ fn attention(
     y: &[i64],
     attrs: Vec<onnx_protobuf::AttributeProto>,
 ) -> Vec<u8> {
-    let names: Vec<&str> = shapes.iter().map(|(n, _)| *n).collect();
-    let n = node_with(node("Attention", "attn_1", &names, &["y"]), attrs);
-    model_bytes(&model(
-        vec![n],
-        shapes.iter().map(|(n, d)| value_info(n, F32, d)).collect(),
-        vec![value_info("y", F32, y)],
-        vec![],
-        23,
-    ))
+    one_node(("Attention", "attn_1", 23), shapes, y, attrs)
 }
 
 /// Attention whose heads or mask do not fit: each refused naming the layer.
@@ -629,6 +643,79 @@ fn attention_cases() -> Vec<Case> {
                 vec![],
             ),
             &["attn_1", "attn_mask of shape [4, 7] does not broadcast"],
+        ),
+    ]
+}
+
+/// An opset-27 LinearAttention (layer linattn_1) over f32 inputs of the given
+/// shapes in input order (query, key, value, past_state, decay, beta; an
+/// empty name leaves an optional input out), with attributes.
+fn linear_attention(
+    inputs: &[(&str, &[i64])],
+    y: &[i64],
+    attrs: Vec<onnx_protobuf::AttributeProto>,
+) -> Vec<u8> {
+    one_node(("LinearAttention", "linattn_1", 27), inputs, y, attrs)
+}
+
+/// LinearAttention whose rule, gates, state or length do not fit: each
+/// refused naming the layer, before anything is unrolled.
+fn linear_attention_cases() -> Vec<Case> {
+    let qkv: [(&str, &[i64]); 3] = [("q", &[1, 3, 16]), ("k", &[1, 3, 16]), ("v", &[1, 3, 16])];
+    let with = |extra: &[(&'static str, &'static [i64])]| {
+        let mut inputs = qkv.to_vec();
+        inputs.extend_from_slice(extra);
+        inputs
+    };
+    let attrs = |rule: &str| {
+        vec![
+            int_attr("q_num_heads", 2),
+            int_attr("kv_num_heads", 2),
+            str_attr("update_rule", rule),
+        ]
+    };
+    let long: [(&str, &[i64]); 3] = [
+        ("q", &[1, 5000, 2]),
+        ("k", &[1, 5000, 2]),
+        ("v", &[1, 5000, 2]),
+    ];
+    vec![
+        case(
+            "onnx linear attention unknown rule",
+            "linear_attention_rule.onnx",
+            linear_attention(&qkv, &[1, 3, 16], attrs("mamba")),
+            &["linattn_1", "update_rule 'mamba' is not one of"],
+        ),
+        case(
+            "onnx linear attention delta rule without beta",
+            "linear_attention_beta.onnx",
+            linear_attention(&qkv, &[1, 3, 16], attrs("delta")),
+            &["linattn_1", "update_rule 'delta' needs beta"],
+        ),
+        case(
+            "onnx linear attention decay of the wrong width",
+            "linear_attention_decay.onnx",
+            linear_attention(
+                &with(&[("", &[]), ("g", &[1, 3, 5])]),
+                &[1, 3, 16],
+                attrs("gated"),
+            ),
+            &["linattn_1", "decay's last extent is 5, expected 2 or 16"],
+        ),
+        case(
+            "onnx linear attention past state of the wrong shape",
+            "linear_attention_state.onnx",
+            linear_attention(&with(&[("s", &[1, 2, 8, 4])]), &[1, 3, 16], attrs("linear")),
+            &[
+                "linattn_1",
+                "past_state must have shape [1, 2, 8, 8], got [1, 2, 8, 4]",
+            ],
+        ),
+        case(
+            "onnx linear attention too long to unroll",
+            "linear_attention_long.onnx",
+            linear_attention(&long, &[1, 5000, 2], attrs("linear")),
+            &["linattn_1", "5000 tokens", "1 to 4096 tokens"],
         ),
     ]
 }

@@ -266,10 +266,10 @@ fn every_unsupported_operator_is_listed_at_once() {
     let mut custom = node("Frobnicate", "custom_1", &["x"], &["c"]);
     custom.domain = "com.example".into();
     let nodes = vec![
-        node("LinearAttention", "attn_a", &["x"], &["a"]),
+        node("FlexAttention", "attn_a", &["x"], &["a"]),
         node("Relu", "relu", &["a"], &["r"]),
         node("TfIdfVectorizer", "tfidf", &["r"], &["h"]),
-        node("LinearAttention", "attn_b", &["h"], &["b"]),
+        node("FlexAttention", "attn_b", &["h"], &["b"]),
         custom,
         node("Add", "add", &["b", "c"], &["y"]),
     ];
@@ -294,14 +294,14 @@ fn every_unsupported_operator_is_listed_at_once() {
     assert_eq!(
         listed,
         vec![
-            ("LinearAttention", vec!["attn_a", "attn_b"]),
+            ("FlexAttention", vec!["attn_a", "attn_b"]),
             ("TfIdfVectorizer", vec!["tfidf"]),
             ("com.example::Frobnicate", vec!["custom_1"]),
         ]
     );
     let text = err.to_string();
     assert!(
-        text.contains("'LinearAttention' ×2 (layers 'attn_a', 'attn_b')"),
+        text.contains("'FlexAttention' ×2 (layers 'attn_a', 'attn_b')"),
         "{text}"
     );
     assert!(

@@ -1,6 +1,6 @@
-//! The transformer operators of opsets 23 to 25: Attention, RMSNormalization
-//! and RotaryEmbedding, imported as the ops their specifications are written
-//! in (matrix products, Softmax, masks as `Where` over comparisons of
+//! The transformer operators of opsets 23 to 27: Attention, LinearAttention,
+//! RMSNormalization and RotaryEmbedding, imported as the ops their
+//! specifications are written in (matrix products, Softmax, masks as `Where` over comparisons of
 //! positions), so that every later stage sees ops it knows and they run on
 //! the native kernels.
 
@@ -16,6 +16,7 @@ use crate::ops::{
 
 pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "Attention", attention);
+    reg.add(AI_ONNX, "LinearAttention", linear_attention);
     reg.add(AI_ONNX, "RMSNormalization", rms_norm);
     reg.add(AI_ONNX, "RotaryEmbedding", rotary_embedding);
 }
@@ -559,6 +560,197 @@ fn zero_fully_masked_rows(
     }
     let zero = c.scalar("guard_zero", dtype, 0.0);
     c.emit_inner(Op::Where, &[masked, zero, probs], "softmax_guarded")
+}
+
+/// Tokens a LinearAttention is unrolled over at most: each token is a handful
+/// of nodes, so a sequence longer than this is refused by name rather than
+/// made into a graph too large to plan.
+const MAX_LINEAR_ATTENTION_TOKENS: usize = 4096;
+
+/// LinearAttention (opset 27): the recurrence of linear-attention decoders
+/// (RetNet, GLA, DeltaNet, Gated DeltaNet) over a state S of (batch,
+/// kv_num_heads, d_k, d_v), token by token as its specification writes it,
+/// unrolled over the sequence (static once shapes are bound) into matrix
+/// products and elementwise ops, as the recurrent layers are. Per token t:
+/// S ← exp(g_t)·S under the gated rules; v_t ← β_t·(v_t − Sᵀk_t) under the
+/// delta rules; S ← S + k_t ⊗ v_t; o_t = scale · q_tᵀS, the query heads of a
+/// key/value head's group stacked as the rows of one product (as Attention
+/// does). Computed in float32 whatever the inputs' type, as the reference
+/// does: the output in the query's type, the present state in the past
+/// state's (else the query's). `chunk_size` is a tuning hint and is ignored.
+fn linear_attention(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let (q, k, v) = (c.input(0)?, c.input(1)?, c.input(2)?);
+    let (past, decay, beta) = (c.opt_input(3), c.opt_input(4), c.opt_input(5));
+    let rule = c.string("update_rule", "gated_delta")?;
+    let (gated, delta) = match rule.as_str() {
+        "linear" => (false, false),
+        "gated" => (true, false),
+        "delta" => (false, true),
+        "gated_delta" => (true, true),
+        other => {
+            return Err(c.err(format!(
+                "update_rule '{other}' is not one of 'linear', 'gated', 'delta', 'gated_delta'"
+            )))
+        }
+    };
+    for (given, wanted, name) in [(decay, gated, "decay"), (beta, delta, "beta")] {
+        match (given.is_some(), wanted) {
+            (false, true) => return Err(c.err(format!("update_rule '{rule}' needs {name}"))),
+            (true, false) => return Err(c.err(format!("update_rule '{rule}' takes no {name}"))),
+            _ => {}
+        }
+    }
+    let heads = |name: &str| -> Res<usize> {
+        let n = c.int(name, 0)?;
+        usize::try_from(n)
+            .ok()
+            .filter(|&h| h > 0)
+            .ok_or_else(|| c.err(format!("{name} must be positive, got {n}")))
+    };
+    let (hq, hkv) = (heads("q_num_heads")?, heads("kv_num_heads")?);
+    if !hq.is_multiple_of(hkv) {
+        return Err(c.err(format!(
+            "{hq} query heads do not divide into groups of the {hkv} key/value heads"
+        )));
+    }
+    let dtype = c.ty(q).dtype;
+    let mut packed = vec![];
+    for (x, name, heads) in [(q, "query", hq), (k, "key", hkv), (v, "value", hkv)] {
+        let ty = c.ty(x);
+        if !ty.dtype.is_float() {
+            return Err(c.err(format!("{name} is {}, expected floats", ty.dtype.name())));
+        }
+        let &[batch, tokens, hidden] = &ty.shape[..] else {
+            return Err(c.err(format!(
+                "{name} must be (batch, tokens, heads · size), got shape {:?}",
+                ty.shape
+            )));
+        };
+        if !hidden.is_multiple_of(heads) {
+            return Err(c.err(format!(
+                "{name}'s hidden size {hidden} does not divide into {heads} heads"
+            )));
+        }
+        packed.push((batch, tokens, hidden / heads));
+    }
+    let [(b, t, dk), (kb, kt, kdk), (vb, vt, dv)] = packed[..] else {
+        unreachable!("three inputs")
+    };
+    if (kb, kt, kdk) != (b, t, dk) || (vb, vt) != (b, t) {
+        return Err(c.err(format!(
+            "query has batch {b}, {t} tokens and heads of {dk}; key {kb}, {kt} and {kdk}; value batch {vb} and {vt} tokens"
+        )));
+    }
+    if !(1..=MAX_LINEAR_ATTENTION_TOKENS).contains(&t) {
+        return Err(c.err(format!(
+            "{t} tokens: LinearAttention is unrolled token by token at import, for 1 to {MAX_LINEAR_ATTENTION_TOKENS} tokens"
+        )));
+    }
+    // The per-token shape of decay and beta, by their last extent.
+    let per_token = |x: ValueRef, name: &str, forms: [(usize, [usize; 4]); 2]| -> Res<[usize; 4]> {
+        let s = c.ty(x).shape;
+        match &s[..] {
+            &[xb, xt, last] if (xb, xt) == (b, t) => forms
+                .into_iter()
+                .find(|&(n, _)| n == last)
+                .map(|(_, shape)| shape)
+                .ok_or_else(|| {
+                    let allowed = forms.map(|(n, _)| n.to_string()).join(" or ");
+                    c.err(format!(
+                        "{name}'s last extent is {last}, expected {allowed}"
+                    ))
+                }),
+            _ => Err(c.err(format!("{name} must be ({b}, {t}, ...), got shape {s:?}"))),
+        }
+    };
+    let decay_shape = decay
+        .map(|g| {
+            per_token(
+                g,
+                "decay",
+                [(hkv, [b, hkv, 1, 1]), (hkv * dk, [b, hkv, dk, 1])],
+            )
+        })
+        .transpose()?;
+    let beta_shape = beta
+        .map(|x| per_token(x, "beta", [(hkv, [b, hkv, 1, 1]), (1, [b, 1, 1, 1])]))
+        .transpose()?;
+    let state_shape = vec![b, hkv, dk, dv];
+    let state_dtype = match past {
+        Some(p) if c.ty(p).shape != state_shape => {
+            return Err(c.err(format!(
+                "past_state must have shape {state_shape:?}, got {:?}",
+                c.ty(p).shape
+            )))
+        }
+        Some(p) => c.ty(p).dtype,
+        None => dtype,
+    };
+    let scale = match c.float("scale", 0.0)? {
+        0.0 => 1.0 / (dk as f64).sqrt(),
+        s if s.is_finite() => s as f64,
+        s => return Err(c.err(format!("scale {s} is not finite"))),
+    };
+
+    let q = c.cast_to(q, DType::F32, "query_f32")?;
+    let k = c.cast_to(k, DType::F32, "key_f32")?;
+    let v = c.cast_to(v, DType::F32, "value_f32")?;
+    let decay = (decay.map(|g| c.cast_to(g, DType::F32, "decay_f32"))).transpose()?;
+    let beta = (beta.map(|x| c.cast_to(x, DType::F32, "beta_f32"))).transpose()?;
+    let mut state = match past {
+        Some(p) => c.cast_to(p, DType::F32, "past_state_f32")?,
+        None => {
+            c.check_size(DType::F32, &state_shape)?;
+            let zeros = vec![0f32; state_shape.iter().product()];
+            c.inner_constant("state_0", Tensor::from_f32(state_shape, zeros))
+        }
+    };
+    let group = hq / hkv;
+    let mut outputs = Vec::with_capacity(t);
+    for i in 0..t {
+        // Token i of a (batch, tokens, n) input, as `shape`.
+        let token = |c: &mut NodeCtx, x: ValueRef, shape: [usize; 4], what: &str| {
+            let slice = Op::Slice(Slice {
+                axes: vec![SliceAxis {
+                    axis: 1,
+                    start: i as i64,
+                    end: i as i64 + 1,
+                    step: 1,
+                }],
+            });
+            let one = c.emit_inner(slice, &[x], &format!("{what}_{i}"))?;
+            c.reshape_to(one, shape.to_vec(), &format!("{what}_{i}_heads"))
+        };
+        let k_row = token(c, k, [b, hkv, 1, dk], "key")?;
+        let k_col = c.reshape_to(k_row, vec![b, hkv, dk, 1], &format!("key_{i}_column"))?;
+        let mut v_t = token(c, v, [b, hkv, 1, dv], "value")?;
+        if let (Some(g), Some(shape)) = (decay, decay_shape) {
+            let g_t = token(c, g, shape, "decay")?;
+            let factor =
+                c.emit_inner(Op::Unary(UnaryOp::Exp), &[g_t], &format!("decay_{i}_exp"))?;
+            state = c.binary(BinaryOp::Mul, state, factor, &format!("state_{i}_decayed"))?;
+        }
+        if let (Some(x), Some(shape)) = (beta, beta_shape) {
+            let retrieved = c.emit_inner(Op::MatMul, &[k_row, state], &format!("retrieved_{i}"))?;
+            let error = c.binary(BinaryOp::Sub, v_t, retrieved, &format!("error_{i}"))?;
+            let beta_t = token(c, x, shape, "beta")?;
+            v_t = c.binary(BinaryOp::Mul, beta_t, error, &format!("update_{i}"))?;
+        }
+        let written = c.emit_inner(Op::MatMul, &[k_col, v_t], &format!("written_{i}"))?;
+        state = c.binary(BinaryOp::Add, state, written, &format!("state_{i}"))?;
+        let q_t = token(c, q, [b, hkv, group, dk], "query")?;
+        let read = c.emit_inner(Op::MatMul, &[q_t, state], &format!("read_{i}"))?;
+        outputs.push(c.reshape_to(read, vec![b, 1, hq * dv], &format!("read_{i}_packed"))?);
+    }
+    let joined = match &outputs[..] {
+        [one] => *one,
+        all => c.emit_inner(Op::Concat(Concat { axis: 1 }), all, "reads")?,
+    };
+    let factor = c.scalar("scale", DType::F32, scale);
+    let y = c.binary(BinaryOp::Mul, joined, factor, "scaled")?;
+    let y = c.cast_to(y, dtype, "output")?;
+    let present = c.cast_to(state, state_dtype, "present_state")?;
+    Ok(vec![Some(y), Some(present)])
 }
 
 /// RMSNormalization (opset 23): `x / sqrt(mean(x²) + epsilon) · scale`, the

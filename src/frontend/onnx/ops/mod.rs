@@ -145,6 +145,7 @@ mod tests {
         "LeakyRelu",
         "Less",
         "LessOrEqual",
+        "LinearAttention",
         "Log",
         "Loop",
         "LogSoftmax",
@@ -276,7 +277,7 @@ mod tests {
         want.extend(SUPPORTED_MICROSOFT.iter().map(|&op| ("com.microsoft", op)));
         want.sort_unstable();
         let have = registry().op_types();
-        assert_eq!(have.len(), 187);
+        assert_eq!(have.len(), 188);
         assert_eq!(have, want);
     }
 
