@@ -15,7 +15,7 @@ and prints the counts. The cases come from onnx's own generator
 reference implementations, not onnxruntime.
 
 A case is exported when all its nodes, those of its subgraphs included, are supported ops
-of the default domain, and all its inputs/outputs (a subgraph's too) are tensors of
+of the default or ai.onnx.preview domain, and all its inputs/outputs (a subgraph's too) are tensors of
 supported dtypes. A case keeps its
 own opset when the importer reads it (`MIN_OPSET`..`MAX_OPSET` in src/frontend/onnx.rs);
 one outside that range is converted to the nearest end with onnx.version_converter (or
@@ -45,17 +45,23 @@ OUT = REPO / "tests" / "onnx_node"
 
 
 
-def supported_ops() -> frozenset[str]:
-    """The importer's own list (`SUPPORTED` in src/frontend/onnx/ops/mod.rs, which its
-    registry test keeps equal to the registered ops), so the two never drift."""
+def supported_ops() -> dict[str, frozenset[str]]:
+    """The importer's own lists by domain (`SUPPORTED` for the default domain and
+    `SUPPORTED_PREVIEW` for ai.onnx.preview, in src/frontend/onnx/ops/mod.rs, which
+    its registry test keeps equal to the registered ops), so the two never drift."""
     path = REPO / "src" / "frontend" / "onnx" / "ops" / "mod.rs"
-    body = re.search(r"const SUPPORTED: &\[&str\] = &\[(.*?)\];", path.read_text(), re.S)
-    if body is None:
-        sys.exit(f"SUPPORTED not found in {path}")
-    return frozenset(re.findall(r'"(\w+)"', body.group(1)))
+    text = path.read_text()
+    ops = {}
+    for domain, name in (("", "SUPPORTED"), ("ai.onnx.preview", "SUPPORTED_PREVIEW")):
+        body = re.search(rf"const {name}: &\[&str\] = &\[(.*?)\];", text, re.S)
+        if body is None:
+            sys.exit(f"{name} not found in {path}")
+        ops[domain] = frozenset(re.findall(r'"(\w+)"', body.group(1)))
+    return ops
 
 
-SUPPORTED_OPS = supported_ops()
+SUPPORTED_BY_DOMAIN = supported_ops()
+SUPPORTED_OPS = frozenset().union(*SUPPORTED_BY_DOMAIN.values())
 SUPPORTED_DTYPES = frozenset(
     [
         TensorProto.FLOAT,
@@ -164,9 +170,10 @@ def check_nodes(graph: onnx.GraphProto, unsupported: set[str]) -> None:
     """Raise Skip for a node of `graph` or of its subgraphs (If, Loop and Scan
     bodies) that we cannot run; collect unsupported op types."""
     for n in graph.node:
-        if n.domain not in ("", "ai.onnx"):
-            raise Skip("op outside the default domain", f"{n.domain}.{n.op_type}")
-        if n.op_type not in SUPPORTED_OPS:
+        domain = "" if n.domain == "ai.onnx" else n.domain
+        if domain not in SUPPORTED_BY_DOMAIN:
+            raise Skip("op outside the supported domains", f"{n.domain}.{n.op_type}")
+        if n.op_type not in SUPPORTED_BY_DOMAIN[domain]:
             unsupported.add(n.op_type)
         for a in n.attribute:
             if a.type == onnx.AttributeProto.GRAPH:

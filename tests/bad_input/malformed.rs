@@ -535,6 +535,7 @@ fn onnx_cases() -> Vec<Case> {
     cases.push(big_input);
     cases.extend(attention_cases());
     cases.extend(linear_attention_cases());
+    cases.extend(flex_attention_cases());
     cases
 }
 
@@ -716,6 +717,73 @@ fn linear_attention_cases() -> Vec<Case> {
             "linear_attention_long.onnx",
             linear_attention(&long, &[1, 5000, 2], attrs("linear")),
             &["linattn_1", "5000 tokens", "1 to 4096 tokens"],
+        ),
+    ]
+}
+
+/// An ai.onnx.preview FlexAttention (layer flex_1, at opset 26) over f32 Q,
+/// K and V of the given shapes, with attributes.
+fn flex_attention(
+    qkv: [&[i64]; 3],
+    y: &[i64],
+    attrs: Vec<onnx_protobuf::AttributeProto>,
+) -> Vec<u8> {
+    let mut n = node_with(
+        node("FlexAttention", "flex_1", &["q", "k", "v"], &["y"]),
+        attrs,
+    );
+    n.domain = "ai.onnx.preview".into();
+    let inputs = ["q", "k", "v"].iter().zip(qkv);
+    let mut m = model(
+        vec![n],
+        inputs.map(|(n, d)| value_info(n, F32, d)).collect(),
+        vec![value_info("y", F32, y)],
+        vec![],
+        26,
+    );
+    let mut preview = onnx_protobuf::OperatorSetIdProto::new();
+    preview.domain = "ai.onnx.preview".into();
+    preview.version = 1;
+    m.opset_import.push(preview);
+    model_bytes(&m)
+}
+
+/// FlexAttention whose inputs or mod graphs do not fit: each refused naming
+/// the layer.
+fn flex_attention_cases() -> Vec<Case> {
+    let qkv: [&[i64]; 3] = [&[1, 2, 4, 8], &[1, 2, 6, 8], &[1, 2, 6, 8]];
+    // A score_mod that swaps the query and key axes: its shape is not the scores'.
+    let mut swap = onnx_protobuf::GraphProto::new();
+    swap.node = vec![node_with(
+        node("Transpose", "swap", &["s"], &["t"]),
+        vec![ints_attr("perm", &[0, 1, 3, 2])],
+    )];
+    swap.input = vec![value_info("s", F32, &[1, 2, 4, 6])];
+    swap.output = vec![value_info("t", F32, &[1, 2, 6, 4])];
+    let mut two_outputs = swap.clone();
+    two_outputs.output.push(value_info("s", F32, &[1, 2, 4, 6]));
+    vec![
+        case(
+            "onnx flex attention 3-D inputs",
+            "flex_attention_rank.onnx",
+            flex_attention([&[1, 4, 16], &[1, 6, 16], &[1, 6, 16]], &[1, 4, 16], vec![]),
+            &["flex_1", "must be 4-D", "got ranks [3, 3, 3]"],
+        ),
+        case(
+            "onnx flex attention score_mod changes the shape",
+            "flex_attention_score_mod.onnx",
+            flex_attention(qkv, &[1, 2, 4, 8], vec![graph_attr("score_mod", swap)]),
+            &["flex_1", "score_mod turns", "it must keep the shape"],
+        ),
+        case(
+            "onnx flex attention prob_mod of two outputs",
+            "flex_attention_prob_mod.onnx",
+            flex_attention(
+                qkv,
+                &[1, 2, 4, 8],
+                vec![graph_attr("prob_mod", two_outputs)],
+            ),
+            &["flex_1", "prob_mod has 1 inputs and 2 outputs"],
         ),
     ]
 }

@@ -12,7 +12,7 @@ use crate::support::onnx::*;
 use layoutopt::api::{load_model, Costs, PlanLayouts, PlannerKind, TargetFamily};
 use layoutopt::graph::{Graph, Op, Tensor};
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
-use onnx_protobuf::{AttributeProto, GraphProto, NodeProto};
+use onnx_protobuf::{GraphProto, NodeProto};
 use std::path::Path;
 
 fn control_ops(g: &Graph) -> Vec<&'static str> {
@@ -107,14 +107,6 @@ fn a_small_loop_of_known_trip_count_is_unrolled_under_its_name() {
 
 const F32: i32 = 1;
 const BOOL: i32 = 9;
-
-fn graph_attr(name: &str, g: GraphProto) -> AttributeProto {
-    let mut a = AttributeProto::new();
-    a.name = name.to_string();
-    a.type_ = onnx_protobuf::attribute_proto::AttributeType::GRAPH.into();
-    a.g = protobuf::MessageField::some(g);
-    a
-}
 
 fn subgraph(nodes: Vec<NodeProto>, outputs: &[&str]) -> GraphProto {
     let mut g = GraphProto::new();

@@ -51,6 +51,14 @@ pub fn ints_attr(name: &str, v: &[i64]) -> AttributeProto {
     a
 }
 
+pub fn graph_attr(name: &str, g: GraphProto) -> AttributeProto {
+    let mut a = AttributeProto::new();
+    a.name = name.to_string();
+    a.type_ = onnx_protobuf::attribute_proto::AttributeType::GRAPH.into();
+    a.g = protobuf::MessageField::some(g);
+    a
+}
+
 pub fn model(
     nodes: Vec<NodeProto>,
     inputs: Vec<ValueInfoProto>,

@@ -5,7 +5,8 @@
 //! every later stage sees ops it knows and they run on the native kernels.
 
 use super::context::{NodeCtx, Res};
-use super::registry::{Registry, AI_ONNX};
+use super::control::graph_attr;
+use super::registry::{Registry, AI_ONNX, AI_ONNX_PREVIEW};
 use crate::frontend::onnx::dtype_from_onnx;
 use crate::graph::{
     broadcast_shapes, BinaryOp, DType, Op, ReduceKind, Tensor, TensorData, UnaryOp, ValueRef,
@@ -19,6 +20,7 @@ pub(super) fn register(reg: &mut Registry) {
     reg.add(AI_ONNX, "LinearAttention", linear_attention);
     reg.add(AI_ONNX, "RMSNormalization", rms_norm);
     reg.add(AI_ONNX, "RotaryEmbedding", rotary_embedding);
+    reg.add(AI_ONNX_PREVIEW, "FlexAttention", flex_attention);
 }
 
 /// The last two axes swapped, of a rank-4 tensor.
@@ -111,20 +113,7 @@ fn split_heads(c: &mut NodeCtx, x: ValueRef, heads: usize, name: &str) -> Res<Va
 /// fused step (scores never stored whole) is left until a measurement against
 /// onnxruntime on a BERT-size shape shows it pays.
 fn attention(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
-    let (q, k, v) = (c.input(0)?, c.input(1)?, c.input(2)?);
-    let dtype = c.ty(q).dtype;
-    if !dtype.is_float() {
-        return Err(c.err(format!("Q is {}, expected a float tensor", dtype.name())));
-    }
-    for (x, name) in [(k, "K"), (v, "V")] {
-        if c.ty(x).dtype != dtype {
-            return Err(c.err(format!(
-                "{name} is {}, Q is {}",
-                c.ty(x).dtype.name(),
-                dtype.name()
-            )));
-        }
-    }
+    let (q, k, v, dtype) = float_qkv(c)?;
     let ranks = [q, k, v].map(|x| c.ty(x).shape.len());
     let (q_heads_attr, kv_heads_attr) = (c.int("q_num_heads", 0)?, c.int("kv_num_heads", 0)?);
     let (q4, k4, v4) = match ranks {
@@ -173,31 +162,7 @@ fn attention(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
             }
         }
     }
-    if kh.batch != qh.batch || vh.batch != qh.batch {
-        return Err(c.err(format!(
-            "Q, K and V have batches {}, {} and {}",
-            qh.batch, kh.batch, vh.batch
-        )));
-    }
-    if kh.heads != vh.heads || kh.seq != vh.seq {
-        return Err(c.err(format!(
-            "K has {} heads of {} positions, V {} of {}",
-            kh.heads, kh.seq, vh.heads, vh.seq
-        )));
-    }
-    if kh.size != qh.size {
-        return Err(c.err(format!(
-            "K's head size {} differs from Q's {}",
-            kh.size, qh.size
-        )));
-    }
-    if kh.heads == 0 || !qh.heads.is_multiple_of(kh.heads) {
-        return Err(c.err(format!(
-            "{} query heads do not divide into groups of the {} key/value heads",
-            qh.heads, kh.heads
-        )));
-    }
-    let group = qh.heads / kh.heads;
+    check_heads(c, &qh, &kh, &vh)?;
 
     // The key/value cache: past and incoming positions, concatenated.
     let (past_key, past_value) = (c.opt_input(4), c.opt_input(5));
@@ -228,34 +193,8 @@ fn attention(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     };
     let total = kh.seq + past;
 
-    // Q and K each scaled by √scale, as the specification does against overflow.
-    let scale = match c.attr("scale") {
-        Some(_) => c.float("scale", 0.0)? as f64,
-        None => 1.0 / (qh.size as f64).sqrt(),
-    };
-    if !(scale >= 0.0 && scale.is_finite()) {
-        return Err(c.err(format!("scale {scale} is not a non-negative finite number")));
-    }
-    let root = c.scalar("sqrt_scale", dtype, scale.sqrt());
-    let q_scaled = c.binary(BinaryOp::Mul, q4, root, "q_scaled")?;
-    let k_scaled = c.binary(BinaryOp::Mul, keys, root, "k_scaled")?;
-    let perm = SWAP_LAST.to_vec();
-    let k_t = c.emit_inner(
-        Op::Transpose(Transpose { perm }),
-        &[k_scaled],
-        "k_transposed",
-    )?;
-    let grouped_q = c.reshape_to(
-        q_scaled,
-        vec![qh.batch, kh.heads, group * qh.seq, qh.size],
-        "q_grouped",
-    )?;
-    let scores = c.emit_inner(Op::MatMul, &[grouped_q, k_t], "qk")?;
-    let scores = c.reshape_to(
-        scores,
-        vec![qh.batch, qh.heads, qh.seq, total],
-        "qk_by_head",
-    )?;
+    let scale = scale_attr(c, qh.size)?;
+    let scores = scaled_scores(c, q4, keys, scale, &qh, kh.heads)?;
 
     let softcap = c.float("softcap", 0.0)?;
     if !(softcap >= 0.0 && softcap.is_finite()) {
@@ -286,17 +225,7 @@ fn attention(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         None => capped,
     };
 
-    let precision = match c.int("softmax_precision", 0)? {
-        0 => dtype,
-        code @ (1 | 10 | 11 | 16) => {
-            dtype_from_onnx(code as i32).map_err(|m| c.err(format!("softmax_precision: {m}")))?
-        }
-        other => {
-            return Err(c.err(format!(
-                "softmax_precision {other} is not one of 1, 10, 11, 16 (float, float16, double, bfloat16)"
-            )))
-        }
-    };
+    let precision = softmax_precision(c, dtype)?;
     let logits = c.cast_to(biased, precision, "qk_for_softmax")?;
     let mut probs = c.emit_inner(Op::Softmax(Softmax { axis: 3 }), &[logits], "softmax")?;
     if let Some(bias) = bias {
@@ -304,13 +233,7 @@ fn attention(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
     }
     let probs = c.cast_to(probs, dtype, "probabilities")?;
 
-    let grouped_p = c.reshape_to(
-        probs,
-        vec![qh.batch, kh.heads, group * qh.seq, total],
-        "p_grouped",
-    )?;
-    let y = c.emit_inner(Op::MatMul, &[grouped_p, values], "pv")?;
-    let mut y = c.reshape_to(y, vec![qh.batch, qh.heads, qh.seq, vh.size], "y_by_head")?;
+    let mut y = weighted_values(c, probs, values, &qh, kh.heads)?;
     if ranks[0] == 3 {
         let perm = SWAP_MIDDLE.to_vec();
         let by_seq = c.emit_inner(Op::Transpose(Transpose { perm }), &[y], "y_by_position")?;
@@ -346,6 +269,199 @@ fn attention(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
         outputs.push(Some(qk));
     }
     Ok(outputs)
+}
+
+/// Q, K and V (inputs 0 to 2), checked to be of one float type, and that type.
+fn float_qkv(c: &NodeCtx) -> Res<(ValueRef, ValueRef, ValueRef, DType)> {
+    let (q, k, v) = (c.input(0)?, c.input(1)?, c.input(2)?);
+    let dtype = c.ty(q).dtype;
+    if !dtype.is_float() {
+        return Err(c.err(format!("Q is {}, expected a float tensor", dtype.name())));
+    }
+    for (x, name) in [(k, "K"), (v, "V")] {
+        if c.ty(x).dtype != dtype {
+            return Err(c.err(format!(
+                "{name} is {}, Q is {}",
+                c.ty(x).dtype.name(),
+                dtype.name()
+            )));
+        }
+    }
+    Ok((q, k, v, dtype))
+}
+
+/// Checks that the heads of Q, K and V fit together: one batch, K and V of
+/// the same heads and positions, Q's head size K's, and the query heads in
+/// whole groups per key/value head.
+fn check_heads(c: &NodeCtx, qh: &Heads, kh: &Heads, vh: &Heads) -> Res<()> {
+    if kh.batch != qh.batch || vh.batch != qh.batch {
+        return Err(c.err(format!(
+            "Q, K and V have batches {}, {} and {}",
+            qh.batch, kh.batch, vh.batch
+        )));
+    }
+    if kh.heads != vh.heads || kh.seq != vh.seq {
+        return Err(c.err(format!(
+            "K has {} heads of {} positions, V {} of {}",
+            kh.heads, kh.seq, vh.heads, vh.seq
+        )));
+    }
+    if kh.size != qh.size {
+        return Err(c.err(format!(
+            "K's head size {} differs from Q's {}",
+            kh.size, qh.size
+        )));
+    }
+    if kh.heads == 0 || !qh.heads.is_multiple_of(kh.heads) {
+        return Err(c.err(format!(
+            "{} query heads do not divide into groups of the {} key/value heads",
+            qh.heads, kh.heads
+        )));
+    }
+    Ok(())
+}
+
+/// The `scale` attribute, 1/√(head size) where it is not given.
+fn scale_attr(c: &NodeCtx, head_size: usize) -> Res<f64> {
+    let scale = match c.attr("scale") {
+        Some(_) => c.float("scale", 0.0)? as f64,
+        None => 1.0 / (head_size as f64).sqrt(),
+    };
+    if !(scale >= 0.0 && scale.is_finite()) {
+        return Err(c.err(format!("scale {scale} is not a non-negative finite number")));
+    }
+    Ok(scale)
+}
+
+/// The type softmax runs in: the `softmax_precision` attribute, or `default`.
+fn softmax_precision(c: &NodeCtx, default: DType) -> Res<DType> {
+    match c.int("softmax_precision", 0)? {
+        0 => Ok(default),
+        code @ (1 | 10 | 11 | 16) => {
+            dtype_from_onnx(code as i32).map_err(|m| c.err(format!("softmax_precision: {m}")))
+        }
+        other => Err(c.err(format!(
+            "softmax_precision {other} is not one of 1, 10, 11, 16 (float, float16, double, bfloat16)"
+        ))),
+    }
+}
+
+/// The scores Q·Kᵀ·scale, (batch, query heads, queries, keys), with Q and K
+/// each scaled by √scale, as the specifications do against overflow. The
+/// query heads of a group are stacked along the sequence axis, so that one
+/// matrix product serves the group's key head (no keys repeated).
+fn scaled_scores(
+    c: &mut NodeCtx,
+    q: ValueRef,
+    keys: ValueRef,
+    scale: f64,
+    qh: &Heads,
+    kv_heads: usize,
+) -> Res<ValueRef> {
+    let total = c.ty(keys).shape[2];
+    let root = c.scalar("sqrt_scale", c.ty(q).dtype, scale.sqrt());
+    let q_scaled = c.binary(BinaryOp::Mul, q, root, "q_scaled")?;
+    let k_scaled = c.binary(BinaryOp::Mul, keys, root, "k_scaled")?;
+    let perm = SWAP_LAST.to_vec();
+    let k_t = c.emit_inner(
+        Op::Transpose(Transpose { perm }),
+        &[k_scaled],
+        "k_transposed",
+    )?;
+    let group = qh.heads / kv_heads;
+    let grouped_q = c.reshape_to(
+        q_scaled,
+        vec![qh.batch, kv_heads, group * qh.seq, qh.size],
+        "q_grouped",
+    )?;
+    let scores = c.emit_inner(Op::MatMul, &[grouped_q, k_t], "qk")?;
+    c.reshape_to(
+        scores,
+        vec![qh.batch, qh.heads, qh.seq, total],
+        "qk_by_head",
+    )
+}
+
+/// The probabilities times the values, (batch, query heads, queries, value
+/// size), a group's query heads stacked as in `scaled_scores`.
+fn weighted_values(
+    c: &mut NodeCtx,
+    probs: ValueRef,
+    values: ValueRef,
+    qh: &Heads,
+    kv_heads: usize,
+) -> Res<ValueRef> {
+    let vs = c.ty(values).shape;
+    let (total, v_size) = (vs[2], vs[3]);
+    let group = qh.heads / kv_heads;
+    let grouped_p = c.reshape_to(
+        probs,
+        vec![qh.batch, kv_heads, group * qh.seq, total],
+        "p_grouped",
+    )?;
+    let y = c.emit_inner(Op::MatMul, &[grouped_p, values], "pv")?;
+    c.reshape_to(y, vec![qh.batch, qh.heads, qh.seq, v_size], "y_by_head")
+}
+
+/// FlexAttention (ai.onnx.preview): attention over 4-D heads whose scores and
+/// probabilities pass through the graphs `score_mod` and `prob_mod` (masks,
+/// biases, soft caps written as ops), each inlined here with its one input
+/// bound to the scores or probabilities. Softmax, the mods and the product
+/// with V run in `softmax_precision`, by default float32 for 16-bit inputs
+/// and the input type otherwise; grouped-query heads as Attention's.
+fn flex_attention(c: &mut NodeCtx) -> Res<Vec<Option<ValueRef>>> {
+    let (q, k, v, dtype) = float_qkv(c)?;
+    let ranks = [q, k, v].map(|x| c.ty(x).shape.len());
+    if ranks != [4, 4, 4] {
+        return Err(c.err(format!(
+            "Q, K and V must be 4-D (batch, heads, sequence, size), got ranks {ranks:?}"
+        )));
+    }
+    let (qh, kh, vh) = (Heads::of(c, q), Heads::of(c, k), Heads::of(c, v));
+    check_heads(c, &qh, &kh, &vh)?;
+    let scale = scale_attr(c, qh.size)?;
+    let scores = scaled_scores(c, q, k, scale, &qh, kh.heads)?;
+    let wide = match dtype {
+        DType::F16 | DType::BF16 => DType::F32,
+        d => d,
+    };
+    let precision = softmax_precision(c, wide)?;
+    let scores = c.cast_to(scores, precision, "qk_for_softmax")?;
+    let scores = modded(c, "score_mod", scores)?;
+    let probs = c.emit_inner(Op::Softmax(Softmax { axis: 3 }), &[scores], "softmax")?;
+    let probs = modded(c, "prob_mod", probs)?;
+    let values = c.cast_to(v, precision, "v_for_softmax")?;
+    let y = weighted_values(c, probs, values, &qh, kh.heads)?;
+    Ok(vec![Some(c.cast_to(y, dtype, "y")?)])
+}
+
+/// Graph attribute `name` (one input, one output of the input's shape)
+/// applied to `x`: the graph inlined, its layers named `<layer>/<name>/...`,
+/// its result cast to `x`'s type. `x` itself where the node has no `name`.
+fn modded(c: &mut NodeCtx, name: &str, x: ValueRef) -> Res<ValueRef> {
+    if c.attr(name).is_none() {
+        return Ok(x);
+    }
+    let graph = graph_attr(c, name)?;
+    if graph.input.len() != 1 || graph.output.len() != 1 {
+        return Err(c.err(format!(
+            "{name} has {} inputs and {} outputs, expected one of each",
+            graph.input.len(),
+            graph.output.len()
+        )));
+    }
+    let env = c.env.nested(c.span)?;
+    let mut scope = c.scope.clone();
+    scope.insert(graph.input[0].name.clone(), x);
+    let prefix = format!("{}/{name}", c.layer());
+    let out = env.inline_subgraph(graph, &prefix, c.g, &scope)?[0];
+    let (want, got) = (c.ty(x), c.ty(out));
+    if got.shape != want.shape {
+        return Err(c.err(format!(
+            "{name} turns {want} into {got}; it must keep the shape"
+        )));
+    }
+    c.cast_to(out, want.dtype, &format!("{name}_out"))
 }
 
 /// The extents the attention bias broadcasts to, and what positions mean.

@@ -26,7 +26,7 @@ pub(super) fn register(reg: &mut Registry) {
 /// ONNX attribute type GRAPH.
 const GRAPH: i32 = 5;
 
-fn graph_attr<'n>(c: &NodeCtx<'n>, name: &str) -> Res<&'n GraphProto> {
+pub(super) fn graph_attr<'n>(c: &NodeCtx<'n>, name: &str) -> Res<&'n GraphProto> {
     let node = c.node;
     c.typed_attr(name, GRAPH, "a graph")?;
     (node.attribute.iter())

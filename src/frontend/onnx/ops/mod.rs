@@ -271,13 +271,17 @@ mod tests {
         "QLinearWhere",
     ];
 
+    /// The ai.onnx.preview operators.
+    const SUPPORTED_PREVIEW: &[&str] = &["FlexAttention"];
+
     #[test]
     fn the_registry_holds_exactly_the_supported_operators() {
         let mut want: Vec<(&str, &str)> = SUPPORTED.iter().map(|&op| (AI_ONNX, op)).collect();
         want.extend(SUPPORTED_MICROSOFT.iter().map(|&op| ("com.microsoft", op)));
+        want.extend(SUPPORTED_PREVIEW.iter().map(|&op| ("ai.onnx.preview", op)));
         want.sort_unstable();
         let have = registry().op_types();
-        assert_eq!(have.len(), 188);
+        assert_eq!(have.len(), 189);
         assert_eq!(have, want);
     }
 

@@ -9,6 +9,9 @@ use std::collections::BTreeMap;
 /// The default ONNX domain, which a node names as "" or "ai.onnx".
 pub(super) const AI_ONNX: &str = "";
 
+/// The domain of operators ONNX previews before they join the default one.
+pub(super) const AI_ONNX_PREVIEW: &str = "ai.onnx.preview";
+
 /// Imports one node: adds its ops to the graph and returns the values of its
 /// outputs in order (`None` for an output it does not compute). Attribute
 /// values it cannot import, and what differs between opsets, are its own to
