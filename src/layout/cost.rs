@@ -46,6 +46,11 @@ pub trait MeasuredCosts: Send + Sync + fmt::Debug {
     fn unmeasured_convs(&self) -> usize {
         0
     }
+    /// Layout transforms asked for whose time is an estimate from one measured
+    /// at a neighbouring shape, not measured at their own.
+    fn estimated_transforms(&self) -> usize {
+        0
+    }
 }
 
 /// Measured costs whose noise cannot flip the planner's choice between two
@@ -126,6 +131,10 @@ impl MeasuredCosts for WithinMargin {
         let given = self.given.lock().unwrap_or_else(|e| e.into_inner());
         given.values().filter(|(_, times)| times.is_none()).count()
     }
+
+    fn estimated_transforms(&self) -> usize {
+        self.measured.estimated_transforms()
+    }
 }
 
 /// Unit costs of the cost model, and the measured kernel times that replace
@@ -179,6 +188,14 @@ impl CostModel {
     /// layouts ([`MeasuredCosts::unmeasured_convs`]); 0 without measurements.
     pub fn unmeasured_convs(&self) -> usize {
         self.measured.as_ref().map_or(0, |m| m.unmeasured_convs())
+    }
+
+    /// Layout transforms priced from a measured neighbouring shape
+    /// ([`MeasuredCosts::estimated_transforms`]); 0 without measurements.
+    pub fn estimated_transforms(&self) -> usize {
+        self.measured
+            .as_ref()
+            .map_or(0, |m| m.estimated_transforms())
     }
 
     /// Cost of moving `t` from layout `from` to `to`: its measured time, else

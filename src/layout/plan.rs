@@ -156,6 +156,7 @@ pub fn plan_with(
             graph_rewrite,
             cost_margin: model.margin(),
             unmeasured_convs: model.unmeasured_convs(),
+            estimated_transforms: model.estimated_transforms(),
         };
         let decisions = LayoutDecisions::record(g, &space, &best.choice);
         report(g, best, planned, &options.pins, decisions)
@@ -287,6 +288,7 @@ struct Planned {
     graph_rewrite: Option<RewriteInfo>,
     cost_margin: f64,
     unmeasured_convs: usize,
+    estimated_transforms: usize,
 }
 
 /// The plan of the finished assignment `best` of `g` (the canonical graph),
@@ -318,6 +320,7 @@ fn report(
         rewritten_cost: best.rewritten_cost,
         cost_margin: planned.cost_margin,
         unmeasured_convs: planned.unmeasured_convs,
+        estimated_transforms: planned.estimated_transforms,
         solver: planned.solver,
         rewrite: best.rewrite,
         timings: PlanTimings::default(),

@@ -128,6 +128,11 @@ pub struct PlanReport {
     /// priced there by the estimate: where the cost model guessed. 0 under
     /// the unmeasured cost model, which estimates every one.
     pub unmeasured_convs: usize,
+    /// Layout transforms a measured cost model priced from one measured at a
+    /// shape that differs in one axis (a family of shapes is measured once),
+    /// not at their own: where it estimated from a neighbour. 0 under the
+    /// unmeasured cost model.
+    pub estimated_transforms: usize,
     /// The solver's account, for the global planner.
     pub solver: Option<SolverInfo>,
     /// The e-graph rewriting after materialisation, when it ran.
@@ -194,6 +199,13 @@ impl PlanReport {
                 s,
                 "cost model: {} convolutions could not be measured in some layouts and are estimated there",
                 self.unmeasured_convs
+            );
+        }
+        if self.estimated_transforms > 0 {
+            let _ = writeln!(
+                s,
+                "cost model: {} layout transforms are priced from one measured at a neighbouring shape",
+                self.estimated_transforms
             );
         }
         if let Some(sv) = &self.solver {

@@ -394,6 +394,41 @@ fn the_measured_cost_model_is_cached_and_predicts_the_steps() {
 }
 
 #[test]
+fn a_transform_near_a_measured_shape_is_priced_from_it_and_counted() {
+    use layoutopt::graph::DType;
+    use layoutopt::layout::Layout;
+    use layoutopt::runtime::profile::calibrate::measured_cost_model;
+    let test = "a_transform_near_a_measured_shape_is_priced_from_it_and_counted";
+    let (dir, options, machine) = one_thread_with_empty_cache(test);
+    let (nchw, blocked) = (
+        Layout::parse("NCHW").unwrap(),
+        Layout::parse("NCHW16c").unwrap(),
+    );
+    let channels = |c: usize| ValueType::new(DType::F32, vec![1, c, 8, 8]);
+    let price = |c: usize| {
+        let costs = measured_cost_model(&machine, &options).unwrap();
+        let ns = (costs.measured.as_ref().unwrap())
+            .transform_ns(&channels(c), &nchw, &blocked)
+            .unwrap();
+        (ns, costs.estimated_transforms())
+    };
+    // 16 channels measured; 20 (x1.25) priced from them by the elements both
+    // layouts store: 16 + 16 per pixel there, 20 + 32 (padded) here.
+    let (measured, none) = price(16);
+    assert_eq!(none, 0);
+    let (near, one) = price(20);
+    assert_eq!(one, 1);
+    let want = measured * 52.0 / 32.0;
+    assert!((near - want).abs() <= 1e-9 * want, "{near} vs {want}");
+    // Kept in the cache: a later plan prices it the same, still as an estimate.
+    assert_eq!(price(20), (near, 1));
+    // 28 channels are 1.75x the measured 16, and only the estimate at 20 is
+    // nearer (no estimate prices another): measured.
+    assert_eq!(price(28).1, 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn a_layout_transform_is_predicted_by_the_time_the_planner_measured_for_it() {
     use layoutopt::graph::{DType, Op, ValueRef};
     use layoutopt::layout::{Layout, PadValue};

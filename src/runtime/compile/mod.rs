@@ -1773,7 +1773,7 @@ impl<'g> Compiler<'g> {
                 from, to, logical, ..
             }) = &self.g.node(out.node).op
             {
-                step.measured_ms = times.transform_millis(logical, from, to);
+                step.measured_ms = times.transform_millis(logical, from, to).map(|(ms, _)| ms);
             }
         }
     }

@@ -124,6 +124,16 @@ impl Entries {
 
 /// The kernel name transforms are cached under.
 const TRANSFORM_KERNEL: &str = "transform";
+/// The kernel name of transforms priced from a measured neighbour
+/// ([`KernelTimes::estimate_transform`]), kept apart so that no estimate
+/// prices another.
+const TRANSFORM_ESTIMATE: &str = "transform-estimate";
+/// A measured transform prices those between the same two layouts of shapes
+/// that differ from its own in one axis by at most this factor: a model's
+/// values come in families (a dense block's concatenations grow by 32
+/// channels at one resolution), whose transforms run at one rate per byte,
+/// and measuring each was a third of a cold plan's measurements.
+const NEIGHBOUR_RATIO: f64 = 1.5;
 /// The kind of the entries that keep Winograd errors, not times.
 const WINOGRAD_ERRORS: &str = "winograd-errors";
 
@@ -143,6 +153,15 @@ impl ErrorsStore for KernelTimes {
 /// (layout names are unambiguous).
 fn transform_name(from: &Layout, to: &Layout) -> String {
     format!("{from} -> {to}")
+}
+
+/// How a transform's time was come by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::runtime) enum Priced {
+    /// Timed at its own shape.
+    Measured,
+    /// Priced from a neighbouring shape ([`KernelTimes::estimate_transform`]).
+    Estimated,
 }
 
 /// The kernel times of this machine for one instruction set and thread
@@ -286,14 +305,62 @@ impl KernelTimes {
     }
 
     /// The milliseconds of transforming `shape` from `from` to `to`, as the
-    /// planner measured them.
+    /// planner measured or estimated them, and which.
     pub(in crate::runtime) fn transform_millis(
         &self,
         shape: &[usize],
         from: &Layout,
         to: &Layout,
+    ) -> Option<(f64, Priced)> {
+        let name = transform_name(from, to);
+        let measured = self.get(TRANSFORM_KERNEL, shape, &name);
+        (measured.map(|ms| (ms, Priced::Measured))).or_else(|| {
+            Some((
+                self.get(TRANSFORM_ESTIMATE, shape, &name)?,
+                Priced::Estimated,
+            ))
+        })
+    }
+
+    /// The milliseconds of transforming `shape` from `from` to `to`, priced
+    /// from the measured transform between the same layouts of the nearest
+    /// shape that differs in one axis by at most [`NEIGHBOUR_RATIO`] (ties to
+    /// the smaller shape), scaled by the elements both layouts store; `None`
+    /// without one. The estimate is recorded, so that later plans on this
+    /// machine price the shape the same whatever else they measured.
+    pub(in crate::runtime) fn estimate_transform(
+        &mut self,
+        shape: &[usize],
+        from: &Layout,
+        to: &Layout,
     ) -> Option<f64> {
-        self.get(TRANSFORM_KERNEL, shape, &transform_name(from, to))
+        let stored = |s: &[usize]| -> Option<f64> {
+            let (a, b) = (from.physical_shape(s).ok()?, to.physical_shape(s).ok()?);
+            Some((a.iter().product::<usize>() + b.iter().product::<usize>()) as f64)
+        };
+        let name = transform_name(from, to);
+        let mut nearest: Option<(f64, &[usize], f64)> = None;
+        for e in self.added.iter().chain(&self.entries.list) {
+            if e.key() != self.key(TRANSFORM_KERNEL, &e.geom) {
+                continue; // another kernel, machine or timing
+            }
+            let Some(ratio) = one_axis_ratio(&e.geom, shape) else {
+                continue;
+            };
+            let Some(&(_, ms)) = (e.millis.iter()).find(|(n, ms)| *n == name && ms.is_finite())
+            else {
+                continue;
+            };
+            let closer = nearest
+                .is_none_or(|(r, geom, _)| ratio < r || (ratio == r && e.geom.as_slice() < geom));
+            if ratio <= NEIGHBOUR_RATIO && closer {
+                nearest = Some((ratio, &e.geom, ms));
+            }
+        }
+        let (_, geom, ms) = nearest?;
+        let ms = ms * stored(shape)? / stored(geom)?;
+        self.record(TRANSFORM_ESTIMATE, shape, &name, ms);
+        Some(ms)
     }
 
     /// Records the milliseconds of transforming `shape` from `from` to `to`.
@@ -441,6 +508,20 @@ fn time_kernel(
     times.into_iter().fold(f64::INFINITY, f64::min)
 }
 
+/// The ratio (at least 1) of the extents of the one axis in which shapes `a`
+/// and `b` differ; `None` unless they differ in exactly one, both non-zero.
+fn one_axis_ratio(a: &[usize], b: &[usize]) -> Option<f64> {
+    if a.len() != b.len() {
+        return None;
+    }
+    let mut differing = a.iter().zip(b).filter(|(x, y)| x != y);
+    let (&x, &y) = differing.next()?;
+    if differing.next().is_some() || x == 0 || y == 0 {
+        return None;
+    }
+    Some(x.max(y) as f64 / x.min(y) as f64)
+}
+
 /// Whether the two fastest of `times` lie within [`SAME_TIME`] of each other.
 fn settled(times: &[f64]) -> bool {
     let mut fastest = [f64::INFINITY; 2];
@@ -551,6 +632,41 @@ mod tests {
             .collect();
         assert_eq!(loads, [(busy.to_vec(), Some(1.5)), (quiet.to_vec(), None)]);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_transform_is_priced_from_its_nearest_measured_neighbour() {
+        let l = |s: &str| Layout::parse(s).unwrap();
+        let (nchw, blocked) = (l("NCHW"), l("NCHW8c"));
+        let mut times = KernelTimes::open(None, Isa::Portable, 1);
+        times.record_transform(&[1, 64, 8, 8], &nchw, &blocked, 1.0);
+        times.record_transform(&[1, 96, 8, 8], &nchw, &blocked, 3.0);
+        // 88 channels are nearer 96 (x1.09) than 64 (x1.38): 3 ms for 96 scaled to 88.
+        let est = times.estimate_transform(&[1, 88, 8, 8], &nchw, &blocked);
+        assert_eq!(est, Some(3.0 * 88.0 / 96.0));
+        // Recorded: read back as the transform's time, not estimated again.
+        let read = times.transform_millis(&[1, 88, 8, 8], &nchw, &blocked);
+        assert_eq!(read, est.map(|ms| (ms, Priced::Estimated)));
+        let measured = times.transform_millis(&[1, 96, 8, 8], &nchw, &blocked);
+        assert_eq!(measured, Some((3.0, Priced::Measured)));
+        // Padding counts: 4 channels are stored as 8 in NCHW8c, 68 as 72.
+        times.record_transform(&[1, 4, 8, 8], &blocked, &nchw, 1.0);
+        let padded = times.estimate_transform(&[1, 5, 8, 8], &blocked, &nchw);
+        assert_eq!(padded, Some((8.0 + 5.0) / (8.0 + 4.0)));
+        // No neighbour: another layout pair, two axes apart, an estimate, too far.
+        let none = [
+            (vec![1, 72, 8, 8], &blocked, &nchw),
+            (vec![1, 72, 9, 9], &nchw, &blocked),
+            (vec![1, 7, 8, 8], &blocked, &nchw),
+            (vec![1, 150, 8, 8], &nchw, &blocked),
+        ];
+        for (shape, from, to) in none {
+            assert_eq!(
+                times.estimate_transform(&shape, from, to),
+                None,
+                "{shape:?}"
+            );
+        }
     }
 
     /// The writer processes of the test below: each records and saves

@@ -18,10 +18,10 @@ use crate::runtime::kernels::gather::Gather;
 use crate::runtime::kernels::simd::Isa;
 use crate::runtime::machine::SharedKernelTimes;
 use crate::runtime::measure::conv_times;
-use crate::runtime::measure::kernel_times::{self, KernelTimes};
+use crate::runtime::measure::kernel_times::{self, KernelTimes, Priced};
 use crate::runtime::measure::roofline::{self, FolderLock, MachinePeaks};
 use crate::runtime::{CompiledModel, Machine, RuntimeError, RuntimeOptions};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -70,6 +70,9 @@ pub struct MeasuredKernels {
     algo: ConvAlgoOptions,
     times: SharedKernelTimes,
     shared: Mutex<SharedByWeights>,
+    /// The transforms (shape, then layouts) asked for whose time is an
+    /// estimate from a neighbouring shape.
+    estimated: Mutex<HashSet<(Vec<usize>, String)>>,
 }
 
 /// What the kernels built from each weight tensor share
@@ -134,6 +137,7 @@ impl MeasuredKernels {
             algo: options.conv_algo.clone(),
             times,
             shared: Mutex::default(),
+            estimated: Mutex::default(),
         })
     }
 
@@ -228,7 +232,15 @@ impl MeasuredCosts for MeasuredKernels {
         }
         let mut guard = self.times.lock().ok()?;
         let times: &mut KernelTimes = &mut guard;
-        if let Some(ms) = times.transform_millis(&t.shape, from, to) {
+        let known = (times.transform_millis(&t.shape, from, to)).or_else(|| {
+            let ms = times.estimate_transform(&t.shape, from, to)?;
+            Some((ms, Priced::Estimated))
+        });
+        if let Some((ms, priced)) = known {
+            if priced == Priced::Estimated {
+                let mut estimated = self.estimated.lock().ok()?;
+                estimated.insert((t.shape.clone(), format!("{from} -> {to}")));
+            }
             return Some(ms * 1e6);
         }
         let gather = Gather::new(from, to, &t.shape, 0.0).ok()?;
@@ -243,6 +255,10 @@ impl MeasuredCosts for MeasuredKernels {
         }
         times.record_transform(&t.shape, from, to, ms);
         Some(ms * 1e6)
+    }
+
+    fn estimated_transforms(&self) -> usize {
+        self.estimated.lock().map_or(0, |e| e.len())
     }
 }
 
