@@ -803,6 +803,7 @@ fn import_node(
             ),
         ));
     }
+    let mut named = Vec::with_capacity(n.output.len());
     for (name, v) in n.output.iter().zip(outputs) {
         if !name.is_empty() {
             let v = match v {
@@ -814,6 +815,15 @@ fn import_node(
                     ))
                 }
             };
+            // An output the import computed in several ops is the last op's
+            // value, named after it: it takes the output's name, by which the
+            // model's readers (and a caller picking graph outputs) know it.
+            // Values of other layers (an input passed through) keep theirs.
+            let made_here = g.node(v.node).spans.first() == Some(&span);
+            if made_here && !named.contains(&v) && g.value(v).name != *name {
+                g.node_mut(v.node).outputs[v.output].name = name.clone();
+            }
+            named.push(v);
             values.insert(name.clone(), v);
         }
     }

@@ -467,3 +467,34 @@ fn fourier_transforms_that_do_not_fit_are_refused_naming_their_layer() {
         &["frames", "window holds 5 values for frames of 4"],
     );
 }
+
+/// Operators imported as several ops (Attention with its cache,
+/// LayerNormalization with its statistics, LinearAttention with its state,
+/// FlexAttention) hand their graph outputs over under the names the model
+/// declares, as onnxruntime's callers ask for them.
+#[test]
+fn outputs_of_composite_operators_keep_their_declared_names() {
+    let cases: [(&str, &[&str]); 4] = [
+        (
+            "test_attention_4d_with_past_and_present",
+            &["Y", "present_key", "present_value"],
+        ),
+        (
+            "test_layer_normalization_4d_axis0",
+            &["Y", "Mean", "InvStdDev"],
+        ),
+        ("test_linear_attention_linear", &["output", "present_state"]),
+        ("test_flexattention_fp16", &["Y"]),
+    ];
+    for (case, declared) in cases {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/onnx_node")
+            .join(case)
+            .join("model.onnx");
+        let g = load_onnx(&path, &ImportOptions::default()).expect("imports");
+        let names: Vec<&str> = (g.outputs().iter())
+            .map(|&v| g.value(v).name.as_str())
+            .collect();
+        assert_eq!(names, declared, "{case}");
+    }
+}
