@@ -1,8 +1,9 @@
 //! The transformer operators of opsets 23 to 27: Attention, LinearAttention,
-//! RMSNormalization and RotaryEmbedding, imported as the ops their
-//! specifications are written in (matrix products, Softmax, masks as `Where`
-//! over comparisons of positions, a state updated token by token), so that
-//! every later stage sees ops it knows and they run on the native kernels.
+//! RMSNormalization and RotaryEmbedding, and ai.onnx.preview's FlexAttention,
+//! imported as the ops their specifications are written in (matrix products,
+//! Softmax, masks as `Where` over comparisons of positions, a state updated
+//! token by token), so that every later stage sees ops it knows and they run
+//! on the native kernels.
 
 use super::context::{NodeCtx, Res};
 use super::control::graph_attr;
