@@ -46,11 +46,22 @@ pub trait MeasuredCosts: Send + Sync + fmt::Debug {
     fn unmeasured_convs(&self) -> usize {
         0
     }
-    /// Layout transforms asked for whose time is an estimate from one measured
-    /// at a neighbouring shape, not measured at their own.
-    fn estimated_transforms(&self) -> usize {
-        0
+    /// Kernels asked for whose time is an estimate from one measured at a
+    /// neighbouring shape, not measured at their own.
+    fn estimated(&self) -> Estimated {
+        Estimated::default()
     }
+}
+
+/// What a measured cost model priced from a kernel measured at a
+/// neighbouring shape (one extent apart by at most 1.5x) rather than at its
+/// own: where it estimated.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Estimated {
+    /// Layout transforms, each shape and pair of layouts once.
+    pub transforms: usize,
+    /// Convolutions, each geometry and pair of layouts once.
+    pub convs: usize,
 }
 
 /// Measured costs whose noise cannot flip the planner's choice between two
@@ -132,8 +143,8 @@ impl MeasuredCosts for WithinMargin {
         given.values().filter(|(_, times)| times.is_none()).count()
     }
 
-    fn estimated_transforms(&self) -> usize {
-        self.measured.estimated_transforms()
+    fn estimated(&self) -> Estimated {
+        self.measured.estimated()
     }
 }
 
@@ -190,12 +201,12 @@ impl CostModel {
         self.measured.as_ref().map_or(0, |m| m.unmeasured_convs())
     }
 
-    /// Layout transforms priced from a measured neighbouring shape
-    /// ([`MeasuredCosts::estimated_transforms`]); 0 without measurements.
-    pub fn estimated_transforms(&self) -> usize {
+    /// Kernels priced from a measured neighbouring shape
+    /// ([`MeasuredCosts::estimated`]); none without measurements.
+    pub fn estimated(&self) -> Estimated {
         self.measured
             .as_ref()
-            .map_or(0, |m| m.estimated_transforms())
+            .map_or(Estimated::default(), |m| m.estimated())
     }
 
     /// Cost of moving `t` from layout `from` to `to`: its measured time, else

@@ -10,7 +10,7 @@
 //!    rewritten when they might end cheaper; the cheapest stays;
 //! 7. `report`: what the plan kept, and where every tensor lives.
 
-use super::cost::CostModel;
+use super::cost::{CostModel, Estimated};
 use super::egraph::{Lang, LayoutAnalysis};
 use super::extract::{rewrite_graph, RewriteLimits};
 use super::materialize::{materialise, transforms_cost, Materialised};
@@ -156,7 +156,7 @@ pub fn plan_with(
             graph_rewrite,
             cost_margin: model.margin(),
             unmeasured_convs: model.unmeasured_convs(),
-            estimated_transforms: model.estimated_transforms(),
+            estimated: model.estimated(),
         };
         let decisions = LayoutDecisions::record(g, &space, &best.choice);
         report(g, best, planned, &options.pins, decisions)
@@ -288,7 +288,7 @@ struct Planned {
     graph_rewrite: Option<RewriteInfo>,
     cost_margin: f64,
     unmeasured_convs: usize,
-    estimated_transforms: usize,
+    estimated: Estimated,
 }
 
 /// The plan of the finished assignment `best` of `g` (the canonical graph),
@@ -320,7 +320,8 @@ fn report(
         rewritten_cost: best.rewritten_cost,
         cost_margin: planned.cost_margin,
         unmeasured_convs: planned.unmeasured_convs,
-        estimated_transforms: planned.estimated_transforms,
+        estimated_transforms: planned.estimated.transforms,
+        estimated_convs: planned.estimated.convs,
         solver: planned.solver,
         rewrite: best.rewrite,
         timings: PlanTimings::default(),

@@ -133,6 +133,10 @@ pub struct PlanReport {
     /// not at their own: where it estimated from a neighbour. 0 under the
     /// unmeasured cost model.
     pub estimated_transforms: usize,
+    /// Convolutions (each in a pair of layouts) a measured cost model priced
+    /// from one measured with a neighbouring count of input or output
+    /// channels, not at their own. 0 under the unmeasured cost model.
+    pub estimated_convs: usize,
     /// The solver's account, for the global planner.
     pub solver: Option<SolverInfo>,
     /// The e-graph rewriting after materialisation, when it ran.
@@ -201,11 +205,11 @@ impl PlanReport {
                 self.unmeasured_convs
             );
         }
-        if self.estimated_transforms > 0 {
+        if self.estimated_transforms > 0 || self.estimated_convs > 0 {
             let _ = writeln!(
                 s,
-                "cost model: {} layout transforms are priced from one measured at a neighbouring shape",
-                self.estimated_transforms
+                "cost model: {} layout transforms and {} convolutions (in a pair of layouts) are priced from one measured at a neighbouring shape",
+                self.estimated_transforms, self.estimated_convs
             );
         }
         if let Some(sv) = &self.solver {

@@ -410,7 +410,7 @@ fn a_transform_near_a_measured_shape_is_priced_from_it_and_counted() {
         let ns = (costs.measured.as_ref().unwrap())
             .transform_ns(&channels(c), &nchw, &blocked)
             .unwrap();
-        (ns, costs.estimated_transforms())
+        (ns, costs.estimated().transforms)
     };
     // 16 channels measured; 20 (x1.25) priced from them by the elements both
     // layouts store: 16 + 16 per pixel there, 20 + 32 (padded) here.

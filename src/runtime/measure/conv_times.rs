@@ -3,7 +3,7 @@
 //! layer's shape on the calling pool's threads, and its milliseconds are
 //! cached in the machine's kernel times under the layer's geometry.
 
-use super::kernel_times::{KernelTimes, SAME_TIME};
+use super::kernel_times::{KernelTimes, Neighbour, Priced, SAME_TIME};
 use crate::graph::Span;
 use crate::runtime::kernels::conv::algo::ConvAlgo;
 use crate::runtime::kernels::conv::algo::{
@@ -35,7 +35,7 @@ pub(in crate::runtime) fn build(
             ..ConvDecision::from(algo)
         },
         _ => {
-            let millis = millis_in(times, spec, &candidates, &shared);
+            let (millis, _) = millis_in(times, spec, &candidates, &shared, Pricing::Choosing);
             let best = first_within_margin(&millis);
             ConvDecision {
                 algo: candidates[best],
@@ -62,45 +62,113 @@ fn first_within_margin(millis: &[f64]) -> usize {
         .unwrap_or(0)
 }
 
-/// Each candidate's milliseconds at the spec's shape, those `times` lacks
-/// measured now (on the spec's [`band`]) and recorded there.
+/// Whether a convolution's time may be priced from a measured neighbour
+/// ([`neighbour`]): the planner's may, as it compares a layer's layout pairs
+/// that all come from one neighbour alike; a compile choosing the algorithm
+/// a layer runs times the candidates at the layer's own shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::runtime) enum Pricing {
+    Planning,
+    Choosing,
+}
+
+/// Each candidate's milliseconds at the spec's shape, as `pricing` allows,
+/// those `times` lacks measured now (on the spec's [`band`]) and recorded
+/// there; and whether any was priced from a neighbour.
 fn millis_in(
     times: &mut KernelTimes,
     spec: &ConvSpec,
     candidates: &[ConvAlgo],
     shared: &SharedWeights,
-) -> Vec<f64> {
+    pricing: Pricing,
+) -> (Vec<f64>, Priced) {
     let measured = ConvSpec {
         geom: band(&spec.geom, spec.threads).0,
         ..spec.clone()
     };
-    candidates
+    let mut priced = Priced::Measured;
+    let millis = candidates
         .iter()
         .map(|&a| {
-            banded_millis(times, (&spec.geom, spec.threads), a, |times, band| {
+            let layer = (&spec.geom, spec.threads);
+            let (ms, how) = banded_millis(times, layer, a, pricing, |times, band| {
                 time_once(times, band, &measured.kernel(a, shared))
-            })
+            });
+            if how == Priced::Estimated {
+                priced = how;
+            }
+            ms
         })
-        .collect()
+        .collect();
+    (millis, priced)
 }
 
 /// The milliseconds of `algo` on a layer of geometry `geom` on `threads`
-/// threads: its [`band`]'s time, cached or measured now by `time` and
-/// recorded, scaled by the layer's rows.
+/// threads: its [`band`]'s time, cached, else (as `pricing` allows) priced
+/// from a measured neighbour, else measured now by `time` and recorded;
+/// scaled by the layer's rows. Also how it was come by.
 pub(in crate::runtime) fn banded_millis(
     times: &mut KernelTimes,
     (geom, threads): (&ConvGeom, usize),
     algo: ConvAlgo,
+    pricing: Pricing,
     time: impl FnOnce(&mut KernelTimes, &ConvGeom) -> f64,
-) -> f64 {
+) -> (f64, Priced) {
     let (band, scale) = band(geom, threads);
     let (kernel, key, name) = (algo.kernel(), band.key(), algo.to_string());
-    let ms = times.get(kernel, &key, &name).unwrap_or_else(|| {
+    let known = match pricing {
+        Pricing::Planning => times.priced(kernel, &key, &name).or_else(|| {
+            let ms = times.estimate(kernel, &key, &name, |m| neighbour(&band, m))?;
+            Some((ms, Priced::Estimated))
+        }),
+        Pricing::Choosing => (times.get(kernel, &key, &name)).map(|ms| (ms, Priced::Measured)),
+    };
+    let (ms, priced) = known.unwrap_or_else(|| {
         let ms = time(times, &band);
         times.record(kernel, &key, &name, ms);
-        ms
+        (ms, Priced::Measured)
     });
-    ms * scale
+    (ms * scale, priced)
+}
+
+/// The convolution band of cache key `measured` seen from the band `wanted`
+/// ([`KernelTimes::estimate`]): a neighbour where the two differ in their
+/// input or their output channels and in nothing else but the band's rows,
+/// with the channels blocked alike; its time scales by the rows and by the
+/// channels both operands store (padded to their blocks), as the work of a
+/// row does.
+fn neighbour(wanted: &ConvGeom, measured: &[usize]) -> Option<Neighbour> {
+    let m = ConvGeom::from_key(measured)?;
+    let rows_and_channels_apart = ConvGeom {
+        cin: wanted.cin,
+        cout: wanted.cout,
+        h: wanted.h,
+        oh: wanted.oh,
+        x_cb: wanted.x_cb,
+        y_cb: wanted.y_cb,
+        ..m.clone()
+    };
+    // Blocks of all the channels are channels-last, whatever their count.
+    let blocking = |c: usize, cb: usize| if cb == c { 0 } else { cb };
+    let blocked_alike = blocking(m.cin, m.x_cb) == blocking(wanted.cin, wanted.x_cb)
+        && blocking(m.cout, m.y_cb) == blocking(wanted.cout, wanted.y_cb);
+    if rows_and_channels_apart != *wanted || !blocked_alike {
+        return None;
+    }
+    let ratio = |a: usize, b: usize| a.max(b) as f64 / a.min(b).max(1) as f64;
+    let ratio = match (m.cin == wanted.cin, m.cout == wanted.cout) {
+        (true, false) => ratio(m.cout, wanted.cout),
+        (false, true) => ratio(m.cin, wanted.cin),
+        _ => return None,
+    };
+    let work = |g: &ConvGeom| {
+        let stored = |c: usize, cb: usize| c.next_multiple_of(cb.max(1));
+        (g.oh * stored(g.cin, g.x_cb) * stored(g.cout, g.y_cb)) as f64
+    };
+    Some(Neighbour {
+        ratio,
+        scale: work(wanted) / work(&m),
+    })
 }
 
 /// Flops of one measured run per worker thread, at most: a convolution with
@@ -137,19 +205,19 @@ pub(in crate::runtime) fn band(g: &ConvGeom, threads: usize) -> (ConvGeom, f64) 
 }
 
 /// The milliseconds of the algorithm `build` would run the spec with (under
-/// auto the fastest accurate candidate, measured unless `times` holds it), on
-/// the calling thread pool's threads. The planner compares layouts by it,
-/// with one `shared` per weight tensor.
+/// auto the fastest accurate candidate, priced for planning), on the calling
+/// thread pool's threads, and whether a candidate was priced from a
+/// neighbour. The planner compares layouts by it, with one `shared` per
+/// weight tensor.
 pub(in crate::runtime) fn expected_millis(
     spec: &ConvSpec,
     options: &ConvAlgoOptions,
     times: &mut KernelTimes,
     shared: &SharedWeights,
-) -> f64 {
+) -> (f64, Priced) {
     let (candidates, _) = candidates(spec, options, shared, times);
-    millis_in(times, spec, &candidates, shared)
-        .into_iter()
-        .fold(f64::INFINITY, f64::min)
+    let (millis, priced) = millis_in(times, spec, &candidates, shared, Pricing::Planning);
+    (millis.into_iter().fold(f64::INFINITY, f64::min), priced)
 }
 
 /// Adds to `decision` the cached time of the algorithm it took, when it was
@@ -183,8 +251,11 @@ fn time_once(times: &mut KernelTimes, g: &ConvGeom, k: &ConvKernel) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{band, first_within_margin, BAND_ROWS};
+    use super::{band, banded_millis, first_within_margin, Pricing, BAND_ROWS};
+    use crate::runtime::kernels::conv::algo::ConvAlgo;
     use crate::runtime::kernels::conv::direct::ConvGeom;
+    use crate::runtime::kernels::simd::Isa;
+    use crate::runtime::measure::kernel_times::{KernelTimes, Priced};
     use crate::runtime::test_support::square_conv;
 
     #[test]
@@ -222,5 +293,49 @@ mod tests {
         assert_eq!(first_within_margin(&[1.0, 0.97]), 0);
         assert_eq!(first_within_margin(&[0.97, 1.0]), 0);
         assert_eq!(first_within_margin(&[1.0, 0.9]), 1);
+    }
+
+    #[test]
+    fn a_convolution_is_priced_from_a_measured_neighbour_only_when_planning() {
+        use Pricing::{Choosing, Planning};
+        use Priced::{Estimated, Measured};
+        let mut times = KernelTimes::open(None, Isa::Portable, 1);
+        // 1x1 convolutions of 56x56 into 64 channels, small enough to be
+        // measured whole: `time` below stands for a measurement of `ms`.
+        let layer = |cin: usize, cout: usize, x_cb: usize| ConvGeom {
+            cin,
+            cout,
+            x_cb,
+            ..square_conv(64, 56, (1, 1), 8)
+        };
+        let mut price = |g: &ConvGeom, pricing: Pricing, ms: f64| {
+            assert_eq!(band(g, 1).1, 1.0);
+            banded_millis(&mut times, (g, 1), ConvAlgo::Pointwise, pricing, |_, _| ms)
+        };
+        assert_eq!(price(&layer(64, 64, 8), Planning, 2.0), (2.0, Measured));
+        // 80 input channels are 1.25x 64: priced by the channels, not measured.
+        let near = (2.0 * 80.0 / 64.0, Estimated);
+        assert_eq!(price(&layer(80, 64, 8), Planning, 9.0), near);
+        // Choosing an algorithm, a compile times the layer itself...
+        assert_eq!(price(&layer(80, 64, 8), Choosing, 3.0), (3.0, Measured));
+        // ...and a later plan still prices it as the first did.
+        assert_eq!(price(&layer(80, 64, 8), Planning, 9.0), near);
+        // 100 channels, stored as 104, are nearest the 80 measured.
+        let padded = (3.0 * 104.0 / 80.0, Estimated);
+        assert_eq!(price(&layer(100, 64, 8), Planning, 9.0), padded);
+        // Output channels too.
+        assert_eq!(price(&layer(64, 48, 8), Planning, 9.0), (1.5, Estimated));
+        // Not neighbours: channels last against blocks of 8, two counts
+        // apart, 1.75x apart.
+        for (g, ms) in [
+            (layer(72, 64, 72), 4.0),
+            (layer(72, 72, 8), 5.0),
+            (layer(64, 112, 8), 6.0),
+        ] {
+            assert_eq!(price(&g, Planning, ms), (ms, Measured), "{g:?}");
+        }
+        // Channels last prices channels last, whatever its block's extent.
+        let last = (4.0 * 88.0 / 72.0, Estimated);
+        assert_eq!(price(&layer(88, 64, 88), Planning, 9.0), last);
     }
 }

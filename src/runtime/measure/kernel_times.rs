@@ -11,6 +11,7 @@
 
 use super::load::{metered, note_measured_under_load, Load};
 use super::roofline::{cpu_name, CacheFile, FolderLock};
+use crate::graph::numel;
 use crate::layout::Layout;
 use crate::runtime::kernels::conv::algo::{ConvAlgo, ErrorsStore};
 use crate::runtime::kernels::simd::Isa;
@@ -124,17 +125,14 @@ impl Entries {
 
 /// The kernel name transforms are cached under.
 const TRANSFORM_KERNEL: &str = "transform";
-/// The kernel name of transforms priced from a measured neighbour
-/// ([`KernelTimes::estimate_transform`]), kept apart so that no estimate
-/// prices another.
-const TRANSFORM_ESTIMATE: &str = "transform-estimate";
-/// A measured transform prices those between the same two layouts of shapes
-/// that differ from its own in one axis by at most this factor: a model's
-/// values come in families (a dense block's concatenations grow by 32
-/// channels at one resolution), whose transforms run at one rate per byte,
-/// and measuring each was most of a cold plan's measurements (806 of 1250
-/// in DenseNet121's).
-const NEIGHBOUR_RATIO: f64 = 1.5;
+/// A measured kernel prices the same kernel and algorithm at a neighbouring
+/// geometry ([`KernelTimes::estimate`]) whose one differing extent is at most
+/// this factor from its own: a model's values come in families (a dense
+/// block's concatenations grow by 32 channels at one resolution, and so do
+/// the 1x1 convolutions that read them), which run at one rate per byte or
+/// per flop, and measuring each member was most of a cold plan's
+/// measurements (806 transforms and 366 convolutions of DenseNet121's 1250).
+pub(in crate::runtime) const NEIGHBOUR_RATIO: f64 = 1.5;
 /// The kind of the entries that keep Winograd errors, not times.
 const WINOGRAD_ERRORS: &str = "winograd-errors";
 
@@ -152,17 +150,33 @@ impl ErrorsStore for KernelTimes {
 
 /// The name a transform's time is cached under, beside its logical shape
 /// (layout names are unambiguous).
-fn transform_name(from: &Layout, to: &Layout) -> String {
+pub(in crate::runtime) fn transform_name(from: &Layout, to: &Layout) -> String {
     format!("{from} -> {to}")
 }
 
-/// How a transform's time was come by.
+/// The kind under which times of `kernel` priced from a measured neighbour
+/// are recorded: apart from the measured ones, so that no estimate prices
+/// another.
+fn estimate_kind(kernel: &str) -> String {
+    format!("{kernel}-estimate")
+}
+
+/// How a kernel's time was come by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(in crate::runtime) enum Priced {
-    /// Timed at its own shape.
+    /// Timed at its own geometry.
     Measured,
-    /// Priced from a neighbouring shape ([`KernelTimes::estimate_transform`]).
+    /// Priced from a neighbouring geometry ([`KernelTimes::estimate`]).
     Estimated,
+}
+
+/// A measured entry seen from a geometry to be priced: how far apart the
+/// two are (the ratio, at least 1, of the one extent in which they differ)
+/// and what the measured time is multiplied by to price the other.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(in crate::runtime) struct Neighbour {
+    pub ratio: f64,
+    pub scale: f64,
 }
 
 /// The kernel times of this machine for one instruction set and thread
@@ -305,6 +319,61 @@ impl KernelTimes {
         entry.millis.push((algo.to_string(), ms));
     }
 
+    /// The milliseconds of `algo` on `kernel` at `geom` as the planner priced
+    /// them, and how: an estimate recorded for the geometry comes first, so
+    /// that a later plan prices it as the first did even where a compile has
+    /// since timed the kernel chosen there (which would price one layout pair
+    /// apart from the others of the same layer).
+    pub(in crate::runtime) fn priced(
+        &self,
+        kernel: &str,
+        geom: &[usize],
+        algo: &str,
+    ) -> Option<(f64, Priced)> {
+        let estimated = self.get(&estimate_kind(kernel), geom, algo);
+        (estimated.map(|ms| (ms, Priced::Estimated)))
+            .or_else(|| Some((self.get(kernel, geom, algo)?, Priced::Measured)))
+    }
+
+    /// The milliseconds of `algo` on `kernel` at `geom`, priced from the
+    /// measured entry of the same kernel and algorithm on this machine that
+    /// `neighbour` finds nearest (a ratio of at most [`NEIGHBOUR_RATIO`]; ties
+    /// to the smaller geometry), times its scale; `None` without one. The
+    /// estimate is recorded, so that later plans on this machine price the
+    /// geometry the same whatever else they measured.
+    pub(in crate::runtime) fn estimate(
+        &mut self,
+        kernel: &str,
+        geom: &[usize],
+        algo: &str,
+        neighbour: impl Fn(&[usize]) -> Option<Neighbour>,
+    ) -> Option<f64> {
+        let mut nearest: Option<(Neighbour, &[usize], f64)> = None;
+        for e in self.added.iter().chain(&self.entries.list) {
+            // Most entries are another kernel's: the name sorts them out first.
+            if e.kernel != kernel || e.key() != self.key(kernel, &e.geom) {
+                continue; // another kernel, machine or timing
+            }
+            let Some(&(_, ms)) = (e.millis.iter()).find(|(n, ms)| n == algo && ms.is_finite())
+            else {
+                continue;
+            };
+            let Some(n) = neighbour(&e.geom).filter(|n| n.ratio <= NEIGHBOUR_RATIO) else {
+                continue;
+            };
+            let closer = nearest.is_none_or(|(best, g, _)| {
+                n.ratio < best.ratio || (n.ratio == best.ratio && e.geom.as_slice() < g)
+            });
+            if closer {
+                nearest = Some((n, &e.geom, ms));
+            }
+        }
+        let (n, _, ms) = nearest?;
+        let ms = ms * n.scale;
+        self.record(&estimate_kind(kernel), geom, algo, ms);
+        Some(ms)
+    }
+
     /// The milliseconds of transforming `shape` from `from` to `to`, as the
     /// planner measured or estimated them, and which.
     pub(in crate::runtime) fn transform_millis(
@@ -313,22 +382,13 @@ impl KernelTimes {
         from: &Layout,
         to: &Layout,
     ) -> Option<(f64, Priced)> {
-        let name = transform_name(from, to);
-        let measured = self.get(TRANSFORM_KERNEL, shape, &name);
-        (measured.map(|ms| (ms, Priced::Measured))).or_else(|| {
-            Some((
-                self.get(TRANSFORM_ESTIMATE, shape, &name)?,
-                Priced::Estimated,
-            ))
-        })
+        self.priced(TRANSFORM_KERNEL, shape, &transform_name(from, to))
     }
 
     /// The milliseconds of transforming `shape` from `from` to `to`, priced
     /// from the measured transform between the same layouts of the nearest
-    /// shape that differs in one axis by at most [`NEIGHBOUR_RATIO`] (ties to
-    /// the smaller shape), scaled by the elements both layouts store; `None`
-    /// without one. The estimate is recorded, so that later plans on this
-    /// machine price the shape the same whatever else they measured.
+    /// shape that differs in one axis ([`KernelTimes::estimate`]), scaled by
+    /// the elements both layouts store.
     pub(in crate::runtime) fn estimate_transform(
         &mut self,
         shape: &[usize],
@@ -337,32 +397,15 @@ impl KernelTimes {
     ) -> Option<f64> {
         let stored = |s: &[usize]| -> Option<f64> {
             let (a, b) = (from.physical_shape(s).ok()?, to.physical_shape(s).ok()?);
-            Some((a.iter().product::<usize>() + b.iter().product::<usize>()) as f64)
+            Some((numel(&a) + numel(&b)) as f64)
         };
         let name = transform_name(from, to);
-        let mut nearest: Option<(f64, &[usize], f64)> = None;
-        for e in self.added.iter().chain(&self.entries.list) {
-            // Most entries are convolutions': the kernel name sorts them out first.
-            if e.kernel != TRANSFORM_KERNEL || e.key() != self.key(TRANSFORM_KERNEL, &e.geom) {
-                continue; // another kernel, machine or timing
-            }
-            let Some(ratio) = one_axis_ratio(&e.geom, shape) else {
-                continue;
-            };
-            let Some(&(_, ms)) = (e.millis.iter()).find(|(n, ms)| *n == name && ms.is_finite())
-            else {
-                continue;
-            };
-            let closer = nearest
-                .is_none_or(|(r, geom, _)| ratio < r || (ratio == r && e.geom.as_slice() < geom));
-            if ratio <= NEIGHBOUR_RATIO && closer {
-                nearest = Some((ratio, &e.geom, ms));
-            }
-        }
-        let (_, geom, ms) = nearest?;
-        let ms = ms * stored(shape)? / stored(geom)?;
-        self.record(TRANSFORM_ESTIMATE, shape, &name, ms);
-        Some(ms)
+        self.estimate(TRANSFORM_KERNEL, shape, &name, |measured| {
+            Some(Neighbour {
+                ratio: one_axis_ratio(measured, shape)?,
+                scale: stored(shape)? / stored(measured)?,
+            })
+        })
     }
 
     /// Records the milliseconds of transforming `shape` from `from` to `to`.

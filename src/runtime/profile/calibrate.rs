@@ -7,7 +7,7 @@
 
 use crate::core::par;
 use crate::graph::{numel, DType, Tensor, ValueType};
-use crate::layout::cost::{ConvQuery, CostModel, MeasuredCosts, WithinMargin};
+use crate::layout::cost::{ConvQuery, CostModel, Estimated, MeasuredCosts, WithinMargin};
 use crate::layout::Layout;
 use crate::ops::OpDef;
 use crate::runtime::kernels::conv::algo::{ConvAlgo, ConvAlgoOptions, ConvSpec, SharedWeights};
@@ -17,7 +17,7 @@ use crate::runtime::kernels::conv::tile::{ChannelParams, Epilogue};
 use crate::runtime::kernels::gather::Gather;
 use crate::runtime::kernels::simd::Isa;
 use crate::runtime::machine::SharedKernelTimes;
-use crate::runtime::measure::conv_times;
+use crate::runtime::measure::conv_times::{self, Pricing};
 use crate::runtime::measure::kernel_times::{self, KernelTimes, Priced};
 use crate::runtime::measure::roofline::{self, FolderLock, MachinePeaks};
 use crate::runtime::{CompiledModel, Machine, RuntimeError, RuntimeOptions};
@@ -70,9 +70,18 @@ pub struct MeasuredKernels {
     algo: ConvAlgoOptions,
     times: SharedKernelTimes,
     shared: Mutex<SharedByWeights>,
-    /// The transforms (shape, then layouts) asked for whose time is an
-    /// estimate from a neighbouring shape.
-    estimated: Mutex<HashSet<(Vec<usize>, String)>>,
+    /// The kernels asked for whose time is an estimate from a neighbouring
+    /// shape: transforms (shape, then layouts) and convolutions (geometry
+    /// with its layouts).
+    estimated: Mutex<Estimates>,
+}
+
+/// The kernels priced from a neighbouring shape, each counted once however
+/// often the planner asks.
+#[derive(Default)]
+struct Estimates {
+    transforms: HashSet<(Vec<usize>, String)>,
+    convs: HashSet<Vec<usize>>,
 }
 
 /// What the kernels built from each weight tensor share
@@ -142,10 +151,16 @@ impl MeasuredKernels {
     }
 
     /// Milliseconds of a depthwise convolution, measured (on its band,
-    /// `conv_times::band`) unless cached.
-    fn depthwise_millis(&self, geom: ConvGeom, w: &[f32], times: &mut KernelTimes) -> f64 {
+    /// `conv_times::band`) unless cached, and how they were come by.
+    fn depthwise_millis(
+        &self,
+        geom: ConvGeom,
+        w: &[f32],
+        times: &mut KernelTimes,
+    ) -> (f64, Priced) {
         let layer = (&geom, self.pool.threads());
-        conv_times::banded_millis(times, layer, ConvAlgo::Depthwise, |times, band| {
+        let pricing = Pricing::Planning;
+        conv_times::banded_millis(times, layer, ConvAlgo::Depthwise, pricing, |times, band| {
             let bias = vec![0f32; band.cout];
             let params = ChannelParams::bias_only(&bias);
             let k = Depthwise::new(band.clone(), self.isa, w, params, Epilogue::of(None), None);
@@ -193,8 +208,9 @@ impl MeasuredCosts for MeasuredKernels {
             return None;
         }
         let w = q.weights.f32s();
+        let key = geom.key();
         let mut times = self.times.lock().ok()?;
-        let ms = if depthwise {
+        let (ms, priced) = if depthwise {
             self.depthwise_millis(geom, &w, &mut times)
         } else {
             let shared = self.shared.lock().ok()?.of(q.weights, &w, &geom);
@@ -215,6 +231,9 @@ impl MeasuredCosts for MeasuredKernels {
             self.pool
                 .install(|| conv_times::expected_millis(&spec, &self.algo, times, &shared))
         };
+        if priced == Priced::Estimated {
+            self.estimated.lock().ok()?.convs.insert(key);
+        }
         Some(ms * 1e6)
     }
 
@@ -238,8 +257,8 @@ impl MeasuredCosts for MeasuredKernels {
         });
         if let Some((ms, priced)) = known {
             if priced == Priced::Estimated {
-                let mut estimated = self.estimated.lock().ok()?;
-                estimated.insert((t.shape.clone(), format!("{from} -> {to}")));
+                let transform = (t.shape.clone(), kernel_times::transform_name(from, to));
+                self.estimated.lock().ok()?.transforms.insert(transform);
             }
             return Some(ms * 1e6);
         }
@@ -257,8 +276,13 @@ impl MeasuredCosts for MeasuredKernels {
         Some(ms * 1e6)
     }
 
-    fn estimated_transforms(&self) -> usize {
-        self.estimated.lock().map_or(0, |e| e.len())
+    fn estimated(&self) -> Estimated {
+        self.estimated
+            .lock()
+            .map_or(Estimated::default(), |e| Estimated {
+                transforms: e.transforms.len(),
+                convs: e.convs.len(),
+            })
     }
 }
 

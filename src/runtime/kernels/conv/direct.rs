@@ -105,6 +105,31 @@ impl ConvGeom {
         ]
     }
 
+    /// The geometry of a cache key written by [`ConvGeom::key`]; `None` for a
+    /// key of another length.
+    pub fn from_key(key: &[usize]) -> Option<ConvGeom> {
+        let &[n, cin, h, w, cout, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw, x_cb, y_cb, groups] = key
+        else {
+            return None;
+        };
+        Some(ConvGeom {
+            n,
+            cin,
+            h,
+            w,
+            cout,
+            oh,
+            ow,
+            k: (kh, kw),
+            stride: (sh, sw),
+            dilation: (dh, dw),
+            pad: (ph, pw),
+            groups,
+            x_cb,
+            y_cb,
+        })
+    }
+
     /// The geometry of a 2-D convolution `c` of an input of logical NCHW shape
     /// `xs` into `cout` channels, its operands stored with channel blocks
     /// `x_cb` and `y_cb`; `None` when the window does not fit the input.
