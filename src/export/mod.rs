@@ -425,6 +425,10 @@ fn attribute(name: &str, a: Attr) -> AttributeProto {
             p.f = f;
             AttributeType::FLOAT
         }
+        Attr::Floats(v) => {
+            p.floats = v;
+            AttributeType::FLOATS
+        }
         Attr::Str(s) => {
             p.s = s.as_bytes().to_vec();
             AttributeType::STRING

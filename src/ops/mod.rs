@@ -23,6 +23,8 @@ mod matmul;
 pub use matmul::determinants;
 mod movement;
 pub use movement::transpose;
+mod ngram;
+pub use ngram::{NgramCounts, NgramWeighting};
 mod normalize;
 pub mod onnx;
 mod pad_flow;
@@ -334,6 +336,8 @@ pub enum Op {
     MatMul,
     /// x: [..., M, M] -> [...], the determinant of each matrix
     Det,
+    /// x: integer items (C) or (N, C) -> f32 counts of a pool's n-grams
+    NgramCounts(NgramCounts),
     /// x: same elements, new shape (also Flatten, Squeeze, Unsqueeze).
     Reshape(Reshape),
     /// x
@@ -744,6 +748,7 @@ impl Op {
             Op::Gemm(g) => g,
             Op::MatMul => &MatMul,
             Op::Det => &Det,
+            Op::NgramCounts(n) => n,
             Op::Reshape(r) => r,
             Op::Transpose(t) => t,
             Op::Concat(c) => c,

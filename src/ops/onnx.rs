@@ -18,6 +18,7 @@ pub enum Attr {
     Int(i64),
     Ints(Vec<i64>),
     Float(f32),
+    Floats(Vec<f32>),
     Str(&'static str),
 }
 

@@ -254,6 +254,15 @@ impl CompiledModel {
                     let x = bufs.read(step.inputs[0]);
                     k.run(&x[..y.len()], y)
                 }
+                Kernel::NgramCounts(op) => {
+                    let x = bufs.tensor(step.inputs[0], &step.input_types[0]);
+                    let rows = match x.shape[..] {
+                        [rows, _] => rows,
+                        _ => 1,
+                    };
+                    let y = bufs.write(step.outputs[0]);
+                    y.copy_from_slice(&op.run(&x.data.to_i64(), rows));
+                }
                 Kernel::Det(m) => {
                     let mut x: Vec<f64> = bufs
                         .read(step.inputs[0])

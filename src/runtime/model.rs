@@ -82,6 +82,8 @@ pub(super) enum Kernel {
     BitCast(DType),
     /// The determinant of each row-major f32 matrix of this many rows.
     Det(usize),
+    /// Counts of a pool's n-grams in integer rows (`ops::NgramCounts::run`).
+    NgramCounts(Box<crate::ops::NgramCounts>),
     /// Values rounded onto grids fitted to their ranges (`ops::DynamicQuantize`).
     DynamicQuantize(quantized::DynamicQuantizer),
     /// An elementwise op on integers or booleans, or a comparison.

@@ -536,6 +536,7 @@ fn onnx_cases() -> Vec<Case> {
     cases.extend(attention_cases());
     cases.extend(linear_attention_cases());
     cases.extend(flex_attention_cases());
+    cases.extend(tf_idf_cases());
     cases
 }
 
@@ -784,6 +785,51 @@ fn flex_attention_cases() -> Vec<Case> {
                 vec![graph_attr("prob_mod", two_outputs)],
             ),
             &["flex_1", "prob_mod has 1 inputs and 2 outputs"],
+        ),
+    ]
+}
+
+/// A TfIdfVectorizer (layer tfidf_1, opset 9) of 2-grams over an int64
+/// sequence of 6 items into 2 counts, with the pool attributes given.
+fn tf_idf(pool: Vec<onnx_protobuf::AttributeProto>) -> Vec<u8> {
+    const INT64: i32 = 7;
+    let mut attrs = vec![
+        int_attr("min_gram_length", 2),
+        int_attr("max_gram_length", 2),
+        int_attr("max_skip_count", 0),
+        str_attr("mode", "TF"),
+        ints_attr("ngram_counts", &[0, 0]),
+        ints_attr("ngram_indexes", &[0, 1]),
+    ];
+    attrs.extend(pool);
+    let n = node_with(node("TfIdfVectorizer", "tfidf_1", &["x"], &["y"]), attrs);
+    model_bytes(&model(
+        vec![n],
+        vec![value_info("x", INT64, &[6])],
+        vec![value_info("y", F32, &[2])],
+        vec![],
+        9,
+    ))
+}
+
+/// TfIdfVectorizers whose pool cannot be read: each refused naming the layer.
+fn tf_idf_cases() -> Vec<Case> {
+    let mut strings = onnx_protobuf::AttributeProto::new();
+    strings.name = "pool_strings".into();
+    strings.type_ = onnx_protobuf::attribute_proto::AttributeType::STRINGS.into();
+    strings.strings = vec![b"a".to_vec(), b"b".to_vec(), b"b".to_vec(), b"c".to_vec()];
+    vec![
+        case(
+            "onnx tfidf pool of strings",
+            "tfidf_strings.onnx",
+            tf_idf(vec![strings]),
+            &["tfidf_1", "pool_strings is not supported", "pool_int64s"],
+        ),
+        case(
+            "onnx tfidf pool of 2-grams with an odd item",
+            "tfidf_odd_pool.onnx",
+            tf_idf(vec![ints_attr("pool_int64s", &[1, 2, 3, 4, 5])]),
+            &["tfidf_1", "2-grams take 5 items, not a multiple of 2"],
         ),
     ]
 }

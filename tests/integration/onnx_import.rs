@@ -268,7 +268,7 @@ fn every_unsupported_operator_is_listed_at_once() {
     let nodes = vec![
         node("FlexAttention", "attn_a", &["x"], &["a"]),
         node("Relu", "relu", &["a"], &["r"]),
-        node("TfIdfVectorizer", "tfidf", &["r"], &["h"]),
+        node("StringNormalizer", "normalize", &["r"], &["h"]),
         node("FlexAttention", "attn_b", &["h"], &["b"]),
         custom,
         node("Add", "add", &["b", "c"], &["y"]),
@@ -295,7 +295,7 @@ fn every_unsupported_operator_is_listed_at_once() {
         listed,
         vec![
             ("FlexAttention", vec!["attn_a", "attn_b"]),
-            ("TfIdfVectorizer", vec!["tfidf"]),
+            ("StringNormalizer", vec!["normalize"]),
             ("com.example::Frobnicate", vec!["custom_1"]),
         ]
     );
@@ -305,7 +305,7 @@ fn every_unsupported_operator_is_listed_at_once() {
         "{text}"
     );
     assert!(
-        text.contains("'TfIdfVectorizer' ×1 (layer 'tfidf')"),
+        text.contains("'StringNormalizer' ×1 (layer 'normalize')"),
         "{text}"
     );
     assert_eq!(text.matches("many.onnx").count(), 1, "{text}");

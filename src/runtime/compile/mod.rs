@@ -861,6 +861,7 @@ impl<'g> Compiler<'g> {
             // masks and ids between integer and boolean types, other floats.
             Op::Cast(c) if out.dtype != DType::F32 => Some(Kernel::Cast(c.clone())),
             Op::BitCast(b) => Some(Kernel::BitCast(b.to)),
+            Op::NgramCounts(n) => Some(Kernel::NgramCounts(Box::new(n.clone()))),
             Op::Reshape(_) | Op::Identity if out.dtype != DType::F32 => {
                 Some(Kernel::Rebox(out.shape.clone()))
             }

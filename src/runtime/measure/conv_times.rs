@@ -297,8 +297,8 @@ mod tests {
 
     #[test]
     fn a_convolution_is_priced_from_a_measured_neighbour_only_when_planning() {
-        use Pricing::{Choosing, Planning};
         use Priced::{Estimated, Measured};
+        use Pricing::{Choosing, Planning};
         let mut times = KernelTimes::open(None, Isa::Portable, 1);
         // 1x1 convolutions of 56x56 into 64 channels, small enough to be
         // measured whole: `time` below stands for a measurement of `ms`.

@@ -103,6 +103,12 @@ impl NodeCtx<'_> {
             .map(|a| a.ints.clone()))
     }
 
+    pub(super) fn floats(&self, name: &str) -> Res<Option<Vec<f32>>> {
+        Ok(self
+            .typed_attr(name, 6, "a list of floats")?
+            .map(|a| a.floats.clone()))
+    }
+
     pub(super) fn string(&self, name: &str, default: &str) -> Res<String> {
         Ok(self
             .typed_attr(name, 3, "a string")?

@@ -27,6 +27,7 @@ mod scatter;
 mod select;
 mod source;
 mod spectral;
+mod text;
 mod window;
 
 pub(super) use context::NodeCtx;
@@ -60,6 +61,7 @@ pub(super) fn registry() -> &'static Registry {
         select::register(&mut reg);
         source::register(&mut reg);
         spectral::register(&mut reg);
+        text::register(&mut reg);
         reg
     });
     &REGISTRY
@@ -214,6 +216,7 @@ mod tests {
         "Sum",
         "Tanh",
         "TensorScatter",
+        "TfIdfVectorizer",
         "ThresholdedRelu",
         "Tile",
         "TopK",
@@ -281,7 +284,7 @@ mod tests {
         want.extend(SUPPORTED_PREVIEW.iter().map(|&op| ("ai.onnx.preview", op)));
         want.sort_unstable();
         let have = registry().op_types();
-        assert_eq!(have.len(), 189);
+        assert_eq!(have.len(), 190);
         assert_eq!(have, want);
     }
 
