@@ -310,32 +310,36 @@ mod tests {
         };
         let mut price = |g: &ConvGeom, pricing: Pricing, ms: f64| {
             assert_eq!(band(g, 1).1, 1.0);
-            banded_millis(&mut times, (g, 1), ConvAlgo::Pointwise, pricing, |_, _| ms)
+            let (ms, how) =
+                banded_millis(&mut times, (g, 1), ConvAlgo::Pointwise, pricing, |_, _| ms);
+            // Scaled by rows times channels: the ratio, up to its rounding.
+            ((ms * 1e9).round(), how)
         };
-        assert_eq!(price(&layer(64, 64, 8), Planning, 2.0), (2.0, Measured));
+        let ms = |ms: f64, how: Priced| ((ms * 1e9).round(), how);
+        assert_eq!(price(&layer(64, 64, 8), Planning, 2.0), ms(2.0, Measured));
         // 80 input channels are 1.25x 64: priced by the channels, not measured.
-        let near = (2.0 * 80.0 / 64.0, Estimated);
+        let near = ms(2.0 * 80.0 / 64.0, Estimated);
         assert_eq!(price(&layer(80, 64, 8), Planning, 9.0), near);
         // Choosing an algorithm, a compile times the layer itself...
-        assert_eq!(price(&layer(80, 64, 8), Choosing, 3.0), (3.0, Measured));
+        assert_eq!(price(&layer(80, 64, 8), Choosing, 3.0), ms(3.0, Measured));
         // ...and a later plan still prices it as the first did.
         assert_eq!(price(&layer(80, 64, 8), Planning, 9.0), near);
         // 100 channels, stored as 104, are nearest the 80 measured.
-        let padded = (3.0 * 104.0 / 80.0, Estimated);
+        let padded = ms(3.0 * 104.0 / 80.0, Estimated);
         assert_eq!(price(&layer(100, 64, 8), Planning, 9.0), padded);
         // Output channels too.
-        assert_eq!(price(&layer(64, 48, 8), Planning, 9.0), (1.5, Estimated));
+        assert_eq!(price(&layer(64, 48, 8), Planning, 9.0), ms(1.5, Estimated));
         // Not neighbours: channels last against blocks of 8, two counts
         // apart, 1.75x apart.
-        for (g, ms) in [
+        for (g, t) in [
             (layer(72, 64, 72), 4.0),
             (layer(72, 72, 8), 5.0),
             (layer(64, 112, 8), 6.0),
         ] {
-            assert_eq!(price(&g, Planning, ms), (ms, Measured), "{g:?}");
+            assert_eq!(price(&g, Planning, t), ms(t, Measured), "{g:?}");
         }
         // Channels last prices channels last, whatever its block's extent.
-        let last = (4.0 * 88.0 / 72.0, Estimated);
+        let last = ms(4.0 * 88.0 / 72.0, Estimated);
         assert_eq!(price(&layer(88, 64, 88), Planning, 9.0), last);
     }
 }
