@@ -7,9 +7,12 @@
 //! The pool lists its n-grams by size, each size from its offset in
 //! `ngram_counts`, and `ngram_indexes` gives each one (in pool order, every
 //! size counted) its output coordinate; only sizes from `min_gram_length` to
-//! `max_gram_length` are looked for. Weights are read by output coordinate, as
-//! the specification's reference and onnxruntime read them. A pool listing an
-//! n-gram twice counts it at the later one's coordinate.
+//! `max_gram_length` are looked for. The i-th weight scales the i-th n-gram of
+//! the pool, at its output coordinate, as the specification says and
+//! onnxruntime does (the specification's Python reference reads weights by
+//! output coordinate instead; the two agree where `ngram_indexes` is 0, 1,
+//! 2, ...). A pool listing an n-gram twice counts it at the later one's
+//! coordinate.
 //!
 //! The pool is searched as a trie: from each start, one lookup per item
 //! extends the n-gram by one, and the walk stops at the first n-gram that no
@@ -59,8 +62,10 @@ pub struct NgramCounts {
     pool: Vec<i64>,
     starts: Vec<usize>,
     coords: Vec<usize>,
-    /// Weights by output coordinate; empty for all 1.
+    /// Weights of the pool's n-grams, in pool order; empty for all 1.
     weights: Vec<f32>,
+    /// Those weights by output coordinate (1 where none is given).
+    coord_weights: Vec<f32>,
     trie: Trie,
 }
 
@@ -88,7 +93,7 @@ impl Trie {
 impl NgramCounts {
     /// The op of these attributes, its pool checked: offsets ascending
     /// within the pool, each size's items a whole number of n-grams, one
-    /// output coordinate per n-gram, weights for every coordinate.
+    /// output coordinate per n-gram, none or one weight per n-gram.
     pub fn new(
         lengths: (usize, usize),
         max_skip: usize,
@@ -144,12 +149,16 @@ impl NgramCounts {
                 coords.len()
             ));
         }
-        let width = coords.iter().max().map_or(0, |c| c + 1);
-        if !weights.is_empty() && weights.len() < width {
+        if !weights.is_empty() && weights.len() != id {
             return Err(format!(
-                "{} weights for {width} output coordinates",
+                "{} weights for a pool of {id} n-grams",
                 weights.len()
             ));
+        }
+        let width = coords.iter().max().map_or(0, |c| c + 1);
+        let mut coord_weights = vec![1f32; width];
+        for (&c, &w) in coords.iter().zip(&weights) {
+            coord_weights[c] = w;
         }
         Ok(NgramCounts {
             lengths,
@@ -159,6 +168,7 @@ impl NgramCounts {
             starts,
             coords,
             weights,
+            coord_weights,
             trie,
         })
     }
@@ -179,8 +189,7 @@ impl NgramCounts {
         }
         for (row, out) in x.chunks(row_len).zip(y.chunks_mut(width)) {
             self.count(row, out);
-            for (c, v) in out.iter_mut().enumerate() {
-                let weight = self.weights.get(c).copied().unwrap_or(1.0);
+            for (v, &weight) in out.iter_mut().zip(&self.coord_weights) {
                 *v = match self.weighting {
                     NgramWeighting::Tf => *v,
                     NgramWeighting::Idf if *v > 0.0 => weight,
@@ -308,15 +317,19 @@ mod tests {
         let x = [2, 2, 5, 6, 4, 3, 3, 3];
         let y = op((1, 2), 0, NgramWeighting::Tf).run(&x, 2);
         assert_eq!(y, [2., 0., 1., 0., 1., 0., 0., 0., 3., 0., 1., 0., 0., 0.]);
-        let weights = vec![0.5, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0];
-        let weighted = |mode| NgramCounts {
-            weights: weights.clone(),
-            ..op((1, 2), 0, mode)
+        // Weights follow the pool's n-grams to their coordinates: the first
+        // (the 1-gram 2) is output 6, the fifth (the 2-gram (5, 6)) output 0.
+        let weighted = |mode| {
+            let (pool, starts) = (vec![2, 3, 5, 4, 5, 6, 7, 8, 6, 7], vec![0, 4]);
+            let coords = vec![6, 1, 2, 3, 0, 5, 4];
+            let weights = vec![0.5, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0];
+            NgramCounts::new((1, 2), 0, mode, pool, starts, coords, weights).unwrap()
         };
+        // 2, 2, 5, 6: the 2 twice, the 5 and (5, 6) once.
         let y = weighted(NgramWeighting::Idf).run(&x[..4], 1);
-        assert_eq!(y, [0.5, 0., 3.0, 0., 5.0, 0., 0.]);
+        assert_eq!(y, [5.0, 0., 3.0, 0., 0., 0., 0.5]);
         let y = weighted(NgramWeighting::TfIdf).run(&x[..4], 1);
-        assert_eq!(y, [1.0, 0., 3.0, 0., 5.0, 0., 0.]);
+        assert_eq!(y, [5.0, 0., 3.0, 0., 0., 0., 1.0]);
     }
 
     #[test]
@@ -333,6 +346,19 @@ mod tests {
         assert!(many.contains("3 entries for a pool of 2"), "{many}");
         let back = make(vec![1, 2, 3], vec![2, 1], vec![0, 1]).unwrap_err();
         assert!(back.contains("not ascending"), "{back}");
+        let pool = (vec![1, 2], vec![0], vec![0, 1]);
+        let weights = NgramCounts::new(
+            (1, 1),
+            0,
+            NgramWeighting::Idf,
+            pool.0,
+            pool.1,
+            pool.2,
+            vec![1.0],
+        );
+        assert!(weights
+            .unwrap_err()
+            .contains("1 weights for a pool of 2 n-grams"));
         let lengths = NgramCounts::new(
             (2, 1),
             0,
