@@ -39,6 +39,7 @@ mod relabel_roundtrip;
 mod runtime_models;
 mod scaling;
 mod symbolic_shapes;
+mod text;
 mod tflite_custom;
 mod tflite_import;
 mod tflite_recurrent;
