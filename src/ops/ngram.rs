@@ -102,12 +102,12 @@ impl NgramCounts {
         starts: Vec<usize>,
         coords: Vec<usize>,
         weights: Vec<f32>,
-    ) -> Result<NgramCounts, String> {
+    ) -> Result<NgramCounts, OpError> {
         let (min, max) = lengths;
         if min == 0 || max < min {
-            return Err(format!(
+            return Err(OpError::Attribute(format!(
                 "n-gram lengths must satisfy 1 <= min_gram_length <= max_gram_length, got {min} and {max}"
-            ));
+            )));
         }
         let mut trie = Trie {
             coord: vec![None],
@@ -117,24 +117,24 @@ impl NgramCounts {
         for (i, &start) in starts.iter().enumerate() {
             let (size, end) = (i + 1, starts.get(i + 1).copied().unwrap_or(pool.len()));
             if start > end || end > pool.len() {
-                return Err(format!(
+                return Err(OpError::Attribute(format!(
                     "ngram_counts {starts:?} are not ascending offsets into a pool of {}",
                     pool.len()
-                ));
+                )));
             }
             let items = &pool[start..end];
             if !items.len().is_multiple_of(size) {
-                return Err(format!(
+                return Err(OpError::Attribute(format!(
                     "the pool's {size}-grams take {} items, not a multiple of {size}",
                     items.len()
-                ));
+                )));
             }
             for ngram in items.chunks(size) {
                 let coord = *coords.get(id).ok_or_else(|| {
-                    format!(
+                    OpError::Attribute(format!(
                         "ngram_indexes has {} entries for more n-grams",
                         coords.len()
-                    )
+                    ))
                 })?;
                 if (min..=max).contains(&size) {
                     let node = (ngram.iter()).fold(0, |node, &item| trie.extend(node, item));
@@ -144,16 +144,16 @@ impl NgramCounts {
             }
         }
         if id != coords.len() {
-            return Err(format!(
+            return Err(OpError::Attribute(format!(
                 "ngram_indexes has {} entries for a pool of {id} n-grams",
                 coords.len()
-            ));
+            )));
         }
         if !weights.is_empty() && weights.len() != id {
-            return Err(format!(
+            return Err(OpError::Attribute(format!(
                 "{} weights for a pool of {id} n-grams",
                 weights.len()
-            ));
+            )));
         }
         let width = coords.iter().max().map_or(0, |c| c + 1);
         let mut coord_weights = vec![1f32; width];
@@ -335,16 +335,17 @@ mod tests {
     #[test]
     fn a_pool_that_does_not_fit_its_offsets_is_refused() {
         let make = |pool: Vec<i64>, starts: Vec<usize>, coords: Vec<usize>| {
-            NgramCounts::new((1, 2), 0, NgramWeighting::Tf, pool, starts, coords, vec![])
+            let op = NgramCounts::new((1, 2), 0, NgramWeighting::Tf, pool, starts, coords, vec![]);
+            op.unwrap_err().to_string()
         };
         // Three items of 2-grams.
-        let odd = make(vec![1, 2, 3, 4], vec![0, 1], vec![0, 1]).unwrap_err();
+        let odd = make(vec![1, 2, 3, 4], vec![0, 1], vec![0, 1]);
         assert!(odd.contains("2-grams take 3 items"), "{odd}");
-        let few = make(vec![1, 2, 3], vec![0, 1], vec![0]).unwrap_err();
+        let few = make(vec![1, 2, 3], vec![0, 1], vec![0]);
         assert!(few.contains("1 entries for more n-grams"), "{few}");
-        let many = make(vec![1, 2, 3], vec![0, 1], vec![0, 1, 2]).unwrap_err();
+        let many = make(vec![1, 2, 3], vec![0, 1], vec![0, 1, 2]);
         assert!(many.contains("3 entries for a pool of 2"), "{many}");
-        let back = make(vec![1, 2, 3], vec![2, 1], vec![0, 1]).unwrap_err();
+        let back = make(vec![1, 2, 3], vec![2, 1], vec![0, 1]);
         assert!(back.contains("not ascending"), "{back}");
         let pool = (vec![1, 2], vec![0], vec![0, 1]);
         let weights = NgramCounts::new(
@@ -356,9 +357,11 @@ mod tests {
             pool.2,
             vec![1.0],
         );
-        assert!(weights
-            .unwrap_err()
-            .contains("1 weights for a pool of 2 n-grams"));
+        let weights = weights.unwrap_err().to_string();
+        assert!(
+            weights.contains("1 weights for a pool of 2 n-grams"),
+            "{weights}"
+        );
         let lengths = NgramCounts::new(
             (2, 1),
             0,
@@ -368,6 +371,6 @@ mod tests {
             vec![],
             vec![],
         );
-        assert!(lengths.unwrap_err().contains("min_gram_length"));
+        assert!(lengths.unwrap_err().to_string().contains("min_gram_length"));
     }
 }

@@ -132,7 +132,7 @@ const TRANSFORM_KERNEL: &str = "transform";
 /// the 1x1 convolutions that read them), which run at one rate per byte or
 /// per flop, and measuring each member was most of a cold plan's
 /// measurements (806 transforms and 366 convolutions of DenseNet121's 1250).
-pub(in crate::runtime) const NEIGHBOUR_RATIO: f64 = 1.5;
+const NEIGHBOUR_RATIO: f64 = 1.5;
 /// The kind of the entries that keep Winograd errors, not times.
 const WINOGRAD_ERRORS: &str = "winograd-errors";
 
