@@ -6,7 +6,7 @@
 //! under theirs); the other control-flow ops run natively, one step each whose
 //! subgraphs are compiled models.
 
-use crate::support::bundled::load_test_data;
+use crate::support::bundled::{load_test_data, recorded_cases};
 use crate::support::compare::assert_outputs_match;
 use crate::support::onnx::*;
 use layoutopt::api::{load_model, Costs, PlanLayouts, PlannerKind, TargetFamily};
@@ -24,12 +24,7 @@ fn control_ops(g: &Graph) -> Vec<&'static str> {
 
 #[test]
 fn recorded_control_flow_models_match_onnxruntime() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/control_flow");
-    let mut dirs: Vec<_> = std::fs::read_dir(&root)
-        .expect("tests/control_flow exists")
-        .map(|e| e.expect("a readable entry").path())
-        .collect();
-    dirs.sort();
+    let dirs = recorded_cases("control_flow");
     assert_eq!(dirs.len(), 8, "the cases of scripts/gen_control_flow.py");
     for dir in dirs {
         let what = dir.file_name().unwrap().to_string_lossy().into_owned();

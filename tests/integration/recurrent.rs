@@ -6,7 +6,7 @@
 //! on the reference executor and compiled. Malformed layers are refused naming
 //! the layer.
 
-use crate::support::bundled::load_test_data;
+use crate::support::bundled::{load_test_data, recorded_cases};
 use crate::support::compare::assert_outputs_match;
 use crate::support::onnx::*;
 use layoutopt::api::{load_model, Costs, PlanLayouts, PlannerKind, TargetFamily};
@@ -15,16 +15,10 @@ use layoutopt::graph::Tensor;
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
 use onnx_protobuf::AttributeProto;
 use std::collections::HashMap;
-use std::path::Path;
 
 #[test]
 fn recorded_recurrent_layers_run_natively_and_match_onnxruntime() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/recurrent");
-    let mut dirs: Vec<_> = std::fs::read_dir(&root)
-        .expect("tests/recurrent exists")
-        .map(|e| e.expect("a readable entry").path())
-        .collect();
-    dirs.sort();
+    let dirs = recorded_cases("recurrent");
     assert_eq!(
         dirs.len(),
         6,

@@ -3,20 +3,14 @@
 //! exact in f32), on the reference executor and compiled, where the op runs
 //! natively.
 
-use crate::support::bundled::load_test_data;
+use crate::support::bundled::{load_test_data, recorded_cases};
 use crate::support::compare::assert_outputs_match;
 use layoutopt::api::{load_model, Costs, PlanLayouts, PlannerKind, TargetFamily};
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
-use std::path::Path;
 
 #[test]
 fn recorded_tf_idf_models_match_onnxruntime() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/text");
-    let mut dirs: Vec<_> = std::fs::read_dir(&root)
-        .expect("tests/text exists")
-        .map(|e| e.expect("a readable entry").path())
-        .collect();
-    dirs.sort();
+    let dirs = recorded_cases("text");
     assert_eq!(dirs.len(), 4, "the cases of scripts/gen_text_models.py");
     for dir in dirs {
         let what = dir.file_name().unwrap().to_string_lossy().into_owned();

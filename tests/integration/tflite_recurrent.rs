@@ -8,7 +8,7 @@
 //! interpreter recorded within 1e-4 of the output's largest magnitude. Malformed
 //! or unsupported layers are refused naming the layer.
 
-use crate::support::bundled::load_test_data;
+use crate::support::bundled::{load_test_data, recorded_cases};
 use crate::support::compare::max_abs_err;
 use crate::support::text::assert_mentions;
 use crate::support::tflite::*;
@@ -16,7 +16,6 @@ use layoutopt::api::{Costs, PlanLayouts, PlannerKind, TargetFamily};
 use layoutopt::frontend::tflite::{import_tflite, load_tflite, TfliteError};
 use layoutopt::graph::{Op, Tensor};
 use layoutopt::runtime::{CompiledModel, RuntimeOptions};
-use std::path::Path;
 
 fn assert_matches(what: &str, outputs: &[Tensor], expected: &[Tensor]) {
     assert_eq!(outputs.len(), expected.len(), "{what}");
@@ -33,12 +32,7 @@ fn assert_matches(what: &str, outputs: &[Tensor], expected: &[Tensor]) {
 
 #[test]
 fn recorded_tflite_recurrent_layers_run_natively_and_match_the_interpreter() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tflite_recurrent");
-    let mut dirs: Vec<_> = std::fs::read_dir(&root)
-        .expect("tests/tflite_recurrent exists")
-        .map(|e| e.expect("a readable entry").path())
-        .collect();
-    dirs.sort();
+    let dirs = recorded_cases("tflite_recurrent");
     assert_eq!(
         dirs.len(),
         8,

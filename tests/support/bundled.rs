@@ -26,6 +26,20 @@ pub fn load_test_data_set(dir: &Path, k: usize) -> Option<(Vec<Tensor>, Vec<Tens
     Some((load("input"), load("output")))
 }
 
+/// The case folders of `tests/<folder>/` (each a model beside its recorded
+/// test data), sorted.
+pub fn recorded_cases(folder: &str) -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join(folder);
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
+        .unwrap_or_else(|e| panic!("tests/{folder}: {e}"))
+        .map(|e| e.expect("a readable entry").path())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
 /// The bundled model files, `models/*/model.onnx` (and `model.tflite` with
 /// `tflite`), sorted.
 pub fn bundled_models(tflite: bool) -> Vec<PathBuf> {
