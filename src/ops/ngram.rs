@@ -175,7 +175,7 @@ impl NgramCounts {
 
     /// Output coordinates per row.
     pub fn width(&self) -> usize {
-        self.coords.iter().max().map_or(0, |c| c + 1)
+        self.coord_weights.len()
     }
 
     /// The outputs of `x` cut into `rows` rows of equal length, one after

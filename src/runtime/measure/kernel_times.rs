@@ -32,7 +32,10 @@ pub(in crate::runtime) const CACHE_FILE: &str = "kernel_times.json";
 /// lanes. Revision 5: inputs read from memory of their own (a fresh zeroed
 /// allocation read as the one zero page the system maps everywhere, so every
 /// input below the huge-page threshold looked cached).
-const TIMING: &str = "weights, output and scratch flushed, best of 2 settled or 4; kernels r5";
+/// A convolution's algorithm far behind another in its first run is timed
+/// once (`conv_times::millis_in`).
+const TIMING: &str =
+    "weights, output and scratch flushed, best of 2 settled or 4, one run far behind; kernels r5";
 
 /// The measured times of one kernel geometry on one machine.
 #[derive(Clone, Serialize, Deserialize)]
@@ -245,16 +248,32 @@ impl KernelTimes {
     }
 
     /// Milliseconds of `run` on an input of `input_len` zeros and on buffers
-    /// of `written_lens` elements it writes ([`time_kernel`]; their contents
-    /// are whatever the last kernel left, zeros where the kernels read
-    /// zeros), noting how busy the machine was meanwhile.
+    /// of `written_lens` elements it writes, settled ([`KernelTimes::time`]).
     pub(in crate::runtime) fn measure(
         &mut self,
         weights: &[f32],
         input_len: usize,
         written_lens: &[usize],
-        mut run: impl FnMut(&[f32], &mut [&mut [f32]]),
+        run: impl FnMut(&[f32], &mut [&mut [f32]]),
     ) -> f64 {
+        let mut timing = TimedRuns::default();
+        let buffers = (weights, input_len, written_lens);
+        self.time(&mut timing, Runs::Settled, buffers, run);
+        timing.fastest()
+    }
+
+    /// Takes the timed `runs` of `run` on the `buffers` (weights flushed
+    /// before each, an input of `input_len` zeros, buffers of `written_lens`
+    /// elements it writes: [`time_kernel`]; their contents are whatever the
+    /// last kernel left, zeros where the kernels read zeros), after those
+    /// `timing` holds, noting how busy the machine was meanwhile.
+    pub(in crate::runtime) fn time(
+        &mut self,
+        timing: &mut TimedRuns,
+        runs: Runs,
+        (weights, input_len, written_lens): (&[f32], usize, &[usize]),
+        mut run: impl FnMut(&[f32], &mut [&mut [f32]]),
+    ) {
         let mut zeros = std::mem::take(&mut self.zeros);
         if zeros.len() < input_len {
             zeros.resize(input_len, 0.0);
@@ -277,20 +296,25 @@ impl KernelTimes {
             })
             .collect();
         let mut window = Load::default();
-        let mut ms = metered(&mut window, || {
-            time_kernel(weights, &mut written, &mut run, true)
+        let times = &mut timing.runs;
+        let (last, settle) = match runs {
+            Runs::First => (times.len().max(1), false),
+            Runs::Settled => (times.len().max(RUNS), true),
+        };
+        metered(&mut window, || {
+            time_kernel(weights, &mut written, &mut run, times, last, settle)
         });
-        if !window.quiet_for(self.threads) {
+        timing.quiet = window.quiet_for(self.threads);
+        if runs == Runs::Settled && !timing.quiet {
             // Under load, the fastest of more runs: those no other process interrupted.
-            let more = metered(&mut window, || {
-                time_kernel(weights, &mut written, &mut run, false)
+            let last = times.len() + RUNS_UNDER_LOAD;
+            metered(&mut window, || {
+                time_kernel(weights, &mut written, &mut run, times, last, false)
             });
-            ms = ms.min(more);
         }
         self.load.join(window);
         self.written = buffers;
         self.zeros = zeros;
-        ms
     }
 
     /// Records the milliseconds of `algo` on `kernel` at geometry `geom`.
@@ -522,9 +546,40 @@ const RUNS_UNDER_LOAD: usize = 6;
 /// same way in every process (`conv_times::build`, `cost::WithinMargin`).
 pub(in crate::runtime) const SAME_TIME: f64 = 0.05;
 
-/// Milliseconds of the fastest of up to [`RUNS`] calls of `run` on the
-/// buffers it writes, stopping once two agree
-/// ([`settled`]) where `settle` (else [`RUNS_UNDER_LOAD`] calls), each with
+/// How far [`KernelTimes::time`] times a kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::runtime) enum Runs {
+    /// One timed run, if none was taken: enough to tell a candidate far
+    /// behind another (`conv_times::millis_in`).
+    First,
+    /// Until two runs agree, up to [`RUNS`] with those taken before, and
+    /// [`RUNS_UNDER_LOAD`] more where other processes kept the cores busy.
+    Settled,
+}
+
+/// The timed runs of one kernel so far, and whether the machine was quiet
+/// during the last of them.
+#[derive(Clone, Debug, Default)]
+pub(in crate::runtime) struct TimedRuns {
+    runs: Vec<f64>,
+    quiet: bool,
+}
+
+impl TimedRuns {
+    /// Milliseconds of the fastest run (infinite before any).
+    pub(in crate::runtime) fn fastest(&self) -> f64 {
+        self.runs.iter().copied().fold(f64::INFINITY, f64::min)
+    }
+
+    /// Whether the machine was quiet during the last runs taken.
+    pub(in crate::runtime) fn quiet(&self) -> bool {
+        self.quiet
+    }
+}
+
+/// Milliseconds of calls of `run` on the buffers it writes, pushed to
+/// `times` until it holds `last`, or stopping once two agree ([`settled`])
+/// where `settle`, each with
 /// `weights` and the `written` buffers (output, working memory) flushed from
 /// the caches: in a model, a layer's weights were
 /// last read a whole run before, and a model's weights outgrow the caches
@@ -539,18 +594,17 @@ fn time_kernel(
     weights: &[f32],
     written: &mut [&mut [f32]],
     mut run: impl FnMut(&mut [&mut [f32]]),
+    times: &mut Vec<f64>,
+    last: usize,
     settle: bool,
-) -> f64 {
-    let runs = if settle { RUNS } else { RUNS_UNDER_LOAD };
-    let mut times = Vec::with_capacity(runs);
-    while times.len() < runs && !(settle && settled(&times)) {
+) {
+    while times.len() < last && !(settle && settled(times)) {
         flush(weights);
         written.iter().for_each(|b| flush(b));
         let t = Instant::now();
         run(written);
         times.push(t.elapsed().as_secs_f64() * 1e3);
     }
-    times.into_iter().fold(f64::INFINITY, f64::min)
 }
 
 /// The ratio (at least 1) of the extents of the one axis in which shapes `a`
@@ -649,11 +703,18 @@ mod tests {
         // The two fastest decide, whatever came first.
         assert!(settled(&[3.0, 1.02, 1.0]));
         let mut calls = 0;
-        time_kernel(&[], &mut [], |_| calls += 1, true);
+        let mut times = vec![];
+        time_kernel(&[], &mut [], |_| calls += 1, &mut times, RUNS, true);
         assert!((2..=RUNS).contains(&calls), "{calls} calls");
-        calls = 0;
-        time_kernel(&[], &mut [], |_| calls += 1, false);
-        assert_eq!(calls, RUNS_UNDER_LOAD);
+        assert_eq!(times.len(), calls);
+        // Under load, all the runs asked for, after those taken.
+        let last = calls + 3;
+        time_kernel(&[], &mut [], |_| calls += 1, &mut times, last, false);
+        assert_eq!(times.len(), calls);
+        // Runs taken before count: two that agree take no more.
+        let mut times = vec![5.0, 5.1];
+        time_kernel(&[], &mut [], |_| calls += 1, &mut times, RUNS, true);
+        assert_eq!(times, [5.0, 5.1]);
     }
 
     #[test]
