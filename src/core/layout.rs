@@ -502,6 +502,24 @@ impl Layout {
         .then(|| self.factors(1)[0])
     }
 
+    /// The logical axes in the order of their outermost physical digits.
+    pub fn outer_order(&self) -> Vec<usize> {
+        self.order
+            .iter()
+            .filter(|d| d.level == 0)
+            .map(|d| d.axis)
+            .collect()
+    }
+
+    /// This layout with the default letters of its rank (letters only print).
+    pub fn with_default_letters(&self) -> Result<Layout, AlgebraError> {
+        Layout::new(
+            default_names(self.rank())?,
+            self.factors.clone(),
+            self.order.clone(),
+        )
+    }
+
     /// The permutation of an unblocked layout (physical axis i is logical `perm[i]`).
     pub fn as_permutation(&self) -> Option<Vec<usize>> {
         (!self.is_blocked()).then(|| self.order.iter().map(|d| d.axis).collect())

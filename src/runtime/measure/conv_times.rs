@@ -360,13 +360,13 @@ mod tests {
         use Priced::{Estimated, Measured};
         use Pricing::{Choosing, Planning};
         let mut times = KernelTimes::open(None, Isa::Portable, 1);
-        // 1x1 convolutions of 56x56 into 64 channels, small enough to be
+        // 1x1 convolutions of 28x28 into 64 channels, small enough to be
         // measured whole: `time` below stands for a measurement of `ms`.
         let layer = |cin: usize, cout: usize, x_cb: usize| ConvGeom {
             cin,
             cout,
             x_cb,
-            ..square_conv(64, 56, (1, 1), 8)
+            ..square_conv(64, 28, (1, 1), 8)
         };
         let mut price = |g: &ConvGeom, pricing: Pricing, ms: f64| {
             assert_eq!(band(g, 1).1, 1.0);

@@ -157,6 +157,24 @@ pub(in crate::runtime) fn transform_name(from: &Layout, to: &Layout) -> String {
     format!("{from} -> {to}")
 }
 
+/// A layout transform as the data movement it is, however its logical axes
+/// are numbered: `shape` and both layouts renumbered (`Layout::transposed`,
+/// which keeps the bytes where they are) so that `from`'s outermost digits
+/// come in axis order, with the default letters. A TFLite model's
+/// channels-last tensors and their channels-first twins across a transpose
+/// then share one measurement: [1,112,112,96] from row-major to (0,3,1,2) is
+/// [1,96,112,112] from NHWC to NCHW.
+fn movement(shape: &[usize], from: &Layout, to: &Layout) -> (Vec<usize>, Layout, Layout) {
+    let perm = from.outer_order();
+    let renumber = |l: &Layout| l.transposed(&perm).and_then(|l| l.with_default_letters());
+    match (renumber(from), renumber(to)) {
+        (Ok(f), Ok(t)) if perm.len() == shape.len() => {
+            (perm.iter().map(|&a| shape[a]).collect(), f, t)
+        }
+        _ => (shape.to_vec(), from.clone(), to.clone()),
+    }
+}
+
 /// The kind under which times of `kernel` priced from a measured neighbour
 /// are recorded: apart from the measured ones, so that no estimate prices
 /// another.
@@ -406,7 +424,8 @@ impl KernelTimes {
         from: &Layout,
         to: &Layout,
     ) -> Option<(f64, Priced)> {
-        self.priced(TRANSFORM_KERNEL, shape, &transform_name(from, to))
+        let (shape, from, to) = movement(shape, from, to);
+        self.priced(TRANSFORM_KERNEL, &shape, &transform_name(&from, &to))
     }
 
     /// The milliseconds of transforming `shape` from `from` to `to`, priced
@@ -419,6 +438,8 @@ impl KernelTimes {
         from: &Layout,
         to: &Layout,
     ) -> Option<f64> {
+        let (shape, from, to) = movement(shape, from, to);
+        let (shape, from, to) = (&shape[..], &from, &to);
         let stored = |s: &[usize]| -> Option<f64> {
             let (a, b) = (from.physical_shape(s).ok()?, to.physical_shape(s).ok()?);
             Some((numel(&a) + numel(&b)) as f64)
@@ -440,7 +461,8 @@ impl KernelTimes {
         to: &Layout,
         ms: f64,
     ) {
-        self.record(TRANSFORM_KERNEL, shape, &transform_name(from, to), ms);
+        let (shape, from, to) = movement(shape, from, to);
+        self.record(TRANSFORM_KERNEL, &shape, &transform_name(&from, &to), ms);
     }
 
     /// Writes the entries measured since the last save into the file, merged
@@ -738,6 +760,28 @@ mod tests {
             .collect();
         assert_eq!(loads, [(busy.to_vec(), Some(1.5)), (quiet.to_vec(), None)]);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn one_data_movement_is_one_measurement_however_its_axes_are_numbered() {
+        let l = |s: &str| Layout::parse(s).unwrap();
+        let mut times = KernelTimes::open(None, Isa::Portable, 1);
+        // Channels-first logical axes, stored channels-last, into blocks of 8.
+        times.record_transform(&[1, 96, 112, 112], &l("NHWC"), &l("NCHW8c"), 2.0);
+        // The same bytes as channels-last logical axes stored row-major.
+        let (nhwc, blocked) = (l("NCHW"), l("(0,3,1,2,8@3)"));
+        let twin = times.transform_millis(&[1, 112, 112, 96], &nhwc, &blocked);
+        assert_eq!(twin, Some((2.0, Priced::Measured)));
+        // And back, recorded from the other side.
+        times.record_transform(&[1, 112, 112, 96], &blocked, &nhwc, 3.0);
+        let back = times.transform_millis(&[1, 96, 112, 112], &l("NCHW8c"), &l("NHWC"));
+        assert_eq!(back, Some((3.0, Priced::Measured)));
+        // Another movement of the same shape is not it.
+        let other = times.transform_millis(&[1, 96, 112, 112], &l("NCHW"), &l("NCHW8c"));
+        assert_eq!(other, None);
+        // Its neighbour at 104 channels is priced from it, renumbered alike.
+        let est = times.estimate_transform(&[1, 112, 112, 104], &nhwc, &blocked);
+        assert_eq!(est, Some(2.0 * 104.0 / 96.0));
     }
 
     #[test]
