@@ -77,12 +77,47 @@ pub(in crate::runtime) enum Pricing {
 /// run tells the others, far enough behind that none could win (a first run
 /// finds the kernel's code and tables cold, a few percent slower). A 3x3
 /// layer has up to three candidates, of which one usually wins by more.
+/// The planner also holds a layout pair's runs against the layer's fastest
+/// known time in other channel blockings ([`rival_blocking`]): a depthwise
+/// layer between a blocked and a plain layout ran 4-9x the time of one
+/// blocked alike, and settling those was most of a plan's depthwise timing.
 const CONTENDER: f64 = 0.25;
+
+/// The fastest time `times` has of `kernel` on the convolution band `band`
+/// with its input or output channels blocked otherwise (every algorithm):
+/// what a layout pair of the layer is up against in the plan.
+fn rival_blocking(times: &KernelTimes, kernel: &str, band: &ConvGeom) -> Option<f64> {
+    times.fastest_at(kernel, |key| {
+        ConvGeom::from_key(key).is_some_and(|m| {
+            let blocked_otherwise = (m.x_cb, m.y_cb) != (band.x_cb, band.y_cb);
+            blocked_otherwise
+                && ConvGeom {
+                    x_cb: band.x_cb,
+                    y_cb: band.y_cb,
+                    ..m
+                } == *band
+        })
+    })
+}
+
+/// Whether `runs` of `algo` on the planner's band `band` go on until
+/// settled: unless the machine was quiet and their first is far behind
+/// (beyond [`CONTENDER`]) the layer's fastest in another blocking.
+pub(in crate::runtime) fn contends(
+    times: &KernelTimes,
+    band: &ConvGeom,
+    algo: ConvAlgo,
+    runs: &TimedRuns,
+) -> bool {
+    let rival = rival_blocking(times, algo.kernel(), band);
+    !runs.quiet() || rival.is_none_or(|r| runs.fastest() <= r * (1.0 + CONTENDER))
+}
 
 /// Each candidate's milliseconds at the spec's shape, as `pricing` allows,
 /// those `times` lacks measured now (on the spec's [`band`]: each once, and
-/// again until settled where it contends for the fastest) and recorded
-/// there; and whether any was priced from a neighbour.
+/// again until settled where it contends for the fastest, planning: of the
+/// layer in any blocking) and recorded there; and whether any was priced
+/// from a neighbour.
 fn millis_in(
     times: &mut KernelTimes,
     spec: &ConvSpec,
@@ -118,10 +153,13 @@ fn millis_in(
         }
     }
     let first = timed.iter().map(|(_, _, runs)| runs.fastest());
-    let fastest = millis
-        .iter()
-        .copied()
+    let rival = match (pricing, timed.first()) {
+        (Pricing::Planning, Some(&(i, ..))) => rival_blocking(times, candidates[i].kernel(), geom),
+        _ => None,
+    };
+    let fastest = (millis.iter().copied())
         .chain(first)
+        .chain(rival)
         .fold(f64::INFINITY, f64::min);
     for (i, kernel, mut runs) in timed {
         if !runs.quiet() || runs.fastest() <= fastest * (1.0 + CONTENDER) {
@@ -308,14 +346,15 @@ fn time_runs(
 
 #[cfg(test)]
 mod tests {
-    use super::{band, banded_millis, first_within_margin, millis_in, Pricing, BAND_ROWS};
+    use super::{
+        band, banded_millis, contends, first_within_margin, millis_in, Pricing, BAND_ROWS,
+    };
     use crate::runtime::kernels::conv::algo::{
         candidates, ConvAlgo, ConvAlgoOptions, ConvSpec, SharedWeights,
     };
     use crate::runtime::kernels::conv::direct::ConvGeom;
-    use crate::runtime::kernels::conv::tile::{ChannelParams, Epilogue};
     use crate::runtime::kernels::simd::Isa;
-    use crate::runtime::measure::kernel_times::{KernelTimes, Priced};
+    use crate::runtime::measure::kernel_times::{KernelTimes, Priced, TimedRuns};
     use crate::runtime::test_support::square_conv;
 
     #[test]
@@ -404,6 +443,37 @@ mod tests {
     }
 
     #[test]
+    fn a_layout_pair_far_behind_another_blocking_of_its_layer_is_timed_once() {
+        let mut times = KernelTimes::open(None, Isa::Portable, 1);
+        let blocked = |x_cb: usize, y_cb: usize, g: ConvGeom| ConvGeom { x_cb, y_cb, ..g };
+        let layer = square_conv(64, 28, (3, 1), 64);
+        let key = |x_cb, y_cb| blocked(x_cb, y_cb, layer.clone()).key();
+        // Blocks of 16 on both sides: 1 ms; another layer, and another
+        // kernel's entry of this one, are faster still but no rivals.
+        times.record("depthwise", &key(16, 16), "depthwise", 1.0);
+        let other_layer = blocked(16, 16, square_conv(64, 14, (3, 1), 64));
+        times.record("depthwise", &other_layer.key(), "depthwise", 0.1);
+        times.record("conv", &key(1, 16), "direct", 0.1);
+        let plain_to_blocked = blocked(1, 16, layer.clone());
+        let dw = ConvAlgo::Depthwise;
+        let runs = |ms: f64, quiet: bool| TimedRuns::taken(&[ms], quiet);
+        assert!(!contends(&times, &plain_to_blocked, dw, &runs(4.0, true)));
+        // Within 25% of the rival, or timed while the machine was busy:
+        // settled.
+        assert!(contends(&times, &plain_to_blocked, dw, &runs(1.2, true)));
+        assert!(contends(&times, &plain_to_blocked, dw, &runs(4.0, false)));
+        // A pair's own entry is no rival, nor is a layer never measured.
+        assert!(contends(
+            &times,
+            &blocked(16, 16, layer),
+            dw,
+            &runs(4.0, true)
+        ));
+        let unmeasured = blocked(1, 16, square_conv(32, 28, (3, 1), 32));
+        assert!(contends(&times, &unmeasured, dw, &runs(4.0, true)));
+    }
+
+    #[test]
     fn every_candidate_is_timed_recorded_and_then_read_back() {
         // A 3x3 stride-1 layer small enough to be timed whole: direct and
         // the Winograd sizes accurate on its weights, some of them timed
@@ -414,18 +484,7 @@ mod tests {
             .collect();
         let bias = vec![0f32; 16];
         let isa = Isa::detect();
-        let spec = ConvSpec {
-            geom: g.clone(),
-            isa,
-            w: &w,
-            params: ChannelParams::bias_only(&bias),
-            epilogue: Epilogue::of(None),
-            pad_fill: None,
-            threads: 1,
-            grid: None,
-            residual: false,
-            dynamic: None,
-        };
+        let spec = ConvSpec::biased(g.clone(), isa, &w, &bias, 1);
         let mut times = KernelTimes::open(None, isa, 1);
         let shared = SharedWeights::default();
         let (algos, _) = candidates(&spec, &ConvAlgoOptions::default(), &shared, &mut times);

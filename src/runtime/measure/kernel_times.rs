@@ -33,7 +33,9 @@ pub(in crate::runtime) const CACHE_FILE: &str = "kernel_times.json";
 /// allocation read as the one zero page the system maps everywhere, so every
 /// input below the huge-page threshold looked cached).
 /// A convolution's algorithm far behind another in its first run is timed
-/// once (`conv_times::millis_in`).
+/// once (`conv_times::millis_in`), and so is a planner's layout pair far
+/// behind the layer's fastest in another blocking (`conv_times::contends`):
+/// an entry settled before is as good, so the string stays.
 const TIMING: &str =
     "weights, output and scratch flushed, best of 2 settled or 4, one run far behind; kernels r5";
 
@@ -391,11 +393,7 @@ impl KernelTimes {
         neighbour: impl Fn(&[usize]) -> Option<Neighbour>,
     ) -> Option<f64> {
         let mut nearest: Option<(Neighbour, &[usize], f64)> = None;
-        for e in self.added.iter().chain(&self.entries.list) {
-            // Most entries are another kernel's: the name sorts them out first.
-            if e.kernel != kernel || e.key() != self.key(kernel, &e.geom) {
-                continue; // another kernel, machine or timing
-            }
+        for e in self.entries_of(kernel) {
             let Some(&(_, ms)) = (e.millis.iter()).find(|(n, ms)| n == algo && ms.is_finite())
             else {
                 continue;
@@ -414,6 +412,27 @@ impl KernelTimes {
         let ms = ms * n.scale;
         self.record(&estimate_kind(kernel), geom, algo, ms);
         Some(ms)
+    }
+
+    /// This machine's entries of `kernel`, timed as this build times.
+    fn entries_of<'a>(&'a self, kernel: &'a str) -> impl Iterator<Item = &'a Entry> + 'a {
+        // Most entries are another kernel's: the name sorts them out first.
+        (self.added.iter().chain(&self.entries.list))
+            .filter(move |e| e.kernel == kernel && e.key() == self.key(kernel, &e.geom))
+    }
+
+    /// The fastest time of any algorithm on `kernel` at the geometries
+    /// `wanted` accepts, on this machine; `None` without one.
+    pub(in crate::runtime) fn fastest_at(
+        &self,
+        kernel: &str,
+        wanted: impl Fn(&[usize]) -> bool,
+    ) -> Option<f64> {
+        (self.entries_of(kernel))
+            .filter(|e| wanted(&e.geom))
+            .flat_map(|e| e.millis.iter().map(|m| m.1))
+            .filter(|ms| ms.is_finite() && *ms >= 0.0)
+            .reduce(f64::min)
     }
 
     /// The milliseconds of transforming `shape` from `from` to `to`, as the
@@ -596,6 +615,15 @@ impl TimedRuns {
     /// Whether the machine was quiet during the last runs taken.
     pub(in crate::runtime) fn quiet(&self) -> bool {
         self.quiet
+    }
+
+    /// Runs of the given milliseconds, as if taken (for tests of what they decide).
+    #[cfg(test)]
+    pub(in crate::runtime) fn taken(runs: &[f64], quiet: bool) -> TimedRuns {
+        TimedRuns {
+            runs: runs.to_vec(),
+            quiet,
+        }
     }
 }
 

@@ -115,7 +115,6 @@ fn conv_algorithms_are_measured_once_then_read_from_the_cache() {
         ConvAlgo, ConvAlgoChoice, ConvAlgoOptions, ConvSpec, WINOGRAD_TOLERANCE,
     };
     use crate::runtime::kernels::conv::direct::ConvGeom;
-    use crate::runtime::kernels::conv::tile::{ChannelParams, Epilogue};
     use crate::runtime::kernels::conv::winograd::WinogradTile;
     use crate::runtime::kernels::simd::Isa;
     use crate::runtime::measure::conv_times::build;
@@ -127,18 +126,7 @@ fn conv_algorithms_are_measured_once_then_read_from_the_cache() {
     let mut rng = Rng(23);
     let geom = square_conv(32, 12, (3, 1), 16);
     let (w, bias) = (rng.f32s(32 * 32 * 9), rng.f32s(32));
-    let spec = ConvSpec {
-        geom,
-        isa: Isa::detect(),
-        w: &w,
-        params: ChannelParams::bias_only(&bias),
-        epilogue: Epilogue::of(None),
-        pad_fill: None,
-        threads: 1,
-        grid: None,
-        residual: false,
-        dynamic: None,
-    };
+    let spec = ConvSpec::biased(geom, Isa::detect(), &w, &bias, 1);
     let options = |choice| ConvAlgoOptions {
         choice,
         cache: Some(dir.clone()),

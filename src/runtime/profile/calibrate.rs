@@ -18,7 +18,7 @@ use crate::runtime::kernels::gather::Gather;
 use crate::runtime::kernels::simd::Isa;
 use crate::runtime::machine::SharedKernelTimes;
 use crate::runtime::measure::conv_times::{self, Pricing};
-use crate::runtime::measure::kernel_times::{self, KernelTimes, Priced};
+use crate::runtime::measure::kernel_times::{self, KernelTimes, Priced, Runs, TimedRuns};
 use crate::runtime::measure::roofline::{self, FolderLock, MachinePeaks};
 use crate::runtime::{CompiledModel, Machine, RuntimeError, RuntimeOptions};
 use std::collections::{HashMap, HashSet};
@@ -151,7 +151,8 @@ impl MeasuredKernels {
     }
 
     /// Milliseconds of a depthwise convolution, measured (on its band,
-    /// `conv_times::band`) unless cached, and how they were come by.
+    /// `conv_times::band`: once, and until settled where it contends with
+    /// the layer's other blockings) unless cached, and how they were come by.
     fn depthwise_millis(
         &self,
         geom: ConvGeom,
@@ -164,11 +165,16 @@ impl MeasuredKernels {
             let bias = vec![0f32; band.cout];
             let params = ChannelParams::bias_only(&bias);
             let k = Depthwise::new(band.clone(), self.isa, w, params, Epilogue::of(None), None);
+            let buffers = (w, band.x_len(), &[band.y_len()][..]);
+            let mut runs = TimedRuns::default();
             self.pool.install(|| {
-                times.measure(w, band.x_len(), &[band.y_len()], |x, out| {
-                    k.run(x, None, out[0])
-                })
-            })
+                let run = |x: &[f32], out: &mut [&mut [f32]]| k.run(x, None, out[0]);
+                times.time(&mut runs, Runs::First, buffers, run);
+                if conv_times::contends(times, band, ConvAlgo::Depthwise, &runs) {
+                    times.time(&mut runs, Runs::Settled, buffers, run);
+                }
+            });
+            runs.fastest()
         })
     }
 }
@@ -215,18 +221,7 @@ impl MeasuredCosts for MeasuredKernels {
         } else {
             let shared = self.shared.lock().ok()?.of(q.weights, &w, &geom);
             let bias = vec![0f32; geom.cout];
-            let spec = ConvSpec {
-                geom,
-                isa: self.isa,
-                w: &w,
-                params: ChannelParams::bias_only(&bias),
-                epilogue: Epilogue::of(None),
-                pad_fill: None,
-                threads: self.pool.threads(),
-                grid: None,
-                residual: false,
-                dynamic: None,
-            };
+            let spec = ConvSpec::biased(geom, self.isa, &w, &bias, self.pool.threads());
             let times: &mut KernelTimes = &mut times;
             self.pool
                 .install(|| conv_times::expected_millis(&spec, &self.algo, times, &shared))

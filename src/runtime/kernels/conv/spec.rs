@@ -32,3 +32,23 @@ pub struct ConvSpec<'a> {
     /// (`ops::DynamicQuantize`), which the integer kernel may do itself.
     pub dynamic: Option<DynamicQuantize>,
 }
+
+impl<'a> ConvSpec<'a> {
+    /// The convolution of weights `w` at `geom` adding `bias` and nothing
+    /// else, its input on no known grid: what a layer is timed as when its
+    /// layouts or algorithm are chosen (its epilogue costs alike in each).
+    pub fn biased(geom: ConvGeom, isa: Isa, w: &'a [f32], bias: &'a [f32], threads: usize) -> Self {
+        ConvSpec {
+            geom,
+            isa,
+            w,
+            params: ChannelParams::bias_only(bias),
+            epilogue: Epilogue::of(None),
+            pad_fill: None,
+            threads,
+            grid: None,
+            residual: false,
+            dynamic: None,
+        }
+    }
+}

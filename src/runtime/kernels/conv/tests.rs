@@ -972,18 +972,7 @@ fn int8_conv_requantizes_onto_the_output_grid_as_integer_kernels_do() {
             slope: None,
         };
         for &isa in &isas {
-            let spec = ConvSpec {
-                geom: g.clone(),
-                isa,
-                w: &wt,
-                params: ChannelParams::bias_only(&bias),
-                epilogue,
-                pad_fill: Some(0.0),
-                threads: 1,
-                grid: Some(grid),
-                residual: false,
-                dynamic: None,
-            };
+            let spec = quant_spec(&g, isa, &wt, &bias, epilogue, grid);
             let conv = QuantConv::new(&spec, grid, &weights).expect("a grid of bytes");
             let mut y = vec![f32::NAN; g.y_len()];
             let mut scratch = vec![f32::NAN; conv.scratch_len()];
@@ -1016,16 +1005,10 @@ fn quant_spec<'a>(
     grid: Grid,
 ) -> ConvSpec<'a> {
     ConvSpec {
-        geom: g.clone(),
-        isa,
-        w,
-        params: ChannelParams::bias_only(bias),
         epilogue,
         pad_fill: Some(0.0),
-        threads: 1,
         grid: Some(grid),
-        residual: false,
-        dynamic: None,
+        ..ConvSpec::biased(g.clone(), isa, w, bias, 1)
     }
 }
 
@@ -1334,18 +1317,7 @@ fn winograd_errors_come_from_the_store_when_it_has_them() {
     for answer in [None, Some(0.125)] {
         // Weights no test has given before, so this process has not seen them.
         let w = rng.f32s(8 * 8 * 9);
-        let spec = ConvSpec {
-            geom: g.clone(),
-            isa: Isa::detect(),
-            w: &w,
-            params: ChannelParams::bias_only(&bias),
-            epilogue: Epilogue::of(None),
-            pad_fill: None,
-            threads: 1,
-            grid: None,
-            residual: false,
-            dynamic: None,
-        };
+        let spec = ConvSpec::biased(g.clone(), Isa::detect(), &w, &bias, 1);
         let mut store = Store {
             answer,
             kept: vec![],
