@@ -22,7 +22,7 @@ mod lrn;
 mod matmul;
 pub use matmul::determinants;
 mod movement;
-pub use movement::transpose;
+pub use movement::{transpose, transposed_values};
 mod ngram;
 pub use ngram::{NgramCounts, NgramWeighting};
 mod normalize;

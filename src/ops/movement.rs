@@ -8,7 +8,7 @@ use super::shape::*;
 use super::te::*;
 use super::*;
 use crate::core::float8::is_float8;
-use crate::core::{Tensor, TensorData, ValueType};
+use crate::core::{Rearrange, Tensor, TensorData, ValueType};
 use crate::ops::{PadMode, SliceAxis};
 
 impl OpDef for Reshape {
@@ -953,6 +953,13 @@ impl OpDef for Identity {
     fn to_onnx(&self, mut cx: OnnxCx) -> Result<Vec<String>, OpError> {
         cx.single("Identity", cx.inputs, vec![])
     }
+}
+
+/// The elements `values` of a tensor of `shape` with its axes permuted by
+/// `perm`: [`transpose`] of elements not yet in a tensor (weights read
+/// straight from a mapped file).
+pub fn transposed_values<T: Copy>(perm: &[usize], shape: &[usize], values: &[T]) -> Vec<T> {
+    PermuteAxes { shape, perm }.apply(values)
 }
 
 /// `x` with its axes permuted: output axis k is input axis `perm[k]`.

@@ -409,6 +409,20 @@ impl<'a> Importer<'a> {
         t: usize,
         reader: Option<&Span>,
     ) -> Result<Option<Tensor>, TfliteError> {
+        self.constant_permuted(t, reader, None)
+    }
+
+    /// [`Importer::constant_data`] with its axes permuted by `perm`, if
+    /// given (of the tensor's rank). Float values stored in the file as
+    /// floats are permuted straight from it: decoding them first and then
+    /// transposing made two fresh copies of every convolution's weights,
+    /// whose page faults were most of a large model's import.
+    fn constant_permuted(
+        &self,
+        t: usize,
+        reader: Option<&Span>,
+        perm: Option<&[usize]>,
+    ) -> Result<Option<Tensor>, TfliteError> {
         let name = self.tensor_name(t);
         let index = self.tensor(t).buffer() as usize;
         let count = self.buffers.map_or(0, |b| b.len());
@@ -456,12 +470,28 @@ impl<'a> Importer<'a> {
                 bytes.len()
             )));
         }
+        let quantization = self.quantization(t)?;
+        if let (Some(perm), None, DType::F32) = (perm, &quantization, ty.dtype) {
+            // SAFETY: any 4 bytes are an f32; `align_to` gives whole aligned
+            // values only, and the schema aligns buffers to 16 bytes.
+            if let (&[], values, &[]) = unsafe { bytes.align_to::<f32>() } {
+                if cfg!(target_endian = "little") {
+                    let shape = perm.iter().map(|&a| ty.shape[a]).collect();
+                    let values = crate::ops::transposed_values(perm, &ty.shape, values);
+                    return Ok(Some(Tensor::new(shape, TensorData::F32(values))));
+                }
+            }
+        }
         let data =
             TensorData::from_le_bytes(ty.dtype, bytes).map_err(|e| self.invalid(e.to_string()))?;
         let data = Tensor::new(ty.shape, data);
         // A quantized constant is read as its float meaning.
-        Ok(Some(match self.quantization(t)? {
+        let data = match quantization {
             Some(q) => Importer::dequantized(&data, &q),
+            None => data,
+        };
+        Ok(Some(match perm {
+            Some(perm) => crate::ops::transpose(perm, &data),
             None => data,
         }))
     }

@@ -928,7 +928,23 @@ impl<'a> Cx<'_, 'a> {
     /// Weights from input `i` laid out by `perm`: a constant is re-laid at import,
     /// anything else (such as dequantized float16 weights) gets a Transpose node.
     fn weights(&mut self, i: usize, perm: &[usize]) -> Res<ValueRef> {
-        let Some(data) = self.constant_or_none(i)? else {
+        let t = self.tensor_input(i)?;
+        // The shape of a constant: a graph value's, else the file's.
+        let stored = match self.imp.values[t] {
+            Some(v) => (self.imp.graph.constant(v)).map(|c| c.shape.clone()),
+            None => Some(self.imp.value_type(t)?.shape),
+        };
+        if let Some(shape) = stored.filter(|s| s.len() != perm.len()) {
+            return Err(self.err(format!(
+                "weights (input {i}) must have rank {}, got shape {shape:?}",
+                perm.len(),
+            )));
+        }
+        let permuted = match self.imp.values[t] {
+            Some(v) => (self.imp.graph.constant(v)).map(|c| crate::ops::transpose(perm, c)),
+            None => (self.imp).constant_permuted(t, Some(&self.span), Some(perm))?,
+        };
+        let Some(c) = permuted else {
             let w = self.input(i)?;
             return self.emit(
                 Op::Transpose(Transpose {
@@ -938,15 +954,7 @@ impl<'a> Cx<'_, 'a> {
                 &[w],
             );
         };
-        if data.rank() != perm.len() {
-            return Err(self.err(format!(
-                "weights (input {i}) must have rank {}, got shape {:?}",
-                perm.len(),
-                data.shape
-            )));
-        }
         let name = format!("{}/weights", self.layer);
-        let c = crate::ops::transpose(perm, &data);
         Ok(self
             .imp
             .graph
