@@ -74,7 +74,8 @@ def deep_resnet(nodes: int, path: Path) -> Path:
     1x3x32x32 input: a stem convolution, then four stages of 32, 64, 128 and 256
     channels (each after the first halving the image, its first block's
     shortcut a strided 1x1 convolution) of blocks Conv-Relu-Conv-Add-Relu, and
-    a global average pool. Weights are seeded, scaled by 1/sqrt(fan-in)."""
+    a global average pool. Weights are seeded, scaled by 1/sqrt(fan-in) (the
+    residual branch's second convolution by a fifth of that)."""
     import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -82,9 +83,9 @@ def deep_resnet(nodes: int, path: Path) -> Path:
     rng = np.random.default_rng(0)
     nodes_out, inits = [], []
 
-    def conv(x, cin, cout, k, stride):
+    def conv(x, cin, cout, k, stride, gain=1.0):
         name = f"conv{len(nodes_out)}"
-        w = (rng.standard_normal((cout, cin, k, k)) / np.sqrt(cin * k * k)).astype(np.float32)
+        w = (gain * rng.standard_normal((cout, cin, k, k)) / np.sqrt(cin * k * k)).astype(np.float32)
         inits.append(numpy_helper.from_array(w, name + "_w"))
         inits.append(numpy_helper.from_array(np.zeros(cout, np.float32), name + "_b"))
         nodes_out.append(
@@ -111,7 +112,9 @@ def deep_resnet(nodes: int, path: Path) -> Path:
     for stage, width in enumerate(widths):
         for b in range(blocks):
             stride = 2 if stage > 0 and b == 0 else 1
-            y = conv(op("Relu", conv(x, cin, width, 3, stride)), width, width, 3, 1)
+            # A residual branch scaled down, as a trained network's is, so
+            # that activations stay bounded over the blocks.
+            y = conv(op("Relu", conv(x, cin, width, 3, stride)), width, width, 3, 1, gain=0.2)
             shortcut = conv(x, cin, width, 1, stride) if stride > 1 else x
             x = op("Relu", op("Add", y, shortcut))
             cin = width
