@@ -109,8 +109,14 @@ pub(in crate::runtime) fn contends(
     algo: ConvAlgo,
     runs: &TimedRuns,
 ) -> bool {
-    let rival = rival_blocking(times, algo.kernel(), band);
-    !runs.quiet() || rival.is_none_or(|r| runs.fastest() <= r * (1.0 + CONTENDER))
+    settles(runs, rival_blocking(times, algo.kernel(), band))
+}
+
+/// Whether `runs` go on until settled against `fastest`, the fastest time
+/// they are up against, if any: unless the machine was quiet and their
+/// first is beyond [`CONTENDER`] behind it.
+fn settles(runs: &TimedRuns, fastest: Option<f64>) -> bool {
+    !runs.quiet() || fastest.is_none_or(|f| runs.fastest() <= f * (1.0 + CONTENDER))
 }
 
 /// Each candidate's milliseconds at the spec's shape, as `pricing` allows,
@@ -162,7 +168,7 @@ fn millis_in(
         .chain(rival)
         .fold(f64::INFINITY, f64::min);
     for (i, kernel, mut runs) in timed {
-        if !runs.quiet() || runs.fastest() <= fastest * (1.0 + CONTENDER) {
+        if settles(&runs, Some(fastest)) {
             time_runs(times, geom, &kernel, &mut runs, Runs::Settled);
         }
         let a = candidates[i];
